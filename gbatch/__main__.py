@@ -1,0 +1,5 @@
+import sys
+
+from gbatch.cli._main import main
+
+sys.exit(main())

@@ -1,0 +1,294 @@
+"""The vocabulary every other module speaks: job states, the one legal-transition
+check, job specs, jobs, nodes and GPUs.
+
+Pure values only: nothing here reads the clock, the disk or the network.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class JobState(enum.Enum):
+    """Slurm's job states; the value is what the store keeps."""
+
+    PENDING = "PENDING"
+    CONFIGURING = "CONFIGURING"  # allocation committed, run not yet confirmed
+    RUNNING = "RUNNING"
+    COMPLETING = "COMPLETING"  # stop signalled (cancel or time limit), exit not yet seen
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+
+    @property
+    def code(self) -> str:
+        """Slurm's compact state code, as squeue's ST column prints it."""
+        return _CODES[self]
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATES
+
+    @classmethod
+    def parse(cls, text: str) -> JobState:
+        """Accept a state's name or its code, any case (`pd`, `running`, `CA`)."""
+        upper = text.strip().upper()
+        for state in cls:
+            if upper in (state.value, state.code):
+                return state
+        raise ValueError(text)
+
+
+_CODES = {
+    JobState.PENDING: "PD",
+    JobState.CONFIGURING: "CF",
+    JobState.RUNNING: "R",
+    JobState.COMPLETING: "CG",
+    JobState.COMPLETED: "CD",
+    JobState.FAILED: "F",
+    JobState.CANCELLED: "CA",
+    JobState.TIMEOUT: "TO",
+    JobState.NODE_FAIL: "NF",
+    JobState.OUT_OF_MEMORY: "OOM",
+}
+
+FINAL_STATES = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.NODE_FAIL,
+        JobState.OUT_OF_MEMORY,
+    }
+)
+ACTIVE_STATES = frozenset(set(JobState) - FINAL_STATES)
+# States in which a job holds GPUs on a node.
+ALLOCATED_STATES = frozenset({JobState.CONFIGURING, JobState.RUNNING, JobState.COMPLETING})
+
+_ENDINGS = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.NODE_FAIL,
+        JobState.OUT_OF_MEMORY,
+    }
+)
+
+# The whole state machine. A final state leaves only through an explicit requeue.
+_ALLOWED: Mapping[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.CONFIGURING, JobState.CANCELLED, JobState.FAILED}),
+    JobState.CONFIGURING: frozenset(
+        {JobState.RUNNING, JobState.PENDING, JobState.COMPLETING} | _ENDINGS
+    ),
+    JobState.RUNNING: frozenset({JobState.COMPLETING, JobState.PENDING} | _ENDINGS),
+    JobState.COMPLETING: frozenset({JobState.PENDING} | _ENDINGS),
+    **{final: frozenset({JobState.PENDING}) for final in FINAL_STATES},
+}
+
+
+class IllegalTransition(Exception):
+    def __init__(self, current: JobState, new: JobState) -> None:
+        super().__init__(f"illegal job state change {current.value} -> {new.value}")
+        self.current = current
+        self.new = new
+
+
+def check_transition(current: JobState, new: JobState) -> None:
+    """Raise IllegalTransition unless `current -> new` is an edge of the state machine.
+
+    The store calls this inside the transaction that writes the change, so it is the
+    one gate every state change passes.
+    """
+    if new not in _ALLOWED[current]:
+        raise IllegalTransition(current, new)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a user asked for, validated (see gbatch.spec). Immutable once queued."""
+
+    name: str
+    command: tuple[str, ...]  # argv; a shell string arrives as ("/bin/sh", "-c", text)
+    image: str | None = None  # None: a bare process on the node
+    gpus: int = 0
+    time_limit: int | None = None  # seconds; None: the configured default applies
+    retries: int = 0
+    env: tuple[tuple[str, str], ...] = ()
+    mounts: tuple[str, ...] = ()  # docker-style "src:dst[:ro]"
+    workdir: str | None = None
+    priority: int = 0
+    nice: int = 0
+    shm_size: str | None = None
+
+    @property
+    def effective_priority(self) -> int:
+        return self.priority - self.nice
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "command": list(self.command),
+            "image": self.image,
+            "gpus": self.gpus,
+            "time_limit": self.time_limit,
+            "retries": self.retries,
+            "env": dict(self.env),
+            "mounts": list(self.mounts),
+            "workdir": self.workdir,
+            "priority": self.priority,
+            "nice": self.nice,
+            "shm_size": self.shm_size,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> JobSpec:
+        """Rebuild a spec that was produced by to_dict (trusted input: the store)."""
+        env = data.get("env") or {}
+        assert isinstance(env, dict)
+        return cls(
+            name=str(data["name"]),
+            command=tuple(str(a) for a in data["command"]),  # type: ignore[attr-defined]
+            image=data.get("image"),  # type: ignore[arg-type]
+            gpus=int(data.get("gpus", 0)),  # type: ignore[call-overload]
+            time_limit=data.get("time_limit"),  # type: ignore[arg-type]
+            retries=int(data.get("retries", 0)),  # type: ignore[call-overload]
+            env=tuple((str(k), str(v)) for k, v in env.items()),
+            mounts=tuple(str(m) for m in data.get("mounts") or ()),  # type: ignore[attr-defined]
+            workdir=data.get("workdir"),  # type: ignore[arg-type]
+            priority=int(data.get("priority", 0)),  # type: ignore[call-overload]
+            nice=int(data.get("nice", 0)),  # type: ignore[call-overload]
+            shm_size=data.get("shm_size"),  # type: ignore[arg-type]
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as the store knows it."""
+
+    id: int
+    uid: int
+    user: str
+    spec: JobSpec
+    state: JobState
+    submit_time: float
+    reason: str = ""  # pending reason, or why it ended
+    held: bool = False
+    start_time: float | None = None
+    end_time: float | None = None
+    node: str | None = None
+    gpus: tuple[int, ...] = ()  # GPU indices on `node` while allocated (kept after the end)
+    attempt: int = 0  # 0 until first dispatched; +1 per dispatch
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    stop_state: JobState | None = None  # the final state a COMPLETING job will take
+
+    @property
+    def time_limit(self) -> int | None:
+        return self.spec.time_limit
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as its node's last report describes it."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_total_mib: int
+    memory_used_mib: int
+    utilization_pct: int | None = None  # None: not supported by the device
+    foreign_processes: int = 0  # compute processes gbatch did not start
+    simulated: bool = False
+
+
+class NodeState(enum.Enum):
+    IDLE = "idle"
+    MIXED = "mixed"
+    ALLOCATED = "allocated"
+    DRAINED = "drained"
+    DOWN = "down"
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the planner needs to know about one node, at one instant.
+
+    `free_gpus` are the indices that may be handed out now: not allocated to a gbatch
+    job, memory released, and no compute process outside gbatch. `releases` lists,
+    for each allocated job, when its time limit frees its GPUs (inf: no limit), so the
+    planner can reserve for a blocked job and backfill around it.
+    """
+
+    name: str
+    gpus_total: int
+    free_gpus: tuple[int, ...]
+    available: bool = True  # False when down or drained
+    unavailable_reason: str = ""
+    releases: tuple[tuple[float, int], ...] = ()  # (time, number of GPUs freed)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    job_id: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    assignments: tuple[Assignment, ...] = ()
+    # Pending reason for every considered job that was not assigned.
+    reasons: Mapping[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One recorded state change of a job (scontrol show job tells these)."""
+
+    job_id: int
+    time: float
+    state: JobState
+    reason: str
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node as sinfo and the TUI show it."""
+
+    name: str
+    state: NodeState
+    reason: str = ""  # why drained or down
+    gpus: tuple[Gpu, ...] = ()
+    # GPU index -> id of the gbatch job that holds it
+    allocations: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def gpus_total(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def gpus_allocated(self) -> int:
+        return len(self.allocations)
+
+    @property
+    def gpus_busy_outside(self) -> int:
+        """GPUs not allocated by gbatch but busy with something else."""
+        return sum(
+            1 for g in self.gpus if g.index not in self.allocations and g.foreign_processes > 0
+        )
+
+    @property
+    def gpus_free(self) -> int:
+        return self.gpus_total - self.gpus_allocated - self.gpus_busy_outside
+
+    @property
+    def simulated(self) -> bool:
+        return any(g.simulated for g in self.gpus)

@@ -1,0 +1,168 @@
+"""Slurm's time formats: parse a job's time limit, print durations and timestamps.
+
+Pure functions over the standard library, cheap to import: squeue and sacct use them
+on every call. `format_timestamp` reads the local time zone, nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+ACCEPTED_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, or UNLIMITED"
+
+# A year covers every real batch job; anything longer is almost certainly a typo
+# (minutes where hours were meant), and UNLIMITED says "no limit" on purpose.
+MAX_TIME_LIMIT_S = 365 * 86400
+
+_UNLIMITED_WORDS = frozenset({"unlimited", "infinite"})
+# ASCII digits only: `\d` would accept other scripts' digits, which int() then reads.
+_TIME_RE = re.compile(r"(?:([0-9]+)-)?([0-9]+)(?::([0-9]+))?(?::([0-9]+))?", re.ASCII)
+_MAX_TEXT_LEN = 32  # longer than any real limit; keeps int() away from huge digit runs
+
+
+class TimeLimitError(ValueError):
+    """A time limit that cannot be read. `message` says what is wrong and what to do;
+    `str(err)` is `"<field>: <message>"`, ready for an error line."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def parse_time_limit(value: str | int, *, field: str = "time_limit") -> int | None:
+    """Read a Slurm time limit and return it in seconds, or None for UNLIMITED.
+
+    Accepts "MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS", a bare integer
+    (an int or a digit string: minutes, as in Slurm) and "UNLIMITED"/"infinite" in any
+    case. The leading field may be as large as wanted ("90:00" is 90 minutes); the
+    fields after it must stay under 60 (24 for hours after a day). Raises
+    TimeLimitError (a ValueError) naming `field` for zero, negative, over a year, or
+    anything else.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise _bad(field, value)
+    if isinstance(value, int):
+        return _checked_total(field, value, value * 60)
+    text = value.strip()
+    if text.lower() in _UNLIMITED_WORDS:
+        return None
+    match = _TIME_RE.fullmatch(text) if len(text) <= _MAX_TEXT_LEN else None
+    if match is None:
+        raise _bad(field, value)
+    day_text, *rest = match.groups()
+    parts = [int(p) for p in rest if p is not None]
+    if day_text is None:
+        # MM / MM:SS / HH:MM:SS: pad on the left to (hours, minutes, seconds).
+        units = {1: ("minutes",), 2: ("minutes", "seconds"), 3: ("hours", "minutes", "seconds")}
+        names = units[len(parts)]
+        days = 0
+    else:
+        names = ("hours", "minutes", "seconds")[: len(parts)]
+        days = int(day_text)
+    fields = dict(zip(names, parts, strict=True))
+    _check_ranges(field, value, fields, has_days=day_text is not None)
+    total = (
+        days * 86400
+        + fields.get("hours", 0) * 3600
+        + fields.get("minutes", 0) * 60
+        + fields.get("seconds", 0)
+    )
+    return _checked_total(field, value, total)
+
+
+def _check_ranges(field: str, value: str, fields: dict[str, int], *, has_days: bool) -> None:
+    """Refuse "10:75" and "1-30": only the leading field may overflow its unit."""
+    leading = "days" if has_days else next(iter(fields))
+    limits = {"hours": 24, "minutes": 60, "seconds": 60}
+    for name, number in fields.items():
+        if name != leading and number >= limits[name]:
+            raise TimeLimitError(
+                field,
+                f"{_show(value)} is not a time limit: {name} must be under {limits[name]}. "
+                f"Use {ACCEPTED_FORMS}",
+            )
+
+
+def _checked_total(field: str, value: object, total: int) -> int:
+    if total <= 0:
+        raise TimeLimitError(
+            field,
+            f"{_show(value)} is not a time limit: it must be longer than zero. "
+            f"Use {ACCEPTED_FORMS} (UNLIMITED for no limit)",
+        )
+    if total > MAX_TIME_LIMIT_S:
+        raise TimeLimitError(
+            field,
+            f"{_show(value)} is longer than the longest limit gbatch accepts "
+            f"({format_duration(MAX_TIME_LIMIT_S)}). Shorten it, or use UNLIMITED for no limit",
+        )
+    return total
+
+
+def _bad(field: str, value: object) -> TimeLimitError:
+    return TimeLimitError(field, f"{_show(value)} is not a time limit. Use {ACCEPTED_FORMS}")
+
+
+def _show(value: object) -> str:
+    """Echo a user's value in an error message: quoted, one line, not too long."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return f'"{text}"' if isinstance(value, str) else text
+
+
+def format_duration(seconds: float | None) -> str:
+    """Slurm's TIME/TIME_LIMIT style: "0:00", "5:07", "1:02:03", "1-02:03:04".
+
+    None or infinity -> "UNLIMITED" (a limit that is not set); NaN -> "INVALID", as
+    Slurm prints for nonsense. Fractions are dropped and negative values (clock skew
+    between hosts) print as "0:00" so a table never breaks.
+    """
+    if seconds is None or seconds == math.inf:
+        return "UNLIMITED"
+    if math.isnan(seconds):
+        return "INVALID"
+    days, hours, minutes, secs = _split(seconds)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+def format_elapsed_fixed(seconds: float) -> str:
+    """sacct's Elapsed style: "00:05:07", "01:02:03", "1-02:03:04" (days only when > 0).
+
+    Fractions are dropped; negative values print as "00:00:00"; NaN and infinity
+    print as "INVALID" because an elapsed time is always finite.
+    """
+    if not math.isfinite(seconds):
+        return "INVALID"
+    days, hours, minutes, secs = _split(seconds)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def _split(seconds: float) -> tuple[int, int, int, int]:
+    whole = max(0, int(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return days, hours, minutes, secs
+
+
+def format_timestamp(epoch: float | None) -> str:
+    """Slurm's timestamp style in local time, "2026-12-02T11:04:05"; "Unknown" for
+    None or a value that is not a representable time."""
+    if epoch is None or not math.isfinite(epoch):
+        return "Unknown"
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
+    except (OverflowError, OSError, ValueError):
+        return "Unknown"

@@ -1,0 +1,692 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gbatch.model import JobSpec
+from gbatch.spec import (
+    KEYS,
+    MAX_FILE_BYTES,
+    OVERRIDE_OPTION,
+    SpecError,
+    build_spec,
+    load_job_file,
+    parse_gres,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def build(data: dict[str, object], **overrides: object) -> JobSpec:
+    return build_spec({"command": "true", **data}, overrides, default_name="job")
+
+
+def refusal(data: dict[str, object], **overrides: object) -> SpecError:
+    with pytest.raises(SpecError) as caught:
+        build(data, **overrides)
+    return caught.value
+
+
+def write(tmp_path: Path, text: str | bytes, name: str = "job.yaml") -> Path:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def load_refusal(path: Path) -> SpecError:
+    with pytest.raises(SpecError) as caught:
+        load_job_file(path)
+    assert caught.value.field == str(path)
+    return caught.value
+
+
+# --------------------------------------------------------------------------- SpecError
+
+
+def test_spec_error_prints_field_then_message() -> None:
+    err = SpecError("gpus", "bad. Do this")
+    assert (err.field, err.message, str(err)) == ("gpus", "bad. Do this", "gpus: bad. Do this")
+
+
+# ------------------------------------------------------------------------ load_job_file
+
+
+def test_job_file_is_read_as_a_mapping(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: a\ncommand: [python, x.py]\ngpus: 2\n")
+    assert load_job_file(path) == {"name": "a", "command": ["python", "x.py"], "gpus": 2}
+
+
+def test_missing_file_is_named_and_the_user_told_to_check_the_path(tmp_path: Path) -> None:
+    err = load_refusal(tmp_path / "nope.yaml")
+    assert err.message == "no such file. Check the path"
+
+
+def test_directory_is_refused_asking_for_a_yaml_file(tmp_path: Path) -> None:
+    assert "Name a .yaml file" in load_refusal(tmp_path).message
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_file_says_make_it_readable(tmp_path: Path) -> None:
+    path = write(tmp_path, "command: x\n")
+    path.chmod(0)
+    assert "Make the file readable" in load_refusal(path).message
+
+
+def test_file_over_one_mib_is_refused_without_parsing(tmp_path: Path) -> None:
+    path = write(tmp_path, "command: x\n#" + "x" * MAX_FILE_BYTES)
+    assert "larger than 1 MiB" in load_refusal(path).message
+
+
+def test_file_of_exactly_one_mib_is_read(tmp_path: Path) -> None:
+    head = "command: x\n#"
+    path = write(tmp_path, head + "x" * (MAX_FILE_BYTES - len(head)))
+    assert load_job_file(path) == {"command": "x"}
+
+
+def test_non_utf8_file_is_refused_asking_for_utf8(tmp_path: Path) -> None:
+    path = write(tmp_path, b"command: caf\xe9\n")
+    assert "Save the file as UTF-8" in load_refusal(path).message
+
+
+def test_yaml_syntax_error_gives_the_line_and_says_fix_the_syntax(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: a\ngpus: 1\ncommand: [unclosed\n")
+    err = load_refusal(path)
+    assert err.message.startswith("line ")
+    assert "could not parse YAML (" in err.message
+    assert "Fix the syntax" in err.message
+
+
+def test_syntax_error_line_is_one_based(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: a\n  bad: indent\n")
+    assert load_refusal(path).message.startswith("line 2: could not parse YAML")
+
+
+def test_control_character_is_a_one_line_parse_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "command: a\x07b\n")
+    err = load_refusal(path)
+    assert "could not parse YAML" in err.message
+    assert "\n" not in err.message
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n", "~\n"])
+def test_empty_file_is_refused_asking_for_a_mapping(tmp_path: Path, text: str) -> None:
+    err = load_refusal(write(tmp_path, text))
+    assert err.message.startswith("the file is empty. Write a mapping")
+
+
+@pytest.mark.parametrize(("text", "kind"), [("- a\n- b\n", "list"), ("hello\n", "plain string")])
+def test_top_level_must_be_a_mapping(tmp_path: Path, text: str, kind: str) -> None:
+    err = load_refusal(write(tmp_path, text))
+    assert f"the top level is a {kind}, not a mapping. Write keys at the top level" in err.message
+
+
+def test_several_documents_are_refused(tmp_path: Path) -> None:
+    err = load_refusal(write(tmp_path, "command: a\n---\ncommand: b\n"))
+    assert "could not parse YAML" in err.message
+
+
+def test_any_yaml_alias_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "env: &e {A: '1'}\ncommand: x\nmounts: *e\n")
+    err = load_refusal(path)
+    assert "YAML alias" in err.message
+    assert "write the value out in full" in err.message
+
+
+def test_billion_laughs_is_refused_quickly(tmp_path: Path) -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 30)]
+    err = load_refusal(write(tmp_path, "\n".join(lines) + "\n"))
+    assert "YAML alias" in err.message
+
+
+def test_anchor_without_alias_is_harmless(tmp_path: Path) -> None:
+    assert load_job_file(write(tmp_path, "command: &c x\n")) == {"command": "x"}
+
+
+def test_key_written_twice_is_refused_with_its_line(tmp_path: Path) -> None:
+    err = load_refusal(write(tmp_path, "gpus: 1\ncommand: x\ngpus: 2\n"))
+    assert err.message == 'line 3: key "gpus" is written twice. Keep one of them'
+
+
+def test_deep_nesting_is_refused(tmp_path: Path) -> None:
+    err = load_refusal(write(tmp_path, "command: " + "[" * 100 + "]" * 100 + "\n"))
+    assert "Flatten it" in err.message
+
+
+def test_unquoted_colon_time_is_text_not_yaml11_sexagesimal(tmp_path: Path) -> None:
+    data = load_job_file(write(tmp_path, "command: x\ntime_limit: 1:30\n"))
+    assert data["time_limit"] == "1:30"
+    assert build_spec(data, {}, default_name="j").time_limit == 90
+
+
+def test_env_values_keep_the_text_as_written(tmp_path: Path) -> None:
+    text = "command: x\nenv:\n  UMASK: 0022\n  DEBUG: yes\n  LR: 0.10\n  N: 4\n  ON: true\n"
+    spec = build_spec(load_job_file(write(tmp_path, text)), {}, default_name="j")
+    assert dict(spec.env) == {"UMASK": "0022", "DEBUG": "yes", "LR": "0.10", "N": "4", "ON": "true"}
+
+
+def test_numbers_outside_env_stay_numbers(tmp_path: Path) -> None:
+    data = load_job_file(write(tmp_path, "command: x\ngpus: 2\nretries: 010\n"))
+    assert data["gpus"] == 2
+    assert isinstance(data["retries"], int)
+
+
+def test_non_text_top_level_keys_become_unknown_keys(tmp_path: Path) -> None:
+    data = load_job_file(write(tmp_path, "command: x\n1: y\n"))
+    with pytest.raises(SpecError) as caught:
+        build_spec(data, {}, default_name="j")
+    assert caught.value.message.startswith('unknown key "1". Valid keys: ')
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def test_unknown_key_suggests_nearest_valid_one() -> None:
+    err = refusal({"gpu": 1})
+    assert err.field == "job file"
+    assert err.message == 'unknown key "gpu". Did you mean "gpus"?'
+
+
+@pytest.mark.parametrize(
+    ("key", "guess"),
+    [
+        ("time", "time_limit"),
+        ("timelimit", "time_limit"),
+        ("job-name", "name"),
+        ("volumes", "mounts"),
+        ("GPUS", "gpus"),
+        ("environment", "env"),
+        ("shm-size", "shm_size"),
+        ("working_dir", "workdir"),
+    ],
+)
+def test_unknown_key_from_slurm_or_docker_suggests_the_gbatch_key(key: str, guess: str) -> None:
+    assert refusal({key: 1}).message == f'unknown key "{key}". Did you mean "{guess}"?'
+
+
+def test_unknown_key_without_close_match_lists_the_valid_keys() -> None:
+    err = refusal({"zzzz": 1})
+    assert err.message == f'unknown key "zzzz". Valid keys: {", ".join(sorted(KEYS))}'
+
+
+def test_unknown_key_names_the_source_the_caller_gives() -> None:
+    with pytest.raises(SpecError) as caught:
+        build_spec({"command": "x", "gpu": 1}, {}, default_name="j", source="train.yaml")
+    assert str(caught.value) == 'train.yaml: unknown key "gpu". Did you mean "gpus"?'
+
+
+def test_override_for_a_field_that_does_not_exist_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="unknown override"):
+        build_spec({"command": "x"}, {"gres": 1}, default_name="j")
+
+
+# ----------------------------------------------------------------------- name, command
+
+
+def test_minimal_spec_has_the_documented_defaults() -> None:
+    assert build_spec({"command": "true"}, {}, default_name="job") == JobSpec(
+        name="job", command=("/bin/sh", "-c", "true")
+    )
+
+
+@pytest.mark.parametrize(
+    ("default", "name"),
+    [("train", "train"), ("my run", "my_run"), ("--x", "x"), ("", "job"), ("é", "job")],
+)
+def test_default_name_is_made_valid(default: str, name: str) -> None:
+    assert build_spec({"command": "x"}, {}, default_name=default).name == name
+
+
+@pytest.mark.parametrize("name", ["", "-a", ".a", "a b", "a/b", "a" * 129, 5, "ünï"])
+def test_bad_name_is_refused_with_the_allowed_characters(name: object) -> None:
+    err = refusal({"name": name})
+    assert err.field == "name"
+    assert "Use 1 to 128 letters, digits" in err.message
+
+
+def test_name_of_128_characters_is_accepted() -> None:
+    assert build({"name": "a" * 128}).name == "a" * 128
+
+
+def test_missing_command_says_add_it_or_use_wrap() -> None:
+    with pytest.raises(SpecError) as caught:
+        build_spec({"name": "x"}, {}, default_name="j")
+    assert caught.value.field == "command"
+    assert "Add `command: ...` to the job file, or pass --wrap" in caught.value.message
+
+
+def test_no_file_and_no_wrap_is_a_missing_command() -> None:
+    with pytest.raises(SpecError) as caught:
+        build_spec(None, {}, default_name="j")
+    assert caught.value.field == "command"
+
+
+def test_string_command_runs_through_sh() -> None:
+    assert build({"command": "echo hi | wc"}).command == ("/bin/sh", "-c", "echo hi | wc")
+
+
+def test_list_command_is_the_exact_argv_with_numbers_as_text() -> None:
+    assert build({"command": ["python", "t.py", "--lr", 0.1, "-n", 3]}).command == (
+        "python",
+        "t.py",
+        "--lr",
+        "0.1",
+        "-n",
+        "3",
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "advice"),
+    [
+        ("", "Give the command to run"),
+        ("   \n", "Give the command to run"),
+        ([], "Give the program and its args"),
+        (["python", True], "Quote each argument"),
+        (["python", None], "Quote each argument"),
+        (["python", ["x"]], "Quote each argument"),
+        (["", "x"], "Name the program"),
+        ("a\0b", "Remove it"),
+        (["a", "b\0"], "Remove it"),
+        ("x" * (64 * 1024 + 1), "Put it in a script"),
+        (5, "Write a shell command as a string"),
+        ({"a": 1}, "Write a shell command as a string"),
+    ],
+)
+def test_bad_command_is_refused_with_advice(command: object, advice: str) -> None:
+    err = refusal({"command": command})
+    assert err.field == "command"
+    assert advice in err.message
+
+
+# ----------------------------------------------------------------------------- image
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "ubuntu",
+        "ubuntu:22.04",
+        "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime",
+        "nvcr.io/nvidia/pytorch:24.05-py3",
+        "localhost:5000/team/app:v1",
+        "localhost/app",
+        "registry.example.org/a/b/c",
+        "ubuntu@sha256:" + "a" * 64,
+        "ghcr.io/org/app:v1@sha256:" + "0" * 64,
+    ],
+)
+def test_docker_image_references_are_accepted(image: str) -> None:
+    assert build({"image": image}).image == image
+
+
+@pytest.mark.parametrize(
+    "image",
+    ["-ubuntu", "ubuntu latest", "a:b:c", "ubuntu:", "a" * 256, "x@sha256:abc", "", 5, "a\nb"],
+)
+def test_bad_image_is_refused_with_an_example(image: object) -> None:
+    err = refusal({"image": image})
+    assert err.field == "image"
+    assert 'Use e.g. "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"' in err.message
+
+
+def test_uppercase_image_is_refused_saying_lowercase() -> None:
+    err = refusal({"image": "PyTorch/pytorch"})
+    assert "Repository names must be lowercase" in err.message
+
+
+def test_empty_image_key_means_a_bare_process() -> None:
+    assert build({"image": None}).image is None
+
+
+# ------------------------------------------------------------------- numbers and limits
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 64])
+def test_gpu_counts_from_0_to_64_are_accepted(gpus: int) -> None:
+    assert build({"gpus": gpus}).gpus == gpus
+
+
+@pytest.mark.parametrize("gpus", [-1, 65, True, False, 1.0, "2", [1]])
+def test_bad_gpu_count_is_refused_with_the_range(gpus: object) -> None:
+    err = refusal({"gpus": gpus})
+    assert err.field == "gpus"
+    assert "Use a whole number from 0 to 64" in err.message
+
+
+def test_quoted_gpu_count_is_told_to_drop_the_quotes() -> None:
+    assert refusal({"gpus": "2"}).message.endswith(", without quotes")
+
+
+@pytest.mark.parametrize(
+    ("key", "low", "high"),
+    [("retries", 0, 100), ("priority", -10000, 10000), ("nice", -10000, 10000)],
+)
+def test_integer_fields_accept_their_bounds_and_refuse_beyond(
+    key: str, low: int, high: int
+) -> None:
+    assert getattr(build({key: low}), key) == low
+    assert getattr(build({key: high}), key) == high
+    for bad in (low - 1, high + 1, True, "3", 1.5):
+        err = refusal({key: bad})
+        assert err.field == key
+        assert f"Use a whole number from {low} to {high}" in err.message
+
+
+def test_time_limit_is_seconds_and_absent_is_none() -> None:
+    assert build({"time_limit": "1-00:00:00"}).time_limit == 86400
+    assert build({"time_limit": 90}).time_limit == 5400
+    assert build({}).time_limit is None
+    assert build({"time_limit": "UNLIMITED"}).time_limit is None
+
+
+@pytest.mark.parametrize("value", ["1:2:3:4", "0", True, 1.5, [1]])
+def test_bad_time_limit_names_the_key_and_lists_the_forms(value: object) -> None:
+    err = refusal({"time_limit": value})
+    assert err.field == "time_limit"
+    assert "Use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, or UNLIMITED" in err.message
+
+
+def test_time_limit_message_matches_the_documented_example() -> None:
+    assert str(refusal({"time_limit": "1:2:3:4"})) == (
+        'time_limit: "1:2:3:4" is not a time limit. '
+        "Use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, or UNLIMITED"
+    )
+
+
+# --------------------------------------------------------------------------------- env
+
+
+def test_env_values_are_stored_as_text_with_lowercase_bools() -> None:
+    spec = build({"env": {"A": "x", "B": 3, "C": 0.5, "D": True, "E": False, "F": ""}})
+    assert spec.env == (
+        ("A", "x"),
+        ("B", "3"),
+        ("C", "0.5"),
+        ("D", "true"),
+        ("E", "false"),
+        ("F", ""),
+    )
+
+
+@pytest.mark.parametrize("name", ["1A", "A-B", "A B", "", "É", 5])
+def test_bad_env_name_is_refused_with_the_naming_rule(name: object) -> None:
+    err = refusal({"env": {name: "x"}})
+    assert err.field == "env"
+    assert "Use letters, digits and _, not starting with a digit" in err.message
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_*"),
+        ("NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_*"),
+        ("CUDA_VISIBLE_DEVICES", "*_VISIBLE_DEVICES"),
+        ("ROCR_VISIBLE_DEVICES", "*_VISIBLE_DEVICES"),
+        ("HIP_VISIBLE_DEVICES", "*_VISIBLE_DEVICES"),
+        ("GBATCH_JOB_ID", "GBATCH_*"),
+    ],
+)
+def test_reserved_env_names_are_refused_with_the_reason(name: str, reason: str) -> None:
+    err = refusal({"env": {name: "0"}})
+    assert err.field == "env"
+    assert err.message.startswith(f"{name} cannot be set: {reason}")
+    assert err.message.endswith("Remove it from env")
+
+
+@pytest.mark.parametrize("value", [None, [1], {"a": 1}])
+def test_env_value_that_is_not_text_or_number_is_refused(value: object) -> None:
+    err = refusal({"env": {"A": value}})
+    assert err.field == "env"
+    assert 'Give a string or a number ("" for empty)' in err.message
+
+
+@pytest.mark.parametrize("value", ["a\nb", "a\rb", "a\0b"])
+def test_env_value_with_a_line_break_is_refused(value: str) -> None:
+    assert refusal({"env": {"A": value}}).message.endswith("Remove it")
+
+
+def test_env_that_is_not_a_mapping_is_refused() -> None:
+    err = refusal({"env": ["A=1"]})
+    assert (err.field, err.message[-30:]) == ("env", "Write env as NAME: value pairs")
+
+
+def test_huge_env_is_refused() -> None:
+    err = refusal({"env": {f"V{i}": "x" * 1000 for i in range(70)}})
+    assert "Pass large data through a mounted file" in err.message
+
+
+# ---------------------------------------------------------------- mounts, workdir, shm
+
+
+def test_mounts_keep_their_docker_spelling() -> None:
+    mounts = ["/data:/data", "/srv/a:/a:ro", "/srv/b:/b:rw"]
+    assert build({"mounts": mounts}).mounts == tuple(mounts)
+
+
+@pytest.mark.parametrize(
+    "mount",
+    [
+        "/data",
+        "data:/data",
+        "/data:data",
+        "/a:/b:rx",
+        "/a:/b:ro:z",
+        "/a,b:/b",
+        "/a:/b,ro",
+        "/a\n:/b",
+        5,
+    ],
+)
+def test_bad_mount_is_refused_with_the_accepted_forms(mount: object) -> None:
+    err = refusal({"mounts": [mount]})
+    assert err.field == "mounts"
+    assert 'Use "SRC:DST", "SRC:DST:ro" or "SRC:DST:rw" with absolute paths' in err.message
+
+
+def test_mounts_that_are_not_a_list_are_refused() -> None:
+    err = refusal({"mounts": "/a:/b"})
+    assert (err.field, err.message) == (
+        "mounts",
+        '"/a:/b" is not a list. Write mounts as a list of "SRC:DST[:ro]"',
+    )
+
+
+def test_two_mounts_on_one_target_are_refused() -> None:
+    err = refusal({"mounts": ["/a:/data", "/b:/data:ro"]})
+    assert err.message == "/data is mounted twice. Keep one mount per target"
+
+
+def test_workdir_must_be_absolute() -> None:
+    assert build({"workdir": "/work"}).workdir == "/work"
+    for bad in ("work", "", 5, "/a\0"):
+        err = refusal({"workdir": bad})
+        assert err.field == "workdir"
+        assert "Use a path starting with /" in err.message
+
+
+@pytest.mark.parametrize(
+    ("value", "stored"),
+    [
+        ("512m", "512m"),
+        ("8g", "8g"),
+        ("8G", "8g"),
+        ("8GB", "8g"),
+        ("8GiB", "8g"),
+        ("64k", "64k"),
+        ("100b", "100b"),
+        ("1073741824", "1073741824"),
+        (1073741824, "1073741824"),
+    ],
+)
+def test_shm_size_accepts_docker_units(value: object, stored: str) -> None:
+    assert build({"shm_size": value}).shm_size == stored
+
+
+@pytest.mark.parametrize("value", ["0", "0g", "-1g", "8t", "big", "1.5g", True, [1], ""])
+def test_bad_shm_size_is_refused_with_an_example(value: object) -> None:
+    err = refusal({"shm_size": value})
+    assert err.field == "shm_size"
+    assert 'Use bytes with an optional unit b, k, m or g, e.g. "512m" or "8g"' in err.message
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def test_overrides_win_over_the_file() -> None:
+    data = {"command": "a", "name": "file", "gpus": 1, "time_limit": "10", "env": {"A": "1"}}
+    spec = build_spec(
+        data,
+        {"name": "cli", "gpus": 4, "time_limit": "1:00:00", "env": {"B": "2"}, "command": "b"},
+        default_name="j",
+    )
+    assert (spec.name, spec.gpus, spec.time_limit) == ("cli", 4, 3600)
+    assert spec.env == (("B", "2"),)
+    assert spec.command == ("/bin/sh", "-c", "b")
+
+
+def test_none_override_means_the_option_was_not_given() -> None:
+    spec = build_spec({"command": "a", "gpus": 2}, {"gpus": None}, default_name="j")
+    assert spec.gpus == 2
+
+
+def test_wrap_without_a_file_builds_a_spec() -> None:
+    spec = build_spec(None, {"command": "nvidia-smi", "gpus": 1}, default_name="wrap")
+    assert (spec.name, spec.command, spec.gpus) == ("wrap", ("/bin/sh", "-c", "nvidia-smi"), 1)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("name", "a b"),
+        ("gpus", 65),
+        ("time_limit", "1:2:3:4"),
+        ("command", ""),
+        ("image", "-x"),
+        ("retries", -1),
+        ("env", {"CUDA_VISIBLE_DEVICES": "0"}),
+        ("mounts", ["x:y"]),
+        ("workdir", "rel"),
+        ("priority", 10**6),
+        ("nice", 10**6),
+        ("shm_size", "huge"),
+    ],
+)
+def test_error_in_an_override_names_the_cli_option(field: str, value: object) -> None:
+    with pytest.raises(SpecError) as caught:
+        build_spec({"command": "x"}, {field: value}, default_name="j")
+    assert caught.value.field == OVERRIDE_OPTION[field]
+
+
+def test_override_option_names_cover_every_key_and_follow_slurm() -> None:
+    assert set(OVERRIDE_OPTION) == set(KEYS)
+    assert OVERRIDE_OPTION["name"] == "-J/--job-name"
+    assert OVERRIDE_OPTION["time_limit"] == "-t/--time"
+    assert OVERRIDE_OPTION["command"] == "--wrap"
+    assert OVERRIDE_OPTION["gpus"] == "--gpus"
+
+
+def test_caller_may_rename_the_options_in_messages() -> None:
+    with pytest.raises(SpecError) as caught:
+        build_spec({"command": "x"}, {"gpus": -1}, default_name="j", option_names={"gpus": "-G"})
+    assert caught.value.field == "-G"
+
+
+def test_time_override_error_is_the_documented_message_under_the_option() -> None:
+    with pytest.raises(SpecError) as caught:
+        build_spec({"command": "x"}, {"time_limit": "soon"}, default_name="j")
+    assert str(caught.value).startswith('-t/--time: "soon" is not a time limit. Use MM,')
+
+
+# ------------------------------------------------------------------------------ --gres
+
+
+@pytest.mark.parametrize(
+    ("text", "gpus"),
+    [("gpu", 1), ("gpu:2", 2), ("gpu:a100:4", 4), ("gpu:a100", 1), ("gpu:0", 0), (" gpu:8 ", 8)],
+)
+def test_gres_gives_the_gpu_count(text: str, gpus: int) -> None:
+    assert parse_gres(text) == gpus
+
+
+@pytest.mark.parametrize("text", ["", "mps:100", "gpu:2,mps:1", "gpus:2", "gpu:-1", "gpu::2"])
+def test_gres_other_than_gpus_is_refused_with_the_forms(text: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_gres(text)
+    assert caught.value.field == "--gres"
+    assert "Use gpu, gpu:N or gpu:TYPE:N (or --gpus N)" in caught.value.message
+
+
+def test_gres_over_the_gpu_cap_is_refused() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_gres("gpu:65")
+    assert caught.value.field == "--gres"
+    assert caught.value.message.endswith("Use a count from 0 to 64")
+
+
+# ------------------------------------------------------------------ round trip, examples
+
+
+def test_full_spec_round_trips_through_to_dict_and_from_dict() -> None:
+    spec = build(
+        {
+            "name": "full",
+            "image": "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime",
+            "command": ["python", "train.py"],
+            "gpus": 2,
+            "time_limit": "1-00:00:00",
+            "retries": 3,
+            "env": {"A": "1", "B": "two"},
+            "mounts": ["/data:/data:ro"],
+            "workdir": "/work",
+            "priority": 5,
+            "nice": 2,
+            "shm_size": "8g",
+        }
+    )
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_spec_rebuilt_from_its_own_dict_validates_unchanged() -> None:
+    spec = build({"gpus": 1, "env": {"X": "1"}, "mounts": ["/a:/b"], "time_limit": 5})
+    data = spec.to_dict()
+    data["time_limit"] = str(spec.time_limit // 60) if spec.time_limit else None
+    assert build_spec(data, {}, default_name="other") == spec
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_builds(path: Path) -> None:
+    spec = build_spec(load_job_file(path), {}, default_name=path.stem)
+    assert spec.command
+
+
+def test_examples_are_the_documented_ones() -> None:
+    hello = build_spec(load_job_file(EXAMPLES / "hello.yaml"), {}, default_name="hello")
+    assert (hello.image, hello.gpus, hello.time_limit) == (None, 1, 120)
+    assert "CUDA_VISIBLE_DEVICES" in hello.command[-1]
+    train = load_job_file(EXAMPLES / "train.yaml")
+    assert set(train) == set(KEYS)
+    spec = build_spec(train, {}, default_name="train")
+    assert (spec.gpus, spec.time_limit) == (2, 86400)
+
+
+def test_importing_spec_and_timefmt_does_not_import_yaml() -> None:
+    # squeue and sacct import the formatters; PyYAML is paid for only when a file is read.
+    code = "import sys, gbatch.spec, gbatch.timefmt; print('yaml' in sys.modules)"
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert result.stdout.strip() == "False"

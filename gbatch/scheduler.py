@@ -1,0 +1,206 @@
+"""The planner: which pending jobs start now, where, on which GPUs, and why the rest wait.
+
+Pure: `plan()` takes the queue, the nodes, the usage and the clock, and returns a Plan.
+The daemon applies the plan (see gbatch.dispatcher); nothing here touches the store.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gbatch.fairshare import factors
+from gbatch.model import Assignment, Job, NodeView, Plan
+
+# Pending reasons, spelled as Slurm's squeue prints them.
+HELD = "JobHeldUser"
+RESOURCES = "Resources"
+PRIORITY = "Priority"
+NODE_DOWN = "NodeDown"
+BAD_CONSTRAINTS = "BadConstraints"
+
+
+def queue_order(pending: Sequence[Job], usage: Mapping[str, float]) -> list[Job]:
+    """Return `pending` in the order the planner considers it.
+
+    Fair-share factor descending (see gbatch.fairshare.factors, over the users with
+    pending jobs), then `spec.effective_priority` descending, then submit time, then
+    id: FIFO among equals. Job ids are unique, so the order is total.
+    """
+    share = factors(usage, {job.user for job in pending})
+    # One key tuple per job, built once; the sort then compares tuples only.
+    return sorted(
+        pending,
+        key=lambda job: (
+            -share[job.user],
+            -job.spec.effective_priority,
+            job.submit_time,
+            job.id,
+        ),
+    )
+
+
+@dataclass(slots=True)
+class _Reservation:
+    node: int  # index into the available nodes
+    start: float  # the earliest time the blocked job fits on that node
+    spare: int  # GPUs free on that node at `start` beyond what the blocked job needs
+
+
+def plan(
+    pending: Sequence[Job], nodes: Sequence[NodeView], usage: Mapping[str, float], now: float
+) -> Plan:
+    """Decide which pending jobs start now and give every other one a reason.
+
+    Preconditions: `pending` holds jobs in state PENDING (some `held`); `usage` maps
+    user -> GPU-seconds already decayed to `now`, running jobs' usage included.
+
+    Jobs are taken in `queue_order`. Each one either gets an Assignment or a reason:
+
+    - "JobHeldUser": held; skipped.
+    - "BadConstraints": asks more GPUs than any node (up or down) has in total.
+    - "NodeDown": no available node is big enough for it (or none is available).
+    - A job that fits is placed on ONE node, never spread: the available node with the
+      fewest free GPUs left after placing it (best fit, so big blocks stay whole; ties
+      by node name), on that node's lowest free GPU ids. A 0-GPU job goes to the first
+      available node by name and gets no GPU ids. GPUs handed out leave the free set
+      for the rest of the plan.
+    - "Resources": cannot fit anywhere now. The first such job whose wait has an end
+      gets a reservation: the earliest time T at which some available node will have
+      enough GPUs, counting the GPUs free now and those released by time limits
+      (`NodeView.releases`, plus the jobs this plan starts; inf never releases). Ties
+      go to the node with the fewest GPUs to spare at T, then to name. Only that one
+      job reserves: one reservation keeps the plan cheap and protects the job that has
+      waited longest at the top; a job whose wait has no end (its GPUs are held by jobs
+      without time limits) gets "Resources" but no reservation, and the next blocked
+      job may reserve instead.
+    - "Priority": cannot start now and a higher-ordered job holds the reservation.
+
+    Backfill: once a reservation exists, later jobs still start anywhere they fit on
+    other nodes. On the reserved node a job may start only if it cannot delay the
+    reservation, by either of two tests: it ends by T (now + time_limit <= T; a job
+    without a time limit never does), or the node will still have enough GPUs at T
+    without the GPUs it takes (its GPU count is at most the spare at T, which it then
+    uses up). Both tests are the same promise: the reserved job's GPUs are there at T.
+
+    Cost: one sort, then O(max GPUs per node) per job: nodes sit in buckets by free
+    count, and once no GPU is free a job costs a few comparisons (its reason only).
+    """
+    ordered = queue_order(pending, usage)
+    up = sorted((node for node in nodes if node.available), key=lambda node: node.name)
+    largest_any = max((node.gpus_total for node in nodes), default=0)
+    # With no node up at all even a 0-GPU job fails the `gpus > largest_up` test.
+    largest_up = max((node.gpus_total for node in up), default=-1)
+
+    free = [sorted(node.free_gpus) for node in up]
+    totals = [node.gpus_total for node in up]
+    releases = [[(t, n) for t, n in node.releases if t < math.inf] for node in up]
+    # buckets[c]: indices (= name order) of the available nodes with exactly c GPUs free.
+    buckets: list[list[int]] = [[] for _ in range(max(map(len, free), default=0) + 1)]
+    for index, ids in enumerate(free):
+        buckets[len(ids)].append(index)
+    free_total = sum(map(len, free))
+
+    assignments: list[Assignment] = []
+    reasons: dict[int, str] = {}
+    reservation: _Reservation | None = None
+    # Placements only ever shrink what a node can reach in finite time, so once a
+    # reservation for g GPUs proves impossible, so does every later one for >= g.
+    unreservable = math.inf
+
+    for job in ordered:
+        if job.held:
+            reasons[job.id] = HELD
+            continue
+        gpus = job.spec.gpus
+        if gpus > largest_any and nodes:
+            reasons[job.id] = BAD_CONSTRAINTS
+            continue
+        if gpus > largest_up:
+            reasons[job.id] = NODE_DOWN
+            continue
+        if gpus <= 0:
+            assignments.append(Assignment(job.id, up[0].name, ()))
+            continue
+        if gpus <= free_total:
+            target = _best_fit(gpus, job, buckets, reservation, now)
+            if target is not None:
+                ids = free[target]
+                buckets[len(ids)].remove(target)
+                bisect.insort(buckets[len(ids) - gpus], target)
+                free[target] = ids[gpus:]
+                free_total -= gpus
+                if job.time_limit is not None:
+                    releases[target].append((now + job.time_limit, gpus))
+                if (
+                    reservation is not None
+                    and target == reservation.node
+                    and not _ends_by(job, now, reservation.start)
+                ):
+                    reservation.spare -= gpus
+                assignments.append(Assignment(job.id, up[target].name, tuple(ids[:gpus])))
+                continue
+        if reservation is not None:
+            reasons[job.id] = PRIORITY
+            continue
+        if gpus < unreservable:
+            reservation = _reserve(gpus, free, totals, releases)
+            if reservation is None:
+                unreservable = gpus
+        reasons[job.id] = RESOURCES
+
+    return Plan(assignments=tuple(assignments), reasons=reasons)
+
+
+def _ends_by(job: Job, now: float, start: float) -> bool:
+    return job.time_limit is not None and now + job.time_limit <= start
+
+
+def _best_fit(
+    gpus: int, job: Job, buckets: list[list[int]], reservation: _Reservation | None, now: float
+) -> int | None:
+    """Index of the node with the fewest free GPUs >= `gpus` that `job` may use, or None."""
+    for count in range(gpus, len(buckets)):
+        for index in buckets[count]:
+            if (
+                reservation is None
+                or index != reservation.node
+                or gpus <= reservation.spare
+                or _ends_by(job, now, reservation.start)
+            ):
+                return index
+    return None
+
+
+def _reserve(
+    gpus: int,
+    free: Sequence[Sequence[int]],
+    totals: Sequence[int],
+    releases: Sequence[Iterable[tuple[float, int]]],
+) -> _Reservation | None:
+    """The earliest (time, node) at which `gpus` GPUs will be free on one node, if any."""
+    best: tuple[float, int, int] | None = None  # (start, spare, index): min wins
+    for index, ids in enumerate(free):
+        if totals[index] < gpus:
+            continue
+        have = len(ids)
+        timeline = sorted(releases[index])
+        start = math.inf
+        for when, count in timeline:
+            have += count
+            if have >= gpus:
+                start = when
+                break
+        if start == math.inf:
+            continue
+        # GPUs released at the same instant as `start` are there too.
+        at_start = len(ids) + sum(count for when, count in timeline if when <= start)
+        candidate = (start, at_start - gpus, index)
+        if best is None or candidate < best:
+            best = candidate
+    if best is None:
+        return None
+    start, spare, index = best
+    return _Reservation(node=index, start=start, spare=spare)

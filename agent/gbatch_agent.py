@@ -1,0 +1,406 @@
+#!/usr/bin/env python3
+"""gbatch-agent: report this host's GPUs to the gbatch head as JSON lines.
+
+    python3 gbatch_agent.py probe [--simulation-file PATH] [--log-dir DIR]
+    python3 gbatch_agent.py watch --interval S [--simulation-file PATH] [--log-dir DIR]
+
+One self-contained file, copied to each GPU host: standard library and pynvml only, no
+import of gbatch, runs on Python >= 3.9. The report format (schema 1) is documented in
+README.md next to this file; gbatch.protocol is the head's parser of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+try:
+    import pynvml
+except ImportError as _import_error:  # the report says why; the simulation path still works
+    pynvml = None
+    _PYNVML_MISSING = f"pynvml is not installed ({_import_error})"
+else:
+    _PYNVML_MISSING = ""
+
+AGENT_VERSION = "0.1.0"
+SCHEMA_VERSION = 1
+_MIB = 1024 * 1024
+
+# pynvml error classes that mean "this device or driver cannot tell", not "broken".
+_NOT_AVAILABLE_ERROR_NAMES = (
+    "NVMLError_NotSupported",
+    "NVMLError_FunctionNotFound",
+    "NVMLError_NoData",
+    "NVMLError_NoPermission",
+)
+
+# A docker container's cgroup path, from the host's view of /proc/<pid>/cgroup:
+# cgroup v1 ".../docker/<id>", cgroup v2 with systemd ".../docker-<id>.scope".
+_DOCKER_CGROUP = re.compile(r"/docker[-/]([0-9a-f]{64})(?:\.scope)?(?:/|$)")
+
+_SIM_GPU_KEYS = frozenset(
+    {"name", "uuid", "memory_total_mib", "memory_used_mib", "utilization_pct", "processes"}
+)
+_SIM_PROCESS_KEYS = frozenset({"pid", "used_memory_mib", "sid", "container"})
+
+
+class _NotAvailable:
+    """The sentinel nvml_query returns for a value the device does not report."""
+
+    def __repr__(self) -> str:
+        return "NA"
+
+
+NA = _NotAvailable()
+
+
+def _not_available_errors() -> tuple[type[BaseException], ...]:
+    if pynvml is None:
+        return ()
+    found = (getattr(pynvml, name, None) for name in _NOT_AVAILABLE_ERROR_NAMES)
+    return tuple(cls for cls in found if cls is not None)
+
+
+def nvml_query(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call one pynvml function; every NVML call in this file goes through here.
+
+    Returns NA when the device or driver does not support the query (or refuses it):
+    the report writes that as null. Any other NVML error propagates.
+    """
+    try:
+        return fn(*args)
+    except _not_available_errors():
+        return NA
+
+
+def start_nvml() -> str | None:
+    """Initialise NVML once for this process; return why it is unavailable, or None."""
+    if pynvml is None:
+        return "NVML unavailable: " + _PYNVML_MISSING
+    try:
+        nvml_query(pynvml.nvmlInit)
+    except pynvml.NVMLError as error:
+        return f"NVML unavailable: {error}"
+    return None
+
+
+def stop_nvml() -> None:
+    if pynvml is None:
+        return
+    with contextlib.suppress(pynvml.NVMLError):  # exiting anyway; the OS releases the rest
+        nvml_query(pynvml.nvmlShutdown)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def process_session(pid: int) -> int | None:
+    """The session id of a local process, or None when it is gone or hidden."""
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def process_container(pid: int, proc_root: str = "/proc") -> str | None:
+    """The full id of the docker container a local process runs in, or None."""
+    try:
+        with open(os.path.join(proc_root, str(pid), "cgroup"), encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        # "hierarchy-id:controllers:path"; the path may itself contain ':'
+        path = line.split(":", 2)[-1]
+        match = _DOCKER_CGROUP.search(path)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _process_row(pid: int, used_memory_mib: int | None) -> dict[str, Any]:
+    return {
+        "pid": pid,
+        "sid": process_session(pid),
+        "used_memory_mib": used_memory_mib,
+        "container": process_container(pid),
+    }
+
+
+class _GpuUnreadable(Exception):
+    pass
+
+
+def _required(value: Any, what: str) -> Any:
+    if value is NA:
+        raise _GpuUnreadable(what + " not supported")
+    return value
+
+
+def _read_nvml_gpu(index: int) -> dict[str, Any]:
+    handle = nvml_query(pynvml.nvmlDeviceGetHandleByIndex, index)
+    _required(handle, "device handle")
+    uuid = _text(_required(nvml_query(pynvml.nvmlDeviceGetUUID, handle), "UUID"))
+    name = nvml_query(pynvml.nvmlDeviceGetName, handle)
+    memory = _required(nvml_query(pynvml.nvmlDeviceGetMemoryInfo, handle), "memory info")
+    utilization = nvml_query(pynvml.nvmlDeviceGetUtilizationRates, handle)
+    processes = nvml_query(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
+    rows = []
+    for process in [] if processes is NA else processes:
+        used = process.usedGpuMemory  # None when the driver cannot tell (pynvml maps it)
+        rows.append(_process_row(int(process.pid), None if used is None else int(used) // _MIB))
+    return {
+        "index": index,
+        "uuid": uuid,
+        "name": "unknown" if name is NA else _text(name),
+        "memory_total_mib": int(memory.total) // _MIB,
+        "memory_used_mib": int(memory.used) // _MIB,
+        "utilization_pct": None if utilization is NA else int(utilization.gpu),
+        "simulated": False,
+        "processes": rows,
+    }
+
+
+def read_nvml_gpus() -> tuple[list[dict[str, Any]], str]:
+    """Every GPU NVML sees, and a note naming those it could not read (NVML is started)."""
+    try:
+        count = _required(nvml_query(pynvml.nvmlDeviceGetCount), "device count")
+    except (pynvml.NVMLError, _GpuUnreadable) as error:
+        return [], f"NVML error: {error}"
+    gpus: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for index in range(count):
+        # One lost or odd GPU must not hide the others from the head.
+        try:
+            gpus.append(_read_nvml_gpu(index))
+        except (pynvml.NVMLError, _GpuUnreadable) as error:
+            problems.append(f"GPU {index}: {error}")
+    if count == 0:
+        problems.append("NVML found no GPUs")
+    return gpus, "; ".join(problems)
+
+
+class SimulationError(ValueError):
+    pass
+
+
+def _sim_int(
+    entry: dict[str, Any], key: str, default: int | None, where: str, nullable: bool = False
+) -> Any:
+    value = entry.get(key, default)
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SimulationError(f"{where}.{key}: expected an integer, got {value!r}")
+    return value
+
+
+def _sim_process(entry: Any, where: str) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise SimulationError(where + ": expected an object")
+    unknown = sorted(set(entry) - _SIM_PROCESS_KEYS)
+    if unknown:
+        raise SimulationError("{}: unknown keys {}".format(where, ", ".join(unknown)))
+    pid = _sim_int(entry, "pid", None, where)
+    row = _process_row(pid, _sim_int(entry, "used_memory_mib", None, where, nullable=True))
+    # Explicit values let a test describe a process that does not exist on this host.
+    if "sid" in entry:
+        row["sid"] = _sim_int(entry, "sid", None, where, nullable=True)
+    if "container" in entry:
+        container = entry["container"]
+        if container is not None and not isinstance(container, str):
+            raise SimulationError(where + ".container: expected a string or null")
+        row["container"] = container
+    return row
+
+
+def _sim_gpu(entry: Any, index: int, hostname: str) -> dict[str, Any]:
+    where = f"gpus[{index}]"
+    if not isinstance(entry, dict):
+        raise SimulationError(where + ": expected an object")
+    unknown = sorted(set(entry) - _SIM_GPU_KEYS)
+    if unknown:
+        raise SimulationError("{}: unknown keys {}".format(where, ", ".join(unknown)))
+    name = entry.get("name", "Simulated GPU")
+    uuid = entry.get("uuid", f"GPU-sim-{hostname}-{index}")
+    for key, value in (("name", name), ("uuid", uuid)):
+        if not isinstance(value, str):
+            raise SimulationError(f"{where}.{key}: expected a string")
+    processes = entry.get("processes", [])
+    if not isinstance(processes, list):
+        raise SimulationError(where + ".processes: expected a list")
+    return {
+        "index": index,
+        "uuid": uuid,
+        "name": name,
+        "memory_total_mib": _sim_int(entry, "memory_total_mib", 81920, where),
+        "memory_used_mib": _sim_int(entry, "memory_used_mib", 0, where),
+        "utilization_pct": _sim_int(entry, "utilization_pct", 0, where, nullable=True),
+        "simulated": True,
+        "processes": [_sim_process(p, f"{where}.processes[{i}]") for i, p in enumerate(processes)],
+    }
+
+
+def read_simulated_gpus(path: str, hostname: str) -> tuple[list[dict[str, Any]], str]:
+    """The GPUs a simulation file describes, or none and a note naming what is wrong.
+
+    Read afresh on every call so that a test may edit the file while the agent runs.
+    """
+    try:
+        with open(path, encoding="utf-8") as file:
+            data = json.load(file)
+        if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
+            raise SimulationError('expected an object with a "gpus" list')
+        return [_sim_gpu(entry, i, hostname) for i, entry in enumerate(data["gpus"])], ""
+    except (OSError, ValueError) as error:  # ValueError covers JSON and SimulationError
+        return [], f"simulation file {path}: {error}"
+
+
+def disk_free_bytes(path: str) -> int | None:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def build_report(
+    *, nvml_problem: str | None, simulation_file: str | None, log_dir: str
+) -> dict[str, Any]:
+    """One report (schema 1). A simulation file, when named, wins over NVML."""
+    hostname = socket.gethostname()
+    if simulation_file is not None:
+        source = "simulation"
+        gpus, note = read_simulated_gpus(simulation_file, hostname)
+    elif nvml_problem is None:
+        source = "nvml"
+        gpus, note = read_nvml_gpus()
+    else:
+        source, gpus, note = "none", [], nvml_problem
+    return {
+        "schema": SCHEMA_VERSION,
+        "time": time.time(),
+        "host": hostname,
+        "source": source,
+        "note": note,
+        "gpus": gpus,
+        "containers": [],
+        "facts": {"disk_free_bytes": disk_free_bytes(log_dir)},
+    }
+
+
+def emit(report: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(report, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
+def _wait_for_head(seconds: float) -> str:
+    """Wait up to `seconds` for the head: "eof" when it hung up, "poke" when it sent a
+    line (it wants a report now, e.g. right after a GPU was released), else "timeout"."""
+    fd = sys.stdin.fileno()
+    deadline = time.monotonic() + seconds
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "timeout"
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if ready:
+            data = os.read(fd, 4096)
+            if not data:
+                return "eof"
+            if b"\n" in data:
+                return "poke"
+
+
+def watch(interval: float, make_report: Callable[[], dict[str, Any]]) -> None:
+    """Emit a report, then one per interval (or at once when the head sends a line),
+    until stdin reaches EOF or SIGTERM."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        while True:
+            emit(make_report())
+            if _wait_for_head(interval) == "eof":
+                return
+    except _Terminated:
+        return
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gbatch-agent", description="Report this host's GPUs to gbatch as JSON lines."
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"gbatch-agent {AGENT_VERSION} (report schema {SCHEMA_VERSION})",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="probe|watch")
+    commands.required = True
+    probe = commands.add_parser("probe", help="print one report and exit")
+    watch_ = commands.add_parser("watch", help="print a report every interval until stdin EOF")
+    watch_.add_argument("--interval", type=_positive_float, required=True, metavar="S")
+    for command in (probe, watch_):
+        command.add_argument(
+            "--simulation-file", metavar="PATH", help="report the GPUs this JSON file describes"
+        )
+        command.add_argument(
+            "--log-dir", default=".", metavar="DIR", help="where free disk space is measured"
+        )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    nvml_problem = start_nvml() if args.simulation_file is None else "simulation requested"
+    try:
+
+        def make_report() -> dict[str, Any]:
+            return build_report(
+                nvml_problem=nvml_problem,
+                simulation_file=args.simulation_file,
+                log_dir=args.log_dir,
+            )
+
+        if args.command == "probe":
+            emit(make_report())
+        else:
+            watch(args.interval, make_report)
+    except BrokenPipeError:
+        # The head is gone; keep Python from complaining while flushing at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if nvml_problem is None:
+            stop_nvml()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

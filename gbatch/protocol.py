@@ -1,0 +1,247 @@
+"""The head's reading of gbatch-agent reports (schema 1, see agent/README.md).
+
+The agent is never imported: its JSON lines are the contract. Parsing is strict about
+what schema 1 promises and ignores keys it does not know, so the agent may add fields
+without a schema bump. Pure: values in, values out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from gbatch.model import Gpu
+
+SUPPORTED_SCHEMA = 1
+SOURCES = frozenset({"nvml", "simulation", "none"})
+
+
+class ReportError(ValueError):
+    """An agent report that is not valid schema-1 JSON; the message names the field."""
+
+
+@dataclass(frozen=True)
+class ProcessReport:
+    pid: int
+    sid: int | None  # session id; None when the agent could not read it
+    used_memory_mib: int | None
+    container: str | None  # full docker container id, or None outside docker
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    index: int
+    uuid: str
+    name: str
+    memory_total_mib: int
+    memory_used_mib: int
+    utilization_pct: int | None
+    simulated: bool
+    processes: tuple[ProcessReport, ...]
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    schema: int
+    time: float
+    host: str
+    source: str  # one of SOURCES
+    note: str
+    gpus: tuple[GpuReport, ...]
+    disk_free_bytes: int | None  # None: the agent could not measure its log dir
+
+
+def _field(data: Mapping[str, object], key: str, where: str) -> object:
+    if key not in data:
+        raise ReportError(f"{where}: missing key {key!r}")
+    return data[key]
+
+
+def _int(data: Mapping[str, object], key: str, where: str) -> int:
+    return _as_int(_field(data, key, where), f"{where}.{key}", "an integer")
+
+
+def _opt_int(data: Mapping[str, object], key: str, where: str) -> int | None:
+    value = _field(data, key, where)
+    return None if value is None else _as_int(value, f"{where}.{key}", "an integer or null")
+
+
+def _as_int(value: object, path: str, expected: str) -> int:
+    # bool is an int to Python but never a count or an id in a report
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ReportError(f"{path}: expected {expected}, got {_describe(value)}")
+    return value
+
+
+def _str(data: Mapping[str, object], key: str, where: str) -> str:
+    return _as_str(_field(data, key, where), f"{where}.{key}", "a string")
+
+
+def _opt_str(data: Mapping[str, object], key: str, where: str) -> str | None:
+    value = _field(data, key, where)
+    return None if value is None else _as_str(value, f"{where}.{key}", "a string or null")
+
+
+def _as_str(value: object, path: str, expected: str) -> str:
+    if not isinstance(value, str):
+        raise ReportError(f"{path}: expected {expected}, got {_describe(value)}")
+    return value
+
+
+def _list(data: Mapping[str, object], key: str, where: str) -> list[object]:
+    value = _field(data, key, where)
+    if not isinstance(value, list):
+        raise ReportError(f"{where}.{key}: expected a list, got {_describe(value)}")
+    return value
+
+
+def _object(value: object, where: str) -> Mapping[str, object]:
+    if not isinstance(value, Mapping):
+        raise ReportError(f"{where}: expected an object, got {_describe(value)}")
+    return value
+
+
+def _describe(value: object) -> str:
+    if value is None:
+        return "null"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _parse_process(value: object, where: str) -> ProcessReport:
+    data = _object(value, where)
+    return ProcessReport(
+        pid=_int(data, "pid", where),
+        sid=_opt_int(data, "sid", where),
+        used_memory_mib=_opt_int(data, "used_memory_mib", where),
+        container=_opt_str(data, "container", where),
+    )
+
+
+def _parse_gpu(value: object, where: str) -> GpuReport:
+    data = _object(value, where)
+    simulated = _field(data, "simulated", where)
+    if not isinstance(simulated, bool):
+        raise ReportError(f"{where}.simulated: expected true or false, got {_describe(simulated)}")
+    processes = _list(data, "processes", where)
+    return GpuReport(
+        index=_int(data, "index", where),
+        uuid=_str(data, "uuid", where),
+        name=_str(data, "name", where),
+        memory_total_mib=_int(data, "memory_total_mib", where),
+        memory_used_mib=_int(data, "memory_used_mib", where),
+        utilization_pct=_opt_int(data, "utilization_pct", where),
+        simulated=simulated,
+        processes=tuple(
+            _parse_process(p, f"{where}.processes[{i}]") for i, p in enumerate(processes)
+        ),
+    )
+
+
+def parse_report(data: Mapping[str, object]) -> NodeReport:
+    """Validate one decoded report and return it as values.
+
+    Raises ReportError naming the first offending field (`report.gpus[1].uuid: ...`),
+    or the schema version when it is not one this head reads.
+    """
+    where = "report"
+    data = _object(data, where)
+    schema = _int(data, "schema", where)
+    if schema != SUPPORTED_SCHEMA:
+        raise ReportError(
+            f"report schema {schema} is not supported (this gbatch reads schema "
+            f"{SUPPORTED_SCHEMA}); install the agent that ships with this gbatch "
+            "(gbatch node install)"
+        )
+    timestamp = _field(data, "time", where)
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int | float):
+        raise ReportError(f"report.time: expected a number, got {_describe(timestamp)}")
+    source = _str(data, "source", where)
+    if source not in SOURCES:
+        raise ReportError(
+            f"report.source: expected one of {', '.join(sorted(SOURCES))}, got {source!r}"
+        )
+    listed = _list(data, "gpus", where)
+    gpus = tuple(_parse_gpu(g, f"report.gpus[{i}]") for i, g in enumerate(listed))
+    if source == "none" and gpus:
+        raise ReportError('report.gpus: a report with source "none" must list no GPUs')
+    _check_unique(gpus)
+    _list(data, "containers", where)  # promised by schema 1; read in a later version
+    facts = _object(_field(data, "facts", where), "report.facts")
+    return NodeReport(
+        schema=schema,
+        time=float(timestamp),
+        host=_str(data, "host", where),
+        source=source,
+        note=_str(data, "note", where),
+        gpus=gpus,
+        disk_free_bytes=_opt_int(facts, "disk_free_bytes", "report.facts"),
+    )
+
+
+def _check_unique(gpus: tuple[GpuReport, ...]) -> None:
+    # The head keys GPUs by UUID and hands out indices: either repeated is a broken report.
+    for attribute in ("index", "uuid"):
+        seen: set[object] = set()
+        for position, gpu in enumerate(gpus):
+            value = getattr(gpu, attribute)
+            if value in seen:
+                raise ReportError(f"report.gpus[{position}].{attribute}: {value!r} repeats")
+            seen.add(value)
+
+
+def parse_report_line(line: str | bytes) -> NodeReport:
+    """Parse one line the agent printed (trailing newline allowed)."""
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ReportError(f"report is not UTF-8: {error}") from None
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ReportError(f"report is not JSON: {error}: {line[:80]!r}") from None
+    return parse_report(_object(data, "report"))
+
+
+def _same_container(a: str, b: str) -> bool:
+    # Docker shows 12-character ids and keeps 64: a prefix of either names the same one.
+    a, b = a.lower(), b.lower()
+    return bool(a) and bool(b) and (a.startswith(b) or b.startswith(a))
+
+
+def is_foreign(
+    process: ProcessReport, *, gbatch_sessions: Collection[int], gbatch_containers: Collection[str]
+) -> bool:
+    """True for a compute process gbatch did not start: neither its session nor its container."""
+    if process.sid is not None and process.sid in gbatch_sessions:
+        return False
+    container = process.container
+    return container is None or not any(_same_container(container, c) for c in gbatch_containers)
+
+
+def to_gpus(
+    report: NodeReport, *, gbatch_sessions: Collection[int], gbatch_containers: Collection[str]
+) -> tuple[Gpu, ...]:
+    """The report's GPUs as the model's Gpu values, counting processes gbatch did not start.
+
+    `gbatch_sessions` are the session ids of bare-process jobs on this node;
+    `gbatch_containers` the ids (full or 12-character) of its gbatch containers.
+    """
+    return tuple(
+        Gpu(
+            index=g.index,
+            uuid=g.uuid,
+            name=g.name,
+            memory_total_mib=g.memory_total_mib,
+            memory_used_mib=g.memory_used_mib,
+            utilization_pct=g.utilization_pct,
+            foreign_processes=sum(
+                is_foreign(p, gbatch_sessions=gbatch_sessions, gbatch_containers=gbatch_containers)
+                for p in g.processes
+            ),
+            simulated=g.simulated,
+        )
+        for g in report.gpus
+    )

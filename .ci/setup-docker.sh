@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Give this machine a working docker engine for gbatch's docker tests, offline:
+#   1. apt-get install docker.io (only when dockerd is missing) and busybox-static;
+#   2. a stand-in nvidia-container-runtime-hook in /opt/gbatch-test-hook/, so that
+#      `docker run --gpus device=N` works on a machine without NVIDIA hardware (the
+#      container then sees NVIDIA_VISIBLE_DEVICES=N and no GPU). TEST MACHINES ONLY;
+#   3. dockerd in the background with that directory first on its PATH
+#      (log: /var/log/gbatch-dockerd.log), unless an engine already answers;
+#   4. the test image gbatch-test:latest (tests/images/build-test-image.sh);
+#   5. a check that --gpus reaches the container.
+# Idempotent: every step is skipped when already done. Run as root.
+set -euo pipefail
+
+HOOK_DIR=/opt/gbatch-test-hook
+DOCKERD_LOG=/var/log/gbatch-dockerd.log
+WAIT_SECONDS=60
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+die() {
+    echo "setup-docker: error: $*" >&2
+    exit 1
+}
+say() { echo "setup-docker: $*"; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (it installs packages and starts dockerd)."
+
+engine_answers() {
+    timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1
+}
+
+# --- 1. packages ---------------------------------------------------------------------
+packages=()
+command -v dockerd >/dev/null 2>&1 || packages+=(docker.io)
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'install ok installed' \
+    || packages+=(busybox-static)
+if [ "${#packages[@]}" -gt 0 ]; then
+    say "installing ${packages[*]}"
+    # Keep the package's own init script from starting a dockerd without the hook dir on
+    # its PATH: that engine would answer, and --gpus would then fail in every test.
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod 0755 "$policy"
+        trap 'rm -f "$policy"' EXIT
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q || die "apt-get update failed (are the Debian mirrors reachable?)."
+    apt-get install -y -q --no-install-recommends "${packages[@]}" \
+        || die "apt-get install ${packages[*]} failed."
+fi
+command -v dockerd >/dev/null 2>&1 || die "dockerd is still missing after installing docker.io."
+
+# --- 2. stand-in GPU hook --------------------------------------------------------------
+# dockerd turns --gpus into an OCI prestart hook running `nvidia-container-runtime-hook
+# prestart` (found on dockerd's PATH) and sets NVIDIA_VISIBLE_DEVICES. The stand-in
+# consumes the container state runc writes on stdin and succeeds.
+mkdir -p "$HOOK_DIR"
+hook="$HOOK_DIR/nvidia-container-runtime-hook"
+hook_text='#!/bin/sh
+# gbatch TEST stand-in for the NVIDIA hook: exposes no GPU. Never install on a GPU host.
+cat >/dev/null
+exit 0'
+if [ ! -x "$hook" ] || [ "$(cat "$hook")" != "$hook_text" ]; then
+    printf '%s\n' "$hook_text" >"$hook"
+    chmod 0755 "$hook"
+    say "wrote $hook"
+fi
+
+# --- 3. engine -------------------------------------------------------------------------
+if engine_answers; then
+    say "docker engine already answers; not starting another"
+else
+    say "starting dockerd (log: $DOCKERD_LOG)"
+    # setsid: the engine must outlive this script and the shell that ran it.
+    PATH="$HOOK_DIR:$PATH" setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    waited=0
+    until engine_answers; do
+        if [ "$waited" -ge "$WAIT_SECONDS" ]; then
+            tail -n 30 "$DOCKERD_LOG" >&2 || true
+            die "dockerd did not answer within ${WAIT_SECONDS}s; see $DOCKERD_LOG (tail above)."
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+    say "dockerd answers after ~${waited}s"
+fi
+
+# --- 4. test image -----------------------------------------------------------------------
+"$REPO_ROOT/tests/images/build-test-image.sh" || die "building the test image failed."
+
+# --- 5. --gpus reaches the container -------------------------------------------------------
+seen="$(docker run --rm --network none --gpus device=0 gbatch-test:latest \
+    sh -c 'echo "$NVIDIA_VISIBLE_DEVICES"' 2>&1)" || seen="failed: $seen"
+if [ "$seen" != 0 ]; then
+    die "docker run --gpus device=0 gave '$seen', not '0'. The running dockerd was probably
+started without $HOOK_DIR first on its PATH: stop it and rerun this script."
+fi
+say "ready: engine $(docker version --format '{{.Server.Version}}'), image gbatch-test:latest,"\
+" --gpus works through the test hook"

@@ -1,0 +1,333 @@
+"""Docker command lines for gbatch's jobs, and parsers for what docker prints back.
+
+Pure: every function takes values and returns an argv (a list of strings, never a
+shell string) or parsed values. Running them, locally or through `shlex.join` over
+SSH, is the caller's business. Jobs run as detached containers named
+`gbatch-<job>-<attempt>`; docker's refusal of a duplicate name is the last guard
+against starting one attempt twice.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gbatch.model import JobSpec
+
+LABEL_JOB = "gbatch.job"
+LABEL_ATTEMPT = "gbatch.attempt"
+LABEL_USER = "gbatch.user"
+
+# Binding any of these into a container hands it the engine, i.e. root on the host.
+_DOCKER_SOCKET_PATHS = frozenset(
+    {"/", "/run", "/var", "/var/run", "/run/docker.sock", "/var/run/docker.sock"}
+)
+_SIGNAL = re.compile(r"^(?:SIG)?[A-Z][A-Z0-9+-]*$|^[0-9]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def container_name(job_id: int, attempt: int) -> str:
+    """The one name attempt `attempt` of job `job_id` runs under, on any node."""
+    return f"gbatch-{job_id}-{attempt}"
+
+
+def docker_run_argv(
+    *,
+    job_id: int,
+    attempt: int,
+    user: str,
+    spec: JobSpec,
+    gpus: Sequence[int],
+    env_file: str | None,
+    docker: str = "docker",
+) -> list[str]:
+    """`docker run -d` for one attempt of a job.
+
+    Preconditions: `spec.image` is not None (bare-process jobs do not run in docker) and
+    `spec.mounts` already passed the site's allowlist. Raises ValueError when the image
+    is missing or looks like an option, or a mount would expose the docker socket.
+    `env_file` is a path on the node, written 0600 from `env_file_text`, so values never
+    appear in argv or process listings. No `--gpus` at all when `gpus` is empty.
+    Never `--privileged`, never `--userns=host`, never the docker socket.
+    """
+    if spec.image is None:
+        raise ValueError(f"job {job_id} has no image; only container jobs run in docker")
+    if not spec.image or spec.image.startswith("-"):
+        raise ValueError(f"job {job_id}: {spec.image!r} is not an image name")
+    argv = [
+        docker,
+        "run",
+        "-d",
+        "--name",
+        container_name(job_id, attempt),
+        "--label",
+        f"{LABEL_JOB}={job_id}",
+        "--label",
+        f"{LABEL_ATTEMPT}={attempt}",
+        "--label",
+        f"{LABEL_USER}={user}",
+        # gbatch decides about retries; an engine restart must not revive a job behind
+        # the scheduler's back.
+        "--restart=no",
+        # A PID 1 that reaps zombies and forwards SIGTERM, so stop and time limits work
+        # for commands that ignore signals as PID 1.
+        "--init",
+    ]
+    if gpus:
+        argv += ["--gpus", gpus_option_value(gpus)]
+    if spec.shm_size is not None:
+        argv += ["--shm-size", spec.shm_size]
+    for mount in spec.mounts:
+        _refuse_docker_socket(mount)
+        argv += ["-v", mount]
+    if spec.workdir is not None:
+        argv += ["-w", spec.workdir]
+    if env_file is not None:
+        argv += ["--env-file", env_file]
+    argv += ["--security-opt", "no-new-privileges", spec.image, *spec.command]
+    return argv
+
+
+def gpus_option_value(gpus: Sequence[int]) -> str:
+    """The value of `--gpus` for these device indices, e.g. `"device=0,1"` quotes included.
+
+    docker reads the value as CSV: unquoted, `device=0,1` is two fields and the engine
+    refuses it ("cannot set both Count and DeviceIDs"). The double quotes are part of
+    the argv element, not shell quoting.
+    """
+    if not gpus:
+        raise ValueError("no GPU indices given")
+    if any(index < 0 for index in gpus):
+        raise ValueError(f"negative GPU index in {list(gpus)}")
+    return '"device=' + ",".join(str(index) for index in gpus) + '"'
+
+
+def _refuse_docker_socket(mount: str) -> None:
+    source = mount.split(":", 1)[0]
+    if source.startswith("/") and posixpath.normpath(source) in _DOCKER_SOCKET_PATHS:
+        raise ValueError(f"mount {mount!r} would expose the docker socket to the job")
+
+
+def docker_wait_argv(name: str, *, docker: str = "docker") -> list[str]:
+    """Blocks until the container stops; prints its exit code (see parse_wait)."""
+    return [docker, "wait", name]
+
+
+def docker_stop_argv(name: str, grace_seconds: int, *, docker: str = "docker") -> list[str]:
+    """SIGTERM (through --init), then SIGKILL after `grace_seconds`."""
+    if grace_seconds < 0:
+        raise ValueError(f"grace period must be >= 0 seconds, not {grace_seconds}")
+    return [docker, "stop", "-t", str(grace_seconds), name]
+
+
+def docker_kill_argv(name: str, signal: str, *, docker: str = "docker") -> list[str]:
+    """Send `signal` ("TERM", "SIGKILL", "9") to the container's PID 1."""
+    if not _SIGNAL.match(signal):
+        raise ValueError(f"{signal!r} is not a signal name or number")
+    return [docker, "kill", "--signal", signal, name]
+
+
+def docker_rm_argv(name: str, *, docker: str = "docker") -> list[str]:
+    """Remove the container, killing it first if it still runs."""
+    return [docker, "rm", "-f", name]
+
+
+def docker_logs_argv(name: str, follow: bool, *, docker: str = "docker") -> list[str]:
+    """The container's stdout and stderr (on the command's stdout and stderr)."""
+    return [docker, "logs", *(["--follow"] if follow else []), name]
+
+
+def engine_check_argv(*, docker: str = "docker") -> list[str]:
+    """Prints the engine's version; fails when the engine does not answer."""
+    return [docker, "version", "--format", "{{.Server.Version}}"]
+
+
+def parse_wait(output: str) -> int:
+    """The exit code `docker wait` printed."""
+    try:
+        return int(output.strip())
+    except ValueError:
+        raise ValueError(f"docker wait printed {output.strip()!r}, not an exit code") from None
+
+
+# One JSON object per container per line; docker renders it, so a value can never
+# break the framing.
+_INSPECT_FORMAT = (
+    '{"name":{{json .Name}},"state":{{json .State.Status}},'
+    '"exit_code":{{json .State.ExitCode}},"oom_killed":{{json .State.OOMKilled}},'
+    '"started_at":{{json .State.StartedAt}},"finished_at":{{json .State.FinishedAt}},'
+    '"error":{{json .State.Error}},"labels":{{json .Config.Labels}}}'
+)
+
+
+@dataclass(frozen=True)
+class ContainerStatus:
+    """A container as `docker inspect` describes it.
+
+    `state` is docker's: created, running, paused, restarting, removing, exited, dead.
+    `exit_code` is meaningful once exited (0 before). Times are epoch seconds, None
+    when docker has not recorded them. docker stamps the two ends from different
+    clocks: for a very short run `finished_at` may precede `started_at` slightly.
+    """
+
+    name: str
+    state: str
+    exit_code: int
+    oom_killed: bool
+    started_at: float | None
+    finished_at: float | None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    error: str = ""  # the engine's reason when the container could not start
+
+    @property
+    def job_id(self) -> int | None:
+        return _int_label(self.labels.get(LABEL_JOB))
+
+    @property
+    def attempt(self) -> int | None:
+        return _int_label(self.labels.get(LABEL_ATTEMPT))
+
+
+def docker_inspect_argv(names: Sequence[str], *, docker: str = "docker") -> list[str]:
+    """Inspect containers; the output is for parse_inspect.
+
+    docker exits 1 when any name does not exist but still prints the others: treat a
+    name missing from the parsed result as a container that no longer exists.
+    """
+    if not names:
+        raise ValueError("no container names given")
+    return [docker, "inspect", "--type", "container", "--format", _INSPECT_FORMAT, *names]
+
+
+def parse_inspect(output: str) -> list[ContainerStatus]:
+    """Parse the stdout of docker_inspect_argv's command (blank lines ignored)."""
+    statuses = []
+    for line in output.splitlines():
+        if not line.strip():
+            continue
+        raw = json.loads(line)
+        statuses.append(
+            ContainerStatus(
+                name=str(raw["name"]).removeprefix("/"),
+                state=str(raw["state"]),
+                exit_code=int(raw["exit_code"]),
+                oom_killed=bool(raw["oom_killed"]),
+                started_at=parse_docker_time(raw.get("started_at") or ""),
+                finished_at=parse_docker_time(raw.get("finished_at") or ""),
+                labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
+                error=str(raw.get("error") or ""),
+            )
+        )
+    return statuses
+
+
+_PS_FORMAT = (
+    '{"name":{{json .Names}},"state":{{json .State}},"status":{{json .Status}},'
+    f'"job":{{{{json (.Label "{LABEL_JOB}")}}}},'
+    f'"attempt":{{{{json (.Label "{LABEL_ATTEMPT}")}}}},'
+    f'"user":{{{{json (.Label "{LABEL_USER}")}}}}}}'
+)
+
+
+@dataclass(frozen=True)
+class ContainerSummary:
+    """One line of `docker ps`: enough to match containers with jobs; inspect for more."""
+
+    name: str
+    state: str  # created, running, exited, ...
+    status: str  # docker's words, e.g. "Exited (3) 2 minutes ago"
+    job_id: int | None
+    attempt: int | None
+    user: str
+
+
+def docker_ps_argv(*, docker: str = "docker") -> list[str]:
+    """Every container labelled gbatch.job, in any state; the output is for parse_ps."""
+    return [
+        docker,
+        "ps",
+        "--all",
+        "--no-trunc",
+        "--filter",
+        f"label={LABEL_JOB}",
+        "--format",
+        _PS_FORMAT,
+    ]
+
+
+def parse_ps(output: str) -> list[ContainerSummary]:
+    """Parse the stdout of docker_ps_argv's command (blank lines ignored)."""
+    summaries = []
+    for line in output.splitlines():
+        if not line.strip():
+            continue
+        raw = json.loads(line)
+        summaries.append(
+            ContainerSummary(
+                name=str(raw["name"]),
+                state=str(raw.get("state") or ""),
+                status=str(raw.get("status") or ""),
+                job_id=_int_label(raw.get("job")),
+                attempt=_int_label(raw.get("attempt")),
+                user=str(raw.get("user") or ""),
+            )
+        )
+    return summaries
+
+
+def _int_label(value: object) -> int | None:
+    if not isinstance(value, str) or not value.isdigit():
+        return None
+    return int(value)
+
+
+_DOCKER_TIME = re.compile(
+    r"^(?P<base>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?(?P<tz>Z|[+-]\d\d:\d\d)$"
+)
+
+
+def parse_docker_time(text: str) -> float | None:
+    """Epoch seconds from docker's RFC 3339 time with nanoseconds; None for docker's
+    "never" (the year 1) or an empty string. Raises ValueError for anything else."""
+    if not text or text.startswith("0001-01-01"):
+        return None
+    match = _DOCKER_TIME.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a docker timestamp")
+    tz = "+00:00" if match["tz"] == "Z" else match["tz"]
+    seconds = datetime.fromisoformat(match["base"] + tz).timestamp()
+    return seconds + float("0." + (match["frac"] or "0"))
+
+
+# Set by the engine from the allocation; a job that set them could escape its GPUs.
+_RESERVED_ENV = re.compile(r"^NVIDIA_|_VISIBLE_DEVICES$")
+
+
+def env_file_text(env: Mapping[str, str]) -> str:
+    """The contents of a docker `--env-file` holding exactly `env`.
+
+    docker reads an env-file line by line and takes each value literally (no quoting or
+    escapes), so a value with a newline or carriage return cannot be carried: ValueError.
+    Also refused: names that are not shell identifiers (docker would misread `#...`,
+    blank or `=`-containing ones) or that are reserved for GPU assignment (`NVIDIA_*`,
+    `*_VISIBLE_DEVICES`), and NUL in values. Write the file 0600: values are secrets.
+    """
+    lines = []
+    for name, value in env.items():
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"environment variable name {name!r} is not valid")
+        if _RESERVED_ENV.search(name):
+            raise ValueError(f"environment variable {name} is set by gbatch from the allocation")
+        if "\n" in value or "\r" in value:
+            raise ValueError(
+                f"environment variable {name}: docker env-files cannot carry a value with "
+                "a line break; pass it in a mounted file instead"
+            )
+        if "\0" in value:
+            raise ValueError(f"environment variable {name}: value contains a NUL byte")
+        lines.append(f"{name}={value}\n")
+    return "".join(lines)

@@ -1,0 +1,555 @@
+"""Text and JSON renderings of jobs and nodes, in the shapes Slurm's users script against.
+
+squeue (`-o` letters), sacct (`--format` fields, `-P`), sinfo (node-oriented) and
+`scontrol show job` are copied from Slurm where Slurm has an answer: column headers,
+widths, justification, truncation, `N:S` exit codes, `(Reason)` for pending jobs,
+`Unknown`/`N/A`/`(null)` for missing values. Every function is pure: the clock is
+the `now` parameter, and user names arrive inside the jobs, never looked up here.
+
+Text outputs end with a newline when they hold any line, so a caller writes them as is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gbatch.model import ALLOCATED_STATES, Event, Job, JobState, NodeInfo, NodeState
+from gbatch.timefmt import format_duration, format_elapsed_fixed, format_timestamp
+
+PARTITION = "gpu"  # gbatch has one partition; the column exists so Slurm scripts keep working
+
+SQUEUE_DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
+SACCT_DEFAULT_FIELDS = (
+    "JobID",
+    "JobName",
+    "User",
+    "State",
+    "ExitCode",
+    "Elapsed",
+    "AllocGPUS",
+    "NodeList",
+)
+
+
+class FormatError(ValueError):
+    """A format string or field list names something this module cannot print."""
+
+
+# ---------------------------------------------------------------------------
+# Shared job facts
+
+
+def _printable(text: str) -> str:
+    """Replace control characters (terminal escapes in a job name, say) with '?', as
+    `ls` does, so one user's job cannot repaint another user's terminal."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _elapsed_seconds(job: Job, now: float) -> int:
+    """Whole seconds the current run has lasted: start..end, or start..now while it
+    runs; 0 for a pending job (a requeued one keeps an old start_time)."""
+    if job.state is JobState.PENDING or job.start_time is None:
+        return 0
+    end = job.end_time if job.end_time is not None else now
+    return max(0, int(end - job.start_time))
+
+
+def _reason(job: Job) -> str:
+    """Slurm's reason text: a held pending job says so even if its stored reason
+    predates the hold; an empty reason reads `None`."""
+    if job.held and job.state is JobState.PENDING and not job.reason.startswith("JobHeld"):
+        return "JobHeldUser"
+    return _printable(job.reason) if job.reason else "None"
+
+
+def _exit_code(job: Job) -> str:
+    """Slurm's `exit code:signal`, `0:0` until the job has ended."""
+    return f"{job.exit_code or 0}:{job.exit_signal or 0}"
+
+
+def _alloc_gpus(job: Job) -> int:
+    return 0 if job.state is JobState.PENDING else len(job.gpus)
+
+
+# Slurm shows the reason instead of the node list for these (squeue's print.c).
+_REASON_STATES = frozenset(
+    {JobState.PENDING, JobState.FAILED, JobState.TIMEOUT, JobState.OUT_OF_MEMORY}
+)
+
+
+def _nodelist_or_reason(job: Job) -> str:
+    if job.state in _REASON_STATES:
+        return f"({_reason(job)})"
+    return _printable(job.node or "")
+
+
+def _job_to_dict(job: Job, now: float) -> dict[str, object]:
+    return {
+        "job_id": job.id,
+        "name": job.spec.name,
+        "user": job.user,
+        "uid": job.uid,
+        "state": job.state.value,
+        "state_code": job.state.code,
+        "reason": _reason(job),
+        "partition": PARTITION,
+        "node": job.node,
+        "gpus": list(job.gpus),
+        "gpus_requested": job.spec.gpus,
+        "time_limit": job.time_limit,
+        "submit_time": job.submit_time,
+        "start_time": job.start_time,
+        "end_time": job.end_time,
+        "elapsed": _elapsed_seconds(job, now),
+        "attempt": job.attempt,
+        "exit_code": job.exit_code,
+        "exit_signal": job.exit_signal,
+        "priority": job.spec.effective_priority,
+    }
+
+
+def _dump(data: object) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _lines(lines: Sequence[str]) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+# ---------------------------------------------------------------------------
+# squeue
+
+
+@dataclass(frozen=True)
+class _Column:
+    header: str
+    value: Callable[[Job, float], str]
+
+
+def _squeue_time(job: Job, now: float) -> str:
+    return format_duration(_elapsed_seconds(job, now))
+
+
+def _squeue_stamp(epoch: float | None) -> str:
+    return "N/A" if epoch is None else format_timestamp(epoch)
+
+
+_SQUEUE_COLUMNS: Mapping[str, _Column] = {
+    "i": _Column("JOBID", lambda j, _: str(j.id)),
+    "P": _Column("PARTITION", lambda j, _: PARTITION),
+    "j": _Column("NAME", lambda j, _: _printable(j.spec.name)),
+    "u": _Column("USER", lambda j, _: _printable(j.user)),
+    "t": _Column("ST", lambda j, _: j.state.code),
+    "T": _Column("STATE", lambda j, _: j.state.value),
+    "M": _Column("TIME", _squeue_time),
+    "l": _Column("TIME_LIMIT", lambda j, _: format_duration(j.time_limit)),
+    "D": _Column("NODES", lambda j, _: "1"),
+    "R": _Column("NODELIST(REASON)", lambda j, _: _nodelist_or_reason(j)),
+    "N": _Column("NODELIST", lambda j, _: _printable(j.node or "")),
+    "b": _Column("TRES_PER_NODE", lambda j, _: f"gpu:{j.spec.gpus}" if j.spec.gpus else "N/A"),
+    "V": _Column("SUBMIT_TIME", lambda j, _: _squeue_stamp(j.submit_time)),
+    "S": _Column("START_TIME", lambda j, _: _squeue_stamp(j.start_time)),
+    "Q": _Column("PRIORITY", lambda j, _: str(j.spec.effective_priority)),
+    "r": _Column("REASON", lambda j, _: _reason(j)),
+}
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """One `%[.][width]<letter>` of a squeue format."""
+
+    letter: str
+    width: int  # 0: as wide as the value
+    right: bool
+
+
+_SPEC = re.compile(r"%(\.?)([0-9]*)(.?)", re.DOTALL)
+# A width beyond any terminal is a typo, not a layout; refusing it keeps a stray
+# "%99999999i" from building a huge string.
+_MAX_WIDTH = 1000
+
+
+def _checked_width(text: str, what: str) -> int:
+    width = int(text or 0)
+    if abs(width) > _MAX_WIDTH:
+        raise FormatError(f"width {width} in {what} is too large (at most {_MAX_WIDTH})")
+    return width
+
+
+def _parse_squeue_format(fmt: str) -> list[str | _Spec]:
+    """Split a squeue `-o` format into literal text and field specs (`%%` is a '%')."""
+    parts: list[str | _Spec] = []
+    pos = 0
+    for match in _SPEC.finditer(fmt):
+        if match.start() > pos:
+            parts.append(fmt[pos : match.start()])
+        pos = match.end()
+        dot, width, letter = match.groups()
+        if letter == "%" and not dot and not width:
+            parts.append("%")
+            continue
+        if letter not in _SQUEUE_COLUMNS:
+            supported = " ".join(f"%{key}" for key in _SQUEUE_COLUMNS)
+            what = f"field letter '%{letter}'" if letter else "a '%' with no field letter"
+            raise FormatError(f"unsupported squeue format: {what}; supported: {supported}")
+        parts.append(_Spec(letter, _checked_width(width, match.group()), bool(dot)))
+    if pos < len(fmt):
+        parts.append(fmt[pos:])
+    return parts
+
+
+def _fit(text: str, width: int, right: bool) -> str:
+    """squeue's _print_str: pad to `width`, cut to its first `width` characters."""
+    if width == 0:
+        return text
+    text = text[:width]
+    return text.rjust(width) if right else text.ljust(width)
+
+
+def _squeue_line(parts: Sequence[str | _Spec], job: Job | None, now: float) -> str:
+    """One squeue line; `job` None renders the header (as squeue's print.c does)."""
+    out = []
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        column = _SQUEUE_COLUMNS[part.letter]
+        text = column.header if job is None else column.value(job, now)
+        out.append(_fit(text, part.width, part.right))
+    return "".join(out)
+
+
+def format_squeue(
+    jobs: Sequence[Job], now: float, *, fmt: str | None = None, header: bool = True
+) -> str:
+    """Render jobs as `squeue` does, one line per job in the order given.
+
+    `fmt` is squeue's `-o` syntax, `%[.][width]<letter>` among literal text: `.`
+    right-justifies, a width pads and also cuts longer values, no width prints the
+    value whole. Defaults to Slurm's own default format. Raises FormatError for a
+    letter not supported (the message lists those that are).
+    """
+    parts = _parse_squeue_format(SQUEUE_DEFAULT_FORMAT if fmt is None else fmt)
+    lines = [_squeue_line(parts, None, now)] if header else []
+    lines.extend(_squeue_line(parts, job, now) for job in jobs)
+    return _lines(lines)
+
+
+def format_squeue_json(jobs: Sequence[Job], now: float) -> str:
+    """`{"jobs": [...]}`, one object per job; times are epoch seconds, limits seconds."""
+    return _dump({"jobs": [_job_to_dict(job, now) for job in jobs]})
+
+
+# ---------------------------------------------------------------------------
+# sacct
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    width: int  # negative: left-justified, as in sacct's field table
+    value: Callable[[Job, float], str]
+
+
+def _time_limit_fixed(job: Job) -> str:
+    return "UNLIMITED" if job.time_limit is None else format_elapsed_fixed(job.time_limit)
+
+
+_SACCT_FIELDS: tuple[_Field, ...] = (
+    _Field("JobID", -12, lambda j, _: str(j.id)),
+    _Field("JobName", 10, lambda j, _: _printable(j.spec.name)),
+    _Field("User", 9, lambda j, _: _printable(j.user)),
+    _Field("UID", 6, lambda j, _: str(j.uid)),
+    _Field("Partition", 10, lambda j, _: PARTITION),
+    _Field("State", 10, lambda j, _: j.state.value),
+    _Field("ExitCode", 8, lambda j, _: _exit_code(j)),
+    _Field("Elapsed", 10, lambda j, now: format_elapsed_fixed(_elapsed_seconds(j, now))),
+    _Field("AllocGPUS", 9, lambda j, _: str(_alloc_gpus(j))),
+    _Field("NodeList", 15, lambda j, _: _printable(j.node) if j.node else "None assigned"),
+    _Field("Submit", 19, lambda j, _: format_timestamp(j.submit_time)),
+    _Field("Start", 19, lambda j, _: format_timestamp(j.start_time)),
+    _Field("End", 19, lambda j, _: format_timestamp(j.end_time)),
+    _Field("Timelimit", 10, lambda j, _: _time_limit_fixed(j)),
+    _Field("Reason", 22, lambda j, _: _reason(j)),
+    _Field("Attempt", 7, lambda j, _: str(j.attempt)),
+)
+_SACCT_BY_NAME = {f.name.lower(): f for f in _SACCT_FIELDS}
+_SACCT_SPEC = re.compile(r"^([A-Za-z]+)(?:%(-?[0-9]+))?$")
+
+
+def _resolve_sacct_fields(names: Sequence[str]) -> list[_Field]:
+    """Look fields up case-insensitively; `Name%W` sets the width (negative: left)."""
+    resolved = []
+    for raw in names:
+        match = _SACCT_SPEC.match(raw.strip())
+        field = _SACCT_BY_NAME.get(match.group(1).lower()) if match else None
+        if match is None or field is None:
+            valid = ", ".join(f.name for f in _SACCT_FIELDS)
+            raise FormatError(f"unknown sacct field '{raw}'; valid fields: {valid}")
+        width = _checked_width(match.group(2), raw)
+        resolved.append(_Field(field.name, width, field.value) if width else field)
+    return resolved
+
+
+def _sacct_cell(text: str, width: int, *, is_header: bool) -> str:
+    """sacct's print_fields_str: a value too long keeps width-1 characters and a '+';
+    a header is cut plainly."""
+    size = abs(width)
+    if len(text) > size:
+        text = text[:size] if is_header else text[: size - 1] + "+"
+    return text.rjust(size) if width > 0 else text.ljust(size)
+
+
+def format_sacct(
+    jobs: Sequence[Job],
+    now: float,
+    *,
+    fields: Sequence[str] | None = None,
+    header: bool = True,
+    parsable: bool = False,
+) -> str:
+    """Render jobs as `sacct` does, one line per job in the order given.
+
+    Fixed-width columns at sacct's widths, a dashed line under the header; with
+    `parsable` (sacct -P) fields are joined by '|' with no padding, no dashes.
+    Raises FormatError for an unknown field (the message lists the valid ones).
+    Unlike sacct, lines carry no trailing blank.
+    """
+    columns = _resolve_sacct_fields(SACCT_DEFAULT_FIELDS if fields is None else fields)
+    rows = [[c.value(job, now) for c in columns] for job in jobs]
+    lines = []
+    if parsable:
+        if header:
+            lines.append("|".join(c.name for c in columns))
+        lines.extend("|".join(row) for row in rows)
+        return _lines(lines)
+    if header:
+        lines.append(" ".join(_sacct_cell(c.name, c.width, is_header=True) for c in columns))
+        lines.append(" ".join("-" * abs(c.width) for c in columns))
+    for row in rows:
+        cells = (
+            _sacct_cell(text, c.width, is_header=False)
+            for c, text in zip(columns, row, strict=True)
+        )
+        lines.append(" ".join(cells))
+    return _lines([line.rstrip() for line in lines])
+
+
+def format_sacct_json(jobs: Sequence[Job], now: float) -> str:
+    """Same shape as format_squeue_json: `{"jobs": [...]}`."""
+    return format_squeue_json(jobs, now)
+
+
+# ---------------------------------------------------------------------------
+# sinfo
+
+_SINFO_HEADERS = (
+    "NODELIST",
+    "PARTITION",
+    "STATE",
+    "GPUS",
+    "ALLOC",
+    "FREE",
+    "BUSY",
+    "GPU_TYPE",
+    "REASON",
+)
+_SINFO_NUMERIC = frozenset({"GPUS", "ALLOC", "FREE", "BUSY"})
+
+
+def _gpu_type(node: NodeInfo) -> str:
+    if not node.gpus:
+        return "N/A"
+    name = _printable(node.gpus[0].name)
+    return f"{name} (simulated)" if node.simulated else name
+
+
+def _node_reason(node: NodeInfo) -> str:
+    if node.state in (NodeState.DRAINED, NodeState.DOWN):
+        return _printable(node.reason)
+    return ""
+
+
+def format_sinfo(nodes: Sequence[NodeInfo], *, header: bool = True) -> str:
+    """Render one line per node (like `sinfo -N`), in the order given.
+
+    BUSY counts GPUs busy with processes gbatch did not start; GPU_TYPE is the first
+    GPU's name, suffixed " (simulated)" for simulated GPUs; REASON only for drained
+    or down nodes. Columns are as wide as their widest cell; counts right-justified.
+    """
+    rows = [
+        [
+            _printable(node.name),
+            PARTITION,
+            node.state.value,
+            str(node.gpus_total),
+            str(node.gpus_allocated),
+            str(node.gpus_free),
+            str(node.gpus_busy_outside),
+            _gpu_type(node),
+            _node_reason(node),
+        ]
+        for node in nodes
+    ]
+    table = [list(_SINFO_HEADERS), *rows] if header else rows
+    if not table:
+        return ""
+    widths = [max(len(row[i]) for row in table) for i in range(len(_SINFO_HEADERS))]
+    lines = []
+    for row in table:
+        cells = [
+            text.rjust(width) if name in _SINFO_NUMERIC else text.ljust(width)
+            for name, text, width in zip(_SINFO_HEADERS, row, widths, strict=True)
+        ]
+        lines.append(" ".join(cells).rstrip())
+    return _lines(lines)
+
+
+def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
+    """`{"nodes": [...]}` with counts and a per-GPU list (job_id: the gbatch job
+    holding that GPU, or null)."""
+    return _dump(
+        {
+            "nodes": [
+                {
+                    "name": node.name,
+                    "partition": PARTITION,
+                    "state": node.state.value,
+                    "reason": node.reason,
+                    "gpus_total": node.gpus_total,
+                    "gpus_allocated": node.gpus_allocated,
+                    "gpus_free": node.gpus_free,
+                    "gpus_busy_outside": node.gpus_busy_outside,
+                    "gpu_type": node.gpus[0].name if node.gpus else None,
+                    "simulated": node.simulated,
+                    "gpus": [
+                        {
+                            "index": gpu.index,
+                            "uuid": gpu.uuid,
+                            "name": gpu.name,
+                            "memory_used_mib": gpu.memory_used_mib,
+                            "memory_total_mib": gpu.memory_total_mib,
+                            "utilization_pct": gpu.utilization_pct,
+                            "foreign_processes": gpu.foreign_processes,
+                            "simulated": gpu.simulated,
+                            "job_id": node.allocations.get(gpu.index),
+                        }
+                        for gpu in node.gpus
+                    ],
+                }
+                for node in nodes
+            ]
+        }
+    )
+
+
+# ---------------------------------------------------------------------------
+# scontrol show job
+
+_NULL = "(null)"  # what scontrol prints for an unset value
+_ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _quote_arg(arg: str) -> str:
+    """shlex.quote, except that an argument holding control characters (a multi-line
+    `sh -c` script) is written as bash's $'...' so the record stays one line."""
+    if arg.isprintable():
+        return shlex.quote(arg)
+    out = []
+    for c in arg:
+        if c in _ANSI_C_ESCAPES:
+            out.append(_ANSI_C_ESCAPES[c])
+        elif c.isprintable():
+            out.append(c)
+        else:
+            out.append(f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\U{ord(c):08x}")
+    body = "".join(out)
+    return f"$'{body}'"
+
+
+def _command_line(argv: Sequence[str]) -> str:
+    return " ".join(_quote_arg(arg) for arg in argv)
+
+
+def _expected_end(job: Job) -> float | None:
+    """Actual end, else (like Slurm) start + limit for a job holding GPUs."""
+    if job.end_time is not None:
+        return job.end_time
+    if job.state in ALLOCATED_STATES and job.start_time is not None and job.time_limit:
+        return job.start_time + job.time_limit
+    return None
+
+
+def _event_lines(events: Sequence[Event]) -> list[str]:
+    ordered = sorted(events, key=lambda e: e.time)  # stable: same-instant order kept
+    width = max((len(e.state.value) for e in ordered), default=0)
+    return [
+        f"   {format_timestamp(e.time)}  {e.state.value.ljust(width)}  "
+        f"{_printable(e.reason)}".rstrip()
+        for e in ordered
+    ]
+
+
+def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
+    """Render one job as `scontrol show job` does: key=value lines indented three
+    spaces, then an `Events:` block (time, state, reason; oldest first).
+
+    Environment lists variable names only: values may be secrets and never appear.
+    Unset values read `(null)`, unknown times `Unknown`, as in Slurm. When printing
+    several jobs, separate them with a blank line as scontrol does.
+    """
+    spec = job.spec
+    env_names = ",".join(_printable(name) for name, _ in spec.env)
+    lines = [
+        f"JobId={job.id} JobName={_printable(spec.name)}",
+        f"   UserId={_printable(job.user)}({job.uid})",
+        f"   Priority={spec.effective_priority} Nice={spec.nice}",
+        f"   JobState={job.state.value} Reason={_reason(job)} ExitCode={_exit_code(job)}",
+        f"   RunTime={format_elapsed_fixed(_elapsed_seconds(job, now))}"
+        f" TimeLimit={_time_limit_fixed(job)}",
+        f"   SubmitTime={format_timestamp(job.submit_time)}"
+        f" StartTime={format_timestamp(job.start_time)}"
+        f" EndTime={format_timestamp(_expected_end(job))}",
+        f"   NodeList={_printable(job.node) if job.node else _NULL}"
+        f" Gres={f'gpu:{spec.gpus}' if spec.gpus else _NULL}"
+        f" GPUs={','.join(map(str, job.gpus)) if job.gpus else _NULL}"
+        f" Attempt={job.attempt} Retries={spec.retries}",
+        f"   Command={_command_line(spec.command)}",
+        f"   Image={_printable(spec.image or _NULL)}"
+        f" WorkDir={_printable(spec.workdir or _NULL)}"
+        f" Mounts={_printable(','.join(spec.mounts) or _NULL)}"
+        f" ShmSize={_printable(spec.shm_size or _NULL)}",
+        f"   Environment={env_names or _NULL}",
+        "Events:",
+        *_event_lines(events),
+    ]
+    return _lines(lines)
+
+
+def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> str:
+    """The squeue JSON object of the job plus its spec (env names only, never values)
+    and its events, oldest first."""
+    spec = job.spec
+    data = _job_to_dict(job, now)
+    data.update(
+        {
+            "command": list(spec.command),
+            "image": spec.image,
+            "workdir": spec.workdir,
+            "mounts": list(spec.mounts),
+            "shm_size": spec.shm_size,
+            "env_names": [name for name, _ in spec.env],
+            "retries": spec.retries,
+            "nice": spec.nice,
+            "held": job.held,
+            "events": [
+                {"time": e.time, "state": e.state.value, "reason": e.reason}
+                for e in sorted(events, key=lambda e: e.time)
+            ],
+        }
+    )
+    return _dump(data)

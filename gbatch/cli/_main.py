@@ -1,0 +1,81 @@
+"""`gbatch`: one program, Slurm's commands as sub-commands.
+
+main() maps every error to an exit status and a one-line message; the commands do
+the work and handle none. Only the command that runs is imported beyond its parser,
+so `gbatch squeue` never pays for yaml, textual, fabric or paramiko.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gbatch import __version__
+from gbatch.cli import daemon, logs, sacct, sbatch, scancel, scontrol, sinfo, squeue
+from gbatch.cli.context import Context
+from gbatch.cli.exits import CliError, Exit
+from gbatch.client import DaemonUnavailable, RequestFailed
+
+COMMANDS = (sbatch, squeue, scancel, sinfo, sacct, scontrol, logs, daemon)
+
+_KIND_STATUS = {
+    "invalid": Exit.USAGE,
+    "not_found": Exit.FAILED,
+    "permission": Exit.PERMISSION,
+    "unavailable": Exit.UNAVAILABLE,
+}
+
+EPILOG = """\
+exit status: 0 ok, 1 failed (e.g. unknown job), 2 bad input (nothing queued),
+3 no daemon, 4 permission denied, 5 a needed component is missing, 70 internal error.
+Files live under $GBATCH_HOME (default: the user's data dir)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gbatch",
+        description="Queue GPU jobs on a lab's servers, Slurm style.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"gbatch {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    for module in COMMANDS:
+        module.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    prog = f"gbatch {args.command}"
+    try:
+        status: int = args.run(args, Context())
+        return status
+    except CliError as err:
+        return _fail(prog, err.message, err.status)
+    except DaemonUnavailable as err:
+        return _fail(prog, f"{err}. Start one with `gbatch daemon start`", Exit.NO_DAEMON)
+    except RequestFailed as err:
+        return _fail(prog, err.message, _KIND_STATUS.get(err.kind, Exit.INTERNAL))
+    except KeyboardInterrupt:
+        return Exit.INTERRUPTED
+    except BrokenPipeError:
+        sys.stderr.close()  # `gbatch squeue | head`: the reader left, say nothing
+        return Exit.OK
+    except Exception as err:  # the entry point: a bug, not the user's mistake
+        if args.debug:
+            raise
+        return _fail(
+            prog, f"internal error: {err!r}. Rerun with --debug and report it", Exit.INTERNAL
+        )
+
+
+def _fail(prog: str, message: str, status: Exit) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

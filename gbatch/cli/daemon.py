@@ -1,0 +1,139 @@
+"""gbatch daemon start|stop|status|run: the head daemon's life cycle."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from gbatch.cli.context import Context
+from gbatch.cli.exits import CliError, Exit
+from gbatch.client import Client, DaemonUnavailable
+
+HELP = "start, stop or inspect the head daemon (gbatchd)"
+START_TIMEOUT = 20.0
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "daemon", help=HELP, description=HELP + ". Jobs keep running while it is stopped."
+    )
+    p.add_argument(
+        "action",
+        choices=("start", "stop", "status", "run"),
+        help="start: in the background, returns once it answers; run: in the foreground",
+    )
+    p.set_defaults(run=run)
+
+
+def _ping(ctx: Context) -> dict[str, Any] | None:
+    try:
+        with Client(ctx.paths.socket, timeout=5) as client:
+            return client.call("ping")
+    except DaemonUnavailable:
+        return None
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    action: str = args.action
+    if action == "run":
+        return _run_foreground(ctx)
+    if action == "start":
+        return _start(ctx)
+    if action == "stop":
+        return _stop(ctx)
+    status = _ping(ctx)
+    if status is None:
+        raise CliError(
+            f"not running (no answer at {ctx.paths.socket}). Start it with `gbatch daemon start`",
+            Exit.NO_DAEMON,
+        )
+    active = ", ".join(f"{n} {s}" for s, n in sorted(status["active"].items())) or "no jobs"
+    print(f"gbatchd {status['version']} running, pid {status['pid']}, home {status['home']}")
+    print(f"active jobs: {active}")
+    for node in status["nodes"]:
+        print(
+            f"node {node['name']}: {node['state']}, {len(node['gpus'])} GPUs"
+            + (f" ({node['reason']})" if node["reason"] else "")
+        )
+    return Exit.OK
+
+
+def _run_foreground(ctx: Context) -> int:
+    import logging
+
+    from gbatch.config import ConfigError, load_config
+    from gbatch.server import AlreadyRunning, serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        config = load_config(ctx.paths, os.environ)
+        serve(ctx.paths, config)
+    except ConfigError as err:
+        raise CliError(str(err), Exit.USAGE) from err
+    except AlreadyRunning as err:
+        raise CliError(f"{err}. Stop it with `gbatch daemon stop`", Exit.FAILED) from err
+    return Exit.OK
+
+
+def _start(ctx: Context) -> int:
+    status = _ping(ctx)
+    if status is not None:
+        print(f"gbatchd already running (pid {status['pid']}), socket {ctx.paths.socket}")
+        return Exit.OK
+    ctx.paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(ctx.paths.daemon_log, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gbatch", "daemon", "run"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        status = _ping(ctx)
+        if status is not None:
+            print(f"gbatchd started (pid {status['pid']}), socket {ctx.paths.socket}")
+            return Exit.OK
+        if process.poll() is not None:
+            tail = ctx.paths.daemon_log.read_text(errors="replace").strip().splitlines()[-1:]
+            raise CliError(
+                f"gbatchd exited at start: {' '.join(tail) or 'no output'}. "
+                f"See {ctx.paths.daemon_log}",
+                Exit.FAILED,
+            )
+        time.sleep(0.05)
+    raise CliError(
+        f"gbatchd did not answer within {START_TIMEOUT:.0f} s. See {ctx.paths.daemon_log}",
+        Exit.FAILED,
+    )
+
+
+def _stop(ctx: Context) -> int:
+    try:
+        with Client(ctx.paths.socket, timeout=5) as client:
+            pid = client.call("shutdown")["pid"]
+    except DaemonUnavailable:
+        print("gbatchd is not running")
+        return Exit.OK
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if not ctx.paths.socket.exists() and not _alive(pid):
+            print(f"gbatchd stopped (pid {pid}); running jobs carry on")
+            return Exit.OK
+        time.sleep(0.05)
+    raise CliError(f"gbatchd (pid {pid}) did not stop within {START_TIMEOUT:.0f} s", Exit.FAILED)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,36 @@
+"""gbatch logs: a job's output (stdout and stderr, every attempt), optionally followed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from gbatch.cli.context import Context, parse_ids
+from gbatch.cli.exits import Exit
+
+HELP = "print a job's output; -f follows it until the job ends"
+POLL_SECONDS = 0.2
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser("logs", help=HELP, description=HELP + ".")
+    p.add_argument("job", metavar="JOBID")
+    p.add_argument("-f", "--follow", action="store_true")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    (job_id,) = parse_ids([args.job]) or [0]
+    offset = 0
+    while True:
+        reply = ctx.client.call("logs", id=job_id, offset=offset)
+        if reply["data"]:
+            sys.stdout.write(reply["data"])
+            sys.stdout.flush()
+        offset = reply["offset"]
+        if not args.follow or reply["done"]:
+            return Exit.OK
+        if not reply["data"]:
+            time.sleep(POLL_SECONDS)

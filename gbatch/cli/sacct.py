@@ -1,0 +1,86 @@
+"""gbatch sacct: accounting for jobs, finished ones included."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+from gbatch.cli.context import Context, parse_ids, split_list
+from gbatch.cli.exits import CliError, Exit
+
+HELP = "show accounting data for jobs, finished ones included"
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "sacct",
+        help=HELP,
+        description=HELP + ". By default: your jobs submitted since midnight, as Slurm does.",
+    )
+    p.add_argument("-j", "--jobs", action="append", metavar="ID[,ID]")
+    p.add_argument("-u", "--user", action="append", metavar="USER[,USER]")
+    p.add_argument("-a", "--allusers", action="store_true")
+    p.add_argument("-s", "--state", action="append", metavar="STATE[,STATE]")
+    p.add_argument(
+        "-S",
+        "--starttime",
+        metavar="TIME",
+        help="jobs submitted since TIME: YYYY-MM-DD[THH:MM[:SS]] or `all`",
+    )
+    p.add_argument(
+        "-o",
+        "--format",
+        metavar="FIELD[,FIELD]",
+        help="e.g. JobID,JobName,State,ExitCode,Elapsed,AllocGPUS,NodeList",
+    )
+    p.add_argument("-P", "--parsable2", action="store_true", help="`|`-separated, no padding")
+    p.add_argument("-n", "--noheader", action="store_true")
+    p.add_argument("-X", "--allocations", action="store_true", help="accepted; gbatch has no steps")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run)
+
+
+def _since(text: str | None, now: float) -> float | None:
+    if text is None:
+        midnight = datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
+        return midnight.timestamp()
+    if text.lower() == "all":
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError as err:
+        raise CliError(
+            f"--starttime: {text!r} is not a time. Use YYYY-MM-DD[THH:MM[:SS]] or all", Exit.USAGE
+        ) from err
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    from gbatch import formatting, wire
+
+    ids = parse_ids(args.jobs)
+    users = split_list(args.user)
+    if users is None and not args.allusers and ids is None:
+        users = [ctx.me]
+    since = None if ids else _since(args.starttime, time.time())
+    reply = ctx.client.call(
+        "jobs", history=True, ids=ids, users=users, states=split_list(args.state), since=since
+    )
+    jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
+    try:
+        if args.json:
+            out = formatting.format_sacct_json(jobs, reply["now"])
+        else:
+            out = formatting.format_sacct(
+                jobs,
+                reply["now"],
+                fields=split_list([args.format]) if args.format else None,
+                header=not args.noheader,
+                parsable=args.parsable2,
+            )
+    except formatting.FormatError as err:
+        raise CliError(f"--format: {err}", Exit.USAGE) from err
+    sys.stdout.write(out)
+    return Exit.OK

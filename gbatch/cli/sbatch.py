@@ -1,0 +1,143 @@
+"""gbatch sbatch: queue a job from a YAML job file and/or Slurm-style options."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from gbatch.cli.context import Context
+from gbatch.cli.exits import CliError, Exit
+
+HELP = "queue a job (a job file, options, or --wrap)"
+OPTION_NAMES = {
+    "name": "-J/--job-name",
+    "gpus": "--gpus",
+    "time_limit": "-t/--time",
+    "command": "--wrap",
+    "image": "--image",
+    "retries": "--retries",
+    "priority": "--priority",
+    "nice": "--nice",
+    "workdir": "-D/--chdir",
+}
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "sbatch",
+        help=HELP,
+        description=HELP + ". Options override the file's keys.",
+        epilog="example: gbatch sbatch train.yaml -t 2:00:00 --gpus 2\n"
+        '         gbatch sbatch --wrap "python train.py" --gres gpu:1',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", nargs="?", help="job file (YAML); see examples/")
+    p.add_argument("-J", "--job-name", dest="name", metavar="NAME")
+    p.add_argument("-G", "--gpus", metavar="N", help="GPUs for the job, on one node")
+    p.add_argument("--gres", metavar="gpu:N", help="Slurm spelling of --gpus")
+    p.add_argument(
+        "-t",
+        "--time",
+        dest="time_limit",
+        metavar="TIME",
+        help="time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM:SS or UNLIMITED",
+    )
+    p.add_argument("--wrap", metavar="CMD", help="run CMD with /bin/sh -c (no file needed)")
+    p.add_argument("--image", metavar="IMAGE", help="run in this container image")
+    p.add_argument("--retries", type=int, metavar="N", help="retry a failing job N times")
+    p.add_argument("--priority", type=int, metavar="N")
+    p.add_argument("--nice", type=int, metavar="N", help="lower the job's priority by N")
+    p.add_argument(
+        "-D",
+        "--chdir",
+        dest="workdir",
+        metavar="DIR",
+        help="working directory (default: the current one, for bare processes)",
+    )
+    p.add_argument(
+        "-a",
+        "--array",
+        metavar="N|A-B",
+        help="queue one job per index; each sees GBATCH_ARRAY_TASK_ID",
+    )
+    p.add_argument("-H", "--hold", action="store_true", help="queue the job held")
+    p.add_argument("--parsable", action="store_true", help="print only the job id")
+    p.set_defaults(run=run)
+
+
+def _array_count(text: str | None) -> int:
+    """Indices run from 0: `--array 10` and `--array 0-9` both mean ten tasks."""
+    if text is None:
+        return 1
+    try:
+        if "-" in text:
+            low, high = (int(part) for part in text.split("-", 1))
+            if low != 0 or high < low:
+                raise ValueError
+            return high - low + 1
+        count = int(text)
+        if count < 1:
+            raise ValueError
+        return count
+    except ValueError as err:
+        raise CliError(f"--array: {text!r} is not an array. Use N or 0-M", Exit.USAGE) from err
+
+
+def _gpus_option(args: argparse.Namespace) -> int | None:
+    from gbatch.spec import SpecError, parse_gres
+
+    if args.gpus is not None and args.gres is not None:
+        raise CliError("--gpus and --gres both given. Use one", Exit.USAGE)
+    if args.gres is not None:
+        return parse_gres(args.gres)
+    if args.gpus is None:
+        return None
+    text = args.gpus.rsplit(":", 1)[-1]  # Slurm allows --gpus=TYPE:N
+    try:
+        return int(text)
+    except ValueError as err:
+        raise SpecError("--gpus", f"{args.gpus!r} is not a GPU count. Use a number like 2") from err
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    # Deferred: yaml and validation are needed by sbatch alone.
+    from gbatch.spec import SpecError, build_spec, load_job_file
+
+    try:
+        if args.file is None and args.wrap is None:
+            raise CliError('no job file given. Pass FILE, or --wrap "CMD"', Exit.USAGE)
+        data = load_job_file(args.file) if args.file is not None else None
+        overrides = {
+            "name": args.name,
+            "gpus": _gpus_option(args),
+            "time_limit": args.time_limit,
+            "command": args.wrap,
+            "image": args.image,
+            "retries": args.retries,
+            "priority": args.priority,
+            "nice": args.nice,
+            "workdir": args.workdir,
+        }
+        default_name = Path(args.file).stem if args.file else "wrap"
+        spec = build_spec(
+            data,
+            overrides,
+            default_name=default_name,
+            option_names=OPTION_NAMES,
+            source=args.file or "options",
+        )
+    except SpecError as err:
+        raise CliError(f"{err}", Exit.USAGE) from err
+    count = _array_count(args.array)
+    wire = spec.to_dict()
+    if spec.image is None and spec.workdir is None:
+        wire["workdir"] = os.getcwd()  # as Slurm: a job starts where it was submitted
+    ids = ctx.client.call("submit", spec=wire, count=count, held=args.hold)["ids"]
+    if len(ids) == 1:
+        print(ids[0] if args.parsable else f"Submitted batch job {ids[0]}")
+    else:
+        span = f"{ids[0]}-{ids[-1]}"
+        print(span if args.parsable else f"Submitted batch jobs {span}")
+    return Exit.OK

@@ -1,0 +1,46 @@
+"""gbatch scontrol: show one job's full record and history; hold and release jobs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gbatch.cli.context import Context, parse_ids
+from gbatch.cli.exits import CliError, Exit
+
+HELP = "show a job's details and history; hold or release jobs"
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "scontrol",
+        help=HELP,
+        description=HELP + ".",
+        epilog="examples: gbatch scontrol show job 12 | gbatch scontrol hold 12,13 | "
+        "gbatch scontrol release 12",
+    )
+    p.add_argument("action", choices=("show", "hold", "release"))
+    p.add_argument("args", nargs="+", metavar="ARG", help="`job ID` for show; job ids otherwise")
+    p.add_argument("--json", action="store_true", help="with show: JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    from gbatch import formatting, wire
+
+    if args.action == "show":
+        if len(args.args) != 2 or args.args[0].lower() != "job":
+            raise CliError("usage: gbatch scontrol show job ID", Exit.USAGE)
+        (job_id,) = parse_ids([args.args[1]]) or [0]
+        reply = ctx.client.call("job", id=job_id)
+        job = wire.job_from_wire(reply["job"])
+        events = [wire.event_from_wire(e) for e in reply["events"]]
+        show = formatting.format_job_details_json if args.json else formatting.format_job_details
+        sys.stdout.write(show(job, events, reply["now"]))
+        return Exit.OK
+    reply = ctx.client.call(args.action, ids=parse_ids(args.args))
+    failures = [r for r in reply["results"] if not r["ok"]]
+    for failure in failures:
+        print(f"gbatch scontrol: error: job {failure['id']}: {failure['error']}", file=sys.stderr)
+    return Exit.FAILED if failures else Exit.OK

@@ -1,0 +1,58 @@
+"""gbatch squeue: jobs waiting and running, in Slurm's columns."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gbatch.cli.context import Context, parse_ids, split_list
+from gbatch.cli.exits import CliError, Exit
+
+HELP = "show queued and running jobs"
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "squeue", help=HELP, description=HELP + " (like Slurm's squeue).", add_help=False
+    )
+    p.add_argument("-u", "--user", action="append", metavar="USER[,USER]")
+    p.add_argument("--me", action="store_true", help="only my jobs")
+    p.add_argument("-j", "--jobs", action="append", metavar="ID[,ID]")
+    p.add_argument(
+        "-t",
+        "--states",
+        action="append",
+        metavar="STATE[,STATE]",
+        help="e.g. PD,R; `all` includes finished jobs",
+    )
+    p.add_argument("-h", "--noheader", action="store_true")
+    p.add_argument("-o", "--format", metavar="FMT", help='Slurm format, e.g. "%%.7i %%.9T %%R"')
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--help", action="help", help="show this help and exit")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    from gbatch import formatting, wire
+
+    users = split_list(args.user) or ([ctx.me] if args.me else None)
+    states = split_list(args.states)
+    request: dict[str, Any] = {"users": users, "ids": parse_ids(args.jobs)}
+    if states and "all" in (s.lower() for s in states):
+        request["history"] = True
+    elif states:
+        request["states"] = states
+    reply = ctx.client.call("jobs", **request)
+    jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
+    try:
+        if args.json:
+            out = formatting.format_squeue_json(jobs, reply["now"])
+        else:
+            out = formatting.format_squeue(
+                jobs, reply["now"], fmt=args.format, header=not args.noheader
+            )
+    except formatting.FormatError as err:
+        raise CliError(f"--format: {err}", Exit.USAGE) from err
+    sys.stdout.write(out)
+    return Exit.OK

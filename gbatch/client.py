@@ -1,0 +1,82 @@
+"""The CLI's and TUI's side of the daemon socket: one JSON line out, one back."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+
+class DaemonUnavailable(Exception):
+    """No daemon answers on the socket."""
+
+    def __init__(self, socket_path: Path, why: str) -> None:
+        super().__init__(f"no gbatch daemon answers at {socket_path} ({why})")
+        self.socket_path = socket_path
+
+
+class RequestFailed(Exception):
+    """The daemon refused or could not do what was asked.
+
+    `kind` is one of: invalid, not_found, permission, unavailable, internal.
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class Client:
+    def __init__(self, socket_path: Path, timeout: float = 30.0) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._sock: socket.socket | None = None
+        self._reader: Any = None
+
+    def _connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(str(self.socket_path))
+        except (FileNotFoundError, ConnectionRefusedError) as err:
+            sock.close()
+            raise DaemonUnavailable(self.socket_path, err.strerror or str(err)) from err
+        except PermissionError as err:
+            sock.close()
+            raise DaemonUnavailable(self.socket_path, "permission denied on the socket") from err
+        self._sock = sock
+        self._reader = sock.makefile("rb")
+
+    def call(self, op: str, **args: Any) -> dict[str, Any]:
+        """Send one request; return the reply's fields or raise RequestFailed."""
+        if self._sock is None:
+            self._connect()
+        assert self._sock is not None
+        payload = json.dumps({"op": op, **args}).encode() + b"\n"
+        try:
+            self._sock.sendall(payload)
+            line = self._reader.readline()
+        except OSError as err:
+            self.close()
+            raise DaemonUnavailable(self.socket_path, f"connection lost: {err}") from err
+        if not line:
+            self.close()
+            raise DaemonUnavailable(self.socket_path, "the daemon closed the connection")
+        reply: dict[str, Any] = json.loads(line)
+        if not reply.pop("ok", False):
+            raise RequestFailed(reply.get("kind", "internal"), reply.get("error", "unknown error"))
+        return reply
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._reader.close()
+            self._sock.close()
+            self._sock = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,341 @@
+"""One small handler per request the daemon serves.
+
+A handler takes the daemon, the caller (from SO_PEERCRED, never from the request)
+and the request's fields, and returns the reply's fields or raises Refused. Handlers
+write intents to the store and wake the loop; they never start or signal runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gbatch import __version__, wire
+from gbatch.daemon import Daemon
+from gbatch.model import FINAL_STATES, IllegalTransition, Job, JobState
+from gbatch.spec import SpecError, build_spec
+from gbatch.store import JobNotFound
+
+MAX_ARRAY = 100_000
+LOG_CHUNK = 256 * 1024
+
+
+@dataclass(frozen=True)
+class Caller:
+    uid: int
+    user: str
+    pid: int
+
+
+class Refused(Exception):
+    """The request cannot be served. kind: invalid | not_found | permission | unavailable."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+Handler = Callable[[Daemon, Caller, Mapping[str, Any]], dict[str, Any]]
+
+
+def is_admin(daemon: Daemon, caller: Caller) -> bool:
+    """Root, the daemon's own user, and the configured admins may act on any job."""
+    return caller.uid in (0, os.getuid()) or caller.user in daemon.config.admins
+
+
+def may_act_on(daemon: Daemon, caller: Caller, job: Job) -> bool:
+    return caller.uid == job.uid or is_admin(daemon, caller)
+
+
+def _job(daemon: Daemon, job_id: object) -> Job:
+    if not isinstance(job_id, int) or isinstance(job_id, bool):
+        raise Refused("invalid", f"job id {job_id!r} is not a number")
+    job = daemon.store.get(job_id)
+    if job is None:
+        raise Refused("not_found", f"Invalid job id specified: {job_id}")
+    return job
+
+
+def _ids(request: Mapping[str, Any]) -> list[int]:
+    ids = request.get("ids") or []
+    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+        raise Refused("invalid", "ids must be a list of job ids")
+    return ids
+
+
+# -- handlers ------------------------------------------------------------------------
+
+
+def ping(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    for job in daemon.store.active_jobs():
+        counts[job.state.value] = counts.get(job.state.value, 0) + 1
+    return {
+        "pid": os.getpid(),
+        "version": __version__,
+        "started_at": daemon.started_at,
+        "home": str(daemon.paths.home),
+        "active": counts,
+        "nodes": [wire.node_to_wire(daemon.node_info())],
+    }
+
+
+def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    """Queue one spec, or `count` copies of it (an array: one transaction)."""
+    raw = request.get("spec")
+    if not isinstance(raw, dict):
+        raise Refused("invalid", "spec must be a mapping")
+    try:
+        spec = build_spec(raw, {}, default_name=str(raw.get("name") or "job"), source="spec")
+    except SpecError as err:
+        raise Refused("invalid", str(err)) from err
+    count = request.get("count", 1)
+    if not isinstance(count, int) or not 1 <= count <= MAX_ARRAY:
+        raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
+    have, why = daemon.max_gpus_per_node()
+    if spec.gpus > have:
+        hint = (
+            "Set GBATCH_SIMULATE_GPUS=N before `gbatch daemon start` to try gbatch without "
+            "GPUs, or ask for gpus: 0"
+            if have == 0
+            else f"Ask for at most {have}"
+        )
+        detail = f" ({why})" if why and have == 0 else ""
+        raise Refused(
+            "invalid",
+            f"gpus: {spec.gpus} GPUs requested but the largest node has {have}{detail}. {hint}",
+        )
+    if spec.image is not None:
+        problem = daemon.node.docker_problem(daemon.clock())
+        if problem is not None:
+            raise Refused(
+                "unavailable",
+                f"image: jobs with an image need a docker engine on node local, and none "
+                f"answers ({problem}). Start dockerd, or drop `image:` to run a bare process",
+            )
+    if count == 1:
+        specs = [spec]
+    else:
+        specs = [
+            _with(spec, env=(*spec.env, ("GBATCH_ARRAY_TASK_ID", str(i)))) for i in range(count)
+        ]
+    ids = daemon.store.submit(
+        specs, caller.uid, caller.user, daemon.clock(), held=bool(request.get("held"))
+    )
+    daemon.wake.set()
+    return {"ids": ids}
+
+
+def _with(spec: Any, **changes: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(spec, **changes)
+
+
+def cancel(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    """Cancel each job; report per job. Filters (users, states) narrow `ids` or, with no
+    ids, select among the active jobs the caller may act on."""
+    ids = _ids(request)
+    users = request.get("users")
+    states = {JobState.parse(s) for s in request.get("states") or []}
+    if ids:
+        targets: list[int | Job] = list(ids)
+    else:
+        if not users and not states:
+            raise Refused("invalid", "no job ids given. Name job ids, or use -u USER / -t STATE")
+        targets = list(daemon.store.active_jobs())
+    results = []
+    for target in targets:
+        try:
+            job = target if isinstance(target, Job) else _job(daemon, target)
+        except Refused as err:
+            results.append({"id": target, "ok": False, "error": err.message})
+            continue
+        if users and job.user not in users:
+            continue
+        if states and job.state not in states:
+            continue
+        if not ids and not may_act_on(daemon, caller, job):
+            continue  # a filter sweeps only the caller's own jobs, as scancel -u does
+        results.append({"id": job.id, **_cancel_one(daemon, caller, job)})
+    daemon.wake.set()
+    return {"results": results}
+
+
+def _cancel_one(daemon: Daemon, caller: Caller, job: Job) -> dict[str, Any]:
+    if not may_act_on(daemon, caller, job):
+        daemon.audit(caller, "cancel", job, "refused: not the owner")
+        return {"ok": False, "error": f"Access/permission denied for job {job.id}"}
+    now = daemon.clock()
+    for _ in range(3):  # the loop may move the job on between our read and write
+        try:
+            if job.state is JobState.PENDING:
+                daemon.store.set_state(
+                    job.id,
+                    JobState.CANCELLED,
+                    f"cancelled by {caller.user}",
+                    now,
+                    expect={JobState.PENDING},
+                    end_time=now,
+                )
+            elif job.state in (JobState.CONFIGURING, JobState.RUNNING):
+                daemon.store.set_state(
+                    job.id,
+                    JobState.COMPLETING,
+                    f"cancel requested by {caller.user}",
+                    now,
+                    expect={job.state},
+                    stop_state=JobState.CANCELLED,
+                )
+            elif job.state is JobState.COMPLETING:
+                pass  # already stopping
+            else:
+                return {
+                    "ok": False,
+                    "error": f"Job/step already completing or completed: "
+                    f"job {job.id} is {job.state.value}",
+                }
+            return {"ok": True}
+        except IllegalTransition:
+            job = daemon.store.require(job.id)
+    return {"ok": False, "error": f"job {job.id} changed state too often; try again"}
+
+
+def _set_hold(
+    daemon: Daemon, caller: Caller, request: Mapping[str, Any], held: bool
+) -> dict[str, Any]:
+    results = []
+    for job_id in _ids(request):
+        try:
+            job = _job(daemon, job_id)
+        except Refused as err:
+            results.append({"id": job_id, "ok": False, "error": err.message})
+            continue
+        if not may_act_on(daemon, caller, job):
+            daemon.audit(caller, "hold" if held else "release", job, "refused: not the owner")
+            results.append(
+                {"id": job_id, "ok": False, "error": f"Access/permission denied for job {job_id}"}
+            )
+        elif job.state is not JobState.PENDING:
+            results.append(
+                {
+                    "id": job_id,
+                    "ok": False,
+                    "error": f"Job is no longer pending execution: job {job_id} is "
+                    f"{job.state.value}",
+                }
+            )
+        else:
+            daemon.store.set_held(job_id, held, daemon.clock())
+            results.append({"id": job_id, "ok": True})
+    daemon.wake.set()
+    return {"results": results}
+
+
+def hold(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    return _set_hold(daemon, caller, request, True)
+
+
+def release(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    return _set_hold(daemon, caller, request, False)
+
+
+def jobs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    """squeue (active jobs) and sacct (finished=None: every state) queries."""
+    try:
+        states = [JobState.parse(s) for s in request["states"]] if request.get("states") else None
+    except ValueError as err:
+        raise Refused("invalid", f"unknown job state {err}") from err
+    ids = request.get("ids") or None
+    users = request.get("users") or None
+    if request.get("history"):
+        found = daemon.store.jobs(ids=ids, states=states, users=users, since=request.get("since"))
+    elif states is not None and not set(states) <= set(FINAL_STATES) | set(JobState):
+        found = []
+    elif states is not None or ids is not None:
+        found = daemon.store.jobs(
+            ids=ids, states=states, users=users, finished=None if ids else False
+        )
+    else:
+        found = daemon.store.jobs(users=users, finished=False)
+    return {"jobs": [wire.job_to_wire(j) for j in found], "now": daemon.clock()}
+
+
+def job(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    found = _job(daemon, request.get("id"))
+    return {
+        "job": wire.job_to_wire(found),
+        "events": [wire.event_to_wire(e) for e in daemon.store.events(found.id)],
+        "now": daemon.clock(),
+    }
+
+
+def nodes(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    return {"nodes": [wire.node_to_wire(daemon.node_info())]}
+
+
+def logs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    """A chunk of a job's log from `offset`; `done` once the job is final and read out."""
+    found = _job(daemon, request.get("id"))
+    if not may_act_on(daemon, caller, found):
+        daemon.audit(caller, "logs", found, "refused: not the owner")
+        raise Refused(
+            "permission",
+            f"Access/permission denied: job {found.id} is "
+            f"{found.user}'s, and only its owner may read its log",
+        )
+    offset = request.get("offset", 0)
+    if not isinstance(offset, int) or offset < 0:
+        raise Refused("invalid", "offset must be a non-negative integer")
+    path = daemon.paths.job_log(found.id)
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read(LOG_CHUNK)
+    except FileNotFoundError:
+        data = b""
+    final = found.state.is_final or (found.state is JobState.PENDING and found.attempt == 0)
+    return {
+        "data": data.decode("utf-8", errors="replace"),
+        "offset": offset + len(data),
+        "done": final and len(data) < LOG_CHUNK,
+        "state": found.state.value,
+    }
+
+
+def shutdown(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    if not is_admin(daemon, caller):
+        raise Refused("permission", "only root or the daemon's own user may stop the daemon")
+    daemon.stop()
+    return {"pid": os.getpid()}
+
+
+HANDLERS: Mapping[str, Handler] = {
+    "ping": ping,
+    "submit": submit,
+    "cancel": cancel,
+    "hold": hold,
+    "release": release,
+    "jobs": jobs,
+    "job": job,
+    "nodes": nodes,
+    "logs": logs,
+    "shutdown": shutdown,
+}
+
+
+def handle(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    """Serve one request; the reply always has `ok`."""
+    op = request.get("op")
+    handler = HANDLERS.get(op) if isinstance(op, str) else None
+    if handler is None:
+        return {"ok": False, "kind": "invalid", "error": f"unknown request {op!r}"}
+    try:
+        return {"ok": True, **handler(daemon, caller, request)}
+    except Refused as err:
+        return {"ok": False, "kind": err.kind, "error": err.message}
+    except JobNotFound as err:
+        return {"ok": False, "kind": "not_found", "error": str(err)}

@@ -1,0 +1,448 @@
+"""The embedded default node, `local`: this machine, reached without SSH.
+
+It runs the same agent a remote host runs (as a child process instead of over an SSH
+channel) and starts jobs the same two ways: a bare process under gbatch.shim, or a
+detached container through the local docker CLI. Every run is known by
+(job id, attempt) alone, so a restarted daemon finds it again:
+- bare: RUN_DIR = $GBATCH_HOME/run/<job>.<attempt> with pids.json and exit.json;
+- container: the name gbatch-<job>-<attempt>.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from gbatch import containers
+from gbatch.config import Config, Paths
+from gbatch.model import Gpu, Job
+from gbatch.protocol import NodeReport, ReportError, parse_report_line, to_gpus
+
+LOCAL_NODE = "local"
+DOCKER_TIMEOUT = 30.0  # seconds for any one docker CLI call
+
+
+class LaunchError(Exception):
+    """A run could not be started; the message is for the job's reason."""
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    state: Literal["running", "exited", "vanished"]
+    exit_code: int | None = None
+    signal: int | None = None
+    end_time: float | None = None
+    oom: bool = False
+
+
+def agent_script() -> Path:
+    """The agent file: beside the package in a checkout, else the installed copy."""
+    beside = Path(__file__).resolve().parent.parent / "agent" / "gbatch_agent.py"
+    if beside.exists():
+        return beside
+    import importlib.util
+
+    spec = importlib.util.find_spec("gbatch_agent")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the gbatch agent is not installed with this gbatch")
+    return Path(next(iter(spec.submodule_search_locations))) / "gbatch_agent.py"
+
+
+def write_simulation_file(path: Path, count: int) -> None:
+    """Describe `count` simulated GPUs, unless the file already describes that many
+    (tests edit it while the agent runs: keep their edits)."""
+    if path.exists():
+        try:
+            if len(json.loads(path.read_text()).get("gpus", [])) == count:
+                return
+        except (OSError, ValueError, AttributeError):
+            pass
+    gpus = [
+        {
+            "name": "Simulated GPU",
+            "memory_total_mib": 81920,
+            "memory_used_mib": 0,
+            "utilization_pct": 0,
+        }
+        for _ in range(count)
+    ]
+    path.write_text(json.dumps({"gpus": gpus}, indent=2) + "\n")
+
+
+class LocalNode:
+    name = LOCAL_NODE
+
+    def __init__(self, paths: Paths, config: Config, on_change: Callable[[], None]) -> None:
+        self.paths = paths
+        self.config = config
+        self._on_change = on_change  # wakes the daemon loop
+        self._agent: subprocess.Popen[bytes] | None = None
+        self._report: NodeReport | None = None
+        self._report_error = "no report from the agent yet"
+        self.report_seq = 0  # reports received so far; orders releases against reports
+        self._lock = threading.Lock()
+        self._shims: dict[tuple[int, int], subprocess.Popen[bytes]] = {}
+        self._log_followers: dict[str, threading.Thread] = {}
+        self._engine_checked: tuple[float, str | None] = (0.0, None)
+
+    # -- the agent ----------------------------------------------------------------
+
+    def start(self) -> None:
+        argv = [
+            sys.executable,
+            str(agent_script()),
+            "watch",
+            "--interval",
+            str(self.config.report_interval),
+            "--log-dir",
+            str(self.paths.logs),
+        ]
+        if self.config.simulate_gpus is not None:
+            write_simulation_file(self.paths.simulation_file, self.config.simulate_gpus)
+            argv += ["--simulation-file", str(self.paths.simulation_file)]
+        self._agent = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+        )
+        threading.Thread(target=self._read_reports, name="agent-reader", daemon=True).start()
+
+    def _read_reports(self) -> None:
+        assert self._agent is not None and self._agent.stdout is not None
+        for line in self._agent.stdout:
+            try:
+                report = parse_report_line(line)
+            except ReportError as err:
+                with self._lock:
+                    self._report_error = f"bad report from the agent: {err}"
+                continue
+            with self._lock:
+                self._report = report
+                self.report_seq += 1
+            self._on_change()
+        with self._lock:
+            self._report = None
+            self._report_error = "the agent exited"
+        self._on_change()
+
+    def poke(self) -> None:
+        """Ask the agent for a report now (a GPU was just released)."""
+        if self._agent is not None and self._agent.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._agent.stdin.write(b"\n")
+                self._agent.stdin.flush()
+
+    def report(self) -> tuple[NodeReport | None, str]:
+        """The latest report, or None and why there is none."""
+        with self._lock:
+            return self._report, self._report_error
+
+    def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
+        return to_gpus(
+            report,
+            gbatch_sessions=self._gbatch_sessions(),
+            gbatch_containers=(),  # container ids are matched by label in the fleet issue
+        )
+
+    def _gbatch_sessions(self) -> set[int]:
+        # A shim is a session leader: its pid is the session of every process of its job.
+        sessions: set[int] = set()
+        for run_dir in self.paths.runs.glob("*.*"):
+            pids = _read_json(run_dir / "pids.json")
+            if pids:
+                sessions.add(int(pids["shim"]))
+        return sessions
+
+    def stop(self) -> None:
+        if self._agent is not None:
+            with contextlib.suppress(OSError):
+                assert self._agent.stdin is not None
+                self._agent.stdin.close()
+            try:
+                self._agent.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._agent.kill()
+
+    # -- runs -----------------------------------------------------------------------
+
+    def docker_problem(self, now: float) -> str | None:
+        """None when a docker engine answers, else why not (cached for 10 s)."""
+        checked_at, problem = self._engine_checked
+        if now - checked_at < 10.0:
+            return problem
+        try:
+            result = subprocess.run(
+                containers.engine_check_argv(docker=self.config.docker),
+                capture_output=True,
+                text=True,
+                timeout=DOCKER_TIMEOUT,
+            )
+            problem = (
+                None
+                if result.returncode == 0
+                else (result.stderr.strip().splitlines() or ["docker version failed"])[-1]
+            )
+        except FileNotFoundError:
+            problem = f"the docker CLI ({self.config.docker}) is not installed"
+        except subprocess.TimeoutExpired:
+            problem = "the docker engine did not answer within 30 s"
+        self._engine_checked = (now, problem)
+        return problem
+
+    def launch(self, job: Job, attempt: int, gpus: Sequence[int]) -> None:
+        """Start attempt `attempt` of `job` on `gpus`; return once it exists.
+
+        Precondition: CONFIGURING for this attempt is committed, so a crash from
+        here on is found again by reconcile.
+        """
+        self.paths.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+        run_dir = self.paths.run_dir(job.id, attempt)
+        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if job.spec.image is None:
+            self._launch_process(job, attempt, gpus, run_dir)
+        else:
+            self._launch_container(job, attempt, gpus, run_dir)
+
+    def _job_env(self, job: Job, attempt: int, gpus: Sequence[int]) -> dict[str, str]:
+        ids = ",".join(str(g) for g in gpus)
+        return {
+            **dict(job.spec.env),
+            "GBATCH_JOB_ID": str(job.id),
+            "GBATCH_JOB_NAME": job.spec.name,
+            "GBATCH_ATTEMPT": str(attempt),
+            "GBATCH_GPUS": ids,
+            "GBATCH_NODE": self.name,
+        }
+
+    def _launch_process(self, job: Job, attempt: int, gpus: Sequence[int], run_dir: Path) -> None:
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("GBATCH_", "NVIDIA_")) and not key.endswith("_VISIBLE_DEVICES")
+        }
+        env.update(self._job_env(job, attempt, gpus))
+        # NVML and nvidia-smi number GPUs in PCI order; CUDA's default order differs.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        log = _open_log(self.paths.job_log(job.id))
+        try:
+            shim = subprocess.Popen(
+                [sys.executable, "-m", "gbatch.shim", str(run_dir), "--", *job.spec.command],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                cwd=job.spec.workdir or "/",
+                start_new_session=True,
+            )
+        except OSError as err:
+            raise LaunchError(f"cannot start the job: {err}") from err
+        finally:
+            log.close()
+        with self._lock:
+            self._shims[(job.id, attempt)] = shim
+        threading.Thread(
+            target=self._reap, args=(job.id, attempt, shim), name=f"reap-{job.id}", daemon=True
+        ).start()
+
+    def _reap(self, job_id: int, attempt: int, shim: subprocess.Popen[bytes]) -> None:
+        shim.wait()
+        with self._lock:
+            self._shims.pop((job_id, attempt), None)
+        self._on_change()
+
+    def _launch_container(self, job: Job, attempt: int, gpus: Sequence[int], run_dir: Path) -> None:
+        env_file = run_dir / "env"
+        fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(containers.env_file_text(self._job_env(job, attempt, gpus)))
+        log_path = self.paths.job_log(job.id)
+        # Where this attempt's output starts in the job's log: a re-attached follower
+        # truncates back to here and replays the container's whole output.
+        (run_dir / "log_offset").write_text(
+            str(log_path.stat().st_size if log_path.exists() else 0)
+        )
+        argv = containers.docker_run_argv(
+            job_id=job.id,
+            attempt=attempt,
+            user=job.user,
+            spec=job.spec,
+            gpus=gpus,
+            env_file=str(env_file),
+            docker=self.config.docker,
+        )
+        try:
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=DOCKER_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise LaunchError(f"docker run failed: {err}") from err
+        if result.returncode != 0:
+            lines = result.stderr.strip().splitlines() or [f"exit code {result.returncode}"]
+            raise LaunchError(f"docker run failed: {lines[-1]}")
+        self.follow_container_log(job.id, attempt)
+
+    def follow_container_log(self, job_id: int, attempt: int) -> None:
+        """Copy the container's output into the job's log until it exits."""
+        name = containers.container_name(job_id, attempt)
+        with self._lock:
+            follower = self._log_followers.get(name)
+            if follower is not None and follower.is_alive():
+                return
+            follower = threading.Thread(
+                target=self._follow, args=(job_id, attempt), name=f"logs-{name}", daemon=True
+            )
+            self._log_followers[name] = follower
+        follower.start()
+
+    def _follow(self, job_id: int, attempt: int) -> None:
+        name = containers.container_name(job_id, attempt)
+        offset_file = self.paths.run_dir(job_id, attempt) / "log_offset"
+        offset = int(offset_file.read_text()) if offset_file.exists() else 0
+        log = _open_log(self.paths.job_log(job_id))
+        try:
+            log.truncate(offset)
+            subprocess.run(
+                containers.docker_logs_argv(name, follow=True, docker=self.config.docker),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+        finally:
+            log.close()
+            self._on_change()
+
+    def status(self, job: Job, attempt: int) -> RunStatus:
+        if job.spec.image is None:
+            return self._process_status(job.id, attempt)
+        return self._container_status(job.id, attempt)
+
+    def _process_status(self, job_id: int, attempt: int) -> RunStatus:
+        run_dir = self.paths.run_dir(job_id, attempt)
+        ended = _read_json(run_dir / "exit.json")
+        if ended is not None:
+            return RunStatus(
+                "exited", int(ended["exit_code"]), int(ended["signal"]), float(ended["end_time"])
+            )
+        with self._lock:
+            if (job_id, attempt) in self._shims:
+                return RunStatus("running")
+        pids = _read_json(run_dir / "pids.json")
+        if pids is not None and _is_shim_of(int(pids["shim"]), run_dir):
+            return RunStatus("running")
+        if _find_shim(run_dir) is not None:
+            return RunStatus("running")
+        # Check once more: the shim may have written exit.json as it ended.
+        ended = _read_json(run_dir / "exit.json")
+        if ended is not None:
+            return RunStatus(
+                "exited", int(ended["exit_code"]), int(ended["signal"]), float(ended["end_time"])
+            )
+        return RunStatus("vanished")
+
+    def _container_status(self, job_id: int, attempt: int) -> RunStatus:
+        name = containers.container_name(job_id, attempt)
+        try:
+            result = subprocess.run(
+                containers.docker_inspect_argv([name], docker=self.config.docker),
+                capture_output=True,
+                text=True,
+                timeout=DOCKER_TIMEOUT,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return RunStatus("running")  # cannot tell: assume it lives, ask again later
+        if result.returncode != 0:
+            if "No such" in result.stderr:
+                return RunStatus("vanished")
+            return RunStatus("running")
+        statuses = containers.parse_inspect(result.stdout)
+        if not statuses:
+            return RunStatus("vanished")
+        status = statuses[0]
+        if status.state in ("exited", "dead"):
+            follower = self._log_followers.get(name)
+            if follower is not None:
+                follower.join(timeout=5)  # the log is complete before the run is final
+            return RunStatus(
+                "exited",
+                status.exit_code,
+                0,
+                status.finished_at or time.time(),
+                oom=status.oom_killed,
+            )
+        if status.state == "created":
+            return RunStatus("running")
+        self.follow_container_log(job_id, attempt)
+        return RunStatus("running")
+
+    def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
+        """Send `sig` to the run's whole process group (or its container)."""
+        if job.spec.image is not None:
+            name = containers.container_name(job.id, attempt)
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                subprocess.run(
+                    containers.docker_kill_argv(name, sig.name, docker=self.config.docker),
+                    capture_output=True,
+                    timeout=DOCKER_TIMEOUT,
+                )
+            return
+        pids = _read_json(self.paths.run_dir(job.id, attempt) / "pids.json")
+        if pids is None:
+            return  # not started yet; the next tick tries again
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(pids["pgid"]), sig)
+
+    def cleanup(self, job: Job, attempt: int) -> None:
+        """Forget a finished run: remove its container and its run directory."""
+        if job.spec.image is not None:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                subprocess.run(
+                    containers.docker_rm_argv(
+                        containers.container_name(job.id, attempt), docker=self.config.docker
+                    ),
+                    capture_output=True,
+                    timeout=DOCKER_TIMEOUT,
+                )
+        run_dir = self.paths.run_dir(job.id, attempt)
+        for name in ("exit.json", "pids.json", "env", "log_offset"):
+            with contextlib.suppress(FileNotFoundError):
+                (run_dir / name).unlink()
+        with contextlib.suppress(OSError):
+            run_dir.rmdir()
+
+
+def _open_log(path: Path) -> IO[bytes]:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    return os.fdopen(fd, "ab")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _is_shim_of(pid: int, run_dir: Path) -> bool:
+    """Is `pid` alive and the shim of `run_dir`? (pids are reused.)"""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(run_dir).encode() in cmdline and b"gbatch.shim" in cmdline
+
+
+def _find_shim(run_dir: Path) -> int | None:
+    """A shim that is starting has not written pids.json yet: look for it in /proc."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _is_shim_of(int(entry.name), run_dir):
+            return int(entry.name)
+    return None

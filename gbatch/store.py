@@ -1,0 +1,394 @@
+"""The only module that speaks SQL: schema, migrations, transactions, queries.
+
+SQLite in WAL mode with synchronous=FULL, so a commit that `sbatch` acknowledged
+survives a power cut. Every write is one `BEGIN IMMEDIATE` transaction. The daemon
+is the only writer; its threads share one connection behind a lock.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from gbatch import fairshare
+from gbatch.model import (
+    ACTIVE_STATES,
+    Event,
+    IllegalTransition,
+    Job,
+    JobSpec,
+    JobState,
+    check_transition,
+)
+
+_ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE_STATES, key=lambda s: s.value))
+
+# Each entry moves the schema one version forward; never edit a released entry.
+MIGRATIONS: tuple[str, ...] = (
+    f"""
+    CREATE TABLE jobs (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        uid         INTEGER NOT NULL,
+        user        TEXT    NOT NULL,
+        name        TEXT    NOT NULL,
+        spec        TEXT    NOT NULL,
+        state       TEXT    NOT NULL,
+        reason      TEXT    NOT NULL DEFAULT '',
+        held        INTEGER NOT NULL DEFAULT 0,
+        submit_time REAL    NOT NULL,
+        start_time  REAL,
+        end_time    REAL,
+        node        TEXT,
+        gpus        TEXT    NOT NULL DEFAULT '',
+        attempt     INTEGER NOT NULL DEFAULT 0,
+        exit_code   INTEGER,
+        exit_signal INTEGER,
+        stop_state  TEXT
+    );
+    CREATE INDEX jobs_active ON jobs(id) WHERE state IN ({_ACTIVE_SQL});
+    CREATE INDEX jobs_end ON jobs(end_time);
+    CREATE TABLE events (
+        id     INTEGER PRIMARY KEY,
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        time   REAL    NOT NULL,
+        state  TEXT    NOT NULL,
+        reason TEXT    NOT NULL
+    );
+    CREATE INDEX events_job ON events(job_id);
+    CREATE TABLE usage (
+        user        TEXT PRIMARY KEY,
+        gpu_seconds REAL NOT NULL,
+        as_of       REAL NOT NULL
+    );
+    """,
+)
+
+_JOB_COLUMNS = (
+    "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node, "
+    "gpus, attempt, exit_code, exit_signal, stop_state"
+)
+# Columns set_state may write besides state and reason.
+_UPDATABLE = frozenset(
+    {"start_time", "end_time", "node", "gpus", "attempt", "exit_code", "exit_signal", "stop_state"}
+)
+
+
+class StoreError(Exception):
+    """The store cannot do what was asked (a missing job, a full disk)."""
+
+
+class JobNotFound(StoreError):
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} does not exist")
+        self.job_id = job_id
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.RLock()
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves.
+        self._db = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, timeout=30
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._migrate()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- schema ---------------------------------------------------------------------
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        with self._write():
+            version = self.schema_version
+            if version > len(MIGRATIONS):
+                raise StoreError(
+                    f"{self.path} has schema version {version}, newer than this gbatch "
+                    f"knows ({len(MIGRATIONS)}). Upgrade gbatch"
+                )
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                for statement in script.split(";"):
+                    if statement.strip():
+                        self._db.execute(statement)
+                self._db.execute(f"PRAGMA user_version = {number}")
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.OperationalError as err:
+                self._db.execute("ROLLBACK")
+                raise StoreError(f"could not commit to {self.path}: {err}") from err
+
+    # -- writes ---------------------------------------------------------------------
+
+    def submit(
+        self,
+        specs: Sequence[JobSpec],
+        uid: int,
+        user: str,
+        now: float,
+        *,
+        held: bool = False,
+    ) -> list[int]:
+        """Queue specs in one transaction (an array is one commit); return their ids.
+
+        The ids are durable once this returns.
+        """
+        state = JobState.PENDING.value
+        try:
+            with self._write() as db:
+                ids: list[int] = []
+                for spec in specs:
+                    cursor = db.execute(
+                        "INSERT INTO jobs (uid, user, name, spec, state, held, submit_time)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (uid, user, spec.name, json.dumps(spec.to_dict()), state, held, now),
+                    )
+                    assert cursor.lastrowid is not None
+                    ids.append(cursor.lastrowid)
+                db.executemany(
+                    "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
+                    [(job_id, now, state, "submitted") for job_id in ids],
+                )
+        except sqlite3.OperationalError as err:
+            raise StoreError(f"could not write to {self.path}: {err}") from err
+        return ids
+
+    def set_state(
+        self,
+        job_id: int,
+        new: JobState,
+        reason: str,
+        now: float,
+        *,
+        expect: Collection[JobState] | None = None,
+        **fields: object,
+    ) -> Job:
+        """The one way a job changes state: check the edge, write it and its event.
+
+        `expect`, when given, is the set of states the caller believes the job is in;
+        a job found in another state raises IllegalTransition without writing, so a
+        racing cancel and dispatch cannot both win. `fields` updates other columns
+        (start_time, end_time, node, gpus, attempt, exit_code, exit_signal, stop_state).
+        """
+        unknown = set(fields) - _UPDATABLE
+        if unknown:
+            raise ValueError(f"set_state cannot write {sorted(unknown)}")
+        with self._write() as db:
+            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            current = JobState(row[0])
+            if expect is not None and current not in expect:
+                raise IllegalTransition(current, new)
+            check_transition(current, new)
+            columns = {"state": new.value, "reason": reason, **_encode(fields)}
+            assignments = ", ".join(f"{name} = ?" for name in columns)
+            db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*columns.values(), job_id))
+            db.execute(
+                "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
+                (job_id, now, new.value, reason),
+            )
+            job = self._get(db, job_id)
+        assert job is not None
+        return job
+
+    def set_pending_reasons(self, reasons: Mapping[int, str]) -> None:
+        """Record why pending jobs wait. Not a state change, so no event row."""
+        if not reasons:
+            return
+        with self._write() as db:
+            db.executemany(
+                "UPDATE jobs SET reason = ? WHERE id = ? AND state = 'PENDING' AND reason != ?",
+                [(reason, job_id, reason) for job_id, reason in reasons.items()],
+            )
+
+    def set_held(self, job_id: int, held: bool, now: float) -> Job:
+        """Hold or release a pending job (recorded as an event, state unchanged)."""
+        with self._write() as db:
+            job = self._get(db, job_id)
+            if job is None:
+                raise JobNotFound(job_id)
+            reason = "JobHeldUser" if held else ""
+            db.execute("UPDATE jobs SET held = ?, reason = ? WHERE id = ?", (held, reason, job_id))
+            db.execute(
+                "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
+                (job_id, now, job.state.value, "held by user" if held else "released"),
+            )
+            job = self._get(db, job_id)
+        assert job is not None
+        return job
+
+    def add_usage(self, user: str, gpu_seconds: float, now: float, half_life: float) -> None:
+        """Fold one finished run's GPU-seconds into the user's decayed usage."""
+        with self._write() as db:
+            row = db.execute(
+                "SELECT gpu_seconds, as_of FROM usage WHERE user = ?", (user,)
+            ).fetchone()
+            stored, as_of = (row[0], row[1]) if row else (0.0, now)
+            total = fairshare.accrue(stored, as_of, gpu_seconds, now, half_life)
+            db.execute(
+                "INSERT INTO usage (user, gpu_seconds, as_of) VALUES (?, ?, ?)"
+                " ON CONFLICT(user) DO UPDATE SET gpu_seconds = excluded.gpu_seconds,"
+                " as_of = excluded.as_of",
+                (user, total, now),
+            )
+
+    # -- reads ----------------------------------------------------------------------
+
+    def get(self, job_id: int) -> Job | None:
+        with self._lock:
+            return self._get(self._db, job_id)
+
+    def require(self, job_id: int) -> Job:
+        job = self.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    def active_jobs(self) -> list[Job]:
+        """Jobs not yet in a final state, oldest first (uses the partial index)."""
+        return self._select(f"state IN ({_ACTIVE_SQL})", ())
+
+    def jobs(
+        self,
+        *,
+        ids: Collection[int] | None = None,
+        states: Collection[JobState] | None = None,
+        users: Collection[str] | None = None,
+        finished: bool | None = None,
+        since: float | None = None,
+        limit: int | None = None,
+    ) -> list[Job]:
+        """Jobs matching every given filter, by id. finished=True: final states only."""
+        clauses: list[str] = []
+        params: list[object] = []
+        if finished is False and states is None:
+            clauses.append(f"state IN ({_ACTIVE_SQL})")
+        elif finished is True:
+            clauses.append(f"state NOT IN ({_ACTIVE_SQL})")
+        for column, values in (("id", ids), ("state", states), ("user", users)):
+            if values is not None:
+                items = [v.value if isinstance(v, JobState) else v for v in values]
+                clauses.append(f"{column} IN ({', '.join('?' * len(items))})")
+                params.extend(items)
+        if since is not None:
+            clauses.append("submit_time >= ?")
+            params.append(since)
+        where = " AND ".join(clauses) or "1"
+        if limit is not None:
+            where += f" ORDER BY id DESC LIMIT {int(limit)}"
+            return sorted(self._select_raw(where, params), key=lambda j: j.id)
+        return self._select(where, params)
+
+    def events(self, job_id: int) -> list[Event]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT job_id, time, state, reason FROM events WHERE job_id = ? ORDER BY id",
+                (job_id,),
+            ).fetchall()
+        return [Event(r[0], r[1], JobState(r[2]), r[3]) for r in rows]
+
+    def usage(self, now: float, half_life: float) -> dict[str, float]:
+        """Every user's stored GPU-seconds, decayed to `now`."""
+        with self._lock:
+            rows = self._db.execute("SELECT user, gpu_seconds, as_of FROM usage").fetchall()
+        return {user: fairshare.decay(value, now - as_of, half_life) for user, value, as_of in rows}
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM jobs").fetchone()[0])
+
+    def integrity_ok(self) -> bool:
+        with self._lock:
+            return bool(self._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok")
+
+    # -- helpers --------------------------------------------------------------------
+
+    def _select(self, where: str, params: Iterable[object]) -> list[Job]:
+        return self._select_raw(f"{where} ORDER BY id", params)
+
+    def _select_raw(self, tail: str, params: Iterable[object]) -> list[Job]:
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {tail}", tuple(params)
+            ).fetchall()
+        return [_job_from_row(row) for row in rows]
+
+    @staticmethod
+    def _get(db: sqlite3.Connection, job_id: int) -> Job | None:
+        row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return _job_from_row(row) if row else None
+
+
+def _encode(fields: Mapping[str, object]) -> dict[str, object]:
+    encoded: dict[str, object] = {}
+    for name, value in fields.items():
+        if name == "gpus":
+            assert isinstance(value, tuple | list)
+            value = ",".join(str(g) for g in value)
+        elif isinstance(value, JobState):
+            value = value.value
+        encoded[name] = value
+    return encoded
+
+
+def _job_from_row(row: Sequence[object]) -> Job:
+    (
+        job_id,
+        uid,
+        user,
+        spec,
+        state,
+        reason,
+        held,
+        submit_time,
+        start_time,
+        end_time,
+        node,
+        gpus,
+        attempt,
+        exit_code,
+        exit_signal,
+        stop_state,
+    ) = row
+    assert isinstance(spec, str) and isinstance(gpus, str) and isinstance(state, str)
+    return Job(
+        id=int(job_id),  # type: ignore[call-overload]
+        uid=int(uid),  # type: ignore[call-overload]
+        user=str(user),
+        spec=JobSpec.from_dict(json.loads(spec)),
+        state=JobState(state),
+        reason=str(reason),
+        held=bool(held),
+        submit_time=float(submit_time),  # type: ignore[arg-type]
+        start_time=start_time,  # type: ignore[arg-type]
+        end_time=end_time,  # type: ignore[arg-type]
+        node=node,  # type: ignore[arg-type]
+        gpus=tuple(int(g) for g in gpus.split(",")) if gpus else (),
+        attempt=int(attempt),  # type: ignore[call-overload]
+        exit_code=exit_code,  # type: ignore[arg-type]
+        exit_signal=exit_signal,  # type: ignore[arg-type]
+        stop_state=JobState(stop_state) if stop_state else None,
+    )

@@ -1,0 +1,95 @@
+"""Model objects <-> the JSON the daemon and its clients exchange over the socket."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
+
+
+def job_to_wire(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "uid": job.uid,
+        "user": job.user,
+        "spec": job.spec.to_dict(),
+        "state": job.state.value,
+        "submit_time": job.submit_time,
+        "reason": job.reason,
+        "held": job.held,
+        "start_time": job.start_time,
+        "end_time": job.end_time,
+        "node": job.node,
+        "gpus": list(job.gpus),
+        "attempt": job.attempt,
+        "exit_code": job.exit_code,
+        "exit_signal": job.exit_signal,
+        "stop_state": job.stop_state.value if job.stop_state else None,
+    }
+
+
+def job_from_wire(data: Mapping[str, Any]) -> Job:
+    return Job(
+        id=data["id"],
+        uid=data["uid"],
+        user=data["user"],
+        spec=JobSpec.from_dict(data["spec"]),
+        state=JobState(data["state"]),
+        submit_time=data["submit_time"],
+        reason=data["reason"],
+        held=data["held"],
+        start_time=data["start_time"],
+        end_time=data["end_time"],
+        node=data["node"],
+        gpus=tuple(data["gpus"]),
+        attempt=data["attempt"],
+        exit_code=data["exit_code"],
+        exit_signal=data["exit_signal"],
+        stop_state=JobState(data["stop_state"]) if data["stop_state"] else None,
+    )
+
+
+def event_to_wire(event: Event) -> dict[str, Any]:
+    return {
+        "job_id": event.job_id,
+        "time": event.time,
+        "state": event.state.value,
+        "reason": event.reason,
+    }
+
+
+def event_from_wire(data: Mapping[str, Any]) -> Event:
+    return Event(data["job_id"], data["time"], JobState(data["state"]), data["reason"])
+
+
+def node_to_wire(node: NodeInfo) -> dict[str, Any]:
+    return {
+        "name": node.name,
+        "state": node.state.value,
+        "reason": node.reason,
+        "gpus": [
+            {
+                "index": g.index,
+                "uuid": g.uuid,
+                "name": g.name,
+                "memory_total_mib": g.memory_total_mib,
+                "memory_used_mib": g.memory_used_mib,
+                "utilization_pct": g.utilization_pct,
+                "foreign_processes": g.foreign_processes,
+                "simulated": g.simulated,
+            }
+            for g in node.gpus
+        ],
+        "allocations": {str(index): job for index, job in node.allocations.items()},
+    }
+
+
+def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
+    return NodeInfo(
+        name=data["name"],
+        state=NodeState(data["state"]),
+        reason=data["reason"],
+        gpus=tuple(Gpu(**g) for g in data["gpus"]),
+        allocations={int(index): job for index, job in data["allocations"].items()},
+    )

@@ -7,8 +7,9 @@ variables override config.yaml (`GBATCH_SIMULATE_GPUS`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 
@@ -104,19 +105,21 @@ def load_config(paths: Paths, environ: Mapping[str, str]) -> Config:
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{paths.config_file}: the top level must be a mapping of settings")
         raw = dict(loaded or {})
+    config = _validate(raw, str(paths.config_file))
     if environ.get("GBATCH_SIMULATE_GPUS"):
-        raw["simulate_gpus"] = environ["GBATCH_SIMULATE_GPUS"]
-    return _validate(raw, str(paths.config_file))
+        simulate = _coerce("simulate_gpus", environ["GBATCH_SIMULATE_GPUS"], "environment")
+        config = replace(config, simulate_gpus=simulate)  # type: ignore[arg-type]
+    return config
 
 
 def _validate(raw: Mapping[str, object], source: str) -> Config:
     known = {f.name for f in fields(Config)}
     values: dict[str, object] = {}
     for key, value in raw.items():
-        if key not in known:
+        if not isinstance(key, str) or key not in known:
             import difflib
 
-            near = difflib.get_close_matches(key, known, n=1)
+            near = difflib.get_close_matches(str(key), known, n=1)
             hint = (
                 f'Did you mean "{near[0]}"?' if near else f"Valid keys: {', '.join(sorted(known))}"
             )
@@ -127,7 +130,11 @@ def _validate(raw: Mapping[str, object], source: str) -> Config:
 
 def _coerce(key: str, value: object, source: str) -> object:
     def bad(what: str) -> ConfigError:
-        return ConfigError(f"{source}: {key}: {value!r} is not {what}. Fix the value")
+        where = "GBATCH_SIMULATE_GPUS" if source == "environment" else f"{source}: {key}"
+        return ConfigError(f"{where}: {value!r} is not {what}. Fix the value")
+
+    if key == "simulate_gpus" and value is None:
+        return None
 
     if key == "admins":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -138,10 +145,17 @@ def _coerce(key: str, value: object, source: str) -> object:
             raise bad("a command name")
         return value
     if key in _INT_KEYS:
+        if isinstance(value, bool):
+            raise bad("an integer")
         try:
+            if key == "socket_mode" and not isinstance(value, str):
+                # YAML reads 660 as decimal and 0660 as octal: only a string is clear.
+                raise bad("a quoted octal mode like '660'")
             number = int(str(value), 8) if key == "socket_mode" else int(str(value))
         except ValueError as err:
-            raise bad("an integer") from err
+            raise bad("an octal mode like '660'" if key == "socket_mode" else "an integer") from err
+        if key == "socket_mode" and number > 0o777:
+            raise bad("a permission mode (at most 777)")
         if number < 0:
             raise bad("zero or more")
         return number
@@ -150,7 +164,7 @@ def _coerce(key: str, value: object, source: str) -> object:
             number_f = float(str(value))
         except ValueError as err:
             raise bad("a number") from err
-        if number_f <= 0:
-            raise bad("greater than zero")
+        if not math.isfinite(number_f) or number_f <= 0:
+            raise bad("a finite number greater than zero")
         return number_f
     raise AssertionError(key)

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gbatch import __version__, wire
 from gbatch.daemon import Daemon
-from gbatch.model import FINAL_STATES, IllegalTransition, Job, JobState
+from gbatch.model import IllegalTransition, Job, JobState
 from gbatch.spec import SpecError, build_spec
 from gbatch.store import JobNotFound
+from gbatch.timefmt import MAX_TIME_LIMIT_S
 
 MAX_ARRAY = 100_000
 LOG_CHUNK = 256 * 1024
@@ -88,10 +89,22 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
     raw = request.get("spec")
     if not isinstance(raw, dict):
         raise Refused("invalid", "spec must be a mapping")
+    # On the wire a time limit is already in seconds, not a job file's minutes.
+    limit = raw.get("time_limit")
+    if limit is not None and (
+        not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_TIME_LIMIT_S
+    ):
+        raise Refused("invalid", f"time_limit: {limit!r} is not a number of seconds")
     try:
-        spec = build_spec(raw, {}, default_name=str(raw.get("name") or "job"), source="spec")
+        spec = build_spec(
+            {**raw, "time_limit": None},
+            {},
+            default_name=str(raw.get("name") or "job"),
+            source="spec",
+        )
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
+    spec = replace(spec, time_limit=limit)
     count = request.get("count", 1)
     if not isinstance(count, int) or not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
@@ -120,19 +133,13 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
         specs = [spec]
     else:
         specs = [
-            _with(spec, env=(*spec.env, ("GBATCH_ARRAY_TASK_ID", str(i)))) for i in range(count)
+            replace(spec, env=(*spec.env, ("GBATCH_ARRAY_TASK_ID", str(i)))) for i in range(count)
         ]
     ids = daemon.store.submit(
         specs, caller.uid, caller.user, daemon.clock(), held=bool(request.get("held"))
     )
     daemon.wake.set()
     return {"ids": ids}
-
-
-def _with(spec: Any, **changes: Any) -> Any:
-    from dataclasses import replace
-
-    return replace(spec, **changes)
 
 
 def cancel(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -219,18 +226,13 @@ def _set_hold(
             results.append(
                 {"id": job_id, "ok": False, "error": f"Access/permission denied for job {job_id}"}
             )
-        elif job.state is not JobState.PENDING:
-            results.append(
-                {
-                    "id": job_id,
-                    "ok": False,
-                    "error": f"Job is no longer pending execution: job {job_id} is "
-                    f"{job.state.value}",
-                }
-            )
         else:
-            daemon.store.set_held(job_id, held, daemon.clock())
-            results.append({"id": job_id, "ok": True})
+            try:
+                daemon.store.set_held(job_id, held, daemon.clock())
+                results.append({"id": job_id, "ok": True})
+            except IllegalTransition as err:
+                error = f"Job is no longer pending execution: job {job_id} is {err.current.value}"
+                results.append({"id": job_id, "ok": False, "error": error})
     daemon.wake.set()
     return {"results": results}
 
@@ -253,8 +255,6 @@ def jobs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
     users = request.get("users") or None
     if request.get("history"):
         found = daemon.store.jobs(ids=ids, states=states, users=users, since=request.get("since"))
-    elif states is not None and not set(states) <= set(FINAL_STATES) | set(JobState):
-        found = []
     elif states is not None or ids is not None:
         found = daemon.store.jobs(
             ids=ids, states=states, users=users, finished=None if ids else False

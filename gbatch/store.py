@@ -225,11 +225,16 @@ class Store:
             )
 
     def set_held(self, job_id: int, held: bool, now: float) -> Job:
-        """Hold or release a pending job (recorded as an event, state unchanged)."""
+        """Hold or release a pending job (recorded as an event, state unchanged).
+
+        Raises IllegalTransition when the job is no longer PENDING."""
         with self._write() as db:
             job = self._get(db, job_id)
             if job is None:
                 raise JobNotFound(job_id)
+            if job.state is not JobState.PENDING:
+                # Checked inside the transaction: the loop may have just dispatched it.
+                raise IllegalTransition(job.state, job.state)
             reason = "JobHeldUser" if held else ""
             db.execute("UPDATE jobs SET held = ?, reason = ? WHERE id = ?", (held, reason, job_id))
             db.execute(

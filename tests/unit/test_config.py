@@ -1,0 +1,297 @@
+"""Where gbatch keeps its files, and config.yaml plus environment overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+import pytest
+
+from gbatch.config import Config, ConfigError, Paths, load_config, resolve_paths
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> Paths:
+    return Paths(tmp_path)
+
+
+def write_config(paths: Paths, text: str) -> None:
+    paths.config_file.write_text(text)
+
+
+# -- paths ------------------------------------------------------------------------------
+
+
+def test_gbatch_home_decides_every_path(tmp_path: Path) -> None:
+    paths = resolve_paths({"GBATCH_HOME": str(tmp_path / "gb")})
+
+    home = tmp_path / "gb"
+    assert paths.home == home
+    assert paths.config_file == home / "config.yaml"
+    assert paths.store == home / "gbatch.db"
+    assert paths.socket == home / "gbatchd.sock"
+    assert paths.lock == home / "gbatchd.lock"
+    assert paths.daemon_log == home / "gbatchd.log"
+    assert paths.job_log(42) == home / "logs" / "42.log"
+    assert paths.run_dir(42, 3) == home / "run" / "42.3"
+    assert paths.simulation_file == home / "simulated-gpus.json"
+
+
+def test_relative_gbatch_home_is_made_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert resolve_paths({"GBATCH_HOME": "gb"}).home == tmp_path / "gb"
+
+
+def test_gbatch_home_expands_the_tilde(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert resolve_paths({"GBATCH_HOME": "~/gb"}).home == tmp_path / "gb"
+
+
+@pytest.mark.parametrize("environ", [{}, {"GBATCH_HOME": ""}], ids=["unset", "empty"])
+def test_without_gbatch_home_the_user_data_dir_is_used(
+    environ: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "share"))
+
+    home = resolve_paths(environ).home
+
+    assert home == Path(platformdirs.user_data_dir("gbatch", appauthor=False))
+    assert home == tmp_path / "share" / "gbatch"
+
+
+# -- load_config: files -----------------------------------------------------------------
+
+
+def test_missing_config_file_gives_defaults(paths: Paths) -> None:
+    config = load_config(paths, {})
+
+    assert config == Config()
+    assert config.tick_seconds == 1.0
+    assert config.half_life_days == 7.0
+    assert config.simulate_gpus is None
+    assert config.socket_mode == 0o600
+    assert config.admins == ()
+    assert config.docker == "docker"
+
+
+@pytest.mark.parametrize("text", ["", "# nothing set yet\n", "---\n"])
+def test_empty_config_file_gives_defaults(paths: Paths, text: str) -> None:
+    write_config(paths, text)
+    assert load_config(paths, {}) == Config()
+
+
+def test_config_file_with_every_key_is_read(paths: Paths) -> None:
+    write_config(
+        paths,
+        "tick_seconds: 0.5\n"
+        "report_interval: 2\n"
+        "half_life_days: 14\n"
+        "kill_grace_seconds: 10.5\n"
+        "simulate_gpus: 4\n"
+        "gpu_memory_threshold_mib: 1024\n"
+        'socket_mode: "660"\n'
+        "admins: [alice, bob]\n"
+        "docker: podman\n",
+    )
+
+    assert load_config(paths, {}) == Config(
+        tick_seconds=0.5,
+        report_interval=2.0,
+        half_life_days=14.0,
+        kill_grace_seconds=10.5,
+        simulate_gpus=4,
+        gpu_memory_threshold_mib=1024,
+        socket_mode=0o660,
+        admins=("alice", "bob"),
+        docker="podman",
+    )
+
+
+def test_every_config_key_is_a_config_field() -> None:
+    # Guards the test above: if Config grows a field, that test must grow a key.
+    assert {f for f in Config.__dataclass_fields__} == {
+        "tick_seconds",
+        "report_interval",
+        "half_life_days",
+        "kill_grace_seconds",
+        "simulate_gpus",
+        "gpu_memory_threshold_mib",
+        "socket_mode",
+        "admins",
+        "docker",
+    }
+
+
+def test_half_life_is_converted_to_seconds(paths: Paths) -> None:
+    write_config(paths, "half_life_days: 2\n")
+    assert load_config(paths, {}).half_life_seconds == 2 * 86400.0
+
+
+def test_simulate_gpus_zero_is_allowed(paths: Paths) -> None:
+    write_config(paths, "simulate_gpus: 0\n")
+    assert load_config(paths, {}).simulate_gpus == 0
+
+
+@pytest.mark.parametrize(
+    ("written", "mode"),
+    [('"660"', 0o660), ('"0o640"', 0o640), ('"0600"', 0o600), ('"0"', 0)],
+)
+def test_socket_mode_digits_are_read_as_octal(paths: Paths, written: str, mode: int) -> None:
+    write_config(paths, f"socket_mode: {written}\n")
+    assert load_config(paths, {}).socket_mode == mode
+
+
+@pytest.mark.parametrize("written", ["0660", "660"])
+def test_unquoted_socket_mode_is_refused_as_ambiguous(paths: Paths, written: str) -> None:
+    write_config(paths, f"socket_mode: {written}\n")
+    with pytest.raises(ConfigError, match="quoted octal mode like '660'"):
+        load_config(paths, {})
+
+
+# -- load_config: environment -----------------------------------------------------------
+
+
+def test_simulate_gpus_from_environment_without_a_file(paths: Paths) -> None:
+    assert load_config(paths, {"GBATCH_SIMULATE_GPUS": "8"}).simulate_gpus == 8
+
+
+def test_environment_overrides_the_file(paths: Paths) -> None:
+    write_config(paths, "simulate_gpus: 2\ntick_seconds: 3\n")
+
+    config = load_config(paths, {"GBATCH_SIMULATE_GPUS": "4"})
+
+    assert config.simulate_gpus == 4
+    assert config.tick_seconds == 3.0
+
+
+def test_empty_environment_variable_does_not_override(paths: Paths) -> None:
+    write_config(paths, "simulate_gpus: 2\n")
+    assert load_config(paths, {"GBATCH_SIMULATE_GPUS": ""}).simulate_gpus == 2
+
+
+def test_bad_simulate_gpus_in_environment_is_a_config_error(paths: Paths) -> None:
+    with pytest.raises(ConfigError, match="GBATCH_SIMULATE_GPUS"):
+        load_config(paths, {"GBATCH_SIMULATE_GPUS": "lots"})
+
+
+def test_bad_simulate_gpus_in_environment_names_the_variable(paths: Paths) -> None:
+    with pytest.raises(ConfigError, match="GBATCH_SIMULATE_GPUS"):
+        load_config(paths, {"GBATCH_SIMULATE_GPUS": "lots"})
+
+
+# -- load_config: errors ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "nearest"),
+    [
+        ("tick_second", "tick_seconds"),
+        ("simulate_gpu", "simulate_gpus"),
+        ("half_life", "half_life_days"),
+        ("admin", "admins"),
+        ("socketmode", "socket_mode"),
+    ],
+)
+def test_unknown_key_names_the_file_and_suggests_the_nearest_key(
+    paths: Paths, key: str, nearest: str
+) -> None:
+    write_config(paths, f"{key}: 1\n")
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(paths, {})
+
+    message = str(caught.value)
+    assert str(paths.config_file) in message
+    assert f'"{key}"' in message
+    assert f'Did you mean "{nearest}"?' in message
+
+
+def test_unknown_key_far_from_any_lists_the_valid_keys(paths: Paths) -> None:
+    write_config(paths, "colour: blue\n")
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(paths, {})
+
+    message = str(caught.value)
+    assert str(paths.config_file) in message
+    assert '"colour"' in message
+    assert "Valid keys:" in message
+    assert "tick_seconds" in message and "docker" in message
+
+
+def test_non_string_key_is_a_config_error(paths: Paths) -> None:
+    write_config(paths, "5: 1\n")
+    with pytest.raises(ConfigError, match="5"):
+        load_config(paths, {})
+
+
+@pytest.mark.parametrize(
+    ("line", "what"),
+    [
+        ("tick_seconds: -1", "a finite number greater than zero"),
+        ("tick_seconds: 0", "a finite number greater than zero"),
+        ("half_life_days: -7", "a finite number greater than zero"),
+        ("kill_grace_seconds: -0.5", "a finite number greater than zero"),
+        ("report_interval: fast", "a number"),
+        ("tick_seconds: true", "a number"),
+        ("tick_seconds: [1]", "a number"),
+        ("simulate_gpus: -2", "zero or more"),
+        ("gpu_memory_threshold_mib: -1", "zero or more"),
+        ("simulate_gpus: many", "an integer"),
+        ("simulate_gpus: 2.5", "an integer"),
+        ("gpu_memory_threshold_mib: yes", "an integer"),
+        ('socket_mode: "rw-rw----"', "an octal mode like '660'"),
+        ('socket_mode: "680"', "an octal mode like '660'"),  # 8 is no octal digit
+        ('socket_mode: "-600"', "zero or more"),
+        ("admins: alice", "a list of user names"),
+        ("admins: [alice, 7]", "a list of user names"),
+        ('docker: ""', "a command name"),
+        ("docker: 5", "a command name"),
+    ],
+)
+def test_bad_value_names_file_key_value_and_the_fix(paths: Paths, line: str, what: str) -> None:
+    write_config(paths, line + "\n")
+    key = line.split(":")[0]
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(paths, {})
+
+    message = str(caught.value)
+    assert message.startswith(f"{paths.config_file}: {key}: ")
+    assert f"is not {what}" in message
+    assert message.endswith("Fix the value")
+
+
+@pytest.mark.parametrize("key", ["tick_seconds", "half_life_days"])
+def test_nan_is_not_a_valid_number(paths: Paths, key: str) -> None:
+    write_config(paths, f"{key}: .nan\n")
+    with pytest.raises(ConfigError, match=key):
+        load_config(paths, {})
+
+
+def test_explicit_null_simulate_gpus_means_no_simulation(paths: Paths) -> None:
+    write_config(paths, "simulate_gpus: null\n")
+    assert load_config(paths, {}).simulate_gpus is None
+
+
+@pytest.mark.parametrize("text", ["- tick_seconds: 1\n", "just a string\n", "42\n"])
+def test_top_level_that_is_not_a_mapping_is_refused(paths: Paths, text: str) -> None:
+    write_config(paths, text)
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(paths, {})
+
+    assert str(paths.config_file) in str(caught.value)
+    assert "top level must be a mapping" in str(caught.value)
+
+
+def test_malformed_yaml_is_a_config_error_naming_the_file(paths: Paths) -> None:
+    write_config(paths, "tick_seconds: [1\n")
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(paths, {})
+
+    assert str(paths.config_file) in str(caught.value)
+    assert "Fix the file" in str(caught.value)

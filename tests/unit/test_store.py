@@ -1,0 +1,599 @@
+"""The store against a real SQLite file: schema, durability settings, transitions,
+events, usage and queries."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gbatch import store as store_module
+from gbatch.model import IllegalTransition, JobSpec, JobState
+from gbatch.store import MIGRATIONS, JobNotFound, Store, StoreError
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+HOUR = 3600.0
+DAY = 86400.0
+
+
+def spec(name: str = "train", gpus: int = 1) -> JobSpec:
+    return JobSpec(
+        name=name,
+        command=("python", "train.py"),
+        image="pytorch:24.01",
+        gpus=gpus,
+        time_limit=3600,
+        env=(("SEED", "1"),),
+        mounts=("/data:/data:ro",),
+    )
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "gbatch.db"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[Store]:
+    opened = Store(db_path)
+    yield opened
+    opened.close()
+
+
+def submit_one(store: Store, user: str = "alice", now: float = T0, **kwargs: bool) -> int:
+    (job_id,) = store.submit([spec()], uid=1000, user=user, now=now, **kwargs)
+    return job_id
+
+
+def run_job(store: Store, job_id: int, now: float = T0) -> None:
+    store.set_state(job_id, JobState.CONFIGURING, "", now, node="gpu01", gpus=(0,), attempt=1)
+    store.set_state(job_id, JobState.RUNNING, "", now, start_time=now)
+
+
+# -- schema and durability --------------------------------------------------------------
+
+
+def test_new_store_creates_file_and_schema_at_latest_version(db_path: Path) -> None:
+    store = Store(db_path)
+    try:
+        assert db_path.exists()
+        assert store.schema_version == len(MIGRATIONS)
+        assert store.count() == 0
+    finally:
+        store.close()
+    raw = sqlite3.connect(db_path)
+    try:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"jobs", "events", "usage"} <= tables
+    finally:
+        raw.close()
+
+
+def test_store_uses_wal_journal_visible_to_other_connections(store: Store) -> None:
+    other = sqlite3.connect(store.path)
+    try:
+        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        other.close()
+
+
+def test_store_commits_with_synchronous_full(store: Store) -> None:
+    # synchronous is per connection, so it must be read on the store's own one; 2 is FULL.
+    assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
+def test_reopening_keeps_jobs_events_and_usage(db_path: Path) -> None:
+    first = Store(db_path)
+    job_id = submit_one(first)
+    first.set_state(job_id, JobState.CANCELLED, "cancelled by alice", T0 + 1, end_time=T0 + 1)
+    first.add_usage("alice", 100.0, T0, half_life=DAY)
+    first.close()
+
+    second = Store(db_path)
+    try:
+        assert second.schema_version == len(MIGRATIONS)
+        assert second.require(job_id).state is JobState.CANCELLED
+        assert second.require(job_id).spec == spec()
+        assert [e.state for e in second.events(job_id)] == [
+            JobState.PENDING,
+            JobState.CANCELLED,
+        ]
+        assert second.usage(T0, half_life=DAY) == {"alice": pytest.approx(100.0)}
+        assert second.integrity_ok()
+    finally:
+        second.close()
+
+
+def test_reopening_runs_only_the_migrations_not_yet_applied(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Store(db_path).close()
+    # Re-running the first migration would fail ("table jobs already exists"), so a
+    # clean open proves only the new entry ran.
+    extended = (*MIGRATIONS, "CREATE TABLE probe (x INTEGER)")
+    monkeypatch.setattr(store_module, "MIGRATIONS", extended)
+
+    reopened = Store(db_path)
+    try:
+        assert reopened.schema_version == len(extended)
+        assert reopened._db.execute("SELECT count(*) FROM probe").fetchone()[0] == 0
+    finally:
+        reopened.close()
+
+
+def test_database_from_newer_gbatch_is_refused(db_path: Path) -> None:
+    Store(db_path).close()
+    raw = sqlite3.connect(db_path)
+    raw.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    raw.commit()
+    raw.close()
+
+    with pytest.raises(StoreError, match="newer") as caught:
+        Store(db_path)
+    assert str(db_path) in str(caught.value)
+    assert "Upgrade gbatch" in str(caught.value)
+
+
+def test_integrity_check_passes_on_a_used_store(store: Store) -> None:
+    run_job(store, submit_one(store))
+    assert store.integrity_ok()
+
+
+# -- submit -----------------------------------------------------------------------------
+
+
+def test_submit_returns_contiguous_ids_and_stores_pending_jobs(store: Store) -> None:
+    first = store.submit([spec("a"), spec("b"), spec("c")], uid=1000, user="alice", now=T0)
+    second = store.submit([spec("d")], uid=1001, user="bob", now=T0 + 5)
+
+    assert first == [first[0], first[0] + 1, first[0] + 2]
+    assert second == [first[-1] + 1]
+    job = store.require(first[1])
+    assert (job.id, job.uid, job.user, job.spec.name) == (first[1], 1000, "alice", "b")
+    assert job.state is JobState.PENDING
+    assert job.submit_time == T0
+    assert (job.held, job.reason, job.node, job.gpus, job.attempt) == (False, "", None, (), 0)
+    assert (job.start_time, job.end_time, job.exit_code, job.stop_state) == (None,) * 4
+    assert store.require(second[0]).user == "bob"
+
+
+def test_submit_writes_one_pending_submitted_event_per_job(store: Store) -> None:
+    ids = store.submit([spec("a"), spec("b")], uid=1000, user="alice", now=T0)
+
+    for job_id in ids:
+        events = store.events(job_id)
+        assert len(events) == 1
+        assert (events[0].job_id, events[0].time) == (job_id, T0)
+        assert (events[0].state, events[0].reason) == (JobState.PENDING, "submitted")
+
+
+def test_submit_round_trips_the_full_spec(store: Store) -> None:
+    full = JobSpec(
+        name="sweep",
+        command=("/bin/sh", "-c", "echo 'a b' && exit 3"),
+        image=None,
+        gpus=4,
+        time_limit=None,
+        retries=2,
+        env=(("A", "1"), ("B", "two words")),
+        mounts=("/scratch:/scratch",),
+        workdir="/work",
+        priority=10,
+        nice=3,
+        shm_size="16g",
+    )
+    (job_id,) = store.submit([full], uid=0, user="root", now=T0)
+    assert store.require(job_id).spec == full
+
+
+def test_submit_held_marks_jobs_held(store: Store) -> None:
+    job_id = submit_one(store, held=True)
+    assert store.require(job_id).held is True
+
+
+def test_array_of_1000_is_submitted_in_one_call(store: Store) -> None:
+    ids = store.submit([spec(f"task{i}") for i in range(1000)], uid=1000, user="alice", now=T0)
+
+    assert ids == list(range(ids[0], ids[0] + 1000))
+    assert store.count() == 1000
+    assert [j.spec.name for j in store.jobs(ids=[ids[0], ids[999]])] == ["task0", "task999"]
+    assert all(len(store.events(i)) == 1 for i in (ids[0], ids[500], ids[999]))
+
+
+def test_submit_of_nothing_returns_no_ids(store: Store) -> None:
+    assert store.submit([], uid=1000, user="alice", now=T0) == []
+    assert store.count() == 0
+
+
+def test_concurrent_submits_through_one_store_get_distinct_ids(store: Store) -> None:
+    threads_n, per_thread = 8, 200
+    results: list[list[int]] = [[] for _ in range(threads_n)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads_n)
+
+    def worker(slot: int) -> None:
+        try:
+            start.wait()
+            for _ in range(per_thread):
+                results[slot].extend(store.submit([spec()], uid=1000, user=f"u{slot}", now=T0))
+        except BaseException as err:  # reported by the assertion below
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    all_ids = [job_id for ids in results for job_id in ids]
+    assert len(all_ids) == threads_n * per_thread
+    assert len(set(all_ids)) == threads_n * per_thread
+    assert store.count() == threads_n * per_thread
+    assert store.integrity_ok()
+
+
+# -- set_state --------------------------------------------------------------------------
+
+
+def test_set_state_writes_state_fields_and_event(store: Store) -> None:
+    job_id = submit_one(store)
+
+    job = store.set_state(
+        job_id, JobState.CONFIGURING, "", T0 + 10, node="gpu01", gpus=(2, 3), attempt=1
+    )
+
+    assert job.state is JobState.CONFIGURING
+    assert (job.node, job.gpus, job.attempt) == ("gpu01", (2, 3), 1)
+    assert store.require(job_id) == job
+    assert store.events(job_id)[-1].state is JobState.CONFIGURING
+    assert store.events(job_id)[-1].time == T0 + 10
+
+
+def test_set_state_round_trips_every_updatable_field(store: Store) -> None:
+    job_id = submit_one(store)
+    run_job(store, job_id, now=T0)
+    store.set_state(
+        job_id,
+        JobState.COMPLETING,
+        "cancelled by alice",
+        T0 + 50,
+        stop_state=JobState.CANCELLED,
+    )
+
+    job = store.set_state(
+        job_id,
+        JobState.CANCELLED,
+        "cancelled by alice",
+        T0 + 60,
+        end_time=T0 + 60,
+        exit_code=143,
+        exit_signal=15,
+    )
+
+    fresh = store.require(job_id)
+    assert fresh == job
+    assert fresh.state is JobState.CANCELLED
+    assert fresh.reason == "cancelled by alice"
+    assert (fresh.node, fresh.gpus, fresh.attempt) == ("gpu01", (0,), 1)
+    assert (fresh.start_time, fresh.end_time) == (T0, T0 + 60)
+    assert (fresh.exit_code, fresh.exit_signal) == (143, 15)
+    assert fresh.stop_state is JobState.CANCELLED
+
+
+def test_set_state_accepts_gpus_as_list_and_empty(store: Store) -> None:
+    job_id = submit_one(store)
+    assert store.set_state(job_id, JobState.CONFIGURING, "", T0, gpus=[5, 1, 7]).gpus == (5, 1, 7)
+    assert store.set_state(job_id, JobState.PENDING, "requeued", T0, gpus=()).gpus == ()
+
+
+def test_set_state_records_each_change_as_an_event_in_order(store: Store) -> None:
+    job_id = submit_one(store)
+    run_job(store, job_id, now=T0 + 1)
+    store.set_state(job_id, JobState.COMPLETED, "exit 0", T0 + 2, exit_code=0)
+
+    events = store.events(job_id)
+    assert [(e.state, e.reason) for e in events] == [
+        (JobState.PENDING, "submitted"),
+        (JobState.CONFIGURING, ""),
+        (JobState.RUNNING, ""),
+        (JobState.COMPLETED, "exit 0"),
+    ]
+    assert [e.time for e in events] == [T0, T0 + 1, T0 + 1, T0 + 2]
+    assert {e.job_id for e in events} == {job_id}
+
+
+def test_events_of_unknown_job_are_empty(store: Store) -> None:
+    assert store.events(424242) == []
+
+
+def test_illegal_transition_raises_and_writes_nothing(store: Store) -> None:
+    job_id = submit_one(store)
+    before = store.require(job_id)
+
+    with pytest.raises(IllegalTransition) as caught:
+        store.set_state(job_id, JobState.RUNNING, "skip", T0 + 1, node="gpu01", attempt=1)
+
+    assert (caught.value.current, caught.value.new) == (JobState.PENDING, JobState.RUNNING)
+    assert store.require(job_id) == before
+    assert len(store.events(job_id)) == 1
+
+
+def test_expect_mismatch_raises_and_writes_nothing_even_on_a_legal_edge(store: Store) -> None:
+    job_id = submit_one(store)
+    before = store.require(job_id)
+
+    # PENDING -> CANCELLED is legal, but the caller believed the job was running.
+    with pytest.raises(IllegalTransition) as caught:
+        store.set_state(
+            job_id, JobState.CANCELLED, "cancel", T0 + 1, expect={JobState.RUNNING}, end_time=T0
+        )
+
+    assert (caught.value.current, caught.value.new) == (JobState.PENDING, JobState.CANCELLED)
+    assert store.require(job_id) == before
+    assert len(store.events(job_id)) == 1
+
+
+def test_expect_match_lets_the_change_through(store: Store) -> None:
+    job_id = submit_one(store)
+    job = store.set_state(
+        job_id, JobState.CANCELLED, "cancel", T0, expect={JobState.PENDING, JobState.RUNNING}
+    )
+    assert job.state is JobState.CANCELLED
+
+
+def test_set_state_on_unknown_job_raises_job_not_found(store: Store) -> None:
+    with pytest.raises(JobNotFound) as caught:
+        store.set_state(999, JobState.CANCELLED, "", T0)
+    assert caught.value.job_id == 999
+    assert isinstance(caught.value, StoreError)
+
+
+@pytest.mark.parametrize("field", ["held", "user", "uid", "spec", "bogus", "id"])
+def test_set_state_refuses_unknown_fields_and_writes_nothing(store: Store, field: str) -> None:
+    job_id = submit_one(store)
+    before = store.require(job_id)
+
+    extra: dict[str, Any] = {field: 1}
+    with pytest.raises(ValueError, match=field):
+        store.set_state(job_id, JobState.CANCELLED, "", T0, **extra)
+
+    assert store.require(job_id) == before
+    assert len(store.events(job_id)) == 1
+
+
+def test_requeue_from_final_state_returns_job_to_pending(store: Store) -> None:
+    job_id = submit_one(store)
+    run_job(store, job_id)
+    store.set_state(job_id, JobState.NODE_FAIL, "node lost", T0 + 5, end_time=T0 + 5)
+
+    job = store.set_state(job_id, JobState.PENDING, "requeued", T0 + 6, node=None, gpus=())
+
+    assert (job.state, job.node, job.gpus, job.attempt) == (JobState.PENDING, None, (), 1)
+    assert job in store.active_jobs()
+
+
+# -- pending reasons and holds ----------------------------------------------------------
+
+
+def test_set_pending_reasons_touches_only_pending_jobs_and_writes_no_events(store: Store) -> None:
+    waiting, running = store.submit([spec(), spec()], uid=1000, user="alice", now=T0)
+    run_job(store, running)
+    events_before = {i: store.events(i) for i in (waiting, running)}
+
+    store.set_pending_reasons({waiting: "Resources", running: "Priority", 999: "Resources"})
+
+    assert store.require(waiting).reason == "Resources"
+    assert store.require(running).reason == ""
+    assert store.require(running).state is JobState.RUNNING
+    assert {i: store.events(i) for i in (waiting, running)} == events_before
+
+
+def test_set_pending_reasons_overwrites_an_earlier_reason(store: Store) -> None:
+    job_id = submit_one(store)
+    store.set_pending_reasons({job_id: "Resources"})
+    store.set_pending_reasons({job_id: "Priority"})
+    store.set_pending_reasons({})
+    assert store.require(job_id).reason == "Priority"
+
+
+def test_set_held_toggles_hold_and_reason_and_records_events(store: Store) -> None:
+    job_id = submit_one(store)
+
+    held = store.set_held(job_id, True, T0 + 1)
+    assert (held.held, held.reason, held.state) == (True, "JobHeldUser", JobState.PENDING)
+    assert store.require(job_id) == held
+
+    released = store.set_held(job_id, False, T0 + 2)
+    assert (released.held, released.reason, released.state) == (False, "", JobState.PENDING)
+
+    events = store.events(job_id)
+    assert [(e.time, e.state, e.reason) for e in events[1:]] == [
+        (T0 + 1, JobState.PENDING, "held by user"),
+        (T0 + 2, JobState.PENDING, "released"),
+    ]
+
+
+def test_set_held_on_unknown_job_raises_job_not_found(store: Store) -> None:
+    with pytest.raises(JobNotFound):
+        store.set_held(31337, True, T0)
+
+
+def test_require_unknown_job_raises_and_get_returns_none(store: Store) -> None:
+    assert store.get(7) is None
+    with pytest.raises(JobNotFound, match="job 7 does not exist"):
+        store.require(7)
+
+
+# -- usage ------------------------------------------------------------------------------
+
+
+def test_first_usage_is_stored_undecayed(store: Store) -> None:
+    store.add_usage("alice", 3600.0, T0, half_life=DAY)
+    assert store.usage(T0, half_life=DAY) == {"alice": pytest.approx(3600.0)}
+
+
+def test_usage_decays_by_half_per_half_life_when_read(store: Store) -> None:
+    store.add_usage("alice", 800.0, T0, half_life=DAY)
+
+    assert store.usage(T0 + DAY, half_life=DAY)["alice"] == pytest.approx(400.0)
+    assert store.usage(T0 + 3 * DAY, half_life=DAY)["alice"] == pytest.approx(100.0)
+    # Reading decays the value it returns, not the stored one.
+    assert store.usage(T0, half_life=DAY)["alice"] == pytest.approx(800.0)
+
+
+def test_add_usage_decays_the_stored_total_before_adding(store: Store) -> None:
+    store.add_usage("alice", 1000.0, T0, half_life=DAY)
+    store.add_usage("alice", 200.0, T0 + DAY, half_life=DAY)  # 1000/2 + 200
+
+    assert store.usage(T0 + DAY, half_life=DAY)["alice"] == pytest.approx(700.0)
+    assert store.usage(T0 + 2 * DAY, half_life=DAY)["alice"] == pytest.approx(350.0)
+
+
+def test_usage_is_kept_per_user(store: Store) -> None:
+    store.add_usage("alice", 100.0, T0, half_life=HOUR)
+    store.add_usage("bob", 40.0, T0 + HOUR, half_life=HOUR)
+
+    assert store.usage(T0 + HOUR, half_life=HOUR) == {
+        "alice": pytest.approx(50.0),
+        "bob": pytest.approx(40.0),
+    }
+
+
+def test_usage_read_before_it_was_stored_is_not_inflated(store: Store) -> None:
+    store.add_usage("alice", 100.0, T0, half_life=DAY)
+    assert store.usage(T0 - HOUR, half_life=DAY)["alice"] == pytest.approx(100.0)
+
+
+def test_no_usage_is_an_empty_mapping(store: Store) -> None:
+    assert store.usage(T0, half_life=DAY) == {}
+
+
+# -- queries ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def populated(store: Store) -> dict[str, int]:
+    """alice: a pending, a running and a completed job; bob: a cancelled and a pending one."""
+    ids = {
+        "alice_pending": submit_one(store, "alice", T0),
+        "alice_running": submit_one(store, "alice", T0 + 10),
+        "alice_done": submit_one(store, "alice", T0 + 20),
+        "bob_cancelled": submit_one(store, "bob", T0 + 30),
+        "bob_pending": submit_one(store, "bob", T0 + 40),
+    }
+    run_job(store, ids["alice_running"])
+    run_job(store, ids["alice_done"])
+    store.set_state(ids["alice_done"], JobState.COMPLETED, "", T0 + 50, exit_code=0)
+    store.set_state(ids["bob_cancelled"], JobState.CANCELLED, "", T0 + 50)
+    return ids
+
+
+def _names(ids: dict[str, int], jobs: list[int]) -> list[str]:
+    by_id = {v: k for k, v in ids.items()}
+    return [by_id[j] for j in jobs]
+
+
+def test_jobs_without_filters_returns_all_by_id(store: Store, populated: dict[str, int]) -> None:
+    assert [j.id for j in store.jobs()] == sorted(populated.values())
+
+
+def test_jobs_filters_by_ids(store: Store, populated: dict[str, int]) -> None:
+    wanted = [populated["bob_pending"], populated["alice_pending"], 999]
+    assert [j.id for j in store.jobs(ids=wanted)] == sorted(wanted[:2])
+    assert store.jobs(ids=[]) == []
+
+
+def test_jobs_filters_by_states(store: Store, populated: dict[str, int]) -> None:
+    found = store.jobs(states={JobState.PENDING, JobState.CANCELLED})
+    assert _names(populated, [j.id for j in found]) == [
+        "alice_pending",
+        "bob_cancelled",
+        "bob_pending",
+    ]
+
+
+def test_jobs_filters_by_users(store: Store, populated: dict[str, int]) -> None:
+    assert {j.user for j in store.jobs(users=["bob"])} == {"bob"}
+    assert len(store.jobs(users=["alice", "bob"])) == 5
+    assert store.jobs(users=["carol"]) == []
+
+
+def test_jobs_finished_true_returns_only_final_states(
+    store: Store, populated: dict[str, int]
+) -> None:
+    found = store.jobs(finished=True)
+    assert _names(populated, [j.id for j in found]) == ["alice_done", "bob_cancelled"]
+
+
+def test_jobs_finished_false_returns_only_active_states(
+    store: Store, populated: dict[str, int]
+) -> None:
+    found = store.jobs(finished=False)
+    assert _names(populated, [j.id for j in found]) == [
+        "alice_pending",
+        "alice_running",
+        "bob_pending",
+    ]
+
+
+def test_jobs_since_filters_on_submit_time_inclusively(
+    store: Store, populated: dict[str, int]
+) -> None:
+    found = store.jobs(since=T0 + 20)
+    assert _names(populated, [j.id for j in found]) == [
+        "alice_done",
+        "bob_cancelled",
+        "bob_pending",
+    ]
+
+
+def test_jobs_limit_keeps_the_newest_in_id_order(store: Store, populated: dict[str, int]) -> None:
+    found = store.jobs(limit=2)
+    assert _names(populated, [j.id for j in found]) == ["bob_cancelled", "bob_pending"]
+    assert store.jobs(limit=0) == []
+
+
+def test_jobs_filters_combine(store: Store, populated: dict[str, int]) -> None:
+    found = store.jobs(users=["alice"], finished=False, since=T0 + 5, limit=10)
+    assert _names(populated, [j.id for j in found]) == ["alice_running"]
+
+
+def test_active_jobs_excludes_final_states(store: Store, populated: dict[str, int]) -> None:
+    job_id = submit_one(store)
+    store.set_state(job_id, JobState.CONFIGURING, "", T0)
+    completing = submit_one(store)
+    run_job(store, completing)
+    store.set_state(completing, JobState.COMPLETING, "", T0, stop_state=JobState.TIMEOUT)
+
+    active = store.active_jobs()
+
+    assert [j.id for j in active] == sorted(
+        [
+            populated["alice_pending"],
+            populated["alice_running"],
+            populated["bob_pending"],
+            job_id,
+            completing,
+        ]
+    )
+    assert all(not j.state.is_final for j in active)
+    assert {j.state for j in active} == {
+        JobState.PENDING,
+        JobState.CONFIGURING,
+        JobState.RUNNING,
+        JobState.COMPLETING,
+    }
+
+
+def test_explicit_states_filter_overrides_finished_false(
+    store: Store, populated: dict[str, int]
+) -> None:
+    # squeue -t CD asks for completed jobs; handlers.jobs passes finished=False with it.
+    found = store.jobs(states={JobState.COMPLETED}, finished=False)
+    assert _names(populated, [j.id for j in found]) == ["alice_done"]

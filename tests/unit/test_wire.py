@@ -1,0 +1,179 @@
+"""Model objects survive the trip through the socket's JSON unchanged."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
+from gbatch.wire import (
+    event_from_wire,
+    event_to_wire,
+    job_from_wire,
+    job_to_wire,
+    node_from_wire,
+    node_to_wire,
+)
+
+T0 = 1_767_225_600.125
+
+
+def through_json(data: dict[str, Any]) -> dict[str, Any]:
+    decoded: dict[str, Any] = json.loads(json.dumps(data))
+    return decoded
+
+
+def full_spec() -> JobSpec:
+    return JobSpec(
+        name="sweep-lr",
+        command=("/bin/sh", "-c", "python train.py --lr 3e-4 && echo 'done ✓'"),
+        image="nvcr.io/nvidia/pytorch:24.01-py3",
+        gpus=2,
+        time_limit=7200,
+        retries=3,
+        env=(("CUDA_LAUNCH_BLOCKING", "1"), ("WANDB_MODE", "offline")),
+        mounts=("/data:/data:ro", "/scratch:/scratch"),
+        workdir="/workspace",
+        priority=5,
+        nice=2,
+        shm_size="16g",
+    )
+
+
+def full_job() -> Job:
+    return Job(
+        id=4711,
+        uid=1000,
+        user="alice",
+        spec=full_spec(),
+        state=JobState.COMPLETING,
+        submit_time=T0,
+        reason="cancelled by alice",
+        held=True,
+        start_time=T0 + 10.5,
+        end_time=T0 + 99.25,
+        node="gpu01",
+        gpus=(3, 1),
+        attempt=2,
+        exit_code=137,
+        exit_signal=9,
+        stop_state=JobState.CANCELLED,
+    )
+
+
+def test_job_with_every_field_set_round_trips() -> None:
+    job = full_job()
+    assert job_from_wire(through_json(job_to_wire(job))) == job
+
+
+def test_job_with_only_required_fields_round_trips() -> None:
+    job = Job(
+        id=1,
+        uid=0,
+        user="root",
+        spec=JobSpec(name="x", command=("true",)),
+        state=JobState.PENDING,
+        submit_time=T0,
+    )
+    assert job_from_wire(through_json(job_to_wire(job))) == job
+
+
+def test_job_with_zero_values_keeps_them_distinct_from_none() -> None:
+    job = Job(
+        id=2,
+        uid=0,
+        user="root",
+        spec=JobSpec(name="x", command=("true",), time_limit=0),
+        state=JobState.COMPLETED,
+        submit_time=0.0,
+        start_time=0.0,
+        end_time=0.0,
+        gpus=(0,),
+        exit_code=0,
+        exit_signal=0,
+    )
+
+    back = job_from_wire(through_json(job_to_wire(job)))
+
+    assert back == job
+    assert (back.start_time, back.exit_code, back.exit_signal) == (0.0, 0, 0)
+    assert back.spec.time_limit == 0
+
+
+@pytest.mark.parametrize("state", list(JobState), ids=lambda s: s.value)
+def test_job_in_every_state_round_trips(state: JobState) -> None:
+    job = Job(
+        id=3,
+        uid=1000,
+        user="alice",
+        spec=full_spec(),
+        state=state,
+        submit_time=T0,
+        stop_state=state if state.is_final else None,
+    )
+    assert job_from_wire(through_json(job_to_wire(job))) == job
+
+
+def test_job_wire_form_is_plain_json_with_state_names() -> None:
+    data = through_json(job_to_wire(full_job()))
+
+    assert data["state"] == "COMPLETING"
+    assert data["stop_state"] == "CANCELLED"
+    assert data["gpus"] == [3, 1]
+    assert data["spec"]["env"] == {"CUDA_LAUNCH_BLOCKING": "1", "WANDB_MODE": "offline"}
+
+
+@pytest.mark.parametrize("state", list(JobState), ids=lambda s: s.value)
+def test_event_round_trips(state: JobState) -> None:
+    event = Event(job_id=4711, time=T0 + 1.5, state=state, reason="node gpu01 lost: ssh timeout")
+    assert event_from_wire(through_json(event_to_wire(event))) == event
+
+
+def full_node() -> NodeInfo:
+    return NodeInfo(
+        name="gpu01",
+        state=NodeState.MIXED,
+        reason="",
+        gpus=(
+            Gpu(0, "GPU-aaaa", "NVIDIA H100 80GB HBM3", 81559, 40000, 97, 0, False),
+            Gpu(1, "GPU-bbbb", "NVIDIA H100 80GB HBM3", 81559, 3, None, 0, False),
+            Gpu(2, "GPU-cccc", "NVIDIA H100 80GB HBM3", 81559, 9000, 40, 2, False),
+            Gpu(10, "GPU-dddd", "NVIDIA H100 80GB HBM3", 81559, 20000, 55, 0, False),
+        ),
+        allocations={0: 4711, 10: 4712},
+    )
+
+
+def test_node_with_gpus_and_allocations_round_trips() -> None:
+    node = full_node()
+
+    back = node_from_wire(through_json(node_to_wire(node)))
+
+    assert back == node
+    assert back.allocations == {0: 4711, 10: 4712}
+    assert all(isinstance(index, int) for index in back.allocations)
+    assert back.gpus[1].utilization_pct is None
+    assert (back.gpus_total, back.gpus_allocated, back.gpus_busy_outside) == (4, 2, 1)
+    assert back.gpus_free == 1
+
+
+def test_simulated_node_round_trips() -> None:
+    node = NodeInfo(
+        name="localhost",
+        state=NodeState.IDLE,
+        gpus=(Gpu(0, "SIM-0", "simulated GPU", 16384, 0, 0, 0, True),),
+    )
+
+    back = node_from_wire(through_json(node_to_wire(node)))
+
+    assert back == node
+    assert back.simulated
+
+
+@pytest.mark.parametrize("state", list(NodeState), ids=lambda s: s.value)
+def test_node_in_every_state_round_trips(state: NodeState) -> None:
+    unavailable = state in (NodeState.DRAINED, NodeState.DOWN)
+    node = NodeInfo(name="gpu02", state=state, reason="maintenance" if unavailable else "")
+    assert node_from_wire(through_json(node_to_wire(node))) == node

@@ -1,0 +1,122 @@
+"""A real gbatchd per test: started as a process in a temp GBATCH_HOME, driven through
+the real `gbatch` CLI in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+GBATCH = [sys.executable, "-m", "gbatch"]
+FAST_CONFIG = """\
+tick_seconds: 0.2
+report_interval: 0.2
+kill_grace_seconds: 1
+"""
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 30.0, what: str = "") -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+
+
+@dataclass
+class Head:
+    """One daemon's home and the CLI aimed at it."""
+
+    home: Path
+    env: dict[str, str]
+
+    def run(
+        self, *args: str, user: int | None = None, check: bool = False, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [*GBATCH, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            user=user,
+            cwd=self.home,
+            input=input,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"gbatch {' '.join(args)} -> {result.returncode}\n{result.stdout}{result.stderr}"
+            )
+        return result
+
+    def sbatch(self, *args: str) -> int:
+        return int(self.run("sbatch", "--parsable", *args, check=True).stdout.strip())
+
+    def job(self, job_id: int) -> dict[str, object]:
+        out = self.run("scontrol", "show", "job", str(job_id), "--json", check=True).stdout
+        data: dict[str, object] = json.loads(out)
+        return data
+
+    def state(self, job_id: int) -> str:
+        return str(self.job(job_id)["state"])
+
+    def wait_state(self, job_id: int, *states: str, timeout: float = 30.0) -> dict[str, object]:
+        wait_for(
+            lambda: self.state(job_id) in states,
+            timeout,
+            f"job {job_id} to reach {states} (now {self.state(job_id)})",
+        )
+        return self.job(job_id)
+
+    def start(self) -> None:
+        self.run("daemon", "start", check=True)
+
+    def stop(self) -> None:
+        self.run("daemon", "stop")
+
+    def daemon_pid(self) -> int:
+        return int((self.home / "gbatchd.lock").read_text().strip())
+
+
+def make_head(home: Path, gpus: int = 2, config: str = FAST_CONFIG) -> Head:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(config)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GBATCH_")}
+    env.update(GBATCH_HOME=str(home), GBATCH_SIMULATE_GPUS=str(gpus))
+    return Head(home, env)
+
+
+def kill_leftover_jobs(home: Path) -> None:
+    """Jobs outlive the daemon by design; a test must not leave any behind."""
+    for run_dir in (home / "run").glob("*.*"):
+        try:
+            pids = json.loads((run_dir / "pids.json").read_text())
+            os.killpg(int(pids["pgid"]), signal.SIGKILL)
+        except (OSError, ValueError, KeyError):
+            pass
+
+
+@pytest.fixture
+def head(tmp_path: Path) -> Iterator[Head]:
+    h = make_head(tmp_path / "home")
+    h.start()
+    yield h
+    h.stop()
+    kill_leftover_jobs(h.home)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    path = tmp_path / "work"
+    path.mkdir()
+    return path

@@ -1,0 +1,106 @@
+"""Jobs with an image on the local node: `docker run -d --gpus device=<ids>` against a
+real docker engine (with the test stand-in for the NVIDIA hook)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head
+from dockerenv import ensure_test_image, require_docker
+
+from gbatch.containers import container_name
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def image() -> str:
+    require_docker()
+    return ensure_test_image()
+
+
+@pytest.fixture
+def docker_head(tmp_path: Path, image: str) -> Iterator[Head]:
+    head = make_head(tmp_path / "home", gpus=4)
+    head.start()
+    yield head
+    head.stop()
+    kill_leftover_jobs(head.home)
+    names = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=gbatch.job"], capture_output=True, text=True
+    ).stdout.split()
+    # Only this test's containers: their labels carry its job ids, names its home's runs.
+    for name in names:
+        inspect = subprocess.run(
+            ["docker", "inspect", "-f", "{{.Name}}", name], capture_output=True, text=True
+        ).stdout
+        if inspect.strip().lstrip("/").startswith("gbatch-"):
+            subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+def test_image_job_sees_exactly_its_gpus_and_its_output_is_kept(
+    docker_head: Head, image: str
+) -> None:
+    blocker = docker_head.sbatch("--gpus", "1", "--wrap", "sleep 30")  # takes GPU 0
+    docker_head.wait_state(blocker, "RUNNING")
+    job_id = docker_head.sbatch(
+        "--image",
+        image,
+        "--gpus",
+        "2",
+        "--wrap",
+        'echo "nvidia=$NVIDIA_VISIBLE_DEVICES job=$GBATCH_JOB_ID"; echo oops >&2; exit 4',
+    )
+    job = docker_head.wait_state(job_id, "FAILED", timeout=60)
+    assert job["gpus"] == [1, 2]
+    assert (job["exit_code"], job["exit_signal"]) == (4, 0)
+    log = docker_head.run("logs", str(job_id), check=True).stdout
+    assert f"nvidia=1,2 job={job_id}" in log and "oops" in log
+    # The finished container is removed; its output lives on in the head's log.
+    gone = subprocess.run(["docker", "inspect", container_name(job_id, 1)], capture_output=True)
+    assert gone.returncode != 0
+    docker_head.run("scancel", str(blocker), check=True)
+
+
+def test_container_is_labelled_and_never_restarted(docker_head: Head, image: str) -> None:
+    job_id = docker_head.sbatch("--image", image, "--gpus", "1", "--wrap", "sleep 30")
+    docker_head.wait_state(job_id, "RUNNING", timeout=60)
+    name = container_name(job_id, 1)
+    fmt = (
+        '{{index .Config.Labels "gbatch.job"}} {{.HostConfig.RestartPolicy.Name}} '
+        "{{.HostConfig.Init}} {{.HostConfig.Privileged}}"
+    )
+    out = subprocess.run(
+        ["docker", "inspect", "-f", fmt, name], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == [str(job_id), "no", "true", "false"]
+    docker_head.run("scancel", str(job_id), check=True)
+    job = docker_head.wait_state(job_id, "CANCELLED", timeout=30)
+    assert job["exit_code"] is not None
+
+
+def test_time_limit_stops_a_container(docker_head: Head, image: str) -> None:
+    job_id = docker_head.sbatch("--image", image, "-t", "0:02", "--wrap", "sleep 60")
+    docker_head.wait_state(job_id, "TIMEOUT", timeout=60)
+    running = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"name={container_name(job_id, 1)}"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert running.strip() == ""
+
+
+def test_no_docker_engine_is_a_clear_refusal(tmp_path: Path, image: str) -> None:
+    head = make_head(tmp_path / "home", config=FAST_CONFIG + "docker: /nonexistent/docker\n")
+    head.start()
+    try:
+        result = head.run("sbatch", "--image", image, "--wrap", "true")
+        assert result.returncode == 5
+        assert "image: jobs with an image need a docker engine" in result.stderr
+        assert "Traceback" not in result.stderr
+        assert head.run("squeue", "-h", check=True).stdout == ""
+    finally:
+        head.stop()

@@ -1,0 +1,113 @@
+"""Identity comes from the socket (SO_PEERCRED): only a job's owner and root act on it.
+
+The other user here is `nobody`, speaking to the daemon from a forked process that
+dropped to nobody's uid (the venv's interpreter under /root is not theirs to run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head
+
+from gbatch.client import Client, RequestFailed
+
+pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as another user")
+NOBODY = pwd.getpwnam("nobody")
+
+
+def as_nobody(socket_path: Path, action: Callable[[Client], Any]) -> Any:
+    """Run `action` with a client connected as nobody; return its result or error."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop privileges for good, then speak to the daemon
+        os.close(read_end)
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY.pw_gid)
+            os.setuid(NOBODY.pw_uid)
+            with Client(socket_path) as client:
+                outcome = {"ok": action(client)}
+        except RequestFailed as err:
+            outcome = {"refused": err.kind, "error": err.message}
+        except BaseException as err:
+            outcome = {"crash": repr(err)}
+        os.write(write_end, json.dumps(outcome).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+@pytest.fixture
+def shared_head() -> Iterator[Head]:
+    """A daemon whose socket other users can reach (as a lab's shared head would)."""
+    base = Path(tempfile.mkdtemp(prefix="gbatch-shared-", dir="/tmp"))
+    base.chmod(0o755)
+    head = make_head(base / "home", config=FAST_CONFIG + "socket_mode: '666'\n")
+    head.home.chmod(0o755)
+    head.start()
+    yield head
+    head.stop()
+    kill_leftover_jobs(head.home)
+
+
+def test_another_user_can_neither_cancel_hold_nor_read_the_logs_of_my_job(
+    shared_head: Head,
+) -> None:
+    sock = shared_head.home / "gbatchd.sock"
+    job_id = shared_head.sbatch("--wrap", "echo secret; sleep 30")
+    shared_head.wait_state(job_id, "RUNNING")
+
+    cancel = as_nobody(sock, lambda c: c.call("cancel", ids=[job_id])["results"])
+    assert cancel == {
+        "ok": [{"id": job_id, "ok": False, "error": f"Access/permission denied for job {job_id}"}]
+    }
+    hold = as_nobody(sock, lambda c: c.call("hold", ids=[job_id])["results"][0]["ok"])
+    assert hold == {"ok": False}
+    logs = as_nobody(sock, lambda c: c.call("logs", id=job_id, offset=0))
+    assert logs["refused"] == "permission" and "secret" not in json.dumps(logs)
+    stop = as_nobody(sock, lambda c: c.call("shutdown"))
+    assert stop["refused"] == "permission"
+    # Everyone sees the queue, as in Slurm.
+    listed = as_nobody(sock, lambda c: [j["id"] for j in c.call("jobs")["jobs"]])
+    assert listed == {"ok": [job_id]}
+
+    assert shared_head.state(job_id) == "RUNNING"
+    audit = (shared_head.home / "gbatchd.log").read_text()
+    assert f"Caller(uid={NOBODY.pw_uid}, user='nobody'" in audit
+    assert f"cancel job {job_id} (owner root): refused" in audit
+    shared_head.run("scancel", str(job_id), check=True)
+    shared_head.wait_state(job_id, "CANCELLED")
+
+
+def test_the_owner_is_whoever_connects_not_who_the_request_claims(shared_head: Head) -> None:
+    sock = shared_head.home / "gbatchd.sock"
+    spec = {"name": "forged", "command": ["true"], "gpus": 0}
+    submitted = as_nobody(
+        sock, lambda c: c.call("submit", spec=spec, held=True, uid=0, user="root")["ids"]
+    )
+    (job_id,) = submitted["ok"]
+    job = shared_head.job(job_id)
+    assert (job["user"], job["uid"]) == ("nobody", NOBODY.pw_uid)
+    # The owner may cancel their own job.
+    cancelled = as_nobody(sock, lambda c: c.call("cancel", ids=[job_id])["results"][0]["ok"])
+    assert cancelled == {"ok": True}
+    shared_head.wait_state(job_id, "CANCELLED")
+
+
+def test_root_may_cancel_another_users_job(shared_head: Head) -> None:
+    sock = shared_head.home / "gbatchd.sock"
+    spec = {"name": "theirs", "command": ["true"], "gpus": 0}
+    (job_id,) = as_nobody(sock, lambda c: c.call("submit", spec=spec, held=True)["ids"])["ok"]
+    assert shared_head.run("scancel", str(job_id)).returncode == 0
+    shared_head.wait_state(job_id, "CANCELLED")

@@ -1,0 +1,60 @@
+"""Nothing is lost: a job acknowledged by sbatch survives a SIGKILLed daemon, and no
+run starts twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from conftest import Head, wait_for
+
+JOB = 'echo "$GBATCH_JOB_ID $GBATCH_ATTEMPT" >> {ledger}; sleep {sleep}'
+
+
+def test_daemon_killed_and_restarted_loses_no_accepted_job_and_runs_none_twice(
+    head: Head, workdir: Path
+) -> None:
+    ledger = workdir / "ledger"
+    ids = [
+        head.sbatch("--gpus", "1", "--wrap", JOB.format(ledger=ledger, sleep=1.5)) for _ in range(6)
+    ]
+    head.wait_state(ids[0], "RUNNING")
+    os.kill(head.daemon_pid(), signal.SIGKILL)
+    time.sleep(0.3)
+    # Accepted while no daemon runs? No: sbatch must fail loudly, not pretend.
+    refused = head.run("sbatch", "--wrap", "true")
+    assert refused.returncode == 3
+    # Jobs that were running keep running without the daemon.
+    time.sleep(2)
+    head.start()
+    for job_id in ids:
+        head.wait_state(job_id, "COMPLETED", timeout=60)
+    starts = ledger.read_text().split("\n")[:-1]
+    assert sorted(int(line.split()[0]) for line in starts) == ids, starts
+    assert all(line.split()[1] == "1" for line in starts), "a job was started twice"
+
+
+def test_running_bare_job_finishing_while_daemon_is_down_is_collected(
+    head: Head, workdir: Path
+) -> None:
+    job_id = head.sbatch("--wrap", "sleep 1; exit 5")
+    head.wait_state(job_id, "RUNNING")
+    head.stop()
+    time.sleep(2)  # the job ends while nobody watches
+    head.start()
+    job = head.wait_state(job_id, "FAILED")
+    assert job["exit_code"] == 5
+
+
+def test_store_survives_sigkill_mid_submit_burst(head: Head) -> None:
+    acknowledged = []
+    for _ in range(30):
+        acknowledged.append(head.sbatch("--hold", "--wrap", "true"))
+    os.kill(head.daemon_pid(), signal.SIGKILL)
+    wait_for(lambda: head.run("squeue").returncode == 3, 10, "the daemon to be gone")
+    head.start()
+    listed = head.run("squeue", "-h", "-o", "%i", check=True).stdout.split()
+    assert [int(x) for x in listed] == acknowledged
+    head.run("scancel", "--me", check=True)

@@ -308,12 +308,19 @@ class LocalNode:
         log = _open_log(self.paths.job_log(job_id))
         try:
             log.truncate(offset)
-            subprocess.run(
+            # Through a pipe, not straight into the file: if this daemon dies, the
+            # follower loses its reader instead of writing on beside the next one.
+            follower = subprocess.Popen(
                 containers.docker_logs_argv(name, follow=True, docker=self.config.docker),
                 stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
             )
+            assert follower.stdout is not None
+            while chunk := follower.stdout.read1(65536):
+                log.write(chunk)
+                log.flush()
+            follower.wait()
         finally:
             log.close()
             self._on_change()

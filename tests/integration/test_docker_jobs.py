@@ -104,3 +104,21 @@ def test_no_docker_engine_is_a_clear_refusal(tmp_path: Path, image: str) -> None
         assert head.run("squeue", "-h", check=True).stdout == ""
     finally:
         head.stop()
+
+
+def test_container_job_is_adopted_after_a_daemon_kill_and_its_log_is_whole(
+    docker_head: Head, image: str
+) -> None:
+    import os
+    import signal
+
+    job_id = docker_head.sbatch(
+        "--image", image, "--wrap", "for i in 1 2 3 4 5 6; do echo tick $i; sleep 0.5; done"
+    )
+    docker_head.wait_state(job_id, "RUNNING", timeout=60)
+    os.kill(docker_head.daemon_pid(), signal.SIGKILL)
+    docker_head.start()
+    job = docker_head.wait_state(job_id, "COMPLETED", timeout=60)
+    assert job["attempt"] == 1, "the container was started a second time"
+    log = docker_head.run("logs", str(job_id), check=True).stdout
+    assert log.splitlines() == [f"tick {i}" for i in range(1, 7)]

@@ -58,3 +58,23 @@ def test_store_survives_sigkill_mid_submit_burst(head: Head) -> None:
     listed = head.run("squeue", "-h", "-o", "%i", check=True).stdout.split()
     assert [int(x) for x in listed] == acknowledged
     head.run("scancel", "--me", check=True)
+
+
+def test_logs_survive_a_daemon_restart(head: Head) -> None:
+    job_id = head.sbatch("--wrap", "echo before; sleep 1; echo after")
+    head.wait_state(job_id, "RUNNING")
+    head.stop()
+    head.start()
+    head.wait_state(job_id, "COMPLETED")
+    assert head.run("logs", str(job_id), check=True).stdout == "before\nafter\n"
+
+
+def test_scancel_by_state_sweeps_only_matching_jobs(head: Head) -> None:
+    pending = head.sbatch("--hold", "--wrap", "true")
+    running = head.sbatch("--wrap", "sleep 30")
+    head.wait_state(running, "RUNNING")
+    assert head.run("scancel", "-t", "PD").returncode == 0
+    head.wait_state(pending, "CANCELLED")
+    assert head.state(running) == "RUNNING"
+    assert head.run("scancel", "-u", "root", "-t", "R").returncode == 0
+    head.wait_state(running, "CANCELLED")

@@ -1,0 +1,46 @@
+"""Start-up is a feature: the everyday commands never import the heavy libraries."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("textual", "fabric", "paramiko", "yaml", "pynvml")
+PROBE = """
+import json, sys
+from gbatch.cli._main import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r})))
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "allowed"),
+    [
+        (["--help"], set()),
+        (["squeue"], set()),
+        (["scancel", "1"], set()),
+        (["sinfo"], set()),
+        (["sacct"], set()),
+        (["logs", "1"], set()),
+        (["sbatch", "--help"], set()),
+    ],
+)
+def test_everyday_commands_import_no_heavy_library(
+    tmp_path: object, argv: list[str], allowed: set[str]
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=set(HEAVY)), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"GBATCH_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    loaded = set(json.loads(result.stdout.strip().splitlines()[-1]))
+    assert loaded <= allowed, f"gbatch {' '.join(argv)} imported {sorted(loaded)}"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The one command that runs gbatch's checks: lint, types, and every test tier.
+#   ./test.sh                  # everything (as root it also sets up a docker engine)
+#   ./test.sh tests/unit       # any pytest arguments narrow the run
+# Without root and without a docker engine, the docker tests are skipped locally;
+# with CI=true a missing component fails them instead.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/pip install --quiet --upgrade pip
+.venv/bin/pip install --quiet -e '.[test]'
+
+if [ "$(id -u)" = 0 ] && [ "${GBATCH_TEST_DOCKER:-1}" != 0 ]; then
+    bash .ci/setup-docker.sh
+fi
+
+echo "==> ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check .
+echo "==> mypy"; .venv/bin/mypy
+echo "==> pytest"; .venv/bin/pytest "$@"

@@ -317,7 +317,7 @@ class LocalNode:
                 stderr=subprocess.STDOUT,
             )
             assert follower.stdout is not None
-            while chunk := follower.stdout.read1(65536):
+            while chunk := os.read(follower.stdout.fileno(), 65536):
                 log.write(chunk)
                 log.flush()
             follower.wait()

@@ -98,9 +98,7 @@ class Daemon:
     # -- step 1: runs that ended, or vanished ------------------------------------------
 
     def collect_ended_runs(self, now: float) -> None:
-        for job in self.store.active_jobs():
-            if job.state not in ALLOCATED_STATES:
-                continue
+        for job in self.store.jobs_in(ALLOCATED_STATES):
             status = self.node.status(job, job.attempt)
             if status.state == "running":
                 if job.state is JobState.CONFIGURING:
@@ -180,7 +178,7 @@ class Daemon:
     # -- step 2: time limits and stops ---------------------------------------------------
 
     def enforce_limits(self, now: float) -> None:
-        for job in self.store.active_jobs():
+        for job in self.store.jobs_in((JobState.RUNNING, JobState.COMPLETING)):
             if job.state is JobState.RUNNING and _past_limit(job, now):
                 try:
                     job = self.store.set_state(
@@ -209,10 +207,10 @@ class Daemon:
     # -- step 3: plan and dispatch -------------------------------------------------------
 
     def schedule(self, now: float) -> None:
-        active = self.store.active_jobs()
-        pending = [j for j in active if j.state is JobState.PENDING]
+        pending = self.store.jobs_in((JobState.PENDING,))
         if not pending:
             return
+        active = [*pending, *self.store.jobs_in(ALLOCATED_STATES)]
         views = [self.node_view(active)]
         usage = self.usage(active, now)
         result = plan(pending, views, usage, now)
@@ -304,12 +302,7 @@ class Daemon:
         gpus, problem = self.node_gpus()
         if self.node.report()[0] is None:
             return NodeInfo(self.node.name, NodeState.DOWN, reason=problem)
-        allocations = {
-            g: job.id
-            for job in self.store.active_jobs()
-            if job.state in ALLOCATED_STATES
-            for g in job.gpus
-        }
+        allocations = {g: job.id for job in self.store.jobs_in(ALLOCATED_STATES) for g in job.gpus}
         if not allocations:
             state = NodeState.IDLE
         elif len(allocations) >= len(gpus):

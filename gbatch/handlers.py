@@ -71,15 +71,12 @@ def _ids(request: Mapping[str, Any]) -> list[int]:
 
 
 def ping(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
-    counts: dict[str, int] = {}
-    for job in daemon.store.active_jobs():
-        counts[job.state.value] = counts.get(job.state.value, 0) + 1
     return {
         "pid": os.getpid(),
         "version": __version__,
         "started_at": daemon.started_at,
         "home": str(daemon.paths.home),
-        "active": counts,
+        "active": daemon.store.active_counts(),
         "nodes": [wire.node_to_wire(daemon.node_info())],
     }
 

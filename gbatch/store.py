@@ -29,7 +29,7 @@ _ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE_STATES, key=lambda
 
 # Each entry moves the schema one version forward; never edit a released entry.
 MIGRATIONS: tuple[str, ...] = (
-    f"""
+    """
     CREATE TABLE jobs (
         id          INTEGER PRIMARY KEY AUTOINCREMENT,
         uid         INTEGER NOT NULL,
@@ -49,8 +49,8 @@ MIGRATIONS: tuple[str, ...] = (
         exit_signal INTEGER,
         stop_state  TEXT
     );
-    CREATE INDEX jobs_active ON jobs(id) WHERE state IN ({_ACTIVE_SQL});
-    CREATE INDEX jobs_end ON jobs(end_time);
+    CREATE INDEX jobs_state ON jobs(state);
+    CREATE INDEX jobs_user_submit ON jobs(user, submit_time);
     CREATE TABLE events (
         id     INTEGER PRIMARY KEY,
         job_id INTEGER NOT NULL REFERENCES jobs(id),
@@ -273,8 +273,14 @@ class Store:
         return job
 
     def active_jobs(self) -> list[Job]:
-        """Jobs not yet in a final state, oldest first (uses the partial index)."""
+        """Jobs not yet in a final state, oldest first."""
         return self._select(f"state IN ({_ACTIVE_SQL})", ())
+
+    def jobs_in(self, states: Collection[JobState]) -> list[Job]:
+        """Jobs in any of `states`, oldest first (by the state index: cheap for the few
+        allocated jobs among many finished ones)."""
+        marks = ", ".join("?" * len(states))
+        return self._select(f"state IN ({marks})", [s.value for s in states])
 
     def jobs(
         self,
@@ -321,6 +327,14 @@ class Store:
             rows = self._db.execute("SELECT user, gpu_seconds, as_of FROM usage").fetchall()
         return {user: fairshare.decay(value, now - as_of, half_life) for user, value, as_of in rows}
 
+    def active_counts(self) -> dict[str, int]:
+        """How many jobs are in each active state."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT state, count(*) FROM jobs WHERE state IN ({_ACTIVE_SQL}) GROUP BY state"
+            ).fetchall()
+        return {state: int(n) for state, n in rows}
+
     def count(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT count(*) FROM jobs").fetchone()[0])
@@ -359,6 +373,21 @@ def _encode(fields: Mapping[str, object]) -> dict[str, object]:
     return encoded
 
 
+# A spec never changes once queued, and decoding it is most of the cost of reading a
+# job: the loop reads every active job several times a second. Keyed by the JSON text.
+_SPEC_CACHE: dict[str, JobSpec] = {}
+_SPEC_CACHE_MAX = 100_000
+
+
+def _decode_spec(text: str) -> JobSpec:
+    spec = _SPEC_CACHE.get(text)
+    if spec is None:
+        if len(_SPEC_CACHE) >= _SPEC_CACHE_MAX:
+            _SPEC_CACHE.clear()
+        spec = _SPEC_CACHE[text] = JobSpec.from_dict(json.loads(text))
+    return spec
+
+
 def _job_from_row(row: Sequence[object]) -> Job:
     (
         job_id,
@@ -383,7 +412,7 @@ def _job_from_row(row: Sequence[object]) -> Job:
         id=int(job_id),  # type: ignore[call-overload]
         uid=int(uid),  # type: ignore[call-overload]
         user=str(user),
-        spec=JobSpec.from_dict(json.loads(spec)),
+        spec=_decode_spec(spec),
         state=JobState(state),
         reason=str(reason),
         held=bool(held),

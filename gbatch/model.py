@@ -71,25 +71,14 @@ ACTIVE_STATES = frozenset(set(JobState) - FINAL_STATES)
 # States in which a job holds GPUs on a node.
 ALLOCATED_STATES = frozenset({JobState.CONFIGURING, JobState.RUNNING, JobState.COMPLETING})
 
-_ENDINGS = frozenset(
-    {
-        JobState.COMPLETED,
-        JobState.FAILED,
-        JobState.CANCELLED,
-        JobState.TIMEOUT,
-        JobState.NODE_FAIL,
-        JobState.OUT_OF_MEMORY,
-    }
-)
-
 # The whole state machine. A final state leaves only through an explicit requeue.
 _ALLOWED: Mapping[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.CONFIGURING, JobState.CANCELLED, JobState.FAILED}),
     JobState.CONFIGURING: frozenset(
-        {JobState.RUNNING, JobState.PENDING, JobState.COMPLETING} | _ENDINGS
+        {JobState.RUNNING, JobState.PENDING, JobState.COMPLETING} | FINAL_STATES
     ),
-    JobState.RUNNING: frozenset({JobState.COMPLETING, JobState.PENDING} | _ENDINGS),
-    JobState.COMPLETING: frozenset({JobState.PENDING} | _ENDINGS),
+    JobState.RUNNING: frozenset({JobState.COMPLETING, JobState.PENDING} | FINAL_STATES),
+    JobState.COMPLETING: frozenset({JobState.PENDING} | FINAL_STATES),
     **{final: frozenset({JobState.PENDING}) for final in FINAL_STATES},
 }
 

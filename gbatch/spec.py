@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gbatch.model import JobSpec
-from gbatch.timefmt import ACCEPTED_FORMS, TimeLimitError, parse_time_limit
+from gbatch.timefmt import ACCEPTED_FORMS, TimeLimitError, parse_time_limit, show_value
 
 MAX_FILE_BYTES = 1024 * 1024
 MAX_COMMAND_BYTES = 64 * 1024
@@ -247,7 +247,7 @@ def _check_tree(where: str, root: Any) -> None:
                     if key.value in keys:
                         raise SpecError(
                             where,
-                            f"line {key.start_mark.line + 1}: key {_show(key.value)} is "
+                            f"line {key.start_mark.line + 1}: key {show_value(key.value)} is "
                             "written twice. Keep one of them",
                         )
                     keys.add(key.value)
@@ -345,8 +345,8 @@ def _unknown_key_message(key: str) -> str:
         close = difflib.get_close_matches(lowered, KEYS, n=1)
         guess = close[0] if close else None
     if guess is not None:
-        return f'unknown key {_show(key)}. Did you mean "{guess}"?'
-    return f"unknown key {_show(key)}. Valid keys: {', '.join(sorted(KEYS))}"
+        return f'unknown key {show_value(key)}. Did you mean "{guess}"?'
+    return f"unknown key {show_value(key)}. Valid keys: {', '.join(sorted(KEYS))}"
 
 
 def _safe_default_name(text: str) -> str:
@@ -359,7 +359,7 @@ def _check_name(value: object, field: str) -> str:
     if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
         raise SpecError(
             field,
-            f"{_show(value)} is not a valid job name. Use 1 to 128 letters, digits, "
+            f"{show_value(value)} is not a valid job name. Use 1 to 128 letters, digits, "
             '".", "_", "+" or "-", starting with a letter or digit',
         )
     return value
@@ -377,7 +377,7 @@ def _check_command(value: object, field: str) -> tuple[str, ...]:
         if bad:
             raise SpecError(
                 field,
-                f"list item {_show(bad[0])} is not a string. Quote each argument, "
+                f"list item {show_value(bad[0])} is not a string. Quote each argument, "
                 'e.g. ["python", "train.py"]',
             )
         argv = tuple(str(a) for a in value)
@@ -386,7 +386,7 @@ def _check_command(value: object, field: str) -> tuple[str, ...]:
     else:
         raise SpecError(
             field,
-            f"{_show(value)} is not a command. Write a shell command as a string, "
+            f"{show_value(value)} is not a command. Write a shell command as a string, "
             'or the argv as a list, e.g. ["python", "train.py"]',
         )
     if any("\0" in a for a in argv):
@@ -406,7 +406,7 @@ def _check_image(value: object, field: str) -> str:
         hint = "Repository names must be lowercase. "
     raise SpecError(
         field,
-        f"{_show(value)} is not a docker image reference. {hint}"
+        f"{show_value(value)} is not a docker image reference. {hint}"
         'Use e.g. "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime" or '
         '"registry.example.org:5000/team/app:v1"',
     )
@@ -417,7 +417,7 @@ def check_gpus(value: object, field: str = "gpus") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPUS:
         raise SpecError(
             field,
-            f"{_show(value)} is not a GPU count. Use a whole number from 0 to {MAX_GPUS}"
+            f"{show_value(value)} is not a GPU count. Use a whole number from 0 to {MAX_GPUS}"
             + (", without quotes" if isinstance(value, str) and value.isdigit() else ""),
         )
     return value
@@ -427,7 +427,8 @@ def _int_check(low: int, high: int) -> Callable[[object, str], int]:
     def check(value: object, field: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise SpecError(
-                field, f"{_show(value)} is out of range. Use a whole number from {low} to {high}"
+                field,
+                f"{show_value(value)} is out of range. Use a whole number from {low} to {high}",
             )
         return value
 
@@ -436,7 +437,7 @@ def _int_check(low: int, high: int) -> Callable[[object, str], int]:
 
 def _check_time_limit(value: object, field: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise SpecError(field, f"{_show(value)} is not a time limit. Use {ACCEPTED_FORMS}")
+        raise SpecError(field, f"{show_value(value)} is not a time limit. Use {ACCEPTED_FORMS}")
     try:
         return parse_time_limit(value, field=field)
     except TimeLimitError as err:
@@ -445,13 +446,15 @@ def _check_time_limit(value: object, field: str) -> int | None:
 
 def _check_env(value: object, field: str) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, Mapping):
-        raise SpecError(field, f"{_show(value)} is not a mapping. Write env as NAME: value pairs")
+        raise SpecError(
+            field, f"{show_value(value)} is not a mapping. Write env as NAME: value pairs"
+        )
     pairs: list[tuple[str, str]] = []
     for name, raw in value.items():
         if not isinstance(name, str) or not _ENV_NAME_RE.fullmatch(name):
             raise SpecError(
                 field,
-                f"{_show(name)} is not a variable name. Use letters, digits and _, "
+                f"{show_value(name)} is not a variable name. Use letters, digits and _, "
                 "not starting with a digit",
             )
         reason = _reserved_env_reason(name)
@@ -464,7 +467,7 @@ def _check_env(value: object, field: str) -> tuple[tuple[str, str], ...]:
         else:
             raise SpecError(
                 field,
-                f"{name} has no usable value ({_show(raw)}). Give a string or a number "
+                f"{name} has no usable value ({show_value(raw)}). Give a string or a number "
                 '("" for empty)',
             )
         if "\0" in text or "\n" in text or "\r" in text:
@@ -479,23 +482,23 @@ def _check_env(value: object, field: str) -> tuple[tuple[str, str], ...]:
 def _check_mounts(value: object, field: str) -> tuple[str, ...]:
     if not isinstance(value, list | tuple):
         raise SpecError(
-            field, f'{_show(value)} is not a list. Write mounts as a list of "SRC:DST[:ro]"'
+            field, f'{show_value(value)} is not a list. Write mounts as a list of "SRC:DST[:ro]"'
         )
     mounts: list[str] = []
     targets: set[str] = set()
     for item in value:
         usage = 'Use "SRC:DST", "SRC:DST:ro" or "SRC:DST:rw" with absolute paths'
         if not isinstance(item, str):
-            raise SpecError(field, f"{_show(item)} is not a mount. {usage}")
+            raise SpecError(field, f"{show_value(item)} is not a mount. {usage}")
         parts = item.split(":")
         if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
-            raise SpecError(field, f"{_show(item)} is not a mount. {usage}")
+            raise SpecError(field, f"{show_value(item)} is not a mount. {usage}")
         if any(bad in item for bad in (",", "\0", "\n", "\r")):
             raise SpecError(
-                field, f"{_show(item)} contains a comma or a control character. {usage}"
+                field, f"{show_value(item)} contains a comma or a control character. {usage}"
             )
         if not all(p.startswith("/") for p in parts[:2]):
-            raise SpecError(field, f"{_show(item)} has a relative path. {usage}")
+            raise SpecError(field, f"{show_value(item)} has a relative path. {usage}")
         if parts[1] in targets:
             raise SpecError(field, f"{parts[1]} is mounted twice. Keep one mount per target")
         targets.add(parts[1])
@@ -506,7 +509,7 @@ def _check_mounts(value: object, field: str) -> tuple[str, ...]:
 def _check_workdir(value: object, field: str) -> str:
     if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
         raise SpecError(
-            field, f"{_show(value)} is not an absolute path. Use a path starting with /"
+            field, f"{show_value(value)} is not an absolute path. Use a path starting with /"
         )
     return value
 
@@ -517,7 +520,7 @@ def _check_shm_size(value: object, field: str) -> str:
     if match is None or int(match.group(1)) == 0:
         raise SpecError(
             field,
-            f"{_show(value)} is not a size. Use bytes with an optional unit b, k, m or g, "
+            f"{show_value(value)} is not a size. Use bytes with an optional unit b, k, m or g, "
             'e.g. "512m" or "8g"',
         )
     number, unit = match.groups()
@@ -540,25 +543,12 @@ def parse_gres(text: str) -> int:
     if match is None:
         raise SpecError(
             "--gres",
-            f"{_show(text)} is not a GPU request. Use gpu, gpu:N or gpu:TYPE:N "
+            f"{show_value(text)} is not a GPU request. Use gpu, gpu:N or gpu:TYPE:N "
             "(or --gpus N); gbatch schedules GPUs only",
         )
     count = 1 if match.group(2) is None else int(match.group(2))
     if count > MAX_GPUS:
         raise SpecError(
-            "--gres", f"{_show(text)} asks for {count} GPUs. Use a count from 0 to {MAX_GPUS}"
+            "--gres", f"{show_value(text)} asks for {count} GPUs. Use a count from 0 to {MAX_GPUS}"
         )
     return count
-
-
-def _show(value: object) -> str:
-    """Echo a user's value in an error message: strings quoted, one line, short."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    text = str(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return f'"{text}"' if isinstance(value, str) else text

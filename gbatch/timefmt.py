@@ -81,7 +81,7 @@ def _check_ranges(field: str, value: str, fields: dict[str, int], *, has_days: b
         if name != leading and number >= limits[name]:
             raise TimeLimitError(
                 field,
-                f"{_show(value)} is not a time limit: {name} must be under {limits[name]}. "
+                f"{show_value(value)} is not a time limit: {name} must be under {limits[name]}. "
                 f"Use {ACCEPTED_FORMS}",
             )
 
@@ -90,29 +90,31 @@ def _checked_total(field: str, value: object, total: int) -> int:
     if total <= 0:
         raise TimeLimitError(
             field,
-            f"{_show(value)} is not a time limit: it must be longer than zero. "
+            f"{show_value(value)} is not a time limit: it must be longer than zero. "
             f"Use {ACCEPTED_FORMS} (UNLIMITED for no limit)",
         )
     if total > MAX_TIME_LIMIT_S:
         raise TimeLimitError(
             field,
-            f"{_show(value)} is longer than the longest limit gbatch accepts "
+            f"{show_value(value)} is longer than the longest limit gbatch accepts "
             f"({format_duration(MAX_TIME_LIMIT_S)}). Shorten it, or use UNLIMITED for no limit",
         )
     return total
 
 
 def _bad(field: str, value: object) -> TimeLimitError:
-    return TimeLimitError(field, f"{_show(value)} is not a time limit. Use {ACCEPTED_FORMS}")
+    return TimeLimitError(field, f"{show_value(value)} is not a time limit. Use {ACCEPTED_FORMS}")
 
 
-def _show(value: object) -> str:
-    """Echo a user's value in an error message: quoted, one line, not too long."""
+def show_value(value: object) -> str:
+    """Echo a user's value in an error message: strings quoted, one line, short."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     text = str(value)
-    if len(text) > 40:
-        text = text[:37] + "..."
+    if len(text) > 60:
+        text = text[:57] + "..."
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return f'"{text}"' if isinstance(value, str) else text
 

@@ -1,0 +1,179 @@
+"""Durable submits per second through gbatchd's socket.
+
+Run: `.venv/bin/python bench/bench_submit.py [--quick]`. Every repetition gets a fresh
+daemon in a temp GBATCH_HOME (2 simulated GPUs) so the repetitions do not slow each
+other down with the held jobs they leave behind; one figure measures exactly that
+effect on purpose (submits with 10,000 held jobs already queued). Jobs are submitted
+held, so nothing runs while we measure. A submit is durable when its reply arrives
+(SQLite WAL, synchronous=FULL, one commit per request).
+
+Figures:
+  (a) one client, sequential requests on one connection: submits/s, and the latency
+      of one request;
+  (b) 8 and 32 concurrent clients, each a process with its own connection;
+  (c) one array request of 10,000 tasks: jobs/s;
+  (d) (a) again with 10,000 held jobs already in the queue;
+  (e) the whole process `gbatch sbatch --wrap true -H`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from common import (
+    GBATCH,
+    gbatch_env,
+    machine_note,
+    report_ms,
+    report_rate,
+    running_daemon,
+    time_process,
+)
+
+from gbatch.client import Client
+from gbatch.model import JobSpec
+
+SINGLE_GOAL = 2_000.0  # submits/s
+ARRAY_GOAL = 20_000.0  # jobs/s
+ARRAY_SIZE = 10_000
+SPEC: dict[str, Any] = JobSpec(name="b", command=("/bin/true",)).to_dict()
+
+
+def sequential_submits(socket: Path, count: int) -> tuple[float, list[float]]:
+    """`count` submits on one connection: (submits/s, each request's latency in s)."""
+    latencies: list[float] = []
+    with Client(socket) as client:
+        client.call("submit", spec=SPEC, held=True)  # connect, and warm the daemon's caches
+        start = time.perf_counter()
+        for _ in range(count):
+            before = time.perf_counter()
+            client.call("submit", spec=SPEC, held=True)
+            latencies.append(time.perf_counter() - before)
+        elapsed = time.perf_counter() - start
+    return count / elapsed, latencies
+
+
+def _client_worker(socket: Path, count: int, go: Any, ready: Connection) -> None:
+    with Client(socket) as client:
+        client.call("ping")  # connect before the clock starts
+        ready.send("ready")
+        go.wait()
+        for _ in range(count):
+            client.call("submit", spec=SPEC, held=True)
+        ready.send("done")
+
+
+def concurrent_submits(socket: Path, clients: int, per_client: int) -> float:
+    """`clients` processes submit `per_client` jobs each at once: total submits/s.
+
+    The clock runs from releasing the clients (all connected) to the last one done.
+    """
+    context = mp.get_context("fork")
+    go = context.Event()
+    pipes = [context.Pipe(duplex=False) for _ in range(clients)]
+    workers = [
+        context.Process(target=_client_worker, args=(socket, per_client, go, send))
+        for _receive, send in pipes
+    ]
+    # One at a time: a burst of connects can overflow the daemon's listen backlog (see
+    # the README); this figure is about submits on open connections.
+    for worker, (receive, send) in zip(workers, pipes, strict=True):
+        worker.start()
+        send.close()  # the child's copy remains: its death reads as EOFError, not a hang
+        assert receive.recv() == "ready"
+    start = time.perf_counter()
+    go.set()
+    for receive, _send in pipes:
+        assert receive.recv() == "done"
+    elapsed = time.perf_counter() - start
+    for worker in workers:
+        worker.join()
+        if worker.exitcode != 0:
+            raise RuntimeError(f"a client process exited {worker.exitcode}")
+    return clients * per_client / elapsed
+
+
+def array_submit(socket: Path, size: int) -> float:
+    with Client(socket, timeout=300) as client:
+        client.call("ping")
+        start = time.perf_counter()
+        ids = client.call("submit", spec=SPEC, held=True, count=size)["ids"]
+        elapsed = time.perf_counter() - start
+    assert len(ids) == size
+    return size / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter repetitions")
+    args = parser.parse_args()
+    reps = 3 if args.quick else 7
+    single_count = 200 if args.quick else 500
+    per_client_total = 256 if args.quick else 1024  # submits per repetition, all clients
+    cli_runs = 8 if args.quick else 20
+    print(machine_note())
+
+    rates: list[float] = []
+    latencies: list[float] = []
+    for _ in range(reps):
+        with running_daemon() as home:
+            rate, each = sequential_submits(home / "gbatchd.sock", single_count)
+        rates.append(rate)
+        latencies.extend(each)
+    report_rate(
+        f"(a) single submits, 1 client, 1 connection ({single_count} per run)",
+        rates,
+        "submits/s",
+        SINGLE_GOAL,
+    )
+    report_ms("(a) latency of one submit request", latencies)
+
+    for clients in (8, 32):
+        rates = []
+        for _ in range(reps):
+            with running_daemon() as home:
+                per_client = max(1, per_client_total // clients)
+                rates.append(concurrent_submits(home / "gbatchd.sock", clients, per_client))
+        report_rate(
+            f"(b) single submits, {clients} concurrent clients (processes, "
+            f"{per_client_total // clients} each)",
+            rates,
+            "submits/s",
+            SINGLE_GOAL,
+        )
+
+    rates = []
+    for _ in range(reps):
+        with running_daemon() as home:
+            rates.append(array_submit(home / "gbatchd.sock", ARRAY_SIZE))
+    report_rate(f"(c) array submission, count={ARRAY_SIZE:,}", rates, "jobs/s", ARRAY_GOAL)
+
+    rates = []
+    for _ in range(max(2, reps // 2)):
+        with running_daemon() as home:
+            socket = home / "gbatchd.sock"
+            array_submit(socket, ARRAY_SIZE)
+            time.sleep(1.0)  # let the loop's wake-up for the array pass
+            rates.append(sequential_submits(socket, single_count // 5)[0])
+    report_rate(
+        f"(d) single submits with {ARRAY_SIZE:,} held jobs queued, 1 client "
+        f"({single_count // 5} per run)",
+        rates,
+        "submits/s",
+        SINGLE_GOAL,
+    )
+
+    with running_daemon() as home:
+        samples = time_process(
+            [str(GBATCH), "sbatch", "--wrap", "true", "-H"], gbatch_env(home), cli_runs
+        )
+    report_ms("(e) whole process `gbatch sbatch --wrap true -H`", samples)
+
+
+if __name__ == "__main__":
+    main()

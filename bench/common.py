@@ -1,0 +1,164 @@
+"""Shared helpers for gbatch's benchmarks: a daemon in a throw-away GBATCH_HOME,
+whole-process timing, and the one line each figure prints.
+
+Percentiles: for a duration, p90 is the value 90 % of the samples stayed under. For a
+rate, p90 is the rate 90 % of the samples reached (the 10th percentile), so in both
+cases the p90 is the pessimistic side of the median.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# The interpreter running the bench; `gbatch` is its console script, next to it.
+PYTHON = Path(sys.executable)
+GBATCH = PYTHON.parent / "gbatch"
+
+sys.path.insert(0, str(REPO))
+
+
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    """Linear interpolation between the closest ranks (numpy's default); samples unsorted."""
+    if not samples:
+        raise ValueError("no samples")
+    ordered = sorted(samples)
+    position = (len(ordered) - 1) * fraction
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def median(samples: Sequence[float]) -> float:
+    return statistics.median(samples)
+
+
+def p90_duration(samples: Sequence[float]) -> float:
+    return percentile(samples, 0.9)
+
+
+def p90_rate(samples: Sequence[float]) -> float:
+    return percentile(samples, 0.1)
+
+
+def report_ms(what: str, seconds: Sequence[float], goal_ms: float | None = None) -> None:
+    """Print `<what>: median X ms, p90 Y ms (goal <= G ms; N samples)`."""
+    goal = f"goal <= {goal_ms:g} ms" if goal_ms is not None else "no goal"
+    verdict = ""
+    if goal_ms is not None:
+        verdict = ", met" if median(seconds) * 1000 <= goal_ms else ", MISSED"
+    print(
+        f"{what}: median {median(seconds) * 1000:.1f} ms, "
+        f"p90 {p90_duration(seconds) * 1000:.1f} ms "
+        f"({goal}{verdict}; {len(seconds)} samples)",
+        flush=True,
+    )
+
+
+def report_rate(what: str, rates: Sequence[float], unit: str, goal: float | None = None) -> None:
+    """Print `<what>: median X unit, p90 Y unit (goal >= G unit; N samples)`."""
+    target = f"goal >= {goal:,.0f} {unit}" if goal is not None else "no goal"
+    verdict = ""
+    if goal is not None:
+        verdict = ", met" if median(rates) >= goal else ", MISSED"
+    print(
+        f"{what}: median {median(rates):,.0f} {unit}, p90 {p90_rate(rates):,.0f} {unit} "
+        f"({target}{verdict}; {len(rates)} samples)",
+        flush=True,
+    )
+
+
+def gbatch_env(home: Path, simulate_gpus: int = 2) -> dict[str, str]:
+    env = dict(os.environ)
+    env["GBATCH_HOME"] = str(home)
+    env["GBATCH_SIMULATE_GPUS"] = str(simulate_gpus)
+    return env
+
+
+@contextlib.contextmanager
+def temp_home(prefix: str = "gbatch-bench-") -> Iterator[Path]:
+    """A fresh GBATCH_HOME, removed afterwards. Short path: a socket path has a limit."""
+    home = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def start_daemon(home: Path, simulate_gpus: int = 2) -> Path:
+    """`gbatch daemon start` (returns once the socket answers); the socket's path."""
+    subprocess.run(
+        [str(GBATCH), "daemon", "start"],
+        env=gbatch_env(home, simulate_gpus),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return home / "gbatchd.sock"
+
+
+def stop_daemon(home: Path) -> None:
+    subprocess.run(
+        [str(GBATCH), "daemon", "stop"],
+        env=gbatch_env(home),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+@contextlib.contextmanager
+def running_daemon(home: Path | None = None, simulate_gpus: int = 2) -> Iterator[Path]:
+    """A daemon serving `home` (a fresh temp one when None); yields its GBATCH_HOME."""
+    with contextlib.ExitStack() as stack:
+        if home is None:
+            home = stack.enter_context(temp_home())
+        start_daemon(home, simulate_gpus)
+        try:
+            yield home
+        finally:
+            stop_daemon(home)
+
+
+def time_process(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    runs: int,
+    *,
+    expect_status: int | None = 0,
+    warmup: int = 2,
+) -> list[float]:
+    """Wall time of the whole process (fork, interpreter start, imports, work, exit).
+
+    Output goes to a pipe that is read to the end, as `| wc -l` would. A run that ends
+    with another status than `expect_status` (None: any) raises: a failing command
+    would otherwise be timed as a fast one.
+    """
+    samples: list[float] = []
+    for i in range(warmup + runs):
+        start = time.perf_counter()
+        done = subprocess.run(list(argv), env=dict(env), capture_output=True, check=False)
+        elapsed = time.perf_counter() - start
+        if expect_status is not None and done.returncode != expect_status:
+            raise RuntimeError(
+                f"{' '.join(argv)} exited {done.returncode}, expected {expect_status}: "
+                f"{done.stderr.decode(errors='replace').strip()}"
+            )
+        if i >= warmup:
+            samples.append(elapsed)
+    return samples
+
+
+def machine_note() -> str:
+    """One line saying what the figures were measured on."""
+    return (
+        f"# {os.cpu_count()} CPUs, Python {sys.version.split()[0]} ({PYTHON}); "
+        f"shared machines are noisy: compare medians, not single runs"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +37,27 @@ class Client:
         self._reader: Any = None
 
     def _connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(str(self.socket_path))
-        except (FileNotFoundError, ConnectionRefusedError) as err:
-            sock.close()
-            raise DaemonUnavailable(self.socket_path, err.strerror or str(err)) from err
-        except PermissionError as err:
-            sock.close()
-            raise DaemonUnavailable(self.socket_path, "permission denied on the socket") from err
+        deadline = time.monotonic() + self.timeout
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(str(self.socket_path))
+                break
+            except BlockingIOError as err:
+                # The daemon's listen backlog is full: it is busy, not gone.
+                sock.close()
+                if time.monotonic() >= deadline:
+                    raise DaemonUnavailable(self.socket_path, "busy: too many connections") from err
+                time.sleep(0.01)
+            except (FileNotFoundError, ConnectionRefusedError) as err:
+                sock.close()
+                raise DaemonUnavailable(self.socket_path, err.strerror or str(err)) from err
+            except PermissionError as err:
+                sock.close()
+                raise DaemonUnavailable(
+                    self.socket_path, "permission denied on the socket"
+                ) from err
         self._sock = sock
         self._reader = sock.makefile("rb")
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from gbatch.config import Config, Paths
+from gbatch.groupcommit import GroupCommitter
 from gbatch.localnode import LaunchError, LocalNode, RunStatus
 from gbatch.model import (
     ALLOCATED_STATES,
@@ -32,6 +33,7 @@ from gbatch.scheduler import plan
 from gbatch.store import Store
 
 log = logging.getLogger("gbatchd")
+COALESCE_SECONDS = 0.02
 
 
 class Daemon:
@@ -52,6 +54,7 @@ class Daemon:
         self.stopping = threading.Event()
         self.started_at = clock()
         self.node = LocalNode(paths, config, on_change=self.wake.set)
+        self.committer = GroupCommitter(store, clock)
         # job id -> (monotonic time SIGTERM was sent, SIGKILL sent yet)
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
         # GPU index -> number of the report at its release: it is handed out again
@@ -68,7 +71,10 @@ class Daemon:
 
     def run_loop(self) -> None:
         while not self.stopping.is_set():
-            self.wake.wait(self.config.tick_seconds)
+            if self.wake.wait(self.config.tick_seconds):
+                # Let a burst of submits land before planning once for all of them:
+                # a step per request starves the handlers (measured in bench_submit).
+                time.sleep(COALESCE_SECONDS)
             self.wake.clear()
             if self.stopping.is_set():
                 break
@@ -83,6 +89,7 @@ class Daemon:
         self.wake.set()
 
     def close(self) -> None:
+        self.committer.close()
         self.node.stop()
 
     def audit(self, caller: object, action: str, job: Job, outcome: str) -> None:
@@ -207,15 +214,17 @@ class Daemon:
     # -- step 3: plan and dispatch -------------------------------------------------------
 
     def schedule(self, now: float) -> None:
-        pending = self.store.jobs_in((JobState.PENDING,))
+        pending = self.store.runnable_jobs()
         if not pending:
             return
         active = [*pending, *self.store.jobs_in(ALLOCATED_STATES)]
         views = [self.node_view(active)]
         usage = self.usage(active, now)
         result = plan(pending, views, usage, now)
-        self.store.set_pending_reasons(result.reasons)
         by_id = {j.id: j for j in pending}
+        self.store.set_pending_reasons(
+            {job_id: r for job_id, r in result.reasons.items() if by_id[job_id].reason != r}
+        )
         for assignment in result.assignments:
             self.dispatch(by_id[assignment.job_id], assignment.gpus, now)
 
@@ -318,8 +327,8 @@ class Daemon:
         )
 
     def max_gpus_per_node(self) -> tuple[int, str]:
-        gpus, problem = self.node_gpus()
-        return len(gpus), problem
+        report, problem = self.node.report()
+        return (len(report.gpus), report.note) if report else (0, problem)
 
     def usage(self, active: Sequence[Job], now: float) -> dict[str, float]:
         """Stored decayed usage plus what running jobs have accrued so far."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,6 +45,8 @@ class FormatError(ValueError):
 def _printable(text: str) -> str:
     """Replace control characters (terminal escapes in a job name, say) with '?', as
     `ls` does, so one user's job cannot repaint another user's terminal."""
+    if text.isprintable():  # the common case, without a loop per character
+        return text
     return "".join(c if c.isprintable() else "?" for c in text)
 
 
@@ -458,6 +459,8 @@ def _quote_arg(arg: str) -> str:
     """shlex.quote, except that an argument holding control characters (a multi-line
     `sh -c` script) is written as bash's $'...' so the record stays one line."""
     if arg.isprintable():
+        import shlex  # deferred: only scontrol shows a command line
+
         return shlex.quote(arg)
     out = []
     for c in arg:

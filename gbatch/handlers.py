@@ -16,7 +16,7 @@ from gbatch import __version__, wire
 from gbatch.daemon import Daemon
 from gbatch.model import IllegalTransition, Job, JobState
 from gbatch.spec import SpecError, build_spec
-from gbatch.store import JobNotFound
+from gbatch.store import JobNotFound, Submission
 from gbatch.timefmt import MAX_TIME_LIMIT_S
 
 MAX_ARRAY = 100_000
@@ -132,8 +132,8 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
         specs = [
             replace(spec, env=(*spec.env, ("GBATCH_ARRAY_TASK_ID", str(i)))) for i in range(count)
         ]
-    ids = daemon.store.submit(
-        specs, caller.uid, caller.user, daemon.clock(), held=bool(request.get("held"))
+    ids = daemon.committer.submit(
+        Submission(tuple(specs), caller.uid, caller.user, bool(request.get("held")))
     )
     daemon.wake.set()
     return {"ids": ids}
@@ -258,7 +258,8 @@ def jobs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
         )
     else:
         found = daemon.store.jobs(users=users, finished=False)
-    return {"jobs": [wire.job_to_wire(j) for j in found], "now": daemon.clock()}
+    brief = bool(request.get("brief"))
+    return {"jobs": [wire.job_to_wire(j, brief=brief) for j in found], "now": daemon.clock()}
 
 
 def job(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:

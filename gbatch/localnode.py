@@ -50,12 +50,10 @@ def agent_script() -> Path:
     beside = Path(__file__).resolve().parent.parent / "agent" / "gbatch_agent.py"
     if beside.exists():
         return beside
-    import importlib.util
-
-    spec = importlib.util.find_spec("gbatch_agent")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the gbatch agent is not installed with this gbatch")
-    return Path(next(iter(spec.submodule_search_locations))) / "gbatch_agent.py"
+    installed = Path(sys.prefix) / "share" / "gbatch" / "agent" / "gbatch_agent.py"
+    if installed.exists():
+        return installed
+    raise FileNotFoundError(f"the gbatch agent is neither at {beside} nor at {installed}")
 
 
 def write_simulation_file(path: Path, count: int) -> None:

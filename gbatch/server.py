@@ -83,6 +83,7 @@ class _Connection(socketserver.StreamRequestHandler):
 
 class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
+    request_queue_size = 128  # the default 5 refuses a burst of CLI calls
     daemon: Daemon
 
 

@@ -12,6 +12,7 @@ import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from gbatch import fairshare
@@ -50,6 +51,7 @@ MIGRATIONS: tuple[str, ...] = (
         stop_state  TEXT
     );
     CREATE INDEX jobs_state ON jobs(state);
+    CREATE INDEX jobs_runnable ON jobs(id) WHERE state = 'PENDING' AND held = 0;
     CREATE INDEX jobs_user_submit ON jobs(user, submit_time);
     CREATE TABLE events (
         id     INTEGER PRIMARY KEY,
@@ -75,6 +77,16 @@ _JOB_COLUMNS = (
 _UPDATABLE = frozenset(
     {"start_time", "end_time", "node", "gpus", "attempt", "exit_code", "exit_signal", "stop_state"}
 )
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One caller's submit: its specs (several for an array) and who asked."""
+
+    specs: tuple[JobSpec, ...]
+    uid: int
+    user: str
+    held: bool = False
 
 
 class StoreError(Exception):
@@ -155,25 +167,43 @@ class Store:
 
         The ids are durable once this returns.
         """
+        return self.submit_many([Submission(tuple(specs), uid, user, held)], now)[0]
+
+    def submit_many(self, submissions: Sequence[Submission], now: float) -> list[list[int]]:
+        """Queue several callers' submissions in ONE transaction (one fsync: group
+        commit); return each one's ids, in order. Durable once this returns."""
         state = JobState.PENDING.value
         try:
             with self._write() as db:
-                ids: list[int] = []
-                for spec in specs:
-                    cursor = db.execute(
-                        "INSERT INTO jobs (uid, user, name, spec, state, held, submit_time)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (uid, user, spec.name, json.dumps(spec.to_dict()), state, held, now),
-                    )
-                    assert cursor.lastrowid is not None
-                    ids.append(cursor.lastrowid)
+                results: list[list[int]] = []
+                for submission in submissions:
+                    reason = "JobHeldUser" if submission.held else ""
+                    ids: list[int] = []
+                    for spec in submission.specs:
+                        cursor = db.execute(
+                            "INSERT INTO jobs (uid, user, name, spec, state, reason, held,"
+                            " submit_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            (
+                                submission.uid,
+                                submission.user,
+                                spec.name,
+                                json.dumps(spec.to_dict()),
+                                state,
+                                reason,
+                                submission.held,
+                                now,
+                            ),
+                        )
+                        assert cursor.lastrowid is not None
+                        ids.append(cursor.lastrowid)
+                    results.append(ids)
                 db.executemany(
                     "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
-                    [(job_id, now, state, "submitted") for job_id in ids],
+                    [(job_id, now, state, "submitted") for ids in results for job_id in ids],
                 )
         except sqlite3.OperationalError as err:
             raise StoreError(f"could not write to {self.path}: {err}") from err
-        return ids
+        return results
 
     def set_state(
         self,
@@ -275,6 +305,10 @@ class Store:
     def active_jobs(self) -> list[Job]:
         """Jobs not yet in a final state, oldest first."""
         return self._select(f"state IN ({_ACTIVE_SQL})", ())
+
+    def runnable_jobs(self) -> list[Job]:
+        """Pending jobs that are not held: what the planner considers."""
+        return self._select("state = 'PENDING' AND held = 0", ())
 
     def jobs_in(self, states: Collection[JobState]) -> list[Job]:
         """Jobs in any of `states`, oldest first (by the state index: cheap for the few

@@ -7,13 +7,22 @@ from typing import Any
 
 from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
 
+# What a listing (squeue, sacct) prints of a spec; the rest (command, env, mounts)
+# stays home, which makes a 1,000-job reply a third of the size.
+_BRIEF_SPEC_KEYS = ("name", "gpus", "time_limit", "retries", "priority", "nice", "image")
 
-def job_to_wire(job: Job) -> dict[str, Any]:
+
+def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
+    """`brief`: only the spec fields listings show (command comes back empty)."""
+    spec = job.spec.to_dict()
+    if brief:
+        spec = {key: spec[key] for key in _BRIEF_SPEC_KEYS}
+        spec["command"] = []
     return {
         "id": job.id,
         "uid": job.uid,
         "user": job.user,
-        "spec": job.spec.to_dict(),
+        "spec": spec,
         "state": job.state.value,
         "submit_time": job.submit_time,
         "reason": job.reason,

@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gbatch {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # An explicit prog spares argparse a HelpFormatter (and shutil) at every start.
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", prog="gbatch")
     commands.required = True
     for module in COMMANDS:
         module.add_parser(commands)

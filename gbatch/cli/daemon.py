@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from typing import Any
@@ -80,6 +79,8 @@ def _run_foreground(ctx: Context) -> int:
 
 
 def _start(ctx: Context) -> int:
+    import subprocess  # deferred: the other commands never spawn processes
+
     status = _ping(ctx)
     if status is not None:
         print(f"gbatchd already running (pid {status['pid']}), socket {ctx.paths.socket}")

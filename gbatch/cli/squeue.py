@@ -38,7 +38,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
     users = split_list(args.user) or ([ctx.me] if args.me else None)
     states = split_list(args.states)
-    request: dict[str, Any] = {"users": users, "ids": parse_ids(args.jobs)}
+    request: dict[str, Any] = {"users": users, "ids": parse_ids(args.jobs), "brief": not args.json}
     if states and "all" in (s.lower() for s in states):
         request["history"] = True
     elif states:

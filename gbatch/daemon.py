@@ -14,14 +14,13 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from gbatch.config import Config, Paths
 from gbatch.groupcommit import GroupCommitter
-from gbatch.localnode import LaunchError, LocalNode, RunStatus
+from gbatch.localnode import LocalNode
 from gbatch.model import (
     ALLOCATED_STATES,
-    Gpu,
     IllegalTransition,
     Job,
     JobState,
@@ -29,6 +28,7 @@ from gbatch.model import (
     NodeState,
     NodeView,
 )
+from gbatch.node import LaunchError, Node, RunStatus
 from gbatch.scheduler import plan
 from gbatch.store import Store
 
@@ -53,20 +53,25 @@ class Daemon:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.started_at = clock()
-        self.node = LocalNode(paths, config, on_change=self.wake.set)
+        nodes: list[Node] = [LocalNode(paths, config, on_change=self.wake.set)]
+        self.nodes: dict[str, Node] = {node.name: node for node in nodes}
         self.committer = GroupCommitter(store, clock)
         # job id -> (monotonic time SIGTERM was sent, SIGKILL sent yet)
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
-        # GPU index -> number of the report at its release: it is handed out again
-        # only after a later report shows its memory released.
-        self._released_at_report: dict[int, int] = {}
+        # (node, GPU index) -> number of the node's report at the GPU's release: it is
+        # handed out again only after a later report shows its memory released.
+        self._released_at_report: dict[tuple[str, int], int] = {}
 
     # -- life cycle -----------------------------------------------------------------
 
-    def start_node(self, first_report_timeout: float = 10.0) -> None:
-        self.node.start()
+    def start_nodes(self, first_report_timeout: float = 10.0) -> None:
+        """Start every node's reports; wait (bounded) until each has reported once."""
+        for node in self.nodes.values():
+            node.start()
         deadline = self.monotonic() + first_report_timeout
-        while self.node.report()[0] is None and self.monotonic() < deadline:
+        while self.monotonic() < deadline and any(
+            node.report()[0] is None for node in self.nodes.values()
+        ):
             time.sleep(0.02)
 
     def run_loop(self) -> None:
@@ -90,7 +95,8 @@ class Daemon:
 
     def close(self) -> None:
         self.committer.close()
-        self.node.stop()
+        for node in self.nodes.values():
+            node.stop()
 
     def audit(self, caller: object, action: str, job: Job, outcome: str) -> None:
         """Record who tried what on whose job (refusals above all)."""
@@ -106,7 +112,19 @@ class Daemon:
 
     def collect_ended_runs(self, now: float) -> None:
         for job in self.store.jobs_in(ALLOCATED_STATES):
-            status = self.node.status(job, job.attempt)
+            node = self.nodes.get(job.node or "")
+            if node is None:
+                # Its node left the inventory: whether the run lives is unknowable, so
+                # never requeue it (that could run it twice).
+                self._end_run(
+                    job,
+                    JobState.NODE_FAIL,
+                    f"node {job.node} is not in the fleet",
+                    now,
+                    end_time=now,
+                )
+                continue
+            status = node.status(job, job.attempt)
             if status.state == "running":
                 if job.state is JobState.CONFIGURING:
                     # The daemon died between starting the run and confirming it.
@@ -174,12 +192,13 @@ class Daemon:
                 now,
                 self.config.half_life_seconds,
             )
-        seq = self.node.report_seq
-        for gpu in job.gpus:
-            self._released_at_report[gpu] = seq
         self._stopping_runs.pop(job.id, None)
-        self.node.cleanup(job, job.attempt)
-        self.node.poke()
+        node = self.nodes.get(job.node or "")
+        if node is not None:
+            for gpu in job.gpus:
+                self._released_at_report[(node.name, gpu)] = node.report_seq
+            node.cleanup(job, job.attempt)
+            node.poke()
         self.wake.set()
 
     # -- step 2: time limits and stops ---------------------------------------------------
@@ -203,12 +222,15 @@ class Daemon:
 
     def _stop_run(self, job: Job) -> None:
         """SIGTERM the run, then SIGKILL it once the grace period has passed."""
+        node = self.nodes.get(job.node or "")
+        if node is None:
+            return  # collect_ended_runs ends it
         sent = self._stopping_runs.get(job.id)
         if sent is None:
-            self.node.signal(job, job.attempt, signal.SIGTERM)
+            node.signal(job, job.attempt, signal.SIGTERM)
             self._stopping_runs[job.id] = (self.monotonic(), False)
         elif not sent[1] and self.monotonic() - sent[0] >= self.config.kill_grace_seconds:
-            self.node.signal(job, job.attempt, signal.SIGKILL)
+            node.signal(job, job.attempt, signal.SIGKILL)
             self._stopping_runs[job.id] = (sent[0], True)
 
     # -- step 3: plan and dispatch -------------------------------------------------------
@@ -217,18 +239,21 @@ class Daemon:
         pending = self.store.runnable_jobs()
         if not pending:
             return
-        active = [*pending, *self.store.jobs_in(ALLOCATED_STATES)]
-        views = [self.node_view(active)]
-        usage = self.usage(active, now)
+        allocated = self.store.jobs_in(ALLOCATED_STATES)
+        drained = self.store.drained_nodes()
+        views = [self.node_view(node, allocated, drained) for node in self.nodes.values()]
+        usage = self.usage(allocated, now)
         result = plan(pending, views, usage, now)
         by_id = {j.id: j for j in pending}
         self.store.set_pending_reasons(
             {job_id: r for job_id, r in result.reasons.items() if by_id[job_id].reason != r}
         )
         for assignment in result.assignments:
-            self.dispatch(by_id[assignment.job_id], assignment.gpus, now)
+            self.dispatch(
+                by_id[assignment.job_id], self.nodes[assignment.node], assignment.gpus, now
+            )
 
-    def dispatch(self, job: Job, gpus: Sequence[int], now: float) -> None:
+    def dispatch(self, job: Job, node: Node, gpus: Sequence[int], now: float) -> None:
         """Record intent, act, confirm: a crash between any two steps is reconciled."""
         attempt = job.attempt + 1
         try:
@@ -238,7 +263,7 @@ class Daemon:
                 "allocated",
                 now,
                 expect={JobState.PENDING},
-                node=self.node.name,
+                node=node.name,
                 gpus=tuple(gpus),
                 attempt=attempt,
                 start_time=None,
@@ -250,7 +275,7 @@ class Daemon:
         except IllegalTransition:
             return  # cancelled while we planned
         try:
-            self.node.launch(job, attempt, gpus)
+            node.launch(job, attempt, gpus)
         except LaunchError as err:
             retry = attempt <= job.spec.retries
             new = JobState.PENDING if retry else JobState.FAILED
@@ -272,28 +297,26 @@ class Daemon:
                 start_time=now,
             )
 
-    # -- views of the node ------------------------------------------------------------
+    # -- views of the nodes -----------------------------------------------------------
 
-    def node_gpus(self) -> tuple[tuple[Gpu, ...], str]:
-        report, problem = self.node.report()
+    def node_view(
+        self, node: Node, allocated: Sequence[Job], drained: Mapping[str, str]
+    ) -> NodeView:
+        """What the planner may use on `node` now (see NodeView)."""
+        report, problem = node.report()
         if report is None:
-            return (), problem
-        return self.node.gpus(report), report.note
-
-    def node_view(self, active: Sequence[Job]) -> NodeView:
-        report, problem = self.node.report()
-        if report is None:
-            return NodeView(self.node.name, 0, (), available=False, unavailable_reason=problem)
-        gpus = self.node.gpus(report)
-        allocated = {g for job in active if job.state in ALLOCATED_STATES for g in job.gpus}
-        seq = self.node.report_seq
+            return NodeView(node.name, 0, (), available=False, unavailable_reason=problem)
+        gpus = node.gpus(report)
+        mine = [job for job in allocated if job.node == node.name]
+        held = {g for job in mine for g in job.gpus}
+        seq = node.report_seq
         free = tuple(
             g.index
             for g in gpus
-            if g.index not in allocated
+            if g.index not in held
             and g.foreign_processes == 0
             and g.memory_used_mib < self.config.gpu_memory_threshold_mib
-            and seq > self._released_at_report.get(g.index, -1)
+            and seq > self._released_at_report.get((node.name, g.index), -1)
         )
         releases = tuple(
             (
@@ -302,33 +325,56 @@ class Daemon:
                 else float("inf"),
                 len(job.gpus),
             )
-            for job in active
-            if job.state in ALLOCATED_STATES and job.gpus
+            for job in mine
+            if job.gpus
         )
-        return NodeView(self.node.name, len(gpus), free, releases=releases)
+        if node.name in drained:
+            return NodeView(
+                node.name,
+                len(gpus),
+                (),
+                available=False,
+                unavailable_reason=f"drained: {drained[node.name]}",
+                releases=releases,
+            )
+        return NodeView(node.name, len(gpus), free, releases=releases)
 
-    def node_info(self) -> NodeInfo:
-        gpus, problem = self.node_gpus()
-        if self.node.report()[0] is None:
-            return NodeInfo(self.node.name, NodeState.DOWN, reason=problem)
-        allocations = {g: job.id for job in self.store.jobs_in(ALLOCATED_STATES) for g in job.gpus}
-        if not allocations:
-            state = NodeState.IDLE
+    def node_infos(self) -> list[NodeInfo]:
+        """Every node as sinfo shows it."""
+        allocated = self.store.jobs_in(ALLOCATED_STATES)
+        drained = self.store.drained_nodes()
+        return [self._node_info(node, allocated, drained) for node in self.nodes.values()]
+
+    def _node_info(
+        self, node: Node, allocated: Sequence[Job], drained: Mapping[str, str]
+    ) -> NodeInfo:
+        report, problem = node.report()
+        if report is None:
+            return NodeInfo(node.name, NodeState.DOWN, reason=problem)
+        gpus = node.gpus(report)
+        allocations = {g: job.id for job in allocated if job.node == node.name for g in job.gpus}
+        if node.name in drained:
+            state, reason = NodeState.DRAINED, drained[node.name]
+        elif not allocations:
+            state, reason = NodeState.IDLE, ""
         elif len(allocations) >= len(gpus):
-            state = NodeState.ALLOCATED
+            state, reason = NodeState.ALLOCATED, ""
         else:
-            state = NodeState.MIXED
-        return NodeInfo(
-            self.node.name,
-            state,
-            reason=problem if not gpus else "",
-            gpus=gpus,
-            allocations=allocations,
-        )
+            state, reason = NodeState.MIXED, ""
+        if not gpus and not reason:
+            reason = report.note
+        return NodeInfo(node.name, state, reason=reason, gpus=gpus, allocations=allocations)
 
     def max_gpus_per_node(self) -> tuple[int, str]:
-        report, problem = self.node.report()
-        return (len(report.gpus), report.note) if report else (0, problem)
+        """The most GPUs any node reports, and (with none) why."""
+        best, why = 0, "no node has reported"
+        for node in self.nodes.values():
+            report, problem = node.report()
+            if report is None:
+                why = problem
+            elif len(report.gpus) > best or best == 0:
+                best, why = len(report.gpus), report.note
+        return best, why
 
     def usage(self, active: Sequence[Job], now: float) -> dict[str, float]:
         """Stored decayed usage plus what running jobs have accrued so far."""

@@ -7,6 +7,7 @@ write intents to the store and wake the loop; they never start or signal runs.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -14,11 +15,12 @@ from typing import Any
 
 from gbatch import __version__, wire
 from gbatch.daemon import Daemon
-from gbatch.model import IllegalTransition, Job, JobState
+from gbatch.model import IllegalTransition, Job, JobSpec, JobState
 from gbatch.spec import SpecError, build_spec
 from gbatch.store import JobNotFound, Submission
 from gbatch.timefmt import MAX_TIME_LIMIT_S
 
+log = logging.getLogger("gbatchd")
 MAX_ARRAY = 100_000
 LOG_CHUNK = 256 * 1024
 
@@ -77,7 +79,7 @@ def ping(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
         "started_at": daemon.started_at,
         "home": str(daemon.paths.home),
         "active": daemon.store.active_counts(),
-        "nodes": [wire.node_to_wire(daemon.node_info())],
+        "nodes": [wire.node_to_wire(n) for n in daemon.node_infos()],
     }
 
 
@@ -118,14 +120,7 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
             "invalid",
             f"gpus: {spec.gpus} GPUs requested but the largest node has {have}{detail}. {hint}",
         )
-    if spec.image is not None:
-        problem = daemon.node.docker_problem(daemon.clock())
-        if problem is not None:
-            raise Refused(
-                "unavailable",
-                f"image: jobs with an image need a docker engine on node local, and none "
-                f"answers ({problem}). Start dockerd, or drop `image:` to run a bare process",
-            )
+    _check_runnable_somewhere(daemon, spec)
     if count == 1:
         specs = [spec]
     else:
@@ -137,6 +132,31 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
     )
     daemon.wake.set()
     return {"ids": ids}
+
+
+def _check_runnable_somewhere(daemon: Daemon, spec: JobSpec) -> None:
+    """Refuse at submit what no node could ever run, rather than queue it forever."""
+    nodes = list(daemon.nodes.values())
+    if spec.image is None:
+        if not any(node.runs_bare_processes for node in nodes):
+            raise Refused(
+                "invalid",
+                "image: the fleet's nodes run containers only. Add `image:` to the job "
+                "(or --image)",
+            )
+        return
+    problems = []
+    for node in nodes:
+        problem = node.docker_problem(daemon.clock())
+        if problem is None:
+            return
+        problems.append(f"{node.name}: {problem}")
+    where = "node local" if [n.name for n in nodes] == ["local"] else "any node"
+    raise Refused(
+        "unavailable",
+        f"image: jobs with an image need a docker engine on {where}, and none answers "
+        f"({'; '.join(problems)}). Start dockerd, or drop `image:` to run a bare process",
+    )
 
 
 def cancel(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -272,7 +292,7 @@ def job(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str,
 
 
 def nodes(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
-    return {"nodes": [wire.node_to_wire(daemon.node_info())]}
+    return {"nodes": [wire.node_to_wire(n) for n in daemon.node_infos()]}
 
 
 def logs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -304,6 +324,37 @@ def logs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
     }
 
 
+def _admin_node(daemon: Daemon, caller: Caller, request: Mapping[str, Any], what: str) -> str:
+    name = request.get("name")
+    if not is_admin(daemon, caller):
+        raise Refused("permission", f"only root, the daemon's user or an admin may {what} nodes")
+    if not isinstance(name, str) or name not in daemon.nodes:
+        known = ", ".join(sorted(daemon.nodes))
+        raise Refused("not_found", f"no node {name!r} in the fleet (nodes: {known})")
+    return name
+
+
+def node_drain(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    """Stop placing jobs on a node; its running jobs carry on (Slurm's DRAIN)."""
+    name = _admin_node(daemon, caller, request, "drain")
+    reason = request.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise Refused("invalid", "--reason: say why the node is drained (Slurm asks too)")
+    daemon.store.drain_node(name, f"{reason.strip()} [{caller.user}]", daemon.clock())
+    log.info("node %s drained by %s: %s", name, caller.user, reason)
+    daemon.wake.set()
+    return {}
+
+
+def node_resume(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    name = _admin_node(daemon, caller, request, "resume")
+    if not daemon.store.resume_node(name):
+        raise Refused("invalid", f"node {name} is not drained")
+    log.info("node %s resumed by %s", name, caller.user)
+    daemon.wake.set()
+    return {}
+
+
 def shutdown(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
     if not is_admin(daemon, caller):
         raise Refused("permission", "only root or the daemon's own user may stop the daemon")
@@ -321,6 +372,8 @@ HANDLERS: Mapping[str, Handler] = {
     "job": job,
     "nodes": nodes,
     "logs": logs,
+    "node_drain": node_drain,
+    "node_resume": node_resume,
     "shutdown": shutdown,
 }
 

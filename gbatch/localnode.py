@@ -19,30 +19,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 from gbatch import containers
 from gbatch.config import Config, Paths
 from gbatch.model import Gpu, Job
+from gbatch.node import LaunchError, RunStatus
 from gbatch.protocol import NodeReport, ReportError, parse_report_line, to_gpus
 
 LOCAL_NODE = "local"
 DOCKER_TIMEOUT = 30.0  # seconds for any one docker CLI call
-
-
-class LaunchError(Exception):
-    """A run could not be started; the message is for the job's reason."""
-
-
-@dataclass(frozen=True)
-class RunStatus:
-    state: Literal["running", "exited", "vanished"]
-    exit_code: int | None = None
-    signal: int | None = None
-    end_time: float | None = None
-    oom: bool = False
 
 
 def agent_script() -> Path:
@@ -79,6 +66,7 @@ def write_simulation_file(path: Path, count: int) -> None:
 
 class LocalNode:
     name = LOCAL_NODE
+    runs_bare_processes = True
 
     def __init__(self, paths: Paths, config: Config, on_change: Callable[[], None]) -> None:
         self.paths = paths

@@ -109,7 +109,7 @@ def serve(paths: Paths, config: Config) -> None:
     lock = _take_lock(paths)
     store = Store(paths.store)
     daemon = Daemon(paths, config, store)
-    daemon.start_node()
+    daemon.start_nodes()
     with contextlib.suppress(FileNotFoundError):
         paths.socket.unlink()  # stale: we hold the lock, so nobody else serves it
     server = _Server(str(paths.socket), _Connection)

@@ -67,6 +67,14 @@ MIGRATIONS: tuple[str, ...] = (
         as_of       REAL NOT NULL
     );
     """,
+    # 2: nodes an admin drained (gbatch node drain/resume); absent means in service.
+    """
+    CREATE TABLE drained_nodes (
+        name   TEXT PRIMARY KEY,
+        reason TEXT NOT NULL,
+        since  REAL NOT NULL
+    );
+    """,
 )
 
 _JOB_COLUMNS = (
@@ -368,6 +376,26 @@ class Store:
                 f"SELECT state, count(*) FROM jobs WHERE state IN ({_ACTIVE_SQL}) GROUP BY state"
             ).fetchall()
         return {state: int(n) for state, n in rows}
+
+    def drain_node(self, name: str, reason: str, now: float) -> None:
+        """Take a node out of scheduling (its running jobs carry on)."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO drained_nodes (name, reason, since) VALUES (?, ?, ?)"
+                " ON CONFLICT(name) DO UPDATE SET reason = excluded.reason",
+                (name, reason, now),
+            )
+
+    def resume_node(self, name: str) -> bool:
+        """Put a drained node back in service; False when it was not drained."""
+        with self._write() as db:
+            return db.execute("DELETE FROM drained_nodes WHERE name = ?", (name,)).rowcount > 0
+
+    def drained_nodes(self) -> dict[str, str]:
+        """Drained node -> the admin's reason."""
+        with self._lock:
+            rows = self._db.execute("SELECT name, reason FROM drained_nodes").fetchall()
+        return {name: reason for name, reason in rows}
 
     def count(self) -> int:
         with self._lock:

@@ -11,12 +11,12 @@ import argparse
 import sys
 
 from gbatch import __version__
-from gbatch.cli import daemon, logs, sacct, sbatch, scancel, scontrol, sinfo, squeue
+from gbatch.cli import daemon, logs, node, sacct, sbatch, scancel, scontrol, sinfo, squeue
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.client import DaemonUnavailable, RequestFailed
 
-COMMANDS = (sbatch, squeue, scancel, sinfo, sacct, scontrol, logs, daemon)
+COMMANDS = (sbatch, squeue, scancel, sinfo, sacct, scontrol, logs, node, daemon)
 
 _KIND_STATUS = {
     "invalid": Exit.USAGE,

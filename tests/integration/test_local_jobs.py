@@ -246,3 +246,24 @@ def test_daemon_status_and_double_start(head: Head) -> None:
     again = head.run("daemon", "start", check=True).stdout
     assert "already running" in again
     assert os.path.exists(head.home / "gbatchd.sock")
+
+
+def test_a_drained_node_takes_no_new_jobs_until_resumed(head: Head) -> None:
+    running = head.sbatch("--gpus", "1", "--wrap", "sleep 30")
+    head.wait_state(running, "RUNNING")
+    head.run("node", "drain", "local", "--reason", "fan noise", check=True)
+    line = head.run("sinfo", "-h", check=True).stdout
+    assert line.split()[2] == "drained" and "fan noise [root]" in line
+    waiting = head.sbatch("--gpus", "1", "--wrap", "true")
+    time.sleep(1)
+    assert head.state(waiting) == "PENDING"
+    assert head.state(running) == "RUNNING"  # a drain never stops what runs
+    head.run("node", "resume", "local", check=True)
+    head.wait_state(waiting, "COMPLETED")
+    again = head.run("node", "resume", "local")
+    assert again.returncode == 2 and "not drained" in again.stderr
+    unknown = head.run("node", "drain", "gpu99", "--reason", "x")
+    assert unknown.returncode == 1 and "no node 'gpu99' in the fleet" in unknown.stderr
+    no_reason = head.run("node", "drain", "local")
+    assert no_reason.returncode == 2 and "--reason" in no_reason.stderr
+    head.run("scancel", str(running), check=True)

@@ -78,6 +78,8 @@ def test_another_user_can_neither_cancel_hold_nor_read_the_logs_of_my_job(
     assert logs["refused"] == "permission" and "secret" not in json.dumps(logs)
     stop = as_nobody(sock, lambda c: c.call("shutdown"))
     assert stop["refused"] == "permission"
+    drain = as_nobody(sock, lambda c: c.call("node_drain", name="local", reason="mine now"))
+    assert drain["refused"] == "permission"
     # Everyone sees the queue, as in Slurm.
     listed = as_nobody(sock, lambda c: [j["id"] for j in c.call("jobs")["jobs"]])
     assert listed == {"ok": [job_id]}

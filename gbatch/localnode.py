@@ -18,12 +18,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from gbatch import containers
 from gbatch.config import Config, Paths
+from gbatch.joblog import LogFollowers, mark_attempt_start, open_log
 from gbatch.model import Gpu, Job
 from gbatch.node import LaunchError, RunStatus
 from gbatch.protocol import NodeReport, ReportError, parse_report_line, to_gpus
@@ -78,7 +80,7 @@ class LocalNode:
         self.report_seq = 0  # reports received so far; orders releases against reports
         self._lock = threading.Lock()
         self._shims: dict[tuple[int, int], subprocess.Popen[bytes]] = {}
-        self._log_followers: dict[str, threading.Thread] = {}
+        self._log_followers = LogFollowers(paths, on_change)
         self._engine_checked: tuple[float, str | None] = (0.0, None)
 
     # -- the agent ----------------------------------------------------------------
@@ -218,7 +220,7 @@ class LocalNode:
         # NVML and nvidia-smi number GPUs in PCI order; CUDA's default order differs.
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
-        log = _open_log(self.paths.job_log(job.id))
+        log = open_log(self.paths.job_log(job.id))
         try:
             shim = subprocess.Popen(
                 [sys.executable, "-m", "gbatch.shim", str(run_dir), "--", *job.spec.command],
@@ -250,12 +252,7 @@ class LocalNode:
         fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(containers.env_file_text(self._job_env(job, attempt, gpus)))
-        log_path = self.paths.job_log(job.id)
-        # Where this attempt's output starts in the job's log: a re-attached follower
-        # truncates back to here and replays the container's whole output.
-        (run_dir / "log_offset").write_text(
-            str(log_path.stat().st_size if log_path.exists() else 0)
-        )
+        mark_attempt_start(self.paths, job.id, attempt)
         argv = containers.docker_run_argv(
             job_id=job.id,
             attempt=attempt,
@@ -276,40 +273,26 @@ class LocalNode:
 
     def follow_container_log(self, job_id: int, attempt: int) -> None:
         """Copy the container's output into the job's log until it exits."""
-        name = containers.container_name(job_id, attempt)
-        with self._lock:
-            follower = self._log_followers.get(name)
-            if follower is not None and follower.is_alive():
-                return
-            follower = threading.Thread(
-                target=self._follow, args=(job_id, attempt), name=f"logs-{name}", daemon=True
-            )
-            self._log_followers[name] = follower
-        follower.start()
+        self._log_followers.follow(job_id, attempt, partial(self._docker_logs, job_id, attempt))
 
-    def _follow(self, job_id: int, attempt: int) -> None:
+    @contextlib.contextmanager
+    def _docker_logs(self, job_id: int, attempt: int) -> Iterator[Iterator[bytes]]:
+        # Through a pipe, not straight into the file: if this daemon dies, the
+        # follower loses its reader instead of writing on beside the next one.
         name = containers.container_name(job_id, attempt)
-        offset_file = self.paths.run_dir(job_id, attempt) / "log_offset"
-        offset = int(offset_file.read_text()) if offset_file.exists() else 0
-        log = _open_log(self.paths.job_log(job_id))
+        follower = subprocess.Popen(
+            containers.docker_logs_argv(name, follow=True, docker=self.config.docker),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        assert follower.stdout is not None
+        fd = follower.stdout.fileno()
         try:
-            log.truncate(offset)
-            # Through a pipe, not straight into the file: if this daemon dies, the
-            # follower loses its reader instead of writing on beside the next one.
-            follower = subprocess.Popen(
-                containers.docker_logs_argv(name, follow=True, docker=self.config.docker),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-            )
-            assert follower.stdout is not None
-            while chunk := os.read(follower.stdout.fileno(), 65536):
-                log.write(chunk)
-                log.flush()
-            follower.wait()
+            yield iter(partial(os.read, fd, 65536), b"")
         finally:
-            log.close()
-            self._on_change()
+            follower.stdout.close()
+            follower.wait()
 
     def status(self, job: Job, attempt: int) -> RunStatus:
         if job.spec.image is None:
@@ -359,9 +342,7 @@ class LocalNode:
             return RunStatus("vanished")
         status = statuses[0]
         if status.state in ("exited", "dead"):
-            follower = self._log_followers.get(name)
-            if follower is not None:
-                follower.join(timeout=5)  # the log is complete before the run is final
+            self._log_followers.wait(job_id, attempt)
             return RunStatus(
                 "exited",
                 status.exit_code,
@@ -408,12 +389,6 @@ class LocalNode:
                 (run_dir / name).unlink()
         with contextlib.suppress(OSError):
             run_dir.rmdir()
-
-
-def _open_log(path: Path) -> IO[bytes]:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    return os.fdopen(fd, "ab")
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """gbatch-agent: report this host's GPUs to the gbatch head as JSON lines.
 
-    python3 gbatch_agent.py probe [--simulation-file PATH] [--log-dir DIR]
+    python3 gbatch_agent.py probe [--simulation-file PATH] [--log-dir DIR] [--docker CMD]
     python3 gbatch_agent.py watch --interval S [--simulation-file PATH] [--log-dir DIR]
+                                  [--docker CMD]
 
 One self-contained file, copied to each GPU host: standard library and pynvml only, no
 import of gbatch, runs on Python >= 3.9. The report format (schema 1) is documented in
@@ -12,14 +13,18 @@ README.md next to this file; gbatch.protocol is the head's parser of it.
 from __future__ import annotations
 
 import argparse
+import calendar
 import contextlib
+import datetime
 import json
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -48,6 +53,20 @@ _NOT_AVAILABLE_ERROR_NAMES = (
 # A docker container's cgroup path, from the host's view of /proc/<pid>/cgroup:
 # cgroup v1 ".../docker/<id>", cgroup v2 with systemd ".../docker-<id>.scope".
 _DOCKER_CGROUP = re.compile(r"/docker[-/]([0-9a-f]{64})(?:\.scope)?(?:/|$)")
+
+# gbatch's container labels (gbatch/containers.py sets them on every job container).
+_LABEL_JOB = "gbatch.job"
+_LABEL_ATTEMPT = "gbatch.attempt"
+_LABEL_USER = "gbatch.user"
+_DOCKER_TIMEOUT_S = 10
+# Docker's container states that come with a meaningful exit code.
+_FINISHED_STATES = frozenset({"exited", "dead"})
+# RFC 3339: docker writes UTC "Z" and up to nine fraction digits; offsets are accepted too.
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
+    r"(?:[Zz]|([+-])(\d{2}):(\d{2}))\Z"
+)
+_DECIMAL = re.compile(r"[0-9]+\Z")
 
 _SIM_GPU_KEYS = frozenset(
     {"name", "uuid", "memory_total_mib", "memory_used_mib", "utilization_pct", "processes"}
@@ -268,6 +287,151 @@ def read_simulated_gpus(path: str, hostname: str) -> tuple[list[dict[str, Any]],
         return [], f"simulation file {path}: {error}"
 
 
+class DockerError(Exception):
+    """Why the agent could not list gbatch's containers; its text becomes `docker_note`."""
+
+
+def parse_docker_time(text: str) -> float | None:
+    """Seconds since the epoch for an RFC 3339 time as docker writes it
+    (`2026-01-01T12:00:00.123456789Z`), or None for Go's zero time (year 1), which docker
+    writes for "not yet". Raises ValueError for anything else."""
+    match = _RFC3339.match(text)
+    if not match:
+        raise ValueError(f"not an RFC 3339 time: {text!r}")
+    year, month, day, hour, minute, second = (int(match.group(i)) for i in range(1, 7))
+    if year <= 1:
+        return None
+    # datetime only validates the fields (month 13 is an error); timegm does the arithmetic
+    # in whole seconds so that the fraction is not rounded through a datetime.
+    datetime.datetime(year, month, day, hour, minute, second)
+    seconds = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+    fraction, sign, offset_hours, offset_minutes = match.group(7, 8, 9, 10)
+    if sign is not None:
+        offset = int(offset_hours) * 3600 + int(offset_minutes) * 60
+        seconds -= offset if sign == "+" else -offset
+    return seconds + (float("0." + fraction) if fraction else 0.0)
+
+
+def _label_int(labels: dict[str, Any], key: str) -> int:
+    value = labels.get(key)
+    if not isinstance(value, str) or not _DECIMAL.match(value):
+        raise ValueError(f"label {key}: expected a decimal integer, got {value!r}")
+    return int(value)
+
+
+def container_entry(raw: Any) -> dict[str, Any]:
+    """One object of `docker inspect` output as a report entry (see README.md).
+
+    Raises ValueError naming what is missing or malformed.
+    """
+    if not isinstance(raw, dict):
+        raise ValueError("expected an object")
+    state = raw.get("State")
+    config = raw.get("Config")
+    if not isinstance(state, dict) or not isinstance(config, dict):
+        raise ValueError("State or Config missing")
+    container_id, name = raw.get("Id"), raw.get("Name")
+    if not isinstance(container_id, str) or not container_id:
+        raise ValueError(f"Id: expected a string, got {container_id!r}")
+    if not isinstance(name, str):
+        raise ValueError(f"Name: expected a string, got {name!r}")
+    labels = config.get("Labels") or {}
+    user = labels.get(_LABEL_USER) if isinstance(labels, dict) else None
+    if not isinstance(user, str):
+        raise ValueError(f"label {_LABEL_USER}: expected a string, got {user!r}")
+    status = state.get("Status")
+    exit_code = state.get("ExitCode")
+    oom_killed = state.get("OOMKilled")
+    if not isinstance(status, str):
+        raise ValueError(f"State.Status: expected a string, got {status!r}")
+    if isinstance(exit_code, bool) or not isinstance(exit_code, int):
+        raise ValueError(f"State.ExitCode: expected an integer, got {exit_code!r}")
+    if not isinstance(oom_killed, bool):
+        raise ValueError(f"State.OOMKilled: expected true or false, got {oom_killed!r}")
+    times = {}
+    for key in ("StartedAt", "FinishedAt"):
+        text = state.get(key)
+        if not isinstance(text, str):
+            raise ValueError(f"State.{key}: expected a string, got {text!r}")
+        times[key] = parse_docker_time(text)
+    return {
+        "id": container_id,
+        "name": name.lstrip("/"),  # docker keeps the name as a path: "/gbatch-42-1"
+        "job": _label_int(labels, _LABEL_JOB),
+        "attempt": _label_int(labels, _LABEL_ATTEMPT),
+        "user": user,
+        "state": status,
+        # Docker says 0 for a container that has not finished; that is not a success.
+        "exit_code": exit_code if status in _FINISHED_STATES else None,
+        "oom_killed": oom_killed,
+        "started_at": times["StartedAt"],
+        "finished_at": times["FinishedAt"],
+    }
+
+
+def _run_docker(docker: list[str], args: list[str], partial_ok: bool = False) -> str:
+    """Run one docker command and return its standard output, or raise DockerError.
+
+    With `partial_ok`, a failed command's output is still returned when there is some:
+    `docker inspect` exits 1 but prints the rest when a container vanished meanwhile.
+    """
+    what = "docker " + args[0]
+    try:
+        # stdin is the head's channel to this agent: docker must never read from it.
+        done = subprocess.run(
+            docker + args,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=_DOCKER_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise DockerError(f"{what}: no answer within {_DOCKER_TIMEOUT_S} s") from None
+    except OSError as error:
+        raise DockerError(f"{what}: cannot run {docker[0]}: {error.strerror or error}") from None
+    out = done.stdout.decode("utf-8", "replace")
+    if done.returncode != 0 and not (partial_ok and out.strip()):
+        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise DockerError(
+            f"{what} failed (exit {done.returncode}): {lines[-1] if lines else 'no message'}"
+        )
+    return out
+
+
+def read_docker_containers(docker: list[str]) -> tuple[list[dict[str, Any]], str]:
+    """gbatch's containers (those labelled gbatch.job) in any state, and a note.
+
+    The note says why the list is empty (docker missing, not answering, refusing) or
+    names the containers left out because their labels or state could not be read; it
+    is "" when all went well. Never raises: the watch loop must outlive docker.
+    """
+    try:
+        listed = _run_docker(
+            docker,
+            ["ps", "-a", "--no-trunc", "--filter", f"label={_LABEL_JOB}", "--format", "{{.ID}}"],
+        )
+        ids = listed.split()
+        if not ids:
+            return [], ""
+        # One inspect for all: one process per report, however many jobs the host runs.
+        data = json.loads(_run_docker(docker, ["inspect", *ids], partial_ok=True))
+        if not isinstance(data, list):
+            raise DockerError("docker inspect: expected a JSON list")
+    except ValueError as error:  # JSON
+        return [], f"docker inspect: unreadable output: {error}"
+    except DockerError as error:
+        return [], str(error)
+    containers: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for raw in data:
+        try:
+            containers.append(container_entry(raw))
+        except ValueError as error:
+            known = (raw.get("Name") or raw.get("Id")) if isinstance(raw, dict) else None
+            problems.append(f"container {_text(known or '?').lstrip('/')}: {error}")
+    return containers, "; ".join(problems)
+
+
 def disk_free_bytes(path: str) -> int | None:
     try:
         return shutil.disk_usage(path).free
@@ -276,9 +440,17 @@ def disk_free_bytes(path: str) -> int | None:
 
 
 def build_report(
-    *, nvml_problem: str | None, simulation_file: str | None, log_dir: str
+    *,
+    nvml_problem: str | None,
+    simulation_file: str | None,
+    log_dir: str,
+    docker: list[str] | None = None,
 ) -> dict[str, Any]:
-    """One report (schema 1). A simulation file, when named, wins over NVML."""
+    """One report (schema 1). A simulation file, when named, wins over NVML.
+
+    `docker` is the argv prefix of the docker client; None leaves `containers` empty and
+    the report without `docker_note`.
+    """
     hostname = socket.gethostname()
     if simulation_file is not None:
         source = "simulation"
@@ -288,7 +460,7 @@ def build_report(
         gpus, note = read_nvml_gpus()
     else:
         source, gpus, note = "none", [], nvml_problem
-    return {
+    report: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "time": time.time(),
         "host": hostname,
@@ -298,6 +470,9 @@ def build_report(
         "containers": [],
         "facts": {"disk_free_bytes": disk_free_bytes(log_dir)},
     }
+    if docker is not None:
+        report["containers"], report["docker_note"] = read_docker_containers(docker)
+    return report
 
 
 def emit(report: dict[str, Any]) -> None:
@@ -351,6 +526,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _command(text: str) -> list[str]:
+    try:
+        argv = shlex.split(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if not argv:
+        raise argparse.ArgumentTypeError("must name a command, e.g. docker")
+    return argv
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gbatch-agent", description="Report this host's GPUs to gbatch as JSON lines."
@@ -372,6 +557,13 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--log-dir", default=".", metavar="DIR", help="where free disk space is measured"
         )
+        command.add_argument(
+            "--docker",
+            type=_command,
+            metavar="CMD",
+            help="docker client to list gbatch's containers with (split like a shell "
+            "would, e.g. 'sudo -n docker'); without it no containers are reported",
+        )
     return parser
 
 
@@ -385,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
                 nvml_problem=nvml_problem,
                 simulation_file=args.simulation_file,
                 log_dir=args.log_dir,
+                docker=args.docker,
             )
 
         if args.command == "probe":

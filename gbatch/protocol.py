@@ -42,6 +42,22 @@ class GpuReport:
 
 
 @dataclass(frozen=True)
+class ContainerReport:
+    """One container labelled gbatch.job, as the agent's `docker inspect` saw it."""
+
+    id: str  # full docker container id
+    name: str  # without docker's leading "/"
+    job: int
+    attempt: int
+    user: str
+    state: str  # docker's: "created", "running", "exited", "dead", "paused", ...
+    exit_code: int | None  # None until the container has finished ("exited" or "dead")
+    oom_killed: bool
+    started_at: float | None  # seconds since the epoch (host clock); None: not yet
+    finished_at: float | None
+
+
+@dataclass(frozen=True)
 class NodeReport:
     schema: int
     time: float
@@ -50,6 +66,9 @@ class NodeReport:
     note: str
     gpus: tuple[GpuReport, ...]
     disk_free_bytes: int | None  # None: the agent could not measure its log dir
+    # Empty when the agent was not asked to look at docker (no --docker) or could not.
+    containers: tuple[ContainerReport, ...] = ()
+    docker_note: str = ""  # why containers are missing, else ""
 
 
 def _field(data: Mapping[str, object], key: str, where: str) -> object:
@@ -89,6 +108,22 @@ def _as_str(value: object, path: str, expected: str) -> str:
     return value
 
 
+def _bool(data: Mapping[str, object], key: str, where: str) -> bool:
+    value = _field(data, key, where)
+    if not isinstance(value, bool):
+        raise ReportError(f"{where}.{key}: expected true or false, got {_describe(value)}")
+    return value
+
+
+def _opt_number(data: Mapping[str, object], key: str, where: str) -> float | None:
+    value = _field(data, key, where)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ReportError(f"{where}.{key}: expected a number or null, got {_describe(value)}")
+    return float(value)
+
+
 def _list(data: Mapping[str, object], key: str, where: str) -> list[object]:
     value = _field(data, key, where)
     if not isinstance(value, list):
@@ -119,11 +154,25 @@ def _parse_process(value: object, where: str) -> ProcessReport:
     )
 
 
+def _parse_container(value: object, where: str) -> ContainerReport:
+    data = _object(value, where)
+    return ContainerReport(
+        id=_str(data, "id", where),
+        name=_str(data, "name", where),
+        job=_int(data, "job", where),
+        attempt=_int(data, "attempt", where),
+        user=_str(data, "user", where),
+        state=_str(data, "state", where),
+        exit_code=_opt_int(data, "exit_code", where),
+        oom_killed=_bool(data, "oom_killed", where),
+        started_at=_opt_number(data, "started_at", where),
+        finished_at=_opt_number(data, "finished_at", where),
+    )
+
+
 def _parse_gpu(value: object, where: str) -> GpuReport:
     data = _object(value, where)
-    simulated = _field(data, "simulated", where)
-    if not isinstance(simulated, bool):
-        raise ReportError(f"{where}.simulated: expected true or false, got {_describe(simulated)}")
+    simulated = _bool(data, "simulated", where)
     processes = _list(data, "processes", where)
     return GpuReport(
         index=_int(data, "index", where),
@@ -167,7 +216,14 @@ def parse_report(data: Mapping[str, object]) -> NodeReport:
     if source == "none" and gpus:
         raise ReportError('report.gpus: a report with source "none" must list no GPUs')
     _check_unique(gpus)
-    _list(data, "containers", where)  # promised by schema 1; read in a later version
+    containers = tuple(
+        _parse_container(c, f"report.containers[{i}]")
+        for i, c in enumerate(_list(data, "containers", where))
+    )
+    # Optional: an agent started without --docker, or an older one, leaves it out.
+    docker_note = data.get("docker_note", "")
+    if not isinstance(docker_note, str):
+        raise ReportError(f"report.docker_note: expected a string, got {_describe(docker_note)}")
     facts = _object(_field(data, "facts", where), "report.facts")
     return NodeReport(
         schema=schema,
@@ -177,6 +233,8 @@ def parse_report(data: Mapping[str, object]) -> NodeReport:
         note=_str(data, "note", where),
         gpus=gpus,
         disk_free_bytes=_opt_int(facts, "disk_free_bytes", "report.facts"),
+        containers=containers,
+        docker_note=docker_note,
     )
 
 
@@ -203,6 +261,12 @@ def parse_report_line(line: str | bytes) -> NodeReport:
     except json.JSONDecodeError as error:
         raise ReportError(f"report is not JSON: {error}: {line[:80]!r}") from None
     return parse_report(_object(data, "report"))
+
+
+def gbatch_container_ids(report: NodeReport) -> frozenset[str]:
+    """The full ids of the gbatch containers the report lists, in any state: what the
+    head passes to `to_gpus` as `gbatch_containers`."""
+    return frozenset(c.id for c in report.containers)
 
 
 def _same_container(a: str, b: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,7 +16,13 @@ from typing import IO, Any
 import pynvml
 import pytest
 
-from gbatch.protocol import NodeReport, parse_report, parse_report_line
+from gbatch.protocol import (
+    ContainerReport,
+    NodeReport,
+    gbatch_container_ids,
+    parse_report,
+    parse_report_line,
+)
 
 AGENT = Path(__file__).resolve().parents[2] / "agent" / "gbatch_agent.py"
 SAMPLE = AGENT.parent / "sample_report.json"
@@ -29,7 +36,7 @@ def write_atomically(path: Path, data: object) -> None:
     os.replace(partial, path)
 
 
-def run_agent(*args: str, python_flags: tuple[str, ...] = ()) -> NodeReport:
+def run_agent_raw(*args: str, python_flags: tuple[str, ...] = ()) -> str:
     result = subprocess.run(
         [sys.executable, *python_flags, str(AGENT), *args],
         capture_output=True,
@@ -39,7 +46,11 @@ def run_agent(*args: str, python_flags: tuple[str, ...] = ()) -> NodeReport:
     )
     lines = result.stdout.splitlines()
     assert len(lines) == 1, result.stdout
-    return parse_report_line(lines[0])
+    return lines[0]
+
+
+def run_agent(*args: str, python_flags: tuple[str, ...] = ()) -> NodeReport:
+    return parse_report_line(run_agent_raw(*args, python_flags=python_flags))
 
 
 @pytest.fixture
@@ -255,6 +266,10 @@ def test_checked_in_sample_report_parses() -> None:
     assert report.source == "nvml"
     assert len(report.gpus) == 2
     assert not any(g.simulated for g in report.gpus)
+    assert [(c.state, c.exit_code) for c in report.containers] == [
+        ("running", None),
+        ("exited", 137),
+    ]
 
 
 def load_agent_module() -> ModuleType:
@@ -308,3 +323,302 @@ def test_container_id_is_read_from_cgroup_v1_and_v2(tmp_path: Path) -> None:
     assert agent.process_container(20, proc_root=str(tmp_path)) == container
     assert agent.process_container(30, proc_root=str(tmp_path)) is None
     assert agent.process_container(40, proc_root=str(tmp_path)) is None
+
+
+def test_docker_times_parse_with_nanoseconds_offsets_and_the_zero_time() -> None:
+    agent = load_agent_module()
+
+    assert agent.parse_docker_time("2026-01-01T00:00:00Z") == 1767225600.0
+    assert agent.parse_docker_time("2026-01-01T00:00:00.125000000Z") == 1767225600.125
+    assert agent.parse_docker_time("2026-01-01T00:00:00.5Z") == 1767225600.5
+    assert agent.parse_docker_time("2026-01-01T02:00:00+02:00") == 1767225600.0
+    assert agent.parse_docker_time("2025-12-31T23:30:00-00:30") == 1767225600.0
+    assert agent.parse_docker_time("0001-01-01T00:00:00Z") is None
+
+
+@pytest.mark.parametrize(
+    "text", ["", "yesterday", "2026-01-01 00:00:00Z", "2026-13-01T00:00:00Z", "2026-01-01T00:00:00"]
+)
+def test_malformed_docker_time_is_an_error(text: str) -> None:
+    agent = load_agent_module()
+
+    with pytest.raises(ValueError):
+        agent.parse_docker_time(text)
+
+
+FULL_ID_A = "a1" * 32
+FULL_ID_B = "b2" * 32
+
+
+def inspected(
+    container_id: str,
+    name: str,
+    status: str,
+    exit_code: int,
+    *,
+    labels: dict[str, str] | None = None,
+    started: str = "2026-01-01T00:00:00.25Z",
+    finished: str = "0001-01-01T00:00:00Z",
+    oom_killed: bool = False,
+) -> dict[str, Any]:
+    """What `docker inspect` prints for one container, reduced to what the agent reads."""
+    return {
+        "Id": container_id,
+        "Name": "/" + name,
+        "State": {
+            "Status": status,
+            "ExitCode": exit_code,
+            "OOMKilled": oom_killed,
+            "StartedAt": started,
+            "FinishedAt": finished,
+        },
+        "Config": {
+            "Labels": labels
+            if labels is not None
+            else {"gbatch.job": "7", "gbatch.attempt": "2", "gbatch.user": "alice"}
+        },
+    }
+
+
+FAKE_DOCKER = """import json, sys, time
+from pathlib import Path
+here = Path(sys.argv[0]).parent
+with open(here / "calls.log", "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+plan = json.loads((here / "plan.json").read_text())[sys.argv[1]]
+time.sleep(plan.get("sleep", 0))
+sys.stdout.write(plan.get("stdout", ""))
+sys.stderr.write(plan.get("stderr", ""))
+sys.exit(plan.get("rc", 0))
+"""
+
+
+class FakeDocker:
+    """A docker client stand-in: answers `ps` and `inspect` as planned, logs each call."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        (directory / "docker.py").write_text(FAKE_DOCKER)
+        self.plan(ps="")
+
+    @property
+    def command(self) -> str:
+        return shlex.join([sys.executable, str(self.directory / "docker.py")])
+
+    def plan(
+        self,
+        *,
+        ps: str,
+        inspect: list[dict[str, Any]] | None = None,
+        ps_also: dict[str, Any] | None = None,
+        inspect_also: dict[str, Any] | None = None,
+    ) -> None:
+        """What each command prints; `*_also` overrides stdout or adds rc, stderr, sleep."""
+        plan = {
+            "ps": {"stdout": ps, **(ps_also or {})},
+            "inspect": {"stdout": json.dumps(inspect or []), **(inspect_also or {})},
+        }
+        (self.directory / "plan.json").write_text(json.dumps(plan))
+
+    def calls(self) -> list[list[str]]:
+        log = self.directory / "calls.log"
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.fixture
+def docker(tmp_path: Path) -> FakeDocker:
+    directory = tmp_path / "fake-docker"
+    directory.mkdir()
+    return FakeDocker(directory)
+
+
+def test_without_docker_option_no_containers_and_no_docker_note(simulation: Path) -> None:
+    line = run_agent_raw("probe", "--simulation-file", str(simulation))
+
+    assert json.loads(line)["containers"] == []
+    assert "docker_note" not in json.loads(line)
+    assert parse_report_line(line).docker_note == ""
+
+
+def test_docker_containers_are_listed_with_one_ps_and_one_inspect(
+    docker: FakeDocker, simulation: Path
+) -> None:
+    docker.plan(
+        ps=f"{FULL_ID_A}\n{FULL_ID_B}\n",
+        inspect=[
+            inspected(
+                FULL_ID_A,
+                "gbatch-7-2",
+                "exited",
+                137,
+                finished="2026-01-01T01:00:00.5Z",
+                oom_killed=True,
+            ),
+            inspected(
+                FULL_ID_B,
+                "gbatch-8-1",
+                "running",
+                0,
+                labels={"gbatch.job": "8", "gbatch.attempt": "1", "gbatch.user": "bob"},
+            ),
+        ],
+    )
+
+    report = run_agent("probe", "--simulation-file", str(simulation), "--docker", docker.command)
+
+    assert report.docker_note == ""
+    assert report.containers == (
+        ContainerReport(
+            id=FULL_ID_A,
+            name="gbatch-7-2",
+            job=7,
+            attempt=2,
+            user="alice",
+            state="exited",
+            exit_code=137,
+            oom_killed=True,
+            started_at=1767225600.25,
+            finished_at=1767229200.5,
+        ),
+        ContainerReport(
+            id=FULL_ID_B,
+            name="gbatch-8-1",
+            job=8,
+            attempt=1,
+            user="bob",
+            state="running",
+            exit_code=None,  # docker's 0 for a running container is not a success
+            oom_killed=False,
+            started_at=1767225600.25,
+            finished_at=None,
+        ),
+    )
+    assert docker.calls() == [
+        ["ps", "-a", "--no-trunc", "--filter", "label=gbatch.job", "--format", "{{.ID}}"],
+        ["inspect", FULL_ID_A, FULL_ID_B],
+    ]
+    assert gbatch_container_ids(report) == {FULL_ID_A, FULL_ID_B}
+
+
+def test_no_gbatch_containers_means_no_inspect(docker: FakeDocker, simulation: Path) -> None:
+    docker.plan(ps="\n")
+
+    report = run_agent("probe", "--simulation-file", str(simulation), "--docker", docker.command)
+
+    assert (report.containers, report.docker_note) == ((), "")
+    assert [call[0] for call in docker.calls()] == ["ps"]
+
+
+def test_failing_docker_gives_a_note_naming_its_error(docker: FakeDocker, simulation: Path) -> None:
+    docker.plan(ps="", ps_also={"rc": 1, "stderr": "Cannot connect to the Docker daemon\n"})
+
+    report = run_agent("probe", "--simulation-file", str(simulation), "--docker", docker.command)
+
+    assert report.containers == ()
+    assert report.docker_note == "docker ps failed (exit 1): Cannot connect to the Docker daemon"
+
+
+def test_missing_docker_client_gives_a_note(tmp_path: Path, simulation: Path) -> None:
+    absent = tmp_path / "no-docker"
+
+    report = run_agent("probe", "--simulation-file", str(simulation), "--docker", str(absent))
+
+    assert report.containers == ()
+    assert report.docker_note.startswith(f"docker ps: cannot run {absent}: ")
+
+
+def test_container_gone_before_inspect_is_left_out_without_a_note(
+    docker: FakeDocker, simulation: Path
+) -> None:
+    docker.plan(
+        ps=f"{FULL_ID_A}\n{FULL_ID_B}\n",
+        inspect=[inspected(FULL_ID_B, "gbatch-7-2", "running", 0)],
+        inspect_also={"rc": 1, "stderr": f"Error: No such object: {FULL_ID_A}\n"},
+    )
+
+    report = run_agent("probe", "--simulation-file", str(simulation), "--docker", docker.command)
+
+    assert [c.id for c in report.containers] == [FULL_ID_B]
+    assert report.docker_note == ""
+
+
+def test_container_with_a_malformed_label_is_named_in_the_note(
+    docker: FakeDocker, simulation: Path
+) -> None:
+    bad = {"gbatch.job": "seven", "gbatch.attempt": "1", "gbatch.user": "eve"}
+    docker.plan(
+        ps=f"{FULL_ID_A}\n{FULL_ID_B}\n",
+        inspect=[
+            inspected(FULL_ID_A, "odd-one", "exited", 0, labels=bad),
+            inspected(FULL_ID_B, "gbatch-7-2", "created", 0, started="0001-01-01T00:00:00Z"),
+        ],
+    )
+
+    report = run_agent("probe", "--simulation-file", str(simulation), "--docker", docker.command)
+
+    (listed,) = report.containers
+    assert (listed.id, listed.state, listed.exit_code, listed.started_at) == (
+        FULL_ID_B,
+        "created",
+        None,
+        None,
+    )
+    assert report.docker_note == (
+        "container odd-one: label gbatch.job: expected a decimal integer, got 'seven'"
+    )
+
+
+def test_unreadable_inspect_output_gives_a_note(docker: FakeDocker, simulation: Path) -> None:
+    docker.plan(ps=f"{FULL_ID_A}\n", inspect_also={"stdout": "[{"})
+
+    report = run_agent("probe", "--simulation-file", str(simulation), "--docker", docker.command)
+
+    assert report.containers == ()
+    assert report.docker_note.startswith("docker inspect: unreadable output: ")
+
+
+def test_docker_that_does_not_answer_in_time_gives_a_note(
+    docker: FakeDocker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = load_agent_module()
+    monkeypatch.setattr(agent, "_DOCKER_TIMEOUT_S", 0.5)  # the real 10 s only slows the test
+    docker.plan(ps="", ps_also={"sleep": 30})
+
+    containers, note = agent.read_docker_containers(shlex.split(docker.command))
+
+    assert containers == []
+    assert note == "docker ps: no answer within 0.5 s"
+
+
+def test_watch_keeps_reporting_while_docker_is_missing(simulation: Path, tmp_path: Path) -> None:
+    options = ["--simulation-file", str(simulation), "--docker", str(tmp_path / "no-docker")]
+    process = subprocess.Popen(
+        [sys.executable, str(AGENT), "watch", "--interval", "0.2", *options],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        reports = [next_report(process.stdout) for _ in range(3)]
+        assert process.stdin is not None
+        process.stdin.close()
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+    assert all("cannot run" in r.docker_note and r.containers == () for r in reports)
+
+
+def test_empty_docker_command_is_a_usage_error() -> None:
+    result = subprocess.run(
+        [sys.executable, str(AGENT), "probe", "--docker", ""],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 2
+    assert "--docker: must name a command" in result.stderr

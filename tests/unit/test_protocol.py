@@ -9,9 +9,11 @@ import pytest
 
 from gbatch.model import Gpu
 from gbatch.protocol import (
+    ContainerReport,
     NodeReport,
     ProcessReport,
     ReportError,
+    gbatch_container_ids,
     parse_report,
     parse_report_line,
     to_gpus,
@@ -19,6 +21,7 @@ from gbatch.protocol import (
 
 SAMPLE = Path(__file__).resolve().parents[2] / "agent" / "sample_report.json"
 OWN_CONTAINER = "3f4e8a1b9c2d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f"
+EXITED_CONTAINER = "8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d"
 
 
 def sample() -> dict[str, Any]:
@@ -117,6 +120,8 @@ def mutated(path: tuple[str | int, ...], value: Any = None, *, delete: bool = Fa
         (("facts", "disk_free_bytes"), "report.facts: missing key 'disk_free_bytes'"),
         (("gpus", 1, "uuid"), "report.gpus[1]: missing key 'uuid'"),
         (("gpus", 0, "processes", 0, "pid"), "report.gpus[0].processes[0]: missing key 'pid'"),
+        (("containers", 1, "exit_code"), "report.containers[1]: missing key 'exit_code'"),
+        (("containers", 0, "job"), "report.containers[0]: missing key 'job'"),
     ],
 )
 def test_missing_key_is_named_with_its_place(path: tuple[str | int, ...], message: str) -> None:
@@ -157,6 +162,36 @@ def test_missing_key_is_named_with_its_place(path: tuple[str | int, ...], messag
             "report.gpus[1].processes[0].container: expected a string or null, got int 42",
         ),
         (("facts",), [], "report.facts: expected an object, got list []"),
+        (("containers",), {}, "report.containers: expected a list, got dict {}"),
+        (("containers", 0), "abc", "report.containers[0]: expected an object, got str 'abc'"),
+        (
+            ("containers", 0, "job"),
+            "42",
+            "report.containers[0].job: expected an integer, got str '42'",
+        ),
+        (
+            ("containers", 1, "exit_code"),
+            "137",
+            "report.containers[1].exit_code: expected an integer or null, got str '137'",
+        ),
+        (
+            ("containers", 1, "oom_killed"),
+            1,
+            "report.containers[1].oom_killed: expected true or false, got int 1",
+        ),
+        (
+            ("containers", 0, "started_at"),
+            "2026-01-01T00:00:00Z",
+            "report.containers[0].started_at: expected a number or null, got str "
+            "'2026-01-01T00:00:00Z'",
+        ),
+        (
+            ("containers", 1, "finished_at"),
+            False,
+            "report.containers[1].finished_at: expected a number or null, got bool False",
+        ),
+        (("containers", 0, "id"), None, "report.containers[0].id: expected a string, got null"),
+        (("docker_note",), 3, "report.docker_note: expected a string, got int 3"),
     ],
 )
 def test_wrong_type_is_named_with_its_place(
@@ -268,3 +303,81 @@ def test_empty_container_id_matches_nothing() -> None:
     (gpu,) = to_gpus(report, gbatch_sessions=(), gbatch_containers=[""])
 
     assert gpu.foreign_processes == 1
+
+
+def test_sample_containers_parse_into_values() -> None:
+    running, exited = parse_report(sample()).containers
+
+    assert running == ContainerReport(
+        id=OWN_CONTAINER,
+        name="gbatch-42-1",
+        job=42,
+        attempt=1,
+        user="alice",
+        state="running",
+        exit_code=None,
+        oom_killed=False,
+        started_at=1767222000.483716529,
+        finished_at=None,
+    )
+    assert (exited.id, exited.job, exited.attempt, exited.user) == (
+        EXITED_CONTAINER,
+        41,
+        2,
+        "bob",
+    )
+    assert (exited.state, exited.exit_code, exited.oom_killed) == ("exited", 137, True)
+    assert (exited.started_at, exited.finished_at) == (1767218400.25, 1767221999.75)
+
+
+def test_whole_second_container_times_become_floats() -> None:
+    data = sample()
+    data["containers"][1].update(started_at=1767218400, finished_at=1767221999)
+
+    exited = parse_report(data).containers[1]
+
+    assert (exited.started_at, exited.finished_at) == (1767218400.0, 1767221999.0)
+    assert isinstance(exited.started_at, float)
+
+
+def test_report_without_docker_note_or_containers_listed_parses_with_defaults() -> None:
+    data = sample()
+    del data["docker_note"]
+    data["containers"] = []
+
+    report = parse_report(data)
+
+    assert (report.containers, report.docker_note) == ((), "")
+
+
+def test_docker_note_is_kept() -> None:
+    data = sample()
+    data.update(containers=[], docker_note="docker ps: no answer within 10 s")
+
+    assert parse_report(data).docker_note == "docker ps: no answer within 10 s"
+
+
+def test_unknown_container_keys_are_ignored() -> None:
+    data = sample()
+    data["containers"][0]["image"] = "pytorch:latest"
+
+    assert parse_report(data) == parse_report(sample())
+
+
+def test_gbatch_container_ids_are_those_listed_in_any_state() -> None:
+    assert gbatch_container_ids(parse_report(sample())) == {OWN_CONTAINER, EXITED_CONTAINER}
+
+
+def test_listed_containers_make_their_gpu_processes_gbatch_s() -> None:
+    report = parse_report(sample())
+
+    gpus = to_gpus(report, gbatch_sessions=(), gbatch_containers=gbatch_container_ids(report))
+
+    assert [g.foreign_processes for g in gpus] == [0, 1]
+
+
+def test_report_without_containers_gives_no_gbatch_container_ids() -> None:
+    data = sample()
+    data["containers"] = []
+
+    assert gbatch_container_ids(parse_report(data)) == frozenset()

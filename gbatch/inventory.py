@@ -1,0 +1,594 @@
+"""The inventory: the admin's list of GPU hosts, validated into NodeConfigs.
+
+An inventory file (see inventory.example.yaml) names every node the head reaches
+over SSH. Every refusal is an InventoryError whose text is one line naming the file,
+the node (by index, and by name once known) and the field, and saying what to do.
+No inventory at all means the embedded default: one node, "local", no SSH.
+
+Pure except for reading the inventory file and checking that identity files can be
+read.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, cast
+
+from gbatch.timefmt import show_value
+
+LOCAL_NODE = "local"  # the embedded node's name; no inventory node may take it
+MAX_FILE_BYTES = 1024 * 1024
+MAX_HOST_CHARS = 253  # the longest DNS name
+
+TOP_KEYS = ("defaults", "known_hosts", "nodes")
+# Keys a node and `defaults` share; a node's value replaces the default whole.
+DEFAULTABLE_KEYS = (
+    "user",
+    "port",
+    "identity_file",
+    "agent_python",
+    "agent_dir",
+    "docker",
+    "docker_options",
+    "connect_timeout",
+    "labels",
+    "simulation_file",
+)
+NODE_KEYS = ("name", "host", *DEFAULTABLE_KEYS)
+
+_BUILTIN_DEFAULTS: Mapping[str, object] = {
+    "user": "gbatch",
+    "port": 22,
+    "identity_file": None,  # paramiko then tries the SSH agent and ~/.ssh/id_*
+    "agent_python": "python3",
+    "agent_dir": "~/.gbatch",
+    "docker": "docker",
+    "docker_options": (),
+    "connect_timeout": 10.0,
+    "labels": MappingProxyType({}),
+    "simulation_file": None,
+}
+
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}", re.ASCII)
+_USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}", re.ASCII)
+_HOST_PORT_RE = re.compile(r"[^:]+:[0-9]+")
+
+# `docker run` options an admin may not add, by option name, with the reason given to
+# them. Each one either lets a job escape its container and its GPU allocation, or
+# breaks what gbatch relies on to find, retry and reconcile its containers.
+FORBIDDEN_DOCKER_OPTIONS: Mapping[str, str] = {
+    "--privileged": "it gives jobs every device and capability of the host",
+    "--cap-add": "it gives jobs kernel capabilities beyond docker's safe default",
+    "--security-opt": "it can switch off seccomp, AppArmor and no-new-privileges",
+    "--device": "it hands host devices to jobs outside gbatch's GPU allocation",
+    "--device-cgroup-rule": "it hands host devices to jobs outside gbatch's GPU allocation",
+    "--gpus": "gbatch sets --gpus from the GPUs it allocates",
+    "--runtime": "another runtime can show jobs every GPU (CUDA images ask for all)",
+    "--userns": "sharing the host's user namespace undoes docker's user remapping",
+    "--pid": "jobs could see and signal processes outside their container",
+    "--user": "gbatch decides which user a job runs as",
+    "--volume": "mounts come only from the mount allowlist",
+    "--mount": "mounts come only from the mount allowlist",
+    "--volumes-from": "mounts come only from the mount allowlist",
+    "--env": "a job's environment comes from its job file, checked by gbatch",
+    "--env-file": "a job's environment comes from its job file, checked by gbatch",
+    "--name": "gbatch names containers to find them again after a restart",
+    "--label": "gbatch labels containers to find them again after a restart",
+    "--label-file": "gbatch labels containers to find them again after a restart",
+    "--restart": "gbatch decides about retries and always passes --restart=no",
+    "--rm": "gbatch reads the exit status from the finished container before removing it",
+    "--detach": "gbatch starts every job detached",
+}
+
+
+class InventoryError(Exception):
+    """An inventory gbatch refuses.
+
+    `str(err)` is one line: `<file>: [<node>: ][<field>: ]<what is wrong>. <what to do>`,
+    where <node> is `nodes[<index>]` (0-based) followed by ` (<name>)` once the name is
+    valid, or `defaults`. The parts are also attributes.
+    """
+
+    def __init__(self, source: str, node: str | None, field: str | None, message: str) -> None:
+        parts = [source, *([node] if node else []), *([field] if field else []), message]
+        super().__init__(": ".join(parts))
+        self.source = source
+        self.node = node
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """One GPU host as the head reaches it.
+
+    `identity_file` and `known_hosts` are absolute paths on the head; `agent_dir` and
+    `simulation_file` are paths on the host, as the admin wrote them (`~` there is the
+    login's home). `labels` is read-only.
+    """
+
+    name: str
+    host: str
+    port: int
+    user: str
+    identity_file: Path | None
+    known_hosts: Path
+    agent_python: str
+    agent_dir: str
+    docker: str
+    docker_options: tuple[str, ...]
+    connect_timeout: float
+    labels: Mapping[str, str] = dataclass_field(hash=False)  # a read-only view: unhashable
+    simulation_file: str | None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Every node of the fleet, in file order; `source` is the file's absolute path."""
+
+    nodes: tuple[NodeConfig, ...]
+    known_hosts: Path
+    source: Path
+
+    def node(self, name: str) -> NodeConfig:
+        """The node called `name`; KeyError naming the known nodes when there is none."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        known = ", ".join(node.name for node in self.nodes)
+        raise KeyError(f"no node {show_value(name)} in {self.source}. Known nodes: {known}")
+
+
+def find_inventory(home: Path, environ: Mapping[str, str]) -> Path | None:
+    """Which inventory file to load, or None for the embedded default (node "local").
+
+    `GBATCH_INVENTORY`, when set and non-empty, wins and is returned even if it names
+    no file, so that a typo there is reported by load_inventory rather than silently
+    replaced by the one-node default. Otherwise `home / "inventory.yaml"` if it exists.
+    `home` is GBATCH_HOME.
+    """
+    chosen = environ.get("GBATCH_INVENTORY")
+    if chosen:
+        return Path(os.path.expanduser(chosen))
+    default = home / "inventory.yaml"
+    return default if default.exists() else None
+
+
+def load_inventory(path: Path, *, home: Path) -> Inventory:
+    """Read and validate an inventory file; InventoryError on the first problem.
+
+    `~` in identity_file and known_hosts is the home of the user running gbatch
+    (os.path.expanduser); a relative path there is relative to the inventory file's
+    directory. `home` (GBATCH_HOME) holds the default known_hosts file. Identity files
+    must exist and be readable now; known_hosts need not exist yet.
+    """
+    source = str(path)
+    data = _read_yaml(path, source)
+    base = path.absolute().parent
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else f"a {_kind(data)}, not a mapping"
+        raise InventoryError(
+            source, None, None, f"the file is {kind}. Write defaults:, known_hosts: and nodes:"
+        )
+    for key in data:
+        if key not in TOP_KEYS:
+            raise InventoryError(source, None, str(key), _unknown_key(key, TOP_KEYS))
+
+    known_hosts = home / "known_hosts"
+    if data.get("known_hosts") is not None:
+        known_hosts = _check_path(data["known_hosts"], base, _raiser(source, None, "known_hosts"))
+
+    defaults = dict(_BUILTIN_DEFAULTS)
+    raw_defaults = data.get("defaults")
+    if raw_defaults is not None:
+        if not isinstance(raw_defaults, dict):
+            raise InventoryError(
+                source,
+                "defaults",
+                None,
+                f"is a {_kind(raw_defaults)}, not a mapping. "
+                "Write settings under it, e.g. `user: gbatch`",
+            )
+        defaults.update(_check_fields(raw_defaults, DEFAULTABLE_KEYS, base, source, "defaults"))
+
+    raw_nodes = data.get("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        if raw_nodes is None or raw_nodes == []:
+            what = "missing" if raw_nodes is None else "empty"
+        else:
+            what = f"a {_kind(raw_nodes)}, not a list of nodes"
+        raise InventoryError(
+            source, None, "nodes", f"is {what}. List at least one node with a name and a host"
+        )
+    nodes: list[NodeConfig] = []
+    first_index: dict[str, int] = {}
+    for index, raw in enumerate(raw_nodes):
+        node = _build_node(index, raw, defaults, known_hosts, base, source)
+        if node.name in first_index:
+            raise InventoryError(
+                source,
+                f"nodes[{index}] ({node.name})",
+                "name",
+                f"{show_value(node.name)} is also the name of nodes[{first_index[node.name]}]. "
+                "Give each node its own name",
+            )
+        first_index[node.name] = index
+        nodes.append(node)
+    return Inventory(nodes=tuple(nodes), known_hosts=known_hosts, source=path.absolute())
+
+
+# ------------------------------------------------------------------------------ nodes
+
+
+def _build_node(
+    index: int,
+    raw: object,
+    defaults: Mapping[str, object],
+    known_hosts: Path,
+    base: Path,
+    source: str,
+) -> NodeConfig:
+    where = f"nodes[{index}]"
+    if not isinstance(raw, dict):
+        raise InventoryError(
+            source,
+            where,
+            None,
+            f"{show_value(raw)} is not a mapping. "
+            "Write the node as `- name: gpu01` with `host: ...` on the next line",
+        )
+    if "name" not in raw or raw["name"] is None:
+        raise InventoryError(source, where, "name", "missing. Give the node a name, e.g. gpu01")
+    name = _check_name(raw["name"], _raiser(source, where, "name"))
+    where = f"{where} ({name})"
+    if "host" not in raw or raw["host"] is None:
+        raise InventoryError(
+            source, where, "host", "missing. Give the node's DNS name or IP address"
+        )
+    values = dict(defaults)
+    values.update(_check_fields(raw, NODE_KEYS, base, source, where))
+    # Every value was checked by _CHECKS (or is a built-in default): the casts only
+    # tell the type checker so.
+    return NodeConfig(
+        name=name,
+        host=cast(str, values["host"]),
+        port=cast(int, values["port"]),
+        user=cast(str, values["user"]),
+        identity_file=cast("Path | None", values["identity_file"]),
+        known_hosts=known_hosts,
+        agent_python=cast(str, values["agent_python"]),
+        agent_dir=cast(str, values["agent_dir"]),
+        docker=cast(str, values["docker"]),
+        docker_options=cast("tuple[str, ...]", values["docker_options"]),
+        connect_timeout=float(cast(float, values["connect_timeout"])),
+        labels=cast("Mapping[str, str]", values["labels"]),
+        simulation_file=cast("str | None", values["simulation_file"]),
+    )
+
+
+def _check_fields(
+    raw: Mapping[Any, object], allowed: tuple[str, ...], base: Path, source: str, where: str
+) -> dict[str, object]:
+    """Validate each key of a node or of `defaults`; the checked values by key."""
+    checked: dict[str, object] = {}
+    for key, value in raw.items():
+        if key not in allowed:
+            if key == "known_hosts":
+                message = "is set once, at the top level of the file. Move it there"
+            elif key in ("name", "host"):
+                message = "differs for every node, so it has no default. Set it on each node"
+            else:
+                message = _unknown_key(key, allowed)
+            raise InventoryError(source, where, str(key), message)
+        bad = _raiser(source, where, key)
+        if key == "identity_file":
+            checked[key] = None if value is None else _check_identity_file(value, base, bad)
+        else:
+            checked[key] = _CHECKS[key](value, bad)
+    return checked
+
+
+Bad = Callable[[str], InventoryError]
+
+
+def _raiser(source: str, where: str | None, key: str) -> Bad:
+    def bad(message: str) -> InventoryError:
+        return InventoryError(source, where, key, message)
+
+    return bad
+
+
+def _check_name(value: object, bad: Bad) -> str:
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+        raise bad(
+            f"{show_value(value)} is not a node name. Use lowercase letters, digits and "
+            "'-', starting with a letter or digit, at most 63 characters (quote numbers)"
+        )
+    if value == LOCAL_NODE:
+        raise bad(
+            f'"{LOCAL_NODE}" is reserved for the embedded node (this machine without SSH). '
+            "Give the host another name"
+        )
+    return value
+
+
+def _check_host(value: object, bad: Bad) -> str:
+    if not isinstance(value, str) or not value:
+        raise bad(f"{show_value(value)} is not a host name. Give a DNS name or an IP address")
+    if "://" in value:
+        raise bad(
+            f"{show_value(value)} is a URL. Give only the host name; "
+            "set port: and user: as their own keys"
+        )
+    if "@" in value:
+        raise bad(f"{show_value(value)} contains a user. Give only the host name; set user:")
+    if _HOST_PORT_RE.fullmatch(value):
+        raise bad(f"{show_value(value)} contains a port. Give only the host name; set port:")
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise bad(f"{show_value(value)} contains whitespace. Give one host name")
+    if value.startswith("-"):
+        # ssh and docker would read it as an option.
+        raise bad(f"{show_value(value)} starts with '-'. Give a DNS name or an IP address")
+    if len(value) > MAX_HOST_CHARS:
+        raise bad(f"is {len(value)} characters long. A host name has at most {MAX_HOST_CHARS}")
+    return value
+
+
+def _check_port(value: object, bad: Bad) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise bad(f"{show_value(value)} is not a port. Use a number from 1 to 65535")
+    return value
+
+
+def _check_user(value: object, bad: Bad) -> str:
+    if not isinstance(value, str) or not _USER_RE.fullmatch(value):
+        raise bad(
+            f"{show_value(value)} is not a login name. Use lowercase letters, digits, '_' "
+            "and '-', starting with a letter or '_', at most 32 characters"
+        )
+    return value
+
+
+def _check_identity_file(value: object, base: Path, bad: Bad) -> Path:
+    path = _check_path(value, base, bad)
+    if not path.exists():
+        raise bad(f"unreadable key {path}: no such file. Check the path")
+    if not path.is_file():
+        # Opening a FIFO would block start-up for good.
+        raise bad(f"unreadable key {path}: not a regular file. Name the private key file")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as err:
+        raise bad(
+            f"unreadable key {path}: {err.strerror}. "
+            "Make it readable by the user running gbatch (and by nobody else)"
+        ) from None
+    return path
+
+
+def _check_path(value: object, base: Path, bad: Bad) -> Path:
+    """A path on the head: `~` expanded, relative to `base` when not absolute."""
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise bad(f"{show_value(value)} is not a path. Give a file name, e.g. ~/.ssh/gbatch")
+    path = Path(os.path.expanduser(value))
+    return path if path.is_absolute() else base / path
+
+
+def _command_check(what: str) -> Callable[[object, Bad], str]:
+    def check(value: object, bad: Bad) -> str:
+        # One argv word: it is run as the first word of a remote command line.
+        if (
+            not isinstance(value, str)
+            or not value
+            or value.startswith("-")
+            or any(c.isspace() or not c.isprintable() for c in value)
+        ):
+            raise bad(
+                f"{show_value(value)} is not a {what}. Give one command name or absolute "
+                "path, without spaces or options"
+            )
+        return value
+
+    return check
+
+
+def _check_agent_dir(value: object, bad: Bad) -> str:
+    if (
+        not isinstance(value, str)
+        or not (value == "~" or value.startswith(("/", "~/")))
+        or any(c.isspace() or not c.isprintable() for c in value)
+    ):
+        raise bad(
+            f"{show_value(value)} is not a directory on the host. "
+            "Give an absolute path or one starting with ~/ (the login's home), no spaces"
+        )
+    return value
+
+
+def _check_docker_options(value: object, bad: Bad) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise bad(f'{show_value(value)} is not a list. Write e.g. ["--ipc=host"], or []')
+    for option in value:
+        if not isinstance(option, str) or not option.startswith("--") or option == "--":
+            raise bad(
+                f"{show_value(option)} is not a long docker option. Write each as "
+                '"--option=value", e.g. "--shm-size=16g" (not "-v" nor a separate value)'
+            )
+        if any(c.isspace() or not c.isprintable() for c in option):
+            raise bad(
+                f"{show_value(option)} contains whitespace. Write one option per item, "
+                'joined to its value with "=", e.g. "--ipc=host"'
+            )
+        if "docker.sock" in option:
+            raise bad(
+                f"{show_value(option)} would expose the docker socket, which is root on the "
+                "host. Remove it"
+            )
+        name = option.split("=", 1)[0]
+        if name in FORBIDDEN_DOCKER_OPTIONS:
+            raise bad(f"{name} is not allowed: {FORBIDDEN_DOCKER_OPTIONS[name]}. Remove it")
+    return tuple(value)
+
+
+def _check_connect_timeout(value: object, bad: Bad) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise bad(f"{show_value(value)} is not a timeout. Give seconds, a number above 0")
+    return float(value)
+
+
+def _check_labels(value: object, bad: Bad) -> Mapping[str, str]:
+    if not isinstance(value, dict):
+        raise bad(f"{show_value(value)} is not a mapping. Write e.g. {{gpu: a100}}, or {{}}")
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            raise bad(f"label name {show_value(key)} is not text. Quote it")
+        if not isinstance(item, str):
+            raise bad(
+                f'{key}: {show_value(item)} is not text. Quote it: {key}: "{show_value(item)}"'
+            )
+    return MappingProxyType(dict(value))
+
+
+def _check_simulation_file(value: object, bad: Bad) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise bad(
+            f"{show_value(value)} is not an absolute path. "
+            "Give the simulation file's full path on the host, e.g. /etc/gbatch/gpus.json"
+        )
+    return value
+
+
+_CHECKS: Mapping[str, Callable[[object, Bad], object]] = {
+    "name": _check_name,
+    "host": _check_host,
+    "port": _check_port,
+    "user": _check_user,
+    "agent_python": _command_check("Python interpreter"),
+    "agent_dir": _check_agent_dir,
+    "docker": _command_check("docker command"),
+    "docker_options": _check_docker_options,
+    "connect_timeout": _check_connect_timeout,
+    "labels": _check_labels,
+    "simulation_file": _check_simulation_file,
+}
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def _read_yaml(path: Path, source: str) -> object:
+    try:
+        with open(path, "rb") as file:
+            # One byte past the cap rather than stat(): the path may be a pipe.
+            raw = file.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise InventoryError(
+            source, None, None, "no such file. Check the path (or GBATCH_INVENTORY)"
+        ) from None
+    except IsADirectoryError:
+        raise InventoryError(source, None, None, "a directory. Name the inventory file") from None
+    except OSError as err:
+        raise InventoryError(
+            source, None, None, f"cannot read it ({err.strerror}). Make it readable"
+        ) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise InventoryError(source, None, None, "larger than 1 MiB. Is this the inventory?")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InventoryError(
+            source, None, None, f"byte {err.start} is not UTF-8 text. Save it as UTF-8"
+        ) from None
+
+    # Deferred: only the daemon and `gbatch node` read the inventory; other commands
+    # should not pay PyYAML's import time.
+    import yaml
+
+    loader_class: Any = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+    loader = loader_class(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_duplicate_keys(node, source)
+        return loader.construct_document(node)
+    except yaml.MarkedYAMLError as err:
+        line = f"line {err.problem_mark.line + 1}: " if err.problem_mark else ""
+        problem = err.problem or err.context or "invalid YAML"
+        raise InventoryError(
+            source,
+            None,
+            None,
+            f"{line}could not parse YAML ({problem}). "
+            "Fix the syntax there (indentation, a missing colon or an unclosed quote)",
+        ) from None
+    except yaml.YAMLError as err:
+        problem = " ".join(str(err).split())
+        raise InventoryError(
+            source, None, None, f"could not parse YAML ({problem}). Fix the file"
+        ) from None
+    except RecursionError:
+        raise InventoryError(source, None, None, "nested too deeply. Flatten it") from None
+    finally:
+        loader.dispose()
+
+
+def _refuse_duplicate_keys(root: Any, source: str) -> None:
+    """PyYAML keeps the last of two equal keys; a node with `port:` twice is a mistake."""
+    import yaml
+
+    seen: set[int] = set()  # an alias revisits a node: walk each once
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            keys: set[str] = set()
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in keys and key.value != "<<":
+                        raise InventoryError(
+                            source,
+                            None,
+                            None,
+                            f"line {key.start_mark.line + 1}: key {show_value(key.value)} is "
+                            "written twice. Keep one of them",
+                        )
+                    keys.add(key.value)
+                stack.extend((key, value))
+
+
+def _unknown_key(key: object, allowed: tuple[str, ...]) -> str:
+    import difflib  # only on this error path
+
+    close = difflib.get_close_matches(str(key).strip().lower(), allowed, n=1)
+    if close:
+        return f'unknown key. Did you mean "{close[0]}"?'
+    return f"unknown key. Valid keys: {', '.join(allowed)}"
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, str):
+        return "string"
+    return type(value).__name__

@@ -1,0 +1,668 @@
+"""The only module that talks SSH: one connection per node, strict host keys, bounded calls.
+
+Contracts:
+- Host keys are checked against the known_hosts file an admin controls, and only that file
+  (never ~/.ssh/known_hosts, never the agent, never ~/.ssh/id_*). An unknown or changed key
+  raises HostKeyError and the file is left untouched: keys are never added on the fly.
+  `trust_host_key` is the one writer, for `gbatch node trust` after a person has checked
+  the fingerprint.
+- Every remote command is an argv list, quoted once with `shlex.join` for the remote shell.
+- Every call has a bound: `run` a deadline, `stream` a bound on opening and one per read,
+  SFTP a timeout per request. At a deadline the channel is closed and RemoteTimeout raised;
+  the remote process is NOT killed by that (OpenSSH sends no signal when a channel without
+  a pty closes), so commands that must stop take their own `timeout` on the remote side.
+- Reconnecting is the caller's loop: an error on a dead connection is a RemoteError, after
+  which the caller waits `Backoff.next_delay()` and calls `connect()` again.
+- Thread safety: a connection serves `run`, `stream` and `put_*` from several threads at
+  once (paramiko multiplexes channels on one transport); `connect`/`close` are not meant
+  to race with calls in flight.
+
+Why paramiko and not fabric: fabric's `Connection.run` takes a command string (not argv),
+runs each call through invoke's Runner (a thread per stream, pty/echo/watcher machinery),
+and reads ssh_config and fabric config files that can silently change the identity or the
+host-key policy. What gbatch needs (a fixed host-key policy, one exec channel per command
+with a deadline, long-lived streams, atomic SFTP writes) is a thin layer over paramiko,
+and fabric would only add a second configuration system in front of it.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import errno
+import hashlib
+import os
+import posixpath
+import secrets
+import select
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import paramiko
+from paramiko.ssh_exception import NoValidConnectionsError
+
+KEEPALIVE_SECONDS = 15
+_CHUNK = 65536
+_STDERR_TAIL = 64 * 1024  # bytes of a stream's stderr kept for error messages
+_TRUST_HINT = "run `gbatch node trust {name}` after checking the fingerprint"
+
+
+class RemoteError(Exception):
+    """A remote call failed: the host is unreachable, refused us, or the connection died."""
+
+
+class HostKeyError(RemoteError):
+    """The host offered a key that the known_hosts file does not vouch for.
+
+    `kind` is "unknown" (no key for this host) or "changed" (another key is on file).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: Literal["unknown", "changed"],
+        node: str,
+        offered_fingerprint: str,
+        expected_fingerprint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.node = node
+        self.offered_fingerprint = offered_fingerprint
+        self.expected_fingerprint = expected_fingerprint
+
+
+class RemoteTimeout(RemoteError):
+    """A remote call passed its deadline; its channel has been closed."""
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """How to reach one node. `known_hosts` is the admin's file; it may not exist yet."""
+
+    name: str
+    host: str
+    port: int
+    user: str
+    identity_file: Path | None
+    known_hosts: Path
+    connect_timeout: float = 10.0
+
+    @property
+    def address(self) -> str:
+        return known_hosts_name(self.host, self.port)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a finished command left. `exit_status` is -1 when the remote side closed without
+    reporting one (the process was killed by a signal)."""
+
+    exit_status: int
+    stdout: bytes
+    stderr: bytes
+
+
+# --- host keys -----------------------------------------------------------------------------
+
+
+def known_hosts_name(host: str, port: int) -> str:
+    """The name OpenSSH files a host's key under: `host`, or `[host]:port` off port 22."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """`SHA256:<base64, no padding>` of the key blob, as `ssh-keygen -lf` prints it."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
+
+
+def fetch_host_key(host: str, port: int, timeout: float) -> paramiko.PKey:
+    """The key the server offers, read without authenticating (for `gbatch node trust`).
+
+    Offers the same key preference as a connection to a host with no key on file, so the
+    fingerprint matches the one a HostKeyError("unknown") showed.
+    """
+    address = known_hosts_name(host, port)
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except TimeoutError as e:
+        raise RemoteTimeout(f"connecting to {address} timed out after {timeout:g} s") from e
+    except OSError as e:
+        raise RemoteError(f"cannot reach {address}: {e.strerror or e}") from e
+    transport = paramiko.Transport(sock)
+    transport.banner_timeout = timeout
+    try:
+        transport.start_client(timeout=timeout)
+        key: paramiko.PKey = transport.get_remote_server_key()
+        return key
+    except (paramiko.SSHException, EOFError, OSError) as e:
+        raise RemoteError(f"SSH handshake with {address} failed: {e}") from e
+    finally:
+        transport.close()
+
+
+def trust_host_key(known_hosts: Path, host: str, port: int, key: paramiko.PKey) -> None:
+    """Append `key` for host:port to `known_hosts` in OpenSSH format (mode 0600; missing
+    directories are created 0700). Only call this once a person has checked the key's
+    fingerprint. A changed key's old line is not removed: do that first, or the old key
+    stays trusted too."""
+    known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    line = f"{known_hosts_name(host, port)} {key.get_name()} {key.get_base64()}\n".encode()
+    fd = os.open(known_hosts, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _RefuseUnknownKey(paramiko.RejectPolicy):  # type: ignore[misc]
+    """RejectPolicy that says which key was refused and what to do about it."""
+
+    def __init__(self, target: SshTarget) -> None:
+        self._target = target
+
+    def missing_host_key(self, client: Any, hostname: str, key: paramiko.PKey) -> None:
+        t = self._target
+        offered = fingerprint(key)
+        raise HostKeyError(
+            f"host key of node {t.name} ({t.address}) is unknown: it offered {key.get_name()} "
+            f"{offered}, and {t.known_hosts} has no key for it; refusing to connect. "
+            f"If that is the host's key, {_TRUST_HINT.format(name=t.name)}",
+            kind="unknown",
+            node=t.name,
+            offered_fingerprint=offered,
+        )
+
+
+def _changed_key_error(target: SshTarget, offered: paramiko.PKey, expected: Any) -> HostKeyError:
+    t = target
+    offered_fp, expected_fp = fingerprint(offered), fingerprint(expected)
+    return HostKeyError(
+        f"host key of node {t.name} ({t.address}) has CHANGED: {t.known_hosts} holds "
+        f"{expected.get_name()} {expected_fp} but the host offered {offered.get_name()} "
+        f"{offered_fp}; refusing to connect. The host may have been reinstalled, or someone "
+        f"may be intercepting the connection. If the change is expected, remove the old "
+        f"line from {t.known_hosts} and {_TRUST_HINT.format(name=t.name)}",
+        kind="changed",
+        node=t.name,
+        offered_fingerprint=offered_fp,
+        expected_fingerprint=expected_fp,
+    )
+
+
+# --- reconnect pacing ----------------------------------------------------------------------
+
+
+class Backoff:
+    """Delays for a reconnect loop: initial, initial*factor, ... capped at maximum.
+
+    With `random` (a function returning [0, 1)), each delay is drawn from [d/2, d) so that
+    nodes lost together do not reconnect in lockstep. Pure: it never sleeps or reads time.
+    """
+
+    def __init__(
+        self,
+        initial: float = 0.5,
+        factor: float = 2.0,
+        maximum: float = 30.0,
+        random: Callable[[], float] | None = None,
+    ) -> None:
+        if initial <= 0 or factor < 1 or maximum < initial:
+            raise ValueError("need initial > 0, factor >= 1 and maximum >= initial")
+        self._initial = initial
+        self._factor = factor
+        self._maximum = maximum
+        self._random = random
+        self._next = initial
+
+    def next_delay(self) -> float:
+        delay = self._next
+        self._next = min(self._next * self._factor, self._maximum)
+        if self._random is None:
+            return delay
+        return delay / 2 + self._random() * delay / 2
+
+    def reset(self) -> None:
+        """Call after a successful connect."""
+        self._next = self._initial
+
+
+# --- channels ------------------------------------------------------------------------------
+
+
+class _Watchdog:
+    """Closes a channel if a paramiko call on it outlives its bound.
+
+    Needed for the calls paramiko itself waits on without a timeout (exec_command,
+    invoke_subsystem). Stop it before the channel's fileno() is taken: Channel.close()
+    closes that pipe, which must not happen under a select() in another thread.
+    """
+
+    def __init__(self, channel: Any, timeout: float) -> None:
+        self._channel = channel
+        self._lock = threading.Lock()
+        self._armed = True
+        self.fired = False
+        self._timer = threading.Timer(timeout, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if not self._armed:
+                return
+            self._armed = False
+            self.fired = True
+        self._channel.close()
+
+    def stop(self) -> bool:
+        """Stop the timer; True when it had already fired (the channel is closed)."""
+        self._timer.cancel()
+        with self._lock:
+            self._armed = False
+        return self.fired
+
+
+def _drain(channel: Any, out: bytearray, err: bytearray | None) -> bool:
+    """Move what has arrived into `out` / `err` (stderr dropped when err is None); True when
+    the remote side has finished sending. The EOF flag is read first: data that arrived
+    before the EOF is then surely drained too."""
+    finished = bool(channel.eof_received or channel.closed)
+    while channel.recv_ready():
+        out += channel.recv(_CHUNK)
+    while channel.recv_stderr_ready():
+        data = channel.recv_stderr(_CHUNK)
+        if err is not None:
+            err += data
+            del err[:-_STDERR_TAIL]
+    return finished
+
+
+def _send_stdin(channel: Any, data: bytes) -> None:
+    """Feed stdin from a thread, so a remote that writes before reading cannot deadlock us."""
+    try:
+        channel.sendall(data)
+        channel.shutdown_write()
+    except (OSError, EOFError, paramiko.SSHException):
+        pass  # the command ended or the channel closed before reading all its input
+
+
+class RemoteStream:
+    """A long-lived remote command (the agent's `watch`, `docker logs -f`), read by lines.
+
+    Read stdout to its end (readline returns b"") before waiting for the exit status: a
+    command blocked on a full channel never exits. Stderr is drained alongside; its last
+    64 KiB are kept in `stderr`. Use it as a context manager, or call close().
+    """
+
+    def __init__(self, channel: Any, description: str) -> None:
+        self._channel = channel
+        self._description = description
+        self._fd = channel.fileno()
+        self._buffer = bytearray()
+        self._stderr = bytearray()
+        self._eof = False
+
+    def readline(self, timeout: float) -> bytes | None:
+        """The next line with its b"\\n" (the last may lack it); b"" at end of stream;
+        None when no whole line arrived within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            newline = self._buffer.find(b"\n")
+            if newline >= 0:
+                line = bytes(self._buffer[: newline + 1])
+                del self._buffer[: newline + 1]
+                return line
+            if self._eof:
+                rest = bytes(self._buffer)
+                self._buffer.clear()
+                return rest
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            select.select([self._fd], [], [], remaining)
+            self._eof = _drain(self._channel, self._buffer, self._stderr)
+
+    def lines(self, idle_timeout: float) -> Iterator[bytes]:
+        """Lines until the end of the stream; RemoteTimeout when one takes longer than
+        `idle_timeout` seconds."""
+        while True:
+            line = self.readline(idle_timeout)
+            if line is None:
+                raise RemoteTimeout(f"{self._description}: no line within {idle_timeout:g} s")
+            if not line:
+                return
+            yield line
+
+    def write(self, data: bytes, timeout: float = 10.0) -> None:
+        """Send to the command's stdin; RemoteTimeout when it does not take the data in time."""
+        self._channel.settimeout(timeout)
+        try:
+            self._channel.sendall(data)
+        except TimeoutError as e:
+            raise RemoteTimeout(f"{self._description}: stdin not taken in {timeout:g} s") from e
+        except (OSError, EOFError, paramiko.SSHException) as e:
+            raise RemoteError(f"{self._description}: writing stdin failed: {e}") from e
+        finally:
+            self._channel.settimeout(None)
+
+    def close_stdin(self) -> None:
+        """Send EOF on stdin (the command sees end of input)."""
+        self._channel.shutdown_write()
+
+    @property
+    def exit_status(self) -> int | None:
+        """The command's exit status once it has ended (-1: ended without one), else None."""
+        if not self._channel.exit_status_ready():
+            return None
+        status: int = self._channel.exit_status
+        return status
+
+    def wait(self, timeout: float) -> int:
+        """Block until the command has ended; its exit status. RemoteTimeout past `timeout`."""
+        if not self._channel.status_event.wait(timeout):
+            raise RemoteTimeout(f"{self._description}: still running after {timeout:g} s")
+        status: int = self._channel.exit_status
+        return status
+
+    @property
+    def stderr(self) -> bytes:
+        return bytes(self._stderr)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> RemoteStream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+# --- the connection ------------------------------------------------------------------------
+
+
+class SshConnection:
+    """One persistent SSH connection to one node. Call connect() before anything else."""
+
+    def __init__(self, target: SshTarget) -> None:
+        self.target = target
+        self._client: paramiko.SSHClient | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        self._sftp_lock = threading.Lock()
+
+    # connecting ------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """(Re)connect and authenticate; any previous connection is closed first.
+
+        Raises HostKeyError (unknown or changed key: mark the node, tell the admin),
+        RemoteTimeout, or RemoteError (refused, unreachable, authentication failed).
+        """
+        self.close()
+        t = self.target
+        client = paramiko.SSHClient()
+        try:
+            if t.known_hosts.exists():
+                client.load_host_keys(str(t.known_hosts))
+            client.set_missing_host_key_policy(_RefuseUnknownKey(t))
+            client.connect(
+                hostname=t.host,
+                port=t.port,
+                username=t.user,
+                key_filename=str(t.identity_file) if t.identity_file else None,
+                timeout=t.connect_timeout,
+                banner_timeout=t.connect_timeout,
+                auth_timeout=t.connect_timeout,
+                channel_timeout=t.connect_timeout,
+                look_for_keys=False,
+                allow_agent=False,
+            )
+            transport = client.get_transport()
+            transport.set_keepalive(KEEPALIVE_SECONDS)
+            # Each command is a few small packets each way: Nagle would hold them back.
+            transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except BaseException as e:
+            client.close()
+            raise self._connect_error(e) from e
+        self._client = client
+
+    def _connect_error(self, e: BaseException) -> BaseException:
+        t = self.target
+        where = f"node {t.name} ({t.user}@{t.address})"
+        if isinstance(e, RemoteError):
+            return e
+        if isinstance(e, paramiko.BadHostKeyException):
+            return _changed_key_error(t, e.key, e.expected_key)
+        if isinstance(e, paramiko.PasswordRequiredException):
+            return RemoteError(
+                f"cannot log in to {where}: the identity file {t.identity_file} needs a "
+                f"passphrase; give gbatch a key without one"
+            )
+        if isinstance(e, paramiko.AuthenticationException):
+            return RemoteError(
+                f"cannot log in to {where}: the host refused the key {t.identity_file} "
+                f"({e}); check that its public half is in {t.user}'s authorized_keys"
+            )
+        if isinstance(e, NoValidConnectionsError):
+            refused = all(
+                getattr(err, "errno", None) == errno.ECONNREFUSED for err in e.errors.values()
+            )
+            reason = "connection refused (is sshd running there?)" if refused else str(e)
+            return RemoteError(f"cannot reach {where}: {reason}")
+        if isinstance(e, TimeoutError):
+            return RemoteTimeout(f"connecting to {where} timed out after {t.connect_timeout:g} s")
+        if isinstance(e, (paramiko.SSHException, EOFError)):
+            return RemoteError(f"SSH handshake with {where} failed: {e}")
+        if isinstance(e, OSError):
+            return RemoteError(f"cannot reach {where}: {e.strerror or e}")
+        return e
+
+    @property
+    def connected(self) -> bool:
+        """True while the transport is up (a dead peer may still look up until a write)."""
+        if self._client is None:
+            return False
+        transport = self._client.get_transport()
+        return transport is not None and bool(transport.is_active())
+
+    @property
+    def transport(self) -> Any:
+        """The live paramiko Transport; RemoteError when not connected."""
+        transport = self._client.get_transport() if self._client is not None else None
+        if transport is None or not transport.is_active():
+            raise RemoteError(f"not connected to node {self.target.name}; connect() (again) first")
+        return transport
+
+    def close(self) -> None:
+        """Close the connection and every channel on it. Safe to call twice."""
+        with self._sftp_lock:
+            if self._sftp is not None:
+                self._sftp.close()
+                self._sftp = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> SshConnection:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # commands -----------------------------------------------------------------------------
+
+    def _open_exec(self, command: str, timeout: float, *, combine_stderr: bool = False) -> Any:
+        """An exec channel running `command`, started within `timeout` seconds."""
+        try:
+            channel = self.transport.open_session(timeout=timeout)
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise self._lost(f"opening a channel for `{command}`", e) from e
+        channel.set_combine_stderr(combine_stderr)  # only takes effect before exec
+        watchdog = _Watchdog(channel, timeout)
+        try:
+            channel.exec_command(command)
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            channel.close()
+            if watchdog.stop():
+                raise RemoteTimeout(self._not_started(command, timeout)) from e
+            raise self._lost(f"starting `{command}`", e) from e
+        if watchdog.stop():
+            channel.close()
+            raise RemoteTimeout(self._not_started(command, timeout))
+        return channel
+
+    def _not_started(self, command: str, timeout: float) -> str:
+        return f"node {self.target.name}: `{command}` not started within {timeout:g} s"
+
+    def _lost(self, what: str, e: BaseException) -> RemoteError:
+        return RemoteError(
+            f"node {self.target.name}: {what} failed: {e or type(e).__name__}; "
+            f"the connection is probably lost: reconnect"
+        )
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float, stdin: bytes | None = None
+    ) -> CommandResult:
+        """Run argv (quoted with shlex.join) and collect its output and exit status.
+
+        `timeout` bounds the whole call; past it the channel is closed and RemoteTimeout is
+        raised. Without `stdin` the command reads an empty stdin.
+        """
+        command = shlex.join(argv)
+        deadline = time.monotonic() + timeout
+        channel = self._open_exec(command, timeout)
+        try:
+            if stdin:
+                writer = threading.Thread(target=_send_stdin, args=(channel, stdin), daemon=True)
+                writer.start()
+            else:
+                channel.shutdown_write()
+            out, err = bytearray(), bytearray()
+            fd = channel.fileno()
+            while not _drain(channel, out, err):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                select.select([fd], [], [], remaining)
+            if channel.closed and not channel.eof_received:
+                # OpenSSH sends EOF before closing a channel: without one, the connection
+                # (or the server's session process) died under the command.
+                raise self._lost(f"running `{command}`", EOFError("channel closed without EOF"))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not channel.status_event.wait(remaining):
+                raise RemoteTimeout(
+                    f"node {self.target.name}: `{command}` did not finish within {timeout:g} s; "
+                    f"its channel was closed (the remote process may still run)"
+                )
+            return CommandResult(int(channel.exit_status), bytes(out), bytes(err))
+        finally:
+            channel.close()
+
+    def stream(
+        self, argv: Sequence[str], *, open_timeout: float = 10.0, combine_stderr: bool = False
+    ) -> RemoteStream:
+        """Start a long-lived command; read it through the returned RemoteStream.
+
+        `open_timeout` bounds starting it; each read has its own bound. With
+        `combine_stderr` the command's stderr is interleaved into the lines.
+        """
+        command = shlex.join(argv)
+        channel = self._open_exec(command, open_timeout, combine_stderr=combine_stderr)
+        return RemoteStream(channel, f"node {self.target.name}: `{command}`")
+
+    # files --------------------------------------------------------------------------------
+
+    def put_bytes(self, data: bytes, remote_path: str, mode: int, *, timeout: float = 60.0) -> None:
+        """Write `data` to `remote_path` with `mode`, atomically: readers see the old file or
+        the whole new one. Parent directories are created. `timeout` bounds each step."""
+        parent = posixpath.dirname(remote_path) or "."
+        made = self.run(["mkdir", "-p", "--", parent], timeout=timeout)
+        if made.exit_status != 0:
+            raise RemoteError(
+                f"node {self.target.name}: cannot create {parent}: "
+                f"{made.stderr.decode(errors='replace').strip()}"
+            )
+        name = posixpath.basename(remote_path)
+        temporary = posixpath.join(parent, f".{name}.{secrets.token_hex(6)}.gbatch-tmp")
+        with self._sftp_lock:
+            sftp = self._open_sftp(timeout)
+            try:
+                with sftp.open(temporary, "wb") as remote_file:
+                    # Mode first: the content never sits under the server's default mode.
+                    remote_file.chmod(mode)
+                    remote_file.set_pipelined(True)
+                    remote_file.write(data)
+                sftp.posix_rename(temporary, remote_path)
+            except (OSError, EOFError, paramiko.SSHException) as e:
+                self._discard_sftp(temporary)
+                kind = RemoteTimeout if isinstance(e, TimeoutError) else RemoteError
+                raise kind(
+                    f"node {self.target.name}: writing {remote_path} over SFTP failed: {e}"
+                ) from e
+
+    def put_file(self, local: Path, remote_path: str, mode: int, *, timeout: float = 60.0) -> None:
+        """put_bytes with a local file's content (read whole: meant for small files such as
+        the agent)."""
+        self.put_bytes(local.read_bytes(), remote_path, mode, timeout=timeout)
+
+    def _open_sftp(self, timeout: float) -> Any:
+        """The cached SFTP session (opened on first use); hold _sftp_lock."""
+        if self._sftp is not None:
+            self._sftp.get_channel().settimeout(timeout)
+            return self._sftp
+        try:
+            channel = self.transport.open_session(timeout=timeout)
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise self._lost("opening an SFTP channel", e) from e
+        watchdog = _Watchdog(channel, timeout)
+        try:
+            channel.invoke_subsystem("sftp")
+            fired = watchdog.stop()
+            if not fired:
+                channel.settimeout(timeout)
+                self._sftp = paramiko.SFTPClient(channel)
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            channel.close()
+            if watchdog.stop() or isinstance(e, TimeoutError):
+                raise RemoteTimeout(self._not_started("sftp", timeout)) from e
+            raise self._lost("starting SFTP", e) from e
+        if fired:
+            channel.close()
+            raise RemoteTimeout(self._not_started("sftp", timeout))
+        return self._sftp
+
+    def _discard_sftp(self, temporary: str) -> None:
+        """After a failed write: remove the temp file if the session still works, then drop
+        the session (its state is unknown). Hold _sftp_lock."""
+        sftp, self._sftp = self._sftp, None
+        if sftp is None:
+            return
+        # Best effort: a stale `.*.gbatch-tmp` file is harmless.
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            sftp.remove(temporary)
+        sftp.close()

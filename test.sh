@@ -2,7 +2,7 @@
 # The one command that runs gbatch's checks: lint, types, and every test tier.
 #   ./test.sh                  # everything (as root it also sets up a docker engine)
 #   ./test.sh tests/unit       # any pytest arguments narrow the run
-# Without root and without a docker engine, the docker tests are skipped locally;
+# Without root, sshd or a docker engine, the SSH and docker tests are skipped locally;
 # with CI=true a missing component fails them instead.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -13,8 +13,9 @@ fi
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -e '.[test]'
 
-if [ "$(id -u)" = 0 ] && [ "${GBATCH_TEST_DOCKER:-1}" != 0 ]; then
-    bash .ci/setup-docker.sh
+if [ "$(id -u)" = 0 ]; then
+    bash .ci/setup-sshd.sh   # openssh-server for the SSH tests (each starts its own sshd)
+    [ "${GBATCH_TEST_DOCKER:-1}" = 0 ] || bash .ci/setup-docker.sh
 fi
 
 echo "==> ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check .

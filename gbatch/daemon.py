@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from gbatch.config import Config, Paths
 from gbatch.groupcommit import GroupCommitter
+from gbatch.inventory import Inventory
 from gbatch.localnode import LocalNode
 from gbatch.model import (
     ALLOCATED_STATES,
@@ -28,7 +29,7 @@ from gbatch.model import (
     NodeState,
     NodeView,
 )
-from gbatch.node import LaunchError, Node, RunStatus
+from gbatch.node import STARTING, LaunchError, Node, RunStatus
 from gbatch.scheduler import plan
 from gbatch.store import Store
 
@@ -44,6 +45,7 @@ class Daemon:
         store: Store,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        inventory: Inventory | None = None,
     ) -> None:
         self.paths = paths
         self.config = config
@@ -53,8 +55,9 @@ class Daemon:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.started_at = clock()
-        nodes: list[Node] = [LocalNode(paths, config, on_change=self.wake.set)]
-        self.nodes: dict[str, Node] = {node.name: node for node in nodes}
+        self.nodes: dict[str, Node] = {
+            node.name: node for node in _make_nodes(paths, config, inventory, self.wake.set)
+        }
         self.committer = GroupCommitter(store, clock)
         # job id -> (monotonic time SIGTERM was sent, SIGKILL sent yet)
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
@@ -65,12 +68,13 @@ class Daemon:
     # -- life cycle -----------------------------------------------------------------
 
     def start_nodes(self, first_report_timeout: float = 10.0) -> None:
-        """Start every node's reports; wait (bounded) until each has reported once."""
+        """Start every node's reports; wait (bounded) until each has reported once or
+        failed to, so the first plans and submit checks see the fleet."""
         for node in self.nodes.values():
             node.start()
         deadline = self.monotonic() + first_report_timeout
         while self.monotonic() < deadline and any(
-            node.report()[0] is None for node in self.nodes.values()
+            node.report() == (None, STARTING) for node in self.nodes.values()
         ):
             time.sleep(0.02)
 
@@ -365,6 +369,10 @@ class Daemon:
             reason = report.note
         return NodeInfo(node.name, state, reason=reason, gpus=gpus, allocations=allocations)
 
+    def all_nodes_reported(self) -> bool:
+        """Whether every node's size is known (none is down)."""
+        return all(node.report()[0] is not None for node in self.nodes.values())
+
     def max_gpus_per_node(self) -> tuple[int, str]:
         """The most GPUs any node reports, and (with none) why."""
         best, why = 0, "no node has reported"
@@ -385,6 +393,18 @@ class Daemon:
                     0.0, now - job.start_time
                 )
         return usage
+
+
+def _make_nodes(
+    paths: Paths, config: Config, inventory: Inventory | None, on_change: Callable[[], None]
+) -> list[Node]:
+    """No inventory: the embedded default, this machine alone. Else the listed hosts."""
+    if inventory is None:
+        return [LocalNode(paths, config, on_change=on_change)]
+    # Deferred: paramiko is for fleets, not for a laptop's embedded node.
+    from gbatch.remotenode import RemoteNode
+
+    return [RemoteNode(node, paths, config, on_change) for node in inventory.nodes]
 
 
 def _past_limit(job: Job, now: float) -> bool:

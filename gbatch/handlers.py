@@ -108,7 +108,7 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
     if not isinstance(count, int) or not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
     have, why = daemon.max_gpus_per_node()
-    if spec.gpus > have:
+    if spec.gpus > have and daemon.all_nodes_reported():
         hint = (
             "Set GBATCH_SIMULATE_GPUS=N before `gbatch daemon start` to try gbatch without "
             "GPUs, or ask for gpus: 0"
@@ -147,6 +147,8 @@ def _check_runnable_somewhere(daemon: Daemon, spec: JobSpec) -> None:
         return
     problems = []
     for node in nodes:
+        if node.report()[0] is None:
+            return  # a node that is down now may well run it when it is back
         problem = node.docker_problem(daemon.clock())
         if problem is None:
             return
@@ -355,6 +357,35 @@ def node_resume(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> d
     return {}
 
 
+def node_install(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy the agent to hosts over SFTP and check it runs; one result per node."""
+    from gbatch.localnode import agent_script
+    from gbatch.remote import RemoteError
+    from gbatch.remotenode import RemoteNode, install_agent
+
+    if not is_admin(daemon, caller):
+        raise Refused("permission", "only root, the daemon's user or an admin may install agents")
+    names = request.get("names") or [
+        n for n, node in daemon.nodes.items() if isinstance(node, RemoteNode)
+    ]
+    results = []
+    for name in names:
+        node = daemon.nodes.get(name)
+        if not isinstance(node, RemoteNode):
+            why = "the local node needs no install" if node else "no such node in the fleet"
+            results.append({"name": name, "ok": False, "error": why})
+            continue
+        try:
+            summary = install_agent(node.node, agent_script())
+        except RemoteError as err:
+            results.append({"name": name, "ok": False, "error": str(err)})
+            continue
+        results.append({"name": name, "ok": True, "summary": summary})
+        node.retry_now()  # its report stream need not wait out the backoff
+    log.info("agent install by %s: %s", caller.user, results)
+    return {"results": results}
+
+
 def shutdown(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
     if not is_admin(daemon, caller):
         raise Refused("permission", "only root or the daemon's own user may stop the daemon")
@@ -374,6 +405,7 @@ HANDLERS: Mapping[str, Handler] = {
     "logs": logs,
     "node_drain": node_drain,
     "node_resume": node_resume,
+    "node_install": node_install,
     "shutdown": shutdown,
 }
 

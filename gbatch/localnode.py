@@ -27,7 +27,7 @@ from gbatch import containers
 from gbatch.config import Config, Paths
 from gbatch.joblog import LogFollowers, mark_attempt_start, open_log
 from gbatch.model import Gpu, Job
-from gbatch.node import LaunchError, RunStatus
+from gbatch.node import STARTING, LaunchError, RunStatus
 from gbatch.protocol import NodeReport, ReportError, parse_report_line, to_gpus
 
 LOCAL_NODE = "local"
@@ -76,7 +76,7 @@ class LocalNode:
         self._on_change = on_change  # wakes the daemon loop
         self._agent: subprocess.Popen[bytes] | None = None
         self._report: NodeReport | None = None
-        self._report_error = "no report from the agent yet"
+        self._report_error = STARTING
         self.report_seq = 0  # reports received so far; orders releases against reports
         self._lock = threading.Lock()
         self._shims: dict[tuple[int, int], subprocess.Popen[bytes]] = {}

@@ -14,6 +14,9 @@ from typing import Literal, Protocol
 from gbatch.model import Gpu, Job
 from gbatch.protocol import NodeReport
 
+# What report() says of a node that has not yet reported nor failed to.
+STARTING = "starting"
+
 
 class LaunchError(Exception):
     """A run could not be started; the message is for the job's reason."""

@@ -23,6 +23,7 @@ from typing import IO, Any
 from gbatch import handlers
 from gbatch.config import Config, Paths
 from gbatch.daemon import Daemon
+from gbatch.inventory import Inventory
 from gbatch.store import Store
 
 log = logging.getLogger("gbatchd")
@@ -103,12 +104,12 @@ def _take_lock(paths: Paths) -> IO[str]:
     return handle
 
 
-def serve(paths: Paths, config: Config) -> None:
+def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
     """Run gbatchd in the foreground until SIGTERM/SIGINT or a shutdown request."""
     paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock = _take_lock(paths)
     store = Store(paths.store)
-    daemon = Daemon(paths, config, store)
+    daemon = Daemon(paths, config, store, inventory=inventory)
     daemon.start_nodes()
     with contextlib.suppress(FileNotFoundError):
         paths.socket.unlink()  # stale: we hold the lock, so nobody else serves it

@@ -65,13 +65,16 @@ def _run_foreground(ctx: Context) -> int:
     import logging
 
     from gbatch.config import ConfigError, load_config
+    from gbatch.inventory import InventoryError, find_inventory, load_inventory
     from gbatch.server import AlreadyRunning, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         config = load_config(ctx.paths, os.environ)
-        serve(ctx.paths, config)
-    except ConfigError as err:
+        found = find_inventory(ctx.paths.home, os.environ)
+        inventory = load_inventory(found, home=ctx.paths.home) if found else None
+        serve(ctx.paths, config, inventory)
+    except (ConfigError, InventoryError) as err:
         raise CliError(str(err), Exit.USAGE) from err
     except AlreadyRunning as err:
         raise CliError(f"{err}. Stop it with `gbatch daemon stop`", Exit.FAILED) from err

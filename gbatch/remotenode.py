@@ -1,0 +1,322 @@
+"""A GPU host reached over SSH: its agent's report stream and its docker engine.
+
+One persistent SSH connection per host (gbatch/remote.py) carries everything: a
+long-lived channel running the agent's `watch` (one JSON report per interval, and
+at once when poked), `docker run -d` for each job, `docker logs -f` copied into the
+head's log, and the signals and clean-ups. Jobs on a host always run in containers.
+A lost connection is retried with backoff; while it is down the node reports nothing
+and the planner sees it as down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from pathlib import Path
+
+from gbatch import containers
+from gbatch.config import Config, Paths
+from gbatch.inventory import NodeConfig
+from gbatch.joblog import LogFollowers, mark_attempt_start
+from gbatch.model import Gpu, Job
+from gbatch.node import STARTING, LaunchError, RunStatus
+from gbatch.protocol import (
+    NodeReport,
+    ReportError,
+    gbatch_container_ids,
+    parse_report_line,
+    to_gpus,
+)
+from gbatch.remote import Backoff, RemoteError, RemoteStream, SshConnection, SshTarget
+
+log = logging.getLogger("gbatchd")
+COMMAND_TIMEOUT = 30.0  # seconds for any one remote docker call
+AGENT_FILE = "gbatch_agent.py"
+
+
+def host_path(path: str) -> str:
+    """A path as remote commands and SFTP take it: `~/x` becomes `x`, since both start
+    in the login's home (and a quoted `~` would not expand)."""
+    return path[2:] if path.startswith("~/") else path
+
+
+def agent_path(config: NodeConfig) -> str:
+    return f"{host_path(config.agent_dir).rstrip('/')}/{AGENT_FILE}"
+
+
+def agent_probe_argv(config: NodeConfig) -> list[str]:
+    argv = [config.agent_python, agent_path(config), "probe", "--docker", config.docker]
+    if config.simulation_file:
+        argv += ["--simulation-file", config.simulation_file]
+    return argv
+
+
+def install_agent(config: NodeConfig, agent_file: Path) -> str:
+    """Copy the agent to the host over SFTP and check that it runs there; return a
+    one-line summary. Raises RemoteError (HostKeyError for an untrusted host)."""
+    with SshConnection(target_of(config)) as conn:
+        conn.connect()
+        conn.put_file(agent_file, agent_path(config), 0o755)
+        result = conn.run(agent_probe_argv(config), timeout=COMMAND_TIMEOUT)
+    if result.exit_status != 0:
+        detail = result.stderr.decode(errors="replace").strip().splitlines() or ["no output"]
+        raise RemoteError(
+            f"the agent did not run on {config.name}: {detail[-1]}. "
+            f"Check agent_python ({config.agent_python}) in the inventory"
+        )
+    try:
+        report = parse_report_line(result.stdout)
+    except ReportError as err:
+        raise RemoteError(f"the agent on {config.name} printed a bad report: {err}") from err
+    gpus = f"{len(report.gpus)} GPUs ({report.source})"
+    note = f"; {report.note}" if report.note else ""
+    docker = f"; docker: {report.docker_note}" if report.docker_note else ""
+    return f"{config.name}: agent at {config.agent_dir}/{AGENT_FILE}, {gpus}{note}{docker}"
+
+
+def target_of(config: NodeConfig) -> SshTarget:
+    return SshTarget(
+        name=config.name,
+        host=config.host,
+        port=config.port,
+        user=config.user,
+        identity_file=config.identity_file,
+        known_hosts=config.known_hosts,
+        connect_timeout=config.connect_timeout,
+    )
+
+
+def agent_watch_argv(config: NodeConfig, interval: float) -> list[str]:
+    argv = [
+        config.agent_python,
+        agent_path(config),
+        "watch",
+        "--interval",
+        str(interval),
+        "--docker",
+        config.docker,
+        "--log-dir",
+        config.agent_dir,
+    ]
+    if config.simulation_file:
+        argv += ["--simulation-file", config.simulation_file]
+    return argv
+
+
+def _until_end(stream: RemoteStream) -> Iterator[bytes]:
+    """Every line of a stream until it ends, however long it stays quiet."""
+    while True:
+        line = stream.readline(timeout=60.0)
+        if line is None:
+            continue
+        if not line:
+            return
+        yield line
+
+
+class RemoteNode:
+    runs_bare_processes = False
+
+    def __init__(
+        self, node: NodeConfig, paths: Paths, config: Config, on_change: Callable[[], None]
+    ) -> None:
+        self.name = node.name
+        self.node = node
+        self.paths = paths
+        self.config = config
+        self.report_seq = 0
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._conn = SshConnection(target_of(node))
+        self._agent: RemoteStream | None = None
+        self._report: NodeReport | None = None
+        self._problem = STARTING
+        self._stopping = threading.Event()
+        self._retry_now = threading.Event()
+        self._log_followers = LogFollowers(paths, on_change)
+
+    # -- the connection and the agent ------------------------------------------------
+
+    def start(self) -> None:
+        threading.Thread(target=self._keep_reporting, name=f"node-{self.name}", daemon=True).start()
+
+    def _keep_reporting(self) -> None:
+        backoff = Backoff()
+        while not self._stopping.is_set():
+            try:
+                if not self._conn.connected:
+                    self._conn.connect()
+                stream = self._conn.stream(agent_watch_argv(self.node, self.config.report_interval))
+                with self._lock:
+                    self._agent = stream
+                backoff.reset()
+                self._read_reports(stream)
+                problem = f"the agent stopped (exit status {stream.exit_status})"
+            except RemoteError as err:
+                problem = str(err)
+            with self._lock:
+                self._agent = None
+                self._report = None
+                self._problem = problem
+            self._on_change()
+            if not self._stopping.is_set():
+                log.warning("node %s: %s; retrying", self.name, problem)
+                self._conn.close()
+                self._retry_now.wait(backoff.next_delay())
+                self._retry_now.clear()
+
+    def retry_now(self) -> None:
+        """Reconnect at once instead of after the backoff (the agent was just installed)."""
+        self._retry_now.set()
+
+    def _read_reports(self, stream: RemoteStream) -> None:
+        # A silent agent is as good as a lost one: give it a few intervals.
+        idle = max(10.0, 5 * self.config.report_interval)
+        for line in stream.lines(idle_timeout=idle):
+            try:
+                report = parse_report_line(line)
+            except ReportError as err:
+                with self._lock:
+                    self._problem = f"bad report from the agent: {err}"
+                continue
+            with self._lock:
+                self._report = report
+                self.report_seq += 1
+            self._on_change()
+
+    def report(self) -> tuple[NodeReport | None, str]:
+        with self._lock:
+            return self._report, self._problem
+
+    def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
+        return to_gpus(report, gbatch_sessions=(), gbatch_containers=gbatch_container_ids(report))
+
+    def poke(self) -> None:
+        with self._lock:
+            agent = self._agent
+        if agent is not None:
+            with contextlib.suppress(RemoteError, OSError):
+                agent.write(b"\n")
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._retry_now.set()
+        with self._lock:
+            agent = self._agent
+        if agent is not None:
+            with contextlib.suppress(RemoteError, OSError):
+                agent.close()
+        self._conn.close()
+
+    def docker_problem(self, now: float) -> str | None:
+        report, problem = self.report()
+        if report is None:
+            return problem
+        return report.docker_note or None
+
+    # -- runs ---------------------------------------------------------------------------
+
+    def _run(self, argv: Sequence[str]) -> tuple[int, str]:
+        result = self._conn.run(argv, timeout=COMMAND_TIMEOUT)
+        return result.exit_status, result.stderr.decode(errors="replace")
+
+    def _env_file(self, job_id: int, attempt: int) -> str:
+        return f"{host_path(self.node.agent_dir).rstrip('/')}/run/{job_id}.{attempt}.env"
+
+    def launch(self, job: Job, attempt: int, gpus: Sequence[int]) -> None:
+        env = {
+            **dict(job.spec.env),
+            "GBATCH_JOB_ID": str(job.id),
+            "GBATCH_JOB_NAME": job.spec.name,
+            "GBATCH_ATTEMPT": str(attempt),
+            "GBATCH_GPUS": ",".join(str(g) for g in gpus),
+            "GBATCH_NODE": self.name,
+        }
+        env_file = self._env_file(job.id, attempt)
+        argv = containers.docker_run_argv(
+            job_id=job.id,
+            attempt=attempt,
+            user=job.user,
+            spec=job.spec,
+            gpus=gpus,
+            env_file=env_file,
+            docker=self.node.docker,
+        )
+        # The admin's allowed extra options go right after `docker run`.
+        argv[2:2] = list(self.node.docker_options)
+        mark_attempt_start(self.paths, job.id, attempt)
+        try:
+            self._conn.put_bytes(containers.env_file_text(env).encode(), env_file, 0o600)
+            status, stderr = self._run(argv)
+        except RemoteError as err:
+            raise LaunchError(f"on {self.name}: {err}") from err
+        if status != 0:
+            lines = stderr.strip().splitlines() or [f"exit status {status}"]
+            raise LaunchError(f"docker run on {self.name} failed: {lines[-1]}")
+        self._follow(job.id, attempt)
+
+    def _follow(self, job_id: int, attempt: int) -> None:
+        self._log_followers.follow(job_id, attempt, partial(self._docker_logs, job_id, attempt))
+
+    @contextlib.contextmanager
+    def _docker_logs(self, job_id: int, attempt: int) -> Iterator[Iterator[bytes]]:
+        name = containers.container_name(job_id, attempt)
+        stream = self._conn.stream(
+            containers.docker_logs_argv(name, follow=True, docker=self.node.docker),
+            combine_stderr=True,
+        )
+        try:
+            yield _until_end(stream)
+        finally:
+            stream.close()
+
+    def status(self, job: Job, attempt: int) -> RunStatus:
+        name = containers.container_name(job.id, attempt)
+        report, _ = self.report()
+        if report is None:
+            return RunStatus("running")  # cannot tell while the node is silent
+        listed = {c.name: c for c in report.containers}
+        container = listed.get(name)
+        if container is None:
+            # Not in the last report: just started, or gone? Ask docker itself.
+            try:
+                status, stderr = self._run(
+                    containers.docker_inspect_argv([name], docker=self.node.docker)
+                )
+            except RemoteError:
+                return RunStatus("running")
+            if status != 0 and "No such" in stderr:
+                return RunStatus("vanished")
+            return RunStatus("running")
+        if container.state in ("exited", "dead"):
+            self._log_followers.wait(job.id, attempt)
+            return RunStatus(
+                "exited",
+                container.exit_code,
+                0,
+                container.finished_at or time.time(),
+                oom=container.oom_killed,
+            )
+        self._follow(job.id, attempt)  # after a daemon restart: re-attach
+        return RunStatus("running")
+
+    def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
+        name = containers.container_name(job.id, attempt)
+        with contextlib.suppress(RemoteError):
+            self._run(containers.docker_kill_argv(name, sig.name, docker=self.node.docker))
+
+    def cleanup(self, job: Job, attempt: int) -> None:
+        name = containers.container_name(job.id, attempt)
+        with contextlib.suppress(RemoteError):
+            self._run(containers.docker_rm_argv(name, docker=self.node.docker))
+            self._run(["rm", "-f", self._env_file(job.id, attempt)])
+        run_dir = self.paths.run_dir(job.id, attempt)
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / "log_offset").unlink()
+        with contextlib.suppress(OSError):
+            run_dir.rmdir()

@@ -1,0 +1,196 @@
+"""The fleet end to end: GPU hosts reached only over SSH (real sshd processes on
+127.0.0.1, each with its own keys and its own simulated GPUs), job containers started
+through the host's docker CLI on a real engine.
+
+Both "hosts" share this machine's docker engine; container names carry the job id,
+so their jobs never collide.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import Head, kill_leftover_jobs, make_head, wait_for
+from dockerenv import ensure_test_image, require_docker
+from sshd import Sshd, start_sshd
+
+from gbatch.containers import container_name
+
+pytestmark = pytest.mark.docker
+AGENT = Path(__file__).resolve().parents[2] / "agent" / "gbatch_agent.py"
+# Root's ~/.bashrc on these machines runs `pyenv init` (80 ms) for every SSH command;
+# with SHLVL set, bash skips it. Real hosts should give the gbatch user a plain shell.
+FAST_SHELL = "SetEnv SHLVL=1\n"
+
+
+@dataclass
+class Fleet:
+    head: Head
+    hosts: dict[str, Sshd]
+    simulation: dict[str, Path]
+    agent_dirs: dict[str, Path]
+    image: str
+
+    def set_gpus(self, name: str, gpus: list[dict[str, object]]) -> None:
+        self.simulation[name].write_text(json.dumps({"gpus": gpus}))
+
+
+def build_fleet(tmp_path: Path, gpus: dict[str, int], *, trusted: bool = True,
+                installed: bool = True) -> Fleet:
+    require_docker()
+    image = ensure_test_image()
+    hosts, simulation, agent_dirs, nodes, known = {}, {}, {}, [], []
+    for name, count in gpus.items():
+        base = tmp_path / name
+        base.mkdir()
+        sshd = start_sshd(base, extra_config=FAST_SHELL)
+        hosts[name] = sshd
+        simulation[name] = base / "gpus.json"
+        simulation[name].write_text(json.dumps({"gpus": [{} for _ in range(count)]}))
+        agent_dirs[name] = base / "agent"
+        if installed:
+            agent_dirs[name].mkdir()
+            shutil.copy(AGENT, agent_dirs[name] / "gbatch_agent.py")
+        known.append(sshd.known_hosts.read_text())
+        nodes.append({
+            "name": name, "host": "127.0.0.1", "port": sshd.port, "user": sshd.user,
+            "identity_file": str(sshd.client_key), "agent_dir": str(agent_dirs[name]),
+            "agent_python": sys.executable, "simulation_file": str(simulation[name]),
+        })
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("".join(known) if trusted else "")
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"known_hosts": str(known_hosts), "nodes": nodes}))
+    head = make_head(tmp_path / "home")
+    head.env["GBATCH_INVENTORY"] = str(inventory)
+    head.start()
+    return Fleet(head, hosts, simulation, agent_dirs, image)
+
+
+def teardown_fleet(fleet: Fleet) -> None:
+    fleet.head.stop()
+    kill_leftover_jobs(fleet.head.home)
+    for sshd in fleet.hosts.values():
+        sshd.stop()
+    listed = subprocess.run(["docker", "ps", "-aq", "--filter", "label=gbatch.job"],
+                            capture_output=True, text=True).stdout.split()
+    for container in listed:
+        subprocess.run(["docker", "rm", "-f", container], capture_output=True)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    built = build_fleet(tmp_path, {"gpu01": 4, "gpu02": 2})
+    yield built
+    teardown_fleet(built)
+
+
+def sinfo(head: Head) -> dict[str, list[str]]:
+    lines = head.run("sinfo", "-h", check=True).stdout.splitlines()
+    return {line.split()[0]: line.split() for line in lines}
+
+
+def test_hosts_report_their_gpus_over_ssh(fleet: Fleet) -> None:
+    nodes = wait_for(lambda: (s := sinfo(fleet.head)) and all(
+        row[2] == "idle" for row in s.values()) and s, 30, "both hosts to report")
+    assert nodes["gpu01"][3] == "4" and nodes["gpu02"][3] == "2"  # type: ignore[index]
+
+
+def test_jobs_flow_across_hosts_and_never_share_a_gpu(fleet: Fleet) -> None:
+    job = ('echo "node=$GBATCH_NODE gpus=$NVIDIA_VISIBLE_DEVICES"; sleep 1')
+    ids = [fleet.head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", job)
+           for _ in range(12)]
+    ids += [fleet.head.sbatch("--image", fleet.image, "--gpus", "2", "--wrap", job)
+            for _ in range(2)]
+    runs = []
+    for job_id in ids:
+        record = fleet.head.wait_state(job_id, "COMPLETED", timeout=120)
+        log = fleet.head.run("logs", str(job_id), check=True).stdout.strip()
+        node, gpus = record["node"], record["gpus"]
+        # What the job itself saw is what the head allocated.
+        assert log == f"node={node} gpus={','.join(str(g) for g in gpus)}"  # type: ignore[union-attr]
+        runs.append((node, set(gpus), record["start_time"], record["end_time"]))  # type: ignore[arg-type]
+    assert {r[0] for r in runs} == {"gpu01", "gpu02"}
+    for i, (node_a, gpus_a, start_a, end_a) in enumerate(runs):
+        for node_b, gpus_b, start_b, end_b in runs[i + 1:]:
+            if node_a == node_b and gpus_a & gpus_b:
+                assert min(end_a, end_b) <= max(start_a, start_b), "a GPU was held twice"
+
+
+def test_a_gpu_with_a_foreign_process_gets_no_job_until_it_is_gone(fleet: Fleet) -> None:
+    fleet.set_gpus("gpu02", [{"processes": [{"pid": 999999, "used_memory_mib": 4000}]},
+                             {"processes": [{"pid": 999998, "used_memory_mib": 4000}]}])
+    fleet.head.run("node", "drain", "gpu01", "--reason", "keep jobs on gpu02", check=True)
+    wait_for(lambda: sinfo(fleet.head)["gpu02"][6] == "2", 30, "gpu02's GPUs to show busy")
+    job_id = fleet.head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", "true")
+    time.sleep(2)
+    assert fleet.head.state(job_id) == "PENDING"
+    fleet.set_gpus("gpu02", [{}, {}])
+    fleet.head.wait_state(job_id, "COMPLETED", timeout=60)
+
+
+def test_a_gpu_whose_memory_stays_used_after_its_job_gets_nothing(fleet: Fleet) -> None:
+    fleet.head.run("node", "drain", "gpu01", "--reason", "keep jobs on gpu02", check=True)
+    # GPU 0 of gpu02 shows memory in use (a leak after a job), with no process on it.
+    fleet.set_gpus("gpu02", [{"memory_used_mib": 30000}, {}])
+    time.sleep(1)
+    first = fleet.head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", "sleep 2")
+    second = fleet.head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", "true")
+    assert fleet.head.wait_state(first, "RUNNING", timeout=60)["gpus"] == [1]
+    time.sleep(1)
+    assert fleet.head.state(second) == "PENDING"
+    fleet.set_gpus("gpu02", [{}, {}])
+    fleet.head.wait_state(second, "COMPLETED", timeout=60)
+
+
+def test_scancel_and_time_limit_stop_remote_containers(fleet: Fleet) -> None:
+    cancelled = fleet.head.sbatch("--image", fleet.image, "--wrap", "sleep 300")
+    timed = fleet.head.sbatch("--image", fleet.image, "-t", "0:02", "--wrap", "sleep 300")
+    fleet.head.wait_state(cancelled, "RUNNING", timeout=60)
+    fleet.head.run("scancel", str(cancelled), check=True)
+    fleet.head.wait_state(cancelled, "CANCELLED", timeout=60)
+    fleet.head.wait_state(timed, "TIMEOUT", timeout=60)
+    for job_id in (cancelled, timed):
+        gone = subprocess.run(["docker", "inspect", container_name(job_id, 1)],
+                              capture_output=True)
+        assert gone.returncode != 0, f"job {job_id}'s container is still there"
+
+
+def test_an_unknown_host_key_refuses_the_node_and_runs_nothing_on_it(tmp_path: Path) -> None:
+    fleet = build_fleet(tmp_path, {"gpu09": 2}, trusted=False)
+    try:
+        row = wait_for(lambda: (r := sinfo(fleet.head)["gpu09"]) and r[2] == "down" and r,
+                       30, "gpu09 to be down")
+        assert "unknown" in " ".join(row).lower()  # type: ignore[arg-type]
+        job_id = fleet.head.sbatch("--image", fleet.image, "--wrap", "true")
+        time.sleep(2)
+        assert fleet.head.state(job_id) == "PENDING"
+        assert not (fleet.agent_dirs["gpu09"] / "run").exists()
+        known = (tmp_path / "known_hosts").read_text()
+        assert known == "", "the head must never add a host key by itself"
+    finally:
+        teardown_fleet(fleet)
+
+
+def test_node_install_puts_the_agent_on_a_fresh_host(tmp_path: Path) -> None:
+    fleet = build_fleet(tmp_path, {"gpu05": 3}, installed=False)
+    try:
+        assert sinfo(fleet.head)["gpu05"][2] == "down"
+        result = fleet.head.run("node", "install", "--all", check=True)
+        assert "gpu05: agent at" in result.stdout and "3 GPUs (simulation)" in result.stdout
+        installed = fleet.agent_dirs["gpu05"] / "gbatch_agent.py"
+        assert installed.read_bytes() == AGENT.read_bytes()
+        wait_for(lambda: sinfo(fleet.head)["gpu05"][2] == "idle", 30, "gpu05 to come up")
+        job_id = fleet.head.sbatch("--image", fleet.image, "--gpus", "3", "--wrap", "true")
+        fleet.head.wait_state(job_id, "COMPLETED", timeout=60)
+    finally:
+        teardown_fleet(fleet)

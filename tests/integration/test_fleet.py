@@ -44,8 +44,9 @@ class Fleet:
         self.simulation[name].write_text(json.dumps({"gpus": gpus}))
 
 
-def build_fleet(tmp_path: Path, gpus: dict[str, int], *, trusted: bool = True,
-                installed: bool = True) -> Fleet:
+def build_fleet(
+    tmp_path: Path, gpus: dict[str, int], *, trusted: bool = True, installed: bool = True
+) -> Fleet:
     require_docker()
     image = ensure_test_image()
     hosts, simulation, agent_dirs, nodes, known = {}, {}, {}, [], []
@@ -61,11 +62,18 @@ def build_fleet(tmp_path: Path, gpus: dict[str, int], *, trusted: bool = True,
             agent_dirs[name].mkdir()
             shutil.copy(AGENT, agent_dirs[name] / "gbatch_agent.py")
         known.append(sshd.known_hosts.read_text())
-        nodes.append({
-            "name": name, "host": "127.0.0.1", "port": sshd.port, "user": sshd.user,
-            "identity_file": str(sshd.client_key), "agent_dir": str(agent_dirs[name]),
-            "agent_python": sys.executable, "simulation_file": str(simulation[name]),
-        })
+        nodes.append(
+            {
+                "name": name,
+                "host": "127.0.0.1",
+                "port": sshd.port,
+                "user": sshd.user,
+                "identity_file": str(sshd.client_key),
+                "agent_dir": str(agent_dirs[name]),
+                "agent_python": sys.executable,
+                "simulation_file": str(simulation[name]),
+            }
+        )
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text("".join(known) if trusted else "")
     inventory = tmp_path / "inventory.yaml"
@@ -81,8 +89,9 @@ def teardown_fleet(fleet: Fleet) -> None:
     kill_leftover_jobs(fleet.head.home)
     for sshd in fleet.hosts.values():
         sshd.stop()
-    listed = subprocess.run(["docker", "ps", "-aq", "--filter", "label=gbatch.job"],
-                            capture_output=True, text=True).stdout.split()
+    listed = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=gbatch.job"], capture_output=True, text=True
+    ).stdout.split()
     for container in listed:
         subprocess.run(["docker", "rm", "-f", container], capture_output=True)
 
@@ -100,17 +109,22 @@ def sinfo(head: Head) -> dict[str, list[str]]:
 
 
 def test_hosts_report_their_gpus_over_ssh(fleet: Fleet) -> None:
-    nodes = wait_for(lambda: (s := sinfo(fleet.head)) and all(
-        row[2] == "idle" for row in s.values()) and s, 30, "both hosts to report")
+    nodes = wait_for(
+        lambda: (s := sinfo(fleet.head)) and all(row[2] == "idle" for row in s.values()) and s,
+        30,
+        "both hosts to report",
+    )
     assert nodes["gpu01"][3] == "4" and nodes["gpu02"][3] == "2"  # type: ignore[index]
 
 
 def test_jobs_flow_across_hosts_and_never_share_a_gpu(fleet: Fleet) -> None:
-    job = ('echo "node=$GBATCH_NODE gpus=$NVIDIA_VISIBLE_DEVICES"; sleep 1')
-    ids = [fleet.head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", job)
-           for _ in range(12)]
-    ids += [fleet.head.sbatch("--image", fleet.image, "--gpus", "2", "--wrap", job)
-            for _ in range(2)]
+    job = 'echo "node=$GBATCH_NODE gpus=$NVIDIA_VISIBLE_DEVICES"; sleep 1'
+    ids = [
+        fleet.head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", job) for _ in range(12)
+    ]
+    ids += [
+        fleet.head.sbatch("--image", fleet.image, "--gpus", "2", "--wrap", job) for _ in range(2)
+    ]
     runs = []
     for job_id in ids:
         record = fleet.head.wait_state(job_id, "COMPLETED", timeout=120)
@@ -121,14 +135,19 @@ def test_jobs_flow_across_hosts_and_never_share_a_gpu(fleet: Fleet) -> None:
         runs.append((node, set(gpus), record["start_time"], record["end_time"]))  # type: ignore[arg-type]
     assert {r[0] for r in runs} == {"gpu01", "gpu02"}
     for i, (node_a, gpus_a, start_a, end_a) in enumerate(runs):
-        for node_b, gpus_b, start_b, end_b in runs[i + 1:]:
+        for node_b, gpus_b, start_b, end_b in runs[i + 1 :]:
             if node_a == node_b and gpus_a & gpus_b:
                 assert min(end_a, end_b) <= max(start_a, start_b), "a GPU was held twice"
 
 
 def test_a_gpu_with_a_foreign_process_gets_no_job_until_it_is_gone(fleet: Fleet) -> None:
-    fleet.set_gpus("gpu02", [{"processes": [{"pid": 999999, "used_memory_mib": 4000}]},
-                             {"processes": [{"pid": 999998, "used_memory_mib": 4000}]}])
+    fleet.set_gpus(
+        "gpu02",
+        [
+            {"processes": [{"pid": 999999, "used_memory_mib": 4000}]},
+            {"processes": [{"pid": 999998, "used_memory_mib": 4000}]},
+        ],
+    )
     fleet.head.run("node", "drain", "gpu01", "--reason", "keep jobs on gpu02", check=True)
     wait_for(lambda: sinfo(fleet.head)["gpu02"][6] == "2", 30, "gpu02's GPUs to show busy")
     job_id = fleet.head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", "true")
@@ -160,16 +179,18 @@ def test_scancel_and_time_limit_stop_remote_containers(fleet: Fleet) -> None:
     fleet.head.wait_state(cancelled, "CANCELLED", timeout=60)
     fleet.head.wait_state(timed, "TIMEOUT", timeout=60)
     for job_id in (cancelled, timed):
-        gone = subprocess.run(["docker", "inspect", container_name(job_id, 1)],
-                              capture_output=True)
+        gone = subprocess.run(["docker", "inspect", container_name(job_id, 1)], capture_output=True)
         assert gone.returncode != 0, f"job {job_id}'s container is still there"
 
 
 def test_an_unknown_host_key_refuses_the_node_and_runs_nothing_on_it(tmp_path: Path) -> None:
     fleet = build_fleet(tmp_path, {"gpu09": 2}, trusted=False)
     try:
-        row = wait_for(lambda: (r := sinfo(fleet.head)["gpu09"]) and r[2] == "down" and r,
-                       30, "gpu09 to be down")
+        row = wait_for(
+            lambda: (r := sinfo(fleet.head)["gpu09"]) and r[2] == "down" and r,
+            30,
+            "gpu09 to be down",
+        )
         assert "unknown" in " ".join(row).lower()  # type: ignore[arg-type]
         job_id = fleet.head.sbatch("--image", fleet.image, "--wrap", "true")
         time.sleep(2)

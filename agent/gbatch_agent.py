@@ -506,15 +506,19 @@ def _wait_for_head(seconds: float) -> str:
                 return "poke"
 
 
-def watch(interval: float, make_report: Callable[[], dict[str, Any]]) -> None:
+def watch(interval: float, make_report: Callable[[bool], dict[str, Any]]) -> None:
     """Emit a report, then one per interval (or at once when the head sends a line),
-    until stdin reaches EOF or SIGTERM."""
+    until stdin reaches EOF or SIGTERM. make_report(poked) is told whether the head
+    asked for this report (it wants fresh GPU state, and wants it fast)."""
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
+        poked = False
         while True:
-            emit(make_report())
-            if _wait_for_head(interval) == "eof":
+            emit(make_report(poked))
+            woke = _wait_for_head(interval)
+            if woke == "eof":
                 return
+            poked = woke == "poke"
     except _Terminated:
         return
 
@@ -572,13 +576,24 @@ def main(argv: list[str] | None = None) -> int:
     nvml_problem = start_nvml() if args.simulation_file is None else "simulation requested"
     try:
 
-        def make_report() -> dict[str, Any]:
-            return build_report(
+        # The containers as last listed: a poked report reuses them, since listing
+        # takes two docker calls (tens of ms) and the head pokes for GPU state.
+        listed: list[tuple[list[dict[str, Any]], str]] = []
+
+        def make_report(poked: bool = False) -> dict[str, Any]:
+            reuse = poked and bool(listed)
+            report = build_report(
                 nvml_problem=nvml_problem,
                 simulation_file=args.simulation_file,
                 log_dir=args.log_dir,
-                docker=args.docker,
+                docker=None if reuse else args.docker,
             )
+            if args.docker is not None:
+                if reuse:
+                    report["containers"], report["docker_note"] = listed[-1]
+                else:
+                    listed[:] = [(report["containers"], report["docker_note"])]
+            return report
 
         if args.command == "probe":
             emit(make_report())

@@ -53,6 +53,7 @@ class Daemon:
         self.clock = clock
         self.monotonic = monotonic
         self.wake = threading.Event()
+        self._submitted = threading.Event()
         self.stopping = threading.Event()
         self.started_at = clock()
         self.nodes: dict[str, Node] = {
@@ -80,10 +81,12 @@ class Daemon:
 
     def run_loop(self) -> None:
         while not self.stopping.is_set():
-            if self.wake.wait(self.config.tick_seconds):
+            if self.wake.wait(self.config.tick_seconds) and self._submitted.is_set():
                 # Let a burst of submits land before planning once for all of them:
                 # a step per request starves the handlers (measured in bench_submit).
+                # Node events (a run ended, a report) are acted on at once.
                 time.sleep(COALESCE_SECONDS)
+            self._submitted.clear()
             self.wake.clear()
             if self.stopping.is_set():
                 break
@@ -92,6 +95,11 @@ class Daemon:
             except Exception:
                 # One bad tick must not take the head down; the next tick retries.
                 log.exception("loop step failed")
+
+    def submitted(self) -> None:
+        """Wake the loop for new jobs (coalescing a burst of them)."""
+        self._submitted.set()
+        self.wake.set()
 
     def stop(self) -> None:
         self.stopping.set()

@@ -130,7 +130,7 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
     ids = daemon.committer.submit(
         Submission(tuple(specs), caller.uid, caller.user, bool(request.get("held")))
     )
-    daemon.wake.set()
+    daemon.submitted()
     return {"ids": ids}
 
 

@@ -60,6 +60,12 @@ class LogFollowers:
             self._threads[key] = thread
         thread.start()
 
+    def ended(self, job_id: int, attempt: int) -> bool:
+        """Whether this attempt's output stream has ended (its container likely exited)."""
+        with self._lock:
+            thread = self._threads.get((job_id, attempt))
+        return thread is not None and not thread.is_alive()
+
     def wait(self, job_id: int, attempt: int, timeout: float = 5.0) -> None:
         """Let the follower finish: the log is complete before the run is final."""
         with self._lock:

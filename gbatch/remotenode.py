@@ -139,6 +139,9 @@ class RemoteNode:
         self._stopping = threading.Event()
         self._retry_now = threading.Event()
         self._log_followers = LogFollowers(paths, on_change)
+        # (job, attempt) -> (exit code, when `docker wait` returned it)
+        self._exits: dict[tuple[int, int], tuple[int, float]] = {}
+        self._waiters: dict[tuple[int, int], threading.Thread] = {}
 
     # -- the connection and the agent ------------------------------------------------
 
@@ -157,7 +160,9 @@ class RemoteNode:
                 backoff.reset()
                 self._read_reports(stream)
                 problem = f"the agent stopped (exit status {stream.exit_status})"
-            except RemoteError as err:
+            except (RemoteError, OSError) as err:
+                if self._stopping.is_set():
+                    return  # stop() closed the stream under us
                 problem = str(err)
             with self._lock:
                 self._agent = None
@@ -261,7 +266,40 @@ class RemoteNode:
         self._follow(job.id, attempt)
 
     def _follow(self, job_id: int, attempt: int) -> None:
+        """Copy the run's output to the head and learn its exit the moment it happens
+        (`docker wait` on the open connection), not at the next report."""
         self._log_followers.follow(job_id, attempt, partial(self._docker_logs, job_id, attempt))
+        key = (job_id, attempt)
+        with self._lock:
+            waiter = self._waiters.get(key)
+            if waiter is not None and waiter.is_alive():
+                return
+            waiter = threading.Thread(
+                target=self._wait_exit, args=key, name=f"wait-{job_id}.{attempt}", daemon=True
+            )
+            self._waiters[key] = waiter
+        waiter.start()
+
+    def _wait_exit(self, job_id: int, attempt: int) -> None:
+        name = containers.container_name(job_id, attempt)
+        try:
+            with self._conn.stream(
+                containers.docker_wait_argv(name, docker=self.node.docker)
+            ) as stream:
+                line = b""
+                while not line:
+                    line = stream.readline(timeout=3600.0) or b""
+                    if stream.exit_status is not None and not line:
+                        break
+        except (RemoteError, OSError):
+            return  # the report stream or a later status() call will tell
+        try:
+            code = containers.parse_wait(line.decode(errors="replace"))
+        except ValueError:
+            return
+        with self._lock:
+            self._exits[(job_id, attempt)] = (code, time.time())
+        self._on_change()
 
     @contextlib.contextmanager
     def _docker_logs(self, job_id: int, attempt: int) -> Iterator[Iterator[bytes]]:
@@ -280,20 +318,14 @@ class RemoteNode:
         report, _ = self.report()
         if report is None:
             return RunStatus("running")  # cannot tell while the node is silent
-        listed = {c.name: c for c in report.containers}
-        container = listed.get(name)
-        if container is None:
-            # Not in the last report: just started, or gone? Ask docker itself.
-            try:
-                status, stderr = self._run(
-                    containers.docker_inspect_argv([name], docker=self.node.docker)
-                )
-            except RemoteError:
-                return RunStatus("running")
-            if status != 0 and "No such" in stderr:
-                return RunStatus("vanished")
-            return RunStatus("running")
-        if container.state in ("exited", "dead"):
+        with self._lock:
+            waited = self._exits.pop((job.id, attempt), None)
+        # 137 is SIGKILL, also the OOM killer's: inspect to tell them apart.
+        if waited is not None and waited[0] != 137:
+            self._log_followers.wait(job.id, attempt)
+            return RunStatus("exited", waited[0], 0, waited[1])
+        container = {c.name: c for c in report.containers}.get(name)
+        if container is not None and container.state in ("exited", "dead"):
             self._log_followers.wait(job.id, attempt)
             return RunStatus(
                 "exited",
@@ -302,7 +334,37 @@ class RemoteNode:
                 container.finished_at or time.time(),
                 oom=container.oom_killed,
             )
+        if container is None or waited or self._log_followers.ended(job.id, attempt):
+            # Not listed yet (just started), or its output just ended: ask docker now
+            # rather than wait for the next report.
+            return self._inspect(job, attempt)
         self._follow(job.id, attempt)  # after a daemon restart: re-attach
+        return RunStatus("running")
+
+    def _inspect(self, job: Job, attempt: int) -> RunStatus:
+        name = containers.container_name(job.id, attempt)
+        try:
+            result = self._conn.run(
+                containers.docker_inspect_argv([name], docker=self.node.docker),
+                timeout=COMMAND_TIMEOUT,
+            )
+        except RemoteError:
+            return RunStatus("running")
+        found = containers.parse_inspect(result.stdout.decode(errors="replace"))
+        if not found:
+            gone = b"No such" in result.stderr
+            return RunStatus("vanished") if gone else RunStatus("running")
+        status = found[0]
+        if status.state in ("exited", "dead"):
+            self._log_followers.wait(job.id, attempt)
+            return RunStatus(
+                "exited",
+                status.exit_code,
+                0,
+                status.finished_at or time.time(),
+                oom=status.oom_killed,
+            )
+        self._follow(job.id, attempt)
         return RunStatus("running")
 
     def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
@@ -311,12 +373,19 @@ class RemoteNode:
             self._run(containers.docker_kill_argv(name, sig.name, docker=self.node.docker))
 
     def cleanup(self, job: Job, attempt: int) -> None:
-        name = containers.container_name(job.id, attempt)
-        with contextlib.suppress(RemoteError):
-            self._run(containers.docker_rm_argv(name, docker=self.node.docker))
-            self._run(["rm", "-f", self._env_file(job.id, attempt)])
+        """Remove the container and env-file in the background: the loop has the next
+        job to start, and `docker rm` is tens of milliseconds it need not wait for."""
+        threading.Thread(
+            target=self._remove, args=(job.id, attempt), name=f"cleanup-{job.id}", daemon=True
+        ).start()
         run_dir = self.paths.run_dir(job.id, attempt)
         with contextlib.suppress(FileNotFoundError):
             (run_dir / "log_offset").unlink()
         with contextlib.suppress(OSError):
             run_dir.rmdir()
+
+    def _remove(self, job_id: int, attempt: int) -> None:
+        name = containers.container_name(job_id, attempt)
+        with contextlib.suppress(RemoteError):
+            self._run(containers.docker_rm_argv(name, docker=self.node.docker))
+            self._run(["rm", "-f", self._env_file(job_id, attempt)])

@@ -137,7 +137,7 @@ def free_to_next(base: Path, jobs: int) -> tuple[list[float], list[float]]:
         plain = []
         with SshConnection(target_of(load_inventory(inventory, home=base).nodes[0])) as conn:
             conn.connect()
-            for i in range(max(5, jobs // 2)):
+            for i in range(jobs):
                 name = f"gbatch-bench-plain-{os.getpid()}-{i}"
                 start = time.perf_counter()
                 conn.run(["docker", "run", "-d", "--name", name, image, "true"], timeout=60)
@@ -168,9 +168,11 @@ def free_to_next(base: Path, jobs: int) -> tuple[list[float], list[float]]:
             ordered = sorted(found, key=lambda j: j["start_time"])
             for a, b in itertools.pairwise(ordered):
                 ea, eb = events[a["id"]], events[b["id"]]
-                print(f"exit->collected {1000 * (ea['COMPLETED'] - a['end_time']):.0f} ms, "
-                      f"->allocated {1000 * (eb['CONFIGURING'] - ea['COMPLETED']):.0f} ms, "
-                      f"->running {1000 * (eb['RUNNING'] - eb['CONFIGURING']):.0f} ms")
+                print(
+                    f"exit->collected {1000 * (ea['COMPLETED'] - a['end_time']):.0f} ms, "
+                    f"->allocated {1000 * (eb['CONFIGURING'] - ea['COMPLETED']):.0f} ms, "
+                    f"->running {1000 * (eb['RUNNING'] - eb['CONFIGURING']):.0f} ms"
+                )
         found.sort(key=lambda j: j["start_time"])
         gaps = [b["start_time"] - a["end_time"] for a, b in itertools.pairwise(found)]
         return gaps, plain
@@ -193,7 +195,10 @@ def main() -> None:
         report_ms("    plain `docker run -d` over SSH on the same host (peer)", plain)
         overhead = statistics.median(gaps) - statistics.median(plain)
         print(
-            f"(b) gbatch's own overhead (median gap - median docker run): "
+            # docker run alone varies by tens of ms between runs here: below zero means
+            # gbatch's share is lost in that noise, not that it saves time.
+            f"(b) gbatch's own overhead (median gap - median docker run; below 0 = within "
+            f"docker run's noise): "
             f"{overhead * 1000:.1f} ms (goal <= 50 ms, {'met' if overhead <= 0.05 else 'MISSED'})"
         )
 

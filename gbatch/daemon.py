@@ -188,7 +188,7 @@ class Daemon:
     def _end_run(self, job: Job, new: JobState, reason: str, now: float, **fields: object) -> None:
         if new is JobState.PENDING:
             # A requeued job keeps its attempt count but no longer holds a node.
-            fields = {**fields, "node": None, "gpus": (), "stop_state": None}
+            fields = {**fields, "node": None, "gpus": (), "gpu_uuids": (), "stop_state": None}
         else:
             fields = {**fields, "stop_state": None}
         try:
@@ -277,6 +277,7 @@ class Daemon:
                 expect={JobState.PENDING},
                 node=node.name,
                 gpus=tuple(gpus),
+                gpu_uuids=self._uuids(node, gpus),
                 attempt=attempt,
                 start_time=None,
                 end_time=None,
@@ -294,6 +295,12 @@ class Daemon:
             self._end_run(job, new, f"launch failed: {err}", now, end_time=now)
             return
         self._confirm_running(job, "")
+
+    @staticmethod
+    def _uuids(node: Node, gpus: Sequence[int]) -> tuple[str, ...]:
+        report, _ = node.report()
+        by_index = {g.index: g.uuid for g in report.gpus} if report else {}
+        return tuple(by_index.get(g, "") for g in gpus)
 
     def _confirm_running(self, job: Job, reason: str) -> None:
         now = self.clock()

@@ -100,6 +100,7 @@ def _job_to_dict(job: Job, now: float) -> dict[str, object]:
         "partition": PARTITION,
         "node": job.node,
         "gpus": list(job.gpus),
+        "gpu_uuids": list(job.gpu_uuids),
         "gpus_requested": job.spec.gpus,
         "time_limit": job.time_limit,
         "submit_time": job.submit_time,

@@ -174,6 +174,7 @@ class Job:
     end_time: float | None = None
     node: str | None = None
     gpus: tuple[int, ...] = ()  # GPU indices on `node` while allocated (kept after the end)
+    gpu_uuids: tuple[str, ...] = ()  # the same GPUs by UUID, as the node reported them
     attempt: int = 0  # 0 until first dispatched; +1 per dispatch
     exit_code: int | None = None
     exit_signal: int | None = None

@@ -75,15 +75,29 @@ MIGRATIONS: tuple[str, ...] = (
         since  REAL NOT NULL
     );
     """,
+    # 3: GPUs are known by UUID too (indices can change across a host's reboot).
+    """
+    ALTER TABLE jobs ADD COLUMN gpu_uuids TEXT NOT NULL DEFAULT ''
+    """,
 )
 
 _JOB_COLUMNS = (
     "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node, "
-    "gpus, attempt, exit_code, exit_signal, stop_state"
+    "gpus, attempt, exit_code, exit_signal, stop_state, gpu_uuids"
 )
 # Columns set_state may write besides state and reason.
 _UPDATABLE = frozenset(
-    {"start_time", "end_time", "node", "gpus", "attempt", "exit_code", "exit_signal", "stop_state"}
+    {
+        "start_time",
+        "end_time",
+        "node",
+        "gpus",
+        "gpu_uuids",
+        "attempt",
+        "exit_code",
+        "exit_signal",
+        "stop_state",
+    }
 )
 
 
@@ -426,7 +440,7 @@ class Store:
 def _encode(fields: Mapping[str, object]) -> dict[str, object]:
     encoded: dict[str, object] = {}
     for name, value in fields.items():
-        if name == "gpus":
+        if name in ("gpus", "gpu_uuids"):
             assert isinstance(value, tuple | list)
             value = ",".join(str(g) for g in value)
         elif isinstance(value, JobState):
@@ -468,8 +482,10 @@ def _job_from_row(row: Sequence[object]) -> Job:
         exit_code,
         exit_signal,
         stop_state,
+        gpu_uuids,
     ) = row
     assert isinstance(spec, str) and isinstance(gpus, str) and isinstance(state, str)
+    assert isinstance(gpu_uuids, str)
     return Job(
         id=int(job_id),  # type: ignore[call-overload]
         uid=int(uid),  # type: ignore[call-overload]
@@ -483,6 +499,7 @@ def _job_from_row(row: Sequence[object]) -> Job:
         end_time=end_time,  # type: ignore[arg-type]
         node=node,  # type: ignore[arg-type]
         gpus=tuple(int(g) for g in gpus.split(",")) if gpus else (),
+        gpu_uuids=tuple(gpu_uuids.split(",")) if gpu_uuids else (),
         attempt=int(attempt),  # type: ignore[call-overload]
         exit_code=exit_code,  # type: ignore[arg-type]
         exit_signal=exit_signal,  # type: ignore[arg-type]

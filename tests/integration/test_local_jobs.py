@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -43,7 +44,10 @@ def test_four_one_gpu_jobs_on_two_gpus_never_overlap_and_see_only_their_gpu(
         assert run["gpus"] in ("0", "1"), f"job {job_id} saw GPUs {run['gpus']!r}"
         log = head.run("logs", str(job_id), check=True).stdout
         assert log.strip() == f"visible={run['gpus']}"
-        assert head.job(job_id)["gpus"] == [int(str(run["gpus"]))]
+        record = head.job(job_id)
+        assert record["gpus"] == [int(str(run["gpus"]))]
+        # Recorded by UUID too, as the node reported it.
+        assert record["gpu_uuids"] == [f"GPU-sim-{socket.gethostname()}-{run['gpus']}"]
     for a in runs:
         for b in runs:
             if a < b and runs[a]["gpus"] == runs[b]["gpus"]:

@@ -275,6 +275,7 @@ def test_squeue_json_lists_jobs_with_machine_readable_fields() -> None:
         "partition": "gpu",
         "node": "local",
         "gpus": [0, 1],
+        "gpu_uuids": [],
         "gpus_requested": 2,
         "time_limit": 3600,
         "submit_time": NOW - 100,

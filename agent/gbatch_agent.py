@@ -575,7 +575,6 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     nvml_problem = start_nvml() if args.simulation_file is None else "simulation requested"
     try:
-
         # The containers as last listed: a poked report reuses them, since listing
         # takes two docker calls (tens of ms) and the head pokes for GPU state.
         listed: list[tuple[list[dict[str, Any]], str]] = []

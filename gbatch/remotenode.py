@@ -378,6 +378,9 @@ class RemoteNode:
         threading.Thread(
             target=self._remove, args=(job.id, attempt), name=f"cleanup-{job.id}", daemon=True
         ).start()
+        with self._lock:
+            self._waiters.pop((job.id, attempt), None)
+            self._exits.pop((job.id, attempt), None)
         run_dir = self.paths.run_dir(job.id, attempt)
         with contextlib.suppress(FileNotFoundError):
             (run_dir / "log_offset").unlink()

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Give this machine a working docker engine for gbatch's docker tests, offline:
-#   1. apt-get install docker.io (only when dockerd is missing) and busybox-static;
+#   1. apt-get install docker.io (only when dockerd is missing), busybox-static, and
+#      for the fleet tests' host image mmdebstrap and openssh-client (ssh-keygen);
 #   2. a stand-in nvidia-container-runtime-hook in /opt/gbatch-test-hook/, so that
 #      `docker run --gpus device=N` works on a machine without NVIDIA hardware (the
 #      container then sees NVIDIA_VISIBLE_DEVICES=N and no GPU). TEST MACHINES ONLY;
 #   3. dockerd in the background with that directory first on its PATH
 #      (log: /var/log/gbatch-dockerd.log), unless an engine already answers;
-#   4. the test image gbatch-test:latest (tests/images/build-test-image.sh);
+#   4. the test image gbatch-test:latest (tests/images/build-test-image.sh), then the
+#      simulated GPU host image gbatch-host:latest (tests/images/build-host-image.sh:
+#      Debian from the apt mirror, about 30 s the first time);
 #   5. a check that --gpus reaches the container.
 # Idempotent: every step is skipped when already done. Run as root.
 set -euo pipefail
@@ -33,6 +36,8 @@ packages=()
 command -v dockerd >/dev/null 2>&1 || packages+=(docker.io)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'install ok installed' \
     || packages+=(busybox-static)
+command -v mmdebstrap >/dev/null 2>&1 || packages+=(mmdebstrap)
+command -v ssh-keygen >/dev/null 2>&1 || packages+=(openssh-client)
 if [ "${#packages[@]}" -gt 0 ]; then
     say "installing ${packages[*]}"
     # Keep the package's own init script from starting a dockerd without the hook dir on
@@ -85,8 +90,9 @@ else
     say "dockerd answers after ~${waited}s"
 fi
 
-# --- 4. test image -----------------------------------------------------------------------
+# --- 4. test images ----------------------------------------------------------------------
 "$REPO_ROOT/tests/images/build-test-image.sh" || die "building the test image failed."
+"$REPO_ROOT/tests/images/build-host-image.sh" || die "building the host image failed."
 
 # --- 5. --gpus reaches the container -------------------------------------------------------
 seen="$(docker run --rm --network none --gpus device=0 gbatch-test:latest \
@@ -95,5 +101,5 @@ if [ "$seen" != 0 ]; then
     die "docker run --gpus device=0 gave '$seen', not '0'. The running dockerd was probably
 started without $HOOK_DIR first on its PATH: stop it and rerun this script."
 fi
-say "ready: engine $(docker version --format '{{.Server.Version}}'), image gbatch-test:latest,"\
-" --gpus works through the test hook"
+say "ready: engine $(docker version --format '{{.Server.Version}}'), images gbatch-test:latest"\
+" and gbatch-host:latest, --gpus works through the test hook"

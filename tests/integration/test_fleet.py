@@ -1,9 +1,9 @@
-"""The fleet end to end: GPU hosts reached only over SSH (real sshd processes on
-127.0.0.1, each with its own keys and its own simulated GPUs), job containers started
-through the host's docker CLI on a real engine.
+"""The fleet end to end: GPU hosts reached only over SSH (containers started with
+testcontainers, each with its own sshd on a 127.0.0.1 port, its own keys and its own
+simulated GPUs), job containers started through each host's docker CLI on a real engine.
 
-Both "hosts" share this machine's docker engine; container names carry the job id,
-so their jobs never collide.
+All hosts share this machine's docker engine (its socket is mounted into each host);
+container names carry the job id, so their jobs never collide.
 """
 
 from __future__ import annotations
@@ -11,31 +11,28 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import pytest
 import yaml
 from conftest import Head, kill_leftover_jobs, make_head, wait_for
 from dockerenv import ensure_test_image, require_docker
-from sshd import Sshd, start_sshd
+from hosts import Host, start_host
 
 from gbatch.containers import container_name
 
 pytestmark = pytest.mark.docker
 AGENT = Path(__file__).resolve().parents[2] / "agent" / "gbatch_agent.py"
-# Root's ~/.bashrc on these machines runs `pyenv init` (80 ms) for every SSH command;
-# with SHLVL set, bash skips it. Real hosts should give the gbatch user a plain shell.
-FAST_SHELL = "SetEnv SHLVL=1\n"
 
 
 @dataclass
 class Fleet:
     head: Head
-    hosts: dict[str, Sshd]
+    hosts: dict[str, Host]
     simulation: dict[str, Path]
     agent_dirs: dict[str, Path]
     image: str
@@ -47,30 +44,52 @@ class Fleet:
 def build_fleet(
     tmp_path: Path, gpus: dict[str, int], *, trusted: bool = True, installed: bool = True
 ) -> Fleet:
+    """One host container per entry of `gpus` (name -> GPU count) and a head started
+    against them. Whatever fails on the way, the hosts started so far are removed:
+    without Ryuk, nothing else would."""
     require_docker()
     image = ensure_test_image()
-    hosts, simulation, agent_dirs, nodes, known = {}, {}, {}, [], []
+    hosts: dict[str, Host] = {}
+    try:
+        for name in gpus:
+            hosts[name] = start_host(tmp_path, name)
+        return _start_head(tmp_path, hosts, gpus, image, trusted=trusted, installed=installed)
+    except BaseException:
+        for host in hosts.values():
+            host.stop()
+        raise
+
+
+def _start_head(
+    tmp_path: Path,
+    hosts: dict[str, Host],
+    gpus: dict[str, int],
+    image: str,
+    *,
+    trusted: bool,
+    installed: bool,
+) -> Fleet:
+    simulation, agent_dirs, nodes, known = {}, {}, [], []
     for name, count in gpus.items():
-        base = tmp_path / name
-        base.mkdir()
-        sshd = start_sshd(base, extra_config=FAST_SHELL)
-        hosts[name] = sshd
-        simulation[name] = base / "gpus.json"
+        host = hosts[name]
+        # Paths in the share dir mean the same in the host: the test edits the
+        # simulation file that the agent there reads.
+        simulation[name] = host.share / "gpus.json"
         simulation[name].write_text(json.dumps({"gpus": [{} for _ in range(count)]}))
-        agent_dirs[name] = base / "agent"
+        agent_dirs[name] = host.share / "agent"
         if installed:
             agent_dirs[name].mkdir()
             shutil.copy(AGENT, agent_dirs[name] / "gbatch_agent.py")
-        known.append(sshd.known_hosts.read_text())
+        known.append(host.known_hosts.read_text())
         nodes.append(
             {
                 "name": name,
                 "host": "127.0.0.1",
-                "port": sshd.port,
-                "user": sshd.user,
-                "identity_file": str(sshd.client_key),
+                "port": host.port,
+                "user": host.user,
+                "identity_file": str(host.client_key),
                 "agent_dir": str(agent_dirs[name]),
-                "agent_python": sys.executable,
+                "agent_python": host.agent_python,
                 "simulation_file": str(simulation[name]),
             }
         )
@@ -87,8 +106,8 @@ def build_fleet(
 def teardown_fleet(fleet: Fleet) -> None:
     fleet.head.stop()
     kill_leftover_jobs(fleet.head.home)
-    for sshd in fleet.hosts.values():
-        sshd.stop()
+    for host in fleet.hosts.values():
+        host.stop()
     listed = subprocess.run(
         ["docker", "ps", "-aq", "--filter", "label=gbatch.job"], capture_output=True, text=True
     ).stdout.split()
@@ -125,14 +144,15 @@ def test_jobs_flow_across_hosts_and_never_share_a_gpu(fleet: Fleet) -> None:
     ids += [
         fleet.head.sbatch("--image", fleet.image, "--gpus", "2", "--wrap", job) for _ in range(2)
     ]
-    runs = []
+    runs: list[tuple[object, set[int], float, float]] = []
     for job_id in ids:
         record = fleet.head.wait_state(job_id, "COMPLETED", timeout=120)
         log = fleet.head.run("logs", str(job_id), check=True).stdout.strip()
-        node, gpus = record["node"], record["gpus"]
+        node, gpus = record["node"], cast("list[int]", record["gpus"])
         # What the job itself saw is what the head allocated.
-        assert log == f"node={node} gpus={','.join(str(g) for g in gpus)}"  # type: ignore[union-attr]
-        runs.append((node, set(gpus), record["start_time"], record["end_time"]))  # type: ignore[arg-type]
+        assert log == f"node={node} gpus={','.join(str(g) for g in gpus)}"
+        start, end = cast(float, record["start_time"]), cast(float, record["end_time"])
+        runs.append((node, set(gpus), start, end))
     assert {r[0] for r in runs} == {"gpu01", "gpu02"}
     for i, (node_a, gpus_a, start_a, end_a) in enumerate(runs):
         for node_b, gpus_b, start_b, end_b in runs[i + 1 :]:

@@ -27,8 +27,8 @@ from gbatch import containers
 from gbatch.config import Config, Paths
 from gbatch.joblog import LogFollowers, mark_attempt_start, open_log
 from gbatch.model import Gpu, Job
-from gbatch.node import STARTING, LaunchError, RunStatus
-from gbatch.protocol import NodeReport, ReportError, parse_report_line, to_gpus
+from gbatch.node import LaunchError, Reports, RunStatus, job_env
+from gbatch.protocol import NodeReport, to_gpus
 
 LOCAL_NODE = "local"
 DOCKER_TIMEOUT = 30.0  # seconds for any one docker CLI call
@@ -75,9 +75,7 @@ class LocalNode:
         self.config = config
         self._on_change = on_change  # wakes the daemon loop
         self._agent: subprocess.Popen[bytes] | None = None
-        self._report: NodeReport | None = None
-        self._report_error = STARTING
-        self.report_seq = 0  # reports received so far; orders releases against reports
+        self._reports = Reports(on_change)
         self._lock = threading.Lock()
         self._shims: dict[tuple[int, int], subprocess.Popen[bytes]] = {}
         self._log_followers = LogFollowers(paths, on_change)
@@ -105,21 +103,12 @@ class LocalNode:
 
     def _read_reports(self) -> None:
         assert self._agent is not None and self._agent.stdout is not None
-        for line in self._agent.stdout:
-            try:
-                report = parse_report_line(line)
-            except ReportError as err:
-                with self._lock:
-                    self._report_error = f"bad report from the agent: {err}"
-                continue
-            with self._lock:
-                self._report = report
-                self.report_seq += 1
-            self._on_change()
-        with self._lock:
-            self._report = None
-            self._report_error = "the agent exited"
-        self._on_change()
+        self._reports.read(self._agent.stdout)
+        self._reports.lost("the agent exited")
+
+    @property
+    def report_seq(self) -> int:
+        return self._reports.seq
 
     def poke(self) -> None:
         """Ask the agent for a report now (a GPU was just released)."""
@@ -130,8 +119,7 @@ class LocalNode:
 
     def report(self) -> tuple[NodeReport | None, str]:
         """The latest report, or None and why there is none."""
-        with self._lock:
-            return self._report, self._report_error
+        return self._reports.latest()
 
     def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
         return to_gpus(
@@ -199,24 +187,13 @@ class LocalNode:
         else:
             self._launch_container(job, attempt, gpus, run_dir)
 
-    def _job_env(self, job: Job, attempt: int, gpus: Sequence[int]) -> dict[str, str]:
-        ids = ",".join(str(g) for g in gpus)
-        return {
-            **dict(job.spec.env),
-            "GBATCH_JOB_ID": str(job.id),
-            "GBATCH_JOB_NAME": job.spec.name,
-            "GBATCH_ATTEMPT": str(attempt),
-            "GBATCH_GPUS": ids,
-            "GBATCH_NODE": self.name,
-        }
-
     def _launch_process(self, job: Job, attempt: int, gpus: Sequence[int], run_dir: Path) -> None:
         env = {
             key: value
             for key, value in os.environ.items()
             if not key.startswith(("GBATCH_", "NVIDIA_")) and not key.endswith("_VISIBLE_DEVICES")
         }
-        env.update(self._job_env(job, attempt, gpus))
+        env.update(job_env(job, attempt, gpus, self.name))
         # NVML and nvidia-smi number GPUs in PCI order; CUDA's default order differs.
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
@@ -251,7 +228,7 @@ class LocalNode:
         env_file = run_dir / "env"
         fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
-            handle.write(containers.env_file_text(self._job_env(job, attempt, gpus)))
+            handle.write(containers.env_file_text(job_env(job, attempt, gpus, self.name)))
         mark_attempt_start(self.paths, job.id, attempt)
         argv = containers.docker_run_argv(
             job_id=job.id,

@@ -7,12 +7,13 @@ A run is known by (job id, attempt) alone, so a restarted daemon finds it again.
 from __future__ import annotations
 
 import signal
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gbatch.model import Gpu, Job
-from gbatch.protocol import NodeReport
+from gbatch.protocol import NodeReport, ReportError, parse_report_line
 
 # What report() says of a node that has not yet reported nor failed to.
 STARTING = "starting"
@@ -33,9 +34,12 @@ class RunStatus:
 
 class Node(Protocol):
     name: str
-    # Reports received so far: a released GPU is handed out again only after a later
-    # report shows it clean.
-    report_seq: int
+
+    @property
+    def report_seq(self) -> int:
+        """Reports received so far: a released GPU is handed out again only after a
+        later report shows it clean."""
+
     # Whether jobs without an image (bare processes) can run here.
     runs_bare_processes: bool
 
@@ -69,3 +73,55 @@ class Node(Protocol):
 
     def cleanup(self, job: Job, attempt: int) -> None:
         """Forget a finished run (its container, its run directory)."""
+
+
+class Reports:
+    """A node's latest agent report, kept by the thread that reads the agent's lines.
+
+    `seq` counts reports received, so the daemon can tell a report taken after a GPU
+    was released from one taken before.
+    """
+
+    def __init__(self, on_change: Callable[[], None]) -> None:
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._report: NodeReport | None = None
+        self._problem = STARTING
+        self.seq = 0
+
+    def read(self, lines: Iterable[bytes]) -> None:
+        """Take in reports until `lines` ends (the agent stopped or its channel broke)."""
+        for line in lines:
+            try:
+                report = parse_report_line(line)
+            except ReportError as err:
+                with self._lock:
+                    self._problem = f"bad report from the agent: {err}"
+                continue
+            with self._lock:
+                self._report = report
+                self.seq += 1
+            self._on_change()
+
+    def lost(self, problem: str) -> None:
+        """No more reports: the node is down for `problem` until a new one arrives."""
+        with self._lock:
+            self._report = None
+            self._problem = problem
+        self._on_change()
+
+    def latest(self) -> tuple[NodeReport | None, str]:
+        with self._lock:
+            return self._report, self._problem
+
+
+def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str, str]:
+    """What every run sees besides its own env: who and where it is."""
+    return {
+        **dict(job.spec.env),
+        "GBATCH_JOB_ID": str(job.id),
+        "GBATCH_JOB_NAME": job.spec.name,
+        "GBATCH_ATTEMPT": str(attempt),
+        "GBATCH_GPUS": ",".join(str(g) for g in gpus),
+        "GBATCH_NODE": node,
+    }

@@ -24,7 +24,7 @@ from gbatch.config import Config, Paths
 from gbatch.inventory import NodeConfig
 from gbatch.joblog import LogFollowers, mark_attempt_start
 from gbatch.model import Gpu, Job
-from gbatch.node import STARTING, LaunchError, RunStatus
+from gbatch.node import LaunchError, Reports, RunStatus, job_env
 from gbatch.protocol import (
     NodeReport,
     ReportError,
@@ -129,13 +129,11 @@ class RemoteNode:
         self.node = node
         self.paths = paths
         self.config = config
-        self.report_seq = 0
         self._on_change = on_change
         self._lock = threading.Lock()
         self._conn = SshConnection(target_of(node))
         self._agent: RemoteStream | None = None
-        self._report: NodeReport | None = None
-        self._problem = STARTING
+        self._reports = Reports(on_change)
         self._stopping = threading.Event()
         self._retry_now = threading.Event()
         self._log_followers = LogFollowers(paths, on_change)
@@ -166,9 +164,7 @@ class RemoteNode:
                 problem = str(err)
             with self._lock:
                 self._agent = None
-                self._report = None
-                self._problem = problem
-            self._on_change()
+            self._reports.lost(problem)
             if not self._stopping.is_set():
                 log.warning("node %s: %s; retrying", self.name, problem)
                 self._conn.close()
@@ -182,21 +178,14 @@ class RemoteNode:
     def _read_reports(self, stream: RemoteStream) -> None:
         # A silent agent is as good as a lost one: give it a few intervals.
         idle = max(10.0, 5 * self.config.report_interval)
-        for line in stream.lines(idle_timeout=idle):
-            try:
-                report = parse_report_line(line)
-            except ReportError as err:
-                with self._lock:
-                    self._problem = f"bad report from the agent: {err}"
-                continue
-            with self._lock:
-                self._report = report
-                self.report_seq += 1
-            self._on_change()
+        self._reports.read(stream.lines(idle_timeout=idle))
+
+    @property
+    def report_seq(self) -> int:
+        return self._reports.seq
 
     def report(self) -> tuple[NodeReport | None, str]:
-        with self._lock:
-            return self._report, self._problem
+        return self._reports.latest()
 
     def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
         return to_gpus(report, gbatch_sessions=(), gbatch_containers=gbatch_container_ids(report))
@@ -234,14 +223,7 @@ class RemoteNode:
         return f"{host_path(self.node.agent_dir).rstrip('/')}/run/{job_id}.{attempt}.env"
 
     def launch(self, job: Job, attempt: int, gpus: Sequence[int]) -> None:
-        env = {
-            **dict(job.spec.env),
-            "GBATCH_JOB_ID": str(job.id),
-            "GBATCH_JOB_NAME": job.spec.name,
-            "GBATCH_ATTEMPT": str(attempt),
-            "GBATCH_GPUS": ",".join(str(g) for g in gpus),
-            "GBATCH_NODE": self.name,
-        }
+        env = job_env(job, attempt, gpus, self.name)
         env_file = self._env_file(job.id, attempt)
         argv = containers.docker_run_argv(
             job_id=job.id,

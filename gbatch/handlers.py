@@ -17,7 +17,7 @@ from gbatch import __version__, wire
 from gbatch.daemon import Daemon
 from gbatch.model import IllegalTransition, Job, JobSpec, JobState
 from gbatch.spec import SpecError, build_spec
-from gbatch.store import JobNotFound, Submission
+from gbatch.store import JobNotFound, StoreError, Submission
 from gbatch.timefmt import MAX_TIME_LIMIT_S
 
 log = logging.getLogger("gbatchd")
@@ -422,3 +422,11 @@ def handle(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
         return {"ok": False, "kind": err.kind, "error": err.message}
     except JobNotFound as err:
         return {"ok": False, "kind": "not_found", "error": str(err)}
+    except StoreError as err:
+        # Nothing was written (the transaction rolled back): say so, and where to look.
+        return {
+            "ok": False,
+            "kind": "unavailable",
+            "error": f"{err}. Nothing was changed; free space under {daemon.paths.home} "
+            "(or fix the store), then try again",
+        }

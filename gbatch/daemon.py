@@ -60,6 +60,8 @@ class Daemon:
             node.name: node for node in _make_nodes(paths, config, inventory, self.wake.set)
         }
         self.committer = GroupCommitter(store, clock)
+        # (job id, attempt) -> monotonic time its run was confirmed (time limits)
+        self._started_monotonic: dict[tuple[int, int], float] = {}
         # job id -> (monotonic time SIGTERM was sent, SIGKILL sent yet)
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
         # (node, GPU index) -> number of the node's report at the GPU's release: it is
@@ -205,6 +207,7 @@ class Daemon:
                 self.config.half_life_seconds,
             )
         self._stopping_runs.pop(job.id, None)
+        self._started_monotonic.pop((job.id, job.attempt), None)
         node = self.nodes.get(job.node or "")
         if node is not None:
             for gpu in job.gpus:
@@ -217,7 +220,7 @@ class Daemon:
 
     def enforce_limits(self, now: float) -> None:
         for job in self.store.jobs_in((JobState.RUNNING, JobState.COMPLETING)):
-            if job.state is JobState.RUNNING and _past_limit(job, now):
+            if job.state is JobState.RUNNING and self._past_limit(job, now):
                 try:
                     job = self.store.set_state(
                         job.id,
@@ -315,6 +318,21 @@ class Daemon:
                 expect={JobState.CONFIGURING},
                 start_time=now,
             )
+            self._started_monotonic[(job.id, job.attempt)] = self.monotonic()
+
+    def _past_limit(self, job: Job, now: float) -> bool:
+        """Run time against the limit on the monotonic clock, so a wall-clock jump
+        (an NTP step, a mis-set clock) neither kills a job early nor lets it overrun.
+        A run adopted after a restart has no monotonic start: wall time, once."""
+        limit = job.spec.time_limit
+        if limit is None or job.start_time is None:
+            return False
+        started = self._started_monotonic.get((job.id, job.attempt))
+        if started is None:
+            # Adopted: anchor the monotonic clock at the wall-clock age it has now.
+            started = self.monotonic() - max(0.0, now - job.start_time)
+            self._started_monotonic[(job.id, job.attempt)] = started
+        return self.monotonic() - started >= limit
 
     # -- views of the nodes -----------------------------------------------------------
 
@@ -420,11 +438,6 @@ def _make_nodes(
     from gbatch.remotenode import RemoteNode
 
     return [RemoteNode(node, paths, config, on_change) for node in inventory.nodes]
-
-
-def _past_limit(job: Job, now: float) -> bool:
-    limit = job.spec.time_limit
-    return limit is not None and job.start_time is not None and now - job.start_time >= limit
 
 
 def _stop_reason(state: JobState) -> str:

@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from gbatch.config import Config, Paths
+from gbatch.crashpoints import crash_point
 from gbatch.groupcommit import GroupCommitter
 from gbatch.inventory import Inventory
-from gbatch.localnode import LocalNode
+from gbatch.localnode import LOCAL_NODE, LocalNode
 from gbatch.model import (
     ALLOCATED_STATES,
     IllegalTransition,
@@ -80,6 +81,26 @@ class Daemon:
             node.report() == (None, STARTING) for node in self.nodes.values()
         ):
             time.sleep(0.02)
+
+    def sweep_finished_runs(self) -> None:
+        """Clean up runs whose end was recorded but not cleaned up (the daemon died in
+        between): their run directory, and their container if they had one."""
+        if not self.paths.runs.exists():
+            return
+        for run_dir in self.paths.runs.iterdir():
+            job_text, _, attempt_text = run_dir.name.partition(".")
+            if not (job_text.isdigit() and attempt_text.isdigit()):
+                continue
+            job = self.store.get(int(job_text))
+            attempt = int(attempt_text)
+            if job is None:
+                continue
+            live = job.state in ALLOCATED_STATES and job.attempt == attempt
+            # A requeued job no longer names its old node; a bare run was local.
+            node = self.nodes.get(job.node or "") or self.nodes.get(LOCAL_NODE)
+            if not live and node is not None:
+                log.info("cleaning up run %s left by an earlier daemon", run_dir.name)
+                node.cleanup(job, attempt)
 
     def run_loop(self) -> None:
         while not self.stopping.is_set():
@@ -193,10 +214,12 @@ class Daemon:
             fields = {**fields, "node": None, "gpus": (), "gpu_uuids": (), "stop_state": None}
         else:
             fields = {**fields, "stop_state": None}
+        crash_point("finish.before_commit")
         try:
             self.store.set_state(job.id, new, reason, now, expect={job.state}, **fields)
         except IllegalTransition:
             return  # a concurrent change won; the next tick sees it
+        crash_point("finish.after_commit")
         if job.start_time is not None and job.gpus:
             end = fields.get("end_time") or now
             assert isinstance(end, float | int)
@@ -290,6 +313,7 @@ class Daemon:
             )
         except IllegalTransition:
             return  # cancelled while we planned
+        crash_point("dispatch.after_configuring")
         try:
             node.launch(job, attempt, gpus)
         except LaunchError as err:
@@ -297,6 +321,7 @@ class Daemon:
             new = JobState.PENDING if retry else JobState.FAILED
             self._end_run(job, new, f"launch failed: {err}", now, end_time=now)
             return
+        crash_point("dispatch.after_launch")
         self._confirm_running(job, "")
 
     @staticmethod

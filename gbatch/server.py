@@ -111,6 +111,7 @@ def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
     store = Store(paths.store)
     daemon = Daemon(paths, config, store, inventory=inventory)
     daemon.start_nodes()
+    daemon.sweep_finished_runs()
     with contextlib.suppress(FileNotFoundError):
         paths.socket.unlink()  # stale: we hold the lock, so nobody else serves it
     server = _Server(str(paths.socket), _Connection)

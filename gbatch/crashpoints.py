@@ -1,0 +1,30 @@
+"""Named places where the daemon may die, for fault-injection tests.
+
+Each step of dispatch and completion that commits to the store and acts on a node has
+a name here. With GBATCH_CRASH_AT=<name> in its environment, the daemon kills itself
+(SIGKILL, no clean-up) the first time it reaches that place, so a test can prove the
+restart reconciles: a job is adopted, finished or requeued, never started twice and
+never forgotten. Unset (always, outside tests) it costs one comparison.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = (
+    "dispatch.after_configuring",  # CONFIGURING committed; no run started yet
+    "dispatch.after_launch",  # the run exists; RUNNING not committed
+    "finish.before_commit",  # the run has exited; its end not yet recorded
+    "finish.after_commit",  # its end recorded; container/run dir not yet cleaned up
+)
+
+_ARMED = os.environ.get("GBATCH_CRASH_AT", "")
+if _ARMED and _ARMED not in POINTS:
+    raise SystemExit(f"GBATCH_CRASH_AT={_ARMED!r} names no crash point; known: {POINTS}")
+
+
+def crash_point(name: str) -> None:
+    assert name in POINTS, name
+    if name == _ARMED:
+        os.kill(os.getpid(), signal.SIGKILL)

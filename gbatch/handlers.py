@@ -186,7 +186,11 @@ def cancel(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
             continue
         if not ids and not may_act_on(daemon, caller, job):
             continue  # a filter sweeps only the caller's own jobs, as scancel -u does
-        results.append({"id": job.id, **_cancel_one(daemon, caller, job)})
+        outcome = _cancel_one(daemon, caller, job)
+        if not ids and outcome.get("ended"):
+            continue  # a sweep does not report jobs that finished while it ran
+        outcome.pop("ended", None)
+        results.append({"id": job.id, **outcome})
     daemon.wake.set()
     return {"results": results}
 
@@ -221,6 +225,7 @@ def _cancel_one(daemon: Daemon, caller: Caller, job: Job) -> dict[str, Any]:
             else:
                 return {
                     "ok": False,
+                    "ended": True,
                     "error": f"Job/step already completing or completed: "
                     f"job {job.id} is {job.state.value}",
                 }

@@ -122,3 +122,27 @@ def test_container_job_is_adopted_after_a_daemon_kill_and_its_log_is_whole(
     assert job["attempt"] == 1, "the container was started a second time"
     log = docker_head.run("logs", str(job_id), check=True).stdout
     assert log.splitlines() == [f"tick {i}" for i in range(1, 7)]
+
+
+def test_a_container_killed_on_the_host_ends_its_job_and_is_not_restarted(
+    docker_head: Head, image: str
+) -> None:
+    job_id = docker_head.sbatch("--image", image, "--wrap", "sleep 300")
+    docker_head.wait_state(job_id, "RUNNING", timeout=60)
+    subprocess.run(["docker", "kill", container_name(job_id, 1)], check=True, capture_output=True)
+    job = docker_head.wait_state(job_id, "FAILED", timeout=60)
+    assert job["exit_code"] == 137 and job["attempt"] == 1
+
+
+def test_a_container_removed_behind_gbatchs_back_is_requeued_once_and_runs_again(
+    docker_head: Head, image: str
+) -> None:
+    job_id = docker_head.sbatch("--image", image, "--wrap", "sleep 3")
+    docker_head.wait_state(job_id, "RUNNING", timeout=60)
+    subprocess.run(
+        ["docker", "rm", "-f", container_name(job_id, 1)], check=True, capture_output=True
+    )
+    job = docker_head.wait_state(job_id, "COMPLETED", timeout=60)
+    assert job["attempt"] == 2
+    reasons = [e["reason"] for e in job["events"]]  # type: ignore[union-attr]
+    assert any("vanished" in r for r in reasons)

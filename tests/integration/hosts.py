@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 from dockerenv import REPO_ROOT, require_docker
+from sshd import keygen
 from testcontainers.core.container import DockerContainer
 
 HOST_IMAGE = "gbatch-host:latest"
@@ -117,14 +118,6 @@ def ensure_host_image() -> str:
     return HOST_IMAGE
 
 
-def _keygen(path: Path, comment: str) -> None:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-        check=True,
-        timeout=30,
-    )
-
-
 def start_host(tmp_path: Path, name: str) -> Host:
     """Start host `name` from files under tmp_path/<name>; return once its sshd has sent
     its "SSH-2.0" banner on the published port.
@@ -142,8 +135,8 @@ def start_host(tmp_path: Path, name: str) -> Host:
     share.mkdir()
     host_key = keys / "host_ed25519"
     client_key = keys / "client_ed25519"
-    _keygen(host_key, f"gbatch-test-host-{name}")
-    _keygen(client_key, "gbatch-test-client")
+    keygen(host_key, f"gbatch-test-host-{name}")
+    keygen(client_key, "gbatch-test-client")
     authorized_keys = keys / "authorized_keys"
     authorized_keys.write_bytes(client_key.with_suffix(".pub").read_bytes())
     authorized_keys.chmod(0o600)

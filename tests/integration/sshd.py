@@ -82,7 +82,8 @@ def free_port() -> int:
         return port
 
 
-def _keygen(path: Path, comment: str) -> None:
+def keygen(path: Path, comment: str) -> None:
+    """A fresh passphrase-less ed25519 key pair at path and path.pub."""
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
         check=True,
@@ -101,8 +102,8 @@ def start_sshd(tmp_path: Path, extra_config: str = "") -> Sshd:
     base.mkdir()
     host_key = base / "host_ed25519"
     client_key = base / "client_ed25519"
-    _keygen(host_key, "gbatch-test-host")
-    _keygen(client_key, "gbatch-test-client")
+    keygen(host_key, "gbatch-test-host")
+    keygen(client_key, "gbatch-test-client")
     authorized_keys = base / "authorized_keys"
     authorized_keys.write_bytes(client_key.with_suffix(".pub").read_bytes())
     authorized_keys.chmod(0o600)

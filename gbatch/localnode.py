@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from gbatch import containers
+from gbatch.backoff import Backoff
 from gbatch.config import Config, Paths
 from gbatch.joblog import LogFollowers, mark_attempt_start, open_log
 from gbatch.model import Gpu, Job
 from gbatch.node import LaunchError, Reports, RunStatus, job_env
-from gbatch.protocol import NodeReport, to_gpus
+from gbatch.protocol import NodeReport, gbatch_container_ids, to_gpus
 
 LOCAL_NODE = "local"
 DOCKER_TIMEOUT = 30.0  # seconds for any one docker CLI call
@@ -75,6 +76,7 @@ class LocalNode:
         self.config = config
         self._on_change = on_change  # wakes the daemon loop
         self._agent: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
         self._reports = Reports(on_change)
         self._lock = threading.Lock()
         self._shims: dict[tuple[int, int], subprocess.Popen[bytes]] = {}
@@ -84,6 +86,9 @@ class LocalNode:
     # -- the agent ----------------------------------------------------------------
 
     def start(self) -> None:
+        threading.Thread(target=self._keep_reporting, name="agent", daemon=True).start()
+
+    def _agent_argv(self) -> list[str]:
         argv = [
             sys.executable,
             str(agent_script()),
@@ -92,19 +97,39 @@ class LocalNode:
             str(self.config.report_interval),
             "--log-dir",
             str(self.paths.logs),
+            # gbatch's own containers, so their GPU processes are not "foreign"
+            "--docker",
+            self.config.docker,
         ]
         if self.config.simulate_gpus is not None:
             write_simulation_file(self.paths.simulation_file, self.config.simulate_gpus)
             argv += ["--simulation-file", str(self.paths.simulation_file)]
-        self._agent = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
-        )
-        threading.Thread(target=self._read_reports, name="agent-reader", daemon=True).start()
+        return argv
 
-    def _read_reports(self) -> None:
-        assert self._agent is not None and self._agent.stdout is not None
-        self._reports.read(self._agent.stdout)
-        self._reports.lost("the agent exited")
+    def _keep_reporting(self) -> None:
+        """Run the agent; if it dies, say so and start it again after a backoff."""
+        backoff = Backoff()
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            try:
+                agent = subprocess.Popen(
+                    self._agent_argv(),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    start_new_session=True,
+                )
+            except OSError as err:
+                self._reports.lost(f"cannot start the agent: {err}")
+            else:
+                with self._lock:
+                    self._agent = agent
+                assert agent.stdout is not None
+                self._reports.read(agent.stdout)
+                agent.wait()
+                self._reports.lost(f"the agent exited (status {agent.returncode})")
+            if time.monotonic() - started > 60:
+                backoff.reset()  # it ran a good while: this is a new failure
+            self._stopping.wait(backoff.next_delay())
 
     @property
     def report_seq(self) -> int:
@@ -112,10 +137,12 @@ class LocalNode:
 
     def poke(self) -> None:
         """Ask the agent for a report now (a GPU was just released)."""
-        if self._agent is not None and self._agent.stdin is not None:
-            with contextlib.suppress(OSError):
-                self._agent.stdin.write(b"\n")
-                self._agent.stdin.flush()
+        with self._lock:
+            agent = self._agent
+        if agent is not None and agent.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                agent.stdin.write(b"\n")
+                agent.stdin.flush()
 
     def report(self) -> tuple[NodeReport | None, str]:
         """The latest report, or None and why there is none."""
@@ -125,7 +152,7 @@ class LocalNode:
         return to_gpus(
             report,
             gbatch_sessions=self._gbatch_sessions(),
-            gbatch_containers=(),  # container ids are matched by label in the fleet issue
+            gbatch_containers=gbatch_container_ids(report),
         )
 
     def _gbatch_sessions(self) -> set[int]:
@@ -138,14 +165,18 @@ class LocalNode:
         return sessions
 
     def stop(self) -> None:
-        if self._agent is not None:
-            with contextlib.suppress(OSError):
-                assert self._agent.stdin is not None
-                self._agent.stdin.close()
-            try:
-                self._agent.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._agent.kill()
+        self._stopping.set()
+        with self._lock:
+            agent = self._agent
+        if agent is None:
+            return
+        with contextlib.suppress(OSError):
+            assert agent.stdin is not None
+            agent.stdin.close()
+        try:
+            agent.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            agent.kill()
 
     # -- runs -----------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 
 from gbatch import containers
+from gbatch.backoff import Backoff
 from gbatch.config import Config, Paths
 from gbatch.inventory import NodeConfig
 from gbatch.joblog import LogFollowers, mark_attempt_start
@@ -32,7 +33,7 @@ from gbatch.protocol import (
     parse_report_line,
     to_gpus,
 )
-from gbatch.remote import Backoff, RemoteError, RemoteStream, SshConnection, SshTarget
+from gbatch.remote import RemoteError, RemoteStream, SshConnection, SshTarget
 
 log = logging.getLogger("gbatchd")
 COMMAND_TIMEOUT = 30.0  # seconds for any one remote docker call

@@ -271,3 +271,24 @@ def test_a_drained_node_takes_no_new_jobs_until_resumed(head: Head) -> None:
     no_reason = head.run("node", "drain", "local")
     assert no_reason.returncode == 2 and "--reason" in no_reason.stderr
     head.run("scancel", str(running), check=True)
+
+
+def test_a_crashed_agent_is_restarted_and_the_node_comes_back(head: Head) -> None:
+    def agent_pids() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if b"watch" in cmdline and str(head.home / "logs").encode() in cmdline:
+                    found.append(int(entry.name))
+        return found
+
+    (first,) = agent_pids()
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: (pids := agent_pids()) and first not in pids, 20, "a new agent")
+    wait_for(lambda: head.run("sinfo", "-h").stdout.split()[2] == "idle", 20, "node back")
+    job_id = head.sbatch("--gpus", "1", "--wrap", "true")
+    head.wait_state(job_id, "COMPLETED")

@@ -15,8 +15,8 @@ import paramiko
 import pytest
 from sshd import Sshd, descendants, free_port, start_sshd
 
+from gbatch.backoff import Backoff
 from gbatch.remote import (
-    Backoff,
     HostKeyError,
     RemoteError,
     RemoteTimeout,

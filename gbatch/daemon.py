@@ -32,7 +32,7 @@ from gbatch.model import (
 )
 from gbatch.node import STARTING, LaunchError, Node, RunStatus
 from gbatch.scheduler import plan
-from gbatch.store import Store
+from gbatch.store import Store, Usage
 
 log = logging.getLogger("gbatchd")
 COALESCE_SECONDS = 0.02
@@ -214,21 +214,20 @@ class Daemon:
             fields = {**fields, "node": None, "gpus": (), "gpu_uuids": (), "stop_state": None}
         else:
             fields = {**fields, "stop_state": None}
-        crash_point("finish.before_commit")
-        try:
-            self.store.set_state(job.id, new, reason, now, expect={job.state}, **fields)
-        except IllegalTransition:
-            return  # a concurrent change won; the next tick sees it
-        crash_point("finish.after_commit")
+        usage = None
         if job.start_time is not None and job.gpus:
             end = fields.get("end_time") or now
             assert isinstance(end, float | int)
-            self.store.add_usage(
-                job.user,
-                len(job.gpus) * max(0.0, end - job.start_time),
-                now,
-                self.config.half_life_seconds,
+            used = len(job.gpus) * max(0.0, end - job.start_time)
+            usage = Usage(job.user, used, self.config.half_life_seconds)
+        crash_point("finish.before_commit")
+        try:
+            self.store.set_state(
+                job.id, new, reason, now, expect={job.state}, usage=usage, **fields
             )
+        except IllegalTransition:
+            return  # a concurrent change won; the next tick sees it
+        crash_point("finish.after_commit")
         self._stopping_runs.pop(job.id, None)
         self._started_monotonic.pop((job.id, job.attempt), None)
         node = self.nodes.get(job.node or "")

@@ -111,6 +111,15 @@ class Submission:
     held: bool = False
 
 
+@dataclass(frozen=True)
+class Usage:
+    """GPU-seconds a run used, to fold into its user's fair-share usage."""
+
+    user: str
+    gpu_seconds: float
+    half_life: float
+
+
 class StoreError(Exception):
     """The store cannot do what was asked (a missing job, a full disk)."""
 
@@ -235,14 +244,18 @@ class Store:
         now: float,
         *,
         expect: Collection[JobState] | None = None,
+        usage: Usage | None = None,
         **fields: object,
     ) -> Job:
         """The one way a job changes state: check the edge, write it and its event.
 
         `expect`, when given, is the set of states the caller believes the job is in;
         a job found in another state raises IllegalTransition without writing, so a
-        racing cancel and dispatch cannot both win. `fields` updates other columns
-        (start_time, end_time, node, gpus, attempt, exit_code, exit_signal, stop_state).
+        racing cancel and dispatch cannot both win. `usage`, when given, folds the
+        ended run's GPU-seconds into its user's fair-share usage in the same
+        transaction (a crash cannot record the end and lose the usage). `fields`
+        updates other columns (start_time, end_time, node, gpus, attempt, exit_code,
+        exit_signal, stop_state).
         """
         unknown = set(fields) - _UPDATABLE
         if unknown:
@@ -262,6 +275,8 @@ class Store:
                 "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
                 (job_id, now, new.value, reason),
             )
+            if usage is not None:
+                self._accrue(db, usage, now)
             job = self._get(db, job_id)
         assert job is not None
         return job
@@ -298,19 +313,23 @@ class Store:
         return job
 
     def add_usage(self, user: str, gpu_seconds: float, now: float, half_life: float) -> None:
-        """Fold one finished run's GPU-seconds into the user's decayed usage."""
+        """Fold GPU-seconds into the user's decayed usage (its own transaction)."""
         with self._write() as db:
-            row = db.execute(
-                "SELECT gpu_seconds, as_of FROM usage WHERE user = ?", (user,)
-            ).fetchone()
-            stored, as_of = (row[0], row[1]) if row else (0.0, now)
-            total = fairshare.accrue(stored, as_of, gpu_seconds, now, half_life)
-            db.execute(
-                "INSERT INTO usage (user, gpu_seconds, as_of) VALUES (?, ?, ?)"
-                " ON CONFLICT(user) DO UPDATE SET gpu_seconds = excluded.gpu_seconds,"
-                " as_of = excluded.as_of",
-                (user, total, now),
-            )
+            self._accrue(db, Usage(user, gpu_seconds, half_life), now)
+
+    @staticmethod
+    def _accrue(db: sqlite3.Connection, usage: Usage, now: float) -> None:
+        row = db.execute(
+            "SELECT gpu_seconds, as_of FROM usage WHERE user = ?", (usage.user,)
+        ).fetchone()
+        stored, as_of = (row[0], row[1]) if row else (0.0, now)
+        total = fairshare.accrue(stored, as_of, usage.gpu_seconds, now, usage.half_life)
+        db.execute(
+            "INSERT INTO usage (user, gpu_seconds, as_of) VALUES (?, ?, ?)"
+            " ON CONFLICT(user) DO UPDATE SET gpu_seconds = excluded.gpu_seconds,"
+            " as_of = excluded.as_of",
+            (usage.user, total, now),
+        )
 
     # -- reads ----------------------------------------------------------------------
 

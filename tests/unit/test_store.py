@@ -597,3 +597,27 @@ def test_explicit_states_filter_overrides_finished_false(
     # squeue -t CD asks for completed jobs; handlers.jobs passes finished=False with it.
     found = store.jobs(states={JobState.COMPLETED}, finished=False)
     assert _names(populated, [j.id for j in found]) == ["alice_done"]
+
+
+def test_a_runs_end_and_its_usage_are_written_together(store: Store) -> None:
+    from gbatch.store import Usage
+
+    (job_id,) = store.submit([JobSpec(name="j", command=("true",), gpus=2)], 0, "alice", T0)
+    store.set_state(
+        job_id, JobState.CONFIGURING, "allocated", T0, node="local", gpus=(0, 1), attempt=1
+    )
+    store.set_state(job_id, JobState.RUNNING, "", T0, start_time=T0)
+    with pytest.raises(IllegalTransition):  # a refused change folds in no usage either
+        store.set_state(
+            job_id,
+            JobState.COMPLETED,
+            "",
+            T0 + 10,
+            expect={JobState.PENDING},
+            usage=Usage("alice", 20.0, DAY),
+        )
+    assert store.usage(T0 + 10, DAY) == {}
+    store.set_state(
+        job_id, JobState.COMPLETED, "", T0 + 10, end_time=T0 + 10, usage=Usage("alice", 20.0, DAY)
+    )
+    assert store.usage(T0 + 10, DAY) == pytest.approx({"alice": 20.0})

@@ -411,7 +411,7 @@ class Daemon:
     ) -> NodeInfo:
         report, problem = node.report()
         if report is None:
-            return NodeInfo(node.name, NodeState.DOWN, reason=problem)
+            return NodeInfo(node.name, NodeState.DOWN, reason=problem, address=node.address)
         gpus = node.gpus(report)
         allocations = {g: job.id for job in allocated if job.node == node.name for g in job.gpus}
         if node.name in drained:
@@ -424,7 +424,14 @@ class Daemon:
             state, reason = NodeState.MIXED, ""
         if not gpus and not reason:
             reason = report.note
-        return NodeInfo(node.name, state, reason=reason, gpus=gpus, allocations=allocations)
+        return NodeInfo(
+            node.name,
+            state,
+            reason=reason,
+            gpus=gpus,
+            allocations=allocations,
+            address=node.address,
+        )
 
     def all_nodes_reported(self) -> bool:
         """Whether every node's size is known (none is down)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from gbatch.model import ALLOCATED_STATES, Event, Job, JobState, NodeInfo, NodeState
@@ -397,18 +397,47 @@ def format_sinfo(nodes: Sequence[NodeInfo], *, header: bool = True) -> str:
         ]
         for node in nodes
     ]
-    table = [list(_SINFO_HEADERS), *rows] if header else rows
+    return _table(_SINFO_HEADERS, rows, _SINFO_NUMERIC, header=header)
+
+
+def _table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    numeric: Collection[str],
+    *,
+    header: bool,
+) -> str:
+    """Columns as wide as their widest cell; `numeric` ones right-justified."""
+    table = [list(headers), *rows] if header else list(rows)
     if not table:
         return ""
-    widths = [max(len(row[i]) for row in table) for i in range(len(_SINFO_HEADERS))]
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
     lines = []
     for row in table:
         cells = [
-            text.rjust(width) if name in _SINFO_NUMERIC else text.ljust(width)
-            for name, text, width in zip(_SINFO_HEADERS, row, widths, strict=True)
+            text.rjust(width) if name in numeric else text.ljust(width)
+            for name, text, width in zip(headers, row, widths, strict=True)
         ]
         lines.append(" ".join(cells).rstrip())
     return _lines(lines)
+
+
+_NODE_LIST_HEADERS = ("NODE", "ADDRESS", "STATE", "GPUS", "REASON")
+
+
+def format_node_list(nodes: Sequence[NodeInfo], *, header: bool = True) -> str:
+    """`gbatch node list`: where each node is and why it is drained or down."""
+    rows = [
+        [
+            _printable(node.name),
+            _printable(node.address),
+            node.state.value,
+            str(node.gpus_total),
+            _node_reason(node),
+        ]
+        for node in nodes
+    ]
+    return _table(_NODE_LIST_HEADERS, rows, {"GPUS"}, header=header)
 
 
 def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:

@@ -69,6 +69,7 @@ def write_simulation_file(path: Path, count: int) -> None:
 
 class LocalNode:
     name = LOCAL_NODE
+    address = "this machine"
     runs_bare_processes = True
 
     def __init__(self, paths: Paths, config: Config, on_change: Callable[[], None]) -> None:

@@ -259,6 +259,7 @@ class NodeInfo:
     gpus: tuple[Gpu, ...] = ()
     # GPU index -> id of the gbatch job that holds it
     allocations: Mapping[int, int] = field(default_factory=dict)
+    address: str = ""  # how the head reaches it: user@host:port, or "this machine"
 
     @property
     def gpus_total(self) -> int:

@@ -34,6 +34,7 @@ class RunStatus:
 
 class Node(Protocol):
     name: str
+    address: str  # how the head reaches it, for people: user@host:port
 
     @property
     def report_seq(self) -> int:

@@ -127,6 +127,7 @@ class RemoteNode:
         self, node: NodeConfig, paths: Paths, config: Config, on_change: Callable[[], None]
     ) -> None:
         self.name = node.name
+        self.address = f"{node.user}@{node.host}:{node.port}"
         self.node = node
         self.paths = paths
         self.config = config

@@ -93,6 +93,7 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
             for g in node.gpus
         ],
         "allocations": {str(index): job for index, job in node.allocations.items()},
+        "address": node.address,
     }
 
 
@@ -103,4 +104,5 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
         reason=data["reason"],
         gpus=tuple(Gpu(**g) for g in data["gpus"]),
         allocations={int(index): job for index, job in data["allocations"].items()},
+        address=data.get("address", ""),
     )

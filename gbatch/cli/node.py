@@ -33,7 +33,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
     if args.action == "list":
         nodes = [wire.node_from_wire(n) for n in ctx.client.call("nodes")["nodes"]]
-        sys.stdout.write(formatting.format_sinfo(nodes))
+        sys.stdout.write(formatting.format_node_list(nodes))
         return Exit.OK
     if args.action == "install":
         return _install(args, ctx)

@@ -134,6 +134,9 @@ def test_hosts_report_their_gpus_over_ssh(fleet: Fleet) -> None:
         "both hosts to report",
     )
     assert nodes["gpu01"][3] == "4" and nodes["gpu02"][3] == "2"  # type: ignore[index]
+    listing = fleet.head.run("node", "list", check=True).stdout
+    for name, host in fleet.hosts.items():
+        assert f"{name} root@127.0.0.1:{host.port} idle" in " ".join(listing.split())
 
 
 def test_jobs_flow_across_hosts_and_never_share_a_gpu(fleet: Fleet) -> None:

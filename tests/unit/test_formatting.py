@@ -593,3 +593,20 @@ def test_absurd_widths_are_refused_rather_than_padded() -> None:
         format_squeue([running_job()], NOW, fmt="%99999999i")
     with pytest.raises(FormatError, match="too large"):
         format_sacct([running_job()], NOW, fields=["JobName%99999999"])
+
+
+def test_node_list_shows_where_each_node_is_and_why_it_is_out() -> None:
+    from gbatch.formatting import format_node_list
+    from gbatch.model import NodeInfo, NodeState
+
+    nodes = [
+        NodeInfo("gpu01", NodeState.IDLE, address="gbatch@10.0.0.11:22"),
+        NodeInfo(
+            "gpu02", NodeState.DOWN, reason="host key unknown", address="gbatch@10.0.0.12:2222"
+        ),
+    ]
+    assert format_node_list(nodes).splitlines() == [
+        "NODE  ADDRESS               STATE GPUS REASON",
+        "gpu01 gbatch@10.0.0.11:22   idle     0",
+        "gpu02 gbatch@10.0.0.12:2222 down     0 host key unknown",
+    ]

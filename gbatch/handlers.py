@@ -62,6 +62,16 @@ def _job(daemon: Daemon, job_id: object) -> Job:
     return job
 
 
+def _states(request: Mapping[str, Any]) -> list[JobState] | None:
+    """The request's state filter (names or codes, any case); None when absent."""
+    if not request.get("states"):
+        return None
+    try:
+        return [JobState.parse(s) for s in request["states"]]
+    except ValueError as err:
+        raise Refused("invalid", f"unknown job state {err}. Use e.g. PD, R, CD or PENDING") from err
+
+
 def _ids(request: Mapping[str, Any]) -> list[int]:
     ids = request.get("ids") or []
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
@@ -166,7 +176,7 @@ def cancel(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
     ids, select among the active jobs the caller may act on."""
     ids = _ids(request)
     users = request.get("users")
-    states = {JobState.parse(s) for s in request.get("states") or []}
+    states = set(_states(request) or ())
     if ids:
         targets: list[int | Job] = list(ids)
     else:
@@ -271,10 +281,7 @@ def release(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[
 
 def jobs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
     """squeue (active jobs) and sacct (finished=None: every state) queries."""
-    try:
-        states = [JobState.parse(s) for s in request["states"]] if request.get("states") else None
-    except ValueError as err:
-        raise Refused("invalid", f"unknown job state {err}") from err
+    states = _states(request)
     ids = request.get("ids") or None
     users = request.get("users") or None
     if request.get("history"):

@@ -51,3 +51,12 @@ def test_forged_identity_fields_in_a_request_are_ignored(daemon: Daemon) -> None
     (job_id,) = reply["ids"]
     job = daemon.store.require(job_id)
     assert (job.uid, job.user) == (1234, "alice")
+
+
+@pytest.mark.parametrize("op", ["cancel", "jobs"])
+def test_an_unknown_state_filter_is_bad_input_not_an_internal_error(
+    daemon: Daemon, op: str
+) -> None:
+    reply = handle(daemon, ROOT, {"op": op, "states": ["RUNNIN"]})
+    assert reply["ok"] is False and reply["kind"] == "invalid"
+    assert "RUNNIN" in reply["error"]

@@ -218,8 +218,7 @@ class Daemon:
         if job.start_time is not None and job.gpus:
             end = fields.get("end_time") or now
             assert isinstance(end, float | int)
-            used = len(job.gpus) * max(0.0, end - job.start_time)
-            usage = Usage(job.user, used, self.config.half_life_seconds)
+            usage = Usage(job.user, _gpu_seconds(job, end), self.config.half_life_seconds)
         crash_point("finish.before_commit")
         try:
             self.store.set_state(
@@ -448,14 +447,11 @@ class Daemon:
                 best, why = len(report.gpus), report.note
         return best, why
 
-    def usage(self, active: Sequence[Job], now: float) -> dict[str, float]:
-        """Stored decayed usage plus what running jobs have accrued so far."""
+    def usage(self, allocated: Sequence[Job], now: float) -> dict[str, float]:
+        """Stored decayed usage plus what allocated jobs have accrued so far."""
         usage = self.store.usage(now, self.config.half_life_seconds)
-        for job in active:
-            if job.state in ALLOCATED_STATES and job.start_time is not None:
-                usage[job.user] = usage.get(job.user, 0.0) + len(job.gpus) * max(
-                    0.0, now - job.start_time
-                )
+        for job in allocated:
+            usage[job.user] = usage.get(job.user, 0.0) + _gpu_seconds(job, now)
         return usage
 
 
@@ -469,6 +465,13 @@ def _make_nodes(
     from gbatch.remotenode import RemoteNode
 
     return [RemoteNode(node, paths, config, on_change) for node in inventory.nodes]
+
+
+def _gpu_seconds(job: Job, until: float) -> float:
+    """GPU-seconds a job's run has used up to `until` (0 before it started)."""
+    if job.start_time is None:
+        return 0.0
+    return len(job.gpus) * max(0.0, until - job.start_time)
 
 
 def _stop_reason(state: JobState) -> str:

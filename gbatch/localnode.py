@@ -211,7 +211,6 @@ class LocalNode:
         Precondition: CONFIGURING for this attempt is committed, so a crash from
         here on is found again by reconcile.
         """
-        self.paths.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
         run_dir = self.paths.run_dir(job.id, attempt)
         run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         if job.spec.image is None:
@@ -310,11 +309,9 @@ class LocalNode:
 
     def _process_status(self, job_id: int, attempt: int) -> RunStatus:
         run_dir = self.paths.run_dir(job_id, attempt)
-        ended = _read_json(run_dir / "exit.json")
+        ended = _exit_status(run_dir)
         if ended is not None:
-            return RunStatus(
-                "exited", int(ended["exit_code"]), int(ended["signal"]), float(ended["end_time"])
-            )
+            return ended
         with self._lock:
             if (job_id, attempt) in self._shims:
                 return RunStatus("running")
@@ -324,12 +321,7 @@ class LocalNode:
         if _find_shim(run_dir) is not None:
             return RunStatus("running")
         # Check once more: the shim may have written exit.json as it ended.
-        ended = _read_json(run_dir / "exit.json")
-        if ended is not None:
-            return RunStatus(
-                "exited", int(ended["exit_code"]), int(ended["signal"]), float(ended["end_time"])
-            )
-        return RunStatus("vanished")
+        return _exit_status(run_dir) or RunStatus("vanished")
 
     def _container_status(self, job_id: int, attempt: int) -> RunStatus:
         name = containers.container_name(job_id, attempt)
@@ -406,6 +398,16 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (FileNotFoundError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _exit_status(run_dir: Path) -> RunStatus | None:
+    """The run's end as its shim recorded it in exit.json, if it has ended."""
+    ended = _read_json(run_dir / "exit.json")
+    if ended is None:
+        return None
+    return RunStatus(
+        "exited", int(ended["exit_code"]), int(ended["signal"]), float(ended["end_time"])
+    )
 
 
 def _is_shim_of(pid: int, run_dir: Path) -> bool:

@@ -3,7 +3,8 @@
 
     python3 gbatch_agent.py probe [--simulation-file PATH] [--log-dir DIR] [--docker CMD]
     python3 gbatch_agent.py watch --interval S [--simulation-file PATH] [--log-dir DIR]
-                                  [--docker CMD]
+                                  [--docker CMD] [--lease S --node NAME]
+    python3 gbatch_agent.py fence --lease-file PATH --node NAME --docker CMD
 
 One self-contained file, copied to each GPU host: standard library and pynvml only, no
 import of gbatch, runs on Python >= 3.9. The report format (schema 1) is documented in
@@ -16,6 +17,7 @@ import argparse
 import calendar
 import contextlib
 import datetime
+import fcntl
 import json
 import os
 import re
@@ -58,6 +60,7 @@ _DOCKER_CGROUP = re.compile(r"/docker[-/]([0-9a-f]{64})(?:\.scope)?(?:/|$)")
 _LABEL_JOB = "gbatch.job"
 _LABEL_ATTEMPT = "gbatch.attempt"
 _LABEL_USER = "gbatch.user"
+_LABEL_NODE = "gbatch.node"
 _DOCKER_TIMEOUT_S = 10
 # Docker's container states that come with a meaningful exit code.
 _FINISHED_STATES = frozenset({"exited", "dead"})
@@ -360,6 +363,8 @@ def container_entry(raw: Any) -> dict[str, Any]:
         "job": _label_int(labels, _LABEL_JOB),
         "attempt": _label_int(labels, _LABEL_ATTEMPT),
         "user": user,
+        # Optional: the node the head started it for (absent on the embedded node).
+        "node": labels.get(_LABEL_NODE) if isinstance(labels.get(_LABEL_NODE), str) else None,
         "state": status,
         # Docker says 0 for a container that has not finished; that is not a success.
         "exit_code": exit_code if status in _FINISHED_STATES else None,
@@ -488,11 +493,13 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise _Terminated()
 
 
-def _wait_for_head(seconds: float) -> str:
-    """Wait up to `seconds` for the head: "eof" when it hung up, "poke" when it sent a
-    line (it wants a report now, e.g. right after a GPU was released), else "timeout"."""
+def _wait_for_head(seconds: float, on_line: Callable[[bytes], None]) -> str:
+    """Wait up to `seconds` for the head: "eof" when it hung up, "poke" when it sent an
+    empty line (it wants a report now, e.g. right after a GPU was released), else
+    "timeout". Other lines (lease renewals) go to `on_line` and do not end the wait."""
     fd = sys.stdin.fileno()
     deadline = time.monotonic() + seconds
+    pending = b""
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -502,25 +509,223 @@ def _wait_for_head(seconds: float) -> str:
             data = os.read(fd, 4096)
             if not data:
                 return "eof"
-            if b"\n" in data:
+            pending += data
+            poked = False
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                if line.strip():
+                    on_line(line.strip())
+                else:
+                    poked = True
+            if poked:
                 return "poke"
 
 
-def watch(interval: float, make_report: Callable[[bool], dict[str, Any]]) -> None:
-    """Emit a report, then one per interval (or at once when the head sends a line),
-    until stdin reaches EOF or SIGTERM. make_report(poked) is told whether the head
-    asked for this report (it wants fresh GPU state, and wants it fast)."""
+def watch(
+    interval: float,
+    make_report: Callable[[bool], dict[str, Any]],
+    lease: Lease | None = None,
+) -> None:
+    """Emit a report, then one per interval (or at once when the head sends an empty
+    line), until stdin reaches EOF or SIGTERM. make_report(poked) is told whether the
+    head asked for this report (it wants fresh GPU state, and wants it fast).
+
+    With a lease, each report carries `seq` and the lease's state, and a line
+    `renew <seq>` from the head renews the lease from the moment report `seq` was
+    emitted (see Lease)."""
     signal.signal(signal.SIGTERM, _raise_terminated)
+    emitted: dict[int, float] = {}  # report seq -> monotonic time it was emitted
+    seq = 0
+
+    def on_line(line: bytes) -> None:
+        words = line.split()
+        if lease is None or len(words) != 2 or words[0] != b"renew" or not words[1].isdigit():
+            return
+        at = emitted.get(int(words[1]))
+        if at is not None:
+            lease.renew(at)
+
     try:
         poked = False
         while True:
-            emit(make_report(poked))
-            woke = _wait_for_head(interval)
+            report = make_report(poked)
+            if lease is not None:
+                seq += 1
+                report["seq"] = seq
+                report["lease"] = lease.state()
+                emitted[seq] = time.monotonic()
+                emitted.pop(seq - 64, None)  # renewals answer recent reports only
+            emit(report)
+            woke = _wait_for_head(interval, on_line)
             if woke == "eof":
                 return
             poked = woke == "poke"
     except _Terminated:
         return
+
+
+# -- the lease: a host stops gbatch's runs by itself when the head is gone ------------
+#
+# The head answers each report it receives with `renew <seq>`. The lease then runs to
+# (when report <seq> was emitted) + lease seconds, on CLOCK_MONOTONIC, which every
+# process on the host shares. Since the head received that report after it was
+# emitted, a head that has heard nothing for `lease` seconds knows the lease has run
+# out, however late a renewal was delivered. A separate `fence` process (it outlives
+# the SSH session) kills this node's gbatch containers once the lease has run out, so
+# the head may requeue their jobs without ever running one twice.
+
+_FENCE_POLL_S = 0.5
+
+
+def boot_id() -> str:
+    """Monotonic times mean nothing across a reboot: the lease file names its boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+class Lease:
+    """The lease file: {"boot": boot id, "expires": CLOCK_MONOTONIC seconds, "seconds",
+    "node", "docker"}. Only `watch` writes it (atomically); `fence` reads it."""
+
+    def __init__(self, path: str, seconds: float, node: str, docker: list[str]) -> None:
+        self.path = path
+        self.seconds = seconds
+        self.node = node
+        self.docker = docker
+        # A restarted watch keeps what an earlier one granted: never shorten a lease.
+        self._expires = float(read_lease(path).get("expires", 0.0))
+
+    def renew(self, emitted_at: float) -> None:
+        expires = emitted_at + self.seconds
+        if expires <= self._expires:
+            return
+        self._expires = expires
+        data = {
+            "boot": boot_id(),
+            "expires": expires,
+            "seconds": self.seconds,
+            "node": self.node,
+            "docker": self.docker,
+        }
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, self.path)
+        ensure_fence(self.path, self.node, self.docker)
+
+    def state(self) -> dict[str, Any]:
+        remaining = self._expires - time.monotonic() if self._expires else None
+        return {"seconds": self.seconds, "remaining": remaining}
+
+
+def read_lease(path: str) -> dict[str, Any]:
+    """The lease file's content, or {} when it is missing, unreadable or of another boot."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("boot") != boot_id():
+        return {}
+    if not isinstance(data.get("expires"), (int, float)):
+        return {}
+    return data
+
+
+def lease_expired(path: str, now: float) -> bool:
+    """Whether a lease was granted on this boot and has run out by monotonic `now`."""
+    data = read_lease(path)
+    return bool(data) and now >= float(data["expires"])
+
+
+def running_containers(docker: list[str], node: str) -> list[str]:
+    """Ids of this node's running gbatch containers (label gbatch.node=<node>)."""
+    out = _run_docker(
+        docker,
+        [
+            "ps",
+            "-q",
+            "--no-trunc",
+            "--filter",
+            f"label={_LABEL_JOB}",
+            "--filter",
+            f"label={_LABEL_NODE}={node}",
+            "--filter",
+            "status=running",
+        ],
+    )
+    return out.split()
+
+
+def fence_now(docker: list[str], node: str, log_path: str) -> int:
+    """SIGKILL every running gbatch container of `node`; how many. Raises DockerError."""
+    ids = running_containers(docker, node)
+    if ids:
+        _run_docker(docker, ["kill", *ids], partial_ok=True)
+        with open(log_path, "a", encoding="utf-8") as log:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            log.write(f"{stamp} lease expired: killed {len(ids)} container(s): {' '.join(ids)}\n")
+    return len(ids)
+
+
+def _lock_path(lease_file: str) -> str:
+    return f"{lease_file}.lock"
+
+
+def fence_running(lease_file: str) -> bool:
+    """Whether a fence process holds the lease's lock."""
+    try:
+        fd = os.open(_lock_path(lease_file), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing drops a lock we got
+    return False
+
+
+def ensure_fence(lease_file: str, node: str, docker: list[str]) -> None:
+    """Start the fence process unless one runs; it detaches from this session."""
+    if fence_running(lease_file):
+        return
+    argv = [sys.executable, os.path.abspath(__file__), "fence", "--lease-file", lease_file]
+    argv += ["--node", node, "--docker", shlex.join(docker)]
+    subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def fence(lease_file: str, node: str, docker: list[str]) -> int:
+    """Guard the lease until it has run out and nothing of `node` runs: kill this
+    node's gbatch containers whenever the lease has run out. One per lease file."""
+    fd = os.open(_lock_path(lease_file), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another fence guards this lease
+    log_path = os.path.join(os.path.dirname(os.path.abspath(lease_file)), "fence.log")
+    while True:
+        if not read_lease(lease_file):
+            return 0  # removed, or from another boot: nothing to guard
+        if lease_expired(lease_file, time.monotonic()):
+            try:
+                fence_now(docker, node, log_path)
+                if not running_containers(docker, node):
+                    return 0  # a new watch starts another fence on its next renewal
+            except DockerError:
+                pass  # docker not answering: try again
+        time.sleep(_FENCE_POLL_S)
 
 
 def _positive_float(text: str) -> float:
@@ -549,11 +754,25 @@ def _parser() -> argparse.ArgumentParser:
         action="version",
         version=f"gbatch-agent {AGENT_VERSION} (report schema {SCHEMA_VERSION})",
     )
-    commands = parser.add_subparsers(dest="command", metavar="probe|watch")
+    commands = parser.add_subparsers(dest="command", metavar="probe|watch|fence")
     commands.required = True
     probe = commands.add_parser("probe", help="print one report and exit")
     watch_ = commands.add_parser("watch", help="print a report every interval until stdin EOF")
     watch_.add_argument("--interval", type=_positive_float, required=True, metavar="S")
+    watch_.add_argument(
+        "--lease",
+        type=_positive_float,
+        metavar="S",
+        help="stop this node's gbatch containers when the head has not renewed the lease "
+        "for S seconds (needs --node and --docker); the lease file is <log-dir>/lease.json",
+    )
+    watch_.add_argument("--node", help="this host's name in the head's inventory")
+    fence_ = commands.add_parser(
+        "fence", help="kill this node's gbatch containers once the lease runs out (internal)"
+    )
+    fence_.add_argument("--lease-file", required=True, metavar="PATH")
+    fence_.add_argument("--node", required=True)
+    fence_.add_argument("--docker", type=_command, required=True, metavar="CMD")
     for command in (probe, watch_):
         command.add_argument(
             "--simulation-file", metavar="PATH", help="report the GPUs this JSON file describes"
@@ -572,7 +791,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "fence":
+        return fence(args.lease_file, args.node, args.docker)
+    lease = None
+    if args.command == "watch" and args.lease is not None:
+        if args.node is None or args.docker is None:
+            parser.error("--lease needs --node and --docker")
+        lease_file = os.path.join(args.log_dir, "lease.json")
+        lease = Lease(lease_file, args.lease, args.node, args.docker)
+        if lease_expired(lease_file, time.monotonic()):
+            # A head that lost this host has waited the lease out and may have started
+            # these jobs elsewhere: stop them before the head hears from us again.
+            with contextlib.suppress(DockerError, OSError):
+                fence_now(args.docker, args.node, os.path.join(args.log_dir, "fence.log"))
     nvml_problem = start_nvml() if args.simulation_file is None else "simulation requested"
     try:
         # The containers as last listed: a poked report reuses them, since listing
@@ -597,7 +830,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "probe":
             emit(make_report())
         else:
-            watch(args.interval, make_report)
+            watch(args.interval, make_report, lease)
     except BrokenPipeError:
         # The head is gone; keep Python from complaining while flushing at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

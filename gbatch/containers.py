@@ -21,6 +21,9 @@ from gbatch.model import JobSpec
 LABEL_JOB = "gbatch.job"
 LABEL_ATTEMPT = "gbatch.attempt"
 LABEL_USER = "gbatch.user"
+# The node (inventory name) the run was started for: a host's lease fence stops only its
+# own node's runs, even on an engine that serves several (as in gbatch's tests).
+LABEL_NODE = "gbatch.node"
 
 # Binding any of these into a container hands it the engine, i.e. root on the host.
 _DOCKER_SOCKET_PATHS = frozenset(
@@ -44,8 +47,9 @@ def docker_run_argv(
     gpus: Sequence[int],
     env_file: str | None,
     docker: str = "docker",
+    node: str | None = None,
 ) -> list[str]:
-    """`docker run -d` for one attempt of a job.
+    """`docker run -d` for one attempt of a job (labelled with `node` when given).
 
     Preconditions: `spec.image` is not None (bare-process jobs do not run in docker) and
     `spec.mounts` already passed the site's allowlist. Raises ValueError when the image
@@ -70,6 +74,7 @@ def docker_run_argv(
         f"{LABEL_ATTEMPT}={attempt}",
         "--label",
         f"{LABEL_USER}={user}",
+        *(["--label", f"{LABEL_NODE}={node}"] if node is not None else []),
         # gbatch decides about retries; an engine restart must not revive a job behind
         # the scheduler's back.
         "--restart=no",

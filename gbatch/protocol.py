@@ -55,6 +55,7 @@ class ContainerReport:
     oom_killed: bool
     started_at: float | None  # seconds since the epoch (host clock); None: not yet
     finished_at: float | None
+    node: str | None = None  # label gbatch.node: the node it was started for, if labelled
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class NodeReport:
     # Empty when the agent was not asked to look at docker (no --docker) or could not.
     containers: tuple[ContainerReport, ...] = ()
     docker_note: str = ""  # why containers are missing, else ""
+    # Only from an agent watching with a lease: the report's number in its stream (the
+    # head renews the lease by answering `renew <seq>`), and the lease's seconds left.
+    seq: int | None = None
+    lease_remaining: float | None = None
 
 
 def _field(data: Mapping[str, object], key: str, where: str) -> object:
@@ -167,6 +172,8 @@ def _parse_container(value: object, where: str) -> ContainerReport:
         oom_killed=_bool(data, "oom_killed", where),
         started_at=_opt_number(data, "started_at", where),
         finished_at=_opt_number(data, "finished_at", where),
+        # Optional key (agents before the lease leave it out).
+        node=_opt_str(data, "node", where) if "node" in data else None,
     )
 
 
@@ -225,6 +232,19 @@ def parse_report(data: Mapping[str, object]) -> NodeReport:
     if not isinstance(docker_note, str):
         raise ReportError(f"report.docker_note: expected a string, got {_describe(docker_note)}")
     facts = _object(_field(data, "facts", where), "report.facts")
+    seq = data.get("seq")
+    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int)):
+        raise ReportError(f"report.seq: expected an integer, got {_describe(seq)}")
+    lease = data.get("lease")
+    remaining: float | None = None
+    if lease is not None:
+        value = _object(lease, "report.lease").get("remaining")
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ReportError(
+                    f"report.lease.remaining: expected a number or null, got {_describe(value)}"
+                )
+            remaining = float(value)
     return NodeReport(
         schema=schema,
         time=float(timestamp),
@@ -235,6 +255,8 @@ def parse_report(data: Mapping[str, object]) -> NodeReport:
         disk_free_bytes=_opt_int(facts, "disk_free_bytes", "report.facts"),
         containers=containers,
         docker_note=docker_note,
+        seq=seq,
+        lease_remaining=remaining,
     )
 
 

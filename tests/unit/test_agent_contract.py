@@ -270,6 +270,9 @@ def test_checked_in_sample_report_parses() -> None:
         ("running", None),
         ("exited", 137),
     ]
+    # Keys added since schema 1 began are optional: the second container lacks `node`.
+    assert [c.node for c in report.containers] == ["gpu01", None]
+    assert (report.seq, report.lease_remaining) == (7, 299.2)
 
 
 def load_agent_module() -> ModuleType:

@@ -371,7 +371,7 @@ def _gpu_type(node: NodeInfo) -> str:
 
 
 def _node_reason(node: NodeInfo) -> str:
-    if node.state in (NodeState.DRAINED, NodeState.DOWN):
+    if node.state in (NodeState.DRAINED, NodeState.SUSPECT, NodeState.DOWN):
         return _printable(node.reason)
     return ""
 
@@ -550,7 +550,8 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         f"   NodeList={_printable(job.node) if job.node else _NULL}"
         f" Gres={f'gpu:{spec.gpus}' if spec.gpus else _NULL}"
         f" GPUs={','.join(map(str, job.gpus)) if job.gpus else _NULL}"
-        f" Attempt={job.attempt} Retries={spec.retries}",
+        f" Attempt={job.attempt} Retries={spec.retries}"
+        f" Requeue={1 if spec.requeue else 0}",
         f"   Command={_command_line(spec.command)}",
         f"   Image={_printable(spec.image or _NULL)}"
         f" WorkDir={_printable(spec.workdir or _NULL)}"
@@ -577,6 +578,7 @@ def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> st
             "shm_size": spec.shm_size,
             "env_names": [name for name, _ in spec.env],
             "retries": spec.retries,
+            "requeue": spec.requeue,
             "nice": spec.nice,
             "held": job.held,
             "events": [

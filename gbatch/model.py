@@ -116,6 +116,9 @@ class JobSpec:
     priority: int = 0
     nice: int = 0
     shm_size: str | None = None
+    # False: a run lost with its node ends NODE_FAIL instead of being requeued (Slurm's
+    # --no-requeue), for jobs that must not start over from the beginning.
+    requeue: bool = True
 
     @property
     def effective_priority(self) -> int:
@@ -135,6 +138,7 @@ class JobSpec:
             "priority": self.priority,
             "nice": self.nice,
             "shm_size": self.shm_size,
+            "requeue": self.requeue,
         }
 
     @classmethod
@@ -155,6 +159,7 @@ class JobSpec:
             priority=int(data.get("priority", 0)),  # type: ignore[call-overload]
             nice=int(data.get("nice", 0)),  # type: ignore[call-overload]
             shm_size=data.get("shm_size"),  # type: ignore[arg-type]
+            requeue=bool(data.get("requeue", True)),
         )
 
 
@@ -204,7 +209,8 @@ class NodeState(enum.Enum):
     MIXED = "mixed"
     ALLOCATED = "allocated"
     DRAINED = "drained"
-    DOWN = "down"
+    SUSPECT = "suspect"  # silent for a while: gets no new jobs, its runs are left alone
+    DOWN = "down"  # silent past the grace period: its fenced runs are requeued
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ KEYS = (
     "priority",
     "nice",
     "shm_size",
+    "requeue",
 )
 
 # The CLI option that sets each field, for error messages about overrides. The CLI may
@@ -51,6 +52,7 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "priority": "--priority",
     "nice": "--nice",
     "shm_size": "--shm-size",
+    "requeue": "--no-requeue",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -333,6 +335,7 @@ def build_spec(
         priority=pick("priority", _int_check(-10000, 10000), 0),
         nice=pick("nice", _int_check(-10000, 10000), 0),
         shm_size=pick("shm_size", _check_shm_size, None),
+        requeue=pick("requeue", _check_bool, True),
     )
 
 
@@ -420,6 +423,12 @@ def check_gpus(value: object, field: str = "gpus") -> int:
             f"{show_value(value)} is not a GPU count. Use a whole number from 0 to {MAX_GPUS}"
             + (", without quotes" if isinstance(value, str) and value.isdigit() else ""),
         )
+    return value
+
+
+def _check_bool(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(field, f"{show_value(value)} is not true or false. Write true or false")
     return value
 
 

@@ -47,6 +47,20 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--wrap", metavar="CMD", help="run CMD with /bin/sh -c (no file needed)")
     p.add_argument("--image", metavar="IMAGE", help="run in this container image")
     p.add_argument("--retries", type=int, metavar="N", help="retry a failing job N times")
+    p.add_argument(
+        "--requeue",
+        dest="requeue",
+        action="store_const",
+        const=True,
+        help="requeue the job if its node is lost (the default)",
+    )
+    p.add_argument(
+        "--no-requeue",
+        dest="requeue",
+        action="store_const",
+        const=False,
+        help="end the job NODE_FAIL if its node is lost, instead of starting it over",
+    )
     p.add_argument("--priority", type=int, metavar="N")
     p.add_argument("--nice", type=int, metavar="N", help="lower the job's priority by N")
     p.add_argument(
@@ -116,6 +130,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "command": args.wrap,
             "image": args.image,
             "retries": args.retries,
+            "requeue": args.requeue,
             "priority": args.priority,
             "nice": args.nice,
             "workdir": args.workdir,

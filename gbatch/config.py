@@ -82,6 +82,13 @@ class Config:
     socket_mode: int = 0o600
     admins: tuple[str, ...] = ()  # user names allowed to act on any job (root always)
     docker: str = "docker"
+    # A node silent this long is down (Slurm's SlurmdTimeout); before that it is suspect.
+    node_down_seconds: float = 300.0
+    # A host kills its own gbatch containers when the head has not renewed its lease for
+    # this long (the agent's fence). The head requeues a down node's jobs only once this
+    # lease has surely run out, so a job never runs twice; a head that is itself away
+    # longer than this stops every host's runs.
+    node_lease_seconds: float = 300.0
 
     @property
     def half_life_seconds(self) -> float:
@@ -89,7 +96,14 @@ class Config:
 
 
 _INT_KEYS = {"simulate_gpus", "gpu_memory_threshold_mib", "socket_mode"}
-_FLOAT_KEYS = {"tick_seconds", "report_interval", "half_life_days", "kill_grace_seconds"}
+_FLOAT_KEYS = {
+    "tick_seconds",
+    "report_interval",
+    "half_life_days",
+    "kill_grace_seconds",
+    "node_down_seconds",
+    "node_lease_seconds",
+}
 
 
 def load_config(paths: Paths, environ: Mapping[str, str]) -> Config:

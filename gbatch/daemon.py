@@ -3,6 +3,10 @@ something happens (a submit, a cancel, a run ending, a GPU report).
 
     collect_ended_runs -> enforce_limits -> schedule
 
+Collecting also ends the runs of nodes that are down with their lease run out
+(gbatch/liveness.py), and, when a node is heard again, removes the containers of runs
+the head has already ended or requeued.
+
 The loop thread is the only one that starts or signals runs; request handlers only
 write intents to the store (a new job, a cancel) and wake the loop.
 """
@@ -20,6 +24,7 @@ from gbatch.config import Config, Paths
 from gbatch.crashpoints import crash_point
 from gbatch.groupcommit import GroupCommitter
 from gbatch.inventory import Inventory
+from gbatch.liveness import Liveness, node_liveness
 from gbatch.localnode import LOCAL_NODE, LocalNode
 from gbatch.model import (
     ALLOCATED_STATES,
@@ -65,6 +70,10 @@ class Daemon:
         self._started_monotonic: dict[tuple[int, int], float] = {}
         # job id -> (monotonic time SIGTERM was sent, SIGKILL sent yet)
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
+        self._watching_since = monotonic()
+        # node name -> whether it was up at the last step: one coming back gets its
+        # stale containers removed (see reap_stale_runs).
+        self._was_up: dict[str, bool] = {}
         # (node, GPU index) -> number of the node's report at the GPU's release: it is
         # handed out again only after a later report shows its memory released.
         self._released_at_report: dict[tuple[str, int], int] = {}
@@ -146,7 +155,14 @@ class Daemon:
     # -- step 1: runs that ended, or vanished ------------------------------------------
 
     def collect_ended_runs(self, now: float) -> None:
-        for job in self.store.jobs_in(ALLOCATED_STATES):
+        allocated = self.store.jobs_in(ALLOCATED_STATES)
+        liveness = {name: self.liveness(each) for name, each in self.nodes.items()}
+        for name, each in self.nodes.items():
+            up = liveness[name].state == "up"
+            if up and not self._was_up.get(name, False):
+                self.reap_stale_runs(each, allocated)
+            self._was_up[name] = up
+        for job in allocated:
             node = self.nodes.get(job.node or "")
             if node is None:
                 # Its node left the inventory: whether the run lives is unknowable, so
@@ -158,6 +174,9 @@ class Daemon:
                     now,
                     end_time=now,
                 )
+                continue
+            if liveness[node.name].runs_stopped:
+                self._run_lost_with_node(job, liveness[node.name], now)
                 continue
             status = node.status(job, job.attempt)
             if status.state == "running":
@@ -207,6 +226,47 @@ class Daemon:
                 now,
                 end_time=now,
             )
+
+    def _run_lost_with_node(self, job: Job, liveness: Liveness, now: float) -> None:
+        """The run's node is down and its lease has run out: the run is dead, and the
+        job is requeued (NODE_FAIL if it opted out, its stop state if being stopped)."""
+        lost = f"node {job.node} down ({liveness.describe('')}); its run was stopped by the lease"
+        if job.stop_state is not None:
+            new, reason = job.stop_state, f"{_stop_reason(job.stop_state)}; {lost}"
+        elif job.spec.requeue:
+            new, reason = JobState.PENDING, f"{lost}; requeued"
+        else:
+            new, reason = JobState.NODE_FAIL, f"{lost}; not requeued (requeue: false)"
+        log.warning("job %d: %s", job.id, reason)
+        self._end_run(job, new, reason, now, end_time=now)
+
+    def reap_stale_runs(self, node: Node, allocated: Sequence[Job]) -> None:
+        """Kill and remove the containers a node lists for runs the head has already
+        ended or requeued (it was cut off meanwhile, or an earlier daemon died before
+        removing them). Only containers labelled with this node's name are touched: an
+        engine may serve other heads, whose job ids mean nothing to this store."""
+        report, _ = node.report()
+        if report is None:
+            return
+        live = {(job.id, job.attempt) for job in allocated}
+        for container in report.containers:
+            if container.node != node.name or (container.job, container.attempt) in live:
+                continue
+            job = self.store.get(container.job)
+            if job is None:
+                continue
+            if job.state in ALLOCATED_STATES and job.attempt < container.attempt:
+                continue  # listed before the store said so: a run being started now
+            if container.state == "running":
+                log.warning(
+                    "node %s: run %d.%d of a job already %s was still running; killing it",
+                    node.name,
+                    container.job,
+                    container.attempt,
+                    job.state.value,
+                )
+                node.signal(job, container.attempt, signal.SIGKILL)
+            node.cleanup(job, container.attempt)
 
     def _end_run(self, job: Job, new: JobState, reason: str, now: float, **fields: object) -> None:
         if new is JobState.PENDING:
@@ -359,13 +419,28 @@ class Daemon:
 
     # -- views of the nodes -----------------------------------------------------------
 
+    def liveness(self, node: Node) -> Liveness:
+        report, _ = node.report()
+        return node_liveness(
+            last_heard=node.last_heard(),
+            watching_since=self._watching_since,
+            reporting=report is not None,
+            now=self.monotonic(),
+            report_interval=self.config.report_interval,
+            down_after=self.config.node_down_seconds,
+            lease=self.config.node_lease_seconds,
+            fences_runs=node.fences_runs,
+        )
+
     def node_view(
         self, node: Node, allocated: Sequence[Job], drained: Mapping[str, str]
     ) -> NodeView:
         """What the planner may use on `node` now (see NodeView)."""
         report, problem = node.report()
-        if report is None:
-            return NodeView(node.name, 0, (), available=False, unavailable_reason=problem)
+        liveness = self.liveness(node)
+        if report is None or liveness.state != "up":
+            why = f"{liveness.state}: {liveness.describe(problem if report is None else '')}"
+            return NodeView(node.name, 0, (), available=False, unavailable_reason=why)
         gpus = node.gpus(report)
         mine = [job for job in allocated if job.node == node.name]
         held = {g for job in mine for g in job.gpus}
@@ -409,10 +484,18 @@ class Daemon:
         self, node: Node, allocated: Sequence[Job], drained: Mapping[str, str]
     ) -> NodeInfo:
         report, problem = node.report()
-        if report is None:
-            return NodeInfo(node.name, NodeState.DOWN, reason=problem, address=node.address)
-        gpus = node.gpus(report)
         allocations = {g: job.id for job in allocated if job.node == node.name for g in job.gpus}
+        liveness = self.liveness(node)
+        if report is None or liveness.state != "up":
+            silent = NodeState.DOWN if liveness.state == "down" else NodeState.SUSPECT
+            return NodeInfo(
+                node.name,
+                silent,
+                reason=liveness.describe(problem if report is None else ""),
+                allocations=allocations,
+                address=node.address,
+            )
+        gpus = node.gpus(report)
         if node.name in drained:
             state, reason = NodeState.DRAINED, drained[node.name]
         elif not allocations:

@@ -71,6 +71,8 @@ class LocalNode:
     name = LOCAL_NODE
     address = "this machine"
     runs_bare_processes = True
+    # Head and node are one machine: the node is never lost while the head runs.
+    fences_runs = False
 
     def __init__(self, paths: Paths, config: Config, on_change: Callable[[], None]) -> None:
         self.paths = paths
@@ -135,6 +137,9 @@ class LocalNode:
     @property
     def report_seq(self) -> int:
         return self._reports.seq
+
+    def last_heard(self) -> float | None:
+        return self._reports.heard_at
 
     def poke(self) -> None:
         """Ask the agent for a report now (a GPU was just released)."""

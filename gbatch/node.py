@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -43,6 +44,12 @@ class Node(Protocol):
 
     # Whether jobs without an image (bare processes) can run here.
     runs_bare_processes: bool
+    # Whether the node stops its own runs when the head is gone for the lease period
+    # (see agent/README.md, "Lease"): only then may a lost node's jobs be requeued.
+    fences_runs: bool
+
+    def last_heard(self) -> float | None:
+        """time.monotonic() of the latest report received; None before the first."""
 
     def start(self) -> None:
         """Begin receiving reports (in the background); return at once."""
@@ -83,15 +90,27 @@ class Reports:
     was released from one taken before.
     """
 
-    def __init__(self, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        on_change: Callable[[], None],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._on_change = on_change
+        self._monotonic = monotonic
         self._lock = threading.Lock()
         self._report: NodeReport | None = None
         self._problem = STARTING
         self.seq = 0
+        self.heard_at: float | None = None
 
-    def read(self, lines: Iterable[bytes]) -> None:
-        """Take in reports until `lines` ends (the agent stopped or its channel broke)."""
+    def read(
+        self, lines: Iterable[bytes], on_report: Callable[[NodeReport], None] | None = None
+    ) -> None:
+        """Take in reports until `lines` ends (the agent stopped or its channel broke).
+
+        `on_report` is called with each report as soon as it is parsed, before the time
+        it was heard is recorded (a lease renewed from it then never outlasts what the
+        head believes: see agent/README.md, "Lease")."""
         for line in lines:
             try:
                 report = parse_report_line(line)
@@ -99,9 +118,12 @@ class Reports:
                 with self._lock:
                     self._problem = f"bad report from the agent: {err}"
                 continue
+            if on_report is not None:
+                on_report(report)
             with self._lock:
                 self._report = report
                 self.seq += 1
+                self.heard_at = self._monotonic()
             self._on_change()
 
     def lost(self, problem: str) -> None:

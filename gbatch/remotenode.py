@@ -92,7 +92,7 @@ def target_of(config: NodeConfig) -> SshTarget:
     )
 
 
-def agent_watch_argv(config: NodeConfig, interval: float) -> list[str]:
+def agent_watch_argv(config: NodeConfig, interval: float, lease: float) -> list[str]:
     argv = [
         config.agent_python,
         agent_path(config),
@@ -103,6 +103,10 @@ def agent_watch_argv(config: NodeConfig, interval: float) -> list[str]:
         config.docker,
         "--log-dir",
         config.agent_dir,
+        "--lease",
+        str(lease),
+        "--node",
+        config.name,
     ]
     if config.simulation_file:
         argv += ["--simulation-file", config.simulation_file]
@@ -122,6 +126,7 @@ def _until_end(stream: RemoteStream) -> Iterator[bytes]:
 
 class RemoteNode:
     runs_bare_processes = False
+    fences_runs = True
 
     def __init__(
         self, node: NodeConfig, paths: Paths, config: Config, on_change: Callable[[], None]
@@ -142,6 +147,10 @@ class RemoteNode:
         # (job, attempt) -> (exit code, when `docker wait` returned it)
         self._exits: dict[tuple[int, int], tuple[int, float]] = {}
         self._waiters: dict[tuple[int, int], threading.Thread] = {}
+        # Connections made so far, and the one each run's log follower started on: a
+        # follower cut off with its connection is started again to replay the output.
+        self._generation = 0
+        self._followed_on: dict[tuple[int, int], int] = {}
 
     # -- the connection and the agent ------------------------------------------------
 
@@ -154,9 +163,14 @@ class RemoteNode:
             try:
                 if not self._conn.connected:
                     self._conn.connect()
-                stream = self._conn.stream(agent_watch_argv(self.node, self.config.report_interval))
+                stream = self._conn.stream(
+                    agent_watch_argv(
+                        self.node, self.config.report_interval, self.config.node_lease_seconds
+                    )
+                )
                 with self._lock:
                     self._agent = stream
+                    self._generation += 1
                 backoff.reset()
                 self._read_reports(stream)
                 problem = f"the agent stopped (exit status {stream.exit_status})"
@@ -180,11 +194,22 @@ class RemoteNode:
     def _read_reports(self, stream: RemoteStream) -> None:
         # A silent agent is as good as a lost one: give it a few intervals.
         idle = max(10.0, 5 * self.config.report_interval)
-        self._reports.read(stream.lines(idle_timeout=idle))
+
+        def renew_lease(report: NodeReport) -> None:
+            # Answered before the report counts as heard (Reports.read): the host's
+            # lease then never runs past what the head reckons from its last report.
+            if report.seq is not None:
+                with contextlib.suppress(RemoteError, OSError):
+                    stream.write(b"renew %d\n" % report.seq)
+
+        self._reports.read(stream.lines(idle_timeout=idle), on_report=renew_lease)
 
     @property
     def report_seq(self) -> int:
         return self._reports.seq
+
+    def last_heard(self) -> float | None:
+        return self._reports.heard_at
 
     def report(self) -> tuple[NodeReport | None, str]:
         return self._reports.latest()
@@ -235,6 +260,7 @@ class RemoteNode:
             gpus=gpus,
             env_file=env_file,
             docker=self.node.docker,
+            node=self.name,
         )
         # The admin's allowed extra options go right after `docker run`.
         argv[2:2] = list(self.node.docker_options)
@@ -252,7 +278,7 @@ class RemoteNode:
     def _follow(self, job_id: int, attempt: int) -> None:
         """Copy the run's output to the head and learn its exit the moment it happens
         (`docker wait` on the open connection), not at the next report."""
-        self._log_followers.follow(job_id, attempt, partial(self._docker_logs, job_id, attempt))
+        self._follow_log(job_id, attempt)
         key = (job_id, attempt)
         with self._lock:
             waiter = self._waiters.get(key)
@@ -263,6 +289,26 @@ class RemoteNode:
             )
             self._waiters[key] = waiter
         waiter.start()
+
+    def _follow_log(self, job_id: int, attempt: int) -> None:
+        key = (job_id, attempt)
+        with self._lock:
+            stale = self._followed_on.get(key) != self._generation
+            self._followed_on[key] = self._generation
+        if stale:
+            # A follower from an earlier connection ended with it: forget it, so a new
+            # one replays the whole output (LogFollowers truncates to the attempt's start).
+            self._log_followers.wait(job_id, attempt, timeout=0.0)
+        self._log_followers.follow(job_id, attempt, partial(self._docker_logs, job_id, attempt))
+
+    def _complete_log(self, job_id: int, attempt: int) -> None:
+        """Before a run is final, make its log whole: output copied on a connection that
+        has since broken, or by an earlier daemon, is replayed from the container."""
+        with self._lock:
+            current = self._followed_on.get((job_id, attempt)) == self._generation
+        if not current:
+            self._follow_log(job_id, attempt)
+        self._log_followers.wait(job_id, attempt)
 
     def _wait_exit(self, job_id: int, attempt: int) -> None:
         name = containers.container_name(job_id, attempt)
@@ -306,11 +352,11 @@ class RemoteNode:
             waited = self._exits.pop((job.id, attempt), None)
         # 137 is SIGKILL, also the OOM killer's: inspect to tell them apart.
         if waited is not None and waited[0] != 137:
-            self._log_followers.wait(job.id, attempt)
+            self._complete_log(job.id, attempt)
             return RunStatus("exited", waited[0], 0, waited[1])
         container = {c.name: c for c in report.containers}.get(name)
         if container is not None and container.state in ("exited", "dead"):
-            self._log_followers.wait(job.id, attempt)
+            self._complete_log(job.id, attempt)
             return RunStatus(
                 "exited",
                 container.exit_code,
@@ -340,7 +386,7 @@ class RemoteNode:
             return RunStatus("vanished") if gone else RunStatus("running")
         status = found[0]
         if status.state in ("exited", "dead"):
-            self._log_followers.wait(job.id, attempt)
+            self._complete_log(job.id, attempt)
             return RunStatus(
                 "exited",
                 status.exit_code,
@@ -365,6 +411,7 @@ class RemoteNode:
         with self._lock:
             self._waiters.pop((job.id, attempt), None)
             self._exits.pop((job.id, attempt), None)
+            self._followed_on.pop((job.id, attempt), None)
         run_dir = self.paths.run_dir(job.id, attempt)
         with contextlib.suppress(FileNotFoundError):
             (run_dir / "log_offset").unlink()

@@ -93,7 +93,9 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         "gpu_memory_threshold_mib: 1024\n"
         'socket_mode: "660"\n'
         "admins: [alice, bob]\n"
-        "docker: podman\n",
+        "docker: podman\n"
+        "node_down_seconds: 90\n"
+        "node_lease_seconds: 60\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -106,6 +108,8 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         socket_mode=0o660,
         admins=("alice", "bob"),
         docker="podman",
+        node_down_seconds=90.0,
+        node_lease_seconds=60.0,
     )
 
 
@@ -121,6 +125,8 @@ def test_every_config_key_is_a_config_field() -> None:
         "socket_mode",
         "admins",
         "docker",
+        "node_down_seconds",
+        "node_lease_seconds",
     }
 
 

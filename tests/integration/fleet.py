@@ -1,0 +1,115 @@
+"""A test fleet: GPU hosts as containers (tests/integration/hosts.py), each with its
+agent and simulated GPUs in its share dir, and a head started against them.
+
+All hosts share this machine's docker engine (its socket is mounted into each host);
+container names carry the job id, so their jobs never collide.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head
+from dockerenv import ensure_test_image, require_docker
+from hosts import Host, start_host
+
+AGENT = Path(__file__).resolve().parents[2] / "agent" / "gbatch_agent.py"
+
+
+@dataclass
+class Fleet:
+    head: Head
+    hosts: dict[str, Host]
+    simulation: dict[str, Path]
+    agent_dirs: dict[str, Path]
+    image: str
+
+    def set_gpus(self, name: str, gpus: list[dict[str, object]]) -> None:
+        self.simulation[name].write_text(json.dumps({"gpus": gpus}))
+
+
+def build_fleet(
+    tmp_path: Path,
+    gpus: dict[str, int],
+    *,
+    trusted: bool = True,
+    installed: bool = True,
+    config: str = FAST_CONFIG,
+) -> Fleet:
+    """One host container per entry of `gpus` (name -> GPU count) and a head started
+    against them. Whatever fails on the way, the hosts started so far are removed:
+    without Ryuk, nothing else would."""
+    require_docker()
+    image = ensure_test_image()
+    hosts: dict[str, Host] = {}
+    try:
+        for name in gpus:
+            hosts[name] = start_host(tmp_path, name)
+        return _start_head(
+            tmp_path, hosts, gpus, image, trusted=trusted, installed=installed, config=config
+        )
+    except BaseException:
+        for host in hosts.values():
+            host.stop()
+        raise
+
+
+def _start_head(
+    tmp_path: Path,
+    hosts: dict[str, Host],
+    gpus: dict[str, int],
+    image: str,
+    *,
+    trusted: bool,
+    installed: bool,
+    config: str,
+) -> Fleet:
+    simulation, agent_dirs, nodes, known = {}, {}, [], []
+    for name, count in gpus.items():
+        host = hosts[name]
+        # Paths in the share dir mean the same in the host: the test edits the
+        # simulation file that the agent there reads.
+        simulation[name] = host.share / "gpus.json"
+        simulation[name].write_text(json.dumps({"gpus": [{} for _ in range(count)]}))
+        agent_dirs[name] = host.share / "agent"
+        if installed:
+            agent_dirs[name].mkdir()
+            shutil.copy(AGENT, agent_dirs[name] / "gbatch_agent.py")
+        known.append(host.known_hosts.read_text())
+        nodes.append(
+            {
+                "name": name,
+                "host": "127.0.0.1",
+                "port": host.port,
+                "user": host.user,
+                "identity_file": str(host.client_key),
+                "agent_dir": str(agent_dirs[name]),
+                "agent_python": host.agent_python,
+                "simulation_file": str(simulation[name]),
+            }
+        )
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("".join(known) if trusted else "")
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"known_hosts": str(known_hosts), "nodes": nodes}))
+    head = make_head(tmp_path / "home", config=config)
+    head.env["GBATCH_INVENTORY"] = str(inventory)
+    head.start()
+    return Fleet(head, hosts, simulation, agent_dirs, image)
+
+
+def teardown_fleet(fleet: Fleet) -> None:
+    fleet.head.stop()
+    kill_leftover_jobs(fleet.head.home)
+    for host in fleet.hosts.values():
+        host.stop()
+    listed = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=gbatch.job"], capture_output=True, text=True
+    ).stdout.split()
+    for container in listed:
+        subprocess.run(["docker", "rm", "-f", container], capture_output=True)

@@ -1,0 +1,195 @@
+"""The daemon's rules for a silent node, on fake clocks and a fake node: a suspect
+node's runs are left alone, a down node's are ended only once its lease has surely run
+out, and a node heard again gets the containers of ended runs removed."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from gbatch.config import Config, Paths
+from gbatch.daemon import Daemon
+from gbatch.liveness import FENCE_MARGIN_SECONDS
+from gbatch.model import Gpu, Job, JobSpec, JobState
+from gbatch.node import RunStatus
+from gbatch.protocol import ContainerReport, NodeReport
+from gbatch.store import Store
+
+DOWN_AFTER, LEASE = 60.0, 90.0
+
+
+class Clocks:
+    def __init__(self) -> None:
+        self.wall = 1_800_000_000.0
+        self.mono = 1000.0
+
+
+class FakeNode:
+    """A remote node whose reports the test controls; records signals and clean-ups."""
+
+    runs_bare_processes = False
+    fences_runs = True
+    address = "root@fake:22"
+
+    def __init__(self, name: str, clocks: Clocks) -> None:
+        self.name = name
+        self.clocks = clocks
+        self.containers: tuple[ContainerReport, ...] = ()
+        self.reporting = True
+        self.heard_at: float | None = clocks.mono
+        self.signals: list[tuple[int, int, signal.Signals]] = []
+        self.cleaned: list[tuple[int, int]] = []
+
+    def hear(self) -> None:
+        self.reporting, self.heard_at = True, self.clocks.mono
+
+    @property
+    def report_seq(self) -> int:
+        return 1
+
+    def last_heard(self) -> float | None:
+        return self.heard_at
+
+    def report(self) -> tuple[NodeReport | None, str]:
+        if not self.reporting:
+            return None, "connection lost"
+        report = NodeReport(1, self.clocks.wall, self.name, "simulation", "", (), None)
+        return NodeReport(**{**report.__dict__, "containers": self.containers}), ""
+
+    def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
+        return ()
+
+    def status(self, job: Job, attempt: int) -> RunStatus:
+        return RunStatus("running")  # as RemoteNode says of a silent node
+
+    def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
+        self.signals.append((job.id, attempt, sig))
+
+    def cleanup(self, job: Job, attempt: int) -> None:
+        self.cleaned.append((job.id, attempt))
+
+    def poke(self) -> None: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def docker_problem(self, now: float) -> str | None: ...
+    def launch(self, job: Job, attempt: int, gpus: Sequence[int]) -> None: ...
+
+
+@pytest.fixture
+def clocks() -> Clocks:
+    return Clocks()
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, clocks: Clocks) -> Iterator[Daemon]:
+    paths = Paths(tmp_path)
+    config = Config(node_down_seconds=DOWN_AFTER, node_lease_seconds=LEASE)
+    made = Daemon(
+        paths, config, Store(paths.store), clock=lambda: clocks.wall, monotonic=lambda: clocks.mono
+    )
+    made.nodes = {"gpu01": FakeNode("gpu01", clocks)}
+    yield made
+    made.committer.close()
+
+
+def node(daemon: Daemon) -> FakeNode:
+    fake = daemon.nodes["gpu01"]
+    assert isinstance(fake, FakeNode)
+    return fake
+
+
+def running_job(daemon: Daemon, clocks: Clocks, **spec: object) -> int:
+    job_spec = JobSpec(name="train", command=("train",), image="img", gpus=1, **spec)  # type: ignore[arg-type]
+    (job_id,) = daemon.store.submit([job_spec], 0, "alice", clocks.wall)
+    daemon.store.set_state(
+        job_id, JobState.CONFIGURING, "", clocks.wall, node="gpu01", gpus=(0,), attempt=1
+    )
+    daemon.store.set_state(job_id, JobState.RUNNING, "", clocks.wall, start_time=clocks.wall)
+    return job_id
+
+
+def go_silent_for(daemon: Daemon, clocks: Clocks, seconds: float) -> None:
+    node(daemon).reporting = False
+    clocks.mono += seconds
+    clocks.wall += seconds
+    daemon.collect_ended_runs(clocks.wall)
+
+
+def test_a_suspect_or_freshly_down_node_keeps_its_runs(daemon: Daemon, clocks: Clocks) -> None:
+    job_id = running_job(daemon, clocks)
+    go_silent_for(daemon, clocks, 10)
+    assert daemon.node_infos()[0].state.value == "suspect"
+    go_silent_for(daemon, clocks, DOWN_AFTER)  # down, but the lease may still run
+    assert daemon.node_infos()[0].state.value == "down"
+    assert daemon.store.require(job_id).state is JobState.RUNNING
+
+
+def test_a_down_nodes_run_is_requeued_once_the_lease_and_margin_are_over(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    job_id = running_job(daemon, clocks)
+    go_silent_for(daemon, clocks, LEASE + FENCE_MARGIN_SECONDS - 0.1)
+    assert daemon.store.require(job_id).state is JobState.RUNNING
+    go_silent_for(daemon, clocks, 0.1)
+    job = daemon.store.require(job_id)
+    assert (job.state, job.node, job.gpus) == (JobState.PENDING, None, ())
+    assert "stopped by the lease; requeued" in job.reason
+
+
+def test_a_wall_clock_jump_does_not_make_a_node_down(daemon: Daemon, clocks: Clocks) -> None:
+    job_id = running_job(daemon, clocks)
+    clocks.wall += 86400  # the wall clock jumps a day; the node keeps reporting
+    node(daemon).hear()
+    daemon.collect_ended_runs(clocks.wall)
+    assert daemon.store.require(job_id).state is JobState.RUNNING
+    assert daemon.node_infos()[0].state.value == "allocated"
+
+
+def test_a_job_that_opted_out_of_requeue_ends_node_fail(daemon: Daemon, clocks: Clocks) -> None:
+    job_id = running_job(daemon, clocks, requeue=False)
+    go_silent_for(daemon, clocks, LEASE + FENCE_MARGIN_SECONDS)
+    job = daemon.store.require(job_id)
+    assert job.state is JobState.NODE_FAIL and "not requeued" in job.reason
+
+
+def test_a_job_being_cancelled_on_a_lost_node_ends_cancelled(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    job_id = running_job(daemon, clocks)
+    daemon.store.set_state(
+        job_id, JobState.COMPLETING, "", clocks.wall, stop_state=JobState.CANCELLED
+    )
+    go_silent_for(daemon, clocks, LEASE + FENCE_MARGIN_SECONDS)
+    assert daemon.store.require(job_id).state is JobState.CANCELLED
+
+
+def container(job: int, attempt: int, state: str, node: str | None = "gpu01") -> ContainerReport:
+    name = f"gbatch-{job}-{attempt}"
+    return ContainerReport(name, name, job, attempt, "alice", state, None, False, None, None, node)
+
+
+def test_reaping_touches_only_this_nodes_containers_of_ended_runs_of_known_jobs(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    ended = running_job(daemon, clocks)
+    daemon.store.set_state(ended, JobState.PENDING, "requeued", clocks.wall, node=None, gpus=())
+    live = running_job(daemon, clocks)
+    fake = node(daemon)
+    fake.containers = (
+        container(ended, 1, "running"),  # fenced too late, or never: killed and removed
+        container(live, 1, "running"),  # live: left alone
+        container(ended, 1, "exited", node="gpu02"),  # another node's: left alone
+        container(ended, 1, "exited", node=None),  # unlabelled (the embedded node's)
+        container(999, 1, "exited"),  # a job this store does not know
+    )
+    go_silent_for(daemon, clocks, 10)
+    fake.hear()
+    daemon.collect_ended_runs(clocks.wall)
+    assert fake.signals == [(ended, 1, signal.SIGKILL)]
+    assert fake.cleaned == [(ended, 1)]
+    # Only on coming back: the next steps do not reap again.
+    daemon.collect_ended_runs(clocks.wall)
+    assert fake.cleaned == [(ended, 1)]

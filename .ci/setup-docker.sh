@@ -101,5 +101,12 @@ if [ "$seen" != 0 ]; then
     die "docker run --gpus device=0 gave '$seen', not '0'. The running dockerd was probably
 started without $HOOK_DIR first on its PATH: stop it and rerun this script."
 fi
+# The host containers publish sshd through the default bridge: make sure it works
+# (a dockerd started by another engine's clean-up can be left without docker0).
+bridge="$(docker run --rm gbatch-test:latest echo bridge-ok 2>&1)" || bridge="failed: $bridge"
+if [ "$bridge" != bridge-ok ]; then
+    die "a container on the default bridge network did not start: $bridge. Restart dockerd
+(it recreates docker0), then rerun this script."
+fi
 say "ready: engine $(docker version --format '{{.Server.Version}}'), images gbatch-test:latest"\
 " and gbatch-host:latest, --gpus works through the test hook"

@@ -319,6 +319,7 @@ def test_sample_containers_parse_into_values() -> None:
         oom_killed=False,
         started_at=1767222000.483716529,
         finished_at=None,
+        node="gpu01",
     )
     assert (exited.id, exited.job, exited.attempt, exited.user) == (
         EXITED_CONTAINER,

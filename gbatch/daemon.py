@@ -37,7 +37,7 @@ from gbatch.model import (
 )
 from gbatch.node import STARTING, LaunchError, Node, RunStatus
 from gbatch.scheduler import plan
-from gbatch.store import Store, Usage
+from gbatch.store import Store, StoreFull, Usage
 
 log = logging.getLogger("gbatchd")
 COALESCE_SECONDS = 0.02
@@ -112,6 +112,7 @@ class Daemon:
                 node.cleanup(job, attempt)
 
     def run_loop(self) -> None:
+        store_full = False
         while not self.stopping.is_set():
             if self.wake.wait(self.config.tick_seconds) and self._submitted.is_set():
                 # Let a burst of submits land before planning once for all of them:
@@ -124,6 +125,13 @@ class Daemon:
                 break
             try:
                 self.step()
+                store_full = False
+            except StoreFull as err:
+                # Nothing of the failed tick was written; each tick retries. One line
+                # per spell of full disk, not a traceback per tick.
+                if not store_full:
+                    log.error("%s; the loop retries every tick until there is space", err)
+                store_full = True
             except Exception:
                 # One bad tick must not take the head down; the next tick retries.
                 log.exception("loop step failed")
@@ -204,14 +212,25 @@ class Daemon:
             new, reason = JobState.OUT_OF_MEMORY, "out of memory"
         elif exit_code == 0 and killed_by == 0:
             new, reason = JobState.COMPLETED, ""
-        elif job.attempt <= job.spec.retries:
+        elif (used := self._retries_used(job)) < job.spec.retries:
             new, reason = (
                 JobState.PENDING,
-                f"retry {job.attempt}/{job.spec.retries} after {outcome}",
+                f"retry {used + 1}/{job.spec.retries} after {outcome}",
             )
         else:
             new, reason = JobState.FAILED, outcome
         self._end_run(job, new, reason, now, **fields)
+
+    def _retries_used(self, job: Job) -> int:
+        """Failed runs (and launches) retried so far. Attempts count every dispatch, but
+        a requeue the job did not cause (an unconfirmed launch after a daemon crash, a
+        vanished run, a lost node) costs it no retry."""
+        return sum(
+            1
+            for event in self.store.events(job.id)
+            if event.state is JobState.PENDING
+            and event.reason.startswith(("retry ", "launch failed"))
+        )
 
     def _run_vanished(self, job: Job, now: float) -> None:
         if job.stop_state is not None:
@@ -375,7 +394,7 @@ class Daemon:
         try:
             node.launch(job, attempt, gpus)
         except LaunchError as err:
-            retry = attempt <= job.spec.retries
+            retry = self._retries_used(job) < job.spec.retries
             new = JobState.PENDING if retry else JobState.FAILED
             self._end_run(job, new, f"launch failed: {err}", now, end_time=now)
             return

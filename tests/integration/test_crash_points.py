@@ -75,3 +75,25 @@ def test_crashes_at_each_point_lose_nothing_and_run_nothing_twice(
     finally:
         head.stop()
         kill_leftover_jobs(head.home)
+
+
+def test_a_launch_lost_in_a_crash_does_not_use_up_the_jobs_retry(tmp_path: Path) -> None:
+    head: Head = make_head(tmp_path / "home")
+    ledger = tmp_path / "ledger"
+    head.env["GBATCH_CRASH_AT"] = "dispatch.after_configuring"
+    head.start()
+    try:
+        job_id = head.sbatch(
+            "--hold", "--retries", "1", "--wrap", f"echo $GBATCH_ATTEMPT >> {ledger}; exit 1"
+        )
+        head.run("scontrol", "release", str(job_id), check=True)
+        wait_for_crash(head, "dispatch.after_configuring", 1)
+        del head.env["GBATCH_CRASH_AT"]
+        head.start()
+        record = head.wait_state(job_id, "FAILED", timeout=60)
+        # Attempt 1 never started; attempt 2 failed and was retried as attempt 3.
+        assert ledger.read_text().split() == ["2", "3"]
+        assert record["attempt"] == 3
+    finally:
+        head.stop()
+        kill_leftover_jobs(head.home)

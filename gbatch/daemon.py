@@ -356,7 +356,12 @@ class Daemon:
             return
         allocated = self.store.jobs_in(ALLOCATED_STATES)
         drained = self.store.drained_nodes()
-        views = [self.node_view(node, allocated, drained) for node in self.nodes.values()]
+        # Asking an engine can take a subprocess: only when an image job could start.
+        check_engines = any(job.spec.image is not None and not job.held for job in pending)
+        views = [
+            self.node_view(node, allocated, drained, check_engine=check_engines, now=now)
+            for node in self.nodes.values()
+        ]
         usage = self.usage(allocated, now)
         result = plan(pending, views, usage, now)
         by_id = {j.id: j for j in pending}
@@ -394,6 +399,12 @@ class Daemon:
         try:
             node.launch(job, attempt, gpus)
         except LaunchError as err:
+            engine = node.docker_problem(self.clock()) if job.spec.image is not None else None
+            if engine is not None:
+                # Not the job's fault: it waits for the engine and keeps its retries.
+                reason = f"docker engine on {node.name} does not answer ({engine}); requeued"
+                self._end_run(job, JobState.PENDING, reason, now, end_time=now)
+                return
             retry = self._retries_used(job) < job.spec.retries
             new = JobState.PENDING if retry else JobState.FAILED
             self._end_run(job, new, f"launch failed: {err}", now, end_time=now)
@@ -452,9 +463,16 @@ class Daemon:
         )
 
     def node_view(
-        self, node: Node, allocated: Sequence[Job], drained: Mapping[str, str]
+        self,
+        node: Node,
+        allocated: Sequence[Job],
+        drained: Mapping[str, str],
+        *,
+        check_engine: bool = False,
+        now: float = 0.0,
     ) -> NodeView:
-        """What the planner may use on `node` now (see NodeView)."""
+        """What the planner may use on `node` now (see NodeView). Without `check_engine`
+        the node's docker engine is taken to answer."""
         report, problem = node.report()
         liveness = self.liveness(node)
         if report is None or liveness.state != "up":
@@ -491,7 +509,10 @@ class Daemon:
                 unavailable_reason=f"drained: {drained[node.name]}",
                 releases=releases,
             )
-        return NodeView(node.name, len(gpus), free, releases=releases)
+        runs_containers = not check_engine or node.docker_problem(now) is None
+        return NodeView(
+            node.name, len(gpus), free, releases=releases, runs_containers=runs_containers
+        )
 
     def node_infos(self) -> list[NodeInfo]:
         """Every node as sinfo shows it."""

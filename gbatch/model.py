@@ -228,6 +228,8 @@ class NodeView:
     free_gpus: tuple[int, ...]
     available: bool = True  # False when down or drained
     unavailable_reason: str = ""
+    # False while its docker engine does not answer: jobs with an image wait for it.
+    runs_containers: bool = True
     releases: tuple[tuple[float, int], ...] = ()  # (time, number of GPUs freed)
 
 

@@ -238,7 +238,8 @@ class RemoteNode:
         report, problem = self.report()
         if report is None:
             return problem
-        return report.docker_note or None
+        # A note beside listed containers names ones it could not read: docker answers.
+        return (report.docker_note or None) if not report.containers else None
 
     # -- runs ---------------------------------------------------------------------------
 

@@ -61,7 +61,8 @@ def plan(
 
     - "JobHeldUser": held; skipped.
     - "BadConstraints": asks more GPUs than any node (up or down) has in total.
-    - "NodeDown": no available node is big enough for it (or none is available).
+    - "NodeDown": no available node is big enough for it (or none is available). A job
+      with an image counts only nodes whose docker engine answers (`runs_containers`).
     - A job that fits is placed on ONE node, never spread: the available node with the
       fewest free GPUs left after placing it (best fit, so big blocks stay whole; ties
       by node name), on that node's lowest free GPU ids. A 0-GPU job goes to the first
@@ -93,6 +94,10 @@ def plan(
     largest_any = max((node.gpus_total for node in nodes), default=0)
     # With no node up at all even a 0-GPU job fails the `gpus > largest_up` test.
     largest_up = max((node.gpus_total for node in up), default=-1)
+    runs_containers = [node.runs_containers for node in up]
+    largest_with_containers = max(
+        (node.gpus_total for node in up if node.runs_containers), default=-1
+    )
 
     free = [sorted(node.free_gpus) for node in up]
     totals = [node.gpus_total for node in up]
@@ -115,17 +120,20 @@ def plan(
             reasons[job.id] = HELD
             continue
         gpus = job.spec.gpus
+        needs_containers = job.spec.image is not None
         if gpus > largest_any and nodes:
             reasons[job.id] = BAD_CONSTRAINTS
             continue
-        if gpus > largest_up:
+        if gpus > (largest_with_containers if needs_containers else largest_up):
             reasons[job.id] = NODE_DOWN
             continue
         if gpus <= 0:
-            assignments.append(Assignment(job.id, up[0].name, ()))
+            first = next(i for i, ok in enumerate(runs_containers) if ok or not needs_containers)
+            assignments.append(Assignment(job.id, up[first].name, ()))
             continue
+        usable = runs_containers if needs_containers else None
         if gpus <= free_total:
-            target = _best_fit(gpus, job, buckets, reservation, now)
+            target = _best_fit(gpus, job, buckets, reservation, now, usable)
             if target is not None:
                 ids = free[target]
                 buckets[len(ids)].remove(target)
@@ -145,7 +153,9 @@ def plan(
         if reservation is not None:
             reasons[job.id] = PRIORITY
             continue
-        if gpus < unreservable:
+        # An image job reserves only while every engine answers: the reserved node must
+        # be able to run it when its GPUs come free.
+        if gpus < unreservable and (not needs_containers or all(runs_containers)):
             reservation = _reserve(gpus, free, totals, releases)
             if reservation is None:
                 unreservable = gpus
@@ -159,11 +169,19 @@ def _ends_by(job: Job, now: float, start: float) -> bool:
 
 
 def _best_fit(
-    gpus: int, job: Job, buckets: list[list[int]], reservation: _Reservation | None, now: float
+    gpus: int,
+    job: Job,
+    buckets: list[list[int]],
+    reservation: _Reservation | None,
+    now: float,
+    usable: Sequence[bool] | None = None,
 ) -> int | None:
-    """Index of the node with the fewest free GPUs >= `gpus` that `job` may use, or None."""
+    """Index of the node with the fewest free GPUs >= `gpus` that `job` may use, or None.
+    `usable`, when given, rules out the nodes it marks False."""
     for count in range(gpus, len(buckets)):
         for index in buckets[count]:
+            if usable is not None and not usable[index]:
+                continue
             if (
                 reservation is None
                 or index != reservation.node

@@ -21,6 +21,7 @@ def job(
     nice: int = 0,
     time_limit: int | None = 3600,
     held: bool = False,
+    image: str | None = None,
 ) -> Job:
     """A pending job; submitted in id order unless `submit` says otherwise."""
     return Job(
@@ -34,6 +35,7 @@ def job(
             time_limit=time_limit,
             priority=priority,
             nice=nice,
+            image=image,
         ),
         state=JobState.PENDING,
         submit_time=NOW - 10_000 + job_id if submit is None else submit,
@@ -48,6 +50,7 @@ def node(
     *,
     releases: tuple[tuple[float, int], ...] = (),
     available: bool = True,
+    runs_containers: bool = True,
 ) -> NodeView:
     return NodeView(
         name=name,
@@ -55,7 +58,23 @@ def node(
         free_gpus=tuple(range(total)) if free is None else free,
         available=available,
         releases=releases,
+        runs_containers=runs_containers,
     )
+
+
+def test_image_jobs_skip_nodes_whose_engine_does_not_answer_bare_jobs_do_not() -> None:
+    nodes = [node("a", 2, runs_containers=False), node("b", 4)]
+    result = plan([job(1, gpus=2, image="img"), job(2, gpus=2)], nodes, {}, NOW)
+    placed = {a.job_id: a.node for a in result.assignments}
+    # Best fit would put job 1 on a; its engine is down, so b.
+    assert placed == {1: "b", 2: "a"}
+
+
+def test_image_jobs_wait_as_node_down_while_no_engine_answers() -> None:
+    nodes = [node("a", 2, runs_containers=False)]
+    result = plan([job(1, gpus=1, image="img"), job(2, gpus=0, image="img")], nodes, {}, NOW)
+    assert result.assignments == ()
+    assert result.reasons == {1: "NodeDown", 2: "NodeDown"}
 
 
 def placed(result: Plan) -> dict[int, tuple[str, tuple[int, ...]]]:

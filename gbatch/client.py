@@ -17,6 +17,16 @@ class DaemonUnavailable(Exception):
         self.socket_path = socket_path
 
 
+class ReplyTimeout(Exception):
+    """The daemon took the request but did not reply in time: it may still act on it."""
+
+    def __init__(self, socket_path: Path, timeout: float) -> None:
+        super().__init__(
+            f"the gbatch daemon at {socket_path} did not reply within {timeout:g} s; it may "
+            "still carry the request out. Check with `gbatch squeue` before repeating it"
+        )
+
+
 class RequestFailed(Exception):
     """The daemon refused or could not do what was asked.
 
@@ -70,6 +80,9 @@ class Client:
         try:
             self._sock.sendall(payload)
             line = self._reader.readline()
+        except TimeoutError as err:
+            self.close()
+            raise ReplyTimeout(self.socket_path, self.timeout) from err
         except OSError as err:
             self.close()
             raise DaemonUnavailable(self.socket_path, f"connection lost: {err}") from err

@@ -78,8 +78,11 @@ class _Connection(socketserver.StreamRequestHandler):
                         "error": f"internal error: {err}. See "
                         f"{self.server.daemon.paths.daemon_log}",
                     }
-            self.wfile.write(json.dumps(reply).encode() + b"\n")
-            self.wfile.flush()
+            try:
+                self.wfile.write(json.dumps(reply).encode() + b"\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the client left before its reply (a timeout, ^C): nothing to tell
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):

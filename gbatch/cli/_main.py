@@ -14,7 +14,7 @@ from gbatch import __version__
 from gbatch.cli import daemon, logs, node, sacct, sbatch, scancel, scontrol, sinfo, squeue
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
-from gbatch.client import DaemonUnavailable, RequestFailed
+from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 
 COMMANDS = (sbatch, squeue, scancel, sinfo, sacct, scontrol, logs, node, daemon)
 
@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(prog, f"{err}. Start one with `gbatch daemon start`", Exit.NO_DAEMON)
     except RequestFailed as err:
         return _fail(prog, err.message, _KIND_STATUS.get(err.kind, Exit.INTERNAL))
+    except ReplyTimeout as err:
+        return _fail(prog, str(err), Exit.UNAVAILABLE)
     except KeyboardInterrupt:
         return Exit.INTERRUPTED
     except BrokenPipeError:

@@ -17,7 +17,7 @@ from gbatch import __version__, wire
 from gbatch.daemon import Daemon
 from gbatch.model import IllegalTransition, Job, JobSpec, JobState
 from gbatch.spec import SpecError, build_spec
-from gbatch.store import JobNotFound, StoreError, Submission
+from gbatch.store import JobNotFound, StoreError, StoreFull, Submission
 from gbatch.timefmt import MAX_TIME_LIMIT_S
 
 log = logging.getLogger("gbatchd")
@@ -196,7 +196,11 @@ def cancel(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
             continue
         if not ids and not may_act_on(daemon, caller, job):
             continue  # a filter sweeps only the caller's own jobs, as scancel -u does
-        outcome = _cancel_one(daemon, caller, job)
+        try:
+            outcome = _cancel_one(daemon, caller, job)
+        except StoreFull as err:
+            # Each job is its own transaction: those cancelled before stay cancelled.
+            outcome = {"ok": False, "error": _store_full_message(err)}
         if not ids and outcome.get("ended"):
             continue  # a sweep does not report jobs that finished while it ran
         outcome.pop("ended", None)
@@ -267,6 +271,8 @@ def _set_hold(
             except IllegalTransition as err:
                 error = f"Job is no longer pending execution: job {job_id} is {err.current.value}"
                 results.append({"id": job_id, "ok": False, "error": error})
+            except StoreFull as err:
+                results.append({"id": job_id, "ok": False, "error": _store_full_message(err)})
     daemon.wake.set()
     return {"results": results}
 
@@ -434,11 +440,21 @@ def handle(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
         return {"ok": False, "kind": err.kind, "error": err.message}
     except JobNotFound as err:
         return {"ok": False, "kind": "not_found", "error": str(err)}
+    except StoreFull as err:
+        message = _store_full_message(err, resubmit=op == "submit")
+        return {"ok": False, "kind": "unavailable", "error": message}
     except StoreError as err:
         # Nothing was written (the transaction rolled back): say so, and where to look.
         return {
             "ok": False,
             "kind": "unavailable",
-            "error": f"{err}. Nothing was changed; free space under {daemon.paths.home} "
-            "(or fix the store), then try again",
+            "error": f"{err}. Nothing was changed; see {daemon.paths.daemon_log}, "
+            "fix the store, then try again",
         }
+
+
+def _store_full_message(err: StoreFull, *, resubmit: bool = False) -> str:
+    """What a caller reads when the store's disk is full: nothing it asked was done."""
+    if resubmit:
+        return f"{err}; nothing was queued. Free space there and resubmit"
+    return f"{err}; nothing was changed. Free space there and try again"

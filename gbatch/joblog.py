@@ -1,30 +1,43 @@
 """The head's copy of each job's output: $GBATCH_HOME/logs/<job>.log, owner-only.
 
-Bare processes write into it directly (the shim's stdout and stderr). A container's
+A bare process's output reaches it through its shim (gbatch.shim). A container's
 output is copied in by a follower thread per attempt; a follower that starts again
 (after a daemon restart) truncates back to where the attempt began and replays the
 container's whole output, so the log is whole and nothing appears twice.
+
+A log that cannot be written (its disk is full) never stops or fails the job: its
+output is read on and dropped, and the log says so, with how much was lost, as soon
+as a write succeeds again (see LogWriter). Slurm and pueue lose such output too.
+This module stays light (no gbatch.config at run time): the shim imports it at the
+start of every job.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import IO
 
-from gbatch.config import Paths
+# Not typing's: importing typing (and logging) would cost the shim, which imports this
+# module at every job start, about 15 ms. mypy takes any TYPE_CHECKING as typing's.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from contextlib import AbstractContextManager
+    from typing import IO
 
-# Opens the container's output stream: a context manager yielding an iterator of chunks.
-StreamOpener = Callable[[], AbstractContextManager[Iterator[bytes]]]
+    from gbatch.config import Paths
+
+    # Opens the container's output stream: a context manager yielding chunks.
+    StreamOpener = Callable[[], AbstractContextManager[Iterator[bytes]]]
 
 
 def open_log(path: Path) -> IO[bytes]:
+    """The job's log, opened to append, unbuffered: a write the disk refuses fails at
+    once and leaves nothing behind in a buffer to be written later out of order."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    return os.fdopen(fd, "ab")
+    return os.fdopen(fd, "ab", buffering=0)
 
 
 def mark_attempt_start(paths: Paths, job_id: int, attempt: int) -> None:
@@ -35,6 +48,72 @@ def mark_attempt_start(paths: Paths, job_id: int, attempt: int) -> None:
     (run_dir / "log_offset").write_text(str(log_path.stat().st_size if log_path.exists() else 0))
 
 
+def loss_note(lost_bytes: int, error: str) -> str:
+    """How a job's log and reason say that output was lost."""
+    return f"{lost_bytes} bytes of output lost: log write failed: {error}"
+
+
+class LogWriter:
+    """Appends a job's output to its log and never raises for a write the disk refuses
+    (ENOSPC, EDQUOT, EFBIG, EIO): that output is dropped and counted, the job carries
+    on, and the next write that succeeds is preceded by a line saying how much was lost
+    and why. Not thread-safe: one writer per log and thread.
+
+    `write` writes some of the bytes it is given and returns how many (os.write, or an
+    unbuffered file's write).
+    """
+
+    def __init__(self, write: Callable[[bytes], int | None]) -> None:
+        self._write = write
+        self.lost_bytes = 0
+        self.error: str | None = None  # why the latest write failed
+        self._unreported = 0  # bytes lost since the log last said so
+
+    def write(self, data: bytes) -> None:
+        if self._unreported and not self._report_loss():
+            self._lose(len(data))
+            return
+        self._lose(len(data) - self._put(data))
+
+    def finish(self) -> None:
+        """The output has ended: say what was lost, if the log takes it now."""
+        if self._unreported:
+            self._report_loss()
+
+    def note(self) -> str | None:
+        """What was lost and why (for the job's record), or None when nothing was."""
+        if not self.lost_bytes:
+            return None
+        return loss_note(self.lost_bytes, self.error or "unknown error")
+
+    def _report_loss(self) -> bool:
+        marker = f"\n[gbatch: {loss_note(self._unreported, self.error or '?')}]\n".encode()
+        if self._put(marker) < len(marker):
+            return False
+        self._unreported = 0
+        return True
+
+    def _lose(self, count: int) -> None:
+        if count > 0:
+            self.lost_bytes += count
+            self._unreported += count
+
+    def _put(self, data: bytes) -> int:
+        """Write as much of `data` as the disk takes; return how much that was."""
+        done = 0
+        while done < len(data):
+            try:
+                written = self._write(data[done:] if done else data)
+            except OSError as err:
+                self.error = err.strerror or str(err)
+                return done
+            if not written:
+                self.error = "the log took no more bytes"
+                return done
+            done += written
+        return done
+
+
 class LogFollowers:
     """At most one live follower per (job, attempt)."""
 
@@ -43,6 +122,7 @@ class LogFollowers:
         self._on_done = on_done
         self._lock = threading.Lock()
         self._threads: dict[tuple[int, int], threading.Thread] = {}
+        self._losses: dict[tuple[int, int], str] = {}
 
     def follow(self, job_id: int, attempt: int, open_stream: StreamOpener) -> None:
         """Start copying (unless a follower for this attempt already runs)."""
@@ -73,16 +153,46 @@ class LogFollowers:
         if thread is not None:
             thread.join(timeout)
 
+    def lost_output(self, job_id: int, attempt: int) -> str | None:
+        """What this attempt's follower could not write to the log and why, or None."""
+        with self._lock:
+            return self._losses.get((job_id, attempt))
+
     def _copy(self, job_id: int, attempt: int, open_stream: StreamOpener) -> None:
         offset_file = self._paths.run_dir(job_id, attempt) / "log_offset"
         offset = int(offset_file.read_text()) if offset_file.exists() else 0
-        log = open_log(self._paths.job_log(job_id))
+        handle: IO[bytes] | None = None
         try:
-            log.truncate(offset)
+            handle = open_log(self._paths.job_log(job_id))
+            if os.fstat(handle.fileno()).st_size != offset:
+                handle.truncate(offset)
+            writer = LogWriter(handle.write)
+        except OSError as err:
+            # Read the stream on all the same: a follower that died would be started
+            # again at once, and the container's output would be replayed for nothing.
+            writer = LogWriter(_refuse(err))
+        try:
             with open_stream() as chunks:
                 for chunk in chunks:
-                    log.write(chunk)
-                    log.flush()
+                    had_lost = writer.lost_bytes
+                    writer.write(chunk)
+                    if writer.lost_bytes and not had_lost:
+                        import logging  # deferred: see TYPE_CHECKING above
+
+                        logging.getLogger("gbatchd").warning("job %d: %s", job_id, writer.note())
+            writer.finish()
         finally:
-            log.close()
+            if handle is not None:
+                handle.close()
+            note = writer.note()
+            if note is not None:
+                with self._lock:
+                    self._losses[(job_id, attempt)] = note
             self._on_done()
+
+
+def _refuse(err: OSError) -> Callable[[bytes], int | None]:
+    def write(data: bytes) -> int | None:
+        raise err
+
+    return write

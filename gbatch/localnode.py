@@ -234,7 +234,10 @@ class LocalNode:
         # NVML and nvidia-smi number GPUs in PCI order; CUDA's default order differs.
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
-        log = open_log(self.paths.job_log(job.id))
+        try:
+            log = open_log(self.paths.job_log(job.id))
+        except OSError as err:
+            raise LaunchError(f"cannot open its log: {err}") from err
         try:
             shim = subprocess.Popen(
                 [sys.executable, "-m", "gbatch.shim", str(run_dir), "--", *job.spec.command],

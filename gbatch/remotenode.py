@@ -270,7 +270,17 @@ class RemoteNode:
             self._conn.put_bytes(containers.env_file_text(env).encode(), env_file, 0o600)
             status, stderr = self._run(argv)
         except RemoteError as err:
-            raise LaunchError(f"on {self.name}: {err}") from err
+            # SFTP says only "Failure" when the disk is full: the agent's last report
+            # tells whether agent_dir's disk has room.
+            report, _ = self.report()
+            free = report.disk_free_bytes if report is not None else None
+            full = (
+                f"; the disk of {self.node.agent_dir} is full: No space left on device "
+                f"({free} bytes free)"
+                if free is not None and free < 1 << 20
+                else ""
+            )
+            raise LaunchError(f"on {self.name}: {err}{full}") from err
         if status != 0:
             lines = stderr.strip().splitlines() or [f"exit status {status}"]
             raise LaunchError(f"docker run on {self.name} failed: {lines[-1]}")

@@ -7,6 +7,7 @@ is the only writer; its threads share one connection behind a lock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -124,6 +125,15 @@ class StoreError(Exception):
     """The store cannot do what was asked (a missing job, a full disk)."""
 
 
+class StoreFull(StoreError):
+    """A write found the store's disk full (SQLITE_FULL). Nothing of it was written:
+    its transaction rolled back, and what was committed before is intact."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(f"the job store cannot write: disk full ({directory})")
+        self.directory = directory
+
+
 class JobNotFound(StoreError):
     def __init__(self, job_id: int) -> None:
         super().__init__(f"job {job_id} does not exist")
@@ -170,18 +180,32 @@ class Store:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        """One BEGIN IMMEDIATE transaction: committed when the block ends, rolled back
+        when it raises. SQLite's own errors leave as StoreError (StoreFull for a full
+        disk), never as sqlite3 exceptions."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            try:
-                self._db.execute("COMMIT")
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._rollback()
+                    raise
             except sqlite3.OperationalError as err:
+                raise self._write_error(err) from err
+
+    def _rollback(self) -> None:
+        # On SQLITE_FULL SQLite may already have rolled the transaction back itself;
+        # a second ROLLBACK would then raise and hide the error that matters.
+        if self._db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
                 self._db.execute("ROLLBACK")
-                raise StoreError(f"could not commit to {self.path}: {err}") from err
+
+    def _write_error(self, err: sqlite3.OperationalError) -> StoreError:
+        if _is_disk_full(err):
+            return StoreFull(self.path.parent)
+        return StoreError(f"could not write to {self.path}: {err}")
 
     # -- writes ---------------------------------------------------------------------
 
@@ -204,36 +228,33 @@ class Store:
         """Queue several callers' submissions in ONE transaction (one fsync: group
         commit); return each one's ids, in order. Durable once this returns."""
         state = JobState.PENDING.value
-        try:
-            with self._write() as db:
-                results: list[list[int]] = []
-                for submission in submissions:
-                    reason = "JobHeldUser" if submission.held else ""
-                    ids: list[int] = []
-                    for spec in submission.specs:
-                        cursor = db.execute(
-                            "INSERT INTO jobs (uid, user, name, spec, state, reason, held,"
-                            " submit_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                            (
-                                submission.uid,
-                                submission.user,
-                                spec.name,
-                                json.dumps(spec.to_dict()),
-                                state,
-                                reason,
-                                submission.held,
-                                now,
-                            ),
-                        )
-                        assert cursor.lastrowid is not None
-                        ids.append(cursor.lastrowid)
-                    results.append(ids)
-                db.executemany(
-                    "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
-                    [(job_id, now, state, "submitted") for ids in results for job_id in ids],
-                )
-        except sqlite3.OperationalError as err:
-            raise StoreError(f"could not write to {self.path}: {err}") from err
+        with self._write() as db:
+            results: list[list[int]] = []
+            for submission in submissions:
+                reason = "JobHeldUser" if submission.held else ""
+                ids: list[int] = []
+                for spec in submission.specs:
+                    cursor = db.execute(
+                        "INSERT INTO jobs (uid, user, name, spec, state, reason, held,"
+                        " submit_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            submission.uid,
+                            submission.user,
+                            spec.name,
+                            json.dumps(spec.to_dict()),
+                            state,
+                            reason,
+                            submission.held,
+                            now,
+                        ),
+                    )
+                    assert cursor.lastrowid is not None
+                    ids.append(cursor.lastrowid)
+                results.append(ids)
+            db.executemany(
+                "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
+                [(job_id, now, state, "submitted") for ids in results for job_id in ids],
+            )
         return results
 
     def set_state(
@@ -454,6 +475,14 @@ class Store:
     def _get(db: sqlite3.Connection, job_id: int) -> Job | None:
         row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return _job_from_row(row) if row else None
+
+
+def _is_disk_full(err: sqlite3.OperationalError) -> bool:
+    """SQLITE_FULL: the disk (or SQLite's max_page_count) has no room for the write."""
+    code = getattr(err, "sqlite_errorcode", None)
+    if code is not None:
+        return bool(code & 0xFF == sqlite3.SQLITE_FULL)
+    return "database or disk is full" in str(err)
 
 
 def _encode(fields: Mapping[str, object]) -> dict[str, object]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,10 +34,49 @@ def test_a_full_disk_refuses_the_submit_clearly_and_queues_nothing(daemon: Daemo
     pages = db.execute("PRAGMA page_count").fetchone()[0]
     db.execute(f"PRAGMA max_page_count = {pages}")  # SQLite's own "disk is full"
     reply = handle(daemon, ROOT, {"op": "submit", "spec": SPEC, "count": 2000})
-    assert reply["ok"] is False and reply["kind"] == "unavailable"
-    assert "full" in reply["error"] and "Nothing was changed" in reply["error"]
+    assert reply == {
+        "ok": False,
+        "kind": "unavailable",
+        "error": f"the job store cannot write: disk full ({daemon.paths.home}); nothing was "
+        "queued. Free space there and resubmit",
+    }
     db.execute("PRAGMA max_page_count = 1073741823")
     assert daemon.store.count() == 1
+    assert daemon.store.integrity_ok()
+
+
+def fill_store(daemon: Daemon, pad_job: int) -> None:
+    """A real SQLITE_FULL ("database or disk is full") for any write that adds an event:
+    the store may not grow, and the events table's last page is packed with padding
+    events of `pad_job`."""
+    db = daemon.store._db
+    db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")
+    with pytest.raises(sqlite3.OperationalError, match="full"):
+        for _ in range(100_000):
+            db.execute(
+                "INSERT INTO events (job_id, time, state, reason) VALUES (?, 0, 'PENDING', '')",
+                (pad_job,),
+            )
+
+
+@pytest.mark.parametrize("op", ["cancel", "hold"])
+def test_a_full_disk_fails_each_cancel_or_hold_clearly_and_changes_nothing(
+    daemon: Daemon, op: str
+) -> None:
+    ids = handle(daemon, ROOT, {"op": "submit", "spec": SPEC, "count": 3})["ids"]
+    fill_store(daemon, pad_job=ids[2])
+    reply = handle(daemon, ROOT, {"op": op, "ids": ids[:2]})
+    message = (
+        f"the job store cannot write: disk full ({daemon.paths.home}); nothing was changed. "
+        "Free space there and try again"
+    )
+    assert reply == {
+        "ok": True,
+        "results": [{"id": i, "ok": False, "error": message} for i in ids[:2]],
+    }
+    jobs = [daemon.store.require(i) for i in ids[:2]]
+    assert [(j.state.value, j.held) for j in jobs] == [("PENDING", False)] * 2
+    assert [len(daemon.store.events(i)) for i in ids[:2]] == [1, 1]
     assert daemon.store.integrity_ok()
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from gbatch import store as store_module
 from gbatch.model import IllegalTransition, JobSpec, JobState
-from gbatch.store import MIGRATIONS, JobNotFound, Store, StoreError
+from gbatch.store import MIGRATIONS, JobNotFound, Store, StoreError, StoreFull
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 HOUR = 3600.0
@@ -621,3 +621,85 @@ def test_a_runs_end_and_its_usage_are_written_together(store: Store) -> None:
         job_id, JobState.COMPLETED, "", T0 + 10, end_time=T0 + 10, usage=Usage("alice", 20.0, DAY)
     )
     assert store.usage(T0 + 10, DAY) == pytest.approx({"alice": 20.0})
+
+
+# -- a full disk ------------------------------------------------------------------------
+
+
+def pack_store(store: Store, pad_job: int) -> None:
+    """Make the next write that adds an event fail with SQLite's real SQLITE_FULL
+    ("database or disk is full"): the file may not grow, and the events table's last
+    page is packed with padding events of `pad_job`."""
+    db = store._db
+    db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")
+    with pytest.raises(sqlite3.OperationalError, match="full"):
+        for _ in range(100_000):
+            db.execute(
+                "INSERT INTO events (job_id, time, state, reason) VALUES (?, 0, 'PENDING', '')",
+                (pad_job,),
+            )
+
+
+def unpack_store(store: Store) -> None:
+    store._db.execute("PRAGMA max_page_count = 1073741823")
+
+
+def test_a_submit_on_a_full_disk_raises_store_full_naming_the_directory(
+    store: Store, db_path: Path
+) -> None:
+    kept = submit_one(store)
+    pack_store(store, kept)
+    with pytest.raises(StoreFull) as caught:
+        store.submit([spec()] * 50, uid=1000, user="alice", now=T0)
+    assert str(caught.value) == f"the job store cannot write: disk full ({db_path.parent})"
+    assert isinstance(caught.value, StoreError)
+    assert store.count() == 1 and store.integrity_ok()
+
+
+def test_a_state_change_on_a_full_disk_writes_nothing_and_succeeds_once_there_is_room(
+    store: Store,
+) -> None:
+    job_id, pad = submit_one(store), submit_one(store)
+    pack_store(store, pad)
+    with pytest.raises(StoreFull):
+        store.set_state(job_id, JobState.CANCELLED, "cancelled", T0, end_time=T0)
+    assert not store._db.in_transaction  # rolled back: the connection is usable
+    assert store.require(job_id).state is JobState.PENDING
+    assert [e.state for e in store.events(job_id)] == [JobState.PENDING]
+    unpack_store(store)
+    store.set_state(job_id, JobState.CANCELLED, "cancelled", T0, end_time=T0)
+    assert store.require(job_id).state is JobState.CANCELLED
+    assert store.integrity_ok()
+
+
+def test_every_acknowledged_submit_survives_full_disk_failures_and_a_reopen(
+    db_path: Path,
+) -> None:
+    store = Store(db_path)
+    acknowledged = [submit_one(store) for _ in range(5)]
+    pack_store(store, acknowledged[0])
+    for _ in range(3):
+        with pytest.raises(StoreFull):
+            store.submit([spec()] * 20, uid=1000, user="alice", now=T0)
+    unpack_store(store)
+    acknowledged.append(submit_one(store))
+    store.close()
+    reopened = Store(db_path)
+    try:
+        assert [j.id for j in reopened.jobs()] == acknowledged
+        assert reopened.integrity_ok()
+    finally:
+        reopened.close()
+
+
+def test_a_write_refused_for_another_reason_is_a_store_error_not_a_full_disk(
+    store: Store, db_path: Path
+) -> None:
+    store._db.close()
+    store._db = sqlite3.connect(
+        f"file:{db_path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+    )
+    with pytest.raises(StoreError, match="readonly") as caught:
+        submit_one(store)
+    assert not isinstance(caught.value, StoreFull)
+    assert str(db_path) in str(caught.value)

@@ -1,0 +1,131 @@
+"""The job log writer and the container log followers: a log that cannot be written
+never fails the job nor stops the copy, and the log says what was lost."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from gbatch.config import Paths
+from gbatch.joblog import LogFollowers, LogWriter, mark_attempt_start
+
+NO_SPACE = os.strerror(errno.ENOSPC)
+
+
+class Disk:
+    """A log on a disk with `free` bytes left: writes what fits, then ENOSPC."""
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self.data = b""
+
+    def write(self, data: bytes) -> int:
+        if self.free == 0:
+            raise OSError(errno.ENOSPC, NO_SPACE)
+        taken = bytes(data[: self.free])
+        self.data += taken
+        self.free -= len(taken)
+        return len(taken)
+
+
+def test_output_goes_to_the_log_while_there_is_room() -> None:
+    disk = Disk(free=100)
+    writer = LogWriter(disk.write)
+    writer.write(b"hello\n")
+    writer.write(b"world\n")
+    writer.finish()
+    assert disk.data == b"hello\nworld\n"
+    assert writer.lost_bytes == 0 and writer.note() is None
+
+
+def test_output_the_full_disk_refuses_is_dropped_then_reported_once_there_is_room() -> None:
+    disk = Disk(free=4)
+    writer = LogWriter(disk.write)
+    writer.write(b"abcdef")  # 4 bytes fit, 2 are lost
+    writer.write(b"ghij")  # all lost
+    disk.free = 1000
+    writer.write(b"back\n")
+    assert disk.data == (
+        b"abcd\n[gbatch: 6 bytes of output lost: log write failed: "
+        + NO_SPACE.encode()
+        + b"]\nback\n"
+    )
+    assert writer.note() == f"6 bytes of output lost: log write failed: {NO_SPACE}"
+
+
+def test_a_loss_at_the_end_is_reported_by_finish_when_the_log_takes_it() -> None:
+    disk = Disk(free=0)
+    writer = LogWriter(disk.write)
+    writer.write(b"lost\n")
+    writer.finish()  # still full: nothing to say it with
+    assert disk.data == b""
+    disk.free = 1000
+    writer.finish()
+    writer.finish()  # said once
+    assert (
+        disk.data == f"\n[gbatch: 5 bytes of output lost: log write failed: {NO_SPACE}]\n".encode()
+    )
+
+
+def test_a_marker_that_does_not_fit_keeps_the_output_dropped_and_counted() -> None:
+    disk = Disk(free=0)
+    writer = LogWriter(disk.write)
+    writer.write(b"12345")
+    disk.free = 10  # room for a fragment of the marker, not all of it
+    writer.write(b"678")
+    assert writer.lost_bytes == 8
+    disk.free = 1000
+    writer.write(b"ok")
+    # The marker counts everything lost since the log last said so.
+    assert disk.data.endswith(
+        b"[gbatch: 8 bytes of output lost: log write failed: " + NO_SPACE.encode() + b"]\nok"
+    )
+
+
+@contextmanager
+def chunks_of(*chunks: bytes) -> Iterator[Iterator[bytes]]:
+    yield iter(chunks)
+
+
+def follow_to_end(paths: Paths, job_id: int, attempt: int, *chunks: bytes) -> LogFollowers:
+    done = threading.Event()
+    followers = LogFollowers(paths, done.set)
+    mark_attempt_start(paths, job_id, attempt)
+    followers.follow(job_id, attempt, lambda: chunks_of(*chunks))
+    assert done.wait(10)
+    followers.wait(job_id, attempt)
+    return followers
+
+
+def test_a_follower_copies_the_stream_into_the_log(tmp_path: Path) -> None:
+    paths = Paths(tmp_path)
+    followers = follow_to_end(paths, 7, 1, b"one\n", b"two\n")
+    assert paths.job_log(7).read_bytes() == b"one\ntwo\n"
+    assert followers.lost_output(7, 1) is None
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_follower_on_a_full_disk_reads_the_stream_to_its_end_and_says_what_was_lost(
+    tmp_path: Path,
+) -> None:
+    paths = Paths(tmp_path)
+    paths.logs.mkdir()
+    paths.job_log(7).symlink_to("/dev/full")  # every write: ENOSPC
+    followers = follow_to_end(paths, 7, 1, b"one\n", b"two\n")
+    assert followers.ended(7, 1) is False  # waited for and forgotten, not restarted
+    assert followers.lost_output(7, 1) == f"8 bytes of output lost: log write failed: {NO_SPACE}"
+
+
+def test_a_follower_whose_log_cannot_be_opened_still_reads_the_stream(tmp_path: Path) -> None:
+    paths = Paths(tmp_path)
+    mark_attempt_start(paths, 7, 1)
+    paths.logs.write_text("not a directory")
+    followers = follow_to_end(paths, 7, 1, b"abc")
+    lost = followers.lost_output(7, 1)
+    assert lost is not None and lost.startswith("3 bytes of output lost: log write failed: ")

@@ -1,0 +1,114 @@
+"""The bare-process shim as a real process: it copies the job's output into the log,
+records the exit, never lets a full log fail the job, and waits out a full disk
+before recording what the daemon needs."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gbatch import shim
+
+NO_SPACE = os.strerror(errno.ENOSPC)
+
+
+def run_shim(run_dir: Path, log: Path, script: str, timeout: float = 30) -> dict[str, object]:
+    run_dir.mkdir(exist_ok=True)
+    with open(log, "ab") as out:
+        subprocess.run(
+            [sys.executable, "-m", "gbatch.shim", str(run_dir), "--", "sh", "-c", script],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            timeout=timeout,
+            check=True,
+        )
+    ended: dict[str, object] = json.loads((run_dir / "exit.json").read_text())
+    return ended
+
+
+def test_the_jobs_output_and_exit_status_are_recorded(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    ended = run_shim(tmp_path / "run", log, "echo out; echo err >&2; echo more; exit 3")
+    assert log.read_text() == "out\nerr\nmore\n"
+    assert ended["exit_code"] == 3 and ended["signal"] == 0 and "output_lost" not in ended
+    pids = json.loads((tmp_path / "run" / "pids.json").read_text())
+    assert set(pids) == {"shim", "pgid"}
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_log_never_fails_the_jobs_own_writes(tmp_path: Path) -> None:
+    # /dev/full refuses every write with ENOSPC, as a full disk does.
+    ended = run_shim(
+        tmp_path / "run", Path("/dev/full"), "echo one || exit 3; echo two >&2 || exit 4"
+    )
+    assert ended["exit_code"] == 0
+    assert ended["output_lost"] == f"8 bytes of output lost: log write failed: {NO_SPACE}"
+
+
+def test_a_process_the_job_leaves_behind_does_not_hold_up_the_jobs_end(tmp_path: Path) -> None:
+    pid_file = tmp_path / "orphan.pid"
+    started = time.monotonic()
+    try:
+        ended = run_shim(
+            tmp_path / "run", tmp_path / "job.log", f"sleep 30 & echo $! > {pid_file}; echo done"
+        )
+        assert time.monotonic() - started < shim.OUTPUT_GRACE_SECONDS + 10
+        assert ended["exit_code"] == 0
+        assert (tmp_path / "job.log").read_text() == "done\n"
+    finally:
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), 9)
+
+
+def test_a_command_that_cannot_start_is_recorded_as_127(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    log = tmp_path / "job.log"
+    with open(log, "ab") as out:
+        subprocess.run(
+            [sys.executable, "-m", "gbatch.shim", str(run_dir), "--", "/no/such/program"],
+            stdout=out,
+            stderr=out,
+            timeout=30,
+        )
+    assert json.loads((run_dir / "exit.json").read_text())["exit_code"] == 127
+    assert "cannot start '/no/such/program'" in log.read_text()
+
+
+def test_a_record_is_retried_while_the_disk_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refusals = [OSError(errno.ENOSPC, NO_SPACE), OSError(errno.EDQUOT, "quota")]
+    written: list[dict[str, object]] = []
+
+    def write(path: Path, data: dict[str, object]) -> None:
+        if refusals:
+            raise refusals.pop(0)
+        written.append(data)
+
+    monkeypatch.setattr(shim, "write_atomically", write)
+    sleeps: list[float] = []
+    attempts: list[int] = []
+    shim.write_when_possible(
+        tmp_path / "exit.json",
+        lambda: {"exit_code": 0},
+        before_each=lambda: attempts.append(1),
+        sleep=sleeps.append,
+    )
+    assert written == [{"exit_code": 0}]
+    assert sleeps == [shim.RETRY_SECONDS] * 2 and len(attempts) == 3
+
+
+def test_a_record_that_fails_for_another_reason_is_not_retried(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        shim.write_when_possible(
+            tmp_path / "gone" / "exit.json", lambda: {"exit_code": 0}, sleep=pytest.fail
+        )

@@ -575,6 +575,7 @@ def watch(
 # the head may requeue their jobs without ever running one twice.
 
 _FENCE_POLL_S = 0.5
+_LEASE_FILE_BYTES = 1024  # the lease file's fixed size (JSON padded with spaces)
 
 
 def boot_id() -> str:
@@ -597,12 +598,12 @@ class Lease:
         self.docker = docker
         # A restarted watch keeps what an earlier one granted: never shorten a lease.
         self._expires = float(read_lease(path).get("expires", 0.0))
+        self.problem = ""
 
     def renew(self, emitted_at: float) -> None:
         expires = emitted_at + self.seconds
         if expires <= self._expires:
             return
-        self._expires = expires
         data = {
             "boot": boot_id(),
             "expires": expires,
@@ -610,15 +611,37 @@ class Lease:
             "node": self.node,
             "docker": self.docker,
         }
-        tmp = f"{self.path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(tmp, self.path)
-        ensure_fence(self.path, self.node, self.docker)
+        # Padded to a fixed size: on a full disk the file is overwritten in place (in
+        # one write, which needs no new block) rather than lost with the lease.
+        text = json.dumps(data).ljust(_LEASE_FILE_BYTES).encode()
+        try:
+            tmp = f"{self.path}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(text)
+            os.replace(tmp, self.path)
+        except OSError:
+            try:
+                fd = os.open(self.path, os.O_WRONLY)
+                try:
+                    os.pwrite(fd, text, 0)
+                finally:
+                    os.close(fd)
+            except OSError as error:
+                # The head sees the lease not renewed in the next report and says so;
+                # the watch itself must outlive a full disk.
+                self.problem = f"cannot renew the lease file {self.path}: {error}"
+                return
+        self._expires = expires
+        self.problem = ""
+        with contextlib.suppress(OSError):
+            ensure_fence(self.path, self.node, self.docker)
 
     def state(self) -> dict[str, Any]:
         remaining = self._expires - time.monotonic() if self._expires else None
-        return {"seconds": self.seconds, "remaining": remaining}
+        state: dict[str, Any] = {"seconds": self.seconds, "remaining": remaining}
+        if self.problem:
+            state["problem"] = self.problem
+        return state
 
 
 def read_lease(path: str) -> dict[str, Any]:

@@ -583,6 +583,11 @@ class SshConnection:
                     remote_file.chmod(mode)
                     remote_file.set_pipelined(True)
                     remote_file.write(data)
+                # paramiko keeps a pipelined write's error (a full disk) to itself at
+                # close: check the whole file arrived before it replaces the old one.
+                arrived = sftp.stat(temporary).st_size
+                if arrived != len(data):
+                    raise OSError(f"only {arrived} of {len(data)} bytes arrived")
                 sftp.posix_rename(temporary, remote_path)
             except (OSError, EOFError, paramiko.SSHException) as e:
                 self._discard_sftp(temporary)

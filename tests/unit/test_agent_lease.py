@@ -218,3 +218,24 @@ def test_a_lease_file_of_another_boot_is_ignored(tmp_path: Path) -> None:
     lease_file.write_text(json.dumps({"boot": "another-boot", "expires": 0.0}))
     assert agent.read_lease(str(lease_file)) == {}
     assert not agent.lease_expired(str(lease_file), time.monotonic())
+
+
+def test_on_a_full_disk_the_lease_is_renewed_in_place_or_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = load_agent()
+    lease_file = tmp_path / "lease.json"
+    monkeypatch.setattr(agent, "ensure_fence", lambda *args: None)
+    lease = agent.Lease(str(lease_file), 60.0, "n1", ["docker"])
+    lease.renew(time.monotonic())
+    first = agent.read_lease(str(lease_file))["expires"]
+
+    def full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(agent.os, "replace", full)  # no room for a new file
+    lease.renew(time.monotonic() + 5)
+    assert agent.read_lease(str(lease_file))["expires"] == pytest.approx(first + 5, abs=0.5)
+    monkeypatch.setattr(agent.os, "pwrite", full)  # not even in place
+    lease.renew(time.monotonic() + 10)
+    assert "No space left on device" in lease.state()["problem"]

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gbatch import fairshare
@@ -119,6 +119,17 @@ class Usage:
     user: str
     gpu_seconds: float
     half_life: float
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """One state change, as set_state takes it; set_states takes many."""
+
+    job_id: int
+    new: JobState
+    reason: str
+    expect: Collection[JobState] | None = None
+    fields: Mapping[str, object] = field(default_factory=dict)
 
 
 class StoreError(Exception):
@@ -278,29 +289,51 @@ class Store:
         updates other columns (start_time, end_time, node, gpus, attempt, exit_code,
         exit_signal, stop_state).
         """
-        unknown = set(fields) - _UPDATABLE
-        if unknown:
-            raise ValueError(f"set_state cannot write {sorted(unknown)}")
         with self._write() as db:
-            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise JobNotFound(job_id)
-            current = JobState(row[0])
-            if expect is not None and current not in expect:
-                raise IllegalTransition(current, new)
-            check_transition(current, new)
-            columns = {"state": new.value, "reason": reason, **_encode(fields)}
-            assignments = ", ".join(f"{name} = ?" for name in columns)
-            db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*columns.values(), job_id))
-            db.execute(
-                "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
-                (job_id, now, new.value, reason),
-            )
+            self._set_state(db, StateChange(job_id, new, reason, expect, fields), now)
             if usage is not None:
                 self._accrue(db, usage, now)
             job = self._get(db, job_id)
         assert job is not None
         return job
+
+    def set_states(
+        self, changes: Sequence[StateChange], now: float
+    ) -> list[IllegalTransition | JobNotFound | None]:
+        """Many set_state calls in ONE transaction (one fsync: a sweep such as
+        `scancel --me` over thousands of jobs). Per change: None when written, else why
+        not; a refused change does not undo the others."""
+        outcomes: list[IllegalTransition | JobNotFound | None] = []
+        with self._write() as db:
+            for change in changes:
+                try:
+                    self._set_state(db, change, now)
+                    outcomes.append(None)
+                except (IllegalTransition, JobNotFound) as err:
+                    outcomes.append(err)
+        return outcomes
+
+    @staticmethod
+    def _set_state(db: sqlite3.Connection, change: StateChange, now: float) -> None:
+        unknown = set(change.fields) - _UPDATABLE
+        if unknown:
+            raise ValueError(f"set_state cannot write {sorted(unknown)}")
+        row = db.execute("SELECT state FROM jobs WHERE id = ?", (change.job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(change.job_id)
+        current = JobState(row[0])
+        if change.expect is not None and current not in change.expect:
+            raise IllegalTransition(current, change.new)
+        check_transition(current, change.new)
+        columns = {"state": change.new.value, "reason": change.reason, **_encode(change.fields)}
+        assignments = ", ".join(f"{name} = ?" for name in columns)
+        db.execute(
+            f"UPDATE jobs SET {assignments} WHERE id = ?", (*columns.values(), change.job_id)
+        )
+        db.execute(
+            "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
+            (change.job_id, now, change.new.value, change.reason),
+        )
 
     def set_pending_reasons(self, reasons: Mapping[int, str]) -> None:
         """Record why pending jobs wait. Not a state change, so no event row."""

@@ -13,7 +13,7 @@ import pytest
 
 from gbatch import store as store_module
 from gbatch.model import IllegalTransition, JobSpec, JobState
-from gbatch.store import MIGRATIONS, JobNotFound, Store, StoreError, StoreFull
+from gbatch.store import MIGRATIONS, JobNotFound, StateChange, Store, StoreError, StoreFull
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 HOUR = 3600.0
@@ -703,3 +703,25 @@ def test_a_write_refused_for_another_reason_is_a_store_error_not_a_full_disk(
         submit_one(store)
     assert not isinstance(caught.value, StoreFull)
     assert str(db_path) in str(caught.value)
+
+
+def test_set_states_writes_many_changes_in_one_transaction_and_reports_refusals(
+    store: Store,
+) -> None:
+    pending = [submit_one(store, "alice", T0) for _ in range(3)]
+    store.set_state(pending[2], JobState.CANCELLED, "gone", T0 + 1)
+    outcomes = store.set_states(
+        [
+            StateChange(pending[0], JobState.CANCELLED, "sweep", {JobState.PENDING}),
+            StateChange(pending[2], JobState.CANCELLED, "sweep", {JobState.PENDING}),
+            StateChange(999, JobState.CANCELLED, "sweep"),
+            StateChange(pending[1], JobState.CANCELLED, "sweep", None, {"end_time": T0 + 2}),
+        ],
+        T0 + 2,
+    )
+    assert outcomes[0] is None and outcomes[3] is None
+    assert isinstance(outcomes[1], IllegalTransition)
+    assert isinstance(outcomes[2], JobNotFound)
+    assert store.require(pending[1]).end_time == T0 + 2
+    assert [e.reason for e in store.events(pending[0])][-1] == "sweep"
+    assert store.require(pending[2]).reason == "gone"  # the refused change wrote nothing

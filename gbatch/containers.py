@@ -336,3 +336,18 @@ def env_file_text(env: Mapping[str, str]) -> str:
             raise ValueError(f"environment variable {name}: value contains a NUL byte")
         lines.append(f"{name}={value}\n")
     return "".join(lines)
+
+
+def error_line(stderr: str, fallback: str) -> str:
+    """The line of docker's stderr that says what went wrong. Not simply the last one:
+    the CLI ends most errors with a hint ("Run 'docker run --help' for more
+    information", older clients "See 'docker run --help'.")."""
+    lines = [
+        line.strip()
+        for line in stderr.splitlines()
+        if line.strip() and not _HELP_HINT.match(line.strip())
+    ]
+    return lines[-1] if lines else fallback
+
+
+_HELP_HINT = re.compile(r"^(?:Run|See) 'docker [^']*--help'")

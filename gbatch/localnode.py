@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -202,7 +201,7 @@ class LocalNode:
             problem = (
                 None
                 if result.returncode == 0
-                else _docker_error(result.stderr, "docker version failed")
+                else containers.error_line(result.stderr, "docker version failed")
             )
         except FileNotFoundError:
             problem = f"the docker CLI ({self.config.docker}) is not installed"
@@ -287,7 +286,7 @@ class LocalNode:
             # The engine may have just gone away: let the next docker_problem() (the
             # submit check) ask it again rather than trust a cached "answers".
             self._engine_checked = (0.0, None)
-            error = _docker_error(result.stderr, f"exit code {result.returncode}")
+            error = containers.error_line(result.stderr, f"exit code {result.returncode}")
             raise LaunchError(f"docker run failed: {error}")
         self.follow_container_log(job.id, attempt)
 
@@ -402,21 +401,6 @@ class LocalNode:
                 (run_dir / name).unlink()
         with contextlib.suppress(OSError):
             run_dir.rmdir()
-
-
-def _docker_error(stderr: str, fallback: str) -> str:
-    """The line of docker's stderr that says what went wrong. Not simply the last one:
-    the CLI ends most errors with a hint ("Run 'docker run --help' for more
-    information", older clients "See 'docker run --help'.")."""
-    lines = [
-        line.strip()
-        for line in stderr.splitlines()
-        if line.strip() and not _DOCKER_HELP_HINT.match(line.strip())
-    ]
-    return lines[-1] if lines else fallback
-
-
-_DOCKER_HELP_HINT = re.compile(r"^(?:Run|See) 'docker [^']*--help'")
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

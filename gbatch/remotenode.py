@@ -282,8 +282,8 @@ class RemoteNode:
             )
             raise LaunchError(f"on {self.name}: {err}{full}") from err
         if status != 0:
-            lines = stderr.strip().splitlines() or [f"exit status {status}"]
-            raise LaunchError(f"docker run on {self.name} failed: {lines[-1]}")
+            error = containers.error_line(stderr, f"exit status {status}")
+            raise LaunchError(f"docker run on {self.name} failed: {error}")
         self._follow(job.id, attempt)
 
     def _follow(self, job_id: int, attempt: int) -> None:

@@ -316,3 +316,16 @@ def test_env_file_refuses_names_reserved_for_gpu_assignment(name: str) -> None:
 def test_env_file_refuses_nul_in_values() -> None:
     with pytest.raises(ValueError, match="NUL"):
         env_file_text({"K": "a\0b"})
+
+
+def test_error_line_skips_the_clis_help_hint() -> None:
+    from gbatch.containers import error_line
+
+    stderr = (
+        "docker: Error response from daemon: No such image: nope:latest.\n"
+        "See 'docker run --help'.\n"
+    )
+    assert (
+        error_line(stderr, "x") == "docker: Error response from daemon: No such image: nope:latest."
+    )
+    assert error_line("Run 'docker run --help' for more information\n", "exit 125") == "exit 125"

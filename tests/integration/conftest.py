@@ -88,6 +88,15 @@ class Head:
         return int((self.home / "gbatchd.lock").read_text().strip())
 
 
+def is_gone(pid: int) -> bool:
+    """Dead and reaped, or a zombie nobody has reaped yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
 def make_head(home: Path, gpus: int = 2, config: str = FAST_CONFIG) -> Head:
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(config)

@@ -12,22 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import Head, kill_leftover_jobs, make_head, wait_for
+from conftest import Head, is_gone, kill_leftover_jobs, make_head, wait_for
 from ledger import check, ledger_command
 
 from gbatch.crashpoints import POINTS
 
 CRASHES_PER_POINT = 2
 JOBS = 4  # on 2 GPUs: some still to dispatch and to finish after each crash
-
-
-def is_gone(pid: int) -> bool:
-    """Dead and reaped, or a zombie nobody has reaped yet."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[0] == "Z"
 
 
 def wait_for_crash(head: Head, point: str, crash: int, earlier: int | None = None) -> int:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import Head, kill_leftover_jobs, make_head, wait_for
+from conftest import Head, is_gone, kill_leftover_jobs, make_head, wait_for
 from ledger import Run, check, first_start_after, ledger_command, read_runs
 
 from gbatch.config import Paths
@@ -61,15 +61,6 @@ def plan_jobs(rng: random.Random) -> list[JobPlan]:
         )
         for _ in range(JOBS)
     ]
-
-
-def is_gone(pid: int) -> bool:
-    """Dead and reaped, or a zombie nobody has reaped yet."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[0] == "Z"
 
 
 def integrity(store: Path) -> str:

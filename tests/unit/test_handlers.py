@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fullstore import pack_store
 
 from gbatch.config import Config, Paths
 from gbatch.daemon import Daemon
@@ -46,17 +46,7 @@ def test_a_full_disk_refuses_the_submit_clearly_and_queues_nothing(daemon: Daemo
 
 
 def fill_store(daemon: Daemon, pad_job: int) -> None:
-    """A real SQLITE_FULL ("database or disk is full") for any write that adds an event:
-    the store may not grow, and the events table's last page is packed with padding
-    events of `pad_job`."""
-    db = daemon.store._db
-    db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")
-    with pytest.raises(sqlite3.OperationalError, match="full"):
-        for _ in range(100_000):
-            db.execute(
-                "INSERT INTO events (job_id, time, state, reason) VALUES (?, 0, 'PENDING', '')",
-                (pad_job,),
-            )
+    pack_store(daemon.store, pad_job)
 
 
 @pytest.mark.parametrize("op", ["cancel", "hold"])

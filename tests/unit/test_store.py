@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fullstore import pack_store, unpack_store
 
 from gbatch import store as store_module
 from gbatch.model import IllegalTransition, JobSpec, JobState
@@ -624,24 +625,6 @@ def test_a_runs_end_and_its_usage_are_written_together(store: Store) -> None:
 
 
 # -- a full disk ------------------------------------------------------------------------
-
-
-def pack_store(store: Store, pad_job: int) -> None:
-    """Make the next write that adds an event fail with SQLite's real SQLITE_FULL
-    ("database or disk is full"): the file may not grow, and the events table's last
-    page is packed with padding events of `pad_job`."""
-    db = store._db
-    db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")
-    with pytest.raises(sqlite3.OperationalError, match="full"):
-        for _ in range(100_000):
-            db.execute(
-                "INSERT INTO events (job_id, time, state, reason) VALUES (?, 0, 'PENDING', '')",
-                (pad_job,),
-            )
-
-
-def unpack_store(store: Store) -> None:
-    store._db.execute("PRAGMA max_page_count = 1073741823")
 
 
 def test_a_submit_on_a_full_disk_raises_store_full_naming_the_directory(

@@ -28,7 +28,7 @@ from gbatch.backoff import Backoff
 from gbatch.config import Config, Paths
 from gbatch.joblog import LogFollowers, mark_attempt_start, open_log
 from gbatch.model import Gpu, Job
-from gbatch.node import LaunchError, Reports, RunStatus, job_env
+from gbatch.node import LaunchError, Reports, RunStatus, finished_container_status, job_env
 from gbatch.protocol import NodeReport, gbatch_container_ids, to_gpus
 
 LOCAL_NODE = "local"
@@ -353,15 +353,12 @@ class LocalNode:
         if not statuses:
             return RunStatus("vanished")
         status = statuses[0]
-        if status.state in ("exited", "dead"):
+        ended = finished_container_status(
+            status.state, status.exit_code, status.finished_at, status.oom_killed
+        )
+        if ended is not None:
             self._log_followers.wait(job_id, attempt)
-            return RunStatus(
-                "exited",
-                status.exit_code,
-                0,
-                status.finished_at or time.time(),
-                oom=status.oom_killed,
-            )
+            return ended
         if status.state == "created":
             return RunStatus("running")
         self.follow_container_log(job_id, attempt)

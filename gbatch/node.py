@@ -33,6 +33,17 @@ class RunStatus:
     oom: bool = False
 
 
+def finished_container_status(
+    state: str, exit_code: int | None, finished_at: float | None, oom_killed: bool
+) -> RunStatus | None:
+    """What a container docker reports in `state` says of its run: None while it has
+    not finished (created, running, paused, restarting), else the exit, with the end
+    time docker gives (now, when it gives none)."""
+    if state not in ("exited", "dead"):
+        return None
+    return RunStatus("exited", exit_code, 0, finished_at or time.time(), oom=oom_killed)
+
+
 class Node(Protocol):
     name: str
     address: str  # how the head reaches it, for people: user@host:port

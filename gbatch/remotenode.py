@@ -25,7 +25,7 @@ from gbatch.config import Config, Paths
 from gbatch.inventory import NodeConfig
 from gbatch.joblog import LogFollowers, mark_attempt_start
 from gbatch.model import Gpu, Job
-from gbatch.node import LaunchError, Reports, RunStatus, job_env
+from gbatch.node import LaunchError, Reports, RunStatus, finished_container_status, job_env
 from gbatch.protocol import (
     NodeReport,
     ReportError,
@@ -366,15 +366,14 @@ class RemoteNode:
             self._complete_log(job.id, attempt)
             return RunStatus("exited", waited[0], 0, waited[1])
         container = {c.name: c for c in report.containers}.get(name)
-        if container is not None and container.state in ("exited", "dead"):
-            self._complete_log(job.id, attempt)
-            return RunStatus(
-                "exited",
-                container.exit_code,
-                0,
-                container.finished_at or time.time(),
-                oom=container.oom_killed,
+        ended = None
+        if container is not None:
+            ended = finished_container_status(
+                container.state, container.exit_code, container.finished_at, container.oom_killed
             )
+        if ended is not None:
+            self._complete_log(job.id, attempt)
+            return ended
         if container is None or waited or self._log_followers.ended(job.id, attempt):
             # Not listed yet (just started), or its output just ended: ask docker now
             # rather than wait for the next report.
@@ -396,15 +395,12 @@ class RemoteNode:
             gone = b"No such" in result.stderr
             return RunStatus("vanished") if gone else RunStatus("running")
         status = found[0]
-        if status.state in ("exited", "dead"):
+        ended = finished_container_status(
+            status.state, status.exit_code, status.finished_at, status.oom_killed
+        )
+        if ended is not None:
             self._complete_log(job.id, attempt)
-            return RunStatus(
-                "exited",
-                status.exit_code,
-                0,
-                status.finished_at or time.time(),
-                oom=status.oom_killed,
-            )
+            return ended
         self._follow(job.id, attempt)
         return RunStatus("running")
 

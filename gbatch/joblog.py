@@ -18,6 +18,8 @@ import os
 import threading
 from pathlib import Path
 
+from gbatch.crashpoints import crash_point
+
 # Not typing's: importing typing (and logging) would cost the shim, which imports this
 # module at every job start, about 15 ms. mypy takes any TYPE_CHECKING as typing's.
 TYPE_CHECKING = False
@@ -176,6 +178,7 @@ class LogFollowers:
                 for chunk in chunks:
                     had_lost = writer.lost_bytes
                     writer.write(chunk)
+                    crash_point("logs.mid_copy")
                     if writer.lost_bytes and not had_lost:
                         import logging  # deferred: see TYPE_CHECKING above
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head
+from conftest import FAST_CONFIG, Head, is_gone, kill_leftover_jobs, make_head, wait_for
 from dockerenv import ensure_test_image, require_docker
 
 from gbatch.containers import container_name
@@ -122,6 +122,30 @@ def test_container_job_is_adopted_after_a_daemon_kill_and_its_log_is_whole(
     assert job["attempt"] == 1, "the container was started a second time"
     log = docker_head.run("logs", str(job_id), check=True).stdout
     assert log.splitlines() == [f"tick {i}" for i in range(1, 7)]
+
+
+def test_a_crash_in_the_middle_of_copying_a_containers_log_leaves_it_whole(
+    tmp_path: Path, image: str
+) -> None:
+    head = make_head(tmp_path / "home", gpus=1)
+    head.env["GBATCH_CRASH_AT"] = "logs.mid_copy"
+    head.start()
+    try:
+        pid = head.daemon_pid()
+        job_id = head.sbatch(
+            "--image", image, "--wrap", "for i in 1 2 3 4 5; do echo tick $i; sleep 0.3; done"
+        )
+        wait_for(lambda: is_gone(pid), 60, "the crash in the log copier")
+        del head.env["GBATCH_CRASH_AT"]
+        head.start()
+        job = head.wait_state(job_id, "COMPLETED", timeout=60)
+        assert job["attempt"] == 1, "the container was started a second time"
+        log = head.run("logs", str(job_id), check=True).stdout
+        assert log.splitlines() == [f"tick {i}" for i in range(1, 6)]
+    finally:
+        head.stop()
+        kill_leftover_jobs(head.home)
+        subprocess.run(["docker", "rm", "-f", container_name(job_id, 1)], capture_output=True)
 
 
 def test_a_container_killed_on_the_host_ends_its_job_and_is_not_restarted(

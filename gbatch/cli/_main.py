@@ -11,12 +11,12 @@ import argparse
 import sys
 
 from gbatch import __version__
-from gbatch.cli import daemon, logs, node, sacct, sbatch, scancel, scontrol, sinfo, squeue
+from gbatch.cli import daemon, logs, node, sacct, sbatch, scancel, scontrol, sinfo, squeue, tui
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 
-COMMANDS = (sbatch, squeue, scancel, sinfo, sacct, scontrol, logs, node, daemon)
+COMMANDS = (sbatch, squeue, scancel, sinfo, sacct, scontrol, logs, tui, node, daemon)
 
 _KIND_STATUS = {
     "invalid": Exit.USAGE,

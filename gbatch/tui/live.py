@@ -1,0 +1,127 @@
+"""What every TUI screen shares: the daemon link, a refresh timer, a status line and
+the job actions (cancel with a confirmation, hold, release)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from functools import partial
+
+from rich.text import Text
+from textual import work
+from textual.css.query import NoMatches
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Static
+
+from gbatch.tui.data import LINK_ERRORS, ActionOutcome, DaemonLink
+from gbatch.tui.dialogs import ConfirmDialog
+
+
+@dataclass(frozen=True)
+class Services:
+    """What the app factory hands every screen (no globals)."""
+
+    link: DaemonLink
+    user: str  # whose jobs "mine" means
+    clock: Callable[[], float]
+    refresh_seconds: float
+
+
+# A worker back from the daemon after its screen (or the app) began to close finds
+# its widgets gone: there is nothing left to show, so that is no error.
+screen_gone = partial(suppress, NoMatches)
+
+_DONE = {"cancel": "cancel sent", "hold": "held", "release": "released"}
+
+
+class LiveScreen(Screen[None]):
+    """A screen that re-reads the daemon every `refresh_seconds` while it is shown.
+
+    Subclasses implement refresh_data() as a worker that fetches off the UI thread;
+    they compose a `Static#status` for show_status().
+    """
+
+    def __init__(self, services: Services) -> None:
+        super().__init__()
+        self.services = services
+        self._timer: Timer | None = None
+        self._last_update: float | None = None
+        self._failing = False
+
+    def on_mount(self) -> None:
+        self._timer = self.set_interval(self.services.refresh_seconds, self.refresh_data)
+        self.refresh_data()
+
+    def on_screen_suspend(self) -> None:
+        if self._timer is not None:
+            self._timer.pause()  # a covered screen need not load the daemon
+
+    def on_screen_resume(self) -> None:
+        if self._timer is not None:
+            self._timer.resume()
+            self.refresh_data()
+
+    def refresh_data(self) -> object:
+        """Start re-reading the daemon (a worker); never blocks the UI."""
+        raise NotImplementedError
+
+    # -- status ------------------------------------------------------------------
+
+    def show_status(self, message: str, *, error: bool = False) -> None:
+        status = self.query_one("#status", Static)
+        status.update(Text(message, style="bold red" if error else ""))
+
+    def fetched(self) -> None:
+        """Note a successful read (the staleness of a failing one is told from it)."""
+        self._last_update = self.services.clock()
+        if self._failing:
+            self._failing = False
+            self.show_status("the daemon answers again")
+
+    def fetch_failed(self, err: Exception) -> None:
+        """Say why the data is not fresh; keep showing the last that was."""
+        self._failing = True
+        age = ""
+        if self._last_update is not None:
+            age = f" (shown data is {self.services.clock() - self._last_update:.0f} s old)"
+        self.show_status(f"{err}{age}", error=True)
+
+    # -- actions -----------------------------------------------------------------
+
+    def request_action(self, op: str, job_id: int, label: str) -> None:
+        """Cancel asks first; hold and release act at once."""
+        if op != "cancel":
+            self.send_action(op, job_id)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.send_action(op, job_id)
+            else:
+                self.show_status(f"job {job_id}: not cancelled")
+
+        self.app.push_screen(ConfirmDialog(f"Cancel job {job_id} ({label})?"), answered)
+
+    @work(group="action")
+    async def send_action(self, op: str, job_id: int) -> None:
+        try:
+            outcome = await asyncio.to_thread(self.services.link.act, op, job_id)
+        except LINK_ERRORS as err:
+            with screen_gone():
+                self.show_status(f"job {job_id}: {op} not sent: {err}", error=True)
+            return
+        with screen_gone():
+            self.report(outcome)
+            self.refresh_data()
+
+    def report(self, outcome: ActionOutcome) -> None:
+        """The daemon's answer, its reason word for word when it refused."""
+        if outcome.ok:
+            self.show_status(f"job {outcome.job_id}: {_DONE[outcome.op]}")
+            return
+        message = f"job {outcome.job_id}: {outcome.op} refused: {outcome.error}"
+        self.show_status(message, error=True)
+        self.notify(outcome.error, title=f"{outcome.op} refused", severity="error")

@@ -1,0 +1,86 @@
+"""The nodes view: each node's state (and why it takes no jobs), each GPU a row."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import DataTable, Footer, Static
+
+from gbatch.model import NodeState
+from gbatch.tui import rows
+from gbatch.tui.data import LINK_ERRORS, NodesSnapshot
+from gbatch.tui.live import LiveScreen, screen_gone
+from gbatch.tui.table import sync_rows
+
+COLUMN_KEYS = tuple(key for key, _ in rows.NODE_COLUMNS)
+# Foreign use has a colour of its own: those GPUs are busy, but not with gbatch jobs.
+USE_STYLE = {
+    rows.GpuUse.FREE: "",
+    rows.GpuUse.ALLOCATED: "green",
+    rows.GpuUse.FOREIGN: "bold magenta",
+}
+NODE_STYLE = {
+    NodeState.IDLE: "bold",
+    NodeState.MIXED: "bold",
+    NodeState.ALLOCATED: "bold",
+    NodeState.DRAINED: "bold yellow",
+    NodeState.SUSPECT: "bold yellow",
+    NodeState.DOWN: "bold red",
+}
+
+
+class NodesScreen(LiveScreen):
+    AUTO_FOCUS = "#nodes"  # never the hidden input
+    DEFAULT_CSS = """
+    NodesScreen #summary { height: 1; background: $panel; }
+    NodesScreen #nodes { height: 1fr; }
+    NodesScreen #status { height: 1; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "Back")]
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(" nodes"), id="summary")
+        table: DataTable[Text] = DataTable(id="nodes", cursor_type="row")
+        for key, header in rows.NODE_COLUMNS:
+            table.add_column(header, key=key)
+        yield table
+        yield Static(id="status")
+        yield Footer(compact=True, show_command_palette=False)
+
+    @work(exclusive=True, group="nodes")
+    async def refresh_data(self) -> None:
+        try:
+            snapshot = await asyncio.to_thread(self.services.link.nodes)
+        except LINK_ERRORS as err:
+            with screen_gone():
+                self.fetch_failed(err)
+            return
+        with screen_gone():
+            self.fetched()
+            self.show_nodes(snapshot)
+
+    def show_nodes(self, snapshot: NodesSnapshot) -> None:
+        node_rows = rows.node_rows(snapshot.nodes, snapshot.owners)
+        table = self.query_one("#nodes", DataTable)
+        sync_rows(table, [(row.key, _styled(row)) for row in node_rows], COLUMN_KEYS)
+        gpus = [row for row in node_rows if row.use is not None]
+        used = {use: sum(1 for row in gpus if row.use == use) for use in USE_STYLE}
+        summary = (
+            f" {len(snapshot.nodes)} nodes, {len(gpus)} GPUs: {used[rows.GpuUse.ALLOCATED]} "
+            f"allocated, {used[rows.GpuUse.FOREIGN]} busy outside gbatch, "
+            f"{used[rows.GpuUse.FREE]} free"
+        )
+        self.query_one("#summary", Static).update(Text(summary))
+
+
+def _styled(row: rows.NodeRow) -> list[Text]:
+    if row.use is not None:
+        style = USE_STYLE[row.use]
+    else:
+        style = NODE_STYLE.get(row.node_state, "") if row.node_state else ""
+    return [Text(cell, style=style) for cell in row.cells]

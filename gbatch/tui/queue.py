@@ -1,0 +1,199 @@
+"""The queue view: active jobs, state counts, filters, sort, and the job actions."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import DataTable, Footer, Input, Static
+
+from gbatch.model import Job, JobState
+from gbatch.tui import rows
+from gbatch.tui.data import LINK_ERRORS, QueueSnapshot
+from gbatch.tui.live import LiveScreen, Services, screen_gone
+from gbatch.tui.table import cursor_key, sync_rows
+
+COLUMN_KEYS = tuple(key for key, _ in rows.QUEUE_COLUMNS)
+_STATE_STYLE = {
+    JobState.PENDING: "yellow",
+    JobState.CONFIGURING: "cyan",
+    JobState.RUNNING: "green",
+    JobState.COMPLETING: "magenta",
+}
+
+
+class QueueScreen(LiveScreen):
+    AUTO_FOCUS = "#jobs"  # never the hidden input
+    DEFAULT_CSS = """
+    QueueScreen #counts { height: 1; background: $panel; }
+    QueueScreen #filter { display: none; }
+    QueueScreen #filter.shown { display: block; }
+    QueueScreen #jobs { height: 1fr; }
+    QueueScreen #status { height: 1; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("c", "act('cancel')", "Cancel"),
+        Binding("h", "act('hold')", "Hold"),
+        Binding("r", "act('release')", "Release"),
+        Binding("m", "toggle_mine", "Mine"),
+        Binding("s", "next_state", "State"),
+        Binding("slash", "edit_filter", "Filter"),
+        Binding("o", "next_sort", "Sort"),
+        Binding("O", "reverse_sort", "Reverse", show=False),
+        Binding("n", "nodes", "Nodes"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    def __init__(self, services: Services) -> None:
+        super().__init__(services)
+        self.filter = rows.QueueFilter(user=services.user)
+        self.sort_column = "id"
+        self.sort_reverse = False
+        self.snapshot: QueueSnapshot | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="counts")
+        yield Input(placeholder="filter: id, name, user, node or reason", id="filter")
+        table: DataTable[Text] = DataTable(id="jobs", cursor_type="row", zebra_stripes=True)
+        for key, header in rows.QUEUE_COLUMNS:
+            table.add_column(header, key=key)
+        yield table
+        yield Static(id="status")
+        yield Footer(compact=True, show_command_palette=False)
+
+    # -- data --------------------------------------------------------------------
+
+    @work(exclusive=True, group="queue")
+    async def refresh_data(self) -> None:
+        try:
+            snapshot = await asyncio.to_thread(self.services.link.queue)
+        except LINK_ERRORS as err:
+            with screen_gone():
+                self.fetch_failed(err)
+            return
+        with screen_gone():
+            self.fetched()
+            self.snapshot = snapshot
+            self.render_queue()
+
+    def render_queue(self) -> None:
+        """Show the last snapshot through the current filter and sort."""
+        snapshot = self.snapshot
+        if snapshot is None:
+            return
+        cells = rows.job_cells(snapshot.jobs, snapshot.now)
+        shown = rows.sort_jobs(
+            rows.visible(snapshot.jobs, self.filter, cells),
+            self.sort_column,
+            snapshot.now,
+            cells,
+            reverse=self.sort_reverse,
+        )
+        table = self.query_one("#jobs", DataTable)
+        sync_rows(table, [(str(job.id), _styled(job, cells[job.id])) for job in shown], COLUMN_KEYS)
+        self.query_one("#counts", Static).update(self._header(snapshot, len(shown)))
+
+    def _header(self, snapshot: QueueSnapshot, shown: int) -> Text:
+        counts = rows.format_counts(rows.state_counts(rows.owned(snapshot.jobs, self.filter)))
+        whose = f"mine ({self.filter.user})" if self.filter.mine else "all users"
+        state = self.filter.state.code if self.filter.state else "any"
+        arrow = "v" if self.sort_reverse else "^"
+        text = f" {counts} | {whose} | st:{state} | sort:{self.sort_column}{arrow} | {shown} shown"
+        if self.filter.text:
+            text += f" | /{self.filter.text}"
+        return Text(text)
+
+    def selected_job(self) -> Job | None:
+        key = cursor_key(self.query_one("#jobs", DataTable))
+        if key is None or self.snapshot is None:
+            return None
+        return next((job for job in self.snapshot.jobs if str(job.id) == key), None)
+
+    # -- actions -----------------------------------------------------------------
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open_job()
+
+    def action_open_job(self) -> None:
+        from gbatch.tui.jobview import JobScreen  # the queue opens without it
+
+        job = self.selected_job()
+        if job is not None:
+            self.app.push_screen(JobScreen(self.services, job.id))
+
+    def action_nodes(self) -> None:
+        from gbatch.tui.nodes import NodesScreen
+
+        self.app.push_screen(NodesScreen(self.services))
+
+    def action_act(self, op: str) -> None:
+        job = self.selected_job()
+        if job is None:
+            self.show_status(f"no job selected to {op}", error=True)
+            return
+        self.request_action(op, job.id, job.spec.name)
+
+    def action_toggle_mine(self) -> None:
+        self._set_filter(replace(self.filter, mine=not self.filter.mine))
+
+    def action_next_state(self) -> None:
+        states = rows.STATE_FILTERS
+        following = states[(states.index(self.filter.state) + 1) % len(states)]
+        self._set_filter(replace(self.filter, state=following))
+
+    def action_next_sort(self) -> None:
+        index = COLUMN_KEYS.index(self.sort_column)
+        self.sort_column = COLUMN_KEYS[(index + 1) % len(COLUMN_KEYS)]
+        self.render_queue()
+
+    def action_reverse_sort(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self.render_queue()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        key = event.column_key.value
+        if key == self.sort_column:
+            self.sort_reverse = not self.sort_reverse
+        elif key is not None:
+            self.sort_column, self.sort_reverse = key, False
+        self.render_queue()
+
+    def action_edit_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("shown")
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.remove_class("shown")
+        self.query_one("#jobs", DataTable).focus()
+        self._set_filter(replace(self.filter, text=""))
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self._set_filter(replace(self.filter, text=event.value))
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            if not event.value:
+                event.input.remove_class("shown")
+            self.query_one("#jobs", DataTable).focus()
+
+    def _set_filter(self, filt: rows.QueueFilter) -> None:
+        self.filter = filt
+        self.render_queue()
+
+
+def _styled(job: Job, cells: tuple[str, ...]) -> list[Text]:
+    """Cells as Text (never markup: a job name may hold '['); the state coloured."""
+    state_style = _STATE_STYLE.get(job.state, "")
+    return [
+        Text(cell, style=state_style if key == "state" else "")
+        for key, cell in zip(COLUMN_KEYS, cells, strict=True)
+    ]

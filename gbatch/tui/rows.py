@@ -1,0 +1,203 @@
+"""What the queue and nodes views show, as plain values: filter, sort, count, cells.
+
+Pure (no textual, no clock): `now` is the daemon's. Cell text comes from
+gbatch.formatting so the TUI says exactly what squeue and sinfo say (elapsed time,
+limits, `(Reason)` for pending jobs, control characters made harmless).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gbatch import formatting
+from gbatch.model import Gpu, Job, JobState, NodeInfo, NodeState
+
+# (column key, header). TIME is squeue's elapsed/limit; NODE(REASON) is squeue's %R.
+QUEUE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "JOBID"),
+    ("user", "USER"),
+    ("name", "NAME"),
+    ("state", "ST"),
+    ("gpus", "GPUS"),
+    ("time", "TIME/LIMIT"),
+    ("where", "NODE(REASON)"),
+)
+# The states the state filter steps through (the queue lists active jobs only).
+STATE_FILTERS: tuple[JobState | None, ...] = (
+    None,
+    JobState.PENDING,
+    JobState.RUNNING,
+    JobState.COMPLETING,
+)
+# A separator no cell can hold: formatting replaces control characters with '?'.
+_SEP = "\x1f"
+_SQUEUE_FIELDS = ("%i", "%u", "%j", "%t", "%M", "%l", "%R")
+_NAME_WIDTH = 16  # keeps the table readable at 80 columns
+
+
+@dataclass(frozen=True)
+class QueueFilter:
+    """What the queue view shows: `mine` keeps `user`'s jobs, `state` one state,
+    `text` jobs whose id, name, user, node or reason contain it (any case)."""
+
+    user: str
+    mine: bool = True
+    state: JobState | None = None
+    text: str = ""
+
+
+def owned(jobs: Iterable[Job], filt: QueueFilter) -> list[Job]:
+    """The jobs the mine/all toggle selects (what the state counts are over)."""
+    return [job for job in jobs if not filt.mine or job.user == filt.user]
+
+
+def visible(
+    jobs: Iterable[Job], filt: QueueFilter, cells: Mapping[int, Sequence[str]]
+) -> list[Job]:
+    """The jobs every filter lets through; `cells` are job_cells' (the text matched)."""
+    needle = filt.text.strip().lower()
+    return [
+        job
+        for job in owned(jobs, filt)
+        if (filt.state is None or job.state is filt.state)
+        and (not needle or any(needle in cell.lower() for cell in cells[job.id]))
+    ]
+
+
+def state_counts(jobs: Iterable[Job]) -> dict[JobState, int]:
+    """Jobs per state, every active state present (0 when none), in lifecycle order."""
+    counts = {state: 0 for state in JobState if not state.is_final}
+    for job in jobs:
+        counts[job.state] = counts.get(job.state, 0) + 1
+    return counts
+
+
+def format_counts(counts: Mapping[JobState, int]) -> str:
+    """`PD 3  CF 0  R 2  CG 0`: the codes squeue's ST column uses."""
+    return "  ".join(f"{state.code} {count}" for state, count in counts.items())
+
+
+def _running_seconds(job: Job, now: float) -> float:
+    if job.state is JobState.PENDING or job.start_time is None:
+        return 0.0
+    return (job.end_time if job.end_time is not None else now) - job.start_time
+
+
+_STATE_ORDER = {state: i for i, state in enumerate(JobState)}
+_SORT_KEYS: Mapping[str, Callable[[Job, float, Sequence[str]], Any]] = {
+    "id": lambda job, now, cells: job.id,
+    "user": lambda job, now, cells: (job.user, job.id),
+    "name": lambda job, now, cells: (job.spec.name, job.id),
+    "state": lambda job, now, cells: (_STATE_ORDER[job.state], job.id),
+    "gpus": lambda job, now, cells: (job.spec.gpus, job.id),
+    "time": lambda job, now, cells: (_running_seconds(job, now), job.id),
+    "where": lambda job, now, cells: (cells[-1], job.id),
+}
+
+
+def sort_jobs(
+    jobs: Iterable[Job],
+    column: str,
+    now: float,
+    cells: Mapping[int, Sequence[str]],
+    *,
+    reverse: bool = False,
+) -> list[Job]:
+    """Order by a QUEUE_COLUMNS key: numbers as numbers, ties by job id."""
+    key = _SORT_KEYS[column]
+    return sorted(jobs, key=lambda job: key(job, now, cells[job.id]), reverse=reverse)
+
+
+def job_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ...]]:
+    """Each job's cells in QUEUE_COLUMNS order, rendered by squeue's own formatter."""
+    fmt = _SEP.join(_SQUEUE_FIELDS)
+    lines = formatting.format_squeue(jobs, now, fmt=fmt, header=False).splitlines()
+    cells: dict[int, tuple[str, ...]] = {}
+    for job, line in zip(jobs, lines, strict=True):
+        job_id, user, name, code, elapsed, limit, where = line.split(_SEP)
+        if len(name) > _NAME_WIDTH:
+            name = name[: _NAME_WIDTH - 1] + "…"
+        gpus = str(job.spec.gpus)
+        cells[job.id] = (job_id, user, name, code, gpus, f"{elapsed}/{limit}", where)
+    return cells
+
+
+# ---------------------------------------------------------------------------
+# nodes
+
+NODE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("what", "NODE/GPU"),
+    ("state", "STATE"),
+    ("memory", "MEM MiB"),
+    ("util", "UTIL"),
+    ("job", "JOB"),
+    ("user", "USER"),
+    ("note", "NOTE"),
+)
+
+
+class GpuUse:
+    """How a GPU is used; the view colours each differently."""
+
+    FREE = "free"
+    ALLOCATED = "alloc"
+    FOREIGN = "busy"  # compute processes gbatch did not start
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    key: str  # `node:NAME` or `gpu:NAME:INDEX`, stable across refreshes
+    cells: tuple[str, ...]
+    use: str | None = None  # a GpuUse for GPU rows; None for a node's own row
+    node_state: NodeState | None = None
+
+
+def _printable(text: str) -> str:
+    """As formatting does: no control character from a node reaches the terminal."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _node_note(node: NodeInfo) -> str:
+    """Why a node takes no jobs (drained, suspect, down), as sinfo's REASON."""
+    if node.state in (NodeState.DRAINED, NodeState.SUSPECT, NodeState.DOWN):
+        return _printable(node.reason)
+    return ""
+
+
+def _gpu_row(node: NodeInfo, gpu: Gpu, owners: Mapping[int, str]) -> NodeRow:
+    job = node.allocations.get(gpu.index)
+    if job is not None:
+        use = GpuUse.ALLOCATED
+    elif gpu.foreign_processes > 0:
+        use = GpuUse.FOREIGN
+    else:
+        use = GpuUse.FREE
+    notes = []
+    if gpu.foreign_processes:
+        notes.append(f"{gpu.foreign_processes} process(es) outside gbatch")
+    if gpu.simulated:
+        notes.append("simulated")
+    util = "n/a" if gpu.utilization_pct is None else f"{gpu.utilization_pct}%"
+    cells = (
+        f"  gpu{gpu.index} {_printable(gpu.name)}",
+        use,
+        f"{gpu.memory_used_mib}/{gpu.memory_total_mib}",
+        util,
+        "" if job is None else str(job),
+        "" if job is None else owners.get(job, "?"),
+        ", ".join(notes),
+    )
+    return NodeRow(f"gpu:{node.name}:{gpu.index}", cells, use=use)
+
+
+def node_rows(nodes: Sequence[NodeInfo], owners: Mapping[int, str]) -> list[NodeRow]:
+    """One row per node (state, and why it is drained/suspect/down), then its GPUs."""
+    rows = []
+    for node in nodes:
+        summary = f"{node.gpus_allocated}/{node.gpus_total} alloc"
+        cells = (_printable(node.name), node.state.value, summary, "", "", "", _node_note(node))
+        rows.append(NodeRow(f"node:{node.name}", cells, node_state=node.state))
+        rows.extend(_gpu_row(node, gpu, owners) for gpu in node.gpus)
+    return rows

@@ -1,0 +1,149 @@
+"""Navigation: the job view (record, events, live log, search), the nodes view, the
+help screen; and what the views do when the daemon goes away."""
+
+from __future__ import annotations
+
+import subprocess
+
+from conftest import (
+    Head,
+    drive,
+    row_key_under_cursor,
+    table_rows,
+    text_of,
+    tui,
+    until,
+)
+from integration.conftest import GBATCH
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Log
+
+from gbatch.tui.help import HelpScreen
+from gbatch.tui.jobview import JobScreen
+from gbatch.tui.nodes import NodesScreen
+from gbatch.tui.queue import QueueScreen
+
+CHATTY = "for i in $(seq 1 30); do echo step $i; sleep 0.1; done; sleep 300"
+
+
+def test_job_view_shows_record_events_and_follows_the_log(tui_head: Head) -> None:
+    job_id = tui_head.sbatch("-J", "chatty", "--gpus", "1", "--wrap", CHATTY)
+    tui_head.wait_state(job_id, "RUNNING")
+    app = tui(tui_head)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: row_key_under_cursor(app, "#jobs") == str(job_id), "row")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, JobScreen), "the job view")
+        await until(pilot, lambda: "Events:" in text_of(app, "#record"), "the record")
+        record = text_of(app, "#record")
+        assert f"JobId={job_id} JobName=chatty" in record
+        assert "NodeList=local Gres=gpu:1" in record
+        assert "RUNNING" in record.split("Events:")[1]  # the history, with its states
+        assert "'chatty' of root: RUNNING on local" in text_of(app, "#title")
+        log = app.screen.query_one("#log", Log)
+        seen = await until(pilot, lambda: log.line_count > 1 and log.line_count, "first lines")
+        await until(pilot, lambda: "step 30" in log.lines, "the last line", 10)
+        assert seen < 30, "the log should arrive while the job writes it"
+
+        await pilot.press("slash", *"step 1", "enter")  # step 1, 10..19
+        await until(pilot, lambda: "match 1/11" in text_of(app, "#status"), "a match")
+        assert log.scroll_y == 0
+        await pilot.press("n", "n")
+        assert "match 3/11, line 11" in text_of(app, "#status")
+        await pilot.press("N")
+        assert "match 2/11, line 10" in text_of(app, "#status")
+        await pilot.press("slash", *"nowhere", "enter")
+        assert "no line holds 'nowhere'" in text_of(app, "#status")
+
+        await pilot.press("h")  # refused: it runs; the reason comes from the daemon
+        await until(pilot, lambda: "hold refused: Job is no longer" in text_of(app, "#status"), "r")
+        await pilot.press("c", "y")  # cancel from the job view ends the log
+        await until(pilot, lambda: "end of log" in text_of(app, "#status"), "the log's end", 15)
+        await until(pilot, lambda: "CANCELLED" in text_of(app, "#title"), "the final state")
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, QueueScreen), "back in the queue")
+
+    drive(app, scenario)
+
+
+def test_nodes_view_lists_each_gpu_with_its_job_owner_and_outside_use(tui_head: Head) -> None:
+    job_id = tui_head.sbatch("-J", "one", "--gpus", "1", "--wrap", "sleep 300")
+    tui_head.wait_state(job_id, "RUNNING")
+    app = tui(tui_head)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, NodesScreen), "the nodes view")
+        await until(pilot, lambda: len(table_rows(app, "#nodes")) == 4, "node and 3 GPUs")
+        node, gpu0, gpu1, gpu2 = table_rows(app, "#nodes")
+        assert node[:3] == ["local", "mixed", "1/3 alloc"]
+        assert gpu0 == [
+            "  gpu0 Simulated GPU",
+            "alloc",
+            "0/81920",
+            "0%",
+            str(job_id),
+            "root",
+            "simulated",
+        ]
+        assert gpu1[1] == "free"
+        assert gpu2[1:4] == ["busy", "4000/81920", "37%"]
+        assert gpu2[6] == "1 process(es) outside gbatch, simulated"
+        table = app.screen.query_one("#nodes", DataTable)
+        assert str(table.get_row("gpu:local:2")[1].style) == "bold magenta"
+        assert "1 allocated, 1 busy outside gbatch, 1 free" in text_of(app, "#summary")
+
+        tui_head.run("node", "drain", "local", "--reason", "fan noise", check=True)
+        await until(pilot, lambda: table_rows(app, "#nodes")[0][1] == "drained", "drained")
+        assert table_rows(app, "#nodes")[0][6] == "fan noise [root]"
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, QueueScreen), "back in the queue")
+
+    drive(app, scenario)
+
+
+def test_help_lists_the_keys_of_the_screen_it_covers(tui_head: Head) -> None:
+    app = tui(tui_head)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
+        text = text_of(app, "#help-text")
+        for line in (
+            "c            Cancel",
+            "m            Mine",
+            "/            Filter",
+            "q            Quit",
+        ):
+            assert line in text
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, QueueScreen), "the queue again")
+
+    drive(app, scenario)
+
+
+def test_a_vanished_daemon_is_a_status_line_and_the_last_data_stays(tui_head: Head) -> None:
+    job_id = tui_head.sbatch("-J", "kept", "-H", "--wrap", "true")
+    app = tui(tui_head)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: row_key_under_cursor(app, "#jobs") == str(job_id), "row")
+        tui_head.stop()
+        await until(pilot, lambda: "no gbatch daemon answers" in text_of(app, "#status"), "err")
+        assert "s old)" in text_of(app, "#status")
+        assert table_rows(app, "#jobs")[0][2] == "kept"
+        tui_head.start()
+        await until(pilot, lambda: text_of(app, "#status") == "the daemon answers again", "ok")
+
+    drive(app, scenario)
+
+
+def test_gbatch_tui_without_a_daemon_says_so_in_one_line(tui_head: Head) -> None:
+    tui_head.stop()
+    result = subprocess.run(
+        [*GBATCH, "tui"], env=tui_head.env, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 3
+    assert result.stderr.startswith("gbatch tui: error: no gbatch daemon answers at ")
+    assert len(result.stderr.splitlines()) == 1

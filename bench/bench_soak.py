@@ -15,7 +15,14 @@ Recovery times, per kill: until the restarted daemon answers a `jobs` request (w
 squeue sends), and until the first run the new daemon dispatched writes its start line.
 For a crash point the kill time is when its death was seen (polled every 10 ms).
 
+With --fleet N the same soak runs on a test fleet instead of the embedded local node:
+N GPU host containers (tests/integration/fleet.py: each its own sshd on a 127.0.0.1
+port, the agent, --gpus simulated GPUs), every job a container of gbatch-host:latest
+with the ledger's directory mounted at the same path. Hosts and job containers are
+removed at the end, whatever happens (Ctrl-C, SIGTERM, a failure).
+
 Run: .venv/bin/python bench/bench_soak.py [--quick] [--jobs N] [--kills N] [--seed S]
+                                          [--fleet [N]] [--point-rounds R] [--keep DIR]
 Prints figures; asserts nothing (tests/integration/test_random_kills.py is the test).
 """
 
@@ -27,23 +34,28 @@ import contextlib
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 from common import GBATCH, REPO, gbatch_env, machine_note, report_ms, temp_home
 
 sys.path.insert(0, str(REPO / "tests"))
 
-from ledger import check, first_start_after, ledger_command, read_runs
+from ledger import Run, check, first_start_after, ledger_command, read_runs
 
 from gbatch.client import Client, DaemonUnavailable, RequestFailed
 from gbatch.config import Paths
+from gbatch.containers import LABEL_JOB, LABEL_NODE
 from gbatch.crashpoints import POINTS
 from gbatch.model import FINAL_STATES, JobState
 from gbatch.store import Store
@@ -52,6 +64,10 @@ CONFIG = "tick_seconds: 0.2\nreport_interval: 0.2\nkill_grace_seconds: 1\n"
 FINAL = {state.value for state in FINAL_STATES}
 CRASH_TIMEOUT = 60.0  # an armed daemon that has not reached its point by then: skipped
 DRAIN_TIMEOUT = 600.0  # after the last submit, for every job to become final
+# A fleet's head must never fence or requeue a host because the head itself was down
+# for a restart: a fence kill here would be a bug to report, not a figure.
+FLEET_CONFIG = CONFIG + "node_down_seconds: 60\nnode_lease_seconds: 60\n"
+JOB_IMAGE = "gbatch-host:latest"  # coreutils: the ledger's `date +%s.%N` needs it
 
 
 @dataclass(frozen=True)
@@ -60,14 +76,20 @@ class JobPlan:
     gpus: int
     fail_first: bool
 
-    def spec(self, ledger: Path) -> dict[str, object]:
+    def spec(self, ledger: Path, image: str | None = None) -> dict[str, object]:
+        """A bare job, or with `image` a container job that sees the ledger's
+        directory at the same path."""
         command = ledger_command(ledger, self.seconds, fail_first=self.fail_first)
-        return {
+        spec: dict[str, object] = {
             "name": "soak",
             "command": command,
             "gpus": self.gpus,
             "retries": 1 if self.fail_first else 0,
         }
+        if image is not None:
+            spec["image"] = image
+            spec["mounts"] = [f"{ledger.parent}:{ledger.parent}"]
+        return spec
 
 
 @dataclass(frozen=True)
@@ -83,10 +105,10 @@ class Kill:
 class Head:
     """One daemon's home: start, kill, restart it, and ask it things."""
 
-    def __init__(self, home: Path, gpus: int) -> None:
+    def __init__(self, home: Path, gpus: int, env: dict[str, str] | None = None) -> None:
         self.home = home
         self.paths = Paths(home)
-        self.env = gbatch_env(home, gpus)
+        self.env = gbatch_env(home, gpus) if env is None else env
 
     def start(self, crash_at: str | None = None) -> bool:
         """`gbatch daemon start`; False when it did not answer (an armed daemon may die
@@ -164,9 +186,17 @@ class Submitter(threading.Thread):
     after the request went out is "in doubt" (the job may exist) and is not retried
     under the same id: the plan is submitted again as a new job."""
 
-    def __init__(self, head: Head, ledger: Path, plans: list[JobPlan], backlog: int) -> None:
+    def __init__(
+        self,
+        head: Head,
+        ledger: Path,
+        plans: list[JobPlan],
+        backlog: int,
+        image: str | None = None,
+    ) -> None:
         super().__init__(name="submitter", daemon=True)
         self.head, self.ledger, self.plans, self.backlog = head, ledger, plans, backlog
+        self.image = image
         self.acknowledged: list[int] = []
         self.in_doubt = 0
         self.refused = 0
@@ -203,7 +233,7 @@ class Submitter(threading.Thread):
             except DaemonUnavailable:
                 return None  # down: not sent
             try:
-                reply = client.call("submit", spec=plan.spec(self.ledger))
+                reply = client.call("submit", spec=plan.spec(self.ledger, self.image))
             except DaemonUnavailable:
                 self.in_doubt += 1
                 return None
@@ -269,27 +299,296 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, help="jobs to submit (default 1,000)")
     parser.add_argument("--kills", type=int, help="random SIGKILLs (default 40)")
     parser.add_argument("--seed", type=int, help="default: random (printed)")
-    parser.add_argument("--gpus", type=int, default=4, help="simulated GPUs (default 4)")
+    parser.add_argument(
+        "--gpus", type=int, default=4, help="simulated GPUs (per host with --fleet; default 4)"
+    )
     parser.add_argument("--backlog", type=int, default=32, help="unfinished jobs at most")
+    parser.add_argument(
+        "--fleet",
+        type=int,
+        nargs="?",
+        const=2,
+        metavar="N",
+        help="run on N GPU host containers (default 2) instead of the local node",
+    )
+    parser.add_argument(
+        "--point-rounds", type=int, default=1, help="kills at each crash point (default 1)"
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="copy the run's files (store, gbatchd.log, ledger; with --fleet each host's "
+        "sshd log and docker calls, and the engine's events for gbatch job containers) to "
+        "DIR, which must not exist",
+    )
     args = parser.parse_args()
+    if args.keep is not None and args.keep.exists():
+        parser.error(f"--keep {args.keep}: it exists already. Name a new directory")
     jobs = args.jobs or (100 if args.quick else 1000)
     kills_wanted = args.kills if args.kills is not None else (6 if args.quick else 40)
     gap = 2.0 if args.quick else 4.0  # seconds between faults: uniform(0.5, gap)
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     rng = random.Random(seed)
+    points = len(POINTS) * args.point_rounds
     print(machine_note())
+    where = (
+        f"{args.fleet} hosts x {args.gpus} simulated GPUs, container jobs ({JOB_IMAGE})"
+        if args.fleet
+        else f"{args.gpus} simulated GPUs"
+    )
     print(
-        f"# soak: {jobs} jobs, {kills_wanted} random SIGKILLs + {len(POINTS)} crash points, "
-        f"{args.gpus} simulated GPUs, backlog {args.backlog}, seed {seed}",
+        f"# soak: {jobs} jobs, {kills_wanted} random SIGKILLs + {points} crash points, "
+        f"{where}, backlog {args.backlog}, seed {seed}",
         flush=True,
     )
-    faults = ["SIGKILL"] * kills_wanted + list(POINTS)
+    faults = ["SIGKILL"] * kills_wanted + list(POINTS) * args.point_rounds
     rng.shuffle(faults)
-    with temp_home("gbatch-soak-") as home:
+    with temp_home("gbatch-soak-") as home, keeping(home, args.keep):
+        if args.fleet:
+            soak_on_fleet(home, args.fleet, args.gpus, jobs, faults, rng, args.backlog, gap)
+            return
         (home / "config.yaml").write_text(CONFIG)
         head = Head(home, args.gpus)
         ledger = home / "ledger"
         soak(head, ledger, plan_jobs(rng, jobs), faults, rng, args.backlog, gap)
+
+
+@contextlib.contextmanager
+def keeping(home: Path, keep: Path | None) -> Iterator[None]:
+    """On leaving (even by an error), copy `home` to `keep` when given: no sockets, no
+    keys (each host's ssh/ directory)."""
+    try:
+        yield
+    finally:
+        if keep is not None:
+            shutil.copytree(home, keep, ignore=shutil.ignore_patterns("*.sock", "ssh"))
+            print(f"# the run's files: {keep}", flush=True)
+
+
+def soak_on_fleet(
+    base: Path,
+    hosts: int,
+    gpus: int,
+    jobs: int,
+    faults: list[str],
+    rng: random.Random,
+    backlog: int,
+    gap: float,
+) -> None:
+    """The soak on `hosts` host containers; one `bench_soak: error: ...` line when the
+    fleet cannot be built (no engine, no host image)."""
+    # Imported here: the local mode needs neither pytest nor testcontainers.
+    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    import pytest
+
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        with fleet_head(base, hosts, gpus) as fleet:
+            ledger = base / "ledger" / "ledger"
+            ledger.parent.mkdir()
+            plans = plan_jobs(rng, jobs)
+            soak(fleet.head, ledger, plans, faults, rng, backlog, gap, JOB_IMAGE, fleet.figures)
+    except (pytest.skip.Exception, pytest.fail.Exception) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        sys.exit(f"bench_soak: error: no test fleet: {first}")
+    except KeyboardInterrupt:
+        sys.exit("bench_soak: interrupted; the hosts and their job containers were removed")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM as Ctrl-C: unwinds through every `finally`, so the fleet is removed."""
+    raise KeyboardInterrupt
+
+
+# -- the fleet --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FleetRun:
+    head: Head
+    base: Path  # holds each host's files (<base>/<node>/share) and docker-events.txt
+    nodes: list[str]
+
+    def figures(self) -> list[str]:
+        foreign = foreign_removals(self.base, self.nodes)
+        return [
+            f"job containers killed or removed by another client of the engine (no gbatch "
+            f"call asked): {len(foreign)} {foreign[:3]}"
+        ]
+
+
+@contextlib.contextmanager
+def fleet_head(base: Path, count: int, gpus: int) -> Iterator[FleetRun]:
+    """`count` host containers under `base` with `gpus` simulated GPUs each, and a head
+    started against them (tests/integration/fleet.py's set-up; FLEET_CONFIG).
+
+    The hosts are named soak<pid>-<i>, so that this run's job containers (labelled
+    gbatch.node=<host>) are told apart from anyone else's on the shared engine, and the
+    store's job ids start high (see offset_job_ids). On leaving, whatever happened: the
+    daemon stops, the hosts go, and so does every job container labelled with one of
+    their names (and no other container).
+    """
+    from fleet import _start_head
+    from hosts import HOST_IMAGE, Host, start_host
+
+    names = [f"soak{os.getpid()}-{i}" for i in range(1, count + 1)]
+    hosts: dict[str, Host] = {}
+    home = base / "home"
+    started = time.monotonic()
+    events: subprocess.Popen[bytes] | None = None
+    try:
+        events = watch_engine_events(base / "docker-events.txt")
+        for name in names:
+            hosts[name] = start_host(base, name)
+        first_id = offset_job_ids(Paths(home).store)
+        fleet = _start_head(
+            base,
+            hosts,
+            dict.fromkeys(names, gpus),
+            HOST_IMAGE,
+            trusted=True,
+            installed=True,
+            config=FLEET_CONFIG,
+        )
+        env = {k: v for k, v in fleet.head.env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        head = Head(home, gpus, env)
+        head.stop()  # started by _start_head; restarted by soak() on traced docker CLIs
+        trace_docker_calls(base / "inventory.yaml", {n: h.share for n, h in hosts.items()})
+        print(
+            f"# fleet: hosts {', '.join(names)} up in {time.monotonic() - started:.1f} s; "
+            f"job ids from {first_id}; node_down_seconds and node_lease_seconds 60",
+            flush=True,
+        )
+        yield FleetRun(head, base, names)
+    finally:
+        if Paths(home).lock.exists():
+            subprocess.run(
+                [str(GBATCH), "daemon", "stop"], env=gbatch_env(home), capture_output=True
+            )
+        for host in hosts.values():
+            try:
+                (base / host.name / "sshd.log").write_text(host.logs())
+                host.stop()
+            except Exception as err:  # keep removing the others
+                print(f"# could not remove host {host.name}: {err}", file=sys.stderr)
+        remove_job_containers(names)
+        if events is not None:
+            events.terminate()
+            events.wait()
+
+
+TRACED_DOCKER = """\
+#!/bin/sh
+# The docker CLI, each call logged first (bench_soak: did gbatch remove that container?)
+printf '%s %s\\n' "$(date +%s.%N)" "$*" >> {log}
+exec docker "$@"
+"""
+
+
+def trace_docker_calls(inventory: Path, shares: dict[str, Path]) -> None:
+    """Point each node's `docker` at a wrapper in its share dir that logs every call
+    (the head's over SSH and the agent's, the fence's included) to docker-calls.log
+    there: so that a job container killed or removed by another client of the shared
+    engine is told apart from one gbatch stopped (see foreign_removals)."""
+    import yaml
+
+    data = yaml.safe_load(inventory.read_text())
+    for node in data["nodes"]:
+        share = shares[node["name"]]
+        wrapper = share / "docker-traced"
+        wrapper.write_text(TRACED_DOCKER.format(log=share / "docker-calls.log"))
+        wrapper.chmod(0o755)
+        node["docker"] = str(wrapper)
+    inventory.write_text(yaml.safe_dump(data))
+
+
+def foreign_removals(base: Path, nodes: list[str]) -> list[str]:
+    """The kills and removals of this run's job containers that no call through the
+    traced CLIs asked for (within the minute before): another client of the engine did
+    them. Each as `<time> <action> <container>`."""
+    asked: dict[str, list[float]] = collections.defaultdict(list)
+    for node in nodes:
+        calls = base / node / "share" / "docker-calls.log"
+        lines = calls.read_text(errors="replace").splitlines() if calls.exists() else []
+        for line in lines:
+            stamp, _, command = line.partition(" ")
+            words = command.split()
+            if words and words[0] in ("rm", "kill", "stop"):
+                for word in words[1:]:  # names from the head, ids from the fence
+                    with contextlib.suppress(ValueError):
+                        asked[word].append(float(stamp))
+    found = []
+    for line in (base / "docker-events.txt").read_text(errors="replace").splitlines():
+        words = line.split()
+        if len(words) != 5 or words[4] not in nodes or words[1] not in ("kill", "destroy"):
+            continue
+        when = int(words[0]) / 1e9
+        requests = asked.get(words[2], []) + asked.get(words[3], [])
+        if not any(when - 60 <= at <= when + 0.05 for at in requests):
+            found.append(f"{when:.3f} {words[1]} {words[2]}")
+    return found
+
+
+def watch_engine_events(out: Path) -> subprocess.Popen[bytes]:
+    """`docker events` for every gbatch job container on the engine, ours and anyone
+    else's, into `out` (for --keep: when each run was started, killed or removed, and
+    whether other containers went at the same moment)."""
+    fields = "{{.TimeNano}} {{.Action}} {{.Actor.Attributes.name}} {{.Actor.ID}}"
+    node = "{{index .Actor.Attributes " + f'"{LABEL_NODE}"' + "}}"
+    with out.open("wb") as sink:
+        return subprocess.Popen(
+            [
+                "docker",
+                "events",
+                "--filter",
+                f"label={LABEL_JOB}",
+                "--filter",
+                "type=container",
+                "--format",
+                f"{fields} {node}",
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def offset_job_ids(store_path: Path) -> int:
+    """Make the store's first job id high and particular to this process; return it.
+
+    Job containers are named gbatch-<job>-<attempt> on the one engine every test here
+    shares: with ids from 1, a concurrent fleet test's job 7 and ours would fight over
+    one name (and each head would take the other's container for its own run)."""
+    first = (os.getpid() % 10_000 + 1) * 100_000 + 1
+    Store(store_path).close()  # the schema
+    db = sqlite3.connect(store_path)
+    try:
+        with db:
+            db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (first - 1,))
+    finally:
+        db.close()
+    return first
+
+
+def remove_job_containers(nodes: list[str]) -> None:
+    """`docker rm -f` every container labelled gbatch.node=<one of nodes>, twice over
+    a second: a `docker run` in flight when its host went may still create one."""
+    for attempt in range(2):
+        found: list[str] = []
+        for node in nodes:
+            listed = subprocess.run(
+                ["docker", "ps", "-aq", "--filter", f"label={LABEL_NODE}={node}"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            found += listed.stdout.split()
+        if found:
+            subprocess.run(["docker", "rm", "-f", *found], capture_output=True, check=False)
+        if attempt == 0:
+            time.sleep(1.0)
 
 
 def soak(
@@ -300,13 +599,17 @@ def soak(
     rng: random.Random,
     backlog: int,
     gap: float,
+    image: str | None = None,
+    more_figures: Callable[[], list[str]] | None = None,
 ) -> None:
+    """Submit `plans` (container jobs with `image`) while dealing `faults`; report
+    (with `more_figures()` too)."""
     started = time.monotonic()
     integrity: list[str] = []
     kills: list[Kill] = []
     skipped: list[str] = []
     head.start()
-    submitter = Submitter(head, ledger, plans, backlog)
+    submitter = Submitter(head, ledger, plans, backlog, image)
     try:
         submitter.start()
         for fault in faults:
@@ -319,21 +622,47 @@ def soak(
             elif (kill := crash_at_point(head, fault, integrity)) is not None:
                 kills.append(kill)
             else:
-                skipped.append(fault)
+                skipped.append(f"{fault} (not reached in {CRASH_TIMEOUT:g} s)")
         submitter.join(DRAIN_TIMEOUT)  # lost jobs would hold its backlog forever
         submitter.stopping.set()
         deadline = time.monotonic() + DRAIN_TIMEOUT
         while not all_final(head) and time.monotonic() < deadline:
             time.sleep(0.2)
         wall = time.monotonic() - started
-        states = collections.Counter(str(job["state"]) for job in head.jobs())
-        all_ids = [int(str(job["id"])) for job in head.jobs()]
+        final = head.jobs()
     finally:
         submitter.stopping.set()
         head.stop()
         head.kill_leftover_runs()
     integrity.append(head.integrity())
-    report(head, ledger, submitter, kills, skipped, integrity, states, all_ids, wall)
+    states = collections.Counter(str(job["state"]) for job in final)
+    all_ids = [int(str(job["id"])) for job in final]
+    fleet_lines = []
+    if image is not None:
+        hosts = collections.Counter(str(job["node"]) for job in final if job["node"])
+        per_host = ", ".join(f"{h} {n}" for h, n in sorted(hosts.items()))
+        failures = launch_failures(head, all_ids)
+        fleet_lines = [
+            f"jobs per host (where each ended): {per_host}",
+            f"launch failures (store events): {len(failures)} {failures[:3]}",
+        ]
+    if more_figures is not None:
+        fleet_lines += more_figures()
+    report(head, ledger, submitter, kills, skipped, integrity, states, all_ids, wall, fleet_lines)
+
+
+def launch_failures(head: Head, job_ids: list[int]) -> list[str]:
+    """The reason of every `launch failed` event in the store (a requeue or the end)."""
+    store = Store(head.paths.store)
+    try:
+        return [
+            f"{event.job_id}: {event.reason}"
+            for job_id in job_ids
+            for event in store.events(job_id)
+            if event.reason.startswith("launch failed")
+        ]
+    finally:
+        store.close()
 
 
 def report(
@@ -346,7 +675,10 @@ def report(
     states: collections.Counter[str],
     all_ids: list[int],
     wall: float,
+    extra: list[str],
 ) -> None:
+    """Print the figures (`extra` lines before the wall time), then what the store and
+    the ledger say of the first lost or duplicated jobs."""
     result = check(ledger, submitter.acknowledged)
     runs, _ = read_runs(ledger.read_text(errors="replace").splitlines())
     store = Store(head.paths.store)
@@ -360,6 +692,9 @@ def report(
     finally:
         store.close()
     points = [k.what for k in kills if k.what != "SIGKILL"]
+    # Each point once (the default): its name; more often: `name xN`.
+    point_counts = collections.Counter(points)
+    points_note = ", ".join(p if n == 1 else f"{p} x{n}" for p, n in point_counts.items())
     bad_integrity = [i for i in integrity if i != "ok"]
     print(f"accepted: {result.acknowledged} jobs", flush=True)
     print(
@@ -376,7 +711,7 @@ def report(
     print("final states: " + ", ".join(f"{s} {n}" for s, n in sorted(states.items())))
     print(
         f"kills: {len(kills)} ({len(kills) - len(points)} random SIGKILLs, "
-        f"{len(points)} at crash points: {', '.join(points) or 'none'}); "
+        f"{len(points)} at crash points: {points_note or 'none'}); "
         f"skipped: {', '.join(skipped) or 'none'}"
     )
     if kills:
@@ -392,7 +727,43 @@ def report(
         f"store integrity_check: {'ok' if not bad_integrity else bad_integrity[:3]} "
         f"({len(integrity)} checks: after each kill and at the end)"
     )
+    for line in extra:
+        print(line)
     print(f"total wall time: {wall:.1f} s", flush=True)
+    for job_id in [*result.lost, *result.duplicates][:5]:
+        explain(head, job_id, [r for r in runs if r.job == job_id])
+
+
+def explain(head: Head, job_id: int, runs: list[Run]) -> None:
+    """What the store and the ledger say of a lost or duplicated job."""
+    store = Store(head.paths.store)
+    try:
+        job = store.get(job_id)
+        events = store.events(job_id)
+    finally:
+        store.close()
+    if job is None:
+        print(f"  job {job_id}: not in the store")
+    else:
+        print(
+            f"  job {job_id}: {job.state.value} attempt {job.attempt} on {job.node} "
+            f"exit {job.exit_code} signal {job.exit_signal}; reason: {job.reason!r}"
+        )
+    for event in events:
+        print(f"    {event.time:.3f} {event.state.value}: {event.reason}")
+    try:
+        log_lines = head.paths.daemon_log.read_text(errors="replace").splitlines()
+    except OSError:
+        log_lines = []
+    mentions = [line for line in log_lines if re.search(rf"\b{job_id}\b", line)]
+    for line in mentions[:10]:
+        print(f"    gbatchd.log: {line}")
+    for run in runs:
+        print(
+            f"    ledger: attempt {run.attempt} on {run.host} ({run.token}) "
+            f"{run.start:.3f} -> {run.end if run.end is None else f'{run.end:.3f}'} "
+            f"{'completed' if run.completed else 'not completed'}"
+        )
 
 
 if __name__ == "__main__":

@@ -367,6 +367,14 @@ class RemoteStream:
 # --- the connection ------------------------------------------------------------------------
 
 
+# OpenSSH refuses more than MaxSessions (default 10) channels on one connection. Short
+# commands take at most this many at once (the rest wait their turn), leaving room for
+# a long-lived stream (the agent's) and SFTP; long-lived streams per run go to a
+# StreamPool's own connections, at most STREAMS_PER_CONNECTION each.
+COMMAND_SESSIONS = 6
+STREAMS_PER_CONNECTION = 8
+
+
 class SshConnection:
     """One persistent SSH connection to one node. Call connect() before anything else."""
 
@@ -375,6 +383,7 @@ class SshConnection:
         self._client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._sftp_lock = threading.Lock()
+        self._command_slots = threading.BoundedSemaphore(COMMAND_SESSIONS)
 
     # connecting ------------------------------------------------------------------------
 
@@ -521,7 +530,20 @@ class SshConnection:
         """
         command = shlex.join(argv)
         deadline = time.monotonic() + timeout
-        channel = self._open_exec(command, timeout)
+        if not self._command_slots.acquire(timeout=timeout):
+            raise RemoteTimeout(
+                f"node {self.target.name}: `{command}` not started within {timeout:g} s: "
+                f"{COMMAND_SESSIONS} other commands were running there"
+            )
+        try:
+            return self._run(command, deadline, timeout, stdin)
+        finally:
+            self._command_slots.release()
+
+    def _run(
+        self, command: str, deadline: float, timeout: float, stdin: bytes | None
+    ) -> CommandResult:
+        channel = self._open_exec(command, max(0.0, deadline - time.monotonic()))
         try:
             if stdin:
                 writer = threading.Thread(target=_send_stdin, args=(channel, stdin), daemon=True)
@@ -637,3 +659,67 @@ class SshConnection:
         with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             sftp.remove(temporary)
         sftp.close()
+
+
+class StreamPool:
+    """Connections for many long-lived streams to one node (a `docker logs -f` per run):
+    each carries at most STREAMS_PER_CONNECTION, and another is opened when all are
+    full, since sshd refuses channels past its MaxSessions. Connections are made on
+    demand and dropped once idle and broken; close() ends every stream at once."""
+
+    def __init__(self, target: SshTarget) -> None:
+        self._target = target
+        self._lock = threading.Lock()
+        self._open: dict[SshConnection, int] = {}  # connection -> streams on it
+
+    @contextlib.contextmanager
+    def stream(
+        self, argv: Sequence[str], *, combine_stderr: bool = False
+    ) -> Iterator[RemoteStream]:
+        """SshConnection.stream on a connection with room; closed when the block ends."""
+        conn = self._acquire()
+        try:
+            stream = conn.stream(argv, combine_stderr=combine_stderr)
+        except BaseException:
+            self._release(conn)
+            raise
+        try:
+            yield stream
+        finally:
+            stream.close()
+            self._release(conn)
+
+    def _acquire(self) -> SshConnection:
+        with self._lock:
+            for conn, count in self._open.items():
+                if count < STREAMS_PER_CONNECTION and conn.connected:
+                    self._open[conn] = count + 1
+                    return conn
+            conn = SshConnection(self._target)
+            self._open[conn] = 1
+        try:
+            conn.connect()  # outside the lock: a slow host must not hold up other streams
+        except BaseException:
+            self._release(conn)
+            raise
+        return conn
+
+    def _release(self, conn: SshConnection) -> None:
+        with self._lock:
+            count = self._open.get(conn, 1) - 1
+            if count > 0:
+                self._open[conn] = count
+                return
+            self._open.pop(conn, None)
+            spare = [c for c in self._open if c.connected]
+            if conn.connected and not spare:
+                self._open[conn] = 0  # keep one idle connection for the next run
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            conns = list(self._open)
+            self._open.clear()
+        for conn in conns:
+            conn.close()

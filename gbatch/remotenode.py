@@ -33,7 +33,7 @@ from gbatch.protocol import (
     parse_report_line,
     to_gpus,
 )
-from gbatch.remote import RemoteError, RemoteStream, SshConnection, SshTarget
+from gbatch.remote import RemoteError, RemoteStream, SshConnection, SshTarget, StreamPool
 
 log = logging.getLogger("gbatchd")
 COMMAND_TIMEOUT = 30.0  # seconds for any one remote docker call
@@ -139,6 +139,9 @@ class RemoteNode:
         self._on_change = on_change
         self._lock = threading.Lock()
         self._conn = SshConnection(target_of(node))
+        # Each run's `docker logs -f` and `docker wait`: on connections of their own, as
+        # sshd allows only so many channels on one (see gbatch/remote.py).
+        self._streams = StreamPool(target_of(node))
         self._agent: RemoteStream | None = None
         self._reports = Reports(on_change)
         self._stopping = threading.Event()
@@ -184,6 +187,7 @@ class RemoteNode:
             if not self._stopping.is_set():
                 log.warning("node %s: %s; retrying", self.name, problem)
                 self._conn.close()
+                self._streams.close()  # their streams end: followers restart on reconnect
                 self._retry_now.wait(backoff.next_delay())
                 self._retry_now.clear()
 
@@ -233,6 +237,7 @@ class RemoteNode:
             with contextlib.suppress(RemoteError, OSError):
                 agent.close()
         self._conn.close()
+        self._streams.close()
 
     def docker_problem(self, now: float) -> str | None:
         report, problem = self.report()
@@ -324,7 +329,7 @@ class RemoteNode:
     def _wait_exit(self, job_id: int, attempt: int) -> None:
         name = containers.container_name(job_id, attempt)
         try:
-            with self._conn.stream(
+            with self._streams.stream(
                 containers.docker_wait_argv(name, docker=self.node.docker)
             ) as stream:
                 line = b""
@@ -345,14 +350,11 @@ class RemoteNode:
     @contextlib.contextmanager
     def _docker_logs(self, job_id: int, attempt: int) -> Iterator[Iterator[bytes]]:
         name = containers.container_name(job_id, attempt)
-        stream = self._conn.stream(
+        with self._streams.stream(
             containers.docker_logs_argv(name, follow=True, docker=self.node.docker),
             combine_stderr=True,
-        )
-        try:
+        ) as stream:
             yield _until_end(stream)
-        finally:
-            stream.close()
 
     def status(self, job: Job, attempt: int) -> RunStatus:
         name = containers.container_name(job.id, attempt)

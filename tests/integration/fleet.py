@@ -108,8 +108,13 @@ def teardown_fleet(fleet: Fleet) -> None:
     kill_leftover_jobs(fleet.head.home)
     for host in fleet.hosts.values():
         host.stop()
-    listed = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", "label=gbatch.job"], capture_output=True, text=True
-    ).stdout.split()
-    for container in listed:
-        subprocess.run(["docker", "rm", "-f", container], capture_output=True)
+    # Only this fleet's job containers (labelled with its nodes' names): other heads on
+    # the same engine (a bench, another test run) keep theirs.
+    for name in fleet.hosts:
+        listed = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=gbatch.node={name}"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        for container in listed:
+            subprocess.run(["docker", "rm", "-f", container], capture_output=True)

@@ -146,3 +146,29 @@ def test_node_install_puts_the_agent_on_a_fresh_host(tmp_path: Path) -> None:
         fleet.head.wait_state(job_id, "COMPLETED", timeout=60)
     finally:
         teardown_fleet(fleet)
+
+
+def test_eight_concurrent_jobs_on_one_host_stay_within_sshds_session_limit(
+    tmp_path: Path,
+) -> None:
+    # OpenSSH allows 10 channels per connection (MaxSessions); each run keeps two
+    # streams open (its log and its exit), so they must not all share one connection.
+    fleet = build_fleet(tmp_path, {"gpu01": 8})
+    try:
+        job = 'echo "start $GBATCH_JOB_ID"; sleep 4; echo "end $GBATCH_JOB_ID"'
+        ids = [
+            fleet.head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", job)
+            for _ in range(8)
+        ]
+        wait_for(
+            lambda: all(fleet.head.state(i) in ("RUNNING", "COMPLETED") for i in ids),
+            60,
+            "all eight to start at once",
+        )
+        for job_id in ids:
+            record = fleet.head.wait_state(job_id, "COMPLETED", timeout=90)
+            assert record["attempt"] == 1, record["reason"]
+            log = fleet.head.run("logs", str(job_id), check=True).stdout.split("\n")
+            assert log[:2] == [f"start {job_id}", f"end {job_id}"]
+    finally:
+        teardown_fleet(fleet)

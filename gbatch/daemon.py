@@ -190,7 +190,7 @@ class Daemon:
             if status.state == "running":
                 if job.state is JobState.CONFIGURING:
                     # The daemon died between starting the run and confirming it.
-                    self._confirm_running(job, "adopted after a daemon restart")
+                    self._confirm_running(job, "adopted: its unconfirmed start was found running")
                 continue
             if status.state == "exited":
                 self._finish(job, status, now)
@@ -399,6 +399,11 @@ class Daemon:
         try:
             node.launch(job, attempt, gpus)
         except LaunchError as err:
+            if err.maybe_started:
+                # Left CONFIGURING: collect_ended_runs adopts the run if it exists and
+                # requeues the job if it does not; a second start could run it twice.
+                log.warning("job %d: %s; its start is reconciled", job.id, err)
+                return
             engine = node.docker_problem(self.clock()) if job.spec.image is not None else None
             if engine is not None:
                 # Not the job's fault: it waits for the engine and keeps its retries.

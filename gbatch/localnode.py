@@ -280,7 +280,9 @@ class LocalNode:
         )
         try:
             result = subprocess.run(argv, capture_output=True, text=True, timeout=DOCKER_TIMEOUT)
-        except (OSError, subprocess.TimeoutExpired) as err:
+        except subprocess.TimeoutExpired as err:
+            raise LaunchError(f"docker run failed: {err}", maybe_started=True) from err
+        except OSError as err:
             raise LaunchError(f"docker run failed: {err}") from err
         if result.returncode != 0:
             # The engine may have just gone away: let the next docker_problem() (the

@@ -21,7 +21,16 @@ STARTING = "starting"
 
 
 class LaunchError(Exception):
-    """A run could not be started; the message is for the job's reason."""
+    """A run could not be started; the message is for the job's reason.
+
+    `maybe_started`: the start command's answer was lost (a timeout, a dropped
+    connection), so the run may exist after all. The daemon then leaves the job
+    CONFIGURING for reconciliation (adopted if found, requeued if not) rather than
+    start another attempt beside it."""
+
+    def __init__(self, message: str, *, maybe_started: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_started = maybe_started
 
 
 @dataclass(frozen=True)

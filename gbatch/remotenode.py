@@ -273,7 +273,6 @@ class RemoteNode:
         mark_attempt_start(self.paths, job.id, attempt)
         try:
             self._conn.put_bytes(containers.env_file_text(env).encode(), env_file, 0o600)
-            status, stderr = self._run(argv)
         except RemoteError as err:
             # SFTP says only "Failure" when the disk is full: the agent's last report
             # tells whether agent_dir's disk has room.
@@ -286,6 +285,10 @@ class RemoteNode:
                 else ""
             )
             raise LaunchError(f"on {self.name}: {err}{full}") from err
+        try:
+            status, stderr = self._run(argv)
+        except RemoteError as err:
+            raise LaunchError(f"on {self.name}: {err}", maybe_started=True) from err
         if status != 0:
             error = containers.error_line(stderr, f"exit status {status}")
             raise LaunchError(f"docker run on {self.name} failed: {error}")

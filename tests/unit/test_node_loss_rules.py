@@ -1,6 +1,7 @@
-"""The daemon's rules for a silent node, on fake clocks and a fake node: a suspect
-node's runs are left alone, a down node's are ended only once its lease has surely run
-out, and a node heard again gets the containers of ended runs removed."""
+"""The daemon's rules for a node it cannot fully hear, on fake clocks and a fake node:
+a suspect node's runs are left alone, a down node's are ended only once its lease has
+surely run out, a node heard again gets the containers of ended runs removed, and a
+start whose answer was lost is reconciled, never repeated beside itself."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from gbatch.config import Config, Paths
 from gbatch.daemon import Daemon
 from gbatch.liveness import FENCE_MARGIN_SECONDS
 from gbatch.model import Gpu, Job, JobSpec, JobState
-from gbatch.node import RunStatus
+from gbatch.node import LaunchError, RunStatus
 from gbatch.protocol import ContainerReport, NodeReport
 from gbatch.store import Store
 
@@ -42,6 +43,9 @@ class FakeNode:
         self.heard_at: float | None = clocks.mono
         self.signals: list[tuple[int, int, signal.Signals]] = []
         self.cleaned: list[tuple[int, int]] = []
+        self.launched: list[tuple[int, int]] = []
+        self.launch_answer_lost = False
+        self.run_state: str = "running"
 
     def hear(self) -> None:
         self.reporting, self.heard_at = True, self.clocks.mono
@@ -63,7 +67,7 @@ class FakeNode:
         return ()
 
     def status(self, job: Job, attempt: int) -> RunStatus:
-        return RunStatus("running")  # as RemoteNode says of a silent node
+        return RunStatus(self.run_state)  # type: ignore[arg-type]
 
     def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
         self.signals.append((job.id, attempt, sig))
@@ -75,7 +79,10 @@ class FakeNode:
     def start(self) -> None: ...
     def stop(self) -> None: ...
     def docker_problem(self, now: float) -> str | None: ...
-    def launch(self, job: Job, attempt: int, gpus: Sequence[int]) -> None: ...
+    def launch(self, job: Job, attempt: int, gpus: Sequence[int]) -> None:
+        self.launched.append((job.id, attempt))
+        if self.launch_answer_lost:
+            raise LaunchError("docker run: connection lost", maybe_started=True)
 
 
 @pytest.fixture
@@ -193,3 +200,32 @@ def test_reaping_touches_only_this_nodes_containers_of_ended_runs_of_known_jobs(
     # Only on coming back: the next steps do not reap again.
     daemon.collect_ended_runs(clocks.wall)
     assert fake.cleaned == [(ended, 1)]
+
+
+@pytest.mark.parametrize(
+    ("found", "state"),
+    [("running", JobState.RUNNING), ("vanished", JobState.PENDING)],
+)
+def test_a_start_whose_answer_was_lost_is_reconciled_not_repeated(
+    daemon: Daemon, clocks: Clocks, found: str, state: JobState
+) -> None:
+    fake = node(daemon)
+    fake.gpus = lambda report: (Gpu(0, "GPU-0", "sim", 1024, 0),)  # type: ignore[method-assign]
+    fake.launch_answer_lost = True
+    (job_id,) = daemon.store.submit(
+        [JobSpec(name="j", command=("true",), image="img", gpus=1, retries=0)],
+        0,
+        "alice",
+        clocks.wall,
+    )
+    daemon.schedule(clocks.wall)
+    assert fake.launched == [(job_id, 1)]
+    assert daemon.store.require(job_id).state is JobState.CONFIGURING  # not retried beside it
+    fake.launch_answer_lost = False
+    fake.run_state = found
+    daemon.collect_ended_runs(clocks.wall)
+    job = daemon.store.require(job_id)
+    assert job.state is state
+    if state is JobState.PENDING:
+        # Requeued though retries is 0: an unconfirmed start is not the job's failure.
+        assert "not confirmed" in job.reason

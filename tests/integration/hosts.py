@@ -24,6 +24,7 @@ import os
 # Before the import: testcontainers reads it when it first starts a container.
 os.environ["TESTCONTAINERS_RYUK_DISABLED"] = "true"
 
+import secrets
 import shutil
 import socket
 import subprocess
@@ -40,6 +41,7 @@ from testcontainers.core.container import DockerContainer
 HOST_IMAGE = "gbatch-host:latest"
 BUILD_SCRIPT = REPO_ROOT / "tests" / "images" / "build-host-image.sh"
 HOST_LABEL = "gbatch.test-host"  # its value is the host's name
+HOST_START_LABEL = "gbatch.test-host-start"  # a token of one start_host call
 CLIENT_IN_HOST = "/usr/local/bin/docker"  # first on root's PATH in an SSH session
 SSH_PORT = "22/tcp"
 _BANNER_WAIT_S = 20.0
@@ -141,7 +143,11 @@ def start_host(tmp_path: Path, name: str) -> Host:
     authorized_keys.write_bytes(client_key.with_suffix(".pub").read_bytes())
     authorized_keys.chmod(0o600)
 
-    container = DockerContainer(image, hostname=name, labels={HOST_LABEL: name})
+    # A label of this start alone: a start the engine refuses leaves a created container
+    # that testcontainers never hands back, found and removed by this label.
+    token = secrets.token_hex(8)
+    labels = {HOST_LABEL: name, HOST_START_LABEL: token}
+    container = DockerContainer(image, hostname=name, labels=labels)
     # docker-py takes (interface, port) to publish on one interface; port None picks a
     # free one. testcontainers' annotation knows only a port, hence the Any view.
     ports: dict[str, Any] = container.ports
@@ -151,12 +157,19 @@ def start_host(tmp_path: Path, name: str) -> Host:
     container.with_volume_mapping(engine_socket(), "/var/run/docker.sock", "rw")
     container.with_volume_mapping(docker_client_binary(), CLIENT_IN_HOST, "ro")
     container.with_volume_mapping(share, str(share), "rw")
-    container.start()
     try:
+        container.start()
         port = _published_port(container)
         _wait_for_banner(port, container)
     except BaseException:
-        container.stop(force=True)
+        left = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label={HOST_START_LABEL}={token}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.split()
+        if left:
+            subprocess.run(["docker", "rm", "-f", *left], capture_output=True, timeout=60)
         raise
 
     known_hosts = keys / "known_hosts"

@@ -4,6 +4,7 @@ its log, followed live, scrollable, searchable."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import ClassVar
 
 from rich.text import Text
@@ -69,15 +70,7 @@ class JobScreen(LiveScreen):
 
     @work(exclusive=True, group="job")
     async def refresh_data(self) -> None:
-        try:
-            snapshot = await asyncio.to_thread(self.services.link.job, self.job_id)
-        except LINK_ERRORS as err:
-            with screen_gone():
-                self.fetch_failed(err)
-            return
-        with screen_gone():
-            self.fetched()
-            self.show_job(snapshot)
+        await self.fetch_and_show(partial(self.services.link.job, self.job_id), self.show_job)
 
     def show_job(self, snapshot: JobSnapshot) -> None:
         self.snapshot = snapshot

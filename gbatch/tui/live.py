@@ -8,6 +8,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
 from rich.text import Text
 from textual import work
@@ -33,6 +34,8 @@ class Services:
 # A worker back from the daemon after its screen (or the app) began to close finds
 # its widgets gone: there is nothing left to show, so that is no error.
 screen_gone = partial(suppress, NoMatches)
+
+T = TypeVar("T")
 
 _DONE = {"cancel": "cancel sent", "hold": "held", "release": "released"}
 
@@ -67,6 +70,19 @@ class LiveScreen(Screen[None]):
     def refresh_data(self) -> object:
         """Start re-reading the daemon (a worker); never blocks the UI."""
         raise NotImplementedError
+
+    async def fetch_and_show(self, fetch: Callable[[], T], show: Callable[[T], None]) -> None:
+        """Run `fetch` (a blocking daemon call) off the UI thread, then `show` what it
+        got; a failure goes to the status line and the last data stays shown."""
+        try:
+            snapshot = await asyncio.to_thread(fetch)
+        except LINK_ERRORS as err:
+            with screen_gone():
+                self.fetch_failed(err)
+            return
+        with screen_gone():
+            self.fetched()
+            show(snapshot)
 
     # -- status ------------------------------------------------------------------
 

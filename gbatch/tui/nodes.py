@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import ClassVar
 
 from rich.text import Text
@@ -13,8 +12,8 @@ from textual.widgets import DataTable, Footer, Static
 
 from gbatch.model import NodeState
 from gbatch.tui import rows
-from gbatch.tui.data import LINK_ERRORS, NodesSnapshot
-from gbatch.tui.live import LiveScreen, screen_gone
+from gbatch.tui.data import NodesSnapshot
+from gbatch.tui.live import LiveScreen
 from gbatch.tui.table import sync_rows
 
 COLUMN_KEYS = tuple(key for key, _ in rows.NODE_COLUMNS)
@@ -54,15 +53,7 @@ class NodesScreen(LiveScreen):
 
     @work(exclusive=True, group="nodes")
     async def refresh_data(self) -> None:
-        try:
-            snapshot = await asyncio.to_thread(self.services.link.nodes)
-        except LINK_ERRORS as err:
-            with screen_gone():
-                self.fetch_failed(err)
-            return
-        with screen_gone():
-            self.fetched()
-            self.show_nodes(snapshot)
+        await self.fetch_and_show(self.services.link.nodes, self.show_nodes)
 
     def show_nodes(self, snapshot: NodesSnapshot) -> None:
         node_rows = rows.node_rows(snapshot.nodes, snapshot.owners)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from typing import ClassVar
 
@@ -14,8 +13,8 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from gbatch.model import Job, JobState
 from gbatch.tui import rows
-from gbatch.tui.data import LINK_ERRORS, QueueSnapshot
-from gbatch.tui.live import LiveScreen, Services, screen_gone
+from gbatch.tui.data import QueueSnapshot
+from gbatch.tui.live import LiveScreen, Services
 from gbatch.tui.table import cursor_key, sync_rows
 
 COLUMN_KEYS = tuple(key for key, _ in rows.QUEUE_COLUMNS)
@@ -70,16 +69,11 @@ class QueueScreen(LiveScreen):
 
     @work(exclusive=True, group="queue")
     async def refresh_data(self) -> None:
-        try:
-            snapshot = await asyncio.to_thread(self.services.link.queue)
-        except LINK_ERRORS as err:
-            with screen_gone():
-                self.fetch_failed(err)
-            return
-        with screen_gone():
-            self.fetched()
-            self.snapshot = snapshot
-            self.render_queue()
+        await self.fetch_and_show(self.services.link.queue, self.show_queue)
+
+    def show_queue(self, snapshot: QueueSnapshot) -> None:
+        self.snapshot = snapshot
+        self.render_queue()
 
     def render_queue(self) -> None:
         """Show the last snapshot through the current filter and sort."""

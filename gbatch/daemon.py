@@ -603,6 +603,8 @@ def _gpu_seconds(job: Job, until: float) -> float:
 
 
 def _stop_reason(state: JobState) -> str:
-    return {JobState.CANCELLED: "cancelled", JobState.TIMEOUT: "time limit reached"}.get(
-        state, state.value.lower()
-    )
+    return {
+        JobState.CANCELLED: "cancelled",
+        JobState.TIMEOUT: "time limit reached",
+        JobState.PENDING: "requeued on request",
+    }.get(state, state.value.lower())

@@ -321,6 +321,71 @@ def release(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[
     return _set_hold(daemon, caller, request, False)
 
 
+def requeue(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    """`scontrol requeue`: a running job is stopped (SIGTERM, grace, SIGKILL) and goes back
+    to PENDING once its run has ended, never before; a finished one goes back at once.
+    Jobs with `requeue: false` refuse, as Slurm's --no-requeue jobs do."""
+    results = []
+    for job_id in _ids(request):
+        try:
+            job = _job(daemon, job_id)
+        except Refused as err:
+            results.append({"id": job_id, "ok": False, "error": err.message})
+            continue
+        error: str | None
+        if not may_act_on(daemon, caller, job):
+            daemon.audit(caller, "requeue", job, "refused: not the owner")
+            error = f"Access/permission denied for job {job_id}"
+        elif not job.spec.requeue:
+            error = f"Requested operation is presently disabled: job {job_id} has requeue: false"
+        else:
+            error = _requeue_one(daemon, caller, job)
+        results.append({"id": job_id, "ok": error is None, **({"error": error} if error else {})})
+    daemon.wake.set()
+    return {"results": results}
+
+
+def _requeue_one(daemon: Daemon, caller: Caller, job: Job) -> str | None:
+    """None when done, else why not."""
+    now = daemon.clock()
+    if job.state in (JobState.CONFIGURING, JobState.RUNNING):
+        change = StateChange(
+            job.id,
+            JobState.COMPLETING,
+            f"requeue requested by {caller.user}",
+            {job.state},
+            {"stop_state": JobState.PENDING},
+        )
+    elif job.state.is_final:
+        change = StateChange(
+            job.id,
+            JobState.PENDING,
+            f"requeued by {caller.user}",
+            {job.state},
+            {
+                "node": None,
+                "gpus": (),
+                "gpu_uuids": (),
+                "start_time": None,
+                "end_time": None,
+                "exit_code": None,
+                "exit_signal": None,
+                "stop_state": None,
+            },
+        )
+    elif job.state is JobState.PENDING:
+        return f"Job is pending execution: job {job.id} has not run yet"
+    else:
+        return f"Job is already stopping: job {job.id} is {job.state.value}"
+    try:
+        (refused,) = daemon.store.set_states([change], now)
+    except StoreFull as err:
+        return _store_full_message(err)
+    if refused is not None:
+        return f"job {job.id} changed state meanwhile ({refused}); try again"
+    return None
+
+
 def jobs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
     """squeue (active jobs) and sacct (finished=None: every state) queries."""
     states = _states(request)
@@ -453,6 +518,7 @@ HANDLERS: Mapping[str, Handler] = {
     "cancel": cancel,
     "hold": hold,
     "release": release,
+    "requeue": requeue,
     "jobs": jobs,
     "job": job,
     "nodes": nodes,

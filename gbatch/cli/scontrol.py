@@ -1,4 +1,5 @@
-"""gbatch scontrol: show one job's full record and history; hold and release jobs."""
+"""gbatch scontrol: show one job's full record and history; hold, release and requeue
+jobs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from gbatch.cli.context import Context, parse_ids
 from gbatch.cli.exits import CliError, Exit
 
-HELP = "show a job's details and history; hold or release jobs"
+HELP = "show a job's details and history; hold, release or requeue jobs"
 
 
 def add_parser(commands: Any) -> None:
@@ -18,9 +19,10 @@ def add_parser(commands: Any) -> None:
         help=HELP,
         description=HELP + ".",
         epilog="examples: gbatch scontrol show job 12 | gbatch scontrol hold 12,13 | "
-        "gbatch scontrol release 12",
+        "gbatch scontrol release 12 | gbatch scontrol requeue 12 (a running job is stopped, "
+        "then queued again; a finished one is queued again)",
     )
-    p.add_argument("action", choices=("show", "hold", "release"))
+    p.add_argument("action", choices=("show", "hold", "release", "requeue"))
     p.add_argument("args", nargs="+", metavar="ARG", help="`job ID` for show; job ids otherwise")
     p.add_argument("--json", action="store_true", help="with show: JSON")
     p.set_defaults(run=run)

@@ -292,3 +292,35 @@ def test_a_crashed_agent_is_restarted_and_the_node_comes_back(head: Head) -> Non
     wait_for(lambda: head.run("sinfo", "-h").stdout.split()[2] == "idle", 20, "node back")
     job_id = head.sbatch("--gpus", "1", "--wrap", "true")
     head.wait_state(job_id, "COMPLETED")
+
+
+def test_scontrol_requeue_stops_a_running_job_first_and_reruns_a_finished_one(
+    head: Head, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    running = head.sbatch("--wrap", f'echo "start $GBATCH_ATTEMPT" >> {ledger}; exec sleep 60')
+    head.wait_state(running, "RUNNING")
+    wait_for(lambda: ledger.exists() and "start 1" in ledger.read_text(), 10, "the first run")
+    head.run("scontrol", "requeue", str(running), check=True)
+    record = head.wait_state(running, "RUNNING", timeout=30)
+    assert record["attempt"] == 2
+    wait_for(lambda: "start 2" in ledger.read_text(), 10, "the second run")
+    reasons = [e["reason"] for e in record["events"]]  # type: ignore[attr-defined]
+    assert "requeue requested by root" in reasons and "requeued on request" in reasons
+    # The first run was stopped before the second began: its shell is gone.
+    head.run("scancel", str(running), check=True)
+    head.wait_state(running, "CANCELLED")
+
+    done = head.sbatch("--wrap", "true")
+    head.wait_state(done, "COMPLETED")
+    head.run("scontrol", "requeue", str(done), check=True)
+    assert head.wait_state(done, "COMPLETED")["attempt"] == 2
+
+    pinned = head.sbatch("--no-requeue", "--wrap", "true")
+    head.wait_state(pinned, "COMPLETED")
+    refused = head.run("scontrol", "requeue", str(pinned))
+    assert refused.returncode == 1
+    assert "has requeue: false" in refused.stderr
+    held = head.sbatch("-H", "--wrap", "true")
+    refused = head.run("scontrol", "requeue", str(held))
+    assert refused.returncode == 1 and "has not run yet" in refused.stderr

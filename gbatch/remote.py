@@ -371,8 +371,11 @@ class RemoteStream:
 # commands take at most this many at once (the rest wait their turn), leaving room for
 # a long-lived stream (the agent's) and SFTP; long-lived streams per run go to a
 # StreamPool's own connections, at most STREAMS_PER_CONNECTION each.
-COMMAND_SESSIONS = 6
-STREAMS_PER_CONNECTION = 8
+# sshd counts a session until its teardown is done, a moment after the client closed
+# it: the limits leave room for that, and a refused channel is asked for again.
+COMMAND_SESSIONS = 4
+STREAMS_PER_CONNECTION = 6
+_CHANNEL_RETRY_DELAYS = (0.1, 0.3, 1.0)
 
 
 class SshConnection:
@@ -491,10 +494,20 @@ class SshConnection:
 
     # commands -----------------------------------------------------------------------------
 
+    def _open_session(self, timeout: float) -> Any:
+        """A new session channel. sshd refuses one (ChannelException) while it still
+        counts sessions just closed against MaxSessions: ask again, a few times."""
+        for delay in _CHANNEL_RETRY_DELAYS:
+            try:
+                return self.transport.open_session(timeout=timeout)
+            except paramiko.ChannelException:
+                time.sleep(delay)
+        return self.transport.open_session(timeout=timeout)
+
     def _open_exec(self, command: str, timeout: float, *, combine_stderr: bool = False) -> Any:
         """An exec channel running `command`, started within `timeout` seconds."""
         try:
-            channel = self.transport.open_session(timeout=timeout)
+            channel = self._open_session(timeout)
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise self._lost(f"opening a channel for `{command}`", e) from e
         channel.set_combine_stderr(combine_stderr)  # only takes effect before exec
@@ -629,7 +642,7 @@ class SshConnection:
             self._sftp.get_channel().settimeout(timeout)
             return self._sftp
         try:
-            channel = self.transport.open_session(timeout=timeout)
+            channel = self._open_session(timeout)
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise self._lost("opening an SFTP channel", e) from e
         watchdog = _Watchdog(channel, timeout)

@@ -49,8 +49,14 @@ def make_app(
     user: str,
     clock: Callable[[], float] = time.time,
     refresh_seconds: float = 1.0,
+    link: DaemonLink | None = None,
 ) -> GbatchApp:
     """A TUI on the daemon at `socket_path`; `user` is whose jobs "mine" shows (the
-    daemon itself knows the caller from the socket, whatever `user` says)."""
-    link = DaemonLink(socket_path)
+    daemon itself knows the caller from the socket, whatever `user` says).
+
+    `link`, when given, is used instead of one to `socket_path`: the snapshot tests
+    and the README's screenshots hand in a link that serves fixed data.
+    """
+    if link is None:
+        link = DaemonLink(socket_path)
     return GbatchApp(Services(link, user, clock, refresh_seconds))

@@ -537,6 +537,8 @@ class Daemon:
                 node.name,
                 silent,
                 reason=liveness.describe(problem if report is None else ""),
+                # The last report's GPUs while it is kept, so allocations show on them.
+                gpus=node.gpus(report) if report is not None else (),
                 allocations=allocations,
                 address=node.address,
             )

@@ -14,9 +14,9 @@ from textual.widgets import Static
 ABOUT = """\
 gbatch tui: a live view of the gbatch daemon (refreshed every second).
 
-Queue: your active jobs (m: everyone's). ST is squeue's state code; TIME/LIMIT the
-run time and the time limit; NODE(REASON) the node, or why a job waits.
-Enter opens a job: its record, its events and its log (followed live).
+Queue: your active jobs (m: everyone's). ST is squeue's state code;
+TIME/LIMIT the run time and the time limit; NODE(REASON) the node, or
+why a job waits. Enter opens a job: its record, events and live log.
 n: nodes and their GPUs; GPUs busy outside gbatch are magenta.
 Cancel asks first; a refused action shows the daemon's reason.
 """

@@ -15,6 +15,7 @@ fi
 
 if [ "$(id -u)" = 0 ]; then
     bash .ci/setup-sshd.sh   # openssh-server for the SSH tests (each starts its own sshd)
+    bash .ci/setup-terminal.sh   # tmux for the TUI's real-terminal test
     [ "${GBATCH_TEST_DOCKER:-1}" = 0 ] || bash .ci/setup-docker.sh
 fi
 

@@ -64,6 +64,12 @@ class ActionOutcome:
     error: str = ""
 
 
+def _reuse_or_decode(last: Job | None, data: dict[str, Any]) -> Job:
+    if last is not None and wire.job_to_wire(last, brief=True) == data:
+        return last
+    return wire.job_from_wire(data)
+
+
 class DaemonLink:
     """A thread-safe client for the TUI. Raises the LINK_ERRORS as Client does."""
 
@@ -71,14 +77,24 @@ class DaemonLink:
         self.socket_path = socket_path
         self._client = Client(socket_path, timeout=timeout)
         self._lock = threading.Lock()
+        self._last_jobs: dict[int, Job] = {}  # the last queue reply's, by id
+        self._decode_lock = threading.Lock()
 
     def _call(self, op: str, **args: Any) -> dict[str, Any]:
         with self._lock:
             return self._client.call(op, **args)
 
     def queue(self) -> QueueSnapshot:
+        """Every active job. A job whose wire form is what the last reply's Job of
+        that id encodes to is that same Job object: the views' caches then know it by
+        identity (10,000 jobs, re-read every second, seldom change). Encoding a Job
+        costs less than decoding one, and no reply is kept."""
         reply = self._call("jobs", brief=True)
-        return QueueSnapshot(tuple(wire.job_from_wire(j) for j in reply["jobs"]), reply["now"])
+        with self._decode_lock:
+            last = self._last_jobs
+            jobs = tuple(_reuse_or_decode(last.get(data["id"]), data) for data in reply["jobs"])
+            self._last_jobs = {job.id: job for job in jobs}
+        return QueueSnapshot(jobs, reply["now"])
 
     def nodes(self) -> NodesSnapshot:
         nodes = tuple(wire.node_from_wire(n) for n in self._call("nodes")["nodes"])

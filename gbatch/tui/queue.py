@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 from typing import ClassVar
 
@@ -18,6 +19,10 @@ from gbatch.tui.live import LiveScreen, Services
 from gbatch.tui.table import cursor_key, sync_rows
 
 COLUMN_KEYS = tuple(key for key, _ in rows.QUEUE_COLUMNS)
+# So many jobs new to the view (a first load, a large array) and the garbage collector
+# waits GC_PAUSE_SECONDS: see QueueScreen._pause_gc_until_painted.
+GC_PAUSE_NEW_JOBS = 1000
+GC_PAUSE_SECONDS = 1.0
 _STATE_STYLE = {
     JobState.PENDING: "yellow",
     JobState.CONFIGURING: "cyan",
@@ -54,6 +59,13 @@ class QueueScreen(LiveScreen):
         self.sort_column = "id"
         self.sort_reverse = False
         self.snapshot: QueueSnapshot | None = None
+        self._cells = rows.CellCache()
+        # Each shown row's Text cells by its text, kept between refreshes so that an
+        # unchanged row hands sync_rows the very objects it already shows.
+        self._texts: dict[tuple[str, ...], list[Text]] = {}
+        self._reading = False  # a refresh_data worker is reading the queue
+        self._read_again = False  # and another read was asked for meanwhile
+        self._gc_paused = False  # by _pause_gc_until_painted, until the next frame
 
     def compose(self) -> ComposeResult:
         yield Static(id="counts")
@@ -67,9 +79,27 @@ class QueueScreen(LiveScreen):
 
     # -- data --------------------------------------------------------------------
 
-    @work(exclusive=True, group="queue")
+    @work(group="queue")
     async def refresh_data(self) -> None:
-        await self.fetch_and_show(self.services.link.queue, self.show_queue)
+        """One read of the queue at a time; a refresh asked for meanwhile (the timer,
+        an action's outcome) is one more read right after it.
+
+        Not an exclusive worker: cancelling a read in flight does not stop its thread,
+        which still holds the daemon link, so the next read would wait for it and be
+        cancelled in turn at the next tick. With 10,000 jobs on a busy machine a read
+        can outlast the refresh period, and the view would then never update.
+        """
+        if self._reading:
+            self._read_again = True
+            return
+        self._reading = True
+        try:
+            self._read_again = True
+            while self._read_again:
+                self._read_again = False
+                await self.fetch_and_show(self.services.link.queue, self.show_queue)
+        finally:
+            self._reading = False
 
     def show_queue(self, snapshot: QueueSnapshot) -> None:
         self.snapshot = snapshot
@@ -80,7 +110,38 @@ class QueueScreen(LiveScreen):
         snapshot = self.snapshot
         if snapshot is None:
             return
-        cells = rows.job_cells(snapshot.jobs, snapshot.now)
+        self._render_snapshot(snapshot)
+
+    def _pause_gc_until_painted(self) -> None:
+        """Cyclic garbage collection off for GC_PAUSE_SECONDS: the rows get painted.
+
+        A first load of 10,000 jobs makes some 100,000 objects that live on (jobs,
+        cells, rows), and that many allocations set off a full collection of the whole
+        heap, over 100 ms, before the rows are painted. Reference counting still frees
+        everything acyclic meanwhile; the collector catches up once the frame is out.
+        (Textual pauses it the same way while it scrolls: PAUSE_GC_ON_SCROLL.) A timer,
+        not call_after_refresh: that runs before the table has laid its rows out.
+        Only for loads that big: an ordinary refresh every second must not keep the
+        collector off for good.
+        """
+        if self._gc_paused or not gc.isenabled():
+            return
+        gc.disable()
+        self._gc_paused = True
+        self.set_timer(GC_PAUSE_SECONDS, self._resume_gc)
+
+    def _resume_gc(self) -> None:
+        if self._gc_paused:
+            self._gc_paused = False
+            gc.enable()
+
+    def on_unmount(self) -> None:
+        self._resume_gc()  # the screen closed before its frame: never leave it off
+
+    def _render_snapshot(self, snapshot: QueueSnapshot) -> None:
+        if self._cells.unseen(snapshot.jobs) >= GC_PAUSE_NEW_JOBS:
+            self._pause_gc_until_painted()
+        cells = self._cells.cells(snapshot.jobs, snapshot.now)
         shown = rows.sort_jobs(
             rows.visible(snapshot.jobs, self.filter, cells),
             self.sort_column,
@@ -89,8 +150,31 @@ class QueueScreen(LiveScreen):
             reverse=self.sort_reverse,
         )
         table = self.query_one("#jobs", DataTable)
-        sync_rows(table, [(str(job.id), _styled(job, cells[job.id])) for job in shown], COLUMN_KEYS)
+        sync_rows(table, self._styled_rows(shown, cells), COLUMN_KEYS)
         self.query_one("#counts", Static).update(self._header(snapshot, len(shown)))
+
+    def _styled_rows(
+        self, jobs: list[Job], cells: dict[int, tuple[str, ...]]
+    ) -> list[tuple[str, list[Text]]]:
+        """(key, Text cells) per job: last refresh's objects for a row whose text is
+        the same; new rows that differ in their id alone (10,000 held jobs of one
+        user) share the Text objects of their other cells."""
+        known = self._texts
+        texts: dict[tuple[str, ...], list[Text]] = {}
+        tails: dict[tuple[JobState, tuple[str, ...]], list[Text]] = {}
+        out = []
+        for job in jobs:
+            row = cells[job.id]
+            styled = known.get(row)
+            if styled is None:
+                tail = tails.get((job.state, row[1:]))
+                if tail is None:
+                    tail = tails[job.state, row[1:]] = _styled(job, row)[1:]
+                styled = [Text(row[0]), *tail]
+            texts[row] = styled
+            out.append((str(job.id), styled))
+        self._texts = texts
+        return out
 
     def _header(self, snapshot: QueueSnapshot, shown: int) -> Text:
         counts = rows.format_counts(rows.state_counts(rows.owned(snapshot.jobs, self.filter)))
@@ -185,7 +269,8 @@ class QueueScreen(LiveScreen):
 
 
 def _styled(job: Job, cells: tuple[str, ...]) -> list[Text]:
-    """Cells as Text (never markup: a job name may hold '['); the state coloured."""
+    """Cells as Text (never markup: a job name may hold '['); the state coloured.
+    The table never changes a Text in place, so rows may share them."""
     state_style = _STATE_STYLE.get(job.state, "")
     return [
         Text(cell, style=state_style if key == "state" else "")

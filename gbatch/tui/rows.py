@@ -8,7 +8,8 @@ limits, `(Reason)` for pending jobs, control characters made harmless).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any
 
 from gbatch import formatting
@@ -111,17 +112,80 @@ def sort_jobs(
 
 
 def job_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ...]]:
-    """Each job's cells in QUEUE_COLUMNS order, rendered by squeue's own formatter."""
+    """Each job's cells in QUEUE_COLUMNS order, rendered by squeue's own formatter.
+
+    Jobs alike in every field but their id (an array's held tasks: thousands) are
+    formatted once: their cells differ in the JOBID cell alone.
+    """
+    shapes = [_all_but_id(job) for job in jobs]
+    firsts: dict[tuple[Any, ...], Job] = {}
+    for shape, job in zip(shapes, jobs, strict=True):
+        firsts.setdefault(shape, job)
+    formatted = _formatted_cells(list(firsts.values()), now)
+    cells: dict[int, tuple[str, ...]] = {}
+    for shape, job in zip(shapes, jobs, strict=True):
+        first = firsts[shape]
+        if first is job:
+            cells[job.id] = formatted[job.id]
+        else:
+            cells[job.id] = (str(job.id), *formatted[first.id][1:])
+    return cells
+
+
+# Every Job field but `id`, as a tuple (hashable: Job and its spec are frozen).
+_all_but_id = attrgetter(*(field.name for field in fields(Job) if field.name != "id"))
+
+
+def _formatted_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ...]]:
     fmt = _SEP.join(_SQUEUE_FIELDS)
     lines = formatting.format_squeue(jobs, now, fmt=fmt, header=False).splitlines()
     cells: dict[int, tuple[str, ...]] = {}
     for job, line in zip(jobs, lines, strict=True):
         job_id, user, name, code, elapsed, limit, where = line.split(_SEP)
+        assert job_id == str(job.id), "job_cells: JOBID is the id alone"
         if len(name) > _NAME_WIDTH:
             name = name[: _NAME_WIDTH - 1] + "…"
         gpus = str(job.spec.gpus)
         cells[job.id] = (job_id, user, name, code, gpus, f"{elapsed}/{limit}", where)
     return cells
+
+
+def ticks(job: Job) -> bool:
+    """Whether the job's cells change with the clock alone: its elapsed time runs."""
+    return job.state is not JobState.PENDING and job.start_time is not None and job.end_time is None
+
+
+class CellCache:
+    """job_cells with a memory, for a view that re-reads the same queue every second.
+
+    A job equal to the one of its id in the last call (the same object, or every
+    field equal: Job is frozen) keeps its cells unformatted, unless its elapsed time
+    runs (see ticks). Holds the last call's jobs only, so it never grows past the queue.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[Job, tuple[str, ...]]] = {}
+
+    def unseen(self, jobs: Iterable[Job]) -> int:
+        """How many of `jobs` the last call did not have (by id)."""
+        known = self._known
+        return sum(1 for job in jobs if job.id not in known)
+
+    def cells(self, jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ...]]:
+        """What job_cells(jobs, now) returns."""
+        known = self._known
+        kept: dict[int, tuple[Job, tuple[str, ...]]] = {}
+        stale: list[Job] = []
+        for job in jobs:
+            last = known.get(job.id)
+            if last is not None and (last[0] is job or last[0] == job) and not ticks(job):
+                kept[job.id] = last
+            else:
+                stale.append(job)
+        fresh = job_cells(stale, now)
+        kept.update((job.id, (job, fresh[job.id])) for job in stale)
+        self._known = kept
+        return {job_id: cells for job_id, (_, cells) in kept.items()}
 
 
 # ---------------------------------------------------------------------------

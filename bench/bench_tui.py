@@ -1,0 +1,276 @@
+"""`gbatch tui` with 10,000 active jobs: first paint, and the cost of one refresh.
+
+Run: `.venv/bin/python bench/bench_tui.py [--quick]`.
+
+The fixture: one daemon (8 simulated GPUs) with 8 one-GPU `sleep` jobs RUNNING and
+9,992 held PENDING jobs submitted as one array: 10,000 active jobs, all the caller's,
+so the queue view's default filter (mine, any state) shows every one. The sleepers
+are cancelled before the daemon stops (runs outlive their daemon by design).
+
+The app runs in-process and headless (`App.run_test(size=(160, 48))`), as the Pilot
+tests run it, with a wrapper around `App._display` (where textual writes each frame
+to the terminal) that timestamps every frame and turns it into the terminal's bytes,
+the step a headless run skips (so that the figure includes it).
+
+- First paint: from entering `run_test` (the app not yet started: no screen, no
+  connection) to the end of the first frame that shows the counts line with
+  "10000 shown" and the first row of the queue table (the first sleeper's name),
+  the table then holding all 10,000 rows. It includes the `jobs` request and its
+  10,000 decoded jobs, the cells, filling the table, layout and rendering.
+  The textual import and the daemon's start are not in it. Goal <= 400 ms.
+  Printed with its two parts: start -> the end of the app's first `queue()` read
+  (request, reply, decoding), and from there -> the frame. Each run starts after a
+  gc.collect(), as a fresh process would have no earlier run's garbage.
+- One refresh (what the queue's timer does each second), the app already showing
+  the 10,000 rows, its own timer stopped so only the bench refreshes:
+  the fetch (`DaemonLink.queue`, off the UI thread as the app does it) and the UI
+  thread's part (`QueueScreen.show_queue`: cells, filter, sort, `sync_rows`, counts)
+  with nothing changed (the same snapshot again), with one job changed (two
+  snapshots alternated that differ in one held job's hold, so its reason cell
+  changes), with one job gone (alternated with and without the middle job, as when
+  a job ends: the rows are loaded anew), and the whole cycle as the app runs it
+  (fetch, then show).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import pwd
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from common import machine_note, report_ms, running_daemon
+
+from gbatch.client import Client
+from gbatch.model import JobSpec, JobState
+from gbatch.tui.app import GbatchApp, make_app
+from gbatch.tui.data import QueueSnapshot
+from gbatch.tui.queue import QueueScreen
+
+FIRST_PAINT_GOAL_MS = 400.0
+GPUS = 8
+ACTIVE = 10_000
+RUNNING = GPUS
+SIZE = (160, 48)
+ME = pwd.getpwuid(os.getuid()).pw_name
+SETTLE_TIMEOUT_S = 30.0
+
+
+# -- fixture ------------------------------------------------------------------------
+
+
+def seed(socket: Path) -> list[int]:
+    """RUNNING sleepers on every GPU, then held jobs up to ACTIVE; the sleepers' ids."""
+    sleeper = JobSpec(name="sleeper", command=("sleep", "600"), gpus=1).to_dict()
+    held = JobSpec(name="train", command=("python", "train.py"), gpus=1).to_dict()
+    with Client(socket, timeout=120) as client:
+        ids: list[int] = client.call("submit", spec=sleeper, count=RUNNING)["ids"]
+        wait_states(client, ids, lambda states: states.count("RUNNING") == RUNNING)
+        client.call("submit", spec=held, count=ACTIVE - RUNNING, held=True)
+        assert len(client.call("jobs", brief=True)["jobs"]) == ACTIVE
+    return ids
+
+
+def cancel(socket: Path, ids: list[int]) -> None:
+    """Cancel the sleepers and wait for them to end, so no run outlives the bench."""
+    with Client(socket, timeout=120) as client:
+        client.call("cancel", ids=ids)
+        wait_states(client, ids, lambda states: all(JobState(s).is_final for s in states))
+
+
+def wait_states(client: Client, ids: list[int], done: Callable[[list[str]], bool]) -> None:
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        states = [j["state"] for j in client.call("jobs", ids=ids)["jobs"]]
+        if done(states):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"jobs {ids[0]}..{ids[-1]} did not settle: {states}")
+
+
+# -- frames -------------------------------------------------------------------------
+
+
+class FrameClock:
+    """Wraps `app._display`: records when each frame ends and renders it to the
+    terminal's bytes (headless textual composes frames but skips that last step)."""
+
+    def __init__(self, app: GbatchApp) -> None:
+        self.app = app
+        self.frames: list[tuple[float, str]] = []
+        self._display = app._display
+        app._display = self._record  # type: ignore[method-assign]
+
+    def _record(self, screen: Any, renderable: Any) -> None:
+        self._display(screen, renderable)
+        output = ""
+        if renderable is not None and hasattr(renderable, "render_segments"):
+            output = renderable.render_segments(self.app.console)
+        self.frames.append((time.perf_counter(), output))
+
+    def first_showing(self, *texts: str, since: int = 0) -> float | None:
+        """When the first frame from index `since` holding every text ended."""
+        for at, output in self.frames[since:]:
+            if all(text in output for text in texts):
+                return at
+        return None
+
+
+def queue_screen(app: GbatchApp) -> QueueScreen:
+    screen = app.screen
+    assert isinstance(screen, QueueScreen), screen
+    return screen
+
+
+async def until(predicate: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.001)
+
+
+# -- figures ------------------------------------------------------------------------
+
+
+async def one_first_paint(socket: Path) -> tuple[float, float]:
+    """Seconds from entering run_test to the end of the first frame with the rows, and
+    to the end of the first `queue()` (the reply decoded, nothing shown yet)."""
+    app = make_app(socket, user=ME)
+    clock = FrameClock(app)
+    fetched: list[float] = []
+    link = app.services.link
+    fetch = link.queue
+
+    def timed_fetch() -> QueueSnapshot:
+        snapshot = fetch()
+        fetched.append(time.perf_counter())
+        return snapshot
+
+    link.queue = timed_fetch  # type: ignore[method-assign]
+    start = time.perf_counter()
+    async with app.run_test(size=SIZE):
+        marks = (f"{ACTIVE} shown", "sleeper")
+        await until(lambda: clock.first_showing(*marks) is not None, "the rows on screen")
+        painted = clock.first_showing(*marks)
+        assert painted is not None
+        table = queue_screen(app).query_one("#jobs")
+        assert getattr(table, "row_count", None) == ACTIVE
+    return painted - start, fetched[0] - start
+
+
+def first_paint(socket: Path, runs: int) -> tuple[list[float], list[float]]:
+    """First paint, and the part of it until the reply is decoded, `runs` times."""
+    asyncio.run(one_first_paint(socket))  # warm-up: caches, the daemon's page cache
+    samples = []
+    for _ in range(runs):
+        # Start each run as a fresh process would: without the last run's garbage
+        # (10,000 jobs' worth) left for the collector to find during this one.
+        gc.collect()
+        samples.append(asyncio.run(one_first_paint(socket)))
+    return [total for total, _ in samples], [fetched for _, fetched in samples]
+
+
+def one_job_gone(snapshot: QueueSnapshot) -> QueueSnapshot:
+    """`snapshot` without its middle job (as if it had ended): the rows are reloaded."""
+    jobs = list(snapshot.jobs)
+    del jobs[len(jobs) // 2]
+    return replace(snapshot, jobs=tuple(jobs))
+
+
+def one_job_changed(snapshot: QueueSnapshot) -> QueueSnapshot:
+    """`snapshot` with one held job (the middle one) released: its reason differs."""
+    jobs = list(snapshot.jobs)
+    middle = len(jobs) // 2
+    assert jobs[middle].held
+    jobs[middle] = replace(jobs[middle], held=False, reason="Resources")
+    return replace(snapshot, jobs=tuple(jobs))
+
+
+async def refresh_figures(socket: Path, runs: int) -> dict[str, list[float]]:
+    """The parts of one refresh, timed `runs` times each in one running app."""
+    # A timer this slow never fires: only the bench refreshes.
+    app = make_app(socket, user=ME, refresh_seconds=3600)
+    clock = FrameClock(app)
+    samples: dict[str, list[float]] = {
+        "fetch": [],
+        "same": [],
+        "changed": [],
+        "gone": [],
+        "cycle": [],
+    }
+    async with app.run_test(size=SIZE) as pilot:
+        await until(lambda: clock.first_showing(f"{ACTIVE} shown"), "the first paint")
+        screen = queue_screen(app)
+        link = app.services.link
+        for _ in range(runs):
+            start = time.perf_counter()
+            snapshot = await asyncio.to_thread(link.queue)
+            samples["fetch"].append(time.perf_counter() - start)
+        await pilot.pause()
+        for _ in range(runs):
+            start = time.perf_counter()
+            screen.show_queue(snapshot)
+            samples["same"].append(time.perf_counter() - start)
+            await pilot.pause()
+        changed = one_job_changed(snapshot)
+        for i in range(runs):
+            start = time.perf_counter()
+            screen.show_queue(changed if i % 2 == 0 else snapshot)
+            samples["changed"].append(time.perf_counter() - start)
+            await pilot.pause()
+        gone = one_job_gone(snapshot)
+        for i in range(runs):
+            start = time.perf_counter()
+            screen.show_queue(gone if i % 2 == 0 else snapshot)
+            samples["gone"].append(time.perf_counter() - start)
+            await pilot.pause()
+        for _ in range(runs):
+            start = time.perf_counter()
+            screen.show_queue(await asyncio.to_thread(link.queue))
+            samples["cycle"].append(time.perf_counter() - start)
+            await pilot.pause()
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer runs")
+    args = parser.parse_args()
+    runs = 5 if args.quick else 15
+    print(machine_note())
+    with running_daemon(simulate_gpus=GPUS) as home:
+        socket = home / "gbatchd.sock"
+        sleepers = seed(socket)
+        try:
+            totals, fetched = first_paint(socket, runs)
+            report_ms(
+                f"TUI first paint, {ACTIVE:,} active jobs (headless {SIZE[0]}x{SIZE[1]})",
+                totals,
+                FIRST_PAINT_GOAL_MS,
+            )
+            report_ms("  of which start -> the `jobs` reply decoded", fetched)
+            report_ms(
+                "  of which the reply -> the painted frame",
+                [total - part for total, part in zip(totals, fetched, strict=True)],
+            )
+            parts = asyncio.run(refresh_figures(socket, runs * 2))
+            report_ms(f"  refresh: fetch {ACTIVE:,} jobs (`jobs` request, decoded)", parts["fetch"])
+            report_ms("  refresh: show_queue, nothing changed (UI thread)", parts["same"])
+            report_ms("  refresh: show_queue, one job changed (UI thread)", parts["changed"])
+            report_ms(
+                "  refresh: show_queue, one job gone: rows reloaded (UI thread)", parts["gone"]
+            )
+            report_ms("  refresh: whole cycle, fetch + show_queue", parts["cycle"])
+        finally:
+            cancel(socket, sleepers)
+
+
+if __name__ == "__main__":
+    main()

@@ -544,8 +544,9 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         f"   JobState={job.state.value} Reason={_reason(job)} ExitCode={_exit_code(job)}",
         f"   RunTime={format_elapsed_fixed(_elapsed_seconds(job, now))}"
         f" TimeLimit={_time_limit_fixed(job)}",
-        f"   SubmitTime={format_timestamp(job.submit_time)}"
-        f" StartTime={format_timestamp(job.start_time)}"
+        # Two lines, as scontrol prints them (and one line would not fit 80 columns).
+        f"   SubmitTime={format_timestamp(job.submit_time)}",
+        f"   StartTime={format_timestamp(job.start_time)}"
         f" EndTime={format_timestamp(_expected_end(job))}",
         f"   NodeList={_printable(job.node) if job.node else _NULL}"
         f" Gres={f'gpu:{spec.gpus}' if spec.gpus else _NULL}"

@@ -39,12 +39,14 @@ def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
     }
 
 
-def job_from_wire(data: Mapping[str, Any]) -> Job:
+def job_from_wire(data: Mapping[str, Any], spec: JobSpec | None = None) -> Job:
+    """`spec`, when given, is data["spec"] already decoded (a client that meets the same
+    spec in thousands of jobs decodes it once)."""
     return Job(
         id=data["id"],
         uid=data["uid"],
         user=data["user"],
-        spec=JobSpec.from_dict(data["spec"]),
+        spec=JobSpec.from_dict(data["spec"]) if spec is None else spec,
         state=JobState(data["state"]),
         submit_time=data["submit_time"],
         reason=data["reason"],

@@ -8,6 +8,7 @@ request at a time, whichever screen asks.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from gbatch import wire
 from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
-from gbatch.model import Event, Job, NodeInfo
+from gbatch.model import Event, Job, JobSpec, JobState, NodeInfo
 
 # What a screen shows as a status line instead of crashing: the daemon went away,
 # did not answer in time, or refused.
@@ -23,15 +24,19 @@ LINK_ERRORS = (DaemonUnavailable, ReplyTimeout, RequestFailed)
 # A screen refreshes every second: a daemon that takes longer than this is reported
 # as not answering rather than freezing the view's data for the client's 30 s.
 REQUEST_TIMEOUT_S = 5.0
-ACTIONS = ("cancel", "hold", "release")
+ACTIONS = ("cancel", "hold", "release", "requeue")
+# The finished-jobs view lists jobs submitted this long ago at most (sacct -S).
+FINISHED_WINDOW_S = 7 * 86400.0
 
 
 @dataclass(frozen=True)
 class QueueSnapshot:
-    """Every active job, and the daemon's clock when it listed them."""
+    """Every active job (or, for the finished view, every finished one), and the
+    daemon's clock when it listed them."""
 
     jobs: tuple[Job, ...]
     now: float
+    finished: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,10 +69,38 @@ class ActionOutcome:
     error: str = ""
 
 
-def _reuse_or_decode(last: Job | None, data: dict[str, Any]) -> Job:
-    if last is not None and wire.job_to_wire(last, brief=True) == data:
-        return last
-    return wire.job_from_wire(data)
+class JobDecoder:
+    """Wire jobs -> Jobs for a view that re-reads the same queue every second.
+
+    A job whose wire form equals the last reply's of its id is the same Job object
+    as then (the views' caches know it by identity); among the rest, a spec equal to
+    the one before is not decoded again (an array's 10,000 tasks share one). Holds
+    the last reply's jobs only.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[dict[str, Any], Job]] = {}
+
+    def decode(self, wire_jobs: list[dict[str, Any]]) -> tuple[Job, ...]:
+        last = self._last
+        known: dict[int, tuple[dict[str, Any], Job]] = {}
+        # The spec decoded last, with its data: jobs come in id order, so an array's
+        # tasks, which share one spec, follow one another.
+        spec_data: dict[str, Any] | None = None
+        spec: JobSpec | None = None
+        jobs = []
+        for data in wire_jobs:
+            seen = last.get(data["id"])
+            if seen is not None and seen[0] == data:
+                job = seen[1]
+            else:
+                if spec is None or data["spec"] != spec_data:
+                    spec_data, spec = data["spec"], JobSpec.from_dict(data["spec"])
+                job = wire.job_from_wire(data, spec)
+            known[job.id] = (data, job)
+            jobs.append(job)
+        self._last = known
+        return tuple(jobs)
 
 
 class DaemonLink:
@@ -77,24 +110,26 @@ class DaemonLink:
         self.socket_path = socket_path
         self._client = Client(socket_path, timeout=timeout)
         self._lock = threading.Lock()
-        self._last_jobs: dict[int, Job] = {}  # the last queue reply's, by id
+        self._decoder = JobDecoder()
         self._decode_lock = threading.Lock()
 
     def _call(self, op: str, **args: Any) -> dict[str, Any]:
         with self._lock:
             return self._client.call(op, **args)
 
-    def queue(self) -> QueueSnapshot:
-        """Every active job. A job whose wire form is what the last reply's Job of
-        that id encodes to is that same Job object: the views' caches then know it by
-        identity (10,000 jobs, re-read every second, seldom change). Encoding a Job
-        costs less than decoding one, and no reply is kept."""
-        reply = self._call("jobs", brief=True)
+    def queue(self, *, finished: bool = False, now: float | None = None) -> QueueSnapshot:
+        """Every active job; with `finished`, the jobs that ended among those submitted
+        in the FINISHED_WINDOW_S before `now` (as `sacct -S`). Decoded by JobDecoder:
+        an unchanged job is the very Job object of the last reply."""
+        if finished:
+            since = (time.time() if now is None else now) - FINISHED_WINDOW_S
+            finals = [state.code for state in JobState if state.is_final]
+            reply = self._call("jobs", brief=True, history=True, states=finals, since=since)
+        else:
+            reply = self._call("jobs", brief=True)
         with self._decode_lock:
-            last = self._last_jobs
-            jobs = tuple(_reuse_or_decode(last.get(data["id"]), data) for data in reply["jobs"])
-            self._last_jobs = {job.id: job for job in jobs}
-        return QueueSnapshot(jobs, reply["now"])
+            jobs = self._decoder.decode(reply["jobs"])
+        return QueueSnapshot(jobs, reply["now"], finished)
 
     def nodes(self) -> NodesSnapshot:
         nodes = tuple(wire.node_from_wire(n) for n in self._call("nodes")["nodes"])
@@ -115,7 +150,7 @@ class DaemonLink:
         return LogChunk(reply["data"], reply["offset"], reply["done"])
 
     def act(self, op: str, job_id: int) -> ActionOutcome:
-        """Cancel, hold or release one job; a refusal comes back as an outcome."""
+        """Cancel, hold, release or requeue one job; a refusal comes back as an outcome."""
         if op not in ACTIONS:
             raise ValueError(f"unknown action {op!r}")
         try:

@@ -14,11 +14,12 @@ from textual.widgets import Static
 ABOUT = """\
 gbatch tui: a live view of the gbatch daemon (refreshed every second).
 
-Queue: your active jobs (m: everyone's). ST is squeue's state code;
-TIME/LIMIT the run time and the time limit; NODE(REASON) the node, or
-why a job waits. Enter opens a job: its record, events and live log.
+Queue: your active jobs (m: everyone's; f: the jobs that ended, submitted
+in the last 7 days, as sacct). ST is squeue's state code; TIME/LIMIT the
+run time and the time limit; NODE(REASON) the node, or why a job waits.
+Enter opens a job: its record, events and live log.
 n: nodes and their GPUs; GPUs busy outside gbatch are magenta.
-Cancel asks first; a refused action shows the daemon's reason.
+Cancel and requeue ask first; a refused action shows the daemon's reason.
 """
 
 

@@ -38,6 +38,7 @@ class JobScreen(LiveScreen):
         Binding("c", "act('cancel')", "Cancel"),
         Binding("h", "act('hold')", "Hold"),
         Binding("r", "act('release')", "Release"),
+        Binding("R", "act('requeue')", "Requeue"),
         Binding("slash", "search", "Search"),
         Binding("n", "find(1)", "Next"),
         Binding("N", "find(-1)", "Prev", show=False),

@@ -37,7 +37,12 @@ screen_gone = partial(suppress, NoMatches)
 
 T = TypeVar("T")
 
-_DONE = {"cancel": "cancel sent", "hold": "held", "release": "released"}
+_DONE = {"cancel": "cancel sent", "hold": "held", "release": "released", "requeue": "requeued"}
+# Actions that stop a running job ask first: the question, and what a "no" leaves.
+_CONFIRM = {
+    "cancel": ("Cancel job {job} ({label})?", "not cancelled"),
+    "requeue": ("Requeue job {job} ({label})? A running job is stopped first.", "not requeued"),
+}
 
 
 class LiveScreen(Screen[None]):
@@ -55,8 +60,9 @@ class LiveScreen(Screen[None]):
         self._failing = False
 
     def on_mount(self) -> None:
+        # No read here: textual resumes every screen it shows, the first time too, and
+        # on_screen_resume reads then.
         self._timer = self.set_interval(self.services.refresh_seconds, self.refresh_data)
-        self.refresh_data()
 
     def on_screen_suspend(self) -> None:
         if self._timer is not None:
@@ -108,18 +114,19 @@ class LiveScreen(Screen[None]):
     # -- actions -----------------------------------------------------------------
 
     def request_action(self, op: str, job_id: int, label: str) -> None:
-        """Cancel asks first; hold and release act at once."""
-        if op != "cancel":
+        """Cancel and requeue ask first; hold and release act at once."""
+        if op not in _CONFIRM:
             self.send_action(op, job_id)
             return
+        question, declined = _CONFIRM[op]
 
         def answered(yes: bool | None) -> None:
             if yes:
                 self.send_action(op, job_id)
             else:
-                self.show_status(f"job {job_id}: not cancelled")
+                self.show_status(f"job {job_id}: {declined}")
 
-        self.app.push_screen(ConfirmDialog(f"Cancel job {job_id} ({label})?"), answered)
+        self.app.push_screen(ConfirmDialog(question.format(job=job_id, label=label)), answered)
 
     @work(group="action")
     async def send_action(self, op: str, job_id: int) -> None:

@@ -1,9 +1,11 @@
-"""The queue view: active jobs, state counts, filters, sort, and the job actions."""
+"""The queue view: active jobs (or finished ones), state counts, filters, sort, and the
+job actions."""
 
 from __future__ import annotations
 
 import gc
 from dataclasses import replace
+from functools import partial
 from typing import ClassVar
 
 from rich.text import Text
@@ -44,6 +46,8 @@ class QueueScreen(LiveScreen):
         Binding("c", "act('cancel')", "Cancel"),
         Binding("h", "act('hold')", "Hold"),
         Binding("r", "act('release')", "Release"),
+        Binding("R", "act('requeue')", "Requeue"),
+        Binding("f", "toggle_finished", "Finished"),
         Binding("m", "toggle_mine", "Mine"),
         Binding("s", "next_state", "State"),
         Binding("slash", "edit_filter", "Filter"),
@@ -58,6 +62,7 @@ class QueueScreen(LiveScreen):
         self.filter = rows.QueueFilter(user=services.user)
         self.sort_column = "id"
         self.sort_reverse = False
+        self.finished = False  # the finished-jobs view (sacct) instead of the queue
         self.snapshot: QueueSnapshot | None = None
         self._cells = rows.CellCache()
         # Each shown row's Text cells by its text, kept between refreshes so that an
@@ -97,11 +102,17 @@ class QueueScreen(LiveScreen):
             self._read_again = True
             while self._read_again:
                 self._read_again = False
-                await self.fetch_and_show(self.services.link.queue, self.show_queue)
+                finished = self.finished
+                await self.fetch_and_show(
+                    partial(self.services.link.queue, finished=finished, now=self.services.clock()),
+                    self.show_queue,
+                )
         finally:
             self._reading = False
 
     def show_queue(self, snapshot: QueueSnapshot) -> None:
+        if snapshot.finished is not self.finished:
+            return  # read before the view was toggled; the next read is on its way
         self.snapshot = snapshot
         self.render_queue()
 
@@ -177,7 +188,10 @@ class QueueScreen(LiveScreen):
         return out
 
     def _header(self, snapshot: QueueSnapshot, shown: int) -> Text:
-        counts = rows.format_counts(rows.state_counts(rows.owned(snapshot.jobs, self.filter)))
+        owned = rows.owned(snapshot.jobs, self.filter)
+        counts = rows.format_counts(rows.state_counts(owned, finished=self.finished))
+        if self.finished:
+            counts = f"ended (7 days): {counts}"
         whose = f"mine ({self.filter.user})" if self.filter.mine else "all users"
         state = self.filter.state.code if self.filter.state else "any"
         arrow = "v" if self.sort_reverse else "^"
@@ -219,8 +233,18 @@ class QueueScreen(LiveScreen):
     def action_toggle_mine(self) -> None:
         self._set_filter(replace(self.filter, mine=not self.filter.mine))
 
+    def action_toggle_finished(self) -> None:
+        """Switch between the queue and the jobs that ended (submitted in the last
+        week): a new list, so the state filter starts again at "any"."""
+        self.finished = not self.finished
+        self.snapshot = None
+        self.query_one("#jobs", DataTable).clear()
+        self.filter = replace(self.filter, state=None)
+        self.query_one("#counts", Static).update(Text(" loading..."))
+        self.refresh_data()
+
     def action_next_state(self) -> None:
-        states = rows.STATE_FILTERS
+        states = rows.FINISHED_STATE_FILTERS if self.finished else rows.STATE_FILTERS
         following = states[(states.index(self.filter.state) + 1) % len(states)]
         self._set_filter(replace(self.filter, state=following))
 

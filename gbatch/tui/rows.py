@@ -25,12 +25,17 @@ QUEUE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("time", "TIME/LIMIT"),
     ("where", "NODE(REASON)"),
 )
-# The states the state filter steps through (the queue lists active jobs only).
+# The states the state filter steps through: in the queue of active jobs, and in the
+# finished-jobs view.
 STATE_FILTERS: tuple[JobState | None, ...] = (
     None,
     JobState.PENDING,
     JobState.RUNNING,
     JobState.COMPLETING,
+)
+FINISHED_STATE_FILTERS: tuple[JobState | None, ...] = (
+    None,
+    *(state for state in JobState if state.is_final),
 )
 # A separator no cell can hold: formatting replaces control characters with '?'.
 _SEP = "\x1f"
@@ -67,9 +72,10 @@ def visible(
     ]
 
 
-def state_counts(jobs: Iterable[Job]) -> dict[JobState, int]:
-    """Jobs per state, every active state present (0 when none), in lifecycle order."""
-    counts = {state: 0 for state in JobState if not state.is_final}
+def state_counts(jobs: Iterable[Job], *, finished: bool = False) -> dict[JobState, int]:
+    """Jobs per state, every active (or, with `finished`, final) state present (0 when
+    none), in lifecycle order."""
+    counts = {state: 0 for state in JobState if state.is_final is finished}
     for job in jobs:
         counts[job.state] = counts.get(job.state, 0) + 1
     return counts
@@ -194,7 +200,7 @@ class CellCache:
 NODE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("what", "NODE/GPU"),
     ("state", "STATE"),
-    ("memory", "MEM MiB"),
+    ("memory", "MEM GiB"),
     ("util", "UTIL"),
     ("job", "JOB"),
     ("user", "USER"),
@@ -240,14 +246,14 @@ def _gpu_row(node: NodeInfo, gpu: Gpu, owners: Mapping[int, str]) -> NodeRow:
         use = GpuUse.FREE
     notes = []
     if gpu.foreign_processes:
-        notes.append(f"{gpu.foreign_processes} process(es) outside gbatch")
+        notes.append(f"{gpu.foreign_processes} outside gbatch")
     if gpu.simulated:
         notes.append("simulated")
     util = "n/a" if gpu.utilization_pct is None else f"{gpu.utilization_pct}%"
     cells = (
-        f"  gpu{gpu.index} {_printable(gpu.name)}",
+        f"  gpu{gpu.index} {_printable(_short_gpu_name(gpu.name))}",
         use,
-        f"{gpu.memory_used_mib}/{gpu.memory_total_mib}",
+        f"{gpu.memory_used_mib / 1024:.1f}/{gpu.memory_total_mib / 1024:.0f}",
         util,
         "" if job is None else str(job),
         "" if job is None else owners.get(job, "?"),
@@ -256,12 +262,19 @@ def _gpu_row(node: NodeInfo, gpu: Gpu, owners: Mapping[int, str]) -> NodeRow:
     return NodeRow(f"gpu:{node.name}:{gpu.index}", cells, use=use)
 
 
+def _short_gpu_name(name: str) -> str:
+    """`A100-SXM4-80GB` for `NVIDIA A100-SXM4-80GB`: every GPU here is NVIDIA's, and the
+    NOTE column must still fit in 80 columns."""
+    return name.removeprefix("NVIDIA ")
+
+
 def node_rows(nodes: Sequence[NodeInfo], owners: Mapping[int, str]) -> list[NodeRow]:
-    """One row per node (state, and why it is drained/suspect/down), then its GPUs."""
+    """One row per node (GPUs allocated, state, and why it is drained/suspect/down),
+    then its GPUs."""
     rows = []
     for node in nodes:
-        summary = f"{node.gpus_allocated}/{node.gpus_total} alloc"
-        cells = (_printable(node.name), node.state.value, summary, "", "", "", _node_note(node))
+        name = f"{_printable(node.name)} {node.gpus_allocated}/{node.gpus_total} alloc"
+        cells = (name, node.state.value, "", "", "", "", _node_note(node))
         rows.append(NodeRow(f"node:{node.name}", cells, node_state=node.state))
         rows.extend(_gpu_row(node, gpu, owners) for gpu in node.gpus)
     return rows

@@ -119,6 +119,66 @@ def lab_jobs() -> tuple[Job, ...]:
     )
 
 
+def _ended(job: Job, state: JobState, ran: float, exit_code: int | None, reason: str = "") -> Job:
+    assert job.start_time is not None
+    return replace(
+        job,
+        state=state,
+        end_time=job.start_time + ran,
+        exit_code=exit_code,
+        reason=reason,
+    )
+
+
+def lab_finished_jobs() -> tuple[Job, ...]:
+    """Jobs of the last days that ended, one per final state, as the daemon's `jobs`
+    op with `history` lists them for the finished view."""
+    day_ago = 26 * HOUR
+    return (
+        _ended(
+            _running(91, "alice", _spec("llama-ft-lora", 2, DAY), "gpu01", (0, 1), day_ago),
+            JobState.COMPLETED,
+            20 * HOUR,
+            0,
+        ),
+        _ended(
+            _running(92, "alice", _spec("eval-gsm8k", 1, HOUR), "gpu02", (1,), 9 * HOUR),
+            JobState.FAILED,
+            3 * MIN,
+            1,
+            "exit code 1 after 2 retries",
+        ),
+        _ended(
+            _running(93, "bob", _spec("resnet50-sweep", 1, 4 * HOUR), "gpu01", (2,), 8 * HOUR),
+            JobState.TIMEOUT,
+            4 * HOUR,
+            None,
+            "time limit 4:00:00 reached",
+        ),
+        _ended(
+            _running(94, "alice", _spec("tokenizer-bench", 1, 30 * MIN), "gpu02", (3,), 5 * HOUR),
+            JobState.CANCELLED,
+            12 * MIN,
+            None,
+            "cancelled by alice",
+        ),
+        _ended(
+            _running(95, "carol", _spec("vae-ablation", 1, 6 * HOUR), "gpu02", (0,), 4 * HOUR),
+            JobState.OUT_OF_MEMORY,
+            40 * MIN,
+            137,
+            "out of memory (OOM killer)",
+        ),
+        _ended(
+            _running(96, "alice", _spec("data-prep", 0, HOUR), "gpu01", (), 3 * HOUR),
+            JobState.NODE_FAIL,
+            30 * MIN,
+            None,
+            "node gpu01 down: no report for 5:00",
+        ),
+    )
+
+
 def _gpu(node: str, index: int, used: int, util: int | None, foreign: int = 0) -> Gpu:
     return Gpu(index, f"GPU-{node}-{index}", A100, 81920, used, util, foreign)
 
@@ -192,18 +252,21 @@ class FakeLink(DaemonLink):
     def __init__(self) -> None:
         super().__init__(Path("/nonexistent/gbatchd.sock"))  # the Client connects lazily
         self.jobs = lab_jobs()
+        self.finished_jobs = lab_finished_jobs()
         self.lab = lab_nodes()
         self.logs = {LOGGED_JOB: training_log()}
         self.actions: list[tuple[str, int]] = []
 
-    def queue(self) -> QueueSnapshot:
+    def queue(self, *, finished: bool = False, now: float | None = None) -> QueueSnapshot:
+        if finished:
+            return QueueSnapshot(self.finished_jobs, NOW, finished=True)
         return QueueSnapshot(self.jobs, NOW)
 
     def nodes(self) -> NodesSnapshot:
         return NodesSnapshot(self.lab, {job.id: job.user for job in self.jobs})
 
     def job(self, job_id: int) -> JobSnapshot:
-        job = next(job for job in self.jobs if job.id == job_id)
+        job = next(job for job in (*self.jobs, *self.finished_jobs) if job.id == job_id)
         return JobSnapshot(job, _events(job), NOW)
 
     def log(self, job_id: int, offset: int) -> LogChunk:

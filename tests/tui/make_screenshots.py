@@ -32,6 +32,7 @@ SHOTS: dict[str, tuple[str, scenes.Scene, tuple[int, int]]] = {
     "tui-queue.svg": ("gbatch tui: the queue (all users)", queue_with_a_pending_job_selected, SIZE),
     "tui-job.svg": ("gbatch tui: a job, its events and its log", scenes.job_view, JOB_SIZE),
     "tui-nodes.svg": ("gbatch tui: nodes and GPUs", scenes.nodes_view, SIZE),
+    "tui-finished.svg": ("gbatch tui: jobs that ended (f)", scenes.finished_jobs, SIZE),
 }
 
 

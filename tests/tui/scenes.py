@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 
-from fakelab import ME, lab_jobs, lab_nodes
+from fakelab import ME, lab_finished_jobs, lab_jobs, lab_nodes
 from rich.text import Text
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Log, Static
@@ -23,6 +23,8 @@ Scene = Callable[[Pilot[None]], Awaitable[None]]
 
 MY_JOBS = sum(1 for job in lab_jobs() if job.user == ME)
 ALL_JOBS = len(lab_jobs())
+MY_FINISHED = sum(1 for job in lab_finished_jobs() if job.user == ME)
+ALL_FINISHED = len(lab_finished_jobs())
 NODE_ROWS = sum(1 + len(node.gpus) for node in lab_nodes())  # a node's row, then its GPUs
 
 
@@ -68,6 +70,15 @@ async def all_users_queue(pilot: Pilot[None]) -> None:
     await my_queue(pilot)
     await pilot.press("m")
     await table_settled(pilot, "#jobs", ALL_JOBS)
+
+
+async def finished_jobs(pilot: Pilot[None]) -> None:
+    """`f` then `m`: every user's jobs that ended."""
+    await my_queue(pilot)
+    await pilot.press("f")
+    await table_settled(pilot, "#jobs", MY_FINISHED)
+    await pilot.press("m")
+    await table_settled(pilot, "#jobs", ALL_FINISHED)
 
 
 async def job_view(pilot: Pilot[None]) -> None:

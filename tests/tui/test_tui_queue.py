@@ -119,3 +119,33 @@ def test_refresh_keeps_the_cursor_on_its_job_while_rows_come_and_change(
         assert row_key_under_cursor(app, "#jobs") == str(ids["eval"])
 
     drive(app, scenario)
+
+
+def test_f_shows_the_jobs_that_ended_and_back(tui_head: Head) -> None:
+    done = tui_head.sbatch("-J", "done", "--wrap", "true")
+    failed = tui_head.sbatch("-J", "broken", "--retries", "0", "--wrap", "exit 3")
+    gone = tui_head.sbatch("-J", "gone", "-H", "--wrap", "true")
+    tui_head.run("scancel", str(gone), check=True)
+    waiting = tui_head.sbatch("-J", "waiting", "-H", "--wrap", "true")
+    tui_head.wait_state(done, "COMPLETED")
+    tui_head.wait_state(failed, "FAILED")
+    app = tui(tui_head)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: ids_shown(app) == [waiting], "the queue: the held job")
+        await pilot.press("f")
+        await until(pilot, lambda: ids_shown(app) == [done, failed, gone], "the ended jobs")
+        states = [row[3] for row in table_rows(app, "#jobs")]
+        assert states == ["CD", "F", "CA"]
+        assert text_of(app, "#counts").startswith(
+            " ended (7 days): CD 1  F 1  CA 1  TO 0  NF 0  OOM 0 | mine (root)"
+        )
+        await pilot.press("s", "s")  # any -> CD -> F
+        await until(pilot, lambda: ids_shown(app) == [failed], "the failed job alone")
+        await pilot.press("enter")
+        await until(pilot, lambda: "ExitCode=3:0" in text_of(app, "#record"), "its record")
+        await pilot.press("escape", "f")
+        await until(pilot, lambda: ids_shown(app) == [waiting], "the queue again")
+        assert text_of(app, "#counts").startswith(" PD 1")
+
+    drive(app, scenario)

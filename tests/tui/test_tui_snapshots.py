@@ -44,6 +44,11 @@ def test_queue_of_mine_is_the_first_view(snap_compare: SnapCompare, size: tuple[
 
 
 @pytest.mark.parametrize("size", SIZES)
+def test_finished_jobs_view(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    assert matches(snap_compare, size, scenes.finished_jobs)
+
+
+@pytest.mark.parametrize("size", SIZES)
 def test_job_view_with_its_log(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     assert matches(snap_compare, size, scenes.job_view)
 
@@ -67,6 +72,7 @@ def test_the_fake_link_answers_the_same_on_every_read() -> None:
     """What keeps the pictures still while the screens' timers run."""
     link = FakeLink()
     assert link.queue() == link.queue()
+    assert link.queue(finished=True) == link.queue(finished=True)
     assert link.nodes() == link.nodes()
     assert link.job(LOGGED_JOB) == link.job(LOGGED_JOB)
     first = link.log(LOGGED_JOB, 0)

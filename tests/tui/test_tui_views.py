@@ -77,19 +77,19 @@ def test_nodes_view_lists_each_gpu_with_its_job_owner_and_outside_use(tui_head: 
         await until(pilot, lambda: isinstance(app.screen, NodesScreen), "the nodes view")
         await until(pilot, lambda: len(table_rows(app, "#nodes")) == 4, "node and 3 GPUs")
         node, gpu0, gpu1, gpu2 = table_rows(app, "#nodes")
-        assert node[:3] == ["local", "mixed", "1/3 alloc"]
+        assert node[:3] == ["local 1/3 alloc", "mixed", ""]
         assert gpu0 == [
             "  gpu0 Simulated GPU",
             "alloc",
-            "0/81920",
+            "0.0/80",
             "0%",
             str(job_id),
             "root",
             "simulated",
         ]
         assert gpu1[1] == "free"
-        assert gpu2[1:4] == ["busy", "4000/81920", "37%"]
-        assert gpu2[6] == "1 process(es) outside gbatch, simulated"
+        assert gpu2[1:4] == ["busy", "3.9/80", "37%"]
+        assert gpu2[6] == "1 outside gbatch, simulated"
         table = app.screen.query_one("#nodes", DataTable)
         assert str(table.get_row("gpu:local:2")[1].style) == "bold magenta"
         assert "1 allocated, 1 busy outside gbatch, 1 free" in text_of(app, "#summary")

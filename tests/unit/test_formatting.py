@@ -525,8 +525,8 @@ def test_job_details_prints_scontrol_style_record_and_events() -> None:
         "   Priority=7 Nice=3\n"
         "   JobState=RUNNING Reason=None ExitCode=0:0\n"
         "   RunTime=00:01:05 TimeLimit=01:00:00\n"
-        f"   SubmitTime={submit} StartTime={start}"
-        f" EndTime={format_timestamp(NOW - 65 + 3600)}\n"
+        f"   SubmitTime={submit}\n"
+        f"   StartTime={start} EndTime={format_timestamp(NOW - 65 + 3600)}\n"
         "   NodeList=local Gres=gpu:2 GPUs=0,1 Attempt=1 Retries=3 Requeue=1\n"
         "   Command=python train.py --lr 0.1\n"
         "   Image=pytorch:24.01 WorkDir=/data/alice Mounts=/data:/data:ro,/scratch:/scratch"
@@ -553,7 +553,7 @@ def test_job_details_of_pending_job_show_unknown_and_null_values() -> None:
     out = format_job_details(pending_job(), [], NOW)
     assert "   JobState=PENDING Reason=Resources ExitCode=0:0\n" in out
     assert "   RunTime=00:00:00 TimeLimit=UNLIMITED\n" in out
-    assert " StartTime=Unknown EndTime=Unknown\n" in out
+    assert "\n   StartTime=Unknown EndTime=Unknown\n" in out
     assert "   NodeList=(null) Gres=(null) GPUs=(null) Attempt=0 Retries=0 Requeue=1\n" in out
     assert "   Image=(null) WorkDir=(null) Mounts=(null) ShmSize=(null)\n" in out
     assert "   Environment=(null)\n" in out

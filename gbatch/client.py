@@ -39,6 +39,37 @@ class RequestFailed(Exception):
         self.message = message
 
 
+class SocketPermissionDenied(RequestFailed):
+    """The socket exists but this user may not connect to it (kind "permission")."""
+
+    def __init__(self, socket_path: Path) -> None:
+        super().__init__(
+            "permission", f"permission denied on {socket_path}: {_access_hint(socket_path)}"
+        )
+
+
+def _access_hint(socket_path: Path) -> str:
+    """Who may use the socket, read from its owner, group and mode."""
+    import grp  # deferred: only a refused connection needs the group database
+    import pwd
+
+    try:
+        st = socket_path.stat()
+    except OSError:
+        return "ask an admin for access to it"
+    if st.st_mode & 0o060 == 0o060:
+        try:
+            group = grp.getgrgid(st.st_gid).gr_name
+        except KeyError:
+            group = str(st.st_gid)
+        return f"ask an admin to add you to group {group}"
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = str(st.st_uid)
+    return f"only {owner} may use it; ask an admin for access"
+
+
 class Client:
     def __init__(self, socket_path: Path, timeout: float = 30.0) -> None:
         self.socket_path = socket_path
@@ -65,9 +96,7 @@ class Client:
                 raise DaemonUnavailable(self.socket_path, err.strerror or str(err)) from err
             except PermissionError as err:
                 sock.close()
-                raise DaemonUnavailable(
-                    self.socket_path, "permission denied on the socket"
-                ) from err
+                raise SocketPermissionDenied(self.socket_path) from err
         self._sock = sock
         self._reader = sock.makefile("rb")
 

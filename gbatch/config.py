@@ -8,18 +8,39 @@ variables override config.yaml (`GBATCH_SIMULATE_GPUS`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import posixpath
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+
+from gbatch.policy import (
+    DEFAULT_CAPABILITIES,
+    DOCKER_DEFAULT_CAPABILITIES,
+    DOCKER_SOCKET_PATHS,
+    USER_PLACEHOLDER,
+    MountRoot,
+)
 
 
 class ConfigError(Exception):
     """A bad setting; `str()` names the file, the key and the fix."""
 
 
+# Where a system-wide gbatchd (deploy/systemd/gbatchd.service) listens: clients with no
+# GBATCH_SOCKET or GBATCH_HOME use it when it exists.
+SYSTEM_SOCKET = Path("/run/gbatch/gbatchd.sock")
+
+
 @dataclass(frozen=True)
 class Paths:
+    """`socket_file`: the socket when it is not the one in `home` (GBATCH_SOCKET, the
+    system socket, or the daemon's `socket_path`); `socket_from` says which chose it:
+    "home", "env" or "system"."""
+
     home: Path
+    socket_file: Path | None = None
+    socket_from: str = "home"
 
     @property
     def config_file(self) -> Path:
@@ -31,6 +52,10 @@ class Paths:
 
     @property
     def socket(self) -> Path:
+        return self.socket_file or self.home_socket
+
+    @property
+    def home_socket(self) -> Path:
         return self.home / "gbatchd.sock"
 
     @property
@@ -60,15 +85,34 @@ class Paths:
         return self.home / "simulated-gpus.json"
 
 
-def resolve_paths(environ: Mapping[str, str]) -> Paths:
+def resolve_paths(environ: Mapping[str, str], system_socket: Path = SYSTEM_SOCKET) -> Paths:
+    """The files of the calling user's gbatch, and the socket to reach a daemon on:
+    GBATCH_SOCKET, else GBATCH_HOME's, else `system_socket` when it exists (a lab's
+    shared daemon), else the one in the user's data dir (the embedded default)."""
+    socket = environ.get("GBATCH_SOCKET")
     home = environ.get("GBATCH_HOME")
     if home:
-        return Paths(Path(home).expanduser().absolute())
-    # platformdirs is imported here only: most commands are given GBATCH_HOME or run
-    # on a path that needs no lookup, and start-up time is a feature.
-    import platformdirs
+        paths = Paths(Path(home).expanduser().absolute())
+    else:
+        # platformdirs is imported here only: most commands are given GBATCH_HOME or
+        # run on a path that needs no lookup, and start-up time is a feature.
+        import platformdirs
 
-    return Paths(Path(platformdirs.user_data_dir("gbatch", appauthor=False)))
+        paths = Paths(Path(platformdirs.user_data_dir("gbatch", appauthor=False)))
+        if not socket and system_socket.exists():
+            return replace(paths, socket_file=system_socket, socket_from="system")
+    if socket:
+        return replace(paths, socket_file=Path(socket).expanduser().absolute(), socket_from="env")
+    return paths
+
+
+def daemon_paths(paths: Paths, config: Config) -> Paths:
+    """The paths a daemon serves on: GBATCH_SOCKET, else the config's `socket_path`,
+    else the socket in its home. Never the system socket found by a client's fallback:
+    a per-user daemon must not take over a lab's socket."""
+    if paths.socket_from == "env":
+        return paths
+    return replace(paths, socket_file=config.socket_path, socket_from="home")
 
 
 @dataclass(frozen=True)
@@ -80,7 +124,16 @@ class Config:
     simulate_gpus: int | None = None  # N simulated GPUs on the local node
     gpu_memory_threshold_mib: int = 512  # a GPU using more is not handed out
     socket_mode: int = 0o600
+    # Where the daemon's socket lives when not in GBATCH_HOME (a system deployment:
+    # /run/gbatch/gbatchd.sock), and the group it is handed to: with socket_mode '660'
+    # that group's members may use gbatch.
+    socket_path: Path | None = None
+    socket_group: str | None = None
     admins: tuple[str, ...] = ()  # user names allowed to act on any job (root always)
+    # Members of this Unix group (supplementary or primary) are admins too.
+    admin_group: str | None = None
+    # Slurm's PrivateData=jobs: non-admins see and name only their own jobs.
+    private_data: bool = False
     docker: str = "docker"
     # A node silent this long is down (Slurm's SlurmdTimeout); before that it is suspect.
     node_down_seconds: float = 300.0
@@ -89,6 +142,15 @@ class Config:
     # lease has surely run out, so a job never runs twice; a head that is itself away
     # longer than this stops every host's runs.
     node_lease_seconds: float = 300.0
+    # Container policy (gbatch/policy.py). Host paths jobs may mount: none by default.
+    mount_roots: tuple[MountRoot, ...] = ()
+    # Containers run as their submitter's uid:gid, not as the image's user (root).
+    run_as_submitter: bool = False
+    allow_root_jobs: bool = False  # with run_as_submitter: may root's jobs run as root?
+    job_network: str = "bridge"  # docker --network for every job
+    allow_host_network: bool = False  # job_network: host needs this too
+    # Added back after --cap-drop ALL; never beyond docker's default set.
+    job_capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
 
     @property
     def half_life_seconds(self) -> float:
@@ -104,6 +166,85 @@ _FLOAT_KEYS = {
     "node_down_seconds",
     "node_lease_seconds",
 }
+
+
+# -- container policy settings (gbatch/policy.py) -------------------------------------
+
+_NETWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
+
+
+def _check_mount_roots(value: object, bad: Callable[[str], ConfigError]) -> tuple[MountRoot, ...]:
+    usage = 'a list of roots like {path: /data/{user}, writable: true} or "/datasets"'
+    if not isinstance(value, list):
+        raise bad(usage)
+    roots = []
+    for item in value:
+        entry = {"path": item} if isinstance(item, str) else item
+        if not isinstance(entry, dict) or set(entry) - {"path", "writable"}:
+            raise bad(usage)
+        path, writable = entry.get("path"), entry.get("writable", False)
+        if not isinstance(writable, bool):
+            raise bad(f"{usage}; writable is true or false")
+        if (
+            not isinstance(path, str)
+            or not path.startswith("/")
+            or ".." in path.split("/")
+            or any(c in path for c in ':,"\0\n\r')
+        ):
+            raise bad(f"{usage}; each path absolute, without .., commas, colons or quotes")
+        if "{" in path.replace(USER_PLACEHOLDER, "") or "}" in path.replace(USER_PLACEHOLDER, ""):
+            raise bad(f"{usage}; {USER_PLACEHOLDER} is the only placeholder")
+        normal = "/" + posixpath.normpath(path).lstrip("/")
+        if normal in DOCKER_SOCKET_PATHS:
+            raise bad(f"{usage}; {normal} would expose the docker socket, name a data directory")
+        roots.append(MountRoot(normal, writable))
+    return tuple(roots)
+
+
+def _check_flag(value: object, bad: Callable[[str], ConfigError]) -> bool:
+    if not isinstance(value, bool):
+        raise bad("true or false")
+    return value
+
+
+def _check_network(value: object, bad: Callable[[str], ConfigError]) -> str:
+    if not isinstance(value, str) or not _NETWORK_NAME.fullmatch(value):
+        # "container:<name>" joins another container's network namespace: never.
+        raise bad("a docker network name (bridge, none, host or a network you created)")
+    return value
+
+
+def _check_capabilities(value: object, bad: Callable[[str], ConfigError]) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise bad("a list of capability names like [CHOWN, SETUID], or []")
+    names = tuple(dict.fromkeys(v.upper().removeprefix("CAP_") for v in value))
+    beyond = [n for n in names if n not in DOCKER_DEFAULT_CAPABILITIES]
+    if beyond:
+        raise bad(
+            f"within docker's default set ({beyond[0]} is not; "
+            f"allowed: {', '.join(sorted(DOCKER_DEFAULT_CAPABILITIES))})"
+        )
+    return names
+
+
+_POLICY_KEYS: Mapping[str, Callable[[object, Callable[[str], ConfigError]], object]] = {
+    "mount_roots": _check_mount_roots,
+    "run_as_submitter": _check_flag,
+    "allow_root_jobs": _check_flag,
+    "job_network": _check_network,
+    "allow_host_network": _check_flag,
+    "job_capabilities": _check_capabilities,
+}
+
+
+def _check_policy(config: Config, source: str) -> Config:
+    """Settings that depend on each other."""
+    if config.job_network == "host" and not config.allow_host_network:
+        raise ConfigError(
+            f"{source}: job_network: host lets every job reach the services bound to its "
+            "node's localhost and ports. Set allow_host_network: true as well if you mean it"
+        )
+    return config
 
 
 def load_config(paths: Paths, environ: Mapping[str, str]) -> Config:
@@ -139,7 +280,7 @@ def _validate(raw: Mapping[str, object], source: str) -> Config:
             )
             raise ConfigError(f'{source}: unknown setting "{key}". {hint}')
         values[key] = _coerce(key, value, source)
-    return Config(**values)  # type: ignore[arg-type]
+    return _check_policy(Config(**values), source)  # type: ignore[arg-type]
 
 
 def _coerce(key: str, value: object, source: str) -> object:
@@ -154,10 +295,24 @@ def _coerce(key: str, value: object, source: str) -> object:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise bad("a list of user names")
         return tuple(value)
+    if key == "admin_group":
+        return _check_group(value, bad)
+    if key == "private_data":
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if key in _POLICY_KEYS:
+        return _POLICY_KEYS[key](value, bad)
     if key == "docker":
         if not isinstance(value, str) or not value:
             raise bad("a command name")
         return value
+    if key == "socket_path":
+        if value is not None and (not isinstance(value, str) or not value.startswith("/")):
+            raise bad("an absolute path like /run/gbatch/gbatchd.sock")
+        return None if value is None else Path(value)
+    if key == "socket_group":
+        return _check_group(value, bad)
     if key in _INT_KEYS:
         if isinstance(value, bool):
             raise bad("an integer")
@@ -182,3 +337,18 @@ def _coerce(key: str, value: object, source: str) -> object:
             raise bad("a finite number greater than zero")
         return number_f
     raise AssertionError(key)
+
+
+def _check_group(value: object, bad: Callable[[str], ConfigError]) -> str | None:
+    """An existing Unix group's name: a typo must not silently make nobody an admin."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise bad("a Unix group name")
+    import grp  # deferred: only a config that names a group needs it
+
+    try:
+        grp.getgrnam(value)
+    except KeyError as err:
+        raise bad("an existing Unix group (create it with groupadd, or fix the name)") from err
+    return value

@@ -10,13 +10,14 @@ against starting one attempt twice.
 from __future__ import annotations
 
 import json
-import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from gbatch.model import JobSpec
+from gbatch.policy import ContainerPolicy, RunAs, check_mounts
+from gbatch.spec import SpecError
 
 LABEL_JOB = "gbatch.job"
 LABEL_ATTEMPT = "gbatch.attempt"
@@ -25,12 +26,12 @@ LABEL_USER = "gbatch.user"
 # own node's runs, even on an engine that serves several (as in gbatch's tests).
 LABEL_NODE = "gbatch.node"
 
-# Binding any of these into a container hands it the engine, i.e. root on the host.
-_DOCKER_SOCKET_PATHS = frozenset(
-    {"/", "/run", "/var", "/var/run", "/run/docker.sock", "/var/run/docker.sock"}
-)
 _SIGNAL = re.compile(r"^(?:SIG)?[A-Z][A-Z0-9+-]*$|^[0-9]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# No mounts, the bridge network, policy.DEFAULT_CAPABILITIES.
+SAFE_POLICY = ContainerPolicy()
 
 
 def container_name(job_id: int, attempt: int) -> str:
@@ -48,23 +49,37 @@ def docker_run_argv(
     env_file: str | None,
     docker: str = "docker",
     node: str | None = None,
+    policy: ContainerPolicy = SAFE_POLICY,
+    run_as: RunAs | None = None,
+    extra_options: Sequence[str] = (),
 ) -> list[str]:
     """`docker run -d` for one attempt of a job (labelled with `node` when given).
 
-    Preconditions: `spec.image` is not None (bare-process jobs do not run in docker) and
-    `spec.mounts` already passed the site's allowlist. Raises ValueError when the image
-    is missing or looks like an option, or a mount would expose the docker socket.
+    Preconditions: `spec.image` is not None (bare-process jobs do not run in docker).
+    `spec.mounts` are checked again against `policy.mount_roots` for `user` (the last
+    guard after the submit check) and passed as read-only binds unless a writable root
+    allows `:rw`. `run_as` gives `--user uid:gid` and `--group-add`; None leaves the
+    image's user. Every container gets `--cap-drop ALL` and `--cap-add` for
+    `policy.capabilities` only, and `--network policy.network`. `extra_options` (the
+    node's admin-vetted docker_options) go right after `docker run`.
     `env_file` is a path on the node, written 0600 from `env_file_text`, so values never
     appear in argv or process listings. No `--gpus` at all when `gpus` is empty.
-    Never `--privileged`, never `--userns=host`, never the docker socket.
+    Raises ValueError when the image is missing or looks like an option, a mount is
+    outside the roots or would expose the docker socket, or the options would break an
+    invariant: never `--privileged`, never `--userns=host`, never the docker socket.
     """
     if spec.image is None:
         raise ValueError(f"job {job_id} has no image; only container jobs run in docker")
     if not spec.image or spec.image.startswith("-"):
         raise ValueError(f"job {job_id}: {spec.image!r} is not an image name")
+    try:
+        mounts = check_mounts(spec.mounts, user, policy.mount_roots)
+    except SpecError as err:
+        raise ValueError(f"job {job_id}: {err}") from None
     argv = [
         docker,
         "run",
+        *extra_options,
         "-d",
         "--name",
         container_name(job_id, attempt),
@@ -81,20 +96,57 @@ def docker_run_argv(
         # A PID 1 that reaps zombies and forwards SIGTERM, so stop and time limits work
         # for commands that ignore signals as PID 1.
         "--init",
+        "--network",
+        policy.network,
+        "--cap-drop",
+        "ALL",
     ]
+    for capability in policy.capabilities:
+        argv += ["--cap-add", capability]
+    if run_as is not None:
+        argv += ["--user", f"{run_as.uid}:{run_as.gid}"]
+        for group in run_as.groups:
+            argv += ["--group-add", str(group)]
     if gpus:
         argv += ["--gpus", gpus_option_value(gpus)]
     if spec.shm_size is not None:
         argv += ["--shm-size", spec.shm_size]
-    for mount in spec.mounts:
-        _refuse_docker_socket(mount)
-        argv += ["-v", mount]
+    for mount in mounts:
+        source, target, mode = mount.split(":")
+        # --mount, not -v: a missing source is an error, not a directory docker creates
+        # as root on the node.
+        readonly = ",readonly" if mode == "ro" else ""
+        argv += ["--mount", f"type=bind,source={source},target={target}{readonly}"]
     if spec.workdir is not None:
         argv += ["-w", spec.workdir]
     if env_file is not None:
         argv += ["--env-file", env_file]
-    argv += ["--security-opt", "no-new-privileges", spec.image, *spec.command]
-    return argv
+    argv += ["--security-opt", "no-new-privileges"]
+    _check_invariants(argv, policy)
+    return [*argv, spec.image, *spec.command]
+
+
+def _check_invariants(options: Sequence[str], policy: ContainerPolicy) -> None:
+    """The options before the image never grant what no gbatch job may have, whoever
+    added them (this module, the node's docker_options or a later edit)."""
+    for index, option in enumerate(options):
+        name, _, value = option.partition("=")
+        if not value and index + 1 < len(options):
+            value = options[index + 1]
+        if name == "--privileged":
+            raise ValueError("docker run options may not contain --privileged")
+        if name == "--userns" and value == "host":
+            raise ValueError("docker run options may not contain --userns=host")
+        if name in ("--network", "--net") and (
+            value.startswith("container:") or (value == "host" and policy.network != "host")
+        ):
+            raise ValueError(f"docker run options may not set {name} {value}")
+        if name == "--cap-add" and value.upper().removeprefix("CAP_") not in policy.capabilities:
+            raise ValueError(f"docker run options may not add capability {value}")
+        if "docker.sock" in option:
+            raise ValueError("docker run options may not mention the docker socket")
+    if "--cap-drop" not in options or options[options.index("--cap-drop") + 1] != "ALL":
+        raise ValueError("docker run options must drop every capability first")
 
 
 def gpus_option_value(gpus: Sequence[int]) -> str:
@@ -109,12 +161,6 @@ def gpus_option_value(gpus: Sequence[int]) -> str:
     if any(index < 0 for index in gpus):
         raise ValueError(f"negative GPU index in {list(gpus)}")
     return '"device=' + ",".join(str(index) for index in gpus) + '"'
-
-
-def _refuse_docker_socket(mount: str) -> None:
-    source = mount.split(":", 1)[0]
-    if source.startswith("/") and posixpath.normpath(source) in _DOCKER_SOCKET_PATHS:
-        raise ValueError(f"mount {mount!r} would expose the docker socket to the job")
 
 
 def docker_wait_argv(name: str, *, docker: str = "docker") -> list[str]:

@@ -150,9 +150,22 @@ class Daemon:
         for node in self.nodes.values():
             node.stop()
 
-    def audit(self, caller: object, action: str, job: Job, outcome: str) -> None:
-        """Record who tried what on whose job (refusals above all)."""
-        log.warning("audit: %s %s job %d (owner %s): %s", caller, action, job.id, job.user, outcome)
+    def audit(self, caller: object, action: str, target: Job | str, outcome: str) -> None:
+        """Record who tried what on what, and why it was refused or allowed: one line.
+
+        `caller` is a handlers.Caller (user, uid and pid from SO_PEERCRED: never what the
+        request claims); `target` a job, or what else was acted on ("node gpu1",
+        "daemon"); `outcome` is "refused: <why>" (logged as a warning) or "allowed:
+        <why>". The line is key=value, for grep: `audit: user=bob uid=1001 pid=42
+        op=cancel job=12 owner=alice -> refused: not the owner`."""
+        who = " ".join(f"{key}={getattr(caller, key, '?')}" for key in ("user", "uid", "pid"))
+        what = (
+            f"job={target.id} owner={target.user}"
+            if isinstance(target, Job)
+            else f"target={target.replace(' ', '_')}"
+        )
+        level = logging.WARNING if outcome.startswith("refused") else logging.INFO
+        log.log(level, "audit: %s op=%s %s -> %s", who, action, what, outcome)
 
     def step(self) -> None:
         now = self.clock()

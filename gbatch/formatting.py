@@ -482,6 +482,7 @@ def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
 # scontrol show job
 
 _NULL = "(null)"  # what scontrol prints for an unset value
+SECRET_MASK = "<secret>"  # shown for a secret_env variable, in place of its value
 _ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
@@ -531,12 +532,16 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
     """Render one job as `scontrol show job` does: key=value lines indented three
     spaces, then an `Events:` block (time, state, reason; oldest first).
 
-    Environment lists variable names only: values may be secrets and never appear.
+    Environment lists variable names only: values may be secrets and never appear;
+    secret_env names read NAME=<secret>.
     Unset values read `(null)`, unknown times `Unknown`, as in Slurm. When printing
     several jobs, separate them with a blank line as scontrol does.
     """
     spec = job.spec
-    env_names = ",".join(_printable(name) for name, _ in spec.env)
+    env_names = ",".join(
+        [_printable(name) for name, _ in spec.env]
+        + [f"{_printable(name)}={SECRET_MASK}" for name in spec.secret_env]
+    )
     lines = [
         f"JobId={job.id} JobName={_printable(spec.name)}",
         f"   UserId={_printable(job.user)}({job.uid})",
@@ -578,6 +583,7 @@ def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> st
             "mounts": list(spec.mounts),
             "shm_size": spec.shm_size,
             "env_names": [name for name, _ in spec.env],
+            "secret_env_names": list(spec.secret_env),
             "retries": spec.retries,
             "requeue": spec.requeue,
             "nice": spec.nice,

@@ -7,16 +7,20 @@ write intents to the store and wake the loop; they never start or signal runs.
 
 from __future__ import annotations
 
+import functools
+import grp
 import logging
 import os
+import pwd
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gbatch import __version__, wire
+from gbatch import __version__, policy, wire
 from gbatch.daemon import Daemon
 from gbatch.model import IllegalTransition, Job, JobSpec, JobState
-from gbatch.spec import SpecError, build_spec
+from gbatch.spec import SpecError, build_spec, secret_env_values
 from gbatch.store import JobNotFound, StateChange, StoreError, StoreFull, Submission
 from gbatch.timefmt import MAX_TIME_LIMIT_S
 
@@ -45,12 +49,55 @@ Handler = Callable[[Daemon, Caller, Mapping[str, Any]], dict[str, Any]]
 
 
 def is_admin(daemon: Daemon, caller: Caller) -> bool:
-    """Root, the daemon's own user, and the configured admins may act on any job."""
-    return caller.uid in (0, os.getuid()) or caller.user in daemon.config.admins
+    """Root, the daemon's own user, the users named in `admins:` and the members of
+    `admin_group:` (supplementary or primary) may act on any job."""
+    if caller.uid in (0, os.getuid()) or caller.user in daemon.config.admins:
+        return True
+    group = daemon.config.admin_group
+    epoch = int(time.monotonic() // GROUP_CACHE_S)
+    return group is not None and _in_group(caller.uid, caller.user, group, epoch)
+
+
+# Group membership is read from the system's group database (grp/pwd), and kept for
+# this long: a sweep over thousands of jobs asks once, and a change still takes hold.
+GROUP_CACHE_S = 10.0
+
+
+@functools.lru_cache(maxsize=256)
+def _in_group(uid: int, user: str, group: str, epoch: int) -> bool:
+    try:
+        entry = grp.getgrnam(group)
+    except KeyError:
+        return False
+    if user in entry.gr_mem:
+        return True
+    try:
+        return pwd.getpwuid(uid).pw_gid == entry.gr_gid
+    except KeyError:
+        return False
 
 
 def may_act_on(daemon: Daemon, caller: Caller, job: Job) -> bool:
     return caller.uid == job.uid or is_admin(daemon, caller)
+
+
+def _named_job(daemon: Daemon, caller: Caller, job_id: object, op: str) -> Job:
+    """The job a request names. Under private_data another user's job answers as a job
+    that does not exist (Slurm's PrivateData=jobs), and the attempt is audited."""
+    found = _job(daemon, job_id)
+    if daemon.config.private_data and not may_act_on(daemon, caller, found):
+        daemon.audit(caller, op, found, "refused: not the owner (private_data: not found)")
+        raise Refused("not_found", f"Invalid job id specified: {found.id}")
+    return found
+
+
+def _job_to_wire(job: Job, *, owner_view: bool, brief: bool = False) -> dict[str, Any]:
+    """A job as `caller` may see it: env values are the owner's and admins' only (they
+    often hold tokens); others get the names with empty values."""
+    data = wire.job_to_wire(job, brief=brief)
+    if not owner_view and "env" in data["spec"]:
+        data["spec"]["env"] = dict.fromkeys(data["spec"]["env"], "")
+    return data
 
 
 def _job(daemon: Daemon, job_id: object) -> Job:
@@ -104,16 +151,30 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
         not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_TIME_LIMIT_S
     ):
         raise Refused("invalid", f"time_limit: {limit!r} is not a number of seconds")
+    # Secret values come beside the spec, never in it; the spec's names are their keys.
+    secrets = {"secret_env": request.get("secret_env") or None}
     try:
         spec = build_spec(
-            {**raw, "time_limit": None},
+            {**raw, "time_limit": None, **secrets},
             {},
             default_name=str(raw.get("name") or "job"),
             source="spec",
         )
+        secret_values = secret_env_values(secrets, {})
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
     spec = replace(spec, time_limit=limit)
+    try:  # the site's policy: mount roots (symlinks followed), root's and bare jobs
+        spec = policy.check_submission(
+            spec,
+            uid=caller.uid,
+            user=caller.user,
+            config=daemon.config,
+            resolve=os.path.realpath,
+            daemon_uid=os.getuid(),
+        )
+    except SpecError as err:
+        raise Refused("invalid", str(err)) from err
     count = request.get("count", 1)
     if not isinstance(count, int) or not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
@@ -138,7 +199,13 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
             replace(spec, env=(*spec.env, ("GBATCH_ARRAY_TASK_ID", str(i)))) for i in range(count)
         ]
     ids = daemon.committer.submit(
-        Submission(tuple(specs), caller.uid, caller.user, bool(request.get("held")))
+        Submission(
+            tuple(specs),
+            caller.uid,
+            caller.user,
+            bool(request.get("held")),
+            tuple(secret_values.items()),
+        )
     )
     daemon.submitted()
     return {"ids": ids}
@@ -187,7 +254,10 @@ def cancel(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
     chosen: list[Job] = []
     for target in targets:
         try:
-            job = target if isinstance(target, Job) else _job(daemon, target)
+            if isinstance(target, Job):
+                job = target
+            else:
+                job = _named_job(daemon, caller, target, "cancel")
         except Refused as err:
             results.append({"id": target, "ok": False, "error": err.message})
             continue
@@ -289,14 +359,15 @@ def _set_hold(
     daemon: Daemon, caller: Caller, request: Mapping[str, Any], held: bool
 ) -> dict[str, Any]:
     results = []
+    op = "hold" if held else "release"
     for job_id in _ids(request):
         try:
-            job = _job(daemon, job_id)
+            job = _named_job(daemon, caller, job_id, op)
         except Refused as err:
             results.append({"id": job_id, "ok": False, "error": err.message})
             continue
         if not may_act_on(daemon, caller, job):
-            daemon.audit(caller, "hold" if held else "release", job, "refused: not the owner")
+            daemon.audit(caller, op, job, "refused: not the owner")
             results.append(
                 {"id": job_id, "ok": False, "error": f"Access/permission denied for job {job_id}"}
             )
@@ -328,7 +399,7 @@ def requeue(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[
     results = []
     for job_id in _ids(request):
         try:
-            job = _job(daemon, job_id)
+            job = _named_job(daemon, caller, job_id, "requeue")
         except Refused as err:
             results.append({"id": job_id, "ok": False, "error": err.message})
             continue
@@ -387,10 +458,16 @@ def _requeue_one(daemon: Daemon, caller: Caller, job: Job) -> str | None:
 
 
 def jobs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
-    """squeue (active jobs) and sacct (finished=None: every state) queries."""
+    """squeue (active jobs) and sacct (finished=None: every state) queries. Everyone
+    sees the queue, as in Slurm; under private_data a non-admin sees only their own."""
     states = _states(request)
     ids = request.get("ids") or None
     users = request.get("users") or None
+    admin = is_admin(daemon, caller)
+    if daemon.config.private_data and not admin:
+        if users is not None and caller.user not in users:
+            return {"jobs": [], "now": daemon.clock()}
+        users = [caller.user]
     if request.get("history"):
         found = daemon.store.jobs(ids=ids, states=states, users=users, since=request.get("since"))
     elif states is not None or ids is not None:
@@ -399,14 +476,26 @@ def jobs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
         )
     else:
         found = daemon.store.jobs(users=users, finished=False)
+    if daemon.config.private_data and not admin:
+        found = [j for j in found if j.uid == caller.uid]
     brief = bool(request.get("brief"))
-    return {"jobs": [wire.job_to_wire(j, brief=brief) for j in found], "now": daemon.clock()}
+    return {
+        "jobs": [
+            _job_to_wire(j, owner_view=admin or j.uid == caller.uid, brief=brief) for j in found
+        ],
+        "now": daemon.clock(),
+    }
 
 
 def job(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
-    found = _job(daemon, request.get("id"))
+    """scontrol show job: anyone may read a job's record and command; its env values
+    are the owner's and admins' only."""
+    found = _named_job(daemon, caller, request.get("id"), "job")
+    owner_view = may_act_on(daemon, caller, found)
+    if not owner_view and found.spec.env:
+        daemon.audit(caller, "job_env", found, "refused: env values withheld, not the owner")
     return {
-        "job": wire.job_to_wire(found),
+        "job": _job_to_wire(found, owner_view=owner_view),
         "events": [wire.event_to_wire(e) for e in daemon.store.events(found.id)],
         "now": daemon.clock(),
     }
@@ -418,7 +507,7 @@ def nodes(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[st
 
 def logs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
     """A chunk of a job's log from `offset`; `done` once the job is final and read out."""
-    found = _job(daemon, request.get("id"))
+    found = _named_job(daemon, caller, request.get("id"), "logs")
     if not may_act_on(daemon, caller, found):
         daemon.audit(caller, "logs", found, "refused: not the owner")
         raise Refused(
@@ -448,6 +537,7 @@ def logs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
 def _admin_node(daemon: Daemon, caller: Caller, request: Mapping[str, Any], what: str) -> str:
     name = request.get("name")
     if not is_admin(daemon, caller):
+        daemon.audit(caller, f"node_{what}", f"node {name}", "refused: not an admin")
         raise Refused("permission", f"only root, the daemon's user or an admin may {what} nodes")
     if not isinstance(name, str) or name not in daemon.nodes:
         known = ", ".join(sorted(daemon.nodes))
@@ -483,6 +573,7 @@ def node_install(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> 
     from gbatch.remotenode import RemoteNode, install_agent
 
     if not is_admin(daemon, caller):
+        daemon.audit(caller, "node_install", "nodes", "refused: not an admin")
         raise Refused("permission", "only root, the daemon's user or an admin may install agents")
     names = request.get("names") or [
         n for n, node in daemon.nodes.items() if isinstance(node, RemoteNode)
@@ -505,9 +596,101 @@ def node_install(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> 
     return {"results": results}
 
 
+def _trust_node(daemon: Daemon, caller: Caller, request: Mapping[str, Any], op: str) -> Any:
+    """The RemoteNode a node_hostkey/node_trust request names; refusals are audited."""
+    from gbatch.remotenode import RemoteNode
+
+    name = request.get("name")
+    if not is_admin(daemon, caller):
+        daemon.audit(caller, op, f"node {name}", "refused: not an admin")
+        raise Refused("permission", "only root, the daemon's user or an admin may trust host keys")
+    node = daemon.nodes.get(name) if isinstance(name, str) else None
+    if not isinstance(node, RemoteNode):
+        if node is not None:
+            raise Refused("invalid", f"node {name} is this machine, reached without SSH: no key")
+        known = ", ".join(sorted(daemon.nodes))
+        raise Refused("not_found", f"no node {name!r} in the fleet (nodes: {known})")
+    return node
+
+
+def _offered_key(node: Any) -> Any:
+    from gbatch.remote import RemoteError, offered_host_key
+    from gbatch.remotenode import target_of
+
+    try:
+        return offered_host_key(target_of(node.node))
+    except RemoteError as err:
+        raise Refused("unavailable", f"cannot ask node {node.name} for its key: {err}") from err
+
+
+def _hostkey_reply(node: Any, offered: Any) -> dict[str, Any]:
+    from gbatch.remote import fingerprint
+
+    return {
+        "name": node.name,
+        "address": f"{node.node.host}:{node.node.port}",
+        "known_hosts": str(node.node.known_hosts),
+        "key_type": offered.key_type,
+        "fingerprint": offered.fingerprint,
+        "pinned": offered.pinned,
+        "pinned_keys": [
+            {"key_type": k.get_name(), "fingerprint": fingerprint(k)} for k in offered.pinned_keys
+        ],
+    }
+
+
+def node_hostkey(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    """The key a node's host offers now and how known_hosts stands on it (none, the same
+    key, or a different one). Reads only; for `gbatch node trust` to show the admin."""
+    node = _trust_node(daemon, caller, request, "node_hostkey")
+    return _hostkey_reply(node, _offered_key(node))
+
+
+def node_trust(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+    """Pin the key a node's host offers in known_hosts, only when it is still the one
+    whose `fingerprint` the admin checked; a different key already pinned is replaced
+    only with `replace: true`. Then the node reconnects at once, not after its backoff."""
+    from gbatch.remote import replace_host_key, trust_host_key
+
+    node = _trust_node(daemon, caller, request, "node_trust")
+    wanted = request.get("fingerprint")
+    if not isinstance(wanted, str) or not wanted.startswith("SHA256:"):
+        raise Refused("invalid", f"fingerprint: {wanted!r} is not a fingerprint like SHA256:...")
+    offered = _offered_key(node)
+    target = f"node {node.name}"
+    if offered.fingerprint != wanted:
+        daemon.audit(caller, "node_trust", target, f"refused: host offers {offered.fingerprint}")
+        raise Refused(
+            "invalid",
+            f"fingerprint: node {node.name} now offers {offered.key_type} "
+            f"{offered.fingerprint}, not {wanted}: the key changed while you looked (or the "
+            f"fingerprint is mistyped); nothing was trusted. Check the key on the host and run "
+            f"`gbatch node trust {node.name}` again",
+        )
+    reply = _hostkey_reply(node, offered)
+    if offered.pinned == "different" and request.get("replace") is not True:
+        daemon.audit(caller, "node_trust", target, "refused: a different key is pinned")
+        old = ", ".join(f"{k['key_type']} {k['fingerprint']}" for k in reply["pinned_keys"])
+        raise Refused(
+            "invalid",
+            f"replace: {node.node.known_hosts} holds a DIFFERENT key for node {node.name} "
+            f"({old}); nothing was trusted. If the host was reinstalled, trust the new key "
+            f"with `gbatch node trust {node.name} --replace`",
+        )
+    config = node.node
+    if offered.pinned == "different":
+        replace_host_key(config.known_hosts, config.host, config.port, offered.key)
+    elif offered.pinned == "none":
+        trust_host_key(config.known_hosts, config.host, config.port, offered.key)
+    daemon.audit(caller, "node_trust", target, f"allowed: pinned {offered.fingerprint}")
+    node.retry_now()  # the key is on file now: reconnect without waiting out the backoff
+    return {**reply, "was_pinned": offered.pinned}
+
+
 def shutdown(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
     if not is_admin(daemon, caller):
-        raise Refused("permission", "only root or the daemon's own user may stop the daemon")
+        daemon.audit(caller, "shutdown", "daemon", "refused: not an admin")
+        raise Refused("permission", "only root, the daemon's user or an admin may stop the daemon")
     daemon.stop()
     return {"pid": os.getpid()}
 
@@ -526,6 +709,8 @@ HANDLERS: Mapping[str, Handler] = {
     "node_drain": node_drain,
     "node_resume": node_resume,
     "node_install": node_install,
+    "node_hostkey": node_hostkey,
+    "node_trust": node_trust,
     "shutdown": shutdown,
 }
 

@@ -23,13 +23,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gbatch import containers
+from gbatch import containers, policy
 from gbatch.backoff import Backoff
 from gbatch.config import Config, Paths
 from gbatch.joblog import LogFollowers, mark_attempt_start, open_log
 from gbatch.model import Gpu, Job
 from gbatch.node import LaunchError, Reports, RunStatus, finished_container_status, job_env
 from gbatch.protocol import NodeReport, gbatch_container_ids, to_gpus
+from gbatch.secretbox import launch_secrets
+from gbatch.spec import SpecError
 
 LOCAL_NODE = "local"
 DOCKER_TIMEOUT = 30.0  # seconds for any one docker CLI call
@@ -230,6 +232,9 @@ class LocalNode:
             if not key.startswith(("GBATCH_", "NVIDIA_")) and not key.endswith("_VISIBLE_DEVICES")
         }
         env.update(job_env(job, attempt, gpus, self.name))
+        # Secrets go in the process environment: /proc/PID/environ is readable by the
+        # job's own user and root only, and `ps` shows argv, not the environment.
+        env.update(launch_secrets(job))
         # NVML and nvidia-smi number GPUs in PCI order; CUDA's default order differs.
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
@@ -265,25 +270,38 @@ class LocalNode:
 
     def _launch_container(self, job: Job, attempt: int, gpus: Sequence[int], run_dir: Path) -> None:
         env_file = run_dir / "env"
+        env = {**job_env(job, attempt, gpus, self.name), **launch_secrets(job)}
         fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
-            handle.write(containers.env_file_text(job_env(job, attempt, gpus, self.name)))
+            handle.write(containers.env_file_text(env))
         mark_attempt_start(self.paths, job.id, attempt)
-        argv = containers.docker_run_argv(
-            job_id=job.id,
-            attempt=attempt,
-            user=job.user,
-            spec=job.spec,
-            gpus=gpus,
-            env_file=str(env_file),
-            docker=self.config.docker,
-        )
+        try:
+            argv = containers.docker_run_argv(
+                job_id=job.id,
+                attempt=attempt,
+                user=job.user,
+                spec=policy.mounts_at_start(job.spec, job.user, self.config, os.path.realpath),
+                gpus=gpus,
+                env_file=str(env_file),
+                docker=self.config.docker,
+                policy=policy.container_policy(self.config),
+                run_as=policy.submitter_identity(job.uid, self.config),
+            )
+        except (ValueError, SpecError) as err:
+            with contextlib.suppress(OSError):
+                env_file.unlink()
+            raise LaunchError(f"refused by the container policy: {err}") from err
         try:
             result = subprocess.run(argv, capture_output=True, text=True, timeout=DOCKER_TIMEOUT)
         except subprocess.TimeoutExpired as err:
             raise LaunchError(f"docker run failed: {err}", maybe_started=True) from err
         except OSError as err:
             raise LaunchError(f"docker run failed: {err}") from err
+        finally:
+            # The docker CLI reads the env-file before it asks the engine for anything:
+            # once it has returned, the values need not stay on disk.
+            with contextlib.suppress(OSError):
+                env_file.unlink()
         if result.returncode != 0:
             # The engine may have just gone away: let the next docker_problem() (the
             # submit check) ask it again rather than trust a cached "answers".

@@ -119,13 +119,18 @@ class JobSpec:
     # False: a run lost with its node ends NODE_FAIL instead of being requeued (Slurm's
     # --no-requeue), for jobs that must not start over from the beginning.
     requeue: bool = True
+    # Names of the job's secret env variables. Their values never live in a spec: the
+    # store keeps them encrypted, apart, and hands them out only for a launch.
+    secret_env: tuple[str, ...] = ()
 
     @property
     def effective_priority(self) -> int:
         return self.priority - self.nice
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        """The spec as plain data. `secret_env` (names) only when there are secrets: the
+        stored JSON of every other job stays as it was."""
+        data: dict[str, object] = {
             "name": self.name,
             "command": list(self.command),
             "image": self.image,
@@ -140,6 +145,9 @@ class JobSpec:
             "shm_size": self.shm_size,
             "requeue": self.requeue,
         }
+        if self.secret_env:
+            data["secret_env"] = list(self.secret_env)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> JobSpec:
@@ -160,6 +168,7 @@ class JobSpec:
             nice=int(data.get("nice", 0)),  # type: ignore[call-overload]
             shm_size=data.get("shm_size"),  # type: ignore[arg-type]
             requeue=bool(data.get("requeue", True)),
+            secret_env=tuple(str(n) for n in data.get("secret_env") or ()),  # type: ignore[attr-defined]
         )
 
 
@@ -184,6 +193,10 @@ class Job:
     exit_code: int | None = None
     exit_signal: int | None = None
     stop_state: JobState | None = None  # the final state a COMPLETING job will take
+    # (name, value) of spec.secret_env: filled only in the Job the store returns on the
+    # move to CONFIGURING, for that launch (see Store.set_state); empty everywhere else.
+    # Kept out of repr and comparisons, and never put on the wire.
+    secret_values: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
 
     @property
     def time_limit(self) -> int | None:

@@ -4,8 +4,8 @@ Contracts:
 - Host keys are checked against the known_hosts file an admin controls, and only that file
   (never ~/.ssh/known_hosts, never the agent, never ~/.ssh/id_*). An unknown or changed key
   raises HostKeyError and the file is left untouched: keys are never added on the fly.
-  `trust_host_key` is the one writer, for `gbatch node trust` after a person has checked
-  the fingerprint.
+  `trust_host_key` and `replace_host_key` are the only writers, for `gbatch node trust`
+  after a person has checked the fingerprint (`offered_host_key` shows it).
 - Every remote command is an argv list, quoted once with `shlex.join` for the remote shell.
 - Every call has a bound: `run` a deadline, `stream` a bound on opening and one per read,
   SFTP a timeout per request. At a deadline the channel is closed and RemoteTimeout raised;
@@ -125,11 +125,15 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
 
 
-def fetch_host_key(host: str, port: int, timeout: float) -> paramiko.PKey:
+def fetch_host_key(
+    host: str, port: int, timeout: float, *, prefer: str | None = None
+) -> paramiko.PKey:
     """The key the server offers, read without authenticating (for `gbatch node trust`).
 
-    Offers the same key preference as a connection to a host with no key on file, so the
-    fingerprint matches the one a HostKeyError("unknown") showed.
+    With `prefer` None, offers the same key preference as a connection to a host with no
+    key on file, so the fingerprint matches the one a HostKeyError("unknown") showed.
+    `prefer` (a key type on file for the host) puts that type first, as SshConnection's
+    connect does when the file holds keys for the host.
     """
     address = known_hosts_name(host, port)
     try:
@@ -140,6 +144,13 @@ def fetch_host_key(host: str, port: int, timeout: float) -> paramiko.PKey:
         raise RemoteError(f"cannot reach {address}: {e.strerror or e}") from e
     transport = paramiko.Transport(sock)
     transport.banner_timeout = timeout
+    if prefer is not None:
+        options = transport.get_security_options()
+        # paramiko's connect asks for an RSA key on file as rsa-sha2-*; so do we.
+        names = ("rsa-sha2-512", "rsa-sha2-256", prefer) if prefer == "ssh-rsa" else (prefer,)
+        wanted = [t for t in names if t in options.key_types]
+        if wanted:
+            options.key_types = [wanted[0], *(t for t in options.key_types if t != wanted[0])]
     try:
         transport.start_client(timeout=timeout)
         key: paramiko.PKey = transport.get_remote_server_key()
@@ -167,6 +178,100 @@ def trust_host_key(known_hosts: Path, host: str, port: int, key: paramiko.PKey) 
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+PinState = Literal["none", "same", "different"]
+
+
+@dataclass(frozen=True)
+class OfferedKey:
+    """The key a host offers now, and how the known_hosts file stands on it: `pinned` is
+    "none" (no key on file for the host), "same" (this key is on file) or "different"
+    (the file holds other keys: a connection would be refused as a changed key).
+    `pinned_keys` are the keys on file for the host, in file order."""
+
+    key: paramiko.PKey
+    pinned: PinState
+    pinned_keys: tuple[paramiko.PKey, ...]
+
+    @property
+    def key_type(self) -> str:
+        return str(self.key.get_name())
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.key)
+
+
+def _keys_on_file(known_hosts: Path, address: str) -> dict[str, paramiko.PKey]:
+    """Key type -> key that `known_hosts` holds for `address`, as SshConnection reads
+    them (paramiko's parser: hashed names match, unreadable lines are skipped)."""
+    if not known_hosts.exists():
+        return {}
+    try:
+        keys = paramiko.HostKeys(str(known_hosts)).lookup(address)
+    except OSError as e:
+        raise RemoteError(f"cannot read {known_hosts}: {e.strerror or e}") from e
+    return dict(keys or {})
+
+
+def offered_host_key(target: SshTarget) -> OfferedKey:
+    """Ask the host for its key (no login) and compare it with the known_hosts file, the
+    way SshConnection.connect would: the key type first on file is asked for first, and
+    a key of another type than those on file counts as different. Writes nothing."""
+    on_file = _keys_on_file(target.known_hosts, target.address)
+    prefer = next(iter(on_file), None)
+    key = fetch_host_key(target.host, target.port, target.connect_timeout, prefer=prefer)
+    pinned: PinState = "none"
+    if on_file:
+        same = on_file.get(key.get_name())
+        pinned = "same" if same is not None and same.asbytes() == key.asbytes() else "different"
+    return OfferedKey(key, pinned, tuple(on_file.values()))
+
+
+def _names_host(names: str, address: str) -> bool:
+    """Whether a known_hosts line's comma-separated names include `address` (plain or
+    hashed `|1|salt|hash`)."""
+    for name in names.split(","):
+        if name == address:
+            return True
+        if name.startswith("|1|") and paramiko.HostKeys.hash_host(address, name) == name:
+            return True
+    return False
+
+
+def replace_host_key(known_hosts: Path, host: str, port: int, key: paramiko.PKey) -> None:
+    """Make `key` the only key `known_hosts` trusts for host:port: every line naming the
+    host is dropped (a line that names other hosts too keeps them), then the key is added.
+    The file is replaced atomically (mode 0600); other hosts' lines are kept as they are.
+    Only call this once a person has checked the new key's fingerprint."""
+    address = known_hosts_name(host, port)
+    kept: list[str] = []
+    with contextlib.suppress(FileNotFoundError):
+        for line in known_hosts.read_text().splitlines():
+            fields = line.split()
+            if not fields or fields[0].startswith("#") or fields[0].startswith("@"):
+                kept.append(line)
+                continue
+            if not _names_host(fields[0], address):
+                kept.append(line)
+                continue
+            others = [n for n in fields[0].split(",") if not _names_host(n, address)]
+            if others:
+                kept.append(" ".join([",".join(others), *fields[1:]]))
+    kept.append(f"{address} {key.get_name()} {key.get_base64()}")
+    known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = known_hosts.with_name(f".{known_hosts.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, ("\n".join(kept) + "\n").encode())
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        temporary.unlink()
+        raise
+    os.close(fd)
+    os.replace(temporary, known_hosts)
 
 
 class _RefuseUnknownKey(paramiko.RejectPolicy):  # type: ignore[misc]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 
-from gbatch import containers
+from gbatch import containers, policy
 from gbatch.backoff import Backoff
 from gbatch.config import Config, Paths
 from gbatch.inventory import NodeConfig
@@ -34,6 +34,8 @@ from gbatch.protocol import (
     to_gpus,
 )
 from gbatch.remote import RemoteError, RemoteStream, SshConnection, SshTarget, StreamPool
+from gbatch.secretbox import launch_secrets
+from gbatch.spec import SpecError
 
 log = logging.getLogger("gbatchd")
 COMMAND_TIMEOUT = 30.0  # seconds for any one remote docker call
@@ -255,21 +257,42 @@ class RemoteNode:
     def _env_file(self, job_id: int, attempt: int) -> str:
         return f"{host_path(self.node.agent_dir).rstrip('/')}/run/{job_id}.{attempt}.env"
 
+    def _resolver(self, job: Job) -> Callable[[str], str]:
+        """Symlinks in the job's mount paths as the node sees them (one `realpath` call)."""
+        paths = policy.paths_to_resolve(job.spec, job.user, self.config)
+        if not job.spec.mounts or not paths:
+            return lambda path: path
+        try:
+            result = self._conn.run(["realpath", "-m", "--", *paths], timeout=COMMAND_TIMEOUT)
+        except RemoteError as err:
+            raise LaunchError(f"on {self.name}: {err}") from err
+        lines = result.stdout.decode(errors="replace").splitlines()
+        if result.exit_status != 0 or len(lines) != len(paths):
+            error = result.stderr.decode(errors="replace").strip()
+            raise LaunchError(f"on {self.name}: cannot resolve the job's mount paths: {error}")
+        table = dict(zip(paths, lines, strict=True))
+        return lambda path: table.get(path, path)
+
     def launch(self, job: Job, attempt: int, gpus: Sequence[int]) -> None:
-        env = job_env(job, attempt, gpus, self.name)
+        env = {**job_env(job, attempt, gpus, self.name), **launch_secrets(job)}
         env_file = self._env_file(job.id, attempt)
-        argv = containers.docker_run_argv(
-            job_id=job.id,
-            attempt=attempt,
-            user=job.user,
-            spec=job.spec,
-            gpus=gpus,
-            env_file=env_file,
-            docker=self.node.docker,
-            node=self.name,
-        )
-        # The admin's allowed extra options go right after `docker run`.
-        argv[2:2] = list(self.node.docker_options)
+        try:
+            argv = containers.docker_run_argv(
+                job_id=job.id,
+                attempt=attempt,
+                user=job.user,
+                spec=policy.mounts_at_start(job.spec, job.user, self.config, self._resolver(job)),
+                gpus=gpus,
+                env_file=env_file,
+                docker=self.node.docker,
+                node=self.name,
+                policy=policy.container_policy(self.config),
+                run_as=policy.submitter_identity(job.uid, self.config),
+                # The admin's allowed extra options go right after `docker run`.
+                extra_options=self.node.docker_options,
+            )
+        except (ValueError, SpecError) as err:
+            raise LaunchError(f"refused by the container policy on {self.name}: {err}") from err
         mark_attempt_start(self.paths, job.id, attempt)
         try:
             self._conn.put_bytes(containers.env_file_text(env).encode(), env_file, 0o600)
@@ -289,6 +312,13 @@ class RemoteNode:
             status, stderr = self._run(argv)
         except RemoteError as err:
             raise LaunchError(f"on {self.name}: {err}", maybe_started=True) from err
+        finally:
+            # The docker CLI has read the env-file once it returns: take secrets off the
+            # host's disk now (one more round trip, so only for them; cleanup removes
+            # every env-file, and this one again should this fail).
+            if job.spec.secret_env:
+                with contextlib.suppress(RemoteError):
+                    self._run(["rm", "-f", env_file])
         if status != 0:
             error = containers.error_line(stderr, f"exit status {status}")
             raise LaunchError(f"docker run on {self.name} failed: {error}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import grp
 import json
 import logging
 import os
@@ -18,10 +19,11 @@ import socketserver
 import struct
 import threading
 from functools import cache
+from pathlib import Path
 from typing import IO, Any
 
 from gbatch import handlers
-from gbatch.config import Config, Paths
+from gbatch.config import Config, ConfigError, Paths, daemon_paths
 from gbatch.daemon import Daemon
 from gbatch.inventory import Inventory
 from gbatch.store import Store
@@ -107,19 +109,86 @@ def _take_lock(paths: Paths) -> IO[str]:
     return handle
 
 
+def _socket_group_id(paths: Paths, config: Config) -> int | None:
+    """The gid to hand the socket to, checked before anything starts: ConfigError when
+    this process may not give a file to that group (it is neither root nor a member)."""
+    if config.socket_group is None:
+        return None
+    where = f"{paths.config_file}: socket_group"
+    try:
+        gid = grp.getgrnam(config.socket_group).gr_gid
+    except KeyError as err:
+        raise ConfigError(
+            f"{where}: group {config.socket_group!r} does not exist. Create it with "
+            "groupadd, or fix the name"
+        ) from err
+    if os.geteuid() != 0 and gid != os.getegid() and gid not in os.getgroups():
+        raise ConfigError(
+            f"{where}: gbatchd runs as {user_name(os.geteuid())}, which is not in group "
+            f"{config.socket_group} and so cannot hand the socket to it. Add it "
+            f"(SupplementaryGroups={config.socket_group} in the systemd unit, or usermod -aG)"
+        )
+    if config.socket_mode & 0o060 != 0o060:
+        raise ConfigError(
+            f"{where}: socket_mode {config.socket_mode:o} gives group {config.socket_group} "
+            "no access. Set socket_mode: '660'"
+        )
+    return gid
+
+
+def _make_socket(paths: Paths, config: Config, gid: int | None) -> _Server:
+    """Bind the socket (removing a stale one: we hold the lock) with its mode and group.
+    When it lives outside the home, a link in the home points at it, so that commands
+    run with GBATCH_HOME (`gbatch daemon stop`) find it."""
+    outside = paths.socket != paths.home_socket
+    if outside and _answers(paths.socket):
+        # Our lock guards only our home: another home's daemon may serve this path.
+        raise AlreadyRunning(f"another gbatch daemon serves {paths.socket}")
+    try:
+        paths.socket.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        for stale in {paths.socket, paths.home_socket}:
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+        server = _Server(str(paths.socket), _Connection)
+        if gid is not None:
+            os.chown(paths.socket, -1, gid)
+        os.chmod(paths.socket, config.socket_mode)
+        if outside:
+            paths.home_socket.symlink_to(paths.socket)
+    except OSError as err:
+        raise ConfigError(
+            f"cannot create the socket {paths.socket} ({err.strerror or err}). Point "
+            f"socket_path in {paths.config_file} (or GBATCH_SOCKET) at a directory "
+            "gbatchd's user may write to"
+        ) from err
+    return server
+
+
+def _answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
-    """Run gbatchd in the foreground until SIGTERM/SIGINT or a shutdown request."""
+    """Run gbatchd in the foreground until SIGTERM/SIGINT or a shutdown request.
+
+    The socket is GBATCH_SOCKET, else the config's socket_path, else the home's
+    (daemon_paths). ConfigError when the socket's group cannot be used."""
+    paths = daemon_paths(paths, config)
+    gid = _socket_group_id(paths, config)
     paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock = _take_lock(paths)
     store = Store(paths.store)
     daemon = Daemon(paths, config, store, inventory=inventory)
     daemon.start_nodes()
     daemon.sweep_finished_runs()
-    with contextlib.suppress(FileNotFoundError):
-        paths.socket.unlink()  # stale: we hold the lock, so nobody else serves it
-    server = _Server(str(paths.socket), _Connection)
+    server = _make_socket(paths, config, gid)
     server.daemon = daemon
-    os.chmod(paths.socket, config.socket_mode)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: daemon.stop())
     threading.Thread(target=server.serve_forever, name="socket", daemon=True).start()
@@ -129,8 +198,9 @@ def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
     finally:
         server.shutdown()
         server.server_close()
-        with contextlib.suppress(FileNotFoundError):
-            paths.socket.unlink()
+        for path in {paths.socket, paths.home_socket}:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
         daemon.close()
         store.close()
         lock.close()

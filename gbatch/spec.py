@@ -20,6 +20,8 @@ MAX_COMMAND_BYTES = 64 * 1024
 MAX_ENV_BYTES = 64 * 1024
 MAX_GPUS = 64
 MAX_NESTING = 32  # a job file needs 3 levels; libyaml itself stops at 1000
+MAX_PATH_BYTES = 4095  # Linux's PATH_MAX, less its NUL
+MAX_SHM_BYTES = 1 << 50  # 1 PiB: past any machine's memory, well short of docker's int64
 
 KEYS = (
     "name",
@@ -35,6 +37,7 @@ KEYS = (
     "nice",
     "shm_size",
     "requeue",
+    "secret_env",
 )
 
 # The CLI option that sets each field, for error messages about overrides. The CLI may
@@ -53,6 +56,7 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "nice": "--nice",
     "shm_size": "--shm-size",
     "requeue": "--no-requeue",
+    "secret_env": "--secret-env",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -93,6 +97,7 @@ _IMAGE_RE = re.compile(
     """.replace("{dc}", r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"),
     re.ASCII | re.VERBOSE,
 )
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1 control characters
 _SHM_RE = re.compile(r"([0-9]{1,15})\s*(?:([bkmg])(?:i?b)?)?", re.ASCII | re.IGNORECASE)
 
 
@@ -148,7 +153,7 @@ def load_job_file(path: str | os.PathLike[str]) -> dict[str, object]:
     try:
         node = loader.get_single_node()
         if node is not None:
-            _check_tree(where, node)
+            _check_tree(where, node, loader.resolve)
         data = None if node is None else loader.construct_document(node)
     except yaml.MarkedYAMLError as err:
         line = f"line {err.problem_mark.line + 1}: " if err.problem_mark else ""
@@ -205,18 +210,29 @@ def _read_text(where: str) -> str:
         ) from None
 
 
-_STR_TAG = "tag:yaml.org,2002:str"
-_LITERAL_TAGS = frozenset(
-    {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool"}
-)
+_YAML_TAG = "tag:yaml.org,2002:"
+_STR_TAG = _YAML_TAG + "str"
+_LITERAL_TAGS = frozenset({_YAML_TAG + "int", _YAML_TAG + "float", _YAML_TAG + "bool"})
+# What a job file may hold: text, numbers, booleans, null, lists and mappings. PyYAML's
+# constructors for anything else (and for an explicit tag on text that does not fit it,
+# such as `!!int x`) raise plain Python errors, so other tags are refused here first.
+_SCALAR_TAGS = _LITERAL_TAGS | {_STR_TAG, _YAML_TAG + "null"}
+_TEXT_TAGS = frozenset({_YAML_TAG + "timestamp", _YAML_TAG + "value"})  # `2024-01-31`, `=`
+_COLLECTION_TAGS = frozenset({_YAML_TAG + "seq", _YAML_TAG + "map"})
+_MAX_NUMBER_CHARS = 64  # Python refuses to read ints of over 4300 digits; no field needs 20
 
 
-def _check_tree(where: str, root: Any) -> None:
+def _check_tree(
+    where: str, root: Any, resolve: Callable[[Any, str, tuple[bool, bool]], str]
+) -> None:
     """Walk the composed YAML nodes once, iteratively, before anything is built.
 
     An alias makes the composer hand back the very node it refers to, so a node seen
     twice is an alias: the walk stops there, in time linear in the file's size.
-    Also re-tags the scalars described in load_job_file's docstring.
+    Also re-tags the scalars described in load_job_file's docstring, reads dates as
+    text, and refuses tags other than plain YAML data (`!!binary`, `!!set`, `!foo`,
+    `<<` merge keys), explicit tags on text that does not fit them (`!!int x`) and
+    numbers too long to be a setting. `resolve` is the loader's tag resolver.
     """
     import yaml
 
@@ -238,14 +254,21 @@ def _check_tree(where: str, root: Any) -> None:
                 where, f"line {line}: nested more than {MAX_NESTING} levels deep. Flatten it"
             )
         if isinstance(node, yaml.ScalarNode):
-            if node.tag in _LITERAL_TAGS and (role == "env_value" or ":" in node.value):
-                node.tag = _STR_TAG
+            _check_scalar(where, node, role, resolve)
         elif isinstance(node, yaml.SequenceNode):
+            _check_collection_tag(where, node)
             stack.extend((item, depth + 1, "") for item in node.value)
         elif isinstance(node, yaml.MappingNode):
+            _check_collection_tag(where, node)
             keys: set[str] = set()
             for key, value in node.value:
                 if isinstance(key, yaml.ScalarNode):
+                    if key.tag == _YAML_TAG + "merge":
+                        raise SpecError(
+                            where,
+                            f"line {key.start_mark.line + 1}: merge keys (<<) are not accepted. "
+                            "Write the keys out in full",
+                        )
                     if key.value in keys:
                         raise SpecError(
                             where,
@@ -255,13 +278,58 @@ def _check_tree(where: str, root: Any) -> None:
                     keys.add(key.value)
                 if role == "env":
                     value_role = "env_value"
-                elif depth == 1 and key.value == "env":
+                elif depth == 1 and key.value in ("env", "secret_env"):
                     value_role = "env"
                 else:
                     value_role = ""
                 # Env names stay text too: `ON: 1` is the variable ON, not True.
                 stack.append((key, depth + 1, "env_value" if role == "env" else ""))
                 stack.append((value, depth + 1, value_role))
+
+
+def _check_scalar(
+    where: str, node: Any, role: str, resolve: Callable[[Any, str, tuple[bool, bool]], str]
+) -> None:
+    import yaml
+
+    line = node.start_mark.line + 1
+    if node.tag in _LITERAL_TAGS and (role == "env_value" or ":" in node.value):
+        node.tag = _STR_TAG
+        return
+    if node.tag in _TEXT_TAGS and resolve(yaml.ScalarNode, node.value, (True, False)) == node.tag:
+        node.tag = _STR_TAG
+        return
+    if node.tag not in _SCALAR_TAGS:
+        raise SpecError(
+            where,
+            f"line {line}: the YAML tag {_show_tag(node.tag)} is not accepted. Remove it: "
+            "a job file holds text, numbers, true/false, lists and mappings",
+        )
+    if node.tag != _STR_TAG and resolve(yaml.ScalarNode, node.value, (True, False)) != node.tag:
+        raise SpecError(
+            where,
+            f"line {line}: {show_value(node.value)} is not a {_show_tag(node.tag)}. "
+            "Remove the tag or fix the value",
+        )
+    if node.tag in _LITERAL_TAGS and len(node.value) > _MAX_NUMBER_CHARS:
+        raise SpecError(
+            where,
+            f"line {line}: the number {show_value(node.value)} is longer than "
+            f"{_MAX_NUMBER_CHARS} characters. Use a smaller number, or quote it if it is text",
+        )
+
+
+def _check_collection_tag(where: str, node: Any) -> None:
+    if node.tag not in _COLLECTION_TAGS:
+        raise SpecError(
+            where,
+            f"line {node.start_mark.line + 1}: the YAML tag {_show_tag(node.tag)} is not "
+            "accepted. Remove it: a job file holds text, numbers, true/false, lists and mappings",
+        )
+
+
+def _show_tag(tag: str) -> str:
+    return show_value(tag.replace(_YAML_TAG, "!!", 1) if tag.startswith(_YAML_TAG) else tag)
 
 
 def _yaml_kind(value: object) -> str:
@@ -315,6 +383,7 @@ def build_spec(
         if key not in values:
             return default
         value, field = values[key]
+        _check_utf8(value, field)
         return check(value, field)
 
     if "command" not in values:
@@ -322,7 +391,7 @@ def build_spec(
             "command",
             'no command given. Add `command: ...` to the job file, or pass --wrap "..."',
         )
-    return JobSpec(
+    spec = JobSpec(
         name=pick("name", _check_name, _safe_default_name(default_name)),
         command=pick("command", _check_command, ()),
         image=pick("image", _check_image, None),
@@ -336,7 +405,99 @@ def build_spec(
         nice=pick("nice", _int_check(-10000, 10000), 0),
         shm_size=pick("shm_size", _check_shm_size, None),
         requeue=pick("requeue", _check_bool, True),
+        secret_env=tuple(name for name, _ in pick("secret_env", check_secret_env, ())),
     )
+    _check_secret_env_apart(spec, values.get("secret_env", (None, ""))[1])
+    return spec
+
+
+def secret_env_values(
+    data: Mapping[str, object] | None,
+    overrides: Mapping[str, object],
+    *,
+    option_names: Mapping[str, str] = OVERRIDE_OPTION,
+) -> dict[str, str]:
+    """The secret_env values whose names build_spec (same arguments) keeps in the spec.
+
+    Kept apart from the JobSpec on purpose: a spec is shown, stored and sent in full;
+    the values travel once, in the submit request, and are stored sealed.
+    """
+    if overrides.get("secret_env") is not None:
+        field = option_names.get("secret_env") or OVERRIDE_OPTION["secret_env"]
+        return dict(check_secret_env(overrides["secret_env"], field))
+    if data is not None and data.get("secret_env") is not None:
+        return dict(check_secret_env(data["secret_env"], "secret_env"))
+    return {}
+
+
+def check_secret_env(value: object, field: str) -> tuple[tuple[str, str], ...]:
+    """A `secret_env:` mapping NAME -> value: env's name rules, and string values only
+    (a YAML number or bool would be rewritten on reading: `0123` is 83, `yes` true)."""
+    if not isinstance(value, Mapping):
+        raise SpecError(
+            field,
+            f"a {_yaml_kind(value)} is not a mapping (its value is not shown). Write "
+            "secret_env as NAME: value pairs",
+        )
+    pairs: list[tuple[str, str]] = []
+    for name, raw in value.items():
+        if not isinstance(name, str) or not _ENV_NAME_RE.fullmatch(name):
+            raise SpecError(
+                field,
+                f"{show_value(name)} is not a variable name. Use letters, digits and _, "
+                "not starting with a digit",
+            )
+        reason = _reserved_env_reason(name)
+        if reason is not None:
+            raise SpecError(field, f"{name} cannot be set: {reason}. Remove it from secret_env")
+        # The value is never shown, not even in an error: name the variable only.
+        if not isinstance(raw, str):
+            raise SpecError(
+                field, f'the value of {name} is not a string. Quote it, e.g. {name}: "0123"'
+            )
+        if "\0" in raw or "\n" in raw or "\r" in raw:
+            raise SpecError(
+                field,
+                f"the value of {name} contains a line break or NUL. Pass multi-line secrets "
+                "in a mounted file instead",
+            )
+        pairs.append((name, raw))
+    if sum(len(n) + len(v) + 2 for n, v in pairs) > MAX_ENV_BYTES:
+        raise SpecError(field, "secret_env is larger than 64 KiB. Pass large data in a file")
+    return tuple(pairs)
+
+
+def _check_secret_env_apart(spec: JobSpec, field: str) -> None:
+    both = sorted(set(spec.secret_env) & {name for name, _ in spec.env})
+    if both:
+        raise SpecError(
+            field or "secret_env",
+            f"{both[0]} is set in both env and secret_env. Keep it in secret_env only",
+        )
+
+
+def _check_utf8(value: object, field: str) -> None:
+    """Refuse text that cannot be written as UTF-8: a lone surrogate, which is how Python
+    carries bytes that are not UTF-8 (in argv or JSON `\\udcff`). Docker's env-file
+    reader, SSH and the store all need real text; better refused here than at launch."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as err:
+                # Not echoed: the text may be a secret_env value.
+                raise SpecError(
+                    field,
+                    f"a value has a character that is not UTF-8 text (at position {err.start} "
+                    "of it). Use UTF-8 text",
+                ) from None
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
 
 
 def _unknown_key_message(key: str) -> str:
@@ -394,7 +555,9 @@ def _check_command(value: object, field: str) -> tuple[str, ...]:
         )
     if any("\0" in a for a in argv):
         raise SpecError(field, "the command contains a NUL byte. Remove it")
-    if sum(len(a.encode("utf-8", "surrogatepass")) for a in argv) > MAX_COMMAND_BYTES:
+    # As the kernel counts argv: each argument's bytes and its terminating NUL, so that
+    # a list of a million empty strings is as long as it really is.
+    if sum(len(a.encode("utf-8", "surrogatepass")) + 1 for a in argv) > MAX_COMMAND_BYTES:
         raise SpecError(
             field, "the command is longer than 64 KiB. Put it in a script and run the script"
         )
@@ -502,23 +665,37 @@ def _check_mounts(value: object, field: str) -> tuple[str, ...]:
         parts = item.split(":")
         if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
             raise SpecError(field, f"{show_value(item)} is not a mount. {usage}")
-        if any(bad in item for bad in (",", "\0", "\n", "\r")):
+        if "," in item or _CONTROL_RE.search(item):
             raise SpecError(
                 field, f"{show_value(item)} contains a comma or a control character. {usage}"
             )
+        if len(item.encode("utf-8", "surrogatepass")) > 2 * MAX_PATH_BYTES + 3:
+            raise SpecError(field, f"{show_value(item)} is too long. {usage}")
         if not all(p.startswith("/") for p in parts[:2]):
             raise SpecError(field, f"{show_value(item)} has a relative path. {usage}")
         if parts[1] in targets:
-            raise SpecError(field, f"{parts[1]} is mounted twice. Keep one mount per target")
+            raise SpecError(
+                field, f"{show_value(parts[1])} is mounted twice. Keep one mount per target"
+            )
         targets.add(parts[1])
         mounts.append(item)
     return tuple(mounts)
 
 
 def _check_workdir(value: object, field: str) -> str:
-    if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
+    if not isinstance(value, str) or not value.startswith("/"):
         raise SpecError(
             field, f"{show_value(value)} is not an absolute path. Use a path starting with /"
+        )
+    if _CONTROL_RE.search(value):
+        raise SpecError(
+            field,
+            f"{show_value(value)} contains a control character (a line break, tab or NUL). "
+            "Use a path without them",
+        )
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise SpecError(
+            field, f"the path is longer than {MAX_PATH_BYTES} bytes. Use a shorter path"
         )
     return value
 
@@ -533,8 +710,16 @@ def _check_shm_size(value: object, field: str) -> str:
             'e.g. "512m" or "8g"',
         )
     number, unit = match.groups()
+    unit = (unit or "").lower()
+    if int(number) * _SHM_UNITS[unit] > MAX_SHM_BYTES:
+        raise SpecError(
+            field, f"{show_value(value)} is larger than 1 PiB. Use a size such as 8g or 64g"
+        )
     # Docker reads k/m/g (and kb, KiB, ...) as powers of 1024; keep its shortest spelling.
-    return f"{int(number)}{(unit or '').lower()}"
+    return f"{int(number)}{unit}"
+
+
+_SHM_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 # ----------------------------------------------------------------------------- --gres

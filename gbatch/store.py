@@ -13,7 +13,7 @@ import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gbatch import fairshare
@@ -26,6 +26,7 @@ from gbatch.model import (
     JobState,
     check_transition,
 )
+from gbatch.secretbox import SecretBox, SecretKeyError
 
 _ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE_STATES, key=lambda s: s.value))
 
@@ -80,7 +81,17 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE jobs ADD COLUMN gpu_uuids TEXT NOT NULL DEFAULT ''
     """,
+    # 4: jobs' secret env values, sealed with the key file beside the store (one token per
+    # job, gbatch/secretbox.py). Only names live in jobs.spec.
+    """
+    CREATE TABLE job_secrets (
+        job_id INTEGER PRIMARY KEY REFERENCES jobs(id),
+        sealed BLOB    NOT NULL
+    )
+    """,
 )
+# The key that seals job_secrets, beside the store in the daemon's home.
+SECRET_KEY_FILE = "secrets.key"
 
 _JOB_COLUMNS = (
     "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node, "
@@ -110,6 +121,8 @@ class Submission:
     uid: int
     user: str
     held: bool = False
+    # (name, value) for the specs' secret_env names: stored sealed, once per job.
+    secret_values: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)
@@ -164,6 +177,7 @@ class Store:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
+        self._secrets = SecretBox(path.parent / SECRET_KEY_FILE)
 
     def close(self) -> None:
         with self._lock:
@@ -228,20 +242,29 @@ class Store:
         now: float,
         *,
         held: bool = False,
+        secret_values: Mapping[str, str] | None = None,
     ) -> list[int]:
         """Queue specs in one transaction (an array is one commit); return their ids.
 
-        The ids are durable once this returns.
+        The ids are durable once this returns. `secret_values` holds the value of each
+        name in the specs' secret_env (see submit_many).
         """
-        return self.submit_many([Submission(tuple(specs), uid, user, held)], now)[0]
+        submission = Submission(tuple(specs), uid, user, held, tuple((secret_values or {}).items()))
+        return self.submit_many([submission], now)[0]
 
     def submit_many(self, submissions: Sequence[Submission], now: float) -> list[list[int]]:
         """Queue several callers' submissions in ONE transaction (one fsync: group
-        commit); return each one's ids, in order. Durable once this returns."""
+        commit); return each one's ids, in order. Durable once this returns.
+
+        A submission's secret values are sealed (encrypted) before they are written, to
+        job_secrets only: never to jobs, events or any log. Raises ValueError when they
+        do not match each spec's secret_env names exactly (a caller's bug).
+        """
         state = JobState.PENDING.value
+        sealed = [self._seal_secrets(submission) for submission in submissions]
         with self._write() as db:
             results: list[list[int]] = []
-            for submission in submissions:
+            for submission, token in zip(submissions, sealed, strict=True):
                 reason = "JobHeldUser" if submission.held else ""
                 ids: list[int] = []
                 for spec in submission.specs:
@@ -261,12 +284,32 @@ class Store:
                     )
                     assert cursor.lastrowid is not None
                     ids.append(cursor.lastrowid)
+                if token is not None:
+                    db.executemany(
+                        "INSERT INTO job_secrets (job_id, sealed) VALUES (?, ?)",
+                        [(job_id, token) for job_id in ids],
+                    )
                 results.append(ids)
             db.executemany(
                 "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
                 [(job_id, now, state, "submitted") for ids in results for job_id in ids],
             )
         return results
+
+    def _seal_secrets(self, submission: Submission) -> bytes | None:
+        names = {name for name, _ in submission.secret_values}
+        for spec in submission.specs:
+            if set(spec.secret_env) != names:
+                raise ValueError(
+                    f"secret values given for {sorted(names)} but job {spec.name!r} names "
+                    f"{sorted(spec.secret_env)}"
+                )
+        if not names:
+            return None
+        try:
+            return self._secrets.seal(dict(submission.secret_values))
+        except SecretKeyError as err:
+            raise StoreError(str(err)) from err
 
     def set_state(
         self,
@@ -288,13 +331,27 @@ class Store:
         transaction (a crash cannot record the end and lose the usage). `fields`
         updates other columns (start_time, end_time, node, gpus, attempt, exit_code,
         exit_signal, stop_state).
+
+        On the move to CONFIGURING (a dispatch) the Job returned carries the values of
+        its secret env (Job.secret_values) for the launch that follows; no other read
+        decrypts them. Values that cannot be opened (the key file was replaced) are left
+        out, and the launch refuses to start without them.
         """
         with self._write() as db:
             self._set_state(db, StateChange(job_id, new, reason, expect, fields), now)
             if usage is not None:
                 self._accrue(db, usage, now)
             job = self._get(db, job_id)
+            token = (
+                db.execute("SELECT sealed FROM job_secrets WHERE job_id = ?", (job_id,)).fetchone()
+                if job is not None and new is JobState.CONFIGURING and job.spec.secret_env
+                else None
+            )
         assert job is not None
+        if token is not None:
+            with contextlib.suppress(SecretKeyError):
+                values = self._secrets.open(bytes(token[0]))
+                job = replace(job, secret_values=tuple(values.items()))
         return job
 
     def set_states(

@@ -15,6 +15,7 @@ from gbatch.cli import daemon, logs, node, sacct, sbatch, scancel, scontrol, sin
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
+from gbatch.config import SYSTEM_SOCKET
 
 COMMANDS = (sbatch, squeue, scancel, sinfo, sacct, scontrol, logs, tui, node, daemon)
 
@@ -57,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as err:
         return _fail(prog, err.message, err.status)
     except DaemonUnavailable as err:
-        return _fail(prog, f"{err}. Start one with `gbatch daemon start`", Exit.NO_DAEMON)
+        # The lab's system daemon is the admins' to start (systemd), not the user's.
+        system = str(err.socket_path) == str(SYSTEM_SOCKET)
+        hint = "Ask an admin to start gbatchd" if system else "Start one with `gbatch daemon start`"
+        return _fail(prog, f"{err}. {hint}", Exit.NO_DAEMON)
     except RequestFailed as err:
         return _fail(prog, err.message, _KIND_STATUS.get(err.kind, Exit.INTERNAL))
     except ReplyTimeout as err:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ OPTION_NAMES = {
     "priority": "--priority",
     "nice": "--nice",
     "workdir": "-D/--chdir",
+    "secret_env": "--secret-env",
 }
 
 
@@ -46,7 +48,7 @@ def add_parser(commands: Any) -> None:
     )
     p.add_argument("--wrap", metavar="CMD", help="run CMD with /bin/sh -c (no file needed)")
     p.add_argument("--image", metavar="IMAGE", help="run in this container image")
-    p.add_argument("--retries", type=int, metavar="N", help="retry a failing job N times")
+    p.add_argument("--retries", metavar="N", help="retry a failing job N times")
     p.add_argument(
         "--requeue",
         dest="requeue",
@@ -61,8 +63,8 @@ def add_parser(commands: Any) -> None:
         const=False,
         help="end the job NODE_FAIL if its node is lost, instead of starting it over",
     )
-    p.add_argument("--priority", type=int, metavar="N")
-    p.add_argument("--nice", type=int, metavar="N", help="lower the job's priority by N")
+    p.add_argument("--priority", metavar="N")
+    p.add_argument("--nice", metavar="N", help="lower the job's priority by N")
     p.add_argument(
         "-D",
         "--chdir",
@@ -75,6 +77,14 @@ def add_parser(commands: Any) -> None:
         "--array",
         metavar="N|A-B",
         help="queue one job per index; each sees GBATCH_ARRAY_TASK_ID",
+    )
+    p.add_argument(
+        "--secret-env",
+        dest="secret_env",
+        action="append",
+        metavar="NAME",
+        help="pass $NAME from your environment as a secret: never shown, stored encrypted "
+        "(repeatable; replaces the file's secret_env)",
     )
     p.add_argument("-H", "--hold", action="store_true", help="queue the job held")
     p.add_argument("--parsable", action="store_true", help="print only the job id")
@@ -115,9 +125,41 @@ def _gpus_option(args: argparse.Namespace) -> int | None:
         raise SpecError("--gpus", f"{args.gpus!r} is not a GPU count. Use a number like 2") from err
 
 
+def _secret_env_option(names: list[str] | None) -> dict[str, str] | None:
+    """--secret-env NAME...: each value from the submitter's own environment, so it never
+    sits in argv (ps) or shell history."""
+    from gbatch.spec import SpecError
+
+    if not names:
+        return None
+    values: dict[str, str] = {}
+    for name in names:
+        if name not in os.environ:
+            raise SpecError(
+                "--secret-env",
+                f"{name} is not set in your environment. Export it first "
+                f"(e.g. read -rs {name} && export {name}), then submit again",
+            )
+        values[name] = os.environ[name]
+    return values
+
+
+def _int_option(text: str | None, option: str) -> int | None:
+    """A whole-number option, checked here rather than by argparse so that a bad value is
+    one line naming the option (build_spec checks the range)."""
+    from gbatch.spec import SpecError
+    from gbatch.timefmt import show_value
+
+    if text is None:
+        return None
+    if not re.fullmatch(r"[+-]?[0-9]{1,18}", text.strip(), re.ASCII):
+        raise SpecError(option, f"{show_value(text)} is not a whole number. Use e.g. 3")
+    return int(text)
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
     # Deferred: yaml and validation are needed by sbatch alone.
-    from gbatch.spec import SpecError, build_spec, load_job_file
+    from gbatch.spec import SpecError, build_spec, load_job_file, secret_env_values
 
     try:
         if args.file is None and args.wrap is None:
@@ -129,11 +171,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "time_limit": args.time_limit,
             "command": args.wrap,
             "image": args.image,
-            "retries": args.retries,
+            "retries": _int_option(args.retries, "--retries"),
             "requeue": args.requeue,
-            "priority": args.priority,
-            "nice": args.nice,
+            "priority": _int_option(args.priority, "--priority"),
+            "nice": _int_option(args.nice, "--nice"),
             "workdir": args.workdir,
+            "secret_env": _secret_env_option(args.secret_env),
         }
         default_name = Path(args.file).stem if args.file else "wrap"
         spec = build_spec(
@@ -143,13 +186,15 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             option_names=OPTION_NAMES,
             source=args.file or "options",
         )
+        secrets = secret_env_values(data, overrides, option_names=OPTION_NAMES)
     except SpecError as err:
         raise CliError(f"{err}", Exit.USAGE) from err
     count = _array_count(args.array)
     wire = spec.to_dict()
     if spec.image is None and spec.workdir is None:
         wire["workdir"] = os.getcwd()  # as Slurm: a job starts where it was submitted
-    ids = ctx.client.call("submit", spec=wire, count=count, held=args.hold)["ids"]
+    reply = ctx.client.call("submit", spec=wire, secret_env=secrets, count=count, held=args.hold)
+    ids = reply["ids"]
     if len(ids) == 1:
         print(ids[0] if args.parsable else f"Submitted batch job {ids[0]}")
     else:

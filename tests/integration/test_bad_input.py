@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Head
+from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, wait_for
+
+from gbatch.client import Client, RequestFailed
 
 BAD_FILES = {
     "unknown key": (
@@ -59,6 +64,11 @@ def test_bad_job_file_is_refused_with_one_line_and_nothing_is_queued(
         (["--wrap", "true", "--gres", "tpu:1"], "--gres:"),
         (["--wrap", "true", "--gpus", "many"], "--gpus:"),
         (["--wrap", "true", "-J", "bad name;rm"], "-J/--job-name:"),
+        (["--wrap", "true", "--retries", "x"], '--retries: "x" is not a whole number'),
+        (["--wrap", "true", "--priority", "1e3"], "--priority:"),
+        (["--wrap", "true", "--nice", "99999"], "--nice: 99999 is out of range"),
+        (["--wrap", "true", "-D", "/a\nb"], "-D/--chdir:"),
+        (["--wrap", "echo \udcff"], "--wrap: a value has a character that is not UTF-8"),
         (["--wrap", "true", "--array", "5-1"], "--array:"),
         ([], "no job file given"),
         (["/nonexistent/job.yaml"], "/nonexistent/job.yaml"),
@@ -85,3 +95,125 @@ def test_unknown_job_is_an_error_not_a_traceback(head: Head) -> None:
     result = head.run("scontrol", "show", "job", "4242")
     assert result.returncode == 1
     assert result.stderr.strip() == "gbatch scontrol: error: Invalid job id specified: 4242"
+
+
+# ------------------------------------------------------------------ hostile job files
+
+CANARY = "/tmp/gbatch-canary-bad-input"
+# Files an attacker or a careless generator might write. Each must stop at the CLI or
+# the daemon with one line naming the field: nothing queued, docker never asked to run.
+HOSTILE_FILES = [
+    "command: x\nname: $(touch " + CANARY + ")\n",
+    "command: x\nname: '-rf'\n",
+    "command: x\nname: 'a;b'\n",
+    "command: x\nimage: '-v=/:/host busybox'\n",
+    "command: x\nimage: 'busybox;touch " + CANARY + "'\n",
+    "command: x\nimage: 'Busybox'\n",
+    "command: x\nimage: 'busybox:'\n",
+    "command: x\nimage: '" + "a" * 300 + "'\n",
+    "command: x\nimage: 'busybox@sha256:123'\n",
+    "command: x\nenv: {'A;B': x}\n",
+    "command: x\nenv: {'$(id)': x}\n",
+    'command: x\nenv: {A: "x\\ntouch ' + CANARY + '"}\n',
+    "command: x\nenv: {LD_PRELOAD: x, NVIDIA_VISIBLE_DEVICES: all}\n",
+    "command: x\nworkdir: 'tmp/$(id)'\n",
+    'command: x\nworkdir: "/w\\ntouch ' + CANARY + '"\n',
+    'command: x\nworkdir: "/w\\e[31m"\n',
+    "command: x\nworkdir: '/" + "a" * 5000 + "'\n",
+    "command: x\nmounts: ['/var/run/docker.sock:/s']\n",
+    "command: x\nmounts: ['/a:/b,readonly']\n",
+    'command: [printf, "a\\0b"]\n',
+    "command: []\n",
+    "command: ['', x]\n",
+    "command: [a" + ', ""' * 70000 + "]\n",
+    "command: !!python/object/apply:os.system ['touch " + CANARY + "']\n",
+    "command: !!binary dG91Y2g=\n",
+    "command: &a [x]\nname: *a\n",
+    "command: x\n<<: {gpus: 1}\n",
+    "command: x\ngpus: !!int x\n",
+    "command: x\ngpus: " + "9" * 5000 + "\n",
+    "command: x\nshm_size: 999999999g\n",
+    "command: x\nprivileged: true\n",
+    "command: " + "[" * 100 + "]" * 100 + "\n",
+]
+
+
+@pytest.fixture(scope="module")
+def logged_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Head, Path]]:
+    """A daemon whose docker is a wrapper that logs every invocation, then runs docker.
+    One for the module: every case below must leave it as it found it (an empty queue)."""
+    tmp_path = tmp_path_factory.mktemp("logged")
+    log = tmp_path / "docker-calls.log"
+    wrapper = tmp_path / "docker-wrapper"
+    wrapper.write_text(f'#!/bin/sh\nprintf \'%s\\n\' "$*" >> {log}\nexec docker "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    head = make_head(tmp_path / "home", config=FAST_CONFIG + f"docker: {wrapper}\n")
+    head.start()
+    yield head, log
+    head.stop()
+    kill_leftover_jobs(head.home)
+
+
+def _docker_runs(log: Path) -> list[str]:
+    calls = log.read_text().splitlines() if log.exists() else []
+    return [c for c in calls if c.split(" ", 1)[0] in ("run", "create", "start", "exec")]
+
+
+@pytest.mark.parametrize("index", range(len(HOSTILE_FILES)))
+def test_hostile_job_file_is_refused_before_docker_is_asked(
+    logged_head: tuple[Head, Path], workdir: Path, index: int
+) -> None:
+    head, log = logged_head
+    job_file = workdir / "hostile.yaml"
+    job_file.write_text(HOSTILE_FILES[index])
+    result = head.run("sbatch", str(job_file))
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gbatch sbatch: error: "), result.stderr
+    assert lines[0].isprintable() and "Traceback" not in result.stderr
+    field = lines[0].removeprefix("gbatch sbatch: error: ").split(": ", 1)[0]
+    assert field in {str(job_file), "job file"} or field.isidentifier(), lines[0]
+    assert _queue_size(head) == 0
+    # The wrapper is docker for this daemon (its agent lists containers through it) ...
+    wait_for(lambda: log.exists() and log.read_text(), 15, "the agent to call docker")
+    # ... and nothing was started, created or exec'd.
+    assert _docker_runs(log) == []
+    assert not Path(CANARY).exists()
+
+
+# What a client that skips the CLI's checks could send over the socket: the daemon
+# validates again, with the same rules.
+HOSTILE_WIRE_SPECS: list[dict[str, object]] = [
+    {"name": "$(id)", "command": ["true"]},
+    {"name": "x", "command": ["true"], "image": "-v=/:/h busybox"},
+    {"name": "x", "command": ["true"], "image": "busybox;id"},
+    {"name": "x", "command": ["true"], "env": {"A;B": "x"}},
+    {"name": "x", "command": ["true"], "env": {"A": "x\nB=y"}},
+    {"name": "x", "command": ["true"], "env": {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}},
+    {"name": "x", "command": ["true"], "workdir": "w"},
+    {"name": "x", "command": ["true"], "workdir": "/w\x1b[2J"},
+    {"name": "x", "command": ["true"], "mounts": ["/var/run/docker.sock:/s"]},
+    {"name": "x", "command": []},
+    {"name": "x", "command": ["a\x00b"]},
+    {"name": "x", "command": ["echo", "\udcff"]},
+    {"name": "x", "command": ["true"], "gpus": "1"},
+    {"name": "x", "command": ["true"], "privileged": True},
+    {"name": "x", "command": ["true"], "shm_size": "99999999999999g"},
+]
+
+
+@pytest.mark.parametrize("index", range(len(HOSTILE_WIRE_SPECS)))
+def test_hostile_spec_sent_past_the_cli_is_refused_by_the_daemon(
+    logged_head: tuple[Head, Path], index: int
+) -> None:
+    head, log = logged_head
+    spec = HOSTILE_WIRE_SPECS[index]
+    with Client(head.home / "gbatchd.sock") as client, pytest.raises(RequestFailed) as caught:
+        client.call("submit", spec=spec)
+    assert caught.value.kind == "invalid", caught.value.message
+    message = caught.value.message
+    assert message.isprintable() and message.split(": ", 1)[0], message
+    assert _queue_size(head) == 0
+    assert _docker_runs(log) == []
+    assert json.dumps(spec)  # the request itself was well-formed JSON

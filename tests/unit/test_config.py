@@ -8,6 +8,7 @@ import platformdirs
 import pytest
 
 from gbatch.config import Config, ConfigError, Paths, load_config, resolve_paths
+from gbatch.policy import MountRoot
 
 
 @pytest.fixture
@@ -92,10 +93,20 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         "simulate_gpus: 4\n"
         "gpu_memory_threshold_mib: 1024\n"
         'socket_mode: "660"\n'
+        "socket_path: /run/gbatch-test/gbatchd.sock\n"
+        "socket_group: root\n"
         "admins: [alice, bob]\n"
+        "admin_group: root\n"
+        "private_data: true\n"
         "docker: podman\n"
         "node_down_seconds: 90\n"
-        "node_lease_seconds: 60\n",
+        "node_lease_seconds: 60\n"
+        'mount_roots: [{path: "/data/{user}", writable: true}, /datasets]\n'
+        "run_as_submitter: true\n"
+        "allow_root_jobs: true\n"
+        "job_network: none\n"
+        "allow_host_network: true\n"
+        "job_capabilities: [CHOWN, KILL]\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -106,10 +117,20 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         simulate_gpus=4,
         gpu_memory_threshold_mib=1024,
         socket_mode=0o660,
+        socket_path=Path("/run/gbatch-test/gbatchd.sock"),
+        socket_group="root",
         admins=("alice", "bob"),
+        admin_group="root",
+        private_data=True,
         docker="podman",
         node_down_seconds=90.0,
         node_lease_seconds=60.0,
+        mount_roots=(MountRoot("/data/{user}", writable=True), MountRoot("/datasets")),
+        run_as_submitter=True,
+        allow_root_jobs=True,
+        job_network="none",
+        allow_host_network=True,
+        job_capabilities=("CHOWN", "KILL"),
     )
 
 
@@ -123,10 +144,20 @@ def test_every_config_key_is_a_config_field() -> None:
         "simulate_gpus",
         "gpu_memory_threshold_mib",
         "socket_mode",
+        "socket_path",
+        "socket_group",
         "admins",
+        "admin_group",
+        "private_data",
         "docker",
         "node_down_seconds",
         "node_lease_seconds",
+        "mount_roots",
+        "run_as_submitter",
+        "allow_root_jobs",
+        "job_network",
+        "allow_host_network",
+        "job_capabilities",
     }
 
 

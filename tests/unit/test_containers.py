@@ -27,6 +27,7 @@ from gbatch.containers import (
     parse_wait,
 )
 from gbatch.model import JobSpec
+from gbatch.policy import DEFAULT_CAPABILITIES, ContainerPolicy, MountRoot, RunAs
 
 SPEC = JobSpec(name="train", command=("python", "train.py", "--lr", "0.1"), image="pytorch:2")
 
@@ -68,13 +69,70 @@ def test_run_never_restarts_and_always_has_an_init() -> None:
     assert "--init" in argv
 
 
+ROOTS = ContainerPolicy(mount_roots=(MountRoot("/d"), MountRoot("/scratch/{user}", True)))
+
+
 def test_run_never_grants_privilege_or_host_namespaces() -> None:
-    argv = _run_argv(spec=JobSpec(name="t", command=("true",), image="x", mounts=("/d:/d",)))
+    spec = JobSpec(name="t", command=("true",), image="x", mounts=("/d:/d",))
+    argv = _run_argv(spec=spec, policy=ROOTS)
     joined = " ".join(argv)
     assert "--privileged" not in joined
     assert "userns" not in joined
     assert "docker.sock" not in joined
     assert _option_values(argv, "--security-opt") == ["no-new-privileges"]
+
+
+def test_every_capability_is_dropped_and_only_the_allowlist_added_back() -> None:
+    argv = _run_argv()
+    assert _option_values(argv, "--cap-drop") == ["ALL"]
+    assert _option_values(argv, "--cap-add") == list(DEFAULT_CAPABILITIES)
+    assert "NET_RAW" not in argv
+    argv = _run_argv(policy=ContainerPolicy(capabilities=()))
+    assert _option_values(argv, "--cap-drop") == ["ALL"] and "--cap-add" not in argv
+
+
+def test_network_comes_from_the_policy_and_defaults_to_bridge() -> None:
+    assert _option_values(_run_argv(), "--network") == ["bridge"]
+    assert _option_values(_run_argv(policy=ContainerPolicy(network="none")), "--network") == [
+        "none"
+    ]
+
+
+def test_run_as_gives_numeric_user_and_groups() -> None:
+    assert "--user" not in _run_argv()
+    argv = _run_argv(run_as=RunAs(1001, 1002, (27, 44)))
+    assert _option_values(argv, "--user") == ["1001:1002"]
+    assert _option_values(argv, "--group-add") == ["27", "44"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--privileged"],
+        ["--userns=host"],
+        ["--userns", "host"],
+        ["--network", "host"],
+        ["--net=container:other"],
+        ["--cap-add", "SYS_ADMIN"],
+        ["--cap-add=NET_ADMIN"],
+        ["-v", "/var/run/docker.sock:/var/run/docker.sock"],
+    ],
+)
+def test_options_that_break_an_invariant_are_refused_whoever_adds_them(
+    options: list[str],
+) -> None:
+    with pytest.raises(ValueError, match="may not"):
+        _run_argv(extra_options=options)
+
+
+def test_node_options_go_right_after_run() -> None:
+    argv = _run_argv(extra_options=["--memory", "8g"])
+    assert argv[:5] == ["docker", "run", "--memory", "8g", "-d"]
+
+
+def test_host_network_in_node_options_passes_only_under_a_host_policy() -> None:
+    argv = _run_argv(policy=ContainerPolicy(network="host"), extra_options=["--network=host"])
+    assert _option_values(argv, "--network") == ["host"]
 
 
 def test_image_and_command_come_last_in_order() -> None:
@@ -108,7 +166,7 @@ def test_negative_gpu_index_is_refused() -> None:
 
 def test_optional_settings_appear_only_when_set() -> None:
     bare = _run_argv()
-    for option in ("--shm-size", "-v", "-w", "--env-file"):
+    for option in ("--shm-size", "-v", "--mount", "-w", "--env-file", "--user", "--group-add"):
         assert option not in bare
 
 
@@ -117,31 +175,67 @@ def test_shm_mounts_workdir_and_env_file_are_passed() -> None:
         name="t",
         command=("true",),
         image="img",
-        mounts=("/data:/data:ro", "/scratch/alice:/out"),
+        mounts=("/d/sets:/data:ro", "/scratch/alice:/out", "/d:/d2"),
         workdir="/out",
         shm_size="8g",
     )
-    argv = _run_argv(spec=spec, env_file="/var/lib/gbatch/env/42-3")
+    argv = _run_argv(spec=spec, env_file="/var/lib/gbatch/env/42-3", policy=ROOTS)
     assert _option_values(argv, "--shm-size") == ["8g"]
-    assert _option_values(argv, "-v") == ["/data:/data:ro", "/scratch/alice:/out"]
+    assert _option_values(argv, "--mount") == [
+        "type=bind,source=/d/sets,target=/data,readonly",
+        "type=bind,source=/scratch/alice,target=/out",
+        "type=bind,source=/d,target=/d2,readonly",  # no mode on a read-only root: ro
+    ]
     assert _option_values(argv, "-w") == ["/out"]
     assert _option_values(argv, "--env-file") == ["/var/lib/gbatch/env/42-3"]
 
 
 def test_options_all_precede_the_image() -> None:
-    spec = JobSpec(name="t", command=("true",), image="img", mounts=("/a:/a",), workdir="/a")
-    argv = _run_argv(spec=spec, env_file="/e")
+    spec = JobSpec(name="t", command=("true",), image="img", mounts=("/d/a:/a",), workdir="/a")
+    argv = _run_argv(spec=spec, env_file="/e", policy=ROOTS, run_as=RunAs(5, 5))
     image_at = argv.index("img")
-    assert all(argv.index(o) < image_at for o in ("--env-file", "-v", "-w", "--gpus", "--init"))
+    options = ("--env-file", "--mount", "-w", "--gpus", "--init", "--user", "--cap-drop")
+    assert all(argv.index(o) < image_at for o in options)
 
 
 @pytest.mark.parametrize(
-    "mount", ["/var/run/docker.sock:/s", "/run/docker.sock:/s:ro", "/var/run/:/h", "/:/host"]
+    "mount",
+    [
+        "/var/run/docker.sock:/s",
+        "/run/docker.sock:/s:ro",
+        "/var/run/:/h",
+        "/:/host",
+        "/d/docker.sock:/s",
+    ],
 )
 def test_mount_exposing_the_docker_socket_is_refused(mount: str) -> None:
     spec = JobSpec(name="t", command=("true",), image="img", mounts=(mount,))
+    everything = ContainerPolicy(mount_roots=(MountRoot("/var", True), MountRoot("/d", True)))
     with pytest.raises(ValueError, match="docker socket"):
-        _run_argv(spec=spec)
+        _run_argv(spec=spec, policy=everything)
+
+
+@pytest.mark.parametrize(
+    ("mount", "why"),
+    [
+        ("/d:/d", "allows no mounts"),  # the default policy
+        ("/etc:/etc", "not under an allowed mount root"),
+    ],
+)
+def test_the_last_guard_refuses_mounts_outside_the_roots(mount: str, why: str) -> None:
+    spec = JobSpec(name="t", command=("true",), image="img", mounts=(mount,))
+    policy = ContainerPolicy() if why == "allows no mounts" else ROOTS
+    with pytest.raises(ValueError, match=why):
+        _run_argv(spec=spec, policy=policy)
+
+
+def test_the_last_guard_refuses_rw_on_a_read_only_root_and_other_users_roots() -> None:
+    rw = JobSpec(name="t", command=("true",), image="img", mounts=("/d/x:/x:rw",))
+    with pytest.raises(ValueError, match="read-only"):
+        _run_argv(spec=rw, policy=ROOTS)
+    theirs = JobSpec(name="t", command=("true",), image="img", mounts=("/scratch/bob:/x",))
+    with pytest.raises(ValueError, match="not under"):
+        _run_argv(spec=theirs, policy=ROOTS)  # user is alice
 
 
 def test_job_without_image_is_refused() -> None:

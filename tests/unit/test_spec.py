@@ -155,6 +155,34 @@ def test_key_written_twice_is_refused_with_its_line(tmp_path: Path) -> None:
     assert err.message == 'line 3: key "gpus" is written twice. Keep one of them'
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("command: !!binary aGk=\n", 'the YAML tag "!!binary" is not accepted'),
+        ("command: !!python/object/apply:os.system [id]\n", "is not accepted"),
+        ("command: x\nenv: !!set {A}\n", 'the YAML tag "!!set" is not accepted'),
+        ("command: !foo x\n", 'the YAML tag "!foo" is not accepted'),
+        ("command: x\ngpus: !!int x\n", '"x" is not a "!!int". Remove the tag'),
+        ("command: x\nrequeue: !!bool maybe\n", 'is not a "!!bool"'),
+        ("command: x\ngpus: !!float ''\n", 'is not a "!!float"'),
+        ("command: x\nname: !!timestamp x\n", "is not accepted"),
+        ("command: x\n<<: {gpus: 1}\n", "merge keys (<<) are not accepted"),
+        ("command: x\ngpus: " + "9" * 5000 + "\n", "is longer than 64 characters"),
+        ("command: x\npriority: 0x" + "f" * 80 + "\n", "is longer than 64 characters"),
+    ],
+)
+def test_yaml_beyond_plain_data_is_refused_with_its_line(
+    tmp_path: Path, text: str, says: str
+) -> None:
+    err = load_refusal(write(tmp_path, text))
+    assert "line " in err.message and says in err.message
+
+
+def test_dates_and_equals_signs_are_read_as_text(tmp_path: Path) -> None:
+    data = load_job_file(write(tmp_path, "command: x\nname: 2024-01-31\nimage: =\n"))
+    assert (data["name"], data["image"]) == ("2024-01-31", "=")
+
+
 def test_deep_nesting_is_refused(tmp_path: Path) -> None:
     err = load_refusal(write(tmp_path, "command: " + "[" * 100 + "]" * 100 + "\n"))
     assert "Flatten it" in err.message
@@ -268,6 +296,30 @@ def test_no_file_and_no_wrap_is_a_missing_command() -> None:
     assert caught.value.field == "command"
 
 
+def test_command_of_64_kib_counting_each_arguments_nul_is_accepted() -> None:
+    argv = ["x" * 1023] * 64  # 64 * (1023 + 1) bytes
+    assert build({"command": argv}).command == tuple(argv)
+
+
+def test_text_that_is_not_utf8_is_refused_in_every_field() -> None:
+    # How Python carries bytes that are not UTF-8: from argv (--wrap $'\\xff'), or JSON.
+    bad = "echo \udcff"
+    for data in (
+        {"command": bad},
+        {"command": ["echo", bad]},
+        {"env": {"A": bad}},
+        {"workdir": "/" + bad},
+        {"mounts": ["/a:/" + bad]},
+        {"name": bad},
+    ):
+        err = refusal(data)
+        assert err.field == next(iter(data))
+        assert "has a character that is not UTF-8 text (at position" in err.message
+        assert "udcff" not in err.message
+    err = refusal({}, command=bad)
+    assert err.field == "--wrap"
+
+
 def test_string_command_runs_through_sh() -> None:
     assert build({"command": "echo hi | wc"}).command == ("/bin/sh", "-c", "echo hi | wc")
 
@@ -296,6 +348,7 @@ def test_list_command_is_the_exact_argv_with_numbers_as_text() -> None:
         ("a\0b", "Remove it"),
         (["a", "b\0"], "Remove it"),
         ("x" * (64 * 1024 + 1), "Put it in a script"),
+        (["x", *[""] * (64 * 1024)], "Put it in a script"),
         (5, "Write a shell command as a string"),
         ({"a": 1}, "Write a shell command as a string"),
     ],
@@ -501,15 +554,33 @@ def test_mounts_that_are_not_a_list_are_refused() -> None:
 
 def test_two_mounts_on_one_target_are_refused() -> None:
     err = refusal({"mounts": ["/a:/data", "/b:/data:ro"]})
-    assert err.message == "/data is mounted twice. Keep one mount per target"
+    assert err.message == '"/data" is mounted twice. Keep one mount per target'
 
 
 def test_workdir_must_be_absolute() -> None:
     assert build({"workdir": "/work"}).workdir == "/work"
-    for bad in ("work", "", 5, "/a\0"):
+    for bad in ("work", "", 5, "-w"):
         err = refusal({"workdir": bad})
         assert err.field == "workdir"
         assert "Use a path starting with /" in err.message
+
+
+@pytest.mark.parametrize("bad", ["/a\0", "/a\nb", "/a\rb", "/a\tb", "/a\x1bb", "/a\x7f", "/a\x85"])
+def test_workdir_with_a_control_character_is_refused(bad: str) -> None:
+    err = refusal({"workdir": bad})
+    assert err.field == "workdir"
+    assert "contains a control character" in err.message and "\n" not in err.message
+
+
+def test_workdir_is_capped_at_path_max() -> None:
+    assert build({"workdir": "/" + "a" * 4094}).workdir == "/" + "a" * 4094
+    err = refusal({"workdir": "/" + "a" * 4095})
+    assert err.message == "the path is longer than 4095 bytes. Use a shorter path"
+
+
+def test_workdir_with_shell_syntax_is_kept_as_a_literal_path() -> None:
+    path = "/tmp/$(touch x); `id` 'q' \"d\" *"
+    assert build({"workdir": path}).workdir == path
 
 
 @pytest.mark.parametrize(
@@ -535,6 +606,13 @@ def test_bad_shm_size_is_refused_with_an_example(value: object) -> None:
     err = refusal({"shm_size": value})
     assert err.field == "shm_size"
     assert 'Use bytes with an optional unit b, k, m or g, e.g. "512m" or "8g"' in err.message
+
+
+def test_shm_size_is_capped_at_one_pib() -> None:
+    assert build({"shm_size": "1048576g"}).shm_size == "1048576g"
+    for bad in ("1048577g", "999999999999999g", "1099511627777k"):
+        err = refusal({"shm_size": bad})
+        assert err.field == "shm_size" and "is larger than 1 PiB" in err.message
 
 
 # --------------------------------------------------------------------------- overrides
@@ -672,7 +750,8 @@ def test_examples_are_the_documented_ones() -> None:
     assert (hello.image, hello.gpus, hello.time_limit) == (None, 1, 120)
     assert "CUDA_VISIBLE_DEVICES" in hello.command[-1]
     train = load_job_file(EXAMPLES / "train.yaml")
-    assert set(train) == set(KEYS)
+    # Every key but secret_env: an example should not teach writing secrets into a file.
+    assert set(train) | {"secret_env"} == set(KEYS)
     spec = build_spec(train, {}, default_name="train")
     assert (spec.gpus, spec.time_limit) == (2, 86400)
 

@@ -1,0 +1,284 @@
+"""The site's container policy: which host paths a job may mount, which user its
+container runs as, its network and its kernel capabilities.
+
+The checks are pure: they take the job's spec, the submitter and the settings, and
+return the spec as it will run (every mount with an explicit mode) or raise a SpecError
+naming the field. The daemon calls check_submission at submit, and
+containers.docker_run_argv checks mounts again as the last guard before `docker run`.
+Reading the filesystem (symlinks) and the password database is left to the callers,
+passed in as `resolve` or done in submitter_identity.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import pwd
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from gbatch.model import JobSpec
+from gbatch.spec import SpecError
+
+if TYPE_CHECKING:  # config imports this module for MountRoot
+    from gbatch.config import Config
+
+USER_PLACEHOLDER = "{user}"
+
+# docker's default capability set (moby's oci/caps/defaults.go): gbatch never grants more.
+DOCKER_DEFAULT_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "NET_RAW",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
+# What a job gets unless the site says otherwise: what a container's root needs to
+# install packages and hand files to another user (apt, pip, chown in setup scripts,
+# gosu/su in entrypoints). Dropped from docker's set: NET_RAW (raw sockets can spoof
+# traffic on the shared bridge), MKNOD, SETFCAP, SETPCAP, SYS_CHROOT, AUDIT_WRITE and
+# NET_BIND_SERVICE, which training jobs do not use. A job running as its submitter (not
+# root) has no effective capabilities at all; this set matters for root in the container.
+DEFAULT_CAPABILITIES: tuple[str, ...] = (
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+)
+
+# Binding any of these into a container hands it the engine, i.e. root on the host.
+DOCKER_SOCKET_PATHS = frozenset(
+    {"/", "/run", "/var", "/var/run", "/run/docker.sock", "/var/run/docker.sock"}
+)
+_USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*", re.ASCII)
+_ADVICE = "ask an admin to add a root to mount_roots in the head's config.yaml"
+
+
+@dataclass(frozen=True)
+class MountRoot:
+    """A host directory jobs may mount from; `{user}` in `path` is the submitter's name."""
+
+    path: str
+    writable: bool = False
+
+    def for_user(self, user: str) -> str | None:
+        """The root's path for this submitter; None when the name cannot stand in a path."""
+        if USER_PLACEHOLDER not in self.path:
+            return self.path
+        if not _USER_NAME.fullmatch(user) or user in (".", ".."):
+            return None
+        return self.path.replace(USER_PLACEHOLDER, user)
+
+
+@dataclass(frozen=True)
+class ContainerPolicy:
+    """What docker_run_argv may grant any container. The default is the safest: no
+    mounts, the default bridge network, DEFAULT_CAPABILITIES."""
+
+    mount_roots: tuple[MountRoot, ...] = ()
+    network: str = "bridge"
+    capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The numeric user and groups a container runs as (`--user uid:gid --group-add`)."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+
+
+def container_policy(config: Config) -> ContainerPolicy:
+    return ContainerPolicy(
+        mount_roots=config.mount_roots,
+        network=config.job_network,
+        capabilities=config.job_capabilities,
+    )
+
+
+def check_submission(
+    spec: JobSpec,
+    *,
+    uid: int,
+    user: str,
+    config: Config,
+    resolve: Callable[[str], str] | None = None,
+    daemon_uid: int | None = None,
+) -> JobSpec:
+    """The spec as it will run, or SpecError: mounts checked against the mount roots
+    (each given an explicit :ro or :rw), and root's jobs refused when containers run
+    as their submitter unless allow_root_jobs. `resolve` (os.path.realpath at the
+    daemon) follows symlinks; None skips that check.
+
+    With run_as_submitter, a bare-process job (no image) of anyone but the daemon's
+    own user (`daemon_uid`) is refused: it would run as the daemon's user, which holds
+    the fleet's SSH key and the store."""
+    if (
+        spec.image is None
+        and config.run_as_submitter
+        and daemon_uid is not None
+        and uid != daemon_uid
+    ):
+        raise SpecError(
+            "image",
+            "jobs without an image would run as the daemon's user, not as you "
+            "(run_as_submitter is on). Add `image:` to run the job in a container",
+        )
+    root_in_container = spec.image is not None and config.run_as_submitter and uid == 0
+    if root_in_container and not config.allow_root_jobs:
+        raise SpecError(
+            "user",
+            "root's jobs would run as root in their containers (run_as_submitter is on). "
+            "Submit as your own user, or set allow_root_jobs: true in the head's config.yaml",
+        )
+    if not spec.mounts:
+        return spec
+    if spec.image is None:
+        raise SpecError("mounts", "only container jobs mount paths. Add `image:` or drop mounts")
+    mounts = check_mounts(spec.mounts, user, config.mount_roots, resolve=resolve)
+    return replace(spec, mounts=mounts)
+
+
+def check_mounts(
+    mounts: Sequence[str],
+    user: str,
+    roots: Sequence[MountRoot],
+    *,
+    resolve: Callable[[str], str] | None = None,
+    field: str = "mounts",
+) -> tuple[str, ...]:
+    """Each "SRC:DST[:ro|rw]" as "SRC:DST:MODE" with SRC normalised, or SpecError.
+
+    SRC must lie (after normalisation, with no `..` at all) at or under one of `roots`
+    as expanded for `user`, and never be the docker socket or a directory holding it.
+    A read-only root refuses `:rw`; a mount without a mode on it becomes `:ro`, on a
+    writable root `:rw`. With `resolve`, the path it resolves to must pass as well.
+    """
+    if mounts and not roots:
+        raise SpecError(
+            field,
+            f"{mounts[0]}: this site allows no mounts (mount_roots is empty). "
+            f"Remove the mount, or {_ADVICE}",
+        )
+    checked = []
+    for mount in mounts:
+        parts = mount.split(":")
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+            raise SpecError(field, f"{mount!r} is not a mount. Use SRC:DST, SRC:DST:ro or :rw")
+        source, target = parts[0], parts[1]
+        mode = parts[2] if len(parts) == 3 else None
+        for path in (source, target):
+            if not path.startswith("/") or ".." in path.split("/"):
+                raise SpecError(
+                    field, f"{path}: give an absolute path without `..`. Write the path out"
+                )
+            if any(c in path for c in ',"\0\n\r'):
+                raise SpecError(field, f"{path!r}: commas and quotes are not accepted. Rename it")
+        source = _normal(source)
+        writable = _root_writability(source, user, roots, field)
+        if resolve is not None:
+            real = _normal(resolve(source))
+            if real != source:
+                roots_real = [
+                    *roots,
+                    *(
+                        MountRoot(_normal(resolve(base)), root.writable)
+                        for root in roots
+                        if (base := root.for_user(user)) is not None
+                    ),
+                ]
+                try:
+                    writable = min(writable, _root_writability(real, user, roots_real, field))
+                except SpecError:
+                    raise SpecError(
+                        field,
+                        f"{source} leads through a symlink to {real}, outside the mount roots. "
+                        "Mount a real directory under a root",
+                    ) from None
+        if mode == "rw" and not writable:
+            raise SpecError(
+                field,
+                f"{source} is under a read-only mount root, so :rw is refused. Drop :rw "
+                "(it is mounted read-only), or ask an admin to make the root writable: true",
+            )
+        checked.append(f"{source}:{_normal(target)}:{mode or ('rw' if writable else 'ro')}")
+    return tuple(checked)
+
+
+def mounts_at_start(
+    spec: JobSpec, user: str, config: Config, resolve: Callable[[str], str]
+) -> JobSpec:
+    """The spec with its mounts checked again as a run starts, following symlinks as
+    they are now on the node (`resolve`): a path may have become a symlink since submit.
+    Raises SpecError."""
+    if not spec.mounts:
+        return spec
+    return replace(
+        spec, mounts=check_mounts(spec.mounts, user, config.mount_roots, resolve=resolve)
+    )
+
+
+def paths_to_resolve(spec: JobSpec, user: str, config: Config) -> list[str]:
+    """Every path mounts_at_start asks `resolve` about, for a caller that resolves them
+    in one batch on another machine."""
+    sources = [_normal(mount.split(":", 1)[0]) for mount in spec.mounts]
+    roots = [path for root in config.mount_roots if (path := root.for_user(user)) is not None]
+    return list(dict.fromkeys([*sources, *roots]))
+
+
+def _root_writability(source: str, user: str, roots: Sequence[MountRoot], field: str) -> bool:
+    """Whether the roots holding `source` allow writing; SpecError when none holds it."""
+    if source in DOCKER_SOCKET_PATHS or posixpath.basename(source) == "docker.sock":
+        raise SpecError(
+            field,
+            f"{source} would expose the docker socket, i.e. root on the host. Remove the mount",
+        )
+    allowed = [(path, r.writable) for r in roots if (path := r.for_user(user)) is not None]
+    holding = [w for path, w in allowed if source == path or source.startswith(path + "/")]
+    if not holding:
+        listed = ", ".join(path for path, _ in allowed) or "none for this user"
+        raise SpecError(
+            field,
+            f"{source} is not under an allowed mount root ({listed}). Mount a path under "
+            f"one of them, or {_ADVICE}",
+        )
+    return any(holding)
+
+
+def _normal(path: str) -> str:
+    # normpath keeps a leading "//" (POSIX leaves its meaning open); docker does not.
+    return "/" + posixpath.normpath(path).lstrip("/")
+
+
+def submitter_identity(job_uid: int, config: Config) -> RunAs | None:
+    """The user a job's container runs as: None (the image's user) unless
+    run_as_submitter; then the submitter's uid, primary gid and groups from this
+    machine's password and group databases. Raises ValueError when the uid is unknown
+    here, or is root's while allow_root_jobs is off."""
+    if not config.run_as_submitter:
+        return None
+    if job_uid == 0 and not config.allow_root_jobs:
+        raise ValueError("root's jobs may not run as root (allow_root_jobs is off)")
+    try:
+        entry = pwd.getpwuid(job_uid)
+    except KeyError:
+        raise ValueError(f"uid {job_uid} has no entry in this machine's passwd") from None
+    groups = tuple(g for g in os.getgrouplist(entry.pw_name, entry.pw_gid) if g != entry.pw_gid)
+    return RunAs(job_uid, entry.pw_gid, tuple(sorted(set(groups))))

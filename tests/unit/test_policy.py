@@ -1,0 +1,272 @@
+"""gbatch.policy and its settings: mount roots, root's jobs, network, capabilities."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gbatch.config import Config, ConfigError, Paths, load_config
+from gbatch.model import JobSpec
+from gbatch.policy import (
+    DEFAULT_CAPABILITIES,
+    DOCKER_DEFAULT_CAPABILITIES,
+    MountRoot,
+    check_mounts,
+    check_submission,
+    container_policy,
+    mounts_at_start,
+    paths_to_resolve,
+    submitter_identity,
+)
+from gbatch.spec import SpecError
+
+ROOTS = (MountRoot("/data/{user}", writable=True), MountRoot("/datasets"))
+SITE = Config(mount_roots=ROOTS)
+
+
+def spec(*mounts: str, image: str | None = "img") -> JobSpec:
+    return JobSpec(name="t", command=("true",), image=image, mounts=mounts)
+
+
+# -- mounts ---------------------------------------------------------------------------
+
+
+def test_mounts_under_the_roots_get_an_explicit_mode() -> None:
+    assert check_mounts(
+        [
+            "/data/alice/run1:/out",
+            "/datasets/imagenet:/in",
+            "/datasets:/all:ro",
+            "/data/alice:/w:ro",
+        ],
+        "alice",
+        ROOTS,
+    ) == (
+        "/data/alice/run1:/out:rw",
+        "/datasets/imagenet:/in:ro",
+        "/datasets:/all:ro",
+        "/data/alice:/w:ro",
+    )
+
+
+def test_paths_are_normalised_before_the_check() -> None:
+    assert check_mounts(["//datasets/./x/:/in/"], "alice", ROOTS) == ("/datasets/x:/in:ro",)
+
+
+@pytest.mark.parametrize(
+    ("mount", "message"),
+    [
+        ("/etc:/etc", "/etc is not under an allowed mount root (/data/alice, /datasets)"),
+        ("/data/bob:/b", "/data/bob is not under an allowed mount root"),
+        ("/datasetsX:/x", "/datasetsX is not under"),  # a prefix is not a parent
+        ("/data/alice/../bob:/b", "without `..`"),
+        ("/datasets/../etc:/e", "without `..`"),
+        ("/datasets/x:/in/../etc", "without `..`"),
+        ("/datasets/x:/in:rw", "read-only mount root, so :rw is refused"),
+        ("/var/run/docker.sock:/s", "docker socket"),
+        ("/data/alice/docker.sock:/s", "docker socket"),
+        ('/datasets/a"b:/x', "quotes"),
+        ("relative:/x", "absolute path"),
+    ],
+)
+def test_mounts_outside_the_policy_are_refused_with_the_field(mount: str, message: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        check_mounts([mount], "alice", ROOTS)
+    assert caught.value.field == "mounts"
+    assert message in caught.value.message
+
+
+def test_with_no_roots_every_mount_is_refused_naming_the_setting() -> None:
+    with pytest.raises(SpecError) as caught:
+        check_mounts(["/datasets:/d"], "alice", ())
+    assert "mount_roots is empty" in caught.value.message
+    assert "mount_roots in the head's config.yaml" in caught.value.message
+    assert check_mounts([], "alice", ()) == ()
+
+
+@pytest.mark.parametrize("user", ["..", ".", "a/b", ""])
+def test_a_user_name_that_cannot_be_a_path_matches_no_user_root(user: str) -> None:
+    with pytest.raises(SpecError, match="not under"):
+        check_mounts(["/data/x:/x"], user, ROOTS)
+
+
+def test_a_symlink_out_of_the_roots_is_refused() -> None:
+    links = {"/data/alice/etc": "/etc", "/data/alice/sets": "/datasets/imagenet"}
+
+    def resolve(path: str) -> str:
+        return links.get(path, path)
+
+    with pytest.raises(SpecError, match="symlink to /etc"):
+        check_mounts(["/data/alice/etc:/x:ro"], "alice", ROOTS, resolve=resolve)
+    # Into a read-only root: allowed, but read-only whatever the first root allows.
+    assert check_mounts(["/data/alice/sets:/x"], "alice", ROOTS, resolve=resolve) == (
+        "/data/alice/sets:/x:ro",
+    )
+    with pytest.raises(SpecError, match=":rw is refused"):
+        check_mounts(["/data/alice/sets:/x:rw"], "alice", ROOTS, resolve=resolve)
+
+
+def test_a_root_that_is_itself_a_symlink_still_holds_its_paths(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    (real / "alice" / "run").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)
+    roots = (MountRoot(f"{tmp_path}/link/{{user}}", writable=True),)
+    mount = f"{tmp_path}/link/alice/run:/out"
+    assert check_mounts([mount], "alice", roots, resolve=os.path.realpath) == (mount + ":rw",)
+
+
+def test_real_symlinks_on_disk_are_followed(tmp_path: Path) -> None:
+    root = tmp_path / "data" / "alice"
+    root.mkdir(parents=True)
+    (root / "escape").symlink_to("/etc")
+    roots = (MountRoot(f"{tmp_path}/data/{{user}}", writable=True),)
+    with pytest.raises(SpecError, match="symlink"):
+        check_mounts([f"{root}/escape:/x"], "alice", roots, resolve=os.path.realpath)
+
+
+def test_the_check_at_start_follows_symlinks_made_after_submit(tmp_path: Path) -> None:
+    root = tmp_path / "data" / "alice"
+    root.mkdir(parents=True)
+    config = Config(mount_roots=(MountRoot(f"{tmp_path}/data/{{user}}", writable=True),))
+    submitted = check_submission(
+        spec(f"{root}/run:/out"), uid=1000, user="alice", config=config, resolve=os.path.realpath
+    )
+    (root / "run").symlink_to("/root")
+    with pytest.raises(SpecError, match="symlink"):
+        mounts_at_start(submitted, "alice", config, os.path.realpath)
+    assert paths_to_resolve(submitted, "alice", config) == [f"{root}/run", str(root)]
+
+
+# -- submission -------------------------------------------------------------------------
+
+
+def test_submission_keeps_specs_without_mounts_and_rewrites_mount_modes() -> None:
+    plain = spec()
+    assert check_submission(plain, uid=1000, user="alice", config=Config()) is plain
+    checked = check_submission(spec("/datasets/x:/x"), uid=1000, user="alice", config=SITE)
+    assert checked.mounts == ("/datasets/x:/x:ro",)
+
+
+def test_a_bare_process_job_may_not_mount() -> None:
+    with pytest.raises(SpecError, match="only container jobs mount"):
+        check_submission(spec("/datasets:/d", image=None), uid=1000, user="alice", config=SITE)
+
+
+def test_roots_jobs_are_refused_when_containers_run_as_their_submitter() -> None:
+    config = Config(run_as_submitter=True)
+    with pytest.raises(SpecError) as caught:
+        check_submission(spec(), uid=0, user="root", config=config)
+    assert caught.value.field == "user" and "allow_root_jobs: true" in caught.value.message
+    allowed = Config(run_as_submitter=True, allow_root_jobs=True)
+    assert check_submission(spec(), uid=0, user="root", config=allowed) == spec()
+    # Bare processes run as the daemon's user, not in a container: not this rule's business.
+    bare = spec(image=None)
+    assert check_submission(bare, uid=0, user="root", config=config) is bare
+
+
+def test_identity_is_none_unless_run_as_submitter() -> None:
+    assert submitter_identity(0, Config()) is None
+
+
+def test_identity_comes_from_the_password_database() -> None:
+    nobody = pwd.getpwnam("nobody")
+    run_as = submitter_identity(nobody.pw_uid, Config(run_as_submitter=True))
+    assert run_as is not None
+    assert (run_as.uid, run_as.gid) == (nobody.pw_uid, nobody.pw_gid)
+    assert nobody.pw_gid not in run_as.groups
+    with pytest.raises(ValueError, match="allow_root_jobs"):
+        submitter_identity(0, Config(run_as_submitter=True))
+    root = submitter_identity(0, Config(run_as_submitter=True, allow_root_jobs=True))
+    assert root is not None and (root.uid, root.gid) == (0, 0)
+    with pytest.raises(ValueError, match="no entry"):
+        submitter_identity(2_000_000_321, Config(run_as_submitter=True))
+
+
+# -- settings ---------------------------------------------------------------------------
+
+
+def load(tmp_path: Path, text: str) -> Config:
+    paths = Paths(tmp_path)
+    paths.config_file.write_text(text)
+    return load_config(paths, {})
+
+
+def test_the_defaults_are_the_safe_ones(tmp_path: Path) -> None:
+    config = load(tmp_path, "")
+    assert config.mount_roots == ()
+    assert config.run_as_submitter is False and config.allow_root_jobs is False
+    assert config.job_network == "bridge" and config.allow_host_network is False
+    assert config.job_capabilities == DEFAULT_CAPABILITIES
+    assert set(DEFAULT_CAPABILITIES) < DOCKER_DEFAULT_CAPABILITIES
+    assert "NET_RAW" not in DEFAULT_CAPABILITIES
+    policy = container_policy(config)
+    assert (policy.mount_roots, policy.network) == ((), "bridge")
+
+
+def test_policy_settings_are_read(tmp_path: Path) -> None:
+    config = load(
+        tmp_path,
+        "mount_roots:\n"
+        "  - path: /data/{user}/\n"
+        "    writable: true\n"
+        "  - /datasets\n"
+        "run_as_submitter: true\n"
+        "allow_root_jobs: true\n"
+        "job_network: none\n"
+        "job_capabilities: [cap_chown, KILL, KILL]\n",
+    )
+    assert config.mount_roots == (MountRoot("/data/{user}", True), MountRoot("/datasets", False))
+    assert config.run_as_submitter and config.allow_root_jobs
+    assert config.job_network == "none"
+    assert config.job_capabilities == ("CHOWN", "KILL")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("mount_roots: /data\n", "a list of roots"),
+        ("mount_roots: [relative]\n", "absolute"),
+        ("mount_roots: [/data/../etc]\n", "without .."),
+        ("mount_roots: [{path: /data, writable: yes please}]\n", "writable is true or false"),
+        ("mount_roots: [{path: /data, mode: rw}]\n", "a list of roots"),
+        ('mount_roots: ["/data/{group}"]\n', "the only placeholder"),
+        ("mount_roots: [/]\n", "docker socket"),
+        ("mount_roots: [/var/run]\n", "docker socket"),
+        ("run_as_submitter: yes please\n", "true or false"),
+        ("job_network: container:db\n", "a docker network name"),
+        ("job_network: host\n", "allow_host_network: true"),
+        ("job_capabilities: [SYS_ADMIN]\n", "SYS_ADMIN is not"),
+        ("job_capabilities: [ALL]\n", "ALL is not"),
+        ("job_capabilities: CHOWN\n", "a list of capability names"),
+    ],
+)
+def test_bad_policy_settings_are_refused_naming_the_key(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, text)
+    assert message in str(caught.value)
+    assert str(tmp_path / "config.yaml") in str(caught.value)
+
+
+def test_host_network_needs_both_settings(tmp_path: Path) -> None:
+    config = load(tmp_path, "job_network: host\nallow_host_network: true\n")
+    assert container_policy(config).network == "host"
+
+
+def test_with_run_as_submitter_only_the_daemons_user_runs_bare_processes() -> None:
+    config = Config(run_as_submitter=True)
+    bare = JobSpec(name="bare", command=("true",))
+    with pytest.raises(SpecError) as err:
+        check_submission(bare, uid=1001, user="alice", config=config, daemon_uid=999)
+    assert err.value.field == "image"
+    assert "Add `image:`" in err.value.message
+    # The daemon's own user, and every user when containers do not run as submitters.
+    assert check_submission(bare, uid=999, user="gbatch", config=config, daemon_uid=999) == bare
+    assert check_submission(bare, uid=1001, user="alice", config=Config(), daemon_uid=999) == bare
+    boxed = replace(bare, image="busybox")
+    assert check_submission(boxed, uid=1001, user="alice", config=config, daemon_uid=999) == boxed

@@ -13,11 +13,11 @@ _BRIEF_SPEC_KEYS = ("name", "gpus", "time_limit", "retries", "priority", "nice",
 
 
 def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
-    """`brief`: only the spec fields listings show (command comes back empty)."""
-    spec = job.spec.to_dict()
-    if brief:
-        spec = {key: spec[key] for key in _BRIEF_SPEC_KEYS}
-        spec["command"] = []
+    """`brief`: only the spec fields listings show (command comes back empty). The
+    brief spec of the same JobSpec object as the last call's is that call's dict (the
+    store hands out one JobSpec per distinct spec: an array's tasks share it); callers
+    must not change a brief reply's spec in place."""
+    spec = _brief_spec(job.spec) if brief else job.spec.to_dict()
     return {
         "id": job.id,
         "uid": job.uid,
@@ -37,6 +37,23 @@ def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
         "exit_signal": job.exit_signal,
         "stop_state": job.stop_state.value if job.stop_state else None,
     }
+
+
+# (spec, its brief wire form) of the last brief encoding: one tuple, replaced whole, so
+# the server's threads may share it.
+_last_brief: tuple[JobSpec, dict[str, Any]] | None = None
+
+
+def _brief_spec(spec: JobSpec) -> dict[str, Any]:
+    global _last_brief
+    last = _last_brief
+    if last is not None and last[0] is spec:
+        return last[1]
+    full = spec.to_dict()
+    brief = {key: full[key] for key in _BRIEF_SPEC_KEYS}
+    brief["command"] = []
+    _last_brief = (spec, brief)
+    return brief
 
 
 def job_from_wire(data: Mapping[str, Any], spec: JobSpec | None = None) -> Job:

@@ -441,15 +441,7 @@ def check_secret_env(value: object, field: str) -> tuple[tuple[str, str], ...]:
         )
     pairs: list[tuple[str, str]] = []
     for name, raw in value.items():
-        if not isinstance(name, str) or not _ENV_NAME_RE.fullmatch(name):
-            raise SpecError(
-                field,
-                f"{show_value(name)} is not a variable name. Use letters, digits and _, "
-                "not starting with a digit",
-            )
-        reason = _reserved_env_reason(name)
-        if reason is not None:
-            raise SpecError(field, f"{name} cannot be set: {reason}. Remove it from secret_env")
+        _check_env_name(name, field, "secret_env")
         # The value is never shown, not even in an error: name the variable only.
         if not isinstance(raw, str):
             raise SpecError(
@@ -616,6 +608,19 @@ def _check_time_limit(value: object, field: str) -> int | None:
         raise SpecError(field, err.message) from None
 
 
+def _check_env_name(name: object, field: str, key: str) -> None:
+    """A variable name `env` or `secret_env` (`key`) may set."""
+    if not isinstance(name, str) or not _ENV_NAME_RE.fullmatch(name):
+        raise SpecError(
+            field,
+            f"{show_value(name)} is not a variable name. Use letters, digits and _, "
+            "not starting with a digit",
+        )
+    reason = _reserved_env_reason(name)
+    if reason is not None:
+        raise SpecError(field, f"{name} cannot be set: {reason}. Remove it from {key}")
+
+
 def _check_env(value: object, field: str) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, Mapping):
         raise SpecError(
@@ -623,15 +628,7 @@ def _check_env(value: object, field: str) -> tuple[tuple[str, str], ...]:
         )
     pairs: list[tuple[str, str]] = []
     for name, raw in value.items():
-        if not isinstance(name, str) or not _ENV_NAME_RE.fullmatch(name):
-            raise SpecError(
-                field,
-                f"{show_value(name)} is not a variable name. Use letters, digits and _, "
-                "not starting with a digit",
-            )
-        reason = _reserved_env_reason(name)
-        if reason is not None:
-            raise SpecError(field, f"{name} cannot be set: {reason}. Remove it from env")
+        _check_env_name(name, field, "env")
         if isinstance(raw, bool):
             text = "true" if raw else "false"
         elif isinstance(raw, str | int | float):

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -113,6 +115,24 @@ def kill_leftover_jobs(home: Path) -> None:
             os.killpg(int(pids["pgid"]), signal.SIGKILL)
         except (OSError, ValueError, KeyError):
             pass
+
+
+@pytest.fixture
+def shared_head() -> Iterator[Head]:
+    """A daemon whose socket other users can reach (as a lab's shared head would).
+
+    Its home is under /tmp, not tmp_path: pytest's base dir is private to its user."""
+    base = Path(tempfile.mkdtemp(prefix="gbatch-shared-", dir="/tmp"))
+    base.chmod(0o755)
+    head = make_head(base / "home", config=FAST_CONFIG + "socket_mode: '666'\n")
+    head.home.chmod(0o755)
+    try:
+        head.start()
+        yield head
+        head.stop()
+        kill_leftover_jobs(head.home)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

@@ -10,16 +10,14 @@ from __future__ import annotations
 import json
 import os
 import pty
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import paramiko
 import pytest
 from asuser import as_user, preload, run_cli, temp_users
-from conftest import FAST_CONFIG, GBATCH, Head, kill_leftover_jobs, make_head, wait_for
+from conftest import GBATCH, Head, wait_for
 from fleet import Fleet, build_fleet, teardown_fleet
 from sshd import keygen, start_sshd
 
@@ -171,22 +169,6 @@ def test_a_changed_host_key_is_refused_until_trusted_with_replace(tmp_path: Path
         wait_node(head, "gpu12", "idle", timeout=15)
     finally:
         teardown_fleet(fleet)
-
-
-@pytest.fixture
-def shared_head() -> Iterator[Head]:
-    """A daemon whose socket other users can reach; no fleet is needed to be refused."""
-    base = Path(tempfile.mkdtemp(prefix="gbatch-trust-", dir="/tmp"))
-    base.chmod(0o755)
-    head = make_head(base / "home", config=FAST_CONFIG + "socket_mode: '666'\n")
-    head.home.chmod(0o755)
-    try:
-        head.start()
-        yield head
-        head.stop()
-        kill_leftover_jobs(head.home)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as another user")

@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head
+from conftest import Head
 
 from gbatch.client import Client, RequestFailed
 
@@ -56,20 +54,6 @@ def as_nobody(socket_path: Path, action: Callable[[Client], Any]) -> Any:
         data = pipe.read()
     os.waitpid(pid, 0)
     return json.loads(data)
-
-
-@pytest.fixture
-def shared_head() -> Iterator[Head]:
-    """A daemon whose socket other users can reach (as a lab's shared head would)."""
-    base = Path(tempfile.mkdtemp(prefix="gbatch-shared-", dir="/tmp"))
-    base.chmod(0o755)
-    head = make_head(base / "home", config=FAST_CONFIG + "socket_mode: '666'\n")
-    head.home.chmod(0o755)
-    head.start()
-    yield head
-    head.stop()
-    kill_leftover_jobs(head.home)
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def test_another_user_can_neither_cancel_hold_nor_read_the_logs_of_my_job(

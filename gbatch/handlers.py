@@ -478,6 +478,8 @@ def jobs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
         found = daemon.store.jobs(users=users, finished=False)
     if daemon.config.private_data and not admin:
         found = [j for j in found if j.uid == caller.uid]
+    if request.get("table"):  # brief, as columns: the TUI's queue every second
+        return {"table": wire.jobs_to_table(found), "now": daemon.clock()}
     brief = bool(request.get("brief"))
     return {
         "jobs": [

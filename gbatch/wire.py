@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
 
 # What a listing (squeue, sacct) prints of a spec; the rest (command, env, mounts)
 # stays home, which makes a 1,000-job reply a third of the size.
-_BRIEF_SPEC_KEYS = ("name", "gpus", "time_limit", "retries", "priority", "nice", "image")
+_BRIEF_SPEC_FIELDS = ("name", "gpus", "time_limit", "retries", "priority", "nice", "image")
+_brief_values = attrgetter(*_BRIEF_SPEC_FIELDS)
 
 
 def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
-    """`brief`: only the spec fields listings show (command comes back empty). The
-    brief spec of the same JobSpec object as the last call's is that call's dict (the
-    store hands out one JobSpec per distinct spec: an array's tasks share it); callers
-    must not change a brief reply's spec in place."""
+    """`brief`: only the spec fields listings show (command comes back empty)."""
     spec = _brief_spec(job.spec) if brief else job.spec.to_dict()
     return {
         "id": job.id,
@@ -39,21 +38,90 @@ def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
     }
 
 
-# (spec, its brief wire form) of the last brief encoding: one tuple, replaced whole, so
-# the server's threads may share it.
-_last_brief: tuple[JobSpec, dict[str, Any]] | None = None
+def jobs_to_table(jobs: Sequence[Job]) -> dict[str, Any]:
+    """Brief jobs as a table, for a client that lists thousands every second (the TUI):
+    `{"specs": [brief spec, ...], "rows": [[spec index, id, uid, user, state, ...], ...]}`
+    (job_to_wire's fields in its order, the spec replaced by its index).
+    Jobs alike in their brief spec (an array's tasks) share one entry of `specs`, and
+    a row is a list, not a mapping: a third of job_to_wire's bytes to encode and parse."""
+    specs: list[dict[str, Any]] = []
+    spec_index: dict[tuple[Any, ...], int] = {}
+    rows = []
+    for job in jobs:
+        spec = job.spec
+        key = _brief_values(spec)
+        at = spec_index.get(key)
+        if at is None:
+            at = spec_index[key] = len(specs)
+            specs.append(_brief_spec(spec))
+        rows.append(
+            [
+                at,
+                job.id,
+                job.uid,
+                job.user,
+                job.state.value,
+                job.submit_time,
+                job.reason,
+                job.held,
+                job.start_time,
+                job.end_time,
+                job.node,
+                list(job.gpus),
+                list(job.gpu_uuids),
+                job.attempt,
+                job.exit_code,
+                job.exit_signal,
+                job.stop_state.value if job.stop_state else None,
+            ]
+        )
+    return {"specs": specs, "rows": rows}
+
+
+def job_from_row(row: Sequence[Any], spec: JobSpec) -> Job:
+    """One row of jobs_to_table's (its spec already decoded)."""
+    (
+        _,
+        job_id,
+        uid,
+        user,
+        state,
+        submit_time,
+        reason,
+        held,
+        start_time,
+        end_time,
+        node,
+        gpus,
+        gpu_uuids,
+        attempt,
+        exit_code,
+        exit_signal,
+        stop_state,
+    ) = row
+    return Job(
+        id=job_id,
+        uid=uid,
+        user=user,
+        spec=spec,
+        state=JobState(state),
+        submit_time=submit_time,
+        reason=reason,
+        held=held,
+        start_time=start_time,
+        end_time=end_time,
+        node=node,
+        gpus=tuple(gpus),
+        gpu_uuids=tuple(gpu_uuids),
+        attempt=attempt,
+        exit_code=exit_code,
+        exit_signal=exit_signal,
+        stop_state=JobState(stop_state) if stop_state else None,
+    )
 
 
 def _brief_spec(spec: JobSpec) -> dict[str, Any]:
-    global _last_brief
-    last = _last_brief
-    if last is not None and last[0] is spec:
-        return last[1]
-    full = spec.to_dict()
-    brief = {key: full[key] for key in _BRIEF_SPEC_KEYS}
-    brief["command"] = []
-    _last_brief = (spec, brief)
-    return brief
+    return {**dict(zip(_BRIEF_SPEC_FIELDS, _brief_values(spec), strict=True)), "command": []}
 
 
 def job_from_wire(data: Mapping[str, Any], spec: JobSpec | None = None) -> Job:

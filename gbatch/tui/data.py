@@ -70,34 +70,35 @@ class ActionOutcome:
 
 
 class JobDecoder:
-    """Wire jobs -> Jobs for a view that re-reads the same queue every second.
+    """The daemon's job tables (wire.jobs_to_table) -> Jobs, for a view that re-reads
+    the same queue every second.
 
-    A job whose wire form equals the last reply's of its id is the same Job object
-    as then (the views' caches know it by identity); among the rest, a spec equal to
-    the one before is not decoded again (an array's 10,000 tasks share one). Holds
-    the last reply's jobs only.
+    A job whose row and spec equal the last table's of its id is the same Job object
+    as then (the views' caches know it by identity); each spec of a table is decoded
+    once, and only when a job needs it. Holds the last table's jobs only.
     """
 
     def __init__(self) -> None:
-        self._last: dict[int, tuple[dict[str, Any], Job]] = {}
+        self._last: dict[int, tuple[list[Any], dict[str, Any], Job]] = {}
 
-    def decode(self, wire_jobs: list[dict[str, Any]]) -> tuple[Job, ...]:
+    def decode(self, table: dict[str, Any]) -> tuple[Job, ...]:
         last = self._last
-        known: dict[int, tuple[dict[str, Any], Job]] = {}
-        # The spec decoded last, with its data: jobs come in id order, so an array's
-        # tasks, which share one spec, follow one another.
-        spec_data: dict[str, Any] | None = None
-        spec: JobSpec | None = None
+        known: dict[int, tuple[list[Any], dict[str, Any], Job]] = {}
+        wire_specs: list[dict[str, Any]] = table["specs"]
+        specs: dict[int, JobSpec] = {}
         jobs = []
-        for data in wire_jobs:
-            seen = last.get(data["id"])
-            if seen is not None and seen[0] == data:
-                job = seen[1]
+        for row in table["rows"]:
+            wire_spec = wire_specs[row[0]]
+            seen = last.get(row[1])
+            # The spec is compared too: an index means another spec in another table.
+            if seen is not None and seen[0] == row and seen[1] == wire_spec:
+                job = seen[2]
             else:
-                if spec is None or data["spec"] != spec_data:
-                    spec_data, spec = data["spec"], JobSpec.from_dict(data["spec"])
-                job = wire.job_from_wire(data, spec)
-            known[job.id] = (data, job)
+                spec = specs.get(row[0])
+                if spec is None:
+                    spec = specs[row[0]] = JobSpec.from_dict(wire_spec)
+                job = wire.job_from_row(row, spec)
+            known[job.id] = (row, wire_spec, job)
             jobs.append(job)
         self._last = known
         return tuple(jobs)
@@ -124,11 +125,11 @@ class DaemonLink:
         if finished:
             since = (time.time() if now is None else now) - FINISHED_WINDOW_S
             finals = [state.code for state in JobState if state.is_final]
-            reply = self._call("jobs", brief=True, history=True, states=finals, since=since)
+            reply = self._call("jobs", table=True, history=True, states=finals, since=since)
         else:
-            reply = self._call("jobs", brief=True)
+            reply = self._call("jobs", table=True)
         with self._decode_lock:
-            jobs = self._decoder.decode(reply["jobs"])
+            jobs = self._decoder.decode(reply["table"])
         return QueueSnapshot(jobs, reply["now"], finished)
 
     def nodes(self) -> NodesSnapshot:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
+from gbatch.tui.data import JobDecoder
 from gbatch.wire import (
     event_from_wire,
     event_to_wire,
     job_from_wire,
     job_to_wire,
+    jobs_to_table,
     node_from_wire,
     node_to_wire,
 )
@@ -114,6 +117,42 @@ def test_job_in_every_state_round_trips(state: JobState) -> None:
         stop_state=state if state.is_final else None,
     )
     assert job_from_wire(through_json(job_to_wire(job))) == job
+
+
+def brief(job: Job) -> Job:
+    """What a brief listing keeps of a job: its spec's listed fields, no command."""
+    return job_from_wire(job_to_wire(job, brief=True))
+
+
+def test_a_job_table_decodes_to_the_brief_jobs_and_shares_alike_specs() -> None:
+    array = [
+        replace(full_job(), id=10 + i, spec=replace(full_spec(), env=((f"T{i}", ""),)))
+        for i in range(3)
+    ]
+    jobs = [
+        full_job(),
+        *array,
+        replace(full_job(), id=1, spec=JobSpec(name="x", command=("true",))),
+    ]
+    table = through_json(jobs_to_table(jobs))
+
+    # The array's tasks differ only outside the brief fields: one spec entry for them.
+    assert len(table["specs"]) == 2
+    decoded = JobDecoder().decode(table)
+    assert decoded == tuple(brief(job) for job in jobs)
+
+
+def test_the_decoder_hands_back_the_same_job_object_while_a_job_is_unchanged() -> None:
+    decoder = JobDecoder()
+    first = decoder.decode(through_json(jobs_to_table([full_job()])))
+    again = decoder.decode(through_json(jobs_to_table([full_job()])))
+    assert again[0] is first[0]
+
+    changed = decoder.decode(through_json(jobs_to_table([replace(full_job(), reason="x")])))
+    assert changed[0] is not first[0] and changed[0].reason == "x"
+    # Another spec under the same spec index is another job too.
+    other = replace(full_job(), reason="x", spec=replace(full_spec(), name="other"))
+    assert decoder.decode(through_json(jobs_to_table([other])))[0].spec.name == "other"
 
 
 def test_job_wire_form_is_plain_json_with_state_names() -> None:

@@ -23,6 +23,9 @@ tick_seconds: 0.2
 report_interval: 0.2
 kill_grace_seconds: 1
 """
+# Job files of these tests mount directories under tmp_path: a site allows no mounts
+# until its admin names mount roots.
+TMP_MOUNTS_CONFIG = "mount_roots: [{path: /tmp, writable: true}]\n"
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 30.0, what: str = "") -> object:

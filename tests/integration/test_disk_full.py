@@ -22,7 +22,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import Head, kill_leftover_jobs, make_head, wait_for
+from conftest import (
+    FAST_CONFIG,
+    TMP_MOUNTS_CONFIG,
+    Head,
+    kill_leftover_jobs,
+    make_head,
+    wait_for,
+)
 from dockerenv import ensure_test_image, require_docker
 
 NO_SPACE = os.strerror(errno.ENOSPC)
@@ -194,7 +201,7 @@ def test_a_full_log_disk_loses_output_but_no_job_and_says_so(tmp_path: Path, kin
     if kind == "container":
         require_docker()
         image = ensure_test_image()
-    head = make_head(tmp_path / "home")
+    head = make_head(tmp_path / "home", config=FAST_CONFIG + TMP_MOUNTS_CONFIG)
     gate = tmp_path / "gate"
     gate.mkdir()
     with small_disk(head.home / "logs", "1m") as logs:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import FAST_CONFIG, wait_for
+from conftest import FAST_CONFIG, TMP_MOUNTS_CONFIG, wait_for
 from fleet import Fleet, build_fleet, teardown_fleet
 from hosts import Host
 
@@ -28,8 +28,10 @@ from gbatch.containers import container_name
 pytestmark = pytest.mark.docker
 
 # Short enough for a test, long enough for a loaded machine not to lose a host by chance.
-SHORT_CUT_CONFIG = FAST_CONFIG + "node_down_seconds: 30\nnode_lease_seconds: 25\n"
-LONG_CUT_CONFIG = FAST_CONFIG + "node_down_seconds: 4\nnode_lease_seconds: 3\n"
+SHORT_CUT_CONFIG = (
+    FAST_CONFIG + TMP_MOUNTS_CONFIG + "node_down_seconds: 30\nnode_lease_seconds: 25\n"
+)
+LONG_CUT_CONFIG = FAST_CONFIG + TMP_MOUNTS_CONFIG + "node_down_seconds: 4\nnode_lease_seconds: 3\n"
 
 # Ticks every 0.2 s to the ledger, then a last "end" line; the job's output says the same.
 TICKER = (

@@ -147,7 +147,7 @@ defaults:
   agent_python: /opt/py/bin/python3
   agent_dir: /srv/gbatch
   docker: /usr/bin/docker
-  docker_options: ["--ipc=host"]
+  docker_options: ["--ulimit=memlock=-1"]
   connect_timeout: 3.5
   labels: {site: a}
   simulation_file: /etc/sim.json
@@ -168,7 +168,7 @@ nodes:
     assert (gpu01.user, gpu01.port, gpu01.connect_timeout) == ("svc", 2200, 3.5)
     assert (gpu01.agent_python, gpu01.agent_dir) == ("/opt/py/bin/python3", "/srv/gbatch")
     assert gpu01.docker == "/usr/bin/docker"
-    assert gpu01.docker_options == ("--ipc=host",)
+    assert gpu01.docker_options == ("--ulimit=memlock=-1",)
     assert gpu01.labels == {"site": "a"}
     assert gpu01.simulation_file == "/etc/sim.json"
     assert (gpu02.user, gpu02.port, gpu02.connect_timeout) == ("other", 22, 20.0)
@@ -210,11 +210,11 @@ def test_tilde_is_the_head_users_home_not_gbatch_home(
 
 
 def test_allowed_docker_options_are_kept_in_order(tmp_path: Path) -> None:
-    text = two_nodes(docker_options='["--ipc=host", "--shm-size=16g", "--network=host"]')
+    text = two_nodes(docker_options='["--ulimit=memlock=-1", "--shm-size=16g", "--cpus=8"]')
 
     node = load(tmp_path, text).nodes[1]
 
-    assert node.docker_options == ("--ipc=host", "--shm-size=16g", "--network=host")
+    assert node.docker_options == ("--ulimit=memlock=-1", "--shm-size=16g", "--cpus=8")
 
 
 def test_node_config_is_frozen_and_its_labels_read_only(tmp_path: Path) -> None:
@@ -410,12 +410,12 @@ def test_duplicate_name_names_both_indexes(tmp_path: Path) -> None:
         ({"docker": '"sudo docker"'}, "docker", "is not a docker command"),
         ({"docker": "-H"}, "docker", "is not a docker command"),
         # docker_options
-        ({"docker_options": '"--ipc=host"'}, "docker_options", "is not a list"),
+        ({"docker_options": '"--ulimit=memlock=-1"'}, "docker_options", "is not a list"),
         ({"docker_options": '["-v", "/:/host"]'}, "docker_options", '"-v" is not a long docker'),
         ({"docker_options": '["--shm-size", "8g"]'}, "docker_options", '"8g" is not a long'),
         ({"docker_options": '["--"]'}, "docker_options", "is not a long docker option"),
         ({"docker_options": "[1]"}, "docker_options", "1 is not a long docker option"),
-        ({"docker_options": '["--ipc host"]'}, "docker_options", "contains whitespace"),
+        ({"docker_options": '["--ulimit memlock=-1"]'}, "docker_options", "contains whitespace"),
         ({"docker_options": '["--x=/var/run/docker.sock"]'}, "docker_options", "docker socket"),
         # connect_timeout
         ({"connect_timeout": "0"}, "connect_timeout", "0 is not a timeout"),
@@ -463,7 +463,7 @@ def test_bad_node_fields_are_refused_naming_file_node_and_field(
     ],
 )
 def test_forbidden_docker_options_are_refused_with_a_reason(tmp_path: Path, option: str) -> None:
-    message = refusal(tmp_path, two_nodes(docker_options=f'["--ipc=host", "{option}"]'))
+    message = refusal(tmp_path, two_nodes(docker_options=f'["--ulimit=memlock=-1", "{option}"]'))
 
     name = option.split("=", 1)[0]
     assert message == (

@@ -602,7 +602,23 @@ def _decode_spec(text: str) -> JobSpec:
     return spec
 
 
-def _job_from_row(row: Sequence[object]) -> Job:
+# A job row read again unchanged (the loop and every squeue and TUI refresh read all
+# active jobs) is the Job built from it last time: Job is frozen, and building 10,000
+# of them is most of the cost of a listing. Keyed by the whole row.
+_JOB_CACHE: dict[tuple[object, ...], Job] = {}
+_JOB_CACHE_MAX = 200_000
+
+
+def _job_from_row(row: tuple[object, ...]) -> Job:
+    job = _JOB_CACHE.get(row)
+    if job is None:
+        if len(_JOB_CACHE) >= _JOB_CACHE_MAX:
+            _JOB_CACHE.clear()
+        job = _JOB_CACHE[row] = _build_job(row)
+    return job
+
+
+def _build_job(row: Sequence[object]) -> Job:
     (
         job_id,
         uid,

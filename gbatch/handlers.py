@@ -77,6 +77,13 @@ def _in_group(uid: int, user: str, group: str, epoch: int) -> bool:
         return False
 
 
+def _require_admin(daemon: Daemon, caller: Caller, op: str, target: str, what: str) -> None:
+    """Refuse (and audit) a caller who is not an admin; `what` they may not do."""
+    if not is_admin(daemon, caller):
+        daemon.audit(caller, op, target, "refused: not an admin")
+        raise Refused("permission", f"only root, the daemon's user or an admin may {what}")
+
+
 def may_act_on(daemon: Daemon, caller: Caller, job: Job) -> bool:
     return caller.uid == job.uid or is_admin(daemon, caller)
 
@@ -538,9 +545,7 @@ def logs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
 
 def _admin_node(daemon: Daemon, caller: Caller, request: Mapping[str, Any], what: str) -> str:
     name = request.get("name")
-    if not is_admin(daemon, caller):
-        daemon.audit(caller, f"node_{what}", f"node {name}", "refused: not an admin")
-        raise Refused("permission", f"only root, the daemon's user or an admin may {what} nodes")
+    _require_admin(daemon, caller, f"node_{what}", f"node {name}", f"{what} nodes")
     if not isinstance(name, str) or name not in daemon.nodes:
         known = ", ".join(sorted(daemon.nodes))
         raise Refused("not_found", f"no node {name!r} in the fleet (nodes: {known})")
@@ -574,9 +579,7 @@ def node_install(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> 
     from gbatch.remote import RemoteError
     from gbatch.remotenode import RemoteNode, install_agent
 
-    if not is_admin(daemon, caller):
-        daemon.audit(caller, "node_install", "nodes", "refused: not an admin")
-        raise Refused("permission", "only root, the daemon's user or an admin may install agents")
+    _require_admin(daemon, caller, "node_install", "nodes", "install agents")
     names = request.get("names") or [
         n for n, node in daemon.nodes.items() if isinstance(node, RemoteNode)
     ]
@@ -603,9 +606,7 @@ def _trust_node(daemon: Daemon, caller: Caller, request: Mapping[str, Any], op: 
     from gbatch.remotenode import RemoteNode
 
     name = request.get("name")
-    if not is_admin(daemon, caller):
-        daemon.audit(caller, op, f"node {name}", "refused: not an admin")
-        raise Refused("permission", "only root, the daemon's user or an admin may trust host keys")
+    _require_admin(daemon, caller, op, f"node {name}", "trust host keys")
     node = daemon.nodes.get(name) if isinstance(name, str) else None
     if not isinstance(node, RemoteNode):
         if node is not None:
@@ -690,9 +691,7 @@ def node_trust(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> di
 
 
 def shutdown(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
-    if not is_admin(daemon, caller):
-        daemon.audit(caller, "shutdown", "daemon", "refused: not an admin")
-        raise Refused("permission", "only root, the daemon's user or an admin may stop the daemon")
+    _require_admin(daemon, caller, "shutdown", "daemon", "stop the daemon")
     daemon.stop()
     return {"pid": os.getpid()}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 import pytest
@@ -140,6 +140,23 @@ def test_a_job_table_decodes_to_the_brief_jobs_and_shares_alike_specs() -> None:
     assert len(table["specs"]) == 2
     decoded = JobDecoder().decode(table)
     assert decoded == tuple(brief(job) for job in jobs)
+
+
+@pytest.mark.parametrize("state", list(JobState), ids=lambda s: s.value)
+def test_a_table_row_decodes_to_a_job_equal_field_by_field_to_one_built_by_init(
+    state: JobState,
+) -> None:
+    # job_from_row fills the Job's __dict__ itself, skipping the dataclass __init__:
+    # every field, secret_values (compare=False) too, must be what __init__ would set.
+    stop = JobState.CANCELLED if state is JobState.COMPLETING else None
+    job = replace(full_job(), state=state, stop_state=stop)
+    (decoded,) = JobDecoder().decode(through_json(jobs_to_table([job])))
+    built = Job(**{f.name: getattr(decoded, f.name) for f in fields(Job) if f.init})
+
+    assert vars(decoded) == vars(built)
+    assert decoded == brief(job) and hash(decoded) == hash(brief(job))
+    assert decoded.state is state and decoded.stop_state is stop
+    assert decoded.secret_values == ()
 
 
 def test_the_decoder_hands_back_the_same_job_object_while_a_job_is_unchanged() -> None:

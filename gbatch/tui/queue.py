@@ -172,18 +172,18 @@ class QueueScreen(LiveScreen):
         user) share the Text objects of their other cells."""
         known = self._texts
         texts: dict[tuple[str, ...], list[Text]] = {}
-        tails: dict[tuple[JobState, tuple[str, ...]], list[Text]] = {}
+        tails: dict[tuple[str, ...], list[Text]] = {}  # the ST cell tells the state
         out = []
         for job in jobs:
             row = cells[job.id]
             styled = known.get(row)
             if styled is None:
-                tail = tails.get((job.state, row[1:]))
+                tail = tails.get(row[1:])
                 if tail is None:
-                    tail = tails[job.state, row[1:]] = _styled(job, row)[1:]
+                    tail = tails[row[1:]] = _styled(job, row)[1:]
                 styled = [Text(row[0]), *tail]
             texts[row] = styled
-            out.append((str(job.id), styled))
+            out.append((row[0], styled))
         self._texts = texts
         return out
 

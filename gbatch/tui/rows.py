@@ -120,26 +120,34 @@ def sort_jobs(
 def job_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ...]]:
     """Each job's cells in QUEUE_COLUMNS order, rendered by squeue's own formatter.
 
-    Jobs alike in every field but their id (an array's held tasks: thousands) are
-    formatted once: their cells differ in the JOBID cell alone.
+    Jobs alike in every field the cells show but their id (the held jobs of a sweep:
+    thousands, whether one array or submitted one by one) are formatted once: their
+    cells differ in the JOBID cell alone.
     """
-    shapes = [_all_but_id(job) for job in jobs]
-    firsts: dict[tuple[Any, ...], Job] = {}
-    for shape, job in zip(shapes, jobs, strict=True):
-        firsts.setdefault(shape, job)
-    formatted = _formatted_cells(list(firsts.values()), now)
-    cells: dict[int, tuple[str, ...]] = {}
-    for shape, job in zip(shapes, jobs, strict=True):
-        first = firsts[shape]
-        if first is job:
-            cells[job.id] = formatted[job.id]
+    alike: dict[tuple[Any, ...], list[Job]] = {}
+    for shape, job in zip(map(_shape, jobs), jobs, strict=True):
+        group = alike.get(shape)
+        if group is None:
+            alike[shape] = [job]
         else:
-            cells[job.id] = (str(job.id), *formatted[first.id][1:])
+            group.append(job)
+    formatted = _formatted_cells([group[0] for group in alike.values()], now)
+    cells: dict[int, tuple[str, ...]] = {}
+    for group in alike.values():
+        first, *others = group
+        cells[first.id] = formatted[first.id]
+        rest = formatted[first.id][1:]
+        for job in others:
+            cells[job.id] = (str(job.id), *rest)
     return cells
 
 
-# Every Job field but `id`, as a tuple (hashable: Job and its spec are frozen).
-_all_but_id = attrgetter(*(field.name for field in fields(Job) if field.name != "id"))
+# What job_cells tells jobs apart by: every Job field but `id` (the one cell it fills
+# is made per job) and `submit_time` (no cell shows it: squeue's %V is not among
+# _SQUEUE_FIELDS), as a tuple (hashable: Job and its spec are frozen).
+_NOT_IN_SHAPE = ("id", "submit_time")
+_shape = attrgetter(*(field.name for field in fields(Job) if field.name not in _NOT_IN_SHAPE))
+assert "%V" not in _SQUEUE_FIELDS
 
 
 def _formatted_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ...]]:

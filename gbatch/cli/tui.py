@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 from typing import Any
 
 from gbatch.cli.context import Context
@@ -29,8 +30,21 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     # Fail before taking over the terminal: "no daemon" reads better as a line.
     ctx.client.call("ping")
     ctx.client.close()
+    # No cyclic garbage collection while textual is imported and the first reply is
+    # decoded: each of the many collections those allocations set off would walk
+    # every object made so far, and nothing made here is garbage yet.
+    gc.disable()
+    from gbatch.tui.data import DaemonLink  # no textual: a client and the decoder
+
+    # The first read of the queue runs while textual is imported (most of the start).
+    link = DaemonLink(ctx.paths.socket)
+    link.prefetch_queue()
     # Deferred: textual costs far more to import than every other command needs.
     from gbatch.tui.app import make_app
 
-    make_app(ctx.paths.socket, user=ctx.me, refresh_seconds=args.refresh).run()
+    app = make_app(ctx.paths.socket, user=ctx.me, refresh_seconds=args.refresh, link=link)
+    # What lives this long lives as long as the app: the collector need never walk it.
+    gc.freeze()
+    gc.enable()
+    app.run()
     return Exit.OK

@@ -54,8 +54,9 @@ def make_app(
     """A TUI on the daemon at `socket_path`; `user` is whose jobs "mine" shows (the
     daemon itself knows the caller from the socket, whatever `user` says).
 
-    `link`, when given, is used instead of one to `socket_path`: the snapshot tests
-    and the README's screenshots hand in a link that serves fixed data.
+    `link`, when given, is used instead of one to `socket_path`: `gbatch tui` hands in
+    one already reading the queue, the snapshot tests and the README's screenshots one
+    that serves fixed data.
     """
     if link is None:
         link = DaemonLink(socket_path)

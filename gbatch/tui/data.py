@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,15 +114,57 @@ class DaemonLink:
         self._lock = threading.Lock()
         self._decoder = JobDecoder()
         self._decode_lock = threading.Lock()
+        self._prefetched: Future[QueueSnapshot] | None = None
+        self._prefetch_lock = threading.Lock()  # one queue() takes the prefetched read
 
     def _call(self, op: str, **args: Any) -> dict[str, Any]:
         with self._lock:
             return self._client.call(op, **args)
 
+    def prefetch_queue(self) -> None:
+        """Start reading the active jobs now, in a thread of its own; the next
+        `queue()` of active jobs returns that read (waiting for it if need be).
+
+        `gbatch tui` calls this before it imports textual: the daemon lists the jobs
+        and the reply is decoded while the import runs, instead of after the app has
+        started. A failed read raises from that `queue()` as a fresh one would.
+        """
+        future: Future[QueueSnapshot] = Future()
+
+        def read() -> None:
+            try:
+                future.set_result(self._read_queue())
+            except BaseException as err:  # handed to whoever waits for the read
+                future.set_exception(err)
+
+        self._prefetched = future
+        threading.Thread(target=read, name="gbatch-prefetch", daemon=True).start()
+
+    def prefetched_queue(self) -> QueueSnapshot | None:
+        """The prefetch_queue read if it has already succeeded, taken (the next
+        `queue()` reads anew); None when there is none, it is still running, or it
+        failed (the next `queue()` then reads anew and raises as that read does)."""
+        with self._prefetch_lock:
+            future = self._prefetched
+            if future is None or not future.done():
+                return None
+            self._prefetched = None
+        if future.exception() is not None:
+            return None
+        return future.result()
+
     def queue(self, *, finished: bool = False, now: float | None = None) -> QueueSnapshot:
         """Every active job; with `finished`, the jobs that ended among those submitted
         in the FINISHED_WINDOW_S before `now` (as `sacct -S`). Decoded by JobDecoder:
         an unchanged job is the very Job object of the last reply."""
+        if not finished:
+            with self._prefetch_lock:
+                prefetched, self._prefetched = self._prefetched, None
+            if prefetched is not None:
+                return prefetched.result()
+        return self._read_queue(finished=finished, now=now)
+
+    def _read_queue(self, *, finished: bool = False, now: float | None = None) -> QueueSnapshot:
         if finished:
             since = (time.time() if now is None else now) - FINISHED_WINDOW_S
             finals = [state.code for state in JobState if state.is_final]

@@ -74,11 +74,18 @@ def visible(
 
 def state_counts(jobs: Iterable[Job], *, finished: bool = False) -> dict[JobState, int]:
     """Jobs per state, every active (or, with `finished`, final) state present (0 when
-    none), in lifecycle order."""
-    counts = {state: 0 for state in JobState if state.is_final is finished}
-    for job in jobs:
-        counts[job.state] = counts.get(job.state, 0) + 1
+    none), in lifecycle order, then any other state that occurs."""
+    # list.count compares at C speed; a dict keyed by the state would call the enum's
+    # Python __hash__ twice per job (10,000 jobs, every refresh).
+    states = list(map(_state_of, jobs))
+    counts = {state: states.count(state) for state in JobState if state.is_final is finished}
+    for state in JobState:
+        if state.is_final is not finished and (count := states.count(state)):
+            counts[state] = count
     return counts
+
+
+_state_of = attrgetter("state")
 
 
 def format_counts(counts: Mapping[JobState, int]) -> str:
@@ -93,14 +100,15 @@ def _running_seconds(job: Job, now: float) -> float:
 
 
 _STATE_ORDER = {state: i for i, state in enumerate(JobState)}
-_SORT_KEYS: Mapping[str, Callable[[Job, float, Sequence[str]], Any]] = {
-    "id": lambda job, now, cells: job.id,
-    "user": lambda job, now, cells: (job.user, job.id),
-    "name": lambda job, now, cells: (job.spec.name, job.id),
-    "state": lambda job, now, cells: (_STATE_ORDER[job.state], job.id),
-    "gpus": lambda job, now, cells: (job.spec.gpus, job.id),
-    "time": lambda job, now, cells: (_running_seconds(job, now), job.id),
-    "where": lambda job, now, cells: (cells[-1], job.id),
+# Per QUEUE_COLUMNS key: (now, cells by job id) -> the sort key of a job.
+_SORT_KEYS: Mapping[str, Callable[[float, Mapping[int, Sequence[str]]], Callable[[Job], Any]]] = {
+    "id": lambda now, cells: attrgetter("id"),
+    "user": lambda now, cells: attrgetter("user", "id"),
+    "name": lambda now, cells: lambda job: (job.spec.name, job.id),
+    "state": lambda now, cells: lambda job: (_STATE_ORDER[job.state], job.id),
+    "gpus": lambda now, cells: lambda job: (job.spec.gpus, job.id),
+    "time": lambda now, cells: lambda job: (_running_seconds(job, now), job.id),
+    "where": lambda now, cells: lambda job: (cells[job.id][-1], job.id),
 }
 
 
@@ -113,8 +121,7 @@ def sort_jobs(
     reverse: bool = False,
 ) -> list[Job]:
     """Order by a QUEUE_COLUMNS key: numbers as numbers, ties by job id."""
-    key = _SORT_KEYS[column]
-    return sorted(jobs, key=lambda job: key(job, now, cells[job.id]), reverse=reverse)
+    return sorted(jobs, key=_SORT_KEYS[column](now, cells), reverse=reverse)
 
 
 def job_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ...]]:

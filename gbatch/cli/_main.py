@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from gbatch import __version__
 from gbatch.cli import daemon, logs, node, sacct, sbatch, scancel, scontrol, sinfo, squeue, tui
@@ -32,8 +33,17 @@ exit status: 0 ok, 1 failed (e.g. unknown job), 2 bad input (nothing queued),
 Files live under $GBATCH_HOME (default: the user's data dir)."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (what is wrong, and where the help is)
+    instead of the usage block and the message under it. Sub-command parsers are made
+    of this class too (add_subparsers uses the parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(Exit.USAGE, f"{self.prog}: error: {message}. See `{self.prog} --help`\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gbatch",
         description="Queue GPU jobs on a lab's servers, Slurm style.",
         epilog=EPILOG,
@@ -50,8 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
     prog = f"gbatch {args.command}"
+    if unknown:  # named after the command they were given to, not plain `gbatch`
+        message = f"unrecognized arguments: {' '.join(unknown)}. See `{prog} --help`"
+        return _fail(prog, message, Exit.USAGE)
     try:
         status: int = args.run(args, Context())
         return status

@@ -85,6 +85,40 @@ def test_bad_options_are_refused_and_nothing_is_queued(
     assert _queue_size(head) == before
 
 
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["sbatch", "--wrap", "true", "--bogus"],
+            "gbatch sbatch: error: unrecognized arguments: --bogus",
+        ),
+        (["sbatch", "--wrap"], "gbatch sbatch: error: argument --wrap: expected one argument"),
+        (["--bogus", "sbatch", "--wrap", "true"], "gbatch sbatch: error: unrecognized arguments"),
+        (["squeue", "-t"], "gbatch squeue: error: argument -t/--states: expected one argument"),
+        (["sinfo", "-N", "--bogus"], "gbatch sinfo: error: unrecognized arguments: --bogus"),
+        (["node", "add"], "gbatch node: error: argument action: invalid choice: 'add'"),
+        (["tui", "--refresh", "soon"], "gbatch tui: error: argument --refresh: invalid float"),
+        (["sbtach", "job.yaml"], "gbatch: error: argument COMMAND: invalid choice: 'sbtach'"),
+        ([], "gbatch: error: the following arguments are required: COMMAND"),
+    ],
+)
+def test_a_usage_mistake_is_one_line_pointing_at_the_help(
+    head: Head, args: list[str], expected: str
+) -> None:
+    # argparse's own errors (unknown option, missing value, bad choice or type) come
+    # out as one line too, not the usage block, and name the command they were given to.
+    before = _queue_size(head)
+    result = head.run(*args)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(expected), lines[0]
+    command = expected.split(":")[0]
+    assert lines[0].endswith(f"See `{command} --help`"), lines[0]
+    assert _queue_size(head) == before
+
+
 def test_bad_squeue_format_names_the_letter(head: Head) -> None:
     result = head.run("squeue", "-o", "%i %Z")
     assert result.returncode == 2

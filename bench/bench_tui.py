@@ -3,24 +3,28 @@
 Run: `.venv/bin/python bench/bench_tui.py [--quick]`.
 
 The fixture: one daemon (8 simulated GPUs) with 8 one-GPU `sleep` jobs RUNNING and
-9,992 held PENDING jobs submitted as one array: 10,000 active jobs, all the caller's,
-so the queue view's default filter (mine, any state) shows every one. The sleepers
-are cancelled before the daemon stops (runs outlive their daemon by design).
+9,992 held PENDING jobs, half submitted as one array and half one by one (each its
+own submit time, as a lab's queue has): 10,000 active jobs, all the caller's, so the
+queue view's default filter (mine, any state) shows every one. The sleepers are
+cancelled before the daemon stops (runs outlive their daemon by design).
 
-The app runs in-process and headless (`App.run_test(size=(160, 48))`), as the Pilot
-tests run it, with a wrapper around `App._display` (where textual writes each frame
-to the terminal) that timestamps every frame and turns it into the terminal's bytes,
-the step a headless run skips (so that the figure includes it).
-
-- First paint: from entering `run_test` (the app not yet started: no screen, no
-  connection) to the end of the first frame that shows the counts line with
-  "10000 shown" and the first row of the queue table (the first sleeper's name),
-  the table then holding all 10,000 rows. It includes the `jobs` request and its
-  10,000 decoded jobs, the cells, filling the table, layout and rendering.
-  The textual import and the daemon's start are not in it. Goal <= 400 ms.
-  Printed with its two parts: start -> the end of the app's first `queue()` read
-  (request, reply, decoding), and from there -> the frame. Each run starts after a
-  gc.collect(), as a fresh process would have no earlier run's garbage.
+- First paint, whole process (goal <= 400 ms): what a user waits for. `gbatch tui`
+  is started on a fresh pty of 160x48 (TERM=xterm-256color), and the figure is the
+  time from the fork to the moment the terminal has received the counts line with
+  "10000 shown" and the first sleeper's name. It includes the interpreter's start,
+  the imports (textual's is most of it), the `jobs` request and its decoding, the
+  app's start, the cells, filling the table, layout, rendering and the write to the
+  terminal. The app is then quit with `q`.
+- First paint, in-process: the same app headless (`App.run_test(size=(160, 48))`,
+  as the Pilot tests run it), with a wrapper around `App._display` (where textual
+  writes each frame to the terminal) that timestamps every frame and turns it into
+  the terminal's bytes, the step a headless run skips. From entering `run_test` (no
+  screen, no connection yet) to the end of the first frame that shows the same two
+  texts, the table then holding all 10,000 rows: the import and the early read that
+  `gbatch tui` overlaps with it are not in it, so the read is. Printed with its two
+  parts: start -> the end of the app's first `queue()` read (request, reply,
+  decoding), and from there -> the frame. Each run starts after a gc.collect(), as a
+  fresh process would have no earlier run's garbage.
 - One refresh (what the queue's timer does each second), the app already showing
   the 10,000 rows, its own timer stopped so only the bench refreshes:
   the fetch (`DaemonLink.queue`, off the UI thread as the app does it) and the UI
@@ -36,16 +40,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import fcntl
 import gc
 import os
+import pty
 import pwd
+import select
+import signal
+import struct
+import termios
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from common import machine_note, report_ms, running_daemon
+from common import GBATCH, gbatch_env, machine_note, report_ms, running_daemon
 
 from gbatch.client import Client
 from gbatch.model import JobSpec, JobState
@@ -66,13 +77,17 @@ SETTLE_TIMEOUT_S = 30.0
 
 
 def seed(socket: Path) -> list[int]:
-    """RUNNING sleepers on every GPU, then held jobs up to ACTIVE; the sleepers' ids."""
+    """RUNNING sleepers on every GPU, then held jobs up to ACTIVE, half of them one
+    array and half submitted one by one; the sleepers' ids."""
     sleeper = JobSpec(name="sleeper", command=("sleep", "600"), gpus=1).to_dict()
     held = JobSpec(name="train", command=("python", "train.py"), gpus=1).to_dict()
     with Client(socket, timeout=120) as client:
         ids: list[int] = client.call("submit", spec=sleeper, count=RUNNING)["ids"]
         wait_states(client, ids, lambda states: states.count("RUNNING") == RUNNING)
-        client.call("submit", spec=held, count=ACTIVE - RUNNING, held=True)
+        singles = (ACTIVE - RUNNING) // 2
+        client.call("submit", spec=held, count=ACTIVE - RUNNING - singles, held=True)
+        for _ in range(singles):
+            client.call("submit", spec=held, held=True)
         assert len(client.call("jobs", brief=True)["jobs"]) == ACTIVE
     return ids
 
@@ -177,6 +192,52 @@ def first_paint(socket: Path, runs: int) -> tuple[list[float], list[float]]:
     return [total for total, _ in samples], [fetched for _, fetched in samples]
 
 
+def one_terminal_paint(home: Path) -> float:
+    """Seconds from starting `gbatch tui` on a fresh terminal (a pty of SIZE) to the
+    moment the rows' bytes reach it: the counts line with "10000 shown" and the first
+    sleeper's name. The app is then asked to quit with `q`, as a user would."""
+    env = {**gbatch_env(home, simulate_gpus=GPUS), "TERM": "xterm-256color"}
+    marks = (f"{ACTIVE} shown".encode(), b"sleeper")
+    winsize = struct.pack("HHHH", SIZE[1], SIZE[0], 0, 0)
+    start = time.perf_counter()
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the pty is its terminal
+        fcntl.ioctl(0, termios.TIOCSWINSZ, winsize)
+        os.execve(str(GBATCH), [str(GBATCH), "tui"], env)
+    painted = None
+    seen = b""
+    try:
+        while painted is None and time.perf_counter() - start < SETTLE_TIMEOUT_S:
+            if not select.select([fd], [], [], 0.5)[0]:
+                continue
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            seen += chunk
+            if all(mark in seen for mark in marks):
+                painted = time.perf_counter() - start
+        if painted is None:
+            raise RuntimeError(f"`gbatch tui` never showed the rows: {seen[-400:]!r}")
+        os.write(fd, b"q")
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            with contextlib.suppress(OSError):  # drain: a full pty would block its exit
+                if select.select([fd], [], [], 0.05)[0]:
+                    os.read(fd, 1 << 20)
+    finally:
+        os.close(fd)
+    return painted
+
+
+def terminal_paint(home: Path, runs: int) -> list[float]:
+    one_terminal_paint(home)  # warm-up: the page cache, the bytecode cache
+    return [one_terminal_paint(home) for _ in range(runs)]
+
+
 def one_job_gone(snapshot: QueueSnapshot) -> QueueSnapshot:
     """`snapshot` without its middle job (as if it had ended): the rows are reloaded."""
     jobs = list(snapshot.jobs)
@@ -249,9 +310,16 @@ def main() -> None:
         socket = home / "gbatchd.sock"
         sleepers = seed(socket)
         try:
+            report_ms(
+                f"TUI first paint, {ACTIVE:,} active jobs, whole process "
+                f"(`gbatch tui` on a {SIZE[0]}x{SIZE[1]} pty)",
+                terminal_paint(home, runs),
+                FIRST_PAINT_GOAL_MS,
+            )
             totals, fetched = first_paint(socket, runs)
             report_ms(
-                f"TUI first paint, {ACTIVE:,} active jobs (headless {SIZE[0]}x{SIZE[1]})",
+                f"TUI first paint, {ACTIVE:,} active jobs, in-process "
+                f"(headless {SIZE[0]}x{SIZE[1]}, the read not overlapped)",
                 totals,
                 FIRST_PAINT_GOAL_MS,
             )

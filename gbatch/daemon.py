@@ -527,6 +527,15 @@ class Daemon:
                 unavailable_reason=f"drained: {drained[node.name]}",
                 releases=releases,
             )
+        if report.lease_problem:  # a run started there could be fenced: none is
+            return NodeView(
+                node.name,
+                len(gpus),
+                (),
+                available=False,
+                unavailable_reason=f"suspect: {_lease_reason(report.lease_problem)}",
+                releases=releases,
+            )
         runs_containers = not check_engine or node.docker_problem(now) is None
         return NodeView(
             node.name, len(gpus), free, releases=releases, runs_containers=runs_containers
@@ -558,6 +567,8 @@ class Daemon:
         gpus = node.gpus(report)
         if node.name in drained:
             state, reason = NodeState.DRAINED, drained[node.name]
+        elif report.lease_problem:
+            state, reason = NodeState.SUSPECT, _lease_reason(report.lease_problem)
         elif not allocations:
             state, reason = NodeState.IDLE, ""
         elif len(allocations) >= len(gpus):
@@ -608,6 +619,11 @@ def _make_nodes(
     from gbatch.remotenode import RemoteNode
 
     return [RemoteNode(node, paths, config, on_change) for node in inventory.nodes]
+
+
+def _lease_reason(problem: str) -> str:
+    """sinfo's REASON for a host that reports but cannot write its renewed lease."""
+    return f"lease not renewed ({problem}): no new jobs until the host can write it"
 
 
 def _gpu_seconds(job: Job, until: float) -> float:

@@ -74,6 +74,9 @@ class NodeReport:
     # head renews the lease by answering `renew <seq>`), and the lease's seconds left.
     seq: int | None = None
     lease_remaining: float | None = None
+    # Why the host could not write its renewed lease (a read-only or failing disk):
+    # its fence would stop the runs when the old lease runs out. "" when all is well.
+    lease_problem: str = ""
 
 
 def _field(data: Mapping[str, object], key: str, where: str) -> object:
@@ -237,14 +240,20 @@ def parse_report(data: Mapping[str, object]) -> NodeReport:
         raise ReportError(f"report.seq: expected an integer, got {_describe(seq)}")
     lease = data.get("lease")
     remaining: float | None = None
+    lease_problem = ""
     if lease is not None:
-        value = _object(lease, "report.lease").get("remaining")
+        lease_fields = _object(lease, "report.lease")
+        value = lease_fields.get("remaining")
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ReportError(
                     f"report.lease.remaining: expected a number or null, got {_describe(value)}"
                 )
             remaining = float(value)
+        problem = lease_fields.get("problem", "")
+        if not isinstance(problem, str):
+            raise ReportError(f"report.lease.problem: expected a string, got {_describe(problem)}")
+        lease_problem = problem
     return NodeReport(
         schema=schema,
         time=float(timestamp),
@@ -257,6 +266,7 @@ def parse_report(data: Mapping[str, object]) -> NodeReport:
         docker_note=docker_note,
         seq=seq,
         lease_remaining=remaining,
+        lease_problem=lease_problem,
     )
 
 

@@ -10,6 +10,7 @@ kernel's clock (/proc/uptime, the same in every container) to a file in a shared
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import subprocess
@@ -197,3 +198,47 @@ def test_a_long_cut_fences_the_run_then_requeues_it_once_without_overlap(
         return stale & set(listed)
 
     wait_for(lambda: not stale_left(), 30, f"the fenced containers to be removed: {stale_left()}")
+
+
+def test_a_host_that_cannot_write_its_lease_gets_no_new_jobs_and_sinfo_says_why(
+    tmp_path: Path,
+) -> None:
+    # A host whose agent cannot write the renewed lease (a failing disk, often
+    # remounted read-only) would have its fence stop any run once the old lease ran
+    # out: the head must place nothing there, say why, and use it again once fixed.
+    # A directory in the lease file's place makes every write of it fail (EISDIR,
+    # whoever the agent runs as), with no other effect on the host.
+    fleet = build_fleet(tmp_path, {"gpu01": 1}, config=FAST_CONFIG + TMP_MOUNTS_CONFIG)
+    try:
+        head = fleet.head
+        lease = fleet.agent_dirs["gpu01"] / "lease.json"
+
+        def sinfo() -> str:
+            return head.run("sinfo", "-h", check=True).stdout
+
+        wait_for(lambda: sinfo_state(fleet, "gpu01") == "idle" and lease.is_file(), 30, "up")
+
+        def lease_is_a_directory() -> bool:
+            with contextlib.suppress(FileNotFoundError):
+                lease.unlink()  # the agent may put the file back in between
+            with contextlib.suppress(FileExistsError):
+                lease.mkdir()
+            return lease.is_dir()
+
+        wait_for(lease_is_a_directory, 10, "a directory where the lease file was")
+        wait_for(lambda: sinfo_state(fleet, "gpu01") == "suspect", 30, "gpu01 suspect")
+        line = sinfo()
+        assert "lease not renewed (cannot renew the lease file" in line, line
+        assert os.strerror(errno.EISDIR) in line, line
+        job = head.sbatch("--image", fleet.image, "--wrap", "echo fine")
+        time.sleep(3)  # several report rounds: it would have started by now
+        record = head.job(job)
+        assert (record["state"], record["reason"], record["attempt"]) == ("PENDING", "NodeDown", 0)
+
+        lease.rmdir()  # fixed: the next renewal writes the file again
+        head.wait_state(job, "COMPLETED", timeout=60)
+        assert head.run("logs", str(job), check=True).stdout == "fine\n"
+        wait_for(lambda: sinfo_state(fleet, "gpu01") == "idle", 30, "gpu01 idle again")
+        assert lease.is_file()
+    finally:
+        teardown_fleet(fleet)

@@ -46,6 +46,7 @@ class FakeNode:
         self.launched: list[tuple[int, int]] = []
         self.launch_answer_lost = False
         self.run_state: str = "running"
+        self.lease_problem = ""
 
     def hear(self) -> None:
         self.reporting, self.heard_at = True, self.clocks.mono
@@ -61,7 +62,8 @@ class FakeNode:
         if not self.reporting:
             return None, "connection lost"
         report = NodeReport(1, self.clocks.wall, self.name, "simulation", "", (), None)
-        return NodeReport(**{**report.__dict__, "containers": self.containers}), ""
+        changes = {"containers": self.containers, "lease_problem": self.lease_problem}
+        return NodeReport(**{**report.__dict__, **changes}), ""
 
     def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
         return ()
@@ -132,6 +134,26 @@ def test_a_suspect_or_freshly_down_node_keeps_its_runs(daemon: Daemon, clocks: C
     go_silent_for(daemon, clocks, DOWN_AFTER)  # down, but the lease may still run
     assert daemon.node_infos()[0].state.value == "down"
     assert daemon.store.require(job_id).state is JobState.RUNNING
+
+
+def test_a_node_that_cannot_write_its_lease_gets_no_new_job_and_keeps_its_runs(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    job_id = running_job(daemon, clocks)
+    node(daemon).lease_problem = "cannot renew the lease file /a/lease.json: [Errno 30] EROFS"
+    daemon.collect_ended_runs(clocks.wall)
+
+    (info,) = daemon.node_infos()
+    assert info.state.value == "suspect"
+    assert info.reason.startswith("lease not renewed (cannot renew the lease file /a/lease")
+    view = daemon.node_view(daemon.nodes["gpu01"], [daemon.store.require(job_id)], {})
+    assert not view.available and view.unavailable_reason.startswith("suspect: lease not")
+    assert daemon.store.require(job_id).state is JobState.RUNNING  # left alone
+    assert node(daemon).signals == []
+
+    node(daemon).lease_problem = ""  # the host wrote it again
+    assert daemon.node_infos()[0].state.value == "allocated"
+    assert daemon.node_view(daemon.nodes["gpu01"], [], {}).available
 
 
 def test_a_down_nodes_run_is_requeued_once_the_lease_and_margin_are_over(

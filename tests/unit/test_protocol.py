@@ -192,6 +192,7 @@ def test_missing_key_is_named_with_its_place(path: tuple[str | int, ...], messag
         ),
         (("containers", 0, "id"), None, "report.containers[0].id: expected a string, got null"),
         (("docker_note",), 3, "report.docker_note: expected a string, got int 3"),
+        (("lease", "problem"), None, "report.lease.problem: expected a string, got null"),
     ],
 )
 def test_wrong_type_is_named_with_its_place(
@@ -349,6 +350,17 @@ def test_report_without_docker_note_or_containers_listed_parses_with_defaults() 
     report = parse_report(data)
 
     assert (report.containers, report.docker_note) == ((), "")
+
+
+def test_a_lease_the_host_could_not_write_is_reported_with_why() -> None:
+    data = sample()
+    assert parse_report(data).lease_problem == ""  # the sample's lease is fine
+    data["lease"]["problem"] = "cannot renew the lease file /x: [Errno 30] Read-only file system"
+
+    report = parse_report(data)
+
+    assert report.lease_problem.endswith("Read-only file system")
+    assert report.lease_remaining == 299.2
 
 
 def test_docker_note_is_kept() -> None:

@@ -25,6 +25,8 @@ Rows = Sequence[Row]
 # More changed cells than this in one refresh and the rows are loaded as a whole:
 # measured, 5,000 update_cell calls cost about one bulk load of 10,000 rows.
 _MAX_CELL_UPDATES = 5000
+# More rows gone and new than this in one refresh, and the rows are loaded as a whole.
+_MAX_ROWS_PATCHED = 1000
 # What _bulk_load reaches into (textual 8's DataTable). Should a textual release lack
 # one, the public add_row path serves instead: slower, the same rows.
 _INTERNALS = (
@@ -51,19 +53,24 @@ def sync_rows(table: DataTable[Text], rows: Rows, column_keys: Sequence[str]) ->
 
     Same keys in the same order (the usual refresh): only the cells that changed are
     updated, so nothing moves; a cell that became wider than its column widens it.
-    Otherwise the rows are loaded anew in one go (no frame shows an empty table) and
-    the cursor stays on the same key, and the view at the same scroll offset, as long
-    as that row is still there. Pass the same Text objects for unchanged cells when
-    you can: they are recognised without comparing their text.
+    A few rows gone or new, the others in the same order (a job ended, one was
+    submitted): those rows alone are taken out and put in (_patch_rows). Otherwise the
+    rows are loaded anew in one go (no frame shows an empty table). Either way the
+    cursor stays on the same key, and the view at the same scroll offset, as long as
+    that row is still there. Pass the same Text objects for unchanged cells when you
+    can: they are recognised without comparing their text.
     """
     current = [row.key.value for row in table.ordered_rows]
-    if current == [key for key, _ in rows]:
+    wanted = [key for key, _ in rows]
+    if current == wanted:
         changed = _changed_cells(table, rows, column_keys)
         if len(changed) <= _MAX_CELL_UPDATES:
             for key, column, cell in changed:
                 wider = cell_len(cell.plain) > table.columns[ColumnKey(column)].content_width
                 table.update_cell(key, column, cell, update_width=wider)
             return
+    elif _patch_rows(table, rows, column_keys, current, wanted):
+        return
     _replace_rows(table, rows, column_keys)
 
 
@@ -89,6 +96,75 @@ def _cells_of(table: DataTable[Text], key: str) -> Collection[object]:
     if isinstance(data, dict) and key in data:
         return data[key].values()  # type: ignore[no-any-return]
     return table.get_row(key)
+
+
+def _patch_rows(
+    table: DataTable[Text],
+    rows: Rows,
+    column_keys: Sequence[str],
+    current: Sequence[str | None],
+    wanted: list[str],
+) -> bool:
+    """Take out the rows of `current` that `wanted` lacks and put in the new ones, when
+    at most _MAX_ROWS_PATCHED come and go and the rows in both keep their order; the
+    rows that stay keep their objects (a reload makes 10,000 of each again). Their
+    cells that changed are replaced. False, having done nothing, when that does not
+    apply (or textual's internals are not there): the caller reloads.
+    """
+    if not current or not all(hasattr(table, name) for name in _INTERNALS):
+        return False
+    kept = set(current).intersection(wanted)
+    if len(current) + len(wanted) - 2 * len(kept) > _MAX_ROWS_PATCHED:
+        return False
+    if [key for key in current if key in kept] != [key for key in wanted if key in kept]:
+        return False  # reordered (another sort): a reload costs no more
+    keep = cursor_key(table)
+    old_index = table.cursor_row
+    scroll_y = table.scroll_y
+    row_keys = {row_key.value: row_key for row_key in table.rows}
+    for key in current:
+        if key not in kept:
+            gone = row_keys.pop(key)
+            del table.rows[gone]
+            del table._data[gone]
+    data = table._data
+    keys: list[Any] = list(column_keys)  # str, typed as ColumnKey: see _bulk_load
+    measure: list[Sequence[Text]] = []  # the cells of the rows new or changed
+    for key, cells in rows:
+        row_key = row_keys.get(key)
+        if row_key is None:
+            row_key = row_keys[key] = RowKey(key)
+            table.rows[row_key] = TableRow(row_key, height=1)
+        elif all(map(is_, cells, data[row_key].values())):
+            continue
+        data[row_key] = dict(zip(keys, cells, strict=True))
+        measure.append(cells)
+    table._row_locations = TwoWayDict({row_keys[key]: index for index, key in enumerate(wanted)})
+    for cell_key in [c for c in table._updated_cells if c.row_key.value not in row_keys]:
+        table._updated_cells.discard(cell_key)  # a width update pending for a row gone
+    _grow_columns(table, column_keys, measure)
+    table._clear_caches()
+    table._update_count += 1
+    table._require_update_dimensions = True
+    # The row under the cursor gone (a job ended): stay at the same height instead.
+    index = wanted.index(keep) if keep is not None and keep in kept else old_index
+    if rows:
+        table.move_cursor(row=min(index, len(rows) - 1), animate=False, scroll=False)
+    else:
+        table.cursor_coordinate = Coordinate(0, 0)
+    table.refresh(layout=True)
+    table.check_idle()
+    # Fewer rows may end above this offset: scroll back once the new size is laid out,
+    # which clamps the offset and its target alike, as after a reload.
+    table.call_after_refresh(_scroll_back, table, scroll_y)
+    return True
+
+
+def _scroll_back(table: DataTable[Text], scroll_y: float) -> None:
+    table.scroll_to(y=scroll_y, animate=False)
+    # A scroll bar hidden while the offset was clamped (the rows fitted the view) was
+    # not told: it would show its old place when the rows grow again.
+    table.vertical_scrollbar.position = table.scroll_y
 
 
 def _replace_rows(table: DataTable[Text], rows: Rows, column_keys: Sequence[str]) -> None:
@@ -135,12 +211,7 @@ def _bulk_load(table: DataTable[Text], rows: Rows, column_keys: Sequence[str]) -
     table._row_locations = TwoWayDict({row_key: index for index, row_key in enumerate(row_keys)})
     table._new_rows.clear()
     table._updated_cells.clear()
-    by_column = zip(*(cells for _, cells in rows), strict=True) if rows else ()
-    for column, cells in zip(columns, by_column, strict=False):
-        # Columns only grow, as they do under add_row. Rows share Text objects, so
-        # each distinct one is measured once.
-        distinct = dict(zip(map(id, cells), cells, strict=True)).values()
-        column.content_width = max(column.content_width, _widest(map(_plain, distinct)))
+    _grow_columns(table, column_keys, [cells for _, cells in rows])
     table._update_count += 1
     table._require_update_dimensions = True  # the virtual size, on the next idle
     # As clear() does; the caller scrolls back once the new size is laid out.
@@ -148,6 +219,19 @@ def _bulk_load(table: DataTable[Text], rows: Rows, column_keys: Sequence[str]) -
     table.scroll_target_x = table.scroll_target_y = 0
     table.refresh(layout=True)
     table.check_idle()
+
+
+def _grow_columns(
+    table: DataTable[Text], column_keys: Sequence[str], rows: Sequence[Sequence[Text]]
+) -> None:
+    """Widen each column to its widest cell among `rows` (cells in column order).
+    Columns only grow, as they do under add_row. Rows share Text objects, so each
+    distinct one is measured once."""
+    columns = [table.columns[ColumnKey(key)] for key in column_keys]
+    by_column = zip(*rows, strict=True) if rows else ()
+    for column, cells in zip(columns, by_column, strict=False):
+        distinct = dict(zip(map(id, cells), cells, strict=True)).values()
+        column.content_width = max(column.content_width, _widest(map(_plain, distinct)))
 
 
 _plain = attrgetter("plain")

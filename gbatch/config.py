@@ -149,6 +149,8 @@ class Config:
     allow_root_jobs: bool = False  # with run_as_submitter: may root's jobs run as root?
     job_network: str = "bridge"  # docker --network for every job
     allow_host_network: bool = False  # job_network: host needs this too
+    # Networks a container job may pick with `network:` instead of job_network.
+    job_networks: tuple[str, ...] = ()
     # Added back after --cap-drop ALL; never beyond docker's default set.
     job_capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
 
@@ -214,6 +216,16 @@ def _check_network(value: object, bad: Callable[[str], ConfigError]) -> str:
     return value
 
 
+def _check_networks(value: object, bad: Callable[[str], ConfigError]) -> tuple[str, ...]:
+    usage = "a list of docker network names like [none, labnet], or []"
+    if not isinstance(value, list):
+        raise bad(usage)
+    for name in value:
+        if not isinstance(name, str) or not _NETWORK_NAME.fullmatch(name):
+            raise bad(f"{usage}; {name!r} is not one")
+    return tuple(dict.fromkeys(value))
+
+
 def _check_capabilities(value: object, bad: Callable[[str], ConfigError]) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise bad("a list of capability names like [CHOWN, SETUID], or []")
@@ -233,6 +245,7 @@ _POLICY_KEYS: Mapping[str, Callable[[object, Callable[[str], ConfigError]], obje
     "allow_root_jobs": _check_flag,
     "job_network": _check_network,
     "allow_host_network": _check_flag,
+    "job_networks": _check_networks,
     "job_capabilities": _check_capabilities,
 }
 
@@ -242,6 +255,11 @@ def _check_policy(config: Config, source: str) -> Config:
     if config.job_network == "host" and not config.allow_host_network:
         raise ConfigError(
             f"{source}: job_network: host lets every job reach the services bound to its "
+            "node's localhost and ports. Set allow_host_network: true as well if you mean it"
+        )
+    if "host" in config.job_networks and not config.allow_host_network:
+        raise ConfigError(
+            f"{source}: job_networks: host lets a job reach the services bound to its "
             "node's localhost and ports. Set allow_host_network: true as well if you mean it"
         )
     return config

@@ -60,7 +60,8 @@ def docker_run_argv(
     guard after the submit check) and passed as read-only binds unless a writable root
     allows `:rw`. `run_as` gives `--user uid:gid` and `--group-add`; None leaves the
     image's user. Every container gets `--cap-drop ALL` and `--cap-add` for
-    `policy.capabilities` only, and `--network policy.network`. `extra_options` (the
+    `policy.capabilities` only, and `--network policy.network` (or the job's `network`,
+    if among `policy.networks`). `extra_options` (the
     node's admin-vetted docker_options) go right after `docker run`.
     `env_file` is a path on the node, written 0600 from `env_file_text`, so values never
     appear in argv or process listings. No `--gpus` at all when `gpus` is empty.
@@ -74,7 +75,8 @@ def docker_run_argv(
         raise ValueError(f"job {job_id}: {spec.image!r} is not an image name")
     try:
         mounts = check_mounts(spec.mounts, user, policy.mount_roots)
-    except SpecError as err:
+        network = policy.network_for(spec)
+    except (SpecError, ValueError) as err:
         raise ValueError(f"job {job_id}: {err}") from None
     argv = [
         docker,
@@ -97,7 +99,7 @@ def docker_run_argv(
         # for commands that ignore signals as PID 1.
         "--init",
         "--network",
-        policy.network,
+        network,
         "--cap-drop",
         "ALL",
     ]
@@ -138,7 +140,8 @@ def _check_invariants(options: Sequence[str], policy: ContainerPolicy) -> None:
         if name == "--userns" and value == "host":
             raise ValueError("docker run options may not contain --userns=host")
         if name in ("--network", "--net") and (
-            value.startswith("container:") or (value == "host" and policy.network != "host")
+            value.startswith("container:")
+            or (value == "host" and "host" not in (policy.network, *policy.networks))
         ):
             raise ValueError(f"docker run options may not set {name} {value}")
         if name == "--cap-add" and value.upper().removeprefix("CAP_") not in policy.capabilities:

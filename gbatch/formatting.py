@@ -562,7 +562,9 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         f"   Image={_printable(spec.image or _NULL)}"
         f" WorkDir={_printable(spec.workdir or _NULL)}"
         f" Mounts={_printable(','.join(spec.mounts) or _NULL)}"
-        f" ShmSize={_printable(spec.shm_size or _NULL)}",
+        f" ShmSize={_printable(spec.shm_size or _NULL)}"
+        # Only when the job picked one: the admin's job_network is every other job's.
+        + (f" Network={_printable(spec.network)}" if spec.network else ""),
         f"   Environment={env_names or _NULL}",
         "Events:",
         *_event_lines(events),
@@ -582,6 +584,7 @@ def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> st
             "workdir": spec.workdir,
             "mounts": list(spec.mounts),
             "shm_size": spec.shm_size,
+            "network": spec.network,  # null: the head's job_network
             "env_names": [name for name, _ in spec.env],
             "secret_env_names": list(spec.secret_env),
             "retries": spec.retries,

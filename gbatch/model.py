@@ -122,14 +122,17 @@ class JobSpec:
     # Names of the job's secret env variables. Their values never live in a spec: the
     # store keeps them encrypted, apart, and hands them out only for a launch.
     secret_env: tuple[str, ...] = ()
+    # The docker network a container job asked for (one of the admin's job_networks);
+    # None: the admin's job_network.
+    network: str | None = None
 
     @property
     def effective_priority(self) -> int:
         return self.priority - self.nice
 
     def to_dict(self) -> dict[str, object]:
-        """The spec as plain data. `secret_env` (names) only when there are secrets: the
-        stored JSON of every other job stays as it was."""
+        """The spec as plain data. `secret_env` (names) only when there are secrets and
+        `network` only when chosen: the stored JSON of every other job stays as it was."""
         data: dict[str, object] = {
             "name": self.name,
             "command": list(self.command),
@@ -147,6 +150,8 @@ class JobSpec:
         }
         if self.secret_env:
             data["secret_env"] = list(self.secret_env)
+        if self.network is not None:
+            data["network"] = self.network
         return data
 
     @classmethod
@@ -169,6 +174,7 @@ class JobSpec:
             shm_size=data.get("shm_size"),  # type: ignore[arg-type]
             requeue=bool(data.get("requeue", True)),
             secret_env=tuple(str(n) for n in data.get("secret_env") or ()),  # type: ignore[attr-defined]
+            network=data.get("network"),  # type: ignore[arg-type]
         )
 
 

@@ -94,6 +94,19 @@ class ContainerPolicy:
     mount_roots: tuple[MountRoot, ...] = ()
     network: str = "bridge"
     capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
+    networks: tuple[str, ...] = ()  # what a job may pick instead of `network`
+
+    def network_for(self, spec: JobSpec) -> str:
+        """The network a container of `spec` joins; ValueError when the job picked one
+        this policy does not offer."""
+        if spec.network is None or spec.network == self.network:
+            return self.network
+        if spec.network not in self.networks:
+            raise ValueError(f"network {spec.network} is not among {self.offered()}")
+        return spec.network
+
+    def offered(self) -> str:
+        return ", ".join(dict.fromkeys((self.network, *self.networks)))
 
 
 @dataclass(frozen=True)
@@ -110,6 +123,7 @@ def container_policy(config: Config) -> ContainerPolicy:
         mount_roots=config.mount_roots,
         network=config.job_network,
         capabilities=config.job_capabilities,
+        networks=config.job_networks,
     )
 
 
@@ -148,6 +162,18 @@ def check_submission(
             "root's jobs would run as root in their containers (run_as_submitter is on). "
             "Submit as your own user, or set allow_root_jobs: true in the head's config.yaml",
         )
+    if spec.network is not None:
+        if spec.image is None:
+            raise SpecError("network", "only container jobs pick a network. Add `image:`")
+        offered = container_policy(config)
+        try:
+            offered.network_for(spec)
+        except ValueError:
+            raise SpecError(
+                "network",
+                f"{spec.network} is not a network jobs may use here. Pick one of: "
+                f"{offered.offered()} (the head's job_network and job_networks)",
+            ) from None
     if not spec.mounts:
         return spec
     if spec.image is None:

@@ -38,6 +38,7 @@ KEYS = (
     "shm_size",
     "requeue",
     "secret_env",
+    "network",
 )
 
 # The CLI option that sets each field, for error messages about overrides. The CLI may
@@ -57,6 +58,7 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "shm_size": "--shm-size",
     "requeue": "--no-requeue",
     "secret_env": "--secret-env",
+    "network": "--network",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -80,6 +82,9 @@ _KEY_ALIASES = {
     "cwd": "workdir",
     "working_dir": "workdir",
     "shm": "shm_size",
+    "network_mode": "network",
+    "networks": "network",
+    "net": "network",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
@@ -406,6 +411,7 @@ def build_spec(
         shm_size=pick("shm_size", _check_shm_size, None),
         requeue=pick("requeue", _check_bool, True),
         secret_env=tuple(name for name, _ in pick("secret_env", check_secret_env, ())),
+        network=pick("network", _check_network, None),
     )
     _check_secret_env_apart(spec, values.get("secret_env", (None, ""))[1])
     return spec
@@ -695,6 +701,21 @@ def _check_workdir(value: object, field: str) -> str:
             field, f"the path is longer than {MAX_PATH_BYTES} bytes. Use a shorter path"
         )
     return value
+
+
+def _check_network(value: object, field: str) -> str:
+    """A docker network name; which ones a job may use is the head's policy
+    (job_network, job_networks), checked when the daemon takes the job."""
+    if not isinstance(value, str) or not _NETWORK_RE.fullmatch(value):
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a docker network name. Use a name like none or "
+            "labnet (one of those the admins offer)",
+        )
+    return value
+
+
+_NETWORK_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
 
 
 def _check_shm_size(value: object, field: str) -> str:

@@ -23,6 +23,7 @@ OPTION_NAMES = {
     "nice": "--nice",
     "workdir": "-D/--chdir",
     "secret_env": "--secret-env",
+    "network": "--network",
 }
 
 
@@ -85,6 +86,12 @@ def add_parser(commands: Any) -> None:
         metavar="NAME",
         help="pass $NAME from your environment as a secret: never shown, stored encrypted "
         "(repeatable; replaces the file's secret_env)",
+    )
+    p.add_argument(
+        "--network",
+        metavar="NAME",
+        help="the docker network of the job's container: one the admins offer "
+        "(job_network, job_networks in the head's config)",
     )
     p.add_argument("-H", "--hold", action="store_true", help="queue the job held")
     p.add_argument("--parsable", action="store_true", help="print only the job id")
@@ -177,6 +184,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "nice": _int_option(args.nice, "--nice"),
             "workdir": args.workdir,
             "secret_env": _secret_env_option(args.secret_env),
+            "network": args.network,
         }
         default_name = Path(args.file).stem if args.file else "wrap"
         spec = build_spec(

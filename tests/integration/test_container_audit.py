@@ -94,6 +94,7 @@ def site() -> Iterator[Site]:
                     "socket_mode": "666",
                     "run_as_submitter": True,
                     "allow_root_jobs": True,
+                    "job_networks": ["none"],
                     "mount_roots": [
                         {"path": f"{base}/data/{{user}}", "writable": True},
                         {"path": f"{base}/datasets"},
@@ -255,3 +256,44 @@ def test_mounts_outside_the_policy_are_refused_at_submit_and_nothing_is_queued(
     assert as_root.returncode != 0 and "Traceback" not in as_root.stderr
     assert as_root.stderr.startswith("gbatch sbatch: error: mounts: /etc is not under")
     assert site.job_count() == before
+
+
+def test_a_job_picks_a_network_the_admins_offer_and_no_other(site: Site) -> None:
+    head = site.fleet.head
+    jobs = site.base / "jobs"
+
+    def job_file(name: str, network: str) -> Path:
+        path = jobs / f"{name}.yaml"
+        command = f"ls /sys/class/net; echo {READY}; sleep 120"
+        spec = {"image": site.fleet.image, "network": network, "command": command}
+        path.write_text(yaml.safe_dump(spec))
+        path.chmod(0o644)
+        return path
+
+    before = site.job_count()
+    refused = site.sbatch_as_alice(job_file("a-labnet", "labnet"))
+    assert refused["rc"] == 2 and refused["out"] == "", refused
+    assert refused["err"].strip() == (
+        "gbatch sbatch: error: network: labnet is not a network jobs may use here. "
+        "Pick one of: bridge, none (the head's job_network and job_networks)"
+    )
+    assert site.job_count() == before  # nothing queued
+
+    submitted = site.sbatch_as_alice(job_file("a-no-net", "none"))
+    assert submitted["rc"] == 0, submitted
+    job_id = int(submitted["out"].strip())
+    try:
+        head.wait_state(job_id, "RUNNING", timeout=120)
+        wait_for(lambda: READY in head.run("logs", str(job_id)).stdout, 60, "the command")
+        (container,) = [
+            c
+            for c in _inspect_fleet_containers(site.fleet)
+            if c["Config"]["Labels"]["gbatch.job"] == str(job_id)
+        ]
+        assert container["HostConfig"]["NetworkMode"] == "none"
+        assert head.run("logs", str(job_id), check=True).stdout.split()[:-1] == ["lo"]
+        shown = head.run("scontrol", "show", "job", str(job_id), check=True).stdout
+        assert " Network=none" in shown
+    finally:
+        head.run("scancel", str(job_id))
+        head.wait_state(job_id, "CANCELLED", "COMPLETED", "FAILED", timeout=60)

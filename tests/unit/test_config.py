@@ -106,6 +106,7 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         "allow_root_jobs: true\n"
         "job_network: none\n"
         "allow_host_network: true\n"
+        "job_networks: [labnet, host, labnet]\n"
         "job_capabilities: [CHOWN, KILL]\n",
     )
 
@@ -130,6 +131,7 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         allow_root_jobs=True,
         job_network="none",
         allow_host_network=True,
+        job_networks=("labnet", "host"),
         job_capabilities=("CHOWN", "KILL"),
     )
 
@@ -157,6 +159,7 @@ def test_every_config_key_is_a_config_field() -> None:
         "allow_root_jobs",
         "job_network",
         "allow_host_network",
+        "job_networks",
         "job_capabilities",
     }
 

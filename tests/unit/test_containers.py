@@ -98,6 +98,17 @@ def test_network_comes_from_the_policy_and_defaults_to_bridge() -> None:
     ]
 
 
+def test_a_job_gets_the_network_it_picked_among_those_offered_and_no_other() -> None:
+    offered = ContainerPolicy(networks=("none", "host"))
+    picked = JobSpec(name="t", command=("true",), image="busybox", network="none")
+    assert _option_values(_run_argv(picked, policy=offered), "--network") == ["none"]
+    # Picked under a policy that offered it, started under one that no longer does.
+    with pytest.raises(ValueError, match="job 42: network none is not among bridge"):
+        _run_argv(picked, policy=ContainerPolicy())
+    host = JobSpec(name="t", command=("true",), image="busybox", network="host")
+    assert _option_values(_run_argv(host, policy=offered), "--network") == ["host"]
+
+
 def test_run_as_gives_numeric_user_and_groups() -> None:
     assert "--user" not in _run_argv()
     argv = _run_argv(run_as=RunAs(1001, 1002, (27, 44)))

@@ -239,6 +239,9 @@ def test_policy_settings_are_read(tmp_path: Path) -> None:
         ("run_as_submitter: yes please\n", "true or false"),
         ("job_network: container:db\n", "a docker network name"),
         ("job_network: host\n", "allow_host_network: true"),
+        ("job_networks: none\n", "a list of docker network names"),
+        ("job_networks: [container:db]\n", "'container:db' is not one"),
+        ("job_networks: [none, host]\n", "job_networks: host lets a job reach"),
         ("job_capabilities: [SYS_ADMIN]\n", "SYS_ADMIN is not"),
         ("job_capabilities: [ALL]\n", "ALL is not"),
         ("job_capabilities: CHOWN\n", "a list of capability names"),
@@ -256,6 +259,41 @@ def test_bad_policy_settings_are_refused_naming_the_key(
 def test_host_network_needs_both_settings(tmp_path: Path) -> None:
     config = load(tmp_path, "job_network: host\nallow_host_network: true\n")
     assert container_policy(config).network == "host"
+
+
+def test_a_job_picks_a_network_among_those_offered_and_no_other() -> None:
+    config = Config(job_networks=("none", "labnet"))
+    boxed = JobSpec(name="boxed", command=("true",), image="busybox")
+    offered = container_policy(config)
+    for network in (None, "bridge", "none", "labnet"):
+        spec = replace(boxed, network=network)
+        assert check_submission(spec, uid=1001, user="alice", config=config) == spec
+        assert offered.network_for(spec) == (network or "bridge")
+
+    for refused, config_of in (("host", config), ("labnet", Config())):
+        spec = replace(boxed, network=refused)
+        with pytest.raises(SpecError) as err:
+            check_submission(spec, uid=1001, user="alice", config=config_of)
+        assert err.value.field == "network"
+        assert f"{refused} is not a network jobs may use here. Pick one of: " in err.value.message
+        with pytest.raises(ValueError, match=f"network {refused} is not among"):
+            container_policy(config_of).network_for(spec)
+    assert "Pick one of: bridge, none, labnet" in _refusal(replace(boxed, network="x"), config)
+
+    bare = replace(boxed, image=None, network="none")
+    assert "only container jobs pick a network" in _refusal(bare, config)
+
+
+def test_host_is_offered_only_with_allow_host_network(tmp_path: Path) -> None:
+    config = load(tmp_path, "job_networks: [host]\nallow_host_network: true\n")
+    spec = JobSpec(name="h", command=("true",), image="busybox", network="host")
+    assert container_policy(config).network_for(spec) == "host"
+
+
+def _refusal(spec: JobSpec, config: Config) -> str:
+    with pytest.raises(SpecError) as err:
+        check_submission(spec, uid=1001, user="alice", config=config)
+    return err.value.message
 
 
 def test_with_run_as_submitter_only_the_daemons_user_runs_bare_processes() -> None:

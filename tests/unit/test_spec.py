@@ -233,6 +233,7 @@ def test_unknown_key_suggests_nearest_valid_one() -> None:
         ("environment", "env"),
         ("shm-size", "shm_size"),
         ("working_dir", "workdir"),
+        ("network_mode", "network"),
     ],
 )
 def test_unknown_key_from_slurm_or_docker_suggests_the_gbatch_key(key: str, guess: str) -> None:
@@ -606,6 +607,22 @@ def test_bad_shm_size_is_refused_with_an_example(value: object) -> None:
     err = refusal({"shm_size": value})
     assert err.field == "shm_size"
     assert 'Use bytes with an optional unit b, k, m or g, e.g. "512m" or "8g"' in err.message
+
+
+def test_a_network_is_a_docker_network_name_kept_out_of_other_jobs_json() -> None:
+    assert build({}).network is None and "network" not in build({}).to_dict()
+    assert build({"network": None}).network is None  # null: as if not given
+    spec = build({"network": "lab-net_1.a"})
+    assert spec.network == "lab-net_1.a" and spec.to_dict()["network"] == "lab-net_1.a"
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    assert build({"network": "none"}, network="labnet").network == "labnet"  # --network
+
+
+@pytest.mark.parametrize("value", ["container:db", "-x", "", "a b", 3, ["none"], "n" * 129])
+def test_a_bad_network_is_refused_naming_the_field(value: object) -> None:
+    err = refusal({"network": value})
+    assert err.field == "network"
+    assert "is not a docker network name. Use a name like none or labnet" in err.message
 
 
 def test_shm_size_is_capped_at_one_pib() -> None:

@@ -49,6 +49,7 @@ import pwd
 import select
 import signal
 import struct
+import sys
 import termios
 import time
 from collections.abc import Callable
@@ -56,7 +57,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from common import GBATCH, gbatch_env, machine_note, report_ms, running_daemon
+from common import GBATCH, gbatch_env, machine_note, median, report_ms, running_daemon
 
 from gbatch.client import Client
 from gbatch.model import JobSpec, JobState
@@ -192,18 +193,16 @@ def first_paint(socket: Path, runs: int) -> tuple[list[float], list[float]]:
     return [total for total, _ in samples], [fetched for _, fetched in samples]
 
 
-def one_terminal_paint(home: Path) -> float:
-    """Seconds from starting `gbatch tui` on a fresh terminal (a pty of SIZE) to the
-    moment the rows' bytes reach it: the counts line with "10000 shown" and the first
-    sleeper's name. The app is then asked to quit with `q`, as a user would."""
-    env = {**gbatch_env(home, simulate_gpus=GPUS), "TERM": "xterm-256color"}
-    marks = (f"{ACTIVE} shown".encode(), b"sleeper")
+def one_terminal_paint(argv: list[str], env: dict[str, str], marks: tuple[bytes, ...]) -> float:
+    """Seconds from starting `argv` on a fresh terminal (a pty of SIZE) to the moment
+    every one of `marks` has reached it. The app is then asked to quit with `q` (and
+    ctrl+q, textual's own quit key), as a user would."""
     winsize = struct.pack("HHHH", SIZE[1], SIZE[0], 0, 0)
     start = time.perf_counter()
     pid, fd = pty.fork()
     if pid == 0:  # the child: the pty is its terminal
         fcntl.ioctl(0, termios.TIOCSWINSZ, winsize)
-        os.execve(str(GBATCH), [str(GBATCH), "tui"], env)
+        os.execve(argv[0], argv, {**env, "TERM": "xterm-256color"})
     painted = None
     seen = b""
     try:
@@ -217,8 +216,8 @@ def one_terminal_paint(home: Path) -> float:
             if all(mark in seen for mark in marks):
                 painted = time.perf_counter() - start
         if painted is None:
-            raise RuntimeError(f"`gbatch tui` never showed the rows: {seen[-400:]!r}")
-        os.write(fd, b"q")
+            raise RuntimeError(f"{argv} never showed {marks}: {seen[-400:]!r}")
+        os.write(fd, b"q\x11")
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while os.waitpid(pid, os.WNOHANG) == (0, 0):
             if time.monotonic() > deadline:
@@ -233,9 +232,38 @@ def one_terminal_paint(home: Path) -> float:
     return painted
 
 
-def terminal_paint(home: Path, runs: int) -> list[float]:
-    one_terminal_paint(home)  # warm-up: the page cache, the bytecode cache
-    return [one_terminal_paint(home) for _ in range(runs)]
+# The peer: textual's floor on this machine, now. A textual app with one line of text,
+# started the same way with the same interpreter: its import, its start, one frame.
+PEER_APP = """
+from textual.app import App
+from textual.widgets import Static
+
+
+class Peer(App[None]):
+    def compose(self):
+        yield Static("peer-painted")
+
+
+Peer().run()
+"""
+
+
+def terminal_paint(home: Path, runs: int) -> tuple[list[float], list[float]]:
+    """`gbatch tui` showing the 10,000 rows, and the peer, each `runs` times,
+    alternately (so that a slow spell of the machine hits both alike)."""
+    gbatch_tui = ([str(GBATCH), "tui"], gbatch_env(home, simulate_gpus=GPUS))
+    marks = (f"{ACTIVE} shown".encode(), b"sleeper")
+    peer_file = home / "peer_app.py"
+    peer_file.write_text(PEER_APP)
+    peer = ([sys.executable, str(peer_file)], gbatch_env(home))
+    tui_samples, peer_samples = [], []
+    for run in range(runs + 1):  # the first of each is a warm-up: caches
+        tui = one_terminal_paint(*gbatch_tui, marks)
+        floor = one_terminal_paint(*peer, (b"peer-painted",))
+        if run:
+            tui_samples.append(tui)
+            peer_samples.append(floor)
+    return tui_samples, peer_samples
 
 
 def one_job_gone(snapshot: QueueSnapshot) -> QueueSnapshot:
@@ -310,11 +338,19 @@ def main() -> None:
         socket = home / "gbatchd.sock"
         sleepers = seed(socket)
         try:
+            whole, peer = terminal_paint(home, runs)
             report_ms(
                 f"TUI first paint, {ACTIVE:,} active jobs, whole process "
                 f"(`gbatch tui` on a {SIZE[0]}x{SIZE[1]} pty)",
-                terminal_paint(home, runs),
+                whole,
                 FIRST_PAINT_GOAL_MS,
+            )
+            report_ms("  peer: a one-line textual app, same pty and interpreter", peer)
+            print(
+                f"  gbatch tui / peer: {median(whole) / median(peer):.2f}x; "
+                f"gbatch's own share (median of the differences): "
+                f"{median([w - p for w, p in zip(whole, peer, strict=True)]) * 1000:.1f} ms",
+                flush=True,
             )
             totals, fetched = first_paint(socket, runs)
             report_ms(

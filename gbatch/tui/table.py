@@ -118,9 +118,7 @@ def _patch_rows(
         return False
     if [key for key in current if key in kept] != [key for key in wanted if key in kept]:
         return False  # reordered (another sort): a reload costs no more
-    keep = cursor_key(table)
-    old_index = table.cursor_row
-    scroll_y = table.scroll_y
+    was = _position(table)
     row_keys = {row_key.value: row_key for row_key in table.rows}
     for key in current:
         if key not in kept:
@@ -146,18 +144,41 @@ def _patch_rows(
     table._clear_caches()
     table._update_count += 1
     table._require_update_dimensions = True
-    # The row under the cursor gone (a job ended): stay at the same height instead.
-    index = wanted.index(keep) if keep is not None and keep in kept else old_index
-    if rows:
-        table.move_cursor(row=min(index, len(rows) - 1), animate=False, scroll=False)
-    else:
-        table.cursor_coordinate = Coordinate(0, 0)
     table.refresh(layout=True)
     table.check_idle()
-    # Fewer rows may end above this offset: scroll back once the new size is laid out,
-    # which clamps the offset and its target alike, as after a reload.
-    table.call_after_refresh(_scroll_back, table, scroll_y)
+    _restore_position(table, wanted, was)
     return True
+
+
+def _replace_rows(table: DataTable[Text], rows: Rows, column_keys: Sequence[str]) -> None:
+    was = _position(table)
+    if all(hasattr(table, name) for name in _INTERNALS):
+        _bulk_load(table, rows, column_keys)
+    else:
+        table.clear()
+        for key, cells in rows:
+            table.add_row(*cells, key=key)
+    _restore_position(table, [key for key, _ in rows], was)
+
+
+Position = tuple[str | None, int, float]  # the cursor's row key and index, the scroll offset
+
+
+def _position(table: DataTable[Text]) -> Position:
+    return cursor_key(table), table.cursor_row, table.scroll_y
+
+
+def _restore_position(table: DataTable[Text], keys: Sequence[str], was: Position) -> None:
+    """After the rows changed to `keys`: the cursor on the row it was on (that row gone,
+    a job ended: at the same height instead), and the view at the same offset once the
+    new rows are laid out (clamped to them)."""
+    keep, old_index, scroll_y = was
+    index = keys.index(keep) if keep is not None and keep in keys else old_index
+    if keys:
+        table.move_cursor(row=min(index, len(keys) - 1), animate=False, scroll=False)
+    else:
+        table.cursor_coordinate = Coordinate(0, 0)
+    table.call_after_refresh(_scroll_back, table, scroll_y)
 
 
 def _scroll_back(table: DataTable[Text], scroll_y: float) -> None:
@@ -165,26 +186,6 @@ def _scroll_back(table: DataTable[Text], scroll_y: float) -> None:
     # A scroll bar hidden while the offset was clamped (the rows fitted the view) was
     # not told: it would show its old place when the rows grow again.
     table.vertical_scrollbar.position = table.scroll_y
-
-
-def _replace_rows(table: DataTable[Text], rows: Rows, column_keys: Sequence[str]) -> None:
-    keep = cursor_key(table)
-    old_index = table.cursor_row
-    scroll_y = table.scroll_y
-    if all(hasattr(table, name) for name in _INTERNALS):
-        _bulk_load(table, rows, column_keys)
-    else:
-        table.clear()
-        for key, cells in rows:
-            table.add_row(*cells, key=key)
-    # The row under the cursor gone (a job ended): stay at the same height instead.
-    index = next((i for i, (key, _) in enumerate(rows) if key == keep), old_index)
-    if rows:
-        table.move_cursor(row=min(index, len(rows) - 1), animate=False, scroll=False)
-    else:
-        table.cursor_coordinate = Coordinate(0, 0)
-    # The new rows' sizes are laid out on the next refresh; scroll after it.
-    table.call_after_refresh(table.scroll_to, y=scroll_y, animate=False)
 
 
 def _bulk_load(table: DataTable[Text], rows: Rows, column_keys: Sequence[str]) -> None:

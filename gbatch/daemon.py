@@ -518,22 +518,18 @@ class Daemon:
             for job in mine
             if job.gpus
         )
+        closed = None
         if node.name in drained:
+            closed = f"drained: {drained[node.name]}"
+        elif report.lease_problem:  # a run started there could be fenced: none is
+            closed = f"suspect: {_lease_reason(report.lease_problem)}"
+        if closed is not None:
             return NodeView(
                 node.name,
                 len(gpus),
                 (),
                 available=False,
-                unavailable_reason=f"drained: {drained[node.name]}",
-                releases=releases,
-            )
-        if report.lease_problem:  # a run started there could be fenced: none is
-            return NodeView(
-                node.name,
-                len(gpus),
-                (),
-                available=False,
-                unavailable_reason=f"suspect: {_lease_reason(report.lease_problem)}",
+                unavailable_reason=closed,
                 releases=releases,
             )
         runs_containers = not check_engine or node.docker_problem(now) is None

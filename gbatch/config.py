@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import posixpath
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -21,6 +20,7 @@ from gbatch.policy import (
     USER_PLACEHOLDER,
     MountRoot,
 )
+from gbatch.spec import NETWORK_NAME
 
 
 class ConfigError(Exception):
@@ -172,8 +172,6 @@ _FLOAT_KEYS = {
 
 # -- container policy settings (gbatch/policy.py) -------------------------------------
 
-_NETWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
-
 
 def _check_mount_roots(value: object, bad: Callable[[str], ConfigError]) -> tuple[MountRoot, ...]:
     usage = 'a list of roots like {path: /data/{user}, writable: true} or "/datasets"'
@@ -210,7 +208,7 @@ def _check_flag(value: object, bad: Callable[[str], ConfigError]) -> bool:
 
 
 def _check_network(value: object, bad: Callable[[str], ConfigError]) -> str:
-    if not isinstance(value, str) or not _NETWORK_NAME.fullmatch(value):
+    if not isinstance(value, str) or not NETWORK_NAME.fullmatch(value):
         # "container:<name>" joins another container's network namespace: never.
         raise bad("a docker network name (bridge, none, host or a network you created)")
     return value
@@ -221,7 +219,7 @@ def _check_networks(value: object, bad: Callable[[str], ConfigError]) -> tuple[s
     if not isinstance(value, list):
         raise bad(usage)
     for name in value:
-        if not isinstance(name, str) or not _NETWORK_NAME.fullmatch(name):
+        if not isinstance(name, str) or not NETWORK_NAME.fullmatch(name):
             raise bad(f"{usage}; {name!r} is not one")
     return tuple(dict.fromkeys(value))
 

@@ -706,7 +706,7 @@ def _check_workdir(value: object, field: str) -> str:
 def _check_network(value: object, field: str) -> str:
     """A docker network name; which ones a job may use is the head's policy
     (job_network, job_networks), checked when the daemon takes the job."""
-    if not isinstance(value, str) or not _NETWORK_RE.fullmatch(value):
+    if not isinstance(value, str) or not NETWORK_NAME.fullmatch(value):
         raise SpecError(
             field,
             f"{show_value(value)} is not a docker network name. Use a name like none or "
@@ -715,7 +715,9 @@ def _check_network(value: object, field: str) -> str:
     return value
 
 
-_NETWORK_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
+# A docker network name, as a job file and the head's config (job_network, job_networks)
+# may give one; "container:<name>" (another container's namespace) is never one.
+NETWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
 
 
 def _check_shm_size(value: object, field: str) -> str:

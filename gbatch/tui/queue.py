@@ -71,7 +71,7 @@ class QueueScreen(LiveScreen):
         self._reading = False  # a refresh_data worker is reading the queue
         self._read_again = False  # and another read was asked for meanwhile
         self._gc_paused = False  # by _pause_gc_until_painted, until the next frame
-        self._read_at_resume = True  # False: the rows shown at mount are that fresh
+        self._skip_next_read = False  # the rows shown at mount are that fresh
 
     def on_mount(self) -> None:
         # (LiveScreen.on_mount runs too: textual calls each class's handler.)
@@ -79,7 +79,7 @@ class QueueScreen(LiveScreen):
         # first frame, not an empty table (and not after a second read).
         ready = self.services.link.prefetched_queue()
         if ready is not None:
-            self._read_at_resume = False
+            self._skip_next_read = True
             self.fetched()
             self.show_queue(ready)
 
@@ -105,8 +105,8 @@ class QueueScreen(LiveScreen):
         cancelled in turn at the next tick. With 10,000 jobs on a busy machine a read
         can outlast the refresh period, and the view would then never update.
         """
-        if not self._read_at_resume:
-            self._read_at_resume = True  # the resume that follows mount: rows just read
+        if self._skip_next_read:  # the resume that follows mount: rows just read
+            self._skip_next_read = False
             return
         if self._reading:
             self._read_again = True

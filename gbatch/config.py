@@ -11,6 +11,7 @@ import math
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from pathlib import Path
 
 from gbatch.policy import (
@@ -18,6 +19,7 @@ from gbatch.policy import (
     DOCKER_DEFAULT_CAPABILITIES,
     DOCKER_SOCKET_PATHS,
     USER_PLACEHOLDER,
+    ContainerPolicy,
     MountRoot,
 )
 from gbatch.spec import NETWORK_NAME
@@ -157,6 +159,18 @@ class Config:
     @property
     def half_life_seconds(self) -> float:
         return self.half_life_days * 86400.0
+
+    @cached_property
+    def container_policy(self) -> ContainerPolicy:
+        """The container policy settings as the one value gbatch.policy's checks take."""
+        return ContainerPolicy(
+            mount_roots=self.mount_roots,
+            network=self.job_network,
+            capabilities=self.job_capabilities,
+            networks=self.job_networks,
+            run_as_submitter=self.run_as_submitter,
+            allow_root_jobs=self.allow_root_jobs,
+        )
 
 
 _INT_KEYS = {"simulate_gpus", "gpu_memory_threshold_mib", "socket_mode"}

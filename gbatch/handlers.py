@@ -176,7 +176,7 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
             spec,
             uid=caller.uid,
             user=caller.user,
-            config=daemon.config,
+            policy=daemon.config.container_policy,
             resolve=os.path.realpath,
             daemon_uid=os.getuid(),
         )

@@ -28,9 +28,15 @@ from gbatch.backoff import Backoff
 from gbatch.config import Config, Paths
 from gbatch.joblog import LogFollowers, mark_attempt_start, open_log
 from gbatch.model import Gpu, Job
-from gbatch.node import LaunchError, Reports, RunStatus, finished_container_status, job_env
+from gbatch.node import (
+    LaunchError,
+    Reports,
+    RunStatus,
+    finished_container_status,
+    job_env,
+    launch_secrets,
+)
 from gbatch.protocol import NodeReport, gbatch_container_ids, to_gpus
-from gbatch.secretbox import launch_secrets
 from gbatch.spec import SpecError
 
 LOCAL_NODE = "local"
@@ -280,12 +286,14 @@ class LocalNode:
                 job_id=job.id,
                 attempt=attempt,
                 user=job.user,
-                spec=policy.mounts_at_start(job.spec, job.user, self.config, os.path.realpath),
+                spec=policy.mounts_at_start(
+                    job.spec, job.user, self.config.container_policy, os.path.realpath
+                ),
                 gpus=gpus,
                 env_file=str(env_file),
                 docker=self.config.docker,
-                policy=policy.container_policy(self.config),
-                run_as=policy.submitter_identity(job.uid, self.config),
+                policy=self.config.container_policy,
+                run_as=policy.submitter_identity(job.uid, self.config.container_policy),
             )
         except (ValueError, SpecError) as err:
             with contextlib.suppress(OSError):

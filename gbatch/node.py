@@ -168,3 +168,20 @@ def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str,
         "GBATCH_GPUS": ",".join(str(g) for g in gpus),
         "GBATCH_NODE": node,
     }
+
+
+def launch_secrets(job: Job) -> dict[str, str]:
+    """The secret env values a launch of `job` must pass, all of them or LaunchError.
+
+    Precondition: `job` is the one Store.set_state returned on the move to CONFIGURING
+    (the only Job that carries the values). A job must not start without a secret it
+    asked for, e.g. after the key file was lost or replaced.
+    """
+    values = dict(job.secret_values)
+    missing = [name for name in job.spec.secret_env if name not in values]
+    if missing:
+        raise LaunchError(
+            f"the values of its secret env ({', '.join(missing)}) cannot be read from the "
+            "store (was the daemon's secrets.key replaced?). Submit the job again"
+        )
+    return {name: values[name] for name in job.spec.secret_env}

@@ -3,10 +3,12 @@ container runs as, its network and its kernel capabilities.
 
 The checks are pure: they take the job's spec, the submitter and the settings, and
 return the spec as it will run (every mount with an explicit mode) or raise a SpecError
-naming the field. The daemon calls check_submission at submit, and
-containers.docker_run_argv checks mounts again as the last guard before `docker run`.
-Reading the filesystem (symlinks) and the password database is left to the callers,
-passed in as `resolve` or done in submitter_identity.
+naming the field. Their settings come as one ContainerPolicy value, which the head's
+Config builds (`Config.container_policy`): this module knows nothing of config files.
+The daemon calls check_submission at submit, and containers.docker_run_argv checks
+mounts again as the last guard before `docker run`. Reading the filesystem (symlinks)
+and the password database is left to the callers, passed in as `resolve` or done in
+submitter_identity.
 """
 
 from __future__ import annotations
@@ -17,13 +19,9 @@ import pwd
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from gbatch.model import JobSpec
 from gbatch.spec import SpecError
-
-if TYPE_CHECKING:  # config imports this module for MountRoot
-    from gbatch.config import Config
 
 USER_PLACEHOLDER = "{user}"
 
@@ -88,13 +86,18 @@ class MountRoot:
 
 @dataclass(frozen=True)
 class ContainerPolicy:
-    """What docker_run_argv may grant any container. The default is the safest: no
-    mounts, the default bridge network, DEFAULT_CAPABILITIES."""
+    """What the site grants any container: the head's config.yaml settings of the same
+    meaning (mount_roots, job_network, job_capabilities, job_networks, run_as_submitter,
+    allow_root_jobs). The default is the safest: no mounts, the default bridge network,
+    DEFAULT_CAPABILITIES, the image's own user."""
 
     mount_roots: tuple[MountRoot, ...] = ()
     network: str = "bridge"
     capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
     networks: tuple[str, ...] = ()  # what a job may pick instead of `network`
+    # Containers run as their submitter's uid:gid, not as the image's user (root).
+    run_as_submitter: bool = False
+    allow_root_jobs: bool = False  # with run_as_submitter: may root's jobs run as root?
 
     def network_for(self, spec: JobSpec) -> str:
         """The network a container of `spec` joins; ValueError when the job picked one
@@ -118,21 +121,12 @@ class RunAs:
     groups: tuple[int, ...] = ()
 
 
-def container_policy(config: Config) -> ContainerPolicy:
-    return ContainerPolicy(
-        mount_roots=config.mount_roots,
-        network=config.job_network,
-        capabilities=config.job_capabilities,
-        networks=config.job_networks,
-    )
-
-
 def check_submission(
     spec: JobSpec,
     *,
     uid: int,
     user: str,
-    config: Config,
+    policy: ContainerPolicy,
     resolve: Callable[[str], str] | None = None,
     daemon_uid: int | None = None,
 ) -> JobSpec:
@@ -146,7 +140,7 @@ def check_submission(
     the fleet's SSH key and the store."""
     if (
         spec.image is None
-        and config.run_as_submitter
+        and policy.run_as_submitter
         and daemon_uid is not None
         and uid != daemon_uid
     ):
@@ -155,8 +149,8 @@ def check_submission(
             "jobs without an image would run as the daemon's user, not as you "
             "(run_as_submitter is on). Add `image:` to run the job in a container",
         )
-    root_in_container = spec.image is not None and config.run_as_submitter and uid == 0
-    if root_in_container and not config.allow_root_jobs:
+    root_in_container = spec.image is not None and policy.run_as_submitter and uid == 0
+    if root_in_container and not policy.allow_root_jobs:
         raise SpecError(
             "user",
             "root's jobs would run as root in their containers (run_as_submitter is on). "
@@ -165,20 +159,19 @@ def check_submission(
     if spec.network is not None:
         if spec.image is None:
             raise SpecError("network", "only container jobs pick a network. Add `image:`")
-        offered = container_policy(config)
         try:
-            offered.network_for(spec)
+            policy.network_for(spec)
         except ValueError:
             raise SpecError(
                 "network",
                 f"{spec.network} is not a network jobs may use here. Pick one of: "
-                f"{offered.offered()} (the head's job_network and job_networks)",
+                f"{policy.offered()} (the head's job_network and job_networks)",
             ) from None
     if not spec.mounts:
         return spec
     if spec.image is None:
         raise SpecError("mounts", "only container jobs mount paths. Add `image:` or drop mounts")
-    mounts = check_mounts(spec.mounts, user, config.mount_roots, resolve=resolve)
+    mounts = check_mounts(spec.mounts, user, policy.mount_roots, resolve=resolve)
     return replace(spec, mounts=mounts)
 
 
@@ -249,7 +242,7 @@ def check_mounts(
 
 
 def mounts_at_start(
-    spec: JobSpec, user: str, config: Config, resolve: Callable[[str], str]
+    spec: JobSpec, user: str, policy: ContainerPolicy, resolve: Callable[[str], str]
 ) -> JobSpec:
     """The spec with its mounts checked again as a run starts, following symlinks as
     they are now on the node (`resolve`): a path may have become a symlink since submit.
@@ -257,15 +250,15 @@ def mounts_at_start(
     if not spec.mounts:
         return spec
     return replace(
-        spec, mounts=check_mounts(spec.mounts, user, config.mount_roots, resolve=resolve)
+        spec, mounts=check_mounts(spec.mounts, user, policy.mount_roots, resolve=resolve)
     )
 
 
-def paths_to_resolve(spec: JobSpec, user: str, config: Config) -> list[str]:
+def paths_to_resolve(spec: JobSpec, user: str, policy: ContainerPolicy) -> list[str]:
     """Every path mounts_at_start asks `resolve` about, for a caller that resolves them
     in one batch on another machine."""
     sources = [_normal(mount.split(":", 1)[0]) for mount in spec.mounts]
-    roots = [path for root in config.mount_roots if (path := root.for_user(user)) is not None]
+    roots = [path for root in policy.mount_roots if (path := root.for_user(user)) is not None]
     return list(dict.fromkeys([*sources, *roots]))
 
 
@@ -293,14 +286,14 @@ def _normal(path: str) -> str:
     return "/" + posixpath.normpath(path).lstrip("/")
 
 
-def submitter_identity(job_uid: int, config: Config) -> RunAs | None:
+def submitter_identity(job_uid: int, policy: ContainerPolicy) -> RunAs | None:
     """The user a job's container runs as: None (the image's user) unless
     run_as_submitter; then the submitter's uid, primary gid and groups from this
     machine's password and group databases. Raises ValueError when the uid is unknown
     here, or is root's while allow_root_jobs is off."""
-    if not config.run_as_submitter:
+    if not policy.run_as_submitter:
         return None
-    if job_uid == 0 and not config.allow_root_jobs:
+    if job_uid == 0 and not policy.allow_root_jobs:
         raise ValueError("root's jobs may not run as root (allow_root_jobs is off)")
     try:
         entry = pwd.getpwuid(job_uid)

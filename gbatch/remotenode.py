@@ -25,7 +25,14 @@ from gbatch.config import Config, Paths
 from gbatch.inventory import NodeConfig
 from gbatch.joblog import LogFollowers, mark_attempt_start
 from gbatch.model import Gpu, Job
-from gbatch.node import LaunchError, Reports, RunStatus, finished_container_status, job_env
+from gbatch.node import (
+    LaunchError,
+    Reports,
+    RunStatus,
+    finished_container_status,
+    job_env,
+    launch_secrets,
+)
 from gbatch.protocol import (
     NodeReport,
     ReportError,
@@ -34,7 +41,6 @@ from gbatch.protocol import (
     to_gpus,
 )
 from gbatch.remote import RemoteError, RemoteStream, SshConnection, SshTarget, StreamPool
-from gbatch.secretbox import launch_secrets
 from gbatch.spec import SpecError
 
 log = logging.getLogger("gbatchd")
@@ -259,7 +265,7 @@ class RemoteNode:
 
     def _resolver(self, job: Job) -> Callable[[str], str]:
         """Symlinks in the job's mount paths as the node sees them (one `realpath` call)."""
-        paths = policy.paths_to_resolve(job.spec, job.user, self.config)
+        paths = policy.paths_to_resolve(job.spec, job.user, self.config.container_policy)
         if not job.spec.mounts or not paths:
             return lambda path: path
         try:
@@ -281,13 +287,15 @@ class RemoteNode:
                 job_id=job.id,
                 attempt=attempt,
                 user=job.user,
-                spec=policy.mounts_at_start(job.spec, job.user, self.config, self._resolver(job)),
+                spec=policy.mounts_at_start(
+                    job.spec, job.user, self.config.container_policy, self._resolver(job)
+                ),
                 gpus=gpus,
                 env_file=env_file,
                 docker=self.node.docker,
                 node=self.name,
-                policy=policy.container_policy(self.config),
-                run_as=policy.submitter_identity(job.uid, self.config),
+                policy=self.config.container_policy,
+                run_as=policy.submitter_identity(job.uid, self.config.container_policy),
                 # The admin's allowed extra options go right after `docker run`.
                 extra_options=self.node.docker_options,
             )

@@ -14,9 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gbatch.model import Job
-from gbatch.node import LaunchError
-
 
 class SecretKeyError(Exception):
     """The key file cannot be read or made, or does not open what it sealed."""
@@ -83,20 +80,3 @@ class SecretBox:
             with contextlib.suppress(OSError):
                 temporary.unlink()
         return key
-
-
-def launch_secrets(job: Job) -> dict[str, str]:
-    """The secret env values a launch of `job` must pass, all of them or LaunchError.
-
-    Precondition: `job` is the one Store.set_state returned on the move to CONFIGURING
-    (the only Job that carries the values). A job must not start without a secret it
-    asked for, e.g. after the key file was lost or replaced.
-    """
-    values = dict(job.secret_values)
-    missing = [name for name in job.spec.secret_env if name not in values]
-    if missing:
-        raise LaunchError(
-            f"the values of its secret env ({', '.join(missing)}) cannot be read from the "
-            "store (was the daemon's secrets.key replaced?). Submit the job again"
-        )
-    return {name: values[name] for name in job.spec.secret_env}

@@ -17,7 +17,6 @@ from gbatch.policy import (
     MountRoot,
     check_mounts,
     check_submission,
-    container_policy,
     mounts_at_start,
     paths_to_resolve,
     submitter_identity,
@@ -133,12 +132,19 @@ def test_the_check_at_start_follows_symlinks_made_after_submit(tmp_path: Path) -
     root.mkdir(parents=True)
     config = Config(mount_roots=(MountRoot(f"{tmp_path}/data/{{user}}", writable=True),))
     submitted = check_submission(
-        spec(f"{root}/run:/out"), uid=1000, user="alice", config=config, resolve=os.path.realpath
+        spec(f"{root}/run:/out"),
+        uid=1000,
+        user="alice",
+        policy=config.container_policy,
+        resolve=os.path.realpath,
     )
     (root / "run").symlink_to("/root")
     with pytest.raises(SpecError, match="symlink"):
-        mounts_at_start(submitted, "alice", config, os.path.realpath)
-    assert paths_to_resolve(submitted, "alice", config) == [f"{root}/run", str(root)]
+        mounts_at_start(submitted, "alice", config.container_policy, os.path.realpath)
+    assert paths_to_resolve(submitted, "alice", config.container_policy) == [
+        f"{root}/run",
+        str(root),
+    ]
 
 
 # -- submission -------------------------------------------------------------------------
@@ -146,44 +152,52 @@ def test_the_check_at_start_follows_symlinks_made_after_submit(tmp_path: Path) -
 
 def test_submission_keeps_specs_without_mounts_and_rewrites_mount_modes() -> None:
     plain = spec()
-    assert check_submission(plain, uid=1000, user="alice", config=Config()) is plain
-    checked = check_submission(spec("/datasets/x:/x"), uid=1000, user="alice", config=SITE)
+    assert (
+        check_submission(plain, uid=1000, user="alice", policy=Config().container_policy) is plain
+    )
+    checked = check_submission(
+        spec("/datasets/x:/x"), uid=1000, user="alice", policy=SITE.container_policy
+    )
     assert checked.mounts == ("/datasets/x:/x:ro",)
 
 
 def test_a_bare_process_job_may_not_mount() -> None:
     with pytest.raises(SpecError, match="only container jobs mount"):
-        check_submission(spec("/datasets:/d", image=None), uid=1000, user="alice", config=SITE)
+        check_submission(
+            spec("/datasets:/d", image=None), uid=1000, user="alice", policy=SITE.container_policy
+        )
 
 
 def test_roots_jobs_are_refused_when_containers_run_as_their_submitter() -> None:
     config = Config(run_as_submitter=True)
     with pytest.raises(SpecError) as caught:
-        check_submission(spec(), uid=0, user="root", config=config)
+        check_submission(spec(), uid=0, user="root", policy=config.container_policy)
     assert caught.value.field == "user" and "allow_root_jobs: true" in caught.value.message
     allowed = Config(run_as_submitter=True, allow_root_jobs=True)
-    assert check_submission(spec(), uid=0, user="root", config=allowed) == spec()
+    assert check_submission(spec(), uid=0, user="root", policy=allowed.container_policy) == spec()
     # Bare processes run as the daemon's user, not in a container: not this rule's business.
     bare = spec(image=None)
-    assert check_submission(bare, uid=0, user="root", config=config) is bare
+    assert check_submission(bare, uid=0, user="root", policy=config.container_policy) is bare
 
 
 def test_identity_is_none_unless_run_as_submitter() -> None:
-    assert submitter_identity(0, Config()) is None
+    assert submitter_identity(0, Config().container_policy) is None
 
 
 def test_identity_comes_from_the_password_database() -> None:
     nobody = pwd.getpwnam("nobody")
-    run_as = submitter_identity(nobody.pw_uid, Config(run_as_submitter=True))
+    run_as = submitter_identity(nobody.pw_uid, Config(run_as_submitter=True).container_policy)
     assert run_as is not None
     assert (run_as.uid, run_as.gid) == (nobody.pw_uid, nobody.pw_gid)
     assert nobody.pw_gid not in run_as.groups
     with pytest.raises(ValueError, match="allow_root_jobs"):
-        submitter_identity(0, Config(run_as_submitter=True))
-    root = submitter_identity(0, Config(run_as_submitter=True, allow_root_jobs=True))
+        submitter_identity(0, Config(run_as_submitter=True).container_policy)
+    root = submitter_identity(
+        0, Config(run_as_submitter=True, allow_root_jobs=True).container_policy
+    )
     assert root is not None and (root.uid, root.gid) == (0, 0)
     with pytest.raises(ValueError, match="no entry"):
-        submitter_identity(2_000_000_321, Config(run_as_submitter=True))
+        submitter_identity(2_000_000_321, Config(run_as_submitter=True).container_policy)
 
 
 # -- settings ---------------------------------------------------------------------------
@@ -203,7 +217,7 @@ def test_the_defaults_are_the_safe_ones(tmp_path: Path) -> None:
     assert config.job_capabilities == DEFAULT_CAPABILITIES
     assert set(DEFAULT_CAPABILITIES) < DOCKER_DEFAULT_CAPABILITIES
     assert "NET_RAW" not in DEFAULT_CAPABILITIES
-    policy = container_policy(config)
+    policy = config.container_policy
     assert (policy.mount_roots, policy.network) == ((), "bridge")
 
 
@@ -258,26 +272,28 @@ def test_bad_policy_settings_are_refused_naming_the_key(
 
 def test_host_network_needs_both_settings(tmp_path: Path) -> None:
     config = load(tmp_path, "job_network: host\nallow_host_network: true\n")
-    assert container_policy(config).network == "host"
+    assert config.container_policy.network == "host"
 
 
 def test_a_job_picks_a_network_among_those_offered_and_no_other() -> None:
     config = Config(job_networks=("none", "labnet"))
     boxed = JobSpec(name="boxed", command=("true",), image="busybox")
-    offered = container_policy(config)
+    offered = config.container_policy
     for network in (None, "bridge", "none", "labnet"):
         spec = replace(boxed, network=network)
-        assert check_submission(spec, uid=1001, user="alice", config=config) == spec
+        assert (
+            check_submission(spec, uid=1001, user="alice", policy=config.container_policy) == spec
+        )
         assert offered.network_for(spec) == (network or "bridge")
 
     for refused, config_of in (("host", config), ("labnet", Config())):
         spec = replace(boxed, network=refused)
         with pytest.raises(SpecError) as err:
-            check_submission(spec, uid=1001, user="alice", config=config_of)
+            check_submission(spec, uid=1001, user="alice", policy=config_of.container_policy)
         assert err.value.field == "network"
         assert f"{refused} is not a network jobs may use here. Pick one of: " in err.value.message
         with pytest.raises(ValueError, match=f"network {refused} is not among"):
-            container_policy(config_of).network_for(spec)
+            config_of.container_policy.network_for(spec)
     assert "Pick one of: bridge, none, labnet" in _refusal(replace(boxed, network="x"), config)
 
     bare = replace(boxed, image=None, network="none")
@@ -287,12 +303,12 @@ def test_a_job_picks_a_network_among_those_offered_and_no_other() -> None:
 def test_host_is_offered_only_with_allow_host_network(tmp_path: Path) -> None:
     config = load(tmp_path, "job_networks: [host]\nallow_host_network: true\n")
     spec = JobSpec(name="h", command=("true",), image="busybox", network="host")
-    assert container_policy(config).network_for(spec) == "host"
+    assert config.container_policy.network_for(spec) == "host"
 
 
 def _refusal(spec: JobSpec, config: Config) -> str:
     with pytest.raises(SpecError) as err:
-        check_submission(spec, uid=1001, user="alice", config=config)
+        check_submission(spec, uid=1001, user="alice", policy=config.container_policy)
     return err.value.message
 
 
@@ -300,11 +316,28 @@ def test_with_run_as_submitter_only_the_daemons_user_runs_bare_processes() -> No
     config = Config(run_as_submitter=True)
     bare = JobSpec(name="bare", command=("true",))
     with pytest.raises(SpecError) as err:
-        check_submission(bare, uid=1001, user="alice", config=config, daemon_uid=999)
+        check_submission(
+            bare, uid=1001, user="alice", policy=config.container_policy, daemon_uid=999
+        )
     assert err.value.field == "image"
     assert "Add `image:`" in err.value.message
     # The daemon's own user, and every user when containers do not run as submitters.
-    assert check_submission(bare, uid=999, user="gbatch", config=config, daemon_uid=999) == bare
-    assert check_submission(bare, uid=1001, user="alice", config=Config(), daemon_uid=999) == bare
+    assert (
+        check_submission(
+            bare, uid=999, user="gbatch", policy=config.container_policy, daemon_uid=999
+        )
+        == bare
+    )
+    assert (
+        check_submission(
+            bare, uid=1001, user="alice", policy=Config().container_policy, daemon_uid=999
+        )
+        == bare
+    )
     boxed = replace(bare, image="busybox")
-    assert check_submission(boxed, uid=1001, user="alice", config=config, daemon_uid=999) == boxed
+    assert (
+        check_submission(
+            boxed, uid=1001, user="alice", policy=config.container_policy, daemon_uid=999
+        )
+        == boxed
+    )

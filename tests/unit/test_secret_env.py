@@ -16,8 +16,8 @@ from gbatch import store as store_module
 from gbatch.cli import sbatch
 from gbatch.formatting import format_job_details, format_job_details_json
 from gbatch.model import Job, JobSpec, JobState
-from gbatch.node import LaunchError
-from gbatch.secretbox import SecretBox, SecretKeyError, launch_secrets
+from gbatch.node import LaunchError, launch_secrets
+from gbatch.secretbox import SecretBox, SecretKeyError
 from gbatch.spec import SpecError, build_spec, load_job_file, secret_env_values
 from gbatch.store import SECRET_KEY_FILE, Store, StoreError
 

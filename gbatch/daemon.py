@@ -5,7 +5,8 @@ something happens (a submit, a cancel, a run ending, a GPU report).
 
 Collecting also ends the runs of nodes that are down with their lease run out
 (gbatch/liveness.py), and, when a node is heard again, removes the containers of runs
-the head has already ended or requeued.
+the head has already ended or requeued. What the head knows of its nodes (liveness,
+views for the planner, sinfo's rows) is the Fleet's (gbatch/fleet.py).
 
 The loop thread is the only one that starts or signals runs; request handlers only
 write intents to the store (a new job, a cancel) and wake the loop.
@@ -18,24 +19,17 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from gbatch.config import Config, Paths
 from gbatch.crashpoints import crash_point
+from gbatch.fleet import Fleet, make_nodes
 from gbatch.groupcommit import GroupCommitter
 from gbatch.inventory import Inventory
-from gbatch.liveness import Liveness, node_liveness
-from gbatch.localnode import LOCAL_NODE, LocalNode
-from gbatch.model import (
-    ALLOCATED_STATES,
-    IllegalTransition,
-    Job,
-    JobState,
-    NodeInfo,
-    NodeState,
-    NodeView,
-)
-from gbatch.node import STARTING, LaunchError, Node, RunStatus
+from gbatch.liveness import Liveness
+from gbatch.localnode import LOCAL_NODE
+from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
+from gbatch.node import LaunchError, Node, RunStatus
 from gbatch.scheduler import plan
 from gbatch.store import Store, StoreFull, Usage
 
@@ -62,34 +56,16 @@ class Daemon:
         self._submitted = threading.Event()
         self.stopping = threading.Event()
         self.started_at = clock()
-        self.nodes: dict[str, Node] = {
-            node.name: node for node in _make_nodes(paths, config, inventory, self.wake.set)
-        }
+        self.fleet = Fleet(
+            make_nodes(paths, config, inventory, self.wake.set), config, store, clock, monotonic
+        )
         self.committer = GroupCommitter(store, clock)
         # (job id, attempt) -> monotonic time its run was confirmed (time limits)
         self._started_monotonic: dict[tuple[int, int], float] = {}
         # job id -> (monotonic time SIGTERM was sent, SIGKILL sent yet)
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
-        self._watching_since = monotonic()
-        # node name -> whether it was up at the last step: one coming back gets its
-        # stale containers removed (see reap_stale_runs).
-        self._was_up: dict[str, bool] = {}
-        # (node, GPU index) -> number of the node's report at the GPU's release: it is
-        # handed out again only after a later report shows its memory released.
-        self._released_at_report: dict[tuple[str, int], int] = {}
 
     # -- life cycle -----------------------------------------------------------------
-
-    def start_nodes(self, first_report_timeout: float = 10.0) -> None:
-        """Start every node's reports; wait (bounded) until each has reported once or
-        failed to, so the first plans and submit checks see the fleet."""
-        for node in self.nodes.values():
-            node.start()
-        deadline = self.monotonic() + first_report_timeout
-        while self.monotonic() < deadline and any(
-            node.report() == (None, STARTING) for node in self.nodes.values()
-        ):
-            time.sleep(0.02)
 
     def sweep_finished_runs(self) -> None:
         """Clean up runs whose end was recorded but not cleaned up (the daemon died in
@@ -106,7 +82,8 @@ class Daemon:
                 continue
             live = job.state in ALLOCATED_STATES and job.attempt == attempt
             # A requeued job no longer names its old node; a bare run was local.
-            node = self.nodes.get(job.node or "") or self.nodes.get(LOCAL_NODE)
+            nodes = self.fleet.nodes
+            node = nodes.get(job.node or "") or nodes.get(LOCAL_NODE)
             if not live and node is not None:
                 log.info("cleaning up run %s left by an earlier daemon", run_dir.name)
                 node.cleanup(job, attempt)
@@ -147,25 +124,7 @@ class Daemon:
 
     def close(self) -> None:
         self.committer.close()
-        for node in self.nodes.values():
-            node.stop()
-
-    def audit(self, caller: object, action: str, target: Job | str, outcome: str) -> None:
-        """Record who tried what on what, and why it was refused or allowed: one line.
-
-        `caller` is a handlers.Caller (user, uid and pid from SO_PEERCRED: never what the
-        request claims); `target` a job, or what else was acted on ("node gpu1",
-        "daemon"); `outcome` is "refused: <why>" (logged as a warning) or "allowed:
-        <why>". The line is key=value, for grep: `audit: user=bob uid=1001 pid=42
-        op=cancel job=12 owner=alice -> refused: not the owner`."""
-        who = " ".join(f"{key}={getattr(caller, key, '?')}" for key in ("user", "uid", "pid"))
-        what = (
-            f"job={target.id} owner={target.user}"
-            if isinstance(target, Job)
-            else f"target={target.replace(' ', '_')}"
-        )
-        level = logging.WARNING if outcome.startswith("refused") else logging.INFO
-        log.log(level, "audit: %s op=%s %s -> %s", who, action, what, outcome)
+        self.fleet.stop()
 
     def step(self) -> None:
         now = self.clock()
@@ -177,14 +136,11 @@ class Daemon:
 
     def collect_ended_runs(self, now: float) -> None:
         allocated = self.store.jobs_in(ALLOCATED_STATES)
-        liveness = {name: self.liveness(each) for name, each in self.nodes.items()}
-        for name, each in self.nodes.items():
-            up = liveness[name].state == "up"
-            if up and not self._was_up.get(name, False):
-                self.reap_stale_runs(each, allocated)
-            self._was_up[name] = up
+        liveness = {name: self.fleet.liveness(each) for name, each in self.fleet.nodes.items()}
+        for back in self.fleet.came_up(liveness):
+            self.reap_stale_runs(back, allocated)
         for job in allocated:
-            node = self.nodes.get(job.node or "")
+            node = self.fleet.nodes.get(job.node or "")
             if node is None:
                 # Its node left the inventory: whether the run lives is unknowable, so
                 # never requeue it (that could run it twice).
@@ -321,12 +277,10 @@ class Daemon:
         crash_point("finish.after_commit")
         self._stopping_runs.pop(job.id, None)
         self._started_monotonic.pop((job.id, job.attempt), None)
-        node = self.nodes.get(job.node or "")
+        node = self.fleet.nodes.get(job.node or "")
         if node is not None:
-            for gpu in job.gpus:
-                self._released_at_report[(node.name, gpu)] = node.report_seq
             node.cleanup(job, job.attempt)
-            node.poke()
+            self.fleet.release_gpus(node, job.gpus)
         self.wake.set()
 
     # -- step 2: time limits and stops ---------------------------------------------------
@@ -350,7 +304,7 @@ class Daemon:
 
     def _stop_run(self, job: Job) -> None:
         """SIGTERM the run, then SIGKILL it once the grace period has passed."""
-        node = self.nodes.get(job.node or "")
+        node = self.fleet.nodes.get(job.node or "")
         if node is None:
             return  # collect_ended_runs ends it
         sent = self._stopping_runs.get(job.id)
@@ -372,8 +326,8 @@ class Daemon:
         # Asking an engine can take a subprocess: only when an image job could start.
         check_engines = any(job.spec.image is not None and not job.held for job in pending)
         views = [
-            self.node_view(node, allocated, drained, check_engine=check_engines, now=now)
-            for node in self.nodes.values()
+            self.fleet.node_view(node, allocated, drained, check_engine=check_engines, now=now)
+            for node in self.fleet.nodes.values()
         ]
         usage = self.usage(allocated, now)
         result = plan(pending, views, usage, now)
@@ -383,7 +337,7 @@ class Daemon:
         )
         for assignment in result.assignments:
             self.dispatch(
-                by_id[assignment.job_id], self.nodes[assignment.node], assignment.gpus, now
+                by_id[assignment.job_id], self.fleet.nodes[assignment.node], assignment.gpus, now
             )
 
     def dispatch(self, job: Job, node: Node, gpus: Sequence[int], now: float) -> None:
@@ -398,7 +352,7 @@ class Daemon:
                 expect={JobState.PENDING},
                 node=node.name,
                 gpus=tuple(gpus),
-                gpu_uuids=self._uuids(node, gpus),
+                gpu_uuids=self.fleet.uuids(node, gpus),
                 attempt=attempt,
                 start_time=None,
                 end_time=None,
@@ -430,12 +384,6 @@ class Daemon:
         crash_point("dispatch.after_launch")
         self._confirm_running(job, "")
 
-    @staticmethod
-    def _uuids(node: Node, gpus: Sequence[int]) -> tuple[str, ...]:
-        report, _ = node.report()
-        by_index = {g.index: g.uuid for g in report.gpus} if report else {}
-        return tuple(by_index.get(g, "") for g in gpus)
-
     def _confirm_running(self, job: Job, reason: str) -> None:
         now = self.clock()
         # IllegalTransition: cancelled while starting; the job is COMPLETING and the
@@ -465,161 +413,12 @@ class Daemon:
             self._started_monotonic[(job.id, job.attempt)] = started
         return self.monotonic() - started >= limit
 
-    # -- views of the nodes -----------------------------------------------------------
-
-    def liveness(self, node: Node) -> Liveness:
-        report, _ = node.report()
-        return node_liveness(
-            last_heard=node.last_heard(),
-            watching_since=self._watching_since,
-            reporting=report is not None,
-            now=self.monotonic(),
-            report_interval=self.config.report_interval,
-            down_after=self.config.node_down_seconds,
-            lease=self.config.node_lease_seconds,
-            fences_runs=node.fences_runs,
-        )
-
-    def node_view(
-        self,
-        node: Node,
-        allocated: Sequence[Job],
-        drained: Mapping[str, str],
-        *,
-        check_engine: bool = False,
-        now: float = 0.0,
-    ) -> NodeView:
-        """What the planner may use on `node` now (see NodeView). Without `check_engine`
-        the node's docker engine is taken to answer."""
-        report, problem = node.report()
-        liveness = self.liveness(node)
-        if report is None or liveness.state != "up":
-            why = f"{liveness.state}: {liveness.describe(problem if report is None else '')}"
-            return NodeView(node.name, 0, (), available=False, unavailable_reason=why)
-        gpus = node.gpus(report)
-        mine = [job for job in allocated if job.node == node.name]
-        held = {g for job in mine for g in job.gpus}
-        seq = node.report_seq
-        free = tuple(
-            g.index
-            for g in gpus
-            if g.index not in held
-            and g.foreign_processes == 0
-            and g.memory_used_mib < self.config.gpu_memory_threshold_mib
-            and seq > self._released_at_report.get((node.name, g.index), -1)
-        )
-        releases = tuple(
-            (
-                (job.start_time or self.clock()) + job.spec.time_limit
-                if job.spec.time_limit
-                else float("inf"),
-                len(job.gpus),
-            )
-            for job in mine
-            if job.gpus
-        )
-        closed = None
-        if node.name in drained:
-            closed = f"drained: {drained[node.name]}"
-        elif report.lease_problem:  # a run started there could be fenced: none is
-            closed = f"suspect: {_lease_reason(report.lease_problem)}"
-        if closed is not None:
-            return NodeView(
-                node.name,
-                len(gpus),
-                (),
-                available=False,
-                unavailable_reason=closed,
-                releases=releases,
-            )
-        runs_containers = not check_engine or node.docker_problem(now) is None
-        return NodeView(
-            node.name, len(gpus), free, releases=releases, runs_containers=runs_containers
-        )
-
-    def node_infos(self) -> list[NodeInfo]:
-        """Every node as sinfo shows it."""
-        allocated = self.store.jobs_in(ALLOCATED_STATES)
-        drained = self.store.drained_nodes()
-        return [self._node_info(node, allocated, drained) for node in self.nodes.values()]
-
-    def _node_info(
-        self, node: Node, allocated: Sequence[Job], drained: Mapping[str, str]
-    ) -> NodeInfo:
-        report, problem = node.report()
-        allocations = {g: job.id for job in allocated if job.node == node.name for g in job.gpus}
-        liveness = self.liveness(node)
-        if report is None or liveness.state != "up":
-            silent = NodeState.DOWN if liveness.state == "down" else NodeState.SUSPECT
-            return NodeInfo(
-                node.name,
-                silent,
-                reason=liveness.describe(problem if report is None else ""),
-                # The last report's GPUs while it is kept, so allocations show on them.
-                gpus=node.gpus(report) if report is not None else (),
-                allocations=allocations,
-                address=node.address,
-            )
-        gpus = node.gpus(report)
-        if node.name in drained:
-            state, reason = NodeState.DRAINED, drained[node.name]
-        elif report.lease_problem:
-            state, reason = NodeState.SUSPECT, _lease_reason(report.lease_problem)
-        elif not allocations:
-            state, reason = NodeState.IDLE, ""
-        elif len(allocations) >= len(gpus):
-            state, reason = NodeState.ALLOCATED, ""
-        else:
-            state, reason = NodeState.MIXED, ""
-        if not gpus and not reason:
-            reason = report.note
-        return NodeInfo(
-            node.name,
-            state,
-            reason=reason,
-            gpus=gpus,
-            allocations=allocations,
-            address=node.address,
-        )
-
-    def all_nodes_reported(self) -> bool:
-        """Whether every node's size is known (none is down)."""
-        return all(node.report()[0] is not None for node in self.nodes.values())
-
-    def max_gpus_per_node(self) -> tuple[int, str]:
-        """The most GPUs any node reports, and (with none) why."""
-        best, why = 0, "no node has reported"
-        for node in self.nodes.values():
-            report, problem = node.report()
-            if report is None:
-                why = problem
-            elif len(report.gpus) > best or best == 0:
-                best, why = len(report.gpus), report.note
-        return best, why
-
     def usage(self, allocated: Sequence[Job], now: float) -> dict[str, float]:
         """Stored decayed usage plus what allocated jobs have accrued so far."""
         usage = self.store.usage(now, self.config.half_life_seconds)
         for job in allocated:
             usage[job.user] = usage.get(job.user, 0.0) + _gpu_seconds(job, now)
         return usage
-
-
-def _make_nodes(
-    paths: Paths, config: Config, inventory: Inventory | None, on_change: Callable[[], None]
-) -> list[Node]:
-    """No inventory: the embedded default, this machine alone. Else the listed hosts."""
-    if inventory is None:
-        return [LocalNode(paths, config, on_change=on_change)]
-    # Deferred: paramiko is for fleets, not for a laptop's embedded node.
-    from gbatch.remotenode import RemoteNode
-
-    return [RemoteNode(node, paths, config, on_change) for node in inventory.nodes]
-
-
-def _lease_reason(problem: str) -> str:
-    """sinfo's REASON for a host that reports but cannot write its renewed lease."""
-    return f"lease not renewed ({problem}): no new jobs until the host can write it"
 
 
 def _gpu_seconds(job: Job, until: float) -> float:

@@ -48,6 +48,32 @@ class Refused(Exception):
 Handler = Callable[[Daemon, Caller, Mapping[str, Any]], dict[str, Any]]
 
 
+def audit(caller: Caller, action: str, target: Job | str, outcome: str) -> None:
+    """Record who tried what on what, and why it was refused or allowed: one line.
+
+    `caller` is from SO_PEERCRED (never what the request claims); `target` a job, or
+    what else was acted on ("node gpu1", "daemon"); `outcome` is "refused: <why>"
+    (logged as a warning) or "allowed: <why>". The line is key=value, for grep:
+    `audit: user=bob uid=1001 pid=42 op=cancel job=12 owner=alice -> refused: not the
+    owner`."""
+    what = (
+        f"job={target.id} owner={target.user}"
+        if isinstance(target, Job)
+        else f"target={target.replace(' ', '_')}"
+    )
+    level = logging.WARNING if outcome.startswith("refused") else logging.INFO
+    log.log(
+        level,
+        "audit: user=%s uid=%s pid=%s op=%s %s -> %s",
+        caller.user,
+        caller.uid,
+        caller.pid,
+        action,
+        what,
+        outcome,
+    )
+
+
 def is_admin(daemon: Daemon, caller: Caller) -> bool:
     """Root, the daemon's own user, the users named in `admins:` and the members of
     `admin_group:` (supplementary or primary) may act on any job."""
@@ -80,7 +106,7 @@ def _in_group(uid: int, user: str, group: str, epoch: int) -> bool:
 def _require_admin(daemon: Daemon, caller: Caller, op: str, target: str, what: str) -> None:
     """Refuse (and audit) a caller who is not an admin; `what` they may not do."""
     if not is_admin(daemon, caller):
-        daemon.audit(caller, op, target, "refused: not an admin")
+        audit(caller, op, target, "refused: not an admin")
         raise Refused("permission", f"only root, the daemon's user or an admin may {what}")
 
 
@@ -93,7 +119,7 @@ def _named_job(daemon: Daemon, caller: Caller, job_id: object, op: str) -> Job:
     that does not exist (Slurm's PrivateData=jobs), and the attempt is audited."""
     found = _job(daemon, job_id)
     if daemon.config.private_data and not may_act_on(daemon, caller, found):
-        daemon.audit(caller, op, found, "refused: not the owner (private_data: not found)")
+        audit(caller, op, found, "refused: not the owner (private_data: not found)")
         raise Refused("not_found", f"Invalid job id specified: {found.id}")
     return found
 
@@ -143,7 +169,7 @@ def ping(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
         "started_at": daemon.started_at,
         "home": str(daemon.paths.home),
         "active": daemon.store.active_counts(),
-        "nodes": [wire.node_to_wire(n) for n in daemon.node_infos()],
+        "nodes": [wire.node_to_wire(n) for n in daemon.fleet.node_infos()],
     }
 
 
@@ -185,8 +211,8 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
     count = request.get("count", 1)
     if not isinstance(count, int) or not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
-    have, why = daemon.max_gpus_per_node()
-    if spec.gpus > have and daemon.all_nodes_reported():
+    have, why = daemon.fleet.max_gpus_per_node()
+    if spec.gpus > have and daemon.fleet.all_reported():
         hint = (
             "Set GBATCH_SIMULATE_GPUS=N before `gbatch daemon start` to try gbatch without "
             "GPUs, or ask for gpus: 0"
@@ -220,7 +246,7 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
 
 def _check_runnable_somewhere(daemon: Daemon, spec: JobSpec) -> None:
     """Refuse at submit what no node could ever run, rather than queue it forever."""
-    nodes = list(daemon.nodes.values())
+    nodes = list(daemon.fleet.nodes.values())
     if spec.image is None:
         if not any(node.runs_bare_processes for node in nodes):
             raise Refused(
@@ -300,7 +326,7 @@ def _cancel_batch(
     changes: list[tuple[Job, StateChange]] = []
     for job in jobs:
         if not may_act_on(daemon, caller, job):
-            daemon.audit(caller, "cancel", job, "refused: not the owner")
+            audit(caller, "cancel", job, "refused: not the owner")
             outcomes[job.id] = {"ok": False, "error": f"Access/permission denied for job {job.id}"}
             continue
         change = _cancel_change(job, caller, now)
@@ -374,7 +400,7 @@ def _set_hold(
             results.append({"id": job_id, "ok": False, "error": err.message})
             continue
         if not may_act_on(daemon, caller, job):
-            daemon.audit(caller, op, job, "refused: not the owner")
+            audit(caller, op, job, "refused: not the owner")
             results.append(
                 {"id": job_id, "ok": False, "error": f"Access/permission denied for job {job_id}"}
             )
@@ -412,7 +438,7 @@ def requeue(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[
             continue
         error: str | None
         if not may_act_on(daemon, caller, job):
-            daemon.audit(caller, "requeue", job, "refused: not the owner")
+            audit(caller, "requeue", job, "refused: not the owner")
             error = f"Access/permission denied for job {job_id}"
         elif not job.spec.requeue:
             error = f"Requested operation is presently disabled: job {job_id} has requeue: false"
@@ -502,7 +528,7 @@ def job(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str,
     found = _named_job(daemon, caller, request.get("id"), "job")
     owner_view = may_act_on(daemon, caller, found)
     if not owner_view and found.spec.env:
-        daemon.audit(caller, "job_env", found, "refused: env values withheld, not the owner")
+        audit(caller, "job_env", found, "refused: env values withheld, not the owner")
     return {
         "job": _job_to_wire(found, owner_view=owner_view),
         "events": [wire.event_to_wire(e) for e in daemon.store.events(found.id)],
@@ -511,14 +537,14 @@ def job(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str,
 
 
 def nodes(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
-    return {"nodes": [wire.node_to_wire(n) for n in daemon.node_infos()]}
+    return {"nodes": [wire.node_to_wire(n) for n in daemon.fleet.node_infos()]}
 
 
 def logs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
     """A chunk of a job's log from `offset`; `done` once the job is final and read out."""
     found = _named_job(daemon, caller, request.get("id"), "logs")
     if not may_act_on(daemon, caller, found):
-        daemon.audit(caller, "logs", found, "refused: not the owner")
+        audit(caller, "logs", found, "refused: not the owner")
         raise Refused(
             "permission",
             f"Access/permission denied: job {found.id} is "
@@ -546,8 +572,8 @@ def logs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
 def _admin_node(daemon: Daemon, caller: Caller, request: Mapping[str, Any], what: str) -> str:
     name = request.get("name")
     _require_admin(daemon, caller, f"node_{what}", f"node {name}", f"{what} nodes")
-    if not isinstance(name, str) or name not in daemon.nodes:
-        known = ", ".join(sorted(daemon.nodes))
+    if not isinstance(name, str) or name not in daemon.fleet.nodes:
+        known = ", ".join(sorted(daemon.fleet.nodes))
         raise Refused("not_found", f"no node {name!r} in the fleet (nodes: {known})")
     return name
 
@@ -581,11 +607,11 @@ def node_install(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> 
 
     _require_admin(daemon, caller, "node_install", "nodes", "install agents")
     names = request.get("names") or [
-        n for n, node in daemon.nodes.items() if isinstance(node, RemoteNode)
+        n for n, node in daemon.fleet.nodes.items() if isinstance(node, RemoteNode)
     ]
     results = []
     for name in names:
-        node = daemon.nodes.get(name)
+        node = daemon.fleet.nodes.get(name)
         if not isinstance(node, RemoteNode):
             why = "the local node needs no install" if node else "no such node in the fleet"
             results.append({"name": name, "ok": False, "error": why})
@@ -607,11 +633,11 @@ def _trust_node(daemon: Daemon, caller: Caller, request: Mapping[str, Any], op: 
 
     name = request.get("name")
     _require_admin(daemon, caller, op, f"node {name}", "trust host keys")
-    node = daemon.nodes.get(name) if isinstance(name, str) else None
+    node = daemon.fleet.nodes.get(name) if isinstance(name, str) else None
     if not isinstance(node, RemoteNode):
         if node is not None:
             raise Refused("invalid", f"node {name} is this machine, reached without SSH: no key")
-        known = ", ".join(sorted(daemon.nodes))
+        known = ", ".join(sorted(daemon.fleet.nodes))
         raise Refused("not_found", f"no node {name!r} in the fleet (nodes: {known})")
     return node
 
@@ -662,7 +688,7 @@ def node_trust(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> di
     offered = _offered_key(node)
     target = f"node {node.name}"
     if offered.fingerprint != wanted:
-        daemon.audit(caller, "node_trust", target, f"refused: host offers {offered.fingerprint}")
+        audit(caller, "node_trust", target, f"refused: host offers {offered.fingerprint}")
         raise Refused(
             "invalid",
             f"fingerprint: node {node.name} now offers {offered.key_type} "
@@ -672,7 +698,7 @@ def node_trust(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> di
         )
     reply = _hostkey_reply(node, offered)
     if offered.pinned == "different" and request.get("replace") is not True:
-        daemon.audit(caller, "node_trust", target, "refused: a different key is pinned")
+        audit(caller, "node_trust", target, "refused: a different key is pinned")
         old = ", ".join(f"{k['key_type']} {k['fingerprint']}" for k in reply["pinned_keys"])
         raise Refused(
             "invalid",
@@ -685,7 +711,7 @@ def node_trust(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> di
         replace_host_key(config.known_hosts, config.host, config.port, offered.key)
     elif offered.pinned == "none":
         trust_host_key(config.known_hosts, config.host, config.port, offered.key)
-    daemon.audit(caller, "node_trust", target, f"allowed: pinned {offered.fingerprint}")
+    audit(caller, "node_trust", target, f"allowed: pinned {offered.fingerprint}")
     node.retry_now()  # the key is on file now: reconnect without waiting out the backoff
     return {**reply, "was_pinned": offered.pinned}
 

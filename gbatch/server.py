@@ -185,7 +185,7 @@ def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
     lock = _take_lock(paths)
     store = Store(paths.store)
     daemon = Daemon(paths, config, store, inventory=inventory)
-    daemon.start_nodes()
+    daemon.fleet.start()
     daemon.sweep_finished_runs()
     server = _make_socket(paths, config, gid)
     server.daemon = daemon

@@ -99,13 +99,13 @@ def daemon(tmp_path: Path, clocks: Clocks) -> Iterator[Daemon]:
     made = Daemon(
         paths, config, Store(paths.store), clock=lambda: clocks.wall, monotonic=lambda: clocks.mono
     )
-    made.nodes = {"gpu01": FakeNode("gpu01", clocks)}
+    made.fleet.nodes = {"gpu01": FakeNode("gpu01", clocks)}
     yield made
     made.committer.close()
 
 
 def node(daemon: Daemon) -> FakeNode:
-    fake = daemon.nodes["gpu01"]
+    fake = daemon.fleet.nodes["gpu01"]
     assert isinstance(fake, FakeNode)
     return fake
 
@@ -130,9 +130,9 @@ def go_silent_for(daemon: Daemon, clocks: Clocks, seconds: float) -> None:
 def test_a_suspect_or_freshly_down_node_keeps_its_runs(daemon: Daemon, clocks: Clocks) -> None:
     job_id = running_job(daemon, clocks)
     go_silent_for(daemon, clocks, 10)
-    assert daemon.node_infos()[0].state.value == "suspect"
+    assert daemon.fleet.node_infos()[0].state.value == "suspect"
     go_silent_for(daemon, clocks, DOWN_AFTER)  # down, but the lease may still run
-    assert daemon.node_infos()[0].state.value == "down"
+    assert daemon.fleet.node_infos()[0].state.value == "down"
     assert daemon.store.require(job_id).state is JobState.RUNNING
 
 
@@ -143,17 +143,17 @@ def test_a_node_that_cannot_write_its_lease_gets_no_new_job_and_keeps_its_runs(
     node(daemon).lease_problem = "cannot renew the lease file /a/lease.json: [Errno 30] EROFS"
     daemon.collect_ended_runs(clocks.wall)
 
-    (info,) = daemon.node_infos()
+    (info,) = daemon.fleet.node_infos()
     assert info.state.value == "suspect"
     assert info.reason.startswith("lease not renewed (cannot renew the lease file /a/lease")
-    view = daemon.node_view(daemon.nodes["gpu01"], [daemon.store.require(job_id)], {})
+    view = daemon.fleet.node_view(daemon.fleet.nodes["gpu01"], [daemon.store.require(job_id)], {})
     assert not view.available and view.unavailable_reason.startswith("suspect: lease not")
     assert daemon.store.require(job_id).state is JobState.RUNNING  # left alone
     assert node(daemon).signals == []
 
     node(daemon).lease_problem = ""  # the host wrote it again
-    assert daemon.node_infos()[0].state.value == "allocated"
-    assert daemon.node_view(daemon.nodes["gpu01"], [], {}).available
+    assert daemon.fleet.node_infos()[0].state.value == "allocated"
+    assert daemon.fleet.node_view(daemon.fleet.nodes["gpu01"], [], {}).available
 
 
 def test_a_down_nodes_run_is_requeued_once_the_lease_and_margin_are_over(
@@ -174,7 +174,7 @@ def test_a_wall_clock_jump_does_not_make_a_node_down(daemon: Daemon, clocks: Clo
     node(daemon).hear()
     daemon.collect_ended_runs(clocks.wall)
     assert daemon.store.require(job_id).state is JobState.RUNNING
-    assert daemon.node_infos()[0].state.value == "allocated"
+    assert daemon.fleet.node_infos()[0].state.value == "allocated"
 
 
 def test_a_job_that_opted_out_of_requeue_ends_node_fail(daemon: Daemon, clocks: Clocks) -> None:

@@ -1,0 +1,234 @@
+"""The nodes the head places jobs on, and what it knows of each beyond their reports:
+whether each is up (gbatch/liveness.py), which released GPUs still wait for a clean
+report, what the planner may use on each (NodeView) and how sinfo shows them (NodeInfo).
+
+The daemon's loop asks the fleet; request handlers (sinfo, submit checks, node
+operations) read it. Neither writes a node's state here: the nodes' report threads do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from gbatch.config import Config, Paths
+from gbatch.inventory import Inventory
+from gbatch.liveness import Liveness, node_liveness
+from gbatch.localnode import LocalNode
+from gbatch.model import ALLOCATED_STATES, Job, NodeInfo, NodeState, NodeView
+from gbatch.node import STARTING, Node
+from gbatch.store import Store
+
+
+def make_nodes(
+    paths: Paths, config: Config, inventory: Inventory | None, on_change: Callable[[], None]
+) -> list[Node]:
+    """No inventory: the embedded default, this machine alone. Else the listed hosts."""
+    if inventory is None:
+        return [LocalNode(paths, config, on_change=on_change)]
+    # Deferred: paramiko is for fleets, not for a laptop's embedded node.
+    from gbatch.remotenode import RemoteNode
+
+    return [RemoteNode(node, paths, config, on_change) for node in inventory.nodes]
+
+
+class Fleet:
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        config: Config,
+        store: Store,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.nodes: dict[str, Node] = {node.name: node for node in nodes}
+        self.config = config
+        self.store = store  # read only: allocations and drains, for node_infos
+        self.clock = clock
+        self.monotonic = monotonic
+        self._watching_since = monotonic()
+        # node name -> whether it was up when came_up() last looked.
+        self._was_up: dict[str, bool] = {}
+        # (node, GPU index) -> number of the node's report at the GPU's release: it is
+        # handed out again only after a later report shows its memory released.
+        self._released_at_report: dict[tuple[str, int], int] = {}
+
+    # -- life cycle -----------------------------------------------------------------
+
+    def start(self, first_report_timeout: float = 10.0) -> None:
+        """Start every node's reports; wait (bounded) until each has reported once or
+        failed to, so the first plans and submit checks see the fleet."""
+        for node in self.nodes.values():
+            node.start()
+        deadline = self.monotonic() + first_report_timeout
+        while self.monotonic() < deadline and any(
+            node.report() == (None, STARTING) for node in self.nodes.values()
+        ):
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
+
+    # -- what the loop asks -------------------------------------------------------------
+
+    def liveness(self, node: Node) -> Liveness:
+        report, _ = node.report()
+        return node_liveness(
+            last_heard=node.last_heard(),
+            watching_since=self._watching_since,
+            reporting=report is not None,
+            now=self.monotonic(),
+            report_interval=self.config.report_interval,
+            down_after=self.config.node_down_seconds,
+            lease=self.config.node_lease_seconds,
+            fences_runs=node.fences_runs,
+        )
+
+    def came_up(self, liveness: Mapping[str, Liveness]) -> list[Node]:
+        """The nodes up in `liveness` that were not up when this was last asked (at the
+        first call: every node up), whose stale runs the daemon then reaps."""
+        back = []
+        for name, node in self.nodes.items():
+            up = liveness[name].state == "up"
+            if up and not self._was_up.get(name, False):
+                back.append(node)
+            self._was_up[name] = up
+        return back
+
+    def release_gpus(self, node: Node, gpus: Sequence[int]) -> None:
+        """A run on `gpus` ended: hand them out again only after a later report shows
+        them clean, and ask the node for that report now."""
+        for gpu in gpus:
+            self._released_at_report[(node.name, gpu)] = node.report_seq
+        node.poke()
+
+    @staticmethod
+    def uuids(node: Node, gpus: Sequence[int]) -> tuple[str, ...]:
+        report, _ = node.report()
+        by_index = {g.index: g.uuid for g in report.gpus} if report else {}
+        return tuple(by_index.get(g, "") for g in gpus)
+
+    def node_view(
+        self,
+        node: Node,
+        allocated: Sequence[Job],
+        drained: Mapping[str, str],
+        *,
+        check_engine: bool = False,
+        now: float = 0.0,
+    ) -> NodeView:
+        """What the planner may use on `node` now (see NodeView). Without `check_engine`
+        the node's docker engine is taken to answer."""
+        report, problem = node.report()
+        liveness = self.liveness(node)
+        if report is None or liveness.state != "up":
+            why = f"{liveness.state}: {liveness.describe(problem if report is None else '')}"
+            return NodeView(node.name, 0, (), available=False, unavailable_reason=why)
+        gpus = node.gpus(report)
+        mine = [job for job in allocated if job.node == node.name]
+        held = {g for job in mine for g in job.gpus}
+        seq = node.report_seq
+        free = tuple(
+            g.index
+            for g in gpus
+            if g.index not in held
+            and g.foreign_processes == 0
+            and g.memory_used_mib < self.config.gpu_memory_threshold_mib
+            and seq > self._released_at_report.get((node.name, g.index), -1)
+        )
+        releases = tuple(
+            (
+                (job.start_time or self.clock()) + job.spec.time_limit
+                if job.spec.time_limit
+                else float("inf"),
+                len(job.gpus),
+            )
+            for job in mine
+            if job.gpus
+        )
+        closed = None
+        if node.name in drained:
+            closed = f"drained: {drained[node.name]}"
+        elif report.lease_problem:  # a run started there could be fenced: none is
+            closed = f"suspect: {_lease_reason(report.lease_problem)}"
+        if closed is not None:
+            return NodeView(
+                node.name,
+                len(gpus),
+                (),
+                available=False,
+                unavailable_reason=closed,
+                releases=releases,
+            )
+        runs_containers = not check_engine or node.docker_problem(now) is None
+        return NodeView(
+            node.name, len(gpus), free, releases=releases, runs_containers=runs_containers
+        )
+
+    # -- what requests ask ------------------------------------------------------------
+
+    def node_infos(self) -> list[NodeInfo]:
+        """Every node as sinfo shows it."""
+        allocated = self.store.jobs_in(ALLOCATED_STATES)
+        drained = self.store.drained_nodes()
+        return [self._node_info(node, allocated, drained) for node in self.nodes.values()]
+
+    def _node_info(
+        self, node: Node, allocated: Sequence[Job], drained: Mapping[str, str]
+    ) -> NodeInfo:
+        report, problem = node.report()
+        allocations = {g: job.id for job in allocated if job.node == node.name for g in job.gpus}
+        liveness = self.liveness(node)
+        if report is None or liveness.state != "up":
+            silent = NodeState.DOWN if liveness.state == "down" else NodeState.SUSPECT
+            return NodeInfo(
+                node.name,
+                silent,
+                reason=liveness.describe(problem if report is None else ""),
+                # The last report's GPUs while it is kept, so allocations show on them.
+                gpus=node.gpus(report) if report is not None else (),
+                allocations=allocations,
+                address=node.address,
+            )
+        gpus = node.gpus(report)
+        if node.name in drained:
+            state, reason = NodeState.DRAINED, drained[node.name]
+        elif report.lease_problem:
+            state, reason = NodeState.SUSPECT, _lease_reason(report.lease_problem)
+        elif not allocations:
+            state, reason = NodeState.IDLE, ""
+        elif len(allocations) >= len(gpus):
+            state, reason = NodeState.ALLOCATED, ""
+        else:
+            state, reason = NodeState.MIXED, ""
+        if not gpus and not reason:
+            reason = report.note
+        return NodeInfo(
+            node.name,
+            state,
+            reason=reason,
+            gpus=gpus,
+            allocations=allocations,
+            address=node.address,
+        )
+
+    def all_reported(self) -> bool:
+        """Whether every node's size is known (none is down)."""
+        return all(node.report()[0] is not None for node in self.nodes.values())
+
+    def max_gpus_per_node(self) -> tuple[int, str]:
+        """The most GPUs any node reports, and (with none) why."""
+        best, why = 0, "no node has reported"
+        for node in self.nodes.values():
+            report, problem = node.report()
+            if report is None:
+                why = problem
+            elif len(report.gpus) > best or best == 0:
+                best, why = len(report.gpus), report.note
+        return best, why
+
+
+def _lease_reason(problem: str) -> str:
+    """sinfo's REASON for a host that reports but cannot write its renewed lease."""
+    return f"lease not renewed ({problem}): no new jobs until the host can write it"

@@ -8,7 +8,7 @@
 
 One self-contained file, copied to each GPU host: standard library and pynvml only, no
 import of gbatch, runs on Python >= 3.9. The report format (schema 1) is documented in
-README.md next to this file; gbatch.protocol is the head's parser of it.
+README.md next to this file; gbatch.nodes.report is the head's parser of it.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ _NOT_AVAILABLE_ERROR_NAMES = (
 # cgroup v1 ".../docker/<id>", cgroup v2 with systemd ".../docker-<id>.scope".
 _DOCKER_CGROUP = re.compile(r"/docker[-/]([0-9a-f]{64})(?:\.scope)?(?:/|$)")
 
-# gbatch's container labels (gbatch/containers.py sets them on every job container).
+# gbatch's container labels (gbatch/nodes/docker.py sets them on every job container).
 _LABEL_JOB = "gbatch.job"
 _LABEL_ATTEMPT = "gbatch.attempt"
 _LABEL_USER = "gbatch.user"

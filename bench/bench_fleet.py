@@ -37,9 +37,9 @@ from sshd import start_sshd  # noqa: E402
 
 from gbatch.client import Client  # noqa: E402
 from gbatch.config import Config, Paths  # noqa: E402
-from gbatch.inventory import load_inventory  # noqa: E402
-from gbatch.remote import SshConnection  # noqa: E402
-from gbatch.remotenode import RemoteNode, target_of  # noqa: E402
+from gbatch.nodes.inventory import load_inventory  # noqa: E402
+from gbatch.nodes.remote import RemoteNode, target_of  # noqa: E402
+from gbatch.nodes.ssh import SshConnection  # noqa: E402
 
 FAST_SHELL = "SetEnv SHLVL=1\nMaxStartups 200\nMaxSessions 10\n"
 STAND_IN_AGENT = """\

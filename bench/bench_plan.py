@@ -1,4 +1,4 @@
-"""Time gbatch.scheduler.plan() on a large queue.
+"""Time gbatch.head.scheduler.plan() on a large queue.
 
 Run from anywhere: `python bench/bench_plan.py [--runs N] [--seed S]`. Prints one line
 per scenario with the median and p90 of the runs against the goal (<= 20 ms).
@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from gbatch.head.scheduler import plan
 from gbatch.model import Job, JobSpec, JobState, NodeView
-from gbatch.scheduler import plan
 
 GOAL_MS = 20.0
 JOBS = 10_000

@@ -55,10 +55,10 @@ from ledger import Run, check, first_start_after, ledger_command, read_runs
 
 from gbatch.client import Client, DaemonUnavailable, RequestFailed
 from gbatch.config import Paths
-from gbatch.containers import LABEL_JOB, LABEL_NODE
 from gbatch.crashpoints import POINTS
+from gbatch.head.store import Store
 from gbatch.model import FINAL_STATES, JobState
-from gbatch.store import Store
+from gbatch.nodes.docker import LABEL_JOB, LABEL_NODE
 
 CONFIG = "tick_seconds: 0.2\nreport_interval: 0.2\nkill_grace_seconds: 1\n"
 FINAL = {state.value for state in FINAL_STATES}

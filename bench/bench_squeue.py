@@ -41,8 +41,8 @@ from common import (
 )
 
 from gbatch.client import Client
+from gbatch.head.store import Store
 from gbatch.model import JobSpec, JobState
-from gbatch.store import Store
 
 SQUEUE_GOAL_MS = 60.0
 FINISHED = 99_000

@@ -1,4 +1,4 @@
-"""Time gbatch.remote against a local OpenSSH server (tests/integration/sshd.py).
+"""Time gbatch.nodes.ssh against a local OpenSSH server (tests/integration/sshd.py).
 
 Run from the repository root: `.venv/bin/python bench/bench_ssh.py [--runs N]`. Needs
 /usr/sbin/sshd (`.ci/setup-sshd.sh`). Prints one line per figure:
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integ
 
 from sshd import start_sshd
 
-from gbatch.remote import SshConnection, SshTarget
+from gbatch.nodes.ssh import SshConnection, SshTarget
 
 RUN_GOAL_MS = 5.0
 TIMEOUT_S = 30.0

@@ -9,10 +9,10 @@ whether or not it is the shim's parent any more.
 
 Output goes through the shim (a pipe), not straight to the file, so a log that cannot
 be written (a full disk) never makes the job's own writes fail: the shim drops that
-output and the log says so (gbatch.joblog.LogWriter). A process the job leaves behind
+output and the log says so (gbatch.nodes.joblog.LogWriter). A process the job leaves behind
 loses its output once the job has ended. A full disk also delays pids.json and
 exit.json: the shim retries them until there is room, since the daemon cannot end
-the job without exit.json. stdlib and gbatch.joblog only; it is on the start path of
+the job without exit.json. stdlib and gbatch.nodes.joblog only; it is on the start path of
 every job.
 """
 
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from gbatch.joblog import LogWriter
+from gbatch.nodes.joblog import LogWriter
 
 # Errors that free space ends; any other error in recording the run is final.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})

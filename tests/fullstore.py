@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from gbatch.store import Store
+from gbatch.head.store import Store
 
 
 def pack_store(store: Store, pad_job: int) -> None:

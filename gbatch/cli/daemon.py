@@ -65,8 +65,8 @@ def _run_foreground(ctx: Context) -> int:
     import logging
 
     from gbatch.config import ConfigError, load_config
-    from gbatch.inventory import InventoryError, find_inventory, load_inventory
-    from gbatch.server import AlreadyRunning, serve
+    from gbatch.head.server import AlreadyRunning, serve
+    from gbatch.nodes.inventory import InventoryError, find_inventory, load_inventory
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.containers import engine_check_argv
+from gbatch.nodes.docker import engine_check_argv
 
 TEST_IMAGE = "gbatch-test:latest"
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dockerenv import ensure_test_image, require_docker
 
-from gbatch.protocol import ContainerReport, NodeReport, parse_report_line
+from gbatch.nodes.report import ContainerReport, NodeReport, parse_report_line
 
 pytestmark = pytest.mark.docker
 

@@ -1,4 +1,4 @@
-"""gbatch.containers' command lines against a real docker engine and the test image.
+"""gbatch.nodes.docker' command lines against a real docker engine and the test image.
 
 GPUs come from the test stand-in hook (.ci/setup-docker.sh): the container sees
 NVIDIA_VISIBLE_DEVICES but no device.
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from dockerenv import ensure_test_image, require_docker
 
-from gbatch.containers import (
+from gbatch.model import JobSpec
+from gbatch.nodes.docker import (
     container_name,
     docker_inspect_argv,
     docker_logs_argv,
@@ -29,7 +30,6 @@ from gbatch.containers import (
     parse_ps,
     parse_wait,
 )
-from gbatch.model import JobSpec
 
 pytestmark = pytest.mark.docker
 

@@ -20,7 +20,7 @@ from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, wait_for
 from dockerenv import TEST_IMAGE, ensure_test_image, require_docker
 from private_engine import PrivateEngine, private_engine
 
-from gbatch.containers import container_name
+from gbatch.nodes.docker import container_name
 
 pytestmark = pytest.mark.docker
 

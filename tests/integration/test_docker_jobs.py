@@ -11,7 +11,7 @@ import pytest
 from conftest import FAST_CONFIG, Head, is_gone, kill_leftover_jobs, make_head, wait_for
 from dockerenv import ensure_test_image, require_docker
 
-from gbatch.containers import container_name
+from gbatch.nodes.docker import container_name
 
 pytestmark = pytest.mark.docker
 

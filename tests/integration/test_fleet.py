@@ -18,7 +18,7 @@ import pytest
 from conftest import Head, wait_for
 from fleet import AGENT, Fleet, build_fleet, teardown_fleet
 
-from gbatch.containers import container_name
+from gbatch.nodes.docker import container_name
 
 pytestmark = pytest.mark.docker
 

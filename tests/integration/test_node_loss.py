@@ -24,7 +24,7 @@ from conftest import FAST_CONFIG, TMP_MOUNTS_CONFIG, wait_for
 from fleet import Fleet, build_fleet, teardown_fleet
 from hosts import Host
 
-from gbatch.containers import container_name
+from gbatch.nodes.docker import container_name
 
 pytestmark = pytest.mark.docker
 

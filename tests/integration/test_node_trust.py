@@ -2,7 +2,7 @@
 admin checks the fingerprint the daemon shows and pins it. Real hosts (containers with
 sshd, tests/integration/hosts.py) and a real daemon; the CLI as a subprocess, with a
 pseudo-terminal where a person would answer the prompt. The known_hosts primitives
-(gbatch/remote.py) are checked against a plain sshd (tests/integration/sshd.py).
+(gbatch/nodes/ssh.py) are checked against a plain sshd (tests/integration/sshd.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from fleet import Fleet, build_fleet, teardown_fleet
 from sshd import keygen, start_sshd
 
 from gbatch.client import Client, RequestFailed
-from gbatch.remote import (
+from gbatch.nodes.ssh import (
     SshTarget,
     fingerprint,
     offered_host_key,
@@ -211,7 +211,7 @@ def test_a_user_who_is_not_an_admin_may_neither_see_nor_trust_host_keys(
     assert local.returncode == 2 and "reached without SSH" in local.stderr
 
 
-# -- the known_hosts primitives behind it (gbatch/remote.py), on a real sshd -----------
+# -- the known_hosts primitives behind it (gbatch/nodes/ssh.py), on a real sshd -----------
 
 
 def test_offered_host_key_compares_with_the_file_as_a_connection_would(tmp_path: Path) -> None:

@@ -22,8 +22,8 @@ from conftest import Head, is_gone, kill_leftover_jobs, make_head, wait_for
 from ledger import Run, check, first_start_after, ledger_command, read_runs
 
 from gbatch.config import Paths
+from gbatch.head.store import Store
 from gbatch.model import FINAL_STATES, Event, JobState
-from gbatch.store import Store
 
 JOBS = 40
 GPUS = 2

@@ -1,4 +1,4 @@
-"""gbatch.remote against a real OpenSSH server started per test (tests/integration/sshd.py)."""
+"""gbatch.nodes.ssh against a real OpenSSH server started per test (tests/integration/sshd.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import paramiko
 import pytest
 from sshd import Sshd, descendants, free_port, start_sshd
 
-from gbatch.backoff import Backoff
-from gbatch.remote import (
+from gbatch.nodes.backoff import Backoff
+from gbatch.nodes.ssh import (
     HostKeyError,
     RemoteError,
     RemoteTimeout,

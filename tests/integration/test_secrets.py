@@ -26,7 +26,7 @@ from conftest import GBATCH, Head, kill_leftover_jobs, make_head, wait_for
 from dockerenv import ensure_test_image, require_docker
 from fleet import Fleet, build_fleet, teardown_fleet
 
-from gbatch.containers import container_name
+from gbatch.nodes.docker import container_name
 
 pytestmark = pytest.mark.docker
 

@@ -71,7 +71,7 @@ def require_interpreter_for(user: User) -> None:
             "--clear-groups",
             sys.executable,
             "-c",
-            "import gbatch.server",
+            "import gbatch.head.server",
         ],
         capture_output=True,
         text=True,

@@ -16,7 +16,7 @@ from typing import IO, Any
 import pynvml
 import pytest
 
-from gbatch.protocol import (
+from gbatch.nodes.report import (
     ContainerReport,
     NodeReport,
     gbatch_container_ids,

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import pytest
 
-from gbatch.protocol import NodeReport, parse_report_line
+from gbatch.nodes.report import NodeReport, parse_report_line
 
 AGENT = Path(__file__).resolve().parents[2] / "agent" / "gbatch_agent.py"
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from gbatch.config import Config, ConfigError, Paths, load_config
-from gbatch.daemon import Daemon
-from gbatch.handlers import Caller, handle, is_admin
+from gbatch.head.daemon import Daemon
+from gbatch.head.handlers import Caller, handle, is_admin
+from gbatch.head.store import Store
 from gbatch.model import JobSpec
-from gbatch.store import Store
 
 ALICE = Caller(uid=5001, user="alice", pid=11)
 BOB = Caller(uid=5002, user="bob", pid=22)

@@ -1,4 +1,4 @@
-"""gbatch.containers: argv shapes and parsers, no docker needed."""
+"""gbatch.nodes.docker: argv shapes and parsers, no docker needed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gbatch.containers import (
+from gbatch.model import JobSpec
+from gbatch.nodes.docker import (
     ContainerStatus,
     container_name,
     docker_inspect_argv,
@@ -26,7 +27,6 @@ from gbatch.containers import (
     parse_ps,
     parse_wait,
 )
-from gbatch.model import JobSpec
 from gbatch.policy import DEFAULT_CAPABILITIES, ContainerPolicy, MountRoot, RunAs
 
 SPEC = JobSpec(name="train", command=("python", "train.py", "--lr", "0.1"), image="pytorch:2")
@@ -424,7 +424,7 @@ def test_env_file_refuses_nul_in_values() -> None:
 
 
 def test_error_line_skips_the_clis_help_hint() -> None:
-    from gbatch.containers import error_line
+    from gbatch.nodes.docker import error_line
 
     stderr = (
         "docker: Error response from daemon: No such image: nope:latest.\n"

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gbatch.fairshare import accrue, decay, factors
+from gbatch.head.fairshare import accrue, decay, factors
 
 DAY = 86_400.0
 WEEK = 7 * DAY

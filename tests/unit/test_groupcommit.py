@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.groupcommit import GroupCommitter
+from gbatch.head.groupcommit import GroupCommitter
+from gbatch.head.store import Store, StoreError, Submission
 from gbatch.model import JobSpec
-from gbatch.store import Store, StoreError, Submission
 
 SPEC = JobSpec(name="j", command=("true",))
 

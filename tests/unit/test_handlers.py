@@ -9,10 +9,10 @@ import pytest
 from fullstore import pack_store
 
 from gbatch.config import Config, Paths
-from gbatch.daemon import Daemon
-from gbatch.handlers import Caller, handle
+from gbatch.head.daemon import Daemon
+from gbatch.head.handlers import Caller, handle
+from gbatch.head.store import Store
 from gbatch.model import JobSpec
-from gbatch.store import Store
 
 ROOT = Caller(uid=0, user="root", pid=1)
 SPEC = JobSpec(name="j", command=("true",)).to_dict()

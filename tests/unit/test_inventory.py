@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.inventory import (
+from gbatch.nodes.inventory import (
     FORBIDDEN_DOCKER_OPTIONS,
     Inventory,
     InventoryError,
@@ -487,7 +487,7 @@ def test_unreadable_key_is_refused(tmp_path: Path) -> None:
 def test_key_the_daemon_user_cannot_read_is_refused(
     tmp_path: Path, key: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gbatch.inventory
+    import gbatch.nodes.inventory
 
     def deny(path: object, mode: str = "r") -> object:
         if Path(str(path)) == key:
@@ -495,7 +495,7 @@ def test_key_the_daemon_user_cannot_read_is_refused(
         return open(str(path), mode)
 
     # Root reads any file, so the refusal is simulated rather than made with chmod.
-    monkeypatch.setattr(gbatch.inventory, "open", deny, raising=False)
+    monkeypatch.setattr(gbatch.nodes.inventory, "open", deny, raising=False)
 
     message = refusal(tmp_path, two_nodes(identity_file=str(key)))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gbatch.config import Paths
-from gbatch.joblog import LogFollowers, LogWriter, mark_attempt_start
+from gbatch.nodes.joblog import LogFollowers, LogWriter, mark_attempt_start
 
 NO_SPACE = os.strerror(errno.ENOSPC)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gbatch.liveness import FENCE_MARGIN_SECONDS, node_liveness
+from gbatch.head.liveness import FENCE_MARGIN_SECONDS, node_liveness
 
 
 def liveness(silent: float, **overrides: Any) -> Any:

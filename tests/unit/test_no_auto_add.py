@@ -39,7 +39,7 @@ def sources() -> list[Path]:
 
 def test_the_scan_covers_the_ssh_module_and_the_agent() -> None:
     scanned = {p.relative_to(REPO).as_posix() for p in sources()}
-    assert {"gbatch/remote.py", "agent/gbatch_agent.py", "deploy/install-system.sh"} <= scanned
+    assert {"gbatch/nodes/ssh.py", "agent/gbatch_agent.py", "deploy/install-system.sh"} <= scanned
 
 
 @pytest.mark.parametrize("name", sorted(FORBIDDEN))
@@ -62,5 +62,5 @@ def test_the_only_missing_key_policy_is_the_refusing_one() -> None:
         if "set_missing_host_key_policy(" in line
     ]
     assert calls == [
-        ("gbatch/remote.py", "client.set_missing_host_key_policy(_RefuseUnknownKey(t))")
+        ("gbatch/nodes/ssh.py", "client.set_missing_host_key_policy(_RefuseUnknownKey(t))")
     ]

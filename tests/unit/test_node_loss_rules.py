@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from gbatch.config import Config, Paths
-from gbatch.daemon import Daemon
-from gbatch.liveness import FENCE_MARGIN_SECONDS
+from gbatch.head.daemon import Daemon
+from gbatch.head.liveness import FENCE_MARGIN_SECONDS
+from gbatch.head.store import Store
 from gbatch.model import Gpu, Job, JobSpec, JobState
-from gbatch.node import LaunchError, RunStatus
-from gbatch.protocol import ContainerReport, NodeReport
-from gbatch.store import Store
+from gbatch.nodes.base import LaunchError, RunStatus
+from gbatch.nodes.report import ContainerReport, NodeReport
 
 DOWN_AFTER, LEASE = 60.0, 90.0
 

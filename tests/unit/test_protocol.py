@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gbatch.model import Gpu
-from gbatch.protocol import (
+from gbatch.nodes.report import (
     ContainerReport,
     NodeReport,
     ProcessReport,

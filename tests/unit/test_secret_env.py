@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from gbatch import store as store_module
 from gbatch.cli import sbatch
 from gbatch.formatting import format_job_details, format_job_details_json
+from gbatch.head import store as store_module
+from gbatch.head.secretbox import SecretBox, SecretKeyError
+from gbatch.head.store import SECRET_KEY_FILE, Store, StoreError
 from gbatch.model import Job, JobSpec, JobState
-from gbatch.node import LaunchError, launch_secrets
-from gbatch.secretbox import SecretBox, SecretKeyError
+from gbatch.nodes.base import LaunchError, launch_secrets
 from gbatch.spec import SpecError, build_spec, load_job_file, secret_env_values
-from gbatch.store import SECRET_KEY_FILE, Store, StoreError
 
 T0 = 1_767_225_600.0
 SECRET = "s3cr3t-Vf9q2-not-anywhere"

@@ -21,8 +21,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gbatch.containers import docker_run_argv, env_file_text
 from gbatch.model import JobSpec
+from gbatch.nodes.docker import docker_run_argv, env_file_text
 from gbatch.spec import KEYS, MAX_FILE_BYTES, SpecError, build_spec, load_job_file
 
 # Derandomized and without the example database: the same examples on every run, so CI

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from fullstore import pack_store, unpack_store
 
-from gbatch import store as store_module
+from gbatch.head import store as store_module
+from gbatch.head.store import MIGRATIONS, JobNotFound, StateChange, Store, StoreError, StoreFull
 from gbatch.model import IllegalTransition, JobSpec, JobState
-from gbatch.store import MIGRATIONS, JobNotFound, StateChange, Store, StoreError, StoreFull
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 HOUR = 3600.0
@@ -601,7 +601,7 @@ def test_explicit_states_filter_overrides_finished_false(
 
 
 def test_a_runs_end_and_its_usage_are_written_together(store: Store) -> None:
-    from gbatch.store import Usage
+    from gbatch.head.store import Usage
 
     (job_id,) = store.submit([JobSpec(name="j", command=("true",), gpus=2)], 0, "alice", T0)
     store.set_state(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gbatch.config import Config, Paths
-from gbatch.daemon import Daemon
+from gbatch.head.daemon import Daemon
+from gbatch.head.store import Store
 from gbatch.model import JobSpec
-from gbatch.store import Store
 
 
 class FakeClocks:

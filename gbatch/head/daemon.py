@@ -4,9 +4,9 @@ something happens (a submit, a cancel, a run ending, a GPU report).
     collect_ended_runs -> enforce_limits -> schedule
 
 Collecting also ends the runs of nodes that are down with their lease run out
-(gbatch/liveness.py), and, when a node is heard again, removes the containers of runs
+(gbatch/head/liveness.py), and, when a node is heard again, removes the containers of runs
 the head has already ended or requeued. What the head knows of its nodes (liveness,
-views for the planner, sinfo's rows) is the Fleet's (gbatch/fleet.py).
+views for the planner, sinfo's rows) is the Fleet's (gbatch/head/fleet.py).
 
 The loop thread is the only one that starts or signals runs; request handlers only
 write intents to the store (a new job, a cancel) and wake the loop.
@@ -23,15 +23,15 @@ from collections.abc import Callable, Sequence
 
 from gbatch.config import Config, Paths
 from gbatch.crashpoints import crash_point
-from gbatch.fleet import Fleet, make_nodes
-from gbatch.groupcommit import GroupCommitter
-from gbatch.inventory import Inventory
-from gbatch.liveness import Liveness
-from gbatch.localnode import LOCAL_NODE
+from gbatch.head.fleet import Fleet, make_nodes
+from gbatch.head.groupcommit import GroupCommitter
+from gbatch.head.liveness import Liveness
+from gbatch.head.scheduler import plan
+from gbatch.head.store import Store, StoreFull, Usage
 from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
-from gbatch.node import LaunchError, Node, RunStatus
-from gbatch.scheduler import plan
-from gbatch.store import Store, StoreFull, Usage
+from gbatch.nodes.base import LaunchError, Node, RunStatus
+from gbatch.nodes.inventory import Inventory
+from gbatch.nodes.local import LOCAL_NODE
 
 log = logging.getLogger("gbatchd")
 COALESCE_SECONDS = 0.02

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gbatch import fairshare
+from gbatch.head import fairshare
+from gbatch.head.secretbox import SecretBox, SecretKeyError
 from gbatch.model import (
     ACTIVE_STATES,
     Event,
@@ -26,7 +27,6 @@ from gbatch.model import (
     JobState,
     check_transition,
 )
-from gbatch.secretbox import SecretBox, SecretKeyError
 
 _ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE_STATES, key=lambda s: s.value))
 
@@ -82,7 +82,7 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN gpu_uuids TEXT NOT NULL DEFAULT ''
     """,
     # 4: jobs' secret env values, sealed with the key file beside the store (one token per
-    # job, gbatch/secretbox.py). Only names live in jobs.spec.
+    # job, gbatch/head/secretbox.py). Only names live in jobs.spec.
     """
     CREATE TABLE job_secrets (
         job_id INTEGER PRIMARY KEY REFERENCES jobs(id),

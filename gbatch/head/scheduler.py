@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gbatch.fairshare import factors
+from gbatch.head.fairshare import factors
 from gbatch.model import Assignment, Job, NodeView, Plan
 
 # Pending reasons, spelled as Slurm's squeue prints them.
@@ -25,7 +25,7 @@ BAD_CONSTRAINTS = "BadConstraints"
 def queue_order(pending: Sequence[Job], usage: Mapping[str, float]) -> list[Job]:
     """Return `pending` in the order the planner considers it.
 
-    Fair-share factor descending (see gbatch.fairshare.factors, over the users with
+    Fair-share factor descending (see gbatch.head.fairshare.factors, over the users with
     pending jobs), then `spec.effective_priority` descending, then submit time, then
     id: FIFO among equals. Job ids are unique, so the order is total.
     """

@@ -1,6 +1,6 @@
 """A GPU host reached over SSH: its agent's report stream and its docker engine.
 
-One persistent SSH connection per host (gbatch/remote.py) carries everything: a
+One persistent SSH connection per host (gbatch/nodes/ssh.py) carries everything: a
 long-lived channel running the agent's `watch` (one JSON report per interval, and
 at once when poked), `docker run -d` for each job, `docker logs -f` copied into the
 head's log, and the signals and clean-ups. Jobs on a host always run in containers.
@@ -19,13 +19,12 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 
-from gbatch import containers, policy
-from gbatch.backoff import Backoff
+from gbatch import policy
 from gbatch.config import Config, Paths
-from gbatch.inventory import NodeConfig
-from gbatch.joblog import LogFollowers, mark_attempt_start
 from gbatch.model import Gpu, Job
-from gbatch.node import (
+from gbatch.nodes import docker
+from gbatch.nodes.backoff import Backoff
+from gbatch.nodes.base import (
     LaunchError,
     Reports,
     RunStatus,
@@ -33,14 +32,16 @@ from gbatch.node import (
     job_env,
     launch_secrets,
 )
-from gbatch.protocol import (
+from gbatch.nodes.inventory import NodeConfig
+from gbatch.nodes.joblog import LogFollowers, mark_attempt_start
+from gbatch.nodes.report import (
     NodeReport,
     ReportError,
     gbatch_container_ids,
     parse_report_line,
     to_gpus,
 )
-from gbatch.remote import RemoteError, RemoteStream, SshConnection, SshTarget, StreamPool
+from gbatch.nodes.ssh import RemoteError, RemoteStream, SshConnection, SshTarget, StreamPool
 from gbatch.spec import SpecError
 
 log = logging.getLogger("gbatchd")
@@ -148,7 +149,7 @@ class RemoteNode:
         self._lock = threading.Lock()
         self._conn = SshConnection(target_of(node))
         # Each run's `docker logs -f` and `docker wait`: on connections of their own, as
-        # sshd allows only so many channels on one (see gbatch/remote.py).
+        # sshd allows only so many channels on one (see gbatch/nodes/ssh.py).
         self._streams = StreamPool(target_of(node))
         self._agent: RemoteStream | None = None
         self._reports = Reports(on_change)
@@ -283,7 +284,7 @@ class RemoteNode:
         env = {**job_env(job, attempt, gpus, self.name), **launch_secrets(job)}
         env_file = self._env_file(job.id, attempt)
         try:
-            argv = containers.docker_run_argv(
+            argv = docker.docker_run_argv(
                 job_id=job.id,
                 attempt=attempt,
                 user=job.user,
@@ -303,7 +304,7 @@ class RemoteNode:
             raise LaunchError(f"refused by the container policy on {self.name}: {err}") from err
         mark_attempt_start(self.paths, job.id, attempt)
         try:
-            self._conn.put_bytes(containers.env_file_text(env).encode(), env_file, 0o600)
+            self._conn.put_bytes(docker.env_file_text(env).encode(), env_file, 0o600)
         except RemoteError as err:
             # SFTP says only "Failure" when the disk is full: the agent's last report
             # tells whether agent_dir's disk has room.
@@ -328,7 +329,7 @@ class RemoteNode:
                 with contextlib.suppress(RemoteError):
                     self._run(["rm", "-f", env_file])
         if status != 0:
-            error = containers.error_line(stderr, f"exit status {status}")
+            error = docker.error_line(stderr, f"exit status {status}")
             raise LaunchError(f"docker run on {self.name} failed: {error}")
         self._follow(job.id, attempt)
 
@@ -368,10 +369,10 @@ class RemoteNode:
         self._log_followers.wait(job_id, attempt)
 
     def _wait_exit(self, job_id: int, attempt: int) -> None:
-        name = containers.container_name(job_id, attempt)
+        name = docker.container_name(job_id, attempt)
         try:
             with self._streams.stream(
-                containers.docker_wait_argv(name, docker=self.node.docker)
+                docker.docker_wait_argv(name, docker=self.node.docker)
             ) as stream:
                 line = b""
                 while not line:
@@ -381,7 +382,7 @@ class RemoteNode:
         except (RemoteError, OSError):
             return  # the report stream or a later status() call will tell
         try:
-            code = containers.parse_wait(line.decode(errors="replace"))
+            code = docker.parse_wait(line.decode(errors="replace"))
         except ValueError:
             return
         with self._lock:
@@ -390,15 +391,15 @@ class RemoteNode:
 
     @contextlib.contextmanager
     def _docker_logs(self, job_id: int, attempt: int) -> Iterator[Iterator[bytes]]:
-        name = containers.container_name(job_id, attempt)
+        name = docker.container_name(job_id, attempt)
         with self._streams.stream(
-            containers.docker_logs_argv(name, follow=True, docker=self.node.docker),
+            docker.docker_logs_argv(name, follow=True, docker=self.node.docker),
             combine_stderr=True,
         ) as stream:
             yield _until_end(stream)
 
     def status(self, job: Job, attempt: int) -> RunStatus:
-        name = containers.container_name(job.id, attempt)
+        name = docker.container_name(job.id, attempt)
         report, _ = self.report()
         if report is None:
             return RunStatus("running")  # cannot tell while the node is silent
@@ -425,15 +426,15 @@ class RemoteNode:
         return RunStatus("running")
 
     def _inspect(self, job: Job, attempt: int) -> RunStatus:
-        name = containers.container_name(job.id, attempt)
+        name = docker.container_name(job.id, attempt)
         try:
             result = self._conn.run(
-                containers.docker_inspect_argv([name], docker=self.node.docker),
+                docker.docker_inspect_argv([name], docker=self.node.docker),
                 timeout=COMMAND_TIMEOUT,
             )
         except RemoteError:
             return RunStatus("running")
-        found = containers.parse_inspect(result.stdout.decode(errors="replace"))
+        found = docker.parse_inspect(result.stdout.decode(errors="replace"))
         if not found:
             gone = b"No such" in result.stderr
             return RunStatus("vanished") if gone else RunStatus("running")
@@ -448,9 +449,9 @@ class RemoteNode:
         return RunStatus("running")
 
     def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
-        name = containers.container_name(job.id, attempt)
+        name = docker.container_name(job.id, attempt)
         with contextlib.suppress(RemoteError):
-            self._run(containers.docker_kill_argv(name, sig.name, docker=self.node.docker))
+            self._run(docker.docker_kill_argv(name, sig.name, docker=self.node.docker))
 
     def cleanup(self, job: Job, attempt: int) -> None:
         """Remove the container and env-file in the background: the loop has the next
@@ -469,7 +470,7 @@ class RemoteNode:
             run_dir.rmdir()
 
     def _remove(self, job_id: int, attempt: int) -> None:
-        name = containers.container_name(job_id, attempt)
+        name = docker.container_name(job_id, attempt)
         with contextlib.suppress(RemoteError):
-            self._run(containers.docker_rm_argv(name, docker=self.node.docker))
+            self._run(docker.docker_rm_argv(name, docker=self.node.docker))
             self._run(["rm", "-f", self._env_file(job_id, attempt)])

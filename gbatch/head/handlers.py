@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gbatch import __version__, policy, wire
-from gbatch.daemon import Daemon
+from gbatch.head.daemon import Daemon
+from gbatch.head.store import JobNotFound, StateChange, StoreError, StoreFull, Submission
 from gbatch.model import IllegalTransition, Job, JobSpec, JobState
 from gbatch.spec import SpecError, build_spec, secret_env_values
-from gbatch.store import JobNotFound, StateChange, StoreError, StoreFull, Submission
 from gbatch.timefmt import MAX_TIME_LIMIT_S
 
 log = logging.getLogger("gbatchd")
@@ -601,9 +601,9 @@ def node_resume(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> d
 
 def node_install(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
     """Copy the agent to hosts over SFTP and check it runs; one result per node."""
-    from gbatch.localnode import agent_script
-    from gbatch.remote import RemoteError
-    from gbatch.remotenode import RemoteNode, install_agent
+    from gbatch.nodes.local import agent_script
+    from gbatch.nodes.remote import RemoteNode, install_agent
+    from gbatch.nodes.ssh import RemoteError
 
     _require_admin(daemon, caller, "node_install", "nodes", "install agents")
     names = request.get("names") or [
@@ -629,7 +629,7 @@ def node_install(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> 
 
 def _trust_node(daemon: Daemon, caller: Caller, request: Mapping[str, Any], op: str) -> Any:
     """The RemoteNode a node_hostkey/node_trust request names; refusals are audited."""
-    from gbatch.remotenode import RemoteNode
+    from gbatch.nodes.remote import RemoteNode
 
     name = request.get("name")
     _require_admin(daemon, caller, op, f"node {name}", "trust host keys")
@@ -643,8 +643,8 @@ def _trust_node(daemon: Daemon, caller: Caller, request: Mapping[str, Any], op: 
 
 
 def _offered_key(node: Any) -> Any:
-    from gbatch.remote import RemoteError, offered_host_key
-    from gbatch.remotenode import target_of
+    from gbatch.nodes.remote import target_of
+    from gbatch.nodes.ssh import RemoteError, offered_host_key
 
     try:
         return offered_host_key(target_of(node.node))
@@ -653,7 +653,7 @@ def _offered_key(node: Any) -> Any:
 
 
 def _hostkey_reply(node: Any, offered: Any) -> dict[str, Any]:
-    from gbatch.remote import fingerprint
+    from gbatch.nodes.ssh import fingerprint
 
     return {
         "name": node.name,
@@ -679,7 +679,7 @@ def node_trust(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> di
     """Pin the key a node's host offers in known_hosts, only when it is still the one
     whose `fingerprint` the admin checked; a different key already pinned is replaced
     only with `replace: true`. Then the node reconnects at once, not after its backoff."""
-    from gbatch.remote import replace_host_key, trust_host_key
+    from gbatch.nodes.ssh import replace_host_key, trust_host_key
 
     node = _trust_node(daemon, caller, request, "node_trust")
     wanted = request.get("fingerprint")

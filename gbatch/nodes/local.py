@@ -23,12 +23,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gbatch import containers, policy
-from gbatch.backoff import Backoff
+from gbatch import policy
 from gbatch.config import Config, Paths
-from gbatch.joblog import LogFollowers, mark_attempt_start, open_log
 from gbatch.model import Gpu, Job
-from gbatch.node import (
+from gbatch.nodes import docker
+from gbatch.nodes.backoff import Backoff
+from gbatch.nodes.base import (
     LaunchError,
     Reports,
     RunStatus,
@@ -36,7 +36,8 @@ from gbatch.node import (
     job_env,
     launch_secrets,
 )
-from gbatch.protocol import NodeReport, gbatch_container_ids, to_gpus
+from gbatch.nodes.joblog import LogFollowers, mark_attempt_start, open_log
+from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
 from gbatch.spec import SpecError
 
 LOCAL_NODE = "local"
@@ -45,7 +46,7 @@ DOCKER_TIMEOUT = 30.0  # seconds for any one docker CLI call
 
 def agent_script() -> Path:
     """The agent file: beside the package in a checkout, else the installed copy."""
-    beside = Path(__file__).resolve().parent.parent / "agent" / "gbatch_agent.py"
+    beside = Path(__file__).resolve().parents[2] / "agent" / "gbatch_agent.py"
     if beside.exists():
         return beside
     installed = Path(sys.prefix) / "share" / "gbatch" / "agent" / "gbatch_agent.py"
@@ -201,7 +202,7 @@ class LocalNode:
             return problem
         try:
             result = subprocess.run(
-                containers.engine_check_argv(docker=self.config.docker),
+                docker.engine_check_argv(docker=self.config.docker),
                 capture_output=True,
                 text=True,
                 timeout=DOCKER_TIMEOUT,
@@ -209,7 +210,7 @@ class LocalNode:
             problem = (
                 None
                 if result.returncode == 0
-                else containers.error_line(result.stderr, "docker version failed")
+                else docker.error_line(result.stderr, "docker version failed")
             )
         except FileNotFoundError:
             problem = f"the docker CLI ({self.config.docker}) is not installed"
@@ -279,10 +280,10 @@ class LocalNode:
         env = {**job_env(job, attempt, gpus, self.name), **launch_secrets(job)}
         fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
-            handle.write(containers.env_file_text(env))
+            handle.write(docker.env_file_text(env))
         mark_attempt_start(self.paths, job.id, attempt)
         try:
-            argv = containers.docker_run_argv(
+            argv = docker.docker_run_argv(
                 job_id=job.id,
                 attempt=attempt,
                 user=job.user,
@@ -314,7 +315,7 @@ class LocalNode:
             # The engine may have just gone away: let the next docker_problem() (the
             # submit check) ask it again rather than trust a cached "answers".
             self._engine_checked = (0.0, None)
-            error = containers.error_line(result.stderr, f"exit code {result.returncode}")
+            error = docker.error_line(result.stderr, f"exit code {result.returncode}")
             raise LaunchError(f"docker run failed: {error}")
         self.follow_container_log(job.id, attempt)
 
@@ -326,9 +327,9 @@ class LocalNode:
     def _docker_logs(self, job_id: int, attempt: int) -> Iterator[Iterator[bytes]]:
         # Through a pipe, not straight into the file: if this daemon dies, the
         # follower loses its reader instead of writing on beside the next one.
-        name = containers.container_name(job_id, attempt)
+        name = docker.container_name(job_id, attempt)
         follower = subprocess.Popen(
-            containers.docker_logs_argv(name, follow=True, docker=self.config.docker),
+            docker.docker_logs_argv(name, follow=True, docker=self.config.docker),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -363,10 +364,10 @@ class LocalNode:
         return _exit_status(run_dir) or RunStatus("vanished")
 
     def _container_status(self, job_id: int, attempt: int) -> RunStatus:
-        name = containers.container_name(job_id, attempt)
+        name = docker.container_name(job_id, attempt)
         try:
             result = subprocess.run(
-                containers.docker_inspect_argv([name], docker=self.config.docker),
+                docker.docker_inspect_argv([name], docker=self.config.docker),
                 capture_output=True,
                 text=True,
                 timeout=DOCKER_TIMEOUT,
@@ -377,7 +378,7 @@ class LocalNode:
             if "No such" in result.stderr:
                 return RunStatus("vanished")
             return RunStatus("running")
-        statuses = containers.parse_inspect(result.stdout)
+        statuses = docker.parse_inspect(result.stdout)
         if not statuses:
             return RunStatus("vanished")
         status = statuses[0]
@@ -395,10 +396,10 @@ class LocalNode:
     def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
         """Send `sig` to the run's whole process group (or its container)."""
         if job.spec.image is not None:
-            name = containers.container_name(job.id, attempt)
+            name = docker.container_name(job.id, attempt)
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 subprocess.run(
-                    containers.docker_kill_argv(name, sig.name, docker=self.config.docker),
+                    docker.docker_kill_argv(name, sig.name, docker=self.config.docker),
                     capture_output=True,
                     timeout=DOCKER_TIMEOUT,
                 )
@@ -414,8 +415,8 @@ class LocalNode:
         if job.spec.image is not None:
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 subprocess.run(
-                    containers.docker_rm_argv(
-                        containers.container_name(job.id, attempt), docker=self.config.docker
+                    docker.docker_rm_argv(
+                        docker.container_name(job.id, attempt), docker=self.config.docker
                     ),
                     capture_output=True,
                     timeout=DOCKER_TIMEOUT,

@@ -1,5 +1,5 @@
 """What the daemon needs of a node, whatever reaches it: the embedded local node
-(gbatch/localnode.py) or a GPU host over SSH.
+(gbatch/nodes/local.py) or a GPU host over SSH.
 
 A run is known by (job id, attempt) alone, so a restarted daemon finds it again.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gbatch.model import Gpu, Job
-from gbatch.protocol import NodeReport, ReportError, parse_report_line
+from gbatch.nodes.report import NodeReport, ReportError, parse_report_line
 
 # What report() says of a node that has not yet reported nor failed to.
 STARTING = "starting"

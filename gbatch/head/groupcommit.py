@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gbatch.store import Store, Submission
+from gbatch.head.store import Store, Submission
 
 MAX_BATCH = 1000
 

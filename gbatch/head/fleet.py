@@ -1,5 +1,5 @@
 """The nodes the head places jobs on, and what it knows of each beyond their reports:
-whether each is up (gbatch/liveness.py), which released GPUs still wait for a clean
+whether each is up (gbatch/head/liveness.py), which released GPUs still wait for a clean
 report, what the planner may use on each (NodeView) and how sinfo shows them (NodeInfo).
 
 The daemon's loop asks the fleet; request handlers (sinfo, submit checks, node
@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gbatch.config import Config, Paths
-from gbatch.inventory import Inventory
-from gbatch.liveness import Liveness, node_liveness
-from gbatch.localnode import LocalNode
+from gbatch.head.liveness import Liveness, node_liveness
+from gbatch.head.store import Store
 from gbatch.model import ALLOCATED_STATES, Job, NodeInfo, NodeState, NodeView
-from gbatch.node import STARTING, Node
-from gbatch.store import Store
+from gbatch.nodes.base import STARTING, Node
+from gbatch.nodes.inventory import Inventory
+from gbatch.nodes.local import LocalNode
 
 
 def make_nodes(
@@ -27,7 +27,7 @@ def make_nodes(
     if inventory is None:
         return [LocalNode(paths, config, on_change=on_change)]
     # Deferred: paramiko is for fleets, not for a laptop's embedded node.
-    from gbatch.remotenode import RemoteNode
+    from gbatch.nodes.remote import RemoteNode
 
     return [RemoteNode(node, paths, config, on_change) for node in inventory.nodes]
 

@@ -22,11 +22,11 @@ from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
-from gbatch import handlers
 from gbatch.config import Config, ConfigError, Paths, daemon_paths
-from gbatch.daemon import Daemon
-from gbatch.inventory import Inventory
-from gbatch.store import Store
+from gbatch.head import handlers
+from gbatch.head.daemon import Daemon
+from gbatch.head.store import Store
+from gbatch.nodes.inventory import Inventory
 
 log = logging.getLogger("gbatchd")
 MAX_REQUEST = 4 * 1024 * 1024

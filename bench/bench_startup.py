@@ -6,7 +6,7 @@ Figures: the whole process `gbatch --help` (goal <= 60 ms); `gbatch squeue` with
 daemon (the error path, exit status 3); `python -c pass` with the same interpreter,
 the floor every figure above stands on; the ten costliest imports of
 `gbatch.cli._main` from `python -X importtime`; and which heavy libraries (textual,
-fabric, paramiko, yaml) `gbatch squeue` imports, printed, not asserted.
+paramiko, yaml) `gbatch squeue` imports, printed, not asserted.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from common import GBATCH, PYTHON, gbatch_env, machine_note, report_ms, temp_hom
 
 HELP_GOAL_MS = 60.0
 NO_DAEMON_STATUS = 3
-HEAVY = ("textual", "fabric", "paramiko", "yaml")
+HEAVY = ("textual", "paramiko", "yaml")
 
 # Run `gbatch squeue` in-process the way the console script does, then list which heavy
 # top-level packages ended up in sys.modules. The exit status is the command's own.

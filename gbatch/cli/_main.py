@@ -2,7 +2,7 @@
 
 main() maps every error to an exit status and a one-line message; the commands do
 the work and handle none. Only the command that runs is imported beyond its parser,
-so `gbatch squeue` never pays for yaml, textual, fabric or paramiko.
+so `gbatch squeue` never pays for yaml, textual or paramiko.
 """
 
 from __future__ import annotations

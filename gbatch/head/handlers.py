@@ -14,6 +14,7 @@ import os
 import pwd
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,6 +28,9 @@ from gbatch.timefmt import MAX_TIME_LIMIT_S
 log = logging.getLogger("gbatchd")
 MAX_ARRAY = 100_000
 LOG_CHUNK = 256 * 1024
+# Agent installs at once: `node install --all` on a large fleet is a bounded burst of SSH
+# handshakes and SFTP copies from the head, not one per host.
+INSTALL_WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -600,31 +604,36 @@ def node_resume(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> d
 
 
 def node_install(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
-    """Copy the agent to hosts over SFTP and check it runs; one result per node."""
-    from gbatch.nodes.local import agent_script
-    from gbatch.nodes.remote import RemoteNode, install_agent
-    from gbatch.nodes.ssh import RemoteError
+    """Copy the agent to hosts over SFTP and check it runs; one result per node, in the
+    order named. Hosts are installed concurrently, at most INSTALL_WORKERS at once, each
+    within install_agent's own bounds (connect timeout, SFTP timeouts, probe deadline)."""
+    from gbatch.nodes.remote import RemoteNode
 
     _require_admin(daemon, caller, "node_install", "nodes", "install agents")
     names = request.get("names") or [
         n for n, node in daemon.fleet.nodes.items() if isinstance(node, RemoteNode)
     ]
-    results = []
-    for name in names:
-        node = daemon.fleet.nodes.get(name)
-        if not isinstance(node, RemoteNode):
-            why = "the local node needs no install" if node else "no such node in the fleet"
-            results.append({"name": name, "ok": False, "error": why})
-            continue
-        try:
-            summary = install_agent(node.node, agent_script())
-        except RemoteError as err:
-            results.append({"name": name, "ok": False, "error": str(err)})
-            continue
-        results.append({"name": name, "ok": True, "summary": summary})
-        node.retry_now()  # its report stream need not wait out the backoff
+    with ThreadPoolExecutor(INSTALL_WORKERS, thread_name_prefix="node-install") as pool:
+        results = list(pool.map(functools.partial(_install_one, daemon), names))
     log.info("agent install by %s: %s", caller.user, results)
     return {"results": results}
+
+
+def _install_one(daemon: Daemon, name: str) -> dict[str, Any]:
+    from gbatch.nodes.local import agent_script
+    from gbatch.nodes.remote import RemoteNode, install_agent
+    from gbatch.nodes.ssh import RemoteError
+
+    node = daemon.fleet.nodes.get(name)
+    if not isinstance(node, RemoteNode):
+        why = "the local node needs no install" if node else "no such node in the fleet"
+        return {"name": name, "ok": False, "error": why}
+    try:
+        summary = install_agent(node.node, agent_script())
+    except RemoteError as err:
+        return {"name": name, "ok": False, "error": str(err)}
+    node.retry_now()  # its report stream need not wait out the backoff
+    return {"name": name, "ok": True, "summary": summary}
 
 
 def _trust_node(daemon: Daemon, caller: Caller, request: Mapping[str, Any], op: str) -> Any:

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from fullstore import pack_store
 
 from gbatch.config import Config, Paths
+from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import Store
 from gbatch.model import JobSpec
+from gbatch.nodes import remote
+from gbatch.nodes.inventory import NodeConfig
+from gbatch.nodes.remote import RemoteNode
+from gbatch.nodes.ssh import RemoteError
 
 ROOT = Caller(uid=0, user="root", pid=1)
 SPEC = JobSpec(name="j", command=("true",)).to_dict()
@@ -90,3 +97,71 @@ def test_an_unknown_state_filter_is_bad_input_not_an_internal_error(
     reply = handle(daemon, ROOT, {"op": op, "states": ["RUNNIN"]})
     assert reply["ok"] is False and reply["kind"] == "invalid"
     assert "RUNNIN" in reply["error"]
+
+
+def remote_node(daemon: Daemon, name: str) -> RemoteNode:
+    """A RemoteNode that is never started: nothing connects unless a test makes it."""
+    config = NodeConfig(
+        name=name,
+        host="192.0.2.1",  # TEST-NET-1: never reached here
+        port=22,
+        user="gbatch",
+        identity_file=None,
+        known_hosts=daemon.paths.home / "known_hosts",
+        agent_python="python3",
+        agent_dir="~/gbatch",
+        docker="docker",
+        docker_options=(),
+        connect_timeout=5.0,
+        labels=MappingProxyType({}),
+        simulation_file=None,
+    )
+    return RemoteNode(config, daemon.paths, daemon.config, daemon.wake.set)
+
+
+def test_node_install_installs_hosts_at_once_and_answers_in_the_order_named(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = ["gpu01", "gpu02", "gpu03"]
+    for name in names:
+        daemon.fleet.nodes[name] = remote_node(daemon, name)
+    # Every install waits at the barrier until all three are in flight: one at a time,
+    # the first would wait alone and break it. Then they return last-named first.
+    all_in_flight = threading.Barrier(len(names), timeout=30)
+    returned = {name: threading.Event() for name in names}
+    lock = threading.Lock()
+    active: list[str] = []
+    peak = 0
+
+    def fake_install(config: NodeConfig, agent_file: Path) -> str:
+        nonlocal peak
+        with lock:
+            active.append(config.name)
+            peak = max(peak, len(active))
+        try:
+            all_in_flight.wait()
+        except threading.BrokenBarrierError:
+            raise RemoteError(f"{config.name}: the installs did not overlap") from None
+        later = names[names.index(config.name) + 1 :]
+        for name in later:
+            assert returned[name].wait(timeout=30), f"{name} never returned"
+        with lock:
+            active.remove(config.name)
+        returned[config.name].set()
+        if config.name == "gpu02":
+            raise RemoteError("gpu02: host key is not trusted")
+        return f"{config.name}: agent installed"
+
+    monkeypatch.setattr(remote, "install_agent", fake_install)
+    reply = handle(daemon, ROOT, {"op": "node_install", "names": [*names, "local", "gpu99"]})
+    assert reply == {
+        "ok": True,
+        "results": [
+            {"name": "gpu01", "ok": True, "summary": "gpu01: agent installed"},
+            {"name": "gpu02", "ok": False, "error": "gpu02: host key is not trusted"},
+            {"name": "gpu03", "ok": True, "summary": "gpu03: agent installed"},
+            {"name": "local", "ok": False, "error": "the local node needs no install"},
+            {"name": "gpu99", "ok": False, "error": "no such node in the fleet"},
+        ],
+    }
+    assert peak == len(names) <= handlers.INSTALL_WORKERS

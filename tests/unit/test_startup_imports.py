@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-HEAVY = ("textual", "fabric", "paramiko", "yaml", "pynvml")
+# paramiko stands for the whole SSH stack: it pulls cryptography, bcrypt, nacl and invoke.
+HEAVY = ("textual", "paramiko", "yaml", "pynvml")
 PROBE = """
 import json, sys
 from gbatch.cli._main import main

@@ -20,6 +20,27 @@ from gbatch.nodes.report import NodeReport, ReportError, parse_report_line
 STARTING = "starting"
 
 
+class HostError(Exception):
+    """A command on a node's machine could not run, or its answer was lost.
+
+    `answer_lost`: the command may have run all the same (a timeout, a dropped
+    connection); False when it surely never started (no such program)."""
+
+    def __init__(self, message: str, *, answer_lost: bool = True) -> None:
+        super().__init__(message)
+        self.answer_lost = answer_lost
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a finished command left. `exit_status` is -1 when the remote side closed without
+    reporting one (the process was killed by a signal)."""
+
+    exit_status: int
+    stdout: bytes
+    stderr: bytes
+
+
 class LaunchError(Exception):
     """A run could not be started; the message is for the job's reason.
 

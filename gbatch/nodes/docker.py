@@ -1,23 +1,35 @@
-"""Docker command lines for gbatch's jobs, and parsers for what docker prints back.
+"""Docker for gbatch's jobs: command lines, parsers for what docker prints back, and
+the one launch route both node kinds take (ContainerLauncher).
 
-Pure: every function takes values and returns an argv (a list of strings, never a
-shell string) or parsed values. Running them, locally or through `shlex.join` over
-SSH, is the caller's business. Jobs run as detached containers named
+The builders and parsers are pure: they take values and return an argv (a list of
+strings, never a shell string) or parsed values. Running them is the business of a
+DockerHost: this machine (LocalHost) or a GPU host over SSH (nodes/ssh.SshConnection,
+which quotes the argv once with `shlex.join`). Jobs run as detached containers named
 `gbatch-<job>-<attempt>`; docker's refusal of a duplicate name is the last guard
 against starting one attempt twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
 
-from gbatch.model import JobSpec
+from gbatch import policy as site_policy
+from gbatch.model import Job, JobSpec
+from gbatch.nodes.base import CommandResult, HostError, LaunchError, job_env, launch_secrets
+from gbatch.nodes.joblog import mark_attempt_start
 from gbatch.policy import ContainerPolicy, RunAs, check_mounts
 from gbatch.spec import SpecError
+
+if TYPE_CHECKING:
+    from gbatch.config import Paths
 
 LABEL_JOB = "gbatch.job"
 LABEL_ATTEMPT = "gbatch.attempt"
@@ -400,3 +412,149 @@ def error_line(stderr: str, fallback: str) -> str:
 
 
 _HELP_HINT = re.compile(r"^(?:Run|See) 'docker [^']*--help'")
+
+
+# -- the launch route -----------------------------------------------------------------
+
+
+class DockerHost(Protocol):
+    """The machine a node's docker CLI runs on, as a launch needs it. Both calls raise
+    HostError when they fail or their answer is lost."""
+
+    def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult: ...
+
+    def put_bytes(self, data: bytes, remote_path: str, mode: int, *, timeout: float = 60.0) -> None:
+        """Write `data` to the path with `mode`; readers never see a part of it."""
+
+
+class LocalHost:
+    """This machine as a DockerHost: commands as child processes, files written here."""
+
+    def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        try:
+            done = subprocess.run(list(argv), capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired as err:
+            raise HostError(f"{argv[0]} did not answer within {timeout:g} s") from err
+        except OSError as err:
+            raise HostError(f"cannot run {argv[0]}: {err}", answer_lost=False) from err
+        return CommandResult(done.returncode, done.stdout, done.stderr)
+
+    def put_bytes(self, data: bytes, remote_path: str, mode: int, *, timeout: float = 60.0) -> None:
+        temporary = f"{remote_path}.{os.getpid()}.tmp"
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, remote_path)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise HostError(f"cannot write {remote_path}: {err}", answer_lost=False) from err
+
+
+# Below this much free space on a host, a failed env-file write is put down to a full disk
+# (SFTP says only "Failure").
+_FULL_DISK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class ContainerLauncher:
+    """Starts a node's container jobs: the launch route of every node kind.
+
+    `where` names the node in messages ("" on the embedded local node, " on gpu01");
+    `label_node` labels each container with `node` (a host's lease fence stops only its
+    own node's runs); `extra_options` are the node's admin-vetted docker_options."""
+
+    host: DockerHost
+    node: str
+    docker: str
+    policy: ContainerPolicy
+    paths: Paths  # the head's: where the attempt's output starts in the job's log
+    where: str = ""
+    label_node: bool = False
+    extra_options: tuple[str, ...] = ()
+    timeout: float = 30.0  # seconds for any one command on the host
+
+    def launch(
+        self,
+        job: Job,
+        attempt: int,
+        gpus: Sequence[int],
+        env_file: str,
+        *,
+        disk_free_bytes: int | None = None,
+    ) -> None:
+        """Start attempt `attempt` of `job` on `gpus` as a detached container; return once
+        `docker run -d` has created it. Raises LaunchError (maybe_started when docker's
+        answer was lost).
+
+        Precondition: CONFIGURING for this attempt is committed, and `env_file`'s
+        directory on the host is the node's own. In order: the policy's last check (a
+        refusal leaves nothing behind), the attempt's start in the job's log, the 0600
+        env-file, `docker run -d`. An env-file holding secrets is removed as soon as
+        docker has returned (it has read the file by then); any other goes with the
+        node's cleanup. `disk_free_bytes` (the host's last report) explains a failed
+        env-file write."""
+        env = {**job_env(job, attempt, gpus, self.node), **launch_secrets(job)}
+        try:
+            argv = docker_run_argv(
+                job_id=job.id,
+                attempt=attempt,
+                user=job.user,
+                spec=self._spec_at_start(job),
+                gpus=gpus,
+                env_file=env_file,
+                docker=self.docker,
+                node=self.node if self.label_node else None,
+                policy=self.policy,
+                run_as=site_policy.submitter_identity(job.uid, self.policy),
+                extra_options=self.extra_options,
+            )
+            env_text = env_file_text(env)
+        except (ValueError, SpecError) as err:
+            raise LaunchError(f"refused by the container policy{self.where}: {err}") from err
+        mark_attempt_start(self.paths, job.id, attempt)
+        try:
+            self.host.put_bytes(env_text.encode(), env_file, 0o600)
+        except HostError as err:
+            full = (
+                f"; the disk of {os.path.dirname(env_file)} is full: No space left on device "
+                f"({disk_free_bytes} bytes free)"
+                if disk_free_bytes is not None and disk_free_bytes < _FULL_DISK_BYTES
+                else ""
+            )
+            raise LaunchError(f"cannot write its env-file{self.where}: {err}{full}") from err
+        try:
+            result = self.host.run(argv, timeout=self.timeout)
+        except HostError as err:
+            raise LaunchError(
+                f"docker run{self.where} failed: {err}", maybe_started=err.answer_lost
+            ) from err
+        finally:
+            if job.spec.secret_env:
+                # Secrets leave the disk now; cleanup removes the file again should this fail.
+                with contextlib.suppress(HostError):
+                    self.host.run(["rm", "-f", "--", env_file], timeout=self.timeout)
+        if result.exit_status != 0:
+            stderr = result.stderr.decode(errors="replace")
+            error = error_line(stderr, f"exit status {result.exit_status}")
+            raise LaunchError(f"docker run{self.where} failed: {error}")
+
+    def _spec_at_start(self, job: Job) -> JobSpec:
+        """The job's spec with its mounts checked again, following symlinks as they are
+        now on the host (one `realpath` call): a path may have become one since submit."""
+        if not job.spec.mounts:
+            return job.spec
+        paths = site_policy.paths_to_resolve(job.spec, job.user, self.policy)
+        try:
+            result = self.host.run(["realpath", "-m", "--", *paths], timeout=self.timeout)
+        except HostError as err:
+            raise LaunchError(f"cannot resolve the job's mount paths{self.where}: {err}") from err
+        lines = result.stdout.decode(errors="replace").splitlines()
+        if result.exit_status != 0 or len(lines) != len(paths):
+            error = result.stderr.decode(errors="replace").strip()
+            raise LaunchError(f"cannot resolve the job's mount paths{self.where}: {error}")
+        resolved = dict(zip(paths, lines, strict=True))
+        return site_policy.mounts_at_start(
+            job.spec, job.user, self.policy, lambda path: resolved.get(path, path)
+        )

@@ -23,7 +23,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gbatch import policy
 from gbatch.config import Config, Paths
 from gbatch.model import Gpu, Job
 from gbatch.nodes import docker
@@ -36,9 +35,8 @@ from gbatch.nodes.base import (
     job_env,
     launch_secrets,
 )
-from gbatch.nodes.joblog import LogFollowers, mark_attempt_start, open_log
+from gbatch.nodes.joblog import LogFollowers, open_log
 from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
-from gbatch.spec import SpecError
 
 LOCAL_NODE = "local"
 DOCKER_TIMEOUT = 30.0  # seconds for any one docker CLI call
@@ -93,6 +91,14 @@ class LocalNode:
         self._lock = threading.Lock()
         self._shims: dict[tuple[int, int], subprocess.Popen[bytes]] = {}
         self._log_followers = LogFollowers(paths, on_change)
+        self._launcher = docker.ContainerLauncher(
+            host=docker.LocalHost(),
+            node=LOCAL_NODE,
+            docker=config.docker,
+            policy=config.container_policy,
+            paths=paths,
+            timeout=DOCKER_TIMEOUT,
+        )
         self._engine_checked: tuple[float, str | None] = (0.0, None)
 
     # -- the agent ----------------------------------------------------------------
@@ -276,47 +282,13 @@ class LocalNode:
         self._on_change()
 
     def _launch_container(self, job: Job, attempt: int, gpus: Sequence[int], run_dir: Path) -> None:
-        env_file = run_dir / "env"
-        env = {**job_env(job, attempt, gpus, self.name), **launch_secrets(job)}
-        fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(docker.env_file_text(env))
-        mark_attempt_start(self.paths, job.id, attempt)
         try:
-            argv = docker.docker_run_argv(
-                job_id=job.id,
-                attempt=attempt,
-                user=job.user,
-                spec=policy.mounts_at_start(
-                    job.spec, job.user, self.config.container_policy, os.path.realpath
-                ),
-                gpus=gpus,
-                env_file=str(env_file),
-                docker=self.config.docker,
-                policy=self.config.container_policy,
-                run_as=policy.submitter_identity(job.uid, self.config.container_policy),
-            )
-        except (ValueError, SpecError) as err:
-            with contextlib.suppress(OSError):
-                env_file.unlink()
-            raise LaunchError(f"refused by the container policy: {err}") from err
-        try:
-            result = subprocess.run(argv, capture_output=True, text=True, timeout=DOCKER_TIMEOUT)
-        except subprocess.TimeoutExpired as err:
-            raise LaunchError(f"docker run failed: {err}", maybe_started=True) from err
-        except OSError as err:
-            raise LaunchError(f"docker run failed: {err}") from err
-        finally:
-            # The docker CLI reads the env-file before it asks the engine for anything:
-            # once it has returned, the values need not stay on disk.
-            with contextlib.suppress(OSError):
-                env_file.unlink()
-        if result.returncode != 0:
+            self._launcher.launch(job, attempt, gpus, str(run_dir / "env"))
+        except LaunchError:
             # The engine may have just gone away: let the next docker_problem() (the
             # submit check) ask it again rather than trust a cached "answers".
             self._engine_checked = (0.0, None)
-            error = docker.error_line(result.stderr, f"exit code {result.returncode}")
-            raise LaunchError(f"docker run failed: {error}")
+            raise
         self.follow_container_log(job.id, attempt)
 
     def follow_container_log(self, job_id: int, attempt: int) -> None:

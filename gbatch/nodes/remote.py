@@ -19,21 +19,17 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 
-from gbatch import policy
 from gbatch.config import Config, Paths
 from gbatch.model import Gpu, Job
 from gbatch.nodes import docker
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
-    LaunchError,
     Reports,
     RunStatus,
     finished_container_status,
-    job_env,
-    launch_secrets,
 )
 from gbatch.nodes.inventory import NodeConfig
-from gbatch.nodes.joblog import LogFollowers, mark_attempt_start
+from gbatch.nodes.joblog import LogFollowers
 from gbatch.nodes.report import (
     NodeReport,
     ReportError,
@@ -42,7 +38,6 @@ from gbatch.nodes.report import (
     to_gpus,
 )
 from gbatch.nodes.ssh import RemoteError, RemoteStream, SshConnection, SshTarget, StreamPool
-from gbatch.spec import SpecError
 
 log = logging.getLogger("gbatchd")
 COMMAND_TIMEOUT = 30.0  # seconds for any one remote docker call
@@ -148,6 +143,17 @@ class RemoteNode:
         self._on_change = on_change
         self._lock = threading.Lock()
         self._conn = SshConnection(target_of(node))
+        self._launcher = docker.ContainerLauncher(
+            host=self._conn,
+            node=node.name,
+            docker=node.docker,
+            policy=config.container_policy,
+            paths=paths,
+            where=f" on {node.name}",
+            label_node=True,
+            extra_options=node.docker_options,
+            timeout=COMMAND_TIMEOUT,
+        )
         # Each run's `docker logs -f` and `docker wait`: on connections of their own, as
         # sshd allows only so many channels on one (see gbatch/nodes/ssh.py).
         self._streams = StreamPool(target_of(node))
@@ -264,73 +270,15 @@ class RemoteNode:
     def _env_file(self, job_id: int, attempt: int) -> str:
         return f"{host_path(self.node.agent_dir).rstrip('/')}/run/{job_id}.{attempt}.env"
 
-    def _resolver(self, job: Job) -> Callable[[str], str]:
-        """Symlinks in the job's mount paths as the node sees them (one `realpath` call)."""
-        paths = policy.paths_to_resolve(job.spec, job.user, self.config.container_policy)
-        if not job.spec.mounts or not paths:
-            return lambda path: path
-        try:
-            result = self._conn.run(["realpath", "-m", "--", *paths], timeout=COMMAND_TIMEOUT)
-        except RemoteError as err:
-            raise LaunchError(f"on {self.name}: {err}") from err
-        lines = result.stdout.decode(errors="replace").splitlines()
-        if result.exit_status != 0 or len(lines) != len(paths):
-            error = result.stderr.decode(errors="replace").strip()
-            raise LaunchError(f"on {self.name}: cannot resolve the job's mount paths: {error}")
-        table = dict(zip(paths, lines, strict=True))
-        return lambda path: table.get(path, path)
-
     def launch(self, job: Job, attempt: int, gpus: Sequence[int]) -> None:
-        env = {**job_env(job, attempt, gpus, self.name), **launch_secrets(job)}
-        env_file = self._env_file(job.id, attempt)
-        try:
-            argv = docker.docker_run_argv(
-                job_id=job.id,
-                attempt=attempt,
-                user=job.user,
-                spec=policy.mounts_at_start(
-                    job.spec, job.user, self.config.container_policy, self._resolver(job)
-                ),
-                gpus=gpus,
-                env_file=env_file,
-                docker=self.node.docker,
-                node=self.name,
-                policy=self.config.container_policy,
-                run_as=policy.submitter_identity(job.uid, self.config.container_policy),
-                # The admin's allowed extra options go right after `docker run`.
-                extra_options=self.node.docker_options,
-            )
-        except (ValueError, SpecError) as err:
-            raise LaunchError(f"refused by the container policy on {self.name}: {err}") from err
-        mark_attempt_start(self.paths, job.id, attempt)
-        try:
-            self._conn.put_bytes(docker.env_file_text(env).encode(), env_file, 0o600)
-        except RemoteError as err:
-            # SFTP says only "Failure" when the disk is full: the agent's last report
-            # tells whether agent_dir's disk has room.
-            report, _ = self.report()
-            free = report.disk_free_bytes if report is not None else None
-            full = (
-                f"; the disk of {self.node.agent_dir} is full: No space left on device "
-                f"({free} bytes free)"
-                if free is not None and free < 1 << 20
-                else ""
-            )
-            raise LaunchError(f"on {self.name}: {err}{full}") from err
-        try:
-            status, stderr = self._run(argv)
-        except RemoteError as err:
-            raise LaunchError(f"on {self.name}: {err}", maybe_started=True) from err
-        finally:
-            # The docker CLI has read the env-file once it returns: take secrets off the
-            # host's disk now (one more round trip, so only for them; cleanup removes
-            # every env-file, and this one again should this fail).
-            if job.spec.secret_env:
-                with contextlib.suppress(RemoteError):
-                    self._run(["rm", "-f", env_file])
-        if status != 0:
-            error = docker.error_line(stderr, f"exit status {status}")
-            raise LaunchError(f"docker run on {self.name} failed: {error}")
+        report, _ = self.report()
+        self._launcher.launch(
+            job,
+            attempt,
+            gpus,
+            self._env_file(job.id, attempt),
+            disk_free_bytes=report.disk_free_bytes if report is not None else None,
+        )
         self._follow(job.id, attempt)
 
     def _follow(self, job_id: int, attempt: int) -> None:

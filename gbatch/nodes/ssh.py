@@ -48,14 +48,17 @@ from typing import Any, Literal
 import paramiko
 from paramiko.ssh_exception import NoValidConnectionsError
 
+from gbatch.nodes.base import CommandResult, HostError
+
 KEEPALIVE_SECONDS = 15
 _CHUNK = 65536
 _STDERR_TAIL = 64 * 1024  # bytes of a stream's stderr kept for error messages
 _TRUST_HINT = "run `gbatch node trust {name}` after checking the fingerprint"
 
 
-class RemoteError(Exception):
-    """A remote call failed: the host is unreachable, refused us, or the connection died."""
+class RemoteError(HostError):
+    """A remote call failed: the host is unreachable, refused us, or the connection died
+    (its answer counts as lost: the command may have run)."""
 
 
 class HostKeyError(RemoteError):
@@ -99,16 +102,6 @@ class SshTarget:
     @property
     def address(self) -> str:
         return known_hosts_name(self.host, self.port)
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What a finished command left. `exit_status` is -1 when the remote side closed without
-    reporting one (the process was killed by a signal)."""
-
-    exit_status: int
-    stdout: bytes
-    stderr: bytes
 
 
 # --- host keys -----------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from gbatch.model import Gpu, Job
 from gbatch.nodes import docker
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
+    HostError,
     LaunchError,
     Reports,
     RunStatus,
@@ -91,8 +92,9 @@ class LocalNode:
         self._lock = threading.Lock()
         self._shims: dict[tuple[int, int], subprocess.Popen[bytes]] = {}
         self._log_followers = LogFollowers(paths, on_change)
+        self._host = docker.LocalHost()  # every docker call goes through it
         self._launcher = docker.ContainerLauncher(
-            host=docker.LocalHost(),
+            host=self._host,
             node=LOCAL_NODE,
             docker=config.docker,
             policy=config.container_policy,
@@ -207,21 +209,22 @@ class LocalNode:
         if now - checked_at < 10.0:
             return problem
         try:
-            result = subprocess.run(
-                docker.engine_check_argv(docker=self.config.docker),
-                capture_output=True,
-                text=True,
-                timeout=DOCKER_TIMEOUT,
+            result = self._host.run(
+                docker.engine_check_argv(docker=self.config.docker), timeout=DOCKER_TIMEOUT
             )
             problem = (
                 None
-                if result.returncode == 0
-                else docker.error_line(result.stderr, "docker version failed")
+                if result.exit_status == 0
+                else docker.error_line(
+                    result.stderr.decode(errors="replace"), "docker version failed"
+                )
             )
-        except FileNotFoundError:
-            problem = f"the docker CLI ({self.config.docker}) is not installed"
-        except subprocess.TimeoutExpired:
-            problem = "the docker engine did not answer within 30 s"
+        except HostError as err:
+            problem = (
+                f"the docker engine did not answer within {DOCKER_TIMEOUT:g} s"
+                if err.answer_lost
+                else f"the docker CLI ({self.config.docker}) is not installed"
+            )
         self._engine_checked = (now, problem)
         return problem
 
@@ -338,19 +341,17 @@ class LocalNode:
     def _container_status(self, job_id: int, attempt: int) -> RunStatus:
         name = docker.container_name(job_id, attempt)
         try:
-            result = subprocess.run(
+            result = self._host.run(
                 docker.docker_inspect_argv([name], docker=self.config.docker),
-                capture_output=True,
-                text=True,
                 timeout=DOCKER_TIMEOUT,
             )
-        except (OSError, subprocess.TimeoutExpired):
+        except HostError:
             return RunStatus("running")  # cannot tell: assume it lives, ask again later
-        if result.returncode != 0:
-            if "No such" in result.stderr:
+        if result.exit_status != 0:
+            if b"No such" in result.stderr:
                 return RunStatus("vanished")
             return RunStatus("running")
-        statuses = docker.parse_inspect(result.stdout)
+        statuses = docker.parse_inspect(result.stdout.decode(errors="replace"))
         if not statuses:
             return RunStatus("vanished")
         status = statuses[0]
@@ -369,10 +370,9 @@ class LocalNode:
         """Send `sig` to the run's whole process group (or its container)."""
         if job.spec.image is not None:
             name = docker.container_name(job.id, attempt)
-            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                subprocess.run(
+            with contextlib.suppress(HostError):
+                self._host.run(
                     docker.docker_kill_argv(name, sig.name, docker=self.config.docker),
-                    capture_output=True,
                     timeout=DOCKER_TIMEOUT,
                 )
             return
@@ -385,12 +385,11 @@ class LocalNode:
     def cleanup(self, job: Job, attempt: int) -> None:
         """Forget a finished run: remove its container and its run directory."""
         if job.spec.image is not None:
-            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                subprocess.run(
+            with contextlib.suppress(HostError):
+                self._host.run(
                     docker.docker_rm_argv(
                         docker.container_name(job.id, attempt), docker=self.config.docker
                     ),
-                    capture_output=True,
                     timeout=DOCKER_TIMEOUT,
                 )
         run_dir = self.paths.run_dir(job.id, attempt)

@@ -1,0 +1,209 @@
+"""nodes/docker.ContainerLauncher, the launch route of both node kinds, over a recording
+DockerHost (the real hosts are covered end to end in tests/integration), and LocalHost
+against real child processes and files."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from gbatch.config import Config, Paths
+from gbatch.model import Job, JobSpec, JobState
+from gbatch.nodes.base import CommandResult, HostError, LaunchError
+from gbatch.nodes.docker import ContainerLauncher, LocalHost
+from gbatch.nodes.local import LocalNode
+from gbatch.policy import ContainerPolicy, MountRoot
+
+ENV_FILE = "/agent/run/7.2.env"
+
+
+class RecordingHost:
+    """A DockerHost that records each call in order and answers as told."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+        self.files: dict[str, tuple[bytes, int]] = {}
+        self.run_answer: CommandResult | HostError = CommandResult(0, b"abc123\n", b"")
+        self.put_error: HostError | None = None
+        self.realpath: dict[str, str] = {}
+
+    def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        self.calls.append(tuple(argv))
+        if argv[0] == "realpath":
+            paths = argv[3:]
+            return CommandResult(
+                0, "".join(self.realpath.get(p, p) + "\n" for p in paths).encode(), b""
+            )
+        if argv[0] == "rm":
+            self.files.pop(argv[-1], None)
+            return CommandResult(0, b"", b"")
+        if isinstance(self.run_answer, HostError):
+            raise self.run_answer
+        return self.run_answer
+
+    def put_bytes(self, data: bytes, remote_path: str, mode: int, *, timeout: float = 60.0) -> None:
+        self.calls.append(("put", remote_path))
+        if self.put_error is not None:
+            raise self.put_error
+        self.files[remote_path] = (data, mode)
+
+
+def job(**spec: object) -> Job:
+    secrets = spec.pop("secret_values", ())
+    return Job(
+        id=7,
+        uid=1000,
+        user="alice",
+        spec=JobSpec(name="train", command=("python", "t.py"), image="img", **spec),  # type: ignore[arg-type]
+        state=JobState.CONFIGURING,
+        submit_time=0.0,
+        secret_values=secrets,  # type: ignore[arg-type]
+    )
+
+
+def launcher(tmp_path: Path, host: RecordingHost, **kw: object) -> ContainerLauncher:
+    return ContainerLauncher(
+        host=host,
+        node="gpu01",
+        docker="docker",
+        policy=kw.pop("policy", ContainerPolicy()),  # type: ignore[arg-type]
+        paths=Paths(tmp_path),
+        where=" on gpu01",
+        label_node=True,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_a_launch_writes_the_env_file_then_runs_docker_and_marks_the_log(tmp_path: Path) -> None:
+    host = RecordingHost()
+    launcher(tmp_path, host).launch(job(env=(("LR", "0.1"),)), 2, [0, 1], ENV_FILE)
+
+    put, run = host.calls
+    assert put == ("put", ENV_FILE)
+    assert run[:2] == ("docker", "run") and "--env-file" in run and ENV_FILE in run
+    assert "gbatch.node=gpu01" in run and "device=0,1" in " ".join(run)
+    data, mode = host.files[ENV_FILE]
+    assert mode == 0o600
+    assert b"LR=0.1\n" in data and b"GBATCH_NODE=gpu01\n" in data and b"GBATCH_ATTEMPT=2\n" in data
+    # Where the attempt's output starts in the job's log, for a replay.
+    assert (Paths(tmp_path).run_dir(7, 2) / "log_offset").read_text() == "0"
+
+
+def test_secrets_leave_the_host_as_soon_as_docker_has_returned(tmp_path: Path) -> None:
+    host = RecordingHost()
+    secret = job(secret_env=("TOKEN",), secret_values=(("TOKEN", "s3cret"),))
+    launcher(tmp_path, host).launch(secret, 2, [0], ENV_FILE)
+    assert host.calls[-1] == ("rm", "-f", "--", ENV_FILE)
+    assert ENV_FILE not in host.files
+
+    host = RecordingHost()
+    launcher(tmp_path, host).launch(job(), 2, [0], ENV_FILE)  # no secret: cleanup removes it
+    assert ("rm", "-f", "--", ENV_FILE) not in host.calls
+
+    host = RecordingHost()
+    host.run_answer = HostError("connection lost")
+    with pytest.raises(LaunchError):
+        launcher(tmp_path, host).launch(secret, 2, [0], ENV_FILE)
+    assert ENV_FILE not in host.files  # removed even when docker's answer was lost
+
+
+def test_a_secret_the_store_cannot_give_fails_the_launch_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    host = RecordingHost()
+    with pytest.raises(LaunchError, match="secret env \\(TOKEN\\)"):
+        launcher(tmp_path, host).launch(job(secret_env=("TOKEN",)), 2, [0], ENV_FILE)
+    assert host.calls == []
+
+
+def test_a_policy_refusal_leaves_nothing_behind(tmp_path: Path) -> None:
+    host = RecordingHost()
+    with pytest.raises(LaunchError, match=r"refused by the container policy on gpu01: .*mount"):
+        launcher(tmp_path, host).launch(job(mounts=("/etc:/x",)), 2, [0], ENV_FILE)
+    assert [call[0] for call in host.calls] == ["realpath"]  # asked, nothing written or run
+    assert not Paths(tmp_path).run_dir(7, 2).exists()
+
+
+def test_mounts_are_checked_again_as_the_host_resolves_them(tmp_path: Path) -> None:
+    policy = ContainerPolicy(mount_roots=(MountRoot("/data/{user}", writable=True),))
+    host = RecordingHost()
+    launcher(tmp_path, host, policy=policy).launch(
+        job(mounts=("/data/alice/run:/out",)), 2, [0], ENV_FILE
+    )
+    assert host.calls[0] == ("realpath", "-m", "--", "/data/alice/run", "/data/alice")
+    assert "type=bind,source=/data/alice/run,target=/out" in host.calls[-1]
+
+    host = RecordingHost()
+    host.realpath = {"/data/alice/run": "/etc"}  # made a symlink after submit
+    with pytest.raises(LaunchError, match="symlink to /etc"):
+        launcher(tmp_path, host, policy=policy).launch(
+            job(mounts=("/data/alice/run:/out",)), 2, [0], ENV_FILE
+        )
+    assert [c[0] for c in host.calls] == ["realpath"]
+
+
+def test_a_lost_answer_may_have_started_the_run_and_a_refusal_did_not(tmp_path: Path) -> None:
+    host = RecordingHost()
+    host.run_answer = HostError("the connection dropped")
+    with pytest.raises(LaunchError) as lost:
+        launcher(tmp_path, host).launch(job(), 2, [0], ENV_FILE)
+    assert lost.value.maybe_started
+    assert str(lost.value) == "docker run on gpu01 failed: the connection dropped"
+
+    host.run_answer = HostError("cannot run docker: not found", answer_lost=False)
+    with pytest.raises(LaunchError) as never:
+        launcher(tmp_path, host).launch(job(), 2, [0], ENV_FILE)
+    assert not never.value.maybe_started
+
+    host.run_answer = CommandResult(
+        125, b"", b"docker: Error response from daemon: Conflict.\nRun 'docker run --help'\n"
+    )
+    with pytest.raises(LaunchError) as refused:
+        launcher(tmp_path, host).launch(job(), 2, [0], ENV_FILE)
+    assert not refused.value.maybe_started
+    assert str(refused.value) == (
+        "docker run on gpu01 failed: docker: Error response from daemon: Conflict."
+    )
+
+
+def test_a_failed_env_file_write_on_a_full_disk_says_so(tmp_path: Path) -> None:
+    host = RecordingHost()
+    host.put_error = HostError("Failure")
+    with pytest.raises(LaunchError) as full:
+        launcher(tmp_path, host).launch(job(), 2, [0], ENV_FILE, disk_free_bytes=4096)
+    assert str(full.value) == (
+        "cannot write its env-file on gpu01: Failure; the disk of /agent/run is full: "
+        "No space left on device (4096 bytes free)"
+    )
+    assert not full.value.maybe_started
+    with pytest.raises(LaunchError, match=r"env-file on gpu01: Failure$"):
+        launcher(tmp_path, host).launch(job(), 2, [0], ENV_FILE, disk_free_bytes=10 << 30)
+    assert not any(call[0] == "docker" for call in host.calls)
+
+
+def test_local_host_runs_commands_and_writes_private_files(tmp_path: Path) -> None:
+    host = LocalHost()
+    done = host.run(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=30)
+    assert done == CommandResult(3, b"out\n", b"err\n")
+    with pytest.raises(HostError) as missing:
+        host.run([str(tmp_path / "no-such-docker"), "version"], timeout=30)
+    assert not missing.value.answer_lost
+    with pytest.raises(HostError) as slow:
+        host.run(["sleep", "5"], timeout=0.1)
+    assert slow.value.answer_lost
+
+    target = tmp_path / "env"
+    host.put_bytes(b"A=1\n", str(target), 0o600)
+    assert target.read_bytes() == b"A=1\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["env"]
+    with pytest.raises(HostError, match="cannot write"):
+        host.put_bytes(b"x", str(tmp_path / "no-dir" / "env"), 0o600)
+
+
+def test_the_local_node_says_when_the_docker_cli_is_missing(tmp_path: Path) -> None:
+    node = LocalNode(Paths(tmp_path), Config(docker=str(tmp_path / "docker")), lambda: None)
+    assert node.docker_problem(now=100.0) == f"the docker CLI ({tmp_path}/docker) is not installed"

@@ -768,6 +768,12 @@ def _command(text: str) -> list[str]:
     return argv
 
 
+def _host_path(text: str) -> str:
+    # A leading `~` is the home of the user running the agent: the head's argv reaches
+    # us quoted for the remote shell, which leaves `~` as written.
+    return os.path.expanduser(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gbatch-agent", description="Report this host's GPUs to gbatch as JSON lines."
@@ -793,15 +799,22 @@ def _parser() -> argparse.ArgumentParser:
     fence_ = commands.add_parser(
         "fence", help="kill this node's gbatch containers once the lease runs out (internal)"
     )
-    fence_.add_argument("--lease-file", required=True, metavar="PATH")
+    fence_.add_argument("--lease-file", type=_host_path, required=True, metavar="PATH")
     fence_.add_argument("--node", required=True)
     fence_.add_argument("--docker", type=_command, required=True, metavar="CMD")
     for command in (probe, watch_):
         command.add_argument(
-            "--simulation-file", metavar="PATH", help="report the GPUs this JSON file describes"
+            "--simulation-file",
+            type=_host_path,
+            metavar="PATH",
+            help="report the GPUs this JSON file describes",
         )
         command.add_argument(
-            "--log-dir", default=".", metavar="DIR", help="where free disk space is measured"
+            "--log-dir",
+            type=_host_path,
+            default=".",
+            metavar="DIR",
+            help="where free disk space is measured (and the lease kept)",
         )
         command.add_argument(
             "--docker",

@@ -1,5 +1,6 @@
-"""A store that SQLite itself finds full, without filling a disk: shared by the store's
-and the handlers' unit tests (pytest puts tests/ on sys.path)."""
+"""A store that SQLite itself finds full, without filling a disk, and its integrity
+check: shared by the store's and the handlers' unit tests (pytest puts tests/ on
+sys.path)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,8 @@ def pack_store(store: Store, pad_job: int) -> None:
 
 def unpack_store(store: Store) -> None:
     store._db.execute("PRAGMA max_page_count = 1073741823")
+
+
+def integrity_ok(store: Store) -> bool:
+    """SQLite's own check of the store's file, on the store's connection."""
+    return bool(store._db.execute("PRAGMA integrity_check").fetchall() == [("ok",)])

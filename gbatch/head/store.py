@@ -423,11 +423,6 @@ class Store:
         assert job is not None
         return job
 
-    def add_usage(self, user: str, gpu_seconds: float, now: float, half_life: float) -> None:
-        """Fold GPU-seconds into the user's decayed usage (its own transaction)."""
-        with self._write() as db:
-            self._accrue(db, Usage(user, gpu_seconds, half_life), now)
-
     @staticmethod
     def _accrue(db: sqlite3.Connection, usage: Usage, now: float) -> None:
         row = db.execute(
@@ -544,10 +539,6 @@ class Store:
     def count(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT count(*) FROM jobs").fetchone()[0])
-
-    def integrity_ok(self) -> bool:
-        with self._lock:
-            return bool(self._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok")
 
     # -- helpers --------------------------------------------------------------------
 

@@ -183,13 +183,6 @@ def docker_wait_argv(name: str, *, docker: str = "docker") -> list[str]:
     return [docker, "wait", name]
 
 
-def docker_stop_argv(name: str, grace_seconds: int, *, docker: str = "docker") -> list[str]:
-    """SIGTERM (through --init), then SIGKILL after `grace_seconds`."""
-    if grace_seconds < 0:
-        raise ValueError(f"grace period must be >= 0 seconds, not {grace_seconds}")
-    return [docker, "stop", "-t", str(grace_seconds), name]
-
-
 def docker_kill_argv(name: str, signal: str, *, docker: str = "docker") -> list[str]:
     """Send `signal` ("TERM", "SIGKILL", "9") to the container's PID 1."""
     if not _SIGNAL.match(signal):
@@ -249,14 +242,6 @@ class ContainerStatus:
     labels: Mapping[str, str] = field(default_factory=dict)
     error: str = ""  # the engine's reason when the container could not start
 
-    @property
-    def job_id(self) -> int | None:
-        return _int_label(self.labels.get(LABEL_JOB))
-
-    @property
-    def attempt(self) -> int | None:
-        return _int_label(self.labels.get(LABEL_ATTEMPT))
-
 
 def docker_inspect_argv(names: Sequence[str], *, docker: str = "docker") -> list[str]:
     """Inspect containers; the output is for parse_inspect.
@@ -289,66 +274,6 @@ def parse_inspect(output: str) -> list[ContainerStatus]:
             )
         )
     return statuses
-
-
-_PS_FORMAT = (
-    '{"name":{{json .Names}},"state":{{json .State}},"status":{{json .Status}},'
-    f'"job":{{{{json (.Label "{LABEL_JOB}")}}}},'
-    f'"attempt":{{{{json (.Label "{LABEL_ATTEMPT}")}}}},'
-    f'"user":{{{{json (.Label "{LABEL_USER}")}}}}}}'
-)
-
-
-@dataclass(frozen=True)
-class ContainerSummary:
-    """One line of `docker ps`: enough to match containers with jobs; inspect for more."""
-
-    name: str
-    state: str  # created, running, exited, ...
-    status: str  # docker's words, e.g. "Exited (3) 2 minutes ago"
-    job_id: int | None
-    attempt: int | None
-    user: str
-
-
-def docker_ps_argv(*, docker: str = "docker") -> list[str]:
-    """Every container labelled gbatch.job, in any state; the output is for parse_ps."""
-    return [
-        docker,
-        "ps",
-        "--all",
-        "--no-trunc",
-        "--filter",
-        f"label={LABEL_JOB}",
-        "--format",
-        _PS_FORMAT,
-    ]
-
-
-def parse_ps(output: str) -> list[ContainerSummary]:
-    """Parse the stdout of docker_ps_argv's command (blank lines ignored)."""
-    summaries = []
-    for line in output.splitlines():
-        if not line.strip():
-            continue
-        raw = json.loads(line)
-        summaries.append(
-            ContainerSummary(
-                name=str(raw["name"]),
-                state=str(raw.get("state") or ""),
-                status=str(raw.get("status") or ""),
-                job_id=_int_label(raw.get("job")),
-                attempt=_int_label(raw.get("attempt")),
-                user=str(raw.get("user") or ""),
-            )
-        )
-    return summaries
-
-
-def _int_label(value: object) -> int | None:
-    if not isinstance(value, str) or not value.isdigit():
-        return None
-    return int(value)
 
 
 _DOCKER_TIME = re.compile(

@@ -143,14 +143,6 @@ class Inventory:
     known_hosts: Path
     source: Path
 
-    def node(self, name: str) -> NodeConfig:
-        """The node called `name`; KeyError naming the known nodes when there is none."""
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        known = ", ".join(node.name for node in self.nodes)
-        raise KeyError(f"no node {show_value(name)} in {self.source}. Known nodes: {known}")
-
 
 def find_inventory(home: Path, environ: Mapping[str, str]) -> Path | None:
     """Which inventory file to load, or None for the embedded default (node "local").

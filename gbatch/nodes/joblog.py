@@ -124,7 +124,6 @@ class LogFollowers:
         self._on_done = on_done
         self._lock = threading.Lock()
         self._threads: dict[tuple[int, int], threading.Thread] = {}
-        self._losses: dict[tuple[int, int], str] = {}
 
     def follow(self, job_id: int, attempt: int, open_stream: StreamOpener) -> None:
         """Start copying (unless a follower for this attempt already runs)."""
@@ -155,11 +154,6 @@ class LogFollowers:
         if thread is not None:
             thread.join(timeout)
 
-    def lost_output(self, job_id: int, attempt: int) -> str | None:
-        """What this attempt's follower could not write to the log and why, or None."""
-        with self._lock:
-            return self._losses.get((job_id, attempt))
-
     def _copy(self, job_id: int, attempt: int, open_stream: StreamOpener) -> None:
         offset_file = self._paths.run_dir(job_id, attempt) / "log_offset"
         offset = int(offset_file.read_text()) if offset_file.exists() else 0
@@ -187,10 +181,6 @@ class LogFollowers:
         finally:
             if handle is not None:
                 handle.close()
-            note = writer.note()
-            if note is not None:
-                with self._lock:
-                    self._losses[(job_id, attempt)] = note
             self._on_done()
 
 

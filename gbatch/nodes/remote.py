@@ -45,9 +45,12 @@ AGENT_FILE = "gbatch_agent.py"
 
 
 def host_path(path: str) -> str:
-    """A path as remote commands and SFTP take it: `~/x` becomes `x`, since both start
-    in the login's home (and a quoted `~` would not expand)."""
-    return path[2:] if path.startswith("~/") else path
+    """A path as remote commands and SFTP take it: `~/x` becomes `x` and `~` becomes
+    `.`, since both start in the login's home (and a quoted `~` would not expand).
+    Every host path in an argv or SFTP call goes through here."""
+    if path == "~" or path.startswith("~/"):
+        return path[1:].lstrip("/") or "."
+    return path
 
 
 def agent_path(config: NodeConfig) -> str:
@@ -106,7 +109,7 @@ def agent_watch_argv(config: NodeConfig, interval: float, lease: float) -> list[
         "--docker",
         config.docker,
         "--log-dir",
-        config.agent_dir,
+        host_path(config.agent_dir),
         "--lease",
         str(lease),
         "--node",

@@ -52,7 +52,7 @@ from gbatch.nodes.base import CommandResult, HostError
 
 KEEPALIVE_SECONDS = 15
 _CHUNK = 65536
-_STDERR_TAIL = 64 * 1024  # bytes of a stream's stderr kept for error messages
+_STDERR_TAIL = 64 * 1024  # bytes of a command's stderr kept for error messages
 _TRUST_HINT = "run `gbatch node trust {name}` after checking the fingerprint"
 
 
@@ -368,9 +368,9 @@ def _send_stdin(channel: Any, data: bytes) -> None:
 class RemoteStream:
     """A long-lived remote command (the agent's `watch`, `docker logs -f`), read by lines.
 
-    Read stdout to its end (readline returns b"") before waiting for the exit status: a
-    command blocked on a full channel never exits. Stderr is drained alongside; its last
-    64 KiB are kept in `stderr`. Use it as a context manager, or call close().
+    Read stdout to its end (readline returns b"") before asking for the exit status: a
+    command blocked on a full channel never exits. Stderr is drained alongside and
+    dropped (combine_stderr keeps it). Use it as a context manager, or call close().
     """
 
     def __init__(self, channel: Any, description: str) -> None:
@@ -378,7 +378,6 @@ class RemoteStream:
         self._description = description
         self._fd = channel.fileno()
         self._buffer = bytearray()
-        self._stderr = bytearray()
         self._eof = False
 
     def readline(self, timeout: float) -> bytes | None:
@@ -399,7 +398,7 @@ class RemoteStream:
             if remaining <= 0:
                 return None
             select.select([self._fd], [], [], remaining)
-            self._eof = _drain(self._channel, self._buffer, self._stderr)
+            self._eof = _drain(self._channel, self._buffer, None)
 
     def lines(self, idle_timeout: float) -> Iterator[bytes]:
         """Lines until the end of the stream; RemoteTimeout when one takes longer than
@@ -424,10 +423,6 @@ class RemoteStream:
         finally:
             self._channel.settimeout(None)
 
-    def close_stdin(self) -> None:
-        """Send EOF on stdin (the command sees end of input)."""
-        self._channel.shutdown_write()
-
     @property
     def exit_status(self) -> int | None:
         """The command's exit status once it has ended (-1: ended without one), else None."""
@@ -435,17 +430,6 @@ class RemoteStream:
             return None
         status: int = self._channel.exit_status
         return status
-
-    def wait(self, timeout: float) -> int:
-        """Block until the command has ended; its exit status. RemoteTimeout past `timeout`."""
-        if not self._channel.status_event.wait(timeout):
-            raise RemoteTimeout(f"{self._description}: still running after {timeout:g} s")
-        status: int = self._channel.exit_status
-        return status
-
-    @property
-    def stderr(self) -> bytes:
-        return bytes(self._stderr)
 
     def close(self) -> None:
         self._channel.close()

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import yaml
 from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head
-from dockerenv import ensure_test_image, require_docker
+from dockerenv import REPO_ROOT, ensure_test_image, require_docker
 from hosts import Host, start_host
 
-AGENT = Path(__file__).resolve().parents[2] / "agent" / "gbatch_agent.py"
+AGENT = REPO_ROOT / "agent" / "gbatch_agent.py"
+EXAMPLE_INVENTORY = REPO_ROOT / "inventory.example.yaml"
 
 
 @dataclass
@@ -101,6 +102,36 @@ def _start_head(
     head.env["GBATCH_INVENTORY"] = str(inventory)
     head.start()
     return Fleet(head, hosts, simulation, agent_dirs, image)
+
+
+def build_example_fleet(tmp_path: Path, name: str, gpus: int) -> Fleet:
+    """One host reached with inventory.example.yaml's `defaults:` as written, but for
+    what reaching a test host takes: its login, port, key and host key. The agent is
+    not installed (`gbatch node install` puts it in agent_dir, in the login's home);
+    `agent_dirs` is empty, since that home is inside the host."""
+    require_docker()
+    image = ensure_test_image()
+    host = start_host(tmp_path, name)
+    try:
+        defaults = yaml.safe_load(EXAMPLE_INVENTORY.read_text())["defaults"]
+        defaults.update(user=host.user, port=host.port, identity_file=str(host.client_key))
+        simulation = host.share / "gpus.json"
+        simulation.write_text(json.dumps({"gpus": [{} for _ in range(gpus)]}))
+        # A node of its own like the example's gpu02: a host, and GPUs from a file.
+        node = {"name": name, "host": "127.0.0.1", "simulation_file": str(simulation)}
+        inventory = tmp_path / "inventory.yaml"
+        inventory.write_text(
+            yaml.safe_dump(
+                {"defaults": defaults, "known_hosts": str(host.known_hosts), "nodes": [node]}
+            )
+        )
+        head = make_head(tmp_path / "home")
+        head.env["GBATCH_INVENTORY"] = str(inventory)
+        head.start()
+    except BaseException:
+        host.stop()
+        raise
+    return Fleet(head, {name: host}, {name: simulation}, {}, image)
 
 
 def teardown_fleet(fleet: Fleet) -> None:

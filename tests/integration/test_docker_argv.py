@@ -7,6 +7,7 @@ NVIDIA_VISIBLE_DEVICES but no device.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -19,15 +20,13 @@ from gbatch.model import JobSpec
 from gbatch.nodes.docker import (
     container_name,
     docker_inspect_argv,
+    docker_kill_argv,
     docker_logs_argv,
-    docker_ps_argv,
     docker_rm_argv,
     docker_run_argv,
-    docker_stop_argv,
     docker_wait_argv,
     env_file_text,
     parse_inspect,
-    parse_ps,
     parse_wait,
 )
 
@@ -110,7 +109,8 @@ def test_parse_inspect_reads_a_real_exited_container(image: str, job_id: int) ->
     assert status.exit_code == 3
     assert status.oom_killed is False
     assert status.started_at is not None and status.finished_at is not None
-    assert (status.job_id, status.attempt) == (job_id, 1)
+    assert status.labels["gbatch.job"] == str(job_id)
+    assert status.labels["gbatch.attempt"] == "1"
     assert status.labels["gbatch.user"] == "alice"
 
 
@@ -122,18 +122,13 @@ def test_inspect_of_a_missing_container_still_parses_the_others(image: str, job_
     assert [s.name for s in parse_inspect(done.stdout)] == [name]
 
 
-def test_docker_ps_lists_gbatch_containers_in_any_state(image: str, job_id: int) -> None:
-    name = _run(image, job_id, ("true",), [])
-    _ok(docker_wait_argv(name))
-    mine = [s for s in parse_ps(_ok(docker_ps_argv())) if s.job_id == job_id]
-    assert [(s.name, s.state, s.attempt, s.user) for s in mine] == [(name, "exited", 1, "alice")]
-
-
-def test_docker_stop_ends_a_sleeping_container(image: str, job_id: int) -> None:
+def test_sigterm_through_docker_kill_ends_a_sleeping_container(image: str, job_id: int) -> None:
+    # As the head stops a run (scancel, time limit): SIGTERM first, SIGKILL after a grace.
     name = _run(image, job_id, ("sleep", "600"), [0])
     (before,) = parse_inspect(_ok(docker_inspect_argv([name])))
     assert before.state == "running"
-    _ok(docker_stop_argv(name, grace_seconds=5))
+    _ok(docker_kill_argv(name, signal.SIGTERM.name))
+    assert parse_wait(_ok(docker_wait_argv(name))) == 143
     (after,) = parse_inspect(_ok(docker_inspect_argv([name])))
     assert after.state == "exited"
     # --init forwards SIGTERM to sleep, which dies of it: 128 + 15.

@@ -16,7 +16,7 @@ from typing import cast
 
 import pytest
 from conftest import Head, wait_for
-from fleet import AGENT, Fleet, build_fleet, teardown_fleet
+from fleet import AGENT, Fleet, build_example_fleet, build_fleet, teardown_fleet
 
 from gbatch.nodes.docker import container_name
 
@@ -144,6 +144,34 @@ def test_node_install_puts_the_agent_on_a_fresh_host(tmp_path: Path) -> None:
         wait_for(lambda: sinfo(fleet.head)["gpu05"][2] == "idle", 30, "gpu05 to come up")
         job_id = fleet.head.sbatch("--image", fleet.image, "--gpus", "3", "--wrap", "true")
         fleet.head.wait_state(job_id, "COMPLETED", timeout=60)
+    finally:
+        teardown_fleet(fleet)
+
+
+def test_a_host_set_up_with_the_example_inventorys_defaults_renews_its_lease_and_runs_jobs(
+    tmp_path: Path,
+) -> None:
+    # agent_dir: ~/.gbatch is the login's home on the host: the agent must find it there
+    # (not in a directory named "~"), or it cannot renew its lease and gets no jobs.
+    fleet = build_example_fleet(tmp_path, "gpu01", gpus=2)
+    try:
+        host = fleet.hosts["gpu01"]
+        fleet.head.run("node", "install", "--all", check=True)
+
+        def lease_written() -> bool:
+            return host.container.exec(["test", "-f", "/root/.gbatch/lease.json"]).exit_code == 0
+
+        wait_for(
+            lambda: lease_written() and sinfo(fleet.head)["gpu01"][2] == "idle",
+            30,
+            "gpu01 to report and renew its lease in ~/.gbatch",
+        )
+        job_id = fleet.head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", "echo fine")
+        fleet.head.wait_state(job_id, "COMPLETED", timeout=60)
+        assert fleet.head.run("logs", str(job_id), check=True).stdout == "fine\n"
+        row = sinfo(fleet.head)["gpu01"]
+        assert row[2] == "idle" and "lease" not in " ".join(row), row
+        assert host.container.exec(["test", "-e", "/root/~"]).exit_code != 0
     finally:
         teardown_fleet(fleet)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -98,11 +99,21 @@ def fences() -> Iterator[list[Path]]:
             time.sleep(0.05)
 
 
-def start_watch(agent_dir: Path, docker: FakeDocker, lease: float) -> subprocess.Popen[str]:
+def start_watch(
+    agent_dir: Path,
+    docker: FakeDocker,
+    lease: float,
+    *,
+    log_dir: str | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[str]:
     argv = [sys.executable, str(AGENT), "watch", "--interval", "30"]
-    argv += ["--simulation-file", str(agent_dir / "gpus.json"), "--log-dir", str(agent_dir)]
+    argv += ["--simulation-file", str(agent_dir / "gpus.json")]
+    argv += ["--log-dir", str(agent_dir) if log_dir is None else log_dir]
     argv += ["--docker", docker.command, "--lease", str(lease), "--node", "n1"]
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=agent_dir
+    )
 
 
 def next_report(stdout: IO[str] | None) -> NodeReport:
@@ -148,6 +159,26 @@ def test_reports_are_numbered_and_a_renewal_grants_the_lease_from_that_report(
         assert 58.0 < second.lease_remaining <= 59.6
         lease = json.loads((agent_dir / "lease.json").read_text())
         assert (lease["node"], lease["seconds"]) == ("n1", 60.0)
+    finally:
+        stop(watch)
+
+
+def test_a_log_dir_under_the_home_is_the_logins_home_not_a_dir_named_tilde(
+    tmp_path: Path, agent_dir: Path, docker: FakeDocker, fences: list[Path]
+) -> None:
+    # An argv quoted for the remote shell keeps `~` literal: the agent expands it.
+    fences.append(agent_dir / "lease.json")
+    env = {**os.environ, "HOME": str(tmp_path)}
+    watch = start_watch(agent_dir, docker, lease=60, log_dir="~/agent", env=env)
+    try:
+        first = next_report(watch.stdout)
+        assert first.disk_free_bytes is not None
+        send(watch, "renew 1\n\n")
+        second = next_report(watch.stdout)
+        assert second.lease_problem == ""
+        assert second.lease_remaining is not None
+        assert (agent_dir / "lease.json").is_file()
+        assert not (agent_dir / "~").exists()
     finally:
         stop(watch)
 

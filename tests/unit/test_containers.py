@@ -14,17 +14,14 @@ from gbatch.nodes.docker import (
     docker_inspect_argv,
     docker_kill_argv,
     docker_logs_argv,
-    docker_ps_argv,
     docker_rm_argv,
     docker_run_argv,
-    docker_stop_argv,
     docker_wait_argv,
     engine_check_argv,
     env_file_text,
     gpus_option_value,
     parse_docker_time,
     parse_inspect,
-    parse_ps,
     parse_wait,
 )
 from gbatch.policy import DEFAULT_CAPABILITIES, ContainerPolicy, MountRoot, RunAs
@@ -265,17 +262,11 @@ def test_another_docker_binary_can_be_named() -> None:
 
 def test_small_commands_have_their_documented_shape() -> None:
     assert docker_wait_argv("c") == ["docker", "wait", "c"]
-    assert docker_stop_argv("c", 30) == ["docker", "stop", "-t", "30", "c"]
     assert docker_kill_argv("c", "KILL") == ["docker", "kill", "--signal", "KILL", "c"]
     assert docker_rm_argv("c") == ["docker", "rm", "-f", "c"]
     assert docker_logs_argv("c", follow=True) == ["docker", "logs", "--follow", "c"]
     assert docker_logs_argv("c", follow=False) == ["docker", "logs", "c"]
     assert engine_check_argv() == ["docker", "version", "--format", "{{.Server.Version}}"]
-
-
-def test_negative_grace_is_refused() -> None:
-    with pytest.raises(ValueError):
-        docker_stop_argv("c", -1)
 
 
 @pytest.mark.parametrize("signal", ["TERM", "SIGKILL", "9", "RTMIN+3"])
@@ -295,12 +286,6 @@ def test_inspect_names_containers_only_and_needs_a_name() -> None:
     assert argv[-2:] == ["a", "b"]
     with pytest.raises(ValueError):
         docker_inspect_argv([])
-
-
-def test_ps_lists_all_states_filtered_on_the_job_label() -> None:
-    argv = docker_ps_argv()
-    assert "--all" in argv
-    assert _option_values(argv, "--filter") == ["label=gbatch.job"]
 
 
 # Captured from docker 20.10.24 running docker_inspect_argv's command: an exited job
@@ -328,7 +313,6 @@ def test_parse_inspect_reads_an_exited_container() -> None:
         finished_at=pytest.approx(_epoch("2026-12-02T11:10:39.586299")),  # type: ignore[arg-type]
         labels={"gbatch.attempt": "1", "gbatch.job": "7", "gbatch.user": "alice"},
     )
-    assert (exited.job_id, exited.attempt) == (7, 1)
 
 
 def test_parse_inspect_gives_none_for_times_docker_has_not_recorded() -> None:
@@ -346,35 +330,10 @@ def test_parse_inspect_reads_oom_kill_error_and_missing_labels() -> None:
     (status,) = parse_inspect(line)
     assert (status.oom_killed, status.exit_code, status.error) == (True, 137, "boom")
     assert status.labels == {}
-    assert (status.job_id, status.attempt) == (None, None)
 
 
 def test_parse_inspect_of_no_output_is_empty() -> None:
     assert parse_inspect("") == []
-
-
-PS_SAMPLE = """\
-{"name":"gbatch-9-1","state":"created","status":"Created","job":"9","attempt":"1","user":"carol"}
-{"name":"gbatch-7-1","state":"exited","status":"Exited (3) Less than a second ago","job":"7","attempt":"1","user":"alice"}
-"""  # noqa: E501
-
-
-def test_parse_ps_reads_job_attempt_and_state() -> None:
-    created, exited = parse_ps(PS_SAMPLE)
-    assert (created.name, created.state, created.job_id, created.attempt, created.user) == (
-        "gbatch-9-1",
-        "created",
-        9,
-        1,
-        "carol",
-    )
-    assert exited.status.startswith("Exited (3)")
-
-
-def test_parse_ps_tolerates_a_non_numeric_job_label() -> None:
-    line = '{"name":"x","state":"running","status":"Up","job":"abc","attempt":"","user":""}'
-    (summary,) = parse_ps(line)
-    assert (summary.job_id, summary.attempt) == (None, None)
 
 
 def test_parse_wait_reads_the_exit_code() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
-from fullstore import pack_store
+from fullstore import integrity_ok, pack_store
 
 from gbatch.config import Config, Paths
 from gbatch.head import handlers
@@ -49,7 +49,7 @@ def test_a_full_disk_refuses_the_submit_clearly_and_queues_nothing(daemon: Daemo
     }
     db.execute("PRAGMA max_page_count = 1073741823")
     assert daemon.store.count() == 1
-    assert daemon.store.integrity_ok()
+    assert integrity_ok(daemon.store)
 
 
 def fill_store(daemon: Daemon, pad_job: int) -> None:
@@ -74,7 +74,7 @@ def test_a_full_disk_fails_each_cancel_or_hold_clearly_and_changes_nothing(
     jobs = [daemon.store.require(i) for i in ids[:2]]
     assert [(j.state.value, j.held) for j in jobs] == [("PENDING", False)] * 2
     assert [len(daemon.store.events(i)) for i in ids[:2]] == [1, 1]
-    assert daemon.store.integrity_ok()
+    assert integrity_ok(daemon.store)
 
 
 def test_unknown_request_is_refused_as_invalid(daemon: Daemon) -> None:

@@ -227,16 +227,6 @@ def test_node_config_is_frozen_and_its_labels_read_only(tmp_path: Path) -> None:
     assert hash(node) == hash(load(tmp_path, two_nodes(labels="{gpu: a100}")).nodes[1])
 
 
-def test_node_by_name_and_unknown_name_lists_known_nodes(tmp_path: Path) -> None:
-    inventory = load(tmp_path, two_nodes())
-
-    assert inventory.node("gpu02").host == "gpu02.lab"
-    with pytest.raises(
-        KeyError, match=r'no node "gpu9" in .*inventory.yaml\. Known nodes: gpu01, gpu02'
-    ):
-        inventory.node("gpu9")
-
-
 def test_source_is_the_absolute_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gbatch_home: Path
 ) -> None:

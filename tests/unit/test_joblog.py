@@ -89,43 +89,56 @@ def test_a_marker_that_does_not_fit_keeps_the_output_dropped_and_counted() -> No
 
 
 @contextmanager
-def chunks_of(*chunks: bytes) -> Iterator[Iterator[bytes]]:
-    yield iter(chunks)
+def chunks_of(chunks: Iterator[bytes]) -> Iterator[Iterator[bytes]]:
+    yield chunks
 
 
 def follow_to_end(paths: Paths, job_id: int, attempt: int, *chunks: bytes) -> LogFollowers:
+    """Follow a stream of `chunks` until the follower is done; asserts it read them all."""
     done = threading.Event()
     followers = LogFollowers(paths, done.set)
     mark_attempt_start(paths, job_id, attempt)
-    followers.follow(job_id, attempt, lambda: chunks_of(*chunks))
+    stream = iter(chunks)
+    followers.follow(job_id, attempt, lambda: chunks_of(stream))
     assert done.wait(10)
     followers.wait(job_id, attempt)
+    assert next(stream, None) is None, "the follower stopped before the end of the stream"
     return followers
 
 
-def test_a_follower_copies_the_stream_into_the_log(tmp_path: Path) -> None:
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What the daemon's log says (gbatch.joblog logs to gbatchd's logger)."""
+    return [r.getMessage() for r in caplog.records if r.name == "gbatchd"]
+
+
+def test_a_follower_copies_the_stream_into_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     paths = Paths(tmp_path)
-    followers = follow_to_end(paths, 7, 1, b"one\n", b"two\n")
+    follow_to_end(paths, 7, 1, b"one\n", b"two\n")
     assert paths.job_log(7).read_bytes() == b"one\ntwo\n"
-    assert followers.lost_output(7, 1) is None
+    assert warnings_of(caplog) == []
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_a_follower_on_a_full_disk_reads_the_stream_to_its_end_and_says_what_was_lost(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     paths = Paths(tmp_path)
     paths.logs.mkdir()
     paths.job_log(7).symlink_to("/dev/full")  # every write: ENOSPC
     followers = follow_to_end(paths, 7, 1, b"one\n", b"two\n")
     assert followers.ended(7, 1) is False  # waited for and forgotten, not restarted
-    assert followers.lost_output(7, 1) == f"8 bytes of output lost: log write failed: {NO_SPACE}"
+    # Once, at the first loss: not a line per chunk dropped.
+    assert warnings_of(caplog) == [f"job 7: 4 bytes of output lost: log write failed: {NO_SPACE}"]
 
 
-def test_a_follower_whose_log_cannot_be_opened_still_reads_the_stream(tmp_path: Path) -> None:
+def test_a_follower_whose_log_cannot_be_opened_still_reads_the_stream(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     paths = Paths(tmp_path)
     mark_attempt_start(paths, 7, 1)
     paths.logs.write_text("not a directory")
-    followers = follow_to_end(paths, 7, 1, b"abc")
-    lost = followers.lost_output(7, 1)
-    assert lost is not None and lost.startswith("3 bytes of output lost: log write failed: ")
+    follow_to_end(paths, 7, 1, b"abc")
+    (warning,) = warnings_of(caplog)
+    assert warning.startswith("job 7: 3 bytes of output lost: log write failed: ")

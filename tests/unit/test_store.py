@@ -10,10 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fullstore import pack_store, unpack_store
+from fullstore import integrity_ok, pack_store, unpack_store
 
 from gbatch.head import store as store_module
-from gbatch.head.store import MIGRATIONS, JobNotFound, StateChange, Store, StoreError, StoreFull
+from gbatch.head.store import (
+    MIGRATIONS,
+    JobNotFound,
+    StateChange,
+    Store,
+    StoreError,
+    StoreFull,
+    Usage,
+)
 from gbatch.model import IllegalTransition, JobSpec, JobState
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -55,6 +63,15 @@ def run_job(store: Store, job_id: int, now: float = T0) -> None:
     store.set_state(job_id, JobState.RUNNING, "", now, start_time=now)
 
 
+def add_usage(store: Store, user: str, gpu_seconds: float, now: float, half_life: float) -> None:
+    """A run of `user` ends at `now` having used `gpu_seconds`: usage is written only
+    with the end of a run, as the daemon records it."""
+    job_id = submit_one(store, user=user, now=now)
+    run_job(store, job_id, now)
+    usage = Usage(user, gpu_seconds, half_life)
+    store.set_state(job_id, JobState.COMPLETED, "", now, end_time=now, usage=usage)
+
+
 # -- schema and durability --------------------------------------------------------------
 
 
@@ -92,7 +109,7 @@ def test_reopening_keeps_jobs_events_and_usage(db_path: Path) -> None:
     first = Store(db_path)
     job_id = submit_one(first)
     first.set_state(job_id, JobState.CANCELLED, "cancelled by alice", T0 + 1, end_time=T0 + 1)
-    first.add_usage("alice", 100.0, T0, half_life=DAY)
+    add_usage(first, "alice", 100.0, T0, half_life=DAY)
     first.close()
 
     second = Store(db_path)
@@ -105,7 +122,7 @@ def test_reopening_keeps_jobs_events_and_usage(db_path: Path) -> None:
             JobState.CANCELLED,
         ]
         assert second.usage(T0, half_life=DAY) == {"alice": pytest.approx(100.0)}
-        assert second.integrity_ok()
+        assert integrity_ok(second)
     finally:
         second.close()
 
@@ -142,7 +159,7 @@ def test_database_from_newer_gbatch_is_refused(db_path: Path) -> None:
 
 def test_integrity_check_passes_on_a_used_store(store: Store) -> None:
     run_job(store, submit_one(store))
-    assert store.integrity_ok()
+    assert integrity_ok(store)
 
 
 # -- submit -----------------------------------------------------------------------------
@@ -236,7 +253,7 @@ def test_concurrent_submits_through_one_store_get_distinct_ids(store: Store) -> 
     assert len(all_ids) == threads_n * per_thread
     assert len(set(all_ids)) == threads_n * per_thread
     assert store.count() == threads_n * per_thread
-    assert store.integrity_ok()
+    assert integrity_ok(store)
 
 
 # -- set_state --------------------------------------------------------------------------
@@ -435,12 +452,12 @@ def test_require_unknown_job_raises_and_get_returns_none(store: Store) -> None:
 
 
 def test_first_usage_is_stored_undecayed(store: Store) -> None:
-    store.add_usage("alice", 3600.0, T0, half_life=DAY)
+    add_usage(store, "alice", 3600.0, T0, half_life=DAY)
     assert store.usage(T0, half_life=DAY) == {"alice": pytest.approx(3600.0)}
 
 
 def test_usage_decays_by_half_per_half_life_when_read(store: Store) -> None:
-    store.add_usage("alice", 800.0, T0, half_life=DAY)
+    add_usage(store, "alice", 800.0, T0, half_life=DAY)
 
     assert store.usage(T0 + DAY, half_life=DAY)["alice"] == pytest.approx(400.0)
     assert store.usage(T0 + 3 * DAY, half_life=DAY)["alice"] == pytest.approx(100.0)
@@ -448,17 +465,17 @@ def test_usage_decays_by_half_per_half_life_when_read(store: Store) -> None:
     assert store.usage(T0, half_life=DAY)["alice"] == pytest.approx(800.0)
 
 
-def test_add_usage_decays_the_stored_total_before_adding(store: Store) -> None:
-    store.add_usage("alice", 1000.0, T0, half_life=DAY)
-    store.add_usage("alice", 200.0, T0 + DAY, half_life=DAY)  # 1000/2 + 200
+def test_usage_added_later_decays_the_stored_total_before_adding(store: Store) -> None:
+    add_usage(store, "alice", 1000.0, T0, half_life=DAY)
+    add_usage(store, "alice", 200.0, T0 + DAY, half_life=DAY)  # 1000/2 + 200
 
     assert store.usage(T0 + DAY, half_life=DAY)["alice"] == pytest.approx(700.0)
     assert store.usage(T0 + 2 * DAY, half_life=DAY)["alice"] == pytest.approx(350.0)
 
 
 def test_usage_is_kept_per_user(store: Store) -> None:
-    store.add_usage("alice", 100.0, T0, half_life=HOUR)
-    store.add_usage("bob", 40.0, T0 + HOUR, half_life=HOUR)
+    add_usage(store, "alice", 100.0, T0, half_life=HOUR)
+    add_usage(store, "bob", 40.0, T0 + HOUR, half_life=HOUR)
 
     assert store.usage(T0 + HOUR, half_life=HOUR) == {
         "alice": pytest.approx(50.0),
@@ -467,7 +484,7 @@ def test_usage_is_kept_per_user(store: Store) -> None:
 
 
 def test_usage_read_before_it_was_stored_is_not_inflated(store: Store) -> None:
-    store.add_usage("alice", 100.0, T0, half_life=DAY)
+    add_usage(store, "alice", 100.0, T0, half_life=DAY)
     assert store.usage(T0 - HOUR, half_life=DAY)["alice"] == pytest.approx(100.0)
 
 
@@ -601,8 +618,6 @@ def test_explicit_states_filter_overrides_finished_false(
 
 
 def test_a_runs_end_and_its_usage_are_written_together(store: Store) -> None:
-    from gbatch.head.store import Usage
-
     (job_id,) = store.submit([JobSpec(name="j", command=("true",), gpus=2)], 0, "alice", T0)
     store.set_state(
         job_id, JobState.CONFIGURING, "allocated", T0, node="local", gpus=(0, 1), attempt=1
@@ -636,7 +651,7 @@ def test_a_submit_on_a_full_disk_raises_store_full_naming_the_directory(
         store.submit([spec()] * 50, uid=1000, user="alice", now=T0)
     assert str(caught.value) == f"the job store cannot write: disk full ({db_path.parent})"
     assert isinstance(caught.value, StoreError)
-    assert store.count() == 1 and store.integrity_ok()
+    assert store.count() == 1 and integrity_ok(store)
 
 
 def test_a_state_change_on_a_full_disk_writes_nothing_and_succeeds_once_there_is_room(
@@ -652,7 +667,7 @@ def test_a_state_change_on_a_full_disk_writes_nothing_and_succeeds_once_there_is
     unpack_store(store)
     store.set_state(job_id, JobState.CANCELLED, "cancelled", T0, end_time=T0)
     assert store.require(job_id).state is JobState.CANCELLED
-    assert store.integrity_ok()
+    assert integrity_ok(store)
 
 
 def test_every_acknowledged_submit_survives_full_disk_failures_and_a_reopen(
@@ -670,7 +685,7 @@ def test_every_acknowledged_submit_survives_full_disk_failures_and_a_reopen(
     reopened = Store(db_path)
     try:
         assert [j.id for j in reopened.jobs()] == acknowledged
-        assert reopened.integrity_ok()
+        assert integrity_ok(reopened)
     finally:
         reopened.close()
 

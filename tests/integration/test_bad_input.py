@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, wait_for
 
+from gbatch import wire
 from gbatch.client import Client, RequestFailed
 
 BAD_FILES = {
@@ -285,7 +286,7 @@ def test_hostile_spec_sent_past_the_cli_is_refused_by_the_daemon(
     head, log = logged_head
     spec = HOSTILE_WIRE_SPECS[index]
     with Client(head.home / "gbatchd.sock") as client, pytest.raises(RequestFailed) as caught:
-        client.call("submit", spec=spec)
+        client.call(wire.Submit(spec=spec))
     assert caught.value.kind == "invalid", caught.value.message
     message = caught.value.message
     assert message.isprintable() and message.split(": ", 1)[0], message

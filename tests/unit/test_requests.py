@@ -1,5 +1,5 @@
 """The socket's requests: one type per op, encoded by the client, decoded and checked by
-the daemon; and the error kinds a reply may carry."""
+the daemon; and the error kinds a reply may carry, each with its exit status."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from typing import Any, get_type_hints
 import pytest
 
 from gbatch import wire
+from gbatch.cli._main import exit_status
+from gbatch.cli.exits import Exit
 
 # One request per op, every field away from its default: a new request type needs one.
 EXAMPLES: dict[str, wire.Request] = {
@@ -204,6 +206,17 @@ def test_a_request_is_frozen_and_takes_only_its_own_fields() -> None:
     with pytest.raises(TypeError, match="id is required"):
         wire.ShowJob()  # type: ignore[call-arg]
     assert wire.Hold(ids=(1,)) != wire.Release(ids=(1,))
+
+
+def test_every_error_kind_has_an_exit_status() -> None:
+    statuses = {kind: exit_status(kind) for kind in wire.ERROR_KINDS}
+    assert statuses == {
+        "invalid": Exit.USAGE,
+        "not_found": Exit.FAILED,
+        "permission": Exit.PERMISSION,
+        "unavailable": Exit.UNAVAILABLE,
+        "internal": Exit.INTERNAL,
+    }
 
 
 def test_a_kind_this_client_does_not_know_reads_as_internal() -> None:

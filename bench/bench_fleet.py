@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from sshd import start_sshd  # noqa: E402
 
+from gbatch import wire  # noqa: E402
 from gbatch.client import Client  # noqa: E402
 from gbatch.config import Config, Paths  # noqa: E402
 from gbatch.nodes.inventory import load_inventory  # noqa: E402
@@ -150,17 +151,17 @@ def free_to_next(base: Path, jobs: int) -> tuple[list[float], list[float]]:
             socket = home_path / "gbatchd.sock"
             spec = {"name": "next", "command": ["true"], "image": image, "gpus": 1}
             with Client(socket) as client:
-                ids = [client.call("submit", spec=spec)["ids"][0] for _ in range(jobs)]
+                ids = [client.call(wire.Submit(spec=spec))["ids"][0] for _ in range(jobs)]
                 deadline = time.monotonic() + 300
                 while True:
-                    found = client.call("jobs", ids=ids)["jobs"]
+                    found = client.call(wire.ListJobs(ids=tuple(ids)))["jobs"]
                     if all(j["state"] == "COMPLETED" for j in found):
                         break
                     if time.monotonic() > deadline:
                         raise RuntimeError([j["state"] for j in found])
                     time.sleep(0.2)
                 events = {
-                    j: {e["state"]: e["time"] for e in client.call("job", id=j)["events"]}
+                    j: {e["state"]: e["time"] for e in client.call(wire.ShowJob(id=j))["events"]}
                     for j in ids
                 }
         del os.environ["GBATCH_INVENTORY"]

@@ -53,6 +53,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from ledger import Run, check, first_start_after, ledger_command, read_runs
 
+from gbatch import wire
 from gbatch.client import Client, DaemonUnavailable, RequestFailed
 from gbatch.config import Paths
 from gbatch.crashpoints import POINTS
@@ -128,7 +129,8 @@ class Head:
     def jobs(self) -> list[dict[str, object]]:
         """Every job in the store, active and finished (id, state, ...)."""
         with Client(self.paths.socket, timeout=30) as client:
-            jobs: list[dict[str, object]] = client.call("jobs", history=True, brief=True)["jobs"]
+            reply = client.call(wire.ListJobs(history=True, brief=True))
+        jobs: list[dict[str, object]] = reply["jobs"]
         return jobs
 
     def wait_answering(self, timeout: float = 60.0) -> None:
@@ -136,7 +138,7 @@ class Head:
         while True:
             try:
                 with Client(self.paths.socket, timeout=5) as client:
-                    client.call("jobs", brief=True)
+                    client.call(wire.ListJobs(brief=True))
                 return
             except DaemonUnavailable:
                 if time.monotonic() > deadline:
@@ -229,11 +231,11 @@ class Submitter(threading.Thread):
         died with the submit in flight (in doubt), not before it was sent."""
         with Client(self.head.paths.socket, timeout=30) as client:
             try:
-                client.call("ping")
+                client.call(wire.Ping())
             except DaemonUnavailable:
                 return None  # down: not sent
             try:
-                reply = client.call("submit", spec=plan.spec(self.ledger, self.image))
+                reply = client.call(wire.Submit(spec=plan.spec(self.ledger, self.image)))
             except DaemonUnavailable:
                 self.in_doubt += 1
                 return None

@@ -59,6 +59,7 @@ from typing import Any
 
 from common import GBATCH, gbatch_env, machine_note, median, report_ms, running_daemon
 
+from gbatch import wire
 from gbatch.client import Client
 from gbatch.model import JobSpec, JobState
 from gbatch.tui.app import GbatchApp, make_app
@@ -83,27 +84,27 @@ def seed(socket: Path) -> list[int]:
     sleeper = JobSpec(name="sleeper", command=("sleep", "600"), gpus=1).to_dict()
     held = JobSpec(name="train", command=("python", "train.py"), gpus=1).to_dict()
     with Client(socket, timeout=120) as client:
-        ids: list[int] = client.call("submit", spec=sleeper, count=RUNNING)["ids"]
+        ids: list[int] = client.call(wire.Submit(spec=sleeper, count=RUNNING))["ids"]
         wait_states(client, ids, lambda states: states.count("RUNNING") == RUNNING)
         singles = (ACTIVE - RUNNING) // 2
-        client.call("submit", spec=held, count=ACTIVE - RUNNING - singles, held=True)
+        client.call(wire.Submit(spec=held, count=ACTIVE - RUNNING - singles, held=True))
         for _ in range(singles):
-            client.call("submit", spec=held, held=True)
-        assert len(client.call("jobs", brief=True)["jobs"]) == ACTIVE
+            client.call(wire.Submit(spec=held, held=True))
+        assert len(client.call(wire.ListJobs(brief=True))["jobs"]) == ACTIVE
     return ids
 
 
 def cancel(socket: Path, ids: list[int]) -> None:
     """Cancel the sleepers and wait for them to end, so no run outlives the bench."""
     with Client(socket, timeout=120) as client:
-        client.call("cancel", ids=ids)
+        client.call(wire.Cancel(ids=tuple(ids)))
         wait_states(client, ids, lambda states: all(JobState(s).is_final for s in states))
 
 
 def wait_states(client: Client, ids: list[int], done: Callable[[list[str]], bool]) -> None:
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while time.monotonic() < deadline:
-        states = [j["state"] for j in client.call("jobs", ids=ids)["jobs"]]
+        states = [j["state"] for j in client.call(wire.ListJobs(ids=tuple(ids)))["jobs"]]
         if done(states):
             return
         time.sleep(0.2)

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gbatch.wire import ErrorKind, Request
 
 
 class DaemonUnavailable(Exception):
@@ -28,12 +32,10 @@ class ReplyTimeout(Exception):
 
 
 class RequestFailed(Exception):
-    """The daemon refused or could not do what was asked.
+    """The daemon refused or could not do what was asked; `kind` says why (wire.ErrorKind:
+    a request of the wrong shape is "invalid", as bad input is)."""
 
-    `kind` is one of: invalid, not_found, permission, unavailable, internal.
-    """
-
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: ErrorKind, message: str) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
@@ -100,12 +102,21 @@ class Client:
         self._sock = sock
         self._reader = sock.makefile("rb")
 
-    def call(self, op: str, **args: Any) -> dict[str, Any]:
+    def call(self, request: Request) -> dict[str, Any]:
         """Send one request; return the reply's fields or raise RequestFailed."""
+        from gbatch import wire  # deferred: `gbatch --help` sends nothing
+
+        return self.send(wire.encode_request(request))
+
+    def send(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Send a request object as it is, unchecked (for tests and tools that speak the
+        protocol by hand; gbatch's commands use call()); return as call() does."""
+        from gbatch import wire
+
         if self._sock is None:
             self._connect()
         assert self._sock is not None
-        payload = json.dumps({"op": op, **args}).encode() + b"\n"
+        payload = json.dumps(request).encode() + b"\n"
         try:
             self._sock.sendall(payload)
             line = self._reader.readline()
@@ -120,7 +131,9 @@ class Client:
             raise DaemonUnavailable(self.socket_path, "the daemon closed the connection")
         reply: dict[str, Any] = json.loads(line)
         if not reply.pop("ok", False):
-            raise RequestFailed(reply.get("kind", "internal"), reply.get("error", "unknown error"))
+            raise RequestFailed(
+                wire.error_kind(reply.get("kind")), reply.get("error", "unknown error")
+            )
         return reply
 
     def close(self) -> None:

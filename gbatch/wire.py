@@ -1,10 +1,25 @@
-"""Model objects <-> the JSON the daemon and its clients exchange over the socket."""
+"""The JSON the daemon and its clients exchange over the socket: model objects to and
+from it, and the protocol itself: one type per request, and the kinds of error a
+reply may carry."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect  # already loaded by dataclasses (gbatch.model): no start-up cost
+import json
+from collections.abc import Callable, Mapping, Sequence
+from math import isfinite
 from operator import attrgetter
-from typing import Any
+from types import UnionType
+from typing import (
+    Any,
+    ClassVar,
+    Literal,
+    Union,
+    dataclass_transform,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
 
@@ -209,3 +224,397 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
         allocations={int(index): job for index, job in data["allocations"].items()},
         address=data.get("address", ""),
     )
+
+
+# -- requests and errors ---------------------------------------------------------------
+#
+# One type per request the daemon serves: its `op` and its fields, as named on the
+# socket. The client encodes them (encode_request), the daemon decodes them
+# (decode_request), and mypy checks both ends and every call site.
+
+ErrorKind = Literal["invalid", "not_found", "permission", "unavailable", "internal"]
+"""Why a request failed, as a reply's `kind` says: invalid (bad input, bad request),
+not_found (no such job or node), permission (not yours, not an admin), unavailable
+(a component is missing or failing: no docker engine, a full disk), internal (a bug)."""
+ERROR_KINDS: tuple[ErrorKind, ...] = get_args(ErrorKind)
+
+
+def error_reply(kind: ErrorKind, message: str) -> dict[str, Any]:
+    """A reply that refuses: one line for the user, `kind` for the exit status."""
+    return {"ok": False, "kind": kind, "error": message}
+
+
+def error_kind(value: object) -> ErrorKind:
+    """A reply's `kind`; one this client does not know (from a newer daemon) reads as
+    internal."""
+    for kind in ERROR_KINDS:
+        if value == kind:
+            return kind
+    return "internal"
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+class _Request:
+    """What every request type is: a frozen record of keyword-only fields (the class's
+    own annotations, defaults from its body) whose `op` names it on the socket; mypy
+    reads it as a frozen dataclass. Not dataclasses.dataclass: that writes each class's
+    methods with exec, 1 ms a class here, and every command would pay it at start-up.
+    `secret`: fields whose values a refusal never shows (they may hold tokens)."""
+
+    op: ClassVar[str]
+    _fields: ClassVar[tuple[str, ...]]
+    _defaults: ClassVar[dict[str, Any]]
+    _secret: ClassVar[frozenset[str]]
+
+    def __init_subclass__(cls, *, op: str, secret: tuple[str, ...] = ()) -> None:
+        cls.op = op
+        cls._fields = tuple(inspect.get_annotations(cls))
+        cls._defaults = {name: cls.__dict__[name] for name in cls._fields if name in cls.__dict__}
+        cls._secret = frozenset(secret)
+
+    def __init__(self, **values: Any) -> None:
+        for name in self._fields:
+            if name in values:
+                value = values.pop(name)
+            elif name in self._defaults:
+                value = self._defaults[name]
+            else:
+                raise TypeError(f"{type(self).__name__}: {name} is required")
+            object.__setattr__(self, name, value)
+        if values:
+            raise TypeError(f"{type(self).__name__} has no field {', '.join(values)}")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return vars(self) == vars(other)
+
+    __hash__ = None  # type: ignore[assignment]  # fields hold lists and dicts
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in vars(self).items())
+        return f"{type(self).__name__}({shown})"
+
+
+class Ping(_Request, op="ping"):
+    """The daemon's pid, version, home, active job counts and nodes."""
+
+
+class Submit(_Request, op="submit", secret=("secret_env",)):
+    """Queue `spec` (JobSpec.to_dict(), its time_limit in seconds), or `count` copies
+    of it (an array). secret_env: the values of the spec's secret_env names, sent
+    beside the spec and never inside it. Replies {"ids": [...]}."""
+
+    spec: dict[str, Any]
+    secret_env: dict[str, str] | None = None
+    count: int = 1
+    held: bool = False
+
+
+class Cancel(_Request, op="cancel"):
+    """Cancel `ids`; with no ids, the caller's active jobs that `users` and `states`
+    (names or codes) select. Replies {"results": [{"id", "ok", "error"?}, ...]}."""
+
+    ids: tuple[int, ...] = ()
+    users: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+
+
+class Hold(_Request, op="hold"):
+    """Hold pending jobs. Replies {"results": [...]} as Cancel does."""
+
+    ids: tuple[int, ...] = ()
+
+
+class Release(_Request, op="release"):
+    """Release held jobs. Replies {"results": [...]} as Cancel does."""
+
+    ids: tuple[int, ...] = ()
+
+
+class Requeue(_Request, op="requeue"):
+    """Queue jobs again (a running one once its run has ended). Replies {"results": [...]}."""
+
+    ids: tuple[int, ...] = ()
+
+
+class ListJobs(_Request, op="jobs"):
+    """squeue and sacct: the active jobs, or with `history` every state since `since`;
+    narrowed by ids, users and states (names or codes). `brief`: listings' spec fields
+    only; `table`: brief, as jobs_to_table's columns. Replies {"jobs"|"table", "now"}."""
+
+    ids: tuple[int, ...] = ()
+    users: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+    history: bool = False
+    since: float | None = None
+    brief: bool = False
+    table: bool = False
+
+
+class ShowJob(_Request, op="job"):
+    """One job's record and events. Replies {"job", "events", "now"}."""
+
+    id: int
+
+
+class ListNodes(_Request, op="nodes"):
+    """The fleet's nodes. Replies {"nodes": [...]}."""
+
+
+class ReadLog(_Request, op="logs"):
+    """A chunk of a job's log from byte `offset`. Replies {"data", "offset", "done", "state"}."""
+
+    id: int
+    offset: int = 0
+
+
+class DrainNode(_Request, op="node_drain"):
+    """Admins: place no more jobs on node `name`, saying why."""
+
+    name: str
+    reason: str
+
+
+class ResumeNode(_Request, op="node_resume"):
+    """Admins: place jobs on a drained node again."""
+
+    name: str
+
+
+class InstallAgent(_Request, op="node_install"):
+    """Admins: copy the agent to `names` (none: every remote node). Replies {"results"}."""
+
+    names: tuple[str, ...] = ()
+
+
+class GetHostKey(_Request, op="node_hostkey"):
+    """Admins: the SSH host key node `name` offers, and how known_hosts stands on it."""
+
+    name: str
+
+
+class TrustHostKey(_Request, op="node_trust"):
+    """Admins: pin node `name`'s host key if it still has `fingerprint`; a different
+    key already pinned is replaced only with `replace`."""
+
+    name: str
+    fingerprint: str
+    replace: bool = False
+
+
+class Shutdown(_Request, op="shutdown"):
+    """Admins: stop the daemon (jobs carry on). Replies {"pid"}."""
+
+
+Request = (
+    Ping
+    | Submit
+    | Cancel
+    | Hold
+    | Release
+    | Requeue
+    | ListJobs
+    | ShowJob
+    | ListNodes
+    | ReadLog
+    | DrainNode
+    | ResumeNode
+    | InstallAgent
+    | GetHostKey
+    | TrustHostKey
+    | Shutdown
+)
+REQUESTS: Mapping[str, type[Request]] = {cls.op: cls for cls in get_args(Request)}
+
+
+def encode_request(request: Request) -> dict[str, Any]:
+    """The JSON object for `request`: its op and every field (tuples become lists)."""
+    return {"op": request.op, **vars(request)}
+
+
+class BadRequest(ValueError):
+    """A request of the wrong shape or types; str() is the one line its sender reads."""
+
+
+def decode_request(data: object) -> Request:
+    """The request a parsed JSON line asks for, its fields checked against their types.
+
+    A field that is absent or null takes its default; one without a default must be
+    there. Fields the request type does not name are ignored (an older client's, or
+    a forged `uid`: identity is never read from a request). BadRequest names the
+    field and what it should be: `bad request: jobs.states: expected a list of
+    strings, got [1]`. Values (ranges, job states, specs) are the handlers' to check.
+    """
+    if not isinstance(data, dict):
+        raise BadRequest(
+            f"bad request: a request is one JSON object per line, not {_json_kind(data)}"
+        )
+    op = data.get("op")
+    if not isinstance(op, str):
+        got = _shown(op) if "op" in data else "nothing"
+        raise BadRequest(f"bad request: op: expected the name of a request, got {got}")
+    cls = REQUESTS.get(op)
+    if cls is None:
+        raise BadRequest(f"unknown request {op[:60]!r}")
+    args: dict[str, Any] = {}
+    for name, check in _field_checks(cls):
+        value = data.get(name)
+        if value is None:
+            if check.required:
+                got = "null" if name in data else "nothing"
+                raise BadRequest(f"bad request: {op}.{name}: expected {check.what}, got {got}")
+            continue
+        try:
+            args[name] = check.convert(value)
+        except _Mismatch:
+            got = f"{_json_kind(value)} (not shown)" if check.secret else _shown(value)
+            raise BadRequest(
+                f"bad request: {op}.{name}: expected {check.what}, got {got}"
+            ) from None
+    return cls(**args)
+
+
+class _Mismatch(Exception):
+    """A JSON value that is not of a field's type."""
+
+
+class _FieldCheck:
+    """How one field of a request type is decoded."""
+
+    __slots__ = ("convert", "required", "secret", "what")
+
+    def __init__(
+        self, what: str, convert: Callable[[object], object], *, required: bool, secret: bool
+    ) -> None:
+        self.what = what  # the type in words: "a list of strings"
+        self.convert = convert  # the field's value from a JSON value, or _Mismatch
+        self.required = required
+        self.secret = secret
+
+
+# Built on a request type's first decode, from its type hints: only the daemon
+# decodes, so a client never pays for get_type_hints.
+_checks: dict[type[Any], tuple[tuple[str, _FieldCheck], ...]] = {}
+
+
+def _field_checks(cls: type[Request]) -> tuple[tuple[str, _FieldCheck], ...]:
+    checks = _checks.get(cls)
+    if checks is None:
+        hints = get_type_hints(cls)
+        checks = _checks[cls] = tuple(
+            (
+                name,
+                _FieldCheck(
+                    *_converter(hints[name]),
+                    required=name not in cls._defaults,
+                    secret=name in cls._secret,
+                ),
+            )
+            for name in cls._fields
+        )
+    return checks
+
+
+_INT64 = range(-(2**63), 2**63)  # SQLite's integers: a larger id could never match
+
+
+def _integer(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value not in _INT64:
+        raise _Mismatch
+    return value
+
+
+def _number(value: object) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not isfinite(value):
+        raise _Mismatch
+    return float(value)
+
+
+def _string(value: object) -> str:
+    if not isinstance(value, str):
+        raise _Mismatch
+    return value
+
+
+def _boolean(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _Mismatch
+    return value
+
+
+def _anything(value: object) -> object:
+    return value
+
+
+# A scalar type: (one in words, several in words, its check).
+_SCALARS: dict[object, tuple[str, str, Callable[[object], object]]] = {
+    int: ("an integer", "integers", _integer),
+    float: ("a number", "numbers", _number),
+    str: ("a string", "strings", _string),
+    bool: ("true or false", "booleans", _boolean),
+    Any: ("any value", "values", _anything),
+}
+
+
+def _converter(hint: object) -> tuple[str, Callable[[object], object]]:
+    """What a field of type `hint` expects, in words, and its check. Knows the types
+    requests use: the scalars, `X | None`, tuple[X, ...] (a JSON list) and dict[str, X]
+    (a JSON object), X a scalar. Another is a TypeError when the type is first decoded
+    (tests/unit/test_requests.py decodes every request type)."""
+    origin, args = get_origin(hint), get_args(hint)
+    if hint in _SCALARS:
+        what, _, check = _SCALARS[hint]
+        return what, check
+    if origin in (Union, UnionType) and len(args) == 2 and type(None) in args:
+        # null never gets here: decode_request gives a null field its default
+        (inner,) = (arg for arg in args if arg is not type(None))
+        return _converter(inner)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis and args[0] in _SCALARS:
+        _, items, check = _SCALARS[args[0]]
+
+        def convert_list(value: object) -> tuple[object, ...]:
+            if not isinstance(value, list | tuple):  # a tuple: encode_request's, not JSON
+                raise _Mismatch
+            return tuple(check(item) for item in value)
+
+        return f"a list of {items}", convert_list
+    if origin is dict and len(args) == 2 and args[0] is str and args[1] in _SCALARS:
+        _, values, check = _SCALARS[args[1]]
+
+        def convert_object(value: object) -> dict[str, object]:
+            if not isinstance(value, dict):
+                raise _Mismatch
+            return {key: check(item) for key, item in value.items()}
+
+        return "an object" if args[1] is Any else f"an object of {values}", convert_object
+    raise TypeError(f"a request field of type {hint!r} has no JSON decoding")
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """`value` as JSON, cut to `limit` characters: a reply stays one short line."""
+    try:
+        text = json.dumps(value, ensure_ascii=True)
+    except (RecursionError, ValueError):  # nested near the parser's own limit
+        return _json_kind(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

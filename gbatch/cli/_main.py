@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn, assert_never
 
 from gbatch import __version__
 from gbatch.cli import daemon, logs, node, sacct, sbatch, scancel, scontrol, sinfo, squeue, tui
@@ -18,14 +18,11 @@ from gbatch.cli.exits import CliError, Exit
 from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 from gbatch.config import SYSTEM_SOCKET
 
+if TYPE_CHECKING:
+    from gbatch.wire import ErrorKind
+
 COMMANDS = (sbatch, squeue, scancel, sinfo, sacct, scontrol, logs, tui, node, daemon)
 
-_KIND_STATUS = {
-    "invalid": Exit.USAGE,
-    "not_found": Exit.FAILED,
-    "permission": Exit.PERMISSION,
-    "unavailable": Exit.UNAVAILABLE,
-}
 
 EPILOG = """\
 exit status: 0 ok, 1 failed (e.g. unknown job), 2 bad input (nothing queued),
@@ -76,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         hint = "Ask an admin to start gbatchd" if system else "Start one with `gbatch daemon start`"
         return _fail(prog, f"{err}. {hint}", Exit.NO_DAEMON)
     except RequestFailed as err:
-        return _fail(prog, err.message, _KIND_STATUS.get(err.kind, Exit.INTERNAL))
+        return _fail(prog, err.message, exit_status(err.kind))
     except ReplyTimeout as err:
         return _fail(prog, str(err), Exit.UNAVAILABLE)
     except KeyboardInterrupt:
@@ -95,6 +92,24 @@ def main(argv: list[str] | None = None) -> int:
 def _fail(prog: str, message: str, status: Exit) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     return status
+
+
+def exit_status(kind: ErrorKind) -> Exit:
+    """The exit status of a request the daemon refused: one for every kind (mypy
+    checks that none is left out)."""
+    match kind:
+        case "invalid":  # bad input, or a request of the wrong shape
+            return Exit.USAGE
+        case "not_found":
+            return Exit.FAILED
+        case "permission":
+            return Exit.PERMISSION
+        case "unavailable":
+            return Exit.UNAVAILABLE
+        case "internal":
+            return Exit.INTERNAL
+        case _:
+            assert_never(kind)
 
 
 if __name__ == "__main__":

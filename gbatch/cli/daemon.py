@@ -29,9 +29,11 @@ def add_parser(commands: Any) -> None:
 
 
 def _ping(ctx: Context) -> dict[str, Any] | None:
+    from gbatch import wire
+
     try:
         with Client(ctx.paths.socket, timeout=5) as client:
-            return client.call("ping")
+            return client.call(wire.Ping())
     except DaemonUnavailable:
         return None
 
@@ -118,9 +120,11 @@ def _start(ctx: Context) -> int:
 
 
 def _stop(ctx: Context) -> int:
+    from gbatch import wire
+
     try:
         with Client(ctx.paths.socket, timeout=5) as client:
-            pid = client.call("shutdown")["pid"]
+            pid = client.call(wire.Shutdown())["pid"]
     except DaemonUnavailable:
         print("gbatchd is not running")
         return Exit.OK

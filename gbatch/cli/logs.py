@@ -22,10 +22,12 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
+    from gbatch import wire
+
     (job_id,) = parse_ids([args.job]) or [0]
     offset = 0
     while True:
-        reply = ctx.client.call("logs", id=job_id, offset=offset)
+        reply = ctx.client.call(wire.ReadLog(id=job_id, offset=offset))
         if reply["data"]:
             sys.stdout.write(reply["data"])
             sys.stdout.flush()

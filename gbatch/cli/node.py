@@ -46,7 +46,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import formatting, wire
 
     if args.action == "list":
-        nodes = [wire.node_from_wire(n) for n in ctx.client.call("nodes")["nodes"]]
+        nodes = [wire.node_from_wire(n) for n in ctx.client.call(wire.ListNodes())["nodes"]]
         sys.stdout.write(formatting.format_node_list(nodes))
         return Exit.OK
     if args.action == "install":
@@ -61,17 +61,19 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             raise CliError(
                 '--reason is required: gbatch node drain NAME --reason "why"', Exit.USAGE
             )
-        ctx.client.call("node_drain", name=name, reason=args.reason)
+        ctx.client.call(wire.DrainNode(name=name, reason=args.reason))
     else:
-        ctx.client.call("node_resume", name=name)
+        ctx.client.call(wire.ResumeNode(name=name))
     return Exit.OK
 
 
 def _install(args: argparse.Namespace, ctx: Context) -> int:
+    from gbatch import wire
+
     if not args.name and not args.all:
         raise CliError("which nodes? Name them, or use --all", Exit.USAGE)
     ctx.client.timeout = INSTALL_TIMEOUT
-    results = ctx.client.call("node_install", names=args.name)["results"]
+    results = ctx.client.call(wire.InstallAgent(names=tuple(args.name)))["results"]
     for result in results:
         if result["ok"]:
             print(result["summary"])
@@ -83,6 +85,8 @@ def _install(args: argparse.Namespace, ctx: Context) -> int:
 def _trust(name: str, args: argparse.Namespace, ctx: Context) -> int:
     """Show the offered key, have a person confirm it (a prompt, or --fingerprint), and
     ask the daemon to pin it; the daemon checks again that the host still offers it."""
+    from gbatch import wire
+
     wanted: str | None = args.fingerprint
     if wanted is not None and not wanted.startswith("SHA256:"):
         raise CliError(
@@ -90,7 +94,7 @@ def _trust(name: str, args: argparse.Namespace, ctx: Context) -> int:
             "`ssh-keygen -lf` prints it: SHA256:<base64>",
             Exit.USAGE,
         )
-    key = ctx.client.call("node_hostkey", name=name)
+    key = ctx.client.call(wire.GetHostKey(name=name))
     print(f"host {name} ({key['address']}) offers {key['key_type']} key {key['fingerprint']}")
     if key["pinned"] == "same":
         if wanted is not None and wanted != key["fingerprint"]:
@@ -115,7 +119,7 @@ def _trust(name: str, args: argparse.Namespace, ctx: Context) -> int:
         wanted = _confirm(name, key["fingerprint"])
     elif wanted != key["fingerprint"]:
         raise _mismatch(name, key, wanted)
-    reply = ctx.client.call("node_trust", name=name, fingerprint=wanted, replace=args.replace)
+    reply = ctx.client.call(wire.TrustHostKey(name=name, fingerprint=wanted, replace=args.replace))
     print(
         f"trusted {name}'s {reply['key_type']} key {reply['fingerprint']} "
         f"(in {reply['known_hosts']}); the daemon reconnects to {name} now"

@@ -67,13 +67,14 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         users = [ctx.me]
     since = None if ids else _since(args.starttime, time.time())
     reply = ctx.client.call(
-        "jobs",
-        history=True,
-        ids=ids,
-        users=users,
-        states=split_list(args.state),
-        since=since,
-        brief=not args.json,
+        wire.ListJobs(
+            history=True,
+            ids=tuple(ids or ()),
+            users=tuple(users or ()),
+            states=tuple(split_list(args.state) or ()),
+            since=since,
+            brief=not args.json,
+        )
     )
     jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
     try:

@@ -166,6 +166,7 @@ def _int_option(text: str | None, option: str) -> int | None:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     # Deferred: yaml and validation are needed by sbatch alone.
+    from gbatch import wire
     from gbatch.spec import SpecError, build_spec, load_job_file, secret_env_values
 
     try:
@@ -198,10 +199,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     except SpecError as err:
         raise CliError(f"{err}", Exit.USAGE) from err
     count = _array_count(args.array)
-    wire = spec.to_dict()
+    wire_spec = spec.to_dict()
     if spec.image is None and spec.workdir is None:
-        wire["workdir"] = os.getcwd()  # as Slurm: a job starts where it was submitted
-    reply = ctx.client.call("submit", spec=wire, secret_env=secrets, count=count, held=args.hold)
+        wire_spec["workdir"] = os.getcwd()  # as Slurm: a job starts where it was submitted
+    request = wire.Submit(spec=wire_spec, secret_env=secrets, count=count, held=args.hold)
+    reply = ctx.client.call(request)
     ids = reply["ids"]
     if len(ids) == 1:
         print(ids[0] if args.parsable else f"Submitted batch job {ids[0]}")

@@ -39,14 +39,16 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
+    from gbatch import wire
+
     ids = parse_ids(args.ids) or []
-    users = split_list(args.user) or ([ctx.me] if args.me else None)
-    states = split_list(args.state)
+    users = split_list(args.user) or ([ctx.me] if args.me else [])
+    states = split_list(args.state) or []
     if not ids and not users and not states:
         raise CliError(
             "no job ids given. Name job ids, or use -u USER / -t STATE / --me", Exit.USAGE
         )
-    reply = ctx.client.call("cancel", ids=ids, users=users, states=states)
+    reply = ctx.client.call(wire.Cancel(ids=tuple(ids), users=tuple(users), states=tuple(states)))
     failures = [r for r in reply["results"] if not r["ok"]]
     for failure in failures:
         print(

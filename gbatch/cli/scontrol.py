@@ -35,13 +35,18 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         if len(args.args) != 2 or args.args[0].lower() != "job":
             raise CliError("usage: gbatch scontrol show job ID", Exit.USAGE)
         (job_id,) = parse_ids([args.args[1]]) or [0]
-        reply = ctx.client.call("job", id=job_id)
+        reply = ctx.client.call(wire.ShowJob(id=job_id))
         job = wire.job_from_wire(reply["job"])
         events = [wire.event_from_wire(e) for e in reply["events"]]
         show = formatting.format_job_details_json if args.json else formatting.format_job_details
         sys.stdout.write(show(job, events, reply["now"]))
         return Exit.OK
-    reply = ctx.client.call(args.action, ids=parse_ids(args.args))
+    actions: dict[str, type[wire.Hold | wire.Release | wire.Requeue]] = {
+        "hold": wire.Hold,
+        "release": wire.Release,
+        "requeue": wire.Requeue,
+    }
+    reply = ctx.client.call(actions[args.action](ids=tuple(parse_ids(args.args) or ())))
     failures = [r for r in reply["results"] if not r["ok"]]
     for failure in failures:
         print(f"gbatch scontrol: error: job {failure['id']}: {failure['error']}", file=sys.stderr)

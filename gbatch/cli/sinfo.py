@@ -24,7 +24,7 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import formatting, wire
 
-    nodes = [wire.node_from_wire(n) for n in ctx.client.call("nodes")["nodes"]]
+    nodes = [wire.node_from_wire(n) for n in ctx.client.call(wire.ListNodes())["nodes"]]
     if args.json:
         sys.stdout.write(formatting.format_sinfo_json(nodes))
     else:

@@ -36,14 +36,17 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import formatting, wire
 
-    users = split_list(args.user) or ([ctx.me] if args.me else None)
-    states = split_list(args.states)
-    request: dict[str, Any] = {"users": users, "ids": parse_ids(args.jobs), "brief": not args.json}
-    if states and "all" in (s.lower() for s in states):
-        request["history"] = True
-    elif states:
-        request["states"] = states
-    reply = ctx.client.call("jobs", **request)
+    users = split_list(args.user) or ([ctx.me] if args.me else [])
+    states = split_list(args.states) or []
+    history = "all" in (s.lower() for s in states)  # every state, finished ones too
+    request = wire.ListJobs(
+        users=tuple(users),
+        ids=tuple(parse_ids(args.jobs) or ()),
+        states=() if history else tuple(states),
+        history=history,
+        brief=not args.json,
+    )
+    reply = ctx.client.call(request)
     jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
     try:
         if args.json:

@@ -1,8 +1,9 @@
 """One small handler per request the daemon serves.
 
 A handler takes the daemon, the caller (from SO_PEERCRED, never from the request)
-and the request's fields, and returns the reply's fields or raises Refused. Handlers
-write intents to the store and wake the loop; they never start or signal runs.
+and its request (a wire request type, its fields' types already checked), and returns
+the reply's fields or raises Refused. Handlers write intents to the store and wake
+the loop; they never start or signal runs.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import logging
 import os
 import pwd
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, assert_never
 
 from gbatch import __version__, policy, wire
 from gbatch.head.daemon import Daemon
@@ -41,15 +42,12 @@ class Caller:
 
 
 class Refused(Exception):
-    """The request cannot be served. kind: invalid | not_found | permission | unavailable."""
+    """The request cannot be served, for the reason `kind` says."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: wire.ErrorKind, message: str) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
-
-
-Handler = Callable[[Daemon, Caller, Mapping[str, Any]], dict[str, Any]]
 
 
 def audit(caller: Caller, action: str, target: Job | str, outcome: str) -> None:
@@ -118,7 +116,7 @@ def may_act_on(daemon: Daemon, caller: Caller, job: Job) -> bool:
     return caller.uid == job.uid or is_admin(daemon, caller)
 
 
-def _named_job(daemon: Daemon, caller: Caller, job_id: object, op: str) -> Job:
+def _named_job(daemon: Daemon, caller: Caller, job_id: int, op: str) -> Job:
     """The job a request names. Under private_data another user's job answers as a job
     that does not exist (Slurm's PrivateData=jobs), and the attempt is audited."""
     found = _job(daemon, job_id)
@@ -137,36 +135,27 @@ def _job_to_wire(job: Job, *, owner_view: bool, brief: bool = False) -> dict[str
     return data
 
 
-def _job(daemon: Daemon, job_id: object) -> Job:
-    if not isinstance(job_id, int) or isinstance(job_id, bool):
-        raise Refused("invalid", f"job id {job_id!r} is not a number")
+def _job(daemon: Daemon, job_id: int) -> Job:
     job = daemon.store.get(job_id)
     if job is None:
         raise Refused("not_found", f"Invalid job id specified: {job_id}")
     return job
 
 
-def _states(request: Mapping[str, Any]) -> list[JobState] | None:
-    """The request's state filter (names or codes, any case); None when absent."""
-    if not request.get("states"):
+def _states(states: Sequence[str]) -> list[JobState] | None:
+    """A request's state filter (names or codes, any case); None when empty."""
+    if not states:
         return None
     try:
-        return [JobState.parse(s) for s in request["states"]]
+        return [JobState.parse(s) for s in states]
     except ValueError as err:
         raise Refused("invalid", f"unknown job state {err}. Use e.g. PD, R, CD or PENDING") from err
-
-
-def _ids(request: Mapping[str, Any]) -> list[int]:
-    ids = request.get("ids") or []
-    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-        raise Refused("invalid", "ids must be a list of job ids")
-    return ids
 
 
 # -- handlers ------------------------------------------------------------------------
 
 
-def ping(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+def ping(daemon: Daemon, caller: Caller, request: wire.Ping) -> dict[str, Any]:
     return {
         "pid": os.getpid(),
         "version": __version__,
@@ -177,11 +166,9 @@ def ping(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
     }
 
 
-def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, Any]:
     """Queue one spec, or `count` copies of it (an array: one transaction)."""
-    raw = request.get("spec")
-    if not isinstance(raw, dict):
-        raise Refused("invalid", "spec must be a mapping")
+    raw = request.spec
     # On the wire a time limit is already in seconds, not a job file's minutes.
     limit = raw.get("time_limit")
     if limit is not None and (
@@ -189,7 +176,7 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
     ):
         raise Refused("invalid", f"time_limit: {limit!r} is not a number of seconds")
     # Secret values come beside the spec, never in it; the spec's names are their keys.
-    secrets = {"secret_env": request.get("secret_env") or None}
+    secrets = {"secret_env": request.secret_env or None}
     try:
         spec = build_spec(
             {**raw, "time_limit": None, **secrets},
@@ -212,8 +199,8 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
         )
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
-    count = request.get("count", 1)
-    if not isinstance(count, int) or not 1 <= count <= MAX_ARRAY:
+    count = request.count
+    if not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
     have, why = daemon.fleet.max_gpus_per_node()
     if spec.gpus > have and daemon.fleet.all_reported():
@@ -240,7 +227,7 @@ def submit(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[s
             tuple(specs),
             caller.uid,
             caller.user,
-            bool(request.get("held")),
+            request.held,
             tuple(secret_values.items()),
         )
     )
@@ -275,12 +262,12 @@ def _check_runnable_somewhere(daemon: Daemon, spec: JobSpec) -> None:
     )
 
 
-def cancel(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+def cancel(daemon: Daemon, caller: Caller, request: wire.Cancel) -> dict[str, Any]:
     """Cancel each job; report per job. Filters (users, states) narrow `ids` or, with no
     ids, select among the active jobs the caller may act on."""
-    ids = _ids(request)
-    users = request.get("users")
-    states = set(_states(request) or ())
+    ids = request.ids
+    users = request.users
+    states = set(_states(request.states) or ())
     if ids:
         targets: list[int | Job] = list(ids)
     else:
@@ -392,12 +379,10 @@ def _cancel_change(job: Job, caller: Caller, now: float) -> StateChange | dict[s
     }
 
 
-def _set_hold(
-    daemon: Daemon, caller: Caller, request: Mapping[str, Any], held: bool
-) -> dict[str, Any]:
+def _set_hold(daemon: Daemon, caller: Caller, ids: Sequence[int], held: bool) -> dict[str, Any]:
     results = []
     op = "hold" if held else "release"
-    for job_id in _ids(request):
+    for job_id in ids:
         try:
             job = _named_job(daemon, caller, job_id, op)
         except Refused as err:
@@ -421,20 +406,20 @@ def _set_hold(
     return {"results": results}
 
 
-def hold(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
-    return _set_hold(daemon, caller, request, True)
+def hold(daemon: Daemon, caller: Caller, request: wire.Hold) -> dict[str, Any]:
+    return _set_hold(daemon, caller, request.ids, True)
 
 
-def release(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
-    return _set_hold(daemon, caller, request, False)
+def release(daemon: Daemon, caller: Caller, request: wire.Release) -> dict[str, Any]:
+    return _set_hold(daemon, caller, request.ids, False)
 
 
-def requeue(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+def requeue(daemon: Daemon, caller: Caller, request: wire.Requeue) -> dict[str, Any]:
     """`scontrol requeue`: a running job is stopped (SIGTERM, grace, SIGKILL) and goes back
     to PENDING once its run has ended, never before; a finished one goes back at once.
     Jobs with `requeue: false` refuse, as Slurm's --no-requeue jobs do."""
     results = []
-    for job_id in _ids(request):
+    for job_id in request.ids:
         try:
             job = _named_job(daemon, caller, job_id, "requeue")
         except Refused as err:
@@ -494,19 +479,19 @@ def _requeue_one(daemon: Daemon, caller: Caller, job: Job) -> str | None:
     return None
 
 
-def jobs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, Any]:
     """squeue (active jobs) and sacct (finished=None: every state) queries. Everyone
     sees the queue, as in Slurm; under private_data a non-admin sees only their own."""
-    states = _states(request)
-    ids = request.get("ids") or None
-    users = request.get("users") or None
+    states = _states(request.states)
+    ids = request.ids or None
+    users: Sequence[str] | None = request.users or None
     admin = is_admin(daemon, caller)
     if daemon.config.private_data and not admin:
         if users is not None and caller.user not in users:
             return {"jobs": [], "now": daemon.clock()}
         users = [caller.user]
-    if request.get("history"):
-        found = daemon.store.jobs(ids=ids, states=states, users=users, since=request.get("since"))
+    if request.history:
+        found = daemon.store.jobs(ids=ids, states=states, users=users, since=request.since)
     elif states is not None or ids is not None:
         found = daemon.store.jobs(
             ids=ids, states=states, users=users, finished=None if ids else False
@@ -515,9 +500,9 @@ def jobs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
         found = daemon.store.jobs(users=users, finished=False)
     if daemon.config.private_data and not admin:
         found = [j for j in found if j.uid == caller.uid]
-    if request.get("table"):  # brief, as columns: the TUI's queue every second
+    if request.table:  # brief, as columns: the TUI's queue every second
         return {"table": wire.jobs_to_table(found), "now": daemon.clock()}
-    brief = bool(request.get("brief"))
+    brief = request.brief
     return {
         "jobs": [
             _job_to_wire(j, owner_view=admin or j.uid == caller.uid, brief=brief) for j in found
@@ -526,10 +511,10 @@ def jobs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
     }
 
 
-def job(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+def job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]:
     """scontrol show job: anyone may read a job's record and command; its env values
     are the owner's and admins' only."""
-    found = _named_job(daemon, caller, request.get("id"), "job")
+    found = _named_job(daemon, caller, request.id, "job")
     owner_view = may_act_on(daemon, caller, found)
     if not owner_view and found.spec.env:
         audit(caller, "job_env", found, "refused: env values withheld, not the owner")
@@ -540,13 +525,13 @@ def job(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str,
     }
 
 
-def nodes(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+def nodes(daemon: Daemon, caller: Caller, request: wire.ListNodes) -> dict[str, Any]:
     return {"nodes": [wire.node_to_wire(n) for n in daemon.fleet.node_infos()]}
 
 
-def logs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+def logs(daemon: Daemon, caller: Caller, request: wire.ReadLog) -> dict[str, Any]:
     """A chunk of a job's log from `offset`; `done` once the job is final and read out."""
-    found = _named_job(daemon, caller, request.get("id"), "logs")
+    found = _named_job(daemon, caller, request.id, "logs")
     if not may_act_on(daemon, caller, found):
         audit(caller, "logs", found, "refused: not the owner")
         raise Refused(
@@ -554,8 +539,8 @@ def logs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
             f"Access/permission denied: job {found.id} is "
             f"{found.user}'s, and only its owner may read its log",
         )
-    offset = request.get("offset", 0)
-    if not isinstance(offset, int) or offset < 0:
+    offset = request.offset
+    if offset < 0:
         raise Refused("invalid", "offset must be a non-negative integer")
     path = daemon.paths.job_log(found.id)
     try:
@@ -573,20 +558,19 @@ def logs(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str
     }
 
 
-def _admin_node(daemon: Daemon, caller: Caller, request: Mapping[str, Any], what: str) -> str:
-    name = request.get("name")
+def _admin_node(daemon: Daemon, caller: Caller, name: str, what: str) -> str:
     _require_admin(daemon, caller, f"node_{what}", f"node {name}", f"{what} nodes")
-    if not isinstance(name, str) or name not in daemon.fleet.nodes:
+    if name not in daemon.fleet.nodes:
         known = ", ".join(sorted(daemon.fleet.nodes))
         raise Refused("not_found", f"no node {name!r} in the fleet (nodes: {known})")
     return name
 
 
-def node_drain(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+def node_drain(daemon: Daemon, caller: Caller, request: wire.DrainNode) -> dict[str, Any]:
     """Stop placing jobs on a node; its running jobs carry on (Slurm's DRAIN)."""
-    name = _admin_node(daemon, caller, request, "drain")
-    reason = request.get("reason")
-    if not isinstance(reason, str) or not reason.strip():
+    name = _admin_node(daemon, caller, request.name, "drain")
+    reason = request.reason
+    if not reason.strip():
         raise Refused("invalid", "--reason: say why the node is drained (Slurm asks too)")
     daemon.store.drain_node(name, f"{reason.strip()} [{caller.user}]", daemon.clock())
     log.info("node %s drained by %s: %s", name, caller.user, reason)
@@ -594,8 +578,8 @@ def node_drain(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> di
     return {}
 
 
-def node_resume(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
-    name = _admin_node(daemon, caller, request, "resume")
+def node_resume(daemon: Daemon, caller: Caller, request: wire.ResumeNode) -> dict[str, Any]:
+    name = _admin_node(daemon, caller, request.name, "resume")
     if not daemon.store.resume_node(name):
         raise Refused("invalid", f"node {name} is not drained")
     log.info("node %s resumed by %s", name, caller.user)
@@ -603,14 +587,14 @@ def node_resume(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> d
     return {}
 
 
-def node_install(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+def node_install(daemon: Daemon, caller: Caller, request: wire.InstallAgent) -> dict[str, Any]:
     """Copy the agent to hosts over SFTP and check it runs; one result per node, in the
     order named. Hosts are installed concurrently, at most INSTALL_WORKERS at once, each
     within install_agent's own bounds (connect timeout, SFTP timeouts, probe deadline)."""
     from gbatch.nodes.remote import RemoteNode
 
     _require_admin(daemon, caller, "node_install", "nodes", "install agents")
-    names = request.get("names") or [
+    names = request.names or [
         n for n, node in daemon.fleet.nodes.items() if isinstance(node, RemoteNode)
     ]
     with ThreadPoolExecutor(INSTALL_WORKERS, thread_name_prefix="node-install") as pool:
@@ -636,13 +620,12 @@ def _install_one(daemon: Daemon, name: str) -> dict[str, Any]:
     return {"name": name, "ok": True, "summary": summary}
 
 
-def _trust_node(daemon: Daemon, caller: Caller, request: Mapping[str, Any], op: str) -> Any:
+def _trust_node(daemon: Daemon, caller: Caller, name: str, op: str) -> Any:
     """The RemoteNode a node_hostkey/node_trust request names; refusals are audited."""
     from gbatch.nodes.remote import RemoteNode
 
-    name = request.get("name")
     _require_admin(daemon, caller, op, f"node {name}", "trust host keys")
-    node = daemon.fleet.nodes.get(name) if isinstance(name, str) else None
+    node = daemon.fleet.nodes.get(name)
     if not isinstance(node, RemoteNode):
         if node is not None:
             raise Refused("invalid", f"node {name} is this machine, reached without SSH: no key")
@@ -677,22 +660,22 @@ def _hostkey_reply(node: Any, offered: Any) -> dict[str, Any]:
     }
 
 
-def node_hostkey(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+def node_hostkey(daemon: Daemon, caller: Caller, request: wire.GetHostKey) -> dict[str, Any]:
     """The key a node's host offers now and how known_hosts stands on it (none, the same
     key, or a different one). Reads only; for `gbatch node trust` to show the admin."""
-    node = _trust_node(daemon, caller, request, "node_hostkey")
+    node = _trust_node(daemon, caller, request.name, "node_hostkey")
     return _hostkey_reply(node, _offered_key(node))
 
 
-def node_trust(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+def node_trust(daemon: Daemon, caller: Caller, request: wire.TrustHostKey) -> dict[str, Any]:
     """Pin the key a node's host offers in known_hosts, only when it is still the one
     whose `fingerprint` the admin checked; a different key already pinned is replaced
     only with `replace: true`. Then the node reconnects at once, not after its backoff."""
     from gbatch.nodes.ssh import replace_host_key, trust_host_key
 
-    node = _trust_node(daemon, caller, request, "node_trust")
-    wanted = request.get("fingerprint")
-    if not isinstance(wanted, str) or not wanted.startswith("SHA256:"):
+    node = _trust_node(daemon, caller, request.name, "node_trust")
+    wanted = request.fingerprint
+    if not wanted.startswith("SHA256:"):
         raise Refused("invalid", f"fingerprint: {wanted!r} is not a fingerprint like SHA256:...")
     offered = _offered_key(node)
     target = f"node {node.name}"
@@ -706,7 +689,7 @@ def node_trust(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> di
             f"`gbatch node trust {node.name}` again",
         )
     reply = _hostkey_reply(node, offered)
-    if offered.pinned == "different" and request.get("replace") is not True:
+    if offered.pinned == "different" and not request.replace:
         audit(caller, "node_trust", target, "refused: a different key is pinned")
         old = ", ".join(f"{k['key_type']} {k['fingerprint']}" for k in reply["pinned_keys"])
         raise Refused(
@@ -725,55 +708,78 @@ def node_trust(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> di
     return {**reply, "was_pinned": offered.pinned}
 
 
-def shutdown(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
+def shutdown(daemon: Daemon, caller: Caller, request: wire.Shutdown) -> dict[str, Any]:
     _require_admin(daemon, caller, "shutdown", "daemon", "stop the daemon")
     daemon.stop()
     return {"pid": os.getpid()}
 
 
-HANDLERS: Mapping[str, Handler] = {
-    "ping": ping,
-    "submit": submit,
-    "cancel": cancel,
-    "hold": hold,
-    "release": release,
-    "requeue": requeue,
-    "jobs": jobs,
-    "job": job,
-    "nodes": nodes,
-    "logs": logs,
-    "node_drain": node_drain,
-    "node_resume": node_resume,
-    "node_install": node_install,
-    "node_hostkey": node_hostkey,
-    "node_trust": node_trust,
-    "shutdown": shutdown,
-}
+def dispatch(daemon: Daemon, caller: Caller, request: wire.Request) -> dict[str, Any]:
+    """The reply's fields from the handler of `request`'s type; raises as it does.
+    One case per request type: mypy checks that none is left without a handler."""
+    match request:
+        case wire.Ping():
+            return ping(daemon, caller, request)
+        case wire.Submit():
+            return submit(daemon, caller, request)
+        case wire.Cancel():
+            return cancel(daemon, caller, request)
+        case wire.Hold():
+            return hold(daemon, caller, request)
+        case wire.Release():
+            return release(daemon, caller, request)
+        case wire.Requeue():
+            return requeue(daemon, caller, request)
+        case wire.ListJobs():
+            return jobs(daemon, caller, request)
+        case wire.ShowJob():
+            return job(daemon, caller, request)
+        case wire.ListNodes():
+            return nodes(daemon, caller, request)
+        case wire.ReadLog():
+            return logs(daemon, caller, request)
+        case wire.DrainNode():
+            return node_drain(daemon, caller, request)
+        case wire.ResumeNode():
+            return node_resume(daemon, caller, request)
+        case wire.InstallAgent():
+            return node_install(daemon, caller, request)
+        case wire.GetHostKey():
+            return node_hostkey(daemon, caller, request)
+        case wire.TrustHostKey():
+            return node_trust(daemon, caller, request)
+        case wire.Shutdown():
+            return shutdown(daemon, caller, request)
+        case _:
+            assert_never(request)
 
 
-def handle(daemon: Daemon, caller: Caller, request: Mapping[str, Any]) -> dict[str, Any]:
-    """Serve one request; the reply always has `ok`."""
-    op = request.get("op")
-    handler = HANDLERS.get(op) if isinstance(op, str) else None
-    if handler is None:
-        return {"ok": False, "kind": "invalid", "error": f"unknown request {op!r}"}
+def handle(daemon: Daemon, caller: Caller, data: object) -> dict[str, Any]:
+    """Serve one request as parsed from its JSON line; the reply always has `ok`.
+
+    A request of the wrong shape or types, or an unknown op, is refused as "invalid"
+    (wire.decode_request says which field and why). A bug in a handler raises: the
+    caller (the server) logs it and replies "internal"."""
     try:
-        return {"ok": True, **handler(daemon, caller, request)}
+        request = wire.decode_request(data)
+    except wire.BadRequest as err:
+        return wire.error_reply("invalid", str(err))
+    try:
+        return {"ok": True, **dispatch(daemon, caller, request)}
     except Refused as err:
-        return {"ok": False, "kind": err.kind, "error": err.message}
+        return wire.error_reply(err.kind, err.message)
     except JobNotFound as err:
-        return {"ok": False, "kind": "not_found", "error": str(err)}
+        return wire.error_reply("not_found", str(err))
     except StoreFull as err:
-        message = _store_full_message(err, resubmit=op == "submit")
-        return {"ok": False, "kind": "unavailable", "error": message}
+        message = _store_full_message(err, resubmit=isinstance(request, wire.Submit))
+        return wire.error_reply("unavailable", message)
     except StoreError as err:
         # Nothing was written (the transaction rolled back): say so, and where to look.
-        return {
-            "ok": False,
-            "kind": "unavailable",
-            "error": f"{err}. Nothing was changed; see {daemon.paths.daemon_log}, "
+        return wire.error_reply(
+            "unavailable",
+            f"{err}. Nothing was changed; see {daemon.paths.daemon_log}, "
             "fix the store, then try again",
-        }
+        )
 
 
 def _store_full_message(err: StoreFull, *, resubmit: bool = False) -> str:

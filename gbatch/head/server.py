@@ -1,7 +1,8 @@
 """gbatchd's front door: the Unix socket, the caller's identity, and start-up.
 
 Identity is the peer's uid from SO_PEERCRED, never anything the request says.
-Requests are JSON lines; a connection may carry many.
+Requests are JSON lines (gbatch.wire's request types), each answered by one JSON line;
+a connection may carry many, and a bad one does not close it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
+from gbatch import wire
 from gbatch.config import Config, ConfigError, Paths, daemon_paths
 from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
@@ -59,32 +61,33 @@ class _Connection(socketserver.StreamRequestHandler):
             line = self.rfile.readline(MAX_REQUEST)
             if not line:
                 return
-            try:
-                request = json.loads(line)
-                if not isinstance(request, dict):
-                    raise ValueError("not an object")
-            except ValueError:
-                reply: dict[str, Any] = {
-                    "ok": False,
-                    "kind": "invalid",
-                    "error": "a request is one JSON object per line",
-                }
-            else:
-                try:
-                    reply = handlers.handle(self.server.daemon, caller, request)
-                except Exception as err:  # the entry point of a request: report, never die
-                    log.exception("request %r failed", request.get("op"))
-                    reply = {
-                        "ok": False,
-                        "kind": "internal",
-                        "error": f"internal error: {err}. See "
-                        f"{self.server.daemon.paths.daemon_log}",
-                    }
+            reply = self._reply(caller, line)
             try:
                 self.wfile.write(json.dumps(reply).encode() + b"\n")
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 return  # the client left before its reply (a timeout, ^C): nothing to tell
+
+    def _reply(self, caller: handlers.Caller, line: bytes) -> dict[str, Any]:
+        """The reply to one line. What is not JSON, or nests deeper than the parser goes,
+        is a bad request like any other (kind "invalid", one line, nothing logged) and
+        the connection stays open; only a bug in a handler logs a traceback."""
+        try:
+            data = json.loads(line)
+        except RecursionError:
+            return wire.error_reply("invalid", "bad request: JSON nested too deeply")
+        except ValueError as err:  # not JSON, or not UTF-8
+            return wire.error_reply(
+                "invalid", f"bad request: not JSON ({err}). A request is one JSON object per line"
+            )
+        try:
+            return handlers.handle(self.server.daemon, caller, data)
+        except Exception as err:  # the entry point of a request: report, never die
+            log.exception("request %r failed", data.get("op") if isinstance(data, dict) else None)
+            return wire.error_reply(
+                "internal",
+                f"internal error: {err}. See {self.server.daemon.paths.daemon_log}",
+            )
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):

@@ -25,7 +25,13 @@ LINK_ERRORS = (DaemonUnavailable, ReplyTimeout, RequestFailed)
 # A screen refreshes every second: a daemon that takes longer than this is reported
 # as not answering rather than freezing the view's data for the client's 30 s.
 REQUEST_TIMEOUT_S = 5.0
-ACTIONS = ("cancel", "hold", "release", "requeue")
+_ACTION_REQUESTS: dict[str, type[wire.Cancel | wire.Hold | wire.Release | wire.Requeue]] = {
+    "cancel": wire.Cancel,
+    "hold": wire.Hold,
+    "release": wire.Release,
+    "requeue": wire.Requeue,
+}
+ACTIONS = tuple(_ACTION_REQUESTS)
 # The finished-jobs view lists jobs submitted this long ago at most (sacct -S).
 FINISHED_WINDOW_S = 7 * 86400.0
 
@@ -117,9 +123,9 @@ class DaemonLink:
         self._prefetched: Future[QueueSnapshot] | None = None
         self._prefetch_lock = threading.Lock()  # one queue() takes the prefetched read
 
-    def _call(self, op: str, **args: Any) -> dict[str, Any]:
+    def _call(self, request: wire.Request) -> dict[str, Any]:
         with self._lock:
-            return self._client.call(op, **args)
+            return self._client.call(request)
 
     def prefetch_queue(self) -> None:
         """Start reading the active jobs now, in a thread of its own; the next
@@ -167,38 +173,39 @@ class DaemonLink:
     def _read_queue(self, *, finished: bool = False, now: float | None = None) -> QueueSnapshot:
         if finished:
             since = (time.time() if now is None else now) - FINISHED_WINDOW_S
-            finals = [state.code for state in JobState if state.is_final]
-            reply = self._call("jobs", table=True, history=True, states=finals, since=since)
+            finals = tuple(state.code for state in JobState if state.is_final)
+            reply = self._call(wire.ListJobs(table=True, history=True, states=finals, since=since))
         else:
-            reply = self._call("jobs", table=True)
+            reply = self._call(wire.ListJobs(table=True))
         with self._decode_lock:
             jobs = self._decoder.decode(reply["table"])
         return QueueSnapshot(jobs, reply["now"], finished)
 
     def nodes(self) -> NodesSnapshot:
-        nodes = tuple(wire.node_from_wire(n) for n in self._call("nodes")["nodes"])
+        nodes = tuple(wire.node_from_wire(n) for n in self._call(wire.ListNodes())["nodes"])
         held = sorted({job for node in nodes for job in node.allocations.values()})
         owners: dict[int, str] = {}
         if held:
-            reply = self._call("jobs", ids=held, brief=True)
+            reply = self._call(wire.ListJobs(ids=tuple(held), brief=True))
             owners = {j["id"]: j["user"] for j in reply["jobs"]}
         return NodesSnapshot(nodes, owners)
 
     def job(self, job_id: int) -> JobSnapshot:
-        reply = self._call("job", id=job_id)
+        reply = self._call(wire.ShowJob(id=job_id))
         events = tuple(wire.event_from_wire(e) for e in reply["events"])
         return JobSnapshot(wire.job_from_wire(reply["job"]), events, reply["now"])
 
     def log(self, job_id: int, offset: int) -> LogChunk:
-        reply = self._call("logs", id=job_id, offset=offset)
+        reply = self._call(wire.ReadLog(id=job_id, offset=offset))
         return LogChunk(reply["data"], reply["offset"], reply["done"])
 
     def act(self, op: str, job_id: int) -> ActionOutcome:
         """Cancel, hold, release or requeue one job; a refusal comes back as an outcome."""
-        if op not in ACTIONS:
+        action = _ACTION_REQUESTS.get(op)
+        if action is None:
             raise ValueError(f"unknown action {op!r}")
         try:
-            (result,) = self._call(op, ids=[job_id])["results"]
+            (result,) = self._call(action(ids=(job_id,)))["results"]
         except RequestFailed as err:
             return ActionOutcome(op, job_id, False, err.message)
         return ActionOutcome(op, job_id, bool(result["ok"]), str(result.get("error", "")))

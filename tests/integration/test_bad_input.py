@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, wait_for
 
+from gbatch import wire
 from gbatch.client import Client, RequestFailed
 
 BAD_FILES = {
@@ -131,6 +133,46 @@ def test_unknown_job_is_an_error_not_a_traceback(head: Head) -> None:
     assert result.stderr.strip() == "gbatch scontrol: error: Invalid job id specified: 4242"
 
 
+# ------------------------------------------------------------------ bad requests
+
+DEEP = 900  # nested, but within what the JSON parser takes
+# Lines a client that skips gbatch's own could send, and the start of each one's reply.
+BAD_REQUEST_LINES = [
+    (
+        b'{"op":"jobs","states":[1]}',
+        "bad request: jobs.states: expected a list of strings, got [1]",
+    ),
+    (b'{"op":"cancel","ids":"x"}', 'bad request: cancel.ids: expected a list of integers, got "x"'),
+    (b'{"op":"submit","spec":[]}', "bad request: submit.spec: expected an object, got []"),
+    (b"[" * 100_000, "bad request: JSON nested too deeply"),
+    (
+        b'{"op":"jobs","states":' + b"[" * DEEP + b"]" * DEEP + b"}",
+        "bad request: jobs.states: expected a list of strings, got [[[",
+    ),
+    (b'["op", "ping"]', "bad request: a request is one JSON object per line, not a list"),
+    (b"ping", "bad request: not JSON ("),
+    (b"\xff\xfe{}", "bad request: not JSON ("),
+    (b'{"op":"format-disk"}', "unknown request 'format-disk'"),
+]
+
+
+def test_bad_requests_get_a_one_line_reply_each_and_the_connection_serves_on(head: Head) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(str(head.home / "gbatchd.sock"))
+        replies = sock.makefile("rb")
+        for line, error in BAD_REQUEST_LINES:
+            sock.sendall(line + b"\n")
+            reply = json.loads(replies.readline())
+            assert reply["ok"] is False and reply["kind"] == "invalid", (line[:40], reply)
+            assert reply["error"].startswith(error), (line[:40], reply)
+            assert reply["error"].isprintable() and len(reply["error"]) < 200, reply
+        sock.sendall(b'{"op":"ping"}\n')
+        assert json.loads(replies.readline())["pid"] == head.daemon_pid()
+    assert "Traceback" not in (head.home / "gbatchd.log").read_text()
+    assert head.run("squeue").returncode == 0  # and the daemon serves everyone else
+
+
 # ------------------------------------------------------------------ hostile job files
 
 CANARY = "/tmp/gbatch-canary-bad-input"
@@ -244,7 +286,7 @@ def test_hostile_spec_sent_past_the_cli_is_refused_by_the_daemon(
     head, log = logged_head
     spec = HOSTILE_WIRE_SPECS[index]
     with Client(head.home / "gbatchd.sock") as client, pytest.raises(RequestFailed) as caught:
-        client.call("submit", spec=spec)
+        client.call(wire.Submit(spec=spec))
     assert caught.value.kind == "invalid", caught.value.message
     message = caught.value.message
     assert message.isprintable() and message.split(": ", 1)[0], message

@@ -24,6 +24,7 @@ from asuser import User, as_user, preload, run_cli, temp_users
 from conftest import FAST_CONFIG, wait_for
 from fleet import Fleet, build_fleet, teardown_fleet
 
+from gbatch import wire
 from gbatch.client import Client
 from gbatch.policy import DEFAULT_CAPABILITIES
 
@@ -67,7 +68,7 @@ class Site:
 
     def job_count(self) -> int:
         with Client(self.fleet.head.home / "gbatchd.sock") as client:
-            return len(client.call("jobs", history=True)["jobs"])
+            return len(client.call(wire.ListJobs(history=True))["jobs"])
 
 
 @pytest.fixture(scope="module")

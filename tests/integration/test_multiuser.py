@@ -23,6 +23,7 @@ import pytest
 from asuser import User, as_user, preload, run_cli, temp_users
 from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head
 
+from gbatch import wire
 from gbatch.client import Client, RequestFailed
 
 ACTIONS = ("cancel", "hold", "release", "requeue", "logs")
@@ -103,7 +104,7 @@ def call(sock: Path, op: str, **args: Any) -> dict[str, Any]:
     """One raw request; a refusal comes back as {"refused": kind, "error": ...}."""
     try:
         with Client(sock) as client:
-            return client.call(op, **args)
+            return client.send({"op": op, **args})
     except RequestFailed as err:
         return {"refused": err.kind, "error": err.message}
 
@@ -125,7 +126,7 @@ def submit_jobs(head: Head, user: User) -> dict[str, int]:
         ):
             spec = {"name": key, "command": ["sh", "-c", command], "gpus": 0, "env": secret}
             with Client(sock) as client:
-                (ids[key],) = client.call("submit", spec=spec, held=held)["ids"]
+                (ids[key],) = client.call(wire.Submit(spec=spec, held=held))["ids"]
         return ids
 
     ids: dict[str, int] = as_user(user, submit)

@@ -27,6 +27,7 @@ import pytest
 from asuser import User, as_user, preload, temp_users
 from conftest import FAST_CONFIG, kill_leftover_jobs, wait_for
 
+from gbatch import wire
 from gbatch.client import Client, DaemonUnavailable
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="needs root to make users")
@@ -118,7 +119,7 @@ def start_daemon(
 def answers(socket: Path) -> bool:
     try:
         with Client(socket, timeout=5) as client:
-            client.call("ping")
+            client.call(wire.Ping())
     except DaemonUnavailable:
         return False
     return True
@@ -216,7 +217,8 @@ def test_the_service_users_daemon_serves_its_group_and_nobody_else(service: Serv
                 f"ask an admin to add you to group {group.name}\n"
             )
         with Client(sock) as client:
-            queued = [(j["id"], j["user"]) for j in client.call("jobs", history=True)["jobs"]]
+            found = client.call(wire.ListJobs(history=True))["jobs"]
+        queued = [(j["id"], j["user"]) for j in found]
         assert queued == [(job_id, alice.name)]
 
         # The store, the daemon's log, the config and the keys are the service user's alone.

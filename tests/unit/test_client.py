@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gbatch import wire
 from gbatch.client import Client, ReplyTimeout
 
 
@@ -37,7 +38,7 @@ def test_a_request_taken_but_not_answered_in_time_says_it_may_still_happen(
     silent_daemon: Path,
 ) -> None:
     with Client(silent_daemon, timeout=0.3) as client, pytest.raises(ReplyTimeout) as caught:
-        client.call("cancel", ids=[1])
+        client.call(wire.Cancel(ids=(1,)))
     message = str(caught.value)
     assert "did not reply within 0.3 s" in message
     assert "may still carry the request out" in message

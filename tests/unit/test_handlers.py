@@ -10,6 +10,7 @@ from types import MappingProxyType
 import pytest
 from fullstore import integrity_ok, pack_store
 
+from gbatch import wire
 from gbatch.config import Config, Paths
 from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
@@ -103,7 +104,7 @@ def remote_node(daemon: Daemon, name: str) -> RemoteNode:
     """A RemoteNode that is never started: nothing connects unless a test makes it."""
     config = NodeConfig(
         name=name,
-        host="192.0.2.1",  # TEST-NET-1: never reached here
+        host="127.0.0.1",  # never reached: install_agent is replaced
         port=22,
         user="gbatch",
         identity_file=None,
@@ -165,3 +166,54 @@ def test_node_install_installs_hosts_at_once_and_answers_in_the_order_named(
         ],
     }
     assert peak == len(names) <= handlers.INSTALL_WORKERS
+
+
+@pytest.mark.parametrize(
+    ("request_", "error"),
+    [
+        ({"op": "jobs", "states": [1]}, "jobs.states: expected a list of strings, got [1]"),
+        ({"op": "cancel", "ids": "x"}, 'cancel.ids: expected a list of integers, got "x"'),
+        ({"op": "submit", "spec": []}, "submit.spec: expected an object, got []"),
+        ({"op": "logs", "id": 1, "offset": "0"}, 'logs.offset: expected an integer, got "0"'),
+        ({"op": "job", "id": 2**70}, f"job.id: expected an integer, got {2**70}"),
+        (
+            {"op": "node_drain", "name": ["local"]},
+            'node_drain.name: expected a string, got ["local"]',
+        ),
+    ],
+)
+def test_a_request_of_the_wrong_shape_is_a_bad_request_not_an_internal_error(
+    daemon: Daemon, request_: dict[str, object], error: str
+) -> None:
+    reply = handle(daemon, ROOT, request_)
+    assert reply == {"ok": False, "kind": "invalid", "error": f"bad request: {error}"}
+
+
+def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
+    (job_id,) = handle(daemon, ROOT, {"op": "submit", "spec": SPEC, "held": True})["ids"]
+    # (request, a key of its reply, or the refusal's kind): in an order that each can run
+    served = [
+        (wire.Ping(), "version"),
+        (wire.Submit(spec=SPEC, count=2, held=True), "ids"),
+        (wire.ListJobs(ids=(job_id,)), "jobs"),
+        (wire.ShowJob(id=job_id), "events"),
+        (wire.ReadLog(id=job_id), "data"),
+        (wire.Hold(ids=(job_id,)), "results"),
+        (wire.Release(ids=(job_id,)), "results"),
+        (wire.Requeue(ids=(job_id,)), "results"),
+        (wire.Cancel(ids=(job_id,)), "results"),
+        (wire.ListNodes(), "nodes"),
+        (wire.DrainNode(name="local", reason="fan noise"), None),
+        (wire.ResumeNode(name="local"), None),
+        (wire.InstallAgent(names=("local",)), "results"),
+        (wire.GetHostKey(name="local"), "invalid"),  # the local node has no SSH key
+        (wire.TrustHostKey(name="local", fingerprint="SHA256:x"), "invalid"),
+        (wire.Shutdown(), "pid"),
+    ]
+    assert {type(request) for request, _ in served} == set(wire.REQUESTS.values())
+    for request, expected in served:
+        reply = handle(daemon, ROOT, wire.encode_request(request))
+        if reply["ok"]:
+            assert expected is None or expected in reply, (request, reply)
+        else:
+            assert reply["kind"] == expected, (request, reply)

@@ -1,0 +1,225 @@
+"""The socket's requests: one type per op, encoded by the client, decoded and checked by
+the daemon; and the error kinds a reply may carry, each with its exit status."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, get_type_hints
+
+import pytest
+
+from gbatch import wire
+from gbatch.cli._main import exit_status
+from gbatch.cli.exits import Exit
+
+# One request per op, every field away from its default: a new request type needs one.
+EXAMPLES: dict[str, wire.Request] = {
+    "ping": wire.Ping(),
+    "submit": wire.Submit(
+        spec={"name": "train", "command": ["python", "train.py"], "gpus": 2, "env": {"A": "1"}},
+        secret_env={"TOKEN": "s3cret"},
+        count=4,
+        held=True,
+    ),
+    "cancel": wire.Cancel(ids=(1, 2), users=("alice",), states=("PD", "RUNNING")),
+    "hold": wire.Hold(ids=(3,)),
+    "release": wire.Release(ids=(3, 4)),
+    "requeue": wire.Requeue(ids=(5,)),
+    "jobs": wire.ListJobs(
+        ids=(1,),
+        users=("bob",),
+        states=("CD",),
+        history=True,
+        since=1_767_225_600.5,
+        brief=True,
+        table=True,
+    ),
+    "job": wire.ShowJob(id=12),
+    "nodes": wire.ListNodes(),
+    "logs": wire.ReadLog(id=12, offset=4096),
+    "node_drain": wire.DrainNode(name="gpu01", reason="fan noise"),
+    "node_resume": wire.ResumeNode(name="gpu01"),
+    "node_install": wire.InstallAgent(names=("gpu01", "gpu02")),
+    "node_hostkey": wire.GetHostKey(name="gpu01"),
+    "node_trust": wire.TrustHostKey(name="gpu01", fingerprint="SHA256:abc", replace=True),
+    "shutdown": wire.Shutdown(),
+}
+
+# JSON values that are not of a type, for each type a request field has: a field of a
+# new type must be listed here (test_every_field_type_has_wrong_values_to_try).
+WRONG: dict[Any, list[object]] = {
+    int: ["1", 1.5, True, [1], 2**63],
+    str: [1, True, ["a"], {"a": "b"}],
+    bool: [1, "true", [True]],
+    float | None: ["1", True, [1.0]],
+    tuple[int, ...]: ["1", 1, [1.5], [True], ["1"], [None], {"1": 1}],
+    tuple[str, ...]: ["PD", 1, [1], [None], [["PD"]], {"PD": 1}],
+    dict[str, Any]: [[], "x", 1, True],
+    dict[str, str] | None: [[], "x", {"A": 1}, {"A": None}],
+}
+
+
+def through_json(request: wire.Request) -> Any:
+    return json.loads(json.dumps(wire.encode_request(request)))
+
+
+def field_cases() -> list[tuple[str, str, object]]:
+    cases = []
+    for op, cls in sorted(wire.REQUESTS.items()):
+        hints = get_type_hints(cls)
+        for name in cls._fields:
+            cases += [(op, name, value) for value in WRONG.get(hints[name], [])]
+    return cases
+
+
+def test_every_op_has_an_example_request() -> None:
+    assert set(EXAMPLES) == set(wire.REQUESTS)
+    assert all(type(request).op == op for op, request in EXAMPLES.items())
+
+
+@pytest.mark.parametrize("op", sorted(EXAMPLES))
+def test_each_request_comes_back_from_the_socket_as_it_was_sent(op: str) -> None:
+    request = EXAMPLES[op]
+    assert wire.decode_request(through_json(request)) == request
+
+
+@pytest.mark.parametrize("op", sorted(EXAMPLES))
+def test_fields_left_out_or_null_take_their_defaults(op: str) -> None:
+    cls = wire.REQUESTS[op]
+    example = vars(EXAMPLES[op])
+    required = {name: example[name] for name in cls._fields if name not in cls._defaults}
+    assert wire.decode_request({"op": op, **required}) == cls(**required)
+    nulls = dict.fromkeys(cls._defaults)
+    assert wire.decode_request({"op": op, **required, **nulls}) == cls(**required)
+
+
+def test_the_json_keeps_the_ops_and_field_names_clients_have_always_sent() -> None:
+    sent = through_json(EXAMPLES["submit"])
+    assert sent == {
+        "op": "submit",
+        "spec": {"name": "train", "command": ["python", "train.py"], "gpus": 2, "env": {"A": "1"}},
+        "secret_env": {"TOKEN": "s3cret"},
+        "count": 4,
+        "held": True,
+    }
+    assert through_json(wire.ListJobs(states=("PD",))) == {
+        "op": "jobs",
+        "ids": [],
+        "users": [],
+        "states": ["PD"],
+        "history": False,
+        "since": None,
+        "brief": False,
+        "table": False,
+    }
+    # What squeue sent before there were request types: nulls for options not given.
+    old = {"op": "jobs", "users": None, "ids": None, "brief": True}
+    assert wire.decode_request(old) == wire.ListJobs(brief=True)
+
+
+def test_every_field_type_has_wrong_values_to_try() -> None:
+    for cls in wire.REQUESTS.values():
+        hints = get_type_hints(cls)
+        for name in cls._fields:
+            assert hints[name] in WRONG, f"{cls.op}.{name}: add its type {hints[name]} to WRONG"
+
+
+@pytest.mark.parametrize(("op", "name", "value"), field_cases())
+def test_a_field_of_the_wrong_type_is_refused_naming_the_field(
+    op: str, name: str, value: object
+) -> None:
+    data = {**through_json(EXAMPLES[op]), name: value}
+    with pytest.raises(wire.BadRequest) as caught:
+        wire.decode_request(data)
+    message = str(caught.value)
+    assert message.startswith(f"bad request: {op}.{name}: expected "), message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"op": "jobs", "states": [1]},
+            "bad request: jobs.states: expected a list of strings, got [1]",
+        ),
+        (
+            {"op": "cancel", "ids": "x"},
+            'bad request: cancel.ids: expected a list of integers, got "x"',
+        ),
+        ({"op": "submit", "spec": []}, "bad request: submit.spec: expected an object, got []"),
+        ({"op": "job"}, "bad request: job.id: expected an integer, got nothing"),
+        ({"op": "job", "id": None}, "bad request: job.id: expected an integer, got null"),
+        ({"op": "logs", "id": True}, "bad request: logs.id: expected an integer, got true"),
+        (
+            {"op": "jobs", "since": "yesterday"},
+            'bad request: jobs.since: expected a number, got "yesterday"',
+        ),
+        (
+            {"op": "node_trust", "name": "gpu01", "fingerprint": "SHA256:x", "replace": "yes"},
+            'bad request: node_trust.replace: expected true or false, got "yes"',
+        ),
+        (
+            {"op": "hold", "ids": [2**64]},
+            f"bad request: hold.ids: expected a list of integers, got [{2**64}]",
+        ),
+        ({"op": "format-disk"}, "unknown request 'format-disk'"),
+        ({"op": 7}, "bad request: op: expected the name of a request, got 7"),
+        ({"ids": [1]}, "bad request: op: expected the name of a request, got nothing"),
+        ([{"op": "ping"}], "bad request: a request is one JSON object per line, not a list"),
+        ("ping", "bad request: a request is one JSON object per line, not a string"),
+    ],
+)
+def test_a_bad_request_says_what_is_wrong_in_one_line(data: object, message: str) -> None:
+    with pytest.raises(wire.BadRequest) as caught:
+        wire.decode_request(data)
+    assert str(caught.value) == message
+
+
+def test_a_secret_value_is_never_shown_in_a_refusal() -> None:
+    for secrets in ({"TOKEN": 12345678}, "TOKEN=12345678", ["12345678"]):
+        data = {"op": "submit", "spec": {}, "secret_env": secrets}
+        with pytest.raises(wire.BadRequest) as caught:
+            wire.decode_request(data)
+        message = str(caught.value)
+        assert message.startswith("bad request: submit.secret_env: expected an object of strings")
+        assert "12345678" not in message
+
+
+def test_a_long_value_is_cut_short_in_the_refusal() -> None:
+    with pytest.raises(wire.BadRequest) as caught:
+        wire.decode_request({"op": "cancel", "ids": "x" * 100_000})
+    assert len(str(caught.value)) < 150
+
+
+def test_fields_a_request_type_does_not_name_are_ignored() -> None:
+    forged = {"op": "submit", "spec": {"name": "x"}, "uid": 0, "user": "root"}
+    assert wire.decode_request(forged) == wire.Submit(spec={"name": "x"})
+
+
+def test_a_request_is_frozen_and_takes_only_its_own_fields() -> None:
+    request = wire.ShowJob(id=1)
+    with pytest.raises(AttributeError):
+        request.id = 2  # type: ignore[misc]
+    with pytest.raises(TypeError, match="has no field user"):
+        wire.ShowJob(id=1, user="root")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="id is required"):
+        wire.ShowJob()  # type: ignore[call-arg]
+    assert wire.Hold(ids=(1,)) != wire.Release(ids=(1,))
+
+
+def test_every_error_kind_has_an_exit_status() -> None:
+    statuses = {kind: exit_status(kind) for kind in wire.ERROR_KINDS}
+    assert statuses == {
+        "invalid": Exit.USAGE,
+        "not_found": Exit.FAILED,
+        "permission": Exit.PERMISSION,
+        "unavailable": Exit.UNAVAILABLE,
+        "internal": Exit.INTERNAL,
+    }
+
+
+def test_a_kind_this_client_does_not_know_reads_as_internal() -> None:
+    assert wire.error_kind("permission") == "permission"
+    assert wire.error_kind("quota") == "internal"
+    assert wire.error_kind(None) == "internal"

@@ -8,6 +8,7 @@ variables override config.yaml (`GBATCH_SIMULATE_GPUS`).
 from __future__ import annotations
 
 import math
+import os
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
@@ -82,9 +83,29 @@ class Paths:
     def run_dir(self, job_id: int, attempt: int) -> Path:
         return self.runs / f"{job_id}.{attempt}"
 
+    def make_run_dir(self, job_id: int, attempt: int) -> Path:
+        """The run's directory, made if missing: it and `runs` the owner's alone
+        (mkdir's parents=True would leave `runs` to the umask)."""
+        run_dir = self.run_dir(job_id, attempt)
+        self.runs.mkdir(mode=0o700, parents=True, exist_ok=True)
+        run_dir.mkdir(mode=0o700, exist_ok=True)
+        return run_dir
+
     @property
     def simulation_file(self) -> Path:
         return self.home / "simulated-gpus.json"
+
+
+def make_private(path: Path) -> None:
+    """Create the file at `path` if it is missing, readable and writable by its owner
+    alone whatever the umask, and take any group or other bits off one that exists (a
+    store or log made by an older gbatch under umask 022). Raises OSError."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 def resolve_paths(environ: Mapping[str, str], system_socket: Path = SYSTEM_SOCKET) -> Paths:

@@ -11,6 +11,7 @@ from typing import Any
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.client import Client, DaemonUnavailable
+from gbatch.config import make_private
 
 HELP = "start, stop or inspect the head daemon (gbatchd)"
 START_TIMEOUT = 20.0
@@ -91,6 +92,7 @@ def _start(ctx: Context) -> int:
         print(f"gbatchd already running (pid {status['pid']}), socket {ctx.paths.socket}")
         return Exit.OK
     ctx.paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_private(ctx.paths.daemon_log)  # audit lines name users and jobs
     with open(ctx.paths.daemon_log, "ab") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "gbatch", "daemon", "run"],

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gbatch import wire
-from gbatch.config import Config, ConfigError, Paths, daemon_paths
+from gbatch.config import Config, ConfigError, Paths, daemon_paths, make_private
 from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
 from gbatch.head.store import Store
@@ -97,6 +97,7 @@ class _Server(socketserver.ThreadingUnixStreamServer):
 
 
 def _take_lock(paths: Paths) -> IO[str]:
+    make_private(paths.lock)
     handle = open(paths.lock, "a+")  # noqa: SIM115 (held open for the daemon's life)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from gbatch.config import make_private
 from gbatch.head import fairshare
 from gbatch.head.secretbox import SecretBox, SecretKeyError
 from gbatch.model import (
@@ -168,6 +170,13 @@ class Store:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        # Jobs' env values and commands are in it: the owner's alone, whatever the umask.
+        # SQLite gives the -wal and -shm files the mode of the database file; ones left
+        # by an older gbatch are closed here too.
+        make_private(path)
+        for companion in (f"{path}-wal", f"{path}-shm"):
+            if os.path.exists(companion):
+                make_private(Path(companion))
         self._lock = threading.RLock()
         # isolation_level=None: we issue BEGIN/COMMIT ourselves.
         self._db = sqlite3.connect(

@@ -45,8 +45,7 @@ def open_log(path: Path) -> IO[bytes]:
 def mark_attempt_start(paths: Paths, job_id: int, attempt: int) -> None:
     """Remember where this attempt's output starts in the job's log."""
     log_path = paths.job_log(job_id)
-    run_dir = paths.run_dir(job_id, attempt)
-    run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    run_dir = paths.make_run_dir(job_id, attempt)
     (run_dir / "log_offset").write_text(str(log_path.stat().st_size if log_path.exists() else 0))
 
 

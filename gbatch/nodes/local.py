@@ -234,8 +234,7 @@ class LocalNode:
         Precondition: CONFIGURING for this attempt is committed, so a crash from
         here on is found again by reconcile.
         """
-        run_dir = self.paths.run_dir(job.id, attempt)
-        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        run_dir = self.paths.make_run_dir(job.id, attempt)
         if job.spec.image is None:
             self._launch_process(job, attempt, gpus, run_dir)
         else:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import platformdirs
 import pytest
 
-from gbatch.config import Config, ConfigError, Paths, load_config, resolve_paths
+from gbatch.config import Config, ConfigError, Paths, load_config, make_private, resolve_paths
 from gbatch.policy import MountRoot
 
 
@@ -335,3 +337,31 @@ def test_malformed_yaml_is_a_config_error_naming_the_file(paths: Paths) -> None:
 
     assert str(paths.config_file) in str(caught.value)
     assert "Fix the file" in str(caught.value)
+
+
+def test_make_private_creates_and_closes_files_whatever_the_umask(tmp_path: Path) -> None:
+    old_umask = os.umask(0o022)
+    try:
+        fresh = tmp_path / "fresh"
+        make_private(fresh)
+        assert oct(mode(fresh)) == "0o600" and fresh.read_bytes() == b""
+        older = tmp_path / "older"
+        older.write_text("kept\n")  # 0644 under umask 022
+        make_private(older)
+        assert oct(mode(older)) == "0o600" and older.read_text() == "kept\n"
+    finally:
+        os.umask(old_umask)
+
+
+def test_run_dirs_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    old_umask = os.umask(0o022)
+    try:
+        run_dir = Paths(tmp_path / "home").make_run_dir(4, 2)
+    finally:
+        os.umask(old_umask)
+    assert run_dir == tmp_path / "home" / "run" / "4.2"
+    assert oct(mode(run_dir)) == oct(mode(run_dir.parent)) == "0o700"
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)

@@ -4,6 +4,7 @@ events, usage and queries."""
 from __future__ import annotations
 
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -723,3 +724,21 @@ def test_set_states_writes_many_changes_in_one_transaction_and_reports_refusals(
     assert store.require(pending[1]).end_time == T0 + 2
     assert [e.reason for e in store.events(pending[0])][-1] == "sweep"
     assert store.require(pending[2]).reason == "gone"  # the refused change wrote nothing
+
+
+def test_a_store_left_readable_by_an_older_gbatch_is_closed_at_open(tmp_path: Path) -> None:
+    def mode(path: Path) -> int:
+        return stat.S_IMODE(path.stat().st_mode)
+
+    path = tmp_path / "gbatch.db"
+    Store(path).close()
+    for name in ("gbatch.db", "gbatch.db-wal", "gbatch.db-shm"):
+        (tmp_path / name).touch()
+        (tmp_path / name).chmod(0o644)
+    store = Store(path)
+    try:
+        assert {
+            n: oct(mode(tmp_path / n)) for n in ("gbatch.db", "gbatch.db-wal", "gbatch.db-shm")
+        } == dict.fromkeys(("gbatch.db", "gbatch.db-wal", "gbatch.db-shm"), "0o600")
+    finally:
+        store.close()

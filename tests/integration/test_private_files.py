@@ -1,0 +1,105 @@
+"""The head's files are its owner's alone whatever the umask: the store (jobs' env values
+and commands), its WAL and shared memory, the daemon's log (audit lines), its lock and
+the job logs, even in a home that other users may enter (a shared head's, 0755)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import FAST_CONFIG, Head, make_head
+
+NOBODY = pwd.getpwnam("nobody")
+
+
+@pytest.fixture
+def open_home_head() -> Iterator[Head]:
+    """A daemon started under umask 022 in a home anyone may enter and list."""
+    base = Path(tempfile.mkdtemp(prefix="gbatch-private-", dir="/tmp"))
+    base.chmod(0o755)
+    old_umask = os.umask(0o022)
+    try:
+        head = make_head(base / "home", config=FAST_CONFIG)
+        head.home.chmod(0o755)
+        head.start()
+    finally:
+        os.umask(old_umask)
+    try:
+        yield head
+        head.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def submit_with_env(head: Head) -> int:
+    """A job whose env holds a token: what the store must keep from other users."""
+    job_file = head.home.parent / "job.yaml"
+    job_file.write_text('{"name": "t", "command": "echo secret-output", "env": {"TOKEN": "x"}}')
+    return head.sbatch(str(job_file))
+
+
+def test_the_heads_files_are_private_under_umask_022(open_home_head: Head) -> None:
+    head = open_home_head
+    job_id = submit_with_env(head)
+    head.wait_state(job_id, "COMPLETED")
+    home = head.home
+    private = [
+        home / "gbatch.db",
+        home / "gbatch.db-wal",
+        home / "gbatch.db-shm",
+        home / "gbatchd.log",
+        home / "gbatchd.lock",
+        home / "logs" / f"{job_id}.log",
+    ]
+    assert {str(p.relative_to(home)): oct(mode(p)) for p in private} == {
+        str(p.relative_to(home)): "0o600" for p in private
+    }
+    assert oct(mode(home / "logs")) == "0o700"
+    assert oct(mode(home / "run")) == "0o700"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to become another user")
+def test_another_user_cannot_read_the_store_the_daemon_log_or_a_job_log(
+    open_home_head: Head,
+) -> None:
+    head = open_home_head
+    job_id = submit_with_env(head)
+    head.wait_state(job_id, "COMPLETED")
+    targets = [
+        head.home / "gbatch.db",
+        head.home / "gbatchd.log",
+        head.home / "logs" / f"{job_id}.log",
+    ]
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: become nobody for good, then try each file
+        os.close(read_end)
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY.pw_gid)
+            os.setuid(NOBODY.pw_uid)
+            outcomes = []
+            for target in targets:
+                try:
+                    target.read_bytes()
+                    outcomes.append("read")
+                except PermissionError:
+                    outcomes.append("denied")
+            os.write(write_end, ",".join(outcomes).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        outcomes = reader.read().decode().split(",")
+    os.waitpid(pid, 0)
+    assert outcomes == ["denied", "denied", "denied"]

@@ -13,6 +13,7 @@ import grp
 import logging
 import os
 import pwd
+import re
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +51,24 @@ class Refused(Exception):
         self.message = message
 
 
+# The most characters of a user's string a log line takes: a 4 MB node name refused
+# fifty times must not add 200 MB to the log.
+LOGGED_CHARS = 200
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def loggable(value: object, limit: int = LOGGED_CHARS) -> str:
+    """`value` as a safe part of one log line: control characters (a newline that would
+    forge the next line, an ESC that would drive the reader's terminal) written as
+    escapes, and cut to `limit` characters, saying how many more there were."""
+    text = str(value)
+    cut = len(text) - limit
+    if cut > 0:
+        text = text[:limit]
+    text = _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+    return f"{text}...[{cut} more characters]" if cut > 0 else text
+
+
 def audit(caller: Caller, action: str, target: Job | str, outcome: str) -> None:
     """Record who tried what on what, and why it was refused or allowed: one line.
 
@@ -59,20 +78,20 @@ def audit(caller: Caller, action: str, target: Job | str, outcome: str) -> None:
     `audit: user=bob uid=1001 pid=42 op=cancel job=12 owner=alice -> refused: not the
     owner`."""
     what = (
-        f"job={target.id} owner={target.user}"
+        f"job={target.id} owner={loggable(target.user)}"
         if isinstance(target, Job)
-        else f"target={target.replace(' ', '_')}"
+        else f"target={loggable(target.replace(' ', '_'))}"
     )
     level = logging.WARNING if outcome.startswith("refused") else logging.INFO
     log.log(
         level,
         "audit: user=%s uid=%s pid=%s op=%s %s -> %s",
-        caller.user,
+        loggable(caller.user),
         caller.uid,
         caller.pid,
         action,
         what,
-        outcome,
+        loggable(outcome),
     )
 
 
@@ -573,7 +592,7 @@ def node_drain(daemon: Daemon, caller: Caller, request: wire.DrainNode) -> dict[
     if not reason.strip():
         raise Refused("invalid", "--reason: say why the node is drained (Slurm asks too)")
     daemon.store.drain_node(name, f"{reason.strip()} [{caller.user}]", daemon.clock())
-    log.info("node %s drained by %s: %s", name, caller.user, reason)
+    log.info("node %s drained by %s: %s", name, caller.user, loggable(reason))
     daemon.wake.set()
     return {}
 
@@ -599,7 +618,7 @@ def node_install(daemon: Daemon, caller: Caller, request: wire.InstallAgent) -> 
     ]
     with ThreadPoolExecutor(INSTALL_WORKERS, thread_name_prefix="node-install") as pool:
         results = list(pool.map(functools.partial(_install_one, daemon), names))
-    log.info("agent install by %s: %s", caller.user, results)
+    log.info("agent install by %s: %s", caller.user, loggable(results, limit=4000))
     return {"results": results}
 
 

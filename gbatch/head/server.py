@@ -83,7 +83,8 @@ class _Connection(socketserver.StreamRequestHandler):
         try:
             return handlers.handle(self.server.daemon, caller, data)
         except Exception as err:  # the entry point of a request: report, never die
-            log.exception("request %r failed", data.get("op") if isinstance(data, dict) else None)
+            op = data.get("op") if isinstance(data, dict) else None
+            log.exception("request %s failed", handlers.loggable(repr(op)))
             return wire.error_reply(
                 "internal",
                 f"internal error: {err}. See {self.server.daemon.paths.daemon_log}",

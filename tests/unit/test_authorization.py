@@ -88,6 +88,33 @@ def test_each_refusal_leaves_one_audit_line_naming_who_what_and_why(
     assert all(r.levelno == logging.WARNING for r in caplog.records if "audit" in r.getMessage())
 
 
+def test_a_users_string_can_neither_forge_a_log_line_nor_flood_the_log(
+    daemon: Daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gbatchd")
+    forged = "gpu1\naudit: user=root uid=0 pid=1 op=shutdown -> allowed\x1b[2J"
+    for name in (forged, "x" * 4_000_000):
+        reply = handle(daemon, BOB, {"op": "node_drain", "name": name, "reason": "r"})
+        assert reply["kind"] == "permission"
+    # An admin's drain reason is the user's text too.
+    root = Caller(uid=0, user="root", pid=1)
+    assert handle(daemon, root, {"op": "node_drain", "name": "local", "reason": "fan\nFORGED"})[
+        "ok"
+    ]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3
+    assert lines[0] == (
+        "audit: user=bob uid=5002 pid=22 op=node_drain target=node_gpu1\\naudit:_user=root_"
+        "uid=0_pid=1_op=shutdown_->_allowed\\x1b[2J -> refused: not an admin"
+    )
+    assert lines[1].endswith("x" * 195 + "...[3999805 more characters] -> refused: not an admin"), (
+        lines[1][-120:]
+    )
+    assert len(lines[1]) < 400
+    assert lines[2] == "node local drained by root: fan\\nFORGED"
+    assert all("\n" not in line and "\x1b" not in line for line in lines)
+
+
 def test_private_data_answers_another_users_job_as_a_missing_one(private: Daemon) -> None:
     hers = submit(private, ALICE)
     his = submit(private, BOB)

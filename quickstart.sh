@@ -17,7 +17,7 @@ export GBATCH_SIMULATE_GPUS="${GBATCH_SIMULATE_GPUS:-2}"
 gbatch() { .venv/bin/gbatch "$@"; }
 run() { echo "\$ gbatch $*"; gbatch "$@"; }
 
-mkdir -p "$GBATCH_HOME"
+mkdir -p -m 700 "$GBATCH_HOME"  # the daemon refuses a home others may list
 [ -e "$GBATCH_HOME/config.yaml" ] || printf 'kill_grace_seconds: 2\n' >"$GBATCH_HOME/config.yaml"
 echo "==> head daemon (GBATCH_HOME=$GBATCH_HOME, $GBATCH_SIMULATE_GPUS simulated GPUs)"
 run daemon start

@@ -108,6 +108,22 @@ def make_private(path: Path) -> None:
         os.close(fd)
 
 
+def check_private_home(home: Path) -> None:
+    """ConfigError when users other than its owner may list `home` (its files are the
+    owner's alone, but their names tell of every job). Entering it (711) is allowed:
+    other users reach a socket inside it that way."""
+    try:
+        mode = home.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return  # made 0700 by whoever starts the daemon
+    if mode & 0o044:
+        raise ConfigError(
+            f"{home} may be read by other users (mode {mode:o}): they could list its jobs' "
+            f"logs and runs. Run `chmod 700 {home}` (or 711 when other users connect to a "
+            "socket inside it)"
+        )
+
+
 def resolve_paths(environ: Mapping[str, str], system_socket: Path = SYSTEM_SOCKET) -> Paths:
     """The files of the calling user's gbatch, and the socket to reach a daemon on:
     GBATCH_SOCKET, else GBATCH_HOME's, else `system_socket` when it exists (a lab's

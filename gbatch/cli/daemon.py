@@ -11,7 +11,7 @@ from typing import Any
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.client import Client, DaemonUnavailable
-from gbatch.config import make_private
+from gbatch.config import ConfigError, check_private_home, make_private
 
 HELP = "start, stop or inspect the head daemon (gbatchd)"
 START_TIMEOUT = 20.0
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 def _run_foreground(ctx: Context) -> int:
     import logging
 
-    from gbatch.config import ConfigError, load_config
+    from gbatch.config import load_config
     from gbatch.head.server import AlreadyRunning, serve
     from gbatch.nodes.inventory import InventoryError, find_inventory, load_inventory
 
@@ -91,6 +91,10 @@ def _start(ctx: Context) -> int:
     if status is not None:
         print(f"gbatchd already running (pid {status['pid']}), socket {ctx.paths.socket}")
         return Exit.OK
+    try:
+        check_private_home(ctx.paths.home)
+    except ConfigError as err:
+        raise CliError(str(err), Exit.USAGE) from err
     ctx.paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     make_private(ctx.paths.daemon_log)  # audit lines name users and jobs
     with open(ctx.paths.daemon_log, "ab") as log:

@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from gbatch import wire
-from gbatch.config import Config, ConfigError, Paths, daemon_paths, make_private
+from gbatch.config import (
+    Config,
+    ConfigError,
+    Paths,
+    check_private_home,
+    daemon_paths,
+    make_private,
+)
 from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
 from gbatch.head.store import Store
@@ -183,9 +190,11 @@ def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
     """Run gbatchd in the foreground until SIGTERM/SIGINT or a shutdown request.
 
     The socket is GBATCH_SOCKET, else the config's socket_path, else the home's
-    (daemon_paths). ConfigError when the socket's group cannot be used."""
+    (daemon_paths). ConfigError when the socket's group cannot be used, or when other
+    users may list the home."""
     paths = daemon_paths(paths, config)
     gid = _socket_group_id(paths, config)
+    check_private_home(paths.home)
     paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock = _take_lock(paths)
     store = Store(paths.store)

@@ -103,7 +103,7 @@ def is_gone(pid: int) -> bool:
 
 
 def make_head(home: Path, gpus: int = 2, config: str = FAST_CONFIG) -> Head:
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     (home / "config.yaml").write_text(config)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GBATCH_")}
     env.update(GBATCH_HOME=str(home), GBATCH_SIMULATE_GPUS=str(gpus))
@@ -128,7 +128,7 @@ def shared_head() -> Iterator[Head]:
     base = Path(tempfile.mkdtemp(prefix="gbatch-shared-", dir="/tmp"))
     base.chmod(0o755)
     head = make_head(base / "home", config=FAST_CONFIG + "socket_mode: '666'\n")
-    head.home.chmod(0o755)
+    head.home.chmod(0o711)  # others reach the socket, list nothing
     try:
         head.start()
         yield head

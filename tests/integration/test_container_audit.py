@@ -104,7 +104,7 @@ def site() -> Iterator[Site]:
             )
             fleet = build_fleet(base, {"gpu01": 4, "gpu02": 2}, config=config)
             try:
-                fleet.head.home.chmod(0o755)
+                fleet.head.home.chmod(0o711)  # others reach the socket, list nothing
                 yield Site(fleet, base, alice, users["lab"].gid)
             finally:
                 teardown_fleet(fleet)

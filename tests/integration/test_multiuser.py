@@ -70,7 +70,7 @@ def shared_head(users: dict[str, User], private_data: bool) -> Head:
         f"private_data: {'true' if private_data else 'false'}\n"
     )
     head = make_head(base / "home", config=config)
-    head.home.chmod(0o755)
+    head.home.chmod(0o711)  # others reach the socket, list nothing
     head.start()
     return head
 

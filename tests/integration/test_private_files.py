@@ -1,6 +1,7 @@
 """The head's files are its owner's alone whatever the umask: the store (jobs' env values
 and commands), its WAL and shared memory, the daemon's log (audit lines), its lock and
-the job logs, even in a home that other users may enter (a shared head's, 0755)."""
+the job logs, even in a home that other users may enter (a shared head's, 0711). A home
+other users may list (0755) is refused at start, with the fix in one line."""
 
 from __future__ import annotations
 
@@ -20,13 +21,13 @@ NOBODY = pwd.getpwnam("nobody")
 
 @pytest.fixture
 def open_home_head() -> Iterator[Head]:
-    """A daemon started under umask 022 in a home anyone may enter and list."""
+    """A daemon started under umask 022 in a home anyone may enter."""
     base = Path(tempfile.mkdtemp(prefix="gbatch-private-", dir="/tmp"))
     base.chmod(0o755)
     old_umask = os.umask(0o022)
     try:
         head = make_head(base / "home", config=FAST_CONFIG)
-        head.home.chmod(0o755)
+        head.home.chmod(0o711)  # others reach the socket, list nothing
         head.start()
     finally:
         os.umask(old_umask)
@@ -103,3 +104,17 @@ def test_another_user_cannot_read_the_store_the_daemon_log_or_a_job_log(
         outcomes = reader.read().decode().split(",")
     os.waitpid(pid, 0)
     assert outcomes == ["denied", "denied", "denied"]
+
+
+def test_a_home_other_users_may_list_is_refused_at_start(tmp_path: Path) -> None:
+    head = make_head(tmp_path / "home", config=FAST_CONFIG)
+    head.home.chmod(0o755)
+    for command in (("daemon", "start"), ("daemon", "run")):
+        done = head.run(*command)
+        assert done.returncode == 2, done
+        assert done.stderr == (
+            f"gbatch daemon: error: {head.home} may be read by other users (mode 755): they "
+            f"could list its jobs' logs and runs. Run `chmod 700 {head.home}` (or 711 when "
+            "other users connect to a socket inside it)\n"
+        )
+    assert sorted(p.name for p in head.home.iterdir()) == ["config.yaml"]  # nothing started

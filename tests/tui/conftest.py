@@ -56,7 +56,7 @@ def tui_head() -> Iterator[Head]:
     base = Path(tempfile.mkdtemp(prefix="gbatch-tui-", dir="/tmp"))
     base.chmod(0o755)
     head = make_head(base / "home", gpus=3, config=FAST_CONFIG + "socket_mode: '666'\n")
-    head.home.chmod(0o755)
+    head.home.chmod(0o711)  # others reach the socket, list nothing
     (head.home / "simulated-gpus.json").write_text(json.dumps(SIMULATED_GPUS))
     head.start()
     yield head

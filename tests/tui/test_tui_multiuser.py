@@ -58,7 +58,7 @@ def start_head(private_data: bool) -> Head:
     base.chmod(0o755)
     config = FAST_CONFIG + f"socket_mode: '666'\nprivate_data: {str(private_data).lower()}\n"
     head = make_head(base / "home", gpus=3, config=config)
-    head.home.chmod(0o755)
+    head.home.chmod(0o711)  # others reach the socket, list nothing
     (head.home / "simulated-gpus.json").write_text(json.dumps(SIMULATED_GPUS))
     head.start()
     return head

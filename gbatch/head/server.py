@@ -8,6 +8,7 @@ a connection may carry many, and a bad one does not close it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import grp
 import json
@@ -19,6 +20,7 @@ import socket
 import socketserver
 import struct
 import threading
+import time
 from functools import cache
 from pathlib import Path
 from typing import IO, Any
@@ -39,6 +41,18 @@ from gbatch.nodes.inventory import Inventory
 
 log = logging.getLogger("gbatchd")
 MAX_REQUEST = 4 * 1024 * 1024
+# Open connections the daemon serves at once: one user's commands, TUIs and scripts, and
+# everyone's together, well under the unit's LimitNOFILE. Root and the daemon's own user
+# are not counted: an admin gets in during a flood.
+MAX_CONNECTIONS_PER_USER = 64
+MAX_CONNECTIONS = 512
+# A refused connection still reads its first request (so the client is not cut off
+# mid-send and gets the reason), for at most this long.
+REFUSAL_READ_SECONDS = 5.0
+# Out of file descriptors, accept() fails while the listening socket stays readable:
+# wait this long before the next try rather than spin.
+ACCEPT_BACKOFF_SECONDS = 0.1
+REFUSAL_LOG_SECONDS = 10.0
 
 
 class AlreadyRunning(Exception):
@@ -64,6 +78,24 @@ class _Connection(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         caller = peer_caller(self.request)
+        refusal = self.server.admit(caller)
+        if refusal is not None:
+            self._refuse(refusal)
+            return
+        try:
+            self._serve(caller)
+        finally:
+            self.server.leave(caller)
+
+    def _refuse(self, reason: str) -> None:
+        """Answer the connection's first request with `reason`, then close it."""
+        self.request.settimeout(REFUSAL_READ_SECONDS)
+        with contextlib.suppress(OSError):
+            self.rfile.readline(MAX_REQUEST)
+            self.wfile.write(json.dumps(wire.error_reply("unavailable", reason)).encode() + b"\n")
+            self.wfile.flush()
+
+    def _serve(self, caller: handlers.Caller) -> None:
         while True:
             line = self.rfile.readline(MAX_REQUEST)
             if not line:
@@ -102,6 +134,58 @@ class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
     request_queue_size = 128  # the default 5 refuses a burst of CLI calls
     daemon: Daemon
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, _Connection)
+        self._counts_lock = threading.Lock()
+        self._open: dict[int, int] = {}  # uid -> connections open, counted ones only
+        self._exempt = {0, os.getuid()}
+        self._refusal_logged: dict[int, float] = {}  # uid -> monotonic time of the last
+
+    def admit(self, caller: handlers.Caller) -> str | None:
+        """Count the caller's new connection in, or say why it is refused (the user's
+        cap, or everyone's)."""
+        if caller.uid in self._exempt:
+            return None
+        with self._counts_lock:
+            mine = self._open.get(caller.uid, 0)
+            if mine >= MAX_CONNECTIONS_PER_USER:
+                why = (
+                    f"{caller.user} has {mine} connections open to gbatchd, the most one user "
+                    "may. Close some (each running gbatch command or TUI holds one) and try again"
+                )
+            elif sum(self._open.values()) >= MAX_CONNECTIONS:
+                why = f"gbatchd serves {MAX_CONNECTIONS} connections already. Try again shortly"
+            else:
+                self._open[caller.uid] = mine + 1
+                return None
+            # One audit line per user per REFUSAL_LOG_SECONDS: a flood must not flood the log.
+            now = time.monotonic()
+            quiet = now - self._refusal_logged.get(caller.uid, -REFUSAL_LOG_SECONDS)
+            if quiet >= REFUSAL_LOG_SECONDS:
+                self._refusal_logged[caller.uid] = now
+        if quiet >= REFUSAL_LOG_SECONDS:
+            handlers.audit(caller, "connect", "daemon", f"refused: {why}")
+        return why
+
+    def leave(self, caller: handlers.Caller) -> None:
+        if caller.uid in self._exempt:
+            return
+        with self._counts_lock:
+            left = self._open.get(caller.uid, 0) - 1
+            if left > 0:
+                self._open[caller.uid] = left
+            else:
+                self._open.pop(caller.uid, None)
+
+    def get_request(self) -> tuple[Any, Any]:
+        try:
+            return super().get_request()
+        except OSError as err:
+            if err.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                log.warning("cannot accept a connection (%s); waiting for descriptors", err)
+                time.sleep(ACCEPT_BACKOFF_SECONDS)
+            raise
 
 
 def _take_lock(paths: Paths) -> IO[str]:
@@ -161,7 +245,7 @@ def _make_socket(paths: Paths, config: Config, gid: int | None) -> _Server:
         for stale in {paths.socket, paths.home_socket}:
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
-        server = _Server(str(paths.socket), _Connection)
+        server = _Server(str(paths.socket))
         if gid is not None:
             os.chown(paths.socket, -1, gid)
         os.chmod(paths.socket, config.socket_mode)

@@ -155,3 +155,9 @@ def test_bad_socket_settings_name_the_key_and_the_fix(
     with pytest.raises(ConfigError, match=message) as caught:
         load_config(paths, {})
     assert str(caught.value).startswith(f"{paths.config_file}: ")
+
+
+def test_the_unit_gives_the_daemon_descriptors_for_every_connection_it_serves() -> None:
+    from gbatch.head.server import MAX_CONNECTIONS
+
+    assert int(unit()["Service"]["LimitNOFILE"]) >= 8 * MAX_CONNECTIONS

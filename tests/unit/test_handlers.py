@@ -217,3 +217,25 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
             assert expected is None or expected in reply, (request, reply)
         else:
             assert reply["kind"] == expected, (request, reply)
+
+
+def test_accept_out_of_descriptors_waits_instead_of_spinning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import socketserver
+
+    from gbatch.head import server
+
+    def out_of_descriptors(self: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    waits: list[float] = []
+    made = server._Server(str(tmp_path / "s.sock"))
+    try:
+        monkeypatch.setattr(socketserver.TCPServer, "get_request", out_of_descriptors)
+        monkeypatch.setattr(server.time, "sleep", waits.append)
+        made._handle_request_noblock()  # type: ignore[attr-defined]
+    finally:
+        made.server_close()
+    assert waits == [server.ACCEPT_BACKOFF_SECONDS]

@@ -102,6 +102,15 @@ def is_gone(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] == "Z"
 
 
+def require_root(why: str) -> None:
+    """Acting as another user needs root: a skip on a laptop, a failure in CI (where a
+    missing component never passes as a skip)."""
+    if os.getuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run as root {why}")
+        pytest.skip(f"needs root {why}")
+
+
 def make_head(home: Path, gpus: int = 2, config: str = FAST_CONFIG) -> Head:
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     (home / "config.yaml").write_text(config)

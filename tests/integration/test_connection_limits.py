@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Head
+from conftest import Head, require_root
 
 from gbatch import wire
 from gbatch.client import Client, RequestFailed
@@ -22,11 +22,7 @@ NOBODY = pwd.getpwnam("nobody")
 
 @pytest.fixture(autouse=True)
 def _root_only() -> None:
-    """Acting as another user needs root: a skip on a laptop, a failure in CI."""
-    if os.getuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI must run as root to act as another user")
-        pytest.skip("needs root to act as another user")
+    require_root("to act as another user")
 
 
 def flood_as_nobody(socket_path: Path, report: int, go_on: int) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from asuser import User, as_user, preload, run_cli, temp_users
-from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head
+from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, require_root
 
 from gbatch import wire
 from gbatch.client import Client, RequestFailed
@@ -48,10 +48,7 @@ AUDIT = re.compile(
 
 @pytest.fixture(autouse=True)
 def _root_only() -> None:
-    if os.getuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI must run as root: these tests create Unix users")
-        pytest.skip("needs root to create users and act as them")
+    require_root("to create Unix users and act as them")
     preload()
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Head
+from conftest import Head, require_root
 
 from gbatch import wire
 from gbatch.client import Client, RequestFailed
@@ -22,11 +22,7 @@ from gbatch.client import Client, RequestFailed
 
 @pytest.fixture(autouse=True)
 def _root_only() -> None:
-    """Acting as another user needs root: a skip on a laptop, a failure in CI."""
-    if os.getuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI must run as root to act as another user")
-        pytest.skip("needs root to act as another user")
+    require_root("to act as another user")
 
 
 NOBODY = pwd.getpwnam("nobody")

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAST_CONFIG, Head, make_head
+from asuser import User, as_user
+from conftest import FAST_CONFIG, Head, make_head, require_root
 
 NOBODY = pwd.getpwnam("nobody")
 
@@ -69,10 +70,10 @@ def test_the_heads_files_are_private_under_umask_022(open_home_head: Head) -> No
     assert oct(mode(home / "run")) == "0o700"
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="needs root to become another user")
 def test_another_user_cannot_read_the_store_the_daemon_log_or_a_job_log(
     open_home_head: Head,
 ) -> None:
+    require_root("to act as another user")
     head = open_home_head
     job_id = submit_with_env(head)
     head.wait_state(job_id, "COMPLETED")
@@ -81,29 +82,19 @@ def test_another_user_cannot_read_the_store_the_daemon_log_or_a_job_log(
         head.home / "gbatchd.log",
         head.home / "logs" / f"{job_id}.log",
     ]
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: become nobody for good, then try each file
-        os.close(read_end)
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY.pw_gid)
-            os.setuid(NOBODY.pw_uid)
-            outcomes = []
-            for target in targets:
-                try:
-                    target.read_bytes()
-                    outcomes.append("read")
-                except PermissionError:
-                    outcomes.append("denied")
-            os.write(write_end, ",".join(outcomes).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as reader:
-        outcomes = reader.read().decode().split(",")
-    os.waitpid(pid, 0)
-    assert outcomes == ["denied", "denied", "denied"]
+
+    def try_each() -> list[str]:
+        outcomes = []
+        for target in targets:
+            try:
+                target.read_bytes()
+                outcomes.append("read")
+            except PermissionError:
+                outcomes.append("denied")
+        return outcomes
+
+    nobody = User(NOBODY.pw_name, NOBODY.pw_uid, NOBODY.pw_gid)
+    assert as_user(nobody, try_each) == ["denied", "denied", "denied"]
 
 
 def test_a_home_other_users_may_list_is_refused_at_start(tmp_path: Path) -> None:

@@ -124,6 +124,27 @@ def check_private_home(home: Path) -> None:
         )
 
 
+def check_socket_directory(socket: Path, config: Config) -> None:
+    """ConfigError when a socket other users may connect to lies in a directory they
+    may write: one of them could put a socket of their own there (while the daemon is
+    stopped, or in place of a stale one) and receive everyone's requests and secrets."""
+    if not config.socket_mode & 0o077:
+        return
+    directory = socket.parent
+    try:
+        info = directory.stat()
+    except FileNotFoundError:
+        return  # made by the daemon, 0755, its own
+    if info.st_mode & 0o022 or info.st_uid not in (0, os.geteuid()):
+        raise ConfigError(
+            f"the socket {socket} is open to other users (socket_mode "
+            f"{config.socket_mode:o}) but {directory} may be written by others (mode "
+            f"{info.st_mode & 0o7777:o}, owner uid {info.st_uid}): one could put their own "
+            "socket there. Put socket_path in a directory only gbatchd's user may write, "
+            "such as /run/gbatch"
+        )
+
+
 def resolve_paths(environ: Mapping[str, str], system_socket: Path = SYSTEM_SOCKET) -> Paths:
     """The files of the calling user's gbatch, and the socket to reach a daemon on:
     GBATCH_SOCKET, else GBATCH_HOME's, else `system_socket` when it exists (a lab's
@@ -155,6 +176,17 @@ def daemon_paths(paths: Paths, config: Config) -> Paths:
 
 
 @dataclass(frozen=True)
+class RootInContainers:
+    """`root_in_containers:` in config.yaml: where a container may keep its image's user."""
+
+    images: tuple[str, ...] = ()  # fnmatch patterns over the image reference
+    nodes: tuple[str, ...] = ()  # node names, as in the inventory
+
+    def __bool__(self) -> bool:
+        return bool(self.images or self.nodes)
+
+
+@dataclass(frozen=True)
 class Config:
     tick_seconds: float = 1.0  # the daemon's loop wakes at least this often
     report_interval: float = 1.0  # seconds between the agent's GPU reports
@@ -183,9 +215,9 @@ class Config:
     node_lease_seconds: float = 300.0
     # Container policy (gbatch/policy.py). Host paths jobs may mount: none by default.
     mount_roots: tuple[MountRoot, ...] = ()
-    # Containers run as their submitter's uid:gid, not as the image's user (root).
-    run_as_submitter: bool = False
-    allow_root_jobs: bool = False  # with run_as_submitter: may root's jobs run as root?
+    # Jobs always run as their submitter. These images (fnmatch patterns) and nodes
+    # keep the image's own user (often root) in containers that mount no host path.
+    root_in_containers: RootInContainers = RootInContainers()
     job_network: str = "bridge"  # docker --network for every job
     allow_host_network: bool = False  # job_network: host needs this too
     # Networks a container job may pick with `network:` instead of job_network.
@@ -205,8 +237,8 @@ class Config:
             network=self.job_network,
             capabilities=self.job_capabilities,
             networks=self.job_networks,
-            run_as_submitter=self.run_as_submitter,
-            allow_root_jobs=self.allow_root_jobs,
+            root_images=self.root_in_containers.images,
+            root_nodes=self.root_in_containers.nodes,
         )
 
 
@@ -252,6 +284,24 @@ def _check_mount_roots(value: object, bad: Callable[[str], ConfigError]) -> tupl
     return tuple(roots)
 
 
+def _check_root_in_containers(value: object, bad: Callable[[str], ConfigError]) -> RootInContainers:
+    usage = 'a mapping like {images: ["lab/admin-tools:*"], nodes: [gpu07]}'
+    if value is None:
+        return RootInContainers()
+    if not isinstance(value, dict) or set(value) - {"images", "nodes"}:
+        raise bad(usage)
+    lists: dict[str, tuple[str, ...]] = {}
+    for key in ("images", "nodes"):
+        items = value.get(key) or []
+        if not isinstance(items, list) or not all(
+            isinstance(item, str) and item and not item.startswith("-") and item.isprintable()
+            for item in items
+        ):
+            raise bad(f"{usage}; {key} is a list of names")
+        lists[key] = tuple(dict.fromkeys(items))
+    return RootInContainers(lists["images"], lists["nodes"])
+
+
 def _check_flag(value: object, bad: Callable[[str], ConfigError]) -> bool:
     if not isinstance(value, bool):
         raise bad("true or false")
@@ -290,8 +340,7 @@ def _check_capabilities(value: object, bad: Callable[[str], ConfigError]) -> tup
 
 _POLICY_KEYS: Mapping[str, Callable[[object, Callable[[str], ConfigError]], object]] = {
     "mount_roots": _check_mount_roots,
-    "run_as_submitter": _check_flag,
-    "allow_root_jobs": _check_flag,
+    "root_in_containers": _check_root_in_containers,
     "job_network": _check_network,
     "allow_host_network": _check_flag,
     "job_networks": _check_networks,
@@ -334,10 +383,31 @@ def load_config(paths: Paths, environ: Mapping[str, str]) -> Config:
     return config
 
 
+# Settings that are gone: the value that still means what it did (None: none does),
+# and what to do instead.
+_REMOVED: Mapping[str, tuple[object, str]] = {
+    "run_as_submitter": (
+        True,
+        "jobs always run as their submitter now, so it can no longer be turned off. "
+        "Remove the line",
+    ),
+    "allow_root_jobs": (
+        None,
+        "root's jobs run as root and everyone else's as themselves. Remove the line (for "
+        "images that need their own user, see root_in_containers in docs/security.md)",
+    ),
+}
+
+
 def _validate(raw: Mapping[str, object], source: str) -> Config:
     known = {f.name for f in fields(Config)}
     values: dict[str, object] = {}
     for key, value in raw.items():
+        if key in _REMOVED:
+            still, instead = _REMOVED[key]
+            if value is still:
+                continue
+            raise ConfigError(f"{source}: {key} is no longer a setting: {instead}")
         if not isinstance(key, str) or key not in known:
             import difflib
 

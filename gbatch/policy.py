@@ -7,12 +7,13 @@ naming the field. Their settings come as one ContainerPolicy value, which the he
 Config builds (`Config.container_policy`): this module knows nothing of config files.
 The daemon calls check_submission at submit, and containers.docker_run_argv checks
 mounts again as the last guard before `docker run`. Reading the filesystem (symlinks)
-and the password database is left to the callers, passed in as `resolve` or done in
-submitter_identity.
+and the password database is left to the callers, passed in as `resolve` (see
+gbatch.nodes.resolve) or done in submitter_identity.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import posixpath
 import pwd
@@ -87,17 +88,18 @@ class MountRoot:
 @dataclass(frozen=True)
 class ContainerPolicy:
     """What the site grants any container: the head's config.yaml settings of the same
-    meaning (mount_roots, job_network, job_capabilities, job_networks, run_as_submitter,
-    allow_root_jobs). The default is the safest: no mounts, the default bridge network,
-    DEFAULT_CAPABILITIES, the image's own user."""
+    meaning (mount_roots, job_network, job_capabilities, job_networks,
+    root_in_containers). The default is the safest: no mounts, the default bridge
+    network, DEFAULT_CAPABILITIES, every container as its submitter."""
 
     mount_roots: tuple[MountRoot, ...] = ()
     network: str = "bridge"
     capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
     networks: tuple[str, ...] = ()  # what a job may pick instead of `network`
-    # Containers run as their submitter's uid:gid, not as the image's user (root).
-    run_as_submitter: bool = False
-    allow_root_jobs: bool = False  # with run_as_submitter: may root's jobs run as root?
+    # root_in_containers: images (fnmatch patterns) and nodes whose containers keep the
+    # image's own user (often root) instead of the submitter's, unless they mount paths.
+    root_images: tuple[str, ...] = ()
+    root_nodes: tuple[str, ...] = ()
 
     def network_for(self, spec: JobSpec) -> str:
         """The network a container of `spec` joins; ValueError when the job picked one
@@ -110,6 +112,17 @@ class ContainerPolicy:
 
     def offered(self) -> str:
         return ", ".join(dict.fromkeys((self.network, *self.networks)))
+
+    def keeps_image_user(self, spec: JobSpec, node: str) -> bool:
+        """Does a container of `spec` on `node` run as its image's user rather than as
+        its submitter? Only where root_in_containers names its image or node, and never
+        with host paths mounted: root there could leave a set-uid file in the mount, or
+        read what its submitter may not."""
+        if spec.image is None or spec.mounts:
+            return False
+        return node in self.root_nodes or any(
+            fnmatch.fnmatchcase(spec.image, pattern) for pattern in self.root_images
+        )
 
 
 @dataclass(frozen=True)
@@ -131,30 +144,18 @@ def check_submission(
     daemon_uid: int | None = None,
 ) -> JobSpec:
     """The spec as it will run, or SpecError: mounts checked against the mount roots
-    (each given an explicit :ro or :rw), and root's jobs refused when containers run
-    as their submitter unless allow_root_jobs. `resolve` (os.path.realpath at the
-    daemon) follows symlinks; None skips that check.
+    (each given an explicit :ro or :rw). `resolve` follows symlinks with the
+    submitter's rights (gbatch.nodes.resolve; ValueError for a path it cannot follow);
+    None skips that check.
 
-    With run_as_submitter, a bare-process job (no image) of anyone but the daemon's
-    own user (`daemon_uid`) is refused: it would run as the daemon's user, which holds
-    the fleet's SSH key and the store."""
-    if (
-        spec.image is None
-        and policy.run_as_submitter
-        and daemon_uid is not None
-        and uid != daemon_uid
-    ):
+    A bare-process job (no image) runs as its submitter, which only a root daemon can
+    arrange: with `daemon_uid` not root, anyone else's is refused."""
+    if spec.image is None and daemon_uid not in (None, 0, uid):
         raise SpecError(
             "image",
-            "jobs without an image would run as the daemon's user, not as you "
-            "(run_as_submitter is on). Add `image:` to run the job in a container",
-        )
-    root_in_container = spec.image is not None and policy.run_as_submitter and uid == 0
-    if root_in_container and not policy.allow_root_jobs:
-        raise SpecError(
-            "user",
-            "root's jobs would run as root in their containers (run_as_submitter is on). "
-            "Submit as your own user, or set allow_root_jobs: true in the head's config.yaml",
+            "this daemon does not run as root, so it cannot start a process as you: it runs "
+            "bare jobs of its own user only. Add `image:` (containers run as you), or ask "
+            "an admin to run the daemon as root (docs/security.md: jobs run as their submitter)",
         )
     if spec.network is not None:
         if spec.image is None:
@@ -213,16 +214,22 @@ def check_mounts(
         source = _normal(source)
         writable = _root_writability(source, user, roots, field)
         if resolve is not None:
-            real = _normal(resolve(source))
+            try:
+                real = _normal(resolve(source))
+            except ValueError as err:
+                raise SpecError(
+                    field,
+                    f"{source} cannot be followed as {user} ({err}): a directory on the way "
+                    "is closed to you. Mount a path you can reach",
+                ) from None
             if real != source:
-                roots_real = [
-                    *roots,
-                    *(
-                        MountRoot(_normal(resolve(base)), root.writable)
-                        for root in roots
-                        if (base := root.for_user(user)) is not None
-                    ),
-                ]
+                if _is_docker_socket(real):
+                    raise SpecError(
+                        field,
+                        f"{source} leads through a symlink to {real}, which would expose the "
+                        "docker socket, i.e. root on the host. Remove the mount",
+                    )
+                roots_real = [*roots, *_resolved_roots(roots, user, resolve)]
                 try:
                     writable = min(writable, _root_writability(real, user, roots_real, field))
                 except SpecError:
@@ -239,6 +246,23 @@ def check_mounts(
             )
         checked.append(f"{source}:{_normal(target)}:{mode or ('rw' if writable else 'ro')}")
     return tuple(checked)
+
+
+def _resolved_roots(
+    roots: Sequence[MountRoot], user: str, resolve: Callable[[str], str]
+) -> list[MountRoot]:
+    """The roots as their real paths, for a source that is a symlink; a root that
+    cannot be followed adds nothing (which only ever refuses more)."""
+    resolved = []
+    for root in roots:
+        base = root.for_user(user)
+        if base is None:
+            continue
+        try:
+            resolved.append(MountRoot(_normal(resolve(base)), root.writable))
+        except ValueError:
+            continue
+    return resolved
 
 
 def mounts_at_start(
@@ -264,7 +288,7 @@ def paths_to_resolve(spec: JobSpec, user: str, policy: ContainerPolicy) -> list[
 
 def _root_writability(source: str, user: str, roots: Sequence[MountRoot], field: str) -> bool:
     """Whether the roots holding `source` allow writing; SpecError when none holds it."""
-    if source in DOCKER_SOCKET_PATHS or posixpath.basename(source) == "docker.sock":
+    if _is_docker_socket(source):
         raise SpecError(
             field,
             f"{source} would expose the docker socket, i.e. root on the host. Remove the mount",
@@ -281,20 +305,19 @@ def _root_writability(source: str, user: str, roots: Sequence[MountRoot], field:
     return any(holding)
 
 
+def _is_docker_socket(path: str) -> bool:
+    return path in DOCKER_SOCKET_PATHS or posixpath.basename(path) == "docker.sock"
+
+
 def _normal(path: str) -> str:
     # normpath keeps a leading "//" (POSIX leaves its meaning open); docker does not.
     return "/" + posixpath.normpath(path).lstrip("/")
 
 
-def submitter_identity(job_uid: int, policy: ContainerPolicy) -> RunAs | None:
-    """The user a job's container runs as: None (the image's user) unless
-    run_as_submitter; then the submitter's uid, primary gid and groups from this
+def submitter_identity(job_uid: int) -> RunAs:
+    """The user a job runs as: its submitter's uid, primary gid and groups, from this
     machine's password and group databases. Raises ValueError when the uid is unknown
-    here, or is root's while allow_root_jobs is off."""
-    if not policy.run_as_submitter:
-        return None
-    if job_uid == 0 and not policy.allow_root_jobs:
-        raise ValueError("root's jobs may not run as root (allow_root_jobs is off)")
+    here."""
     try:
         entry = pwd.getpwuid(job_uid)
     except KeyError:

@@ -1,4 +1,5 @@
-"""The supervisor of one bare-process run: `python -m gbatch.shim RUN_DIR -- ARGV...`.
+"""The supervisor of one bare-process run:
+`python -m gbatch.shim RUN_DIR [--as UID GID GROUPS WORKDIR] -- ARGV...`.
 
 The daemon starts the shim in a session of its own, so the run outlives the daemon
 (a restart, a crash), with its stdout and stderr on the job's log. The shim starts
@@ -6,6 +7,12 @@ the job in a new process group, records that group in RUN_DIR/pids.json so the d
 can signal the whole group, copies the job's output into the log, waits, and writes
 RUN_DIR/exit.json atomically: the daemon learns the exit status from the file,
 whether or not it is the shim's parent any more.
+
+With `--as`, the shim (run by a root daemon) starts the job as its submitter: their
+uid, primary gid and groups (GROUPS: comma-separated, may be empty), umask 022, and
+WORKDIR entered with their rights. The shim itself stays the daemon's user, so the job
+cannot touch RUN_DIR, its exit record or the shim, and the daemon can still signal the
+job's whole group.
 
 Output goes through the shim (a pipe), not straight to the file, so a log that cannot
 be written (a full disk) never makes the job's own writes fail: the shim drops that
@@ -28,8 +35,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from gbatch.nodes.joblog import LogWriter
 
@@ -39,6 +48,8 @@ RETRY_SECONDS = 1.0
 # After the job exits: how long its output may still take to drain from the pipe. It
 # drains at once unless a process the job left behind holds the pipe open.
 OUTPUT_GRACE_SECONDS = 1.0
+# A job started for another user gets a login's usual umask, not the daemon's.
+JOB_UMASK = 0o022
 
 
 def write_atomically(path: Path, data: dict[str, object]) -> None:
@@ -95,15 +106,73 @@ def copy_output(source: int, writer: LogWriter) -> None:
         os.close(source)
 
 
+@dataclass(frozen=True)
+class Identity:
+    """Whom the job runs as when the shim (root) starts it for its submitter."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    workdir: str
+
+    def popen_options(self) -> dict[str, Any]:
+        """subprocess.Popen's switch to this user: groups, gid, uid, then (as them) the
+        workdir. A login's umask, not the daemon's."""
+        return {
+            "user": self.uid,
+            "group": self.gid,
+            "extra_groups": sorted({self.gid, *self.groups}),
+            "umask": JOB_UMASK,
+            "preexec_fn": partial(_enter_workdir, self.workdir),
+        }
+
+
+def _enter_workdir(workdir: str) -> None:
+    """In the job's process, after it became its user: the workdir is entered with the
+    user's rights, not root's. A failure ends it (126), said on its log. No workdir
+    (""): the user's HOME, or / when they have none to enter."""
+    if not workdir:
+        try:
+            os.chdir(os.environ.get("HOME") or "/")
+        except OSError:
+            os.chdir("/")
+        return
+    try:
+        os.chdir(workdir)
+    except OSError as err:
+        os.write(2, f"gbatch: cannot enter the workdir {workdir}: {err.strerror}\n".encode())
+        os._exit(126)
+
+
+def parse_args(argv: list[str]) -> tuple[Path, Identity | None, list[str]] | None:
+    """RUN_DIR [--as UID GID GROUPS WORKDIR] -- ARGV...; None when it is not that.
+    An empty WORKDIR: the user's HOME."""
+    if len(argv) >= 8 and argv[1] == "--as" and argv[6] == "--":
+        uid, gid, groups, workdir = argv[2:6]
+        identity = Identity(
+            int(uid), int(gid), tuple(int(g) for g in groups.split(",") if g), workdir
+        )
+        return Path(argv[0]), identity, argv[7:]
+    if len(argv) >= 3 and argv[1] == "--":
+        return Path(argv[0]), None, argv[2:]
+    return None
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m gbatch.shim RUN_DIR -- ARGV...", file=sys.stderr)
+    parsed = parse_args(argv)
+    if parsed is None:
+        print(
+            "usage: python -m gbatch.shim RUN_DIR [--as UID GID GROUPS WORKDIR] -- ARGV...",
+            file=sys.stderr,
+        )
         return 2
-    run_dir = Path(argv[0])
-    command = argv[2:]
+    run_dir, identity, command = parsed
+    switch = identity.popen_options() if identity is not None else {}
     output, job_output = os.pipe()
     try:
-        child = subprocess.Popen(command, process_group=0, stdout=job_output, stderr=job_output)
+        child = subprocess.Popen(
+            command, process_group=0, stdout=job_output, stderr=job_output, **switch
+        )
     except OSError as err:
         os.close(output)
         os.close(job_output)

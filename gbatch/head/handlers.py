@@ -24,6 +24,8 @@ from gbatch import __version__, policy, wire
 from gbatch.head.daemon import Daemon
 from gbatch.head.store import JobNotFound, StateChange, StoreError, StoreFull, Submission
 from gbatch.model import IllegalTransition, Job, JobSpec, JobState
+from gbatch.nodes import resolve
+from gbatch.nodes.base import HostError
 from gbatch.spec import SpecError, build_spec, secret_env_values
 from gbatch.timefmt import MAX_TIME_LIMIT_S
 
@@ -185,6 +187,20 @@ def ping(daemon: Daemon, caller: Caller, request: wire.Ping) -> dict[str, Any]:
     }
 
 
+def _mount_resolver(
+    spec: JobSpec, caller: Caller, site: policy.ContainerPolicy
+) -> resolve.Resolved | None:
+    """The job's mount paths followed on this machine with the submitter's rights
+    (a child process that becomes them, when the daemon is root); None without mounts."""
+    if not spec.mounts:
+        return None
+    try:
+        run_as = policy.submitter_identity(caller.uid)
+        return resolve.resolve_here(run_as, policy.paths_to_resolve(spec, caller.user, site))
+    except (ValueError, HostError) as err:
+        raise Refused("invalid", f"mounts: cannot follow them as {caller.user}: {err}") from err
+
+
 def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, Any]:
     """Queue one spec, or `count` copies of it (an array: one transaction)."""
     raw = request.spec
@@ -207,13 +223,13 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
     spec = replace(spec, time_limit=limit)
-    try:  # the site's policy: mount roots (symlinks followed), root's and bare jobs
+    try:  # the site's policy: mount roots (symlinks followed as the submitter), bare jobs
         spec = policy.check_submission(
             spec,
             uid=caller.uid,
             user=caller.user,
             policy=daemon.config.container_policy,
-            resolve=os.path.realpath,
+            resolve=_mount_resolver(spec, caller, daemon.config.container_policy),
             daemon_uid=os.getuid(),
         )
     except SpecError as err:

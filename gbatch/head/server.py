@@ -31,6 +31,7 @@ from gbatch.config import (
     ConfigError,
     Paths,
     check_private_home,
+    check_socket_directory,
     daemon_paths,
     make_private,
 )
@@ -270,6 +271,33 @@ def _answers(path: Path) -> bool:
     return True
 
 
+def _say_whom_jobs_run_as(config: Config, node_names: set[str]) -> None:
+    """Log, once at start, whom jobs run as; ConfigError for root_in_containers naming a
+    node the fleet does not have (a typo must not pass unseen)."""
+    unknown = [name for name in config.root_in_containers.nodes if name not in node_names]
+    if unknown:
+        raise ConfigError(
+            f"root_in_containers: node {unknown[0]} is not in the fleet "
+            f"({', '.join(sorted(node_names))}). Fix the name or remove it"
+        )
+    if os.geteuid() == 0:
+        log.info("jobs run as their submitters (bare jobs through the shim, containers --user)")
+    else:
+        log.info(
+            "gbatchd is not root: it runs bare jobs of its own user only and refuses others' "
+            "(containers run as their submitter with --user)"
+        )
+    where = config.root_in_containers
+    if where:
+        log.warning(
+            "root_in_containers: containers of images %s and on nodes %s keep their image's "
+            "user (often root) when they mount no host path: such a job has root's power "
+            "over its container and the devices it is given. See docs/security.md",
+            ", ".join(where.images) or "(none)",
+            ", ".join(where.nodes) or "(none)",
+        )
+
+
 def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
     """Run gbatchd in the foreground until SIGTERM/SIGINT or a shutdown request.
 
@@ -279,10 +307,17 @@ def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
     paths = daemon_paths(paths, config)
     gid = _socket_group_id(paths, config)
     check_private_home(paths.home)
+    check_socket_directory(paths.socket, config)
     paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock = _take_lock(paths)
     store = Store(paths.store)
     daemon = Daemon(paths, config, store, inventory=inventory)
+    try:
+        _say_whom_jobs_run_as(config, set(daemon.fleet.nodes))
+    except ConfigError:
+        store.close()
+        lock.close()
+        raise
     daemon.fleet.start()
     daemon.sweep_finished_runs()
     server = _make_socket(paths, config, gid)

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +26,7 @@ from gbatch import policy as site_policy
 from gbatch.model import Job, JobSpec
 from gbatch.nodes.base import CommandResult, HostError, LaunchError, job_env, launch_secrets
 from gbatch.nodes.joblog import mark_attempt_start
+from gbatch.nodes.resolve import parse_resolved, resolver_argv
 from gbatch.policy import ContainerPolicy, RunAs, check_mounts
 from gbatch.spec import SpecError
 
@@ -399,6 +401,7 @@ class ContainerLauncher:
     label_node: bool = False
     extra_options: tuple[str, ...] = ()
     timeout: float = 30.0  # seconds for any one command on the host
+    python: str = sys.executable  # the node's Python, to resolve mount paths there
 
     def launch(
         self,
@@ -432,7 +435,7 @@ class ContainerLauncher:
                 docker=self.docker,
                 node=self.node if self.label_node else None,
                 policy=self.policy,
-                run_as=site_policy.submitter_identity(job.uid, self.policy),
+                run_as=self._run_as(job),
                 extra_options=self.extra_options,
             )
             env_text = env_file_text(env)
@@ -465,21 +468,27 @@ class ContainerLauncher:
             error = error_line(stderr, f"exit status {result.exit_status}")
             raise LaunchError(f"docker run{self.where} failed: {error}")
 
+    def _run_as(self, job: Job) -> RunAs | None:
+        """The submitter, unless root_in_containers lets this container keep its
+        image's user. ValueError when the submitter's uid is unknown here."""
+        if self.policy.keeps_image_user(job.spec, self.node):
+            return None
+        return site_policy.submitter_identity(job.uid)
+
     def _spec_at_start(self, job: Job) -> JobSpec:
         """The job's spec with its mounts checked again, following symlinks as they are
-        now on the host (one `realpath` call): a path may have become one since submit."""
+        now on the host, with the submitter's rights (gbatch.nodes.resolve, one
+        command): a path may have become one since submit."""
         if not job.spec.mounts:
             return job.spec
         paths = site_policy.paths_to_resolve(job.spec, job.user, self.policy)
         try:
-            result = self.host.run(["realpath", "-m", "--", *paths], timeout=self.timeout)
+            run_as = site_policy.submitter_identity(job.uid)
+        except ValueError as err:
+            raise LaunchError(f"cannot resolve the job's mount paths{self.where}: {err}") from err
+        try:
+            result = self.host.run(resolver_argv(self.python, run_as, paths), timeout=self.timeout)
+            resolved = parse_resolved(result, paths)
         except HostError as err:
             raise LaunchError(f"cannot resolve the job's mount paths{self.where}: {err}") from err
-        lines = result.stdout.decode(errors="replace").splitlines()
-        if result.exit_status != 0 or len(lines) != len(paths):
-            error = result.stderr.decode(errors="replace").strip()
-            raise LaunchError(f"cannot resolve the job's mount paths{self.where}: {error}")
-        resolved = dict(zip(paths, lines, strict=True))
-        return site_policy.mounts_at_start(
-            job.spec, job.user, self.policy, lambda path: resolved.get(path, path)
-        )
+        return site_policy.mounts_at_start(job.spec, job.user, self.policy, resolved)

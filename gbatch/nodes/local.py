@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -241,11 +242,17 @@ class LocalNode:
             self._launch_container(job, attempt, gpus, run_dir)
 
     def _launch_process(self, job: Job, attempt: int, gpus: Sequence[int], run_dir: Path) -> None:
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(("GBATCH_", "NVIDIA_")) and not key.endswith("_VISIBLE_DEVICES")
-        }
+        switch = _switch_to_submitter(job)
+        env = (
+            {
+                key: value
+                for key, value in os.environ.items()
+                if not key.startswith(("GBATCH_", "NVIDIA_"))
+                and not key.endswith("_VISIBLE_DEVICES")
+            }
+            if switch is None
+            else _login_env(switch)
+        )
         env.update(job_env(job, attempt, gpus, self.name))
         # Secrets go in the process environment: /proc/PID/environ is readable by the
         # job's own user and root only, and `ps` shows argv, not the environment.
@@ -253,18 +260,40 @@ class LocalNode:
         # NVML and nvidia-smi number GPUs in PCI order; CUDA's default order differs.
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        # Another user's job without a workdir starts in their HOME (or /, without one).
+        workdir = job.spec.workdir or ("" if switch is not None else "/")
+        identity = (
+            []
+            if switch is None
+            else [
+                "--as",
+                str(switch.pw_uid),
+                str(switch.pw_gid),
+                ",".join(str(g) for g in _groups_of(switch)),
+                workdir,
+            ]
+        )
         try:
             log = open_log(self.paths.job_log(job.id))
         except OSError as err:
             raise LaunchError(f"cannot open its log: {err}") from err
         try:
             shim = subprocess.Popen(
-                [sys.executable, "-m", "gbatch.shim", str(run_dir), "--", *job.spec.command],
+                [
+                    sys.executable,
+                    "-m",
+                    "gbatch.shim",
+                    str(run_dir),
+                    *identity,
+                    "--",
+                    *job.spec.command,
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 env=env,
-                cwd=job.spec.workdir or "/",
+                # Another user's workdir is entered by the job itself, as that user.
+                cwd=workdir if switch is None else "/",
                 start_new_session=True,
             )
         except OSError as err:
@@ -397,6 +426,44 @@ class LocalNode:
                 (run_dir / name).unlink()
         with contextlib.suppress(OSError):
             run_dir.rmdir()
+
+
+def _switch_to_submitter(job: Job) -> pwd.struct_passwd | None:
+    """The passwd entry a bare job must switch to, or None when it runs as the daemon's
+    own user (the submitter is that user, or root's job under a root daemon). Raises
+    LaunchError when it cannot run as its submitter: a daemon that is not root cannot
+    switch (the submit check refuses such jobs; this catches one queued before)."""
+    if job.uid == os.geteuid():
+        return None
+    if os.geteuid() != 0:
+        raise LaunchError(
+            f"it would run as the daemon's user, not as its submitter {job.user} (uid "
+            f"{job.uid}): only a root daemon starts processes as other users"
+        )
+    try:
+        return pwd.getpwuid(job.uid)
+    except KeyError:
+        raise LaunchError(f"its submitter's uid {job.uid} has no entry in passwd here") from None
+
+
+def _groups_of(entry: pwd.struct_passwd) -> list[int]:
+    return sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid)) - {entry.pw_gid})
+
+
+def _login_env(entry: pwd.struct_passwd) -> dict[str, str]:
+    """What a login of the submitter starts with, instead of the root daemon's own
+    environment (its paths, sockets and credentials are not the job's)."""
+    env = {
+        "HOME": entry.pw_dir,
+        "USER": entry.pw_name,
+        "LOGNAME": entry.pw_name,
+        "SHELL": entry.pw_shell or "/bin/sh",
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+    }
+    for key in ("LANG", "LC_ALL", "TZ"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    return env
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -156,6 +156,7 @@ class RemoteNode:
             label_node=True,
             extra_options=node.docker_options,
             timeout=COMMAND_TIMEOUT,
+            python=node.agent_python,
         )
         # Each run's `docker logs -f` and `docker wait`: on connections of their own, as
         # sshd allows only so many channels on one (see gbatch/nodes/ssh.py).

@@ -1,7 +1,7 @@
 """Audit of the container policy on a real fleet: what `docker inspect` shows for every
 container gbatch started, for root's jobs and another real user's.
 
-The head runs with run_as_submitter and mount roots (`<base>/data/{user}` writable,
+Jobs run as their submitter; the head has mount roots (`<base>/data/{user}` writable,
 `<base>/datasets` read-only); jobs are submitted with job files through the real CLI,
 as root and as a user made for the test (in a group of its own, supplementary).
 """
@@ -93,8 +93,6 @@ def site() -> Iterator[Site]:
             config = FAST_CONFIG + yaml.safe_dump(
                 {
                     "socket_mode": "666",
-                    "run_as_submitter": True,
-                    "allow_root_jobs": True,
                     "job_networks": ["none"],
                     "mount_roots": [
                         {"path": f"{base}/data/{{user}}", "writable": True},

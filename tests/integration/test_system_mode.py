@@ -10,6 +10,7 @@ forked children that dropped to their uid (tests/integration/asuser.py).
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 from asuser import User, as_user, preload, temp_users
 from conftest import FAST_CONFIG, kill_leftover_jobs, wait_for
+from dockerenv import TEST_IMAGE, require_docker
 
 from gbatch import wire
 from gbatch.client import Client, DaemonUnavailable
@@ -163,6 +165,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=10)
 
 
+@pytest.mark.docker
 def test_the_service_users_daemon_serves_its_group_and_nobody_else(service: Service) -> None:
     svc, alice, bob, group = (service.users[k] for k in ("svc", "alice", "bob", "users"))
     require_interpreter_for(svc)
@@ -171,10 +174,13 @@ def test_the_service_users_daemon_serves_its_group_and_nobody_else(service: Serv
         f"socket_path: {service.socket}\nsocket_group: {group.name}\nsocket_mode: '660'\n",
     )
     log = service.state / "gbatchd.log"
-    daemon = start_daemon(service, svc, [group.gid], log)
+    require_docker()  # the service user reaches the engine through the docker group
+    docker_gid = grp.getgrnam("docker").gr_gid
+    daemon = start_daemon(service, svc, [group.gid, docker_gid], log)
     try:
         wait_for(lambda: daemon.poll() is not None or answers(service.socket), 30, "gbatchd")
         assert daemon.poll() is None, log.read_text()
+        assert "gbatchd is not root: it runs bare jobs of its own user only" in log.read_text()
 
         st = service.socket.lstat()
         assert stat.S_ISSOCK(st.st_mode)
@@ -185,13 +191,26 @@ def test_the_service_users_daemon_serves_its_group_and_nobody_else(service: Serv
         preload()
         sock = service.socket
 
-        # Queued held: this test is about the front door, and a job would run as the
-        # service user on the local node, with an interpreter it may not reach here.
+        # A daemon that is not root cannot start a process as alice: her bare job is
+        # refused in one line, and nothing is queued. A container job runs as her
+        # (docker --user); queued held, as this test is about the front door.
         def submit_and_list() -> dict[str, Any]:
-            submitted = cli(sock, "sbatch", "--parsable", "-H", "--wrap", "echo from-alice")
-            return {"sbatch": submitted, "squeue": cli(sock, "squeue", "-h", "-o", "%i %u %t")}
+            bare = cli(sock, "sbatch", "--parsable", "--wrap", "echo from-alice")
+            submitted = cli(
+                sock, "sbatch", "--parsable", "-H", "--image", TEST_IMAGE, "--wrap", "id -u"
+            )
+            return {
+                "bare": bare,
+                "sbatch": submitted,
+                "squeue": cli(sock, "squeue", "-h", "-o", "%i %u %t"),
+            }
 
         done = as_user(alice, submit_and_list)
+        assert done["bare"]["rc"] == 2 and done["bare"]["out"] == ""
+        assert done["bare"]["err"].startswith(
+            "gbatch sbatch: error: image: this daemon does not run as root, so it cannot "
+            "start a process as you"
+        )
         assert done["sbatch"]["rc"] == 0, done["sbatch"]["err"]
         job_id = int(done["sbatch"]["out"])
         assert done["squeue"] == {"rc": 0, "out": f"{job_id} {alice.name} PD\n", "err": ""}

@@ -9,7 +9,16 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from gbatch.config import Config, ConfigError, Paths, load_config, make_private, resolve_paths
+from gbatch.config import (
+    Config,
+    ConfigError,
+    Paths,
+    RootInContainers,
+    check_socket_directory,
+    load_config,
+    make_private,
+    resolve_paths,
+)
 from gbatch.policy import MountRoot
 
 
@@ -105,7 +114,7 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         "node_lease_seconds: 60\n"
         'mount_roots: [{path: "/data/{user}", writable: true}, /datasets]\n'
         "run_as_submitter: true\n"
-        "allow_root_jobs: true\n"
+        'root_in_containers: {images: ["lab/admin:*"], nodes: [gpu07, gpu07]}\n'
         "job_network: none\n"
         "allow_host_network: true\n"
         "job_networks: [labnet, host, labnet]\n"
@@ -129,8 +138,7 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         node_down_seconds=90.0,
         node_lease_seconds=60.0,
         mount_roots=(MountRoot("/data/{user}", writable=True), MountRoot("/datasets")),
-        run_as_submitter=True,
-        allow_root_jobs=True,
+        root_in_containers=RootInContainers(images=("lab/admin:*",), nodes=("gpu07",)),
         job_network="none",
         allow_host_network=True,
         job_networks=("labnet", "host"),
@@ -157,8 +165,7 @@ def test_every_config_key_is_a_config_field() -> None:
         "node_down_seconds",
         "node_lease_seconds",
         "mount_roots",
-        "run_as_submitter",
-        "allow_root_jobs",
+        "root_in_containers",
         "job_network",
         "allow_host_network",
         "job_networks",
@@ -365,3 +372,21 @@ def test_run_dirs_are_private_whatever_the_umask(tmp_path: Path) -> None:
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_a_socket_open_to_others_in_a_directory_others_may_write_is_refused(
+    tmp_path: Path,
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp: anyone could put a socket of their own there
+    with pytest.raises(ConfigError) as caught:
+        check_socket_directory(shared / "gbatchd.sock", Config(socket_mode=0o666))
+    assert f"but {shared} may be written by others (mode 1777" in str(caught.value)
+    assert "such as /run/gbatch" in str(caught.value)
+    # Only the owner may connect: nobody else to deceive.
+    check_socket_directory(shared / "gbatchd.sock", Config(socket_mode=0o600))
+    own = tmp_path / "own"
+    own.mkdir(mode=0o755)
+    own.chmod(0o755)
+    check_socket_directory(own / "gbatchd.sock", Config(socket_mode=0o666))

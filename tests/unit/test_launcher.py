@@ -4,6 +4,8 @@ against real child processes and files."""
 
 from __future__ import annotations
 
+import json
+import pwd
 import stat
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,9 +17,11 @@ from gbatch.model import Job, JobSpec, JobState
 from gbatch.nodes.base import CommandResult, HostError, LaunchError
 from gbatch.nodes.docker import ContainerLauncher, LocalHost
 from gbatch.nodes.local import LocalNode
+from gbatch.nodes.resolve import RESOLVER_SOURCE
 from gbatch.policy import ContainerPolicy, MountRoot
 
 ENV_FILE = "/agent/run/7.2.env"
+NOBODY = pwd.getpwnam("nobody")
 
 
 class RecordingHost:
@@ -28,15 +32,21 @@ class RecordingHost:
         self.files: dict[str, tuple[bytes, int]] = {}
         self.run_answer: CommandResult | HostError = CommandResult(0, b"abc123\n", b"")
         self.put_error: HostError | None = None
-        self.realpath: dict[str, str] = {}
+        self.realpath: dict[str, str] = {}  # what the resolver answers; else the path
+        self.closed: set[str] = set()  # paths the submitter cannot follow
 
     def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        if RESOLVER_SOURCE in argv:
+            paths = argv[argv.index("--") + 1 :]
+            self.calls.append(("resolve", *argv[argv.index(RESOLVER_SOURCE) + 1 :]))
+            answers = [
+                {"error": "Permission denied"}
+                if p in self.closed
+                else {"path": self.realpath.get(p, p)}
+                for p in paths
+            ]
+            return CommandResult(0, "".join(json.dumps(a) + "\n" for a in answers).encode(), b"")
         self.calls.append(tuple(argv))
-        if argv[0] == "realpath":
-            paths = argv[3:]
-            return CommandResult(
-                0, "".join(self.realpath.get(p, p) + "\n" for p in paths).encode(), b""
-            )
         if argv[0] == "rm":
             self.files.pop(argv[-1], None)
             return CommandResult(0, b"", b"")
@@ -55,7 +65,7 @@ def job(**spec: object) -> Job:
     secrets = spec.pop("secret_values", ())
     return Job(
         id=7,
-        uid=1000,
+        uid=NOBODY.pw_uid,  # a uid this machine's passwd has: the submitter's identity
         user="alice",
         spec=JobSpec(name="train", command=("python", "t.py"), image="img", **spec),  # type: ignore[arg-type]
         state=JobState.CONFIGURING,
@@ -123,7 +133,7 @@ def test_a_policy_refusal_leaves_nothing_behind(tmp_path: Path) -> None:
     host = RecordingHost()
     with pytest.raises(LaunchError, match=r"refused by the container policy on gpu01: .*mount"):
         launcher(tmp_path, host).launch(job(mounts=("/etc:/x",)), 2, [0], ENV_FILE)
-    assert [call[0] for call in host.calls] == ["realpath"]  # asked, nothing written or run
+    assert [call[0] for call in host.calls] == ["resolve"]  # asked, nothing written or run
     assert not Paths(tmp_path).run_dir(7, 2).exists()
 
 
@@ -133,8 +143,13 @@ def test_mounts_are_checked_again_as_the_host_resolves_them(tmp_path: Path) -> N
     launcher(tmp_path, host, policy=policy).launch(
         job(mounts=("/data/alice/run:/out",)), 2, [0], ENV_FILE
     )
-    assert host.calls[0] == ("realpath", "-m", "--", "/data/alice/run", "/data/alice")
-    assert "type=bind,source=/data/alice/run,target=/out" in host.calls[-1]
+    # Resolved as the submitter: their uid, gid and groups.
+    as_submitter = ("--as", str(NOBODY.pw_uid), str(NOBODY.pw_gid))
+    assert host.calls[0][:4] == ("resolve", *as_submitter)
+    assert host.calls[0][5:] == ("--", "/data/alice/run", "/data/alice")
+    run = host.calls[-1]
+    assert "type=bind,source=/data/alice/run,target=/out" in run
+    assert run[run.index("--user") + 1] == f"{NOBODY.pw_uid}:{NOBODY.pw_gid}"
 
     host = RecordingHost()
     host.realpath = {"/data/alice/run": "/etc"}  # made a symlink after submit
@@ -142,7 +157,34 @@ def test_mounts_are_checked_again_as_the_host_resolves_them(tmp_path: Path) -> N
         launcher(tmp_path, host, policy=policy).launch(
             job(mounts=("/data/alice/run:/out",)), 2, [0], ENV_FILE
         )
-    assert [c[0] for c in host.calls] == ["realpath"]
+    assert [c[0] for c in host.calls] == ["resolve"]
+
+    host = RecordingHost()
+    host.closed = {"/data/alice/run"}  # a directory on the way is closed to the submitter
+    with pytest.raises(LaunchError, match="cannot be followed as alice \\(Permission denied\\)"):
+        launcher(tmp_path, host, policy=policy).launch(
+            job(mounts=("/data/alice/run:/out",)), 2, [0], ENV_FILE
+        )
+    assert [c[0] for c in host.calls] == ["resolve"]
+
+
+def test_containers_run_as_their_submitter_unless_root_in_containers_says(tmp_path: Path) -> None:
+    host = RecordingHost()
+    launcher(tmp_path, host).launch(job(), 2, [0], ENV_FILE)
+    assert "--user" in host.calls[-1]
+    keep = ContainerPolicy(
+        mount_roots=(MountRoot("/datasets"),), root_images=("img",), root_nodes=()
+    )
+    host = RecordingHost()
+    launcher(tmp_path, host, policy=keep).launch(job(), 2, [0], ENV_FILE)
+    assert "--user" not in host.calls[-1]  # the image's own user
+    host = RecordingHost()
+    launcher(tmp_path, host, policy=keep).launch(job(mounts=("/datasets:/d",)), 2, [0], ENV_FILE)
+    assert "--user" in host.calls[-1]  # never with a host path mounted
+    host = RecordingHost()
+    on_node = ContainerPolicy(root_nodes=("gpu01",))
+    launcher(tmp_path, host, policy=on_node).launch(job(), 2, [0], ENV_FILE)
+    assert "--user" not in host.calls[-1]
 
 
 def test_a_lost_answer_may_have_started_the_run_and_a_refusal_did_not(tmp_path: Path) -> None:

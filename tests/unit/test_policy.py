@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.config import Config, ConfigError, Paths, load_config
+from gbatch.config import Config, ConfigError, Paths, RootInContainers, load_config
 from gbatch.model import JobSpec
 from gbatch.policy import (
     DEFAULT_CAPABILITIES,
@@ -168,36 +168,40 @@ def test_a_bare_process_job_may_not_mount() -> None:
         )
 
 
-def test_roots_jobs_are_refused_when_containers_run_as_their_submitter() -> None:
-    config = Config(run_as_submitter=True)
-    with pytest.raises(SpecError) as caught:
-        check_submission(spec(), uid=0, user="root", policy=config.container_policy)
-    assert caught.value.field == "user" and "allow_root_jobs: true" in caught.value.message
-    allowed = Config(run_as_submitter=True, allow_root_jobs=True)
-    assert check_submission(spec(), uid=0, user="root", policy=allowed.container_policy) == spec()
-    # Bare processes run as the daemon's user, not in a container: not this rule's business.
+def test_roots_jobs_are_accepted_they_run_as_root() -> None:
+    # A job never runs with rights its submitter lacks: root has them all.
+    policy = Config().container_policy
+    assert check_submission(spec(), uid=0, user="root", policy=policy, daemon_uid=0) == spec()
     bare = spec(image=None)
-    assert check_submission(bare, uid=0, user="root", policy=config.container_policy) is bare
-
-
-def test_identity_is_none_unless_run_as_submitter() -> None:
-    assert submitter_identity(0, Config().container_policy) is None
+    assert check_submission(bare, uid=0, user="root", policy=policy, daemon_uid=0) is bare
 
 
 def test_identity_comes_from_the_password_database() -> None:
     nobody = pwd.getpwnam("nobody")
-    run_as = submitter_identity(nobody.pw_uid, Config(run_as_submitter=True).container_policy)
-    assert run_as is not None
+    run_as = submitter_identity(nobody.pw_uid)
     assert (run_as.uid, run_as.gid) == (nobody.pw_uid, nobody.pw_gid)
     assert nobody.pw_gid not in run_as.groups
-    with pytest.raises(ValueError, match="allow_root_jobs"):
-        submitter_identity(0, Config(run_as_submitter=True).container_policy)
-    root = submitter_identity(
-        0, Config(run_as_submitter=True, allow_root_jobs=True).container_policy
-    )
-    assert root is not None and (root.uid, root.gid) == (0, 0)
+    root = submitter_identity(0)
+    assert (root.uid, root.gid) == (0, 0)
     with pytest.raises(ValueError, match="no entry"):
-        submitter_identity(2_000_000_321, Config(run_as_submitter=True).container_policy)
+        submitter_identity(2_000_000_321)
+
+
+def test_root_in_containers_keeps_the_image_user_only_where_named_and_never_with_mounts() -> None:
+    policy = Config(
+        mount_roots=(MountRoot("/datasets"),),
+        root_in_containers=RootInContainers(images=("lab/admin:*",), nodes=("gpu07",)),
+    ).container_policy
+    admin = JobSpec(name="a", command=("true",), image="lab/admin:2")
+    other = JobSpec(name="o", command=("true",), image="lab/train:1")
+    assert policy.keeps_image_user(admin, "gpu01")
+    assert policy.keeps_image_user(other, "gpu07")
+    assert not policy.keeps_image_user(other, "gpu01")
+    assert not policy.keeps_image_user(replace(admin, image="lab/admin"), "gpu01")
+    # With a host path mounted, root could leave a set-uid file there: the submitter.
+    assert not policy.keeps_image_user(replace(admin, mounts=("/datasets:/d",)), "gpu07")
+    assert not policy.keeps_image_user(replace(other, image=None), "gpu07")
+    assert not Config().container_policy.keeps_image_user(admin, "gpu07")
 
 
 # -- settings ---------------------------------------------------------------------------
@@ -212,7 +216,7 @@ def load(tmp_path: Path, text: str) -> Config:
 def test_the_defaults_are_the_safe_ones(tmp_path: Path) -> None:
     config = load(tmp_path, "")
     assert config.mount_roots == ()
-    assert config.run_as_submitter is False and config.allow_root_jobs is False
+    assert not config.root_in_containers
     assert config.job_network == "bridge" and config.allow_host_network is False
     assert config.job_capabilities == DEFAULT_CAPABILITIES
     assert set(DEFAULT_CAPABILITIES) < DOCKER_DEFAULT_CAPABILITIES
@@ -229,12 +233,12 @@ def test_policy_settings_are_read(tmp_path: Path) -> None:
         "    writable: true\n"
         "  - /datasets\n"
         "run_as_submitter: true\n"
-        "allow_root_jobs: true\n"
+        "root_in_containers: {nodes: [gpu07]}\n"
         "job_network: none\n"
         "job_capabilities: [cap_chown, KILL, KILL]\n",
     )
     assert config.mount_roots == (MountRoot("/data/{user}", True), MountRoot("/datasets", False))
-    assert config.run_as_submitter and config.allow_root_jobs
+    assert config.root_in_containers == RootInContainers(nodes=("gpu07",))
     assert config.job_network == "none"
     assert config.job_capabilities == ("CHOWN", "KILL")
 
@@ -250,7 +254,14 @@ def test_policy_settings_are_read(tmp_path: Path) -> None:
         ('mount_roots: ["/data/{group}"]\n', "the only placeholder"),
         ("mount_roots: [/]\n", "docker socket"),
         ("mount_roots: [/var/run]\n", "docker socket"),
-        ("run_as_submitter: yes please\n", "true or false"),
+        ("run_as_submitter: false\n", "jobs always run as their submitter now"),
+        ("run_as_submitter: yes please\n", "jobs always run as their submitter now"),
+        ("allow_root_jobs: true\n", "allow_root_jobs is no longer a setting"),
+        ("allow_root_jobs: false\n", "allow_root_jobs is no longer a setting"),
+        ("root_in_containers: [gpu07]\n", "a mapping like"),
+        ("root_in_containers: {users: [x]}\n", "a mapping like"),
+        ("root_in_containers: {nodes: gpu07}\n", "nodes is a list of names"),
+        ("root_in_containers: {images: [--privileged]}\n", "images is a list of names"),
         ("job_network: container:db\n", "a docker network name"),
         ("job_network: host\n", "allow_host_network: true"),
         ("job_networks: none\n", "a list of docker network names"),
@@ -312,32 +323,34 @@ def _refusal(spec: JobSpec, config: Config) -> str:
     return err.value.message
 
 
-def test_with_run_as_submitter_only_the_daemons_user_runs_bare_processes() -> None:
-    config = Config(run_as_submitter=True)
+def test_a_daemon_that_is_not_root_runs_bare_processes_of_its_own_user_only() -> None:
+    policy = Config().container_policy
     bare = JobSpec(name="bare", command=("true",))
     with pytest.raises(SpecError) as err:
-        check_submission(
-            bare, uid=1001, user="alice", policy=config.container_policy, daemon_uid=999
-        )
+        check_submission(bare, uid=1001, user="alice", policy=policy, daemon_uid=999)
     assert err.value.field == "image"
-    assert "Add `image:`" in err.value.message
-    # The daemon's own user, and every user when containers do not run as submitters.
-    assert (
-        check_submission(
-            bare, uid=999, user="gbatch", policy=config.container_policy, daemon_uid=999
-        )
-        == bare
-    )
-    assert (
-        check_submission(
-            bare, uid=1001, user="alice", policy=Config().container_policy, daemon_uid=999
-        )
-        == bare
-    )
+    assert "does not run as root" in err.value.message and "Add `image:`" in err.value.message
+    # The daemon's own user; and anyone under a root daemon, which runs it as them.
+    assert check_submission(bare, uid=999, user="gbatch", policy=policy, daemon_uid=999) == bare
+    assert check_submission(bare, uid=1001, user="alice", policy=policy, daemon_uid=0) == bare
+    # Containers run as their submitter whoever the daemon is.
     boxed = replace(bare, image="busybox")
-    assert (
+    assert check_submission(boxed, uid=1001, user="alice", policy=policy, daemon_uid=999) == boxed
+
+
+def test_a_mount_the_submitter_cannot_follow_is_refused() -> None:
+    site = Config(mount_roots=(MountRoot("/data/{user}", writable=True),)).container_policy
+
+    def closed(path: str) -> str:
+        if path.startswith("/data/alice/"):
+            raise ValueError("Permission denied")
+        return path
+
+    with pytest.raises(SpecError) as err:
         check_submission(
-            boxed, uid=1001, user="alice", policy=config.container_policy, daemon_uid=999
+            spec("/data/alice/link-etc:/x"), uid=1001, user="alice", policy=site, resolve=closed
         )
-        == boxed
+    assert err.value.field == "mounts"
+    assert "/data/alice/link-etc cannot be followed as alice (Permission denied)" in (
+        err.value.message
     )

@@ -112,3 +112,16 @@ def test_a_record_that_fails_for_another_reason_is_not_retried(tmp_path: Path) -
         shim.write_when_possible(
             tmp_path / "gone" / "exit.json", lambda: {"exit_code": 0}, sleep=pytest.fail
         )
+
+
+def test_the_shim_reads_whom_to_run_as() -> None:
+    run_dir, identity, command = shim.parse_args(
+        ["/run/7.1", "--as", "1001", "1001", "27,100", "/home/alice", "--", "sh", "-c", "id"]
+    ) or (None, None, None)
+    assert run_dir == Path("/run/7.1") and command == ["sh", "-c", "id"]
+    assert identity == shim.Identity(1001, 1001, (27, 100), "/home/alice")
+    assert identity.popen_options()["extra_groups"] == [27, 100, 1001]
+    assert identity.popen_options()["umask"] == 0o022
+    assert shim.parse_args(["/run/7.1", "--", "true"]) == (Path("/run/7.1"), None, ["true"])
+    assert shim.parse_args(["/run/7.1", "--as", "1001", "--", "true"]) is None
+    assert shim.parse_args(["/run/7.1"]) is None

@@ -27,6 +27,8 @@ from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, require_r
 from docexamples import yaml_block_with
 from dockerenv import ensure_test_image, require_docker
 
+from gbatch import wire
+from gbatch.client import Client
 from gbatch.nodes.docker import container_name
 from gbatch.nodes.resolve import resolve_here
 from gbatch.policy import RunAs
@@ -101,13 +103,18 @@ def lab() -> Iterator[Lab]:
 def test_a_students_bare_job_runs_as_the_student_and_reads_nothing_of_the_head(
     lab: Lab,
 ) -> None:
-    roots_job = lab.head.sbatch("--wrap", "echo roots-own-output")
-    lab.head.wait_state(roots_job, "COMPLETED")
     home = lab.head.home
+    # Root's job with a secret: the store's key file exists from then on.
+    spec = {"name": "roots", "command": "echo roots-own-output", "secret_env": ["TOKEN"]}
+    with Client(home / "gbatchd.sock") as client:
+        (roots_job,) = client.call(wire.Submit(spec=spec, secret_env={"TOKEN": "x"}))["ids"]
+    lab.head.wait_state(roots_job, "COMPLETED")
+    assert (home / "secrets.key").exists()
     job_id = lab.sbatch_as_student(
         "--wrap",
         "id -u; id -g; echo HOME=$HOME USER=$USER; umask; pwd; "
-        f"for f in {home}/gbatch.db {home}/gbatchd.log {home}/logs/{roots_job}.log; "
+        f"for f in {home}/gbatch.db {home}/secrets.key {home}/gbatchd.log "
+        f"{home}/logs/{roots_job}.log; "
         "do cat $f >/dev/null 2>&1 && echo READ $f || echo DENIED; done; "
         f"ls {home}/run >/dev/null 2>&1 && echo LISTED || echo DENIED",
     )
@@ -121,7 +128,7 @@ def test_a_students_bare_job_runs_as_the_student_and_reads_nothing_of_the_head(
         "0022",
         str(lab.base / "jobs"),
     ]
-    assert lines[5:] == ["DENIED"] * 4
+    assert lines[5:] == ["DENIED"] * 5
     assert lab.head.job(job_id)["uid"] == student.uid
 
 

@@ -52,7 +52,6 @@ REFUSAL_READ_SECONDS = 5.0
 # Out of file descriptors, accept() fails while the listening socket stays readable:
 # wait this long before the next try rather than spin.
 ACCEPT_BACKOFF_SECONDS = 0.1
-REFUSAL_LOG_SECONDS = 10.0
 
 
 class AlreadyRunning(Exception):
@@ -140,7 +139,6 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         self._counts_lock = threading.Lock()
         self._open: dict[int, int] = {}  # uid -> connections open, counted ones only
         self._exempt = {0, os.getuid()}
-        self._refusal_logged: dict[int, float] = {}  # uid -> monotonic time of the last
 
     def admit(self, caller: handlers.Caller) -> str | None:
         """Count the caller's new connection in, or say why it is refused (the user's
@@ -159,13 +157,8 @@ class _Server(socketserver.ThreadingUnixStreamServer):
             else:
                 self._open[caller.uid] = mine + 1
                 return None
-            # One audit line per user per REFUSAL_LOG_SECONDS: a flood must not flood the log.
-            now = time.monotonic()
-            quiet = now - self._refusal_logged.get(caller.uid, -REFUSAL_LOG_SECONDS)
-            if quiet >= REFUSAL_LOG_SECONDS:
-                self._refusal_logged[caller.uid] = now
-        if quiet >= REFUSAL_LOG_SECONDS:
-            handlers.audit(caller, "connect", "daemon", f"refused: {why}")
+        # A flood of these gets a few lines and a count (gbatch/head/refusals.py).
+        handlers.audit(self.daemon, caller, "connect", "daemon", f"refused: {why}")
         return why
 
     def leave(self, caller: handlers.Caller) -> None:

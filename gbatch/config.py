@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import posixpath
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
@@ -224,6 +225,8 @@ class Config:
     job_networks: tuple[str, ...] = ()
     # Added back after --cap-drop ALL; never beyond docker's default set.
     job_capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
+    # A job's log on the head stops growing here (a line says so); the job runs on.
+    max_log_bytes: int = 10 << 30
 
     @property
     def half_life_seconds(self) -> float:
@@ -450,6 +453,8 @@ def _coerce(key: str, value: object, source: str) -> object:
         return None if value is None else Path(value)
     if key == "socket_group":
         return _check_group(value, bad)
+    if key == "max_log_bytes":
+        return _check_size(value, bad)
     if key in _INT_KEYS:
         if isinstance(value, bool):
             raise bad("an integer")
@@ -474,6 +479,23 @@ def _coerce(key: str, value: object, source: str) -> object:
             raise bad("a finite number greater than zero")
         return number_f
     raise AssertionError(key)
+
+
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?) *(?:([KMGT])I?B?|B)?", re.ASCII | re.IGNORECASE)
+
+
+def _check_size(value: object, bad: Callable[[str], ConfigError]) -> int:
+    """A size in bytes: a whole number, or with K, M, G or T (powers of 1024, as
+    Slurm's and docker's sizes): 10G, 1.5T, 512MiB."""
+    text = str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+    match = _SIZE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise bad("a size like 10G, 512M or 1048576 (bytes)")
+    number, unit = match.groups()
+    size = int(float(number) * 1024 ** " KMGT".index((unit or " ").upper()))
+    if size < 1024:
+        raise bad("a size of at least 1K")
+    return size
 
 
 def _check_group(value: object, bad: Callable[[str], ConfigError]) -> str | None:

@@ -34,13 +34,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gbatch.nodes.joblog import LogWriter
+from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogWriter
 
 # Errors that free space ends; any other error in recording the run is final.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -158,6 +158,16 @@ def parse_args(argv: list[str]) -> tuple[Path, Identity | None, list[str]] | Non
     return None
 
 
+def log_writer(environ: MutableMapping[str, str]) -> LogWriter:
+    """The writer of the job's output to the log on this process's stdout, capped at
+    the head's max_log_bytes (MAX_LOG_BYTES_ENV, taken out of `environ` so that the job
+    does not inherit it) counting what the log already holds (earlier attempts)."""
+    limit = environ.pop(MAX_LOG_BYTES_ENV, None)
+    out = sys.stdout.fileno()
+    size = os.fstat(out).st_size
+    return LogWriter(partial(os.write, out), int(limit) if limit else None, size)
+
+
 def main(argv: list[str]) -> int:
     parsed = parse_args(argv)
     if parsed is None:
@@ -168,6 +178,7 @@ def main(argv: list[str]) -> int:
         return 2
     run_dir, identity, command = parsed
     switch = identity.popen_options() if identity is not None else {}
+    writer = log_writer(os.environ)
     output, job_output = os.pipe()
     try:
         child = subprocess.Popen(
@@ -187,7 +198,6 @@ def main(argv: list[str]) -> int:
     # signals so the shim always lives to record the exit status.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    writer = LogWriter(partial(os.write, sys.stdout.fileno()))
     copier = threading.Thread(target=copy_output, args=(output, writer), daemon=True)
     copier.start()
     pids: dict[str, object] = {"shim": os.getpid(), "pgid": child.pid}

@@ -24,7 +24,9 @@ def add_parser(commands: Any) -> None:
     p.add_argument(
         "action",
         choices=("start", "stop", "status", "run"),
-        help="start: in the background, returns once it answers; run: in the foreground",
+        help="start: in the background, returns once it answers; run: in the foreground "
+        "(systemd's way). Either way its log and audit lines are in $GBATCH_HOME/gbatchd.log; "
+        "under run, on stderr too",
     )
     p.set_defaults(run=run)
 
@@ -65,14 +67,14 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _run_foreground(ctx: Context) -> int:
-    import logging
-
     from gbatch.config import load_config
-    from gbatch.head.server import AlreadyRunning, serve
+    from gbatch.head.server import AlreadyRunning, LogUnwritable, log_to_file_and_stderr, serve
     from gbatch.nodes.inventory import InventoryError, find_inventory, load_inventory
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
+        check_private_home(ctx.paths.home)  # before the log is made in it
+        ctx.paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        log_to_file_and_stderr(ctx.paths.daemon_log, os.environ)
         config = load_config(ctx.paths, os.environ)
         found = find_inventory(ctx.paths.home, os.environ)
         inventory = load_inventory(found, home=ctx.paths.home) if found else None
@@ -81,6 +83,8 @@ def _run_foreground(ctx: Context) -> int:
         raise CliError(str(err), Exit.USAGE) from err
     except AlreadyRunning as err:
         raise CliError(f"{err}. Stop it with `gbatch daemon stop`", Exit.FAILED) from err
+    except LogUnwritable as err:
+        raise CliError(str(err), Exit.FAILED) from err
     return Exit.OK
 
 

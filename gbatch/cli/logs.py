@@ -32,7 +32,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             sys.stdout.write(reply["data"])
             sys.stdout.flush()
         offset = reply["offset"]
-        if not args.follow or reply["done"]:
+        if reply["done"]:
             return Exit.OK
         if not reply["data"]:
+            if not args.follow:
+                return Exit.OK  # all the log holds now, in as many chunks as it takes
             time.sleep(POLL_SECONDS)

@@ -26,6 +26,7 @@ from gbatch.crashpoints import crash_point
 from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.groupcommit import GroupCommitter
 from gbatch.head.liveness import Liveness
+from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import plan
 from gbatch.head.store import Store, StoreFull, Usage
 from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
@@ -60,6 +61,7 @@ class Daemon:
             make_nodes(paths, config, inventory, self.wake.set), config, store, clock, monotonic
         )
         self.committer = GroupCommitter(store, clock)
+        self.refusal_lines = RefusalLines(monotonic)  # how many refusals get audit lines
         # (job id, attempt) -> monotonic time its run was confirmed (time limits)
         self._started_monotonic: dict[tuple[int, int], float] = {}
         # job id -> (monotonic time SIGTERM was sent, SIGKILL sent yet)
@@ -112,6 +114,7 @@ class Daemon:
             except Exception:
                 # One bad tick must not take the head down; the next tick retries.
                 log.exception("loop step failed")
+            self.refusal_lines.close_ended()
 
     def submitted(self) -> None:
         """Wake the loop for new jobs (coalescing a burst of them)."""

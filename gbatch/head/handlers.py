@@ -71,20 +71,24 @@ def loggable(value: object, limit: int = LOGGED_CHARS) -> str:
     return f"{text}...[{cut} more characters]" if cut > 0 else text
 
 
-def audit(caller: Caller, action: str, target: Job | str, outcome: str) -> None:
+def audit(daemon: Daemon, caller: Caller, action: str, target: Job | str, outcome: str) -> None:
     """Record who tried what on what, and why it was refused or allowed: one line.
 
     `caller` is from SO_PEERCRED (never what the request claims); `target` a job, or
     what else was acted on ("node gpu1", "daemon"); `outcome` is "refused: <why>"
     (logged as a warning) or "allowed: <why>". The line is key=value, for grep:
     `audit: user=bob uid=1001 pid=42 op=cancel job=12 owner=alice -> refused: not the
-    owner`."""
+    owner`. A user's refusals past the daemon's budget are counted instead, and said in
+    one line (gbatch/head/refusals.py)."""
+    refused = outcome.startswith("refused")
+    if refused and not daemon.refusal_lines.admit(caller.uid, loggable(caller.user)):
+        return
     what = (
         f"job={target.id} owner={loggable(target.user)}"
         if isinstance(target, Job)
         else f"target={loggable(target.replace(' ', '_'))}"
     )
-    level = logging.WARNING if outcome.startswith("refused") else logging.INFO
+    level = logging.WARNING if refused else logging.INFO
     log.log(
         level,
         "audit: user=%s uid=%s pid=%s op=%s %s -> %s",
@@ -129,7 +133,7 @@ def _in_group(uid: int, user: str, group: str, epoch: int) -> bool:
 def _require_admin(daemon: Daemon, caller: Caller, op: str, target: str, what: str) -> None:
     """Refuse (and audit) a caller who is not an admin; `what` they may not do."""
     if not is_admin(daemon, caller):
-        audit(caller, op, target, "refused: not an admin")
+        audit(daemon, caller, op, target, "refused: not an admin")
         raise Refused("permission", f"only root, the daemon's user or an admin may {what}")
 
 
@@ -142,7 +146,7 @@ def _named_job(daemon: Daemon, caller: Caller, job_id: int, op: str) -> Job:
     that does not exist (Slurm's PrivateData=jobs), and the attempt is audited."""
     found = _job(daemon, job_id)
     if daemon.config.private_data and not may_act_on(daemon, caller, found):
-        audit(caller, op, found, "refused: not the owner (private_data: not found)")
+        audit(daemon, caller, op, found, "refused: not the owner (private_data: not found)")
         raise Refused("not_found", f"Invalid job id specified: {found.id}")
     return found
 
@@ -352,7 +356,7 @@ def _cancel_batch(
     changes: list[tuple[Job, StateChange]] = []
     for job in jobs:
         if not may_act_on(daemon, caller, job):
-            audit(caller, "cancel", job, "refused: not the owner")
+            audit(daemon, caller, "cancel", job, "refused: not the owner")
             outcomes[job.id] = {"ok": False, "error": f"Access/permission denied for job {job.id}"}
             continue
         change = _cancel_change(job, caller, now)
@@ -424,7 +428,7 @@ def _set_hold(daemon: Daemon, caller: Caller, ids: Sequence[int], held: bool) ->
             results.append({"id": job_id, "ok": False, "error": err.message})
             continue
         if not may_act_on(daemon, caller, job):
-            audit(caller, op, job, "refused: not the owner")
+            audit(daemon, caller, op, job, "refused: not the owner")
             results.append(
                 {"id": job_id, "ok": False, "error": f"Access/permission denied for job {job_id}"}
             )
@@ -462,7 +466,7 @@ def requeue(daemon: Daemon, caller: Caller, request: wire.Requeue) -> dict[str, 
             continue
         error: str | None
         if not may_act_on(daemon, caller, job):
-            audit(caller, "requeue", job, "refused: not the owner")
+            audit(daemon, caller, "requeue", job, "refused: not the owner")
             error = f"Access/permission denied for job {job_id}"
         elif not job.spec.requeue:
             error = f"Requested operation is presently disabled: job {job_id} has requeue: false"
@@ -552,7 +556,7 @@ def job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]
     found = _named_job(daemon, caller, request.id, "job")
     owner_view = may_act_on(daemon, caller, found)
     if not owner_view and found.spec.env:
-        audit(caller, "job_env", found, "refused: env values withheld, not the owner")
+        audit(daemon, caller, "job_env", found, "refused: env values withheld, not the owner")
     return {
         "job": _job_to_wire(found, owner_view=owner_view),
         "events": [wire.event_to_wire(e) for e in daemon.store.events(found.id)],
@@ -568,7 +572,7 @@ def logs(daemon: Daemon, caller: Caller, request: wire.ReadLog) -> dict[str, Any
     """A chunk of a job's log from `offset`; `done` once the job is final and read out."""
     found = _named_job(daemon, caller, request.id, "logs")
     if not may_act_on(daemon, caller, found):
-        audit(caller, "logs", found, "refused: not the owner")
+        audit(daemon, caller, "logs", found, "refused: not the owner")
         raise Refused(
             "permission",
             f"Access/permission denied: job {found.id} is "
@@ -715,7 +719,7 @@ def node_trust(daemon: Daemon, caller: Caller, request: wire.TrustHostKey) -> di
     offered = _offered_key(node)
     target = f"node {node.name}"
     if offered.fingerprint != wanted:
-        audit(caller, "node_trust", target, f"refused: host offers {offered.fingerprint}")
+        audit(daemon, caller, "node_trust", target, f"refused: host offers {offered.fingerprint}")
         raise Refused(
             "invalid",
             f"fingerprint: node {node.name} now offers {offered.key_type} "
@@ -725,7 +729,7 @@ def node_trust(daemon: Daemon, caller: Caller, request: wire.TrustHostKey) -> di
         )
     reply = _hostkey_reply(node, offered)
     if offered.pinned == "different" and not request.replace:
-        audit(caller, "node_trust", target, "refused: a different key is pinned")
+        audit(daemon, caller, "node_trust", target, "refused: a different key is pinned")
         old = ", ".join(f"{k['key_type']} {k['fingerprint']}" for k in reply["pinned_keys"])
         raise Refused(
             "invalid",
@@ -738,7 +742,7 @@ def node_trust(daemon: Daemon, caller: Caller, request: wire.TrustHostKey) -> di
         replace_host_key(config.known_hosts, config.host, config.port, offered.key)
     elif offered.pinned == "none":
         trust_host_key(config.known_hosts, config.host, config.port, offered.key)
-    audit(caller, "node_trust", target, f"allowed: pinned {offered.fingerprint}")
+    audit(daemon, caller, "node_trust", target, f"allowed: pinned {offered.fingerprint}")
     node.retry_now()  # the key is on file now: reconnect without waiting out the backoff
     return {**reply, "was_pinned": offered.pinned}
 

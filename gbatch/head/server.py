@@ -19,8 +19,10 @@ import signal
 import socket
 import socketserver
 import struct
+import sys
 import threading
 import time
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import IO, Any
@@ -53,7 +55,55 @@ REFUSAL_READ_SECONDS = 5.0
 # Out of file descriptors, accept() fails while the listening socket stays readable:
 # wait this long before the next try rather than spin.
 ACCEPT_BACKOFF_SECONDS = 0.1
-REFUSAL_LOG_SECONDS = 10.0
+
+
+class LogUnwritable(Exception):
+    """gbatchd.log cannot be opened; `str()` says where and what to do."""
+
+
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+# The syslog priority of each level, which the journal reads from a "<N>" prefix.
+_PRIORITIES = {"DEBUG": 7, "INFO": 6, "WARNING": 4, "ERROR": 3, "CRITICAL": 2}
+
+
+class _JournalFormat(logging.Formatter):
+    """A line for the journal: its priority as a `<N>` prefix (`journalctl -p warning`
+    shows the refusals), no timestamp (the journal keeps its own)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(name)s %(levelname)s %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"<{_PRIORITIES.get(record.levelname, 6)}>{super().format(record)}"
+
+
+def log_to_file_and_stderr(daemon_log: Path, environ: Mapping[str, str]) -> None:
+    """Send the daemon's lines, audit lines included, to `daemon_log` (gbatchd.log,
+    0600) whichever way it runs, so `grep audit gbatchd.log` always works; and to stderr
+    too, unless stderr is that file already (`daemon start` points it there). Under
+    systemd stderr is the journal (JOURNAL_STREAM names it), and each line there starts
+    with its syslog priority. Raises LogUnwritable."""
+    try:
+        make_private(daemon_log)
+        to_file = logging.FileHandler(daemon_log, encoding="utf-8")
+    except OSError as err:
+        raise LogUnwritable(
+            f"cannot write the daemon's log {daemon_log} ({err.strerror or err}). Let "
+            "gbatchd's user write to its home"
+        ) from err
+    to_file.setFormatter(logging.Formatter(LOG_FORMAT))
+    handlers: list[logging.Handler] = [to_file]
+    try:
+        stderr = os.fstat(2)
+    except OSError:
+        stderr = None  # no stderr at all: the file alone
+    written = os.stat(daemon_log)
+    if stderr is not None and (stderr.st_dev, stderr.st_ino) != (written.st_dev, written.st_ino):
+        to_stderr = logging.StreamHandler(sys.stderr)
+        journal = environ.get("JOURNAL_STREAM") == f"{stderr.st_dev}:{stderr.st_ino}"
+        to_stderr.setFormatter(_JournalFormat() if journal else logging.Formatter(LOG_FORMAT))
+        handlers.append(to_stderr)
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
 
 
 class AlreadyRunning(Exception):
@@ -141,7 +191,6 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         self._counts_lock = threading.Lock()
         self._open: dict[int, int] = {}  # uid -> connections open, counted ones only
         self._exempt = {0, os.getuid()}
-        self._refusal_logged: dict[int, float] = {}  # uid -> monotonic time of the last
 
     def admit(self, caller: handlers.Caller) -> str | None:
         """Count the caller's new connection in, or say why it is refused (the user's
@@ -160,13 +209,8 @@ class _Server(socketserver.ThreadingUnixStreamServer):
             else:
                 self._open[caller.uid] = mine + 1
                 return None
-            # One audit line per user per REFUSAL_LOG_SECONDS: a flood must not flood the log.
-            now = time.monotonic()
-            quiet = now - self._refusal_logged.get(caller.uid, -REFUSAL_LOG_SECONDS)
-            if quiet >= REFUSAL_LOG_SECONDS:
-                self._refusal_logged[caller.uid] = now
-        if quiet >= REFUSAL_LOG_SECONDS:
-            handlers.audit(caller, "connect", "daemon", f"refused: {why}")
+        # A flood of these gets a few lines and a count (gbatch/head/refusals.py).
+        handlers.audit(self.daemon, caller, "connect", "daemon", f"refused: {why}")
         return why
 
     def leave(self, caller: handlers.Caller) -> None:

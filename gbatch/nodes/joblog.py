@@ -8,6 +8,10 @@ container's whole output, so the log is whole and nothing appears twice.
 A log that cannot be written (its disk is full) never stops or fails the job: its
 output is read on and dropped, and the log says so, with how much was lost, as soon
 as a write succeeds again (see LogWriter). Slurm and pueue lose such output too.
+
+A log stops growing at the head's `max_log_bytes`: the log says so in one line and
+further output is read on and dropped, while the job keeps running (Slurm and pueue
+do not stop a job for its output either).
 This module stays light (no gbatch.config at run time): the shim imports it at the
 start of every job.
 """
@@ -54,6 +58,31 @@ def loss_note(lost_bytes: int, error: str) -> str:
     return f"{lost_bytes} bytes of output lost: log write failed: {error}"
 
 
+# The shim learns the head's max_log_bytes from this variable (and keeps it from the job).
+MAX_LOG_BYTES_ENV = "GBATCH_MAX_LOG_BYTES"
+
+
+def size_text(count: int) -> str:
+    """`count` bytes as people read sizes: 512 bytes, 1.0 MiB, 10.0 GiB."""
+    if count < 1024:
+        return f"{count} bytes"
+    size = float(count)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            break
+    return f"{size:.1f} {unit}"
+
+
+def truncation_note(limit: int) -> str:
+    """The line a job's log ends with once it reached max_log_bytes."""
+    return (
+        f"output truncated at {size_text(limit)} (max_log_bytes); the job keeps running and "
+        "its further output is dropped. To keep more, an admin raises max_log_bytes in the "
+        "head's config.yaml"
+    )
+
+
 class LogWriter:
     """Appends a job's output to its log and never raises for a write the disk refuses
     (ENOSPC, EDQUOT, EFBIG, EIO): that output is dropped and counted, the job carries
@@ -61,25 +90,52 @@ class LogWriter:
     and why. Not thread-safe: one writer per log and thread.
 
     `write` writes some of the bytes it is given and returns how many (os.write, or an
-    unbuffered file's write).
+    unbuffered file's write). With a `limit` (max_log_bytes), the log, `size` bytes
+    long when the writer starts, takes output until it is `limit` bytes long; then one
+    line says so (truncation_note) and the rest of the output is dropped, counted in
+    `dropped_bytes`.
     """
 
-    def __init__(self, write: Callable[[bytes], int | None]) -> None:
+    def __init__(
+        self, write: Callable[[bytes], int | None], limit: int | None = None, size: int = 0
+    ) -> None:
         self._write = write
         self.lost_bytes = 0
         self.error: str | None = None  # why the latest write failed
         self._unreported = 0  # bytes lost since the log last said so
+        self._limit = limit
+        self._room = None if limit is None else max(limit - size, 0)
+        self.dropped_bytes = 0  # past the limit
+        self._cut_said = False
 
     def write(self, data: bytes) -> None:
-        if self._unreported and not self._report_loss():
-            self._lose(len(data))
-            return
-        self._lose(len(data) - self._put(data))
+        if self._room is not None and len(data) > self._room:
+            self.dropped_bytes += len(data) - self._room
+            data = data[: self._room]
+        if data:
+            if self._unreported and not self._report_loss():
+                self._lose(len(data))
+            else:
+                put = self._put(data)
+                self._lose(len(data) - put)
+                if self._room is not None:
+                    self._room -= put
+        if self.dropped_bytes and not self._cut_said:
+            self._say_cut()
 
     def finish(self) -> None:
         """The output has ended: say what was lost, if the log takes it now."""
         if self._unreported:
             self._report_loss()
+        if self.dropped_bytes and not self._cut_said:
+            self._say_cut()
+
+    def _say_cut(self) -> None:
+        assert self._limit is not None
+        if self._unreported and not self._report_loss():
+            return
+        marker = f"\n[gbatch: {truncation_note(self._limit)}]\n".encode()
+        self._cut_said = self._put(marker) == len(marker)
 
     def note(self) -> str | None:
         """What was lost and why (for the job's record), or None when nothing was."""
@@ -118,9 +174,12 @@ class LogWriter:
 class LogFollowers:
     """At most one live follower per (job, attempt)."""
 
-    def __init__(self, paths: Paths, on_done: Callable[[], None]) -> None:
+    def __init__(
+        self, paths: Paths, on_done: Callable[[], None], max_log_bytes: int | None = None
+    ) -> None:
         self._paths = paths
         self._on_done = on_done
+        self._max_log_bytes = max_log_bytes
         self._lock = threading.Lock()
         self._threads: dict[tuple[int, int], threading.Thread] = {}
 
@@ -161,7 +220,7 @@ class LogFollowers:
             handle = open_log(self._paths.job_log(job_id))
             if os.fstat(handle.fileno()).st_size != offset:
                 handle.truncate(offset)
-            writer = LogWriter(handle.write)
+            writer = LogWriter(handle.write, self._max_log_bytes, offset)
         except OSError as err:
             # Read the stream on all the same: a follower that died would be started
             # again at once, and the container's output would be replayed for nothing.

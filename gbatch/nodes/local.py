@@ -37,7 +37,7 @@ from gbatch.nodes.base import (
     job_env,
     launch_secrets,
 )
-from gbatch.nodes.joblog import LogFollowers, open_log
+from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogFollowers, open_log
 from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
 
 LOCAL_NODE = "local"
@@ -92,7 +92,7 @@ class LocalNode:
         self._reports = Reports(on_change)
         self._lock = threading.Lock()
         self._shims: dict[tuple[int, int], subprocess.Popen[bytes]] = {}
-        self._log_followers = LogFollowers(paths, on_change)
+        self._log_followers = LogFollowers(paths, on_change, config.max_log_bytes)
         self._host = docker.LocalHost()  # every docker call goes through it
         self._launcher = docker.ContainerLauncher(
             host=self._host,
@@ -273,6 +273,7 @@ class LocalNode:
                 workdir,
             ]
         )
+        env[MAX_LOG_BYTES_ENV] = str(self.config.max_log_bytes)  # for the shim alone
         try:
             log = open_log(self.paths.job_log(job.id))
         except OSError as err:

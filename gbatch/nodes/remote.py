@@ -165,7 +165,7 @@ class RemoteNode:
         self._reports = Reports(on_change)
         self._stopping = threading.Event()
         self._retry_now = threading.Event()
-        self._log_followers = LogFollowers(paths, on_change)
+        self._log_followers = LogFollowers(paths, on_change, config.max_log_bytes)
         # (job, attempt) -> (exit code, when `docker wait` returned it)
         self._exits: dict[tuple[int, int], tuple[int, float]] = {}
         self._waiters: dict[tuple[int, int], threading.Thread] = {}

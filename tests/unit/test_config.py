@@ -118,7 +118,8 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         "job_network: none\n"
         "allow_host_network: true\n"
         "job_networks: [labnet, host, labnet]\n"
-        "job_capabilities: [CHOWN, KILL]\n",
+        "job_capabilities: [CHOWN, KILL]\n"
+        "max_log_bytes: 2G\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -143,6 +144,7 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         allow_host_network=True,
         job_networks=("labnet", "host"),
         job_capabilities=("CHOWN", "KILL"),
+        max_log_bytes=2 << 30,
     )
 
 
@@ -170,7 +172,27 @@ def test_every_config_key_is_a_config_field() -> None:
         "allow_host_network",
         "job_networks",
         "job_capabilities",
+        "max_log_bytes",
     }
+
+
+@pytest.mark.parametrize(
+    ("written", "size"),
+    [
+        ("10G", 10 << 30),
+        ("'10 GiB'", 10 << 30),
+        ("512m", 512 << 20),
+        ("1.5T", 3 << 39),
+        ("1048576", 1 << 20),
+        ("64KB", 64 << 10),
+    ],
+)
+def test_max_log_bytes_takes_bytes_or_a_size_with_a_unit(
+    paths: Paths, written: str, size: int
+) -> None:
+    assert Config().max_log_bytes == 10 << 30
+    write_config(paths, f"max_log_bytes: {written}\n")
+    assert load_config(paths, {}).max_log_bytes == size
 
 
 def test_half_life_is_converted_to_seconds(paths: Paths) -> None:
@@ -298,6 +320,10 @@ def test_non_string_key_is_a_config_error(paths: Paths) -> None:
         ("admins: [alice, 7]", "a list of user names"),
         ('docker: ""', "a command name"),
         ("docker: 5", "a command name"),
+        ("max_log_bytes: 10X", "a size like 10G, 512M or 1048576 (bytes)"),
+        ("max_log_bytes: -1", "a size like 10G, 512M or 1048576 (bytes)"),
+        ("max_log_bytes: null", "a size like 10G, 512M or 1048576 (bytes)"),
+        ("max_log_bytes: 100", "a size of at least 1K"),
     ],
 )
 def test_bad_value_names_file_key_value_and_the_fix(paths: Paths, line: str, what: str) -> None:

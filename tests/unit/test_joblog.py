@@ -8,12 +8,19 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from gbatch.config import Paths
-from gbatch.nodes.joblog import LogFollowers, LogWriter, mark_attempt_start
+from gbatch.nodes.joblog import (
+    LogFollowers,
+    LogWriter,
+    mark_attempt_start,
+    size_text,
+    truncation_note,
+)
 
 NO_SPACE = os.strerror(errno.ENOSPC)
 
@@ -88,6 +95,60 @@ def test_a_marker_that_does_not_fit_keeps_the_output_dropped_and_counted() -> No
     )
 
 
+def cut_line(limit: int) -> bytes:
+    return f"\n[gbatch: {truncation_note(limit)}]\n".encode()
+
+
+def test_the_log_stops_at_its_limit_says_so_once_and_drops_the_rest() -> None:
+    disk = Disk(free=10_000)
+    writer = LogWriter(disk.write, limit=2048)
+    writer.write(b"a" * 2000)
+    writer.write(b"b" * 100)  # 48 fit
+    writer.write(b"c" * 5000)
+    writer.finish()
+    assert disk.data == b"a" * 2000 + b"b" * 48 + cut_line(2048)
+    assert writer.dropped_bytes == 52 + 5000
+    assert writer.lost_bytes == 0 and writer.note() is None  # dropped by design, not lost
+
+
+def test_the_limit_counts_what_the_log_held_before_this_attempt() -> None:
+    disk = Disk(free=10_000)
+    writer = LogWriter(disk.write, limit=2048, size=2040)
+    writer.write(b"0123456789")
+    assert disk.data == b"01234567" + cut_line(2048)
+    # A log already past its limit (earlier attempts) takes only the line.
+    disk.data = b""
+    full = LogWriter(disk.write, limit=2048, size=4000)
+    full.write(b"x")
+    full.write(b"y")
+    assert disk.data == cut_line(2048)
+
+
+def test_the_truncation_line_names_the_setting_and_the_size() -> None:
+    line = truncation_note(10 << 30)
+    assert line.startswith("output truncated at 10.0 GiB (max_log_bytes); the job keeps running")
+    assert "raises max_log_bytes in the head's config.yaml" in line
+    assert [size_text(n) for n in (512, 1024, 1536 << 10, 1 << 40, 1 << 50)] == [
+        "512 bytes",
+        "1.0 KiB",
+        "1.5 MiB",
+        "1.0 TiB",
+        "1024.0 TiB",
+    ]
+
+
+def test_a_truncation_line_the_full_disk_refuses_is_written_once_there_is_room() -> None:
+    disk = Disk(free=1024)
+    writer = LogWriter(disk.write, limit=1024)
+    writer.write(b"z" * 2000)  # 1,024 fit, the line does not
+    assert disk.data == b"z" * 1024
+    writer.write(b"more")
+    disk.free = 10_000
+    writer.finish()
+    assert disk.data == b"z" * 1024 + cut_line(1024)
+    assert writer.dropped_bytes == 2000 - 1024 + 4
+
+
 @contextmanager
 def chunks_of(chunks: Iterator[bytes]) -> Iterator[Iterator[bytes]]:
     yield chunks
@@ -142,3 +203,23 @@ def test_a_follower_whose_log_cannot_be_opened_still_reads_the_stream(
     follow_to_end(paths, 7, 1, b"abc")
     (warning,) = warnings_of(caplog)
     assert warning.startswith("job 7: 3 bytes of output lost: log write failed: ")
+
+
+def test_a_follower_stops_the_log_at_max_log_bytes_and_a_replay_writes_the_same_log(
+    tmp_path: Path,
+) -> None:
+    paths = Paths(tmp_path)
+    paths.logs.mkdir()
+    paths.job_log(7).write_bytes(b"x" * 1000)  # attempt 1's output
+    mark_attempt_start(paths, 7, 2)
+    expected = b"x" * 1000 + b"y" * 1000 + b"z" * 48 + cut_line(2048)
+    # The second follower is a restarted daemon's: it replays the container's output.
+    for _ in range(2):
+        done = threading.Event()
+        followers = LogFollowers(paths, done.set, max_log_bytes=2048)
+        stream = iter([b"y" * 1000, b"z" * 1000, b"w" * 1000])
+        followers.follow(7, 2, partial(chunks_of, stream))
+        assert done.wait(10)
+        followers.wait(7, 2)
+        assert next(stream, None) is None, "the follower stopped before the end of the stream"
+        assert paths.job_log(7).read_bytes() == expected

@@ -15,11 +15,18 @@ from pathlib import Path
 import pytest
 
 from gbatch import shim
+from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, truncation_note
 
 NO_SPACE = os.strerror(errno.ENOSPC)
 
 
-def run_shim(run_dir: Path, log: Path, script: str, timeout: float = 30) -> dict[str, object]:
+def run_shim(
+    run_dir: Path,
+    log: Path,
+    script: str,
+    timeout: float = 30,
+    env: dict[str, str] | None = None,
+) -> dict[str, object]:
     run_dir.mkdir(exist_ok=True)
     with open(log, "ab") as out:
         subprocess.run(
@@ -29,6 +36,7 @@ def run_shim(run_dir: Path, log: Path, script: str, timeout: float = 30) -> dict
             stderr=out,
             timeout=timeout,
             check=True,
+            env=None if env is None else {**os.environ, **env},
         )
     ended: dict[str, object] = json.loads((run_dir / "exit.json").read_text())
     return ended
@@ -51,6 +59,22 @@ def test_a_full_log_never_fails_the_jobs_own_writes(tmp_path: Path) -> None:
     )
     assert ended["exit_code"] == 0
     assert ended["output_lost"] == f"8 bytes of output lost: log write failed: {NO_SPACE}"
+
+
+def test_output_past_max_log_bytes_is_dropped_while_the_job_runs_on(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    seen_env = tmp_path / "env"
+    script = f"head -c 5000 /dev/zero | tr '\\0' a || exit 3; env > {seen_env}; echo end"
+    cap = {MAX_LOG_BYTES_ENV: "2048"}
+    ended = run_shim(tmp_path / "run1", log, script, env=cap)
+    line = f"\n[gbatch: {truncation_note(2048)}]\n"
+    assert ended["exit_code"] == 0 and "output_lost" not in ended
+    assert log.read_text() == "a" * 2048 + line
+    assert MAX_LOG_BYTES_ENV not in seen_env.read_text()  # the shim's, not the job's
+    # A second attempt writes to the same log, already at its limit: only the line.
+    ended = run_shim(tmp_path / "run2", log, script, env=cap)
+    assert ended["exit_code"] == 0
+    assert log.read_text() == "a" * 2048 + line + line
 
 
 def test_a_process_the_job_leaves_behind_does_not_hold_up_the_jobs_end(tmp_path: Path) -> None:

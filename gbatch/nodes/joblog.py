@@ -199,6 +199,11 @@ class LogFollowers:
             self._threads[key] = thread
         thread.start()
 
+    def copying(self, job_id: int, attempt: int) -> bool:
+        """Whether this daemon follows (or has followed, not yet waited on) the attempt."""
+        with self._lock:
+            return (job_id, attempt) in self._threads
+
     def ended(self, job_id: int, attempt: int) -> bool:
         """Whether this attempt's output stream has ended (its container likely exited)."""
         with self._lock:

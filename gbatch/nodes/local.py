@@ -388,6 +388,10 @@ class LocalNode:
             status.state, status.exit_code, status.finished_at, status.oom_killed
         )
         if ended is not None:
+            if not self._log_followers.copying(job_id, attempt):
+                # It ended while no daemon copied its output (this one started after):
+                # replay it whole from the container before the run is final.
+                self.follow_container_log(job_id, attempt)
             self._log_followers.wait(job_id, attempt)
             return ended
         if status.state == "created":

@@ -3,6 +3,8 @@ real docker engine (with the test stand-in for the NVIDIA hook)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,6 +144,32 @@ def test_a_crash_in_the_middle_of_copying_a_containers_log_leaves_it_whole(
         assert job["attempt"] == 1, "the container was started a second time"
         log = head.run("logs", str(job_id), check=True).stdout
         assert log.splitlines() == [f"tick {i}" for i in range(1, 6)]
+    finally:
+        head.stop()
+        kill_leftover_jobs(head.home)
+        subprocess.run(["docker", "rm", "-f", container_name(job_id, 1)], capture_output=True)
+
+
+def test_a_container_that_ends_while_the_daemon_is_down_keeps_its_whole_log(
+    tmp_path: Path, image: str
+) -> None:
+    head = make_head(tmp_path / "home", gpus=1)
+    head.start()
+    job_id = 0
+    try:
+        job_id = head.sbatch(
+            "--image", image, "--wrap", "echo before; read -t 3 x </dev/zero; echo after"
+        )
+        head.wait_state(job_id, "RUNNING", timeout=60)
+        os.kill(head.daemon_pid(), signal.SIGKILL)
+        # The container ends with nobody copying its output, then a daemon starts.
+        subprocess.run(
+            ["docker", "wait", container_name(job_id, 1)], capture_output=True, timeout=60
+        )
+        head.start()
+        head.wait_state(job_id, "COMPLETED", timeout=60)
+        log = head.run("logs", str(job_id), check=True).stdout
+        assert log.splitlines() == ["before", "after"]
     finally:
         head.stop()
         kill_leftover_jobs(head.home)

@@ -23,6 +23,13 @@ from typing import Any, assert_never
 from gbatch import __version__, policy, wire
 from gbatch.head.daemon import Daemon
 from gbatch.head.store import JobNotFound, StateChange, StoreError, StoreFull, Submission
+from gbatch.limits import (
+    ARRAY_HARD_CAP,
+    PendingLimitReached,
+    UserLimits,
+    array_refusal,
+    gpus_refusal,
+)
 from gbatch.model import IllegalTransition, Job, JobSpec, JobState
 from gbatch.nodes import resolve
 from gbatch.nodes.base import HostError
@@ -30,7 +37,7 @@ from gbatch.spec import SpecError, build_spec, secret_env_values
 from gbatch.timefmt import MAX_TIME_LIMIT_S
 
 log = logging.getLogger("gbatchd")
-MAX_ARRAY = 100_000
+MAX_ARRAY = ARRAY_HARD_CAP
 LOG_CHUNK = 256 * 1024
 # Agent installs at once: `node install --all` on a large fleet is a bounded burst of SSH
 # handshakes and SFTP copies from the head, not one per host.
@@ -255,23 +262,43 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
             f"gpus: {spec.gpus} GPUs requested but the largest node has {have}{detail}. {hint}",
         )
     _check_runnable_somewhere(daemon, spec)
+    limits = _submit_limits(daemon, caller)
+    if limits is not None:
+        for refusal in (
+            array_refusal(count, limits.max_array_size),
+            gpus_refusal(spec.gpus, limits.max_gpus),
+        ):
+            if refusal is not None:
+                raise Refused("invalid", refusal)
     if count == 1:
         specs = [spec]
     else:
         specs = [
             replace(spec, env=(*spec.env, ("GBATCH_ARRAY_TASK_ID", str(i)))) for i in range(count)
         ]
-    ids = daemon.committer.submit(
-        Submission(
-            tuple(specs),
-            caller.uid,
-            caller.user,
-            request.held,
-            tuple(secret_values.items()),
+    try:
+        ids = daemon.committer.submit(
+            Submission(
+                tuple(specs),
+                caller.uid,
+                caller.user,
+                request.held,
+                tuple(secret_values.items()),
+                max_pending=None if limits is None else limits.max_pending_jobs,
+            )
         )
-    )
+    except PendingLimitReached as err:
+        raise Refused("permission", str(err)) from err
     daemon.submitted()
     return {"ids": ids}
+
+
+def _submit_limits(daemon: Daemon, caller: Caller) -> UserLimits | None:
+    """The caller's limits at submit; None for root and the daemon's own user, who may
+    always queue (an admin restoring a queue, the single user of an embedded daemon)."""
+    if caller.uid in (0, os.getuid()):
+        return None
+    return daemon.limits_for(caller.user)
 
 
 def _check_runnable_somewhere(daemon: Daemon, spec: JobSpec) -> None:

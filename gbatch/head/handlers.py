@@ -22,15 +22,19 @@ from typing import Any, assert_never
 
 from gbatch import __version__, policy, wire
 from gbatch.head.daemon import Daemon
+from gbatch.head.fairshare import factors
 from gbatch.head.store import JobNotFound, StateChange, StoreError, StoreFull, Submission
 from gbatch.limits import (
     ARRAY_HARD_CAP,
     PendingLimitReached,
+    Use,
     UserLimits,
+    UserShare,
     array_refusal,
     gpus_refusal,
+    use_by_user,
 )
-from gbatch.model import IllegalTransition, Job, JobSpec, JobState
+from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobSpec, JobState
 from gbatch.nodes import resolve
 from gbatch.nodes.base import HostError
 from gbatch.spec import SpecError, build_spec, secret_env_values
@@ -774,6 +778,64 @@ def node_trust(daemon: Daemon, caller: Caller, request: wire.TrustHostKey) -> di
     return {**reply, "was_pinned": offered.pinned}
 
 
+def shares(daemon: Daemon, caller: Caller, request: wire.ShowShares) -> dict[str, Any]:
+    """sshare: each user's fair-share figures, what their jobs hold now, and the limits
+    that apply to them. A user sees their own row; admins any user's, or all."""
+    wanted = set(request.users)
+    if request.all_users or wanted - {caller.user}:
+        _require_admin(
+            daemon,
+            caller,
+            "shares",
+            "users",
+            "see other users' shares and limits (yours: `gbatch sshare`)",
+        )
+    now = daemon.clock()
+    allocated = daemon.store.jobs_in(ALLOCATED_STATES)
+    usage = daemon.usage(allocated, now)
+    held = use_by_user(allocated)
+    if request.all_users:
+        pending = daemon.store.pending_counts()
+        named = daemon.config.limits.users
+        shown = sorted(
+            {*pending, *held, *named, *(user for user, used in usage.items() if used > 0)}
+        )
+    else:
+        shown = sorted(wanted or {caller.user})
+        pending = daemon.store.pending_counts(shown)
+    share = factors(usage, {*pending, *shown})
+    total = sum(max(used, 0.0) for used in usage.values())
+    exempt = {"root", server_user_name()}
+    rows = []
+    for user in shown:
+        used = max(usage.get(user, 0.0), 0.0)
+        limits = daemon.limits_for(user)
+        if user in exempt:  # never refused at submit: see _submit_limits
+            limits = replace(limits, max_pending_jobs=None, max_array_size=None)
+        mine = held.get(user, Use())
+        rows.append(
+            UserShare(
+                user=user,
+                usage=used,
+                effective_usage=used / total if total > 0 else 0.0,
+                fairshare=share.get(user, 1.0),
+                pending=pending.get(user, 0),
+                running=mine.running_jobs,
+                gpus=mine.gpus,
+                limits=limits,
+            )
+        )
+    return {"users": [wire.share_to_wire(row) for row in rows], "now": now}
+
+
+def server_user_name() -> str:
+    """The name of the user the daemon runs as (its uid when the system has no name)."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
 def shutdown(daemon: Daemon, caller: Caller, request: wire.Shutdown) -> dict[str, Any]:
     _require_admin(daemon, caller, "shutdown", "daemon", "stop the daemon")
     daemon.stop()
@@ -814,6 +876,8 @@ def dispatch(daemon: Daemon, caller: Caller, request: wire.Request) -> dict[str,
             return node_hostkey(daemon, caller, request)
         case wire.TrustHostKey():
             return node_trust(daemon, caller, request)
+        case wire.ShowShares():
+            return shares(daemon, caller, request)
         case wire.Shutdown():
             return shutdown(daemon, caller, request)
         case _:

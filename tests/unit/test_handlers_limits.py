@@ -1,6 +1,6 @@
-"""Limits at submit (a real store and group commit, the daemon's loop not started):
-refusals are one line naming the limit and the count, and nothing is queued; concurrent
-submits cannot race past max_pending_jobs."""
+"""Limits at submit (a real store and group commit, the daemon's loop not started) and
+`gbatch sshare`'s request: refusals are one line naming the limit and the count, and
+nothing is queued; concurrent submits cannot race past max_pending_jobs."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gbatch import wire
 from gbatch.config import Config, Paths
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
@@ -215,6 +216,66 @@ def test_a_group_entry_applies_to_the_members_of_a_real_group(
     assert submit(daemon, caller)["ok"]
     assert "the limit (max_pending_jobs) is 1" in submit(daemon, caller)["error"]
     assert submit(daemon, ALICE, count=2)["ok"], "alice is not in the group"
+
+
+# -- sshare -----------------------------------------------------------------------------
+
+
+def shares(daemon: Daemon, caller: Caller, **fields: Any) -> dict[str, Any]:
+    return handle(daemon, caller, wire.encode_request(wire.ShowShares(**fields)))
+
+
+def test_a_user_sees_their_own_limits_and_what_their_jobs_hold(
+    make_daemon: Callable[[Limits], Daemon],
+) -> None:
+    daemon = make_daemon(limits(max_running_jobs=4, max_gpus=2))
+    submit(daemon, ALICE, count=3)
+    submit(daemon, BOB)
+    reply = shares(daemon, ALICE)
+    assert reply["ok"]
+    (row,) = reply["users"]
+    assert row == {
+        "user": "alice",
+        "usage": 0.0,
+        "effective_usage": 0.0,
+        "fairshare": 1.0,
+        "pending": 3,
+        "running": 0,
+        "gpus": 0,
+        "limits": {
+            "max_pending_jobs": 10_000,
+            "max_running_jobs": 4,
+            "max_gpus": 2,
+            "max_array_size": 10_001,
+        },
+    }
+    assert shares(daemon, ALICE, users=("alice",))["users"] == reply["users"]
+
+
+@pytest.mark.parametrize("fields", [{"all_users": True}, {"users": ("bob",)}])
+def test_only_admins_see_other_users_rows(
+    make_daemon: Callable[[Limits], Daemon], fields: dict[str, Any]
+) -> None:
+    daemon = make_daemon(Limits())
+    reply = shares(daemon, ALICE, **fields)
+    assert reply["ok"] is False and reply["kind"] == "permission"
+    assert reply["error"].startswith("only root, the daemon's user or an admin may see other")
+
+
+def test_an_admin_sees_every_user_with_jobs_or_a_limits_entry(
+    make_daemon: Callable[[Limits], Daemon],
+) -> None:
+    daemon = make_daemon(Limits(users=MappingProxyType({"carol": {"max_gpus": 8}})))
+    submit(daemon, ALICE, count=2)
+    submit(daemon, BOB, held=True)
+    rows = {row["user"]: row for row in shares(daemon, ROOT, all_users=True)["users"]}
+    assert list(rows) == ["alice", "bob", "carol"]
+    assert (rows["alice"]["pending"], rows["bob"]["pending"], rows["carol"]["pending"]) == (2, 1, 0)
+    assert rows["carol"]["limits"]["max_gpus"] == 8
+    (root,) = shares(daemon, ROOT)["users"]
+    # Root is never refused at submit: its row says so.
+    assert root["limits"]["max_pending_jobs"] is None
+    assert root["limits"]["max_array_size"] is None
 
 
 def test_the_pending_count_at_submit_reads_the_index_of_pending_jobs_alone(

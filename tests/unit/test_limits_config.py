@@ -1,24 +1,45 @@
-"""The `limits:` block of the head's config: defaults, how user and group entries
-combine, and one clear line for every bad setting."""
+"""The `limits:` block of the head's config: defaults, the example in docs/security.md,
+how user and group entries combine, and one clear line for every bad setting."""
 
 from __future__ import annotations
 
 import grp
 import os
 import pwd
+import re
 from pathlib import Path
 
 import pytest
+import yaml
+from docexamples import yaml_block_with
 
 from gbatch.config import Config, ConfigError, Paths, load_config
+from gbatch.formatting import format_sshare
 from gbatch.limits import (
     ARRAY_HARD_CAP,
     Limits,
     LimitsError,
+    PendingLimitReached,
     UserLimits,
+    UserShare,
+    array_refusal,
+    gpus_refusal,
     parse_limits,
     unix_groups,
 )
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
+
+
+def docs_section() -> str:
+    text = DOCS.read_text()
+    return text.split("\n## Limits\n", 1)[1].split("\n## ", 1)[0]
+
+
+def docs_blocks(language: str) -> list[str]:
+    """The section's fenced blocks in `language` ("" for plain ones), as written."""
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```$", docs_section(), re.S | re.M)
+    return [body for lang, body in blocks if lang == language]
 
 
 def parse(raw: object) -> Limits:
@@ -35,6 +56,47 @@ def test_the_submit_limits_are_on_by_default_and_the_running_limits_off() -> Non
             max_pending_jobs=10_000, max_running_jobs=None, max_gpus=None, max_array_size=10_001
         )
         assert not limits.limits_running
+
+
+def test_the_example_in_the_docs_loads_as_documented() -> None:
+    example = yaml_block_with("security.md", "max_pending_jobs:")
+    assert example in docs_blocks("yaml")  # the one of the Limits section
+    checked: list[tuple[str, str]] = []
+
+    def exists(kind: str) -> object:
+        return lambda name: checked.append((kind, name)) or True
+
+    limits = parse_limits(
+        yaml.safe_load(example)["limits"], user_exists=exists("user"), group_exists=exists("group")
+    )
+    assert checked == [("user", "alice"), ("group", "students")]
+    assert limits.default == UserLimits(10_000, None, None, 10_001)
+    student = limits.for_user("carol", ["students", "staff"])
+    assert student == UserLimits(10_000, 4, 2, 10_001)
+    # As the docs say: alice, a student, 4 jobs on 8 GPUs.
+    assert limits.for_user("alice", ["students"]) == UserLimits(10_000, 4, 8, 10_001)
+    assert limits.for_user("alice", []) == UserLimits(10_000, None, 8, 10_001)
+    assert limits.limits_running
+
+
+def test_the_sshare_example_in_the_docs_is_what_the_formatter_prints() -> None:
+    shown = [b for b in docs_blocks("") if b.startswith("$ gbatch sshare\n")]
+    (block,) = shown
+    row = UserShare("alice", 36_000.0, 0.75, 0.353553, 3, 4, 8, UserLimits(10_000, 4, 8, 10_001))
+    assert block.removeprefix("$ gbatch sshare\n") == format_sshare([row])
+
+
+def test_the_refusals_in_the_docs_are_what_a_submit_says() -> None:
+    (block,) = [b for b in docs_blocks("") if b.startswith("gbatch sbatch: error: limits:")]
+    said = [
+        str(PendingLimitReached("alice", 10_000, 1, 10_000)),
+        str(PendingLimitReached("alice", 9_995, 10, 10_000)),
+        array_refusal(20_000, 10_001),
+        gpus_refusal(4, 2),
+    ]
+    assert block.splitlines() == [f"gbatch sbatch: error: {line}" for line in said]
+    assert array_refusal(10_001, 10_001) is None and array_refusal(5, None) is None
+    assert gpus_refusal(2, 2) is None and gpus_refusal(8, None) is None
 
 
 # -- how entries combine ------------------------------------------------------------------

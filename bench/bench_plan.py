@@ -1,7 +1,8 @@
 """Time gbatch.head.scheduler.plan() on a large queue.
 
 Run from anywhere: `python bench/bench_plan.py [--runs N] [--seed S]`. Prints one line
-per scenario with the median and p90 of the runs against the goal (<= 20 ms).
+per scenario with the median and p90 of the runs against the goal (<= 20 ms). The last
+scenario limits every user (max_running_jobs 4, max_gpus 8; gbatch/limits.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gbatch.head.scheduler import plan
+from gbatch.limits import Use, UserLimits
 from gbatch.model import Job, JobSpec, JobState, NodeView
 
 GOAL_MS = 20.0
@@ -80,13 +82,26 @@ def make_usage(rng: random.Random) -> dict[str, float]:
     return {f"user{u:02d}": rng.uniform(0, 5e6) for u in range(USERS) if rng.random() < 0.8}
 
 
+def make_limits(rng: random.Random) -> tuple[dict[str, UserLimits], dict[str, Use]]:
+    """Every user limited (4 jobs, 8 GPUs at once), each already holding some."""
+    limits = {f"user{u:02d}": UserLimits(max_running_jobs=4, max_gpus=8) for u in range(USERS)}
+    use = {user: Use(rng.randint(0, 4), rng.randint(0, 8)) for user in limits}
+    return limits, use
+
+
 def measure(
-    label: str, jobs: list[Job], nodes: list[NodeView], usage: dict[str, float], runs: int
+    label: str,
+    jobs: list[Job],
+    nodes: list[NodeView],
+    usage: dict[str, float],
+    runs: int,
+    limits: tuple[dict[str, UserLimits], dict[str, Use]] | None = None,
 ) -> None:
     samples = []
+    caps, use = limits or (None, None)
     for _ in range(runs):
         start = time.perf_counter()
-        result = plan(jobs, nodes, usage, NOW)
+        result = plan(jobs, nodes, usage, NOW, caps, use)
         samples.append((time.perf_counter() - start) * 1000)
     samples.sort()
     median = statistics.median(samples)
@@ -111,6 +126,8 @@ def main() -> None:
     plan(jobs, half, usage, NOW)  # warm-up: imports, allocator
     measure("half occupied", jobs, half, usage, args.runs)
     measure("all full", jobs, full, usage, args.runs)
+    limits = make_limits(rng)
+    measure("half occupied, every user limited", jobs, half, usage, args.runs, limits)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,11 @@ import os
 import posixpath
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 
+from gbatch.limits import Limits, LimitsError, parse_limits
 from gbatch.policy import (
     DEFAULT_CAPABILITIES,
     DOCKER_DEFAULT_CAPABILITIES,
@@ -227,6 +228,8 @@ class Config:
     job_capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
     # A job's log on the head stops growing here (a line says so); the job runs on.
     max_log_bytes: int = 10 << 30
+    # Per-user and per-group limits (gbatch/limits.py): sane ones by default.
+    limits: Limits = field(default_factory=Limits)
 
     @property
     def half_life_seconds(self) -> float:
@@ -443,6 +446,11 @@ def _coerce(key: str, value: object, source: str) -> object:
         return value
     if key in _POLICY_KEYS:
         return _POLICY_KEYS[key](value, bad)
+    if key == "limits":
+        try:
+            return parse_limits(value)
+        except LimitsError as err:
+            raise ConfigError(f"{source}: {err}") from err
     if key == "docker":
         if not isinstance(value, str) or not value:
             raise bad("a command name")

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from gbatch.limits import UserShare
 from gbatch.model import ALLOCATED_STATES, Event, Job, JobState, NodeInfo, NodeState
 from gbatch.timefmt import format_duration, format_elapsed_fixed, format_timestamp
 
@@ -598,3 +599,82 @@ def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> st
         }
     )
     return _dump(data)
+
+
+# ---------------------------------------------------------------------------
+# sshare
+
+_SSHARE_HEADERS = (
+    "User",
+    "RawUsage",
+    "EffectvUsage",
+    "FairShare",
+    "Pending",
+    "MaxPending",
+    "Running",
+    "MaxRunning",
+    "GPUs",
+    "MaxGPUs",
+    "MaxArray",
+)
+
+
+def _limit_cell(value: int | None, none: str) -> str:
+    return none if value is None else str(value)
+
+
+def format_sshare(
+    shares: Sequence[UserShare], *, header: bool = True, parsable: bool = False
+) -> str:
+    """One line per user, in the order given: Slurm's sshare figures (RawUsage in
+    decayed GPU-seconds, EffectvUsage its share of everyone's, FairShare the planner's
+    factor), then what the user's jobs hold now beside each limit: pending jobs and
+    max_pending_jobs, jobs on nodes and max_running_jobs, GPUs and max_gpus, then
+    max_array_size. No limit reads `-` (empty with `parsable`, sshare -P's `|` form)."""
+    none = "" if parsable else "-"
+    rows = [
+        [
+            _printable(share.user),
+            str(round(share.usage)),
+            f"{share.effective_usage:.6f}",
+            f"{share.fairshare:.6f}",
+            str(share.pending),
+            _limit_cell(share.limits.max_pending_jobs, none),
+            str(share.running),
+            _limit_cell(share.limits.max_running_jobs, none),
+            str(share.gpus),
+            _limit_cell(share.limits.max_gpus, none),
+            _limit_cell(share.limits.max_array_size, none),
+        ]
+        for share in shares
+    ]
+    if parsable:
+        lines = ["|".join(_SSHARE_HEADERS)] if header else []
+        return _lines([*lines, *("|".join(row) for row in rows)])
+    return _table(_SSHARE_HEADERS, rows, frozenset(_SSHARE_HEADERS[1:]), header=header)
+
+
+def format_sshare_json(shares: Sequence[UserShare]) -> str:
+    """`{"users": [...]}`: the figures, what the jobs hold, and `limits` (null: none)."""
+    return _dump(
+        {
+            "users": [
+                {
+                    "user": share.user,
+                    "raw_usage": share.usage,
+                    "effective_usage": share.effective_usage,
+                    "fairshare": share.fairshare,
+                    "pending": share.pending,
+                    "running": share.running,
+                    "gpus": share.gpus,
+                    "limits": {
+                        "max_pending_jobs": share.limits.max_pending_jobs,
+                        "max_running_jobs": share.limits.max_running_jobs,
+                        "max_gpus": share.limits.max_gpus,
+                        "max_array_size": share.limits.max_array_size,
+                    },
+                }
+                for share in shares
+            ]
+        }
+    )

@@ -21,6 +21,7 @@ from typing import (
     get_type_hints,
 )
 
+from gbatch.limits import UserLimits, UserShare
 from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
 
 # What a listing (squeue, sacct) prints of a spec; the rest (command, env, mounts)
@@ -226,6 +227,44 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
     )
 
 
+def share_to_wire(share: UserShare) -> dict[str, Any]:
+    limits = share.limits
+    return {
+        "user": share.user,
+        "usage": share.usage,
+        "effective_usage": share.effective_usage,
+        "fairshare": share.fairshare,
+        "pending": share.pending,
+        "running": share.running,
+        "gpus": share.gpus,
+        "limits": {
+            "max_pending_jobs": limits.max_pending_jobs,
+            "max_running_jobs": limits.max_running_jobs,
+            "max_gpus": limits.max_gpus,
+            "max_array_size": limits.max_array_size,
+        },
+    }
+
+
+def share_from_wire(data: Mapping[str, Any]) -> UserShare:
+    limits = data["limits"]
+    return UserShare(
+        user=data["user"],
+        usage=data["usage"],
+        effective_usage=data["effective_usage"],
+        fairshare=data["fairshare"],
+        pending=data["pending"],
+        running=data["running"],
+        gpus=data["gpus"],
+        limits=UserLimits(
+            max_pending_jobs=limits["max_pending_jobs"],
+            max_running_jobs=limits["max_running_jobs"],
+            max_gpus=limits["max_gpus"],
+            max_array_size=limits["max_array_size"],
+        ),
+    )
+
+
 # -- requests and errors ---------------------------------------------------------------
 #
 # One type per request the daemon serves: its `op` and its fields, as named on the
@@ -409,6 +448,15 @@ class TrustHostKey(_Request, op="node_trust"):
     replace: bool = False
 
 
+class ShowShares(_Request, op="shares"):
+    """sshare: users' fair-share figures, what their jobs hold and their limits. The
+    caller's own row; `users` or `all_users` (every user with jobs, usage or a limits
+    entry) are for admins, bar the caller's own name. Replies {"users": [...], "now"}."""
+
+    users: tuple[str, ...] = ()
+    all_users: bool = False
+
+
 class Shutdown(_Request, op="shutdown"):
     """Admins: stop the daemon (jobs carry on). Replies {"pid"}."""
 
@@ -429,6 +477,7 @@ Request = (
     | InstallAgent
     | GetHostKey
     | TrustHostKey
+    | ShowShares
     | Shutdown
 )
 REQUESTS: Mapping[str, type[Request]] = {cls.op: cls for cls in get_args(Request)}

@@ -12,7 +12,19 @@ import sys
 from typing import TYPE_CHECKING, NoReturn, assert_never
 
 from gbatch import __version__
-from gbatch.cli import daemon, logs, node, sacct, sbatch, scancel, scontrol, sinfo, squeue, tui
+from gbatch.cli import (
+    daemon,
+    logs,
+    node,
+    sacct,
+    sbatch,
+    scancel,
+    scontrol,
+    sinfo,
+    squeue,
+    sshare,
+    tui,
+)
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
@@ -21,7 +33,7 @@ from gbatch.config import SYSTEM_SOCKET
 if TYPE_CHECKING:
     from gbatch.wire import ErrorKind
 
-COMMANDS = (sbatch, squeue, scancel, sinfo, sacct, scontrol, logs, tui, node, daemon)
+COMMANDS = (sbatch, squeue, scancel, sinfo, sacct, sshare, scontrol, logs, tui, node, daemon)
 
 
 EPILOG = """\

@@ -29,6 +29,7 @@ from gbatch.head.liveness import Liveness
 from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import plan
 from gbatch.head.store import Store, StoreFull, Usage
+from gbatch.limits import UserLimits, unix_groups, use_by_user
 from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
 from gbatch.nodes.base import LaunchError, Node, RunStatus
 from gbatch.nodes.inventory import Inventory
@@ -36,6 +37,10 @@ from gbatch.nodes.local import LOCAL_NODE
 
 log = logging.getLogger("gbatchd")
 COALESCE_SECONDS = 0.02
+# A user's groups (for `limits: groups:`) are read from the system's databases again
+# after this long: a change takes hold within it, and a plan over thousands of jobs asks
+# once per user.
+GROUPS_CACHE_SECONDS = 10.0
 
 
 class Daemon:
@@ -333,7 +338,12 @@ class Daemon:
             for node in self.fleet.nodes.values()
         ]
         usage = self.usage(allocated, now)
-        result = plan(pending, views, usage, now)
+        limits: dict[str, UserLimits] = {}
+        if self.config.limits.limits_running:
+            for user in {job.user for job in pending}:
+                if (mine := self.limits_for(user)).limits_running:
+                    limits[user] = mine
+        result = plan(pending, views, usage, now, limits, use_by_user(allocated))
         by_id = {j.id: j for j in pending}
         self.store.set_pending_reasons(
             {job_id: r for job_id, r in result.reasons.items() if by_id[job_id].reason != r}
@@ -415,6 +425,14 @@ class Daemon:
             started = self.monotonic() - max(0.0, now - job.start_time)
             self._started_monotonic[(job.id, job.attempt)] = started
         return self.monotonic() - started >= limit
+
+    def limits_for(self, user: str) -> UserLimits:
+        """The limits of `user` under the config's `limits:`, their groups included."""
+        limits = self.config.limits
+        if not limits.groups:
+            return limits.for_user(user)
+        epoch = int(self.monotonic() // GROUPS_CACHE_SECONDS)
+        return limits.for_user(user, unix_groups(user, epoch))
 
     def usage(self, allocated: Sequence[Job], now: float) -> dict[str, float]:
         """Stored decayed usage plus what allocated jobs have accrued so far."""

@@ -34,7 +34,8 @@ class GroupCommitter:
         self._thread.start()
 
     def submit(self, submission: Submission) -> list[int]:
-        """Commit `submission` (with whatever else is waiting); return its job ids."""
+        """Commit `submission` (with whatever else is waiting); return its job ids.
+        Raises what the store did, or the submission's own PendingLimitReached."""
         waiter = _Waiter(submission)
         self._queue.put(waiter)
         waiter.done.wait()
@@ -67,7 +68,10 @@ class GroupCommitter:
                 for waiter in batch:
                     waiter.error = err
             else:
-                for waiter, ids in zip(batch, results, strict=True):
-                    waiter.ids = ids
+                for waiter, result in zip(batch, results, strict=True):
+                    if isinstance(result, Exception):  # over its user's limit: its own
+                        waiter.error = result
+                    else:
+                        waiter.ids = result
             for waiter in batch:
                 waiter.done.set()

@@ -22,15 +22,26 @@ from typing import Any, assert_never
 
 from gbatch import __version__, policy, wire
 from gbatch.head.daemon import Daemon
+from gbatch.head.fairshare import factors
 from gbatch.head.store import JobNotFound, StateChange, StoreError, StoreFull, Submission
-from gbatch.model import IllegalTransition, Job, JobSpec, JobState
+from gbatch.limits import (
+    ARRAY_HARD_CAP,
+    PendingLimitReached,
+    Use,
+    UserLimits,
+    UserShare,
+    array_refusal,
+    gpus_refusal,
+    use_by_user,
+)
+from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobSpec, JobState
 from gbatch.nodes import resolve
 from gbatch.nodes.base import HostError
 from gbatch.spec import SpecError, build_spec, secret_env_values
 from gbatch.timefmt import MAX_TIME_LIMIT_S
 
 log = logging.getLogger("gbatchd")
-MAX_ARRAY = 100_000
+MAX_ARRAY = ARRAY_HARD_CAP
 LOG_CHUNK = 256 * 1024
 # Agent installs at once: `node install --all` on a large fleet is a bounded burst of SSH
 # handshakes and SFTP copies from the head, not one per host.
@@ -255,23 +266,43 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
             f"gpus: {spec.gpus} GPUs requested but the largest node has {have}{detail}. {hint}",
         )
     _check_runnable_somewhere(daemon, spec)
+    limits = _submit_limits(daemon, caller)
+    if limits is not None:
+        for refusal in (
+            array_refusal(count, limits.max_array_size),
+            gpus_refusal(spec.gpus, limits.max_gpus),
+        ):
+            if refusal is not None:
+                raise Refused("invalid", refusal)
     if count == 1:
         specs = [spec]
     else:
         specs = [
             replace(spec, env=(*spec.env, ("GBATCH_ARRAY_TASK_ID", str(i)))) for i in range(count)
         ]
-    ids = daemon.committer.submit(
-        Submission(
-            tuple(specs),
-            caller.uid,
-            caller.user,
-            request.held,
-            tuple(secret_values.items()),
+    try:
+        ids = daemon.committer.submit(
+            Submission(
+                tuple(specs),
+                caller.uid,
+                caller.user,
+                request.held,
+                tuple(secret_values.items()),
+                max_pending=None if limits is None else limits.max_pending_jobs,
+            )
         )
-    )
+    except PendingLimitReached as err:
+        raise Refused("permission", str(err)) from err
     daemon.submitted()
     return {"ids": ids}
+
+
+def _submit_limits(daemon: Daemon, caller: Caller) -> UserLimits | None:
+    """The caller's limits at submit; None for root and the daemon's own user, who may
+    always queue (an admin restoring a queue, the single user of an embedded daemon)."""
+    if caller.uid in (0, os.getuid()):
+        return None
+    return daemon.limits_for(caller.user)
 
 
 def _check_runnable_somewhere(daemon: Daemon, spec: JobSpec) -> None:
@@ -747,6 +778,64 @@ def node_trust(daemon: Daemon, caller: Caller, request: wire.TrustHostKey) -> di
     return {**reply, "was_pinned": offered.pinned}
 
 
+def shares(daemon: Daemon, caller: Caller, request: wire.ShowShares) -> dict[str, Any]:
+    """sshare: each user's fair-share figures, what their jobs hold now, and the limits
+    that apply to them. A user sees their own row; admins any user's, or all."""
+    wanted = set(request.users)
+    if request.all_users or wanted - {caller.user}:
+        _require_admin(
+            daemon,
+            caller,
+            "shares",
+            "users",
+            "see other users' shares and limits (yours: `gbatch sshare`)",
+        )
+    now = daemon.clock()
+    allocated = daemon.store.jobs_in(ALLOCATED_STATES)
+    usage = daemon.usage(allocated, now)
+    held = use_by_user(allocated)
+    if request.all_users:
+        pending = daemon.store.pending_counts()
+        named = daemon.config.limits.users
+        shown = sorted(
+            {*pending, *held, *named, *(user for user, used in usage.items() if used > 0)}
+        )
+    else:
+        shown = sorted(wanted or {caller.user})
+        pending = daemon.store.pending_counts(shown)
+    share = factors(usage, {*pending, *shown})
+    total = sum(max(used, 0.0) for used in usage.values())
+    exempt = {"root", server_user_name()}
+    rows = []
+    for user in shown:
+        used = max(usage.get(user, 0.0), 0.0)
+        limits = daemon.limits_for(user)
+        if user in exempt:  # never refused at submit: see _submit_limits
+            limits = replace(limits, max_pending_jobs=None, max_array_size=None)
+        mine = held.get(user, Use())
+        rows.append(
+            UserShare(
+                user=user,
+                usage=used,
+                effective_usage=used / total if total > 0 else 0.0,
+                fairshare=share.get(user, 1.0),
+                pending=pending.get(user, 0),
+                running=mine.running_jobs,
+                gpus=mine.gpus,
+                limits=limits,
+            )
+        )
+    return {"users": [wire.share_to_wire(row) for row in rows], "now": now}
+
+
+def server_user_name() -> str:
+    """The name of the user the daemon runs as (its uid when the system has no name)."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
 def shutdown(daemon: Daemon, caller: Caller, request: wire.Shutdown) -> dict[str, Any]:
     _require_admin(daemon, caller, "shutdown", "daemon", "stop the daemon")
     daemon.stop()
@@ -787,6 +876,8 @@ def dispatch(daemon: Daemon, caller: Caller, request: wire.Request) -> dict[str,
             return node_hostkey(daemon, caller, request)
         case wire.TrustHostKey():
             return node_trust(daemon, caller, request)
+        case wire.ShowShares():
+            return shares(daemon, caller, request)
         case wire.Shutdown():
             return shutdown(daemon, caller, request)
         case _:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gbatch.head.fairshare import factors
+from gbatch.limits import Use, UserLimits
 from gbatch.model import Assignment, Job, NodeView, Plan
 
 # Pending reasons, spelled as Slurm's squeue prints them.
@@ -21,6 +22,8 @@ RESOURCES = "Resources"
 PRIORITY = "Priority"
 NODE_DOWN = "NodeDown"
 BAD_CONSTRAINTS = "BadConstraints"
+MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
+MAX_GPUS_PER_USER = "QOSMaxGRESPerUser"
 
 
 def queue_order(pending: Sequence[Job], usage: Mapping[str, float]) -> list[Job]:
@@ -51,17 +54,28 @@ class _Reservation:
 
 
 def plan(
-    pending: Sequence[Job], nodes: Sequence[NodeView], usage: Mapping[str, float], now: float
+    pending: Sequence[Job],
+    nodes: Sequence[NodeView],
+    usage: Mapping[str, float],
+    now: float,
+    limits: Mapping[str, UserLimits] | None = None,
+    use: Mapping[str, Use] | None = None,
 ) -> Plan:
     """Decide which pending jobs start now and give every other one a reason.
 
     Preconditions: `pending` holds jobs in state PENDING (some `held`); `usage` maps
-    user -> GPU-seconds already decayed to `now`, running jobs' usage included.
+    user -> GPU-seconds already decayed to `now`, running jobs' usage included;
+    `limits` maps a user to their limits (a user left out has none), `use` a user to
+    what their jobs hold now (a user left out holds nothing).
 
     Jobs are taken in `queue_order`. Each one either gets an Assignment or a reason:
 
     - "JobHeldUser": held; skipped.
     - "BadConstraints": asks more GPUs than any node (up or down) has in total.
+    - "QOSMaxJobsPerUserLimit": its user's jobs on nodes (those held now plus those this
+      plan starts) are at their max_running_jobs; "QOSMaxGRESPerUser": its GPUs would
+      take its user's past max_gpus. Skipped, like a held job: it takes no reservation
+      and holds back no other user's job (nor a smaller job of its own user that fits).
     - "NodeDown": no available node is big enough for it (or none is available). A job
       with an image counts only nodes whose docker engine answers (`runs_containers`).
     - A job that fits is placed on ONE node, never spread: the available node with the
@@ -115,6 +129,9 @@ def plan(
     # Placements only ever shrink what a node can reach in finite time, so once a
     # reservation for g GPUs proves impossible, so does every later one for >= g.
     unreservable = math.inf
+    caps = limits or {}
+    holding = use or {}
+    taken: dict[str, list[int]] = {}
 
     for job in ordered:
         if job.held:
@@ -125,12 +142,28 @@ def plan(
         if gpus > largest_any and nodes:
             reasons[job.id] = BAD_CONSTRAINTS
             continue
+        # [jobs on nodes, GPUs] of a limited user, counting this plan's starts.
+        held_by_user: list[int] | None = None
+        cap = caps.get(job.user)
+        if cap is not None:
+            held_by_user = taken.get(job.user)
+            if held_by_user is None:
+                now_held = holding.get(job.user, Use())
+                held_by_user = taken[job.user] = [now_held.running_jobs, now_held.gpus]
+            if cap.max_running_jobs is not None and held_by_user[0] >= cap.max_running_jobs:
+                reasons[job.id] = MAX_JOBS_PER_USER
+                continue
+            if cap.max_gpus is not None and held_by_user[1] + gpus > cap.max_gpus:
+                reasons[job.id] = MAX_GPUS_PER_USER
+                continue
         if gpus > (largest_with_containers if needs_containers else largest_up):
             reasons[job.id] = NODE_DOWN
             continue
         if gpus <= 0:
             first = next(i for i, ok in enumerate(runs_containers) if ok or not needs_containers)
             assignments.append(Assignment(job.id, up[first].name, ()))
+            if held_by_user is not None:
+                held_by_user[0] += 1
             continue
         usable = runs_containers if needs_containers else None
         if gpus <= free_total:
@@ -150,6 +183,9 @@ def plan(
                 ):
                     reservation.spare -= gpus
                 assignments.append(Assignment(job.id, up[target].name, tuple(ids[:gpus])))
+                if held_by_user is not None:
+                    held_by_user[0] += 1
+                    held_by_user[1] += gpus
                 continue
         if reservation is not None:
             reasons[job.id] = PRIORITY

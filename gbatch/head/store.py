@@ -20,6 +20,7 @@ from pathlib import Path
 from gbatch.config import make_private
 from gbatch.head import fairshare
 from gbatch.head.secretbox import SecretBox, SecretKeyError
+from gbatch.limits import PendingLimitReached
 from gbatch.model import (
     ACTIVE_STATES,
     Event,
@@ -91,6 +92,11 @@ MIGRATIONS: tuple[str, ...] = (
         sealed BLOB    NOT NULL
     )
     """,
+    # 5: each user's pending jobs counted from an index of them alone (max_pending_jobs,
+    # checked at every submit), never by a scan of the user's whole history.
+    """
+    CREATE INDEX jobs_pending_user ON jobs(user) WHERE state = 'PENDING'
+    """,
 )
 # The key that seals job_secrets, beside the store in the daemon's home.
 SECRET_KEY_FILE = "secrets.key"
@@ -125,6 +131,9 @@ class Submission:
     held: bool = False
     # (name, value) for the specs' secret_env names: stored sealed, once per job.
     secret_values: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # The user's max_pending_jobs (None: no limit), checked inside the transaction that
+    # queues the jobs, where concurrent submits cannot race past it.
+    max_pending: int | None = None
 
 
 @dataclass(frozen=True)
@@ -259,11 +268,20 @@ class Store:
         name in the specs' secret_env (see submit_many).
         """
         submission = Submission(tuple(specs), uid, user, held, tuple((secret_values or {}).items()))
-        return self.submit_many([submission], now)[0]
+        (result,) = self.submit_many([submission], now)
+        if isinstance(result, PendingLimitReached):
+            raise result
+        return result
 
-    def submit_many(self, submissions: Sequence[Submission], now: float) -> list[list[int]]:
+    def submit_many(
+        self, submissions: Sequence[Submission], now: float
+    ) -> list[list[int] | PendingLimitReached]:
         """Queue several callers' submissions in ONE transaction (one fsync: group
         commit); return each one's ids, in order. Durable once this returns.
+
+        A submission with `max_pending` that would take its user's PENDING jobs (held
+        ones too; those queued earlier in this same transaction too) past it queues
+        nothing and gets PendingLimitReached in its place; the others are queued.
 
         A submission's secret values are sealed (encrypted) before they are written, to
         job_secrets only: never to jobs, events or any log. Raises ValueError when they
@@ -272,8 +290,22 @@ class Store:
         state = JobState.PENDING.value
         sealed = [self._seal_secrets(submission) for submission in submissions]
         with self._write() as db:
-            results: list[list[int]] = []
+            results: list[list[int] | PendingLimitReached] = []
+            # Pending jobs per user as this transaction goes: counted once per user.
+            pending: dict[str, int] = {}
             for submission, token in zip(submissions, sealed, strict=True):
+                user, adding = submission.user, len(submission.specs)
+                if submission.max_pending is not None:
+                    have = pending.get(user)
+                    if have is None:
+                        have = pending[user] = self._pending_count(db, user)
+                    if have + adding > submission.max_pending:
+                        results.append(
+                            PendingLimitReached(user, have, adding, submission.max_pending)
+                        )
+                        continue
+                if user in pending:
+                    pending[user] += adding
                 reason = "JobHeldUser" if submission.held else ""
                 ids: list[int] = []
                 for spec in submission.specs:
@@ -301,9 +333,24 @@ class Store:
                 results.append(ids)
             db.executemany(
                 "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
-                [(job_id, now, state, "submitted") for ids in results for job_id in ids],
+                [
+                    (job_id, now, state, "submitted")
+                    for ids in results
+                    if isinstance(ids, list)
+                    for job_id in ids
+                ],
             )
         return results
+
+    @staticmethod
+    def _pending_count(db: sqlite3.Connection, user: str) -> int:
+        # The partial index jobs_pending_user: the user's pending jobs only.
+        row = db.execute(
+            "SELECT count(*) FROM jobs INDEXED BY jobs_pending_user"
+            " WHERE user = ? AND state = 'PENDING'",
+            (user,),
+        ).fetchone()
+        return int(row[0])
 
     def _seal_secrets(self, submission: Submission) -> bytes | None:
         names = {name for name, _ in submission.secret_values}
@@ -524,6 +571,21 @@ class Store:
                 f"SELECT state, count(*) FROM jobs WHERE state IN ({_ACTIVE_SQL}) GROUP BY state"
             ).fetchall()
         return {state: int(n) for state, n in rows}
+
+    def pending_counts(self, users: Collection[str] | None = None) -> dict[str, int]:
+        """How many PENDING jobs (held ones too) each user has (of `users`, when given);
+        users without any are left out. From the index of pending jobs alone."""
+        where, params = "state = 'PENDING'", []
+        if users is not None:
+            where += f" AND user IN ({', '.join('?' * len(users))})"
+            params = list(users)
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT user, count(*) FROM jobs INDEXED BY jobs_pending_user WHERE {where}"
+                " GROUP BY user",
+                params,
+            ).fetchall()
+        return {user: int(n) for user, n in rows}
 
     def drain_node(self, name: str, reason: str, now: float) -> None:
         """Take a node out of scheduling (its running jobs carry on)."""

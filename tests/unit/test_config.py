@@ -19,6 +19,7 @@ from gbatch.config import (
     make_private,
     resolve_paths,
 )
+from gbatch.limits import Limits, UserLimits
 from gbatch.policy import MountRoot
 
 
@@ -119,7 +120,8 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         "allow_host_network: true\n"
         "job_networks: [labnet, host, labnet]\n"
         "job_capabilities: [CHOWN, KILL]\n"
-        "max_log_bytes: 2G\n",
+        "max_log_bytes: 2G\n"
+        "limits: {max_running_jobs: 3, groups: {root: {max_gpus: 1}}}\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -145,6 +147,7 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         job_networks=("labnet", "host"),
         job_capabilities=("CHOWN", "KILL"),
         max_log_bytes=2 << 30,
+        limits=Limits(UserLimits(max_running_jobs=3), groups={"root": {"max_gpus": 1}}),
     )
 
 
@@ -173,6 +176,7 @@ def test_every_config_key_is_a_config_field() -> None:
         "job_networks",
         "job_capabilities",
         "max_log_bytes",
+        "limits",
     }
 
 

@@ -1,5 +1,5 @@
 """Every config example in docs/security.md is a config the daemon accepts as written
-(the group names of the examples stand for groups this machine has)."""
+(the group and user names of the examples stand for ones this machine has)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from docexamples import yaml_blocks
 
 from gbatch.config import Paths, load_config
 
-# Groups the examples name, and an existing group that stands for each here.
-EXAMPLE_GROUPS = {"gpu-admins": "root", "gbatch-users": "root"}
+# Groups (and users: the Limits example's) the examples name, and an existing group or
+# user that stands for each here.
+EXAMPLE_GROUPS = {"gpu-admins": "root", "gbatch-users": "root", "students": "root", "alice": "root"}
 
 
 @pytest.mark.parametrize("block", yaml_blocks("security.md"))
@@ -27,3 +28,4 @@ def test_the_docs_have_the_examples_the_tests_run() -> None:
     blocks = yaml_blocks("security.md")
     assert len(blocks) >= 5
     assert any("root_in_containers" in block for block in blocks)
+    assert any(block.startswith("limits:\n") for block in blocks)

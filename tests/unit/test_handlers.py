@@ -208,6 +208,7 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
         (wire.InstallAgent(names=("local",)), "results"),
         (wire.GetHostKey(name="local"), "invalid"),  # the local node has no SSH key
         (wire.TrustHostKey(name="local", fingerprint="SHA256:x"), "invalid"),
+        (wire.ShowShares(all_users=True), "users"),
         (wire.Shutdown(), "pid"),
     ]
     assert {type(request) for request, _ in served} == set(wire.REQUESTS.values())

@@ -42,6 +42,7 @@ EXAMPLES: dict[str, wire.Request] = {
     "node_install": wire.InstallAgent(names=("gpu01", "gpu02")),
     "node_hostkey": wire.GetHostKey(name="gpu01"),
     "node_trust": wire.TrustHostKey(name="gpu01", fingerprint="SHA256:abc", replace=True),
+    "shares": wire.ShowShares(users=("alice", "bob"), all_users=True),
     "shutdown": wire.Shutdown(),
 }
 

@@ -29,6 +29,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r}))
         (["scancel", "1"], set()),
         (["sinfo"], set()),
         (["sacct"], set()),
+        (["sshare"], set()),
         (["logs", "1"], set()),
         (["sbatch", "--help"], set()),
         # Registering `gbatch tui` costs the others nothing: textual loads only when it runs.

@@ -1,0 +1,142 @@
+"""Per-user and per-group limits on a real head with two real Unix users: a student's
+jobs past max_gpus and max_running_jobs wait with Slurm's reasons while another user's
+job starts; submits past max_pending_jobs and max_array_size are refused, one line,
+nothing queued; `gbatch sshare` shows each user their own limits and use.
+
+Users and the group are made with useradd/groupadd per run and removed after.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asuser import User, as_user, preload, run_cli, temp_users
+from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, require_root, wait_for
+
+SLEEP = ("--wrap", "sleep 300")
+
+
+@pytest.fixture(autouse=True)
+def _root_only() -> None:
+    require_root("to create Unix users and act as them")
+    preload()
+
+
+@pytest.fixture
+def users() -> Iterator[dict[str, User]]:
+    with temp_users("gbtl", ["bob"], "students", ["alice"]) as made:
+        yield made
+
+
+@pytest.fixture
+def head(users: dict[str, User]) -> Iterator[Head]:
+    base = Path(tempfile.mkdtemp(prefix="gbatch-limits-", dir="/tmp"))
+    base.chmod(0o755)
+    config = FAST_CONFIG + (
+        "socket_mode: '666'\n"
+        "limits:\n"
+        "  max_array_size: 3\n"
+        f"  users: {{{users['alice'].name}: {{max_pending_jobs: 2}}}}\n"
+        f"  groups: {{{users['students'].name}: {{max_running_jobs: 2, max_gpus: 1}}}}\n"
+    )
+    made = make_head(base / "home", gpus=2, config=config)
+    made.home.chmod(0o711)  # others reach the socket, list nothing
+    made.start()
+    try:
+        yield made
+    finally:
+        made.stop()
+        kill_leftover_jobs(made.home)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def cli(head: Head, user: User, *argv: str) -> dict[str, Any]:
+    out: dict[str, Any] = as_user(user, partial(run_cli, head.home, *argv))
+    return out
+
+
+def sbatch(head: Head, user: User, *argv: str) -> int:
+    out = cli(head, user, "sbatch", "--parsable", *argv)
+    assert out["rc"] == 0, out
+    return int(out["out"])
+
+
+def wait_reason(head: Head, job_id: int, reason: str) -> None:
+    wait_for(
+        lambda: head.job(job_id)["reason"] == reason,
+        30,
+        f"job {job_id} to wait with {reason} (now {head.job(job_id)['reason']})",
+    )
+
+
+def test_a_limited_users_jobs_wait_with_the_reason_while_another_users_start(
+    head: Head, users: dict[str, User]
+) -> None:
+    alice, bob = users["alice"], users["bob"]
+    # alice is a student: 2 jobs on nodes, 1 GPU at once; 2 pending jobs at most.
+    first = sbatch(head, alice, "--gpus", "1", *SLEEP)
+    head.wait_state(first, "RUNNING")
+    second = sbatch(head, alice, "--gpus", "1", *SLEEP)
+    wait_reason(head, second, "QOSMaxGRESPerUser")
+    shown = cli(head, alice, "scontrol", "show", "job", str(second))["out"]
+    assert "JobState=PENDING Reason=QOSMaxGRESPerUser " in shown
+    cpu = sbatch(head, alice, "--gpus", "0", *SLEEP)
+    head.wait_state(cpu, "RUNNING")
+    # Two on nodes: now that holds back both of her waiting jobs, whatever GPUs they ask.
+    wait_reason(head, second, "QOSMaxJobsPerUserLimit")
+    fourth = sbatch(head, alice, "--gpus", "1", *SLEEP)
+    wait_reason(head, fourth, "QOSMaxJobsPerUserLimit")
+
+    # bob is not limited: his GPU job starts although alice's waited longer.
+    theirs = sbatch(head, bob, "--gpus", "1", *SLEEP)
+    head.wait_state(theirs, "RUNNING")
+    assert head.state(second) == head.state(fourth) == "PENDING"
+
+    # What alice is shown: squeue's reasons and her row in sshare.
+    queue = cli(head, alice, "squeue", "--me", "-h", "-o", "%i %t %r")
+    assert queue["out"].splitlines() == [
+        f"{first} R None",
+        f"{second} PD QOSMaxJobsPerUserLimit",
+        f"{cpu} R None",
+        f"{fourth} PD QOSMaxJobsPerUserLimit",
+    ]
+    share = cli(head, alice, "sshare", "-P", "-n")
+    assert share["rc"] == 0, share
+    (row,) = share["out"].splitlines()
+    fields = row.split("|")
+    assert fields[0] == alice.name
+    # Pending MaxPending Running MaxRunning GPUs MaxGPUs MaxArray
+    assert fields[4:] == ["2", "2", "2", "2", "1", "1", "3"]
+    refused = cli(head, alice, "sshare", "-a")
+    assert (refused["rc"], refused["out"]) == (4, "")
+    assert "only root, the daemon's user or an admin may see other users'" in refused["err"]
+
+    # Past max_pending_jobs: refused, one line, exit 4, nothing queued.
+    before = len(head.run("squeue", "-h", check=True).stdout.splitlines())
+    over = cli(head, alice, "sbatch", *SLEEP)
+    assert over["rc"] == 4
+    assert over["err"] == (
+        "gbatch sbatch: error: limits: you have 2 pending jobs, the limit (max_pending_jobs) "
+        "is 2. Wait for some to start or cancel some\n"
+    )
+    # Past max_array_size: bad input, exit 2, nothing queued.
+    array = cli(head, bob, "sbatch", "--array", "4", "--wrap", "true")
+    assert array["rc"] == 2
+    assert array["err"] == (
+        "gbatch sbatch: error: limits: --array asks for 4 tasks, the limit (max_array_size) "
+        "is 3. Submit arrays of at most 3 tasks\n"
+    )
+    assert len(head.run("squeue", "-h", check=True).stdout.splitlines()) == before
+
+    # alice's first GPU job ends: her older waiting job takes its place, and the other
+    # waits again for max_running_jobs (the plan that started `second` said so first).
+    head.run("scancel", str(first), check=True)
+    head.wait_state(second, "RUNNING")
+    assert head.job(fourth)["reason"] == "QOSMaxJobsPerUserLimit"
+    assert head.state(fourth) == "PENDING"

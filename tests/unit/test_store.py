@@ -3,6 +3,7 @@ events, usage and queries."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import stat
 import threading
@@ -742,3 +743,63 @@ def test_a_store_left_readable_by_an_older_gbatch_is_closed_at_open(tmp_path: Pa
         } == dict.fromkeys(("gbatch.db", "gbatch.db-wal", "gbatch.db-shm"), "0o600")
     finally:
         store.close()
+
+
+# -- the planner's window: each user's first runnable jobs ------------------------------
+
+
+def test_runnable_jobs_per_user_are_each_users_first_in_queue_order(store: Store) -> None:
+    def queue(user: str, *jobs: tuple[int, int, float]) -> list[int]:
+        return [
+            store.submit(
+                [JobSpec(name=user, command=("x",), priority=priority, nice=nice)],
+                uid=1000,
+                user=user,
+                now=T0 + at,
+            )[0]
+            for priority, nice, at in jobs
+        ]
+
+    # (priority, nice, submit time). alice's order: c and e (priority - nice = 3, c
+    # submitted first), then a and d (0, a first), then b (-1).
+    a, b, c, d, e = queue("alice", (0, 0, 0), (0, 1, 1), (3, 0, 2), (0, 0, 3), (5, 2, 4))
+    bob = queue("bob", (0, 0, 0), (0, 0, 1))
+    (held,) = store.submit([spec()], uid=1000, user="carol", now=T0, held=True)
+
+    assert [j.id for j in store.runnable_jobs(per_user=3)] == sorted([c, e, a, *bob])
+    assert [j.id for j in store.runnable_jobs(per_user=1)] == sorted([c, bob[0]])
+    assert [j.id for j in store.runnable_jobs(per_user=10)] == [j.id for j in store.runnable_jobs()]
+    assert held not in {j.id for j in store.runnable_jobs()}
+    store.set_state(c, JobState.CANCELLED, "gone", T0 + 9)
+    assert [j.id for j in store.runnable_jobs(per_user=2)] == sorted([e, a, *bob])
+    assert {b, d} <= {j.id for j in store.runnable_jobs()}
+
+
+def test_migration_5_gives_queued_jobs_their_queue_priority(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:4])
+    Store(db_path).close()
+    raw = sqlite3.connect(db_path)
+    for name, priority, nice in (("plain", 0, 0), ("urgent", 7, 2), ("old", None, None)):
+        fields = {"name": name, "command": ["x"]}
+        if priority is not None:
+            fields |= {"priority": priority, "nice": nice}
+        raw.execute(
+            "INSERT INTO jobs (uid, user, name, spec, state, submit_time) VALUES"
+            " (1000, 'alice', ?, ?, 'PENDING', ?)",
+            (name, json.dumps(fields), T0),
+        )
+    raw.commit()
+    raw.close()
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
+
+    migrated = Store(db_path)
+    try:
+        rows = migrated._db.execute("SELECT name, queue_priority FROM jobs ORDER BY id")
+        assert rows.fetchall() == [("plain", 0), ("urgent", 5), ("old", 0)]
+        indexes = {r[0] for r in migrated._db.execute("SELECT name FROM sqlite_master")}
+        assert "jobs_queue" in indexes and "jobs_runnable" not in indexes
+        assert [j.spec.name for j in migrated.runnable_jobs(per_user=1)] == ["urgent"]
+    finally:
+        migrated.close()

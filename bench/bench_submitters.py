@@ -135,7 +135,7 @@ def drain(home: Path) -> tuple[int, float]:
     me = pwd.getpwuid(os.getuid()).pw_name
     start = time.perf_counter()
     with Client(home / "gbatchd.sock", timeout=600) as client:
-        results = client.call(wire.Cancel(users=(me,)))["results"]
+        cancelled = int(client.call(wire.Cancel(users=(me,)))["done"])
     took = time.perf_counter() - start
     env = gbatch_env(home, GPUS)
     deadline = time.monotonic() + 60
@@ -146,7 +146,7 @@ def drain(home: Path) -> tuple[int, float]:
         if not active.strip():
             break
         time.sleep(0.5)
-    return sum(1 for r in results if r.get("ok")), took
+    return cancelled, took
 
 
 def report_count(what: str, value: int, goal: int | None = None) -> None:

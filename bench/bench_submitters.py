@@ -130,7 +130,8 @@ def drain(home: Path) -> tuple[int, float]:
     removed. Returns (jobs cancelled, seconds the request took).
 
     Through a client with a long timeout, not `gbatch scancel --me`: the CLI gives up
-    after 30 s, and cancelling 16,000 jobs (one transaction each) can take longer.
+    after 30 s, and cancelling 16,000 jobs took longer before sweeps cancelled pending
+    jobs by batch (issue 13, item 5).
     """
     me = pwd.getpwuid(os.getuid()).pw_name
     start = time.perf_counter()

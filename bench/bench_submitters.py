@@ -130,12 +130,13 @@ def drain(home: Path) -> tuple[int, float]:
     removed. Returns (jobs cancelled, seconds the request took).
 
     Through a client with a long timeout, not `gbatch scancel --me`: the CLI gives up
-    after 30 s, and cancelling 16,000 jobs (one transaction each) can take longer.
+    after 30 s, and cancelling 16,000 jobs took longer before sweeps cancelled pending
+    jobs by batch (issue 13, item 5).
     """
     me = pwd.getpwuid(os.getuid()).pw_name
     start = time.perf_counter()
     with Client(home / "gbatchd.sock", timeout=600) as client:
-        results = client.call(wire.Cancel(users=(me,)))["results"]
+        cancelled = int(client.call(wire.Cancel(users=(me,)))["done"])
     took = time.perf_counter() - start
     env = gbatch_env(home, GPUS)
     deadline = time.monotonic() + 60
@@ -146,7 +147,7 @@ def drain(home: Path) -> tuple[int, float]:
         if not active.strip():
             break
         time.sleep(0.5)
-    return sum(1 for r in results if r.get("ok")), took
+    return cancelled, took
 
 
 def report_count(what: str, value: int, goal: int | None = None) -> None:

@@ -357,30 +357,39 @@ class Submit(_Request, op="submit", secret=("secret_env",)):
 
 
 class Cancel(_Request, op="cancel"):
-    """Cancel `ids`; with no ids, the caller's active jobs that `users` and `states`
-    (names or codes) select. Replies {"results": [{"id", "ok", "error"?}, ...]}."""
+    """Cancel `ids` and the jobs in `ranges` ("FIRST-LAST", e.g. an array's "12-511");
+    with neither, the caller's active jobs that `users` and `states` (names or codes)
+    select. Replies {"results": [{"id", "ok": false, "error"}, ...], "done", "failed"}:
+    the jobs that failed (at most 1,000 listed; "failed" counts them all) and how many
+    were cancelled."""
 
     ids: tuple[int, ...] = ()
+    ranges: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
     states: tuple[str, ...] = ()
 
 
 class Hold(_Request, op="hold"):
-    """Hold pending jobs. Replies {"results": [...]} as Cancel does."""
+    """Hold pending jobs (`ids`, `ranges`). Replies {"results", "done", "failed"} as
+    Cancel does."""
 
     ids: tuple[int, ...] = ()
+    ranges: tuple[str, ...] = ()
 
 
 class Release(_Request, op="release"):
-    """Release held jobs. Replies {"results": [...]} as Cancel does."""
+    """Release held jobs (`ids`, `ranges`). Replies as Cancel does."""
 
     ids: tuple[int, ...] = ()
+    ranges: tuple[str, ...] = ()
 
 
 class Requeue(_Request, op="requeue"):
-    """Queue jobs again (a running one once its run has ended). Replies {"results": [...]}."""
+    """Queue jobs again (`ids`, `ranges`; a running one once its run has ended). Replies
+    as Cancel does."""
 
     ids: tuple[int, ...] = ()
+    ranges: tuple[str, ...] = ()
 
 
 class ListJobs(_Request, op="jobs"):

@@ -4,10 +4,9 @@ SIGKILL after the grace period)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from gbatch.cli.context import Context, parse_ids, split_list
+from gbatch.cli.context import Context, parse_targets, print_failures, split_list
 from gbatch.cli.exits import CliError, Exit
 
 HELP = "cancel jobs"
@@ -19,7 +18,12 @@ def add_parser(commands: Any) -> None:
         help=HELP,
         description=HELP + ". Prints nothing on success; each failure is one line and exit 1.",
     )
-    p.add_argument("ids", nargs="*", metavar="JOBID", help="job ids (also `12,13`)")
+    p.add_argument(
+        "ids",
+        nargs="*",
+        metavar="JOBID",
+        help="job ids (also `12,13`) or ranges (`12-511`: an array as sbatch printed it)",
+    )
     p.add_argument(
         "-u",
         "--user",
@@ -41,18 +45,18 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import wire
 
-    ids = parse_ids(args.ids) or []
+    ids, ranges = parse_targets(args.ids)
     users = split_list(args.user) or ([ctx.me] if args.me else [])
     states = split_list(args.state) or []
-    if not ids and not users and not states:
+    if not ids and not ranges and not users and not states:
         raise CliError(
             "no job ids given. Name job ids, or use -u USER / -t STATE / --me", Exit.USAGE
         )
-    reply = ctx.client.call(wire.Cancel(ids=tuple(ids), users=tuple(users), states=tuple(states)))
-    failures = [r for r in reply["results"] if not r["ok"]]
-    for failure in failures:
-        print(
-            f"gbatch scancel: error: Kill job error on job id {failure['id']}: {failure['error']}",
-            file=sys.stderr,
-        )
-    return Exit.FAILED if failures else Exit.OK
+    request = wire.Cancel(
+        ids=tuple(ids), ranges=tuple(ranges), users=tuple(users), states=tuple(states)
+    )
+    reply = ctx.client.call(request)
+    failed = print_failures(
+        "scancel", reply, lambda f: f"Kill job error on job id {f['id']}: {f['error']}"
+    )
+    return Exit.FAILED if failed else Exit.OK

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from gbatch.cli.context import Context, parse_ids
+from gbatch.cli.context import Context, parse_ids, parse_targets, print_failures
 from gbatch.cli.exits import CliError, Exit
 
 HELP = "show a job's details and history; hold, release or requeue jobs"
@@ -19,11 +19,17 @@ def add_parser(commands: Any) -> None:
         help=HELP,
         description=HELP + ".",
         epilog="examples: gbatch scontrol show job 12 | gbatch scontrol hold 12,13 | "
+        "gbatch scontrol hold 20-511 (every job with an id in that range) | "
         "gbatch scontrol release 12 | gbatch scontrol requeue 12 (a running job is stopped, "
         "then queued again; a finished one is queued again)",
     )
     p.add_argument("action", choices=("show", "hold", "release", "requeue"))
-    p.add_argument("args", nargs="+", metavar="ARG", help="`job ID` for show; job ids otherwise")
+    p.add_argument(
+        "args",
+        nargs="+",
+        metavar="ARG",
+        help="`job ID` for show; otherwise job ids (also `12,13`) or ranges (`12-511`)",
+    )
     p.add_argument("--json", action="store_true", help="with show: JSON")
     p.set_defaults(run=run)
 
@@ -46,8 +52,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         "release": wire.Release,
         "requeue": wire.Requeue,
     }
-    reply = ctx.client.call(actions[args.action](ids=tuple(parse_ids(args.args) or ())))
-    failures = [r for r in reply["results"] if not r["ok"]]
-    for failure in failures:
-        print(f"gbatch scontrol: error: job {failure['id']}: {failure['error']}", file=sys.stderr)
-    return Exit.FAILED if failures else Exit.OK
+    ids, ranges = parse_targets(args.args)
+    reply = ctx.client.call(actions[args.action](ids=tuple(ids), ranges=tuple(ranges)))
+    failed = print_failures("scontrol", reply, lambda f: f"job {f['id']}: {f['error']}")
+    return Exit.FAILED if failed else Exit.OK

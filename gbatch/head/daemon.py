@@ -41,6 +41,15 @@ COALESCE_SECONDS = 0.02
 # after this long: a change takes hold within it, and a plan over thousands of jobs asks
 # once per user.
 GROUPS_CACHE_SECONDS = 10.0
+# The planner's window: each pass looks at no more than this many of one user's runnable
+# jobs, that user's first in their own queue order (priority - nice, submit time, id).
+# Among the jobs it looks at the order is plan()'s as ever (fair-share factor, priority,
+# submit time, id), and so are reservations and backfill; a user's later jobs wait behind
+# their own first ones (they neither start nor backfill, and keep the reason they last
+# had) until those move. A lab's queue plans exactly as before; a user with 500,000
+# waiting jobs costs a pass what 1,000 do, and no user's flood hides another's jobs.
+# Like Slurm's bf_max_job_user.
+PLAN_JOBS_PER_USER = 1000
 
 
 class Daemon:
@@ -326,7 +335,7 @@ class Daemon:
     # -- step 3: plan and dispatch -------------------------------------------------------
 
     def schedule(self, now: float) -> None:
-        pending = self.store.runnable_jobs()
+        pending = self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER)
         if not pending:
             return
         allocated = self.store.jobs_in(ALLOCATED_STATES)

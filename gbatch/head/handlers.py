@@ -15,15 +15,22 @@ import os
 import pwd
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, assert_never
 
 from gbatch import __version__, policy, wire
 from gbatch.head.daemon import Daemon
 from gbatch.head.fairshare import factors
-from gbatch.head.store import JobNotFound, StateChange, StoreError, StoreFull, Submission
+from gbatch.head.store import (
+    JobBrief,
+    JobNotFound,
+    StateChange,
+    StoreError,
+    StoreFull,
+    Submission,
+)
 from gbatch.limits import (
     ARRAY_HARD_CAP,
     PendingLimitReached,
@@ -34,7 +41,7 @@ from gbatch.limits import (
     gpus_refusal,
     use_by_user,
 )
-from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobSpec, JobState
+from gbatch.model import ACTIVE_STATES, ALLOCATED_STATES, Job, JobSpec, JobState
 from gbatch.nodes import resolve
 from gbatch.nodes.base import HostError
 from gbatch.spec import SpecError, build_spec, secret_env_values
@@ -82,7 +89,9 @@ def loggable(value: object, limit: int = LOGGED_CHARS) -> str:
     return f"{text}...[{cut} more characters]" if cut > 0 else text
 
 
-def audit(daemon: Daemon, caller: Caller, action: str, target: Job | str, outcome: str) -> None:
+def audit(
+    daemon: Daemon, caller: Caller, action: str, target: Job | JobBrief | str, outcome: str
+) -> None:
     """Record who tried what on what, and why it was refused or allowed: one line.
 
     `caller` is from SO_PEERCRED (never what the request claims); `target` a job, or
@@ -96,10 +105,35 @@ def audit(daemon: Daemon, caller: Caller, action: str, target: Job | str, outcom
         return
     what = (
         f"job={target.id} owner={loggable(target.user)}"
-        if isinstance(target, Job)
+        if isinstance(target, Job | JobBrief)
         else f"target={loggable(target.replace(' ', '_'))}"
     )
-    level = logging.WARNING if refused else logging.INFO
+    _audit_line(caller, action, what, outcome)
+
+
+def audit_jobs(
+    daemon: Daemon,
+    caller: Caller,
+    action: str,
+    count: int,
+    ids: Sequence[int],
+    owners: Iterable[str],
+    outcome: str,
+) -> None:
+    """One audit line for `count` jobs refused alike in one request, naming the first
+    `ids` and their `owners`: `... op=cancel jobs=500000 ids=12,13,14,15,16... owners=alice
+    -> refused: not the owner`. Within the user's refusal budget, as audit's."""
+    if outcome.startswith("refused") and not daemon.refusal_lines.admit(
+        caller.uid, loggable(caller.user)
+    ):
+        return
+    shown = ",".join(map(str, ids)) + ("..." if count > len(ids) else "")
+    whose = ",".join(sorted(loggable(owner) for owner in owners))
+    _audit_line(caller, action, f"jobs={count} ids={shown} owners={whose}", outcome)
+
+
+def _audit_line(caller: Caller, action: str, what: str, outcome: str) -> None:
+    level = logging.WARNING if outcome.startswith("refused") else logging.INFO
     log.log(
         level,
         "audit: user=%s uid=%s pid=%s op=%s %s -> %s",
@@ -332,98 +366,266 @@ def _check_runnable_somewhere(daemon: Daemon, spec: JobSpec) -> None:
     )
 
 
-def cancel(daemon: Daemon, caller: Caller, request: wire.Cancel) -> dict[str, Any]:
-    """Cancel each job; report per job. Filters (users, states) narrow `ids` or, with no
-    ids, select among the active jobs the caller may act on."""
-    ids = request.ids
-    users = request.users
-    states = set(_states(request.states) or ())
-    if ids:
-        targets: list[int | Job] = list(ids)
-    else:
-        if not users and not states:
-            raise Refused("invalid", "no job ids given. Name job ids, or use -u USER / -t STATE")
-        targets = list(daemon.store.active_jobs())
-    results: list[dict[str, Any]] = []
-    chosen: list[Job] = []
-    for target in targets:
-        try:
-            if isinstance(target, Job):
-                job = target
+# -- requests over many jobs: cancel, hold, release, requeue ---------------------------
+#
+# `scancel -u student` over 500,000 pending jobs must neither stall the daemon nor hold
+# 500,000 Jobs in memory. So these requests read the jobs they name a batch at a time as
+# JobBriefs (id, owner, state), and pending jobs are cancelled, held or released by set
+# in one transaction per batch (Store.cancel_pending, set_held_many). The store's lock is
+# let go between batches, so other requests and the loop run meanwhile. Running jobs are
+# few: they go one by one through set_states, and the loop signals them.
+#
+# A reply lists only what failed ({"id", "ok": false, "error"}), the first
+# LISTED_FAILURES of them, and counts: {"results": [...], "done": N, "failed": M}.
+
+# Jobs per batch: one read and one transaction each (5,000 pending cancels commit in
+# about 50 ms here), short enough that a squeue waits little behind one.
+BULK_BATCH = 5000
+LISTED_FAILURES = 1000
+# The longest the audit line of a request's refusals makes its list of job ids.
+AUDITED_IDS = 5
+
+
+@dataclass
+class _Refusals:
+    """Jobs of one request refused for one reason: how many, the first few and owners."""
+
+    count: int = 0
+    ids: list[int] = field(default_factory=list)
+    owners: set[str] = field(default_factory=set)
+    first: JobBrief | None = None
+
+
+class _Tally:
+    """What a request over many jobs did: how many jobs it acted on, its failures (the
+    first LISTED_FAILURES kept, all counted), and its refusals, each kind audited in ONE
+    line when the request ends (a refused sweep of 500,000 jobs is one line, not 500,000)."""
+
+    def __init__(self, daemon: Daemon, caller: Caller, op: str) -> None:
+        self.daemon = daemon
+        self.caller = caller
+        self.op = op
+        self.done = 0
+        self.failed = 0
+        self.failures: list[dict[str, Any]] = []
+        self._refused: dict[str, _Refusals] = {}  # by the audit line's outcome
+
+    def fail(self, target: int | str, error: str) -> None:
+        self.failed += 1
+        if len(self.failures) < LISTED_FAILURES:
+            self.failures.append({"id": target, "ok": False, "error": error})
+
+    def refuse(self, job: JobBrief, outcome: str, error: str | None) -> None:
+        """Refuse `job` (audited with `outcome`); `error`, when given, is what the caller
+        reads (None: the job is left out silently, as one private_data hides in a range)."""
+        refused = self._refused.setdefault(outcome, _Refusals(first=job))
+        refused.count += 1
+        if len(refused.ids) < AUDITED_IDS:
+            refused.ids.append(job.id)
+            refused.owners.add(job.user)
+        if error is not None:
+            self.fail(job.id, error)
+
+    def finish(self) -> dict[str, Any]:
+        """Audit the refusals and return the reply's fields."""
+        for outcome, refused in self._refused.items():
+            if refused.count == 1 and refused.first is not None:
+                audit(self.daemon, self.caller, self.op, refused.first, outcome)
             else:
-                job = _named_job(daemon, caller, target, "cancel")
-        except Refused as err:
-            results.append({"id": target, "ok": False, "error": err.message})
-            continue
-        if users and job.user not in users:
-            continue
-        if states and job.state not in states:
-            continue
-        if not ids and not may_act_on(daemon, caller, job):
-            continue  # a filter sweeps only the caller's own jobs, as scancel -u does
-        chosen.append(job)
-    for start in range(0, len(chosen), CANCEL_BATCH):
-        for job, outcome in _cancel_batch(daemon, caller, chosen[start : start + CANCEL_BATCH]):
-            if not ids and outcome.get("ended"):
-                continue  # a sweep does not report jobs that finished while it ran
-            outcome.pop("ended", None)
-            results.append({"id": job.id, **outcome})
-    daemon.wake.set()
-    return {"results": results}
+                audit_jobs(
+                    self.daemon,
+                    self.caller,
+                    self.op,
+                    refused.count,
+                    refused.ids,
+                    refused.owners,
+                    outcome,
+                )
+        return {"results": self.failures, "done": self.done, "failed": self.failed}
 
 
-# Jobs cancelled per transaction: one fsync for many (15,000 took 64 s one by one),
-# yet short enough that the loop and submits are not held up for long.
-CANCEL_BATCH = 1000
+def _ranges(texts: Sequence[str]) -> list[tuple[int, int]]:
+    """`FIRST-LAST` job id ranges (an array as sbatch printed it), checked."""
+    ranges = []
+    for text in texts:
+        first, dash, last = text.partition("-")
+        if not (dash and first.isdigit() and last.isdigit() and 0 < int(first) <= int(last)):
+            raise Refused(
+                "invalid",
+                f"ranges: {loggable(text, 40)!r} is not a range of job ids. Use FIRST-LAST, "
+                "e.g. 12-511",
+            )
+        ranges.append((int(first), int(last)))
+    return ranges
 
 
-def _cancel_batch(
-    daemon: Daemon, caller: Caller, jobs: list[Job]
-) -> list[tuple[Job, dict[str, Any]]]:
-    """Cancel `jobs` in one transaction; a job the loop moved on meanwhile is retried
-    alone (_cancel_one). Outcomes in the order of `jobs`."""
-    now = daemon.clock()
-    outcomes: dict[int, dict[str, Any]] = {}
-    changes: list[tuple[Job, StateChange]] = []
-    for job in jobs:
-        if not may_act_on(daemon, caller, job):
-            audit(daemon, caller, "cancel", job, "refused: not the owner")
-            outcomes[job.id] = {"ok": False, "error": f"Access/permission denied for job {job.id}"}
-            continue
-        change = _cancel_change(job, caller, now)
-        if isinstance(change, StateChange):
-            changes.append((job, change))
+def _named(
+    daemon: Daemon,
+    caller: Caller,
+    tally: _Tally,
+    ids: Sequence[int],
+    ranges: Sequence[tuple[int, int]],
+    admin: bool,
+) -> Iterator[list[JobBrief]]:
+    """The jobs a request names, a batch at a time: `ids` in their order, then each
+    range's jobs by id. An id without a job fails "Invalid job id specified", and so does
+    a range without one. Under private_data another user's job is as one that does not
+    exist (Slurm's PrivateData=jobs), and the attempt is audited."""
+    hide = daemon.config.private_data and not admin
+    private = "refused: not the owner (private_data: not found)"
+    for start in range(0, len(ids), BULK_BATCH):
+        part = ids[start : start + BULK_BATCH]
+        found = {brief.id: brief for brief in daemon.store.briefs(part)}
+        batch = []
+        for job_id in part:
+            brief = found.get(job_id)
+            if brief is None:
+                tally.fail(job_id, f"Invalid job id specified: {job_id}")
+            elif hide and brief.uid != caller.uid:
+                tally.refuse(brief, private, f"Invalid job id specified: {job_id}")
+            else:
+                batch.append(brief)
+        yield batch
+    for first, last in ranges:
+        after, seen = first - 1, False
+        while page := daemon.store.briefs_between(first, last, after=after, limit=BULK_BATCH):
+            after = page[-1].id
+            batch = []
+            for brief in page:
+                if hide and brief.uid != caller.uid:
+                    tally.refuse(brief, private, None)
+                else:
+                    batch.append(brief)
+            seen = seen or bool(batch)
+            yield batch
+        if not seen:
+            tally.fail(f"{first}-{last}", f"Invalid job id specified: {first}-{last}")
+
+
+def _owned(caller: Caller, admin: bool, tally: _Tally, batch: list[JobBrief]) -> list[JobBrief]:
+    """Those of `batch` the caller may act on; the others are refused (and audited)."""
+    mine = []
+    for brief in batch:
+        if admin or brief.uid == caller.uid:
+            mine.append(brief)
         else:
-            outcomes[job.id] = change
+            tally.refuse(
+                brief, "refused: not the owner", f"Access/permission denied for job {brief.id}"
+            )
+    return mine
+
+
+def cancel(daemon: Daemon, caller: Caller, request: wire.Cancel) -> dict[str, Any]:
+    """Cancel the jobs named by `ids` and `ranges` (narrowed by the filters), or with
+    neither, the active jobs the filters (users, states) select among those the caller
+    may act on, as `scancel -u` does. Quiet on success: the reply lists failures."""
+    ranges = _ranges(request.ranges)
+    users = set(request.users)
+    states = set(_states(request.states) or ())
+    admin = is_admin(daemon, caller)
+    tally = _Tally(daemon, caller, "cancel")
+    if request.ids or ranges:
+        for batch in _named(daemon, caller, tally, request.ids, ranges, admin):
+            chosen = [
+                brief
+                for brief in batch
+                if (not users or brief.user in users) and (not states or brief.state in states)
+            ]
+            _cancel_named(daemon, caller, tally, _owned(caller, admin, tally, chosen))
+    elif users or states:
+        _cancel_sweep(daemon, caller, tally, users, states, admin)
+    else:
+        raise Refused("invalid", "no job ids given. Name job ids, or use -u USER / -t STATE")
+    daemon.wake.set()
+    return tally.finish()
+
+
+def _cancel_named(daemon: Daemon, caller: Caller, tally: _Tally, briefs: list[JobBrief]) -> None:
+    """Cancel named jobs the caller may act on: the pending ones in one transaction, the
+    others (running, or moved on meanwhile) one by one."""
+    pending = [brief.id for brief in briefs if brief.state is JobState.PENDING]
+    one_by_one = [brief.id for brief in briefs if brief.state is not JobState.PENDING]
+    cancelled = _cancel_pending(daemon, caller, tally, pending)
+    one_by_one += [job_id for job_id in pending if job_id not in cancelled]
+    for job_id in one_by_one:
+        outcome = _cancel_one(daemon, caller, job_id)
+        if outcome is None:
+            tally.done += 1
+        else:
+            tally.fail(job_id, outcome[0])
+
+
+def _cancel_sweep(
+    daemon: Daemon,
+    caller: Caller,
+    tally: _Tally,
+    users: set[str],
+    states: set[JobState],
+    admin: bool,
+) -> None:
+    """`scancel -u/-t/--me`: the caller's own jobs among those selected (an admin's: all
+    of them); no job of another user is refused, none is touched. Pending jobs first, a
+    batch at a time in id order; then the allocated ones, which include any the loop
+    dispatched meanwhile. Jobs that ended meanwhile are not reported."""
+    uid = None if admin else caller.uid
+    if not states or JobState.PENDING in states:
+        after = 0
+        while ids := daemon.store.pending_ids(
+            after=after, limit=BULK_BATCH, users=users or None, uid=uid
+        ):
+            after = ids[-1]
+            _cancel_pending(daemon, caller, tally, ids)
+    allocated = (states or ACTIVE_STATES) & (ACTIVE_STATES - {JobState.PENDING})
+    for job in daemon.store.jobs(states=allocated, users=users or None) if allocated else []:
+        if uid is None or job.uid == uid:
+            outcome = _cancel_one(daemon, caller, job.id)
+            if outcome is None:
+                tally.done += 1
+            elif not outcome[1]:
+                tally.fail(job.id, outcome[0])
+
+
+def _cancel_pending(daemon: Daemon, caller: Caller, tally: _Tally, ids: list[int]) -> set[int]:
+    """Cancel those of `ids` still pending, in one transaction. Returns the ids dealt
+    with: those cancelled, or all of them when the disk is full (each then fails)."""
+    if not ids:
+        return set()
     try:
-        written = daemon.store.set_states([change for _, change in changes], now)
-        for (job, _), refused in zip(changes, written, strict=True):
-            outcomes[job.id] = {"ok": True} if refused is None else _cancel_one(daemon, caller, job)
+        cancelled = daemon.store.cancel_pending(ids, f"cancelled by {caller.user}", daemon.clock())
     except StoreFull as err:
         # Each batch is its own transaction: those cancelled before stay cancelled.
-        for job, _ in changes:
-            outcomes.setdefault(job.id, {"ok": False, "error": _store_full_message(err)})
-    return [(job, outcomes[job.id]) for job in jobs]
+        for job_id in ids:
+            tally.fail(job_id, _store_full_message(err))
+        return set(ids)
+    tally.done += len(cancelled)
+    return set(cancelled)
 
 
-def _cancel_one(daemon: Daemon, caller: Caller, job: Job) -> dict[str, Any]:
-    """Cancel one job the loop moved on between our read and write: read it again."""
+def _cancel_one(daemon: Daemon, caller: Caller, job_id: int) -> tuple[str, bool] | None:
+    """Cancel one job as it is now (running: COMPLETING, and the loop stops it). None
+    when done, else (why not, whether the job had ended already)."""
     for _ in range(3):
-        job = daemon.store.require(job.id)
+        job = daemon.store.get(job_id)
+        if job is None:
+            return f"Invalid job id specified: {job_id}", False
         now = daemon.clock()
         change = _cancel_change(job, caller, now)
-        if not isinstance(change, StateChange):
-            return change
-        (refused,) = daemon.store.set_states([change], now)
+        if change is None:
+            return None
+        if isinstance(change, str):
+            return change, True
+        try:
+            (refused,) = daemon.store.set_states([change], now)
+        except StoreFull as err:
+            return _store_full_message(err), False
         if refused is None:
-            return {"ok": True}
-        if isinstance(refused, JobNotFound):
-            return {"ok": False, "error": str(refused)}
-    return {"ok": False, "error": f"job {job.id} changed state too often; try again"}
+            return None
+    return f"job {job_id} changed state too often; try again", False
 
 
-def _cancel_change(job: Job, caller: Caller, now: float) -> StateChange | dict[str, Any]:
-    """The state change that cancels `job` as it was read, or the outcome without one."""
+def _cancel_change(job: Job, caller: Caller, now: float) -> StateChange | str | None:
+    """The state change that cancels `job` as it was read; None when it is stopping
+    already; why not when it has ended."""
     if job.state is JobState.PENDING:
         return StateChange(
             job.id,
@@ -441,71 +643,76 @@ def _cancel_change(job: Job, caller: Caller, now: float) -> StateChange | dict[s
             {"stop_state": JobState.CANCELLED},
         )
     if job.state is JobState.COMPLETING:
-        return {"ok": True}  # already stopping
-    return {
-        "ok": False,
-        "ended": True,
-        "error": f"Job/step already completing or completed: job {job.id} is {job.state.value}",
-    }
+        return None  # already stopping
+    return f"Job/step already completing or completed: job {job.id} is {job.state.value}"
 
 
-def _set_hold(daemon: Daemon, caller: Caller, ids: Sequence[int], held: bool) -> dict[str, Any]:
-    results = []
-    op = "hold" if held else "release"
-    for job_id in ids:
-        try:
-            job = _named_job(daemon, caller, job_id, op)
-        except Refused as err:
-            results.append({"id": job_id, "ok": False, "error": err.message})
+def _set_hold(
+    daemon: Daemon, caller: Caller, request: wire.Hold | wire.Release, held: bool
+) -> dict[str, Any]:
+    """Hold or release the pending jobs named, a batch per transaction."""
+    ranges = _ranges(request.ranges)
+    admin = is_admin(daemon, caller)
+    tally = _Tally(daemon, caller, "hold" if held else "release")
+    for batch in _named(daemon, caller, tally, request.ids, ranges, admin):
+        pending = []
+        for brief in _owned(caller, admin, tally, batch):
+            if brief.state is JobState.PENDING:
+                pending.append(brief.id)
+            else:
+                tally.fail(brief.id, _not_pending(brief.id, brief.state))
+        if not pending:
             continue
-        if not may_act_on(daemon, caller, job):
-            audit(daemon, caller, op, job, "refused: not the owner")
-            results.append(
-                {"id": job_id, "ok": False, "error": f"Access/permission denied for job {job_id}"}
-            )
-        else:
-            try:
-                daemon.store.set_held(job_id, held, daemon.clock())
-                results.append({"id": job_id, "ok": True})
-            except IllegalTransition as err:
-                error = f"Job is no longer pending execution: job {job_id} is {err.current.value}"
-                results.append({"id": job_id, "ok": False, "error": error})
-            except StoreFull as err:
-                results.append({"id": job_id, "ok": False, "error": _store_full_message(err)})
+        try:
+            done = set(daemon.store.set_held_many(pending, held, daemon.clock()))
+        except StoreFull as err:
+            for job_id in pending:
+                tally.fail(job_id, _store_full_message(err))
+            continue
+        tally.done += len(done)
+        moved = [job_id for job_id in pending if job_id not in done]
+        for brief in daemon.store.briefs(moved):  # the loop dispatched them meanwhile
+            tally.fail(brief.id, _not_pending(brief.id, brief.state))
     daemon.wake.set()
-    return {"results": results}
+    return tally.finish()
+
+
+def _not_pending(job_id: int, state: JobState) -> str:
+    return f"Job is no longer pending execution: job {job_id} is {state.value}"
 
 
 def hold(daemon: Daemon, caller: Caller, request: wire.Hold) -> dict[str, Any]:
-    return _set_hold(daemon, caller, request.ids, True)
+    return _set_hold(daemon, caller, request, True)
 
 
 def release(daemon: Daemon, caller: Caller, request: wire.Release) -> dict[str, Any]:
-    return _set_hold(daemon, caller, request.ids, False)
+    return _set_hold(daemon, caller, request, False)
 
 
 def requeue(daemon: Daemon, caller: Caller, request: wire.Requeue) -> dict[str, Any]:
     """`scontrol requeue`: a running job is stopped (SIGTERM, grace, SIGKILL) and goes back
     to PENDING once its run has ended, never before; a finished one goes back at once.
     Jobs with `requeue: false` refuse, as Slurm's --no-requeue jobs do."""
-    results = []
-    for job_id in request.ids:
-        try:
-            job = _named_job(daemon, caller, job_id, "requeue")
-        except Refused as err:
-            results.append({"id": job_id, "ok": False, "error": err.message})
-            continue
-        error: str | None
-        if not may_act_on(daemon, caller, job):
-            audit(daemon, caller, "requeue", job, "refused: not the owner")
-            error = f"Access/permission denied for job {job_id}"
-        elif not job.spec.requeue:
-            error = f"Requested operation is presently disabled: job {job_id} has requeue: false"
-        else:
-            error = _requeue_one(daemon, caller, job)
-        results.append({"id": job_id, "ok": error is None, **({"error": error} if error else {})})
+    ranges = _ranges(request.ranges)
+    admin = is_admin(daemon, caller)
+    tally = _Tally(daemon, caller, "requeue")
+    for batch in _named(daemon, caller, tally, request.ids, ranges, admin):
+        for brief in _owned(caller, admin, tally, batch):
+            job = daemon.store.get(brief.id)
+            if job is None:
+                error: str | None = f"Invalid job id specified: {brief.id}"
+            elif not job.spec.requeue:
+                error = (
+                    f"Requested operation is presently disabled: job {job.id} has requeue: false"
+                )
+            else:
+                error = _requeue_one(daemon, caller, job)
+            if error is None:
+                tally.done += 1
+            else:
+                tally.fail(brief.id, error)
     daemon.wake.set()
-    return {"results": results}
+    return tally.finish()
 
 
 def _requeue_one(daemon: Daemon, caller: Caller, job: Job) -> str | None:

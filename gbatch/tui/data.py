@@ -205,10 +205,12 @@ class DaemonLink:
         if action is None:
             raise ValueError(f"unknown action {op!r}")
         try:
-            (result,) = self._call(action(ids=(job_id,)))["results"]
+            failures = self._call(action(ids=(job_id,)))["results"]  # only what failed
         except RequestFailed as err:
             return ActionOutcome(op, job_id, False, err.message)
-        return ActionOutcome(op, job_id, bool(result["ok"]), str(result.get("error", "")))
+        if failures:
+            return ActionOutcome(op, job_id, False, str(failures[0]["error"]))
+        return ActionOutcome(op, job_id, True, "")
 
     def close(self) -> None:
         with self._lock:

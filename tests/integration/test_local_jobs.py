@@ -233,6 +233,31 @@ def test_array_submission_queues_one_job_per_index(head: Head) -> None:
     head.run("scancel", "--me", check=True)
 
 
+def test_an_array_is_held_and_cancelled_by_the_range_sbatch_printed(head: Head) -> None:
+    out = head.run("sbatch", "--array", "4", "--gpus", "2", "--wrap", "sleep 30", check=True)
+    span = out.stdout.split()[-1]
+    first, last = (int(x) for x in span.split("-"))
+    head.wait_state(first, "RUNNING")
+    held = head.run("scontrol", "hold", span)
+    assert held.returncode == 1
+    assert held.stderr == (
+        f"gbatch scontrol: error: job {first}: Job is no longer pending execution: "
+        f"job {first} is RUNNING\n"
+    )
+    reasons = head.run("squeue", "-h", "-t", "PD", "-o", "%i %r", check=True).stdout.split("\n")
+    assert reasons[:-1] == [f"{i} JobHeldUser" for i in range(first + 1, last + 1)]
+    cancelled = head.run("scancel", span)
+    assert (cancelled.returncode, cancelled.stdout, cancelled.stderr) == (0, "", "")
+    head.wait_state(first, "CANCELLED")
+    assert head.run("squeue", "-h", check=True).stdout == ""
+    bad = head.run("scancel", f"{last}-{first}")
+    assert bad.returncode == 2
+    assert bad.stderr == (
+        f"gbatch scancel: error: '{last}-{first}' is not a job id. Use ids or ranges, "
+        "e.g. 12,13 or 12-511\n"
+    )
+
+
 def test_no_daemon_says_so_and_how_to_start_one(tmp_path: Path) -> None:
     from conftest import make_head
 

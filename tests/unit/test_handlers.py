@@ -71,6 +71,8 @@ def test_a_full_disk_fails_each_cancel_or_hold_clearly_and_changes_nothing(
     assert reply == {
         "ok": True,
         "results": [{"id": i, "ok": False, "error": message} for i in ids[:2]],
+        "done": 0,
+        "failed": 2,
     }
     jobs = [daemon.store.require(i) for i in ids[:2]]
     assert [(j.state.value, j.held) for j in jobs] == [("PENDING", False)] * 2

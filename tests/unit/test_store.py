@@ -3,6 +3,7 @@ events, usage and queries."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import stat
 import threading
@@ -742,3 +743,159 @@ def test_a_store_left_readable_by_an_older_gbatch_is_closed_at_open(tmp_path: Pa
         } == dict.fromkeys(("gbatch.db", "gbatch.db-wal", "gbatch.db-shm"), "0o600")
     finally:
         store.close()
+
+
+# -- bulk: many jobs, a batch per call --------------------------------------------------
+
+
+def test_cancel_pending_cancels_only_pending_jobs_as_set_state_would(store: Store) -> None:
+    first, running, last = store.submit([spec()] * 3, uid=1000, user="alice", now=T0)
+    run_job(store, running)
+    add_usage(store, "alice", 100.0, T0, half_life=DAY)
+    usage_before = store.usage(T0 + 5, half_life=DAY)
+
+    done = store.cancel_pending([last, running, 999, first, first], "cancelled by alice", T0 + 5)
+
+    assert done == [first, last]
+    for job_id in (first, last):
+        job = store.require(job_id)
+        assert (job.state, job.reason, job.end_time) == (
+            JobState.CANCELLED,
+            "cancelled by alice",
+            T0 + 5,
+        )
+        assert [(e.time, e.state, e.reason) for e in store.events(job_id)] == [
+            (T0, JobState.PENDING, "submitted"),
+            (T0 + 5, JobState.CANCELLED, "cancelled by alice"),
+        ]
+    assert store.require(running).state is JobState.RUNNING  # the loop's to stop
+    assert len(store.events(running)) == 3
+    assert store.usage(T0 + 5, half_life=DAY) == usage_before
+    assert store.runnable_jobs() == []
+    assert integrity_ok(store)
+
+
+def test_set_held_many_holds_and_releases_pending_jobs_only(store: Store) -> None:
+    waiting, running = store.submit([spec(), spec()], uid=1000, user="alice", now=T0)
+    run_job(store, running)
+
+    assert store.set_held_many([running, waiting, 999], True, T0 + 1) == [waiting]
+    held = store.require(waiting)
+    assert (held.held, held.reason, held.state) == (True, "JobHeldUser", JobState.PENDING)
+    assert store.runnable_jobs() == []
+    assert store.set_held_many([waiting], False, T0 + 2) == [waiting]
+    released = store.require(waiting)
+    assert (released.held, released.reason) == (False, "")
+    assert [(e.time, e.state, e.reason) for e in store.events(waiting)[1:]] == [
+        (T0 + 1, JobState.PENDING, "held by user"),
+        (T0 + 2, JobState.PENDING, "released"),
+    ]
+    assert not store.require(running).held
+    assert len(store.events(running)) == 3
+
+
+def test_a_full_disk_fails_a_bulk_batch_whole_and_keeps_the_batches_before(
+    store: Store,
+) -> None:
+    ids = store.submit([spec()] * 4, uid=1000, user="alice", now=T0)
+    assert store.cancel_pending(ids[:2], "sweep", T0 + 1) == ids[:2]
+    pack_store(store, pad_job=ids[3])
+    with pytest.raises(StoreFull):
+        store.cancel_pending(ids[2:], "sweep", T0 + 2)
+    with pytest.raises(StoreFull):
+        store.set_held_many(ids[2:], True, T0 + 2)
+    unpack_store(store)
+    assert [store.require(i).state for i in ids] == [JobState.CANCELLED] * 2 + [
+        JobState.PENDING
+    ] * 2
+    assert [store.require(i).held for i in ids[2:]] == [False, False]
+    assert integrity_ok(store)
+
+
+def test_pending_ids_page_through_pending_jobs_by_id_with_user_and_uid_filters(
+    store: Store,
+) -> None:
+    alice = store.submit([spec()] * 5, uid=1000, user="alice", now=T0)
+    (bob,) = store.submit([spec()], uid=1001, user="bob", now=T0)
+    (other_alice,) = store.submit([spec()], uid=1002, user="alice", now=T0)  # same name
+    run_job(store, alice[1])
+
+    pages, after = [], 0
+    while page := store.pending_ids(after=after, limit=2, users=["alice"], uid=1000):
+        pages.append(page)
+        after = page[-1]
+    assert pages == [[alice[0], alice[2]], [alice[3], alice[4]]]
+    assert store.pending_ids(after=0, limit=10) == [*alice[:1], *alice[2:], bob, other_alice]
+    assert store.pending_ids(after=0, limit=10, users=["alice", "bob"], uid=1001) == [bob]
+
+
+def test_briefs_name_the_owner_and_state_of_existing_jobs_by_id(store: Store) -> None:
+    ids = store.submit([spec()] * 3, uid=1000, user="alice", now=T0)
+    run_job(store, ids[1])
+    expected = [
+        (ids[0], 1000, "alice", JobState.PENDING),
+        (ids[1], 1000, "alice", JobState.RUNNING),
+        (ids[2], 1000, "alice", JobState.PENDING),
+    ]
+    assert [tuple(b) for b in store.briefs([ids[2], 999, ids[0], ids[1]])] == expected
+    assert [b.id for b in store.briefs_between(ids[0], ids[2] + 50, after=0, limit=2)] == ids[:2]
+    page = store.briefs_between(ids[0], ids[2] + 50, after=ids[1], limit=2)
+    assert [tuple(b) for b in page] == expected[2:]
+    assert store.briefs_between(ids[2] + 1, ids[2] + 50, after=0, limit=2) == []
+
+
+def test_runnable_jobs_per_user_are_each_users_first_in_queue_order(store: Store) -> None:
+    def queue(user: str, *jobs: tuple[int, int, float]) -> list[int]:
+        return [
+            store.submit(
+                [JobSpec(name=user, command=("x",), priority=priority, nice=nice)],
+                uid=1000,
+                user=user,
+                now=T0 + at,
+            )[0]
+            for priority, nice, at in jobs
+        ]
+
+    # (priority, nice, submit time). alice's order: c and e (priority - nice = 3, c
+    # submitted first), then a and d (0, a first), then b (-1).
+    a, b, c, d, e = queue("alice", (0, 0, 0), (0, 1, 1), (3, 0, 2), (0, 0, 3), (5, 2, 4))
+    bob = queue("bob", (0, 0, 0), (0, 0, 1))
+    (held,) = store.submit([spec()], uid=1000, user="carol", now=T0, held=True)
+
+    assert [j.id for j in store.runnable_jobs(per_user=3)] == sorted([c, e, a, *bob])
+    assert [j.id for j in store.runnable_jobs(per_user=1)] == sorted([c, bob[0]])
+    assert [j.id for j in store.runnable_jobs(per_user=10)] == [j.id for j in store.runnable_jobs()]
+    assert held not in {j.id for j in store.runnable_jobs()}
+    store.cancel_pending([c], "gone", T0 + 9)
+    assert [j.id for j in store.runnable_jobs(per_user=2)] == sorted([e, a, *bob])
+    assert {b, d} <= {j.id for j in store.runnable_jobs()}
+
+
+def test_migration_5_gives_queued_jobs_their_queue_priority(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:4])
+    Store(db_path).close()
+    raw = sqlite3.connect(db_path)
+    for name, priority, nice in (("plain", 0, 0), ("urgent", 7, 2), ("old", None, None)):
+        fields = {"name": name, "command": ["x"]}
+        if priority is not None:
+            fields |= {"priority": priority, "nice": nice}
+        raw.execute(
+            "INSERT INTO jobs (uid, user, name, spec, state, submit_time) VALUES"
+            " (1000, 'alice', ?, ?, 'PENDING', ?)",
+            (name, json.dumps(fields), T0),
+        )
+    raw.commit()
+    raw.close()
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
+
+    migrated = Store(db_path)
+    try:
+        rows = migrated._db.execute("SELECT name, queue_priority FROM jobs ORDER BY id")
+        assert rows.fetchall() == [("plain", 0), ("urgent", 5), ("old", 0)]
+        indexes = {r[0] for r in migrated._db.execute("SELECT name FROM sqlite_master")}
+        assert "jobs_queue" in indexes and "jobs_runnable" not in indexes
+        assert [j.spec.name for j in migrated.runnable_jobs(per_user=1)] == ["urgent"]
+    finally:
+        migrated.close()

@@ -588,41 +588,43 @@ class Store:
         dispatched them) or never existed."""
         check_transition(JobState.PENDING, JobState.CANCELLED)
         cancelled = JobState.CANCELLED.value
-        done: list[int] = []
-        with self._write() as db:
-            for part in _chunks(ids):
-                found = self._still_pending(db, part)
-                if found:
-                    db.execute(
-                        "UPDATE jobs SET state = ?, reason = ?, end_time = ?"
-                        f" WHERE id IN ({_marks(found)})",
-                        (cancelled, reason, now, *found),
-                    )
-                    db.executemany(
-                        "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
-                        [(job_id, now, cancelled, reason) for job_id in found],
-                    )
-                    done.extend(found)
-        return sorted(done)
+        return self._change_pending(
+            ids,
+            "state = ?, reason = ?, end_time = ?",
+            (cancelled, reason, now),
+            (now, cancelled, reason),
+        )
 
     def set_held_many(self, ids: Sequence[int], held: bool, now: float) -> list[int]:
         """Hold or release those of `ids` still PENDING, in ONE transaction, each as
         set_held would (flag, reason, an event). Returns the ids done, by id; the others
         are no longer pending or never existed."""
         reason, event = ("JobHeldUser", "held by user") if held else ("", "released")
-        pending = JobState.PENDING.value
+        return self._change_pending(
+            ids, "held = ?, reason = ?", (held, reason), (now, JobState.PENDING.value, event)
+        )
+
+    def _change_pending(
+        self,
+        ids: Sequence[int],
+        assignments: str,
+        values: tuple[object, ...],
+        event: tuple[float, str, str],
+    ) -> list[int]:
+        """`UPDATE jobs SET <assignments>` for those of `ids` still PENDING, each with an
+        event (time, state, reason), in one transaction; the ids changed, by id."""
         done: list[int] = []
         with self._write() as db:
             for part in _chunks(ids):
                 found = self._still_pending(db, part)
                 if found:
                     db.execute(
-                        f"UPDATE jobs SET held = ?, reason = ? WHERE id IN ({_marks(found)})",
-                        (held, reason, *found),
+                        f"UPDATE jobs SET {assignments} WHERE id IN ({_marks(found)})",
+                        (*values, *found),
                     )
                     db.executemany(
                         "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
-                        [(job_id, now, pending, event) for job_id in found],
+                        [(job_id, *event) for job_id in found],
                     )
                     done.extend(found)
         return sorted(done)

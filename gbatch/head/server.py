@@ -23,7 +23,7 @@ import socketserver
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -63,6 +63,10 @@ class Limits:
 
     per_user: int = MAX_CONNECTIONS_PER_USER
     total: int = MAX_CONNECTIONS
+    # Requests of one user worked on at once (parsed, handled, encoded): the user's
+    # others wait their turn without holding the GIL, so one user's flood has one request
+    # at a time in the interpreter beside everyone else's (and the loop's work).
+    requests_per_user: int = 1
     # No request under way: a TUI asks every second, a CLI command at once.
     idle_seconds: float = 300.0
     # A request line begun, nothing more arriving (a client sends a request whole).
@@ -210,16 +214,21 @@ class _Connection(socketserver.BaseRequestHandler):
                 return
             if line is None:
                 return
-            if not self._send(caller, self._reply(caller, line)):
+            with self.server.turn(caller):
+                reply = self._reply(caller, line)
+                data = json.dumps(reply).encode() + b"\n"
+            if not self._send(caller, data):
                 return
 
-    def _send(self, caller: handlers.Caller, reply: dict[str, Any]) -> bool:
+    def _send(self, caller: handlers.Caller, reply: dict[str, Any] | bytes) -> bool:
         """Write one reply, taking at most reply_seconds (a client that stops reading
         holds this thread no longer); False when the connection is done."""
         seconds = self.server.limits.reply_seconds
+        if isinstance(reply, dict):
+            reply = json.dumps(reply).encode() + b"\n"
         self.request.settimeout(seconds)
         try:
-            self.request.sendall(json.dumps(reply).encode() + b"\n")
+            self.request.sendall(reply)
         except TimeoutError:
             outcome = f"refused: its reply was not taken within {seconds:g} s; connection closed"
             self.server.note(caller, "reply", outcome)
@@ -259,6 +268,7 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         self._open: dict[int, int] = {}  # uid -> connections open, counted ones only
         self._exempt = {0, os.getuid()}
         self._noted: dict[tuple[int, str], float] = {}  # (uid, action) -> last audit line
+        self._turns: dict[int, threading.Semaphore] = {}  # uid -> its requests_per_user
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """Admit the connection and serve it in a thread of its own, or refuse it here:
@@ -311,6 +321,22 @@ class _Server(socketserver.ThreadingUnixStreamServer):
                 self._open[caller.uid] = left
             else:
                 self._open.pop(caller.uid, None)
+
+    @contextlib.contextmanager
+    def turn(self, caller: handlers.Caller) -> Iterator[None]:
+        """Hold one of the caller's requests_per_user turns (waiting for it) while one
+        of their requests is worked on. Admins (root and the daemon's user among them)
+        take none: their requests never wait, and an admin's slow one (`node install`)
+        never holds up their others."""
+        if handlers.is_admin(self.daemon, caller):
+            yield
+            return
+        with self._counts_lock:
+            turns = self._turns.get(caller.uid)
+            if turns is None:
+                turns = self._turns[caller.uid] = threading.Semaphore(self.limits.requests_per_user)
+        with turns:
+            yield
 
     def note(self, caller: handlers.Caller, action: str, outcome: str) -> None:
         """Audit what a connection was refused, at most once per user and action per

@@ -226,3 +226,37 @@ def test_the_accept_log_names_each_refusal_once_per_interval(
             with connect(made) as refused:
                 one_reply_then_closed(refused)
     assert caplog.text.count("op=connect") == 1
+
+
+def test_one_users_requests_are_worked_on_one_at_a_time_and_an_admins_are_not(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = handlers.Caller(uid=4242, user="flooder", pid=1)
+    inside: list[int] = []
+    most: dict[int, int] = {}
+    lock = threading.Lock()
+    admins_together = threading.Barrier(2, timeout=30)
+
+    def handle(daemon: Daemon, caller: handlers.Caller, data: object) -> dict[str, object]:
+        with lock:
+            inside.append(caller.uid)
+            most[caller.uid] = max(most.get(caller.uid, 0), inside.count(caller.uid))
+        if caller.uid == 0:
+            admins_together.wait()  # passes only with two of root's requests at once
+        else:
+            time.sleep(0.05)  # room for another of the user's to overlap, were it let in
+        with lock:
+            inside.remove(caller.uid)
+        return {"ok": True}
+
+    callers = iter([user] * 4 + [ROOT] * 2)
+    monkeypatch.setattr(handlers, "handle", handle)
+    monkeypatch.setattr(server, "peer_caller", lambda sock: next(callers))
+    with serving(daemon) as made:
+        socks = [connect(made) for _ in range(6)]
+        for sock in socks:
+            sock.sendall(b'{"op":"ping"}\n')
+        for sock in socks:
+            assert json.loads(sock.makefile("rb").readline()) == {"ok": True}
+            sock.close()
+    assert most == {4242: 1, 0: 2}

@@ -113,13 +113,30 @@ class Client:
         protocol by hand; gbatch's commands use call()); return as call() does."""
         from gbatch import wire
 
+        payload = json.dumps(request).encode() + b"\n"
+        if len(payload) > wire.MAX_REQUEST_BYTES + 1:
+            raise RequestFailed(
+                "invalid",
+                f"the request takes {len(payload) / 2**20:.1f} MiB, more than the "
+                f"{wire.MAX_REQUEST_BYTES // 2**20} MiB gbatchd reads. Pass large data in a "
+                "file the job mounts",
+            )
+        if self._sock is not None and self._closed_by_daemon():
+            self.close()  # gbatchd closes a connection idle for minutes: open another
         if self._sock is None:
             self._connect()
         assert self._sock is not None
-        payload = json.dumps(request).encode() + b"\n"
         try:
-            self._sock.sendall(payload)
-            line = self._reader.readline()
+            try:
+                self._sock.sendall(payload)
+            except (BrokenPipeError, ConnectionResetError) as err:
+                # gbatchd may answer before it has read the whole request (one it will
+                # not serve) and close: that answer is waiting to be read.
+                line = self._reader.readline()
+                if not line:
+                    raise err from None
+            else:
+                line = self._reader.readline()
         except TimeoutError as err:
             self.close()
             raise ReplyTimeout(self.socket_path, self.timeout) from err
@@ -135,6 +152,19 @@ class Client:
                 wire.error_kind(reply.get("kind")), reply.get("error", "unknown error")
             )
         return reply
+
+    def _closed_by_daemon(self) -> bool:
+        """Whether the daemon has closed this idle connection (a look, without waiting)."""
+        assert self._sock is not None
+        self._sock.settimeout(0)
+        try:
+            return self._sock.recv(1, socket.MSG_PEEK) == b""
+        except BlockingIOError:
+            return False  # open, nothing to read: as it should be between requests
+        except OSError:
+            return True
+        finally:
+            self._sock.settimeout(self.timeout)
 
     def close(self) -> None:
         if self._sock is not None:

@@ -501,6 +501,62 @@ class BadRequest(ValueError):
     """A request of the wrong shape or types; str() is the one line its sender reads."""
 
 
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+"""The longest request line gbatchd reads (its newline not counted). A submit made of a
+job file at its 1 MiB limit (spec.MAX_FILE_BYTES) with --wrap and --secret-env at
+their 64 KiB takes under 2.5 MiB in plain text (JSON writes a newline or a quote in two
+bytes; tests/unit/test_request_limits.py builds one); only non-ASCII text written to
+the limits comes near 4 MiB (a \\u escape is up to three times its UTF-8 bytes). The
+client refuses a larger request before sending it."""
+
+MAX_NESTING = 64
+"""The deepest JSON a request may nest (objects and lists). gbatch's own need 3
+(submit -> spec -> env)."""
+
+_TOO_DEEP = f"bad request: JSON nested too deeply (more than {MAX_NESTING} levels)"
+
+
+def parse_request_line(line: bytes | bytearray) -> object:
+    """The JSON value of one request line (its newline taken off), for decode_request.
+
+    BadRequest when it is not UTF-8, not JSON, or nested deeper than MAX_NESTING.
+    Python's C parser guards its own recursion (RecursionError, past ~1,000 levels:
+    refused here like the rest); what it took is then measured, without recursion, when
+    the line has enough brackets to nest that deep at all."""
+    try:
+        text = line.decode()
+    except UnicodeDecodeError as err:
+        raise BadRequest(
+            f"bad request: not JSON (not UTF-8 at byte {err.start}). A request is one JSON "
+            "object per line, in UTF-8"
+        ) from None
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise BadRequest(_TOO_DEEP) from None
+    except ValueError as err:
+        raise BadRequest(
+            f"bad request: not JSON ({err}). A request is one JSON object per line"
+        ) from None
+    if line.count(b"[") + line.count(b"{") > MAX_NESTING and _nested_deeper(data, MAX_NESTING):
+        raise BadRequest(_TOO_DEEP)
+    return data
+
+
+def _nested_deeper(value: object, limit: int) -> bool:
+    """Whether `value` (parsed JSON) holds lists and objects more than `limit` deep; one
+    level at a time, so a deep value costs no recursion."""
+    level = [value]
+    for _ in range(limit + 1):
+        containers = [item for item in level if type(item) is list or type(item) is dict]
+        if not containers:
+            return False
+        level = []
+        for container in containers:
+            level.extend(container.values() if type(container) is dict else container)
+    return True
+
+
 def decode_request(data: object) -> Request:
     """The request a parsed JSON line asks for, its fields checked against their types.
 

@@ -2,7 +2,9 @@
 
 Identity is the peer's uid from SO_PEERCRED, never anything the request says.
 Requests are JSON lines (gbatch.wire's request types), each answered by one JSON line;
-a connection may carry many, and a bad one does not close it.
+a connection may carry many, and a bad one does not close it. A connection is closed
+when it breaks a `Limits` (a line too long or too slow, a reply not taken, idle too
+long); one refused (too many open) is answered at once and closed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import IO, Any
@@ -43,15 +46,11 @@ from gbatch.head.store import Store
 from gbatch.nodes.inventory import Inventory
 
 log = logging.getLogger("gbatchd")
-MAX_REQUEST = 4 * 1024 * 1024
 # Open connections the daemon serves at once: one user's commands, TUIs and scripts, and
 # everyone's together, well under the unit's LimitNOFILE. Root and the daemon's own user
 # are not counted: an admin gets in during a flood.
 MAX_CONNECTIONS_PER_USER = 64
 MAX_CONNECTIONS = 512
-# A refused connection still reads its first request (so the client is not cut off
-# mid-send and gets the reason), for at most this long.
-REFUSAL_READ_SECONDS = 5.0
 # Out of file descriptors, accept() fails while the listening socket stays readable:
 # wait this long before the next try rather than spin.
 ACCEPT_BACKOFF_SECONDS = 0.1
@@ -106,6 +105,30 @@ def log_to_file_and_stderr(daemon_log: Path, environ: Mapping[str, str]) -> None
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
 
 
+_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one connection may hold of the daemon, so that no client, slow or hostile,
+    keeps a thread or a connection slot for ever (docs/security.md, "Fair service")."""
+
+    per_user: int = MAX_CONNECTIONS_PER_USER
+    total: int = MAX_CONNECTIONS
+    # Requests of one user worked on at once (parsed, handled, encoded): the user's
+    # others wait their turn without holding the GIL, so one user's flood has one request
+    # at a time in the interpreter beside everyone else's (and the loop's work).
+    requests_per_user: int = 1
+    # No request under way: a TUI asks every second, a CLI command at once.
+    idle_seconds: float = 300.0
+    # A request line begun, nothing more arriving (a client sends a request whole).
+    pause_seconds: float = 10.0
+    # A request line from its first byte to its newline, however it trickles in.
+    line_seconds: float = 60.0
+    # A reply from its first byte to its last taken by the client.
+    reply_seconds: float = 30.0
+
+
 class AlreadyRunning(Exception):
     pass
 
@@ -124,52 +147,156 @@ def peer_caller(sock: socket.socket) -> handlers.Caller:
     return handlers.Caller(uid=uid, user=user_name(uid), pid=pid)
 
 
-class _Connection(socketserver.StreamRequestHandler):
+class LineTooLong(Exception):
+    """A request line over wire.MAX_REQUEST_BYTES; the rest of it is never read."""
+
+
+class LineTooSlow(Exception):
+    """A request line begun and not finished in time; str() says which limit."""
+
+
+class LineReader:
+    """Request lines from one client's socket, within `limits`: a line of at most
+    wire.MAX_REQUEST_BYTES, arriving without a pause of pause_seconds and whole within
+    line_seconds of its first byte. Between lines the client may stay silent for
+    idle_seconds."""
+
+    def __init__(
+        self, sock: socket.socket, limits: Limits, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._sock = sock
+        self._limits = limits
+        self._clock = clock
+        self._buffer = bytearray()
+        self._ended = False
+
+    def next_line(self) -> bytearray | None:
+        """The next line without its newline. At the end of the stream what is left
+        (a last line without a newline), then None; None too when the connection was
+        idle for idle_seconds or reset. LineTooLong, LineTooSlow: the connection is done."""
+        limits = self._limits
+        scanned = 0
+        began: float | None = None
+        while True:
+            end = self._buffer.find(b"\n", scanned)
+            if end > wire.MAX_REQUEST_BYTES or (
+                end < 0 and len(self._buffer) > wire.MAX_REQUEST_BYTES
+            ):
+                raise LineTooLong
+            if end >= 0:
+                line = self._buffer[:end]
+                del self._buffer[: end + 1]
+                return line
+            if self._ended:
+                line, self._buffer = self._buffer, bytearray()
+                return line or None
+            scanned = len(self._buffer)
+            if self._buffer:
+                now = self._clock()
+                began = now if began is None else began
+                left = began + limits.line_seconds - now
+                wait = min(limits.pause_seconds, left)
+                why = (
+                    f"nothing more came for {limits.pause_seconds:g} s"
+                    if wait == limits.pause_seconds
+                    else f"it did not end within {limits.line_seconds:g} s"
+                )
+                if wait <= 0:
+                    raise LineTooSlow(why)
+            else:
+                wait, why = limits.idle_seconds, ""
+            self._sock.settimeout(wait)
+            try:
+                chunk = self._sock.recv(_CHUNK)
+            except TimeoutError:
+                if not self._buffer:
+                    return None  # idle
+                raise LineTooSlow(why) from None
+            except OSError:
+                return None  # reset by the client
+            if chunk:
+                self._buffer += chunk
+            else:
+                self._ended = True
+
+
+class _Connection(socketserver.BaseRequestHandler):
+    """One admitted connection; its caller comes as the client address (a Unix socket's
+    peer has none), the server having counted it in."""
+
     server: _Server
+    client_address: handlers.Caller
 
     def handle(self) -> None:
-        caller = peer_caller(self.request)
-        refusal = self.server.admit(caller)
-        if refusal is not None:
-            self._refuse(refusal)
-            return
+        caller = self.client_address
         try:
             self._serve(caller)
         finally:
             self.server.leave(caller)
 
-    def _refuse(self, reason: str) -> None:
-        """Answer the connection's first request with `reason`, then close it."""
-        self.request.settimeout(REFUSAL_READ_SECONDS)
-        with contextlib.suppress(OSError):
-            self.rfile.readline(MAX_REQUEST)
-            self.wfile.write(json.dumps(wire.error_reply("unavailable", reason)).encode() + b"\n")
-            self.wfile.flush()
-
     def _serve(self, caller: handlers.Caller) -> None:
+        limits = self.server.limits
+        lines = LineReader(self.request, limits)
         while True:
-            line = self.rfile.readline(MAX_REQUEST)
-            if not line:
-                return
-            reply = self._reply(caller, line)
             try:
-                self.wfile.write(json.dumps(reply).encode() + b"\n")
-                self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                return  # the client left before its reply (a timeout, ^C): nothing to tell
+                line = lines.next_line()
+            except LineTooLong:
+                limit = wire.MAX_REQUEST_BYTES // (1024 * 1024)
+                why = f"a request line over {limit} MiB"
+                self.server.note(caller, "request", f"refused: {why}; connection closed")
+                self._send(
+                    caller,
+                    wire.error_reply(
+                        "invalid",
+                        f"bad request: {why}, the most gbatchd reads. Pass large data in a "
+                        "file the job mounts",
+                    ),
+                )
+                return
+            except LineTooSlow as err:
+                why = f"a request line left unfinished: {err}"
+                self.server.note(caller, "request", f"refused: {why}; connection closed")
+                self._send(
+                    caller,
+                    wire.error_reply(
+                        "invalid",
+                        f"bad request: {why}. Send each request whole, ending in a newline",
+                    ),
+                )
+                return
+            if line is None:
+                return
+            with self.server.turn(caller):
+                reply = self._reply(caller, line)
+                data = json.dumps(reply).encode() + b"\n"
+            if not self._send(caller, data):
+                return
 
-    def _reply(self, caller: handlers.Caller, line: bytes) -> dict[str, Any]:
-        """The reply to one line. What is not JSON, or nests deeper than the parser goes,
-        is a bad request like any other (kind "invalid", one line, nothing logged) and
-        the connection stays open; only a bug in a handler logs a traceback."""
+    def _send(self, caller: handlers.Caller, reply: dict[str, Any] | bytes) -> bool:
+        """Write one reply, taking at most reply_seconds (a client that stops reading
+        holds this thread no longer); False when the connection is done."""
+        seconds = self.server.limits.reply_seconds
+        if isinstance(reply, dict):
+            reply = json.dumps(reply).encode() + b"\n"
+        self.request.settimeout(seconds)
         try:
-            data = json.loads(line)
-        except RecursionError:
-            return wire.error_reply("invalid", "bad request: JSON nested too deeply")
-        except ValueError as err:  # not JSON, or not UTF-8
-            return wire.error_reply(
-                "invalid", f"bad request: not JSON ({err}). A request is one JSON object per line"
-            )
+            self.request.sendall(reply)
+        except TimeoutError:
+            outcome = f"refused: its reply was not taken within {seconds:g} s; connection closed"
+            self.server.note(caller, "reply", outcome)
+            return False
+        except OSError:
+            return False  # the client left before its reply (a timeout, ^C): nothing to tell
+        return True
+
+    def _reply(self, caller: handlers.Caller, line: bytes | bytearray) -> dict[str, Any]:
+        """The reply to one line. What is not JSON, or nests too deeply, is a bad request
+        like any other (kind "invalid", one line, nothing logged) and the connection
+        stays open; only a bug in a handler logs a traceback."""
+        try:
+            data = wire.parse_request_line(line)
+        except wire.BadRequest as err:
+            return wire.error_reply("invalid", str(err))
         try:
             return handlers.handle(self.server.daemon, caller, data)
         except Exception as err:  # the entry point of a request: report, never die
@@ -186,11 +313,35 @@ class _Server(socketserver.ThreadingUnixStreamServer):
     request_queue_size = 128  # the default 5 refuses a burst of CLI calls
     daemon: Daemon
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, limits: Limits | None = None) -> None:
         super().__init__(path, _Connection)
+        self.limits = limits or Limits()
         self._counts_lock = threading.Lock()
         self._open: dict[int, int] = {}  # uid -> connections open, counted ones only
         self._exempt = {0, os.getuid()}
+        self._turns: dict[int, threading.Semaphore] = {}  # uid -> its requests_per_user
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Admit the connection and serve it in a thread of its own, or refuse it here:
+        one line, written without waiting (a fresh socket's buffer takes it), and closed
+        at once, so that a refused connection holds neither a thread nor a descriptor."""
+        try:
+            caller = peer_caller(request)
+        except OSError:
+            self.shutdown_request(request)
+            return
+        refusal = self.admit(caller)
+        if refusal is not None:
+            with contextlib.suppress(OSError):
+                request.setblocking(False)
+                request.send(json.dumps(wire.error_reply("unavailable", refusal)).encode() + b"\n")
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, caller)
+        except BaseException:
+            self.leave(caller)
+            raise
 
     def admit(self, caller: handlers.Caller) -> str | None:
         """Count the caller's new connection in, or say why it is refused (the user's
@@ -199,18 +350,17 @@ class _Server(socketserver.ThreadingUnixStreamServer):
             return None
         with self._counts_lock:
             mine = self._open.get(caller.uid, 0)
-            if mine >= MAX_CONNECTIONS_PER_USER:
+            if mine >= self.limits.per_user:
                 why = (
                     f"{caller.user} has {mine} connections open to gbatchd, the most one user "
                     "may. Close some (each running gbatch command or TUI holds one) and try again"
                 )
-            elif sum(self._open.values()) >= MAX_CONNECTIONS:
-                why = f"gbatchd serves {MAX_CONNECTIONS} connections already. Try again shortly"
+            elif sum(self._open.values()) >= self.limits.total:
+                why = f"gbatchd serves {self.limits.total} connections already. Try again shortly"
             else:
                 self._open[caller.uid] = mine + 1
                 return None
-        # A flood of these gets a few lines and a count (gbatch/head/refusals.py).
-        handlers.audit(self.daemon, caller, "connect", "daemon", f"refused: {why}")
+        self.note(caller, "connect", f"refused: {why}")
         return why
 
     def leave(self, caller: handlers.Caller) -> None:
@@ -222,6 +372,27 @@ class _Server(socketserver.ThreadingUnixStreamServer):
                 self._open[caller.uid] = left
             else:
                 self._open.pop(caller.uid, None)
+
+    @contextlib.contextmanager
+    def turn(self, caller: handlers.Caller) -> Iterator[None]:
+        """Hold one of the caller's requests_per_user turns (waiting for it) while one
+        of their requests is worked on. Admins (root and the daemon's user among them)
+        take none: their requests never wait, and an admin's slow one (`node install`)
+        never holds up their others."""
+        if handlers.is_admin(self.daemon, caller):
+            yield
+            return
+        with self._counts_lock:
+            turns = self._turns.get(caller.uid)
+            if turns is None:
+                turns = self._turns[caller.uid] = threading.Semaphore(self.limits.requests_per_user)
+        with turns:
+            yield
+
+    def note(self, caller: handlers.Caller, action: str, outcome: str) -> None:
+        """Audit what a connection was refused; a flood of these gets a few lines and a
+        count (gbatch/head/refusals.py)."""
+        handlers.audit(self.daemon, caller, action, "daemon", outcome)
 
     def get_request(self) -> tuple[Any, Any]:
         try:

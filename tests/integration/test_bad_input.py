@@ -135,7 +135,7 @@ def test_unknown_job_is_an_error_not_a_traceback(head: Head) -> None:
 
 # ------------------------------------------------------------------ bad requests
 
-DEEP = 900  # nested, but within what the JSON parser takes
+DEEP = wire.MAX_NESTING - 1  # with the request's own object: as deep as a request may be
 # Lines a client that skips gbatch's own could send, and the start of each one's reply.
 BAD_REQUEST_LINES = [
     (
@@ -145,6 +145,7 @@ BAD_REQUEST_LINES = [
     (b'{"op":"cancel","ids":"x"}', 'bad request: cancel.ids: expected a list of integers, got "x"'),
     (b'{"op":"submit","spec":[]}', "bad request: submit.spec: expected an object, got []"),
     (b"[" * 100_000, "bad request: JSON nested too deeply"),
+    (b"[" * 900 + b"]" * 900, "bad request: JSON nested too deeply (more than 64 levels)"),
     (
         b'{"op":"jobs","states":' + b"[" * DEEP + b"]" * DEEP + b"}",
         "bad request: jobs.states: expected a list of strings, got [[[",

@@ -16,7 +16,9 @@ each timed; then the attack stops. Attacks:
          or closed unfinished after 10 s) is opened again at once, as a slowloris does;
   flood  16 processes sending `jobs` requests (what squeue sends) as fast as replies
          come, each on its own connection;
-  all    the three at once.
+  heavy  the same, each request listing the 2,000 finished jobs of the history (seeded
+         before the first attack: an array submitted held, then cancelled);
+  all    idle, slow and flood at once.
 
 Goal: the victim's p99 <= 200 ms under every attack. Prints median, p90 and p99 per
 attack, and what the attacker got (requests served, connections refused or closed).
@@ -136,7 +138,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="50 samples per attack")
     parser.add_argument("--samples", type=int, default=300, help="squeues per attack")
     parser.add_argument(
-        "--attacks", default="none,idle,slow,flood,all", help="which, comma-separated, in order"
+        "--attacks",
+        default="none,idle,slow,flood,heavy,all",
+        help="which, comma-separated, in order",
     )
     args = parser.parse_args()
     samples = 50 if args.quick else args.samples

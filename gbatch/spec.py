@@ -148,7 +148,11 @@ def load_job_file(path: str | os.PathLike[str]) -> dict[str, object]:
     `DEBUG: yes`, `LR: 0.10` stay "0022", "yes", "0.10").
     """
     where = os.fspath(path)
-    text = _read_text(where)
+    return parse_job_text(read_job_text(where), where)
+
+
+def parse_job_text(text: str, where: str) -> dict[str, object]:
+    """load_job_file's reading of a job file's text (`where` names it in errors)."""
     # Deferred: PyYAML costs import time that commands which never read a job file
     # (squeue, sacct) should not pay for.
     import yaml
@@ -187,7 +191,7 @@ def load_job_file(path: str | os.PathLike[str]) -> dict[str, object]:
     return {str(key): value for key, value in data.items()}
 
 
-def _read_text(where: str) -> str:
+def read_job_text(where: str) -> str:
     try:
         with open(where, "rb") as file:
             # Read one byte past the cap instead of trusting stat(): the path may be a

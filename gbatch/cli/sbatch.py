@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from gbatch.batchscript import DIRECTIVE, BatchScript, ScriptError, looks_like_script, parse_script
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 
-HELP = "queue a job (a job file, options, or --wrap)"
+HELP = "queue a job (a job file, a batch script, options, or --wrap)"
+MAX_SCRIPT_CHARS = 1 << 20
+NO_JOB = 'no job file given. Pass a job file or a batch script, pipe one in, or --wrap "CMD"'
 OPTION_NAMES = {
     "name": "-J/--job-name",
     "gpus": "--gpus",
@@ -31,12 +35,35 @@ def add_parser(commands: Any) -> None:
     p = commands.add_parser(
         "sbatch",
         help=HELP,
-        description=HELP + ". Options override the file's keys.",
+        description=HELP + ". Options override the file's keys and a script's #SBATCH "
+        "lines (read up to the script's first command). A script needs a #! line (sh, bash, "
+        "dash, zsh, ksh, python, perl or Rscript) and is kept with the job: it runs as it "
+        "was at submit. Words after a script are its arguments.",
         epilog="example: gbatch sbatch train.yaml -t 2:00:00 --gpus 2\n"
+        "         gbatch sbatch job.sh input.csv     # #SBATCH --gpus=1 etc. in job.sh\n"
+        "         gbatch sbatch < job.sh\n"
         '         gbatch sbatch --wrap "python train.py" --gres gpu:1',
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("file", nargs="?", help="job file (YAML); see examples/")
+    p.add_argument(
+        "file",
+        nargs="?",
+        help="a job file (YAML; see examples/) or a batch script (#! and #SBATCH lines; "
+        "read from stdin when no file and no --wrap is given)",
+    )
+    p.add_argument(
+        "script_args",
+        nargs=argparse.REMAINDER,
+        metavar="ARG",
+        help="arguments of the batch script ($1...)",
+    )
+    _add_options(p)
+    p.add_argument("--parsable", action="store_true", help="print only the job id")
+    p.set_defaults(run=run)
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    """The job's options: the command line's, and a batch script's #SBATCH lines'."""
     p.add_argument("-J", "--job-name", dest="name", metavar="NAME")
     p.add_argument("-G", "--gpus", metavar="N", help="GPUs for the job, on one node")
     p.add_argument("--gres", metavar="gpu:N", help="Slurm spelling of --gpus")
@@ -93,9 +120,16 @@ def add_parser(commands: Any) -> None:
         help="the docker network of the job's container: one the admins offer "
         "(job_network, job_networks in the head's config)",
     )
-    p.add_argument("-H", "--hold", action="store_true", help="queue the job held")
-    p.add_argument("--parsable", action="store_true", help="print only the job id")
-    p.set_defaults(run=run)
+    p.add_argument("-H", "--hold", action="store_true", default=None, help="queue the job held")
+    # One task on one node is what a gbatch job is; Slurm scripts say so explicitly.
+    for flags, dest in (
+        (("-N", "--nodes"), "nodes"),
+        (("-n", "--ntasks"), "ntasks"),
+        (("--ntasks-per-node",), "ntasks_per_node"),
+    ):
+        p.add_argument(
+            *flags, dest=dest, metavar="1", help="accepted as 1 only: one task, one node"
+        )
 
 
 def _array_count(text: str | None) -> int:
@@ -164,20 +198,128 @@ def _int_option(text: str | None, option: str) -> int | None:
     return int(text)
 
 
+class _OptionProblem(Exception):
+    pass
+
+
+class _OptionParser(argparse.ArgumentParser):
+    """sbatch's options alone: for a batch script's #SBATCH lines, and for options
+    written after a YAML job file. Problems are raised, not printed."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _OptionProblem(message)
+
+
+def _options_parser(prog: str) -> _OptionParser:
+    parser = _OptionParser(prog=prog, add_help=False, argument_default=argparse.SUPPRESS)
+    _add_options(parser)
+    parser.add_argument("--parsable", action="store_true")
+    return parser
+
+
+ONE_TASK = {"nodes": "-N/--nodes", "ntasks": "-n/--ntasks", "ntasks_per_node": "--ntasks-per-node"}
+
+
+def _one_task_problem(values: dict[str, Any]) -> str | None:
+    """What is wrong with -N/-n/--ntasks-per-node, if anything: a job is one task."""
+    for dest, flag in ONE_TASK.items():
+        value = values.get(dest)
+        if value is not None and str(value).strip() not in ("1", "1-1"):
+            return (
+                f"{flag}: {value!r} asks for more than one task or node; a gbatch job is one "
+                "task on one node. Use 1, or start the tasks inside the job"
+            )
+    return None
+
+
+def _apply_directives(args: argparse.Namespace, script: BatchScript) -> None:
+    """Fill the options the command line left unset from the script's #SBATCH lines
+    (the command line wins; a later line wins over an earlier one). ScriptError for a
+    line gbatch cannot take, naming it."""
+    parser = _options_parser(DIRECTIVE)
+    taken: dict[str, Any] = {}
+    for directive in script.directives:
+        try:
+            found, extra = parser.parse_known_args(list(directive.words), argparse.Namespace())
+        except _OptionProblem as err:
+            raise ScriptError(script.name, directive.line, f"{DIRECTIVE}: {err}") from None
+        if extra:
+            raise ScriptError(
+                script.name,
+                directive.line,
+                f"{DIRECTIVE} {extra[0]}: not an option gbatch knows. Remove the line, or "
+                "see `gbatch sbatch --help` for the options gbatch takes",
+            )
+        values = vars(found)
+        if "wrap" in values:
+            raise ScriptError(
+                script.name,
+                directive.line,
+                f"{DIRECTIVE} --wrap: a batch script is its own command. Remove the line",
+            )
+        problem = _one_task_problem(values)
+        if problem is not None:
+            raise ScriptError(script.name, directive.line, f"{DIRECTIVE} {problem}")
+        taken.update(values)
+    for dest, value in taken.items():
+        if getattr(args, dest, None) in (None, False):
+            setattr(args, dest, value)
+
+
+def _job_source(args: argparse.Namespace) -> tuple[dict[str, object] | None, BatchScript | None]:
+    """The YAML job file's data, or the batch script (a file, or stdin), or neither
+    (--wrap). Options after a YAML file are options, as they always were."""
+    from gbatch.spec import SpecError, parse_job_text, read_job_text
+
+    if args.file is None:
+        if args.wrap is not None:
+            return None, None
+        if sys.stdin is None or sys.stdin.isatty():
+            raise CliError(
+                NO_JOB,
+                Exit.USAGE,
+            )
+        text = sys.stdin.read(MAX_SCRIPT_CHARS + 1)
+        if not text.strip():
+            raise CliError(NO_JOB, Exit.USAGE)
+        if len(text) > MAX_SCRIPT_CHARS:
+            raise SpecError("stdin", "the script is larger than 1 MiB. Keep data out of it")
+        return None, parse_script(text, "sbatch")
+    text = read_job_text(args.file)
+    if looks_like_script(text, args.file):
+        if args.wrap is not None:
+            raise CliError("--wrap and a batch script both given. Use one", Exit.USAGE)
+        return None, parse_script(text, args.file)
+    if args.script_args:
+        try:
+            _options_parser("gbatch sbatch").parse_args(args.script_args, namespace=args)
+        except _OptionProblem as err:
+            raise CliError(f"{err}. Options go before or after the job file", Exit.USAGE) from None
+    return parse_job_text(text, args.file), None
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
     # Deferred: yaml and validation are needed by sbatch alone.
     from gbatch import wire
-    from gbatch.spec import SpecError, build_spec, load_job_file, secret_env_values
+    from gbatch.spec import SpecError, build_spec, secret_env_values
 
     try:
-        if args.file is None and args.wrap is None:
-            raise CliError('no job file given. Pass FILE, or --wrap "CMD"', Exit.USAGE)
-        data = load_job_file(args.file) if args.file is not None else None
+        data, script = _job_source(args)
+        if script is not None:
+            _apply_directives(args, script)
+        problem = _one_task_problem(vars(args))
+        if problem is not None:
+            raise CliError(problem, Exit.USAGE)
+        if args.workdir is not None and not os.path.isabs(args.workdir):
+            args.workdir = os.path.join(os.getcwd(), args.workdir)  # as Slurm: from here
+        command: str | list[str] | None = args.wrap
+        if script is not None:
+            command = script.command(list(args.script_args))
         overrides = {
             "name": args.name,
             "gpus": _gpus_option(args),
             "time_limit": args.time_limit,
-            "command": args.wrap,
+            "command": command,
             "image": args.image,
             "retries": _int_option(args.retries, "--retries"),
             "requeue": args.requeue,
@@ -187,22 +329,28 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "secret_env": _secret_env_option(args.secret_env),
             "network": args.network,
         }
-        default_name = Path(args.file).stem if args.file else "wrap"
+        if script is not None:
+            # As Slurm: the job is named after its script (stdin: "sbatch").
+            default_name = os.path.basename(script.name)
+        else:
+            default_name = Path(args.file).stem if args.file else "wrap"
         spec = build_spec(
             data,
             overrides,
             default_name=default_name,
             option_names=OPTION_NAMES,
-            source=args.file or "options",
+            source=args.file or ("stdin" if script is not None else "options"),
         )
         secrets = secret_env_values(data, overrides, option_names=OPTION_NAMES)
     except SpecError as err:
         raise CliError(f"{err}", Exit.USAGE) from err
+    except ScriptError as err:
+        raise CliError(str(err), Exit.USAGE) from err
     count = _array_count(args.array)
     wire_spec = spec.to_dict()
     if spec.image is None and spec.workdir is None:
         wire_spec["workdir"] = os.getcwd()  # as Slurm: a job starts where it was submitted
-    request = wire.Submit(spec=wire_spec, secret_env=secrets, count=count, held=args.hold)
+    request = wire.Submit(spec=wire_spec, secret_env=secrets, count=count, held=bool(args.hold))
     reply = ctx.client.call(request)
     ids = reply["ids"]
     if len(ids) == 1:

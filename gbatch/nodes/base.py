@@ -180,15 +180,37 @@ class Reports:
 
 
 def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str, str]:
-    """What every run sees besides its own env: who and where it is."""
-    return {
-        **dict(job.spec.env),
-        "GBATCH_JOB_ID": str(job.id),
-        "GBATCH_JOB_NAME": job.spec.name,
-        "GBATCH_ATTEMPT": str(attempt),
-        "GBATCH_GPUS": ",".join(str(g) for g in gpus),
-        "GBATCH_NODE": node,
-    }
+    """What every run sees besides its own env: who and where it is, as gbatch's own
+    GBATCH_* names and as the SLURM_* names a Slurm batch script reads."""
+    env = dict(job.spec.env)
+    gpu_list = ",".join(str(g) for g in gpus)
+    env.update(
+        {
+            "GBATCH_JOB_ID": str(job.id),
+            "GBATCH_JOB_NAME": job.spec.name,
+            "GBATCH_ATTEMPT": str(attempt),
+            "GBATCH_GPUS": gpu_list,
+            "GBATCH_NODE": node,
+            "SLURM_JOB_ID": str(job.id),
+            "SLURM_JOBID": str(job.id),
+            "SLURM_JOB_NAME": job.spec.name,
+            "SLURM_JOB_USER": job.user,
+            "SLURM_JOB_UID": str(job.uid),
+            "SLURM_JOB_NODELIST": node,
+            "SLURMD_NODENAME": node,
+            "SLURM_JOB_NUM_NODES": "1",
+            "SLURM_NNODES": "1",
+            "SLURM_NTASKS": "1",
+            "SLURM_JOB_GPUS": gpu_list,
+            "SLURM_GPUS_ON_NODE": str(len(gpus)),
+            "SLURM_RESTART_COUNT": str(max(attempt - 1, 0)),
+        }
+    )
+    if job.spec.workdir is not None:
+        env["SLURM_SUBMIT_DIR"] = job.spec.workdir  # sbatch sends where it ran
+    if "GBATCH_ARRAY_TASK_ID" in env:
+        env["SLURM_ARRAY_TASK_ID"] = env["GBATCH_ARRAY_TASK_ID"]
+    return env
 
 
 def launch_secrets(job: Job) -> dict[str, str]:

@@ -1,0 +1,122 @@
+"""Slurm batch scripts: `gbatch sbatch job.sh [args...]` (or the script on stdin).
+
+A script is kept whole and run by the interpreter of its `#!` line, given the text
+with `-c` (or `-e`): the job never reads the file again, so changing it after submit
+changes nothing, as with Slurm. Its `#SBATCH` lines, up to the first command (Slurm's
+rule), are options for gbatch's own sbatch parser; the command line wins over them.
+Pure: the CLI reads the file and parses the options (gbatch/cli/sbatch.py).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from dataclasses import dataclass
+
+DIRECTIVE = "#SBATCH"
+# How each interpreter takes a program as an argument: the flag, and whether the next
+# argument is the program's name ($0) before its arguments (shells) or not.
+_INTERPRETERS: dict[str, tuple[str, bool]] = {
+    **{shell: ("-c", True) for shell in ("sh", "bash", "dash", "zsh", "ksh")},
+    "python": ("-c", False),
+    "python3": ("-c", False),
+    "perl": ("-e", False),
+    "Rscript": ("-e", False),
+}
+
+
+class ScriptError(Exception):
+    """A script gbatch will not queue: `str()` is one line, with its line number."""
+
+    def __init__(self, where: str, line: int, message: str) -> None:
+        super().__init__(f"{where}:{line}: {message}")
+        self.line = line
+
+
+@dataclass(frozen=True)
+class Directive:
+    """The words of one `#SBATCH` line, and where it is."""
+
+    line: int
+    words: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BatchScript:
+    text: str
+    name: str  # $0 of a shell script: the file's name, or "sbatch" for stdin
+    directives: tuple[Directive, ...]
+    interpreter: tuple[str, ...]  # the #! line's words
+
+    def command(self, args: list[str]) -> list[str]:
+        """The argv that runs the script with `args` as $1... (sys.argv[1:] in Python)."""
+        flag, takes_name = _INTERPRETERS[_interpreter_kind(self.interpreter)]
+        return [*self.interpreter, flag, self.text, *([self.name] if takes_name else []), *args]
+
+
+SCRIPT_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".job")
+
+
+def looks_like_script(text: str, name: str = "") -> bool:
+    """A batch script, not a YAML job file: its first line is `#!`, a line starts with
+    `#SBATCH`, or its name ends like a script's (job.sh, run.slurm, ...)."""
+    first = text.lstrip("\ufeff").split("\n", 1)[0]
+    if first.startswith("#!") or name.endswith(SCRIPT_SUFFIXES):
+        return True
+    return any(line.lstrip().startswith(DIRECTIVE) for line in text.split("\n"))
+
+
+def parse_script(text: str, where: str) -> BatchScript:
+    """The script's interpreter and directives; ScriptError for a script without a `#!`
+    line, an interpreter gbatch cannot hand a program to, or a directive that is not
+    words (an unclosed quote)."""
+    if "\0" in text:
+        raise ScriptError(where, 1, "the script holds a NUL byte. Save it as text")
+    lines = text.split("\n")
+    first = lines[0].lstrip("\ufeff")
+    if not first.startswith("#!"):
+        raise ScriptError(
+            where,
+            1,
+            "this does not look like a batch script: the first line must start with #! "
+            "and the interpreter's path, e.g. #!/bin/bash",
+        )
+    interpreter = tuple(first[2:].split())
+    if not interpreter:
+        raise ScriptError(where, 1, "#! names no interpreter. Write e.g. #!/bin/bash")
+    if _interpreter_kind(interpreter) not in _INTERPRETERS:
+        raise ScriptError(
+            where,
+            1,
+            f"#!{first[2:].strip()}: gbatch runs batch scripts of "
+            f"{', '.join(sorted(_INTERPRETERS))}. Use one of them, or --wrap",
+        )
+    directives = []
+    for number, line in enumerate(lines[1:], start=2):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break  # the first command ends the header, as in Slurm
+        if not stripped.startswith(DIRECTIVE):
+            continue
+        rest = stripped[len(DIRECTIVE) :]
+        if rest and not rest[0].isspace():
+            continue  # "#SBATCHx" is a comment, as in Slurm
+        try:
+            words = shlex.split(rest, comments=True)
+        except ValueError as err:
+            raise ScriptError(where, number, f"{DIRECTIVE}: {err}. Close the quote") from None
+        if words:
+            directives.append(Directive(number, tuple(words)))
+    return BatchScript(text, where, tuple(directives), interpreter)
+
+
+def _interpreter_kind(interpreter: tuple[str, ...]) -> str:
+    """The interpreter's name: `#!/usr/bin/env python3 -u` and `#!/usr/bin/python3.11`
+    are python3's."""
+    program = interpreter[0]
+    if posixpath.basename(program) == "env" and interpreter[1:]:
+        program = interpreter[1]
+    name = posixpath.basename(program)
+    if name.startswith("python3.") and name[len("python3.") :].isdigit():
+        return "python3"
+    return name

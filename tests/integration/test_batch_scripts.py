@@ -1,0 +1,141 @@
+"""Slurm batch scripts through the real CLI and daemon (issue 14, first part): submitted
+unchanged as a file or on stdin, their #SBATCH lines taken as options, their arguments
+passed on, the SLURM_* environment inside, and one line for what gbatch cannot take."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from conftest import GBATCH, Head
+
+TRAIN = """#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --gres=gpu:1
+#SBATCH --time=00:10:00
+#SBATCH -N 1
+#SBATCH --ntasks=1
+
+echo "args: $0 $1 $2"
+echo "id=$SLURM_JOB_ID jobid=$SLURM_JOBID name=$SLURM_JOB_NAME user=$SLURM_JOB_USER"
+echo "node=$SLURMD_NODENAME nodes=$SLURM_JOB_NODELIST gpus=$SLURM_GPUS_ON_NODE"
+echo "cuda=$CUDA_VISIBLE_DEVICES job_gpus=$SLURM_JOB_GPUS restarts=$SLURM_RESTART_COUNT"
+echo "submit_dir=$SLURM_SUBMIT_DIR pwd=$(pwd)"
+"""
+
+
+def sbatch_in(
+    head: Head, where: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*GBATCH, "sbatch", *args],
+        env=head.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=where,
+        input=stdin,
+    )
+
+
+def submitted(result: subprocess.CompletedProcess[str]) -> int:
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout.strip())
+
+
+def log(head: Head, job_id: int) -> list[str]:
+    return head.run("logs", str(job_id), check=True).stdout.splitlines()
+
+
+def test_a_batch_script_runs_with_its_header_arguments_and_slurm_environment(
+    head: Head, tmp_path: Path
+) -> None:
+    (tmp_path / "train.sh").write_text(TRAIN)
+    job_id = submitted(sbatch_in(head, tmp_path, "--parsable", "train.sh", "one", "two words"))
+    job = head.wait_state(job_id, "COMPLETED")
+    assert job["name"] == "train" and job["gpus_requested"] == 1
+    assert job["time_limit"] == 600
+    assert log(head, job_id) == [
+        "args: train.sh one two words",
+        f"id={job_id} jobid={job_id} name=train user=root",
+        "node=local nodes=local gpus=1",
+        f"cuda={job['gpus'][0]} job_gpus={job['gpus'][0]} restarts=0",
+        f"submit_dir={tmp_path} pwd={tmp_path}",
+    ]
+
+
+def test_a_script_on_stdin_is_named_sbatch_and_options_win_over_its_header(
+    head: Head, tmp_path: Path
+) -> None:
+    job_id = submitted(sbatch_in(head, tmp_path, "--parsable", "-J", "mine", stdin=TRAIN))
+    job = head.wait_state(job_id, "COMPLETED")
+    assert job["name"] == "mine"
+    assert log(head, job_id)[0] == "args: sbatch  "
+    unnamed = "#!/bin/sh\necho $SLURM_JOB_NAME\n"
+    job_id = submitted(sbatch_in(head, tmp_path, "--parsable", stdin=unnamed))
+    head.wait_state(job_id, "COMPLETED")
+    assert log(head, job_id) == ["sbatch"]
+
+
+def test_the_script_is_kept_as_submitted(head: Head, tmp_path: Path) -> None:
+    script = tmp_path / "later.sh"
+    script.write_text("#!/bin/sh\necho as submitted\n")
+    job_id = submitted(sbatch_in(head, tmp_path, "--parsable", "-H", "later.sh"))
+    script.write_text("#!/bin/sh\necho changed after\n")
+    head.run("scontrol", "release", str(job_id), check=True)
+    head.wait_state(job_id, "COMPLETED")
+    assert log(head, job_id) == ["as submitted"]
+
+
+def test_a_python_script_and_an_array_script(head: Head, tmp_path: Path) -> None:
+    (tmp_path / "p.py").write_text(
+        "#!/usr/bin/env python3\n#SBATCH -J py\nimport os, sys\n"
+        "print(sys.argv[1:], os.environ['SLURM_JOB_NAME'])\n"
+    )
+    job_id = submitted(sbatch_in(head, tmp_path, "--parsable", "p.py", "a"))
+    head.wait_state(job_id, "COMPLETED")
+    assert log(head, job_id) == ["['a'] py"]
+
+    (tmp_path / "sweep.sh").write_text(
+        "#!/bin/bash\n#SBATCH --array=0-2\n#SBATCH --gpus=0\necho task=$SLURM_ARRAY_TASK_ID\n"
+    )
+    span = sbatch_in(head, tmp_path, "--parsable", "sweep.sh").stdout.strip()
+    first, last = (int(part) for part in span.split("-"))
+    tasks = set()
+    for job_id in range(first, last + 1):
+        head.wait_state(job_id, "COMPLETED")
+        tasks.update(log(head, job_id))
+    assert tasks == {"task=0", "task=1", "task=2"}
+
+
+def test_what_gbatch_cannot_take_is_one_line_and_nothing_is_queued(
+    head: Head, tmp_path: Path
+) -> None:
+    refusals = {
+        "#!/bin/bash\n#SBATCH -J ok\n#SBATCH --partition=gpu\nhostname\n": (
+            "bad.sh:3: #SBATCH --partition=gpu: not an option gbatch knows"
+        ),
+        "#!/bin/bash\n#SBATCH --nodes=2\nhostname\n": (
+            "bad.sh:2: #SBATCH -N/--nodes: '2' asks for more than one task or node"
+        ),
+        "#!/bin/bash\n#SBATCH --wrap 'x'\n": "bad.sh:2: #SBATCH --wrap: a batch script is its own",
+        "#!/bin/bash\n#SBATCH -t\n": "bad.sh:2: #SBATCH: argument -t/--time: expected one argument",
+        "hostname\n#SBATCH -J x\n": "bad.sh:1: this does not look like a batch script",
+    }
+    for text, message in refusals.items():
+        (tmp_path / "bad.sh").write_text(text)
+        refused = sbatch_in(head, tmp_path, "bad.sh")
+        assert refused.returncode == 2, refused.stdout
+        assert refused.stderr.startswith(f"gbatch sbatch: error: {message}"), refused.stderr
+        assert len(refused.stderr.splitlines()) == 1
+    assert head.run("squeue", "-h", check=True).stdout == ""
+
+
+def test_options_after_a_yaml_job_file_are_still_options(head: Head, tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text("name: y\ncommand: echo $SLURM_JOB_NAME\n")
+    job_id = submitted(sbatch_in(head, tmp_path, "--parsable", "job.yaml", "-J", "renamed"))
+    head.wait_state(job_id, "COMPLETED")
+    assert log(head, job_id) == ["renamed"]
+    refused = sbatch_in(head, tmp_path, "job.yaml", "--no-such-option")
+    assert refused.returncode == 2
+    assert "unrecognized arguments: --no-such-option" in refused.stderr

@@ -3,6 +3,7 @@ the real `gbatch` CLI in subprocesses."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -129,22 +130,33 @@ def kill_leftover_jobs(home: Path) -> None:
             pass
 
 
-@pytest.fixture
-def shared_head() -> Iterator[Head]:
-    """A daemon whose socket other users can reach (as a lab's shared head would).
+@contextlib.contextmanager
+def shared_home(
+    prefix: str, config: str = FAST_CONFIG + "socket_mode: '666'\n", gpus: int = 2
+) -> Iterator[Head]:
+    """A head other users can reach, as a lab's shared head: made, not started.
 
-    Its home is under /tmp, not tmp_path: pytest's base dir is private to its user."""
-    base = Path(tempfile.mkdtemp(prefix="gbatch-shared-", dir="/tmp"))
+    Its home is under /tmp (0755), not tmp_path: pytest's base dir is private to its
+    user; the home is 0711, so others reach the socket and list nothing. Stopped and
+    removed, its jobs killed, when the block ends."""
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     base.chmod(0o755)
-    head = make_head(base / "home", config=FAST_CONFIG + "socket_mode: '666'\n")
-    head.home.chmod(0o711)  # others reach the socket, list nothing
+    head = make_head(base / "home", gpus=gpus, config=config)
+    head.home.chmod(0o711)
     try:
-        head.start()
         yield head
         head.stop()
         kill_leftover_jobs(head.home)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def shared_head() -> Iterator[Head]:
+    """A daemon whose socket other users can reach (as a lab's shared head would)."""
+    with shared_home("gbatch-shared-") as head:
+        head.start()
+        yield head
 
 
 @pytest.fixture

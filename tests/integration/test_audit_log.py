@@ -7,24 +7,14 @@ from __future__ import annotations
 import os
 import pwd
 import re
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from asuser import User, as_user
-from conftest import (
-    FAST_CONFIG,
-    GBATCH,
-    Head,
-    kill_leftover_jobs,
-    make_head,
-    require_root,
-    wait_for,
-)
+from conftest import GBATCH, Head, require_root, shared_home, wait_for
 
 from gbatch import wire
 from gbatch.client import Client, DaemonUnavailable, RequestFailed
@@ -44,16 +34,8 @@ def _root_only() -> None:
 @pytest.fixture
 def open_head() -> Iterator[Head]:
     """A head other users reach (socket 666), not started yet."""
-    base = Path(tempfile.mkdtemp(prefix="gbatch-audit-", dir="/tmp"))
-    base.chmod(0o755)
-    head = make_head(base / "home", config=FAST_CONFIG + "socket_mode: '666'\n")
-    head.home.chmod(0o711)  # others reach the socket, list nothing
-    try:
+    with shared_home("gbatch-audit-") as head:
         yield head
-        head.stop()
-        kill_leftover_jobs(head.home)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def answers(head: Head) -> bool:

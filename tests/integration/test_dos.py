@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,15 +21,7 @@ from pathlib import Path
 import pytest
 from abuse import Account, Stop, attacks_stopped, flood, hold_idle, hold_slow, start_as
 from asuser import User, as_user, preload, run_cli, temp_users
-from conftest import (
-    FAST_CONFIG,
-    GBATCH,
-    Head,
-    kill_leftover_jobs,
-    make_head,
-    require_root,
-    wait_for,
-)
+from conftest import GBATCH, Head, require_root, shared_home, wait_for
 
 from gbatch import wire
 from gbatch.head.server import MAX_CONNECTIONS_PER_USER
@@ -56,16 +46,12 @@ def users() -> Iterator[dict[str, User]]:
 @pytest.fixture
 def small_head() -> Iterator[Head]:
     """A shared head (socket 666) whose daemon may open only DAEMON_FILES files."""
-    base = Path(tempfile.mkdtemp(prefix="gbatch-dos-", dir="/tmp"))
-    base.chmod(0o755)
-    head = make_head(base / "home", config=FAST_CONFIG + "socket_mode: '666'\n")
-    head.home.chmod(0o711)  # others reach the socket, list nothing
 
     def few_files() -> None:
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (DAEMON_FILES, hard))
 
-    try:
+    with shared_home("gbatch-dos-") as head:
         subprocess.run(
             [*GBATCH, "daemon", "start"],
             env=head.env,
@@ -75,10 +61,6 @@ def small_head() -> Iterator[Head]:
             preexec_fn=few_files,
         )
         yield head
-        head.stop()
-        kill_leftover_jobs(head.home)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def soft_file_limit(pid: int) -> int:

@@ -8,16 +8,13 @@ Users and the group are made with useradd/groupadd per run and removed after.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import pytest
 from asuser import User, as_user, preload, run_cli, temp_users
-from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, require_root, wait_for
+from conftest import FAST_CONFIG, Head, require_root, shared_home, wait_for
 
 SLEEP = ("--wrap", "sleep 300")
 
@@ -36,8 +33,6 @@ def users() -> Iterator[dict[str, User]]:
 
 @pytest.fixture
 def head(users: dict[str, User]) -> Iterator[Head]:
-    base = Path(tempfile.mkdtemp(prefix="gbatch-limits-", dir="/tmp"))
-    base.chmod(0o755)
     config = FAST_CONFIG + (
         "socket_mode: '666'\n"
         "limits:\n"
@@ -45,15 +40,9 @@ def head(users: dict[str, User]) -> Iterator[Head]:
         f"  users: {{{users['alice'].name}: {{max_pending_jobs: 2}}}}\n"
         f"  groups: {{{users['students'].name}: {{max_running_jobs: 2, max_gpus: 1}}}}\n"
     )
-    made = make_head(base / "home", gpus=2, config=config)
-    made.home.chmod(0o711)  # others reach the socket, list nothing
-    made.start()
-    try:
+    with shared_home("gbatch-limits-", config) as made:
+        made.start()
         yield made
-    finally:
-        made.stop()
-        kill_leftover_jobs(made.home)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def cli(head: Head, user: User, *argv: str) -> dict[str, Any]:

@@ -12,9 +12,7 @@ Real users (useradd), a real root daemon, real docker for the container jobs.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from asuser import User, as_user, preload, run_cli, temp_users
-from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, require_root
+from conftest import FAST_CONFIG, Head, make_head, require_root, shared_home
 from docexamples import yaml_block_with
 from dockerenv import ensure_test_image, require_docker
 
@@ -72,32 +70,23 @@ class Lab:
 def lab() -> Iterator[Lab]:
     require_root("to make users and run a root daemon for them")
     preload()
-    base = Path(tempfile.mkdtemp(prefix="gbatch-runas-", dir="/tmp"))
-    base.chmod(0o755)
-    try:
-        with temp_users("gbra", ["student", "other"]) as users:
-            student = users["student"]
-            (base / "jobs").mkdir(mode=0o755)
-            data = base / "data" / student.name
-            (data / "run").mkdir(parents=True)
-            (data / "link-etc").symlink_to("/etc")
-            (data / "link-sock").symlink_to("/var/run")  # docker.sock's directory
-            for path in (data, data / "run"):
-                os.chown(path, student.uid, student.gid)
-            data.chmod(0o700)  # the daemon's user could not enter it without root
-            # docs/security.md's example, with its /data under this test's directory.
-            example = yaml_block_with("security.md", "of a root daemon other users submit to")
-            config = FAST_CONFIG + example.replace("/data/{user}", f"{base}/data/{{user}}")
-            head = make_head(base / "home", config=config)
-            head.home.chmod(0o711)  # students reach the socket, list nothing
-            head.start()
-            try:
-                yield Lab(head, base, student, users["other"])
-            finally:
-                head.stop()
-                kill_leftover_jobs(head.home)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    with temp_users("gbra", ["student", "other"]) as users, shared_home("gbatch-runas-") as head:
+        base = head.home.parent
+        student = users["student"]
+        (base / "jobs").mkdir(mode=0o755)
+        data = base / "data" / student.name
+        (data / "run").mkdir(parents=True)
+        (data / "link-etc").symlink_to("/etc")
+        (data / "link-sock").symlink_to("/var/run")  # docker.sock's directory
+        for path in (data, data / "run"):
+            os.chown(path, student.uid, student.gid)
+        data.chmod(0o700)  # the daemon's user could not enter it without root
+        # docs/security.md's example, with its /data under this test's directory.
+        example = yaml_block_with("security.md", "of a root daemon other users submit to")
+        config = FAST_CONFIG + example.replace("/data/{user}", f"{base}/data/{{user}}")
+        (head.home / "config.yaml").write_text(config)
+        head.start()
+        yield Lab(head, base, student, users["other"])
 
 
 def test_a_students_bare_job_runs_as_the_student_and_reads_nothing_of_the_head(

@@ -242,26 +242,17 @@ class _Connection(socketserver.BaseRequestHandler):
                 line = lines.next_line()
             except LineTooLong:
                 limit = wire.MAX_REQUEST_BYTES // (1024 * 1024)
-                why = f"a request line over {limit} MiB"
-                self.server.note(caller, "request", f"refused: {why}; connection closed")
-                self._send(
+                self._close_unread(
                     caller,
-                    wire.error_reply(
-                        "invalid",
-                        f"bad request: {why}, the most gbatchd reads. Pass large data in a "
-                        "file the job mounts",
-                    ),
+                    f"a request line over {limit} MiB",
+                    ", the most gbatchd reads. Pass large data in a file the job mounts",
                 )
                 return
             except LineTooSlow as err:
-                why = f"a request line left unfinished: {err}"
-                self.server.note(caller, "request", f"refused: {why}; connection closed")
-                self._send(
+                self._close_unread(
                     caller,
-                    wire.error_reply(
-                        "invalid",
-                        f"bad request: {why}. Send each request whole, ending in a newline",
-                    ),
+                    f"a request line left unfinished: {err}",
+                    ". Send each request whole, ending in a newline",
                 )
                 return
             if line is None:
@@ -271,6 +262,12 @@ class _Connection(socketserver.BaseRequestHandler):
                 data = json.dumps(reply).encode() + b"\n"
             if not self._send(caller, data):
                 return
+
+    def _close_unread(self, caller: handlers.Caller, why: str, advice: str) -> None:
+        """A request line gbatchd will not read on: audited, answered with one bad
+        request (`why` and `advice`, which goes on from it), and the connection ends."""
+        self.server.note(caller, "request", f"refused: {why}; connection closed")
+        self._send(caller, wire.error_reply("invalid", f"bad request: {why}{advice}"))
 
     def _send(self, caller: handlers.Caller, reply: dict[str, Any] | bytes) -> bool:
         """Write one reply, taking at most reply_seconds (a client that stops reading

@@ -655,24 +655,16 @@ def format_sshare(
 
 
 def format_sshare_json(shares: Sequence[UserShare]) -> str:
-    """`{"users": [...]}`: the figures, what the jobs hold, and `limits` (null: none)."""
+    """`{"users": [...]}`: the figures, what the jobs hold, and `limits` (null: none);
+    the protocol's fields, with Slurm's name for the usage (`raw_usage`)."""
+    from gbatch.wire import share_to_wire  # deferred: only sshare --json needs it
+
     return _dump(
         {
             "users": [
                 {
-                    "user": share.user,
-                    "raw_usage": share.usage,
-                    "effective_usage": share.effective_usage,
-                    "fairshare": share.fairshare,
-                    "pending": share.pending,
-                    "running": share.running,
-                    "gpus": share.gpus,
-                    "limits": {
-                        "max_pending_jobs": share.limits.max_pending_jobs,
-                        "max_running_jobs": share.limits.max_running_jobs,
-                        "max_gpus": share.limits.max_gpus,
-                        "max_array_size": share.limits.max_array_size,
-                    },
+                    ("raw_usage" if key == "usage" else key): value
+                    for key, value in share_to_wire(share).items()
                 }
                 for share in shares
             ]

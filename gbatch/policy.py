@@ -322,5 +322,10 @@ def submitter_identity(job_uid: int) -> RunAs:
         entry = pwd.getpwuid(job_uid)
     except KeyError:
         raise ValueError(f"uid {job_uid} has no entry in this machine's passwd") from None
+    return identity_of(entry)
+
+
+def identity_of(entry: pwd.struct_passwd) -> RunAs:
+    """The uid, primary gid and other groups (group database) of a passwd entry."""
     groups = tuple(g for g in os.getgrouplist(entry.pw_name, entry.pw_gid) if g != entry.pw_gid)
-    return RunAs(job_uid, entry.pw_gid, tuple(sorted(set(groups))))
+    return RunAs(entry.pw_uid, entry.pw_gid, tuple(sorted(set(groups))))

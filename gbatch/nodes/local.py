@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from gbatch import policy as site_policy
 from gbatch.config import Config, Paths
 from gbatch.model import Gpu, Job
 from gbatch.nodes import docker
@@ -269,7 +270,7 @@ class LocalNode:
                 "--as",
                 str(switch.pw_uid),
                 str(switch.pw_gid),
-                ",".join(str(g) for g in _groups_of(switch)),
+                ",".join(str(g) for g in site_policy.identity_of(switch).groups),
                 workdir,
             ]
         )
@@ -449,10 +450,6 @@ def _switch_to_submitter(job: Job) -> pwd.struct_passwd | None:
         return pwd.getpwuid(job.uid)
     except KeyError:
         raise LaunchError(f"its submitter's uid {job.uid} has no entry in passwd here") from None
-
-
-def _groups_of(entry: pwd.struct_passwd) -> list[int]:
-    return sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid)) - {entry.pw_gid})
 
 
 def _login_env(entry: pwd.struct_passwd) -> dict[str, str]:

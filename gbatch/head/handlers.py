@@ -101,7 +101,7 @@ def audit(
     owner`. A user's refusals past the daemon's budget are counted instead, and said in
     one line (gbatch/head/refusals.py)."""
     refused = outcome.startswith("refused")
-    if refused and not daemon.refusal_lines.admit(caller.uid, loggable(caller.user)):
+    if refused and not daemon.refusal_lines.admit(caller.uid, loggable(caller.user), action):
         return
     what = (
         f"job={target.id} owner={loggable(target.user)}"
@@ -124,7 +124,7 @@ def audit_jobs(
     `ids` and their `owners`: `... op=cancel jobs=500000 ids=12,13,14,15,16... owners=alice
     -> refused: not the owner`. Within the user's refusal budget, as audit's."""
     if outcome.startswith("refused") and not daemon.refusal_lines.admit(
-        caller.uid, loggable(caller.user)
+        caller.uid, loggable(caller.user), action
     ):
         return
     shown = ",".join(map(str, ids)) + ("..." if count > len(ids) else "")

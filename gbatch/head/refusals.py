@@ -2,15 +2,17 @@
 
 Every refused request (and refused connection) is worth an audit line, but 50 refused
 requests with 4 MB names once grew the log by 200 MB in 2.6 s. Strings in log lines are
-cut (handlers.loggable); on top of that, each uid gets at most LINES refusal lines in
-a window of WINDOW_SECONDS, opened by its first refusal. The refusals past that are
-counted, and when the window has ended one line says how many:
+cut (handlers.loggable); on top of that, each uid gets at most LINES refusal lines per
+operation (connect, request, cancel, ...) in a window of WINDOW_SECONDS, opened by its
+first such refusal. The refusals past that are counted, and when the window has ended
+one line says how many:
 
-    audit: user=bob uid=1002 -> and 4,812 more refusals in 10 s, not logged one by one
-    (at most 10 lines per user per 10 s)
+    audit: user=bob uid=1002 op=connect -> and 4,812 more refusals in 10 s, not logged
+    one by one (at most 10 lines per user and operation per 10 s)
 
-So a flood adds at most LINES + 1 lines per user per window, whatever its rate, and
-one user's flood does not hold back the lines of another.
+So a flood adds at most LINES + 1 lines per user and operation per window, whatever its
+rate; one user's flood does not hold back the lines of another, nor a flood of one kind
+(refused connections) the lines of another kind (a slow request closed).
 """
 
 from __future__ import annotations
@@ -47,22 +49,24 @@ class RefusalLines:
         self._lines = lines
         self._window = window
         self._lock = threading.Lock()
-        self._windows: dict[int, _Window] = {}  # uid -> its window, while open
+        # (uid, operation) -> its window, while open
+        self._windows: dict[tuple[int, str], _Window] = {}
 
-    def admit(self, uid: int, user: str) -> bool:
-        """Whether this refusal of `uid` (named `user`, already loggable) gets its line;
-        if not, it is counted for the summary."""
+    def admit(self, uid: int, user: str, op: str) -> bool:
+        """Whether this refusal of `op` to `uid` (named `user`, already loggable) gets
+        its line; if not, it is counted for the summary."""
         now = self._monotonic()
+        key = (uid, op)
         with self._lock:
-            ended = self._pop_if_ended(uid, now)
-            window = self._windows.setdefault(uid, _Window(now, user))
+            ended = self._pop_if_ended(key, now)
+            window = self._windows.setdefault(key, _Window(now, user))
             admitted = window.logged < self._lines
             if admitted:
                 window.logged += 1
             else:
                 window.unlogged += 1
         if ended is not None:
-            self._summarize(uid, ended)
+            self._summarize(key, ended)
         return admitted
 
     def close_ended(self) -> None:
@@ -70,23 +74,25 @@ class RefusalLines:
         tick, so a flood that stopped is still counted in the log)."""
         now = self._monotonic()
         with self._lock:
-            ended = [(uid, w) for uid in list(self._windows) if (w := self._pop_if_ended(uid, now))]
-        for uid, window in ended:
-            self._summarize(uid, window)
+            ended = [(key, w) for key in list(self._windows) if (w := self._pop_if_ended(key, now))]
+        for key, window in ended:
+            self._summarize(key, window)
 
-    def _pop_if_ended(self, uid: int, now: float) -> _Window | None:
-        window = self._windows.get(uid)
+    def _pop_if_ended(self, key: tuple[int, str], now: float) -> _Window | None:
+        window = self._windows.get(key)
         if window is None or now - window.opened < self._window:
             return None
-        return self._windows.pop(uid)
+        return self._windows.pop(key)
 
-    def _summarize(self, uid: int, window: _Window) -> None:
+    def _summarize(self, key: tuple[int, str], window: _Window) -> None:
+        uid, op = key
         if window.unlogged:
             log.warning(
-                "audit: user=%s uid=%d -> and %s more refusals in %g s, not logged one by one "
-                "(at most %d lines per user per %g s)",
+                "audit: user=%s uid=%d op=%s -> and %s more refusals in %g s, not logged one "
+                "by one (at most %d lines per user and operation per %g s)",
                 window.user,
                 uid,
+                op,
                 f"{window.unlogged:,}",
                 self._window,
                 self._lines,

@@ -23,7 +23,7 @@ from gbatch.head import refusals
 _NOBODY = pwd.getpwnam("nobody")
 NOBODY = User(_NOBODY.pw_name, _NOBODY.pw_uid, _NOBODY.pw_gid)
 REFUSED_DRAIN = "op=node_drain target=node_local -> refused: not an admin"
-SUMMARY = re.compile(r"audit: user=nobody uid=\d+ -> and ([\d,]+) more refusals in 10 s")
+SUMMARY = re.compile(r"audit: user=nobody uid=\d+ op=\S+ -> and ([\d,]+) more refusals in 10 s")
 
 
 @pytest.fixture(autouse=True)

@@ -47,7 +47,8 @@ AUDIT = re.compile(
     r"(?:job=(?P<job>\d+) owner=(?P<owner>\S+)|target=(?P<target>\S+)) -> (?P<outcome>.*)"
 )
 SUMMARY = re.compile(
-    r"audit: user=(?P<user>\S+) uid=(?P<uid>\d+) -> and (?P<count>[\d,]+) more refusals in "
+    r"audit: user=(?P<user>\S+) uid=(?P<uid>\d+) op=\S+ -> and (?P<count>[\d,]+) more "
+    r"refusals in "
 )
 
 

@@ -65,8 +65,8 @@ def test_a_flood_of_refusals_gets_a_few_lines_then_one_that_counts_the_rest(
     clock.now += refusals.WINDOW_SECONDS
     daemon.refusal_lines.close_ended()  # the loop's tick, after the flood stopped
     assert audit_lines(caplog)[refusals.LINES :] == [
-        "audit: user=bob uid=5002 -> and 4,990 more refusals in 10 s, not logged one by one "
-        "(at most 10 lines per user per 10 s)"
+        "audit: user=bob uid=5002 op=node_drain -> and 4,990 more refusals in 10 s, not logged "
+        "one by one (at most 10 lines per user and operation per 10 s)"
     ]
     daemon.refusal_lines.close_ended()
     assert len(audit_lines(caplog)) == refusals.LINES + 1  # said once
@@ -90,15 +90,24 @@ def test_a_refusal_after_the_window_opens_a_new_one_and_is_logged_after_the_coun
 ) -> None:
     caplog.set_level(logging.INFO, logger="gbatchd")
     lines = RefusalLines(clock, lines=2, window=10.0)
-    assert [lines.admit(7, "eve") for _ in range(4)] == [True, True, False, False]
+    assert [lines.admit(7, "eve", "cancel") for _ in range(4)] == [True, True, False, False]
     clock.now += 9.9
-    assert lines.admit(7, "eve") is False
+    assert lines.admit(7, "eve", "cancel") is False
     clock.now += 0.1
-    assert lines.admit(7, "eve") is True  # a new window; the last one's count said first
+    assert lines.admit(7, "eve", "cancel") is True  # a new window; the last one's count first
     assert [r.getMessage() for r in caplog.records] == [
-        "audit: user=eve uid=7 -> and 3 more refusals in 10 s, not logged one by one "
-        "(at most 2 lines per user per 10 s)"
+        "audit: user=eve uid=7 op=cancel -> and 3 more refusals in 10 s, not logged one by "
+        "one (at most 2 lines per user and operation per 10 s)"
     ]
     clock.now += 10.0
     lines.close_ended()  # every refusal of that window had its line: nothing to count
     assert len(caplog.records) == 1
+
+
+def test_a_flood_of_one_operation_leaves_another_of_the_same_user_its_lines(
+    clock: Clock,
+) -> None:
+    # A thousand refused connections must not hide the one slow request that was closed.
+    lines = RefusalLines(clock, lines=2, window=10.0)
+    assert [lines.admit(7, "eve", "connect") for _ in range(3)] == [True, True, False]
+    assert lines.admit(7, "eve", "request") is True

@@ -125,6 +125,15 @@ class JobSpec:
     # The docker network a container job asked for (one of the admin's job_networks);
     # None: the admin's job_network.
     network: str | None = None
+    # Where sbatch ran (its cwd) and on which host: SLURM_SUBMIT_DIR, SLURM_SUBMIT_HOST,
+    # and what relative output paths start from. Set by the CLI, never by a job file.
+    submit_dir: str | None = None
+    submit_host: str | None = None
+    # An array task: its index (SLURM_ARRAY_TASK_ID) and its position among the tasks
+    # of its submission, whose ids are consecutive: the array's id (SLURM_ARRAY_JOB_ID,
+    # %A) is the first task's, `Job.array_job_id`. Set by the daemon, never by a file.
+    array_task: int | None = None
+    array_pos: int = 0
 
     @property
     def effective_priority(self) -> int:
@@ -152,6 +161,11 @@ class JobSpec:
             data["secret_env"] = list(self.secret_env)
         if self.network is not None:
             data["network"] = self.network
+        for key in ("submit_dir", "submit_host", "array_task"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        if self.array_pos:
+            data["array_pos"] = self.array_pos
         return data
 
     @classmethod
@@ -175,6 +189,10 @@ class JobSpec:
             requeue=bool(data.get("requeue", True)),
             secret_env=tuple(str(n) for n in data.get("secret_env") or ()),  # type: ignore[attr-defined]
             network=data.get("network"),  # type: ignore[arg-type]
+            submit_dir=data.get("submit_dir"),  # type: ignore[arg-type]
+            submit_host=data.get("submit_host"),  # type: ignore[arg-type]
+            array_task=data.get("array_task"),  # type: ignore[arg-type]
+            array_pos=int(data.get("array_pos", 0)),  # type: ignore[call-overload]
         )
 
 
@@ -207,6 +225,13 @@ class Job:
     @property
     def time_limit(self) -> int | None:
         return self.spec.time_limit
+
+    @property
+    def array_job_id(self) -> int | None:
+        """The id of the array this job is a task of (its first task's), or None."""
+        if self.spec.array_task is None:
+            return None
+        return self.id - self.spec.array_pos
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,9 @@ KEYS = (
     "secret_env",
     "network",
 )
+# Keys the CLI sends with every submit, beside a job file's: where it was submitted
+# from. A job file may not set them (build_spec's `wire`).
+SUBMIT_KEYS = ("submit_dir", "submit_host")
 
 # The CLI option that sets each field, for error messages about overrides. The CLI may
 # pass its own mapping to build_spec when its spelling differs.
@@ -359,6 +362,7 @@ def build_spec(
     default_name: str,
     option_names: Mapping[str, str] = OVERRIDE_OPTION,
     source: str = "job file",
+    wire: bool = False,
 ) -> JobSpec:
     """Merge a job file's mapping with CLI overrides and validate every field.
 
@@ -369,15 +373,17 @@ def build_spec(
     file name the key; an unknown key in the file names `source`. A file value of
     None (`image:` with nothing after it) counts as absent. `default_name` is used
     when no name is given, made valid first (a file called "my run.yaml" gives
-    "my_run").
+    "my_run"). `wire`: `data` is a submit request's spec, which may also hold
+    SUBMIT_KEYS (the daemon's call).
     """
     unknown_override = set(overrides) - set(KEYS)
     if unknown_override:
         # The CLI's wiring is wrong, not the user's input.
         raise ValueError(f"unknown override fields: {sorted(unknown_override)}")
     file_data: Mapping[str, object] = data or {}
+    allowed = (*KEYS, *SUBMIT_KEYS) if wire else KEYS
     for key in file_data:
-        if key not in KEYS:
+        if key not in allowed:
             raise SpecError(source, _unknown_key_message(key))
 
     values: dict[str, tuple[object, str]] = {}
@@ -416,9 +422,24 @@ def build_spec(
         requeue=pick("requeue", _check_bool, True),
         secret_env=tuple(name for name, _ in pick("secret_env", check_secret_env, ())),
         network=pick("network", _check_network, None),
+        submit_dir=_submit_value(file_data, "submit_dir", _check_workdir),
+        submit_host=_submit_value(file_data, "submit_host", _check_host_name),
     )
     _check_secret_env_apart(spec, values.get("secret_env", (None, ""))[1])
     return spec
+
+
+def _submit_value(
+    data: Mapping[str, object], key: str, check: Callable[[object, str], str]
+) -> str | None:
+    value = data.get(key)
+    return None if value is None else check(value, key)
+
+
+def _check_host_name(value: object, field: str) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", value):
+        raise SpecError(field, f"{show_value(value)} is not a host name")
+    return value
 
 
 def secret_env_values(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -348,8 +349,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError(str(err), Exit.USAGE) from err
     count = _array_count(args.array)
     wire_spec = spec.to_dict()
+    submit_dir = os.getcwd()
     if spec.image is None and spec.workdir is None:
-        wire_spec["workdir"] = os.getcwd()  # as Slurm: a job starts where it was submitted
+        wire_spec["workdir"] = submit_dir  # as Slurm: a job starts where it was submitted
+    wire_spec["submit_dir"] = submit_dir
+    wire_spec["submit_host"] = socket.gethostname()
     request = wire.Submit(spec=wire_spec, secret_env=secrets, count=count, held=bool(args.hold))
     reply = ctx.client.call(request)
     ids = reply["ids"]

@@ -267,6 +267,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
             {},
             default_name=str(raw.get("name") or "job"),
             source="spec",
+            wire=True,
         )
         secret_values = secret_env_values(secrets, {})
     except SpecError as err:
@@ -311,9 +312,8 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
     if count == 1:
         specs = [spec]
     else:
-        specs = [
-            replace(spec, env=(*spec.env, ("GBATCH_ARRAY_TASK_ID", str(i)))) for i in range(count)
-        ]
+        # Ids of one submission are consecutive: task i's position is its offset.
+        specs = [replace(spec, array_task=i, array_pos=i) for i in range(count)]
     try:
         ids = daemon.committer.submit(
             Submission(

@@ -206,9 +206,15 @@ def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str,
             "SLURM_RESTART_COUNT": str(max(attempt - 1, 0)),
         }
     )
-    if job.spec.workdir is not None:
-        env["SLURM_SUBMIT_DIR"] = job.spec.workdir  # sbatch sends where it ran
-    if "GBATCH_ARRAY_TASK_ID" in env:
+    submit_dir = job.spec.submit_dir or job.spec.workdir  # jobs queued before submit_dir
+    if submit_dir is not None:
+        env["SLURM_SUBMIT_DIR"] = submit_dir
+    if job.spec.submit_host is not None:
+        env["SLURM_SUBMIT_HOST"] = job.spec.submit_host
+    if job.array_job_id is not None:
+        env["GBATCH_ARRAY_TASK_ID"] = env["SLURM_ARRAY_TASK_ID"] = str(job.spec.array_task)
+        env["GBATCH_ARRAY_JOB_ID"] = env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
+    elif "GBATCH_ARRAY_TASK_ID" in env:  # a task queued before array_task existed
         env["SLURM_ARRAY_TASK_ID"] = env["GBATCH_ARRAY_TASK_ID"]
     return env
 

@@ -17,10 +17,25 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from gbatch.limits import UserShare
-from gbatch.model import ALLOCATED_STATES, Event, Job, JobState, NodeInfo, NodeState
+from gbatch.model import (
+    ALLOCATED_STATES,
+    IMPLICIT_PARTITION,
+    Event,
+    Job,
+    JobState,
+    NodeInfo,
+    NodeState,
+)
 from gbatch.timefmt import format_duration, format_elapsed_fixed, format_timestamp
 
-PARTITION = "gpu"  # gbatch has one partition; the column exists so Slurm scripts keep working
+# The partition shown for a job queued before partitions existed, and for a node that
+# reports none (a daemon of that time).
+PARTITION = IMPLICIT_PARTITION
+
+
+def _partition(job: Job) -> str:
+    return _printable(job.spec.partition or PARTITION)
+
 
 SQUEUE_DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 SACCT_DEFAULT_FIELDS = (
@@ -98,7 +113,7 @@ def _job_to_dict(job: Job, now: float) -> dict[str, object]:
         "state": job.state.value,
         "state_code": job.state.code,
         "reason": _reason(job),
-        "partition": PARTITION,
+        "partition": job.spec.partition or PARTITION,
         "node": job.node,
         "gpus": list(job.gpus),
         "gpu_uuids": list(job.gpu_uuids),
@@ -143,7 +158,7 @@ def _squeue_stamp(epoch: float | None) -> str:
 
 _SQUEUE_COLUMNS: Mapping[str, _Column] = {
     "i": _Column("JOBID", lambda j, _: str(j.id)),
-    "P": _Column("PARTITION", lambda j, _: PARTITION),
+    "P": _Column("PARTITION", lambda j, _: _partition(j)),
     "j": _Column("NAME", lambda j, _: _printable(j.spec.name)),
     "u": _Column("USER", lambda j, _: _printable(j.user)),
     "t": _Column("ST", lambda j, _: j.state.code),
@@ -267,7 +282,7 @@ _SACCT_FIELDS: tuple[_Field, ...] = (
     _Field("JobName", 10, lambda j, _: _printable(j.spec.name)),
     _Field("User", 9, lambda j, _: _printable(j.user)),
     _Field("UID", 6, lambda j, _: str(j.uid)),
-    _Field("Partition", 10, lambda j, _: PARTITION),
+    _Field("Partition", 10, lambda j, _: _partition(j)),
     _Field("State", 10, lambda j, _: j.state.value),
     _Field("ExitCode", 8, lambda j, _: _exit_code(j)),
     _Field("Elapsed", 10, lambda j, now: format_elapsed_fixed(_elapsed_seconds(j, now))),
@@ -377,8 +392,11 @@ def _node_reason(node: NodeInfo) -> str:
     return ""
 
 
-def format_sinfo(nodes: Sequence[NodeInfo], *, header: bool = True) -> str:
-    """Render one line per node (like `sinfo -N`), in the order given.
+def format_sinfo(
+    nodes: Sequence[NodeInfo], *, header: bool = True, default_partition: str | None = None
+) -> str:
+    """Render one line per node and partition (like `sinfo -N`), in the order given: a
+    node in two partitions has two lines. The default partition's name ends in `*`.
 
     BUSY counts GPUs busy with processes gbatch did not start; GPU_TYPE is the first
     GPU's name, suffixed " (simulated)" for simulated GPUs; REASON only for drained
@@ -387,7 +405,7 @@ def format_sinfo(nodes: Sequence[NodeInfo], *, header: bool = True) -> str:
     rows = [
         [
             _printable(node.name),
-            PARTITION,
+            _printable(partition) + ("*" if partition == default_partition else ""),
             node.state.value,
             str(node.gpus_total),
             str(node.gpus_allocated),
@@ -397,6 +415,7 @@ def format_sinfo(nodes: Sequence[NodeInfo], *, header: bool = True) -> str:
             _node_reason(node),
         ]
         for node in nodes
+        for partition in node.partitions or (PARTITION,)
     ]
     return _table(_SINFO_HEADERS, rows, _SINFO_NUMERIC, header=header)
 
@@ -449,7 +468,8 @@ def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
             "nodes": [
                 {
                     "name": node.name,
-                    "partition": PARTITION,
+                    "partition": (node.partitions or (PARTITION,))[0],
+                    "partitions": list(node.partitions or (PARTITION,)),
                     "state": node.state.value,
                     "reason": node.reason,
                     "gpus_total": node.gpus_total,
@@ -554,6 +574,7 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         f"   SubmitTime={format_timestamp(job.submit_time)}",
         f"   StartTime={format_timestamp(job.start_time)}"
         f" EndTime={format_timestamp(_expected_end(job))}",
+        f"   Partition={_partition(job)}",
         f"   NodeList={_printable(job.node) if job.node else _NULL}"
         f" Gres={f'gpu:{spec.gpus}' if spec.gpus else _NULL}"
         f" GPUs={','.join(map(str, job.gpus)) if job.gpus else _NULL}"

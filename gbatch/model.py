@@ -10,6 +10,10 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+# The partition of a fleet whose inventory names none (and of the embedded node), and
+# what squeue shows for jobs queued before partitions existed.
+IMPLICIT_PARTITION = "gpu"
+
 
 class JobState(enum.Enum):
     """Slurm's job states; the value is what the store keeps."""
@@ -134,6 +138,10 @@ class JobSpec:
     # %A) is the first task's, `Job.array_job_id`. Set by the daemon, never by a file.
     array_task: int | None = None
     array_pos: int = 0
+    # The partition (Slurm's -p) the job runs in: as the user named it, or the default
+    # partition, filled in by the daemon at submit. None only for jobs queued before
+    # partitions existed: they may run on any node.
+    partition: str | None = None
 
     @property
     def effective_priority(self) -> int:
@@ -161,7 +169,7 @@ class JobSpec:
             data["secret_env"] = list(self.secret_env)
         if self.network is not None:
             data["network"] = self.network
-        for key in ("submit_dir", "submit_host", "array_task"):
+        for key in ("submit_dir", "submit_host", "array_task", "partition"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
         if self.array_pos:
@@ -193,6 +201,7 @@ class JobSpec:
             submit_host=data.get("submit_host"),  # type: ignore[arg-type]
             array_task=data.get("array_task"),  # type: ignore[arg-type]
             array_pos=int(data.get("array_pos", 0)),  # type: ignore[call-overload]
+            partition=data.get("partition"),  # type: ignore[arg-type]
         )
 
 
@@ -275,6 +284,8 @@ class NodeView:
     # False while its docker engine does not answer: jobs with an image wait for it.
     runs_containers: bool = True
     releases: tuple[tuple[float, int], ...] = ()  # (time, number of GPUs freed)
+    # The partitions the node is in: a job with a partition runs only on its nodes.
+    partitions: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -312,6 +323,7 @@ class NodeInfo:
     # GPU index -> id of the gbatch job that holds it
     allocations: Mapping[int, int] = field(default_factory=dict)
     address: str = ""  # how the head reaches it: user@host:port, or "this machine"
+    partitions: tuple[str, ...] = ()  # the partitions it is in, in the inventory's order
 
     @property
     def gpus_total(self) -> int:

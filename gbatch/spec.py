@@ -39,6 +39,7 @@ KEYS = (
     "requeue",
     "secret_env",
     "network",
+    "partition",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
 # from. A job file may not set them (build_spec's `wire`).
@@ -62,6 +63,7 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "requeue": "--no-requeue",
     "secret_env": "--secret-env",
     "network": "--network",
+    "partition": "-p/--partition",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -88,6 +90,8 @@ _KEY_ALIASES = {
     "network_mode": "network",
     "networks": "network",
     "net": "network",
+    "queue": "partition",
+    "partitions": "partition",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
@@ -424,6 +428,7 @@ def build_spec(
         network=pick("network", _check_network, None),
         submit_dir=_submit_value(file_data, "submit_dir", _check_workdir),
         submit_host=_submit_value(file_data, "submit_host", _check_host_name),
+        partition=pick("partition", _check_partition, None),
     )
     _check_secret_env_apart(spec, values.get("secret_env", (None, ""))[1])
     return spec
@@ -601,6 +606,11 @@ def _check_image(value: object, field: str) -> str:
     )
 
 
+def check_image(value: object, field: str) -> str:
+    """A docker image reference (the inventory's default_image uses it too)."""
+    return _check_image(value, field)
+
+
 def check_gpus(value: object, field: str = "gpus") -> int:
     """A GPU count: an int from 0 to MAX_GPUS (bool refused). Also used for --gres."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPUS:
@@ -736,6 +746,27 @@ def _check_network(value: object, field: str) -> str:
             field,
             f"{show_value(value)} is not a docker network name. Use a name like none or "
             "labnet (one of those the admins offer)",
+        )
+    return value
+
+
+# A partition's name, as the inventory and `-p` spell it (no comma: `-p a,b` is a list).
+PARTITION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", re.ASCII)
+
+
+def _check_partition(value: object, field: str) -> str:
+    """One partition name; which exist is the daemon's to say (its inventory)."""
+    if isinstance(value, str) and "," in value:
+        raise SpecError(
+            field,
+            f"{show_value(value)} names several partitions; gbatch takes one (Slurm would "
+            "start the job in whichever lets it start first). Name one of them",
+        )
+    if not isinstance(value, str) or not PARTITION_NAME.fullmatch(value):
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a partition name. Name one of the partitions "
+            "`gbatch sinfo` lists",
         )
     return value
 

@@ -213,6 +213,7 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
         ],
         "allocations": {str(index): job for index, job in node.allocations.items()},
         "address": node.address,
+        "partitions": list(node.partitions),
     }
 
 
@@ -224,6 +225,7 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
         gpus=tuple(Gpu(**g) for g in data["gpus"]),
         allocations={int(index): job for index, job in data["allocations"].items()},
         address=data.get("address", ""),
+        partitions=tuple(data.get("partitions", ())),
     )
 
 

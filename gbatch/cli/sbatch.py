@@ -29,6 +29,7 @@ OPTION_NAMES = {
     "workdir": "-D/--chdir",
     "secret_env": "--secret-env",
     "network": "--network",
+    "partition": "-p/--partition",
 }
 
 
@@ -76,7 +77,21 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         help="time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM:SS or UNLIMITED",
     )
     p.add_argument("--wrap", metavar="CMD", help="run CMD with /bin/sh -c (no file needed)")
-    p.add_argument("--image", metavar="IMAGE", help="run in this container image")
+    p.add_argument(
+        "--image",
+        "--container-image",
+        dest="image",
+        metavar="IMAGE",
+        help="run in this container image (--container-image: pyxis's spelling; without "
+        "either, the partition's default image if its admin set one)",
+    )
+    p.add_argument(
+        "-p",
+        "--partition",
+        metavar="NAME",
+        help="the partition (node pool) to run in; one name (default: the default partition, "
+        "marked * by `gbatch sinfo`)",
+    )
     p.add_argument("--retries", metavar="N", help="retry a failing job N times")
     p.add_argument(
         "--requeue",
@@ -329,6 +344,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "workdir": args.workdir,
             "secret_env": _secret_env_option(args.secret_env),
             "network": args.network,
+            "partition": args.partition,
         }
         if script is not None:
             # As Slurm: the job is named after its script (stdin: "sbatch").

@@ -9,7 +9,7 @@ from typing import Any
 from gbatch.cli.context import Context
 from gbatch.cli.exits import Exit
 
-HELP = "show nodes and their GPUs"
+HELP = "show nodes, their partitions (* the default) and their GPUs"
 
 
 def add_parser(commands: Any) -> None:
@@ -24,9 +24,13 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import formatting, wire
 
-    nodes = [wire.node_from_wire(n) for n in ctx.client.call(wire.ListNodes())["nodes"]]
+    reply = ctx.client.call(wire.ListNodes())
+    nodes = [wire.node_from_wire(n) for n in reply["nodes"]]
+    default = reply.get("default_partition")
     if args.json:
         sys.stdout.write(formatting.format_sinfo_json(nodes))
     else:
-        sys.stdout.write(formatting.format_sinfo(nodes, header=not args.noheader))
+        sys.stdout.write(
+            formatting.format_sinfo(nodes, header=not args.noheader, default_partition=default)
+        )
     return Exit.OK

@@ -32,7 +32,7 @@ from gbatch.head.store import Store, StoreFull, Usage
 from gbatch.limits import UserLimits, unix_groups, use_by_user
 from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
 from gbatch.nodes.base import LaunchError, Node, RunStatus
-from gbatch.nodes.inventory import Inventory
+from gbatch.nodes.inventory import Inventory, partitions_of
 from gbatch.nodes.local import LOCAL_NODE
 
 log = logging.getLogger("gbatchd")
@@ -72,7 +72,12 @@ class Daemon:
         self.stopping = threading.Event()
         self.started_at = clock()
         self.fleet = Fleet(
-            make_nodes(paths, config, inventory, self.wake.set), config, store, clock, monotonic
+            make_nodes(paths, config, inventory, self.wake.set),
+            config,
+            store,
+            clock,
+            monotonic,
+            partitions=partitions_of(inventory),
         )
         self.committer = GroupCommitter(store, clock)
         self.refusal_lines = RefusalLines(monotonic)  # how many refusals get audit lines

@@ -16,7 +16,7 @@ from gbatch.head.liveness import Liveness, node_liveness
 from gbatch.head.store import Store
 from gbatch.model import ALLOCATED_STATES, Job, NodeInfo, NodeState, NodeView
 from gbatch.nodes.base import STARTING, Node
-from gbatch.nodes.inventory import Inventory
+from gbatch.nodes.inventory import Inventory, Partition
 from gbatch.nodes.local import LocalNode
 
 
@@ -40,8 +40,14 @@ class Fleet:
         store: Store,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        partitions: Sequence[Partition] = (),
     ) -> None:
         self.nodes: dict[str, Node] = {node.name: node for node in nodes}
+        # name -> partition, in the inventory's order; the default one is marked.
+        self.partitions: dict[str, Partition] = {p.name: p for p in partitions}
+        self._partitions_of: dict[str, tuple[str, ...]] = {
+            name: tuple(p.name for p in partitions if name in p.nodes) for name in self.nodes
+        }
         self.config = config
         self.store = store  # read only: allocations and drains, for node_infos
         self.clock = clock
@@ -121,10 +127,13 @@ class Fleet:
         """What the planner may use on `node` now (see NodeView). Without `check_engine`
         the node's docker engine is taken to answer."""
         report, problem = node.report()
+        partitions = frozenset(self._partitions_of.get(node.name, ()))
         liveness = self.liveness(node)
         if report is None or liveness.state != "up":
             why = f"{liveness.state}: {liveness.describe(problem if report is None else '')}"
-            return NodeView(node.name, 0, (), available=False, unavailable_reason=why)
+            return NodeView(
+                node.name, 0, (), available=False, unavailable_reason=why, partitions=partitions
+            )
         gpus = node.gpus(report)
         mine = [job for job in allocated if job.node == node.name]
         held = {g for job in mine for g in job.gpus}
@@ -160,13 +169,23 @@ class Fleet:
                 available=False,
                 unavailable_reason=closed,
                 releases=releases,
+                partitions=partitions,
             )
         runs_containers = not check_engine or node.docker_problem(now) is None
         return NodeView(
-            node.name, len(gpus), free, releases=releases, runs_containers=runs_containers
+            node.name,
+            len(gpus),
+            free,
+            releases=releases,
+            runs_containers=runs_containers,
+            partitions=partitions,
         )
 
     # -- what requests ask ------------------------------------------------------------
+
+    def default_partition(self) -> Partition | None:
+        """Where a job without -p goes; None for a fleet built without partitions."""
+        return next((p for p in self.partitions.values() if p.default), None)
 
     def node_infos(self) -> list[NodeInfo]:
         """Every node as sinfo shows it."""
@@ -190,6 +209,7 @@ class Fleet:
                 gpus=node.gpus(report) if report is not None else (),
                 allocations=allocations,
                 address=node.address,
+                partitions=self._partitions_of.get(node.name, ()),
             )
         gpus = node.gpus(report)
         if node.name in drained:
@@ -211,6 +231,7 @@ class Fleet:
             gpus=gpus,
             allocations=allocations,
             address=node.address,
+            partitions=self._partitions_of.get(node.name, ()),
         )
 
     def all_reported(self) -> bool:

@@ -45,7 +45,7 @@ from gbatch.model import ACTIVE_STATES, ALLOCATED_STATES, Job, JobSpec, JobState
 from gbatch.nodes import resolve
 from gbatch.nodes.base import HostError
 from gbatch.spec import SpecError, build_spec, secret_env_values
-from gbatch.timefmt import MAX_TIME_LIMIT_S
+from gbatch.timefmt import MAX_TIME_LIMIT_S, format_duration, show_value
 
 log = logging.getLogger("gbatchd")
 MAX_ARRAY = ARRAY_HARD_CAP
@@ -272,7 +272,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         secret_values = secret_env_values(secrets, {})
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
-    spec = replace(spec, time_limit=limit)
+    spec = _in_partition(daemon, replace(spec, time_limit=limit))
     try:  # the site's policy: mount roots (symlinks followed as the submitter), bare jobs
         spec = policy.check_submission(
             spec,
@@ -329,6 +329,43 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         raise Refused("permission", str(err)) from err
     daemon.submitted()
     return {"ids": ids}
+
+
+def _in_partition(daemon: Daemon, spec: JobSpec) -> JobSpec:
+    """The spec with its partition named (the default one when it names none), its
+    partition's default time limit and image filled in; Refused for a partition the
+    fleet lacks or a limit past the partition's max_time (Slurm would leave the job
+    pending, PartitionTimeLimit, for good: better said at once)."""
+    partitions = daemon.fleet.partitions
+    if not partitions:
+        return spec
+    if spec.partition is None:
+        chosen = daemon.fleet.default_partition()
+        if chosen is None:
+            raise Refused("invalid", "partition: none given and no default. Pass -p NAME")
+    elif spec.partition in partitions:
+        chosen = partitions[spec.partition]
+    else:
+        names = ", ".join(p.name + ("*" if p.default else "") for p in partitions.values())
+        raise Refused(
+            "invalid",
+            f"partition: {show_value(spec.partition)} is not a partition here. Use one of: "
+            f"{names} (* is the default)",
+        )
+    limit = spec.time_limit if spec.time_limit is not None else chosen.limit_without_time
+    if chosen.max_time is not None and limit is not None and limit > chosen.max_time:
+        raise Refused(
+            "invalid",
+            f"time_limit: {format_duration(limit)} is over partition {chosen.name}'s max_time "
+            f"({format_duration(chosen.max_time)}). Ask for at most that (-t), or use "
+            "another partition",
+        )
+    return replace(
+        spec,
+        partition=chosen.name,
+        time_limit=limit,
+        image=spec.image if spec.image is not None else chosen.default_image,
+    )
 
 
 def _submit_limits(daemon: Daemon, caller: Caller) -> UserLimits | None:
@@ -803,7 +840,11 @@ def job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]
 
 
 def nodes(daemon: Daemon, caller: Caller, request: wire.ListNodes) -> dict[str, Any]:
-    return {"nodes": [wire.node_to_wire(n) for n in daemon.fleet.node_infos()]}
+    default = daemon.fleet.default_partition()
+    return {
+        "nodes": [wire.node_to_wire(n) for n in daemon.fleet.node_infos()],
+        "default_partition": None if default is None else default.name,
+    }
 
 
 def logs(daemon: Daemon, caller: Caller, request: wire.ReadLog) -> dict[str, Any]:

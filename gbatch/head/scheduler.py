@@ -68,7 +68,10 @@ def plan(
     `limits` maps a user to their limits (a user left out has none), `use` a user to
     what their jobs hold now (a user left out holds nothing).
 
-    Jobs are taken in `queue_order`. Each one either gets an Assignment or a reason:
+    Jobs are taken in `queue_order`. A job with a partition (`spec.partition`) sees
+    only the nodes in it (`NodeView.partitions`): every "node" below means a node of its
+    partition; a job without one (queued before partitions) sees every node. Each job
+    either gets an Assignment or a reason:
 
     - "JobHeldUser": held; skipped.
     - "BadConstraints": asks more GPUs than any node (up or down) has in total.
@@ -88,10 +91,10 @@ def plan(
       enough GPUs, counting the GPUs free now and those released by time limits
       (`NodeView.releases`, plus the jobs this plan starts; inf never releases). Ties
       go to the node with the fewest GPUs to spare at T, then to name. Only that one
-      job reserves: one reservation keeps the plan cheap and protects the job that has
-      waited longest at the top; a job whose wait has no end (its GPUs are held by jobs
-      without time limits) gets "Resources" but no reservation, and the next blocked
-      job may reserve instead.
+      job reserves, whatever its partition: one reservation keeps the plan cheap and
+      protects the job that has waited longest at the top; a job whose wait has no end
+      (its GPUs are held by jobs without time limits) gets "Resources" but no
+      reservation, and the next blocked job may reserve instead.
     - "Priority": cannot start now and a higher-ordered job holds the reservation.
 
     Backfill: once a reservation exists, later jobs still start anywhere they fit on
@@ -106,13 +109,9 @@ def plan(
     """
     ordered = queue_order(pending, usage)
     up = sorted((node for node in nodes if node.available), key=lambda node: node.name)
-    largest_any = max((node.gpus_total for node in nodes), default=0)
-    # With no node up at all even a 0-GPU job fails the `gpus > largest_up` test.
-    largest_up = max((node.gpus_total for node in up), default=-1)
-    runs_containers = [node.runs_containers for node in up]
-    largest_with_containers = max(
-        (node.gpus_total for node in up if node.runs_containers), default=-1
-    )
+    # One pool per partition the queue names (None: jobs queued before partitions, the
+    # whole fleet), built when first needed: O(nodes) per partition, not per job.
+    pools: dict[str | None, _Pool] = {}
 
     free = [sorted(node.free_gpus) for node in up]
     totals = [node.gpus_total for node in up]
@@ -126,9 +125,6 @@ def plan(
     assignments: list[Assignment] = []
     reasons: dict[int, str] = {}
     reservation: _Reservation | None = None
-    # Placements only ever shrink what a node can reach in finite time, so once a
-    # reservation for g GPUs proves impossible, so does every later one for >= g.
-    unreservable = math.inf
     caps = limits or {}
     holding = use or {}
     taken: dict[str, list[int]] = {}
@@ -139,7 +135,10 @@ def plan(
             continue
         gpus = job.spec.gpus
         needs_containers = job.spec.image is not None
-        if gpus > largest_any and nodes:
+        pool = pools.get(job.spec.partition)
+        if pool is None:
+            pool = pools[job.spec.partition] = _pool(job.spec.partition, nodes, up)
+        if gpus > pool.largest_any and nodes:
             reasons[job.id] = BAD_CONSTRAINTS
             continue
         # [jobs on nodes, GPUs] of a limited user, counting this plan's starts.
@@ -156,16 +155,16 @@ def plan(
             if cap.max_gpus is not None and held_by_user[1] + gpus > cap.max_gpus:
                 reasons[job.id] = MAX_GPUS_PER_USER
                 continue
-        if gpus > (largest_with_containers if needs_containers else largest_up):
+        if gpus > (pool.largest_with_containers if needs_containers else pool.largest_up):
             reasons[job.id] = NODE_DOWN
             continue
+        usable = pool.with_containers if needs_containers else pool.members
         if gpus <= 0:
-            first = next(i for i, ok in enumerate(runs_containers) if ok or not needs_containers)
+            first = next(i for i in range(len(up)) if usable is None or usable[i])
             assignments.append(Assignment(job.id, up[first].name, ()))
             if held_by_user is not None:
                 held_by_user[0] += 1
             continue
-        usable = runs_containers if needs_containers else None
         if gpus <= free_total:
             target = _best_fit(gpus, job, buckets, reservation, now, usable)
             if target is not None:
@@ -192,13 +191,47 @@ def plan(
             continue
         # An image job reserves only while every engine answers: the reserved node must
         # be able to run it when its GPUs come free.
-        if gpus < unreservable and (not needs_containers or all(runs_containers)):
-            reservation = _reserve(gpus, free, totals, releases)
+        if gpus < pool.unreservable and (not needs_containers or pool.all_run_containers):
+            reservation = _reserve(gpus, free, totals, releases, pool.members)
             if reservation is None:
-                unreservable = gpus
+                pool.unreservable = gpus
         reasons[job.id] = RESOURCES
 
     return Plan(assignments=tuple(assignments), reasons=reasons)
+
+
+@dataclass(slots=True)
+class _Pool:
+    """The nodes one partition offers a plan (indices into the available nodes)."""
+
+    members: list[bool] | None  # None: every available node
+    with_containers: list[bool]  # members whose docker engine answers
+    all_run_containers: bool  # every available member's engine answers
+    largest_any: int  # GPUs of its largest node, up or down
+    largest_up: int  # of its largest available node; -1 with none available
+    largest_with_containers: int
+    # Placements only ever shrink what a node can reach in finite time, so once a
+    # reservation for g GPUs proves impossible, so does every later one for >= g.
+    unreservable: float = math.inf
+
+
+def _pool(partition: str | None, nodes: Sequence[NodeView], up: Sequence[NodeView]) -> _Pool:
+    def inside(node: NodeView) -> bool:
+        return partition is None or partition in node.partitions
+
+    members = None if partition is None else [inside(node) for node in up]
+    mine = [node for node in up if inside(node)]
+    return _Pool(
+        members=members,
+        with_containers=[node.runs_containers and inside(node) for node in up],
+        all_run_containers=all(node.runs_containers for node in mine),
+        largest_any=max((node.gpus_total for node in nodes if inside(node)), default=0),
+        # With no node up at all even a 0-GPU job fails the `gpus > largest_up` test.
+        largest_up=max((node.gpus_total for node in mine), default=-1),
+        largest_with_containers=max(
+            (node.gpus_total for node in mine if node.runs_containers), default=-1
+        ),
+    )
 
 
 def _ends_by(job: Job, now: float, start: float) -> bool:
@@ -234,11 +267,13 @@ def _reserve(
     free: Sequence[Sequence[int]],
     totals: Sequence[int],
     releases: Sequence[Iterable[tuple[float, int]]],
+    usable: Sequence[bool] | None = None,
 ) -> _Reservation | None:
-    """The earliest (time, node) at which `gpus` GPUs will be free on one node, if any."""
+    """The earliest (time, node) at which `gpus` GPUs will be free on one node, if any.
+    `usable`, when given, rules out the nodes it marks False."""
     best: tuple[float, int, int] | None = None  # (start, spare, index): min wins
     for index, ids in enumerate(free):
-        if totals[index] < gpus:
+        if totals[index] < gpus or (usable is not None and not usable[index]):
             continue
         have = len(ids)
         timeline = sorted(releases[index])

@@ -211,6 +211,8 @@ def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str,
         env["SLURM_SUBMIT_DIR"] = submit_dir
     if job.spec.submit_host is not None:
         env["SLURM_SUBMIT_HOST"] = job.spec.submit_host
+    if job.spec.partition is not None:
+        env["SLURM_JOB_PARTITION"] = job.spec.partition
     if job.array_job_id is not None:
         env["GBATCH_ARRAY_TASK_ID"] = env["SLURM_ARRAY_TASK_ID"] = str(job.spec.array_task)
         env["GBATCH_ARRAY_JOB_ID"] = env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)

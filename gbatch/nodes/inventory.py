@@ -15,19 +15,23 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
 
-from gbatch.timefmt import show_value
+from gbatch.model import IMPLICIT_PARTITION
+from gbatch.spec import PARTITION_NAME
+from gbatch.timefmt import TimeLimitError, parse_time_limit, show_value
 
 LOCAL_NODE = "local"  # the embedded node's name; no inventory node may take it
 MAX_FILE_BYTES = 1024 * 1024
 MAX_HOST_CHARS = 253  # the longest DNS name
 
-TOP_KEYS = ("defaults", "known_hosts", "nodes")
+TOP_KEYS = ("defaults", "known_hosts", "nodes", "partitions")
+PARTITION_KEYS = ("name", "nodes", "default", "default_time", "max_time", "default_image")
+
 # Keys a node and `defaults` share; a node's value replaces the default whole.
 DEFAULTABLE_KEYS = (
     "user",
@@ -136,12 +140,43 @@ class NodeConfig:
 
 
 @dataclass(frozen=True)
+class Partition:
+    """A named pool of nodes (Slurm's partition). Times are in seconds, None: unlimited
+    (max_time) or none set (default_time: a job without -t has no limit)."""
+
+    name: str
+    nodes: tuple[str, ...]
+    default: bool = False  # where jobs without -p go (Slurm's Default=YES)
+    default_time: int | None = None
+    max_time: int | None = None
+    # The image a job that names none runs in on this partition; None: a bare process.
+    default_image: str | None = None
+
+    @property
+    def limit_without_time(self) -> int | None:
+        """The limit of a job that gives no -t: default_time, else max_time (as Slurm)."""
+        return self.default_time if self.default_time is not None else self.max_time
+
+
+@dataclass(frozen=True)
 class Inventory:
-    """Every node of the fleet, in file order; `source` is the file's absolute path."""
+    """Every node of the fleet, in file order; `source` is the file's absolute path.
+    `partitions` are in file order; without `partitions:` in the file, one partition,
+    IMPLICIT_PARTITION, holds every node."""
 
     nodes: tuple[NodeConfig, ...]
     known_hosts: Path
     source: Path
+    partitions: tuple[Partition, ...] = ()
+
+
+def partitions_of(inventory: Inventory | None) -> tuple[Partition, ...]:
+    """The fleet's partitions: the inventory's, or the embedded node's implicit one."""
+    if inventory is None:
+        return (Partition(IMPLICIT_PARTITION, (LOCAL_NODE,), default=True),)
+    if inventory.partitions:
+        return inventory.partitions
+    return (Partition(IMPLICIT_PARTITION, tuple(n.name for n in inventory.nodes), default=True),)
 
 
 def find_inventory(home: Path, environ: Mapping[str, str]) -> Path | None:
@@ -219,7 +254,153 @@ def load_inventory(path: Path, *, home: Path) -> Inventory:
             )
         first_index[node.name] = index
         nodes.append(node)
-    return Inventory(nodes=tuple(nodes), known_hosts=known_hosts, source=path.absolute())
+    partitions: tuple[Partition, ...] = ()
+    if data.get("partitions") is not None:
+        partitions = _build_partitions(data["partitions"], first_index, source)
+    return Inventory(
+        nodes=tuple(nodes),
+        known_hosts=known_hosts,
+        source=path.absolute(),
+        partitions=partitions,
+    )
+
+
+# ------------------------------------------------------------------------- partitions
+
+
+def _build_partitions(
+    raw: object, node_index: Mapping[str, int], source: str
+) -> tuple[Partition, ...]:
+    """`partitions:` validated: names unique, nodes known, exactly one default (a lone
+    partition is the default), every node in at least one partition."""
+    if not isinstance(raw, list) or not raw:
+        what = "empty" if raw == [] else f"a {_kind(raw)}, not a list of partitions"
+        raise InventoryError(
+            source,
+            None,
+            "partitions",
+            f"is {what}. List partitions with a name and nodes, or leave the key out "
+            f"(one partition, {IMPLICIT_PARTITION}, of every node)",
+        )
+    partitions: list[Partition] = []
+    for index, item in enumerate(raw):
+        partition = _build_partition(index, item, node_index, source)
+        if any(p.name == partition.name for p in partitions):
+            raise InventoryError(
+                source,
+                f"partitions[{index}] ({partition.name})",
+                "name",
+                f"{show_value(partition.name)} names an earlier partition too. "
+                "Give each partition its own name",
+            )
+        partitions.append(partition)
+    defaults = [p.name for p in partitions if p.default]
+    if len(partitions) == 1 and not defaults:
+        partitions[0] = replace(partitions[0], default=True)
+    elif len(defaults) != 1:
+        said = "none says" if not defaults else f"{', '.join(defaults)} all say"
+        raise InventoryError(
+            source,
+            None,
+            "partitions",
+            f"{said} `default: true`. Mark exactly one: where jobs without -p go",
+        )
+    placed = {name for p in partitions for name in p.nodes}
+    for name, index in node_index.items():
+        if name not in placed:
+            raise InventoryError(
+                source,
+                f"nodes[{index}] ({name})",
+                None,
+                "is in no partition, so no job could run there. Add it to a partition's nodes",
+            )
+    return tuple(partitions)
+
+
+def _build_partition(
+    index: int, raw: object, node_index: Mapping[str, int], source: str
+) -> Partition:
+    where = f"partitions[{index}]"
+    if not isinstance(raw, dict):
+        raise InventoryError(
+            source,
+            where,
+            None,
+            f"{show_value(raw)} is not a mapping. Write `- name: gpu` with `nodes: [...]` "
+            "on the next line",
+        )
+    for key in raw:
+        if key not in PARTITION_KEYS:
+            raise InventoryError(source, where, str(key), _unknown_key(key, PARTITION_KEYS))
+    name = raw.get("name")
+    if not isinstance(name, str) or not PARTITION_NAME.fullmatch(name):
+        raise InventoryError(
+            source,
+            where,
+            "name",
+            f"{show_value(name)} is not a partition name. Use letters, digits, '_', '.' and "
+            "'-', starting with a letter or digit, at most 63 characters",
+        )
+    where = f"{where} ({name})"
+    nodes = _check_partition_nodes(raw.get("nodes"), node_index, _raiser(source, where, "nodes"))
+    default = raw.get("default", False)
+    if not isinstance(default, bool):
+        raise InventoryError(
+            source, where, "default", f"{show_value(default)} is not true or false"
+        )
+    default_time = _check_time(raw.get("default_time"), _raiser(source, where, "default_time"))
+    max_time = _check_time(raw.get("max_time"), _raiser(source, where, "max_time"))
+    if max_time is not None and default_time is not None and default_time > max_time:
+        raise InventoryError(
+            source, where, "default_time", "is longer than max_time. Shorten it, or raise max_time"
+        )
+    default_image = raw.get("default_image")
+    if default_image is not None:
+        from gbatch.spec import SpecError, check_image
+
+        try:
+            default_image = check_image(default_image, "default_image")
+        except SpecError as err:
+            raise InventoryError(source, where, "default_image", err.message) from None
+    return Partition(
+        name=name,
+        nodes=nodes,
+        default=default,
+        default_time=default_time,
+        max_time=max_time,
+        default_image=default_image,
+    )
+
+
+def _check_partition_nodes(
+    value: object, node_index: Mapping[str, int], bad: Bad
+) -> tuple[str, ...]:
+    if value == "ALL":  # as Slurm's Nodes=ALL
+        return tuple(node_index)
+    if not isinstance(value, list) or not value:
+        raise bad(
+            f"{show_value(value)} is not a list of node names. Write e.g. [gpu01, gpu02], or ALL"
+        )
+    for item in value:
+        if item not in node_index:
+            raise bad(
+                f"{show_value(item)} is not a node of this inventory. Name nodes listed "
+                "under nodes:"
+            )
+    if len(set(value)) != len(value):
+        raise bad("names a node twice. Keep one of them")
+    return tuple(value)
+
+
+def _check_time(value: object, bad: Bad) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise bad(f"{show_value(value)} is not a time. Use e.g. 60 (minutes) or 2-00:00:00")
+    try:
+        return parse_time_limit(value, field="")
+    except TimeLimitError as err:
+        raise bad(err.message) from None
 
 
 # ------------------------------------------------------------------------------ nodes

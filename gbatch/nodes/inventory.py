@@ -333,6 +333,8 @@ def _build_partition(
         if key not in PARTITION_KEYS:
             raise InventoryError(source, where, str(key), _unknown_key(key, PARTITION_KEYS))
     name = raw.get("name")
+    if name is None:
+        raise InventoryError(source, where, "name", "missing. Give the partition a name, e.g. gpu")
     if not isinstance(name, str) or not PARTITION_NAME.fullmatch(name):
         raise InventoryError(
             source,

@@ -1,0 +1,81 @@
+"""Partitions through the real CLI and daemon (issue 14, item 2): the embedded node's
+partition, and an inventory's partitions with their default and maximum times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import Head, make_head
+
+from gbatch.model import IMPLICIT_PARTITION
+
+
+def test_the_embedded_node_is_in_one_default_partition_a_script_may_name(
+    head: Head, tmp_path: Path
+) -> None:
+    sinfo = head.run("sinfo", check=True).stdout.split()
+    assert sinfo[sinfo.index("local") + 1] == f"{IMPLICIT_PARTITION}*"
+    script = tmp_path / "p.sh"
+    script.write_text(
+        f"#!/bin/sh\n#SBATCH -p {IMPLICIT_PARTITION}\n#SBATCH --gpus=0\necho $SLURM_JOB_PARTITION\n"
+    )
+    job_id = head.sbatch(str(script))
+    job = head.wait_state(job_id, "COMPLETED")
+    assert job["partition"] == IMPLICIT_PARTITION
+    assert head.run("logs", str(job_id), check=True).stdout == f"{IMPLICIT_PARTITION}\n"
+    squeue = head.run("squeue", "-t", "all", "-o", "%i %P", check=True).stdout
+    assert f"{job_id} {IMPLICIT_PARTITION}" in squeue
+
+
+def test_an_unknown_partition_is_refused_in_one_line_and_nothing_is_queued(head: Head) -> None:
+    result = head.run("sbatch", "-p", "debug", "--wrap", "true")
+    assert result.returncode == 2
+    assert result.stderr == (
+        'gbatch sbatch: error: partition: "debug" is not a partition here. Use one of: '
+        f"{IMPLICIT_PARTITION}* (* is the default)\n"
+    )
+    listed = head.run("sbatch", "-p", "a,b", "--wrap", "true")
+    assert listed.returncode == 2
+    assert listed.stderr.startswith(
+        'gbatch sbatch: error: -p/--partition: "a,b" names several partitions; gbatch takes one'
+    )
+    assert head.run("squeue", "-h", "-t", "all", check=True).stdout == ""
+
+
+INVENTORY = """\
+nodes:
+  # Nothing listens on port 1: the nodes stay down, and jobs wait for them.
+  - {name: fast1, host: 127.0.0.1, port: 1, connect_timeout: 1}
+  - {name: big1, host: 127.0.0.1, port: 1, connect_timeout: 1}
+partitions:
+  - {name: short, nodes: [fast1], default: true, default_time: 10, max_time: "1:00:00"}
+  - {name: long, nodes: [fast1, big1]}
+"""
+
+
+def test_an_inventorys_partitions_give_default_and_maximum_times(tmp_path: Path) -> None:
+    head = make_head(tmp_path / "home")
+    (tmp_path / "inventory.yaml").write_text(INVENTORY)
+    head.env["GBATCH_INVENTORY"] = str(tmp_path / "inventory.yaml")
+    head.start()
+    try:
+        rows = [
+            line.split()[:2] for line in head.run("sinfo", "-h", check=True).stdout.splitlines()
+        ]
+        assert rows == [["fast1", "short*"], ["fast1", "long"], ["big1", "long"]]
+        image = ("--container-image", "busybox:1.36")
+        short = head.sbatch(*image, "--wrap", "true")
+        assert head.job(short)["partition"] == "short"
+        assert head.job(short)["time_limit"] == 600
+        long_job = head.sbatch(*image, "-p", "long", "-t", "2-00:00:00", "--wrap", "true")
+        assert head.job(long_job)["partition"] == "long"
+        over = head.run("sbatch", *image, "-t", "2:00:00", "--wrap", "true")
+        assert over.returncode == 2
+        assert over.stderr == (
+            "gbatch sbatch: error: time_limit: 2:00:00 is over partition short's max_time "
+            "(1:00:00). Ask for at most that (-t), or use another partition\n"
+        )
+        shown = head.run("scontrol", "show", "job", str(long_job), check=True).stdout
+        assert "   Partition=long\n" in shown
+    finally:
+        head.stop()

@@ -112,8 +112,8 @@ def test_what_gbatch_cannot_take_is_one_line_and_nothing_is_queued(
     head: Head, tmp_path: Path
 ) -> None:
     refusals = {
-        "#!/bin/bash\n#SBATCH -J ok\n#SBATCH --partition=gpu\nhostname\n": (
-            "bad.sh:3: #SBATCH --partition=gpu: not an option gbatch knows"
+        "#!/bin/bash\n#SBATCH -J ok\n#SBATCH --constraint=a100\nhostname\n": (
+            "bad.sh:3: #SBATCH --constraint=a100: not an option gbatch knows"
         ),
         "#!/bin/bash\n#SBATCH --nodes=2\nhostname\n": (
             "bad.sh:2: #SBATCH -N/--nodes: '2' asks for more than one task or node"

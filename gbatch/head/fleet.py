@@ -160,10 +160,20 @@ class Fleet:
                 available=False,
                 unavailable_reason=closed,
                 releases=releases,
+                cpus_total=report.cpus,
+                mem_total_mb=report.memory_mb,
             )
         runs_containers = not check_engine or node.docker_problem(now) is None
         return NodeView(
-            node.name, len(gpus), free, releases=releases, runs_containers=runs_containers
+            node.name,
+            len(gpus),
+            free,
+            releases=releases,
+            runs_containers=runs_containers,
+            cpus_total=report.cpus,
+            free_cpus=(report.cpus or 0) - sum(job.spec.cpus_counted for job in mine),
+            mem_total_mb=report.memory_mb,
+            free_mem_mb=(report.memory_mb or 0) - sum(job.spec.memory_mb or 0 for job in mine),
         )
 
     # -- what requests ask ------------------------------------------------------------

@@ -146,10 +146,12 @@ def plan(
         if gpus > largest_any and nodes:
             reasons[job.id] = BAD_CONSTRAINTS
             continue
-        cpus, mem = job.spec.cpus_counted, job.spec.memory_mb or 0
-        if room is not None and (cpus > room.largest_cpus or mem > room.largest_mem):
-            reasons[job.id] = BAD_CONSTRAINTS
-            continue
+        cpus, mem = 1, 0  # not looked at without room: the queue's cost stays as it was
+        if room is not None:
+            cpus, mem = job.spec.cpus_counted, job.spec.memory_mb or 0
+            if cpus > room.largest_cpus or mem > room.largest_mem:
+                reasons[job.id] = BAD_CONSTRAINTS
+                continue
         # [jobs on nodes, GPUs] of a limited user, counting this plan's starts.
         held_by_user: list[int] | None = None
         cap = caps.get(job.user)

@@ -444,6 +444,27 @@ def disk_free_bytes(path: str) -> int | None:
         return None
 
 
+def host_cpus() -> int | None:
+    """The CPUs this process may run on (its affinity: a container's or cpuset's share),
+    or None when that cannot be read."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
+def host_memory_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """MemTotal of /proc/meminfo in bytes, or None when it cannot be read."""
+    try:
+        with open(meminfo) as handle:
+            for line in handle:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def build_report(
     *,
     nvml_problem: str | None,
@@ -473,7 +494,11 @@ def build_report(
         "note": note,
         "gpus": gpus,
         "containers": [],
-        "facts": {"disk_free_bytes": disk_free_bytes(log_dir)},
+        "facts": {
+            "disk_free_bytes": disk_free_bytes(log_dir),
+            "cpus": host_cpus(),
+            "memory_bytes": host_memory_bytes(),
+        },
     }
     if docker is not None:
         report["containers"], report["docker_note"] = read_docker_containers(docker)

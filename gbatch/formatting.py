@@ -549,6 +549,13 @@ def _event_lines(events: Sequence[Event]) -> list[str]:
     ]
 
 
+def _memory(mib: int | None) -> str:
+    """A size in MiB as scontrol writes one: 16G, 1500M, or 0 when none was asked."""
+    if mib is None:
+        return "0"
+    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
+
+
 def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
     """Render one job as `scontrol show job` does: key=value lines indented three
     spaces, then an `Events:` block (time, state, reason; oldest first).
@@ -580,6 +587,8 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         f" GPUs={','.join(map(str, job.gpus)) if job.gpus else _NULL}"
         f" Attempt={job.attempt} Retries={spec.retries}"
         f" Requeue={1 if spec.requeue else 0}",
+        # Slurm's names; memory 0 as Slurm prints a job without --mem.
+        f"   NumCPUs={spec.cpus_counted} MinMemoryNode={_memory(spec.memory_mb)}",
         f"   Command={_command_line(spec.command)}",
         f"   Image={_printable(spec.image or _NULL)}"
         f" WorkDir={_printable(spec.workdir or _NULL)}"

@@ -142,6 +142,29 @@ class JobSpec:
     # partition, filled in by the daemon at submit. None only for jobs queued before
     # partitions existed: they may run on any node.
     partition: str | None = None
+    # CPUs and memory (MiB) for the job, as asked: Slurm's -c, and one of --mem (the
+    # job's total), --mem-per-gpu, --mem-per-cpu. None: not asked; the planner then
+    # counts 1 CPU and no memory, and nothing is enforced.
+    cpus: int | None = None
+    mem_mb: int | None = None
+    mem_per_gpu_mb: int | None = None
+    mem_per_cpu_mb: int | None = None
+
+    @property
+    def cpus_counted(self) -> int:
+        """The CPUs the planner counts for this job: -c, else 1 (Slurm's default)."""
+        return self.cpus if self.cpus is not None else 1
+
+    @property
+    def memory_mb(self) -> int | None:
+        """The job's total memory in MiB (per GPU/CPU sizes multiplied out), or None."""
+        if self.mem_mb is not None:
+            return self.mem_mb
+        if self.mem_per_gpu_mb is not None:
+            return self.mem_per_gpu_mb * self.gpus
+        if self.mem_per_cpu_mb is not None:
+            return self.mem_per_cpu_mb * self.cpus_counted
+        return None
 
     @property
     def effective_priority(self) -> int:
@@ -174,6 +197,15 @@ class JobSpec:
                 data[key] = getattr(self, key)
         if self.array_pos:
             data["array_pos"] = self.array_pos
+        # As the job file's keys (sizes in MiB): build_spec reads this back on submit.
+        for key, value in (
+            ("cpus", self.cpus),
+            ("mem", self.mem_mb),
+            ("mem_per_gpu", self.mem_per_gpu_mb),
+            ("mem_per_cpu", self.mem_per_cpu_mb),
+        ):
+            if value is not None:
+                data[key] = value
         return data
 
     @classmethod
@@ -202,6 +234,10 @@ class JobSpec:
             array_task=data.get("array_task"),  # type: ignore[arg-type]
             array_pos=int(data.get("array_pos", 0)),  # type: ignore[call-overload]
             partition=data.get("partition"),  # type: ignore[arg-type]
+            cpus=data.get("cpus"),  # type: ignore[arg-type]
+            mem_mb=data.get("mem"),  # type: ignore[arg-type]
+            mem_per_gpu_mb=data.get("mem_per_gpu"),  # type: ignore[arg-type]
+            mem_per_cpu_mb=data.get("mem_per_cpu"),  # type: ignore[arg-type]
         )
 
 
@@ -286,6 +322,12 @@ class NodeView:
     releases: tuple[tuple[float, int], ...] = ()  # (time, number of GPUs freed)
     # The partitions the node is in: a job with a partition runs only on its nodes.
     partitions: frozenset[str] = frozenset()
+    # CPUs and memory (MiB) the node reported (None: unknown, e.g. an older agent: not
+    # counted, anything fits) and what gbatch's allocated jobs leave of them.
+    cpus_total: int | None = None
+    free_cpus: int = 0
+    mem_total_mb: int | None = None
+    free_mem_mb: int = 0
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import contextlib
 import errno
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -50,6 +51,11 @@ RETRY_SECONDS = 1.0
 OUTPUT_GRACE_SECONDS = 1.0
 # A job started for another user gets a login's usual umask, not the daemon's.
 JOB_UMASK = 0o022
+# The job's CPU and memory limits, from the daemon, for the shim alone (taken out of the
+# environment, so the job does not inherit them): the CPUs to pin it to ("0,1,2"), and
+# its memory in MiB, the cap of its data size (RLIMIT_DATA).
+CPUS_ENV = "GBATCH_SHIM_CPUS"
+MEM_MB_ENV = "GBATCH_SHIM_MEM_MB"
 
 
 def write_atomically(path: Path, data: dict[str, object]) -> None:
@@ -144,6 +150,40 @@ def _enter_workdir(workdir: str) -> None:
         os._exit(126)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What a bare job is held to without a cgroup: the CPUs it may run on (empty: any)
+    and the most memory its data segment and private mappings may take (None: no cap).
+    RLIMIT_DATA, not RLIMIT_AS: address space that CUDA and JIT runtimes reserve without
+    using it does not count, memory that is written does; the kernel refuses more (a
+    failed malloc, MemoryError in Python) instead of killing the job."""
+
+    cpus: tuple[int, ...] = ()
+    mem_mb: int | None = None
+
+    @classmethod
+    def take_from(cls, environ: MutableMapping[str, str]) -> Limits:
+        cpus = environ.pop(CPUS_ENV, "")
+        mem = environ.pop(MEM_MB_ENV, "")
+        return cls(tuple(int(c) for c in cpus.split(",") if c), int(mem) if mem else None)
+
+    def apply(self) -> None:
+        """In the job's process before it execs (after it became its user: lowering a
+        limit and one's own affinity need no privilege)."""
+        if self.cpus:
+            with contextlib.suppress(OSError):  # CPUs gone offline: run unpinned
+                os.sched_setaffinity(0, self.cpus)
+        if self.mem_mb is not None:
+            size = self.mem_mb << 20
+            resource.setrlimit(resource.RLIMIT_DATA, (size, size))
+
+
+def _prepare_child(limits: Limits, workdir: str | None) -> None:
+    limits.apply()
+    if workdir is not None:
+        _enter_workdir(workdir)
+
+
 def parse_args(argv: list[str]) -> tuple[Path, Identity | None, list[str]] | None:
     """RUN_DIR [--as UID GID GROUPS WORKDIR] -- ARGV...; None when it is not that.
     An empty WORKDIR: the user's HOME."""
@@ -178,6 +218,10 @@ def main(argv: list[str]) -> int:
         return 2
     run_dir, identity, command = parsed
     switch = identity.popen_options() if identity is not None else {}
+    limits = Limits.take_from(os.environ)
+    if limits != Limits():
+        workdir = identity.workdir if identity is not None else None
+        switch["preexec_fn"] = partial(_prepare_child, limits, workdir)
     writer = log_writer(os.environ)
     output, job_output = os.pipe()
     try:

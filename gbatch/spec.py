@@ -22,6 +22,8 @@ MAX_GPUS = 64
 MAX_NESTING = 32  # a job file needs 3 levels; libyaml itself stops at 1000
 MAX_PATH_BYTES = 4095  # Linux's PATH_MAX, less its NUL
 MAX_SHM_BYTES = 1 << 50  # 1 PiB: past any machine's memory, well short of docker's int64
+MAX_CPUS = 4096
+MAX_MEM_MB = 1 << 30  # 1 PiB in MiB, as for shm_size
 
 KEYS = (
     "name",
@@ -40,6 +42,10 @@ KEYS = (
     "secret_env",
     "network",
     "partition",
+    "cpus",
+    "mem",
+    "mem_per_gpu",
+    "mem_per_cpu",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
 # from. A job file may not set them (build_spec's `wire`).
@@ -64,6 +70,10 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "secret_env": "--secret-env",
     "network": "--network",
     "partition": "-p/--partition",
+    "cpus": "-c/--cpus-per-task",
+    "mem": "--mem",
+    "mem_per_gpu": "--mem-per-gpu",
+    "mem_per_cpu": "--mem-per-cpu",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -92,6 +102,12 @@ _KEY_ALIASES = {
     "net": "network",
     "queue": "partition",
     "partitions": "partition",
+    "cpus_per_task": "cpus",
+    "cpus-per-task": "cpus",
+    "cpu": "cpus",
+    "memory": "mem",
+    "mem-per-gpu": "mem_per_gpu",
+    "mem-per-cpu": "mem_per_cpu",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
@@ -429,9 +445,60 @@ def build_spec(
         submit_dir=_submit_value(file_data, "submit_dir", _check_workdir),
         submit_host=_submit_value(file_data, "submit_host", _check_host_name),
         partition=pick("partition", _check_partition, None),
+        cpus=pick("cpus", _int_check(1, MAX_CPUS), None),
+        mem_mb=pick("mem", check_mem, None),
+        mem_per_gpu_mb=pick("mem_per_gpu", check_mem, None),
+        mem_per_cpu_mb=pick("mem_per_cpu", check_mem, None),
     )
+    _check_memory_apart(spec, values)
     _check_secret_env_apart(spec, values.get("secret_env", (None, ""))[1])
     return spec
+
+
+def _check_memory_apart(spec: JobSpec, values: Mapping[str, tuple[object, str]]) -> None:
+    """As Slurm: --mem, --mem-per-gpu and --mem-per-cpu exclude each other, and a size
+    per GPU needs GPUs. The job's total must stay a size (MAX_MEM_MB)."""
+    given = [values[key][1] for key in ("mem", "mem_per_gpu", "mem_per_cpu") if key in values]
+    if len(given) > 1:
+        raise SpecError(given[1], f"{given[0]} is given too. Give one memory size only")
+    if spec.mem_per_gpu_mb is not None and spec.gpus == 0:
+        raise SpecError(
+            values["mem_per_gpu"][1],
+            "the job asks for no GPUs. Ask for GPUs (--gpus N), or give --mem instead",
+        )
+    total = spec.memory_mb
+    if total is not None and total > MAX_MEM_MB:
+        raise SpecError(given[0], f"{total}M in all is more than 1P. Ask for less memory")
+
+
+_MEM_RE = re.compile(r"([0-9]{1,13})\s*(?:([kmgt])(?:i?b)?)?", re.ASCII | re.IGNORECASE)
+_MEM_UNITS_KB = {"k": 1, "": 1 << 10, "m": 1 << 10, "g": 1 << 20, "t": 1 << 30}
+
+
+def check_mem(value: object, field: str = "mem") -> int:
+    """A memory size as Slurm writes it -> MiB: a whole number, MB by default, or with a
+    K, M, G or T suffix (powers of 1024). K sizes round up to whole MiB. 0 (Slurm's "all
+    of the node's memory") is refused: gbatch counts memory per job."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    match = _MEM_RE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a memory size. Use megabytes or a size with a unit "
+            "K, M, G or T, e.g. 4096, 16G or 512M",
+        )
+    number, unit = int(match.group(1)), (match.group(2) or "").lower()
+    if number == 0:
+        raise SpecError(
+            field,
+            "0 (all of a node's memory) is not supported: gbatch counts memory per job. "
+            "Give the size the job needs, e.g. 16G",
+        )
+    kib = number * _MEM_UNITS_KB[unit]
+    mib = -(-kib // 1024)
+    if mib > MAX_MEM_MB:
+        raise SpecError(field, f"{show_value(value)} is more than 1P. Ask for less memory")
+    return mib
 
 
 def _submit_value(

@@ -30,6 +30,10 @@ OPTION_NAMES = {
     "secret_env": "--secret-env",
     "network": "--network",
     "partition": "-p/--partition",
+    "cpus": "-c/--cpus-per-task",
+    "mem": "--mem",
+    "mem_per_gpu": "--mem-per-gpu",
+    "mem_per_cpu": "--mem-per-cpu",
 }
 
 
@@ -136,6 +140,24 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         help="the docker network of the job's container: one the admins offer "
         "(job_network, job_networks in the head's config)",
     )
+    p.add_argument(
+        "-c",
+        "--cpus-per-task",
+        dest="cpus",
+        metavar="N",
+        help="CPUs for the job (counted by the scheduler; default 1, not enforced). "
+        "Containers get --cpus N; bare processes are pinned to N CPUs",
+    )
+    mem_units = "MB, or with a unit K, M, G or T, e.g. 16G"
+    p.add_argument(
+        "--mem",
+        metavar="SIZE",
+        help=f"memory for the job in all: {mem_units}. The job waits for a node with "
+        "that much free and is held to it (a container's limit; a bare process's data "
+        "size). 0 (all of a node's memory) is not supported",
+    )
+    p.add_argument("--mem-per-gpu", dest="mem_per_gpu", metavar="SIZE", help="--mem per GPU")
+    p.add_argument("--mem-per-cpu", dest="mem_per_cpu", metavar="SIZE", help="--mem per CPU")
     p.add_argument("-H", "--hold", action="store_true", default=None, help="queue the job held")
     # One task on one node is what a gbatch job is; Slurm scripts say so explicitly.
     for flags, dest in (
@@ -345,6 +367,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "secret_env": _secret_env_option(args.secret_env),
             "network": args.network,
             "partition": args.partition,
+            "cpus": _int_option(args.cpus, "-c/--cpus-per-task"),
+            "mem": args.mem,
+            "mem_per_gpu": args.mem_per_gpu,
+            "mem_per_cpu": args.mem_per_cpu,
         }
         if script is not None:
             # As Slurm: the job is named after its script (stdin: "sbatch").

@@ -170,6 +170,8 @@ class Fleet:
                 unavailable_reason=closed,
                 releases=releases,
                 partitions=partitions,
+                cpus_total=report.cpus,
+                mem_total_mb=report.memory_mb,
             )
         runs_containers = not check_engine or node.docker_problem(now) is None
         return NodeView(
@@ -179,6 +181,10 @@ class Fleet:
             releases=releases,
             runs_containers=runs_containers,
             partitions=partitions,
+            cpus_total=report.cpus,
+            free_cpus=(report.cpus or 0) - sum(job.spec.cpus_counted for job in mine),
+            mem_total_mb=report.memory_mb,
+            free_mem_mb=(report.memory_mb or 0) - sum(job.spec.memory_mb or 0 for job in mine),
         )
 
     # -- what requests ask ------------------------------------------------------------

@@ -121,6 +121,10 @@ def plan(
     for index, ids in enumerate(free):
         buckets[len(ids)].append(index)
     free_total = sum(map(len, free))
+    # CPUs and memory: counted only on nodes that report them (inf: unknown, anything
+    # fits), and not at all, at no cost, when no node reports them.
+    counted = any(n.cpus_total is not None or n.mem_total_mb is not None for n in nodes)
+    room: _Room | None = _Room.of(up, nodes) if counted else None
 
     assignments: list[Assignment] = []
     reasons: dict[int, str] = {}
@@ -141,6 +145,12 @@ def plan(
         if gpus > pool.largest_any and nodes:
             reasons[job.id] = BAD_CONSTRAINTS
             continue
+        cpus, mem = 1, 0  # not looked at without room: the queue's cost stays as it was
+        if room is not None:
+            cpus, mem = job.spec.cpus_counted, job.spec.memory_mb or 0
+            if cpus > room.largest_cpus or mem > room.largest_mem:
+                reasons[job.id] = BAD_CONSTRAINTS
+                continue
         # [jobs on nodes, GPUs] of a limited user, counting this plan's starts.
         held_by_user: list[int] | None = None
         cap = caps.get(job.user)
@@ -160,14 +170,28 @@ def plan(
             continue
         usable = pool.with_containers if needs_containers else pool.members
         if gpus <= 0:
-            first = next(i for i in range(len(up)) if usable is None or usable[i])
+            first = next(
+                (
+                    i
+                    for i in range(len(up))
+                    if (usable is None or usable[i]) and (room is None or room.fits(i, cpus, mem))
+                ),
+                None,
+            )
+            if first is None:  # no node has the CPUs or memory now; reservations are by GPUs
+                reasons[job.id] = PRIORITY if reservation is not None else RESOURCES
+                continue
+            if room is not None:
+                room.take(first, cpus, mem)
             assignments.append(Assignment(job.id, up[first].name, ()))
             if held_by_user is not None:
                 held_by_user[0] += 1
             continue
         if gpus <= free_total:
-            target = _best_fit(gpus, job, buckets, reservation, now, usable)
+            target = _best_fit(gpus, job, buckets, reservation, now, usable, room, cpus, mem)
             if target is not None:
+                if room is not None:
+                    room.take(target, cpus, mem)
                 ids = free[target]
                 buckets[len(ids)].remove(target)
                 bisect.insort(buckets[len(ids) - gpus], target)
@@ -192,7 +216,7 @@ def plan(
         # An image job reserves only while every engine answers: the reserved node must
         # be able to run it when its GPUs come free.
         if gpus < pool.unreservable and (not needs_containers or pool.all_run_containers):
-            reservation = _reserve(gpus, free, totals, releases, pool.members)
+            reservation = _reserve(gpus, free, totals, releases, pool.members, room, cpus, mem)
             if reservation is None:
                 pool.unreservable = gpus
         reasons[job.id] = RESOURCES
@@ -234,6 +258,44 @@ def _pool(partition: str | None, nodes: Sequence[NodeView], up: Sequence[NodeVie
     )
 
 
+@dataclass(slots=True)
+class _Room:
+    """CPUs and memory (MiB) free on each available node (by index), inf where the node
+    does not report them, and the most any node (up or down) has in total."""
+
+    cpus: list[float]
+    mem: list[float]
+    cpus_total: list[float]
+    mem_total: list[float]
+    largest_cpus: float
+    largest_mem: float
+
+    @classmethod
+    def of(cls, up: Sequence[NodeView], nodes: Sequence[NodeView]) -> _Room:
+        inf = math.inf
+
+        def total(value: int | None) -> float:
+            return inf if value is None else value
+
+        return cls(
+            cpus=[inf if n.cpus_total is None else n.free_cpus for n in up],
+            mem=[inf if n.mem_total_mb is None else n.free_mem_mb for n in up],
+            cpus_total=[total(n.cpus_total) for n in up],
+            mem_total=[total(n.mem_total_mb) for n in up],
+            # Over every node, up or down: a node that has not reported is unknown
+            # (inf), so it never makes a job BadConstraints.
+            largest_cpus=max((total(n.cpus_total) for n in nodes), default=inf),
+            largest_mem=max((total(n.mem_total_mb) for n in nodes), default=inf),
+        )
+
+    def fits(self, index: int, cpus: int, mem: int) -> bool:
+        return self.cpus[index] >= cpus and self.mem[index] >= mem
+
+    def take(self, index: int, cpus: int, mem: int) -> None:
+        self.cpus[index] -= cpus
+        self.mem[index] -= mem
+
+
 def _ends_by(job: Job, now: float, start: float) -> bool:
     return job.time_limit is not None and now + job.time_limit <= start
 
@@ -245,12 +307,18 @@ def _best_fit(
     reservation: _Reservation | None,
     now: float,
     usable: Sequence[bool] | None = None,
+    room: _Room | None = None,
+    cpus: int = 1,
+    mem: int = 0,
 ) -> int | None:
     """Index of the node with the fewest free GPUs >= `gpus` that `job` may use, or None.
-    `usable`, when given, rules out the nodes it marks False."""
+    `usable`, when given, rules out the nodes it marks False; `room`, those without
+    `cpus` CPUs and `mem` MiB free."""
     for count in range(gpus, len(buckets)):
         for index in buckets[count]:
             if usable is not None and not usable[index]:
+                continue
+            if room is not None and not room.fits(index, cpus, mem):
                 continue
             if (
                 reservation is None
@@ -268,12 +336,19 @@ def _reserve(
     totals: Sequence[int],
     releases: Sequence[Iterable[tuple[float, int]]],
     usable: Sequence[bool] | None = None,
+    room: _Room | None = None,
+    cpus: int = 1,
+    mem: int = 0,
 ) -> _Reservation | None:
     """The earliest (time, node) at which `gpus` GPUs will be free on one node, if any.
-    `usable`, when given, rules out the nodes it marks False."""
+    `usable`, when given, rules out the nodes it marks False. With `room`, only nodes
+    whose total CPUs and memory could hold the job count; the time is the GPUs' (CPUs
+    and memory have no release times: they only gate starts)."""
     best: tuple[float, int, int] | None = None  # (start, spare, index): min wins
     for index, ids in enumerate(free):
         if totals[index] < gpus or (usable is not None and not usable[index]):
+            continue
+        if room is not None and (room.cpus_total[index] < cpus or room.mem_total[index] < mem):
             continue
         have = len(ids)
         timeline = sorted(releases[index])

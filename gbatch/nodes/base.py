@@ -206,6 +206,16 @@ def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str,
             "SLURM_RESTART_COUNT": str(max(attempt - 1, 0)),
         }
     )
+    spec = job.spec
+    env["SLURM_CPUS_ON_NODE"] = str(spec.cpus_counted)
+    if spec.cpus is not None:
+        env["SLURM_CPUS_PER_TASK"] = str(spec.cpus)
+    if spec.mem_mb is not None:
+        env["SLURM_MEM_PER_NODE"] = str(spec.mem_mb)
+    if spec.mem_per_gpu_mb is not None:
+        env["SLURM_MEM_PER_GPU"] = str(spec.mem_per_gpu_mb)
+    if spec.mem_per_cpu_mb is not None:
+        env["SLURM_MEM_PER_CPU"] = str(spec.mem_per_cpu_mb)
     submit_dir = job.spec.submit_dir or job.spec.workdir  # jobs queued before submit_dir
     if submit_dir is not None:
         env["SLURM_SUBMIT_DIR"] = submit_dir

@@ -77,6 +77,8 @@ def docker_run_argv(
     `policy.capabilities` only, and `--network policy.network` (or the job's `network`,
     if among `policy.networks`). `extra_options` (the
     node's admin-vetted docker_options) go right after `docker run`.
+    `spec.cpus` gives `--cpus`, `spec.memory_mb` `--memory` (and as much `--memory-swap`:
+    no swap); a job that asked for neither gets no limit.
     `env_file` is a path on the node, written 0600 from `env_file_text`, so values never
     appear in argv or process listings. No `--gpus` at all when `gpus` is empty.
     Raises ValueError when the image is missing or looks like an option, a mount is
@@ -127,6 +129,12 @@ def docker_run_argv(
         argv += ["--gpus", gpus_option_value(gpus)]
     if spec.shm_size is not None:
         argv += ["--shm-size", spec.shm_size]
+    if spec.cpus is not None:
+        argv += ["--cpus", str(spec.cpus)]
+    memory = spec.memory_mb
+    if memory is not None:
+        # Swap as much as memory (none beyond it), as Slurm's cgroup limit does by default.
+        argv += ["--memory", f"{memory}m", "--memory-swap", f"{memory}m"]
     for mount in mounts:
         source, target, mode = mount.split(":")
         # --mount, not -v: a missing source is an error, not a directory docker creates

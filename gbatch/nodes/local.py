@@ -40,6 +40,7 @@ from gbatch.nodes.base import (
 )
 from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogFollowers, open_log
 from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
+from gbatch.shim import CPUS_ENV, MEM_MB_ENV
 
 LOCAL_NODE = "local"
 DOCKER_TIMEOUT = 30.0  # seconds for any one docker CLI call
@@ -275,6 +276,7 @@ class LocalNode:
             ]
         )
         env[MAX_LOG_BYTES_ENV] = str(self.config.max_log_bytes)  # for the shim alone
+        env.update(bare_limits_env(job))
         try:
             log = open_log(self.paths.job_log(job.id))
         except OSError as err:
@@ -432,6 +434,27 @@ class LocalNode:
                 (run_dir / name).unlink()
         with contextlib.suppress(OSError):
             run_dir.rmdir()
+
+
+def bare_limits_env(job: Job, allowed: Sequence[int] | None = None) -> dict[str, str]:
+    """What tells the shim to hold a bare job to its -c and --mem (see shim.Limits).
+
+    The CPUs are `spec.cpus` of the daemon's own (`allowed`, default its affinity),
+    starting at an offset from the job id so that concurrent jobs spread over the
+    machine rather than share its first CPUs. Pinning bounds the job's CPUs; it does
+    not keep other jobs off them.
+    """
+    env: dict[str, str] = {}
+    spec = job.spec
+    if spec.cpus is not None:
+        pool = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+        if spec.cpus < len(pool):
+            start = (job.id * spec.cpus) % len(pool)
+            chosen = sorted(pool[(start + i) % len(pool)] for i in range(spec.cpus))
+            env[CPUS_ENV] = ",".join(map(str, chosen))
+    if spec.memory_mb is not None:
+        env[MEM_MB_ENV] = str(spec.memory_mb)
+    return env
 
 
 def _switch_to_submitter(job: Job) -> pwd.struct_passwd | None:

@@ -77,6 +77,9 @@ class NodeReport:
     # Why the host could not write its renewed lease (a read-only or failing disk):
     # its fence would stop the runs when the old lease runs out. "" when all is well.
     lease_problem: str = ""
+    # Host facts an older agent leaves out (None: unknown, not counted by the planner).
+    cpus: int | None = None
+    memory_mb: int | None = None  # MemTotal in MiB
 
 
 def _field(data: Mapping[str, object], key: str, where: str) -> object:
@@ -267,7 +270,19 @@ def parse_report(data: Mapping[str, object]) -> NodeReport:
         seq=seq,
         lease_remaining=remaining,
         lease_problem=lease_problem,
+        cpus=_opt_positive(facts, "cpus", "report.facts"),
+        memory_mb=_mib(_opt_positive(facts, "memory_bytes", "report.facts")),
     )
+
+
+def _opt_positive(data: Mapping[str, object], key: str, where: str) -> int | None:
+    """An optional count: absent, null or a whole number; 0 or less reads as unknown."""
+    value = _opt_int(data, key, where) if key in data else None
+    return value if value is not None and value > 0 else None
+
+
+def _mib(value: int | None) -> int | None:
+    return None if value is None else value // (1 << 20)
 
 
 def _check_unique(gpus: tuple[GpuReport, ...]) -> None:

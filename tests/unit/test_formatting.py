@@ -529,6 +529,7 @@ def test_job_details_prints_scontrol_style_record_and_events() -> None:
         f"   StartTime={start} EndTime={format_timestamp(NOW - 65 + 3600)}\n"
         "   Partition=gpu\n"
         "   NodeList=local Gres=gpu:2 GPUs=0,1 Attempt=1 Retries=3 Requeue=1\n"
+        "   NumCPUs=1 MinMemoryNode=0\n"
         "   Command=python train.py --lr 0.1\n"
         "   Image=pytorch:24.01 WorkDir=/data/alice Mounts=/data:/data:ro,/scratch:/scratch"
         " ShmSize=8g\n"

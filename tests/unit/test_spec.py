@@ -767,8 +767,9 @@ def test_examples_are_the_documented_ones() -> None:
     assert (hello.image, hello.gpus, hello.time_limit) == (None, 1, 120)
     assert "CUDA_VISIBLE_DEVICES" in hello.command[-1]
     train = load_job_file(EXAMPLES / "train.yaml")
-    # Every key but secret_env: an example should not teach writing secrets into a file.
-    assert set(train) | {"secret_env"} == set(KEYS)
+    # Every key but secret_env (an example should not teach writing secrets into a file)
+    # and the other ways of giving `mem`, which exclude it.
+    assert set(train) | {"secret_env", "mem_per_gpu", "mem_per_cpu"} == set(KEYS)
     spec = build_spec(train, {}, default_name="train")
     assert (spec.gpus, spec.time_limit) == (2, 86400)
 

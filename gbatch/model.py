@@ -134,6 +134,8 @@ class JobSpec:
     # %A) is the first task's, `Job.array_job_id`. Set by the daemon, never by a file.
     array_task: int | None = None
     array_pos: int = 0
+    # Slurm's --dependency, normalized (gbatch/dependency.py); None: none.
+    dependency: str | None = None
 
     @property
     def effective_priority(self) -> int:
@@ -166,6 +168,8 @@ class JobSpec:
                 data[key] = getattr(self, key)
         if self.array_pos:
             data["array_pos"] = self.array_pos
+        if self.dependency is not None:
+            data["dependency"] = self.dependency
         return data
 
     @classmethod
@@ -193,6 +197,7 @@ class JobSpec:
             submit_host=data.get("submit_host"),  # type: ignore[arg-type]
             array_task=data.get("array_task"),  # type: ignore[arg-type]
             array_pos=int(data.get("array_pos", 0)),  # type: ignore[call-overload]
+            dependency=data.get("dependency"),  # type: ignore[arg-type]
         )
 
 

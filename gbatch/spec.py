@@ -39,6 +39,7 @@ KEYS = (
     "requeue",
     "secret_env",
     "network",
+    "dependency",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
 # from. A job file may not set them (build_spec's `wire`).
@@ -62,6 +63,7 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "requeue": "--no-requeue",
     "secret_env": "--secret-env",
     "network": "--network",
+    "dependency": "-d/--dependency",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -88,6 +90,9 @@ _KEY_ALIASES = {
     "network_mode": "network",
     "networks": "network",
     "net": "network",
+    "depend": "dependency",
+    "depends_on": "dependency",
+    "after": "dependency",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
@@ -422,6 +427,7 @@ def build_spec(
         requeue=pick("requeue", _check_bool, True),
         secret_env=tuple(name for name, _ in pick("secret_env", check_secret_env, ())),
         network=pick("network", _check_network, None),
+        dependency=pick("dependency", check_dependency, None),
         submit_dir=_submit_value(file_data, "submit_dir", _check_workdir),
         submit_host=_submit_value(file_data, "submit_host", _check_host_name),
     )
@@ -738,6 +744,20 @@ def _check_network(value: object, field: str) -> str:
             "labnet (one of those the admins offer)",
         )
     return value
+
+
+def check_dependency(value: object, field: str) -> str:
+    """Slurm's dependency text (gbatch/dependency.py), normalized: `afterok:12:13`."""
+    from gbatch.dependency import USAGE, DependencyError, normalize
+
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise SpecError(field, f"{value} is a job id, not a dependency. Write afterok:{value}")
+    if not isinstance(value, str):
+        raise SpecError(field, f"{show_value(value)} is not a dependency. {USAGE}")
+    try:
+        return normalize(value)
+    except DependencyError as err:
+        raise SpecError(field, str(err)) from None
 
 
 # A docker network name, as a job file and the head's config (job_network, job_networks)

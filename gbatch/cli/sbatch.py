@@ -29,6 +29,7 @@ OPTION_NAMES = {
     "workdir": "-D/--chdir",
     "secret_env": "--secret-env",
     "network": "--network",
+    "dependency": "-d/--dependency",
 }
 
 
@@ -120,6 +121,16 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="the docker network of the job's container: one the admins offer "
         "(job_network, job_networks in the head's config)",
+    )
+    p.add_argument(
+        "-d",
+        "--dependency",
+        dest="dependency",
+        metavar="LIST",
+        help="start only once LIST holds, as Slurm: afterok:ID[:ID...], afternotok:ID, "
+        "afterany:ID, after:ID[+MINUTES] (started), aftercorr:ID (array task by task), "
+        "singleton (one job of this name of yours at a time); join with , (all) or ? "
+        "(any). An array's id means all its tasks, ID_K one task",
     )
     p.add_argument("-H", "--hold", action="store_true", default=None, help="queue the job held")
     # One task on one node is what a gbatch job is; Slurm scripts say so explicitly.
@@ -329,6 +340,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "workdir": args.workdir,
             "secret_env": _secret_env_option(args.secret_env),
             "network": args.network,
+            "dependency": args.dependency,
         }
         if script is not None:
             # As Slurm: the job is named after its script (stdin: "sbatch").

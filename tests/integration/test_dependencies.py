@@ -4,6 +4,7 @@ each test decides when it ends and waits on states, never on time."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def test_an_afterok_chain_runs_in_order(head: Head, tmp_path: Path) -> None:
     assert "(Dependency)" in squeue
     flag.touch()
     done = [head.wait_state(job, "COMPLETED") for job in (first, second, third)]
-    for before, after in zip(done, done[1:], strict=False):
+    for before, after in itertools.pairwise(done):
         assert after["start_time"] >= before["end_time"]  # type: ignore[operator]
     assert "Dependency=(null)" in show(head, third)
 

@@ -767,8 +767,9 @@ def test_examples_are_the_documented_ones() -> None:
     assert (hello.image, hello.gpus, hello.time_limit) == (None, 1, 120)
     assert "CUDA_VISIBLE_DEVICES" in hello.command[-1]
     train = load_job_file(EXAMPLES / "train.yaml")
-    # Every key but secret_env: an example should not teach writing secrets into a file.
-    assert set(train) | {"secret_env"} == set(KEYS)
+    # Every key but secret_env (an example should not teach writing secrets into a file)
+    # and dependency (it names a job id of the reader's queue, which the file cannot know).
+    assert set(train) | {"secret_env", "dependency"} == set(KEYS)
     spec = build_spec(train, {}, default_name="train")
     assert (spec.gpus, spec.time_limit) == (2, 86400)
 

@@ -207,6 +207,9 @@ class Config:
     admin_group: str | None = None
     # Slurm's PrivateData=jobs: non-admins see and name only their own jobs.
     private_data: bool = False
+    # Slurm's SchedulerParameters=kill_invalid_depend: a job whose dependency can never
+    # hold is CANCELLED, instead of pending with reason DependencyNeverSatisfied.
+    kill_invalid_depend: bool = False
     docker: str = "docker"
     # A node silent this long is down (Slurm's SlurmdTimeout); before that it is suspect.
     node_down_seconds: float = 300.0
@@ -440,7 +443,7 @@ def _coerce(key: str, value: object, source: str) -> object:
         return tuple(value)
     if key == "admin_group":
         return _check_group(value, bad)
-    if key == "private_data":
+    if key in ("private_data", "kill_invalid_depend"):
         if not isinstance(value, bool):
             raise bad("true or false")
         return value

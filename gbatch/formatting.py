@@ -83,6 +83,14 @@ def _reason(job: Job) -> str:
     return _printable(job.reason) if job.reason else "None"
 
 
+def _dependency(job: Job) -> str:
+    """scontrol's Dependency= value: `afterok:12(unfulfilled)` while the job waits."""
+    from gbatch.dependency import shown
+
+    reason = job.reason if job.state is JobState.PENDING else ""
+    return _printable(shown(job.spec.dependency or "", reason))
+
+
 def _exit_code(job: Job) -> str:
     """Slurm's `exit code:signal`, `0:0` until the job has ended."""
     return f"{job.exit_code or 0}:{job.exit_signal or 0}"
@@ -574,7 +582,10 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         f"JobId={job.id} JobName={_printable(spec.name)}",
         f"   UserId={_printable(job.user)}({job.uid})",
         f"   Priority={spec.effective_priority} Nice={spec.nice}",
-        f"   JobState={job.state.value} Reason={_reason(job)} ExitCode={_exit_code(job)}",
+        f"   JobState={job.state.value} Reason={_reason(job)}"
+        # Only for a job that has one, so every other job's lines stay as they were.
+        + (f" Dependency={_dependency(job)}" if spec.dependency else "")
+        + f" ExitCode={_exit_code(job)}",
         f"   RunTime={format_elapsed_fixed(_elapsed_seconds(job, now))}"
         f" TimeLimit={_time_limit_fixed(job)}",
         # Two lines, as scontrol prints them (and one line would not fit 80 columns).
@@ -616,6 +627,7 @@ def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> st
             "mounts": list(spec.mounts),
             "shm_size": spec.shm_size,
             "network": spec.network,  # null: the head's job_network
+            "dependency": spec.dependency,
             "env_names": [name for name, _ in spec.env],
             "secret_env_names": list(spec.secret_env),
             "retries": spec.retries,

@@ -149,6 +149,8 @@ class JobSpec:
     mem_mb: int | None = None
     mem_per_gpu_mb: int | None = None
     mem_per_cpu_mb: int | None = None
+    # Slurm's --dependency, normalized (gbatch/dependency.py); None: none.
+    dependency: str | None = None
 
     @property
     def cpus_counted(self) -> int:
@@ -206,6 +208,8 @@ class JobSpec:
         ):
             if value is not None:
                 data[key] = value
+        if self.dependency is not None:
+            data["dependency"] = self.dependency
         return data
 
     @classmethod
@@ -238,6 +242,7 @@ class JobSpec:
             mem_mb=data.get("mem"),  # type: ignore[arg-type]
             mem_per_gpu_mb=data.get("mem_per_gpu"),  # type: ignore[arg-type]
             mem_per_cpu_mb=data.get("mem_per_cpu"),  # type: ignore[arg-type]
+            dependency=data.get("dependency"),  # type: ignore[arg-type]
         )
 
 

@@ -46,6 +46,7 @@ KEYS = (
     "mem",
     "mem_per_gpu",
     "mem_per_cpu",
+    "dependency",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
 # from. A job file may not set them (build_spec's `wire`).
@@ -74,6 +75,7 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "mem": "--mem",
     "mem_per_gpu": "--mem-per-gpu",
     "mem_per_cpu": "--mem-per-cpu",
+    "dependency": "-d/--dependency",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -108,6 +110,9 @@ _KEY_ALIASES = {
     "memory": "mem",
     "mem-per-gpu": "mem_per_gpu",
     "mem-per-cpu": "mem_per_cpu",
+    "depend": "dependency",
+    "depends_on": "dependency",
+    "after": "dependency",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
@@ -442,6 +447,7 @@ def build_spec(
         requeue=pick("requeue", _check_bool, True),
         secret_env=tuple(name for name, _ in pick("secret_env", check_secret_env, ())),
         network=pick("network", _check_network, None),
+        dependency=pick("dependency", check_dependency, None),
         submit_dir=_submit_value(file_data, "submit_dir", _check_workdir),
         submit_host=_submit_value(file_data, "submit_host", _check_host_name),
         partition=pick("partition", _check_partition, None),
@@ -836,6 +842,20 @@ def _check_partition(value: object, field: str) -> str:
             "`gbatch sinfo` lists",
         )
     return value
+
+
+def check_dependency(value: object, field: str) -> str:
+    """Slurm's dependency text (gbatch/dependency.py), normalized: `afterok:12:13`."""
+    from gbatch.dependency import USAGE, DependencyError, normalize
+
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise SpecError(field, f"{value} is a job id, not a dependency. Write afterok:{value}")
+    if not isinstance(value, str):
+        raise SpecError(field, f"{show_value(value)} is not a dependency. {USAGE}")
+    try:
+        return normalize(value)
+    except DependencyError as err:
+        raise SpecError(field, str(err)) from None
 
 
 # A docker network name, as a job file and the head's config (job_network, job_networks)

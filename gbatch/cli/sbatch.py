@@ -34,6 +34,7 @@ OPTION_NAMES = {
     "mem": "--mem",
     "mem_per_gpu": "--mem-per-gpu",
     "mem_per_cpu": "--mem-per-cpu",
+    "dependency": "-d/--dependency",
 }
 
 
@@ -158,6 +159,16 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--mem-per-gpu", dest="mem_per_gpu", metavar="SIZE", help="--mem per GPU")
     p.add_argument("--mem-per-cpu", dest="mem_per_cpu", metavar="SIZE", help="--mem per CPU")
+    p.add_argument(
+        "-d",
+        "--dependency",
+        dest="dependency",
+        metavar="LIST",
+        help="start only once LIST holds, as Slurm: afterok:ID[:ID...], afternotok:ID, "
+        "afterany:ID, after:ID[+MINUTES] (started), aftercorr:ID (array task by task), "
+        "singleton (one job of this name of yours at a time); join with , (all) or ? "
+        "(any). An array's id means all its tasks, ID_K one task",
+    )
     p.add_argument("-H", "--hold", action="store_true", default=None, help="queue the job held")
     # One task on one node is what a gbatch job is; Slurm scripts say so explicitly.
     for flags, dest in (
@@ -371,6 +382,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "mem": args.mem,
             "mem_per_gpu": args.mem_per_gpu,
             "mem_per_cpu": args.mem_per_cpu,
+            "dependency": args.dependency,
         }
         if script is not None:
             # As Slurm: the job is named after its script (stdin: "sbatch").

@@ -23,13 +23,25 @@ from collections.abc import Callable, Sequence
 
 from gbatch.config import Config, Paths
 from gbatch.crashpoints import crash_point
+from gbatch.dependency import (
+    NEVER_REASON,
+    SINGLETON,
+    Dependency,
+    DependencyError,
+    JobRef,
+    Status,
+    Term,
+    evaluate,
+    reason_for,
+)
+from gbatch.dependency import parse as parse_dependency
 from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.groupcommit import GroupCommitter
 from gbatch.head.liveness import Liveness
 from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import plan
 from gbatch.head.store import Store, StoreFull, Usage
-from gbatch.limits import UserLimits, unix_groups, use_by_user
+from gbatch.limits import ARRAY_HARD_CAP, UserLimits, unix_groups, use_by_user
 from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
 from gbatch.nodes.base import LaunchError, Node, RunStatus
 from gbatch.nodes.inventory import Inventory, partitions_of
@@ -50,6 +62,9 @@ GROUPS_CACHE_SECONDS = 10.0
 # waiting jobs costs a pass what 1,000 do, and no user's flood hides another's jobs.
 # Like Slurm's bf_max_job_user.
 PLAN_JOBS_PER_USER = 1000
+# Arrays whose extent (task -> job id) the daemon remembers for dependencies on them.
+ARRAY_CACHE_MAX = 10_000
+KILLED_REASON = "dependency can never be satisfied (kill_invalid_depend)"
 
 
 class Daemon:
@@ -85,6 +100,8 @@ class Daemon:
         self._started_monotonic: dict[tuple[int, int], float] = {}
         # job id -> (monotonic time SIGTERM was sent, SIGKILL sent yet)
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
+        # array id -> {task: job id}, or None when that id is not an array's
+        self._arrays: dict[int, dict[int, int] | None] = {}
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -341,6 +358,7 @@ class Daemon:
 
     def schedule(self, now: float) -> None:
         pending = self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER)
+        pending = self.hold_back_dependents(pending, now)
         if not pending:
             return
         allocated = self.store.jobs_in(ALLOCATED_STATES)
@@ -366,6 +384,93 @@ class Daemon:
             self.dispatch(
                 by_id[assignment.job_id], self.fleet.nodes[assignment.node], assignment.gpus, now
             )
+
+    def hold_back_dependents(self, pending: Sequence[Job], now: float) -> list[Job]:
+        """The jobs of `pending` free to plan: those without a dependency, or whose
+        dependency holds. The others get reason Dependency (waiting) or
+        DependencyNeverSatisfied (and are CANCELLED under kill_invalid_depend), and stay
+        out of plan(): they take no reservation and hold back no one.
+
+        One read for every referenced job's state, one per array named (its extent is
+        cached: an array never changes), one for singletons' namesakes. A job once found
+        never satisfied stays so, as in Slurm, even if the job it named is requeued.
+        """
+        waiting = [job for job in pending if job.spec.dependency is not None]
+        if not waiting:
+            return list(pending)
+        parsed = {job.id: self._dependency_of(job) for job in waiting}
+        arrays = {
+            ref.id: self._array_tasks(ref.id)
+            for job in waiting
+            for ref in parsed[job.id].refs
+            if ref.task is not None or ref.whole_array or _names_corr(parsed[job.id])
+        }
+        tasks = {array_id: ids for array_id, ids in arrays.items() if ids is not None}
+        ids = {ref.id for dep in parsed.values() for ref in dep.refs}
+        ids.update(job_id for each in tasks.values() for job_id in each.values())
+        refs = self.store.ref_jobs(ids)
+        singletons = self._singleton_blockers(
+            [job for job in waiting if any(t.kind == SINGLETON for t in parsed[job.id].terms)]
+        )
+        free = [job for job in pending if job.spec.dependency is None]
+        reasons: dict[int, str] = {}
+        never: list[int] = []
+        for job in waiting:
+            if job.reason == NEVER_REASON:
+                status = Status.NEVER
+            else:
+                status = evaluate(
+                    parsed[job.id],
+                    refs,
+                    tasks,
+                    now,
+                    task=job.spec.array_task,
+                    singleton_free=job.id not in singletons,
+                )
+            reason = reason_for(status)
+            if reason is None:
+                free.append(job)
+            elif status is Status.NEVER and self.config.kill_invalid_depend:
+                never.append(job.id)
+            elif job.reason != reason:
+                reasons[job.id] = reason
+        self.store.set_pending_reasons(reasons)
+        if never:
+            for job_id in self.store.cancel_pending(never, KILLED_REASON, now):
+                log.info("job %d: %s", job_id, KILLED_REASON)
+            self.wake.set()  # its own dependents may now be decided
+        return sorted(free, key=lambda job: job.id)
+
+    def _dependency_of(self, job: Job) -> Dependency:
+        assert job.spec.dependency is not None
+        try:
+            return parse_dependency(job.spec.dependency)
+        except DependencyError:
+            # Checked at submit; a spec stored by a later gbatch may read otherwise.
+            return Dependency((Term("afterok", (JobRef(job.id),), (0,)),))
+
+    def _array_tasks(self, array_id: int) -> dict[int, int] | None:
+        if array_id not in self._arrays:
+            if len(self._arrays) > ARRAY_CACHE_MAX:
+                self._arrays.clear()
+            self._arrays[array_id] = self.store.array_tasks(array_id, ARRAY_HARD_CAP)
+        return self._arrays[array_id]
+
+    def _singleton_blockers(self, jobs: Sequence[Job]) -> set[int]:
+        """Those of `jobs` (singletons) that another job of the same user and name holds
+        back: one on a node, or one pending ahead of it (a lower id)."""
+        if not jobs:
+            return set()
+        others = self.store.active_named({job.spec.name for job in jobs})
+        blocked: set[int] = set()
+        for job in jobs:
+            for other_id, user, name, state in others:
+                if other_id == job.id or user != job.user or name != job.spec.name:
+                    continue
+                if state is not JobState.PENDING or other_id < job.id:
+                    blocked.add(job.id)
+                    break
+        return blocked
 
     def dispatch(self, job: Job, node: Node, gpus: Sequence[int], now: float) -> None:
         """Record intent, act, confirm: a crash between any two steps is reconciled."""
@@ -454,6 +559,10 @@ class Daemon:
         for job in allocated:
             usage[job.user] = usage.get(job.user, 0.0) + _gpu_seconds(job, now)
         return usage
+
+
+def _names_corr(dependency: Dependency) -> bool:
+    return any(term.kind == "aftercorr" for term in dependency.terms)
 
 
 def _gpu_seconds(job: Job, until: float) -> float:

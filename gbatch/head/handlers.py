@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, assert_never
 
-from gbatch import __version__, policy, wire
+from gbatch import __version__, dependency, policy, wire
 from gbatch.head.daemon import Daemon
 from gbatch.head.fairshare import factors
 from gbatch.head.store import (
@@ -301,6 +301,8 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
             f"gpus: {spec.gpus} GPUs requested but the largest node has {have}{detail}. {hint}",
         )
     _check_runnable_somewhere(daemon, spec)
+    if spec.dependency is not None:
+        spec = replace(spec, dependency=_check_dependency(daemon, caller, spec.dependency))
     limits = _submit_limits(daemon, caller)
     if limits is not None:
         for refusal in (
@@ -366,6 +368,41 @@ def _in_partition(daemon: Daemon, spec: JobSpec) -> JobSpec:
         time_limit=limit,
         image=spec.image if spec.image is not None else chosen.default_image,
     )
+
+
+def _check_dependency(daemon: Daemon, caller: Caller, text: str) -> str:
+    """The dependency as stored: every job it names exists (Slurm refuses the submit
+    otherwise), and an array's id is written `N_*`, all its tasks. Another user's job
+    may be named, as in Slurm; under private_data it is as one that does not exist, so
+    the refusal tells no more than squeue would."""
+    parsed = dependency.parse(text)
+    refs = parsed.refs
+    found = {brief.id: brief for brief in daemon.store.briefs(sorted({r.id for r in refs}))}
+    hide = daemon.config.private_data and not is_admin(daemon, caller)
+    arrays: set[int] = set()
+    for ref in refs:
+        brief = found.get(ref.id)
+        if brief is None or (hide and brief.uid != caller.uid):
+            raise Refused(
+                "invalid",
+                f"dependency: job {ref.id} does not exist (Job dependency problem). "
+                "Name a job that squeue or sacct shows",
+            )
+        tasks = daemon.store.array_tasks(ref.id, MAX_ARRAY)
+        if tasks is not None:
+            arrays.add(ref.id)
+        if ref.task is not None and (tasks is None or ref.task not in tasks):
+            raise Refused(
+                "invalid",
+                f"dependency: {ref} is not a task of an array (Job dependency problem). "
+                f"Name the array's id ({ref.id}) or one of its tasks",
+            )
+        if ref.whole_array and tasks is None:
+            raise Refused(
+                "invalid",
+                f"dependency: job {ref.id} is not an array. Write {ref.id} instead of {ref}",
+            )
+    return str(dependency.with_arrays(parsed, arrays))
 
 
 def _submit_limits(daemon: Daemon, caller: Caller) -> UserLimits | None:

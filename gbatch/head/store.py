@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from gbatch.config import make_private
+from gbatch.dependency import RefJob
 from gbatch.head import fairshare
 from gbatch.head.secretbox import SecretBox, SecretKeyError
 from gbatch.limits import PendingLimitReached
@@ -763,6 +764,59 @@ class Store:
                 params,
             ).fetchall()
         return {user: int(n) for user, n in rows}
+
+    # -- dependencies (gbatch/dependency.py) -------------------------------------------
+
+    def ref_jobs(self, ids: Collection[int]) -> dict[int, RefJob]:
+        """State and run times of those of `ids` that name a job: what the daemon
+        evaluates dependencies on, for a whole queue in one read (by primary key)."""
+        found: dict[int, RefJob] = {}
+        ordered = sorted(ids)
+        with self._lock:
+            for part in _chunks(ordered):
+                for job_id, state, start, end in self._db.execute(
+                    "SELECT id, state, start_time, end_time FROM jobs"
+                    f" WHERE id IN ({_marks(part)})",
+                    part,
+                ):
+                    found[job_id] = RefJob(_STATE_NAMED[state], start, end)
+        return found
+
+    def array_tasks(self, array_id: int, most: int) -> dict[int, int] | None:
+        """{task index: job id} of the array whose id is `array_id` (its first task's),
+        or None when that job is not an array's first task. An array's tasks have
+        consecutive ids, so the read stops at the first job past its end (`most`: the
+        largest array there can be)."""
+        tasks: dict[int, int] = {}
+        with self._lock:
+            cursor = self._db.execute(
+                "SELECT id, json_extract(spec, '$.array_task'),"
+                " coalesce(json_extract(spec, '$.array_pos'), 0)"
+                " FROM jobs WHERE id BETWEEN ? AND ? ORDER BY id",
+                (array_id, array_id + most - 1),
+            )
+            for job_id, task, pos in cursor:
+                if task is None or job_id - pos != array_id:
+                    break
+                tasks[int(task)] = job_id
+            cursor.close()
+        return tasks or None
+
+    def active_named(self, names: Collection[str]) -> list[tuple[int, str, str, JobState]]:
+        """(id, user, name, state) of the jobs not yet ended that have one of `names`
+        (singleton dependencies), read through the state index."""
+        found: list[tuple[int, str, str, JobState]] = []
+        ordered = sorted(names)
+        with self._lock:
+            for start in range(0, len(ordered), _IN_CHUNK):
+                part = ordered[start : start + _IN_CHUNK]
+                for job_id, user, name, state in self._db.execute(
+                    f"SELECT id, user, name, state FROM jobs WHERE state IN ({_ACTIVE_SQL})"
+                    f" AND name IN ({_marks(part)})",
+                    part,
+                ):
+                    found.append((job_id, user, name, _STATE_NAMED[state]))
+        return found
 
     def drain_node(self, name: str, reason: str, now: float) -> None:
         """Take a node out of scheduling (its running jobs carry on)."""

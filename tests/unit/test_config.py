@@ -110,6 +110,7 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         "admins: [alice, bob]\n"
         "admin_group: root\n"
         "private_data: true\n"
+        "kill_invalid_depend: true\n"
         "docker: podman\n"
         "node_down_seconds: 90\n"
         "node_lease_seconds: 60\n"
@@ -137,6 +138,7 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         admins=("alice", "bob"),
         admin_group="root",
         private_data=True,
+        kill_invalid_depend=True,
         docker="podman",
         node_down_seconds=90.0,
         node_lease_seconds=60.0,
@@ -166,6 +168,7 @@ def test_every_config_key_is_a_config_field() -> None:
         "admins",
         "admin_group",
         "private_data",
+        "kill_invalid_depend",
         "docker",
         "node_down_seconds",
         "node_lease_seconds",

@@ -768,8 +768,9 @@ def test_examples_are_the_documented_ones() -> None:
     assert "CUDA_VISIBLE_DEVICES" in hello.command[-1]
     train = load_job_file(EXAMPLES / "train.yaml")
     # Every key but secret_env (an example should not teach writing secrets into a file)
-    # and the other ways of giving `mem`, which exclude it.
-    assert set(train) | {"secret_env", "mem_per_gpu", "mem_per_cpu"} == set(KEYS)
+    # and the other ways of giving `mem`, which exclude it; and dependency (it names a
+    # job id of the reader's queue, which the file cannot know).
+    assert set(train) | {"secret_env", "mem_per_gpu", "mem_per_cpu", "dependency"} == set(KEYS)
     spec = build_spec(train, {}, default_name="train")
     assert (spec.gpus, spec.time_limit) == (2, 86400)
 

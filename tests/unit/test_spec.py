@@ -769,8 +769,9 @@ def test_examples_are_the_documented_ones() -> None:
     train = load_job_file(EXAMPLES / "train.yaml")
     # Every key but secret_env: an example should not teach writing secrets into a file.
     assert set(train) | {"secret_env"} == set(KEYS)
-    spec = build_spec(train, {}, default_name="train")
+    spec = build_spec(train, {}, default_name="train", now=0.0)
     assert (spec.gpus, spec.time_limit) == (2, 86400)
+    assert (spec.export, spec.signal, spec.mail_type) == ("NONE", "USR1@120", "END,FAIL")
 
 
 def test_importing_spec_and_timefmt_does_not_import_yaml() -> None:

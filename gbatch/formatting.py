@@ -22,6 +22,7 @@ from gbatch.model import (
     IMPLICIT_PARTITION,
     Event,
     Job,
+    JobSpec,
     JobState,
     NodeInfo,
     NodeState,
@@ -608,10 +609,32 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         # Only when the job picked one: the admin's job_network is every other job's.
         + (f" Network={_printable(spec.network)}" if spec.network else ""),
         f"   Environment={env_names or _NULL}",
+        *_slurm_option_lines(spec),
         "Events:",
         *_event_lines(events),
     ]
     return _lines(lines)
+
+
+def _slurm_option_lines(spec: JobSpec) -> list[str]:
+    """Export (mode and names; the values are never shown, as in Slurm), BeginTime,
+    Signal, MailUser/MailType and Comment: a line only for the options a job gave."""
+    parts = []
+    if spec.export is not None:
+        parts.append(f"Export={_printable(spec.export)}")
+    if spec.begin is not None:
+        parts.append(f"BeginTime={format_timestamp(spec.begin)}")
+    if spec.signal is not None:
+        parts.append(f"Signal={_printable(spec.signal)}")
+    lines = [f"   {' '.join(parts)}"] if parts else []
+    if spec.mail_user is not None or spec.mail_type is not None:
+        lines.append(
+            f"   MailUser={_printable(spec.mail_user or _NULL)}"
+            f" MailType={_printable(spec.mail_type or 'NONE')}"
+        )
+    if spec.comment is not None:
+        lines.append(f"   Comment={_printable(spec.comment)}")
+    return lines
 
 
 def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> str:

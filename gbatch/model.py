@@ -168,6 +168,22 @@ class JobSpec:
             return self.mem_per_cpu_mb * self.cpus_counted
         return None
 
+    # Which of the submitting shell's variables the job gets: "ALL", "NONE" or names
+    # ("EDITOR,ARG1"); None: the default (ALL for a bare job, NONE in a container). The
+    # values never live in a spec: they travel beside it and are stored sealed, apart
+    # (Store, job_env), like secret_env's. A job file's env wins over them.
+    export: str | None = None
+    # Epoch seconds before which the job does not start (--begin; reason BeginTime).
+    begin: float | None = None
+    # "[B:]SIG@SECONDS": the signal sent that long before the time limit (--signal).
+    signal: str | None = None
+    mail_type: str | None = None  # stored and shown; gbatch sends no mail yet
+    mail_user: str | None = None
+    comment: str | None = None
+    # The array expression of the submission an array task belongs to ("1-5:2"), for
+    # SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP. Set by the daemon, never by a file.
+    array: str | None = None
+
     @property
     def effective_priority(self) -> int:
         return self.priority - self.nice
@@ -210,6 +226,9 @@ class JobSpec:
                 data[key] = value
         if self.dependency is not None:
             data["dependency"] = self.dependency
+        for key in _OPTIONAL_KEYS:
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
         return data
 
     @classmethod
@@ -243,7 +262,12 @@ class JobSpec:
             mem_per_gpu_mb=data.get("mem_per_gpu"),  # type: ignore[arg-type]
             mem_per_cpu_mb=data.get("mem_per_cpu"),  # type: ignore[arg-type]
             dependency=data.get("dependency"),  # type: ignore[arg-type]
+            **{key: data[key] for key in _OPTIONAL_KEYS if data.get(key) is not None},  # type: ignore[arg-type]
         )
+
+
+# JobSpec fields written by to_dict only when set, so older jobs' stored JSON stays as it was.
+_OPTIONAL_KEYS = ("export", "begin", "signal", "mail_type", "mail_user", "comment", "array")
 
 
 @dataclass(frozen=True)
@@ -271,6 +295,9 @@ class Job:
     # move to CONFIGURING, for that launch (see Store.set_state); empty everywhere else.
     # Kept out of repr and comparisons, and never put on the wire.
     secret_values: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
+    # The submitting shell's variables the job exports (spec.export): filled, like
+    # secret_values, only in the Job returned on the move to CONFIGURING.
+    submit_env: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
 
     @property
     def time_limit(self) -> int | None:

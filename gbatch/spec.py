@@ -10,10 +10,18 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gbatch.model import JobSpec
-from gbatch.timefmt import ACCEPTED_FORMS, TimeLimitError, parse_time_limit, show_value
+from gbatch.timefmt import (
+    ACCEPTED_FORMS,
+    BEGIN_FORMS,
+    TimeLimitError,
+    parse_begin,
+    parse_time_limit,
+    show_value,
+)
 
 MAX_FILE_BYTES = 1024 * 1024
 MAX_COMMAND_BYTES = 64 * 1024
@@ -47,6 +55,12 @@ KEYS = (
     "mem_per_gpu",
     "mem_per_cpu",
     "dependency",
+    "export",
+    "begin",
+    "signal",
+    "mail_type",
+    "mail_user",
+    "comment",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
 # from. A job file may not set them (build_spec's `wire`).
@@ -76,6 +90,12 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "mem_per_gpu": "--mem-per-gpu",
     "mem_per_cpu": "--mem-per-cpu",
     "dependency": "-d/--dependency",
+    "export": "--export",
+    "begin": "-b/--begin",
+    "signal": "--signal",
+    "mail_type": "--mail-type",
+    "mail_user": "--mail-user",
+    "comment": "--comment",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -92,7 +112,10 @@ _KEY_ALIASES = {
     "timelimit": "time_limit",
     "walltime": "time_limit",
     "environment": "env",
-    "export": "env",
+    "exports": "export",
+    "begin_time": "begin",
+    "mail-type": "mail_type",
+    "mail-user": "mail_user",
     "volumes": "mounts",
     "volume": "mounts",
     "chdir": "workdir",
@@ -388,6 +411,7 @@ def build_spec(
     option_names: Mapping[str, str] = OVERRIDE_OPTION,
     source: str = "job file",
     wire: bool = False,
+    now: float | None = None,
 ) -> JobSpec:
     """Merge a job file's mapping with CLI overrides and validate every field.
 
@@ -399,7 +423,8 @@ def build_spec(
     None (`image:` with nothing after it) counts as absent. `default_name` is used
     when no name is given, made valid first (a file called "my run.yaml" gives
     "my_run"). `wire`: `data` is a submit request's spec, which may also hold
-    SUBMIT_KEYS (the daemon's call).
+    SUBMIT_KEYS (the daemon's call). `now` (epoch seconds) reads a `begin` given as
+    text; without it only epoch seconds are taken (the wire's form).
     """
     unknown_override = set(overrides) - set(KEYS)
     if unknown_override:
@@ -455,6 +480,12 @@ def build_spec(
         mem_mb=pick("mem", check_mem, None),
         mem_per_gpu_mb=pick("mem_per_gpu", check_mem, None),
         mem_per_cpu_mb=pick("mem_per_cpu", check_mem, None),
+        export=pick("export", lambda v, f: parse_export(v, f).mode_text, None),
+        begin=pick("begin", lambda v, f: _check_begin(v, f, now), None),
+        signal=pick("signal", lambda v, f: parse_signal(v, f).text, None),
+        mail_type=pick("mail_type", _check_mail_type, None),
+        mail_user=pick("mail_user", _check_mail_user, None),
+        comment=pick("comment", _check_comment, None),
     )
     _check_memory_apart(spec, values)
     _check_secret_env_apart(spec, values.get("secret_env", (None, ""))[1])
@@ -909,3 +940,308 @@ def parse_gres(text: str) -> int:
             "--gres", f"{show_value(text)} asks for {count} GPUs. Use a count from 0 to {MAX_GPUS}"
         )
     return count
+
+
+# ------------------------------------------------------------------- --export
+
+MAX_SUBMIT_ENV_BYTES = 128 * 1024
+EXPORT_FORMS = "ALL, NONE, or variables: NAME or NAME=value, comma separated (ALL,NAME=value)"
+
+
+@dataclass(frozen=True)
+class Export:
+    """Slurm's --export: `everything` (ALL) or not, the names taken from the submitting
+    shell, and values given outright (NAME=value)."""
+
+    everything: bool
+    names: tuple[str, ...] = ()
+    values: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def mode_text(self) -> str:
+        """What the spec keeps: the mode and names, never a value (a spec is shown)."""
+        names = [*self.names, *(name for name, _ in self.values)]
+        if self.everything:
+            return ",".join(["ALL", *names])
+        return ",".join(names) or "NONE"
+
+
+def parse_export(value: object, field: str = "--export") -> Export:
+    """`ALL`, `NONE` (or Slurm's `NIL`), or `[ALL,]NAME[=value],...`. NONE takes no
+    variables with it, as in Slurm; names follow env's rules."""
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(field, f"{show_value(value)} is not an export list. Use {EXPORT_FORMS}")
+    items = [item.strip() for item in value.split(",")]
+    if items[0].upper() in ("NONE", "NIL"):
+        if len(items) > 1:
+            raise SpecError(
+                field,
+                f"{show_value(value)}: NONE exports nothing, so it takes no variables. "
+                "List the variables alone (--export=A,B=x), or use ALL,A,B=x",
+            )
+        return Export(everything=False)
+    everything = items[0].upper() == "ALL"
+    names: list[str] = []
+    values: list[tuple[str, str]] = []
+    for item in items[1:] if everything else items:
+        name, eq, text = item.partition("=")
+        if not item or not _ENV_NAME_RE.fullmatch(name):
+            raise SpecError(
+                field,
+                f"{show_value(item)} is not a variable. Use {EXPORT_FORMS}",
+            )
+        reason = _reserved_env_reason(name) or (
+            "SLURM_* variables are set by gbatch for each job"
+            if name.startswith("SLURM_")
+            else None
+        )
+        if reason is not None:
+            raise SpecError(field, f"{name} cannot be exported: {reason}. Remove it")
+        if _CONTROL_RE.search(text):
+            raise SpecError(field, f"the value of {name} has a control character. Remove it")
+        if eq:
+            values.append((name, text))
+        else:
+            names.append(name)
+    return Export(everything, tuple(names), tuple(values))
+
+
+def exported_env(export: Export, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables a job takes from the submitting shell's `environ` under `export`:
+    all of them (ALL) or the names listed, then the values given outright (which win).
+
+    Left out without a word, as they are not the job's to carry: names gbatch sets
+    (GBATCH_*, NVIDIA_*, *_VISIBLE_DEVICES, SLURM_* of a job sbatch runs inside of),
+    names that are not variable names (bash's exported functions) and values with a
+    line break or NUL (docker's env-file is one line per variable).
+    """
+    if export.everything:
+        chosen = dict(environ)
+    else:
+        chosen = {name: environ[name] for name in export.names if name in environ}
+    chosen.update(export.values)
+    return filter_submit_env(chosen)
+
+
+def filter_submit_env(env: Mapping[str, str]) -> dict[str, str]:
+    """exported_env's filter; the daemon applies it again to what a client sends."""
+    return {
+        name: value
+        for name, value in env.items()
+        if isinstance(name, str)
+        and isinstance(value, str)
+        and _ENV_NAME_RE.fullmatch(name)
+        and _reserved_env_reason(name) is None
+        and not name.startswith("SLURM_")
+        and not ("\0" in value or "\n" in value or "\r" in value)
+    }
+
+
+def check_submit_env_size(env: Mapping[str, str], field: str = "--export") -> None:
+    size = sum(
+        len(n.encode("utf-8", "surrogatepass")) + len(v.encode("utf-8", "surrogatepass")) + 2
+        for n, v in env.items()
+    )
+    if size > MAX_SUBMIT_ENV_BYTES:
+        raise SpecError(
+            field,
+            f"the exported environment is {size // 1024} KiB, more than "
+            f"{MAX_SUBMIT_ENV_BYTES // 1024} KiB. Export the variables the job needs "
+            "(--export=PATH,HOME,...) or none (--export=NONE)",
+        )
+
+
+def export_of(
+    data: Mapping[str, object] | None,
+    overrides: Mapping[str, object],
+    *,
+    option_names: Mapping[str, str] = OVERRIDE_OPTION,
+) -> Export | None:
+    """The export build_spec (same arguments) took, with its values; None when neither
+    the option nor the file gives one (the caller's default applies)."""
+    if overrides.get("export") is not None:
+        field = option_names.get("export") or OVERRIDE_OPTION["export"]
+        return parse_export(overrides["export"], field)
+    if data is not None and data.get("export") is not None:
+        return parse_export(data["export"], "export")
+    return None
+
+
+# -------------------------------------------------------------------- --begin
+
+
+def _check_begin(value: object, field: str, now: float | None) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not 0 <= value < 1e11:  # epoch seconds, before the year 5138
+            raise SpecError(field, f"{show_value(value)} is not a time. Use {BEGIN_FORMS}")
+        return float(value)
+    if not isinstance(value, str):
+        raise SpecError(field, f"{show_value(value)} is not a begin time. Use {BEGIN_FORMS}")
+    absolute = re.match(r"\s*[0-9]{4}-", value) is not None  # a date needs no clock
+    if now is None and not absolute:
+        raise SpecError(
+            field, f"{show_value(value)} is relative to now; give a date (YYYY-MM-DDTHH:MM)"
+        )
+    try:
+        return parse_begin(value, 0.0 if now is None else now, field=field)
+    except TimeLimitError as err:
+        raise SpecError(field, err.message) from None
+
+
+# ------------------------------------------------------------------- --signal
+
+_SIGNAL_RE = re.compile(r"(?:([RB]{1,2}):)?([A-Za-z0-9+]{1,12})(?:@([0-9]{1,5}))?", re.ASCII)
+DEFAULT_SIGNAL_SECONDS = 60  # Slurm's
+
+
+@dataclass(frozen=True)
+class JobSignal:
+    """--signal: `signum` sent `seconds` before the time limit; `batch`: B: was given."""
+
+    signum: int
+    seconds: int
+    batch: bool = False
+
+    @property
+    def text(self) -> str:
+        import signal as signals
+
+        name = signals.Signals(self.signum).name.removeprefix("SIG")
+        return f"{'B:' if self.batch else ''}{name}@{self.seconds}"
+
+
+def parse_signal(value: object, field: str = "--signal") -> JobSignal:
+    """Slurm's `[{R|B}:]SIG[@SECONDS]`: SIG a name (USR1, SIGUSR1) or a number, SECONDS
+    0 to 65535 (default 60). R: is accepted and means nothing here (gbatch has no
+    reservations to overlap)."""
+    import signal as signals
+
+    usage = "Use [B:]SIG[@SECONDS], e.g. USR1@120 or B:TERM@30"
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    match = _SIGNAL_RE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise SpecError(field, f"{show_value(value)} is not a signal. {usage}")
+    flags, sig, seconds = match.groups()
+    try:
+        if sig.isdigit():
+            signum = signals.Signals(int(sig))
+        else:
+            name = sig.upper()
+            signum = signals.Signals[name if name.startswith("SIG") else "SIG" + name]
+    except (KeyError, ValueError):
+        raise SpecError(
+            field, f"{show_value(sig)} is not a signal name or number. {usage}"
+        ) from None
+    if signum in (signals.SIGKILL, signals.SIGSTOP):
+        raise SpecError(field, f"{signum.name} cannot be caught, so warns no one. {usage}")
+    count = DEFAULT_SIGNAL_SECONDS if seconds is None else int(seconds)
+    if count > 65535:
+        raise SpecError(field, f"{count} seconds is more than 65535. {usage}")
+    return JobSignal(int(signum), count, batch="B" in (flags or ""))
+
+
+# ---------------------------------------------------------- mail and comment
+
+MAIL_TYPES = frozenset(
+    {
+        "NONE",
+        "BEGIN",
+        "END",
+        "FAIL",
+        "REQUEUE",
+        "ALL",
+        "INVALID_DEPEND",
+        "STAGE_OUT",
+        "TIME_LIMIT",
+        "TIME_LIMIT_90",
+        "TIME_LIMIT_80",
+        "TIME_LIMIT_50",
+        "ARRAY_TASKS",
+    }
+)
+
+
+def _check_mail_type(value: object, field: str) -> str:
+    if isinstance(value, str):
+        types = [t.strip().upper() for t in value.split(",")]
+        if types and all(t in MAIL_TYPES for t in types):
+            return ",".join(types)
+    raise SpecError(
+        field,
+        f"{show_value(value)} is not a mail type. Use NONE, BEGIN, END, FAIL, REQUEUE, ALL, "
+        "TIME_LIMIT or ARRAY_TASKS, comma separated",
+    )
+
+
+def _check_mail_user(value: object, field: str) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[^\s@,]{1,64}(?:@[^\s@,]{1,255})?", value):
+        raise SpecError(
+            field, f"{show_value(value)} is not a mail address. Use e.g. ada@example.org"
+        )
+    if _CONTROL_RE.search(value):
+        raise SpecError(field, "the address has a control character. Remove it")
+    return value
+
+
+def _check_comment(value: object, field: str) -> str:
+    if not isinstance(value, str) or len(value) > 1024 or _CONTROL_RE.search(value):
+        raise SpecError(
+            field, "a comment is one line of text of at most 1024 characters. Shorten it"
+        )
+    return value
+
+
+# -------------------------------------------------------------------- --array
+
+ARRAY_FORMS = "N (tasks 0 to N-1), A-B, A-B:STEP or a list such as 1,4,10-12"
+MAX_ARRAY_INDEX = 4_000_000  # Slurm's MaxArraySize is at most 4000001
+
+
+def parse_array(text: str, field: str = "--array", *, max_tasks: int = 100_000) -> tuple[int, ...]:
+    """The task indices of an --array expression, ascending, each once.
+
+    `A-B`, `A-B:STEP` and lists of them (`1,4,10-12`) as in Slurm. A lone number N
+    keeps gbatch's older meaning, N tasks 0 to N-1 (Slurm reads it as the index N).
+    `%MAX` (Slurm's limit on tasks running at once) is refused: it comes with the
+    array work of a later release. At most `max_tasks` indices.
+    """
+    usage = f"Use {ARRAY_FORMS}"
+    text = text.strip()
+    if "%" in text:
+        raise SpecError(
+            field,
+            f"{show_value(text)}: %MAX (tasks running at once) is not supported yet. "
+            "Remove it; gbatch's per-user limits (max_running_jobs) cap running tasks",
+        )
+    if re.fullmatch(r"[0-9]{1,7}", text, re.ASCII):
+        count = int(text)
+        if not 1 <= count <= max_tasks:
+            raise SpecError(field, f"{show_value(text)} is not 1 to {max_tasks} tasks. {usage}")
+        return tuple(range(count))
+    indices: set[int] = set()
+    for part in text.split(","):
+        match = re.fullmatch(
+            r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?", part.strip(), re.ASCII
+        )
+        if match is None:
+            raise SpecError(field, f"{show_value(text)} is not an array. {usage}")
+        low = int(match.group(1))
+        high = low if match.group(2) is None else int(match.group(2))
+        step = 1 if match.group(3) is None else int(match.group(3))
+        if high < low or step < 1 or high > MAX_ARRAY_INDEX:
+            raise SpecError(
+                field,
+                f"{show_value(part)} is not a range: it needs A <= B, a step of 1 or more and "
+                f"indices up to {MAX_ARRAY_INDEX}. {usage}",
+            )
+        if (high - low) // step + 1 + len(indices) > max_tasks:
+            raise SpecError(field, f"{show_value(text)} is more than {max_tasks} tasks. {usage}")
+        indices.update(range(low, high + 1, step))
+    return tuple(sorted(indices))
+
+
+def array_step(text: str) -> int:
+    """SLURM_ARRAY_TASK_STEP of an expression parse_array takes: a single range's step,
+    else 1 (Slurm's value for a list)."""
+    match = re.fullmatch(r"[0-9]+-[0-9]+:([0-9]+)", text.strip(), re.ASCII)
+    return int(match.group(1)) if match else 1

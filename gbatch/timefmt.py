@@ -168,3 +168,87 @@ def format_timestamp(epoch: float | None) -> str:
         return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
     except (OverflowError, OSError, ValueError):
         return "Unknown"
+
+
+# ------------------------------------------------------------------------ --begin
+
+BEGIN_FORMS = (
+    "YYYY-MM-DD[THH:MM[:SS]], HH:MM[:SS], now+N[seconds|minutes|hours|days|weeks], "
+    "midnight, noon, teatime, today or tomorrow"
+)
+_BEGIN_UNITS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400, "weeks": 604800}
+_NOW_RE = re.compile(r"now(?:\+([0-9]{1,9})([a-z]*))?", re.ASCII)
+_DATE_RE = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?:T([0-9]{2}):([0-9]{2})(?::([0-9]{2}))?)?", re.ASCII
+)
+_CLOCK_RE = re.compile(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?", re.ASCII)
+# Slurm's named times of day: the next one to come (today's, or tomorrow's once past).
+_NAMED_HOURS = {"midnight": 0, "noon": 12, "teatime": 16}
+
+
+def parse_begin(text: str, now: float, *, field: str = "--begin") -> float:
+    """Read Slurm's `--begin` time and return it as epoch seconds, in the local time zone.
+
+    `now` is the current time (epoch seconds). Forms: "YYYY-MM-DD[THH:MM[:SS]]",
+    "HH:MM[:SS]" (today, or tomorrow when that time of day has passed), "now" and
+    "now+N[unit]" (unit seconds, the default as in Slurm, minutes, hours, days or weeks,
+    singular or plural), "midnight", "noon", "teatime" (16:00; the next one to come),
+    "today" (00:00 today) and "tomorrow" (00:00 tomorrow). A time already past is
+    accepted: the job is eligible at once. TimeLimitError (naming `field`) otherwise.
+    """
+    word = text.strip().lower()
+    if match := _NOW_RE.fullmatch(word):
+        count, unit = match.groups()
+        if count is None:
+            return now
+        seconds = _begin_unit(unit, text, field)
+        return now + int(count) * seconds
+    today = time.localtime(now)
+    if word in ("today", "tomorrow"):
+        return _local(today, 1 if word == "tomorrow" else 0, 0, 0, 0, text, field)
+    if word in _NAMED_HOURS:
+        at = _local(today, 0, _NAMED_HOURS[word], 0, 0, text, field)
+        return at if at > now else _local(today, 1, _NAMED_HOURS[word], 0, 0, text, field)
+    if match := _CLOCK_RE.fullmatch(word):
+        hour, minute, second = (int(part or 0) for part in match.groups())
+        at = _local(today, 0, hour, minute, second, text, field)
+        return at if at > now else _local(today, 1, hour, minute, second, text, field)
+    if match := _DATE_RE.fullmatch(text.strip()):
+        year, month, day, hour, minute, second = (int(part or 0) for part in match.groups())
+        date = time.struct_time((year, month, day, 0, 0, 0, 0, 0, -1))
+        at = _local(date, 0, hour, minute, second, text, field)
+        if time.localtime(at)[:3] != (year, month, day):  # 2026-02-30 is no date
+            raise TimeLimitError(field, f"{show_value(text)} is not a date. Use {BEGIN_FORMS}")
+        return at
+    raise TimeLimitError(field, f"{show_value(text)} is not a begin time. Use {BEGIN_FORMS}")
+
+
+def _begin_unit(unit: str, text: str, field: str) -> int:
+    if not unit:
+        return 1
+    for name, seconds in _BEGIN_UNITS.items():
+        if unit in (name, name[:-1]):
+            return seconds
+    raise TimeLimitError(
+        field,
+        f"{show_value(text)}: {show_value(unit)} is not a unit. Use seconds, minutes, hours, "
+        "days or weeks, e.g. now+2hours",
+    )
+
+
+def _local(
+    day: time.struct_time, add_days: int, hour: int, minute: int, second: int, text: str, field: str
+) -> float:
+    """Epoch seconds of `hour:minute:second` local time, `add_days` after `day`'s date."""
+    if not (hour < 24 and minute < 60 and second < 60 and 1 <= day.tm_mon <= 12):
+        raise TimeLimitError(field, f"{show_value(text)} is not a time of day. Use {BEGIN_FORMS}")
+    if not 1 <= day.tm_mday <= 31:
+        raise TimeLimitError(field, f"{show_value(text)} is not a date. Use {BEGIN_FORMS}")
+    # mktime normalises day overflow (Jan 32 -> Feb 1) and finds DST itself (isdst -1).
+    parts = (day.tm_year, day.tm_mon, day.tm_mday + add_days, hour, minute, second, 0, 0, -1)
+    try:
+        return time.mktime(time.struct_time(parts))
+    except (OverflowError, ValueError) as err:
+        raise TimeLimitError(
+            field, f"{show_value(text)} is out of range. Use {BEGIN_FORMS}"
+        ) from err

@@ -141,6 +141,7 @@ def job_from_row(row: Sequence[Any], spec: JobSpec) -> Job:
         exit_signal=exit_signal,
         stop_state=_STATES[stop_state] if stop_state else None,
         secret_values=(),  # never on the wire
+        submit_env=(),  # likewise
     )
     return job
 
@@ -347,15 +348,22 @@ class Ping(_Request, op="ping"):
     """The daemon's pid, version, home, active job counts and nodes."""
 
 
-class Submit(_Request, op="submit", secret=("secret_env",)):
+class Submit(_Request, op="submit", secret=("secret_env", "submit_env")):
     """Queue `spec` (JobSpec.to_dict(), its time_limit in seconds), or `count` copies
-    of it (an array). secret_env: the values of the spec's secret_env names, sent
-    beside the spec and never inside it. Replies {"ids": [...]}."""
+    of it (an array), or one task per index of `array` (an --array expression; it wins
+    over count). secret_env: the values of the spec's secret_env names, sent beside
+    the spec and never inside it; submit_env: the submitting shell's variables the job
+    exports (spec.export), likewise. Replies {"ids": [...]}. `test_only`: queue
+    nothing; reply {"test": {"start", "node", "gpus"}} (start: epoch seconds or null
+    when the planner cannot tell; node: null likewise)."""
 
     spec: dict[str, Any]
     secret_env: dict[str, str] | None = None
     count: int = 1
     held: bool = False
+    submit_env: dict[str, str] | None = None
+    array: str | None = None
+    test_only: bool = False
 
 
 class Cancel(_Request, op="cancel"):
@@ -506,10 +514,10 @@ class BadRequest(ValueError):
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 """The longest request line gbatchd reads (its newline not counted). A submit made of a
 job file at its 1 MiB limit (spec.MAX_FILE_BYTES) with --wrap and --secret-env at
-their 64 KiB takes under 2.5 MiB in plain text (JSON writes a newline or a quote in two
-bytes; tests/unit/test_request_limits.py builds one); only non-ASCII text written to
-the limits comes near 4 MiB (a \\u escape is up to three times its UTF-8 bytes). The
-client refuses a larger request before sending it."""
+their 64 KiB and an exported environment at its 128 KiB takes under 3 MiB in plain
+text (JSON writes a newline or a quote in two bytes; tests/unit/test_request_limits.py
+builds one); only non-ASCII text written to the limits comes near 4 MiB (a \\u escape
+is up to three times its UTF-8 bytes). The client refuses a larger request before sending it."""
 
 MAX_NESTING = 64
 """The deepest JSON a request may nest (objects and lists). gbatch's own need 3

@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -35,6 +36,12 @@ OPTION_NAMES = {
     "mem_per_gpu": "--mem-per-gpu",
     "mem_per_cpu": "--mem-per-cpu",
     "dependency": "-d/--dependency",
+    "export": "--export",
+    "begin": "-b/--begin",
+    "signal": "--signal",
+    "mail_type": "--mail-type",
+    "mail_user": "--mail-user",
+    "comment": "--comment",
 }
 
 
@@ -66,6 +73,12 @@ def add_parser(commands: Any) -> None:
     )
     _add_options(p)
     p.add_argument("--parsable", action="store_true", help="print only the job id")
+    p.add_argument(
+        "--test-only",
+        dest="test_only",
+        action="store_true",
+        help="queue nothing: check the job and say where and when it would start now",
+    )
     p.set_defaults(run=run)
 
 
@@ -124,9 +137,40 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-a",
         "--array",
-        metavar="N|A-B",
-        help="queue one job per index; each sees GBATCH_ARRAY_TASK_ID",
+        metavar="A-B[:S],...",
+        help="queue one job per index (A-B, A-B:STEP, lists like 1,4,10-12; a lone N is "
+        "N tasks 0 to N-1); each sees SLURM_ARRAY_TASK_ID",
     )
+    p.add_argument(
+        "--export",
+        metavar="ALL|NONE|VAR[=val],...",
+        help="the variables of your shell the job gets: ALL (the default for a bare job), "
+        "NONE (the default with --image), or the ones named, with values given as "
+        "VAR=val (ALL,VAR=val: all, and those set). The job file's env wins over them",
+    )
+    p.add_argument(
+        "-b",
+        "--begin",
+        metavar="TIME",
+        help="start no sooner than TIME: YYYY-MM-DD[THH:MM[:SS]], HH:MM[:SS], "
+        "now+N[seconds|minutes|hours|days|weeks], midnight, noon, teatime, today, tomorrow",
+    )
+    p.add_argument(
+        "--signal",
+        metavar="[B:]SIG[@SECONDS]",
+        help="send SIG (a name or number) SECONDS (default 60) before the time limit, once "
+        "per run, to the whole job (B: too)",
+    )
+    p.add_argument(
+        "--mail-type",
+        dest="mail_type",
+        metavar="TYPE",
+        help="stored and shown; no mail is sent yet",
+    )
+    p.add_argument(
+        "--mail-user", dest="mail_user", metavar="ADDRESS", help="stored and shown; no mail yet"
+    )
+    p.add_argument("--comment", metavar="TEXT", help="a comment, shown by scontrol show job")
     p.add_argument(
         "--secret-env",
         dest="secret_env",
@@ -179,24 +223,6 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             *flags, dest=dest, metavar="1", help="accepted as 1 only: one task, one node"
         )
-
-
-def _array_count(text: str | None) -> int:
-    """Indices run from 0: `--array 10` and `--array 0-9` both mean ten tasks."""
-    if text is None:
-        return 1
-    try:
-        if "-" in text:
-            low, high = (int(part) for part in text.split("-", 1))
-            if low != 0 or high < low:
-                raise ValueError
-            return high - low + 1
-        count = int(text)
-        if count < 1:
-            raise ValueError
-        return count
-    except ValueError as err:
-        raise CliError(f"--array: {text!r} is not an array. Use N or 0-M", Exit.USAGE) from err
 
 
 def _gpus_option(args: argparse.Namespace) -> int | None:
@@ -263,6 +289,7 @@ def _options_parser(prog: str) -> _OptionParser:
     parser = _OptionParser(prog=prog, add_help=False, argument_default=argparse.SUPPRESS)
     _add_options(parser)
     parser.add_argument("--parsable", action="store_true")
+    parser.add_argument("--test-only", dest="test_only", action="store_true")
     return parser
 
 
@@ -350,7 +377,16 @@ def _job_source(args: argparse.Namespace) -> tuple[dict[str, object] | None, Bat
 def run(args: argparse.Namespace, ctx: Context) -> int:
     # Deferred: yaml and validation are needed by sbatch alone.
     from gbatch import wire
-    from gbatch.spec import SpecError, build_spec, secret_env_values
+    from gbatch.spec import (
+        Export,
+        SpecError,
+        build_spec,
+        check_submit_env_size,
+        export_of,
+        exported_env,
+        parse_array,
+        secret_env_values,
+    )
 
     try:
         data, script = _job_source(args)
@@ -383,6 +419,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "mem_per_gpu": args.mem_per_gpu,
             "mem_per_cpu": args.mem_per_cpu,
             "dependency": args.dependency,
+            "export": args.export,
+            "begin": args.begin,
+            "signal": args.signal,
+            "mail_type": args.mail_type,
+            "mail_user": args.mail_user,
+            "comment": args.comment,
         }
         if script is not None:
             # As Slurm: the job is named after its script (stdin: "sbatch").
@@ -395,21 +437,40 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             default_name=default_name,
             option_names=OPTION_NAMES,
             source=args.file or ("stdin" if script is not None else "options"),
+            now=time.time(),
         )
         secrets = secret_env_values(data, overrides, option_names=OPTION_NAMES)
+        # A container job exports nothing unless asked: the host's PATH or
+        # LD_LIBRARY_PATH inside an image breaks it (README, "Coming from Slurm").
+        export = export_of(data, overrides, option_names=OPTION_NAMES) or Export(
+            everything=spec.image is None
+        )
+        submit_env = exported_env(export, os.environ)
+        check_submit_env_size(submit_env)
+        if args.array is not None:
+            parse_array(args.array)  # refused here, in one line, before anything is sent
     except SpecError as err:
         raise CliError(f"{err}", Exit.USAGE) from err
     except ScriptError as err:
         raise CliError(str(err), Exit.USAGE) from err
-    count = _array_count(args.array)
     wire_spec = spec.to_dict()
     submit_dir = os.getcwd()
     if spec.image is None and spec.workdir is None:
         wire_spec["workdir"] = submit_dir  # as Slurm: a job starts where it was submitted
     wire_spec["submit_dir"] = submit_dir
     wire_spec["submit_host"] = socket.gethostname()
-    request = wire.Submit(spec=wire_spec, secret_env=secrets, count=count, held=bool(args.hold))
+    request = wire.Submit(
+        spec=wire_spec,
+        secret_env=secrets,
+        held=bool(args.hold),
+        submit_env=submit_env or None,
+        array=args.array,
+        test_only=bool(args.test_only),
+    )
     reply = ctx.client.call(request)
+    if args.test_only:
+        print(_test_only_line(reply["test"], spec.gpus), file=sys.stderr)
+        return Exit.OK
     ids = reply["ids"]
     if len(ids) == 1:
         print(ids[0] if args.parsable else f"Submitted batch job {ids[0]}")
@@ -417,3 +478,18 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         span = f"{ids[0]}-{ids[-1]}"
         print(span if args.parsable else f"Submitted batch jobs {span}")
     return Exit.OK
+
+
+def _test_only_line(test: dict[str, Any], gpus: int) -> str:
+    """Slurm's `sbatch: Job N to start at TIME using N processors on nodes N in
+    partition P`, without the job id (none is given) and counting GPUs."""
+    from gbatch.timefmt import format_timestamp
+
+    if test.get("node"):
+        return (
+            f"sbatch: Job to start at {format_timestamp(test['start'])} using {gpus} GPUs "
+            f"on nodes {test['node']}"
+        )
+    if test.get("start") is not None:
+        return f"sbatch: Job would wait for its begin time {format_timestamp(test['start'])}"
+    return f"sbatch: Job would not start now (reason {test.get('reason') or 'unknown'})"

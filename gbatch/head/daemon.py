@@ -39,13 +39,14 @@ from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.groupcommit import GroupCommitter
 from gbatch.head.liveness import Liveness
 from gbatch.head.refusals import RefusalLines
-from gbatch.head.scheduler import plan
+from gbatch.head.scheduler import BEGIN_TIME, plan
 from gbatch.head.store import Store, StoreFull, Usage
 from gbatch.limits import ARRAY_HARD_CAP, UserLimits, unix_groups, use_by_user
 from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
 from gbatch.nodes.base import LaunchError, Node, RunStatus
 from gbatch.nodes.inventory import Inventory, partitions_of
 from gbatch.nodes.local import LOCAL_NODE
+from gbatch.spec import parse_signal
 
 log = logging.getLogger("gbatchd")
 COALESCE_SECONDS = 0.02
@@ -102,6 +103,8 @@ class Daemon:
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
         # array id -> {task: job id}, or None when that id is not an array's
         self._arrays: dict[int, dict[int, int] | None] = {}
+        # (job id, attempt) of runs sent their --signal warning (once per attempt)
+        self._warned_runs: set[tuple[int, int]] = set()
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -326,6 +329,8 @@ class Daemon:
 
     def enforce_limits(self, now: float) -> None:
         for job in self.store.jobs_in((JobState.RUNNING, JobState.COMPLETING)):
+            if job.state is JobState.RUNNING and job.spec.signal is not None:
+                self._warn_run(job, now)
             if job.state is JobState.RUNNING and self._past_limit(job, now):
                 try:
                     job = self.store.set_state(
@@ -340,6 +345,24 @@ class Daemon:
                     continue
             if job.state is JobState.COMPLETING:
                 self._stop_run(job)
+
+    def _warn_run(self, job: Job, now: float) -> None:
+        """sbatch --signal: send the job's signal once per attempt, its seconds before
+        the time limit. B: (the batch shell only, in Slurm) signals the whole run too:
+        a gbatch job is one process group, or one container."""
+        assert job.spec.signal is not None
+        key = (job.id, job.attempt)
+        if key in self._warned_runs:
+            return
+        warning = parse_signal(job.spec.signal)
+        if not self._past_limit(job, now, margin=warning.seconds):
+            return
+        node = self.fleet.nodes.get(job.node or "")
+        if node is None:
+            return
+        self._warned_runs.add(key)
+        log.info("job %d: sending %s before its time limit", job.id, job.spec.signal)
+        node.signal(job, job.attempt, signal.Signals(warning.signum))
 
     def _stop_run(self, job: Job) -> None:
         """SIGTERM the run, then SIGKILL it once the grace period has passed."""
@@ -358,6 +381,7 @@ class Daemon:
 
     def schedule(self, now: float) -> None:
         pending = self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER)
+        pending = self._past_begin(pending, now)
         pending = self.hold_back_dependents(pending, now)
         if not pending:
             return
@@ -472,6 +496,47 @@ class Daemon:
                     break
         return blocked
 
+    def _past_begin(self, pending: list[Job], now: float) -> list[Job]:
+        """The jobs whose --begin time has come; the others get reason BeginTime and stay
+        out of the plan, so they take no reservation and hold back no one."""
+        waiting = {job.id for job in pending if job.spec.begin is not None and job.spec.begin > now}
+        if not waiting:
+            return pending
+        self.store.set_pending_reasons(
+            {
+                job.id: BEGIN_TIME
+                for job in pending
+                if job.id in waiting and job.reason != BEGIN_TIME
+            }
+        )
+        return [job for job in pending if job.id not in waiting]
+
+    def would_start(
+        self, job: Job, now: float
+    ) -> tuple[float | None, str | None, tuple[int, ...], str]:
+        """sbatch --test-only: (start time, node, GPU ids, pending reason) the planner
+        gives `job` (not stored) behind the queue as it is now. Start and node are None
+        when it would not start now: the planner gives waiting jobs no start time."""
+        if job.spec.begin is not None and job.spec.begin > now:
+            return job.spec.begin, None, (), BEGIN_TIME
+        pending = [
+            *self._past_begin(self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER), now),
+            job,
+        ]
+        allocated = self.store.jobs_in(ALLOCATED_STATES)
+        drained = self.store.drained_nodes()
+        views = [
+            self.fleet.node_view(
+                node, allocated, drained, check_engine=job.spec.image is not None, now=now
+            )
+            for node in self.fleet.nodes.values()
+        ]
+        result = plan(pending, views, self.usage(allocated, now), now)
+        for assignment in result.assignments:
+            if assignment.job_id == job.id:
+                return now, assignment.node, tuple(assignment.gpus), ""
+        return None, None, (), result.reasons.get(job.id, "")
+
     def dispatch(self, job: Job, node: Node, gpus: Sequence[int], now: float) -> None:
         """Record intent, act, confirm: a crash between any two steps is reconciled."""
         attempt = job.attempt + 1
@@ -531,10 +596,11 @@ class Daemon:
             )
             self._started_monotonic[(job.id, job.attempt)] = self.monotonic()
 
-    def _past_limit(self, job: Job, now: float) -> bool:
-        """Run time against the limit on the monotonic clock, so a wall-clock jump
-        (an NTP step, a mis-set clock) neither kills a job early nor lets it overrun.
-        A run adopted after a restart has no monotonic start: wall time, once."""
+    def _past_limit(self, job: Job, now: float, margin: float = 0) -> bool:
+        """Run time against the limit (less `margin` seconds) on the monotonic clock, so
+        a wall-clock jump (an NTP step, a mis-set clock) neither kills a job early nor
+        lets it overrun. A run adopted after a restart has no monotonic start: wall time,
+        once."""
         limit = job.spec.time_limit
         if limit is None or job.start_time is None:
             return False
@@ -543,7 +609,7 @@ class Daemon:
             # Adopted: anchor the monotonic clock at the wall-clock age it has now.
             started = self.monotonic() - max(0.0, now - job.start_time)
             self._started_monotonic[(job.id, job.attempt)] = started
-        return self.monotonic() - started >= limit
+        return self.monotonic() - started >= limit - margin
 
     def limits_for(self, user: str) -> UserLimits:
         """The limits of `user` under the config's `limits:`, their groups included."""

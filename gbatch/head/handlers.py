@@ -44,7 +44,14 @@ from gbatch.limits import (
 from gbatch.model import ACTIVE_STATES, ALLOCATED_STATES, Job, JobSpec, JobState
 from gbatch.nodes import resolve
 from gbatch.nodes.base import HostError
-from gbatch.spec import SpecError, build_spec, secret_env_values
+from gbatch.spec import (
+    SpecError,
+    build_spec,
+    check_submit_env_size,
+    filter_submit_env,
+    parse_array,
+    secret_env_values,
+)
 from gbatch.timefmt import MAX_TIME_LIMIT_S, format_duration, show_value
 
 log = logging.getLogger("gbatchd")
@@ -270,6 +277,10 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
             wire=True,
         )
         secret_values = secret_env_values(secrets, {})
+        # Filtered again: a client other than gbatch's own may send anything.
+        submit_env = filter_submit_env(request.submit_env or {})
+        check_submit_env_size(submit_env)
+        indices = None if request.array is None else parse_array(request.array, max_tasks=MAX_ARRAY)
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
     spec = _in_partition(daemon, replace(spec, time_limit=limit))
@@ -284,7 +295,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         )
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
-    count = request.count
+    count = request.count if indices is None else len(indices)
     if not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
     have, why = daemon.fleet.max_gpus_per_node()
@@ -311,10 +322,18 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         ):
             if refusal is not None:
                 raise Refused("invalid", refusal)
-    if count == 1:
+    if request.test_only:
+        return {"test": _test_start(daemon, caller, spec)}
+    if indices is not None:
+        # Ids of one submission are consecutive: task i's position is its offset.
+        array = request.array.strip() if request.array else None
+        specs = [
+            replace(spec, array_task=index, array_pos=i, array=array)
+            for i, index in enumerate(indices)
+        ]
+    elif count == 1:
         specs = [spec]
     else:
-        # Ids of one submission are consecutive: task i's position is its offset.
         specs = [replace(spec, array_task=i, array_pos=i) for i in range(count)]
     try:
         ids = daemon.committer.submit(
@@ -324,6 +343,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
                 caller.user,
                 request.held,
                 tuple(secret_values.items()),
+                submit_env=tuple(submit_env.items()),
                 max_pending=None if limits is None else limits.max_pending_jobs,
             )
         )
@@ -403,6 +423,16 @@ def _check_dependency(daemon: Daemon, caller: Caller, text: str) -> str:
                 f"dependency: job {ref.id} is not an array. Write {ref.id} instead of {ref}",
             )
     return str(dependency.with_arrays(parsed, arrays))
+
+
+def _test_start(daemon: Daemon, caller: Caller, spec: JobSpec) -> dict[str, Any]:
+    """sbatch --test-only: where and when the planner would start `spec` if it were
+    queued now, behind the queue as it is; nothing is stored."""
+    now = daemon.clock()
+    start, node, gpus, reason = daemon.would_start(
+        Job(0, caller.uid, caller.user, spec, JobState.PENDING, now), now
+    )
+    return {"start": start, "node": node, "gpus": list(gpus), "reason": reason}
 
 
 def _submit_limits(daemon: Daemon, caller: Caller) -> UserLimits | None:

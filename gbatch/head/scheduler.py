@@ -24,6 +24,7 @@ NODE_DOWN = "NodeDown"
 BAD_CONSTRAINTS = "BadConstraints"
 MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
 MAX_GPUS_PER_USER = "QOSMaxGRESPerUser"
+BEGIN_TIME = "BeginTime"  # --begin not reached; set by the daemon, which plans without it
 
 
 def queue_order(pending: Sequence[Job], usage: Mapping[str, float]) -> list[Job]:

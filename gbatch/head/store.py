@@ -111,6 +111,14 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE state = 'PENDING' AND held = 0;
     DROP INDEX jobs_runnable
     """,
+    # 7: the submitting shell's variables a job exports (sbatch --export), sealed like
+    # job_secrets and apart from jobs.spec: a spec is shown to other users, these never.
+    """
+    CREATE TABLE job_submit_env (
+        job_id INTEGER PRIMARY KEY REFERENCES jobs(id),
+        sealed BLOB    NOT NULL
+    )
+    """,
 )
 # The key that seals job_secrets, beside the store in the daemon's home.
 SECRET_KEY_FILE = "secrets.key"
@@ -161,6 +169,8 @@ class Submission:
     held: bool = False
     # (name, value) for the specs' secret_env names: stored sealed, once per job.
     secret_values: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # The submitting shell's exported variables (spec.export): stored sealed, per job.
+    submit_env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     # The user's max_pending_jobs (None: no limit), checked inside the transaction that
     # queues the jobs, where concurrent submits cannot race past it.
     max_pending: int | None = None
@@ -330,11 +340,12 @@ class Store:
         """
         state = JobState.PENDING.value
         sealed = [self._seal_secrets(submission) for submission in submissions]
+        sealed_env = [self._seal(dict(s.submit_env)) if s.submit_env else None for s in submissions]
         with self._write() as db:
             results: list[list[int] | PendingLimitReached] = []
             # Pending jobs per user as this transaction goes: counted once per user.
             pending: dict[str, int] = {}
-            for submission, token in zip(submissions, sealed, strict=True):
+            for submission, token, env_token in zip(submissions, sealed, sealed_env, strict=True):
                 user, adding = submission.user, len(submission.specs)
                 if submission.max_pending is not None:
                     have = pending.get(user)
@@ -372,6 +383,11 @@ class Store:
                         "INSERT INTO job_secrets (job_id, sealed) VALUES (?, ?)",
                         [(job_id, token) for job_id in ids],
                     )
+                if env_token is not None:
+                    db.executemany(
+                        "INSERT INTO job_submit_env (job_id, sealed) VALUES (?, ?)",
+                        [(job_id, env_token) for job_id in ids],
+                    )
                 results.append(ids)
             db.executemany(
                 "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
@@ -404,8 +420,11 @@ class Store:
                 )
         if not names:
             return None
+        return self._seal(dict(submission.secret_values))
+
+    def _seal(self, values: dict[str, str]) -> bytes:
         try:
-            return self._secrets.seal(dict(submission.secret_values))
+            return self._secrets.seal(values)
         except SecretKeyError as err:
             raise StoreError(str(err)) from err
 
@@ -445,11 +464,22 @@ class Store:
                 if job is not None and new is JobState.CONFIGURING and job.spec.secret_env
                 else None
             )
+            env_token = (
+                db.execute(
+                    "SELECT sealed FROM job_submit_env WHERE job_id = ?", (job_id,)
+                ).fetchone()
+                if job is not None and new is JobState.CONFIGURING
+                else None
+            )
         assert job is not None
         if token is not None:
             with contextlib.suppress(SecretKeyError):
                 values = self._secrets.open(bytes(token[0]))
                 job = replace(job, secret_values=tuple(values.items()))
+        if env_token is not None:
+            with contextlib.suppress(SecretKeyError):
+                values = self._secrets.open(bytes(env_token[0]))
+                job = replace(job, submit_env=tuple(values.items()))
         return job
 
     def set_states(

@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 
 from gbatch.model import Gpu, Job
 from gbatch.nodes.report import NodeReport, ReportError, parse_report_line
+from gbatch.spec import array_step, parse_array
 
 # What report() says of a node that has not yet reported nor failed to.
 STARTING = "starting"
@@ -181,8 +182,11 @@ class Reports:
 
 def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str, str]:
     """What every run sees besides its own env: who and where it is, as gbatch's own
-    GBATCH_* names and as the SLURM_* names a Slurm batch script reads."""
-    env = dict(job.spec.env)
+    GBATCH_* names and as the SLURM_* names a Slurm batch script reads.
+
+    Under them, the submitting shell's exported variables (job.submit_env, filled on
+    the move to CONFIGURING), and over those the job file's env."""
+    env = {**dict(job.submit_env), **dict(job.spec.env)}
     gpu_list = ",".join(str(g) for g in gpus)
     env.update(
         {
@@ -204,6 +208,7 @@ def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str,
             "SLURM_JOB_GPUS": gpu_list,
             "SLURM_GPUS_ON_NODE": str(len(gpus)),
             "SLURM_RESTART_COUNT": str(max(attempt - 1, 0)),
+            "SLURM_CLUSTER_NAME": "gbatch",
         }
     )
     spec = job.spec
@@ -226,6 +231,12 @@ def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str,
     if job.array_job_id is not None:
         env["GBATCH_ARRAY_TASK_ID"] = env["SLURM_ARRAY_TASK_ID"] = str(job.spec.array_task)
         env["GBATCH_ARRAY_JOB_ID"] = env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
+        if job.spec.array is not None:
+            indices = parse_array(job.spec.array)
+            env["SLURM_ARRAY_TASK_COUNT"] = str(len(indices))
+            env["SLURM_ARRAY_TASK_MIN"] = str(indices[0])
+            env["SLURM_ARRAY_TASK_MAX"] = str(indices[-1])
+            env["SLURM_ARRAY_TASK_STEP"] = str(array_step(job.spec.array))
     elif "GBATCH_ARRAY_TASK_ID" in env:  # a task queued before array_task existed
         env["SLURM_ARRAY_TASK_ID"] = env["GBATCH_ARRAY_TASK_ID"]
     return env

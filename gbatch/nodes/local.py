@@ -256,6 +256,9 @@ class LocalNode:
             else _login_env(switch)
         )
         env.update(job_env(job, attempt, gpus, self.name))
+        if switch is not None:
+            # Who the job is comes from the system, not from the exported shell.
+            env["USER"] = env["LOGNAME"] = switch.pw_name
         # Secrets go in the process environment: /proc/PID/environ is readable by the
         # job's own user and root only, and `ps` shows argv, not the environment.
         env.update(launch_secrets(job))

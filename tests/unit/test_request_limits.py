@@ -176,6 +176,8 @@ def _value_of(hint: object) -> st.SearchStrategy[Any]:
         return scalars[hint]
     if hint == float | None:
         return st.none() | scalars[float]
+    if hint == str | None:
+        return st.none() | text
     if hint == tuple[int, ...]:
         return st.lists(scalars[int], max_size=5).map(tuple)
     if hint == tuple[str, ...]:

@@ -53,6 +53,7 @@ WRONG: dict[Any, list[object]] = {
     str: [1, True, ["a"], {"a": "b"}],
     bool: [1, "true", [True]],
     float | None: ["1", True, [1.0]],
+    str | None: [1, True, ["a"]],
     tuple[int, ...]: ["1", 1, [1.5], [True], ["1"], [None], {"1": 1}],
     tuple[str, ...]: ["PD", 1, [1], [None], [["PD"]], {"PD": 1}],
     dict[str, Any]: [[], "x", 1, True],
@@ -102,6 +103,11 @@ def test_the_json_keeps_the_ops_and_field_names_clients_have_always_sent() -> No
         "secret_env": {"TOKEN": "s3cret"},
         "count": 4,
         "held": True,
+        # Added with --export, --array expressions and --test-only; old daemons ignore none
+        # of them silently, so clients send them only to a daemon of the same version.
+        "submit_env": None,
+        "array": None,
+        "test_only": False,
     }
     assert through_json(wire.ListJobs(states=("PD",))) == {
         "op": "jobs",

@@ -771,8 +771,9 @@ def test_examples_are_the_documented_ones() -> None:
     # and the other ways of giving `mem`, which exclude it; and dependency (it names a
     # job id of the reader's queue, which the file cannot know).
     assert set(train) | {"secret_env", "mem_per_gpu", "mem_per_cpu", "dependency"} == set(KEYS)
-    spec = build_spec(train, {}, default_name="train")
+    spec = build_spec(train, {}, default_name="train", now=0.0)
     assert (spec.gpus, spec.time_limit) == (2, 86400)
+    assert (spec.export, spec.signal, spec.mail_type) == ("NONE", "USR1@120", "END,FAIL")
 
 
 def test_importing_spec_and_timefmt_does_not_import_yaml() -> None:

@@ -18,6 +18,7 @@ An expectations file `NAME.json` beside `NAME.sh`/`NAME.py` holds:
   exit_code  Slurm's N:S
   after      {script, type}: submitted by the driver right after that script (in the same
              submit dir) with --dependency=TYPE:ID of it
+  gbatch_only  true: the script uses an option Slurm lacks (left out of the differential)
 Patterns and lines use placeholders: {job} (the job's id; an array task's own id), {array}
 (the array's id), {task} (the task id), {submit_dir}, and the per_task names.
 """
@@ -27,9 +28,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from conftest import GBATCH, Head
 
 CORPUS = Path(__file__).resolve().parent.parent / "slurm_corpus"
 # The embedded node's partition as the partitions work names it; the corpus scripts that
@@ -58,6 +62,7 @@ class Entry:
     not_in: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     absent: tuple[str, ...] = ()
     after: tuple[str, str] | None = None
+    gbatch_only: bool = False  # uses an option real Slurm lacks: not in the differential
 
     @property
     def name(self) -> str:
@@ -85,6 +90,7 @@ def load_entry(script: Path) -> Entry:
         not_in={k: tuple(v) for k, v in data.get("not_in", {}).items()},
         absent=tuple(data.get("absent", ())),
         after=(after["script"], after["type"]) if after else None,
+        gbatch_only=bool(data.get("gbatch_only", False)),
     )
 
 
@@ -155,7 +161,9 @@ def output_problems(run: Run) -> list[str]:
             rel = expand(pattern, values)
             path = run.submit_dir / rel
             if not path.is_file():
-                found = sorted(str(p.relative_to(run.submit_dir)) for p in run.submit_dir.rglob("*"))
+                found = sorted(
+                    str(p.relative_to(run.submit_dir)) for p in run.submit_dir.rglob("*")
+                )
                 problems.append(f"{rel}: missing (the submit dir holds {found})")
                 continue
             have = path.read_text(errors="replace").splitlines()
@@ -206,3 +214,86 @@ def normalized_outputs(run: Run) -> dict[str, str]:
             text = path.read_text(errors="replace") if path.is_file() else "<missing>"
             texts[f"{pattern} task={task}"] = text.replace(str(run.submit_dir), "{submit_dir}")
     return texts
+
+
+def parse_parsable(entry: Entry, out: str) -> tuple[dict[int | None, int], int | None]:
+    """`sbatch --parsable`'s answer -> (job id per task, array id). gbatch prints an
+    array as FIRST-LAST (its tasks have consecutive ids, the first is the array's id);
+    Slurm prints the array's id (`N` or `N;cluster`)."""
+    text = out.strip().split(";")[0]
+    first = int(text.split("-")[0])
+    if entry.tasks is None:
+        return {None: first}, None
+    return {task: first + pos for pos, task in enumerate(entry.tasks)}, first
+
+
+def gbatch_submit(head: Head, entry: Entry, submit_dir: Path, dependency: str | None) -> Run:
+    """`gbatch sbatch --parsable [--dependency=...] SCRIPT ARGS` from the submit dir."""
+    run = Run(entry, submit_dir)
+    options = [f"--dependency={dependency}"] if dependency else []
+    done = subprocess.run(
+        [*GBATCH, "sbatch", "--parsable", *options, entry.name, *entry.args],
+        env={**head.env, **entry.env},
+        cwd=submit_dir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0:
+        run.refused = done.stderr.strip() or f"exit status {done.returncode}"
+    else:
+        run.ids, run.array_id = parse_parsable(entry, done.stdout)
+    return run
+
+
+def gbatch_run(head: Head, entry: Entry, submit_dir: Path) -> Run:
+    """The driver step of a pipeline: the script it waits on first, then the script with
+    --dependency=TYPE:ID, both from the same submit dir (as a user's driver does)."""
+    prepare(entry, submit_dir)
+    dependency = None
+    if entry.after is not None:
+        before = entry_named(entry.after[0])
+        prepare(before, submit_dir)
+        first = gbatch_submit(head, before, submit_dir, None)
+        if first.refused is not None:
+            run = Run(entry, submit_dir)
+            run.refused = f"its prerequisite {before.name} was refused: {first.refused}"
+            return run
+        dependency = f"{entry.after[1]}:{':'.join(str(i) for i in first.ids.values())}"
+    return gbatch_submit(head, entry, submit_dir, dependency)
+
+
+def sacct(head: Head, job_id: int) -> tuple[str, str]:
+    out = head.run(
+        "sacct", "-j", str(job_id), "-S", "all", "-n", "-P", "-o", "State,ExitCode", check=True
+    ).stdout
+    state, exit_code = out.strip().split("|")
+    return state, exit_code
+
+
+def gbatch_finals(head: Head, run: Run, timeout: float = 90.0) -> dict[int | None, tuple[str, str]]:
+    """Wait (on states) until every task of the run has ended; `gbatch sacct`'s (State,
+    ExitCode) per task."""
+    for job_id in run.ids.values():
+        head.wait_state(job_id, *FINAL_STATES, timeout=timeout)
+    return {task: sacct(head, job_id) for task, job_id in run.ids.items()}
+
+
+def files_left(run: Run) -> set[str]:
+    """The files in the submit dir after the run, an expected output's name written as its
+    pattern (so gbatch's and Slurm's ids compare equal); the prepared files left out."""
+    by_name: dict[str, str] = {}
+    for task in run.entry.task_keys:
+        values = placeholders(run, task)
+        for pattern in (*run.entry.outputs, *run.entry.absent):
+            by_name[expand(pattern, values)] = f"{pattern} task={task}"
+    prepared = {run.entry.name, *run.entry.files}
+    if run.entry.after is not None:
+        prepared.add(run.entry.after[0])
+    left = set()
+    for path in run.submit_dir.rglob("*"):
+        rel = str(path.relative_to(run.submit_dir))
+        if path.is_file() and rel not in prepared:
+            left.add(by_name.get(rel, rel))
+    return left

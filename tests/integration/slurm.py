@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-
-from corpus import FINAL_STATES, PARTITION, Entry, Run
+from corpus import FINAL_STATES, PARTITION, Entry, Run, entry_named, prepare
 
 SETUP = Path(__file__).resolve().parent.parent.parent / ".ci" / "setup-slurm.sh"
 
@@ -123,13 +122,22 @@ def finals(run: Run, timeout: float = 180.0) -> dict[int | None, tuple[str, str]
         time.sleep(0.2)
 
 
-def submit_entry(
-    entry: Entry, submit_dir: Path, env: Mapping[str, str], prerequisite: Run | None = None
-) -> Run:
-    run = Run(entry, submit_dir)
+def slurm_run(entry: Entry, submit_dir: Path, env: Mapping[str, str]) -> Run:
+    """As corpus.gbatch_run, through real sbatch: the prerequisite of a pipeline step
+    first, then the step with --dependency=TYPE:ID."""
+    prepare(entry, submit_dir)
     dependency = None
-    if entry.after is not None and prerequisite is not None:
-        ids = [str(i) for i in prerequisite.ids.values()]
-        dependency = f"{entry.after[1]}:{':'.join(ids)}"
+    if entry.after is not None:
+        before = entry_named(entry.after[0])
+        prepare(before, submit_dir)
+        first = Run(before, submit_dir)
+        sbatch(first, env)
+        if first.refused is not None:
+            run = Run(entry, submit_dir)
+            run.refused = f"its prerequisite {before.name} was refused: {first.refused}"
+            return run
+        job_id = first.array_id if first.array_id is not None else first.ids[None]
+        dependency = f"{entry.after[1]}:{job_id}"
+    run = Run(entry, submit_dir)
     sbatch(run, env, dependency)
     return run

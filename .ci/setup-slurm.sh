@@ -5,7 +5,7 @@
 #      starts blocked (this script starts the daemons itself, with its own config);
 #   2. a munge key and munged;
 #   3. /etc/slurm/slurm.conf and gres.conf: one node (this host, its CPUs, 2 fake GPUs
-#      whose device files are char devices like /dev/null), partition $SLURM_PARTITION
+#      whose device files are /dev/null and /dev/zero), partition $SLURM_PARTITION
 #      (default: main, the same name as gbatch's embedded partition) as the default,
 #      SlurmUser root, no cgroups (proctrack/linuxproc, task/none), no accounting
 #      database: finished jobs stay in `scontrol show job` for MinJobAge (1 h) and in the
@@ -18,7 +18,10 @@ PARTITION="${SLURM_PARTITION:-main}"
 WAIT_SECONDS=60
 CONF_DIR=/etc/slurm
 LOG_DIR=/var/log/slurm
-FAKE_GPUS=(/dev/gbatch-fake-gpu0 /dev/gbatch-fake-gpu1)
+# Stand-in GPUs: gres.conf needs one device file per GPU, and Slurm (with task/none, no
+# cgroup device constraint) only checks that it exists; two character devices every
+# machine has serve, and no mknod (CAP_MKNOD) is needed. TEST MACHINES ONLY.
+FAKE_GPUS=(/dev/null /dev/zero)
 
 die() {
     echo "setup-slurm: error: $*" >&2
@@ -69,8 +72,7 @@ host="$(hostname -s)"
 cpus="$(nproc --all)"
 mem_mb="$(awk '/^MemTotal:/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)"
 for dev in "${FAKE_GPUS[@]}"; do
-    # Stand-in GPUs: char devices with /dev/null's numbers. TEST MACHINES ONLY.
-    [ -c "$dev" ] || mknod -m 0666 "$dev" c 1 3 || die "mknod $dev failed (no CAP_MKNOD?)."
+    [ -c "$dev" ] || die "$dev is missing: it stands in for a GPU in gres.conf."
 done
 mkdir -p "$CONF_DIR" "$LOG_DIR" /var/spool/slurmctld /var/spool/slurmd
 conf="$(

@@ -8,13 +8,13 @@ test_slurm_differential.py, which runs both side by side)."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 
 import pytest
 from conftest import Head, kill_leftover_jobs, make_head
 from corpus import (
+    CORPUS,
     FINAL_STATES,
     PARTITION,
     Entry,
@@ -96,13 +96,11 @@ def test_the_corpus_is_whole_and_names_one_partition() -> None:
         text = entry.script.read_text()
         assert text.splitlines()[0] in ("#!/bin/bash", "#!/bin/sh", "#!/usr/bin/env python3")
         assert "--image" not in text and "--container-image" not in text
+        assert "# SBATCH" not in text, f"{entry.name}: a formatter broke its #SBATCH lines"
         for found in re.findall(r"^#SBATCH\s+(?:-p\s*|--partition[= ])(\S+)", text, re.M):
             assert found == PARTITION, f"{entry.name}: -p {found}, the test says {PARTITION}"
         if entry.after is not None:
             assert entry.after[0] in names and entry.after[1] in ("afterok", "afterany")
-    assert not [
-        p
-        for p in entry.script.parent.glob("*.json")
-        if p.stem + ".sh" not in {n for n in names} and p.stem + ".py" not in names
-    ]
-    assert os.environ.get("CORPUS_FROM_SHELL") is None  # set only in sbatch's env
+    scripts = {e.script.stem for e in ENTRIES}
+    orphans = [p.name for p in CORPUS.glob("*.json") if p.stem not in scripts]
+    assert not orphans, f"expectations without a script: {orphans}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-# SBATCH --job-name=py-job
-# SBATCH --time=5
-# SBATCH --ntasks=1
+#SBATCH --job-name=py-job
+#SBATCH --time=5
+#SBATCH --ntasks=1
 """A Python batch script: #SBATCH lines are comments to Python."""
 
 import os

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-# SBATCH --job-name=py-array
-# SBATCH --array=0-2
-# SBATCH --output=py-array-%a.out
+#SBATCH --job-name=py-array
+#SBATCH --array=0-2
+#SBATCH --output=py-array-%a.out
 import os
 
 task = int(os.environ["SLURM_ARRAY_TASK_ID"])

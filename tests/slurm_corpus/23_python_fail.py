@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# SBATCH --job-name=py-fail
+#SBATCH --job-name=py-fail
 import sys
 
 print("checking inputs", flush=True)

@@ -6,7 +6,7 @@
 #   2. a munge key and munged;
 #   3. /etc/slurm/slurm.conf and gres.conf: one node (this host, its CPUs, 2 fake GPUs
 #      whose device files are /dev/null and /dev/zero), partition $SLURM_PARTITION
-#      (default: main, the same name as gbatch's embedded partition) as the default,
+#      (default: gpu, the same name as gbatch's embedded partition) as the default,
 #      SlurmUser root, no cgroups (proctrack/linuxproc, task/none), no accounting
 #      database: finished jobs stay in `scontrol show job` for MinJobAge (1 h) and in the
 #      job completion file /var/log/slurm/jobcomp.txt (sacct needs slurmdbd, too heavy);
@@ -14,7 +14,7 @@
 # Idempotent: a running, answering Slurm with this config is left alone. Run as root.
 set -euo pipefail
 
-PARTITION="${SLURM_PARTITION:-main}"
+PARTITION="${SLURM_PARTITION:-gpu}"
 WAIT_SECONDS=60
 CONF_DIR=/etc/slurm
 LOG_DIR=/var/log/slurm

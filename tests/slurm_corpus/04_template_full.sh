@@ -1,6 +1,6 @@
 #!/bin/bash
 #SBATCH --job-name=template
-#SBATCH --partition=main
+#SBATCH --partition=gpu
 #SBATCH --nodes=1
 #SBATCH --ntasks=1
 #SBATCH --cpus-per-task=2

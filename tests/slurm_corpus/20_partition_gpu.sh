@@ -1,5 +1,5 @@
 #!/bin/bash
-#SBATCH -p main
+#SBATCH -p gpu
 #SBATCH --gres=gpu:1
 #SBATCH -t 10
 #SBATCH -J on-partition

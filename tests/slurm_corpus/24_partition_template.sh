@@ -1,5 +1,5 @@
 #!/bin/bash
-#SBATCH --partition=main
+#SBATCH --partition=gpu
 #SBATCH --job-name=nlp-finetune
 #SBATCH --gres=gpu:1
 #SBATCH --cpus-per-task=1

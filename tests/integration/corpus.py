@@ -122,6 +122,7 @@ class Run:
     ids: dict[int | None, int] = field(default_factory=dict)
     array_id: int | None = None
     refused: str | None = None  # sbatch's stderr when the submit failed
+    before: Run | None = None  # the pipeline step submitted first (entry.after)
 
 
 def placeholders(run: Run, task: int | None) -> dict[str, str]:
@@ -252,6 +253,7 @@ def gbatch_run(head: Head, entry: Entry, submit_dir: Path) -> Run:
     --dependency=TYPE:ID, both from the same submit dir (as a user's driver does)."""
     prepare(entry, submit_dir)
     dependency = None
+    first: Run | None = None
     if entry.after is not None:
         before = entry_named(entry.after[0])
         prepare(before, submit_dir)
@@ -261,7 +263,9 @@ def gbatch_run(head: Head, entry: Entry, submit_dir: Path) -> Run:
             run.refused = f"its prerequisite {before.name} was refused: {first.refused}"
             return run
         dependency = f"{entry.after[1]}:{':'.join(str(i) for i in first.ids.values())}"
-    return gbatch_submit(head, entry, submit_dir, dependency)
+    run = gbatch_submit(head, entry, submit_dir, dependency)
+    run.before = first
+    return run
 
 
 def sacct(head: Head, job_id: int) -> tuple[str, str]:
@@ -282,15 +286,19 @@ def gbatch_finals(head: Head, run: Run, timeout: float = 90.0) -> dict[int | Non
 
 def files_left(run: Run) -> set[str]:
     """The files in the submit dir after the run, an expected output's name written as its
-    pattern (so gbatch's and Slurm's ids compare equal); the prepared files left out."""
+    pattern (so gbatch's and Slurm's ids compare equal; the pipeline step's before it as
+    `before:PATTERN`); the prepared files left out."""
     by_name: dict[str, str] = {}
-    for task in run.entry.task_keys:
-        values = placeholders(run, task)
-        for pattern in (*run.entry.outputs, *run.entry.absent):
-            by_name[expand(pattern, values)] = f"{pattern} task={task}"
+    for one, prefix in ((run.before, "before:"), (run, "")):
+        if one is None or not one.ids:
+            continue
+        for task in one.entry.task_keys:
+            values = placeholders(one, task)
+            for pattern in (*one.entry.outputs, *one.entry.absent):
+                by_name[expand(pattern, values)] = f"{prefix}{pattern} task={task}"
     prepared = {run.entry.name, *run.entry.files}
-    if run.entry.after is not None:
-        prepared.add(run.entry.after[0])
+    if run.before is not None:
+        prepared |= {run.before.entry.name, *run.before.entry.files}
     left = set()
     for path in run.submit_dir.rglob("*"):
         rel = str(path.relative_to(run.submit_dir))

@@ -127,6 +127,7 @@ def slurm_run(entry: Entry, submit_dir: Path, env: Mapping[str, str]) -> Run:
     first, then the step with --dependency=TYPE:ID."""
     prepare(entry, submit_dir)
     dependency = None
+    first: Run | None = None
     if entry.after is not None:
         before = entry_named(entry.after[0])
         prepare(before, submit_dir)
@@ -140,4 +141,5 @@ def slurm_run(entry: Entry, submit_dir: Path, env: Mapping[str, str]) -> Run:
         dependency = f"{entry.after[1]}:{job_id}"
     run = Run(entry, submit_dir)
     sbatch(run, env, dependency)
+    run.before = first
     return run

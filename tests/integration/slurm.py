@@ -4,8 +4,10 @@
 
 Final states come from `scontrol show job` (setup-slurm.sh keeps finished jobs there for
 an hour with MinJobAge): Slurm's `sacct` needs slurmdbd and a database, too heavy for a
-test machine, and with accounting_storage/none it reports nothing. The same states and
-exit codes also go to the job completion file (jobcomp/filetxt) for a person to read.
+test machine; with accounting_storage/none it says "Slurm accounting storage is
+disabled". `sacct -c` reads the job completion file (jobcomp/filetxt) instead and shows
+State and ExitCode, but 22.05 errors on an array task's record ("Unknown type
+ArrayJobId"), so the file is only for a person to read.
 """
 
 from __future__ import annotations

@@ -137,6 +137,7 @@ def time_process(
     *,
     expect_status: int | None = 0,
     warmup: int = 2,
+    cwd: Path | None = None,
 ) -> list[float]:
     """Wall time of the whole process (fork, interpreter start, imports, work, exit).
 
@@ -147,7 +148,7 @@ def time_process(
     samples: list[float] = []
     for i in range(warmup + runs):
         start = time.perf_counter()
-        done = subprocess.run(list(argv), env=dict(env), capture_output=True, check=False)
+        done = subprocess.run(list(argv), env=dict(env), capture_output=True, check=False, cwd=cwd)
         elapsed = time.perf_counter() - start
         if expect_status is not None and done.returncode != expect_status:
             raise RuntimeError(

@@ -134,6 +134,11 @@ class JobSpec:
     # %A) is the first task's, `Job.array_job_id`. Set by the daemon, never by a file.
     array_task: int | None = None
     array_pos: int = 0
+    # sbatch's -o/--output and -e/--error, as written (filename patterns unexpanded:
+    # gbatch.outputs expands them at start); None: slurm-%j.out, stderr with stdout.
+    output: str | None = None
+    error: str | None = None
+    open_mode: str | None = None  # "append" or "truncate" (None: truncate, as Slurm)
 
     @property
     def effective_priority(self) -> int:
@@ -161,7 +166,7 @@ class JobSpec:
             data["secret_env"] = list(self.secret_env)
         if self.network is not None:
             data["network"] = self.network
-        for key in ("submit_dir", "submit_host", "array_task"):
+        for key in ("submit_dir", "submit_host", "array_task", "output", "error", "open_mode"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
         if self.array_pos:
@@ -193,6 +198,9 @@ class JobSpec:
             submit_host=data.get("submit_host"),  # type: ignore[arg-type]
             array_task=data.get("array_task"),  # type: ignore[arg-type]
             array_pos=int(data.get("array_pos", 0)),  # type: ignore[call-overload]
+            output=data.get("output"),  # type: ignore[arg-type]
+            error=data.get("error"),  # type: ignore[arg-type]
+            open_mode=data.get("open_mode"),  # type: ignore[arg-type]
         )
 
 

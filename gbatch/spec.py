@@ -39,6 +39,9 @@ KEYS = (
     "requeue",
     "secret_env",
     "network",
+    "output",
+    "error",
+    "open_mode",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
 # from. A job file may not set them (build_spec's `wire`).
@@ -62,6 +65,9 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "requeue": "--no-requeue",
     "secret_env": "--secret-env",
     "network": "--network",
+    "output": "-o/--output",
+    "error": "-e/--error",
+    "open_mode": "--open-mode",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -88,6 +94,12 @@ _KEY_ALIASES = {
     "network_mode": "network",
     "networks": "network",
     "net": "network",
+    "stdout": "output",
+    "out": "output",
+    "stderr": "error",
+    "err": "error",
+    "openmode": "open_mode",
+    "open-mode": "open_mode",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
@@ -422,6 +434,9 @@ def build_spec(
         requeue=pick("requeue", _check_bool, True),
         secret_env=tuple(name for name, _ in pick("secret_env", check_secret_env, ())),
         network=pick("network", _check_network, None),
+        output=pick("output", _check_output_path, None),
+        error=pick("error", _check_output_path, None),
+        open_mode=pick("open_mode", _check_open_mode, None),
         submit_dir=_submit_value(file_data, "submit_dir", _check_workdir),
         submit_host=_submit_value(file_data, "submit_host", _check_host_name),
     )
@@ -726,6 +741,37 @@ def _check_workdir(value: object, field: str) -> str:
             field, f"the path is longer than {MAX_PATH_BYTES} bytes. Use a shorter path"
         )
     return value
+
+
+def _check_output_path(value: object, field: str) -> str:
+    """An output file name as sbatch takes it: a path, absolute or relative, that may
+    hold filename patterns (%j, %x, ...: gbatch.outputs)."""
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a file name. Give a path such as slurm-%j.out "
+            "or /scratch/%u/%x-%j.out",
+        )
+    if _CONTROL_RE.search(value):
+        raise SpecError(
+            field,
+            f"{show_value(value)} contains a control character (a line break, tab or NUL). "
+            "Use a path without them",
+        )
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise SpecError(
+            field, f"the path is longer than {MAX_PATH_BYTES} bytes. Use a shorter path"
+        )
+    if value.endswith("/"):
+        raise SpecError(field, f"{show_value(value)} names a directory. Name a file in it")
+    return value
+
+
+def _check_open_mode(value: object, field: str) -> str:
+    mode = value.strip().lower() if isinstance(value, str) else None
+    if mode not in ("append", "truncate"):
+        raise SpecError(field, f"{show_value(value)} is not an open mode. Use append or truncate")
+    return mode
 
 
 def _check_network(value: object, field: str) -> str:

@@ -29,6 +29,9 @@ OPTION_NAMES = {
     "workdir": "-D/--chdir",
     "secret_env": "--secret-env",
     "network": "--network",
+    "output": "-o/--output",
+    "error": "-e/--error",
+    "open_mode": "--open-mode",
 }
 
 
@@ -120,6 +123,25 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="the docker network of the job's container: one the admins offer "
         "(job_network, job_networks in the head's config)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the job's stdout (and its stderr, without -e) to FILE, as its submitter "
+        "(default: slurm-%%j.out, slurm-%%A_%%a.out for an array task, in the submit dir); "
+        "patterns %%j %%J %%x %%u %%A %%a %%N %%%%; a relative path starts from -D (bare "
+        "process) or the submit dir. The head keeps its own copy for `gbatch logs`",
+    )
+    p.add_argument(
+        "-e", "--error", metavar="FILE", help="write the job's stderr apart, to FILE (as -o)"
+    )
+    p.add_argument(
+        "--open-mode",
+        dest="open_mode",
+        metavar="append|truncate",
+        help="start the output files afresh (truncate, the default) or add to them; a "
+        "requeued or retried job always adds to them",
     )
     p.add_argument("-H", "--hold", action="store_true", default=None, help="queue the job held")
     # One task on one node is what a gbatch job is; Slurm scripts say so explicitly.
@@ -299,6 +321,47 @@ def _job_source(args: argparse.Namespace) -> tuple[dict[str, object] | None, Bat
     return parse_job_text(text, args.file), None
 
 
+def _check_output_dirs(spec: Any, submit_dir: str, *, from_file: bool, err_from_file: bool) -> None:
+    """Refuse, before queueing, an output or error file the submitter could not write
+    (sbatch runs as them): its directory missing or not writable, or the file there and
+    not writable. A directory part with %j, %A, %a or %N is known only at start and is
+    not checked; the default slurm-%j.out is not either (as Slurm, the job runs all the
+    same, and its log says why there is no file)."""
+    from gbatch.outputs import submit_check_dir
+    from gbatch.spec import SpecError
+
+    base = spec.workdir if spec.image is None and spec.workdir else submit_dir
+    user = _user_name()
+    for pattern, field in (
+        (spec.output, "output" if from_file else "-o/--output"),
+        (spec.error, "error" if err_from_file else "-e/--error"),
+    ):
+        if pattern is None:
+            continue
+        directory = submit_check_dir(pattern, user, spec.name, base)
+        if directory is None:
+            continue
+        shown = f"{pattern}: directory {directory}"
+        if not os.path.isdir(directory):
+            raise SpecError(
+                field,
+                f"{shown} does not exist. Create it or name a file in a directory that exists",
+            )
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise SpecError(
+                field, f"{shown} is not writable by you. Name a file in a directory you can write"
+            )
+
+
+def _user_name() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
     # Deferred: yaml and validation are needed by sbatch alone.
     from gbatch import wire
@@ -329,6 +392,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "workdir": args.workdir,
             "secret_env": _secret_env_option(args.secret_env),
             "network": args.network,
+            "output": args.output,
+            "error": args.error,
+            "open_mode": args.open_mode,
         }
         if script is not None:
             # As Slurm: the job is named after its script (stdin: "sbatch").
@@ -343,6 +409,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             source=args.file or ("stdin" if script is not None else "options"),
         )
         secrets = secret_env_values(data, overrides, option_names=OPTION_NAMES)
+        _check_output_dirs(
+            spec, os.getcwd(), from_file=args.output is None, err_from_file=args.error is None
+        )
     except SpecError as err:
         raise CliError(f"{err}", Exit.USAGE) from err
     except ScriptError as err:

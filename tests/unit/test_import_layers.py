@@ -1,7 +1,7 @@
 """The layers of docs/architecture.md hold: read from the source (ast), every import,
 including those deferred into functions and those only for type checking.
 
-    gbatch/ vocabulary   model spec timefmt config policy crashpoints wire limits
+    gbatch/ vocabulary   model spec timefmt config policy crashpoints wire limits outputs
     gbatch/nodes/        what reaches a host (and gbatch.shim, run beside a local job)
     gbatch/head/         the daemon's side
     gbatch/ front        client formatting cli/ tui/
@@ -18,7 +18,17 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gbatch"
 
-VOCABULARY = {"model", "spec", "timefmt", "config", "policy", "crashpoints", "wire", "limits"}
+VOCABULARY = {
+    "model",
+    "spec",
+    "timefmt",
+    "config",
+    "policy",
+    "crashpoints",
+    "wire",
+    "limits",
+    "outputs",
+}
 # What each layer may import besides the vocabulary and the standard library.
 ALLOWED = {
     "vocabulary": {"vocabulary"},

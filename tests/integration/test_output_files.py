@@ -114,3 +114,36 @@ def test_dev_null_takes_the_output_and_the_head_log_keeps_it(head: Head, tmp_pat
     head.wait_state(job_id, "COMPLETED")
     assert log(head, job_id) == ["x"]
     assert not (tmp_path / f"slurm-{job_id}.out").exists()
+
+
+def test_a_retried_job_adds_its_next_attempt_to_the_file(head: Head, tmp_path: Path) -> None:
+    job_id = submitted(
+        sbatch_in(
+            head,
+            tmp_path,
+            "--parsable",
+            "--retries",
+            "1",
+            "--wrap",
+            "echo attempt $GBATCH_ATTEMPT; exit 3",
+        )
+    )
+    job = head.wait_state(job_id, "FAILED")
+    assert job["attempt"] == 2
+    out = tmp_path / f"slurm-{job_id}.out"
+    wait_for(lambda: out.read_text() == "attempt 1\nattempt 2\n", what="both attempts")
+
+
+def test_array_tasks_write_slurm_arrayid_taskid_out(head: Head, tmp_path: Path) -> None:
+    done = sbatch_in(
+        head, tmp_path, "--parsable", "-a", "0-1", "--wrap", "echo $SLURM_ARRAY_TASK_ID"
+    )
+    assert done.returncode == 0, done.stderr
+    first = int(done.stdout.strip().split("-")[0].split("_")[0])  # "N-M" now, Slurm's "N" later
+    for task in (0, 1):
+        head.wait_state(first + task, "COMPLETED")
+        out = tmp_path / f"slurm-{first}_{task}.out"
+        wait_for(
+            lambda out=out, task=task: out.exists() and out.read_text() == f"{task}\n",
+            what=str(out),
+        )

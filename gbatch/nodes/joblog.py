@@ -179,6 +179,11 @@ class LogWriter:
         return done
 
 
+class StderrChunk(bytes):
+    """Output the job wrote on stderr, from a stream that tells the two apart (a local
+    container's `docker logs`, when the job sends stderr to a file of its own)."""
+
+
 class LogFollowers:
     """At most one live follower per (job, attempt)."""
 
@@ -199,8 +204,8 @@ class LogFollowers:
         open_files: FilesOpener | None = None,
     ) -> None:
         """Start copying (unless a follower for this attempt already runs), to the log
-        and, with `open_files`, to the job's output file too (stdout and stderr both:
-        the stream has them together)."""
+        and, with `open_files`, to the job's output files too: stderr to a file of its
+        own when the stream marks it (StderrChunk), else with stdout."""
         key = (job_id, attempt)
         with self._lock:
             thread = self._threads.get(key)
@@ -254,17 +259,21 @@ class LogFollowers:
             writer = LogWriter(_refuse(err))
         # The output file is cut back to the attempt's start the same way (outfiles).
         files = None if open_files is None else open_files(writer.write)
-        file_writer = (
-            None
-            if files is None
-            else LogWriter(partial(os.write, files.out), self._max_log_bytes, 0)
-        )
+        file_writer = err_writer = None
+        if files is not None:
+            file_writer = err_writer = LogWriter(
+                partial(os.write, files.out), self._max_log_bytes, 0
+            )
+            if files.apart:
+                err_writer = LogWriter(partial(os.write, files.err), self._max_log_bytes, 0)
         try:
             with open_stream() as chunks:
                 for chunk in chunks:
                     had_lost = writer.lost_bytes
                     writer.write(chunk)
-                    if file_writer is not None:
+                    if isinstance(chunk, StderrChunk) and err_writer is not None:
+                        err_writer.write(chunk)
+                    elif file_writer is not None:
                         file_writer.write(chunk)
                     crash_point("logs.mid_copy")
                     if writer.lost_bytes and not had_lost:
@@ -272,8 +281,8 @@ class LogFollowers:
 
                         logging.getLogger("gbatchd").warning("job %d: %s", job_id, writer.note())
             writer.finish()
-            if file_writer is not None:
-                file_writer.finish()
+            for each in {id(w): w for w in (file_writer, err_writer) if w is not None}.values():
+                each.finish()
         finally:
             if handle is not None:
                 handle.close()

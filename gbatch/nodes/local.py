@@ -43,6 +43,7 @@ from gbatch.nodes.joblog import (
     MAX_LOG_BYTES_ENV,
     OUT_FD_ENV,
     LogFollowers,
+    StderrChunk,
     open_log,
 )
 from gbatch.nodes.outfiles import OFFSETS_FILE, open_or_say
@@ -344,12 +345,16 @@ class LocalNode:
         self._log_followers.follow(
             job.id,
             attempt,
-            partial(self._docker_logs, job.id, attempt),
+            partial(self._docker_logs, job.id, attempt, job.spec.error is not None),
             partial(open_or_say, job, attempt, self.name, self.paths.run_dir(job.id, attempt)),
         )
 
     @contextlib.contextmanager
-    def _docker_logs(self, job_id: int, attempt: int) -> Iterator[Iterator[bytes]]:
+    def _docker_logs(
+        self, job_id: int, attempt: int, split: bool = False
+    ) -> Iterator[Iterator[bytes]]:
+        """The container's output; with `split`, what it wrote on stderr comes as
+        StderrChunk (docker logs gives the two on its own stdout and stderr)."""
         # Through a pipe, not straight into the file: if this daemon dies, the
         # follower loses its reader instead of writing on beside the next one.
         name = docker.container_name(job_id, attempt)
@@ -357,14 +362,19 @@ class LocalNode:
             docker.docker_logs_argv(name, follow=True, docker=self.config.docker),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE if split else subprocess.STDOUT,
         )
         assert follower.stdout is not None
         fd = follower.stdout.fileno()
         try:
-            yield iter(partial(os.read, fd, 65536), b"")
+            if follower.stderr is None:
+                yield iter(partial(os.read, fd, 65536), b"")
+            else:
+                yield _both_pipes(fd, follower.stderr.fileno())
         finally:
             follower.stdout.close()
+            if follower.stderr is not None:
+                follower.stderr.close()
             follower.wait()
 
     def status(self, job: Job, attempt: int) -> RunStatus:
@@ -453,6 +463,25 @@ class LocalNode:
                 (run_dir / name).unlink()
         with contextlib.suppress(OSError):
             run_dir.rmdir()
+
+
+def _both_pipes(out: int, err: int) -> Iterator[bytes]:
+    """Chunks from the pipes `out` and `err` as they come, err's as StderrChunk, until
+    both have ended."""
+    import selectors  # deferred: only a container job with -e apart needs it
+
+    with selectors.DefaultSelector() as selector:
+        selector.register(out, selectors.EVENT_READ)
+        selector.register(err, selectors.EVENT_READ)
+        open_pipes = 2
+        while open_pipes:
+            for key, _ in selector.select():
+                chunk = os.read(int(key.fd), 65536)
+                if not chunk:
+                    selector.unregister(key.fd)
+                    open_pipes -= 1
+                else:
+                    yield StderrChunk(chunk) if key.fd == err else chunk
 
 
 def _switch_to_submitter(job: Job) -> pwd.struct_passwd | None:

@@ -204,3 +204,16 @@ def test_a_container_removed_behind_gbatchs_back_is_requeued_once_and_runs_again
     assert job["attempt"] == 2
     reasons = [e["reason"] for e in job["events"]]  # type: ignore[union-attr]
     assert any("vanished" in r for r in reasons)
+
+
+def test_a_container_jobs_stderr_goes_to_its_own_file_with_e(
+    docker_head: Head, image: str, tmp_path: Path
+) -> None:
+    out, err = tmp_path / "c.out", tmp_path / "c.err"
+    job_id = docker_head.sbatch(
+        "--image", image, "-o", str(out), "-e", str(err), "--wrap", "echo to-out; echo to-err >&2"
+    )
+    docker_head.wait_state(job_id, "COMPLETED", timeout=60)
+    assert (out.read_text(), err.read_text()) == ("to-out\n", "to-err\n")
+    log = docker_head.run("logs", str(job_id), check=True).stdout
+    assert sorted(log.splitlines()) == ["to-err", "to-out"]  # the head's copy has both

@@ -14,6 +14,10 @@ WORKDIR entered with their rights. The shim itself stays the daemon's user, so t
 cannot touch RUN_DIR, its exit record or the shim, and the daemon can still signal the
 job's whole group.
 
+When the daemon passes the job's own output files (sbatch -o/-e, opened as the
+submitter: OUT_FD_ENV, ERR_FD_ENV), the shim copies the output there too, stderr
+through a pipe of its own when it goes to a file of its own.
+
 Output goes through the shim (a pipe), not straight to the file, so a log that cannot
 be written (a full disk) never makes the job's own writes fail: the shim drops that
 output and the log says so (gbatch.nodes.joblog.LogWriter). A process the job leaves behind
@@ -203,8 +207,9 @@ def parse_args(argv: list[str]) -> tuple[Path, Identity | None, list[str]] | Non
 
 def log_writer(environ: MutableMapping[str, str]) -> LogWriter:
     """The writer of the job's output to the log on this process's stdout, capped at
-    the head's max_log_bytes (MAX_LOG_BYTES_ENV, taken out of `environ` so that the job
-    does not inherit it) counting what the log already holds (earlier attempts)."""
+    the head's max_log_bytes (MAX_LOG_BYTES_ENV; main takes it out of the environment
+    so that the job does not inherit it) counting what the log already holds (earlier
+    attempts)."""
     out = sys.stdout.fileno()
     size = os.fstat(out).st_size
     return LogWriter(partial(os.write, out), log_limit(environ), size)

@@ -347,9 +347,15 @@ def _check_output_dirs(spec: Any, submit_dir: str, *, from_file: bool, err_from_
                 field,
                 f"{shown} does not exist. Create it or name a file in a directory that exists",
             )
-        if not os.access(directory, os.W_OK | os.X_OK):
+        name = os.path.join(directory, os.path.basename(pattern))
+        if "%" not in os.path.basename(pattern) and os.path.exists(name):
+            # An existing file (/dev/null) needs only to be writable itself.
+            problem = None if os.access(name, os.W_OK) else f"{pattern}: {name}"
+        else:
+            problem = None if os.access(directory, os.W_OK | os.X_OK) else shown
+        if problem is not None:
             raise SpecError(
-                field, f"{shown} is not writable by you. Name a file in a directory you can write"
+                field, f"{problem} is not writable by you. Name a file in a directory you can write"
             )
 
 

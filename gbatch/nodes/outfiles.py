@@ -207,15 +207,14 @@ def _open_in_child(run_as: RunAs, paths: list[str], flags: int) -> list[int]:
             raise OpenError("opening it as the submitter did not finish in time") from err
         ours.setblocking(False)
         try:
-            data, fds, _, _ = socket.recv_fds(ours, 65536, len(paths))
+            # Close-on-exec from the start: another thread may be starting a job.
+            data, fds, _, _ = socket.recv_fds(ours, 65536, len(paths), socket.MSG_CMSG_CLOEXEC)
         except BlockingIOError:
             problem = stderr.decode(errors="replace").strip().splitlines()
             raise OpenError(
                 f"cannot open {paths[0]} as the submitter" + (f": {problem[-1]}" if problem else "")
             ) from None
     answers = json.loads(data)
-    for fd in fds:
-        os.set_inheritable(fd, False)
     failed = [(path, why) for path, why in zip(paths, answers, strict=True) if why is not None]
     if failed:
         for fd in fds:

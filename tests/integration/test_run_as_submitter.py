@@ -139,6 +139,14 @@ def test_an_output_file_the_student_may_not_write_is_not_written_and_the_log_say
         "gbatch sbatch: error: -o/--output: /etc/gbatch-evil.out: directory /etc is not "
         "writable by you. Name a file in a directory you can write\n",
     )
+    done = lab.as_student("sbatch", "-o", "/etc/passwd", "--wrap", "echo x")
+    assert (done["rc"], done["err"]) == (
+        2,
+        "gbatch sbatch: error: -o/--output: /etc/passwd: /etc/passwd is not writable by you. "
+        "Name a file in a directory you can write\n",
+    )
+    done = lab.as_student("sbatch", "-o", "/dev/null", "--wrap", "echo x")  # /dev is not
+    assert done["rc"] == 0, done["err"]
     # Past the CLI's check (its own client): the daemon opens it as the student, so
     # the root daemon's rights never create it.
     home, target = lab.head.home, "/etc/gbatch-evil.out"

@@ -768,10 +768,11 @@ def _check_output_path(value: object, field: str) -> str:
 
 
 def _check_open_mode(value: object, field: str) -> str:
-    mode = value.strip().lower() if isinstance(value, str) else None
-    if mode not in ("append", "truncate"):
+    """As sbatch: the first letter decides (a or A: append, t or T: truncate)."""
+    first = value.strip()[:1].lower() if isinstance(value, str) else ""
+    if first not in ("a", "t"):
         raise SpecError(field, f"{show_value(value)} is not an open mode. Use append or truncate")
-    return mode
+    return "append" if first == "a" else "truncate"
 
 
 def _check_network(value: object, field: str) -> str:

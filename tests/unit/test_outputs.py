@@ -80,6 +80,9 @@ def test_job_file_keys_and_their_options_are_checked() -> None:
     assert (spec.output, spec.error, spec.open_mode) == ("a-%j.out", "e", "append")
     assert JobSpec.from_dict(spec.to_dict()) == spec
     assert "output" not in build_spec({"command": "true"}, {}, default_name="j").to_dict()
+    assert build_spec({"command": "true", "open_mode": "T"}, {}, default_name="j").open_mode == (
+        "truncate"
+    )
     with pytest.raises(SpecError, match=r'^--open-mode: "sometimes" is not an open mode'):
         build_spec(
             {"command": "true"},

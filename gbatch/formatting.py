@@ -27,6 +27,7 @@ from gbatch.model import (
     NodeInfo,
     NodeState,
 )
+from gbatch.outputs import output_paths
 from gbatch.timefmt import format_duration, format_elapsed_fixed, format_timestamp
 
 # The partition shown for a job queued before partitions existed, and for a node that
@@ -575,6 +576,7 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
     several jobs, separate them with a blank line as scontrol does.
     """
     spec = job.spec
+    files = output_paths(job, job.node)
     env_names = ",".join(
         [_printable(name) for name, _ in spec.env]
         + [f"{_printable(name)}={SECRET_MASK}" for name in spec.secret_env]
@@ -610,6 +612,10 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         + (f" Network={_printable(spec.network)}" if spec.network else ""),
         f"   Environment={env_names or _NULL}",
         *_slurm_option_lines(spec),
+        # As scontrol: the paths the files have (patterns expanded), stdin never read.
+        f"   StdErr={_printable(files[1]) if files else _NULL}",
+        "   StdIn=/dev/null",
+        f"   StdOut={_printable(files[0]) if files else _NULL}",
         "Events:",
         *_event_lines(events),
     ]
@@ -641,6 +647,7 @@ def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> st
     """The squeue JSON object of the job plus its spec (env names only, never values)
     and its events, oldest first."""
     spec = job.spec
+    files = output_paths(job, job.node)
     data = _job_to_dict(job, now)
     data.update(
         {
@@ -651,6 +658,10 @@ def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> st
             "shm_size": spec.shm_size,
             "network": spec.network,  # null: the head's job_network
             "dependency": spec.dependency,
+            "stdout": files[0] if files else None,
+            "stderr": files[1] if files else None,
+            "stdin": "/dev/null",
+            "open_mode": spec.open_mode or "truncate",
             "env_names": [name for name, _ in spec.env],
             "secret_env_names": list(spec.secret_env),
             "retries": spec.retries,

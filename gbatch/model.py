@@ -183,6 +183,11 @@ class JobSpec:
     # The array expression of the submission an array task belongs to ("1-5:2"), for
     # SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP. Set by the daemon, never by a file.
     array: str | None = None
+    # sbatch's -o/--output and -e/--error, as written (filename patterns unexpanded:
+    # gbatch.outputs expands them at start); None: slurm-%j.out, stderr with stdout.
+    output: str | None = None
+    error: str | None = None
+    open_mode: str | None = None  # "append" or "truncate" (None: truncate, as Slurm)
 
     @property
     def effective_priority(self) -> int:
@@ -210,7 +215,15 @@ class JobSpec:
             data["secret_env"] = list(self.secret_env)
         if self.network is not None:
             data["network"] = self.network
-        for key in ("submit_dir", "submit_host", "array_task", "partition"):
+        for key in (
+            "submit_dir",
+            "submit_host",
+            "array_task",
+            "partition",
+            "output",
+            "error",
+            "open_mode",
+        ):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
         if self.array_pos:
@@ -263,6 +276,9 @@ class JobSpec:
             mem_per_cpu_mb=data.get("mem_per_cpu"),  # type: ignore[arg-type]
             dependency=data.get("dependency"),  # type: ignore[arg-type]
             **{key: data[key] for key in _OPTIONAL_KEYS if data.get(key) is not None},  # type: ignore[arg-type]
+            output=data.get("output"),  # type: ignore[arg-type]
+            error=data.get("error"),  # type: ignore[arg-type]
+            open_mode=data.get("open_mode"),  # type: ignore[arg-type]
         )
 
 

@@ -14,6 +14,10 @@ WORKDIR entered with their rights. The shim itself stays the daemon's user, so t
 cannot touch RUN_DIR, its exit record or the shim, and the daemon can still signal the
 job's whole group.
 
+When the daemon passes the job's own output files (sbatch -o/-e, opened as the
+submitter: OUT_FD_ENV, ERR_FD_ENV), the shim copies the output there too, stderr
+through a pipe of its own when it goes to a file of its own.
+
 Output goes through the shim (a pipe), not straight to the file, so a log that cannot
 be written (a full disk) never makes the job's own writes fail: the shim drops that
 output and the log says so (gbatch.nodes.joblog.LogWriter). A process the job leaves behind
@@ -41,7 +45,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogWriter
+from gbatch.nodes.joblog import ERR_FD_ENV, MAX_LOG_BYTES_ENV, OUT_FD_ENV, LogWriter
 
 # Errors that free space ends; any other error in recording the run is final.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -104,12 +108,55 @@ def _say(message: str) -> None:
 
 def copy_output(source: int, writer: LogWriter) -> None:
     """Copy the job's output from the pipe `source` until every writer has closed it."""
+    copy_outputs({source: [writer]})
+
+
+def copy_outputs(sources: dict[int, list[LogWriter]]) -> None:
+    """Copy each pipe of `sources` to its writers until every writer of every pipe has
+    closed it; then finish the writers. One thread: a LogWriter is not thread-safe, and
+    the head's log takes both pipes."""
+    import selectors  # deferred: only here, on the copier's thread
+
+    open_pipes = dict(sources)
     try:
-        for chunk in iter(lambda: os.read(source, 65536), b""):
-            writer.write(chunk)
-        writer.finish()
+        with selectors.DefaultSelector() as selector:
+            for fd in open_pipes:
+                selector.register(fd, selectors.EVENT_READ)
+            while open_pipes:
+                for key, _ in selector.select():
+                    fd = int(key.fd)
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        selector.unregister(fd)
+                        os.close(fd)
+                        del open_pipes[fd]
+                        continue
+                    for writer in open_pipes[fd]:
+                        writer.write(chunk)
+        for writer in {id(w): w for ws in sources.values() for w in ws}.values():
+            writer.finish()
     finally:
-        os.close(source)
+        for fd in open_pipes:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def file_writers(
+    environ: MutableMapping[str, str], limit: int | None
+) -> tuple[LogWriter | None, LogWriter | None]:
+    """Writers to the job's own output files (sbatch -o/-e), whose descriptors the
+    daemon passed (OUT_FD_ENV, ERR_FD_ENV, taken out of `environ`): (stdout's, stderr's
+    when apart). Each takes at most `limit` bytes of this attempt; a write the file
+    refuses never fails the job (LogWriter)."""
+    out = environ.pop(OUT_FD_ENV, None)
+    err = environ.pop(ERR_FD_ENV, None)
+    if not out:
+        return None, None
+
+    def writer(fd: int) -> LogWriter:
+        return LogWriter(partial(os.write, fd), limit, 0)
+
+    return writer(int(out)), (writer(int(err)) if err and err != out else None)
 
 
 @dataclass(frozen=True)
@@ -200,12 +247,17 @@ def parse_args(argv: list[str]) -> tuple[Path, Identity | None, list[str]] | Non
 
 def log_writer(environ: MutableMapping[str, str]) -> LogWriter:
     """The writer of the job's output to the log on this process's stdout, capped at
-    the head's max_log_bytes (MAX_LOG_BYTES_ENV, taken out of `environ` so that the job
-    does not inherit it) counting what the log already holds (earlier attempts)."""
-    limit = environ.pop(MAX_LOG_BYTES_ENV, None)
+    the head's max_log_bytes (MAX_LOG_BYTES_ENV; main takes it out of the environment
+    so that the job does not inherit it) counting what the log already holds (earlier
+    attempts)."""
     out = sys.stdout.fileno()
     size = os.fstat(out).st_size
-    return LogWriter(partial(os.write, out), int(limit) if limit else None, size)
+    return LogWriter(partial(os.write, out), log_limit(environ), size)
+
+
+def log_limit(environ: MutableMapping[str, str]) -> int | None:
+    limit = environ.get(MAX_LOG_BYTES_ENV)
+    return int(limit) if limit else None
 
 
 def main(argv: list[str]) -> int:
@@ -223,26 +275,35 @@ def main(argv: list[str]) -> int:
         workdir = identity.workdir if identity is not None else None
         switch["preexec_fn"] = partial(_prepare_child, limits, workdir)
     writer = log_writer(os.environ)
+    out_file, err_file = file_writers(os.environ, log_limit(os.environ))
+    os.environ.pop(MAX_LOG_BYTES_ENV, None)
     output, job_output = os.pipe()
+    errors, job_errors = os.pipe() if err_file is not None else (output, job_output)
     try:
         child = subprocess.Popen(
-            command, process_group=0, stdout=job_output, stderr=job_output, **switch
+            command, process_group=0, stdout=job_output, stderr=job_errors, **switch
         )
     except OSError as err:
-        os.close(output)
-        os.close(job_output)
+        for fd in {output, job_output, errors, job_errors}:
+            os.close(fd)
         # Goes to the job's log, which is this process's stdout/stderr.
         _say(f"gbatch: cannot start {command[0]!r}: {err.strerror}")
         code = 127 if isinstance(err, FileNotFoundError) else 126
         failed: dict[str, object] = {"exit_code": code, "signal": 0, "end_time": time.time()}
         write_when_possible(run_dir / "exit.json", lambda: failed)
         return code
-    os.close(job_output)  # the job holds it now; EOF comes when the job's side closes
+    for fd in {job_output, job_errors}:
+        os.close(fd)  # the job holds it now; EOF comes when the job's side closes
+    sources: dict[int, list[LogWriter]] = {output: [writer]}
+    if out_file is not None:
+        sources[output].append(out_file)
+    if err_file is not None:
+        sources[errors] = [writer, err_file]
     # The daemon signals the job's group, not the shim; ignore stray terminal
     # signals so the shim always lives to record the exit status.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    copier = threading.Thread(target=copy_output, args=(output, writer), daemon=True)
+    copier = threading.Thread(target=copy_outputs, args=(sources,), daemon=True)
     copier.start()
     pids: dict[str, object] = {"shim": os.getpid(), "pgid": child.pid}
     write_when_possible(run_dir / "pids.json", lambda: pids)

@@ -61,6 +61,9 @@ KEYS = (
     "mail_type",
     "mail_user",
     "comment",
+    "output",
+    "error",
+    "open_mode",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
 # from. A job file may not set them (build_spec's `wire`).
@@ -96,6 +99,9 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "mail_type": "--mail-type",
     "mail_user": "--mail-user",
     "comment": "--comment",
+    "output": "-o/--output",
+    "error": "-e/--error",
+    "open_mode": "--open-mode",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -136,6 +142,12 @@ _KEY_ALIASES = {
     "depend": "dependency",
     "depends_on": "dependency",
     "after": "dependency",
+    "stdout": "output",
+    "out": "output",
+    "stderr": "error",
+    "err": "error",
+    "openmode": "open_mode",
+    "open-mode": "open_mode",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
@@ -473,6 +485,9 @@ def build_spec(
         secret_env=tuple(name for name, _ in pick("secret_env", check_secret_env, ())),
         network=pick("network", _check_network, None),
         dependency=pick("dependency", check_dependency, None),
+        output=pick("output", _check_output_path, None),
+        error=pick("error", _check_output_path, None),
+        open_mode=pick("open_mode", _check_open_mode, None),
         submit_dir=_submit_value(file_data, "submit_dir", _check_workdir),
         submit_host=_submit_value(file_data, "submit_host", _check_host_name),
         partition=pick("partition", _check_partition, None),
@@ -840,6 +855,38 @@ def _check_workdir(value: object, field: str) -> str:
             field, f"the path is longer than {MAX_PATH_BYTES} bytes. Use a shorter path"
         )
     return value
+
+
+def _check_output_path(value: object, field: str) -> str:
+    """An output file name as sbatch takes it: a path, absolute or relative, that may
+    hold filename patterns (%j, %x, ...: gbatch.outputs)."""
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a file name. Give a path such as slurm-%j.out "
+            "or /scratch/%u/%x-%j.out",
+        )
+    if _CONTROL_RE.search(value):
+        raise SpecError(
+            field,
+            f"{show_value(value)} contains a control character (a line break, tab or NUL). "
+            "Use a path without them",
+        )
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise SpecError(
+            field, f"the path is longer than {MAX_PATH_BYTES} bytes. Use a shorter path"
+        )
+    if value.endswith("/"):
+        raise SpecError(field, f"{show_value(value)} names a directory. Name a file in it")
+    return value
+
+
+def _check_open_mode(value: object, field: str) -> str:
+    """As sbatch: the first letter decides (a or A: append, t or T: truncate)."""
+    first = value.strip()[:1].lower() if isinstance(value, str) else ""
+    if first not in ("a", "t"):
+        raise SpecError(field, f"{show_value(value)} is not an open mode. Use append or truncate")
+    return "append" if first == "a" else "truncate"
 
 
 def _check_network(value: object, field: str) -> str:

@@ -42,6 +42,9 @@ OPTION_NAMES = {
     "mail_type": "--mail-type",
     "mail_user": "--mail-user",
     "comment": "--comment",
+    "output": "-o/--output",
+    "error": "-e/--error",
+    "open_mode": "--open-mode",
 }
 
 
@@ -213,6 +216,25 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         "singleton (one job of this name of yours at a time); join with , (all) or ? "
         "(any). An array's id means all its tasks, ID_K one task",
     )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the job's stdout (and its stderr, without -e) to FILE, as its submitter "
+        "(default: slurm-%%j.out, slurm-%%A_%%a.out for an array task, in the submit dir); "
+        "patterns %%j %%J %%x %%u %%A %%a %%N %%%%; a relative path starts from -D (bare "
+        "process) or the submit dir. The head keeps its own copy for `gbatch logs`",
+    )
+    p.add_argument(
+        "-e", "--error", metavar="FILE", help="write the job's stderr apart, to FILE (as -o)"
+    )
+    p.add_argument(
+        "--open-mode",
+        dest="open_mode",
+        metavar="append|truncate",
+        help="start the output files afresh (truncate, the default) or add to them; a "
+        "requeued or retried job always adds to them",
+    )
     p.add_argument("-H", "--hold", action="store_true", default=None, help="queue the job held")
     # One task on one node is what a gbatch job is; Slurm scripts say so explicitly.
     for flags, dest in (
@@ -374,6 +396,53 @@ def _job_source(args: argparse.Namespace) -> tuple[dict[str, object] | None, Bat
     return parse_job_text(text, args.file), None
 
 
+def _check_output_dirs(spec: Any, submit_dir: str, *, from_file: bool, err_from_file: bool) -> None:
+    """Refuse, before queueing, an output or error file the submitter could not write
+    (sbatch runs as them): its directory missing or not writable, or the file there and
+    not writable. A directory part with %j, %A, %a or %N is known only at start and is
+    not checked; the default slurm-%j.out is not either (as Slurm, the job runs all the
+    same, and its log says why there is no file)."""
+    from gbatch.outputs import submit_check_dir
+    from gbatch.spec import SpecError
+
+    base = spec.workdir if spec.image is None and spec.workdir else submit_dir
+    user = _user_name()
+    for pattern, field in (
+        (spec.output, "output" if from_file else "-o/--output"),
+        (spec.error, "error" if err_from_file else "-e/--error"),
+    ):
+        if pattern is None:
+            continue
+        directory = submit_check_dir(pattern, user, spec.name, base)
+        if directory is None:
+            continue
+        shown = f"{pattern}: directory {directory}"
+        if not os.path.isdir(directory):
+            raise SpecError(
+                field,
+                f"{shown} does not exist. Create it or name a file in a directory that exists",
+            )
+        name = os.path.join(directory, os.path.basename(pattern))
+        if "%" not in os.path.basename(pattern) and os.path.exists(name):
+            # An existing file (/dev/null) needs only to be writable itself.
+            problem = None if os.access(name, os.W_OK) else f"{pattern}: {name}"
+        else:
+            problem = None if os.access(directory, os.W_OK | os.X_OK) else shown
+        if problem is not None:
+            raise SpecError(
+                field, f"{problem} is not writable by you. Name a file in a directory you can write"
+            )
+
+
+def _user_name() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
     # Deferred: yaml and validation are needed by sbatch alone.
     from gbatch import wire
@@ -425,6 +494,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "mail_type": args.mail_type,
             "mail_user": args.mail_user,
             "comment": args.comment,
+            "output": args.output,
+            "error": args.error,
+            "open_mode": args.open_mode,
         }
         if script is not None:
             # As Slurm: the job is named after its script (stdin: "sbatch").
@@ -449,6 +521,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         check_submit_env_size(submit_env)
         if args.array is not None:
             parse_array(args.array)  # refused here, in one line, before anything is sent
+        _check_output_dirs(
+            spec, os.getcwd(), from_file=args.output is None, err_from_file=args.error is None
+        )
     except SpecError as err:
         raise CliError(f"{err}", Exit.USAGE) from err
     except ScriptError as err:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+from functools import partial
 from pathlib import Path
 
 from gbatch.crashpoints import crash_point
@@ -33,9 +34,13 @@ if TYPE_CHECKING:
     from typing import IO
 
     from gbatch.config import Paths
+    from gbatch.nodes.outfiles import OutputFiles
 
     # Opens the container's output stream: a context manager yielding chunks.
     StreamOpener = Callable[[], AbstractContextManager[Iterator[bytes]]]
+    # Opens the attempt's output file (gbatch.nodes.outfiles.open_or_say): None when
+    # there is none or it cannot be opened, which it says through the callable given.
+    FilesOpener = Callable[[Callable[[bytes], object]], OutputFiles | None]
 
 
 def open_log(path: Path) -> IO[bytes]:
@@ -60,6 +65,9 @@ def loss_note(lost_bytes: int, error: str) -> str:
 
 # The shim learns the head's max_log_bytes from this variable (and keeps it from the job).
 MAX_LOG_BYTES_ENV = "GBATCH_MAX_LOG_BYTES"
+# ... and the descriptors of the job's own output files (sbatch -o, -e), when it has them.
+OUT_FD_ENV = "GBATCH_OUT_FD"
+ERR_FD_ENV = "GBATCH_ERR_FD"
 
 
 def size_text(count: int) -> str:
@@ -171,6 +179,11 @@ class LogWriter:
         return done
 
 
+class StderrChunk(bytes):
+    """Output the job wrote on stderr, from a stream that tells the two apart (a local
+    container's `docker logs`, when the job sends stderr to a file of its own)."""
+
+
 class LogFollowers:
     """At most one live follower per (job, attempt)."""
 
@@ -183,8 +196,16 @@ class LogFollowers:
         self._lock = threading.Lock()
         self._threads: dict[tuple[int, int], threading.Thread] = {}
 
-    def follow(self, job_id: int, attempt: int, open_stream: StreamOpener) -> None:
-        """Start copying (unless a follower for this attempt already runs)."""
+    def follow(
+        self,
+        job_id: int,
+        attempt: int,
+        open_stream: StreamOpener,
+        open_files: FilesOpener | None = None,
+    ) -> None:
+        """Start copying (unless a follower for this attempt already runs), to the log
+        and, with `open_files`, to the job's output files too: stderr to a file of its
+        own when the stream marks it (StderrChunk), else with stdout."""
         key = (job_id, attempt)
         with self._lock:
             thread = self._threads.get(key)
@@ -192,7 +213,7 @@ class LogFollowers:
                 return
             thread = threading.Thread(
                 target=self._copy,
-                args=(job_id, attempt, open_stream),
+                args=(job_id, attempt, open_stream, open_files),
                 name=f"logs-{job_id}.{attempt}",
                 daemon=True,
             )
@@ -217,7 +238,13 @@ class LogFollowers:
         if thread is not None:
             thread.join(timeout)
 
-    def _copy(self, job_id: int, attempt: int, open_stream: StreamOpener) -> None:
+    def _copy(
+        self,
+        job_id: int,
+        attempt: int,
+        open_stream: StreamOpener,
+        open_files: FilesOpener | None,
+    ) -> None:
         offset_file = self._paths.run_dir(job_id, attempt) / "log_offset"
         offset = int(offset_file.read_text()) if offset_file.exists() else 0
         handle: IO[bytes] | None = None
@@ -230,20 +257,37 @@ class LogFollowers:
             # Read the stream on all the same: a follower that died would be started
             # again at once, and the container's output would be replayed for nothing.
             writer = LogWriter(_refuse(err))
+        # The output file is cut back to the attempt's start the same way (outfiles).
+        files = None if open_files is None else open_files(writer.write)
+        file_writer = err_writer = None
+        if files is not None:
+            file_writer = err_writer = LogWriter(
+                partial(os.write, files.out), self._max_log_bytes, 0
+            )
+            if files.apart:
+                err_writer = LogWriter(partial(os.write, files.err), self._max_log_bytes, 0)
         try:
             with open_stream() as chunks:
                 for chunk in chunks:
                     had_lost = writer.lost_bytes
                     writer.write(chunk)
+                    if isinstance(chunk, StderrChunk) and err_writer is not None:
+                        err_writer.write(chunk)
+                    elif file_writer is not None:
+                        file_writer.write(chunk)
                     crash_point("logs.mid_copy")
                     if writer.lost_bytes and not had_lost:
                         import logging  # deferred: see TYPE_CHECKING above
 
                         logging.getLogger("gbatchd").warning("job %d: %s", job_id, writer.note())
             writer.finish()
+            for each in {id(w): w for w in (file_writer, err_writer) if w is not None}.values():
+                each.finish()
         finally:
             if handle is not None:
                 handle.close()
+            if files is not None:
+                files.close()
             self._on_done()
 
 

@@ -38,7 +38,15 @@ from gbatch.nodes.base import (
     job_env,
     launch_secrets,
 )
-from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogFollowers, open_log
+from gbatch.nodes.joblog import (
+    ERR_FD_ENV,
+    MAX_LOG_BYTES_ENV,
+    OUT_FD_ENV,
+    LogFollowers,
+    StderrChunk,
+    open_log,
+)
+from gbatch.nodes.outfiles import OFFSETS_FILE, open_or_say
 from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
 from gbatch.shim import CPUS_ENV, MEM_MB_ENV
 
@@ -284,6 +292,10 @@ class LocalNode:
             log = open_log(self.paths.job_log(job.id))
         except OSError as err:
             raise LaunchError(f"cannot open its log: {err}") from err
+        files = open_or_say(job, attempt, self.name, run_dir, log.write)
+        if files is not None:
+            env[OUT_FD_ENV] = str(files.out)
+            env[ERR_FD_ENV] = str(files.err)
         try:
             shim = subprocess.Popen(
                 [
@@ -302,11 +314,14 @@ class LocalNode:
                 # Another user's workdir is entered by the job itself, as that user.
                 cwd=workdir if switch is None else "/",
                 start_new_session=True,
+                pass_fds=() if files is None else (files.out, files.err),
             )
         except OSError as err:
             raise LaunchError(f"cannot start the job: {err}") from err
         finally:
             log.close()
+            if files is not None:
+                files.close()
         with self._lock:
             self._shims[(job.id, attempt)] = shim
         threading.Thread(
@@ -327,14 +342,24 @@ class LocalNode:
             # submit check) ask it again rather than trust a cached "answers".
             self._engine_checked = (0.0, None)
             raise
-        self.follow_container_log(job.id, attempt)
+        self.follow_container_log(job, attempt)
 
-    def follow_container_log(self, job_id: int, attempt: int) -> None:
-        """Copy the container's output into the job's log until it exits."""
-        self._log_followers.follow(job_id, attempt, partial(self._docker_logs, job_id, attempt))
+    def follow_container_log(self, job: Job, attempt: int) -> None:
+        """Copy the container's output into the job's log, and its output file, until
+        it exits."""
+        self._log_followers.follow(
+            job.id,
+            attempt,
+            partial(self._docker_logs, job.id, attempt, job.spec.error is not None),
+            partial(open_or_say, job, attempt, self.name, self.paths.run_dir(job.id, attempt)),
+        )
 
     @contextlib.contextmanager
-    def _docker_logs(self, job_id: int, attempt: int) -> Iterator[Iterator[bytes]]:
+    def _docker_logs(
+        self, job_id: int, attempt: int, split: bool = False
+    ) -> Iterator[Iterator[bytes]]:
+        """The container's output; with `split`, what it wrote on stderr comes as
+        StderrChunk (docker logs gives the two on its own stdout and stderr)."""
         # Through a pipe, not straight into the file: if this daemon dies, the
         # follower loses its reader instead of writing on beside the next one.
         name = docker.container_name(job_id, attempt)
@@ -342,20 +367,25 @@ class LocalNode:
             docker.docker_logs_argv(name, follow=True, docker=self.config.docker),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE if split else subprocess.STDOUT,
         )
         assert follower.stdout is not None
         fd = follower.stdout.fileno()
         try:
-            yield iter(partial(os.read, fd, 65536), b"")
+            if follower.stderr is None:
+                yield iter(partial(os.read, fd, 65536), b"")
+            else:
+                yield _both_pipes(fd, follower.stderr.fileno())
         finally:
             follower.stdout.close()
+            if follower.stderr is not None:
+                follower.stderr.close()
             follower.wait()
 
     def status(self, job: Job, attempt: int) -> RunStatus:
         if job.spec.image is None:
             return self._process_status(job.id, attempt)
-        return self._container_status(job.id, attempt)
+        return self._container_status(job, attempt)
 
     def _process_status(self, job_id: int, attempt: int) -> RunStatus:
         run_dir = self.paths.run_dir(job_id, attempt)
@@ -373,7 +403,8 @@ class LocalNode:
         # Check once more: the shim may have written exit.json as it ended.
         return _exit_status(run_dir) or RunStatus("vanished")
 
-    def _container_status(self, job_id: int, attempt: int) -> RunStatus:
+    def _container_status(self, job: Job, attempt: int) -> RunStatus:
+        job_id = job.id
         name = docker.container_name(job_id, attempt)
         try:
             result = self._host.run(
@@ -397,12 +428,12 @@ class LocalNode:
             if not self._log_followers.copying(job_id, attempt):
                 # It ended while no daemon copied its output (this one started after):
                 # replay it whole from the container before the run is final.
-                self.follow_container_log(job_id, attempt)
+                self.follow_container_log(job, attempt)
             self._log_followers.wait(job_id, attempt)
             return ended
         if status.state == "created":
             return RunStatus("running")
-        self.follow_container_log(job_id, attempt)
+        self.follow_container_log(job, attempt)
         return RunStatus("running")
 
     def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
@@ -432,7 +463,7 @@ class LocalNode:
                     timeout=DOCKER_TIMEOUT,
                 )
         run_dir = self.paths.run_dir(job.id, attempt)
-        for name in ("exit.json", "pids.json", "env", "log_offset"):
+        for name in ("exit.json", "pids.json", "env", "log_offset", OFFSETS_FILE):
             with contextlib.suppress(FileNotFoundError):
                 (run_dir / name).unlink()
         with contextlib.suppress(OSError):
@@ -458,6 +489,25 @@ def bare_limits_env(job: Job, allowed: Sequence[int] | None = None) -> dict[str,
     if spec.memory_mb is not None:
         env[MEM_MB_ENV] = str(spec.memory_mb)
     return env
+
+
+def _both_pipes(out: int, err: int) -> Iterator[bytes]:
+    """Chunks from the pipes `out` and `err` as they come, err's as StderrChunk, until
+    both have ended."""
+    import selectors  # deferred: only a container job with -e apart needs it
+
+    with selectors.DefaultSelector() as selector:
+        selector.register(out, selectors.EVENT_READ)
+        selector.register(err, selectors.EVENT_READ)
+        open_pipes = 2
+        while open_pipes:
+            for key, _ in selector.select():
+                chunk = os.read(int(key.fd), 65536)
+                if not chunk:
+                    selector.unregister(key.fd)
+                    open_pipes -= 1
+                else:
+                    yield StderrChunk(chunk) if key.fd == err else chunk
 
 
 def _switch_to_submitter(job: Job) -> pwd.struct_passwd | None:

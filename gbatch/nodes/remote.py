@@ -30,6 +30,7 @@ from gbatch.nodes.base import (
 )
 from gbatch.nodes.inventory import NodeConfig
 from gbatch.nodes.joblog import LogFollowers
+from gbatch.nodes.outfiles import OFFSETS_FILE, open_or_say
 from gbatch.nodes.report import (
     NodeReport,
     ReportError,
@@ -283,12 +284,13 @@ class RemoteNode:
             self._env_file(job.id, attempt),
             disk_free_bytes=report.disk_free_bytes if report is not None else None,
         )
-        self._follow(job.id, attempt)
+        self._follow(job, attempt)
 
-    def _follow(self, job_id: int, attempt: int) -> None:
+    def _follow(self, job: Job, attempt: int) -> None:
         """Copy the run's output to the head and learn its exit the moment it happens
         (`docker wait` on the open connection), not at the next report."""
-        self._follow_log(job_id, attempt)
+        job_id = job.id
+        self._follow_log(job, attempt)
         key = (job_id, attempt)
         with self._lock:
             waiter = self._waiters.get(key)
@@ -300,7 +302,8 @@ class RemoteNode:
             self._waiters[key] = waiter
         waiter.start()
 
-    def _follow_log(self, job_id: int, attempt: int) -> None:
+    def _follow_log(self, job: Job, attempt: int) -> None:
+        job_id = job.id
         key = (job_id, attempt)
         with self._lock:
             stale = self._followed_on.get(key) != self._generation
@@ -309,15 +312,21 @@ class RemoteNode:
             # A follower from an earlier connection ended with it: forget it, so a new
             # one replays the whole output (LogFollowers truncates to the attempt's start).
             self._log_followers.wait(job_id, attempt, timeout=0.0)
-        self._log_followers.follow(job_id, attempt, partial(self._docker_logs, job_id, attempt))
+        self._log_followers.follow(
+            job_id,
+            attempt,
+            partial(self._docker_logs, job_id, attempt),
+            partial(open_or_say, job, attempt, self.name, self.paths.run_dir(job_id, attempt)),
+        )
 
-    def _complete_log(self, job_id: int, attempt: int) -> None:
+    def _complete_log(self, job: Job, attempt: int) -> None:
+        job_id = job.id
         """Before a run is final, make its log whole: output copied on a connection that
         has since broken, or by an earlier daemon, is replayed from the container."""
         with self._lock:
             current = self._followed_on.get((job_id, attempt)) == self._generation
         if not current:
-            self._follow_log(job_id, attempt)
+            self._follow_log(job, attempt)
         self._log_followers.wait(job_id, attempt)
 
     def _wait_exit(self, job_id: int, attempt: int) -> None:
@@ -359,7 +368,7 @@ class RemoteNode:
             waited = self._exits.pop((job.id, attempt), None)
         # 137 is SIGKILL, also the OOM killer's: inspect to tell them apart.
         if waited is not None and waited[0] != 137:
-            self._complete_log(job.id, attempt)
+            self._complete_log(job, attempt)
             return RunStatus("exited", waited[0], 0, waited[1])
         container = {c.name: c for c in report.containers}.get(name)
         ended = None
@@ -368,13 +377,13 @@ class RemoteNode:
                 container.state, container.exit_code, container.finished_at, container.oom_killed
             )
         if ended is not None:
-            self._complete_log(job.id, attempt)
+            self._complete_log(job, attempt)
             return ended
         if container is None or waited or self._log_followers.ended(job.id, attempt):
             # Not listed yet (just started), or its output just ended: ask docker now
             # rather than wait for the next report.
             return self._inspect(job, attempt)
-        self._follow(job.id, attempt)  # after a daemon restart: re-attach
+        self._follow(job, attempt)  # after a daemon restart: re-attach
         return RunStatus("running")
 
     def _inspect(self, job: Job, attempt: int) -> RunStatus:
@@ -395,9 +404,9 @@ class RemoteNode:
             status.state, status.exit_code, status.finished_at, status.oom_killed
         )
         if ended is not None:
-            self._complete_log(job.id, attempt)
+            self._complete_log(job, attempt)
             return ended
-        self._follow(job.id, attempt)
+        self._follow(job, attempt)
         return RunStatus("running")
 
     def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
@@ -418,6 +427,8 @@ class RemoteNode:
         run_dir = self.paths.run_dir(job.id, attempt)
         with contextlib.suppress(FileNotFoundError):
             (run_dir / "log_offset").unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / OFFSETS_FILE).unlink()
         with contextlib.suppress(OSError):
             run_dir.rmdir()
 

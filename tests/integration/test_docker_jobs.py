@@ -61,6 +61,9 @@ def test_image_job_sees_exactly_its_gpus_and_its_output_is_kept(
     assert (job["exit_code"], job["exit_signal"]) == (4, 0)
     log = docker_head.run("logs", str(job_id), check=True).stdout
     assert f"nvidia=1,2 job={job_id}" in log and "oops" in log
+    # Slurm's slurm-N.out in the submit dir gets the same, stdout and stderr together.
+    out = (docker_head.home / f"slurm-{job_id}.out").read_text()
+    assert f"nvidia=1,2 job={job_id}" in out and "oops" in out
     # The finished container is removed; its output lives on in the head's log.
     gone = subprocess.run(["docker", "inspect", container_name(job_id, 1)], capture_output=True)
     assert gone.returncode != 0
@@ -144,6 +147,9 @@ def test_a_crash_in_the_middle_of_copying_a_containers_log_leaves_it_whole(
         assert job["attempt"] == 1, "the container was started a second time"
         log = head.run("logs", str(job_id), check=True).stdout
         assert log.splitlines() == [f"tick {i}" for i in range(1, 6)]
+        # The output file was cut back to the attempt's start too: nothing twice.
+        out = head.home / f"slurm-{job_id}.out"
+        assert out.read_text().splitlines() == [f"tick {i}" for i in range(1, 6)]
     finally:
         head.stop()
         kill_leftover_jobs(head.home)
@@ -198,3 +204,16 @@ def test_a_container_removed_behind_gbatchs_back_is_requeued_once_and_runs_again
     assert job["attempt"] == 2
     reasons = [e["reason"] for e in job["events"]]  # type: ignore[union-attr]
     assert any("vanished" in r for r in reasons)
+
+
+def test_a_container_jobs_stderr_goes_to_its_own_file_with_e(
+    docker_head: Head, image: str, tmp_path: Path
+) -> None:
+    out, err = tmp_path / "c.out", tmp_path / "c.err"
+    job_id = docker_head.sbatch(
+        "--image", image, "-o", str(out), "-e", str(err), "--wrap", "echo to-out; echo to-err >&2"
+    )
+    docker_head.wait_state(job_id, "COMPLETED", timeout=60)
+    assert (out.read_text(), err.read_text()) == ("to-out\n", "to-err\n")
+    log = docker_head.run("logs", str(job_id), check=True).stdout
+    assert sorted(log.splitlines()) == ["to-err", "to-out"]  # the head's copy has both

@@ -44,8 +44,13 @@ class Lab:
         return self.base / "data" / self.student.name
 
     def as_student(self, *argv: str) -> dict[str, Any]:
-        home = self.head.home
-        result: dict[str, Any] = as_user(self.student, lambda: run_cli(home, *argv))
+        home, jobs = self.head.home, self.base / "jobs"
+
+        def in_jobs() -> dict[str, Any]:
+            os.chdir(jobs)  # the submit dir: slurm-N.out files land there
+            return run_cli(home, *argv)
+
+        result: dict[str, Any] = as_user(self.student, in_jobs)
         return result
 
     def sbatch_as_student(self, *argv: str) -> int:
@@ -73,7 +78,8 @@ def lab() -> Iterator[Lab]:
     with temp_users("gbra", ["student", "other"]) as users, shared_home("gbatch-runas-") as head:
         base = head.home.parent
         student = users["student"]
-        (base / "jobs").mkdir(mode=0o755)
+        (base / "jobs").mkdir()
+        (base / "jobs").chmod(0o1777)  # as /tmp: the students' output files go there
         data = base / "data" / student.name
         (data / "run").mkdir(parents=True)
         (data / "link-etc").symlink_to("/etc")
@@ -119,6 +125,45 @@ def test_a_students_bare_job_runs_as_the_student_and_reads_nothing_of_the_head(
     ]
     assert lines[5:] == ["DENIED"] * 5
     assert lab.head.job(job_id)["uid"] == student.uid
+    # Its slurm-N.out was made by the student, not by the root daemon.
+    made = (lab.base / "jobs" / f"slurm-{job_id}.out").stat()
+    assert (made.st_uid, made.st_gid, made.st_mode & 0o777) == (student.uid, student.gid, 0o644)
+
+
+def test_an_output_file_the_student_may_not_write_is_not_written_and_the_log_says_so(
+    lab: Lab,
+) -> None:
+    done = lab.as_student("sbatch", "-o", "/etc/gbatch-evil.out", "--wrap", "echo x")
+    assert (done["rc"], done["err"]) == (
+        2,
+        "gbatch sbatch: error: -o/--output: /etc/gbatch-evil.out: directory /etc is not "
+        "writable by you. Name a file in a directory you can write\n",
+    )
+    done = lab.as_student("sbatch", "-o", "/etc/passwd", "--wrap", "echo x")
+    assert (done["rc"], done["err"]) == (
+        2,
+        "gbatch sbatch: error: -o/--output: /etc/passwd: /etc/passwd is not writable by you. "
+        "Name a file in a directory you can write\n",
+    )
+    done = lab.as_student("sbatch", "-o", "/dev/null", "--wrap", "echo x")  # /dev is not
+    assert done["rc"] == 0, done["err"]
+    # Past the CLI's check (its own client): the daemon opens it as the student, so
+    # the root daemon's rights never create it.
+    home, target = lab.head.home, "/etc/gbatch-evil.out"
+    spec = {"name": "sneak", "command": "echo sneaked", "output": target, "submit_dir": "/tmp"}
+
+    def submit() -> int:
+        with Client(home / "gbatchd.sock") as client:
+            return int(client.call(wire.Submit(spec=spec))["ids"][0])
+
+    job_id = as_user(lab.student, submit)
+    lab.head.wait_state(job_id, "COMPLETED")
+    assert not Path(target).exists()
+    assert lab.log(job_id).splitlines() == [
+        f"[gbatch: the output file is not written (cannot open {target}: Permission denied); "
+        f"this attempt's output is in `gbatch logs {job_id}` only]",
+        "sneaked",
+    ]
 
 
 def test_a_workdir_the_student_may_not_enter_fails_the_job_with_a_line(lab: Lab) -> None:
@@ -163,10 +208,15 @@ def test_a_students_container_runs_as_the_student(lab: Lab) -> None:
     job_id = lab.sbatch_as_student(
         lab.job_file(
             "boxed", f"{lab.data}/run:/out", "id -u; id -g; touch /out/made-in-the-container", image
-        )
+        ),
+        "-o",
+        f"{lab.data}/run/%x-%j.out",
     )
     lab.head.wait_state(job_id, "COMPLETED", timeout=60)
     assert lab.log(job_id).splitlines()[-2:] == [str(lab.student.uid), str(lab.student.gid)]
+    out = lab.data / "run" / f"boxed-{job_id}.out"
+    assert out.read_text().splitlines()[-2:] == [str(lab.student.uid), str(lab.student.gid)]
+    assert (out.stat().st_uid, out.stat().st_gid) == (lab.student.uid, lab.student.gid)
     made = (lab.data / "run" / "made-in-the-container").stat()
     assert (made.st_uid, made.st_gid) == (lab.student.uid, lab.student.gid)
 

@@ -1,7 +1,7 @@
 """The layers of docs/architecture.md hold: read from the source (ast), every import,
 including those deferred into functions and those only for type checking.
 
-    gbatch/ vocabulary   model spec timefmt config policy crashpoints wire limits dependency
+    gbatch/ vocabulary   model spec timefmt config policy crashpoints wire limits dependency outputs
     gbatch/nodes/        what reaches a host (and gbatch.shim, run beside a local job)
     gbatch/head/         the daemon's side
     gbatch/ front        client formatting cli/ tui/
@@ -28,6 +28,7 @@ VOCABULARY = {
     "wire",
     "limits",
     "dependency",
+    "outputs",
 }
 # What each layer may import besides the vocabulary and the standard library.
 ALLOWED = {

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gbatch import shim
-from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, truncation_note
+from gbatch.nodes.joblog import ERR_FD_ENV, MAX_LOG_BYTES_ENV, OUT_FD_ENV, truncation_note
 
 NO_SPACE = os.strerror(errno.ENOSPC)
 
@@ -149,3 +149,52 @@ def test_the_shim_reads_whom_to_run_as() -> None:
     assert shim.parse_args(["/run/7.1", "--", "true"]) == (Path("/run/7.1"), None, ["true"])
     assert shim.parse_args(["/run/7.1", "--as", "1001", "--", "true"]) is None
     assert shim.parse_args(["/run/7.1"]) is None
+
+
+def run_shim_with_files(tmp_path: Path, script: str, out: str, err: str | None) -> Path:
+    """The shim given the job's own output files, as the daemon passes them; the log."""
+    run_dir, log = tmp_path / "run", tmp_path / "job.log"
+    run_dir.mkdir()
+    fds = [os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND) for path in (out, err) if path]
+    env = {**os.environ, OUT_FD_ENV: str(fds[0]), ERR_FD_ENV: str(fds[-1])}
+    with open(log, "ab") as handle:
+        subprocess.run(
+            [sys.executable, "-m", "gbatch.shim", str(run_dir), "--", "sh", "-c", script],
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=handle,
+            timeout=30,
+            check=True,
+            env=env,
+            pass_fds=fds,
+        )
+    for fd in fds:
+        os.close(fd)
+    return log
+
+
+def test_the_jobs_output_files_get_stdout_and_stderr_apart_besides_the_log(
+    tmp_path: Path,
+) -> None:
+    out, err = tmp_path / "o", tmp_path / "e"
+    seen = tmp_path / "seen"
+    script = f"echo out; echo err >&2; env | grep -cE 'GBATCH_(OUT|ERR)_FD' > {seen}; true"
+    log = run_shim_with_files(tmp_path, script, str(out), str(err))
+    assert (out.read_text(), err.read_text()) == ("out\n", "err\n")
+    assert sorted(log.read_text().splitlines()) == ["err", "out"]
+    assert seen.read_text() == "0\n"  # the descriptors are the shim's
+
+
+def test_without_e_stderr_goes_to_the_output_file(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    log = run_shim_with_files(tmp_path, "echo out; echo err >&2", str(out), None)
+    assert out.read_text() == log.read_text() == "out\nerr\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_an_output_file_that_refuses_writes_fails_neither_the_job_nor_the_log(
+    tmp_path: Path,
+) -> None:
+    log = run_shim_with_files(tmp_path, "echo one || exit 3; echo two", "/dev/full", None)
+    assert log.read_text() == "one\ntwo\n"
+    assert json.loads((tmp_path / "run" / "exit.json").read_text())["exit_code"] == 0

@@ -188,6 +188,9 @@ class JobSpec:
     output: str | None = None
     error: str | None = None
     open_mode: str | None = None  # "append" or "truncate" (None: truncate, as Slurm)
+    # Slurm's -n/--ntasks, which gbatch takes as 1 only; set when it was given, since a
+    # job sees SLURM_NTASKS (and SLURM_NPROCS) only then, as under Slurm.
+    ntasks: int | None = None
 
     @property
     def effective_priority(self) -> int:
@@ -223,6 +226,7 @@ class JobSpec:
             "output",
             "error",
             "open_mode",
+            "ntasks",
         ):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
@@ -279,6 +283,7 @@ class JobSpec:
             output=data.get("output"),  # type: ignore[arg-type]
             error=data.get("error"),  # type: ignore[arg-type]
             open_mode=data.get("open_mode"),  # type: ignore[arg-type]
+            ntasks=data.get("ntasks"),  # type: ignore[arg-type]
         )
 
 

@@ -7,6 +7,7 @@ and saying, in one line, what is wrong and what to do. Checks that need the flee
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -64,6 +65,7 @@ KEYS = (
     "output",
     "error",
     "open_mode",
+    "ntasks",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
 # from. A job file may not set them (build_spec's `wire`).
@@ -102,6 +104,7 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "output": "-o/--output",
     "error": "-e/--error",
     "open_mode": "--open-mode",
+    "ntasks": "-n/--ntasks",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -488,6 +491,7 @@ def build_spec(
         output=pick("output", _check_output_path, None),
         error=pick("error", _check_output_path, None),
         open_mode=pick("open_mode", _check_open_mode, None),
+        ntasks=pick("ntasks", _check_one_task, None),
         submit_dir=_submit_value(file_data, "submit_dir", _check_workdir),
         submit_host=_submit_value(file_data, "submit_host", _check_host_name),
         partition=pick("partition", _check_partition, None),
@@ -739,6 +743,16 @@ def check_gpus(value: object, field: str = "gpus") -> int:
             + (", without quotes" if isinstance(value, str) and value.isdigit() else ""),
         )
     return value
+
+
+def _check_one_task(value: object, field: str) -> int:
+    if isinstance(value, bool) or value not in (1, "1"):
+        raise SpecError(
+            field,
+            f"{show_value(value)} asks for more than one task; a gbatch job is one task on "
+            "one node. Use 1, or start the tasks inside the job",
+        )
+    return 1
 
 
 def _check_bool(value: object, field: str) -> bool:
@@ -1285,6 +1299,15 @@ def parse_array(text: str, field: str = "--array", *, max_tasks: int = 100_000) 
             raise SpecError(field, f"{show_value(text)} is more than {max_tasks} tasks. {usage}")
         indices.update(range(low, high + 1, step))
     return tuple(sorted(indices))
+
+
+@functools.lru_cache(maxsize=64)
+def array_summary(text: str) -> tuple[int, int, int, int]:
+    """(count, min, max, step) of an --array expression parse_array takes, for the
+    SLURM_ARRAY_TASK_* of each task: cached, since every task of a big array asks for
+    the same expression at its start (parsing it is O(tasks))."""
+    indices = parse_array(text)
+    return len(indices), indices[0], indices[-1], array_step(text)
 
 
 def array_step(text: str) -> int:

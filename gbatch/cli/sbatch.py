@@ -45,6 +45,7 @@ OPTION_NAMES = {
     "output": "-o/--output",
     "error": "-e/--error",
     "open_mode": "--open-mode",
+    "ntasks": "-n/--ntasks",
 }
 
 
@@ -497,6 +498,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "output": args.output,
             "error": args.error,
             "open_mode": args.open_mode,
+            "ntasks": None if args.ntasks is None else 1,  # more was refused above
         }
         if script is not None:
             # As Slurm: the job is named after its script (stdin: "sbatch").

@@ -15,7 +15,7 @@ from typing import Literal, Protocol
 
 from gbatch.model import Gpu, Job
 from gbatch.nodes.report import NodeReport, ReportError, parse_report_line
-from gbatch.spec import array_step, parse_array
+from gbatch.spec import array_summary
 
 # What report() says of a node that has not yet reported nor failed to.
 STARTING = "starting"
@@ -204,7 +204,6 @@ def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str,
             "SLURMD_NODENAME": node,
             "SLURM_JOB_NUM_NODES": "1",
             "SLURM_NNODES": "1",
-            "SLURM_NTASKS": "1",
             "SLURM_JOB_GPUS": gpu_list,
             "SLURM_GPUS_ON_NODE": str(len(gpus)),
             "SLURM_RESTART_COUNT": str(max(attempt - 1, 0)),
@@ -212,6 +211,8 @@ def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str,
         }
     )
     spec = job.spec
+    if spec.ntasks is not None:  # as Slurm: only when -n was given
+        env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = str(spec.ntasks)
     env["SLURM_CPUS_ON_NODE"] = str(spec.cpus_counted)
     if spec.cpus is not None:
         env["SLURM_CPUS_PER_TASK"] = str(spec.cpus)
@@ -232,11 +233,11 @@ def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str,
         env["GBATCH_ARRAY_TASK_ID"] = env["SLURM_ARRAY_TASK_ID"] = str(job.spec.array_task)
         env["GBATCH_ARRAY_JOB_ID"] = env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
         if job.spec.array is not None:
-            indices = parse_array(job.spec.array)
-            env["SLURM_ARRAY_TASK_COUNT"] = str(len(indices))
-            env["SLURM_ARRAY_TASK_MIN"] = str(indices[0])
-            env["SLURM_ARRAY_TASK_MAX"] = str(indices[-1])
-            env["SLURM_ARRAY_TASK_STEP"] = str(array_step(job.spec.array))
+            count, low, high, step = array_summary(job.spec.array)
+            env["SLURM_ARRAY_TASK_COUNT"] = str(count)
+            env["SLURM_ARRAY_TASK_MIN"] = str(low)
+            env["SLURM_ARRAY_TASK_MAX"] = str(high)
+            env["SLURM_ARRAY_TASK_STEP"] = str(step)
     elif "GBATCH_ARRAY_TASK_ID" in env:  # a task queued before array_task existed
         env["SLURM_ARRAY_TASK_ID"] = env["GBATCH_ARRAY_TASK_ID"]
     return env

@@ -768,12 +768,25 @@ def test_examples_are_the_documented_ones() -> None:
     assert "CUDA_VISIBLE_DEVICES" in hello.command[-1]
     train = load_job_file(EXAMPLES / "train.yaml")
     # Every key but secret_env (an example should not teach writing secrets into a file)
-    # and the other ways of giving `mem`, which exclude it; and dependency (it names a
-    # job id of the reader's queue, which the file cannot know).
-    assert set(train) | {"secret_env", "mem_per_gpu", "mem_per_cpu", "dependency"} == set(KEYS)
+    # and the other ways of giving `mem`, which exclude it; dependency (it names a job id
+    # of the reader's queue, which the file cannot know); ntasks (1, the only value).
+    left_out = {"secret_env", "mem_per_gpu", "mem_per_cpu", "dependency", "ntasks"}
+    assert set(train) | left_out == set(KEYS)
     spec = build_spec(train, {}, default_name="train", now=0.0)
     assert (spec.gpus, spec.time_limit) == (2, 86400)
     assert (spec.export, spec.signal, spec.mail_type) == ("NONE", "USR1@120", "END,FAIL")
+
+
+@pytest.mark.parametrize("value", [2, "2", 0, True, "one"])
+def test_ntasks_other_than_one_is_refused_naming_the_key(value: object) -> None:
+    with pytest.raises(SpecError, match=r"^ntasks: .*one task on one node. Use 1"):
+        build({"ntasks": value})
+
+
+def test_ntasks_one_is_kept_so_the_job_sees_slurm_ntasks() -> None:
+    assert build({"ntasks": 1}).ntasks == 1
+    assert build({}).ntasks is None
+    assert JobSpec.from_dict(build({"ntasks": 1}).to_dict()).ntasks == 1
 
 
 def test_importing_spec_and_timefmt_does_not_import_yaml() -> None:

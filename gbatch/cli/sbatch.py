@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from gbatch.batchscript import DIRECTIVE, BatchScript, ScriptError, looks_like_script, parse_script
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
+from gbatch.model import Job, JobState
 
 HELP = "queue a job (a job file, a batch script, options, or --wrap)"
 MAX_SCRIPT_CHARS = 1 << 20
@@ -47,6 +48,25 @@ OPTION_NAMES = {
     "open_mode": "--open-mode",
     "ntasks": "-n/--ntasks",
 }
+
+# Slurm options that mean nothing on gbatch, taken so that cluster templates run
+# unchanged: (flags, dest, metavar, nargs, what happens here instead). `--help` and the
+# README ("Coming from Slurm") list them.
+IGNORED_OPTIONS: tuple[tuple[tuple[str, ...], str, str, str | None, str], ...] = (
+    (("-A", "--account"), "account", "NAME", None, "fair-share is per user, not per account"),
+    (("-q", "--qos"), "qos", "NAME", None, "per-user limits (gbatch sshare) play QOS's part"),
+    (
+        ("--exclusive",),
+        "exclusive",
+        "user|mcs",
+        "?",
+        "a job gets the GPUs it asks for; other jobs may use the node's other GPUs",
+    ),
+    (("--get-user-env",), "get_user_env", "TIMEOUT", "?", "the job's variables are --export's"),
+    (("--propagate",), "propagate", "RLIMIT", "?", "a job gets its node's default limits"),
+    (("--hint",), "hint", "TYPE", None, "gbatch places no tasks on cores"),
+    (("--no-kill",), "no_kill", "off", "?", "a job runs on one node, so none is lost alone"),
+)
 
 
 def add_parser(commands: Any) -> None:
@@ -246,22 +266,79 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             *flags, dest=dest, metavar="1", help="accepted as 1 only: one task, one node"
         )
+    for flag, dest in (("--gpus-per-node", "gpus_per_node"), ("--gpus-per-task", "gpus_per_task")):
+        p.add_argument(flag, dest=dest, metavar="[TYPE:]N", help="the same as --gpus here")
+    p.add_argument(
+        "--cpus-per-gpu", dest="cpus_per_gpu", metavar="N", help="-c N times the job's GPUs"
+    )
+    p.add_argument(
+        "-Q", "--quiet", action="store_true", default=None, help="print no job id on success"
+    )
+    p.add_argument(
+        "-W",
+        "--wait",
+        action="store_true",
+        default=None,
+        help="return only when the job has ended, with its exit code (an array's highest; "
+        "1 for a job killed by a signal, cancelled, timed out or lost with its node)",
+    )
+    # Slurm options gbatch takes so that cluster templates run unchanged, without effect.
+    for names, dest, metavar, nargs, effect in IGNORED_OPTIONS:
+        p.add_argument(
+            *names,
+            dest=dest,
+            metavar=metavar,
+            nargs=nargs,
+            help=f"accepted, no effect here: {effect}",
+        )
+    p.add_argument("-v", "--verbose", action="count", help="accepted, no effect here")
+
+
+# The ways Slurm asks for GPUs; on one node with one task they all mean the job's count.
+GPU_OPTIONS = {
+    "gpus": "--gpus",
+    "gres": "--gres",
+    "gpus_per_node": "--gpus-per-node",
+    "gpus_per_task": "--gpus-per-task",
+}
 
 
 def _gpus_option(args: argparse.Namespace) -> int | None:
     from gbatch.spec import SpecError, parse_gres
 
-    if args.gpus is not None and args.gres is not None:
-        raise CliError("--gpus and --gres both given. Use one", Exit.USAGE)
-    if args.gres is not None:
-        return parse_gres(args.gres)
-    if args.gpus is None:
+    given = [dest for dest in GPU_OPTIONS if getattr(args, dest, None) is not None]
+    if len(given) > 1:
+        first, second = (GPU_OPTIONS[dest] for dest in given[:2])
+        raise CliError(f"{first} and {second} both given. Use one", Exit.USAGE)
+    if not given:
         return None
-    text = args.gpus.rsplit(":", 1)[-1]  # Slurm allows --gpus=TYPE:N
+    (dest,) = given
+    value = getattr(args, dest)
+    if dest == "gres":
+        return parse_gres(value)
+    text = value.rsplit(":", 1)[-1]  # Slurm allows --gpus=TYPE:N
     try:
         return int(text)
     except ValueError as err:
-        raise SpecError("--gpus", f"{args.gpus!r} is not a GPU count. Use a number like 2") from err
+        raise SpecError(
+            GPU_OPTIONS[dest], f"{value!r} is not a GPU count. Use a number like 2"
+        ) from err
+
+
+def _cpus_option(args: argparse.Namespace, gpus: object) -> int | None:
+    """-c, or --cpus-per-gpu times the GPUs (Slurm's two ways; they exclude each other)."""
+    cpus = _int_option(args.cpus, "-c/--cpus-per-task")
+    per_gpu = _int_option(getattr(args, "cpus_per_gpu", None), "--cpus-per-gpu")
+    if per_gpu is None:
+        return cpus
+    if cpus is not None:
+        raise CliError("-c/--cpus-per-task and --cpus-per-gpu both given. Use one", Exit.USAGE)
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
+        raise CliError(
+            "--cpus-per-gpu: the job asks for no GPUs. Use -c N, or ask for GPUs (--gpus N)",
+            Exit.USAGE,
+        )
+    return per_gpu * gpus
 
 
 def _secret_env_option(names: list[str] | None) -> dict[str, str] | None:
@@ -331,12 +408,15 @@ def _one_task_problem(values: dict[str, Any]) -> str | None:
     return None
 
 
-def _apply_directives(args: argparse.Namespace, script: BatchScript) -> None:
+def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str, int]:
     """Fill the options the command line left unset from the script's #SBATCH lines
     (the command line wins; a later line wins over an earlier one). ScriptError for a
-    line gbatch cannot take, naming it."""
+    line gbatch cannot take, naming it. Returns the line that set each option taken
+    from the script (by dest), for the refusals found later (a value build_spec
+    checks) to name it too."""
     parser = _options_parser(DIRECTIVE)
     taken: dict[str, Any] = {}
+    lines: dict[str, int] = {}
     for directive in script.directives:
         try:
             found, extra = parser.parse_known_args(list(directive.words), argparse.Namespace())
@@ -360,9 +440,30 @@ def _apply_directives(args: argparse.Namespace, script: BatchScript) -> None:
         if problem is not None:
             raise ScriptError(script.name, directive.line, f"{DIRECTIVE} {problem}")
         taken.update(values)
+        lines.update(dict.fromkeys(values, directive.line))
+    applied: dict[str, int] = {}
     for dest, value in taken.items():
         if getattr(args, dest, None) in (None, False):
             setattr(args, dest, value)
+            applied[dest] = lines[dest]
+    return applied
+
+
+def _on_its_line(err: Exception, script: BatchScript | None, lines: dict[str, int]) -> str:
+    """A refusal of an option's value, with the script's file and line when an #SBATCH
+    line gave the value (`job.sh:7: #SBATCH --mem: ...`)."""
+    field = getattr(err, "field", None)
+    if script is not None and isinstance(field, str):
+        labels = {
+            **OPTION_NAMES,
+            **GPU_OPTIONS,
+            "array": "--array",
+            "cpus_per_gpu": "--cpus-per-gpu",
+        }
+        for dest, label in labels.items():
+            if label == field and dest in lines:
+                return str(ScriptError(script.name, lines[dest], f"{DIRECTIVE} {err}"))
+    return str(err)
 
 
 def _job_source(args: argparse.Namespace) -> tuple[dict[str, object] | None, BatchScript | None]:
@@ -435,6 +536,22 @@ def _check_output_dirs(spec: Any, submit_dir: str, *, from_file: bool, err_from_
             )
 
 
+def _warn_default_output(spec: Any, submit_dir: str) -> None:
+    """The default slurm-%j.out goes where the job is submitted from (or its -D): say
+    so at once when the submitter cannot write there. Not refused, as Slurm does not
+    refuse it: the job runs, and `gbatch logs` has its output."""
+    if spec.output is not None:
+        return
+    directory = spec.workdir if spec.image is None and spec.workdir else submit_dir
+    if not os.access(directory, os.W_OK | os.X_OK):
+        print(
+            f"gbatch sbatch: warning: you cannot write in {directory}, so the job's "
+            "slurm-%j.out cannot be written there; `gbatch logs ID` keeps its output. "
+            "Submit from a directory you can write, or pass -o FILE",
+            file=sys.stderr,
+        )
+
+
 def _user_name() -> str:
     import pwd
 
@@ -458,10 +575,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         secret_env_values,
     )
 
+    script: BatchScript | None = None
+    lines: dict[str, int] = {}
     try:
         data, script = _job_source(args)
         if script is not None:
-            _apply_directives(args, script)
+            lines = _apply_directives(args, script)
         problem = _one_task_problem(vars(args))
         if problem is not None:
             raise CliError(problem, Exit.USAGE)
@@ -470,9 +589,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         command: str | list[str] | None = args.wrap
         if script is not None:
             command = script.command(list(args.script_args))
+        gpus = _gpus_option(args)
         overrides = {
             "name": args.name,
-            "gpus": _gpus_option(args),
+            "gpus": gpus,
             "time_limit": args.time_limit,
             "command": command,
             "image": args.image,
@@ -484,7 +604,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "secret_env": _secret_env_option(args.secret_env),
             "network": args.network,
             "partition": args.partition,
-            "cpus": _int_option(args.cpus, "-c/--cpus-per-task"),
+            "cpus": _cpus_option(args, gpus if gpus is not None else (data or {}).get("gpus")),
             "mem": args.mem,
             "mem_per_gpu": args.mem_per_gpu,
             "mem_per_cpu": args.mem_per_cpu,
@@ -527,9 +647,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             spec, os.getcwd(), from_file=args.output is None, err_from_file=args.error is None
         )
     except SpecError as err:
-        raise CliError(f"{err}", Exit.USAGE) from err
+        raise CliError(_on_its_line(err, script, lines), Exit.USAGE) from err
     except ScriptError as err:
         raise CliError(str(err), Exit.USAGE) from err
+    _warn_default_output(spec, os.getcwd())
     wire_spec = spec.to_dict()
     submit_dir = os.getcwd()
     if spec.image is None and spec.workdir is None:
@@ -549,12 +670,39 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         print(_test_only_line(reply["test"], spec.gpus), file=sys.stderr)
         return Exit.OK
     ids = reply["ids"]
-    if len(ids) == 1:
-        print(ids[0] if args.parsable else f"Submitted batch job {ids[0]}")
-    else:
-        span = f"{ids[0]}-{ids[-1]}"
-        print(span if args.parsable else f"Submitted batch jobs {span}")
+    if not args.quiet:
+        if len(ids) == 1:
+            print(ids[0] if args.parsable else f"Submitted batch job {ids[0]}", flush=True)
+        else:
+            span = f"{ids[0]}-{ids[-1]}"
+            print(span if args.parsable else f"Submitted batch jobs {span}", flush=True)
+    if args.wait:
+        return _wait_for(ctx, ids)
     return Exit.OK
+
+
+def _wait_for(ctx: Context, ids: list[int]) -> int:
+    """sbatch -W: poll until every job of `ids` has ended; the exit status is Slurm's:
+    the job's exit code (an array's highest), 1 for a job that ended without one of its
+    own (killed by a signal, cancelled, timed out, lost with its node)."""
+    from gbatch import wire
+
+    pause = 0.2
+    while True:
+        reply = ctx.client.call(wire.ListJobs(ids=tuple(ids), history=True, brief=True))
+        jobs = [wire.job_from_wire(job) for job in reply["jobs"]]
+        if len(jobs) == len(ids) and all(job.state.is_final for job in jobs):
+            return max(_wait_status(job) for job in jobs)
+        time.sleep(pause)  # a CLI waiting on a job: no event to wait on over the socket
+        pause = min(pause * 1.5, 2.0)
+
+
+def _wait_status(job: Job) -> int:
+    if job.state is JobState.COMPLETED:
+        return 0
+    if job.state is JobState.FAILED and not job.exit_signal and job.exit_code:
+        return min(job.exit_code, 255)
+    return 1
 
 
 def _test_only_line(test: dict[str, Any], gpus: int) -> str:
@@ -563,9 +711,10 @@ def _test_only_line(test: dict[str, Any], gpus: int) -> str:
     from gbatch.timefmt import format_timestamp
 
     if test.get("node"):
+        partition = f" in partition {test['partition']}" if test.get("partition") else ""
         return (
             f"sbatch: Job to start at {format_timestamp(test['start'])} using {gpus} GPUs "
-            f"on nodes {test['node']}"
+            f"on nodes {test['node']}{partition}"
         )
     if test.get("start") is not None:
         return f"sbatch: Job would wait for its begin time {format_timestamp(test['start'])}"

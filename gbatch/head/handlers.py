@@ -432,7 +432,13 @@ def _test_start(daemon: Daemon, caller: Caller, spec: JobSpec) -> dict[str, Any]
     start, node, gpus, reason = daemon.would_start(
         Job(0, caller.uid, caller.user, spec, JobState.PENDING, now), now
     )
-    return {"start": start, "node": node, "gpus": list(gpus), "reason": reason}
+    return {
+        "start": start,
+        "node": node,
+        "gpus": list(gpus),
+        "reason": reason,
+        "partition": spec.partition,
+    }
 
 
 def _submit_limits(daemon: Daemon, caller: Caller) -> UserLimits | None:

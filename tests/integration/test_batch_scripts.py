@@ -121,6 +121,17 @@ def test_what_gbatch_cannot_take_is_one_line_and_nothing_is_queued(
         "#!/bin/bash\n#SBATCH --wrap 'x'\n": "bad.sh:2: #SBATCH --wrap: a batch script is its own",
         "#!/bin/bash\n#SBATCH -t\n": "bad.sh:2: #SBATCH: argument -t/--time: expected one argument",
         "hostname\n#SBATCH -J x\n": "bad.sh:1: this does not look like a batch script",
+        # Values checked once the whole header is read still name their line.
+        "#!/bin/bash\n#SBATCH -J ok\n#SBATCH --mem=lots\nhostname\n": (
+            'bad.sh:3: #SBATCH --mem: "lots" is not a memory size'
+        ),
+        "#!/bin/bash\n#SBATCH --output=/no/such/dir/x.out\nhostname\n": (
+            "bad.sh:2: #SBATCH -o/--output: /no/such/dir/x.out: directory /no/such/dir does not "
+            "exist"
+        ),
+        "#!/bin/bash\n#SBATCH --gpus-per-node=two\n": (
+            "bad.sh:2: #SBATCH --gpus-per-node: 'two' is not a GPU count"
+        ),
     }
     for text, message in refusals.items():
         (tmp_path / "bad.sh").write_text(text)
@@ -139,3 +150,48 @@ def test_options_after_a_yaml_job_file_are_still_options(head: Head, tmp_path: P
     refused = sbatch_in(head, tmp_path, "job.yaml", "--no-such-option")
     assert refused.returncode == 2
     assert "unrecognized arguments: --no-such-option" in refused.stderr
+
+
+TEMPLATE = """#!/bin/bash
+#SBATCH --job-name=template
+#SBATCH --account=proj-42
+#SBATCH --qos=normal
+#SBATCH --exclusive
+#SBATCH --hint=nomultithread
+#SBATCH --get-user-env
+#SBATCH --propagate=STACK
+#SBATCH --no-kill
+#SBATCH -v
+#SBATCH --gpus-per-node=1
+#SBATCH --cpus-per-gpu=2
+echo "gpus=$SLURM_GPUS_ON_NODE cpus=$SLURM_CPUS_PER_TASK"
+"""
+
+
+def test_a_cluster_template_runs_with_the_options_gbatch_takes_without_effect(
+    head: Head, tmp_path: Path
+) -> None:
+    (tmp_path / "template.sh").write_text(TEMPLATE)
+    job_id = submitted(sbatch_in(head, tmp_path, "--parsable", "template.sh"))
+    head.wait_state(job_id, "COMPLETED")
+    assert log(head, job_id) == ["gpus=1 cpus=2"]
+    help_text = sbatch_in(head, tmp_path, "--help").stdout
+    for option in ("--account", "--qos", "--exclusive", "--hint", "--get-user-env"):
+        assert option in help_text
+    assert help_text.count("accepted, no effect here") >= 8
+
+
+def test_quiet_prints_nothing_and_wait_returns_the_jobs_exit_code(
+    head: Head, tmp_path: Path
+) -> None:
+    quiet = sbatch_in(head, tmp_path, "-Q", "--wrap", "true")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    (tmp_path / "fails.sh").write_text("#!/bin/sh\n#SBATCH -W\nexit 3\n")
+    waited = sbatch_in(head, tmp_path, "--parsable", "fails.sh")
+    assert waited.returncode == 3, waited.stderr
+    job_id = int(waited.stdout.strip())
+    # -W returned only once the job had ended: its state is final already.
+    assert head.run("sacct", "-j", str(job_id), "-n", "-P", "-o", "State,ExitCode").stdout == (
+        "FAILED|3:0\n"
+    )
+    assert sbatch_in(head, tmp_path, "-W", "--wrap", "true").returncode == 0

@@ -117,3 +117,22 @@ def test_files_open_truncated_once_and_cut_back_to_the_attempts_start(tmp_path: 
     os.write(later.out, b"two\n")
     later.close()
     assert out.read_text() == "one\ntwo\n"
+
+
+def test_sbatch_warns_when_the_default_output_file_cannot_be_written_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gbatch.cli.sbatch import _warn_default_output
+
+    spec = build_spec({"command": "true"}, {}, default_name="j")
+    _warn_default_output(spec, str(tmp_path))
+    assert capsys.readouterr().err == ""
+    # Root may write anywhere, so the submitter who may not is played by os.access.
+    monkeypatch.setattr(os, "access", lambda path, mode: path != str(tmp_path))
+    _warn_default_output(spec, str(tmp_path))
+    warning = capsys.readouterr().err
+    assert warning.startswith(f"gbatch sbatch: warning: you cannot write in {tmp_path}, ")
+    assert "gbatch logs ID" in warning and len(warning.splitlines()) == 1
+    named = build_spec({"command": "true", "output": "/tmp/x.out"}, {}, default_name="j")
+    _warn_default_output(named, str(tmp_path))  # -o given: checked apart, refused if bad
+    assert capsys.readouterr().err == ""

@@ -77,7 +77,7 @@ def test_test_only_says_where_it_would_start_and_queues_nothing(head: Head) -> N
     result = sbatch(head, "--test-only", "--gpus", "1", "--wrap", "true")
     assert result.returncode == 0, result.stderr
     assert result.stderr.startswith("sbatch: Job to start at "), result.stderr
-    assert result.stderr.rstrip().endswith("using 1 GPUs on nodes local")
+    assert result.stderr.rstrip().endswith("using 1 GPUs on nodes local in partition gpu")
     assert result.stdout == ""
     listed = head.run("sacct", "-a", "-S", "all", "-n", "-P", "-o", "JobID", check=True)
     assert listed.stdout == ""

@@ -858,6 +858,11 @@ def _check_workdir(value: object, field: str) -> str:
         raise SpecError(
             field, f"{show_value(value)} is not an absolute path. Use a path starting with /"
         )
+    return _check_path_text(value, field)
+
+
+def _check_path_text(value: str, field: str) -> str:
+    """A path a job names: no control characters, at most PATH_MAX."""
     if _CONTROL_RE.search(value):
         raise SpecError(
             field,
@@ -880,16 +885,7 @@ def _check_output_path(value: object, field: str) -> str:
             f"{show_value(value)} is not a file name. Give a path such as slurm-%j.out "
             "or /scratch/%u/%x-%j.out",
         )
-    if _CONTROL_RE.search(value):
-        raise SpecError(
-            field,
-            f"{show_value(value)} contains a control character (a line break, tab or NUL). "
-            "Use a path without them",
-        )
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
-        raise SpecError(
-            field, f"the path is longer than {MAX_PATH_BYTES} bytes. Use a shorter path"
-        )
+    _check_path_text(value, field)
     if value.endswith("/"):
         raise SpecError(field, f"{show_value(value)} names a directory. Name a file in it")
     return value

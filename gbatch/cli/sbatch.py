@@ -19,35 +19,6 @@ from gbatch.model import Job, JobState
 HELP = "queue a job (a job file, a batch script, options, or --wrap)"
 MAX_SCRIPT_CHARS = 1 << 20
 NO_JOB = 'no job file given. Pass a job file or a batch script, pipe one in, or --wrap "CMD"'
-OPTION_NAMES = {
-    "name": "-J/--job-name",
-    "gpus": "--gpus",
-    "time_limit": "-t/--time",
-    "command": "--wrap",
-    "image": "--image",
-    "retries": "--retries",
-    "priority": "--priority",
-    "nice": "--nice",
-    "workdir": "-D/--chdir",
-    "secret_env": "--secret-env",
-    "network": "--network",
-    "partition": "-p/--partition",
-    "cpus": "-c/--cpus-per-task",
-    "mem": "--mem",
-    "mem_per_gpu": "--mem-per-gpu",
-    "mem_per_cpu": "--mem-per-cpu",
-    "dependency": "-d/--dependency",
-    "export": "--export",
-    "begin": "-b/--begin",
-    "signal": "--signal",
-    "mail_type": "--mail-type",
-    "mail_user": "--mail-user",
-    "comment": "--comment",
-    "output": "-o/--output",
-    "error": "-e/--error",
-    "open_mode": "--open-mode",
-    "ntasks": "-n/--ntasks",
-}
 
 # Slurm options that mean nothing on gbatch, taken so that cluster templates run
 # unchanged: (flags, dest, metavar, nargs, what happens here instead). `--help` and the
@@ -452,10 +423,12 @@ def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str
 def _on_its_line(err: Exception, script: BatchScript | None, lines: dict[str, int]) -> str:
     """A refusal of an option's value, with the script's file and line when an #SBATCH
     line gave the value (`job.sh:7: #SBATCH --mem: ...`)."""
+    from gbatch.spec import OVERRIDE_OPTION
+
     field = getattr(err, "field", None)
     if script is not None and isinstance(field, str):
         labels = {
-            **OPTION_NAMES,
+            **OVERRIDE_OPTION,
             **GPU_OPTIONS,
             "array": "--array",
             "cpus_per_gpu": "--cpus-per-gpu",
@@ -565,6 +538,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     # Deferred: yaml and validation are needed by sbatch alone.
     from gbatch import wire
     from gbatch.spec import (
+        OVERRIDE_OPTION,
         Export,
         SpecError,
         build_spec,
@@ -629,14 +603,14 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             data,
             overrides,
             default_name=default_name,
-            option_names=OPTION_NAMES,
+            option_names=OVERRIDE_OPTION,
             source=args.file or ("stdin" if script is not None else "options"),
             now=time.time(),
         )
-        secrets = secret_env_values(data, overrides, option_names=OPTION_NAMES)
+        secrets = secret_env_values(data, overrides, option_names=OVERRIDE_OPTION)
         # A container job exports nothing unless asked: the host's PATH or
         # LD_LIBRARY_PATH inside an image breaks it (README, "Coming from Slurm").
-        export = export_of(data, overrides, option_names=OPTION_NAMES) or Export(
+        export = export_of(data, overrides, option_names=OVERRIDE_OPTION) or Export(
             everything=spec.image is None
         )
         submit_env = exported_env(export, os.environ)

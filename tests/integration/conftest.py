@@ -131,6 +131,31 @@ def kill_leftover_jobs(home: Path) -> None:
 
 
 @contextlib.contextmanager
+def container_head(home: Path, gpus: int) -> Iterator[Head]:
+    """A started head whose jobs may run containers; afterwards its jobs and the gbatch
+    containers on the engine are gone (tests that start containers hold the engine
+    alone, so every gbatch-* container is this test's)."""
+    head = make_head(home, gpus=gpus)
+    head.start()
+    try:
+        yield head
+    finally:
+        head.stop()
+        kill_leftover_jobs(head.home)
+        names = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", "label=gbatch.job"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        for name in names:
+            inspect = subprocess.run(
+                ["docker", "inspect", "-f", "{{.Name}}", name], capture_output=True, text=True
+            ).stdout
+            if inspect.strip().lstrip("/").startswith("gbatch-"):
+                subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+@contextlib.contextmanager
 def shared_home(
     prefix: str, config: str = FAST_CONFIG + "socket_mode: '666'\n", gpus: int = 2
 ) -> Iterator[Head]:

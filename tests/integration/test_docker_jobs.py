@@ -10,7 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAST_CONFIG, Head, is_gone, kill_leftover_jobs, make_head, wait_for
+from conftest import (
+    FAST_CONFIG,
+    Head,
+    container_head,
+    is_gone,
+    kill_leftover_jobs,
+    make_head,
+    wait_for,
+)
 from dockerenv import ensure_test_image, require_docker
 
 from gbatch.nodes.docker import container_name
@@ -26,21 +34,8 @@ def image() -> str:
 
 @pytest.fixture
 def docker_head(tmp_path: Path, image: str) -> Iterator[Head]:
-    head = make_head(tmp_path / "home", gpus=4)
-    head.start()
-    yield head
-    head.stop()
-    kill_leftover_jobs(head.home)
-    names = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", "label=gbatch.job"], capture_output=True, text=True
-    ).stdout.split()
-    # Only this test's containers: their labels carry its job ids, names its home's runs.
-    for name in names:
-        inspect = subprocess.run(
-            ["docker", "inspect", "-f", "{{.Name}}", name], capture_output=True, text=True
-        ).stdout
-        if inspect.strip().lstrip("/").startswith("gbatch-"):
-            subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    with container_head(tmp_path / "home", gpus=4) as head:
+        yield head
 
 
 def test_image_job_sees_exactly_its_gpus_and_its_output_is_kept(

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import GBATCH, Head, kill_leftover_jobs, make_head, wait_for
+from conftest import GBATCH, Head, container_head, wait_for
 from dockerenv import ensure_test_image, require_docker
 
 # cgroup v2 names first, then v1's: the engine's hosts differ.
@@ -29,20 +29,8 @@ def image() -> str:
 
 @pytest.fixture
 def docker_head(tmp_path: Path, image: str) -> Iterator[Head]:
-    head = make_head(tmp_path / "home", gpus=2)
-    head.start()
-    yield head
-    head.stop()
-    kill_leftover_jobs(head.home)
-    names = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", "label=gbatch.job"], capture_output=True, text=True
-    ).stdout.split()
-    for name in names:
-        inspect = subprocess.run(
-            ["docker", "inspect", "-f", "{{.Name}}", name], capture_output=True, text=True
-        ).stdout
-        if inspect.strip().lstrip("/").startswith("gbatch-"):
-            subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    with container_head(tmp_path / "home", gpus=2) as head:
+        yield head
 
 
 def log(head: Head, job_id: int) -> list[str]:

@@ -391,7 +391,7 @@ def test_cli_overrides_are_refused_by_option_or_safe(
     time_limit: str | None,
     ints: list[int | None],
 ) -> None:
-    from gbatch.cli.sbatch import OPTION_NAMES
+    from gbatch.spec import OVERRIDE_OPTION as OPTION_NAMES
 
     overrides: dict[str, object] = {
         "name": name,

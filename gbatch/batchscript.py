@@ -47,6 +47,11 @@ class BatchScript:
     name: str  # $0 of a shell script: the file's name, or "sbatch" for stdin
     directives: tuple[Directive, ...]
     interpreter: tuple[str, ...]  # the #! line's words
+    where: str = ""  # how errors name it, when not by `name`: a job file's script
+
+    @property
+    def location(self) -> str:
+        return self.where or self.name
 
     def command(self, args: list[str]) -> list[str]:
         """The argv that runs the script with `args` as $1... (sys.argv[1:] in Python)."""
@@ -59,21 +64,28 @@ SCRIPT_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".job")
 
 def looks_like_script(text: str, name: str = "") -> bool:
     """A batch script, not a YAML job file: its first line is `#!`, a line starts with
-    `#SBATCH`, or its name ends like a script's (job.sh, run.slurm, ...)."""
+    `#SBATCH` (unindented), or its name ends like a script's (job.sh, run.slurm, ...)."""
     first = text.lstrip("\ufeff").split("\n", 1)[0]
     if first.startswith("#!") or name.endswith(SCRIPT_SUFFIXES):
         return True
-    return any(line.lstrip().startswith(DIRECTIVE) for line in text.split("\n"))
+    # At the start of a line: an indented one is a YAML job file's `script:`.
+    return any(line.startswith(DIRECTIVE) for line in text.split("\n"))
 
 
-def parse_script(text: str, where: str) -> BatchScript:
+def parse_script(
+    text: str, where: str, *, name: str | None = None, default_shell: bool = False
+) -> BatchScript:
     """The script's interpreter and directives; ScriptError for a script without a `#!`
-    line, an interpreter gbatch cannot hand a program to, or a directive that is not
-    words (an unclosed quote)."""
+    line (run by /bin/bash instead with `default_shell`: a job file's `script:`), an
+    interpreter gbatch cannot hand a program to, or a directive that is not words (an
+    unclosed quote). `where` names the script in errors; `name` is its $0 (default:
+    `where`)."""
     if "\0" in text:
         raise ScriptError(where, 1, "the script holds a NUL byte. Save it as text")
     lines = text.split("\n")
     first = lines[0].lstrip("\ufeff")
+    if default_shell and not first.startswith("#!"):
+        return BatchScript(text, name or where, _directives(where, lines, 1), ("/bin/bash",), where)
     if not first.startswith("#!"):
         raise ScriptError(
             where,
@@ -91,8 +103,13 @@ def parse_script(text: str, where: str) -> BatchScript:
             f"#!{first[2:].strip()}: gbatch runs batch scripts of "
             f"{', '.join(sorted(_INTERPRETERS))}. Use one of them, or --wrap",
         )
+    return BatchScript(text, name or where, _directives(where, lines, 2), interpreter, where)
+
+
+def _directives(where: str, lines: list[str], first: int) -> tuple[Directive, ...]:
+    """The #SBATCH lines of `lines` from line number `first` up to the first command."""
     directives = []
-    for number, line in enumerate(lines[1:], start=2):
+    for number, line in enumerate(lines[first - 1 :], start=first):
         stripped = line.strip()
         if stripped and not stripped.startswith("#"):
             break  # the first command ends the header, as in Slurm
@@ -107,7 +124,7 @@ def parse_script(text: str, where: str) -> BatchScript:
             raise ScriptError(where, number, f"{DIRECTIVE}: {err}. Close the quote") from None
         if words:
             directives.append(Directive(number, tuple(words)))
-    return BatchScript(text, where, tuple(directives), interpreter)
+    return tuple(directives)
 
 
 def _interpreter_kind(interpreter: tuple[str, ...]) -> str:

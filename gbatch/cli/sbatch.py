@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from gbatch.batchscript import DIRECTIVE, BatchScript, ScriptError, looks_like_script, parse_script
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
+from gbatch.client import RequestFailed
 from gbatch.model import Job, JobState
 
 HELP = "queue a job (a job file, a batch script, options, or --wrap)"
@@ -392,10 +393,10 @@ def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str
         try:
             found, extra = parser.parse_known_args(list(directive.words), argparse.Namespace())
         except _OptionProblem as err:
-            raise ScriptError(script.name, directive.line, f"{DIRECTIVE}: {err}") from None
+            raise ScriptError(script.location, directive.line, f"{DIRECTIVE}: {err}") from None
         if extra:
             raise ScriptError(
-                script.name,
+                script.location,
                 directive.line,
                 f"{DIRECTIVE} {extra[0]}: not an option gbatch knows. Remove the line, or "
                 "see `gbatch sbatch --help` for the options gbatch takes",
@@ -403,13 +404,13 @@ def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str
         values = vars(found)
         if "wrap" in values:
             raise ScriptError(
-                script.name,
+                script.location,
                 directive.line,
                 f"{DIRECTIVE} --wrap: a batch script is its own command. Remove the line",
             )
         problem = _one_task_problem(values)
         if problem is not None:
-            raise ScriptError(script.name, directive.line, f"{DIRECTIVE} {problem}")
+            raise ScriptError(script.location, directive.line, f"{DIRECTIVE} {problem}")
         taken.update(values)
         lines.update(dict.fromkeys(values, directive.line))
     applied: dict[str, int] = {}
@@ -418,6 +419,13 @@ def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str
             setattr(args, dest, value)
             applied[dest] = lines[dest]
     return applied
+
+
+def _line_of(key: str, lines: dict[str, int]) -> int | None:
+    """The #SBATCH line that gave job-file key `key` its value (by the option's dest:
+    several options give `gpus`), or None."""
+    dests = {"gpus": (*GPU_OPTIONS,), "cpus": ("cpus", "cpus_per_gpu")}.get(key, (key,))
+    return max((lines[dest] for dest in dests if dest in lines), default=None)
 
 
 def _on_its_line(err: Exception, script: BatchScript | None, lines: dict[str, int]) -> str:
@@ -435,7 +443,7 @@ def _on_its_line(err: Exception, script: BatchScript | None, lines: dict[str, in
         }
         for dest, label in labels.items():
             if label == field and dest in lines:
-                return str(ScriptError(script.name, lines[dest], f"{DIRECTIVE} {err}"))
+                return str(ScriptError(script.location, lines[dest], f"{DIRECTIVE} {err}"))
     return str(err)
 
 
@@ -468,7 +476,39 @@ def _job_source(args: argparse.Namespace) -> tuple[dict[str, object] | None, Bat
             _options_parser("gbatch sbatch").parse_args(args.script_args, namespace=args)
         except _OptionProblem as err:
             raise CliError(f"{err}. Options go before or after the job file", Exit.USAGE) from None
-    return parse_job_text(text, args.file), None
+    data = parse_job_text(text, args.file)
+    return data, _embedded_script(data, args)
+
+
+def _embedded_script(data: dict[str, object], args: argparse.Namespace) -> BatchScript | None:
+    """A job file's `script:` (taken out of `data`): a batch script as a file holds one,
+    run by its #! line (bash without one), its #SBATCH lines read as a file's are."""
+    from gbatch.spec import SpecError
+
+    text = data.pop("script", None)
+    if text is None:
+        return None
+    if not isinstance(text, str) or not text.strip():
+        raise SpecError("script", "give the script's text, e.g. `script: |` and its lines")
+    if data.get("command") is not None or args.wrap is not None:
+        raise SpecError(
+            "script", "a job file's script is its command. Keep script or command, not both"
+        )
+    return parse_script(
+        text, f"{args.file} script", name=os.path.basename(args.file), default_shell=True
+    )
+
+
+def _file_keys_win(data: dict[str, object] | None, lines: dict[str, int], args: Any) -> None:
+    """A job file's keys win over the #SBATCH lines of its own `script:` (the command
+    line wins over both): the options those lines set are unset again."""
+    if not data:
+        return
+    keys = {**{dest: "gpus" for dest in GPU_OPTIONS}, "cpus_per_gpu": "cpus"}
+    for dest in list(lines):
+        if data.get(keys.get(dest, dest)) is not None:
+            setattr(args, dest, None)
+            del lines[dest]
 
 
 def _check_output_dirs(spec: Any, submit_dir: str, *, from_file: bool, err_from_file: bool) -> None:
@@ -555,6 +595,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         data, script = _job_source(args)
         if script is not None:
             lines = _apply_directives(args, script)
+            _file_keys_win(data, lines, args)
         problem = _one_task_problem(vars(args))
         if problem is not None:
             raise CliError(problem, Exit.USAGE)
@@ -562,7 +603,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             args.workdir = os.path.join(os.getcwd(), args.workdir)  # as Slurm: from here
         command: str | list[str] | None = args.wrap
         if script is not None:
-            command = script.command(list(args.script_args))
+            # After a job file, words are options (its script takes no arguments).
+            command = script.command(list(args.script_args) if data is None else [])
         gpus = _gpus_option(args)
         overrides = {
             "name": args.name,
@@ -594,7 +636,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "open_mode": args.open_mode,
             "ntasks": None if args.ntasks is None else 1,  # more was refused above
         }
-        if script is not None:
+        if script is not None and data is None:
             # As Slurm: the job is named after its script (stdin: "sbatch").
             default_name = os.path.basename(script.name)
         else:
@@ -639,7 +681,15 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         array=args.array,
         test_only=bool(args.test_only),
     )
-    reply = ctx.client.call(request)
+    try:
+        reply = ctx.client.call(request)
+    except RequestFailed as err:
+        # The daemon names the job-file key (`partition: ...`): name the line too.
+        line = _line_of(err.message.split(":", 1)[0], lines)
+        if script is not None and line is not None:
+            located = ScriptError(script.location, line, f"{DIRECTIVE} {err.message}")
+            raise RequestFailed(err.kind, str(located)) from err
+        raise
     if args.test_only:
         print(_test_only_line(reply["test"], spec.gpus), file=sys.stderr)
         return Exit.OK

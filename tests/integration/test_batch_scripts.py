@@ -129,6 +129,10 @@ def test_what_gbatch_cannot_take_is_one_line_and_nothing_is_queued(
             "bad.sh:2: #SBATCH -o/--output: /no/such/dir/x.out: directory /no/such/dir does not "
             "exist"
         ),
+        # ... and so do the values the daemon refuses.
+        "#!/bin/bash\n#SBATCH -J ok\n#SBATCH -p nosuch\nhostname\n": (
+            'bad.sh:3: #SBATCH partition: "nosuch" is not a partition here'
+        ),
         "#!/bin/bash\n#SBATCH --gpus-per-node=two\n": (
             "bad.sh:2: #SBATCH --gpus-per-node: 'two' is not a GPU count"
         ),
@@ -195,3 +199,36 @@ def test_quiet_prints_nothing_and_wait_returns_the_jobs_exit_code(
         "FAILED|3:0\n"
     )
     assert sbatch_in(head, tmp_path, "-W", "--wrap", "true").returncode == 0
+
+
+def test_a_job_file_may_carry_a_script_whose_header_its_keys_win_over(
+    head: Head, tmp_path: Path
+) -> None:
+    (tmp_path / "job.yaml").write_text(
+        "name: from-keys\n"
+        "time_limit: 5\n"
+        "script: |\n"
+        "  #SBATCH -t 10\n"
+        "  #SBATCH -J from-header\n"
+        "  #SBATCH --comment=from-header\n"
+        '  echo "$SLURM_JOB_NAME $0 ${BASH_VERSION:+bash}"\n'
+    )
+    job_id = submitted(sbatch_in(head, tmp_path, "--parsable", "job.yaml"))
+    job = head.wait_state(job_id, "COMPLETED")
+    assert (job["name"], job["time_limit"]) == ("from-keys", 300)
+    assert log(head, job_id) == ["from-keys job.yaml bash"]
+    shown = head.run("scontrol", "show", "job", str(job_id), check=True).stdout
+    assert "Comment=from-header" in shown
+    (tmp_path / "both.yaml").write_text("command: true\nscript: echo hi\n")
+    refused = sbatch_in(head, tmp_path, "both.yaml")
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "gbatch sbatch: error: script: a job file's script is its command. Keep script or "
+        "command, not both\n"
+    )
+    (tmp_path / "bad.yaml").write_text("script: |\n  #SBATCH --mem=lots\n  true\n")
+    refused = sbatch_in(head, tmp_path, "bad.yaml")
+    assert refused.stderr.startswith(
+        'gbatch sbatch: error: bad.yaml script:1: #SBATCH --mem: "lots" is not a memory size'
+    )
+    assert head.run("squeue", "-h", check=True).stdout == ""

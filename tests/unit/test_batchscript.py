@@ -91,3 +91,18 @@ def test_a_script_is_told_from_a_yaml_job_file_by_its_first_line() -> None:
     assert looks_like_script("hostname\n", "run.slurm")
     assert not looks_like_script("# a job file\nname: x\n", "job.yaml")
     assert not looks_like_script("name: x\n")
+
+
+def test_a_job_files_script_without_a_shebang_runs_under_bash_from_its_first_line() -> None:
+    script = parse_script(
+        "#SBATCH -J x\necho hi\n", "job.yaml script", name="job.yaml", default_shell=True
+    )
+    assert script.interpreter == ("/bin/bash",)
+    assert [d.line for d in script.directives] == [1]
+    assert script.location == "job.yaml script"
+    assert script.command(["a"]) == ["/bin/bash", "-c", script.text, "job.yaml", "a"]
+
+
+def test_an_indented_sbatch_line_is_a_yaml_files_not_a_scripts() -> None:
+    assert not looks_like_script("script: |\n  #SBATCH -J x\n  true\n", "job.yaml")
+    assert looks_like_script("#SBATCH -J x\ntrue\n", "job")

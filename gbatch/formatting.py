@@ -15,10 +15,12 @@ import json
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gbatch.limits import UserShare
 from gbatch.model import (
     ALLOCATED_STATES,
+    FINAL_STATES,
     IMPLICIT_PARTITION,
     Event,
     Job,
@@ -29,6 +31,9 @@ from gbatch.model import (
 )
 from gbatch.outputs import output_paths
 from gbatch.timefmt import format_duration, format_elapsed_fixed, format_timestamp
+
+if TYPE_CHECKING:  # squeue imports this module: the view rows' module is only sprio's/sreport's
+    from gbatch.views import JobPriority, UsageRow
 
 # The partition shown for a job queued before partitions existed, and for a node that
 # reports none (a daemon of that time).
@@ -744,5 +749,175 @@ def format_sshare_json(shares: Sequence[UserShare]) -> str:
                 }
                 for share in shares
             ]
+        }
+    )
+
+
+# ---------------------------------------------------------------------------
+# sprio
+
+_SPRIO_HEADERS = ("JOBID", "PARTITION", "USER", "PRIORITY", "AGE", "FAIRSHARE", "NICE")
+_SPRIO_LONG_HEADERS = (
+    "JOBID",
+    "PARTITION",
+    "USER",
+    "RANK",
+    "PRIORITY",
+    "JOBPRIO",
+    "NICE",
+    "FAIRSHARE",
+    "AGE",
+    "SUBMIT_TIME",
+)
+_SPRIO_TEXT = frozenset({"PARTITION", "USER", "SUBMIT_TIME"})
+
+
+def format_sprio(
+    jobs: Sequence[JobPriority], now: float, *, long: bool = False, header: bool = True
+) -> str:
+    """One line per pending job, in the order given. PRIORITY is what the planner sorts
+    by after the fair-share factor: the job's priority - nice; FAIRSHARE its user's
+    factor (0..1, sorted first); AGE how long it has waited (submit time breaks ties).
+    `long` adds RANK (its place in that order), JOBPRIO (priority before nice) and
+    SUBMIT_TIME."""
+    rows = []
+    for job in jobs:
+        cells = {
+            "JOBID": str(job.id),
+            "PARTITION": _printable(job.partition or PARTITION),
+            "USER": _printable(job.user),
+            "RANK": str(job.rank),
+            "PRIORITY": str(job.effective_priority),
+            "JOBPRIO": str(job.priority),
+            "NICE": str(job.nice),
+            "FAIRSHARE": f"{job.fairshare:.7f}",
+            "AGE": format_duration(max(0.0, now - job.submit_time)),
+            "SUBMIT_TIME": format_timestamp(job.submit_time),
+        }
+        rows.append([cells[name] for name in (_SPRIO_LONG_HEADERS if long else _SPRIO_HEADERS)])
+    headers = _SPRIO_LONG_HEADERS if long else _SPRIO_HEADERS
+    return _table(headers, rows, frozenset(headers) - _SPRIO_TEXT, header=header)
+
+
+def format_sprio_json(jobs: Sequence[JobPriority], now: float) -> str:
+    """`{"jobs": [...]}`: the protocol's fields, plus `effective_priority` and `age`
+    (seconds)."""
+    return _dump(
+        {
+            "jobs": [
+                {
+                    **job.to_wire(),
+                    "effective_priority": job.effective_priority,
+                    "age": max(0.0, now - job.submit_time),
+                }
+                for job in jobs
+            ]
+        }
+    )
+
+
+# ---------------------------------------------------------------------------
+# seff
+
+
+def _percent(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.2f}%" if whole > 0 else "0.00%"
+
+
+def format_seff(job: Job, now: float, *, cluster: str, group: str) -> str:
+    """Slurm's seff report for one job, and gbatch's GPU part. gbatch measures neither
+    a job's CPU time nor its memory, nor keeps per-job GPU samples: those lines say
+    `not measured` rather than a made-up 0. Efficiency of the time limit: the run's
+    wall-clock time over its limit."""
+    lines = [f"Job ID: {job.id}"]
+    if job.array_job_id is not None:
+        lines.append(f"Array Job ID: {job.array_job_id}_{job.spec.array_task}")
+    state = job.state.value
+    if job.state in FINAL_STATES:
+        state += f" (exit code {job.exit_code or 0})"
+    lines += [
+        f"Cluster: {_printable(cluster)}",
+        f"User/Group: {_printable(job.user)}/{_printable(group)}",
+        f"State: {state}",
+        f"Cores: {job.spec.cpus_counted}",
+    ]
+    if job.state is JobState.PENDING or job.start_time is None:
+        lines.append(f"Efficiency not available for jobs in the {job.state.value} state.")
+        return _lines(lines)
+    elapsed = _elapsed_seconds(job, now)
+    limit = job.time_limit
+    memory = job.spec.memory_mb
+    lines += [
+        "CPU Utilized: not measured",
+        "CPU Efficiency: not measured",
+        f"Job Wall-clock time: {format_elapsed_fixed(elapsed)}",
+        "Time Limit Efficiency: "
+        + (
+            f"{_percent(elapsed, limit)} of {format_elapsed_fixed(limit)} time limit"
+            if limit
+            else "no time limit"
+        ),
+        "Memory Utilized: not measured",
+        "Memory Efficiency: not measured"
+        + (f" ({_memory(memory)} requested)" if memory is not None else ""),
+    ]
+    gpus = ",".join(str(i) for i in job.gpus)
+    where = f" (node {_printable(job.node or '')}, GPU {gpus})" if job.gpus else ""
+    lines += [
+        f"GPUs: {len(job.gpus)}{where}",
+        f"GPU-hours: {len(job.gpus) * elapsed / 3600:.2f}",
+    ]
+    if job.gpus:
+        lines += ["GPU Utilized: not measured", "GPU Memory Utilized: not measured"]
+    return _lines(lines)
+
+
+# ---------------------------------------------------------------------------
+# sreport
+
+
+def format_sreport(
+    rows: Sequence[UsageRow],
+    start: float,
+    end: float,
+    *,
+    by_group: bool = False,
+    header: bool = True,
+    parsable: bool = False,
+) -> str:
+    """GPU-hours per user (or group) inside [start, end), most first; Slurm's sreport
+    banner (the period and its length) above the table unless `parsable` (`|`-separated,
+    sreport -P) or without `header`."""
+    headers = ("GROUP" if by_group else "USER", "GPU-HOURS", "JOBS")
+    cells = [[_printable(row.name), f"{row.gpu_seconds / 3600:.2f}", str(row.jobs)] for row in rows]
+    if parsable:
+        return _lines([*(["|".join(headers)] if header else []), *("|".join(c) for c in cells)])
+    if not header:
+        return _table(headers, cells, frozenset(headers[1:]), header=False)
+    rule = "-" * 80
+    what = "Unix group" if by_group else "user"
+    banner = [
+        rule,
+        f"GPU usage by {what} {_iso(start)} - {_iso(end)} ({round(end - start)} secs)",
+        "Usage reported in GPU-hours",
+        rule,
+    ]
+    return _lines(banner) + _table(headers, cells, frozenset(headers[1:]), header=True)
+
+
+def _iso(epoch: float) -> str:
+    from datetime import datetime  # deferred: only sreport prints dates this way
+
+    return datetime.fromtimestamp(epoch).isoformat(timespec="seconds")
+
+
+def format_sreport_json(rows: Sequence[UsageRow], start: float, end: float, by_group: bool) -> str:
+    """`{"start", "end", "by", "rows": [{"name", "gpu_seconds", "gpu_hours", "jobs"}]}`."""
+    return _dump(
+        {
+            "start": start,
+            "end": end,
+            "by": "group" if by_group else "user",
+            "rows": [{**row.to_wire(), "gpu_hours": row.gpu_seconds / 3600} for row in rows],
         }
     )

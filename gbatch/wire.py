@@ -476,6 +476,31 @@ class ShowShares(_Request, op="shares"):
     all_users: bool = False
 
 
+class ShowPriorities(_Request, op="priorities"):
+    """sprio: pending jobs (narrowed by `ids` and `users`) with what orders them: the
+    user's fair-share factor, the job's priority and nice, its age. Under private_data
+    a non-admin sees only their own. Replies {"jobs": [{"id", "user", "partition",
+    "array_job_id", "array_task", "priority", "nice", "fairshare", "submit_time",
+    "rank"}, ...], "now"}; rank is the job's place (1 first) among the jobs shown, in
+    the planner's order."""
+
+    ids: tuple[int, ...] = ()
+    users: tuple[str, ...] = ()
+
+
+class ReportUsage(_Request, op="usage_report"):
+    """sreport: GPU-seconds that runs spent inside [start, end), summed by user (or by
+    the user's Unix group with `by_group`). The caller's own row; `users`, `all_users`
+    and `by_group` are for admins. Replies {"rows": [{"name", "gpu_seconds", "jobs"},
+    ...], "start", "end", "now"}."""
+
+    start: float
+    end: float
+    users: tuple[str, ...] = ()
+    all_users: bool = False
+    by_group: bool = False
+
+
 class Shutdown(_Request, op="shutdown"):
     """Admins: stop the daemon (jobs carry on). Replies {"pid"}."""
 
@@ -497,6 +522,8 @@ Request = (
     | GetHostKey
     | TrustHostKey
     | ShowShares
+    | ShowPriorities
+    | ReportUsage
     | Shutdown
 )
 REQUESTS: Mapping[str, type[Request]] = {cls.op: cls for cls in get_args(Request)}

@@ -20,8 +20,11 @@ from gbatch.cli import (
     sbatch,
     scancel,
     scontrol,
+    seff,
     sinfo,
+    sprio,
     squeue,
+    sreport,
     sshare,
     tui,
 )
@@ -33,7 +36,22 @@ from gbatch.config import SYSTEM_SOCKET
 if TYPE_CHECKING:
     from gbatch.wire import ErrorKind
 
-COMMANDS = (sbatch, squeue, scancel, sinfo, sacct, sshare, scontrol, logs, tui, node, daemon)
+COMMANDS = (
+    sbatch,
+    squeue,
+    scancel,
+    sinfo,
+    sacct,
+    sshare,
+    sprio,
+    seff,
+    sreport,
+    scontrol,
+    logs,
+    tui,
+    node,
+    daemon,
+)
 
 
 EPILOG = """\

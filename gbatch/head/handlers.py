@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, assert_never
 
 from gbatch import __version__, dependency, policy, wire
+from gbatch.head.accounting import usage_by
 from gbatch.head.daemon import Daemon
 from gbatch.head.fairshare import factors
 from gbatch.head.store import (
@@ -53,6 +54,7 @@ from gbatch.spec import (
     secret_env_values,
 )
 from gbatch.timefmt import MAX_TIME_LIMIT_S, format_duration, show_value
+from gbatch.views import JobPriority
 
 log = logging.getLogger("gbatchd")
 MAX_ARRAY = ARRAY_HARD_CAP
@@ -1149,6 +1151,98 @@ def shares(daemon: Daemon, caller: Caller, request: wire.ShowShares) -> dict[str
     return {"users": [wire.share_to_wire(row) for row in rows], "now": now}
 
 
+def priorities(daemon: Daemon, caller: Caller, request: wire.ShowPriorities) -> dict[str, Any]:
+    """sprio: pending jobs and what orders them in the planner (fair-share factor of
+    their user, then priority - nice, then submit time, then id). The factors are taken
+    over every user with pending jobs, as the planner's are, whoever the caller may
+    see. Everyone sees the queue; under private_data a non-admin sees only their own."""
+    now = daemon.clock()
+    users: Sequence[str] | None = request.users or None
+    private = daemon.config.private_data and not is_admin(daemon, caller)
+    if private:
+        if users is not None and caller.user not in users:
+            return {"jobs": [], "now": now}
+        users = [caller.user]
+    found = daemon.store.jobs(
+        ids=request.ids or None, states=[JobState.PENDING], users=users, finished=None
+    )
+    if private:
+        found = [j for j in found if j.uid == caller.uid]
+    usage = daemon.usage(daemon.store.jobs_in(ALLOCATED_STATES), now)
+    share = factors(usage, daemon.store.pending_counts())
+    ordered = sorted(
+        found,
+        key=lambda j: (-share.get(j.user, 1.0), -j.spec.effective_priority, j.submit_time, j.id),
+    )
+    rank = {j.id: place for place, j in enumerate(ordered, 1)}
+    return {
+        "jobs": [
+            JobPriority(
+                id=j.id,
+                user=j.user,
+                partition=j.spec.partition,
+                array_job_id=j.array_job_id,
+                array_task=j.spec.array_task,
+                priority=j.spec.priority,
+                nice=j.spec.nice,
+                fairshare=share.get(j.user, 1.0),
+                submit_time=j.submit_time,
+                held=j.held,
+                rank=rank[j.id],
+            ).to_wire()
+            for j in found
+        ],
+        "now": now,
+    }
+
+
+@functools.lru_cache(maxsize=1024)
+def _group_of(uid: int, epoch: int) -> str:
+    """The name of `uid`'s primary group (its number when the system has no name)."""
+    try:
+        gid = pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return f"uid:{uid}"
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def usage_report(daemon: Daemon, caller: Caller, request: wire.ReportUsage) -> dict[str, Any]:
+    """sreport: GPU-seconds inside [start, end) by user or by Unix group (the job's
+    submitter's primary group, as the system names it now). A user sees their own row,
+    as in sshare; other users, all users and groups are for admins."""
+    if not request.end > request.start:
+        raise Refused("invalid", "the period's end must be after its start. Check -S and -E")
+    wanted = set(request.users)
+    if request.all_users or request.by_group or wanted - {caller.user}:
+        _require_admin(
+            daemon,
+            caller,
+            "usage_report",
+            "users",
+            "see other users' or groups' usage (yours: `gbatch sreport`)",
+        )
+    now = daemon.clock()
+    users = None if request.all_users or request.by_group else sorted(wanted or {caller.user})
+    ran = daemon.store.jobs_run_between(request.start, request.end, users)
+    epoch = int(time.monotonic() // GROUP_CACHE_S)
+    rows = usage_by(
+        ran,
+        request.start,
+        request.end,
+        now,
+        (lambda j: _group_of(j.uid, epoch)) if request.by_group else (lambda j: j.user),
+    )
+    return {
+        "rows": [row.to_wire() for row in rows],
+        "start": request.start,
+        "end": request.end,
+        "now": now,
+    }
+
+
 def server_user_name() -> str:
     """The name of the user the daemon runs as (its uid when the system has no name)."""
     try:
@@ -1199,6 +1293,10 @@ def dispatch(daemon: Daemon, caller: Caller, request: wire.Request) -> dict[str,
             return node_trust(daemon, caller, request)
         case wire.ShowShares():
             return shares(daemon, caller, request)
+        case wire.ShowPriorities():
+            return priorities(daemon, caller, request)
+        case wire.ReportUsage():
+            return usage_report(daemon, caller, request)
         case wire.Shutdown():
             return shutdown(daemon, caller, request)
         case _:

@@ -1,0 +1,58 @@
+"""gbatch seff: how well a job used what it was given."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gbatch.cli.context import Context
+from gbatch.cli.exits import Exit
+
+HELP = "show a job's efficiency: wall-clock time against its limit, GPUs"
+EPILOG = """\
+Like Slurm's seff. gbatch measures neither a job's CPU time nor its memory use, and the
+daemon keeps no per-job history of the GPU samples its nodes report: those lines say
+`not measured`. Time Limit Efficiency is the run's wall-clock time over its time limit;
+GPU-hours its GPUs times that time. Cluster is the head's host name."""
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "seff",
+        help=HELP,
+        description=HELP + ".",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("job", type=int, metavar="JOBID")
+    p.set_defaults(run=run)
+
+
+def _group(uid: int) -> str:
+    import grp
+    import pwd
+
+    try:
+        gid = pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return str(uid)
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    import socket
+
+    from gbatch import formatting, wire
+
+    reply = ctx.client.call(wire.ShowJob(id=args.job))
+    job = wire.job_from_wire(reply["job"])
+    sys.stdout.write(
+        formatting.format_seff(
+            job, reply["now"], cluster=socket.gethostname(), group=_group(job.uid)
+        )
+    )
+    return Exit.OK

@@ -211,6 +211,8 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
         (wire.GetHostKey(name="local"), "invalid"),  # the local node has no SSH key
         (wire.TrustHostKey(name="local", fingerprint="SHA256:x"), "invalid"),
         (wire.ShowShares(all_users=True), "users"),
+        (wire.ShowPriorities(), "jobs"),
+        (wire.ReportUsage(start=0.0, end=1.0, all_users=True), "rows"),
         (wire.Shutdown(), "pid"),
     ]
     assert {type(request) for request, _ in served} == set(wire.REQUESTS.values())

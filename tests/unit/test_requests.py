@@ -43,6 +43,10 @@ EXAMPLES: dict[str, wire.Request] = {
     "node_hostkey": wire.GetHostKey(name="gpu01"),
     "node_trust": wire.TrustHostKey(name="gpu01", fingerprint="SHA256:abc", replace=True),
     "shares": wire.ShowShares(users=("alice", "bob"), all_users=True),
+    "priorities": wire.ShowPriorities(ids=(3, 4), users=("alice",)),
+    "usage_report": wire.ReportUsage(
+        start=1_767_225_600.0, end=1_769_904_000.0, users=("bob",), all_users=True, by_group=True
+    ),
     "shutdown": wire.Shutdown(),
 }
 
@@ -52,6 +56,7 @@ WRONG: dict[Any, list[object]] = {
     int: ["1", 1.5, True, [1], 2**63],
     str: [1, True, ["a"], {"a": "b"}],
     bool: [1, "true", [True]],
+    float: ["1", True, [1.0]],
     float | None: ["1", True, [1.0]],
     str | None: [1, True, ["a"]],
     tuple[int, ...]: ["1", 1, [1.5], [True], ["1"], [None], {"1": 1}],

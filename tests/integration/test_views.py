@@ -1,0 +1,57 @@
+"""sprio, seff and sreport through the real CLI and daemon: a finished 2-GPU job's
+efficiency and its GPU-hours in the period's report, held jobs' ordering factors."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import Head
+
+
+def test_seff_sreport_and_sprio_report_what_the_daemon_recorded(head: Head) -> None:
+    done = head.sbatch("-G", "2", "-t", "1:00", "--wrap", "sleep 1")
+    head.wait_state(done, "COMPLETED")
+    low = head.sbatch("--hold", "--nice", "5", "--wrap", "true")
+    high = head.sbatch("--hold", "--priority", "3", "--wrap", "true")
+
+    seff = head.run("seff", str(done), check=True).stdout
+    assert f"Job ID: {done}\n" in seff
+    assert "State: COMPLETED (exit code 0)\n" in seff
+    assert "Time Limit Efficiency: " in seff and "of 00:01:00 time limit" in seff
+    assert "GPUs: 2 (node local, GPU 0,1)\n" in seff
+    assert "CPU Utilized: not measured\n" in seff
+    pending = head.run("seff", str(low), check=True).stdout
+    assert "Efficiency not available for jobs in the PENDING state." in pending
+
+    report = head.run("sreport", "-S", "2000-01-01", "-E", "now", "--json", check=True)
+    (row,) = json.loads(report.stdout)["rows"]
+    assert row["jobs"] == 1
+    assert 2 * 1 <= row["gpu_seconds"] < 2 * 60  # 2 GPUs, a run of about a second
+    text = head.run("sreport", "-S", "2000-01-01", "-E", "now", "-P", "-n", check=True).stdout
+    assert text == f"{row['name']}|{row['gpu_seconds'] / 3600:.2f}|1\n"
+    # Slurm's default period is yesterday: today's job is not in it
+    assert json.loads(head.run("sreport", "--json", check=True).stdout)["rows"] == []
+
+    lines = head.run("sprio", "-l", "-h", check=True).stdout.splitlines()
+    by_id = {int(line.split()[0]): line.split() for line in lines}
+    assert set(by_id) == {low, high}
+    # JOBID PARTITION USER RANK PRIORITY JOBPRIO NICE FAIRSHARE AGE SUBMIT_TIME
+    assert by_id[high][3:7] == ["1", "3", "3", "0"]
+    assert by_id[low][3:7] == ["2", "-5", "0", "5"]
+    header = head.run("sprio", "-j", str(high), check=True).stdout.splitlines()
+    assert header[0].split() == [
+        "JOBID",
+        "PARTITION",
+        "USER",
+        "PRIORITY",
+        "AGE",
+        "FAIRSHARE",
+        "NICE",
+    ]
+    assert len(header) == 2 and header[1].split()[0] == str(high)
+
+
+def test_sreport_refuses_a_period_that_ends_before_it_starts(head: Head) -> None:
+    result = head.run("sreport", "-S", "2024-02-01", "-E", "2024-01-01")
+    assert result.returncode == 2
+    assert result.stderr.startswith("gbatch sreport: error: --end: ")

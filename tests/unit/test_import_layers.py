@@ -1,7 +1,7 @@
 """The layers of docs/architecture.md hold: read from the source (ast), every import,
 including those deferred into functions and those only for type checking.
 
-    gbatch/ vocabulary   model spec timefmt config policy crashpoints wire limits dependency outputs
+    gbatch/ vocabulary   model spec timefmt config policy crashpoints wire limits dependency outputs views
     gbatch/nodes/        what reaches a host (and gbatch.shim, run beside a local job)
     gbatch/head/         the daemon's side
     gbatch/ front        client formatting cli/ tui/
@@ -29,6 +29,7 @@ VOCABULARY = {
     "limits",
     "dependency",
     "outputs",
+    "views",
 }
 # What each layer may import besides the vocabulary and the standard library.
 ALLOWED = {

@@ -184,3 +184,23 @@ def test_a_task_sees_its_params_upper_cased() -> None:
 def test_daemon_refuses_a_malformed_wire_sweep(data: object) -> None:
     with pytest.raises(SpecError):
         sweep_from_wire(data)
+
+
+def test_scontrol_and_sacct_show_a_tasks_params() -> None:
+    from gbatch.formatting import format_job_details, format_sacct
+    from gbatch.model import Job, JobState
+
+    spec = JobSpec(name="t", command=("x",), params=(("lr", "1e-3"), ("bs", "32")))
+    job = Job(id=7, uid=0, user="u", spec=spec, state=JobState.PENDING, submit_time=0.0)
+    assert "   Params=lr=1e-3,bs=32\n" in format_job_details(job, [], 0.0)
+    out = format_sacct([job], 0.0, fields=["JobID", "Params"], parsable=True)
+    assert out.splitlines() == ["JobID|Params", "7|lr=1e-3,bs=32"]
+    plain = Job(
+        id=8,
+        uid=0,
+        user="u",
+        spec=JobSpec(name="t", command=("x",)),
+        state=JobState.PENDING,
+        submit_time=0.0,
+    )
+    assert "Params=" not in format_job_details(plain, [], 0.0)

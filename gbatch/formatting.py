@@ -309,6 +309,8 @@ _SACCT_FIELDS: tuple[_Field, ...] = (
     _Field("Timelimit", 10, lambda j, _: _time_limit_fixed(j)),
     _Field("Reason", 22, lambda j, _: _reason(j)),
     _Field("Attempt", 7, lambda j, _: str(j.attempt)),
+    # gbatch's: a sweep task's parameters (gbatch/sweep.py), empty for other jobs.
+    _Field("Params", 20, lambda j, _: _printable(_params_text(j.spec.params))),
 )
 _SACCT_BY_NAME = {f.name.lower(): f for f in _SACCT_FIELDS}
 _SACCT_SPEC = re.compile(r"^([A-Za-z]+)(?:%(-?[0-9]+))?$")
@@ -627,6 +629,12 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
     return _lines(lines)
 
 
+def _params_text(params: Sequence[tuple[str, str]]) -> str:
+    """A sweep task's parameters as `lr=1e-3,bs=32` (gbatch.sweep.params_text; not
+    imported from there, which would bring gbatch.spec into squeue's start-up)."""
+    return ",".join(f"{name}={value}" for name, value in params)
+
+
 def _slurm_option_lines(spec: JobSpec) -> list[str]:
     """Export (mode and names; the values are never shown, as in Slurm), BeginTime,
     Signal, MailUser/MailType and Comment: a line only for the options a job gave."""
@@ -645,6 +653,8 @@ def _slurm_option_lines(spec: JobSpec) -> list[str]:
         )
     if spec.comment is not None:
         lines.append(f"   Comment={_printable(spec.comment)}")
+    if spec.params:  # a parameter sweep's task
+        lines.append(f"   Params={_printable(_params_text(spec.params))}")
     return lines
 
 

@@ -191,6 +191,9 @@ class JobSpec:
     # Slurm's -n/--ntasks, which gbatch takes as 1 only; set when it was given, since a
     # job sees SLURM_NTASKS (and SLURM_NPROCS) only then, as under Slurm.
     ntasks: int | None = None
+    # A parameter sweep's task: its row, (name, value) in the sweep's order, as text
+    # (GBATCH_PARAM_<NAME>; gbatch/sweep.py). Set by the daemon, never by a file.
+    params: tuple[tuple[str, str], ...] = ()
 
     @property
     def effective_priority(self) -> int:
@@ -246,6 +249,8 @@ class JobSpec:
         for key in _OPTIONAL_KEYS:
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
+        if self.params:
+            data["params"] = [list(pair) for pair in self.params]
         return data
 
     @classmethod
@@ -284,6 +289,7 @@ class JobSpec:
             error=data.get("error"),  # type: ignore[arg-type]
             open_mode=data.get("open_mode"),  # type: ignore[arg-type]
             ntasks=data.get("ntasks"),  # type: ignore[arg-type]
+            params=tuple((str(n), str(v)) for n, v in data.get("params") or ()),  # type: ignore[attr-defined]
         )
 
 

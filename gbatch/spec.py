@@ -332,7 +332,9 @@ def _check_tree(
             _check_scalar(where, node, role, resolve)
         elif isinstance(node, yaml.SequenceNode):
             _check_collection_tag(where, node)
-            stack.extend((item, depth + 1, "") for item in node.value)
+            # A sweep's list of values (`lr: [1e-3, 0.10]`) keeps them as written.
+            item_role = "env_value" if role == "env_value" else ""
+            stack.extend((item, depth + 1, item_role) for item in node.value)
         elif isinstance(node, yaml.MappingNode):
             _check_collection_tag(where, node)
             keys: set[str] = set()
@@ -351,10 +353,12 @@ def _check_tree(
                             "written twice. Keep one of them",
                         )
                     keys.add(key.value)
-                if role == "env":
+                if role in ("env", "sweep"):
                     value_role = "env_value"
                 elif depth == 1 and key.value in ("env", "secret_env"):
                     value_role = "env"
+                elif depth == 1 and key.value == "sweep":
+                    value_role = "sweep"  # its values are text as written, as env's
                 else:
                     value_role = ""
                 # Env names stay text too: `ON: 1` is the variable ON, not True.

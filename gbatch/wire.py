@@ -364,6 +364,11 @@ class Submit(_Request, op="submit", secret=("secret_env", "submit_env")):
     submit_env: dict[str, str] | None = None
     array: str | None = None
     test_only: bool = False
+    # A parameter sweep ({"names": [...], "rows": [[...], ...]}, gbatch/sweep.py): one
+    # task per row, as an array 0-(rows-1); not with `array`. name_template names each
+    # task ("{name}-lr{lr}").
+    sweep: dict[str, Any] | None = None
+    name_template: str | None = None
 
 
 class Cancel(_Request, op="cancel"):

@@ -33,7 +33,8 @@ def add_parser(commands: Any) -> None:
         "-o",
         "--format",
         metavar="FIELD[,FIELD]",
-        help="e.g. JobID,JobName,State,ExitCode,Elapsed,AllocGPUS,NodeList",
+        help="e.g. JobID,JobName,State,ExitCode,Elapsed,AllocGPUS,NodeList; Params: a "
+        "parameter sweep task's parameters (gbatch's own field)",
     )
     p.add_argument("-P", "--parsable2", action="store_true", help="`|`-separated, no padding")
     p.add_argument("-n", "--noheader", action="store_true")
@@ -58,6 +59,12 @@ def _since(text: str | None, now: float) -> float | None:
         ) from err
 
 
+def _asks_params(fmt: str | None) -> bool:
+    return fmt is not None and any(
+        name.strip().lower().split("%")[0] == "params" for name in fmt.split(",")
+    )
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import formatting, wire
 
@@ -73,7 +80,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             users=tuple(users or ()),
             states=tuple(split_list(args.state) or ()),
             since=since,
-            brief=not args.json,
+            # A brief spec leaves a sweep task's params out: ask for whole specs then.
+            brief=not args.json and not _asks_params(args.format),
         )
     )
     jobs = [wire.job_from_wire(j) for j in reply["jobs"]]

@@ -9,13 +9,16 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gbatch.batchscript import DIRECTIVE, BatchScript, ScriptError, looks_like_script, parse_script
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.client import RequestFailed
 from gbatch.model import Job, JobState
+
+if TYPE_CHECKING:
+    from gbatch.sweep import Sweep
 
 HELP = "queue a job (a job file, a batch script, options, or --wrap)"
 MAX_SCRIPT_CHARS = 1 << 20
@@ -136,6 +139,23 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         metavar="A-B[:S],...",
         help="queue one job per index (A-B, A-B:STEP, lists like 1,4,10-12; a lone N is "
         "N tasks 0 to N-1); each sees SLURM_ARRAY_TASK_ID",
+    )
+    p.add_argument(
+        "--param",
+        dest="param",
+        action="append",
+        metavar="NAME=V1,V2,...",
+        help="sweep a parameter (repeatable): one array task per combination of the values "
+        "of all --param options, the last one varying fastest. Task k sees {NAME} in its "
+        "command replaced by its value ({{ and }} for literal braces) and GBATCH_PARAM_NAME "
+        "(upper-cased) set; replaces the job file's sweep:. Not with --array",
+    )
+    p.add_argument(
+        "--name-template",
+        dest="name_template",
+        metavar="TEMPLATE",
+        help='name each task of a sweep, e.g. "{name}-lr{lr}" ({name}: the job\'s name); '
+        "characters a job name cannot hold become _",
     )
     p.add_argument(
         "--export",
@@ -411,6 +431,8 @@ def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str
         problem = _one_task_problem(values)
         if problem is not None:
             raise ScriptError(script.location, directive.line, f"{DIRECTIVE} {problem}")
+        if "param" in values and "param" in taken:  # --param lines add up, as options do
+            values["param"] = [*taken["param"], *values["param"]]
         taken.update(values)
         lines.update(dict.fromkeys(values, directive.line))
     applied: dict[str, int] = {}
@@ -440,6 +462,8 @@ def _on_its_line(err: Exception, script: BatchScript | None, lines: dict[str, in
             **GPU_OPTIONS,
             "array": "--array",
             "cpus_per_gpu": "--cpus-per-gpu",
+            "param": "--param",
+            "name_template": "--name-template",
         }
         for dest, label in labels.items():
             if label == field and dest in lines:
@@ -497,6 +521,40 @@ def _embedded_script(data: dict[str, object], args: argparse.Namespace) -> Batch
     return parse_script(
         text, f"{args.file} script", name=os.path.basename(args.file), default_shell=True
     )
+
+
+def _sweep_of(
+    data: dict[str, object] | None, args: argparse.Namespace
+) -> tuple[Sweep | None, str | None]:
+    """The sweep (--param, else the job file's `sweep:`, taken out of `data`; a file of
+    rows read here, as the submitter, relative to the job file) and the name template
+    (--name-template, else the file's `name_template:`)."""
+    from gbatch.spec import SpecError
+    from gbatch.sweep import parse_param_options, read_rows_file, sweep_from_yaml
+
+    file_sweep = None if data is None else data.pop("sweep", None)
+    template = None if data is None else data.pop("name_template", None)
+    if args.name_template is not None:
+        template = args.name_template
+    elif template is not None and not isinstance(template, str):
+        raise SpecError("name_template", 'give text, e.g. "{name}-lr{lr}"')
+    sweep: Sweep | None = None
+    if args.param:
+        sweep = parse_param_options(args.param)
+    elif file_sweep is not None:
+        found = sweep_from_yaml(file_sweep)
+        if isinstance(found, str):
+            base = os.path.dirname(os.path.abspath(args.file)) if args.file else os.getcwd()
+            found = read_rows_file(os.path.join(base, os.path.expanduser(found)))
+        sweep = found
+    if sweep is not None and args.array is not None:
+        raise SpecError(
+            "--array", "a sweep is its own array (one task per row). Remove --array, or the sweep"
+        )
+    if sweep is None and template is not None:
+        field = "--name-template" if args.name_template is not None else "name_template"
+        raise SpecError(field, "names the tasks of a sweep; give --param or sweep: too")
+    return sweep, template
 
 
 def _file_keys_win(data: dict[str, object] | None, lines: dict[str, int], args: Any) -> None:
@@ -588,6 +646,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         parse_array,
         secret_env_values,
     )
+    from gbatch.sweep import check_templates
 
     script: BatchScript | None = None
     lines: dict[str, int] = {}
@@ -596,6 +655,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         if script is not None:
             lines = _apply_directives(args, script)
             _file_keys_win(data, lines, args)
+        sweep, name_template = _sweep_of(data, args)
         problem = _one_task_problem(vars(args))
         if problem is not None:
             raise CliError(problem, Exit.USAGE)
@@ -659,6 +719,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         check_submit_env_size(submit_env)
         if args.array is not None:
             parse_array(args.array)  # refused here, in one line, before anything is sent
+        if sweep is not None:
+            check_templates(spec.command, sweep.names, name_template, spec.name)
         _check_output_dirs(
             spec, os.getcwd(), from_file=args.output is None, err_from_file=args.error is None
         )
@@ -680,6 +742,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         submit_env=submit_env or None,
         array=args.array,
         test_only=bool(args.test_only),
+        sweep=None if sweep is None else sweep.to_wire(),
+        name_template=name_template,
     )
     try:
         reply = ctx.client.call(request)

@@ -53,6 +53,8 @@ from gbatch.spec import (
     parse_array,
     secret_env_values,
 )
+from gbatch.sweep import Sweep, check_templates, sweep_from_wire
+from gbatch.sweep import task_spec as sweep_task_spec
 from gbatch.timefmt import MAX_TIME_LIMIT_S, format_duration, show_value
 from gbatch.views import JobPriority
 
@@ -283,6 +285,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         submit_env = filter_submit_env(request.submit_env or {})
         check_submit_env_size(submit_env)
         indices = None if request.array is None else parse_array(request.array, max_tasks=MAX_ARRAY)
+        sweep = _submitted_sweep(request, spec)
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
     spec = _in_partition(daemon, replace(spec, time_limit=limit))
@@ -297,6 +300,11 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         )
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
+    if sweep is not None:  # a sweep is the array 0-(rows-1)
+        indices = tuple(range(len(sweep.rows)))
+        array_text: str | None = f"0-{len(indices) - 1}"
+    else:
+        array_text = request.array.strip() if request.array else None
     count = request.count if indices is None else len(indices)
     if not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
@@ -328,11 +336,18 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         return {"test": _test_start(daemon, caller, spec)}
     if indices is not None:
         # Ids of one submission are consecutive: task i's position is its offset.
-        array = request.array.strip() if request.array else None
         specs = [
-            replace(spec, array_task=index, array_pos=i, array=array)
+            replace(spec, array_task=index, array_pos=i, array=array_text)
             for i, index in enumerate(indices)
         ]
+        if sweep is not None:
+            try:
+                specs = [
+                    sweep_task_spec(task, sweep, k, request.name_template)
+                    for k, task in enumerate(specs)
+                ]
+            except SpecError as err:
+                raise Refused("invalid", str(err)) from err
     elif count == 1:
         specs = [spec]
     else:
@@ -353,6 +368,25 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         raise Refused("permission", str(err)) from err
     daemon.submitted()
     return {"ids": ids}
+
+
+def _submitted_sweep(request: wire.Submit, spec: JobSpec) -> Sweep | None:
+    """The request's parameter sweep, checked (names, rows, the command's and name
+    template's placeholders), or None; SpecError for one that cannot be queued."""
+    if request.sweep is None:
+        if request.name_template is not None:
+            raise SpecError("--name-template", "names a sweep's tasks; give --param or sweep:")
+        return None
+    if request.array is not None or request.count != 1:
+        raise SpecError(
+            "--array",
+            "a sweep is its own array (one task per row). Remove --array, or the sweep",
+        )
+    if request.name_template is not None and not isinstance(request.name_template, str):
+        raise SpecError("--name-template", "not text")
+    sweep = sweep_from_wire(request.sweep)
+    check_templates(spec.command, sweep.names, request.name_template, spec.name)
+    return sweep
 
 
 def _in_partition(daemon: Daemon, spec: JobSpec) -> JobSpec:

@@ -63,6 +63,7 @@ WRONG: dict[Any, list[object]] = {
     tuple[str, ...]: ["PD", 1, [1], [None], [["PD"]], {"PD": 1}],
     dict[str, Any]: [[], "x", 1, True],
     dict[str, str] | None: [[], "x", {"A": 1}, {"A": None}],
+    dict[str, Any] | None: [[], "x", 1, True],
 }
 
 
@@ -113,6 +114,8 @@ def test_the_json_keeps_the_ops_and_field_names_clients_have_always_sent() -> No
         "submit_env": None,
         "array": None,
         "test_only": False,
+        "sweep": None,  # a parameter sweep's names and rows, and its tasks' name template
+        "name_template": None,
     }
     assert through_json(wire.ListJobs(states=("PD",))) == {
         "op": "jobs",

@@ -931,3 +931,103 @@ def format_sreport_json(rows: Sequence[UsageRow], start: float, end: float, by_g
             "rows": [{**row.to_wire(), "gpu_hours": row.gpu_seconds / 3600} for row in rows],
         }
     )
+
+
+# -- scontrol show node / show partition ----------------------------------------------
+
+# Slurm's node state words for gbatch's (SUSPECT: silent for a while, no new jobs, as
+# Slurm's NOT_RESPONDING, which it shows as IDLE* etc.; here plainly).
+_SLURM_NODE_STATE = {
+    NodeState.IDLE: "IDLE",
+    NodeState.MIXED: "MIXED",
+    NodeState.ALLOCATED: "ALLOCATED",
+    NodeState.DRAINED: "DRAINED",
+    NodeState.SUSPECT: "NOT_RESPONDING",
+    NodeState.DOWN: "DOWN",
+}
+
+
+def _tres(cpus: int | None, mem_mb: int | None, gpus: int, nodes: int | None = None) -> str:
+    """Slurm's TRES list: `cpu=8,mem=64000M,node=1,gres/gpu=2`, unknown parts left out."""
+    parts = [] if cpus is None else [f"cpu={cpus}"]
+    if mem_mb is not None:
+        parts.append(f"mem={mem_mb}M")
+    if nodes is not None:
+        parts.append(f"node={nodes}")
+    if gpus:
+        parts.append(f"gres/gpu={gpus}")
+    return ",".join(parts)
+
+
+def format_node_details(node: NodeInfo) -> str:
+    """One node as `scontrol show node` prints it: `NodeName=...` then key=value lines
+    indented three spaces. CPUTot/RealMemory are what the node reported (`N/A` when it
+    has not); CfgTRES what it has, AllocTRES what gbatch's jobs there hold."""
+    cpus = "N/A" if node.cpus_total is None else str(node.cpus_total)
+    memory = "N/A" if node.mem_total_mb is None else str(node.mem_total_mb)
+    allocated = node.gpus_allocated
+    lines = [
+        f"NodeName={_printable(node.name)} NodeAddr={_printable(node.address) or '(null)'}",
+        f"   CPUAlloc={node.cpus_allocated} CPUTot={cpus}",
+        f"   Gres=gpu:{node.gpus_total} GresUsed=gpu:{allocated}",
+        f"   GpuType={_gpu_type(node)}",
+        f"   RealMemory={memory} AllocMem={node.mem_allocated_mb}",
+        f"   State={_SLURM_NODE_STATE[node.state]}",
+        f"   Partitions={','.join(_printable(p) for p in node.partitions) or '(null)'}",
+        f"   CfgTRES={_tres(node.cpus_total, node.mem_total_mb, node.gpus_total)}",
+        "   AllocTRES="
+        + (
+            _tres(node.cpus_allocated, node.mem_allocated_mb or None, allocated)
+            if allocated or node.cpus_allocated
+            else ""
+        ),
+        f"   Reason={_printable(node.reason) if node.reason else '(null)'}",
+    ]
+    return _lines(lines)
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """A partition as the ListNodes reply gives it (times in seconds; None: unset)."""
+
+    name: str
+    nodes: tuple[str, ...]
+    default: bool
+    default_time: int | None
+    max_time: int | None
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, object]) -> PartitionInfo:
+        nodes = data.get("nodes")
+        default_time, max_time = data.get("default_time"), data.get("max_time")
+        return cls(
+            name=str(data["name"]),
+            nodes=tuple(str(n) for n in nodes) if isinstance(nodes, list) else (),
+            default=bool(data.get("default")),
+            default_time=default_time if isinstance(default_time, int) else None,
+            max_time=max_time if isinstance(max_time, int) else None,
+        )
+
+
+def format_partition_details(partition: PartitionInfo, nodes: Sequence[NodeInfo]) -> str:
+    """One partition as `scontrol show partition` prints it: `PartitionName=...` then
+    key=value lines indented three spaces. Totals count its nodes as they report now
+    (a node that has not reported adds nothing); State is UP while any node is up."""
+    members = [n for n in nodes if n.name in partition.nodes]
+    up = [n for n in members if n.state not in (NodeState.DOWN, NodeState.SUSPECT)]
+    cpus = sum(n.cpus_total or 0 for n in members)
+    memory = sum(n.mem_total_mb or 0 for n in members)
+    gpus = sum(n.gpus_total for n in members)
+    default_time = (
+        "NONE" if partition.default_time is None else format_duration(partition.default_time)
+    )
+    lines = [
+        f"PartitionName={_printable(partition.name)}",
+        f"   Default={'YES' if partition.default else 'NO'} DefaultTime={default_time} "
+        f"MaxTime={format_duration(partition.max_time)}",
+        f"   Nodes={','.join(_printable(n) for n in partition.nodes) or '(null)'}",
+        f"   State={'UP' if up or not members else 'DOWN'} TotalCPUs={cpus} "
+        f"TotalNodes={len(partition.nodes)} TotalGPUs={gpus}",
+        f"   TRES={_tres(cpus, memory, gpus, len(partition.nodes))}",
+    ]
+    return _lines(lines)

@@ -425,6 +425,12 @@ class NodeInfo:
     allocations: Mapping[int, int] = field(default_factory=dict)
     address: str = ""  # how the head reaches it: user@host:port, or "this machine"
     partitions: tuple[str, ...] = ()  # the partitions it is in, in the inventory's order
+    # CPUs and memory (MiB) the node reported (None: unknown), and what gbatch's jobs
+    # there hold of them (as the planner counts: 1 CPU and no memory when not asked).
+    cpus_total: int | None = None
+    mem_total_mb: int | None = None
+    cpus_allocated: int = 0
+    mem_allocated_mb: int = 0
 
     @property
     def gpus_total(self) -> int:

@@ -215,6 +215,10 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
         "allocations": {str(index): job for index, job in node.allocations.items()},
         "address": node.address,
         "partitions": list(node.partitions),
+        "cpus_total": node.cpus_total,
+        "mem_total_mb": node.mem_total_mb,
+        "cpus_allocated": node.cpus_allocated,
+        "mem_allocated_mb": node.mem_allocated_mb,
     }
 
 
@@ -227,6 +231,10 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
         allocations={int(index): job for index, job in data["allocations"].items()},
         address=data.get("address", ""),
         partitions=tuple(data.get("partitions", ())),
+        cpus_total=data.get("cpus_total"),
+        mem_total_mb=data.get("mem_total_mb"),
+        cpus_allocated=data.get("cpus_allocated", 0),
+        mem_allocated_mb=data.get("mem_allocated_mb", 0),
     )
 
 
@@ -427,8 +435,43 @@ class ShowJob(_Request, op="job"):
     id: int
 
 
+class UpdateJob(_Request, op="update"):
+    """scontrol update: change job `id`'s `changes`, each one of UPDATE_KEYS (any case)
+    with its value as the user wrote it (the daemon reads and checks it). Replies
+    {"id", "changes": ["TimeLimit 1:00:00 -> 30:00", ...]}."""
+
+    id: int
+    changes: dict[str, str]
+
+
+# What `scontrol update` changes, in Slurm's spelling, and the other names Slurm takes
+# for them (keys are matched in any case, as Slurm's are).
+UPDATE_KEYS = (
+    "TimeLimit",
+    "Priority",
+    "Nice",
+    "JobName",
+    "Dependency",
+    "NumGPUs",
+    "Gres",
+    "Partition",
+    "Comment",
+)
+_UPDATE_ALIASES = {"name": "JobName"}
+
+
+def update_key(text: str) -> str | None:
+    """`text` as one of UPDATE_KEYS (any case, or an alias Slurm takes); None if none."""
+    lowered = text.lower()
+    return next(
+        (key for key in UPDATE_KEYS if key.lower() == lowered), _UPDATE_ALIASES.get(lowered)
+    )
+
+
 class ListNodes(_Request, op="nodes"):
-    """The fleet's nodes. Replies {"nodes": [...]}."""
+    """The fleet's nodes. Replies {"nodes": [...], "default_partition", "partitions":
+    [{"name", "nodes", "default", "default_time", "max_time"}, ...]} (times in seconds,
+    null: none set / unlimited)."""
 
 
 class ReadLog(_Request, op="logs"):
@@ -519,6 +562,7 @@ Request = (
     | Requeue
     | ListJobs
     | ShowJob
+    | UpdateJob
     | ListNodes
     | ReadLog
     | DrainNode

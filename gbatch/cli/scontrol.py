@@ -1,5 +1,5 @@
-"""gbatch scontrol: show one job's full record and history; hold, release and requeue
-jobs."""
+"""gbatch scontrol: show one job's full record and history, a node or a partition;
+hold, release, requeue and update jobs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any
 
 from gbatch.cli.context import Context, parse_ids, parse_targets, print_failures
 from gbatch.cli.exits import CliError, Exit
+from gbatch.wire import UPDATE_KEYS
 
-HELP = "show a job's details and history; hold, release or requeue jobs"
+HELP = "show a job, node or partition; hold, release, requeue or update jobs"
 
 
 def add_parser(commands: Any) -> None:
@@ -21,14 +22,20 @@ def add_parser(commands: Any) -> None:
         epilog="examples: gbatch scontrol show job 12 | gbatch scontrol hold 12,13 | "
         "gbatch scontrol hold 20-511 (every job with an id in that range) | "
         "gbatch scontrol release 12 | gbatch scontrol requeue 12 (a running job is stopped, "
-        "then queued again; a finished one is queued again)",
+        "then queued again; a finished one is queued again) | "
+        "gbatch scontrol show node [NAME] | gbatch scontrol show partition [NAME] | "
+        "gbatch scontrol update JobId=12 TimeLimit=30:00 Priority=-5 (keys, any case: "
+        f"{', '.join(UPDATE_KEYS)}; Name= is JobName=, Gres=gpu:N sets NumGPUs; a pending "
+        "job's fields, a running job's TimeLimit; raising a time limit or a priority "
+        "needs an admin, as in Slurm)",
     )
-    p.add_argument("action", choices=("show", "hold", "release", "requeue"))
+    p.add_argument("action", choices=("show", "hold", "release", "requeue", "update"))
     p.add_argument(
         "args",
         nargs="+",
         metavar="ARG",
-        help="`job ID` for show; otherwise job ids (also `12,13`) or ranges (`12-511`)",
+        help="`job ID`, `node [NAME]` or `partition [NAME]` for show; `JobId=N KEY=VALUE...` "
+        "for update; otherwise job ids (also `12,13`) or ranges (`12-511`)",
     )
     p.add_argument("--json", action="store_true", help="with show: JSON")
     p.set_defaults(run=run)
@@ -37,9 +44,25 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import formatting, wire
 
+    if args.action == "update":
+        job_id, changes = parse_update(args.args)
+        reply = ctx.client.call(wire.UpdateJob(id=job_id, changes=changes))
+        if not reply["changes"]:
+            print(f"gbatch scontrol: job {job_id}: nothing changed", file=sys.stderr)
+        return Exit.OK
+    if args.action == "show" and args.args[0].lower() in (
+        "node",
+        "nodes",
+        "partition",
+        "partitions",
+    ):
+        return _show_fleet(args.args, ctx)
     if args.action == "show":
         if len(args.args) != 2 or args.args[0].lower() != "job":
-            raise CliError("usage: gbatch scontrol show job ID", Exit.USAGE)
+            raise CliError(
+                "usage: gbatch scontrol show job ID | show node [NAME] | show partition [NAME]",
+                Exit.USAGE,
+            )
         (job_id,) = parse_ids([args.args[1]]) or [0]
         reply = ctx.client.call(wire.ShowJob(id=job_id))
         job = wire.job_from_wire(reply["job"])
@@ -56,3 +79,67 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     reply = ctx.client.call(actions[args.action](ids=tuple(ids), ranges=tuple(ranges)))
     failed = print_failures("scontrol", reply, lambda f: f"job {f['id']}: {f['error']}")
     return Exit.FAILED if failed else Exit.OK
+
+
+def parse_update(words: list[str]) -> tuple[int, dict[str, str]]:
+    """`JobId=12 TimeLimit=30 Name=x` -> (12, {"TimeLimit": "30", "JobName": "x"}): Slurm's
+    KEY=VALUE words, keys in any case. CliError (usage) for a word without `=`, no or
+    two JobIds, or a key gbatch does not update (naming those it does)."""
+    from gbatch.wire import update_key
+
+    job_ids: list[str] = []
+    changes: dict[str, str] = {}
+    for word in words:
+        key, equals, value = word.partition("=")
+        if not equals:
+            raise CliError(
+                f"update: {word!r} is not KEY=VALUE. Write e.g. JobId=12 TimeLimit=30:00",
+                Exit.USAGE,
+            )
+        if key.lower() in ("jobid", "job"):
+            job_ids.append(value)
+            continue
+        canonical = update_key(key)
+        if canonical is None:
+            raise CliError(
+                f"update: {key}: not a key gbatch updates. Use one of {', '.join(UPDATE_KEYS)}"
+                " (any case)",
+                Exit.USAGE,
+            )
+        if canonical in changes:
+            raise CliError(f"update: {canonical} is given twice. Give it once", Exit.USAGE)
+        changes[canonical] = value
+    if len(job_ids) != 1:
+        raise CliError("update: name one job: JobId=N, then KEY=VALUE...", Exit.USAGE)
+    ids = parse_ids(job_ids)
+    if not ids or len(ids) != 1:
+        raise CliError("update: name one job: JobId=N, then KEY=VALUE...", Exit.USAGE)
+    if not changes:
+        raise CliError(
+            f"update: nothing to change. Add KEY=VALUE, KEY one of {', '.join(UPDATE_KEYS)}",
+            Exit.USAGE,
+        )
+    return ids[0], changes
+
+
+def _show_fleet(words: list[str], ctx: Context) -> int:
+    """scontrol show node [NAME] / show partition [NAME]: Slurm's layout."""
+    from gbatch import formatting, wire
+
+    if len(words) > 2:
+        raise CliError(f"usage: gbatch scontrol show {words[0].lower()} [NAME]", Exit.USAGE)
+    name = words[1] if len(words) == 2 else None
+    reply = ctx.client.call(wire.ListNodes())
+    nodes = [wire.node_from_wire(n) for n in reply["nodes"]]
+    if words[0].lower().startswith("node"):
+        shown = [n for n in nodes if name is None or n.name == name]
+        if not shown:
+            raise CliError(f"Node {name} not found", Exit.FAILED)
+        sys.stdout.write("\n".join(formatting.format_node_details(n) for n in shown))
+        return Exit.OK
+    partitions = [formatting.PartitionInfo.from_wire(p) for p in reply.get("partitions", [])]
+    chosen = [p for p in partitions if name is None or p.name == name]
+    if not chosen:
+        raise CliError(f"Partition {name} not found", Exit.FAILED)
+    sys.stdout.write("\n".join(formatting.format_partition_details(p, nodes) for p in chosen))
+    return Exit.OK

@@ -230,6 +230,7 @@ class Fleet:
             state, reason = NodeState.MIXED, ""
         if not gpus and not reason:
             reason = report.note
+        mine = [job for job in allocated if job.node == node.name]
         return NodeInfo(
             node.name,
             state,
@@ -238,6 +239,10 @@ class Fleet:
             allocations=allocations,
             address=node.address,
             partitions=self._partitions_of.get(node.name, ()),
+            cpus_total=report.cpus,
+            mem_total_mb=report.memory_mb,
+            cpus_allocated=sum(job.spec.cpus_counted for job in mine),
+            mem_allocated_mb=sum(job.spec.memory_mb or 0 for job in mine),
         )
 
     def all_reported(self) -> bool:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, assert_never
 
 from gbatch import __version__, dependency, policy, wire
+from gbatch.head import jobupdate
 from gbatch.head.accounting import usage_by
 from gbatch.head.daemon import Daemon
 from gbatch.head.fairshare import factors
@@ -42,7 +43,14 @@ from gbatch.limits import (
     gpus_refusal,
     use_by_user,
 )
-from gbatch.model import ACTIVE_STATES, ALLOCATED_STATES, Job, JobSpec, JobState
+from gbatch.model import (
+    ACTIVE_STATES,
+    ALLOCATED_STATES,
+    IllegalTransition,
+    Job,
+    JobSpec,
+    JobState,
+)
 from gbatch.nodes import resolve
 from gbatch.nodes.base import HostError
 from gbatch.spec import (
@@ -948,11 +956,93 @@ def job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]
     }
 
 
+def update(daemon: Daemon, caller: Caller, request: wire.UpdateJob) -> dict[str, Any]:
+    """scontrol update: change a job's fields (gbatch/head/jobupdate.py says which, when
+    and who may). The owner or an admin only; raises need an admin. One transaction,
+    one event; the planner sees it at its next pass, which this starts."""
+    found = _named_job(daemon, caller, request.id, "update")
+    admin = is_admin(daemon, caller)
+    if not admin and caller.uid != found.uid:
+        audit(daemon, caller, "update", found, "refused: not the owner")
+        raise Refused(
+            "permission",
+            f"Access/permission denied: job {found.id} is {found.user}'s; only its owner "
+            "or an admin may update it",
+        )
+    try:
+        change = jobupdate.plan_update(
+            found, request.changes, admin=admin, partitions=daemon.fleet.partitions
+        )
+    except jobupdate.UpdateRefused as err:
+        if err.kind == "permission":
+            audit(daemon, caller, "update", found, f"refused: {err.message}")
+        raise Refused(err.kind, err.message) from None
+    spec = change.spec
+    if spec.gpus != found.spec.gpus:
+        _check_update_gpus(daemon, caller, spec.gpus)
+    if spec.dependency is not None and spec.dependency != found.spec.dependency:
+        if jobupdate.self_reference(found.id, spec.dependency, found.array_job_id):
+            raise Refused(
+                "invalid",
+                f"Dependency: job {found.id} cannot wait for itself (or its own array). "
+                "Name other jobs",
+            )
+        spec = replace(spec, dependency=_check_dependency(daemon, caller, spec.dependency))
+    if not change.notes:
+        return {"id": found.id, "changes": []}
+    what = "; ".join(change.notes)
+    try:
+        daemon.store.update_spec(
+            found.id,
+            found.spec,
+            spec,
+            change.states,
+            f"updated {what} by {caller.user}",
+            daemon.clock(),
+        )
+    except IllegalTransition:
+        now = daemon.store.get(found.id)
+        state = now.state.value if now is not None else "gone"
+        raise Refused(
+            "invalid",
+            f"job {found.id} changed meanwhile (it is {state}); nothing was updated. "
+            "Look at it (scontrol show job) and try again",
+        ) from None
+    audit(daemon, caller, "update", found, f"allowed: {what}")
+    daemon.wake.set()
+    return {"id": found.id, "changes": list(change.notes)}
+
+
+def _check_update_gpus(daemon: Daemon, caller: Caller, gpus: int) -> None:
+    """A new GPU count as submit checks one: some node must have that many, and the
+    user's max_gpus must allow it."""
+    have, _ = daemon.fleet.max_gpus_per_node()
+    if gpus > have and daemon.fleet.all_reported():
+        raise Refused(
+            "invalid",
+            f"NumGPUs: {gpus} GPUs but the largest node has {have}. Ask for at most {have}",
+        )
+    limits = _submit_limits(daemon, caller)
+    refusal = None if limits is None else gpus_refusal(gpus, limits.max_gpus)
+    if refusal is not None:
+        raise Refused("invalid", refusal)
+
+
 def nodes(daemon: Daemon, caller: Caller, request: wire.ListNodes) -> dict[str, Any]:
     default = daemon.fleet.default_partition()
     return {
         "nodes": [wire.node_to_wire(n) for n in daemon.fleet.node_infos()],
         "default_partition": None if default is None else default.name,
+        "partitions": [
+            {
+                "name": p.name,
+                "nodes": list(p.nodes),
+                "default": p.default,
+                "default_time": p.default_time,
+                "max_time": p.max_time,
+            }
+            for p in daemon.fleet.partitions.values()
+        ],
     }
 
 
@@ -1311,6 +1401,8 @@ def dispatch(daemon: Daemon, caller: Caller, request: wire.Request) -> dict[str,
             return jobs(daemon, caller, request)
         case wire.ShowJob():
             return job(daemon, caller, request)
+        case wire.UpdateJob():
+            return update(daemon, caller, request)
         case wire.ListNodes():
             return nodes(daemon, caller, request)
         case wire.ReadLog():

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from gbatch.config import make_private
-from gbatch.dependency import RefJob
+from gbatch.dependency import NEVER_REASON, RefJob
 from gbatch.head import fairshare
 from gbatch.head.secretbox import SecretBox, SecretKeyError
 from gbatch.limits import PendingLimitReached
@@ -551,6 +551,52 @@ class Store:
         assert job is not None
         return job
 
+    def update_spec(
+        self,
+        job_id: int,
+        old: JobSpec,
+        new: JobSpec,
+        states: Collection[JobState],
+        reason: str,
+        now: float,
+    ) -> Job:
+        """scontrol update: replace the job's spec `old` with `new` (its name and
+        queue_priority with it) and record `reason` as an event, in ONE transaction.
+
+        Raises JobNotFound, and IllegalTransition (nothing written) when the job is no
+        longer in one of `states` or its spec is no longer `old` (another update came
+        first): the caller checked `new` against what it read."""
+        with self._write() as db:
+            job = self._get(db, job_id)
+            if job is None:
+                raise JobNotFound(job_id)
+            if job.state not in states or job.spec != old:
+                raise IllegalTransition(job.state, job.state)
+            # A job found never satisfied stays so (the loop reads its reason), unless
+            # its dependency is what changed: then the loop judges the new one.
+            pending_reason = (
+                ""
+                if job.reason == NEVER_REASON and new.dependency != old.dependency
+                else job.reason
+            )
+            db.execute(
+                "UPDATE jobs SET spec = ?, name = ?, queue_priority = ?, reason = ? WHERE id = ?",
+                (
+                    json.dumps(new.to_dict()),
+                    new.name,
+                    new.effective_priority,
+                    pending_reason,
+                    job_id,
+                ),
+            )
+            db.execute(
+                "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
+                (job_id, now, job.state.value, reason),
+            )
+            job = self._get(db, job_id)
+        assert job is not None
+        return job
+
     # -- bulk: many jobs, a bounded batch per call ------------------------------------
     #
     # A request over many jobs (`scancel -u`, a range of ids) calls these once per batch
@@ -939,8 +985,9 @@ def _encode(fields: Mapping[str, object]) -> dict[str, object]:
     return encoded
 
 
-# A spec never changes once queued, and decoding it is most of the cost of reading a
-# job: the loop reads every active job several times a second. Keyed by the JSON text.
+# A spec changes only by scontrol update (which writes new JSON text), and decoding it
+# is most of the cost of reading a job: the loop reads every active job several times a
+# second. Keyed by the JSON text.
 # Bounded with the Job cache below: what one listing of 500,000 stored jobs leaves
 # behind stays a few tens of MB (each entry costs about 1 KB with its key).
 _SPEC_CACHE: dict[str, JobSpec] = {}

@@ -199,6 +199,7 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
         (wire.Submit(spec=SPEC, count=2, held=True), "ids"),
         (wire.ListJobs(ids=(job_id,)), "jobs"),
         (wire.ShowJob(id=job_id), "events"),
+        (wire.UpdateJob(id=job_id, changes={"Priority": "-1"}), "changes"),
         (wire.ReadLog(id=job_id), "data"),
         (wire.Hold(ids=(job_id,)), "results"),
         (wire.Release(ids=(job_id,)), "results"),

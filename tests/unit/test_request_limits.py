@@ -188,6 +188,8 @@ def _value_of(hint: object) -> st.SearchStrategy[Any]:
         return st.none() | st.dictionaries(text, COMPARABLE_VALUES, max_size=4)
     if hint == dict[str, str] | None:
         return st.none() | st.dictionaries(text, text, max_size=4)
+    if hint == dict[str, str]:
+        return st.dictionaries(text, text, max_size=4)
     raise AssertionError(f"no strategy for {hint}: add one")
 
 

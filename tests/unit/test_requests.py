@@ -35,6 +35,7 @@ EXAMPLES: dict[str, wire.Request] = {
         table=True,
     ),
     "job": wire.ShowJob(id=12),
+    "update": wire.UpdateJob(id=12, changes={"TimeLimit": "30:00", "JobName": "x"}),
     "nodes": wire.ListNodes(),
     "logs": wire.ReadLog(id=12, offset=4096),
     "node_drain": wire.DrainNode(name="gpu01", reason="fan noise"),
@@ -64,6 +65,7 @@ WRONG: dict[Any, list[object]] = {
     dict[str, Any]: [[], "x", 1, True],
     dict[str, str] | None: [[], "x", {"A": 1}, {"A": None}],
     dict[str, Any] | None: [[], "x", 1, True],
+    dict[str, str]: [[], "x", None, {"A": 1}, {"A": None}],
 }
 
 

@@ -1,0 +1,263 @@
+"""scontrol update's rules: which of a job's fields change, to what, and who may
+change them. Pure: the job, the changes as the user wrote them and the caller's rank
+in; the new spec (or why not) out. The handler checks what needs the store and the
+fleet (dependencies' jobs, GPU counts against the nodes) and writes the result.
+
+As in Slurm: a pending job's fields may change; a running job's time limit too. A
+user may lower their job's time limit and priority; raising either needs an admin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from gbatch import dependency, wire
+from gbatch.model import Job, JobSpec, JobState
+from gbatch.nodes.inventory import Partition
+from gbatch.spec import (
+    SpecError,
+    _check_comment,
+    _check_name,
+    _check_partition,
+    check_dependency,
+    check_gpus,
+    parse_gres,
+)
+from gbatch.timefmt import TimeLimitError, format_duration, parse_time_limit, show_value
+
+# Keys a job that has started may still change (Slurm: the time limit).
+RUNNING_KEYS = frozenset({"TimeLimit"})
+RUNNING_STATES = frozenset({JobState.CONFIGURING, JobState.RUNNING})
+PRIORITY_RANGE = (-10000, 10000)  # as the job file's priority and nice
+
+
+class UpdateRefused(Exception):
+    """The update cannot be made: `kind` is a wire error kind, `message` what to do."""
+
+    def __init__(self, kind: Literal["invalid", "permission"], message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Update:
+    """The spec after the changes; `notes` say each change ("Priority 0 -> -5"); `states`
+    are those the job must still be in when it is written."""
+
+    spec: JobSpec
+    notes: tuple[str, ...]
+    states: frozenset[JobState]
+
+
+def keys_listed() -> str:
+    return ", ".join(wire.UPDATE_KEYS)
+
+
+def plan_update(
+    job: Job, changes: Mapping[str, str], *, admin: bool, partitions: Mapping[str, Partition]
+) -> Update:
+    """The update of `job` that `changes` (key -> value text; keys in any case) ask for.
+    Raises UpdateRefused: an unknown key, a value that is not one, a job past the state
+    the key allows, a raise a non-admin asked for, a partition the fleet lacks or whose
+    max_time the time limit passes."""
+    if not changes:
+        raise UpdateRefused(
+            "invalid", f"nothing to update. Give KEY=VALUE, KEY one of {keys_listed()}"
+        )
+    named: dict[str, str] = {}
+    for text, value in changes.items():
+        key = wire.update_key(text)
+        if key is None:
+            raise UpdateRefused(
+                "invalid",
+                f"{text}: not a key gbatch updates. Use one of {keys_listed()} (any case)",
+            )
+        named["NumGPUs" if key == "Gres" else key] = value if key != "Gres" else _gres(value)
+    if job.state.is_final or job.state is JobState.COMPLETING:
+        raise UpdateRefused(
+            "invalid",
+            f"Job/step already completing or completed: job {job.id} is {job.state.value}",
+        )
+    running = job.state in RUNNING_STATES
+    if running:
+        late = sorted(set(named) - RUNNING_KEYS)
+        if late:
+            raise UpdateRefused(
+                "invalid",
+                f"{', '.join(late)}: Job is no longer pending execution: job {job.id} is "
+                f"{job.state.value}. Only TimeLimit changes once a job has started",
+            )
+    spec, notes = job.spec, []
+    for key, value in named.items():
+        spec, note = _CHANGES[key](spec, value, admin)
+        if note is not None:
+            notes.append(f"{key} {note}")
+    spec = _check_partition_time(spec, partitions, changed="Partition" in named)
+    # A time limit may change while the job starts; the other keys only while it waits.
+    states = (
+        RUNNING_STATES | {JobState.PENDING} if set(named) <= RUNNING_KEYS else {JobState.PENDING}
+    )
+    return Update(spec, tuple(notes), frozenset(states))
+
+
+def _gres(value: str) -> str:
+    try:
+        return str(parse_gres(value))
+    except SpecError as err:
+        raise UpdateRefused("invalid", f"Gres: {err.message}") from None
+
+
+def _spec_error(key: str, err: SpecError | TimeLimitError) -> UpdateRefused:
+    return UpdateRefused("invalid", f"{key}: {err.message}")
+
+
+def _integer(key: str, value: str) -> int:
+    low, high = PRIORITY_RANGE
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        raise UpdateRefused(
+            "invalid",
+            f"{key}: {show_value(value)} is not a whole number from {low} to {high}. Give one",
+        )
+    return number
+
+
+def _time_limit(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
+    try:
+        limit = parse_time_limit(value, field="TimeLimit")
+    except TimeLimitError as err:
+        raise _spec_error("TimeLimit", err) from None
+    old = spec.time_limit
+    if not admin and (limit is None or (old is not None and limit > old)):
+        raise UpdateRefused(
+            "permission",
+            f"TimeLimit: only root, the daemon's user or an admin may raise a job's time limit "
+            f"(as in Slurm); it is {format_duration(old)}. Ask for at most that",
+        )
+    return replace(spec, time_limit=limit), _arrow(format_duration(old), format_duration(limit))
+
+
+def _priority(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
+    priority = _integer("Priority", value)
+    if not admin and priority > spec.priority:
+        raise UpdateRefused(
+            "permission",
+            f"Priority: only an admin may raise a job's priority; it is {spec.priority}. "
+            "Give at most that",
+        )
+    return replace(spec, priority=priority), _arrow(spec.priority, priority)
+
+
+def _nice(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
+    nice = _integer("Nice", value)
+    if not admin and nice < spec.nice:
+        # A lower nice is a higher priority: the same rule as Priority's.
+        raise UpdateRefused(
+            "permission",
+            f"Nice: only an admin may lower a job's nice value (raise its priority); it is "
+            f"{spec.nice}. Give at least that",
+        )
+    return replace(spec, nice=nice), _arrow(spec.nice, nice)
+
+
+def _name(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
+    try:
+        name = _check_name(value, "JobName")
+    except SpecError as err:
+        raise _spec_error("JobName", err) from None
+    return replace(spec, name=name), _arrow(spec.name, name)
+
+
+def _dependency(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
+    """Dependency= (empty) clears it, as in Slurm. The jobs it names are the handler's
+    to check against the store."""
+    if not value.strip():
+        return replace(spec, dependency=None), _arrow(spec.dependency or "(null)", "(null)")
+    try:
+        text = check_dependency(value, "Dependency")
+    except SpecError as err:
+        raise _spec_error("Dependency", err) from None
+    return replace(spec, dependency=text), _arrow(spec.dependency or "(null)", text)
+
+
+def _gpus(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
+    text = value.strip()
+    try:
+        gpus = check_gpus(int(text) if text.isdigit() else text, "NumGPUs")
+    except SpecError as err:
+        raise _spec_error("NumGPUs", err) from None
+    return replace(spec, gpus=gpus), _arrow(spec.gpus, gpus)
+
+
+def _partition(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
+    try:
+        name = _check_partition(value.strip(), "Partition")
+    except SpecError as err:
+        raise _spec_error("Partition", err) from None
+    return replace(spec, partition=name), _arrow(spec.partition or "(null)", name)
+
+
+def _comment(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
+    try:
+        comment = _check_comment(value, "Comment") or None
+    except SpecError as err:
+        raise _spec_error("Comment", err) from None
+    # The comment's text is the user's: the event says only that it changed.
+    return replace(spec, comment=comment), None if comment == spec.comment else "changed"
+
+
+def _arrow(old: object, new: object) -> str | None:
+    return None if old == new else f"{old} -> {new}"
+
+
+_CHANGES = {
+    "TimeLimit": _time_limit,
+    "Priority": _priority,
+    "Nice": _nice,
+    "JobName": _name,
+    "Dependency": _dependency,
+    "NumGPUs": _gpus,
+    "Partition": _partition,
+    "Comment": _comment,
+}
+
+
+def _check_partition_time(
+    spec: JobSpec, partitions: Mapping[str, Partition], *, changed: bool
+) -> JobSpec:
+    """A partition named must exist; the time limit must not pass its max_time (as
+    at submit: Slurm would leave the job pending for good)."""
+    if not partitions or spec.partition is None:
+        if changed:
+            raise UpdateRefused("invalid", "Partition: this fleet has no partitions. Leave it out")
+        return spec
+    partition = partitions.get(spec.partition)
+    if partition is None:
+        raise UpdateRefused(
+            "invalid",
+            f"Partition: {show_value(spec.partition)} is not a partition here. Use one of: "
+            f"{', '.join(partitions)}",
+        )
+    top = partition.max_time
+    if top is not None and (spec.time_limit is None or spec.time_limit > top):
+        raise UpdateRefused(
+            "invalid",
+            f"TimeLimit: {format_duration(spec.time_limit)} is over partition "
+            f"{partition.name}'s max_time ({format_duration(top)}). Ask for at most that",
+        )
+    return spec
+
+
+def self_reference(job_id: int, text: str | None, array_id: int | None) -> bool:
+    """Whether a dependency names the job itself (or its own array): it would wait for
+    good."""
+    if text is None:
+        return False
+    own: Collection[int] = {job_id} if array_id is None else {job_id, array_id}
+    return any(ref.id in own for ref in dependency.parse(text).refs)

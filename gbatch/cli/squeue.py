@@ -53,7 +53,8 @@ def add_parser(commands: Any) -> None:
         "-S",
         "--sort",
         metavar="KEYS",
-        help="Slurm sort keys, e.g. -t,i or P,-p (- for descending); default: by job id",
+        help="Slurm sort keys, e.g. P,-p (- for descending); a list that starts with - "
+        "is written -S=-t,i or --sort=-t,i; default: by job id",
     )
     p.add_argument(
         "--start",

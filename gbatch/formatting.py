@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gbatch.limits import UserShare
 from gbatch.model import (
@@ -45,6 +45,8 @@ def _partition(job: Job) -> str:
 
 
 SQUEUE_DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
+SQUEUE_LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"  # squeue -l
+SQUEUE_START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"  # squeue --start
 SACCT_DEFAULT_FIELDS = (
     "JobID",
     "JobName",
@@ -158,17 +160,59 @@ def _lines(lines: Sequence[str]) -> str:
 
 
 @dataclass(frozen=True)
+class SqueueView:
+    """What a squeue cell may read beside its job: the daemon's clock and the expected
+    starts of pending jobs (job id -> epoch seconds; ListJobs' `starts`)."""
+
+    now: float
+    starts: Mapping[int, float]
+
+
+@dataclass(frozen=True)
 class _Column:
     header: str
-    value: Callable[[Job, float], str]
+    value: Callable[[Job, SqueueView], str]
 
 
-def _squeue_time(job: Job, now: float) -> str:
-    return format_duration(_elapsed_seconds(job, now))
+def _squeue_time(job: Job, view: SqueueView) -> str:
+    return format_duration(_elapsed_seconds(job, view.now))
 
 
 def _squeue_stamp(epoch: float | None) -> str:
     return "N/A" if epoch is None else format_timestamp(epoch)
+
+
+def _start(job: Job, view: SqueueView) -> float | None:
+    """When the job started, or for a pending one when it is expected to (None: not
+    known). A requeued job's old start is not its next one."""
+    if job.state is JobState.PENDING:
+        return view.starts.get(job.id)
+    return job.start_time
+
+
+def _end(job: Job, view: SqueueView) -> float | None:
+    """When the job ended, or is expected to: start + time limit (as Slurm's %e)."""
+    if job.state is not JobState.PENDING and job.end_time is not None:
+        return job.end_time
+    start = _start(job, view)
+    if start is None or job.time_limit is None:
+        return None
+    return start + job.time_limit
+
+
+def _time_left(job: Job, view: SqueueView) -> float | None:
+    """Slurm's %L: the time limit less the time used (the whole limit while pending)."""
+    if job.time_limit is None:
+        return None
+    return max(0, job.time_limit - _elapsed_seconds(job, view.now))
+
+
+def _comment(job: Job) -> str:
+    return _printable(job.spec.comment) if job.spec.comment is not None else "(null)"
+
+
+def _workdir(job: Job) -> str:
+    return _printable(job.spec.workdir or job.spec.submit_dir or "(null)")
 
 
 _SQUEUE_COLUMNS: Mapping[str, _Column] = {
@@ -176,19 +220,69 @@ _SQUEUE_COLUMNS: Mapping[str, _Column] = {
     "P": _Column("PARTITION", lambda j, _: _partition(j)),
     "j": _Column("NAME", lambda j, _: _printable(j.spec.name)),
     "u": _Column("USER", lambda j, _: _printable(j.user)),
+    "U": _Column("UID", lambda j, _: str(j.uid)),
     "t": _Column("ST", lambda j, _: j.state.code),
     "T": _Column("STATE", lambda j, _: j.state.value),
     "M": _Column("TIME", _squeue_time),
     "l": _Column("TIME_LIMIT", lambda j, _: format_duration(j.time_limit)),
+    "L": _Column("TIME_LEFT", lambda j, v: format_duration(_time_left(j, v))),
     "D": _Column("NODES", lambda j, _: "1"),
+    "C": _Column("CPUS", lambda j, _: str(j.spec.cpus_counted)),
+    "m": _Column("MIN_MEMORY", lambda j, _: _memory(j.spec.memory_mb)),
     "R": _Column("NODELIST(REASON)", lambda j, _: _nodelist_or_reason(j)),
     "N": _Column("NODELIST", lambda j, _: _printable(j.node or "")),
     "b": _Column("TRES_PER_NODE", lambda j, _: f"gpu:{j.spec.gpus}" if j.spec.gpus else "N/A"),
     "V": _Column("SUBMIT_TIME", lambda j, _: _squeue_stamp(j.submit_time)),
-    "S": _Column("START_TIME", lambda j, _: _squeue_stamp(j.start_time)),
+    "S": _Column("START_TIME", lambda j, v: _squeue_stamp(_start(j, v))),
+    "e": _Column("END_TIME", lambda j, v: _squeue_stamp(_end(j, v))),
     "Q": _Column("PRIORITY", lambda j, _: str(j.spec.effective_priority)),
+    "p": _Column("PRIORITY", lambda j, _: str(j.spec.effective_priority)),
     "r": _Column("REASON", lambda j, _: _reason(j)),
+    "k": _Column("COMMENT", lambda j, _: _comment(j)),
+    "E": _Column("DEPENDENCY", lambda j, _: _dependency(j) or "(null)"),
+    "o": _Column("COMMAND", lambda j, _: _printable(_command_line(j.spec.command))),
+    "Z": _Column("WORK_DIR", lambda j, _: _workdir(j)),
+    # The nodes a pending job is expected to start on: gbatch keeps no such list.
+    "Y": _Column("SCHEDNODES", lambda j, _: "(null)"),
 }
+# Letters whose values are not in a listing's brief spec: asking for one makes squeue
+# fetch whole specs (a larger reply).
+SQUEUE_FULL_SPEC_LETTERS = frozenset("CmkEoZ")
+# Letters that read expected starts (ListJobs' `starts`).
+SQUEUE_START_LETTERS = frozenset("Se")
+
+# squeue -O/--Format: Slurm's long field names (any case) -> the `-o` letter.
+_SQUEUE_FIELDS: Mapping[str, str] = {
+    "jobid": "i",
+    "partition": "P",
+    "name": "j",
+    "username": "u",
+    "userid": "U",
+    "state": "T",
+    "statecompact": "t",
+    "timeused": "M",
+    "timelimit": "l",
+    "timeleft": "L",
+    "numnodes": "D",
+    "nodelist": "N",
+    "reason": "r",
+    "reasonlist": "R",
+    "tres-per-node": "b",
+    "gres": "b",
+    "numcpus": "C",
+    "minmemory": "m",
+    "submittime": "V",
+    "starttime": "S",
+    "endtime": "e",
+    "priority": "p",
+    "prioritylong": "Q",
+    "command": "o",
+    "workdir": "Z",
+    "comment": "k",
+    "dependency": "E",
+    "schednodes": "Y",
+}
+_FIELD_WIDTH = 20  # -O's default column width (Slurm's)
 
 
 @dataclass(frozen=True)
@@ -243,7 +337,7 @@ def _fit(text: str, width: int, right: bool) -> str:
     return text.rjust(width) if right else text.ljust(width)
 
 
-def _squeue_line(parts: Sequence[str | _Spec], job: Job | None, now: float) -> str:
+def _squeue_line(parts: Sequence[str | _Spec], job: Job | None, view: SqueueView) -> str:
     """One squeue line; `job` None renders the header (as squeue's print.c does)."""
     out = []
     for part in parts:
@@ -251,25 +345,160 @@ def _squeue_line(parts: Sequence[str | _Spec], job: Job | None, now: float) -> s
             out.append(part)
             continue
         column = _SQUEUE_COLUMNS[part.letter]
-        text = column.header if job is None else column.value(job, now)
+        text = column.header if job is None else column.value(job, view)
         out.append(_fit(text, part.width, part.right))
     return "".join(out)
 
 
+def squeue_format_from_fields(fields: str) -> str:
+    """Turn a squeue -O/--Format list (`JobID,Name:30,State:.10`) into the `-o` format
+    it means: Slurm's long names in any case, each `name[:[.][width]]`, 20 characters
+    wide and left-justified unless said otherwise, no space between columns (as
+    Slurm). Raises FormatError naming an unknown field or a bad width."""
+    out = []
+    for raw in fields.split(","):
+        name, colon, size = raw.strip().partition(":")
+        letter = _SQUEUE_FIELDS.get(name.lower())
+        if letter is None:
+            known = ",".join(_SQUEUE_FIELD_NAMES)
+            raise FormatError(f"unknown field '{raw.strip()}'; fields: {known}")
+        right = size.startswith(".")
+        digits = size[1:] if right else size
+        if colon and digits and not digits.isdigit():
+            raise FormatError(f"'{raw.strip()}': a width is a number, e.g. {name}:30")
+        width = _checked_width(digits, raw) if digits else _FIELD_WIDTH
+        out.append(f"%{'.' if right else ''}{width}{letter}")
+    return "".join(out)
+
+
+_SQUEUE_FIELD_NAMES = (
+    "JobID",
+    "Partition",
+    "Name",
+    "UserName",
+    "UserId",
+    "State",
+    "StateCompact",
+    "TimeUsed",
+    "TimeLimit",
+    "TimeLeft",
+    "NumNodes",
+    "NodeList",
+    "Reason",
+    "ReasonList",
+    "tres-per-node",
+    "Gres",
+    "NumCPUs",
+    "MinMemory",
+    "SubmitTime",
+    "StartTime",
+    "EndTime",
+    "Priority",
+    "PriorityLong",
+    "Command",
+    "WorkDir",
+    "Comment",
+    "Dependency",
+    "SchedNodes",
+)
+assert {n.lower() for n in _SQUEUE_FIELD_NAMES} == set(_SQUEUE_FIELDS)
+
+
+def squeue_letters(fmt: str | None) -> frozenset[str]:
+    """The field letters a squeue `-o` format uses (FormatError as format_squeue)."""
+    parts = _parse_squeue_format(SQUEUE_DEFAULT_FORMAT if fmt is None else fmt)
+    return frozenset(p.letter for p in parts if isinstance(p, _Spec))
+
+
 def format_squeue(
-    jobs: Sequence[Job], now: float, *, fmt: str | None = None, header: bool = True
+    jobs: Sequence[Job],
+    now: float,
+    *,
+    fmt: str | None = None,
+    header: bool = True,
+    starts: Mapping[int, float] | None = None,
 ) -> str:
     """Render jobs as `squeue` does, one line per job in the order given.
 
     `fmt` is squeue's `-o` syntax, `%[.][width]<letter>` among literal text: `.`
     right-justifies, a width pads and also cuts longer values, no width prints the
     value whole. Defaults to Slurm's own default format. Raises FormatError for a
-    letter not supported (the message lists those that are).
+    letter not supported (the message lists those that are). `starts`: pending jobs'
+    expected starts (%S, %e); a pending job without one reads N/A.
     """
     parts = _parse_squeue_format(SQUEUE_DEFAULT_FORMAT if fmt is None else fmt)
-    lines = [_squeue_line(parts, None, now)] if header else []
-    lines.extend(_squeue_line(parts, job, now) for job in jobs)
+    view = SqueueView(now, starts or {})
+    lines = [_squeue_line(parts, None, view)] if header else []
+    lines.extend(_squeue_line(parts, job, view) for job in jobs)
     return _lines(lines)
+
+
+# squeue -S: Slurm's sort keys -> a job's sort value. Unknown values (no start time,
+# no limit) sort after known ones, as the largest.
+_INF = float("inf")
+_STATE_ORDER = {state: index for index, state in enumerate(JobState)}
+
+
+def _opt(value: float | None) -> float:
+    return _INF if value is None else value
+
+
+# Any: each key's values are alike (all ints, all strs), which a sort needs.
+_SORT_KEYS: Mapping[str, Callable[[Job, SqueueView], Any]] = {
+    "i": lambda j, _: j.id,
+    "j": lambda j, _: j.spec.name,
+    "u": lambda j, _: j.user,
+    "U": lambda j, _: j.uid,
+    "t": lambda j, _: _STATE_ORDER[j.state],
+    "T": lambda j, _: _STATE_ORDER[j.state],
+    "P": lambda j, _: j.spec.partition or PARTITION,
+    "p": lambda j, _: j.spec.effective_priority,
+    "Q": lambda j, _: j.spec.effective_priority,
+    "S": lambda j, v: _opt(_start(j, v)),
+    "V": lambda j, _: j.submit_time,
+    "e": lambda j, v: _opt(_end(j, v)),
+    "l": lambda j, _: _opt(j.time_limit),
+    "L": lambda j, v: _opt(_time_left(j, v)),
+    "M": lambda j, v: _elapsed_seconds(j, v.now),
+    "D": lambda j, _: 1,
+    "N": lambda j, _: j.node or "",
+    "C": lambda j, _: j.spec.cpus_counted,
+    "m": lambda j, _: j.spec.memory_mb or 0,
+}
+SQUEUE_SORT_KEYS = "".join(_SORT_KEYS)
+
+
+def parse_squeue_sort(text: str) -> list[tuple[str, bool]]:
+    """Read squeue's -S list (`-t,i`, `+P,-p`) into (letter, descending) pairs; a
+    leading `%` on a key is allowed, as Slurm's. Raises FormatError for an unknown key."""
+    keys = []
+    for raw in text.split(","):
+        item = raw.strip()
+        descending = item.startswith("-")
+        item = item.lstrip("+-").removeprefix("%")
+        if item not in _SORT_KEYS:
+            raise FormatError(
+                f"unknown sort key '{raw.strip()}'. Use keys among {SQUEUE_SORT_KEYS}, "
+                "comma-separated, '-' before one for descending, e.g. -S -t,i"
+            )
+        keys.append((item, descending))
+    return keys
+
+
+def sort_squeue(
+    jobs: Sequence[Job],
+    keys: Sequence[tuple[str, bool]],
+    now: float,
+    starts: Mapping[int, float] | None = None,
+) -> list[Job]:
+    """`jobs` ordered by `keys` (parse_squeue_sort's), the first key first; ties keep
+    the order given (stable sorts, last key first)."""
+    view = SqueueView(now, starts or {})
+    ordered = list(jobs)
+    for letter, descending in reversed(keys):
+        value = _SORT_KEYS[letter]
+        ordered.sort(key=lambda j: value(j, view), reverse=descending)
+    return ordered
 
 
 def format_squeue_json(jobs: Sequence[Job], now: float) -> str:

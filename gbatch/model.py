@@ -401,6 +401,9 @@ class Plan:
     assignments: tuple[Assignment, ...] = ()
     # Pending reason for every considered job that was not assigned.
     reasons: Mapping[int, str] = field(default_factory=dict)
+    # The expected start (epoch seconds) of the job holding the plan's reservation, if
+    # any: squeue --start's START_TIME. Other waiting jobs have no estimate.
+    starts: Mapping[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

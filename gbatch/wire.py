@@ -26,7 +26,16 @@ from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
 
 # What a listing (squeue, sacct) prints of a spec; the rest (command, env, mounts)
 # stays home, which makes a 1,000-job reply a third of the size.
-_BRIEF_SPEC_FIELDS = ("name", "gpus", "time_limit", "retries", "priority", "nice", "image")
+_BRIEF_SPEC_FIELDS = (
+    "name",
+    "gpus",
+    "time_limit",
+    "retries",
+    "priority",
+    "nice",
+    "image",
+    "partition",  # squeue's PARTITION column and -p
+)
 _brief_values = attrgetter(*_BRIEF_SPEC_FIELDS)
 
 
@@ -417,8 +426,11 @@ class Requeue(_Request, op="requeue"):
 
 class ListJobs(_Request, op="jobs"):
     """squeue and sacct: the active jobs, or with `history` every state since `since`;
-    narrowed by ids, users and states (names or codes). `brief`: listings' spec fields
-    only; `table`: brief, as jobs_to_table's columns. Replies {"jobs"|"table", "now"}."""
+    narrowed by ids, users and states (names or codes), and by job names, partitions
+    and nodes (squeue -n, -p, -w). `brief`: listings' spec fields only; `table`: brief,
+    as jobs_to_table's columns. Replies {"jobs"|"table", "now"}, and with `starts`
+    also "starts": [[job id, expected start], ...] for the pending jobs listed that
+    have an estimate (the planner's reservation, or a --begin time to come)."""
 
     ids: tuple[int, ...] = ()
     users: tuple[str, ...] = ()
@@ -427,6 +439,10 @@ class ListJobs(_Request, op="jobs"):
     since: float | None = None
     brief: bool = False
     table: bool = False
+    names: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+    starts: bool = False
 
 
 class ShowJob(_Request, op="job"):

@@ -19,6 +19,11 @@ def add_parser(commands: Any) -> None:
     p.add_argument("-u", "--user", action="append", metavar="USER[,USER]")
     p.add_argument("--me", action="store_true", help="only my jobs")
     p.add_argument("-j", "--jobs", action="append", metavar="ID[,ID]")
+    p.add_argument("-n", "--name", action="append", metavar="NAME[,NAME]", help="job names")
+    p.add_argument("-p", "--partition", action="append", metavar="PART[,PART]")
+    p.add_argument(
+        "-w", "--nodelist", action="append", metavar="NODE[,NODE]", help="jobs on these nodes"
+    )
     p.add_argument(
         "-t",
         "--states",
@@ -26,8 +31,43 @@ def add_parser(commands: Any) -> None:
         metavar="STATE[,STATE]",
         help="e.g. PD,R; `all` includes finished jobs",
     )
+    p.add_argument(
+        "-a", "--all", action="store_true", help="accepted for Slurm; every partition is shown"
+    )
     p.add_argument("-h", "--noheader", action="store_true")
+    p.add_argument(
+        "-l",
+        "--long",
+        action="store_true",
+        help="Slurm's long layout (STATE, TIME_LIMIT) under a date line",
+    )
     p.add_argument("-o", "--format", metavar="FMT", help='Slurm format, e.g. "%%.7i %%.9T %%R"')
+    p.add_argument(
+        "-O",
+        "--Format",
+        dest="fields",
+        metavar="FIELD[:[.]WIDTH],...",
+        help="Slurm's long field names, e.g. JobID,Name:30,State,TimeLeft,NumCPUs",
+    )
+    p.add_argument(
+        "-S",
+        "--sort",
+        metavar="KEYS",
+        help="Slurm sort keys, e.g. P,-p (- for descending); a list that starts with - "
+        "is written -S=-t,i or --sort=-t,i; default: by job id",
+    )
+    p.add_argument(
+        "--start",
+        action="store_true",
+        help="pending jobs by expected start; START_TIME is N/A unless the planner "
+        "has reserved GPUs for the job or it waits for its --begin time",
+    )
+    p.add_argument(
+        "-i",
+        "--iterate",
+        metavar="SECONDS",
+        help="print again every SECONDS under a date line, until Ctrl-C",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--help", action="help", help="show this help and exit")
     p.set_defaults(run=run)
@@ -36,26 +76,106 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import formatting, wire
 
+    try:
+        fmt = _format(args, formatting)
+        letters = formatting.squeue_letters(fmt)
+    except formatting.FormatError as err:
+        option = "-O/--Format" if args.fields is not None and args.format is None else "--format"
+        raise CliError(f"{option}: {err}", Exit.USAGE) from err
+    try:
+        sort = formatting.parse_squeue_sort(args.sort) if args.sort is not None else None
+    except formatting.FormatError as err:
+        raise CliError(f"-S/--sort: {err}", Exit.USAGE) from err
+    if args.start and sort is None:
+        sort = [("S", False)]  # Slurm's --start: by expected start
+    interval = _interval(args.iterate)
+
     users = split_list(args.user) or ([ctx.me] if args.me else [])
-    states = split_list(args.states) or []
+    states = split_list(args.states) or (["PENDING"] if args.start else [])
     history = "all" in (s.lower() for s in states)  # every state, finished ones too
+    needs_starts = bool(letters & formatting.SQUEUE_START_LETTERS) or (
+        sort is not None and any(key in "Se" for key, _ in sort)
+    )
     request = wire.ListJobs(
         users=tuple(users),
         ids=tuple(parse_ids(args.jobs) or ()),
         states=() if history else tuple(states),
         history=history,
-        brief=not args.json,
+        brief=not args.json and not letters & formatting.SQUEUE_FULL_SPEC_LETTERS,
+        names=tuple(split_list(args.name) or ()),
+        partitions=tuple(split_list(args.partition) or ()),
+        nodes=tuple(split_list(args.nodelist) or ()),
+        starts=needs_starts,
     )
+    dated = not args.noheader and (interval is not None or args.long)
+    if interval is None:
+        _show(ctx, request, args, fmt, sort, dated=dated)
+        return Exit.OK
+    import time  # deferred: only -i sleeps
+
+    try:
+        while True:
+            _show(ctx, request, args, fmt, sort, dated=dated)
+            sys.stdout.write("\n")  # as Slurm: a blank line between iterations
+            sys.stdout.flush()
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return Exit.OK  # Ctrl-C is how -i ends
+
+
+def _format(args: argparse.Namespace, formatting: Any) -> str | None:
+    """The -o format the options mean: -o, else -O, else --start's or -l's layout."""
+    if args.format is not None:
+        return str(args.format)
+    if args.fields is not None:
+        return str(formatting.squeue_format_from_fields(args.fields))
+    if args.start:
+        return str(formatting.SQUEUE_START_FORMAT)
+    if args.long:
+        return str(formatting.SQUEUE_LONG_FORMAT)
+    return None
+
+
+def _interval(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        seconds = int(text)
+    except ValueError:
+        seconds = 0
+    if seconds <= 0:
+        raise CliError(
+            f"-i/--iterate: {text!r} is not a number of seconds. Give a whole number "
+            "above 0, e.g. -i 5",
+            Exit.USAGE,
+        )
+    return float(seconds)
+
+
+def _show(
+    ctx: Context,
+    request: Any,
+    args: argparse.Namespace,
+    fmt: str | None,
+    sort: list[tuple[str, bool]] | None,
+    *,
+    dated: bool,
+) -> None:
+    from gbatch import formatting, wire
+
     reply = ctx.client.call(request)
     jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
-    try:
-        if args.json:
-            out = formatting.format_squeue_json(jobs, reply["now"])
-        else:
-            out = formatting.format_squeue(
-                jobs, reply["now"], fmt=args.format, header=not args.noheader
-            )
-    except formatting.FormatError as err:
-        raise CliError(f"--format: {err}", Exit.USAGE) from err
+    now = reply["now"]
+    starts = {int(job_id): at for job_id, at in reply.get("starts", ())}
+    if sort:
+        jobs = formatting.sort_squeue(jobs, sort, now, starts)
+    if args.json:
+        sys.stdout.write(formatting.format_squeue_json(jobs, now))
+        return
+    out = formatting.format_squeue(jobs, now, fmt=fmt, header=not args.noheader, starts=starts)
+    if dated:
+        import time  # deferred: only -l and -i print the date
+
+        # Slurm's date line (its ctime form), in the daemon's clock.
+        out = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)) + "\n" + out
     sys.stdout.write(out)
-    return Exit.OK

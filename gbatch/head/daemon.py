@@ -19,7 +19,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from gbatch.config import Config, Paths
 from gbatch.crashpoints import crash_point
@@ -105,6 +105,9 @@ class Daemon:
         self._arrays: dict[int, dict[int, int] | None] = {}
         # (job id, attempt) of runs sent their --signal warning (once per attempt)
         self._warned_runs: set[tuple[int, int]] = set()
+        # job id -> expected start, from the latest plan's reservation (squeue --start).
+        # Replaced whole by schedule(), never mutated: a handler thread reads it as is.
+        self.expected_starts: Mapping[int, float] = {}
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -384,6 +387,7 @@ class Daemon:
         pending = self._past_begin(pending, now)
         pending = self.hold_back_dependents(pending, now)
         if not pending:
+            self.expected_starts = {}
             return
         allocated = self.store.jobs_in(ALLOCATED_STATES)
         drained = self.store.drained_nodes()
@@ -400,6 +404,7 @@ class Daemon:
                 if (mine := self.limits_for(user)).limits_running:
                     limits[user] = mine
         result = plan(pending, views, usage, now, limits, use_by_user(allocated))
+        self.expected_starts = result.starts
         by_id = {j.id: j for j in pending}
         self.store.set_pending_reasons(
             {job_id: r for job_id, r in result.reasons.items() if by_id[job_id].reason != r}

@@ -15,7 +15,7 @@ import os
 import pwd
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, assert_never
@@ -46,6 +46,7 @@ from gbatch.limits import (
 from gbatch.model import (
     ACTIVE_STATES,
     ALLOCATED_STATES,
+    IMPLICIT_PARTITION,
     IllegalTransition,
     Job,
     JobSpec,
@@ -931,15 +932,53 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         found = daemon.store.jobs(users=users, finished=False)
     if daemon.config.private_data and not admin:
         found = [j for j in found if j.uid == caller.uid]
+    found = _narrowed(found, request)
     if request.table:  # brief, as columns: the TUI's queue every second
         return {"table": wire.jobs_to_table(found), "now": daemon.clock()}
     brief = request.brief
-    return {
+    now = daemon.clock()
+    reply: dict[str, Any] = {
         "jobs": [
             _job_to_wire(j, owner_view=admin or j.uid == caller.uid, brief=brief) for j in found
         ],
-        "now": daemon.clock(),
+        "now": now,
     }
+    if request.starts:
+        reply["starts"] = _expected_starts(found, daemon.expected_starts, now)
+    return reply
+
+
+def _narrowed(found: list[Job], request: wire.ListJobs) -> list[Job]:
+    """squeue's -n (job names), -p (partitions) and -w (nodes) filters: a job passes
+    when it matches one of each list given. A job queued before partitions existed
+    is in the implicit partition, as squeue shows it."""
+    if request.names:
+        names = set(request.names)
+        found = [j for j in found if j.spec.name in names]
+    if request.partitions:
+        parts = set(request.partitions)
+        found = [j for j in found if (j.spec.partition or IMPLICIT_PARTITION) in parts]
+    if request.nodes:
+        hosts = set(request.nodes)
+        found = [j for j in found if j.node is not None and j.node in hosts]
+    return found
+
+
+def _expected_starts(
+    found: Sequence[Job], reserved: Mapping[int, float], now: float
+) -> list[list[float]]:
+    """[job id, expected start] of the pending jobs in `found` that have one: the
+    planner's reservation, else a --begin time still to come (as Slurm shows it)."""
+    starts: list[list[float]] = []
+    for job in found:
+        if job.state is not JobState.PENDING:
+            continue
+        at = reserved.get(job.id)
+        if at is None and job.spec.begin is not None and job.spec.begin > now:
+            at = job.spec.begin
+        if at is not None:
+            starts.append([job.id, at])
+    return starts
 
 
 def job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]:

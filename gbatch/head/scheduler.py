@@ -98,6 +98,9 @@ def plan(
       reservation, and the next blocked job may reserve instead.
     - "Priority": cannot start now and a higher-ordered job holds the reservation.
 
+    `Plan.starts` holds the reserved job's expected start T (squeue --start); no other
+    job gets an estimate.
+
     Backfill: once a reservation exists, later jobs still start anywhere they fit on
     other nodes. On the reserved node a job may start only if it cannot delay the
     reservation, by either of two tests: it ends by T (now + time_limit <= T; a job
@@ -130,6 +133,7 @@ def plan(
     assignments: list[Assignment] = []
     reasons: dict[int, str] = {}
     reservation: _Reservation | None = None
+    starts: dict[int, float] = {}
     caps = limits or {}
     holding = use or {}
     taken: dict[str, list[int]] = {}
@@ -220,9 +224,11 @@ def plan(
             reservation = _reserve(gpus, free, totals, releases, pool.members, room, cpus, mem)
             if reservation is None:
                 pool.unreservable = gpus
+            else:
+                starts[job.id] = reservation.start
         reasons[job.id] = RESOURCES
 
-    return Plan(assignments=tuple(assignments), reasons=reasons)
+    return Plan(assignments=tuple(assignments), reasons=reasons, starts=starts)
 
 
 @dataclass(slots=True)

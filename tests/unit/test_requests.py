@@ -128,6 +128,11 @@ def test_the_json_keeps_the_ops_and_field_names_clients_have_always_sent() -> No
         "since": None,
         "brief": False,
         "table": False,
+        # Added with squeue's -n, -p, -w and --start (issue 15).
+        "names": [],
+        "partitions": [],
+        "nodes": [],
+        "starts": False,
     }
     # What squeue sent before there were request types: nulls for options not given.
     old = {"op": "jobs", "users": None, "ids": None, "brief": True}

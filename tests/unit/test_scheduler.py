@@ -363,3 +363,13 @@ def test_plan_invariants_hold_for_any_queue_and_fleet(
     for job_id, reason in result.reasons.items():
         assert reason in {"JobHeldUser", "Resources", "Priority", "NodeDown", "BadConstraints"}
         assert (reason == "JobHeldUser") == by_id[job_id].held
+
+
+def test_the_reserved_job_alone_gets_an_expected_start() -> None:
+    result = plan([job(1, gpus=8), job(2, gpus=8)], [_reserved_node()], {}, NOW)
+    assert result.starts == {1: NOW + 1000}  # job 2 waits behind it: no estimate
+
+
+def test_no_reservation_means_no_expected_start() -> None:
+    nodes = [node("a", 8, free=(0,), releases=((math.inf, 7),))]
+    assert plan([job(1, gpus=8)], nodes, {}, NOW).starts == {}

@@ -1,0 +1,90 @@
+"""squeue's usual Slurm flags through the real CLI and daemon (issue 15, item 4):
+-n/-p/-w filters, -S, -l, -O, --start with the planner's reservation, -i, bad values."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+from conftest import GBATCH, Head, wait_for
+
+from gbatch.model import IMPLICIT_PARTITION
+
+
+def _ids(head: Head, *args: str) -> list[int]:
+    out = head.run("squeue", "-h", "-o", "%i", *args, check=True).stdout
+    return [int(line) for line in out.split()]
+
+
+def test_filters_sort_layouts_and_expected_start(head: Head) -> None:
+    hog = head.sbatch("-J", "hog", "--gpus=2", "-t", "10", "--wrap", "sleep 300")
+    head.wait_state(hog, "RUNNING")
+    big = head.sbatch("-J", "big", "--gpus=2", "-t", "5", "--wrap", "true")
+    held = head.sbatch("-J", "other", "--gpus=1", "--hold", "--wrap", "true")
+
+    assert _ids(head, "-n", "big,nosuch") == [big]
+    assert _ids(head, "-p", IMPLICIT_PARTITION) == [hog, big, held]
+    assert _ids(head, "-p", "nosuch") == []
+    assert _ids(head, "-w", "local") == [hog]
+    assert _ids(head, "--sort=-i") == [held, big, hog]
+    assert _ids(head, "-S", "t,-i", "-a") == [held, big, hog]  # PENDING before RUNNING
+
+    # The planner reserves the 2 GPUs for `big` when `hog` reaches its limit.
+    def start_of_big() -> str:
+        lines = head.run("squeue", "--start", "-h", check=True).stdout.splitlines()
+        return lines[0].split()[5] if lines and lines[0].split()[0] == str(big) else ""
+
+    wait_for(lambda: start_of_big() not in ("", "N/A"), what="big's expected start")
+    start = head.run("squeue", "--start", check=True).stdout.splitlines()
+    assert start[0].split()[:6] == ["JOBID", "PARTITION", "NAME", "USER", "ST", "START_TIME"]
+    assert [line.split()[0] for line in start[1:]] == [str(big), str(held)]  # no RUNNING
+    assert start[2].split()[5] == "N/A"  # held: no estimate
+
+    long = head.run("squeue", "-l", "-j", str(hog), check=True).stdout.splitlines()
+    assert len(long) == 3 and long[0].split()[-1].isdigit()  # "Tue Mar 05 10:00:00 2024"
+    assert long[1].split()[4:7] == ["STATE", "TIME", "TIME_LIMI"]
+    assert long[2].split()[4] == "RUNNING" and long[2].split()[6] == "10:00"
+    assert head.run("squeue", "-l", "-h", "-j", str(hog), check=True).stdout.count("\n") == 1
+
+    fields = head.run(
+        "squeue", "-O", "JobID:8,Name:6,StateCompact:.3,NumCPUs:5,TimeLeft", "-n", "hog", check=True
+    ).stdout.splitlines()
+    assert fields[0].rstrip() == "JOBID   NAME   STCPUS TIME_LEFT"  # no gaps, as Slurm
+    assert fields[1].startswith(f"{hog:<8}hog     R1    ")
+
+
+def test_bad_values_name_their_flag_and_exit_2(head: Head) -> None:
+    for args, flag in (
+        (("-S", "i,x"), "-S/--sort"),
+        (("-O", "JobID,Bogus"), "-O/--Format"),
+        (("-o", "%i %!"), "--format"),
+        (("-i", "0"), "-i/--iterate"),
+        (("-i", "soon"), "-i/--iterate"),
+    ):
+        result = head.run("squeue", *args)
+        assert result.returncode == 2, args
+        assert result.stderr.startswith(f"gbatch squeue: error: {flag}: "), result.stderr
+        assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
+def test_iterate_repeats_under_a_date_line_until_ctrl_c(head: Head) -> None:
+    proc = subprocess.Popen(
+        [*GBATCH, "squeue", "-i", "1"],
+        env=head.env,
+        cwd=head.home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    headers = 0
+    lines = []
+    while headers < 2:
+        line = proc.stdout.readline()
+        assert line, "squeue -i ended by itself"
+        lines.append(line)
+        headers += line.startswith("             JOBID")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert lines[0].split()[-1].isdigit() and lines[2] == "\n"  # date, header, blank

@@ -144,7 +144,7 @@ class JobSpec:
     partition: str | None = None
     # CPUs and memory (MiB) for the job, as asked: Slurm's -c, and one of --mem (the
     # job's total), --mem-per-gpu, --mem-per-cpu. None: not asked; the planner then
-    # counts 1 CPU and no memory, and nothing is enforced.
+    # holds no CPUs and no memory for it (cpus_reserved), and nothing is enforced.
     cpus: int | None = None
     mem_mb: int | None = None
     mem_per_gpu_mb: int | None = None
@@ -153,8 +153,16 @@ class JobSpec:
     dependency: str | None = None
 
     @property
+    def cpus_reserved(self) -> int:
+        """The CPUs the planner holds for this job on its node: -c, else none. Unlike
+        Slurm (1 CPU by default), a job that does not ask for CPUs takes none: gbatch
+        shares nodes by GPUs, and a 2-core workstation still runs more than 2 jobs."""
+        return self.cpus or 0
+
+    @property
     def cpus_counted(self) -> int:
-        """The CPUs the planner counts for this job: -c, else 1 (Slurm's default)."""
+        """The CPUs the job is said to have (NumCPUs, SLURM_CPUS_ON_NODE, --mem-per-cpu's
+        multiplier): -c, else 1 (Slurm's default)."""
         return self.cpus if self.cpus is not None else 1
 
     @property

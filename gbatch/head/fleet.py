@@ -182,7 +182,7 @@ class Fleet:
             runs_containers=runs_containers,
             partitions=partitions,
             cpus_total=report.cpus,
-            free_cpus=(report.cpus or 0) - sum(job.spec.cpus_counted for job in mine),
+            free_cpus=(report.cpus or 0) - sum(job.spec.cpus_reserved for job in mine),
             mem_total_mb=report.memory_mb,
             free_mem_mb=(report.memory_mb or 0) - sum(job.spec.memory_mb or 0 for job in mine),
         )
@@ -241,7 +241,7 @@ class Fleet:
             partitions=self._partitions_of.get(node.name, ()),
             cpus_total=report.cpus,
             mem_total_mb=report.memory_mb,
-            cpus_allocated=sum(job.spec.cpus_counted for job in mine),
+            cpus_allocated=sum(job.spec.cpus_reserved for job in mine),
             mem_allocated_mb=sum(job.spec.memory_mb or 0 for job in mine),
         )
 

@@ -150,9 +150,9 @@ def plan(
         if gpus > pool.largest_any and nodes:
             reasons[job.id] = BAD_CONSTRAINTS
             continue
-        cpus, mem = 1, 0  # not looked at without room: the queue's cost stays as it was
+        cpus, mem = 0, 0  # not looked at without room: the queue's cost stays as it was
         if room is not None:
-            cpus, mem = job.spec.cpus_counted, job.spec.memory_mb or 0
+            cpus, mem = job.spec.cpus_reserved, job.spec.memory_mb or 0
             if cpus > room.largest_cpus or mem > room.largest_mem:
                 reasons[job.id] = BAD_CONSTRAINTS
                 continue

@@ -71,6 +71,8 @@ def test_mem_per_gpu_multiplies_by_the_gpus_and_per_cpu_by_the_cpus() -> None:
     assert spec_of(mem_per_cpu="1G", cpus=3).memory_mb == 3072
     assert spec_of(mem_per_cpu="1G").memory_mb == 1024  # one CPU counted
     assert spec_of().memory_mb is None and spec_of().cpus_counted == 1
+    # ... but the planner holds no CPU for a job that asks none.
+    assert spec_of().cpus_reserved == 0 and spec_of(cpus=3).cpus_reserved == 3
 
 
 def test_memory_options_exclude_each_other_as_in_slurm() -> None:
@@ -190,11 +192,11 @@ def test_cpus_and_memory_taken_in_one_plan_leave_the_rest_waiting_for_resources(
     assert result.reasons[3] in (RESOURCES, PRIORITY)
 
 
-def test_a_job_without_c_counts_one_cpu_and_no_memory() -> None:
+def test_a_job_without_c_holds_no_cpu_and_no_memory() -> None:
     nodes = [node("a", cpus=2, mem=1)]
-    result = plan([job(1), job(2), job(3)], nodes, {}, NOW)
-    assert [a.job_id for a in result.assignments] == [1, 2]
-    assert result.reasons[3] == RESOURCES
+    result = plan([job(1, cpus=1), job(2), job(3), job(4, cpus=2)], nodes, {}, NOW)
+    assert [a.job_id for a in result.assignments] == [1, 2, 3]
+    assert result.reasons[4] == RESOURCES
 
 
 def test_what_running_jobs_hold_is_not_free() -> None:

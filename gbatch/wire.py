@@ -377,6 +377,9 @@ class Cancel(_Request, op="cancel"):
     ranges: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
     states: tuple[str, ...] = ()
+    # Job id texts (gbatch/jobids.py: N, N_K, N_[K-M], FIRST-LAST), as the commands
+    # send them: N names a whole array when N is an array's id, as in Slurm.
+    jobs: tuple[str, ...] = ()
 
 
 class Hold(_Request, op="hold"):
@@ -385,6 +388,7 @@ class Hold(_Request, op="hold"):
 
     ids: tuple[int, ...] = ()
     ranges: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()  # as Cancel.jobs
 
 
 class Release(_Request, op="release"):
@@ -392,6 +396,7 @@ class Release(_Request, op="release"):
 
     ids: tuple[int, ...] = ()
     ranges: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()  # as Cancel.jobs
 
 
 class Requeue(_Request, op="requeue"):
@@ -400,6 +405,7 @@ class Requeue(_Request, op="requeue"):
 
     ids: tuple[int, ...] = ()
     ranges: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()  # as Cancel.jobs
 
 
 class ListJobs(_Request, op="jobs"):
@@ -408,6 +414,7 @@ class ListJobs(_Request, op="jobs"):
     only; `table`: brief, as jobs_to_table's columns. Replies {"jobs"|"table", "now"}."""
 
     ids: tuple[int, ...] = ()
+    jobs: tuple[str, ...] = ()  # as Cancel.jobs; an array's id lists all its tasks
     users: tuple[str, ...] = ()
     states: tuple[str, ...] = ()
     history: bool = False
@@ -417,9 +424,11 @@ class ListJobs(_Request, op="jobs"):
 
 
 class ShowJob(_Request, op="job"):
-    """One job's record and events. Replies {"job", "events", "now"}."""
+    """One job's record and events. Replies {"job", "events", "now", "tasks"}: `tasks`,
+    when `id` is an array's and no `task` is named, its other tasks' records."""
 
     id: int
+    task: int | None = None  # with it, `id` is an array's id: its task `task` (N_K)
 
 
 class ListNodes(_Request, op="nodes"):
@@ -430,6 +439,7 @@ class ReadLog(_Request, op="logs"):
     """A chunk of a job's log from byte `offset`. Replies {"data", "offset", "done", "state"}."""
 
     id: int
+    task: int | None = None  # with it, `id` is an array's id: its task `task` (N_K)
     offset: int = 0
 
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from gbatch.cli.context import Context, parse_ids, parse_targets, print_failures
+from gbatch.cli.context import Context, parse_ids, parse_job, print_failures
 from gbatch.cli.exits import CliError, Exit
 
 HELP = "show a job's details and history; hold, release or requeue jobs"
@@ -28,7 +28,8 @@ def add_parser(commands: Any) -> None:
         "args",
         nargs="+",
         metavar="ARG",
-        help="`job ID` for show; otherwise job ids (also `12,13`) or ranges (`12-511`)",
+        help="`job ID` for show (N or N_K); otherwise job ids: N (an array's id: all its "
+        "tasks), N_K, N_[K-M], FIRST-LAST, and comma lists of those",
     )
     p.add_argument("--json", action="store_true", help="with show: JSON")
     p.set_defaults(run=run)
@@ -40,19 +41,28 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if args.action == "show":
         if len(args.args) != 2 or args.args[0].lower() != "job":
             raise CliError("usage: gbatch scontrol show job ID", Exit.USAGE)
-        (job_id,) = parse_ids([args.args[1]]) or [0]
-        reply = ctx.client.call(wire.ShowJob(id=job_id))
+        target = parse_job(args.args[1], "job")
+        task = None if target.tasks is None else target.tasks[0][0]
+        reply = ctx.client.call(wire.ShowJob(id=target.job, task=task))
         job = wire.job_from_wire(reply["job"])
         events = [wire.event_from_wire(e) for e in reply["events"]]
-        show = formatting.format_job_details_json if args.json else formatting.format_job_details
-        sys.stdout.write(show(job, events, reply["now"]))
+        tasks = [wire.job_from_wire(j) for j in reply.get("tasks", ())]
+        if args.json:
+            out = formatting.format_job_details_json(job, events, reply["now"])
+            out += "".join(formatting.format_job_details_json(t, (), reply["now"]) for t in tasks)
+        else:  # an array's tasks one after another, a blank line between, as scontrol
+            out = "\n".join(
+                formatting.format_job_details(j, events if j is job else (), reply["now"])
+                for j in [job, *tasks]
+            )
+        sys.stdout.write(out)
         return Exit.OK
     actions: dict[str, type[wire.Hold | wire.Release | wire.Requeue]] = {
         "hold": wire.Hold,
         "release": wire.Release,
         "requeue": wire.Requeue,
     }
-    ids, ranges = parse_targets(args.args)
-    reply = ctx.client.call(actions[args.action](ids=tuple(ids), ranges=tuple(ranges)))
+    jobs = parse_ids(args.args, "JOBID") or []
+    reply = ctx.client.call(actions[args.action](jobs=tuple(jobs)))
     failed = print_failures("scontrol", reply, lambda f: f"job {f['id']}: {f['error']}")
     return Exit.FAILED if failed else Exit.OK

@@ -18,13 +18,26 @@ def add_parser(commands: Any) -> None:
     )
     p.add_argument("-u", "--user", action="append", metavar="USER[,USER]")
     p.add_argument("--me", action="store_true", help="only my jobs")
-    p.add_argument("-j", "--jobs", action="append", metavar="ID[,ID]")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        action="append",
+        metavar="ID[,ID]",
+        help="only these jobs: N (an array's id: all its tasks), N_K, N_[K-M], FIRST-LAST",
+    )
     p.add_argument(
         "-t",
         "--states",
         action="append",
         metavar="STATE[,STATE]",
         help="e.g. PD,R; `all` includes finished jobs",
+    )
+    p.add_argument(
+        "-r",
+        "--array",
+        action="store_true",
+        help="one row per array task; by default an array's pending tasks share one row, "
+        "N_[4-15], as in Slurm",
     )
     p.add_argument("-h", "--noheader", action="store_true")
     p.add_argument("-o", "--format", metavar="FMT", help='Slurm format, e.g. "%%.7i %%.9T %%R"')
@@ -41,7 +54,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     history = "all" in (s.lower() for s in states)  # every state, finished ones too
     request = wire.ListJobs(
         users=tuple(users),
-        ids=tuple(parse_ids(args.jobs) or ()),
+        jobs=tuple(parse_ids(args.jobs, "-j/--jobs") or ()),
         states=() if history else tuple(states),
         history=history,
         brief=not args.json,
@@ -53,7 +66,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             out = formatting.format_squeue_json(jobs, reply["now"])
         else:
             out = formatting.format_squeue(
-                jobs, reply["now"], fmt=args.format, header=not args.noheader
+                jobs,
+                reply["now"],
+                fmt=args.format,
+                header=not args.noheader,
+                expand_arrays=args.array,
             )
     except formatting.FormatError as err:
         raise CliError(f"--format: {err}", Exit.USAGE) from err

@@ -218,11 +218,10 @@ def normalized_outputs(run: Run) -> dict[str, str]:
 
 
 def parse_parsable(entry: Entry, out: str) -> tuple[dict[int | None, int], int | None]:
-    """`sbatch --parsable`'s answer -> (job id per task, array id). gbatch prints an
-    array as FIRST-LAST (its tasks have consecutive ids, the first is the array's id);
-    Slurm prints the array's id (`N` or `N;cluster`)."""
+    """`sbatch --parsable`'s answer -> (job id per task, array id). Both print an array's
+    id (`N`, or Slurm's `N;cluster`); gbatch's tasks have consecutive ids from it."""
     text = out.strip().split(";")[0]
-    first = int(text.split("-")[0])
+    first = int(text)
     if entry.tasks is None:
         return {None: first}, None
     return {task: first + pos for pos, task in enumerate(entry.tasks)}, first

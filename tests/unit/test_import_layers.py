@@ -2,6 +2,7 @@
 including those deferred into functions and those only for type checking.
 
     gbatch/ vocabulary   model spec timefmt config policy crashpoints wire limits dependency outputs
+                         jobids
     gbatch/nodes/        what reaches a host (and gbatch.shim, run beside a local job)
     gbatch/head/         the daemon's side
     gbatch/ front        client formatting cli/ tui/
@@ -29,6 +30,7 @@ VOCABULARY = {
     "limits",
     "dependency",
     "outputs",
+    "jobids",
 }
 # What each layer may import besides the vocabulary and the standard library.
 ALLOWED = {

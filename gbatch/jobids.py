@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from gbatch.model import Job
 
 MAX_DIGITS = 18
-_NUMBER = rf"(?:0|[1-9][0-9]{{0,{MAX_DIGITS - 1}}})"
+# A number as every id grammar reads it (dependency.py's too): canonical decimal.
+NUMBER = rf"(?:0|[1-9][0-9]{{0,{MAX_DIGITS - 1}}})"
+_NUMBER = NUMBER
 _SPAN = rf"{_NUMBER}(?:-{_NUMBER})?"
 _ITEM = re.compile(
     rf"(?P<job>{_NUMBER})"

@@ -33,6 +33,10 @@ _brief_values = attrgetter(*_BRIEF_SPEC_FIELDS)
 def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
     """`brief`: only the spec fields listings show (command comes back empty)."""
     spec = _brief_spec(job.spec) if brief else job.spec.to_dict()
+    if brief and job.spec.array_task is not None:
+        # Listings show an array task as N_K. Not in jobs_to_table's shared specs: there
+        # an array's tasks would no longer share one.
+        spec.update(array_task=job.spec.array_task, array_pos=job.spec.array_pos)
     return {
         "id": job.id,
         "uid": job.uid,
@@ -425,10 +429,12 @@ class ListJobs(_Request, op="jobs"):
 
 class ShowJob(_Request, op="job"):
     """One job's record and events. Replies {"job", "events", "now", "tasks"}: `tasks`,
-    when `id` is an array's and no `task` is named, its other tasks' records."""
+    with `with_tasks` when `id` is an array's and no `task` is named, its other tasks'
+    records (scontrol show job N shows each task, as Slurm); else empty."""
 
     id: int
     task: int | None = None  # with it, `id` is an array's id: its task `task` (N_K)
+    with_tasks: bool = False
 
 
 class ListNodes(_Request, op="nodes"):

@@ -43,13 +43,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             raise CliError("usage: gbatch scontrol show job ID", Exit.USAGE)
         target = parse_job(args.args[1], "job")
         task = None if target.tasks is None else target.tasks[0][0]
-        reply = ctx.client.call(wire.ShowJob(id=target.job, task=task))
+        # JSON stays one object (the job named); the text shows an array's every task.
+        reply = ctx.client.call(wire.ShowJob(id=target.job, task=task, with_tasks=not args.json))
         job = wire.job_from_wire(reply["job"])
         events = [wire.event_from_wire(e) for e in reply["events"]]
         tasks = [wire.job_from_wire(j) for j in reply.get("tasks", ())]
         if args.json:
             out = formatting.format_job_details_json(job, events, reply["now"])
-            out += "".join(formatting.format_job_details_json(t, (), reply["now"]) for t in tasks)
         else:  # an array's tasks one after another, a blank line between, as scontrol
             out = "\n".join(
                 formatting.format_job_details(j, events if j is job else (), reply["now"])

@@ -582,11 +582,13 @@ def _targets(
     daemon: Daemon,
     request: wire.Cancel | wire.Hold | wire.Release | wire.Requeue | wire.ListJobs,
     tally: _Tally | None,
+    arrays: list[tuple[int, int]] | None = None,
 ) -> tuple[list[int], list[tuple[int, int]]]:
     """The ids and id ranges a request names: its `ids`, its `ranges` and its `jobs`
     texts (gbatch/jobids.py; refused whole when one is not a job id). An array's id
     names all its tasks, `N_K` and `N_[K-M]` the tasks of array N; a task or array
-    that does not exist fails "Invalid job id specified" (with `tally`)."""
+    that does not exist fails "Invalid job id specified" (with `tally`). `arrays`, when
+    given, receives the ranges that are whole arrays named by their id."""
     ranges = _ranges(getattr(request, "ranges", ()))
     ids = list(request.ids)
     plain: list[int] = []
@@ -610,6 +612,8 @@ def _targets(
     for job_id in plain:
         if job_id in ends:
             ranges.append((job_id, ends[job_id]))
+            if arrays is not None:
+                arrays.append((job_id, ends[job_id]))
         else:
             ids.append(job_id)
     return ids, ranges
@@ -679,13 +683,18 @@ def cancel(daemon: Daemon, caller: Caller, request: wire.Cancel) -> dict[str, An
     states = set(_states(request.states) or ())
     admin = is_admin(daemon, caller)
     tally = _Tally(daemon, caller, "cancel")
-    ids, ranges = _targets(daemon, request, tally)
+    arrays: list[tuple[int, int]] = []
+    ids, ranges = _targets(daemon, request, tally, arrays)
     if request.ids or request.ranges or request.jobs:
         for batch in _named(daemon, caller, tally, ids, ranges, admin):
             chosen = [
                 brief
                 for brief in batch
-                if (not users or brief.user in users) and (not states or brief.state in states)
+                if (not users or brief.user in users)
+                and (not states or brief.state in states)
+                # `scancel N` of an array: its tasks still to end, as Slurm; the ended
+                # ones are no failure.
+                and not (brief.state.is_final and any(a <= brief.id <= b for a, b in arrays))
             ]
             _cancel_named(daemon, caller, tally, _owned(caller, admin, tally, chosen))
     elif users or states:
@@ -959,7 +968,7 @@ def job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]
     if not owner_view and found.spec.env:
         audit(daemon, caller, "job_env", found, "refused: env values withheld, not the owner")
     others: list[Job] = []
-    if request.task is None and found.array_job_id == found.id:
+    if request.with_tasks and request.task is None and found.array_job_id == found.id:
         # An array's id: Slurm shows each of its tasks.
         last = max((daemon.store.array_tasks(found.id, MAX_ARRAY) or {found.id: found.id}).values())
         others = daemon.store.jobs(id_ranges=[(found.id + 1, last)]) if last > found.id else []

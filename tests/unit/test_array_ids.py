@@ -81,8 +81,9 @@ def test_show_job_n_k_and_an_arrays_id_shows_its_tasks(daemon: Daemon) -> None:
     tasks = submit(daemon, array="3-5")
     one = handle(daemon, ALICE, {"op": "job", "id": tasks[0], "task": 4})
     assert one["job"]["id"] == tasks[1] and one["tasks"] == []
-    whole = handle(daemon, ALICE, {"op": "job", "id": tasks[0]})
+    whole = handle(daemon, ALICE, {"op": "job", "id": tasks[0], "with_tasks": True})
     assert [j["id"] for j in whole["tasks"]] == tasks[1:]
+    assert handle(daemon, ALICE, {"op": "job", "id": tasks[0]})["tasks"] == []
     missing = handle(daemon, ALICE, {"op": "job", "id": tasks[0], "task": 9})
     assert missing["error"] == f"Invalid job id specified: {tasks[0]}_9"
 

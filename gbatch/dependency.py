@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
+from gbatch.jobids import NUMBER
 from gbatch.model import JobState
 
 TYPES = ("after", "afterany", "afterok", "afternotok", "aftercorr")
@@ -87,7 +88,8 @@ class Dependency:
         return tuple(ref for term in self.terms for ref in term.refs)
 
 
-_ID_RE = re.compile(r"([0-9]{1,18})(?:_([0-9]{1,9}|\*))?(?:\+([0-9]{1,9}))?", re.ASCII)
+# Ids and tasks as gbatch/jobids.py reads them (no leading zero, at most 18 digits).
+_ID_RE = re.compile(rf"({NUMBER})(?:_({NUMBER}|\*))?(?:\+([0-9]{{1,9}}))?", re.ASCII)
 
 
 @lru_cache(maxsize=4096)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gbatch.jobids import collapse_pending, job_label
 from gbatch.limits import UserShare
 from gbatch.model import (
     ALLOCATED_STATES,
@@ -121,9 +122,16 @@ def _nodelist_or_reason(job: Job) -> str:
     return _printable(job.node or "")
 
 
+def _array_task(job: Job) -> str:
+    return "N/A" if job.spec.array_task is None else str(job.spec.array_task)
+
+
 def _job_to_dict(job: Job, now: float) -> dict[str, object]:
     return {
         "job_id": job.id,
+        # Slurm's: the array's id and this task's index (null for a job of no array).
+        "array_job_id": job.array_job_id,
+        "array_task_id": job.spec.array_task,
         "name": job.spec.name,
         "user": job.user,
         "uid": job.uid,
@@ -216,7 +224,11 @@ def _workdir(job: Job) -> str:
 
 
 _SQUEUE_COLUMNS: Mapping[str, _Column] = {
-    "i": _Column("JOBID", lambda j, _: str(j.id)),
+    # %i is N_K for an array task (and a folded row's N_[4-15]), %A the task's own id.
+    "i": _Column("JOBID", lambda j, _: job_label(j)),
+    "A": _Column("JOBID", lambda j, _: str(j.id)),
+    "F": _Column("ARRAY_JOB_ID", lambda j, _: str(j.array_job_id or j.id)),
+    "K": _Column("ARRAY_TASK_ID", lambda j, _: _array_task(j)),
     "P": _Column("PARTITION", lambda j, _: _partition(j)),
     "j": _Column("NAME", lambda j, _: _printable(j.spec.name)),
     "u": _Column("USER", lambda j, _: _printable(j.user)),
@@ -337,15 +349,25 @@ def _fit(text: str, width: int, right: bool) -> str:
     return text.rjust(width) if right else text.ljust(width)
 
 
-def _squeue_line(parts: Sequence[str | _Spec], job: Job | None, view: SqueueView) -> str:
-    """One squeue line; `job` None renders the header (as squeue's print.c does)."""
+def _squeue_line(
+    parts: Sequence[str | _Spec], job: Job | None, view: SqueueView, label: str | None = None
+) -> str:
+    """One squeue line; `job` None renders the header (as squeue's print.c does).
+    `label`: the row's JOBID (%i) when it stands for several tasks (`N_[4-15]`)."""
     out = []
     for part in parts:
         if isinstance(part, str):
             out.append(part)
             continue
         column = _SQUEUE_COLUMNS[part.letter]
-        text = column.header if job is None else column.value(job, view)
+        if job is None:
+            text = column.header
+        elif part.letter == "i" and label is not None:
+            text = label
+        elif part.letter == "K" and label is not None and label.endswith("]"):
+            text = label[label.index("[") :]  # Slurm's %K of a folded row: [4-15]
+        else:
+            text = column.value(job, view)
         out.append(_fit(text, part.width, part.right))
     return "".join(out)
 
@@ -417,8 +439,11 @@ def format_squeue(
     fmt: str | None = None,
     header: bool = True,
     starts: Mapping[int, float] | None = None,
+    expand_arrays: bool = False,
 ) -> str:
-    """Render jobs as `squeue` does, one line per job in the order given.
+    """Render jobs as `squeue` does, one line per job in the order given; the PENDING
+    tasks of an array folded into one row `N_[4-15]` at its first task's place, as
+    Slurm's default, unless `expand_arrays` (squeue -r). Array tasks read `N_K`.
 
     `fmt` is squeue's `-o` syntax, `%[.][width]<letter>` among literal text: `.`
     right-justifies, a width pads and also cuts longer values, no width prints the
@@ -429,7 +454,10 @@ def format_squeue(
     parts = _parse_squeue_format(SQUEUE_DEFAULT_FORMAT if fmt is None else fmt)
     view = SqueueView(now, starts or {})
     lines = [_squeue_line(parts, None, view)] if header else []
-    lines.extend(_squeue_line(parts, job, view) for job in jobs)
+    if expand_arrays:
+        lines.extend(_squeue_line(parts, job, view) for job in jobs)
+    else:
+        lines.extend(_squeue_line(parts, job, view, label) for job, label in collapse_pending(jobs))
     return _lines(lines)
 
 
@@ -522,7 +550,8 @@ def _time_limit_fixed(job: Job) -> str:
 
 
 _SACCT_FIELDS: tuple[_Field, ...] = (
-    _Field("JobID", -12, lambda j, _: str(j.id)),
+    _Field("JobID", -12, lambda j, _: job_label(j)),
+    _Field("JobIDRaw", -12, lambda j, _: str(j.id)),
     _Field("JobName", 10, lambda j, _: _printable(j.spec.name)),
     _Field("User", 9, lambda j, _: _printable(j.user)),
     _Field("UID", 6, lambda j, _: str(j.uid)),
@@ -818,7 +847,14 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         + [f"{_printable(name)}={SECRET_MASK}" for name in spec.secret_env]
     )
     lines = [
-        f"JobId={job.id} JobName={_printable(spec.name)}",
+        f"JobId={job.id}"
+        # As scontrol, for an array task only.
+        + (
+            f" ArrayJobId={job.array_job_id} ArrayTaskId={spec.array_task}"
+            if job.array_job_id is not None
+            else ""
+        )
+        + f" JobName={_printable(spec.name)}",
         f"   UserId={_printable(job.user)}({job.uid})",
         f"   Priority={spec.effective_priority} Nice={spec.nice}",
         f"   JobState={job.state.value} Reason={_reason(job)}"

@@ -42,6 +42,10 @@ _brief_values = attrgetter(*_BRIEF_SPEC_FIELDS)
 def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
     """`brief`: only the spec fields listings show (command comes back empty)."""
     spec = _brief_spec(job.spec) if brief else job.spec.to_dict()
+    if brief and job.spec.array_task is not None:
+        # Listings show an array task as N_K. Not in jobs_to_table's shared specs: there
+        # an array's tasks would no longer share one.
+        spec.update(array_task=job.spec.array_task, array_pos=job.spec.array_pos)
     return {
         "id": job.id,
         "uid": job.uid,
@@ -399,6 +403,9 @@ class Cancel(_Request, op="cancel"):
     ranges: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
     states: tuple[str, ...] = ()
+    # Job id texts (gbatch/jobids.py: N, N_K, N_[K-M], FIRST-LAST), as the commands
+    # send them: N names a whole array when N is an array's id, as in Slurm.
+    jobs: tuple[str, ...] = ()
 
 
 class Hold(_Request, op="hold"):
@@ -407,6 +414,7 @@ class Hold(_Request, op="hold"):
 
     ids: tuple[int, ...] = ()
     ranges: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()  # as Cancel.jobs
 
 
 class Release(_Request, op="release"):
@@ -414,6 +422,7 @@ class Release(_Request, op="release"):
 
     ids: tuple[int, ...] = ()
     ranges: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()  # as Cancel.jobs
 
 
 class Requeue(_Request, op="requeue"):
@@ -422,6 +431,7 @@ class Requeue(_Request, op="requeue"):
 
     ids: tuple[int, ...] = ()
     ranges: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()  # as Cancel.jobs
 
 
 class ListJobs(_Request, op="jobs"):
@@ -433,6 +443,7 @@ class ListJobs(_Request, op="jobs"):
     have an estimate (the planner's reservation, or a --begin time to come)."""
 
     ids: tuple[int, ...] = ()
+    jobs: tuple[str, ...] = ()  # as Cancel.jobs; an array's id lists all its tasks
     users: tuple[str, ...] = ()
     states: tuple[str, ...] = ()
     history: bool = False
@@ -446,9 +457,13 @@ class ListJobs(_Request, op="jobs"):
 
 
 class ShowJob(_Request, op="job"):
-    """One job's record and events. Replies {"job", "events", "now"}."""
+    """One job's record and events. Replies {"job", "events", "now", "tasks"}: `tasks`,
+    with `with_tasks` when `id` is an array's and no `task` is named, its other tasks'
+    records (scontrol show job N shows each task, as Slurm); else empty."""
 
     id: int
+    task: int | None = None  # with it, `id` is an array's id: its task `task` (N_K)
+    with_tasks: bool = False
 
 
 class UpdateJob(_Request, op="update"):
@@ -494,6 +509,7 @@ class ReadLog(_Request, op="logs"):
     """A chunk of a job's log from byte `offset`. Replies {"data", "offset", "done", "state"}."""
 
     id: int
+    task: int | None = None  # with it, `id` is an array's id: its task `task` (N_K)
     offset: int = 0
 
 

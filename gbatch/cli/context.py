@@ -7,10 +7,13 @@ import pwd
 import sys
 from collections.abc import Callable
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gbatch.client import Client
 from gbatch.config import Paths, resolve_paths
+
+if TYPE_CHECKING:
+    from gbatch.jobids import JobTarget
 
 
 class Context:
@@ -36,37 +39,31 @@ def split_list(values: list[str] | None) -> list[str] | None:
     return [item for value in values for item in value.split(",") if item]
 
 
-def parse_ids(values: list[str] | None) -> list[int] | None:
+def parse_ids(values: list[str] | None, what: str, *, ranges: bool = True) -> list[str] | None:
+    """Job ids as given (`-j 12,13_2 -j 20_[1-3]`, or JOBID arguments), checked by the one
+    grammar of gbatch/jobids.py and written back in its canonical form for the daemon
+    (which checks them again); None when none were given. `what` names the option in
+    the error: `gbatch squeue: error: -j/--jobs: '4_5x' is not a job id. Use ...`."""
     from gbatch.cli.exits import CliError, Exit
+    from gbatch.jobids import JobIdError, parse_job_ids
 
-    items = split_list(values)
-    if items is None:
+    if not values:
         return None
     try:
-        return [int(item) for item in items]
-    except ValueError as err:
-        raise CliError(f"{values}: job ids are numbers, e.g. -j 12,13", Exit.USAGE) from err
+        return [str(t) for value in values for t in parse_job_ids(value, ranges=ranges)]
+    except JobIdError as err:
+        raise CliError(f"{what}: {err}", Exit.USAGE) from err
 
 
-def parse_targets(values: list[str] | None) -> tuple[list[int], list[str]]:
-    """Job ids and FIRST-LAST ranges (an array, as `sbatch --array` printed it):
-    `12 13,20-511` -> ([12, 13], ["20-511"]). The daemon reads a range's jobs itself, so
-    a range of 500,000 jobs is a few bytes on the socket."""
+def parse_job(text: str, what: str) -> JobTarget:
+    """One job, `N` or `N_K` (logs, scontrol show job); exit 2 otherwise."""
     from gbatch.cli.exits import CliError, Exit
+    from gbatch.jobids import JobIdError, parse_one_job
 
-    ids: list[int] = []
-    ranges: list[str] = []
-    for item in split_list(values) or []:
-        first, dash, last = item.partition("-")
-        if dash and first.isdigit() and last.isdigit() and 0 < int(first) <= int(last):
-            ranges.append(f"{int(first)}-{int(last)}")
-        elif item.isdigit():
-            ids.append(int(item))
-        else:
-            raise CliError(
-                f"{item!r} is not a job id. Use ids or ranges, e.g. 12,13 or 12-511", Exit.USAGE
-            )
-    return ids, ranges
+    try:
+        return parse_one_job(text)
+    except JobIdError as err:
+        raise CliError(f"{what}: {err}", Exit.USAGE) from err
 
 
 def print_failures(

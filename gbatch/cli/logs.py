@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from gbatch.cli.context import Context, parse_ids
+from gbatch.cli.context import Context, parse_job
 from gbatch.cli.exits import Exit
 
 HELP = "print a job's output; -f follows it until the job ends"
@@ -16,7 +16,7 @@ POLL_SECONDS = 0.2
 
 def add_parser(commands: Any) -> None:
     p = commands.add_parser("logs", help=HELP, description=HELP + ".")
-    p.add_argument("job", metavar="JOBID")
+    p.add_argument("job", metavar="JOBID", help="N, or N_K: task K of array N")
     p.add_argument("-f", "--follow", action="store_true")
     p.set_defaults(run=run)
 
@@ -24,10 +24,11 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import wire
 
-    (job_id,) = parse_ids([args.job]) or [0]
+    target = parse_job(args.job, "JOBID")
+    task = None if target.tasks is None else target.tasks[0][0]
     offset = 0
     while True:
-        reply = ctx.client.call(wire.ReadLog(id=job_id, offset=offset))
+        reply = ctx.client.call(wire.ReadLog(id=target.job, task=task, offset=offset))
         if reply["data"]:
             sys.stdout.write(reply["data"])
             sys.stdout.flush()

@@ -19,7 +19,13 @@ def add_parser(commands: Any) -> None:
         help=HELP,
         description=HELP + ". By default: your jobs submitted since midnight, as Slurm does.",
     )
-    p.add_argument("-j", "--jobs", action="append", metavar="ID[,ID]")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        action="append",
+        metavar="ID[,ID]",
+        help="only these jobs: N (an array's id: all its tasks), N_K, N_[K-M], FIRST-LAST",
+    )
     p.add_argument("-u", "--user", action="append", metavar="USER[,USER]")
     p.add_argument("-a", "--allusers", action="store_true")
     p.add_argument("-s", "--state", action="append", metavar="STATE[,STATE]")
@@ -68,7 +74,7 @@ def _asks_params(fmt: str | None) -> bool:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import formatting, wire
 
-    ids = parse_ids(args.jobs)
+    ids = parse_ids(args.jobs, "-j/--jobs")
     users = split_list(args.user)
     if users is None and not args.allusers and ids is None:
         users = [ctx.me]
@@ -76,7 +82,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     reply = ctx.client.call(
         wire.ListJobs(
             history=True,
-            ids=tuple(ids or ()),
+            jobs=tuple(ids or ()),
             users=tuple(users or ()),
             states=tuple(split_list(args.state) or ()),
             since=since,

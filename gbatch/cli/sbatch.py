@@ -759,11 +759,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         return Exit.OK
     ids = reply["ids"]
     if not args.quiet:
-        if len(ids) == 1:
-            print(ids[0] if args.parsable else f"Submitted batch job {ids[0]}", flush=True)
-        else:
-            span = f"{ids[0]}-{ids[-1]}"
-            print(span if args.parsable else f"Submitted batch jobs {span}", flush=True)
+        # An array answers with its id (its first task's; tasks are N_K), as Slurm.
+        print(ids[0] if args.parsable else f"Submitted batch job {ids[0]}", flush=True)
     if args.wait:
         return _wait_for(ctx, ids)
     return Exit.OK

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gbatch.cli.context import Context, parse_targets, print_failures, split_list
+from gbatch.cli.context import Context, parse_ids, print_failures, split_list
 from gbatch.cli.exits import CliError, Exit
 
 HELP = "cancel jobs"
@@ -22,7 +22,8 @@ def add_parser(commands: Any) -> None:
         "ids",
         nargs="*",
         metavar="JOBID",
-        help="job ids (also `12,13`) or ranges (`12-511`: an array as sbatch printed it)",
+        help="job ids: N (an array's id: all its tasks), N_K (task K of array N), N_[K-M,J], "
+        "FIRST-LAST (every job in that id range), and comma lists of those",
     )
     p.add_argument(
         "-u",
@@ -45,16 +46,14 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import wire
 
-    ids, ranges = parse_targets(args.ids)
+    jobs = parse_ids(args.ids, "JOBID") or []
     users = split_list(args.user) or ([ctx.me] if args.me else [])
     states = split_list(args.state) or []
-    if not ids and not ranges and not users and not states:
+    if not jobs and not users and not states:
         raise CliError(
             "no job ids given. Name job ids, or use -u USER / -t STATE / --me", Exit.USAGE
         )
-    request = wire.Cancel(
-        ids=tuple(ids), ranges=tuple(ranges), users=tuple(users), states=tuple(states)
-    )
+    request = wire.Cancel(jobs=tuple(jobs), users=tuple(users), states=tuple(states))
     reply = ctx.client.call(request)
     failed = print_failures(
         "scancel", reply, lambda f: f"Kill job error on job id {f['id']}: {f['error']}"

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from gbatch.cli.context import Context, parse_ids, parse_targets, print_failures
+from gbatch.cli.context import Context, parse_ids, parse_job, print_failures
 from gbatch.cli.exits import CliError, Exit
 from gbatch.wire import UPDATE_KEYS
 
@@ -34,8 +34,9 @@ def add_parser(commands: Any) -> None:
         "args",
         nargs="+",
         metavar="ARG",
-        help="`job ID`, `node [NAME]` or `partition [NAME]` for show; `JobId=N KEY=VALUE...` "
-        "for update; otherwise job ids (also `12,13`) or ranges (`12-511`)",
+        help="`job ID` (N or N_K), `node [NAME]` or `partition [NAME]` for show; `JobId=N "
+        "KEY=VALUE...` for update; otherwise job ids: N (an array's id: all its tasks), N_K, "
+        "N_[K-M], FIRST-LAST, and comma lists of those",
     )
     p.add_argument("--json", action="store_true", help="with show: JSON")
     p.set_defaults(run=run)
@@ -63,20 +64,29 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                 "usage: gbatch scontrol show job ID | show node [NAME] | show partition [NAME]",
                 Exit.USAGE,
             )
-        (job_id,) = parse_ids([args.args[1]]) or [0]
-        reply = ctx.client.call(wire.ShowJob(id=job_id))
+        target = parse_job(args.args[1], "job")
+        task = None if target.tasks is None else target.tasks[0][0]
+        # JSON stays one object (the job named); the text shows an array's every task.
+        reply = ctx.client.call(wire.ShowJob(id=target.job, task=task, with_tasks=not args.json))
         job = wire.job_from_wire(reply["job"])
         events = [wire.event_from_wire(e) for e in reply["events"]]
-        show = formatting.format_job_details_json if args.json else formatting.format_job_details
-        sys.stdout.write(show(job, events, reply["now"]))
+        tasks = [wire.job_from_wire(j) for j in reply.get("tasks", ())]
+        if args.json:
+            out = formatting.format_job_details_json(job, events, reply["now"])
+        else:  # an array's tasks one after another, a blank line between, as scontrol
+            out = "\n".join(
+                formatting.format_job_details(j, events if j is job else (), reply["now"])
+                for j in [job, *tasks]
+            )
+        sys.stdout.write(out)
         return Exit.OK
     actions: dict[str, type[wire.Hold | wire.Release | wire.Requeue]] = {
         "hold": wire.Hold,
         "release": wire.Release,
         "requeue": wire.Requeue,
     }
-    ids, ranges = parse_targets(args.args)
-    reply = ctx.client.call(actions[args.action](ids=tuple(ids), ranges=tuple(ranges)))
+    jobs = parse_ids(args.args, "JOBID") or []
+    reply = ctx.client.call(actions[args.action](jobs=tuple(jobs)))
     failed = print_failures("scontrol", reply, lambda f: f"job {f['id']}: {f['error']}")
     return Exit.FAILED if failed else Exit.OK
 
@@ -111,15 +121,19 @@ def parse_update(words: list[str]) -> tuple[int, dict[str, str]]:
         changes[canonical] = value
     if len(job_ids) != 1:
         raise CliError("update: name one job: JobId=N, then KEY=VALUE...", Exit.USAGE)
-    ids = parse_ids(job_ids)
-    if not ids or len(ids) != 1:
-        raise CliError("update: name one job: JobId=N, then KEY=VALUE...", Exit.USAGE)
+    target = parse_job(job_ids[0], "update: JobId")
+    if target.tasks is not None:
+        raise CliError(
+            f"update: JobId={job_ids[0]}: name the task by its own job id (`gbatch sacct "
+            "-o JobID,JobIDRaw` shows it); updating N_K comes with the array work",
+            Exit.USAGE,
+        )
     if not changes:
         raise CliError(
             f"update: nothing to change. Add KEY=VALUE, KEY one of {', '.join(UPDATE_KEYS)}",
             Exit.USAGE,
         )
-    return ids[0], changes
+    return target.job, changes
 
 
 def _show_fleet(words: list[str], ctx: Context) -> int:

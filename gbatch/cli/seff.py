@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from gbatch.cli.context import Context
+from gbatch.cli.context import Context, parse_job
 from gbatch.cli.exits import Exit
 
 HELP = "show a job's efficiency: wall-clock time against its limit, GPUs"
@@ -25,7 +25,7 @@ def add_parser(commands: Any) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("job", type=int, metavar="JOBID")
+    p.add_argument("job", metavar="JOBID", help="N, or N_K (an array task)")
     p.set_defaults(run=run)
 
 
@@ -48,7 +48,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
     from gbatch import formatting, wire
 
-    reply = ctx.client.call(wire.ShowJob(id=args.job))
+    target = parse_job(str(args.job), "JOBID")
+    task = None if target.tasks is None else target.tasks[0][0]
+    reply = ctx.client.call(wire.ShowJob(id=target.job, task=task))
     job = wire.job_from_wire(reply["job"])
     sys.stdout.write(
         formatting.format_seff(

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from gbatch.cli.context import Context, parse_ids, split_list
-from gbatch.cli.exits import Exit
+from gbatch.cli.exits import CliError, Exit
 
 HELP = "show pending jobs' priority and the factors that order them"
 EPILOG = """\
@@ -44,8 +44,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import formatting, wire
     from gbatch.views import JobPriority
 
+    ids = parse_ids(args.jobs, "-j/--jobs", ranges=False) or []
+    if any(not text.isdigit() for text in ids):
+        raise CliError("-j/--jobs: sprio takes job ids N (a task by its own id)", Exit.USAGE)
     request = wire.ShowPriorities(
-        ids=tuple(parse_ids(args.jobs) or ()), users=tuple(split_list(args.user) or ())
+        ids=tuple(int(text) for text in ids), users=tuple(split_list(args.user) or ())
     )
     reply = ctx.client.call(request)
     jobs = [JobPriority.from_wire(row) for row in reply["jobs"]]

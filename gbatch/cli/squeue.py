@@ -18,7 +18,13 @@ def add_parser(commands: Any) -> None:
     )
     p.add_argument("-u", "--user", action="append", metavar="USER[,USER]")
     p.add_argument("--me", action="store_true", help="only my jobs")
-    p.add_argument("-j", "--jobs", action="append", metavar="ID[,ID]")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        action="append",
+        metavar="ID[,ID]",
+        help="only these jobs: N (an array's id: all its tasks), N_K, N_[K-M], FIRST-LAST",
+    )
     p.add_argument("-n", "--name", action="append", metavar="NAME[,NAME]", help="job names")
     p.add_argument("-p", "--partition", action="append", metavar="PART[,PART]")
     p.add_argument(
@@ -33,6 +39,13 @@ def add_parser(commands: Any) -> None:
     )
     p.add_argument(
         "-a", "--all", action="store_true", help="accepted for Slurm; every partition is shown"
+    )
+    p.add_argument(
+        "-r",
+        "--array",
+        action="store_true",
+        help="one row per array task; by default an array's pending tasks share one row, "
+        "N_[4-15], as in Slurm",
     )
     p.add_argument("-h", "--noheader", action="store_true")
     p.add_argument(
@@ -98,7 +111,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     )
     request = wire.ListJobs(
         users=tuple(users),
-        ids=tuple(parse_ids(args.jobs) or ()),
+        jobs=tuple(parse_ids(args.jobs, "-j/--jobs") or ()),
         states=() if history else tuple(states),
         history=history,
         brief=not args.json and not letters & formatting.SQUEUE_FULL_SPEC_LETTERS,
@@ -172,7 +185,9 @@ def _show(
     if args.json:
         sys.stdout.write(formatting.format_squeue_json(jobs, now))
         return
-    out = formatting.format_squeue(jobs, now, fmt=fmt, header=not args.noheader, starts=starts)
+    out = formatting.format_squeue(
+        jobs, now, fmt=fmt, header=not args.noheader, starts=starts, expand_arrays=args.array
+    )
     if dated:
         import time  # deferred: only -l and -i print the date
 

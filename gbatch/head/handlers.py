@@ -33,6 +33,7 @@ from gbatch.head.store import (
     StoreFull,
     Submission,
 )
+from gbatch.jobids import JobIdError, parse_job_ids
 from gbatch.limits import (
     ARRAY_HARD_CAP,
     PendingLimitReached,
@@ -206,9 +207,17 @@ def may_act_on(daemon: Daemon, caller: Caller, job: Job) -> bool:
     return caller.uid == job.uid or is_admin(daemon, caller)
 
 
-def _named_job(daemon: Daemon, caller: Caller, job_id: int, op: str) -> Job:
-    """The job a request names. Under private_data another user's job answers as a job
-    that does not exist (Slurm's PrivateData=jobs), and the attempt is audited."""
+def _named_job(
+    daemon: Daemon, caller: Caller, job_id: int, op: str, task: int | None = None
+) -> Job:
+    """The job a request names (with `task`: task `task` of the array `job_id`, N_K).
+    Under private_data another user's job answers as a job that does not exist (Slurm's
+    PrivateData=jobs), and the attempt is audited."""
+    if task is not None:
+        tasks = daemon.store.array_tasks(job_id, MAX_ARRAY) or {}
+        if task not in tasks:
+            raise Refused("not_found", f"Invalid job id specified: {job_id}_{task}")
+        job_id = tasks[task]
     found = _job(daemon, job_id)
     if daemon.config.private_data and not may_act_on(daemon, caller, found):
         audit(daemon, caller, op, found, "refused: not the owner (private_data: not found)")
@@ -614,6 +623,47 @@ def _ranges(texts: Sequence[str]) -> list[tuple[int, int]]:
     return ranges
 
 
+def _targets(
+    daemon: Daemon,
+    request: wire.Cancel | wire.Hold | wire.Release | wire.Requeue | wire.ListJobs,
+    tally: _Tally | None,
+    arrays: list[tuple[int, int]] | None = None,
+) -> tuple[list[int], list[tuple[int, int]]]:
+    """The ids and id ranges a request names: its `ids`, its `ranges` and its `jobs`
+    texts (gbatch/jobids.py; refused whole when one is not a job id). An array's id
+    names all its tasks, `N_K` and `N_[K-M]` the tasks of array N; a task or array
+    that does not exist fails "Invalid job id specified" (with `tally`). `arrays`, when
+    given, receives the ranges that are whole arrays named by their id."""
+    ranges = _ranges(getattr(request, "ranges", ()))
+    ids = list(request.ids)
+    plain: list[int] = []
+    for text in request.jobs:
+        try:
+            targets = parse_job_ids(text)
+        except JobIdError as err:
+            raise Refused("invalid", f"jobs: {err}") from None
+        for target in targets:
+            if target.last is not None:
+                ranges.append((target.job, target.last))
+            elif target.tasks is None:
+                plain.append(target.job)
+            else:
+                tasks = daemon.store.array_tasks(target.job, MAX_ARRAY) or {}
+                chosen = [job_id for task, job_id in tasks.items() if target.has_task(task)]
+                if not chosen and tally is not None:
+                    tally.fail(str(target), f"Invalid job id specified: {target}")
+                ids.extend(sorted(chosen))
+    ends = daemon.store.array_ends(plain, MAX_ARRAY) if plain else {}
+    for job_id in plain:
+        if job_id in ends:
+            ranges.append((job_id, ends[job_id]))
+            if arrays is not None:
+                arrays.append((job_id, ends[job_id]))
+        else:
+            ids.append(job_id)
+    return ids, ranges
+
+
 def _named(
     daemon: Daemon,
     caller: Caller,
@@ -674,17 +724,22 @@ def cancel(daemon: Daemon, caller: Caller, request: wire.Cancel) -> dict[str, An
     """Cancel the jobs named by `ids` and `ranges` (narrowed by the filters), or with
     neither, the active jobs the filters (users, states) select among those the caller
     may act on, as `scancel -u` does. Quiet on success: the reply lists failures."""
-    ranges = _ranges(request.ranges)
     users = set(request.users)
     states = set(_states(request.states) or ())
     admin = is_admin(daemon, caller)
     tally = _Tally(daemon, caller, "cancel")
-    if request.ids or ranges:
-        for batch in _named(daemon, caller, tally, request.ids, ranges, admin):
+    arrays: list[tuple[int, int]] = []
+    ids, ranges = _targets(daemon, request, tally, arrays)
+    if request.ids or request.ranges or request.jobs:
+        for batch in _named(daemon, caller, tally, ids, ranges, admin):
             chosen = [
                 brief
                 for brief in batch
-                if (not users or brief.user in users) and (not states or brief.state in states)
+                if (not users or brief.user in users)
+                and (not states or brief.state in states)
+                # `scancel N` of an array: its tasks still to end, as Slurm; the ended
+                # ones are no failure.
+                and not (brief.state.is_final and any(a <= brief.id <= b for a, b in arrays))
             ]
             _cancel_named(daemon, caller, tally, _owned(caller, admin, tally, chosen))
     elif users or states:
@@ -806,10 +861,10 @@ def _set_hold(
     daemon: Daemon, caller: Caller, request: wire.Hold | wire.Release, held: bool
 ) -> dict[str, Any]:
     """Hold or release the pending jobs named, a batch per transaction."""
-    ranges = _ranges(request.ranges)
     admin = is_admin(daemon, caller)
     tally = _Tally(daemon, caller, "hold" if held else "release")
-    for batch in _named(daemon, caller, tally, request.ids, ranges, admin):
+    ids, ranges = _targets(daemon, request, tally)
+    for batch in _named(daemon, caller, tally, ids, ranges, admin):
         pending = []
         for brief in _owned(caller, admin, tally, batch):
             if brief.state is JobState.PENDING:
@@ -848,10 +903,10 @@ def requeue(daemon: Daemon, caller: Caller, request: wire.Requeue) -> dict[str, 
     """`scontrol requeue`: a running job is stopped (SIGTERM, grace, SIGKILL) and goes back
     to PENDING once its run has ended, never before; a finished one goes back at once.
     Jobs with `requeue: false` refuse, as Slurm's --no-requeue jobs do."""
-    ranges = _ranges(request.ranges)
     admin = is_admin(daemon, caller)
     tally = _Tally(daemon, caller, "requeue")
-    for batch in _named(daemon, caller, tally, request.ids, ranges, admin):
+    ids, ranges = _targets(daemon, request, tally)
+    for batch in _named(daemon, caller, tally, ids, ranges, admin):
         for brief in _owned(caller, admin, tally, batch):
             job = daemon.store.get(brief.id)
             if job is None:
@@ -915,7 +970,8 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
     """squeue (active jobs) and sacct (finished=None: every state) queries. Everyone
     sees the queue, as in Slurm; under private_data a non-admin sees only their own."""
     states = _states(request.states)
-    ids = request.ids or None
+    named, id_ranges = _targets(daemon, request, None)
+    ids = named if (request.ids or request.jobs) else None
     users: Sequence[str] | None = request.users or None
     admin = is_admin(daemon, caller)
     if daemon.config.private_data and not admin:
@@ -923,10 +979,16 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
             return {"jobs": [], "now": daemon.clock()}
         users = [caller.user]
     if request.history:
-        found = daemon.store.jobs(ids=ids, states=states, users=users, since=request.since)
+        found = daemon.store.jobs(
+            ids=ids, id_ranges=id_ranges, states=states, users=users, since=request.since
+        )
     elif states is not None or ids is not None:
         found = daemon.store.jobs(
-            ids=ids, states=states, users=users, finished=None if ids else False
+            ids=ids,
+            id_ranges=id_ranges,
+            states=states,
+            users=users,
+            finished=None if ids is not None else False,
         )
     else:
         found = daemon.store.jobs(users=users, finished=False)
@@ -984,13 +1046,19 @@ def _expected_starts(
 def job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]:
     """scontrol show job: anyone may read a job's record and command; its env values
     are the owner's and admins' only."""
-    found = _named_job(daemon, caller, request.id, "job")
+    found = _named_job(daemon, caller, request.id, "job", request.task)
     owner_view = may_act_on(daemon, caller, found)
     if not owner_view and found.spec.env:
         audit(daemon, caller, "job_env", found, "refused: env values withheld, not the owner")
+    others: list[Job] = []
+    if request.with_tasks and request.task is None and found.array_job_id == found.id:
+        # An array's id: Slurm shows each of its tasks.
+        last = max((daemon.store.array_tasks(found.id, MAX_ARRAY) or {found.id: found.id}).values())
+        others = daemon.store.jobs(id_ranges=[(found.id + 1, last)]) if last > found.id else []
     return {
         "job": _job_to_wire(found, owner_view=owner_view),
         "events": [wire.event_to_wire(e) for e in daemon.store.events(found.id)],
+        "tasks": [_job_to_wire(j, owner_view=owner_view) for j in others],
         "now": daemon.clock(),
     }
 
@@ -1087,7 +1155,7 @@ def nodes(daemon: Daemon, caller: Caller, request: wire.ListNodes) -> dict[str, 
 
 def logs(daemon: Daemon, caller: Caller, request: wire.ReadLog) -> dict[str, Any]:
     """A chunk of a job's log from `offset`; `done` once the job is final and read out."""
-    found = _named_job(daemon, caller, request.id, "logs")
+    found = _named_job(daemon, caller, request.id, "logs", request.task)
     if not may_act_on(daemon, caller, found):
         audit(daemon, caller, "logs", found, "refused: not the owner")
         raise Refused(

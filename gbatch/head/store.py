@@ -782,10 +782,20 @@ class Store:
         finished: bool | None = None,
         since: float | None = None,
         limit: int | None = None,
+        id_ranges: Sequence[tuple[int, int]] = (),
     ) -> list[Job]:
-        """Jobs matching every given filter, by id. finished=True: final states only."""
+        """Jobs matching every given filter, by id. finished=True: final states only.
+        `id_ranges` (FIRST, LAST): jobs with ids in them are matched as `ids` are."""
         clauses: list[str] = []
         params: list[object] = []
+        if id_ranges:
+            named = ["id BETWEEN ? AND ?"] * len(id_ranges)
+            params.extend(bound for pair in id_ranges for bound in pair)
+            if ids:
+                named.append(f"id IN ({_marks(ids)})")
+                params.extend(ids)
+            clauses.append(f"({' OR '.join(named)})")
+            ids = None
         if finished is False and states is None:
             clauses.append(f"state IN ({_ACTIVE_SQL})")
         elif finished is True:
@@ -890,6 +900,29 @@ class Store:
                 tasks[int(task)] = job_id
             cursor.close()
         return tasks or None
+
+    def array_ends(self, ids: Collection[int], most: int) -> dict[int, int]:
+        """{array id: its last task's id} for those of `ids` that are an array's id (its
+        first task's): `scancel N` and `squeue -j N` name the whole array, as in Slurm."""
+        heads: list[int] = []
+        ordered = sorted(ids)
+        with self._lock:
+            for part in _chunks(ordered):
+                heads.extend(
+                    int(row[0])
+                    for row in self._db.execute(
+                        f"SELECT id FROM jobs WHERE id IN ({_marks(part)})"
+                        " AND json_extract(spec, '$.array_task') IS NOT NULL"
+                        " AND coalesce(json_extract(spec, '$.array_pos'), 0) = 0",
+                        part,
+                    )
+                )
+        ends = {}
+        for head in heads:
+            tasks = self.array_tasks(head, most)
+            if tasks:
+                ends[head] = max(tasks.values())
+        return ends
 
     def active_named(self, names: Collection[str]) -> list[tuple[int, str, str, JobState]]:
         """(id, user, name, state) of the jobs not yet ended that have one of `names`

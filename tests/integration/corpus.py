@@ -218,11 +218,10 @@ def normalized_outputs(run: Run) -> dict[str, str]:
 
 
 def parse_parsable(entry: Entry, out: str) -> tuple[dict[int | None, int], int | None]:
-    """`sbatch --parsable`'s answer -> (job id per task, array id). gbatch prints an
-    array as FIRST-LAST (its tasks have consecutive ids, the first is the array's id);
-    Slurm prints the array's id (`N` or `N;cluster`)."""
+    """`sbatch --parsable`'s answer -> (job id per task, array id). Both print an array's
+    id (`N`, or Slurm's `N;cluster`); gbatch's tasks have consecutive ids from it."""
     text = out.strip().split(";")[0]
-    first = int(text.split("-")[0])
+    first = int(text)
     if entry.tasks is None:
         return {None: first}, None
     return {task: first + pos for pos, task in enumerate(entry.tasks)}, first
@@ -268,7 +267,8 @@ def gbatch_run(head: Head, entry: Entry, submit_dir: Path) -> Run:
     return run
 
 
-def sacct(head: Head, job_id: int) -> tuple[str, str]:
+def sacct(head: Head, job_id: int | str) -> tuple[str, str]:
+    """`job_id`: one job, or an array task as `N_K` (an array's id `N` lists all its tasks)."""
     out = head.run(
         "sacct", "-j", str(job_id), "-S", "all", "-n", "-P", "-o", "State,ExitCode", check=True
     ).stdout
@@ -281,7 +281,10 @@ def gbatch_finals(head: Head, run: Run, timeout: float = 90.0) -> dict[int | Non
     ExitCode) per task."""
     for job_id in run.ids.values():
         head.wait_state(job_id, *FINAL_STATES, timeout=timeout)
-    return {task: sacct(head, job_id) for task, job_id in run.ids.items()}
+    return {
+        task: sacct(head, job_id if task is None else f"{run.array_id}_{task}")
+        for task, job_id in run.ids.items()
+    }
 
 
 def files_left(run: Run) -> set[str]:

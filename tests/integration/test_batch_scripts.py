@@ -100,7 +100,8 @@ def test_a_python_script_and_an_array_script(head: Head, tmp_path: Path) -> None
         "#!/bin/bash\n#SBATCH --array=0-2\n#SBATCH --gpus=0\necho task=$SLURM_ARRAY_TASK_ID\n"
     )
     span = sbatch_in(head, tmp_path, "--parsable", "sweep.sh").stdout.strip()
-    first, last = (int(part) for part in span.split("-"))
+    first = int(span)  # the array's id, as Slurm's --parsable
+    last = first + 2
     tasks = set()
     for job_id in range(first, last + 1):
         head.wait_state(job_id, "COMPLETED")

@@ -130,7 +130,7 @@ def test_an_unknown_job_id_is_refused_at_submit(head: Head) -> None:
 def test_a_dependency_on_an_array_waits_for_all_its_tasks(head: Head, tmp_path: Path) -> None:
     flag = tmp_path / "go"
     out = head.run("sbatch", "--parsable", "--array", "2", "--wrap", until(flag), check=True)
-    first = int(out.stdout.strip().split("-")[0])
+    first = int(out.stdout.strip())
     dependent = head.sbatch("-d", f"afterok:{first}", "--wrap", "true")
     wait_reason(head, dependent, "Dependency")
     assert f"Dependency=afterok:{first}_*(unfulfilled)" in show(head, dependent)

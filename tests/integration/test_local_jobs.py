@@ -228,24 +228,28 @@ def test_sbatch_from_a_file_with_overrides(head: Head, workdir: Path) -> None:
 
 def test_array_submission_queues_one_job_per_index(head: Head) -> None:
     out = head.run("sbatch", "--array", "0-2", "--hold", "--wrap", "true", check=True).stdout
-    first, last = (int(x) for x in out.split()[-1].split("-"))
-    assert last - first == 2
+    assert out.startswith("Submitted batch job ")  # the array's id, as Slurm prints it
+    first = int(out.split()[-1])
+    assert [head.job(first + k)["state"] for k in range(3)] == ["PENDING"] * 3
     head.run("scancel", "--me", check=True)
 
 
-def test_an_array_is_held_and_cancelled_by_the_range_sbatch_printed(head: Head) -> None:
+def test_an_array_is_held_and_cancelled_by_its_id_and_by_a_range(head: Head) -> None:
     out = head.run("sbatch", "--array", "4", "--gpus", "2", "--wrap", "sleep 30", check=True)
-    span = out.stdout.split()[-1]
-    first, last = (int(x) for x in span.split("-"))
+    first = int(out.stdout.split()[-1])
+    last = first + 3
+    span = f"{first}-{last}"
     head.wait_state(first, "RUNNING")
-    held = head.run("scontrol", "hold", span)
+    held = head.run("scontrol", "hold", str(first))  # an array's id: all its tasks
     assert held.returncode == 1
     assert held.stderr == (
         f"gbatch scontrol: error: job {first}: Job is no longer pending execution: "
         f"job {first} is RUNNING\n"
     )
-    reasons = head.run("squeue", "-h", "-t", "PD", "-o", "%i %r", check=True).stdout.split("\n")
-    assert reasons[:-1] == [f"{i} JobHeldUser" for i in range(first + 1, last + 1)]
+    reasons = head.run("squeue", "-h", "-t", "PD", "-o", "%i %r", check=True).stdout
+    assert reasons == f"{first}_[1-3] JobHeldUser\n"  # pending tasks folded, as Slurm
+    expanded = head.run("squeue", "-r", "-h", "-t", "PD", "-o", "%i %r", check=True).stdout
+    assert expanded.split("\n")[:-1] == [f"{first}_{k} JobHeldUser" for k in (1, 2, 3)]
     cancelled = head.run("scancel", span)
     assert (cancelled.returncode, cancelled.stdout, cancelled.stderr) == (0, "", "")
     head.wait_state(first, "CANCELLED")
@@ -253,8 +257,7 @@ def test_an_array_is_held_and_cancelled_by_the_range_sbatch_printed(head: Head) 
     bad = head.run("scancel", f"{last}-{first}")
     assert bad.returncode == 2
     assert bad.stderr == (
-        f"gbatch scancel: error: '{last}-{first}' is not a job id. Use ids or ranges, "
-        "e.g. 12,13 or 12-511\n"
+        f"gbatch scancel: error: JOBID: '{last}-{first}' runs backwards. Write {first}-{last}\n"
     )
 
 

@@ -139,7 +139,7 @@ def test_array_tasks_write_slurm_arrayid_taskid_out(head: Head, tmp_path: Path) 
         head, tmp_path, "--parsable", "-a", "0-1", "--wrap", "echo $SLURM_ARRAY_TASK_ID"
     )
     assert done.returncode == 0, done.stderr
-    first = int(done.stdout.strip().split("-")[0].split("_")[0])  # "N-M" now, Slurm's "N" later
+    first = int(done.stdout.strip())  # the array's id, as Slurm's --parsable
     for task in (0, 1):
         head.wait_state(first + task, "COMPLETED")
         out = tmp_path / f"slurm-{first}_{task}.out"

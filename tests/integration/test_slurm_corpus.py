@@ -63,7 +63,8 @@ def test_a_corpus_script_ends_as_under_slurm(
 ) -> None:
     run = submitted(runs, entry)
     for task, job_id in run.ids.items():
-        assert sacct(corpus_head, job_id) == (entry.state, entry.exit_code), f"task {task}"
+        named = job_id if task is None else f"{run.array_id}_{task}"  # N alone: every task
+        assert sacct(corpus_head, named) == (entry.state, entry.exit_code), f"task {task}"
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)

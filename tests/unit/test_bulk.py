@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gbatch.cli.context import parse_targets, print_failures
+from gbatch.cli.context import parse_ids, print_failures
 from gbatch.cli.exits import CliError, Exit
 from gbatch.config import Config, Paths
 from gbatch.head import daemon as daemon_module
@@ -342,15 +342,19 @@ def test_the_planner_looks_at_each_users_first_jobs_so_a_flood_hides_no_one(
 
 
 def test_the_cli_reads_ids_and_ranges_and_refuses_anything_else() -> None:
-    assert parse_targets(["12", "13,20-511", "7-7"]) == ([12, 13], ["20-511", "7-7"])
-    assert parse_targets(None) == ([], [])
-    for bad in ("511-20", "0-3", "x", "12_3", "-4"):
+    assert parse_ids(["12", "13,20-511", "7-7", "4_5"], "JOBID") == [
+        "12",
+        "13",
+        "20-511",
+        "7-7",
+        "4_5",
+    ]
+    assert parse_ids(None, "JOBID") is None
+    for bad in ("0-3", "x", "12_", "-4", "4 5"):
         with pytest.raises(CliError) as caught:
-            parse_targets([bad])
+            parse_ids([bad], "JOBID")
         assert caught.value.status is Exit.USAGE
-        assert caught.value.message == (
-            f"{bad!r} is not a job id. Use ids or ranges, e.g. 12,13 or 12-511"
-        )
+        assert caught.value.message.startswith(f"JOBID: {bad!r} is not a job id")
 
 
 def test_the_cli_prints_each_listed_failure_then_how_many_more(

@@ -266,6 +266,8 @@ def test_squeue_json_lists_jobs_with_machine_readable_fields() -> None:
     running, pending = data["jobs"]
     assert running == {
         "job_id": 5,
+        "array_job_id": None,
+        "array_task_id": None,
         "name": "train-resnet50",
         "user": "alice",
         "uid": 1000,

@@ -178,6 +178,8 @@ def _value_of(hint: object) -> st.SearchStrategy[Any]:
         return st.none() | scalars[float]
     if hint == str | None:
         return st.none() | text
+    if hint == int | None:
+        return st.none() | scalars[int]
     if hint == tuple[int, ...]:
         return st.lists(scalars[int], max_size=5).map(tuple)
     if hint == tuple[str, ...]:

@@ -59,6 +59,7 @@ WRONG: dict[Any, list[object]] = {
     bool: [1, "true", [True]],
     float: ["1", True, [1.0]],
     float | None: ["1", True, [1.0]],
+    int | None: ["1", 1.5, True, [1], 2**63],
     str | None: [1, True, ["a"]],
     tuple[int, ...]: ["1", 1, [1.5], [True], ["1"], [None], {"1": 1}],
     tuple[str, ...]: ["PD", 1, [1], [None], [["PD"]], {"PD": 1}],
@@ -122,6 +123,7 @@ def test_the_json_keeps_the_ops_and_field_names_clients_have_always_sent() -> No
     assert through_json(wire.ListJobs(states=("PD",))) == {
         "op": "jobs",
         "ids": [],
+        "jobs": [],
         "users": [],
         "states": ["PD"],
         "history": False,

@@ -1,0 +1,161 @@
+"""Job ids as users write them, one grammar for every command and for the daemon.
+
+    N            a job (or, when N is an array's id, the whole array, as in Slurm)
+    N_K          task K of array N
+    N_[K-M,J]    several tasks of array N
+    FIRST-LAST   every job with an id in that range (scancel, scontrol hold/...)
+
+and comma lists of those (`12,13_2,20_[1-3]`). Numbers are plain decimal digits, at most
+18 of them (SQLite's integers hold 19; 18 keeps every id and task inside them), with no
+sign, no `_` separator, no space and no leading zero: `4_5` is task 5 of array 4, never
+job 45, and no text names a job other than the one it reads as.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gbatch.model import Job
+
+MAX_DIGITS = 18
+# A number as every id grammar reads it (dependency.py's too): canonical decimal.
+NUMBER = rf"(?:0|[1-9][0-9]{{0,{MAX_DIGITS - 1}}})"
+_NUMBER = NUMBER
+_SPAN = rf"{_NUMBER}(?:-{_NUMBER})?"
+_ITEM = re.compile(
+    rf"(?P<job>{_NUMBER})"
+    rf"(?:-(?P<last>{_NUMBER})"
+    rf"|_(?P<task>{_NUMBER})"
+    rf"|_\[(?P<tasks>{_SPAN}(?:,{_SPAN})*)\])?"
+)
+# Commas split items except inside the brackets of a task list.
+_SPLIT = re.compile(r",(?![^\[]*\])")
+MAX_TEXT = 64 * 1024  # a few thousand ids; past this, name a range or an array
+
+USAGE = "Use N, N_K (task K of array N), N_[K-M] or FIRST-LAST, e.g. 12,13_2,20_[1-3]"
+
+
+class JobIdError(ValueError):
+    """Text that is not a job id; the message names it and says what to write."""
+
+
+@dataclass(frozen=True)
+class JobTarget:
+    """One item of a job id list: job `job`; with `last`, every id job..last; with
+    `tasks`, those tasks (inclusive spans) of the array whose id is `job`."""
+
+    job: int
+    last: int | None = None
+    tasks: tuple[tuple[int, int], ...] | None = None
+
+    def __str__(self) -> str:
+        if self.last is not None:
+            return f"{self.job}-{self.last}"
+        if self.tasks is None:
+            return str(self.job)
+        if len(self.tasks) == 1 and self.tasks[0][0] == self.tasks[0][1]:
+            return f"{self.job}_{self.tasks[0][0]}"
+        return f"{self.job}_[{format_spans(self.tasks)}]"
+
+    def has_task(self, task: int) -> bool:
+        return self.tasks is not None and any(a <= task <= b for a, b in self.tasks)
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:40] + "...")
+
+
+def parse_job_ids(text: str, *, ranges: bool = True) -> list[JobTarget]:
+    """The targets a comma list names, in order. JobIdError for anything else: an empty
+    item, a sign, a space, `_` between digits, more than 18 digits, a zero job id, a
+    range or task span that runs backwards, or (with `ranges` False) FIRST-LAST."""
+    if len(text) > MAX_TEXT:
+        raise JobIdError(f"more than {MAX_TEXT} characters of job ids. Name a range or an array")
+    targets = []
+    for item in _SPLIT.split(text):
+        match = _ITEM.fullmatch(item)
+        if match is None:
+            raise JobIdError(f"{_shown(item)} is not a job id. {USAGE}")
+        job = int(match["job"])
+        if job == 0:
+            raise JobIdError(f"{_shown(item)} is not a job id: ids start at 1. {USAGE}")
+        if match["last"] is not None:
+            last = int(match["last"])
+            if not ranges:
+                raise JobIdError(f"{_shown(item)}: give one job id here, not a range. {USAGE}")
+            if last < job:
+                raise JobIdError(f"{_shown(item)} runs backwards. Write {last}-{job}")
+            targets.append(JobTarget(job, last=last))
+        elif match["task"] is not None:
+            task = int(match["task"])
+            targets.append(JobTarget(job, tasks=((task, task),)))
+        elif match["tasks"] is not None:
+            spans = []
+            for span in match["tasks"].split(","):
+                first, _, last_text = span.partition("-")
+                a, b = int(first), int(last_text or first)
+                if b < a:
+                    raise JobIdError(f"{_shown(item)}: task span {span} runs backwards")
+                spans.append((a, b))
+            targets.append(JobTarget(job, tasks=tuple(spans)))
+        else:
+            targets.append(JobTarget(job))
+    return targets
+
+
+def parse_one_job(text: str) -> JobTarget:
+    """One job: `N` or `N_K` (logs, scontrol show job). JobIdError otherwise."""
+    (target, *more) = parse_job_ids(text, ranges=False)
+    several = target.tasks is not None and target.tasks != ((target.tasks[0][0],) * 2,)
+    if more or several:
+        raise JobIdError(f"{_shown(text)}: give one job here, N or N_K. {USAGE}")
+    return target
+
+
+def format_spans(spans: Iterable[tuple[int, int]]) -> str:
+    """`[(1, 3), (5, 5)]` -> `1-3,5`."""
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def spans_of(indices: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted indices as inclusive runs: [4, 5, 6, 9] -> [(4, 6), (9, 9)]."""
+    spans: list[tuple[int, int]] = []
+    for index in sorted(indices):
+        if spans and index == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], index)
+        else:
+            spans.append((index, index))
+    return spans
+
+
+def job_label(job: Job) -> str:
+    """A job's id as Slurm shows it: `N_K` for task K of array N, else `N`."""
+    array = job.array_job_id
+    return str(job.id) if array is None else f"{array}_{job.spec.array_task}"
+
+
+def collapse_pending(jobs: Sequence[Job]) -> list[tuple[Job, str]]:
+    """squeue's default rows: each job with its label, the PENDING tasks of one array
+    folded into one row `N_[4-15]` (at the place of its first), as Slurm shows them."""
+    tasks: dict[int, list[int]] = {}
+    for job in jobs:
+        if job.state.value == "PENDING" and job.array_job_id is not None:
+            tasks.setdefault(job.array_job_id, []).append(job.spec.array_task or 0)
+    rows: list[tuple[Job, str]] = []
+    shown: set[int] = set()
+    for job in jobs:
+        array = job.array_job_id
+        if job.state.value != "PENDING" or array is None:
+            rows.append((job, job_label(job)))
+        elif array not in shown:
+            shown.add(array)
+            indices = tasks[array]
+            label = (
+                job_label(job)
+                if len(indices) == 1
+                else f"{array}_[{format_spans(spans_of(indices))}]"
+            )
+            rows.append((job, label))
+    return rows

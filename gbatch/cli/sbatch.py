@@ -728,7 +728,6 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError(_on_its_line(err, script, lines), Exit.USAGE) from err
     except ScriptError as err:
         raise CliError(str(err), Exit.USAGE) from err
-    _warn_default_output(spec, os.getcwd())
     wire_spec = spec.to_dict()
     submit_dir = os.getcwd()
     if spec.image is None and spec.workdir is None:
@@ -758,6 +757,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         print(_test_only_line(reply["test"], spec.gpus), file=sys.stderr)
         return Exit.OK
     ids = reply["ids"]
+    _warn_default_output(spec, submit_dir)  # after the submit: a refusal stays one line
     if not args.quiet:
         # An array answers with its id (its first task's; tasks are N_K), as Slurm.
         print(ids[0] if args.parsable else f"Submitted batch job {ids[0]}", flush=True)

@@ -63,6 +63,11 @@ def as_user(user: User, action: Callable[[], Any], timeout: int = 120) -> Any:
             os.setgroups(os.getgrouplist(user.name, user.gid))
             os.setgid(user.gid)
             os.setuid(user.uid)
+            # A login's variables, as the user's own shell has them (sbatch exports them).
+            entry = pwd.getpwuid(user.uid)
+            os.environ.update(
+                HOME=entry.pw_dir, USER=entry.pw_name, LOGNAME=entry.pw_name, SHELL="/bin/sh"
+            )
             outcome: dict[str, Any] = {"ok": action()}
         except BaseException as err:
             outcome = {"crash": repr(err)}

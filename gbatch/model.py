@@ -419,6 +419,11 @@ class NodeInfo:
     allocations: Mapping[int, int] = field(default_factory=dict)
     address: str = ""  # how the head reaches it: user@host:port, or "this machine"
     partitions: tuple[str, ...] = ()  # the partitions it is in, in the inventory's order
+    cpus: int | None = None  # from the host's report; None: unknown (an older agent)
+    memory_mb: int | None = None  # MemTotal in MiB; None: unknown
+    # When `reason` was set (epoch seconds) and by whom: sinfo -R's TIMESTAMP and USER.
+    reason_time: float | None = None
+    reason_user: str = ""
 
     @property
     def gpus_total(self) -> int:
@@ -442,3 +447,13 @@ class NodeInfo:
     @property
     def simulated(self) -> bool:
         return any(g.simulated for g in self.gpus)
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """A partition as sinfo shows it: its limit (seconds; None: infinite) and whether
+    jobs without -p go there."""
+
+    name: str
+    max_time: int | None = None
+    default: bool = False

@@ -22,7 +22,16 @@ from typing import (
 )
 
 from gbatch.limits import UserLimits, UserShare
-from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
+from gbatch.model import (
+    Event,
+    Gpu,
+    Job,
+    JobSpec,
+    JobState,
+    NodeInfo,
+    NodeState,
+    PartitionInfo,
+)
 
 # What a listing (squeue, sacct) prints of a spec; the rest (command, env, mounts)
 # stays home, which makes a 1,000-job reply a third of the size.
@@ -215,6 +224,10 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
         "allocations": {str(index): job for index, job in node.allocations.items()},
         "address": node.address,
         "partitions": list(node.partitions),
+        "cpus": node.cpus,
+        "memory_mb": node.memory_mb,
+        "reason_time": node.reason_time,
+        "reason_user": node.reason_user,
     }
 
 
@@ -227,7 +240,20 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
         allocations={int(index): job for index, job in data["allocations"].items()},
         address=data.get("address", ""),
         partitions=tuple(data.get("partitions", ())),
+        # Missing from an older daemon's reply: unknown.
+        cpus=data.get("cpus"),
+        memory_mb=data.get("memory_mb"),
+        reason_time=data.get("reason_time"),
+        reason_user=data.get("reason_user", ""),
     )
+
+
+def partition_to_wire(partition: PartitionInfo) -> dict[str, Any]:
+    return {"name": partition.name, "max_time": partition.max_time, "default": partition.default}
+
+
+def partition_from_wire(data: Mapping[str, Any]) -> PartitionInfo:
+    return PartitionInfo(data["name"], data.get("max_time"), bool(data.get("default", False)))
 
 
 def share_to_wire(share: UserShare) -> dict[str, Any]:
@@ -423,7 +449,8 @@ class ShowJob(_Request, op="job"):
 
 
 class ListNodes(_Request, op="nodes"):
-    """The fleet's nodes. Replies {"nodes": [...]}."""
+    """The fleet's nodes and partitions (in the inventory's order). Replies {"nodes": [...],
+    "default_partition", "partitions": [...]}."""
 
 
 class ReadLog(_Request, op="logs"):

@@ -41,7 +41,7 @@ from gbatch.limits import (
     gpus_refusal,
     use_by_user,
 )
-from gbatch.model import ACTIVE_STATES, ALLOCATED_STATES, Job, JobSpec, JobState
+from gbatch.model import ACTIVE_STATES, ALLOCATED_STATES, Job, JobSpec, JobState, PartitionInfo
 from gbatch.nodes import resolve
 from gbatch.nodes.base import HostError
 from gbatch.spec import (
@@ -917,6 +917,10 @@ def nodes(daemon: Daemon, caller: Caller, request: wire.ListNodes) -> dict[str, 
     return {
         "nodes": [wire.node_to_wire(n) for n in daemon.fleet.node_infos()],
         "default_partition": None if default is None else default.name,
+        "partitions": [
+            wire.partition_to_wire(PartitionInfo(p.name, p.max_time, p.default))
+            for p in daemon.fleet.partitions.values()
+        ],
     }
 
 

@@ -305,7 +305,47 @@ _SACCT_FIELDS: tuple[_Field, ...] = (
     _Field("Timelimit", 10, lambda j, _: _time_limit_fixed(j)),
     _Field("Reason", 22, lambda j, _: _reason(j)),
     _Field("Attempt", 7, lambda j, _: str(j.attempt)),
+    _Field("AllocTRES", -10, lambda j, _: "" if _never_allocated(j) else _tres(j.spec)),
+    _Field("ReqTRES", -10, lambda j, _: _tres(j.spec)),
+    _Field("AllocCPUS", 10, lambda j, _: "0" if _never_allocated(j) else str(j.spec.cpus_counted)),
+    _Field("ReqMem", 10, lambda j, _: _sacct_memory(j.spec.memory_mb, None)),
+    _Field("Comment", 15, lambda j, _: _printable(j.spec.comment or "")),
 )
+UNITS = "KMGTP"
+# Fields read from spec keys a brief listing (wire.ListJobs brief) leaves out.
+SACCT_FULL_SPEC_FIELDS = frozenset(
+    {"partition", "alloctres", "reqtres", "alloccpus", "reqmem", "comment"}
+)
+
+
+def _never_allocated(job: Job) -> bool:
+    """Pending, or ended without ever starting (cancelled while pending): no TRES held."""
+    return job.state is JobState.PENDING or job.start_time is None
+
+
+def _tres(spec: JobSpec) -> str:
+    """Slurm's TRES string: `billing=1,cpu=1,gres/gpu=2,mem=4G,node=1`; billing is the
+    CPU count (Slurm's default weights); gres/gpu and mem only when asked for."""
+    cpus = spec.cpus_counted
+    parts = [f"billing={cpus}", f"cpu={cpus}"]
+    if spec.gpus:
+        parts.append(f"gres/gpu={spec.gpus}")
+    if spec.memory_mb is not None:
+        parts.append(f"mem={_memory(spec.memory_mb)}")
+    return ",".join([*parts, "node=1"])
+
+
+def _sacct_memory(mib: int | None, unit: str | None) -> str:
+    """ReqMem: `4G`, `1500M` (`0` when none was asked); with sacct --units, in that
+    unit, two decimals unless whole (`1.46G`)."""
+    if mib is None:
+        return "0"
+    if unit is None:
+        return _memory(mib)
+    size = mib * 1024 / 1024 ** UNITS.index(unit)
+    return f"{size:.0f}{unit}" if size == int(size) else f"{size:.2f}{unit}"
+
+
 _SACCT_BY_NAME = {f.name.lower(): f for f in _SACCT_FIELDS}
 _SACCT_SPEC = re.compile(r"^([A-Za-z]+)(?:%(-?[0-9]+))?$")
 
@@ -340,15 +380,24 @@ def format_sacct(
     fields: Sequence[str] | None = None,
     header: bool = True,
     parsable: bool = False,
+    units: str | None = None,
 ) -> str:
     """Render jobs as `sacct` does, one line per job in the order given.
 
     Fixed-width columns at sacct's widths, a dashed line under the header; with
     `parsable` (sacct -P) fields are joined by '|' with no padding, no dashes.
     Raises FormatError for an unknown field (the message lists the valid ones).
-    Unlike sacct, lines carry no trailing blank.
+    Unlike sacct, lines carry no trailing blank. `units` (one of UNITS, sacct --units)
+    prints ReqMem in that unit.
     """
     columns = _resolve_sacct_fields(SACCT_DEFAULT_FIELDS if fields is None else fields)
+    if units is not None:
+        columns = [
+            _Field(c.name, c.width, lambda j, _: _sacct_memory(j.spec.memory_mb, units))
+            if c.name == "ReqMem"
+            else c
+            for c in columns
+        ]
     rows = [[c.value(job, now) for c in columns] for job in jobs]
     lines = []
     if parsable:

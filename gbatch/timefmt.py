@@ -173,7 +173,7 @@ def format_timestamp(epoch: float | None) -> str:
 # ------------------------------------------------------------------------ --begin
 
 BEGIN_FORMS = (
-    "YYYY-MM-DD[THH:MM[:SS]], HH:MM[:SS], now[+|-]N[seconds|minutes|hours|days|weeks], "
+    "YYYY-MM-DD[THH:MM[:SS]], HH:MM[:SS], now+N[seconds|minutes|hours|days|weeks], "
     "midnight, noon, teatime, today or tomorrow"
 )
 _BEGIN_UNITS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400, "weeks": 604800}
@@ -191,8 +191,8 @@ def parse_begin(text: str, now: float, *, field: str = "--begin", past: bool = F
 
     `now` is the current time (epoch seconds). Forms: "YYYY-MM-DD[THH:MM[:SS]]",
     "HH:MM[:SS]" (today, or tomorrow when that time of day has passed), "now" and
-    "now+N[unit]" or "now-N[unit]" (unit seconds, the default as in Slurm, minutes,
-    hours, days or weeks, singular or plural), "midnight", "noon", "teatime" (16:00; the
+    "now+N[unit]" (unit seconds, the default as in Slurm, minutes, hours, days or weeks,
+    singular or plural; "now-N[unit]" only with `past`), "midnight", "noon", "teatime" (16:00; the
     next one to come; with `past`, as sacct -S/-E read them, the last one that came),
     "today" (00:00 today) and "tomorrow" (00:00 tomorrow). A time already past is
     accepted: the job is eligible at once. TimeLimitError (naming `field`) otherwise.
@@ -202,6 +202,10 @@ def parse_begin(text: str, now: float, *, field: str = "--begin", past: bool = F
         sign, count, unit = match.groups()
         if count is None:
             return now
+        if sign == "-" and not past:  # a start time in the past says nothing: a typo
+            raise TimeLimitError(
+                field, f"{show_value(text)} is not a begin time. Use {BEGIN_FORMS}"
+            )
         seconds = _begin_unit(unit, text, field)
         return now + (-1 if sign == "-" else 1) * int(count) * seconds
     today = time.localtime(now)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from gbatch.model import (
     JobState,
     NodeInfo,
     NodeState,
+    PartitionInfo,
 )
 from gbatch.outputs import output_paths
 from gbatch.timefmt import format_duration, format_elapsed_fixed, format_timestamp
@@ -569,7 +570,47 @@ _SACCT_FIELDS: tuple[_Field, ...] = (
     _Field("Attempt", 7, lambda j, _: str(j.attempt)),
     # gbatch's: a sweep task's parameters (gbatch/sweep.py), empty for other jobs.
     _Field("Params", 20, lambda j, _: _printable(_params_text(j.spec.params))),
+    _Field("AllocTRES", -10, lambda j, _: "" if _never_allocated(j) else _tres(j.spec)),
+    _Field("ReqTRES", -10, lambda j, _: _tres(j.spec)),
+    _Field("AllocCPUS", 10, lambda j, _: "0" if _never_allocated(j) else str(j.spec.cpus_counted)),
+    _Field("ReqMem", 10, lambda j, _: _sacct_memory(j.spec.memory_mb, None)),
+    _Field("Comment", 15, lambda j, _: _printable(j.spec.comment or "")),
 )
+UNITS = "KMGTP"
+# Fields read from spec keys a brief listing (wire.ListJobs brief) leaves out.
+SACCT_FULL_SPEC_FIELDS = frozenset(
+    {"partition", "alloctres", "reqtres", "alloccpus", "reqmem", "comment"}
+)
+
+
+def _never_allocated(job: Job) -> bool:
+    """Pending, or ended without ever starting (cancelled while pending): no TRES held."""
+    return job.state is JobState.PENDING or job.start_time is None
+
+
+def _tres(spec: JobSpec) -> str:
+    """Slurm's TRES string: `billing=1,cpu=1,gres/gpu=2,mem=4G,node=1`; billing is the
+    CPU count (Slurm's default weights); gres/gpu and mem only when asked for."""
+    cpus = spec.cpus_counted
+    parts = [f"billing={cpus}", f"cpu={cpus}"]
+    if spec.gpus:
+        parts.append(f"gres/gpu={spec.gpus}")
+    if spec.memory_mb is not None:
+        parts.append(f"mem={_memory(spec.memory_mb)}")
+    return ",".join([*parts, "node=1"])
+
+
+def _sacct_memory(mib: int | None, unit: str | None) -> str:
+    """ReqMem: `4G`, `1500M` (`0` when none was asked); with sacct --units, in that
+    unit, two decimals unless whole (`1.46G`)."""
+    if mib is None:
+        return "0"
+    if unit is None:
+        return _memory(mib)
+    size = mib * 1024 / 1024 ** UNITS.index(unit)
+    return f"{size:.0f}{unit}" if size == int(size) else f"{size:.2f}{unit}"
+
+
 _SACCT_BY_NAME = {f.name.lower(): f for f in _SACCT_FIELDS}
 _SACCT_SPEC = re.compile(r"^([A-Za-z]+)(?:%(-?[0-9]+))?$")
 
@@ -604,15 +645,24 @@ def format_sacct(
     fields: Sequence[str] | None = None,
     header: bool = True,
     parsable: bool = False,
+    units: str | None = None,
 ) -> str:
     """Render jobs as `sacct` does, one line per job in the order given.
 
     Fixed-width columns at sacct's widths, a dashed line under the header; with
     `parsable` (sacct -P) fields are joined by '|' with no padding, no dashes.
     Raises FormatError for an unknown field (the message lists the valid ones).
-    Unlike sacct, lines carry no trailing blank.
+    Unlike sacct, lines carry no trailing blank. `units` (one of UNITS, sacct --units)
+    prints ReqMem in that unit.
     """
     columns = _resolve_sacct_fields(SACCT_DEFAULT_FIELDS if fields is None else fields)
+    if units is not None:
+        columns = [
+            _Field(c.name, c.width, lambda j, _: _sacct_memory(j.spec.memory_mb, units))
+            if c.name == "ReqMem"
+            else c
+            for c in columns
+        ]
     rows = [[c.value(job, now) for c in columns] for job in jobs]
     lines = []
     if parsable:
@@ -667,11 +717,11 @@ def _node_reason(node: NodeInfo) -> str:
     return ""
 
 
-def format_sinfo(
+def format_sinfo_gpus(
     nodes: Sequence[NodeInfo], *, header: bool = True, default_partition: str | None = None
 ) -> str:
-    """Render one line per node and partition (like `sinfo -N`), in the order given: a
-    node in two partitions has two lines. The default partition's name ends in `*`.
+    """`sinfo --gpus`, gbatch's GPU view: one line per node and partition, in the order
+    given: a node in two partitions has two lines. The default partition's name ends in `*`.
 
     BUSY counts GPUs busy with processes gbatch did not start; GPU_TYPE is the first
     GPU's name, suffixed " (simulated)" for simulated GPUs; REASON only for drained
@@ -693,6 +743,360 @@ def format_sinfo(
         for partition in node.partitions or (PARTITION,)
     ]
     return _table(_SINFO_HEADERS, rows, _SINFO_NUMERIC, header=header)
+
+
+# Slurm's sinfo: `-o` letters, grouped lines, compressed node lists --------------
+
+SINFO_DEFAULT_FORMAT = "%#P %.5a %.10l %.6D %.6t %N"
+SINFO_LONG_FORMAT = "%#P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
+SINFO_NODE_FORMAT = "%#N %.6D %#P %6t"
+SINFO_NODE_LONG_FORMAT = "%#N %.6D %#P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E"
+SINFO_REASONS_FORMAT = "%20E %9u %19H %N"
+SINFO_REASONS_LONG_FORMAT = "%20E %12U %19H %6t %N"
+
+
+@dataclass(frozen=True)
+class SinfoRow:
+    """One node in one partition, with what sinfo's letters read from either."""
+
+    node: NodeInfo
+    partition: str
+    default: bool  # the default partition: %P prints a `*` after its name
+    max_time: int | None  # the partition's limit, seconds; None: infinite
+
+
+def sinfo_rows(
+    nodes: Sequence[NodeInfo],
+    partitions: Sequence[PartitionInfo] = (),
+    *,
+    default_partition: str | None = None,
+    only: Collection[str] | None = None,
+) -> list[SinfoRow]:
+    """Each node once per partition it is in, partitions in `partitions`' order (then
+    any a node names that `partitions` lacks), nodes in the order given. `only`: these
+    partitions alone (sinfo -p)."""
+    limits = {p.name: p for p in partitions}
+    order = [p.name for p in partitions]
+    for node in nodes:
+        order.extend(p for p in node.partitions or (PARTITION,) if p not in order)
+    rows: list[SinfoRow] = []
+    for name in order:
+        if only is not None and name not in only:
+            continue
+        part = limits.get(name)
+        default = part.default if part is not None else name == default_partition
+        max_time = part.max_time if part is not None else None
+        rows.extend(
+            SinfoRow(node, name, default or name == default_partition, max_time)
+            for node in nodes
+            if name in (node.partitions or (PARTITION,))
+        )
+    return rows
+
+
+def sinfo_reason_rows(rows: Sequence[SinfoRow]) -> list[SinfoRow]:
+    """sinfo -R's rows: the nodes drained, down or not responding, each once whatever
+    partitions it is in."""
+    seen: set[str] = set()
+    out = []
+    for row in rows:
+        if _node_reason(row.node) and row.node.name not in seen:
+            seen.add(row.node.name)
+            out.append(row)
+    return out
+
+
+def sinfo_state(node: NodeInfo, *, long: bool) -> str:
+    """Slurm's node state: %t (`idle`, `mix`, `alloc`, `drain`, `drng`, `down*`) or %T
+    (`idle`, `mixed`, `allocated`, `drained`, `draining`, `down*`). gbatch's `suspect`
+    (no new jobs while the head cannot trust the host) is Slurm's not-responding `*`
+    after the state its GPUs are in."""
+    if node.state is NodeState.DRAINED:
+        if node.gpus_allocated:
+            return "draining" if long else "drng"
+        return "drained" if long else "drain"
+    if node.state is NodeState.DOWN:
+        return "down*"
+    if not node.gpus_allocated:
+        base = "idle"
+    elif node.gpus_total and node.gpus_allocated >= node.gpus_total:
+        base = "allocated" if long else "alloc"
+    else:
+        base = "mixed" if long else "mix"
+    return base + ("*" if node.state is NodeState.SUSPECT else "")
+
+
+def sinfo_gres(node: NodeInfo) -> str:
+    """Slurm's GRES: `gpu:8`, `(null)` for a node without GPUs."""
+    return f"gpu:{node.gpus_total}" if node.gpus_total else _NULL
+
+
+def _sinfo_reason(node: NodeInfo) -> str:
+    """%E: the reason, `none` without one; a drain's " [admin]" suffix is %u's."""
+    reason = _node_reason(node)
+    suffix = f" [{_printable(node.reason_user)}]"
+    if node.reason_user and reason.endswith(suffix):
+        reason = reason[: -len(suffix)]
+    return reason if reason else "none"
+
+
+def _sinfo_nodes_aiot(rows: Sequence[SinfoRow]) -> str:
+    """%F: nodes allocated (running jobs)/idle/other (drained, down, not responding)/total."""
+    other = allocated = 0
+    for row in rows:
+        if row.node.state in (NodeState.DRAINED, NodeState.DOWN, NodeState.SUSPECT):
+            other += 1
+        elif row.node.gpus_allocated:
+            allocated += 1
+    return f"{allocated}/{len(rows) - other - allocated}/{other}/{len(rows)}"
+
+
+def _optional(value: int | None) -> str:
+    return "N/A" if value is None else str(value)
+
+
+def _reason_user(node: NodeInfo) -> str:
+    """%u and %U: who set the reason (Slurm's %U adds the uid; gbatch keeps the name)."""
+    if not _node_reason(node):
+        return "Unknown"
+    return _printable(node.reason_user) if node.reason_user else "Unknown"
+
+
+@dataclass(frozen=True)
+class _SinfoLetter:
+    header: str
+    # The value of one row; None: an aggregate over a group of rows (see `aggregate`).
+    value: Callable[[SinfoRow], str] | None
+    aggregate: Callable[[Sequence[SinfoRow]], str] | None = None
+
+
+_SINFO_LETTERS: Mapping[str, _SinfoLetter] = {
+    "P": _SinfoLetter("PARTITION", lambda r: _printable(r.partition) + ("*" if r.default else "")),
+    "R": _SinfoLetter("PARTITION", lambda r: _printable(r.partition)),
+    "a": _SinfoLetter("AVAIL", lambda r: "up"),
+    "l": _SinfoLetter(
+        "TIMELIMIT", lambda r: "infinite" if r.max_time is None else format_duration(r.max_time)
+    ),
+    "D": _SinfoLetter("NODES", None, lambda rows: str(len(rows))),
+    "F": _SinfoLetter("NODES(A/I/O/T)", None, _sinfo_nodes_aiot),
+    "N": _SinfoLetter("NODELIST", None, lambda rows: compress_hostlist(r.node.name for r in rows)),
+    "n": _SinfoLetter("HOSTNAMES", None, lambda rows: compress_hostlist(r.node.name for r in rows)),
+    "t": _SinfoLetter("STATE", lambda r: sinfo_state(r.node, long=False)),
+    "T": _SinfoLetter("STATE", lambda r: sinfo_state(r.node, long=True)),
+    "G": _SinfoLetter("GRES", lambda r: sinfo_gres(r.node)),
+    "c": _SinfoLetter("CPUS", lambda r: _optional(r.node.cpus_total)),
+    "m": _SinfoLetter("MEMORY", lambda r: _optional(r.node.mem_total_mb)),
+    "E": _SinfoLetter("REASON", lambda r: _sinfo_reason(r.node)),
+    "u": _SinfoLetter("USER", lambda r: _reason_user(r.node)),
+    "U": _SinfoLetter("USER", lambda r: _reason_user(r.node)),
+    "H": _SinfoLetter(
+        "TIMESTAMP",
+        lambda r: format_timestamp(r.node.reason_time) if _node_reason(r.node) else "Unknown",
+    ),
+    # What Slurm prints for a partition or node that sets none of these: gbatch has no
+    # multi-node jobs, root-only partitions, oversubscription, group limits, temporary
+    # disk, node weights or features, and does not report sockets:cores:threads.
+    "s": _SinfoLetter("JOB_SIZE", lambda r: "1"),
+    "r": _SinfoLetter("ROOT", lambda r: "no"),
+    "h": _SinfoLetter("OVERSUBS", lambda r: "NO"),
+    "g": _SinfoLetter("GROUPS", lambda r: "all"),
+    "z": _SinfoLetter("S:C:T", lambda r: "N/A"),
+    "d": _SinfoLetter("TMP_DISK", lambda r: "0"),
+    "w": _SinfoLetter("WEIGHT", lambda r: "1"),
+    "f": _SinfoLetter("AVAIL_FEATURES", lambda r: _NULL),
+}
+
+# sinfo -O's long names (matched case-insensitively), each a letter above.
+SINFO_LONG_NAMES: Mapping[str, str] = {
+    "Available": "a",
+    "CPUs": "c",
+    "Disk": "d",
+    "Features": "f",
+    "Gres": "G",
+    "Groups": "g",
+    "Memory": "m",
+    "NodeAIOT": "F",
+    "NodeHost": "n",
+    "NodeList": "N",
+    "Nodes": "D",
+    "OverSubscribe": "h",
+    "Partition": "P",
+    "PartitionName": "R",
+    "Reason": "E",
+    "Root": "r",
+    "Size": "s",
+    "SocketCoreThread": "z",
+    "StateCompact": "t",
+    "StateLong": "T",
+    "Time": "l",
+    "Timestamp": "H",
+    "User": "u",
+    "Weight": "w",
+}
+_SINFO_BY_LONG_NAME = {name.lower(): letter for name, letter in SINFO_LONG_NAMES.items()}
+
+
+@dataclass(frozen=True)
+class _SinfoSpec:
+    """One `%[.][width|#]<letter>`; `width` None with `fit`: as wide as the widest value."""
+
+    letter: str
+    width: int
+    right: bool
+    fit: bool = False
+
+
+_SINFO_SPEC = re.compile(r"%(\.?)(#|[0-9]*)(.?)", re.DOTALL)
+
+
+def parse_sinfo_format(fmt: str) -> list[str | _SinfoSpec]:
+    """Split a sinfo `-o` format into literal text and field specs (`%%` is a '%');
+    `%#X` is as wide as the widest value of X (Slurm's default formats use it)."""
+    parts: list[str | _SinfoSpec] = []
+    pos = 0
+    for match in _SINFO_SPEC.finditer(fmt):
+        if match.start() > pos:
+            parts.append(fmt[pos : match.start()])
+        pos = match.end()
+        dot, width, letter = match.groups()
+        if letter == "%" and not dot and not width:
+            parts.append("%")
+            continue
+        if letter not in _SINFO_LETTERS:
+            supported = " ".join(f"%{key}" for key in _SINFO_LETTERS)
+            what = f"field letter '%{letter}'" if letter else "a '%' with no field letter"
+            raise FormatError(f"unsupported sinfo format: {what}; supported: {supported}")
+        fit = width == "#"
+        size = 0 if fit else _checked_width(width, match.group())
+        parts.append(_SinfoSpec(letter, size, bool(dot), fit))
+    if pos < len(fmt):
+        parts.append(fmt[pos:])
+    return parts
+
+
+_SINFO_FIELD = re.compile(r"^([A-Za-z]+)(?::(\.?)([0-9]*))?$")
+
+
+def parse_sinfo_long_format(fields: str) -> list[str | _SinfoSpec]:
+    """sinfo -O: `name[:[.][size]]` comma-separated, names case-insensitive, 20
+    characters wide unless a size is given (`.` right-justifies), as in Slurm."""
+    parts: list[str | _SinfoSpec] = []
+    for raw in fields.split(","):
+        match = _SINFO_FIELD.match(raw.strip())
+        letter = _SINFO_BY_LONG_NAME.get(match.group(1).lower()) if match else None
+        if match is None or letter is None:
+            valid = ", ".join(SINFO_LONG_NAMES)
+            raise FormatError(f"unknown sinfo field '{raw}'; valid fields: {valid}")
+        width = _checked_width(match.group(3), raw) if match.group(3) else 20
+        parts.append(_SinfoSpec(letter, width, bool(match.group(2))))
+        parts.append(" ")
+    return parts[:-1]
+
+
+def format_sinfo(
+    rows: Sequence[SinfoRow],
+    *,
+    fmt: str | Sequence[str | _SinfoSpec] = SINFO_DEFAULT_FORMAT,
+    header: bool = True,
+    node_oriented: bool = False,
+) -> str:
+    """Render sinfo as Slurm does: rows with the same values for every per-node field
+    of the format (partition, state, ...) share one line, in order of their first row,
+    their nodes counted (%D) and listed compressed (%N: `gpu[01-03]`). With
+    `node_oriented` (sinfo -N), one line per row instead. A partition with no rows
+    prints no line. Raises FormatError for an unknown letter."""
+    parts = parse_sinfo_format(fmt) if isinstance(fmt, str) else list(fmt)
+    specs = [p for p in parts if isinstance(p, _SinfoSpec)]
+    if node_oriented:  # each node's lines together, nodes in the order first seen
+        first = {id(row.node): i for i, row in reversed(list(enumerate(rows)))}
+        rows = sorted(rows, key=lambda row: first[id(row.node)])
+    groups: dict[tuple[str, ...], list[SinfoRow]] = {}
+    for index, row in enumerate(rows):
+        key = tuple(
+            value(row) for spec in specs if (value := _SINFO_LETTERS[spec.letter].value) is not None
+        )
+        groups.setdefault((str(index), *key) if node_oriented else key, []).append(row)
+    table = [[_sinfo_cell(spec.letter, group) for spec in specs] for group in groups.values()]
+    headers = [_SINFO_LETTERS[spec.letter].header for spec in specs]
+    widths = [
+        max([len(h), *(len(line[i]) for line in table)]) if spec.fit else spec.width
+        for i, (spec, h) in enumerate(zip(specs, headers, strict=True))
+    ]
+    lines = [_sinfo_line(parts, headers, widths)] if header else []
+    lines.extend(_sinfo_line(parts, line, widths) for line in table)
+    return _lines([line.rstrip() for line in lines])
+
+
+def _sinfo_cell(letter: str, group: Sequence[SinfoRow]) -> str:
+    field = _SINFO_LETTERS[letter]
+    if field.value is not None:
+        return field.value(group[0])
+    assert field.aggregate is not None
+    return field.aggregate(group)
+
+
+def _sinfo_line(parts: Sequence[str | _SinfoSpec], cells: Sequence[str], widths: list[int]) -> str:
+    out = []
+    column = 0
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        out.append(_fit(cells[column], widths[column], part.right))
+        column += 1
+    return "".join(out)
+
+
+_TRAILING_NUMBER = re.compile(r"^(.*?)([0-9]+)$", re.DOTALL)
+
+
+def compress_hostlist(names: Iterable[str]) -> str:
+    """Slurm's ranged host list: `gpu01,gpu02,gpu03,cpu7` -> `gpu[01-03],cpu7`.
+
+    Names sharing everything before a trailing number join one bracket, numbers sorted
+    and consecutive ones written as ranges; a zero-padded number continues a range only
+    with numbers of its own width (`n09,n10` -> `n[09-10]`, `n9,n010` -> `n[9,010]`).
+    Prefixes print in order of their first name; a name without a trailing number, or
+    alone with its prefix, prints as is. Duplicates print once."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for raw in names:
+        name = _printable(raw)
+        match = _TRAILING_NUMBER.match(name)
+        if match is None or len(match.group(2)) > 18:  # no number, or none int() keeps small
+            groups.setdefault(name, [])
+            continue
+        entries = groups.setdefault(match.group(1), [])
+        if (int(match.group(2)), match.group(2)) not in entries:
+            entries.append((int(match.group(2)), match.group(2)))
+    out = []
+    for prefix, entries in groups.items():
+        if len(entries) <= 1:
+            out.append(prefix + (entries[0][1] if entries else ""))
+        else:
+            out.append(f"{prefix}[{','.join(_ranges(sorted(entries)))}]")
+    return ",".join(out)
+
+
+def _padded(digits: str) -> bool:
+    return len(digits) > 1 and digits.startswith("0")
+
+
+def _continues(last: tuple[int, str], entry: tuple[int, str]) -> bool:
+    same_width = len(entry[1]) == len(last[1]) or not (_padded(entry[1]) or _padded(last[1]))
+    return entry[0] == last[0] + 1 and same_width
+
+
+def _ranges(numbers: Sequence[tuple[int, str]]) -> list[str]:
+    ranges = []
+    first = last = numbers[0]
+    for entry in numbers[1:]:
+        if _continues(last, entry):
+            last = entry
+            continue
+        ranges.append(first[1] if first == last else f"{first[1]}-{last[1]}")
+        first = last = entry
+    ranges.append(first[1] if first == last else f"{first[1]}-{last[1]}")
+    return ranges
 
 
 def _table(
@@ -1212,8 +1616,9 @@ _SLURM_NODE_STATE = {
 }
 
 
-def _tres(cpus: int | None, mem_mb: int | None, gpus: int, nodes: int | None = None) -> str:
-    """Slurm's TRES list: `cpu=8,mem=64000M,node=1,gres/gpu=2`, unknown parts left out."""
+def _node_tres(cpus: int | None, mem_mb: int | None, gpus: int, nodes: int | None = None) -> str:
+    """scontrol's TRES list of a node or partition: `cpu=8,mem=64000M,node=1,gres/gpu=2`,
+    unknown parts left out (a job's, as sacct prints it, is _tres)."""
     parts = [] if cpus is None else [f"cpu={cpus}"]
     if mem_mb is not None:
         parts.append(f"mem={mem_mb}M")
@@ -1239,39 +1644,16 @@ def format_node_details(node: NodeInfo) -> str:
         f"   RealMemory={memory} AllocMem={node.mem_allocated_mb}",
         f"   State={_SLURM_NODE_STATE[node.state]}",
         f"   Partitions={','.join(_printable(p) for p in node.partitions) or '(null)'}",
-        f"   CfgTRES={_tres(node.cpus_total, node.mem_total_mb, node.gpus_total)}",
+        f"   CfgTRES={_node_tres(node.cpus_total, node.mem_total_mb, node.gpus_total)}",
         "   AllocTRES="
         + (
-            _tres(node.cpus_allocated, node.mem_allocated_mb or None, allocated)
+            _node_tres(node.cpus_allocated, node.mem_allocated_mb or None, allocated)
             if allocated or node.cpus_allocated
             else ""
         ),
         f"   Reason={_printable(node.reason) if node.reason else '(null)'}",
     ]
     return _lines(lines)
-
-
-@dataclass(frozen=True)
-class PartitionInfo:
-    """A partition as the ListNodes reply gives it (times in seconds; None: unset)."""
-
-    name: str
-    nodes: tuple[str, ...]
-    default: bool
-    default_time: int | None
-    max_time: int | None
-
-    @classmethod
-    def from_wire(cls, data: Mapping[str, object]) -> PartitionInfo:
-        nodes = data.get("nodes")
-        default_time, max_time = data.get("default_time"), data.get("max_time")
-        return cls(
-            name=str(data["name"]),
-            nodes=tuple(str(n) for n in nodes) if isinstance(nodes, list) else (),
-            default=bool(data.get("default")),
-            default_time=default_time if isinstance(default_time, int) else None,
-            max_time=max_time if isinstance(max_time, int) else None,
-        )
 
 
 def format_partition_details(partition: PartitionInfo, nodes: Sequence[NodeInfo]) -> str:
@@ -1293,6 +1675,6 @@ def format_partition_details(partition: PartitionInfo, nodes: Sequence[NodeInfo]
         f"   Nodes={','.join(_printable(n) for n in partition.nodes) or '(null)'}",
         f"   State={'UP' if up or not members else 'DOWN'} TotalCPUs={cpus} "
         f"TotalNodes={len(partition.nodes)} TotalGPUs={gpus}",
-        f"   TRES={_tres(cpus, memory, gpus, len(partition.nodes))}",
+        f"   TRES={_node_tres(cpus, memory, gpus, len(partition.nodes))}",
     ]
     return _lines(lines)

@@ -442,6 +442,9 @@ class NodeInfo:
     mem_total_mb: int | None = None
     cpus_allocated: int = 0
     mem_allocated_mb: int = 0
+    # When `reason` was set (epoch seconds) and by whom: sinfo -R's TIMESTAMP and USER.
+    reason_time: float | None = None
+    reason_user: str = ""
 
     @property
     def gpus_total(self) -> int:
@@ -465,3 +468,15 @@ class NodeInfo:
     @property
     def simulated(self) -> bool:
         return any(g.simulated for g in self.gpus)
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """A partition as sinfo and scontrol show it: its limits (seconds; None: infinite /
+    unset), whether jobs without -p go there, and its nodes."""
+
+    name: str
+    max_time: int | None = None
+    default: bool = False
+    nodes: tuple[str, ...] = ()
+    default_time: int | None = None

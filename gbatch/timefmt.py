@@ -177,7 +177,7 @@ BEGIN_FORMS = (
     "midnight, noon, teatime, today or tomorrow"
 )
 _BEGIN_UNITS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400, "weeks": 604800}
-_NOW_RE = re.compile(r"now(?:\+([0-9]{1,9})([a-z]*))?", re.ASCII)
+_NOW_RE = re.compile(r"now(?:([+-])([0-9]{1,9})([a-z]*))?", re.ASCII)
 _DATE_RE = re.compile(
     r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?:T([0-9]{2}):([0-9]{2})(?::([0-9]{2}))?)?", re.ASCII
 )
@@ -186,33 +186,37 @@ _CLOCK_RE = re.compile(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?", re.ASCII)
 _NAMED_HOURS = {"midnight": 0, "noon": 12, "teatime": 16}
 
 
-def parse_begin(text: str, now: float, *, field: str = "--begin") -> float:
+def parse_begin(text: str, now: float, *, field: str = "--begin", past: bool = False) -> float:
     """Read Slurm's `--begin` time and return it as epoch seconds, in the local time zone.
 
     `now` is the current time (epoch seconds). Forms: "YYYY-MM-DD[THH:MM[:SS]]",
     "HH:MM[:SS]" (today, or tomorrow when that time of day has passed), "now" and
     "now+N[unit]" (unit seconds, the default as in Slurm, minutes, hours, days or weeks,
-    singular or plural), "midnight", "noon", "teatime" (16:00; the next one to come),
+    singular or plural; "now-N[unit]" only with `past`), "midnight", "noon", "teatime" (16:00; the
+    next one to come; with `past`, as sacct -S/-E read them, the last one that came),
     "today" (00:00 today) and "tomorrow" (00:00 tomorrow). A time already past is
     accepted: the job is eligible at once. TimeLimitError (naming `field`) otherwise.
     """
     word = text.strip().lower()
     if match := _NOW_RE.fullmatch(word):
-        count, unit = match.groups()
+        sign, count, unit = match.groups()
         if count is None:
             return now
+        if sign == "-" and not past:  # a start time in the past says nothing: a typo
+            raise TimeLimitError(
+                field, f"{show_value(text)} is not a begin time. Use {BEGIN_FORMS}"
+            )
         seconds = _begin_unit(unit, text, field)
-        return now + int(count) * seconds
+        return now + (-1 if sign == "-" else 1) * int(count) * seconds
     today = time.localtime(now)
     if word in ("today", "tomorrow"):
         return _local(today, 1 if word == "tomorrow" else 0, 0, 0, 0, text, field)
     if word in _NAMED_HOURS:
-        at = _local(today, 0, _NAMED_HOURS[word], 0, 0, text, field)
-        return at if at > now else _local(today, 1, _NAMED_HOURS[word], 0, 0, text, field)
+        hour = _NAMED_HOURS[word]
+        return _next_or_last(today, hour, 0, 0, now, past, text, field)
     if match := _CLOCK_RE.fullmatch(word):
         hour, minute, second = (int(part or 0) for part in match.groups())
-        at = _local(today, 0, hour, minute, second, text, field)
-        return at if at > now else _local(today, 1, hour, minute, second, text, field)
+        return _next_or_last(today, hour, minute, second, now, past, text, field)
     if match := _DATE_RE.fullmatch(text.strip()):
         year, month, day, hour, minute, second = (int(part or 0) for part in match.groups())
         date = time.struct_time((year, month, day, 0, 0, 0, 0, 0, -1))
@@ -221,6 +225,24 @@ def parse_begin(text: str, now: float, *, field: str = "--begin") -> float:
             raise TimeLimitError(field, f"{show_value(text)} is not a date. Use {BEGIN_FORMS}")
         return at
     raise TimeLimitError(field, f"{show_value(text)} is not a begin time. Use {BEGIN_FORMS}")
+
+
+def _next_or_last(
+    today: time.struct_time,
+    hour: int,
+    minute: int,
+    second: int,
+    now: float,
+    past: bool,
+    text: str,
+    field: str,
+) -> float:
+    """Today's hour:minute:second, or tomorrow's once past (`past`: yesterday's while
+    still to come)."""
+    at = _local(today, 0, hour, minute, second, text, field)
+    if past:
+        return at if at <= now else _local(today, -1, hour, minute, second, text, field)
+    return at if at > now else _local(today, 1, hour, minute, second, text, field)
 
 
 def _begin_unit(unit: str, text: str, field: str) -> int:

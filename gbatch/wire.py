@@ -22,7 +22,16 @@ from typing import (
 )
 
 from gbatch.limits import UserLimits, UserShare
-from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
+from gbatch.model import (
+    Event,
+    Gpu,
+    Job,
+    JobSpec,
+    JobState,
+    NodeInfo,
+    NodeState,
+    PartitionInfo,
+)
 
 # What a listing (squeue, sacct) prints of a spec; the rest (command, env, mounts)
 # stays home, which makes a 1,000-job reply a third of the size.
@@ -232,6 +241,8 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
         "mem_total_mb": node.mem_total_mb,
         "cpus_allocated": node.cpus_allocated,
         "mem_allocated_mb": node.mem_allocated_mb,
+        "reason_time": node.reason_time,
+        "reason_user": node.reason_user,
     }
 
 
@@ -248,6 +259,29 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
         mem_total_mb=data.get("mem_total_mb"),
         cpus_allocated=data.get("cpus_allocated", 0),
         mem_allocated_mb=data.get("mem_allocated_mb", 0),
+        reason_time=data.get("reason_time"),
+        reason_user=data.get("reason_user", ""),
+    )
+
+
+def partition_to_wire(partition: PartitionInfo) -> dict[str, Any]:
+    return {
+        "name": partition.name,
+        "max_time": partition.max_time,
+        "default": partition.default,
+        "nodes": list(partition.nodes),
+        "default_time": partition.default_time,
+    }
+
+
+def partition_from_wire(data: Mapping[str, Any]) -> PartitionInfo:
+    nodes = data.get("nodes")
+    return PartitionInfo(
+        data["name"],
+        data.get("max_time"),
+        bool(data.get("default", False)),
+        tuple(str(n) for n in nodes) if isinstance(nodes, list) else (),
+        data.get("default_time"),
     )
 
 

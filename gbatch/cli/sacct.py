@@ -33,14 +33,29 @@ def add_parser(commands: Any) -> None:
         "-S",
         "--starttime",
         metavar="TIME",
-        help="jobs submitted since TIME: YYYY-MM-DD[THH:MM[:SS]] or `all`",
+        help="jobs submitted since TIME: YYYY-MM-DD[THH:MM[:SS]], HH:MM[:SS] (the last "
+        "one past), now[-N[seconds|minutes|hours|days|weeks]] (now-3days), midnight, noon, "
+        "teatime, today, or `all`; default: midnight",
+    )
+    p.add_argument(
+        "-E",
+        "--endtime",
+        metavar="TIME",
+        help="jobs submitted before TIME (the forms of --starttime but `all`)",
+    )
+    p.add_argument("--name", action="append", metavar="NAME[,NAME]", help="only jobs so named")
+    p.add_argument(
+        "--units",
+        metavar="[KMGTP]",
+        help="memory fields (ReqMem) in KiB, MiB, GiB, TiB or PiB",
     )
     p.add_argument(
         "-o",
         "--format",
         metavar="FIELD[,FIELD]",
-        help="e.g. JobID,JobName,State,ExitCode,Elapsed,AllocGPUS,NodeList; Params: a "
-        "parameter sweep task's parameters (gbatch's own field)",
+        help="e.g. JobID,JobName,State,ExitCode,Elapsed,AllocGPUS,NodeList; also UID, "
+        "Partition, Submit, Start, End, Timelimit, Reason, Attempt, AllocTRES, ReqTRES, "
+        "AllocCPUS, ReqMem, Comment; Params: a parameter sweep task's parameters (gbatch's)",
     )
     p.add_argument("-P", "--parsable2", action="store_true", help="`|`-separated, no padding")
     p.add_argument("-n", "--noheader", action="store_true")
@@ -50,19 +65,27 @@ def add_parser(commands: Any) -> None:
 
 
 def _since(text: str | None, now: float) -> float | None:
-    from datetime import datetime  # deferred: a millisecond on every other command
-
     if text is None:
-        midnight = datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
-        return midnight.timestamp()
+        return _time("today", now, "--starttime")
     if text.lower() == "all":
         return None
+    return _time(text, now, "--starttime")
+
+
+def _time(text: str, now: float, option: str) -> float:
+    """Slurm's sacct times: sbatch --begin's forms, read towards the past (sacct's
+    parse_time(..., past)), and a plain ISO date-time."""
+    from datetime import datetime  # deferred: a millisecond on every other command
+
+    from gbatch.timefmt import TimeLimitError, parse_begin
+
     try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError as err:
-        raise CliError(
-            f"--starttime: {text!r} is not a time. Use YYYY-MM-DD[THH:MM[:SS]] or all", Exit.USAGE
-        ) from err
+        return parse_begin(text, now, field=option, past=True)
+    except TimeLimitError as err:
+        try:
+            return datetime.fromisoformat(text).timestamp()
+        except ValueError:
+            raise CliError(str(err), Exit.USAGE) from err
 
 
 def _asks_params(fmt: str | None) -> bool:
@@ -78,7 +101,16 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     users = split_list(args.user)
     if users is None and not args.allusers and ids is None:
         users = [ctx.me]
-    since = None if ids else _since(args.starttime, time.time())
+    now = time.time()
+    since = None if ids else _since(args.starttime, now)
+    until = None if args.endtime is None else _time(args.endtime, now, "--endtime")
+    units = None if args.units is None else args.units.upper()
+    if units is not None and (len(units) != 1 or units not in formatting.UNITS):
+        raise CliError(f"--units: {args.units!r} is not a unit. Use K, M, G, T or P", Exit.USAGE)
+    names = split_list(args.name)
+    fields = split_list([args.format]) if args.format else None
+    wanted = {f.split("%")[0].strip().lower() for f in fields or ()}
+    brief = not args.json and not wanted & formatting.SACCT_FULL_SPEC_FIELDS
     reply = ctx.client.call(
         wire.ListJobs(
             history=True,
@@ -87,10 +119,15 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             states=tuple(split_list(args.state) or ()),
             since=since,
             # A brief spec leaves a sweep task's params out: ask for whole specs then.
-            brief=not args.json and not _asks_params(args.format),
+            brief=brief and not _asks_params(args.format),
         )
     )
     jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
+    # Narrowed here, not by the daemon: both keep the reply a subset of the one asked for.
+    if until is not None:
+        jobs = [j for j in jobs if j.submit_time is not None and j.submit_time <= until]
+    if names is not None:
+        jobs = [j for j in jobs if j.spec.name in names]
     try:
         if args.json:
             out = formatting.format_sacct_json(jobs, reply["now"])
@@ -98,9 +135,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             out = formatting.format_sacct(
                 jobs,
                 reply["now"],
-                fields=split_list([args.format]) if args.format else None,
+                fields=fields,
                 header=not args.noheader,
                 parsable=args.parsable2,
+                units=units,
             )
     except formatting.FormatError as err:
         raise CliError(f"--format: {err}", Exit.USAGE) from err

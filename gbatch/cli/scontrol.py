@@ -151,7 +151,7 @@ def _show_fleet(words: list[str], ctx: Context) -> int:
             raise CliError(f"Node {name} not found", Exit.FAILED)
         sys.stdout.write("\n".join(formatting.format_node_details(n) for n in shown))
         return Exit.OK
-    partitions = [formatting.PartitionInfo.from_wire(p) for p in reply.get("partitions", [])]
+    partitions = [wire.partition_from_wire(p) for p in reply.get("partitions", [])]
     chosen = [p for p in partitions if name is None or p.name == name]
     if not chosen:
         raise CliError(f"Partition {name} not found", Exit.FAILED)

@@ -1,4 +1,4 @@
-"""gbatch sinfo: nodes and their GPUs (total, allocated, free, busy outside gbatch)."""
+"""gbatch sinfo: partitions and nodes in Slurm's layout; `--gpus` for gbatch's GPU view."""
 
 from __future__ import annotations
 
@@ -6,31 +6,124 @@ import argparse
 import sys
 from typing import Any
 
-from gbatch.cli.context import Context
-from gbatch.cli.exits import Exit
+from gbatch.cli.context import Context, split_list
+from gbatch.cli.exits import CliError, Exit
 
-HELP = "show nodes, their partitions (* the default) and their GPUs"
+HELP = "show partitions and their nodes, grouped by state, as Slurm's sinfo does"
 
 
 def add_parser(commands: Any) -> None:
-    p = commands.add_parser("sinfo", help=HELP, description=HELP + ".", add_help=False)
-    p.add_argument("-h", "--noheader", action="store_true")
-    p.add_argument("-N", "--Node", action="store_true", help="one line per node (the default)")
+    p = commands.add_parser(
+        "sinfo",
+        help=HELP,
+        description=HELP
+        + ": PARTITION AVAIL TIMELIMIT NODES STATE NODELIST, `*` after the default "
+        "partition, node lists compressed (gpu[01-03]). A state ending in `*` is a node "
+        "that is not responding (gbatch's suspect or down): it gets no new jobs.",
+        add_help=False,
+    )
+    p.add_argument("-h", "--noheader", action="store_true", help="print no header line")
+    p.add_argument(
+        "-N",
+        "--Node",
+        action="store_true",
+        help="one line per node and partition: NODELIST NODES PARTITION STATE",
+    )
+    p.add_argument(
+        "-l", "--long", action="store_true", help="more columns (with -N: CPUS, MEMORY, REASON)"
+    )
+    p.add_argument(
+        "-s", "--summarize", action="store_true", help="one line per partition, NODES(A/I/O/T)"
+    )
+    p.add_argument(
+        "-R",
+        "--list-reasons",
+        action="store_true",
+        help="drained, down and not responding nodes: REASON USER TIMESTAMP NODELIST",
+    )
+    p.add_argument(
+        "-p",
+        "--partition",
+        action="append",
+        metavar="PARTITION[,PARTITION]",
+        help="only these partitions",
+    )
+    p.add_argument(
+        "-o",
+        "--format",
+        metavar="FORMAT",
+        help="Slurm's %%[.][width]<letter> fields, e.g. '%%N %%G %%T %%P %%l %%a %%D %%c %%m "
+        "%%E %%t'; '.' right-justifies, %%#P is as wide as the widest value",
+    )
+    p.add_argument(
+        "-O",
+        "--Format",
+        metavar="FIELD[:[.]SIZE][,...]",
+        help="Slurm's long field names, e.g. 'NodeList,Gres:10,StateLong,Partition' "
+        "(20 wide unless SIZE; '.' right-justifies)",
+    )
+    p.add_argument(
+        "--gpus",
+        action="store_true",
+        help="gbatch's GPU view: one line per node with GPUs total/allocated/free/busy "
+        "outside gbatch, GPU type and reason",
+    )
     p.add_argument("--json", action="store_true", help="per-GPU detail as JSON")
     p.add_argument("--help", action="help", help="show this help and exit")
     p.set_defaults(run=run)
 
 
+def _format(args: argparse.Namespace) -> str | list[Any]:
+    from gbatch import formatting as f
+
+    if args.format is not None and args.Format is not None:
+        raise CliError("--format: -o and -O cannot both be given. Use one of them", Exit.USAGE)
+    try:
+        if args.Format is not None:
+            return f.parse_sinfo_long_format(args.Format)
+        if args.format is not None:
+            f.parse_sinfo_format(args.format)  # checked here, to name the option
+            return str(args.format)
+    except f.FormatError as err:
+        option = "--Format" if args.Format is not None else "--format"
+        raise CliError(f"{option}: {err}", Exit.USAGE) from err
+    if args.list_reasons:
+        return f.SINFO_REASONS_LONG_FORMAT if args.long else f.SINFO_REASONS_FORMAT
+    if args.summarize:
+        return "%#P %.5a %.10l %.16F %N"
+    if args.Node:
+        return f.SINFO_NODE_LONG_FORMAT if args.long else f.SINFO_NODE_FORMAT
+    return f.SINFO_LONG_FORMAT if args.long else f.SINFO_DEFAULT_FORMAT
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import formatting, wire
 
+    fmt = _format(args)
     reply = ctx.client.call(wire.ListNodes())
     nodes = [wire.node_from_wire(n) for n in reply["nodes"]]
     default = reply.get("default_partition")
+    only = split_list(args.partition)
+    if only is not None:
+        nodes = [n for n in nodes if set(n.partitions or (formatting.PARTITION,)) & set(only)]
     if args.json:
         sys.stdout.write(formatting.format_sinfo_json(nodes))
-    else:
+        return Exit.OK
+    if args.gpus:
         sys.stdout.write(
-            formatting.format_sinfo(nodes, header=not args.noheader, default_partition=default)
+            formatting.format_sinfo_gpus(nodes, header=not args.noheader, default_partition=default)
         )
+        return Exit.OK
+    partitions = [wire.partition_from_wire(p) for p in reply.get("partitions", ())]
+    rows = formatting.sinfo_rows(nodes, partitions, default_partition=default, only=only)
+    if args.list_reasons:
+        rows = formatting.sinfo_reason_rows(rows)
+    sys.stdout.write(
+        formatting.format_sinfo(
+            rows,
+            fmt=fmt,
+            header=not args.noheader,
+            node_oriented=args.Node and not args.list_reasons,
+        )
+    )
     return Exit.OK

@@ -8,6 +8,8 @@ operations) read it. Neither writes a node's state here: the nodes' report threa
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -197,10 +199,17 @@ class Fleet:
         """Every node as sinfo shows it."""
         allocated = self.store.jobs_in(ALLOCATED_STATES)
         drained = self.store.drained_nodes()
-        return [self._node_info(node, allocated, drained) for node in self.nodes.values()]
+        drain_times = self.store.drain_times()
+        return [
+            self._node_info(node, allocated, drained, drain_times) for node in self.nodes.values()
+        ]
 
     def _node_info(
-        self, node: Node, allocated: Sequence[Job], drained: Mapping[str, str]
+        self,
+        node: Node,
+        allocated: Sequence[Job],
+        drained: Mapping[str, str],
+        drain_times: Mapping[str, float],
     ) -> NodeInfo:
         report, problem = node.report()
         allocations = {g: job.id for job in allocated if job.node == node.name for g in job.gpus}
@@ -216,6 +225,11 @@ class Fleet:
                 allocations=allocations,
                 address=node.address,
                 partitions=self._partitions_of.get(node.name, ()),
+                cpus_total=report.cpus if report is not None else None,
+                mem_total_mb=report.memory_mb if report is not None else None,
+                # Silent since its last report: the head itself set this reason.
+                reason_time=self.clock() - liveness.silent_seconds,
+                reason_user=_head_user(),
             )
         gpus = node.gpus(report)
         if node.name in drained:
@@ -231,6 +245,14 @@ class Fleet:
         if not gpus and not reason:
             reason = report.note
         mine = [job for job in allocated if job.node == node.name]
+        reason_time, reason_user = None, ""
+        if state is NodeState.DRAINED:
+            reason_time = drain_times.get(node.name)
+            # handlers.drain_node writes "<reason> [<admin>]": the admin is sinfo -R's USER.
+            by = _DRAINED_BY.search(reason)
+            reason_user = by.group(1) if by else ""
+        elif state is NodeState.SUSPECT:
+            reason_user = _head_user()
         return NodeInfo(
             node.name,
             state,
@@ -243,6 +265,8 @@ class Fleet:
             mem_total_mb=report.memory_mb,
             cpus_allocated=sum(job.spec.cpus_reserved for job in mine),
             mem_allocated_mb=sum(job.spec.memory_mb or 0 for job in mine),
+            reason_time=reason_time,
+            reason_user=reason_user,
         )
 
     def all_reported(self) -> bool:
@@ -259,6 +283,20 @@ class Fleet:
             elif len(report.gpus) > best or best == 0:
                 best, why = len(report.gpus), report.note
         return best, why
+
+
+_DRAINED_BY = re.compile(r" \[([^\[\]]+)\]$")
+
+
+def _head_user() -> str:
+    """The account the daemon runs as: who set the reasons the head gives itself (as
+    Slurm's sinfo -R names SlurmUser)."""
+    import pwd  # deferred: only sinfo's node rows need it
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
 
 
 def _lease_reason(problem: str) -> str:

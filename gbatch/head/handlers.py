@@ -52,6 +52,7 @@ from gbatch.model import (
     Job,
     JobSpec,
     JobState,
+    PartitionInfo,
 )
 from gbatch.nodes import resolve
 from gbatch.nodes.base import HostError
@@ -1141,13 +1142,9 @@ def nodes(daemon: Daemon, caller: Caller, request: wire.ListNodes) -> dict[str, 
         "nodes": [wire.node_to_wire(n) for n in daemon.fleet.node_infos()],
         "default_partition": None if default is None else default.name,
         "partitions": [
-            {
-                "name": p.name,
-                "nodes": list(p.nodes),
-                "default": p.default,
-                "default_time": p.default_time,
-                "max_time": p.max_time,
-            }
+            wire.partition_to_wire(
+                PartitionInfo(p.name, p.max_time, p.default, tuple(p.nodes), p.default_time)
+            )
             for p in daemon.fleet.partitions.values()
         ],
     }

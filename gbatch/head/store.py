@@ -960,6 +960,12 @@ class Store:
             rows = self._db.execute("SELECT name, reason FROM drained_nodes").fetchall()
         return {name: reason for name, reason in rows}
 
+    def drain_times(self) -> dict[str, float]:
+        """Drained node -> when it was drained (epoch seconds)."""
+        with self._lock:
+            rows = self._db.execute("SELECT name, since FROM drained_nodes").fetchall()
+        return {name: since for name, since in rows}
+
     def count(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT count(*) FROM jobs").fetchone()[0])

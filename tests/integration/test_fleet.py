@@ -31,7 +31,7 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
 
 
 def sinfo(head: Head) -> dict[str, list[str]]:
-    lines = head.run("sinfo", "-h", check=True).stdout.splitlines()
+    lines = head.run("sinfo", "--gpus", "-h", check=True).stdout.splitlines()
     return {line.split()[0]: line.split() for line in lines}
 
 

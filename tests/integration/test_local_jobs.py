@@ -193,9 +193,13 @@ def test_squeue_shows_slurm_columns_reasons_and_filters(head: Head) -> None:
 def test_sinfo_counts_gpus_and_marks_them_simulated(head: Head) -> None:
     job_id = head.sbatch("--gpus", "1", "--wrap", "sleep 30")
     head.wait_state(job_id, "RUNNING")
-    lines = head.run("sinfo", check=True).stdout.splitlines()
+    # Slurm's layout: PARTITION AVAIL TIMELIMIT NODES STATE NODELIST.
+    assert head.run("sinfo", "-h", check=True).stdout.split() == [
+        "gpu*", "up", "infinite", "1", "mix", "local"
+    ]  # fmt: skip
+    lines = head.run("sinfo", "--gpus", check=True).stdout.splitlines()
     fields = lines[1].split()
-    assert fields[:6] == ["local", "gpu", "mixed", "2", "1", "1"]
+    assert fields[0] == "local" and fields[2:6] == ["mixed", "2", "1", "1"]
     assert "(simulated)" in lines[1]
     detail = json.loads(head.run("sinfo", "--json", check=True).stdout)
     gpus = detail["nodes"][0]["gpus"]
@@ -284,8 +288,12 @@ def test_a_drained_node_takes_no_new_jobs_until_resumed(head: Head) -> None:
     running = head.sbatch("--gpus", "1", "--wrap", "sleep 30")
     head.wait_state(running, "RUNNING")
     head.run("node", "drain", "local", "--reason", "fan noise", check=True)
-    line = head.run("sinfo", "-h", check=True).stdout
+    line = head.run("sinfo", "--gpus", "-h", check=True).stdout
     assert line.split()[2] == "drained" and "fan noise [root]" in line
+    # Slurm's view: draining while its job runs; -R names the reason, who and when.
+    assert head.run("sinfo", "-h", check=True).stdout.split()[4] == "drng"
+    reasons = head.run("sinfo", "-R", "-h", check=True).stdout.split()
+    assert reasons[:3] == ["fan", "noise", "root"] and reasons[-1] == "local", reasons
     waiting = head.sbatch("--gpus", "1", "--wrap", "true")
     time.sleep(1)
     assert head.state(waiting) == "PENDING"
@@ -317,7 +325,7 @@ def test_a_crashed_agent_is_restarted_and_the_node_comes_back(head: Head) -> Non
     (first,) = agent_pids()
     os.kill(first, signal.SIGKILL)
     wait_for(lambda: (pids := agent_pids()) and first not in pids, 20, "a new agent")
-    wait_for(lambda: head.run("sinfo", "-h").stdout.split()[2] == "idle", 20, "node back")
+    wait_for(lambda: head.run("sinfo", "-h").stdout.split()[4] == "idle", 20, "node back")
     job_id = head.sbatch("--gpus", "1", "--wrap", "true")
     head.wait_state(job_id, "COMPLETED")
 

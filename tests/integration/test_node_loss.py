@@ -90,7 +90,7 @@ def runs(ledger: Path) -> dict[tuple[int, int], dict[str, object]]:
 
 
 def sinfo_state(fleet: Fleet, node: str) -> str:
-    out = fleet.head.run("sinfo", "-h", check=True).stdout
+    out = fleet.head.run("sinfo", "--gpus", "-h", check=True).stdout
     return {line.split()[0]: line.split()[2] for line in out.splitlines()}[node]
 
 
@@ -214,7 +214,7 @@ def test_a_host_that_cannot_write_its_lease_gets_no_new_jobs_and_sinfo_says_why(
         lease = fleet.agent_dirs["gpu01"] / "lease.json"
 
         def sinfo() -> str:
-            return head.run("sinfo", "-h", check=True).stdout
+            return head.run("sinfo", "--gpus", "-h", check=True).stdout
 
         wait_for(lambda: sinfo_state(fleet, "gpu01") == "idle" and lease.is_file(), 30, "up")
 

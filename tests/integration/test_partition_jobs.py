@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import Head, make_head
+from conftest import Head, make_head, wait_for
 
 from gbatch.model import IMPLICIT_PARTITION
 
@@ -13,8 +13,8 @@ from gbatch.model import IMPLICIT_PARTITION
 def test_the_embedded_node_is_in_one_default_partition_a_script_may_name(
     head: Head, tmp_path: Path
 ) -> None:
-    sinfo = head.run("sinfo", check=True).stdout.split()
-    assert sinfo[sinfo.index("local") + 1] == f"{IMPLICIT_PARTITION}*"
+    sinfo = head.run("sinfo", "-N", check=True).stdout.split()
+    assert sinfo[sinfo.index("local") + 2] == f"{IMPLICIT_PARTITION}*"
     script = tmp_path / "p.sh"
     script.write_text(
         f"#!/bin/sh\n#SBATCH -p {IMPLICIT_PARTITION}\n#SBATCH --gpus=0\necho $SLURM_JOB_PARTITION\n"
@@ -59,10 +59,26 @@ def test_an_inventorys_partitions_give_default_and_maximum_times(tmp_path: Path)
     head.env["GBATCH_INVENTORY"] = str(tmp_path / "inventory.yaml")
     head.start()
     try:
-        rows = [
-            line.split()[:2] for line in head.run("sinfo", "-h", check=True).stdout.splitlines()
+        by_node = head.run("sinfo", "-N", "-h", "-o", "%N %P", check=True).stdout
+        assert by_node == "fast1 short*\nfast1 long\nbig1 long\n"
+        # Slurm's default layout: each partition's limit, its silent nodes grouped.
+        down = [
+            "short*",
+            "up",
+            "1:00:00",
+            "1",
+            "down*",
+            "fast1",
+            "long",
+            "up",
+            "infinite",
+            "2",
+            "down*",
+            "fast1,big1",
         ]
-        assert rows == [["fast1", "short*"], ["fast1", "long"], ["big1", "long"]]
+        wait_for(lambda: head.run("sinfo", "-h").stdout.split() == down, 30, "both nodes down")
+        only_long = head.run("sinfo", "-h", "-p", "long", "-o", "%R %D %N", check=True).stdout
+        assert only_long == "long 2 fast1,big1\n"
         image = ("--container-image", "busybox:1.36")
         short = head.sbatch(*image, "--wrap", "true")
         assert head.job(short)["partition"] == "short"

@@ -18,7 +18,7 @@ from gbatch.formatting import (
     format_job_details_json,
     format_sacct,
     format_sacct_json,
-    format_sinfo,
+    format_sinfo_gpus,
     format_sinfo_json,
     format_squeue,
     format_squeue_json,
@@ -443,8 +443,8 @@ def nodes() -> list[NodeInfo]:
     ]
 
 
-def test_sinfo_prints_one_line_per_node_with_counts() -> None:
-    assert format_sinfo(nodes()) == (
+def test_sinfo_gpus_prints_one_line_per_node_with_counts() -> None:
+    assert format_sinfo_gpus(nodes()) == (
         "NODELIST PARTITION STATE   GPUS ALLOC FREE BUSY GPU_TYPE                          REASON\n"
         "local    gpu       mixed      4     2    1    1 NVIDIA H100 80GB HBM3\n"
         "sim01    gpu       drained    2     0    2    0 NVIDIA H100 80GB HBM3 (simulated) "
@@ -453,7 +453,7 @@ def test_sinfo_prints_one_line_per_node_with_counts() -> None:
     )
 
 
-def test_sinfo_busy_counts_only_unallocated_gpus_with_foreign_processes() -> None:
+def test_sinfo_gpus_busy_counts_only_unallocated_gpus_with_foreign_processes() -> None:
     node = NodeInfo(
         name="n1",
         state=NodeState.ALLOCATED,
@@ -461,12 +461,12 @@ def test_sinfo_busy_counts_only_unallocated_gpus_with_foreign_processes() -> Non
         gpus=(gpu(0, foreign=1), gpu(1, foreign=1), gpu(2, foreign=3)),
         allocations={0: 9},
     )
-    line = format_sinfo([node], header=False)
+    line = format_sinfo_gpus([node], header=False)
     assert line.split()[3:7] == ["3", "1", "0", "2"]
 
 
-def test_sinfo_reason_only_for_drained_or_down_nodes() -> None:
-    out = format_sinfo(
+def test_sinfo_gpus_reason_only_for_drained_or_down_nodes() -> None:
+    out = format_sinfo_gpus(
         [
             NodeInfo(name="a", state=NodeState.DOWN, reason="unreachable"),
             NodeInfo(name="b", state=NodeState.IDLE, reason="left over"),
@@ -479,9 +479,9 @@ def test_sinfo_reason_only_for_drained_or_down_nodes() -> None:
     assert "N/A" in second  # no GPUs reported: no type
 
 
-def test_sinfo_without_header_or_nodes() -> None:
-    assert format_sinfo([], header=False) == ""
-    assert format_sinfo([]).startswith("NODELIST PARTITION STATE")
+def test_sinfo_gpus_without_header_or_nodes() -> None:
+    assert format_sinfo_gpus([], header=False) == ""
+    assert format_sinfo_gpus([]).startswith("NODELIST PARTITION STATE")
 
 
 def test_sinfo_json_has_per_gpu_detail_and_holding_job() -> None:

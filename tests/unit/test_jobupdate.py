@@ -301,7 +301,7 @@ def test_show_node_prints_slurms_fields() -> None:
 def test_show_partition_prints_slurms_fields() -> None:
     gpus = tuple(Gpu(i, f"GPU-{i}", "A100", 80000, 0, 0, 0) for i in range(2))
     node = NodeInfo("n1", NodeState.IDLE, gpus=gpus, cpus_total=16, mem_total_mb=64000)
-    partition = formatting.PartitionInfo.from_wire(
+    partition = wire.partition_from_wire(
         {"name": "gpu", "nodes": ["n1"], "default": True, "default_time": None, "max_time": 7200}
     )
     assert formatting.format_partition_details(partition, [node]) == (

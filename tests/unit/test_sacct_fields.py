@@ -1,0 +1,77 @@
+"""sacct's TRES, CPU, memory and comment fields, --units, and -S/-E's time forms."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from gbatch.formatting import format_sacct
+from gbatch.model import Job, JobSpec, JobState
+from gbatch.timefmt import TimeLimitError, parse_begin
+
+NOW = 1_800_000_000.0
+SPEC = JobSpec(name="train", command=("true",), gpus=2, cpus=4, mem_mb=4096, comment="sweep 3")
+
+
+def job(**changes: object) -> Job:
+    base = Job(
+        id=7,
+        uid=1000,
+        user="alice",
+        spec=SPEC,
+        state=JobState.RUNNING,
+        submit_time=NOW - 100,
+        start_time=NOW - 60,
+        node="gpu01",
+        gpus=(0, 1),
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+FIELDS = ["AllocTRES", "ReqTRES", "AllocCPUS", "ReqMem", "Comment"]
+
+
+def test_a_running_jobs_tres_cpus_memory_and_comment() -> None:
+    out = format_sacct([job()], NOW, fields=FIELDS, parsable=True)
+    tres = "billing=4,cpu=4,gres/gpu=2,mem=4G,node=1"
+    assert out == f"{'|'.join(FIELDS)}\n{tres}|{tres}|4|4G|sweep 3\n"
+
+
+def test_a_pending_job_requests_but_holds_nothing() -> None:
+    spec = JobSpec(name="x", command=("true",))
+    pending = job(state=JobState.PENDING, start_time=None, node=None, gpus=(), spec=spec)
+    out = format_sacct([pending], NOW, fields=FIELDS, parsable=True, header=False)
+    assert out == "|billing=1,cpu=1,node=1|0|0|\n"
+
+
+@pytest.mark.parametrize(
+    ("unit", "mib", "expected"),
+    [("G", 4096, "4G"), ("M", 4096, "4096M"), ("K", 2, "2048K"), ("G", 1500, "1.46G")],
+)
+def test_units_print_reqmem_in_that_unit(unit: str, mib: int, expected: str) -> None:
+    spec = replace(SPEC, mem_mb=mib)
+    out = format_sacct([job(spec=spec)], NOW, fields=["ReqMem"], parsable=True, units=unit)
+    assert out.splitlines()[1] == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds_back"),
+    [("now-1hours", 3600), ("now-3days", 3 * 86400), ("now-90", 90), ("now-2weeks", 1209600)],
+)
+def test_relative_times_reach_back(text: str, seconds_back: int) -> None:
+    assert parse_begin(text, NOW, past=True) == NOW - seconds_back
+
+
+def test_a_time_of_day_read_towards_the_past_is_the_last_one() -> None:
+    now = time.mktime((2026, 3, 10, 9, 0, 0, 0, 0, -1))
+    assert parse_begin("10:00", now, past=True) == time.mktime((2026, 3, 9, 10, 0, 0, 0, 0, -1))
+    assert parse_begin("08:00", now, past=True) == time.mktime((2026, 3, 10, 8, 0, 0, 0, 0, -1))
+    # sbatch --begin keeps the next one to come.
+    assert parse_begin("08:00", now) == time.mktime((2026, 3, 11, 8, 0, 0, 0, 0, -1))
+
+
+def test_a_bad_unit_is_refused() -> None:
+    with pytest.raises(TimeLimitError, match="not a unit"):
+        parse_begin("now-3fortnights", NOW, field="--starttime", past=True)

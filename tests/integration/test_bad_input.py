@@ -122,9 +122,9 @@ def test_a_usage_mistake_is_one_line_pointing_at_the_help(
 
 
 def test_bad_squeue_format_names_the_letter(head: Head) -> None:
-    result = head.run("squeue", "-o", "%i %Z")
+    result = head.run("squeue", "-o", "%i %W")
     assert result.returncode == 2
-    assert "--format:" in result.stderr and "Z" in result.stderr
+    assert "--format:" in result.stderr and "W" in result.stderr
 
 
 def test_unknown_job_is_an_error_not_a_traceback(head: Head) -> None:

@@ -18,7 +18,9 @@ def test_daemon_killed_and_restarted_loses_no_accepted_job_and_runs_none_twice(
 ) -> None:
     ledger = workdir / "ledger"
     ids = [
-        head.sbatch("--gpus", "1", "--wrap", JOB.format(ledger=ledger, sleep=1.5)) for _ in range(6)
+        # Long enough that a loaded machine's squeue polls see the first one RUNNING.
+        head.sbatch("--gpus", "1", "--wrap", JOB.format(ledger=ledger, sleep=4))
+        for _ in range(6)
     ]
     head.wait_state(ids[0], "RUNNING")
     os.kill(head.daemon_pid(), signal.SIGKILL)

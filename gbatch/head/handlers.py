@@ -1183,7 +1183,7 @@ def _admin_node(daemon: Daemon, caller: Caller, name: str, what: str) -> str:
     _require_admin(daemon, caller, f"node_{what}", f"node {name}", f"{what} nodes")
     if name not in daemon.fleet.nodes:
         known = ", ".join(sorted(daemon.fleet.nodes))
-        raise Refused("not_found", f"no node {name!r} in the fleet (nodes: {known})")
+        raise Refused("not_found", f"no node {show_value(name)} in the fleet (nodes: {known})")
     return name
 
 
@@ -1249,9 +1249,11 @@ def _trust_node(daemon: Daemon, caller: Caller, name: str, op: str) -> Any:
     node = daemon.fleet.nodes.get(name)
     if not isinstance(node, RemoteNode):
         if node is not None:
-            raise Refused("invalid", f"node {name} is this machine, reached without SSH: no key")
+            raise Refused(
+                "invalid", f"node {show_value(name)} is this machine, reached without SSH: no key"
+            )
         known = ", ".join(sorted(daemon.fleet.nodes))
-        raise Refused("not_found", f"no node {name!r} in the fleet (nodes: {known})")
+        raise Refused("not_found", f"no node {show_value(name)} in the fleet (nodes: {known})")
     return node
 
 

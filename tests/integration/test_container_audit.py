@@ -61,9 +61,13 @@ class Site:
 
     def sbatch_as_alice(self, path: Path) -> dict[str, Any]:
         home = self.fleet.head.home
-        result: dict[str, Any] = as_user(
-            self.alice, lambda: run_cli(home, "sbatch", "--parsable", str(path))
-        )
+
+        def submit() -> dict[str, Any]:
+            # From a directory of hers, as she would: her slurm-N.out goes there.
+            os.chdir(self.data / self.alice.name)
+            return run_cli(home, "sbatch", "--parsable", str(path))
+
+        result: dict[str, Any] = as_user(self.alice, submit)
         return result
 
     def job_count(self) -> int:

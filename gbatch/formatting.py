@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -320,26 +320,38 @@ def _checked_width(text: str, what: str) -> int:
     return width
 
 
-def _parse_squeue_format(fmt: str) -> list[str | _Spec]:
-    """Split a squeue `-o` format into literal text and field specs (`%%` is a '%')."""
-    parts: list[str | _Spec] = []
+def _format_items(
+    fmt: str, pattern: re.Pattern[str], letters: Iterable[str], command: str
+) -> Iterator[str | tuple[str, str, str, str]]:
+    """A `-o` format of squeue or sinfo (`command`) as literal text and (dot, width,
+    letter, the spec as written) items, `%%` read as '%'. FormatError for a letter not
+    in `letters`, naming those that are."""
     pos = 0
-    for match in _SPEC.finditer(fmt):
+    for match in pattern.finditer(fmt):
         if match.start() > pos:
-            parts.append(fmt[pos : match.start()])
+            yield fmt[pos : match.start()]
         pos = match.end()
         dot, width, letter = match.groups()
         if letter == "%" and not dot and not width:
-            parts.append("%")
+            yield "%"
             continue
-        if letter not in _SQUEUE_COLUMNS:
-            supported = " ".join(f"%{key}" for key in _SQUEUE_COLUMNS)
+        if letter not in letters:
+            supported = " ".join(f"%{key}" for key in letters)
             what = f"field letter '%{letter}'" if letter else "a '%' with no field letter"
-            raise FormatError(f"unsupported squeue format: {what}; supported: {supported}")
-        parts.append(_Spec(letter, _checked_width(width, match.group()), bool(dot)))
+            raise FormatError(f"unsupported {command} format: {what}; supported: {supported}")
+        yield dot, width, letter, match.group()
     if pos < len(fmt):
-        parts.append(fmt[pos:])
-    return parts
+        yield fmt[pos:]
+
+
+def _parse_squeue_format(fmt: str) -> list[str | _Spec]:
+    """Split a squeue `-o` format into literal text and field specs (`%%` is a '%')."""
+    return [
+        item
+        if isinstance(item, str)
+        else _Spec(item[2], _checked_width(item[1], item[3]), bool(item[0]))
+        for item in _format_items(fmt, _SPEC, _SQUEUE_COLUMNS, "squeue")
+    ]
 
 
 def _fit(text: str, width: int, right: bool) -> str:
@@ -953,24 +965,14 @@ def parse_sinfo_format(fmt: str) -> list[str | _SinfoSpec]:
     """Split a sinfo `-o` format into literal text and field specs (`%%` is a '%');
     `%#X` is as wide as the widest value of X (Slurm's default formats use it)."""
     parts: list[str | _SinfoSpec] = []
-    pos = 0
-    for match in _SINFO_SPEC.finditer(fmt):
-        if match.start() > pos:
-            parts.append(fmt[pos : match.start()])
-        pos = match.end()
-        dot, width, letter = match.groups()
-        if letter == "%" and not dot and not width:
-            parts.append("%")
+    for item in _format_items(fmt, _SINFO_SPEC, _SINFO_LETTERS, "sinfo"):
+        if isinstance(item, str):
+            parts.append(item)
             continue
-        if letter not in _SINFO_LETTERS:
-            supported = " ".join(f"%{key}" for key in _SINFO_LETTERS)
-            what = f"field letter '%{letter}'" if letter else "a '%' with no field letter"
-            raise FormatError(f"unsupported sinfo format: {what}; supported: {supported}")
+        dot, width, letter, text = item
         fit = width == "#"
-        size = 0 if fit else _checked_width(width, match.group())
+        size = 0 if fit else _checked_width(width, text)
         parts.append(_SinfoSpec(letter, size, bool(dot), fit))
-    if pos < len(fmt):
-        parts.append(fmt[pos:])
     return parts
 
 

@@ -303,7 +303,7 @@ def test_a_drained_node_takes_no_new_jobs_until_resumed(head: Head) -> None:
     again = head.run("node", "resume", "local")
     assert again.returncode == 2 and "not drained" in again.stderr
     unknown = head.run("node", "drain", "gpu99", "--reason", "x")
-    assert unknown.returncode == 1 and "no node 'gpu99' in the fleet" in unknown.stderr
+    assert unknown.returncode == 1 and 'no node "gpu99" in the fleet' in unknown.stderr
     no_reason = head.run("node", "drain", "local")
     assert no_reason.returncode == 2 and "--reason" in no_reason.stderr
     head.run("scancel", str(running), check=True)

@@ -4,30 +4,16 @@ refuses, or an id past SQLite's integers, is an invalid request, never a traceba
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gbatch.config import Config, Paths
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
-from gbatch.head.store import Store
 from gbatch.model import JobSpec
 
 ALICE = Caller(uid=5001, user="alice", pid=11)
 SPEC = JobSpec(name="j", command=("train.py",), gpus=1).to_dict()
-
-
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    paths = Paths(tmp_path)
-    store = Store(paths.store)
-    made = Daemon(paths, Config(simulate_gpus=2), store)
-    yield made
-    made.committer.close()
-    store.close()
 
 
 def submit(daemon: Daemon, **fields: Any) -> list[int]:

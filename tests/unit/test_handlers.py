@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from types import MappingProxyType
 
@@ -11,11 +10,9 @@ import pytest
 from fullstore import integrity_ok, pack_store
 
 from gbatch import wire
-from gbatch.config import Config, Paths
 from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
-from gbatch.head.store import Store
 from gbatch.model import JobSpec
 from gbatch.nodes import remote
 from gbatch.nodes.inventory import NodeConfig
@@ -24,16 +21,6 @@ from gbatch.nodes.ssh import RemoteError
 
 ROOT = Caller(uid=0, user="root", pid=1)
 SPEC = JobSpec(name="j", command=("true",)).to_dict()
-
-
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    paths = Paths(tmp_path)
-    store = Store(paths.store)
-    made = Daemon(paths, Config(simulate_gpus=2), store)
-    yield made
-    made.committer.close()
-    store.close()
 
 
 def test_a_full_disk_refuses_the_submit_clearly_and_queues_nothing(daemon: Daemon) -> None:

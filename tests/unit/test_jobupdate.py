@@ -4,20 +4,16 @@ KEY=VALUE parse; scontrol show node / partition's layout."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from gbatch import formatting, wire
 from gbatch.cli.exits import CliError, Exit
 from gbatch.cli.scontrol import parse_update
-from gbatch.config import Config, Paths
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.jobupdate import UpdateRefused, plan_update
-from gbatch.head.store import Store
 from gbatch.model import Gpu, IllegalTransition, Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.nodes.inventory import Partition
 
@@ -184,16 +180,6 @@ def test_bad_update_words_are_usage_errors(words: list[str], message: str) -> No
 ROOT = Caller(uid=0, user="root", pid=1)
 ALICE = Caller(uid=os.getuid() + 1001, user="alice", pid=2)
 BOB = Caller(uid=os.getuid() + 1002, user="bob", pid=3)
-
-
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    paths = Paths(tmp_path)
-    store = Store(paths.store)
-    made = Daemon(paths, Config(simulate_gpus=2), store)
-    yield made
-    made.committer.close()
-    store.close()
 
 
 def queued(daemon: Daemon, caller: Caller = ALICE) -> int:

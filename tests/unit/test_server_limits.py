@@ -21,24 +21,12 @@ import pytest
 
 from gbatch import wire
 from gbatch.client import Client, RequestFailed
-from gbatch.config import Config, Paths
 from gbatch.head import handlers, refusals, server
 from gbatch.head.daemon import Daemon
-from gbatch.head.store import Store
 from gbatch.model import JobSpec
 
 ROOT = handlers.Caller(uid=0, user="root", pid=1)
 SHORT = server.Limits(idle_seconds=0.5, pause_seconds=0.5, line_seconds=2.0, reply_seconds=0.5)
-
-
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    paths = Paths(tmp_path)
-    store = Store(paths.store)
-    made = Daemon(paths, Config(simulate_gpus=2), store)
-    yield made
-    made.committer.close()
-    store.close()
 
 
 @contextlib.contextmanager

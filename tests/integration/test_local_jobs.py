@@ -9,7 +9,7 @@ import socket
 import time
 from pathlib import Path
 
-from conftest import Head, wait_for
+from conftest import Head, make_head, wait_for
 
 LEDGER_JOB = (
     'echo "$GBATCH_JOB_ID start $(date +%s.%N) $CUDA_VISIBLE_DEVICES" >> {ledger}; '
@@ -266,8 +266,6 @@ def test_an_array_is_held_and_cancelled_by_its_id_and_by_a_range(head: Head) -> 
 
 
 def test_no_daemon_says_so_and_how_to_start_one(tmp_path: Path) -> None:
-    from conftest import make_head
-
     idle = make_head(tmp_path / "nobody-home")
     result = idle.run("squeue")
     assert result.returncode == 3

@@ -493,15 +493,26 @@ def _job_source(args: argparse.Namespace) -> tuple[dict[str, object] | None, Bat
     text = read_job_text(args.file)
     if looks_like_script(text, args.file):
         if args.wrap is not None:
-            raise CliError("--wrap and a batch script both given. Use one", Exit.USAGE)
+            raise CliError(_wrap_with_file(args.file), Exit.USAGE)
         return None, parse_script(text, args.file)
     if args.script_args:
         try:
             _options_parser("gbatch sbatch").parse_args(args.script_args, namespace=args)
         except _OptionProblem as err:
             raise CliError(f"{err}. Options go before or after the job file", Exit.USAGE) from None
+    if args.wrap is not None:
+        raise CliError(_wrap_with_file(args.file), Exit.USAGE)
     data = parse_job_text(text, args.file)
     return data, _embedded_script(data, args)
+
+
+def _wrap_with_file(file: str) -> str:
+    """The refusal of a job file or script given with --wrap: neither silently wins (as
+    Slurm's sbatch, which takes no script with --wrap)."""
+    return (
+        f"--wrap: {file} is given too, and both name the job's command. Drop {file}, "
+        "or drop --wrap (a job file's command is its `command:` key)"
+    )
 
 
 def _embedded_script(data: dict[str, object], args: argparse.Namespace) -> BatchScript | None:

@@ -88,6 +88,34 @@ def test_bad_options_are_refused_and_nothing_is_queued(
 
 
 @pytest.mark.parametrize(
+    ("name", "text", "wrap_first"),
+    [
+        ("job.yaml", "command: echo from-file\n", True),
+        ("job.yaml", "command: echo from-file\n", False),  # options after a job file
+        ("job.sh", "#!/bin/sh\necho from-file\n", True),  # after a script: its $1 $2
+    ],
+)
+def test_a_job_file_with_wrap_is_refused_not_silently_replaced(
+    head: Head, workdir: Path, name: str, text: str, wrap_first: bool
+) -> None:
+    # As Slurm's sbatch, which takes no script with --wrap: neither command wins silently.
+    job_file = workdir / name
+    job_file.write_text(text)
+    wrap = ["--wrap", "echo from-wrap"]
+    args = [*wrap, str(job_file)] if wrap_first else [str(job_file), *wrap]
+    before = _queue_size(head)
+    result = head.run("sbatch", *args)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"gbatch sbatch: error: --wrap: {job_file} is given too, and both name the job's "
+        f"command. Drop {job_file}, or drop --wrap (a job file's command is its `command:` "
+        "key)\n"
+    )
+    assert _queue_size(head) == before
+
+
+@pytest.mark.parametrize(
     ("args", "expected"),
     [
         (

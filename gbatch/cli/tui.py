@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import sys
 from typing import Any
 
 from gbatch.cli.context import Context
@@ -32,6 +33,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     # Fail before taking over the terminal: "no daemon" reads better as a line.
     ctx.client.call(wire.Ping())
     ctx.client.close()
+    _need_a_terminal()
     # No cyclic garbage collection while textual is imported and the first reply is
     # decoded: each of the many collections those allocations set off would walk
     # every object made so far, and nothing made here is garbage yet.
@@ -50,3 +52,15 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     gc.enable()
     app.run()
     return Exit.OK
+
+
+def _need_a_terminal() -> None:
+    """Refuse before textual starts when stdin or stdout is not a terminal: there it
+    would draw escape codes into a pipe and wait for keys that never come."""
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)):
+        if stream is None or not stream.isatty():
+            raise CliError(
+                f"{name} is not a terminal, and the full-screen view needs one. In a script "
+                "use `gbatch squeue` (add -i SECONDS to watch it)",
+                Exit.USAGE,
+            )

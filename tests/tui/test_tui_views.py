@@ -3,8 +3,11 @@ help screen; and what the views do when the daemon goes away."""
 
 from __future__ import annotations
 
+import os
+import pty
 import subprocess
 
+import pytest
 from conftest import (
     Head,
     drive,
@@ -147,3 +150,31 @@ def test_gbatch_tui_without_a_daemon_says_so_in_one_line(tui_head: Head) -> None
     assert result.returncode == 3
     assert result.stderr.startswith("gbatch tui: error: no gbatch daemon answers at ")
     assert len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("stdin_terminal", [False, True], ids=["stdin-devnull", "stdout-piped"])
+def test_gbatch_tui_without_a_terminal_refuses_in_one_line(
+    tui_head: Head, stdin_terminal: bool
+) -> None:
+    # Without a terminal textual drew escape codes into the pipe and ran on for minutes.
+    primary, secondary = pty.openpty()
+    try:
+        result = subprocess.run(
+            [*GBATCH, "tui"],
+            env=tui_head.env,
+            cwd=tui_head.home,
+            stdin=secondary if stdin_terminal else subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    stream = "stdout" if stdin_terminal else "stdin"
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"gbatch tui: error: {stream} is not a terminal, and the full-screen view needs one. "
+        "In a script use `gbatch squeue` (add -i SECONDS to watch it)\n"
+    )

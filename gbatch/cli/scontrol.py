@@ -59,11 +59,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     ):
         return _show_fleet(args.args, ctx)
     if args.action == "show":
-        if len(args.args) != 2 or args.args[0].lower() != "job":
+        if len(args.args) > 2 or args.args[0].lower() not in ("job", "jobs"):
             raise CliError(
-                "usage: gbatch scontrol show job ID | show node [NAME] | show partition [NAME]",
+                "usage: gbatch scontrol show job [ID] | show node [NAME] | show partition [NAME]",
                 Exit.USAGE,
             )
+        if len(args.args) == 1:
+            return _show_all_jobs(args, ctx)
         target = parse_job(args.args[1], "job")
         task = None if target.tasks is None else target.tasks[0][0]
         # JSON stays one object (the job named); the text shows an array's every task.
@@ -89,6 +91,28 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     reply = ctx.client.call(actions[args.action](jobs=tuple(jobs)))
     failed = print_failures("scontrol", reply, lambda f: f"job {f['id']}: {f['error']}")
     return Exit.FAILED if failed else Exit.OK
+
+
+def _show_all_jobs(args: argparse.Namespace, ctx: Context) -> int:
+    """scontrol show job(s) with no id: every job in the queue (pending, running,
+    completing), each as `show job ID` prints it, as Slurm lists the jobs its
+    controller holds; finished jobs are sacct's."""
+    from gbatch import formatting, wire
+
+    reply = ctx.client.call(wire.ListJobs())
+    jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
+    if args.json:
+        import json  # deferred: only --json needs it
+
+        items = [json.loads(formatting.format_job_details_json(j, (), reply["now"])) for j in jobs]
+        sys.stdout.write(json.dumps(items, indent=2) + "\n")
+    elif not jobs:
+        print("No jobs in the system")
+    else:
+        sys.stdout.write(
+            "\n".join(formatting.format_job_details(j, (), reply["now"]) for j in jobs)
+        )
+    return Exit.OK
 
 
 def parse_update(words: list[str]) -> tuple[int, dict[str, str]]:

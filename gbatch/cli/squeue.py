@@ -104,6 +104,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     interval = _interval(args.iterate)
 
     users = split_list(args.user) or ([ctx.me] if args.me else [])
+    for user in users:
+        _check_user(user)
     states = split_list(args.states) or (["PENDING"] if args.start else [])
     history = "all" in (s.lower() for s in states)  # every state, finished ones too
     needs_starts = bool(letters & formatting.SQUEUE_START_LETTERS) or (
@@ -165,6 +167,31 @@ def _interval(text: str | None) -> float | None:
     return float(seconds)
 
 
+def _check_user(user: str) -> None:
+    """As Slurm's squeue: a user the system does not know is an error, not an empty
+    table (a typo would otherwise read as "no jobs")."""
+    import pwd
+
+    try:
+        if user.isdigit():
+            pwd.getpwuid(int(user))
+        else:
+            pwd.getpwnam(user)
+    except (KeyError, OverflowError):
+        raise CliError(f"Invalid user: {user}", Exit.FAILED) from None
+
+
+def _check_jobs_exist(ctx: Context, jobs: tuple[str, ...]) -> None:
+    """-j named jobs and none was listed: when none exists in any state, say so as
+    Slurm does (exit 1) instead of printing an empty table. Jobs that exist but were
+    filtered out (-t, -u, ...) still give the empty table."""
+    from gbatch import wire
+
+    known = ctx.client.call(wire.ListJobs(jobs=jobs, history=True, brief=True))
+    if not known["jobs"]:
+        raise CliError(f"Invalid job id specified: {','.join(jobs)}", Exit.FAILED)
+
+
 def _show(
     ctx: Context,
     request: Any,
@@ -178,6 +205,8 @@ def _show(
 
     reply = ctx.client.call(request)
     jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
+    if not jobs and request.jobs:
+        _check_jobs_exist(ctx, request.jobs)
     now = reply["now"]
     starts = {int(job_id): at for job_id, at in reply.get("starts", ())}
     if sort:

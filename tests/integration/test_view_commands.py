@@ -55,3 +55,40 @@ def test_sreport_refuses_a_period_that_ends_before_it_starts(head: Head) -> None
     result = head.run("sreport", "-S", "2024-02-01", "-E", "2024-01-01")
     assert result.returncode == 2
     assert result.stderr.startswith("gbatch sreport: error: --end: ")
+
+
+def test_scontrol_show_job_without_an_id_lists_every_queued_job(head: Head) -> None:
+    # As Slurm: `scontrol show job` and `show jobs` with no id list the jobs held.
+    for words in (["job"], ["jobs"]):
+        empty = head.run("scontrol", "show", *words)
+        assert (empty.returncode, empty.stdout) == (0, "No jobs in the system\n"), empty.stderr
+    first = head.sbatch("-H", "-J", "first", "--wrap", "true")
+    second = head.sbatch("-H", "-J", "second", "--wrap", "true")
+    for words in (["job"], ["JOBS"]):
+        out = head.run("scontrol", "show", *words, check=True).stdout
+        records = out.split("\n\n")
+        assert [r.split()[0] for r in records] == [f"JobId={first}", f"JobId={second}"], out
+        assert "JobName=first" in records[0] and "JobName=second" in records[1]
+    listed = json.loads(head.run("scontrol", "show", "jobs", "--json", check=True).stdout)
+    assert [item["job_id"] for item in listed] == [first, second]
+
+
+def test_squeue_of_a_job_that_does_not_exist_is_an_error(head: Head) -> None:
+    # Slurm: `slurm_load_jobs error: Invalid job id specified`, exit 1 (not an empty table).
+    missing = head.run("squeue", "-j", "999")
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert missing.stderr == "gbatch squeue: error: Invalid job id specified: 999\n"
+    # A job that exists but is filtered out still gives the (empty) table.
+    job_id = head.sbatch("-H", "--wrap", "true")
+    filtered = head.run("squeue", "-j", str(job_id), "-t", "R", "-h")
+    assert (filtered.returncode, filtered.stdout, filtered.stderr) == (0, "", "")
+    shown = head.run("squeue", "-j", f"{job_id},999", "-h", check=True)
+    assert shown.stdout.split()[0] == str(job_id)
+
+
+def test_squeue_of_a_user_that_does_not_exist_is_an_error(head: Head) -> None:
+    # Slurm: `squeue: error: Invalid user: NAME`, exit 1; a real user with no jobs: empty.
+    missing = head.run("squeue", "-u", "root,nosuchuser")
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert missing.stderr == "gbatch squeue: error: Invalid user: nosuchuser\n"
+    assert head.run("squeue", "-u", "nobody", "-h", check=True).stdout == ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, NoReturn, assert_never
+from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 
 from gbatch import __version__
 from gbatch.cli import (
@@ -30,6 +30,7 @@ from gbatch.cli import (
 )
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
+from gbatch.cli.suggest import did_you_mean, option_strings
 from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 from gbatch.config import SYSTEM_SOCKET
 
@@ -65,8 +66,22 @@ class _Parser(argparse.ArgumentParser):
     instead of the usage block and the message under it. Sub-command parsers are made
     of this class too (add_subparsers uses the parent's)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # No prefix matching: `--gpu 1` read as `--gpus 1` hid typos (suggested instead).
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.exit(Exit.USAGE, f"{self.prog}: error: {message}. See `{self.prog} --help`\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # A mistyped sub-command (`gbatch squeu`): name the nearest, not all fourteen.
+        choices = action.choices
+        if choices is not None and value not in choices:
+            hint = did_you_mean(str(value), [str(c) for c in choices])
+            if hint:
+                raise argparse.ArgumentError(action, f"invalid choice: {value!r}{hint}")
+        super()._check_value(action, value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,11 +101,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The sub-command's own parser (whose options a typo is compared with)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    args, unknown = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
     prog = f"gbatch {args.command}"
     if unknown:  # named after the command they were given to, not plain `gbatch`
-        message = f"unrecognized arguments: {' '.join(unknown)}. See `{prog} --help`"
+        hint = did_you_mean(unknown[0], option_strings(_command_parser(parser, args.command)))
+        message = f"unrecognized arguments: {' '.join(unknown)}{hint}. See `{prog} --help`"
         return _fail(prog, message, Exit.USAGE)
     try:
         status: int = args.run(args, Context())

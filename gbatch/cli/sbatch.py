@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from gbatch.batchscript import DIRECTIVE, BatchScript, ScriptError, looks_like_script, parse_script
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
+from gbatch.cli.suggest import did_you_mean, option_strings
 from gbatch.client import RequestFailed
 from gbatch.model import Job, JobState
 
@@ -374,11 +375,16 @@ class _OptionParser(argparse.ArgumentParser):
     written after a YAML job file. Problems are raised, not printed."""
 
     def error(self, message: str) -> NoReturn:
+        unknown = message.partition("unrecognized arguments: ")[2].split()
+        if unknown:  # options after a YAML job file: the nearest one, as on the line
+            message += did_you_mean(unknown[0], option_strings(self))
         raise _OptionProblem(message)
 
 
 def _options_parser(prog: str) -> _OptionParser:
-    parser = _OptionParser(prog=prog, add_help=False, argument_default=argparse.SUPPRESS)
+    parser = _OptionParser(
+        prog=prog, add_help=False, argument_default=argparse.SUPPRESS, allow_abbrev=False
+    )
     _add_options(parser)
     parser.add_argument("--parsable", action="store_true")
     parser.add_argument("--test-only", dest="test_only", action="store_true")
@@ -418,7 +424,8 @@ def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str
             raise ScriptError(
                 script.location,
                 directive.line,
-                f"{DIRECTIVE} {extra[0]}: not an option gbatch knows. Remove the line, or "
+                f"{DIRECTIVE} {extra[0]}: not an option gbatch knows"
+                f"{did_you_mean(extra[0], option_strings(parser))}. Remove the line, or "
                 "see `gbatch sbatch --help` for the options gbatch takes",
             )
         values = vars(found)

@@ -128,7 +128,32 @@ def test_a_job_file_with_wrap_is_refused_not_silently_replaced(
         (["sinfo", "-N", "--bogus"], "gbatch sinfo: error: unrecognized arguments: --bogus"),
         (["node", "add"], "gbatch node: error: argument action: invalid choice: 'add'"),
         (["tui", "--refresh", "soon"], "gbatch tui: error: argument --refresh: invalid float"),
-        (["sbtach", "job.yaml"], "gbatch: error: argument COMMAND: invalid choice: 'sbtach'"),
+        (
+            ["sbtach", "job.yaml"],
+            "gbatch: error: argument COMMAND: invalid choice: 'sbtach' (did you mean sbatch?)",
+        ),
+        (
+            ["squeu"],
+            "gbatch: error: argument COMMAND: invalid choice: 'squeu' (did you mean squeue?)",
+        ),
+        # No prefix matching: `--gpu 1` was silently `--gpus 1`; the near options are named.
+        (
+            ["sbatch", "--gpu", "1", "--wrap", "true"],
+            "gbatch sbatch: error: unrecognized arguments: --gpu (did you mean --gpus, "
+            "--gpus-per-node or --gpus-per-task?)",
+        ),
+        (
+            ["sbatch", "--wrap", "true", "--tim", "5"],
+            "gbatch sbatch: error: unrecognized arguments: --tim (did you mean --time?)",
+        ),
+        (
+            ["squeue", "--stat", "R"],
+            "gbatch squeue: error: unrecognized arguments: --stat R (did you mean --states?)",
+        ),
+        (
+            ["scontrol", "shw", "job", "1"],
+            "gbatch scontrol: error: argument action: invalid choice: 'shw' (did you mean show?)",
+        ),
         ([], "gbatch: error: the following arguments are required: COMMAND"),
     ],
 )

@@ -116,6 +116,10 @@ def test_what_gbatch_cannot_take_is_one_line_and_nothing_is_queued(
         "#!/bin/bash\n#SBATCH -J ok\n#SBATCH --constraint=a100\nhostname\n": (
             "bad.sh:3: #SBATCH --constraint=a100: not an option gbatch knows"
         ),
+        # No prefix matching (--time=5 read from --tim=5 hid typos): the nearest options.
+        "#!/bin/bash\n#SBATCH --tim=5\nhostname\n": (
+            "bad.sh:2: #SBATCH --tim=5: not an option gbatch knows (did you mean --time?)"
+        ),
         "#!/bin/bash\n#SBATCH --nodes=2\nhostname\n": (
             "bad.sh:2: #SBATCH -N/--nodes: '2' asks for more than one task or node"
         ),

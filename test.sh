@@ -2,10 +2,21 @@
 # The one command that runs gbatch's checks: lint, types, and every test tier.
 #   ./test.sh                  # everything (as root it also sets up a docker engine)
 #   ./test.sh tests/unit       # any pytest arguments narrow the run
+#   ./test.sh --fast tests/unit/test_spec.py::test_x   # rerun: pytest alone (no pip,
+#                              # setup scripts, ruff or mypy); needs .venv from a full run
 # Without root, sshd or a docker engine, the SSH and docker tests are skipped locally;
 # with CI=true a missing component fails them instead.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
+
+if [ "${1:-}" = --fast ]; then
+    shift
+    if [ ! -x .venv/bin/pytest ]; then
+        echo "test.sh --fast: error: no .venv/bin/pytest. Run ./test.sh once first" >&2
+        exit 2
+    fi
+    exec .venv/bin/pytest "$@"
+fi
 
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv

@@ -34,7 +34,8 @@ def add_parser(commands: Any) -> None:
         "args",
         nargs="+",
         metavar="ARG",
-        help="`job ID` (N or N_K), `node [NAME]` or `partition [NAME]` for show; `JobId=N "
+        help="`job [ID]` (N or N_K; no ID: every queued job), `node [NAME]` or "
+        "`partition [NAME]` for show; `JobId=N "
         "KEY=VALUE...` for update; otherwise job ids: N (an array's id: all its tasks), N_K, "
         "N_[K-M], FIRST-LAST, and comma lists of those",
     )

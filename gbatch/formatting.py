@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gbatch.arrays import expand_tasks
 from gbatch.jobids import collapse_pending, job_label
 from gbatch.limits import UserShare
 from gbatch.model import (
@@ -468,7 +469,7 @@ def format_squeue(
     view = SqueueView(now, starts or {})
     lines = [_squeue_line(parts, None, view)] if header else []
     if expand_arrays:
-        lines.extend(_squeue_line(parts, job, view) for job in jobs)
+        lines.extend(_squeue_line(parts, task, view) for job in jobs for task in expand_tasks(job))
     else:
         lines.extend(_squeue_line(parts, job, view, label) for job, label in collapse_pending(jobs))
     return _lines(lines)
@@ -659,7 +660,8 @@ def format_sacct(
     parsable: bool = False,
     units: str | None = None,
 ) -> str:
-    """Render jobs as `sacct` does, one line per job in the order given.
+    """Render jobs as `sacct` does, one line per job in the order given (an array's
+    PENDING tasks folded into one line, N_[4-15], at the place of the first).
 
     Fixed-width columns at sacct's widths, a dashed line under the header; with
     `parsable` (sacct -P) fields are joined by '|' with no padding, no dashes.
@@ -675,7 +677,11 @@ def format_sacct(
             else c
             for c in columns
         ]
-    rows = [[c.value(job, now) for c in columns] for job in jobs]
+    # An array's pending tasks read as one line N_[4-15], as Slurm's one record of them.
+    rows = [
+        [label if c.name == "JobID" else c.value(job, now) for c in columns]
+        for job, label in collapse_pending(jobs)
+    ]
     lines = []
     if parsable:
         if header:

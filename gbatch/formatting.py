@@ -124,6 +124,14 @@ def _nodelist_or_reason(job: Job) -> str:
     return _printable(job.node or "")
 
 
+def _array_task_ids(job: Job) -> str:
+    """scontrol's ArrayTaskId: the task's index, or the indices a pending record holds."""
+    if not job.array_more:
+        return str(job.spec.array_task)
+    label = job_label(job)
+    return label[label.index("[") + 1 : -1].partition("%")[0]
+
+
 def _array_task(job: Job) -> str:
     return "N/A" if job.spec.array_task is None else str(job.spec.array_task)
 
@@ -1262,7 +1270,8 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         f"JobId={job.id}"
         # As scontrol, for an array task only.
         + (
-            f" ArrayJobId={job.array_job_id} ArrayTaskId={spec.array_task}"
+            f" ArrayJobId={job.array_job_id} ArrayTaskId={_array_task_ids(job)}"
+            + (f" ArrayTaskThrottle={spec.array_throttle}" if spec.array_throttle else "")
             if job.array_job_id is not None
             else ""
         )

@@ -14,7 +14,7 @@ import pytest
 from gbatch import arrays, wire
 from gbatch.arrays import ARRAY_ROWS, THROTTLE_REASON
 from gbatch.config import Config, Paths
-from gbatch.formatting import format_sacct, format_squeue
+from gbatch.formatting import format_job_details, format_sacct, format_squeue
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import Store
@@ -204,3 +204,12 @@ def test_take_and_index_spans_follow_the_array_expression() -> None:
     assert arrays.pos_of(stepped, 20) == 2 and arrays.pos_of(stepped, 21) is None
     plain = JobSpec(name="j", command=("x",), array="1-100000")
     assert arrays.index_spans(plain, ((10, 99_999),)) == ((11, 100_000),)
+
+
+def test_scontrol_show_job_of_the_array_shows_its_tail_as_one_record(daemon: Daemon) -> None:
+    array = submit(daemon, array=f"0-{TASKS - 1}%4")[0]
+    reply = handle(daemon, ALICE, {"op": "job", "id": array, "with_tasks": True})
+    tail = wire.job_from_wire(reply["tasks"][-1])
+    text = format_job_details(tail, [], 0)
+    assert f"JobId={array + ARRAY_ROWS} ArrayJobId={array} ArrayTaskId={ARRAY_ROWS}-99999" in text
+    assert "ArrayTaskThrottle=4" in text

@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gbatch.arrays import expand_tasks
 from gbatch.jobids import collapse_pending, job_label
 from gbatch.limits import UserShare
 from gbatch.model import (
@@ -121,6 +122,14 @@ def _nodelist_or_reason(job: Job) -> str:
     if job.state in _REASON_STATES:
         return f"({_reason(job)})"
     return _printable(job.node or "")
+
+
+def _array_task_ids(job: Job) -> str:
+    """scontrol's ArrayTaskId: the task's index, or the indices a pending record holds."""
+    if not job.array_more:
+        return str(job.spec.array_task)
+    label = job_label(job)
+    return label[label.index("[") + 1 : -1].partition("%")[0]
 
 
 def _array_task(job: Job) -> str:
@@ -468,7 +477,7 @@ def format_squeue(
     view = SqueueView(now, starts or {})
     lines = [_squeue_line(parts, None, view)] if header else []
     if expand_arrays:
-        lines.extend(_squeue_line(parts, job, view) for job in jobs)
+        lines.extend(_squeue_line(parts, task, view) for job in jobs for task in expand_tasks(job))
     else:
         lines.extend(_squeue_line(parts, job, view, label) for job, label in collapse_pending(jobs))
     return _lines(lines)
@@ -659,7 +668,8 @@ def format_sacct(
     parsable: bool = False,
     units: str | None = None,
 ) -> str:
-    """Render jobs as `sacct` does, one line per job in the order given.
+    """Render jobs as `sacct` does, one line per job in the order given (an array's
+    PENDING tasks folded into one line, N_[4-15], at the place of the first).
 
     Fixed-width columns at sacct's widths, a dashed line under the header; with
     `parsable` (sacct -P) fields are joined by '|' with no padding, no dashes.
@@ -675,7 +685,11 @@ def format_sacct(
             else c
             for c in columns
         ]
-    rows = [[c.value(job, now) for c in columns] for job in jobs]
+    # An array's pending tasks read as one line N_[4-15], as Slurm's one record of them.
+    rows = [
+        [label if c.name == "JobID" else c.value(job, now) for c in columns]
+        for job, label in collapse_pending(jobs)
+    ]
     lines = []
     if parsable:
         if header:
@@ -1256,7 +1270,8 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         f"JobId={job.id}"
         # As scontrol, for an array task only.
         + (
-            f" ArrayJobId={job.array_job_id} ArrayTaskId={spec.array_task}"
+            f" ArrayJobId={job.array_job_id} ArrayTaskId={_array_task_ids(job)}"
+            + (f" ArrayTaskThrottle={spec.array_throttle}" if spec.array_throttle else "")
             if job.array_job_id is not None
             else ""
         )

@@ -14,8 +14,8 @@ job 45, and no text names a job other than the one it reads as.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from gbatch.model import Job
 
@@ -130,19 +130,45 @@ def spans_of(indices: Iterable[int]) -> list[tuple[int, int]]:
     return spans
 
 
+def merge_spans(*groups: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Several span lists as one (overlapping or adjacent runs joined)."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(run for group in groups for run in group):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(b, out[-1][1]))
+        else:
+            out.append((a, b))
+    return tuple(out)
+
+
 def job_label(job: Job) -> str:
-    """A job's id as Slurm shows it: `N_K` for task K of array N, else `N`."""
+    """A job's id as Slurm shows it: `N_K` for task K of array N, else `N`; a record
+    standing for more pending tasks (Job.array_more) reads `N_[K-M]`."""
     array = job.array_job_id
-    return str(job.id) if array is None else f"{array}_{job.spec.array_task}"
+    if array is None:
+        return str(job.id)
+    if job.array_more:
+        return _folded(array, [(job.spec.array_task or 0,) * 2, *job.array_more], job)
+    return f"{array}_{job.spec.array_task}"
+
+
+def _folded(array: int, spans: Iterable[tuple[int, int]], job: Job) -> str:
+    """`N_[4-15]`, with Slurm's `%MAX` when the array's running tasks are throttled."""
+    throttle = job.spec.array_throttle
+    limit = f"%{throttle}" if throttle is not None else ""
+    return f"{array}_[{format_spans(merge_spans(spans))}{limit}]"
 
 
 def collapse_pending(jobs: Sequence[Job]) -> list[tuple[Job, str]]:
     """squeue's default rows: each job with its label, the PENDING tasks of one array
-    folded into one row `N_[4-15]` (at the place of its first), as Slurm shows them."""
-    tasks: dict[int, list[int]] = {}
+    folded into one row `N_[4-15]` (at the place of its first), as Slurm shows them.
+    A record standing for more tasks (Job.array_more) folds them in too."""
+    tasks: dict[int, list[tuple[int, int]]] = {}
     for job in jobs:
         if job.state.value == "PENDING" and job.array_job_id is not None:
-            tasks.setdefault(job.array_job_id, []).append(job.spec.array_task or 0)
+            spans = tasks.setdefault(job.array_job_id, [])
+            spans.append((job.spec.array_task or 0,) * 2)
+            spans.extend(job.array_more)
     rows: list[tuple[Job, str]] = []
     shown: set[int] = set()
     for job in jobs:
@@ -151,11 +177,23 @@ def collapse_pending(jobs: Sequence[Job]) -> list[tuple[Job, str]]:
             rows.append((job, job_label(job)))
         elif array not in shown:
             shown.add(array)
-            indices = tasks[array]
-            label = (
-                job_label(job)
-                if len(indices) == 1
-                else f"{array}_[{format_spans(spans_of(indices))}]"
-            )
-            rows.append((job, label))
+            spans = tasks[array]
+            single = len(spans) == 1 and spans[0][0] == spans[0][1]
+            rows.append((job, f"{array}_{spans[0][0]}" if single else _folded(array, spans, job)))
     return rows
+
+
+def expand_more(job: Job, positions_of: Callable[[int], int]) -> list[Job]:
+    """A record standing for more tasks as one Job per task (squeue -r): task K is job
+    `array id + positions_of(K)`."""
+    if not job.array_more:
+        return [job]
+    array = job.array_job_id
+    assert array is not None
+    out = [replace(job, array_more=())]
+    for first, last in job.array_more:
+        for index in range(first, last + 1):
+            pos = positions_of(index)
+            spec = replace(job.spec, array_task=index, array_pos=pos)
+            out.append(replace(job, id=array + pos, spec=spec, array_more=()))
+    return out

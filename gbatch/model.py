@@ -202,6 +202,9 @@ class JobSpec:
     # A parameter sweep's task: its row, (name, value) in the sweep's order, as text
     # (GBATCH_PARAM_<NAME>; gbatch/sweep.py). Set by the daemon, never by a file.
     params: tuple[tuple[str, str], ...] = ()
+    # An array's %M (Slurm's ArrayTaskThrottle): at most this many of its tasks run at
+    # once; None: no limit. Set by the daemon from --array and scontrol update.
+    array_throttle: int | None = None
 
     @property
     def effective_priority(self) -> int:
@@ -302,7 +305,16 @@ class JobSpec:
 
 
 # JobSpec fields written by to_dict only when set, so older jobs' stored JSON stays as it was.
-_OPTIONAL_KEYS = ("export", "begin", "signal", "mail_type", "mail_user", "comment", "array")
+_OPTIONAL_KEYS = (
+    "export",
+    "begin",
+    "signal",
+    "mail_type",
+    "mail_user",
+    "comment",
+    "array",
+    "array_throttle",
+)
 
 
 @dataclass(frozen=True)
@@ -333,6 +345,11 @@ class Job:
     # The submitting shell's variables the job exports (spec.export): filled, like
     # secret_values, only in the Job returned on the move to CONFIGURING.
     submit_env: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
+    # A pending array's record that stands for more of its tasks than its own: the
+    # other task indices it holds back, as inclusive spans (Store keeps an array's
+    # pending tasks past the first few as one record, materialised as they come up).
+    # Empty for every stored job.
+    array_more: tuple[tuple[int, int], ...] = ()
 
     @property
     def time_limit(self) -> int | None:

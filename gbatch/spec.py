@@ -1258,22 +1258,32 @@ ARRAY_FORMS = "N (tasks 0 to N-1), A-B, A-B:STEP or a list such as 1,4,10-12"
 MAX_ARRAY_INDEX = 4_000_000  # Slurm's MaxArraySize is at most 4000001
 
 
+def split_throttle(text: str, field: str = "--array") -> tuple[str, int | None]:
+    """An --array expression without its `%MAX` suffix, and MAX (None without one):
+    at most MAX of the array's tasks run at once (Slurm's ArrayTaskThrottle)."""
+    text = text.strip()
+    body, percent, limit = text.partition("%")
+    if not percent:
+        return text, None
+    if not re.fullmatch(r"[0-9]{1,7}", limit, re.ASCII) or int(limit) < 1:
+        raise SpecError(
+            field,
+            f"{show_value(text)}: %{limit} is not a number of tasks to run at once. "
+            "Write %MAX with MAX 1 or more, e.g. 0-99%4",
+        )
+    return body.strip(), int(limit)
+
+
 def parse_array(text: str, field: str = "--array", *, max_tasks: int = 100_000) -> tuple[int, ...]:
     """The task indices of an --array expression, ascending, each once.
 
     `A-B`, `A-B:STEP` and lists of them (`1,4,10-12`) as in Slurm. A lone number N
     keeps gbatch's older meaning, N tasks 0 to N-1 (Slurm reads it as the index N).
-    `%MAX` (Slurm's limit on tasks running at once) is refused: it comes with the
-    array work of a later release. At most `max_tasks` indices.
+    A trailing `%MAX` (Slurm's limit on tasks running at once) is read by
+    split_throttle and ignored here. At most `max_tasks` indices.
     """
     usage = f"Use {ARRAY_FORMS}"
-    text = text.strip()
-    if "%" in text:
-        raise SpecError(
-            field,
-            f"{show_value(text)}: %MAX (tasks running at once) is not supported yet. "
-            "Remove it; gbatch's per-user limits (max_running_jobs) cap running tasks",
-        )
+    text, _ = split_throttle(text, field)
     if re.fullmatch(r"[0-9]{1,7}", text, re.ASCII):
         count = int(text)
         if not 1 <= count <= max_tasks:

@@ -44,6 +44,7 @@ _BRIEF_SPEC_FIELDS = (
     "nice",
     "image",
     "partition",  # squeue's PARTITION column and -p
+    "array_throttle",  # squeue's N_[4-15%2]
 )
 _brief_values = attrgetter(*_BRIEF_SPEC_FIELDS)
 
@@ -73,6 +74,7 @@ def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
         "exit_code": job.exit_code,
         "exit_signal": job.exit_signal,
         "stop_state": job.stop_state.value if job.stop_state else None,
+        **({"array_more": [list(span) for span in job.array_more]} if job.array_more else {}),
     }
 
 
@@ -111,6 +113,7 @@ def jobs_to_table(jobs: Sequence[Job]) -> dict[str, Any]:
                 job.exit_code,
                 job.exit_signal,
                 job.stop_state.value if job.stop_state else None,
+                *([[list(span) for span in job.array_more]] if job.array_more else []),
             ]
         )
     return {"specs": specs, "rows": rows}
@@ -142,6 +145,7 @@ def job_from_row(row: Sequence[Any], spec: JobSpec) -> Job:
         exit_code,
         exit_signal,
         stop_state,
+        *more,
     ) = row
     job: Job = _new_object(Job)
     job.__dict__.update(
@@ -164,6 +168,7 @@ def job_from_row(row: Sequence[Any], spec: JobSpec) -> Job:
         stop_state=_STATES[stop_state] if stop_state else None,
         secret_values=(),  # never on the wire
         submit_env=(),  # likewise
+        array_more=tuple((a, b) for a, b in more[0]) if more else (),
     )
     return job
 
@@ -200,6 +205,7 @@ def job_from_wire(data: Mapping[str, Any], spec: JobSpec | None = None) -> Job:
         exit_code=data["exit_code"],
         exit_signal=data["exit_signal"],
         stop_state=JobState(data["stop_state"]) if data["stop_state"] else None,
+        array_more=tuple((a, b) for a, b in data.get("array_more", ())),
     )
 
 
@@ -521,6 +527,7 @@ UPDATE_KEYS = (
     "Gres",
     "Partition",
     "Comment",
+    "ArrayTaskThrottle",
 )
 _UPDATE_ALIASES = {"name": "JobName"}
 

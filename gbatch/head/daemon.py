@@ -19,8 +19,10 @@ import logging
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
+from gbatch.arrays import ARRAY_ROWS, THROTTLE_REASON, over_throttle
 from gbatch.config import Config, Paths
 from gbatch.crashpoints import crash_point
 from gbatch.dependency import (
@@ -383,6 +385,7 @@ class Daemon:
     # -- step 3: plan and dispatch -------------------------------------------------------
 
     def schedule(self, now: float) -> None:
+        self.store.refill_arrays(ARRAY_ROWS)
         pending = self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER)
         pending = self._past_begin(pending, now)
         pending = self.hold_back_dependents(pending, now)
@@ -390,6 +393,7 @@ class Daemon:
             self.expected_starts = {}
             return
         allocated = self.store.jobs_in(ALLOCATED_STATES)
+        pending = self._within_throttle(pending, allocated)
         drained = self.store.drained_nodes()
         # Asking an engine can take a subprocess: only when an image job could start.
         check_engines = any(job.spec.image is not None and not job.held for job in pending)
@@ -500,6 +504,21 @@ class Daemon:
                     blocked.add(job.id)
                     break
         return blocked
+
+    def _within_throttle(self, pending: list[Job], allocated: Sequence[Job]) -> list[Job]:
+        """The jobs their array's %MAX lets start; the others get reason
+        JobArrayTaskLimit and stay out of the plan, taking no reservation."""
+        running = Counter(job.array_job_id for job in allocated if job.array_job_id is not None)
+        ordered = sorted(
+            pending, key=lambda j: (j.user, -j.spec.effective_priority, j.submit_time, j.id)
+        )
+        held = over_throttle(ordered, running)
+        if not held:
+            return pending
+        self.store.set_pending_reasons(
+            {job.id: THROTTLE_REASON for job in pending if job.id in held}
+        )
+        return [job for job in pending if job.id not in held]
 
     def _past_begin(self, pending: list[Job], now: float) -> list[Job]:
         """The jobs whose --begin time has come; the others get reason BeginTime and stay

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, assert_never
 
 from gbatch import __version__, dependency, policy, wire
+from gbatch.arrays import ARRAY_ROWS
 from gbatch.head import jobupdate
 from gbatch.head.accounting import usage_by
 from gbatch.head.daemon import Daemon
@@ -63,6 +64,7 @@ from gbatch.spec import (
     filter_submit_env,
     parse_array,
     secret_env_values,
+    split_throttle,
 )
 from gbatch.sweep import Sweep, check_templates, sweep_from_wire
 from gbatch.sweep import task_spec as sweep_task_spec
@@ -304,6 +306,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         submit_env = filter_submit_env(request.submit_env or {})
         check_submit_env_size(submit_env)
         indices = None if request.array is None else parse_array(request.array, max_tasks=MAX_ARRAY)
+        throttle = None if request.array is None else split_throttle(request.array)[1]
         sweep = _submitted_sweep(request, spec)
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
@@ -323,7 +326,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         indices = tuple(range(len(sweep.rows)))
         array_text: str | None = f"0-{len(indices) - 1}"
     else:
-        array_text = request.array.strip() if request.array else None
+        array_text = split_throttle(request.array)[0] if request.array else None
     count = request.count if indices is None else len(indices)
     if not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
@@ -353,8 +356,17 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
                 raise Refused("invalid", refusal)
     if request.test_only:
         return {"test": _test_start(daemon, caller, spec)}
-    if indices is not None:
-        # Ids of one submission are consecutive: task i's position is its offset.
+    tail_count = 0
+    if indices is not None and sweep is None:
+        # Ids of one submission are consecutive: task i's position is its offset. Past
+        # the first ARRAY_ROWS, the tasks wait as one record (the store's array tail).
+        spec = replace(spec, array=array_text, array_throttle=throttle)
+        specs = [
+            replace(spec, array_task=index, array_pos=i)
+            for i, index in enumerate(indices[:ARRAY_ROWS])
+        ]
+        tail_count = len(indices) if len(indices) > ARRAY_ROWS else 0
+    elif indices is not None:
         specs = [
             replace(spec, array_task=index, array_pos=i, array=array_text)
             for i, index in enumerate(indices)
@@ -370,7 +382,8 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
     elif count == 1:
         specs = [spec]
     else:
-        specs = [replace(spec, array_task=i, array_pos=i) for i in range(count)]
+        specs = [replace(spec, array_task=i, array_pos=i) for i in range(min(count, ARRAY_ROWS))]
+        tail_count = count if count > ARRAY_ROWS else 0
     try:
         ids = daemon.committer.submit(
             Submission(
@@ -381,6 +394,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
                 tuple(secret_values.items()),
                 submit_env=tuple(submit_env.items()),
                 max_pending=None if limits is None else limits.max_pending_jobs,
+                tail_count=tail_count,
             )
         )
     except PendingLimitReached as err:
@@ -662,6 +676,11 @@ def _targets(
                 arrays.append((job_id, ends[job_id]))
         else:
             ids.append(job_id)
+    if ids and not isinstance(request, wire.ListJobs):
+        # Tasks named alone that still wait in their array's tail become rows, so that
+        # what acts on one job (cancel, hold, requeue) acts on them. A listing reads
+        # them where they are.
+        daemon.store.materialise(ids)
     return ids, ranges
 
 
@@ -743,6 +762,8 @@ def cancel(daemon: Daemon, caller: Caller, request: wire.Cancel) -> dict[str, An
                 and not (brief.state.is_final and any(a <= brief.id <= b for a, b in arrays))
             ]
             _cancel_named(daemon, caller, tally, _owned(caller, admin, tally, chosen))
+        if not states or JobState.PENDING in states:
+            _cancel_tails(daemon, caller, tally, [a for a, _ in arrays], users, admin)
     elif users or states:
         _cancel_sweep(daemon, caller, tally, users, states, admin)
     else:
@@ -766,6 +787,31 @@ def _cancel_named(daemon: Daemon, caller: Caller, tally: _Tally, briefs: list[Jo
             tally.fail(job_id, outcome[0])
 
 
+def _cancel_tails(
+    daemon: Daemon,
+    caller: Caller,
+    tally: _Tally,
+    array_ids: Sequence[int],
+    users: set[str],
+    admin: bool,
+) -> None:
+    """Cancel the tails (tasks not yet rows) of the arrays `array_ids` the caller may
+    act on: one write however many tasks they hold."""
+    if not array_ids:
+        return
+    tails = daemon.store.tails(
+        states=[JobState.PENDING],
+        users=users or None,
+        overlapping=[(a, a) for a in array_ids],
+    )
+    mine = [t.array_id for t in tails if t.array_id in array_ids and (admin or t.uid == caller.uid)]
+    try:
+        tally.done += daemon.store.cancel_tails(mine, f"cancelled by {caller.user}", daemon.clock())
+    except StoreFull as err:
+        for array_id in mine:
+            tally.fail(array_id, _store_full_message(err))
+
+
 def _cancel_sweep(
     daemon: Daemon,
     caller: Caller,
@@ -786,6 +832,8 @@ def _cancel_sweep(
         ):
             after = ids[-1]
             _cancel_pending(daemon, caller, tally, ids)
+        tails = daemon.store.tails(states=[JobState.PENDING], users=users or None, uid=uid)
+        _cancel_tails(daemon, caller, tally, [t.array_id for t in tails], users, admin)
     allocated = (states or ACTIVE_STATES) & (ACTIVE_STATES - {JobState.PENDING})
     for job in daemon.store.jobs(states=allocated, users=users or None) if allocated else []:
         if uid is None or job.uid == uid:
@@ -864,13 +912,21 @@ def _set_hold(
     """Hold or release the pending jobs named, a batch per transaction."""
     admin = is_admin(daemon, caller)
     tally = _Tally(daemon, caller, "hold" if held else "release")
-    ids, ranges = _targets(daemon, request, tally)
+    arrays: list[tuple[int, int]] = []
+    ids, ranges = _targets(daemon, request, tally, arrays)
+    if arrays:
+        tails = daemon.store.tails(
+            states=[JobState.PENDING], overlapping=[(a, a) for a, _ in arrays]
+        )
+        mine = [t.array_id for t in tails if admin or t.uid == caller.uid]
+        tally.done += daemon.store.hold_tails(mine, held)
     for batch in _named(daemon, caller, tally, ids, ranges, admin):
         pending = []
         for brief in _owned(caller, admin, tally, batch):
             if brief.state is JobState.PENDING:
                 pending.append(brief.id)
-            else:
+            elif not any(a <= brief.id <= b for a, b in arrays):
+                # An array named by its id: its tasks still pending, as `scancel N`.
                 tally.fail(brief.id, _not_pending(brief.id, brief.state))
         if not pending:
             continue
@@ -1077,9 +1133,21 @@ def update(daemon: Daemon, caller: Caller, request: wire.UpdateJob) -> dict[str,
             f"Access/permission denied: job {found.id} is {found.user}'s; only its owner "
             "or an admin may update it",
         )
+    changes = dict(request.changes)
+    throttled = [key for key in changes if wire.update_key(key) == "ArrayTaskThrottle"]
+    notes: list[str] = []
+    if throttled:
+        notes.append(_update_throttle(daemon, caller, found, changes.pop(throttled[-1])))
+        for key in throttled:
+            changes.pop(key, None)
+        if not changes:
+            daemon.wake.set()
+            return {"id": found.id, "changes": notes}
+    if daemon.store.materialise([found.id]):  # a task still in its array's tail
+        found = _job(daemon, found.id)
     try:
         change = jobupdate.plan_update(
-            found, request.changes, admin=admin, partitions=daemon.fleet.partitions
+            found, changes, admin=admin, partitions=daemon.fleet.partitions
         )
     except jobupdate.UpdateRefused as err:
         if err.kind == "permission":
@@ -1097,7 +1165,7 @@ def update(daemon: Daemon, caller: Caller, request: wire.UpdateJob) -> dict[str,
             )
         spec = replace(spec, dependency=_check_dependency(daemon, caller, spec.dependency))
     if not change.notes:
-        return {"id": found.id, "changes": []}
+        return {"id": found.id, "changes": notes}
     what = "; ".join(change.notes)
     try:
         daemon.store.update_spec(
@@ -1118,7 +1186,33 @@ def update(daemon: Daemon, caller: Caller, request: wire.UpdateJob) -> dict[str,
         ) from None
     audit(daemon, caller, "update", found, f"allowed: {what}")
     daemon.wake.set()
-    return {"id": found.id, "changes": list(change.notes)}
+    return {"id": found.id, "changes": [*notes, *change.notes]}
+
+
+def _update_throttle(daemon: Daemon, caller: Caller, found: Job, value: str) -> str:
+    """scontrol update ArrayTaskThrottle=M of the array `found` belongs to: at most M of
+    its tasks run at once from the next pass (0: no limit, as Slurm). Tasks running
+    already carry on."""
+    array_id = found.array_job_id
+    if array_id is None:
+        raise Refused(
+            "invalid",
+            f"ArrayTaskThrottle: job {found.id} is not an array task. Name an array (N or N_K)",
+        )
+    text = value.strip()
+    if not text.isdigit() or len(text) > 7:
+        raise Refused(
+            "invalid",
+            f"ArrayTaskThrottle: {show_value(value)} is not a number of tasks. Give 0 (no "
+            "limit) or more",
+        )
+    throttle = int(text) or None
+    last = daemon.store.array_ends([array_id], MAX_ARRAY).get(array_id, array_id)
+    old = found.spec.array_throttle
+    daemon.store.set_array_throttle(array_id, last, throttle)
+    note = f"ArrayTaskThrottle {old or 0} -> {throttle or 0}"
+    audit(daemon, caller, "update", found, f"allowed: {note}")
+    return note
 
 
 def _check_update_gpus(daemon: Daemon, caller: Caller, gpus: int) -> None:

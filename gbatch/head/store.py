@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
+from gbatch import arrays
 from gbatch.config import make_private
 from gbatch.dependency import NEVER_REASON, RefJob
 from gbatch.head import fairshare
@@ -119,6 +120,30 @@ MIGRATIONS: tuple[str, ...] = (
         sealed BLOB    NOT NULL
     )
     """,
+    # 8: an array's pending tasks past its first few, as ONE record (its tail): the
+    # positions not yet made jobs rows, and the spec they share. Their ids (array_id +
+    # position, up to last_id) are reserved at submit; a task becomes a row when it
+    # comes up (Store.refill_arrays) or is named alone (Store.materialise). A tail
+    # cancelled whole stays, CANCELLED, as the record of those tasks (sacct).
+    """
+    CREATE TABLE array_tails (
+        array_id    INTEGER PRIMARY KEY,
+        last_id     INTEGER NOT NULL,
+        uid         INTEGER NOT NULL,
+        user        TEXT    NOT NULL,
+        spec        TEXT    NOT NULL,
+        state       TEXT    NOT NULL,
+        reason      TEXT    NOT NULL DEFAULT '',
+        held        INTEGER NOT NULL DEFAULT 0,
+        submit_time REAL    NOT NULL,
+        end_time    REAL,
+        positions   TEXT    NOT NULL,
+        remaining   INTEGER NOT NULL,
+        secret      BLOB,
+        submit_env  BLOB
+    );
+    CREATE INDEX array_tails_state ON array_tails(state, user)
+    """,
 )
 # The key that seals job_secrets, beside the store in the daemon's home.
 SECRET_KEY_FILE = "secrets.key"
@@ -174,6 +199,57 @@ class Submission:
     # The user's max_pending_jobs (None: no limit), checked inside the transaction that
     # queues the jobs, where concurrent submits cannot race past it.
     max_pending: int | None = None
+    # An array's tasks past `specs`: positions len(specs) to tail_count - 1 of the
+    # array whose first task is specs[0], kept as one record until they come up.
+    tail_count: int = 0
+
+    @property
+    def count(self) -> int:
+        return max(len(self.specs), self.tail_count)
+
+
+@dataclass(frozen=True)
+class ArrayTail:
+    """An array's pending tasks that are not rows yet (see migration 8)."""
+
+    array_id: int
+    last_id: int
+    uid: int
+    user: str
+    spec: JobSpec  # the array's first task's: each task's is this with its index
+    state: JobState
+    reason: str
+    held: bool
+    submit_time: float
+    end_time: float | None
+    positions: arrays.Spans
+
+    def task_spec(self, pos: int) -> JobSpec:
+        return replace(self.spec, array_task=arrays.index_at(self.spec, pos), array_pos=pos)
+
+    def task(self, pos: int, more: arrays.Spans = ()) -> Job:
+        """Task `pos` as a Job (with `more`: the record standing for those tasks too)."""
+        return Job(
+            id=self.array_id + pos,
+            uid=self.uid,
+            user=self.user,
+            spec=self.task_spec(pos),
+            state=self.state,
+            submit_time=self.submit_time,
+            reason=self.reason,
+            held=self.held,
+            end_time=self.end_time,
+            array_more=arrays.index_spans(self.spec, more),
+        )
+
+    def record(self) -> Job:
+        """The tail as one Job: its first task, standing for the others (squeue's
+        `N_[32-99999]`, sacct's)."""
+        first, rest = arrays.take(self.positions, 1)
+        return self.task(first[0], rest)
+
+    def has(self, job_id: int) -> bool:
+        return arrays.contains(self.positions, job_id - self.array_id)
 
 
 @dataclass(frozen=True)
@@ -346,7 +422,7 @@ class Store:
             # Pending jobs per user as this transaction goes: counted once per user.
             pending: dict[str, int] = {}
             for submission, token, env_token in zip(submissions, sealed, sealed_env, strict=True):
-                user, adding = submission.user, len(submission.specs)
+                user, adding = submission.user, submission.count
                 if submission.max_pending is not None:
                     have = pending.get(user)
                     if have is None:
@@ -388,17 +464,54 @@ class Store:
                         "INSERT INTO job_submit_env (job_id, sealed) VALUES (?, ?)",
                         [(job_id, env_token) for job_id in ids],
                     )
+                if submission.tail_count > len(ids):
+                    self._insert_tail(db, submission, ids[0], token, env_token, now)
+                    ids = list(range(ids[0], ids[0] + submission.tail_count))
                 results.append(ids)
             db.executemany(
                 "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
                 [
                     (job_id, now, state, "submitted")
-                    for ids in results
+                    for ids, submission in zip(results, submissions, strict=True)
                     if isinstance(ids, list)
-                    for job_id in ids
+                    for job_id in ids[: len(submission.specs)]
                 ],
             )
         return results
+
+    @staticmethod
+    def _insert_tail(
+        db: sqlite3.Connection,
+        submission: Submission,
+        array_id: int,
+        token: bytes | None,
+        env_token: bytes | None,
+        now: float,
+    ) -> None:
+        """The array's tasks past its rows, as one record; their ids reserved."""
+        last_id = array_id + submission.tail_count - 1
+        positions = ((len(submission.specs), submission.tail_count - 1),)
+        # AUTOINCREMENT never hands out an id at or below the sequence again.
+        db.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'jobs'", (last_id,))
+        db.execute(
+            "INSERT INTO array_tails (array_id, last_id, uid, user, spec, state, reason, held,"
+            " submit_time, positions, remaining, secret, submit_env)"
+            " VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?)",
+            (
+                array_id,
+                last_id,
+                submission.uid,
+                submission.user,
+                json.dumps(submission.specs[0].to_dict()),
+                "JobHeldUser" if submission.held else "",
+                submission.held,
+                now,
+                json.dumps(positions),
+                arrays.count(positions),
+                token,
+                env_token,
+            ),
+        )
 
     @staticmethod
     def _pending_count(db: sqlite3.Connection, user: str) -> int:
@@ -408,7 +521,12 @@ class Store:
             " WHERE user = ? AND state = 'PENDING'",
             (user,),
         ).fetchone()
-        return int(row[0])
+        tails = db.execute(
+            "SELECT coalesce(sum(remaining), 0) FROM array_tails"
+            " WHERE state = 'PENDING' AND user = ?",
+            (user,),
+        ).fetchone()
+        return int(row[0]) + int(tails[0])
 
     def _seal_secrets(self, submission: Submission) -> bytes | None:
         names = {name for name, _ in submission.secret_values}
@@ -616,6 +734,11 @@ class Store:
                         part,
                     )
                 )
+        missing = set(ids) - {brief.id for brief in found}
+        found.extend(
+            JobBrief(job.id, job.uid, job.user, job.state)
+            for job in self._tail_tasks(missing).values()
+        )
         return sorted(found, key=lambda brief: brief.id)
 
     def briefs_between(self, first: int, last: int, *, after: int, limit: int) -> list[JobBrief]:
@@ -730,8 +853,25 @@ class Store:
     # -- reads ----------------------------------------------------------------------
 
     def get(self, job_id: int) -> Job | None:
+        """The job `job_id`: its row, or the pending array task its tail holds."""
         with self._lock:
-            return self._get(self._db, job_id)
+            job = self._get(self._db, job_id)
+            if job is None:
+                tail = self._tail_of(self._db, job_id)
+                if tail is not None:
+                    return tail.task(job_id - tail.array_id)
+            return job
+
+    def _tail_tasks(self, ids: Collection[int]) -> dict[int, Job]:
+        """Those of `ids` that are tasks held in array tails, as Jobs."""
+        if not ids:
+            return {}
+        found: dict[int, Job] = {}
+        for tail in self.tails(overlapping=[(min(ids), max(ids))]):
+            for job_id in ids:
+                if tail.has(job_id):
+                    found[job_id] = tail.task(job_id - tail.array_id)
+        return found
 
     def require(self, job_id: int) -> Job:
         job = self.get(job_id)
@@ -785,7 +925,10 @@ class Store:
         id_ranges: Sequence[tuple[int, int]] = (),
     ) -> list[Job]:
         """Jobs matching every given filter, by id. finished=True: final states only.
-        `id_ranges` (FIRST, LAST): jobs with ids in them are matched as `ids` are."""
+        `id_ranges` (FIRST, LAST): jobs with ids in them are matched as `ids` are.
+        Array tasks still in a tail come as the tail's one record (Job.array_more),
+        or each as itself when `ids` names it."""
+        asked_ids = ids
         clauses: list[str] = []
         params: list[object] = []
         if id_ranges:
@@ -811,8 +954,55 @@ class Store:
         where = " AND ".join(clauses) or "1"
         if limit is not None:
             where += f" ORDER BY id DESC LIMIT {int(limit)}"
-            return sorted(self._select_raw(where, params), key=lambda j: j.id)
-        return self._select(where, params)
+            found = sorted(self._select_raw(where, params), key=lambda j: j.id)
+        else:
+            found = self._select(where, params)
+        more = self._tail_records(asked_ids, id_ranges, states, users, finished, since)
+        if more:
+            found = sorted([*found, *more], key=lambda job: job.id)
+        return found
+
+    def _tail_records(
+        self,
+        ids: Collection[int] | None,
+        id_ranges: Sequence[tuple[int, int]],
+        states: Collection[JobState] | None,
+        users: Collection[str] | None,
+        finished: bool | None,
+        since: float | None,
+    ) -> list[Job]:
+        """What jobs() adds for array tails: a task named by its id alone, and each tail
+        a range or no id filter at all takes in, as one record (Job.array_more)."""
+        if finished is True:
+            wanted = [state for state in JobState if state.is_final]
+        elif finished is False:
+            wanted = [JobState.PENDING]
+        else:
+            wanted = list(JobState)
+        if states is not None:
+            wanted = [state for state in wanted if state in states]
+        if not wanted:
+            return []
+        found: list[Job] = []
+        if ids:
+            found.extend(
+                job
+                for job in self._tail_tasks(ids).values()
+                if job.state in wanted
+                and (users is None or job.user in users)
+                and (since is None or job.submit_time >= since)
+            )
+        if ids is None or id_ranges:
+            found.extend(
+                tail.record()
+                for tail in self.tails(
+                    states=wanted,
+                    users=users,
+                    since=since,
+                    overlapping=list(id_ranges) if ids is not None or id_ranges else None,
+                )
+            )
+        return found
 
     def jobs_run_between(
         self, start: float, end: float, users: Collection[str] | None = None
@@ -862,7 +1052,14 @@ class Store:
                 " GROUP BY user",
                 params,
             ).fetchall()
-        return {user: int(n) for user, n in rows}
+            tails = self._db.execute(
+                f"SELECT user, sum(remaining) FROM array_tails WHERE {where} GROUP BY user",
+                params,
+            ).fetchall()
+        counts = {user: int(n) for user, n in rows}
+        for user, n in tails:
+            counts[user] = counts.get(user, 0) + int(n)
+        return counts
 
     # -- dependencies (gbatch/dependency.py) -------------------------------------------
 
@@ -879,6 +1076,8 @@ class Store:
                     part,
                 ):
                     found[job_id] = RefJob(_STATE_NAMED[state], start, end)
+        for job_id, job in self._tail_tasks(set(ids) - found.keys()).items():
+            found[job_id] = RefJob(job.state, None, job.end_time)
         return found
 
     def array_tasks(self, array_id: int, most: int) -> dict[int, int] | None:
@@ -899,6 +1098,11 @@ class Store:
                     break
                 tasks[int(task)] = job_id
             cursor.close()
+            tail = self._tail_by_id(self._db, array_id) if tasks else None
+        if tail is not None:
+            for first, last in tail.positions:
+                for pos in range(first, last + 1):
+                    tasks[arrays.index_at(tail.spec, pos)] = array_id + pos
         return tasks or None
 
     def array_ends(self, ids: Collection[int], most: int) -> dict[int, int]:
@@ -917,8 +1121,10 @@ class Store:
                         part,
                     )
                 )
-        ends = {}
+        ends = {tail.array_id: tail.last_id for tail in self.tails() if tail.array_id in heads}
         for head in heads:
+            if head in ends:
+                continue
             tasks = self.array_tasks(head, most)
             if tasks:
                 ends[head] = max(tasks.values())
@@ -939,6 +1145,215 @@ class Store:
                 ):
                     found.append((job_id, user, name, _STATE_NAMED[state]))
         return found
+
+    # -- array tails (migration 8) ----------------------------------------------------
+
+    def tails(
+        self,
+        *,
+        states: Collection[JobState] | None = None,
+        users: Collection[str] | None = None,
+        uid: int | None = None,
+        overlapping: Sequence[tuple[int, int]] | None = None,
+        since: float | None = None,
+    ) -> list[ArrayTail]:
+        """Array tails matching every given filter, by array id. `overlapping`: only
+        those whose ids meet one of these (FIRST, LAST) ranges."""
+        clauses: list[str] = []
+        params: list[object] = []
+        if states is not None:
+            clauses.append(f"state IN ({_marks(states)})")
+            params.extend(state.value for state in states)
+        if users is not None:
+            clauses.append(f"user IN ({_marks(users)})")
+            params.extend(users)
+        if uid is not None:
+            clauses.append("uid = ?")
+            params.append(uid)
+        if since is not None:
+            clauses.append("submit_time >= ?")
+            params.append(since)
+        if overlapping is not None:
+            if not overlapping:
+                return []
+            clauses.append(
+                "(" + " OR ".join(["(array_id <= ? AND last_id >= ?)"] * len(overlapping)) + ")"
+            )
+            params.extend(bound for first, last in overlapping for bound in (last, first))
+        where = " AND ".join(clauses) or "1"
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_TAIL_COLUMNS} FROM array_tails WHERE {where} ORDER BY array_id",
+                params,
+            ).fetchall()
+        return [_tail_from_row(row) for row in rows]
+
+    def tail_of(self, job_id: int) -> ArrayTail | None:
+        """The tail holding task `job_id` (a reserved id not yet a row), if any."""
+        with self._lock:
+            return self._tail_of(self._db, job_id)
+
+    @staticmethod
+    def _tail_of(db: sqlite3.Connection, job_id: int) -> ArrayTail | None:
+        row = db.execute(
+            f"SELECT {_TAIL_COLUMNS} FROM array_tails WHERE array_id <= ? AND last_id >= ?"
+            " ORDER BY array_id DESC LIMIT 1",
+            (job_id, job_id),
+        ).fetchone()
+        if row is None:
+            return None
+        tail = _tail_from_row(row)
+        return tail if tail.has(job_id) else None
+
+    def refill_arrays(self, window: int) -> int:
+        """Make rows of pending arrays' next tasks, so that each has `window` pending
+        rows for the planner (fewer when its tail runs out). Returns the rows made."""
+        made = 0
+        with self._lock:
+            heads = [
+                row[0]
+                for row in self._db.execute(
+                    "SELECT array_id FROM array_tails WHERE state = 'PENDING' AND held = 0"
+                )
+            ]
+        if not heads:
+            return 0
+        with self._write() as db:
+            for array_id in heads:
+                tail = self._tail_by_id(db, array_id)
+                if tail is None or tail.state is not JobState.PENDING:
+                    continue
+                (waiting,) = db.execute(
+                    "SELECT count(*) FROM jobs INDEXED BY jobs_state"
+                    " WHERE state = 'PENDING' AND id BETWEEN ? AND ?",
+                    (tail.array_id, tail.last_id),
+                ).fetchone()
+                if waiting < window:
+                    taken, _ = arrays.take(tail.positions, window - int(waiting))
+                    made += self._materialise(db, tail, taken)
+        return made
+
+    def materialise(self, ids: Collection[int]) -> list[int]:
+        """Make rows of those of `ids` that are pending array tasks still in a tail (a
+        request names them alone: cancel, hold, update one task). The ids made."""
+        made: list[int] = []
+        with self._write() as db:
+            by_tail: dict[int, tuple[ArrayTail, list[int]]] = {}
+            for job_id in sorted(set(ids)):
+                known = next(
+                    (t for t, _ in by_tail.values() if t.array_id <= job_id <= t.last_id), None
+                )
+                tail = known or self._tail_of(db, job_id)
+                if tail is None or tail.state is not JobState.PENDING or not tail.has(job_id):
+                    continue
+                by_tail.setdefault(tail.array_id, (tail, []))[1].append(job_id - tail.array_id)
+            for tail, positions in by_tail.values():
+                self._materialise(db, tail, positions)
+                made.extend(tail.array_id + pos for pos in positions)
+        return made
+
+    @staticmethod
+    def _tail_by_id(db: sqlite3.Connection, array_id: int) -> ArrayTail | None:
+        row = db.execute(
+            f"SELECT {_TAIL_COLUMNS} FROM array_tails WHERE array_id = ?", (array_id,)
+        ).fetchone()
+        return None if row is None else _tail_from_row(row)
+
+    @staticmethod
+    def _materialise(db: sqlite3.Connection, tail: ArrayTail, positions: Sequence[int]) -> int:
+        """Rows for the tail's tasks at `positions`, as submit would have written them;
+        the tail keeps the rest (and goes when none is left)."""
+        if not positions:
+            return 0
+        ids = [tail.array_id + pos for pos in positions]
+        db.executemany(
+            "INSERT INTO jobs (id, uid, user, name, spec, state, reason, held, submit_time,"
+            " queue_priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    tail.array_id + pos,
+                    tail.uid,
+                    tail.user,
+                    tail.spec.name,
+                    json.dumps(tail.task_spec(pos).to_dict()),
+                    tail.state.value,
+                    tail.reason,
+                    tail.held,
+                    tail.submit_time,
+                    tail.spec.effective_priority,
+                )
+                for pos in positions
+            ],
+        )
+        db.executemany(
+            "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
+            [(job_id, tail.submit_time, tail.state.value, "submitted") for job_id in ids],
+        )
+        sealed = db.execute(
+            "SELECT secret, submit_env FROM array_tails WHERE array_id = ?", (tail.array_id,)
+        ).fetchone()
+        for table, token in zip(("job_secrets", "job_submit_env"), sealed, strict=True):
+            if token is not None:
+                db.executemany(
+                    f"INSERT INTO {table} (job_id, sealed) VALUES (?, ?)",
+                    [(job_id, token) for job_id in ids],
+                )
+        rest = arrays.without(tail.positions, positions)
+        if rest:
+            db.execute(
+                "UPDATE array_tails SET positions = ?, remaining = ? WHERE array_id = ?",
+                (json.dumps(rest), arrays.count(rest), tail.array_id),
+            )
+        else:
+            db.execute("DELETE FROM array_tails WHERE array_id = ?", (tail.array_id,))
+        return len(ids)
+
+    def cancel_tails(self, array_ids: Collection[int], reason: str, now: float) -> int:
+        """Cancel the pending tails of `array_ids` whole: each stays as one CANCELLED
+        record of its tasks (sacct's `N_[32-99999]`). Returns how many tasks."""
+        return self._change_tails(
+            array_ids, "state = 'CANCELLED', reason = ?, end_time = ?", (reason, now)
+        )
+
+    def hold_tails(self, array_ids: Collection[int], held: bool) -> int:
+        """Hold or release the pending tails of `array_ids`; how many tasks."""
+        reason = "JobHeldUser" if held else ""
+        return self._change_tails(array_ids, "held = ?, reason = ?", (held, reason))
+
+    def _change_tails(
+        self, array_ids: Collection[int], assignments: str, values: tuple[object, ...]
+    ) -> int:
+        ordered = sorted(array_ids)
+        done = 0
+        with self._write() as db:
+            for part in _chunks(ordered):
+                where = f"state = 'PENDING' AND array_id IN ({_marks(part)})"
+                (n,) = db.execute(
+                    f"SELECT coalesce(sum(remaining), 0) FROM array_tails WHERE {where}", part
+                ).fetchone()
+                db.execute(f"UPDATE array_tails SET {assignments} WHERE {where}", (*values, *part))
+                done += int(n)
+        return done
+
+    def set_array_throttle(self, array_id: int, last_id: int, throttle: int | None) -> None:
+        """scontrol update ArrayTaskThrottle: the array's rows still to end and its tail
+        get the new limit, in one transaction."""
+        with self._write() as db:
+            for job_id, text in db.execute(
+                f"SELECT id, spec FROM jobs WHERE id BETWEEN ? AND ? AND state IN ({_ACTIVE_SQL})",
+                (array_id, last_id),
+            ).fetchall():
+                spec = replace(_decode_spec(text), array_throttle=throttle)
+                db.execute(
+                    "UPDATE jobs SET spec = ? WHERE id = ?", (json.dumps(spec.to_dict()), job_id)
+                )
+            tail = self._tail_by_id(db, array_id)
+            if tail is not None:
+                spec = replace(tail.spec, array_throttle=throttle)
+                db.execute(
+                    "UPDATE array_tails SET spec = ? WHERE array_id = ?",
+                    (json.dumps(spec.to_dict()), array_id),
+                )
 
     def drain_node(self, name: str, reason: str, now: float) -> None:
         """Take a node out of scheduling (its running jobs carry on)."""
@@ -986,6 +1401,29 @@ class Store:
     def _get(db: sqlite3.Connection, job_id: int) -> Job | None:
         row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return _job_from_row(row) if row else None
+
+
+_TAIL_COLUMNS = (
+    "array_id, last_id, uid, user, spec, state, reason, held, submit_time, end_time, positions"
+)
+
+
+def _tail_from_row(row: Sequence[object]) -> ArrayTail:
+    (array_id, last_id, uid, user, spec, state, reason, held, submit, end, positions) = row
+    assert isinstance(spec, str) and isinstance(positions, str) and isinstance(state, str)
+    return ArrayTail(
+        array_id=int(array_id),  # type: ignore[call-overload]
+        last_id=int(last_id),  # type: ignore[call-overload]
+        uid=int(uid),  # type: ignore[call-overload]
+        user=str(user),
+        spec=_decode_spec(spec),
+        state=_STATE_NAMED[state],
+        reason=str(reason),
+        held=bool(held),
+        submit_time=float(submit),  # type: ignore[arg-type]
+        end_time=end,  # type: ignore[arg-type]
+        positions=tuple((int(a), int(b)) for a, b in json.loads(positions)),
+    )
 
 
 def _chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:

@@ -33,6 +33,7 @@ VOCABULARY = {
     "views",
     "sweep",
     "jobids",
+    "arrays",
 }
 # What each layer may import besides the vocabulary and the standard library.
 ALLOWED = {

@@ -158,8 +158,8 @@ def test_a_line_at_the_limit_is_read_and_answered(daemon: Daemon) -> None:
 def test_a_client_that_does_not_read_its_replies_is_closed_and_stalls_no_one(
     daemon: Daemon, caplog: pytest.LogCaptureFixture
 ) -> None:
-    spec = JobSpec(name="j", command=("true",)).to_dict()
-    handlers.handle(daemon, ROOT, {"op": "submit", "spec": spec, "count": 2000, "held": True})
+    # 2,000 rows (an array this size would list as a few rows and one record).
+    daemon.store.submit([JobSpec(name="j", command=("true",))] * 2000, 0, "root", 0, held=True)
     request = json.dumps(wire.encode_request(wire.ListJobs())).encode() + b"\n"
     with serving(daemon) as made, connect(made) as deaf:
         deaf.sendall(request * 20)  # replies of ~1 MB each, none read for now

@@ -1,0 +1,137 @@
+"""An array's tasks by position: which index each position has, and position spans.
+
+A submission's tasks have consecutive ids: task at position p is job `array id + p`,
+its index (SLURM_ARRAY_TASK_ID) the p-th of the --array expression's indices. The
+store keeps an array's pending tasks past its first few as spans of positions
+(Store's array tails); these helpers turn positions into indices and back. Pure.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+
+from gbatch.jobids import expand_more, spans_of
+from gbatch.model import Job, JobSpec
+from gbatch.spec import parse_array
+
+# An array's tasks that are rows while pending; the rest wait as one record (the
+# store's array tail) and become rows as these start: a 100,000-task array costs a
+# few rows and one record at submit, not 100,000 rows.
+ARRAY_ROWS = 32
+# Slurm's pending reason for a task held back by its array's %MAX.
+THROTTLE_REASON = "JobArrayTaskLimit"
+
+Spans = tuple[tuple[int, int], ...]  # inclusive (first, last) runs, ascending, disjoint
+
+
+@lru_cache(maxsize=64)
+def _indices(expression: str) -> tuple[int, ...]:
+    return parse_array(expression, max_tasks=10**7)
+
+
+def index_at(spec: JobSpec, pos: int) -> int:
+    """The index of the task at position `pos` of the array `spec` belongs to (an array
+    without an expression, `count` copies, has index = position)."""
+    if spec.array is None:
+        return pos
+    return _indices(spec.array)[pos]
+
+
+def pos_of(spec: JobSpec, index: int) -> int | None:
+    """The position of index `index` in the array `spec` belongs to, None if none."""
+    if spec.array is None:
+        return index if index >= 0 else None
+    indices = _indices(spec.array)
+    at = bisect.bisect_left(indices, index)
+    return at if at < len(indices) and indices[at] == index else None
+
+
+def index_spans(spec: JobSpec, positions: Spans) -> Spans:
+    """The indices of `positions` as spans; a run of positions whose indices are
+    consecutive costs one step, whatever its length."""
+    out: list[tuple[int, int]] = []
+    for first, last in positions:
+        low, high = index_at(spec, first), index_at(spec, last)
+        if high - low == last - first:
+            runs: Iterable[tuple[int, int]] = ((low, high),)
+        else:
+            runs = spans_of(_indices(spec.array or "")[first : last + 1])
+        for a, b in runs:
+            if out and a == out[-1][1] + 1:
+                out[-1] = (out[-1][0], b)
+            else:
+                out.append((a, b))
+    return tuple(out)
+
+
+def count(spans: Spans) -> int:
+    return sum(last - first + 1 for first, last in spans)
+
+
+def first_of(spans: Spans) -> int:
+    return spans[0][0]
+
+
+def take(spans: Spans, most: int) -> tuple[list[int], Spans]:
+    """The first `most` positions of `spans`, and the spans left."""
+    taken: list[int] = []
+    rest = list(spans)
+    while rest and len(taken) < most:
+        first, last = rest[0]
+        upto = min(last, first + most - len(taken) - 1)
+        taken.extend(range(first, upto + 1))
+        if upto == last:
+            rest.pop(0)
+        else:
+            rest[0] = (upto + 1, last)
+    return taken, tuple(rest)
+
+
+def without(spans: Spans, positions: Sequence[int]) -> Spans:
+    """`spans` less `positions` (those not in it are ignored)."""
+    gone = sorted(set(positions))
+    out: list[tuple[int, int]] = []
+    for first, last in spans:
+        low = bisect.bisect_left(gone, first)
+        high = bisect.bisect_right(gone, last)
+        start = first
+        for pos in gone[low:high]:
+            if pos > start:
+                out.append((start, pos - 1))
+            start = pos + 1
+        if start <= last:
+            out.append((start, last))
+    return tuple(out)
+
+
+def contains(spans: Spans, pos: int) -> bool:
+    at = bisect.bisect_right(spans, (pos, float("inf"))) - 1
+    return at >= 0 and spans[at][0] <= pos <= spans[at][1]
+
+
+def over_throttle(pending: Sequence[Job], running: Mapping[int, int]) -> set[int]:
+    """The ids of those of `pending` (in the order the planner takes them) that their
+    array's %MAX holds back: an array runs at most spec.array_throttle tasks at once,
+    `running[array id]` of them already."""
+    room: dict[int, int] = {}
+    held: set[int] = set()
+    for job in pending:
+        array, limit = job.array_job_id, job.spec.array_throttle
+        if array is None or limit is None:
+            continue
+        left = room.setdefault(array, limit - running.get(array, 0))
+        if left <= 0:
+            held.add(job.id)
+        else:
+            room[array] = left - 1
+    return held
+
+
+def expand_tasks(job: Job) -> list[Job]:
+    """A record standing for more pending tasks (Job.array_more) as one Job per task,
+    each with its own id (squeue -r); any other job as itself."""
+    if not job.array_more:
+        return [job]
+    return expand_more(job, lambda index: pos_of(job.spec, index) or 0)

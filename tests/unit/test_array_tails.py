@@ -1,0 +1,215 @@
+"""A large array on a real store, through the daemon's handlers: its tasks past the
+first ARRAY_ROWS wait as one record (the tail) and become rows only as they come up or
+are named alone; every command sees the array as a whole all the same."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gbatch import arrays, wire
+from gbatch.arrays import ARRAY_ROWS, THROTTLE_REASON
+from gbatch.config import Config, Paths
+from gbatch.formatting import format_job_details, format_sacct, format_squeue
+from gbatch.head.daemon import Daemon
+from gbatch.head.handlers import Caller, handle
+from gbatch.head.store import Store
+from gbatch.limits import Limits, UserLimits
+from gbatch.model import JobSpec, JobState
+
+ALICE = Caller(uid=5001, user="alice", pid=11)
+BOB = Caller(uid=5002, user="bob", pid=12)
+SPEC = JobSpec(name="j", command=("train.py",), gpus=1).to_dict()
+TASKS = 100_000
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    """The unit tier's daemon, with limits that let one array hold 100,000 tasks."""
+    paths = Paths(tmp_path)
+    store = Store(paths.store)
+    limits = Limits(UserLimits(max_pending_jobs=10 * TASKS, max_array_size=TASKS))
+    made = Daemon(paths, Config(simulate_gpus=2, limits=limits), store)
+    yield made
+    made.committer.close()
+    store.close()
+
+
+def submit(daemon: Daemon, caller: Caller = ALICE, **fields: Any) -> list[int]:
+    reply = handle(daemon, caller, {"op": "submit", "spec": SPEC, **fields})
+    assert reply.get("ok", True), reply
+    return list(reply["ids"])
+
+
+def rows(daemon: Daemon) -> int:
+    with sqlite3.connect(daemon.store.path) as db:
+        return int(db.execute("SELECT count(*) FROM jobs").fetchone()[0])
+
+
+def listed(daemon: Daemon, caller: Caller = ALICE, **fields: Any) -> list[wire.Job]:
+    reply = handle(daemon, caller, {"op": "jobs", **fields})
+    return [wire.job_from_wire(job) for job in reply["jobs"]]
+
+
+def test_a_100000_task_array_is_a_few_rows_and_lists_as_one_line(daemon: Daemon) -> None:
+    ids = submit(daemon, array=f"0-{TASKS - 1}")
+    assert ids == list(range(ids[0], ids[0] + TASKS))  # every task's id, reserved
+    assert rows(daemon) == ARRAY_ROWS
+    jobs = listed(daemon)
+    assert len(jobs) == ARRAY_ROWS + 1
+    assert format_squeue(jobs, 0, fmt="%i %T").splitlines()[1:] == [f"{ids[0]}_[0-99999] PENDING"]
+    assert format_sacct(jobs, 0, fields=["JobID", "State"], parsable=True).splitlines()[1:] == [
+        f"{ids[0]}_[0-99999]|PENDING"
+    ]
+    # squeue -r: each task on its own line, with its own id.
+    expanded = format_squeue(jobs, 0, fmt="%i %A", expand_arrays=True).splitlines()[1:]
+    assert len(expanded) == TASKS
+    assert expanded[-1] == f"{ids[0]}_99999 {ids[-1]}"
+    # The next job's id comes after the array's: no id is handed out twice.
+    (after,) = submit(daemon)
+    assert after == ids[-1] + 1
+
+
+def test_a_task_in_the_tail_answers_by_its_id_and_by_n_k(daemon: Daemon) -> None:
+    ids = submit(daemon, array=f"1-{TASKS}:1")
+    array = ids[0]
+    task = daemon.store.get(array + 500)
+    assert task is not None and task.spec.array_task == 501 and task.state is JobState.PENDING
+    reply = handle(daemon, ALICE, {"op": "job", "id": array, "task": 501})
+    assert reply["job"]["id"] == array + 500
+    (only,) = listed(daemon, jobs=[f"{array}_501"])
+    assert (only.id, only.array_more) == (array + 500, ())
+    assert rows(daemon) == ARRAY_ROWS  # read where it is: no row made by a query
+
+
+def test_cancelling_one_task_of_the_tail_leaves_the_others_pending(daemon: Daemon) -> None:
+    array = submit(daemon, array=f"0-{TASKS - 1}")[0]
+    reply = handle(daemon, ALICE, {"op": "cancel", "jobs": [f"{array}_777"]})
+    assert (reply["done"], reply["failed"]) == (1, 0)
+    assert daemon.store.require(array + 777).state is JobState.CANCELLED
+    assert daemon.store.require(array + 778).state is JobState.PENDING
+    lines = format_squeue(listed(daemon, history=True), 0, fmt="%i %T").splitlines()[1:]
+    assert lines == [f"{array}_[0-776,778-99999] PENDING", f"{array}_777 CANCELLED"]
+    assert daemon.store.pending_counts() == {"alice": TASKS - 1}
+
+
+def test_cancelling_the_array_cancels_its_tail_in_one_record(daemon: Daemon) -> None:
+    array = submit(daemon, array=f"0-{TASKS - 1}")[0]
+    other = submit(daemon)[0]
+    reply = handle(daemon, ALICE, {"op": "cancel", "jobs": [str(array)]})
+    assert (reply["done"], reply["failed"]) == (TASKS, 0)
+    assert daemon.store.pending_counts() == {"alice": 1}
+    assert daemon.store.require(other).state is JobState.PENDING
+    history = listed(daemon, history=True, jobs=[str(array)])
+    sacct = format_sacct(history, 0, fields=["JobID", "State"], parsable=True).splitlines()
+    assert sacct[-1] == f"{array}_[{ARRAY_ROWS}-99999]|CANCELLED"
+    assert daemon.store.require(array + 90_000).state is JobState.CANCELLED
+
+
+def test_scancel_me_and_another_users_array(daemon: Daemon) -> None:
+    mine = submit(daemon, array=f"0-{TASKS - 1}")[0]
+    bobs = submit(daemon, BOB, array="0-99")[0]
+    refused = handle(daemon, BOB, {"op": "cancel", "jobs": [str(mine)]})
+    assert refused["done"] == 0 and refused["failed"] >= 1
+    assert daemon.store.require(mine + 5000).state is JobState.PENDING
+    reply = handle(daemon, ALICE, {"op": "cancel", "users": ["alice"]})
+    assert reply["done"] == TASKS
+    assert daemon.store.pending_counts() == {"bob": 100}
+    assert daemon.store.require(bobs + 99).state is JobState.PENDING
+
+
+def test_hold_and_release_the_whole_array(daemon: Daemon) -> None:
+    array = submit(daemon, array=f"0-{TASKS - 1}")[0]
+    handle(daemon, ALICE, {"op": "hold", "jobs": [str(array)]})
+    assert daemon.store.require(array + 50_000).held
+    assert daemon.store.require(array).held
+    handle(daemon, ALICE, {"op": "release", "jobs": [str(array)]})
+    assert not daemon.store.require(array + 50_000).held
+
+
+def test_tasks_become_rows_as_the_ones_before_them_start(daemon: Daemon) -> None:
+    array = submit(daemon, array="0-99")[0]
+    for task in range(ARRAY_ROWS):  # the first ARRAY_ROWS leave PENDING
+        daemon.store.cancel_pending([array + task], "test", 0)
+    assert daemon.store.refill_arrays(ARRAY_ROWS) == ARRAY_ROWS
+    assert rows(daemon) == 2 * ARRAY_ROWS
+    made = daemon.store.require(array + ARRAY_ROWS + 3)
+    assert made.spec.array_task == ARRAY_ROWS + 3
+    assert [e.reason for e in daemon.store.events(made.id)] == ["submitted"]
+    # Until the tail runs out: then it is gone and every task is a row.
+    for _ in range(3):
+        pending = daemon.store.pending_ids(after=0, limit=1000)
+        daemon.store.cancel_pending(pending, "test", 0)
+        daemon.store.refill_arrays(ARRAY_ROWS)
+    assert daemon.store.tails() == [] and rows(daemon) == 100
+
+
+def test_a_throttled_arrays_tasks_past_its_max_wait_with_slurms_reason(daemon: Daemon) -> None:
+    """No node answers in this tier, so none starts: the planner's reason for the tasks
+    it looked at, JobArrayTaskLimit for those the %MAX kept from it."""
+    array = submit(daemon, array="0-9%1")[0]
+    daemon.schedule(daemon.clock())
+    reasons = [daemon.store.require(array + k).reason for k in range(10)]
+    assert reasons[0] not in ("", THROTTLE_REASON) and reasons[1:] == [THROTTLE_REASON] * 9
+    jobs = listed(daemon)
+    assert format_squeue(jobs, 0, fmt="%i").splitlines()[1:] == [f"{array}_[0-9%1]"]
+    update = {"op": "update", "id": array, "changes": {"ArrayTaskThrottle": "2"}}
+    assert handle(daemon, ALICE, update)["changes"] == ["ArrayTaskThrottle 1 -> 2"]
+    daemon.schedule(daemon.clock())
+    reasons = [daemon.store.require(array + k).reason for k in range(10)]
+    assert THROTTLE_REASON not in reasons[:2] and reasons[2:] == [THROTTLE_REASON] * 8
+    update["changes"] = {"ArrayTaskThrottle": "0"}  # no limit
+    handle(daemon, ALICE, update)
+    daemon.schedule(daemon.clock())
+    assert THROTTLE_REASON not in {daemon.store.require(array + k).reason for k in range(10)}
+
+
+def test_array_task_throttle_is_refused_for_a_plain_job(daemon: Daemon) -> None:
+    (job,) = submit(daemon)
+    update = {"op": "update", "id": job, "changes": {"ArrayTaskThrottle": "2"}}
+    reply = handle(daemon, ALICE, update)
+    assert not reply["ok"] and "not an array task" in reply["error"]
+
+
+def test_max_pending_jobs_counts_the_tail(daemon: Daemon) -> None:
+    submit(daemon, array=f"0-{TASKS - 1}")
+    assert daemon.store.pending_counts(["alice"]) == {"alice": TASKS}
+
+
+@pytest.mark.parametrize(
+    ("positions", "gone", "left"),
+    [
+        (((0, 9),), [0], ((1, 9),)),
+        (((0, 9),), [5, 6], ((0, 4), (7, 9))),
+        (((0, 9), (20, 29)), [9, 20, 25], ((0, 8), (21, 24), (26, 29))),
+        (((0, 9),), [42], ((0, 9),)),
+    ],
+)
+def test_positions_without(positions: arrays.Spans, gone: list[int], left: arrays.Spans) -> None:
+    assert arrays.without(positions, gone) == left
+    assert arrays.count(left) == arrays.count(positions) - len(
+        [p for p in gone if arrays.contains(positions, p)]
+    )
+
+
+def test_take_and_index_spans_follow_the_array_expression() -> None:
+    taken, rest = arrays.take(((0, 2), (5, 9)), 4)
+    assert (taken, rest) == ([0, 1, 2, 5], ((6, 9),))
+    stepped = JobSpec(name="j", command=("x",), array="0-30:10")
+    assert arrays.index_spans(stepped, ((1, 3),)) == ((10, 10), (20, 20), (30, 30))
+    assert arrays.pos_of(stepped, 20) == 2 and arrays.pos_of(stepped, 21) is None
+    plain = JobSpec(name="j", command=("x",), array="1-100000")
+    assert arrays.index_spans(plain, ((10, 99_999),)) == ((11, 100_000),)
+
+
+def test_scontrol_show_job_of_the_array_shows_its_tail_as_one_record(daemon: Daemon) -> None:
+    array = submit(daemon, array=f"0-{TASKS - 1}%4")[0]
+    reply = handle(daemon, ALICE, {"op": "job", "id": array, "with_tasks": True})
+    tail = wire.job_from_wire(reply["tasks"][-1])
+    text = format_job_details(tail, [], 0)
+    assert f"JobId={array + ARRAY_ROWS} ArrayJobId={array} ArrayTaskId={ARRAY_ROWS}-99999" in text
+    assert "ArrayTaskThrottle=4" in text

@@ -8,7 +8,8 @@
 and comma lists of those (`12,13_2,20_[1-3]`). Numbers are plain decimal digits, at most
 18 of them (SQLite's integers hold 19; 18 keeps every id and task inside them), with no
 sign, no `_` separator, no space and no leading zero: `4_5` is task 5 of array 4, never
-job 45, and no text names a job other than the one it reads as.
+job 45, and no text names a job other than the one it reads as. Each command takes
+some of these forms (`Forms`: ANY, ONE, ONE_JOB, JOBS) and its refusal offers just those.
 """
 
 from __future__ import annotations
@@ -34,11 +35,41 @@ _ITEM = re.compile(
 _SPLIT = re.compile(r",(?![^\[]*\])")
 MAX_TEXT = 64 * 1024  # a few thousand ids; past this, name a range or an array
 
-USAGE = "Use N, N_K (task K of array N), N_[K-M] or FIRST-LAST, e.g. 12,13_2,20_[1-3]"
-
 
 class JobIdError(ValueError):
     """Text that is not a job id; the message names it and says what to write."""
+
+
+@dataclass(frozen=True)
+class Forms:
+    """Which forms of the grammar a command takes, and the usage its refusals give: a
+    command that takes one job never offers a list or a range in its error."""
+
+    usage: str
+    several: bool = True  # a comma list
+    ranges: bool = True  # FIRST-LAST
+    tasks: bool = True  # N_K, N_[K]
+    task_lists: bool = True  # N_[K-M,J]
+
+
+# scancel, scontrol hold/release/requeue, squeue -j, sacct -j (and the daemon).
+ANY = Forms(
+    "Give N, N_K (task K of array N), N_[K-M] or FIRST-LAST, or a comma list of those, "
+    "e.g. 12,13_2,20_[1-3]"
+)
+# scontrol show job, logs, seff.
+ONE = Forms(
+    "Give N or N_K (task K of array N), e.g. 12 or 12_3",
+    several=False,
+    ranges=False,
+    task_lists=False,
+)
+# scontrol update JobId=.
+ONE_JOB = Forms("Give N, e.g. 12", several=False, ranges=False, tasks=False, task_lists=False)
+# sprio -j.
+JOBS = Forms(
+    "Give N or a comma list of those, e.g. 12,13", ranges=False, tasks=False, task_lists=False
+)
 
 
 @dataclass(frozen=True)
@@ -67,51 +98,59 @@ def _shown(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:40] + "...")
 
 
-def parse_job_ids(text: str, *, ranges: bool = True) -> list[JobTarget]:
+def parse_job_ids(text: str, forms: Forms = ANY) -> list[JobTarget]:
     """The targets a comma list names, in order. JobIdError for anything else: an empty
     item, a sign, a space, `_` between digits, more than 18 digits, a zero job id, a
-    range or task span that runs backwards, or (with `ranges` False) FIRST-LAST."""
+    range or task span that runs backwards, or a form `forms` does not take; the message
+    names the bad item and ends in `forms.usage`."""
+    usage = forms.usage
     if len(text) > MAX_TEXT:
-        raise JobIdError(f"more than {MAX_TEXT} characters of job ids. Name a range or an array")
+        advice = "Name a range or an array" if forms.ranges else usage
+        raise JobIdError(f"more than {MAX_TEXT} characters of job ids. {advice}")
     targets = []
     for item in _SPLIT.split(text):
         match = _ITEM.fullmatch(item)
         if match is None:
-            raise JobIdError(f"{_shown(item)} is not a job id. {USAGE}")
+            raise JobIdError(f"{_shown(item)} is not a job id. {usage}")
         job = int(match["job"])
         if job == 0:
-            raise JobIdError(f"{_shown(item)} is not a job id: ids start at 1. {USAGE}")
+            raise JobIdError(f"{_shown(item)} is not a job id: ids start at 1. {usage}")
         if match["last"] is not None:
             last = int(match["last"])
-            if not ranges:
-                raise JobIdError(f"{_shown(item)}: give one job id here, not a range. {USAGE}")
+            if not forms.ranges:
+                raise JobIdError(f"{_shown(item)}: a range of ids is not taken here. {usage}")
             if last < job:
                 raise JobIdError(f"{_shown(item)} runs backwards. Write {last}-{job}")
             targets.append(JobTarget(job, last=last))
-        elif match["task"] is not None:
-            task = int(match["task"])
-            targets.append(JobTarget(job, tasks=((task, task),)))
-        elif match["tasks"] is not None:
+        elif match["task"] is not None or match["tasks"] is not None:
             spans = []
-            for span in match["tasks"].split(","):
+            for span in (match["task"] or match["tasks"]).split(","):
                 first, _, last_text = span.partition("-")
                 a, b = int(first), int(last_text or first)
                 if b < a:
                     raise JobIdError(f"{_shown(item)}: task span {span} runs backwards")
                 spans.append((a, b))
+            if not forms.tasks:
+                raise JobIdError(
+                    f"{_shown(item)}: not an array task here; name the task by its own job id "
+                    f"(`gbatch sacct -j {job} -o JobID,JobIDRaw` shows it). {usage}"
+                )
+            if not forms.task_lists and spans != [(spans[0][0],) * 2]:
+                raise JobIdError(f"{_shown(item)}: one task here, not several. {usage}")
             targets.append(JobTarget(job, tasks=tuple(spans)))
         else:
             targets.append(JobTarget(job))
+    if not forms.several and len(targets) > 1:
+        raise JobIdError(f"{_shown(text)}: one job here, not a list. {usage}")
     return targets
 
 
-def parse_one_job(text: str) -> JobTarget:
-    """One job: `N` or `N_K` (logs, scontrol show job). JobIdError otherwise."""
-    (target, *more) = parse_job_ids(text, ranges=False)
-    several = target.tasks is not None and target.tasks != ((target.tasks[0][0],) * 2,)
-    if more or several:
-        raise JobIdError(f"{_shown(text)}: give one job here, N or N_K. {USAGE}")
-    return target
+def parse_one_job(text: str, forms: Forms = ONE) -> JobTarget:
+    """One job: `N` or `N_K` (logs, scontrol show job), or as `forms` (one job) says.
+    JobIdError otherwise."""
+    if forms.several:
+        raise ValueError("parse_one_job needs forms that take one job")
+    return parse_job_ids(text, forms)[0]
 
 
 def format_spans(spans: Iterable[tuple[int, int]]) -> str:

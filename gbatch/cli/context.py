@@ -13,7 +13,7 @@ from gbatch.client import Client
 from gbatch.config import Paths, resolve_paths
 
 if TYPE_CHECKING:
-    from gbatch.jobids import JobTarget
+    from gbatch.jobids import Forms, JobTarget
 
 
 class Context:
@@ -39,29 +39,31 @@ def split_list(values: list[str] | None) -> list[str] | None:
     return [item for value in values for item in value.split(",") if item]
 
 
-def parse_ids(values: list[str] | None, what: str, *, ranges: bool = True) -> list[str] | None:
+def parse_ids(values: list[str] | None, what: str, forms: Forms | None = None) -> list[str] | None:
     """Job ids as given (`-j 12,13_2 -j 20_[1-3]`, or JOBID arguments), checked by the one
-    grammar of gbatch/jobids.py and written back in its canonical form for the daemon
-    (which checks them again); None when none were given. `what` names the option in
-    the error: `gbatch squeue: error: -j/--jobs: '4_5x' is not a job id. Use ...`."""
+    grammar of gbatch/jobids.py for the forms the command takes (`forms`, every form by
+    default) and written back in canonical form for the daemon (which checks them again);
+    None when none were given. `what` names the command's option or argument in the error:
+    `gbatch squeue: error: -j/--jobs: '4_5x' is not a job id. Give N, N_K, ...`."""
     from gbatch.cli.exits import CliError, Exit
-    from gbatch.jobids import JobIdError, parse_job_ids
+    from gbatch.jobids import ANY, JobIdError, parse_job_ids
 
     if not values:
         return None
     try:
-        return [str(t) for value in values for t in parse_job_ids(value, ranges=ranges)]
+        return [str(t) for value in values for t in parse_job_ids(value, forms or ANY)]
     except JobIdError as err:
         raise CliError(f"{what}: {err}", Exit.USAGE) from err
 
 
-def parse_job(text: str, what: str) -> JobTarget:
-    """One job, `N` or `N_K` (logs, scontrol show job); exit 2 otherwise."""
+def parse_job(text: str, what: str, forms: Forms | None = None) -> JobTarget:
+    """One job, `N` or `N_K` (logs, seff, scontrol show job) unless `forms` (one job) says
+    otherwise; exit 2, naming `what` and the forms taken, for anything else."""
     from gbatch.cli.exits import CliError, Exit
-    from gbatch.jobids import JobIdError, parse_one_job
+    from gbatch.jobids import ONE, JobIdError, parse_one_job
 
     try:
-        return parse_one_job(text)
+        return parse_one_job(text, forms or ONE)
     except JobIdError as err:
         raise CliError(f"{what}: {err}", Exit.USAGE) from err
 

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             )
         if len(args.args) == 1:
             return _show_all_jobs(args, ctx)
-        target = parse_job(args.args[1], "job")
+        target = parse_job(args.args[1], "show job")
         task = None if target.tasks is None else target.tasks[0][0]
         # JSON stays one object (the job named); the text shows an array's every task.
         reply = ctx.client.call(wire.ShowJob(id=target.job, task=task, with_tasks=not args.json))
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         "release": wire.Release,
         "requeue": wire.Requeue,
     }
-    jobs = parse_ids(args.args, "JOBID") or []
+    jobs = parse_ids(args.args, args.action) or []
     reply = ctx.client.call(actions[args.action](jobs=tuple(jobs)))
     failed = print_failures("scontrol", reply, lambda f: f"job {f['id']}: {f['error']}")
     return Exit.FAILED if failed else Exit.OK
@@ -120,6 +120,7 @@ def parse_update(words: list[str]) -> tuple[int, dict[str, str]]:
     """`JobId=12 TimeLimit=30 Name=x` -> (12, {"TimeLimit": "30", "JobName": "x"}): Slurm's
     KEY=VALUE words, keys in any case. CliError (usage) for a word without `=`, no or
     two JobIds, or a key gbatch does not update (naming those it does)."""
+    from gbatch.jobids import ONE_JOB
     from gbatch.wire import update_key
 
     job_ids: list[str] = []
@@ -146,13 +147,8 @@ def parse_update(words: list[str]) -> tuple[int, dict[str, str]]:
         changes[canonical] = value
     if len(job_ids) != 1:
         raise CliError("update: name one job: JobId=N, then KEY=VALUE...", Exit.USAGE)
-    target = parse_job(job_ids[0], "update: JobId")
-    if target.tasks is not None:
-        raise CliError(
-            f"update: JobId={job_ids[0]}: name the task by its own job id (`gbatch sacct "
-            "-o JobID,JobIDRaw` shows it); updating N_K comes with the array work",
-            Exit.USAGE,
-        )
+    # N only: a task by its own job id (updating N_K comes with the array work).
+    target = parse_job(job_ids[0], "update: JobId", ONE_JOB)
     if not changes:
         raise CliError(
             f"update: nothing to change. Add KEY=VALUE, KEY one of {', '.join(UPDATE_KEYS)}",

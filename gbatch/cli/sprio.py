@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from gbatch.cli.context import Context, parse_ids, split_list
-from gbatch.cli.exits import CliError, Exit
+from gbatch.cli.exits import Exit
 
 HELP = "show pending jobs' priority and the factors that order them"
 EPILOG = """\
@@ -26,7 +26,13 @@ def add_parser(commands: Any) -> None:
         add_help=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("-j", "--jobs", action="append", metavar="ID[,ID]", help="these jobs only")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        action="append",
+        metavar="ID[,ID]",
+        help="these jobs only: N, comma lists of those (an array task by its own job id)",
+    )
     p.add_argument("-u", "--user", action="append", metavar="USER[,USER]", help="these users")
     p.add_argument(
         "-l", "--long", action="store_true", help="add RANK, JOBPRIO (before nice), SUBMIT_TIME"
@@ -42,11 +48,10 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import formatting, wire
+    from gbatch.jobids import JOBS
     from gbatch.views import JobPriority
 
-    ids = parse_ids(args.jobs, "-j/--jobs", ranges=False) or []
-    if any(not text.isdigit() for text in ids):
-        raise CliError("-j/--jobs: sprio takes job ids N (a task by its own id)", Exit.USAGE)
+    ids = parse_ids(args.jobs, "-j/--jobs", JOBS) or []
     request = wire.ShowPriorities(
         ids=tuple(int(text) for text in ids), users=tuple(split_list(args.user) or ())
     )

@@ -39,6 +39,82 @@ def test_every_command_taking_ids_refuses_a_bad_one_in_one_line(head: Head, bad:
     assert pending == [f"{array}_{k} PENDING" for k in range(3)]  # nothing touched or queued
 
 
+ANY = (
+    "Give N, N_K (task K of array N), N_[K-M] or FIRST-LAST, or a comma list of those, "
+    "e.g. 12,13_2,20_[1-3]"
+)
+ONE = "Give N or N_K (task K of array N), e.g. 12 or 12_3"
+
+# Each command's refusal: its own option or argument, the bad id, and only what it takes.
+REFUSALS = [
+    (COMMANDS["scancel"], "abc", "gbatch scancel: error: JOBID: 'abc' is not a job id. " + ANY),
+    (
+        COMMANDS["squeue"],
+        "12,abc",
+        "gbatch squeue: error: -j/--jobs: 'abc' is not a job id. " + ANY,
+    ),
+    (COMMANDS["sacct"], "abc", "gbatch sacct: error: -j/--jobs: 'abc' is not a job id. " + ANY),
+    (
+        COMMANDS["scontrol hold"],
+        "abc",
+        "gbatch scontrol: error: hold: 'abc' is not a job id. " + ANY,
+    ),
+    (
+        COMMANDS["scontrol release"],
+        "4_",
+        "gbatch scontrol: error: release: '4_' is not a job id. " + ANY,
+    ),
+    (
+        COMMANDS["scontrol requeue"],
+        "abc",
+        "gbatch scontrol: error: requeue: 'abc' is not a job id. " + ANY,
+    ),
+    (
+        COMMANDS["scontrol show"],
+        "abc",
+        "gbatch scontrol: error: show job: 'abc' is not a job id. " + ONE,
+    ),
+    (
+        COMMANDS["scontrol show"],
+        "4-6",
+        "gbatch scontrol: error: show job: '4-6': a range of ids is not taken here. " + ONE,
+    ),
+    (COMMANDS["logs"], "4,5", "gbatch logs: error: JOBID: '4,5': one job here, not a list. " + ONE),
+    (
+        COMMANDS["seff"],
+        "4_[1-2]",
+        "gbatch seff: error: JOBID: '4_[1-2]': one task here, not several. " + ONE,
+    ),
+    (
+        COMMANDS["sprio"],
+        "4-6",
+        "gbatch sprio: error: -j/--jobs: '4-6': a range of ids is not taken here. "
+        "Give N or a comma list of those, e.g. 12,13",
+    ),
+    (
+        COMMANDS["sprio"],
+        "12,4_1",
+        "gbatch sprio: error: -j/--jobs: '4_1': not an array task here; name the task by its "
+        "own job id (`gbatch sacct -j 4 -o JobID,JobIDRaw` shows it). "
+        "Give N or a comma list of those, e.g. 12,13",
+    ),
+    (
+        COMMANDS["scontrol update"],
+        "abc",
+        "gbatch scontrol: error: update: JobId: 'abc' is not a job id. Give N, e.g. 12",
+    ),
+]
+
+
+def test_each_command_names_the_bad_id_and_its_own_syntax(head: Head) -> None:
+    array = head.sbatch("--array", "0-2", "--hold", "--wrap", "true")
+    for template, bad, message in REFUSALS:
+        result = head.run(*[part.format(bad) for part in template])
+        assert (result.returncode, result.stdout, result.stderr) == (2, "", message + "\n")
+    held = head.run("squeue", "-r", "-h", "-o", "%i %T", check=True).stdout.splitlines()
+    assert held == [f"{array}_{k} PENDING" for k in range(3)]  # nothing done
+
+
 def test_n_k_is_task_k_of_array_n_never_job_nk(head: Head) -> None:
     array = head.sbatch("--array", "0-50", "--hold", "--wrap", "true")
     assert array < 10  # so that {array + 1}_5 reads as a job id int() would take

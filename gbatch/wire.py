@@ -474,7 +474,9 @@ class ListJobs(_Request, op="jobs"):
     and nodes (squeue -n, -p, -w). `brief`: listings' spec fields only; `table`: brief,
     as jobs_to_table's columns. Replies {"jobs"|"table", "now"}, and with `starts`
     also "starts": [[job id, expected start], ...] for the pending jobs listed that
-    have an estimate (the planner's reservation, or a --begin time to come)."""
+    have an estimate (the planner's reservation, or a --begin time to come); with
+    `gpu_usage` also "gpu_usage": [[job id, *GpuUsage.to_wire()], ...] for the listed
+    jobs whose current run has GPU samples (sacct's TRESUsageInMax)."""
 
     ids: tuple[int, ...] = ()
     jobs: tuple[str, ...] = ()  # as Cancel.jobs; an array's id lists all its tasks
@@ -488,10 +490,12 @@ class ListJobs(_Request, op="jobs"):
     partitions: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()
     starts: bool = False
+    gpu_usage: bool = False
 
 
 class ShowJob(_Request, op="job"):
-    """One job's record and events. Replies {"job", "events", "now", "tasks"}: `tasks`,
+    """One job's record and events. Replies {"job", "events", "now", "tasks",
+    "gpu_usage"}: `gpu_usage` is GpuUsage.to_wire() of its current run, or None; `tasks`,
     with `with_tasks` when `id` is an array's and no `task` is named, its other tasks'
     records (scontrol show job N shows each task, as Slurm); else empty."""
 

@@ -1008,6 +1008,9 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
     }
     if request.starts:
         reply["starts"] = _expected_starts(found, daemon.expected_starts, now)
+    if request.gpu_usage:
+        usage = daemon.store.gpu_usage([(j.id, j.attempt) for j in found])
+        reply["gpu_usage"] = [[run[0], *u.to_wire()] for run, u in usage.items()]
     return reply
 
 
@@ -1056,11 +1059,13 @@ def job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]
         # An array's id: Slurm shows each of its tasks.
         last = max((daemon.store.array_tasks(found.id, MAX_ARRAY) or {found.id: found.id}).values())
         others = daemon.store.jobs(id_ranges=[(found.id + 1, last)]) if last > found.id else []
+    usage = daemon.store.gpu_usage([(found.id, found.attempt)]).get((found.id, found.attempt))
     return {
         "job": _job_to_wire(found, owner_view=owner_view),
         "events": [wire.event_to_wire(e) for e in daemon.store.events(found.id)],
         "tasks": [_job_to_wire(j, owner_view=owner_view) for j in others],
         "now": daemon.clock(),
+        "gpu_usage": None if usage is None else usage.to_wire(),
     }
 
 

@@ -4,8 +4,9 @@ efficiency and its GPU-hours in the period's report, held jobs' ordering factors
 from __future__ import annotations
 
 import json
+import re
 
-from conftest import Head
+from conftest import Head, wait_for
 
 
 def test_seff_sreport_and_sprio_report_what_the_daemon_recorded(head: Head) -> None:
@@ -55,3 +56,28 @@ def test_sreport_refuses_a_period_that_ends_before_it_starts(head: Head) -> None
     result = head.run("sreport", "-S", "2024-02-01", "-E", "2024-01-01")
     assert result.returncode == 2
     assert result.stderr.startswith("gbatch sreport: error: --end: ")
+
+
+def test_seff_and_sacct_report_the_gpu_samples_taken_while_the_job_ran(head: Head) -> None:
+    sim = head.home / "simulated-gpus.json"
+    gpus = json.loads(sim.read_text())
+    for entry in gpus["gpus"]:
+        entry["utilization_pct"] = 60  # busy, yet free: only memory used keeps a GPU
+    sim.write_text(json.dumps(gpus))
+    job = head.sbatch("-G", "1", "--wrap", "sleep 120")
+    head.wait_state(job, "RUNNING")
+    (index,) = head.job(job)["gpus"]  # type: ignore[misc]
+    gpus["gpus"][index]["memory_used_mib"] = 11469  # 11.20 GiB, once the job runs
+    sim.write_text(json.dumps(gpus))
+
+    def seff() -> str:
+        return head.run("seff", str(job), check=True).stdout
+
+    wait_for(lambda: "GPU Memory: max 11.20 GiB of 80.00 GiB\n" in seff(), what="memory sample")
+    head.run("scancel", str(job), check=True)
+    head.wait_state(job, "CANCELLED")
+    text = seff()
+    assert re.search(r"^GPU Utilization: 60\.0% \(mean over \d+ samples\), max 60%$", text, re.M)
+    assert "GPU Memory: max 11.20 GiB of 80.00 GiB\n" in text
+    tres = head.run("sacct", "-j", str(job), "-P", "-n", "-o", "JobID,TRESUsageInMax", check=True)
+    assert tres.stdout == f"{job}|gres/gpumem=11.20G,gres/gpuutil=60\n"

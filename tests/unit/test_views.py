@@ -134,8 +134,8 @@ def test_seff_measures_time_against_the_limit_and_says_what_it_does_not_measure(
         "Memory Efficiency: not measured",
         "GPUs: 2 (node local, GPU 0,1)",
         "GPU-hours: 0.50",
-        "GPU Utilized: not measured",
-        "GPU Memory Utilized: not measured",
+        "GPU Utilization: not measured",
+        "GPU Memory: not measured",
     ]
     pending = format_seff(run(None, None, state=JobState.PENDING), 5.0, cluster="h", group="g")
     assert pending.endswith("Efficiency not available for jobs in the PENDING state.\n")

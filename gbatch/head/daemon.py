@@ -109,6 +109,9 @@ class Daemon:
         # job id -> expected start, from the latest plan's reservation (squeue --start).
         # Replaced whole by schedule(), never mutated: a handler thread reads it as is.
         self.expected_starts: Mapping[int, float] = {}
+        # The users whose jobs the latest plan ordered: the fair-share factors it used
+        # are taken over them (and users with usage). Replaced whole, like expected_starts.
+        self.planned_users: frozenset[str] = frozenset()
         # node name -> the number of its report last folded into runs' GPU usage
         self._sampled_seq: dict[str, int] = {}
 
@@ -414,6 +417,7 @@ class Daemon:
         pending = self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER)
         pending = self._past_begin(pending, now)
         pending = self.hold_back_dependents(pending, now)
+        self.planned_users = frozenset(job.user for job in pending)
         if not pending:
             self.expected_starts = {}
             return

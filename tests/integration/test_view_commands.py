@@ -1,5 +1,6 @@
 """sprio, seff and sreport through the real CLI and daemon: a finished 2-GPU job's
-efficiency and its GPU-hours in the period's report, held jobs' ordering factors."""
+efficiency and its GPU-hours in the period's report, pending jobs' ordering factors (held
+ones left out, as Slurm's sprio does), a running job's GPU samples in seff and sacct."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from conftest import Head, wait_for
 def test_seff_sreport_and_sprio_report_what_the_daemon_recorded(head: Head) -> None:
     done = head.sbatch("-G", "2", "-t", "1:00", "--wrap", "sleep 1")
     head.wait_state(done, "COMPLETED")
-    low = head.sbatch("--hold", "--nice", "5", "--wrap", "true")
-    high = head.sbatch("--hold", "--priority", "3", "--wrap", "true")
+    # Pending behind a held job: sprio lists them, and leaves the held one out (Slurm's
+    # held jobs have priority 0 and are not the scheduler's to consider).
+    gate = head.sbatch("--hold", "--wrap", "true")
+    after = f"afterok:{gate}"
+    low = head.sbatch("-d", after, "--nice", "5", "--wrap", "true")
+    high = head.sbatch("-d", after, "--priority", "3", "--wrap", "true")
 
     seff = head.run("seff", str(done), check=True).stdout
     assert f"Job ID: {done}\n" in seff
@@ -50,6 +55,8 @@ def test_seff_sreport_and_sprio_report_what_the_daemon_recorded(head: Head) -> N
         "NICE",
     ]
     assert len(header) == 2 and header[1].split()[0] == str(high)
+    held = head.run("sprio", "-j", str(gate), check=True).stdout
+    assert held == "Unable to find jobs matching user/id(s) specified\n"
 
 
 def test_sreport_refuses_a_period_that_ends_before_it_starts(head: Head) -> None:

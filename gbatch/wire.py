@@ -79,7 +79,8 @@ def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
 def jobs_to_table(jobs: Sequence[Job]) -> dict[str, Any]:
     """Brief jobs as a table, for a client that lists thousands every second (the TUI):
     `{"specs": [brief spec, ...], "rows": [[spec index, id, uid, user, state, ...], ...]}`
-    (job_to_wire's fields in its order, the spec replaced by its index).
+    (job_to_wire's fields in its order, the spec replaced by its index; then, for an
+    array task, its array's id and task index, else two nulls: see table_labels).
     Jobs alike in their brief spec (an array's tasks) share one entry of `specs`, and
     a row is a list, not a mapping: a third of job_to_wire's bytes to encode and parse."""
     specs: list[dict[str, Any]] = []
@@ -111,9 +112,28 @@ def jobs_to_table(jobs: Sequence[Job]) -> dict[str, Any]:
                 job.exit_code,
                 job.exit_signal,
                 job.stop_state.value if job.stop_state else None,
+                job.array_job_id,
+                spec.array_task,
             ]
         )
     return {"specs": specs, "rows": rows}
+
+
+# Where jobs_to_table's rows carry an array task's array id and task index (a row of
+# an older daemon ends before).
+_TABLE_ARRAY_AT = 17
+
+
+def table_labels(table: Mapping[str, Any]) -> dict[int, str]:
+    """The ids of a job table's array tasks as Slurm shows them, `N_K` by job id. Kept
+    beside the jobs, not in their specs: an array's tasks share one spec (and its cells,
+    formatted once) in a view of thousands of them."""
+    at = _TABLE_ARRAY_AT
+    return {
+        row[1]: f"{row[at]}_{row[at + 1]}"
+        for row in table["rows"]
+        if len(row) > at + 1 and row[at] is not None
+    }
 
 
 def job_from_row(row: Sequence[Any], spec: JobSpec) -> Job:
@@ -142,6 +162,7 @@ def job_from_row(row: Sequence[Any], spec: JobSpec) -> Job:
         exit_code,
         exit_signal,
         stop_state,
+        *_,  # an array task's array id and index: table_labels
     ) = row
     job: Job = _new_object(Job)
     job.__dict__.update(

@@ -4,9 +4,11 @@ per run in the store (sums and maxima, never a series), and how seff and sacct p
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from gbatch.formatting import format_sacct, format_seff
 from gbatch.gpuusage import GpuUsage, sample, seff_lines, tres_usage
+from gbatch.head.daemon import Daemon
 from gbatch.head.store import Store
 from gbatch.model import Gpu, Job, JobSpec, JobState
 
@@ -121,3 +123,41 @@ def test_sacct_tres_usage_in_max_names_slurms_gpu_tres() -> None:
     ]
     none = format_sacct([ran()], 100.0, fields=["JobID", "TRESUsageInMax"], parsable=True)
     assert none.splitlines() == ["JobID|TRESUsageInMax", "7|"]
+
+
+class ReportingNode:
+    """What the daemon's sampling asks of a node: its latest report and its number."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.report_seq = 0
+        self.gpus: tuple[Gpu, ...] = ()
+
+    def publish(self, *gpus: Gpu) -> None:
+        self.gpus = gpus
+        self.report_seq += 1
+
+    def report(self) -> tuple[SimpleNamespace, str]:
+        return SimpleNamespace(gpus=self.gpus), ""
+
+
+def test_the_daemon_samples_each_new_report_once_for_the_running_jobs_on_its_node(
+    daemon: Daemon,
+) -> None:
+    node = ReportingNode("gpu01")
+    daemon.fleet.nodes = {"gpu01": node}  # type: ignore[dict-item]
+    store = daemon.store
+    spec = JobSpec(name="j", command=("true",), gpus=1)
+    running, waiting = store.submit([spec, spec], 1, "alice", 0.0)
+    store.set_state(running, JobState.CONFIGURING, "", 1.0, node="gpu01", gpus=(1,), attempt=1)
+    store.set_state(running, JobState.RUNNING, "", 1.0, start_time=1.0)
+
+    node.publish(gpu(0, 100, 50 * GIB), gpu(1, 40, 2 * GIB))
+    daemon.sample_gpus()
+    daemon.sample_gpus()  # no new report: nothing counted twice
+    node.publish(gpu(0, 100, 50 * GIB), gpu(1, 80, 6 * GIB))
+    daemon.sample_gpus()
+
+    usage = store.gpu_usage([(running, 1), (waiting, 0), (waiting, 1)])
+    assert list(usage) == [(running, 1)]  # only the running job, only its GPU 1
+    assert usage[(running, 1)] == GpuUsage(2, 2, 120.0, 80, 6 * GIB, 80 * GIB)

@@ -1,7 +1,7 @@
 """gbatchd's loop: a short list of named steps, run on every tick and at once when
 something happens (a submit, a cancel, a run ending, a GPU report).
 
-    collect_ended_runs -> sample_gpus -> enforce_limits -> schedule
+    collect_ended_runs -> enforce_limits -> schedule -> sample_gpus
 
 Collecting also ends the runs of nodes that are down with their lease run out
 (gbatch/head/liveness.py), and, when a node is heard again, removes the containers of runs
@@ -180,11 +180,12 @@ class Daemon:
     def step(self) -> None:
         now = self.clock()
         self.collect_ended_runs(now)
-        self.sample_gpus()
         self.enforce_limits(now)
         self.schedule(now)
+        # Last: accounting that fails (a full disk) must not keep jobs from starting.
+        self.sample_gpus()
 
-    # -- step 1b: how busy running jobs keep their GPUs (seff, sacct) -------------------
+    # -- step 4: how busy running jobs keep their GPUs (seff, sacct) --------------------
 
     def sample_gpus(self) -> None:
         """Fold each node's new report (one not sampled yet) into the GPU usage of the

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gbatch.arrays import expand_tasks
+from gbatch.gpuusage import GpuUsage, seff_lines, tres_usage
 from gbatch.jobids import collapse_pending, job_label
 from gbatch.limits import UserShare
 from gbatch.model import (
@@ -596,6 +597,8 @@ _SACCT_FIELDS: tuple[_Field, ...] = (
     _Field("AllocCPUS", 10, lambda j, _: "0" if _never_allocated(j) else str(j.spec.cpus_counted)),
     _Field("ReqMem", 10, lambda j, _: _sacct_memory(j.spec.memory_mb, None)),
     _Field("Comment", 15, lambda j, _: _printable(j.spec.comment or "")),
+    # The GPUs' part only (gres/gpumem, gres/gpuutil), from format_sacct's gpu_usage.
+    _Field("TRESUsageInMax", -10, lambda j, _: ""),
 )
 UNITS = "KMGTP"
 # Fields read from spec keys a brief listing (wire.ListJobs brief) leaves out.
@@ -667,6 +670,7 @@ def format_sacct(
     header: bool = True,
     parsable: bool = False,
     units: str | None = None,
+    gpu_usage: Mapping[int, GpuUsage] | None = None,
 ) -> str:
     """Render jobs as `sacct` does, one line per job in the order given (an array's
     PENDING tasks folded into one line, N_[4-15], at the place of the first).
@@ -675,9 +679,17 @@ def format_sacct(
     `parsable` (sacct -P) fields are joined by '|' with no padding, no dashes.
     Raises FormatError for an unknown field (the message lists the valid ones).
     Unlike sacct, lines carry no trailing blank. `units` (one of UNITS, sacct --units)
-    prints ReqMem in that unit.
+    prints ReqMem in that unit. `gpu_usage` (job id -> its current run's GPU samples)
+    fills TRESUsageInMax.
     """
     columns = _resolve_sacct_fields(SACCT_DEFAULT_FIELDS if fields is None else fields)
+    usage = gpu_usage or {}
+    columns = [
+        _Field(c.name, c.width, lambda j, _: tres_usage(usage.get(j.id)))
+        if c.name == "TRESUsageInMax"
+        else c
+        for c in columns
+    ]
     if units is not None:
         columns = [
             _Field(c.name, c.width, lambda j, _: _sacct_memory(j.spec.memory_mb, units))
@@ -1520,11 +1532,13 @@ def _percent(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.2f}%" if whole > 0 else "0.00%"
 
 
-def format_seff(job: Job, now: float, *, cluster: str, group: str) -> str:
+def format_seff(
+    job: Job, now: float, *, cluster: str, group: str, gpu_usage: GpuUsage | None = None
+) -> str:
     """Slurm's seff report for one job, and gbatch's GPU part. gbatch measures neither
-    a job's CPU time nor its memory, nor keeps per-job GPU samples: those lines say
-    `not measured` rather than a made-up 0. Efficiency of the time limit: the run's
-    wall-clock time over its limit."""
+    a job's CPU time nor its memory: those lines say `not measured` rather than a
+    made-up 0. Efficiency of the time limit: the run's wall-clock time over its limit.
+    The GPU lines come from `gpu_usage`, the samples of the job's current run."""
     lines = [f"Job ID: {job.id}"]
     if job.array_job_id is not None:
         lines.append(f"Array Job ID: {job.array_job_id}_{job.spec.array_task}")
@@ -1564,7 +1578,7 @@ def format_seff(job: Job, now: float, *, cluster: str, group: str) -> str:
         f"GPU-hours: {len(job.gpus) * elapsed / 3600:.2f}",
     ]
     if job.gpus:
-        lines += ["GPU Utilized: not measured", "GPU Memory Utilized: not measured"]
+        lines += seff_lines(gpu_usage)
     return _lines(lines)
 
 

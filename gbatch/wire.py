@@ -21,6 +21,7 @@ from typing import (
     get_type_hints,
 )
 
+from gbatch.jobids import format_spans, merge_spans
 from gbatch.limits import UserLimits, UserShare
 from gbatch.model import (
     Event,
@@ -81,7 +82,8 @@ def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
 def jobs_to_table(jobs: Sequence[Job]) -> dict[str, Any]:
     """Brief jobs as a table, for a client that lists thousands every second (the TUI):
     `{"specs": [brief spec, ...], "rows": [[spec index, id, uid, user, state, ...], ...]}`
-    (job_to_wire's fields in its order, the spec replaced by its index).
+    (job_to_wire's fields in its order, the spec replaced by its index; then, for an
+    array task, its array's id and task index, else two nulls: see table_labels).
     Jobs alike in their brief spec (an array's tasks) share one entry of `specs`, and
     a row is a list, not a mapping: a third of job_to_wire's bytes to encode and parse."""
     specs: list[dict[str, Any]] = []
@@ -113,10 +115,37 @@ def jobs_to_table(jobs: Sequence[Job]) -> dict[str, Any]:
                 job.exit_code,
                 job.exit_signal,
                 job.stop_state.value if job.stop_state else None,
+                job.array_job_id,
+                spec.array_task,
                 *([[list(span) for span in job.array_more]] if job.array_more else []),
             ]
         )
     return {"specs": specs, "rows": rows}
+
+
+# Where jobs_to_table's rows carry an array task's array id and task index (a row of
+# an older daemon ends before).
+_TABLE_ARRAY_AT = 17
+
+
+def table_labels(table: Mapping[str, Any]) -> dict[int, str]:
+    """The ids of a job table's array tasks as Slurm shows them, `N_K` by job id. Kept
+    beside the jobs, not in their specs: an array's tasks share one spec (and its cells,
+    formatted once) in a view of thousands of them."""
+    at = _TABLE_ARRAY_AT
+    return {
+        row[1]: _table_label(row[at], row[at + 1], row[at + 2] if len(row) > at + 2 else ())
+        for row in table["rows"]
+        if len(row) > at + 1 and row[at] is not None
+    }
+
+
+def _table_label(array: int, task: int, more: Sequence[Sequence[int]]) -> str:
+    """`N_K`, or `N_[K-M]` for a record standing for more pending tasks (array_more)."""
+    if not more:
+        return f"{array}_{task}"
+    spans = merge_spans([(task, task)], [(a, b) for a, b in more])
+    return f"{array}_[{format_spans(spans)}]"
 
 
 def job_from_row(row: Sequence[Any], spec: JobSpec) -> Job:
@@ -145,7 +174,7 @@ def job_from_row(row: Sequence[Any], spec: JobSpec) -> Job:
         exit_code,
         exit_signal,
         stop_state,
-        *more,
+        *extra,  # an array task's array id and index (table_labels), its array_more
     ) = row
     job: Job = _new_object(Job)
     job.__dict__.update(
@@ -168,7 +197,7 @@ def job_from_row(row: Sequence[Any], spec: JobSpec) -> Job:
         stop_state=_STATES[stop_state] if stop_state else None,
         secret_values=(),  # never on the wire
         submit_env=(),  # likewise
-        array_more=tuple((a, b) for a, b in more[0]) if more else (),
+        array_more=tuple((a, b) for a, b in extra[2]) if len(extra) > 2 else (),
     )
     return job
 
@@ -480,7 +509,9 @@ class ListJobs(_Request, op="jobs"):
     and nodes (squeue -n, -p, -w). `brief`: listings' spec fields only; `table`: brief,
     as jobs_to_table's columns. Replies {"jobs"|"table", "now"}, and with `starts`
     also "starts": [[job id, expected start], ...] for the pending jobs listed that
-    have an estimate (the planner's reservation, or a --begin time to come)."""
+    have an estimate (the planner's reservation, or a --begin time to come); with
+    `gpu_usage` also "gpu_usage": [[job id, *GpuUsage.to_wire()], ...] for the listed
+    jobs whose current run has GPU samples (sacct's TRESUsageInMax)."""
 
     ids: tuple[int, ...] = ()
     jobs: tuple[str, ...] = ()  # as Cancel.jobs; an array's id lists all its tasks
@@ -494,10 +525,12 @@ class ListJobs(_Request, op="jobs"):
     partitions: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()
     starts: bool = False
+    gpu_usage: bool = False
 
 
 class ShowJob(_Request, op="job"):
-    """One job's record and events. Replies {"job", "events", "now", "tasks"}: `tasks`,
+    """One job's record and events. Replies {"job", "events", "now", "tasks",
+    "gpu_usage"}: `gpu_usage` is GpuUsage.to_wire() of its current run, or None; `tasks`,
     with `with_tasks` when `id` is an array's and no `task` is named, its other tasks'
     records (scontrol show job N shows each task, as Slurm); else empty."""
 

@@ -55,6 +55,7 @@ def add_parser(commands: Any) -> None:
         metavar="FIELD[,FIELD]",
         help="e.g. JobID,JobName,State,ExitCode,Elapsed,AllocGPUS,NodeList; also UID, "
         "Partition, Submit, Start, End, Timelimit, Reason, Attempt, AllocTRES, ReqTRES, "
+        "TRESUsageInMax (the GPUs' peak memory and utilisation), "
         "AllocCPUS, ReqMem, Comment; Params: a parameter sweep task's parameters (gbatch's)",
     )
     p.add_argument("-P", "--parsable2", action="store_true", help="`|`-separated, no padding")
@@ -96,6 +97,7 @@ def _asks_params(fmt: str | None) -> bool:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import formatting, wire
+    from gbatch.gpuusage import GpuUsage
 
     ids = parse_ids(args.jobs, "-j/--jobs")
     users = split_list(args.user)
@@ -120,6 +122,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             since=since,
             # A brief spec leaves a sweep task's params out: ask for whole specs then.
             brief=brief and not _asks_params(args.format),
+            gpu_usage="tresusageinmax" in wanted,
         )
     )
     jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
@@ -139,6 +142,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                 header=not args.noheader,
                 parsable=args.parsable2,
                 units=units,
+                gpu_usage={
+                    int(row[0]): GpuUsage.from_wire(row[1:]) for row in reply.get("gpu_usage", [])
+                },
             )
     except formatting.FormatError as err:
         raise CliError(f"--format: {err}", Exit.USAGE) from err

@@ -11,10 +11,13 @@ from gbatch.cli.exits import Exit
 
 HELP = "show a job's efficiency: wall-clock time against its limit, GPUs"
 EPILOG = """\
-Like Slurm's seff. gbatch measures neither a job's CPU time nor its memory use, and the
-daemon keeps no per-job history of the GPU samples its nodes report: those lines say
-`not measured`. Time Limit Efficiency is the run's wall-clock time over its time limit;
-GPU-hours its GPUs times that time. Cluster is the head's host name."""
+Like Slurm's seff. gbatch measures neither a job's CPU time nor its memory use: those
+lines say `not measured`. Time Limit Efficiency is the run's wall-clock time over its
+time limit; GPU-hours its GPUs times that time. GPU Utilization is the mean, over the
+node reports taken while the run ran (one a report interval), of its GPUs' mean
+utilisation, and the busiest single GPU in any report; GPU Memory the most memory its
+GPUs held together, against their total. Both are the job's latest run's (a requeued
+job starts afresh). Cluster is the head's host name."""
 
 
 def add_parser(commands: Any) -> None:
@@ -47,14 +50,20 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     import socket
 
     from gbatch import formatting, wire
+    from gbatch.gpuusage import GpuUsage
 
     target = parse_job(str(args.job), "JOBID")
     task = None if target.tasks is None else target.tasks[0][0]
     reply = ctx.client.call(wire.ShowJob(id=target.job, task=task))
     job = wire.job_from_wire(reply["job"])
+    usage = reply.get("gpu_usage")  # absent from an older daemon's reply
     sys.stdout.write(
         formatting.format_seff(
-            job, reply["now"], cluster=socket.gethostname(), group=_group(job.uid)
+            job,
+            reply["now"],
+            cluster=socket.gethostname(),
+            group=_group(job.uid),
+            gpu_usage=None if usage is None else GpuUsage.from_wire(usage),
         )
     )
     return Exit.OK

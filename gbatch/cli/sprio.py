@@ -14,7 +14,12 @@ EPILOG = """\
 gbatch does not add weighted factors as Slurm does: its planner orders pending jobs by
 FAIRSHARE (the user's fair-share factor, 0..1, higher first; see `gbatch sshare`), then
 PRIORITY (the job's --priority minus --nice, higher first), then AGE (older first),
-then job id. RANK (-l) is a job's place in that order among the jobs shown."""
+then job id. RANK (-l) is a job's place in that order among the jobs shown.
+
+As Slurm's sprio, only pending jobs the scheduler may start are listed: held jobs
+(`--hold`, `scontrol hold`; priority 0 in Slurm) and jobs whose --begin time is still to
+come are not, even when named with -j. With -j and none to list it prints `Unable to
+find jobs matching user/id(s) specified` (exit 0), as Slurm does."""
 
 
 def add_parser(commands: Any) -> None:
@@ -59,6 +64,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     jobs = [JobPriority.from_wire(row) for row in reply["jobs"]]
     if args.json:
         sys.stdout.write(formatting.format_sprio_json(jobs, reply["now"]))
+    elif ids and not jobs:
+        sys.stdout.write("Unable to find jobs matching user/id(s) specified\n")
     else:
         sys.stdout.write(
             formatting.format_sprio(jobs, reply["now"], long=args.long, header=not args.noheader)

@@ -1,7 +1,7 @@
 """gbatchd's loop: a short list of named steps, run on every tick and at once when
 something happens (a submit, a cancel, a run ending, a GPU report).
 
-    collect_ended_runs -> enforce_limits -> schedule
+    collect_ended_runs -> enforce_limits -> schedule -> sample_gpus
 
 Collecting also ends the runs of nodes that are down with their lease run out
 (gbatch/head/liveness.py), and, when a node is heard again, removes the containers of runs
@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
+from gbatch import gpuusage
 from gbatch.arrays import ARRAY_ROWS, THROTTLE_REASON, over_throttle
 from gbatch.config import Config, Paths
 from gbatch.crashpoints import crash_point
@@ -110,6 +111,11 @@ class Daemon:
         # job id -> expected start, from the latest plan's reservation (squeue --start).
         # Replaced whole by schedule(), never mutated: a handler thread reads it as is.
         self.expected_starts: Mapping[int, float] = {}
+        # The users whose jobs the latest plan ordered: the fair-share factors it used
+        # are taken over them (and users with usage). Replaced whole, like expected_starts.
+        self.planned_users: frozenset[str] = frozenset()
+        # node name -> the number of its report last folded into runs' GPU usage
+        self._sampled_seq: dict[str, int] = {}
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -178,6 +184,32 @@ class Daemon:
         self.collect_ended_runs(now)
         self.enforce_limits(now)
         self.schedule(now)
+        # Last: accounting that fails (a full disk) must not keep jobs from starting.
+        self.sample_gpus()
+
+    # -- step 4: how busy running jobs keep their GPUs (seff, sacct) --------------------
+
+    def sample_gpus(self) -> None:
+        """Fold each node's new report (one not sampled yet) into the GPU usage of the
+        runs on it: one store read of the running jobs and one write, per poll."""
+        fresh = {}
+        for name, node in self.fleet.nodes.items():
+            seq = node.report_seq
+            if seq == self._sampled_seq.get(name):
+                continue
+            report, _ = node.report()
+            if report is not None:
+                fresh[name] = report.gpus
+            self._sampled_seq[name] = seq
+        if not fresh:
+            return
+        samples = []
+        for job_id, attempt, node_name, gpus in self.store.running_gpus():
+            readings = fresh.get(node_name)
+            usage = None if readings is None else gpuusage.sample(readings, gpus)
+            if usage is not None:
+                samples.append((job_id, attempt, usage))
+        self.store.add_gpu_samples(samples)
 
     # -- step 1: runs that ended, or vanished ------------------------------------------
 
@@ -389,6 +421,7 @@ class Daemon:
         pending = self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER)
         pending = self._past_begin(pending, now)
         pending = self.hold_back_dependents(pending, now)
+        self.planned_users = frozenset(job.user for job in pending)
         if not pending:
             self.expected_starts = {}
             return

@@ -1064,6 +1064,9 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
     }
     if request.starts:
         reply["starts"] = _expected_starts(found, daemon.expected_starts, now)
+    if request.gpu_usage:
+        usage = daemon.store.gpu_usage([(j.id, j.attempt) for j in found])
+        reply["gpu_usage"] = [[run[0], *u.to_wire()] for run, u in usage.items()]
     return reply
 
 
@@ -1112,11 +1115,13 @@ def job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]
         # An array's id: Slurm shows each of its tasks.
         last = max((daemon.store.array_tasks(found.id, MAX_ARRAY) or {found.id: found.id}).values())
         others = daemon.store.jobs(id_ranges=[(found.id + 1, last)]) if last > found.id else []
+    usage = daemon.store.gpu_usage([(found.id, found.attempt)]).get((found.id, found.attempt))
     return {
         "job": _job_to_wire(found, owner_view=owner_view),
         "events": [wire.event_to_wire(e) for e in daemon.store.events(found.id)],
         "tasks": [_job_to_wire(j, owner_view=owner_view) for j in others],
         "now": daemon.clock(),
+        "gpu_usage": None if usage is None else usage.to_wire(),
     }
 
 
@@ -1477,8 +1482,11 @@ def shares(daemon: Daemon, caller: Caller, request: wire.ShowShares) -> dict[str
 
 def priorities(daemon: Daemon, caller: Caller, request: wire.ShowPriorities) -> dict[str, Any]:
     """sprio: pending jobs and what orders them in the planner (fair-share factor of
-    their user, then priority - nice, then submit time, then id). The factors are taken
-    over every user with pending jobs, as the planner's are, whoever the caller may
+    their user, then priority - nice, then submit time, then id). As Slurm's sprio,
+    only jobs the scheduler may consider: held jobs (priority 0 in Slurm) and jobs
+    whose --begin is still to come are left out, even when named. The factors are the
+    planner's: over the users whose jobs its latest pass ordered (a user whose every
+    job is held is not among them) and every user with usage, whoever the caller may
     see. Everyone sees the queue; under private_data a non-admin sees only their own."""
     now = daemon.clock()
     users: Sequence[str] | None = request.users or None
@@ -1490,10 +1498,11 @@ def priorities(daemon: Daemon, caller: Caller, request: wire.ShowPriorities) -> 
     found = daemon.store.jobs(
         ids=request.ids or None, states=[JobState.PENDING], users=users, finished=None
     )
+    found = [j for j in found if not j.held and (j.spec.begin is None or j.spec.begin <= now)]
     if private:
         found = [j for j in found if j.uid == caller.uid]
     usage = daemon.usage(daemon.store.jobs_in(ALLOCATED_STATES), now)
-    share = factors(usage, daemon.store.pending_counts())
+    share = factors(usage, daemon.planned_users)
     ordered = sorted(
         found,
         key=lambda j: (-share.get(j.user, 1.0), -j.spec.effective_priority, j.submit_time, j.id),

@@ -21,6 +21,7 @@ from typing import NamedTuple
 from gbatch import arrays
 from gbatch.config import make_private
 from gbatch.dependency import NEVER_REASON, RefJob
+from gbatch.gpuusage import GpuUsage
 from gbatch.head import fairshare
 from gbatch.head.secretbox import SecretBox, SecretKeyError
 from gbatch.limits import PendingLimitReached
@@ -143,6 +144,21 @@ MIGRATIONS: tuple[str, ...] = (
         submit_env  BLOB
     );
     CREATE INDEX array_tails_state ON array_tails(state, user)
+    """,
+    # 9: how busy each run kept its GPUs (gbatch/gpuusage.py): one row per run, folded
+    # into at every node report while it runs; seff and sacct's TRESUsageInMax read it.
+    """
+    CREATE TABLE gpu_usage (
+        job_id        INTEGER NOT NULL REFERENCES jobs(id),
+        attempt       INTEGER NOT NULL,
+        samples       INTEGER NOT NULL,
+        util_samples  INTEGER NOT NULL,
+        util_sum      REAL    NOT NULL,
+        util_max      INTEGER NOT NULL,
+        mem_max_mib   INTEGER NOT NULL,
+        mem_total_mib INTEGER NOT NULL,
+        PRIMARY KEY (job_id, attempt)
+    ) WITHOUT ROWID
     """,
 )
 # The key that seals job_secrets, beside the store in the daemon's home.
@@ -850,7 +866,57 @@ class Store:
             (usage.user, total, now),
         )
 
+    def add_gpu_samples(self, samples: Sequence[tuple[int, int, GpuUsage]]) -> None:
+        """Fold each (job id, attempt, sample) into that run's GPU usage: one
+        transaction for a whole poll of the fleet, however many runs it samples."""
+        if not samples:
+            return
+        with self._write() as db:
+            db.executemany(
+                "INSERT INTO gpu_usage (job_id, attempt, samples, util_samples, util_sum,"
+                " util_max, mem_max_mib, mem_total_mib) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(job_id, attempt) DO UPDATE SET"
+                " samples = samples + excluded.samples,"
+                " util_samples = util_samples + excluded.util_samples,"
+                " util_sum = util_sum + excluded.util_sum,"
+                " util_max = max(util_max, excluded.util_max),"
+                " mem_max_mib = max(mem_max_mib, excluded.mem_max_mib),"
+                " mem_total_mib = max(mem_total_mib, excluded.mem_total_mib)",
+                [(job_id, attempt, *usage.to_wire()) for job_id, attempt, usage in samples],
+            )
+
     # -- reads ----------------------------------------------------------------------
+
+    def running_gpus(self) -> list[tuple[int, int, str, tuple[int, ...]]]:
+        """(job id, attempt, node, GPU indices) of every RUNNING job holding GPUs: the
+        daemon's GPU sampling reads this each poll, without decoding any spec."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, attempt, node, gpus FROM jobs"
+                " WHERE state = 'RUNNING' AND gpus != '' AND node IS NOT NULL"
+            ).fetchall()
+        return [
+            (int(i), int(a), str(n), tuple(int(g) for g in g_.split(","))) for i, a, n, g_ in rows
+        ]
+
+    def gpu_usage(self, runs: Collection[tuple[int, int]]) -> dict[tuple[int, int], GpuUsage]:
+        """The GPU usage recorded for each (job id, attempt) in `runs` that has any."""
+        found: dict[tuple[int, int], GpuUsage] = {}
+        wanted = set(runs)
+        by_job: dict[int, set[int]] = {}
+        for job_id, attempt in wanted:
+            by_job.setdefault(job_id, set()).add(attempt)
+        with self._lock:
+            for chunk in _chunks(sorted(by_job)):
+                rows = self._db.execute(
+                    "SELECT job_id, attempt, samples, util_samples, util_sum, util_max,"
+                    f" mem_max_mib, mem_total_mib FROM gpu_usage WHERE job_id IN ({_marks(chunk)})",
+                    list(chunk),
+                ).fetchall()
+                for job_id, attempt, *values in rows:
+                    if attempt in by_job[job_id]:
+                        found[(job_id, attempt)] = GpuUsage.from_wire(values)
+        return found
 
     def get(self, job_id: int) -> Job | None:
         """The job `job_id`: its row, or the pending array task its tail holds."""

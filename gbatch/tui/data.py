@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ class QueueSnapshot:
     jobs: tuple[Job, ...]
     now: float
     finished: bool = False
+    # The array tasks' ids as squeue shows them, `N_K`, by job id (wire.table_labels).
+    labels: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,7 @@ class DaemonLink:
             reply = self._call(wire.ListJobs(table=True))
         with self._decode_lock:
             jobs = self._decoder.decode(reply["table"])
-        return QueueSnapshot(jobs, reply["now"], finished)
+        return QueueSnapshot(jobs, reply["now"], finished, wire.table_labels(reply["table"]))
 
     def nodes(self) -> NodesSnapshot:
         nodes = tuple(wire.node_from_wire(n) for n in self._call(wire.ListNodes())["nodes"])

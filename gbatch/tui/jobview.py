@@ -16,6 +16,7 @@ from textual.widgets import Footer, Input, Log, Static
 
 from gbatch import formatting
 from gbatch.client import RequestFailed
+from gbatch.jobids import job_label
 from gbatch.tui.data import LINK_ERRORS, JobSnapshot, LogChunk
 from gbatch.tui.live import LiveScreen, Services, screen_gone
 
@@ -45,9 +46,10 @@ class JobScreen(LiveScreen):
         Binding("f", "follow", "Follow"),
     ]
 
-    def __init__(self, services: Services, job_id: int) -> None:
+    def __init__(self, services: Services, job_id: int, label: str | None = None) -> None:
         super().__init__(services)
         self.job_id = job_id
+        self.label = label or str(job_id)  # an array task's `N_K` (the queue knows it)
         self.snapshot: JobSnapshot | None = None
         self.follow = True
         self.needle = ""
@@ -55,7 +57,7 @@ class JobScreen(LiveScreen):
         self.log_done = False
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f" job {self.job_id}"), id="title")
+        yield Static(Text(f" job {self.label}"), id="title")
         with VerticalScroll(id="details"):
             yield Static(id="record")
         yield Log(id="log", max_lines=LOG_MAX_LINES, auto_scroll=False)
@@ -77,7 +79,8 @@ class JobScreen(LiveScreen):
         self.snapshot = snapshot
         job = snapshot.job
         where = f" on {job.node}" if job.node else ""
-        title = f" job {job.id} {job.spec.name!r} of {job.user}: {job.state.value}{where}"
+        self.label = job_label(job)
+        title = f" job {self.label} {job.spec.name!r} of {job.user}: {job.state.value}{where}"
         self.query_one("#title", Static).update(Text(title))
         record = formatting.format_job_details(job, snapshot.events, snapshot.now)
         self.query_one("#record", Static).update(Text(record.rstrip("\n")))

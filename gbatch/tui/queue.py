@@ -166,7 +166,7 @@ class QueueScreen(LiveScreen):
     def _render_snapshot(self, snapshot: QueueSnapshot) -> None:
         if self._cells.unseen(snapshot.jobs) >= GC_PAUSE_NEW_JOBS:
             self._pause_gc_until_painted()
-        cells = self._cells.cells(snapshot.jobs, snapshot.now)
+        cells = self._cells.cells(snapshot.jobs, snapshot.now, snapshot.labels)
         shown = rows.sort_jobs(
             rows.visible(snapshot.jobs, self.filter, cells),
             self.sort_column,
@@ -181,7 +181,7 @@ class QueueScreen(LiveScreen):
     def _styled_rows(
         self, jobs: list[Job], cells: dict[int, tuple[str, ...]]
     ) -> list[tuple[str, list[Text]]]:
-        """(key, Text cells) per job: last refresh's objects for a row whose text is
+        """(job id, Text cells) per job: last refresh's objects for a row whose text is
         the same; new rows that differ in their id alone (10,000 held jobs of one
         user) share the Text objects of their other cells."""
         known = self._texts
@@ -197,7 +197,7 @@ class QueueScreen(LiveScreen):
                     tail = tails[row[1:]] = _styled(job, row)[1:]
                 styled = [Text(row[0]), *tail]
             texts[row] = styled
-            out.append((row[0], styled))
+            out.append((str(job.id), styled))  # keyed by id: an array task's JOBID is N_K
         self._texts = texts
         return out
 
@@ -230,7 +230,8 @@ class QueueScreen(LiveScreen):
 
         job = self.selected_job()
         if job is not None:
-            self.app.push_screen(JobScreen(self.services, job.id))
+            label = self.snapshot.labels.get(job.id) if self.snapshot else None
+            self.app.push_screen(JobScreen(self.services, job.id, label))
 
     def action_nodes(self) -> None:
         from gbatch.tui.nodes import NodesScreen

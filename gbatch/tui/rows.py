@@ -13,6 +13,7 @@ from operator import attrgetter
 from typing import Any
 
 from gbatch import formatting
+from gbatch.jobids import job_label
 from gbatch.model import Gpu, Job, JobState, NodeInfo, NodeState
 
 # (column key, header). TIME is squeue's elapsed/limit; NODE(REASON) is squeue's %R.
@@ -39,7 +40,7 @@ FINISHED_STATE_FILTERS: tuple[JobState | None, ...] = (
 )
 # A separator no cell can hold: formatting replaces control characters with '?'.
 _SEP = "\x1f"
-_SQUEUE_FIELDS = ("%i", "%u", "%j", "%t", "%M", "%l", "%R")
+_SQUEUE_FIELDS = ("%A", "%u", "%j", "%t", "%M", "%l", "%R")
 _NAME_WIDTH = 16  # keeps the table readable at 80 columns
 
 
@@ -124,13 +125,18 @@ def sort_jobs(
     return sorted(jobs, key=_SORT_KEYS[column](now, cells), reverse=reverse)
 
 
-def job_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ...]]:
+def job_cells(
+    jobs: Sequence[Job], now: float, labels: Mapping[int, str] | None = None
+) -> dict[int, tuple[str, ...]]:
     """Each job's cells in QUEUE_COLUMNS order, rendered by squeue's own formatter.
+    JOBID is `labels`' entry for the job (an array task's `N_K`, as squeue -r shows
+    it; a job table's Jobs do not carry their array), else its job_label.
 
     Jobs alike in every field the cells show but their id (the held jobs of a sweep:
     thousands, whether one array or submitted one by one) are formatted once: their
     cells differ in the JOBID cell alone.
     """
+    named = labels or {}
     alike: dict[tuple[Any, ...], list[Job]] = {}
     for shape, job in zip(map(_shape, jobs), jobs, strict=True):
         group = alike.get(shape)
@@ -141,11 +147,9 @@ def job_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ...]]:
     formatted = _formatted_cells([group[0] for group in alike.values()], now)
     cells: dict[int, tuple[str, ...]] = {}
     for group in alike.values():
-        first, *others = group
-        cells[first.id] = formatted[first.id]
-        rest = formatted[first.id][1:]
-        for job in others:
-            cells[job.id] = (str(job.id), *rest)
+        rest = formatted[group[0].id][1:]
+        for job in group:
+            cells[job.id] = (named.get(job.id) or job_label(job), *rest)
     return cells
 
 
@@ -159,7 +163,10 @@ assert "%V" not in _SQUEUE_FIELDS
 
 def _formatted_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ...]]:
     fmt = _SEP.join(_SQUEUE_FIELDS)
-    lines = formatting.format_squeue(jobs, now, fmt=fmt, header=False).splitlines()
+    # One row a job: the TUI folds no array (squeue -r).
+    lines = formatting.format_squeue(
+        jobs, now, fmt=fmt, header=False, expand_arrays=True
+    ).splitlines()
     cells: dict[int, tuple[str, ...]] = {}
     for job, line in zip(jobs, lines, strict=True):
         job_id, user, name, code, elapsed, limit, where = line.split(_SEP)
@@ -192,8 +199,11 @@ class CellCache:
         known = self._known
         return sum(1 for job in jobs if job.id not in known)
 
-    def cells(self, jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ...]]:
-        """What job_cells(jobs, now) returns."""
+    def cells(
+        self, jobs: Sequence[Job], now: float, labels: Mapping[int, str] | None = None
+    ) -> dict[int, tuple[str, ...]]:
+        """What job_cells(jobs, now, labels) returns. A job's label never changes
+        while its id is listed (an array task's id is its own for good)."""
         known = self._known
         kept: dict[int, tuple[Job, tuple[str, ...]]] = {}
         stale: list[Job] = []
@@ -203,7 +213,7 @@ class CellCache:
                 kept[job.id] = last
             else:
                 stale.append(job)
-        fresh = job_cells(stale, now)
+        fresh = job_cells(stale, now, labels)
         kept.update((job.id, (job, fresh[job.id])) for job in stale)
         self._known = kept
         return {job_id: cells for job_id, (_, cells) in kept.items()}

@@ -1,18 +1,24 @@
 """sprio, seff and sreport through the real CLI and daemon: a finished 2-GPU job's
-efficiency and its GPU-hours in the period's report, held jobs' ordering factors."""
+efficiency and its GPU-hours in the period's report, pending jobs' ordering factors (held
+ones left out, as Slurm's sprio does), a running job's GPU samples in seff and sacct."""
 
 from __future__ import annotations
 
 import json
+import re
 
-from conftest import Head
+from conftest import Head, wait_for
 
 
 def test_seff_sreport_and_sprio_report_what_the_daemon_recorded(head: Head) -> None:
     done = head.sbatch("-G", "2", "-t", "1:00", "--wrap", "sleep 1")
     head.wait_state(done, "COMPLETED")
-    low = head.sbatch("--hold", "--nice", "5", "--wrap", "true")
-    high = head.sbatch("--hold", "--priority", "3", "--wrap", "true")
+    # Pending behind a held job: sprio lists them, and leaves the held one out (Slurm's
+    # held jobs have priority 0 and are not the scheduler's to consider).
+    gate = head.sbatch("--hold", "--wrap", "true")
+    after = f"afterok:{gate}"
+    low = head.sbatch("-d", after, "--nice", "5", "--wrap", "true")
+    high = head.sbatch("-d", after, "--priority", "3", "--wrap", "true")
 
     seff = head.run("seff", str(done), check=True).stdout
     assert f"Job ID: {done}\n" in seff
@@ -49,6 +55,8 @@ def test_seff_sreport_and_sprio_report_what_the_daemon_recorded(head: Head) -> N
         "NICE",
     ]
     assert len(header) == 2 and header[1].split()[0] == str(high)
+    held = head.run("sprio", "-j", str(gate), check=True).stdout
+    assert held == "Unable to find jobs matching user/id(s) specified\n"
 
 
 def test_sreport_refuses_a_period_that_ends_before_it_starts(head: Head) -> None:
@@ -92,3 +100,28 @@ def test_squeue_of_a_user_that_does_not_exist_is_an_error(head: Head) -> None:
     assert (missing.returncode, missing.stdout) == (1, "")
     assert missing.stderr == "gbatch squeue: error: Invalid user: nosuchuser\n"
     assert head.run("squeue", "-u", "nobody", "-h", check=True).stdout == ""
+
+
+def test_seff_and_sacct_report_the_gpu_samples_taken_while_the_job_ran(head: Head) -> None:
+    sim = head.home / "simulated-gpus.json"
+    gpus = json.loads(sim.read_text())
+    for entry in gpus["gpus"]:
+        entry["utilization_pct"] = 60  # busy, yet free: only memory used keeps a GPU
+    sim.write_text(json.dumps(gpus))
+    job = head.sbatch("-G", "1", "--wrap", "sleep 120")
+    head.wait_state(job, "RUNNING")
+    (index,) = head.job(job)["gpus"]  # type: ignore[misc]
+    gpus["gpus"][index]["memory_used_mib"] = 11469  # 11.20 GiB, once the job runs
+    sim.write_text(json.dumps(gpus))
+
+    def seff() -> str:
+        return head.run("seff", str(job), check=True).stdout
+
+    wait_for(lambda: "GPU Memory: max 11.20 GiB of 80.00 GiB\n" in seff(), what="memory sample")
+    head.run("scancel", str(job), check=True)
+    head.wait_state(job, "CANCELLED")
+    text = seff()
+    assert re.search(r"^GPU Utilization: 60\.0% \(mean over \d+ samples\), max 60%$", text, re.M)
+    assert "GPU Memory: max 11.20 GiB of 80.00 GiB\n" in text
+    tres = head.run("sacct", "-j", str(job), "-P", "-n", "-o", "JobID,TRESUsageInMax", check=True)
+    assert tres.stdout == f"{job}|gres/gpumem=11.20G,gres/gpuutil=60\n"

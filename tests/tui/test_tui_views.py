@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 from conftest import (
+    ME,
     Head,
     drive,
     row_key_under_cursor,
@@ -178,3 +179,23 @@ def test_gbatch_tui_without_a_terminal_refuses_in_one_line(
         f"gbatch tui: error: {stream} is not a terminal, and the full-screen view needs one. "
         "In a script use `gbatch squeue` (add -i SECONDS to watch it)\n"
     )
+
+
+def test_array_tasks_read_n_k_in_the_queue_and_the_job_views_title(tui_head: Head) -> None:
+    array = tui_head.sbatch("-J", "sweep", "--array", "3-5", "-H", "--wrap", "true")
+    app = tui(tui_head)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        # One row a task, as squeue -r (pending tasks are not folded into N_[3-5]).
+        labels = [f"{array}_{k}" for k in (3, 4, 5)]
+        await until(pilot, lambda: [r[0] for r in table_rows(app, "#jobs")] == labels, "tasks")
+        await pilot.press("slash", *f"{array}_4", "enter")  # the filter matches N_K
+        await until(pilot, lambda: len(table_rows(app, "#jobs")) == 1, "one task")
+        assert table_rows(app, "#jobs")[0][:3] == [f"{array}_4", ME, "sweep"]
+        assert row_key_under_cursor(app, "#jobs") == str(array + 1)  # task 4: its own id
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, JobScreen), "the job view")
+        await until(pilot, lambda: "'sweep' of" in text_of(app, "#title"), "the record")
+        assert text_of(app, "#title").startswith(f" job {array}_4 'sweep' of {ME}: PENDING")
+
+    drive(app, scenario)

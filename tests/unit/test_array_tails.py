@@ -213,3 +213,14 @@ def test_scontrol_show_job_of_the_array_shows_its_tail_as_one_record(daemon: Dae
     text = format_job_details(tail, [], 0)
     assert f"JobId={array + ARRAY_ROWS} ArrayJobId={array} ArrayTaskId={ARRAY_ROWS}-99999" in text
     assert "ArrayTaskThrottle=4" in text
+
+
+def test_the_tuis_job_table_labels_a_tail_record_with_its_tasks(daemon: Daemon) -> None:
+    array = submit(daemon, array="0-99")[0]
+    table = handle(daemon, ALICE, {"op": "jobs", "table": True})["table"]
+    labels = wire.table_labels(table)
+    assert labels[array] == f"{array}_0"
+    assert labels[array + ARRAY_ROWS] == f"{array}_[{ARRAY_ROWS}-99]"
+    last = table["rows"][-1]
+    decoded = wire.job_from_row(last, JobSpec.from_dict(table["specs"][last[0]]))
+    assert (decoded.id, decoded.array_more) == (array + ARRAY_ROWS, ((ARRAY_ROWS + 1, 99),))

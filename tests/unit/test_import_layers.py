@@ -2,7 +2,7 @@
 including those deferred into functions and those only for type checking.
 
     gbatch/ vocabulary   model spec timefmt config policy crashpoints wire limits dependency
-                         outputs views sweep jobids
+                         outputs views sweep jobids gpuusage
     gbatch/nodes/        what reaches a host (and gbatch.shim, run beside a local job)
     gbatch/head/         the daemon's side
     gbatch/ front        client formatting cli/ tui/
@@ -34,6 +34,7 @@ VOCABULARY = {
     "sweep",
     "jobids",
     "arrays",
+    "gpuusage",
 }
 # What each layer may import besides the vocabulary and the standard library.
 ALLOWED = {

@@ -14,8 +14,9 @@ from gbatch.config import Config, Paths
 from gbatch.formatting import format_seff, format_sprio, format_sreport
 from gbatch.head.accounting import gpu_seconds_in, usage_by
 from gbatch.head.daemon import Daemon
+from gbatch.head.fairshare import factors
 from gbatch.head.handlers import Caller, handle
-from gbatch.head.store import Store
+from gbatch.head.store import Store, Usage
 from gbatch.model import Job, JobSpec, JobState
 from gbatch.views import JobPriority, UsageRow
 
@@ -134,8 +135,8 @@ def test_seff_measures_time_against_the_limit_and_says_what_it_does_not_measure(
         "Memory Efficiency: not measured",
         "GPUs: 2 (node local, GPU 0,1)",
         "GPU-hours: 0.50",
-        "GPU Utilized: not measured",
-        "GPU Memory Utilized: not measured",
+        "GPU Utilization: not measured",
+        "GPU Memory: not measured",
     ]
     pending = format_seff(run(None, None, state=JobState.PENDING), 5.0, cluster="h", group="g")
     assert pending.endswith("Efficiency not available for jobs in the PENDING state.\n")
@@ -150,11 +151,54 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
     made.store.close()
 
 
-def submit(daemon: Daemon, caller: Caller, **spec: Any) -> int:
+def submit(daemon: Daemon, caller: Caller, held: bool = False, **spec: Any) -> int:
+    """A pending job (the daemon's loop is not running: it stays pending)."""
     body = JobSpec(name="j", command=("true",), **spec).to_dict()
-    reply = handle(daemon, caller, {"op": "submit", "spec": body, "held": True})
+    reply = handle(daemon, caller, {"op": "submit", "spec": body, "held": held})
     assert reply["ok"], reply
     return int(reply["ids"][0])
+
+
+CAROL = Caller(uid=4244, user="carol", pid=4)
+DAVE = Caller(uid=4245, user="dave", pid=5)
+
+
+def used(daemon: Daemon, user: str, gpu_seconds: float, now: float) -> None:
+    """A run of `user` that used `gpu_seconds` ended at `now`."""
+    store = daemon.store
+    (job_id,) = store.submit([JobSpec(name="done", command=("true",))], 1, user, now)
+    store.set_state(job_id, JobState.CONFIGURING, "", now, node="local", gpus=(0,), attempt=1)
+    store.set_state(job_id, JobState.RUNNING, "", now, start_time=now)
+    usage = Usage(user, gpu_seconds, daemon.config.half_life_seconds)
+    store.set_state(job_id, JobState.COMPLETED, "", now, end_time=now, usage=usage)
+
+
+def test_sprio_leaves_held_and_not_yet_eligible_jobs_out_and_shows_the_planners_factors(
+    daemon: Daemon,
+) -> None:
+    now = daemon.clock()
+    used(daemon, "alice", 3600.0, now)
+    alices = submit(daemon, ALICE)
+    bobs = submit(daemon, BOB)
+    carols = [submit(daemon, CAROL, held=True), submit(daemon, CAROL, held=True)]
+    later = submit(daemon, DAVE, begin=now + 3600)
+    daemon.schedule(now)  # the planner's pass: no node has reported, nothing starts
+    reply = handle(daemon, ROOT, wire.encode_request(wire.ShowPriorities()))
+    shares = {row["id"]: row["fairshare"] for row in reply["jobs"]}
+    assert set(shares) == {alices, bobs}  # Slurm's sprio: held (priority 0) and --begin
+    # The users the planner ordered are alice and bob: carol, whose every job is held,
+    # and dave, not yet eligible, do not dilute their shares (alice used it all: 2^-2).
+    assert shares == {alices: 0.25, bobs: 1.0}
+    assert shares[alices] == factors(daemon.usage([], now), {"alice", "bob"})["alice"]
+    for named in (*carols, later):
+        one = handle(daemon, ROOT, wire.encode_request(wire.ShowPriorities(ids=(named,))))
+        assert one["jobs"] == []
+    handle(daemon, CAROL, wire.encode_request(wire.Release(ids=(carols[0],))))
+    daemon.schedule(daemon.clock())
+    reply = handle(daemon, ROOT, wire.encode_request(wire.ShowPriorities()))
+    shares = {row["id"]: row["fairshare"] for row in reply["jobs"]}
+    assert set(shares) == {alices, bobs, carols[0]}  # released: listed, and counted
+    assert shares[alices] == pytest.approx(2**-3, rel=1e-3)
 
 
 def test_sprio_ranks_jobs_in_the_planners_order_and_private_data_hides_others(

@@ -18,6 +18,7 @@ from gbatch.wire import (
     jobs_to_table,
     node_from_wire,
     node_to_wire,
+    table_labels,
 )
 
 T0 = 1_767_225_600.125
@@ -157,6 +158,22 @@ def test_a_table_row_decodes_to_a_job_equal_field_by_field_to_one_built_by_init(
     assert decoded == brief(job) and hash(decoded) == hash(brief(job))
     assert decoded.state is state and decoded.stop_state is stop
     assert decoded.secret_values == ()
+
+
+def test_a_tables_array_tasks_are_labelled_n_k_beside_their_shared_spec() -> None:
+    tasks = [
+        replace(
+            full_job(), id=20 + pos, spec=replace(full_spec(), array_task=3 + pos, array_pos=pos)
+        )
+        for pos in range(3)
+    ]
+    table = through_json(jobs_to_table([full_job(), *tasks]))
+    assert len(table["specs"]) == 1  # the tasks still share their brief spec
+    assert table_labels(table) == {20: "20_3", 21: "20_4", 22: "20_5"}
+    # A row of an older daemon (no array columns) decodes, unlabelled.
+    old = {"specs": table["specs"], "rows": [row[:17] for row in table["rows"]]}
+    assert JobDecoder().decode(old) == JobDecoder().decode(table)
+    assert table_labels(old) == {}
 
 
 def test_the_decoder_hands_back_the_same_job_object_while_a_job_is_unchanged() -> None:

@@ -9,7 +9,7 @@ and comma lists of those (`12,13_2,20_[1-3]`). Numbers are plain decimal digits,
 18 of them (SQLite's integers hold 19; 18 keeps every id and task inside them), with no
 sign, no `_` separator, no space and no leading zero: `4_5` is task 5 of array 4, never
 job 45, and no text names a job other than the one it reads as. Each command takes
-some of these forms (`Forms`: ANY, ONE, ONE_JOB, JOBS) and its refusal offers just those.
+some of these forms (`Forms`: ANY, ONE, JOBS) and its refusal offers just those.
 """
 
 from __future__ import annotations
@@ -57,15 +57,13 @@ ANY = Forms(
     "Give N, N_K (task K of array N), N_[K-M] or FIRST-LAST, or a comma list of those, "
     "e.g. 12,13_2,20_[1-3]"
 )
-# scontrol show job, logs, seff.
+# scontrol show job and update, logs, seff.
 ONE = Forms(
     "Give N or N_K (task K of array N), e.g. 12 or 12_3",
     several=False,
     ranges=False,
     task_lists=False,
 )
-# scontrol update JobId=.
-ONE_JOB = Forms("Give N, e.g. 12", several=False, ranges=False, tasks=False, task_lists=False)
 # sprio -j.
 JOBS = Forms(
     "Give N or a comma list of those, e.g. 12,13", ranges=False, tasks=False, task_lists=False
@@ -92,6 +90,13 @@ class JobTarget:
 
     def has_task(self, task: int) -> bool:
         return self.tasks is not None and any(a <= task <= b for a, b in self.tasks)
+
+    @property
+    def single_task(self) -> int | None:
+        """K of `N_K`; None for anything else."""
+        if self.tasks is not None and len(self.tasks) == 1 and self.tasks[0][0] == self.tasks[0][1]:
+            return self.tasks[0][0]
+        return None
 
 
 def _shown(text: str) -> str:

@@ -546,6 +546,7 @@ class UpdateJob(_Request, op="update"):
 
     id: int
     changes: dict[str, str]
+    task: int | None = None  # with it, `id` is an array's id: its task `task` (N_K)
 
 
 # What `scontrol update` changes, in Slurm's spelling, and the other names Slurm takes

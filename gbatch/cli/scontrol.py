@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gbatch.cli.context import Context, parse_ids, parse_job, print_failures
 from gbatch.cli.exits import CliError, Exit
 from gbatch.wire import UPDATE_KEYS
+
+if TYPE_CHECKING:
+    from gbatch.jobids import JobTarget
 
 HELP = "show a job, node or partition; hold, release, requeue or update jobs"
 
@@ -47,10 +50,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch import formatting, wire
 
     if args.action == "update":
-        job_id, changes = parse_update(args.args)
-        reply = ctx.client.call(wire.UpdateJob(id=job_id, changes=changes))
+        target, changes = parse_update(args.args)
+        reply = ctx.client.call(
+            wire.UpdateJob(id=target.job, changes=changes, task=target.single_task)
+        )
         if not reply["changes"]:
-            print(f"gbatch scontrol: job {job_id}: nothing changed", file=sys.stderr)
+            print(f"gbatch scontrol: job {target}: nothing changed", file=sys.stderr)
         return Exit.OK
     if args.action == "show" and args.args[0].lower() in (
         "node",
@@ -116,11 +121,11 @@ def _show_all_jobs(args: argparse.Namespace, ctx: Context) -> int:
     return Exit.OK
 
 
-def parse_update(words: list[str]) -> tuple[int, dict[str, str]]:
+def parse_update(words: list[str]) -> tuple[JobTarget, dict[str, str]]:
     """`JobId=12 TimeLimit=30 Name=x` -> (12, {"TimeLimit": "30", "JobName": "x"}): Slurm's
     KEY=VALUE words, keys in any case. CliError (usage) for a word without `=`, no or
     two JobIds, or a key gbatch does not update (naming those it does)."""
-    from gbatch.jobids import ONE_JOB
+    from gbatch.jobids import ONE
     from gbatch.wire import update_key
 
     job_ids: list[str] = []
@@ -147,14 +152,14 @@ def parse_update(words: list[str]) -> tuple[int, dict[str, str]]:
         changes[canonical] = value
     if len(job_ids) != 1:
         raise CliError("update: name one job: JobId=N, then KEY=VALUE...", Exit.USAGE)
-    # N only: a task by its own job id (updating N_K comes with the array work).
-    target = parse_job(job_ids[0], "update: JobId", ONE_JOB)
+    # N (an array's id: each of its tasks) or N_K (that task).
+    target = parse_job(job_ids[0], "update: JobId", ONE)
     if not changes:
         raise CliError(
             f"update: nothing to change. Add KEY=VALUE, KEY one of {', '.join(UPDATE_KEYS)}",
             Exit.USAGE,
         )
-    return target.job, changes
+    return target, changes
 
 
 def _show_fleet(words: list[str], ctx: Context) -> int:

@@ -1128,8 +1128,10 @@ def job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]
 def update(daemon: Daemon, caller: Caller, request: wire.UpdateJob) -> dict[str, Any]:
     """scontrol update: change a job's fields (gbatch/head/jobupdate.py says which, when
     and who may). The owner or an admin only; raises need an admin. One transaction,
-    one event; the planner sees it at its next pass, which this starts."""
-    found = _named_job(daemon, caller, request.id, "update")
+    one event per job; the planner sees it at its next pass, which this starts. An
+    array's id (N, no task) changes each of its tasks that may still change, its tasks
+    still waiting as one record too, as Slurm's `update JobId=N` of an array does."""
+    found = _named_job(daemon, caller, request.id, "update", request.task)
     admin = is_admin(daemon, caller)
     if not admin and caller.uid != found.uid:
         audit(daemon, caller, "update", found, "refused: not the owner")
@@ -1148,8 +1150,23 @@ def update(daemon: Daemon, caller: Caller, request: wire.UpdateJob) -> dict[str,
         if not changes:
             daemon.wake.set()
             return {"id": found.id, "changes": notes}
+    if request.task is None and found.array_job_id == found.id:
+        notes.extend(_update_array(daemon, caller, found, changes, admin))
+        daemon.wake.set()
+        return {"id": found.id, "changes": notes}
     if daemon.store.materialise([found.id]):  # a task still in its array's tail
         found = _job(daemon, found.id)
+    spec, change = _planned_update(daemon, caller, found, changes, admin)
+    if change.notes:
+        _write_update(daemon, caller, found, spec, change)
+        daemon.wake.set()
+    return {"id": found.id, "changes": [*notes, *change.notes]}
+
+
+def _planned_update(
+    daemon: Daemon, caller: Caller, found: Job, changes: Mapping[str, str], admin: bool
+) -> tuple[JobSpec, jobupdate.Update]:
+    """The spec `changes` make of `found`'s, checked against the fleet and the queue."""
     try:
         change = jobupdate.plan_update(
             found, changes, admin=admin, partitions=daemon.fleet.partitions
@@ -1169,8 +1186,12 @@ def update(daemon: Daemon, caller: Caller, request: wire.UpdateJob) -> dict[str,
                 "Name other jobs",
             )
         spec = replace(spec, dependency=_check_dependency(daemon, caller, spec.dependency))
-    if not change.notes:
-        return {"id": found.id, "changes": notes}
+    return spec, change
+
+
+def _write_update(
+    daemon: Daemon, caller: Caller, found: Job, spec: JobSpec, change: jobupdate.Update
+) -> None:
     what = "; ".join(change.notes)
     try:
         daemon.store.update_spec(
@@ -1190,8 +1211,38 @@ def update(daemon: Daemon, caller: Caller, request: wire.UpdateJob) -> dict[str,
             "Look at it (scontrol show job) and try again",
         ) from None
     audit(daemon, caller, "update", found, f"allowed: {what}")
-    daemon.wake.set()
-    return {"id": found.id, "changes": [*notes, *change.notes]}
+
+
+def _update_array(
+    daemon: Daemon, caller: Caller, array: Job, changes: Mapping[str, str], admin: bool
+) -> list[str]:
+    """`update JobId=N` of array N: each task that may take the changes gets them (a
+    running one only a TimeLimit), and so does the record of its tasks still waiting.
+    Refused as a single job's update when no task could take them."""
+    last = daemon.store.array_ends([array.id], MAX_ARRAY).get(array.id, array.id)
+    tasks = [
+        job
+        for job in daemon.store.jobs(id_ranges=[(array.id, last)], finished=False)
+        if job.state is not JobState.COMPLETING
+    ]
+    notes: list[str] = []
+    refused: Refused | None = None
+    for job in tasks:
+        try:
+            spec, change = _planned_update(daemon, caller, job, changes, admin)
+        except Refused as err:
+            refused = refused or err
+            continue
+        if not change.notes:
+            continue
+        if job.array_more:  # the tasks still waiting as one record
+            daemon.store.update_tail_spec(array.id, spec)
+        else:
+            _write_update(daemon, caller, job, spec, change)
+        notes = notes or list(change.notes)
+    if not notes and refused is not None:
+        raise refused
+    return notes
 
 
 def _update_throttle(daemon: Daemon, caller: Caller, found: Job, value: str) -> str:

@@ -1401,6 +1401,19 @@ class Store:
                 done += int(n)
         return done
 
+    def update_tail_spec(self, array_id: int, spec: JobSpec) -> None:
+        """scontrol update of a whole array: its waiting tasks take `spec` (any task's
+        new spec: each task's index is put back as it becomes a row)."""
+        with self._write() as db:
+            tail = self._tail_by_id(db, array_id)
+            if tail is None or tail.state is not JobState.PENDING:
+                return
+            base = replace(spec, array_task=tail.spec.array_task, array_pos=tail.spec.array_pos)
+            db.execute(
+                "UPDATE array_tails SET spec = ? WHERE array_id = ?",
+                (json.dumps(base.to_dict()), array_id),
+            )
+
     def set_array_throttle(self, array_id: int, last_id: int, throttle: int | None) -> None:
         """scontrol update ArrayTaskThrottle: the array's rows still to end and its tail
         get the new limit, in one transaction."""

@@ -101,7 +101,7 @@ REFUSALS = [
     (
         COMMANDS["scontrol update"],
         "abc",
-        "gbatch scontrol: error: update: JobId: 'abc' is not a job id. Give N, e.g. 12",
+        f"gbatch scontrol: error: update: JobId: 'abc' is not a job id. {ONE}",
     ),
 ]
 

@@ -224,3 +224,19 @@ def test_the_tuis_job_table_labels_a_tail_record_with_its_tasks(daemon: Daemon) 
     last = table["rows"][-1]
     decoded = wire.job_from_row(last, JobSpec.from_dict(table["specs"][last[0]]))
     assert (decoded.id, decoded.array_more) == (array + ARRAY_ROWS, ((ARRAY_ROWS + 1, 99),))
+
+
+def test_update_of_an_arrays_id_changes_every_waiting_task_and_n_k_one(daemon: Daemon) -> None:
+    array = submit(daemon, array="0-99")[0]
+    reply = handle(daemon, ALICE, {"op": "update", "id": array, "changes": {"Priority": "-5"}})
+    assert reply["changes"] == ["Priority 0 -> -5"]
+    assert {daemon.store.require(array + k).spec.priority for k in (0, 31, 32, 99)} == {-5}
+    one = {"op": "update", "id": array, "task": 77, "changes": {"JobName": "odd"}}
+    assert handle(daemon, ALICE, one)["changes"] == ["JobName j -> odd"]
+    assert daemon.store.require(array + 77).spec.name == "odd"
+    assert daemon.store.require(array + 78).spec.name == "j"
+    # The tail's tasks keep the array-wide change as they become rows.
+    daemon.store.cancel_pending(list(range(array, array + ARRAY_ROWS)), "test", 0)
+    daemon.store.refill_arrays(ARRAY_ROWS)
+    made = daemon.store.require(array + ARRAY_ROWS + 1)
+    assert (made.spec.priority, made.spec.array_task) == (-5, ARRAY_ROWS + 1)

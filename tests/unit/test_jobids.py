@@ -13,7 +13,6 @@ from gbatch.jobids import (
     ANY,
     JOBS,
     ONE,
-    ONE_JOB,
     Forms,
     JobIdError,
     JobTarget,
@@ -76,7 +75,6 @@ def test_anything_else_is_refused_naming_it(bad: str) -> None:
 def test_one_job_is_n_or_n_k_only() -> None:
     assert parse_one_job("4_5") == JobTarget(4, tasks=((5, 5),))
     assert parse_one_job("4_[5]") == JobTarget(4, tasks=((5, 5),))
-    assert parse_one_job("4", ONE_JOB) == JobTarget(4)
     for bad in ("4,5", "4-5", "4_[5-6]"):
         with pytest.raises(JobIdError):
             parse_one_job(bad)
@@ -90,8 +88,6 @@ def test_one_job_is_n_or_n_k_only() -> None:
         (ONE, "4,5", "'4,5': one job here, not a list. Give N or N_K"),
         (ONE, "4_[5-6]", "'4_[5-6]': one task here, not several. Give N or N_K"),
         (ONE, "0", "'0' is not a job id: ids start at 1. Give N or N_K"),
-        (ONE_JOB, "4_5", "'4_5': not an array task here; name the task by its own job id"),
-        (ONE_JOB, "x", "'x' is not a job id. Give N, e.g. 12"),
         (JOBS, "4,5_1", "'5_1': not an array task here;"),
         (JOBS, "4,6-7", "'6-7': a range of ids is not taken here. Give N or a comma list"),
         (ANY, "4,x", "'x' is not a job id. Give N, N_K (task K of array N), N_[K-M] or FIRST-"),
@@ -107,7 +103,7 @@ def test_a_refusal_names_the_bad_id_and_only_the_forms_taken(
 
 
 def test_each_usage_offers_only_what_its_forms_take() -> None:
-    for forms in (ANY, ONE, ONE_JOB, JOBS):
+    for forms in (ANY, ONE, JOBS):
         assert ("FIRST-LAST" in forms.usage) == forms.ranges
         assert ("N_K" in forms.usage) == forms.tasks
         assert ("N_[K-M]" in forms.usage) == forms.task_lists

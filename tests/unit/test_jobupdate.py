@@ -150,10 +150,11 @@ def test_bad_values_and_unknown_keys_are_refused_naming_the_key(
 
 
 def test_update_words_parse_in_any_case_with_slurms_aliases() -> None:
-    assert parse_update(["jobid=12", "TIMELIMIT=30", "name=x", "gres=gpu:1"]) == (
-        12,
-        {"TimeLimit": "30", "JobName": "x", "Gres": "gpu:1"},
-    )
+    target, changes = parse_update(["jobid=12", "TIMELIMIT=30", "name=x", "gres=gpu:1"])
+    assert (target.job, target.single_task) == (12, None)
+    assert changes == {"TimeLimit": "30", "JobName": "x", "Gres": "gpu:1"}
+    task, _ = parse_update(["JobId=12_3", "Priority=-1"])
+    assert (task.job, task.single_task) == (12, 3)
 
 
 @pytest.mark.parametrize(

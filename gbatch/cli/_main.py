@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, unknown = build_parser().parse_known_args(argv)
+    words = _command_words(sys.argv[1:] if argv is None else argv)
+    args, unknown = build_parser().parse_known_args(words)
     prog = f"gbatch {args.command}"
     if unknown:  # named after the command they were given to, not plain `gbatch`
         message = f"unrecognized arguments: {' '.join(unknown)}. See `{prog} --help`"
@@ -117,6 +118,17 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(
             prog, f"internal error: {err!r}. Rerun with --debug and report it", Exit.INTERNAL
         )
+
+
+def _command_words(argv: list[str]) -> list[str]:
+    """argv with squeue's getopt-style values joined (squeue.join_option_values); the
+    command is the first word that is not an option of gbatch itself."""
+    for index, word in enumerate(argv):
+        if not word.startswith("-"):
+            if word == "squeue":
+                return [*argv[: index + 1], *squeue.join_option_values(argv[index + 1 :])]
+            return argv
+    return argv
 
 
 def _fail(prog: str, message: str, status: Exit) -> int:

@@ -804,8 +804,10 @@ def format_sinfo_gpus(
 
 SINFO_DEFAULT_FORMAT = "%#P %.5a %.10l %.6D %.6t %N"
 SINFO_LONG_FORMAT = "%#P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
-SINFO_NODE_FORMAT = "%#N %.6D %#P %6t"
-SINFO_NODE_LONG_FORMAT = "%#N %.6D %#P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E"
+# As Slurm 22.05 prints them (tests/integration/test_slurm_output_formats.py): the
+# partition right-justified in 9, CPUS left-justified.
+SINFO_NODE_FORMAT = "%#N %.6D %.9P %6t"
+SINFO_NODE_LONG_FORMAT = "%#N %.6D %.9P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E"
 SINFO_REASONS_FORMAT = "%20E %9u %19H %N"
 SINFO_REASONS_LONG_FORMAT = "%20E %12U %19H %6t %N"
 

@@ -484,28 +484,53 @@ def format_squeue(
     return _lines(lines)
 
 
-# squeue -S: Slurm's sort keys -> a job's sort value. Unknown values (no start time,
-# no limit) sort after known ones, as the largest.
+# squeue -S: Slurm's sort keys (src/squeue/sort.c) -> a job's sort value. Unknown values
+# (no limit, no end) sort after known ones, as the largest.
 _INF = float("inf")
-_STATE_ORDER = {state: index for index, state in enumerate(JobState)}
+# Slurm waits this long past now for a job whose start is not known (sort.c).
+_UNKNOWN_START_AFTER = 100
 
 
 def _opt(value: float | None) -> float:
     return _INF if value is None else value
 
 
+def _start_sort(job: Job, view: SqueueView) -> float:
+    """Slurm's start-time sort: an unknown start is `now + 100`, a pending job's start
+    that has passed is `now`."""
+    start = _start(job, view)
+    if start is None:
+        return view.now + _UNKNOWN_START_AFTER
+    if job.state is JobState.PENDING:
+        return max(start, view.now)
+    return start
+
+
+def _priority_sort(job: Job) -> tuple[bool, int]:
+    """A held job's priority is 0 in Slurm, below every other: held sorts lowest."""
+    return (not job.held, job.spec.effective_priority)
+
+
+def _id_sort(job: Job) -> tuple[int, int]:
+    """Slurm's: an array's task by its array's id, then task index."""
+    if job.array_job_id is None:
+        return (job.id, -1)
+    return (job.array_job_id, job.spec.array_task or 0)
+
+
 # Any: each key's values are alike (all ints, all strs), which a sort needs.
 _SORT_KEYS: Mapping[str, Callable[[Job, SqueueView], Any]] = {
-    "i": lambda j, _: j.id,
+    "i": lambda j, _: _id_sort(j),
     "j": lambda j, _: j.spec.name,
     "u": lambda j, _: j.user,
     "U": lambda j, _: j.uid,
-    "t": lambda j, _: _STATE_ORDER[j.state],
-    "T": lambda j, _: _STATE_ORDER[j.state],
+    # Slurm compares the state names as text: t by code (CF CG PD R), T by name.
+    "t": lambda j, _: j.state.code,
+    "T": lambda j, _: j.state.value,
     "P": lambda j, _: j.spec.partition or PARTITION,
-    "p": lambda j, _: j.spec.effective_priority,
-    "Q": lambda j, _: j.spec.effective_priority,
-    "S": lambda j, v: _opt(_start(j, v)),
+    "p": lambda j, _: _priority_sort(j),
+    "Q": lambda j, _: _priority_sort(j),
+    "S": _start_sort,
     "V": lambda j, _: j.submit_time,
     "e": lambda j, v: _opt(_end(j, v)),
     "l": lambda j, _: _opt(j.time_limit),
@@ -513,26 +538,44 @@ _SORT_KEYS: Mapping[str, Callable[[Job, SqueueView], Any]] = {
     "M": lambda j, v: _elapsed_seconds(j, v.now),
     "D": lambda j, _: 1,
     "N": lambda j, _: j.node or "",
+    "B": lambda j, _: j.node or "",  # batch host: a job's one node
     "C": lambda j, _: j.spec.cpus_counted,
     "m": lambda j, _: j.spec.memory_mb or 0,
 }
 SQUEUE_SORT_KEYS = "".join(_SORT_KEYS)
+# Slurm's default: partition, then state (CF, CG, PD, R: pending before running), then
+# priority, highest first.
+SQUEUE_DEFAULT_SORT = "P,t,-p"
+
+
+_SORT_TOKEN = re.compile(r"(?P<sign>[+-]?)%?(?P<key>cluster|[^,+\-%\s])", re.IGNORECASE)
 
 
 def parse_squeue_sort(text: str) -> list[tuple[str, bool]]:
-    """Read squeue's -S list (`-t,i`, `+P,-p`) into (letter, descending) pairs; a
-    leading `%` on a key is allowed, as Slurm's. Raises FormatError for an unknown key."""
+    """Read squeue's -S list into (letter, descending) pairs, as Slurm does: each
+    letter is a key (`-t,i`, `ti` and `+P,-p` all work), commas only separate, `-`
+    before a letter makes it descending and `+` ascending; a `%` before a letter (as
+    in -o) is allowed. `cluster` is accepted and does nothing (gbatch is one cluster).
+    Raises FormatError naming the first key that is not supported."""
     keys = []
-    for raw in text.split(","):
-        item = raw.strip()
-        descending = item.startswith("-")
-        item = item.lstrip("+-").removeprefix("%")
-        if item not in _SORT_KEYS:
+    position = 0
+    while position < len(text):
+        if text[position] in ", ":
+            position += 1
+            continue
+        match = _SORT_TOKEN.match(text, position)
+        key = match["key"] if match else ""
+        if match is None or (key not in _SORT_KEYS and key.lower() != "cluster"):
+            shown = match.group(0) if match else text[position:].split(",")[0]
             raise FormatError(
-                f"unknown sort key '{raw.strip()}'. Use keys among {SQUEUE_SORT_KEYS}, "
-                "comma-separated, '-' before one for descending, e.g. -S -t,i"
+                f"unknown sort key '{shown}'. Use keys among {SQUEUE_SORT_KEYS}, "
+                "'-' before one for descending, e.g. -S -t,i"
             )
-        keys.append((item, descending))
+        position = match.end()
+        if key.lower() != "cluster":
+            keys.append((key, match["sign"] == "-"))
+    if not keys:
+        raise FormatError(f"no sort key in '{text}'. Give keys such as -S {SQUEUE_DEFAULT_SORT}")
     return keys
 
 
@@ -787,8 +830,10 @@ def format_sinfo_gpus(
 
 SINFO_DEFAULT_FORMAT = "%#P %.5a %.10l %.6D %.6t %N"
 SINFO_LONG_FORMAT = "%#P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
-SINFO_NODE_FORMAT = "%#N %.6D %#P %6t"
-SINFO_NODE_LONG_FORMAT = "%#N %.6D %#P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E"
+# As Slurm 22.05 prints them (tests/integration/test_slurm_output_formats.py): the
+# partition right-justified in 9, CPUS left-justified.
+SINFO_NODE_FORMAT = "%#N %.6D %.9P %6t"
+SINFO_NODE_LONG_FORMAT = "%#N %.6D %.9P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E"
 SINFO_REASONS_FORMAT = "%20E %9u %19H %N"
 SINFO_REASONS_LONG_FORMAT = "%20E %12U %19H %6t %N"
 

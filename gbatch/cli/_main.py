@@ -112,7 +112,8 @@ def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.A
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    words = _command_words(sys.argv[1:] if argv is None else argv)
+    args, unknown = parser.parse_known_args(words)
     prog = f"gbatch {args.command}"
     if unknown:  # named after the command they were given to, not plain `gbatch`
         hint = did_you_mean(unknown[0], option_strings(_command_parser(parser, args.command)))
@@ -143,6 +144,17 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(
             prog, f"internal error: {err!r}. Rerun with --debug and report it", Exit.INTERNAL
         )
+
+
+def _command_words(argv: list[str]) -> list[str]:
+    """argv with squeue's getopt-style values joined (squeue.join_option_values); the
+    command is the first word that is not an option of gbatch itself."""
+    for index, word in enumerate(argv):
+        if not word.startswith("-"):
+            if word == "squeue":
+                return [*argv[: index + 1], *squeue.join_option_values(argv[index + 1 :])]
+            return argv
+    return argv
 
 
 def _fail(prog: str, message: str, status: Exit) -> int:

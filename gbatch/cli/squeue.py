@@ -10,6 +10,26 @@ from gbatch.cli.context import Context, parse_ids, split_list
 from gbatch.cli.exits import CliError, Exit
 
 HELP = "show queued and running jobs"
+# formatting's, spelled here: the parser is built on every start, formatting is not.
+SORT_KEYS = "ijuUtTPpQSVelLMDNBCm"
+DEFAULT_SORT = "P,t,-p"
+_SORT_OPTIONS = ("-S", "--sort")
+
+
+def join_option_values(argv: list[str]) -> list[str]:
+    """squeue's words after its command name, with `-S VALUE` / `--sort VALUE` joined
+    into `--sort=VALUE`: Slurm's getopt takes the next word as -S's value even when it
+    starts with '-' (`squeue -S -t,i`), where argparse would read `-t,i` as an option."""
+    out: list[str] = []
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            out.append(word)
+            out.extend(words)
+            break
+        value = next(words, None) if word in _SORT_OPTIONS else None
+        out.append(word if value is None else f"--sort={value}")
+    return out
 
 
 def add_parser(commands: Any) -> None:
@@ -66,8 +86,9 @@ def add_parser(commands: Any) -> None:
         "-S",
         "--sort",
         metavar="KEYS",
-        help="Slurm sort keys, e.g. P,-p (- for descending); a list that starts with - "
-        "is written -S=-t,i or --sort=-t,i; default: by job id",
+        help="Slurm sort keys, e.g. -S -t,i or --sort=P,-p ('-' before a key: descending); "
+        f"keys {SORT_KEYS}; default: {DEFAULT_SORT} (partition, state: pending before "
+        "running, priority highest first), as Slurm",
     )
     p.add_argument(
         "--start",
@@ -95,12 +116,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     except formatting.FormatError as err:
         option = "-O/--Format" if args.fields is not None and args.format is None else "--format"
         raise CliError(f"{option}: {err}", Exit.USAGE) from err
-    try:
-        sort = formatting.parse_squeue_sort(args.sort) if args.sort is not None else None
+    text = args.sort if args.sort is not None else "S" if args.start else DEFAULT_SORT
+    try:  # --start's default: by expected start, as Slurm
+        sort = formatting.parse_squeue_sort(text)
     except formatting.FormatError as err:
         raise CliError(f"-S/--sort: {err}", Exit.USAGE) from err
-    if args.start and sort is None:
-        sort = [("S", False)]  # Slurm's --start: by expected start
     interval = _interval(args.iterate)
 
     users = split_list(args.user) or ([ctx.me] if args.me else [])
@@ -108,8 +128,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         _check_user(user)
     states = split_list(args.states) or (["PENDING"] if args.start else [])
     history = "all" in (s.lower() for s in states)  # every state, finished ones too
-    needs_starts = bool(letters & formatting.SQUEUE_START_LETTERS) or (
-        sort is not None and any(key in "Se" for key, _ in sort)
+    needs_starts = bool(letters & formatting.SQUEUE_START_LETTERS) or any(
+        key in "Se" for key, _ in sort
     )
     request = wire.ListJobs(
         users=tuple(users),
@@ -197,7 +217,7 @@ def _show(
     request: Any,
     args: argparse.Namespace,
     fmt: str | None,
-    sort: list[tuple[str, bool]] | None,
+    sort: list[tuple[str, bool]],
     *,
     dated: bool,
 ) -> None:
@@ -209,8 +229,7 @@ def _show(
         _check_jobs_exist(ctx, request.jobs)
     now = reply["now"]
     starts = {int(job_id): at for job_id, at in reply.get("starts", ())}
-    if sort:
-        jobs = formatting.sort_squeue(jobs, sort, now, starts)
+    jobs = formatting.sort_squeue(jobs, sort, now, starts)
     if args.json:
         sys.stdout.write(formatting.format_squeue_json(jobs, now))
         return

@@ -144,7 +144,7 @@ def test_a_full_store_disk_refuses_submits_clearly_and_loses_nothing(full_home: 
     # The daemon lives and answers; a run that ends while the store cannot record it
     # stays RUNNING (its shim waits to write exit.json), never requeued nor lost.
     squeue = head.run("squeue", "-h", "-o", "%i %T", check=True).stdout.split()
-    assert squeue == [str(ends_while_full), "RUNNING", str(held), "PENDING"]
+    assert squeue == [str(held), "PENDING", str(ends_while_full), "RUNNING"]  # Slurm's order
     gate.touch()
     time.sleep(3)
     assert head.state(ends_while_full) == "RUNNING"

@@ -141,9 +141,9 @@ def test_an_array_lives_as_slurm_shows_it(head: Head) -> None:
     head.wait_state(array, "RUNNING")
     head.wait_state(array + 1, "RUNNING")
     rows = head.run("squeue", "-h", "-o", "%i %t", check=True).stdout
-    assert rows == f"{array}_0 R\n{array}_1 R\n{array}_[2-4] PD\n"
+    assert rows == f"{array}_[2-4] PD\n{array}_0 R\n{array}_1 R\n"  # Slurm's P,t,-p order
     expanded = head.run("squeue", "-r", "-h", "-o", "%i %K %A", check=True).stdout.splitlines()
-    assert expanded == [f"{array}_{k} {k} {array + k}" for k in range(5)]
+    assert expanded == [f"{array}_{k} {k} {array + k}" for k in (2, 3, 4, 0, 1)]
 
     shown = head.run("scontrol", "show", "job", f"{array}_3", check=True).stdout
     assert shown.startswith(f"JobId={array + 3} ArrayJobId={array} ArrayTaskId=3 JobName=")

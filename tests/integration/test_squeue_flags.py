@@ -23,22 +23,27 @@ def test_filters_sort_layouts_and_expected_start(head: Head) -> None:
     held = head.sbatch("-J", "other", "--gpus=1", "--hold", "--wrap", "true")
 
     assert _ids(head, "-n", "big,nosuch") == [big]
-    assert _ids(head, "-p", IMPLICIT_PARTITION) == [hog, big, held]
+    # Slurm's default order P,t,-p: pending before running, a held job (priority 0) last.
+    assert _ids(head, "-p", IMPLICIT_PARTITION) == [big, held, hog]
     assert _ids(head, "-p", "nosuch") == []
     assert _ids(head, "-w", "local") == [hog]
     assert _ids(head, "--sort=-i") == [held, big, hog]
     assert _ids(head, "-S", "t,-i", "-a") == [held, big, hog]  # PENDING before RUNNING
+    assert _ids(head, "-S", "-t,i") == [hog, big, held]  # as Slurm's getopt: a value
+    assert _ids(head, "--sort", "-i") == [held, big, hog]
+    assert _ids(head, "-S-t,-i") == [hog, held, big]
 
     # The planner reserves the 2 GPUs for `big` when `hog` reaches its limit.
     def start_of_big() -> str:
-        lines = head.run("squeue", "--start", "-h", check=True).stdout.splitlines()
-        return lines[0].split()[5] if lines and lines[0].split()[0] == str(big) else ""
+        lines = head.run("squeue", "--start", "-h", "-j", str(big), check=True).stdout
+        return lines.split()[5] if lines.strip() else ""
 
     wait_for(lambda: start_of_big() not in ("", "N/A"), what="big's expected start")
     start = head.run("squeue", "--start", check=True).stdout.splitlines()
     assert start[0].split()[:6] == ["JOBID", "PARTITION", "NAME", "USER", "ST", "START_TIME"]
-    assert [line.split()[0] for line in start[1:]] == [str(big), str(held)]  # no RUNNING
-    assert start[2].split()[5] == "N/A"  # held: no estimate
+    # No RUNNING; held has no estimate, which Slurm sorts as now + 100 s: before big's.
+    assert [line.split()[0] for line in start[1:]] == [str(held), str(big)]
+    assert start[1].split()[5] == "N/A"
 
     long = head.run("squeue", "-l", "-j", str(hog), check=True).stdout.splitlines()
     assert len(long) == 3 and long[0].split()[-1].isdigit()  # "Tue Mar 05 10:00:00 2024"
@@ -56,6 +61,7 @@ def test_filters_sort_layouts_and_expected_start(head: Head) -> None:
 def test_bad_values_name_their_flag_and_exit_2(head: Head) -> None:
     for args, flag in (
         (("-S", "i,x"), "-S/--sort"),
+        (("-S", "-g"), "-S/--sort"),
         (("-O", "JobID,Bogus"), "-O/--Format"),
         (("-o", "%i %!"), "--format"),
         (("-i", "0"), "-i/--iterate"),

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
 
+from gbatch.cli import squeue as squeue_cli
 from gbatch.formatting import (
+    SQUEUE_DEFAULT_SORT,
     SQUEUE_LONG_FORMAT,
+    SQUEUE_SORT_KEYS,
     SQUEUE_START_FORMAT,
     FormatError,
     format_squeue,
@@ -174,3 +178,60 @@ def test_each_sort_key_orders_by_its_field(key: str, expected: list[int]) -> Non
     )
     second = job(2)
     assert [j.id for j in sort_squeue([first, second], parse_squeue_sort(key), NOW)] == expected
+
+
+def test_sort_keys_read_as_slurm_reads_them() -> None:
+    """Each letter is a key, commas only separate, a sign binds to the next letter."""
+    assert parse_squeue_sort("ti") == [("t", False), ("i", False)]
+    assert parse_squeue_sort("P,t,-p") == [("P", False), ("t", False), ("p", True)]
+    assert parse_squeue_sort("-cluster,i") == [("i", False)]  # one cluster: no order
+
+
+@pytest.mark.parametrize("text", ["i,x", "-", "i,-", "%", "g"])
+def test_unknown_sort_keys_are_refused_by_name(text: str) -> None:
+    shown = text.split(",")[-1]
+    with pytest.raises(FormatError, match=f"unknown sort key '{re.escape(shown)}'"):
+        parse_squeue_sort(text)
+
+
+def test_state_sorts_by_slurm_code_text_configuring_first_running_last() -> None:
+    states = [JobState.RUNNING, JobState.PENDING, JobState.COMPLETING, JobState.CONFIGURING]
+    jobs = [job(i + 1, state=state) for i, state in enumerate(states)]
+    ordered = sort_squeue(jobs, parse_squeue_sort("t"), NOW)
+    assert [j.state.code for j in ordered] == ["CF", "CG", "PD", "R"]
+    ordered = sort_squeue(jobs, parse_squeue_sort("T"), NOW)
+    assert [j.state.value for j in ordered] == ["COMPLETING", "CONFIGURING", "PENDING", "RUNNING"]
+
+
+def test_default_sort_is_slurms_partition_state_then_priority_highest_first() -> None:
+    high = replace(SPEC, priority=5)
+    jobs = [
+        job(1),
+        pending(2),
+        pending(3, spec=high),
+        pending(4, spec=high, held=True),  # held: priority 0 in Slurm, below all
+        job(5, spec=replace(SPEC, partition="a")),
+    ]
+    ordered = sort_squeue(jobs, parse_squeue_sort(SQUEUE_DEFAULT_SORT), NOW)
+    assert [j.id for j in ordered] == [5, 3, 2, 4, 1]
+
+
+def test_squeue_cli_spells_the_sort_keys_and_default_as_formatting() -> None:
+    assert squeue_cli.SORT_KEYS == SQUEUE_SORT_KEYS
+    assert squeue_cli.DEFAULT_SORT == SQUEUE_DEFAULT_SORT
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["-S", "-t,i", "-h"], ["--sort=-t,i", "-h"]),
+        (["--sort", "-p"], ["--sort=-p"]),
+        (["-S-t,i"], ["-S-t,i"]),
+        (["--", "-S", "x"], ["--", "-S", "x"]),
+        (["-S"], ["-S"]),
+    ],
+)
+def test_sort_value_after_a_space_may_start_with_a_dash(
+    argv: list[str], expected: list[str]
+) -> None:
+    assert squeue_cli.join_option_values(argv) == expected

@@ -714,6 +714,7 @@ def format_sacct(
     parsable: bool = False,
     units: str | None = None,
     gpu_usage: Mapping[int, GpuUsage] | None = None,
+    expand_arrays: bool = False,
 ) -> str:
     """Render jobs as `sacct` does, one line per job in the order given (an array's
     PENDING tasks folded into one line, N_[4-15], at the place of the first).
@@ -740,10 +741,16 @@ def format_sacct(
             else c
             for c in columns
         ]
-    # An array's pending tasks read as one line N_[4-15], as Slurm's one record of them.
+    # An array's pending tasks read as one line N_[4-15], as Slurm's one record of them;
+    # with `expand_arrays` (sacct --array) one line each.
+    labelled = (
+        [(task, job_label(task)) for job in jobs for task in expand_tasks(job)]
+        if expand_arrays
+        else collapse_pending(jobs)
+    )
     rows = [
         [label if c.name == "JobID" else c.value(job, now) for c in columns]
-        for job, label in collapse_pending(jobs)
+        for job, label in labelled
     ]
     lines = []
     if parsable:

@@ -61,6 +61,11 @@ def add_parser(commands: Any) -> None:
     p.add_argument("-P", "--parsable2", action="store_true", help="`|`-separated, no padding")
     p.add_argument("-n", "--noheader", action="store_true")
     p.add_argument("-X", "--allocations", action="store_true", help="accepted; gbatch has no steps")
+    p.add_argument(
+        "--array",
+        action="store_true",
+        help="an array's pending tasks one line each (default: one line, N_[4-15], as Slurm)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)
 
@@ -142,6 +147,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                 header=not args.noheader,
                 parsable=args.parsable2,
                 units=units,
+                expand_arrays=args.array,
                 gpu_usage={
                     int(row[0]): GpuUsage.from_wire(row[1:]) for row in reply.get("gpu_usage", [])
                 },

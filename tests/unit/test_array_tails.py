@@ -240,3 +240,14 @@ def test_update_of_an_arrays_id_changes_every_waiting_task_and_n_k_one(daemon: D
     daemon.store.refill_arrays(ARRAY_ROWS)
     made = daemon.store.require(array + ARRAY_ROWS + 1)
     assert (made.spec.priority, made.spec.array_task) == (-5, ARRAY_ROWS + 1)
+
+
+def test_sacct_array_expands_the_pending_tasks(daemon: Daemon) -> None:
+    array = submit(daemon, array="0-39")[0]
+    jobs = listed(daemon, history=True)
+    folded = format_sacct(jobs, 0, fields=["JobID"], parsable=True, header=False)
+    assert folded.splitlines() == [f"{array}_[0-39]"]
+    expanded = format_sacct(
+        jobs, 0, fields=["JobID"], parsable=True, header=False, expand_arrays=True
+    )
+    assert expanded.splitlines() == [f"{array}_{k}" for k in range(40)]

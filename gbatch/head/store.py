@@ -1300,8 +1300,9 @@ class Store:
         return made
 
     def materialise(self, ids: Collection[int]) -> list[int]:
-        """Make rows of those of `ids` that are pending array tasks still in a tail (a
-        request names them alone: cancel, hold, update one task). The ids made."""
+        """Make rows of those of `ids` that are array tasks still in a tail (a request
+        names them alone: cancel, hold, update, requeue one task), in the tail's state.
+        The ids made."""
         made: list[int] = []
         with self._write() as db:
             by_tail: dict[int, tuple[ArrayTail, list[int]]] = {}
@@ -1310,7 +1311,7 @@ class Store:
                     (t for t, _ in by_tail.values() if t.array_id <= job_id <= t.last_id), None
                 )
                 tail = known or self._tail_of(db, job_id)
-                if tail is None or tail.state is not JobState.PENDING or not tail.has(job_id):
+                if tail is None or not tail.has(job_id):
                     continue
                 by_tail.setdefault(tail.array_id, (tail, []))[1].append(job_id - tail.array_id)
             for tail, positions in by_tail.values():
@@ -1334,7 +1335,7 @@ class Store:
         ids = [tail.array_id + pos for pos in positions]
         db.executemany(
             "INSERT INTO jobs (id, uid, user, name, spec, state, reason, held, submit_time,"
-            " queue_priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " end_time, queue_priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     tail.array_id + pos,
@@ -1346,14 +1347,24 @@ class Store:
                     tail.reason,
                     tail.held,
                     tail.submit_time,
+                    tail.end_time,
                     tail.spec.effective_priority,
                 )
                 for pos in positions
             ],
         )
+        pending = JobState.PENDING.value
         db.executemany(
             "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
-            [(job_id, tail.submit_time, tail.state.value, "submitted") for job_id in ids],
+            [(job_id, tail.submit_time, pending, "submitted") for job_id in ids]
+            + (
+                [
+                    (job_id, tail.end_time or tail.submit_time, tail.state.value, tail.reason)
+                    for job_id in ids
+                ]
+                if tail.state is not JobState.PENDING
+                else []
+            ),
         )
         sealed = db.execute(
             "SELECT secret, submit_env FROM array_tails WHERE array_id = ?", (tail.array_id,)

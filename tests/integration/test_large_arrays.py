@@ -86,3 +86,24 @@ def test_cancelling_a_100000_task_array_is_one_record(head: Head) -> None:
     assert squeue(head) == []
     sacct = head.run("sacct", "-n", "-P", "-o", "JobID,State", "-j", str(array), check=True)
     assert sacct.stdout.splitlines()[-1] == f"{array}_[{ARRAY_ROWS}-99999]|CANCELLED"
+
+
+def test_a_task_requeued_runs_again_also_from_a_cancelled_arrays_record(head: Head) -> None:
+    ledger = head.home / "ledger"
+    blocker = head.sbatch("--gpus", "2", "--wrap", "sleep 600")  # the array waits behind it
+    head.wait_state(blocker, "RUNNING")
+    show = f"echo $SLURM_ARRAY_TASK_ID >> {ledger}"
+    array = sbatch(head, f"--array=0-{TASKS - 1}", "--gpus", "1", "--wrap", show)
+    head.run("scancel", str(array), check=True)  # its rows and its tail's record
+    tail_task, row_task = TASKS - 1, 3
+    for task in (tail_task, row_task):
+        head.wait_state(array + task, "CANCELLED")
+        head.run("scontrol", "requeue", f"{array}_{task}", check=True)
+    head.run("scancel", str(blocker), check=True)
+    for task in (tail_task, row_task):
+        head.wait_state(array + task, "COMPLETED", timeout=60)
+    assert sorted(ledger.read_text().split()) == sorted([str(tail_task), str(row_task)])
+    sacct = head.run("sacct", "-n", "-P", "-o", "JobID,State", "-j", str(array), check=True)
+    states = dict(line.split("|") for line in sacct.stdout.splitlines())
+    assert states[f"{array}_{tail_task}"] == "COMPLETED"
+    assert states[f"{array}_[{ARRAY_ROWS}-{TASKS - 2}]"] == "CANCELLED"

@@ -925,8 +925,9 @@ def _set_hold(
         for brief in _owned(caller, admin, tally, batch):
             if brief.state is JobState.PENDING:
                 pending.append(brief.id)
-            elif not any(a <= brief.id <= b for a, b in arrays):
-                # An array named by its id: its tasks still pending, as `scancel N`.
+            elif not (brief.state.is_final and any(a <= brief.id <= b for a, b in arrays)):
+                # An array named by its id: its ended tasks are passed over; a running
+                # one is refused, as Slurm does.
                 tally.fail(brief.id, _not_pending(brief.id, brief.state))
         if not pending:
             continue

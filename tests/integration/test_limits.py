@@ -89,11 +89,11 @@ def test_a_limited_users_jobs_wait_with_the_reason_while_another_users_start(
 
     # What alice is shown: squeue's reasons and her row in sshare.
     queue = cli(head, alice, "squeue", "--me", "-h", "-o", "%i %t %r")
-    assert queue["out"].splitlines() == [
-        f"{first} R None",
+    assert queue["out"].splitlines() == [  # Slurm's default order: pending first
         f"{second} PD QOSMaxJobsPerUserLimit",
-        f"{cpu} R None",
         f"{fourth} PD QOSMaxJobsPerUserLimit",
+        f"{first} R None",
+        f"{cpu} R None",
     ]
     share = cli(head, alice, "sshare", "-P", "-n")
     assert share["rc"] == 0, share

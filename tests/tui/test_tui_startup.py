@@ -112,6 +112,7 @@ def test_gbatch_tui_prefetches_and_runs_the_app_with_the_collector_on(
         link.close()
 
     monkeypatch.setattr(GbatchApp, "run", fake_run)
+    monkeypatch.setattr(tui_command, "_need_a_terminal", lambda: None)  # pytest's stdin
     monkeypatch.setenv("GBATCH_HOME", str(tui_head.home))
     monkeypatch.delenv("GBATCH_SOCKET", raising=False)
     try:

@@ -1,4 +1,4 @@
-"""Where gbatch keeps its files, and the head's configuration.
+"""The head's configuration (where gbatch keeps its files: gbatch/paths.py).
 
 `GBATCH_HOME` (default: the user's data dir, e.g. ~/.local/share/gbatch) holds
 config.yaml, the store, the socket, job logs and per-run state. Environment
@@ -17,6 +17,12 @@ from functools import cached_property
 from pathlib import Path
 
 from gbatch.limits import Limits, LimitsError, parse_limits
+
+# Paths and resolve_paths live in gbatch.paths (every command needs them, cheaply);
+# named here too for the daemon and the tests that read them from config.
+from gbatch.paths import SYSTEM_SOCKET as SYSTEM_SOCKET
+from gbatch.paths import Paths as Paths
+from gbatch.paths import resolve_paths as resolve_paths
 from gbatch.policy import (
     DEFAULT_CAPABILITIES,
     DOCKER_DEFAULT_CAPABILITIES,
@@ -30,72 +36,6 @@ from gbatch.spec import NETWORK_NAME
 
 class ConfigError(Exception):
     """A bad setting; `str()` names the file, the key and the fix."""
-
-
-# Where a system-wide gbatchd (deploy/systemd/gbatchd.service) listens: clients with no
-# GBATCH_SOCKET or GBATCH_HOME use it when it exists.
-SYSTEM_SOCKET = Path("/run/gbatch/gbatchd.sock")
-
-
-@dataclass(frozen=True)
-class Paths:
-    """`socket_file`: the socket when it is not the one in `home` (GBATCH_SOCKET, the
-    system socket, or the daemon's `socket_path`); `socket_from` says which chose it:
-    "home", "env" or "system"."""
-
-    home: Path
-    socket_file: Path | None = None
-    socket_from: str = "home"
-
-    @property
-    def config_file(self) -> Path:
-        return self.home / "config.yaml"
-
-    @property
-    def store(self) -> Path:
-        return self.home / "gbatch.db"
-
-    @property
-    def socket(self) -> Path:
-        return self.socket_file or self.home_socket
-
-    @property
-    def home_socket(self) -> Path:
-        return self.home / "gbatchd.sock"
-
-    @property
-    def lock(self) -> Path:
-        return self.home / "gbatchd.lock"
-
-    @property
-    def daemon_log(self) -> Path:
-        return self.home / "gbatchd.log"
-
-    @property
-    def logs(self) -> Path:
-        return self.home / "logs"
-
-    @property
-    def runs(self) -> Path:
-        return self.home / "run"
-
-    def job_log(self, job_id: int) -> Path:
-        return self.logs / f"{job_id}.log"
-
-    def run_dir(self, job_id: int, attempt: int) -> Path:
-        return self.runs / f"{job_id}.{attempt}"
-
-    def make_run_dir(self, job_id: int, attempt: int) -> Path:
-        """The run's directory, made if missing: it and `runs` the owner's alone
-        (mkdir's parents=True would leave `runs` to the umask)."""
-        run_dir = self.run_dir(job_id, attempt)
-        self.runs.mkdir(mode=0o700, parents=True, exist_ok=True)
-        run_dir.mkdir(mode=0o700, exist_ok=True)
-        return run_dir
-
-    @property
-    def simulation_file(self) -> Path:
-        return self.home / "simulated-gpus.json"
 
 
 def make_private(path: Path) -> None:
@@ -147,34 +87,13 @@ def check_socket_directory(socket: Path, config: Config) -> None:
         )
 
 
-def resolve_paths(environ: Mapping[str, str], system_socket: Path = SYSTEM_SOCKET) -> Paths:
-    """The files of the calling user's gbatch, and the socket to reach a daemon on:
-    GBATCH_SOCKET, else GBATCH_HOME's, else `system_socket` when it exists (a lab's
-    shared daemon), else the one in the user's data dir (the embedded default)."""
-    socket = environ.get("GBATCH_SOCKET")
-    home = environ.get("GBATCH_HOME")
-    if home:
-        paths = Paths(Path(home).expanduser().absolute())
-    else:
-        # platformdirs is imported here only: most commands are given GBATCH_HOME or
-        # run on a path that needs no lookup, and start-up time is a feature.
-        import platformdirs
-
-        paths = Paths(Path(platformdirs.user_data_dir("gbatch", appauthor=False)))
-        if not socket and system_socket.exists():
-            return replace(paths, socket_file=system_socket, socket_from="system")
-    if socket:
-        return replace(paths, socket_file=Path(socket).expanduser().absolute(), socket_from="env")
-    return paths
-
-
 def daemon_paths(paths: Paths, config: Config) -> Paths:
     """The paths a daemon serves on: GBATCH_SOCKET, else the config's `socket_path`,
     else the socket in its home. Never the system socket found by a client's fallback:
     a per-user daemon must not take over a lab's socket."""
     if paths.socket_from == "env":
         return paths
-    return replace(paths, socket_file=config.socket_path, socket_from="home")
+    return paths.with_socket(config.socket_path, "home")
 
 
 @dataclass(frozen=True)

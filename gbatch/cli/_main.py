@@ -1,8 +1,10 @@
 """`gbatch`: one program, Slurm's commands as sub-commands.
 
 main() maps every error to an exit status and a one-line message; the commands do
-the work and handle none. Only the command that runs is imported beyond its parser,
-so `gbatch squeue` never pays for yaml, textual or paramiko.
+the work and handle none. Only the command that runs is imported, and only its parser
+is built: the others stand in as names with their one-line help (COMMANDS), which is
+all `gbatch --help` and a mistyped command's suggestion need. Start-up is a feature
+(README, Performance): `gbatch --help` imports argparse and this module alone.
 """
 
 from __future__ import annotations
@@ -12,47 +14,32 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 
 from gbatch import __version__
-from gbatch.cli import (
-    daemon,
-    logs,
-    node,
-    sacct,
-    sbatch,
-    scancel,
-    scontrol,
-    seff,
-    sinfo,
-    sprio,
-    squeue,
-    sreport,
-    sshare,
-    tui,
-)
-from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.cli.suggest import did_you_mean, option_strings
-from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
-from gbatch.config import SYSTEM_SOCKET
 
 if TYPE_CHECKING:
     from gbatch.wire import ErrorKind
 
-COMMANDS = (
-    sbatch,
-    squeue,
-    scancel,
-    sinfo,
-    sacct,
-    sshare,
-    sprio,
-    seff,
-    sreport,
-    scontrol,
-    logs,
-    tui,
-    node,
-    daemon,
-)
+# Each command's module, gbatch.cli.<name>, and its one-line help (the module's HELP,
+# spelled here so that listing them imports none; a unit test keeps the two equal).
+# The order is `gbatch --help`'s.
+COMMANDS: dict[str, str] = {
+    "sbatch": "queue a job (a job file, a batch script, options, or --wrap)",
+    "squeue": "show queued and running jobs",
+    "scancel": "cancel jobs",
+    "sinfo": "show partitions and their nodes, grouped by state, as Slurm's sinfo does",
+    "sacct": "show accounting data for jobs, finished ones included",
+    "sshare": "show fair-share usage, what your jobs hold, and your limits",
+    "sprio": "show pending jobs' priority and the factors that order them",
+    "seff": "show a job's efficiency: wall-clock time against its limit, GPUs",
+    "sreport": "report GPU-hours per user (or Unix group) over a period",
+    "scontrol": "show a job, node or partition; hold, release, requeue or update jobs",
+    "logs": "print a job's output; -f follows it until the job ends",
+    "tui": "full-screen live view of jobs, nodes and logs (cancel, hold, release)",
+    "node": "list nodes; install the agent; trust a host's SSH key; drain or resume a node "
+    "(admins)",
+    "daemon": "start, stop or inspect the head daemon (gbatchd)",
+}
 
 
 EPILOG = """\
@@ -84,7 +71,10 @@ class _Parser(argparse.ArgumentParser):
         super()._check_value(action, value)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    """gbatch's parser with `command`'s own sub-parser (its module imported); every other
+    command is a stand-in that carries its name and help only. None: stand-ins alone
+    (`gbatch --help`, or a word that names no command)."""
     parser = _Parser(
         prog="gbatch",
         description="Queue GPU jobs on a lab's servers, Slurm style.",
@@ -96,9 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
     # An explicit prog spares argparse a HelpFormatter (and shutil) at every start.
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", prog="gbatch")
     commands.required = True
-    for module in COMMANDS:
-        module.add_parser(commands)
+    for name, help_line in COMMANDS.items():
+        if name == command:
+            command_module(name).add_parser(commands)
+        else:
+            commands.add_parser(name, help=help_line, add_help=False)
     return parser
+
+
+def command_module(name: str) -> Any:
+    """gbatch.cli.<name>, imported now: the one command that runs."""
+    import importlib
+
+    return importlib.import_module(f"gbatch.cli.{name}")
 
 
 def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
@@ -111,8 +111,9 @@ def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.A
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     words = _command_words(sys.argv[1:] if argv is None else argv)
+    command = _command_word(words)
+    parser = build_parser(command if command in COMMANDS else None)
     args, unknown = parser.parse_known_args(words)
     prog = f"gbatch {args.command}"
     if unknown:  # named after the command they were given to, not plain `gbatch`
@@ -120,25 +121,21 @@ def main(argv: list[str] | None = None) -> int:
         message = f"unrecognized arguments: {' '.join(unknown)}{hint}. See `{prog} --help`"
         return _fail(prog, message, Exit.USAGE)
     try:
+        from gbatch.cli.context import Context
+
         status: int = args.run(args, Context())
         return status
     except CliError as err:
         return _fail(prog, err.message, err.status)
-    except DaemonUnavailable as err:
-        # The lab's system daemon is the admins' to start (systemd), not the user's.
-        system = str(err.socket_path) == str(SYSTEM_SOCKET)
-        hint = "Ask an admin to start gbatchd" if system else "Start one with `gbatch daemon start`"
-        return _fail(prog, f"{err}. {hint}", Exit.NO_DAEMON)
-    except RequestFailed as err:
-        return _fail(prog, err.message, exit_status(err.kind))
-    except ReplyTimeout as err:
-        return _fail(prog, str(err), Exit.UNAVAILABLE)
     except KeyboardInterrupt:
         return Exit.INTERRUPTED
     except BrokenPipeError:
         sys.stderr.close()  # `gbatch squeue | head`: the reader left, say nothing
         return Exit.OK
-    except Exception as err:  # the entry point: a bug, not the user's mistake
+    except Exception as err:  # the entry point: a bug, unless the daemon's answer
+        known = _daemon_failure(prog, err)
+        if known is not None:
+            return known
         if args.debug:
             raise
         return _fail(
@@ -146,15 +143,41 @@ def main(argv: list[str] | None = None) -> int:
         )
 
 
+def _daemon_failure(prog: str, err: Exception) -> int | None:
+    """The exit status of a failure to reach the daemon or of its refusal, after saying
+    so; None for any other error. (gbatch.client is imported here, not at start: the
+    commands that talk to the daemon have loaded it already, `--help` never needs it.)"""
+    from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
+
+    if isinstance(err, DaemonUnavailable):
+        from gbatch.paths import SYSTEM_SOCKET
+
+        # The lab's system daemon is the admins' to start (systemd), not the user's.
+        system = str(err.socket_path) == str(SYSTEM_SOCKET)
+        hint = "Ask an admin to start gbatchd" if system else "Start one with `gbatch daemon start`"
+        return _fail(prog, f"{err}. {hint}", Exit.NO_DAEMON)
+    if isinstance(err, RequestFailed):
+        return _fail(prog, err.message, exit_status(err.kind))
+    if isinstance(err, ReplyTimeout):
+        return _fail(prog, str(err), Exit.UNAVAILABLE)
+    return None
+
+
 def _command_words(argv: list[str]) -> list[str]:
-    """argv with squeue's getopt-style values joined (squeue.join_option_values); the
-    command is the first word that is not an option of gbatch itself."""
-    for index, word in enumerate(argv):
-        if not word.startswith("-"):
-            if word == "squeue":
-                return [*argv[: index + 1], *squeue.join_option_values(argv[index + 1 :])]
-            return argv
+    """argv with squeue's getopt-style values joined (squeue.join_option_values)."""
+    command = _command_word(argv)
+    if command == "squeue":
+        from gbatch.cli.squeue import join_option_values
+
+        index = argv.index(command)
+        return [*argv[: index + 1], *join_option_values(argv[index + 1 :])]
     return argv
+
+
+def _command_word(argv: list[str]) -> str | None:
+    """The command: the first word that is not an option of gbatch itself (none of
+    which takes a value), as argparse reads it."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def _fail(prog: str, message: str, status: Exit) -> int:

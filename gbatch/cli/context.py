@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from gbatch.client import Client
-from gbatch.config import Paths, resolve_paths
+from gbatch.paths import Paths, resolve_paths
 
 if TYPE_CHECKING:
     from gbatch.jobids import Forms, JobTarget

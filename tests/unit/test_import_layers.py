@@ -1,8 +1,8 @@
 """The layers of docs/architecture.md hold: read from the source (ast), every import,
 including those deferred into functions and those only for type checking.
 
-    gbatch/ vocabulary   model spec timefmt config policy crashpoints wire limits dependency
-                         outputs views sweep jobids gpuusage
+    gbatch/ vocabulary   model spec timefmt config paths policy crashpoints wire limits
+                         dependency outputs views sweep jobids gpuusage
     gbatch/nodes/        what reaches a host (and gbatch.shim, run beside a local job)
     gbatch/head/         the daemon's side
     gbatch/ front        client formatting cli/ tui/
@@ -24,6 +24,7 @@ VOCABULARY = {
     "spec",
     "timefmt",
     "config",
+    "paths",
     "policy",
     "crashpoints",
     "wire",

@@ -48,3 +48,15 @@ def test_everyday_commands_import_no_heavy_library(
     )
     loaded = set(json.loads(result.stdout.strip().splitlines()[-1]))
     assert loaded <= allowed, f"gbatch {' '.join(argv)} imported {sorted(loaded)}"
+
+
+def test_the_command_table_lists_every_command_with_its_modules_help() -> None:
+    """`gbatch --help` lists the commands from COMMANDS without importing them: each
+    entry must name a module under gbatch/cli/ and carry that module's HELP."""
+    import importlib
+
+    from gbatch.cli._main import COMMANDS
+
+    for name, help_line in COMMANDS.items():
+        module = importlib.import_module(f"gbatch.cli.{name}")
+        assert help_line == module.HELP, name

@@ -14,7 +14,6 @@ from functools import lru_cache
 
 from gbatch.jobids import expand_more, spans_of
 from gbatch.model import Job, JobSpec
-from gbatch.spec import parse_array
 
 # An array's tasks that are rows while pending; the rest wait as one record (the
 # store's array tail) and become rows as these start: a 100,000-task array costs a
@@ -28,6 +27,8 @@ Spans = tuple[tuple[int, int], ...]  # inclusive (first, last) runs, ascending, 
 
 @lru_cache(maxsize=64)
 def _indices(expression: str) -> tuple[int, ...]:
+    from gbatch.spec import parse_array  # deferred: squeue and sacct list arrays, parse none
+
     return parse_array(expression, max_tasks=10**7)
 
 

@@ -18,9 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gbatch.arrays import expand_tasks
-from gbatch.gpuusage import GpuUsage, seff_lines, tres_usage
 from gbatch.jobids import collapse_pending, job_label
-from gbatch.limits import UserShare
 from gbatch.model import (
     ALLOCATED_STATES,
     FINAL_STATES,
@@ -33,10 +31,11 @@ from gbatch.model import (
     NodeState,
     PartitionInfo,
 )
-from gbatch.outputs import output_paths
 from gbatch.timefmt import format_duration, format_elapsed_fixed, format_timestamp
 
-if TYPE_CHECKING:  # squeue imports this module: the view rows' module is only sprio's/sreport's
+if TYPE_CHECKING:  # squeue imports this module: these are other commands' (start-up)
+    from gbatch.gpuusage import GpuUsage
+    from gbatch.limits import UserShare
     from gbatch.views import JobPriority, UsageRow
 
 # The partition shown for a job queued before partitions existed, and for a node that
@@ -726,6 +725,8 @@ def format_sacct(
     prints ReqMem in that unit. `gpu_usage` (job id -> its current run's GPU samples)
     fills TRESUsageInMax.
     """
+    from gbatch.gpuusage import tres_usage  # deferred: squeue needs none
+
     columns = _resolve_sacct_fields(SACCT_DEFAULT_FIELDS if fields is None else fields)
     usage = gpu_usage or {}
     columns = [
@@ -1325,6 +1326,8 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
     several jobs, separate them with a blank line as scontrol does.
     """
     spec = job.spec
+    from gbatch.outputs import output_paths  # deferred: squeue needs none
+
     files = output_paths(job, job.node)
     env_names = ",".join(
         [_printable(name) for name, _ in spec.env]
@@ -1412,6 +1415,8 @@ def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> st
     """The squeue JSON object of the job plus its spec (env names only, never values)
     and its events, oldest first."""
     spec = job.spec
+    from gbatch.outputs import output_paths  # deferred: squeue needs none
+
     files = output_paths(job, job.node)
     data = _job_to_dict(job, now)
     data.update(
@@ -1630,6 +1635,8 @@ def format_seff(
         f"GPU-hours: {len(job.gpus) * elapsed / 3600:.2f}",
     ]
     if job.gpus:
+        from gbatch.gpuusage import seff_lines
+
         lines += seff_lines(gpu_usage)
     return _lines(lines)
 

@@ -11,6 +11,7 @@ from math import isfinite
 from operator import attrgetter
 from types import UnionType
 from typing import (
+    TYPE_CHECKING,
     Any,
     ClassVar,
     Literal,
@@ -22,7 +23,6 @@ from typing import (
 )
 
 from gbatch.jobids import format_spans, merge_spans
-from gbatch.limits import UserLimits, UserShare
 from gbatch.model import (
     Event,
     Gpu,
@@ -33,6 +33,9 @@ from gbatch.model import (
     NodeState,
     PartitionInfo,
 )
+
+if TYPE_CHECKING:  # only sshare's replies carry these (start-up)
+    from gbatch.limits import UserShare
 
 # What a listing (squeue, sacct) prints of a spec; the rest (command, env, mounts)
 # stays home, which makes a 1,000-job reply a third of the size.
@@ -340,6 +343,8 @@ def share_to_wire(share: UserShare) -> dict[str, Any]:
 
 
 def share_from_wire(data: Mapping[str, Any]) -> UserShare:
+    from gbatch.limits import UserLimits, UserShare  # deferred: only sshare reads these
+
     limits = data["limits"]
     return UserShare(
         user=data["user"],

@@ -10,8 +10,9 @@ all `gbatch --help` and a mistyped command's suggestion need. Start-up is a feat
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn, assert_never
+from typing import TYPE_CHECKING, Any, NoReturn, assert_never, cast
 
 from gbatch import __version__
 from gbatch.cli.exits import CliError, Exit
@@ -58,6 +59,11 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse makes a formatter for every add_argument (to check its metavar), and
+        # the first imports shutil (with bz2 and lzma: 1.5 ms) for the terminal's width.
+        return self.formatter_class(prog=self.prog, width=_help_width())  # type: ignore[call-arg]
+
     def error(self, message: str) -> NoReturn:
         self.exit(Exit.USAGE, f"{self.prog}: error: {message}. See `{self.prog} --help`\n")
 
@@ -69,6 +75,37 @@ class _Parser(argparse.ArgumentParser):
             if hint:
                 raise argparse.ArgumentError(action, f"invalid choice: {value!r}{hint}")
         super()._check_value(action, value)
+
+
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """The sub-commands, where each one that does not run stands in by name and help
+    alone: a parser each would cost two gettext look-ups (~0.4 ms) at every start."""
+
+    def add_stand_in(self, name: str, help_line: str) -> None:
+        """List `name` in `gbatch --help` and take it as a choice, with no parser: the
+        one command that runs gets its own (build_parser)."""
+        self._choices_actions.append(self._ChoicesPseudoAction(name, (), help_line))
+        self._name_parser_map[name] = None
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        if self._name_parser_map.get(values[0]) is None:
+            raise AssertionError(f"{values[0]}: build_parser() was not given this command")
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _help_width() -> int:
+    """The width argparse gives help, shutil.get_terminal_size().columns - 2, found as
+    shutil finds it: $COLUMNS, else the terminal on stdout, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return (columns or 80) - 2
 
 
 def build_parser(command: str | None) -> argparse.ArgumentParser:
@@ -84,13 +121,16 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gbatch {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     # An explicit prog spares argparse a HelpFormatter (and shutil) at every start.
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", prog="gbatch")
+    commands = cast(
+        _Commands,
+        parser.add_subparsers(action=_Commands, dest="command", metavar="COMMAND", prog="gbatch"),
+    )
     commands.required = True
     for name, help_line in COMMANDS.items():
         if name == command:
             command_module(name).add_parser(commands)
         else:
-            commands.add_parser(name, help=help_line, add_help=False)
+            commands.add_stand_in(name, help_line)
     return parser
 
 

@@ -11,7 +11,6 @@ from typing import Any
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.client import Client, DaemonUnavailable
-from gbatch.config import ConfigError, check_private_home, make_private
 
 HELP = "start, stop or inspect the head daemon (gbatchd)"
 START_TIMEOUT = 20.0
@@ -67,7 +66,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _run_foreground(ctx: Context) -> int:
-    from gbatch.config import load_config
+    from gbatch.config import ConfigError, check_private_home, load_config
     from gbatch.head.server import AlreadyRunning, LogUnwritable, log_to_file_and_stderr, serve
     from gbatch.nodes.inventory import InventoryError, find_inventory, load_inventory
 
@@ -90,6 +89,9 @@ def _run_foreground(ctx: Context) -> int:
 
 def _start(ctx: Context) -> int:
     import subprocess  # deferred: the other commands never spawn processes
+
+    # deferred: config brings policy, limits and spec (~15 ms); status and stop need none
+    from gbatch.config import ConfigError, check_private_home, make_private
 
     status = _ping(ctx)
     if status is not None:

@@ -1,61 +1,122 @@
-"""Start-up is a feature: the everyday commands never import the heavy libraries."""
+"""Start-up is a feature: each command imports what it uses and nothing else.
+
+Every command is run in a fresh interpreter with no daemon to answer (the work up to the
+request is done: parsing, checking, building the request), then its sys.modules is read.
+bench/bench_startup.py times the same paths whole-process.
+"""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import gbatch
+from gbatch.cli._main import COMMANDS
+
+SOURCE = str(Path(gbatch.__file__).resolve().parents[1])
+
 # paramiko stands for the whole SSH stack: it pulls cryptography, bcrypt, nacl and invoke.
-HEAVY = ("textual", "paramiko", "yaml", "pynvml")
+HEAVY = {"textual", "paramiko", "yaml", "pynvml", "platformdirs", "cryptography"}
+# The daemon's side, and what only it reads (config.yaml and the site's policy).
+HEAD_ONLY = {"gbatch.head", "gbatch.nodes", "gbatch.config", "gbatch.policy"}
+# What main() imports beyond what the interpreter had loaded at start (site, and in a
+# virtual environment its import hooks), one name a line.
 PROBE = """
-import json, sys
+import sys
+before = set(sys.modules)
 from gbatch.cli._main import main
 try:
     main(sys.argv[1:])
 except SystemExit:
     pass
-print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r})))
+print("MODULES", *sorted(set(sys.modules) - before))
 """
 
+# One everyday invocation of each command (no daemon: the request is built, then refused).
+RUNS = {
+    "sbatch": ["sbatch", "--wrap", "true"],
+    "squeue": ["squeue"],
+    "scancel": ["scancel", "1"],
+    "sinfo": ["sinfo"],
+    "sacct": ["sacct"],
+    "sshare": ["sshare"],
+    "sprio": ["sprio"],
+    "seff": ["seff", "1"],
+    "sreport": ["sreport"],
+    "scontrol": ["scontrol", "show", "job", "1"],
+    "logs": ["logs", "1"],
+    "tui": ["tui"],  # refuses without a terminal, before textual is imported
+    "node": ["node", "list"],
+    "daemon": ["daemon", "status"],
+}
 
-@pytest.mark.parametrize(
-    ("argv", "allowed"),
-    [
-        (["--help"], set()),
-        (["squeue"], set()),
-        (["scancel", "1"], set()),
-        (["sinfo"], set()),
-        (["sacct"], set()),
-        (["sshare"], set()),
-        (["logs", "1"], set()),
-        (["sbatch", "--help"], set()),
-        # Registering `gbatch tui` costs the others nothing: textual loads only when it runs.
-        (["tui", "--help"], set()),
-    ],
-)
-def test_everyday_commands_import_no_heavy_library(
-    tmp_path: object, argv: list[str], allowed: set[str]
-) -> None:
+
+def loaded_by(argv: list[str], home: object) -> set[str]:
     result = subprocess.run(
-        [sys.executable, "-c", PROBE.format(heavy=set(HEAVY)), *argv],
+        [sys.executable, "-c", PROBE, *argv],
         capture_output=True,
         text=True,
         timeout=60,
-        env={"GBATCH_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        # The gbatch under test, not whichever one the interpreter has installed.
+        env={"GBATCH_HOME": str(home), "PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE},
     )
-    loaded = set(json.loads(result.stdout.strip().splitlines()[-1]))
-    assert loaded <= allowed, f"gbatch {' '.join(argv)} imported {sorted(loaded)}"
+    listed = [line for line in result.stdout.splitlines() if line.startswith("MODULES")]
+    assert listed, result.stderr
+    return set(listed[-1].split()[1:])
+
+
+def within(modules: set[str], packages: set[str]) -> list[str]:
+    """The modules that are one of `packages` or inside one."""
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in packages))
+
+
+def test_every_command_has_an_invocation_here() -> None:
+    assert set(RUNS) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("help_flag", [False, True], ids=["run", "help"])
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_command_imports_no_other_command_nor_a_heavy_library(
+    tmp_path: object, command: str, help_flag: bool
+) -> None:
+    argv = [command, "--help"] if help_flag else RUNS[command]
+    loaded = loaded_by(argv, tmp_path)
+    others = {f"gbatch.cli.{name}" for name in COMMANDS if name != command}
+    assert within(loaded, others) == [], f"gbatch {' '.join(argv)}: other commands"
+    assert within(loaded, HEAVY) == [], f"gbatch {' '.join(argv)}: heavy libraries"
+    assert within(loaded, HEAD_ONLY) == [], f"gbatch {' '.join(argv)}: the daemon's modules"
+
+
+def test_help_imports_argparse_and_the_entry_point_alone(tmp_path: object) -> None:
+    loaded = loaded_by(["--help"], tmp_path)
+    gbatch = within(loaded, {"gbatch"})
+    assert gbatch == [
+        "gbatch",
+        "gbatch.cli",
+        "gbatch.cli._main",
+        "gbatch.cli.exits",
+        "gbatch.cli.suggest",
+    ]
+    # No socket, no JSON, no files: nothing is sent and nothing is read.
+    assert within(loaded, {"socket", "json", "pathlib", "dataclasses", "shutil"}) == []
+
+
+def test_squeue_imports_its_formatter_but_not_the_other_commands_needs(tmp_path: object) -> None:
+    loaded = loaded_by(["squeue"], tmp_path)
+    assert {"gbatch.client", "gbatch.formatting", "gbatch.wire"} <= loaded
+    # sbatch's spec, sshare's limits, sacct's and seff's GPU usage, the output files'
+    # names, sprio's views; and shutil, which argparse loads for the terminal's width.
+    unused = {"gbatch.spec", "gbatch.limits", "gbatch.gpuusage", "gbatch.outputs"}
+    assert within(loaded, unused | {"gbatch.views", "gbatch.sweep", "shutil"}) == []
 
 
 def test_the_command_table_lists_every_command_with_its_modules_help() -> None:
     """`gbatch --help` lists the commands from COMMANDS without importing them: each
     entry must name a module under gbatch/cli/ and carry that module's HELP."""
     import importlib
-
-    from gbatch.cli._main import COMMANDS
 
     for name, help_line in COMMANDS.items():
         module = importlib.import_module(f"gbatch.cli.{name}")

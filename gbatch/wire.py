@@ -369,10 +369,14 @@ def share_from_wire(data: Mapping[str, Any]) -> UserShare:
 # socket. The client encodes them (encode_request), the daemon decodes them
 # (decode_request), and mypy checks both ends and every call site.
 
-ErrorKind = Literal["invalid", "not_found", "permission", "unavailable", "internal"]
+ErrorKind = Literal[
+    "invalid", "not_found", "permission", "unavailable", "internal", "unauthenticated"
+]
 """Why a request failed, as a reply's `kind` says: invalid (bad input, bad request),
-not_found (no such job or node), permission (not yours, not an admin), unavailable
-(a component is missing or failing: no docker engine, a full disk), internal (a bug)."""
+not_found (no such job or node), permission (not yours, not an admin, not in the
+token's scopes), unavailable (a component is missing or failing: no docker engine, a
+full disk), internal (a bug), unauthenticated (a token that lets nobody in: malformed,
+altered, expired, revoked, or signed with a key the daemon does not have)."""
 ERROR_KINDS: tuple[ErrorKind, ...] = get_args(ErrorKind)
 
 
@@ -665,6 +669,47 @@ class Shutdown(_Request, op="shutdown"):
     """Admins: stop the daemon (jobs carry on). Replies {"pid"}."""
 
 
+class MintToken(_Request, op="token"):
+    """An API token for the caller, or with `user` (admins) for that Unix user (a
+    service account); `scopes` as head/tokens.SCOPES names them (none: all), valid
+    `lifespan` seconds. Socket callers only. Replies {"token", "jti", "user", "scopes",
+    "expires", "kid"}."""
+
+    lifespan: int = 3600
+    scopes: tuple[str, ...] = ()
+    user: str | None = None
+
+
+class ListTokens(_Request, op="tokens"):
+    """The caller's unexpired tokens (with `all_users`, admins: everyone's), never the
+    tokens themselves. Replies {"tokens": [{"jti", "user", "scopes", "issued",
+    "expires", "revoked"}, ...], "now"}."""
+
+    all_users: bool = False
+
+
+class RevokeToken(_Request, op="token_revoke"):
+    """Refuse token `jti` from now on: its owner's or an admin's. Replies {"jti", "user"}."""
+
+    jti: str
+
+
+class RotateTokenKey(_Request, op="token_rotate"):
+    """Admins: sign new tokens with a new key; the old keys still verify their tokens
+    until those expire, unless `drop_old`. Replies {"kid"}."""
+
+    drop_old: bool = False
+
+
+class WithToken(_Request, op="with_token", secret=("token",)):
+    """`request` (one request object, as encode_request makes it) made by the user the
+    API token `token` was issued to, within its scopes, whoever sends it: the HTTP API
+    sends every request so. The caller is the token's user, never the socket's peer."""
+
+    token: str
+    request: dict[str, Any]
+
+
 Request = (
     Ping
     | Submit
@@ -686,6 +731,11 @@ Request = (
     | ShowPriorities
     | ReportUsage
     | Shutdown
+    | MintToken
+    | ListTokens
+    | RevokeToken
+    | RotateTokenKey
+    | WithToken
 )
 REQUESTS: Mapping[str, type[Request]] = {cls.op: cls for cls in get_args(Request)}
 

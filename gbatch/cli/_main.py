@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "node": "list nodes; install the agent; trust a host's SSH key; drain or resume a node "
     "(admins)",
     "daemon": "start, stop or inspect the head daemon (gbatchd)",
+    "token": "print an API token for the HTTP API; list, revoke, rotate the signing key",
 }
 
 
@@ -233,7 +234,7 @@ def exit_status(kind: ErrorKind) -> Exit:
             return Exit.USAGE
         case "not_found":
             return Exit.FAILED
-        case "permission":
+        case "permission" | "unauthenticated":
             return Exit.PERMISSION
         case "unavailable":
             return Exit.UNAVAILABLE

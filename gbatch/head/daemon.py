@@ -44,6 +44,7 @@ from gbatch.head.liveness import Liveness
 from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import BEGIN_TIME, plan
 from gbatch.head.store import Store, StoreFull, Usage
+from gbatch.head.tokens import TokenAuthority
 from gbatch.limits import ARRAY_HARD_CAP, UserLimits, unix_groups, use_by_user
 from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
 from gbatch.nodes.base import LaunchError, Node, RunStatus
@@ -100,6 +101,7 @@ class Daemon:
         )
         self.committer = GroupCommitter(store, clock)
         self.refusal_lines = RefusalLines(monotonic)  # how many refusals get audit lines
+        self.tokens = TokenAuthority(paths.home)  # the HTTP API's tokens: keys made at first mint
         # (job id, attempt) -> monotonic time its run was confirmed (time limits)
         self._started_monotonic: dict[tuple[int, int], float] = {}
         # job id -> (monotonic time SIGTERM was sent, SIGKILL sent yet)

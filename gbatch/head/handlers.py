@@ -34,6 +34,7 @@ from gbatch.head.store import (
     StoreFull,
     Submission,
 )
+from gbatch.head.tokens import MAX_LIFESPAN, TokenError, parse_scopes
 from gbatch.jobids import JobIdError, parse_job_ids
 from gbatch.limits import (
     ARRAY_HARD_CAP,
@@ -81,9 +82,14 @@ INSTALL_WORKERS = 8
 
 @dataclass(frozen=True)
 class Caller:
+    """Who makes a request: the socket's peer (SO_PEERCRED), or the user an API token
+    was issued to (`scopes` then says what the token allows, `via` names it)."""
+
     uid: int
     user: str
     pid: int
+    scopes: frozenset[str] | None = None  # None: no token, the peer's own rights
+    via: str = ""  # "token:<jti>" for a request made with a token
 
 
 class Refused(Exception):
@@ -160,10 +166,11 @@ def _audit_line(caller: Caller, action: str, what: str, outcome: str) -> None:
     level = logging.WARNING if outcome.startswith("refused") else logging.INFO
     log.log(
         level,
-        "audit: user=%s uid=%s pid=%s op=%s %s -> %s",
+        "audit: user=%s uid=%s pid=%s%s op=%s %s -> %s",
         loggable(caller.user),
         caller.uid,
         caller.pid,
+        f" via={caller.via}" if caller.via else "",
         action,
         what,
         loggable(outcome),
@@ -1642,9 +1649,187 @@ def shutdown(daemon: Daemon, caller: Caller, request: wire.Shutdown) -> dict[str
     return {"pid": os.getpid()}
 
 
+# -- API tokens (gbatch/head/tokens.py) -------------------------------------------------
+
+# The scope a token needs for each request it may make. A request not named here
+# (admin commands, tokens themselves) is refused to a token, whoever it was issued to:
+# only a user at the head, on the socket, makes those.
+TOKEN_SCOPE_OF: Mapping[str, str] = {
+    "ping": "read",
+    "jobs": "read",
+    "job": "read",
+    "logs": "read",
+    "nodes": "read",
+    "shares": "read",
+    "priorities": "read",
+    "usage_report": "read",
+    "submit": "submit",
+    "cancel": "control",
+    "hold": "control",
+    "release": "control",
+    "requeue": "control",
+    "update": "control",
+}
+
+
+def _check_token_scope(daemon: Daemon, caller: Caller, request: wire.Request) -> None:
+    """Refuse (and audit) a request a token caller's scopes do not allow."""
+    if caller.scopes is None:
+        return
+    needed = TOKEN_SCOPE_OF.get(request.op)
+    if needed is None:
+        audit(daemon, caller, request.op, "api", "refused: not allowed with a token")
+        raise Refused(
+            "permission",
+            f"{request.op} cannot be done with an API token. Run gbatch on the head instead",
+        )
+    if needed not in caller.scopes:
+        audit(daemon, caller, request.op, "api", f"refused: token lacks scope {needed}")
+        has = ",".join(sorted(caller.scopes)) or "none"
+        raise Refused(
+            "permission",
+            f"the token does not allow {needed} (its scopes: {has}). Mint one with "
+            f"`gbatch token --scope {needed}`",
+        )
+
+
+def _token_user(daemon: Daemon, name: str, *, named: bool) -> pwd.struct_passwd:
+    """The Unix account a token is minted for: it must exist (its jobs run as it), and
+    not be root (a leaked token would run jobs as root)."""
+    try:
+        account = pwd.getpwnam(name)
+    except KeyError:
+        raise Refused(
+            "not_found" if named else "invalid",
+            f"no Unix user {show_value(name)}: a token's jobs run as a real account. "
+            "Create it first (useradd --system NAME)",
+        ) from None
+    if account.pw_uid == 0:
+        raise Refused(
+            "permission",
+            "no tokens for root: a leaked token would run jobs as root. Mint one for a "
+            "service account with --user NAME",
+        )
+    return account
+
+
+def mint_token(daemon: Daemon, caller: Caller, request: wire.MintToken) -> dict[str, Any]:
+    """A token for the caller, or (admins) for the account `user` names."""
+    named = request.user is not None and request.user != caller.user
+    if named:
+        _require_admin(
+            daemon, caller, "token", f"user {request.user}", "mint tokens for other users"
+        )
+    account = _token_user(daemon, request.user or caller.user, named=named)
+    if not 1 <= request.lifespan <= MAX_LIFESPAN:
+        raise Refused(
+            "invalid",
+            f"--lifespan: {request.lifespan} s; give 1 s to {MAX_LIFESPAN // 86400} days",
+        )
+    try:
+        scopes = parse_scopes(request.scopes)
+    except ValueError as err:
+        raise Refused("invalid", f"--scope: {err}") from None
+    try:
+        token, record = daemon.tokens.mint(
+            account.pw_name, account.pw_uid, scopes, request.lifespan, daemon.clock()
+        )
+    except TokenError as err:
+        raise Refused("unavailable", str(err)) from None
+    audit(
+        daemon,
+        caller,
+        "token",
+        f"user {record.user}",
+        f"allowed: jti {record.jti}, scopes {','.join(scopes)}, {request.lifespan} s",
+    )
+    return {
+        "token": token,
+        "jti": record.jti,
+        "user": record.user,
+        "scopes": list(record.scopes),
+        "expires": record.expires,
+        "kid": record.kid,
+    }
+
+
+def list_tokens(daemon: Daemon, caller: Caller, request: wire.ListTokens) -> dict[str, Any]:
+    if request.all_users:
+        _require_admin(daemon, caller, "tokens", "users", "list other users' tokens")
+    now = daemon.clock()
+    shown = [
+        {
+            "jti": r.jti,
+            "user": r.user,
+            "scopes": list(r.scopes),
+            "issued": r.issued,
+            "expires": r.expires,
+            "revoked": r.revoked,
+        }
+        for r in daemon.tokens.records(now)
+        if request.all_users or r.uid == caller.uid
+    ]
+    return {"tokens": shown, "now": now}
+
+
+def revoke_token(daemon: Daemon, caller: Caller, request: wire.RevokeToken) -> dict[str, Any]:
+    found = daemon.tokens.record(request.jti)
+    if found is None or (found.uid != caller.uid and not is_admin(daemon, caller)):
+        # Another user's token answers as one that does not exist: jtis are not listed.
+        raise Refused(
+            "not_found", f"no token {show_value(request.jti)} of yours (see `gbatch token --list`)"
+        )
+    record = daemon.tokens.revoke(request.jti, daemon.clock())
+    audit(daemon, caller, "token_revoke", f"user {record.user}", f"allowed: jti {record.jti}")
+    return {"jti": record.jti, "user": record.user}
+
+
+def rotate_token_key(
+    daemon: Daemon, caller: Caller, request: wire.RotateTokenKey
+) -> dict[str, Any]:
+    _require_admin(daemon, caller, "token_rotate", "daemon", "rotate the token signing key")
+    kid = daemon.tokens.rotate(daemon.clock(), drop_old=request.drop_old)
+    outcome = "old keys dropped" if request.drop_old else "old keys verify until expiry"
+    audit(daemon, caller, "token_rotate", "daemon", f"allowed: new key {kid}, {outcome}")
+    return {"kid": kid}
+
+
+def with_token(daemon: Daemon, caller: Caller, request: wire.WithToken) -> dict[str, Any]:
+    """The inner request, made by the token's user within its scopes: the peer that
+    sent it (the HTTP API) lends it nothing."""
+    try:
+        record = daemon.tokens.verify(request.token, daemon.clock())
+    except TokenError as err:
+        audit(daemon, caller, "with_token", "api", f"refused: {err}")
+        raise Refused("unauthenticated", str(err)) from None
+    try:
+        still = pwd.getpwuid(record.uid).pw_name == record.user
+    except KeyError:
+        still = False
+    if not still:
+        audit(daemon, caller, "with_token", "api", f"refused: no user {record.user}")
+        raise Refused(
+            "unauthenticated", f"the token's user {record.user} is no longer uid {record.uid}"
+        )
+    as_user = Caller(
+        uid=record.uid,
+        user=record.user,
+        pid=caller.pid,
+        scopes=frozenset(record.scopes),
+        via=f"token:{record.jti}",
+    )
+    try:
+        inner = wire.decode_request(request.request)
+    except wire.BadRequest as err:
+        raise Refused("invalid", str(err)) from None
+    return dispatch(daemon, as_user, inner)
+
+
 def dispatch(daemon: Daemon, caller: Caller, request: wire.Request) -> dict[str, Any]:
     """The reply's fields from the handler of `request`'s type; raises as it does.
-    One case per request type: mypy checks that none is left without a handler."""
+    One case per request type: mypy checks that none is left without a handler. A
+    token's caller is held to its scopes here, before any handler runs."""
+    _check_token_scope(daemon, caller, request)
     match request:
         case wire.Ping():
             return ping(daemon, caller, request)
@@ -1686,6 +1871,16 @@ def dispatch(daemon: Daemon, caller: Caller, request: wire.Request) -> dict[str,
             return usage_report(daemon, caller, request)
         case wire.Shutdown():
             return shutdown(daemon, caller, request)
+        case wire.MintToken():
+            return mint_token(daemon, caller, request)
+        case wire.ListTokens():
+            return list_tokens(daemon, caller, request)
+        case wire.RevokeToken():
+            return revoke_token(daemon, caller, request)
+        case wire.RotateTokenKey():
+            return rotate_token_key(daemon, caller, request)
+        case wire.WithToken():
+            return with_token(daemon, caller, request)
         case _:
             assert_never(request)
 

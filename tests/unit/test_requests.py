@@ -49,6 +49,11 @@ EXAMPLES: dict[str, wire.Request] = {
         start=1_767_225_600.0, end=1_769_904_000.0, users=("bob",), all_users=True, by_group=True
     ),
     "shutdown": wire.Shutdown(),
+    "token": wire.MintToken(lifespan=7200, scopes=("read", "submit"), user="ci-bot"),
+    "tokens": wire.ListTokens(all_users=True),
+    "token_revoke": wire.RevokeToken(jti="0a1b2c"),
+    "token_rotate": wire.RotateTokenKey(drop_old=True),
+    "with_token": wire.WithToken(token="eyJ.x.y", request={"op": "jobs", "users": ["ci-bot"]}),
 }
 
 # JSON values that are not of a type, for each type a request field has: a field of a
@@ -242,6 +247,7 @@ def test_every_error_kind_has_an_exit_status() -> None:
         "permission": Exit.PERMISSION,
         "unavailable": Exit.UNAVAILABLE,
         "internal": Exit.INTERNAL,
+        "unauthenticated": Exit.PERMISSION,  # a token that lets nobody in (the HTTP API)
     }
 
 

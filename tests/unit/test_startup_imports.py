@@ -51,6 +51,7 @@ RUNS = {
     "tui": ["tui"],  # refuses without a terminal, before textual is imported
     "node": ["node", "list"],
     "daemon": ["daemon", "status"],
+    "token": ["token", "--lifespan", "2h", "--scope", "read"],
 }
 
 

@@ -152,6 +152,9 @@ class Config:
     max_log_bytes: int = 10 << 30
     # Per-user and per-group limits (gbatch/limits.py): sane ones by default.
     limits: Limits = field(default_factory=Limits)
+    # API tokens (gbatch/head/tokens.py): the clock skew tolerated on their expiry and
+    # issue time, between the head and whoever presents them.
+    token_leeway_seconds: float = 60.0
 
     @property
     def half_life_seconds(self) -> float:
@@ -178,6 +181,7 @@ _FLOAT_KEYS = {
     "kill_grace_seconds",
     "node_down_seconds",
     "node_lease_seconds",
+    "token_leeway_seconds",
 }
 
 

@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "node": "list nodes; install the agent; trust a host's SSH key; drain or resume a node "
     "(admins)",
     "daemon": "start, stop or inspect the head daemon (gbatchd)",
+    "api": "serve the HTTP API (tokens from `gbatch token`); print its OpenAPI document",
     "token": "print an API token for the HTTP API; list, revoke, rotate the signing key",
 }
 

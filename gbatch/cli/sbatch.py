@@ -19,7 +19,10 @@ from gbatch.client import RequestFailed
 from gbatch.model import Job, JobState
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from gbatch.sweep import Sweep
+    from gbatch.wire import Submit
 
 HELP = "queue a job (a job file, a batch script, options, or --wrap)"
 MAX_SCRIPT_CHARS = 1 << 20
@@ -334,22 +337,24 @@ def _cpus_option(args: argparse.Namespace, gpus: object) -> int | None:
     return per_gpu * gpus
 
 
-def _secret_env_option(names: list[str] | None) -> dict[str, str] | None:
-    """--secret-env NAME...: each value from the submitter's own environment, so it never
-    sits in argv (ps) or shell history."""
+def _secret_env_option(
+    names: list[str] | None, environ: Mapping[str, str]
+) -> dict[str, str] | None:
+    """--secret-env NAME...: each value from the submitter's own environment (`environ`),
+    so it never sits in argv (ps) or shell history."""
     from gbatch.spec import SpecError
 
     if not names:
         return None
     values: dict[str, str] = {}
     for name in names:
-        if name not in os.environ:
+        if name not in environ:
             raise SpecError(
                 "--secret-env",
                 f"{name} is not set in your environment. Export it first "
                 f"(e.g. read -rs {name} && export {name}), then submit again",
             )
-        values[name] = os.environ[name]
+        values[name] = environ[name]
     return values
 
 
@@ -542,11 +547,12 @@ def _embedded_script(data: dict[str, object], args: argparse.Namespace) -> Batch
 
 
 def _sweep_of(
-    data: dict[str, object] | None, args: argparse.Namespace
+    data: dict[str, object] | None, args: argparse.Namespace, here: bool = True
 ) -> tuple[Sweep | None, str | None]:
     """The sweep (--param, else the job file's `sweep:`, taken out of `data`; a file of
-    rows read here, as the submitter, relative to the job file) and the name template
-    (--name-template, else the file's `name_template:`)."""
+    rows read here, as the submitter, relative to the job file; refused unless `here`:
+    this process is not the submitter) and the name template (--name-template, else the
+    file's `name_template:`)."""
     from gbatch.spec import SpecError
     from gbatch.sweep import parse_param_options, read_rows_file, sweep_from_yaml
 
@@ -561,6 +567,10 @@ def _sweep_of(
         sweep = parse_param_options(args.param)
     elif file_sweep is not None:
         found = sweep_from_yaml(file_sweep)
+        if isinstance(found, str) and not here:
+            raise SpecError(
+                "sweep", "a file of rows is read where gbatch sbatch runs; give the rows inline"
+            )
         if isinstance(found, str):
             base = os.path.dirname(os.path.abspath(args.file)) if args.file else os.getcwd()
             found = read_rows_file(os.path.join(base, os.path.expanduser(found)))
@@ -651,6 +661,67 @@ def _user_name() -> str:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
+    submit_dir = os.getcwd()
+    request, spec, script, lines = build_submit(
+        args, lambda: _job_source(args), submit_dir=submit_dir, environ=os.environ
+    )
+    try:
+        reply = ctx.client.call(request)
+    except RequestFailed as err:
+        # The daemon names the job-file key (`partition: ...`): name the line too.
+        line = _line_of(err.message.split(":", 1)[0], lines)
+        if script is not None and line is not None:
+            located = ScriptError(script.location, line, f"{DIRECTIVE} {err.message}")
+            raise RequestFailed(err.kind, str(located)) from err
+        raise
+    if args.test_only:
+        print(_test_only_line(reply["test"], spec.gpus), file=sys.stderr)
+        return Exit.OK
+    ids = reply["ids"]
+    _warn_default_output(spec, submit_dir)  # after the submit: a refusal stays one line
+    if not args.quiet:
+        # An array answers with its id (its first task's; tasks are N_K), as Slurm.
+        print(ids[0] if args.parsable else f"Submitted batch job {ids[0]}", flush=True)
+    if args.wait:
+        return _wait_for(ctx, ids)
+    return Exit.OK
+
+
+def request_for_text(text: str, name: str) -> Submit:
+    """The submit request `gbatch sbatch FILE` makes of a job file's (YAML or JSON) or
+    a batch script's text, with no options, for a submitter who is not here (the HTTP
+    API): nothing is read from this process's environment, working directory or files,
+    and the job starts in its user's home unless it names a workdir. CliError (exit 2's
+    one line) for a job that cannot be queued."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("file")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    _add_options(parser)
+    parser.add_argument("--test-only", dest="test_only", action="store_true")
+    args = parser.parse_args([name])
+
+    def source() -> tuple[dict[str, object] | None, BatchScript | None]:
+        from gbatch.spec import parse_job_text
+
+        if looks_like_script(text, name):
+            return None, parse_script(text, name)
+        data = parse_job_text(text, name)
+        return data, _embedded_script(data, args)
+
+    return build_submit(args, source, submit_dir=None, environ={})[0]
+
+
+def build_submit(
+    args: argparse.Namespace,
+    job_source: Callable[[], tuple[dict[str, object] | None, BatchScript | None]],
+    *,
+    submit_dir: str | None,
+    environ: Mapping[str, str],
+) -> tuple[Submit, Any, BatchScript | None, dict[str, int]]:
+    """The submit request for `args` and the job `job_source` reads, with the spec it
+    holds, the batch script, and the #SBATCH line that set each option. `submit_dir`:
+    where the submitter is (their files are checked and read there); None for one who
+    is not on this machine (request_for_text). CliError for bad input."""
     # Deferred: yaml and validation are needed by sbatch alone.
     from gbatch import wire
     from gbatch.spec import (
@@ -669,16 +740,16 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     script: BatchScript | None = None
     lines: dict[str, int] = {}
     try:
-        data, script = _job_source(args)
+        data, script = job_source()
         if script is not None:
             lines = _apply_directives(args, script)
             _file_keys_win(data, lines, args)
-        sweep, name_template = _sweep_of(data, args)
+        sweep, name_template = _sweep_of(data, args, submit_dir is not None)
         problem = _one_task_problem(vars(args))
         if problem is not None:
             raise CliError(problem, Exit.USAGE)
-        if args.workdir is not None and not os.path.isabs(args.workdir):
-            args.workdir = os.path.join(os.getcwd(), args.workdir)  # as Slurm: from here
+        if args.workdir is not None and not os.path.isabs(args.workdir) and submit_dir:
+            args.workdir = os.path.join(submit_dir, args.workdir)  # as Slurm: from here
         command: str | list[str] | None = args.wrap
         if script is not None:
             # After a job file, words are options (its script takes no arguments).
@@ -695,7 +766,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             "priority": _int_option(args.priority, "--priority"),
             "nice": _int_option(args.nice, "--nice"),
             "workdir": args.workdir,
-            "secret_env": _secret_env_option(args.secret_env),
+            "secret_env": _secret_env_option(args.secret_env, environ),
             "network": args.network,
             "partition": args.partition,
             "cpus": _cpus_option(args, gpus if gpus is not None else (data or {}).get("gpus")),
@@ -733,24 +804,25 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         export = export_of(data, overrides, option_names=OVERRIDE_OPTION) or Export(
             everything=spec.image is None
         )
-        submit_env = exported_env(export, os.environ)
+        submit_env = exported_env(export, environ)
         check_submit_env_size(submit_env)
         if args.array is not None:
             parse_array(args.array)  # refused here, in one line, before anything is sent
         if sweep is not None:
             check_templates(spec.command, sweep.names, name_template, spec.name)
-        _check_output_dirs(
-            spec, os.getcwd(), from_file=args.output is None, err_from_file=args.error is None
-        )
+        if submit_dir is not None:
+            _check_output_dirs(
+                spec, submit_dir, from_file=args.output is None, err_from_file=args.error is None
+            )
     except SpecError as err:
         raise CliError(_on_its_line(err, script, lines), Exit.USAGE) from err
     except ScriptError as err:
         raise CliError(str(err), Exit.USAGE) from err
     wire_spec = spec.to_dict()
-    submit_dir = os.getcwd()
-    if spec.image is None and spec.workdir is None:
-        wire_spec["workdir"] = submit_dir  # as Slurm: a job starts where it was submitted
-    wire_spec["submit_dir"] = submit_dir
+    if submit_dir is not None:
+        if spec.image is None and spec.workdir is None:
+            wire_spec["workdir"] = submit_dir  # as Slurm: a job starts where it was submitted
+        wire_spec["submit_dir"] = submit_dir
     wire_spec["submit_host"] = socket.gethostname()
     request = wire.Submit(
         spec=wire_spec,
@@ -762,26 +834,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         sweep=None if sweep is None else sweep.to_wire(),
         name_template=name_template,
     )
-    try:
-        reply = ctx.client.call(request)
-    except RequestFailed as err:
-        # The daemon names the job-file key (`partition: ...`): name the line too.
-        line = _line_of(err.message.split(":", 1)[0], lines)
-        if script is not None and line is not None:
-            located = ScriptError(script.location, line, f"{DIRECTIVE} {err.message}")
-            raise RequestFailed(err.kind, str(located)) from err
-        raise
-    if args.test_only:
-        print(_test_only_line(reply["test"], spec.gpus), file=sys.stderr)
-        return Exit.OK
-    ids = reply["ids"]
-    _warn_default_output(spec, submit_dir)  # after the submit: a refusal stays one line
-    if not args.quiet:
-        # An array answers with its id (its first task's; tasks are N_K), as Slurm.
-        print(ids[0] if args.parsable else f"Submitted batch job {ids[0]}", flush=True)
-    if args.wait:
-        return _wait_for(ctx, ids)
-    return Exit.OK
+    return request, spec, script, lines
 
 
 def _wait_for(ctx: Context, ids: list[int]) -> int:

@@ -101,7 +101,8 @@ class Daemon:
         )
         self.committer = GroupCommitter(store, clock)
         self.refusal_lines = RefusalLines(monotonic)  # how many refusals get audit lines
-        self.tokens = TokenAuthority(paths.home)  # the HTTP API's tokens: keys made at first mint
+        # The HTTP API's tokens: keys made at the first mint.
+        self.tokens = TokenAuthority(paths.home, config.token_leeway_seconds)
         # (job id, attempt) -> monotonic time its run was confirmed (time limits)
         self._started_monotonic: dict[tuple[int, int], float] = {}
         # job id -> (monotonic time SIGTERM was sent, SIGKILL sent yet)

@@ -20,6 +20,9 @@ SOURCE = str(Path(gbatch.__file__).resolve().parents[1])
 
 # paramiko stands for the whole SSH stack: it pulls cryptography, bcrypt, nacl and invoke.
 HEAVY = {"textual", "paramiko", "yaml", "pynvml", "platformdirs", "cryptography"}
+# The HTTP API's web stack and the tokens' JWT library: `gbatch api serve` and the
+# daemon alone load them.
+HEAVY |= {"starlette", "uvicorn", "anyio", "jwt"}
 # The daemon's side, and what only it reads (config.yaml and the site's policy).
 HEAD_ONLY = {"gbatch.head", "gbatch.nodes", "gbatch.config", "gbatch.policy"}
 # What main() imports beyond what the interpreter had loaded at start (site, and in a
@@ -51,6 +54,7 @@ RUNS = {
     "tui": ["tui"],  # refuses without a terminal, before textual is imported
     "node": ["node", "list"],
     "daemon": ["daemon", "status"],
+    "api": ["api", "openapi"],
     "token": ["token", "--lifespan", "2h", "--scope", "read"],
 }
 

@@ -1,0 +1,234 @@
+"""The HTTP API (`gbatch api serve`): each HTTP request becomes the wire request the CLI
+would send, wrapped in wire.WithToken with the bearer's token, and goes to gbatchd over
+its socket like any command's. The daemon verifies the token and runs the request as
+the token's user within its scopes (head/handlers.with_token): this process holds no
+key, lends no identity of its own, and authorizes nothing. A request without a token
+is answered 401 here, and never reaches the daemon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gbatch import wire
+from gbatch.api.openapi import PREFIX, document
+from gbatch.cli.exits import CliError
+from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
+from gbatch.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
+
+MAX_BODY = 1 << 20  # a job file's or script's limit (spec.MAX_FILE_BYTES)
+HTTP_STATUS: dict[wire.ErrorKind, int] = {
+    "invalid": 400,
+    "unauthenticated": 401,
+    "permission": 403,
+    "not_found": 404,
+    "internal": 500,
+    "unavailable": 503,
+}
+
+
+def error(kind: wire.ErrorKind, message: str) -> JSONResponse:
+    """One JSON line: the kind and message the CLI would print after `error:`."""
+    headers = {"WWW-Authenticate": 'Bearer realm="gbatch"'} if kind == "unauthenticated" else None
+    return JSONResponse(wire.error_reply(kind, message), HTTP_STATUS[kind], headers=headers)
+
+
+class Api:
+    """The routes, sending to the daemon at `socket_path`."""
+
+    def __init__(self, socket_path: Path, timeout: float = 30.0) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
+        # One connection per request: a Client is not shared between threads, and a
+        # Unix socket's connect costs microseconds.
+        with Client(self.socket_path, timeout=self.timeout) as client:
+            return client.send(payload)
+
+    async def call(
+        self, http: Request, inner: wire.Request, status: int = 200
+    ) -> tuple[dict[str, Any] | None, JSONResponse]:
+        """Send `inner` as the bearer of `http`'s token: the reply's fields and the
+        response to give (an error's when the fields are None)."""
+        token = _bearer(http)
+        if token is None:
+            return None, _no_token()
+        payload = wire.encode_request(
+            wire.WithToken(token=token, request=wire.encode_request(inner))
+        )
+        try:
+            reply = await run_in_threadpool(self._send, payload)
+        except RequestFailed as err:
+            return None, error(err.kind, err.message)
+        except (DaemonUnavailable, ReplyTimeout) as err:
+            return None, error("unavailable", str(err))
+        return reply, JSONResponse({"ok": True, **reply}, status)
+
+    # -- the routes -------------------------------------------------------------------
+
+    async def openapi(self, http: Request) -> Response:
+        return JSONResponse(document())
+
+    async def submit(self, http: Request) -> Response:
+        if _bearer(http) is None:  # before reading a body that will not be used
+            return _no_token()
+        body = await _body(http)
+        if isinstance(body, Response):
+            return body
+        try:
+            from gbatch.cli.sbatch import request_for_text  # deferred: yaml, the spec
+
+            request = await run_in_threadpool(request_for_text, body, "api")
+        except CliError as err:
+            return error("invalid", err.message)
+        reply, response = await self.call(http, request, status=201)
+        if reply is not None and reply.get("ids"):
+            return JSONResponse({"ok": True, **reply, "job_id": reply["ids"][0]}, 201)
+        return response
+
+    async def jobs(self, http: Request) -> Response:
+        query = http.query_params
+        try:
+            ids = tuple(str(t) for t in parse_job_ids(query["job"], ANY)) if "job" in query else ()
+            since = None if query.get("since") is None else float(query["since"])
+        except JobIdError as err:
+            return error("invalid", f"job: {err}")
+        except ValueError:
+            return error("invalid", "since: give epoch seconds, e.g. 1767225600")
+        request = wire.ListJobs(
+            jobs=ids,
+            users=_list(query.get("user")),
+            states=_list(query.get("state")),
+            names=_list(query.get("name")),
+            partitions=_list(query.get("partition")),
+            history=_flag(query.get("history")),
+            since=since,
+            brief=True,
+        )
+        return (await self.call(http, request))[1]
+
+    async def job(self, http: Request) -> Response:
+        target = _one_job(http)
+        if isinstance(target, Response):
+            return target
+        job_id, task = target
+        return (await self.call(http, wire.ShowJob(id=job_id, task=task, with_tasks=True)))[1]
+
+    async def act(self, http: Request) -> Response:
+        target = http.path_params["job"]
+        action = http.path_params["action"]
+        kinds: dict[str, type[wire.Cancel | wire.Hold | wire.Release | wire.Requeue]] = {
+            "cancel": wire.Cancel,
+            "hold": wire.Hold,
+            "release": wire.Release,
+            "requeue": wire.Requeue,
+        }
+        if action not in kinds:
+            return error("not_found", f"no action {action!r}: cancel, hold, release or requeue")
+        checked = _one_job(http)
+        if isinstance(checked, Response):
+            return checked
+        reply, response = await self.call(http, kinds[action](jobs=(target,)))
+        if reply is not None and reply.get("failed"):
+            return JSONResponse({"ok": False, **reply}, 409)
+        return response
+
+    async def logs(self, http: Request) -> Response:
+        target = _one_job(http)
+        if isinstance(target, Response):
+            return target
+        offset = http.query_params.get("offset", "0")
+        if not offset.isdigit():
+            return error("invalid", "offset must be a non-negative integer")
+        request = wire.ReadLog(id=target[0], task=target[1], offset=int(offset))
+        return (await self.call(http, request))[1]
+
+    async def nodes(self, http: Request) -> Response:
+        return (await self.call(http, wire.ListNodes()))[1]
+
+    async def fairshare(self, http: Request) -> Response:
+        query = http.query_params
+        request = wire.ShowShares(users=_list(query.get("user")), all_users=_flag(query.get("all")))
+        return (await self.call(http, request))[1]
+
+
+def make_app(socket_path: Path, timeout: float = 30.0) -> Starlette:
+    """The API's ASGI app, talking to the daemon at `socket_path`."""
+    api = Api(socket_path, timeout)
+    routes: list[tuple[str, Callable[[Request], Awaitable[Response]], list[str]]] = [
+        ("/openapi.json", api.openapi, ["GET"]),
+        ("/jobs", api.jobs, ["GET"]),
+        ("/jobs", api.submit, ["POST"]),
+        ("/jobs/{job}", api.job, ["GET"]),
+        ("/jobs/{job}/logs", api.logs, ["GET"]),
+        ("/jobs/{job}/{action}", api.act, ["POST"]),
+    ]
+    routes += [("/nodes", api.nodes, ["GET"]), ("/fairshare", api.fairshare, ["GET"])]
+    return Starlette(
+        routes=[
+            Route(PREFIX + path, endpoint, methods=methods) for path, endpoint, methods in routes
+        ],
+        exception_handlers={404: _not_found, 405: _not_allowed},
+    )
+
+
+async def _not_found(http: Request, exc: Exception) -> Response:
+    return error("not_found", f"no such path {http.url.path}. See {PREFIX}/openapi.json")
+
+
+async def _not_allowed(http: Request, exc: Exception) -> Response:
+    return JSONResponse(
+        wire.error_reply("invalid", f"{http.method} is not taken at {http.url.path}"), 405
+    )
+
+
+def _no_token() -> JSONResponse:
+    return error(
+        "unauthenticated",
+        "no token: send `Authorization: Bearer TOKEN` (mint one with `gbatch token`)",
+    )
+
+
+def _bearer(http: Request) -> str | None:
+    scheme, _, token = http.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+async def _body(http: Request) -> str | Response:
+    """The request's body as text, at most MAX_BODY bytes, or the error response."""
+    data = bytearray()
+    async for chunk in http.stream():
+        data += chunk
+        if len(data) > MAX_BODY:
+            return error("invalid", "the job is larger than 1 MiB. Keep data out of it")
+    try:
+        return data.decode()
+    except UnicodeDecodeError as err:
+        return error("invalid", f"byte {err.start} of the body is not UTF-8 text")
+
+
+def _one_job(http: Request) -> tuple[int, int | None] | Response:
+    text = http.path_params["job"]
+    try:
+        target = parse_one_job(text, ONE)
+    except JobIdError as err:
+        return error("invalid", f"job: {err}")
+    return target.job, target.tasks[0][0] if target.tasks else None
+
+
+def _list(value: str | None) -> tuple[str, ...]:
+    return tuple(item for item in (value or "").split(",") if item)
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").lower() in ("1", "true", "yes")

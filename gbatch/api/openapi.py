@@ -1,0 +1,212 @@
+"""The HTTP API's OpenAPI 3 document, served at /api/v1/openapi.json and printed by
+`gbatch api openapi`. Written out here rather than generated from models: the request
+types live once, in gbatch/wire.py, and the daemon checks them; this says what each
+path takes and gives (tests/unit/test_api.py keeps its paths and the app's routes equal).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gbatch import __version__
+
+PREFIX = "/api/v1"
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+_ERRORS = {
+    "400": _error("bad input: the same one line `gbatch` prints after `error:`"),
+    "401": _error("no token, or one malformed, altered, expired, revoked or of an unknown key"),
+    "403": _error("the token's scopes, or its user's rights, do not allow it"),
+    "404": _error("no such job"),
+    "503": _error("gbatchd does not answer, or a component it needs is missing"),
+}
+
+
+def _reply(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    body = schema or {"type": "object"}
+    return {"description": description, "content": {"application/json": {"schema": body}}}
+
+
+def _op(
+    summary: str,
+    scope: str,
+    ok: dict[str, Any],
+    *,
+    status: str = "200",
+    params: list[dict[str, Any]] | None = None,
+    body: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "summary": summary,
+        "description": f"Needs a token with scope `{scope}`.",
+        "security": [{"bearer": [scope]}],
+        "responses": {status: ok, **_ERRORS},
+    }
+    if params:
+        op["parameters"] = params
+    if body:
+        op["requestBody"] = body
+    return op
+
+
+def _query(name: str, description: str, kind: str = "string") -> dict[str, Any]:
+    return {"name": name, "in": "query", "description": description, "schema": {"type": kind}}
+
+
+_JOB = {
+    "name": "job",
+    "in": "path",
+    "required": True,
+    "description": "a job id, N, or task K of array N, N_K",
+    "schema": {"type": "string", "pattern": "^[0-9]+(_[0-9]+)?$"},
+}
+
+_BULK = _reply(
+    "done: how many jobs it acted on; results: the ones that failed, each with its error "
+    "(status 409 when any failed)",
+    {"$ref": "#/components/schemas/Bulk"},
+)
+
+
+def _action(verb: str) -> dict[str, Any]:
+    return {
+        "post": _op(f"{verb} a job (as gbatch scontrol/scancel)", "control", _BULK, params=[_JOB])
+    }
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the API."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "gbatch HTTP API",
+            "version": __version__,
+            "description": "gbatch's requests over HTTP: each runs as the user its bearer "
+            "token was issued to (`gbatch token`), with that user's rights and limits, within "
+            "the token's scopes. Errors are one JSON object: {ok: false, kind, error}, with "
+            "the kind and message the CLI would print.",
+        },
+        "servers": [{"url": PREFIX}],
+        "components": {
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
+            },
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["ok", "kind", "error"],
+                    "properties": {
+                        "ok": {"const": False},
+                        "kind": {
+                            "enum": [
+                                "invalid",
+                                "not_found",
+                                "permission",
+                                "unavailable",
+                                "internal",
+                                "unauthenticated",
+                            ]
+                        },
+                        "error": {"type": "string"},
+                    },
+                },
+                "Bulk": {
+                    "type": "object",
+                    "properties": {
+                        "ok": {"type": "boolean"},
+                        "done": {"type": "integer"},
+                        "failed": {"type": "integer"},
+                        "results": {"type": "array", "items": {"type": "object"}},
+                    },
+                },
+            },
+        },
+        "paths": {
+            "/openapi.json": {
+                "get": {
+                    "summary": "this document (no token needed)",
+                    "security": [],
+                    "responses": {"200": _reply("the OpenAPI document")},
+                }
+            },
+            "/jobs": {
+                "get": _op(
+                    "list jobs (as gbatch squeue; with history=true, as gbatch sacct)",
+                    "read",
+                    _reply("{jobs: [...], now}"),
+                    params=[
+                        _query("user", "only these users' jobs (comma-separated)"),
+                        _query("state", "only these states, names or codes (PD,R)"),
+                        _query("name", "only jobs of these names"),
+                        _query("partition", "only jobs in these partitions"),
+                        _query("job", "only these job ids (N, N_K, N-M)"),
+                        _query("history", "finished jobs too (true/false)", "boolean"),
+                        _query("since", "with history: jobs since (epoch seconds)", "number"),
+                    ],
+                ),
+                "post": _op(
+                    "submit a job (as gbatch sbatch FILE)",
+                    "submit",
+                    _reply("{ids: [...], job_id}: the job's id (an array's: its first)"),
+                    status="201",
+                    body={
+                        "required": True,
+                        "description": "a job file (YAML, or the same keys as JSON) or a "
+                        "batch script (#! and #SBATCH lines), at most 1 MiB. The job starts "
+                        "in its user's home unless it names a workdir; nothing of the "
+                        "server's environment or files is read",
+                        "content": {
+                            "application/yaml": {"schema": {"type": "string"}},
+                            "application/json": {"schema": {"type": "object"}},
+                            "text/x-shellscript": {"schema": {"type": "string"}},
+                        },
+                    },
+                ),
+            },
+            "/jobs/{job}": {
+                "get": _op(
+                    "one job with its events (as gbatch scontrol show job)",
+                    "read",
+                    _reply("{job, events, tasks, now, gpu_usage}"),
+                    params=[_JOB],
+                )
+            },
+            "/jobs/{job}/cancel": _action("cancel"),
+            "/jobs/{job}/hold": _action("hold"),
+            "/jobs/{job}/release": _action("release"),
+            "/jobs/{job}/requeue": _action("requeue"),
+            "/jobs/{job}/logs": {
+                "get": _op(
+                    "a chunk of the job's output from byte `offset` (as gbatch logs)",
+                    "read",
+                    _reply("{data, offset (where the next chunk starts), done, state}"),
+                    params=[_JOB, _query("offset", "the byte to start at (default 0)", "integer")],
+                )
+            },
+            "/nodes": {
+                "get": _op(
+                    "the nodes and their GPUs, and the partitions (as gbatch sinfo)",
+                    "read",
+                    _reply("{nodes, partitions, default_partition}"),
+                )
+            },
+            "/fairshare": {
+                "get": _op(
+                    "fair-share usage and limits (as gbatch sshare)",
+                    "read",
+                    _reply("{users: [...], now}"),
+                    params=[
+                        _query("user", "these users (admins; your own always)"),
+                        _query("all", "every user (admins)", "boolean"),
+                    ],
+                )
+            },
+        },
+    }

@@ -1,0 +1,108 @@
+"""gbatch api serve|openapi: the HTTP API in front of gbatchd (gbatch/api/)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import socket
+import sys
+from typing import Any
+
+from gbatch.cli.context import Context
+from gbatch.cli.exits import CliError, Exit
+
+HELP = "serve the HTTP API (tokens from `gbatch token`); print its OpenAPI document"
+DEFAULT_LISTEN = "127.0.0.1:8642"
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "api",
+        help=HELP,
+        description=HELP + ". The API reaches gbatchd on its socket, as the CLI does; each "
+        "request runs as its token's user.",
+        epilog="example: gbatch api serve --listen 127.0.0.1:8642   # behind nginx for TLS\n"
+        "         gbatch api serve --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("action", choices=("serve", "openapi"))
+    p.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"where to listen (default {DEFAULT_LISTEN}; port 0: any free one). An address "
+        "other than loopback needs --tls-cert and --tls-key",
+    )
+    p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
+    p.add_argument("--tls-key", metavar="FILE", help="... and this private key (PEM)")
+    p.set_defaults(run=run)
+
+
+def parse_listen(text: str, tls: bool) -> tuple[str, int]:
+    """HOST:PORT checked: a port, and a loopback host unless TLS is on (tokens must not
+    cross a network in clear). CliError otherwise."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise CliError(f"--listen: {text!r} is not HOST:PORT, e.g. {DEFAULT_LISTEN}", Exit.USAGE)
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not tls:
+        raise CliError(
+            f"--listen: {host} is reachable from other machines, and bearer tokens would "
+            "cross the network in clear. Give --tls-cert and --tls-key, or listen on "
+            "127.0.0.1 behind a TLS proxy (README, HTTP API)",
+            Exit.USAGE,
+        )
+    return host, int(port)
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    if args.action == "openapi":
+        from gbatch.api.openapi import document
+
+        json.dump(document(), sys.stdout, indent=1)
+        print()
+        return Exit.OK
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise CliError("--tls-cert and --tls-key go together", Exit.USAGE)
+    host, port = parse_listen(args.listen, tls=args.tls_cert is not None)
+    return _serve(ctx, host, port, args.tls_cert, args.tls_key)
+
+
+def _serve(ctx: Context, host: str, port: int, cert: str | None, key: str | None) -> int:
+    # Deferred: only this command loads the web stack.
+    import uvicorn
+
+    from gbatch.api.app import make_app
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as err:
+        raise CliError(f"--listen: cannot listen on {host}:{port} ({err.strerror})") from err
+    listener.listen(128)
+    bound = listener.getsockname()[1]
+    config = uvicorn.Config(
+        make_app(ctx.paths.socket),
+        ssl_certfile=cert,
+        ssl_keyfile=key,
+        log_config=None,  # one line per start below; the daemon's log audits each request
+        access_log=False,
+        server_header=False,
+        limit_concurrency=256,  # past it: 503 rather than a thread and a socket each
+        timeout_keep_alive=5,
+    )
+    scheme = "https" if cert else "http"
+    shown = f"[{host}]" if ":" in host else host
+    print(
+        f"gbatch API on {scheme}://{shown}:{bound}/api/v1 (gbatchd at {ctx.paths.socket})",
+        flush=True,
+    )
+    uvicorn.Server(config).run(sockets=[listener])
+    return Exit.OK

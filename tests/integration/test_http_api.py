@@ -1,0 +1,167 @@
+"""The HTTP API end to end: a real gbatchd, `gbatch api serve` on 127.0.0.1 (a free
+port), a token minted with the real CLI, and urllib as the CI pipeline's curl."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import FAST_CONFIG, GBATCH, Head, make_head, wait_for
+
+SCRIPT = """#!/bin/bash
+#SBATCH -J from-ci
+#SBATCH --hold
+echo hello from the API
+"""
+
+
+def token_user() -> str:
+    """Root mints for a service account (root gets no tokens); anyone else for themselves
+    (a daemon not run by root runs only its own user's bare jobs)."""
+    return "nobody" if os.getuid() == 0 else pwd.getpwuid(os.getuid()).pw_name
+
+
+@pytest.fixture
+def head(tmp_path: Path) -> Iterator[Head]:
+    # A short leeway, so that an expired token is seen expired within a second.
+    h = make_head(tmp_path / "home", config=FAST_CONFIG + "token_leeway_seconds: 0.2\n")
+    h.start()
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def api(head: Head) -> Iterator[str]:
+    process = subprocess.Popen(
+        [*GBATCH, "api", "serve", "--listen", "127.0.0.1:0"],
+        env=head.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # printed once it listens
+        assert "gbatch API on http://127.0.0.1:" in line, process.stderr and process.stderr.read()
+        yield line.split()[3]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def http(
+    url: str,
+    method: str = "GET",
+    token: str | None = None,
+    body: str | None = None,
+    content_type: str = "text/x-shellscript",
+) -> tuple[int, dict[str, object], str]:
+    """(status, the JSON reply, its raw text)."""
+    headers = {"Content-Type": content_type}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = None if body is None else body.encode()
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            text = reply.read().decode()
+            return reply.status, json.loads(text), text
+    except urllib.error.HTTPError as err:
+        text = err.read().decode()
+        return err.code, json.loads(text), text
+
+
+def mint(head: Head, *args: str) -> str:
+    return head.run("token", "--user", token_user(), *args, check=True).stdout.strip()
+
+
+def queue(head: Head) -> list[dict[str, object]]:
+    jobs: list[dict[str, object]] = json.loads(head.run("squeue", "--json", check=True).stdout)[
+        "jobs"
+    ]
+    return jobs
+
+
+def test_a_ci_pipeline_submits_with_a_token_and_the_job_is_its_users(head: Head, api: str) -> None:
+    token = mint(head, "--lifespan", "2h", "--scope", "submit,read")
+    status, reply, _ = http(f"{api}/jobs", "POST", token, SCRIPT)
+    assert status == 201, reply
+    job_id = reply["job_id"]
+    (listed,) = queue(head)
+    assert listed["job_id"] == job_id
+    assert listed["user"] == token_user()
+    assert listed["name"] == "from-ci"
+    status, shown, _ = http(f"{api}/jobs/{job_id}", token=token)
+    assert status == 200 and shown["job"]["user"] == token_user()  # type: ignore[index]
+    assert [e["state"] for e in shown["events"]] == ["PENDING"]  # type: ignore[attr-defined]
+    status, listing, _ = http(f"{api}/jobs?user={token_user()}", token=token)
+    assert [j["id"] for j in listing["jobs"]] == [job_id]  # type: ignore[attr-defined]
+    # A YAML job file and its JSON form go the same way.
+    yaml_job = "command: echo yaml\nname: y\nhold: true\n"
+    status, reply, _ = http(f"{api}/jobs", "POST", token, yaml_job, "application/yaml")
+    assert status == 400 and "hold" in str(reply["error"])  # a key sbatch refuses too
+    json_job = json.dumps({"command": "echo json", "name": "j"})
+    status, reply, _ = http(f"{api}/jobs", "POST", token, json_job, "application/json")
+    assert status == 201, reply
+    status, listing, _ = http(f"{api}/jobs?history=true&name=j", token=token)
+    assert [(j["id"], j["user"]) for j in listing["jobs"]] == [  # type: ignore[attr-defined]
+        (reply["job_id"], token_user())
+    ]
+    status, doc, _ = http(f"{api}/openapi.json")
+    assert status == 200 and doc["openapi"] == "3.1.0"
+
+
+def test_bad_tokens_get_401_or_403_in_one_json_line_and_nothing_is_queued(
+    head: Head, api: str
+) -> None:
+    good = mint(head, "--scope", "submit")
+    reader = mint(head, "--scope", "read")
+    short = mint(head, "--lifespan", "1s", "--scope", "read")
+    header, payload, signature = good.split(".")
+    tampered = f"{header}.{payload}.{signature[:-4]}AAAA"
+    cases = {
+        "missing": (None, 401),
+        "tampered": (tampered, 401),
+        "garbage": ("not-a-token", 401),
+        "out of scope": (reader, 403),
+    }
+    for what, (token, expected) in cases.items():
+        status, reply, text = http(f"{api}/jobs", "POST", token, SCRIPT)
+        assert status == expected, (what, reply)
+        assert reply["ok"] is False and reply["kind"] in ("unauthenticated", "permission")
+        assert text.count("\n") <= 1, what  # one JSON line
+    wait_for(
+        lambda: http(f"{api}/jobs", token=short)[0] == 401,
+        timeout=10,
+        what="the 1 s token to expire",
+    )
+    status, reply, _ = http(f"{api}/jobs", token=short)
+    assert reply["kind"] == "unauthenticated" and "expired" in str(reply["error"])
+    # The reader may read but not cancel; nothing was queued by any refused request.
+    assert queue(head) == []
+    status, reply, _ = http(f"{api}/jobs", token=reader)
+    assert status == 200 and reply["jobs"] == []
+    # A revoked token is refused from then on.
+    (entry,) = [
+        line.split()[0]
+        for line in head.run("token", "--list", "--all", check=True).stdout.splitlines()[1:]
+        if "submit" in line.split()[2] and "read" not in line.split()[2]
+    ]
+    head.run("token", "--revoke", entry, check=True)
+    status, reply, _ = http(f"{api}/jobs", "POST", good, SCRIPT)
+    assert status == 401 and "revoked" in str(reply["error"])
+    assert queue(head) == []
+
+
+def test_the_daemons_audit_log_names_the_token_of_each_request(head: Head, api: str) -> None:
+    token = mint(head, "--scope", "read")
+    http(f"{api}/jobs", "POST", token, SCRIPT)
+    log = (head.home / "gbatchd.log").read_text()
+    assert "via=token:" in log and "refused: token lacks scope submit" in log

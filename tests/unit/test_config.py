@@ -122,7 +122,8 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         "job_networks: [labnet, host, labnet]\n"
         "job_capabilities: [CHOWN, KILL]\n"
         "max_log_bytes: 2G\n"
-        "limits: {max_running_jobs: 3, groups: {root: {max_gpus: 1}}}\n",
+        "limits: {max_running_jobs: 3, groups: {root: {max_gpus: 1}}}\n"
+        "token_leeway_seconds: 5\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -150,6 +151,7 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         job_capabilities=("CHOWN", "KILL"),
         max_log_bytes=2 << 30,
         limits=Limits(UserLimits(max_running_jobs=3), groups={"root": {"max_gpus": 1}}),
+        token_leeway_seconds=5.0,
     )
 
 
@@ -180,6 +182,7 @@ def test_every_config_key_is_a_config_field() -> None:
         "job_capabilities",
         "max_log_bytes",
         "limits",
+        "token_leeway_seconds",
     }
 
 

@@ -201,6 +201,11 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
         (wire.ShowShares(all_users=True), "users"),
         (wire.ShowPriorities(), "jobs"),
         (wire.ReportUsage(start=0.0, end=1.0, all_users=True), "rows"),
+        (wire.MintToken(user="nobody"), "token"),  # root mints for a service account
+        (wire.ListTokens(all_users=True), "tokens"),
+        (wire.RevokeToken(jti="no-such-token"), "not_found"),
+        (wire.RotateTokenKey(), "kid"),
+        (wire.WithToken(token="x.y.z", request={"op": "ping"}), "unauthenticated"),
         (wire.Shutdown(), "pid"),
     ]
     assert {type(request) for request, _ in served} == set(wire.REQUESTS.values())

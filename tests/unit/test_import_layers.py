@@ -5,7 +5,7 @@ including those deferred into functions and those only for type checking.
                          dependency outputs views sweep jobids gpuusage
     gbatch/nodes/        what reaches a host (and gbatch.shim, run beside a local job)
     gbatch/head/         the daemon's side
-    gbatch/ front        client formatting cli/ tui/
+    gbatch/ front        client formatting cli/ tui/ api/
 
 A layer imports the vocabulary, itself and the layers below it: nodes never import the
 head, the head never imports the front (client, CLI, TUI); of the front, only the

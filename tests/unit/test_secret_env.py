@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import stat
 from collections.abc import Iterator
@@ -111,11 +112,11 @@ def test_sbatch_secret_env_reads_values_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HF_TOKEN", SECRET)
-    assert sbatch._secret_env_option(["HF_TOKEN"]) == {"HF_TOKEN": SECRET}
-    assert sbatch._secret_env_option(None) is None
+    assert sbatch._secret_env_option(["HF_TOKEN"], os.environ) == {"HF_TOKEN": SECRET}
+    assert sbatch._secret_env_option(None, os.environ) is None
     monkeypatch.delenv("HF_TOKEN")
     with pytest.raises(SpecError) as caught:
-        sbatch._secret_env_option(["HF_TOKEN"])
+        sbatch._secret_env_option(["HF_TOKEN"], os.environ)
     assert caught.value.field == "--secret-env"
     assert "HF_TOKEN is not set in your environment" in caught.value.message
 

@@ -1,0 +1,66 @@
+"""The HTTP API's pure parts: its OpenAPI document against its routes, where it may
+listen, and a submit's body turned into the request sbatch would make, reading nothing
+of the server's own environment or files."""
+
+from __future__ import annotations
+
+import pytest
+
+from gbatch.api.app import HTTP_STATUS, make_app
+from gbatch.api.openapi import PREFIX, document
+from gbatch.cli.api import parse_listen
+from gbatch.cli.exits import CliError
+from gbatch.cli.sbatch import request_for_text
+from gbatch.wire import ERROR_KINDS
+
+
+def test_the_openapi_document_lists_every_route_and_no_other(tmp_path: object) -> None:
+    app = make_app(tmp_path)  # type: ignore[arg-type]
+    routed = {
+        (route.path.removeprefix(PREFIX), method.lower())  # type: ignore[attr-defined]
+        for route in app.routes
+        for method in route.methods - {"HEAD"}  # type: ignore[attr-defined]
+    }
+    # One route serves the four job actions; the document names each.
+    routed.remove(("/jobs/{job}/{action}", "post"))
+    routed |= {(f"/jobs/{{job}}/{a}", "post") for a in ("cancel", "hold", "release", "requeue")}
+    documented = {(path, method) for path, ops in document()["paths"].items() for method in ops}
+    assert routed == documented
+
+
+def test_every_error_kind_has_an_http_status() -> None:
+    assert set(HTTP_STATUS) == set(ERROR_KINDS)
+    assert HTTP_STATUS["unauthenticated"] == 401 and HTTP_STATUS["permission"] == 403
+
+
+def test_it_listens_on_loopback_unless_tls_is_on() -> None:
+    assert parse_listen("127.0.0.1:8642", tls=False) == ("127.0.0.1", 8642)
+    assert parse_listen("[::1]:0", tls=False) == ("::1", 0)
+    with pytest.raises(CliError, match="in clear"):
+        parse_listen("0.0.0.0:8642", tls=False)
+    assert parse_listen("0.0.0.0:8443", tls=True) == ("0.0.0.0", 8443)
+    with pytest.raises(CliError, match="HOST:PORT"):
+        parse_listen("8642", tls=False)
+
+
+def test_a_script_submitted_over_http_keeps_its_sbatch_lines_and_not_the_servers_env(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SERVER_SECRET", "do-not-leak")
+    request = request_for_text(
+        "#!/bin/bash\n#SBATCH -J ci --gres=gpu:1 -t 10\n#SBATCH --export=ALL\necho hi\n", "api"
+    )
+    assert request.spec["name"] == "ci" and request.spec["gpus"] == 1
+    assert request.spec["time_limit"] == 600
+    assert request.submit_env is None  # --export=ALL of nothing: the server's env stays home
+    assert "workdir" not in request.spec or request.spec["workdir"] is None  # the user's home
+    with pytest.raises(CliError, match="SERVER_SECRET is not set"):
+        request_for_text("#!/bin/sh\n#SBATCH --secret-env SERVER_SECRET\ntrue\n", "api")
+
+
+def test_a_job_file_as_yaml_or_json_makes_the_same_request() -> None:
+    from_yaml = request_for_text("command: python train.py\ngpus: 2\nname: t\n", "api")
+    from_json = request_for_text('{"command": "python train.py", "gpus": 2, "name": "t"}', "api")
+    assert from_yaml == from_json
+    with pytest.raises(CliError, match="sweep"):
+        request_for_text("command: echo {lr}\nsweep: /etc/shadow\n", "api")

@@ -625,6 +625,12 @@ class Daemon:
                 # requeues the job if it does not; a second start could run it twice.
                 log.warning("job %d: %s; its start is reconciled", job.id, err)
                 return
+            if err.node_busy:
+                # Nothing started and not the job's fault: it keeps its retries.
+                reason = f"{node.name} could not take the start now ({err}); requeued"
+                log.warning("job %d: %s", job.id, reason)
+                self._end_run(job, JobState.PENDING, reason, now, end_time=now)
+                return
             engine = node.docker_problem(self.clock()) if job.spec.image is not None else None
             if engine is not None:
                 # Not the job's fault: it waits for the engine and keeps its retries.

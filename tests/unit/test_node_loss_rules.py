@@ -45,15 +45,17 @@ class FakeNode:
         self.cleaned: list[tuple[int, int]] = []
         self.launched: list[tuple[int, int]] = []
         self.launch_answer_lost = False
+        self.launch_busy = False
         self.run_state: str = "running"
         self.lease_problem = ""
+        self.seq = 1  # reports received: a released GPU is reused after a newer one
 
     def hear(self) -> None:
         self.reporting, self.heard_at = True, self.clocks.mono
 
     @property
     def report_seq(self) -> int:
-        return 1
+        return self.seq
 
     def last_heard(self) -> float | None:
         return self.heard_at
@@ -85,6 +87,8 @@ class FakeNode:
         self.launched.append((job.id, attempt))
         if self.launch_answer_lost:
             raise LaunchError("docker run: connection lost", maybe_started=True)
+        if self.launch_busy:
+            raise LaunchError("docker run: sshd refused a channel", node_busy=True)
 
 
 @pytest.fixture
@@ -251,3 +255,28 @@ def test_a_start_whose_answer_was_lost_is_reconciled_not_repeated(
     if state is JobState.PENDING:
         # Requeued though retries is 0: an unconfirmed start is not the job's failure.
         assert "not confirmed" in job.reason
+
+
+def test_a_start_the_node_was_too_busy_to_take_is_requeued_without_a_retry(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    fake = node(daemon)
+    fake.gpus = lambda report: (Gpu(0, "GPU-0", "sim", 1024, 0),)  # type: ignore[method-assign]
+    fake.launch_busy = True
+    (job_id,) = daemon.store.submit(
+        [JobSpec(name="j", command=("true",), image="img", gpus=1, retries=0)],
+        0,
+        "alice",
+        clocks.wall,
+    )
+    daemon.schedule(clocks.wall)
+    job = daemon.store.require(job_id)
+    assert (job.state, job.node) == (JobState.PENDING, None)
+    assert job.reason == (
+        "gpu01 could not take the start now (docker run: sshd refused a channel); requeued"
+    )
+    fake.launch_busy = False
+    fake.seq += 1  # a report after the release: GPU 0 is free again
+    daemon.schedule(clocks.wall)  # retries 0, yet it starts: the refusal cost it nothing
+    assert fake.launched == [(job_id, 1), (job_id, 2)]
+    assert daemon.store.require(job_id).state is JobState.RUNNING

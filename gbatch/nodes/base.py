@@ -70,7 +70,13 @@ class LaunchError(Exception):
 
 @dataclass(frozen=True)
 class RunStatus:
-    state: Literal["running", "exited", "vanished"]
+    """What a node says of a run. "running": its process or container exists (a
+    container only created counts); "exited": it ended, with the fields below;
+    "vanished": the node surely has no such run (docker says "No such container");
+    "unknown": the node cannot tell now (silent, or its docker did not answer): ask
+    again later, and neither adopt nor requeue the run on it."""
+
+    state: Literal["running", "exited", "vanished", "unknown"]
     exit_code: int | None = None
     signal: int | None = None
     end_time: float | None = None

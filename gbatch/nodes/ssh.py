@@ -454,10 +454,12 @@ class RemoteStream:
 # a long-lived stream (the agent's) and SFTP; long-lived streams per run go to a
 # StreamPool's own connections, at most STREAMS_PER_CONNECTION each.
 # sshd counts a session until its teardown is done, a moment after the client closed
-# it: the limits leave room for that, and a refused channel is asked for again until the
-# call's deadline (on a loaded host that teardown takes seconds).
+# it: the limits leave room for that, and a refused channel is asked for again, for up
+# to CHANNEL_PATIENCE seconds (on a loaded host that teardown takes seconds; a host that
+# refuses for longer must not hold up the daemon's loop for a whole call's timeout).
 COMMAND_SESSIONS = 4
 STREAMS_PER_CONNECTION = 6
+CHANNEL_PATIENCE = 10.0
 _CHANNEL_RETRY_DELAYS = (0.1, 0.3, 1.0)  # then every second
 
 
@@ -582,11 +584,13 @@ class SshConnection:
     def _open_session(self, timeout: float, what: str) -> Any:
         """A new session channel, within `timeout` seconds. sshd refuses one
         (ChannelException) while it still counts sessions just closed against
-        MaxSessions: ask again until the deadline.
+        MaxSessions: ask again, for up to CHANNEL_PATIENCE seconds.
 
         Raises RemoteError with busy set (nothing was started on the node): refused to
         the end, or the connection could not open a channel at all."""
+        patience = min(timeout, CHANNEL_PATIENCE)
         deadline = time.monotonic() + timeout
+        give_up = time.monotonic() + patience
         delays = iter(_CHANNEL_RETRY_DELAYS)
         while True:
             remaining = deadline - time.monotonic()
@@ -594,10 +598,10 @@ class SshConnection:
                 return self.transport.open_session(timeout=max(remaining, 0.1))
             except paramiko.ChannelException as e:
                 delay = next(delays, 1.0)
-                if time.monotonic() + delay >= deadline:
+                if time.monotonic() + delay >= give_up:
                     raise RemoteError(
                         f"node {self.target.name}: sshd refused a channel for {what} for "
-                        f"{timeout:g} s ({e}; its MaxSessions?); nothing was started there",
+                        f"{patience:g} s ({e}; its MaxSessions?); nothing was started there",
                         busy=True,
                     ) from e
                 time.sleep(delay)

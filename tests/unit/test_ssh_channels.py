@@ -5,12 +5,14 @@ lasts says that nothing was started (the daemon requeues without using a retry).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import paramiko
 import pytest
 
+from gbatch.nodes import ssh
 from gbatch.nodes.ssh import RemoteError, SshConnection, SshTarget
 
 
@@ -51,12 +53,17 @@ def test_a_refused_channel_is_asked_for_again_past_a_few_refusals(tmp_path: Path
     assert transport.asked == 5
 
 
-def test_a_channel_refused_until_the_deadline_started_nothing(tmp_path: Path) -> None:
+def test_a_channel_refused_past_the_patience_started_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ssh, "CHANNEL_PATIENCE", 1.5)
     transport = FakeTransport(refusals=1000)
+    started = time.monotonic()
     with pytest.raises(RemoteError) as refused:
-        connection(tmp_path, transport)._open_session(1.0, "`docker run`")
+        connection(tmp_path, transport)._open_session(30.0, "`docker run`")
+    assert time.monotonic() - started < 3  # not the call's whole timeout
     assert refused.value.busy and not refused.value.answer_lost
-    assert "sshd refused a channel for `docker run` for 1 s" in str(refused.value)
+    assert "sshd refused a channel for `docker run` for 1.5 s" in str(refused.value)
 
 
 def test_no_connection_started_nothing(tmp_path: Path) -> None:

@@ -48,6 +48,7 @@ from gbatch.head.tokens import TokenAuthority
 from gbatch.limits import ARRAY_HARD_CAP, UserLimits, unix_groups, use_by_user
 from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
 from gbatch.nodes.base import LaunchError, Node, RunStatus
+from gbatch.nodes.docker import container_name
 from gbatch.nodes.inventory import Inventory, partitions_of
 from gbatch.nodes.local import LOCAL_NODE
 from gbatch.spec import parse_signal
@@ -70,6 +71,12 @@ PLAN_JOBS_PER_USER = 1000
 # Arrays whose extent (task -> job id) the daemon remembers for dependencies on them.
 ARRAY_CACHE_MAX = 10_000
 KILLED_REASON = "dependency can never be satisfied (kill_invalid_depend)"
+# A start whose answer was lost (`docker run` timed out, its connection dropped) may
+# still create its container: the remote docker CLI can outlive the closed channel. Its
+# job stays CONFIGURING this long after, and until a node report taken later lists no
+# such container, before it is requeued; a second start any sooner could run it twice.
+LAUNCH_SETTLE_SECONDS = 60.0
+LAUNCH_UNKNOWN = "launch outcome unknown"
 
 
 class Daemon:
@@ -119,6 +126,9 @@ class Daemon:
         self.planned_users: frozenset[str] = frozenset()
         # node name -> the number of its report last folded into runs' GPU usage
         self._sampled_seq: dict[str, int] = {}
+        # (job id, attempt) of an unconfirmed start past its settle period -> the node's
+        # report number then: only a later report may confirm that it never started
+        self._listing_after: dict[tuple[int, int], int] = {}
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -238,15 +248,18 @@ class Daemon:
                 self._run_lost_with_node(job, liveness[node.name], now)
                 continue
             status = node.status(job, job.attempt)
+            if status.state == "unknown":
+                continue  # the node cannot tell now: neither adopt nor requeue
             if status.state == "running":
                 if job.state is JobState.CONFIGURING:
-                    # The daemon died between starting the run and confirming it.
+                    # The daemon died between starting the run and confirming it, or
+                    # the start's answer was lost.
                     self._confirm_running(job, "adopted: its unconfirmed start was found running")
                 continue
             if status.state == "exited":
                 self._finish(job, status, now)
             else:
-                self._run_vanished(job, now)
+                self._run_vanished(job, node, now)
 
     def _finish(self, job: Job, status: RunStatus, now: float) -> None:
         end = status.end_time or now
@@ -283,11 +296,22 @@ class Daemon:
             and event.reason.startswith(("retry ", "launch failed"))
         )
 
-    def _run_vanished(self, job: Job, now: float) -> None:
+    def _run_vanished(self, job: Job, node: Node, now: float) -> None:
         if job.stop_state is not None:
             self._end_run(job, job.stop_state, _stop_reason(job.stop_state), now, end_time=now)
         elif job.state is JobState.CONFIGURING:
-            self._end_run(job, JobState.PENDING, "launch was not confirmed; requeued", now)
+            lost_at = self._launch_lost_at(job)
+            if lost_at is None:
+                # The daemon died between recording intent and confirming the start.
+                self._end_run(job, JobState.PENDING, "launch was not confirmed; requeued", now)
+            elif not self._start_may_still_appear(job, node, lost_at, now):
+                reason = (
+                    f"launch was not confirmed: no container "
+                    f"{container_name(job.id, job.attempt)} on {node.name} "
+                    f"{LAUNCH_SETTLE_SECONDS:g} s after its answer was lost; requeued"
+                )
+                log.warning("job %d: %s", job.id, reason)
+                self._end_run(job, JobState.PENDING, reason, now)
         else:
             self._end_run(
                 job,
@@ -296,6 +320,33 @@ class Daemon:
                 now,
                 end_time=now,
             )
+
+    def _launch_lost_at(self, job: Job) -> float | None:
+        """When the answer of the CONFIGURING job's start was lost (the note dispatch
+        recorded), or None when it was not (the daemon died before it knew)."""
+        events = self.store.events(job.id)
+        last = events[-1] if events else None
+        if last is None or last.state is not JobState.CONFIGURING:
+            return None
+        return last.time if last.reason.startswith(LAUNCH_UNKNOWN) else None
+
+    def _start_may_still_appear(self, job: Job, node: Node, lost_at: float, now: float) -> bool:
+        """Whether the container of a start whose answer was lost at `lost_at` may still
+        come to exist: until LAUNCH_SETTLE_SECONDS have passed, and until a node report
+        received after that lists no such container."""
+        if now < lost_at + LAUNCH_SETTLE_SECONDS:
+            return True
+        key = (job.id, job.attempt)
+        seen = self._listing_after.setdefault(key, node.report_seq)
+        report, _ = node.report()
+        if report is None or node.report_seq <= seen:
+            return True
+        if any(
+            (c.job, c.attempt) == key and c.node in (None, node.name) for c in report.containers
+        ):
+            return True  # listed after all: the next status() finds it
+        del self._listing_after[key]
+        return False
 
     def _run_lost_with_node(self, job: Job, liveness: Liveness, now: float) -> None:
         """The run's node is down and its lease has run out: the run is dead, and the
@@ -359,6 +410,7 @@ class Daemon:
         crash_point("finish.after_commit")
         self._stopping_runs.pop(job.id, None)
         self._started_monotonic.pop((job.id, job.attempt), None)
+        self._listing_after.pop((job.id, job.attempt), None)
         node = self.fleet.nodes.get(job.node or "")
         if node is not None:
             node.cleanup(job, job.attempt)
@@ -625,8 +677,20 @@ class Daemon:
         except LaunchError as err:
             if err.maybe_started:
                 # Left CONFIGURING: collect_ended_runs adopts the run if it exists and
-                # requeues the job if it does not; a second start could run it twice.
-                log.warning("job %d: %s; its start is reconciled", job.id, err)
+                # requeues the job once it surely does not; a second start could run
+                # it twice.
+                note = (
+                    f"{LAUNCH_UNKNOWN} ({err}); its container is looked for up to "
+                    f"{LAUNCH_SETTLE_SECONDS:g} s before the job is requeued"
+                )
+                log.warning("job %d: %s", job.id, note)
+                self.store.note(job.id, JobState.CONFIGURING, note, self.clock())
+                return
+            if err.node_busy:
+                # Nothing started and not the job's fault: it keeps its retries.
+                reason = f"{node.name} could not take the start now ({err}); requeued"
+                log.warning("job %d: %s", job.id, reason)
+                self._end_run(job, JobState.PENDING, reason, now, end_time=now)
                 return
             engine = node.docker_problem(self.clock()) if job.spec.image is not None else None
             if engine is not None:
@@ -655,6 +719,7 @@ class Daemon:
                 start_time=now,
             )
             self._started_monotonic[(job.id, job.attempt)] = self.monotonic()
+        self._listing_after.pop((job.id, job.attempt), None)
 
     def _past_limit(self, job: Job, now: float, margin: float = 0) -> bool:
         """Run time against the limit (less `margin` seconds) on the monotonic clock, so

@@ -664,6 +664,21 @@ class Store:
                 [(reason, job_id, reason) for job_id, reason in reasons.items()],
             )
 
+    def note(self, job_id: int, state: JobState, reason: str, now: float) -> bool:
+        """Record why a job in `state` stays there (a start whose outcome is unknown):
+        its reason and an event, with no state change. False when it has left `state`."""
+        with self._write() as db:
+            changed = db.execute(
+                "UPDATE jobs SET reason = ? WHERE id = ? AND state = ?",
+                (reason, job_id, state.value),
+            ).rowcount
+            if changed:
+                db.execute(
+                    "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
+                    (job_id, now, state.value, reason),
+                )
+        return bool(changed)
+
     def set_held(self, job_id: int, held: bool, now: float) -> Job:
         """Hold or release a pending job (recorded as an event, state unchanged).
 

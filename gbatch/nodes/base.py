@@ -26,11 +26,17 @@ class HostError(Exception):
     """A command on a node's machine could not run, or its answer was lost.
 
     `answer_lost`: the command may have run all the same (a timeout, a dropped
-    connection); False when it surely never started (no such program)."""
+    connection); False when it surely never started (no such program).
 
-    def __init__(self, message: str, *, answer_lost: bool = True) -> None:
+    `busy`: it never started because the node could not take a command now (sshd
+    refused a channel past its MaxSessions, every command slot stayed taken, the
+    connection is down): the same command may well work later. Implies not
+    answer_lost."""
+
+    def __init__(self, message: str, *, answer_lost: bool = True, busy: bool = False) -> None:
         super().__init__(message)
-        self.answer_lost = answer_lost
+        self.answer_lost = answer_lost and not busy
+        self.busy = busy
 
 
 @dataclass(frozen=True)
@@ -49,16 +55,28 @@ class LaunchError(Exception):
     `maybe_started`: the start command's answer was lost (a timeout, a dropped
     connection), so the run may exist after all. The daemon then leaves the job
     CONFIGURING for reconciliation (adopted if found, requeued if not) rather than
-    start another attempt beside it."""
+    start another attempt beside it.
 
-    def __init__(self, message: str, *, maybe_started: bool = False) -> None:
+    `node_busy`: nothing was started because the node could not take a command now
+    (HostError.busy): not the job's fault, so it is requeued without using a retry."""
+
+    def __init__(
+        self, message: str, *, maybe_started: bool = False, node_busy: bool = False
+    ) -> None:
         super().__init__(message)
         self.maybe_started = maybe_started
+        self.node_busy = node_busy
 
 
 @dataclass(frozen=True)
 class RunStatus:
-    state: Literal["running", "exited", "vanished"]
+    """What a node says of a run. "running": its process or container exists (a
+    container only created counts); "exited": it ended, with the fields below;
+    "vanished": the node surely has no such run (docker says "No such container");
+    "unknown": the node cannot tell now (silent, or its docker did not answer): ask
+    again later, and neither adopt nor requeue the run on it."""
+
+    state: Literal["running", "exited", "vanished", "unknown"]
     exit_code: int | None = None
     signal: int | None = None
     end_time: float | None = None

@@ -422,7 +422,7 @@ class ContainerLauncher:
     ) -> None:
         """Start attempt `attempt` of `job` on `gpus` as a detached container; return once
         `docker run -d` has created it. Raises LaunchError (maybe_started when docker's
-        answer was lost).
+        answer was lost, node_busy when the host could not take a command now).
 
         Precondition: CONFIGURING for this attempt is committed, and `env_file`'s
         directory on the host is the node's own. In order: the policy's last check (a
@@ -459,12 +459,16 @@ class ContainerLauncher:
                 if disk_free_bytes is not None and disk_free_bytes < _FULL_DISK_BYTES
                 else ""
             )
-            raise LaunchError(f"cannot write its env-file{self.where}: {err}{full}") from err
+            raise LaunchError(
+                f"cannot write its env-file{self.where}: {err}{full}", node_busy=err.busy
+            ) from err
         try:
             result = self.host.run(argv, timeout=self.timeout)
         except HostError as err:
             raise LaunchError(
-                f"docker run{self.where} failed: {err}", maybe_started=err.answer_lost
+                f"docker run{self.where} failed: {err}",
+                maybe_started=err.answer_lost,
+                node_busy=err.busy,
             ) from err
         finally:
             if job.spec.secret_env:
@@ -498,5 +502,7 @@ class ContainerLauncher:
             result = self.host.run(resolver_argv(self.python, run_as, paths), timeout=self.timeout)
             resolved = parse_resolved(result, paths)
         except HostError as err:
-            raise LaunchError(f"cannot resolve the job's mount paths{self.where}: {err}") from err
+            raise LaunchError(
+                f"cannot resolve the job's mount paths{self.where}: {err}", node_busy=err.busy
+            ) from err
         return site_policy.mounts_at_start(job.spec, job.user, self.policy, resolved)

@@ -412,11 +412,11 @@ class LocalNode:
                 timeout=DOCKER_TIMEOUT,
             )
         except HostError:
-            return RunStatus("running")  # cannot tell: assume it lives, ask again later
+            return RunStatus("unknown")  # cannot tell: ask again later
         if result.exit_status != 0:
             if b"No such" in result.stderr:
                 return RunStatus("vanished")
-            return RunStatus("running")
+            return RunStatus("unknown")  # the engine does not answer
         statuses = docker.parse_inspect(result.stdout.decode(errors="replace"))
         if not statuses:
             return RunStatus("vanished")

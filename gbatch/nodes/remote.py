@@ -363,7 +363,7 @@ class RemoteNode:
         name = docker.container_name(job.id, attempt)
         report, _ = self.report()
         if report is None:
-            return RunStatus("running")  # cannot tell while the node is silent
+            return RunStatus("unknown")  # cannot tell while the node is silent
         with self._lock:
             waited = self._exits.pop((job.id, attempt), None)
         # 137 is SIGKILL, also the OOM killer's: inspect to tell them apart.
@@ -394,11 +394,11 @@ class RemoteNode:
                 timeout=COMMAND_TIMEOUT,
             )
         except RemoteError:
-            return RunStatus("running")
+            return RunStatus("unknown")
         found = docker.parse_inspect(result.stdout.decode(errors="replace"))
         if not found:
             gone = b"No such" in result.stderr
-            return RunStatus("vanished") if gone else RunStatus("running")
+            return RunStatus("vanished") if gone else RunStatus("unknown")
         status = found[0]
         ended = finished_container_status(
             status.state, status.exit_code, status.finished_at, status.oom_killed

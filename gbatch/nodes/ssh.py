@@ -454,10 +454,13 @@ class RemoteStream:
 # a long-lived stream (the agent's) and SFTP; long-lived streams per run go to a
 # StreamPool's own connections, at most STREAMS_PER_CONNECTION each.
 # sshd counts a session until its teardown is done, a moment after the client closed
-# it: the limits leave room for that, and a refused channel is asked for again.
+# it: the limits leave room for that, and a refused channel is asked for again, for up
+# to CHANNEL_PATIENCE seconds (on a loaded host that teardown takes seconds; a host that
+# refuses for longer must not hold up the daemon's loop for a whole call's timeout).
 COMMAND_SESSIONS = 4
 STREAMS_PER_CONNECTION = 6
-_CHANNEL_RETRY_DELAYS = (0.1, 0.3, 1.0)
+CHANNEL_PATIENCE = 10.0
+_CHANNEL_RETRY_DELAYS = (0.1, 0.3, 1.0)  # then every second
 
 
 class SshConnection:
@@ -550,7 +553,9 @@ class SshConnection:
         """The live paramiko Transport; RemoteError when not connected."""
         transport = self._client.get_transport() if self._client is not None else None
         if transport is None or not transport.is_active():
-            raise RemoteError(f"not connected to node {self.target.name}; connect() (again) first")
+            raise RemoteError(
+                f"not connected to node {self.target.name}; connect() (again) first", busy=True
+            )
         return transport
 
     def close(self) -> None:
@@ -576,22 +581,40 @@ class SshConnection:
 
     # commands -----------------------------------------------------------------------------
 
-    def _open_session(self, timeout: float) -> Any:
-        """A new session channel. sshd refuses one (ChannelException) while it still
-        counts sessions just closed against MaxSessions: ask again, a few times."""
-        for delay in _CHANNEL_RETRY_DELAYS:
+    def _open_session(self, timeout: float, what: str) -> Any:
+        """A new session channel, within `timeout` seconds. sshd refuses one
+        (ChannelException) while it still counts sessions just closed against
+        MaxSessions: ask again, for up to CHANNEL_PATIENCE seconds.
+
+        Raises RemoteError with busy set (nothing was started on the node): refused to
+        the end, or the connection could not open a channel at all."""
+        patience = min(timeout, CHANNEL_PATIENCE)
+        deadline = time.monotonic() + timeout
+        give_up = time.monotonic() + patience
+        delays = iter(_CHANNEL_RETRY_DELAYS)
+        while True:
+            remaining = deadline - time.monotonic()
             try:
-                return self.transport.open_session(timeout=timeout)
-            except paramiko.ChannelException:
+                return self.transport.open_session(timeout=max(remaining, 0.1))
+            except paramiko.ChannelException as e:
+                delay = next(delays, 1.0)
+                if time.monotonic() + delay >= give_up:
+                    raise RemoteError(
+                        f"node {self.target.name}: sshd refused a channel for {what} for "
+                        f"{patience:g} s ({e}; its MaxSessions?); nothing was started there",
+                        busy=True,
+                    ) from e
                 time.sleep(delay)
-        return self.transport.open_session(timeout=timeout)
+            except (paramiko.SSHException, EOFError, OSError) as e:
+                raise RemoteError(
+                    f"node {self.target.name}: opening a channel for {what} failed: "
+                    f"{e or type(e).__name__}; the connection is probably lost: reconnect",
+                    busy=True,
+                ) from e
 
     def _open_exec(self, command: str, timeout: float, *, combine_stderr: bool = False) -> Any:
         """An exec channel running `command`, started within `timeout` seconds."""
-        try:
-            channel = self._open_session(timeout)
-        except (paramiko.SSHException, EOFError, OSError) as e:
-            raise self._lost(f"opening a channel for `{command}`", e) from e
+        channel = self._open_session(timeout, f"`{command}`")
         channel.set_combine_stderr(combine_stderr)  # only takes effect before exec
         watchdog = _Watchdog(channel, timeout)
         try:
@@ -628,7 +651,8 @@ class SshConnection:
         if not self._command_slots.acquire(timeout=timeout):
             raise RemoteTimeout(
                 f"node {self.target.name}: `{command}` not started within {timeout:g} s: "
-                f"{COMMAND_SESSIONS} other commands were running there"
+                f"{COMMAND_SESSIONS} other commands were running there",
+                busy=True,
             )
         try:
             return self._run(command, deadline, timeout, stdin)
@@ -723,10 +747,7 @@ class SshConnection:
         if self._sftp is not None:
             self._sftp.get_channel().settimeout(timeout)
             return self._sftp
-        try:
-            channel = self._open_session(timeout)
-        except (paramiko.SSHException, EOFError, OSError) as e:
-            raise self._lost("opening an SFTP channel", e) from e
+        channel = self._open_session(timeout, "SFTP")
         watchdog = _Watchdog(channel, timeout)
         try:
             channel.invoke_subsystem("sftp")

@@ -8,6 +8,7 @@ container names carry the job id, so their jobs never collide.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -82,24 +83,49 @@ def test_a_gpu_with_a_foreign_process_gets_no_job_until_it_is_gone(fleet: Fleet)
     fleet.head.run("node", "drain", "gpu01", "--reason", "keep jobs on gpu02", check=True)
     wait_for(lambda: sinfo(fleet.head)["gpu02"][6] == "2", 30, "gpu02's GPUs to show busy")
     job_id = fleet.head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", "true")
-    time.sleep(2)
-    assert fleet.head.state(job_id) == "PENDING"
+    wait_for(
+        lambda: (j := fleet.head.job(job_id))["state"] == "PENDING" and j["reason"] == "Resources",
+        30,
+        f"job {job_id} to wait for Resources",
+    )
     fleet.set_gpus("gpu02", [{}, {}])
     fleet.head.wait_state(job_id, "COMPLETED", timeout=60)
 
 
+def gpu_memory_used(head: Head, node: str) -> list[int]:
+    """Each GPU's memory in use on `node`, as the head last heard it."""
+    out = head.run("sinfo", "--json", check=True).stdout
+    (row,) = [n for n in json.loads(out)["nodes"] if n["name"] == node]
+    return [int(gpu["memory_used_mib"]) for gpu in row["gpus"]]
+
+
+def events_of(head: Head, job_id: int) -> list[tuple[object, object]]:
+    events = cast("list[dict[str, object]]", head.job(job_id)["events"])
+    return [(e["state"], e["reason"]) for e in events]
+
+
 def test_a_gpu_whose_memory_stays_used_after_its_job_gets_nothing(fleet: Fleet) -> None:
-    fleet.head.run("node", "drain", "gpu01", "--reason", "keep jobs on gpu02", check=True)
+    head = fleet.head
+    head.run("node", "drain", "gpu01", "--reason", "keep jobs on gpu02", check=True)
     # GPU 0 of gpu02 shows memory in use (a leak after a job), with no process on it.
     fleet.set_gpus("gpu02", [{"memory_used_mib": 30000}, {}])
-    time.sleep(1)
-    first = fleet.head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", "sleep 2")
-    second = fleet.head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", "true")
-    assert fleet.head.wait_state(first, "RUNNING", timeout=60)["gpus"] == [1]
-    time.sleep(1)
-    assert fleet.head.state(second) == "PENDING"
+    wait_for(lambda: gpu_memory_used(head, "gpu02")[0] == 30000, 30, "the leak to be reported")
+    # The first job holds GPU 1 until the test cancels it: nothing it does can end the
+    # wait below early.
+    first = head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", "sleep 600")
+    assert head.wait_state(first, "RUNNING", timeout=60)["gpus"] == [1]
+    second = head.sbatch("--image", fleet.image, "--gpus", "1", "--wrap", "true")
+    # Planned and found no GPU: the leaking one is not free.
+    wait_for(
+        lambda: (j := head.job(second))["state"] == "PENDING" and j["reason"] == "Resources",
+        30,
+        f"job {second} to wait for Resources",
+    )
+    assert head.state(first) == "RUNNING"
     fleet.set_gpus("gpu02", [{}, {}])
-    fleet.head.wait_state(second, "COMPLETED", timeout=60)
+    assert head.wait_state(second, "COMPLETED", timeout=60)["gpus"] == [0]
+    head.run("scancel", str(first), check=True)
+    head.wait_state(first, "CANCELLED", timeout=60)
 
 
 def test_scancel_and_time_limit_stop_remote_containers(fleet: Fleet) -> None:
@@ -195,7 +221,9 @@ def test_eight_concurrent_jobs_on_one_host_stay_within_sshds_session_limit(
         )
         for job_id in ids:
             record = fleet.head.wait_state(job_id, "COMPLETED", timeout=90)
-            assert record["attempt"] == 1, record["reason"]
+            # One start each: a refused channel is asked again, never counted as a
+            # start that may have happened (its events say why, should one be retried).
+            assert record["attempt"] == 1, events_of(fleet.head, job_id)
             log = fleet.head.run("logs", str(job_id), check=True).stdout.split("\n")
             assert log[:2] == [f"start {job_id}", f"end {job_id}"]
     finally:

@@ -211,6 +211,20 @@ def test_a_lost_answer_may_have_started_the_run_and_a_refusal_did_not(tmp_path: 
     )
 
 
+def test_a_host_too_busy_to_take_a_command_started_nothing_and_says_so(tmp_path: Path) -> None:
+    host = RecordingHost()
+    host.run_answer = HostError("sshd refused a channel", busy=True)
+    with pytest.raises(LaunchError) as busy:
+        launcher(tmp_path, host).launch(job(), 2, [0], ENV_FILE)
+    assert busy.value.node_busy and not busy.value.maybe_started
+    host = RecordingHost()
+    host.put_error = HostError("not connected", busy=True)
+    with pytest.raises(LaunchError) as unwritten:
+        launcher(tmp_path, host).launch(job(), 2, [0], ENV_FILE)
+    assert unwritten.value.node_busy and not unwritten.value.maybe_started
+    assert not any(call[0] == "docker" for call in host.calls)
+
+
 def test_a_failed_env_file_write_on_a_full_disk_says_so(tmp_path: Path) -> None:
     host = RecordingHost()
     host.put_error = HostError("Failure")

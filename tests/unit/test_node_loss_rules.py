@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gbatch.config import Config, Paths
-from gbatch.head.daemon import Daemon
+from gbatch.head.daemon import LAUNCH_SETTLE_SECONDS, Daemon
 from gbatch.head.liveness import FENCE_MARGIN_SECONDS
 from gbatch.head.store import Store
 from gbatch.model import Gpu, Job, JobSpec, JobState
@@ -45,15 +45,17 @@ class FakeNode:
         self.cleaned: list[tuple[int, int]] = []
         self.launched: list[tuple[int, int]] = []
         self.launch_answer_lost = False
+        self.launch_busy = False
         self.run_state: str = "running"
         self.lease_problem = ""
+        self.seq = 1  # reports received: a released GPU is reused after a newer one
 
     def hear(self) -> None:
         self.reporting, self.heard_at = True, self.clocks.mono
 
     @property
     def report_seq(self) -> int:
-        return 1
+        return self.seq
 
     def last_heard(self) -> float | None:
         return self.heard_at
@@ -85,6 +87,8 @@ class FakeNode:
         self.launched.append((job.id, attempt))
         if self.launch_answer_lost:
             raise LaunchError("docker run: connection lost", maybe_started=True)
+        if self.launch_busy:
+            raise LaunchError("docker run: sshd refused a channel", node_busy=True)
 
 
 @pytest.fixture
@@ -224,13 +228,8 @@ def test_reaping_touches_only_this_nodes_containers_of_ended_runs_of_known_jobs(
     assert fake.cleaned == [(ended, 1)]
 
 
-@pytest.mark.parametrize(
-    ("found", "state"),
-    [("running", JobState.RUNNING), ("vanished", JobState.PENDING)],
-)
-def test_a_start_whose_answer_was_lost_is_reconciled_not_repeated(
-    daemon: Daemon, clocks: Clocks, found: str, state: JobState
-) -> None:
+def lost_start(daemon: Daemon, clocks: Clocks) -> int:
+    """A job whose `docker run` answer was lost: left CONFIGURING, not retried beside it."""
     fake = node(daemon)
     fake.gpus = lambda report: (Gpu(0, "GPU-0", "sim", 1024, 0),)  # type: ignore[method-assign]
     fake.launch_answer_lost = True
@@ -242,12 +241,105 @@ def test_a_start_whose_answer_was_lost_is_reconciled_not_repeated(
     )
     daemon.schedule(clocks.wall)
     assert fake.launched == [(job_id, 1)]
-    assert daemon.store.require(job_id).state is JobState.CONFIGURING  # not retried beside it
+    job = daemon.store.require(job_id)
+    assert job.state is JobState.CONFIGURING
+    assert job.reason.startswith("launch outcome unknown (docker run: connection lost)")
     fake.launch_answer_lost = False
-    fake.run_state = found
+    return job_id
+
+
+def test_a_lost_start_found_running_is_adopted(daemon: Daemon, clocks: Clocks) -> None:
+    job_id = lost_start(daemon, clocks)
+    node(daemon).run_state = "running"
     daemon.collect_ended_runs(clocks.wall)
     job = daemon.store.require(job_id)
-    assert job.state is state
-    if state is JobState.PENDING:
-        # Requeued though retries is 0: an unconfirmed start is not the job's failure.
-        assert "not confirmed" in job.reason
+    assert (job.state, job.attempt) == (JobState.RUNNING, 1)
+    assert job.reason == "adopted: its unconfirmed start was found running"
+
+
+def test_a_lost_start_the_node_cannot_tell_of_is_neither_adopted_nor_requeued(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    job_id = lost_start(daemon, clocks)
+    node(daemon).run_state = "unknown"
+    for _ in range(5):
+        clocks.wall += LAUNCH_SETTLE_SECONDS
+        node(daemon).seq += 1
+        daemon.collect_ended_runs(clocks.wall)
+    assert daemon.store.require(job_id).state is JobState.CONFIGURING
+
+
+def test_a_lost_start_is_requeued_only_after_the_settle_and_a_later_listing_without_it(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    job_id = lost_start(daemon, clocks)
+    fake = node(daemon)
+    fake.run_state = "vanished"  # docker: No such container (yet)
+    clocks.wall += LAUNCH_SETTLE_SECONDS - 1
+    daemon.collect_ended_runs(clocks.wall)
+    assert daemon.store.require(job_id).state is JobState.CONFIGURING  # may still appear
+    clocks.wall += 1
+    daemon.collect_ended_runs(clocks.wall)
+    # Settled, but the latest report may predate that: wait for a later one.
+    assert daemon.store.require(job_id).state is JobState.CONFIGURING
+    fake.seq += 1
+    fake.containers = (container(job_id, 1, "created"),)  # listed after all
+    daemon.collect_ended_runs(clocks.wall)
+    assert daemon.store.require(job_id).state is JobState.CONFIGURING
+    fake.containers = ()
+    fake.seq += 1
+    daemon.collect_ended_runs(clocks.wall)
+    job = daemon.store.require(job_id)
+    # Requeued though retries is 0: an unconfirmed start is not the job's failure.
+    assert (job.state, job.node) == (JobState.PENDING, None)
+    assert job.reason == (
+        "launch was not confirmed: no container gbatch-1-1 on gpu01 60 s after its answer "
+        "was lost; requeued"
+    )
+    assert [e.state for e in daemon.store.events(job_id)] == [
+        JobState.PENDING,
+        JobState.CONFIGURING,
+        JobState.CONFIGURING,  # the note: launch outcome unknown
+        JobState.PENDING,
+    ]
+    assert all(e.reason for e in daemon.store.events(job_id)[1:])
+
+
+def test_an_unconfirmed_start_left_by_a_dead_daemon_is_requeued_at_once(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    (job_id,) = daemon.store.submit(
+        [JobSpec(name="j", command=("true",), image="img", gpus=1)], 0, "alice", clocks.wall
+    )
+    daemon.store.set_state(
+        job_id, JobState.CONFIGURING, "allocated", clocks.wall, node="gpu01", gpus=(0,), attempt=1
+    )
+    node(daemon).run_state = "vanished"
+    daemon.collect_ended_runs(clocks.wall)
+    job = daemon.store.require(job_id)
+    assert (job.state, job.reason) == (JobState.PENDING, "launch was not confirmed; requeued")
+
+
+def test_a_start_the_node_was_too_busy_to_take_is_requeued_without_a_retry(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    fake = node(daemon)
+    fake.gpus = lambda report: (Gpu(0, "GPU-0", "sim", 1024, 0),)  # type: ignore[method-assign]
+    fake.launch_busy = True
+    (job_id,) = daemon.store.submit(
+        [JobSpec(name="j", command=("true",), image="img", gpus=1, retries=0)],
+        0,
+        "alice",
+        clocks.wall,
+    )
+    daemon.schedule(clocks.wall)
+    job = daemon.store.require(job_id)
+    assert (job.state, job.node) == (JobState.PENDING, None)
+    assert job.reason == (
+        "gpu01 could not take the start now (docker run: sshd refused a channel); requeued"
+    )
+    fake.launch_busy = False
+    fake.seq += 1  # a report after the release: GPU 0 is free again
+    daemon.schedule(clocks.wall)  # retries 0, yet it starts: the refusal cost it nothing
+    assert fake.launched == [(job_id, 1), (job_id, 2)]
+    assert daemon.store.require(job_id).state is JobState.RUNNING

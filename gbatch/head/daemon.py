@@ -69,6 +69,9 @@ PLAN_JOBS_PER_USER = 1000
 # Arrays whose extent (task -> job id) the daemon remembers for dependencies on them.
 ARRAY_CACHE_MAX = 10_000
 KILLED_REASON = "dependency can never be satisfied (kill_invalid_depend)"
+# The exit code of a run that never started (its image missing, its command not found):
+# Slurm's ExitCode=1:0 for a launch failure.
+LAUNCH_FAILED_EXIT_CODE = 1
 
 
 class Daemon:
@@ -633,7 +636,16 @@ class Daemon:
                 return
             retry = self._retries_used(job) < job.spec.retries
             new = JobState.PENDING if retry else JobState.FAILED
-            self._end_run(job, new, f"launch failed: {err}", now, end_time=now)
+            # Never 0:0, which reads as success to a script checking ExitCode.
+            self._end_run(
+                job,
+                new,
+                f"launch failed: {err}",
+                now,
+                end_time=now,
+                exit_code=LAUNCH_FAILED_EXIT_CODE,
+                exit_signal=0,
+            )
             return
         crash_point("dispatch.after_launch")
         self._confirm_running(job, "")

@@ -45,6 +45,8 @@ class FakeNode:
         self.cleaned: list[tuple[int, int]] = []
         self.launched: list[tuple[int, int]] = []
         self.launch_answer_lost = False
+        self.launch_refusal: str | None = None  # a LaunchError's message: nothing started
+        self.seq = 1  # the report's number: a released GPU is handed out after a later one
         self.run_state: str = "running"
         self.lease_problem = ""
 
@@ -53,7 +55,7 @@ class FakeNode:
 
     @property
     def report_seq(self) -> int:
-        return 1
+        return self.seq
 
     def last_heard(self) -> float | None:
         return self.heard_at
@@ -85,6 +87,8 @@ class FakeNode:
         self.launched.append((job.id, attempt))
         if self.launch_answer_lost:
             raise LaunchError("docker run: connection lost", maybe_started=True)
+        if self.launch_refusal is not None:
+            raise LaunchError(self.launch_refusal)
 
 
 @pytest.fixture
@@ -222,6 +226,31 @@ def test_reaping_touches_only_this_nodes_containers_of_ended_runs_of_known_jobs(
     # Only on coming back: the next steps do not reap again.
     daemon.collect_ended_runs(clocks.wall)
     assert fake.cleaned == [(ended, 1)]
+
+
+def test_a_launch_that_failed_is_retried_then_fails_with_slurms_exit_code_1(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    fake = node(daemon)
+    fake.gpus = lambda report: (Gpu(0, "GPU-0", "sim", 1024, 0),)  # type: ignore[method-assign]
+    fake.launch_refusal = "image no-such:1 not found on gpu01 and it cannot be pulled (denied)"
+    (job_id,) = daemon.store.submit(
+        [JobSpec(name="j", command=("true",), image="no-such:1", gpus=1, retries=1)],
+        0,
+        "alice",
+        clocks.wall,
+    )
+    daemon.schedule(clocks.wall)
+    job = daemon.store.require(job_id)
+    assert job.state is JobState.PENDING  # its one retry
+    fake.seq += 1  # a report shows the GPU clean again
+    daemon.schedule(clocks.wall)
+    job = daemon.store.require(job_id)
+    assert fake.launched == [(job_id, 1), (job_id, 2)]
+    assert job.state is JobState.FAILED
+    # Never 0:0, which a script reads as success: Slurm's 1:0 for a launch failure.
+    assert (job.exit_code, job.exit_signal) == (1, 0)
+    assert job.reason == f"launch failed: {fake.launch_refusal}"
 
 
 @pytest.mark.parametrize(

@@ -708,8 +708,11 @@ def _gpu_seconds(job: Job, until: float) -> float:
 
 
 def _stop_reason(state: JobState) -> str:
+    """The reason a stopped run's job ends with. A timed-out job's is Slurm's TimeLimit,
+    which `squeue -t all` shows in NODELIST(REASON) as `(TimeLimit)` (its history keeps
+    the stop's own "time limit reached")."""
     return {
         JobState.CANCELLED: "cancelled",
-        JobState.TIMEOUT: "time limit reached",
+        JobState.TIMEOUT: "TimeLimit",
         JobState.PENDING: "requeued on request",
     }.get(state, state.value.lower())

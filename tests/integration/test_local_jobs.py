@@ -73,7 +73,8 @@ def test_time_limit_stops_the_job_and_marks_it_timeout(head: Head) -> None:
     job_id = head.sbatch("-t", "0:02", "--wrap", "sleep 60")
     job = head.wait_state(job_id, "TIMEOUT", timeout=20)
     assert job["exit_signal"] == signal.SIGTERM
-    assert "time limit" in str(job["reason"])
+    assert job["reason"] == "TimeLimit"  # Slurm's
+    assert "time limit reached" in [e["reason"] for e in job["events"]]  # type: ignore[union-attr]
 
 
 def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(head: Head) -> None:

@@ -308,6 +308,15 @@ def test_a_drained_node_takes_no_new_jobs_until_resumed(head: Head) -> None:
     head.run("scancel", str(running), check=True)
 
 
+def test_node_install_all_without_remote_nodes_says_there_are_none(head: Head) -> None:
+    done = head.run("node", "install", "--all")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("no remote nodes to install: ") and done.stdout.count("\n") == 1
+    assert done.stderr == ""
+    named = head.run("node", "install", "local")  # named, it is refused as before
+    assert named.returncode == 1 and "local: the local node needs no install" in named.stderr
+
+
 def test_a_crashed_agent_is_restarted_and_the_node_comes_back(head: Head) -> None:
     def agent_pids() -> list[int]:
         found = []

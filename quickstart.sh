@@ -25,7 +25,9 @@ run sinfo
 
 echo "==> queueing: 4 x hello (1 GPU each) on 2 GPUs, a flaky job, a job too slow for its limit"
 for _ in 1 2 3 4; do run sbatch examples/hello.yaml; done
-run sbatch examples/demo/flaky.yaml
+echo "\$ gbatch sbatch examples/demo/flaky.yaml"
+flaky=$(gbatch sbatch --parsable examples/demo/flaky.yaml)
+echo "Submitted batch job $flaky"
 run sbatch examples/demo/too-slow.yaml
 victim=$(gbatch sbatch --parsable -J doomed --gpus 1 --wrap 'sleep 600')
 echo "Submitted batch job $victim (to be cancelled)"
@@ -39,15 +41,18 @@ while [ -n "$(gbatch squeue -h -u "$(id -un)" -o %i)" ]; do
     gbatch squeue
 done
 
-echo "==> accounting"
+echo "==> accounting: the cancelled job, the one past its limit, and flaky, which ended well"
 run sacct
-first=$(gbatch sacct -n -P -o JobID | head -n 1)
-run logs "$first"
-run scontrol show job "$victim"
+echo "==> flaky failed once and was retried: its log holds both attempts, its events the retry"
+run logs "$flaky"
+run scontrol show job "$flaky"
 cat <<MSG
 
 Done. The daemon is still running; try:
   export GBATCH_HOME=$GBATCH_HOME
+  .venv/bin/gbatch sbatch examples/hello.yaml
   .venv/bin/gbatch sbatch --gpus 1 --wrap 'nvidia-smi || echo no GPU here'
   .venv/bin/gbatch daemon stop
+(examples/train.yaml is the reference of every job-file key, for a site with docker and
+mounts: this demo has neither, and refuses it.)
 MSG

@@ -27,7 +27,11 @@ def add_parser(commands: Any) -> None:
     )
     p.add_argument("action", choices=("list", "install", "trust", "drain", "resume"))
     p.add_argument("name", nargs="*", metavar="NAME", help="the node(s)")
-    p.add_argument("--all", action="store_true", help="install: every host in the inventory")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="install: every host in the inventory (none: says so, exit 0)",
+    )
     p.add_argument("--reason", metavar="TEXT", help="drain: why (required)")
     p.add_argument(
         "--fingerprint",
@@ -74,6 +78,13 @@ def _install(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError("which nodes? Name them, or use --all", Exit.USAGE)
     ctx.client.timeout = INSTALL_TIMEOUT
     results = ctx.client.call(wire.InstallAgent(names=tuple(args.name)))["results"]
+    if not results:
+        # Only --all gets no results: nothing to do is no failure, but say so.
+        print(
+            "no remote nodes to install: the fleet is the local node, whose agent the "
+            "daemon runs itself; list GPU hosts in an inventory (inventory.example.yaml)"
+        )
+        return Exit.OK
     for result in results:
         if result["ok"]:
             print(result["summary"])

@@ -77,6 +77,9 @@ KILLED_REASON = "dependency can never be satisfied (kill_invalid_depend)"
 # such container, before it is requeued; a second start any sooner could run it twice.
 LAUNCH_SETTLE_SECONDS = 60.0
 LAUNCH_UNKNOWN = "launch outcome unknown"
+# The exit code of a run that never started (its image missing, its command not found):
+# Slurm's ExitCode=1:0 for a launch failure.
+LAUNCH_FAILED_EXIT_CODE = 1
 
 
 class Daemon:
@@ -700,7 +703,16 @@ class Daemon:
                 return
             retry = self._retries_used(job) < job.spec.retries
             new = JobState.PENDING if retry else JobState.FAILED
-            self._end_run(job, new, f"launch failed: {err}", now, end_time=now)
+            # Never 0:0, which reads as success to a script checking ExitCode.
+            self._end_run(
+                job,
+                new,
+                f"launch failed: {err}",
+                now,
+                end_time=now,
+                exit_code=LAUNCH_FAILED_EXIT_CODE,
+                exit_signal=0,
+            )
             return
         crash_point("dispatch.after_launch")
         self._confirm_running(job, "")
@@ -764,8 +776,11 @@ def _gpu_seconds(job: Job, until: float) -> float:
 
 
 def _stop_reason(state: JobState) -> str:
+    """The reason a stopped run's job ends with. A timed-out job's is Slurm's TimeLimit,
+    which `squeue -t all` shows in NODELIST(REASON) as `(TimeLimit)` (its history keeps
+    the stop's own "time limit reached")."""
     return {
         JobState.CANCELLED: "cancelled",
-        JobState.TIMEOUT: "time limit reached",
+        JobState.TIMEOUT: "TimeLimit",
         JobState.PENDING: "requeued on request",
     }.get(state, state.value.lower())

@@ -348,6 +348,23 @@ def error_line(stderr: str, fallback: str) -> str:
 
 _HELP_HINT = re.compile(r"^(?:Run|See) 'docker [^']*--help'")
 
+# `docker run` says the first before it pulls, the second once a pull got the image,
+# the third when told not to pull (`--pull never`) and the image is not there.
+_NOT_LOCAL = re.compile(r"Unable to find image '([^']+)' locally")
+_PULLED = "Status: Downloaded newer image"
+_NO_SUCH_IMAGE = re.compile(r"No such image: (\S+?)\.?$", re.MULTILINE)
+
+
+def missing_image(stderr: str) -> str | None:
+    """The image a failed `docker run` could not find and could not pull, from its
+    stderr; None when the run failed for another reason (a pull that worked and a
+    container the engine then refused is not a missing image)."""
+    if (match := _NOT_LOCAL.search(stderr)) is not None and _PULLED not in stderr:
+        return match[1]
+    if (match := _NO_SUCH_IMAGE.search(stderr)) is not None:
+        return match[1]
+    return None
+
 
 # -- the launch route -----------------------------------------------------------------
 
@@ -478,6 +495,12 @@ class ContainerLauncher:
         if result.exit_status != 0:
             stderr = result.stderr.decode(errors="replace")
             error = error_line(stderr, f"exit status {result.exit_status}")
+            image = missing_image(stderr)
+            if image is not None:
+                # Docker's last line names the registry, not the image: say which.
+                raise LaunchError(
+                    f"image {image} not found{self.where} and it cannot be pulled ({error})"
+                )
             raise LaunchError(f"docker run{self.where} failed: {error}")
 
     def _run_as(self, job: Job) -> RunAs | None:

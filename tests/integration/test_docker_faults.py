@@ -124,15 +124,27 @@ def test_container_removed_behind_gbatchs_back_is_requeued_exactly_once_and_comp
     assert_never_revived(engine, job_id, attempts=2)
 
 
-def test_an_image_the_engine_cannot_get_fails_the_launch_with_dockers_own_words(
+def test_an_image_the_engine_cannot_get_fails_the_launch_naming_it_with_exit_code_1(
     head: Head, engine: PrivateEngine
 ) -> None:
     # The private engine has no network at all: a pull fails at once, offline.
-    job_id = head.sbatch("--image", "gbatch-no-such-image:latest", "--wrap", "true")
+    image = "gbatch-no-such-image:latest"
+    job_id = head.sbatch("--image", image, "--wrap", "true")
     job = head.wait_state(job_id, "FAILED", timeout=60)
     reason = str(job["reason"])
-    assert reason.startswith("launch failed: docker run failed: docker: Error response"), reason
-    assert "--help" not in reason
+    said = f"launch failed: image {image} not found and it cannot be pulled ("
+    assert reason.startswith(said), reason
+    assert "docker: Error response" in reason and "--help" not in reason  # docker's words
+    # Slurm's ExitCode for a launch failure, never 0:0 (success to a script).
+    assert (job["exit_code"], job["exit_signal"]) == (1, 0)
+    shown = head.run("scontrol", "show", "job", str(job_id), check=True).stdout
+    assert f"JobState=FAILED Reason={said}" in shown and "ExitCode=1:0" in shown
+    squeue = head.run("squeue", "-h", "-t", "all", "-o", "%i %t %R", check=True).stdout
+    assert squeue.startswith(f"{job_id} F ({said}"), squeue
+    sacct = head.run(
+        "sacct", "-n", "-P", "-j", str(job_id), "-o", "State,ExitCode,Reason", check=True
+    ).stdout
+    assert sacct.startswith(f"FAILED|1:0|{said}"), sacct
 
 
 # -- the engine itself goes away ---------------------------------------------------------

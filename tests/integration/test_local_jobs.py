@@ -73,7 +73,8 @@ def test_time_limit_stops_the_job_and_marks_it_timeout(head: Head) -> None:
     job_id = head.sbatch("-t", "0:02", "--wrap", "sleep 60")
     job = head.wait_state(job_id, "TIMEOUT", timeout=20)
     assert job["exit_signal"] == signal.SIGTERM
-    assert "time limit" in str(job["reason"])
+    assert job["reason"] == "TimeLimit"  # Slurm's
+    assert "time limit reached" in [e["reason"] for e in job["events"]]  # type: ignore[union-attr]
 
 
 def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(head: Head) -> None:
@@ -305,6 +306,15 @@ def test_a_drained_node_takes_no_new_jobs_until_resumed(head: Head) -> None:
     no_reason = head.run("node", "drain", "local")
     assert no_reason.returncode == 2 and "--reason" in no_reason.stderr
     head.run("scancel", str(running), check=True)
+
+
+def test_node_install_all_without_remote_nodes_says_there_are_none(head: Head) -> None:
+    done = head.run("node", "install", "--all")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("no remote nodes to install: ") and done.stdout.count("\n") == 1
+    assert done.stderr == ""
+    named = head.run("node", "install", "local")  # named, it is refused as before
+    assert named.returncode == 1 and "local: the local node needs no install" in named.stderr
 
 
 def test_a_crashed_agent_is_restarted_and_the_node_comes_back(head: Head) -> None:

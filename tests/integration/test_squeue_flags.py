@@ -94,3 +94,32 @@ def test_iterate_repeats_under_a_date_line_until_ctrl_c(head: Head) -> None:
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert lines[0].split()[-1].isdigit() and lines[2] == "\n"  # date, header, blank
+
+
+def test_ended_jobs_show_the_node_they_ran_on_or_slurms_reason(head: Head) -> None:
+    # As a real Slurm 22.05's `squeue -t all`: a job cancelled while running or completed
+    # shows its node; one cancelled while pending, none (a blank); a timed-out or failed
+    # job its reason in parentheses, as a pending one: TimeLimit, as Slurm's. A failed
+    # one's says its exit code (Slurm's: NonZeroExitCode).
+    ran = head.sbatch("-J", "ran", "--gpus=1", "--wrap", "sleep 300")
+    head.wait_state(ran, "RUNNING")
+    waiting = head.sbatch("-J", "waiting", "--gpus=1", "--hold", "--wrap", "true")
+    slow = head.sbatch("-J", "slow", "--gpus=1", "-t", "0:01", "--wrap", "sleep 300")
+    failed = head.sbatch("-J", "failed", "--gpus=1", "--wrap", "exit 3")
+    done = head.sbatch("-J", "done", "--gpus=1", "--wrap", "true")
+    head.run("scancel", str(ran), str(waiting), check=True)
+    head.wait_state(slow, "TIMEOUT")
+    head.wait_state(failed, "FAILED")
+    head.wait_state(done, "COMPLETED")
+    head.wait_state(ran, "CANCELLED")
+
+    out = head.run("squeue", "-h", "-t", "all", "-o", "%i|%t|%R", check=True).stdout
+    rows = {
+        int(i): (st, nodelist)
+        for i, st, nodelist in (ln.split("|") for ln in out.split("\n") if ln)
+    }
+    assert rows[ran] == ("CA", "local")
+    assert rows[waiting] == ("CA", "")
+    assert rows[done] == ("CD", "local")
+    assert rows[slow] == ("TO", "(TimeLimit)")
+    assert rows[failed] == ("F", "(exit code 3)")

@@ -225,6 +225,51 @@ def test_a_host_too_busy_to_take_a_command_started_nothing_and_says_so(tmp_path:
     assert not any(call[0] == "docker" for call in host.calls)
 
 
+@pytest.mark.parametrize(
+    "stderr",
+    [
+        # No registry reachable (an offline host): docker's last line names the registry.
+        "Unable to find image 'img:1' locally\n"
+        'docker: Error response from daemon: Get "https://registry-1.docker.io/v2/": '
+        "dial tcp: lookup registry-1.docker.io: no such host.\n"
+        "See 'docker run --help'.\n",
+        # A registry that has no such image.
+        "Unable to find image 'img:1' locally\n"
+        "docker: Error response from daemon: pull access denied for img, repository does "
+        "not exist or may require 'docker login': denied: requested access to the "
+        "resource is denied.\nRun 'docker run --help' for more information\n",
+        # Told not to pull.
+        "docker: Error response from daemon: No such image: img:1.\n",
+    ],
+)
+def test_an_image_docker_cannot_find_or_pull_is_named_in_the_launch_error(
+    tmp_path: Path, stderr: str
+) -> None:
+    host = RecordingHost()
+    host.run_answer = CommandResult(125, b"", stderr.encode())
+    with pytest.raises(LaunchError) as missing:
+        launcher(tmp_path, host).launch(job(), 2, [0], ENV_FILE)
+    assert str(missing.value).startswith("image img:1 not found on gpu01 and it cannot be pulled (")
+    assert "docker: Error response from daemon: " in str(missing.value)  # docker's own words
+    assert "--help" not in str(missing.value)
+
+
+def test_a_pulled_image_whose_container_failed_is_not_called_missing(tmp_path: Path) -> None:
+    host = RecordingHost()
+    host.run_answer = CommandResult(
+        125,
+        b"",
+        b"Unable to find image 'img:1' locally\n1: Pulling from library/img\n"
+        b"Status: Downloaded newer image for img:1\n"
+        b"docker: Error response from daemon: Conflict.\n",
+    )
+    with pytest.raises(LaunchError) as refused:
+        launcher(tmp_path, host).launch(job(), 2, [0], ENV_FILE)
+    assert str(refused.value) == (
+        "docker run on gpu01 failed: docker: Error response from daemon: Conflict."
+    )
+
+
 def test_a_failed_env_file_write_on_a_full_disk_says_so(tmp_path: Path) -> None:
     host = RecordingHost()
     host.put_error = HostError("Failure")

@@ -46,6 +46,7 @@ class FakeNode:
         self.launched: list[tuple[int, int]] = []
         self.launch_answer_lost = False
         self.launch_busy = False
+        self.launch_refusal: str | None = None  # a LaunchError's message: nothing started
         self.run_state: str = "running"
         self.lease_problem = ""
         self.seq = 1  # reports received: a released GPU is reused after a newer one
@@ -89,6 +90,8 @@ class FakeNode:
             raise LaunchError("docker run: connection lost", maybe_started=True)
         if self.launch_busy:
             raise LaunchError("docker run: sshd refused a channel", node_busy=True)
+        if self.launch_refusal is not None:
+            raise LaunchError(self.launch_refusal)
 
 
 @pytest.fixture
@@ -226,6 +229,31 @@ def test_reaping_touches_only_this_nodes_containers_of_ended_runs_of_known_jobs(
     # Only on coming back: the next steps do not reap again.
     daemon.collect_ended_runs(clocks.wall)
     assert fake.cleaned == [(ended, 1)]
+
+
+def test_a_launch_that_failed_is_retried_then_fails_with_slurms_exit_code_1(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    fake = node(daemon)
+    fake.gpus = lambda report: (Gpu(0, "GPU-0", "sim", 1024, 0),)  # type: ignore[method-assign]
+    fake.launch_refusal = "image no-such:1 not found on gpu01 and it cannot be pulled (denied)"
+    (job_id,) = daemon.store.submit(
+        [JobSpec(name="j", command=("true",), image="no-such:1", gpus=1, retries=1)],
+        0,
+        "alice",
+        clocks.wall,
+    )
+    daemon.schedule(clocks.wall)
+    job = daemon.store.require(job_id)
+    assert job.state is JobState.PENDING  # its one retry
+    fake.seq += 1  # a report shows the GPU clean again
+    daemon.schedule(clocks.wall)
+    job = daemon.store.require(job_id)
+    assert fake.launched == [(job_id, 1), (job_id, 2)]
+    assert job.state is JobState.FAILED
+    # Never 0:0, which a script reads as success: Slurm's 1:0 for a launch failure.
+    assert (job.exit_code, job.exit_signal) == (1, 0)
+    assert job.reason == f"launch failed: {fake.launch_refusal}"
 
 
 def lost_start(daemon: Daemon, clocks: Clocks) -> int:

@@ -193,6 +193,7 @@ class Settings:
     drain_rounds: int
     handoff_jobs: int
     python: Path  # the interpreter the gbatch CLI runs on
+    slurm_scheduler: str | None = None  # SchedulerParameters; None: Slurm's defaults
 
     def runs_at(self, size: int) -> int:
         return self.runs if size <= 10_000 else max(3, self.runs // 3)
@@ -227,6 +228,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         metavar="PATH",
         help=f"the interpreter the gbatch CLI runs on (default {default_python()})",
     )
+    parser.add_argument(
+        "--slurm-scheduler-parameters",
+        metavar="K=V,...",
+        help="SchedulerParameters for the side Slurm (default: none, Slurm's own; e.g. "
+        "batch_sched_delay=0: its main scheduler then runs each second, not every 3 s)",
+    )
     args = parser.parse_args(argv)
     if args.runs is not None and args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -236,6 +243,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         drain_rounds=1 if args.quick else 3,
         handoff_jobs=6 if args.quick else 11,
         python=args.python or default_python(),
+        slurm_scheduler=args.slurm_scheduler_parameters,
     )
 
 
@@ -267,8 +275,14 @@ def free_ports(count: int) -> list[int]:
         return [sock.getsockname()[1] for sock in socks]
 
 
-def slurm_conf(workdir: Path, host: str, ctld_port: int, slurmd_port: int) -> str:
-    return f"""\
+def slurm_conf(
+    workdir: Path, host: str, ctld_port: int, slurmd_port: int, scheduler: str | None = None
+) -> str:
+    """The side cluster's slurm.conf: Debian's defaults but for what one node with 8
+    GPUs needs, and `scheduler` as SchedulerParameters when given."""
+    extra = f"SchedulerParameters={scheduler}\n" if scheduler else ""
+    return (
+        f"""\
 # Written by gbatch's bench/slurm_side_by_side.py: a throw-away one-node cluster.
 ClusterName=gbatchside
 SlurmctldHost={host}(127.0.0.1)
@@ -301,6 +315,8 @@ NodeName={NODE} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={GPUS} RealMemory=40
 Gres=gpu:{GPUS} State=UNKNOWN
 PartitionName=gpu Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
 """
+        + extra
+    )
 
 
 def ensure_slurm_installed() -> None:
@@ -326,7 +342,7 @@ def _stop(pidfile: Path) -> None:
 
 
 @contextlib.contextmanager
-def private_slurm() -> Iterator[tuple[dict[str, str], Path]]:
+def private_slurm(scheduler: str | None = None) -> Iterator[tuple[dict[str, str], Path]]:
     """A one-node, 8-GPU Slurm of its own; yields (environment with SLURM_CONF, workdir).
     Its jobs are cancelled and its daemons stopped afterwards."""
     workdir = Path(tempfile.mkdtemp(prefix="gbatch-side-slurm-", dir="/tmp"))
@@ -337,7 +353,7 @@ def private_slurm() -> Iterator[tuple[dict[str, str], Path]]:
     try:
         (workdir / "state").mkdir()
         (workdir / "spool").mkdir()
-        conf.write_text(slurm_conf(workdir, host, ctld_port, slurmd_port))
+        conf.write_text(slurm_conf(workdir, host, ctld_port, slurmd_port, scheduler))
         gres = []
         for index in range(GPUS):
             (workdir / f"gpu{index}").symlink_to("/dev/null")
@@ -673,7 +689,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(
         f"# gbatch CLI on {settings.python} (Python {interpreter_version(settings.python)}), "
         f"daemon on {PYTHON}; {slurm_version()}; {GPUS} GPUs each; sizes "
-        f"{', '.join(f'{s:,}' for s in settings.sizes)}; {settings.runs} runs a row",
+        f"{', '.join(f'{s:,}' for s in settings.sizes)}; {settings.runs} runs a row; Slurm's "
+        f"SchedulerParameters: {settings.slurm_scheduler or 'its defaults'}",
         flush=True,
     )
     before = load_average()
@@ -685,7 +702,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"limits: {{max_pending_jobs: {2 * most + DRAIN_JOBS}}}\n"
         )
         stack.enter_context(running_daemon(home, simulate_gpus=GPUS))
-        slurm_env, slurm_dir = stack.enter_context(private_slurm())
+        slurm_env, slurm_dir = stack.enter_context(private_slurm(settings.slurm_scheduler))
         gbatch_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gbatch-side-")))
         gbatch = Side(
             "gbatch", gbatch_argv(settings.python), python_env(home, GPUS), gbatch_dir, home

@@ -451,11 +451,16 @@ def slurm_submit_held(env: dict[str, str], options: Sequence[str], count: int) -
         return sorted(pool.map(submit, range(count)))
 
 
-def slurm_active(env: dict[str, str], ids: Sequence[int] = ()) -> int:
-    argv = ["squeue", "-h", "-t", SLURM_ACTIVE, "-o", "%i"]
+def slurm_active(env: dict[str, str], ids: Sequence[int] = (), states: str = SLURM_ACTIVE) -> int:
+    """How many of `ids` (all jobs: none given) are in `states`; -1 when squeue fails (a
+    busy slurmctld times out: "Socket timed out on send/recv operation")."""
+    argv = ["squeue", "-h", "-t", states, "-o", "%i"]
     if ids:
         argv += ["-j", ",".join(map(str, ids))]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        print(f"# squeue failed, polled again: {done.stderr.strip()}", flush=True)
+        return -1
     return len(done.stdout.split())
 
 
@@ -468,6 +473,13 @@ def slurm_release(env: dict[str, str], ids: Sequence[int]) -> None:
 def slurm_cancel_all(env: dict[str, str]) -> None:
     subprocess.run(["scancel", "-u", USER], env=env, check=True)
     _wait_until(lambda: slurm_active(env) == 0, "Slurm's queue to empty")
+
+
+def slurm_forget_finished(env: dict[str, str]) -> None:
+    """Until slurmctld has purged its finished jobs (MinJobAge, then its purge pass):
+    purging 10,000 of them keeps it too busy to answer for seconds, which would fall
+    on the next row."""
+    _wait_until(lambda: slurm_active(env, states="all") == 0, "Slurm's purge", timeout=300)
 
 
 # --- measuring ---------------------------------------------------------------------------
@@ -583,7 +595,8 @@ class Bench:
             else:
                 slurm_took = took
         self.add(ms_row(f"`scancel -u {USER}`, {size:,} pending", ([gbatch_took], [slurm_took])))
-        self.empty_queues()  # Slurm's cancelled jobs: until gone from its active states
+        self.empty_queues()
+        slurm_forget_finished(self.slurm.env)
 
     def drain_rows(self) -> None:
         """DRAIN_JOBS held one-GPU jobs released at once; jobs/s until the last ended."""
@@ -717,15 +730,23 @@ def main(argv: Sequence[str] | None = None) -> None:
             bench.drain_rows()
             bench.handoff_rows()
         finally:
+            # The rows measured so far, even when one failed (its traceback follows).
+            print_table(bench.rows, before)
             with contextlib.suppress(Exception):
                 bench.empty_queues()
-    after = load_average()
+
+
+def print_table(rows: Sequence[Row], load_before: str) -> None:
+    if not rows:
+        return
     print()
-    print(format_table(bench.rows))
+    print(format_table(rows))
     print()
     print(
         f"gbatch / Slurm: a ratio under 1 means gbatch takes less (time, memory); for jobs/s, "
-        f"over 1 means gbatch is faster. Load average before: {before}; after: {after}."
+        f"over 1 means gbatch is faster. Load average before: {load_before}; after: "
+        f"{load_average()}.",
+        flush=True,
     )
 
 

@@ -12,6 +12,8 @@
 #      job completion file /var/log/slurm/jobcomp.txt (sacct needs slurmdbd, too heavy);
 #   4. slurmctld and slurmd in the background, then a wait until `sinfo` shows the node idle.
 # Idempotent: a running, answering Slurm with this config is left alone. Run as root.
+# SLURM_PACKAGES_ONLY=1 stops after step 2 (packages and munged; no config, no daemons):
+# bench/slurm_side_by_side.py starts its own 8-GPU cluster beside this one.
 set -euo pipefail
 
 PARTITION="${SLURM_PARTITION:-gpu}"
@@ -65,6 +67,11 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
         sleep 0.2
     done
     munge -n | unmunge >/dev/null || die "munged does not answer (see /var/log/munge/munged.log)."
+fi
+
+if [ "${SLURM_PACKAGES_ONLY:-}" = 1 ]; then
+    say "ready: $(sbatch --version) installed, munged answers (no cluster started)"
+    exit 0
 fi
 
 # --- 3. configuration ------------------------------------------------------------------

@@ -49,7 +49,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from common import REPO, machine_note, median, percentile, report_ms, start_daemon, stop_daemon
+from common import (
+    REPO,
+    daemon_pid,
+    machine_note,
+    median,
+    memory_kib,
+    percentile,
+    report_ms,
+    start_daemon,
+    stop_daemon,
+)
 
 from gbatch import wire
 from gbatch.client import Client
@@ -85,17 +95,6 @@ def build_fixture(path: Path, student: User, other: User, jobs: int) -> float:
         store.submit(tasks, student.uid, student.name, now)
     store.close()
     return time.perf_counter() - start
-
-
-def daemon_pid(home: Path) -> int:
-    return int((home / "gbatchd.lock").read_text().split()[0])
-
-
-def memory_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {field} for pid {pid}")
 
 
 def reset_peak(pid: int) -> None:

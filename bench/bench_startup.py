@@ -26,12 +26,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from common import (
-    GBATCH,
+    ENTRY,
     PYTHON,
-    REPO,
-    gbatch_env,
+    gbatch_argv,
+    load_average,
     machine_note,
     median,
+    python_env,
     report_ms,
     running_daemon,
     temp_home,
@@ -43,8 +44,6 @@ OVER_FLOOR_GOAL_MS = 12.0
 NO_DAEMON_STATUS = 3
 QUEUED = 10
 HEAVY = ("textual", "paramiko", "yaml")
-# What the console script runs (pip's, less its argv[0] fix-up).
-ENTRY = "import sys\nfrom gbatch.cli._main import main\nsys.exit(main())"
 
 # Run `gbatch squeue` in-process the way the console script does, then list which heavy
 # top-level packages ended up in sys.modules. The exit status is the command's own.
@@ -63,19 +62,6 @@ CASES: dict[str, tuple[list[str], int]] = {
     f"`gbatch squeue`, {QUEUED} jobs queued": (["squeue"], 0),
     "`gbatch sbatch -H --wrap true`": (["sbatch", "-H", "--wrap", "true"], 0),
 }
-
-
-def gbatch_argv(python: Path) -> list[str]:
-    """How `python` runs gbatch: the venv's console script, else the script's code."""
-    if python == PYTHON and GBATCH.exists():
-        return [str(GBATCH)]
-    return [str(python), "-c", ENTRY]
-
-
-def python_env(home: Path) -> dict[str, str]:
-    env = gbatch_env(home)
-    env["PYTHONPATH"] = str(REPO)  # this checkout, whatever the interpreter has installed
-    return env
 
 
 def interleaved(
@@ -117,13 +103,6 @@ def heavy_imports_of_squeue(python: Path, env: dict[str, str]) -> list[str]:
         if line.startswith("HEAVY:"):
             return [name for name in line.removeprefix("HEAVY:").split(",") if name]
     raise RuntimeError(f"the probe printed no HEAVY line: {done.stderr.strip()}")
-
-
-def load_average() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "unknown"
 
 
 def bench_interpreter(python: Path, home: Path, runs: int, details: bool) -> None:

@@ -166,3 +166,44 @@ def machine_note() -> str:
         f"# {os.cpu_count()} CPUs, Python {sys.version.split()[0]} ({PYTHON}); "
         f"shared machines are noisy: compare medians, not single runs"
     )
+
+
+# What the `gbatch` console script runs (pip's, less its argv[0] fix-up): how another
+# interpreter (e.g. Debian's /usr/bin/python3) runs gbatch from this checkout.
+ENTRY = "import sys\nfrom gbatch.cli._main import main\nsys.exit(main())"
+
+
+def gbatch_argv(python: Path) -> list[str]:
+    """How `python` runs gbatch: the venv's console script, else the script's code (with
+    python_env's PYTHONPATH)."""
+    if python == PYTHON and GBATCH.exists():
+        return [str(GBATCH)]
+    return [str(python), "-c", ENTRY]
+
+
+def python_env(home: Path, simulate_gpus: int = 2) -> dict[str, str]:
+    """gbatch_env, plus this checkout on PYTHONPATH whatever the interpreter has installed."""
+    env = gbatch_env(home, simulate_gpus)
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def load_average() -> str:
+    """/proc/loadavg's 1, 5 and 15 minute figures, e.g. "1.72 1.73 1.10"."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def daemon_pid(home: Path) -> int:
+    """The pid of the daemon serving `home` (from its lock file)."""
+    return int((home / "gbatchd.lock").read_text().split()[0])
+
+
+def memory_kib(pid: int, field: str) -> int:
+    """A /proc/PID/status figure in KiB, e.g. VmRSS or VmHWM."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} for pid {pid}")

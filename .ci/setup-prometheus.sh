@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Give this machine Prometheus and promtool, which tests/integration/test_metrics.py
-# scrapes gbatch's /metrics with: apt-get install prometheus (Debian's package), only
-# when either is missing. Starts no server (the test starts its own on 127.0.0.1, with
+# Give this machine Prometheus and promtool, with which
+# tests/integration/test_metrics_scrape.py scrapes gbatch's /metrics: apt-get install
+# prometheus (Debian's package), only when either is missing. Starts no server (the test starts its own on 127.0.0.1, with
 # its config and data in a temp dir). Idempotent. Run as root.
 set -euo pipefail
 

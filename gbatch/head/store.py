@@ -1146,21 +1146,37 @@ class Store:
         """(state, user, partition) -> how many jobs not yet ended are so, the tasks an
         array tail still holds counted one each; partition "" when a job names none.
         One grouped read over the state index: a scrape costs what the queue holds, never
-        what history holds (metrics)."""
+        what history holds (metrics).
+
+        On a read-only connection of its own, outside the store's lock: reading every
+        pending job's partition out of its spec takes about 0.3 s for 270,000 of them,
+        which must not hold up submits and the loop (WAL: a reader never blocks the
+        writer, and sees the latest commit)."""
         active = [state.value for state in ACTIVE_STATES]
         marks = ", ".join("?" * len(active))
         columns = "state, user, coalesce(json_extract(spec, '$.partition'), '')"
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT {columns}, count(*) FROM jobs INDEXED BY jobs_state"
-                f" WHERE state IN ({marks}) GROUP BY 1, 2, 3",
-                active,
-            ).fetchall()
-            tails = self._db.execute(
-                f"SELECT {columns}, sum(remaining) FROM array_tails"
-                f" WHERE state IN ({marks}) AND remaining > 0 GROUP BY 1, 2, 3",
-                active,
-            ).fetchall()
+        try:
+            with contextlib.closing(
+                sqlite3.connect(
+                    self.path.absolute().as_uri() + "?mode=ro",
+                    uri=True,
+                    timeout=30,
+                    isolation_level=None,
+                )
+            ) as db:
+                db.execute("BEGIN")  # one snapshot for both: a tail's tasks become jobs
+                rows = db.execute(
+                    f"SELECT {columns}, count(*) FROM jobs INDEXED BY jobs_state"
+                    f" WHERE state IN ({marks}) GROUP BY 1, 2, 3",
+                    active,
+                ).fetchall()
+                tails = db.execute(
+                    f"SELECT {columns}, sum(remaining) FROM array_tails"
+                    f" WHERE state IN ({marks}) AND remaining > 0 GROUP BY 1, 2, 3",
+                    active,
+                ).fetchall()
+        except sqlite3.Error as err:
+            raise StoreError(f"cannot read the queue from {self.path}: {err}") from err
         counts: dict[tuple[str, str, str], int] = {}
         for state, user, partition, n in (*rows, *tails):
             key = (state, user, str(partition))

@@ -28,6 +28,7 @@ if [ "$(id -u)" = 0 ]; then
     bash .ci/setup-sshd.sh   # openssh-server for the SSH tests (each starts its own sshd)
     bash .ci/setup-terminal.sh   # tmux for the TUI's real-terminal test
     bash .ci/setup-slurm.sh   # a one-node real Slurm for the differential test
+    bash .ci/setup-prometheus.sh   # prometheus and promtool scrape /metrics (test_metrics)
     [ "${GBATCH_TEST_DOCKER:-1}" = 0 ] || bash .ci/setup-docker.sh
 fi
 

@@ -665,6 +665,16 @@ class ReportUsage(_Request, op="usage_report"):
     by_group: bool = False
 
 
+class Metrics(_Request, op="metrics"):
+    """What `GET /metrics` shows (gbatch/api/metrics.py renders it for Prometheus): a
+    snapshot of the queue, the fleet and the daemon's counters, every user's. Under
+    private_data, admins only. Replies {"now", "uptime", "jobs": [[state, user,
+    partition, count], ...] (jobs not yet ended), "nodes": [node_to_wire, ...],
+    "round_trips": {node: [seconds, age in seconds]} (SSH; measured nodes only),
+    "shares": [[user, decayed GPU-seconds, fair-share factor], ...], "daemon":
+    head/metrics.DaemonMetrics.to_wire()}."""
+
+
 class Shutdown(_Request, op="shutdown"):
     """Admins: stop the daemon (jobs carry on). Replies {"pid"}."""
 
@@ -730,6 +740,7 @@ Request = (
     | ShowShares
     | ShowPriorities
     | ReportUsage
+    | Metrics
     | Shutdown
     | MintToken
     | ListTokens

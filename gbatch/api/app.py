@@ -8,6 +8,7 @@ is answered 401 here, and never reaches the daemon.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from gbatch.cli.exits import CliError
 from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
 from gbatch.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
 
+METRICS_PATH = "/metrics"
 MAX_BODY = 1 << 20  # a job file's or script's limit (spec.MAX_FILE_BYTES)
 HTTP_STATUS: dict[wire.ErrorKind, int] = {
     "invalid": 400,
@@ -44,9 +46,13 @@ def error(kind: wire.ErrorKind, message: str) -> JSONResponse:
 class Api:
     """The routes, sending to the daemon at `socket_path`."""
 
-    def __init__(self, socket_path: Path, timeout: float = 30.0) -> None:
+    def __init__(
+        self, socket_path: Path, timeout: float = 30.0, *, local_metrics: bool = False
+    ) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
+        # /metrics without a token from this machine, as this process's own user.
+        self.local_metrics = local_metrics
 
     def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
         # One connection per request: a Client is not shared between threads, and a
@@ -155,15 +161,37 @@ class Api:
     async def nodes(self, http: Request) -> Response:
         return (await self.call(http, wire.ListNodes()))[1]
 
+    async def metrics(self, http: Request) -> Response:
+        """Prometheus's text format of the daemon's Metrics snapshot. With a token, as
+        its user (scope read); without one, only with local_metrics and from loopback,
+        as this process's user: Prometheus on the head scrapes with no secret to keep."""
+        reply: dict[str, Any] | None
+        if _bearer(http) is None and self.local_metrics and _from_loopback(http):
+            try:
+                reply = await run_in_threadpool(self._send, wire.encode_request(wire.Metrics()))
+            except RequestFailed as err:
+                return error(err.kind, err.message)
+            except (DaemonUnavailable, ReplyTimeout) as err:
+                return error("unavailable", str(err))
+        else:
+            reply, response = await self.call(http, wire.Metrics())
+            if reply is None:
+                return response
+        from gbatch.api.metrics import CONTENT_TYPE, render  # deferred: prometheus_client
+
+        body = await run_in_threadpool(render, reply)
+        return Response(body, media_type=CONTENT_TYPE)
+
     async def fairshare(self, http: Request) -> Response:
         query = http.query_params
         request = wire.ShowShares(users=_list(query.get("user")), all_users=_flag(query.get("all")))
         return (await self.call(http, request))[1]
 
 
-def make_app(socket_path: Path, timeout: float = 30.0) -> Starlette:
-    """The API's ASGI app, talking to the daemon at `socket_path`."""
-    api = Api(socket_path, timeout)
+def make_app(socket_path: Path, timeout: float = 30.0, *, local_metrics: bool = False) -> Starlette:
+    """The API's ASGI app, talking to the daemon at `socket_path`. `local_metrics`:
+    serve /metrics without a token to clients on this machine's loopback."""
+    api = Api(socket_path, timeout, local_metrics=local_metrics)
     routes: list[tuple[str, Callable[[Request], Awaitable[Response]], list[str]]] = [
         ("/openapi.json", api.openapi, ["GET"]),
         ("/jobs", api.jobs, ["GET"]),
@@ -176,7 +204,10 @@ def make_app(socket_path: Path, timeout: float = 30.0) -> Starlette:
     return Starlette(
         routes=[
             Route(PREFIX + path, endpoint, methods=methods) for path, endpoint, methods in routes
-        ],
+        ]
+        # Where Prometheus looks by default; outside /api/ so a proxy of /api/ (README's
+        # nginx) does not publish it.
+        + [Route(METRICS_PATH, api.metrics, methods=["GET"])],
         exception_handlers={404: _not_found, 405: _not_allowed},
     )
 
@@ -196,6 +227,14 @@ def _no_token() -> JSONResponse:
         "unauthenticated",
         "no token: send `Authorization: Bearer TOKEN` (mint one with `gbatch token`)",
     )
+
+
+def _from_loopback(http: Request) -> bool:
+    host = http.client.host if http.client is not None else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _bearer(http: Request) -> str | None:

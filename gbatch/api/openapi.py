@@ -197,6 +197,22 @@ def document() -> dict[str, Any]:
                     _reply("{nodes, partitions, default_partition}"),
                 )
             },
+            "/metrics": {
+                "servers": [{"url": "/"}],  # /metrics, where Prometheus looks: not under /api
+                "get": {
+                    **_op(
+                        "the queue, the fleet and gbatchd's counters in Prometheus's text "
+                        "format (README, Metrics). Every user's figures: under private_data "
+                        "the token's user must be an admin. Without a token only from "
+                        "loopback, when served with --local-metrics",
+                        "read",
+                        {
+                            "description": "Prometheus text exposition format 0.0.4",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        },
+                    ),
+                },
+            },
             "/fairshare": {
                 "get": _op(
                     "fair-share usage and limits (as gbatch sshare)",

@@ -36,6 +36,13 @@ def add_parser(commands: Any) -> None:
     )
     p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
     p.add_argument("--tls-key", metavar="FILE", help="... and this private key (PEM)")
+    p.add_argument(
+        "--local-metrics",
+        action="store_true",
+        help="serve /metrics without a token to clients on this machine (loopback), as "
+        "this process's user: for a Prometheus on the head. Elsewhere a token with scope "
+        "read is needed",
+    )
     p.set_defaults(run=run)
 
 
@@ -70,10 +77,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if (args.tls_cert is None) != (args.tls_key is None):
         raise CliError("--tls-cert and --tls-key go together", Exit.USAGE)
     host, port = parse_listen(args.listen, tls=args.tls_cert is not None)
-    return _serve(ctx, host, port, args.tls_cert, args.tls_key)
+    return _serve(ctx, host, port, args.tls_cert, args.tls_key, args.local_metrics)
 
 
-def _serve(ctx: Context, host: str, port: int, cert: str | None, key: str | None) -> int:
+def _serve(
+    ctx: Context, host: str, port: int, cert: str | None, key: str | None, local_metrics: bool
+) -> int:
     # Deferred: only this command loads the web stack.
     import uvicorn
 
@@ -89,7 +98,7 @@ def _serve(ctx: Context, host: str, port: int, cert: str | None, key: str | None
     listener.listen(128)
     bound = listener.getsockname()[1]
     config = uvicorn.Config(
-        make_app(ctx.paths.socket),
+        make_app(ctx.paths.socket, local_metrics=local_metrics),
         ssl_certfile=cert,
         ssl_keyfile=key,
         log_config=None,  # one line per start below; the daemon's log audits each request

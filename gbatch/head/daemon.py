@@ -41,6 +41,7 @@ from gbatch.dependency import parse as parse_dependency
 from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.groupcommit import GroupCommitter
 from gbatch.head.liveness import Liveness
+from gbatch.head.metrics import DaemonMetrics
 from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import BEGIN_TIME, plan
 from gbatch.head.store import Store, StoreFull, Usage
@@ -111,6 +112,7 @@ class Daemon:
         )
         self.committer = GroupCommitter(store, clock)
         self.refusal_lines = RefusalLines(monotonic)  # how many refusals get audit lines
+        self.metrics = DaemonMetrics()  # counters and histograms since start (metrics)
         # The HTTP API's tokens: keys made at the first mint.
         self.tokens = TokenAuthority(paths.home, config.token_leeway_seconds)
         # (job id, attempt) -> monotonic time its run was confirmed (time limits)
@@ -196,12 +198,14 @@ class Daemon:
         self.fleet.stop()
 
     def step(self) -> None:
+        began = self.monotonic()
         now = self.clock()
         self.collect_ended_runs(now)
         self.enforce_limits(now)
         self.schedule(now)
         # Last: accounting that fails (a full disk) must not keep jobs from starting.
         self.sample_gpus()
+        self.metrics.observe_loop(self.monotonic() - began)
 
     # -- step 4: how busy running jobs keep their GPUs (seff, sacct) --------------------
 
@@ -411,6 +415,10 @@ class Daemon:
         except IllegalTransition:
             return  # a concurrent change won; the next tick sees it
         crash_point("finish.after_commit")
+        ended = fields.get("end_time") or now
+        assert isinstance(ended, float | int)
+        ran = None if job.start_time is None else ended - job.start_time
+        self.metrics.observe_end(new.value, ran)
         self._stopping_runs.pop(job.id, None)
         self._started_monotonic.pop((job.id, job.attempt), None)
         self._listing_after.pop((job.id, job.attempt), None)
@@ -731,6 +739,7 @@ class Daemon:
                 start_time=now,
             )
             self._started_monotonic[(job.id, job.attempt)] = self.monotonic()
+            self.metrics.observe_start(now - job.submit_time)
         self._listing_after.pop((job.id, job.attempt), None)
 
     def _past_limit(self, job: Job, now: float, margin: float = 0) -> bool:

@@ -406,6 +406,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         )
     except PendingLimitReached as err:
         raise Refused("permission", str(err)) from err
+    daemon.metrics.count_submitted(max(tail_count, len(specs)))
     daemon.submitted()
     return {"ids": ids}
 
@@ -1635,6 +1636,36 @@ def usage_report(daemon: Daemon, caller: Caller, request: wire.ReportUsage) -> d
     }
 
 
+def metrics(daemon: Daemon, caller: Caller, request: wire.Metrics) -> dict[str, Any]:
+    """A snapshot for Prometheus, read in a few cheap passes: one grouped count of the
+    jobs not yet ended, the fleet's node rows (the latest reports), the usage table,
+    and the daemon's own counters. Per-user figures are everyone's: under private_data
+    only admins may see them."""
+    if daemon.config.private_data:
+        _require_admin(
+            daemon, caller, "metrics", "daemon", "read metrics under private_data (every user's)"
+        )
+    now = daemon.clock()
+    usage = daemon.usage(daemon.store.jobs_in(ALLOCATED_STATES), now)
+    counts = daemon.store.queue_counts()
+    share = factors(usage, {user for _, user, _ in counts})
+    ticks = daemon.monotonic()
+    round_trips = {}
+    for name, node in daemon.fleet.nodes.items():
+        measured = node.round_trip()
+        if measured is not None:
+            round_trips[name] = [measured[0], max(0.0, ticks - measured[1])]
+    return {
+        "now": now,
+        "uptime": max(0.0, now - daemon.started_at),
+        "jobs": [[*key, n] for key, n in sorted(counts.items())],
+        "nodes": [wire.node_to_wire(n) for n in daemon.fleet.node_infos()],
+        "round_trips": round_trips,
+        "shares": [[user, max(usage.get(user, 0.0), 0.0), share[user]] for user in sorted(share)],
+        "daemon": daemon.metrics.to_wire(),
+    }
+
+
 def server_user_name() -> str:
     """The name of the user the daemon runs as (its uid when the system has no name)."""
     try:
@@ -1663,6 +1694,7 @@ TOKEN_SCOPE_OF: Mapping[str, str] = {
     "shares": "read",
     "priorities": "read",
     "usage_report": "read",
+    "metrics": "read",
     "submit": "submit",
     "cancel": "control",
     "hold": "control",
@@ -1869,6 +1901,8 @@ def dispatch(daemon: Daemon, caller: Caller, request: wire.Request) -> dict[str,
             return priorities(daemon, caller, request)
         case wire.ReportUsage():
             return usage_report(daemon, caller, request)
+        case wire.Metrics():
+            return metrics(daemon, caller, request)
         case wire.Shutdown():
             return shutdown(daemon, caller, request)
         case wire.MintToken():

@@ -1142,6 +1142,47 @@ class Store:
             counts[user] = counts.get(user, 0) + int(n)
         return counts
 
+    def queue_counts(self) -> dict[tuple[str, str, str], int]:
+        """(state, user, partition) -> how many jobs not yet ended are so, the tasks an
+        array tail still holds counted one each; partition "" when a job names none.
+        One grouped read over the state index: a scrape costs what the queue holds, never
+        what history holds (metrics).
+
+        On a read-only connection of its own, outside the store's lock: reading every
+        pending job's partition out of its spec takes about 0.3 s for 270,000 of them,
+        which must not hold up submits and the loop (WAL: a reader never blocks the
+        writer, and sees the latest commit)."""
+        active = [state.value for state in ACTIVE_STATES]
+        marks = ", ".join("?" * len(active))
+        columns = "state, user, coalesce(json_extract(spec, '$.partition'), '')"
+        try:
+            with contextlib.closing(
+                sqlite3.connect(
+                    self.path.absolute().as_uri() + "?mode=ro",
+                    uri=True,
+                    timeout=30,
+                    isolation_level=None,
+                )
+            ) as db:
+                db.execute("BEGIN")  # one snapshot for both: a tail's tasks become jobs
+                rows = db.execute(
+                    f"SELECT {columns}, count(*) FROM jobs INDEXED BY jobs_state"
+                    f" WHERE state IN ({marks}) GROUP BY 1, 2, 3",
+                    active,
+                ).fetchall()
+                tails = db.execute(
+                    f"SELECT {columns}, sum(remaining) FROM array_tails"
+                    f" WHERE state IN ({marks}) AND remaining > 0 GROUP BY 1, 2, 3",
+                    active,
+                ).fetchall()
+        except sqlite3.Error as err:
+            raise StoreError(f"cannot read the queue from {self.path}: {err}") from err
+        counts: dict[tuple[str, str, str], int] = {}
+        for state, user, partition, n in (*rows, *tails):
+            key = (state, user, str(partition))
+            counts[key] = counts.get(key, 0) + int(n)
+        return counts
+
     # -- dependencies (gbatch/dependency.py) -------------------------------------------
 
     def ref_jobs(self, ids: Collection[int]) -> dict[int, RefJob]:

@@ -126,6 +126,10 @@ class Node(Protocol):
     def poke(self) -> None:
         """Ask for a report now (a GPU was just released)."""
 
+    def round_trip(self) -> tuple[float, float] | None:
+        """The latest SSH round trip to the node: (seconds, time.monotonic() when it was
+        measured); None for a node reached without SSH, or before one was measured."""
+
     def docker_problem(self, now: float) -> str | None:
         """None when a docker engine answers on the node, else why not."""
 

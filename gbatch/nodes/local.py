@@ -178,6 +178,9 @@ class LocalNode:
                 agent.stdin.write(b"\n")
                 agent.stdin.flush()
 
+    def round_trip(self) -> tuple[float, float] | None:
+        return None  # reached without SSH
+
     def report(self) -> tuple[NodeReport | None, str]:
         """The latest report, or None and why there is none."""
         return self._reports.latest()

@@ -238,6 +238,9 @@ class RemoteNode:
     def report(self) -> tuple[NodeReport | None, str]:
         return self._reports.latest()
 
+    def round_trip(self) -> tuple[float, float] | None:
+        return self._conn.round_trip
+
     def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
         return to_gpus(report, gbatch_sessions=(), gbatch_containers=gbatch_container_ids(report))
 

@@ -472,6 +472,10 @@ class SshConnection:
         self._sftp: paramiko.SFTPClient | None = None
         self._sftp_lock = threading.Lock()
         self._command_slots = threading.BoundedSemaphore(COMMAND_SESSIONS)
+        # (seconds, time.monotonic() then) of the latest channel opened: opening one is a
+        # single round trip to sshd (CHANNEL_OPEN, its confirmation), so this is the
+        # connection's round-trip time, measured on traffic it has anyway (metrics).
+        self.round_trip: tuple[float, float] | None = None
 
     # connecting ------------------------------------------------------------------------
 
@@ -593,9 +597,13 @@ class SshConnection:
         give_up = time.monotonic() + patience
         delays = iter(_CHANNEL_RETRY_DELAYS)
         while True:
-            remaining = deadline - time.monotonic()
+            asked = time.monotonic()
+            remaining = deadline - asked
             try:
-                return self.transport.open_session(timeout=max(remaining, 0.1))
+                channel = self.transport.open_session(timeout=max(remaining, 0.1))
+                answered = time.monotonic()
+                self.round_trip = (answered - asked, answered)
+                return channel
             except paramiko.ChannelException as e:
                 delay = next(delays, 1.0)
                 if time.monotonic() + delay >= give_up:

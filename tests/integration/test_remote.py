@@ -87,6 +87,15 @@ def test_run_returns_exit_status_stdout_and_stderr(conn: SshConnection) -> None:
     assert result.stderr == b"err\n"
 
 
+def test_each_channel_opened_measures_the_round_trip_for_metrics(conn: SshConnection) -> None:
+    assert conn.round_trip is None  # connected, no channel yet
+    before = time.monotonic()
+    conn.run(["true"], timeout=10)
+    assert conn.round_trip is not None
+    seconds, measured = conn.round_trip
+    assert 0 < seconds < 5 and before <= measured <= time.monotonic()
+
+
 def test_shell_syntax_in_argv_arrives_as_inert_arguments(
     conn: SshConnection, tmp_path: Path
 ) -> None:

@@ -201,6 +201,7 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
         (wire.ShowShares(all_users=True), "users"),
         (wire.ShowPriorities(), "jobs"),
         (wire.ReportUsage(start=0.0, end=1.0, all_users=True), "rows"),
+        (wire.Metrics(), "jobs"),
         (wire.MintToken(user="nobody"), "token"),  # root mints for a service account
         (wire.ListTokens(all_users=True), "tokens"),
         (wire.RevokeToken(jti="no-such-token"), "not_found"),

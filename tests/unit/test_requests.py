@@ -48,6 +48,7 @@ EXAMPLES: dict[str, wire.Request] = {
     "usage_report": wire.ReportUsage(
         start=1_767_225_600.0, end=1_769_904_000.0, users=("bob",), all_users=True, by_group=True
     ),
+    "metrics": wire.Metrics(),
     "shutdown": wire.Shutdown(),
     "token": wire.MintToken(lifespan=7200, scopes=("read", "submit"), user="ci-bot"),
     "tokens": wire.ListTokens(all_users=True),

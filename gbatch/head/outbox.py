@@ -114,12 +114,15 @@ class Outbox:
     def send_mail(self, note: notify.Notification) -> None:
         # Deferred: smtplib and email cost start-up, and only a head that mails needs them.
         import smtplib
+        from email import policy
         from email.message import EmailMessage
 
         host = self.config.smtp_host
         if host is None:
             raise DeliveryError("smtp_host is no longer set", final=True)
-        message = EmailMessage()
+        # Slurm's subjects run past 78 characters: unfolded (998 is SMTP's line limit),
+        # or a reader sees them start with the fold's space.
+        message = EmailMessage(policy.SMTP.clone(max_line_length=998))
         message["From"] = self.config.mail_from or f"gbatch@{socket.getfqdn()}"
         message["To"] = note.target
         message["Subject"] = notify.summary(note.payload)

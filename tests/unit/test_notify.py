@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.config import Config, Webhook
+from gbatch.config import Config, Paths, Webhook, load_config
 from gbatch.head import notify
 from gbatch.head.outbox import DeliveryError, Outbox
 from gbatch.head.store import Store
@@ -250,3 +250,13 @@ def test_a_refusal_no_retry_can_change_is_given_up_at_once(
     (row,) = store.outbox()
     assert row["gave_up"] == T0 and "no webhook ops" in str(row["last_error"])
     assert store.due_notifications(T0 + 1e6, 10) == []
+
+
+def test_the_readmes_notifications_example_is_a_config_the_daemon_accepts(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    block = readme.split("```yaml\nsmtp_host:", 1)[1].split("```", 1)[0]
+    paths = Paths(tmp_path)
+    paths.config_file.write_text("smtp_host:" + block)
+    config = load_config(paths, {})
+    assert config.smtp_host == "mail.lab.example"
+    assert [hook.form for hook in config.webhooks] == ["json", "slack"]

@@ -107,6 +107,25 @@ class RootInContainers:
         return bool(self.images or self.nodes)
 
 
+# What an admin webhook may ask for: the jobs' events (mail types' names) and the nodes'.
+JOB_EVENTS = ("BEGIN", "END", "FAIL", "REQUEUE", "TIME_LIMIT")
+NODE_EVENTS = ("NODE_DOWN",)
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """`webhooks:` in config.yaml: an admin's endpoint for events of every job and node.
+
+    form "json" posts the event (gbatch/head/notify.py); "slack" posts {"text": ...},
+    which Slack's and Mattermost's incoming webhooks take."""
+
+    name: str
+    url: str
+    secret: str = field(default="", repr=False)  # HMAC-SHA256 key of X-Gbatch-Signature
+    events: tuple[str, ...] = ("FAIL", "NODE_DOWN")
+    form: str = "json"
+
+
 @dataclass(frozen=True)
 class Config:
     tick_seconds: float = 1.0  # the daemon's loop wakes at least this often
@@ -155,6 +174,16 @@ class Config:
     # API tokens (gbatch/head/tokens.py): the clock skew tolerated on their expiry and
     # issue time, between the head and whoever presents them.
     token_leeway_seconds: float = 60.0
+    # Notifications (gbatch/head/notify.py). Mail for --mail-type goes through this SMTP
+    # server; none set: no mail is sent (and none is queued).
+    smtp_host: str | None = None
+    smtp_port: int = 25
+    mail_from: str | None = None  # default: gbatch@<this host>
+    # Where a job without --mail-user is mailed: <user>@mail_domain (Slurm's MailDomain).
+    mail_domain: str | None = None
+    webhooks: tuple[Webhook, ...] = ()
+    # The first retry of a failed delivery waits this long; each next one twice as long.
+    notify_retry_seconds: float = 30.0
 
     @property
     def half_life_seconds(self) -> float:
@@ -173,7 +202,7 @@ class Config:
         )
 
 
-_INT_KEYS = {"simulate_gpus", "gpu_memory_threshold_mib", "socket_mode"}
+_INT_KEYS = {"simulate_gpus", "gpu_memory_threshold_mib", "socket_mode", "smtp_port"}
 _FLOAT_KEYS = {
     "tick_seconds",
     "report_interval",
@@ -182,6 +211,7 @@ _FLOAT_KEYS = {
     "node_down_seconds",
     "node_lease_seconds",
     "token_leeway_seconds",
+    "notify_retry_seconds",
 }
 
 
@@ -232,6 +262,37 @@ def _check_root_in_containers(value: object, bad: Callable[[str], ConfigError]) 
             raise bad(f"{usage}; {key} is a list of names")
         lists[key] = tuple(dict.fromkeys(items))
     return RootInContainers(lists["images"], lists["nodes"])
+
+
+def _check_webhooks(value: object, bad: Callable[[str], ConfigError]) -> tuple[Webhook, ...]:
+    usage = (
+        "a list of {name: ops, url: https://..., secret: ..., events: [FAIL, NODE_DOWN], "
+        "form: json or slack}"
+    )
+    if not isinstance(value, list):
+        raise bad(usage)
+    hooks: list[Webhook] = []
+    for item in value:
+        if not isinstance(item, dict) or set(item) - {"name", "url", "secret", "events", "form"}:
+            raise bad(usage)
+        name, url = item.get("name"), item.get("url")
+        secret, form = item.get("secret", ""), item.get("form", "json")
+        events = item.get("events", list(Webhook.events))
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+            raise bad(f"{usage}; name is letters, digits, . _ or -")
+        if name in {hook.name for hook in hooks}:
+            raise bad(f"{usage}; the name {name} is given twice")
+        if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+            raise bad(f"{usage}; url is an http:// or https:// address")
+        if not isinstance(secret, str):
+            raise bad(f"{usage}; secret is a string")
+        if form not in ("json", "slack"):
+            raise bad(f"{usage}; form is json or slack")
+        known = JOB_EVENTS + NODE_EVENTS
+        if not isinstance(events, list) or not all(e in known for e in events):
+            raise bad(f"{usage}; events are among {', '.join(known)}")
+        hooks.append(Webhook(name, url, secret, tuple(dict.fromkeys(events)), form))
+    return tuple(hooks)
 
 
 def _check_flag(value: object, bad: Callable[[str], ConfigError]) -> bool:
@@ -377,6 +438,14 @@ def _coerce(key: str, value: object, source: str) -> object:
             return parse_limits(value)
         except LimitsError as err:
             raise ConfigError(f"{source}: {err}") from err
+    if key == "webhooks":
+        return _check_webhooks(value, bad)
+    if key in ("smtp_host", "mail_from", "mail_domain"):
+        if value is not None and (
+            not isinstance(value, str) or not re.fullmatch(r"[^\s,<>]{1,255}", value)
+        ):
+            raise bad("a host name, an address or a domain")
+        return value
     if key == "docker":
         if not isinstance(value, str) or not value:
             raise bad("a command name")

@@ -23,7 +23,11 @@ POINTS = (
 CONTAINER_POINTS = (
     "logs.mid_copy",  # part of a container's output copied into the head's log
 )
-_KNOWN = POINTS + CONTAINER_POINTS
+# Reached by the outbox worker only (gbatch/head/outbox.py).
+NOTIFY_POINTS = (
+    "notify.after_send",  # a notification was taken by its server; not yet marked delivered
+)
+_KNOWN = POINTS + CONTAINER_POINTS + NOTIFY_POINTS
 
 _ARMED = os.environ.get("GBATCH_CRASH_AT", "")
 if _ARMED and _ARMED not in _KNOWN:

@@ -185,7 +185,7 @@ class JobSpec:
     begin: float | None = None
     # "[B:]SIG@SECONDS": the signal sent that long before the time limit (--signal).
     signal: str | None = None
-    mail_type: str | None = None  # stored and shown; gbatch sends no mail yet
+    mail_type: str | None = None  # mailed through the head's SMTP server (head/notify.py)
     mail_user: str | None = None
     comment: str | None = None
     # The array expression of the submission an array task belongs to ("1-5:2"), for

@@ -185,10 +185,14 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         "--mail-type",
         dest="mail_type",
         metavar="TYPE",
-        help="stored and shown; no mail is sent yet",
+        help="BEGIN, END, FAIL, REQUEUE, TIME_LIMIT[_50|_80|_90], ALL, ARRAY_TASKS; mailed "
+        "when the admin set an SMTP server",
     )
     p.add_argument(
-        "--mail-user", dest="mail_user", metavar="ADDRESS", help="stored and shown; no mail yet"
+        "--mail-user",
+        dest="mail_user",
+        metavar="ADDRESS",
+        help="where mail goes (default: the admin's mail_domain)",
     )
     p.add_argument("--comment", metavar="TEXT", help="a comment, shown by scontrol show job")
     p.add_argument(

@@ -42,6 +42,8 @@ from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.groupcommit import GroupCommitter
 from gbatch.head.liveness import Liveness
 from gbatch.head.metrics import DaemonMetrics
+from gbatch.head.notify import TIME_LIMIT_WARNINGS, mail_types
+from gbatch.head.outbox import Outbox
 from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import BEGIN_TIME, plan
 from gbatch.head.store import Store, StoreFull, Usage
@@ -129,6 +131,12 @@ class Daemon:
         # The users whose jobs the latest plan ordered: the fair-share factors it used
         # are taken over them (and users with usage). Replaced whole, like expected_starts.
         self.planned_users: frozenset[str] = frozenset()
+        # Delivers the store's outbox (mail, webhooks) in its own thread, once started.
+        self.outbox = Outbox(store, config, clock)
+        # job id -> the TIME_LIMIT_<pct> warnings owed for its current run so far
+        self._time_warned: dict[int, set[str]] = {}
+        # node name -> its liveness state at the last step (NODE_DOWN when it goes down)
+        self._node_states: dict[str, str] = {}
         # node name -> the number of its report last folded into runs' GPU usage
         self._sampled_seq: dict[str, int] = {}
         # (job id, attempt) of an unconfirmed start past its settle period -> the node's
@@ -194,6 +202,7 @@ class Daemon:
         self.wake.set()
 
     def close(self) -> None:
+        self.outbox.stop()
         self.committer.close()
         self.fleet.stop()
 
@@ -238,6 +247,7 @@ class Daemon:
         liveness = {name: self.fleet.liveness(each) for name, each in self.fleet.nodes.items()}
         for back in self.fleet.came_up(liveness):
             self.reap_stale_runs(back, allocated)
+        self._tell_nodes_down(liveness, now)
         for job in allocated:
             node = self.fleet.nodes.get(job.node or "")
             if node is None:
@@ -267,6 +277,16 @@ class Daemon:
                 self._finish(job, status, now)
             else:
                 self._run_vanished(job, node, now)
+
+    def _tell_nodes_down(self, liveness: Mapping[str, Liveness], now: float) -> None:
+        """NODE_DOWN to the admins' webhooks when a node seen not down goes down. One
+        down when the daemon starts (or that went down while it was stopped) is not
+        told."""
+        for name, each in liveness.items():
+            before = self._node_states.get(name)
+            self._node_states[name] = each.state
+            if each.state == "down" and before not in (None, "down"):
+                self.store.queue_node_event(name, "NODE_DOWN", each.describe(""), now)
 
     def _finish(self, job: Job, status: RunStatus, now: float) -> None:
         end = status.end_time or now
@@ -420,6 +440,7 @@ class Daemon:
         ran = None if job.start_time is None else ended - job.start_time
         self.metrics.observe_end(new.value, ran)
         self._stopping_runs.pop(job.id, None)
+        self._time_warned.pop(job.id, None)
         self._started_monotonic.pop((job.id, job.attempt), None)
         self._listing_after.pop((job.id, job.attempt), None)
         node = self.fleet.nodes.get(job.node or "")
@@ -434,6 +455,8 @@ class Daemon:
         for job in self.store.jobs_in((JobState.RUNNING, JobState.COMPLETING)):
             if job.state is JobState.RUNNING and job.spec.signal is not None:
                 self._warn_run(job, now)
+            if job.state is JobState.RUNNING and self.config.smtp_host and job.spec.mail_type:
+                self._warn_time_limit(job, now)
             if job.state is JobState.RUNNING and self._past_limit(job, now):
                 try:
                     job = self.store.set_state(
@@ -448,6 +471,18 @@ class Daemon:
                     continue
             if job.state is JobState.COMPLETING:
                 self._stop_run(job)
+
+    def _warn_time_limit(self, job: Job, now: float) -> None:
+        """--mail-type=TIME_LIMIT_50/80/90: owe each once per run, when its run time
+        passes that share of its limit (the store ignores a second one after a restart)."""
+        limit = job.spec.time_limit
+        if limit is None:
+            return
+        warned = self._time_warned.setdefault(job.id, set())
+        for kind in mail_types(job.spec.mail_type) & TIME_LIMIT_WARNINGS.keys() - warned:
+            if self._past_limit(job, now, margin=limit * (1 - TIME_LIMIT_WARNINGS[kind])):
+                self.store.queue_job_event(job.id, kind, now)
+                warned.add(kind)
 
     def _warn_run(self, job: Job, now: float) -> None:
         """sbatch --signal: send the job's signal once per attempt, its seconds before

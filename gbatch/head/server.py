@@ -42,6 +42,7 @@ from gbatch.config import (
 )
 from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
+from gbatch.head.notify import Policy
 from gbatch.head.store import Store
 from gbatch.nodes.inventory import Inventory
 
@@ -522,7 +523,7 @@ def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
     check_socket_directory(paths.socket, config)
     paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock = _take_lock(paths)
-    store = Store(paths.store)
+    store = Store(paths.store, Policy.from_config(config))
     daemon = Daemon(paths, config, store, inventory=inventory)
     try:
         _say_whom_jobs_run_as(config, set(daemon.fleet.nodes))
@@ -532,6 +533,7 @@ def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
         raise
     daemon.fleet.start()
     daemon.sweep_finished_runs()
+    daemon.outbox.start()
     server = _make_socket(paths, config, gid)
     server.daemon = daemon
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -12,6 +12,7 @@ import json
 import os
 import sqlite3
 import threading
+import uuid
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -22,7 +23,8 @@ from gbatch import arrays
 from gbatch.config import make_private
 from gbatch.dependency import NEVER_REASON, RefJob
 from gbatch.gpuusage import GpuUsage
-from gbatch.head import fairshare
+from gbatch.head import fairshare, notify
+from gbatch.head.notify import Policy
 from gbatch.head.secretbox import SecretBox, SecretKeyError
 from gbatch.limits import PendingLimitReached
 from gbatch.model import (
@@ -159,6 +161,31 @@ MIGRATIONS: tuple[str, ...] = (
         mem_total_mib INTEGER NOT NULL,
         PRIMARY KEY (job_id, attempt)
     ) WITHOUT ROWID
+    """,
+    # 10: the notifications outbox (gbatch/head/notify.py): one row per event and
+    # destination, written in the transaction of the state change it tells of, deleted
+    # never; delivered (or gave_up) set once the outbox worker is done with it. A job's
+    # event is owed once per run: a second write of it is ignored (outbox_once).
+    """
+    CREATE TABLE outbox (
+        id                INTEGER PRIMARY KEY,
+        event_id          TEXT    NOT NULL,
+        kind              TEXT    NOT NULL,
+        channel           TEXT    NOT NULL,
+        target            TEXT    NOT NULL,
+        job_id            INTEGER,
+        attempt           INTEGER,
+        payload           TEXT    NOT NULL,
+        created           REAL    NOT NULL,
+        attempts          INTEGER NOT NULL DEFAULT 0,
+        next_attempt_time REAL    NOT NULL,
+        last_error        TEXT    NOT NULL DEFAULT '',
+        delivered         REAL,
+        gave_up           REAL
+    );
+    CREATE UNIQUE INDEX outbox_once ON outbox(job_id, attempt, kind, channel, target);
+    CREATE INDEX outbox_due ON outbox(next_attempt_time)
+        WHERE delivered IS NULL AND gave_up IS NULL
     """,
 )
 # The key that seals job_secrets, beside the store in the daemon's home.
@@ -319,9 +346,12 @@ class JobNotFound(StoreError):
 
 
 class Store:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, notify: Policy | None = None) -> None:
+        """`notify`: whom job events are owed to (none by default); they are written to
+        the outbox with the state change they tell of."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self._notify = notify or Policy()
         # Jobs' env values and commands are in it: the owner's alone, whatever the umask.
         # SQLite gives the -wal and -shm files the mode of the database file; ones left
         # by an older gbatch are closed here too.
@@ -632,8 +662,7 @@ class Store:
                     outcomes.append(err)
         return outcomes
 
-    @staticmethod
-    def _set_state(db: sqlite3.Connection, change: StateChange, now: float) -> None:
+    def _set_state(self, db: sqlite3.Connection, change: StateChange, now: float) -> None:
         unknown = set(change.fields) - _UPDATABLE
         if unknown:
             raise ValueError(f"set_state cannot write {sorted(unknown)}")
@@ -653,6 +682,117 @@ class Store:
             "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
             (change.job_id, now, change.new.value, change.reason),
         )
+        if self._notify.active and notify.may_notify(current, change.new):
+            self._queue_job_events(db, change.job_id, now, old=current)
+
+    def _queue_job_events(
+        self,
+        db: sqlite3.Connection,
+        job_id: int,
+        now: float,
+        *,
+        old: JobState | None = None,
+        kinds: tuple[str, ...] = (),
+    ) -> int:
+        """Outbox rows for the events of the job's change from `old` (or for `kinds`),
+        one event id per kind, shared by its destinations. Returns the rows written."""
+        job = self._get(db, job_id)
+        if job is None:
+            return 0
+        kinds = kinds or (notify.job_events(old, job) if old is not None else ())
+        deliveries = self._notify.for_job(job, kinds)
+        ids = {kind: uuid.uuid4().hex for kind in kinds}
+        rows = []
+        for delivery in deliveries:
+            # A FAIL mailed as END keeps the event's id: FAIL's.
+            event_id = ids.get(delivery.kind) or ids.get("FAIL") or uuid.uuid4().hex
+            payload = notify.job_payload(job, delivery.kind, event_id, now)
+            rows.append((delivery, event_id, job.id, job.attempt, json.dumps(payload)))
+        return self._insert_notifications(db, rows, now)
+
+    @staticmethod
+    def _insert_notifications(
+        db: sqlite3.Connection,
+        rows: Sequence[tuple[notify.Delivery, str, int | None, int | None, str]],
+        now: float,
+    ) -> int:
+        written = 0
+        for delivery, event_id, job_id, attempt, payload in rows:
+            written += db.execute(
+                "INSERT OR IGNORE INTO outbox (event_id, kind, channel, target, job_id, attempt,"
+                " payload, created, next_attempt_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    event_id,
+                    delivery.kind,
+                    delivery.channel,
+                    delivery.target,
+                    job_id,
+                    attempt,
+                    payload,
+                    now,
+                    now,
+                ),
+            ).rowcount
+        return written
+
+    def queue_job_event(self, job_id: int, kind: str, now: float) -> int:
+        """Owe the event `kind` of a running job (a TIME_LIMIT_80 warning) to whoever
+        asked for it; once per run however often asked. Returns the rows written."""
+        if not self._notify.active:
+            return 0
+        with self._write() as db:
+            return self._queue_job_events(db, job_id, now, kinds=(kind,))
+
+    def queue_node_event(self, node: str, kind: str, reason: str, now: float) -> int:
+        """Owe a node's event (NODE_DOWN) to the admins' webhooks that ask for it."""
+        deliveries = self._notify.for_node(kind)
+        if not deliveries:
+            return 0
+        event_id = uuid.uuid4().hex
+        payload = json.dumps(notify.node_payload(node, kind, reason, event_id, now))
+        with self._write() as db:
+            rows = [(delivery, event_id, None, None, payload) for delivery in deliveries]
+            return self._insert_notifications(db, rows, now)
+
+    def due_notifications(self, now: float, limit: int) -> list[notify.Notification]:
+        """Undelivered outbox rows whose next try is due, the longest due first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, event_id, kind, channel, target, payload, attempts FROM outbox"
+                " WHERE delivered IS NULL AND gave_up IS NULL AND next_attempt_time <= ?"
+                " ORDER BY next_attempt_time, id LIMIT ?",
+                (now, limit),
+            ).fetchall()
+        return [
+            notify.Notification(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6]) for r in rows
+        ]
+
+    def notification_delivered(self, row_id: int, now: float) -> None:
+        with self._write() as db:
+            db.execute(
+                "UPDATE outbox SET delivered = ?, attempts = attempts + 1 WHERE id = ?",
+                (now, row_id),
+            )
+
+    def notification_failed(
+        self, row_id: int, error: str, now: float, retry_at: float | None
+    ) -> None:
+        """A try failed: try again at `retry_at`, or never (None: given up)."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = ?,"
+                " next_attempt_time = coalesce(?, next_attempt_time),"
+                " gave_up = CASE WHEN ? IS NULL THEN ? END WHERE id = ?",
+                (error[:500], retry_at, retry_at, now, row_id),
+            )
+
+    def outbox(self, job_id: int | None = None) -> list[dict[str, object]]:
+        """Every outbox row (of one job), oldest first: for tests and inspection."""
+        where, params = ("WHERE job_id = ?", (job_id,)) if job_id is not None else ("", ())
+        with self._lock:
+            cursor = self._db.execute(f"SELECT * FROM outbox {where} ORDER BY id", params)
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def set_pending_reasons(self, reasons: Mapping[int, str]) -> None:
         """Record why pending jobs wait. Not a state change, so no event row."""
@@ -824,6 +964,7 @@ class Store:
             "state = ?, reason = ?, end_time = ?",
             (cancelled, reason, now),
             (now, cancelled, reason),
+            cancelling=True,
         )
 
     def set_held_many(self, ids: Sequence[int], held: bool, now: float) -> list[int]:
@@ -841,9 +982,12 @@ class Store:
         assignments: str,
         values: tuple[object, ...],
         event: tuple[float, str, str],
+        *,
+        cancelling: bool = False,
     ) -> list[int]:
         """`UPDATE jobs SET <assignments>` for those of `ids` still PENDING, each with an
-        event (time, state, reason), in one transaction; the ids changed, by id."""
+        event (time, state, reason), in one transaction; the ids changed, by id.
+        `cancelling`: they end, and their END events go to the outbox."""
         done: list[int] = []
         with self._write() as db:
             for part in _chunks(ids):
@@ -857,8 +1001,30 @@ class Store:
                         "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
                         [(job_id, *event) for job_id in found],
                     )
+                    if cancelling:
+                        self._queue_cancelled(db, found, event[0])
                     done.extend(found)
         return sorted(done)
+
+    def _queue_cancelled(self, db: sqlite3.Connection, ids: Sequence[int], now: float) -> None:
+        """END events of pending jobs just cancelled. Only the jobs that asked for mail
+        are read (one indexless filter in SQL), unless a webhook wants every END: a
+        sweep over 500,000 jobs reads none of them otherwise."""
+        if not self._notify.active:
+            return
+        if not self._notify.hooks_want("END"):
+            if not self._notify.mail:
+                return
+            ids = [
+                int(row[0])
+                for row in db.execute(
+                    f"SELECT id FROM jobs WHERE id IN ({_marks(ids)})"
+                    " AND json_extract(spec, '$.mail_type') IS NOT NULL",
+                    ids,
+                )
+            ]
+        for job_id in ids:
+            self._queue_job_events(db, job_id, now, old=JobState.PENDING)
 
     @staticmethod
     def _still_pending(db: sqlite3.Connection, ids: Sequence[int]) -> list[int]:

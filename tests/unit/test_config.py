@@ -14,6 +14,7 @@ from gbatch.config import (
     ConfigError,
     Paths,
     RootInContainers,
+    Webhook,
     check_socket_directory,
     load_config,
     make_private,
@@ -123,7 +124,14 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         "job_capabilities: [CHOWN, KILL]\n"
         "max_log_bytes: 2G\n"
         "limits: {max_running_jobs: 3, groups: {root: {max_gpus: 1}}}\n"
-        "token_leeway_seconds: 5\n",
+        "token_leeway_seconds: 5\n"
+        "smtp_host: mail.example.org\n"
+        "smtp_port: 2525\n"
+        "mail_from: gbatch@example.org\n"
+        "mail_domain: example.org\n"
+        "webhooks: [{name: ops, url: 'https://hooks.example.org/x', secret: s3,"
+        " events: [FAIL, NODE_DOWN], form: slack}]\n"
+        "notify_retry_seconds: 5\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -152,6 +160,14 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         max_log_bytes=2 << 30,
         limits=Limits(UserLimits(max_running_jobs=3), groups={"root": {"max_gpus": 1}}),
         token_leeway_seconds=5.0,
+        smtp_host="mail.example.org",
+        smtp_port=2525,
+        mail_from="gbatch@example.org",
+        mail_domain="example.org",
+        webhooks=(
+            Webhook("ops", "https://hooks.example.org/x", "s3", ("FAIL", "NODE_DOWN"), "slack"),
+        ),
+        notify_retry_seconds=5.0,
     )
 
 
@@ -183,7 +199,29 @@ def test_every_config_key_is_a_config_field() -> None:
         "max_log_bytes",
         "limits",
         "token_leeway_seconds",
+        "smtp_host",
+        "smtp_port",
+        "mail_from",
+        "mail_domain",
+        "webhooks",
+        "notify_retry_seconds",
     }
+
+
+@pytest.mark.parametrize(
+    "hooks",
+    [
+        "{url: 'https://h.example.org/'}",  # no name
+        "[{name: ops, url: 'ftp://h.example.org/'}]",
+        "[{name: ops, url: 'https://h.example.org/', events: [BOGUS]}]",
+        "[{name: ops, url: 'https://h.example.org/', form: xml}]",
+        "[{name: ops, url: 'https://a.example.org/'}, {name: ops, url: 'https://b.example.org/'}]",
+    ],
+)
+def test_bad_webhooks_are_refused_with_the_form_to_use(paths: Paths, hooks: str) -> None:
+    write_config(paths, f"webhooks: {hooks}\n")
+    with pytest.raises(ConfigError, match=r"webhooks.*name: ops, url"):
+        load_config(paths, {})
 
 
 @pytest.mark.parametrize(

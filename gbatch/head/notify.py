@@ -1,0 +1,254 @@
+"""Notifications: which events are told to whom, and what the telling says. Pure.
+
+A job's state change becomes rows of the store's outbox in the transaction that writes
+it (Store._set_state asks `Policy.for_job`), so no event is lost to a crash; the outbox
+worker (gbatch/head/outbox.py) delivers them, at least once. One event (an event id)
+has one row per destination: a mail address, an admin's webhook by name.
+
+Mail follows Slurm's --mail-type: BEGIN when a run starts, REQUEUE when a run goes back
+to the queue, END or FAIL when the job ends (FAIL for every end but COMPLETED and
+CANCELLED; a job without FAIL in its types gets END's mail then, as in slurmctld),
+TIME_LIMIT when the limit stopped it, TIME_LIMIT_50/80/90 once per run. ALL is BEGIN,
+END, FAIL, REQUEUE (and Slurm's INVALID_DEPEND, STAGE_OUT, never sent here). An array
+task mails only with ARRAY_TASKS (Slurm's whole-array mail is not done).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from gbatch.config import Config, Webhook
+from gbatch.model import Job, JobState
+from gbatch.timefmt import format_elapsed_fixed
+
+MAIL = "mail"
+WEBHOOK = "webhook"
+_ALL = frozenset({"BEGIN", "END", "FAIL", "REQUEUE", "INVALID_DEPEND", "STAGE_OUT"})
+# TIME_LIMIT_<pct>: sent once per run when its run time passes that share of its limit.
+TIME_LIMIT_WARNINGS = {"TIME_LIMIT_50": 0.5, "TIME_LIMIT_80": 0.8, "TIME_LIMIT_90": 0.9}
+# A failed delivery is tried again after notify_retry_seconds, doubling up to this...
+MAX_RETRY_DELAY = 3600.0
+# ...and given up after this many tries (about a day at the defaults): an endpoint that
+# long gone is a configuration to fix, not a queue to grow.
+MAX_ATTEMPTS = 30
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_ENDED_WELL = frozenset({JobState.COMPLETED, JobState.CANCELLED})
+
+
+class Notification(NamedTuple):
+    """One outbox row: an event owed to one destination, not yet delivered."""
+
+    id: int
+    event_id: str
+    kind: str
+    channel: str  # MAIL or WEBHOOK
+    target: str  # a mail address, or an admin webhook's name
+    payload: Mapping[str, object]
+    attempts: int
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """An event kind owed to one destination (a row Store writes to the outbox)."""
+
+    kind: str
+    channel: str
+    target: str
+
+
+def mail_types(text: str | None) -> frozenset[str]:
+    """The mail types of a spec's mail_type ("BEGIN,END", "ALL"), ALL expanded."""
+    types = {t for t in (text or "").split(",") if t and t != "NONE"}
+    if "ALL" in types:
+        types |= _ALL
+    return frozenset(types)
+
+
+def may_notify(old: JobState, new: JobState) -> bool:
+    """Whether a change from `old` to `new` is an event at all (checked before the job is
+    read): a start, a requeue of a run, an end."""
+    return (
+        (new is JobState.RUNNING and old is JobState.CONFIGURING)
+        or (new is JobState.PENDING and old in (JobState.RUNNING, JobState.COMPLETING))
+        or new.is_final
+    )
+
+
+def job_events(old: JobState, job: Job) -> tuple[str, ...]:
+    """The event kinds of `job` having just moved from `old` to its state."""
+    if not may_notify(old, job.state):
+        return ()
+    if job.state is JobState.RUNNING:
+        return ("BEGIN",)
+    if job.state is JobState.PENDING:
+        return ("REQUEUE",)
+    end = "END" if job.state in _ENDED_WELL else "FAIL"
+    return ("TIME_LIMIT", end) if job.state is JobState.TIMEOUT else (end,)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Who is told of what, from the config: mail when an SMTP server is set, and the
+    admins' webhooks."""
+
+    mail: bool = False
+    mail_domain: str | None = None
+    webhooks: tuple[Webhook, ...] = ()
+
+    @classmethod
+    def from_config(cls, config: Config) -> Policy:
+        return cls(config.smtp_host is not None, config.mail_domain, config.webhooks)
+
+    @property
+    def active(self) -> bool:
+        return self.mail or bool(self.webhooks)
+
+    def hooks_want(self, kind: str) -> bool:
+        return any(kind in hook.events for hook in self.webhooks)
+
+    def mail_address(self, job: Job) -> str | None:
+        """--mail-user, else <user>@mail_domain, else None (not mailed)."""
+        if job.spec.mail_user:
+            return job.spec.mail_user
+        return f"{job.user}@{self.mail_domain}" if self.mail_domain else None
+
+    def for_job(self, job: Job, kinds: tuple[str, ...]) -> list[Delivery]:
+        """The deliveries owed for `kinds` of `job`: its mail, per its mail types, and
+        the webhooks that ask for those kinds."""
+        out: list[Delivery] = []
+        types = mail_types(job.spec.mail_type)
+        address = self.mail_address(job) if self.mail and types else None
+        if job.spec.array_task is not None and "ARRAY_TASKS" not in types:
+            address = None
+        for kind in kinds:
+            if address is not None and (as_mail := _mail_kind(kind, types)) is not None:
+                out.append(Delivery(as_mail, MAIL, address))
+            out.extend(
+                Delivery(kind, WEBHOOK, hook.name) for hook in self.webhooks if kind in hook.events
+            )
+        return out
+
+    def for_node(self, kind: str) -> list[Delivery]:
+        return [Delivery(kind, WEBHOOK, hook.name) for hook in self.webhooks if kind in hook.events]
+
+
+def _mail_kind(kind: str, types: frozenset[str]) -> str | None:
+    """The mail a job with mail `types` gets for event `kind` (slurmctld's choice: a
+    failure without FAIL asked for is mailed as END)."""
+    if kind in types:
+        return kind
+    if kind == "FAIL" and "END" in types:
+        return "END"
+    return None
+
+
+def job_payload(job: Job, kind: str, event_id: str, now: float) -> dict[str, object]:
+    """What an event says of its job: the webhook's JSON and the mail's source."""
+    return {
+        "event_id": event_id,
+        "kind": kind,
+        "time": now,
+        "job": {
+            "id": job.id,
+            "array_job_id": job.array_job_id,
+            "array_task_id": job.spec.array_task,
+            "name": job.spec.name,
+            "user": job.user,
+            "state": job.state.value,
+            "reason": job.reason,
+            "exit_code": job.exit_code,
+            "signal": job.exit_signal,
+            "node": job.node,
+            "attempt": job.attempt,
+            "submit_time": job.submit_time,
+            "start_time": job.start_time,
+            "end_time": job.end_time,
+            "time_limit": job.spec.time_limit,
+        },
+    }
+
+
+def node_payload(node: str, kind: str, reason: str, event_id: str, now: float) -> dict[str, object]:
+    return {
+        "event_id": event_id,
+        "kind": kind,
+        "time": now,
+        "node": {"name": node, "reason": reason},
+    }
+
+
+def summary(payload: Mapping[str, object]) -> str:
+    """One line for the event, Slurm's mail subject for a job's:
+    `Slurm Job_id=12 Name=train Ended, Run time 00:01:02, COMPLETED, ExitCode 0`."""
+    kind = str(payload["kind"])
+    job = payload.get("job")
+    if not isinstance(job, Mapping):
+        node = payload.get("node")
+        name = node.get("name") if isinstance(node, Mapping) else ""
+        reason = node.get("reason") if isinstance(node, Mapping) else ""
+        return _clean(f"gbatch node {name}: {kind.lower().replace('_', ' ')}: {reason}")
+    task = job.get("array_task_id")
+    who = (
+        f"Slurm Job_id={job['id']}"
+        if task is None
+        else f"Slurm Array Task Job_id={job['array_job_id']}_{task} ({job['id']})"
+    )
+    head = f"{who} Name={job['name']}"
+    start, end = _number(job.get("start_time")), _number(job.get("end_time"))
+    now = _number(payload.get("time")) or 0.0
+    run_time = format_elapsed_fixed(((end or now) - start) if start is not None else 0.0)
+    if kind == "BEGIN":
+        queued = (start or now) - (_number(job.get("submit_time")) or now)
+        return _clean(f"{head} Began, Queued time {format_elapsed_fixed(queued)}")
+    if kind in ("END", "FAIL", "REQUEUE"):
+        verb = {"END": "Ended", "FAIL": "Failed", "REQUEUE": "Requeued"}[kind]
+        code = job.get("exit_code")
+        return _clean(f"{head} {verb}, Run time {run_time}, {job['state']}, ExitCode {code or 0}")
+    if kind == "TIME_LIMIT":
+        return _clean(f"{head} Reached time limit, Run time {run_time}")
+    if kind in TIME_LIMIT_WARNINGS:
+        share = round(TIME_LIMIT_WARNINGS[kind] * 100)
+        return _clean(f"{head} Reached {share}% of time limit, Run time {run_time}")
+    return _clean(f"{head} {kind}")
+
+
+def mail_body(payload: Mapping[str, object]) -> str:
+    job = payload.get("job")
+    lines = [summary(payload), ""]
+    if isinstance(job, Mapping):
+        lines += [f"{key}: {job[key]}" for key in ("state", "reason", "node") if job.get(key)]
+    lines.append(f"event id: {payload['event_id']}")
+    return "\n".join(lines) + "\n"
+
+
+def webhook_body(payload: Mapping[str, object], form: str) -> bytes:
+    """The POST body: the event with its summary as `text` ("json"), or only the text
+    ("slack": what Slack's and Mattermost's incoming webhooks take)."""
+    text = summary(payload)
+    body = {"text": text} if form == "slack" else {**payload, "text": text}
+    return json.dumps(body, sort_keys=True).encode()
+
+
+def signature(secret: str, body: bytes) -> str:
+    """X-Gbatch-Signature: `sha256=<hex HMAC-SHA256 of the body under the secret>`."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def retry_delay(attempts: int, base: float) -> float:
+    """Seconds before the next try, after `attempts` failed ones (1, 2, ...)."""
+    return min(base * 2.0 ** max(0, attempts - 1), MAX_RETRY_DELAY)
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _clean(text: str) -> str:
+    # A job name is the user's: no control character may reach a mail header.
+    return _CONTROL.sub("?", text)

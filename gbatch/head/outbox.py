@@ -1,0 +1,180 @@
+"""The outbox worker: a thread of the daemon that delivers what the store's outbox owes
+(mail over SMTP, webhook POSTs), never the loop's business: a slow SMTP server or a
+webhook that hangs delays other notifications, never a job.
+
+At least once: a row is marked delivered only after its server took it, so a daemon
+killed in between delivers it again after its restart, with the same event id (the
+mail's Message-ID and X-Gbatch-Event-Id, the webhook's X-Gbatch-Event-Id). A failed
+try waits notify_retry_seconds, doubling (gbatch/head/notify.py), and is given up after
+MAX_ATTEMPTS; a refusal that no retry can change (an address the server rejects, a 4xx)
+is given up at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from gbatch.config import Config, Webhook
+from gbatch.crashpoints import crash_point
+from gbatch.head import notify
+from gbatch.head.store import Store, StoreError
+
+if TYPE_CHECKING:
+    import urllib.request
+
+log = logging.getLogger("gbatchd.outbox")
+BATCH = 50  # rows read per pass; the pass ends early when the daemon stops
+SEND_TIMEOUT = 10.0  # seconds for one SMTP conversation or one POST
+
+
+class DeliveryError(Exception):
+    """A try failed; `final` when trying again cannot help."""
+
+    def __init__(self, message: str, *, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
+
+
+class Outbox:
+    def __init__(
+        self, store: Store, config: Config, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._hooks = {hook.name: hook for hook in config.webhooks}
+
+    def start(self) -> None:
+        if not notify.Policy.from_config(self.config).active:
+            return  # nothing can be owed: no thread
+        self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self._thread is not None:
+            self._thread.join(SEND_TIMEOUT + 5)
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.deliver_due(self.clock())
+            except StoreError as err:
+                # A full disk: what was not marked delivered is tried again later.
+                log.error("outbox: %s; trying again", err)
+            self.stopping.wait(self.config.tick_seconds)
+
+    def deliver_due(self, now: float) -> int:
+        """Try every row due at `now` once; the number delivered."""
+        delivered = 0
+        for note in self.store.due_notifications(now, BATCH):
+            if self.stopping.is_set():
+                break
+            try:
+                self.deliver(note)
+            except DeliveryError as err:
+                self._failed(note, err)
+                continue
+            crash_point("notify.after_send")
+            self.store.notification_delivered(note.id, self.clock())
+            delivered += 1
+        return delivered
+
+    def _failed(self, note: notify.Notification, err: DeliveryError) -> None:
+        attempts = note.attempts + 1
+        what = f"{note.kind} {note.channel} to {note.target} (event {note.event_id})"
+        now = self.clock()
+        if err.final or attempts >= notify.MAX_ATTEMPTS:
+            log.error("outbox: giving up on %s after %d tries: %s", what, attempts, err)
+            self.store.notification_failed(note.id, str(err), now, None)
+            return
+        delay = notify.retry_delay(attempts, self.config.notify_retry_seconds)
+        log.warning("outbox: %s failed (%s); trying again in %.0f s", what, err, delay)
+        self.store.notification_failed(note.id, str(err), now, now + delay)
+
+    def deliver(self, note: notify.Notification) -> None:
+        """Send one row; DeliveryError when it was not taken."""
+        if note.channel == notify.MAIL:
+            self.send_mail(note)
+        elif note.channel == notify.WEBHOOK:
+            hook = self._hooks.get(note.target)
+            if hook is None:
+                raise DeliveryError(f"no webhook {note.target} in the config now", final=True)
+            post_webhook(hook, note)
+        else:
+            raise DeliveryError(f"unknown channel {note.channel}", final=True)
+
+    def send_mail(self, note: notify.Notification) -> None:
+        # Deferred: smtplib and email cost start-up, and only a head that mails needs them.
+        import smtplib
+        from email import policy
+        from email.message import EmailMessage
+
+        host = self.config.smtp_host
+        if host is None:
+            raise DeliveryError("smtp_host is no longer set", final=True)
+        # Slurm's subjects run past 78 characters: unfolded (998 is SMTP's line limit),
+        # or a reader sees them start with the fold's space.
+        message = EmailMessage(policy.SMTP.clone(max_line_length=998))
+        message["From"] = self.config.mail_from or f"gbatch@{socket.getfqdn()}"
+        message["To"] = note.target
+        message["Subject"] = notify.summary(note.payload)
+        # The same on every try: a receiver can drop a duplicate.
+        message["Message-ID"] = f"<{note.event_id}.{note.id}@gbatch>"
+        message["X-Gbatch-Event-Id"] = note.event_id
+        message.set_content(notify.mail_body(note.payload))
+        try:
+            with smtplib.SMTP(host, self.config.smtp_port, timeout=SEND_TIMEOUT) as smtp:
+                smtp.send_message(message)
+        except smtplib.SMTPRecipientsRefused as err:
+            raise DeliveryError(f"{host} refused {note.target}: {err}", final=True) from err
+        except (smtplib.SMTPException, OSError) as err:
+            raise DeliveryError(f"SMTP {host}:{self.config.smtp_port}: {err}") from err
+
+
+def _opener() -> urllib.request.OpenerDirector:
+    """An opener that follows no redirect: urllib would (turning the POST into a GET),
+    and a webhook must not lead the head anywhere its admin did not name."""
+    import urllib.request
+
+    class NoRedirects(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: object, **kwargs: object) -> None:
+            return None
+
+    return urllib.request.build_opener(NoRedirects())
+
+
+def post_webhook(hook: Webhook, note: notify.Notification) -> None:
+    """POST the event to `hook`, signed; DeliveryError unless it answers 2xx."""
+    # Deferred, as smtplib: only a head with webhooks needs urllib's HTTP stack.
+    import urllib.error
+    import urllib.request
+
+    body = notify.webhook_body(note.payload, hook.form)
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "gbatch",
+        "X-Gbatch-Event": note.kind,
+        "X-Gbatch-Event-Id": note.event_id,
+    }
+    if hook.secret:
+        headers["X-Gbatch-Signature"] = notify.signature(hook.secret, body)
+    request = urllib.request.Request(hook.url, data=body, headers=headers, method="POST")
+    try:
+        with _opener().open(request, timeout=SEND_TIMEOUT) as response:
+            status = response.status
+    except urllib.error.HTTPError as err:
+        status = err.code
+    except (urllib.error.URLError, OSError) as err:
+        raise DeliveryError(f"webhook {hook.name}: {err}") from err
+    if not 200 <= status < 300:
+        # A redirect, or 4xx but a timeout or too many requests: refused for good.
+        final = 300 <= status < 500 and status not in (408, 429)
+        raise DeliveryError(f"webhook {hook.name} answered HTTP {status}", final=final)

@@ -1,0 +1,262 @@
+"""Notifications: who is told of which job event (gbatch/head/notify.py), the outbox rows
+the store writes with the state change, and the worker's retries with backoff, on a real
+SQLite file. Delivery over real SMTP and HTTP: tests/integration/test_notifications.py."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gbatch.config import Config, Paths, Webhook, load_config
+from gbatch.head import notify
+from gbatch.head.outbox import DeliveryError, Outbox
+from gbatch.head.store import Store
+from gbatch.model import Job, JobSpec, JobState
+
+T0 = 1_767_225_600.0
+HOOK = Webhook("ops", "https://hooks.example.org/x", "s3cret", ("FAIL", "NODE_DOWN"))
+POLICY = notify.Policy(mail=True, mail_domain="example.org", webhooks=(HOOK,))
+
+
+def spec(mail_type: str | None = "ALL", **more: object) -> JobSpec:
+    return JobSpec(name="train", command=("true",), mail_type=mail_type, **more)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = Store(tmp_path / "gbatch.db", POLICY)
+    yield opened
+    opened.close()
+
+
+def run_to(store: Store, job_id: int, end: JobState, **fields: object) -> None:
+    store.set_state(job_id, JobState.CONFIGURING, "", T0 + 5, node="local", attempt=1)
+    store.set_state(job_id, JobState.RUNNING, "", T0 + 5, start_time=T0 + 5)
+    store.set_state(job_id, end, "", T0 + 67, end_time=T0 + 67, **fields)
+
+
+def rows(store: Store, job_id: int) -> list[tuple[object, object, object]]:
+    return [(r["kind"], r["channel"], r["target"]) for r in store.outbox(job_id)]
+
+
+# -- which events, to whom ----------------------------------------------------------------
+
+
+def test_all_is_begin_end_fail_requeue_but_not_the_time_limits() -> None:
+    types = notify.mail_types("ALL")
+    assert {"BEGIN", "END", "FAIL", "REQUEUE"} <= types
+    assert "TIME_LIMIT" not in types and "TIME_LIMIT_80" not in types
+    assert notify.mail_types("NONE") == frozenset()
+    assert notify.mail_types(None) == frozenset()
+
+
+def test_a_completed_job_with_mail_all_owes_begin_then_end_mail(store: Store) -> None:
+    (job_id,) = store.submit([spec(mail_user="ada@lab.org")], 1000, "ada", T0)
+    run_to(store, job_id, JobState.COMPLETED, exit_code=0)
+    assert rows(store, job_id) == [("BEGIN", "mail", "ada@lab.org"), ("END", "mail", "ada@lab.org")]
+
+
+def test_a_failure_is_mailed_as_end_without_fail_and_shares_the_webhooks_event_id(
+    store: Store,
+) -> None:
+    (job_id,) = store.submit([spec("END")], 1000, "ada", T0)
+    run_to(store, job_id, JobState.FAILED, exit_code=3)
+    mail, hook = store.outbox(job_id)
+    assert (mail["kind"], mail["channel"], mail["target"]) == ("END", "mail", "ada@example.org")
+    assert (hook["kind"], hook["channel"], hook["target"]) == ("FAIL", "webhook", "ops")
+    assert mail["event_id"] == hook["event_id"]
+    payload = json.loads(str(mail["payload"]))
+    assert payload["job"]["exit_code"] == 3 and payload["event_id"] == mail["event_id"]
+
+
+def test_a_timeout_owes_time_limit_and_fail(store: Store) -> None:
+    (job_id,) = store.submit([spec("FAIL,TIME_LIMIT")], 1000, "ada", T0)
+    run_to(store, job_id, JobState.TIMEOUT)
+    assert [k for k, c, _ in rows(store, job_id) if c == "mail"] == ["TIME_LIMIT", "FAIL"]
+
+
+def test_a_requeued_run_owes_requeue(store: Store) -> None:
+    (job_id,) = store.submit([spec("REQUEUE")], 1000, "ada", T0)
+    run_to(store, job_id, JobState.PENDING)
+    assert rows(store, job_id) == [("REQUEUE", "mail", "ada@example.org")]
+
+
+def test_jobs_without_mail_type_or_address_owe_no_mail(tmp_path: Path) -> None:
+    opened = Store(tmp_path / "gbatch.db", notify.Policy(mail=True))
+    (quiet,) = opened.submit([spec(None)], 1000, "ada", T0)
+    (nowhere,) = opened.submit([spec("ALL")], 1000, "ada", T0)  # no mail_user, no domain
+    run_to(opened, quiet, JobState.COMPLETED)
+    run_to(opened, nowhere, JobState.COMPLETED)
+    assert opened.outbox() == []
+    opened.close()
+
+
+def test_array_tasks_mail_only_with_array_tasks() -> None:
+    task = Job(1, 1000, "ada", spec("ALL", array_task=3), JobState.COMPLETED, T0)
+    assert POLICY.for_job(task, ("END",)) == []
+    each = replace(task, spec=spec("ALL,ARRAY_TASKS", array_task=3))
+    assert POLICY.for_job(each, ("END",)) == [notify.Delivery("END", "mail", "ada@example.org")]
+
+
+def test_a_store_without_a_policy_owes_nothing(tmp_path: Path) -> None:
+    opened = Store(tmp_path / "gbatch.db")
+    (job_id,) = opened.submit([spec()], 1000, "ada", T0)
+    run_to(opened, job_id, JobState.FAILED)
+    assert opened.outbox() == []
+    opened.close()
+
+
+def test_cancelling_pending_jobs_owes_end_for_those_that_asked(tmp_path: Path) -> None:
+    opened = Store(tmp_path / "gbatch.db", notify.Policy(mail=True, mail_domain="lab.org"))
+    asked, silent = opened.submit([spec("END"), spec(None)], 1000, "ada", T0)
+    assert opened.cancel_pending([asked, silent], "scancel", T0 + 1) == [asked, silent]
+    assert rows(opened, asked) == [("END", "mail", "ada@lab.org")]
+    assert rows(opened, silent) == []
+    opened.close()
+
+
+def test_an_event_is_owed_once_per_run_however_often_asked(store: Store) -> None:
+    (job_id,) = store.submit([spec("TIME_LIMIT_80")], 1000, "ada", T0)
+    store.set_state(job_id, JobState.CONFIGURING, "", T0, attempt=1)
+    store.set_state(job_id, JobState.RUNNING, "", T0, start_time=T0)
+    assert store.queue_job_event(job_id, "TIME_LIMIT_80", T0 + 80) == 1
+    assert store.queue_job_event(job_id, "TIME_LIMIT_80", T0 + 81) == 0
+    assert rows(store, job_id) == [("TIME_LIMIT_80", "mail", "ada@example.org")]
+
+
+def test_node_events_go_to_the_webhooks_that_ask(store: Store) -> None:
+    assert store.queue_node_event("gpu01", "NODE_DOWN", "no report for 300 s", T0) == 1
+    (row,) = store.outbox()
+    assert (row["kind"], row["target"], row["job_id"]) == ("NODE_DOWN", "ops", None)
+    assert "gpu01" in notify.summary(json.loads(str(row["payload"])))
+
+
+# -- what they say -------------------------------------------------------------------------
+
+
+def payload(kind: str, state: str = "COMPLETED", **job: object) -> dict[str, object]:
+    fields = {
+        "id": 12,
+        "array_job_id": None,
+        "array_task_id": None,
+        "name": "train",
+        "state": state,
+        "exit_code": 0,
+        "submit_time": T0,
+        "start_time": T0 + 5,
+        "end_time": T0 + 67,
+        **job,
+    }
+    return {"event_id": "e1", "kind": kind, "time": T0 + 67, "job": fields}
+
+
+@pytest.mark.parametrize(
+    ("kind", "state", "subject"),
+    [
+        ("BEGIN", "RUNNING", "Slurm Job_id=12 Name=train Began, Queued time 00:00:05"),
+        (
+            "END",
+            "COMPLETED",
+            "Slurm Job_id=12 Name=train Ended, Run time 00:01:02, COMPLETED, ExitCode 0",
+        ),
+        (
+            "FAIL",
+            "FAILED",
+            "Slurm Job_id=12 Name=train Failed, Run time 00:01:02, FAILED, ExitCode 0",
+        ),
+        (
+            "TIME_LIMIT_80",
+            "RUNNING",
+            "Slurm Job_id=12 Name=train Reached 80% of time limit, Run time 00:01:02",
+        ),
+    ],
+)
+def test_subjects_read_as_slurms(kind: str, state: str, subject: str) -> None:
+    assert notify.summary(payload(kind, state)) == subject
+
+
+def test_an_array_tasks_subject_names_the_array_and_the_job() -> None:
+    text = notify.summary(payload("END", array_job_id=10, array_task_id=2))
+    assert text.startswith("Slurm Array Task Job_id=10_2 (12) Name=train Ended")
+
+
+def test_a_job_name_cannot_put_a_line_break_in_a_header() -> None:
+    assert "\n" not in notify.summary(payload("END", name="x\nBcc: all@lab.org"))
+
+
+def test_webhook_bodies_are_signed_with_hmac_sha256_of_the_exact_body() -> None:
+    body = notify.webhook_body(payload("END"), "json")
+    expected = hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+    assert notify.signature("s3cret", body) == f"sha256={expected}"
+    assert json.loads(body)["text"].startswith("Slurm Job_id=12")
+    assert json.loads(notify.webhook_body(payload("END"), "slack")).keys() == {"text"}
+
+
+# -- retries ------------------------------------------------------------------------------
+
+
+def test_retry_delay_doubles_up_to_its_cap() -> None:
+    delays = [notify.retry_delay(n, 30.0) for n in (1, 2, 3, 20)]
+    assert delays == [30.0, 60.0, 120.0, notify.MAX_RETRY_DELAY]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_failed_try_waits_its_backoff_then_is_delivered_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (job_id,) = store.submit([spec("BEGIN")], 1000, "ada", T0)
+    store.set_state(job_id, JobState.CONFIGURING, "", T0, attempt=1)
+    store.set_state(job_id, JobState.RUNNING, "", T0, start_time=T0)
+    clock = Clock()
+    outbox = Outbox(store, Config(smtp_host="127.0.0.1", notify_retry_seconds=10), clock)
+    sent: list[str] = []
+
+    def down(note: notify.Notification) -> None:
+        raise DeliveryError("connection refused")
+
+    monkeypatch.setattr(outbox, "send_mail", down)
+    assert outbox.deliver_due(clock.now) == 0
+    (row,) = store.outbox(job_id)
+    assert (row["attempts"], row["next_attempt_time"], row["delivered"]) == (1, T0 + 10, None)
+    assert store.due_notifications(T0 + 9, 10) == []
+
+    monkeypatch.setattr(outbox, "send_mail", lambda note: sent.append(note.event_id))
+    clock.now = T0 + 10
+    assert outbox.deliver_due(clock.now) == 1
+    assert outbox.deliver_due(clock.now + 100) == 0
+    (row,) = store.outbox(job_id)
+    assert sent == [row["event_id"]] and row["delivered"] == T0 + 10
+
+
+def test_a_refusal_no_retry_can_change_is_given_up_at_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.queue_node_event("gpu01", "NODE_DOWN", "silent", T0)
+    outbox = Outbox(store, Config(webhooks=()), Clock())  # the webhook left the config
+    assert outbox.deliver_due(T0) == 0
+    (row,) = store.outbox()
+    assert row["gave_up"] == T0 and "no webhook ops" in str(row["last_error"])
+    assert store.due_notifications(T0 + 1e6, 10) == []
+
+
+def test_the_readmes_notifications_example_is_a_config_the_daemon_accepts(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    block = readme.split("```yaml\nsmtp_host:", 1)[1].split("```", 1)[0]
+    paths = Paths(tmp_path)
+    paths.config_file.write_text("smtp_host:" + block)
+    config = load_config(paths, {})
+    assert config.smtp_host == "mail.lab.example"
+    assert [hook.form for hook in config.webhooks] == ["json", "slack"]

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from gbatch.model import Job
+from gbatch.model import Job, JobState
 
 MAX_DIGITS = 18
 # A number as every id grammar reads it (dependency.py's too): canonical decimal.
@@ -203,13 +203,16 @@ def _folded(array: int, spans: Iterable[tuple[int, int]], job: Job) -> str:
     return f"{array}_[{format_spans(merge_spans(spans))}{limit}]"
 
 
+_PENDING = JobState.PENDING  # a global: Enum member access through the class is slow
+
+
 def collapse_pending(jobs: Sequence[Job]) -> list[tuple[Job, str]]:
     """squeue's default rows: each job with its label, the PENDING tasks of one array
     folded into one row `N_[4-15]` (at the place of its first), as Slurm shows them.
     A record standing for more tasks (Job.array_more) folds them in too."""
     tasks: dict[int, list[tuple[int, int]]] = {}
     for job in jobs:
-        if job.state.value == "PENDING" and job.array_job_id is not None:
+        if job.state is _PENDING and job.array_job_id is not None:
             spans = tasks.setdefault(job.array_job_id, [])
             spans.append((job.spec.array_task or 0,) * 2)
             spans.extend(job.array_more)
@@ -217,7 +220,7 @@ def collapse_pending(jobs: Sequence[Job]) -> list[tuple[Job, str]]:
     shown: set[int] = set()
     for job in jobs:
         array = job.array_job_id
-        if job.state.value != "PENDING" or array is None:
+        if job.state is not _PENDING or array is None:
             rows.append((job, job_label(job)))
         elif array not in shown:
             shown.add(array)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect  # already loaded by dataclasses (gbatch.model): no start-up cost
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace  # loaded by gbatch.model already
 from math import isfinite
 from operator import attrgetter
 from types import UnionType
@@ -203,6 +204,26 @@ def job_from_row(row: Sequence[Any], spec: JobSpec) -> Job:
         array_more=tuple((a, b) for a, b in extra[2]) if len(extra) > 2 else (),
     )
     return job
+
+
+def jobs_from_table(table: Mapping[str, Any]) -> list[Job]:
+    """jobs_to_table's jobs, in its order, each as job_from_wire would give it from the
+    brief record: each shared spec decoded once, and an array task's (with its
+    array_task and array_pos, from the row's array id and task index) once per task."""
+    specs = [JobSpec.from_dict(spec) for spec in table["specs"]]
+    tasks: dict[tuple[int, int, int], JobSpec] = {}
+    at = _TABLE_ARRAY_AT
+    jobs = []
+    for row in table["rows"]:
+        spec = specs[row[0]]
+        if len(row) > at + 1 and row[at] is not None:
+            key = (row[0], row[at + 1], row[1] - row[at])
+            task = tasks.get(key)
+            if task is None:
+                task = tasks[key] = replace(spec, array_task=key[1], array_pos=key[2])
+            spec = task
+        jobs.append(job_from_row(row, spec))
+    return jobs
 
 
 _STATES = {state.value: state for state in JobState}

@@ -131,12 +131,16 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     needs_starts = bool(letters & formatting.SQUEUE_START_LETTERS) or any(
         key in "Se" for key, _ in sort
     )
+    brief = not args.json and not letters & formatting.SQUEUE_FULL_SPEC_LETTERS
     request = wire.ListJobs(
         users=tuple(users),
         jobs=tuple(parse_ids(args.jobs, "-j/--jobs") or ()),
         states=() if history else tuple(states),
         history=history,
-        brief=not args.json and not letters & formatting.SQUEUE_FULL_SPEC_LETTERS,
+        brief=brief,
+        # As columns, each spec once: a third of the bytes to encode and parse. A daemon
+        # sends no `starts` with a table, so %S/%e and -S S/e ask for records.
+        table=brief and not needs_starts,
         names=tuple(split_list(args.name) or ()),
         partitions=tuple(split_list(args.partition) or ()),
         nodes=tuple(split_list(args.nodelist) or ()),
@@ -224,7 +228,10 @@ def _show(
     from gbatch import formatting, wire
 
     reply = ctx.client.call(request)
-    jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
+    if "table" in reply:
+        jobs = wire.jobs_from_table(reply["table"])
+    else:  # records: asked for, or a daemon from before tables
+        jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
     if not jobs and request.jobs:
         _check_jobs_exist(ctx, request.jobs)
     now = reply["now"]

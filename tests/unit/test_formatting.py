@@ -617,3 +617,60 @@ def test_node_list_shows_where_each_node_is_and_why_it_is_out() -> None:
         "gpu01 gbatch@10.0.0.11:22   idle     0",
         "gpu02 gbatch@10.0.0.12:2222 down     0 host key unknown",
     ]
+
+
+def _varied_queue() -> list[Job]:
+    """Jobs whose memoized squeue cells (same spec, user, state, reason...) repeat, with
+    the cases that must not share a cell: held, requeued, array tasks and folded tails."""
+    array_spec = replace(TRAIN, array_task=0, array_pos=0, array_throttle=2)
+    jobs = [running_job(), running_job(id=8, start_time=NOW - 7200, node="gpu02")]
+    jobs += [pending_job(id=10 + i, reason=("Resources", "Priority", "")[i % 3]) for i in range(6)]
+    jobs += [pending_job(id=20, held=True), pending_job(id=21, held=True, reason="JobHeldAdmin")]
+    jobs.append(pending_job(id=22, start_time=NOW - 50, end_time=NOW - 20))  # requeued
+    jobs.append(pending_job(id=23, user="carol", uid=1002, spec=replace(TRAIN, partition="big")))
+    jobs += [
+        pending_job(id=30 + pos, spec=replace(array_spec, array_task=4 + pos, array_pos=pos))
+        for pos in range(3)
+    ]
+    jobs.append(pending_job(id=40, spec=replace(array_spec, array_task=0), array_more=((2, 9),)))
+    jobs.append(running_job(id=33, spec=replace(array_spec, array_task=7, array_pos=3)))
+    jobs += [finished_job(), finished_job(id=50, state=JobState.TIMEOUT, reason="TimeLimit")]
+    jobs.append(pending_job(id=51, spec=replace(TRAIN, name="tab\tname", comment="c")))
+    return jobs
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        None,
+        "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R",
+        "%i %A %F %K %P %j %u %U %t %T %M %l %L %D %C %m %R %N %b %V %S %e %Q %p %r %k %E %o %Z %Y",
+        "%.3i|%5K|%.2P|%4j|%.3u%%%1t%.4M%R%.2r",
+    ],
+)
+@pytest.mark.parametrize("expand", [False, True], ids=["folded", "expanded"])
+def test_squeue_memoized_rows_equal_one_line_drawn_per_job(fmt: str | None, expand: bool) -> None:
+    from gbatch.formatting import (
+        SQUEUE_DEFAULT_FORMAT,
+        SqueueView,
+        _parse_squeue_format,
+        _squeue_line,
+        collapse_pending,
+        expand_tasks,
+    )
+
+    jobs = _varied_queue()
+    starts = {11: NOW + 600.0}
+    parts = _parse_squeue_format(SQUEUE_DEFAULT_FORMAT if fmt is None else fmt)
+    view = SqueueView(NOW, starts)
+    rows = (
+        [(task, None) for job in jobs for task in expand_tasks(job)]
+        if expand
+        else collapse_pending(jobs)
+    )
+    expected = [_squeue_line(parts, None, view)]
+    expected += [_squeue_line(parts, job, view, label) for job, label in rows]
+
+    out = format_squeue(jobs, NOW, fmt=fmt, starts=starts, expand_arrays=expand)
+
+    assert out == "".join(line + "\n" for line in expected)

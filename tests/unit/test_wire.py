@@ -15,6 +15,7 @@ from gbatch.wire import (
     event_to_wire,
     job_from_wire,
     job_to_wire,
+    jobs_from_table,
     jobs_to_table,
     node_from_wire,
     node_to_wire,
@@ -174,6 +175,29 @@ def test_a_tables_array_tasks_are_labelled_n_k_beside_their_shared_spec() -> Non
     old = {"specs": table["specs"], "rows": [row[:17] for row in table["rows"]]}
     assert JobDecoder().decode(old) == JobDecoder().decode(table)
     assert table_labels(old) == {}
+
+
+def test_jobs_from_a_table_equal_the_brief_records_array_tasks_included() -> None:
+    # squeue decodes tables with jobs_from_table: each job must be what the brief record
+    # (job_to_wire(brief=True)) gives, an array task's array_task and array_pos too.
+    tasks = [
+        replace(
+            full_job(),
+            id=20 + pos,
+            state=JobState.PENDING,
+            spec=replace(full_spec(), array_task=3 + 2 * pos, array_pos=pos),
+            array_more=((9, 12), (15, 15)) if pos == 2 else (),
+        )
+        for pos in range(3)
+    ]
+    other = replace(full_job(), id=1, spec=JobSpec(name="x", command=("true",), priority=7))
+    jobs = [full_job(), *tasks, other, replace(tasks[0], id=30, state=JobState.RUNNING)]
+
+    decoded = jobs_from_table(through_json(jobs_to_table(jobs)))
+
+    assert decoded == [brief(job) for job in jobs]
+    assert [j.spec for j in decoded] == [brief(job).spec for job in jobs]
+    assert [j.array_job_id for j in decoded] == [job.array_job_id for job in jobs]
 
 
 def test_the_decoder_hands_back_the_same_job_object_while_a_job_is_unchanged() -> None:

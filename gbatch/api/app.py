@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gbatch import wire
+from gbatch.api.follow import resume_offset
 from gbatch.api.openapi import PREFIX, document
 from gbatch.cli.exits import CliError
 from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
@@ -196,7 +197,7 @@ class Api:
         target = _one_job(http)
         if isinstance(target, Response):
             return target
-        offset = _resume_offset(http)
+        offset = resume_offset(http)
         if offset is None:
             return error("invalid", "offset must be a non-negative integer")
         return await self.stream_log(token, target, offset)
@@ -245,13 +246,17 @@ def make_app(socket_path: Path, timeout: float = 30.0, *, local_metrics: bool = 
         ("/jobs/{job}/{action}", api.act, ["POST"]),
     ]
     routes += [("/nodes", api.nodes, ["GET"]), ("/fairshare", api.fairshare, ["GET"])]
+    from gbatch.api.web import Web  # deferred with the app: jinja2
+
     return Starlette(
         routes=[
             Route(PREFIX + path, endpoint, methods=methods) for path, endpoint, methods in routes
         ]
         # Where Prometheus looks by default; outside /api/ so a proxy of /api/ (README's
         # nginx) does not publish it.
-        + [Route(METRICS_PATH, api.metrics, methods=["GET"])],
+        + [Route(METRICS_PATH, api.metrics, methods=["GET"])]
+        # The web page, through the same wire requests (api/web.py).
+        + Web(api).routes(),
         exception_handlers={404: _not_found, 405: _not_allowed},
     )
 
@@ -307,12 +312,6 @@ def _one_job(http: Request) -> tuple[int, int | None] | Response:
     except JobIdError as err:
         return error("invalid", f"job: {err}")
     return target.job, target.tasks[0][0] if target.tasks else None
-
-
-def _resume_offset(http: Request) -> int | None:
-    """Where a follow starts: Last-Event-ID (a reconnecting EventSource), else `offset`."""
-    text = http.headers.get("last-event-id") or http.query_params.get("offset", "0")
-    return int(text) if text.isdigit() else None
 
 
 def _list(value: str | None) -> tuple[str, ...]:

@@ -20,6 +20,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from starlette.requests import Request
+
 POLL_SECONDS = 0.2  # gbatch logs -f's pause when a read brings nothing new
 KEEPALIVE_SECONDS = 15.0  # a comment line, so proxies keep a quiet stream open
 MEDIA_TYPE = "text/event-stream"
@@ -78,6 +80,13 @@ async def follow(
         except ReadFailed as err:
             yield event("failed", err.reply)
             return
+
+
+def resume_offset(http: Request) -> int | None:
+    """Where a follow starts: Last-Event-ID (a reconnecting EventSource), else `offset`;
+    None when that is not a non-negative integer."""
+    text = http.headers.get("last-event-id") or http.query_params.get("offset", "0")
+    return int(text) if text.isdigit() else None
 
 
 def _chunk(reply: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ if [ "$(id -u)" = 0 ]; then
     bash .ci/setup-terminal.sh   # tmux for the TUI's real-terminal test
     bash .ci/setup-slurm.sh   # a one-node real Slurm for the differential test
     bash .ci/setup-prometheus.sh   # prometheus and promtool scrape /metrics (test_metrics)
+    bash .ci/setup-browser.sh   # chromium + chromedriver drive the web page (test_web_ui)
     [ "${GBATCH_TEST_DOCKER:-1}" = 0 ] || bash .ci/setup-docker.sh
 fi
 

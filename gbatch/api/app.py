@@ -9,6 +9,7 @@ is answered 401 here, and never reaches the daemon.
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,11 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gbatch import wire
+from gbatch.api.follow import resume_offset
 from gbatch.api.openapi import PREFIX, document
 from gbatch.cli.exits import CliError
 from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
@@ -68,16 +70,43 @@ class Api:
         token = _bearer(http)
         if token is None:
             return None, _no_token()
+        reply = await self.ask(token, inner)
+        if isinstance(reply, JSONResponse):
+            return None, reply
+        return reply, JSONResponse({"ok": True, **reply}, status)
+
+    async def ask(self, token: str, inner: wire.Request) -> dict[str, Any] | JSONResponse:
+        """The reply's fields to `inner` sent as the bearer of `token`, or the error's
+        response."""
         payload = wire.encode_request(
             wire.WithToken(token=token, request=wire.encode_request(inner))
         )
         try:
-            reply = await run_in_threadpool(self._send, payload)
+            reply: dict[str, Any] = await run_in_threadpool(self._send, payload)
         except RequestFailed as err:
-            return None, error(err.kind, err.message)
+            return error(err.kind, err.message)
         except (DaemonUnavailable, ReplyTimeout) as err:
-            return None, error("unavailable", str(err))
-        return reply, JSONResponse({"ok": True, **reply}, status)
+            return error("unavailable", str(err))
+        return reply
+
+    async def stream_log(self, token: str, job: tuple[int, int | None], offset: int) -> Response:
+        """The job's log from `offset` as Server-Sent Events until the job ends
+        (api/follow.py); a refusal of the first read is an ordinary JSON error."""
+        from gbatch.api import follow
+
+        async def read(at: int) -> dict[str, Any]:
+            reply = await self.ask(token, wire.ReadLog(id=job[0], task=job[1], offset=at))
+            if isinstance(reply, JSONResponse):
+                raise follow.ReadFailed(json.loads(bytes(reply.body)))
+            return reply
+
+        try:
+            first = await read(offset)
+        except follow.ReadFailed as err:
+            return JSONResponse(err.reply, HTTP_STATUS[err.reply["kind"]])
+        return StreamingResponse(
+            follow.follow(read, first), media_type=follow.MEDIA_TYPE, headers=follow.HEADERS
+        )
 
     # -- the routes -------------------------------------------------------------------
 
@@ -158,6 +187,21 @@ class Api:
         request = wire.ReadLog(id=target[0], task=target[1], offset=int(offset))
         return (await self.call(http, request))[1]
 
+    async def follow_logs(self, http: Request) -> Response:
+        """GET /jobs/{job}/logs/follow: the log from `offset` (or an EventSource's
+        Last-Event-ID, the offset it had reached) as text/event-stream until the job
+        ends."""
+        token = _bearer(http)
+        if token is None:
+            return _no_token()
+        target = _one_job(http)
+        if isinstance(target, Response):
+            return target
+        offset = resume_offset(http)
+        if offset is None:
+            return error("invalid", "offset must be a non-negative integer")
+        return await self.stream_log(token, target, offset)
+
     async def nodes(self, http: Request) -> Response:
         return (await self.call(http, wire.ListNodes()))[1]
 
@@ -198,16 +242,21 @@ def make_app(socket_path: Path, timeout: float = 30.0, *, local_metrics: bool = 
         ("/jobs", api.submit, ["POST"]),
         ("/jobs/{job}", api.job, ["GET"]),
         ("/jobs/{job}/logs", api.logs, ["GET"]),
+        ("/jobs/{job}/logs/follow", api.follow_logs, ["GET"]),
         ("/jobs/{job}/{action}", api.act, ["POST"]),
     ]
     routes += [("/nodes", api.nodes, ["GET"]), ("/fairshare", api.fairshare, ["GET"])]
+    from gbatch.api.web import Web  # deferred with the app: jinja2
+
     return Starlette(
         routes=[
             Route(PREFIX + path, endpoint, methods=methods) for path, endpoint, methods in routes
         ]
         # Where Prometheus looks by default; outside /api/ so a proxy of /api/ (README's
         # nginx) does not publish it.
-        + [Route(METRICS_PATH, api.metrics, methods=["GET"])],
+        + [Route(METRICS_PATH, api.metrics, methods=["GET"])]
+        # The web page, through the same wire requests (api/web.py).
+        + Web(api).routes(),
         exception_handlers={404: _not_found, 405: _not_allowed},
     )
 

@@ -190,6 +190,20 @@ def document() -> dict[str, Any]:
                     params=[_JOB, _query("offset", "the byte to start at (default 0)", "integer")],
                 )
             },
+            "/jobs/{job}/logs/follow": {
+                "get": _op(
+                    "the job's output from byte `offset` as Server-Sent Events until the job "
+                    "ends (as gbatch logs -f): `log` events ({data, offset, state}; the "
+                    "event's id is the offset to resume from, taken from Last-Event-ID), "
+                    "then one `end` ({state, offset}), or `failed` (an error's JSON)",
+                    "read",
+                    {
+                        "description": "an event stream",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    },
+                    params=[_JOB, _query("offset", "the byte to start at (default 0)", "integer")],
+                )
+            },
             "/nodes": {
                 "get": _op(
                     "the nodes and their GPUs, and the partitions (as gbatch sinfo)",

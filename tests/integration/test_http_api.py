@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 import subprocess
+import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -165,3 +167,73 @@ def test_the_daemons_audit_log_names_the_token_of_each_request(head: Head, api: 
     http(f"{api}/jobs", "POST", token, SCRIPT)
     log = (head.home / "gbatchd.log").read_text()
     assert "via=token:" in log and "refused: token lacks scope submit" in log
+
+
+def sse_events(url: str, token: str) -> Iterator[tuple[str, dict[str, object]]]:
+    """(event, its JSON data) as each arrives on a text/event-stream."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        assert reply.headers["Content-Type"].startswith("text/event-stream")
+        name = ""
+        for raw in reply:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                name = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                yield name, json.loads(line.removeprefix("data: "))
+
+
+def test_a_log_is_followed_over_sse_as_it_grows_until_the_job_ends(
+    head: Head, api: str, tmp_path: Path
+) -> None:
+    # The job writes a line, then waits for the test to have seen it: what comes after
+    # can only arrive by following. The go-file sits where the job's user can see it.
+    gate = Path(tempfile.mkdtemp(prefix="gbatch-sse-"))
+    gate.chmod(0o755)
+    go = gate / "go"
+    job = json.dumps(
+        {
+            "name": "follow-me",
+            "workdir": "/tmp",
+            "command": f"echo first; while [ ! -e {go} ]; do sleep 0.1; done; "
+            "printf 'second\\r\\n'; echo third; exit 3",
+        }
+    )
+    token = mint(head, "--scope", "submit,read")
+    status, reply, _ = http(f"{api}/jobs", "POST", token, job, "application/json")
+    assert status == 201, reply
+    seen = ""
+    states: list[str] = []
+    events = sse_events(f"{api}/jobs/{reply['job_id']}/logs/follow", token)
+    try:
+        for name, data in events:
+            if name == "log":
+                seen += str(data["data"])
+                if seen == "first\n":
+                    assert data["state"] == "RUNNING"
+                    go.touch()
+            elif name == "end":
+                assert data["state"] == "FAILED"  # exit 3
+                break
+            elif name == "state":
+                states.append(str(data["state"]))
+            else:
+                raise AssertionError(f"unexpected event {name}: {data}")
+    finally:
+        shutil.rmtree(gate)
+    assert seen == "first\nsecond\r\nthird\n"
+    assert states[-2:] == ["RUNNING", "FAILED"] and set(states[:-2]) <= {"PENDING"}
+    # From an offset (an EventSource's Last-Event-ID): the rest only, then the end.
+    rest = list(sse_events(f"{api}/jobs/{reply['job_id']}/logs/follow?offset=6", token))
+    assert rest == [
+        ("state", {"state": "FAILED"}),
+        ("log", {"data": "second\r\nthird\n", "offset": len(seen), "state": "FAILED"}),
+        ("end", {"state": "FAILED", "offset": len(seen)}),
+    ]
+
+
+def test_following_a_log_without_a_token_or_of_no_job_is_a_json_error(head: Head, api: str) -> None:
+    status, reply, _ = http(f"{api}/jobs/1/logs/follow")
+    assert status == 401 and reply["kind"] == "unauthenticated"
+    status, reply, _ = http(f"{api}/jobs/999/logs/follow", token=mint(head, "--scope", "read"))
+    assert status == 404 and reply["kind"] == "not_found"

@@ -22,7 +22,7 @@ SOURCE = str(Path(gbatch.__file__).resolve().parents[1])
 HEAVY = {"textual", "paramiko", "yaml", "pynvml", "platformdirs", "cryptography"}
 # The HTTP API's web stack and the tokens' JWT library: `gbatch api serve` and the
 # daemon alone load them (prometheus_client: its /metrics, only when scraped).
-HEAVY |= {"starlette", "uvicorn", "anyio", "jwt", "prometheus_client"}
+HEAVY |= {"starlette", "uvicorn", "anyio", "jwt", "prometheus_client", "jinja2"}
 # The daemon's side, and what only it reads (config.yaml and the site's policy).
 HEAD_ONLY = {"gbatch.head", "gbatch.nodes", "gbatch.config", "gbatch.policy"}
 # What main() imports beyond what the interpreter had loaded at start (site, and in a

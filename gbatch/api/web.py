@@ -1,0 +1,256 @@
+"""The web page (/ui): server-rendered HTML over the same wire requests as the JSON API,
+sent through Api.ask with the token of the session's cookie, so gbatchd authorizes every
+page exactly as it does each CLI command (this module decides nothing).
+
+Safety, in one place:
+  - the token lives in an HttpOnly, SameSite=Strict cookie (Secure over https), set by
+    the login form's POST; scripts cannot read it and other sites cannot send it;
+  - every form that changes something carries a CSRF token, an HMAC of the session's
+    token under a key this process draws at start (a restart asks for a reload, no more);
+  - Jinja2 autoescapes every value (job names, users, reasons, YAML), and the log is
+    written by job.js as text, never as HTML;
+  - a Content-Security-Policy allows this origin's own script and style only: no inline
+    script, no frames, forms post only here.
+Jinja2 rather than string.Template: autoescaping by default is the XSS defence, and
+loops and conditionals keep the templates free of HTML built in Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from gbatch import wire
+from gbatch.api.follow import resume_offset
+from gbatch.cli.exits import CliError
+from gbatch.jobids import ONE, JobIdError, parse_one_job
+
+HERE = Path(__file__).parent
+FORM_LIMIT = 3 << 20  # a job file of 1 MiB (app.MAX_BODY), URL-encoded
+COOKIE = "gbatch_session"
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+STATIC = {"app.css": "text/css", "job.js": "text/javascript"}
+STATES = ("PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+
+
+def _when(stamp: float | None) -> str:
+    return "" if stamp is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
+
+
+class Web:
+    """The /ui routes, asking the daemon through `api` (an app.Api)."""
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+        self.csrf_key = secrets.token_bytes(32)
+        self.templates = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        self.templates.filters["when"] = _when
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/ui", self.queue, methods=["GET"]),
+            Route("/ui/login", self.login_form, methods=["GET"]),
+            Route("/ui/login", self.login, methods=["POST"]),
+            Route("/ui/logout", self.logout, methods=["POST"]),
+            Route("/ui/jobs/{job}", self.job, methods=["GET"]),
+            Route("/ui/jobs/{job}/log", self.log, methods=["GET"]),
+            Route("/ui/nodes", self.nodes, methods=["GET"]),
+            Route("/ui/submit", self.submit_form, methods=["GET"]),
+            Route("/ui/submit", self.submit, methods=["POST"]),
+            Route("/ui/static/{name}", self.static, methods=["GET"]),
+        ]
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def csrf(self, token: str) -> str:
+        return hmac.new(self.csrf_key, token.encode(), hashlib.sha256).hexdigest()
+
+    def page(self, http: Request, name: str, status: int = 200, **values: Any) -> HTMLResponse:
+        token = http.cookies.get(COOKIE)
+        html = self.templates.get_template(name).render(
+            csrf=self.csrf(token) if token else "", signed_in=bool(token), **values
+        )
+        return HTMLResponse(html, status, headers=SECURITY_HEADERS)
+
+    def problem(self, http: Request, reply: Response) -> Response:
+        """The daemon's refusal as a page; a token it no longer takes: back to login."""
+        import json
+
+        fields = json.loads(bytes(reply.body))
+        if fields["kind"] == "unauthenticated":
+            return _to_login(fields["error"])
+        return self.page(http, "error.html", reply.status_code, message=fields["error"])
+
+    async def ask(self, http: Request, request: wire.Request) -> dict[str, Any] | Response:
+        token = http.cookies.get(COOKIE)
+        if not token:
+            return _to_login("")
+        reply = await self.api.ask(token, request)
+        return reply if isinstance(reply, dict) else self.problem(http, reply)
+
+    async def form(self, http: Request) -> dict[str, str] | Response:
+        """The POSTed form's fields, once its CSRF token matched the session's."""
+        data = bytearray()
+        async for chunk in http.stream():
+            data += chunk
+            if len(data) > FORM_LIMIT:
+                return self.page(http, "error.html", 413, message="the form is too large")
+        fields = {k: v[-1] for k, v in urllib.parse.parse_qs(data.decode(errors="replace")).items()}
+        token = http.cookies.get(COOKIE, "")
+        expected = self.csrf(token) if token else ""
+        if http.url.path != "/ui/login" and not (
+            expected and hmac.compare_digest(fields.get("csrf", ""), expected)
+        ):
+            return self.page(http, "error.html", 403, message="stale form: reload the page")
+        return fields
+
+    # -- pages --------------------------------------------------------------------------
+
+    async def login_form(self, http: Request) -> Response:
+        return self.page(http, "login.html", message=http.query_params.get("why", ""))
+
+    async def login(self, http: Request) -> Response:
+        fields = await self.form(http)
+        if isinstance(fields, Response):
+            return fields
+        token = fields.get("token", "").strip()
+        # Checked with a read, so that a mistyped token is said at once, not on each page.
+        reply = await self.api.ask(token, wire.ListJobs(brief=True)) if token else None
+        if reply is None or not isinstance(reply, dict):
+            import json
+
+            why = "no token given" if reply is None else json.loads(bytes(reply.body))["error"]
+            return self.page(http, "login.html", 401, message=why)
+        response = RedirectResponse("/ui", 303, headers=SECURITY_HEADERS)
+        response.set_cookie(
+            COOKIE,
+            token,
+            path="/ui",
+            httponly=True,
+            samesite="strict",
+            secure=http.url.scheme == "https",
+        )
+        return response
+
+    async def logout(self, http: Request) -> Response:
+        fields = await self.form(http)
+        if isinstance(fields, Response):
+            return fields
+        response = _to_login("signed out")
+        response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
+        return response
+
+    async def queue(self, http: Request) -> Response:
+        query = http.query_params
+        users = _list(query.get("user"))
+        states = _list(query.get("state"))
+        request = wire.ListJobs(
+            users=users, states=states, history=query.get("history") == "1", brief=True
+        )
+        reply = await self.ask(http, request)
+        if isinstance(reply, Response):
+            return reply
+        return self.page(
+            http,
+            "queue.html",
+            jobs=reply["jobs"],
+            user=",".join(users),
+            state=",".join(states),
+            history=query.get("history") == "1",
+            states=STATES,
+        )
+
+    async def job(self, http: Request) -> Response:
+        target = _target(http)
+        if target is None:
+            return self.page(http, "error.html", 400, message="not a job id: give N or N_K")
+        reply = await self.ask(http, wire.ShowJob(id=target[0], task=target[1], with_tasks=True))
+        if isinstance(reply, Response):
+            return reply
+        return self.page(http, "job.html", job=reply["job"], events=reply["events"])
+
+    async def log(self, http: Request) -> Response:
+        """The job's log as Server-Sent Events (the API's follow), with the cookie's token:
+        an EventSource sends cookies, never an Authorization header."""
+        token = http.cookies.get(COOKIE)
+        target = _target(http)
+        offset = resume_offset(http)
+        if not token or target is None or offset is None:
+            return Response("", 400)
+        response: Response = await self.api.stream_log(token, target, offset)
+        return response
+
+    async def nodes(self, http: Request) -> Response:
+        reply = await self.ask(http, wire.ListNodes())
+        if isinstance(reply, Response):
+            return reply
+        return self.page(http, "nodes.html", nodes=reply["nodes"], partitions=reply["partitions"])
+
+    async def submit_form(self, http: Request) -> Response:
+        if not http.cookies.get(COOKIE):
+            return _to_login("")
+        return self.page(http, "submit.html", text="", message="")
+
+    async def submit(self, http: Request) -> Response:
+        fields = await self.form(http)
+        if isinstance(fields, Response):
+            return fields
+        text = fields.get("job", "").replace("\r\n", "\n")  # browsers send CRLF
+        from gbatch.cli.sbatch import request_for_text  # deferred: yaml, the spec
+
+        try:
+            request = await run_in_threadpool(request_for_text, text, "api")
+        except CliError as err:
+            return self.page(http, "submit.html", 400, text=text, message=err.message)
+        reply = await self.ask(http, request)
+        if isinstance(reply, Response):
+            return reply
+        return RedirectResponse(f"/ui/jobs/{reply['ids'][0]}", 303, headers=SECURITY_HEADERS)
+
+    async def static(self, http: Request) -> Response:
+        name = http.path_params["name"]
+        if name not in STATIC:  # a fixed list: no path from the URL reaches the disk
+            return Response("", 404)
+        return FileResponse(HERE / "static" / name, media_type=STATIC[name])
+
+
+def _to_login(why: str) -> RedirectResponse:
+    where = "/ui/login" + (f"?{urllib.parse.urlencode({'why': why})}" if why else "")
+    return RedirectResponse(where, 303, headers=SECURITY_HEADERS)
+
+
+def _target(http: Request) -> tuple[int, int | None] | None:
+    try:
+        target = parse_one_job(http.path_params["job"], ONE)
+    except JobIdError:
+        return None
+    return target.job, target.tasks[0][0] if target.tasks else None
+
+
+def _list(value: str | None) -> tuple[str, ...]:
+    return tuple(item.strip() for item in (value or "").split(",") if item.strip())

@@ -184,6 +184,8 @@ class Config:
     webhooks: tuple[Webhook, ...] = ()
     # The first retry of a failed delivery waits this long; each next one twice as long.
     notify_retry_seconds: float = 30.0
+    # Delivered outbox rows are deleted this long after their delivery.
+    notify_retention_days: float = 7.0
 
     @property
     def half_life_seconds(self) -> float:
@@ -212,6 +214,7 @@ _FLOAT_KEYS = {
     "node_lease_seconds",
     "token_leeway_seconds",
     "notify_retry_seconds",
+    "notify_retention_days",
 }
 
 

@@ -163,8 +163,9 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID
     """,
     # 10: the notifications outbox (gbatch/head/notify.py): one row per event and
-    # destination, written in the transaction of the state change it tells of, deleted
-    # never; delivered (or gave_up) set once the outbox worker is done with it. A job's
+    # destination, written in the transaction of the state change it tells of;
+    # delivered (or gave_up) set once the outbox worker is done with it, and a delivered
+    # row deleted notify_retention_days later (Store.prune_notifications). A job's
     # event is owed once per run: a second write of it is ignored (outbox_once).
     """
     CREATE TABLE outbox (
@@ -785,6 +786,14 @@ class Store:
                 " gave_up = CASE WHEN ? IS NULL THEN ? END WHERE id = ?",
                 (error[:500], retry_at, retry_at, now, row_id),
             )
+
+    def prune_notifications(self, before: float) -> int:
+        """Delete the rows delivered before `before`; the number deleted. Rows given up
+        on stay, with their last_error, for an admin to read."""
+        with self._write() as db:
+            return db.execute(
+                "DELETE FROM outbox WHERE delivered IS NOT NULL AND delivered < ?", (before,)
+            ).rowcount
 
     def outbox(self, job_id: int | None = None) -> list[dict[str, object]]:
         """Every outbox row (of one job), oldest first: for tests and inspection."""

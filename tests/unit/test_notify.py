@@ -260,3 +260,22 @@ def test_the_readmes_notifications_example_is_a_config_the_daemon_accepts(tmp_pa
     config = load_config(paths, {})
     assert config.smtp_host == "mail.lab.example"
     assert [hook.form for hook in config.webhooks] == ["json", "slack"]
+
+
+# -- pruning ------------------------------------------------------------------------------
+
+
+def test_delivered_rows_are_pruned_after_the_retention_once_an_hour(store: Store) -> None:
+    store.queue_node_event("gpu01", "NODE_DOWN", "silent", T0)
+    store.queue_node_event("gpu02", "NODE_DOWN", "silent", T0)
+    store.queue_node_event("gpu03", "NODE_DOWN", "silent", T0)
+    old, fresh, failed = (row["id"] for row in store.outbox())
+    store.notification_delivered(int(old), T0)  # type: ignore[arg-type]
+    store.notification_delivered(int(fresh), T0 + 86400)  # type: ignore[arg-type]
+    store.notification_failed(int(failed), "refused", T0, None)  # type: ignore[arg-type]
+    outbox = Outbox(store, Config(webhooks=(HOOK,), notify_retention_days=1), Clock())
+
+    assert outbox.prune_due(T0 + 86400 - 1) == 0  # not a day old yet
+    assert outbox.prune_due(T0 + 86400 + 1) == 0  # due, but pruned under an hour ago
+    assert outbox.prune_due(T0 + 86400 + 3600) == 1
+    assert [row["id"] for row in store.outbox()] == [fresh, failed]  # given up: kept

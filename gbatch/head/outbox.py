@@ -126,6 +126,13 @@ class Outbox:
             if hook is None:
                 raise DeliveryError(f"no webhook {note.target} in the config now", final=True)
             post_webhook(hook, note)
+        elif note.channel.startswith(f"{notify.USER_WEBHOOK}/"):
+            if not notify.url_allowed(note.target, self.config.webhook_prefixes_allowed):
+                raise DeliveryError(
+                    f"{note.target} is no longer under webhook_prefixes_allowed", final=True
+                )
+            form = note.channel.partition("/")[2]
+            post_webhook(Webhook("job", note.target, form=form), note)
         else:
             raise DeliveryError(f"unknown channel {note.channel}", final=True)
 

@@ -1017,18 +1017,25 @@ class Store:
 
     def _queue_cancelled(self, db: sqlite3.Connection, ids: Sequence[int], now: float) -> None:
         """END events of pending jobs just cancelled. Only the jobs that asked for mail
-        are read (one indexless filter in SQL), unless a webhook wants every END: a
-        sweep over 500,000 jobs reads none of them otherwise."""
+        or have webhooks of their own are read (one indexless filter in SQL), unless an
+        admin's webhook wants every END: a sweep over 500,000 jobs reads none otherwise."""
         if not self._notify.active:
             return
         if not self._notify.hooks_want("END"):
-            if not self._notify.mail:
+            asked = [
+                f"json_extract(spec, '$.{key}') IS NOT NULL"
+                for key, on in (
+                    ("mail_type", self._notify.mail),
+                    ("notify", self._notify.user_prefixes),
+                )
+                if on
+            ]
+            if not asked:
                 return
             ids = [
                 int(row[0])
                 for row in db.execute(
-                    f"SELECT id FROM jobs WHERE id IN ({_marks(ids)})"
-                    " AND json_extract(spec, '$.mail_type') IS NOT NULL",
+                    f"SELECT id FROM jobs WHERE id IN ({_marks(ids)}) AND ({' OR '.join(asked)})",
                     ids,
                 )
             ]

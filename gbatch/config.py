@@ -109,7 +109,7 @@ class RootInContainers:
 
 
 # What an admin webhook may ask for: the jobs' events (mail types' names) and the nodes'.
-NODE_EVENTS = ("NODE_DOWN",)
+NODE_EVENTS = ("NODE_DOWN", "GPU_FOREIGN", "DISK_FULL")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gbatch.config import Config, Webhook
-from gbatch.model import Job, JobState, NotifyHook
+from gbatch.model import Gpu, Job, JobState, NotifyHook
 from gbatch.timefmt import format_elapsed_fixed
 
 MAIL = "mail"
@@ -169,6 +169,45 @@ def url_allowed(url: str, prefixes: tuple[str, ...]) -> bool:
 def disallowed_hooks(hooks: tuple[NotifyHook, ...], prefixes: tuple[str, ...]) -> list[str]:
     """The URLs of `hooks` that no prefix allows (a submit's refusal names them)."""
     return [hook.url for hook in hooks if not url_allowed(hook.url, prefixes)]
+
+
+# A node's log disk with less free than this is told as DISK_FULL: jobs' output is
+# being dropped, or soon will be.
+DISK_FULL_BYTES = 100 << 20
+
+
+def node_conditions(gpus: tuple[Gpu, ...], disk_free_bytes: int | None) -> dict[str, str]:
+    """The conditions a node's report shows that admins are told of: event kind -> why
+    (GPU_FOREIGN: a GPU holds a process gbatch did not start; DISK_FULL: its log disk
+    is (nearly) full)."""
+    found: dict[str, str] = {}
+    held = [g for g in gpus if g.foreign_processes > 0]
+    if held:
+        found["GPU_FOREIGN"] = "processes outside gbatch on GPU " + ", ".join(
+            f"{g.index} ({g.foreign_processes})" for g in held
+        )
+    if disk_free_bytes is not None and disk_free_bytes < DISK_FULL_BYTES:
+        found["DISK_FULL"] = f"its log disk has {disk_free_bytes} bytes free"
+    return found
+
+
+class Episodes:
+    """Which node conditions are on, so each is told once per episode: when it starts,
+    not on every report while it lasts. One that ends and comes back is a new episode.
+    In memory: a condition still on when gbatchd restarts is told again."""
+
+    def __init__(self) -> None:
+        self._on: dict[str, frozenset[str]] = {}
+
+    def started(self, node: str, conditions: Mapping[str, str]) -> dict[str, str]:
+        """Record `node`'s conditions now (from a fresh report); those just begun."""
+        before = self._on.get(node, frozenset())
+        self._on[node] = frozenset(conditions)
+        return {kind: why for kind, why in conditions.items() if kind not in before}
+
+    def forget(self, node: str) -> None:
+        """As if `node` had shown nothing: its conditions on now are told again."""
+        self._on.pop(node, None)
 
 
 def _mail_kind(kind: str, types: frozenset[str]) -> str | None:

@@ -17,7 +17,7 @@ from gbatch.config import Config, Paths, Webhook, load_config
 from gbatch.head import notify
 from gbatch.head.outbox import DeliveryError, Outbox
 from gbatch.head.store import Store
-from gbatch.model import Job, JobSpec, JobState, NotifyHook
+from gbatch.model import Gpu, Job, JobSpec, JobState, NotifyHook
 
 T0 = 1_767_225_600.0
 HOOK = Webhook("ops", "https://hooks.example.org/x", "s3cret", ("FAIL", "NODE_DOWN"))
@@ -343,3 +343,47 @@ def test_a_job_webhook_under_an_allowed_prefix_is_posted_unsigned_in_its_form(
     assert [(h.url, h.form, h.secret) for h in posted if h.name == "job"] == [
         (SLACK + "x", "slack", "")
     ]
+
+
+# -- node conditions, once per episode ----------------------------------------------------
+
+
+def gpu(index: int, foreign: int = 0) -> Gpu:
+    return Gpu(index, f"GPU-{index}", "H100", 81559, 0, foreign_processes=foreign)
+
+
+def test_a_foreign_process_and_a_full_disk_are_node_conditions() -> None:
+    assert notify.node_conditions((gpu(0), gpu(1)), 50 << 30) == {}
+    assert notify.node_conditions((gpu(0), gpu(1)), None) == {}  # not measured: not told
+    found = notify.node_conditions((gpu(0), gpu(1, foreign=2)), 5 << 20)
+    assert found == {
+        "GPU_FOREIGN": "processes outside gbatch on GPU 1 (2)",
+        "DISK_FULL": f"its log disk has {5 << 20} bytes free",
+    }
+
+
+def test_a_condition_is_told_once_per_episode_not_once_per_report() -> None:
+    episodes = notify.Episodes()
+    held = notify.node_conditions((gpu(0, foreign=1),), 50 << 30)
+    assert episodes.started("gpu01", held) == held
+    assert episodes.started("gpu01", held) == {}  # the next report: same episode
+    assert episodes.started("gpu02", held) == held  # another node's own episode
+    assert episodes.started("gpu01", {}) == {}  # over
+    assert episodes.started("gpu01", held) == held  # back: a new episode
+    full = notify.node_conditions((gpu(0, foreign=1),), 0)
+    assert episodes.started("gpu01", full) == {"DISK_FULL": "its log disk has 0 bytes free"}
+    episodes.forget("gpu01")  # its event could not be written: told again
+    assert episodes.started("gpu01", full) == full
+
+
+def test_node_conditions_go_to_the_webhooks_that_ask_for_them(tmp_path: Path) -> None:
+    hook = Webhook("ops", "https://hooks.example.org/x", "", ("GPU_FOREIGN", "DISK_FULL"))
+    opened = Store(tmp_path / "gbatch.db", notify.Policy(webhooks=(hook, HOOK)))
+    try:
+        assert opened.queue_node_event("gpu01", "GPU_FOREIGN", "GPU 1 (2)", T0) == 1
+        (row,) = opened.outbox()
+        assert (row["kind"], row["target"]) == ("GPU_FOREIGN", "ops")
+        text = notify.summary(json.loads(str(row["payload"])))
+        assert text == "gbatch node gpu01: gpu foreign: GPU 1 (2)"
+    finally:
+        opened.close()

@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 
 from gbatch.limits import Limits, LimitsError, parse_limits
+from gbatch.model import JOB_EVENTS
 
 # Paths and resolve_paths live in gbatch.paths (every command needs them, cheaply);
 # named here too for the daemon and the tests that read them from config.
@@ -31,7 +32,7 @@ from gbatch.policy import (
     ContainerPolicy,
     MountRoot,
 )
-from gbatch.spec import NETWORK_NAME
+from gbatch.spec import NETWORK_NAME, WEBHOOK_URL
 
 
 class ConfigError(Exception):
@@ -108,8 +109,7 @@ class RootInContainers:
 
 
 # What an admin webhook may ask for: the jobs' events (mail types' names) and the nodes'.
-JOB_EVENTS = ("BEGIN", "END", "FAIL", "REQUEUE", "TIME_LIMIT")
-NODE_EVENTS = ("NODE_DOWN",)
+NODE_EVENTS = ("NODE_DOWN", "GPU_FOREIGN", "DISK_FULL")
 
 
 @dataclass(frozen=True)
@@ -182,8 +182,13 @@ class Config:
     # Where a job without --mail-user is mailed: <user>@mail_domain (Slurm's MailDomain).
     mail_domain: str | None = None
     webhooks: tuple[Webhook, ...] = ()
+    # Jobs may have webhooks of their own (`notify:`) only at URLs starting with one of
+    # these, like "https://hooks.slack.com/services/"; none: jobs may have none.
+    webhook_prefixes_allowed: tuple[str, ...] = ()
     # The first retry of a failed delivery waits this long; each next one twice as long.
     notify_retry_seconds: float = 30.0
+    # Delivered outbox rows are deleted this long after their delivery.
+    notify_retention_days: float = 7.0
 
     @property
     def half_life_seconds(self) -> float:
@@ -212,6 +217,7 @@ _FLOAT_KEYS = {
     "node_lease_seconds",
     "token_leeway_seconds",
     "notify_retry_seconds",
+    "notify_retention_days",
 }
 
 
@@ -282,7 +288,7 @@ def _check_webhooks(value: object, bad: Callable[[str], ConfigError]) -> tuple[W
             raise bad(f"{usage}; name is letters, digits, . _ or -")
         if name in {hook.name for hook in hooks}:
             raise bad(f"{usage}; the name {name} is given twice")
-        if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+        if not isinstance(url, str) or not WEBHOOK_URL.fullmatch(url):
             raise bad(f"{usage}; url is an http:// or https:// address")
         if not isinstance(secret, str):
             raise bad(f"{usage}; secret is a string")
@@ -293,6 +299,19 @@ def _check_webhooks(value: object, bad: Callable[[str], ConfigError]) -> tuple[W
             raise bad(f"{usage}; events are among {', '.join(known)}")
         hooks.append(Webhook(name, url, secret, tuple(dict.fromkeys(events)), form))
     return tuple(hooks)
+
+
+def _check_webhook_prefixes(value: object, bad: Callable[[str], ConfigError]) -> tuple[str, ...]:
+    # The host must end in the prefix (a "/" after it): "https://hooks.slack.com" would
+    # also allow https://hooks.slack.com.evil.example/.
+    usage = 'a list of URL prefixes, each with its host and a "/", like https://hooks.slack.com/'
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+        isinstance(item, str) and re.fullmatch(r"https?://[^\s/?#@]+/\S*", item) for item in value
+    ):
+        raise bad(usage)
+    return tuple(dict.fromkeys(value))
 
 
 def _check_flag(value: object, bad: Callable[[str], ConfigError]) -> bool:
@@ -440,6 +459,8 @@ def _coerce(key: str, value: object, source: str) -> object:
             raise ConfigError(f"{source}: {err}") from err
     if key == "webhooks":
         return _check_webhooks(value, bad)
+    if key == "webhook_prefixes_allowed":
+        return _check_webhook_prefixes(value, bad)
     if key in ("smtp_host", "mail_from", "mail_domain"):
         if value is not None and (
             not isinstance(value, str) or not re.fullmatch(r"[^\s,<>]{1,255}", value)

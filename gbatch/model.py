@@ -104,6 +104,23 @@ def check_transition(current: JobState, new: JobState) -> None:
         raise IllegalTransition(current, new)
 
 
+# The job events a webhook may ask for (gbatch/head/notify.py), a user's or an admin's.
+JOB_EVENTS = ("BEGIN", "END", "FAIL", "REQUEUE", "TIME_LIMIT")
+
+
+@dataclass(frozen=True)
+class NotifyHook:
+    """`notify:` in a job file: the job's own webhook (gbatch/spec.py validates it; the
+    head allows only URLs under its config's webhook_prefixes_allowed)."""
+
+    url: str
+    events: tuple[str, ...] = ("END", "FAIL")
+    form: str = "json"  # or "slack": {"text": ...}
+
+    def to_dict(self) -> dict[str, object]:
+        return {"url": self.url, "events": list(self.events), "form": self.form}
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """What a user asked for, validated (see gbatch.spec). Immutable once queued."""
@@ -205,6 +222,7 @@ class JobSpec:
     # An array's %M (Slurm's ArrayTaskThrottle): at most this many of its tasks run at
     # once; None: no limit. Set by the daemon from --array and scontrol update.
     array_throttle: int | None = None
+    notify: tuple[NotifyHook, ...] = ()  # the job's own webhooks (`notify:`)
 
     @property
     def effective_priority(self) -> int:
@@ -262,6 +280,8 @@ class JobSpec:
                 data[key] = getattr(self, key)
         if self.params:
             data["params"] = [list(pair) for pair in self.params]
+        if self.notify:
+            data["notify"] = [hook.to_dict() for hook in self.notify]
         return data
 
     @classmethod
@@ -301,6 +321,10 @@ class JobSpec:
             open_mode=data.get("open_mode"),  # type: ignore[arg-type]
             ntasks=data.get("ntasks"),  # type: ignore[arg-type]
             params=tuple((str(n), str(v)) for n, v in data.get("params") or ()),  # type: ignore[attr-defined]
+            notify=tuple(
+                NotifyHook(str(h["url"]), tuple(h["events"]), str(h["form"]))
+                for h in data.get("notify") or ()  # type: ignore[attr-defined]
+            ),
         )
 
 

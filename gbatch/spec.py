@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gbatch.model import JobSpec
+from gbatch.model import JOB_EVENTS, JobSpec, NotifyHook
 from gbatch.timefmt import (
     ACCEPTED_FORMS,
     BEGIN_FORMS,
@@ -66,6 +66,7 @@ KEYS = (
     "error",
     "open_mode",
     "ntasks",
+    "notify",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
 # from. A job file may not set them (build_spec's `wire`).
@@ -105,6 +106,7 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "error": "-e/--error",
     "open_mode": "--open-mode",
     "ntasks": "-n/--ntasks",
+    "notify": "--notify",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -151,6 +153,9 @@ _KEY_ALIASES = {
     "err": "error",
     "openmode": "open_mode",
     "open-mode": "open_mode",
+    "webhook": "notify",
+    "webhooks": "notify",
+    "notifications": "notify",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
@@ -509,6 +514,7 @@ def build_spec(
         mail_type=pick("mail_type", _check_mail_type, None),
         mail_user=pick("mail_user", _check_mail_user, None),
         comment=pick("comment", _check_comment, None),
+        notify=pick("notify", check_notify, ()),
     )
     _check_memory_apart(spec, values)
     _check_secret_env_apart(spec, values.get("secret_env", (None, ""))[1])
@@ -1250,6 +1256,58 @@ def _check_comment(value: object, field: str) -> str:
             field, "a comment is one line of text of at most 1024 characters. Shorten it"
         )
     return value
+
+
+# -------------------------------------------------------------------- notify
+
+# An http:// or https:// address with a host: an admin's webhook, a job's `notify:`.
+WEBHOOK_URL = re.compile(r"https?://[^\s/?#]+(/\S*)?", re.ASCII)
+MAX_NOTIFY_HOOKS = 4
+MAX_URL_CHARS = 2048
+_NOTIFY_USAGE = (
+    "a list like [{url: https://hooks.example/x, events: [END, FAIL], "
+    "form: json}] (form json or slack; events among " + ", ".join(JOB_EVENTS) + ")"
+)
+
+
+def check_notify(value: object, field: str = "notify") -> tuple[NotifyHook, ...]:
+    """`notify:` (a list of {url, events, form}, or of bare URLs), or --notify's
+    `URL[,EVENT...]` text. Only its form: which URLs a head allows is its config's
+    (webhook_prefixes_allowed, checked at submit and at delivery)."""
+    items = _notify_option(value) if isinstance(value, str) else value
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_NOTIFY_HOOKS:
+        raise SpecError(field, f"{_NOTIFY_USAGE}, of 1 to {MAX_NOTIFY_HOOKS} webhooks")
+    hooks: list[NotifyHook] = []
+    for item in items:
+        entry = {"url": item} if isinstance(item, str) else item
+        if not isinstance(entry, dict) or set(entry) - {"url", "events", "form"}:
+            extra = (
+                sorted(set(entry) - {"url", "events", "form"}) if isinstance(entry, dict) else []
+            )
+            hint = f"; {extra[0]} is not one of its keys (url, events, form)" if extra else ""
+            raise SpecError(field, _NOTIFY_USAGE + hint)
+        url, events = entry.get("url"), entry.get("events", ["END", "FAIL"])
+        form = entry.get("form", "json")
+        if not isinstance(url, str) or len(url) > MAX_URL_CHARS or not WEBHOOK_URL.fullmatch(url):
+            raise SpecError(field, f"{show_value(url)} is not an http:// or https:// address")
+        if isinstance(events, str):
+            events = [e.strip() for e in events.split(",")]
+        if (
+            not isinstance(events, list)
+            or not events
+            or not all(isinstance(e, str) and e.upper() in JOB_EVENTS for e in events)
+        ):
+            raise SpecError(field, f"events are among {', '.join(JOB_EVENTS)}")
+        if form not in ("json", "slack"):
+            raise SpecError(field, f"form is json or slack, not {show_value(form)}")
+        hooks.append(NotifyHook(url, tuple(dict.fromkeys(e.upper() for e in events)), form))
+    return tuple(hooks)
+
+
+def _notify_option(text: str) -> list[object]:
+    """--notify URL[,EVENT...]: one webhook, in json form."""
+    url, _, events = text.partition(",")
+    return [{"url": url, "events": events} if events else url]
 
 
 # -------------------------------------------------------------------- --array

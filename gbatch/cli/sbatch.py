@@ -194,6 +194,12 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         metavar="ADDRESS",
         help="where mail goes (default: the admin's mail_domain)",
     )
+    p.add_argument(
+        "--notify",
+        metavar="URL[,EVENT...]",
+        help="POST the job's events (default END,FAIL) to URL as JSON; a job file's notify: "
+        "has more. Only under the URL prefixes the admin allows (not a Slurm option)",
+    )
     p.add_argument("--comment", metavar="TEXT", help="a comment, shown by scontrol show job")
     p.add_argument(
         "--secret-env",
@@ -784,6 +790,7 @@ def build_submit(
             "mail_type": args.mail_type,
             "mail_user": args.mail_user,
             "comment": args.comment,
+            "notify": args.notify,
             "output": args.output,
             "error": args.error,
             "open_mode": args.open_mode,

@@ -42,7 +42,7 @@ from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.groupcommit import GroupCommitter
 from gbatch.head.liveness import Liveness
 from gbatch.head.metrics import DaemonMetrics
-from gbatch.head.notify import TIME_LIMIT_WARNINGS, mail_types
+from gbatch.head.notify import TIME_LIMIT_WARNINGS, Episodes, mail_types, node_conditions
 from gbatch.head.outbox import Outbox
 from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import BEGIN_TIME, plan
@@ -139,6 +139,9 @@ class Daemon:
         self._node_states: dict[str, str] = {}
         # node name -> the number of its report last folded into runs' GPU usage
         self._sampled_seq: dict[str, int] = {}
+        # GPU_FOREIGN and DISK_FULL, told once per episode; the report each last read
+        self._episodes = Episodes()
+        self._told_seq: dict[str, int] = {}
         # (job id, attempt) of an unconfirmed start past its settle period -> the node's
         # report number then: only a later report may confirm that it never started
         self._listing_after: dict[tuple[int, int], int] = {}
@@ -214,6 +217,7 @@ class Daemon:
         self.schedule(now)
         # Last: accounting that fails (a full disk) must not keep jobs from starting.
         self.sample_gpus()
+        self.tell_node_conditions(now)
         self.metrics.observe_loop(self.monotonic() - began)
 
     # -- step 4: how busy running jobs keep their GPUs (seff, sacct) --------------------
@@ -239,6 +243,26 @@ class Daemon:
             if usage is not None:
                 samples.append((job_id, attempt, usage))
         self.store.add_gpu_samples(samples)
+
+    def tell_node_conditions(self, now: float) -> None:
+        """GPU_FOREIGN and DISK_FULL to the admins' webhooks, once per episode, from
+        each node's new report (one not read here yet)."""
+        for name, node in self.fleet.nodes.items():
+            seq = node.report_seq
+            if seq == self._told_seq.get(name):
+                continue
+            report, _ = node.report()
+            if report is None:
+                continue  # down: NODE_DOWN's business; its conditions stay as they were
+            conditions = node_conditions(node.gpus(report), report.disk_free_bytes)
+            try:
+                for kind, why in self._episodes.started(name, conditions).items():
+                    self.store.queue_node_event(name, kind, why, now)
+            except StoreFull:
+                # Told again next tick (at least once), not lost to a full store.
+                self._episodes.forget(name)
+                raise
+            self._told_seq[name] = seq
 
     # -- step 1: runs that ended, or vanished ------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any, assert_never
 
 from gbatch import __version__, dependency, policy, wire
 from gbatch.arrays import ARRAY_ROWS
-from gbatch.head import jobupdate
+from gbatch.head import jobupdate, notify
 from gbatch.head.accounting import usage_by
 from gbatch.head.daemon import Daemon
 from gbatch.head.fairshare import factors
@@ -317,6 +317,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         sweep = _submitted_sweep(request, spec)
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
+    _check_notify_allowed(daemon, spec)
     spec = _in_partition(daemon, replace(spec, time_limit=limit))
     try:  # the site's policy: mount roots (symlinks followed as the submitter), bare jobs
         spec = policy.check_submission(
@@ -409,6 +410,22 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
     daemon.metrics.count_submitted(max(tail_count, len(specs)))
     daemon.submitted()
     return {"ids": ids}
+
+
+def _check_notify_allowed(daemon: Daemon, spec: JobSpec) -> None:
+    """Refuse a job webhook whose URL no webhook_prefixes_allowed prefix starts: the
+    head must never POST where its admin did not allow (an internal address)."""
+    prefixes = daemon.config.webhook_prefixes_allowed
+    refused = notify.disallowed_hooks(spec.notify, prefixes)
+    if not refused:
+        return
+    fix = (
+        f"Use a URL starting with {' or '.join(prefixes)}"
+        if prefixes
+        else "This head allows no job webhooks: drop notify, or ask an admin to list "
+        "your hook's URL prefix in webhook_prefixes_allowed"
+    )
+    raise Refused("invalid", f"notify: {refused[0]} is not an allowed webhook address. {fix}")
 
 
 def _submitted_sweep(request: wire.Submit, spec: JobSpec) -> Sweep | None:

@@ -11,6 +11,12 @@ CANCELLED; a job without FAIL in its types gets END's mail then, as in slurmctld
 TIME_LIMIT when the limit stopped it, TIME_LIMIT_50/80/90 once per run. ALL is BEGIN,
 END, FAIL, REQUEUE (and Slurm's INVALID_DEPEND, STAGE_OUT, never sent here). An array
 task mails only with ARRAY_TASKS (Slurm's whole-array mail is not done).
+
+A job's own webhooks (`notify:` in its file, --notify) are owed its events only at a URL
+under one of the config's webhook_prefixes_allowed (`url_allowed`): the store checks
+when it writes the row, the outbox again before it posts (the config may have changed
+in between), and the handler refuses the submit of any other. So no user can make the
+head POST anywhere an admin did not name. They are not signed (README: Notifications).
 """
 
 from __future__ import annotations
@@ -24,11 +30,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gbatch.config import Config, Webhook
-from gbatch.model import Job, JobState
+from gbatch.model import Gpu, Job, JobState, NotifyHook
 from gbatch.timefmt import format_elapsed_fixed
 
 MAIL = "mail"
 WEBHOOK = "webhook"
+# A job's own webhook: the channel carries its form ("user_webhook/slack"), the target
+# is its URL.
+USER_WEBHOOK = "user_webhook"
 _ALL = frozenset({"BEGIN", "END", "FAIL", "REQUEUE", "INVALID_DEPEND", "STAGE_OUT"})
 # TIME_LIMIT_<pct>: sent once per run when its run time passes that share of its limit.
 TIME_LIMIT_WARNINGS = {"TIME_LIMIT_50": 0.5, "TIME_LIMIT_80": 0.8, "TIME_LIMIT_90": 0.9}
@@ -100,14 +109,21 @@ class Policy:
     mail: bool = False
     mail_domain: str | None = None
     webhooks: tuple[Webhook, ...] = ()
+    # URL prefixes under which a job's own webhooks are allowed; none: no job's are.
+    user_prefixes: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: Config) -> Policy:
-        return cls(config.smtp_host is not None, config.mail_domain, config.webhooks)
+        return cls(
+            config.smtp_host is not None,
+            config.mail_domain,
+            config.webhooks,
+            config.webhook_prefixes_allowed,
+        )
 
     @property
     def active(self) -> bool:
-        return self.mail or bool(self.webhooks)
+        return self.mail or bool(self.webhooks) or bool(self.user_prefixes)
 
     def hooks_want(self, kind: str) -> bool:
         return any(kind in hook.events for hook in self.webhooks)
@@ -132,10 +148,66 @@ class Policy:
             out.extend(
                 Delivery(kind, WEBHOOK, hook.name) for hook in self.webhooks if kind in hook.events
             )
+            out.extend(
+                Delivery(kind, f"{USER_WEBHOOK}/{hook.form}", hook.url)
+                for hook in job.spec.notify
+                if kind in hook.events and url_allowed(hook.url, self.user_prefixes)
+            )
         return out
 
     def for_node(self, kind: str) -> list[Delivery]:
         return [Delivery(kind, WEBHOOK, hook.name) for hook in self.webhooks if kind in hook.events]
+
+
+def url_allowed(url: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether a job's webhook may be posted to: its URL starts with an allowed prefix.
+    Each prefix names its host and ends in a path (config.py checks), so
+    https://hooks.slack.com/ cannot be matched by https://hooks.slack.com.evil.example."""
+    return any(url.startswith(prefix) for prefix in prefixes)
+
+
+def disallowed_hooks(hooks: tuple[NotifyHook, ...], prefixes: tuple[str, ...]) -> list[str]:
+    """The URLs of `hooks` that no prefix allows (a submit's refusal names them)."""
+    return [hook.url for hook in hooks if not url_allowed(hook.url, prefixes)]
+
+
+# A node's log disk with less free than this is told as DISK_FULL: jobs' output is
+# being dropped, or soon will be.
+DISK_FULL_BYTES = 100 << 20
+
+
+def node_conditions(gpus: tuple[Gpu, ...], disk_free_bytes: int | None) -> dict[str, str]:
+    """The conditions a node's report shows that admins are told of: event kind -> why
+    (GPU_FOREIGN: a GPU holds a process gbatch did not start; DISK_FULL: its log disk
+    is (nearly) full)."""
+    found: dict[str, str] = {}
+    held = [g for g in gpus if g.foreign_processes > 0]
+    if held:
+        found["GPU_FOREIGN"] = "processes outside gbatch on GPU " + ", ".join(
+            f"{g.index} ({g.foreign_processes})" for g in held
+        )
+    if disk_free_bytes is not None and disk_free_bytes < DISK_FULL_BYTES:
+        found["DISK_FULL"] = f"its log disk has {disk_free_bytes} bytes free"
+    return found
+
+
+class Episodes:
+    """Which node conditions are on, so each is told once per episode: when it starts,
+    not on every report while it lasts. One that ends and comes back is a new episode.
+    In memory: a condition still on when gbatchd restarts is told again."""
+
+    def __init__(self) -> None:
+        self._on: dict[str, frozenset[str]] = {}
+
+    def started(self, node: str, conditions: Mapping[str, str]) -> dict[str, str]:
+        """Record `node`'s conditions now (from a fresh report); those just begun."""
+        before = self._on.get(node, frozenset())
+        self._on[node] = frozenset(conditions)
+        return {kind: why for kind, why in conditions.items() if kind not in before}
+
+    def forget(self, node: str) -> None:
+        """As if `node` had shown nothing: its conditions on now are told again."""
+        self._on.pop(node, None)
 
 
 def _mail_kind(kind: str, types: frozenset[str]) -> str | None:

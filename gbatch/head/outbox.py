@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gbatchd.outbox")
 BATCH = 50  # rows read per pass; the pass ends early when the daemon stops
 SEND_TIMEOUT = 10.0  # seconds for one SMTP conversation or one POST
+PRUNE_EVERY = 3600.0  # seconds between two deletions of old delivered rows
 
 
 class DeliveryError(Exception):
@@ -50,6 +51,7 @@ class Outbox:
         self.stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._hooks = {hook.name: hook for hook in config.webhooks}
+        self._pruned: float | None = None  # when prune_due last deleted
 
     def start(self) -> None:
         if not notify.Policy.from_config(self.config).active:
@@ -66,6 +68,7 @@ class Outbox:
         while not self.stopping.is_set():
             try:
                 self.deliver_due(self.clock())
+                self.prune_due(self.clock())
             except StoreError as err:
                 # A full disk: what was not marked delivered is tried again later.
                 log.error("outbox: %s; trying again", err)
@@ -86,6 +89,21 @@ class Outbox:
             self.store.notification_delivered(note.id, self.clock())
             delivered += 1
         return delivered
+
+    def prune_due(self, now: float) -> int:
+        """Delete the rows delivered over notify_retention_days before `now`, at most once
+        per PRUNE_EVERY (the first call prunes); the number deleted."""
+        if self._pruned is not None and now - self._pruned < PRUNE_EVERY:
+            return 0
+        deleted = self.store.prune_notifications(now - self.config.notify_retention_days * 86400)
+        self._pruned = now
+        if deleted:
+            log.info(
+                "outbox: deleted %d rows delivered over %g days ago",
+                deleted,
+                self.config.notify_retention_days,
+            )
+        return deleted
 
     def _failed(self, note: notify.Notification, err: DeliveryError) -> None:
         attempts = note.attempts + 1
@@ -108,6 +126,13 @@ class Outbox:
             if hook is None:
                 raise DeliveryError(f"no webhook {note.target} in the config now", final=True)
             post_webhook(hook, note)
+        elif note.channel.startswith(f"{notify.USER_WEBHOOK}/"):
+            if not notify.url_allowed(note.target, self.config.webhook_prefixes_allowed):
+                raise DeliveryError(
+                    f"{note.target} is no longer under webhook_prefixes_allowed", final=True
+                )
+            form = note.channel.partition("/")[2]
+            post_webhook(Webhook("job", note.target, form=form), note)
         else:
             raise DeliveryError(f"unknown channel {note.channel}", final=True)
 

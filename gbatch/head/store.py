@@ -163,8 +163,9 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID
     """,
     # 10: the notifications outbox (gbatch/head/notify.py): one row per event and
-    # destination, written in the transaction of the state change it tells of, deleted
-    # never; delivered (or gave_up) set once the outbox worker is done with it. A job's
+    # destination, written in the transaction of the state change it tells of;
+    # delivered (or gave_up) set once the outbox worker is done with it, and a delivered
+    # row deleted notify_retention_days later (Store.prune_notifications). A job's
     # event is owed once per run: a second write of it is ignored (outbox_once).
     """
     CREATE TABLE outbox (
@@ -786,6 +787,14 @@ class Store:
                 (error[:500], retry_at, retry_at, now, row_id),
             )
 
+    def prune_notifications(self, before: float) -> int:
+        """Delete the rows delivered before `before`; the number deleted. Rows given up
+        on stay, with their last_error, for an admin to read."""
+        with self._write() as db:
+            return db.execute(
+                "DELETE FROM outbox WHERE delivered IS NOT NULL AND delivered < ?", (before,)
+            ).rowcount
+
     def outbox(self, job_id: int | None = None) -> list[dict[str, object]]:
         """Every outbox row (of one job), oldest first: for tests and inspection."""
         where, params = ("WHERE job_id = ?", (job_id,)) if job_id is not None else ("", ())
@@ -1008,18 +1017,25 @@ class Store:
 
     def _queue_cancelled(self, db: sqlite3.Connection, ids: Sequence[int], now: float) -> None:
         """END events of pending jobs just cancelled. Only the jobs that asked for mail
-        are read (one indexless filter in SQL), unless a webhook wants every END: a
-        sweep over 500,000 jobs reads none of them otherwise."""
+        or have webhooks of their own are read (one indexless filter in SQL), unless an
+        admin's webhook wants every END: a sweep over 500,000 jobs reads none otherwise."""
         if not self._notify.active:
             return
         if not self._notify.hooks_want("END"):
-            if not self._notify.mail:
+            asked = [
+                f"json_extract(spec, '$.{key}') IS NOT NULL"
+                for key, on in (
+                    ("mail_type", self._notify.mail),
+                    ("notify", self._notify.user_prefixes),
+                )
+                if on
+            ]
+            if not asked:
                 return
             ids = [
                 int(row[0])
                 for row in db.execute(
-                    f"SELECT id FROM jobs WHERE id IN ({_marks(ids)})"
-                    " AND json_extract(spec, '$.mail_type') IS NOT NULL",
+                    f"SELECT id FROM jobs WHERE id IN ({_marks(ids)}) AND ({' OR '.join(asked)})",
                     ids,
                 )
             ]

@@ -195,3 +195,48 @@ def test_a_daemon_killed_after_sending_sends_again_with_the_same_event_id(
     first, again = inbox.messages
     assert first["X-Gbatch-Event-Id"] == again["X-Gbatch-Event-Id"] == outbox(head)[0]["event_id"]
     assert first["Message-ID"] == again["Message-ID"]
+
+
+def test_a_jobs_own_webhook_gets_its_end_and_one_off_the_allowed_prefixes_is_refused(
+    tmp_path: Path,
+    hook_server: tuple[str, list[tuple[dict[str, str], bytes]]],
+    stopped_heads: list[Head],
+) -> None:
+    url, received = hook_server
+    allowed = url + "/"  # http://127.0.0.1:PORT/hook/
+    head = make_head(
+        tmp_path / "home",
+        config=FAST_CONFIG + f"webhook_prefixes_allowed: ['{allowed}']\n",
+    )
+    stopped_heads.append(head)
+    head.start()
+    good = head.home / "good.yaml"
+    good.write_text(
+        f"command: 'true'\nname: train\nnotify: [{{url: '{allowed}ada', events: [END]}}]\n"
+    )
+    job_id = head.sbatch(str(good))
+    head.wait_state(job_id, "COMPLETED")
+    wait_for(lambda: received, what="the job's END webhook")
+    ((headers, body),) = received
+    event = json.loads(body)
+    assert (event["kind"], event["job"]["id"], event["job"]["state"]) == (
+        "END",
+        job_id,
+        "COMPLETED",
+    )
+    assert event["text"].startswith(f"Slurm Job_id={job_id} Name=train Ended")
+    assert headers["X-Gbatch-Event-Id"] == event["event_id"]
+    assert "X-Gbatch-Signature" not in headers  # a job's webhook is not signed
+
+    # The head itself, somewhere the admin did not allow: refused, nothing queued.
+    port = url.split(":")[2].split("/")[0]
+    bad = head.home / "bad.yaml"
+    bad.write_text(f"command: 'true'\nnotify: ['http://127.0.0.1:{port}/admin/drop']\n")
+    refused = head.run("sbatch", str(bad))
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith("gbatch sbatch: error: notify: http://127.0.0.1:")
+    assert f"Use a URL starting with {allowed}" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    squeue = head.run("squeue", "--all", "--noheader", "-t", "all", check=True).stdout
+    assert [line.split()[0] for line in squeue.splitlines()] == [str(job_id)]
+    assert all(row["job_id"] == job_id for row in outbox(head))

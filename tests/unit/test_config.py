@@ -131,7 +131,9 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         "mail_domain: example.org\n"
         "webhooks: [{name: ops, url: 'https://hooks.example.org/x', secret: s3,"
         " events: [FAIL, NODE_DOWN], form: slack}]\n"
-        "notify_retry_seconds: 5\n",
+        "notify_retry_seconds: 5\n"
+        "notify_retention_days: 2\n"
+        "webhook_prefixes_allowed: ['https://hooks.slack.com/services/']\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -168,6 +170,8 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
             Webhook("ops", "https://hooks.example.org/x", "s3", ("FAIL", "NODE_DOWN"), "slack"),
         ),
         notify_retry_seconds=5.0,
+        notify_retention_days=2.0,
+        webhook_prefixes_allowed=("https://hooks.slack.com/services/",),
     )
 
 
@@ -205,6 +209,8 @@ def test_every_config_key_is_a_config_field() -> None:
         "mail_domain",
         "webhooks",
         "notify_retry_seconds",
+        "notify_retention_days",
+        "webhook_prefixes_allowed",
     }
 
 
@@ -221,6 +227,21 @@ def test_every_config_key_is_a_config_field() -> None:
 def test_bad_webhooks_are_refused_with_the_form_to_use(paths: Paths, hooks: str) -> None:
     write_config(paths, f"webhooks: {hooks}\n")
     with pytest.raises(ConfigError, match=r"webhooks.*name: ops, url"):
+        load_config(paths, {})
+
+
+@pytest.mark.parametrize(
+    "prefixes",
+    [
+        "https://hooks.slack.com",  # not a list
+        "['https://hooks.slack.com']",  # no "/" after the host: .com.evil.example matches
+        "['ftp://files.example.org/']",
+        "['https://user@hooks.example.org/']",
+    ],
+)
+def test_webhook_prefixes_name_a_host_and_end_it(paths: Paths, prefixes: str) -> None:
+    write_config(paths, f"webhook_prefixes_allowed: {prefixes}\n")
+    with pytest.raises(ConfigError, match=r"webhook_prefixes_allowed.*like https://hooks"):
         load_config(paths, {})
 
 

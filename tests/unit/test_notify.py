@@ -17,7 +17,7 @@ from gbatch.config import Config, Paths, Webhook, load_config
 from gbatch.head import notify
 from gbatch.head.outbox import DeliveryError, Outbox
 from gbatch.head.store import Store
-from gbatch.model import Job, JobSpec, JobState
+from gbatch.model import Gpu, Job, JobSpec, JobState, NotifyHook
 
 T0 = 1_767_225_600.0
 HOOK = Webhook("ops", "https://hooks.example.org/x", "s3cret", ("FAIL", "NODE_DOWN"))
@@ -260,3 +260,130 @@ def test_the_readmes_notifications_example_is_a_config_the_daemon_accepts(tmp_pa
     config = load_config(paths, {})
     assert config.smtp_host == "mail.lab.example"
     assert [hook.form for hook in config.webhooks] == ["json", "slack"]
+
+
+# -- pruning ------------------------------------------------------------------------------
+
+
+def test_delivered_rows_are_pruned_after_the_retention_once_an_hour(store: Store) -> None:
+    store.queue_node_event("gpu01", "NODE_DOWN", "silent", T0)
+    store.queue_node_event("gpu02", "NODE_DOWN", "silent", T0)
+    store.queue_node_event("gpu03", "NODE_DOWN", "silent", T0)
+    old, fresh, failed = (row["id"] for row in store.outbox())
+    store.notification_delivered(int(old), T0)  # type: ignore[arg-type]
+    store.notification_delivered(int(fresh), T0 + 86400)  # type: ignore[arg-type]
+    store.notification_failed(int(failed), "refused", T0, None)  # type: ignore[arg-type]
+    outbox = Outbox(store, Config(webhooks=(HOOK,), notify_retention_days=1), Clock())
+
+    assert outbox.prune_due(T0 + 86400 - 1) == 0  # not a day old yet
+    assert outbox.prune_due(T0 + 86400 + 1) == 0  # due, but pruned under an hour ago
+    assert outbox.prune_due(T0 + 86400 + 3600) == 1
+    assert [row["id"] for row in store.outbox()] == [fresh, failed]  # given up: kept
+
+
+# -- a job's own webhooks (notify:) -------------------------------------------------------
+
+SLACK = "https://hooks.slack.com/services/"
+INTERNAL = "http://127.0.0.1:8080/internal"
+
+
+def test_a_jobs_webhook_is_owed_its_events_only_under_an_allowed_prefix(tmp_path: Path) -> None:
+    hooks = (NotifyHook(SLACK + "T1/B2/x", ("END",), "slack"), NotifyHook(INTERNAL, ("END",)))
+    policy = notify.Policy(user_prefixes=(SLACK,))
+    assert policy.active
+    opened = Store(tmp_path / "gbatch.db", policy)
+    try:
+        (job_id,) = opened.submit([spec(None, notify=hooks)], 1000, "ada", T0)
+        run_to(opened, job_id, JobState.COMPLETED)
+        assert rows(opened, job_id) == [("END", "user_webhook/slack", SLACK + "T1/B2/x")]
+        (other,) = opened.submit([spec(None, notify=hooks)], 1000, "ada", T0)
+        assert opened.cancel_pending([other], "cancelled by ada", T0) == [other]
+        assert rows(opened, other) == [("END", "user_webhook/slack", SLACK + "T1/B2/x")]
+    finally:
+        opened.close()
+
+
+def test_no_prefix_a_url_only_begins_with_allows_it() -> None:
+    assert notify.url_allowed(SLACK + "T1/x", (SLACK,))
+    assert not notify.url_allowed("https://hooks.slack.com.evil.example/services/x", (SLACK,))
+    assert not notify.url_allowed(INTERNAL, (SLACK,))
+    assert not notify.url_allowed(INTERNAL, ())
+
+
+def test_delivery_refuses_a_job_webhook_the_config_no_longer_allows(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Written while 127.0.0.1 was allowed; the admin has since taken that prefix out.
+    (job_id,) = store.submit([spec(None, notify=(NotifyHook(INTERNAL),))], 1000, "ada", T0)
+    store._notify = replace(POLICY, user_prefixes=("http://127.0.0.1:8080/",))
+    run_to(store, job_id, JobState.FAILED, exit_code=1)
+    posted: list[str] = []
+    monkeypatch.setattr(
+        "gbatch.head.outbox.post_webhook", lambda hook, note: posted.append(hook.url)
+    )
+    outbox = Outbox(store, Config(webhook_prefixes_allowed=(SLACK,)), Clock())
+    outbox.deliver_due(T0 + 100)
+    (row,) = [r for r in store.outbox(job_id) if r["channel"] == "user_webhook/json"]
+    assert posted == [] and row["gave_up"] is not None
+    assert "no longer under webhook_prefixes_allowed" in str(row["last_error"])
+
+
+def test_a_job_webhook_under_an_allowed_prefix_is_posted_unsigned_in_its_form(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (job_id,) = store.submit(
+        [spec(None, notify=(NotifyHook(SLACK + "x", ("FAIL",), "slack"),))], 1000, "ada", T0
+    )
+    store._notify = replace(POLICY, user_prefixes=(SLACK,))
+    run_to(store, job_id, JobState.FAILED, exit_code=1)
+    posted: list[Webhook] = []
+    monkeypatch.setattr("gbatch.head.outbox.post_webhook", lambda hook, note: posted.append(hook))
+    outbox = Outbox(store, Config(webhooks=(HOOK,), webhook_prefixes_allowed=(SLACK,)), Clock())
+    assert outbox.deliver_due(T0 + 100) == 2  # the admin's FAIL and the job's
+    assert [(h.url, h.form, h.secret) for h in posted if h.name == "job"] == [
+        (SLACK + "x", "slack", "")
+    ]
+
+
+# -- node conditions, once per episode ----------------------------------------------------
+
+
+def gpu(index: int, foreign: int = 0) -> Gpu:
+    return Gpu(index, f"GPU-{index}", "H100", 81559, 0, foreign_processes=foreign)
+
+
+def test_a_foreign_process_and_a_full_disk_are_node_conditions() -> None:
+    assert notify.node_conditions((gpu(0), gpu(1)), 50 << 30) == {}
+    assert notify.node_conditions((gpu(0), gpu(1)), None) == {}  # not measured: not told
+    found = notify.node_conditions((gpu(0), gpu(1, foreign=2)), 5 << 20)
+    assert found == {
+        "GPU_FOREIGN": "processes outside gbatch on GPU 1 (2)",
+        "DISK_FULL": f"its log disk has {5 << 20} bytes free",
+    }
+
+
+def test_a_condition_is_told_once_per_episode_not_once_per_report() -> None:
+    episodes = notify.Episodes()
+    held = notify.node_conditions((gpu(0, foreign=1),), 50 << 30)
+    assert episodes.started("gpu01", held) == held
+    assert episodes.started("gpu01", held) == {}  # the next report: same episode
+    assert episodes.started("gpu02", held) == held  # another node's own episode
+    assert episodes.started("gpu01", {}) == {}  # over
+    assert episodes.started("gpu01", held) == held  # back: a new episode
+    full = notify.node_conditions((gpu(0, foreign=1),), 0)
+    assert episodes.started("gpu01", full) == {"DISK_FULL": "its log disk has 0 bytes free"}
+    episodes.forget("gpu01")  # its event could not be written: told again
+    assert episodes.started("gpu01", full) == full
+
+
+def test_node_conditions_go_to_the_webhooks_that_ask_for_them(tmp_path: Path) -> None:
+    hook = Webhook("ops", "https://hooks.example.org/x", "", ("GPU_FOREIGN", "DISK_FULL"))
+    opened = Store(tmp_path / "gbatch.db", notify.Policy(webhooks=(hook, HOOK)))
+    try:
+        assert opened.queue_node_event("gpu01", "GPU_FOREIGN", "GPU 1 (2)", T0) == 1
+        (row,) = opened.outbox()
+        assert (row["kind"], row["target"]) == ("GPU_FOREIGN", "ops")
+        text = notify.summary(json.loads(str(row["payload"])))
+        assert text == "gbatch node gpu01: gpu foreign: GPU 1 (2)"
+    finally:
+        opened.close()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.model import JobSpec
+from gbatch.model import JobSpec, NotifyHook
 from gbatch.spec import (
     KEYS,
     MAX_FILE_BYTES,
@@ -769,8 +769,9 @@ def test_examples_are_the_documented_ones() -> None:
     train = load_job_file(EXAMPLES / "train.yaml")
     # Every key but secret_env (an example should not teach writing secrets into a file)
     # and the other ways of giving `mem`, which exclude it; dependency (it names a job id
-    # of the reader's queue, which the file cannot know); ntasks (1, the only value).
-    left_out = {"secret_env", "mem_per_gpu", "mem_per_cpu", "dependency", "ntasks"}
+    # of the reader's queue, which the file cannot know); ntasks (1, the only value);
+    # notify (a head allows only the webhook addresses its admin lists).
+    left_out = {"secret_env", "mem_per_gpu", "mem_per_cpu", "dependency", "ntasks", "notify"}
     assert set(train) | left_out == set(KEYS)
     spec = build_spec(train, {}, default_name="train", now=0.0)
     assert (spec.gpus, spec.time_limit) == (2, 86400)
@@ -802,3 +803,50 @@ def test_importing_spec_and_timefmt_does_not_import_yaml() -> None:
         env={**os.environ, "PYTHONPATH": str(root)},
     )
     assert result.stdout.strip() == "False"
+
+
+# -- notify: a job's own webhooks --------------------------------------------------------
+
+
+def test_notify_takes_hooks_or_bare_urls_and_survives_the_wire() -> None:
+    spec = build_spec(
+        {
+            "command": "true",
+            "notify": [
+                {"url": "https://hooks.slack.com/x", "events": ["end", "FAIL"], "form": "slack"},
+                "https://hooks.example.org/y",
+            ],
+        },
+        {},
+        default_name="job",
+    )
+    assert spec.notify == (
+        NotifyHook("https://hooks.slack.com/x", ("END", "FAIL"), "slack"),
+        NotifyHook("https://hooks.example.org/y", ("END", "FAIL"), "json"),
+    )
+    assert build_spec(spec.to_dict(), {}, default_name="job", wire=True) == spec
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    assert "notify" not in JobSpec(name="a", command=("true",)).to_dict()
+
+
+def test_the_notify_option_is_a_url_and_its_events() -> None:
+    spec = build_spec(
+        None, {"command": ["true"], "notify": "https://h.example.org/x,BEGIN,END"}, default_name="j"
+    )
+    assert spec.notify == (NotifyHook("https://h.example.org/x", ("BEGIN", "END")),)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ([{"url": "file:///etc/passwd"}], "is not an http:// or https:// address"),
+        ([{"url": "https://h.example.org/", "format": "slack"}], "format is not one of its keys"),
+        ([{"url": "https://h.example.org/", "events": ["NODE_DOWN"]}], "events are among"),
+        ([{"url": "https://h.example.org/", "form": "xml"}], "form is json or slack"),
+        ([], "of 1 to 4 webhooks"),
+        (["https://h.example.org/"] * 5, "of 1 to 4 webhooks"),
+    ],
+)
+def test_bad_notify_names_the_field_and_the_form(value: object, message: str) -> None:
+    with pytest.raises(SpecError, match=f"notify: .*{message}"):
+        build_spec({"command": "true", "notify": value}, {}, default_name="j")

@@ -226,6 +226,142 @@ def jobs_from_table(table: Mapping[str, Any]) -> list[Job]:
     return jobs
 
 
+# A listing's columns (ListJobs' `columns`), one list per field, a row's values at one
+# index in each; the spec is an index into "specs" (brief specs, each once), and
+# "array"/"task" an array task's array id and task index (nulls for other jobs).
+# "more" is sparse: [[row, [[first, last], ...]], ...] for the records standing for more
+# pending tasks (Job.array_more).
+_ROW_COLUMNS = (
+    "id",
+    "uid",
+    "user",
+    "spec",
+    "state",
+    "reason",
+    "held",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "node",
+)
+
+
+def listing_columns(
+    rows: Sequence[Sequence[Any]], spec_of: Callable[[Any], JobSpec]
+) -> dict[str, Any]:
+    """Listing rows as columns: rows of `_ROW_COLUMNS` then array_more (the head's
+    Store.listing_rows), each row's spec cell a key that `spec_of` decodes (called once
+    per distinct key). Brief specs alike are sent once."""
+    columns: dict[str, Any] = {name: [] for name in _ROW_COLUMNS}
+    if rows:
+        for name, values in zip(_ROW_COLUMNS, zip(*rows, strict=False), strict=False):
+            columns[name] = list(values)
+    specs: list[dict[str, Any]] = []
+    brief_index: dict[tuple[Any, ...], int] = {}
+    # spec key -> (index into specs, array task, array position)
+    known: dict[Any, tuple[int, int | None, int]] = {}
+    spec_column = []
+    arrays: list[int | None] = []
+    tasks: list[int | None] = []
+    for job_id, key in zip(columns["id"], columns["spec"], strict=True):
+        entry = known.get(key)
+        if entry is None:
+            spec = spec_of(key)
+            values = _brief_values(spec)
+            at = brief_index.get(values)
+            if at is None:
+                at = brief_index[values] = len(specs)
+                specs.append(_brief_spec(spec))
+            entry = known[key] = (at, spec.array_task, spec.array_pos)
+        spec_column.append(entry[0])
+        if entry[1] is None:
+            arrays.append(None)
+            tasks.append(None)
+        else:
+            arrays.append(job_id - entry[2])
+            tasks.append(entry[1])
+    columns["spec"] = spec_column
+    columns["specs"] = specs
+    columns["held"] = [bool(held) for held in columns["held"]]
+    columns["array"] = arrays
+    columns["task"] = tasks
+    columns["more"] = [
+        [at, [list(span) for span in row[11]]] for at, row in enumerate(rows) if row[11]
+    ]
+    return columns
+
+
+def jobs_to_columns(jobs: Sequence[Job]) -> dict[str, Any]:
+    """listing_columns of Jobs already built (a listing the narrow query cannot serve)."""
+    specs = {id(job.spec): job.spec for job in jobs}
+    rows = [
+        (
+            job.id,
+            job.uid,
+            job.user,
+            id(job.spec),
+            job.state.value,
+            job.reason,
+            job.held,
+            job.submit_time,
+            job.start_time,
+            job.end_time,
+            job.node,
+            job.array_more,
+        )
+        for job in jobs
+    ]
+    return listing_columns(rows, specs.__getitem__)
+
+
+def jobs_from_columns(columns: Mapping[str, Any]) -> list[Job]:
+    """listing_columns' rows as Jobs, in order, for squeue's cells: each shared spec
+    decoded once (an array task's once per task). The fields a listing does not send
+    (gpus, gpu_uuids, attempt, exit code and signal, stop_state) are left empty."""
+    specs = [JobSpec.from_dict(spec) for spec in columns["specs"]]
+    tasks: dict[tuple[int, int, int], JobSpec] = {}
+    more = {at: tuple((a, b) for a, b in spans) for at, spans in columns["more"]}
+    states = _STATES
+    new = _new_object
+    jobs = []
+    for at, (job_id, uid, user, index, state, reason, held, submit, start, end, node) in enumerate(
+        zip(*(columns[name] for name in _ROW_COLUMNS), strict=True)
+    ):
+        spec = specs[index]
+        array = columns["array"][at]
+        if array is not None:
+            key = (index, columns["task"][at], job_id - array)
+            task = tasks.get(key)
+            if task is None:
+                task = tasks[key] = replace(spec, array_task=key[1], array_pos=key[2])
+            spec = task
+        job: Job = new(Job)
+        job.__dict__.update(
+            id=job_id,
+            uid=uid,
+            user=user,
+            spec=spec,
+            state=states[state],
+            submit_time=submit,
+            reason=reason,
+            held=held,
+            start_time=start,
+            end_time=end,
+            node=node,
+            gpus=(),
+            gpu_uuids=(),
+            attempt=0,
+            exit_code=None,
+            exit_signal=None,
+            stop_state=None,
+            secret_values=(),
+            submit_env=(),
+            array_more=more.get(at, ()),
+        )
+        jobs.append(job)
+    return jobs
+
+
 _STATES = {state.value: state for state in JobState}
 _new_object = object.__new__
 # What job_from_row's shortcut relies on: a Job keeps its fields in its __dict__ and
@@ -537,7 +673,8 @@ class ListJobs(_Request, op="jobs"):
     """squeue and sacct: the active jobs, or with `history` every state since `since`;
     narrowed by ids, users and states (names or codes), and by job names, partitions
     and nodes (squeue -n, -p, -w). `brief`: listings' spec fields only; `table`: brief,
-    as jobs_to_table's columns. Replies {"jobs"|"table", "now"}, and with `starts`
+    as jobs_to_table's rows; `columns`: listing_columns' (squeue). Replies
+    {"jobs"|"table"|"columns", "now"}, and with `starts`
     also "starts": [[job id, expected start], ...] for the pending jobs listed that
     have an estimate (the planner's reservation, or a --begin time to come); with
     `gpu_usage` also "gpu_usage": [[job id, *GpuUsage.to_wire()], ...] for the listed
@@ -556,6 +693,7 @@ class ListJobs(_Request, op="jobs"):
     nodes: tuple[str, ...] = ()
     starts: bool = False
     gpu_usage: bool = False
+    columns: bool = False
 
 
 class ShowJob(_Request, op="job"):

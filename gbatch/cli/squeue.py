@@ -140,7 +140,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         brief=brief,
         # As columns, each spec once: a third of the bytes to encode and parse. A daemon
         # sends no `starts` with a table, so %S/%e and -S S/e ask for records.
-        table=brief and not needs_starts,
+        # As columns: the daemon reads narrow rows, builds no Job, sends each spec once.
+        # A daemon from before `columns` refuses it: daemon and client ship together.
+        columns=brief and not needs_starts,
         names=tuple(split_list(args.name) or ()),
         partitions=tuple(split_list(args.partition) or ()),
         nodes=tuple(split_list(args.nodelist) or ()),
@@ -228,7 +230,9 @@ def _show(
     from gbatch import formatting, wire
 
     reply = ctx.client.call(request)
-    if "table" in reply:
+    if "columns" in reply:
+        jobs = wire.jobs_from_columns(reply["columns"])
+    elif "table" in reply:
         jobs = wire.jobs_from_table(reply["table"])
     else:  # records: asked for, or a daemon from before tables
         jobs = [wire.job_from_wire(j) for j in reply["jobs"]]

@@ -33,6 +33,7 @@ from gbatch.head.store import (
     StoreError,
     StoreFull,
     Submission,
+    listing_spec,
 )
 from gbatch.head.tokens import MAX_LIFESPAN, TokenError, parse_scopes
 from gbatch.jobids import JobIdError, parse_job_ids
@@ -1061,6 +1062,13 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         if users is not None and caller.user not in users:
             return {"jobs": [], "now": daemon.clock()}
         users = [caller.user]
+    if request.columns and _narrow(request, ids):
+        # squeue's listing: the store's narrow rows, no Job per row.
+        rows = daemon.store.listing_rows(states=states, users=users)
+        if daemon.config.private_data and not admin:
+            rows = [row for row in rows if row[1] == caller.uid]
+        columns = wire.listing_columns(rows, listing_spec)
+        return {"columns": columns, "now": daemon.clock()}
     if request.history:
         found = daemon.store.jobs(
             ids=ids, id_ranges=id_ranges, states=states, users=users, since=request.since
@@ -1078,6 +1086,8 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
     if daemon.config.private_data and not admin:
         found = [j for j in found if j.uid == caller.uid]
     found = _narrowed(found, request)
+    if request.columns:
+        return {"columns": wire.jobs_to_columns(found), "now": daemon.clock()}
     if request.table:  # brief, as columns: the TUI's queue every second
         return {"table": wire.jobs_to_table(found), "now": daemon.clock()}
     brief = request.brief
@@ -1094,6 +1104,19 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         usage = daemon.store.gpu_usage([(j.id, j.attempt) for j in found])
         reply["gpu_usage"] = [[run[0], *u.to_wire()] for run, u in usage.items()]
     return reply
+
+
+def _narrow(request: wire.ListJobs, ids: object) -> bool:
+    """Whether Store.listing_rows serves the listing: the queue, by state and user
+    alone (no ids, history, names, partitions, nodes or expected starts)."""
+    return not (
+        request.history
+        or ids is not None
+        or request.names
+        or request.partitions
+        or request.nodes
+        or request.starts
+    )
 
 
 def _narrowed(found: list[Job], request: wire.ListJobs) -> list[Job]:

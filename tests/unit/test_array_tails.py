@@ -251,3 +251,35 @@ def test_sacct_array_expands_the_pending_tasks(daemon: Daemon) -> None:
         jobs, 0, fields=["JobID"], parsable=True, header=False, expand_arrays=True
     )
     assert expanded.splitlines() == [f"{array}_{k}" for k in range(40)]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"states": ["PD"]}, {"users": ["bob"]}, {"states": ["PD", "R"], "users": ["alice"]}],
+    ids=["queue", "pending", "bob", "alice-pd-r"],
+)
+def test_squeues_columns_print_as_the_job_table_did(daemon: Daemon, fields: Any) -> None:
+    # The narrow listing (Store.listing_rows, no Job per row) against the job table
+    # built from Jobs: the same rows, the tail's record and its throttle included.
+    submit(daemon, array="0-99%4")
+    submit(daemon, hold=True)
+    submit(daemon, BOB, spec={**SPEC, "name": "other.name"})
+    submit(daemon, count=3)
+    handle(daemon, ALICE, {"op": "hold", "ids": [submit(daemon)[0]]})
+
+    def listed_as(kind: str) -> list[wire.Job]:
+        reply = handle(daemon, ALICE, {"op": "jobs", "brief": True, kind: True, **fields})
+        assert kind in reply, reply
+        if kind == "columns":
+            return wire.jobs_from_columns(reply["columns"])
+        return wire.jobs_from_table(reply["table"])
+
+    old, new = listed_as("table"), listed_as("columns")
+    assert [job.id for job in new] == [job.id for job in old]
+    now = 1_700_000_000.0
+    for expand in (False, True):
+        every = "%i %A %F %K %P %j %u %U %t %T %M %l %L %D %R %N %b %V %Q %p %r %Y"
+        for fmt in (None, every):
+            assert format_squeue(new, now, fmt=fmt, expand_arrays=expand) == format_squeue(
+                old, now, fmt=fmt, expand_arrays=expand
+            )

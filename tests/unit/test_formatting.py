@@ -674,3 +674,35 @@ def test_squeue_memoized_rows_equal_one_line_drawn_per_job(fmt: str | None, expa
     out = format_squeue(jobs, NOW, fmt=fmt, starts=starts, expand_arrays=expand)
 
     assert out == "".join(line + "\n" for line in expected)
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        None,
+        "%i %A %F %K %P %j %u %U %t %T %M %l %L %D %C %m %R %N %b %V %Q %p %r %k %E %o %Z %Y",
+        "%.3i|%5K|%.2P|%4j|%.3u%%%1t%.4M%R%.2r",
+    ],
+)
+@pytest.mark.parametrize("expand", [False, True], ids=["folded", "expanded"])
+@pytest.mark.parametrize("sort", ["P,t,-p", "-t,i", "u,-V,M", "j,l,L,-N,U,T,Q,D,B,C,m"])
+def test_squeue_from_columns_prints_what_it_printed_from_the_table(
+    fmt: str | None, expand: bool, sort: str
+) -> None:
+    # squeue asks for listing_columns now; its rows must print byte for byte as the job
+    # table's did: held, requeued, array tasks, a folded tail with a throttle, a name
+    # with a control character, every letter a columns reply serves, -r and sorts.
+    import json
+
+    from gbatch.formatting import parse_squeue_sort, sort_squeue
+    from gbatch.wire import jobs_from_columns, jobs_from_table, jobs_to_columns, jobs_to_table
+
+    def printed(jobs: list[Job]) -> str:
+        ordered = sort_squeue(jobs, parse_squeue_sort(sort), NOW)
+        return format_squeue(ordered, NOW, fmt=fmt, expand_arrays=expand)
+
+    queue = _varied_queue()
+    from_table = jobs_from_table(json.loads(json.dumps(jobs_to_table(queue))))
+    from_columns = jobs_from_columns(json.loads(json.dumps(jobs_to_columns(queue))))
+
+    assert printed(from_columns) == printed(from_table)

@@ -143,6 +143,8 @@ def test_the_json_keeps_the_ops_and_field_names_clients_have_always_sent() -> No
         "starts": False,
         # Added with seff's and sacct's GPU usage (issue 15).
         "gpu_usage": False,
+        # Added with squeue's columns (issue 16).
+        "columns": False,
     }
     # What squeue sent before there were request types: nulls for options not given.
     old = {"op": "jobs", "users": None, "ids": None, "brief": True}

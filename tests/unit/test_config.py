@@ -214,6 +214,7 @@ def test_every_config_key_is_a_config_field() -> None:
         "notify_retry_seconds",
         "notify_retention_days",
         "webhook_prefixes_allowed",
+        "idle_gpu",
     }
 
 

@@ -110,6 +110,9 @@ class RootInContainers:
 
 # What an admin webhook may ask for: the jobs' events (mail types' names) and the nodes'.
 NODE_EVENTS = ("NODE_DOWN", "GPU_FOREIGN", "DISK_FULL")
+# A running job flagged by the idle_gpu policy (gbatch/head/idlegpu.py): admins' webhooks
+# may ask for it; its owner is mailed it whatever their --mail-type.
+IDLE_GPU_EVENT = "IDLE_GPU"
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,27 @@ class Webhook:
     secret: str = field(default="", repr=False)  # HMAC-SHA256 key of X-Gbatch-Signature
     events: tuple[str, ...] = ("FAIL", "NODE_DOWN")
     form: str = "json"
+
+
+@dataclass(frozen=True)
+class IdleGpuPolicy:
+    """`idle_gpu:` in config.yaml (gbatch/head/idlegpu.py): a running job whose GPUs all
+    read under threshold_percent for after_minutes is flagged and its owner told; with
+    cancel_after_minutes (counted from the same start, so at least after_minutes) it is
+    cancelled then. On by default, flagging only: the readings are already there, and a
+    flag costs nobody a run; cancelling is the admins' choice to make."""
+
+    threshold_percent: float = 5.0
+    after_minutes: float = 30.0
+    cancel_after_minutes: float | None = None
+
+    @property
+    def after_seconds(self) -> float:
+        return self.after_minutes * 60.0
+
+    @property
+    def cancel_after_seconds(self) -> float | None:
+        return None if self.cancel_after_minutes is None else self.cancel_after_minutes * 60.0
 
 
 @dataclass(frozen=True)
@@ -189,6 +213,8 @@ class Config:
     notify_retry_seconds: float = 30.0
     # Delivered outbox rows are deleted this long after their delivery.
     notify_retention_days: float = 7.0
+    # Idle GPU hoarders (IdleGpuPolicy); None (`idle_gpu: false`): not watched.
+    idle_gpu: IdleGpuPolicy | None = IdleGpuPolicy()
 
     @property
     def half_life_seconds(self) -> float:
@@ -294,7 +320,7 @@ def _check_webhooks(value: object, bad: Callable[[str], ConfigError]) -> tuple[W
             raise bad(f"{usage}; secret is a string")
         if form not in ("json", "slack"):
             raise bad(f"{usage}; form is json or slack")
-        known = JOB_EVENTS + NODE_EVENTS
+        known = (*JOB_EVENTS, IDLE_GPU_EVENT, *NODE_EVENTS)
         if not isinstance(events, list) or not all(e in known for e in events):
             raise bad(f"{usage}; events are among {', '.join(known)}")
         hooks.append(Webhook(name, url, secret, tuple(dict.fromkeys(events)), form))
@@ -312,6 +338,36 @@ def _check_webhook_prefixes(value: object, bad: Callable[[str], ConfigError]) ->
     ):
         raise bad(usage)
     return tuple(dict.fromkeys(value))
+
+
+def _check_idle_gpu(value: object, bad: Callable[[str], ConfigError]) -> IdleGpuPolicy | None:
+    usage = (
+        "false, or a mapping like {threshold_percent: 5, after_minutes: 30, "
+        "cancel_after_minutes: 120}"
+    )
+    if value is False or value is None:
+        return None
+    keys = {"threshold_percent", "after_minutes", "cancel_after_minutes"}
+    if not isinstance(value, dict) or set(value) - keys:
+        raise bad(usage)
+    numbers: dict[str, float | None] = {}
+    for key in keys:
+        given = value.get(key, getattr(IdleGpuPolicy, key))
+        if given is None and key == "cancel_after_minutes":
+            numbers[key] = None
+            continue
+        if isinstance(given, bool) or not isinstance(given, int | float):
+            raise bad(f"{usage}; {key} is a number")
+        if not math.isfinite(given) or given <= 0:
+            raise bad(f"{usage}; {key} is greater than zero")
+        numbers[key] = float(given)
+    policy = IdleGpuPolicy(**numbers)  # type: ignore[arg-type]
+    if policy.threshold_percent > 100:
+        raise bad(f"{usage}; threshold_percent is at most 100")
+    grace = policy.cancel_after_minutes
+    if grace is not None and grace < policy.after_minutes:
+        raise bad(f"{usage}; cancel_after_minutes is at least after_minutes (both from the start)")
+    return policy
 
 
 def _check_flag(value: object, bad: Callable[[str], ConfigError]) -> bool:
@@ -459,6 +515,8 @@ def _coerce(key: str, value: object, source: str) -> object:
             raise ConfigError(f"{source}: {err}") from err
     if key == "webhooks":
         return _check_webhooks(value, bad)
+    if key == "idle_gpu":
+        return _check_idle_gpu(value, bad)
     if key == "webhook_prefixes_allowed":
         return _check_webhook_prefixes(value, bad)
     if key in ("smtp_host", "mail_from", "mail_domain"):

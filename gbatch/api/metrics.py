@@ -36,6 +36,11 @@ class SnapshotCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from _jobs(self.snapshot["jobs"])
+        yield GaugeMetricFamily(
+            "gbatch_jobs_idle_gpus",
+            "Running jobs flagged by the idle_gpu policy: all their GPUs under its threshold",
+            self.snapshot.get("idle_gpu_jobs", 0),  # absent from an older daemon's reply
+        )
         yield from _daemon(self.snapshot["daemon"], self.snapshot["uptime"])
         yield from _nodes(self.snapshot["nodes"], self.snapshot["round_trips"])
         yield from _shares(self.snapshot["shares"])

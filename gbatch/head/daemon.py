@@ -1,7 +1,7 @@
 """gbatchd's loop: a short list of named steps, run on every tick and at once when
 something happens (a submit, a cancel, a run ending, a GPU report).
 
-    collect_ended_runs -> enforce_limits -> schedule -> sample_gpus
+    collect_ended_runs -> enforce_limits -> schedule -> sample_gpus -> watch_idle_gpus
 
 Collecting also ends the runs of nodes that are down with their lease run out
 (gbatch/head/liveness.py), and, when a node is heard again, removes the containers of runs
@@ -38,6 +38,7 @@ from gbatch.dependency import (
     reason_for,
 )
 from gbatch.dependency import parse as parse_dependency
+from gbatch.head import idlegpu
 from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.groupcommit import GroupCommitter
 from gbatch.head.liveness import Liveness
@@ -55,6 +56,7 @@ from gbatch.nodes.docker import container_name
 from gbatch.nodes.inventory import Inventory, partitions_of
 from gbatch.nodes.local import LOCAL_NODE
 from gbatch.spec import parse_signal
+from gbatch.timefmt import format_timestamp
 
 log = logging.getLogger("gbatchd")
 COALESCE_SECONDS = 0.02
@@ -145,6 +147,11 @@ class Daemon:
         # (job id, attempt) of an unconfirmed start past its settle period -> the node's
         # report number then: only a later report may confirm that it never started
         self._listing_after: dict[tuple[int, int], int] = {}
+        # Idle GPU streaks of running runs (gbatch/head/idlegpu.py); None: not watched.
+        # Runs flagged by an earlier daemon are adopted at the first pass.
+        policy = config.idle_gpu
+        self._idle = None if policy is None else idlegpu.IdleStreaks(policy)
+        self._idle_adopted = False
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -216,15 +223,16 @@ class Daemon:
         self.enforce_limits(now)
         self.schedule(now)
         # Last: accounting that fails (a full disk) must not keep jobs from starting.
-        self.sample_gpus()
+        self.sample_gpus(now)
         self.tell_node_conditions(now)
         self.metrics.observe_loop(self.monotonic() - began)
 
     # -- step 4: how busy running jobs keep their GPUs (seff, sacct) --------------------
 
-    def sample_gpus(self) -> None:
+    def sample_gpus(self, now: float) -> None:
         """Fold each node's new report (one not sampled yet) into the GPU usage of the
-        runs on it: one store read of the running jobs and one write, per poll."""
+        runs on it: one store read of the running jobs and one write, per poll. Then
+        watch the same readings for idle GPU hoarders."""
         fresh = {}
         for name, node in self.fleet.nodes.items():
             seq = node.report_seq
@@ -237,12 +245,62 @@ class Daemon:
         if not fresh:
             return
         samples = []
-        for job_id, attempt, node_name, gpus in self.store.running_gpus():
+        running = self.store.running_gpus()
+        for job_id, attempt, node_name, gpus in running:
             readings = fresh.get(node_name)
             usage = None if readings is None else gpuusage.sample(readings, gpus)
             if usage is not None:
                 samples.append((job_id, attempt, usage))
         self.store.add_gpu_samples(samples)
+        self.watch_idle_gpus(running, fresh, now)
+
+    def watch_idle_gpus(
+        self,
+        running: Sequence[tuple[int, int, str, tuple[int, ...]]],
+        fresh: Mapping[str, Sequence[gpuusage.GpuReading]],
+        now: float,
+    ) -> None:
+        """The idle_gpu policy: flag runs whose GPUs all read idle long enough (their
+        reason, an event, IDLE_GPU told once per run), take the flag off when they work
+        again, and cancel them after the grace where the policy says so."""
+        policy, streaks = self.config.idle_gpu, self._idle
+        if policy is None or streaks is None:
+            return
+        if not self._idle_adopted:
+            streaks.adopt(
+                (job.id, job.attempt)
+                for job in self.store.jobs_in((JobState.RUNNING,))
+                if job.reason.startswith(idlegpu.IDLE_REASON)
+            )
+            self._idle_adopted = True
+        idle = {}
+        for job_id, attempt, node_name, gpus in running:
+            readings = fresh.get(node_name)
+            if readings is not None:
+                idle[(job_id, attempt)] = idlegpu.all_idle(readings, gpus, policy.threshold_percent)
+        verdicts = streaks.observe([(j, a) for j, a, _, _ in running], idle, now)
+        for (job_id, _), since in verdicts.flag.items():
+            reason = idlegpu.flag_reason(policy, format_timestamp(since))
+            if self.store.note(job_id, JobState.RUNNING, reason, now):
+                log.info("job %d: %s", job_id, reason)
+                self.store.queue_job_event(job_id, idlegpu.EVENT, now)
+        for job_id, attempt in verdicts.clear:
+            self.store.set_running_reason(job_id, attempt, "")
+        for (job_id, _), idle_for in verdicts.cancel.items():
+            reason = idlegpu.cancel_reason(idle_for)
+            try:
+                self.store.set_state(
+                    job_id,
+                    JobState.COMPLETING,
+                    reason,
+                    now,
+                    expect={JobState.RUNNING},
+                    stop_state=JobState.CANCELLED,
+                )
+            except IllegalTransition:
+                continue  # it ended or was stopped meanwhile
+            log.warning("job %d: %s", job_id, reason)
+            self.wake.set()  # enforce_limits stops its run at the next step
 
     def tell_node_conditions(self, now: float) -> None:
         """GPU_FOREIGN and DISK_FULL to the admins' webhooks, once per episode, from
@@ -322,7 +380,7 @@ class Daemon:
             "exit_signal": killed_by,
         }
         if job.stop_state is not None:
-            new, reason = job.stop_state, _stop_reason(job.stop_state)
+            new, reason = job.stop_state, _stopped_reason(job)
         elif status.oom:
             new, reason = JobState.OUT_OF_MEMORY, "out of memory"
         elif exit_code == 0 and killed_by == 0:
@@ -349,7 +407,7 @@ class Daemon:
 
     def _run_vanished(self, job: Job, node: Node, now: float) -> None:
         if job.stop_state is not None:
-            self._end_run(job, job.stop_state, _stop_reason(job.stop_state), now, end_time=now)
+            self._end_run(job, job.stop_state, _stopped_reason(job), now, end_time=now)
         elif job.state is JobState.CONFIGURING:
             lost_at = self._launch_lost_at(job)
             if lost_at is None:
@@ -841,6 +899,15 @@ def _gpu_seconds(job: Job, until: float) -> float:
     if job.start_time is None:
         return 0.0
     return len(job.gpus) * max(0.0, until - job.start_time)
+
+
+def _stopped_reason(job: Job) -> str:
+    """The reason a stopped run's job ends with: the idle_gpu policy's own, which says
+    why, else _stop_reason's."""
+    if job.stop_state is JobState.CANCELLED and job.reason.endswith(idlegpu.POLICY_SUFFIX):
+        return job.reason
+    assert job.stop_state is not None
+    return _stop_reason(job.stop_state)
 
 
 def _stop_reason(state: JobState) -> str:

@@ -26,6 +26,7 @@ from gbatch.head import jobupdate, notify
 from gbatch.head.accounting import usage_by
 from gbatch.head.daemon import Daemon
 from gbatch.head.fairshare import factors
+from gbatch.head.idlegpu import IDLE_REASON
 from gbatch.head.store import (
     JobBrief,
     JobNotFound,
@@ -1703,6 +1704,7 @@ def metrics(daemon: Daemon, caller: Caller, request: wire.Metrics) -> dict[str, 
         "round_trips": round_trips,
         "shares": [[user, max(usage.get(user, 0.0), 0.0), share[user]] for user in sorted(share)],
         "daemon": daemon.metrics.to_wire(),
+        "idle_gpu_jobs": daemon.store.idle_flagged_count(IDLE_REASON),
     }
 
 

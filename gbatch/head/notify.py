@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gbatch.config import Config, Webhook
+from gbatch.config import IDLE_GPU_EVENT, Config, Webhook
 from gbatch.model import Gpu, Job, JobState, NotifyHook
 from gbatch.timefmt import format_elapsed_fixed
 
@@ -143,7 +143,12 @@ class Policy:
         if job.spec.array_task is not None and "ARRAY_TASKS" not in types:
             address = None
         for kind in kinds:
-            if address is not None and (as_mail := _mail_kind(kind, types)) is not None:
+            if kind == IDLE_GPU_EVENT:
+                # The admins' policy tells the owner, whether or not they asked for mail.
+                owner = self.mail_address(job) if self.mail else None
+                if owner is not None:
+                    out.append(Delivery(kind, MAIL, owner))
+            elif address is not None and (as_mail := _mail_kind(kind, types)) is not None:
                 out.append(Delivery(as_mail, MAIL, address))
             out.extend(
                 Delivery(kind, WEBHOOK, hook.name) for hook in self.webhooks if kind in hook.events
@@ -284,6 +289,8 @@ def summary(payload: Mapping[str, object]) -> str:
         return _clean(f"{head} {verb}, Run time {run_time}, {job['state']}, ExitCode {code or 0}")
     if kind == "TIME_LIMIT":
         return _clean(f"{head} Reached time limit, Run time {run_time}")
+    if kind == IDLE_GPU_EVENT:
+        return _clean(f"{head} GPUs idle, Run time {run_time}")
     if kind in TIME_LIMIT_WARNINGS:
         share = round(TIME_LIMIT_WARNINGS[kind] * 100)
         return _clean(f"{head} Reached {share}% of time limit, Run time {run_time}")

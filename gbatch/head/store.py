@@ -817,6 +817,27 @@ class Store:
                 [(reason, job_id, reason) for job_id, reason in reasons.items()],
             )
 
+    def set_running_reason(self, job_id: int, attempt: int, reason: str) -> bool:
+        """Set the reason of a job still RUNNING its run `attempt` (the idle GPU flag
+        going away). Not a state change, so no event row. False when it has moved on."""
+        with self._write() as db:
+            return bool(
+                db.execute(
+                    "UPDATE jobs SET reason = ? WHERE id = ? AND attempt = ? AND state = 'RUNNING'",
+                    (reason, job_id, attempt),
+                ).rowcount
+            )
+
+    def idle_flagged_count(self, prefix: str) -> int:
+        """How many RUNNING jobs have a reason starting with `prefix` (the metrics'
+        flagged idle GPU hoarders)."""
+        with self._lock:
+            (count,) = self._db.execute(
+                "SELECT count(*) FROM jobs WHERE state = 'RUNNING' AND substr(reason, 1, ?) = ?",
+                (len(prefix), prefix),
+            ).fetchone()
+        return int(count)
+
     def note(self, job_id: int, state: JobState, reason: str, now: float) -> bool:
         """Record why a job in `state` stays there (a start whose outcome is unknown):
         its reason and an event, with no state change. False when it has left `state`."""

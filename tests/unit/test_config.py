@@ -12,6 +12,7 @@ import pytest
 from gbatch.config import (
     Config,
     ConfigError,
+    IdleGpuPolicy,
     Paths,
     RootInContainers,
     Webhook,
@@ -133,7 +134,8 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         " events: [FAIL, NODE_DOWN], form: slack}]\n"
         "notify_retry_seconds: 5\n"
         "notify_retention_days: 2\n"
-        "webhook_prefixes_allowed: ['https://hooks.slack.com/services/']\n",
+        "webhook_prefixes_allowed: ['https://hooks.slack.com/services/']\n"
+        "idle_gpu: {threshold_percent: 10, after_minutes: 20, cancel_after_minutes: 60}\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -172,6 +174,7 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         notify_retry_seconds=5.0,
         notify_retention_days=2.0,
         webhook_prefixes_allowed=("https://hooks.slack.com/services/",),
+        idle_gpu=IdleGpuPolicy(10.0, 20.0, 60.0),
     )
 
 
@@ -211,6 +214,7 @@ def test_every_config_key_is_a_config_field() -> None:
         "notify_retry_seconds",
         "notify_retention_days",
         "webhook_prefixes_allowed",
+        "idle_gpu",
     }
 
 

@@ -153,10 +153,10 @@ def test_the_daemon_samples_each_new_report_once_for_the_running_jobs_on_its_nod
     store.set_state(running, JobState.RUNNING, "", 1.0, start_time=1.0)
 
     node.publish(gpu(0, 100, 50 * GIB), gpu(1, 40, 2 * GIB))
-    daemon.sample_gpus()
-    daemon.sample_gpus()  # no new report: nothing counted twice
+    daemon.sample_gpus(2.0)
+    daemon.sample_gpus(2.0)  # no new report: nothing counted twice
     node.publish(gpu(0, 100, 50 * GIB), gpu(1, 80, 6 * GIB))
-    daemon.sample_gpus()
+    daemon.sample_gpus(2.0)
 
     usage = store.gpu_usage([(running, 1), (waiting, 0), (waiting, 1)])
     assert list(usage) == [(running, 1)]  # only the running job, only its GPU 1

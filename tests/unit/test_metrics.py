@@ -140,6 +140,7 @@ def test_the_snapshot_counts_queued_jobs_by_state_user_and_partition(daemon: Dae
     assert got[("gbatch_jobs_by_state", (("state", "PENDING"),))] == 102
     assert got[("gbatch_jobs_by_state", (("state", "RUNNING"),))] == 0  # present, as 0
     assert got[("gbatch_fairshare_factor", (("user", "alice"),))] == 1.0
+    assert got[("gbatch_jobs_idle_gpus", ())] == 0  # present, as 0: none flagged
 
 
 def test_under_private_data_only_admins_read_metrics(tmp_path: Path) -> None:

@@ -133,7 +133,10 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         " events: [FAIL, NODE_DOWN], form: slack}]\n"
         "notify_retry_seconds: 5\n"
         "notify_retention_days: 2\n"
-        "webhook_prefixes_allowed: ['https://hooks.slack.com/services/']\n",
+        "webhook_prefixes_allowed: ['https://hooks.slack.com/services/']\n"
+        "event_log: events.jsonl\n"
+        "event_log_max_bytes: 10M\n"
+        "event_log_backups: 3\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -172,6 +175,9 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         notify_retry_seconds=5.0,
         notify_retention_days=2.0,
         webhook_prefixes_allowed=("https://hooks.slack.com/services/",),
+        event_log="events.jsonl",
+        event_log_max_bytes=10 << 20,
+        event_log_backups=3,
     )
 
 
@@ -211,7 +217,28 @@ def test_every_config_key_is_a_config_field() -> None:
         "notify_retry_seconds",
         "notify_retention_days",
         "webhook_prefixes_allowed",
+        "event_log",
+        "event_log_max_bytes",
+        "event_log_backups",
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("off", None), ("'off'", None), ("stdout", "stdout")]
+)
+def test_event_log_off_or_stdout(tmp_path: Path, text: str, expected: str | None) -> None:
+    # A bare YAML off is false: it must mean off too, not a file named "False".
+    paths = Paths(home=tmp_path)
+    write_config(paths, f"event_log: {text}\n")
+    assert load_config(paths, {}).event_log == expected
+
+
+@pytest.mark.parametrize("text", ["event_log: 3", "event_log: ''", "event_log_backups: 0"])
+def test_bad_event_log_settings_are_refused(tmp_path: Path, text: str) -> None:
+    paths = Paths(home=tmp_path)
+    write_config(paths, text + "\n")
+    with pytest.raises(ConfigError, match="event_log"):
+        load_config(paths, {})
 
 
 @pytest.mark.parametrize(

@@ -215,6 +215,13 @@ class Config:
     notify_retention_days: float = 7.0
     # Idle GPU hoarders (IdleGpuPolicy); None (`idle_gpu: false`): not watched.
     idle_gpu: IdleGpuPolicy | None = IdleGpuPolicy()
+    # The event log (gbatch/head/eventlog.py): one JSON line per job event and node
+    # event for a log shipper. None (`off`, the default): none; "stdout" (the journal
+    # under systemd); or a file, a relative path being in GBATCH_HOME, rotated at
+    # event_log_max_bytes with event_log_backups old files kept.
+    event_log: str | None = None
+    event_log_max_bytes: int = 100 << 20
+    event_log_backups: int = 5
 
     @property
     def half_life_seconds(self) -> float:
@@ -535,8 +542,15 @@ def _coerce(key: str, value: object, source: str) -> object:
         return None if value is None else Path(value)
     if key == "socket_group":
         return _check_group(value, bad)
-    if key == "max_log_bytes":
+    if key in ("max_log_bytes", "event_log_max_bytes"):
         return _check_size(value, bad)
+    if key == "event_log":
+        return _check_event_log(value, bad)
+    if key == "event_log_backups":
+        # Python's rotation keeps a file of 0 backups growing for ever.
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise bad("a whole number of old files to keep, at least 1")
+        return value
     if key in _INT_KEYS:
         if isinstance(value, bool):
             raise bad("an integer")
@@ -578,6 +592,15 @@ def _check_size(value: object, bad: Callable[[str], ConfigError]) -> int:
     if size < 1024:
         raise bad("a size of at least 1K")
     return size
+
+
+def _check_event_log(value: object, bad: Callable[[str], ConfigError]) -> str | None:
+    """`off` (YAML reads a bare off as false), `stdout`, or a file's path."""
+    if value is None or value is False or value == "off":
+        return None
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
+        raise bad("off, stdout or a file's path")
+    return value
 
 
 def _check_group(value: object, bad: Callable[[str], ConfigError]) -> str | None:

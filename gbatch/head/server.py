@@ -42,6 +42,7 @@ from gbatch.config import (
 )
 from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
+from gbatch.head.eventlog import open_event_log
 from gbatch.head.notify import Policy
 from gbatch.head.store import Store
 from gbatch.nodes.inventory import Inventory
@@ -523,7 +524,17 @@ def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
     check_socket_directory(paths.socket, config)
     paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock = _take_lock(paths)
-    store = Store(paths.store, Policy.from_config(config))
+    try:
+        events = open_event_log(
+            config.event_log, paths.home, config.event_log_max_bytes, config.event_log_backups
+        )
+    except OSError as err:
+        lock.close()
+        raise LogUnwritable(
+            f"cannot write the event log {config.event_log} ({err.strerror or err}). Let "
+            "gbatchd's user write there, or set event_log to another file, stdout or off"
+        ) from err
+    store = Store(paths.store, Policy.from_config(config), events.write if events else None)
     daemon = Daemon(paths, config, store, inventory=inventory)
     try:
         _say_whom_jobs_run_as(config, set(daemon.fleet.nodes))
@@ -550,5 +561,7 @@ def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
                 path.unlink()
         daemon.close()
         store.close()
+        if events is not None:
+            events.close()
         lock.close()
         log.info("gbatchd %d stopped", os.getpid())

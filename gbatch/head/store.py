@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,7 +23,7 @@ from gbatch import arrays
 from gbatch.config import make_private
 from gbatch.dependency import NEVER_REASON, RefJob
 from gbatch.gpuusage import GpuUsage
-from gbatch.head import fairshare, notify
+from gbatch.head import eventlog, fairshare, notify
 from gbatch.head.notify import Policy
 from gbatch.head.secretbox import SecretBox, SecretKeyError
 from gbatch.limits import PendingLimitReached
@@ -351,12 +351,21 @@ class JobNotFound(StoreError):
 
 
 class Store:
-    def __init__(self, path: Path, notify: Policy | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        notify: Policy | None = None,
+        feed: Callable[[Sequence[str]], None] | None = None,
+    ) -> None:
         """`notify`: whom job events are owed to (none by default); they are written to
-        the outbox with the state change they tell of."""
+        the outbox with the state change they tell of. `feed`: given the event log's
+        lines (gbatch/head/eventlog.py) of each transaction's events once it commits, in
+        commit order; it must not raise."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._notify = notify or Policy()
+        self._feed = feed
+        self._feed_lines: list[str] = []  # the open transaction's, for the feed
         # Jobs' env values and commands are in it: the owner's alone, whatever the umask.
         # SQLite gives the -wal and -shm files the mode of the database file; ones left
         # by an older gbatch are closed here too.
@@ -405,16 +414,23 @@ class Store:
         when it raises. SQLite's own errors leave as StoreError (StoreFull for a full
         disk), never as sqlite3 exceptions."""
         with self._lock:
+            self._feed_lines.clear()
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
                     yield self._db
                     self._db.execute("COMMIT")
                 except BaseException:
+                    self._feed_lines.clear()
                     self._rollback()
                     raise
             except sqlite3.OperationalError as err:
                 raise self._write_error(err) from err
+            # After the commit (a line never tells of a change that rolled back), still
+            # under the lock, so the lines are in the order the changes committed in.
+            if self._feed is not None and self._feed_lines:
+                lines, self._feed_lines = self._feed_lines, []
+                self._feed(lines)
 
     def _rollback(self) -> None:
         # On SQLITE_FULL SQLite may already have rolled the transaction back itself;
@@ -519,8 +535,8 @@ class Store:
                     self._insert_tail(db, submission, ids[0], token, env_token, now)
                     ids = list(range(ids[0], ids[0] + submission.tail_count))
                 results.append(ids)
-            db.executemany(
-                "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
+            self._insert_events(
+                db,
                 [
                     (job_id, now, state, "submitted")
                     for ids, submission in zip(results, submissions, strict=True)
@@ -683,12 +699,27 @@ class Store:
         db.execute(
             f"UPDATE jobs SET {assignments} WHERE id = ?", (*columns.values(), change.job_id)
         )
-        db.execute(
-            "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
-            (change.job_id, now, change.new.value, change.reason),
-        )
+        self._insert_events(db, [(change.job_id, now, change.new.value, change.reason)])
         if self._notify.active and notify.may_notify(current, change.new):
             self._queue_job_events(db, change.job_id, now, old=current)
+
+    def _insert_events(
+        self, db: sqlite3.Connection, rows: Sequence[tuple[int, float, str, str]]
+    ) -> None:
+        """The one writer of `events` rows (job id, time, state, reason). With an event
+        log, each row's line is kept for it, written once the transaction commits."""
+        db.executemany("INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)", rows)
+        if self._feed is None or not rows:
+            return
+        jobs: dict[int, Job] = {}
+        wanted = sorted({row[0] for row in rows})
+        for part in _chunks(wanted):
+            jobs.update((job.id, job) for job in self._select(f"id IN ({_marks(part)})", part))
+        self._feed_lines.extend(
+            eventlog.job_line(jobs[job_id], time, state, reason)
+            for job_id, time, state, reason in rows
+            if job_id in jobs
+        )
 
     def _queue_job_events(
         self,
@@ -749,14 +780,20 @@ class Store:
             return self._queue_job_events(db, job_id, now, kinds=(kind,))
 
     def queue_node_event(self, node: str, kind: str, reason: str, now: float) -> int:
-        """Owe a node's event (NODE_DOWN) to the admins' webhooks that ask for it."""
+        """Owe a node's event (NODE_DOWN) to the admins' webhooks that ask for it; and
+        give it to the event log, whether or not a webhook asks for it."""
         deliveries = self._notify.for_node(kind)
         if not deliveries:
+            if self._feed is not None:
+                with self._lock:  # in order with the lines of committed changes
+                    self._feed([eventlog.node_line(node, kind, reason, now)])
             return 0
         event_id = uuid.uuid4().hex
         payload = json.dumps(notify.node_payload(node, kind, reason, event_id, now))
         with self._write() as db:
             rows = [(delivery, event_id, None, None, payload) for delivery in deliveries]
+            if self._feed is not None:
+                self._feed_lines.append(eventlog.node_line(node, kind, reason, now))
             return self._insert_notifications(db, rows, now)
 
     def due_notifications(self, now: float, limit: int) -> list[notify.Notification]:
@@ -847,10 +884,7 @@ class Store:
                 (reason, job_id, state.value),
             ).rowcount
             if changed:
-                db.execute(
-                    "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
-                    (job_id, now, state.value, reason),
-                )
+                self._insert_events(db, [(job_id, now, state.value, reason)])
         return bool(changed)
 
     def set_held(self, job_id: int, held: bool, now: float) -> Job:
@@ -866,10 +900,8 @@ class Store:
                 raise IllegalTransition(job.state, job.state)
             reason = "JobHeldUser" if held else ""
             db.execute("UPDATE jobs SET held = ?, reason = ? WHERE id = ?", (held, reason, job_id))
-            db.execute(
-                "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
-                (job_id, now, job.state.value, "held by user" if held else "released"),
-            )
+            event = "held by user" if held else "released"
+            self._insert_events(db, [(job_id, now, job.state.value, event)])
             job = self._get(db, job_id)
         assert job is not None
         return job
@@ -912,10 +944,7 @@ class Store:
                     job_id,
                 ),
             )
-            db.execute(
-                "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
-                (job_id, now, job.state.value, reason),
-            )
+            self._insert_events(db, [(job_id, now, job.state.value, reason)])
             job = self._get(db, job_id)
         assert job is not None
         return job
@@ -1031,10 +1060,7 @@ class Store:
                         f"UPDATE jobs SET {assignments} WHERE id IN ({_marks(found)})",
                         (*values, *found),
                     )
-                    db.executemany(
-                        "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
-                        [(job_id, *event) for job_id in found],
-                    )
+                    self._insert_events(db, [(job_id, *event) for job_id in found])
                     if cancelling:
                         self._queue_cancelled(db, found, event[0])
                     done.extend(found)
@@ -1642,8 +1668,9 @@ class Store:
         ).fetchone()
         return None if row is None else _tail_from_row(row)
 
-    @staticmethod
-    def _materialise(db: sqlite3.Connection, tail: ArrayTail, positions: Sequence[int]) -> int:
+    def _materialise(
+        self, db: sqlite3.Connection, tail: ArrayTail, positions: Sequence[int]
+    ) -> int:
         """Rows for the tail's tasks at `positions`, as submit would have written them;
         the tail keeps the rest (and goes when none is left)."""
         if not positions:
@@ -1670,8 +1697,8 @@ class Store:
             ],
         )
         pending = JobState.PENDING.value
-        db.executemany(
-            "INSERT INTO events (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
+        self._insert_events(
+            db,
             [(job_id, tail.submit_time, pending, "submitted") for job_id in ids]
             + (
                 [

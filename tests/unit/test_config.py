@@ -135,7 +135,10 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         "notify_retry_seconds: 5\n"
         "notify_retention_days: 2\n"
         "webhook_prefixes_allowed: ['https://hooks.slack.com/services/']\n"
-        "idle_gpu: {threshold_percent: 10, after_minutes: 20, cancel_after_minutes: 60}\n",
+        "idle_gpu: {threshold_percent: 10, after_minutes: 20, cancel_after_minutes: 60}\n"
+        "event_log: events.jsonl\n"
+        "event_log_max_bytes: 10M\n"
+        "event_log_backups: 3\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -175,6 +178,9 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         notify_retention_days=2.0,
         webhook_prefixes_allowed=("https://hooks.slack.com/services/",),
         idle_gpu=IdleGpuPolicy(10.0, 20.0, 60.0),
+        event_log="events.jsonl",
+        event_log_max_bytes=10 << 20,
+        event_log_backups=3,
     )
 
 
@@ -215,7 +221,28 @@ def test_every_config_key_is_a_config_field() -> None:
         "notify_retention_days",
         "webhook_prefixes_allowed",
         "idle_gpu",
+        "event_log",
+        "event_log_max_bytes",
+        "event_log_backups",
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("off", None), ("'off'", None), ("stdout", "stdout")]
+)
+def test_event_log_off_or_stdout(tmp_path: Path, text: str, expected: str | None) -> None:
+    # A bare YAML off is false: it must mean off too, not a file named "False".
+    paths = Paths(home=tmp_path)
+    write_config(paths, f"event_log: {text}\n")
+    assert load_config(paths, {}).event_log == expected
+
+
+@pytest.mark.parametrize("text", ["event_log: 3", "event_log: ''", "event_log_backups: 0"])
+def test_bad_event_log_settings_are_refused(tmp_path: Path, text: str) -> None:
+    paths = Paths(home=tmp_path)
+    write_config(paths, text + "\n")
+    with pytest.raises(ConfigError, match="event_log"):
+        load_config(paths, {})
 
 
 @pytest.mark.parametrize(

@@ -4,11 +4,14 @@ of the server's own environment or files."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
+
 import pytest
 
 from gbatch.api.app import HTTP_STATUS, make_app
 from gbatch.api.openapi import PREFIX, document
-from gbatch.cli.api import parse_listen
+from gbatch.cli.api import make_listener, parse_listen
 from gbatch.cli.exits import CliError
 from gbatch.cli.sbatch import request_for_text
 from gbatch.wire import ERROR_KINDS
@@ -47,6 +50,28 @@ def test_it_listens_on_loopback_unless_tls_is_on() -> None:
     assert parse_listen("0.0.0.0:8443", tls=True) == ("0.0.0.0", 8443)
     with pytest.raises(CliError, match="HOST:PORT"):
         parse_listen("8642", tls=False)
+
+
+def test_connections_to_the_listener_get_tcp_nodelay_from_asyncio() -> None:
+    """Without TCP_NODELAY a keep-alive client waited 40 ms a request (delayed ACK)."""
+    listener = make_listener("127.0.0.1", 0)
+    port = listener.getsockname()[1]
+    seen: list[int] = []
+
+    async def scenario() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            peer = writer.get_extra_info("socket")
+            seen.append(peer.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(handle, sock=listener)
+        async with server:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            await _reader.read()
+            writer.close()
+
+    asyncio.run(scenario())
+    assert seen and seen[0] != 0
 
 
 def test_a_script_submitted_over_http_keeps_its_sbatch_lines_and_not_the_servers_env(

@@ -95,3 +95,14 @@ def test_a_job_file_as_yaml_or_json_makes_the_same_request() -> None:
     assert from_yaml == from_json
     with pytest.raises(CliError, match="sweep"):
         request_for_text("command: echo {lr}\nsweep: /etc/shadow\n", "api")
+
+
+def test_one_submits_options_never_reach_the_next_through_the_shared_parser() -> None:
+    """request_for_text builds its parser once; a script's #SBATCH lines set that
+    request's options only."""
+    plain = '{"command": "true"}'
+    before = request_for_text(plain, "api")
+    request_for_text("#!/bin/bash\n#SBATCH -J ci --gres=gpu:1 -t 10 --hold\necho hi\n", "api")
+    after = request_for_text(plain, "api")
+    assert after == before
+    assert after.spec.get("gpus") in (None, 0) and not after.held

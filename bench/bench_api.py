@@ -258,7 +258,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     with running_daemon(simulate_gpus=settings.gpus) as home:
         daemon = daemon_pid(home)
         with api_server(home) as (port, api_pid):
-            client = Http(port, mint(home))
+            token = mint(home)
+            client = Http(port, token)
             rates: list[float] = []
             latencies: list[float] = []
             api_cpu = daemon_cpu = 0.0
@@ -299,6 +300,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             already = 1 + total + settings.reps * (settings.submits + 1)
             fill_queue(home, max(0, settings.queue - already))
             time.sleep(1.0)  # let the loop's wake-up for the burst pass
+            # A new connection: the API closes one idle for 5 s (timeout_keep_alive).
+            client = Http(port, token)
             seconds, size = timed_gets(client, "/api/v1/jobs", settings.samples)
             listed = len(json.loads(client.request("GET", "/api/v1/jobs"))["jobs"])
             report(

@@ -30,6 +30,7 @@ if [ "$(id -u)" = 0 ]; then
     bash .ci/setup-slurm.sh   # a one-node real Slurm for the differential test
     bash .ci/setup-prometheus.sh   # prometheus and promtool scrape /metrics (test_metrics)
     bash .ci/setup-browser.sh   # chromium + chromedriver drive the web page (test_web_ui)
+    bash .ci/setup-tools.sh   # curl and jq run the README's CI script (test_ci_example)
     [ "${GBATCH_TEST_DOCKER:-1}" = 0 ] || bash .ci/setup-docker.sh
 fi
 

@@ -80,6 +80,23 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     return _serve(ctx, host, port, args.tls_cert, args.tls_key, args.local_metrics)
 
 
+def make_listener(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port for uvicorn. Made with proto IPPROTO_TCP, not
+    0: asyncio sets TCP_NODELAY only on connections whose proto says TCP, and without it
+    a response's headers and body (two writes) wait out the client's delayed ACK, 40 ms
+    a request on a keep-alive connection (bench/bench_api.py)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as err:
+        listener.close()
+        raise CliError(f"--listen: cannot listen on {host}:{port} ({err.strerror})") from err
+    listener.listen(128)
+    return listener
+
+
 def _serve(
     ctx: Context, host: str, port: int, cert: str | None, key: str | None, local_metrics: bool
 ) -> int:
@@ -88,14 +105,7 @@ def _serve(
 
     from gbatch.api.app import make_app
 
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((host, port))
-    except OSError as err:
-        raise CliError(f"--listen: cannot listen on {host}:{port} ({err.strerror})") from err
-    listener.listen(128)
+    listener = make_listener(host, port)
     bound = listener.getsockname()[1]
     config = uvicorn.Config(
         make_app(ctx.paths.socket, local_metrics=local_metrics),

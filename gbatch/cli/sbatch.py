@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import socket
@@ -697,18 +698,26 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     return Exit.OK
 
 
+@functools.cache
+def _text_parser() -> argparse.ArgumentParser:
+    """request_for_text's parser, built once: building it was 0.7 ms of a 0.8 ms API
+    submit (bench/bench_api.py). Parsing reads the parser and changes nothing on it, and
+    no option has a mutable default, so the API's threads share it."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("file")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    _add_options(parser)
+    parser.add_argument("--test-only", dest="test_only", action="store_true")
+    return parser
+
+
 def request_for_text(text: str, name: str) -> Submit:
     """The submit request `gbatch sbatch FILE` makes of a job file's (YAML or JSON) or
     a batch script's text, with no options, for a submitter who is not here (the HTTP
     API): nothing is read from this process's environment, working directory or files,
     and the job starts in its user's home unless it names a workdir. CliError (exit 2's
     one line) for a job that cannot be queued."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("file")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER)
-    _add_options(parser)
-    parser.add_argument("--test-only", dest="test_only", action="store_true")
-    args = parser.parse_args([name])
+    args = _text_parser().parse_args([name])
 
     def source() -> tuple[dict[str, object] | None, BatchScript | None]:
         from gbatch.spec import parse_job_text

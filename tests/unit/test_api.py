@@ -4,11 +4,14 @@ of the server's own environment or files."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
+
 import pytest
 
 from gbatch.api.app import HTTP_STATUS, make_app
 from gbatch.api.openapi import PREFIX, document
-from gbatch.cli.api import parse_listen
+from gbatch.cli.api import make_listener, parse_listen
 from gbatch.cli.exits import CliError
 from gbatch.cli.sbatch import request_for_text
 from gbatch.wire import ERROR_KINDS
@@ -49,6 +52,28 @@ def test_it_listens_on_loopback_unless_tls_is_on() -> None:
         parse_listen("8642", tls=False)
 
 
+def test_connections_to_the_listener_get_tcp_nodelay_from_asyncio() -> None:
+    """Without TCP_NODELAY a keep-alive client waited 40 ms a request (delayed ACK)."""
+    listener = make_listener("127.0.0.1", 0)
+    port = listener.getsockname()[1]
+    seen: list[int] = []
+
+    async def scenario() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            peer = writer.get_extra_info("socket")
+            seen.append(peer.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(handle, sock=listener)
+        async with server:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            await _reader.read()
+            writer.close()
+
+    asyncio.run(scenario())
+    assert seen and seen[0] != 0
+
+
 def test_a_script_submitted_over_http_keeps_its_sbatch_lines_and_not_the_servers_env(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -70,3 +95,14 @@ def test_a_job_file_as_yaml_or_json_makes_the_same_request() -> None:
     assert from_yaml == from_json
     with pytest.raises(CliError, match="sweep"):
         request_for_text("command: echo {lr}\nsweep: /etc/shadow\n", "api")
+
+
+def test_one_submits_options_never_reach_the_next_through_the_shared_parser() -> None:
+    """request_for_text builds its parser once; a script's #SBATCH lines set that
+    request's options only."""
+    plain = '{"command": "true"}'
+    before = request_for_text(plain, "api")
+    request_for_text("#!/bin/bash\n#SBATCH -J ci --gres=gpu:1 -t 10 --hold\necho hi\n", "api")
+    after = request_for_text(plain, "api")
+    assert after == before
+    assert after.spec.get("gpus") in (None, 0) and not after.held

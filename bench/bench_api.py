@@ -1,0 +1,362 @@
+"""The HTTP API's throughput and latency: submits, the jobs list, and /metrics.
+
+Run: `.venv/bin/python bench/bench_api.py [--quick]`. One daemon in a temp GBATCH_HOME
+with one local node of 800 simulated GPUs (as many per-GPU series as 100 nodes x 8),
+`gbatch api serve --local-metrics` on 127.0.0.1, and a token minted with `gbatch token`
+(as root: for `nobody`, root gets no tokens). One client, http.client on one persistent
+connection (keep-alive), as a CI script or a notebook would hold it.
+
+Figures:
+  (a) durable submits over HTTP: JSON job files (`{"command": ..., "begin": ...}`, a
+      begin far ahead so nothing runs), one after another: submits/s, and one
+      request's latency; beside it, the same submits on the daemon's socket, and the CPU
+      each process spent per submit (what bounds it);
+  (b) `GET /api/v1/jobs` with 10,000 jobs pending (held, single submits: not an array,
+      whose tasks would be one record);
+  (c) `GET /metrics` over HTTP with those 10,000 jobs and the 800 GPUs;
+  (d) metrics.render() in-process of a snapshot with 100 nodes x 8 GPUs made up here
+      (the fleet simulates one local node only; 100 SSH hosts are not cheap), and the
+      jobs rows of (c)'s real snapshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from common import (
+    GBATCH,
+    daemon_pid,
+    gbatch_env,
+    load_average,
+    machine_note,
+    median,
+    percentile,
+    running_daemon,
+)
+
+SUBMIT_GOAL = 1_000.0  # submits/s, durable, one client
+LIST_GOAL_MS = 50.0  # GET /jobs at 10,000 jobs, p50
+METRICS_GOAL_MS = 50.0  # GET /metrics at 100 x 8 GPUs and 10,000 jobs
+QUEUE = 10_000
+NODES, GPUS_PER_NODE = 100, 8
+# Far ahead, so the submitted jobs wait (a job file may not say `hold`).
+JOB = json.dumps({"command": "true", "name": "b", "begin": "2099-01-01T00:00:00"})
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A figure's samples summed up; p90 is the pessimistic side of the median (the 90th
+    percentile of durations, the 10th of rates), as common.py says."""
+
+    median: float
+    p90: float
+    low: float
+    high: float
+    count: int
+
+
+def summarize(samples: Sequence[float], higher_is_better: bool = False) -> Stats:
+    if not samples:
+        raise ValueError("no samples")
+    fraction = 0.1 if higher_is_better else 0.9
+    return Stats(
+        median(samples), percentile(samples, fraction), min(samples), max(samples), len(samples)
+    )
+
+
+def verdict(stats: Stats, goal: float | None, higher_is_better: bool) -> str:
+    if goal is None:
+        return "no goal"
+    met = stats.median >= goal if higher_is_better else stats.median <= goal
+    sign = ">=" if higher_is_better else "<="
+    return f"goal {sign} {goal:,.0f}, {'met' if met else 'MISSED'}"
+
+
+def line(what: str, stats: Stats, unit: str, goal: float | None, higher_is_better: bool) -> str:
+    """`what: median X unit, p90 Y, min A, max B (goal ..., met; N samples)`."""
+    number = "{:,.0f}" if higher_is_better else "{:,.1f}"
+    shown = [number.format(v) for v in (stats.median, stats.p90, stats.low, stats.high)]
+    return (
+        f"{what}: median {shown[0]} {unit}, p90 {shown[1]}, min {shown[2]}, max {shown[3]} "
+        f"({verdict(stats, goal, higher_is_better)}; {stats.count} samples)"
+    )
+
+
+def report(
+    what: str,
+    samples: Sequence[float],
+    unit: str,
+    goal: float | None = None,
+    higher_is_better: bool = False,
+) -> Stats:
+    stats = summarize(samples, higher_is_better)
+    print(line(what, stats, unit, goal, higher_is_better), flush=True)
+    return stats
+
+
+@dataclass(frozen=True)
+class Settings:
+    reps: int  # repetitions of the submit run
+    submits: int  # HTTP submits per repetition
+    queue: int  # jobs pending for the list and the scrape
+    samples: int  # GETs of the list and of /metrics
+    gpus: int  # simulated GPUs of the daemon's one node
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Settings:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: 2 x 200 submits, 1,000 jobs listed"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        return Settings(reps=2, submits=200, queue=1_000, samples=10, gpus=NODES * GPUS_PER_NODE)
+    return Settings(reps=5, submits=1_000, queue=QUEUE, samples=40, gpus=NODES * GPUS_PER_NODE)
+
+
+def synthetic_nodes(nodes: int, gpus: int) -> list[dict[str, Any]]:
+    """`nodes` nodes of `gpus` GPUs each, half of them held, as the Metrics reply's
+    `nodes` (wire.node_to_wire's shape)."""
+    return [
+        {
+            "name": f"gpu{n:03d}",
+            "state": "mixed",
+            "reason": "",
+            "gpus": [
+                {
+                    "index": i,
+                    "uuid": f"GPU-{n:04x}{i:04x}-0000-0000-0000-000000000000",
+                    "name": "NVIDIA H100 80GB HBM3",
+                    "memory_total_mib": 81559,
+                    "memory_used_mib": 40000 if i % 2 else 0,
+                    "utilization_pct": 90 if i % 2 else 0,
+                    "foreign_processes": 0,
+                    "simulated": False,
+                }
+                for i in range(gpus)
+            ],
+            "allocations": {str(i): 1000 + n * gpus + i for i in range(1, gpus, 2)},
+            "address": f"gpu{n:03d}.lab",
+            "partitions": ["gpu"],
+        }
+        for n in range(nodes)
+    ]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def api_server(home: Path) -> Iterator[tuple[int, int]]:
+    """`gbatch api serve --local-metrics` on a free loopback port: (port, its pid)."""
+    process = subprocess.Popen(
+        [str(GBATCH), "api", "serve", "--listen", "127.0.0.1:0", "--local-metrics"],
+        env=gbatch_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        said = process.stdout.readline()  # printed once it listens
+        if "http://127.0.0.1:" not in said:
+            raise RuntimeError(f"gbatch api serve said {said!r}")
+        port = int(said.split("http://127.0.0.1:")[1].split("/")[0])
+        yield port, process.pid
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def mint(home: Path) -> str:
+    user = ("--user", "nobody") if os.getuid() == 0 else ()
+    done = subprocess.run(
+        [str(GBATCH), "token", "--scope", "submit,read", *user],
+        env=gbatch_env(home),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+class Http:
+    """One keep-alive connection; every request must answer `expect`."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    def request(self, method: str, path: str, body: str | None = None, expect: int = 200) -> bytes:
+        headers = dict(self.headers)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        self.connection.request(method, path, body=body, headers=headers)
+        reply = self.connection.getresponse()
+        data = reply.read()
+        if reply.status != expect:
+            raise RuntimeError(f"{method} {path} -> {reply.status}: {data[:300]!r}")
+        return data
+
+
+def socket_submits(home: Path, count: int) -> float:
+    """`count` JSON-job submits on the daemon's socket, one connection: submits/s."""
+    from gbatch.cli.sbatch import request_for_text
+    from gbatch.client import Client
+
+    request = request_for_text(JOB, "api")
+    with Client(home / "gbatchd.sock") as client:
+        client.call(request)
+        start = time.perf_counter()
+        for _ in range(count):
+            client.call(request)
+        return count / (time.perf_counter() - start)
+
+
+def fill_queue(home: Path, count: int) -> None:
+    """Single held submits on the socket (an array's tasks would be one record)."""
+    from gbatch import wire
+    from gbatch.client import Client
+    from gbatch.model import JobSpec
+
+    spec = JobSpec(name="q", command=("/bin/true",)).to_dict()
+    with Client(home / "gbatchd.sock", timeout=60) as client:
+        for _ in range(count):
+            client.call(wire.Submit(spec=spec, held=True))
+
+
+def timed_gets(client: Http, path: str, samples: int) -> tuple[list[float], int]:
+    """(each GET's seconds, the body's bytes), after two warm-up GETs."""
+    for _ in range(2):
+        client.request("GET", path)
+    seconds: list[float] = []
+    size = 0
+    for _ in range(samples):
+        start = time.perf_counter()
+        size = len(client.request("GET", path))
+        seconds.append(time.perf_counter() - start)
+    return seconds, size
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    settings = parse_args(argv)
+    print(machine_note())
+    print(f"# load average before: {load_average()}", flush=True)
+    with running_daemon(simulate_gpus=settings.gpus) as home:
+        daemon = daemon_pid(home)
+        with api_server(home) as (port, api_pid):
+            token = mint(home)
+            client = Http(port, token)
+            rates: list[float] = []
+            latencies: list[float] = []
+            api_cpu = daemon_cpu = 0.0
+            client.request("POST", "/api/v1/jobs", JOB, expect=201)  # warm both processes
+            for _ in range(settings.reps):
+                api_before, daemon_before = cpu_seconds(api_pid), cpu_seconds(daemon)
+                start = time.perf_counter()
+                for _ in range(settings.submits):
+                    before = time.perf_counter()
+                    client.request("POST", "/api/v1/jobs", JOB, expect=201)
+                    latencies.append(time.perf_counter() - before)
+                rates.append(settings.submits / (time.perf_counter() - start))
+                api_cpu += cpu_seconds(api_pid) - api_before
+                daemon_cpu += cpu_seconds(daemon) - daemon_before
+            total = settings.reps * settings.submits
+            report(
+                f"(a) HTTP submits, 1 client, keep-alive, JSON ({settings.submits} per run)",
+                rates,
+                "submits/s",
+                SUBMIT_GOAL,
+                higher_is_better=True,
+            )
+            report("(a) latency of one HTTP submit", [s * 1000 for s in latencies], "ms")
+            print(
+                f"(a) CPU per submit: API process {api_cpu / total * 1e6:,.0f} us, "
+                f"daemon {daemon_cpu / total * 1e6:,.0f} us; wall per submit "
+                f"{1e6 / median(rates):,.0f} us",
+                flush=True,
+            )
+            socket_rates = [socket_submits(home, settings.submits) for _ in range(settings.reps)]
+            report(
+                "(a) the same JSON submits on the daemon's socket, no HTTP",
+                socket_rates,
+                "submits/s",
+                higher_is_better=True,
+            )
+            # The submits above are pending too (begin in 2099): top up to the queue.
+            already = 1 + total + settings.reps * (settings.submits + 1)
+            fill_queue(home, max(0, settings.queue - already))
+            time.sleep(1.0)  # let the loop's wake-up for the burst pass
+            # A new connection: the API closes one idle for 5 s (timeout_keep_alive).
+            client = Http(port, token)
+            seconds, size = timed_gets(client, "/api/v1/jobs", settings.samples)
+            listed = len(json.loads(client.request("GET", "/api/v1/jobs"))["jobs"])
+            report(
+                f"(b) GET /api/v1/jobs, {listed:,} jobs pending ({size / 1e6:.1f} MB)",
+                [s * 1000 for s in seconds],
+                "ms",
+                LIST_GOAL_MS,
+            )
+            seconds, size = timed_gets(client, "/metrics", settings.samples)
+            report(
+                f"(c) GET /metrics over HTTP, {listed:,} jobs, 1 node of {settings.gpus} "
+                f"simulated GPUs ({size / 1e3:.0f} kB)",
+                [s * 1000 for s in seconds],
+                "ms",
+                METRICS_GOAL_MS,
+            )
+            snapshot = real_snapshot(home, settings.samples)
+    render_figure(snapshot, settings.samples)
+    print(f"# load average after: {load_average()}", flush=True)
+
+
+def real_snapshot(home: Path, samples: int) -> dict[str, Any]:
+    """The daemon's Metrics reply, and the time its request takes on the socket."""
+    from gbatch import wire
+    from gbatch.client import Client
+
+    seconds: list[float] = []
+    with Client(home / "gbatchd.sock") as client:
+        snapshot: dict[str, Any] = client.call(wire.Metrics())
+        for _ in range(samples):
+            start = time.perf_counter()
+            client.call(wire.Metrics())
+            seconds.append(time.perf_counter() - start)
+    report("(c) of which the Metrics request on the socket", [s * 1000 for s in seconds], "ms")
+    return snapshot
+
+
+def render_figure(snapshot: dict[str, Any], samples: int) -> None:
+    """(d): render() of `snapshot` with its nodes replaced by 100 x 8 made-up GPUs."""
+    from gbatch.api.metrics import render
+
+    made_up = {**snapshot, "nodes": synthetic_nodes(NODES, GPUS_PER_NODE)}
+    render(made_up)
+    seconds: list[float] = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        render(made_up)
+        seconds.append(time.perf_counter() - start)
+    report(
+        f"(d) metrics.render(), {NODES} nodes x {GPUS_PER_NODE} GPUs made up, in-process",
+        [s * 1000 for s in seconds],
+        "ms",
+        METRICS_GOAL_MS,
+    )
+
+
+if __name__ == "__main__":
+    main()

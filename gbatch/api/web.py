@@ -51,6 +51,13 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 STATIC = {"app.css": "text/css", "job.js": "text/javascript"}
+# The job page's buttons: the requests scancel and scontrol hold/release/requeue send.
+ACTIONS: dict[str, type[wire.Cancel | wire.Hold | wire.Release | wire.Requeue]] = {
+    "cancel": wire.Cancel,
+    "hold": wire.Hold,
+    "release": wire.Release,
+    "requeue": wire.Requeue,
+}
 STATES = ("PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 
 
@@ -79,6 +86,7 @@ class Web:
             Route("/ui/logout", self.logout, methods=["POST"]),
             Route("/ui/jobs/{job}", self.job, methods=["GET"]),
             Route("/ui/jobs/{job}/log", self.log, methods=["GET"]),
+            Route("/ui/jobs/{job}/{action}", self.act, methods=["POST"]),
             Route("/ui/nodes", self.nodes, methods=["GET"]),
             Route("/ui/submit", self.submit_form, methods=["GET"]),
             Route("/ui/submit", self.submit, methods=["POST"]),
@@ -193,6 +201,28 @@ class Web:
         if isinstance(reply, Response):
             return reply
         return self.page(http, "job.html", job=reply["job"], events=reply["events"])
+
+    async def act(self, http: Request) -> Response:
+        """A job page's button: the wire request the CLI would send, then back to the
+        job's page; each job the daemon refused is said as it said it."""
+        action = ACTIONS.get(http.path_params["action"])
+        if action is None:
+            return self.page(http, "error.html", 404, message="no such action")
+        if _target(http) is None:
+            return self.page(http, "error.html", 400, message="not a job id: give N or N_K")
+        fields = await self.form(http)
+        if isinstance(fields, Response):
+            return fields
+        job = http.path_params["job"]
+        reply = await self.ask(http, action(jobs=(job,)))
+        if isinstance(reply, Response):
+            return reply
+        if reply.get("failed"):
+            message = "; ".join(  # as scontrol says each: `job N: why`
+                f"job {r['id']}: {r['error']}" for r in reply["results"] if not r["ok"]
+            )
+            return self.page(http, "error.html", 409, message=message)
+        return RedirectResponse(f"/ui/jobs/{job}", 303, headers=SECURITY_HEADERS)
 
     async def log(self, http: Request) -> Response:
         """The job's log as Server-Sent Events (the API's follow), with the cookie's token:

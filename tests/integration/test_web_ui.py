@@ -68,12 +68,13 @@ def test_markup_from_a_job_or_a_refused_form_is_shown_escaped_under_a_strict_csp
     status, reply, _ = http(f"{api}/jobs", "POST", token, evil)
     assert status == 201, reply
     web = Browserless(root_of(api))
-    status, _, page = web.post("/ui/login", {"token": "not-a-token"})
+    login = csrf_of(web.get("/ui/login")[2])
+    status, _, page = web.post("/ui/login", {"token": "not-a-token", "csrf": login})
     assert status == 401 and "Sign in" in page
-    assert [c.name for c in web.jar] == []
-    status, headers, page = web.post("/ui/login", {"token": token})
+    assert [c.name for c in web.jar] == ["gbatch_login"]
+    status, headers, page = web.post("/ui/login", {"token": token, "csrf": login})
     assert status == 200 and 'id="jobs"' in page
-    (cookie,) = list(web.jar)
+    (cookie,) = list(web.jar)  # the session's; the login form's is spent
     assert cookie.has_nonstandard_attr("HttpOnly") and cookie.path == "/ui"
     assert "script-src 'self'" in headers["content-security-policy"]
     # The filters are squeue's: by state, by user.
@@ -105,7 +106,34 @@ def test_markup_from_a_job_or_a_refused_form_is_shown_escaped_under_a_strict_csp
     head.wait_state(int(job_id), "COMPLETED")
     assert "Sign in" in Browserless(root_of(api)).get("/ui")[2]
     status, _, page = web.post("/ui/logout", {"csrf": csrf})
-    assert status == 200 and "signed out" in page and list(web.jar) == []
+    assert status == 200 and "signed out" in page and [c.name for c in web.jar] == ["gbatch_login"]
+
+
+def test_another_site_cannot_sign_a_browser_in_with_its_own_token(
+    head: Head,  # noqa: F811
+    api: str,  # noqa: F811
+) -> None:
+    """Login CSRF: the attacker's page posts the attacker's token to /ui/login from the
+    victim's browser. The form's CSRF token is bound to a SameSite=Strict cookie that
+    such a POST arrives without, and that the attacker cannot read or set."""
+    attackers = mint(head, "--scope", "submit,read")
+    attacker = Browserless(root_of(api))
+    their_csrf = csrf_of(attacker.get("/ui/login")[2])
+    victim = Browserless(root_of(api))
+    cases = {
+        "no form token": {"token": attackers},
+        "the attacker's own form token": {"token": attackers, "csrf": their_csrf},
+    }
+    for what, fields in cases.items():
+        status, _, page = victim.post("/ui/login", fields)  # no login cookie: cross-site
+        assert status == 403 and "stale form" in page, what
+        assert [c.name for c in victim.jar] == [], what
+    victim.get("/ui/login")  # the victim's own login cookie, now present
+    status, _, page = victim.post("/ui/login", cases["the attacker's own form token"])
+    assert status == 403 and "gbatch_session" not in [c.name for c in victim.jar]
+    # The attacker's form token still signs the attacker in, in the attacker's browser.
+    status, _, page = attacker.post("/ui/login", cases["the attacker's own form token"])
+    assert status == 200 and 'id="jobs"' in page
 
 
 # -- the real browser ---------------------------------------------------------------------

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAST_CONFIG, GBATCH, Head, make_head, wait_for
+from conftest import FAST_CONFIG, GBATCH, Head, is_gone, make_head, wait_for
 
 SCRIPT = """#!/bin/bash
 #SBATCH -J from-ci
@@ -237,3 +237,50 @@ def test_following_a_log_without_a_token_or_of_no_job_is_a_json_error(head: Head
     assert status == 401 and reply["kind"] == "unauthenticated"
     status, reply, _ = http(f"{api}/jobs/999/logs/follow", token=mint(head, "--scope", "read"))
     assert status == 404 and reply["kind"] == "not_found"
+
+
+def test_a_followed_log_goes_on_across_a_daemon_restart_without_loss_or_repeat(
+    head: Head, api: str
+) -> None:
+    # The job counts until the test has seen the daemon come back: lines written while
+    # gbatchd was down must arrive once each, after it.
+    gate = Path(tempfile.mkdtemp(prefix="gbatch-sse-"))
+    gate.chmod(0o755)
+    go = gate / "go"
+    job = json.dumps(
+        {
+            "name": "outlives-gbatchd",
+            "workdir": "/tmp",
+            "command": f"i=0; while [ ! -e {go} ]; do echo tick $i; i=$((i+1)); sleep 0.05; "
+            "done; echo last",
+        }
+    )
+    token = mint(head, "--scope", "submit,read")
+    status, reply, _ = http(f"{api}/jobs", "POST", token, job, "application/json")
+    assert status == 201, reply
+    job_id = int(str(reply["job_id"]))
+    seen = ""
+    restarted_at: int | None = None
+    try:
+        for name, data in sse_events(f"{api}/jobs/{job_id}/logs/follow", token):
+            assert name in ("state", "log", "end"), (name, data)
+            if name == "log":
+                seen += str(data["data"])
+                if restarted_at is None and "tick 3\n" in seen:
+                    pid = head.daemon_pid()
+                    head.stop()
+                    wait_for(lambda pid=pid: is_gone(pid), what="gbatchd to stop")
+                    head.start()
+                    restarted_at = len(seen)
+                elif restarted_at is not None and len(seen) > restarted_at:
+                    go.touch()  # something came after the restart
+            elif name == "end":
+                assert data["state"] == "COMPLETED"
+                break
+    finally:
+        shutil.rmtree(gate)
+    assert restarted_at is not None
+    lines = seen.splitlines()
+    assert lines[-1] == "last"
+    assert lines[:-1] == [f"tick {i}" for i in range(len(lines) - 1)]  # no gap, no repeat
+    assert seen == head.run("logs", str(job_id), check=True).stdout

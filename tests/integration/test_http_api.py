@@ -3,6 +3,7 @@ port), a token minted with the real CLI, and urllib as the CI pipeline's curl.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAST_CONFIG, GBATCH, Head, is_gone, make_head, wait_for
+from conftest import FAST_CONFIG, GBATCH, Head, is_gone, make_head, require_root, wait_for
 
 SCRIPT = """#!/bin/bash
 #SBATCH -J from-ci
@@ -41,6 +42,13 @@ def head(tmp_path: Path) -> Iterator[Head]:
 
 @pytest.fixture
 def api(head: Head) -> Iterator[str]:
+    with serve_api(head) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serve_api(head: Head) -> Iterator[str]:
+    """`gbatch api serve` for `head` on a free port of 127.0.0.1: its base URL."""
     process = subprocess.Popen(
         [*GBATCH, "api", "serve", "--listen", "127.0.0.1:0"],
         env=head.env,
@@ -284,3 +292,35 @@ def test_a_followed_log_goes_on_across_a_daemon_restart_without_loss_or_repeat(
     assert lines[-1] == "last"
     assert lines[:-1] == [f"tick {i}" for i in range(len(lines) - 1)]  # no gap, no repeat
     assert seen == head.run("logs", str(job_id), check=True).stdout
+
+
+def test_another_users_job_is_refused_over_http_in_the_words_of_the_socket(
+    shared_head: Head,
+) -> None:
+    """The daemon authorizes both: a token's cancel or hold of another user's job gets
+    the refusal that user's own CLI gets over the socket."""
+    require_root("to act as another user on the socket")
+    from asuser import User, as_user, preload, run_cli
+
+    job = shared_head.sbatch("--hold", "--wrap", "echo mine", "-D", "/tmp")  # root's
+    token = mint(shared_head, "--scope", "read,control")  # nobody's
+    with serve_api(shared_head) as url:
+        over_http = {}
+        for action in ("cancel", "hold"):
+            status, reply, _ = http(f"{url}/jobs/{job}/{action}", "POST", token)
+            assert status == 409, reply
+            over_http[action] = reply["results"][0]["error"]  # type: ignore[index]
+    nobody = pwd.getpwnam("nobody")
+    preload()
+    home = shared_head.home
+    over_socket = as_user(
+        User("nobody", nobody.pw_uid, nobody.pw_gid),
+        lambda: {
+            "cancel": run_cli(home, "scancel", str(job)),
+            "hold": run_cli(home, "scontrol", "hold", str(job)),
+        },
+    )
+    for action, error in over_http.items():
+        assert over_socket[action]["rc"] == 1, over_socket[action]
+        assert over_socket[action]["err"].endswith(f": {error}\n"), (action, error)
+    assert shared_head.job(job)["state"] == "PENDING"

@@ -10,6 +10,10 @@ The events (each `data:` one JSON line, so a log's CR, NUL or half a line crosse
   event: failed                     data: {"ok": false, "kind": ..., "error": ...}
 `id` is the offset to resume from: a browser's EventSource sends it back as
 Last-Event-ID when it reconnects, and the stream goes on from there.
+
+gbatchd restarting (an upgrade, `gbatch daemon stop; gbatch daemon start`) does not end
+a follow: jobs outlive the daemon, so a read it cannot answer is tried again, from the
+same offset, for up to RESTART_GRACE_SECONDS before the stream ends with `failed`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from starlette.requests import Request
 
 POLL_SECONDS = 0.2  # gbatch logs -f's pause when a read brings nothing new
 KEEPALIVE_SECONDS = 15.0  # a comment line, so proxies keep a quiet stream open
+RESTART_GRACE_SECONDS = 60.0  # how long a follow waits for gbatchd to be back
 MEDIA_TYPE = "text/event-stream"
 HEADERS = {
     "Cache-Control": "no-cache",
@@ -51,11 +56,14 @@ async def follow(
     *,
     poll: float = POLL_SECONDS,
     clock: Callable[[], float] = time.monotonic,
+    grace: float = RESTART_GRACE_SECONDS,
 ) -> AsyncIterator[str]:
     """The events from `first` (the reply to the first read, made before the response
-    started so that a refusal is an HTTP status) until the daemon says `done`."""
+    started so that a refusal is an HTTP status) until the daemon says `done`; while
+    the daemon is unavailable (for at most `grace` seconds), keepalives only."""
     reply = first
     quiet_since = clock()
+    down_since: float | None = None
     state = None
     yield "retry: 1000\n\n"
     while True:
@@ -77,9 +85,15 @@ async def follow(
             await asyncio.sleep(poll)
         try:
             reply = await read(reply["offset"])
+            down_since = None
         except ReadFailed as err:
-            yield event("failed", err.reply)
-            return
+            now = clock()
+            down_since = now if down_since is None else down_since
+            if err.reply.get("kind") != "unavailable" or now - down_since >= grace:
+                yield event("failed", err.reply)
+                return
+            # The last reply again, less its data: nothing new to say; same offset.
+            reply = {**reply, "data": ""}
 
 
 def resume_offset(http: Request) -> int | None:

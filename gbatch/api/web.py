@@ -7,6 +7,7 @@ Safety, in one place:
     the login form's POST; scripts cannot read it and other sites cannot send it;
   - every form that changes something carries a CSRF token, an HMAC of the session's
     token under a key this process draws at start (a restart asks for a reload, no more);
+    the login form's is an HMAC of a random value in a SameSite=Strict cookie (login CSRF);
   - Jinja2 autoescapes every value (job names, users, reasons, YAML), and the log is
     written by job.js as text, never as HTML;
   - a Content-Security-Policy allows this origin's own script and style only: no inline
@@ -39,6 +40,10 @@ from gbatch.jobids import ONE, JobIdError, parse_one_job
 HERE = Path(__file__).parent
 FORM_LIMIT = 3 << 20  # a job file of 1 MiB (app.MAX_BODY), URL-encoded
 COOKIE = "gbatch_session"
+# Before a session: a random value for the login form's CSRF token (login CSRF, where
+# another site signs a victim in with the attacker's token). SameSite=Strict, so a POST
+# from another site's page arrives without it and is refused.
+LOGIN_COOKIE = "gbatch_login"
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -51,6 +56,13 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 STATIC = {"app.css": "text/css", "job.js": "text/javascript"}
+# The job page's buttons: the requests scancel and scontrol hold/release/requeue send.
+ACTIONS: dict[str, type[wire.Cancel | wire.Hold | wire.Release | wire.Requeue]] = {
+    "cancel": wire.Cancel,
+    "hold": wire.Hold,
+    "release": wire.Release,
+    "requeue": wire.Requeue,
+}
 STATES = ("PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 
 
@@ -79,6 +91,7 @@ class Web:
             Route("/ui/logout", self.logout, methods=["POST"]),
             Route("/ui/jobs/{job}", self.job, methods=["GET"]),
             Route("/ui/jobs/{job}/log", self.log, methods=["GET"]),
+            Route("/ui/jobs/{job}/{action}", self.act, methods=["POST"]),
             Route("/ui/nodes", self.nodes, methods=["GET"]),
             Route("/ui/submit", self.submit_form, methods=["GET"]),
             Route("/ui/submit", self.submit, methods=["POST"]),
@@ -90,12 +103,31 @@ class Web:
     def csrf(self, token: str) -> str:
         return hmac.new(self.csrf_key, token.encode(), hashlib.sha256).hexdigest()
 
+    def login_csrf(self, nonce: str) -> str:
+        return self.csrf("login:" + nonce)  # never equal to a session's: tokens hold no ':'
+
     def page(self, http: Request, name: str, status: int = 200, **values: Any) -> HTMLResponse:
         token = http.cookies.get(COOKIE)
-        html = self.templates.get_template(name).render(
-            csrf=self.csrf(token) if token else "", signed_in=bool(token), **values
-        )
+        fields = {"csrf": self.csrf(token) if token else "", "signed_in": bool(token)}
+        html = self.templates.get_template(name).render({**fields, **values})
         return HTMLResponse(html, status, headers=SECURITY_HEADERS)
+
+    def login_page(self, http: Request, status: int, message: str) -> HTMLResponse:
+        """The login form, its CSRF token from the LOGIN_COOKIE nonce (a new one if the
+        browser has none)."""
+        nonce = http.cookies.get(LOGIN_COOKIE) or secrets.token_urlsafe(32)
+        response = self.page(
+            http, "login.html", status, message=message, csrf=self.login_csrf(nonce)
+        )
+        response.set_cookie(
+            LOGIN_COOKIE,
+            nonce,
+            path="/ui/login",
+            httponly=True,
+            samesite="strict",
+            secure=http.url.scheme == "https",
+        )
+        return response
 
     def problem(self, http: Request, reply: Response) -> Response:
         """The daemon's refusal as a page; a token it no longer takes: back to login."""
@@ -121,18 +153,20 @@ class Web:
             if len(data) > FORM_LIMIT:
                 return self.page(http, "error.html", 413, message="the form is too large")
         fields = {k: v[-1] for k, v in urllib.parse.parse_qs(data.decode(errors="replace")).items()}
-        token = http.cookies.get(COOKIE, "")
-        expected = self.csrf(token) if token else ""
-        if http.url.path != "/ui/login" and not (
-            expected and hmac.compare_digest(fields.get("csrf", ""), expected)
-        ):
+        if http.url.path == "/ui/login":
+            nonce = http.cookies.get(LOGIN_COOKIE, "")
+            expected = self.login_csrf(nonce) if nonce else ""
+        else:
+            token = http.cookies.get(COOKIE, "")
+            expected = self.csrf(token) if token else ""
+        if not (expected and hmac.compare_digest(fields.get("csrf", ""), expected)):
             return self.page(http, "error.html", 403, message="stale form: reload the page")
         return fields
 
     # -- pages --------------------------------------------------------------------------
 
     async def login_form(self, http: Request) -> Response:
-        return self.page(http, "login.html", message=http.query_params.get("why", ""))
+        return self.login_page(http, 200, http.query_params.get("why", ""))
 
     async def login(self, http: Request) -> Response:
         fields = await self.form(http)
@@ -145,7 +179,7 @@ class Web:
             import json
 
             why = "no token given" if reply is None else json.loads(bytes(reply.body))["error"]
-            return self.page(http, "login.html", 401, message=why)
+            return self.login_page(http, 401, why)
         response = RedirectResponse("/ui", 303, headers=SECURITY_HEADERS)
         response.set_cookie(
             COOKIE,
@@ -155,6 +189,7 @@ class Web:
             samesite="strict",
             secure=http.url.scheme == "https",
         )
+        response.delete_cookie(LOGIN_COOKIE, path="/ui/login", httponly=True, samesite="strict")
         return response
 
     async def logout(self, http: Request) -> Response:
@@ -193,6 +228,28 @@ class Web:
         if isinstance(reply, Response):
             return reply
         return self.page(http, "job.html", job=reply["job"], events=reply["events"])
+
+    async def act(self, http: Request) -> Response:
+        """A job page's button: the wire request the CLI would send, then back to the
+        job's page; each job the daemon refused is said as it said it."""
+        action = ACTIONS.get(http.path_params["action"])
+        if action is None:
+            return self.page(http, "error.html", 404, message="no such action")
+        if _target(http) is None:
+            return self.page(http, "error.html", 400, message="not a job id: give N or N_K")
+        fields = await self.form(http)
+        if isinstance(fields, Response):
+            return fields
+        job = http.path_params["job"]
+        reply = await self.ask(http, action(jobs=(job,)))
+        if isinstance(reply, Response):
+            return reply
+        if reply.get("failed"):
+            message = "; ".join(  # as scontrol says each: `job N: why`
+                f"job {r['id']}: {r['error']}" for r in reply["results"] if not r["ok"]
+            )
+            return self.page(http, "error.html", 409, message=message)
+        return RedirectResponse(f"/ui/jobs/{job}", 303, headers=SECURITY_HEADERS)
 
     async def log(self, http: Request) -> Response:
         """The job's log as Server-Sent Events (the API's follow), with the cookie's token:

@@ -3,6 +3,7 @@ port), a token minted with the real CLI, and urllib as the CI pipeline's curl.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAST_CONFIG, GBATCH, Head, make_head, wait_for
+from conftest import FAST_CONFIG, GBATCH, Head, is_gone, make_head, require_root, wait_for
 
 SCRIPT = """#!/bin/bash
 #SBATCH -J from-ci
@@ -41,6 +42,13 @@ def head(tmp_path: Path) -> Iterator[Head]:
 
 @pytest.fixture
 def api(head: Head) -> Iterator[str]:
+    with serve_api(head) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serve_api(head: Head) -> Iterator[str]:
+    """`gbatch api serve` for `head` on a free port of 127.0.0.1: its base URL."""
     process = subprocess.Popen(
         [*GBATCH, "api", "serve", "--listen", "127.0.0.1:0"],
         env=head.env,
@@ -237,3 +245,82 @@ def test_following_a_log_without_a_token_or_of_no_job_is_a_json_error(head: Head
     assert status == 401 and reply["kind"] == "unauthenticated"
     status, reply, _ = http(f"{api}/jobs/999/logs/follow", token=mint(head, "--scope", "read"))
     assert status == 404 and reply["kind"] == "not_found"
+
+
+def test_a_followed_log_goes_on_across_a_daemon_restart_without_loss_or_repeat(
+    head: Head, api: str
+) -> None:
+    # The job counts until the test has seen the daemon come back: lines written while
+    # gbatchd was down must arrive once each, after it.
+    gate = Path(tempfile.mkdtemp(prefix="gbatch-sse-"))
+    gate.chmod(0o755)
+    go = gate / "go"
+    job = json.dumps(
+        {
+            "name": "outlives-gbatchd",
+            "workdir": "/tmp",
+            "command": f"i=0; while [ ! -e {go} ]; do echo tick $i; i=$((i+1)); sleep 0.05; "
+            "done; echo last",
+        }
+    )
+    token = mint(head, "--scope", "submit,read")
+    status, reply, _ = http(f"{api}/jobs", "POST", token, job, "application/json")
+    assert status == 201, reply
+    job_id = int(str(reply["job_id"]))
+    seen = ""
+    restarted_at: int | None = None
+    try:
+        for name, data in sse_events(f"{api}/jobs/{job_id}/logs/follow", token):
+            assert name in ("state", "log", "end"), (name, data)
+            if name == "log":
+                seen += str(data["data"])
+                if restarted_at is None and "tick 3\n" in seen:
+                    pid = head.daemon_pid()
+                    head.stop()
+                    wait_for(lambda pid=pid: is_gone(pid), what="gbatchd to stop")
+                    head.start()
+                    restarted_at = len(seen)
+                elif restarted_at is not None and len(seen) > restarted_at:
+                    go.touch()  # something came after the restart
+            elif name == "end":
+                assert data["state"] == "COMPLETED"
+                break
+    finally:
+        shutil.rmtree(gate)
+    assert restarted_at is not None
+    lines = seen.splitlines()
+    assert lines[-1] == "last"
+    assert lines[:-1] == [f"tick {i}" for i in range(len(lines) - 1)]  # no gap, no repeat
+    assert seen == head.run("logs", str(job_id), check=True).stdout
+
+
+def test_another_users_job_is_refused_over_http_in_the_words_of_the_socket(
+    shared_head: Head,
+) -> None:
+    """The daemon authorizes both: a token's cancel or hold of another user's job gets
+    the refusal that user's own CLI gets over the socket."""
+    require_root("to act as another user on the socket")
+    from asuser import User, as_user, preload, run_cli
+
+    job = shared_head.sbatch("--hold", "--wrap", "echo mine", "-D", "/tmp")  # root's
+    token = mint(shared_head, "--scope", "read,control")  # nobody's
+    with serve_api(shared_head) as url:
+        over_http = {}
+        for action in ("cancel", "hold"):
+            status, reply, _ = http(f"{url}/jobs/{job}/{action}", "POST", token)
+            assert status == 409, reply
+            over_http[action] = reply["results"][0]["error"]  # type: ignore[index]
+    nobody = pwd.getpwnam("nobody")
+    preload()
+    home = shared_head.home
+    over_socket = as_user(
+        User("nobody", nobody.pw_uid, nobody.pw_gid),
+        lambda: {
+            "cancel": run_cli(home, "scancel", str(job)),
+            "hold": run_cli(home, "scontrol", "hold", str(job)),
+        },
+    )
+    for action, error in over_http.items():
+        assert over_socket[action]["rc"] == 1, over_socket[action]
+        assert over_socket[action]["err"].endswith(f": {error}\n"), (action, error)
+    assert shared_head.job(job)["state"] == "PENDING"

@@ -4,6 +4,7 @@ minted with the real CLI, and Debian's chromium driven headless through chromedr
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shutil
@@ -62,17 +63,18 @@ def test_markup_from_a_job_or_a_refused_form_is_shown_escaped_under_a_strict_csp
     head: Head,  # noqa: F811
     api: str,  # noqa: F811
 ) -> None:
-    token = mint(head, "--scope", "submit,read")
+    token = mint(head, "--scope", "submit,read,control")
     evil = f"#!/bin/bash\n#SBATCH -J evil\n#SBATCH --hold\necho '{XSS}'\n"
     status, reply, _ = http(f"{api}/jobs", "POST", token, evil)
     assert status == 201, reply
     web = Browserless(root_of(api))
-    status, _, page = web.post("/ui/login", {"token": "not-a-token"})
+    login = csrf_of(web.get("/ui/login")[2])
+    status, _, page = web.post("/ui/login", {"token": "not-a-token", "csrf": login})
     assert status == 401 and "Sign in" in page
-    assert [c.name for c in web.jar] == []
-    status, headers, page = web.post("/ui/login", {"token": token})
+    assert [c.name for c in web.jar] == ["gbatch_login"]
+    status, headers, page = web.post("/ui/login", {"token": token, "csrf": login})
     assert status == 200 and 'id="jobs"' in page
-    (cookie,) = list(web.jar)
+    (cookie,) = list(web.jar)  # the session's; the login form's is spent
     assert cookie.has_nonstandard_attr("HttpOnly") and cookie.path == "/ui"
     assert "script-src 'self'" in headers["content-security-policy"]
     # The filters are squeue's: by state, by user.
@@ -92,10 +94,46 @@ def test_markup_from_a_job_or_a_refused_form_is_shown_escaped_under_a_strict_csp
     # A form without the session's CSRF token is refused, and nothing is queued.
     status, _, page = web.post("/ui/submit", {"job": HELD_SCRIPT, "csrf": "forged"})
     assert status == 403 and len(queue(head)) == 1
-    # Without a session: to the login page; signed out: the cookie is gone.
+    # The job page's buttons post the CLI's requests; the daemon's refusal is the page's.
+    job_id = reply["job_id"]
+    status, _, page = web.post(f"/ui/jobs/{job_id}/release", {"csrf": "forged"})
+    assert status == 403 and queue(head)[0]["state"] == "PENDING"
+    status, _, page = web.post(f"/ui/jobs/{job_id}/requeue", {"csrf": csrf})
+    refused = head.run("scontrol", "requeue", str(job_id)).stderr
+    assert status == 409 and html.escape(refused.split("error: ", 1)[1].strip()) in page
+    status, headers, _ = web.post(f"/ui/jobs/{job_id}/release", {"csrf": csrf})
+    assert status == 200  # redirected back to the job's page
+    head.wait_state(int(job_id), "COMPLETED")
     assert "Sign in" in Browserless(root_of(api)).get("/ui")[2]
     status, _, page = web.post("/ui/logout", {"csrf": csrf})
-    assert status == 200 and "signed out" in page and list(web.jar) == []
+    assert status == 200 and "signed out" in page and [c.name for c in web.jar] == ["gbatch_login"]
+
+
+def test_another_site_cannot_sign_a_browser_in_with_its_own_token(
+    head: Head,  # noqa: F811
+    api: str,  # noqa: F811
+) -> None:
+    """Login CSRF: the attacker's page posts the attacker's token to /ui/login from the
+    victim's browser. The form's CSRF token is bound to a SameSite=Strict cookie that
+    such a POST arrives without, and that the attacker cannot read or set."""
+    attackers = mint(head, "--scope", "submit,read")
+    attacker = Browserless(root_of(api))
+    their_csrf = csrf_of(attacker.get("/ui/login")[2])
+    victim = Browserless(root_of(api))
+    cases = {
+        "no form token": {"token": attackers},
+        "the attacker's own form token": {"token": attackers, "csrf": their_csrf},
+    }
+    for what, fields in cases.items():
+        status, _, page = victim.post("/ui/login", fields)  # no login cookie: cross-site
+        assert status == 403 and "stale form" in page, what
+        assert [c.name for c in victim.jar] == [], what
+    victim.get("/ui/login")  # the victim's own login cookie, now present
+    status, _, page = victim.post("/ui/login", cases["the attacker's own form token"])
+    assert status == 403 and "gbatch_session" not in [c.name for c in victim.jar]
+    # The attacker's form token still signs the attacker in, in the attacker's browser.
+    status, _, page = attacker.post("/ui/login", cases["the attacker's own form token"])
+    assert status == 200 and 'id="jobs"' in page
 
 
 # -- the real browser ---------------------------------------------------------------------
@@ -190,8 +228,28 @@ def test_in_a_browser_a_user_signs_in_watches_a_log_live_and_submits_a_job(
         screenshot(d, tmp_path, "submit")
         d.find_element(By.ID, "submit").click()
         wait.until(lambda _: "from-the-browser" in d.find_element(By.ID, "job-name").text)
+        # Submitted from the form, seen running and its log, cancelled from its page.
+        d.find_element(By.LINK_TEXT, "Submit").click()
+        box = wait.until(lambda _: d.find_element(By.ID, "job"))
+        box.send_keys("#!/bin/bash\n#SBATCH -J cancel-me\necho started\nsleep 300\n")
+        d.find_element(By.ID, "submit").click()
+        wait.until(lambda _: "cancel-me" in d.find_element(By.ID, "job-name").text)
+        wait.until(lambda _: "started" in d.find_element(By.ID, "log").text)
+        wait.until(lambda _: d.find_element(By.ID, "job-state").text == "RUNNING")
+        d.refresh()  # the buttons are a running job's
+        wait.until(lambda _: d.find_elements(By.ID, "cancel")).pop().click()
+        # Back on its page, whose state the log's end event confirms.
+        wait.until(lambda _: d.find_element(By.ID, "log-status").text == "ended")
+        assert d.find_element(By.ID, "job-state").text == "CANCELLED"
+        screenshot(d, tmp_path, "cancelled")
     finally:
         shutil.rmtree(gate)
+    (cancelled,) = [
+        j
+        for j in json.loads(head.run("sacct", "-a", "--json", check=True).stdout)["jobs"]
+        if j["name"] == "cancel-me"
+    ]
+    assert cancelled["state"] == "CANCELLED"
     # The CLI sees what the browser submitted, as the token's user.
     (submitted,) = [j for j in queue(head) if j["name"] == "from-the-browser"]
     assert submitted["user"] == token_user() and submitted["state"] == "PENDING"

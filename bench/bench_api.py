@@ -35,13 +35,14 @@ from typing import Any
 
 from common import (
     GBATCH,
+    Stats,
     daemon_pid,
     gbatch_env,
     load_average,
     machine_note,
     median,
-    percentile,
     running_daemon,
+    summarize,
 )
 
 SUBMIT_GOAL = 1_000.0  # submits/s, durable, one client
@@ -51,27 +52,6 @@ QUEUE = 10_000
 NODES, GPUS_PER_NODE = 100, 8
 # Far ahead, so the submitted jobs wait (a job file may not say `hold`).
 JOB = json.dumps({"command": "true", "name": "b", "begin": "2099-01-01T00:00:00"})
-
-
-@dataclass(frozen=True)
-class Stats:
-    """A figure's samples summed up; p90 is the pessimistic side of the median (the 90th
-    percentile of durations, the 10th of rates), as common.py says."""
-
-    median: float
-    p90: float
-    low: float
-    high: float
-    count: int
-
-
-def summarize(samples: Sequence[float], higher_is_better: bool = False) -> Stats:
-    if not samples:
-        raise ValueError("no samples")
-    fraction = 0.1 if higher_is_better else 0.9
-    return Stats(
-        median(samples), percentile(samples, fraction), min(samples), max(samples), len(samples)
-    )
 
 
 def verdict(stats: Stats, goal: float | None, higher_is_better: bool) -> str:

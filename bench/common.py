@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,6 +41,27 @@ def percentile(samples: Sequence[float], fraction: float) -> float:
 
 def median(samples: Sequence[float]) -> float:
     return statistics.median(samples)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A figure's samples summed up. p90 is the pessimistic side of the median: the 90th
+    percentile of durations, the 10th of rates (what 90 % of samples reached)."""
+
+    median: float
+    p90: float
+    low: float
+    high: float
+    count: int
+
+
+def summarize(samples: Sequence[float], higher_is_better: bool = False) -> Stats:
+    if not samples:
+        raise ValueError("no samples")
+    fraction = 0.1 if higher_is_better else 0.9
+    return Stats(
+        median(samples), percentile(samples, fraction), min(samples), max(samples), len(samples)
+    )
 
 
 def p90_duration(samples: Sequence[float]) -> float:

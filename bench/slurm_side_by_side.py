@@ -51,15 +51,15 @@ from pathlib import Path
 from common import (
     PYTHON,
     REPO,
+    Stats,
     daemon_pid,
     gbatch_argv,
     load_average,
     machine_note,
-    median,
     memory_kib,
-    percentile,
     python_env,
     running_daemon,
+    summarize,
     temp_home,
     time_process,
 )
@@ -80,27 +80,6 @@ USER = "root"
 
 
 # --- the pure part: statistics, rows, the table, arguments ----------------------------
-
-
-@dataclass(frozen=True)
-class Stats:
-    """A figure's samples summed up. p90 is the pessimistic side of the median: the 90th
-    percentile of durations, the 10th of rates (what 90 % of samples reached)."""
-
-    median: float
-    p90: float
-    low: float
-    high: float
-    count: int
-
-
-def summarize(samples: Sequence[float], higher_is_better: bool = False) -> Stats:
-    if not samples:
-        raise ValueError("no samples")
-    fraction = 0.1 if higher_is_better else 0.9
-    return Stats(
-        median(samples), percentile(samples, fraction), min(samples), max(samples), len(samples)
-    )
 
 
 @dataclass(frozen=True)

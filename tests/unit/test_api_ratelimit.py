@@ -4,9 +4,11 @@ middleware answers."""
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 
+import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
@@ -14,6 +16,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from gbatch.api.ratelimit import Limiter, RateLimitMiddleware, RateLimits, is_stream
+from gbatch.cli.api import _positive_float, _positive_int
 
 
 def jwt_for(user: str, jti: str = "j1") -> str:
@@ -101,10 +104,10 @@ def test_a_refused_request_takes_nothing_from_the_bucket() -> None:
     assert limiter.admit("user:a", 0.0) is None
 
 
-def test_idle_full_buckets_are_dropped_when_there_are_too_many(monkeypatch: object) -> None:
-    import gbatch.api.ratelimit as ratelimit
-
-    monkeypatch.setattr(ratelimit, "MAX_KEYS", 3)  # type: ignore[attr-defined]
+def test_idle_full_buckets_are_dropped_when_there_are_too_many(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("gbatch.api.ratelimit.MAX_KEYS", 3)
     limiter = Limiter(RateLimits(rate=1.0, burst=5))
     for n in range(3):
         assert limiter.admit(f"addr:{n}", 0.0) is None
@@ -147,3 +150,14 @@ def test_the_middleware_answers_429_with_retry_after_in_the_apis_error_shape() -
     assert client.get("/x").status_code == 429
     now[0] = 1.0
     assert client.get("/x", headers=bearer).status_code == 200
+
+
+def test_the_serve_options_take_only_positive_numbers() -> None:
+    assert _positive_int("4") == 4
+    assert _positive_float("0.5") == 0.5
+    for bad in ("0", "-1", "x", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _positive_int(bad)
+    for bad in ("0", "-1", "x", "inf", "nan"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _positive_float(bad)

@@ -16,6 +16,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -23,6 +24,7 @@ from starlette.routing import Route
 from gbatch import wire
 from gbatch.api.follow import resume_offset
 from gbatch.api.openapi import PREFIX, document
+from gbatch.api.ratelimit import Limiter, RateLimitMiddleware, RateLimits
 from gbatch.cli.exits import CliError
 from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
 from gbatch.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
@@ -49,10 +51,17 @@ class Api:
     """The routes, sending to the daemon at `socket_path`."""
 
     def __init__(
-        self, socket_path: Path, timeout: float = 30.0, *, local_metrics: bool = False
+        self,
+        socket_path: Path,
+        timeout: float = 30.0,
+        *,
+        local_metrics: bool = False,
+        limiter: Limiter | None = None,
     ) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
+        # Told which tokens gbatchd accepts: their users' buckets (api/ratelimit.py).
+        self.limiter = limiter or Limiter()
         # /metrics without a token from this machine, as this process's own user.
         self.local_metrics = local_metrics
 
@@ -84,9 +93,12 @@ class Api:
         try:
             reply: dict[str, Any] = await run_in_threadpool(self._send, payload)
         except RequestFailed as err:
+            if err.kind == "unauthenticated":
+                self.limiter.forget(token)
             return error(err.kind, err.message)
         except (DaemonUnavailable, ReplyTimeout) as err:
             return error("unavailable", str(err))
+        self.limiter.vouch(token)
         return reply
 
     async def stream_log(self, token: str, job: tuple[int, int | None], offset: int) -> Response:
@@ -232,10 +244,18 @@ class Api:
         return (await self.call(http, request))[1]
 
 
-def make_app(socket_path: Path, timeout: float = 30.0, *, local_metrics: bool = False) -> Starlette:
+def make_app(
+    socket_path: Path,
+    timeout: float = 30.0,
+    *,
+    local_metrics: bool = False,
+    limits: RateLimits | None = None,
+) -> Starlette:
     """The API's ASGI app, talking to the daemon at `socket_path`. `local_metrics`:
-    serve /metrics without a token to clients on this machine's loopback."""
-    api = Api(socket_path, timeout, local_metrics=local_metrics)
+    serve /metrics without a token to clients on this machine's loopback. `limits`: each
+    user's share (api/ratelimit.py; the defaults when None)."""
+    limiter = Limiter(limits or RateLimits())
+    api = Api(socket_path, timeout, local_metrics=local_metrics, limiter=limiter)
     routes: list[tuple[str, Callable[[Request], Awaitable[Response]], list[str]]] = [
         ("/openapi.json", api.openapi, ["GET"]),
         ("/jobs", api.jobs, ["GET"]),
@@ -258,6 +278,7 @@ def make_app(socket_path: Path, timeout: float = 30.0, *, local_metrics: bool = 
         # The web page, through the same wire requests (api/web.py).
         + Web(api).routes(),
         exception_handlers={404: _not_found, 405: _not_allowed},
+        middleware=[Middleware(RateLimitMiddleware, limiter=limiter)],
     )
 
 

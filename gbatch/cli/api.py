@@ -43,7 +43,45 @@ def add_parser(commands: Any) -> None:
         "this process's user: for a Prometheus on the head. Elsewhere a token with scope "
         "read is needed",
     )
+    limits = p.add_argument_group(
+        "each user's share (a token's user; a client address for requests without a "
+        "token gbatchd has accepted); past it: 429 with Retry-After"
+    )
+    limits.add_argument(
+        "--user-requests", type=_positive_int, metavar="N", help="requests at once (default 4)"
+    )
+    limits.add_argument(
+        "--user-rate", type=_positive_float, metavar="N", help="requests a second (default 50)"
+    )
+    limits.add_argument(
+        "--user-burst",
+        type=_positive_int,
+        metavar="N",
+        help="requests in a burst after a quiet while (default 100)",
+    )
+    limits.add_argument(
+        "--user-streams",
+        type=_positive_int,
+        metavar="N",
+        help="logs followed at once (logs/follow; default 4)",
+    )
     p.set_defaults(run=run)
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number above 0")
+    return value
 
 
 def parse_listen(text: str, tls: bool) -> tuple[str, int]:
@@ -77,7 +115,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if (args.tls_cert is None) != (args.tls_key is None):
         raise CliError("--tls-cert and --tls-key go together", Exit.USAGE)
     host, port = parse_listen(args.listen, tls=args.tls_cert is not None)
-    return _serve(ctx, host, port, args.tls_cert, args.tls_key, args.local_metrics)
+    return _serve(ctx, host, port, args.tls_cert, args.tls_key, args.local_metrics, args)
 
 
 def make_listener(host: str, port: int) -> socket.socket:
@@ -98,17 +136,32 @@ def make_listener(host: str, port: int) -> socket.socket:
 
 
 def _serve(
-    ctx: Context, host: str, port: int, cert: str | None, key: str | None, local_metrics: bool
+    ctx: Context,
+    host: str,
+    port: int,
+    cert: str | None,
+    key: str | None,
+    local_metrics: bool,
+    args: argparse.Namespace,
 ) -> int:
     # Deferred: only this command loads the web stack.
     import uvicorn
 
     from gbatch.api.app import make_app
+    from gbatch.api.ratelimit import RateLimits
+
+    given = {
+        "requests": args.user_requests,
+        "rate": args.user_rate,
+        "burst": args.user_burst,
+        "streams": args.user_streams,
+    }
+    limits = RateLimits(**{name: value for name, value in given.items() if value is not None})
 
     listener = make_listener(host, port)
     bound = listener.getsockname()[1]
     config = uvicorn.Config(
-        make_app(ctx.paths.socket, local_metrics=local_metrics),
+        make_app(ctx.paths.socket, local_metrics=local_metrics, limits=limits),
         ssl_certfile=cert,
         ssl_keyfile=key,
         log_config=None,  # one line per start below; the daemon's log audits each request

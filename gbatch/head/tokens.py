@@ -231,7 +231,7 @@ class TokenAuthority:
             raise TokenError("the token is not a gbatch token (not a JWT)") from None
         kid = header.get("kid")
         key = keys["keys"].get(kid) if isinstance(kid, str) else None
-        if key is None:
+        if key is None or not isinstance(kid, str):
             raise TokenError(
                 "the token was signed with a key this daemon no longer has (or never "
                 "had). Get a new one with `gbatch token`"

@@ -139,6 +139,17 @@ class Api:
             return error("invalid", f"job: {err}")
         except ValueError:
             return error("invalid", "since: give epoch seconds, e.g. 1767225600")
+        page: dict[str, int] = {}
+        for name in ("limit", "after"):
+            text = query.get(name)
+            if text is not None:
+                if not text.isdigit() or (name == "limit" and int(text) < 1):
+                    least = "1 or more" if name == "limit" else "a job id"
+                    return error("invalid", f"{name}: {text!r}; give {least}")
+                page[name] = int(text)
+        shape = query.get("format", "jobs")
+        if shape not in ("jobs", "columns"):
+            return error("invalid", f"format: {shape!r}; give jobs or columns")
         request = wire.ListJobs(
             jobs=ids,
             users=_list(query.get("user")),
@@ -147,7 +158,12 @@ class Api:
             partitions=_list(query.get("partition")),
             history=_flag(query.get("history")),
             since=since,
-            brief=True,
+            # columns: the narrow listing squeue reads (no Job built per row) and a
+            # tenth of the bytes of the jobs' records.
+            brief=shape == "jobs",
+            columns=shape == "columns",
+            after=page.get("after"),
+            limit=page.get("limit"),
         )
         return (await self.call(http, request))[1]
 

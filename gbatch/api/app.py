@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
 from gbatch.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
 
 METRICS_PATH = "/metrics"
+MAX_IDLE_CONNECTIONS = 4  # kept open to gbatchd; each counts in its per-user cap
 MAX_BODY = 1 << 20  # a job file's or script's limit (spec.MAX_FILE_BYTES)
 HTTP_STATUS: dict[wire.ErrorKind, int] = {
     "invalid": 400,
@@ -55,12 +57,34 @@ class Api:
         self.timeout = timeout
         # /metrics without a token from this machine, as this process's own user.
         self.local_metrics = local_metrics
+        # Idle connections to gbatchd, each used by one thread at a time: a connection
+        # per request cost the daemon a thread and an accept each (a third of its CPU
+        # per HTTP submit). Client.send reopens one that gbatchd closed meanwhile.
+        self._idle: list[Client] = []
+        self._idle_lock = threading.Lock()
 
     def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
-        # One connection per request: a Client is not shared between threads, and a
-        # Unix socket's connect costs microseconds.
-        with Client(self.socket_path, timeout=self.timeout) as client:
-            return client.send(payload)
+        with self._idle_lock:
+            client = self._idle.pop() if self._idle else None
+        if client is None:
+            client = Client(self.socket_path, timeout=self.timeout)
+        try:
+            reply = client.send(payload)
+        except RequestFailed:
+            self._keep(client)  # a refusal: the connection itself is sound
+            raise
+        except BaseException:
+            client.close()
+            raise
+        self._keep(client)
+        return reply
+
+    def _keep(self, client: Client) -> None:
+        with self._idle_lock:
+            if len(self._idle) < MAX_IDLE_CONNECTIONS:
+                self._idle.append(client)
+                return
+        client.close()
 
     async def call(
         self, http: Request, inner: wire.Request, status: int = 200

@@ -12,7 +12,8 @@ Figures:
       request's latency; beside it, the same submits on the daemon's socket, and the CPU
       each process spent per submit (what bounds it);
   (b) `GET /api/v1/jobs` with 10,000 jobs pending (held, single submits: not an array,
-      whose tasks would be one record);
+      whose tasks would be one record): as records (the default), as columns
+      (`format=columns`), and a page of 100 (`limit=100`);
   (c) `GET /metrics` over HTTP with those 10,000 jobs and the 800 GPUs;
   (d) metrics.render() in-process of a snapshot with 100 nodes x 8 GPUs made up here
       (the fleet simulates one local node only; 100 SSH hosts are not cheap), and the
@@ -294,6 +295,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "ms",
                 LIST_GOAL_MS,
             )
+            for path, what in (
+                ("/api/v1/jobs?format=columns", "format=columns, every job"),
+                ("/api/v1/jobs?limit=100", "a page of 100 (limit=100)"),
+            ):
+                seconds, size = timed_gets(client, path, settings.samples)
+                report(
+                    f"(b) GET /api/v1/jobs, {what}, of {listed:,} ({size / 1e3:,.0f} kB)",
+                    [s * 1000 for s in seconds],
+                    "ms",
+                    LIST_GOAL_MS,
+                )
             seconds, size = timed_gets(client, "/metrics", settings.samples)
             report(
                 f"(c) GET /metrics over HTTP, {listed:,} jobs, 1 node of {settings.gpus} "

@@ -678,7 +678,9 @@ class ListJobs(_Request, op="jobs"):
     also "starts": [[job id, expected start], ...] for the pending jobs listed that
     have an estimate (the planner's reservation, or a --begin time to come); with
     `gpu_usage` also "gpu_usage": [[job id, *GpuUsage.to_wire()], ...] for the listed
-    jobs whose current run has GPU samples (sacct's TRESUsageInMax)."""
+    jobs whose current run has GPU samples (sacct's TRESUsageInMax). A page: with
+    `after`, only jobs with greater ids; with `limit`, at most that many, and "next"
+    (the last id listed) in the reply when more are left, else null."""
 
     ids: tuple[int, ...] = ()
     jobs: tuple[str, ...] = ()  # as Cancel.jobs; an array's id lists all its tasks
@@ -694,6 +696,8 @@ class ListJobs(_Request, op="jobs"):
     starts: bool = False
     gpu_usage: bool = False
     columns: bool = False
+    after: int | None = None
+    limit: int | None = None
 
 
 class ShowJob(_Request, op="job"):

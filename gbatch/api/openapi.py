@@ -140,7 +140,12 @@ def document() -> dict[str, Any]:
                 "get": _op(
                     "list jobs (as gbatch squeue; with history=true, as gbatch sacct)",
                     "read",
-                    _reply("{jobs: [...], now}"),
+                    _reply(
+                        "{jobs: [...], now}; with format=columns {columns: {id: [...], "
+                        "user: [...], state: [...], ..., spec: [index into specs], specs: "
+                        "[...]}, now}: one list per field, a tenth of the bytes; with limit "
+                        "or after also next: the last id listed when more are left, else null"
+                    ),
                     params=[
                         _query("user", "only these users' jobs (comma-separated)"),
                         _query("state", "only these states, names or codes (PD,R)"),
@@ -149,6 +154,11 @@ def document() -> dict[str, Any]:
                         _query("job", "only these job ids (N, N_K, N-M)"),
                         _query("history", "finished jobs too (true/false)", "boolean"),
                         _query("since", "with history: jobs since (epoch seconds)", "number"),
+                        _query("limit", "at most this many jobs (a page)", "integer"),
+                        _query(
+                            "after", "only jobs with greater ids (the last page's next)", "integer"
+                        ),
+                        _query("format", "jobs (records, the default) or columns"),
                     ],
                 ),
                 "post": _op(

@@ -15,10 +15,10 @@ import os
 import pwd
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, assert_never
+from typing import Any, TypeVar, assert_never
 
 from gbatch import __version__, dependency, policy, wire
 from gbatch.arrays import ARRAY_ROWS
@@ -1068,8 +1068,9 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         rows = daemon.store.listing_rows(states=states, users=users)
         if daemon.config.private_data and not admin:
             rows = [row for row in rows if row[1] == caller.uid]
+        rows, following = _page(rows, request, _row_job_id)
         columns = wire.listing_columns(rows, listing_spec)
-        return {"columns": columns, "now": daemon.clock()}
+        return {"columns": columns, "now": daemon.clock(), **following}
     if request.history:
         found = daemon.store.jobs(
             ids=ids, id_ranges=id_ranges, states=states, users=users, since=request.since
@@ -1086,11 +1087,11 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         found = daemon.store.jobs(users=users, finished=False)
     if daemon.config.private_data and not admin:
         found = [j for j in found if j.uid == caller.uid]
-    found = _narrowed(found, request)
+    found, following = _page(_narrowed(found, request), request, _job_id)
     if request.columns:
-        return {"columns": wire.jobs_to_columns(found), "now": daemon.clock()}
+        return {"columns": wire.jobs_to_columns(found), "now": daemon.clock(), **following}
     if request.table:  # brief, as columns: the TUI's queue every second
-        return {"table": wire.jobs_to_table(found), "now": daemon.clock()}
+        return {"table": wire.jobs_to_table(found), "now": daemon.clock(), **following}
     brief = request.brief
     now = daemon.clock()
     reply: dict[str, Any] = {
@@ -1098,6 +1099,7 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
             _job_to_wire(j, owner_view=admin or j.uid == caller.uid, brief=brief) for j in found
         ],
         "now": now,
+        **following,
     }
     if request.starts:
         reply["starts"] = _expected_starts(found, daemon.expected_starts, now)
@@ -1105,6 +1107,35 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         usage = daemon.store.gpu_usage([(j.id, j.attempt) for j in found])
         reply["gpu_usage"] = [[run[0], *u.to_wire()] for run, u in usage.items()]
     return reply
+
+
+T = TypeVar("T")
+
+
+def _page(
+    listed: list[T], request: wire.ListJobs, id_of: Callable[[T], int]
+) -> tuple[list[T], dict[str, Any]]:
+    """The page of `listed` (by id) that request.after and request.limit ask for, and
+    {"next": the last id on it, or None when nothing is left} when they ask for one."""
+    if request.after is None and request.limit is None:
+        return listed, {}
+    if request.limit is not None and request.limit < 1:
+        raise Refused("invalid", f"limit: {request.limit}; give 1 or more jobs a page")
+    if request.after is not None:
+        after = request.after
+        listed = [item for item in listed if id_of(item) > after]
+    if request.limit is None or len(listed) <= request.limit:
+        return listed, {"next": None}
+    listed = listed[: request.limit]
+    return listed, {"next": id_of(listed[-1])}
+
+
+def _row_job_id(row: Sequence[Any]) -> int:
+    return int(row[0])
+
+
+def _job_id(job: Job) -> int:
+    return job.id
 
 
 def _narrow(request: wire.ListJobs, ids: object) -> bool:

@@ -128,6 +128,33 @@ def test_a_ci_pipeline_submits_with_a_token_and_the_job_is_its_users(head: Head,
     assert status == 200 and doc["openapi"] == "3.1.0"
 
 
+def test_the_job_list_comes_in_pages_and_as_columns(head: Head, api: str) -> None:
+    token = mint(head, "--scope", "submit,read")
+    later = json.dumps({"command": "true", "name": "p", "begin": "2099-01-01T00:00:00"})
+    ids = [
+        http(f"{api}/jobs", "POST", token, later, "application/json")[1]["job_id"] for _ in "abc"
+    ]
+    seen: list[int] = []
+    after = ""
+    while True:
+        status, page, _ = http(f"{api}/jobs?limit=2{after}", token=token)
+        assert status == 200, page
+        seen += [j["id"] for j in page["jobs"]]  # type: ignore[attr-defined]
+        if page["next"] is None:
+            break
+        after = f"&after={page['next']}"
+    assert seen == ids
+    status, page, _ = http(f"{api}/jobs?format=columns&after={ids[0]}", token=token)
+    assert status == 200, page
+    columns = page["columns"]
+    assert columns["id"] == ids[1:]  # type: ignore[index]
+    assert columns["user"] == [token_user()] * 2  # type: ignore[index]
+    assert [columns["specs"][i]["name"] for i in columns["spec"]] == ["p", "p"]  # type: ignore[index]
+    for bad in ("limit=0", "limit=x", "after=-1", "format=xml"):
+        status, reply, _ = http(f"{api}/jobs?{bad}", token=token)
+        assert status == 400 and reply["kind"] == "invalid", bad
+
+
 def test_bad_tokens_get_401_or_403_in_one_json_line_and_nothing_is_queued(
     head: Head, api: str
 ) -> None:

@@ -145,6 +145,9 @@ def test_the_json_keeps_the_ops_and_field_names_clients_have_always_sent() -> No
         "gpu_usage": False,
         # Added with squeue's columns (issue 16).
         "columns": False,
+        # Added with the HTTP API's pages (issue 17).
+        "after": None,
+        "limit": None,
     }
     # What squeue sent before there were request types: nulls for options not given.
     old = {"op": "jobs", "users": None, "ids": None, "brief": True}

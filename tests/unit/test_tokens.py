@@ -141,6 +141,47 @@ def test_rotation_with_drop_old_refuses_the_old_tokens_at_once(authority: TokenA
         authority.verify(old, NOW + 10)
 
 
+def test_a_verified_token_is_not_signature_checked_again(
+    authority: TokenAuthority, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = mint(authority)
+    authority.verify(token, NOW)
+    decodes = []
+    real_decode = jwt.decode
+    monkeypatch.setattr(jwt, "decode", lambda *a, **k: decodes.append(1) or real_decode(*a, **k))
+    for step in range(3):
+        assert authority.verify(token, NOW + step).user == "nobody"
+    assert decodes == []
+    # A tampered copy is another string: checked, and refused.
+    with pytest.raises(TokenError, match="altered"):
+        authority.verify(token[:-2] + ("AA" if token[-2:] != "AA" else "BB"), NOW)
+
+
+def test_a_cached_token_is_still_refused_once_revoked_or_expired(
+    authority: TokenAuthority,
+) -> None:
+    token = mint(authority, life=100)
+    record = authority.verify(token, NOW)  # now cached
+    with pytest.raises(TokenError, match="expired"):
+        authority.verify(token, NOW + 100 + LEEWAY + 1)
+    authority.verify(token, NOW + 1)
+    authority.revoke(record.jti, NOW + 2)
+    with pytest.raises(TokenError, match="revoked"):
+        authority.verify(token, NOW + 3)
+
+
+def test_a_cached_token_is_refused_after_its_key_is_dropped(authority: TokenAuthority) -> None:
+    old = mint(authority)
+    authority.verify(old, NOW)  # now cached
+    authority.rotate(NOW + 5)  # old key retired, still verifies
+    authority.verify(old, NOW + 6)
+    authority.rotate(NOW + 7, drop_old=True)
+    with pytest.raises(TokenError, match="key this daemon no longer has"):
+        authority.verify(old, NOW + 8)
+    new = mint(authority)
+    authority.verify(new, NOW + 9)
+
+
 def test_the_key_and_token_files_are_the_daemons_alone(authority: TokenAuthority) -> None:
     token = mint(authority)
     for path in (authority.keys_path, authority.tokens_path):

@@ -172,6 +172,18 @@ def screenshot(driver: object, tmp_path: Path, name: str) -> None:
         shutil.copy(path, REPO / "docs" / "screenshots" / path.name)
 
 
+def text_of(driver: Any, element_id: str) -> str:
+    """The element's text, or "" while a navigation replaces the page (the element found
+    may belong to the old document: chromedriver then answers an error, not the text)."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+
+    try:
+        return str(driver.find_element(By.ID, element_id).text)
+    except WebDriverException:
+        return ""
+
+
 def test_in_a_browser_a_user_signs_in_watches_a_log_live_and_submits_a_job(
     head: Head,  # noqa: F811
     api: str,  # noqa: F811
@@ -207,7 +219,7 @@ def test_in_a_browser_a_user_signs_in_watches_a_log_live_and_submits_a_job(
         wait.until(lambda _: d.find_elements(By.ID, "jobs"))
         names = [e.text for e in d.find_elements(By.CSS_SELECTOR, "#jobs td.name")]
         assert sorted(names) == ["train-resnet", "waiting-in-line"]
-        wait.until(lambda _: "RUNNING" in d.find_element(By.ID, "jobs").text)
+        wait.until(lambda _: "RUNNING" in text_of(d, "jobs"))
         screenshot(d, tmp_path, "queue")
         d.find_element(By.LINK_TEXT, str(live["job_id"])).click()
         log = wait.until(lambda _: d.find_element(By.ID, "log"))
@@ -215,9 +227,9 @@ def test_in_a_browser_a_user_signs_in_watches_a_log_live_and_submits_a_job(
         assert "saved checkpoint" not in log.text  # still waiting on the gate
         screenshot(d, tmp_path, "job")
         go.touch()
-        wait.until(lambda _: d.find_element(By.ID, "log-status").text == "ended")
+        wait.until(lambda _: text_of(d, "log-status") == "ended")
         assert log.text.splitlines()[-2:] == ["saved checkpoint", "done"]
-        assert d.find_element(By.ID, "job-state").text == "COMPLETED"
+        assert text_of(d, "job-state") == "COMPLETED"
         d.find_element(By.LINK_TEXT, "Nodes").click()
         gpus = wait.until(lambda _: d.find_elements(By.CSS_SELECTOR, "#gpus tbody tr"))
         assert len(gpus) == 2
@@ -227,20 +239,20 @@ def test_in_a_browser_a_user_signs_in_watches_a_log_live_and_submits_a_job(
         box.send_keys("#!/bin/bash\n#SBATCH -J from-the-browser\n#SBATCH --hold\necho hi\n")
         screenshot(d, tmp_path, "submit")
         d.find_element(By.ID, "submit").click()
-        wait.until(lambda _: "from-the-browser" in d.find_element(By.ID, "job-name").text)
+        wait.until(lambda _: "from-the-browser" in text_of(d, "job-name"))
         # Submitted from the form, seen running and its log, cancelled from its page.
         d.find_element(By.LINK_TEXT, "Submit").click()
         box = wait.until(lambda _: d.find_element(By.ID, "job"))
         box.send_keys("#!/bin/bash\n#SBATCH -J cancel-me\necho started\nsleep 300\n")
         d.find_element(By.ID, "submit").click()
-        wait.until(lambda _: "cancel-me" in d.find_element(By.ID, "job-name").text)
-        wait.until(lambda _: "started" in d.find_element(By.ID, "log").text)
-        wait.until(lambda _: d.find_element(By.ID, "job-state").text == "RUNNING")
+        wait.until(lambda _: "cancel-me" in text_of(d, "job-name"))
+        wait.until(lambda _: "started" in text_of(d, "log"))
+        wait.until(lambda _: text_of(d, "job-state") == "RUNNING")
         d.refresh()  # the buttons are a running job's
         wait.until(lambda _: d.find_elements(By.ID, "cancel")).pop().click()
         # Back on its page, whose state the log's end event confirms.
-        wait.until(lambda _: d.find_element(By.ID, "log-status").text == "ended")
-        assert d.find_element(By.ID, "job-state").text == "CANCELLED"
+        wait.until(lambda _: text_of(d, "log-status") == "ended")
+        assert text_of(d, "job-state") == "CANCELLED"
         screenshot(d, tmp_path, "cancelled")
     finally:
         shutil.rmtree(gate)

@@ -215,15 +215,28 @@ def jobs_from_table(table: Mapping[str, Any]) -> list[Job]:
     at = _TABLE_ARRAY_AT
     jobs = []
     for row in table["rows"]:
-        spec = specs[row[0]]
         if len(row) > at + 1 and row[at] is not None:
-            key = (row[0], row[at + 1], row[1] - row[at])
-            task = tasks.get(key)
-            if task is None:
-                task = tasks[key] = replace(spec, array_task=key[1], array_pos=key[2])
-            spec = task
+            spec = _task_spec(tasks, specs, row[0], row[at + 1], row[1] - row[at])
+        else:
+            spec = specs[row[0]]
         jobs.append(job_from_row(row, spec))
     return jobs
+
+
+def _task_spec(
+    tasks: dict[tuple[int, int, int], JobSpec],
+    specs: Sequence[JobSpec],
+    index: int,
+    task: int,
+    pos: int,
+) -> JobSpec:
+    """An array task's spec: the shared spec `specs[index]` with its task index and
+    position, made once per task and kept in `tasks`."""
+    key = (index, task, pos)
+    found = tasks.get(key)
+    if found is None:
+        found = tasks[key] = replace(specs[index], array_task=task, array_pos=pos)
+    return found
 
 
 # A listing's columns (ListJobs' `columns`), one list per field, a row's values at one
@@ -291,26 +304,29 @@ def listing_columns(
     return columns
 
 
+def listing_row(job: Job, spec: object) -> tuple[object, ...]:
+    """A Job as one of listing_columns' rows, `spec` in its spec cell (the head's
+    Store.listing_rows selects the same columns from the jobs table)."""
+    return (
+        job.id,
+        job.uid,
+        job.user,
+        spec,
+        job.state.value,
+        job.reason,
+        job.held,
+        job.submit_time,
+        job.start_time,
+        job.end_time,
+        job.node,
+        job.array_more,
+    )
+
+
 def jobs_to_columns(jobs: Sequence[Job]) -> dict[str, Any]:
     """listing_columns of Jobs already built (a listing the narrow query cannot serve)."""
     specs = {id(job.spec): job.spec for job in jobs}
-    rows = [
-        (
-            job.id,
-            job.uid,
-            job.user,
-            id(job.spec),
-            job.state.value,
-            job.reason,
-            job.held,
-            job.submit_time,
-            job.start_time,
-            job.end_time,
-            job.node,
-            job.array_more,
-        )
-        for job in jobs
-    ]
+    rows = [listing_row(job, id(job.spec)) for job in jobs]
     return listing_columns(rows, specs.__getitem__)
 
 
@@ -327,14 +343,11 @@ def jobs_from_columns(columns: Mapping[str, Any]) -> list[Job]:
     for at, (job_id, uid, user, index, state, reason, held, submit, start, end, node) in enumerate(
         zip(*(columns[name] for name in _ROW_COLUMNS), strict=True)
     ):
-        spec = specs[index]
         array = columns["array"][at]
         if array is not None:
-            key = (index, columns["task"][at], job_id - array)
-            task = tasks.get(key)
-            if task is None:
-                task = tasks[key] = replace(spec, array_task=key[1], array_pos=key[2])
-            spec = task
+            spec = _task_spec(tasks, specs, index, columns["task"][at], job_id - array)
+        else:
+            spec = specs[index]
         job: Job = new(Job)
         job.__dict__.update(
             id=job_id,

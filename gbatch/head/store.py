@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
-from gbatch import arrays
+from gbatch import arrays, wire
 from gbatch.config import make_private
 from gbatch.dependency import NEVER_REASON, RefJob
 from gbatch.gpuusage import GpuUsage
@@ -1309,23 +1309,7 @@ class Store:
             return rows
         records = [tail.record() for tail in self.tails(states=[JobState.PENDING], users=users)]
         if records:
-            rows.extend(
-                (
-                    job.id,
-                    job.uid,
-                    job.user,
-                    job.spec,
-                    job.state.value,
-                    job.reason,
-                    job.held,
-                    job.submit_time,
-                    job.start_time,
-                    job.end_time,
-                    job.node,
-                    job.array_more,
-                )
-                for job in records
-            )
+            rows.extend(wire.listing_row(job, job.spec) for job in records)
             rows.sort(key=_row_id)  # nearly sorted already: a merge, cheap
         return rows
 

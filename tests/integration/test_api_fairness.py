@@ -7,34 +7,13 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
-from conftest import GBATCH, Head, require_root, wait_for
-
-
-@contextlib.contextmanager
-def serve_api(head: Head, *limits: str) -> Iterator[str]:
-    """`gbatch api serve` on a free port of 127.0.0.1 with `limits` (its options)."""
-    process = subprocess.Popen(
-        [*GBATCH, "api", "serve", "--listen", "127.0.0.1:0", *limits],
-        env=head.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()  # printed once it listens
-        assert "gbatch API on http://127.0.0.1:" in line, process.stderr and process.stderr.read()
-        yield line.split()[3]
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+from conftest import Head, require_root, wait_for
+from test_http_api import serve_api
 
 
 def get(url: str, token: str | None = None) -> tuple[int, dict[str, object], str | None]:

@@ -47,10 +47,11 @@ def api(head: Head) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def serve_api(head: Head) -> Iterator[str]:
-    """`gbatch api serve` for `head` on a free port of 127.0.0.1: its base URL."""
+def serve_api(head: Head, *options: str) -> Iterator[str]:
+    """`gbatch api serve` for `head` on a free port of 127.0.0.1 with `options` (its
+    command-line options): its base URL."""
     process = subprocess.Popen(
-        [*GBATCH, "api", "serve", "--listen", "127.0.0.1:0"],
+        [*GBATCH, "api", "serve", "--listen", "127.0.0.1:0", *options],
         env=head.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

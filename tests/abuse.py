@@ -222,14 +222,17 @@ def _ends(held: list[socket.socket]) -> dict[str, Any]:
 
 def flood(path: Path, request: wire.Request) -> AttackFunction:
     """Send `request` as fast as replies come, on one connection while the daemon keeps
-    it, at once on a new one when it refuses or closes it."""
+    it, at once on a new one when it refuses or closes it. Ready once the first request
+    has had its answer, so that an attack started after this one finds the connection
+    held (a Client connects on its first request)."""
 
     def attack(stop: Stop, ready: Callable[[], None]) -> dict[str, Any]:
         served = refused = lost = 0
         refusals: set[str] = set()
         client = Client(path, timeout=60)
-        ready()
-        while not stop.stopped():
+
+        def one() -> None:
+            nonlocal served, refused, lost
             try:
                 client.call(request)
                 served += 1
@@ -240,6 +243,11 @@ def flood(path: Path, request: wire.Request) -> AttackFunction:
             except (DaemonUnavailable, ReplyTimeout):
                 lost += 1
                 client.close()
+
+        one()
+        ready()
+        while not stop.stopped():
+            one()
         client.close()
         return {"served": served, "refused": refused, "lost": lost, "refusals": sorted(refusals)}
 

@@ -105,16 +105,23 @@ def test_one_users_flood_leaves_another_user_served(
     attacker = account(mallory)
     started = []
     with attacks_stopped(stop, started) as tallies:
-        # The flood first, so that it holds connections; then the slow clients and the
-        # idle ones take the rest of the attacker's share and are refused past it.
-        for i in range(FLOODERS):
-            started.append(
-                start_as(attacker, f"flood{i}", flood(socket_path, wire.ListJobs()), stop)
-            )
-        started.append(start_as(attacker, "slow", hold_slow(socket_path, SLOW), stop))
-        started.append(start_as(attacker, "idle", hold_idle(socket_path, IDLE), stop))
-        for attack in started:
+        # The flood first, so that it holds connections; then the slow clients take the
+        # rest of the attacker's share and are refused past it, and so are the idle ones.
+        # Each in place before the next starts: started together, the idle ones could
+        # take the whole share first, leaving no slow client to be closed unfinished.
+        flooders = [
+            start_as(attacker, f"flood{i}", flood(socket_path, wire.ListJobs()), stop)
+            for i in range(FLOODERS)
+        ]
+        started.extend(flooders)
+        for attack in flooders:
             attack.wait_ready()
+        for name, attack_function in (
+            ("slow", hold_slow(socket_path, SLOW)),
+            ("idle", hold_idle(socket_path, IDLE)),
+        ):
+            started.append(start_as(attacker, name, attack_function, stop))
+            started[-1].wait_ready()
 
         # Refused connections hold neither a descriptor nor a thread in the daemon.
         open_files = len(os.listdir(f"/proc/{pid}/fd"))

@@ -159,16 +159,30 @@ def serve(ctx: Context, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None
     would print there (a library, a stray print) goes to stderr instead."""
     from gbatch.mcp.tools import make_tools
 
-    if stdout is None:
-        stdout = os.fdopen(os.dup(1), "wb")
-        os.dup2(2, 1)
-    if stdin is None:
-        stdin = sys.stdin.buffer
+    if stdin is None:  # fd 0 itself, whatever sys.stdin was made
+        stdin = open(0, "rb", closefd=False)  # noqa: SIM115 (fd 0 outlives the loop)
     server = Server(make_tools(ctx))
+    if stdout is not None:
+        _answer_all(server, stdin, stdout)
+        return 0
+    protocol = os.fdopen(os.dup(1), "wb")
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        _answer_all(server, stdin, protocol)
+    finally:
+        protocol.close()
+        os.dup2(saved, 1)  # as it was, for whatever the process does next
+        os.close(saved)
+    return 0
+
+
+def _answer_all(server: Server, stdin: IO[bytes], stdout: IO[bytes]) -> None:
+    """Answer each line of `stdin` on `stdout` until end of input."""
     while True:
         line = stdin.readline(MAX_LINE_BYTES + 1)
         if not line:
-            return 0
+            return
         if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
             while line and not line.endswith(b"\n"):  # the rest of the message, unread
                 line = stdin.readline(MAX_LINE_BYTES)

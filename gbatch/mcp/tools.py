@@ -392,8 +392,8 @@ def read_log(ctx: Context, args: Mapping[str, Any]) -> list[str]:
         reply = ctx.client.call(wire.ReadLog(id=target.job, task=target.single_task, offset=at))
         data, at, state, done = reply["data"], reply["offset"], reply["state"], reply["done"]
         kept += data
-        if tail is not None:
-            kept = _last_lines(kept, int(tail))
+        if tail is not None:  # the answer is at most `limit` bytes: no more chars are needed
+            kept = _last_lines(kept[-limit:], int(tail))
         elif len(kept.encode()) >= limit:
             break
         if done or not data:

@@ -190,3 +190,39 @@ def test_serve_answers_line_by_line_and_refuses_an_oversized_message_whole(
     replies = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r.get("id") for r in replies] == [1, None, 1]
     assert replies[1]["error"]["code"] == -32600 and "over" in replies[1]["error"]["message"]
+
+
+class _LogClient:
+    """ReadLog's replies over `log`, `chunk` bytes at a time (the daemon's 256 KiB)."""
+
+    def __init__(self, log: bytes, chunk: int, done: bool) -> None:
+        self.log, self.chunk, self.done = log, chunk, done
+
+    def call(self, request: Any) -> dict[str, Any]:
+        data = self.log[request.offset : request.offset + self.chunk]
+        end = request.offset + len(data)
+        final = self.done and end == len(self.log)
+        return {"data": data.decode(), "offset": end, "done": final, "state": "RUNNING"}
+
+
+def test_logs_gives_the_last_lines_or_a_byte_range_and_says_where_to_read_on() -> None:
+    from types import SimpleNamespace
+
+    from gbatch.mcp.tools import read_log
+
+    log = b"".join(b"line %d\n" % i for i in range(1, 1001))  # 8,893 bytes
+    ctx: Any = SimpleNamespace(client=_LogClient(log, 100, done=False))
+    where, text = read_log(ctx, {"job": "7", "tail_lines": 2})
+    assert text == "line 999\nline 1000\n"
+    assert where == (
+        f"job 7 RUNNING: bytes {len(log) - 19}-{len(log)} of its log; next offset "
+        f"{len(log)} (the job is not over: more may come)"
+    )
+    where, text = read_log(ctx, {"job": "7", "tail_lines": 500, "max_bytes": 10})
+    assert text == "line 1000\n"  # the lines asked for, cut to max_bytes
+    where, text = read_log(ctx, {"job": "7", "offset": 7, "max_bytes": 250})
+    assert text == log[7:257].decode()
+    assert where == "job 7 RUNNING: bytes 7-257 of its log; next offset 257 (more follows)"
+    ctx.client.done = True
+    where, text = read_log(ctx, {"job": "7", "offset": len(log) - 9})
+    assert text == "line 1000\n"[1:] and where.endswith("(the job has ended: that is all)")

@@ -167,11 +167,13 @@ def serve(ctx: Context, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None
         return 0
     protocol = os.fdopen(os.dup(1), "wb")
     saved = os.dup(1)
+    sys.stdout.flush()
     os.dup2(2, 1)
     try:
         _answer_all(server, stdin, protocol)
     finally:
         protocol.close()
+        sys.stdout.flush()  # what was printed meanwhile, out to stderr before fd 1 is back
         os.dup2(saved, 1)  # as it was, for whatever the process does next
         os.close(saved)
     return 0

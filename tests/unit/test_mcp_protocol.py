@@ -226,3 +226,43 @@ def test_logs_gives_the_last_lines_or_a_byte_range_and_says_where_to_read_on() -
     ctx.client.done = True
     where, text = read_log(ctx, {"job": "7", "offset": len(log) - 9})
     assert text == "line 1000\n"[1:] and where.endswith("(the job has ended: that is all)")
+
+
+def test_whatever_else_writes_to_fd_1_goes_to_stderr_not_into_the_protocol(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    import gbatch
+
+    stray = """
+import os, sys
+import gbatch.mcp.tools as tools
+words = tools.queue_words
+def noisy(args):
+    os.write(1, b"stray bytes on fd 1\\n")
+    print("a stray print")
+    return words(args)
+tools.queue_words = noisy
+from gbatch.cli._main import main
+sys.exit(main(["mcp", "serve"]))
+"""
+    call = {"name": "queue", "arguments": {}}
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call},
+        {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+    ]
+    source = str(Path(gbatch.__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-c", stray],
+        input="".join(json.dumps(line) + "\n" for line in lines),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"GBATCH_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": source},
+    )
+    assert done.returncode == 0, done.stderr
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [reply["id"] for reply in replies] == [1, 2]
+    assert "stray bytes on fd 1\na stray print\n" in done.stderr

@@ -226,10 +226,14 @@ def serve_as(user: User, home: Path) -> tuple[Mcp, int]:
     return Mcp(os.fdopen(from_parent, "wb"), os.fdopen(to_parent, "rb")), pid
 
 
-def test_another_users_agent_cannot_cancel_my_job_and_is_told_as_scancel_tells(
-    shared_head: Head,
-) -> None:
+@pytest.fixture
+def as_root() -> None:
     require_root("to act as another user")
+
+
+def test_another_users_agent_cannot_cancel_my_job_and_is_told_as_scancel_tells(
+    as_root: None, shared_head: Head
+) -> None:
     entry = pwd.getpwnam("nobody")
     nobody = User("nobody", entry.pw_uid, entry.pw_gid)
     job_id = shared_head.sbatch("--wrap", "sleep 60")

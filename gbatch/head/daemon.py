@@ -14,7 +14,6 @@ write intents to the store (a new job, a cancel) and wake the loop.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import signal
 import threading
@@ -47,7 +46,7 @@ from gbatch.head.notify import TIME_LIMIT_WARNINGS, Episodes, mail_types, node_c
 from gbatch.head.outbox import Outbox
 from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import BEGIN_TIME, plan
-from gbatch.head.store import Store, StoreFull, Usage
+from gbatch.head.store import StateChange, Store, StoreFull, Usage
 from gbatch.head.tokens import TokenAuthority
 from gbatch.limits import ARRAY_HARD_CAP, UserLimits, unix_groups, use_by_user
 from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
@@ -353,7 +352,7 @@ class Daemon:
                 if job.state is JobState.CONFIGURING:
                     # The daemon died between starting the run and confirming it, or
                     # the start's answer was lost.
-                    self._confirm_running(job, "adopted: its unconfirmed start was found running")
+                    self._confirm_running([job], "adopted: its unconfirmed start was found running")
                 continue
             if status.state == "exited":
                 self._finish(job, status, now)
@@ -629,10 +628,13 @@ class Daemon:
         self.store.set_pending_reasons(
             {job_id: r for job_id, r in result.reasons.items() if by_id[job_id].reason != r}
         )
-        for assignment in result.assignments:
-            self.dispatch(
-                by_id[assignment.job_id], self.fleet.nodes[assignment.node], assignment.gpus, now
-            )
+        self.dispatch(
+            [
+                (by_id[each.job_id], self.fleet.nodes[each.node], each.gpus)
+                for each in result.assignments
+            ],
+            now,
+        )
 
     def hold_back_dependents(self, pending: Sequence[Job], now: float) -> list[Job]:
         """The jobs of `pending` free to plan: those without a dependency, or whose
@@ -777,29 +779,50 @@ class Daemon:
                 return now, assignment.node, tuple(assignment.gpus), ""
         return None, None, (), result.reasons.get(job.id, "")
 
-    def dispatch(self, job: Job, node: Node, gpus: Sequence[int], now: float) -> None:
-        """Record intent, act, confirm: a crash between any two steps is reconciled."""
-        attempt = job.attempt + 1
-        try:
-            job = self.store.set_state(
+    def dispatch(self, starts: Sequence[tuple[Job, Node, Sequence[int]]], now: float) -> None:
+        """Start each (job, node, GPU ids) of a plan. Record intent, act, confirm, each
+        step for every start at once (one commit for all intents, one for all
+        confirmations: a commit costs an fsync, more than a local start): a crash
+        between any two steps is reconciled as for one start."""
+        if not starts:
+            return
+        intents = [
+            StateChange(
                 job.id,
                 JobState.CONFIGURING,
                 "allocated",
-                now,
-                expect={JobState.PENDING},
-                node=node.name,
-                gpus=tuple(gpus),
-                gpu_uuids=self.fleet.uuids(node, gpus),
-                attempt=attempt,
-                start_time=None,
-                end_time=None,
-                exit_code=None,
-                exit_signal=None,
-                stop_state=None,
+                {JobState.PENDING},
+                {
+                    "node": node.name,
+                    "gpus": tuple(gpus),
+                    "gpu_uuids": self.fleet.uuids(node, gpus),
+                    "attempt": job.attempt + 1,
+                    "start_time": None,
+                    "end_time": None,
+                    "exit_code": None,
+                    "exit_signal": None,
+                    "stop_state": None,
+                },
             )
-        except IllegalTransition:
-            return  # cancelled while we planned
+            for job, node, gpus in starts
+        ]
+        allocated = self.store.set_states_read(intents, now)
         crash_point("dispatch.after_configuring")
+        launched = [
+            job
+            for job, (_, node, gpus) in zip(allocated, starts, strict=True)
+            # A refused intent: cancelled while we planned.
+            if isinstance(job, Job) and self._launch(job, node, gpus, now)
+        ]
+        if launched:
+            crash_point("dispatch.after_launch")
+            self._confirm_running(launched, "")
+
+    def _launch(self, job: Job, node: Node, gpus: Sequence[int], now: float) -> bool:
+        """Start `job` (CONFIGURING, its attempt counted) on `node`: True when its run
+        exists. When it does not, the job is requeued or failed as the error says, or
+        left CONFIGURING when the start may yet appear."""
+        attempt = job.attempt
         try:
             node.launch(job, attempt, gpus)
         except LaunchError as err:
@@ -813,19 +836,19 @@ class Daemon:
                 )
                 log.warning("job %d: %s", job.id, note)
                 self.store.note(job.id, JobState.CONFIGURING, note, self.clock())
-                return
+                return False
             if err.node_busy:
                 # Nothing started and not the job's fault: it keeps its retries.
                 reason = f"{node.name} could not take the start now ({err}); requeued"
                 log.warning("job %d: %s", job.id, reason)
                 self._end_run(job, JobState.PENDING, reason, now, end_time=now)
-                return
+                return False
             engine = node.docker_problem(self.clock()) if job.spec.image is not None else None
             if engine is not None:
                 # Not the job's fault: it waits for the engine and keeps its retries.
                 reason = f"docker engine on {node.name} does not answer ({engine}); requeued"
                 self._end_run(job, JobState.PENDING, reason, now, end_time=now)
-                return
+                return False
             retry = self._retries_used(job) < job.spec.retries
             new = JobState.PENDING if retry else JobState.FAILED
             # Never 0:0, which reads as success to a script checking ExitCode.
@@ -838,26 +861,28 @@ class Daemon:
                 exit_code=LAUNCH_FAILED_EXIT_CODE,
                 exit_signal=0,
             )
-            return
-        crash_point("dispatch.after_launch")
-        self._confirm_running(job, "")
+            return False
+        return True
 
-    def _confirm_running(self, job: Job, reason: str) -> None:
+    def _confirm_running(self, jobs: Sequence[Job], reason: str) -> None:
+        """RUNNING for the CONFIGURING `jobs` whose runs exist, in one commit."""
         now = self.clock()
-        # IllegalTransition: cancelled while starting; the job is COMPLETING and the
-        # next enforce_limits step stops it.
-        with contextlib.suppress(IllegalTransition):
-            self.store.set_state(
-                job.id,
-                JobState.RUNNING,
-                reason,
-                now,
-                expect={JobState.CONFIGURING},
-                start_time=now,
-            )
-            self._started_monotonic[(job.id, job.attempt)] = self.monotonic()
-            self.metrics.observe_start(now - job.submit_time)
-        self._listing_after.pop((job.id, job.attempt), None)
+        confirmed = self.store.set_states(
+            [
+                StateChange(
+                    job.id, JobState.RUNNING, reason, {JobState.CONFIGURING}, {"start_time": now}
+                )
+                for job in jobs
+            ],
+            now,
+        )
+        for job, refused in zip(jobs, confirmed, strict=True):
+            # Refused: cancelled while starting; the job is COMPLETING and the next
+            # enforce_limits step stops it.
+            if refused is None:
+                self._started_monotonic[(job.id, job.attempt)] = self.monotonic()
+                self.metrics.observe_start(now - job.submit_time)
+            self._listing_after.pop((job.id, job.attempt), None)
 
     def _past_limit(self, job: Job, now: float, margin: float = 0) -> bool:
         """Run time against the limit (less `margin` seconds) on the monotonic clock, so

@@ -20,6 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 from gbatch import gpuusage
 from gbatch.arrays import ARRAY_ROWS, THROTTLE_REASON, over_throttle
@@ -329,6 +330,7 @@ class Daemon:
         for back in self.fleet.came_up(liveness):
             self.reap_stale_runs(back, allocated)
         self._tell_nodes_down(liveness, now)
+        exited: list[_RunEnd] = []
         for job in allocated:
             node = self.fleet.nodes.get(job.node or "")
             if node is None:
@@ -355,9 +357,12 @@ class Daemon:
                     self._confirm_running([job], "adopted: its unconfirmed start was found running")
                 continue
             if status.state == "exited":
-                self._finish(job, status, now)
+                exited.append(self._finish(job, status, now))
             else:
                 self._run_vanished(job, node, now)
+        # One commit for all the runs that exited since the last tick.
+        if exited:
+            self._end_runs(exited, now)
 
     def _tell_nodes_down(self, liveness: Mapping[str, Liveness], now: float) -> None:
         """NODE_DOWN to the admins' webhooks when a node seen not down goes down. One
@@ -369,7 +374,8 @@ class Daemon:
             if each.state == "down" and before not in (None, "down"):
                 self.store.queue_node_event(name, "NODE_DOWN", each.describe(""), now)
 
-    def _finish(self, job: Job, status: RunStatus, now: float) -> None:
+    def _finish(self, job: Job, status: RunStatus, now: float) -> _RunEnd:
+        """How the exited run of `job` ends (not recorded yet)."""
         end = status.end_time or now
         exit_code, killed_by = status.exit_code or 0, status.signal or 0
         outcome = f"exit code {exit_code}" if not killed_by else f"killed by signal {killed_by}"
@@ -391,7 +397,7 @@ class Daemon:
             )
         else:
             new, reason = JobState.FAILED, outcome
-        self._end_run(job, new, reason, now, **fields)
+        return _RunEnd(job, new, reason, fields)
 
     def _retries_used(self, job: Job) -> int:
         """Failed runs (and launches) retried so far. Attempts count every dispatch, but
@@ -498,37 +504,46 @@ class Daemon:
             node.cleanup(job, container.attempt)
 
     def _end_run(self, job: Job, new: JobState, reason: str, now: float, **fields: object) -> None:
-        if new is JobState.PENDING:
-            # A requeued job keeps its attempt count but no longer holds a node.
-            fields = {**fields, "node": None, "gpus": (), "gpu_uuids": (), "stop_state": None}
-        else:
-            fields = {**fields, "stop_state": None}
-        usage = None
-        if job.start_time is not None and job.gpus:
-            end = fields.get("end_time") or now
-            assert isinstance(end, float | int)
-            usage = Usage(job.user, _gpu_seconds(job, end), self.config.half_life_seconds)
+        self._end_runs([_RunEnd(job, new, reason, fields)], now)
+
+    def _end_runs(self, ends: Sequence[_RunEnd], now: float) -> None:
+        """Record the ends of runs in one commit (one fsync), each with its usage, then
+        clean each up and hand its GPUs back. A change refused (a concurrent change
+        won) is left alone: the next tick sees it."""
+        changes = []
+        for end in ends:
+            job, fields = end.job, dict(end.fields)
+            if end.new is JobState.PENDING:
+                # A requeued job keeps its attempt count but no longer holds a node.
+                fields.update(node=None, gpus=(), gpu_uuids=(), stop_state=None)
+            else:
+                fields["stop_state"] = None
+            usage = None
+            if job.start_time is not None and job.gpus:
+                ended = fields.get("end_time") or now
+                assert isinstance(ended, float | int)
+                usage = Usage(job.user, _gpu_seconds(job, ended), self.config.half_life_seconds)
+            changes.append(StateChange(job.id, end.new, end.reason, {job.state}, fields, usage))
         crash_point("finish.before_commit")
-        try:
-            self.store.set_state(
-                job.id, new, reason, now, expect={job.state}, usage=usage, **fields
-            )
-        except IllegalTransition:
-            return  # a concurrent change won; the next tick sees it
+        refused = self.store.set_states(changes, now)
         crash_point("finish.after_commit")
-        ended = fields.get("end_time") or now
-        assert isinstance(ended, float | int)
-        ran = None if job.start_time is None else ended - job.start_time
-        self.metrics.observe_end(new.value, ran)
-        self._stopping_runs.pop(job.id, None)
-        self._time_warned.pop(job.id, None)
-        self._started_monotonic.pop((job.id, job.attempt), None)
-        self._listing_after.pop((job.id, job.attempt), None)
-        node = self.fleet.nodes.get(job.node or "")
-        if node is not None:
-            node.cleanup(job, job.attempt)
-            self.fleet.release_gpus(node, job.gpus)
-        self.wake.set()
+        for end, change, why in zip(ends, changes, refused, strict=True):
+            if why is not None:
+                continue
+            job = end.job
+            ended = change.fields.get("end_time") or now
+            assert isinstance(ended, float | int)
+            ran = None if job.start_time is None else ended - job.start_time
+            self.metrics.observe_end(end.new.value, ran)
+            self._stopping_runs.pop(job.id, None)
+            self._time_warned.pop(job.id, None)
+            self._started_monotonic.pop((job.id, job.attempt), None)
+            self._listing_after.pop((job.id, job.attempt), None)
+            node = self.fleet.nodes.get(job.node or "")
+            if node is not None:
+                node.cleanup(job, job.attempt)
+                self.fleet.release_gpus(node, job.gpus)
+            self.wake.set()
 
     # -- step 2: time limits and stops ---------------------------------------------------
 
@@ -913,6 +928,15 @@ class Daemon:
         for job in allocated:
             usage[job.user] = usage.get(job.user, 0.0) + _gpu_seconds(job, now)
         return usage
+
+
+class _RunEnd(NamedTuple):
+    """A run's end to record: the job's new state, reason and other fields."""
+
+    job: Job
+    new: JobState
+    reason: str
+    fields: Mapping[str, object]
 
 
 def _names_corr(dependency: Dependency) -> bool:

@@ -318,6 +318,8 @@ class StateChange:
     reason: str
     expect: Collection[JobState] | None = None
     fields: Mapping[str, object] = field(default_factory=dict)
+    # An ended run's GPU-seconds, folded into its user's usage with the change.
+    usage: Usage | None = None
 
 
 class JobBrief(NamedTuple):
@@ -705,6 +707,8 @@ class Store:
             for change in changes:
                 try:
                     self._set_state(db, change, now)
+                    if change.usage is not None:
+                        self._accrue(db, change.usage, now)
                     outcomes.append(None)
                 except (IllegalTransition, JobNotFound) as err:
                     outcomes.append(err)

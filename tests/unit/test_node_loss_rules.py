@@ -422,3 +422,21 @@ def test_a_job_cancelled_while_its_pass_planned_is_not_started(
     assert fake.launched == [(second, 1)]
     assert daemon.store.require(first).state is JobState.CANCELLED
     assert daemon.store.require(second).state is JobState.RUNNING
+
+
+def test_runs_that_exited_by_one_tick_are_recorded_in_one_commit_with_their_usage(
+    daemon: Daemon, clocks: Clocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [running_job(daemon, clocks) for _ in range(3)]
+    clocks.wall += 100
+    fake = node(daemon)
+    fake.run_state = "exited"
+    commits = []
+    write = daemon.store._write
+    monkeypatch.setattr(daemon.store, "_write", lambda: commits.append(1) or write())
+    daemon.collect_ended_runs(clocks.wall)
+    assert {daemon.store.require(i).state for i in ids} == {JobState.COMPLETED}
+    assert sorted(fake.cleaned) == [(i, 1) for i in ids]
+    assert len(commits) == 1  # not one per run (an fsync each)
+    # Each run's 100 GPU-seconds, folded in with its end.
+    assert daemon.store.usage(clocks.wall, 1e9) == {"alice": pytest.approx(300.0)}

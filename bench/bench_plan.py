@@ -231,6 +231,8 @@ def measure_loop(jobs: list[Job], runs: int) -> None:
                 start = time.perf_counter()
                 daemon.schedule(time.time())
                 samples.append((time.perf_counter() - start) * 1000)
+            if len(store.jobs_in((JobState.CONFIGURING, JobState.RUNNING))) != len(busy):
+                raise SystemExit("a pass started a job: the measure is not what it says")
         finally:
             daemon.committer.close()
             store.close()

@@ -473,7 +473,10 @@ class Planner:
     what is free). Those reasons are what the stream got the pass before wherever it
     settled then too, unless the nodes changed (then every job is taken again) or the
     job is new; so only the jobs between the two settling points, and new ones, are
-    looked at. On a full cluster a pass costs a few jobs per stream.
+    looked at. On a full cluster a pass costs a few jobs per stream. What never settles
+    is taken every pass, as plan() takes it: the jobs of users with limits (their
+    reasons hang on what the pass starts for them), 0-GPU jobs, and a whole pass in
+    which no reservation can be made (every busy GPU held without a time limit).
     """
 
     def __init__(self) -> None:

@@ -123,6 +123,27 @@ class _Pass:
     counts as the jobs are taken in queue order. `consider` takes the next job; `plan`
     gives the result. The incremental planner drives the same pass (`Planner.plan`)."""
 
+    # Slots: `consider` reads a dozen of these per job.
+    __slots__ = (
+        "assignments",
+        "buckets",
+        "caps",
+        "free",
+        "free_total",
+        "holding",
+        "nodes",
+        "now",
+        "pools",
+        "reasons",
+        "releases",
+        "reservation",
+        "room",
+        "starts",
+        "taken",
+        "totals",
+        "up",
+    )
+
     def __init__(
         self,
         nodes: Sequence[NodeView],

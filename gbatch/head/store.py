@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from gbatch import arrays, wire
 from gbatch.config import make_private
@@ -318,6 +318,8 @@ class StateChange:
     reason: str
     expect: Collection[JobState] | None = None
     fields: Mapping[str, object] = field(default_factory=dict)
+    # An ended run's GPU-seconds, folded into its user's usage with the change.
+    usage: Usage | None = None
 
 
 class JobBrief(NamedTuple):
@@ -640,23 +642,50 @@ class Store:
         out, and the launch refuses to start without them.
         """
         with self._write() as db:
-            self._set_state(db, StateChange(job_id, new, reason, expect, fields), now)
+            change = StateChange(job_id, new, reason, expect, fields)
+            job, token, env_token = self._set_state_read(db, change, now)
             if usage is not None:
                 self._accrue(db, usage, now)
-            job = self._get(db, job_id)
-            token = (
-                db.execute("SELECT sealed FROM job_secrets WHERE job_id = ?", (job_id,)).fetchone()
-                if job is not None and new is JobState.CONFIGURING and job.spec.secret_env
-                else None
-            )
-            env_token = (
-                db.execute(
-                    "SELECT sealed FROM job_submit_env WHERE job_id = ?", (job_id,)
-                ).fetchone()
-                if job is not None and new is JobState.CONFIGURING
-                else None
-            )
+        return self._opened(job, token, env_token)
+
+    def set_states_read(
+        self, changes: Sequence[StateChange], now: float
+    ) -> list[Job | IllegalTransition | JobNotFound]:
+        """set_state for each change, in ONE transaction (one fsync: a pass's starts),
+        each answered as set_state answers (the Job, secrets opened on the move to
+        CONFIGURING) or with why it was refused; a refused change undoes no other."""
+        read: list[tuple[Job, Any, Any] | IllegalTransition | JobNotFound] = []
+        with self._write() as db:
+            for change in changes:
+                try:
+                    read.append(self._set_state_read(db, change, now))
+                except (IllegalTransition, JobNotFound) as err:
+                    read.append(err)
+        return [each if isinstance(each, Exception) else self._opened(*each) for each in read]
+
+    def _set_state_read(
+        self, db: sqlite3.Connection, change: StateChange, now: float
+    ) -> tuple[Job, Any, Any]:
+        """Write `change`; the job after it and, on the move to CONFIGURING, its sealed
+        secret env and submit env (None where it has none)."""
+        self._set_state(db, change, now)
+        job = self._get(db, change.job_id)
         assert job is not None
+        configuring = change.new is JobState.CONFIGURING
+        token = (
+            db.execute("SELECT sealed FROM job_secrets WHERE job_id = ?", (job.id,)).fetchone()
+            if configuring and job.spec.secret_env
+            else None
+        )
+        env_token = (
+            db.execute("SELECT sealed FROM job_submit_env WHERE job_id = ?", (job.id,)).fetchone()
+            if configuring
+            else None
+        )
+        return job, token, env_token
+
+    def _opened(self, job: Job, token: Any, env_token: Any) -> Job:
+        """`job` with the values of its sealed secret env and submit env, where they open."""
         if token is not None:
             with contextlib.suppress(SecretKeyError):
                 values = self._secrets.open(bytes(token[0]))
@@ -678,6 +707,8 @@ class Store:
             for change in changes:
                 try:
                     self._set_state(db, change, now)
+                    if change.usage is not None:
+                        self._accrue(db, change.usage, now)
                     outcomes.append(None)
                 except (IllegalTransition, JobNotFound) as err:
                     outcomes.append(err)

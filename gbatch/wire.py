@@ -359,7 +359,7 @@ def job_from_listing(
     """One row of listing_columns' (values in LISTING_COLUMNS order, its spec already
     decoded), built as job_from_row builds one. The fields a listing does not send
     (gpus, gpu_uuids, attempt, exit code and signal, stop_state) are left empty."""
-    job_id, uid, user, _, state, reason, held, submit, start, end, node, _, _ = row
+    job_id, uid, user, _, state, reason, held, submit, start, end, node = row[:11]
     job: Job = _new_object(Job)
     job.__dict__.update(
         id=job_id,

@@ -7,6 +7,7 @@ request at a time, whichever screen asks.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Mapping
@@ -93,32 +94,35 @@ class JobDecoder:
     """
 
     def __init__(self) -> None:
-        self._last: dict[int, tuple[tuple[Any, ...], dict[str, Any], Job]] = {}
+        self._last: dict[int, tuple[tuple[Any, ...], str, Job]] = {}
 
     def decode(self, columns: Mapping[str, Any]) -> tuple[tuple[Job, ...], dict[int, str]]:
         last = self._last
-        known: dict[int, tuple[tuple[Any, ...], dict[str, Any], Job]] = {}
+        known: dict[int, tuple[tuple[Any, ...], str, Job]] = {}
         wire_specs: list[dict[str, Any]] = columns["specs"]
+        # Each spec as text, compared per row in C: an index means another spec in
+        # another listing, and comparing the dicts row by row cost more than the rest.
+        spec_texts = [json.dumps(spec, sort_keys=True) for spec in wire_specs]
         specs: dict[int, JobSpec] = {}
         more = {at: tuple((a, b) for a, b in spans) for at, spans in columns["more"]}
         labels: dict[int, str] = {}
         jobs = []
         rows = zip(*(columns[name] for name in wire.LISTING_COLUMNS), strict=True)
         for at, row in enumerate(rows):
-            job_id, index, array, task = row[0], row[3], row[-2], row[-1]
+            job_id, index, array = row[0], row[3], row[-2]
+            spans = more.get(at, ())
             if array is not None:
-                labels[job_id] = wire.array_label(array, task, more.get(at, ()))
-            wire_spec = wire_specs[index]
+                labels[job_id] = wire.array_label(array, row[-1], spans)
+                row = (*row, spans)  # a tail's tasks are part of what it is
             seen = last.get(job_id)
-            # The spec is compared too: an index means another spec in another listing.
-            if seen is not None and seen[0] == row and seen[1] == wire_spec:
+            if seen is not None and seen[0] == row and seen[1] == spec_texts[index]:
                 job = seen[2]
             else:
                 spec = specs.get(index)
                 if spec is None:
-                    spec = specs[index] = JobSpec.from_dict(wire_spec)
-                job = wire.job_from_listing(row, spec, more.get(at, ()))
-            known[job_id] = (row, wire_spec, job)
+                    spec = specs[index] = JobSpec.from_dict(wire_specs[index])
+                job = wire.job_from_listing(row, spec, spans)
+            known[job_id] = (row, spec_texts[index], job)
             jobs.append(job)
         self._last = known
         return tuple(jobs), labels

@@ -323,3 +323,19 @@ def test_node_in_every_state_round_trips(state: NodeState) -> None:
     unavailable = state in (NodeState.DRAINED, NodeState.DOWN)
     node = NodeInfo(name="gpu02", state=state, reason="maintenance" if unavailable else "")
     assert node_from_wire(through_json(node_to_wire(node))) == node
+
+
+def test_the_decoder_sees_a_tail_record_whose_tasks_changed_as_a_new_job() -> None:
+    # A tail's row is the same while its spans shrink (a task became a row of its own):
+    # the Job (its label, its cells) must follow the spans, not stay the last one.
+    spec = replace(full_spec(), array_task=3, array_pos=0)
+    tail = replace(full_job(), state=JobState.PENDING, spec=spec, array_more=((4, 9),))
+    decoder = JobDecoder()
+    (first,), labels = decoder.decode(through_json(jobs_to_columns([tail])))
+    assert labels == {4711: "4711_[3-9]"}
+
+    (then,), labels = decoder.decode(
+        through_json(jobs_to_columns([replace(tail, array_more=((5, 9),))]))
+    )
+    assert then is not first and then.array_more == ((5, 9),)
+    assert labels == {4711: "4711_[3,5-9]"}

@@ -71,6 +71,10 @@ from gbatch.tui.data import QueueSnapshot
 from gbatch.tui.queue import QueueScreen
 
 FIRST_PAINT_GOAL_MS = 400.0
+# Issue 16's goals for 100,000 active jobs: first paint <= 500 ms, a refresh <= 300 ms.
+LARGE_QUEUE = 100_000
+LARGE_FIRST_PAINT_GOAL_MS = 500.0
+LARGE_REFRESH_GOAL_MS = 300.0
 GPUS = 8
 ACTIVE = 10_000  # the default; --active sets it
 ARRAY_TASKS = 1000
@@ -340,6 +344,9 @@ def main() -> None:
     parser.add_argument("--active", type=int, default=ACTIVE, help="rows in the queue view")
     args = parser.parse_args()
     active = args.active
+    large = active >= LARGE_QUEUE
+    paint_goal = LARGE_FIRST_PAINT_GOAL_MS if large else FIRST_PAINT_GOAL_MS
+    refresh_goal = LARGE_REFRESH_GOAL_MS if large else None
     runs = 5 if args.quick else 15
     print(machine_note())
     with running_daemon(simulate_gpus=GPUS) as home:
@@ -351,7 +358,7 @@ def main() -> None:
                 f"TUI first paint, {active:,} active jobs, whole process "
                 f"(`gbatch tui` on a {SIZE[0]}x{SIZE[1]} pty)",
                 whole,
-                FIRST_PAINT_GOAL_MS,
+                paint_goal,
             )
             report_ms("  peer: a one-line textual app, same pty and interpreter", peer)
             print(
@@ -365,7 +372,7 @@ def main() -> None:
                 f"TUI first paint, {active:,} active jobs, in-process "
                 f"(headless {SIZE[0]}x{SIZE[1]}, the read not overlapped)",
                 totals,
-                FIRST_PAINT_GOAL_MS,
+                paint_goal,
             )
             report_ms("  of which start -> the `jobs` reply decoded", fetched)
             report_ms(
@@ -379,7 +386,7 @@ def main() -> None:
             report_ms(
                 "  refresh: show_queue, one job gone: rows reloaded (UI thread)", parts["gone"]
             )
-            report_ms("  refresh: whole cycle, fetch + show_queue", parts["cycle"])
+            report_ms("  refresh: whole cycle, fetch + show_queue", parts["cycle"], refresh_goal)
         finally:
             cancel(socket, sleepers)
 

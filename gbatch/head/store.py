@@ -1312,16 +1312,23 @@ class Store:
         *,
         states: Collection[JobState] | None = None,
         users: Collection[str] | None = None,
+        after: int | None = None,
+        limit: int | None = None,
     ) -> list[tuple[object, ...]]:
         """What jobs(states=states, users=users, finished=False) lists, by id, as the
         narrow rows a listing prints: (id, uid, user, spec, state, reason, held,
         submit_time, start_time, end_time, node, array_more), `spec` as its stored
         text (listing_spec decodes it; an array tail's record carries its JobSpec).
+        A page: with `after`, only ids greater; with `limit`, the first that many.
 
         No Job is built and the Job cache is not touched: at 100,000 pending jobs the
-        cache (50,000) overflows and each listing rebuilt them all (~1.5 s)."""
+        cache (50,000) overflows and each listing rebuilt them all (~1.5 s). A page is
+        read as one from SQLite, not cut from the whole listing."""
         clauses: list[str] = []
         params: list[object] = []
+        if after is not None:
+            clauses.append("id > ?")
+            params.append(after)
         if states is None:
             clauses.append(f"state IN ({_ACTIVE_SQL})")
         else:
@@ -1333,15 +1340,19 @@ class Store:
         with self._lock:
             rows: list[tuple[object, ...]] = self._db.execute(
                 f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE {' AND '.join(clauses)}"
-                " ORDER BY id",
-                params,
+                " ORDER BY id" + ("" if limit is None else " LIMIT ?"),
+                params if limit is None else [*params, limit],
             ).fetchall()
         if states is not None and JobState.PENDING not in states:
             return rows
         records = [tail.record() for tail in self.tails(states=[JobState.PENDING], users=users)]
+        if after is not None:
+            records = [job for job in records if job.id > after]
         if records:
             rows.extend(wire.listing_row(job, job.spec) for job in records)
             rows.sort(key=_row_id)  # nearly sorted already: a merge, cheap
+            # The first `limit` of both: any row among them is among SQLite's first.
+            del rows[len(rows) if limit is None else limit :]
         return rows
 
     def _tail_records(

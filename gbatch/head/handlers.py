@@ -34,7 +34,7 @@ from gbatch.head.store import (
     StoreError,
     StoreFull,
     Submission,
-    listing_spec,
+    listing_specs,
 )
 from gbatch.head.tokens import MAX_LIFESPAN, TokenError, parse_scopes
 from gbatch.jobids import JobIdError, parse_job_ids
@@ -1069,7 +1069,7 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         if daemon.config.private_data and not admin:
             rows = [row for row in rows if row[1] == caller.uid]
         rows, following = _page(rows, request, _row_job_id)
-        columns = wire.listing_columns(rows, listing_spec)
+        columns = wire.listing_columns(rows, listing_specs(rows))
         return {"columns": columns, "now": daemon.clock(), **following}
     if request.history:
         found = daemon.store.jobs(

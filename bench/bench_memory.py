@@ -76,7 +76,7 @@ def stop(home: Path, checkout: Path) -> None:
     subprocess.run([str(GBATCH), "daemon", "stop"], env=env, check=True, stdout=subprocess.DEVNULL)
 
 
-def wait_running(sock: Path, count: int, timeout: float = 120.0) -> None:
+def wait_running(sock: Path, count: int, timeout: float = 900.0) -> None:
     deadline = time.monotonic() + timeout
     with Client(sock, timeout=300) as client:
         while time.monotonic() < deadline:
@@ -146,7 +146,9 @@ def one_run(template: Path, checkout: Path, jobs: int) -> dict[str, Any]:
         start(home, checkout)
         sock = home / "gbatchd.sock"
         try:
+            began = time.monotonic()
             wait_running(sock, GPUS)
+            figures["started"] = time.monotonic() - began
             pid = daemon_pid(home)
             time.sleep(5.0)  # a few ticks of the loop over the whole queue
             figures["idle"] = memory_kib(pid, "VmRSS")
@@ -169,6 +171,17 @@ def one_run(template: Path, checkout: Path, jobs: int) -> dict[str, Any]:
     finally:
         shutil.rmtree(home, ignore_errors=True)
     figures["load"] = (figures["load"] + os.getloadavg()[0]) / 2
+    listed = ", ".join(
+        f"{what} {figures[what][0]:.1f} s peak {mib(figures[what][1])} "
+        f"after {mib(figures[what][2])}"
+        for what, _ in LISTINGS
+    )
+    print(
+        f"  run ({checkout}): sleeps running after {figures['started']:.0f} s; RSS MiB idle "
+        f"{mib(figures['idle'])}; {listed}; settled {mib(figures['settled'])}; "
+        f"load {figures['load']:.1f}",
+        flush=True,
+    )
     return figures
 
 

@@ -1065,7 +1065,9 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         users = [caller.user]
     if request.columns and _narrow(request, ids):
         # squeue's listing: the store's narrow rows, no Job per row.
-        rows = daemon.store.listing_rows(states=states, users=users)
+        rows = daemon.store.listing_rows(
+            states=states, users=users, history=request.history, since=request.since
+        )
         if daemon.config.private_data and not admin:
             rows = [row for row in rows if row[1] == caller.uid]
         rows, following = _page(rows, request, _row_job_id)
@@ -1139,11 +1141,11 @@ def _job_id(job: Job) -> int:
 
 
 def _narrow(request: wire.ListJobs, ids: object) -> bool:
-    """Whether Store.listing_rows serves the listing: the queue, by state and user
-    alone (no ids, history, names, partitions, nodes or expected starts)."""
+    """Whether Store.listing_rows serves the listing: the queue or the history, by
+    state, user and submit time alone (no ids, names, partitions, nodes or expected
+    starts)."""
     return not (
-        request.history
-        or ids is not None
+        ids is not None
         or request.names
         or request.partitions
         or request.nodes

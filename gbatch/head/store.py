@@ -1281,33 +1281,47 @@ class Store:
         *,
         states: Collection[JobState] | None = None,
         users: Collection[str] | None = None,
+        history: bool = False,
+        since: float | None = None,
     ) -> list[tuple[object, ...]]:
         """What jobs(states=states, users=users, finished=False) lists, by id, as the
         narrow rows a listing prints: (id, uid, user, spec, state, reason, held,
         submit_time, start_time, end_time, node, array_more), `spec` as its stored
         text (listing_spec decodes it; an array tail's record carries its JobSpec).
+        With `history`, what jobs(states=states, users=users, since=since) lists: every
+        state (squeue -t all, sacct).
 
         No Job is built and the Job cache is not touched: at 100,000 pending jobs the
-        cache (50,000) overflows and each listing rebuilt them all (~1.5 s)."""
+        cache (50,000) overflows and each listing rebuilt them all (~1.5 s); a Job per
+        row is also most of a large listing's memory (issue 16)."""
         clauses: list[str] = []
         params: list[object] = []
         if states is None:
-            clauses.append(f"state IN ({_ACTIVE_SQL})")
+            if not history:
+                clauses.append(f"state IN ({_ACTIVE_SQL})")
         else:
             clauses.append(f"state IN ({_marks(states)})")
             params.extend(state.value for state in states)
         if users is not None:
             clauses.append(f"user IN ({_marks(users)})")
             params.extend(users)
+        if history and since is not None:
+            clauses.append("submit_time >= ?")
+            params.append(since)
         with self._lock:
             rows: list[tuple[object, ...]] = self._db.execute(
-                f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE {' AND '.join(clauses)}"
-                " ORDER BY id",
+                f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE "
+                f"{' AND '.join(clauses) or '1'} ORDER BY id",
                 params,
             ).fetchall()
-        if states is not None and JobState.PENDING not in states:
+        if history:
+            wanted = list(JobState) if states is None else list(states)
+            tails = self.tails(states=wanted, users=users, since=since)
+        elif states is not None and JobState.PENDING not in states:
             return rows
-        records = [tail.record() for tail in self.tails(states=[JobState.PENDING], users=users)]
+        else:
+            tails = self.tails(states=[JobState.PENDING], users=users)
+        records = [tail.record() for tail in tails]
         if records:
             rows.extend(wire.listing_row(job, job.spec) for job in records)
             rows.sort(key=_row_id)  # nearly sorted already: a merge, cheap

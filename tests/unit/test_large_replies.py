@@ -15,7 +15,7 @@ from gbatch import wire
 from gbatch.client import Client
 from gbatch.head import handlers, heap, server, store
 from gbatch.head.daemon import Daemon
-from gbatch.model import JobSpec
+from gbatch.model import JobSpec, JobState
 
 ROWS = 2500  # more than wire.REPLY_PIECE_ITEMS: a listing of several pieces
 
@@ -125,3 +125,42 @@ def test_a_listing_larger_than_the_caches_leaves_them_alone_and_lists_the_same(
     assert [decode(row[3]) for row in listed] == [job.spec for job in cached]
     assert store._JOB_CACHE == {} and store._SPEC_CACHE == {}
     assert store.listing_specs(listed[:10]) is store.listing_spec  # small: cached as before
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        wire.ListJobs(history=True, brief=True, columns=True),
+        wire.ListJobs(history=True, brief=True, columns=True, states=("CA",)),
+        wire.ListJobs(history=True, brief=True, columns=True, states=("PD", "CA")),
+        wire.ListJobs(history=True, brief=True, columns=True, users=("nobody",)),
+        wire.ListJobs(history=True, brief=True, columns=True, since=50.0),
+        wire.ListJobs(brief=True, columns=True),
+    ],
+)
+def test_the_history_as_narrow_rows_lists_what_the_jobs_would(
+    daemon: Daemon, request_: wire.ListJobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """squeue -t all reads the store's narrow rows (no Job per row), finished jobs and
+    array tails in every state included, as the Jobs it used to build would list."""
+    spec = {"name": "a", "command": ["true"]}
+    queue(daemon, 5)  # submitted at 0
+    daemon.clock = lambda: 100.0
+    firsts = []
+    for array in ("0-99", "0-49"):  # 100 and 50 tasks: rows and a tail each
+        submit = wire.encode_request(wire.Submit(spec=spec, array=array))
+        firsts.append(handlers.handle(daemon, ROOT, submit)["ids"][0])
+    first = firsts[0]
+    cancel = wire.Cancel(ids=(2, 3), jobs=(str(first),))
+    assert handlers.handle(daemon, ROOT, wire.encode_request(cancel))["ok"]
+    assert daemon.store.tails(states=[JobState.CANCELLED])  # a tail cancelled, not only rows
+    with monkeypatch.context() as patch:
+        patch.setattr(daemon.store, "jobs", lambda **_: pytest.fail("a Job per row built"))
+        narrow = handlers.handle(daemon, ROOT, wire.encode_request(request_))
+    found = daemon.store.jobs(
+        states=handlers._states(request_.states),
+        users=request_.users or None,
+        since=request_.since,
+        **({} if request_.history else {"finished": False}),
+    )
+    assert json.dumps(narrow["columns"]) == json.dumps(wire.jobs_to_columns(found))

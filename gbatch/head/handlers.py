@@ -1145,11 +1145,7 @@ def _narrow(request: wire.ListJobs, ids: object) -> bool:
     state, user and submit time alone (no ids, names, partitions, nodes or expected
     starts)."""
     return not (
-        ids is not None
-        or request.names
-        or request.partitions
-        or request.nodes
-        or request.starts
+        ids is not None or request.names or request.partitions or request.nodes or request.starts
     )
 
 

@@ -943,6 +943,69 @@ def encode_request(request: Request) -> dict[str, Any]:
     return {"op": request.op, **vars(request)}
 
 
+REPLY_PIECE_ITEMS = 1000
+"""The most items of one list (a listing's rows or one of its columns) that
+encode_reply turns into text at once."""
+
+
+def encode_reply(reply: Mapping[str, Any]) -> list[bytes]:
+    """A reply's line, `json.dumps(reply) + "\n"` byte for byte, as a list of pieces
+    (concatenated, they are that line): the daemon writes them one after the other.
+
+    A large listing's reply is never one string: json.dumps of 100,000 jobs would hold
+    their whole text twice (the str, then its bytes) beside the reply's objects, and
+    glibc keeps such large blocks' pages once freed (issue 16). Each long list is
+    encoded REPLY_PIECE_ITEMS items at a time with json.dumps's own separators, so the
+    client, which reads one line, cannot tell."""
+    pieces: list[bytes] = []
+    _encode_into(pieces, reply)
+    pieces.append(b"\n")
+    return _coalesced(pieces)
+
+
+def _coalesced(pieces: list[bytes], least: int = 64 * 1024) -> list[bytes]:
+    """`pieces` with each run of small ones joined (a small reply is one piece): one
+    write each, not one per key."""
+    out: list[bytes] = []
+    run: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        if len(piece) >= least:
+            if run:
+                out.append(b"".join(run))
+                run, size = [], 0
+            out.append(piece)
+            continue
+        run.append(piece)
+        size += len(piece)
+        if size >= least:
+            out.append(b"".join(run))
+            run, size = [], 0
+    if run:
+        out.append(b"".join(run))
+    return out
+
+
+def _encode_into(pieces: list[bytes], value: object) -> None:
+    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        # json.dumps turns other keys (int, None, ...) into strings its own way: such a
+        # mapping (never a large one) is encoded whole below.
+        pieces.append(b"{")
+        for i, (key, item) in enumerate(value.items()):
+            pieces.append(((", " if i else "") + json.dumps(key) + ": ").encode())
+            _encode_into(pieces, item)
+        pieces.append(b"}")
+    elif isinstance(value, list | tuple) and len(value) > REPLY_PIECE_ITEMS:
+        for start in range(0, len(value), REPLY_PIECE_ITEMS):
+            text = json.dumps(value[start : start + REPLY_PIECE_ITEMS])
+            # "[a, b]" -> "[a, b" first, ", c, d" between, ", e]" last.
+            head = "[" if start == 0 else ", "
+            tail = "]" if start + REPLY_PIECE_ITEMS >= len(value) else ""
+            pieces.append((head + text[1:-1] + tail).encode())
+    else:
+        pieces.append(json.dumps(value).encode())
+
+
 class BadRequest(ValueError):
     """A request of the wrong shape or types; str() is the one line its sender reads."""
 

@@ -34,7 +34,7 @@ from gbatch.head.store import (
     StoreError,
     StoreFull,
     Submission,
-    listing_spec,
+    listing_specs,
 )
 from gbatch.head.tokens import MAX_LIFESPAN, TokenError, parse_scopes
 from gbatch.jobids import JobIdError, parse_job_ids
@@ -1071,13 +1071,15 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         rows = daemon.store.listing_rows(
             states=states,
             users=users,
+            history=request.history,
+            since=request.since,
             after=None if private else request.after,
             limit=None if private or request.limit is None else request.limit + 1,
         )
         if private:
             rows = [row for row in rows if row[1] == caller.uid]
         rows, following = _page(rows, request, _row_job_id)
-        columns = wire.listing_columns(rows, listing_spec)
+        columns = wire.listing_columns(rows, listing_specs(rows))
         return {"columns": columns, "now": daemon.clock(), **following}
     if request.history:
         found = daemon.store.jobs(
@@ -1147,15 +1149,11 @@ def _job_id(job: Job) -> int:
 
 
 def _narrow(request: wire.ListJobs, ids: object) -> bool:
-    """Whether Store.listing_rows serves the listing: the queue, by state and user
-    alone (no ids, history, names, partitions, nodes or expected starts)."""
+    """Whether Store.listing_rows serves the listing: the queue or the history, by
+    state, user and submit time alone (no ids, names, partitions, nodes or expected
+    starts)."""
     return not (
-        request.history
-        or ids is not None
-        or request.names
-        or request.partitions
-        or request.nodes
-        or request.starts
+        ids is not None or request.names or request.partitions or request.nodes or request.starts
     )
 
 

@@ -40,7 +40,7 @@ from gbatch.config import (
     daemon_paths,
     make_private,
 )
-from gbatch.head import handlers
+from gbatch.head import handlers, heap
 from gbatch.head.daemon import Daemon
 from gbatch.head.eventlog import open_event_log
 from gbatch.head.notify import Policy
@@ -261,8 +261,14 @@ class _Connection(socketserver.BaseRequestHandler):
                 return
             with self.server.turn(caller):
                 reply = self._reply(caller, line)
-                data = json.dumps(reply).encode() + b"\n"
-            if not self._send(caller, data):
+                pieces = wire.encode_reply(reply)
+                del reply  # a listing's objects go before its reply is written
+            size = sum(map(len, pieces))
+            sent = self._send(caller, pieces)
+            del pieces
+            if size >= heap.TRIM_AFTER_BYTES:
+                heap.release_free_memory()
+            if not sent:
                 return
 
     def _close_unread(self, caller: handlers.Caller, why: str, advice: str) -> None:
@@ -271,15 +277,21 @@ class _Connection(socketserver.BaseRequestHandler):
         self.server.note(caller, "request", f"refused: {why}; connection closed")
         self._send(caller, wire.error_reply("invalid", f"bad request: {why}{advice}"))
 
-    def _send(self, caller: handlers.Caller, reply: dict[str, Any] | bytes) -> bool:
-        """Write one reply, taking at most reply_seconds (a client that stops reading
-        holds this thread no longer); False when the connection is done."""
+    def _send(self, caller: handlers.Caller, reply: dict[str, Any] | list[bytes]) -> bool:
+        """Write one reply (a dict, or wire.encode_reply's pieces), taking at most
+        reply_seconds in all (a client that stops reading holds this thread no longer);
+        False when the connection is done."""
         seconds = self.server.limits.reply_seconds
         if isinstance(reply, dict):
-            reply = json.dumps(reply).encode() + b"\n"
-        self.request.settimeout(seconds)
+            reply = wire.encode_reply(reply)
+        deadline = time.monotonic() + seconds
         try:
-            self.request.sendall(reply)
+            for piece in reply:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.request.settimeout(left)
+                self.request.sendall(piece)
         except TimeoutError:
             outcome = f"refused: its reply was not taken within {seconds:g} s; connection closed"
             self.server.note(caller, "reply", outcome)

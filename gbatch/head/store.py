@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -1314,38 +1314,53 @@ class Store:
         users: Collection[str] | None = None,
         after: int | None = None,
         limit: int | None = None,
+        history: bool = False,
+        since: float | None = None,
     ) -> list[tuple[object, ...]]:
         """What jobs(states=states, users=users, finished=False) lists, by id, as the
         narrow rows a listing prints: (id, uid, user, spec, state, reason, held,
         submit_time, start_time, end_time, node, array_more), `spec` as its stored
         text (listing_spec decodes it; an array tail's record carries its JobSpec).
-        A page: with `after`, only ids greater; with `limit`, the first that many.
+        With `history`, what jobs(states=states, users=users, since=since) lists: every
+        state (squeue -t all, sacct). A page: with `after`, only ids greater; with
+        `limit`, the first that many.
 
         No Job is built and the Job cache is not touched: at 100,000 pending jobs the
-        cache (50,000) overflows and each listing rebuilt them all (~1.5 s). A page is
-        read as one from SQLite, not cut from the whole listing."""
+        cache (50,000) overflows and each listing rebuilt them all (~1.5 s); a Job per
+        row is also most of a large listing's memory (issue 16). A page is read as one
+        from SQLite, not cut from the whole listing."""
         clauses: list[str] = []
         params: list[object] = []
         if after is not None:
             clauses.append("id > ?")
             params.append(after)
         if states is None:
-            clauses.append(f"state IN ({_ACTIVE_SQL})")
+            if not history:
+                clauses.append(f"state IN ({_ACTIVE_SQL})")
         else:
             clauses.append(f"state IN ({_marks(states)})")
             params.extend(state.value for state in states)
         if users is not None:
             clauses.append(f"user IN ({_marks(users)})")
             params.extend(users)
+        if history and since is not None:
+            clauses.append("submit_time >= ?")
+            params.append(since)
         with self._lock:
             rows: list[tuple[object, ...]] = self._db.execute(
-                f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE {' AND '.join(clauses)}"
-                " ORDER BY id" + ("" if limit is None else " LIMIT ?"),
+                f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE "
+                f"{' AND '.join(clauses) or '1'} ORDER BY id"
+                + ("" if limit is None else " LIMIT ?"),
                 params if limit is None else [*params, limit],
             ).fetchall()
-        if states is not None and JobState.PENDING not in states:
+        if history:
+            wanted = list(JobState) if states is None else list(states)
+            tails = self.tails(states=wanted, users=users, since=since)
+        elif states is not None and JobState.PENDING not in states:
             return rows
-        records = [tail.record() for tail in self.tails(states=[JobState.PENDING], users=users)]
+        else:
+            tails = self.tails(states=[JobState.PENDING], users=users)
+        records = [tail.record() for tail in tails]
         if after is not None:
             records = [job for job in records if job.id > after]
         if records:
@@ -1854,6 +1869,9 @@ class Store:
             rows = self._db.execute(
                 f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {tail}", tuple(params)
             ).fetchall()
+        if len(rows) > _JOB_CACHE_MAX:
+            decode = _uncached()
+            return [_build_job(row, decode) for row in rows]
         return [_job_from_row(row) for row in rows]
 
     @staticmethod
@@ -1924,8 +1942,8 @@ def _encode(fields: Mapping[str, object]) -> dict[str, object]:
 # A spec changes only by scontrol update (which writes new JSON text), and decoding it
 # is most of the cost of reading a job: the loop reads every active job several times a
 # second. Keyed by the JSON text.
-# Bounded with the Job cache below: what one listing of 500,000 stored jobs leaves
-# behind stays a few tens of MB (each entry costs about 1 KB with its key).
+# Bounded with the Job cache below (each entry costs about 1 KB with its key); a
+# listing larger than either leaves both alone (_uncached).
 _SPEC_CACHE: dict[str, JobSpec] = {}
 _SPEC_CACHE_MAX = 50_000
 
@@ -1933,6 +1951,35 @@ _SPEC_CACHE_MAX = 50_000
 def listing_spec(spec: str | JobSpec) -> JobSpec:
     """The JobSpec of a listing_rows row's spec cell (stored text, or a tail's JobSpec)."""
     return spec if isinstance(spec, JobSpec) else _decode_spec(spec)
+
+
+def listing_specs(rows: Sized) -> Callable[[str | JobSpec], JobSpec]:
+    """listing_spec for a listing of `rows`; past the spec cache's size, a decoder that
+    leaves the cache alone (see _uncached)."""
+    if len(rows) <= _SPEC_CACHE_MAX:
+        return listing_spec
+    # listing_columns asks once per distinct spec: nothing to remember here.
+    return lambda spec: spec if isinstance(spec, JobSpec) else _spec_from_text(spec)
+
+
+def _spec_from_text(text: str) -> JobSpec:
+    return JobSpec.from_dict(json.loads(text))
+
+
+def _uncached() -> Callable[[str], JobSpec]:
+    """A spec decoder for one listing larger than the caches: it would only churn them
+    (each is emptied when full) and leave up to 50,000 of its specs and jobs resident
+    for good after its reply (~200 MB after one listing of 100,000, issue 16). Specs
+    read again within the listing are still decoded once; all go with the listing."""
+    seen: dict[str, JobSpec] = {}
+
+    def decode(text: str) -> JobSpec:
+        spec = seen.get(text)
+        if spec is None:
+            spec = seen[text] = _spec_from_text(text)
+        return spec
+
+    return decode
 
 
 def _row_id(row: Sequence[object]) -> int:
@@ -1967,7 +2014,7 @@ def _job_from_row(row: tuple[object, ...]) -> Job:
     return job
 
 
-def _build_job(row: Sequence[object]) -> Job:
+def _build_job(row: Sequence[object], decode: Callable[[str], JobSpec] | None = None) -> Job:
     (
         job_id,
         uid,
@@ -1993,7 +2040,7 @@ def _build_job(row: Sequence[object]) -> Job:
         id=int(job_id),  # type: ignore[call-overload]
         uid=int(uid),  # type: ignore[call-overload]
         user=str(user),
-        spec=_decode_spec(spec),
+        spec=(decode or _decode_spec)(spec),
         state=JobState(state),
         reason=str(reason),
         held=bool(held),

@@ -1,0 +1,166 @@
+"""A large listing's reply (issue 16): written in pieces that make exactly the line
+json.dumps would (so any client reading one line is served as before), built without
+filling the daemon's caches, and followed by giving the freed heap back."""
+
+from __future__ import annotations
+
+import json
+import platform
+from typing import Any
+
+import pytest
+from test_server_limits import ROOT, connect, serving, socket_path
+
+from gbatch import wire
+from gbatch.client import Client
+from gbatch.head import handlers, heap, server, store
+from gbatch.head.daemon import Daemon
+from gbatch.model import JobSpec, JobState
+
+ROWS = 2500  # more than wire.REPLY_PIECE_ITEMS: a listing of several pieces
+
+
+def queue(daemon: Daemon, count: int = ROWS) -> None:
+    """`count` held jobs, each its own row and its own spec (as a sweep's are)."""
+    specs = [JobSpec(name="j", command=("true",), env=(("I", str(i)),)) for i in range(count)]
+    daemon.store.submit(specs, 0, "root", 0, held=True)
+
+
+LISTINGS = {
+    "squeue": wire.ListJobs(brief=True, columns=True),
+    "squeue -t all": wire.ListJobs(history=True, brief=True, columns=True),
+    "sacct -a -S all": wire.ListJobs(history=True, brief=True),
+    "tui": wire.ListJobs(table=True),
+    "full records": wire.ListJobs(),
+}
+
+
+@pytest.mark.parametrize("what", sorted(LISTINGS))
+def test_a_large_listings_pieces_make_json_dumps_line_byte_for_byte(
+    daemon: Daemon, what: str
+) -> None:
+    queue(daemon)
+    reply = handlers.handle(daemon, ROOT, wire.encode_request(LISTINGS[what]))
+    pieces = wire.encode_reply(reply)
+    whole = json.dumps(reply).encode() + b"\n"
+    assert b"".join(pieces) == whole
+    assert len(pieces) > 1 and max(map(len, pieces)) < len(whole) / 2
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"ok": True, "pid": 7},
+        {"ok": True, "rows": [[1, "é\u2028", None, 1.5]] * 2001, "now": 0.25},
+        {"ok": True, "by_id": {1: "a", None: "b"}, "more": list(range(1001))},
+        {"ok": True, "columns": {"id": list(range(1000)), "x": list(range(1001))}},
+        {"ok": True, "empty": [], "nested": {"deep": {"list": [[]] * 3000}}},
+    ],
+)
+def test_any_reply_in_pieces_is_json_dumps_line(reply: dict[str, Any]) -> None:
+    assert b"".join(wire.encode_reply(reply)) == json.dumps(reply).encode() + b"\n"
+
+
+def test_a_small_reply_is_written_in_one_piece() -> None:
+    assert wire.encode_reply({"ok": True, "jobs": [{"id": 1}] * 10, "now": 1.0}) == [
+        json.dumps({"ok": True, "jobs": [{"id": 1}] * 10, "now": 1.0}).encode() + b"\n"
+    ]
+
+
+def without_now(reply: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in reply.items() if key not in ("now", "ok")}
+
+
+@pytest.mark.parametrize("what", sorted(LISTINGS))
+def test_a_large_listing_read_over_the_socket_is_the_handlers_reply(
+    daemon: Daemon, what: str
+) -> None:
+    queue(daemon)
+    request = LISTINGS[what]
+    expected = without_now(handlers.handle(daemon, ROOT, wire.encode_request(request)))
+    limits = server.Limits(reply_seconds=60.0)
+    with serving(daemon, limits) as made:
+        with Client(socket_path(made), timeout=60) as client:
+            assert without_now(client.call(request)) == expected
+        with connect(made) as raw:  # a client of its own: one line, read as it comes
+            raw.sendall(json.dumps(wire.encode_request(request)).encode() + b"\n")
+            line = raw.makefile("rb").readline()
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert without_now(json.loads(line)) == expected
+
+
+def test_the_heap_is_given_back_after_a_large_reply_only(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue(daemon)
+    trims: list[int] = []
+    monkeypatch.setattr(heap, "TRIM_AFTER_BYTES", 100_000)
+    monkeypatch.setattr(heap, "release_free_memory", lambda: trims.append(1) or True)
+    limits = server.Limits(reply_seconds=60.0)
+    with serving(daemon, limits) as made, Client(socket_path(made), timeout=60) as client:
+        client.call(wire.Ping())
+        client.call(wire.ListJobs(ids=(1,)))
+        assert trims == []
+        client.call(wire.ListJobs(history=True, brief=True))  # ~500 KB
+        client.call(wire.Ping())  # served after the first reply's trim, if any
+    assert trims == [1]
+
+
+def test_freed_heap_is_given_back_where_the_c_library_is_glibc() -> None:
+    assert heap.release_free_memory() is (platform.libc_ver()[0] == "glibc")
+
+
+def test_a_listing_larger_than_the_caches_leaves_them_alone_and_lists_the_same(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue(daemon, 30)
+    cached = daemon.store.jobs()  # through the caches: 30 fit
+    listed = daemon.store.listing_rows()
+    monkeypatch.setattr(store, "_JOB_CACHE_MAX", 10)
+    monkeypatch.setattr(store, "_SPEC_CACHE_MAX", 10)
+    monkeypatch.setattr(store, "_JOB_CACHE", {})
+    monkeypatch.setattr(store, "_SPEC_CACHE", {})
+    assert daemon.store.jobs() == cached
+    decode = store.listing_specs(listed)
+    assert [decode(row[3]) for row in listed] == [job.spec for job in cached]
+    assert store._JOB_CACHE == {} and store._SPEC_CACHE == {}
+    assert store.listing_specs(listed[:10]) is store.listing_spec  # small: cached as before
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        wire.ListJobs(history=True, brief=True, columns=True),
+        wire.ListJobs(history=True, brief=True, columns=True, states=("CA",)),
+        wire.ListJobs(history=True, brief=True, columns=True, states=("PD", "CA")),
+        wire.ListJobs(history=True, brief=True, columns=True, users=("nobody",)),
+        wire.ListJobs(history=True, brief=True, columns=True, since=50.0),
+        wire.ListJobs(brief=True, columns=True),
+    ],
+)
+def test_the_history_as_narrow_rows_lists_what_the_jobs_would(
+    daemon: Daemon, request_: wire.ListJobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """squeue -t all reads the store's narrow rows (no Job per row), finished jobs and
+    array tails in every state included, as the Jobs it used to build would list."""
+    spec = {"name": "a", "command": ["true"]}
+    queue(daemon, 5)  # submitted at 0
+    daemon.clock = lambda: 100.0
+    firsts = []
+    for array in ("0-99", "0-49"):  # 100 and 50 tasks: rows and a tail each
+        submit = wire.encode_request(wire.Submit(spec=spec, array=array))
+        firsts.append(handlers.handle(daemon, ROOT, submit)["ids"][0])
+    first = firsts[0]
+    cancel = wire.Cancel(ids=(2, 3), jobs=(str(first),))
+    assert handlers.handle(daemon, ROOT, wire.encode_request(cancel))["ok"]
+    assert daemon.store.tails(states=[JobState.CANCELLED])  # a tail cancelled, not only rows
+    with monkeypatch.context() as patch:
+        patch.setattr(daemon.store, "jobs", lambda **_: pytest.fail("a Job per row built"))
+        narrow = handlers.handle(daemon, ROOT, wire.encode_request(request_))
+    found = daemon.store.jobs(
+        states=handlers._states(request_.states),
+        users=request_.users or None,
+        since=request_.since,
+        **({} if request_.history else {"finished": False}),
+    )
+    assert json.dumps(narrow["columns"]) == json.dumps(wire.jobs_to_columns(found))

@@ -1092,15 +1092,13 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         return {"columns": wire.jobs_to_columns(found), "now": daemon.clock(), **following}
     if request.table:  # brief, as columns: the TUI's queue every second
         return {"table": wire.jobs_to_table(found), "now": daemon.clock(), **following}
-    brief = request.brief
     now = daemon.clock()
-    reply: dict[str, Any] = {
-        "jobs": [
-            _job_to_wire(j, owner_view=admin or j.uid == caller.uid, brief=brief) for j in found
-        ],
-        "now": now,
-        **following,
-    }
+    records: list[dict[str, Any]]
+    if request.brief:  # no env in a brief record: the same for every caller
+        records = daemon.brief_records.records(found)
+    else:
+        records = [_job_to_wire(j, owner_view=admin or j.uid == caller.uid) for j in found]
+    reply: dict[str, Any] = {"jobs": records, "now": now, **following}
     if request.starts:
         reply["starts"] = _expected_starts(found, daemon.expected_starts, now)
     if request.gpu_usage:

@@ -261,7 +261,7 @@ class _Connection(socketserver.BaseRequestHandler):
                 return
             with self.server.turn(caller):
                 reply = self._reply(caller, line)
-                data = json.dumps(reply).encode() + b"\n"
+                data = wire.encode_reply(reply)
             if not self._send(caller, data):
                 return
 
@@ -276,7 +276,7 @@ class _Connection(socketserver.BaseRequestHandler):
         holds this thread no longer); False when the connection is done."""
         seconds = self.server.limits.reply_seconds
         if isinstance(reply, dict):
-            reply = json.dumps(reply).encode() + b"\n"
+            reply = wire.encode_reply(reply)
         self.request.settimeout(seconds)
         try:
             self.request.sendall(reply)

@@ -11,6 +11,8 @@ import pytest
 from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.tui.data import JobDecoder
 from gbatch.wire import (
+    BriefRecords,
+    encode_reply,
     event_from_wire,
     event_to_wire,
     job_from_wire,
@@ -274,3 +276,34 @@ def test_node_in_every_state_round_trips(state: NodeState) -> None:
     unavailable = state in (NodeState.DRAINED, NodeState.DOWN)
     node = NodeInfo(name="gpu02", state=state, reason="maintenance" if unavailable else "")
     assert node_from_wire(through_json(node_to_wire(node))) == node
+
+
+def test_brief_records_are_job_to_wire_s_and_their_text_is_json_s() -> None:
+    array_task = replace(full_job(), id=4712, spec=replace(full_spec(), array_task=3))
+    jobs = [full_job(), array_task, replace(full_job(), id=4713, state=JobState.PENDING)]
+    records = BriefRecords().records(jobs)
+    assert list(records) == [job_to_wire(job, brief=True) for job in jobs]
+    assert records.text == json.dumps(list(records))
+    reply = {"ok": True, "jobs": records, "now": T0, "next": None}
+    assert encode_reply(reply) == json.dumps(reply).encode() + b"\n"
+    assert BriefRecords().records([]).text == "[]"
+
+
+def test_a_brief_record_is_made_again_once_its_job_changes() -> None:
+    made = BriefRecords()
+    job = full_job()
+    first = made.records([job])
+    assert made.records([job])[0] is first[0]  # the same Job: remembered
+    moved = replace(job, state=JobState.RUNNING, reason="")
+    again = made.records([moved])
+    assert again[0]["state"] == "RUNNING" and again[0]["reason"] == ""
+    assert json.loads(again.text)[0]["state"] == "RUNNING"
+
+
+def test_brief_records_forget_all_past_their_bound() -> None:
+    made = BriefRecords(most=2)
+    jobs = [replace(full_job(), id=n) for n in range(1, 5)]
+    made.records(jobs)  # 4 remembered: over the bound, so the next call forgets them
+    kept = made.records(jobs[:1])
+    assert kept == [job_to_wire(jobs[0], brief=True)]
+    assert len(made._made) == 1

@@ -72,7 +72,8 @@ def _access_hint(socket_path: Path) -> str:
     return f"only {owner} may use it; ask an admin for access"
 
 
-OK_PREFIX = b'{"ok": true'  # how json.dumps begins gbatchd's every ok reply
+# How gbatchd's ok reply lines begin (wire.encode_reply; an older gbatchd's with a space).
+OK_PREFIXES = (b'{"ok":true', b'{"ok": true')
 
 
 def _refusal(reply: Mapping[str, Any]) -> RequestFailed:
@@ -131,9 +132,9 @@ class Client:
         as it came, a listing's megabytes decoded and encoded again for nothing. Raises
         RequestFailed as send() does."""
         line = self._exchange(request)
-        # gbatchd writes {"ok": true, ...} with "ok" first (server._Connection); a line
-        # of any other shape is decoded to tell a refusal from a reply.
-        if not line.startswith(OK_PREFIX):
+        # gbatchd writes {"ok":true,...} with "ok" first (wire.encode_reply); a line of
+        # any other shape is decoded to tell a refusal from a reply.
+        if not line.startswith(OK_PREFIXES):
             reply = json.loads(line)
             if not reply.get("ok", False):
                 raise _refusal(reply)

@@ -85,7 +85,8 @@ def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
 
 class EncodedList(list[Any]):
     """A reply's list of records with its JSON text already made (`text`: what
-    json.dumps makes of the list), which encode_reply puts in the reply's line as it is.
+    json.dumps makes of the list with COMPACT separators), which encode_reply puts in
+    the reply's line as it is.
     Made whole by its maker and not changed after."""
 
     def __init__(self, items: Sequence[Any], text: str) -> None:
@@ -93,15 +94,20 @@ class EncodedList(list[Any]):
         self.text = text
 
 
+COMPACT = (",", ":")  # json.dumps's separators for reply lines: no spaces to send
+
+
 def encode_reply(reply: Mapping[str, Any]) -> bytes:
-    """A reply's line: json.dumps's bytes, an EncodedList's text taken as made."""
+    """A reply's line: json.dumps's compact bytes, an EncodedList's text as made."""
     if not any(isinstance(value, EncodedList) for value in reply.values()):
-        return json.dumps(reply).encode() + b"\n"
+        return json.dumps(reply, separators=COMPACT).encode() + b"\n"
     fields = (
-        f"{json.dumps(name)}: {value.text if isinstance(value, EncodedList) else json.dumps(value)}"
+        json.dumps(name)
+        + ":"
+        + (value.text if isinstance(value, EncodedList) else json.dumps(value, separators=COMPACT))
         for name, value in reply.items()
     )
-    return ("{" + ", ".join(fields) + "}\n").encode()
+    return ("{" + ",".join(fields) + "}\n").encode()
 
 
 class BriefRecords:
@@ -128,10 +134,10 @@ class BriefRecords:
             known = made.get(job.id)
             if known is None or known[0] is not job:
                 record = job_to_wire(job, brief=True)
-                known = made[job.id] = (job, record, json.dumps(record))
+                known = made[job.id] = (job, record, json.dumps(record, separators=COMPACT))
             items.append(known[1])
             texts.append(known[2])
-        return EncodedList(items, "[" + ", ".join(texts) + "]")
+        return EncodedList(items, "[" + ",".join(texts) + "]")
 
 
 def jobs_to_table(jobs: Sequence[Job]) -> dict[str, Any]:

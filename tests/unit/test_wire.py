@@ -283,9 +283,9 @@ def test_brief_records_are_job_to_wire_s_and_their_text_is_json_s() -> None:
     jobs = [full_job(), array_task, replace(full_job(), id=4713, state=JobState.PENDING)]
     records = BriefRecords().records(jobs)
     assert list(records) == [job_to_wire(job, brief=True) for job in jobs]
-    assert records.text == json.dumps(list(records))
+    assert records.text == json.dumps(list(records), separators=(",", ":"))
     reply = {"ok": True, "jobs": records, "now": T0, "next": None}
-    assert encode_reply(reply) == json.dumps(reply).encode() + b"\n"
+    assert encode_reply(reply) == json.dumps(reply, separators=(",", ":")).encode() + b"\n"
     assert BriefRecords().records([]).text == "[]"
 
 

@@ -118,15 +118,17 @@ class BriefRecords:
     job is a new Job, so its record is made again. Shared by handler threads: a race
     makes a record twice, never a wrong one."""
 
-    def __init__(self, most: int = 50_000) -> None:
-        self.most = most  # jobs remembered; all forgotten past it, as the store's cache
+    def __init__(self, most: int = 20_000) -> None:
+        # Jobs remembered, ~1.5 kB each: once full, all are forgotten at the next
+        # listing, and a listing longer than this makes the rest without keeping them.
+        self.most = most
         self._made: dict[int, tuple[Job, dict[str, Any], str]] = {}
 
     def records(self, jobs: Sequence[Job]) -> EncodedList:
         """[job_to_wire(job, brief=True) for job in jobs], with its text. The records are
         shared with later listings: not to be changed."""
         made = self._made
-        if len(made) > self.most:
+        if len(made) >= self.most:
             made.clear()
         items: list[dict[str, Any]] = []
         texts: list[str] = []
@@ -134,7 +136,9 @@ class BriefRecords:
             known = made.get(job.id)
             if known is None or known[0] is not job:
                 record = job_to_wire(job, brief=True)
-                known = made[job.id] = (job, record, json.dumps(record, separators=COMPACT))
+                known = (job, record, json.dumps(record, separators=COMPACT))
+                if len(made) < self.most:
+                    made[job.id] = known
             items.append(known[1])
             texts.append(known[2])
         return EncodedList(items, "[" + ",".join(texts) + "]")

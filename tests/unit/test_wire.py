@@ -300,10 +300,11 @@ def test_a_brief_record_is_made_again_once_its_job_changes() -> None:
     assert json.loads(again.text)[0]["state"] == "RUNNING"
 
 
-def test_brief_records_forget_all_past_their_bound() -> None:
+def test_brief_records_keep_no_more_than_their_bound() -> None:
     made = BriefRecords(most=2)
     jobs = [replace(full_job(), id=n) for n in range(1, 5)]
-    made.records(jobs)  # 4 remembered: over the bound, so the next call forgets them
-    kept = made.records(jobs[:1])
+    assert made.records(jobs) == [job_to_wire(job, brief=True) for job in jobs]
+    assert len(made._made) == 2  # a listing longer than the bound keeps only the bound
+    kept = made.records(jobs[:1])  # full: all forgotten, then the one listed kept
     assert kept == [job_to_wire(jobs[0], brief=True)]
-    assert len(made._made) == 1
+    assert list(made._made) == [1]

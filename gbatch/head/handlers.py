@@ -237,10 +237,10 @@ def _named_job(
     return found
 
 
-def _job_to_wire(job: Job, *, owner_view: bool, brief: bool = False) -> dict[str, Any]:
+def _job_to_wire(job: Job, *, owner_view: bool) -> dict[str, Any]:
     """A job as `caller` may see it: env values are the owner's and admins' only (they
     often hold tokens); others get the names with empty values."""
-    data = wire.job_to_wire(job, brief=brief)
+    data = wire.job_to_wire(job)
     if not owner_view and "env" in data["spec"]:
         data["spec"]["env"] = dict.fromkeys(data["spec"]["env"], "")
     return data

@@ -87,7 +87,7 @@ def _elapsed_seconds(job: Job, now: float) -> int:
     return max(0, int(end - job.start_time))
 
 
-def _reason(job: Job) -> str:
+def reason_text(job: Job) -> str:
     """Slurm's reason text: a held pending job says so even if its stored reason
     predates the hold; an empty reason reads `None`."""
     if job.held and job.state is JobState.PENDING and not job.reason.startswith("JobHeld"):
@@ -95,7 +95,7 @@ def _reason(job: Job) -> str:
     return _printable(job.reason) if job.reason else "None"
 
 
-def _dependency(job: Job) -> str:
+def dependency_text(job: Job) -> str:
     """scontrol's Dependency= value: `afterok:12(unfulfilled)` while the job waits."""
     from gbatch.dependency import shown
 
@@ -120,7 +120,7 @@ _REASON_STATES = frozenset(
 
 def _nodelist_or_reason(job: Job) -> str:
     if job.state in _REASON_STATES:
-        return f"({_reason(job)})"
+        return f"({reason_text(job)})"
     return _printable(job.node or "")
 
 
@@ -147,7 +147,7 @@ def _job_to_dict(job: Job, now: float) -> dict[str, object]:
         "uid": job.uid,
         "state": job.state.value,
         "state_code": job.state.code,
-        "reason": _reason(job),
+        "reason": reason_text(job),
         "partition": job.spec.partition or PARTITION,
         "node": job.node,
         "gpus": list(job.gpus),
@@ -259,9 +259,9 @@ _SQUEUE_COLUMNS: Mapping[str, _Column] = {
     "e": _Column("END_TIME", lambda j, v: _squeue_stamp(_end(j, v))),
     "Q": _Column("PRIORITY", lambda j, _: str(j.spec.effective_priority)),
     "p": _Column("PRIORITY", lambda j, _: str(j.spec.effective_priority)),
-    "r": _Column("REASON", lambda j, _: _reason(j)),
+    "r": _Column("REASON", lambda j, _: reason_text(j)),
     "k": _Column("COMMENT", lambda j, _: _comment(j)),
-    "E": _Column("DEPENDENCY", lambda j, _: _dependency(j) or "(null)"),
+    "E": _Column("DEPENDENCY", lambda j, _: dependency_text(j) or "(null)"),
     "o": _Column("COMMAND", lambda j, _: _printable(_command_line(j.spec.command))),
     "Z": _Column("WORK_DIR", lambda j, _: _workdir(j)),
     # The nodes a pending job is expected to start on: gbatch keeps no such list.
@@ -691,7 +691,7 @@ _SACCT_FIELDS: tuple[_Field, ...] = (
     _Field("Start", 19, lambda j, _: format_timestamp(j.start_time)),
     _Field("End", 19, lambda j, _: format_timestamp(j.end_time)),
     _Field("Timelimit", 10, lambda j, _: _time_limit_fixed(j)),
-    _Field("Reason", 22, lambda j, _: _reason(j)),
+    _Field("Reason", 22, lambda j, _: reason_text(j)),
     _Field("Attempt", 7, lambda j, _: str(j.attempt)),
     # gbatch's: a sweep task's parameters (gbatch/sweep.py), empty for other jobs.
     _Field("Params", 20, lambda j, _: _printable(_params_text(j.spec.params))),
@@ -1406,9 +1406,9 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         + f" JobName={_printable(spec.name)}",
         f"   UserId={_printable(job.user)}({job.uid})",
         f"   Priority={spec.effective_priority} Nice={spec.nice}",
-        f"   JobState={job.state.value} Reason={_reason(job)}"
+        f"   JobState={job.state.value} Reason={reason_text(job)}"
         # Only for a job that has one, so every other job's lines stay as they were.
-        + (f" Dependency={_dependency(job)}" if spec.dependency else "")
+        + (f" Dependency={dependency_text(job)}" if spec.dependency else "")
         + f" ExitCode={_exit_code(job)}",
         f"   RunTime={format_elapsed_fixed(_elapsed_seconds(job, now))}"
         f" TimeLimit={_time_limit_fixed(job)}",

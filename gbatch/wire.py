@@ -199,13 +199,13 @@ def table_labels(table: Mapping[str, Any]) -> dict[int, str]:
     formatted once) in a view of thousands of them."""
     at = _TABLE_ARRAY_AT
     return {
-        row[1]: _table_label(row[at], row[at + 1], row[at + 2] if len(row) > at + 2 else ())
+        row[1]: array_label(row[at], row[at + 1], row[at + 2] if len(row) > at + 2 else ())
         for row in table["rows"]
         if len(row) > at + 1 and row[at] is not None
     }
 
 
-def _table_label(array: int, task: int, more: Sequence[Sequence[int]]) -> str:
+def array_label(array: int, task: int, more: Sequence[Sequence[int]]) -> str:
     """`N_K`, or `N_[K-M]` for a record standing for more pending tasks (array_more)."""
     if not more:
         return f"{array}_{task}"
@@ -398,42 +398,53 @@ def jobs_from_columns(columns: Mapping[str, Any]) -> list[Job]:
     specs = [JobSpec.from_dict(spec) for spec in columns["specs"]]
     tasks: dict[tuple[int, int, int], JobSpec] = {}
     more = {at: tuple((a, b) for a, b in spans) for at, spans in columns["more"]}
-    states = _STATES
-    new = _new_object
     jobs = []
-    for at, (job_id, uid, user, index, state, reason, held, submit, start, end, node) in enumerate(
-        zip(*(columns[name] for name in _ROW_COLUMNS), strict=True)
-    ):
-        array = columns["array"][at]
+    for at, row in enumerate(zip(*(columns[name] for name in LISTING_COLUMNS), strict=True)):
+        job_id, index, array, task = row[0], row[3], row[-2], row[-1]
         if array is not None:
-            spec = _task_spec(tasks, specs, index, columns["task"][at], job_id - array)
+            spec = _task_spec(tasks, specs, index, task, job_id - array)
         else:
             spec = specs[index]
-        job: Job = new(Job)
-        job.__dict__.update(
-            id=job_id,
-            uid=uid,
-            user=user,
-            spec=spec,
-            state=states[state],
-            submit_time=submit,
-            reason=reason,
-            held=held,
-            start_time=start,
-            end_time=end,
-            node=node,
-            gpus=(),
-            gpu_uuids=(),
-            attempt=0,
-            exit_code=None,
-            exit_signal=None,
-            stop_state=None,
-            secret_values=(),
-            submit_env=(),
-            array_more=more.get(at, ()),
-        )
-        jobs.append(job)
+        jobs.append(job_from_listing(row, spec, more.get(at, ())))
     return jobs
+
+
+# A listing_columns row read across its columns: the row's values, then the array
+# task's array id and task index (nulls for other jobs).
+LISTING_COLUMNS = (*_ROW_COLUMNS, "array", "task")
+
+
+def job_from_listing(
+    row: Sequence[Any], spec: JobSpec, array_more: tuple[tuple[int, int], ...]
+) -> Job:
+    """One row of listing_columns' (values in LISTING_COLUMNS order, its spec already
+    decoded), built as job_from_row builds one. The fields a listing does not send
+    (gpus, gpu_uuids, attempt, exit code and signal, stop_state) are left empty."""
+    job_id, uid, user, _, state, reason, held, submit, start, end, node = row[:11]
+    job: Job = _new_object(Job)
+    job.__dict__.update(
+        id=job_id,
+        uid=uid,
+        user=user,
+        spec=spec,
+        state=_STATES[state],
+        submit_time=submit,
+        reason=reason,
+        held=held,
+        start_time=start,
+        end_time=end,
+        node=node,
+        gpus=(),
+        gpu_uuids=(),
+        attempt=0,
+        exit_code=None,
+        exit_signal=None,
+        stop_state=None,
+        secret_values=(),
+        submit_env=(),
+        array_more=array_more,
+    )
+    return job
 
 
 _STATES = {state.value: state for state in JobState}

@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "daemon": "start, stop or inspect the head daemon (gbatchd)",
     "api": "serve the HTTP API (tokens from `gbatch token`); print its OpenAPI document",
     "token": "print an API token for the HTTP API; list, revoke, rotate the signing key",
+    "mcp": "serve gbatch's tools to a coding agent (Model Context Protocol over stdio)",
 }
 
 
@@ -187,8 +188,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _daemon_failure(prog: str, err: Exception) -> int | None:
     """The exit status of a failure to reach the daemon or of its refusal, after saying
-    so; None for any other error. (gbatch.client is imported here, not at start: the
-    commands that talk to the daemon have loaded it already, `--help` never needs it.)"""
+    so; None for any other error."""
+    known = daemon_failure(err)
+    if known is None:
+        return None
+    return _fail(prog, *known)
+
+
+def daemon_failure(err: Exception) -> tuple[str, Exit] | None:
+    """The one-line message and exit status of a failure to reach the daemon or of its
+    refusal; None for any other error. (gbatch.client is imported here, not at start:
+    the commands that talk to the daemon have loaded it already, `--help` never needs
+    it.) The MCP server's tools answer with the same line."""
     from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 
     if isinstance(err, DaemonUnavailable):
@@ -197,11 +208,11 @@ def _daemon_failure(prog: str, err: Exception) -> int | None:
         # The lab's system daemon is the admins' to start (systemd), not the user's.
         system = str(err.socket_path) == str(SYSTEM_SOCKET)
         hint = "Ask an admin to start gbatchd" if system else "Start one with `gbatch daemon start`"
-        return _fail(prog, f"{err}. {hint}", Exit.NO_DAEMON)
+        return f"{err}. {hint}", Exit.NO_DAEMON
     if isinstance(err, RequestFailed):
-        return _fail(prog, err.message, exit_status(err.kind))
+        return err.message, exit_status(err.kind)
     if isinstance(err, ReplyTimeout):
-        return _fail(prog, str(err), Exit.UNAVAILABLE)
+        return str(err), Exit.UNAVAILABLE
     return None
 
 

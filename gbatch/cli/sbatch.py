@@ -20,7 +20,7 @@ from gbatch.client import RequestFailed
 from gbatch.model import Job, JobState
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from gbatch.sweep import Sweep
     from gbatch.wire import Submit
@@ -699,25 +699,50 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 @functools.cache
-def _text_parser() -> argparse.ArgumentParser:
+def _text_parser() -> _OptionParser:
     """request_for_text's parser, built once: building it was 0.7 ms of a 0.8 ms API
     submit (bench/bench_api.py). Parsing reads the parser and changes nothing on it, and
-    no option has a mutable default, so the API's threads share it."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("file")
+    no option has a mutable default, so the API's threads share it. A problem is
+    raised (_OptionProblem), never printed: the caller is a server, not a terminal."""
+    parser = _OptionParser(prog="gbatch sbatch", add_help=False, allow_abbrev=False)
+    parser.add_argument("file", nargs="?")
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     _add_options(parser)
     parser.add_argument("--test-only", dest="test_only", action="store_true")
     return parser
 
 
-def request_for_text(text: str, name: str) -> Submit:
-    """The submit request `gbatch sbatch FILE` makes of a job file's (YAML or JSON) or
-    a batch script's text, with no options, for a submitter who is not here (the HTTP
-    API): nothing is read from this process's environment, working directory or files,
-    and the job starts in its user's home unless it names a workdir. CliError (exit 2's
-    one line) for a job that cannot be queued."""
-    args = _text_parser().parse_args([name])
+def request_for_text(
+    text: str | None,
+    name: str,
+    options: Sequence[str] = (),
+    *,
+    submit_dir: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Submit:
+    """The submit request `gbatch sbatch [OPTIONS] FILE` makes of a job file's (YAML or
+    JSON) or a batch script's text (None: `options` hold --wrap), `name` standing for
+    the file's name. For a submitter who is not here (the HTTP API) leave `submit_dir`
+    and `environ` out: nothing is read from this process's environment, working
+    directory or files, and the job starts in its user's home unless it names a
+    workdir. The MCP server passes its own (its user's, as the CLI's). CliError (exit
+    2's one line) for a job that cannot be queued."""
+    try:
+        args = _text_parser().parse_args(list(options))
+    except _OptionProblem as err:
+        raise CliError(str(err), Exit.USAGE) from None
+    stray = [word for word in [args.file, *args.script_args] if word is not None]
+    if stray:
+        raise CliError(f"{stray[0]!r} is not an option. Give options alone", Exit.USAGE)
+    if text is None:
+        if args.wrap is None:
+            raise CliError(NO_JOB, Exit.USAGE)
+        return build_submit(
+            args, lambda: (None, None), submit_dir=submit_dir, environ=environ or {}
+        )[0]
+    if args.wrap is not None:
+        raise CliError(_wrap_with_file(name), Exit.USAGE)
+    args.file = name
 
     def source() -> tuple[dict[str, object] | None, BatchScript | None]:
         from gbatch.spec import parse_job_text
@@ -727,7 +752,7 @@ def request_for_text(text: str, name: str) -> Submit:
         data = parse_job_text(text, name)
         return data, _embedded_script(data, args)
 
-    return build_submit(args, source, submit_dir=None, environ={})[0]
+    return build_submit(args, source, submit_dir=submit_dir, environ=environ or {})[0]
 
 
 def build_submit(

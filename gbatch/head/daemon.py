@@ -14,13 +14,13 @@ write intents to the store (a new job, a cancel) and wake the loop.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import signal
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 from gbatch import gpuusage, wire
 from gbatch.arrays import ARRAY_ROWS, THROTTLE_REASON, over_throttle
@@ -47,7 +47,7 @@ from gbatch.head.notify import TIME_LIMIT_WARNINGS, Episodes, mail_types, node_c
 from gbatch.head.outbox import Outbox
 from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import BEGIN_TIME, plan
-from gbatch.head.store import Store, StoreFull, Usage
+from gbatch.head.store import StateChange, Store, StoreFull, Usage
 from gbatch.head.tokens import TokenAuthority
 from gbatch.limits import ARRAY_HARD_CAP, UserLimits, unix_groups, use_by_user
 from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
@@ -332,6 +332,7 @@ class Daemon:
         for back in self.fleet.came_up(liveness):
             self.reap_stale_runs(back, allocated)
         self._tell_nodes_down(liveness, now)
+        exited: list[_RunEnd] = []
         for job in allocated:
             node = self.fleet.nodes.get(job.node or "")
             if node is None:
@@ -355,12 +356,15 @@ class Daemon:
                 if job.state is JobState.CONFIGURING:
                     # The daemon died between starting the run and confirming it, or
                     # the start's answer was lost.
-                    self._confirm_running(job, "adopted: its unconfirmed start was found running")
+                    self._confirm_running([job], "adopted: its unconfirmed start was found running")
                 continue
             if status.state == "exited":
-                self._finish(job, status, now)
+                exited.append(self._finish(job, status, now))
             else:
                 self._run_vanished(job, node, now)
+        # One commit for all the runs that exited since the last tick.
+        if exited:
+            self._end_runs(exited, now)
 
     def _tell_nodes_down(self, liveness: Mapping[str, Liveness], now: float) -> None:
         """NODE_DOWN to the admins' webhooks when a node seen not down goes down. One
@@ -372,7 +376,8 @@ class Daemon:
             if each.state == "down" and before not in (None, "down"):
                 self.store.queue_node_event(name, "NODE_DOWN", each.describe(""), now)
 
-    def _finish(self, job: Job, status: RunStatus, now: float) -> None:
+    def _finish(self, job: Job, status: RunStatus, now: float) -> _RunEnd:
+        """How the exited run of `job` ends (not recorded yet)."""
         end = status.end_time or now
         exit_code, killed_by = status.exit_code or 0, status.signal or 0
         outcome = f"exit code {exit_code}" if not killed_by else f"killed by signal {killed_by}"
@@ -394,7 +399,7 @@ class Daemon:
             )
         else:
             new, reason = JobState.FAILED, outcome
-        self._end_run(job, new, reason, now, **fields)
+        return _RunEnd(job, new, reason, fields)
 
     def _retries_used(self, job: Job) -> int:
         """Failed runs (and launches) retried so far. Attempts count every dispatch, but
@@ -501,37 +506,46 @@ class Daemon:
             node.cleanup(job, container.attempt)
 
     def _end_run(self, job: Job, new: JobState, reason: str, now: float, **fields: object) -> None:
-        if new is JobState.PENDING:
-            # A requeued job keeps its attempt count but no longer holds a node.
-            fields = {**fields, "node": None, "gpus": (), "gpu_uuids": (), "stop_state": None}
-        else:
-            fields = {**fields, "stop_state": None}
-        usage = None
-        if job.start_time is not None and job.gpus:
-            end = fields.get("end_time") or now
-            assert isinstance(end, float | int)
-            usage = Usage(job.user, _gpu_seconds(job, end), self.config.half_life_seconds)
+        self._end_runs([_RunEnd(job, new, reason, fields)], now)
+
+    def _end_runs(self, ends: Sequence[_RunEnd], now: float) -> None:
+        """Record the ends of runs in one commit (one fsync), each with its usage, then
+        clean each up and hand its GPUs back. A change refused (a concurrent change
+        won) is left alone: the next tick sees it."""
+        changes = []
+        for end in ends:
+            job, fields = end.job, dict(end.fields)
+            if end.new is JobState.PENDING:
+                # A requeued job keeps its attempt count but no longer holds a node.
+                fields.update(node=None, gpus=(), gpu_uuids=(), stop_state=None)
+            else:
+                fields["stop_state"] = None
+            usage = None
+            if job.start_time is not None and job.gpus:
+                ended = fields.get("end_time") or now
+                assert isinstance(ended, float | int)
+                usage = Usage(job.user, _gpu_seconds(job, ended), self.config.half_life_seconds)
+            changes.append(StateChange(job.id, end.new, end.reason, {job.state}, fields, usage))
         crash_point("finish.before_commit")
-        try:
-            self.store.set_state(
-                job.id, new, reason, now, expect={job.state}, usage=usage, **fields
-            )
-        except IllegalTransition:
-            return  # a concurrent change won; the next tick sees it
+        refused = self.store.set_states(changes, now)
         crash_point("finish.after_commit")
-        ended = fields.get("end_time") or now
-        assert isinstance(ended, float | int)
-        ran = None if job.start_time is None else ended - job.start_time
-        self.metrics.observe_end(new.value, ran)
-        self._stopping_runs.pop(job.id, None)
-        self._time_warned.pop(job.id, None)
-        self._started_monotonic.pop((job.id, job.attempt), None)
-        self._listing_after.pop((job.id, job.attempt), None)
-        node = self.fleet.nodes.get(job.node or "")
-        if node is not None:
-            node.cleanup(job, job.attempt)
-            self.fleet.release_gpus(node, job.gpus)
-        self.wake.set()
+        for end, change, why in zip(ends, changes, refused, strict=True):
+            if why is not None:
+                continue
+            job = end.job
+            ended = change.fields.get("end_time") or now
+            assert isinstance(ended, float | int)
+            ran = None if job.start_time is None else ended - job.start_time
+            self.metrics.observe_end(end.new.value, ran)
+            self._stopping_runs.pop(job.id, None)
+            self._time_warned.pop(job.id, None)
+            self._started_monotonic.pop((job.id, job.attempt), None)
+            self._listing_after.pop((job.id, job.attempt), None)
+            node = self.fleet.nodes.get(job.node or "")
+            if node is not None:
+                node.cleanup(job, job.attempt)
+                self.fleet.release_gpus(node, job.gpus)
+            self.wake.set()
 
     # -- step 2: time limits and stops ---------------------------------------------------
 
@@ -631,10 +645,13 @@ class Daemon:
         self.store.set_pending_reasons(
             {job_id: r for job_id, r in result.reasons.items() if by_id[job_id].reason != r}
         )
-        for assignment in result.assignments:
-            self.dispatch(
-                by_id[assignment.job_id], self.fleet.nodes[assignment.node], assignment.gpus, now
-            )
+        self.dispatch(
+            [
+                (by_id[each.job_id], self.fleet.nodes[each.node], each.gpus)
+                for each in result.assignments
+            ],
+            now,
+        )
 
     def hold_back_dependents(self, pending: Sequence[Job], now: float) -> list[Job]:
         """The jobs of `pending` free to plan: those without a dependency, or whose
@@ -779,29 +796,50 @@ class Daemon:
                 return now, assignment.node, tuple(assignment.gpus), ""
         return None, None, (), result.reasons.get(job.id, "")
 
-    def dispatch(self, job: Job, node: Node, gpus: Sequence[int], now: float) -> None:
-        """Record intent, act, confirm: a crash between any two steps is reconciled."""
-        attempt = job.attempt + 1
-        try:
-            job = self.store.set_state(
+    def dispatch(self, starts: Sequence[tuple[Job, Node, Sequence[int]]], now: float) -> None:
+        """Start each (job, node, GPU ids) of a plan. Record intent, act, confirm, each
+        step for every start at once (one commit for all intents, one for all
+        confirmations: a commit costs an fsync, more than a local start): a crash
+        between any two steps is reconciled as for one start."""
+        if not starts:
+            return
+        intents = [
+            StateChange(
                 job.id,
                 JobState.CONFIGURING,
                 "allocated",
-                now,
-                expect={JobState.PENDING},
-                node=node.name,
-                gpus=tuple(gpus),
-                gpu_uuids=self.fleet.uuids(node, gpus),
-                attempt=attempt,
-                start_time=None,
-                end_time=None,
-                exit_code=None,
-                exit_signal=None,
-                stop_state=None,
+                {JobState.PENDING},
+                {
+                    "node": node.name,
+                    "gpus": tuple(gpus),
+                    "gpu_uuids": self.fleet.uuids(node, gpus),
+                    "attempt": job.attempt + 1,
+                    "start_time": None,
+                    "end_time": None,
+                    "exit_code": None,
+                    "exit_signal": None,
+                    "stop_state": None,
+                },
             )
-        except IllegalTransition:
-            return  # cancelled while we planned
+            for job, node, gpus in starts
+        ]
+        allocated = self.store.set_states_read(intents, now)
         crash_point("dispatch.after_configuring")
+        launched = [
+            job
+            for job, (_, node, gpus) in zip(allocated, starts, strict=True)
+            # A refused intent: cancelled while we planned.
+            if isinstance(job, Job) and self._launch(job, node, gpus, now)
+        ]
+        if launched:
+            crash_point("dispatch.after_launch")
+            self._confirm_running(launched, "")
+
+    def _launch(self, job: Job, node: Node, gpus: Sequence[int], now: float) -> bool:
+        """Start `job` (CONFIGURING, its attempt counted) on `node`: True when its run
+        exists. When it does not, the job is requeued or failed as the error says, or
+        left CONFIGURING when the start may yet appear."""
+        attempt = job.attempt
         try:
             node.launch(job, attempt, gpus)
         except LaunchError as err:
@@ -815,19 +853,19 @@ class Daemon:
                 )
                 log.warning("job %d: %s", job.id, note)
                 self.store.note(job.id, JobState.CONFIGURING, note, self.clock())
-                return
+                return False
             if err.node_busy:
                 # Nothing started and not the job's fault: it keeps its retries.
                 reason = f"{node.name} could not take the start now ({err}); requeued"
                 log.warning("job %d: %s", job.id, reason)
                 self._end_run(job, JobState.PENDING, reason, now, end_time=now)
-                return
+                return False
             engine = node.docker_problem(self.clock()) if job.spec.image is not None else None
             if engine is not None:
                 # Not the job's fault: it waits for the engine and keeps its retries.
                 reason = f"docker engine on {node.name} does not answer ({engine}); requeued"
                 self._end_run(job, JobState.PENDING, reason, now, end_time=now)
-                return
+                return False
             retry = self._retries_used(job) < job.spec.retries
             new = JobState.PENDING if retry else JobState.FAILED
             # Never 0:0, which reads as success to a script checking ExitCode.
@@ -840,26 +878,28 @@ class Daemon:
                 exit_code=LAUNCH_FAILED_EXIT_CODE,
                 exit_signal=0,
             )
-            return
-        crash_point("dispatch.after_launch")
-        self._confirm_running(job, "")
+            return False
+        return True
 
-    def _confirm_running(self, job: Job, reason: str) -> None:
+    def _confirm_running(self, jobs: Sequence[Job], reason: str) -> None:
+        """RUNNING for the CONFIGURING `jobs` whose runs exist, in one commit."""
         now = self.clock()
-        # IllegalTransition: cancelled while starting; the job is COMPLETING and the
-        # next enforce_limits step stops it.
-        with contextlib.suppress(IllegalTransition):
-            self.store.set_state(
-                job.id,
-                JobState.RUNNING,
-                reason,
-                now,
-                expect={JobState.CONFIGURING},
-                start_time=now,
-            )
-            self._started_monotonic[(job.id, job.attempt)] = self.monotonic()
-            self.metrics.observe_start(now - job.submit_time)
-        self._listing_after.pop((job.id, job.attempt), None)
+        confirmed = self.store.set_states(
+            [
+                StateChange(
+                    job.id, JobState.RUNNING, reason, {JobState.CONFIGURING}, {"start_time": now}
+                )
+                for job in jobs
+            ],
+            now,
+        )
+        for job, refused in zip(jobs, confirmed, strict=True):
+            # Refused: cancelled while starting; the job is COMPLETING and the next
+            # enforce_limits step stops it.
+            if refused is None:
+                self._started_monotonic[(job.id, job.attempt)] = self.monotonic()
+                self.metrics.observe_start(now - job.submit_time)
+            self._listing_after.pop((job.id, job.attempt), None)
 
     def _past_limit(self, job: Job, now: float, margin: float = 0) -> bool:
         """Run time against the limit (less `margin` seconds) on the monotonic clock, so
@@ -890,6 +930,15 @@ class Daemon:
         for job in allocated:
             usage[job.user] = usage.get(job.user, 0.0) + _gpu_seconds(job, now)
         return usage
+
+
+class _RunEnd(NamedTuple):
+    """A run's end to record: the job's new state, reason and other fields."""
+
+    job: Job
+    new: JobState
+    reason: str
+    fields: Mapping[str, object]
 
 
 def _names_corr(dependency: Dependency) -> bool:

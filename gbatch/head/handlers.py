@@ -1065,8 +1065,16 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         users = [caller.user]
     if request.columns and _narrow(request, ids):
         # squeue's listing: the store's narrow rows, no Job per row.
-        rows = daemon.store.listing_rows(states=states, users=users)
-        if daemon.config.private_data and not admin:
+        private = daemon.config.private_data and not admin
+        # One row past the page tells whether more are left; a listing narrowed by uid
+        # after the store's is read whole (a page of it could come back short).
+        rows = daemon.store.listing_rows(
+            states=states,
+            users=users,
+            after=None if private else request.after,
+            limit=None if private or request.limit is None else request.limit + 1,
+        )
+        if private:
             rows = [row for row in rows if row[1] == caller.uid]
         rows, following = _page(rows, request, _row_job_id)
         columns = wire.listing_columns(rows, listing_spec)

@@ -8,6 +8,7 @@ nothing here touches the store.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -111,69 +112,151 @@ def plan(
     Cost: one sort, then O(max GPUs per node) per job: nodes sit in buckets by free
     count, and once no GPU is free a job costs a few comparisons (its reason only).
     """
-    ordered = queue_order(pending, usage)
-    up = sorted((node for node in nodes if node.available), key=lambda node: node.name)
-    # One pool per partition the queue names (None: jobs queued before partitions, the
-    # whole fleet), built when first needed: O(nodes) per partition, not per job.
-    pools: dict[str | None, _Pool] = {}
+    result = _Pass(nodes, now, limits, use)
+    for job in queue_order(pending, usage):
+        result.consider(job)
+    return result.plan()
 
-    free = [sorted(node.free_gpus) for node in up]
-    totals = [node.gpus_total for node in up]
-    releases = [[(t, n) for t, n in node.releases if t < math.inf] for node in up]
-    # buckets[c]: indices (= name order) of the available nodes with exactly c GPUs free.
-    buckets: list[list[int]] = [[] for _ in range(max(map(len, free), default=0) + 1)]
-    for index, ids in enumerate(free):
-        buckets[len(ids)].append(index)
-    free_total = sum(map(len, free))
-    # CPUs and memory: counted only on nodes that report them (inf: unknown, anything
-    # fits), and not at all, at no cost, when no node reports them.
-    counted = any(n.cpus_total is not None or n.mem_total_mb is not None for n in nodes)
-    room: _Room | None = _Room.of(up, nodes) if counted else None
 
-    assignments: list[Assignment] = []
-    reasons: dict[int, str] = {}
-    reservation: _Reservation | None = None
-    starts: dict[int, float] = {}
-    caps = limits or {}
-    holding = use or {}
-    taken: dict[str, list[int]] = {}
+class _Pass:
+    """One plan() pass: the free GPUs, CPUs and memory, the reservation and the limits'
+    counts as the jobs are taken in queue order. `consider` takes the next job; `plan`
+    gives the result. The incremental planner drives the same pass (`Planner.plan`)."""
 
-    for job in ordered:
+    # Slots: `consider` reads a dozen of these per job.
+    __slots__ = (
+        "assignments",
+        "buckets",
+        "caps",
+        "free",
+        "free_total",
+        "holding",
+        "nodes",
+        "now",
+        "pools",
+        "reasons",
+        "releases",
+        "reservation",
+        "room",
+        "starts",
+        "taken",
+        "totals",
+        "up",
+    )
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeView],
+        now: float,
+        limits: Mapping[str, UserLimits] | None,
+        use: Mapping[str, Use] | None,
+    ) -> None:
+        self.nodes = nodes
+        self.now = now
+        up = sorted((node for node in nodes if node.available), key=lambda node: node.name)
+        self.up = up
+        # One pool per partition the queue names (None: jobs queued before partitions,
+        # the whole fleet), built when first needed: O(nodes) per partition, not per job.
+        self.pools: dict[str | None, _Pool] = {}
+        self.free = [sorted(node.free_gpus) for node in up]
+        self.totals = [node.gpus_total for node in up]
+        self.releases = [[(t, n) for t, n in node.releases if t < math.inf] for node in up]
+        # buckets[c]: indices (= name order) of the available nodes with exactly c GPUs
+        # free.
+        self.buckets: list[list[int]] = [[] for _ in range(max(map(len, self.free), default=0) + 1)]
+        for index, ids in enumerate(self.free):
+            self.buckets[len(ids)].append(index)
+        self.free_total = sum(map(len, self.free))
+        # CPUs and memory: counted only on nodes that report them (inf: unknown,
+        # anything fits), and not at all, at no cost, when no node reports them.
+        counted = any(n.cpus_total is not None or n.mem_total_mb is not None for n in nodes)
+        self.room: _Room | None = _Room.of(up, nodes) if counted else None
+        self.assignments: list[Assignment] = []
+        self.reasons: dict[int, str] = {}
+        self.reservation: _Reservation | None = None
+        self.starts: dict[int, float] = {}
+        self.caps = limits or {}
+        self.holding = use or {}
+        self.taken: dict[str, list[int]] = {}
+
+    def plan(self) -> Plan:
+        return Plan(assignments=tuple(self.assignments), reasons=self.reasons, starts=self.starts)
+
+    def pool(self, partition: str | None) -> _Pool:
+        pool = self.pools.get(partition)
+        if pool is None:
+            pool = self.pools[partition] = _pool(partition, self.nodes, self.up)
+        return pool
+
+    def most_free(self) -> int:
+        """The most GPUs free on one available node now: no job asking more can start
+        for the rest of the pass (placements only take GPUs)."""
+        for count in range(len(self.buckets) - 1, 0, -1):
+            if self.buckets[count]:
+                return count
+        return 0
+
+    def settled_reason(self, job: Job) -> str:
+        """The reason `consider` gives `job` once a reservation exists, when its user has
+        no limits and it asks more GPUs than `most_free`: it cannot start, take a
+        reservation or change anything, whatever comes between."""
+        if job.held:
+            return HELD
+        gpus = job.spec.gpus
+        pool = self.pool(job.spec.partition)
+        if gpus > pool.largest_any and self.nodes:
+            return BAD_CONSTRAINTS
+        room = self.room
+        if room is not None and (
+            job.spec.cpus_reserved > room.largest_cpus
+            or (job.spec.memory_mb or 0) > room.largest_mem
+        ):
+            return BAD_CONSTRAINTS
+        if gpus > (pool.largest_with_containers if job.spec.image is not None else pool.largest_up):
+            return NODE_DOWN
+        return PRIORITY
+
+    def consider(self, job: Job) -> None:
+        """Start `job` or give it its reason (see plan()); jobs come in queue order."""
+        reasons = self.reasons
         if job.held:
             reasons[job.id] = HELD
-            continue
+            return
         gpus = job.spec.gpus
         needs_containers = job.spec.image is not None
-        pool = pools.get(job.spec.partition)
+        pool = self.pools.get(job.spec.partition)
         if pool is None:
-            pool = pools[job.spec.partition] = _pool(job.spec.partition, nodes, up)
-        if gpus > pool.largest_any and nodes:
+            pool = self.pool(job.spec.partition)
+        if gpus > pool.largest_any and self.nodes:
             reasons[job.id] = BAD_CONSTRAINTS
-            continue
+            return
+        room = self.room
         cpus, mem = 0, 0  # not looked at without room: the queue's cost stays as it was
         if room is not None:
             cpus, mem = job.spec.cpus_reserved, job.spec.memory_mb or 0
             if cpus > room.largest_cpus or mem > room.largest_mem:
                 reasons[job.id] = BAD_CONSTRAINTS
-                continue
+                return
         # [jobs on nodes, GPUs] of a limited user, counting this plan's starts.
         held_by_user: list[int] | None = None
-        cap = caps.get(job.user)
+        cap = self.caps.get(job.user)
         if cap is not None:
-            held_by_user = taken.get(job.user)
+            held_by_user = self.taken.get(job.user)
             if held_by_user is None:
-                now_held = holding.get(job.user, Use())
-                held_by_user = taken[job.user] = [now_held.running_jobs, now_held.gpus]
+                now_held = self.holding.get(job.user, Use())
+                held_by_user = self.taken[job.user] = [now_held.running_jobs, now_held.gpus]
             if cap.max_running_jobs is not None and held_by_user[0] >= cap.max_running_jobs:
                 reasons[job.id] = MAX_JOBS_PER_USER
-                continue
+                return
             if cap.max_gpus is not None and held_by_user[1] + gpus > cap.max_gpus:
                 reasons[job.id] = MAX_GPUS_PER_USER
-                continue
+                return
         if gpus > (pool.largest_with_containers if needs_containers else pool.largest_up):
             reasons[job.id] = NODE_DOWN
-            continue
+            return
         usable = pool.with_containers if needs_containers else pool.members
+        up = self.up
+        reservation = self.reservation
         if gpus <= 0:
             first = next(
                 (
@@ -185,50 +268,53 @@ def plan(
             )
             if first is None:  # no node has the CPUs or memory now; reservations are by GPUs
                 reasons[job.id] = PRIORITY if reservation is not None else RESOURCES
-                continue
+                return
             if room is not None:
                 room.take(first, cpus, mem)
-            assignments.append(Assignment(job.id, up[first].name, ()))
+            self.assignments.append(Assignment(job.id, up[first].name, ()))
             if held_by_user is not None:
                 held_by_user[0] += 1
-            continue
-        if gpus <= free_total:
+            return
+        now = self.now
+        if gpus <= self.free_total:
+            buckets = self.buckets
             target = _best_fit(gpus, job, buckets, reservation, now, usable, room, cpus, mem)
             if target is not None:
                 if room is not None:
                     room.take(target, cpus, mem)
-                ids = free[target]
+                ids = self.free[target]
                 buckets[len(ids)].remove(target)
                 bisect.insort(buckets[len(ids) - gpus], target)
-                free[target] = ids[gpus:]
-                free_total -= gpus
+                self.free[target] = ids[gpus:]
+                self.free_total -= gpus
                 if job.time_limit is not None:
-                    releases[target].append((now + job.time_limit, gpus))
+                    self.releases[target].append((now + job.time_limit, gpus))
                 if (
                     reservation is not None
                     and target == reservation.node
                     and not _ends_by(job, now, reservation.start)
                 ):
                     reservation.spare -= gpus
-                assignments.append(Assignment(job.id, up[target].name, tuple(ids[:gpus])))
+                self.assignments.append(Assignment(job.id, up[target].name, tuple(ids[:gpus])))
                 if held_by_user is not None:
                     held_by_user[0] += 1
                     held_by_user[1] += gpus
-                continue
+                return
         if reservation is not None:
             reasons[job.id] = PRIORITY
-            continue
+            return
         # An image job reserves only while every engine answers: the reserved node must
         # be able to run it when its GPUs come free.
         if gpus < pool.unreservable and (not needs_containers or pool.all_run_containers):
-            reservation = _reserve(gpus, free, totals, releases, pool.members, room, cpus, mem)
+            reservation = _reserve(
+                gpus, self.free, self.totals, self.releases, pool.members, room, cpus, mem
+            )
             if reservation is None:
                 pool.unreservable = gpus
             else:
-                starts[job.id] = reservation.start
+                self.reservation = reservation
+                self.starts[job.id] = reservation.start
         reasons[job.id] = RESOURCES
-
-    return Plan(assignments=tuple(assignments), reasons=reasons, starts=starts)
 
 
 @dataclass(slots=True)
@@ -376,3 +462,191 @@ def _reserve(
         return None
     start, spare, index = best
     return _Reservation(node=index, start=start, spare=spare)
+
+
+# A job's place among its user's jobs: plan()'s order after the fair-share factor.
+_Key = tuple[int, float, int]
+
+
+def _key(job: Job) -> _Key:
+    return (-job.spec.effective_priority, job.submit_time, job.id)
+
+
+class Planner:
+    """plan() for a queue that changes a little between passes: the same Plan (the same
+    starts, the same reservation, the same reason for every job), at the cost of what
+    changed rather than of the whole queue.
+
+    The caller tells it the queue's changes (`put` a new or changed job, `discard` one
+    that left the queue or started) and asks for a pass with the nodes, usage, clock and
+    limits of the moment, as plan() takes them. `reasons` then holds every queued job's
+    reason as plan() would give it; `Plan.reasons` of a pass holds only those that
+    changed since the pass before (a job gone from the queue is simply gone).
+
+    How: a user's jobs are kept sorted per GPU count (a stream), so plan()'s queue order
+    is the merge of the streams by fair-share factor, then the key within a stream. A
+    pass takes jobs in that order through the same `_Pass` as plan(), until a job can
+    settle: a reservation exists, its user has no limits, and it asks more GPUs than any
+    node has free (`_Pass.most_free`). Then it cannot start, reserve or change anything,
+    nor can any later job of its stream (the free GPUs only shrink), so the whole rest
+    of the stream gets `_Pass.settled_reason` without being taken: BadConstraints,
+    NodeDown or Priority, which depend on the job and on what the nodes are (not on
+    what is free). Those reasons are what the stream got the pass before wherever it
+    settled then too, unless the nodes changed (then every job is taken again) or the
+    job is new; so only the jobs between the two settling points, and new ones, are
+    looked at. On a full cluster a pass costs a few jobs per stream. What never settles
+    is taken every pass, as plan() takes it: the jobs of users with limits (their
+    reasons hang on what the pass starts for them), 0-GPU jobs, and a whole pass in
+    which no reservation can be made (every busy GPU held without a time limit).
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[int, Job] = {}
+        # (user, GPUs) -> the keys of that user's unheld jobs asking that many, sorted.
+        self._streams: dict[tuple[str, int], list[_Key]] = {}
+        self._users: dict[str, int] = {}  # user -> queued jobs (held ones too)
+        self.reasons: dict[int, str] = {}
+        # stream -> the key from which the last pass settled its jobs
+        self._settled: dict[tuple[str, int], _Key] = {}
+        self._fresh: set[int] = set()  # put since the last pass
+        self._nodes_seen: object = None
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def put(self, job: Job) -> None:
+        """Queue `job` (PENDING), or take its new version (held, priority, spec...)."""
+        self.discard(job.id)
+        self._jobs[job.id] = job
+        self._users[job.user] = self._users.get(job.user, 0) + 1
+        self._fresh.add(job.id)
+        if job.held:
+            return
+        bisect.insort(self._streams.setdefault((job.user, job.spec.gpus), []), _key(job))
+
+    def discard(self, job_id: int) -> None:
+        """Forget job `job_id` (it started, ended or was cancelled); no-op if unknown."""
+        job = self._jobs.pop(job_id, None)
+        if job is None:
+            return
+        self.reasons.pop(job_id, None)
+        self._fresh.discard(job_id)
+        left = self._users[job.user] - 1
+        if left:
+            self._users[job.user] = left
+        else:
+            del self._users[job.user]
+        if job.held:
+            return
+        name = (job.user, job.spec.gpus)
+        stream = self._streams[name]
+        del stream[bisect.bisect_left(stream, _key(job))]
+        if not stream:
+            del self._streams[name]
+            self._settled.pop(name, None)
+
+    def plan(
+        self,
+        nodes: Sequence[NodeView],
+        usage: Mapping[str, float],
+        now: float,
+        limits: Mapping[str, UserLimits] | None = None,
+        use: Mapping[str, Use] | None = None,
+    ) -> Plan:
+        """A pass over the queue as it is now: plan(queue, nodes, usage, now, limits,
+        use), its reasons only where they changed (see the class)."""
+        seen = _what_nodes_are(nodes)
+        if seen != self._nodes_seen:
+            self._nodes_seen = seen
+            self._settled.clear()  # settled reasons depend on the nodes: take every job
+        caps = limits or {}
+        share = factors(usage, self._users)
+        jobs = self._jobs
+        result = _Pass(nodes, now, limits, use)
+        consider = result.consider
+        heap: list[tuple[float, _Key, int, tuple[str, int]]] = []
+        for name, stream in self._streams.items():
+            heap.append((-share[name[0]], stream[0], 0, name))
+        heapq.heapify(heap)
+        settled: dict[tuple[str, int], _Key] = {}
+        changed: dict[int, str] = {}
+        before = self.reasons
+        # The new jobs by stream: a stream settled where it was keeps its old jobs'
+        # reasons, but its new ones get theirs.
+        fresh: dict[tuple[str, int], list[Job]] = {}
+        for job_id in self._fresh:
+            job = jobs[job_id]
+            if job.held:
+                result.reasons[job_id] = HELD  # in no stream: always this reason
+            else:
+                fresh.setdefault((job.user, job.spec.gpus), []).append(job)
+        while heap:
+            order, key, position, name = heap[0]
+            user, gpus = name
+            if result.reservation is not None and user not in caps and gpus > result.most_free():
+                heapq.heappop(heap)
+                settled[name] = key
+                self._settle(name, key, position, fresh.get(name, ()), result, changed)
+                continue
+            consider(jobs[key[2]])
+            stream = self._streams[name]
+            if position + 1 < len(stream):
+                heapq.heapreplace(heap, (order, stream[position + 1], position + 1, name))
+            else:
+                heapq.heappop(heap)
+        for job_id, reason in result.reasons.items():
+            if before.get(job_id) != reason:
+                changed[job_id] = reason
+        for assignment in result.assignments:
+            before.pop(assignment.job_id, None)
+        before.update(changed)
+        self._settled = settled
+        # A job started is normally discarded before the next pass; one still queued
+        # then (its start failed) is taken as new, so it gets its reason again.
+        self._fresh = {a.job_id for a in result.assignments}
+        return Plan(assignments=tuple(result.assignments), reasons=changed, starts=result.starts)
+
+    def _settle(
+        self,
+        name: tuple[str, int],
+        key: _Key,
+        position: int,
+        fresh: Iterable[Job],
+        result: _Pass,
+        changed: dict[int, str],
+    ) -> None:
+        """Give the jobs of stream `name` from `position` (key `key`) on their settled
+        reasons in `changed`, looking only at those that may not have them already."""
+        stream = self._streams[name]
+        jobs = self._jobs
+        before = self.reasons
+        last = self._settled.get(name)
+        # Those the last pass took (or that it never saw) get theirs now; those it
+        # settled too have it, unless new since.
+        end = len(stream) if last is None else max(position, bisect.bisect_left(stream, last))
+        for index in range(position, end):
+            job_id = stream[index][2]
+            reason = result.settled_reason(jobs[job_id])
+            if before.get(job_id) != reason:
+                changed[job_id] = reason
+        for job in fresh:
+            if _key(job) >= key:
+                reason = result.settled_reason(job)
+                if before.get(job.id) != reason:
+                    changed[job.id] = reason
+
+
+def _what_nodes_are(nodes: Sequence[NodeView]) -> object:
+    """What settled reasons depend on: the nodes, less what is free on them."""
+    return tuple(
+        (
+            node.name,
+            node.available,
+            node.gpus_total,
+            node.runs_containers,
+            node.partitions,
+            node.cpus_total,
+            node.mem_total_mb,
+        )
+        for node in nodes
+    )

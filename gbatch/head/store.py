@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from gbatch import arrays, wire
 from gbatch.config import make_private
@@ -318,6 +318,8 @@ class StateChange:
     reason: str
     expect: Collection[JobState] | None = None
     fields: Mapping[str, object] = field(default_factory=dict)
+    # An ended run's GPU-seconds, folded into its user's usage with the change.
+    usage: Usage | None = None
 
 
 class JobBrief(NamedTuple):
@@ -640,23 +642,50 @@ class Store:
         out, and the launch refuses to start without them.
         """
         with self._write() as db:
-            self._set_state(db, StateChange(job_id, new, reason, expect, fields), now)
+            change = StateChange(job_id, new, reason, expect, fields)
+            job, token, env_token = self._set_state_read(db, change, now)
             if usage is not None:
                 self._accrue(db, usage, now)
-            job = self._get(db, job_id)
-            token = (
-                db.execute("SELECT sealed FROM job_secrets WHERE job_id = ?", (job_id,)).fetchone()
-                if job is not None and new is JobState.CONFIGURING and job.spec.secret_env
-                else None
-            )
-            env_token = (
-                db.execute(
-                    "SELECT sealed FROM job_submit_env WHERE job_id = ?", (job_id,)
-                ).fetchone()
-                if job is not None and new is JobState.CONFIGURING
-                else None
-            )
+        return self._opened(job, token, env_token)
+
+    def set_states_read(
+        self, changes: Sequence[StateChange], now: float
+    ) -> list[Job | IllegalTransition | JobNotFound]:
+        """set_state for each change, in ONE transaction (one fsync: a pass's starts),
+        each answered as set_state answers (the Job, secrets opened on the move to
+        CONFIGURING) or with why it was refused; a refused change undoes no other."""
+        read: list[tuple[Job, Any, Any] | IllegalTransition | JobNotFound] = []
+        with self._write() as db:
+            for change in changes:
+                try:
+                    read.append(self._set_state_read(db, change, now))
+                except (IllegalTransition, JobNotFound) as err:
+                    read.append(err)
+        return [each if isinstance(each, Exception) else self._opened(*each) for each in read]
+
+    def _set_state_read(
+        self, db: sqlite3.Connection, change: StateChange, now: float
+    ) -> tuple[Job, Any, Any]:
+        """Write `change`; the job after it and, on the move to CONFIGURING, its sealed
+        secret env and submit env (None where it has none)."""
+        self._set_state(db, change, now)
+        job = self._get(db, change.job_id)
         assert job is not None
+        configuring = change.new is JobState.CONFIGURING
+        token = (
+            db.execute("SELECT sealed FROM job_secrets WHERE job_id = ?", (job.id,)).fetchone()
+            if configuring and job.spec.secret_env
+            else None
+        )
+        env_token = (
+            db.execute("SELECT sealed FROM job_submit_env WHERE job_id = ?", (job.id,)).fetchone()
+            if configuring
+            else None
+        )
+        return job, token, env_token
+
+    def _opened(self, job: Job, token: Any, env_token: Any) -> Job:
+        """`job` with the values of its sealed secret env and submit env, where they open."""
         if token is not None:
             with contextlib.suppress(SecretKeyError):
                 values = self._secrets.open(bytes(token[0]))
@@ -678,6 +707,8 @@ class Store:
             for change in changes:
                 try:
                     self._set_state(db, change, now)
+                    if change.usage is not None:
+                        self._accrue(db, change.usage, now)
                     outcomes.append(None)
                 except (IllegalTransition, JobNotFound) as err:
                     outcomes.append(err)
@@ -1293,16 +1324,23 @@ class Store:
         *,
         states: Collection[JobState] | None = None,
         users: Collection[str] | None = None,
+        after: int | None = None,
+        limit: int | None = None,
     ) -> list[tuple[object, ...]]:
         """What jobs(states=states, users=users, finished=False) lists, by id, as the
         narrow rows a listing prints: (id, uid, user, spec, state, reason, held,
         submit_time, start_time, end_time, node, array_more), `spec` as its stored
         text (listing_spec decodes it; an array tail's record carries its JobSpec).
+        A page: with `after`, only ids greater; with `limit`, the first that many.
 
         No Job is built and the Job cache is not touched: at 100,000 pending jobs the
-        cache (50,000) overflows and each listing rebuilt them all (~1.5 s)."""
+        cache (50,000) overflows and each listing rebuilt them all (~1.5 s). A page is
+        read as one from SQLite, not cut from the whole listing."""
         clauses: list[str] = []
         params: list[object] = []
+        if after is not None:
+            clauses.append("id > ?")
+            params.append(after)
         if states is None:
             clauses.append(f"state IN ({_ACTIVE_SQL})")
         else:
@@ -1314,15 +1352,19 @@ class Store:
         with self._lock:
             rows: list[tuple[object, ...]] = self._db.execute(
                 f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE {' AND '.join(clauses)}"
-                " ORDER BY id",
-                params,
+                " ORDER BY id" + ("" if limit is None else " LIMIT ?"),
+                params if limit is None else [*params, limit],
             ).fetchall()
         if states is not None and JobState.PENDING not in states:
             return rows
         records = [tail.record() for tail in self.tails(states=[JobState.PENDING], users=users)]
+        if after is not None:
+            records = [job for job in records if job.id > after]
         if records:
             rows.extend(wire.listing_row(job, job.spec) for job in records)
             rows.sort(key=_row_id)  # nearly sorted already: a merge, cheap
+            # The first `limit` of both: any row among them is among SQLite's first.
+            del rows[len(rows) if limit is None else limit :]
         return rows
 
     def _tail_records(

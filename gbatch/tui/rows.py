@@ -8,7 +8,7 @@ limits, `(Reason)` for pending jobs, control characters made harmless).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from typing import Any
 
@@ -163,9 +163,12 @@ assert "%V" not in _SQUEUE_FIELDS
 
 def _formatted_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ...]]:
     fmt = _SEP.join(_SQUEUE_FIELDS)
-    # One row a job: the TUI folds no array (squeue -r).
+    # One row a job: the TUI folds no array (squeue -r). A record standing for more
+    # pending tasks (Job.array_more: an array's tail) is one row too, its JOBID the
+    # label `N_[K-M]` (job_cells): squeue -r would print each of its tasks.
+    one_each = [replace(job, array_more=()) if job.array_more else job for job in jobs]
     lines = formatting.format_squeue(
-        jobs, now, fmt=fmt, header=False, expand_arrays=True
+        one_each, now, fmt=fmt, header=False, expand_arrays=True
     ).splitlines()
     cells: dict[int, tuple[str, ...]] = {}
     for job, line in zip(jobs, lines, strict=True):

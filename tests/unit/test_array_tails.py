@@ -312,3 +312,45 @@ def test_pages_of_the_queue_hold_every_record_once_the_tail_in_its_place(
             assert page["next"] == seen[-1]
             after = page["next"]
         assert seen == whole
+
+
+@pytest.mark.parametrize("limit", [1, 2, 7, 40, 500])
+def test_the_narrow_listing_in_pages_is_the_whole_listing_tail_record_included(
+    daemon: Daemon, limit: int
+) -> None:
+    # Store.listing_rows reads a page from SQLite and merges the tails' records into
+    # it: page after page (ListJobs after/limit) must give every row of the whole
+    # listing once, in id order, and say when nothing is left.
+    submit(daemon, array="0-99%4")  # ARRAY_ROWS rows, then one tail record
+    submit(daemon, BOB, count=3)
+    submit(daemon, hold=True)
+    whole = handle(daemon, ALICE, {"op": "jobs", "columns": True})["columns"]["id"]
+    paged: list[int] = []
+    after = None
+    while True:
+        request = {"op": "jobs", "columns": True, "limit": limit, "after": after}
+        reply = handle(daemon, ALICE, request)
+        ids = reply["columns"]["id"]
+        assert len(ids) <= limit
+        paged.extend(ids)
+        if reply["next"] is None:
+            break
+        assert reply["next"] == ids[-1]
+        after = reply["next"]
+    assert paged == whole
+    assert len(whole) == ARRAY_ROWS + 1 + 3 + 1
+
+
+def test_a_page_of_the_narrow_listing_is_read_from_the_store_not_cut_from_it(
+    daemon: Daemon,
+) -> None:
+    first = submit(daemon, array="0-99")[0]  # ARRAY_ROWS rows, then one tail record
+    rows = daemon.store.listing_rows(limit=5)
+    assert [row[0] for row in rows] == list(range(first, first + 5))
+    later = daemon.store.listing_rows(after=first + 4, limit=5)
+    assert [row[0] for row in later] == list(range(first + 5, first + 10))
+    # The tail's record comes after the rows, within the limit and not past it.
+    page = daemon.store.listing_rows(after=first + ARRAY_ROWS - 2, limit=1)
+    assert [row[0] for row in page] == [first + ARRAY_ROWS - 1]
+    (tail,) = daemon.store.listing_rows(after=first + ARRAY_ROWS - 1, limit=3)
+    assert tail[0] == first + ARRAY_ROWS and tail[-1]

@@ -371,3 +371,72 @@ def test_a_start_the_node_was_too_busy_to_take_is_requeued_without_a_retry(
     daemon.schedule(clocks.wall)  # retries 0, yet it starts: the refusal cost it nothing
     assert fake.launched == [(job_id, 1), (job_id, 2)]
     assert daemon.store.require(job_id).state is JobState.RUNNING
+
+
+def test_a_pass_commits_its_starts_once_for_the_intents_and_once_for_the_confirmations(
+    daemon: Daemon, clocks: Clocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = node(daemon)
+    fake.gpus = lambda report: tuple(Gpu(i, f"GPU-{i}", "sim", 1024, 0) for i in range(4))  # type: ignore[method-assign]
+    spec = JobSpec(name="j", command=("true",), image="img", gpus=1)
+    ids = daemon.store.submit([spec] * 4, 0, "alice", clocks.wall)
+    commits = []
+    write = daemon.store._write
+    monkeypatch.setattr(daemon.store, "_write", lambda: commits.append(1) or write())
+    daemon.schedule(clocks.wall)
+    assert fake.launched == [(job_id, 1) for job_id in ids]
+    assert {daemon.store.require(i).state for i in ids} == {JobState.RUNNING}
+    assert len(commits) == 2  # a commit per start would be 8 (an fsync each)
+
+
+def test_a_failed_start_among_a_passs_starts_leaves_the_others_running(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    fake = node(daemon)
+    fake.gpus = lambda report: tuple(Gpu(i, f"GPU-{i}", "sim", 1024, 0) for i in range(3))  # type: ignore[method-assign]
+    spec = JobSpec(name="j", command=("true",), image="img", gpus=1)
+    ids = daemon.store.submit([spec] * 3, 0, "alice", clocks.wall)
+    launch = fake.launch
+
+    def refuse_the_second(job: Job, attempt: int, gpus: Sequence[int]) -> None:
+        fake.launch_refusal = "no such image" if job.id == ids[1] else None
+        launch(job, attempt, gpus)
+
+    fake.launch = refuse_the_second  # type: ignore[method-assign]
+    daemon.schedule(clocks.wall)
+    states = [daemon.store.require(i) for i in ids]
+    assert [job.state for job in states] == [JobState.RUNNING, JobState.FAILED, JobState.RUNNING]
+    assert states[1].reason == "launch failed: no such image"
+
+
+def test_a_job_cancelled_while_its_pass_planned_is_not_started(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    fake = node(daemon)
+    fake.gpus = lambda report: tuple(Gpu(i, f"GPU-{i}", "sim", 1024, 0) for i in range(2))  # type: ignore[method-assign]
+    spec = JobSpec(name="j", command=("true",), image="img", gpus=1)
+    first, second = daemon.store.submit([spec] * 2, 0, "alice", clocks.wall)
+    planned = [daemon.store.require(first), daemon.store.require(second)]
+    daemon.store.cancel_pending([first], "cancelled", clocks.wall)
+    daemon.dispatch([(job, fake, (i,)) for i, job in enumerate(planned)], clocks.wall)
+    assert fake.launched == [(second, 1)]
+    assert daemon.store.require(first).state is JobState.CANCELLED
+    assert daemon.store.require(second).state is JobState.RUNNING
+
+
+def test_runs_that_exited_by_one_tick_are_recorded_in_one_commit_with_their_usage(
+    daemon: Daemon, clocks: Clocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [running_job(daemon, clocks) for _ in range(3)]
+    clocks.wall += 100
+    fake = node(daemon)
+    fake.run_state = "exited"
+    commits = []
+    write = daemon.store._write
+    monkeypatch.setattr(daemon.store, "_write", lambda: commits.append(1) or write())
+    daemon.collect_ended_runs(clocks.wall)
+    assert {daemon.store.require(i).state for i in ids} == {JobState.COMPLETED}
+    assert sorted(fake.cleaned) == [(i, 1) for i in ids]
+    assert len(commits) == 1  # not one per run (an fsync each)
+    # Each run's 100 GPU-seconds, folded in with its end.
+    assert daemon.store.usage(clocks.wall, 1e9) == {"alice": pytest.approx(300.0)}

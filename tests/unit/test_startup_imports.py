@@ -56,6 +56,7 @@ RUNS = {
     "daemon": ["daemon", "status"],
     "api": ["api", "openapi"],
     "token": ["token", "--lifespan", "2h", "--scope", "read"],
+    "mcp": ["mcp", "serve"],  # stdin is empty: it answers nothing and ends
 }
 
 
@@ -65,6 +66,7 @@ def loaded_by(argv: list[str], home: object) -> set[str]:
         capture_output=True,
         text=True,
         timeout=60,
+        stdin=subprocess.DEVNULL,  # `mcp serve` reads its client from stdin
         # The gbatch under test, not whichever one the interpreter has installed.
         env={"GBATCH_HOME": str(home), "PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE},
     )

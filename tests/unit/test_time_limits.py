@@ -33,7 +33,7 @@ def _running_job_with_limit(tmp_path: Path, clocks: FakeClocks, limit: int) -> t
     job = store.set_state(
         job_id, JobState.CONFIGURING, "allocated", clocks.wall, node="local", gpus=(), attempt=1
     )
-    daemon._confirm_running(job, "")
+    daemon._confirm_running([job], "")
     return daemon, job_id
 
 

@@ -96,3 +96,16 @@ def test_jobs_alike_but_for_id_and_submit_time_share_cells_but_their_jobid() -> 
     # A field a cell does show (the state, the reason) keeps jobs apart.
     other = rows.job_cells([*jobs, job(4, reason="Resources")], NOW)
     assert other[4][-1] == "(Resources)" and other[3][-1] == "(JobHeldUser)"
+
+
+def test_an_array_tail_record_is_one_row_labelled_with_its_tasks() -> None:
+    # The daemon lists an array's pending tail as one record (Job.array_more); the
+    # queue shows it as one row, `N_[K-M]`, not one row per task it stands for.
+    task = JobSpec(name="train", command=("true",), gpus=1, array_task=33, array_pos=33)
+    tail = job(133, spec=task, array_more=((34, 49_999),))
+    cells = rows.job_cells([job(1), tail], NOW, {133: "100_[33-49999]"})
+    assert list(cells) == [1, 133]
+    assert cells[133][:3] == ("100_[33-49999]", "alice", "train")
+    # A tail decoded with its array's shared spec (no task index of its own) too.
+    shared = job(133, array_more=((34, 49_999),))
+    assert rows.job_cells([shared], NOW, {133: "100_[33-49999]"})[133][0] == "100_[33-49999]"

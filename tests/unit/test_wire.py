@@ -18,6 +18,7 @@ from gbatch.wire import (
     job_from_wire,
     job_to_wire,
     jobs_from_table,
+    jobs_to_columns,
     jobs_to_table,
     node_from_wire,
     node_to_wire,
@@ -142,24 +143,50 @@ def test_a_job_table_decodes_to_the_brief_jobs_and_shares_alike_specs() -> None:
 
     # The array's tasks differ only outside the brief fields: one spec entry for them.
     assert len(table["specs"]) == 2
-    decoded = JobDecoder().decode(table)
-    assert decoded == tuple(brief(job) for job in jobs)
+    assert jobs_from_table(table) == [brief(job) for job in jobs]
+
+
+def listed(job: Job) -> Job:
+    """What the queue's narrow listing (ListJobs `columns`) keeps of a job: the brief
+    one, less the fields no listing column shows."""
+    return replace(
+        brief(job),
+        gpus=(),
+        gpu_uuids=(),
+        attempt=0,
+        exit_code=None,
+        exit_signal=None,
+        stop_state=None,
+    )
+
+
+def test_the_tuis_decoder_reads_a_listing_into_the_listed_jobs_sharing_alike_specs() -> None:
+    array = [
+        replace(full_job(), id=10 + i, spec=replace(full_spec(), env=((f"T{i}", ""),)))
+        for i in range(3)
+    ]
+    jobs = [*array, replace(full_job(), id=1, spec=JobSpec(name="x", command=("true",)))]
+
+    decoded, labels = JobDecoder().decode(through_json(jobs_to_columns(jobs)))
+
+    assert decoded == tuple(listed(job) for job in jobs)
+    assert decoded[0].spec is decoded[1].spec is decoded[2].spec  # decoded once
+    assert labels == {}
 
 
 @pytest.mark.parametrize("state", list(JobState), ids=lambda s: s.value)
-def test_a_table_row_decodes_to_a_job_equal_field_by_field_to_one_built_by_init(
+def test_a_listing_row_decodes_to_a_job_equal_field_by_field_to_one_built_by_init(
     state: JobState,
 ) -> None:
-    # job_from_row fills the Job's __dict__ itself, skipping the dataclass __init__:
+    # job_from_listing fills the Job's __dict__ itself, skipping the dataclass __init__:
     # every field, secret_values (compare=False) too, must be what __init__ would set.
-    stop = JobState.CANCELLED if state is JobState.COMPLETING else None
-    job = replace(full_job(), state=state, stop_state=stop)
-    (decoded,) = JobDecoder().decode(through_json(jobs_to_table([job])))
+    job = replace(full_job(), state=state, stop_state=None)
+    (decoded,), _ = JobDecoder().decode(through_json(jobs_to_columns([job])))
     built = Job(**{f.name: getattr(decoded, f.name) for f in fields(Job) if f.init})
 
     assert vars(decoded) == vars(built)
-    assert decoded == brief(job) and hash(decoded) == hash(brief(job))
-    assert decoded.state is state and decoded.stop_state is stop
+    assert decoded == listed(job) and hash(decoded) == hash(listed(job))
+    assert decoded.state is state
     assert decoded.secret_values == ()
 
 
@@ -175,8 +202,27 @@ def test_a_tables_array_tasks_are_labelled_n_k_beside_their_shared_spec() -> Non
     assert table_labels(table) == {20: "20_3", 21: "20_4", 22: "20_5"}
     # A row of an older daemon (no array columns) decodes, unlabelled.
     old = {"specs": table["specs"], "rows": [row[:17] for row in table["rows"]]}
-    assert JobDecoder().decode(old) == JobDecoder().decode(table)
+    assert jobs_from_table(old)[0] == jobs_from_table(table)[0]
     assert table_labels(old) == {}
+
+
+def test_the_tuis_decoder_labels_array_tasks_n_k_beside_their_shared_spec() -> None:
+    tasks = [
+        replace(
+            full_job(),
+            id=20 + pos,
+            state=JobState.PENDING,
+            spec=replace(full_spec(), array_task=3 + pos, array_pos=pos),
+            array_more=((9, 12),) if pos == 2 else (),
+        )
+        for pos in range(3)
+    ]
+    decoded, labels = JobDecoder().decode(through_json(jobs_to_columns([full_job(), *tasks])))
+
+    assert labels == {20: "20_3", 21: "20_4", 22: "20_[5,9-12]"}
+    # The tasks share one spec, so their cells are formatted once.
+    assert decoded[1].spec is decoded[2].spec is decoded[3].spec
+    assert decoded[3].array_more == ((9, 12),)
 
 
 def test_jobs_from_a_table_equal_the_brief_records_array_tasks_included() -> None:
@@ -204,15 +250,18 @@ def test_jobs_from_a_table_equal_the_brief_records_array_tasks_included() -> Non
 
 def test_the_decoder_hands_back_the_same_job_object_while_a_job_is_unchanged() -> None:
     decoder = JobDecoder()
-    first = decoder.decode(through_json(jobs_to_table([full_job()])))
-    again = decoder.decode(through_json(jobs_to_table([full_job()])))
-    assert again[0] is first[0]
 
-    changed = decoder.decode(through_json(jobs_to_table([replace(full_job(), reason="x")])))
-    assert changed[0] is not first[0] and changed[0].reason == "x"
+    def decode(job: Job) -> Job:
+        return decoder.decode(through_json(jobs_to_columns([job])))[0][0]
+
+    first = decode(full_job())
+    assert decode(full_job()) is first
+
+    changed = decode(replace(full_job(), reason="x"))
+    assert changed is not first and changed.reason == "x"
     # Another spec under the same spec index is another job too.
     other = replace(full_job(), reason="x", spec=replace(full_spec(), name="other"))
-    assert decoder.decode(through_json(jobs_to_table([other])))[0].spec.name == "other"
+    assert decode(other).spec.name == "other"
 
 
 def test_job_wire_form_is_plain_json_with_state_names() -> None:
@@ -308,3 +357,19 @@ def test_brief_records_keep_no_more_than_their_bound() -> None:
     kept = made.records(jobs[:1])  # full: all forgotten, then the one listed kept
     assert kept == [job_to_wire(jobs[0], brief=True)]
     assert list(made._made) == [1]
+
+
+def test_the_decoder_sees_a_tail_record_whose_tasks_changed_as_a_new_job() -> None:
+    # A tail's row is the same while its spans shrink (a task became a row of its own):
+    # the Job (its label, its cells) must follow the spans, not stay the last one.
+    spec = replace(full_spec(), array_task=3, array_pos=0)
+    tail = replace(full_job(), state=JobState.PENDING, spec=spec, array_more=((4, 9),))
+    decoder = JobDecoder()
+    (first,), labels = decoder.decode(through_json(jobs_to_columns([tail])))
+    assert labels == {4711: "4711_[3-9]"}
+
+    (then,), labels = decoder.decode(
+        through_json(jobs_to_columns([replace(tail, array_more=((5, 9),))]))
+    )
+    assert then is not first and then.array_more == ((5, 9),)
+    assert labels == {4711: "4711_[3,5-9]"}

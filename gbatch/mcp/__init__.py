@@ -1,0 +1,1 @@
+"""`gbatch mcp serve`: gbatch's tools for coding agents (Model Context Protocol)."""

@@ -1,0 +1,168 @@
+"""The incremental Planner gives what a full plan() gives, pass after pass, whatever
+changed in between: submits, ends, cancels, holds, priorities, nodes, usage, limits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gbatch.head.scheduler import PRIORITY, Planner, plan
+from gbatch.limits import Use, UserLimits
+from gbatch.model import Job, JobSpec, JobState, NodeView
+
+NOW = 1_700_000_000.0
+USERS = ("alice", "bob", "carol")
+GPUS = 4  # per node
+
+
+def make_job(job_id: int, draw: st.DrawFn) -> Job:
+    spec = JobSpec(
+        name=f"j{job_id}",
+        command=("true",),
+        gpus=draw(st.sampled_from((0, 1, 1, 2, 3, 4, 5))),
+        time_limit=draw(st.sampled_from((None, 60, 3600))),
+        priority=draw(st.sampled_from((0, 0, 10))),
+        partition=draw(st.sampled_from((None, "a", "b"))),
+        image=draw(st.sampled_from((None, None, "img"))),
+        cpus=draw(st.sampled_from((None, None, 2, 16))),
+    )
+    return Job(
+        id=job_id,
+        uid=1000,
+        user=draw(st.sampled_from(USERS)),
+        spec=spec,
+        state=JobState.PENDING,
+        submit_time=NOW - draw(st.integers(0, 5)),
+        held=draw(st.booleans()) and draw(st.booleans()),
+    )
+
+
+def make_node(index: int, draw: st.DrawFn) -> NodeView:
+    free = draw(st.sets(st.integers(0, GPUS - 1)))
+    busy = GPUS - len(free)
+    releases = tuple(
+        (draw(st.sampled_from((NOW + 30, NOW + 600, NOW + 7200, float("inf")))), 1)
+        for _ in range(busy)
+    )
+    counted = draw(st.booleans())
+    return NodeView(
+        name=f"n{index}",
+        gpus_total=GPUS,
+        free_gpus=tuple(sorted(free)),
+        available=draw(st.booleans()) or draw(st.booleans()),
+        runs_containers=draw(st.booleans()) or draw(st.booleans()),
+        releases=releases,
+        partitions=frozenset(draw(st.sets(st.sampled_from(("a", "b"))))),
+        cpus_total=8 if counted else None,
+        free_cpus=draw(st.integers(0, 8)),
+    )
+
+
+@st.composite
+def nodes_now(draw: st.DrawFn, statics: list[NodeView]) -> list[NodeView]:
+    """The same nodes, with what is free on them drawn again (runs start and end)."""
+    result = []
+    for index, static in enumerate(statics):
+        fresh = make_node(index, draw)
+        result.append(
+            replace(
+                static,
+                free_gpus=fresh.free_gpus,
+                releases=fresh.releases,
+                free_cpus=fresh.free_cpus,
+            )
+        )
+    return result
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_incremental_passes_equal_a_full_plan_over_random_changes(data: st.DataObject) -> None:
+    draw = data.draw
+    planner = Planner()
+    queue: dict[int, Job] = {}
+    next_id = 1
+    statics = [make_node(i, draw) for i in range(draw(st.integers(0, 3)))]
+    next_node = len(statics)
+    usage: dict[str, float] = {}
+    limits: dict[str, UserLimits] = {}
+    use: dict[str, Use] = {}
+    for _ in range(draw(st.integers(1, 8))):
+        for _ in range(draw(st.integers(0, 6))):
+            change = draw(
+                st.sampled_from(
+                    ("submit", "submit", "end", "hold", "priority", "node", "usage", "limits")
+                )
+            )
+            if change == "submit" or (change in ("end", "hold", "priority") and not queue):
+                for _ in range(draw(st.integers(1, 6))):
+                    queue[next_id] = make_job(next_id, draw)
+                    planner.put(queue[next_id])
+                    next_id += 1
+            elif change == "end":  # ended, cancelled: it leaves the queue
+                gone = draw(st.sampled_from(sorted(queue)))
+                del queue[gone]
+                planner.discard(gone)
+            elif change == "hold":
+                job = queue[draw(st.sampled_from(sorted(queue)))]
+                queue[job.id] = replace(job, held=not job.held)
+                planner.put(queue[job.id])
+            elif change == "priority":
+                job = queue[draw(st.sampled_from(sorted(queue)))]
+                spec = replace(job.spec, priority=draw(st.integers(-5, 20)))
+                queue[job.id] = replace(job, spec=spec)
+                planner.put(queue[job.id])
+            elif change == "node":  # one joins, leaves, or goes down, up, elsewhere
+                what = draw(st.sampled_from(("join", "leave", "redraw")))
+                if what == "join" or not statics:
+                    statics.append(make_node(next_node, draw))
+                    next_node += 1
+                elif what == "leave":
+                    statics.pop(draw(st.integers(0, len(statics) - 1)))
+                else:
+                    index = draw(st.integers(0, len(statics) - 1))
+                    name = statics[index].name
+                    statics[index] = replace(make_node(0, draw), name=name)
+            elif change == "usage":
+                usage = {u: draw(st.sampled_from((0.0, 10.0, 1e4))) for u in USERS}
+            else:
+                limits = {
+                    u: UserLimits(max_running_jobs=draw(st.integers(0, 3)), max_gpus=4)
+                    for u in USERS
+                    if draw(st.booleans())
+                }
+                use = {u: Use(draw(st.integers(0, 2)), draw(st.integers(0, 4))) for u in limits}
+        nodes = draw(nodes_now(statics))
+        now = NOW + draw(st.integers(0, 100))
+        full = plan(list(queue.values()), nodes, usage, now, limits, use)
+        passed = planner.plan(nodes, usage, now, limits, use)
+        assert passed.assignments == full.assignments
+        assert passed.starts == full.starts
+        assert planner.reasons == full.reasons
+        # Started jobs leave the queue, but a failed start puts one back.
+        for assignment in full.assignments:
+            if draw(st.booleans()) or draw(st.booleans()):
+                del queue[assignment.job_id]
+                planner.discard(assignment.job_id)
+
+
+def test_a_pass_reports_only_the_reasons_that_changed() -> None:
+    planner = Planner()
+    busy = NodeView("n0", 2, (), releases=((NOW + 60, 2),))
+    jobs = [
+        Job(i, 1000, "alice", JobSpec(name="j", command=("true",), gpus=2), JobState.PENDING, NOW)
+        for i in range(1, 5)
+    ]
+    for job in jobs:
+        planner.put(job)
+    first = planner.plan([busy], {}, NOW)
+    assert first.reasons == {1: "Resources", 2: PRIORITY, 3: PRIORITY, 4: PRIORITY}
+    second = planner.plan([busy], {}, NOW + 1)
+    assert second.reasons == {}
+    assert planner.reasons == first.reasons
+    planner.discard(1)
+    third = planner.plan([busy], {}, NOW + 2)
+    assert third.reasons == {2: "Resources"}
+    assert third.starts == {2: NOW + 60}

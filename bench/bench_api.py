@@ -223,16 +223,26 @@ def fill_queue(home: Path, count: int) -> None:
             client.call(wire.Submit(spec=spec, held=True))
 
 
-def timed_gets(client: Http, path: str, samples: int) -> tuple[list[float], int]:
-    """(each GET's seconds, the body's bytes), after two warm-up GETs."""
+def timed_gets(
+    client: Http, path: str, samples: int, pids: tuple[int, int] | None = None
+) -> tuple[list[float], int]:
+    """(each GET's seconds, the body's bytes), after two warm-up GETs. With `pids` (the
+    API process's, gbatchd's), also prints the CPU each spent per GET: a steadier figure
+    than the wall time on a busy machine."""
     for _ in range(2):
         client.request("GET", path)
+    before = [cpu_seconds(pid) for pid in pids] if pids else []
     seconds: list[float] = []
     size = 0
     for _ in range(samples):
         start = time.perf_counter()
         size = len(client.request("GET", path))
         seconds.append(time.perf_counter() - start)
+    if pids:
+        api, daemon = (
+            (cpu_seconds(pid) - b) / samples * 1e3 for pid, b in zip(pids, before, strict=True)
+        )
+        print(f"{path}: CPU per GET: API process {api:.1f} ms, daemon {daemon:.1f} ms")
     return seconds, size
 
 
@@ -287,7 +297,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             time.sleep(1.0)  # let the loop's wake-up for the burst pass
             # A new connection: the API closes one idle for 5 s (timeout_keep_alive).
             client = Http(port, token)
-            seconds, size = timed_gets(client, "/api/v1/jobs", settings.samples)
+            pids = (api_pid, daemon)
+            seconds, size = timed_gets(client, "/api/v1/jobs", settings.samples, pids)
             listed = len(json.loads(client.request("GET", "/api/v1/jobs"))["jobs"])
             report(
                 f"(b) GET /api/v1/jobs, {listed:,} jobs pending ({size / 1e6:.1f} MB)",
@@ -299,14 +310,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                 ("/api/v1/jobs?format=columns", "format=columns, every job"),
                 ("/api/v1/jobs?limit=100", "a page of 100 (limit=100)"),
             ):
-                seconds, size = timed_gets(client, path, settings.samples)
+                seconds, size = timed_gets(client, path, settings.samples, pids)
                 report(
                     f"(b) GET /api/v1/jobs, {what}, of {listed:,} ({size / 1e3:,.0f} kB)",
                     [s * 1000 for s in seconds],
                     "ms",
                     LIST_GOAL_MS,
                 )
-            seconds, size = timed_gets(client, "/metrics", settings.samples)
+            seconds, size = timed_gets(client, "/metrics", settings.samples, pids)
             report(
                 f"(c) GET /metrics over HTTP, {listed:,} jobs, 1 node of {settings.gpus} "
                 f"simulated GPUs ({size / 1e3:.0f} kB)",

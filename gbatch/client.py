@@ -72,6 +72,16 @@ def _access_hint(socket_path: Path) -> str:
     return f"only {owner} may use it; ask an admin for access"
 
 
+# How gbatchd's ok reply lines begin (wire.encode_reply; an older gbatchd's with a space).
+OK_PREFIXES = (b'{"ok":true', b'{"ok": true')
+
+
+def _refusal(reply: Mapping[str, Any]) -> RequestFailed:
+    from gbatch import wire
+
+    return RequestFailed(wire.error_kind(reply.get("kind")), reply.get("error", "unknown error"))
+
+
 class Client:
     def __init__(self, socket_path: Path, timeout: float = 30.0) -> None:
         self.socket_path = socket_path
@@ -111,6 +121,28 @@ class Client:
     def send(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Send a request object as it is, unchecked (for tests and tools that speak the
         protocol by hand; gbatch's commands use call()); return as call() does."""
+        reply: dict[str, Any] = json.loads(self._exchange(request))
+        if not reply.pop("ok", False):
+            raise _refusal(reply)
+        return reply
+
+    def send_raw(self, request: Mapping[str, Any]) -> bytes:
+        """As send(), but the reply's line as gbatchd wrote it (JSON with its "ok" field,
+        no newline), undecoded: for a relay (the HTTP API) that passes a large reply on
+        as it came, a listing's megabytes decoded and encoded again for nothing. Raises
+        RequestFailed as send() does."""
+        line = self._exchange(request)
+        # gbatchd writes {"ok":true,...} with "ok" first (wire.encode_reply); a line of
+        # any other shape is decoded to tell a refusal from a reply.
+        if not line.startswith(OK_PREFIXES):
+            reply = json.loads(line)
+            if not reply.get("ok", False):
+                raise _refusal(reply)
+        return line.rstrip(b"\n")
+
+    def _exchange(self, request: Mapping[str, Any]) -> bytes:
+        """Write `request`, read its reply's line (the connection opened or reopened as
+        needed)."""
         from gbatch import wire
 
         payload = json.dumps(request).encode() + b"\n"
@@ -126,6 +158,7 @@ class Client:
         if self._sock is None:
             self._connect()
         assert self._sock is not None
+        line: bytes
         try:
             try:
                 self._sock.sendall(payload)
@@ -146,12 +179,7 @@ class Client:
         if not line:
             self.close()
             raise DaemonUnavailable(self.socket_path, "the daemon closed the connection")
-        reply: dict[str, Any] = json.loads(line)
-        if not reply.pop("ok", False):
-            raise RequestFailed(
-                wire.error_kind(reply.get("kind")), reply.get("error", "unknown error")
-            )
-        return reply
+        return line
 
     def _closed_by_daemon(self) -> bool:
         """Whether the daemon has closed this idle connection (a look, without waiting)."""

@@ -12,8 +12,9 @@ import ipaddress
 import json
 import threading
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -30,6 +31,7 @@ from gbatch.cli.exits import CliError
 from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
 from gbatch.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
 
+T = TypeVar("T")
 METRICS_PATH = "/metrics"
 MAX_IDLE_CONNECTIONS = 4  # kept open to gbatchd; each counts in its per-user cap
 MAX_BODY = 1 << 20  # a job file's or script's limit (spec.MAX_FILE_BYTES)
@@ -73,12 +75,20 @@ class Api:
         self._idle_lock = threading.Lock()
 
     def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self._on_connection(lambda client: client.send(payload))
+
+    def _send_raw(self, payload: dict[str, Any]) -> bytes:
+        return self._on_connection(lambda client: client.send_raw(payload))
+
+    def _on_connection(self, exchange: Callable[[Client], T]) -> T:
+        """`exchange` on an idle connection to gbatchd (a new one when none is idle),
+        kept for the next request unless it failed."""
         with self._idle_lock:
             client = self._idle.pop() if self._idle else None
         if client is None:
             client = Client(self.socket_path, timeout=self.timeout)
         try:
-            reply = client.send(payload)
+            reply = exchange(client)
         except RequestFailed:
             self._keep(client)  # a refusal: the connection itself is sound
             raise
@@ -108,14 +118,28 @@ class Api:
             return None, reply
         return reply, JSONResponse({"ok": True, **reply}, status)
 
+    async def relay(self, http: Request, inner: wire.Request) -> Response:
+        """call()'s response, the daemon's reply line passed on undecoded: what call()
+        would encode again is what gbatchd wrote (a listing's megabytes)."""
+        token = _bearer(http)
+        if token is None:
+            return _no_token()
+        line = await self._exchange(token, partial(self._send_raw, _as_bearer(token, inner)))
+        if isinstance(line, JSONResponse):
+            return line
+        return Response(line, media_type="application/json")
+
     async def ask(self, token: str, inner: wire.Request) -> dict[str, Any] | JSONResponse:
         """The reply's fields to `inner` sent as the bearer of `token`, or the error's
         response."""
-        payload = wire.encode_request(
-            wire.WithToken(token=token, request=wire.encode_request(inner))
-        )
+        return await self._exchange(token, partial(self._send, _as_bearer(token, inner)))
+
+    async def _exchange(self, token: str, work: Callable[[], T]) -> T | JSONResponse:
+        """`work` (a request sent as the bearer of `token`) in a worker thread: its result,
+        or the error's response. gbatchd's word on the token tells the limiter whose
+        share the token's requests draw on."""
         try:
-            reply: dict[str, Any] = await run_in_threadpool(self._send, payload)
+            reply = await run_in_threadpool(work)
         except RequestFailed as err:
             if err.kind == "unauthenticated":
                 self.limiter.forget(token)
@@ -150,21 +174,28 @@ class Api:
         return JSONResponse(document())
 
     async def submit(self, http: Request) -> Response:
-        if _bearer(http) is None:  # before reading a body that will not be used
+        token = _bearer(http)
+        if token is None:  # before reading a body that will not be used
             return _no_token()
         body = await _body(http)
         if isinstance(body, Response):
             return body
-        try:
+
+        def parse_and_send() -> dict[str, Any]:
+            # One worker thread for both: a hop costs the API ~0.1 ms of a ~1 ms submit.
             from gbatch.cli.sbatch import request_for_text  # deferred: yaml, the spec
 
-            request = await run_in_threadpool(request_for_text, body, "api")
-        except CliError as err:
-            return error("invalid", err.message)
-        reply, response = await self.call(http, request, status=201)
-        if reply is not None and reply.get("ids"):
-            return JSONResponse({"ok": True, **reply, "job_id": reply["ids"][0]}, 201)
-        return response
+            try:
+                request = request_for_text(body, "api")
+            except CliError as err:
+                raise RequestFailed("invalid", err.message) from err
+            return self._send(_as_bearer(token, request))
+
+        reply = await self._exchange(token, parse_and_send)
+        if isinstance(reply, JSONResponse):
+            return reply
+        job_id = {"job_id": reply["ids"][0]} if reply.get("ids") else {}
+        return JSONResponse({"ok": True, **reply, **job_id}, 201)
 
     async def jobs(self, http: Request) -> Response:
         query = http.query_params
@@ -201,14 +232,14 @@ class Api:
             after=page.get("after"),
             limit=page.get("limit"),
         )
-        return (await self.call(http, request))[1]
+        return await self.relay(http, request)
 
     async def job(self, http: Request) -> Response:
         target = _one_job(http)
         if isinstance(target, Response):
             return target
         job_id, task = target
-        return (await self.call(http, wire.ShowJob(id=job_id, task=task, with_tasks=True)))[1]
+        return await self.relay(http, wire.ShowJob(id=job_id, task=task, with_tasks=True))
 
     async def act(self, http: Request) -> Response:
         target = http.path_params["job"]
@@ -237,7 +268,7 @@ class Api:
         if not offset.isdigit():
             return error("invalid", "offset must be a non-negative integer")
         request = wire.ReadLog(id=target[0], task=target[1], offset=int(offset))
-        return (await self.call(http, request))[1]
+        return await self.relay(http, request)
 
     async def follow_logs(self, http: Request) -> Response:
         """GET /jobs/{job}/logs/follow: the log from `offset` (or an EventSource's
@@ -255,7 +286,7 @@ class Api:
         return await self.stream_log(token, target, offset)
 
     async def nodes(self, http: Request) -> Response:
-        return (await self.call(http, wire.ListNodes()))[1]
+        return await self.relay(http, wire.ListNodes())
 
     async def metrics(self, http: Request) -> Response:
         """Prometheus's text format of the daemon's Metrics snapshot. With a token, as
@@ -281,7 +312,7 @@ class Api:
     async def fairshare(self, http: Request) -> Response:
         query = http.query_params
         request = wire.ShowShares(users=_list(query.get("user")), all_users=_flag(query.get("all")))
-        return (await self.call(http, request))[1]
+        return await self.relay(http, request)
 
 
 def make_app(
@@ -337,6 +368,11 @@ def _no_token() -> JSONResponse:
         "unauthenticated",
         "no token: send `Authorization: Bearer TOKEN` (mint one with `gbatch token`)",
     )
+
+
+def _as_bearer(token: str, inner: wire.Request) -> dict[str, Any]:
+    """`inner` as gbatchd's request to run it as the user of `token`."""
+    return wire.encode_request(wire.WithToken(token=token, request=wire.encode_request(inner)))
 
 
 def _from_loopback(http: Request) -> bool:

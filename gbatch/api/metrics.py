@@ -21,6 +21,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
 from gbatch import wire
 from gbatch.model import JobState, NodeState
@@ -29,12 +30,18 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class SnapshotCollector(Collector):
-    """The metric families of one Metrics reply."""
+    """The metric families of one Metrics reply that prometheus_client renders: the
+    jobs', the daemon's and the fair-share ones (a few dozen samples). The nodes' and
+    GPUs' families, thousands of samples on a large fleet, are written by _nodes_text."""
 
-    def __init__(self, snapshot: Mapping[str, Any]) -> None:
+    def __init__(self, snapshot: Mapping[str, Any], part: str) -> None:
         self.snapshot = snapshot
+        self.part = part  # "head": what comes before the nodes' families; "tail": after
 
     def collect(self) -> Iterator[Metric]:
+        if self.part == "tail":
+            yield from _shares(self.snapshot["shares"])
+            return
         yield from _jobs(self.snapshot["jobs"])
         yield GaugeMetricFamily(
             "gbatch_jobs_idle_gpus",
@@ -42,17 +49,19 @@ class SnapshotCollector(Collector):
             self.snapshot.get("idle_gpu_jobs", 0),  # absent from an older daemon's reply
         )
         yield from _daemon(self.snapshot["daemon"], self.snapshot["uptime"])
-        yield from _nodes(self.snapshot["nodes"], self.snapshot["round_trips"])
-        yield from _shares(self.snapshot["shares"])
 
 
 def render(snapshot: Mapping[str, Any]) -> bytes:
     """The text exposition of `snapshot` (a Metrics reply's fields)."""
     from prometheus_client.exposition import generate_latest
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(snapshot))
-    return generate_latest(registry)
+    def rendered(part: str) -> bytes:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(SnapshotCollector(snapshot, part))
+        return generate_latest(registry)
+
+    nodes = _nodes_text(snapshot["nodes"], snapshot["round_trips"])
+    return b"".join((rendered("head"), nodes.encode(), rendered("tail")))
 
 
 def _jobs(rows: Sequence[Sequence[Any]]) -> Iterator[Metric]:
@@ -120,19 +129,21 @@ def _daemon(data: Mapping[str, Any], uptime: float) -> Iterator[Metric]:
     )
 
 
-def _nodes(rows: Sequence[Mapping[str, Any]], round_trips: Mapping[str, Any]) -> Iterator[Metric]:
+def _nodes_text(rows: Sequence[Mapping[str, Any]], round_trips: Mapping[str, Any]) -> str:
+    """The nodes' and GPUs' families in the text format, written here rather than as
+    prometheus_client samples: 100 nodes x 8 GPUs are ~6,000 samples, and building one
+    object per sample, then escaping and sorting its labels again for each family, took
+    most of a scrape (~30 ms). The lines are the ones generate_latest writes (labels
+    sorted by name, values by floatToGoString); tests/unit/test_metrics.py holds the two
+    to the same samples."""
     nodes = [wire.node_from_wire(row) for row in rows]
-    by_node = ["node"]
-    state = GaugeMetricFamily(
-        "gbatch_node_state",
-        "1 for the state the node is in (as sinfo), 0 for the others",
-        labels=[
-            "node",
-            "state",
-        ],
+    states = [each.value for each in NodeState]
+    family = _Family()
+    state = family(
+        "gbatch_node_state", "1 for the state the node is in (as sinfo), 0 for the others"
     )
-    gpus = {
-        name: GaugeMetricFamily(f"gbatch_node_gpus{suffix}", help_text, labels=by_node)
+    per_node = {
+        name: family(f"gbatch_node_gpus{suffix}", help_text)
         for name, suffix, help_text in (
             ("total", "", "GPUs the node's latest report lists"),
             ("allocated", "_allocated", "GPUs gbatch's jobs hold"),
@@ -140,57 +151,81 @@ def _nodes(rows: Sequence[Mapping[str, Any]], round_trips: Mapping[str, Any]) ->
             ("outside", "_busy_outside", "GPUs not held by gbatch but running other processes"),
         )
     }
-    dcgm = ["gpu", "UUID", "device", "Hostname"]
-    util = GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)", labels=dcgm)
-    used = GaugeMetricFamily("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)", labels=dcgm)
-    free = GaugeMetricFamily("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)", labels=dcgm)
-    info = GaugeMetricFamily(
-        "gbatch_gpu_info",
-        "1 for each GPU, with its model and whether it is simulated",
-        labels=[*dcgm, "model_name", "simulated"],
-    )
-    held = GaugeMetricFamily(
-        "gbatch_gpu_allocated", "1 when a gbatch job holds the GPU, else 0", labels=dcgm
-    )
-    foreign = GaugeMetricFamily(
-        "gbatch_gpu_foreign_processes",
-        "Compute processes on the GPU that gbatch did not start",
-        labels=dcgm,
+    util = family("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)")
+    used = family("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)")
+    free = family("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)")
+    info = family("gbatch_gpu_info", "1 for each GPU, with its model and whether it is simulated")
+    held = family("gbatch_gpu_allocated", "1 when a gbatch job holds the GPU, else 0")
+    foreign = family(
+        "gbatch_gpu_foreign_processes", "Compute processes on the GPU that gbatch did not start"
     )
     for node in nodes:
-        for each in NodeState:
-            state.add_metric([node.name, each.value], 1 if node.state is each else 0)
-        gpus["total"].add_metric([node.name], node.gpus_total)
-        gpus["allocated"].add_metric([node.name], node.gpus_allocated)
-        gpus["free"].add_metric([node.name], max(node.gpus_free, 0))
-        gpus["outside"].add_metric([node.name], node.gpus_busy_outside)
+        name = _escape(node.name)
+        for each in states:
+            state.add(f'node="{name}",state="{each}"', 1 if node.state.value == each else 0)
+        by_node = f'node="{name}"'
+        per_node["total"].add(by_node, node.gpus_total)
+        per_node["allocated"].add(by_node, node.gpus_allocated)
+        per_node["free"].add(by_node, max(node.gpus_free, 0))
+        per_node["outside"].add(by_node, node.gpus_busy_outside)
         for gpu in node.gpus:
-            labels = [str(gpu.index), gpu.uuid, f"nvidia{gpu.index}", node.name]
+            # DCGM's labels (gpu, UUID, device, Hostname), sorted by name as
+            # generate_latest writes them: capitals first.
+            labels = (
+                f'Hostname="{name}",UUID="{_escape(gpu.uuid)}",'
+                f'device="nvidia{gpu.index}",gpu="{gpu.index}"'
+            )
             if gpu.utilization_pct is not None:  # None: the device cannot tell
-                util.add_metric(labels, gpu.utilization_pct)
-            used.add_metric(labels, gpu.memory_used_mib)
-            free.add_metric(labels, max(gpu.memory_total_mib - gpu.memory_used_mib, 0))
-            info.add_metric([*labels, gpu.name, str(gpu.simulated).lower()], 1)
-            held.add_metric(labels, 1 if gpu.index in node.allocations else 0)
-            foreign.add_metric(labels, gpu.foreign_processes)
-    yield state
-    yield from gpus.values()
-    yield from (util, used, free, info, held, foreign)
-    rtt = GaugeMetricFamily(
+                util.add(labels, gpu.utilization_pct)
+            used.add(labels, gpu.memory_used_mib)
+            free.add(labels, max(gpu.memory_total_mib - gpu.memory_used_mib, 0))
+            simulated = str(gpu.simulated).lower()
+            info.add(f'{labels},model_name="{_escape(gpu.name)}",simulated="{simulated}"', 1)
+            held.add(labels, 1 if gpu.index in node.allocations else 0)
+            foreign.add(labels, gpu.foreign_processes)
+    rtt = family(
         "gbatch_ssh_round_trip_seconds",
         "The latest SSH round trip to the node (a channel opened on the head's connection)",
-        labels=by_node,
     )
-    age = GaugeMetricFamily(
+    age = family(
         "gbatch_ssh_round_trip_age_seconds",
         "How long ago gbatch_ssh_round_trip_seconds was measured",
-        labels=by_node,
     )
     for name, (seconds, measured_ago) in sorted(round_trips.items()):
-        rtt.add_metric([name], seconds)
-        age.add_metric([name], measured_ago)
-    yield rtt
-    yield age
+        rtt.add(f'node="{_escape(name)}"', seconds)
+        age.add(f'node="{_escape(name)}"', measured_ago)
+    return family.text()
+
+
+class _Family:
+    """Gauge families written as generate_latest writes them, in the order made."""
+
+    def __init__(self) -> None:
+        self._lines: list[list[str]] = []
+
+    def __call__(self, name: str, help_text: str) -> _Gauge:
+        lines = [f"# HELP {name} {help_text}\n", f"# TYPE {name} gauge\n"]
+        self._lines.append(lines)
+        return _Gauge(name, lines)
+
+    def text(self) -> str:
+        return "".join(line for lines in self._lines for line in lines)
+
+
+class _Gauge:
+    def __init__(self, name: str, lines: list[str]) -> None:
+        self.name = name
+        self.lines = lines
+
+    def add(self, labels: str, value: float) -> None:
+        """A sample; `labels` already escaped and sorted by name."""
+        value_text: str = floatToGoString(value)  # type: ignore[no-untyped-call]
+        self.lines.append(f"{self.name}{{{labels}}} {value_text}\n")
+
+
+def _escape(value: str) -> str:
+    """A label value as the text format quotes it (generate_latest's escaping)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def _shares(rows: Sequence[Sequence[Any]]) -> Iterator[Metric]:

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from gbatch import gpuusage
+from gbatch import gpuusage, wire
 from gbatch.arrays import ARRAY_ROWS, THROTTLE_REASON, over_throttle
 from gbatch.config import Config, Paths
 from gbatch.crashpoints import crash_point
@@ -130,6 +130,8 @@ class Daemon:
         # job id -> expected start, from the latest plan's reservation (squeue --start).
         # Replaced whole by schedule(), never mutated: a handler thread reads it as is.
         self.expected_starts: Mapping[int, float] = {}
+        # The brief records of listings (the HTTP API's GET /jobs), kept while unchanged.
+        self.brief_records = wire.BriefRecords()
         # The users whose jobs the latest plan ordered: the fair-share factors it used
         # are taken over them (and users with usage). Replaced whole, like expected_starts.
         self.planned_users: frozenset[str] = frozenset()

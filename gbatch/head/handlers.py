@@ -237,10 +237,10 @@ def _named_job(
     return found
 
 
-def _job_to_wire(job: Job, *, owner_view: bool, brief: bool = False) -> dict[str, Any]:
+def _job_to_wire(job: Job, *, owner_view: bool) -> dict[str, Any]:
     """A job as `caller` may see it: env values are the owner's and admins' only (they
     often hold tokens); others get the names with empty values."""
-    data = wire.job_to_wire(job, brief=brief)
+    data = wire.job_to_wire(job)
     if not owner_view and "env" in data["spec"]:
         data["spec"]["env"] = dict.fromkeys(data["spec"]["env"], "")
     return data
@@ -1093,8 +1093,13 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
             users=users,
             finished=None if ids is not None else False,
         )
-    else:
+    elif (daemon.config.private_data and not admin) or _filtered(request):
         found = daemon.store.jobs(users=users, finished=False)
+    else:
+        # The queue as it is: a page is cut in the query (one row past it tells whether
+        # more follow), not from every active job's Job.
+        first = None if request.limit is None else request.limit + 1
+        found = daemon.store.jobs(users=users, finished=False, after=request.after, first=first)
     if daemon.config.private_data and not admin:
         found = [j for j in found if j.uid == caller.uid]
     found, following = _page(_narrowed(found, request), request, _job_id)
@@ -1102,15 +1107,13 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         return {"columns": wire.jobs_to_columns(found), "now": daemon.clock(), **following}
     if request.table:  # brief, as columns: the TUI's queue every second
         return {"table": wire.jobs_to_table(found), "now": daemon.clock(), **following}
-    brief = request.brief
     now = daemon.clock()
-    reply: dict[str, Any] = {
-        "jobs": [
-            _job_to_wire(j, owner_view=admin or j.uid == caller.uid, brief=brief) for j in found
-        ],
-        "now": now,
-        **following,
-    }
+    records: list[dict[str, Any]]
+    if request.brief:  # no env in a brief record: the same for every caller
+        records = daemon.brief_records.records(found)
+    else:
+        records = [_job_to_wire(j, owner_view=admin or j.uid == caller.uid) for j in found]
+    reply: dict[str, Any] = {"jobs": records, "now": now, **following}
     if request.starts:
         reply["starts"] = _expected_starts(found, daemon.expected_starts, now)
     if request.gpu_usage:
@@ -1155,6 +1158,11 @@ def _narrow(request: wire.ListJobs, ids: object) -> bool:
     return not (
         ids is not None or request.names or request.partitions or request.nodes or request.starts
     )
+
+
+def _filtered(request: wire.ListJobs) -> bool:
+    """Whether _narrowed may leave out jobs of the store's answer."""
+    return bool(request.names or request.partitions or request.nodes)
 
 
 def _narrowed(found: list[Job], request: wire.ListJobs) -> list[Job]:

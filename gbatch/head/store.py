@@ -1268,11 +1268,16 @@ class Store:
         since: float | None = None,
         limit: int | None = None,
         id_ranges: Sequence[tuple[int, int]] = (),
+        after: int | None = None,
+        first: int | None = None,
     ) -> list[Job]:
         """Jobs matching every given filter, by id. finished=True: final states only.
         `id_ranges` (FIRST, LAST): jobs with ids in them are matched as `ids` are.
         Array tasks still in a tail come as the tail's one record (Job.array_more),
-        or each as itself when `ids` names it."""
+        or each as itself when `ids` names it. `limit`: only the last `limit` rows by id.
+        `after` and `first`, a page: only jobs with ids over `after`, and of the rows
+        only the first `first` by id (tails' records all come, for the caller to cut:
+        the first `first` of the whole are among them)."""
         asked_ids = ids
         clauses: list[str] = []
         params: list[object] = []
@@ -1296,13 +1301,20 @@ class Store:
         if since is not None:
             clauses.append("submit_time >= ?")
             params.append(since)
+        if after is not None:
+            clauses.append("id > ?")
+            params.append(after)
         where = " AND ".join(clauses) or "1"
         if limit is not None:
             where += f" ORDER BY id DESC LIMIT {int(limit)}"
             found = sorted(self._select_raw(where, params), key=lambda j: j.id)
+        elif first is not None:
+            found = self._select_raw(f"{where} ORDER BY id LIMIT {int(first)}", params)
         else:
             found = self._select(where, params)
         more = self._tail_records(asked_ids, id_ranges, states, users, finished, since)
+        if after is not None:
+            more = [job for job in more if job.id > after]
         if more:
             found = sorted([*found, *more], key=lambda job: job.id)
         return found

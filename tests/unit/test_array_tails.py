@@ -285,6 +285,35 @@ def test_squeues_columns_print_as_the_job_table_did(daemon: Daemon, fields: Any)
             )
 
 
+@pytest.mark.parametrize("size", [1, 3, ARRAY_ROWS + 1])
+def test_pages_of_the_queue_hold_every_record_once_the_tail_in_its_place(
+    daemon: Daemon, size: int
+) -> None:
+    # A page is cut in the store's query (one row past it); the tail's one record is
+    # merged in by id, so it must land on the page its id belongs to, once.
+    submit(daemon)
+    submit(daemon, array="0-99")
+    submit(daemon, BOB)
+    submit(daemon, array="0-49")
+    submit(daemon)
+    whole = [job.id for job in listed(daemon)]
+    assert len(whole) == 3 + 2 * (ARRAY_ROWS + 1)  # each array: its rows and its tail
+    for brief in (False, True):
+        seen: list[int] = []
+        after: int | None = None
+        while True:
+            page = handle(
+                daemon, BOB, {"op": "jobs", "limit": size, "after": after, "brief": brief}
+            )
+            assert len(page["jobs"]) <= size
+            seen += [job["id"] for job in page["jobs"]]
+            if page["next"] is None:
+                break
+            assert page["next"] == seen[-1]
+            after = page["next"]
+        assert seen == whole
+
+
 @pytest.mark.parametrize("limit", [1, 2, 7, 40, 500])
 def test_the_narrow_listing_in_pages_is_the_whole_listing_tail_record_included(
     daemon: Daemon, limit: int

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gbatch import wire
-from gbatch.client import Client, ReplyTimeout
+from gbatch.client import Client, ReplyTimeout, RequestFailed
 
 
 @pytest.fixture
@@ -42,3 +42,40 @@ def test_a_request_taken_but_not_answered_in_time_says_it_may_still_happen(
     message = str(caught.value)
     assert "did not reply within 0.3 s" in message
     assert "may still carry the request out" in message
+
+
+def scripted_daemon(path: Path, replies: list[bytes]) -> threading.Thread:
+    """A daemon at `path` that answers each request line with the next of `replies`."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn, server, conn.makefile("rb") as lines:
+            for reply in replies:
+                lines.readline()
+                conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_send_raw_passes_an_ok_reply_on_as_written_and_raises_a_refusal(tmp_path: Path) -> None:
+    path = tmp_path / "gbatchd.sock"
+    replies = [
+        b'{"ok":true,"jobs":[{"name":"\\u00e9"}],"now":1.5}\n',
+        b'{"ok": true, "now": 2}\n',  # an older gbatchd's spaces
+        b'{"now": 2, "ok": true}\n',  # "ok" not first: read to tell, passed on all the same
+        b'{"ok": false, "kind": "permission", "error": "not yours"}\n',
+    ]
+    thread = scripted_daemon(path, replies)
+    with Client(path, timeout=5) as client:
+        request = wire.encode_request(wire.ListJobs())
+        for reply in replies[:3]:
+            assert client.send_raw(request) == reply.rstrip(b"\n")
+        with pytest.raises(RequestFailed) as caught:
+            client.send_raw(request)
+    assert (caught.value.kind, caught.value.message) == ("permission", "not yours")
+    thread.join(5)

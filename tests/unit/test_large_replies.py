@@ -42,7 +42,7 @@ def test_a_large_listings_pieces_make_json_dumps_line_byte_for_byte(
     queue(daemon)
     reply = handlers.handle(daemon, ROOT, wire.encode_request(LISTINGS[what]))
     pieces = wire.encode_reply(reply)
-    whole = json.dumps(reply).encode() + b"\n"
+    whole = json.dumps(reply, separators=wire.COMPACT).encode() + b"\n"
     assert b"".join(pieces) == whole
     assert len(pieces) > 1 and max(map(len, pieces)) < len(whole) / 2
 
@@ -58,12 +58,16 @@ def test_a_large_listings_pieces_make_json_dumps_line_byte_for_byte(
     ],
 )
 def test_any_reply_in_pieces_is_json_dumps_line(reply: dict[str, Any]) -> None:
-    assert b"".join(wire.encode_reply(reply)) == json.dumps(reply).encode() + b"\n"
+    whole = json.dumps(reply, separators=wire.COMPACT).encode() + b"\n"
+    assert b"".join(wire.encode_reply(reply)) == whole
 
 
 def test_a_small_reply_is_written_in_one_piece() -> None:
     assert wire.encode_reply({"ok": True, "jobs": [{"id": 1}] * 10, "now": 1.0}) == [
-        json.dumps({"ok": True, "jobs": [{"id": 1}] * 10, "now": 1.0}).encode() + b"\n"
+        json.dumps(
+            {"ok": True, "jobs": [{"id": 1}] * 10, "now": 1.0}, separators=wire.COMPACT
+        ).encode()
+        + b"\n"
     ]
 
 

@@ -80,6 +80,43 @@ def test_per_gpu_metrics_carry_dcgm_names_and_labels_and_nodes_count_their_gpus(
     assert got[("gbatch_ssh_round_trip_age_seconds", node_label)] == 2.5
 
 
+def test_label_values_with_quotes_backslashes_and_newlines_read_back_as_given() -> None:
+    # The nodes' and GPUs' lines are written by hand (api/metrics._nodes_text), not by
+    # prometheus_client: the official parser must read every label back unchanged.
+    odd = 'A100 "SXM4" \\ 40GB\nrev 2'
+    gpus = (Gpu(0, 'GPU-"q"\\x', odd, 40000, 10, utilization_pct=5),)
+    node = NodeInfo('node "7"\\b', NodeState.IDLE, gpus=gpus)
+    text = render(snapshot(nodes=[wire.node_to_wire(node)], round_trips={'node "7"\\b': [0.1, 1]}))
+    got = samples(text)
+    labels = (
+        ("Hostname", 'node "7"\\b'),
+        ("UUID", 'GPU-"q"\\x'),
+        ("device", "nvidia0"),
+        ("gpu", "0"),
+    )
+    assert got[("gbatch_gpu_info", (*labels, ("model_name", odd), ("simulated", "false")))] == 1
+    assert got[("DCGM_FI_DEV_GPU_UTIL", labels)] == 5
+    assert got[("gbatch_ssh_round_trip_seconds", (("node", 'node "7"\\b'),))] == 0.1
+
+
+def test_every_family_is_written_once_with_its_type_before_its_samples() -> None:
+    node = NodeInfo("gpu1", NodeState.IDLE, gpus=(Gpu(0, "GPU-a", "H100", 80, 0),))
+    text = render(
+        snapshot(
+            nodes=[wire.node_to_wire(node)] * 2,
+            round_trips={"gpu1": [0.1, 1]},
+            jobs=[["PENDING", "alice", "gpu", 2]],
+            shares=[["alice", 10.0, 0.5]],
+        )
+    ).decode()
+    types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    assert len(types) == len(set(types))
+    assert {"gbatch_jobs", "DCGM_FI_DEV_FB_USED", "gbatch_fairshare_factor"} <= set(types)
+    families = {f.name: f.type for f in text_string_to_metric_families(text)}
+    assert families["DCGM_FI_DEV_FB_USED"] == "gauge"
+    assert families["gbatch_node_state"] == "gauge"
+
+
 def test_daemon_counters_render_as_counters_and_histograms() -> None:
     counted = DaemonMetrics()
     counted.count_submitted(5)

@@ -11,6 +11,8 @@ import pytest
 from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.tui.data import JobDecoder
 from gbatch.wire import (
+    BriefRecords,
+    encode_reply,
     event_from_wire,
     event_to_wire,
     job_from_wire,
@@ -323,6 +325,49 @@ def test_node_in_every_state_round_trips(state: NodeState) -> None:
     unavailable = state in (NodeState.DRAINED, NodeState.DOWN)
     node = NodeInfo(name="gpu02", state=state, reason="maintenance" if unavailable else "")
     assert node_from_wire(through_json(node_to_wire(node))) == node
+
+
+def test_brief_records_are_job_to_wire_s_and_their_text_is_json_s() -> None:
+    array_task = replace(full_job(), id=4712, spec=replace(full_spec(), array_task=3))
+    jobs = [full_job(), array_task, replace(full_job(), id=4713, state=JobState.PENDING)]
+    records = BriefRecords().records(jobs)
+    assert list(records) == [job_to_wire(job, brief=True) for job in jobs]
+    assert [json.loads(text) for text in records.texts] == list(records)
+    reply = {"ok": True, "jobs": records, "now": T0, "next": None}
+    whole = json.dumps(reply, separators=(",", ":")).encode() + b"\n"
+    assert b"".join(encode_reply(reply)) == whole
+    empty = {"ok": True, "jobs": BriefRecords().records([])}
+    assert b"".join(encode_reply(empty)) == b'{"ok":true,"jobs":[]}\n'
+
+
+def test_many_brief_records_go_in_pieces_that_make_json_s_line() -> None:
+    jobs = [replace(full_job(), id=n) for n in range(1, 2502)]
+    reply = {"ok": True, "jobs": BriefRecords().records(jobs), "now": T0}
+    pieces = encode_reply(reply)
+    whole = json.dumps(reply, separators=(",", ":")).encode() + b"\n"
+    assert b"".join(pieces) == whole
+    assert len(pieces) > 1
+
+
+def test_a_brief_record_is_made_again_once_its_job_changes() -> None:
+    made = BriefRecords()
+    job = full_job()
+    first = made.records([job])
+    assert made.records([job])[0] is first[0]  # the same Job: remembered
+    moved = replace(job, state=JobState.RUNNING, reason="")
+    again = made.records([moved])
+    assert again[0]["state"] == "RUNNING" and again[0]["reason"] == ""
+    assert json.loads(again.texts[0])["state"] == "RUNNING"
+
+
+def test_brief_records_keep_no_more_than_their_bound() -> None:
+    made = BriefRecords(most=2)
+    jobs = [replace(full_job(), id=n) for n in range(1, 5)]
+    assert made.records(jobs) == [job_to_wire(job, brief=True) for job in jobs]
+    assert len(made._made) == 2  # a listing longer than the bound keeps only the bound
+    kept = made.records(jobs[:1])  # full: all forgotten, then the one listed kept
+    assert kept == [job_to_wire(jobs[0], brief=True)]
+    assert list(made._made) == [1]
 
 
 def test_the_decoder_sees_a_tail_record_whose_tasks_changed_as_a_new_job() -> None:

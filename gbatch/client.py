@@ -13,6 +13,11 @@ if TYPE_CHECKING:
     from gbatch.wire import ErrorKind, Request
 
 
+# wire.MAX_REQUEST_BYTES, spelled here so that a request needs no gbatch.wire to be sent
+# (a unit test keeps the two equal).
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+
+
 class DaemonUnavailable(Exception):
     """No daemon answers on the socket."""
 
@@ -110,15 +115,15 @@ class Client:
 
     def send(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Send a request object as it is, unchecked (for tests and tools that speak the
-        protocol by hand; gbatch's commands use call()); return as call() does."""
-        from gbatch import wire
-
+        protocol by hand, and for squeue's everyday listing, gbatch/squeue_brief.py, which
+        builds its request without gbatch.wire; the other commands use call()); return as
+        call() does. gbatch.wire is imported only when the daemon refuses."""
         payload = json.dumps(request).encode() + b"\n"
-        if len(payload) > wire.MAX_REQUEST_BYTES + 1:
+        if len(payload) > MAX_REQUEST_BYTES + 1:
             raise RequestFailed(
                 "invalid",
                 f"the request takes {len(payload) / 2**20:.1f} MiB, more than the "
-                f"{wire.MAX_REQUEST_BYTES // 2**20} MiB gbatchd reads. Pass large data in a "
+                f"{MAX_REQUEST_BYTES // 2**20} MiB gbatchd reads. Pass large data in a "
                 "file the job mounts",
             )
         if self._sock is not None and self._closed_by_daemon():
@@ -148,6 +153,8 @@ class Client:
             raise DaemonUnavailable(self.socket_path, "the daemon closed the connection")
         reply: dict[str, Any] = json.loads(line)
         if not reply.pop("ok", False):
+            from gbatch import wire
+
             raise RequestFailed(
                 wire.error_kind(reply.get("kind")), reply.get("error", "unknown error")
             )

@@ -45,11 +45,11 @@ def parse_ids(values: list[str] | None, what: str, forms: Forms | None = None) -
     default) and written back in canonical form for the daemon (which checks them again);
     None when none were given. `what` names the command's option or argument in the error:
     `gbatch squeue: error: -j/--jobs: '4_5x' is not a job id. Give N, N_K, ...`."""
+    if not values:
+        return None  # before the imports: gbatch.jobids loads the model (start-up)
     from gbatch.cli.exits import CliError, Exit
     from gbatch.jobids import ANY, JobIdError, parse_job_ids
 
-    if not values:
-        return None
     try:
         return [str(t) for value in values for t in parse_job_ids(value, forms or ANY)]
     except JobIdError as err:

@@ -177,6 +177,20 @@ def test_squeue_lists_a_queue_without_the_model_nor_its_formatter(tmp_path: Path
     assert within(loaded, unused | {"gbatch.views", "gbatch.sweep", "shutil"}) == []
 
 
+def test_sbatch_wrap_queues_without_the_model_nor_the_job_validation(tmp_path: Path) -> None:
+    with answering_daemon(tmp_path, {"ids": [7]}) as heard:
+        loaded = loaded_by(["sbatch", "-H", "--wrap", "true"], tmp_path)
+    assert json.loads(heard[0])["op"] == "submit"
+    batch = {"gbatch.spec", "gbatch.batchscript", "gbatch.sweep", "gbatch.outputs"}
+    assert within(loaded, NOT_EVERYDAY | batch | {"shlex"}) == []
+
+
+def test_sbatch_takes_the_full_path_for_any_other_option(tmp_path: Path) -> None:
+    with answering_daemon(tmp_path, {"ids": [7]}):
+        loaded = loaded_by(["sbatch", "-H", "-J", "x", "--wrap", "true"], tmp_path)
+    assert {"gbatch.spec", "gbatch.wire", "gbatch.model"} <= loaded
+
+
 def test_squeue_takes_the_full_formatter_for_array_tasks_and_other_layouts(
     tmp_path: Path,
 ) -> None:

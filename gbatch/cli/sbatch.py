@@ -10,15 +10,16 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.cli.suggest import did_you_mean, option_strings
 from gbatch.client import RequestFailed
 
+TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from typing import Any, NoReturn
 
     from gbatch.batchscript import BatchScript
     from gbatch.model import Job

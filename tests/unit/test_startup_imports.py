@@ -116,6 +116,7 @@ def test_help_imports_argparse_and_the_entry_point_alone(tmp_path: object) -> No
     ]
     # No socket, no JSON, no files: nothing is sent and nothing is read.
     assert within(loaded, {"socket", "json", "pathlib", "dataclasses", "shutil"}) == []
+    assert "typing" not in loaded  # a module for type checkers (2 ms)
 
 
 # What squeue's everyday listing (gbatch/squeue_brief.py) must not import: the model's
@@ -123,6 +124,9 @@ def test_help_imports_argparse_and_the_entry_point_alone(tmp_path: object) -> No
 # formatter, and the job-id grammar (jobids, arrays) that needs the model.
 NOT_EVERYDAY = {"dataclasses", "inspect", "gbatch.model", "gbatch.wire", "gbatch.formatting"}
 NOT_EVERYDAY |= {"gbatch.jobids", "gbatch.arrays"}
+# typing, a module for type checkers (2 ms): the entry point, the client and these two
+# commands read it only under TYPE_CHECKING.
+NOT_EVERYDAY |= {"typing"}
 
 
 @contextlib.contextmanager

@@ -732,6 +732,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 _EVERYDAY_DESTS = frozenset(
     {"wrap", "hold", "parsable", "quiet", "debug", "command", "run", "script_args"}
 )
+_FALSE_BY_DEFAULT = frozenset({"test_only"})
 # spec.MAX_COMMAND_BYTES, spelled here for the everyday path (a unit test keeps it equal).
 _MAX_COMMAND_BYTES = 64 * 1024
 
@@ -749,7 +750,11 @@ def _everyday_request(
     if args.wrap is None or args.file is not None or args.script_args:
         return None
     for dest, value in vars(args).items():
-        if dest not in _EVERYDAY_DESTS and value is not None and value is not False:
+        # Not given: None, or False for a flag whose default it is (--no-requeue's False
+        # is given, and changes the job).
+        if dest in _EVERYDAY_DESTS or value is None:
+            continue
+        if value is not False or dest not in _FALSE_BY_DEFAULT:
             return None
     command = ["/bin/sh", "-c", args.wrap]
     try:  # spec._check_command's and _check_utf8's refusals are build_spec's to make

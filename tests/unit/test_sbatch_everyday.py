@@ -30,7 +30,19 @@ _NAMES = st.one_of(
     st.text(min_size=1, max_size=8),
 )
 _ENVIRON = st.dictionaries(_NAMES, _TEXT, max_size=8)
-_FLAGS = st.lists(st.sampled_from(["-H", "--hold", "--parsable", "-Q", "--quiet"]), max_size=3)
+# Every option of sbatch's that may take no value (-H, --no-requeue, --exclusive, ...):
+# those of the everyday path and those that must send it to the full one.
+_NO_VALUE = sorted(
+    flag
+    for action in build_parser("sbatch")._subparsers._group_actions[0].choices["sbatch"]._actions  # type: ignore[union-attr]
+    if action.nargs in (0, "?") and action.dest != "help"
+    for flag in action.option_strings
+)
+_EVERYDAY_FLAGS = {"-H", "--hold", "--parsable", "-Q", "--quiet"}
+_FLAGS = st.lists(
+    st.one_of(st.sampled_from(sorted(_EVERYDAY_FLAGS)), st.sampled_from(_NO_VALUE)),
+    max_size=3,
+)
 
 
 def _args(words: list[str]) -> argparse.Namespace:
@@ -64,7 +76,7 @@ def test_the_everyday_request_is_build_submits(
         return
     if lean is not None:
         assert json.dumps(lean) == json.dumps(full)
-    else:  # declined: only for what the full path would refuse
+    elif set(flags) <= _EVERYDAY_FLAGS:  # declined: only another option, or a refusal
         raise AssertionError(f"declined a request the full path makes: {full}")
 
 
@@ -90,6 +102,8 @@ def test_a_command_or_an_environment_over_the_limits_is_left_to_the_full_path() 
         ["--wrap", "true", "-W"],
         ["--wrap", "true", "-A", "lab"],  # an ignored Slurm option still says so
         ["--wrap", "true", "-D", "/tmp"],
+        ["--wrap", "true", "--no-requeue"],  # False, and given
+        ["--wrap", "true", "--requeue"],
         ["job.yaml"],
     ],
 )
@@ -101,8 +115,10 @@ def test_the_options_the_everyday_path_reads_default_to_nothing() -> None:
     """_everyday_request takes an option as not given when it is None or False: true of
     every sbatch option's default."""
     defaults = vars(_args(["--wrap", "true"]))
-    given_ = {k: v for k, v in defaults.items() if v is not None and v is not False}
-    assert given_.keys() <= {"wrap", "command", "run", "script_args"}
+    false = {k for k, v in defaults.items() if v is False}
+    assert false == sbatch._FALSE_BY_DEFAULT | {"parsable", "debug"}
+    given_ = {k for k, v in defaults.items() if v is not None and v is not False}
+    assert given_ == {"wrap", "command", "run", "script_args"}
     assert defaults["script_args"] == []
 
 

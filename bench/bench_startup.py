@@ -13,6 +13,9 @@ busy moment of a shared machine falls on all of them alike):
 - the floors: `python -c pass`, and `python -S -c pass` (without site: what the
   interpreter itself costs; gbatch cannot run without site);
 - `gbatch squeue` with no daemon (the error path, exit status 3);
+- with `--checkout DIR` (repeatable, e.g. main's and a branch's worktree): the three
+  gbatch cases of each checkout, one of each per round (a before/after A/B in one run,
+  the same daemon and queue); run from `/`, so that `python -c` puts no checkout first;
 - for the first interpreter, the ten costliest imports of `gbatch squeue` by
   `python -X importtime`, and which heavy libraries it imports (printed, not asserted:
   tests/unit/test_startup_imports.py asserts them).
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from common import (
@@ -65,13 +68,27 @@ CASES: dict[str, tuple[list[str], int]] = {
 
 
 def interleaved(
-    cases: dict[str, tuple[list[str], int]], env: dict[str, str], runs: int
+    cases: dict[str, tuple[list[str], int]],
+    env: dict[str, str],
+    runs: int,
+    envs: dict[str, dict[str, str]] | None = None,
+    after_round: Callable[[], None] = lambda: None,
 ) -> dict[str, list[float]]:
-    """Each case once per round, `runs` rounds: samples by case."""
+    """Each case once per round, `runs` rounds: samples by case. `envs`: a case's own
+    environment (a checkout's PYTHONPATH), run from `/`. `after_round`: untimed."""
     samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(runs):
+        after_round()
         for name, (argv, status) in cases.items():
-            samples[name] += time_process(argv, env, 1, expect_status=status, warmup=0)
+            own = (envs or {}).get(name)
+            samples[name] += time_process(
+                argv,
+                own or env,
+                1,
+                expect_status=status,
+                warmup=0,
+                cwd=Path("/") if own else None,
+            )
     return samples
 
 
@@ -105,7 +122,9 @@ def heavy_imports_of_squeue(python: Path, env: dict[str, str]) -> list[str]:
     raise RuntimeError(f"the probe printed no HEAVY line: {done.stderr.strip()}")
 
 
-def bench_interpreter(python: Path, home: Path, runs: int, details: bool) -> None:
+def bench_interpreter(
+    python: Path, home: Path, runs: int, details: bool, checkouts: Sequence[Path] = ()
+) -> None:
     env = python_env(home)
     version = subprocess.run(
         [str(python), "-c", "import sys; print(sys.version.split()[0])"],
@@ -118,8 +137,30 @@ def bench_interpreter(python: Path, home: Path, runs: int, details: bool) -> Non
     cases = {name: ([*gbatch, *words], status) for name, (words, status) in CASES.items()}
     cases["`python -c pass` (the floor)"] = ([str(python), "-c", "pass"], 0)
     cases["`python -S -c pass` (no site)"] = ([str(python), "-S", "-c", "pass"], 0)
-    interleaved(cases, env, 2)  # warm-up: bytecode caches, the page cache
-    samples = interleaved(cases, env, runs)
+    envs: dict[str, dict[str, str]] = {}
+    for checkout in checkouts:
+        for name, (words, status) in CASES.items():
+            mine = f"{name} [{checkout}]"
+            cases[mine] = ([str(python), "-c", ENTRY, *words], status)
+            envs[mine] = {**env, "PYTHONPATH": str(checkout.resolve())}
+    # The queue squeue lists stays the 10 held jobs: each round cancels the jobs the
+    # sbatch cases queued (ids past the last of those 10).
+    listed = subprocess.run(
+        [*gbatch, "squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    last = max(int(job_id) for job_id in listed)
+
+    def trim() -> None:
+        subprocess.run(
+            [*gbatch_argv(PYTHON), "scancel", f"{last + 1}-{last + 100_000}"],
+            env=env,
+            capture_output=True,
+            check=False,
+        )
+
+    interleaved(cases, env, 2, envs, trim)  # warm-up: bytecode caches, the page cache
+    samples = interleaved(cases, env, runs, envs, trim)
+    trim()
     floor_ms = median(samples["`python -c pass` (the floor)"]) * 1000
     for name in CASES:
         report_ms(name, samples[name], GOAL_MS)
@@ -127,7 +168,7 @@ def bench_interpreter(python: Path, home: Path, runs: int, details: bool) -> Non
         verdict = "met" if over <= OVER_FLOOR_GOAL_MS else "MISSED"
         print(f"  ... {over:.1f} ms over the floor (goal <= {OVER_FLOOR_GOAL_MS:g} ms, {verdict})")
     for name in list(cases)[len(CASES) :]:
-        report_ms(name, samples[name])
+        report_ms(name, samples[name], GOAL_MS if name in envs else None)
     print(f"load average after: {load_average()}")
     if not details:
         return
@@ -157,6 +198,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="an interpreter to time gbatch on (repeatable; default: this one). The "
         "daemon always runs on this one",
     )
+    parser.add_argument(
+        "--checkout",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="also time the gbatch cases of this checkout (repeatable), interleaved with "
+        "the others: e.g. main's worktree and a branch's, for a before/after A/B",
+    )
     args = parser.parse_args(argv)
     runs = 10 if args.quick else 30
     pythons = args.python or [PYTHON]
@@ -165,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         env = python_env(home)
         for index, python in enumerate(pythons):
             queue_held_jobs(env, QUEUED)
-            bench_interpreter(python, home, runs, details=index == 0)
+            bench_interpreter(python, home, runs, details=index == 0, checkouts=args.checkout)
             # Each interpreter's squeue lists the same small queue: the held jobs that
             # sbatch queued go.
             subprocess.run(

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gbatch.model import JOB_EVENTS, JobSpec, NotifyHook
+from gbatch.submitenv import ENV_NAME_RE as _ENV_NAME_RE
+from gbatch.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, submit_env_bytes
+from gbatch.submitenv import reserved_env_reason as _reserved_env_reason
 from gbatch.timefmt import (
     ACCEPTED_FORMS,
     BEGIN_FORMS,
@@ -159,7 +162,6 @@ _KEY_ALIASES = {
 }
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 # docker's reference grammar (distribution/reference): [host[:port]/]path[:tag][@digest].
 # Stricter than docker in one way: a registry host must contain "." or ":port" or be
 # localhost, so "Pytorch/x" is refused as uppercase instead of pulled from host "Pytorch".
@@ -175,17 +177,6 @@ _IMAGE_RE = re.compile(
 )
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1 control characters
 _SHM_RE = re.compile(r"([0-9]{1,15})\s*(?:([bkmg])(?:i?b)?)?", re.ASCII | re.IGNORECASE)
-
-
-def _reserved_env_reason(name: str) -> str | None:
-    """Why gbatch keeps `name` for itself, or None when a job may set it."""
-    if name.startswith("NVIDIA_"):
-        return "NVIDIA_* variables decide which GPUs a container sees, so gbatch sets them"
-    if name.endswith("_VISIBLE_DEVICES"):
-        return "*_VISIBLE_DEVICES variables are set by gbatch from the GPUs it allocates"
-    if name.startswith("GBATCH_"):
-        return "GBATCH_* variables are reserved for what gbatch tells the job"
-    return None
 
 
 class SpecError(Exception):
@@ -1011,7 +1002,6 @@ def parse_gres(text: str) -> int:
 
 # ------------------------------------------------------------------- --export
 
-MAX_SUBMIT_ENV_BYTES = 128 * 1024
 EXPORT_FORMS = "ALL, NONE, or variables: NAME or NAME=value, comma separated (ALL,NAME=value)"
 
 
@@ -1090,25 +1080,8 @@ def exported_env(export: Export, environ: Mapping[str, str]) -> dict[str, str]:
     return filter_submit_env(chosen)
 
 
-def filter_submit_env(env: Mapping[str, str]) -> dict[str, str]:
-    """exported_env's filter; the daemon applies it again to what a client sends."""
-    return {
-        name: value
-        for name, value in env.items()
-        if isinstance(name, str)
-        and isinstance(value, str)
-        and _ENV_NAME_RE.fullmatch(name)
-        and _reserved_env_reason(name) is None
-        and not name.startswith("SLURM_")
-        and not ("\0" in value or "\n" in value or "\r" in value)
-    }
-
-
 def check_submit_env_size(env: Mapping[str, str], field: str = "--export") -> None:
-    size = sum(
-        len(n.encode("utf-8", "surrogatepass")) + len(v.encode("utf-8", "surrogatepass")) + 2
-        for n, v in env.items()
-    )
+    size = submit_env_bytes(env)
     if size > MAX_SUBMIT_ENV_BYTES:
         raise SpecError(
             field,

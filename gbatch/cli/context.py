@@ -7,12 +7,14 @@ import pwd
 import sys
 from collections.abc import Callable
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
 
 from gbatch.client import Client
 from gbatch.paths import Paths, resolve_paths
 
+TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
 if TYPE_CHECKING:
+    from typing import Any
+
     from gbatch.jobids import Forms, JobTarget
 
 
@@ -45,11 +47,11 @@ def parse_ids(values: list[str] | None, what: str, forms: Forms | None = None) -
     default) and written back in canonical form for the daemon (which checks them again);
     None when none were given. `what` names the command's option or argument in the error:
     `gbatch squeue: error: -j/--jobs: '4_5x' is not a job id. Give N, N_K, ...`."""
+    if not values:
+        return None  # before the imports: gbatch.jobids loads the model (start-up)
     from gbatch.cli.exits import CliError, Exit
     from gbatch.jobids import ANY, JobIdError, parse_job_ids
 
-    if not values:
-        return None
     try:
         return [str(t) for value in values for t in parse_job_ids(value, forms or ANY)]
     except JobIdError as err:

@@ -10,20 +10,25 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
 
-from gbatch.batchscript import DIRECTIVE, BatchScript, ScriptError, looks_like_script, parse_script
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.cli.suggest import did_you_mean, option_strings
 from gbatch.client import RequestFailed
-from gbatch.model import Job, JobState
 
+TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from typing import Any, NoReturn
 
+    from gbatch.batchscript import BatchScript
+    from gbatch.model import Job
     from gbatch.sweep import Sweep
     from gbatch.wire import Submit
+
+# Imported where used, not here: batch scripts (batchscript), job files and validation
+# (spec), the model and the wire. `sbatch --wrap CMD` with no other job option needs
+# none of them (_everyday_request), and they are most of a submit's start-up.
 
 HELP = "queue a job (a job file, a batch script, options, or --wrap)"
 MAX_SCRIPT_CHARS = 1 << 20
@@ -428,6 +433,8 @@ def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str
     line gbatch cannot take, naming it. Returns the line that set each option taken
     from the script (by dest), for the refusals found later (a value build_spec
     checks) to name it too."""
+    from gbatch.batchscript import DIRECTIVE, ScriptError
+
     parser = _options_parser(DIRECTIVE)
     taken: dict[str, Any] = {}
     lines: dict[str, int] = {}
@@ -476,6 +483,7 @@ def _line_of(key: str, lines: dict[str, int]) -> int | None:
 def _on_its_line(err: Exception, script: BatchScript | None, lines: dict[str, int]) -> str:
     """A refusal of an option's value, with the script's file and line when an #SBATCH
     line gave the value (`job.sh:7: #SBATCH --mem: ...`)."""
+    from gbatch.batchscript import DIRECTIVE, ScriptError
     from gbatch.spec import OVERRIDE_OPTION
 
     field = getattr(err, "field", None)
@@ -497,6 +505,7 @@ def _on_its_line(err: Exception, script: BatchScript | None, lines: dict[str, in
 def _job_source(args: argparse.Namespace) -> tuple[dict[str, object] | None, BatchScript | None]:
     """The YAML job file's data, or the batch script (a file, or stdin), or neither
     (--wrap). Options after a YAML file are options, as they always were."""
+    from gbatch.batchscript import looks_like_script, parse_script
     from gbatch.spec import SpecError, parse_job_text, read_job_text
 
     if args.file is None:
@@ -541,6 +550,7 @@ def _wrap_with_file(file: str) -> str:
 def _embedded_script(data: dict[str, object], args: argparse.Namespace) -> BatchScript | None:
     """A job file's `script:` (taken out of `data`): a batch script as a file holds one,
     run by its #! line (bash without one), its #SBATCH lines read as a file's are."""
+    from gbatch.batchscript import parse_script
     from gbatch.spec import SpecError
 
     text = data.pop("script", None)
@@ -617,7 +627,7 @@ def _check_output_dirs(spec: Any, submit_dir: str, *, from_file: bool, err_from_
     from gbatch.outputs import submit_check_dir
     from gbatch.spec import SpecError
 
-    base = spec.workdir if spec.image is None and spec.workdir else submit_dir
+    base = _start_dir(spec, submit_dir)
     user = _user_name()
     for pattern, field in (
         (spec.output, "output" if from_file else "-o/--output"),
@@ -646,13 +656,22 @@ def _check_output_dirs(spec: Any, submit_dir: str, *, from_file: bool, err_from_
             )
 
 
+def _start_dir(spec: Any, submit_dir: str) -> str:
+    """Where a bare job starts and its relative output paths begin: its -D, else where it
+    was submitted."""
+    return str(spec.workdir) if spec.image is None and spec.workdir else submit_dir
+
+
 def _warn_default_output(spec: Any, submit_dir: str) -> None:
     """The default slurm-%j.out goes where the job is submitted from (or its -D): say
     so at once when the submitter cannot write there. Not refused, as Slurm does not
     refuse it: the job runs, and `gbatch logs` has its output."""
-    if spec.output is not None:
-        return
-    directory = spec.workdir if spec.image is None and spec.workdir else submit_dir
+    if spec.output is None:
+        _warn_unwritable(_start_dir(spec, submit_dir))
+
+
+def _warn_unwritable(directory: str) -> None:
+    """_warn_default_output's warning, for a job whose slurm-%j.out goes in `directory`."""
     if not os.access(directory, os.W_OK | os.X_OK):
         print(
             f"gbatch sbatch: warning: you cannot write in {directory}, so the job's "
@@ -673,29 +692,111 @@ def _user_name() -> str:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     submit_dir = os.getcwd()
-    request, spec, script, lines = build_submit(
-        args, lambda: _job_source(args), submit_dir=submit_dir, environ=os.environ
-    )
-    try:
-        reply = ctx.client.call(request)
-    except RequestFailed as err:
-        # The daemon names the job-file key (`partition: ...`): name the line too.
-        line = _line_of(err.message.split(":", 1)[0], lines)
-        if script is not None and line is not None:
-            located = ScriptError(script.location, line, f"{DIRECTIVE} {err.message}")
-            raise RequestFailed(err.kind, str(located)) from err
-        raise
-    if args.test_only:
-        print(_test_only_line(reply["test"], spec.gpus), file=sys.stderr)
-        return Exit.OK
-    ids = reply["ids"]
-    _warn_default_output(spec, submit_dir)  # after the submit: a refusal stays one line
+    everyday = _everyday_request(args, submit_dir, os.environ)
+    if everyday is not None:
+        reply = ctx.client.send(everyday)
+        ids = reply["ids"]
+        _warn_unwritable(submit_dir)  # --wrap alone: slurm-%j.out where it was submitted
+    else:
+        request, spec, script, lines = build_submit(
+            args, lambda: _job_source(args), submit_dir=submit_dir, environ=os.environ
+        )
+        try:
+            reply = ctx.client.call(request)
+        except RequestFailed as err:
+            # The daemon names the job-file key (`partition: ...`): name the line too.
+            line = _line_of(err.message.split(":", 1)[0], lines)
+            if script is not None and line is not None:
+                from gbatch.batchscript import DIRECTIVE, ScriptError
+
+                located = ScriptError(script.location, line, f"{DIRECTIVE} {err.message}")
+                raise RequestFailed(err.kind, str(located)) from err
+            raise
+        if args.test_only:
+            print(_test_only_line(reply["test"], spec.gpus), file=sys.stderr)
+            return Exit.OK
+        ids = reply["ids"]
+        _warn_default_output(spec, submit_dir)  # after the submit: a refusal stays one line
     if not args.quiet:
         # An array answers with its id (its first task's; tasks are N_K), as Slurm.
         print(ids[0] if args.parsable else f"Submitted batch job {ids[0]}", flush=True)
     if args.wait:
         return _wait_for(ctx, ids)
     return Exit.OK
+
+
+# What `sbatch --wrap CMD` may carry besides and still take _everyday_request: -H,
+# --parsable and -Q change the request's `held` or what is printed, nothing of the job.
+# (gbatch's own --debug, the command's name and its function are not options of sbatch.)
+# script_args: a script's words, [] when none (checked apart).
+_EVERYDAY_DESTS = frozenset(
+    {"wrap", "hold", "parsable", "quiet", "debug", "command", "run", "script_args"}
+)
+_FALSE_BY_DEFAULT = frozenset({"test_only"})
+# spec.MAX_COMMAND_BYTES, spelled here for the everyday path (a unit test keeps it equal).
+_MAX_COMMAND_BYTES = 64 * 1024
+
+
+def _everyday_request(
+    args: argparse.Namespace, submit_dir: str, environ: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """The submit request of `sbatch --wrap CMD` given no other job option (-H, --parsable
+    and -Q aside), as wire.encode_request of build_submit's, built without the model,
+    spec or wire (start-up); None for anything else, or for a command or an environment
+    that build_submit would refuse (which then says why, as ever). The job's spec is the
+    one build_spec makes of a command alone: named "wrap", run by /bin/sh -c where it was
+    submitted, taking the submitter's environment (--export=ALL, filtered as
+    submitenv's). tests/unit/test_sbatch_everyday.py holds the two paths equal."""
+    if args.wrap is None or args.file is not None or args.script_args:
+        return None
+    for dest, value in vars(args).items():
+        # Not given: None, or False for a flag whose default it is (--no-requeue's False
+        # is given, and changes the job).
+        if dest in _EVERYDAY_DESTS or value is None:
+            continue
+        if value is not False or dest not in _FALSE_BY_DEFAULT:
+            return None
+    command = ["/bin/sh", "-c", args.wrap]
+    try:  # spec._check_command's and _check_utf8's refusals are build_spec's to make
+        size = sum(len(arg.encode("utf-8")) + 1 for arg in command)
+    except UnicodeEncodeError:
+        return None
+    if not args.wrap.strip() or "\0" in args.wrap or size > _MAX_COMMAND_BYTES:
+        return None
+    from gbatch.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, submit_env_bytes
+
+    submit_env = filter_submit_env(environ)
+    if submit_env_bytes(submit_env) > MAX_SUBMIT_ENV_BYTES:
+        return None
+    spec: dict[str, Any] = {
+        "name": "wrap",
+        "command": command,
+        "image": None,
+        "gpus": 0,
+        "time_limit": None,
+        "retries": 0,
+        "env": {},
+        "mounts": [],
+        "workdir": submit_dir,
+        "priority": 0,
+        "nice": 0,
+        "shm_size": None,
+        "requeue": True,
+        "submit_dir": submit_dir,
+        "submit_host": socket.gethostname(),
+    }
+    return {
+        "op": "submit",
+        "spec": spec,
+        "secret_env": {},
+        "count": 1,
+        "held": bool(args.hold),
+        "submit_env": submit_env or None,
+        "array": None,
+        "test_only": False,
+        "sweep": None,
+        "name_template": None,
+    }
 
 
 @functools.cache
@@ -745,6 +846,7 @@ def request_for_text(
     args.file = name
 
     def source() -> tuple[dict[str, object] | None, BatchScript | None]:
+        from gbatch.batchscript import looks_like_script, parse_script
         from gbatch.spec import parse_job_text
 
         if looks_like_script(text, name):
@@ -768,6 +870,7 @@ def build_submit(
     is not on this machine (request_for_text). CliError for bad input."""
     # Deferred: yaml and validation are needed by sbatch alone.
     from gbatch import wire
+    from gbatch.batchscript import ScriptError
     from gbatch.spec import (
         OVERRIDE_OPTION,
         Export,
@@ -899,6 +1002,8 @@ def _wait_for(ctx: Context, ids: list[int]) -> int:
 
 
 def _wait_status(job: Job) -> int:
+    from gbatch.model import JobState
+
     if job.state is JobState.COMPLETED:
         return 0
     if job.state is JobState.FAILED and not job.exit_signal and job.exit_code:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from gbatch.cli.context import Context, parse_ids, split_list
 from gbatch.cli.exits import CliError, Exit
+
+TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 HELP = "show queued and running jobs"
 # formatting's, spelled here: the parser is built on every start, formatting is not.
@@ -108,19 +111,25 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch import formatting, wire
+    fmt: str | None = None
+    sort: list[tuple[str, bool]] | None = None  # None: Slurm's default (squeue_brief)
+    letters: frozenset[str] = frozenset()
+    if not _everyday(args):
+        from gbatch import formatting
 
-    try:
-        fmt = _format(args, formatting)
-        letters = formatting.squeue_letters(fmt)
-    except formatting.FormatError as err:
-        option = "-O/--Format" if args.fields is not None and args.format is None else "--format"
-        raise CliError(f"{option}: {err}", Exit.USAGE) from err
-    text = args.sort if args.sort is not None else "S" if args.start else DEFAULT_SORT
-    try:  # --start's default: by expected start, as Slurm
-        sort = formatting.parse_squeue_sort(text)
-    except formatting.FormatError as err:
-        raise CliError(f"-S/--sort: {err}", Exit.USAGE) from err
+        try:
+            fmt = _format(args, formatting)
+            letters = formatting.squeue_letters(fmt)
+        except formatting.FormatError as err:
+            option = (
+                "-O/--Format" if args.fields is not None and args.format is None else "--format"
+            )
+            raise CliError(f"{option}: {err}", Exit.USAGE) from err
+        text = args.sort if args.sort is not None else "S" if args.start else DEFAULT_SORT
+        try:  # --start's default: by expected start, as Slurm
+            sort = formatting.parse_squeue_sort(text)
+        except formatting.FormatError as err:
+            raise CliError(f"-S/--sort: {err}", Exit.USAGE) from err
     interval = _interval(args.iterate)
 
     users = split_list(args.user) or ([ctx.me] if args.me else [])
@@ -128,11 +137,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         _check_user(user)
     states = split_list(args.states) or (["PENDING"] if args.start else [])
     history = "all" in (s.lower() for s in states)  # every state, finished ones too
-    needs_starts = bool(letters & formatting.SQUEUE_START_LETTERS) or any(
-        key in "Se" for key, _ in sort
-    )
-    brief = not args.json and not letters & formatting.SQUEUE_FULL_SPEC_LETTERS
-    request = wire.ListJobs(
+    needs_starts = bool(letters & _START_LETTERS) or any(key in "Se" for key, _ in sort or ())
+    brief = not args.json and not letters & _FULL_SPEC_LETTERS
+    from gbatch.squeue_brief import list_jobs
+
+    request = list_jobs(
         users=tuple(users),
         jobs=tuple(parse_ids(args.jobs, "-j/--jobs") or ()),
         states=() if history else tuple(states),
@@ -162,6 +171,27 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             time.sleep(interval)
     except KeyboardInterrupt:
         return Exit.OK  # Ctrl-C is how -i ends
+
+
+# formatting's SQUEUE_FULL_SPEC_LETTERS and SQUEUE_START_LETTERS, spelled here for the
+# everyday path, which imports no formatting (a unit test keeps them equal).
+_FULL_SPEC_LETTERS = frozenset("CmkEoZ")
+_START_LETTERS = frozenset("Se")
+
+
+def _everyday(args: argparse.Namespace) -> bool:
+    """Whether the options leave Slurm's default format and sort, and name no job ids
+    (their grammar is gbatch.jobids'): what squeue_brief draws."""
+    return (
+        args.format is None
+        and args.fields is None
+        and not args.start
+        and not args.long
+        and args.sort is None
+        and not args.json
+        and not args.array
+        and not args.jobs
+    )
 
 
 def _format(args: argparse.Namespace, formatting: Any) -> str | None:
@@ -220,36 +250,57 @@ def _check_jobs_exist(ctx: Context, jobs: tuple[str, ...]) -> None:
 
 def _show(
     ctx: Context,
-    request: Any,
+    request: dict[str, Any],
     args: argparse.Namespace,
     fmt: str | None,
-    sort: list[tuple[str, bool]],
+    sort: list[tuple[str, bool]] | None,
     *,
     dated: bool,
 ) -> None:
+    """One listing: `sort` None is the everyday path (squeue_brief), which falls back to
+    formatting's, with the same reply, for rows it does not draw (array tasks)."""
+    reply = ctx.client.send(request)
+    out = None
+    if sort is None:
+        from gbatch.squeue_brief import format_default
+
+        out = format_default(reply["columns"], reply["now"], header=not args.noheader)
+    if out is None:
+        out = _full_table(ctx, request, reply, args, fmt, sort)
+    if dated and not args.json:
+        import time  # deferred: only -l and -i print the date
+
+        # Slurm's date line (its ctime form), in the daemon's clock.
+        out = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(reply["now"])) + "\n" + out
+    sys.stdout.write(out)
+
+
+def _full_table(
+    ctx: Context,
+    request: dict[str, Any],
+    reply: dict[str, Any],
+    args: argparse.Namespace,
+    fmt: str | None,
+    sort: list[tuple[str, bool]] | None,
+) -> str:
+    """The reply's jobs as Jobs, printed by formatting (any format, sort, -r, --json)."""
     from gbatch import formatting, wire
 
-    reply = ctx.client.call(request)
     if "columns" in reply:
         jobs = wire.jobs_from_columns(reply["columns"])
     elif "table" in reply:
         jobs = wire.jobs_from_table(reply["table"])
     else:  # records: asked for, or a daemon from before tables
         jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
-    if not jobs and request.jobs:
-        _check_jobs_exist(ctx, request.jobs)
+    if not jobs and request["jobs"]:
+        _check_jobs_exist(ctx, request["jobs"])
     now = reply["now"]
     starts = {int(job_id): at for job_id, at in reply.get("starts", ())}
+    if sort is None:
+        sort = formatting.parse_squeue_sort(DEFAULT_SORT)
     jobs = formatting.sort_squeue(jobs, sort, now, starts)
     if args.json:
-        sys.stdout.write(formatting.format_squeue_json(jobs, now))
-        return
-    out = formatting.format_squeue(
+        return formatting.format_squeue_json(jobs, now)
+    return formatting.format_squeue(
         jobs, now, fmt=fmt, header=not args.noheader, starts=starts, expand_arrays=args.array
     )
-    if dated:
-        import time  # deferred: only -l and -i print the date
-
-        # Slurm's date line (its ctime form), in the daemon's clock.
-        out = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)) + "\n" + out
-    sys.stdout.write(out)

@@ -64,11 +64,11 @@ from gbatch.spec import (
     SpecError,
     build_spec,
     check_submit_env_size,
-    filter_submit_env,
     parse_array,
     secret_env_values,
     split_throttle,
 )
+from gbatch.submitenv import filter_submit_env
 from gbatch.sweep import Sweep, check_templates, sweep_from_wire
 from gbatch.sweep import task_spec as sweep_task_spec
 from gbatch.timefmt import MAX_TIME_LIMIT_S, format_duration, show_value

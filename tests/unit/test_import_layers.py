@@ -2,7 +2,7 @@
 including those deferred into functions and those only for type checking.
 
     gbatch/ vocabulary   model spec timefmt config paths policy crashpoints wire limits
-                         dependency outputs views sweep jobids gpuusage
+                         dependency outputs views sweep jobids gpuusage submitenv
     gbatch/nodes/        what reaches a host (and gbatch.shim, run beside a local job)
     gbatch/head/         the daemon's side
     gbatch/ front        client formatting cli/ tui/ api/
@@ -36,6 +36,7 @@ VOCABULARY = {
     "jobids",
     "arrays",
     "gpuusage",
+    "submitenv",
 }
 # What each layer may import besides the vocabulary and the standard library.
 ALLOWED = {

@@ -7,14 +7,21 @@ bench/bench_startup.py times the same paths whole-process.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import gbatch
+from gbatch import wire
 from gbatch.cli._main import COMMANDS
+from gbatch.model import Job, JobSpec, JobState
 
 SOURCE = str(Path(gbatch.__file__).resolve().parents[1])
 
@@ -109,15 +116,94 @@ def test_help_imports_argparse_and_the_entry_point_alone(tmp_path: object) -> No
     ]
     # No socket, no JSON, no files: nothing is sent and nothing is read.
     assert within(loaded, {"socket", "json", "pathlib", "dataclasses", "shutil"}) == []
+    assert "typing" not in loaded  # a module for type checkers (2 ms)
 
 
-def test_squeue_imports_its_formatter_but_not_the_other_commands_needs(tmp_path: object) -> None:
-    loaded = loaded_by(["squeue"], tmp_path)
-    assert {"gbatch.client", "gbatch.formatting", "gbatch.wire"} <= loaded
+# What squeue's everyday listing (gbatch/squeue_brief.py) must not import: the model's
+# dataclasses and what they load (dataclasses, inspect), the Job decoder (wire), the full
+# formatter, and the job-id grammar (jobids, arrays) that needs the model.
+NOT_EVERYDAY = {"dataclasses", "inspect", "gbatch.model", "gbatch.wire", "gbatch.formatting"}
+NOT_EVERYDAY |= {"gbatch.jobids", "gbatch.arrays"}
+# typing, a module for type checkers (2 ms): the entry point, the client and these two
+# commands read it only under TYPE_CHECKING.
+NOT_EVERYDAY |= {"typing"}
+
+
+@contextlib.contextmanager
+def answering_daemon(home: Path, reply: dict[str, object]) -> Iterator[list[bytes]]:
+    """A stand-in gbatchd on home's socket that answers each request line with `reply`;
+    yields the request lines it read."""
+    heard: list[bytes] = []
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(home / "gbatchd.sock"))
+    server.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return  # closed: the test is over
+            with conn, conn.makefile("rb") as lines:
+                for line in lines:
+                    heard.append(line)
+                    conn.sendall(json.dumps({"ok": True, **reply}).encode() + b"\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield heard
+    finally:
+        server.shutdown(socket.SHUT_RDWR)
+        server.close()
+        thread.join(timeout=10)
+
+
+def _listing(jobs: list[Job]) -> dict[str, object]:
+    return {"columns": wire.jobs_to_columns(jobs), "now": 1_800_000_000.0}
+
+
+def _job(job_id: int, spec: JobSpec) -> Job:
+    return Job(
+        id=job_id, uid=1000, user="alice", spec=spec, state=JobState.PENDING, submit_time=1.0
+    )
+
+
+def test_squeue_lists_a_queue_without_the_model_nor_its_formatter(tmp_path: Path) -> None:
+    queue = [_job(i, JobSpec(name="train", command=("true",))) for i in (1, 2)]
+    with answering_daemon(tmp_path, _listing(queue)) as heard:
+        loaded = loaded_by(["squeue", "-u", "root", "-t", "PD"], tmp_path)
+    assert heard, "squeue sent no request"
+    assert within(loaded, NOT_EVERYDAY) == []
     # sbatch's spec, sshare's limits, sacct's and seff's GPU usage, the output files'
     # names, sprio's views; and shutil, which argparse loads for the terminal's width.
     unused = {"gbatch.spec", "gbatch.limits", "gbatch.gpuusage", "gbatch.outputs"}
     assert within(loaded, unused | {"gbatch.views", "gbatch.sweep", "shutil"}) == []
+
+
+def test_sbatch_wrap_queues_without_the_model_nor_the_job_validation(tmp_path: Path) -> None:
+    with answering_daemon(tmp_path, {"ids": [7]}) as heard:
+        loaded = loaded_by(["sbatch", "-H", "--wrap", "true"], tmp_path)
+    assert json.loads(heard[0])["op"] == "submit"
+    batch = {"gbatch.spec", "gbatch.batchscript", "gbatch.sweep", "gbatch.outputs"}
+    assert within(loaded, NOT_EVERYDAY | batch | {"shlex"}) == []
+
+
+def test_sbatch_takes_the_full_path_for_any_other_option(tmp_path: Path) -> None:
+    with answering_daemon(tmp_path, {"ids": [7]}):
+        loaded = loaded_by(["sbatch", "-H", "-J", "x", "--wrap", "true"], tmp_path)
+    assert {"gbatch.spec", "gbatch.wire", "gbatch.model"} <= loaded
+
+
+def test_squeue_takes_the_full_formatter_for_array_tasks_and_other_layouts(
+    tmp_path: Path,
+) -> None:
+    task = _job(7, JobSpec(name="sweep", command=("true",), array_task=2, array_pos=0))
+    with answering_daemon(tmp_path, _listing([task])):
+        folded = loaded_by(["squeue"], tmp_path)
+        long = loaded_by(["squeue", "-l"], tmp_path)
+    assert {"gbatch.formatting", "gbatch.wire"} <= folded
+    assert {"gbatch.formatting", "gbatch.wire"} <= long
 
 
 def test_the_command_table_lists_every_command_with_its_modules_help() -> None:

@@ -125,6 +125,9 @@ class Daemon:
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
         # array id -> {task: job id}, or None when that id is not an array's
         self._arrays: dict[int, dict[int, int] | None] = {}
+        # The planner's window as last read (Store.runnable_jobs `known`): its Jobs are
+        # built again only for the rows that changed.
+        self._window: dict[int, tuple[tuple[object, ...], Job]] = {}
         # (job id, attempt) of runs sent their --signal warning (once per attempt)
         self._warned_runs: set[tuple[int, int]] = set()
         # job id -> expected start, from the latest plan's reservation (squeue --start).
@@ -615,7 +618,7 @@ class Daemon:
 
     def schedule(self, now: float) -> None:
         self.store.refill_arrays(ARRAY_ROWS)
-        pending = self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER)
+        pending = self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER, known=self._window)
         pending = self._past_begin(pending, now)
         pending = self.hold_back_dependents(pending, now)
         self.planned_users = frozenset(job.user for job in pending)

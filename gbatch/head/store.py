@@ -1264,13 +1264,15 @@ class Store:
         if known is None:
             return sorted(map(_job_from_row, rows), key=lambda job: job.id)
         read: dict[int, tuple[tuple[object, ...], Job]] = {}
+        last_read = known.get
         for row in rows:
-            job_id = _row_id(row)
-            last = known.get(job_id)
+            job_id = row[0]
+            assert isinstance(job_id, int)
+            last = last_read(job_id)
             read[job_id] = last if last is not None and last[0] == row else (row, _build_job(row))
         known.clear()
         known.update(read)
-        return [job for _, job in sorted(read.values(), key=lambda each: _row_id(each[0]))]
+        return [read[job_id][1] for job_id in sorted(read)]
 
     def jobs_in(self, states: Collection[JobState]) -> list[Job]:
         """Jobs in any of `states`, oldest first (by the state index: cheap for the few

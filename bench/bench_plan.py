@@ -218,8 +218,7 @@ def measure_loop(jobs: list[Job], runs: int) -> None:
                 store.submit([job.spec for job in mine], mine[0].uid, user, NOW)
             # Every simulated GPU taken by a running job: passes plan, nothing starts.
             busy = store.submit(
-                [JobSpec(name="busy", command=("true",), gpus=1, time_limit=3600)]
-                * GPUS_PER_NODE,
+                [JobSpec(name="busy", command=("true",), gpus=1, time_limit=3600)] * GPUS_PER_NODE,
                 999,
                 "busy",
                 NOW,

@@ -622,20 +622,41 @@ class Daemon:
 
     def schedule(self, now: float) -> None:
         self.store.refill_arrays(ARRAY_ROWS)
-        pending = self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER, known=self._window)
-        pending = self._past_begin(pending, now)
-        pending = self.hold_back_dependents(pending, now)
-        self.planned_users = frozenset(job.user for job in pending)
-        if not pending:
-            self._queue_planner(pending)
+        window = self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER, known=self._window)
+        # One pass over the window: the filters below see only the jobs they may hold
+        # back (a --begin, a dependency, a throttled array), not the whole window.
+        plain: list[Job] = []
+        special: list[Job] = []
+        users: set[str] = set()
+        # Asking an engine can take a subprocess: only when an image job could start.
+        check_engines = False
+        for job in window:
+            spec = job.spec
+            if spec.begin is None and spec.dependency is None and spec.array_throttle is None:
+                plain.append(job)
+                users.add(job.user)
+                if spec.image is not None and not job.held:
+                    check_engines = True
+            else:
+                special.append(job)
+        if special:
+            special = self._past_begin(special, now)
+            special = self.hold_back_dependents(special, now)
+            users.update(job.user for job in special)
+        self.planned_users = frozenset(users)
+        if not plain and not special:
+            self._queue_planner(())
             self.expected_starts = {}
             return
         allocated = self.store.jobs_in(ALLOCATED_STATES)
-        pending = self._within_throttle(pending, allocated)
+        if special:
+            special = self._within_throttle(special, allocated)
+            check_engines = check_engines or any(
+                job.spec.image is not None and not job.held for job in special
+            )
+        pending = plain + special if special else plain
         self._queue_planner(pending)
         drained = self.store.drained_nodes()
-        # Asking an engine can take a subprocess: only when an image job could start.
-        check_engines = any(job.spec.image is not None and not job.held for job in pending)
         views = [
             self.fleet.node_view(node, allocated, drained, check_engine=check_engines, now=now)
             for node in self.fleet.nodes.values()

@@ -8,9 +8,11 @@ gbatch/limits.py). `--pending` sets the queue (default 10,000; the issue's case 
 
 `--loop` adds what the daemon's loop does per tick: Daemon.schedule() over a real store
 (a SQLite file in a temporary directory) holding `--pending` jobs of 50 users, with the
-local node's 8 simulated GPUs all taken, so every pass plans the whole window and
-starts nothing. That includes reading the pending jobs from the store, the dependency,
-begin-time and throttle filters, the node views, usage, plan() and the reasons written.
+local node up (its agent reporting 8 simulated GPUs) and all 8 taken by running jobs
+with a one-hour time limit, so every pass plans the queue against a full node (one job
+holds a reservation) and starts nothing. That includes reading the pending jobs from
+the store, the dependency, begin-time and throttle filters, the node views, usage, the
+planner's pass and the reasons written.
 """
 
 from __future__ import annotations
@@ -216,7 +218,7 @@ def measure_loop(jobs: list[Job], runs: int) -> None:
                 store.submit([job.spec for job in mine], mine[0].uid, user, NOW)
             # Every simulated GPU taken by a running job: passes plan, nothing starts.
             busy = store.submit(
-                [JobSpec(name="busy", command=("true",), gpus=1)] * GPUS_PER_NODE,
+                [JobSpec(name="busy", command=("true",), gpus=1, time_limit=3600)] * GPUS_PER_NODE,
                 999,
                 "busy",
                 NOW,
@@ -224,8 +226,11 @@ def measure_loop(jobs: list[Job], runs: int) -> None:
             for gpu, job_id in enumerate(busy):
                 store.set_state(job_id, JobState.CONFIGURING, "", NOW, node="local", gpus=(gpu,))
                 store.set_state(job_id, JobState.RUNNING, "", NOW, start_time=NOW)
+            daemon.fleet.start()  # the node is up: its agent reports its GPUs
             now = time.time()
             daemon.schedule(now)  # the first pass writes every reason
+            if not daemon.expected_starts:
+                raise SystemExit("no reservation: the node is not up, or not full")
             samples = []
             for _ in range(runs):
                 start = time.perf_counter()
@@ -234,13 +239,14 @@ def measure_loop(jobs: list[Job], runs: int) -> None:
             if len(store.jobs_in((JobState.CONFIGURING, JobState.RUNNING))) != len(busy):
                 raise SystemExit("a pass started a job: the measure is not what it says")
         finally:
+            daemon.fleet.stop()
             daemon.committer.close()
             store.close()
     samples.sort()
     median = statistics.median(samples)
     p90 = samples[min(len(samples) - 1, round(0.9 * (len(samples) - 1)))]
     print(
-        f"Daemon.schedule(): {len(jobs)} pending in the store, 8 GPUs all taken: "
+        f"Daemon.schedule(): {len(jobs)} pending in the store, the node's 8 GPUs all taken: "
         f"median {median:.1f} ms, p90 {p90:.1f} ms (goal <= {GOAL_MS:.0f} ms)"
     )
 

@@ -46,7 +46,7 @@ from gbatch.head.metrics import DaemonMetrics
 from gbatch.head.notify import TIME_LIMIT_WARNINGS, Episodes, mail_types, node_conditions
 from gbatch.head.outbox import Outbox
 from gbatch.head.refusals import RefusalLines
-from gbatch.head.scheduler import BEGIN_TIME, plan
+from gbatch.head.scheduler import BEGIN_TIME, Planner, plan
 from gbatch.head.store import StateChange, Store, StoreFull, Usage
 from gbatch.head.tokens import TokenAuthority
 from gbatch.limits import ARRAY_HARD_CAP, UserLimits, unix_groups, use_by_user
@@ -125,6 +125,13 @@ class Daemon:
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
         # array id -> {task: job id}, or None when that id is not an array's
         self._arrays: dict[int, dict[int, int] | None] = {}
+        # The planner's window as last read (Store.runnable_jobs `known`): its Jobs are
+        # built again only for the rows that changed.
+        self._window: dict[int, tuple[tuple[object, ...], Job]] = {}
+        # The incremental planner (None: a full plan() each pass, as tests compare) and
+        # the queue it holds (id -> the Job put), what the filters let through last pass.
+        self.planner: Planner | None = Planner()
+        self._planned: dict[int, Job] = {}
         # (job id, attempt) of runs sent their --signal warning (once per attempt)
         self._warned_runs: set[tuple[int, int]] = set()
         # job id -> expected start, from the latest plan's reservation (squeue --start).
@@ -617,18 +624,41 @@ class Daemon:
 
     def schedule(self, now: float) -> None:
         self.store.refill_arrays(ARRAY_ROWS)
-        pending = self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER)
-        pending = self._past_begin(pending, now)
-        pending = self.hold_back_dependents(pending, now)
-        self.planned_users = frozenset(job.user for job in pending)
-        if not pending:
+        window = self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER, known=self._window)
+        # One pass over the window: the filters below see only the jobs they may hold
+        # back (a --begin, a dependency, a throttled array), not the whole window.
+        plain: list[Job] = []
+        special: list[Job] = []
+        users: set[str] = set()
+        # Asking an engine can take a subprocess: only when an image job could start.
+        check_engines = False
+        for job in window:
+            spec = job.spec
+            if spec.begin is None and spec.dependency is None and spec.array_throttle is None:
+                plain.append(job)
+                users.add(job.user)
+                if spec.image is not None and not job.held:
+                    check_engines = True
+            else:
+                special.append(job)
+        if special:
+            special = self._past_begin(special, now)
+            special = self.hold_back_dependents(special, now)
+            users.update(job.user for job in special)
+        self.planned_users = frozenset(users)
+        if not plain and not special:
+            self._queue_planner(())
             self.expected_starts = {}
             return
         allocated = self.store.jobs_in(ALLOCATED_STATES)
-        pending = self._within_throttle(pending, allocated)
+        if special:
+            special = self._within_throttle(special, allocated)
+            check_engines = check_engines or any(
+                job.spec.image is not None and not job.held for job in special
+            )
+        pending = plain + special if special else plain
+        self._queue_planner(pending)
         drained = self.store.drained_nodes()
-        # Asking an engine can take a subprocess: only when an image job could start.
-        check_engines = any(job.spec.image is not None and not job.held for job in pending)
         views = [
             self.fleet.node_view(node, allocated, drained, check_engine=check_engines, now=now)
             for node in self.fleet.nodes.values()
@@ -639,12 +669,24 @@ class Daemon:
             for user in {job.user for job in pending}:
                 if (mine := self.limits_for(user)).limits_running:
                     limits[user] = mine
-        result = plan(pending, views, usage, now, limits, use_by_user(allocated))
+        use = use_by_user(allocated)
+        if self.planner is None:
+            result = plan(pending, views, usage, now, limits, use)
+        else:
+            result = self.planner.plan(views, usage, now, limits, use)
         self.expected_starts = result.starts
-        by_id = {j.id: j for j in pending}
-        self.store.set_pending_reasons(
-            {job_id: r for job_id, r in result.reasons.items() if by_id[job_id].reason != r}
-        )
+        by_id = self._planned if self.planner is not None else {j.id: j for j in pending}
+        written = {job_id: r for job_id, r in result.reasons.items() if by_id[job_id].reason != r}
+        try:
+            self.store.set_pending_reasons(written)
+        except BaseException:
+            if self.planner is not None:  # it counts them told: the next pass starts over
+                self.planner, self._planned = Planner(), {}
+            raise
+        # Their rows are no longer what the window read: read afresh, they are new Jobs
+        # and so put again, even should another write set the reason back as it was read.
+        for job_id in written:
+            self._window.pop(job_id, None)
         self.dispatch(
             [
                 (by_id[each.job_id], self.fleet.nodes[each.node], each.gpus)
@@ -652,6 +694,31 @@ class Daemon:
             ],
             now,
         )
+
+    def _queue_planner(self, pending: Sequence[Job]) -> None:
+        """Bring the planner's queue to `pending` (what the filters let through this
+        pass): put what is new or changed, discard what left.
+
+        A job whose row is unchanged is the same Job as last pass (Store.runnable_jobs
+        `known`), so this costs a pass over `pending` and the planner's work for what
+        changed. A row changed in any way (its reason written, held, updated) is put
+        again and so planned afresh: the planner then reports its reason, which is
+        written where the row's differs. A reason this pass writes drops its row from
+        the window, so the next read makes a new Job of it whatever was written between.
+        So the reasons a pass reports (only those that changed, see Planner) are all
+        that can differ from the rows'.
+        """
+        planner = self.planner
+        if planner is None:
+            return
+        before = self._planned
+        now_planned = {job.id: job for job in pending}
+        for job_id, job in now_planned.items():
+            if before.get(job_id) is not job:
+                planner.put(job)
+        for job_id in before.keys() - now_planned.keys():
+            planner.discard(job_id)
+        self._planned = now_planned
 
     def hold_back_dependents(self, pending: Sequence[Job], now: float) -> list[Job]:
         """The jobs of `pending` free to plan: those without a dependency, or whose
@@ -743,9 +810,18 @@ class Daemon:
     def _within_throttle(self, pending: list[Job], allocated: Sequence[Job]) -> list[Job]:
         """The jobs their array's %MAX lets start; the others get reason
         JobArrayTaskLimit and stay out of the plan, taking no reservation."""
+        # Only tasks of throttled arrays can be held back; their order among themselves
+        # is all over_throttle reads, so only they are sorted.
+        throttled = [
+            job
+            for job in pending
+            if job.spec.array_throttle is not None and job.array_job_id is not None
+        ]
+        if not throttled:
+            return pending
         running = Counter(job.array_job_id for job in allocated if job.array_job_id is not None)
         ordered = sorted(
-            pending, key=lambda j: (j.user, -j.spec.effective_priority, j.submit_time, j.id)
+            throttled, key=lambda j: (j.user, -j.spec.effective_priority, j.submit_time, j.id)
         )
         held = over_throttle(ordered, running)
         if not held:

@@ -1228,13 +1228,24 @@ class Store:
         """Jobs not yet in a final state, oldest first."""
         return self._select(f"state IN ({_ACTIVE_SQL})", ())
 
-    def runnable_jobs(self, per_user: int | None = None) -> list[Job]:
+    def runnable_jobs(
+        self,
+        per_user: int | None = None,
+        known: dict[int, tuple[tuple[object, ...], Job]] | None = None,
+    ) -> list[Job]:
         """Pending jobs that are not held: what the planner considers, by id.
 
         With `per_user`, only each user's first `per_user` in that user's queue order:
         queue_priority (the spec's priority - nice) descending, then submit time, then
         id, which is the order plan() keeps among one user's jobs. Read through the
         jobs_queue index, so a user with 500,000 waiting jobs costs what `per_user` do.
+
+        `known` (with `per_user`), when given, is the caller's own cache of the last
+        read (id -> (row, Job)): a row read unchanged is the Job built from it then, and
+        `known` is left holding this read's rows only. The loop reads a window of 50
+        users x 1,000 jobs every tick; through the shared row cache (`_job_from_row`,
+        50,000 entries) a window that size would clear it and rebuild every Job each
+        tick, and fill it for squeue's readers besides.
         """
         if per_user is None:
             return self._select("state = 'PENDING' AND held = 0", ())
@@ -1250,7 +1261,18 @@ class Store:
                     (user, per_user),
                 )
             ]
-        return sorted(map(_job_from_row, rows), key=lambda job: job.id)
+        if known is None:
+            return sorted(map(_job_from_row, rows), key=lambda job: job.id)
+        read: dict[int, tuple[tuple[object, ...], Job]] = {}
+        last_read = known.get
+        for row in rows:
+            job_id = row[0]
+            assert isinstance(job_id, int)
+            last = last_read(job_id)
+            read[job_id] = last if last is not None and last[0] == row else (row, _build_job(row))
+        known.clear()
+        known.update(read)
+        return [read[job_id][1] for job_id in sorted(read)]
 
     def jobs_in(self, states: Collection[JobState]) -> list[Job]:
         """Jobs in any of `states`, oldest first (by the state index: cheap for the few

@@ -871,6 +871,26 @@ def test_runnable_jobs_per_user_are_each_users_first_in_queue_order(store: Store
     assert {b, d} <= {j.id for j in store.runnable_jobs()}
 
 
+def test_runnable_jobs_with_known_rebuild_only_changed_rows(store: Store) -> None:
+    a, b, c = store.submit([spec("a"), spec("b"), spec("c")], uid=1000, user="alice", now=T0)
+    known: dict[int, Any] = {}
+    first = store.runnable_jobs(per_user=10, known=known)
+    assert [j.id for j in first] == [a, b, c]
+    assert set(known) == {a, b, c}
+    # Not kept in (nor clearing) the shared row cache: the loop's window is its own.
+    store_module._JOB_CACHE.clear()
+    store.set_pending_reasons({b: "Priority"})
+    store.cancel_pending([c], "gone", T0 + 1)
+    (d,) = store.submit([spec("d")], uid=1000, user="alice", now=T0 + 2)
+    second = store.runnable_jobs(per_user=10, known=known)
+    assert [j.id for j in second] == [a, b, d]
+    assert second[0] is first[0]  # unchanged row: the same Job
+    assert second[1] is not first[1] and second[1].reason == "Priority"
+    assert set(known) == {a, b, d}  # the job gone is forgotten
+    assert store_module._JOB_CACHE == {}
+    assert second == store.runnable_jobs(per_user=10)
+
+
 def test_migration_5_gives_queued_jobs_their_queue_priority(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -47,7 +47,7 @@ from gbatch.head.notify import TIME_LIMIT_WARNINGS, Episodes, mail_types, node_c
 from gbatch.head.outbox import Outbox
 from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import BEGIN_TIME, Planner, plan
-from gbatch.head.store import StateChange, Store, StoreFull, Usage
+from gbatch.head.store import RunnableWindow, StateChange, Store, StoreFull, Usage
 from gbatch.head.tokens import TokenAuthority
 from gbatch.limits import ARRAY_HARD_CAP, UserLimits, unix_groups, use_by_user
 from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
@@ -125,9 +125,9 @@ class Daemon:
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
         # array id -> {task: job id}, or None when that id is not an array's
         self._arrays: dict[int, dict[int, int] | None] = {}
-        # The planner's window as last read (Store.runnable_jobs `known`): its Jobs are
-        # built again only for the rows that changed.
-        self._window: dict[int, tuple[tuple[object, ...], Job]] = {}
+        # The planner's window, kept by the store's change feed (Store.read_window): a
+        # pass reads only the rows written since the last, and builds Jobs of those.
+        self._window = RunnableWindow(PLAN_JOBS_PER_USER)
         # The incremental planner (None: a full plan() each pass, as tests compare) and
         # the queue it holds (id -> the Job put), what the filters let through last pass.
         self.planner: Planner | None = Planner()
@@ -624,7 +624,7 @@ class Daemon:
 
     def schedule(self, now: float) -> None:
         self.store.refill_arrays(ARRAY_ROWS)
-        window = self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER, known=self._window)
+        window = self.store.read_window(self._window)
         # One pass over the window: the filters below see only the jobs they may hold
         # back (a --begin, a dependency, a throttled array), not the whole window.
         plain: list[Job] = []
@@ -683,10 +683,9 @@ class Daemon:
             if self.planner is not None:  # it counts them told: the next pass starts over
                 self.planner, self._planned = Planner(), {}
             raise
-        # Their rows are no longer what the window read: read afresh, they are new Jobs
-        # and so put again, even should another write set the reason back as it was read.
-        for job_id in written:
-            self._window.pop(job_id, None)
+        # Their rows are no longer what the window read: the next read (the change feed
+        # has them) makes new Jobs of them, so they are put again, even should another
+        # write set the reason back as it was read.
         self.dispatch(
             [
                 (by_id[each.job_id], self.fleet.nodes[each.node], each.gpus)
@@ -699,12 +698,12 @@ class Daemon:
         """Bring the planner's queue to `pending` (what the filters let through this
         pass): put what is new or changed, discard what left.
 
-        A job whose row is unchanged is the same Job as last pass (Store.runnable_jobs
-        `known`), so this costs a pass over `pending` and the planner's work for what
-        changed. A row changed in any way (its reason written, held, updated) is put
-        again and so planned afresh: the planner then reports its reason, which is
-        written where the row's differs. A reason this pass writes drops its row from
-        the window, so the next read makes a new Job of it whatever was written between.
+        A job whose row is unchanged is the same Job as last pass (Store.read_window),
+        so this costs a pass over `pending` and the planner's work for what changed. A
+        row changed in any way (its reason written, held, updated) is put again and so
+        planned afresh: the planner then reports its reason, which is written where the
+        row's differs. A reason this pass writes is a change the next read takes, so it
+        makes a new Job of that row whatever was written between.
         So the reasons a pass reports (only those that changed, see Planner) are all
         that can differ from the rows'.
         """

@@ -7,6 +7,7 @@ is the only writer; its threads share one connection behind a lock.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import os
@@ -188,6 +189,14 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX outbox_due ON outbox(next_attempt_time)
         WHERE delivered IS NULL AND gave_up IS NULL
     """,
+    # 11: the change feed. Every write of a jobs row sets its `changed` to the
+    # transaction's number, one more than the largest before it (Store._change_number),
+    # so the loop reads only the rows written since its last pass (Store.read_window).
+    # Rows from before start at 0: a window's first read reads everything anyway.
+    """
+    ALTER TABLE jobs ADD COLUMN changed INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_changed ON jobs(changed)
+    """,
 )
 # The key that seals job_secrets, beside the store in the daemon's home.
 SECRET_KEY_FILE = "secrets.key"
@@ -205,6 +214,20 @@ _QUEUED_USERS = """
     )
     SELECT user FROM queued WHERE user IS NOT NULL
 """
+# A user's runnable jobs in queue order (jobs_queue), the first `?`; and those after a
+# key (queue_priority, submit_time, id) in that order. queue_priority comes first.
+_USER_QUEUE = """
+    SELECT queue_priority, {columns} FROM jobs INDEXED BY jobs_queue
+    WHERE state = 'PENDING' AND held = 0 AND user = ?
+    ORDER BY queue_priority DESC, submit_time, id LIMIT ?
+"""
+_USER_QUEUE_AFTER = """
+    SELECT queue_priority, {columns} FROM jobs INDEXED BY jobs_queue
+    WHERE state = 'PENDING' AND held = 0 AND user = ?
+        AND (queue_priority < ? OR (queue_priority = ?
+             AND (submit_time > ? OR (submit_time = ? AND id > ?))))
+    ORDER BY queue_priority DESC, submit_time, id LIMIT ?
+"""
 # Ids bound per `IN (...)` statement: well under SQLite's oldest variable limit (999).
 _IN_CHUNK = 500
 
@@ -212,6 +235,8 @@ _JOB_COLUMNS = (
     "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node, "
     "gpus, attempt, exit_code, exit_signal, stop_state, gpu_uuids"
 )
+_USER_QUEUE = _USER_QUEUE.format(columns=_JOB_COLUMNS)
+_USER_QUEUE_AFTER = _USER_QUEUE_AFTER.format(columns=_JOB_COLUMNS)
 # What a listing prints of a job (Store.listing_rows): no gpus, exit codes or attempt.
 _LISTING_COLUMNS = (
     "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node"
@@ -333,6 +358,105 @@ class JobBrief(NamedTuple):
     state: JobState
 
 
+# A job's place in its user's queue: (-queue_priority, submit_time, id), ascending.
+_QueueKey = tuple[int, float, int]
+
+
+class RunnableWindow:
+    """The loop's planning window: each user's first `per_user` runnable (pending, not
+    held) jobs in that user's queue order, kept up to date by Store.read_window from
+    the rows changed since its last read.
+
+    Per user: the keys of the jobs held, sorted, and, where the user's window was full
+    at its last read, its bound: the window then held exactly the user's runnable jobs
+    with keys up to the bound, and the store may hold more past it. A user without a
+    bound had all of theirs in the window. A changed row leaves the window, and comes
+    back in when it is runnable and within the bound; a window over `per_user` drops
+    its last; a bounded one under it reads the next ones past its bound.
+    """
+
+    def __init__(self, per_user: int) -> None:
+        self.per_user = per_user
+        # The largest change number read; None: never read (a first read reads all).
+        self.seen: int | None = None
+        self._jobs: dict[int, tuple[str, _QueueKey, Job]] = {}
+        self._keys: dict[str, list[_QueueKey]] = {}
+        self._bounds: dict[str, _QueueKey] = {}
+        self._list: list[Job] | None = None  # jobs(), until the window changes
+
+    def clear(self) -> None:
+        self._jobs.clear()
+        self._keys.clear()
+        self._bounds.clear()
+        self._list = None
+
+    def jobs(self) -> list[Job]:
+        """The window's jobs, by id."""
+        if self._list is None:
+            jobs = self._jobs
+            self._list = [jobs[job_id][2] for job_id in sorted(jobs)]
+        return self._list
+
+    def fill(self, user: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Add the user's next rows (queue_priority, then _JOB_COLUMNS) in queue order,
+        read up to what the window lacks: fewer than asked means none are left."""
+        keys = self._keys.setdefault(user, [])
+        wanted = self.per_user - len(keys)
+        got = 0
+        for row in rows:
+            key: _QueueKey = (-row[0], row[8], row[1])
+            self._jobs[row[1]] = (user, key, _build_job(row[1:]))
+            keys.append(key)
+            got += 1
+        self._list = None
+        if got < wanted:
+            self._bounds.pop(user, None)
+        else:
+            self._bounds[user] = keys[-1]
+        if not keys:
+            del self._keys[user]
+
+    def apply(self, rows: Iterable[Sequence[Any]]) -> list[tuple[str, _QueueKey, int]]:
+        """Take changed rows (queue_priority, then _JOB_COLUMNS); return (user, bound,
+        how many) for each user whose window must read that many past its bound."""
+        touched: set[str] = set()
+        jobs, per_user = self._jobs, self.per_user
+        for row in rows:
+            job_id = row[1]
+            old = jobs.pop(job_id, None)
+            if old is not None:
+                user, key, _ = old
+                keys = self._keys[user]
+                del keys[bisect.bisect_left(keys, key)]
+                touched.add(user)
+            if row[5] != "PENDING" or row[7]:
+                continue
+            user = row[3]
+            key = (-row[0], row[8], job_id)
+            bound = self._bounds.get(user)
+            if bound is not None and key > bound:
+                continue  # past the window: the store's order keeps it for later
+            jobs[job_id] = (user, key, _build_job(row[1:]))
+            bisect.insort(self._keys.setdefault(user, []), key)
+            touched.add(user)
+        if touched:
+            self._list = None
+        short: list[tuple[str, _QueueKey, int]] = []
+        for user in touched:
+            keys = self._keys.get(user, [])
+            bound = self._bounds.get(user)
+            if len(keys) > per_user:
+                for key in keys[per_user:]:
+                    del jobs[key[2]]
+                del keys[per_user:]
+                self._bounds[user] = keys[-1]
+            elif len(keys) < per_user and bound is not None:
+                short.append((user, bound, per_user - len(keys)))
+            if not keys and bound is None:
+                self._keys.pop(user, None)
+        return short
+
+
 class StoreError(Exception):
     """The store cannot do what was asked (a missing job, a full disk)."""
 
@@ -368,6 +492,7 @@ class Store:
         self._notify = notify or Policy()
         self._feed = feed
         self._feed_lines: list[str] = []  # the open transaction's, for the feed
+        self._change: int | None = None  # the open transaction's change number, once asked
         # Jobs' env values and commands are in it: the owner's alone, whatever the umask.
         # SQLite gives the -wal and -shm files the mode of the database file; ones left
         # by an older gbatch are closed here too.
@@ -417,6 +542,7 @@ class Store:
         disk), never as sqlite3 exceptions."""
         with self._lock:
             self._feed_lines.clear()
+            self._change = None
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
@@ -433,6 +559,16 @@ class Store:
             if self._feed is not None and self._feed_lines:
                 lines, self._feed_lines = self._feed_lines, []
                 self._feed(lines)
+
+    def _change_number(self, db: sqlite3.Connection) -> int:
+        """The open transaction's change number (migration 11), for every jobs row it
+        writes: above every row's, so a reader that saw up to N asks for rows > N. One
+        index seek per transaction that writes jobs; computed in it, so whichever
+        connection wrote last, the numbers only grow."""
+        if self._change is None:
+            (top,) = db.execute("SELECT max(changed) FROM jobs INDEXED BY jobs_changed").fetchone()
+            self._change = int(top or 0) + 1
+        return self._change
 
     def _rollback(self) -> None:
         # On SQLITE_FULL SQLite may already have rolled the transaction back itself;
@@ -487,6 +623,7 @@ class Store:
         sealed = [self._seal_secrets(submission) for submission in submissions]
         sealed_env = [self._seal(dict(s.submit_env)) if s.submit_env else None for s in submissions]
         with self._write() as db:
+            change = self._change_number(db)
             results: list[list[int] | PendingLimitReached] = []
             # Pending jobs per user as this transaction goes: counted once per user.
             pending: dict[str, int] = {}
@@ -508,7 +645,8 @@ class Store:
                 for spec in submission.specs:
                     cursor = db.execute(
                         "INSERT INTO jobs (uid, user, name, spec, state, reason, held,"
-                        " submit_time, queue_priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " submit_time, queue_priority, changed)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             submission.uid,
                             submission.user,
@@ -519,6 +657,7 @@ class Store:
                             submission.held,
                             now,
                             spec.effective_priority,
+                            change,
                         ),
                     )
                     assert cursor.lastrowid is not None
@@ -725,7 +864,12 @@ class Store:
         if change.expect is not None and current not in change.expect:
             raise IllegalTransition(current, change.new)
         check_transition(current, change.new)
-        columns = {"state": change.new.value, "reason": change.reason, **_encode(change.fields)}
+        columns = {
+            "state": change.new.value,
+            "reason": change.reason,
+            **_encode(change.fields),
+            "changed": self._change_number(db),
+        }
         assignments = ", ".join(f"{name} = ?" for name in columns)
         db.execute(
             f"UPDATE jobs SET {assignments} WHERE id = ?", (*columns.values(), change.job_id)
@@ -880,9 +1024,11 @@ class Store:
         if not reasons:
             return
         with self._write() as db:
+            change = self._change_number(db)
             db.executemany(
-                "UPDATE jobs SET reason = ? WHERE id = ? AND state = 'PENDING' AND reason != ?",
-                [(reason, job_id, reason) for job_id, reason in reasons.items()],
+                "UPDATE jobs SET reason = ?, changed = ?"
+                " WHERE id = ? AND state = 'PENDING' AND reason != ?",
+                [(reason, change, job_id, reason) for job_id, reason in reasons.items()],
             )
 
     def set_running_reason(self, job_id: int, attempt: int, reason: str) -> bool:
@@ -891,8 +1037,9 @@ class Store:
         with self._write() as db:
             return bool(
                 db.execute(
-                    "UPDATE jobs SET reason = ? WHERE id = ? AND attempt = ? AND state = 'RUNNING'",
-                    (reason, job_id, attempt),
+                    "UPDATE jobs SET reason = ?, changed = ?"
+                    " WHERE id = ? AND attempt = ? AND state = 'RUNNING'",
+                    (reason, self._change_number(db), job_id, attempt),
                 ).rowcount
             )
 
@@ -911,8 +1058,8 @@ class Store:
         its reason and an event, with no state change. False when it has left `state`."""
         with self._write() as db:
             changed = db.execute(
-                "UPDATE jobs SET reason = ? WHERE id = ? AND state = ?",
-                (reason, job_id, state.value),
+                "UPDATE jobs SET reason = ?, changed = ? WHERE id = ? AND state = ?",
+                (reason, self._change_number(db), job_id, state.value),
             ).rowcount
             if changed:
                 self._insert_events(db, [(job_id, now, state.value, reason)])
@@ -930,7 +1077,10 @@ class Store:
                 # Checked inside the transaction: the loop may have just dispatched it.
                 raise IllegalTransition(job.state, job.state)
             reason = "JobHeldUser" if held else ""
-            db.execute("UPDATE jobs SET held = ?, reason = ? WHERE id = ?", (held, reason, job_id))
+            db.execute(
+                "UPDATE jobs SET held = ?, reason = ?, changed = ? WHERE id = ?",
+                (held, reason, self._change_number(db), job_id),
+            )
             event = "held by user" if held else "released"
             self._insert_events(db, [(job_id, now, job.state.value, event)])
             job = self._get(db, job_id)
@@ -966,12 +1116,14 @@ class Store:
                 else job.reason
             )
             db.execute(
-                "UPDATE jobs SET spec = ?, name = ?, queue_priority = ?, reason = ? WHERE id = ?",
+                "UPDATE jobs SET spec = ?, name = ?, queue_priority = ?, reason = ?, changed = ?"
+                " WHERE id = ?",
                 (
                     json.dumps(new.to_dict()),
                     new.name,
                     new.effective_priority,
                     pending_reason,
+                    self._change_number(db),
                     job_id,
                 ),
             )
@@ -1088,8 +1240,8 @@ class Store:
                 found = self._still_pending(db, part)
                 if found:
                     db.execute(
-                        f"UPDATE jobs SET {assignments} WHERE id IN ({_marks(found)})",
-                        (*values, *found),
+                        f"UPDATE jobs SET {assignments}, changed = ? WHERE id IN ({_marks(found)})",
+                        (*values, self._change_number(db), *found),
                     )
                     self._insert_events(db, [(job_id, *event) for job_id in found])
                     if cancelling:
@@ -1228,51 +1380,66 @@ class Store:
         """Jobs not yet in a final state, oldest first."""
         return self._select(f"state IN ({_ACTIVE_SQL})", ())
 
-    def runnable_jobs(
-        self,
-        per_user: int | None = None,
-        known: dict[int, tuple[tuple[object, ...], Job]] | None = None,
-    ) -> list[Job]:
+    def runnable_jobs(self, per_user: int | None = None) -> list[Job]:
         """Pending jobs that are not held: what the planner considers, by id.
 
         With `per_user`, only each user's first `per_user` in that user's queue order:
         queue_priority (the spec's priority - nice) descending, then submit time, then
         id, which is the order plan() keeps among one user's jobs. Read through the
         jobs_queue index, so a user with 500,000 waiting jobs costs what `per_user` do.
-
-        `known` (with `per_user`), when given, is the caller's own cache of the last
-        read (id -> (row, Job)): a row read unchanged is the Job built from it then, and
-        `known` is left holding this read's rows only. The loop reads a window of 50
-        users x 1,000 jobs every tick; through the shared row cache (`_job_from_row`,
-        50,000 entries) a window that size would clear it and rebuild every Job each
-        tick, and fill it for squeue's readers besides.
+        The loop keeps such a window up to date with read_window instead.
         """
         if per_user is None:
             return self._select("state = 'PENDING' AND held = 0", ())
         with self._lock:
             users = [row[0] for row in self._db.execute(_QUEUED_USERS)]
             rows = [
-                row
-                for user in users
-                for row in self._db.execute(
-                    f"SELECT {_JOB_COLUMNS} FROM jobs INDEXED BY jobs_queue"
-                    " WHERE state = 'PENDING' AND held = 0 AND user = ?"
-                    " ORDER BY queue_priority DESC, submit_time, id LIMIT ?",
-                    (user, per_user),
-                )
+                row[1:] for user in users for row in self._db.execute(_USER_QUEUE, (user, per_user))
             ]
-        if known is None:
-            return sorted(map(_job_from_row, rows), key=lambda job: job.id)
-        read: dict[int, tuple[tuple[object, ...], Job]] = {}
-        last_read = known.get
-        for row in rows:
-            job_id = row[0]
-            assert isinstance(job_id, int)
-            last = last_read(job_id)
-            read[job_id] = last if last is not None and last[0] == row else (row, _build_job(row))
-        known.clear()
-        known.update(read)
-        return [read[job_id][1] for job_id in sorted(read)]
+        return sorted(map(_job_from_row, rows), key=lambda job: job.id)
+
+    def read_window(self, window: RunnableWindow) -> list[Job]:
+        """Bring `window` (each user's first `window.per_user` runnable jobs, as
+        runnable_jobs(per_user) reads them) up to date and return its jobs, by id.
+
+        Its first read reads every user's first jobs; each read after reads only the
+        rows written since (the change feed, migration 11: `changed` above the last
+        number seen), and, for a user whose full window lost jobs, the next ones in
+        that user's queue order. A job unchanged since the last read is the same Job.
+        """
+        with self._lock:
+            db = self._db
+            (top,) = db.execute("SELECT max(changed) FROM jobs INDEXED BY jobs_changed").fetchone()
+            top = int(top or 0)
+            if window.seen is None:
+                window.clear()
+                for (user,) in db.execute(_QUEUED_USERS).fetchall():
+                    window.fill(user, db.execute(_USER_QUEUE, (user, window.per_user)))
+            elif top > window.seen:
+                rows = db.execute(
+                    f"SELECT queue_priority, {_JOB_COLUMNS} FROM jobs INDEXED BY jobs_changed"
+                    " WHERE changed > ?",
+                    (window.seen,),
+                ).fetchall()
+                for user, bound, wanted in window.apply(rows):
+                    queue_priority, submit_time, job_id = -bound[0], bound[1], bound[2]
+                    window.fill(
+                        user,
+                        db.execute(
+                            _USER_QUEUE_AFTER,
+                            (
+                                user,
+                                queue_priority,
+                                queue_priority,
+                                submit_time,
+                                submit_time,
+                                job_id,
+                                wanted,
+                            ),
+                        ),
+                    )
+            window.seen = top
+        return window.jobs()
 
     def jobs_in(self, states: Collection[JobState]) -> list[Job]:
         """Jobs in any of `states`, oldest first (by the state index: cheap for the few
@@ -1751,9 +1918,10 @@ class Store:
         if not positions:
             return 0
         ids = [tail.array_id + pos for pos in positions]
+        change = self._change_number(db)
         db.executemany(
             "INSERT INTO jobs (id, uid, user, name, spec, state, reason, held, submit_time,"
-            " end_time, queue_priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " end_time, queue_priority, changed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     tail.array_id + pos,
@@ -1767,6 +1935,7 @@ class Store:
                     tail.submit_time,
                     tail.end_time,
                     tail.spec.effective_priority,
+                    change,
                 )
                 for pos in positions
             ],
@@ -1853,7 +2022,8 @@ class Store:
             ).fetchall():
                 spec = replace(_decode_spec(text), array_throttle=throttle)
                 db.execute(
-                    "UPDATE jobs SET spec = ? WHERE id = ?", (json.dumps(spec.to_dict()), job_id)
+                    "UPDATE jobs SET spec = ?, changed = ? WHERE id = ?",
+                    (json.dumps(spec.to_dict()), self._change_number(db), job_id),
                 )
             tail = self._tail_by_id(db, array_id)
             if tail is not None:

@@ -17,7 +17,7 @@ from gbatch.config import Config, Paths
 from gbatch.formatting import format_job_details, format_sacct, format_squeue
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
-from gbatch.head.store import Store
+from gbatch.head.store import RunnableWindow, Store
 from gbatch.limits import Limits, UserLimits
 from gbatch.model import JobSpec, JobState
 
@@ -354,3 +354,17 @@ def test_a_page_of_the_narrow_listing_is_read_from_the_store_not_cut_from_it(
     assert [row[0] for row in page] == [first + ARRAY_ROWS - 1]
     (tail,) = daemon.store.listing_rows(after=first + ARRAY_ROWS - 1, limit=3)
     assert tail[0] == first + ARRAY_ROWS and tail[-1]
+
+
+def test_tasks_made_rows_and_materialised_reach_the_loops_window(daemon: Daemon) -> None:
+    """Rows a tail becomes are writes of the change feed: the window read since sees them."""
+    store = daemon.store
+    array = submit(daemon, array="0-99")[0]
+    window = RunnableWindow(per_user=1000)
+    assert store.read_window(window) == store.runnable_jobs(per_user=1000)
+    store.cancel_pending([array + task for task in range(ARRAY_ROWS)], "test", 0)
+    assert store.refill_arrays(ARRAY_ROWS) == ARRAY_ROWS
+    store.materialise([array + 90])
+    read = store.read_window(window)
+    assert array + ARRAY_ROWS in {job.id for job in read} and array + 90 in {j.id for j in read}
+    assert read == store.runnable_jobs(per_user=1000)

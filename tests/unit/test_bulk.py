@@ -20,7 +20,7 @@ from gbatch.head import daemon as daemon_module
 from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
-from gbatch.head.store import Store
+from gbatch.head.store import RunnableWindow, Store
 from gbatch.model import JobSpec, JobState
 
 ALICE = Caller(uid=5001, user="alice", pid=11)
@@ -331,6 +331,7 @@ def test_the_planner_looks_at_each_users_first_jobs_so_a_flood_hides_no_one(
     """Jobs the loop planned get a pending reason (no node answers here, so none
     starts); jobs beyond a user's window keep the empty reason they were submitted with."""
     monkeypatch.setattr(daemon_module, "PLAN_JOBS_PER_USER", 3)
+    monkeypatch.setattr(daemon, "_window", RunnableWindow(3))
     flood = submit(daemon, ALICE, 6)
     bob = submit(daemon, BOB, 2)
     daemon.schedule(daemon.clock())

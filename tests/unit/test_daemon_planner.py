@@ -1,8 +1,14 @@
 """The daemon's loop pass through the incremental Planner does what the full plan()
 path does, tick after tick, over a real store and random operations: submits (with
 --begin, dependencies, priorities, time limits), holds and releases, cancels, priority
-updates, run ends and the clock. Same starts, same reason on every job, same expected
-starts (squeue --start)."""
+updates, run ends, daemon restarts and the clock. Same starts, same reason on every
+job, same expected starts (squeue --start).
+
+The incremental side also reads its window through the store's change feed
+(Store.read_window), the full side reads it whole every pass; the window is cut to a
+few jobs per user so that jobs leave full windows (start, cancel, hold, a lower
+priority) and others come in from the store in their place. After every pass the
+feed's window is what a whole read gives."""
 
 from __future__ import annotations
 
@@ -17,13 +23,14 @@ from hypothesis import strategies as st
 
 from gbatch.config import Config, Paths
 from gbatch.head.daemon import Daemon
-from gbatch.head.store import Store
+from gbatch.head.store import RunnableWindow, Store
 from gbatch.model import IllegalTransition, Job, JobSpec, JobState, NodeView
 
 NODES = ("n1", "n2")
 GPUS = 4
 USERS = ("alice", "bob", "carol")
 T0 = 1_700_000_000.0
+WINDOW = 3  # each user's first jobs planned (the daemon's PLAN_JOBS_PER_USER)
 
 
 class Side:
@@ -34,6 +41,8 @@ class Side:
         paths = Paths(home)
         self.store = Store(paths.store)
         self.daemon = Daemon(paths, Config(simulate_gpus=0), self.store)
+        self.daemon._window = RunnableWindow(WINDOW)
+        self.incremental = incremental
         if not incremental:
             self.daemon.planner = None
         self.daemon.fleet.nodes = {name: name for name in NODES}  # type: ignore[misc]
@@ -72,6 +81,15 @@ class Side:
             self.store.set_state(job.id, JobState.CONFIGURING, "", now, node=node, gpus=tuple(gpus))
             self.store.set_state(job.id, JobState.RUNNING, "", now, start_time=now)
 
+    def schedule(self, now: float) -> None:
+        if not self.incremental:  # a whole read, as a restarted daemon's first pass
+            self.daemon._window.seen = None
+        self.daemon.schedule(now)
+
+    def restart(self) -> None:
+        """A new daemon's loop state over the same store: its first read reads all."""
+        self.daemon._window = RunnableWindow(WINDOW)
+
     def seen(self) -> list[tuple[int, str, str, bool]]:
         return [(j.id, j.state.value, j.reason, j.held) for j in self.store.jobs()]
 
@@ -80,7 +98,19 @@ class Side:
         self.store.close()
 
 
-KINDS = ("submit", "submit", "hold", "release", "cancel", "end", "priority", "reason", "clock")
+KINDS = (
+    "submit",
+    "submit",
+    "hold",
+    "release",
+    "cancel",
+    "end",
+    "priority",
+    "priority",
+    "reason",
+    "clock",
+    "restart",
+)
 
 
 @st.composite
@@ -142,6 +172,8 @@ def apply(side: Side, op: tuple[object, ...], now: float) -> None:
         elif kind == "priority" and job.state is JobState.PENDING:
             new = replace(job.spec, priority=amount)
             store.update_spec(job.id, job.spec, new, {JobState.PENDING}, "update", now)
+        elif kind == "restart" and side.incremental:
+            side.restart()
         elif kind == "reason" and job.state is JobState.PENDING:
             # Another writer's reason (a stale one): the next pass must write its own.
             store.set_pending_reasons({job.id: "Stale"})
@@ -164,10 +196,13 @@ def test_the_loop_through_the_planner_does_what_the_full_plan_does(
                     now += 20.0
                 for side in sides:
                     apply(side, op, now)
-                    side.daemon.schedule(now)
+                    side.schedule(now)
                 assert incremental.started == full.started
                 assert incremental.seen() == full.seen()
                 assert incremental.daemon.expected_starts == full.daemon.expected_starts
+                store = incremental.store
+                window = incremental.daemon._window
+                assert store.read_window(window) == store.runnable_jobs(per_user=WINDOW)
         finally:
             for side in sides:
                 side.close()

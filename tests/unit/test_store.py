@@ -8,6 +8,7 @@ import sqlite3
 import stat
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from gbatch.head import store as store_module
 from gbatch.head.store import (
     MIGRATIONS,
     JobNotFound,
+    RunnableWindow,
     StateChange,
     Store,
     StoreError,
@@ -871,24 +873,53 @@ def test_runnable_jobs_per_user_are_each_users_first_in_queue_order(store: Store
     assert {b, d} <= {j.id for j in store.runnable_jobs()}
 
 
-def test_runnable_jobs_with_known_rebuild_only_changed_rows(store: Store) -> None:
-    a, b, c = store.submit([spec("a"), spec("b"), spec("c")], uid=1000, user="alice", now=T0)
-    known: dict[int, Any] = {}
-    first = store.runnable_jobs(per_user=10, known=known)
-    assert [j.id for j in first] == [a, b, c]
-    assert set(known) == {a, b, c}
+def test_read_window_reads_only_changed_rows_and_tops_up_full_windows(store: Store) -> None:
+    a, b, c, d = store.submit([spec(n) for n in "abcd"], uid=1000, user="alice", now=T0)
+    window = RunnableWindow(per_user=2)
+    first = store.read_window(window)
+    assert [j.id for j in first] == [a, b]
     # Not kept in (nor clearing) the shared row cache: the loop's window is its own.
     store_module._JOB_CACHE.clear()
     store.set_pending_reasons({b: "Priority"})
-    store.cancel_pending([c], "gone", T0 + 1)
-    (d,) = store.submit([spec("d")], uid=1000, user="alice", now=T0 + 2)
-    second = store.runnable_jobs(per_user=10, known=known)
-    assert [j.id for j in second] == [a, b, d]
-    assert second[0] is first[0]  # unchanged row: the same Job
-    assert second[1] is not first[1] and second[1].reason == "Priority"
-    assert set(known) == {a, b, d}  # the job gone is forgotten
+    store.cancel_pending([a], "gone", T0 + 1)  # leaves a full window: c comes in
+    second = store.read_window(window)
+    assert [j.id for j in second] == [b, c]
+    assert second[0] is not first[1] and second[0].reason == "Priority"
     assert store_module._JOB_CACHE == {}
-    assert second == store.runnable_jobs(per_user=10)
+    third = store.read_window(window)
+    assert third[0] is second[0] and third[1] is second[1]  # nothing changed: same Jobs
+    # d raised above b and c: it comes in, c goes out past the window's end.
+    store.update_spec(d, spec("d"), replace(spec("d"), priority=5), {JobState.PENDING}, "", T0)
+    assert [j.id for j in store.read_window(window)] == [b, d]
+    store.set_held(b, True, T0 + 2)
+    assert [j.id for j in store.read_window(window)] == [c, d]
+    assert store.read_window(window) == store.runnable_jobs(per_user=2)
+
+
+def test_every_write_of_a_jobs_row_is_in_the_change_feed(store: Store) -> None:
+    def top() -> int:
+        return int(store._db.execute("SELECT max(changed) FROM jobs").fetchone()[0])
+
+    (a,) = store.submit([spec("a")], uid=1000, user="alice", now=T0)
+    (r,) = store.submit([spec("r")], uid=1000, user="alice", now=T0)
+    writes = [
+        lambda: store.set_pending_reasons({a: "Priority"}),
+        lambda: store.set_held(a, True, T0),
+        lambda: store.set_held_many([a], False, T0),
+        lambda: store.note(a, JobState.PENDING, "why", T0),
+        lambda: store.set_array_throttle(a, a, 1),
+        lambda: store.set_state(r, JobState.CONFIGURING, "", T0, node="n", gpus=(0,)),
+        lambda: store.set_state(r, JobState.RUNNING, "", T0),
+        lambda: store.set_running_reason(r, 0, "idle"),
+        lambda: store.cancel_pending([a], "gone", T0),
+    ]
+    for write in writes:
+        before = top()
+        write()
+        assert top() > before
+    before = top()
+    store.submit([spec("t")] * 2, uid=1000, user="alice", now=T0)
+    assert top() > before
 
 
 def test_migration_5_gives_queued_jobs_their_queue_priority(
@@ -917,5 +948,37 @@ def test_migration_5_gives_queued_jobs_their_queue_priority(
         indexes = {r[0] for r in migrated._db.execute("SELECT name FROM sqlite_master")}
         assert "jobs_queue" in indexes and "jobs_runnable" not in indexes
         assert [j.spec.name for j in migrated.runnable_jobs(per_user=1)] == ["urgent"]
+    finally:
+        migrated.close()
+
+
+def test_migration_11_gives_old_rows_a_change_number_the_first_read_takes(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:10])
+    Store(db_path).close()
+    raw = sqlite3.connect(db_path)
+    for name in ("a", "b"):
+        raw.execute(
+            "INSERT INTO jobs (uid, user, name, spec, state, submit_time) VALUES"
+            " (1000, 'alice', ?, ?, 'PENDING', ?)",
+            (name, json.dumps(spec(name).to_dict()), T0),
+        )
+    raw.commit()
+    raw.close()
+    a, b = 1, 2
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
+
+    migrated = Store(db_path)
+    try:
+        assert migrated.schema_version == len(MIGRATIONS) >= 11
+        rows = migrated._db.execute("SELECT id, changed FROM jobs ORDER BY id")
+        assert rows.fetchall() == [(a, 0), (b, 0)]
+        indexes = {r[0] for r in migrated._db.execute("SELECT name FROM sqlite_master")}
+        assert "jobs_changed" in indexes
+        window = RunnableWindow(per_user=10)
+        assert [j.id for j in migrated.read_window(window)] == [a, b]
+        migrated.cancel_pending([a], "gone", T0)
+        assert [j.id for j in migrated.read_window(window)] == [b]
     finally:
         migrated.close()

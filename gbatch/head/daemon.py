@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from gbatch import gpuusage, wire
@@ -132,6 +132,20 @@ class Daemon:
         # the queue it holds (id -> the Job put), what the filters let through last pass.
         self.planner: Planner | None = Planner()
         self._planned: dict[int, Job] = {}
+        # The window split as the filters need it, kept from its changes: the jobs
+        # without a --begin, dependency or throttle (plain), how many per user, those
+        # asking an image; the others (special), filtered afresh each pass; the special
+        # ones the last pass let through.
+        self._plain: dict[int, Job] = {}
+        self._plain_users: dict[str, int] = {}
+        self._plain_images: set[int] = set()
+        self._special: dict[int, Job] = {}
+        self._special_planned: set[int] = set()
+        # The window's changes not yet given to the planner (a pass that raised before
+        # it leaves them to the next), and whether its queue must be compared whole with
+        # the window (a first pass, a planner started over).
+        self._unplanned: set[int] = set()
+        self._plan_all = True
         # (job id, attempt) of runs sent their --signal warning (once per attempt)
         self._warned_runs: set[tuple[int, int]] = set()
         # job id -> expected start, from the latest plan's reservation (squeue --start).
@@ -625,22 +639,14 @@ class Daemon:
     def schedule(self, now: float) -> None:
         self.store.refill_arrays(ARRAY_ROWS)
         window = self.store.read_window(self._window)
-        # One pass over the window: the filters below see only the jobs they may hold
-        # back (a --begin, a dependency, a throttled array), not the whole window.
-        plain: list[Job] = []
-        special: list[Job] = []
-        users: set[str] = set()
+        self._split_window(window)
+        # The filters below see only the jobs they may hold back (a --begin, a
+        # dependency, a throttled array), not the whole window.
+        plain = self._plain
+        special = sorted(self._special.values(), key=lambda job: job.id)
+        users: set[str] = set(self._plain_users)
         # Asking an engine can take a subprocess: only when an image job could start.
-        check_engines = False
-        for job in window:
-            spec = job.spec
-            if spec.begin is None and spec.dependency is None and spec.array_throttle is None:
-                plain.append(job)
-                users.add(job.user)
-                if spec.image is not None and not job.held:
-                    check_engines = True
-            else:
-                special.append(job)
+        check_engines = bool(self._plain_images)
         if special:
             special = self._past_begin(special, now)
             special = self.hold_back_dependents(special, now)
@@ -656,8 +662,7 @@ class Daemon:
             check_engines = check_engines or any(
                 job.spec.image is not None and not job.held for job in special
             )
-        pending = plain + special if special else plain
-        self._queue_planner(pending)
+        self._queue_planner(special)
         drained = self.store.drained_nodes()
         views = [
             self.fleet.node_view(node, allocated, drained, check_engine=check_engines, now=now)
@@ -666,22 +671,25 @@ class Daemon:
         usage = self.usage(allocated, now)
         limits: dict[str, UserLimits] = {}
         if self.config.limits.limits_running:
-            for user in {job.user for job in pending}:
+            for user in set(self._plain_users).union(job.user for job in special):
                 if (mine := self.limits_for(user)).limits_running:
                     limits[user] = mine
         use = use_by_user(allocated)
         if self.planner is None:
+            pending = sorted([*plain.values(), *special], key=lambda job: job.id)
             result = plan(pending, views, usage, now, limits, use)
+            by_id = {job.id: job for job in pending}
         else:
             result = self.planner.plan(views, usage, now, limits, use)
+            by_id = self._planned
         self.expected_starts = result.starts
-        by_id = self._planned if self.planner is not None else {j.id: j for j in pending}
         written = {job_id: r for job_id, r in result.reasons.items() if by_id[job_id].reason != r}
         try:
             self.store.set_pending_reasons(written)
         except BaseException:
             if self.planner is not None:  # it counts them told: the next pass starts over
                 self.planner, self._planned = Planner(), {}
+                self._plan_all = True
             raise
         # Their rows are no longer what the window read: the next read (the change feed
         # has them) makes new Jobs of them, so they are put again, even should another
@@ -694,30 +702,77 @@ class Daemon:
             now,
         )
 
-    def _queue_planner(self, pending: Sequence[Job]) -> None:
-        """Bring the planner's queue to `pending` (what the filters let through this
-        pass): put what is new or changed, discard what left.
+    def _split_window(self, window: Sequence[Job]) -> None:
+        """Bring the plain/special split up to the window just read, from its changes
+        alone (the whole window after a first read); they are the planner's to take."""
+        changes = self._window.take_changes()
+        if changes is None:
+            self._plain.clear()
+            self._plain_users.clear()
+            self._plain_images.clear()
+            self._special.clear()
+            self._plan_all = True
+            changes = {job.id: job for job in window}
+        plain, users = self._plain, self._plain_users
+        for job_id, job in changes.items():
+            old = plain.pop(job_id, None)
+            if old is not None:
+                left = users[old.user] - 1
+                if left:
+                    users[old.user] = left
+                else:
+                    del users[old.user]
+                self._plain_images.discard(job_id)
+            self._special.pop(job_id, None)
+            if job is None:
+                continue
+            spec = job.spec
+            if spec.begin is None and spec.dependency is None and spec.array_throttle is None:
+                plain[job_id] = job
+                users[job.user] = users.get(job.user, 0) + 1
+                if spec.image is not None and not job.held:
+                    self._plain_images.add(job_id)
+            else:
+                self._special[job_id] = job
+        self._unplanned.update(changes)
+
+    def _queue_planner(self, special: Sequence[Job]) -> None:
+        """Bring the planner's queue to what the filters let through this pass (the
+        plain jobs and `special`): put what is new or changed, discard what left. Only
+        the window's changes since and the special jobs of this pass and the last are
+        looked at, unless the queue must be compared whole (`_plan_all`).
 
         A job whose row is unchanged is the same Job as last pass (Store.read_window),
-        so this costs a pass over `pending` and the planner's work for what changed. A
-        row changed in any way (its reason written, held, updated) is put again and so
-        planned afresh: the planner then reports its reason, which is written where the
-        row's differs. A reason this pass writes is a change the next read takes, so it
-        makes a new Job of that row whatever was written between.
-        So the reasons a pass reports (only those that changed, see Planner) are all
-        that can differ from the rows'.
+        so this costs the planner's work for what changed. A row changed in any way
+        (its reason written, held, updated) is put again and so planned afresh: the
+        planner then reports its reason, which is written where the row's differs. A
+        reason this pass writes is a change the next read takes, so it makes a new Job
+        of that row whatever was written between. So the reasons a pass reports (only
+        those that changed, see Planner) are all that can differ from the rows'.
         """
         planner = self.planner
         if planner is None:
+            self._unplanned.clear()
             return
-        before = self._planned
-        now_planned = {job.id: job for job in pending}
-        for job_id, job in now_planned.items():
-            if before.get(job_id) is not job:
+        planned, plain = self._planned, self._plain
+        let_through = {job.id: job for job in special}
+        if self._plan_all:
+            looked_at: Collection[int] = planned.keys() | plain.keys() | let_through.keys()
+            self._plan_all = False
+        else:
+            looked_at = self._unplanned | self._special_planned | let_through.keys()
+        for job_id in looked_at:
+            job = plain.get(job_id) or let_through.get(job_id)
+            was = planned.get(job_id)
+            if job is None:
+                if was is not None:
+                    planner.discard(job_id)
+                    del planned[job_id]
+            elif was is not job:
                 planner.put(job)
-        for job_id in before.keys() - now_planned.keys():
-            planner.discard(job_id)
-        self._planned = now_planned
+                planned[job_id] = job
+        self._special_planned = set(let_through)
+        self._unplanned.clear()
 
     def hold_back_dependents(self, pending: Sequence[Job], now: float) -> list[Job]:
         """The jobs of `pending` free to plan: those without a dependency, or whose

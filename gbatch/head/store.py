@@ -383,12 +383,27 @@ class RunnableWindow:
         self._keys: dict[str, list[_QueueKey]] = {}
         self._bounds: dict[str, _QueueKey] = {}
         self._list: list[Job] | None = None  # jobs(), until the window changes
+        # Since take_changes: id -> the Job put, or None for one gone; whole: the window
+        # was read whole since (a first read), so every job is a change.
+        self._changed: dict[int, Job | None] = {}
+        self._whole = True
 
     def clear(self) -> None:
         self._jobs.clear()
         self._keys.clear()
         self._bounds.clear()
         self._list = None
+        self._changed.clear()
+        self._whole = True
+
+    def take_changes(self) -> dict[int, Job | None] | None:
+        """The jobs put (id -> the new Job) and gone (id -> None) since the last call,
+        or None when the window was read whole since: take all of jobs() then."""
+        changed, self._changed = self._changed, {}
+        if self._whole:
+            self._whole = False
+            return None
+        return changed
 
     def jobs(self) -> list[Job]:
         """The window's jobs, by id."""
@@ -405,7 +420,9 @@ class RunnableWindow:
         got = 0
         for row in rows:
             key: _QueueKey = (-row[0], row[8], row[1])
-            self._jobs[row[1]] = (user, key, _build_job(row[1:]))
+            job = _build_job(row[1:])
+            self._jobs[row[1]] = (user, key, job)
+            self._changed[row[1]] = job
             keys.append(key)
             got += 1
         self._list = None
@@ -420,11 +437,12 @@ class RunnableWindow:
         """Take changed rows (queue_priority, then _JOB_COLUMNS); return (user, bound,
         how many) for each user whose window must read that many past its bound."""
         touched: set[str] = set()
-        jobs, per_user = self._jobs, self.per_user
+        jobs, per_user, changed = self._jobs, self.per_user, self._changed
         for row in rows:
             job_id = row[1]
             old = jobs.pop(job_id, None)
             if old is not None:
+                changed[job_id] = None
                 user, key, _ = old
                 keys = self._keys[user]
                 del keys[bisect.bisect_left(keys, key)]
@@ -436,7 +454,8 @@ class RunnableWindow:
             bound = self._bounds.get(user)
             if bound is not None and key > bound:
                 continue  # past the window: the store's order keeps it for later
-            jobs[job_id] = (user, key, _build_job(row[1:]))
+            job = changed[job_id] = _build_job(row[1:])
+            jobs[job_id] = (user, key, job)
             bisect.insort(self._keys.setdefault(user, []), key)
             touched.add(user)
         if touched:
@@ -448,6 +467,7 @@ class RunnableWindow:
             if len(keys) > per_user:
                 for key in keys[per_user:]:
                     del jobs[key[2]]
+                    changed[key[2]] = None
                 del keys[per_user:]
                 self._bounds[user] = keys[-1]
             elif len(keys) < per_user and bound is not None:

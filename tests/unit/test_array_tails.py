@@ -368,3 +368,17 @@ def test_tasks_made_rows_and_materialised_reach_the_loops_window(daemon: Daemon)
     read = store.read_window(window)
     assert array + ARRAY_ROWS in {job.id for job in read} and array + 90 in {j.id for j in read}
     assert read == store.runnable_jobs(per_user=1000)
+
+
+def test_a_task_the_throttle_holds_back_again_leaves_the_planners_queue(daemon: Daemon) -> None:
+    """A task let through one pass and held back by its %MAX the next, its row unchanged
+    since the window read it: the planner no longer holds it (it could start it)."""
+    array = submit(daemon, array="0-9%1")[0]
+    daemon.schedule(daemon.clock())
+    daemon.schedule(daemon.clock())  # reads the reasons the first wrote; writes none
+    assert array in daemon._planned and array + 1 not in daemon._planned
+    # Another task starts outside the plan (a requeue race, an admin): the %1 is used.
+    daemon.store.set_state(array + 5, JobState.CONFIGURING, "", 0, node="local", gpus=(0,))
+    daemon.schedule(daemon.clock())
+    assert array not in daemon._planned
+    assert daemon.store.require(array).reason == THROTTLE_REASON

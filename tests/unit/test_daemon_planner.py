@@ -230,3 +230,29 @@ def test_reasons_not_written_are_planned_again_at_the_next_pass(tmp_path: Path) 
         assert [store.require(i).reason for i in ids[2:]] == ["Resources"]
     finally:
         side.close()
+
+
+def test_changes_a_failed_pass_read_are_planned_at_the_next(tmp_path: Path) -> None:
+    """A pass that raised after reading the window's changes (a store read failing,
+    say): the next one still gives them to the planner, though the feed has moved on."""
+    side = Side(tmp_path, incremental=True)
+    try:
+        store = side.store
+        big = JobSpec(name="big", command=("true",), gpus=4, time_limit=60)
+        store.submit([big] * 2, 1000, "alice", T0)
+        side.daemon.schedule(T0)
+        side.daemon.schedule(T0)  # reads the reasons the first wrote
+        (late,) = store.submit([big], 1000, "bob", T0)
+        jobs_in = store.jobs_in
+
+        def failing(states: object) -> object:
+            raise OSError("read failed")
+
+        store.jobs_in = failing  # type: ignore[method-assign]
+        with pytest.raises(OSError):
+            side.daemon.schedule(T0)
+        store.jobs_in = jobs_in  # type: ignore[method-assign]
+        side.daemon.schedule(T0)
+        assert store.require(late).reason != ""
+    finally:
+        side.close()

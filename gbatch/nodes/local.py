@@ -476,10 +476,6 @@ class LocalNode:
                 )
         self._run_dirs.remove(self.paths.run_dir(job.id, attempt))
 
-    def flush_cleanups(self) -> None:
-        """Return once every run directory handed to cleanup() is removed."""
-        self._run_dirs.flush()
-
 
 class RunDirRemover:
     """Removes finished runs' directories on a thread of its own, in the order given.

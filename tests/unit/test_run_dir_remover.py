@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from gbatch.config import Config, Paths
 from gbatch.nodes import local
 from gbatch.nodes.local import RunDirRemover
 
@@ -74,3 +76,27 @@ def test_a_removal_that_fails_does_not_stop_the_next(
     remover.remove(removed)
     remover.flush()
     assert kept.exists() and not removed.exists()  # the next daemon's sweep retries 1.1
+
+
+def test_the_local_node_removes_a_finished_runs_directory_by_the_time_it_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unblock = threading.Event()
+    real = local.remove_run_dir
+
+    def gated(path: Path) -> None:
+        unblock.wait()
+        real(path)
+
+    monkeypatch.setattr(local, "remove_run_dir", gated)
+    paths = Paths(tmp_path)
+    node = local.LocalNode(paths, Config(docker=str(tmp_path / "docker")), lambda: None)
+    made = paths.make_run_dir(3, 1)
+    (made / "exit.json").write_text("{}")
+    node.cleanup(SimpleNamespace(id=3, spec=SimpleNamespace(image=None)), 1)  # type: ignore[arg-type]
+    assert made.exists()  # handed over: the caller does not wait for the disk
+    stopped = threading.Thread(target=node.stop)
+    stopped.start()
+    unblock.set()
+    stopped.join()
+    assert not made.exists()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import pwd
 import signal
@@ -49,6 +50,8 @@ from gbatch.nodes.joblog import (
 from gbatch.nodes.outfiles import OFFSETS_FILE, open_or_say
 from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
 from gbatch.shim import CPUS_ENV, MEM_MB_ENV
+
+log = logging.getLogger(__name__)
 
 LOCAL_NODE = "local"
 DOCKER_TIMEOUT = 30.0  # seconds for any one docker CLI call
@@ -113,6 +116,7 @@ class LocalNode:
             timeout=DOCKER_TIMEOUT,
         )
         self._engine_checked: tuple[float, str | None] = (0.0, None)
+        self._run_dirs = RunDirRemover()
 
     # -- the agent ----------------------------------------------------------------
 
@@ -203,6 +207,7 @@ class LocalNode:
 
     def stop(self) -> None:
         self._stopping.set()
+        self._run_dirs.flush()
         with self._lock:
             agent = self._agent
         if agent is None:
@@ -248,6 +253,9 @@ class LocalNode:
         Precondition: CONFIGURING for this attempt is committed, so a crash from
         here on is found again by reconcile.
         """
+        # A path is never reused (each start counts a new attempt); if one ever were,
+        # its old directory must be gone before the new run writes into it.
+        self._run_dirs.wait_gone(self.paths.run_dir(job.id, attempt))
         run_dir = self.paths.make_run_dir(job.id, attempt)
         if job.spec.image is None:
             self._launch_process(job, attempt, gpus, run_dir)
@@ -456,7 +464,8 @@ class LocalNode:
             os.killpg(int(pids["pgid"]), sig)
 
     def cleanup(self, job: Job, attempt: int) -> None:
-        """Forget a finished run: remove its container and its run directory."""
+        """Forget a finished run: remove its container, and hand its run directory to
+        the remover (off the loop's thread: a removal costs ms on a slow disk)."""
         if job.spec.image is not None:
             with contextlib.suppress(HostError):
                 self._host.run(
@@ -465,12 +474,69 @@ class LocalNode:
                     ),
                     timeout=DOCKER_TIMEOUT,
                 )
-        run_dir = self.paths.run_dir(job.id, attempt)
-        for name in ("exit.json", "pids.json", "env", "log_offset", OFFSETS_FILE):
-            with contextlib.suppress(FileNotFoundError):
-                (run_dir / name).unlink()
-        with contextlib.suppress(OSError):
-            run_dir.rmdir()
+        self._run_dirs.remove(self.paths.run_dir(job.id, attempt))
+
+
+class RunDirRemover:
+    """Removes finished runs' directories on a thread of its own, in the order given.
+
+    A crash before a removal ends leaves the directory (or part of it) for the next
+    daemon's sweep of finished runs, as a crash between a run's end and its cleanup
+    always did: a run directory's name alone says whose run it was.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._queued: list[Path] = []
+        self._removing: Path | None = None
+        self._worker: threading.Thread | None = None
+
+    def remove(self, run_dir: Path) -> None:
+        with self._changed:
+            self._queued.append(run_dir)
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._work, name="run-dir-cleanup", daemon=True
+                )
+                self._worker.start()
+            self._changed.notify_all()
+
+    def wait_gone(self, run_dir: Path) -> None:
+        """Return once `run_dir` is neither queued nor being removed."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: run_dir != self._removing and run_dir not in self._queued
+            )
+
+    def flush(self) -> None:
+        """Return once everything queued so far is removed."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._removing is None and not self._queued)
+
+    def _work(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._queued))
+                self._removing = self._queued.pop(0)
+                run_dir = self._removing
+            try:
+                remove_run_dir(run_dir)
+            except Exception:
+                # The next daemon's sweep tries again; this thread must carry on.
+                log.exception("cannot remove run directory %s", run_dir)
+            finally:
+                with self._changed:
+                    self._removing = None
+                    self._changed.notify_all()
+
+
+def remove_run_dir(run_dir: Path) -> None:
+    """Remove what a run leaves in its directory, then the directory."""
+    for name in ("exit.json", "pids.json", "env", "log_offset", OFFSETS_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / name).unlink()
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()
 
 
 def bare_limits_env(job: Job, allowed: Sequence[int] | None = None) -> dict[str, str]:

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,7 @@ def test_a_record_is_retried_while_the_disk_is_full(
     refusals = [OSError(errno.ENOSPC, NO_SPACE), OSError(errno.EDQUOT, "quota")]
     written: list[dict[str, object]] = []
 
-    def write(path: Path, data: dict[str, object]) -> None:
+    def write(path: Path, data: dict[str, object], durable: bool = True) -> None:
         if refusals:
             raise refusals.pop(0)
         written.append(data)
@@ -129,6 +130,34 @@ def test_a_record_is_retried_while_the_disk_is_full(
     )
     assert written == [{"exit_code": 0}]
     assert sleeps == [shim.RETRY_SECONDS] * 2 and len(attempts) == 3
+
+
+def test_only_the_exit_record_waits_for_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """exit.json is fsynced (a restarted machine's daemon reads it); pids.json, which
+    matters only while the shim lives, is not (an fsync per job start)."""
+    synced: list[int] = []
+    monkeypatch.setattr(shim.os, "fsync", synced.append)
+    shim.write_atomically(tmp_path / "pids.json", {"shim": 1}, durable=False)
+    assert synced == [] and json.loads((tmp_path / "pids.json").read_text()) == {"shim": 1}
+    shim.write_atomically(tmp_path / "exit.json", {"exit_code": 0})
+    assert len(synced) == 1 and json.loads((tmp_path / "exit.json").read_text())
+
+    durable: dict[str, bool] = {}
+
+    def write(path: Path, make_data: Callable[[], dict[str, object]], **kwargs: object) -> None:
+        durable[path.name] = bool(kwargs.get("durable", True))
+        shim.write_atomically(path, make_data(), durable=False)
+
+    monkeypatch.setattr(shim, "write_when_possible", write)
+    monkeypatch.setattr(shim.signal, "signal", lambda *args: None)  # not pytest's own
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with open(tmp_path / "log", "w") as log:
+        monkeypatch.setattr(sys, "stdout", log)
+        assert shim.main([str(run_dir), "--", "true"]) == 0
+    assert durable == {"pids.json": False, "exit.json": True}
 
 
 def test_a_record_that_fails_for_another_reason_is_not_retried(tmp_path: Path) -> None:

@@ -164,6 +164,13 @@ class Policy:
         return [Delivery(kind, WEBHOOK, hook.name) for hook in self.webhooks if kind in hook.events]
 
 
+def owner(payload: Mapping[str, object]) -> str:
+    """Whose event a payload tells: its job's user, "" for a node's (the admins')."""
+    job = payload.get("job")
+    user = job.get("user") if isinstance(job, Mapping) else None
+    return user if isinstance(user, str) else ""
+
+
 def url_allowed(url: str, prefixes: tuple[str, ...]) -> bool:
     """Whether a job's webhook may be posted to: its URL starts with an allowed prefix.
     Each prefix names its host and ends in a path (config.py checks), so

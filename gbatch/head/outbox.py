@@ -1,6 +1,13 @@
-"""The outbox worker: a thread of the daemon that delivers what the store's outbox owes
+"""The outbox workers: threads of the daemon that deliver what the store's outbox owes
 (mail over SMTP, webhook POSTs), never the loop's business: a slow SMTP server or a
-webhook that hangs delays other notifications, never a job.
+webhook that hangs never delays a job.
+
+Deliveries run at once, up to WORKERS of them, with at most one in flight per
+destination (a mail address, a webhook) and PER_OWNER for one user's events (a node's
+events are nobody's: the admins' share one cap): a receiver that hangs holds one
+worker until SEND_TIMEOUT, and one user's hanging webhooks at most PER_OWNER, so the
+others' mail and webhooks go on. One destination's rows go in the order they fall due,
+one at a time, as before; a failed one waits its backoff while the later ones go.
 
 At least once: a row is marked delivered only after its server took it, so a daemon
 killed in between delivers it again after its restart, with the same event id (the
@@ -13,9 +20,11 @@ is given up at once.
 from __future__ import annotations
 
 import logging
+import queue
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -30,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("gbatchd.outbox")
 BATCH = 50  # rows read per pass; the pass ends early when the daemon stops
 SEND_TIMEOUT = 10.0  # seconds for one SMTP conversation or one POST
+WORKERS = 8  # deliveries in flight at once
+PER_OWNER = 2  # of them carrying one user's events
 PRUNE_EVERY = 3600.0  # seconds between two deletions of old delivered rows
 
 
@@ -41,6 +52,52 @@ class DeliveryError(Exception):
         self.final = final
 
 
+class Slots:
+    """Which deliveries may start now: at most `size` in flight, one per destination,
+    `per_owner` per owner (notify.owner). Shared by the dispatcher, which takes, and the
+    workers, which release."""
+
+    def __init__(self, size: int, per_owner: int) -> None:
+        self.size = size
+        self.per_owner = per_owner
+        self._lock = threading.Lock()
+        self._targets: set[str] = set()
+        self._owners: Counter[str] = Counter()
+
+    def busy(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The destinations in flight and the owners at their cap: rows of neither may
+        start, so a pass need not read them."""
+        with self._lock:
+            full = frozenset(o for o, n in self._owners.items() if n >= self.per_owner)
+            return frozenset(self._targets), full
+
+    @property
+    def free(self) -> int:
+        with self._lock:
+            return self.size - len(self._targets)
+
+    def take(self, note: notify.Notification) -> bool:
+        owner = notify.owner(note.payload)
+        with self._lock:
+            if (
+                len(self._targets) >= self.size
+                or note.target in self._targets
+                or self._owners[owner] >= self.per_owner
+            ):
+                return False
+            self._targets.add(note.target)
+            self._owners[owner] += 1
+            return True
+
+    def release(self, note: notify.Notification) -> None:
+        owner = notify.owner(note.payload)
+        with self._lock:
+            self._targets.discard(note.target)
+            self._owners[owner] -= 1
+            if self._owners[owner] <= 0:
+                del self._owners[owner]
+
+
 class Outbox:
     def __init__(
         self, store: Store, config: Config, clock: Callable[[], float] = time.time
@@ -49,46 +106,96 @@ class Outbox:
         self.config = config
         self.clock = clock
         self.stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._hooks = {hook.name: hook for hook in config.webhooks}
         self._pruned: float | None = None  # when prune_due last deleted
+        self.slots = Slots(WORKERS, PER_OWNER)
+        self._work: queue.SimpleQueue[notify.Notification | None] = queue.SimpleQueue()
+        self._wake = threading.Event()  # a worker is free again: read the due rows
 
     def start(self) -> None:
         if not notify.Policy.from_config(self.config).active:
             return  # nothing can be owed: no thread
-        self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, name="outbox", daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._worker, name=f"outbox-{n}", daemon=True)
+            for n in range(self.slots.size)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
         self.stopping.set()
-        if self._thread is not None:
-            self._thread.join(SEND_TIMEOUT + 5)
+        self._wake.set()
+        for _ in range(self.slots.size):
+            self._work.put(None)
+        deadline = time.monotonic() + SEND_TIMEOUT + 5
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
         while not self.stopping.is_set():
             try:
-                self.deliver_due(self.clock())
+                self.dispatch_due(self.clock())
                 self.prune_due(self.clock())
             except StoreError as err:
                 # A full disk: what was not marked delivered is tried again later.
                 log.error("outbox: %s; trying again", err)
-            self.stopping.wait(self.config.tick_seconds)
+            self._wake.wait(self.config.tick_seconds)
+            self._wake.clear()
+
+    def dispatch_due(self, now: float) -> int:
+        """Hand the workers every row due at `now` that may start (Slots); the number
+        handed. The rows of a destination in flight, or of an owner at their cap, are
+        not read at all, so however many a hanging receiver has due, the others' rows
+        are reached."""
+        handed = 0
+        while self.slots.free > 0 and not self.stopping.is_set():
+            targets, owners = self.slots.busy()
+            started = 0
+            notes = self.store.due_notifications(now, BATCH, targets, owners)
+            for note in notes:
+                if self.slots.take(note):
+                    self._work.put(note)
+                    started += 1
+            handed += started
+            if not started or len(notes) < BATCH:
+                break  # every due row that may start has
+        return handed
+
+    def _worker(self) -> None:
+        while (note := self._work.get()) is not None:
+            try:
+                self.deliver_one(note)
+            except StoreError as err:
+                log.error("outbox: %s; trying again", err)
+            except Exception:
+                # A worker's entry point: a bug in one delivery must not shrink the pool.
+                log.exception("outbox: delivering %s to %s failed", note.kind, note.target)
+            finally:
+                self.slots.release(note)
+                self._wake.set()
 
     def deliver_due(self, now: float) -> int:
-        """Try every row due at `now` once; the number delivered."""
+        """Try every row due at `now` once, one at a time in this thread (the workers'
+        delivery, without them); the number delivered."""
         delivered = 0
         for note in self.store.due_notifications(now, BATCH):
             if self.stopping.is_set():
                 break
-            try:
-                self.deliver(note)
-            except DeliveryError as err:
-                self._failed(note, err)
-                continue
-            crash_point("notify.after_send")
-            self.store.notification_delivered(note.id, self.clock())
-            delivered += 1
+            delivered += self.deliver_one(note)
         return delivered
+
+    def deliver_one(self, note: notify.Notification) -> bool:
+        """Try `note` once; record that it was delivered (True) or when to try again."""
+        try:
+            self.deliver(note)
+        except DeliveryError as err:
+            self._failed(note, err)
+            return False
+        crash_point("notify.after_send")
+        self.store.notification_delivered(note.id, self.clock())
+        return True
 
     def prune_due(self, now: float) -> int:
         """Delete the rows delivered over notify_retention_days before `now`, at most once

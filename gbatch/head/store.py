@@ -991,14 +991,29 @@ class Store:
                 self._feed_lines.append(eventlog.node_line(node, kind, reason, now))
             return self._insert_notifications(db, rows, now)
 
-    def due_notifications(self, now: float, limit: int) -> list[notify.Notification]:
-        """Undelivered outbox rows whose next try is due, the longest due first."""
+    def due_notifications(
+        self,
+        now: float,
+        limit: int,
+        skip_targets: Collection[str] = (),
+        skip_owners: Collection[str] = (),
+    ) -> list[notify.Notification]:
+        """Undelivered outbox rows whose next try is due, the longest due first; none to
+        `skip_targets` nor of `skip_owners` (notify.owner: a job's user, "" for a node's)."""
+        where = ""
+        if skip_targets:
+            where += f" AND target NOT IN ({_marks(skip_targets)})"
+        if skip_owners:
+            where += (
+                " AND coalesce(json_extract(payload, '$.job.user'), '')"
+                f" NOT IN ({_marks(skip_owners)})"
+            )
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, event_id, kind, channel, target, payload, attempts FROM outbox"
                 " WHERE delivered IS NULL AND gave_up IS NULL AND next_attempt_time <= ?"
-                " ORDER BY next_attempt_time, id LIMIT ?",
-                (now, limit),
+                f"{where} ORDER BY next_attempt_time, id LIMIT ?",
+                (now, *skip_targets, *skip_owners, limit),
             ).fetchall()
         return [
             notify.Notification(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6]) for r in rows

@@ -240,3 +240,61 @@ def test_a_jobs_own_webhook_gets_its_end_and_one_off_the_allowed_prefixes_is_ref
     squeue = head.run("squeue", "--all", "--noheader", "-t", "all", check=True).stdout
     assert [line.split()[0] for line in squeue.splitlines()] == [str(job_id)]
     assert all(row["job_id"] == job_id for row in outbox(head))
+
+
+def test_a_jobs_webhook_that_hangs_does_not_hold_up_anothers_mail(
+    tmp_path: Path, stopped_heads: list[Head]
+) -> None:
+    # The hanging receiver is held until the mail arrives: delivered one at a time, the
+    # mail would wait for the POST's timeout and find the webhook's try already failed.
+    release = threading.Event()
+    hung: list[str] = []
+
+    class Hangs(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            hung.append(self.path)
+            release.wait(60)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hangs)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    allowed = f"http://127.0.0.1:{server.server_address[1]}/"
+    seen_at_mail: list[int] = []
+
+    class Watching(Inbox):
+        async def handle_DATA(self, server: object, session: object, envelope: object) -> str:
+            (hook,) = [r for r in outbox(head) if r["channel"] == "user_webhook/json"]
+            seen_at_mail.append(hook["attempts"])
+            release.set()
+            return await super().handle_DATA(server, session, envelope)
+
+    inbox = Watching()
+    smtp = LocalSMTP(inbox, hostname="127.0.0.1", port=0)
+    smtp.start()
+    try:
+        config = notify_config(smtp.port) + f"webhook_prefixes_allowed: ['{allowed}']\n"
+        head = make_head(tmp_path / "home", config=config)
+        stopped_heads.append(head)
+        head.start()
+        slow = head.home / "slow.yaml"
+        slow.write_text(f"command: 'true'\nnotify: [{{url: '{allowed}ada', events: [END]}}]\n")
+        first = head.sbatch(str(slow))
+        head.wait_state(first, "COMPLETED")
+        wait_for(lambda: hung, what="the webhook's POST to hang")
+        second = head.sbatch("--mail-type=END", "--mail-user=bob@lab.test", "--wrap", "true")
+        head.wait_state(second, "COMPLETED")
+        wait_for(lambda: inbox.messages, what="the mail, while the webhook hangs")
+        wait_for(
+            lambda: all(r["delivered"] is not None for r in outbox(head)), what="both delivered"
+        )
+    finally:
+        release.set()
+        smtp.stop()
+        server.shutdown()
+        server.server_close()
+    assert seen_at_mail == [0]  # the webhook's first try had not ended
+    assert hung == ["/ada"]  # tried once, taken once released

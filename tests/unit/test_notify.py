@@ -7,7 +7,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from gbatch.config import Config, Paths, Webhook, load_config
 from gbatch.head import notify
-from gbatch.head.outbox import DeliveryError, Outbox
+from gbatch.head.outbox import BATCH, PER_OWNER, DeliveryError, Outbox, Slots
 from gbatch.head.store import Store
 from gbatch.model import Gpu, Job, JobSpec, JobState, NotifyHook
 
@@ -387,3 +388,132 @@ def test_node_conditions_go_to_the_webhooks_that_ask_for_them(tmp_path: Path) ->
         assert text == "gbatch node gpu01: gpu foreign: GPU 1 (2)"
     finally:
         opened.close()
+
+
+# -- deliveries at once, bounded ----------------------------------------------------------
+
+
+class Receivers:
+    """Stands in for Outbox.deliver: a target in `hanging` holds its delivery until
+    `release` is set; every other is taken at once."""
+
+    def __init__(self, hanging: set[str]) -> None:
+        self.hanging = hanging
+        self.release = threading.Event()
+        self.changed = threading.Condition()
+        self.held: list[str] = []  # the targets of the deliveries held now
+        self.most_held: dict[str, int] = {}  # target -> most of its rows held at once
+        self.most_at_once = 0  # most deliveries held at once
+        self.taken: list[tuple[str, int]] = []  # (target, row id), in the order taken
+
+    def __call__(self, note: notify.Notification) -> None:
+        if note.target in self.hanging:
+            with self.changed:
+                self.held.append(note.target)
+                count = self.held.count(note.target)
+                self.most_held[note.target] = max(self.most_held.get(note.target, 0), count)
+                self.most_at_once = max(self.most_at_once, len(self.held))
+                self.changed.notify_all()
+            self.release.wait()
+            with self.changed:
+                self.held.remove(note.target)
+        with self.changed:
+            self.taken.append((note.target, note.id))
+            self.changed.notify_all()
+
+    def wait(self, what: str, ready: Callable[[], bool]) -> None:
+        with self.changed:
+            assert self.changed.wait_for(ready, timeout=30), f"waited for {what}"
+
+
+def later() -> Clock:
+    clock = Clock()
+    clock.now = T0 + 100  # after every row the tests write
+    return clock
+
+
+@pytest.fixture
+def started() -> Iterator[list[tuple[Outbox, Receivers]]]:
+    outboxes: list[tuple[Outbox, Receivers]] = []
+    yield outboxes
+    for outbox, receivers in outboxes:
+        receivers.release.set()
+        outbox.stop()
+
+
+def test_a_hanging_webhook_does_not_hold_up_mail_behind_more_than_a_batch_of_its_rows(
+    store: Store, monkeypatch: pytest.MonkeyPatch, started: list[tuple[Outbox, Receivers]]
+) -> None:
+    # More NODE_DOWN rows to the hanging "ops" than a pass reads, all due before bob's.
+    for n in range(BATCH + 10):
+        store.queue_node_event(f"gpu{n}", "NODE_DOWN", "silent", T0)
+    (job_id,) = store.submit([spec("END", mail_user="bob@lab.org")], 1001, "bob", T0)
+    run_to(store, job_id, JobState.COMPLETED)
+    receivers = Receivers({"ops"})
+    outbox = Outbox(store, Config(smtp_host="127.0.0.1", webhooks=(HOOK,)), later())
+    monkeypatch.setattr(outbox, "deliver", receivers)
+    started.append((outbox, receivers))
+    outbox.start()
+    bobs = ("bob@lab.org", mail_row(store, job_id))
+    receivers.wait("bob's mail", lambda: bobs in receivers.taken)
+    receivers.wait("ops held", lambda: receivers.held == ["ops"])
+    assert all(target != "ops" for target, _ in receivers.taken)  # ops hangs still
+    receivers.release.set()
+    receivers.wait("every row", lambda: len(receivers.taken) == BATCH + 11)
+    assert receivers.most_held == {"ops": 1}  # one row of a destination at a time
+    ops = [row_id for target, row_id in receivers.taken if target == "ops"]
+    assert ops == sorted(ops)  # one destination's rows in the order they fell due
+
+
+def mail_row(store: Store, job_id: int) -> int:
+    (row,) = [r for r in store.outbox(job_id) if r["channel"] == "mail"]
+    return int(row["id"])  # type: ignore[call-overload]
+
+
+def test_one_users_hanging_webhooks_take_at_most_their_share_and_others_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, started: list[tuple[Outbox, Receivers]]
+) -> None:
+    policy = notify.Policy(user_prefixes=(SLACK,))
+    opened = Store(tmp_path / "gbatch.db", policy)
+    hangs = [SLACK + f"ada{n}" for n in range(4)]
+    try:
+        for url in hangs * 2:  # two jobs per hanging URL
+            (job_id,) = opened.submit([spec(None, notify=(NotifyHook(url),))], 1000, "ada", T0)
+            run_to(opened, job_id, JobState.COMPLETED)
+        (bobs,) = opened.submit([spec(None, notify=(NotifyHook(SLACK + "bob"),))], 1001, "bob", T0)
+        run_to(opened, bobs, JobState.COMPLETED)
+        receivers = Receivers(set(hangs))
+        outbox = Outbox(opened, Config(webhook_prefixes_allowed=(SLACK,)), later())
+        monkeypatch.setattr(outbox, "deliver", receivers)
+        started.append((outbox, receivers))
+        outbox.start()
+        receivers.wait("bob's webhook", lambda: any(t == SLACK + "bob" for t, _ in receivers.taken))
+        receivers.wait("ada's share held", lambda: len(receivers.held) == PER_OWNER)
+        assert all(not target.startswith(SLACK + "ada") for target, _ in receivers.taken)
+        receivers.release.set()
+        receivers.wait("every row", lambda: len(receivers.taken) == len(hangs) * 2 + 1)
+        assert set(receivers.most_held.values()) == {1}  # one at a time per destination
+        assert receivers.most_at_once == PER_OWNER  # never more of ada's at once
+        outbox.stop()
+        assert opened.due_notifications(T0 + 1e6, 100) == []  # each marked delivered
+    finally:
+        opened.close()
+
+
+def test_slots_allow_one_per_destination_and_a_cap_per_owner() -> None:
+    slots = Slots(size=3, per_owner=2)
+
+    def note(target: str, user: str | None, row: int = 1) -> notify.Notification:
+        payload: dict[str, object] = {"job": {"user": user}} if user else {"node": {}}
+        return notify.Notification(row, "e", "END", "mail", target, payload, 0)
+
+    assert slots.take(note("a1", "ada"))
+    assert not slots.take(note("a1", "bob"))  # that destination is in flight
+    assert slots.take(note("a2", "ada"))
+    assert not slots.take(note("a3", "ada"))  # ada's cap
+    assert slots.busy() == (frozenset({"a1", "a2"}), frozenset({"ada"}))
+    assert slots.take(note("ops", None))  # a node's event: the admins' own cap
+    assert not slots.take(note("b1", "bob"))  # all three workers busy
+    slots.release(note("a1", "ada"))
+    assert slots.busy() == (frozenset({"a2", "ops"}), frozenset())
+    assert slots.take(note("b1", "bob")) and slots.free == 0

@@ -43,7 +43,14 @@ from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.groupcommit import GroupCommitter
 from gbatch.head.liveness import Liveness
 from gbatch.head.metrics import DaemonMetrics
-from gbatch.head.notify import TIME_LIMIT_WARNINGS, Episodes, mail_types, node_conditions
+from gbatch.head.notify import (
+    DOWN_CONDITIONS,
+    REPORT_CONDITIONS,
+    TIME_LIMIT_WARNINGS,
+    Episodes,
+    mail_types,
+    node_conditions,
+)
 from gbatch.head.outbox import Outbox
 from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import BEGIN_TIME, Planner, plan
@@ -160,12 +167,11 @@ class Daemon:
         self.outbox = Outbox(store, config, clock)
         # job id -> the TIME_LIMIT_<pct> warnings owed for its current run so far
         self._time_warned: dict[int, set[str]] = {}
-        # node name -> its liveness state at the last step (NODE_DOWN when it goes down)
-        self._node_states: dict[str, str] = {}
         # node name -> the number of its report last folded into runs' GPU usage
         self._sampled_seq: dict[str, int] = {}
-        # GPU_FOREIGN and DISK_FULL, told once per episode; the report each last read
-        self._episodes = Episodes()
+        # NODE_DOWN, GPU_FOREIGN and DISK_FULL, told once per episode (read from the
+        # store at the first step); the report each node's conditions were last read from
+        self._episodes_read: Episodes | None = None
         self._told_seq: dict[str, int] = {}
         # (job id, attempt) of an unconfirmed start past its settle period -> the node's
         # report number then: only a later report may confirm that it never started
@@ -336,14 +342,27 @@ class Daemon:
             if report is None:
                 continue  # down: NODE_DOWN's business; its conditions stay as they were
             conditions = node_conditions(node.gpus(report), report.disk_free_bytes)
-            try:
-                for kind, why in self._episodes.started(name, conditions).items():
-                    self.store.queue_node_event(name, kind, why, now)
-            except StoreFull:
-                # Told again next tick (at least once), not lost to a full store.
-                self._episodes.forget(name)
-                raise
+            # A store that cannot write it (full) leaves the report unread: next tick.
+            self._record_episodes(name, conditions, REPORT_CONDITIONS, now)
             self._told_seq[name] = seq
+
+    def _episodes(self) -> Episodes:
+        """The node conditions on, from the store; read at the first use, when the
+        episodes of nodes no longer in the inventory end."""
+        if self._episodes_read is None:
+            self.store.forget_node_episodes(self.fleet.nodes.keys())
+            self._episodes_read = Episodes(self.store.node_episodes())
+        return self._episodes_read
+
+    def _record_episodes(
+        self, node: str, conditions: Mapping[str, str], scope: frozenset[str], now: float
+    ) -> None:
+        """`conditions`: all of `scope` on at `node` now. Those begun are told."""
+        episodes = self._episodes()
+        begun, ended = episodes.changes(node, conditions, scope)
+        if begun or ended:
+            self.store.record_episodes(node, begun, ended, now)
+            episodes.record(node, begun, ended)
 
     # -- step 1: runs that ended, or vanished ------------------------------------------
 
@@ -388,14 +407,15 @@ class Daemon:
             self._end_runs(exited, now)
 
     def _tell_nodes_down(self, liveness: Mapping[str, Liveness], now: float) -> None:
-        """NODE_DOWN to the admins' webhooks when a node seen not down goes down. One
-        down when the daemon starts (or that went down while it was stopped) is not
-        told."""
+        """NODE_DOWN to the admins' webhooks once per episode: when a node is down and
+        silent for node_down_seconds (one down when the daemon starts, once it has had
+        that long to report), until it is up again."""
+        self._episodes()  # read now (the first step), even with no node to tell of
         for name, each in liveness.items():
-            before = self._node_states.get(name)
-            self._node_states[name] = each.state
-            if each.state == "down" and before not in (None, "down"):
-                self.store.queue_node_event(name, "NODE_DOWN", each.describe(""), now)
+            if each.state == "down" and each.silent_seconds >= self.config.node_down_seconds:
+                self._record_episodes(name, {"NODE_DOWN": each.describe("")}, DOWN_CONDITIONS, now)
+            elif each.state == "up":
+                self._record_episodes(name, {}, DOWN_CONDITIONS, now)
 
     def _finish(self, job: Job, status: RunStatus, now: float) -> _RunEnd:
         """How the exited run of `job` ends (not recorded yet)."""

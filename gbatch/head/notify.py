@@ -25,7 +25,7 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -203,23 +203,37 @@ def node_conditions(gpus: tuple[Gpu, ...], disk_free_bytes: int | None) -> dict[
     return found
 
 
+# The conditions a node's report shows (node_conditions), and the one its silence does.
+REPORT_CONDITIONS = frozenset({"GPU_FOREIGN", "DISK_FULL"})
+DOWN_CONDITIONS = frozenset({"NODE_DOWN"})
+
+
 class Episodes:
     """Which node conditions are on, so each is told once per episode: when it starts,
     not on every report while it lasts. One that ends and comes back is a new episode.
-    In memory: a condition still on when gbatchd restarts is told again."""
+    Kept in the store (Store.record_episodes; this is its copy, changed only once the
+    store has the change), so a restart tells neither an episode still on again nor
+    fails to tell one that ended meanwhile and comes back."""
 
-    def __init__(self) -> None:
-        self._on: dict[str, frozenset[str]] = {}
+    def __init__(self, on: Mapping[str, Iterable[str]] | None = None) -> None:
+        self._on: dict[str, frozenset[str]] = {
+            node: frozenset(kinds) for node, kinds in (on or {}).items()
+        }
 
-    def started(self, node: str, conditions: Mapping[str, str]) -> dict[str, str]:
-        """Record `node`'s conditions now (from a fresh report); those just begun."""
-        before = self._on.get(node, frozenset())
-        self._on[node] = frozenset(conditions)
-        return {kind: why for kind, why in conditions.items() if kind not in before}
+    def changes(
+        self, node: str, conditions: Mapping[str, str], scope: frozenset[str]
+    ) -> tuple[dict[str, str], frozenset[str]]:
+        """`node`'s conditions of `scope` that `conditions` (all of that scope on now)
+        begins (kind -> why), and those on before that it ends."""
+        before = self._on.get(node, frozenset()) & scope
+        begun = {kind: why for kind, why in conditions.items() if kind not in before}
+        return begun, before - conditions.keys()
 
-    def forget(self, node: str) -> None:
-        """As if `node` had shown nothing: its conditions on now are told again."""
-        self._on.pop(node, None)
+    def record(self, node: str, begun: Iterable[str], ended: Iterable[str]) -> None:
+        self._on[node] = (self._on.get(node, frozenset()) | set(begun)) - set(ended)
+
+    def on(self, node: str) -> frozenset[str]:
+        return self._on.get(node, frozenset())
 
 
 def _mail_kind(kind: str, types: frozenset[str]) -> str | None:

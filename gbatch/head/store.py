@@ -197,6 +197,18 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN changed INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX jobs_changed ON jobs(changed)
     """,
+    # 12: the node conditions on now (gbatch/head/notify.py Episodes): a row per node and
+    # condition (GPU_FOREIGN, DISK_FULL, NODE_DOWN), written with the outbox rows of the
+    # event that told it began and deleted when it ends, so a restarted gbatchd neither
+    # tells again an episode still on nor forgets one that ended meanwhile.
+    """
+    CREATE TABLE node_episodes (
+        node  TEXT NOT NULL,
+        kind  TEXT NOT NULL,
+        since REAL NOT NULL,
+        PRIMARY KEY (node, kind)
+    ) WITHOUT ROWID
+    """,
 )
 # The key that seals job_secrets, beside the store in the daemon's home.
 SECRET_KEY_FILE = "secrets.key"
@@ -977,19 +989,58 @@ class Store:
     def queue_node_event(self, node: str, kind: str, reason: str, now: float) -> int:
         """Owe a node's event (NODE_DOWN) to the admins' webhooks that ask for it; and
         give it to the event log, whether or not a webhook asks for it."""
-        deliveries = self._notify.for_node(kind)
-        if not deliveries:
+        if not self._notify.for_node(kind):
             if self._feed is not None:
                 with self._lock:  # in order with the lines of committed changes
                     self._feed([eventlog.node_line(node, kind, reason, now)])
             return 0
+        with self._write() as db:
+            return self._queue_node_event(db, node, kind, reason, now)
+
+    def _queue_node_event(
+        self, db: sqlite3.Connection, node: str, kind: str, reason: str, now: float
+    ) -> int:
         event_id = uuid.uuid4().hex
         payload = json.dumps(notify.node_payload(node, kind, reason, event_id, now))
+        rows = [(each, event_id, None, None, payload) for each in self._notify.for_node(kind)]
+        if self._feed is not None:
+            self._feed_lines.append(eventlog.node_line(node, kind, reason, now))
+        return self._insert_notifications(db, rows, now)
+
+    def node_episodes(self) -> dict[str, frozenset[str]]:
+        """node -> the conditions on there, as last recorded (record_episodes)."""
+        with self._lock:
+            rows = self._db.execute("SELECT node, kind FROM node_episodes").fetchall()
+        on: dict[str, set[str]] = {}
+        for node, kind in rows:
+            on.setdefault(node, set()).add(kind)
+        return {node: frozenset(kinds) for node, kinds in on.items()}
+
+    def record_episodes(
+        self, node: str, begun: Mapping[str, str], ended: Collection[str], now: float
+    ) -> None:
+        """In one transaction: the conditions of `node` that began (kind -> why) are on
+        and owed to the admins' webhooks that ask (and to the event log); those `ended`
+        are off."""
         with self._write() as db:
-            rows = [(delivery, event_id, None, None, payload) for delivery in deliveries]
-            if self._feed is not None:
-                self._feed_lines.append(eventlog.node_line(node, kind, reason, now))
-            return self._insert_notifications(db, rows, now)
+            for kind, why in begun.items():
+                db.execute(
+                    "INSERT OR REPLACE INTO node_episodes (node, kind, since) VALUES (?, ?, ?)",
+                    (node, kind, now),
+                )
+                self._queue_node_event(db, node, kind, why, now)
+            db.executemany(
+                "DELETE FROM node_episodes WHERE node = ? AND kind = ?",
+                [(node, kind) for kind in ended],
+            )
+
+    def forget_node_episodes(self, keep: Collection[str]) -> None:
+        """End the episodes of every node but those in `keep` (those that left the
+        inventory: one back later is told afresh)."""
+        if not set(self.node_episodes()) - set(keep):
+            return  # no write (no fsync) at every start
+        with self._write() as db:
+            db.execute(f"DELETE FROM node_episodes WHERE node NOT IN ({_marks(keep)})", tuple(keep))
 
     def due_notifications(
         self,

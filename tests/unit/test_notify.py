@@ -365,16 +365,47 @@ def test_a_foreign_process_and_a_full_disk_are_node_conditions() -> None:
 
 def test_a_condition_is_told_once_per_episode_not_once_per_report() -> None:
     episodes = notify.Episodes()
+    scope = notify.REPORT_CONDITIONS
+
+    def report(node: str, conditions: dict[str, str]) -> dict[str, str]:
+        begun, ended = episodes.changes(node, conditions, scope)
+        episodes.record(node, begun, ended)
+        return begun
+
     held = notify.node_conditions((gpu(0, foreign=1),), 50 << 30)
-    assert episodes.started("gpu01", held) == held
-    assert episodes.started("gpu01", held) == {}  # the next report: same episode
-    assert episodes.started("gpu02", held) == held  # another node's own episode
-    assert episodes.started("gpu01", {}) == {}  # over
-    assert episodes.started("gpu01", held) == held  # back: a new episode
+    assert report("gpu01", held) == held
+    assert report("gpu01", held) == {}  # the next report: same episode
+    assert report("gpu02", held) == held  # another node's own episode
+    assert report("gpu01", {}) == {}  # over
+    assert report("gpu01", held) == held  # back: a new episode
     full = notify.node_conditions((gpu(0, foreign=1),), 0)
-    assert episodes.started("gpu01", full) == {"DISK_FULL": "its log disk has 0 bytes free"}
-    episodes.forget("gpu01")  # its event could not be written: told again
-    assert episodes.started("gpu01", full) == full
+    assert report("gpu01", full) == {"DISK_FULL": "its log disk has 0 bytes free"}
+    # Unrecorded (the store could not write it): told on the next report.
+    assert episodes.changes("gpu01", {}, scope) == ({}, scope)
+    assert report("gpu01", full) == {}
+
+
+def test_node_down_and_report_conditions_are_episodes_apart() -> None:
+    episodes = notify.Episodes({"gpu01": ["GPU_FOREIGN"]})  # as read from the store
+    begun, ended = episodes.changes("gpu01", {"NODE_DOWN": "silent"}, notify.DOWN_CONDITIONS)
+    assert (begun, ended) == ({"NODE_DOWN": "silent"}, frozenset())  # GPU_FOREIGN stays on
+    episodes.record("gpu01", begun, ended)
+    assert episodes.on("gpu01") == {"GPU_FOREIGN", "NODE_DOWN"}
+    assert episodes.changes("gpu01", {}, notify.REPORT_CONDITIONS) == ({}, {"GPU_FOREIGN"})
+
+
+def test_episodes_are_recorded_with_the_events_that_tell_them(tmp_path: Path) -> None:
+    hook = Webhook("ops", "https://hooks.example.org/x", "", ("GPU_FOREIGN",))
+    opened = Store(tmp_path / "gbatch.db", notify.Policy(webhooks=(hook,)))
+    try:
+        opened.record_episodes("gpu01", {"GPU_FOREIGN": "GPU 0 (1)", "DISK_FULL": "0"}, (), T0)
+        assert opened.node_episodes() == {"gpu01": {"GPU_FOREIGN", "DISK_FULL"}}
+        assert [r["kind"] for r in opened.outbox()] == ["GPU_FOREIGN"]  # what ops asks for
+        opened.record_episodes("gpu01", {}, ("DISK_FULL",), T0 + 1)
+        assert opened.node_episodes() == {"gpu01": {"GPU_FOREIGN"}}
+    finally:
+        opened.close()
+    assert Store(tmp_path / "gbatch.db").node_episodes() == {"gpu01": {"GPU_FOREIGN"}}
 
 
 def test_node_conditions_go_to_the_webhooks_that_ask_for_them(tmp_path: Path) -> None:

@@ -108,6 +108,9 @@ class RootInContainers:
         return bool(self.images or self.nodes)
 
 
+# smtp_tls's values: STARTTLS on the SMTP port, or TLS from the start (SMTPS).
+SMTP_TLS = ("starttls", "implicit")
+
 # What an admin webhook may ask for: the jobs' events (mail types' names) and the nodes'.
 NODE_EVENTS = ("NODE_DOWN", "GPU_FOREIGN", "DISK_FULL")
 # A running job flagged by the idle_gpu policy (gbatch/head/idlegpu.py): admins' webhooks
@@ -202,6 +205,15 @@ class Config:
     # server; none set: no mail is sent (and none is queued).
     smtp_host: str | None = None
     smtp_port: int = 25
+    # None: plain SMTP (a local relay); "starttls": upgraded before anything is sent, or
+    # nothing is; "implicit": TLS from the first byte (SMTPS, port 465). The server's
+    # certificate is checked against smtp_ca_file's CAs, else the system's.
+    smtp_tls: str | None = None
+    smtp_ca_file: Path | None = None
+    # AUTH as smtp_user, with the password held in smtp_password_file (0600; read by
+    # gbatch/head/outbox.py smtp_password), never in this file.
+    smtp_user: str | None = None
+    smtp_password_file: Path | None = None
     mail_from: str | None = None  # default: gbatch@<this host>
     # Where a job without --mail-user is mailed: <user>@mail_domain (Slurm's MailDomain).
     mail_domain: str | None = None
@@ -425,6 +437,25 @@ _POLICY_KEYS: Mapping[str, Callable[[object, Callable[[str], ConfigError]], obje
 
 def _check_policy(config: Config, source: str) -> Config:
     """Settings that depend on each other."""
+    if config.smtp_user is not None and config.smtp_password_file is None:
+        raise ConfigError(
+            f"{source}: smtp_user: its password is not set. Name a file holding it (mode "
+            "0600) with smtp_password_file"
+        )
+    if config.smtp_password_file is not None and config.smtp_user is None:
+        raise ConfigError(
+            f"{source}: smtp_password_file: it names no user's password. Set smtp_user too"
+        )
+    if config.smtp_user is not None and config.smtp_tls is None:
+        raise ConfigError(
+            f"{source}: smtp_user: its password would cross the network in clear. Set "
+            "smtp_tls: starttls (or implicit, with the server's SMTPS port)"
+        )
+    if config.smtp_tls == "implicit" and config.smtp_port == 25:
+        raise ConfigError(
+            f"{source}: smtp_tls: implicit TLS on port 25, where servers speak plain SMTP. "
+            "Set smtp_port: 465, or smtp_tls: starttls"
+        )
     if config.job_network == "host" and not config.allow_host_network:
         raise ConfigError(
             f"{source}: job_network: host lets every job reach the services bound to its "
@@ -526,6 +557,20 @@ def _coerce(key: str, value: object, source: str) -> object:
         return _check_idle_gpu(value, bad)
     if key == "webhook_prefixes_allowed":
         return _check_webhook_prefixes(value, bad)
+    if key == "smtp_tls":
+        if value not in (None, *SMTP_TLS):
+            raise bad("starttls or implicit (SMTPS, usually port 465); leave it out for plain SMTP")
+        return value
+    if key in ("smtp_ca_file", "smtp_password_file"):
+        if value is not None and (not isinstance(value, str) or not value.startswith("/")):
+            raise bad("an absolute path like /etc/gbatch/smtp-password")
+        return None if value is None else Path(value)
+    if key == "smtp_user":
+        if value is not None and (
+            not isinstance(value, str) or not value.isprintable() or not value
+        ):
+            raise bad("a user name")
+        return value
     if key in ("smtp_host", "mail_from", "mail_domain"):
         if value is not None and (
             not isinstance(value, str) or not re.fullmatch(r"[^\s,<>]{1,255}", value)

@@ -20,6 +20,7 @@ is given up at once.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import socket
 import threading
@@ -28,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gbatch.config import Config, Webhook
+from gbatch.config import Config, ConfigError, Webhook
 from gbatch.crashpoints import crash_point
 from gbatch.head import notify
 from gbatch.head.store import Store, StoreError
@@ -262,13 +263,69 @@ class Outbox:
         message["Message-ID"] = f"<{note.event_id}.{note.id}@gbatch>"
         message["X-Gbatch-Event-Id"] = note.event_id
         message.set_content(notify.mail_body(note.payload))
+        port, tls, user = self.config.smtp_port, self.config.smtp_tls, self.config.smtp_user
         try:
-            with smtplib.SMTP(host, self.config.smtp_port, timeout=SEND_TIMEOUT) as smtp:
+            password = smtp_password(self.config)
+        except ConfigError as err:
+            raise DeliveryError(str(err)) from err  # fixed meanwhile, the next try works
+        try:
+            context = None
+            if tls is not None:
+                import ssl  # deferred, as smtplib
+
+                ca_file = self.config.smtp_ca_file
+                context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+            smtp: smtplib.SMTP
+            if tls == "implicit":
+                smtp = smtplib.SMTP_SSL(host, port, timeout=SEND_TIMEOUT, context=context)
+            else:
+                smtp = smtplib.SMTP(host, port, timeout=SEND_TIMEOUT)
+            with smtp:
+                if tls == "starttls":
+                    # A server that offers no STARTTLS fails the try: never sent in clear.
+                    smtp.starttls(context=context)
+                if user is not None and password is not None:
+                    smtp.login(user, password)
                 smtp.send_message(message)
         except smtplib.SMTPRecipientsRefused as err:
             raise DeliveryError(f"{host} refused {note.target}: {err}", final=True) from err
+        except smtplib.SMTPAuthenticationError as err:
+            # The server's reply only: the password is never in a message.
+            raise DeliveryError(
+                f"SMTP {host}:{port}: {user} was refused ({err.smtp_code}). Check "
+                "smtp_user and the password in smtp_password_file"
+            ) from err
         except (smtplib.SMTPException, OSError) as err:
-            raise DeliveryError(f"SMTP {host}:{self.config.smtp_port}: {err}") from err
+            raise DeliveryError(f"SMTP {host}:{port}: {err}") from err
+
+
+def smtp_password(config: Config) -> str | None:
+    """The password of smtp_user, from smtp_password_file (its first line), or None
+    without one. ConfigError, naming the key and the fix, when the file cannot be read,
+    is empty, or may be read by anyone but its owner. Checked when gbatchd starts, read
+    again at each mail (a changed password needs no restart)."""
+    path = config.smtp_password_file
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            text = file.read(4096)
+    except OSError as err:
+        raise ConfigError(
+            f"smtp_password_file: cannot read {path} ({err.strerror or err}). Make it a "
+            "file (not a link) that gbatchd's user can read, mode 0600"
+        ) from err
+    if mode & 0o077:
+        raise ConfigError(
+            f"smtp_password_file: {path} may be read by others (mode {mode & 0o777:o}). "
+            f"Run chmod 600 {path}"
+        )
+    password = text.decode(errors="replace").partition("\n")[0].rstrip("\r")
+    if not password:
+        raise ConfigError(f"smtp_password_file: {path} holds no password. Write it there")
+    return password
 
 
 def _opener() -> urllib.request.OpenerDirector:

@@ -44,6 +44,7 @@ from gbatch.head import handlers, heap
 from gbatch.head.daemon import Daemon
 from gbatch.head.eventlog import open_event_log
 from gbatch.head.notify import Policy
+from gbatch.head.outbox import smtp_password
 from gbatch.head.store import Store
 from gbatch.nodes.inventory import Inventory
 
@@ -532,6 +533,7 @@ def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
     users may list the home."""
     paths = daemon_paths(paths, config)
     gid = _socket_group_id(paths, config)
+    smtp_password(config)  # a one-line ConfigError now, not a failed mail later
     check_private_home(paths.home)
     check_socket_directory(paths.socket, config)
     paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)

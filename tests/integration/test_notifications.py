@@ -11,6 +11,7 @@ import http.server
 import json
 import socket
 import sqlite3
+import ssl
 import threading
 from collections.abc import Iterator
 from email import message_from_bytes
@@ -20,7 +21,14 @@ from pathlib import Path
 
 import pytest
 from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
 from conftest import FAST_CONFIG, Head, is_gone, kill_leftover_jobs, make_head, wait_for
+
+from gbatch.config import Config
+from gbatch.head.notify import Policy
+from gbatch.head.outbox import Outbox
+from gbatch.head.store import Store
+from gbatch.model import JobSpec, JobState
 
 SECRET = "hook-secret"
 
@@ -298,3 +306,201 @@ def test_a_jobs_webhook_that_hangs_does_not_hold_up_anothers_mail(
         server.server_close()
     assert seen_at_mail == [0]  # the webhook's first try had not ended
     assert hung == ["/ada"]  # tried once, taken once released
+
+
+# -- SMTP over TLS, with AUTH ---------------------------------------------------------------
+
+PASSWORD = "correct horse battery"
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 signed by its own key: (cert, key) PEM files. The
+    head trusts it as smtp_ca_file."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gbatch test mail")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "mail-cert.pem", directory / "mail-key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+class Logins:
+    """aiosmtpd's authenticator: gbatch with PASSWORD only; every try recorded."""
+
+    def __init__(self) -> None:
+        self.tries: list[tuple[str, bool]] = []  # (user, over TLS)
+
+    def __call__(
+        self, server: object, session: object, envelope: object, mechanism: str, data: object
+    ) -> AuthResult:
+        assert isinstance(data, LoginPassword)
+        self.tries.append((data.login.decode(), session.ssl is not None))  # type: ignore[attr-defined]
+        ok = data.login == b"gbatch" and data.password == PASSWORD.encode()
+        return AuthResult(success=ok, handled=False)  # a refusal: 535
+
+
+def tls_server(tmp_path: Path, *, implicit: bool) -> tuple[LocalSMTP, Inbox, Logins, Path]:
+    """aiosmtpd requiring AUTH, over STARTTLS (required) or TLS from the start."""
+    cert, key = self_signed(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    inbox, logins = Inbox(), Logins()
+    tls: dict[str, object] = (
+        # aiosmtpd cannot tell that an implicit TLS connection is one (its issue 281):
+        # auth_require_tls would refuse AUTH there.
+        {"ssl_context": context, "auth_require_tls": False}
+        if implicit
+        else {"tls_context": context, "require_starttls": True}
+    )
+    server = LocalSMTP(
+        inbox,
+        hostname="127.0.0.1",
+        port=0,
+        authenticator=logins,
+        auth_required=True,
+        **tls,  # type: ignore[arg-type]
+    )
+    server.start()
+    return server, inbox, logins, cert
+
+
+def password_file(directory: Path, password: str = PASSWORD) -> Path:
+    path = directory / "smtp-password"
+    path.write_text(password + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def test_mail_goes_over_starttls_with_auth_and_the_password_is_never_logged(
+    tmp_path: Path, stopped_heads: list[Head]
+) -> None:
+    smtp, inbox, logins, cert = tls_server(tmp_path, implicit=False)
+    secret = password_file(tmp_path)
+    try:
+        config = notify_config(smtp.port) + (
+            f"smtp_tls: starttls\nsmtp_ca_file: {cert}\nsmtp_user: gbatch\n"
+            f"smtp_password_file: {secret}\n"
+        )
+        head = make_head(tmp_path / "home", config=config)
+        stopped_heads.append(head)
+        head.start()
+        job_id = head.sbatch(
+            "-J", "train", "--mail-type=END", "--mail-user=ada@lab.test", "--wrap", "true"
+        )
+        head.wait_state(job_id, "COMPLETED")
+        wait_for(lambda: inbox.messages, what="the END mail over STARTTLS")
+        head.stop()
+    finally:
+        smtp.stop()
+    (mail,) = inbox.messages
+    assert f"Job_id={job_id} Name=train Ended" in str(mail["Subject"])
+    assert logins.tries == [("gbatch", True)]  # logged in once, over TLS
+    for path in head.home.rglob("*"):
+        if path.is_file():
+            assert PASSWORD.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
+def test_implicit_tls_with_a_wrong_password_fails_without_saying_it_then_delivers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    smtp, inbox, logins, cert = tls_server(tmp_path, implicit=True)
+    secret = password_file(tmp_path, "wrong password")
+    config = Config(
+        smtp_host="127.0.0.1",
+        smtp_port=smtp.port,
+        smtp_tls="implicit",
+        smtp_ca_file=cert,
+        smtp_user="gbatch",
+        smtp_password_file=secret,
+        mail_from="gbatch@lab.test",
+        notify_retry_seconds=1,
+    )
+    store = Store(tmp_path / "gbatch.db", Policy.from_config(config))
+    try:
+        store.queue_job_event(submitted_running(store), "BEGIN", 0.0)
+        outbox_ = Outbox(store, config, lambda: 0.0)
+        assert outbox_.deliver_due(0.0) == 0
+        (row,) = store.outbox()
+        assert "gbatch was refused (535)" in str(row["last_error"])
+        assert "wrong password" not in caplog.text + str(row["last_error"])
+        secret.write_text(PASSWORD)  # the admin fixes the file: no restart needed
+        assert outbox_.deliver_due(1.0) == 1
+    finally:
+        store.close()
+        smtp.stop()
+    assert len(inbox.messages) == 1
+    # smtplib tries PLAIN then LOGIN; the server speaks TLS only, so every try was over it.
+    assert {user for user, _ in logins.tries} == {"gbatch"}
+
+
+def submitted_running(store: Store) -> int:
+    """A job with BEGIN mail, running: queue_job_event owes its BEGIN."""
+    spec = JobSpec(name="train", command=("true",), mail_type="BEGIN", mail_user="ada@lab.test")
+    (job_id,) = store.submit([spec], 1000, "ada", 0.0)
+    store.set_state(job_id, JobState.CONFIGURING, "", 0.0, attempt=1)
+    store.set_state(job_id, JobState.RUNNING, "", 0.0, start_time=0.0)
+    return job_id
+
+
+def test_starttls_is_required_not_hoped_for(tmp_path: Path) -> None:
+    smtp, inbox = smtp_server()  # offers no STARTTLS
+    config = Config(
+        smtp_host="127.0.0.1", smtp_port=smtp.port, smtp_tls="starttls", mail_from="g@lab.test"
+    )
+    store = Store(tmp_path / "gbatch.db", Policy.from_config(config))
+    try:
+        store.queue_job_event(submitted_running(store), "BEGIN", 0.0)
+        assert Outbox(store, config, lambda: 0.0).deliver_due(0.0) == 0
+        (row,) = store.outbox()
+    finally:
+        store.close()
+        smtp.stop()
+    assert inbox.messages == [] and "STARTTLS" in str(row["last_error"])
+
+
+def test_a_password_file_others_may_read_stops_the_daemon_in_one_line(tmp_path: Path) -> None:
+    secret = password_file(tmp_path)
+    secret.chmod(0o644)
+    config = FAST_CONFIG + (
+        "smtp_host: 127.0.0.1\nsmtp_port: 587\nsmtp_tls: starttls\nsmtp_user: gbatch\n"
+        f"smtp_password_file: {secret}\n"
+    )
+    head = make_head(tmp_path / "home", config=config)
+    result = head.run("daemon", "run")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().endswith(
+        f"smtp_password_file: {secret} may be read by others (mode 644). Run chmod 600 {secret}"
+    )
+    assert PASSWORD not in result.stderr

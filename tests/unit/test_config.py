@@ -128,6 +128,10 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         "token_leeway_seconds: 5\n"
         "smtp_host: mail.example.org\n"
         "smtp_port: 2525\n"
+        "smtp_tls: starttls\n"
+        "smtp_ca_file: /etc/gbatch/mail-ca.pem\n"
+        "smtp_user: gbatch\n"
+        "smtp_password_file: /etc/gbatch/smtp-password\n"
         "mail_from: gbatch@example.org\n"
         "mail_domain: example.org\n"
         "webhooks: [{name: ops, url: 'https://hooks.example.org/x', secret: s3,"
@@ -169,6 +173,10 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         token_leeway_seconds=5.0,
         smtp_host="mail.example.org",
         smtp_port=2525,
+        smtp_tls="starttls",
+        smtp_ca_file=Path("/etc/gbatch/mail-ca.pem"),
+        smtp_user="gbatch",
+        smtp_password_file=Path("/etc/gbatch/smtp-password"),
         mail_from="gbatch@example.org",
         mail_domain="example.org",
         webhooks=(
@@ -214,6 +222,10 @@ def test_every_config_key_is_a_config_field() -> None:
         "token_leeway_seconds",
         "smtp_host",
         "smtp_port",
+        "smtp_tls",
+        "smtp_ca_file",
+        "smtp_user",
+        "smtp_password_file",
         "mail_from",
         "mail_domain",
         "webhooks",
@@ -516,3 +528,27 @@ def test_a_socket_open_to_others_in_a_directory_others_may_write_is_refused(
     own.mkdir(mode=0o755)
     own.chmod(0o755)
     check_socket_directory(own / "gbatchd.sock", Config(socket_mode=0o666))
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("smtp_tls: ssl", "smtp_tls: 'ssl' is not starttls or implicit"),
+        ("smtp_tls: implicit", "smtp_tls: implicit TLS on port 25, where servers speak plain"),
+        ("smtp_user: gbatch", "smtp_user: its password is not set. Name a file"),
+        ("smtp_password_file: /etc/pw", "smtp_password_file: it names no user's password"),
+        (
+            "{smtp_user: gbatch, smtp_password_file: /etc/pw}",
+            "smtp_user: its password would cross the network in clear. Set smtp_tls",
+        ),
+        ("smtp_password_file: pw", "smtp_password_file: 'pw' is not an absolute path"),
+        ("smtp_password: hunter2", 'unknown setting "smtp_password"'),
+    ],
+)
+def test_smtp_tls_and_auth_mistakes_are_one_line_naming_the_key_and_the_fix(
+    paths: Paths, text: str, says: str
+) -> None:
+    write_config(paths, text + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(paths, {})
+    assert says in str(caught.value) and "\n" not in str(caught.value)

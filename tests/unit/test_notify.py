@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.config import Config, Paths, Webhook, load_config
+from gbatch.config import Config, ConfigError, Paths, Webhook, load_config
 from gbatch.head import notify
-from gbatch.head.outbox import BATCH, PER_OWNER, DeliveryError, Outbox, Slots
+from gbatch.head.outbox import BATCH, PER_OWNER, DeliveryError, Outbox, Slots, smtp_password
 from gbatch.head.store import Store
 from gbatch.model import Gpu, Job, JobSpec, JobState, NotifyHook
 
@@ -548,3 +548,30 @@ def test_slots_allow_one_per_destination_and_a_cap_per_owner() -> None:
     slots.release(note("a1", "ada"))
     assert slots.busy() == (frozenset({"a2", "ops"}), frozenset())
     assert slots.take(note("b1", "bob")) and slots.free == 0
+
+
+# -- SMTP's password, from its own file ---------------------------------------------------
+
+
+def test_the_smtp_password_is_read_from_a_private_file_only(tmp_path: Path) -> None:
+    secret = tmp_path / "smtp-password"
+    config = Config(smtp_user="gbatch", smtp_tls="starttls", smtp_password_file=secret)
+    assert smtp_password(Config()) is None
+    with pytest.raises(ConfigError, match=r"^smtp_password_file: cannot read .*mode 0600$"):
+        smtp_password(config)
+    secret.write_text("hunter2\n")
+    secret.chmod(0o644)
+    with pytest.raises(ConfigError) as caught:
+        smtp_password(config)
+    assert str(caught.value) == (
+        f"smtp_password_file: {secret} may be read by others (mode 644). Run chmod 600 {secret}"
+    )
+    secret.chmod(0o600)
+    assert smtp_password(config) == "hunter2"
+    secret.write_text("\n")
+    with pytest.raises(ConfigError, match="holds no password"):
+        smtp_password(config)
+    link = tmp_path / "link"
+    link.symlink_to(secret)
+    with pytest.raises(ConfigError, match="not a link"):
+        smtp_password(replace(config, smtp_password_file=link))

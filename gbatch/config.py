@@ -113,6 +113,9 @@ SMTP_TLS = ("starttls", "implicit")
 
 # What an admin webhook may ask for: the jobs' events (mail types' names) and the nodes'.
 NODE_EVENTS = ("NODE_DOWN", "GPU_FOREIGN", "DISK_FULL")
+# The head's own store cannot write (a full disk): told to admins' webhooks directly, not
+# through the outbox, which lives on that disk (gbatch/head/outbox.py tell_store_full).
+STORE_FULL_EVENT = "STORE_FULL"
 # A running job flagged by the idle_gpu policy (gbatch/head/idlegpu.py): admins' webhooks
 # may ask for it; its owner is mailed it whatever their --mail-type.
 IDLE_GPU_EVENT = "IDLE_GPU"
@@ -339,7 +342,7 @@ def _check_webhooks(value: object, bad: Callable[[str], ConfigError]) -> tuple[W
             raise bad(f"{usage}; secret is a string")
         if form not in ("json", "slack"):
             raise bad(f"{usage}; form is json or slack")
-        known = (*JOB_EVENTS, IDLE_GPU_EVENT, *NODE_EVENTS)
+        known = (*JOB_EVENTS, IDLE_GPU_EVENT, *NODE_EVENTS, STORE_FULL_EVENT)
         if not isinstance(events, list) or not all(e in known for e in events):
             raise bad(f"{usage}; events are among {', '.join(known)}")
         hooks.append(Webhook(name, url, secret, tuple(dict.fromkeys(events)), form))

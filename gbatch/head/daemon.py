@@ -165,6 +165,7 @@ class Daemon:
         self.planned_users: frozenset[str] = frozenset()
         # Delivers the store's outbox (mail, webhooks) in its own thread, once started.
         self.outbox = Outbox(store, config, clock)
+        store.on_full = self.outbox.tell_store_full
         # job id -> the TIME_LIMIT_<pct> warnings owed for its current run so far
         self._time_warned: dict[int, set[str]] = {}
         # node name -> the number of its report last folded into runs' GPU usage

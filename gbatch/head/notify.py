@@ -281,11 +281,25 @@ def node_payload(node: str, kind: str, reason: str, event_id: str, now: float) -
     }
 
 
+def head_payload(head: str, kind: str, reason: str, event_id: str, now: float) -> dict[str, object]:
+    """An event of the head itself (STORE_FULL): `head` is its host name."""
+    return {
+        "event_id": event_id,
+        "kind": kind,
+        "time": now,
+        "head": {"name": head, "reason": reason},
+    }
+
+
 def summary(payload: Mapping[str, object]) -> str:
     """One line for the event, Slurm's mail subject for a job's:
     `Slurm Job_id=12 Name=train Ended, Run time 00:01:02, COMPLETED, ExitCode 0`."""
     kind = str(payload["kind"])
     job = payload.get("job")
+    head = payload.get("head")
+    if isinstance(head, Mapping):
+        what = kind.lower().replace("_", " ")
+        return _clean(f"gbatch head {head.get('name')}: {what}: {head.get('reason')}")
     if not isinstance(job, Mapping):
         node = payload.get("node")
         name = node.get("name") if isinstance(node, Mapping) else ""

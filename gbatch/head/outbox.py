@@ -25,14 +25,15 @@ import queue
 import socket
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gbatch.config import Config, ConfigError, Webhook
+from gbatch.config import STORE_FULL_EVENT, Config, ConfigError, Webhook
 from gbatch.crashpoints import crash_point
 from gbatch.head import notify
-from gbatch.head.store import Store, StoreError
+from gbatch.head.store import Store, StoreError, StoreFull
 
 if TYPE_CHECKING:
     import urllib.request
@@ -212,6 +213,30 @@ class Outbox:
                 self.config.notify_retention_days,
             )
         return deleted
+
+    def tell_store_full(self, err: StoreFull) -> None:
+        """STORE_FULL to the admins' webhooks that ask for it, posted now in a thread of
+        its own, not through the outbox: that lives on the full disk. Best effort: one
+        try each, a failure only logged. Store.on_full calls it once per spell."""
+        hooks = [hook for hook in self.config.webhooks if STORE_FULL_EVENT in hook.events]
+        if not hooks:
+            return
+        event_id = uuid.uuid4().hex
+        payload = notify.head_payload(
+            socket.gethostname(), STORE_FULL_EVENT, str(err), event_id, self.clock()
+        )
+        note = notify.Notification(0, event_id, STORE_FULL_EVENT, notify.WEBHOOK, "", payload, 0)
+
+        def post_each() -> None:
+            for hook in hooks:
+                try:
+                    post_webhook(hook, note._replace(target=hook.name))
+                except DeliveryError as failed:
+                    log.warning(
+                        "outbox: could not tell %s of the full store: %s", hook.name, failed
+                    )
+
+        threading.Thread(target=post_each, name="store-full", daemon=True).start()
 
     def _failed(self, note: notify.Notification, err: DeliveryError) -> None:
         attempts = note.attempts + 1

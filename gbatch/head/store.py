@@ -524,6 +524,10 @@ class Store:
         self._notify = notify or Policy()
         self._feed = feed
         self._feed_lines: list[str] = []  # the open transaction's, for the feed
+        # Called (under the store's lock: it must not block) at the first write a full
+        # disk fails since the last that committed: once per spell of full disk.
+        self.on_full: Callable[[StoreFull], None] | None = None
+        self._full = False
         self._change: int | None = None  # the open transaction's change number, once asked
         # Jobs' env values and commands are in it: the owner's alone, whatever the umask.
         # SQLite gives the -wal and -shm files the mode of the database file; ones left
@@ -585,7 +589,13 @@ class Store:
                     self._rollback()
                     raise
             except sqlite3.OperationalError as err:
-                raise self._write_error(err) from err
+                error = self._write_error(err)
+                if isinstance(error, StoreFull) and not self._full:
+                    self._full = True
+                    if self.on_full is not None:
+                        self.on_full(error)
+                raise error from err
+            self._full = False
             # After the commit (a line never tells of a change that rolled back), still
             # under the lock, so the lines are in the order the changes committed in.
             if self._feed is not None and self._feed_lines:

@@ -11,11 +11,14 @@ The tmpfs is always unmounted in teardown (lazily if something still holds it).
 from __future__ import annotations
 
 import errno
+import http.server
 import json
 import os
 import shutil
+import socket
 import sqlite3
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -278,3 +281,42 @@ def test_a_host_whose_agent_dir_disk_is_full_fails_the_launch_with_the_reason(
         finally:
             teardown_fleet(fleet)
     print(json.dumps({"reason": reason}))
+
+
+def test_a_full_store_disk_is_posted_to_the_admins_webhook_directly(tmp_path: Path) -> None:
+    received: list[dict[str, object]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/ops"
+    config = FAST_CONFIG + f"webhooks: [{{name: ops, url: '{url}', events: [STORE_FULL]}}]\n"
+    try:
+        with small_disk(tmp_path / "home", "16m") as home:
+            head = make_head(home, config=config)
+            head.start()
+            try:
+                head.wait_state(head.sbatch("--wrap", "true"), "COMPLETED")  # made its key
+                fill(home)
+                assert head.run("sbatch", "--wrap", "true").returncode == 5
+                wait_for(lambda: received, what="STORE_FULL at the admins' webhook")
+            finally:
+                head.stop()
+                kill_leftover_jobs(head.home)
+    finally:
+        server.shutdown()
+        server.server_close()
+    event = received[0]
+    assert event["kind"] == "STORE_FULL"
+    assert event["head"] == {  # type: ignore[comparison-overlap]
+        "name": socket.gethostname(),
+        "reason": f"the job store cannot write: disk full ({home})",
+    }

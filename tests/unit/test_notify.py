@@ -7,17 +7,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from fullstore import pack_store, unpack_store
 
 from gbatch.config import Config, ConfigError, Paths, Webhook, load_config
 from gbatch.head import notify
 from gbatch.head.outbox import BATCH, PER_OWNER, DeliveryError, Outbox, Slots, smtp_password
-from gbatch.head.store import Store
+from gbatch.head.store import Store, StoreFull
 from gbatch.model import Gpu, Job, JobSpec, JobState, NotifyHook
 
 T0 = 1_767_225_600.0
@@ -575,3 +577,56 @@ def test_the_smtp_password_is_read_from_a_private_file_only(tmp_path: Path) -> N
     link.symlink_to(secret)
     with pytest.raises(ConfigError, match="not a link"):
         smtp_password(replace(config, smtp_password_file=link))
+
+
+# -- the head's own full disk, told directly ------------------------------------------------
+
+
+def test_a_full_store_is_told_once_per_spell_through_its_hook(tmp_path: Path) -> None:
+    opened = Store(tmp_path / "gbatch.db")
+    spells: list[str] = []
+    opened.on_full = lambda err: spells.append(str(err))
+    try:
+        (job_id,) = opened.submit([spec(None)], 1000, "ada", T0)
+        (pad,) = opened.submit([spec(None)], 1000, "ada", T0)
+        pack_store(opened, pad)
+        for _ in range(3):
+            with pytest.raises(StoreFull):
+                opened.submit([spec(None)] * 20, 1000, "ada", T0)
+        assert spells == [f"the job store cannot write: disk full ({tmp_path})"]
+        unpack_store(opened)
+        opened.set_state(job_id, JobState.CANCELLED, "", T0, end_time=T0)  # written: over
+        pack_store(opened, pad)
+        with pytest.raises(StoreFull):
+            opened.submit([spec(None)] * 20, 1000, "ada", T0)
+        assert len(spells) == 2  # a new spell
+    finally:
+        opened.close()
+
+
+def test_a_full_store_is_posted_straight_to_the_webhooks_that_ask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asks = Webhook("disk", "https://hooks.example.org/d", "s", ("STORE_FULL",))
+    posted: list[tuple[str, notify.Notification]] = []
+    done = threading.Event()
+
+    def post(hook: Webhook, note: notify.Notification) -> None:
+        posted.append((hook.name, note))
+        done.set()
+
+    monkeypatch.setattr("gbatch.head.outbox.post_webhook", post)
+    opened = Store(tmp_path / "gbatch.db")
+    try:
+        outbox = Outbox(opened, Config(webhooks=(HOOK, asks)), Clock())
+        outbox.tell_store_full(StoreFull(tmp_path))
+        assert done.wait(30)
+        assert opened.outbox() == []  # not through the outbox: it is on the full disk
+    finally:
+        opened.close()
+    ((name, note),) = posted  # HOOK does not ask for it
+    assert name == "disk" and note.kind == "STORE_FULL" and note.event_id
+    assert notify.summary(note.payload) == (
+        f"gbatch head {socket.gethostname()}: store full: "
+        f"the job store cannot write: disk full ({tmp_path})"
+    )

@@ -23,9 +23,11 @@ if TYPE_CHECKING:
 
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
-    from gbatch.cli.everyday import everyday
+    lean = None
+    if _command_word(words) in ("squeue", "sbatch"):
+        from gbatch.cli.everyday import everyday
 
-    lean = everyday(words)
+        lean = everyday(words)
     if lean is not None:  # `squeue`, `sbatch --wrap CMD`: read without argparse
         prog, debug, run = lean
         status = _guarded(prog, debug, run)

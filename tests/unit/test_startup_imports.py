@@ -114,7 +114,6 @@ def test_help_imports_argparse_and_the_entry_point_alone(tmp_path: object) -> No
         "gbatch.cli",
         "gbatch.cli._main",
         "gbatch.cli._parser",
-        "gbatch.cli.everyday",
         "gbatch.cli.exits",
         "gbatch.cli.suggest",
     ]

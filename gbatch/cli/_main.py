@@ -2,11 +2,11 @@
 
 main() maps every error to an exit status and a one-line message; the commands do
 the work and handle none. Only the command that runs is imported, and only its parser
-is built: the others stand in as names with their one-line help (_parser.COMMANDS), which is
-all `gbatch --help` and a mistyped command's suggestion need. Start-up is a feature
-(README, Performance): `gbatch --help` imports argparse (gbatch/cli/_parser.py) and this
-module alone, and the everyday forms of squeue and sbatch (gbatch/cli/everyday.py) not
-even argparse: this module imports nothing at start but sys.
+is built: the others stand in as names with their one-line help (_parser.COMMANDS),
+which is all `gbatch --help` and a mistyped command's suggestion need. Start-up is a
+feature (README, Performance): this module imports nothing at start but sys; `gbatch
+--help` adds argparse (gbatch/cli/_parser.py), and the everyday lines of squeue and
+sbatch (gbatch/cli/everyday.py) not even that.
 """
 
 from __future__ import annotations

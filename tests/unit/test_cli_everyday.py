@@ -225,7 +225,10 @@ def test_squeue_declines_array_tasks_and_unknown_users() -> None:
     ],
 )
 def test_sbatch_sends_and_prints_what_the_full_path_does(
-    words: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+    words: list[str],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     values = everyday.read_options(words, everyday.SBATCH_FLAGS, everyday.SBATCH_VALUES)
     assert values is not None
@@ -235,7 +238,7 @@ def test_sbatch_sends_and_prints_what_the_full_path_does(
         lean_sent.append(json.loads(jsonline.dumps(request)))
         return {"ids": [42]}
 
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)
     assert everyday.run_sbatch(values, os.environ, send) == 0
     lean = capsys.readouterr()
     args = _argparse("sbatch", words)

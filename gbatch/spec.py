@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gbatch.model import JOB_EVENTS, JobSpec, NotifyHook
-from gbatch.submitenv import ENV_NAME_RE as _ENV_NAME_RE
-from gbatch.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, submit_env_bytes
+from gbatch.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, is_env_name, submit_env_bytes
 from gbatch.submitenv import reserved_env_reason as _reserved_env_reason
 from gbatch.timefmt import (
     ACCEPTED_FORMS,
@@ -785,7 +784,7 @@ def _check_time_limit(value: object, field: str) -> int | None:
 
 def _check_env_name(name: object, field: str, key: str) -> None:
     """A variable name `env` or `secret_env` (`key`) may set."""
-    if not isinstance(name, str) or not _ENV_NAME_RE.fullmatch(name):
+    if not isinstance(name, str) or not is_env_name(name):
         raise SpecError(
             field,
             f"{show_value(name)} is not a variable name. Use letters, digits and _, "
@@ -1042,7 +1041,7 @@ def parse_export(value: object, field: str = "--export") -> Export:
     values: list[tuple[str, str]] = []
     for item in items[1:] if everything else items:
         name, eq, text = item.partition("=")
-        if not item or not _ENV_NAME_RE.fullmatch(name):
+        if not item or not is_env_name(name):
             raise SpecError(
                 field,
                 f"{show_value(item)} is not a variable. Use {EXPORT_FORMS}",

@@ -13,12 +13,11 @@ the full path with the same reply.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from gbatch.timefmt import format_duration
 
 TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 # wire.ListJobs' fields and defaults, in its order: the request is the same JSON object

@@ -5,11 +5,19 @@ everyday `--wrap` path loads neither the model nor spec (start-up)."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 MAX_SUBMIT_ENV_BYTES = 128 * 1024
-ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+# A variable's name, [A-Za-z_][A-Za-z0-9_]* in ASCII, checked without `re` (which, with
+# the enum and functools it loads, is ~4 ms of sbatch's start).
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def is_env_name(name: str) -> bool:
+    """Whether `name` may name an environment variable: [A-Za-z_][A-Za-z0-9_]*."""
+    return name[:1] not in "0123456789" and all(c in _NAME_CHARS for c in name)
 
 
 def reserved_env_reason(name: str) -> str | None:
@@ -30,7 +38,7 @@ def filter_submit_env(env: Mapping[str, str]) -> dict[str, str]:
         for name, value in env.items()
         if isinstance(name, str)
         and isinstance(value, str)
-        and ENV_NAME_RE.fullmatch(name)
+        and is_env_name(name)
         and reserved_env_reason(name) is None
         and not name.startswith("SLURM_")
         and not ("\0" in value or "\n" in value or "\r" in value)

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from functools import cached_property
 
+from gbatch.cli.everyday import split_list as split_list  # where the commands find it
 from gbatch.client import Client
 from gbatch.paths import Paths, resolve_paths
 
@@ -32,13 +33,6 @@ class Context:
             return pwd.getpwuid(os.getuid()).pw_name
         except KeyError:
             return str(os.getuid())
-
-
-def split_list(values: list[str] | None) -> list[str] | None:
-    """Slurm lists: `-u a,b -u c` -> [a, b, c]; None when not given."""
-    if not values:
-        return None
-    return [item for value in values for item in value.split(",") if item]
 
 
 def parse_ids(values: list[str] | None, what: str, forms: Forms | None = None) -> list[str] | None:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from gbatch.cli.context import Context
+from gbatch.cli.everyday import user_name, warn_unwritable, wrap_request
 from gbatch.cli.exits import CliError, Exit
 from gbatch.cli.suggest import did_you_mean, option_strings
 from gbatch.client import RequestFailed
@@ -628,7 +629,7 @@ def _check_output_dirs(spec: Any, submit_dir: str, *, from_file: bool, err_from_
     from gbatch.spec import SpecError
 
     base = _start_dir(spec, submit_dir)
-    user = _user_name()
+    user = user_name()
     for pattern, field in (
         (spec.output, "output" if from_file else "-o/--output"),
         (spec.error, "error" if err_from_file else "-e/--error"),
@@ -667,27 +668,7 @@ def _warn_default_output(spec: Any, submit_dir: str) -> None:
     so at once when the submitter cannot write there. Not refused, as Slurm does not
     refuse it: the job runs, and `gbatch logs` has its output."""
     if spec.output is None:
-        _warn_unwritable(_start_dir(spec, submit_dir))
-
-
-def _warn_unwritable(directory: str) -> None:
-    """_warn_default_output's warning, for a job whose slurm-%j.out goes in `directory`."""
-    if not os.access(directory, os.W_OK | os.X_OK):
-        print(
-            f"gbatch sbatch: warning: you cannot write in {directory}, so the job's "
-            "slurm-%j.out cannot be written there; `gbatch logs ID` keeps its output. "
-            "Submit from a directory you can write, or pass -o FILE",
-            file=sys.stderr,
-        )
-
-
-def _user_name() -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
+        warn_unwritable(_start_dir(spec, submit_dir))
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
@@ -696,7 +677,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if everyday is not None:
         reply = ctx.client.send(everyday)
         ids = reply["ids"]
-        _warn_unwritable(submit_dir)  # --wrap alone: slurm-%j.out where it was submitted
+        warn_unwritable(submit_dir)  # --wrap alone: slurm-%j.out where it was submitted
     else:
         request, spec, script, lines = build_submit(
             args, lambda: _job_source(args), submit_dir=submit_dir, environ=os.environ
@@ -733,20 +714,16 @@ _EVERYDAY_DESTS = frozenset(
     {"wrap", "hold", "parsable", "quiet", "debug", "command", "run", "script_args"}
 )
 _FALSE_BY_DEFAULT = frozenset({"test_only"})
-# spec.MAX_COMMAND_BYTES, spelled here for the everyday path (a unit test keeps it equal).
-_MAX_COMMAND_BYTES = 64 * 1024
 
 
 def _everyday_request(
     args: argparse.Namespace, submit_dir: str, environ: Mapping[str, str]
 ) -> dict[str, Any] | None:
-    """The submit request of `sbatch --wrap CMD` given no other job option (-H, --parsable
-    and -Q aside), as wire.encode_request of build_submit's, built without the model,
-    spec or wire (start-up); None for anything else, or for a command or an environment
-    that build_submit would refuse (which then says why, as ever). The job's spec is the
-    one build_spec makes of a command alone: named "wrap", run by /bin/sh -c where it was
-    submitted, taking the submitter's environment (--export=ALL, filtered as
-    submitenv's). tests/unit/test_sbatch_everyday.py holds the two paths equal."""
+    """everyday.wrap_request (the submit request of `sbatch --wrap CMD`, as build_submit's,
+    built without the model, spec or wire) when `args` carry --wrap and no other job
+    option (-H, --parsable and -Q aside); None for anything else, or for what
+    build_submit would refuse. tests/unit/test_sbatch_everyday.py holds the two paths
+    equal. (A command line that argparse did not read takes everyday.py's path.)"""
     if args.wrap is None or args.file is not None or args.script_args:
         return None
     for dest, value in vars(args).items():
@@ -756,47 +733,7 @@ def _everyday_request(
             continue
         if value is not False or dest not in _FALSE_BY_DEFAULT:
             return None
-    command = ["/bin/sh", "-c", args.wrap]
-    try:  # spec._check_command's and _check_utf8's refusals are build_spec's to make
-        size = sum(len(arg.encode("utf-8")) + 1 for arg in command)
-    except UnicodeEncodeError:
-        return None
-    if not args.wrap.strip() or "\0" in args.wrap or size > _MAX_COMMAND_BYTES:
-        return None
-    from gbatch.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, submit_env_bytes
-
-    submit_env = filter_submit_env(environ)
-    if submit_env_bytes(submit_env) > MAX_SUBMIT_ENV_BYTES:
-        return None
-    spec: dict[str, Any] = {
-        "name": "wrap",
-        "command": command,
-        "image": None,
-        "gpus": 0,
-        "time_limit": None,
-        "retries": 0,
-        "env": {},
-        "mounts": [],
-        "workdir": submit_dir,
-        "priority": 0,
-        "nice": 0,
-        "shm_size": None,
-        "requeue": True,
-        "submit_dir": submit_dir,
-        "submit_host": socket.gethostname(),
-    }
-    return {
-        "op": "submit",
-        "spec": spec,
-        "secret_env": {},
-        "count": 1,
-        "held": bool(args.hold),
-        "submit_env": submit_env or None,
-        "array": None,
-        "test_only": False,
-        "sweep": None,
-        "name_template": None,
-    }
+    return wrap_request(args.wrap, bool(args.hold), submit_dir, environ)
 
 
 @functools.cache

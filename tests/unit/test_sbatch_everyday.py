@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from gbatch import spec as spec_module
 from gbatch import wire
-from gbatch.cli import sbatch
-from gbatch.cli._main import build_parser
+from gbatch.cli import everyday, sbatch
+from gbatch.cli._parser import build_parser
 from gbatch.cli.exits import CliError
 
 _TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
@@ -123,7 +123,7 @@ def test_the_options_the_everyday_path_reads_default_to_nothing() -> None:
 
 
 def test_the_constants_spelled_here_are_their_owners() -> None:
-    assert spec_module.MAX_COMMAND_BYTES == sbatch._MAX_COMMAND_BYTES
+    assert spec_module.MAX_COMMAND_BYTES == everyday.MAX_COMMAND_BYTES
 
 
 class _Client:

@@ -20,7 +20,7 @@ import pytest
 
 import gbatch
 from gbatch import wire
-from gbatch.cli._main import COMMANDS
+from gbatch.cli._parser import COMMANDS
 from gbatch.model import Job, JobSpec, JobState
 
 SOURCE = str(Path(gbatch.__file__).resolve().parents[1])
@@ -67,9 +67,11 @@ RUNS = {
 }
 
 
-def loaded_by(argv: list[str], home: object) -> set[str]:
+def loaded_by(argv: list[str], home: object, *flags: str) -> set[str]:
+    """What `gbatch ARGV` imports; `flags`: the interpreter's (-S: without site, whose
+    import hooks, an editable install's, load pathlib and re before gbatch starts)."""
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, *argv],
+        [sys.executable, *flags, "-c", PROBE, *argv],
         capture_output=True,
         text=True,
         timeout=60,
@@ -111,6 +113,7 @@ def test_help_imports_argparse_and_the_entry_point_alone(tmp_path: object) -> No
         "gbatch",
         "gbatch.cli",
         "gbatch.cli._main",
+        "gbatch.cli._parser",
         "gbatch.cli.exits",
         "gbatch.cli.suggest",
     ]
@@ -187,6 +190,34 @@ def test_sbatch_wrap_queues_without_the_model_nor_the_job_validation(tmp_path: P
     assert json.loads(heard[0])["op"] == "submit"
     batch = {"gbatch.spec", "gbatch.batchscript", "gbatch.sweep", "gbatch.outputs"}
     assert within(loaded, NOT_EVERYDAY | batch | {"shlex"}) == []
+
+
+# What the everyday command lines (gbatch/cli/everyday.py) do without: argparse, and the
+# re, enum, functools and gettext it loads; pathlib (with urllib.parse and ipaddress),
+# socket.py and json; gbatch's client and paths, which load them.
+NOT_LEAN = {"argparse", "re", "enum", "functools", "gettext", "locale", "pathlib", "socket"}
+NOT_LEAN |= {"json", "collections", "gbatch.client", "gbatch.paths", "gbatch.cli.exits"}
+NOT_LEAN |= {"gbatch.cli.squeue", "gbatch.cli.sbatch", "gbatch.cli.context", "typing"}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["squeue"],
+        ["squeue", "-u", "root", "--states=PD,R", "-h"],
+        ["sbatch", "--wrap", "true"],
+        ["--debug", "sbatch", "-H", "--parsable", "--wrap=python train.py"],
+    ],
+)
+def test_everyday_command_lines_import_neither_argparse_nor_json_nor_pathlib(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    reply = _listing([]) if "squeue" in argv else {"ids": [7]}
+    with answering_daemon(tmp_path, reply) as heard:
+        loaded = loaded_by(argv, tmp_path, "-S")  # -S: nothing loaded before gbatch
+    assert heard, f"gbatch {' '.join(argv)} sent no request"
+    assert "gbatch.cli.everyday" in loaded
+    assert within(loaded, NOT_LEAN) == []
 
 
 def test_sbatch_takes_the_full_path_for_any_other_option(tmp_path: Path) -> None:

@@ -1,0 +1,150 @@
+"""gbatch's argparse parser: the program and the one command that runs (build_parser).
+
+gbatch.cli._main imports this module only for a command line that the everyday forms
+(gbatch/cli/everyday.py) do not take: argparse, with the re, enum and gettext it loads,
+is ~6 ms of a start (README, Performance).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from gbatch import __version__
+from gbatch.cli.exits import Exit
+from gbatch.cli.suggest import did_you_mean
+
+TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+# Each command's module, gbatch.cli.<name>, and its one-line help (the module's HELP,
+# spelled here so that listing them imports none; a unit test keeps the two equal).
+# The order is `gbatch --help`'s.
+COMMANDS: dict[str, str] = {
+    "sbatch": "queue a job (a job file, a batch script, options, or --wrap)",
+    "squeue": "show queued and running jobs",
+    "scancel": "cancel jobs",
+    "sinfo": "show partitions and their nodes, grouped by state, as Slurm's sinfo does",
+    "sacct": "show accounting data for jobs, finished ones included",
+    "sshare": "show fair-share usage, what your jobs hold, and your limits",
+    "sprio": "show pending jobs' priority and the factors that order them",
+    "seff": "show a job's efficiency: wall-clock time against its limit, GPUs",
+    "sreport": "report GPU-hours per user (or Unix group) over a period",
+    "scontrol": "show a job, node or partition; hold, release, requeue or update jobs",
+    "logs": "print a job's output; -f follows it until the job ends",
+    "tui": "full-screen live view of jobs, nodes and logs (cancel, hold, release)",
+    "node": "list nodes; install the agent; trust a host's SSH key; drain or resume a node "
+    "(admins)",
+    "daemon": "start, stop or inspect the head daemon (gbatchd)",
+    "api": "serve the HTTP API (tokens from `gbatch token`); print its OpenAPI document",
+    "token": "print an API token for the HTTP API; list, revoke, rotate the signing key",
+    "mcp": "serve gbatch's tools to a coding agent (Model Context Protocol over stdio)",
+}
+
+
+EPILOG = """\
+exit status: 0 ok, 1 failed (e.g. unknown job), 2 bad input (nothing queued),
+3 no daemon, 4 permission denied, 5 a needed component is missing, 70 internal error.
+Files live under $GBATCH_HOME (default: the user's data dir)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (what is wrong, and where the help is)
+    instead of the usage block and the message under it. Sub-command parsers are made
+    of this class too (add_subparsers uses the parent's)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # No prefix matching: `--gpu 1` read as `--gpus 1` hid typos (suggested instead).
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse makes a formatter for every add_argument (to check its metavar), and
+        # the first imports shutil (with bz2 and lzma: 1.5 ms) for the terminal's width.
+        return self.formatter_class(prog=self.prog, width=_help_width())  # type: ignore[call-arg]
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(Exit.USAGE, f"{self.prog}: error: {message}. See `{self.prog} --help`\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # A mistyped sub-command (`gbatch squeu`): name the nearest, not all fourteen.
+        choices = action.choices
+        if choices is not None and value not in choices:
+            hint = did_you_mean(str(value), [str(c) for c in choices])
+            if hint:
+                raise argparse.ArgumentError(action, f"invalid choice: {value!r}{hint}")
+        super()._check_value(action, value)
+
+
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """The sub-commands, where each one that does not run stands in by name and help
+    alone: a parser each would cost two gettext look-ups (~0.4 ms) at every start."""
+
+    def add_stand_in(self, name: str, help_line: str) -> None:
+        """List `name` in `gbatch --help` and take it as a choice, with no parser: the
+        one command that runs gets its own (build_parser)."""
+        self._choices_actions.append(self._ChoicesPseudoAction(name, (), help_line))
+        self._name_parser_map[name] = None
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        if self._name_parser_map.get(values[0]) is None:
+            raise AssertionError(f"{values[0]}: build_parser() was not given this command")
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _help_width() -> int:
+    """The width argparse gives help, shutil.get_terminal_size().columns - 2, found as
+    shutil finds it: $COLUMNS, else the terminal on stdout, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return (columns or 80) - 2
+
+
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    """gbatch's parser with `command`'s own sub-parser (its module imported); every other
+    command is a stand-in that carries its name and help only. None: stand-ins alone
+    (`gbatch --help`, or a word that names no command)."""
+    parser = _Parser(
+        prog="gbatch",
+        description="Queue GPU jobs on a lab's servers, Slurm style.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"gbatch {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    # An explicit prog spares argparse a HelpFormatter (and shutil) at every start.
+    commands: _Commands = parser.add_subparsers(  # type: ignore[assignment]
+        action=_Commands, dest="command", metavar="COMMAND", prog="gbatch"
+    )
+    commands.required = True
+    for name, help_line in COMMANDS.items():
+        if name == command:
+            command_module(name).add_parser(commands)
+        else:
+            commands.add_stand_in(name, help_line)
+    return parser
+
+
+def command_module(name: str) -> Any:
+    """gbatch.cli.<name>, imported now: the one command that runs."""
+    import importlib
+
+    return importlib.import_module(f"gbatch.cli.{name}")
+
+
+def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The sub-command's own parser (whose options a typo is compared with)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser

@@ -1,0 +1,339 @@
+"""`gbatch squeue` and `gbatch sbatch --wrap CMD` as most calls write them, run without
+argparse, pathlib, socket or json: with the re, enum, functools and gettext those load,
+they were two thirds of these commands' start (README, Performance).
+
+everyday() reads a command line only where it reads it exactly as argparse would:
+squeue's filters and flags (-u, --me, -n, -p, -w, -t, -a, -h) and sbatch's --wrap with
+-H, --parsable or -Q, each option's value in the next word (one that does not begin
+with '-') or after '='. Anything else (another option, two options in one word, a value
+that begins with '-', gbatch's own options but --debug) is left to argparse
+(gbatch/cli/_parser.py), which says what is wrong as ever. What is read runs as the
+full path does (squeue.run's everyday case, sbatch's _everyday_request), and declines
+(returns None, nothing sent) whatever that would refuse or show otherwise, so that its
+messages stay the full path's: an unknown user, array tasks, a command build_spec
+refuses, no daemon at the socket. After a request is sent, the client's errors are
+raised as gbatch.client raises them. tests/unit/test_cli_everyday.py holds both paths
+to the same requests, output and errors.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+    Exchange = Callable[[dict[str, Any]], dict[str, Any] | None]
+
+# Each everyday form's options, as squeue's and sbatch's parsers define them: a flag's
+# dest, and the dest of an option that takes a value (append: every value, in order).
+SQUEUE_FLAGS = {"--me": "me", "-a": "all", "--all": "all", "-h": "noheader"}
+SQUEUE_FLAGS["--noheader"] = "noheader"
+SQUEUE_VALUES = {"-u": "user", "--user": "user", "-n": "name", "--name": "name"}
+SQUEUE_VALUES |= {"-p": "partition", "--partition": "partition", "-w": "nodelist"}
+SQUEUE_VALUES |= {"--nodelist": "nodelist", "-t": "states", "--states": "states"}
+SBATCH_FLAGS = {"-H": "hold", "--hold": "hold", "--parsable": "parsable", "-Q": "quiet"}
+SBATCH_FLAGS["--quiet"] = "quiet"
+SBATCH_VALUES = {"--wrap": "wrap"}
+
+# What gbatch.client.Client waits by default, and the largest request gbatchd reads
+# (wire.MAX_REQUEST_BYTES): spelled here, kept equal by a unit test.
+TIMEOUT_S = 30.0
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+# paths.SYSTEM_SOCKET, as a string (a unit test keeps the two equal).
+SYSTEM_SOCKET = "/run/gbatch/gbatchd.sock"
+# spec.MAX_COMMAND_BYTES, spelled here for the everyday path (a unit test keeps it equal).
+MAX_COMMAND_BYTES = 64 * 1024
+
+
+def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | None:
+    """(prog, --debug given, the command's run) for an everyday command line; None for
+    any other. run() returns the exit status, or None to decline (nothing was sent, or
+    squeue's listing is one it does not draw): argparse's path then runs the same line."""
+    debug = words[:1] == ["--debug"]
+    line = words[1:] if debug else words
+    command, rest = (line[0], line[1:]) if line else ("", [])
+    if command == "squeue":
+        values = read_options(rest, SQUEUE_FLAGS, SQUEUE_VALUES)
+        if values is not None:
+            return "gbatch squeue", debug, lambda: run_squeue(values, exchange)
+    elif command == "sbatch":
+        values = read_options(rest, SBATCH_FLAGS, SBATCH_VALUES)
+        if values is not None and "wrap" in values:
+            return "gbatch sbatch", debug, lambda: run_sbatch(values, os.environ, exchange)
+    return None
+
+
+def read_options(
+    words: list[str], flags: Mapping[str, str], with_value: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """`words` as argparse reads them for these options: {dest: True} for a flag given,
+    {dest: [value, ...]} for an option; None for any word it may read otherwise."""
+    found: dict[str, Any] = {}
+    at = 0
+    while at < len(words):
+        word = words[at]
+        at += 1
+        if word in flags:
+            found[flags[word]] = True
+            continue
+        option, equals, value = word.partition("=")
+        if not (equals and option.startswith("--") and option in with_value):
+            if word not in with_value or at == len(words):
+                return None
+            option, value = word, words[at]  # `-u VALUE`
+            at += 1
+        # A value that is empty or begins with '-' (an option, a negative number, `--`,
+        # which argparse drops even after '=') follows argparse's own rules: its to read.
+        if value[:1] in ("", "-"):
+            return None
+        found.setdefault(with_value[option], []).append(value)
+    return found
+
+
+def split_list(values: list[str] | None) -> list[str] | None:
+    """Slurm lists: `-u a,b -u c` -> [a, b, c]; None when not given."""
+    if not values:
+        return None
+    return [item for value in values for item in value.split(",") if item]
+
+
+def user_name() -> str:
+    """The calling user's name (their uid when the system knows no name)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
+    """squeue.run for its everyday options: the same request, the same table."""
+    import pwd
+
+    users = split_list(values.get("user")) or ([user_name()] if values.get("me") else [])
+    for user in users:  # an unknown user is squeue._check_user's error to give
+        try:
+            _ = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+        except Exception:
+            return None
+    states = split_list(values.get("states")) or []
+    history = "all" in (s.lower() for s in states)
+    from gbatch.squeue_brief import format_default, list_jobs
+
+    request = list_jobs(
+        users=tuple(users),
+        jobs=(),
+        states=() if history else tuple(states),
+        history=history,
+        brief=True,
+        columns=True,
+        names=tuple(split_list(values.get("name")) or ()),
+        partitions=tuple(split_list(values.get("partition")) or ()),
+        nodes=tuple(split_list(values.get("nodelist")) or ()),
+        starts=False,
+    )
+    reply = send(request)
+    if reply is None:
+        return None
+    out = format_default(reply["columns"], reply["now"], header=not values.get("noheader"))
+    if out is None:  # array tasks: formatting folds them (the full path asks again)
+        return None
+    sys.stdout.write(out)
+    return 0
+
+
+def run_sbatch(values: dict[str, Any], environ: Mapping[str, str], send: Exchange) -> int | None:
+    """sbatch.run for `--wrap CMD` with -H, --parsable or -Q: the same request, the same
+    line printed (and warning)."""
+    try:
+        submit_dir = os.getcwd()
+    except OSError:
+        return None
+    request = wrap_request(values["wrap"][-1], bool(values.get("hold")), submit_dir, environ)
+    if request is None:
+        return None
+    reply = send(request)
+    if reply is None:
+        return None
+    ids = reply["ids"]
+    warn_unwritable(submit_dir)  # --wrap alone: slurm-%j.out where it was submitted
+    if not values.get("quiet"):
+        # An array answers with its id (its first task's; tasks are N_K), as Slurm.
+        print(ids[0] if values.get("parsable") else f"Submitted batch job {ids[0]}", flush=True)
+    return 0
+
+
+def wrap_request(
+    wrap: str, held: bool, submit_dir: str, environ: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """The submit request of `sbatch --wrap CMD` given no other job option (-H, --parsable
+    and -Q aside), as wire.encode_request of sbatch.build_submit's, built without the
+    model, spec or wire (start-up); None for a command or an environment that
+    build_submit would refuse (which then says why, as ever). The job's spec is the one
+    build_spec makes of a command alone: named "wrap", run by /bin/sh -c where it was
+    submitted, taking the submitter's environment (--export=ALL, filtered as
+    submitenv's). tests/unit/test_sbatch_everyday.py holds the two paths equal."""
+    command = ["/bin/sh", "-c", wrap]
+    try:  # spec._check_command's and _check_utf8's refusals are build_spec's to make
+        size = sum(len(arg.encode("utf-8")) + 1 for arg in command)
+    except UnicodeEncodeError:
+        return None
+    if not wrap.strip() or "\0" in wrap or size > MAX_COMMAND_BYTES:
+        return None
+    from _socket import gethostname  # socket.gethostname itself, without socket.py
+
+    from gbatch.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, submit_env_bytes
+
+    submit_env = filter_submit_env(environ)
+    if submit_env_bytes(submit_env) > MAX_SUBMIT_ENV_BYTES:
+        return None
+    spec: dict[str, Any] = {
+        "name": "wrap",
+        "command": command,
+        "image": None,
+        "gpus": 0,
+        "time_limit": None,
+        "retries": 0,
+        "env": {},
+        "mounts": [],
+        "workdir": submit_dir,
+        "priority": 0,
+        "nice": 0,
+        "shm_size": None,
+        "requeue": True,
+        "submit_dir": submit_dir,
+        "submit_host": gethostname(),
+    }
+    return {
+        "op": "submit",
+        "spec": spec,
+        "secret_env": {},
+        "count": 1,
+        "held": held,
+        "submit_env": submit_env or None,
+        "array": None,
+        "test_only": False,
+        "sweep": None,
+        "name_template": None,
+    }
+
+
+def warn_unwritable(directory: str) -> None:
+    """sbatch's warning for a job whose slurm-%j.out goes in `directory`, when the
+    submitter cannot write there (not refused, as Slurm does not refuse it)."""
+    if not os.access(directory, os.W_OK | os.X_OK):
+        print(
+            f"gbatch sbatch: warning: you cannot write in {directory}, so the job's "
+            "slurm-%j.out cannot be written there; `gbatch logs ID` keeps its output. "
+            "Submit from a directory you can write, or pass -o FILE",
+            file=sys.stderr,
+        )
+
+
+def socket_path(environ: Mapping[str, str]) -> str | None:
+    """The socket paths.resolve_paths(environ) names, as a string reaching the same file
+    (built without pathlib); None where it needs a lookup this does not make (a `~` to
+    expand, the user's data dir: platformdirs')."""
+    socket = environ.get("GBATCH_SOCKET")
+    home = environ.get("GBATCH_HOME")
+    if socket:
+        return _absolute(socket)
+    if home:
+        home = _absolute(home)
+        return None if home is None else home + "/gbatchd.sock"
+    return SYSTEM_SOCKET if os.path.exists(SYSTEM_SOCKET) else None
+
+
+def _absolute(path: str) -> str | None:
+    """Path(path).expanduser().absolute(), up to the spelling (`a//b`, `./`) the kernel
+    reads alike; None for a `~` to expand."""
+    if path.startswith("~"):
+        return None
+    return path if path.startswith("/") else os.path.join(os.getcwd(), path)
+
+
+def exchange(request: dict[str, Any]) -> dict[str, Any] | None:
+    """Client(resolve_paths(os.environ).socket).send(request), on one connection made
+    without socket.py or json; None when no connection was made (nothing was sent: the
+    full path connects again, and waits out a busy daemon or says why it could not)."""
+    path = socket_path(os.environ)
+    if path is None:
+        return None
+    from _socket import AF_UNIX, SOCK_STREAM, socket
+
+    from gbatch.jsonline import dumps, loads
+
+    payload = dumps(request).encode() + b"\n"
+    if len(payload) > MAX_REQUEST_BYTES + 1:
+        return None  # the client's own refusal
+    sock = socket(AF_UNIX, SOCK_STREAM)
+    try:
+        sock.settimeout(TIMEOUT_S)
+        try:
+            sock.connect(path)
+        except OSError:
+            return None
+        line = _reply_line(sock, payload)
+    finally:
+        sock.close()
+    reply: dict[str, Any] = loads(line)
+    if not reply.pop("ok", False):
+        from gbatch.client import _refusal
+
+        raise _refusal(reply)
+    return reply
+
+
+def _reply_line(sock: Any, payload: bytes) -> bytes:
+    """Client._exchange's send and read, and its errors, once connected."""
+    try:
+        try:
+            sock.sendall(payload)
+        except (BrokenPipeError, ConnectionResetError) as err:
+            # gbatchd may answer before it has read the whole request (one it will not
+            # serve) and close: that answer is waiting to be read.
+            line = _read_line(sock)
+            if not line:
+                raise err from None
+        else:
+            line = _read_line(sock)
+    except TimeoutError as err:
+        from gbatch.client import ReplyTimeout
+
+        raise ReplyTimeout(_socket_file(), TIMEOUT_S) from err
+    except OSError as err:
+        from gbatch.client import DaemonUnavailable
+
+        raise DaemonUnavailable(_socket_file(), f"connection lost: {err}") from err
+    if not line:
+        from gbatch.client import DaemonUnavailable
+
+        raise DaemonUnavailable(_socket_file(), "the daemon closed the connection")
+    return line
+
+
+def _read_line(sock: Any) -> bytes:
+    """Up to and with the first newline, or all until the daemon closes (readline's)."""
+    chunks: list[bytes] = []
+    while True:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            break
+        end = chunk.find(b"\n")
+        if end >= 0:
+            chunks.append(chunk[: end + 1])
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _socket_file() -> Any:
+    """The socket as the client names it in its errors (a Path)."""
+    from gbatch.paths import resolve_paths
+
+    return resolve_paths(os.environ).socket

@@ -1,0 +1,87 @@
+"""json.dumps and json.loads, as the standard library does them by default, without
+importing the json package: it loads `re` (compiling its patterns at import), and with it
+enum and functools, ~5 ms of a command's start (README, Performance). The work is done by
+the C accelerator `_json`, the very code json.dumps and json.loads run; only the Python
+wrappers around it are skipped. Anything those wrappers would treat otherwise (an object
+that is not a dict, text with leading whitespace or trailing data, bytes that are not
+UTF-8, a malformed line, an interpreter without `_json`) goes to the json package, which
+answers, or raises, as ever. tests/unit/test_jsonline.py holds both to json's results.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+if TYPE_CHECKING:
+    from typing import Any
+
+try:
+    import _json as _c
+except ImportError:  # an interpreter without the accelerator: json's Python code does it
+    _c = None  # type: ignore[assignment]
+
+
+def _not_serializable(obj: object) -> object:
+    raise TypeError(f"Object of type {obj.__class__.__name__} is not JSON serializable")
+
+
+_CONSTANTS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+class _Decoding:
+    """json.decoder.JSONDecoder()'s settings, as the C scanner reads them."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = _CONSTANTS.__getitem__
+
+
+_scan = _c.make_scanner(_Decoding) if _c is not None else None  # type: ignore[arg-type]
+_SPACE = " \t\n\r"
+
+
+def dumps(obj: dict[str, Any]) -> str:
+    """json.dumps(obj) for a dict: the same text, or the same error."""
+    if _c is None or type(obj) is not dict:
+        return _json_dumps(obj)
+    # json.JSONEncoder()'s settings: markers (check_circular), default, ensure_ascii,
+    # indent, separators, sort_keys, skipkeys, allow_nan.
+    encode = _c.make_encoder(
+        {}, _not_serializable, _c.encode_basestring_ascii, None, ": ", ", ", False, False, True
+    )
+    try:
+        return "".join(encode(obj, 0))
+    except Exception:
+        return _json_dumps(obj)  # raises as json.dumps does
+
+
+def loads(line: bytes) -> Any:
+    """json.loads(line) for a line that holds one JSON value (and a newline at most
+    after it): the same value, or the same error."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    if _scan is None or not text or text[0] in _SPACE or text.startswith("\ufeff"):
+        return _json_loads(line)
+    try:
+        value, end = _scan(text, 0)
+    except Exception:
+        return _json_loads(line)  # raises as json.loads does
+    if text[end:].strip(_SPACE):
+        return _json_loads(line)
+    return value
+
+
+def _json_dumps(obj: object) -> str:
+    import json
+
+    return json.dumps(obj)
+
+
+def _json_loads(line: bytes) -> Any:
+    import json
+
+    return json.loads(line)

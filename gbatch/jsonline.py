@@ -5,7 +5,7 @@ the C accelerator `_json`, the very code json.dumps and json.loads run; only the
 wrappers around it are skipped. Anything those wrappers would treat otherwise (an object
 that is not a dict, text with leading whitespace or trailing data, bytes that are not
 UTF-8, a malformed line, an interpreter without `_json`) goes to the json package, which
-answers, or raises, as ever. tests/unit/test_jsonline.py holds both to json's results.
+answers, or raises, as ever. tests/unit/test_cli_everyday.py holds both to json's results.
 """
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ class _Decoding:
     parse_constant = _CONSTANTS.__getitem__
 
 
-_scan = _c.make_scanner(_Decoding) if _c is not None else None  # type: ignore[arg-type]
+try:
+    _scan = _c.make_scanner(_Decoding) if _c is not None else None  # type: ignore[arg-type]
+except Exception:  # an accelerator of another shape (a future Python): json's own code
+    _scan = None  # type: ignore[assignment]
 _SPACE = " \t\n\r"
 
 
@@ -48,10 +51,11 @@ def dumps(obj: dict[str, Any]) -> str:
         return _json_dumps(obj)
     # json.JSONEncoder()'s settings: markers (check_circular), default, ensure_ascii,
     # indent, separators, sort_keys, skipkeys, allow_nan.
-    encode = _c.make_encoder(
-        {}, _not_serializable, _c.encode_basestring_ascii, None, ": ", ", ", False, False, True
-    )
     try:
+        # Inside the try: an accelerator of another shape falls back, as any other error.
+        encode = _c.make_encoder(
+            {}, _not_serializable, _c.encode_basestring_ascii, None, ": ", ", ", False, False, True
+        )
         return "".join(encode(obj, 0))
     except Exception:
         return _json_dumps(obj)  # raises as json.dumps does

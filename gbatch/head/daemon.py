@@ -704,17 +704,16 @@ class Daemon:
             result = self.planner.plan(views, usage, now, limits, use)
             by_id = self._planned
         self.expected_starts = result.starts
-        written = {job_id: r for job_id, r in result.reasons.items() if by_id[job_id].reason != r}
+        reason = self._window.reason
+        written = {job_id: r for job_id, r in result.reasons.items() if reason(by_id[job_id]) != r}
         try:
-            self.store.set_pending_reasons(written)
+            # The window keeps what it writes: the next pass reads none of these rows.
+            self.store.set_pending_reasons(written, self._window)
         except BaseException:
             if self.planner is not None:  # it counts them told: the next pass starts over
                 self.planner, self._planned = Planner(), {}
                 self._plan_all = True
             raise
-        # Their rows are no longer what the window read: the next read (the change feed
-        # has them) makes new Jobs of them, so they are put again, even should another
-        # write set the reason back as it was read.
         self.dispatch(
             [
                 (by_id[each.job_id], self.fleet.nodes[each.node], each.gpus)
@@ -764,12 +763,14 @@ class Daemon:
         looked at, unless the queue must be compared whole (`_plan_all`).
 
         A job whose row is unchanged is the same Job as last pass (Store.read_window),
-        so this costs the planner's work for what changed. A row changed in any way
-        (its reason written, held, updated) is put again and so planned afresh: the
-        planner then reports its reason, which is written where the row's differs. A
-        reason this pass writes is a change the next read takes, so it makes a new Job
-        of that row whatever was written between. So the reasons a pass reports (only
-        those that changed, see Planner) are all that can differ from the rows'.
+        so this costs the planner's work for what changed. A row changed in any way by
+        another write (its reason written, held, updated) is put again and so planned
+        afresh: the planner then reports its reason, which is written where the row's
+        differs. The reasons the loop writes itself the window keeps beside its Jobs
+        (RunnableWindow.reason), and the row stays the same Job: the planner's reason
+        for it is then the row's, and it reports one only when it changes. So the
+        reasons a pass reports (only those that changed, see Planner) are all that can
+        differ from the rows'.
         """
         planner = self.planner
         if planner is None:
@@ -825,8 +826,9 @@ class Daemon:
         free = [job for job in pending if job.spec.dependency is None]
         reasons: dict[int, str] = {}
         never: list[int] = []
+        reason_of = self._window.reason  # the row's, where the loop wrote it since
         for job in waiting:
-            if job.reason == NEVER_REASON:
+            if reason_of(job) == NEVER_REASON:
                 status = Status.NEVER
             else:
                 status = evaluate(
@@ -842,7 +844,7 @@ class Daemon:
                 free.append(job)
             elif status is Status.NEVER and self.config.kill_invalid_depend:
                 never.append(job.id)
-            elif job.reason != reason:
+            elif reason_of(job) != reason:
                 reasons[job.id] = reason
         self.store.set_pending_reasons(reasons)
         if never:
@@ -916,7 +918,7 @@ class Daemon:
             {
                 job.id: BEGIN_TIME
                 for job in pending
-                if job.id in waiting and job.reason != BEGIN_TIME
+                if job.id in waiting and self._window.reason(job) != BEGIN_TIME
             }
         )
         return [job for job in pending if job.id not in waiting]

@@ -385,6 +385,15 @@ class RunnableWindow:
     bound had all of theirs in the window. A changed row leaves the window, and comes
     back in when it is runnable and within the bound; a window over `per_user` drops
     its last; a bounded one under it reads the next ones past its bound.
+
+    Its Jobs are planning views (planning_job): their spec holds only what the planner
+    and the loop's filters read, shared among jobs that ask the same, so the window
+    costs a Job and its keys per job; a job that starts is read whole from the store.
+
+    The loop's own reason writes (Store.set_pending_reasons with the window) are not
+    read back: the window is brought up to date just before one, and then knows every
+    row its transaction wrote, so it keeps the reasons written beside its Jobs
+    (`reason`) and takes the transaction as seen.
     """
 
     def __init__(self, per_user: int) -> None:
@@ -399,6 +408,9 @@ class RunnableWindow:
         # was read whole since (a first read), so every job is a change.
         self._changed: dict[int, Job | None] = {}
         self._whole = True
+        # id -> the reason the loop wrote to that job's row since the window read it
+        # (its Job still has the reason read); gone when the row is read again.
+        self._reasons: dict[int, str] = {}
 
     def clear(self) -> None:
         self._jobs.clear()
@@ -407,6 +419,33 @@ class RunnableWindow:
         self._list = None
         self._changed.clear()
         self._whole = True
+        self._reasons.clear()
+
+    def reason(self, job: Job) -> str:
+        """`job`'s reason as its row has it now, where `job` is the window's (a reason
+        the loop wrote since the read is not in the Job); any other Job's own."""
+        written = self._reasons.get(job.id)
+        if written is not None:
+            held = self._jobs.get(job.id)
+            if held is not None and held[2] is job:
+                return written
+        return job.reason
+
+    def wrote(self, reasons: Mapping[int, str], change: int) -> None:
+        """Take the reasons that transaction `change` wrote (set_pending_reasons: the
+        UPDATE of each pending row whose reason differs, and nothing else), the window
+        being up to date with every change before it: the rows it holds now have them,
+        and a row it does not hold it would not take (held, or past its bound)."""
+        jobs, written = self._jobs, self._reasons
+        for job_id, reason in reasons.items():
+            held = jobs.get(job_id)
+            if held is None:
+                continue
+            if held[2].reason == reason:
+                written.pop(job_id, None)
+            else:
+                written[job_id] = reason
+        self.seen = change
 
     def take_changes(self) -> dict[int, Job | None] | None:
         """The jobs put (id -> the new Job) and gone (id -> None) since the last call,
@@ -432,9 +471,10 @@ class RunnableWindow:
         got = 0
         for row in rows:
             key: _QueueKey = (-row[0], row[8], row[1])
-            job = _build_job(row[1:])
+            job = _build_job(row[1:], _decode_planning_spec)
             self._jobs[row[1]] = (user, key, job)
             self._changed[row[1]] = job
+            self._reasons.pop(row[1], None)
             keys.append(key)
             got += 1
         self._list = None
@@ -455,6 +495,7 @@ class RunnableWindow:
             old = jobs.pop(job_id, None)
             if old is not None:
                 changed[job_id] = None
+                self._reasons.pop(job_id, None)
                 user, key, _ = old
                 keys = self._keys[user]
                 del keys[bisect.bisect_left(keys, key)]
@@ -466,7 +507,7 @@ class RunnableWindow:
             bound = self._bounds.get(user)
             if bound is not None and key > bound:
                 continue  # past the window: the store's order keeps it for later
-            job = changed[job_id] = _build_job(row[1:])
+            job = changed[job_id] = _build_job(row[1:], _decode_planning_spec)
             jobs[job_id] = (user, key, job)
             bisect.insort(self._keys.setdefault(user, []), key)
             touched.add(user)
@@ -480,6 +521,7 @@ class RunnableWindow:
                 for key in keys[per_user:]:
                     del jobs[key[2]]
                     changed[key[2]] = None
+                    self._reasons.pop(key[2], None)
                 del keys[per_user:]
                 self._bounds[user] = keys[-1]
             elif len(keys) < per_user and bound is not None:
@@ -1115,17 +1157,29 @@ class Store:
             names = [d[0] for d in cursor.description]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
-    def set_pending_reasons(self, reasons: Mapping[int, str]) -> None:
-        """Record why pending jobs wait. Not a state change, so no event row."""
+    def set_pending_reasons(
+        self, reasons: Mapping[int, str], window: RunnableWindow | None = None
+    ) -> None:
+        """Record why pending jobs wait. Not a state change, so no event row.
+
+        With `window` (the loop's, read before), the rows written are not read back by
+        it: in the same transaction, before the writes, it takes the changes since its
+        last read (as read_window), and after the commit it takes the reasons written
+        (RunnableWindow.wrote). The rows' `changed` is set as by every write, so the
+        change feed still tells anyone else of them."""
         if not reasons:
             return
         with self._write() as db:
             change = self._change_number(db)
+            if window is not None and window.seen is not None:
+                self._read_changes(db, window, change - 1)
             db.executemany(
                 "UPDATE jobs SET reason = ?, changed = ?"
                 " WHERE id = ? AND state = 'PENDING' AND reason != ?",
                 [(reason, change, job_id, reason) for job_id, reason in reasons.items()],
             )
+        if window is not None and window.seen == change - 1:
+            window.wrote(reasons, change)
 
     def set_running_reason(self, job_id: int, attempt: int, reason: str) -> bool:
         """Set the reason of a job still RUNNING its run `attempt` (the idle GPU flag
@@ -1501,7 +1555,9 @@ class Store:
         Its first read reads every user's first jobs; each read after reads only the
         rows written since (the change feed, migration 11: `changed` above the last
         number seen), and, for a user whose full window lost jobs, the next ones in
-        that user's queue order. A job unchanged since the last read is the same Job.
+        that user's queue order. A job unchanged since the last read is the same Job,
+        a planning view of it (planning_job), with the reason read (see
+        RunnableWindow.reason).
         """
         with self._lock:
             db = self._db
@@ -1511,31 +1567,41 @@ class Store:
                 window.clear()
                 for (user,) in db.execute(_QUEUED_USERS).fetchall():
                     window.fill(user, db.execute(_USER_QUEUE, (user, window.per_user)))
-            elif top > window.seen:
-                rows = db.execute(
-                    f"SELECT queue_priority, {_JOB_COLUMNS} FROM jobs INDEXED BY jobs_changed"
-                    " WHERE changed > ?",
-                    (window.seen,),
-                ).fetchall()
-                for user, bound, wanted in window.apply(rows):
-                    queue_priority, submit_time, job_id = -bound[0], bound[1], bound[2]
-                    window.fill(
-                        user,
-                        db.execute(
-                            _USER_QUEUE_AFTER,
-                            (
-                                user,
-                                queue_priority,
-                                queue_priority,
-                                submit_time,
-                                submit_time,
-                                job_id,
-                                wanted,
-                            ),
-                        ),
-                    )
+            else:
+                self._read_changes(db, window, top)
             window.seen = top
         return window.jobs()
+
+    @staticmethod
+    def _read_changes(db: sqlite3.Connection, window: RunnableWindow, top: int) -> None:
+        """Bring `window`, once read, up to change `top` (the largest there is): the rows
+        written since its last read, and the next ones of users whose full window lost
+        jobs. Under the store's lock."""
+        assert window.seen is not None
+        if top > window.seen:
+            rows = db.execute(
+                f"SELECT queue_priority, {_JOB_COLUMNS} FROM jobs INDEXED BY jobs_changed"
+                " WHERE changed > ?",
+                (window.seen,),
+            ).fetchall()
+            for user, bound, wanted in window.apply(rows):
+                queue_priority, submit_time, job_id = -bound[0], bound[1], bound[2]
+                window.fill(
+                    user,
+                    db.execute(
+                        _USER_QUEUE_AFTER,
+                        (
+                            user,
+                            queue_priority,
+                            queue_priority,
+                            submit_time,
+                            submit_time,
+                            job_id,
+                            wanted,
+                        ),
+                    ),
+                )
+        window.seen = top
 
     def jobs_in(self, states: Collection[JobState]) -> list[Job]:
         """Jobs in any of `states`, oldest first (by the state index: cheap for the few
@@ -2295,6 +2361,56 @@ def _decode_spec(text: str) -> JobSpec:
             _SPEC_CACHE.clear()
         spec = _SPEC_CACHE[text] = JobSpec.from_dict(json.loads(text))
     return spec
+
+
+# What the loop's window keeps of a job's spec (RunnableWindow): the stored spec's keys
+# that the planner and the loop's filters read. The rest (command, env, mounts, output
+# and the like) is the launch's, read with the whole job when it starts; and the name,
+# dependency and array task only of the jobs that a dependency or a throttle filters
+# (singletons match names, dependencies name tasks, throttles count an array's tasks).
+_PLANNING_KEYS = (
+    "image",
+    "gpus",
+    "time_limit",
+    "priority",
+    "nice",
+    "partition",
+    "cpus",
+    "mem",
+    "mem_per_gpu",
+    "mem_per_cpu",
+    "begin",
+)
+_FILTERED_KEYS = ("name", "dependency", "array_task", "array_pos", "array_throttle")
+# Jobs that ask the same are given one planning spec: a queue holds a few hundred kinds
+# of job at most, so the window's 50,000 specs are as many shared objects.
+_PLANNING_SPECS: dict[tuple[object, ...], JobSpec] = {}
+_PLANNING_SPECS_MAX = 10_000
+
+
+def planning_spec(data: Mapping[str, object]) -> JobSpec:
+    """The spec the loop's window keeps of a job whose stored spec is `data` (as
+    JobSpec.to_dict writes it): only what plan() and the loop's filters read, shared
+    with every job that asks the same."""
+    filtered = data.get("dependency") is not None or data.get("array_throttle") is not None
+    keys = (*_PLANNING_KEYS, *_FILTERED_KEYS) if filtered else _PLANNING_KEYS
+    key = tuple(data.get(name) for name in keys)
+    spec = _PLANNING_SPECS.get(key)
+    if spec is None:
+        if len(_PLANNING_SPECS) >= _PLANNING_SPECS_MAX:
+            _PLANNING_SPECS.clear()
+        kept = {name: data[name] for name in keys if data.get(name) is not None}
+        spec = _PLANNING_SPECS[key] = JobSpec.from_dict({"name": "", "command": [], **kept})
+    return spec
+
+
+def planning_job(job: Job) -> Job:
+    """`job` as the loop's window holds it (its spec a planning_spec)."""
+    return replace(job, spec=planning_spec(job.spec.to_dict()))
+
+
+def _decode_planning_spec(text: str) -> JobSpec:
+    return planning_spec(json.loads(text))
 
 
 # A job row read again unchanged (the loop and every squeue and TUI refresh read all

@@ -17,7 +17,7 @@ from gbatch.config import Config, Paths
 from gbatch.formatting import format_job_details, format_sacct, format_squeue
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
-from gbatch.head.store import RunnableWindow, Store
+from gbatch.head.store import RunnableWindow, Store, planning_job
 from gbatch.limits import Limits, UserLimits
 from gbatch.model import JobSpec, JobState
 
@@ -361,13 +361,15 @@ def test_tasks_made_rows_and_materialised_reach_the_loops_window(daemon: Daemon)
     store = daemon.store
     array = submit(daemon, array="0-99")[0]
     window = RunnableWindow(per_user=1000)
-    assert store.read_window(window) == store.runnable_jobs(per_user=1000)
+    assert store.read_window(window) == [
+        planning_job(j) for j in store.runnable_jobs(per_user=1000)
+    ]
     store.cancel_pending([array + task for task in range(ARRAY_ROWS)], "test", 0)
     assert store.refill_arrays(ARRAY_ROWS) == ARRAY_ROWS
     store.materialise([array + 90])
     read = store.read_window(window)
     assert array + ARRAY_ROWS in {job.id for job in read} and array + 90 in {j.id for j in read}
-    assert read == store.runnable_jobs(per_user=1000)
+    assert read == [planning_job(j) for j in store.runnable_jobs(per_user=1000)]
 
 
 def test_a_task_the_throttle_holds_back_again_leaves_the_planners_queue(daemon: Daemon) -> None:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from gbatch.config import Config, Paths
 from gbatch.head.daemon import Daemon
-from gbatch.head.store import RunnableWindow, Store
+from gbatch.head.store import RunnableWindow, Store, planning_job
 from gbatch.model import IllegalTransition, Job, JobSpec, JobState, NodeView
 
 NODES = ("n1", "n2")
@@ -202,7 +202,11 @@ def test_the_loop_through_the_planner_does_what_the_full_plan_does(
                 assert incremental.daemon.expected_starts == full.daemon.expected_starts
                 store = incremental.store
                 window = incremental.daemon._window
-                assert store.read_window(window) == store.runnable_jobs(per_user=WINDOW)
+                # The window's Jobs as read, with the reasons the loop wrote since.
+                read = [
+                    replace(job, reason=window.reason(job)) for job in store.read_window(window)
+                ]
+                assert read == [planning_job(job) for job in store.runnable_jobs(per_user=WINDOW)]
         finally:
             for side in sides:
                 side.close()
@@ -219,7 +223,7 @@ def test_reasons_not_written_are_planned_again_at_the_next_pass(tmp_path: Path) 
         )
         write = store.set_pending_reasons
 
-        def full(reasons: object) -> None:
+        def full(reasons: object, window: object = None) -> None:
             raise OSError("disk full")
 
         store.set_pending_reasons = full  # type: ignore[method-assign]
@@ -254,5 +258,65 @@ def test_changes_a_failed_pass_read_are_planned_at_the_next(tmp_path: Path) -> N
         store.jobs_in = jobs_in  # type: ignore[method-assign]
         side.daemon.schedule(T0)
         assert store.require(late).reason != ""
+    finally:
+        side.close()
+
+
+def busy_nodes(side: Side) -> None:
+    """Both nodes taken by bob's jobs (one hour each), through a pass."""
+    big = JobSpec(name="busy", command=("true",), gpus=GPUS, time_limit=3600)
+    side.store.submit([big] * len(NODES), 1001, "bob", T0)
+    side.daemon.schedule(T0)
+    assert len(side.started) == len(NODES)
+
+
+def test_the_reasons_a_pass_writes_are_not_read_back_by_the_next(tmp_path: Path) -> None:
+    """The window keeps the reasons the loop wrote: its next read reads none of those
+    rows again (no new Jobs, nothing put in the planner), and has the rows' reasons."""
+    side = Side(tmp_path, incremental=True)
+    try:
+        store, window = side.store, side.daemon._window
+        busy_nodes(side)
+        big = JobSpec(name="big", command=("true",), gpus=GPUS, time_limit=60)
+        ids = store.submit([big] * WINDOW, 1000, "alice", T0)
+        side.daemon.schedule(T0)
+        assert {store.require(i).reason for i in ids} == {"Resources", "Priority"}
+        held = {job.id: job for job in window.jobs()}
+        assert store.read_window(window) == sorted(held.values(), key=lambda job: job.id)
+        assert window.take_changes() == {}
+        for job in store.read_window(window):
+            assert job is held[job.id]
+            assert window.reason(job) == store.require(job.id).reason
+        side.daemon.schedule(T0)
+        assert window.take_changes() == {}
+    finally:
+        side.close()
+
+
+def test_a_write_between_the_windows_read_and_the_loops_reasons_is_read(
+    tmp_path: Path,
+) -> None:
+    """Another writer's change that lands after the pass read its window and before its
+    reasons are written (a hold, from a request) is read into the window all the same."""
+    side = Side(tmp_path, incremental=True)
+    try:
+        store, window = side.store, side.daemon._window
+        busy_nodes(side)
+        big = JobSpec(name="big", command=("true",), gpus=GPUS, time_limit=60)
+        ids = store.submit([big] * WINDOW, 1000, "alice", T0)
+        planner = side.daemon.planner
+        assert planner is not None
+        plan = planner.plan
+
+        def plan_then_hold(*args: object, **kwargs: object) -> object:
+            result = plan(*args, **kwargs)  # type: ignore[arg-type]
+            store.set_held(ids[1], True, T0)
+            return result
+
+        planner.plan = plan_then_hold  # type: ignore[method-assign]
+        side.daemon.schedule(T0)
+        read = [replace(job, reason=window.reason(job)) for job in store.read_window(window)]
+        assert ids[1] not in {job.id for job in read}
+        assert read == [planning_job(job) for job in store.runnable_jobs(per_user=WINDOW)]
     finally:
         side.close()

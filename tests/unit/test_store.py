@@ -25,6 +25,7 @@ from gbatch.head.store import (
     StoreError,
     StoreFull,
     Usage,
+    planning_job,
 )
 from gbatch.model import IllegalTransition, JobSpec, JobState
 
@@ -893,7 +894,7 @@ def test_read_window_reads_only_changed_rows_and_tops_up_full_windows(store: Sto
     assert [j.id for j in store.read_window(window)] == [b, d]
     store.set_held(b, True, T0 + 2)
     assert [j.id for j in store.read_window(window)] == [c, d]
-    assert store.read_window(window) == store.runnable_jobs(per_user=2)
+    assert store.read_window(window) == [planning_job(j) for j in store.runnable_jobs(per_user=2)]
 
 
 def test_every_write_of_a_jobs_row_is_in_the_change_feed(store: Store) -> None:
@@ -982,3 +983,19 @@ def test_migration_11_gives_old_rows_a_change_number_the_first_read_takes(
         assert [j.id for j in migrated.read_window(window)] == [b]
     finally:
         migrated.close()
+
+
+def test_the_window_holds_planning_specs_shared_by_jobs_that_ask_the_same(store: Store) -> None:
+    """The loop's window keeps of a spec what the planner and its filters read, one
+    object for jobs asking the same; a dependency's job keeps its name and dependency."""
+    one = JobSpec(name="a", command=("python", "a.py"), gpus=2, time_limit=60, env=(("K", "v"),))
+    two = replace(one, name="b", command=("python", "b.py"), mounts=("/data:/data",))
+    after = replace(one, name="c", dependency="afterok:1")
+    first, second, third = store.submit([one, two, after], 1000, "alice", 0)
+    window = RunnableWindow(per_user=10)
+    jobs = {job.id: job for job in store.read_window(window)}
+    assert jobs[first].spec is jobs[second].spec
+    assert jobs[first].spec.command == () and jobs[first].spec.env == ()
+    assert (jobs[first].spec.gpus, jobs[first].spec.time_limit) == (2, 60)
+    assert (jobs[third].spec.name, jobs[third].spec.dependency) == ("c", "afterok:1")
+    assert store.require(first).spec == one  # the store's own reads are whole

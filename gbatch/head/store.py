@@ -2382,6 +2382,7 @@ _PLANNING_KEYS = (
     "begin",
 )
 _FILTERED_KEYS = ("name", "dependency", "array_task", "array_pos", "array_throttle")
+_PLANNING_AND_FILTERED_KEYS = (*_PLANNING_KEYS, *_FILTERED_KEYS)
 # Jobs that ask the same are given one planning spec: a queue holds a few hundred kinds
 # of job at most, so the window's 50,000 specs are as many shared objects.
 _PLANNING_SPECS: dict[tuple[object, ...], JobSpec] = {}
@@ -2392,9 +2393,10 @@ def planning_spec(data: Mapping[str, object]) -> JobSpec:
     """The spec the loop's window keeps of a job whose stored spec is `data` (as
     JobSpec.to_dict writes it): only what plan() and the loop's filters read, shared
     with every job that asks the same."""
-    filtered = data.get("dependency") is not None or data.get("array_throttle") is not None
-    keys = (*_PLANNING_KEYS, *_FILTERED_KEYS) if filtered else _PLANNING_KEYS
-    key = tuple(data.get(name) for name in keys)
+    get = data.get
+    filtered = get("dependency") is not None or get("array_throttle") is not None
+    keys = _PLANNING_AND_FILTERED_KEYS if filtered else _PLANNING_KEYS
+    key = tuple(map(get, keys))
     spec = _PLANNING_SPECS.get(key)
     if spec is None:
         if len(_PLANNING_SPECS) >= _PLANNING_SPECS_MAX:

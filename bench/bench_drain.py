@@ -37,7 +37,16 @@ ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
 def daemon(home: Path, checkout: Path, action: str) -> None:
     env = gbatch_env(home, GPUS)
     env["PYTHONPATH"] = str(checkout)
-    subprocess.run([str(GBATCH), "daemon", action], env=env, check=True, stdout=subprocess.DEVNULL)
+    # From the checkout: the daemon runs as `python -m gbatch`, which puts its working
+    # directory first on sys.path, before PYTHONPATH (from another checkout's root, that
+    # one's code would run).
+    subprocess.run(
+        [str(GBATCH), "daemon", action],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=checkout,
+    )
 
 
 def submit_held(sock: Path, command: str, gpus: int, count: int) -> list[int]:

@@ -4,7 +4,8 @@ Run: `.venv/bin/python bench/bench_memory.py [--jobs 100000] [--kind plain|array
 [--checkout DIR ...] [--runs N]` (~1 min a run at 100,000 on two busy
 cores, several at 1,000,000).
 
-The queue: `--jobs` pending jobs of one user, written once before any daemon starts:
+The queue: `--jobs` pending jobs of one user (`--users N`: spread over N users, whose
+first 1,000 each the loop's planning window holds), written once before any daemon starts:
 plain jobs (10,000 specs a transaction, each its own row, as bench_bulk.py writes
 them), or `--array=0-99999` arrays (each one's first tasks rows, the rest one record
 until they start, as the submit handler stores it); both with the Store API. Each run copies
@@ -21,6 +22,8 @@ Then, in this order, the daemon's VmRSS (and its peak, VmHWM, reset through
   - `sacct -a -S all` (every stored job, as records);
   - settled: RSS again SETTLE seconds after the last reply, nothing asked meanwhile.
 Each listing's RSS "after" is read one second after its reply has been read whole.
+
+`--idle-only`: the idle figure alone (no listings).
 
 With several `--checkout` directories (e.g. `--checkout /work/main --checkout .`), the
 daemons run each checkout's code in turn, run after run (A, B, A, B, ...), on the same
@@ -67,13 +70,28 @@ def config(jobs: int) -> str:
 def start(home: Path, checkout: Path) -> None:
     env = gbatch_env(home, GPUS)
     env["PYTHONPATH"] = str(checkout)
-    subprocess.run([str(GBATCH), "daemon", "start"], env=env, check=True, stdout=subprocess.DEVNULL)
+    # From the checkout: the daemon runs as `python -m gbatch`, which puts its working
+    # directory first on sys.path, before PYTHONPATH (from another checkout's root, that
+    # one's code would run).
+    subprocess.run(
+        [str(GBATCH), "daemon", "start"],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=checkout,
+    )
 
 
 def stop(home: Path, checkout: Path) -> None:
     env = gbatch_env(home, GPUS)
     env["PYTHONPATH"] = str(checkout)
-    subprocess.run([str(GBATCH), "daemon", "stop"], env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [str(GBATCH), "daemon", "stop"],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=checkout,
+    )
 
 
 def wait_running(sock: Path, count: int, timeout: float = 900.0) -> None:
@@ -86,8 +104,9 @@ def wait_running(sock: Path, count: int, timeout: float = 900.0) -> None:
     raise RuntimeError(f"{count} jobs did not start within {timeout:g} s")
 
 
-def build_plain(db: Path, jobs: int) -> None:
-    """The two sleeps, then `jobs` plain pending jobs, straight into the store."""
+def build_plain(db: Path, jobs: int, users: int = 1) -> None:
+    """The two sleeps, then `jobs` plain pending jobs, straight into the store: of one
+    user, or in turn of `users` users (bench00, bench01, ...)."""
     store = Store(db)
     now = time.time()
     uid, user = os.getuid(), "bench"
@@ -95,11 +114,12 @@ def build_plain(db: Path, jobs: int) -> None:
     store.submit([sleep, sleep], uid, user, now - 60)
     sweep = JobSpec(name="sweep", command=("python", "train.py"), gpus=1, workdir="/tmp")
     for first in range(0, jobs, ARRAY):
-        specs = [
-            replace(sweep, env=(("GBATCH_ARRAY_TASK_ID", str(i)),))
-            for i in range(first, min(first + ARRAY, jobs))
-        ]
-        store.submit(specs, uid, user, now)
+        for each in range(users):
+            specs = [
+                replace(sweep, env=(("GBATCH_ARRAY_TASK_ID", str(i)),))
+                for i in range(first + each, min(first + ARRAY, jobs), users)
+            ]
+            store.submit(specs, uid, user if users == 1 else f"bench{each:02d}", now)
     store.close()
 
 
@@ -136,7 +156,7 @@ LISTINGS = (
 )
 
 
-def one_run(template: Path, checkout: Path, jobs: int) -> dict[str, Any]:
+def one_run(template: Path, checkout: Path, jobs: int, idle_only: bool = False) -> dict[str, Any]:
     home = Path(f"/tmp/gbm-{os.getpid()}-{time.monotonic_ns() % 10**6}")
     home.mkdir(mode=0o700)
     figures: dict[str, Any] = {"load": os.getloadavg()[0]}
@@ -152,7 +172,7 @@ def one_run(template: Path, checkout: Path, jobs: int) -> dict[str, Any]:
             pid = daemon_pid(home)
             time.sleep(5.0)  # a few ticks of the loop over the whole queue
             figures["idle"] = memory_kib(pid, "VmRSS")
-            for what, request in LISTINGS:
+            for what, request in () if idle_only else LISTINGS:
                 Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
                 began = time.monotonic()
                 with Client(sock, timeout=900) as client:
@@ -161,8 +181,9 @@ def one_run(template: Path, checkout: Path, jobs: int) -> dict[str, Any]:
                 del reply
                 time.sleep(1.0)
                 figures[what] = (took, memory_kib(pid, "VmHWM"), memory_kib(pid, "VmRSS"))
-            time.sleep(SETTLE)
-            figures["settled"] = memory_kib(pid, "VmRSS")
+            if not idle_only:
+                time.sleep(SETTLE)
+                figures["settled"] = memory_kib(pid, "VmRSS")
         finally:
             with Client(sock, timeout=300) as client:
                 client.call(wire.Cancel(ids=(1, 2)))  # the sleeps: they outlive the daemon
@@ -171,6 +192,13 @@ def one_run(template: Path, checkout: Path, jobs: int) -> dict[str, Any]:
     finally:
         shutil.rmtree(home, ignore_errors=True)
     figures["load"] = (figures["load"] + os.getloadavg()[0]) / 2
+    if idle_only:
+        print(
+            f"  run ({checkout}): sleeps running after {figures['started']:.0f} s; RSS MiB "
+            f"idle {mib(figures['idle'])}; load {figures['load']:.1f}",
+            flush=True,
+        )
+        return figures
     listed = ", ".join(
         f"{what} {figures[what][0]:.1f} s peak {mib(figures[what][1])} "
         f"after {mib(figures[what][2])}"
@@ -200,6 +228,8 @@ def report(kind: str, jobs: int, checkout: Path, runs: list[dict[str, Any]]) -> 
     loads = ", ".join(f"{r['load']:.1f}" for r in runs)
     print(f"{checkout}: {jobs:,} pending {kind} jobs; load {loads}", flush=True)
     print(f"  RSS idle: {mib(idle)} MiB{verdict}", flush=True)
+    if "settled" not in runs[0]:  # --idle-only
+        return
     for what, _ in LISTINGS:
         took = median([r[what][0] for r in runs])
         peak = median([r[what][1] for r in runs])
@@ -220,6 +250,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--kind", choices=("plain", "array", "both"), default="both")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--users", type=int, default=1, help="plain jobs spread over N users")
+    parser.add_argument("--idle-only", action="store_true", help="no listings: idle RSS only")
     parser.add_argument(
         "--checkout",
         action="append",
@@ -236,7 +268,7 @@ def main() -> None:
         try:
             began = time.monotonic()
             if kind == "plain":
-                build_plain(fixture / "gbatch.db", args.jobs)
+                build_plain(fixture / "gbatch.db", args.jobs, args.users)
             else:
                 build_array(fixture / "gbatch.db", args.jobs)
             took = time.monotonic() - began
@@ -244,7 +276,9 @@ def main() -> None:
             results: dict[Path, list[dict[str, Any]]] = {c: [] for c in checkouts}
             for _ in range(args.runs):
                 for checkout in checkouts:
-                    results[checkout].append(one_run(fixture / "gbatch.db", checkout, args.jobs))
+                    results[checkout].append(
+                        one_run(fixture / "gbatch.db", checkout, args.jobs, args.idle_only)
+                    )
             for checkout in checkouts:
                 report(kind, args.jobs, checkout, results[checkout])
         finally:

@@ -264,6 +264,7 @@ def measure_loop(jobs: list[Job], runs: int) -> None:
     """Daemon.schedule() per tick, `jobs` queued in a real store, every GPU taken: the
     first two passes apart, then `runs` passes; then a restarted loop's first two."""
     from gbatch.config import Config, Paths
+    from gbatch.head import store as store_module
     from gbatch.head.daemon import Daemon
     from gbatch.head.store import Store
 
@@ -303,9 +304,12 @@ def measure_loop(jobs: list[Job], runs: int) -> None:
             rss_after = rss_mib()
             if len(store.jobs_in((JobState.CONFIGURING, JobState.RUNNING))) != len(busy):
                 raise SystemExit("a pass started a job: the measure is not what it says")
-            # A restart: a new daemon's loop over the same store, its reasons written.
+            # A restart: a new daemon's loop over the same store, its reasons written,
+            # with the store module's caches cold, as in a new process.
             daemon.fleet.stop()
             daemon.committer.close()
+            for cache in ("_SPEC_CACHE", "_JOB_CACHE", "_PLANNING_SPECS"):
+                getattr(store_module, cache, {}).clear()
             daemon = Daemon(paths, Config(simulate_gpus=GPUS_PER_NODE), store)
             daemon.fleet.start()
             wait_for_gpus(daemon)

@@ -1,14 +1,16 @@
 """The daemon's loop pass through the incremental Planner does what the full plan()
 path does, tick after tick, over a real store and random operations: submits (with
 --begin, dependencies, priorities, time limits), holds and releases, cancels, priority
-updates, run ends, daemon restarts and the clock. Same starts, same reason on every
-job, same expected starts (squeue --start).
+updates, run ends, nodes going down and back (many reasons rewritten at once), daemon
+restarts and the clock. Same starts, same reason on every job, same expected starts
+(squeue --start).
 
 The incremental side also reads its window through the store's change feed
 (Store.read_window), the full side reads it whole every pass; the window is cut to a
 few jobs per user so that jobs leave full windows (start, cancel, hold, a lower
 priority) and others come in from the store in their place. After every pass the
-feed's window is what a whole read gives."""
+feed's window is what a whole read gives, with the reasons the loop wrote (which the
+window keeps rather than reads back)."""
 
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ class Side:
         self.daemon.fleet.node_view = self.node_view  # type: ignore[method-assign]
         self.daemon.dispatch = self.dispatch  # type: ignore[method-assign]
         self.started: list[tuple[int, str, tuple[int, ...]]] = []
+        self.down: set[str] = set()  # nodes down: their jobs' reasons change en masse
 
     def node_view(
         self,
@@ -73,6 +76,7 @@ class Side:
                 if job.gpus
             ),
             partitions=frozenset({"gpu"}),
+            available=node not in self.down,
         )
 
     def dispatch(self, starts: Sequence[tuple[Job, str, Sequence[int]]], now: float) -> None:
@@ -110,6 +114,7 @@ KINDS = (
     "reason",
     "clock",
     "restart",
+    "node",
 )
 
 
@@ -174,6 +179,8 @@ def apply(side: Side, op: tuple[object, ...], now: float) -> None:
             store.update_spec(job.id, job.spec, new, {JobState.PENDING}, "update", now)
         elif kind == "restart" and side.incremental:
             side.restart()
+        elif kind == "node":  # a node goes down or comes back: many reasons rewritten
+            side.down ^= {NODES[amount % len(NODES)]}
         elif kind == "reason" and job.state is JobState.PENDING:
             # Another writer's reason (a stale one): the next pass must write its own.
             store.set_pending_reasons({job.id: "Stale"})

@@ -931,10 +931,10 @@ class Daemon:
         when it would not start now: the planner gives waiting jobs no start time."""
         if job.spec.begin is not None and job.spec.begin > now:
             return job.spec.begin, None, (), BEGIN_TIME
-        pending = [
-            *self._past_begin(self.store.runnable_jobs(per_user=PLAN_JOBS_PER_USER), now),
-            job,
-        ]
+        # The loop's window as a whole read gives it: planning views (specs shared), not
+        # whole Jobs. Not the loop's own window: that one is the loop thread's.
+        window = self.store.read_window(RunnableWindow(PLAN_JOBS_PER_USER))
+        pending = [*self._past_begin(window, now), job]
         allocated = self.store.jobs_in(ALLOCATED_STATES)
         drained = self.store.drained_nodes()
         views = [

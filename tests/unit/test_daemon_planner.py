@@ -327,3 +327,23 @@ def test_a_write_between_the_windows_read_and_the_loops_reasons_is_read(
         assert read == [planning_job(job) for job in store.runnable_jobs(per_user=WINDOW)]
     finally:
         side.close()
+
+
+def test_test_only_plans_behind_the_queue_as_stored_now(tmp_path: Path) -> None:
+    """sbatch --test-only (Daemon.would_start) plans the job behind every runnable job
+    stored, a job submitted since the loop's last pass included."""
+    side = Side(tmp_path, incremental=True)
+    try:
+        store = side.store
+        big = JobSpec(name="big", command=("true",), gpus=GPUS, time_limit=60)
+        store.submit([big], 1001, "bob", T0)
+        side.daemon.schedule(T0)  # bob's job takes one node
+        probe = Job(0, 1000, "carol", big, JobState.PENDING, T0 + 1)
+        assert side.daemon.would_start(probe, T0 + 1)[:2] == (T0 + 1, "n2")
+        store.submit([big], 1000, "alice", T0 + 1)  # the loop has not seen it yet
+        later = replace(probe, submit_time=T0 + 2)
+        start, node, gpus, reason = side.daemon.would_start(later, T0 + 2)
+        assert (start, node, gpus) == (None, None, ())
+        assert reason in ("Resources", "Priority")
+    finally:
+        side.close()

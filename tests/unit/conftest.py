@@ -6,10 +6,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from gbatch.config import Config, Paths
 from gbatch.head.daemon import Daemon
 from gbatch.head.store import Store
+
+# Property tests run on loaded 2-core machines: how long an example takes is no finding
+# (a test that asks for a deadline or the check sets its own).
+settings.register_profile("gbatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("gbatch")
 
 
 @pytest.fixture

@@ -47,8 +47,9 @@ from gbatch.nodes.joblog import (
     StderrChunk,
     open_log,
 )
-from gbatch.nodes.outfiles import OFFSETS_FILE, open_or_say
+from gbatch.nodes.outfiles import OFFSETS_FILE, OutputFiles, open_or_say
 from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
+from gbatch.nodes.shimserver import LOCK_FILE, ServerGone, ShimServer, lock_held
 from gbatch.shim import CPUS_ENV, MEM_MB_ENV
 
 log = logging.getLogger(__name__)
@@ -117,11 +118,14 @@ class LocalNode:
         )
         self._engine_checked: tuple[float, str | None] = (0.0, None)
         self._run_dirs = RunDirRemover()
+        # Forks each bare job's shim; the plain `python -m gbatch.shim` when it cannot.
+        self._shim_server = ShimServer(on_change)
 
     # -- the agent ----------------------------------------------------------------
 
     def start(self) -> None:
         threading.Thread(target=self._keep_reporting, name="agent", daemon=True).start()
+        self._shim_server.start()
 
     def _agent_argv(self) -> list[str]:
         argv = [
@@ -208,6 +212,7 @@ class LocalNode:
     def stop(self) -> None:
         self._stopping.set()
         self._run_dirs.flush()
+        self._shim_server.stop()
         with self._lock:
             agent = self._agent
         if agent is None:
@@ -300,37 +305,27 @@ class LocalNode:
         env[MAX_LOG_BYTES_ENV] = str(self.config.max_log_bytes)  # for the shim alone
         env.update(bare_limits_env(job))
         try:
-            log = open_log(self.paths.job_log(job.id))
+            job_log = open_log(self.paths.job_log(job.id))
         except OSError as err:
             raise LaunchError(f"cannot open its log: {err}") from err
-        files = open_or_say(job, attempt, self.name, run_dir, log.write)
+        files = open_or_say(job, attempt, self.name, run_dir, job_log.write)
         if files is not None:
             env[OUT_FD_ENV] = str(files.out)
             env[ERR_FD_ENV] = str(files.err)
+        argv = [str(run_dir), *identity, "--", *job.spec.command]
+        # Another user's workdir is entered by the job itself, as that user.
+        cwd = workdir if switch is None else "/"
         try:
-            shim = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gbatch.shim",
-                    str(run_dir),
-                    *identity,
-                    "--",
-                    *job.spec.command,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env=env,
-                # Another user's workdir is entered by the job itself, as that user.
-                cwd=workdir if switch is None else "/",
-                start_new_session=True,
-                pass_fds=() if files is None else (files.out, files.err),
-            )
-        except OSError as err:
-            raise LaunchError(f"cannot start the job: {err}") from err
+            try:
+                self._shim_server.start_run(
+                    run_dir, argv, env, cwd, [job_log.fileno(), *_unique_fds(files)]
+                )
+                return  # the server tells the daemon of the run's end
+            except ServerGone as gone:
+                log.debug("job %d: the plain shim starts it: %s", job.id, gone)
+            shim = self._start_plain_shim(argv, env, cwd, job_log, files)
         finally:
-            log.close()
+            job_log.close()
             if files is not None:
                 files.close()
         with self._lock:
@@ -338,6 +333,26 @@ class LocalNode:
         threading.Thread(
             target=self._reap, args=(job.id, attempt, shim), name=f"reap-{job.id}", daemon=True
         ).start()
+
+    @staticmethod
+    def _start_plain_shim(
+        argv: list[str], env: dict[str, str], cwd: str, log: Any, files: OutputFiles | None
+    ) -> subprocess.Popen[bytes]:
+        """`python -m gbatch.shim ARGV`, a fresh interpreter: when the shim server is
+        unavailable."""
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", "gbatch.shim", *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                pass_fds=() if files is None else (files.out, files.err),
+            )
+        except OSError as err:
+            raise LaunchError(f"cannot start the job: {err}") from err
 
     def _reap(self, job_id: int, attempt: int, shim: subprocess.Popen[bytes]) -> None:
         shim.wait()
@@ -406,6 +421,9 @@ class LocalNode:
         with self._lock:
             if (job_id, attempt) in self._shims:
                 return RunStatus("running")
+        if lock_held(run_dir):
+            # A shim the shim server forked (or is forking): no `gbatch.shim` in /proc.
+            return _exit_status(run_dir) or RunStatus("running")
         pids = _read_json(run_dir / "pids.json")
         if pids is not None and _is_shim_of(int(pids["shim"]), run_dir):
             return RunStatus("running")
@@ -532,7 +550,7 @@ class RunDirRemover:
 
 def remove_run_dir(run_dir: Path) -> None:
     """Remove what a run leaves in its directory, then the directory."""
-    for name in ("exit.json", "pids.json", "env", "log_offset", OFFSETS_FILE):
+    for name in ("exit.json", "pids.json", "env", "log_offset", OFFSETS_FILE, LOCK_FILE):
         with contextlib.suppress(FileNotFoundError):
             (run_dir / name).unlink()
     with contextlib.suppress(OSError):
@@ -558,6 +576,13 @@ def bare_limits_env(job: Job, allowed: Sequence[int] | None = None) -> dict[str,
     if spec.memory_mb is not None:
         env[MEM_MB_ENV] = str(spec.memory_mb)
     return env
+
+
+def _unique_fds(files: OutputFiles | None) -> list[int]:
+    """The output file's descriptor, then the error file's when it is apart."""
+    if files is None:
+        return []
+    return [files.out, files.err] if files.apart else [files.out]
 
 
 def _both_pipes(out: int, err: int) -> Iterator[bytes]:

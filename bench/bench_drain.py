@@ -17,6 +17,7 @@ busy machine weighs on both alike.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -76,13 +77,14 @@ def shim_server_cpu(daemon: int) -> float:
     """The CPU of the daemon's shim server (gbatch.nodes.shimserver, if it has one) and
     of the shims it reaped, in s."""
     total = 0.0
+    children: set[str] = set()
     for task in Path(f"/proc/{daemon}/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            try:
-                if b"gbatch.nodes.shimserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    total += sum(cpu_seconds(int(pid)))
-            except OSError:
-                pass
+        with contextlib.suppress(OSError):  # a thread that just ended
+            children.update((task / "children").read_text().split())
+    for pid in children:
+        with contextlib.suppress(OSError):
+            if b"gbatch.nodes.shimserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                total += sum(cpu_seconds(int(pid)))
     return total
 
 

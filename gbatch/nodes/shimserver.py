@@ -238,7 +238,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1 or not argv[0].isdigit():
         print("usage: python -m gbatch.nodes.shimserver FD", file=sys.stderr)
         return 2
-    serve(socket.socket(fileno=int(argv[0])))
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        serve(socket.socket(fileno=int(argv[0])))  # those: the daemon is gone
     return 0
 
 

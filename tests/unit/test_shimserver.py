@@ -5,10 +5,12 @@ back to the plain shim whenever the server cannot take a run."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pwd
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -304,3 +306,41 @@ def test_a_request_too_large_for_one_message_goes_to_the_plain_shim(
     assert not lock_held(tmp_path / "run")
     start(server, tmp_path / "next", tmp_path / "log", ["true"])  # the server still serves
     assert exit_record(tmp_path / "next")["exit_code"] == 0
+
+
+def test_a_lock_in_flight_stays_held_until_its_message_is_dropped(tmp_path: Path) -> None:
+    """What a restarted daemon relies on: a request the server has not read yet keeps
+    the run's lock though the daemon that sent it is gone; dropped unread, it frees it."""
+    (tmp_path / "run").mkdir()
+    lock = os.open(tmp_path / "run" / "shim.lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ours.sendmsg([b"{}"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, lock.to_bytes(4, sys.byteorder))])
+    os.close(lock)
+    ours.close()  # the daemon died
+    assert lock_held(tmp_path / "run")
+    theirs.close()  # the server died before it read the request
+    assert not lock_held(tmp_path / "run")
+
+
+def test_a_server_killed_before_it_forks_starts_nothing(server: ShimServer, tmp_path: Path) -> None:
+    start(server, tmp_path / "warm", tmp_path / "log", ["true"])
+    assert server.pid is not None
+    pid = server.pid
+    os.kill(pid, signal.SIGSTOP)
+    failed: list[BaseException] = []
+
+    def launch() -> None:
+        try:
+            start(server, tmp_path / "run", tmp_path / "log", ["true"])
+        except BaseException as err:
+            failed.append(err)
+
+    launching = threading.Thread(target=launch)
+    launching.start()
+    wait_for(lambda: lock_held(tmp_path / "run"))  # taken before the request is sent
+    os.kill(pid, signal.SIGKILL)
+    launching.join()
+    assert len(failed) == 1 and isinstance(failed[0], ServerGone)
+    assert not lock_held(tmp_path / "run")
+    assert not (tmp_path / "run" / "pids.json").exists()

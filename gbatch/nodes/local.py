@@ -50,11 +50,12 @@ from gbatch.nodes.joblog import (
 from gbatch.nodes.outfiles import OFFSETS_FILE, OutputFiles, open_or_say
 from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
 from gbatch.nodes.shimserver import LOCK_FILE, ServerGone, ShimServer, lock_held
-from gbatch.shim import CPUS_ENV, MEM_MB_ENV
+from gbatch.shim import CPUS_ENV, JOB_ENV_FILE_ENV, MEM_MB_ENV
 
 log = logging.getLogger(__name__)
 
 LOCAL_NODE = "local"
+JOB_ENV_FILE = "job_env.json"  # another user's job's environment, for the plain shim
 DOCKER_TIMEOUT = 30.0  # seconds for any one docker CLI call
 
 
@@ -269,16 +270,7 @@ class LocalNode:
 
     def _launch_process(self, job: Job, attempt: int, gpus: Sequence[int], run_dir: Path) -> None:
         switch = _switch_to_submitter(job)
-        env = (
-            {
-                key: value
-                for key, value in os.environ.items()
-                if not key.startswith(("GBATCH_", "NVIDIA_"))
-                and not key.endswith("_VISIBLE_DEVICES")
-            }
-            if switch is None
-            else _login_env(switch)
-        )
+        env = _daemon_env() if switch is None else _login_env(switch)
         env.update(job_env(job, attempt, gpus, self.name))
         if switch is not None:
             # Who the job is comes from the system, not from the exported shell.
@@ -323,7 +315,7 @@ class LocalNode:
                 return  # the server tells the daemon of the run's end
             except ServerGone as gone:
                 log.debug("job %d: the plain shim starts it: %s", job.id, gone)
-            shim = self._start_plain_shim(argv, env, cwd, job_log, files)
+            shim = self._start_plain_shim(argv, env, cwd, job_log, files, switch, run_dir)
         finally:
             job_log.close()
             if files is not None:
@@ -336,10 +328,20 @@ class LocalNode:
 
     @staticmethod
     def _start_plain_shim(
-        argv: list[str], env: dict[str, str], cwd: str, log: Any, files: OutputFiles | None
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        log: Any,
+        files: OutputFiles | None,
+        switch: pwd.struct_passwd | None,
+        run_dir: Path,
     ) -> subprocess.Popen[bytes]:
         """`python -m gbatch.shim ARGV`, a fresh interpreter: when the shim server is
-        unavailable."""
+        unavailable. A shim that starts another user's job runs as the daemon's user
+        with the daemon's environment, and takes the job's from a 0600 file: what the
+        user exported (PYTHONPATH, LD_PRELOAD, ...) must not reach that interpreter."""
+        if switch is not None:
+            env = _daemon_env() | {JOB_ENV_FILE_ENV: _write_job_env(run_dir, env)}
         try:
             return subprocess.Popen(
                 [sys.executable, "-m", "gbatch.shim", *argv],
@@ -550,7 +552,15 @@ class RunDirRemover:
 
 def remove_run_dir(run_dir: Path) -> None:
     """Remove what a run leaves in its directory, then the directory."""
-    for name in ("exit.json", "pids.json", "env", "log_offset", OFFSETS_FILE, LOCK_FILE):
+    for name in (
+        "exit.json",
+        "pids.json",
+        "env",
+        "log_offset",
+        OFFSETS_FILE,
+        LOCK_FILE,
+        JOB_ENV_FILE,
+    ):
         with contextlib.suppress(FileNotFoundError):
             (run_dir / name).unlink()
     with contextlib.suppress(OSError):
@@ -620,6 +630,27 @@ def _switch_to_submitter(job: Job) -> pwd.struct_passwd | None:
         return pwd.getpwuid(job.uid)
     except KeyError:
         raise LaunchError(f"its submitter's uid {job.uid} has no entry in passwd here") from None
+
+
+def _daemon_env() -> dict[str, str]:
+    """The daemon's environment less what gbatch sets for a job."""
+    return {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("GBATCH_", "NVIDIA_")) and not key.endswith("_VISIBLE_DEVICES")
+    }
+
+
+def _write_job_env(run_dir: Path, env: dict[str, str]) -> str:
+    """Write the job's environment where the shim reads it (JOB_ENV_FILE); its path."""
+    path = run_dir / JOB_ENV_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with open(fd, "w") as handle:
+            json.dump(env, handle)
+    except OSError as err:
+        raise LaunchError(f"cannot write its environment file: {err}") from err
+    return str(path)
 
 
 def _login_env(entry: pwd.struct_passwd) -> dict[str, str]:

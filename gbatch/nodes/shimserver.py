@@ -48,7 +48,7 @@ from pathlib import Path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, MutableMapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def serve(sock: socket.socket) -> None:
     """Answer requests on `sock` until its other end closes. Single-threaded, so that
     a fork copies a consistent process."""
     # Preloaded here, not in each child: what the shim imports as it runs.
-    import locale  # noqa: F401  (coerce_c_locale, in each child)
+    import locale  # noqa: F401  (the shim's coerce_c_locale, in each child)
     import selectors  # also the shim's output copier
 
     import gbatch.shim  # noqa: F401
@@ -193,7 +193,7 @@ def _run_shim(request: Mapping[str, object], fds: list[int], devnull: int) -> in
         env[OUT_FD_ENV], env[ERR_FD_ENV] = str(files[0]), str(files[-1])
     os.environ.clear()
     os.environ.update(env)
-    coerce_c_locale(os.environ)
+    shim.coerce_c_locale(os.environ)
     argv = [str(a) for a in _sequence(request["argv"])]
     return shim.main(argv)
 
@@ -208,30 +208,6 @@ def _sequence(value: object) -> Sequence[object]:
     if not isinstance(value, list):
         raise TypeError(f"not a list: {value!r}")
     return value
-
-
-def coerce_c_locale(environ: MutableMapping[str, str]) -> None:
-    """Set LC_CTYPE in `environ` where a fresh interpreter would (PEP 538, CPython's
-    _Py_CoerceLegacyLocale): a plain shim's job inherits that from the shim, so a
-    forked shim's job gets it too. Where: PYTHONCOERCECLOCALE is not 0, LC_ALL is
-    empty, and the environment's LC_CTYPE locale is C (or cannot be set)."""
-    import locale  # preloaded by serve()
-
-    if environ.get("PYTHONCOERCECLOCALE") == "0" or environ.get("LC_ALL"):
-        return
-    try:
-        current = locale.setlocale(locale.LC_CTYPE, "")
-    except locale.Error:
-        current = locale.setlocale(locale.LC_CTYPE, None)
-    if current != "C":
-        return
-    for name in ("C.UTF-8", "C.utf8", "UTF-8"):
-        try:
-            locale.setlocale(locale.LC_CTYPE, name)
-        except locale.Error:
-            continue
-        environ["LC_CTYPE"] = name
-        return
 
 
 def main(argv: list[str]) -> int:

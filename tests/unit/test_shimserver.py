@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from gbatch.nodes.base import LaunchError
+from gbatch.nodes.local import JOB_ENV_FILE, LocalNode
 from gbatch.nodes.shimserver import RESTART_AFTER, ServerGone, ShimServer, lock_held
 
 # What the job sees of how it was started; pids are compared as relations.
@@ -344,3 +345,34 @@ def test_a_server_killed_before_it_forks_starts_nothing(server: ShimServer, tmp_
     assert len(failed) == 1 and isinstance(failed[0], ServerGone)
     assert not lock_held(tmp_path / "run")
     assert not (tmp_path / "run" / "pids.json").exists()
+
+
+def test_the_plain_shim_for_another_user_never_runs_with_their_environment(
+    tmp_path: Path,
+) -> None:
+    """The fallback: a root shim started for another user gets the daemon's environment
+    and takes the job's from a file, so what the user exported (here a PYTHONPATH with
+    a `gbatch` of theirs) never runs in the root interpreter; the job still gets it."""
+    evil = tmp_path / "evil"
+    (evil / "gbatch").mkdir(parents=True)
+    marker = tmp_path / "ran-in-the-shim"
+    (evil / "gbatch" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    run_dir, log = tmp_path / "run", tmp_path / "job.log"
+    run_dir.mkdir()
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(evil), "LC_ALL": "C.UTF-8"}
+    someone = pwd.getpwnam("nobody")
+    with open(log, "ab") as out:
+        shim = LocalNode._start_plain_shim(
+            [str(run_dir), "--", "sh", "-c", 'echo "$PYTHONPATH"'],
+            env,
+            "/",
+            out,
+            None,
+            someone,
+            run_dir,
+        )
+    assert shim.wait(timeout=60) == 0
+    assert exit_record(run_dir)["exit_code"] == 0
+    assert log.read_text() == f"{evil}\n"  # the job has the user's environment
+    assert not marker.exists()  # the shim did not
+    assert not (run_dir / JOB_ENV_FILE).exists()

@@ -4,8 +4,9 @@
 Each run starts a daemon (`gbatch daemon start`, 8 simulated GPUs, a fresh
 GBATCH_HOME) and measures:
 - drain: 200 held one-GPU `true` jobs released at once, until the last has ended
-  (jobs/s), with the CPU the daemon and the runs it reaped (the shims and their
-  jobs) used meanwhile;
+  (jobs/s), with the CPU the daemon and the runs used meanwhile (the runs: what the
+  daemon reaped, plain shims and their jobs, and its shim server with the shims it
+  forked and reaped);
 - hand-off: 12 eight-GPU jobs back to back (each notes its start and end, sleeps
   0.2 s): each one's end to the next one's start, ms.
 With several `--checkout` directories (e.g. `--checkout /tmp/main-copy --checkout .`)
@@ -16,6 +17,7 @@ busy machine weighs on both alike.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -80,8 +82,23 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
 
 
+def shim_server_cpu(daemon: int) -> float:
+    """The CPU of the daemon's shim server (gbatch.nodes.shimserver, if it has one) and
+    of the shims it reaped, in s."""
+    total = 0.0
+    children: set[str] = set()
+    for task in Path(f"/proc/{daemon}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that just ended
+            children.update((task / "children").read_text().split())
+    for pid in children:
+        with contextlib.suppress(OSError):
+            if b"gbatch.nodes.shimserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                total += sum(cpu_seconds(int(pid)))
+    return total
+
+
 def one_run(checkout: Path) -> tuple[float, float, float, list[float]]:
-    """(jobs/s, daemon CPU s, reaped children's CPU s, hand-off gaps ms)."""
+    """(jobs/s, daemon CPU s, the runs' CPU s, hand-off gaps ms)."""
     with temp_home("gbatch-drain-") as home:
         (home / "config.yaml").write_text(f"limits: {{max_pending_jobs: {2 * DRAIN_JOBS}}}\n")
         daemon(home, checkout, "start")
@@ -91,10 +108,12 @@ def one_run(checkout: Path) -> tuple[float, float, float, list[float]]:
             wait_gpus(sock)
             ids = submit_held(sock, "true", 1, DRAIN_JOBS)
             own, reaped = cpu_seconds(pid)
+            reaped += shim_server_cpu(pid)
             began = time.perf_counter()
             run_all(sock, ids)
             rate = DRAIN_JOBS / (time.perf_counter() - began)
             own_after, reaped_after = cpu_seconds(pid)
+            reaped_after += shim_server_cpu(pid)
             marks = home / "marks"
             marks.mkdir()
             script = f"date +%s.%N >> {marks}/start; sleep 0.2; date +%s.%N >> {marks}/end"
@@ -121,7 +140,7 @@ def main() -> None:
             results[checkout].append((rate, own, reaped, gaps))
             print(
                 f"  run {run} ({checkout}): {rate:.1f} jobs/s; CPU s daemon {own:.2f}, "
-                f"reaped {reaped:.2f}; hand-off median {statistics.median(gaps):.1f} ms; "
+                f"runs {reaped:.2f}; hand-off median {statistics.median(gaps):.1f} ms; "
                 f"load {load_average()}",
                 flush=True,
             )
@@ -132,7 +151,7 @@ def main() -> None:
         print(
             f"{checkout}: drain {DRAIN_JOBS} one-GPU `true` jobs on {GPUS} GPUs: median "
             f"{statistics.median(rates):.1f} jobs/s ({min(rates):.1f}-{max(rates):.1f}; goal "
-            f">= 100); reaped runs' CPU {reaped:.1f} ms a job; hand-off median "
+            f">= 100); the runs' CPU {reaped:.1f} ms a job; hand-off median "
             f"{statistics.median(gaps):.1f} ms, p90 {percentile(gaps, 0.9):.1f} ms (goal <= 100)"
         )
     print(f"# load average after: {load_average()}")

@@ -64,6 +64,11 @@ JOB_UMASK = 0o022
 # its memory in MiB, the cap of its data size (RLIMIT_DATA).
 CPUS_ENV = "GBATCH_SHIM_CPUS"
 MEM_MB_ENV = "GBATCH_SHIM_MEM_MB"
+# The file (JSON, 0600, in RUN_DIR) that holds the job's environment when the shim
+# itself is started with the daemon's: a root shim started for another user must not
+# run with what the user put in their environment (PYTHONPATH, LD_PRELOAD, ...). The
+# shim reads it, removes it and takes it as its environment, which the job inherits.
+JOB_ENV_FILE_ENV = "GBATCH_SHIM_JOB_ENV"
 
 
 def write_atomically(path: Path, data: dict[str, object], durable: bool = True) -> None:
@@ -292,6 +297,46 @@ def log_limit(environ: MutableMapping[str, str]) -> int | None:
     return int(limit) if limit else None
 
 
+def coerce_c_locale(environ: MutableMapping[str, str]) -> None:
+    """Set LC_CTYPE in `environ` where a fresh interpreter started with it would (PEP
+    538, CPython's _Py_CoerceLegacyLocale), as a plain shim's job always inherited:
+    PYTHONCOERCECLOCALE is not 0, LC_ALL is empty, and the environment's LC_CTYPE
+    locale is C (or cannot be set)."""
+    import locale  # deferred: only a shim that takes its job's environment late
+
+    if environ.get("PYTHONCOERCECLOCALE") == "0" or environ.get("LC_ALL"):
+        return
+    try:
+        current = locale.setlocale(locale.LC_CTYPE, "")
+    except locale.Error:
+        current = locale.setlocale(locale.LC_CTYPE, None)
+    if current != "C":
+        return
+    for name in ("C.UTF-8", "C.utf8", "UTF-8"):
+        try:
+            locale.setlocale(locale.LC_CTYPE, name)
+        except locale.Error:
+            continue
+        environ["LC_CTYPE"] = name
+        return
+
+
+def take_job_env(environ: MutableMapping[str, str]) -> None:
+    """If `environ` names a job environment file (JOB_ENV_FILE_ENV), replace `environ`
+    with what it holds and remove it."""
+    path = environ.get(JOB_ENV_FILE_ENV)
+    if path is None:
+        return
+    with open(path) as handle:
+        loaded = json.load(handle)
+    os.unlink(path)
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path} holds no environment")
+    environ.clear()
+    environ.update({str(k): str(v) for k, v in loaded.items()})
+    coerce_c_locale(environ)
+
+
 def main(argv: list[str]) -> int:
     parsed = parse_args(argv)
     if parsed is None:
@@ -301,6 +346,13 @@ def main(argv: list[str]) -> int:
         )
         return 2
     run_dir, identity, command = parsed
+    try:
+        take_job_env(os.environ)
+    except (OSError, ValueError) as err:
+        _say(f"gbatch: cannot read the job's environment: {err}")
+        failed_env: dict[str, object] = {"exit_code": 126, "signal": 0, "end_time": time.time()}
+        write_when_possible(run_dir / "exit.json", lambda: failed_env)
+        return 126
     switch = identity.popen_options() if identity is not None else {}
     limits = Limits.take_from(os.environ)
     if limits != Limits():

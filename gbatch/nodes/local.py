@@ -47,13 +47,15 @@ from gbatch.nodes.joblog import (
     StderrChunk,
     open_log,
 )
-from gbatch.nodes.outfiles import OFFSETS_FILE, open_or_say
+from gbatch.nodes.outfiles import OFFSETS_FILE, OutputFiles, open_or_say
 from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
-from gbatch.shim import CPUS_ENV, MEM_MB_ENV
+from gbatch.nodes.shimserver import LOCK_FILE, ServerGone, ShimServer, lock_held
+from gbatch.shim import CPUS_ENV, JOB_ENV_FILE_ENV, MEM_MB_ENV
 
 log = logging.getLogger(__name__)
 
 LOCAL_NODE = "local"
+JOB_ENV_FILE = "job_env.json"  # another user's job's environment, for the plain shim
 DOCKER_TIMEOUT = 30.0  # seconds for any one docker CLI call
 
 
@@ -117,11 +119,14 @@ class LocalNode:
         )
         self._engine_checked: tuple[float, str | None] = (0.0, None)
         self._run_dirs = RunDirRemover()
+        # Forks each bare job's shim; the plain `python -m gbatch.shim` when it cannot.
+        self._shim_server = ShimServer(on_change)
 
     # -- the agent ----------------------------------------------------------------
 
     def start(self) -> None:
         threading.Thread(target=self._keep_reporting, name="agent", daemon=True).start()
+        self._shim_server.start()
 
     def _agent_argv(self) -> list[str]:
         argv = [
@@ -208,6 +213,7 @@ class LocalNode:
     def stop(self) -> None:
         self._stopping.set()
         self._run_dirs.flush()
+        self._shim_server.stop()
         with self._lock:
             agent = self._agent
         if agent is None:
@@ -264,16 +270,7 @@ class LocalNode:
 
     def _launch_process(self, job: Job, attempt: int, gpus: Sequence[int], run_dir: Path) -> None:
         switch = _switch_to_submitter(job)
-        env = (
-            {
-                key: value
-                for key, value in os.environ.items()
-                if not key.startswith(("GBATCH_", "NVIDIA_"))
-                and not key.endswith("_VISIBLE_DEVICES")
-            }
-            if switch is None
-            else _login_env(switch)
-        )
+        env = _daemon_env() if switch is None else _login_env(switch)
         env.update(job_env(job, attempt, gpus, self.name))
         if switch is not None:
             # Who the job is comes from the system, not from the exported shell.
@@ -300,37 +297,27 @@ class LocalNode:
         env[MAX_LOG_BYTES_ENV] = str(self.config.max_log_bytes)  # for the shim alone
         env.update(bare_limits_env(job))
         try:
-            log = open_log(self.paths.job_log(job.id))
+            job_log = open_log(self.paths.job_log(job.id))
         except OSError as err:
             raise LaunchError(f"cannot open its log: {err}") from err
-        files = open_or_say(job, attempt, self.name, run_dir, log.write)
+        files = open_or_say(job, attempt, self.name, run_dir, job_log.write)
         if files is not None:
             env[OUT_FD_ENV] = str(files.out)
             env[ERR_FD_ENV] = str(files.err)
+        argv = [str(run_dir), *identity, "--", *job.spec.command]
+        # Another user's workdir is entered by the job itself, as that user.
+        cwd = workdir if switch is None else "/"
         try:
-            shim = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gbatch.shim",
-                    str(run_dir),
-                    *identity,
-                    "--",
-                    *job.spec.command,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env=env,
-                # Another user's workdir is entered by the job itself, as that user.
-                cwd=workdir if switch is None else "/",
-                start_new_session=True,
-                pass_fds=() if files is None else (files.out, files.err),
-            )
-        except OSError as err:
-            raise LaunchError(f"cannot start the job: {err}") from err
+            try:
+                self._shim_server.start_run(
+                    run_dir, argv, env, cwd, [job_log.fileno(), *_unique_fds(files)]
+                )
+                return  # the server tells the daemon of the run's end
+            except ServerGone as gone:
+                log.debug("job %d: the plain shim starts it: %s", job.id, gone)
+            shim = self._start_plain_shim(argv, env, cwd, job_log, files, switch, run_dir)
         finally:
-            log.close()
+            job_log.close()
             if files is not None:
                 files.close()
         with self._lock:
@@ -338,6 +325,36 @@ class LocalNode:
         threading.Thread(
             target=self._reap, args=(job.id, attempt, shim), name=f"reap-{job.id}", daemon=True
         ).start()
+
+    @staticmethod
+    def _start_plain_shim(
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        log: Any,
+        files: OutputFiles | None,
+        switch: pwd.struct_passwd | None,
+        run_dir: Path,
+    ) -> subprocess.Popen[bytes]:
+        """`python -m gbatch.shim ARGV`, a fresh interpreter: when the shim server is
+        unavailable. A shim that starts another user's job runs as the daemon's user
+        with the daemon's environment, and takes the job's from a 0600 file: what the
+        user exported (PYTHONPATH, LD_PRELOAD, ...) must not reach that interpreter."""
+        if switch is not None:
+            env = _daemon_env() | {JOB_ENV_FILE_ENV: _write_job_env(run_dir, env)}
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", "gbatch.shim", *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                pass_fds=() if files is None else (files.out, files.err),
+            )
+        except OSError as err:
+            raise LaunchError(f"cannot start the job: {err}") from err
 
     def _reap(self, job_id: int, attempt: int, shim: subprocess.Popen[bytes]) -> None:
         shim.wait()
@@ -406,6 +423,9 @@ class LocalNode:
         with self._lock:
             if (job_id, attempt) in self._shims:
                 return RunStatus("running")
+        if lock_held(run_dir):
+            # A shim the shim server forked (or is forking): no `gbatch.shim` in /proc.
+            return _exit_status(run_dir) or RunStatus("running")
         pids = _read_json(run_dir / "pids.json")
         if pids is not None and _is_shim_of(int(pids["shim"]), run_dir):
             return RunStatus("running")
@@ -532,7 +552,15 @@ class RunDirRemover:
 
 def remove_run_dir(run_dir: Path) -> None:
     """Remove what a run leaves in its directory, then the directory."""
-    for name in ("exit.json", "pids.json", "env", "log_offset", OFFSETS_FILE):
+    for name in (
+        "exit.json",
+        "pids.json",
+        "env",
+        "log_offset",
+        OFFSETS_FILE,
+        LOCK_FILE,
+        JOB_ENV_FILE,
+    ):
         with contextlib.suppress(FileNotFoundError):
             (run_dir / name).unlink()
     with contextlib.suppress(OSError):
@@ -558,6 +586,13 @@ def bare_limits_env(job: Job, allowed: Sequence[int] | None = None) -> dict[str,
     if spec.memory_mb is not None:
         env[MEM_MB_ENV] = str(spec.memory_mb)
     return env
+
+
+def _unique_fds(files: OutputFiles | None) -> list[int]:
+    """The output file's descriptor, then the error file's when it is apart."""
+    if files is None:
+        return []
+    return [files.out, files.err] if files.apart else [files.out]
 
 
 def _both_pipes(out: int, err: int) -> Iterator[bytes]:
@@ -595,6 +630,27 @@ def _switch_to_submitter(job: Job) -> pwd.struct_passwd | None:
         return pwd.getpwuid(job.uid)
     except KeyError:
         raise LaunchError(f"its submitter's uid {job.uid} has no entry in passwd here") from None
+
+
+def _daemon_env() -> dict[str, str]:
+    """The daemon's environment less what gbatch sets for a job."""
+    return {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("GBATCH_", "NVIDIA_")) and not key.endswith("_VISIBLE_DEVICES")
+    }
+
+
+def _write_job_env(run_dir: Path, env: dict[str, str]) -> str:
+    """Write the job's environment where the shim reads it (JOB_ENV_FILE); its path."""
+    path = run_dir / JOB_ENV_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with open(fd, "w") as handle:
+            json.dump(env, handle)
+    except OSError as err:
+        raise LaunchError(f"cannot write its environment file: {err}") from err
+    return str(path)
 
 
 def _login_env(entry: pwd.struct_passwd) -> dict[str, str]:

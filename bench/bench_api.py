@@ -44,6 +44,7 @@ from common import (
     GBATCH,
     REPO,
     Stats,
+    cpu_seconds,
     daemon_pid,
     gbatch_env,
     load_average,
@@ -156,12 +157,6 @@ def synthetic_nodes(nodes: int, gpus: int) -> list[dict[str, Any]]:
         }
         for n in range(nodes)
     ]
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of process `pid` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 API_SERVE = [str(GBATCH), "api", "serve", "--listen", "127.0.0.1:0", "--local-metrics"]

@@ -219,8 +219,10 @@ class Client:
         import asyncio  # deferred: the CLI never needs it
 
         payload = self._payload(request)
-        if self._sock is not None and self._closed_by_daemon():
-            self.close()
+        if self._sock is not None:
+            self._sock.setblocking(False)  # as the loop's waits need; kept so
+            if self._peek_closed():
+                self.close()
         loop = asyncio.get_running_loop()
         if self._sock is None:
             await loop.run_in_executor(None, self._connect)
@@ -242,7 +244,8 @@ class Client:
                     if not chunk:
                         break
                     chunks.append(chunk)
-                    deadline.reschedule(loop.time() + self.timeout)
+                    if not chunk.endswith(b"\n"):  # more to come: the wait starts again
+                        deadline.reschedule(loop.time() + self.timeout)
                 if sent_error is not None and not chunks:
                     raise sent_error
         except TimeoutError as err:
@@ -264,13 +267,19 @@ class Client:
         assert self._sock is not None
         self._sock.settimeout(0)
         try:
+            return self._peek_closed()
+        finally:
+            self._sock.settimeout(self.timeout)
+
+    def _peek_closed(self) -> bool:
+        """_closed_by_daemon's look, the socket being non-blocking already."""
+        assert self._sock is not None
+        try:
             return self._sock.recv(1, socket.MSG_PEEK) == b""
         except BlockingIOError:
             return False  # open, nothing to read: as it should be between requests
         except OSError:
             return True
-        finally:
-            self._sock.settimeout(self.timeout)
 
     def close(self) -> None:
         if self._sock is not None:

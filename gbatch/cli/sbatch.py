@@ -814,10 +814,12 @@ def _text_parser() -> _OptionParser:
 
 
 @functools.cache
-def _no_options() -> dict[str, Any]:
-    """What _text_parser makes of no options, parsed once: argparse was a quarter of
-    the API's ~0.12 ms of parsing per submit."""
-    return dict(vars(_text_parser().parse_args([])))
+def _no_options() -> tuple[dict[str, Any], tuple[str, ...]]:
+    """What _text_parser makes of no options, parsed once (argparse was a quarter of
+    the API's ~0.12 ms of parsing per submit), and which of its values are lists (each
+    request gets its own)."""
+    values = dict(vars(_text_parser().parse_args([])))
+    return values, tuple(key for key, value in values.items() if isinstance(value, list))
 
 
 def request_for_text(
@@ -841,9 +843,10 @@ def request_for_text(
         except _OptionProblem as err:
             raise CliError(str(err), Exit.USAGE) from None
     else:  # the API's every submit: the parse's result, fresh (build_submit sets on it)
-        args = argparse.Namespace(
-            **{k: list(v) if isinstance(v, list) else v for k, v in _no_options().items()}
-        )
+        values, lists = _no_options()
+        args = argparse.Namespace(**values)
+        for key in lists:
+            setattr(args, key, list(values[key]))
     stray = [word for word in [args.file, *args.script_args] if word is not None]
     if stray:
         raise CliError(f"{stray[0]!r} is not an option. Give options alone", Exit.USAGE)

@@ -89,25 +89,6 @@ def _refusal(reply: Mapping[str, Any]) -> RequestFailed:
     return RequestFailed(wire.error_kind(reply.get("kind")), reply.get("error", "unknown error"))
 
 
-def _fields(line: bytes) -> dict[str, Any]:
-    """A reply line's fields (without "ok"); RequestFailed for a refusal."""
-    reply: dict[str, Any] = json.loads(line)
-    if not reply.pop("ok", False):
-        raise _refusal(reply)
-    return reply
-
-
-def _relayed(line: bytes) -> bytes:
-    """A reply line as it came, less its newline; RequestFailed for a refusal."""
-    # gbatchd writes {"ok":true,...} with "ok" first (wire.encode_reply); a line of
-    # any other shape is decoded to tell a refusal from a reply.
-    if not line.startswith(OK_PREFIXES):
-        reply = json.loads(line)
-        if not reply.get("ok", False):
-            raise _refusal(reply)
-    return line.rstrip(b"\n")
-
-
 class Client:
     def __init__(self, socket_path: Path, timeout: float = 30.0) -> None:
         self.socket_path = socket_path
@@ -149,27 +130,28 @@ class Client:
         protocol by hand, and for squeue's everyday listing, gbatch/squeue_brief.py, which
         builds its request without gbatch.wire; the other commands use call()); return as
         call() does. gbatch.wire is imported only when the daemon refuses."""
-        return _fields(self._exchange(request))
+        reply: dict[str, Any] = json.loads(self._exchange(request))
+        if not reply.pop("ok", False):
+            raise _refusal(reply)
+        return reply
 
     def send_raw(self, request: Mapping[str, Any]) -> bytes:
         """As send(), but the reply's line as gbatchd wrote it (JSON with its "ok" field,
         no newline), undecoded: for a relay (the HTTP API) that passes a large reply on
         as it came, a listing's megabytes decoded and encoded again for nothing. Raises
         RequestFailed as send() does."""
-        return _relayed(self._exchange(request))
+        line = self._exchange(request)
+        # gbatchd writes {"ok":true,...} with "ok" first (wire.encode_reply); a line of
+        # any other shape is decoded to tell a refusal from a reply.
+        if not line.startswith(OK_PREFIXES):
+            reply = json.loads(line)
+            if not reply.get("ok", False):
+                raise _refusal(reply)
+        return line.rstrip(b"\n")
 
-    async def send_async(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """send() on the running asyncio loop, for a server (the HTTP API) whose request
-        would otherwise hop to a worker thread and back: two thread wake-ups were ~0.2 ms
-        of the API's CPU per submit. Raises as send() does."""
-        return _fields(await self._exchange_async(request))
-
-    async def send_raw_async(self, request: Mapping[str, Any]) -> bytes:
-        """send_raw() on the running asyncio loop (see send_async)."""
-        return _relayed(await self._exchange_async(request))
-
-    def _payload(self, request: Mapping[str, Any]) -> bytes:
-        """`request`'s line; RequestFailed when gbatchd would not read that much."""
+    def _exchange(self, request: Mapping[str, Any]) -> bytes:
+        """Write `request`, read its reply's line (the connection opened or reopened as
+        needed)."""
         payload = json.dumps(request).encode() + b"\n"
         if len(payload) > MAX_REQUEST_BYTES + 1:
             raise RequestFailed(
@@ -178,12 +160,6 @@ class Client:
                 f"{MAX_REQUEST_BYTES // 2**20} MiB gbatchd reads. Pass large data in a "
                 "file the job mounts",
             )
-        return payload
-
-    def _exchange(self, request: Mapping[str, Any]) -> bytes:
-        """Write `request`, read its reply's line (the connection opened or reopened as
-        needed)."""
-        payload = self._payload(request)
         if self._sock is not None and self._closed_by_daemon():
             self.close()  # gbatchd closes a connection idle for minutes: open another
         if self._sock is None:
@@ -212,74 +188,18 @@ class Client:
             raise DaemonUnavailable(self.socket_path, "the daemon closed the connection")
         return line
 
-    async def _exchange_async(self, request: Mapping[str, Any]) -> bytes:
-        """_exchange() with the socket's waits on the running asyncio loop: the same
-        reply, errors and timeout (`timeout` seconds without a byte from gbatchd). A
-        connection is opened in a worker thread (connect() may wait out a full backlog)."""
-        import asyncio  # deferred: the CLI never needs it
-
-        payload = self._payload(request)
-        if self._sock is not None:
-            self._sock.setblocking(False)  # as the loop's waits need; kept so
-            if self._peek_closed():
-                self.close()
-        loop = asyncio.get_running_loop()
-        if self._sock is None:
-            await loop.run_in_executor(None, self._connect)
-        sock = self._sock
-        assert sock is not None
-        chunks: list[bytes] = []
-        try:
-            sock.setblocking(False)
-            async with asyncio.timeout(self.timeout) as deadline:
-                try:
-                    await loop.sock_sendall(sock, payload)
-                except (BrokenPipeError, ConnectionResetError) as err:
-                    sent_error: OSError | None = err  # its answer may be waiting (as above)
-                else:
-                    sent_error = None
-                # One request, one reply: its line ends the bytes gbatchd sends.
-                while not chunks or not chunks[-1].endswith(b"\n"):
-                    chunk = await loop.sock_recv(sock, 1 << 18)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    if not chunk.endswith(b"\n"):  # more to come: the wait starts again
-                        deadline.reschedule(loop.time() + self.timeout)
-                if sent_error is not None and not chunks:
-                    raise sent_error
-        except TimeoutError as err:
-            self.close()
-            raise ReplyTimeout(self.socket_path, self.timeout) from err
-        except OSError as err:
-            self.close()
-            raise DaemonUnavailable(self.socket_path, f"connection lost: {err}") from err
-        except BaseException:  # cancelled mid-exchange: the connection's state is unknown
-            self.close()
-            raise
-        if not chunks or not chunks[-1].endswith(b"\n"):
-            self.close()
-            raise DaemonUnavailable(self.socket_path, "the daemon closed the connection")
-        return b"".join(chunks)
-
     def _closed_by_daemon(self) -> bool:
         """Whether the daemon has closed this idle connection (a look, without waiting)."""
         assert self._sock is not None
         self._sock.settimeout(0)
-        try:
-            return self._peek_closed()
-        finally:
-            self._sock.settimeout(self.timeout)
-
-    def _peek_closed(self) -> bool:
-        """_closed_by_daemon's look, the socket being non-blocking already."""
-        assert self._sock is not None
         try:
             return self._sock.recv(1, socket.MSG_PEEK) == b""
         except BlockingIOError:
             return False  # open, nothing to read: as it should be between requests
         except OSError:
             return True
+        finally:
+            self._sock.settimeout(self.timeout)
 
     def close(self) -> None:
         if self._sock is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import threading
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -67,25 +68,27 @@ class Api:
         self.limiter = limiter or Limiter()
         # /metrics without a token from this machine, as this process's own user.
         self.local_metrics = local_metrics
-        # Idle connections to gbatchd, each used by one request at a time: a connection
+        # Idle connections to gbatchd, each used by one thread at a time: a connection
         # per request cost the daemon a thread and an accept each (a third of its CPU
-        # per HTTP submit). Client.send_async reopens one that gbatchd closed meanwhile.
-        # Touched on the event loop's thread only: the exchanges run there, not in
-        # worker threads (a hop to one and back was ~0.2 ms of a submit's API CPU).
+        # per HTTP submit). Client.send reopens one that gbatchd closed meanwhile.
         self._idle: list[Client] = []
+        self._idle_lock = threading.Lock()
 
-    async def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return await self._on_connection(lambda client: client.send_async(payload))
+    def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self._on_connection(lambda client: client.send(payload))
 
-    async def _send_raw(self, payload: dict[str, Any]) -> bytes:
-        return await self._on_connection(lambda client: client.send_raw_async(payload))
+    def _send_raw(self, payload: dict[str, Any]) -> bytes:
+        return self._on_connection(lambda client: client.send_raw(payload))
 
-    async def _on_connection(self, exchange: Callable[[Client], Awaitable[T]]) -> T:
+    def _on_connection(self, exchange: Callable[[Client], T]) -> T:
         """`exchange` on an idle connection to gbatchd (a new one when none is idle),
         kept for the next request unless it failed."""
-        client = self._idle.pop() if self._idle else Client(self.socket_path, self.timeout)
+        with self._idle_lock:
+            client = self._idle.pop() if self._idle else None
+        if client is None:
+            client = Client(self.socket_path, timeout=self.timeout)
         try:
-            reply = await exchange(client)
+            reply = exchange(client)
         except RequestFailed:
             self._keep(client)  # a refusal: the connection itself is sound
             raise
@@ -96,10 +99,11 @@ class Api:
         return reply
 
     def _keep(self, client: Client) -> None:
-        if len(self._idle) < MAX_IDLE_CONNECTIONS:
-            self._idle.append(client)
-        else:
-            client.close()
+        with self._idle_lock:
+            if len(self._idle) < MAX_IDLE_CONNECTIONS:
+                self._idle.append(client)
+                return
+        client.close()
 
     async def call(
         self, http: Request, inner: wire.Request, status: int = 200
@@ -130,12 +134,12 @@ class Api:
         response."""
         return await self._exchange(token, partial(self._send, _as_bearer(token, inner)))
 
-    async def _exchange(self, token: str, work: Callable[[], Awaitable[T]]) -> T | JSONResponse:
-        """`work` (a request sent as the bearer of `token`): its result, or the error's
-        response. gbatchd's word on the token tells the limiter whose share the token's
-        requests draw on."""
+    async def _exchange(self, token: str, work: Callable[[], T]) -> T | JSONResponse:
+        """`work` (a request sent as the bearer of `token`) in a worker thread: its result,
+        or the error's response. gbatchd's word on the token tells the limiter whose
+        share the token's requests draw on."""
         try:
-            reply = await work()
+            reply = await run_in_threadpool(work)
         except RequestFailed as err:
             if err.kind == "unauthenticated":
                 self.limiter.forget(token)
@@ -177,16 +181,17 @@ class Api:
         if isinstance(body, Response):
             return body
 
-        # On the loop's thread: parsing a job file is ~0.1 ms of CPU, less than a hop
-        # to a worker thread and back would cost.
-        from gbatch.cli.sbatch import request_for_text  # deferred: yaml, the spec
+        def parse_and_send() -> dict[str, Any]:
+            # One worker thread for both: a hop costs the API ~0.1 ms of a ~1 ms submit.
+            from gbatch.cli.sbatch import request_for_text  # deferred: yaml, the spec
 
-        try:
-            request = request_for_text(body, "api")
-        except CliError as err:
-            return error("invalid", err.message)
-        payload = _as_bearer(token, request)
-        reply = await self._exchange(token, partial(self._send, payload))
+            try:
+                request = request_for_text(body, "api")
+            except CliError as err:
+                raise RequestFailed("invalid", err.message) from err
+            return self._send(_as_bearer(token, request))
+
+        reply = await self._exchange(token, parse_and_send)
         if isinstance(reply, JSONResponse):
             return reply
         job_id = {"job_id": reply["ids"][0]} if reply.get("ids") else {}
@@ -290,7 +295,7 @@ class Api:
         reply: dict[str, Any] | None
         if _bearer(http) is None and self.local_metrics and _from_loopback(http):
             try:
-                reply = await self._send(wire.encode_request(wire.Metrics()))
+                reply = await run_in_threadpool(self._send, wire.encode_request(wire.Metrics()))
             except RequestFailed as err:
                 return error(err.kind, err.message)
             except (DaemonUnavailable, ReplyTimeout) as err:

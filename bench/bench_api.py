@@ -23,7 +23,9 @@ Figures:
 With several `--checkout` directories (e.g. `--checkout /work/main --checkout .`), each
 checkout's code serves its own daemon and API (PYTHONPATH), and (a)'s runs alternate
 between them (A, B, A, B, ...), so a busy machine weighs on both alike; (b)-(d) are timed
-on the first checkout only. `--submits-only` stops after (a).
+on the first checkout only. A checkout may name further directories after it, joined
+with `:` as PYTHONPATH is (`--checkout .:/tmp/extra-site`: the branch with a package the
+shared interpreter lacks). `--submits-only` stops after (a).
 """
 
 from __future__ import annotations
@@ -100,7 +102,8 @@ class Settings:
     queue: int  # jobs pending for the list and the scrape
     samples: int  # GETs of the list and of /metrics
     gpus: int  # simulated GPUs of the daemon's one node
-    checkouts: tuple[Path, ...] = (REPO,)  # whose code the daemons and APIs run
+    # whose code the daemons and APIs run: each a PYTHONPATH (a checkout, maybe more)
+    checkouts: tuple[str, ...] = (str(REPO),)
     submits_only: bool = False  # (a) alone
 
 
@@ -111,14 +114,16 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     )
     parser.add_argument(
         "--checkout",
-        type=Path,
         action="append",
         default=[],
         help="run the daemon and the API from this checkout (repeat: (a) alternates them)",
     )
     parser.add_argument("--submits-only", action="store_true", help="(a) alone")
     args = parser.parse_args(argv)
-    checkouts = tuple(path.resolve() for path in args.checkout) or (REPO,)
+    checkouts = tuple(
+        os.pathsep.join(str(Path(part).resolve()) for part in path.split(os.pathsep))
+        for path in args.checkout
+    ) or (str(REPO),)
     if args.quick:
         settings = Settings(
             reps=2, submits=200, queue=1_000, samples=10, gpus=NODES * GPUS_PER_NODE
@@ -162,15 +167,15 @@ def synthetic_nodes(nodes: int, gpus: int) -> list[dict[str, Any]]:
 API_SERVE = [str(GBATCH), "api", "serve", "--listen", "127.0.0.1:0", "--local-metrics"]
 
 
-def checkout_env(home: Path, checkout: Path, simulate_gpus: int = 2) -> dict[str, str]:
-    """gbatch_env, running `checkout`'s code."""
+def checkout_env(home: Path, checkout: str, simulate_gpus: int = 2) -> dict[str, str]:
+    """gbatch_env, running `checkout`'s code (a PYTHONPATH)."""
     env = gbatch_env(home, simulate_gpus)
-    env["PYTHONPATH"] = str(checkout)
+    env["PYTHONPATH"] = checkout
     return env
 
 
 @contextmanager
-def checkout_daemon(checkout: Path, gpus: int) -> Iterator[Path]:
+def checkout_daemon(checkout: str, gpus: int) -> Iterator[Path]:
     """`checkout`'s daemon in a fresh GBATCH_HOME (yielded), stopped afterwards."""
     with temp_home() as home:
         env = checkout_env(home, checkout, gpus)
@@ -183,7 +188,7 @@ def checkout_daemon(checkout: Path, gpus: int) -> Iterator[Path]:
 
 
 @contextmanager
-def api_server(home: Path, checkout: Path = REPO) -> Iterator[tuple[int, int]]:
+def api_server(home: Path, checkout: str = str(REPO)) -> Iterator[tuple[int, int]]:
     """`gbatch api serve --local-metrics` on a free loopback port: (port, its pid)."""
     process = subprocess.Popen(
         # One user's share lifted: this measures the API, not the per-user limits.
@@ -205,7 +210,7 @@ def api_server(home: Path, checkout: Path = REPO) -> Iterator[tuple[int, int]]:
         process.wait(timeout=30)
 
 
-def mint(home: Path, checkout: Path = REPO) -> str:
+def mint(home: Path, checkout: str = str(REPO)) -> str:
     user = ("--user", "nobody") if os.getuid() == 0 else ()
     done = subprocess.run(
         [str(GBATCH), "token", "--scope", "submit,read", *user],
@@ -289,7 +294,7 @@ def timed_gets(
 class Stack:
     """One checkout's daemon and API, and what (a) measured of it."""
 
-    checkout: Path
+    checkout: str
     home: Path
     daemon: int  # pid
     api: int  # pid

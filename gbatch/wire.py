@@ -1022,9 +1022,10 @@ def _small(value: object) -> bool:
     if isinstance(value, _JSON_SCALARS):
         return True
     return (
-        type(value) in (list, tuple)
-        and len(value) <= 16  # type: ignore[arg-type]
-        and all(isinstance(item, _JSON_SCALARS) for item in value)  # type: ignore[attr-defined]
+        isinstance(value, list | tuple)
+        and not isinstance(value, EncodedList)  # its texts go in as they are
+        and len(value) <= 16
+        and all(isinstance(item, _JSON_SCALARS) for item in value)
     )
 
 

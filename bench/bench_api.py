@@ -1,10 +1,11 @@
 """The HTTP API's throughput and latency: submits, the jobs list, and /metrics.
 
-Run: `.venv/bin/python bench/bench_api.py [--quick]`. One daemon in a temp GBATCH_HOME
-with one local node of 800 simulated GPUs (as many per-GPU series as 100 nodes x 8),
-`gbatch api serve --local-metrics` on 127.0.0.1, and a token minted with `gbatch token`
-(as root: for `nobody`, root gets no tokens). One client, http.client on one persistent
-connection (keep-alive), as a CI script or a notebook would hold it.
+Run: `.venv/bin/python bench/bench_api.py [--quick] [--checkout DIR ...] [--submits-only]`.
+One daemon in a temp GBATCH_HOME with one local node of 800 simulated GPUs (as many
+per-GPU series as 100 nodes x 8), `gbatch api serve --local-metrics` on 127.0.0.1, and a
+token minted with `gbatch token` (as root: for `nobody`, root gets no tokens). One
+client, http.client on one persistent connection (keep-alive), as a CI script or a
+notebook would hold it.
 
 Figures:
   (a) durable submits over HTTP: JSON job files (`{"command": ..., "begin": ...}`, a
@@ -18,6 +19,13 @@ Figures:
   (d) metrics.render() in-process of a snapshot with 100 nodes x 8 GPUs made up here
       (the fleet simulates one local node only; 100 SSH hosts are not cheap), and the
       jobs rows of (c)'s real snapshot.
+
+With several `--checkout` directories (e.g. `--checkout /work/main --checkout .`), each
+checkout's code serves its own daemon and API (PYTHONPATH), and (a)'s runs alternate
+between them (A, B, A, B, ...), so a busy machine weighs on both alike; (b)-(d) are timed
+on the first checkout only. A checkout may name further directories after it, joined
+with `:` as PYTHONPATH is (`--checkout .:/tmp/extra-site`: the branch with a package the
+shared interpreter lacks). `--submits-only` stops after (a).
 """
 
 from __future__ import annotations
@@ -29,21 +37,23 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from common import (
     GBATCH,
+    REPO,
     Stats,
+    cpu_seconds,
     daemon_pid,
     gbatch_env,
     load_average,
     machine_note,
     median,
-    running_daemon,
     summarize,
+    temp_home,
 )
 
 SUBMIT_GOAL = 1_000.0  # submits/s, durable, one client
@@ -92,6 +102,9 @@ class Settings:
     queue: int  # jobs pending for the list and the scrape
     samples: int  # GETs of the list and of /metrics
     gpus: int  # simulated GPUs of the daemon's one node
+    # whose code the daemons and APIs run: each a PYTHONPATH (a checkout, maybe more)
+    checkouts: tuple[str, ...] = (str(REPO),)
+    submits_only: bool = False  # (a) alone
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Settings:
@@ -99,10 +112,27 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     parser.add_argument(
         "--quick", action="store_true", help="a smoke run: 2 x 200 submits, 1,000 jobs listed"
     )
+    parser.add_argument(
+        "--checkout",
+        action="append",
+        default=[],
+        help="run the daemon and the API from this checkout (repeat: (a) alternates them)",
+    )
+    parser.add_argument("--submits-only", action="store_true", help="(a) alone")
     args = parser.parse_args(argv)
+    checkouts = tuple(
+        os.pathsep.join(str(Path(part).resolve()) for part in path.split(os.pathsep))
+        for path in args.checkout
+    ) or (str(REPO),)
     if args.quick:
-        return Settings(reps=2, submits=200, queue=1_000, samples=10, gpus=NODES * GPUS_PER_NODE)
-    return Settings(reps=5, submits=1_000, queue=QUEUE, samples=40, gpus=NODES * GPUS_PER_NODE)
+        settings = Settings(
+            reps=2, submits=200, queue=1_000, samples=10, gpus=NODES * GPUS_PER_NODE
+        )
+    else:
+        settings = Settings(
+            reps=5, submits=1_000, queue=QUEUE, samples=40, gpus=NODES * GPUS_PER_NODE
+        )
+    return replace(settings, checkouts=checkouts, submits_only=args.submits_only)
 
 
 def synthetic_nodes(nodes: int, gpus: int) -> list[dict[str, Any]]:
@@ -134,22 +164,36 @@ def synthetic_nodes(nodes: int, gpus: int) -> list[dict[str, Any]]:
     ]
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of process `pid` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 API_SERVE = [str(GBATCH), "api", "serve", "--listen", "127.0.0.1:0", "--local-metrics"]
 
 
+def checkout_env(home: Path, checkout: str, simulate_gpus: int = 2) -> dict[str, str]:
+    """gbatch_env, running `checkout`'s code (a PYTHONPATH)."""
+    env = gbatch_env(home, simulate_gpus)
+    env["PYTHONPATH"] = checkout
+    return env
+
+
 @contextmanager
-def api_server(home: Path) -> Iterator[tuple[int, int]]:
+def checkout_daemon(checkout: str, gpus: int) -> Iterator[Path]:
+    """`checkout`'s daemon in a fresh GBATCH_HOME (yielded), stopped afterwards."""
+    with temp_home() as home:
+        env = checkout_env(home, checkout, gpus)
+        run = [str(GBATCH), "daemon"]
+        subprocess.run([*run, "start"], env=env, check=True, stdout=subprocess.DEVNULL)
+        try:
+            yield home
+        finally:
+            subprocess.run([*run, "stop"], env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+@contextmanager
+def api_server(home: Path, checkout: str = str(REPO)) -> Iterator[tuple[int, int]]:
     """`gbatch api serve --local-metrics` on a free loopback port: (port, its pid)."""
     process = subprocess.Popen(
         # One user's share lifted: this measures the API, not the per-user limits.
         [*API_SERVE, "--user-rate", "1000000", "--user-burst", "1000000"],
-        env=gbatch_env(home),
+        env=checkout_env(home, checkout),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -166,11 +210,11 @@ def api_server(home: Path) -> Iterator[tuple[int, int]]:
         process.wait(timeout=30)
 
 
-def mint(home: Path) -> str:
+def mint(home: Path, checkout: str = str(REPO)) -> str:
     user = ("--user", "nobody") if os.getuid() == 0 else ()
     done = subprocess.run(
         [str(GBATCH), "token", "--scope", "submit,read", *user],
-        env=gbatch_env(home),
+        env=checkout_env(home, checkout),
         capture_output=True,
         text=True,
         check=True,
@@ -246,86 +290,126 @@ def timed_gets(
     return seconds, size
 
 
+@dataclass
+class Stack:
+    """One checkout's daemon and API, and what (a) measured of it."""
+
+    checkout: str
+    home: Path
+    daemon: int  # pid
+    api: int  # pid
+    client: Http
+    token: str
+    port: int
+    rates: list[float]
+    latencies: list[float]
+    socket_rates: list[float]
+    api_cpu: float = 0.0
+    daemon_cpu: float = 0.0
+
+
+def submit_run(stack: Stack, submits: int) -> None:
+    """`submits` HTTP submits on `stack`, one after another: their rate, latencies, CPU."""
+    client = stack.client
+    # A fresh connection: the API closes one idle for 5 s (timeout_keep_alive), as this
+    # one may have been while the other checkouts ran.
+    client.connection.close()
+    client.request("POST", "/api/v1/jobs", JOB, expect=201)
+    api_before, daemon_before = cpu_seconds(stack.api), cpu_seconds(stack.daemon)
+    start = time.perf_counter()
+    for _ in range(submits):
+        before = time.perf_counter()
+        client.request("POST", "/api/v1/jobs", JOB, expect=201)
+        stack.latencies.append(time.perf_counter() - before)
+    stack.rates.append(submits / (time.perf_counter() - start))
+    stack.api_cpu += cpu_seconds(stack.api) - api_before
+    stack.daemon_cpu += cpu_seconds(stack.daemon) - daemon_before
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     settings = parse_args(argv)
     print(machine_note())
     print(f"# load average before: {load_average()}", flush=True)
-    with running_daemon(simulate_gpus=settings.gpus) as home:
-        daemon = daemon_pid(home)
-        with api_server(home) as (port, api_pid):
-            token = mint(home)
+    with ExitStack() as resources:
+        stacks: list[Stack] = []
+        for checkout in settings.checkouts:
+            home = resources.enter_context(checkout_daemon(checkout, settings.gpus))
+            port, api_pid = resources.enter_context(api_server(home, checkout))
+            token = mint(home, checkout)
             client = Http(port, token)
-            rates: list[float] = []
-            latencies: list[float] = []
-            api_cpu = daemon_cpu = 0.0
             client.request("POST", "/api/v1/jobs", JOB, expect=201)  # warm both processes
-            for _ in range(settings.reps):
-                api_before, daemon_before = cpu_seconds(api_pid), cpu_seconds(daemon)
-                start = time.perf_counter()
-                for _ in range(settings.submits):
-                    before = time.perf_counter()
-                    client.request("POST", "/api/v1/jobs", JOB, expect=201)
-                    latencies.append(time.perf_counter() - before)
-                rates.append(settings.submits / (time.perf_counter() - start))
-                api_cpu += cpu_seconds(api_pid) - api_before
-                daemon_cpu += cpu_seconds(daemon) - daemon_before
-            total = settings.reps * settings.submits
+            stacks.append(
+                Stack(checkout, home, daemon_pid(home), api_pid, client, token, port, [], [], [])
+            )
+        for _ in range(settings.reps):
+            for stack in stacks:
+                submit_run(stack, settings.submits)
+        for _ in range(settings.reps):
+            for stack in stacks:
+                stack.socket_rates.append(socket_submits(stack.home, settings.submits))
+        total = settings.reps * settings.submits
+        for stack in stacks:
+            of = f" [{stack.checkout}]" if len(stacks) > 1 else ""
             report(
-                f"(a) HTTP submits, 1 client, keep-alive, JSON ({settings.submits} per run)",
-                rates,
+                f"(a) HTTP submits, 1 client, keep-alive, JSON ({settings.submits} per run){of}",
+                stack.rates,
                 "submits/s",
                 SUBMIT_GOAL,
                 higher_is_better=True,
             )
-            report("(a) latency of one HTTP submit", [s * 1000 for s in latencies], "ms")
+            report(f"(a) latency of one HTTP submit{of}", [s * 1000 for s in stack.latencies], "ms")
             print(
-                f"(a) CPU per submit: API process {api_cpu / total * 1e6:,.0f} us, "
-                f"daemon {daemon_cpu / total * 1e6:,.0f} us; wall per submit "
-                f"{1e6 / median(rates):,.0f} us",
+                f"(a) CPU per submit: API process {stack.api_cpu / total * 1e6:,.0f} us, "
+                f"daemon {stack.daemon_cpu / total * 1e6:,.0f} us; wall per submit "
+                f"{1e6 / median(stack.rates):,.0f} us{of}",
                 flush=True,
             )
-            socket_rates = [socket_submits(home, settings.submits) for _ in range(settings.reps)]
             report(
-                "(a) the same JSON submits on the daemon's socket, no HTTP",
-                socket_rates,
+                f"(a) the same JSON submits on the daemon's socket, no HTTP{of}",
+                stack.socket_rates,
                 "submits/s",
                 higher_is_better=True,
             )
-            # The submits above are pending too (begin in 2099): top up to the queue.
-            already = 1 + total + settings.reps * (settings.submits + 1)
-            fill_queue(home, max(0, settings.queue - already))
-            time.sleep(1.0)  # let the loop's wake-up for the burst pass
-            # A new connection: the API closes one idle for 5 s (timeout_keep_alive).
-            client = Http(port, token)
-            pids = (api_pid, daemon)
-            seconds, size = timed_gets(client, "/api/v1/jobs", settings.samples, pids)
-            listed = len(json.loads(client.request("GET", "/api/v1/jobs"))["jobs"])
+        print(f"# load average after (a): {load_average()}", flush=True)
+        if settings.submits_only:
+            return
+        first = stacks[0]
+        home, token, port = first.home, first.token, first.port
+        # The submits above are pending too (begin in 2099): top up to the queue.
+        already = 1 + total + settings.reps * (settings.submits + 1)
+        fill_queue(home, max(0, settings.queue - already))
+        time.sleep(1.0)  # let the loop's wake-up for the burst pass
+        # A new connection: the API closes one idle for 5 s (timeout_keep_alive).
+        client = Http(port, token)
+        pids = (first.api, first.daemon)
+        seconds, size = timed_gets(client, "/api/v1/jobs", settings.samples, pids)
+        listed = len(json.loads(client.request("GET", "/api/v1/jobs"))["jobs"])
+        report(
+            f"(b) GET /api/v1/jobs, {listed:,} jobs pending ({size / 1e6:.1f} MB)",
+            [s * 1000 for s in seconds],
+            "ms",
+            LIST_GOAL_MS,
+        )
+        for path, what in (
+            ("/api/v1/jobs?format=columns", "format=columns, every job"),
+            ("/api/v1/jobs?limit=100", "a page of 100 (limit=100)"),
+        ):
+            seconds, size = timed_gets(client, path, settings.samples, pids)
             report(
-                f"(b) GET /api/v1/jobs, {listed:,} jobs pending ({size / 1e6:.1f} MB)",
+                f"(b) GET /api/v1/jobs, {what}, of {listed:,} ({size / 1e3:,.0f} kB)",
                 [s * 1000 for s in seconds],
                 "ms",
                 LIST_GOAL_MS,
             )
-            for path, what in (
-                ("/api/v1/jobs?format=columns", "format=columns, every job"),
-                ("/api/v1/jobs?limit=100", "a page of 100 (limit=100)"),
-            ):
-                seconds, size = timed_gets(client, path, settings.samples, pids)
-                report(
-                    f"(b) GET /api/v1/jobs, {what}, of {listed:,} ({size / 1e3:,.0f} kB)",
-                    [s * 1000 for s in seconds],
-                    "ms",
-                    LIST_GOAL_MS,
-                )
-            seconds, size = timed_gets(client, "/metrics", settings.samples, pids)
-            report(
-                f"(c) GET /metrics over HTTP, {listed:,} jobs, 1 node of {settings.gpus} "
-                f"simulated GPUs ({size / 1e3:.0f} kB)",
-                [s * 1000 for s in seconds],
-                "ms",
-                METRICS_GOAL_MS,
-            )
-            snapshot = real_snapshot(home, settings.samples)
+        seconds, size = timed_gets(client, "/metrics", settings.samples, pids)
+        report(
+            f"(c) GET /metrics over HTTP, {listed:,} jobs, 1 node of {settings.gpus} "
+            f"simulated GPUs ({size / 1e3:.0f} kB)",
+            [s * 1000 for s in seconds],
+            "ms",
+            METRICS_GOAL_MS,
+        )
+        snapshot = real_snapshot(home, settings.samples)
     render_figure(snapshot, settings.samples)
     print(f"# load average after: {load_average()}", flush=True)
 

@@ -14,24 +14,38 @@ Figures:
   (c) one array request of 10,000 tasks: jobs/s;
   (d) (a) again with 10,000 held jobs already in the queue;
   (e) the whole process `gbatch sbatch --wrap true -H`.
+
+`--queued N [--checkout DIR ...]` measures one figure instead: (a) with N held single
+jobs already queued (each its own row, written into the store before the daemon
+starts: submitting 100,000 one by one would take minutes), one daemon per checkout
+(PYTHONPATH), the checkouts' runs alternating (A, B, A, B, ...).
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import statistics
+import subprocess
+import sys
 import time
+from contextlib import ExitStack
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from common import (
     GBATCH,
+    REPO,
+    cpu_seconds,
+    daemon_pid,
     gbatch_env,
+    load_average,
     machine_note,
     report_ms,
     report_rate,
     running_daemon,
+    temp_home,
     time_process,
 )
 
@@ -109,10 +123,85 @@ def array_submit(socket: Path, size: int) -> float:
     return size / elapsed
 
 
+# Run with a checkout's PYTHONPATH: `count` held single jobs into GBATCH_HOME's store.
+FILL = """
+import os, pwd, sys, time
+from pathlib import Path
+from gbatch.head.store import Store, Submission
+from gbatch.model import JobSpec
+from gbatch.paths import Paths
+store = Store(Paths(Path(sys.argv[1])).store)
+spec, count = JobSpec(name="q", command=("/bin/true",)), int(sys.argv[2])
+user = pwd.getpwuid(os.getuid()).pw_name
+for start in range(0, count, 10_000):
+    specs = (spec,) * min(10_000, count - start)
+    store.submit_many([Submission(specs, os.getuid(), user, held=True)], time.time())
+store.close()
+"""
+
+
+def queued_submits(checkouts: list[Path], queued: int, runs: int, count: int) -> None:
+    """(a) with `queued` held single jobs already queued, each checkout's daemon in turn."""
+    print(f"# load average before: {load_average()}", flush=True)
+    with ExitStack() as stack:
+        homes: list[Path] = []
+        for checkout in checkouts:
+            home = stack.enter_context(temp_home())
+            env = {**gbatch_env(home), "PYTHONPATH": str(checkout)}
+            subprocess.run(
+                [sys.executable, "-c", FILL, str(home), str(queued)], env=env, check=True
+            )
+            daemon = [str(GBATCH), "daemon"]
+            subprocess.run([*daemon, "start"], env=env, check=True, stdout=subprocess.DEVNULL)
+            stack.callback(
+                subprocess.run, [*daemon, "stop"], env=env, check=True, stdout=subprocess.DEVNULL
+            )
+            homes.append(home)
+        time.sleep(2.0)  # the daemons' first passes over the queue
+        rates: dict[Path, list[float]] = {c: [] for c in checkouts}
+        cpu: dict[Path, float] = {c: 0.0 for c in checkouts}
+        for _ in range(runs):
+            for checkout, home in zip(checkouts, homes, strict=True):
+                pid = daemon_pid(home)
+                before = cpu_seconds(pid)
+                rates[checkout].append(sequential_submits(home / "gbatchd.sock", count)[0])
+                cpu[checkout] += cpu_seconds(pid) - before
+    for checkout in checkouts:
+        report_rate(
+            f"(d) single submits with {queued:,} held single jobs queued, 1 client "
+            f"({count} per run) [{checkout}]",
+            rates[checkout],
+            "submits/s",
+            SINGLE_GOAL,
+        )
+        print(
+            f"    runs {', '.join(f'{r:,.0f}' for r in rates[checkout])}; daemon CPU per "
+            f"submit {cpu[checkout] / (runs * (count + 1)) * 1e6:,.0f} us; median "
+            f"{statistics.median(rates[checkout]):,.0f}/s",
+            flush=True,
+        )
+    print(f"# load average after: {load_average()}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter repetitions")
+    parser.add_argument(
+        "--queued", type=int, help="only (d), with this many held single jobs queued"
+    )
+    parser.add_argument(
+        "--checkout",
+        type=Path,
+        action="append",
+        default=[],
+        help="with --queued: a daemon of this checkout's code (repeat: runs alternate)",
+    )
     args = parser.parse_args()
+    if args.queued is not None:
+        print(machine_note())
+        checkouts = [path.resolve() for path in args.checkout] or [REPO]
+        queued_submits(checkouts, args.queued, 3 if args.quick else 5, 500)
+        return
     reps = 3 if args.quick else 7
     single_count = 200 if args.quick else 500
     per_client_total = 256 if args.quick else 1024  # submits per repetition, all clients

@@ -223,6 +223,12 @@ def daemon_pid(home: Path) -> int:
     return int((home / "gbatchd.lock").read_text().split()[0])
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def memory_kib(pid: int, field: str) -> int:
     """A /proc/PID/status figure in KiB, e.g. VmRSS or VmHWM."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

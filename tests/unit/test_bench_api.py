@@ -62,3 +62,13 @@ def test_the_made_up_fleet_renders_one_series_per_gpu() -> None:
     assert len(families["DCGM_FI_DEV_GPU_UTIL"].samples) == 800
     held = sum(s.value for s in families["gbatch_gpu_allocated"].samples)
     assert held == 400
+
+
+def test_checkouts_are_pythonpaths_resolved_part_by_part(tmp_path: Path) -> None:
+    extra = tmp_path / "site"
+    settings = bench_api.parse_args(["--checkout", ".", "--checkout", f".:{extra}"])
+    here = str(Path(".").resolve())
+    assert settings.checkouts == (here, f"{here}:{extra}")
+    assert bench_api.parse_args([]).checkouts == (str(bench_api.REPO),)
+    assert not bench_api.parse_args([]).submits_only
+    assert bench_api.parse_args(["--submits-only"]).submits_only

@@ -384,3 +384,18 @@ def test_the_decoder_sees_a_tail_record_whose_tasks_changed_as_a_new_job() -> No
     )
     assert then is not first and then.array_more == ((5, 9),)
     assert labels == {4711: "4711_[3,5-9]"}
+
+
+def test_a_small_reply_is_one_piece_of_json_s_line() -> None:
+    for reply in (
+        {"ok": True, "ids": [4711]},
+        {"ok": True, "ids": (1, 2, 3), "test": None, "note": "é\n", "share": 0.5},
+        {"ok": False, "kind": "invalid", "error": "bad"},
+    ):
+        whole = json.dumps(reply, separators=(",", ":")).encode() + b"\n"
+        assert encode_reply(reply) == [whole]
+    # A record list made ahead keeps its texts, even when short: not dumped again.
+    made = BriefRecords().records([full_job()])
+    made.texts[0] = made.texts[0].replace('"state"', '"state" ')  # tell the texts apart
+    line = b"".join(encode_reply({"ok": True, "jobs": made}))
+    assert b'"state" :' in line

@@ -159,6 +159,10 @@ class PagedTable(ScrollView, can_focus=True):
         self.cursor_row = max(0, min(self.cursor_row, total - 1))
         self._grow(self.rows)
         self.virtual_size = Size(self._line_width(), total + 1)
+        # Fewer rows than the view was scrolled past (a filter): back within them.
+        bottom = max(0, total + 1 - self.scrollable_content_region.height)
+        if self.scroll_y > bottom:
+            self.scroll_target_y = self.scroll_y = bottom
         self.refresh()
         if self.rows and not self.covers_view() and self.view_height():
             self.post_message(self.WindowMoved())

@@ -98,9 +98,12 @@ def test_the_state_and_text_filters_narrow_the_total_in_the_daemon() -> None:
         assert "| 1 shown" in text_of(pilot.app, "#counts")
         await pilot.press("s", "s")  # completing, then any
         await until(pilot, lambda: table.row_count == len(mine(link)), "every job again")
+        table.scroll_to(y=1500, animate=False)
+        await until(pilot, lambda: table.covers_view(), "the rows at 1500")
         await pilot.press("slash", *"1999")
         await until(pilot, lambda: table.row_count == 1, "the one job")
         assert table_rows(pilot.app, "#jobs")[0][0] == "1999"
+        assert table.scroll_y == 0  # the view came back to the one row
         assert f"PD {len(mine(link)) - 2}" in text_of(pilot.app, "#counts")  # counts whole
 
     run(scenario, link)

@@ -138,6 +138,10 @@ def test_shown_states_and_search_narrow_the_listing_counts_stay_whole(
     assert reply["columns"]["id"] == want
     assert reply["total"] == len(want)
     assert reply["counts"] == dict(Counter(job.state.value for job in jobs))
+    for offset, limit in [(0, 1), (0, 100), (1, 100), (len(want), 3), (len(want) + 5, 3)]:
+        cut = page(lab, ALICE, **fields, offset=offset, limit=limit)
+        assert cut["columns"]["id"] == want[offset : offset + limit]
+        assert cut["total"] == len(want), (offset, limit)
 
 
 @pytest.mark.parametrize("limit", [1, 3, 7, 100])

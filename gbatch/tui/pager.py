@@ -96,7 +96,9 @@ class PagedTable(ScrollView, can_focus=True):
             self.column_key = column_key
 
     class WindowMoved(Message):
-        """The view shows rows the page does not hold: read the `wanted()` page."""
+        """The view scrolled to rows the page does not hold: read the `wanted()` page.
+        (A page read for where the view was is followed by one more read: the screen
+        reads again when this comes during a read.)"""
 
     def __init__(self, columns: Sequence[tuple[str, str]], *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -164,8 +166,6 @@ class PagedTable(ScrollView, can_focus=True):
         if self.scroll_y > bottom:
             self.scroll_target_y = self.scroll_y = bottom
         self.refresh()
-        if self.rows and not self.covers_view() and self.view_height():
-            self.post_message(self.WindowMoved())
 
     def _grow(self, rows: Sequence[Row]) -> None:
         """Columns widen to their widest cell seen, and never narrow (as DataTable's)."""

@@ -16,7 +16,7 @@ from textual.widgets import Footer, Input, Static
 
 from gbatch.model import Job, JobState
 from gbatch.tui import rows
-from gbatch.tui.data import QueuePage, QueueView
+from gbatch.tui.data import FIRST_PAGE_ROWS, QueuePage, QueueView
 from gbatch.tui.live import LiveScreen, Services, screen_gone
 from gbatch.tui.pager import PagedTable
 
@@ -117,6 +117,7 @@ class QueueScreen(LiveScreen):
             self._read_again = True
             while self._read_again:
                 self._read_again = False
+                offset, limit = 0, FIRST_PAGE_ROWS
                 with screen_gone():
                     offset, limit = self.query_one("#jobs", PagedTable).wanted()
                 read = partial(

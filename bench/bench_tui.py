@@ -1,43 +1,51 @@
 """`gbatch tui` with 10,000 (or --active N: 100,000) active jobs: first paint, and
-the cost of one refresh.
+the cost of one refresh; with --checkout, several checkouts' TUI in turn (A/B).
 
-Run: `.venv/bin/python bench/bench_tui.py [--quick] [--active N]`.
+Run: `.venv/bin/python bench/bench_tui.py [--quick] [--active N] [--checkout DIR ...]`.
 
-The fixture: one daemon (8 simulated GPUs) with 8 one-GPU `sleep` jobs RUNNING, one
-held array of 1,000 tasks, and held PENDING jobs submitted one by one (each its own
-submit time, as a lab's queue has) until the queue view has N rows (10,000 by
-default), all the caller's, so the queue view's default filter (mine, any state)
-shows every one. The array's pending tasks beyond the first few are one record (its
-tail, one row `N_[K-M]`, as squeue shows it), so most rows are the single jobs:
-seeding 100,000 takes a few minutes. The sleepers are cancelled before the daemon
-stops (runs outlive their daemon by design).
+The fixture: one daemon (8 simulated GPUs, this checkout's code) with 8 one-GPU
+`sleep` jobs RUNNING, one held array of 1,000 tasks, and held PENDING jobs until the
+queue view has N rows (10,000 by default), all the caller's, so the queue view's
+default filter (mine, any state) shows every one. The array's pending tasks beyond the
+first few are one record (its tail, one row `N_[K-M]`, as squeue shows it), so most
+rows are the single jobs. The jobs are written into the store before the daemon
+starts (the Store API, 10,000 a transaction, each batch its own submit time), which
+takes seconds where submitting 100,000 one by one took minutes; the daemon then
+starts the sleepers. They are cancelled before the daemon stops (runs outlive their
+daemon by design).
 
-- First paint, whole process (goal <= 400 ms): what a user waits for. `gbatch tui`
-  is started on a fresh pty of 160x48 (TERM=xterm-256color), and the figure is the
-  time from the fork to the moment the terminal has received the counts line with
-  "10000 shown" and the first sleeper's name. It includes the interpreter's start,
-  the imports (textual's is most of it), the `jobs` request and its decoding, the
-  app's start, the cells, filling the table, layout, rendering and the write to the
-  terminal. The app is then quit with `q`.
+Each checkout (`--checkout DIR`, repeatable, e.g. /work/main and a branch's worktree;
+default: this one) is timed in turn, round after round (A, B, A, B, ...), against the
+same daemon, so that a busy spell of the shared machine falls on both alike. The
+in-process figures run in a subprocess that imports that checkout's gbatch; the load
+average is printed with each round.
+
+- First paint, whole process (goal <= 400 ms; 500 ms at 100,000): what a user waits
+  for. `gbatch tui` (the checkout's code on PYTHONPATH) is started on a fresh pty of
+  160x48 (TERM=xterm-256color), and the figure is the time from the fork to the moment
+  the terminal has received the counts line with "N shown" and the first sleeper's
+  name. It includes the interpreter's start, the imports (textual's is most of it),
+  the queue read and its decoding, the app's start, the cells, the table, layout,
+  rendering and the write to the terminal. The app is then quit with `q`. A peer, a
+  one-line textual app started the same way, is timed beside it: textual's floor.
 - First paint, in-process: the same app headless (`App.run_test(size=(160, 48))`,
   as the Pilot tests run it), with a wrapper around `App._display` (where textual
   writes each frame to the terminal) that timestamps every frame and turns it into
   the terminal's bytes, the step a headless run skips. From entering `run_test` (no
   screen, no connection yet) to the end of the first frame that shows the same two
-  texts, the table then holding all N rows: the import and the early read that
+  texts, the table then counting all N rows: the import and the early read that
   `gbatch tui` overlaps with it are not in it, so the read is. Printed with its two
-  parts: start -> the end of the app's first `queue()` read (request, reply,
-  decoding), and from there -> the frame. Each run starts after a gc.collect(), as a
-  fresh process would have no earlier run's garbage.
+  parts: start -> the end of the app's first queue read (request, reply, decoding),
+  and from there -> the frame. Each run starts after a gc.collect().
 - One refresh (what the queue's timer does each second), the app already showing
-  the N rows, its own timer stopped so only the bench refreshes:
-  the fetch (`DaemonLink.queue`, off the UI thread as the app does it) and the UI
-  thread's part (`QueueScreen.show_queue`: cells, filter, sort, `sync_rows`, counts)
-  with nothing changed (the same snapshot again), with one job changed (two
-  snapshots alternated that differ in one held job's hold, so its reason cell
-  changes), with one job gone (alternated with and without the middle job, as when
-  a job ends: the rows are loaded anew), and the whole cycle as the app runs it
-  (fetch, then show).
+  the rows, its own timer stopped so only the bench refreshes: the fetch (the app's
+  read, off the UI thread as the app does it: `DaemonLink.queue`, every job, before
+  the paged view; `DaemonLink.queue_page`, the page in view, after) and the UI
+  thread's part (`QueueScreen.show_queue`) with nothing changed (the same read
+  again), with one job changed (two reads alternated that differ in one held job's
+  hold, so its reason cell changes), with one job gone (alternated with and without
+  the middle job, as when a job ends), and the whole cycle as the app runs it (fetch,
+  then show_queue), with the view at the top and scrolled to the middle of the queue.
 """
 
 from __future__ import annotations
@@ -47,12 +55,14 @@ import asyncio
 import contextlib
 import fcntl
 import gc
+import json
 import os
 import pty
 import pwd
 import select
 import signal
 import struct
+import subprocess
 import sys
 import termios
 import time
@@ -61,14 +71,31 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from common import GBATCH, gbatch_env, machine_note, median, report_ms, running_daemon
+from common import (
+    GBATCH,
+    REPO,
+    gbatch_env,
+    machine_note,
+    median,
+    report_ms,
+    running_daemon,
+    temp_home,
+)
 
-from gbatch import wire
-from gbatch.client import Client
-from gbatch.model import JobSpec, JobState
-from gbatch.tui.app import GbatchApp, make_app
-from gbatch.tui.data import QueueSnapshot
-from gbatch.tui.queue import QueueScreen
+# A worker (the in-process figures of one --checkout) imports that checkout's gbatch:
+# common put this one first on the path.
+_WORKER_CHECKOUT = os.environ.get("GBATCH_BENCH_CHECKOUT")
+if _WORKER_CHECKOUT:
+    sys.path.insert(0, _WORKER_CHECKOUT)
+
+from gbatch import wire  # noqa: E402
+from gbatch.arrays import ARRAY_ROWS  # noqa: E402
+from gbatch.client import Client  # noqa: E402
+from gbatch.config import Paths  # noqa: E402
+from gbatch.head.store import Store, Submission  # noqa: E402
+from gbatch.model import JobSpec, JobState  # noqa: E402
+from gbatch.tui.app import GbatchApp, make_app  # noqa: E402
+from gbatch.tui.queue import QueueScreen  # noqa: E402
 
 FIRST_PAINT_GOAL_MS = 400.0
 # Issue 16's goals for 100,000 active jobs: first paint <= 500 ms, a refresh <= 300 ms.
@@ -87,18 +114,34 @@ SETTLE_TIMEOUT_S = 30.0
 # -- fixture ------------------------------------------------------------------------
 
 
-def seed(socket: Path, active: int) -> list[int]:
-    """RUNNING sleepers on every GPU, a held array, then held jobs submitted one by one
-    until the queue lists `active` rows; the sleepers' ids."""
-    sleeper = JobSpec(name="sleeper", command=("sleep", "600"), gpus=1).to_dict()
-    held = JobSpec(name="train", command=("python", "train.py"), gpus=1).to_dict()
+HELD_BATCH = 10_000
+
+
+def build_store(home: Path, active: int) -> None:
+    """Write the queue into home's store before the daemon starts: the sleepers
+    (pending, the daemon starts them), the held array (its first ARRAY_ROWS tasks rows,
+    the rest one record, as the submit handler stores it), then held single jobs,
+    HELD_BATCH a transaction, until the queue lists `active` rows."""
+    store = Store(Paths(home).store)
+    uid, now = os.getuid(), time.time() - 3600
+    sleeper = JobSpec(name="sleeper", command=("sleep", "600"), gpus=1)
+    store.submit([sleeper] * RUNNING, uid, ME, now)
+    held = JobSpec(name="train", command=("python", "train.py"), gpus=1)
+    sweep = replace(held, array=f"0-{ARRAY_TASKS - 1}")
+    tasks = tuple(replace(sweep, array_task=i, array_pos=i) for i in range(ARRAY_ROWS))
+    store.submit_many([Submission(tasks, uid, ME, held=True, tail_count=ARRAY_TASKS)], now)
+    left = active - RUNNING - ARRAY_ROWS - 1  # the tail is one row
+    for batch, first in enumerate(range(0, left, HELD_BATCH)):
+        count = min(HELD_BATCH, left - first)
+        store.submit([held] * count, uid, ME, now + batch, held=True)
+    store.close()
+
+
+def sleepers_running(socket: Path, active: int) -> list[int]:
+    """Wait for the daemon to start the sleepers; their ids. Checks the queue's rows."""
     with Client(socket, timeout=120) as client:
-        ids: list[int] = client.call(wire.Submit(spec=sleeper, count=RUNNING))["ids"]
+        ids = list(range(1, RUNNING + 1))
         wait_states(client, ids, lambda states: states.count("RUNNING") == RUNNING)
-        client.call(wire.Submit(spec=held, count=ARRAY_TASKS, held=True))
-        rows = len(client.call(wire.ListJobs(columns=True))["columns"]["id"])
-        for _ in range(active - rows):
-            client.call(wire.Submit(spec=held, held=True))
         assert len(client.call(wire.ListJobs(columns=True))["columns"]["id"]) == active
     return ids
 
@@ -165,21 +208,38 @@ async def until(predicate: Callable[[], object], what: str) -> None:
 # -- figures ------------------------------------------------------------------------
 
 
+def read_method(app: GbatchApp) -> str:
+    """The DaemonLink method the checkout's queue view reads with: `queue_page` (the
+    page in view), or before it `queue` (every job)."""
+    return "queue_page" if hasattr(app.services.link, "queue_page") else "queue"
+
+
+async def read_queue(app: GbatchApp) -> Any:
+    """What the app's refresh reads, read as it does (in a thread)."""
+    link = app.services.link
+    if read_method(app) == "queue_page":
+        screen = queue_screen(app)
+        window = screen.query_one("#jobs").wanted()  # type: ignore[attr-defined]
+        return await asyncio.to_thread(link.queue_page, screen.view(), *window)  # type: ignore[attr-defined]
+    return await asyncio.to_thread(link.queue)
+
+
 async def one_first_paint(socket: Path, active: int) -> tuple[float, float]:
     """Seconds from entering run_test to the end of the first frame with the rows, and
-    to the end of the first `queue()` (the reply decoded, nothing shown yet)."""
+    to the end of the first queue read (the reply decoded, nothing shown yet)."""
     app = make_app(socket, user=ME)
     clock = FrameClock(app)
     fetched: list[float] = []
     link = app.services.link
-    fetch = link.queue
+    name = read_method(app)
+    fetch = getattr(link, name)
 
-    def timed_fetch(**kwargs: Any) -> QueueSnapshot:
-        snapshot = fetch(**kwargs)
+    def timed_fetch(*args: Any, **kwargs: Any) -> Any:
+        read = fetch(*args, **kwargs)
         fetched.append(time.perf_counter())
-        return snapshot
+        return read
 
-    link.queue = timed_fetch  # type: ignore[method-assign]
+    setattr(link, name, timed_fetch)
     start = time.perf_counter()
     async with app.run_test(size=SIZE):
         marks = (f"{active} shown", "sleeper")
@@ -258,17 +318,19 @@ Peer().run()
 """
 
 
-def terminal_paint(home: Path, runs: int, active: int) -> tuple[list[float], list[float]]:
-    """`gbatch tui` showing the N rows, and the peer, each `runs` times,
-    alternately (so that a slow spell of the machine hits both alike)."""
-    gbatch_tui = ([str(GBATCH), "tui"], gbatch_env(home, simulate_gpus=GPUS))
+def terminal_paints(
+    home: Path, checkout: Path, active: int, runs: int
+) -> tuple[list[float], list[float]]:
+    """`gbatch tui` of `checkout` showing the N rows, and the peer, `runs` times each,
+    alternately, after one warm-up of each (caches)."""
+    env = {**gbatch_env(home, simulate_gpus=GPUS), "PYTHONPATH": str(checkout)}
     marks = (f"{active} shown".encode(), b"sleeper")
     peer_file = home / "peer_app.py"
     peer_file.write_text(PEER_APP)
     peer = ([sys.executable, str(peer_file)], gbatch_env(home))
     tui_samples, peer_samples = [], []
-    for run in range(runs + 1):  # the first of each is a warm-up: caches
-        tui = one_terminal_paint(*gbatch_tui, marks)
+    for run in range(runs + 1):
+        tui = one_terminal_paint([str(GBATCH), "tui"], env, marks)
         floor = one_terminal_paint(*peer, (b"peer-painted",))
         if run:
             tui_samples.append(tui)
@@ -276,14 +338,15 @@ def terminal_paint(home: Path, runs: int, active: int) -> tuple[list[float], lis
     return tui_samples, peer_samples
 
 
-def one_job_gone(snapshot: QueueSnapshot) -> QueueSnapshot:
-    """`snapshot` without its middle job (as if it had ended): the rows are reloaded."""
+def one_job_gone(snapshot: Any) -> Any:
+    """`snapshot` (a read: QueuePage, or QueueSnapshot before it) without its middle
+    job (as if it had ended)."""
     jobs = list(snapshot.jobs)
     del jobs[len(jobs) // 2]
     return replace(snapshot, jobs=tuple(jobs))
 
 
-def one_job_changed(snapshot: QueueSnapshot) -> QueueSnapshot:
+def one_job_changed(snapshot: Any) -> Any:
     """`snapshot` with one held job (the middle one) released: its reason differs."""
     jobs = list(snapshot.jobs)
     middle = len(jobs) // 2
@@ -298,97 +361,164 @@ async def refresh_figures(socket: Path, runs: int, active: int) -> dict[str, lis
     app = make_app(socket, user=ME, refresh_seconds=3600)
     clock = FrameClock(app)
     samples: dict[str, list[float]] = {
-        "fetch": [],
-        "same": [],
-        "changed": [],
-        "gone": [],
-        "cycle": [],
+        name: [] for name in ("fetch", "same", "changed", "gone", "cycle", "cycle_middle")
     }
     async with app.run_test(size=SIZE) as pilot:
         await until(lambda: clock.first_showing(f"{active} shown"), "the first paint")
         screen = queue_screen(app)
-        link = app.services.link
         for _ in range(runs):
             start = time.perf_counter()
-            snapshot = await asyncio.to_thread(link.queue)
+            read = await read_queue(app)
             samples["fetch"].append(time.perf_counter() - start)
         await pilot.pause()
-        for _ in range(runs):
-            start = time.perf_counter()
-            screen.show_queue(snapshot)
-            samples["same"].append(time.perf_counter() - start)
-            await pilot.pause()
-        changed = one_job_changed(snapshot)
-        for i in range(runs):
-            start = time.perf_counter()
-            screen.show_queue(changed if i % 2 == 0 else snapshot)
-            samples["changed"].append(time.perf_counter() - start)
-            await pilot.pause()
-        gone = one_job_gone(snapshot)
-        for i in range(runs):
-            start = time.perf_counter()
-            screen.show_queue(gone if i % 2 == 0 else snapshot)
-            samples["gone"].append(time.perf_counter() - start)
-            await pilot.pause()
-        for _ in range(runs):
-            start = time.perf_counter()
-            screen.show_queue(await asyncio.to_thread(link.queue))
-            samples["cycle"].append(time.perf_counter() - start)
-            await pilot.pause()
+        variants = {
+            "same": (read, read),
+            "changed": (one_job_changed(read), read),
+            "gone": (one_job_gone(read), read),
+        }
+        for name, pair in variants.items():
+            for i in range(runs):
+                start = time.perf_counter()
+                screen.show_queue(pair[i % 2])
+                samples[name].append(time.perf_counter() - start)
+                await pilot.pause()
+        for name in ("cycle", "cycle_middle"):
+            if name == "cycle_middle":  # the view in the middle of the queue
+                screen.query_one("#jobs").scroll_to(y=active // 2, animate=False)
+                await pilot.pause()
+                screen.show_queue(await read_queue(app))  # the page there, once
+                await pilot.pause()
+            for _ in range(runs):
+                start = time.perf_counter()
+                screen.show_queue(await read_queue(app))
+                samples[name].append(time.perf_counter() - start)
+                await pilot.pause()
     return samples
+
+
+def worker(socket: Path, active: int, paints: int, runs: int) -> None:
+    """One round of the in-process figures of this process's gbatch, as JSON."""
+    totals, fetched = first_paint(socket, paints, active)
+    parts = asyncio.run(refresh_figures(socket, runs, active))
+    print(json.dumps({"paint": totals, "fetched": fetched, **parts}))
+
+
+def worker_round(
+    checkout: Path, socket: Path, active: int, paints: int, runs: int
+) -> dict[str, list[float]]:
+    """worker() in a process of its own that imports `checkout`'s gbatch."""
+    env = {**os.environ, "GBATCH_BENCH_CHECKOUT": str(checkout)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--worker",
+            str(socket),
+            "--active",
+            str(active),
+            "--paints",
+            str(paints),
+            "--runs",
+            str(runs),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",
+    )
+    if done.returncode:
+        raise RuntimeError(f"the worker of {checkout} failed: {done.stderr[-2000:]}")
+    figures: dict[str, list[float]] = json.loads(done.stdout.splitlines()[-1])
+    return figures
+
+
+def report(checkout: Path, figures: dict[str, list[float]], active: int, large: bool) -> None:
+    paint_goal = LARGE_FIRST_PAINT_GOAL_MS if large else FIRST_PAINT_GOAL_MS
+    refresh_goal = LARGE_REFRESH_GOAL_MS if large else None
+    print(f"\n## {checkout}", flush=True)
+    whole, peer = figures["whole"], figures["peer"]
+    report_ms(
+        f"TUI first paint, {active:,} active jobs, whole process "
+        f"(`gbatch tui` on a {SIZE[0]}x{SIZE[1]} pty)",
+        whole,
+        paint_goal,
+    )
+    report_ms("  peer: a one-line textual app, same pty and interpreter", peer)
+    print(
+        f"  gbatch tui / peer: {median(whole) / median(peer):.2f}x; "
+        f"gbatch's own share (median of the differences): "
+        f"{median([w - p for w, p in zip(whole, peer, strict=True)]) * 1000:.1f} ms",
+        flush=True,
+    )
+    totals, fetched = figures["paint"], figures["fetched"]
+    report_ms(
+        f"TUI first paint, {active:,} active jobs, in-process "
+        f"(headless {SIZE[0]}x{SIZE[1]}, the read not overlapped)",
+        totals,
+        paint_goal,
+    )
+    report_ms("  of which start -> the queue read decoded", fetched)
+    report_ms(
+        "  of which the reply -> the painted frame",
+        [total - part for total, part in zip(totals, fetched, strict=True)],
+    )
+    report_ms("  refresh: the read (request, reply, decoded)", figures["fetch"])
+    report_ms("  refresh: show_queue, nothing changed (UI thread)", figures["same"])
+    report_ms("  refresh: show_queue, one job changed (UI thread)", figures["changed"])
+    report_ms("  refresh: show_queue, one job gone (UI thread)", figures["gone"])
+    report_ms("  refresh: whole cycle, read + show_queue", figures["cycle"], refresh_goal)
+    report_ms(
+        "  refresh: whole cycle, the view in the middle of the queue",
+        figures["cycle_middle"],
+        refresh_goal,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer runs")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--active", type=int, default=ACTIVE, help="rows in the queue view")
+    parser.add_argument(
+        "--checkout", type=Path, action="append", help="a checkout to time (repeatable)"
+    )
+    parser.add_argument("--rounds", type=int, help="rounds (default 5; --quick 3)")
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)  # a daemon's socket
+    parser.add_argument("--paints", type=int, default=2, help=argparse.SUPPRESS)
+    parser.add_argument("--runs", type=int, default=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     active = args.active
-    large = active >= LARGE_QUEUE
-    paint_goal = LARGE_FIRST_PAINT_GOAL_MS if large else FIRST_PAINT_GOAL_MS
-    refresh_goal = LARGE_REFRESH_GOAL_MS if large else None
-    runs = 5 if args.quick else 15
+    if args.worker is not None:
+        worker(args.worker, active, args.paints, args.runs)
+        return
+    checkouts = [path.resolve() for path in args.checkout or [REPO]]
+    rounds = args.rounds or (3 if args.quick else 5)
     print(machine_note())
-    with running_daemon(simulate_gpus=GPUS) as home:
+    figures: dict[Path, dict[str, list[float]]] = {path: {} for path in checkouts}
+    with contextlib.ExitStack() as stack:
+        home = stack.enter_context(temp_home())
+        build_store(home, active)
+        stack.enter_context(running_daemon(home, simulate_gpus=GPUS))
         socket = home / "gbatchd.sock"
-        sleepers = seed(socket, active)
+        sleepers = sleepers_running(socket, active)
         try:
-            whole, peer = terminal_paint(home, runs, active)
-            report_ms(
-                f"TUI first paint, {active:,} active jobs, whole process "
-                f"(`gbatch tui` on a {SIZE[0]}x{SIZE[1]} pty)",
-                whole,
-                paint_goal,
-            )
-            report_ms("  peer: a one-line textual app, same pty and interpreter", peer)
-            print(
-                f"  gbatch tui / peer: {median(whole) / median(peer):.2f}x; "
-                f"gbatch's own share (median of the differences): "
-                f"{median([w - p for w, p in zip(whole, peer, strict=True)]) * 1000:.1f} ms",
-                flush=True,
-            )
-            totals, fetched = first_paint(socket, runs, active)
-            report_ms(
-                f"TUI first paint, {active:,} active jobs, in-process "
-                f"(headless {SIZE[0]}x{SIZE[1]}, the read not overlapped)",
-                totals,
-                paint_goal,
-            )
-            report_ms("  of which start -> the `jobs` reply decoded", fetched)
-            report_ms(
-                "  of which the reply -> the painted frame",
-                [total - part for total, part in zip(totals, fetched, strict=True)],
-            )
-            parts = asyncio.run(refresh_figures(socket, runs * 2, active))
-            report_ms(f"  refresh: fetch {active:,} jobs (`jobs` request, decoded)", parts["fetch"])
-            report_ms("  refresh: show_queue, nothing changed (UI thread)", parts["same"])
-            report_ms("  refresh: show_queue, one job changed (UI thread)", parts["changed"])
-            report_ms(
-                "  refresh: show_queue, one job gone: rows reloaded (UI thread)", parts["gone"]
-            )
-            report_ms("  refresh: whole cycle, fetch + show_queue", parts["cycle"], refresh_goal)
+            for round_no in range(rounds):
+                for checkout in checkouts:
+                    load = os.getloadavg()[0]
+                    got = worker_round(checkout, socket, active, args.paints, args.runs)
+                    got["whole"], got["peer"] = terminal_paints(home, checkout, active, 1)
+                    for name, values in got.items():
+                        figures[checkout].setdefault(name, []).extend(values)
+                    print(
+                        f"# round {round_no + 1}, {checkout}: load {load:.1f}, "
+                        f"in-process paint {median(got['paint']) * 1000:.0f} ms, "
+                        f"cycle {median(got['cycle']) * 1000:.0f} ms",
+                        flush=True,
+                    )
         finally:
             cancel(socket, sleepers)
+    for checkout in checkouts:
+        report(checkout, figures[checkout], active, active >= LARGE_QUEUE)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,12 @@ _LIST_JOBS: dict[str, Any] = {
     "columns": False,
     "after": None,
     "limit": None,
+    "sort": "",
+    "reverse": False,
+    "shown_states": (),
+    "search": "",
+    "offset": None,
+    "counts": False,
 }
 
 # model.IMPLICIT_PARTITION and JobState's codes, spelled here (kept equal by a unit test).

@@ -751,7 +751,15 @@ class ListJobs(_Request, op="jobs"):
     `gpu_usage` also "gpu_usage": [[job id, *GpuUsage.to_wire()], ...] for the listed
     jobs whose current run has GPU samples (sacct's TRESUsageInMax). A page: with
     `after`, only jobs with greater ids; with `limit`, at most that many, and "next"
-    (the last id listed) in the reply when more are left, else null."""
+    (the last id listed) in the reply when more are left, else null.
+
+    A view's page (with `columns`, by state, user and submit time alone): `sort` (a
+    queue column: id, user, name, state, gpus, time, where; `reverse` the whole
+    order), `shown_states` and `search` (text in the JOBID, USER, NAME or NODE(REASON)
+    cell, any case) narrow and order the listing in the daemon, `offset` skips that
+    many rows of it, and the reply has "total" (the rows of the whole narrowed
+    listing); with `counts`, also "counts": {state: rows} before `shown_states` and
+    `search` narrow it. The TUI's queue asks for the rows it shows."""
 
     ids: tuple[int, ...] = ()
     jobs: tuple[str, ...] = ()  # as Cancel.jobs; an array's id lists all its tasks
@@ -769,6 +777,24 @@ class ListJobs(_Request, op="jobs"):
     columns: bool = False
     after: int | None = None
     limit: int | None = None
+    sort: str = ""
+    reverse: bool = False
+    shown_states: tuple[str, ...] = ()
+    search: str = ""
+    offset: int | None = None
+    counts: bool = False
+
+    @property
+    def view_page(self) -> bool:
+        """Whether it asks for a view's page (sorted, searched, counted or offset)."""
+        return bool(
+            self.sort
+            or self.reverse
+            or self.shown_states
+            or self.search
+            or self.offset is not None
+            or self.counts
+        )
 
 
 class ShowJob(_Request, op="job"):

@@ -38,11 +38,14 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     # decoded: each of the many collections those allocations set off would walk
     # every object made so far, and nothing made here is garbage yet.
     gc.disable()
-    from gbatch.tui.data import DaemonLink  # no textual: a client and the decoder
+    # No textual: a client and the decoder.
+    from gbatch.tui.data import DaemonLink, QueueView
+    from gbatch.tui.rows import QueueFilter
 
-    # The first read of the queue runs while textual is imported (most of the start).
+    # The first read of the queue (the first page of the view the app opens with)
+    # runs while textual is imported, most of the start.
     link = DaemonLink(ctx.paths.socket)
-    link.prefetch_queue()
+    link.prefetch_queue(QueueView(QueueFilter(user=ctx.me)))
     # Deferred: textual costs far more to import than every other command needs.
     from gbatch.tui.app import make_app
 

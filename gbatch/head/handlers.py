@@ -28,8 +28,10 @@ from gbatch.head.daemon import Daemon
 from gbatch.head.fairshare import factors
 from gbatch.head.idlegpu import IDLE_REASON
 from gbatch.head.store import (
+    LISTING_SORTS,
     JobBrief,
     JobNotFound,
+    ListingQuery,
     StateChange,
     StoreError,
     StoreFull,
@@ -1063,6 +1065,8 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         if users is not None and caller.user not in users:
             return {"jobs": [], "now": daemon.clock()}
         users = [caller.user]
+    if request.view_page:
+        return _view_page(daemon, caller, request, states, users, admin, ids)
     if request.columns and _narrow(request, ids):
         # squeue's listing: the store's narrow rows, no Job per row.
         private = daemon.config.private_data and not admin
@@ -1119,6 +1123,58 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
     if request.gpu_usage:
         usage = daemon.store.gpu_usage([(j.id, j.attempt) for j in found])
         reply["gpu_usage"] = [[run[0], *u.to_wire()] for run, u in usage.items()]
+    return reply
+
+
+def _view_page(
+    daemon: Daemon,
+    caller: Caller,
+    request: wire.ListJobs,
+    states: Sequence[JobState] | None,
+    users: Sequence[str] | None,
+    admin: bool,
+    ids: object,
+) -> dict[str, Any]:
+    """A view's page of the narrow listing, sorted, narrowed and cut in the store's
+    query (Store.listing_page): the TUI's queue at 100,000 jobs reads the rows it
+    shows, not every job every second."""
+    if not request.columns or not _narrow(request, ids):
+        raise Refused(
+            "invalid",
+            "sort, reverse, shown_states, search, offset and counts need `columns` and "
+            "no ids, names, partitions, nodes or starts",
+        )
+    sort = request.sort or "id"
+    if sort not in LISTING_SORTS:
+        raise Refused("invalid", f"sort: {sort!r}; use one of {', '.join(LISTING_SORTS)}")
+    if request.limit is not None and request.limit < 1:
+        raise Refused("invalid", f"limit: {request.limit}; give 1 or more jobs a page")
+    if request.offset is not None and request.offset < 0:
+        raise Refused("invalid", f"offset: {request.offset}; give 0 or more")
+    private = daemon.config.private_data and not admin
+    query = ListingQuery(
+        states=states,
+        users=users,
+        history=request.history,
+        since=request.since,
+        after=request.after,
+        uid=caller.uid if private else None,
+        shown_states=_states(request.shown_states),
+        search=request.search.strip(),
+        sort=sort,
+        reverse=request.reverse,
+        now=daemon.clock(),
+    )
+    page = daemon.store.listing_page(
+        query, offset=request.offset or 0, limit=request.limit, counts=request.counts
+    )
+    reply: dict[str, Any] = {
+        "columns": wire.listing_columns(page.rows, listing_specs(page.rows)),
+        "now": query.now,
+        "total": page.total,
+    }
+    if request.counts:
+        reply["counts"] = page.counts
     return reply
 
 

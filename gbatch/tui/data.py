@@ -19,6 +19,7 @@ from typing import Any
 from gbatch import wire
 from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
 from gbatch.model import Event, Job, JobSpec, JobState, NodeInfo
+from gbatch.tui.rows import QueueFilter
 
 # What a screen shows as a status line instead of crashing: the daemon went away,
 # did not answer in time, or refused.
@@ -35,16 +36,38 @@ _ACTION_REQUESTS: dict[str, type[wire.Cancel | wire.Hold | wire.Release | wire.R
 ACTIONS = tuple(_ACTION_REQUESTS)
 # The finished-jobs view lists jobs submitted this long ago at most (sacct -S).
 FINISHED_WINDOW_S = 7 * 86400.0
+_STATE_OF = {state.value: state for state in JobState}
+
+
+# The page read before the view has a size (`gbatch tui`'s early read): a tall
+# terminal's worth of rows and a margin.
+FIRST_PAGE_ROWS = 200
 
 
 @dataclass(frozen=True)
-class QueueSnapshot:
-    """Every active job (or, for the finished view, every finished one), and the
-    daemon's clock when it listed them."""
+class QueueView:
+    """What the queue view lists, all but which page: the filter (mine, state, text),
+    the active jobs or (`finished`) those that ended, and the order (a QUEUE_COLUMNS
+    key, `reverse` for the whole order)."""
 
+    filter: QueueFilter
+    finished: bool = False
+    sort: str = "id"
+    reverse: bool = False
+
+
+@dataclass(frozen=True)
+class QueuePage:
+    """Rows `offset`.. of the listing `view` asks for, as the daemon sorted and
+    filtered it, out of `total`; `counts` per state over the jobs mine/all selects
+    (before the state and text filters), and the daemon's clock when it listed them."""
+
+    view: QueueView
     jobs: tuple[Job, ...]
     now: float
-    finished: bool = False
+    offset: int = 0
+    total: int = 0
+    counts: Mapping[JobState, int] = field(default_factory=dict)
     # The array tasks' ids as squeue shows them, `N_K`, by job id (JobDecoder).
     labels: Mapping[int, str] = field(default_factory=dict)
 
@@ -137,67 +160,90 @@ class DaemonLink:
         self._lock = threading.Lock()
         self._decoder = JobDecoder()
         self._decode_lock = threading.Lock()
-        self._prefetched: Future[QueueSnapshot] | None = None
+        self._prefetched: tuple[QueueView, Future[QueuePage]] | None = None
         self._prefetch_lock = threading.Lock()  # one queue() takes the prefetched read
 
     def _call(self, request: wire.Request) -> dict[str, Any]:
         with self._lock:
             return self._client.call(request)
 
-    def prefetch_queue(self) -> None:
-        """Start reading the active jobs now, in a thread of its own; the next
-        `queue()` of active jobs returns that read (waiting for it if need be).
+    def prefetch_queue(self, view: QueueView) -> None:
+        """Start reading the first page of `view` now, in a thread of its own; the next
+        `queue_page()` of that view from the top returns that read (waiting for it if
+        need be).
 
         `gbatch tui` calls this before it imports textual: the daemon lists the jobs
         and the reply is decoded while the import runs, instead of after the app has
-        started. A failed read raises from that `queue()` as a fresh one would.
+        started. A failed read raises from that `queue_page()` as a fresh one would.
         """
-        future: Future[QueueSnapshot] = Future()
+        future: Future[QueuePage] = Future()
 
         def read() -> None:
             try:
-                future.set_result(self._read_queue())
+                future.set_result(self._read_page(view, 0, FIRST_PAGE_ROWS))
             except BaseException as err:  # handed to whoever waits for the read
                 future.set_exception(err)
 
-        self._prefetched = future
+        self._prefetched = (view, future)
         threading.Thread(target=read, name="gbatch-prefetch", daemon=True).start()
 
-    def prefetched_queue(self) -> QueueSnapshot | None:
+    def prefetched_queue(self) -> QueuePage | None:
         """The prefetch_queue read if it has already succeeded, taken (the next
-        `queue()` reads anew); None when there is none, it is still running, or it
-        failed (the next `queue()` then reads anew and raises as that read does)."""
+        `queue_page()` reads anew); None when there is none, it is still running, or it
+        failed (the next `queue_page()` then reads anew and raises as that read does)."""
         with self._prefetch_lock:
-            future = self._prefetched
-            if future is None or not future.done():
+            if self._prefetched is None or not self._prefetched[1].done():
                 return None
+            future = self._prefetched[1]
             self._prefetched = None
         if future.exception() is not None:
             return None
         return future.result()
 
-    def queue(self, *, finished: bool = False, now: float | None = None) -> QueueSnapshot:
-        """Every active job; with `finished`, the jobs that ended among those submitted
-        in the FINISHED_WINDOW_S before `now` (as `sacct -S`). Decoded by JobDecoder:
-        an unchanged job is the very Job object of the last reply."""
-        if not finished:
-            with self._prefetch_lock:
-                prefetched, self._prefetched = self._prefetched, None
-            if prefetched is not None:
-                return prefetched.result()
-        return self._read_queue(finished=finished, now=now)
+    def queue_page(
+        self,
+        view: QueueView,
+        offset: int = 0,
+        limit: int = FIRST_PAGE_ROWS,
+        *,
+        now: float | None = None,
+    ) -> QueuePage:
+        """Rows `offset`..`offset + limit` of the queue (or with view.finished, of the
+        jobs that ended among those submitted in the FINISHED_WINDOW_S before `now`,
+        as `sacct -S`), sorted and filtered as `view` says, by the
+        daemon. Decoded by JobDecoder: an unchanged job is the very Job object of the
+        last reply."""
+        with self._prefetch_lock:
+            prefetched = self._prefetched
+            if prefetched is not None and prefetched[0] == view and offset == 0:
+                self._prefetched = None
+            else:
+                prefetched = None
+        if prefetched is not None:
+            return prefetched[1].result()
+        return self._read_page(view, offset, limit, now)
 
-    def _read_queue(self, *, finished: bool = False, now: float | None = None) -> QueueSnapshot:
-        if finished:
+    def _read_page(
+        self, view: QueueView, offset: int, limit: int, now: float | None = None
+    ) -> QueuePage:
+        filt = view.filter
+        narrowed: dict[str, Any] = {
+            "users": (filt.user,) if filt.mine else (),
+            "shown_states": (filt.state.code,) if filt.state is not None else (),
+            "search": filt.text.strip(),
+            "sort": view.sort,
+            "reverse": view.reverse,
+        }
+        if view.finished:
             since = (time.time() if now is None else now) - FINISHED_WINDOW_S
             finals = tuple(state.code for state in JobState if state.is_final)
-            request = wire.ListJobs(columns=True, history=True, states=finals, since=since)
-        else:
-            request = wire.ListJobs(columns=True)
+            narrowed.update(history=True, states=finals, since=since)
+        request = wire.ListJobs(columns=True, counts=True, offset=offset, limit=limit, **narrowed)
         reply = self._call(request)
         with self._decode_lock:
             jobs, labels = self._decoder.decode(reply["columns"])
-        return QueueSnapshot(jobs, reply["now"], finished, labels)
+        counts = {_STATE_OF[state]: count for state, count in reply["counts"].items()}
+        return QueuePage(view, jobs, reply["now"], offset, reply["total"], counts, labels)
 
     def nodes(self) -> NodesSnapshot:
         nodes = tuple(wire.node_from_wire(n) for n in self._call(wire.ListNodes())["nodes"])

@@ -3,7 +3,7 @@ job actions."""
 
 from __future__ import annotations
 
-import gc
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 from typing import ClassVar
@@ -12,19 +12,15 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import Footer, Input, Static
 
 from gbatch.model import Job, JobState
 from gbatch.tui import rows
-from gbatch.tui.data import QueueSnapshot
-from gbatch.tui.live import LiveScreen, Services
-from gbatch.tui.table import cursor_key, sync_rows
+from gbatch.tui.data import FIRST_PAGE_ROWS, QueuePage, QueueView
+from gbatch.tui.live import LiveScreen, Services, screen_gone
+from gbatch.tui.pager import PagedTable
 
 COLUMN_KEYS = tuple(key for key, _ in rows.QUEUE_COLUMNS)
-# So many jobs new to the view (a first load, a large array) and the garbage collector
-# waits GC_PAUSE_SECONDS: see QueueScreen._pause_gc_until_painted.
-GC_PAUSE_NEW_JOBS = 1000
-GC_PAUSE_SECONDS = 1.0
 _STATE_STYLE = {
     JobState.PENDING: "yellow",
     JobState.CONFIGURING: "cyan",
@@ -34,6 +30,10 @@ _STATE_STYLE = {
 
 
 class QueueScreen(LiveScreen):
+    """The queue, a page at a time: the daemon sorts and filters the whole listing and
+    sends the rows in view (and a margin), with the total and the counts per state; a
+    scroll past the page, a new sort or filter, and the refresh timer read again."""
+
     AUTO_FOCUS = "#jobs"  # never the hidden input
     DEFAULT_CSS = """
     QueueScreen #counts { height: 1; background: $panel; }
@@ -63,22 +63,25 @@ class QueueScreen(LiveScreen):
         self.sort_column = "id"
         self.sort_reverse = False
         self.finished = False  # the finished-jobs view (sacct) instead of the queue
-        self.snapshot: QueueSnapshot | None = None
+        self.page: QueuePage | None = None
         self._cells = rows.CellCache()
         # Each shown row's Text cells by its text, kept between refreshes so that an
-        # unchanged row hands sync_rows the very objects it already shows.
+        # unchanged row is drawn from the very objects it was.
         self._texts: dict[tuple[str, ...], list[Text]] = {}
         self._reading = False  # a refresh_data worker is reading the queue
         self._read_again = False  # and another read was asked for meanwhile
-        self._gc_paused = False  # by _pause_gc_until_painted, until the next frame
         self._skip_next_read = False  # the rows shown at mount are that fresh
+
+    def view(self) -> QueueView:
+        """What the queue shows now (the filters, the list, the order)."""
+        return QueueView(self.filter, self.finished, self.sort_column, self.sort_reverse)
 
     def on_mount(self) -> None:
         # (LiveScreen.on_mount runs too: textual calls each class's handler.)
-        # `gbatch tui` read the queue while it started: show those rows before the
-        # first frame, not an empty table (and not after a second read).
+        # `gbatch tui` read the first page while it started: show those rows before
+        # the first frame, not an empty table (and not after a second read).
         ready = self.services.link.prefetched_queue()
-        if ready is not None:
+        if ready is not None and ready.view == self.view():
             self._skip_next_read = True
             self.fetched()
             self.show_queue(ready)
@@ -86,10 +89,7 @@ class QueueScreen(LiveScreen):
     def compose(self) -> ComposeResult:
         yield Static(id="counts")
         yield Input(placeholder="filter: id, name, user, node or reason", id="filter")
-        table: DataTable[Text] = DataTable(id="jobs", cursor_type="row", zebra_stripes=True)
-        for key, header in rows.QUEUE_COLUMNS:
-            table.add_column(header, key=key)
-        yield table
+        yield PagedTable(rows.QUEUE_COLUMNS, id="jobs")
         yield Static(id="status")
         yield Footer(compact=True, show_command_palette=False)
 
@@ -98,12 +98,13 @@ class QueueScreen(LiveScreen):
     @work(group="queue")
     async def refresh_data(self) -> None:
         """One read of the queue at a time; a refresh asked for meanwhile (the timer,
-        an action's outcome) is one more read right after it.
+        an action's outcome, a scroll, a new filter) is one more read right after it,
+        of the view and the page as they are then.
 
         Not an exclusive worker: cancelling a read in flight does not stop its thread,
         which still holds the daemon link, so the next read would wait for it and be
-        cancelled in turn at the next tick. With 10,000 jobs on a busy machine a read
-        can outlast the refresh period, and the view would then never update.
+        cancelled in turn at the next tick. On a busy machine a read can outlast the
+        refresh period, and the view would then never update.
         """
         if self._skip_next_read:  # the resume that follows mount: rows just read
             self._skip_next_read = False
@@ -116,74 +117,38 @@ class QueueScreen(LiveScreen):
             self._read_again = True
             while self._read_again:
                 self._read_again = False
-                finished = self.finished
-                await self.fetch_and_show(
-                    partial(self.services.link.queue, finished=finished, now=self.services.clock()),
-                    self.show_queue,
+                offset, limit = 0, FIRST_PAGE_ROWS
+                with screen_gone():
+                    offset, limit = self.query_one("#jobs", PagedTable).wanted()
+                read = partial(
+                    self.services.link.queue_page,
+                    self.view(),
+                    offset,
+                    limit,
+                    now=self.services.clock(),
                 )
+                await self.fetch_and_show(read, self.show_queue)
         finally:
             self._reading = False
 
-    def show_queue(self, snapshot: QueueSnapshot) -> None:
-        if snapshot.finished is not self.finished:
-            return  # read before the view was toggled; the next read is on its way
-        self.snapshot = snapshot
-        self.render_queue()
+    def show_queue(self, page: QueuePage) -> None:
+        if page.view != self.view():
+            return  # read before the view changed; the next read is on its way
+        self.page = page
+        cells = self._cells.cells(page.jobs, page.now, page.labels)
+        table = self.query_one("#jobs", PagedTable)
+        table.show_page(page.total, page.offset, self._styled_rows(page.jobs, cells))
+        self.query_one("#counts", Static).update(self._header(page))
 
-    def render_queue(self) -> None:
-        """Show the last snapshot through the current filter and sort."""
-        snapshot = self.snapshot
-        if snapshot is None:
-            return
-        self._render_snapshot(snapshot)
-
-    def _pause_gc_until_painted(self) -> None:
-        """Cyclic garbage collection off for GC_PAUSE_SECONDS: the rows get painted.
-
-        A first load of 10,000 jobs makes some 100,000 objects that live on (jobs,
-        cells, rows), and that many allocations set off a full collection of the whole
-        heap, over 100 ms, before the rows are painted. Reference counting still frees
-        everything acyclic meanwhile; the collector catches up once the frame is out.
-        (Textual pauses it the same way while it scrolls: PAUSE_GC_ON_SCROLL.) A timer,
-        not call_after_refresh: that runs before the table has laid its rows out.
-        Only for loads that big: an ordinary refresh every second must not keep the
-        collector off for good.
-        """
-        if self._gc_paused or not gc.isenabled():
-            return
-        gc.disable()
-        self._gc_paused = True
-        self.set_timer(GC_PAUSE_SECONDS, self._resume_gc)
-
-    def _resume_gc(self) -> None:
-        if self._gc_paused:
-            self._gc_paused = False
-            gc.enable()
-
-    def on_unmount(self) -> None:
-        self._resume_gc()  # the screen closed before its frame: never leave it off
-
-    def _render_snapshot(self, snapshot: QueueSnapshot) -> None:
-        if self._cells.unseen(snapshot.jobs) >= GC_PAUSE_NEW_JOBS:
-            self._pause_gc_until_painted()
-        cells = self._cells.cells(snapshot.jobs, snapshot.now, snapshot.labels)
-        shown = rows.sort_jobs(
-            rows.visible(snapshot.jobs, self.filter, cells),
-            self.sort_column,
-            snapshot.now,
-            cells,
-            reverse=self.sort_reverse,
-        )
-        table = self.query_one("#jobs", DataTable)
-        sync_rows(table, self._styled_rows(shown, cells), COLUMN_KEYS)
-        self.query_one("#counts", Static).update(self._header(snapshot, len(shown)))
+    def on_paged_table_window_moved(self, event: PagedTable.WindowMoved) -> None:
+        self.refresh_data()
 
     def _styled_rows(
-        self, jobs: list[Job], cells: dict[int, tuple[str, ...]]
+        self, jobs: Sequence[Job], cells: dict[int, tuple[str, ...]]
     ) -> list[tuple[str, list[Text]]]:
         """(job id, Text cells) per job: last refresh's objects for a row whose text is
-        the same; new rows that differ in their id alone (10,000 held jobs of one
-        user) share the Text objects of their other cells."""
+        the same; rows that differ in their id alone (held jobs of one user) share the
+        Text objects of their other cells."""
         known = self._texts
         texts: dict[tuple[str, ...], list[Text]] = {}
         tails: dict[tuple[str, ...], list[Text]] = {}  # the ST cell tells the state
@@ -201,28 +166,32 @@ class QueueScreen(LiveScreen):
         self._texts = texts
         return out
 
-    def _header(self, snapshot: QueueSnapshot, shown: int) -> Text:
-        owned = rows.owned(snapshot.jobs, self.filter)
-        counts = rows.format_counts(rows.state_counts(owned, finished=self.finished))
+    def _header(self, page: QueuePage) -> Text:
+        counts = rows.format_counts(rows.ordered_counts(page.counts, finished=self.finished))
         if self.finished:
             counts = f"ended (7 days): {counts}"
         whose = f"mine ({self.filter.user})" if self.filter.mine else "all users"
         state = self.filter.state.code if self.filter.state else "any"
         arrow = "v" if self.sort_reverse else "^"
-        text = f" {counts} | {whose} | st:{state} | sort:{self.sort_column}{arrow} | {shown} shown"
+        text = (
+            f" {counts} | {whose} | st:{state} | sort:{self.sort_column}{arrow} "
+            f"| {page.total} shown"
+        )
         if self.filter.text:
             text += f" | /{self.filter.text}"
         return Text(text)
 
     def selected_job(self) -> Job | None:
-        key = cursor_key(self.query_one("#jobs", DataTable))
-        if key is None or self.snapshot is None:
+        table = self.query_one("#jobs", PagedTable)
+        page = self.page
+        if page is None or table.cursor_key is None:
             return None
-        return next((job for job in self.snapshot.jobs if str(job.id) == key), None)
+        at = table.cursor_row - page.offset
+        return page.jobs[at] if 0 <= at < len(page.jobs) else None
 
     # -- actions -----------------------------------------------------------------
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_paged_table_selected(self, event: PagedTable.Selected) -> None:
         self.action_open_job()
 
     def action_open_job(self) -> None:
@@ -230,7 +199,7 @@ class QueueScreen(LiveScreen):
 
         job = self.selected_job()
         if job is not None:
-            label = self.snapshot.labels.get(job.id) if self.snapshot else None
+            label = self.page.labels.get(job.id) if self.page else None
             self.app.push_screen(JobScreen(self.services, job.id, label))
 
     def action_nodes(self) -> None:
@@ -252,8 +221,8 @@ class QueueScreen(LiveScreen):
         """Switch between the queue and the jobs that ended (submitted in the last
         week): a new list, so the state filter starts again at "any"."""
         self.finished = not self.finished
-        self.snapshot = None
-        self.query_one("#jobs", DataTable).clear()
+        self.page = None
+        self.query_one("#jobs", PagedTable).show_page(0, 0, [])
         self.filter = replace(self.filter, state=None)
         self.query_one("#counts", Static).update(Text(" loading..."))
         self.refresh_data()
@@ -266,19 +235,19 @@ class QueueScreen(LiveScreen):
     def action_next_sort(self) -> None:
         index = COLUMN_KEYS.index(self.sort_column)
         self.sort_column = COLUMN_KEYS[(index + 1) % len(COLUMN_KEYS)]
-        self.render_queue()
+        self.refresh_data()
 
     def action_reverse_sort(self) -> None:
         self.sort_reverse = not self.sort_reverse
-        self.render_queue()
+        self.refresh_data()
 
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        key = event.column_key.value
+    def on_paged_table_header_selected(self, event: PagedTable.HeaderSelected) -> None:
+        key = event.column_key
         if key == self.sort_column:
             self.sort_reverse = not self.sort_reverse
-        elif key is not None:
+        else:
             self.sort_column, self.sort_reverse = key, False
-        self.render_queue()
+        self.refresh_data()
 
     def action_edit_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -289,7 +258,7 @@ class QueueScreen(LiveScreen):
         box = self.query_one("#filter", Input)
         box.value = ""
         box.remove_class("shown")
-        self.query_one("#jobs", DataTable).focus()
+        self.query_one("#jobs", PagedTable).focus()
         self._set_filter(replace(self.filter, text=""))
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -300,11 +269,12 @@ class QueueScreen(LiveScreen):
         if event.input.id == "filter":
             if not event.value:
                 event.input.remove_class("shown")
-            self.query_one("#jobs", DataTable).focus()
+            self.query_one("#jobs", PagedTable).focus()
 
     def _set_filter(self, filt: rows.QueueFilter) -> None:
-        self.filter = filt
-        self.render_queue()
+        if filt != self.filter:
+            self.filter = filt
+            self.refresh_data()
 
 
 def _styled(job: Job, cells: tuple[str, ...]) -> list[Text]:

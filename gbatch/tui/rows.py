@@ -89,6 +89,19 @@ def state_counts(jobs: Iterable[Job], *, finished: bool = False) -> dict[JobStat
 _state_of = attrgetter("state")
 
 
+def ordered_counts(
+    counts: Mapping[JobState, int], *, finished: bool = False
+) -> dict[JobState, int]:
+    """`counts` (jobs per state, as the daemon counted them) in state_counts' order:
+    every active (or, with `finished`, final) state (0 when none), lifecycle order,
+    then any other state that occurs."""
+    ordered = {state: counts.get(state, 0) for state in JobState if state.is_final is finished}
+    for state in JobState:
+        if state.is_final is not finished and counts.get(state):
+            ordered[state] = counts[state]
+    return ordered
+
+
 def format_counts(counts: Mapping[JobState, int]) -> str:
     """`PD 3  CF 0  R 2  CG 0`: the codes squeue's ST column uses."""
     return "  ".join(f"{state.code} {count}" for state, count in counts.items())

@@ -3,6 +3,8 @@
 Built for a queue of 10,000 jobs refreshed every second: a refresh touches only the
 cells that changed, and a new set of rows goes in as one bulk load (see _bulk_load)
 instead of 10,000 add_row calls, each of which makes DataTable measure every cell.
+The nodes view uses it; the queue now shows a page at a time (pager.PagedTable), since
+DataTable holds and lays out every row it is given.
 """
 
 from __future__ import annotations

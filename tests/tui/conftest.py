@@ -27,6 +27,7 @@ from textual.widgets import DataTable, Static
 from gbatch import wire
 from gbatch.client import Client
 from gbatch.tui.app import GbatchApp, make_app
+from gbatch.tui.pager import PagedTable
 from gbatch.tui.table import cursor_key
 
 SIZE = (80, 24)  # the issue's "readable at 80x24": every test runs at that size
@@ -163,8 +164,12 @@ def seed(head: Head) -> dict[str, int]:
 
 
 def table_rows(app: GbatchApp, selector: str) -> list[list[str]]:
-    """The visible rows of the table `selector` on the current screen, as text."""
-    table = app.screen.query_one(selector, DataTable)
+    """The rows the table `selector` on the current screen holds, as text (a paged
+    table's: those of the page it holds, every row for a short listing)."""
+    table = app.screen.query_one(selector)
+    if isinstance(table, PagedTable):
+        return [[cell.plain for cell in cells] for _, cells in table.rows]
+    assert isinstance(table, DataTable)
     return [[cell.plain for cell in table.get_row(row.key)] for row in table.ordered_rows]
 
 
@@ -174,4 +179,8 @@ def text_of(app: GbatchApp, selector: str) -> str:
 
 
 def row_key_under_cursor(app: GbatchApp, selector: str) -> str | None:
-    return cursor_key(app.screen.query_one(selector, DataTable))
+    table = app.screen.query_one(selector)
+    if isinstance(table, PagedTable):
+        return table.cursor_key
+    assert isinstance(table, DataTable)
+    return cursor_key(table)

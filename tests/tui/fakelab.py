@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
+from gbatch.tui import rows
 from gbatch.tui.app import GbatchApp, make_app
 from gbatch.tui.data import (
     ACTIONS,
@@ -26,7 +27,8 @@ from gbatch.tui.data import (
     JobSnapshot,
     LogChunk,
     NodesSnapshot,
-    QueueSnapshot,
+    QueuePage,
+    QueueView,
 )
 
 NOW = datetime(2026, 1, 15, 14, 37, tzinfo=UTC).timestamp()
@@ -246,6 +248,23 @@ def training_log() -> str:
     return "\n".join(lines) + "\n"
 
 
+def page_of(jobs: Sequence[Job], view: QueueView, offset: int, limit: int) -> QueuePage:
+    """What the daemon's ListJobs page holds for `view`, from Jobs: rows.visible (its
+    text over the JOBID, USER, NAME and NODE(REASON) cells), rows.sort_jobs,
+    rows.state_counts of what mine/all selects."""
+    cells = rows.job_cells(jobs, NOW)
+    searched = {
+        job.id: (cells[job.id][0], cells[job.id][1], job.spec.name, cells[job.id][6])
+        for job in jobs
+    }
+    shown = rows.sort_jobs(
+        rows.visible(jobs, view.filter, searched), view.sort, NOW, cells, reverse=view.reverse
+    )
+    counts = rows.state_counts(rows.owned(jobs, view.filter), finished=view.finished)
+    page = tuple(shown[offset : offset + limit])
+    return QueuePage(view, page, NOW, offset, len(shown), counts)
+
+
 class FakeLink(DaemonLink):
     """DaemonLink's interface over fixed data: never connects, never changes."""
 
@@ -257,10 +276,11 @@ class FakeLink(DaemonLink):
         self.logs = {LOGGED_JOB: training_log()}
         self.actions: list[tuple[str, int]] = []
 
-    def queue(self, *, finished: bool = False, now: float | None = None) -> QueueSnapshot:
-        if finished:
-            return QueueSnapshot(self.finished_jobs, NOW, finished=True)
-        return QueueSnapshot(self.jobs, NOW)
+    def _read_page(
+        self, view: QueueView, offset: int, limit: int, now: float | None = None
+    ) -> QueuePage:
+        """The page the daemon would send, sorted and filtered here (rows' functions)."""
+        return page_of(self.finished_jobs if view.finished else self.jobs, view, offset, limit)
 
     def nodes(self) -> NodesSnapshot:
         return NodesSnapshot(self.lab, {job.id: job.user for job in self.jobs})

@@ -18,6 +18,7 @@ from gbatch.tui.dialogs import ConfirmDialog
 from gbatch.tui.help import HelpScreen
 from gbatch.tui.jobview import JobScreen
 from gbatch.tui.nodes import NodesScreen
+from gbatch.tui.pager import PagedTable
 
 Scene = Callable[[Pilot[None]], Awaitable[None]]
 
@@ -54,6 +55,11 @@ async def table_settled(pilot: Pilot[None], selector: str, rows: int) -> None:
     a style twice (back to what it was) drops those lines. The race itself is for a
     test of gbatch.tui.table to pin down; a snapshot could only flicker on it.
     """
+    paged = pilot.app.screen.query_one(selector)
+    if isinstance(paged, PagedTable):  # its columns grow as it takes its rows
+        await until(pilot, lambda: len(paged.rows) == rows, f"{rows} rows in {selector}")
+        await pilot.pause()
+        return
     table = pilot.app.screen.query_one(selector, DataTable)
     await until(pilot, lambda: table.row_count == rows, f"{rows} rows in {selector}")
     await until(pilot, lambda: columns_fit(table), f"the column widths of {selector}")

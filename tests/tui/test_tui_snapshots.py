@@ -16,7 +16,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import scenes
-from fakelab import LOGGED_JOB, FakeLink, lab_app, utc_time_zone
+from fakelab import LOGGED_JOB, ME, FakeLink, lab_app, utc_time_zone
+
+from gbatch.tui.data import QueueView
+from gbatch.tui.rows import QueueFilter
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
 SnapCompare = Callable[..., bool]
@@ -71,8 +74,8 @@ def test_cancel_asks_first(snap_compare: SnapCompare, size: tuple[int, int]) -> 
 def test_the_fake_link_answers_the_same_on_every_read() -> None:
     """What keeps the pictures still while the screens' timers run."""
     link = FakeLink()
-    assert link.queue() == link.queue()
-    assert link.queue(finished=True) == link.queue(finished=True)
+    for view in (QueueView(QueueFilter(ME)), QueueView(QueueFilter(ME, mine=False), finished=True)):
+        assert link.queue_page(view) == link.queue_page(view)
     assert link.nodes() == link.nodes()
     assert link.job(LOGGED_JOB) == link.job(LOGGED_JOB)
     first = link.log(LOGGED_JOB, 0)

@@ -17,7 +17,10 @@ from gbatch.cli import tui as tui_command
 from gbatch.cli.context import Context
 from gbatch.client import DaemonUnavailable
 from gbatch.tui.app import GbatchApp, make_app
-from gbatch.tui.data import DaemonLink, QueueSnapshot
+from gbatch.tui.data import DaemonLink, QueuePage, QueueView
+from gbatch.tui.rows import QueueFilter
+
+ROOTS = QueueView(QueueFilter(user="root"))  # the view the app opens with, as root
 
 
 class CountingLink(DaemonLink):
@@ -27,10 +30,12 @@ class CountingLink(DaemonLink):
         super().__init__(socket_path)
         self.reads = 0
 
-    def _read_queue(self, *, finished: bool = False, now: float | None = None) -> QueueSnapshot:
-        snapshot = super()._read_queue(finished=finished, now=now)
+    def _read_page(
+        self, view: QueueView, offset: int, limit: int, now: float | None = None
+    ) -> QueuePage:
+        page = super()._read_page(view, offset, limit, now)
         self.reads += 1
-        return snapshot
+        return page
 
 
 def prefetch_threads() -> list[threading.Thread]:
@@ -42,7 +47,7 @@ def test_rows_read_before_the_app_starts_are_in_its_first_frame_and_not_read_aga
 ) -> None:
     ids = [tui_head.sbatch("-J", f"early{i}", "-H", "--wrap", "true") for i in range(3)]
     link = CountingLink(socket_of(tui_head))
-    link.prefetch_queue()
+    link.prefetch_queue(ROOTS)
     wait_for(lambda: link.reads == 1, timeout=10, what="the prefetched read")
     app = make_app(socket_of(tui_head), user="root", refresh_seconds=0.2, link=link)
     frames: list[str] = []
@@ -71,27 +76,31 @@ def test_rows_read_before_the_app_starts_are_in_its_first_frame_and_not_read_aga
 
 def test_a_failed_early_read_is_raised_by_the_next_read_and_never_shown() -> None:
     link = DaemonLink(Path("/nonexistent/gbatchd.sock"))
-    link.prefetch_queue()
+    link.prefetch_queue(ROOTS)
     with pytest.raises(DaemonUnavailable):
-        link.queue()  # waits for the prefetch and raises its error
+        link.queue_page(ROOTS)  # waits for the prefetch and raises its error
 
-    link.prefetch_queue()
+    link.prefetch_queue(ROOTS)
     wait_for(lambda: not prefetch_threads(), timeout=10, what="the prefetch to fail")
     assert link.prefetched_queue() is None  # nothing for the first frame
     with pytest.raises(DaemonUnavailable):
-        link.queue()  # reads anew, and fails as a read does
+        link.queue_page(ROOTS)  # reads anew, and fails as a read does
 
 
 def test_the_early_read_is_taken_once(tui_head: Head) -> None:
     tui_head.sbatch("-J", "once", "-H", "--wrap", "true")
     link = CountingLink(socket_of(tui_head))
     assert link.prefetched_queue() is None  # no prefetch: nothing to take
-    link.prefetch_queue()
-    first = link.queue()  # waits for the prefetched read rather than reading again
+    link.prefetch_queue(ROOTS)
+    first = link.queue_page(ROOTS)  # waits for the prefetched read rather than reading again
     assert link.reads == 1 and [job.spec.name for job in first.jobs] == ["once"]
     assert link.prefetched_queue() is None
-    link.queue()
+    link.queue_page(ROOTS)
     assert link.reads == 2
+    # A prefetch of another view is no answer to this one: read anew.
+    link.prefetch_queue(QueueView(QueueFilter(user="root"), finished=True))
+    assert link.queue_page(ROOTS).view == ROOTS
+    wait_for(lambda: link.reads == 4, timeout=10, what="both reads")
     link.close()
 
 

@@ -148,6 +148,14 @@ def test_the_json_keeps_the_ops_and_field_names_clients_have_always_sent() -> No
         # Added with the HTTP API's pages (issue 17).
         "after": None,
         "limit": None,
+        # Added with the TUI's paged queue (issue 16): a view's page, sorted, filtered
+        # and counted by the daemon.
+        "sort": "",
+        "reverse": False,
+        "shown_states": [],
+        "search": "",
+        "offset": None,
+        "counts": False,
     }
     # What squeue sent before there were request types: nulls for options not given.
     old = {"op": "jobs", "users": None, "ids": None, "brief": True}

@@ -32,6 +32,11 @@ def _indices(expression: str) -> tuple[int, ...]:
     return parse_array(expression, max_tasks=10**7)
 
 
+def indices(expression: str) -> tuple[int, ...]:
+    """The task indices of an --array expression, ascending (cached)."""
+    return _indices(expression)
+
+
 def index_at(spec: JobSpec, pos: int) -> int:
     """The index of the task at position `pos` of the array `spec` belongs to (an array
     without an expression, `count` copies, has index = position)."""

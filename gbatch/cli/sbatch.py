@@ -192,8 +192,9 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         "--mail-type",
         dest="mail_type",
         metavar="TYPE",
-        help="BEGIN, END, FAIL, REQUEUE, TIME_LIMIT[_50|_80|_90], ALL, ARRAY_TASKS; mailed "
-        "when the admin set an SMTP server",
+        help="BEGIN, END, FAIL, REQUEUE, TIME_LIMIT[_50|_80|_90], ALL, ARRAY_TASKS (an "
+        "array's BEGIN, END, FAIL per task, not once for the whole array); mailed when the "
+        "admin set an SMTP server",
     )
     p.add_argument(
         "--mail-user",

@@ -9,8 +9,16 @@ Mail follows Slurm's --mail-type: BEGIN when a run starts, REQUEUE when a run go
 to the queue, END or FAIL when the job ends (FAIL for every end but COMPLETED and
 CANCELLED; a job without FAIL in its types gets END's mail then, as in slurmctld),
 TIME_LIMIT when the limit stopped it, TIME_LIMIT_50/80/90 once per run. ALL is BEGIN,
-END, FAIL, REQUEUE (and Slurm's INVALID_DEPEND, STAGE_OUT, never sent here). An array
-task mails only with ARRAY_TASKS (Slurm's whole-array mail is not done).
+END, FAIL, REQUEUE (and Slurm's INVALID_DEPEND, STAGE_OUT, never sent here).
+
+An array's BEGIN, END and FAIL are the whole array's, as in slurmctld, unless its mail
+types have ARRAY_TASKS (then each task mails as a job): BEGIN once, when its first task
+starts; END once its last task has ended (FAIL in its place when some task failed),
+counting the tasks of a pending tail cancelled whole. Store writes them with the change
+that makes them due, keyed to the array (its id, attempt ARRAY_ATTEMPT), so a second
+write of one is ignored. REQUEUE, TIME_LIMIT and the TIME_LIMIT_<pct> warnings stay a
+task's own (slurmctld too sends each as it happens). Webhooks do not follow mail types:
+they stay per task, each with its own `events`.
 
 A job's own webhooks (`notify:` in its file, --notify) are owed its events only at a URL
 under one of the config's webhook_prefixes_allowed (`url_allowed`): the store checks
@@ -48,6 +56,11 @@ MAX_RETRY_DELAY = 3600.0
 MAX_ATTEMPTS = 30
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ENDED_WELL = frozenset({JobState.COMPLETED, JobState.CANCELLED})
+# The kinds an array without ARRAY_TASKS is mailed once for, as a whole.
+ARRAY_KINDS = frozenset({"BEGIN", "END", "FAIL"})
+# The outbox's attempt of an array's whole-array events (its job_id is the array's id):
+# no run of a task has it, so one of them is owed once (outbox_once).
+ARRAY_ATTEMPT = -1
 
 
 class Notification(NamedTuple):
@@ -140,14 +153,15 @@ class Policy:
         out: list[Delivery] = []
         types = mail_types(job.spec.mail_type)
         address = self.mail_address(job) if self.mail and types else None
-        if job.spec.array_task is not None and "ARRAY_TASKS" not in types:
-            address = None
+        whole_array = self.array_mail(job) is not None
         for kind in kinds:
             if kind == IDLE_GPU_EVENT:
                 # The admins' policy tells the owner, whether or not they asked for mail.
                 owner = self.mail_address(job) if self.mail else None
                 if owner is not None:
                     out.append(Delivery(kind, MAIL, owner))
+            elif whole_array and kind in ARRAY_KINDS:
+                pass  # the array's, not the task's (Store._queue_array_events)
             elif address is not None and (as_mail := _mail_kind(kind, types)) is not None:
                 out.append(Delivery(as_mail, MAIL, address))
             out.extend(
@@ -159,6 +173,20 @@ class Policy:
                 if kind in hook.events and url_allowed(hook.url, self.user_prefixes)
             )
         return out
+
+    def array_mail(self, job: Job) -> str | None:
+        """The address `job`'s array is mailed at as a whole (an array task whose mail
+        types lack ARRAY_TASKS), or None."""
+        types = mail_types(job.spec.mail_type)
+        if job.spec.array_task is None or not self.mail or "ARRAY_TASKS" in types:
+            return None
+        return self.mail_address(job) if types & ARRAY_KINDS else None
+
+    def for_array(self, job: Job, kind: str) -> list[Delivery]:
+        """The whole-array mail owed for `kind` (BEGIN, END, FAIL) of `job`'s array."""
+        address = self.array_mail(job)
+        as_mail = _mail_kind(kind, mail_types(job.spec.mail_type))
+        return [] if address is None or as_mail is None else [Delivery(as_mail, MAIL, address)]
 
     def for_node(self, kind: str) -> list[Delivery]:
         return [Delivery(kind, WEBHOOK, hook.name) for hook in self.webhooks if kind in hook.events]
@@ -272,6 +300,54 @@ def job_payload(job: Job, kind: str, event_id: str, now: float) -> dict[str, obj
     }
 
 
+def array_end(counts: Mapping[JobState, int]) -> tuple[str, JobState]:
+    """The event and state of an array whose tasks all ended, `counts` of each final
+    state: FAIL when some task failed (the array FAILED if one did, else the failure
+    most of them had), else END, CANCELLED if some task was cancelled, else COMPLETED."""
+    failed = {state: n for state, n in counts.items() if n and state not in _ENDED_WELL}
+    if failed:
+        if JobState.FAILED in failed:
+            return "FAIL", JobState.FAILED
+        return "FAIL", max(failed, key=failed.__getitem__)
+    return "END", JobState.CANCELLED if counts.get(JobState.CANCELLED) else JobState.COMPLETED
+
+
+def array_payload(
+    job: Job,
+    kind: str,
+    event_id: str,
+    now: float,
+    *,
+    state: JobState | None = None,
+    tasks: Mapping[str, int] | None = None,
+    exit_codes: tuple[int, int] = (0, 0),
+    max_signal: int | None = None,
+) -> dict[str, object]:
+    """What a whole-array event says (`job`: any task of it, for its array's id, name,
+    user): at its end, the array's state, its tasks by state, their exit codes' range."""
+    array_id = job.array_job_id if job.array_job_id is not None else job.id
+    return {
+        "event_id": event_id,
+        "kind": kind,
+        "time": now,
+        "job": {
+            "id": array_id,
+            "array_job_id": array_id,
+            "array_task_id": "*",
+            "array_summary": True,
+            "name": job.spec.name,
+            "user": job.user,
+            "state": (state or job.state).value,
+            "tasks": dict(tasks or {}),
+            "exit_code_min": exit_codes[0],
+            "exit_code_max": exit_codes[1],
+            "max_signal": max_signal,
+            "submit_time": job.submit_time,
+            "end_time": now if state is not None else None,
+        },
+    }
+
+
 def node_payload(node: str, kind: str, reason: str, event_id: str, now: float) -> dict[str, object]:
     return {
         "event_id": event_id,
@@ -305,6 +381,8 @@ def summary(payload: Mapping[str, object]) -> str:
         name = node.get("name") if isinstance(node, Mapping) else ""
         reason = node.get("reason") if isinstance(node, Mapping) else ""
         return _clean(f"gbatch node {name}: {kind.lower().replace('_', ' ')}: {reason}")
+    if job.get("array_summary"):
+        return _array_summary(kind, job)
     task = job.get("array_task_id")
     who = (
         f"Slurm Job_id={job['id']}"
@@ -332,11 +410,29 @@ def summary(payload: Mapping[str, object]) -> str:
     return _clean(f"{head} {kind}")
 
 
+def _array_summary(kind: str, job: Mapping[str, object]) -> str:
+    """slurmctld's whole-array subject: `Slurm Array Summary Job_id=12_* (12) Name=x
+    Ended, COMPLETED, ExitCode [0-0]` (Mixed when some exit codes are 0 and some not;
+    `Mixed, MaxSignal [9]` when a task was killed by a signal)."""
+    head = f"Slurm Array Summary Job_id={job['id']}_* ({job['id']}) Name={job['name']}"
+    if kind not in ("END", "FAIL"):
+        return _clean(f"{head} Began" if kind == "BEGIN" else f"{head} {kind}")
+    verb = "Ended" if kind == "END" else "Failed"
+    low, high, signal = job.get("exit_code_min"), job.get("exit_code_max"), job.get("max_signal")
+    if signal:
+        return _clean(f"{head} {verb}, Mixed, MaxSignal [{signal}]")
+    state = "Mixed" if low == 0 and isinstance(high, int) and high > 0 else job["state"]
+    return _clean(f"{head} {verb}, {state}, ExitCode [{low}-{high}]")
+
+
 def mail_body(payload: Mapping[str, object]) -> str:
     job = payload.get("job")
     lines = [summary(payload), ""]
     if isinstance(job, Mapping):
         lines += [f"{key}: {job[key]}" for key in ("state", "reason", "node") if job.get(key)]
+        tasks = job.get("tasks")
+        if isinstance(tasks, Mapping) and tasks:
+            lines.append("tasks: " + ", ".join(f"{n} {state}" for state, n in tasks.items()))
     lines.append(f"event id: {payload['event_id']}")
     return "\n".join(lines) + "\n"
 

@@ -1071,7 +1071,129 @@ class Store:
             event_id = ids.get(delivery.kind) or ids.get("FAIL") or uuid.uuid4().hex
             payload = notify.job_payload(job, delivery.kind, event_id, now)
             rows.append((delivery, event_id, job.id, job.attempt, json.dumps(payload)))
-        return self._insert_notifications(db, rows, now)
+        written = self._insert_notifications(db, rows, now)
+        if old is not None and job.array_job_id is not None:
+            written += self._queue_array_events(db, job, kinds, now)
+        return written
+
+    def _queue_array_events(
+        self, db: sqlite3.Connection, job: Job, kinds: tuple[str, ...], now: float
+    ) -> int:
+        """The whole-array mail (notify: ARRAY_KINDS) that task `job`'s change, whose
+        event `kinds` are, makes due: BEGIN when it is the array's first task to start,
+        END or FAIL when no task of the array is left to end. Written in the change's
+        transaction, keyed to the array (outbox_once), so it is owed once."""
+        array_id = job.array_job_id
+        if array_id is None or self._notify.array_mail(job) is None:
+            return 0
+        if "BEGIN" in kinds:
+            begun = db.execute(
+                "SELECT 1 FROM jobs WHERE id BETWEEN ? AND ? AND id != ?"
+                " AND start_time IS NOT NULL LIMIT 1",
+                (array_id, self._array_last_id(db, array_id, job.spec), job.id),
+            ).fetchone()
+            if begun is not None:
+                return 0
+            event_id = uuid.uuid4().hex
+            payload = json.dumps(notify.array_payload(job, "BEGIN", event_id, now))
+            return self._insert_notifications(
+                db,
+                [
+                    (each, event_id, array_id, notify.ARRAY_ATTEMPT, payload)
+                    for each in self._notify.for_array(job, "BEGIN")
+                ],
+                now,
+            )
+        if job.state.is_final:
+            return self._queue_array_end(db, job, now)
+        return 0
+
+    def _queue_array_end(self, db: sqlite3.Connection, job: Job, now: float) -> int:
+        """END or FAIL of `job`'s array (a task of it), if none of its tasks is left to
+        end: no row still active and no pending tail (one cancelled counts as ended)."""
+        array_id = job.array_job_id
+        assert array_id is not None
+        tail = self._tail_by_id(db, array_id)
+        if tail is not None and not tail.state.is_final:
+            return 0
+        last = self._array_last_id(db, array_id, job.spec, tail)
+        active = [state.value for state in JobState if not state.is_final]
+        (running,) = db.execute(
+            f"SELECT count(*) FROM jobs INDEXED BY jobs_state WHERE state IN ({_marks(active)})"
+            " AND id BETWEEN ? AND ?",
+            (*active, array_id, last),
+        ).fetchone()
+        if running:
+            return 0
+        counts = {
+            JobState(state): int(n)
+            for state, n in db.execute(
+                "SELECT state, count(*) FROM jobs WHERE id BETWEEN ? AND ? GROUP BY state",
+                (array_id, last),
+            )
+        }
+        low, high, signal = db.execute(
+            "SELECT coalesce(min(coalesce(exit_code, 0)), 0), coalesce(max(exit_code), 0),"
+            " coalesce(max(exit_signal), 0) FROM jobs WHERE id BETWEEN ? AND ?",
+            (array_id, last),
+        ).fetchone()
+        if tail is not None:  # its tasks, cancelled while one record, exited with nothing
+            counts[tail.state] = counts.get(tail.state, 0) + arrays.count(tail.positions)
+            low = 0
+        kind, state = notify.array_end(counts)
+        event_id = uuid.uuid4().hex
+        tasks = {s.value: n for s, n in sorted(counts.items(), key=lambda i: i[0].value)}
+        return self._insert_notifications(
+            db,
+            [
+                (
+                    each,  # a FAIL mailed as END says END, with FAIL's event id
+                    event_id,
+                    array_id,
+                    notify.ARRAY_ATTEMPT,
+                    json.dumps(
+                        notify.array_payload(
+                            job,
+                            each.kind,
+                            event_id,
+                            now,
+                            state=state,
+                            tasks=tasks,
+                            exit_codes=(int(low), int(high)),
+                            max_signal=int(signal) or None,
+                        )
+                    ),
+                )
+                for each in self._notify.for_array(job, kind)
+            ],
+            now,
+        )
+
+    @staticmethod
+    def _array_last_id(
+        db: sqlite3.Connection, array_id: int, spec: JobSpec, tail: ArrayTail | None = None
+    ) -> int:
+        """The id of the array's last task: its ids are consecutive from `array_id`.
+        From its expression, or its tail; an array of `count` copies with neither (all
+        its tasks rows) is walked, its rows being those whose position is their offset."""
+        if spec.array is not None:
+            return array_id + len(arrays.indices(spec.array)) - 1
+        if tail is not None:
+            return tail.last_id
+        last = array_id
+        while True:
+            rows = db.execute(
+                "SELECT id, coalesce(json_extract(spec, '$.array_pos'), 0),"
+                " json_extract(spec, '$.array_task') FROM jobs WHERE id BETWEEN ? AND ?"
+                " ORDER BY id",
+                (last + 1, last + 1000),
+            ).fetchall()
+            for job_id, pos, task in rows:
+                if job_id != last + 1 or task is None or job_id - pos != array_id:
+                    return last
+                last = job_id
+            if len(rows) < 1000:
+                return last
 
     @staticmethod
     def _insert_notifications(
@@ -2381,7 +2503,7 @@ class Store:
         """Cancel the pending tails of `array_ids` whole: each stays as one CANCELLED
         record of its tasks (sacct's `N_[32-99999]`). Returns how many tasks."""
         return self._change_tails(
-            array_ids, "state = 'CANCELLED', reason = ?, end_time = ?", (reason, now)
+            array_ids, "state = 'CANCELLED', reason = ?, end_time = ?", (reason, now), ended=now
         )
 
     def hold_tails(self, array_ids: Collection[int], held: bool) -> int:
@@ -2390,18 +2512,30 @@ class Store:
         return self._change_tails(array_ids, "held = ?, reason = ?", (held, reason))
 
     def _change_tails(
-        self, array_ids: Collection[int], assignments: str, values: tuple[object, ...]
+        self,
+        array_ids: Collection[int],
+        assignments: str,
+        values: tuple[object, ...],
+        *,
+        ended: float | None = None,
     ) -> int:
+        """`UPDATE array_tails SET <assignments>` of those of `array_ids` pending; how many
+        tasks. `ended`: they end then, which may end their arrays (the whole-array mail)."""
         ordered = sorted(array_ids)
         done = 0
         with self._write() as db:
             for part in _chunks(ordered):
                 where = f"state = 'PENDING' AND array_id IN ({_marks(part)})"
-                (n,) = db.execute(
-                    f"SELECT coalesce(sum(remaining), 0) FROM array_tails WHERE {where}", part
-                ).fetchone()
+                rows = db.execute(
+                    f"SELECT array_id, remaining FROM array_tails WHERE {where}", part
+                ).fetchall()
                 db.execute(f"UPDATE array_tails SET {assignments} WHERE {where}", (*values, *part))
-                done += int(n)
+                done += sum(int(n) for _, n in rows)
+                if ended is not None and self._notify.mail:
+                    for array_id, _ in rows:
+                        tail = self._tail_by_id(db, int(array_id))
+                        if tail is not None and self._notify.array_mail(task := tail.record()):
+                            self._queue_array_end(db, task, ended)
         return done
 
     def update_tail_spec(self, array_id: int, spec: JobSpec) -> None:

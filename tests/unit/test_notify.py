@@ -100,11 +100,39 @@ def test_jobs_without_mail_type_or_address_owe_no_mail(tmp_path: Path) -> None:
     opened.close()
 
 
-def test_array_tasks_mail_only_with_array_tasks() -> None:
+def test_array_tasks_mail_as_jobs_only_with_array_tasks() -> None:
     task = Job(1, 1000, "ada", spec("ALL", array_task=3), JobState.COMPLETED, T0)
     assert POLICY.for_job(task, ("END",)) == []
+    # Without ARRAY_TASKS, the whole array's END is owed (Store writes it at its end).
+    assert POLICY.for_array(task, "FAIL") == [notify.Delivery("FAIL", "mail", "ada@example.org")]
+    # A requeue stays the task's own; webhooks stay per task.
+    assert POLICY.for_job(task, ("REQUEUE",)) == [
+        notify.Delivery("REQUEUE", "mail", "ada@example.org")
+    ]
+    assert POLICY.for_job(task, ("FAIL",)) == [notify.Delivery("FAIL", "webhook", "ops")]
     each = replace(task, spec=spec("ALL,ARRAY_TASKS", array_task=3))
     assert POLICY.for_job(each, ("END",)) == [notify.Delivery("END", "mail", "ada@example.org")]
+
+
+def test_an_arrays_end_fails_when_a_task_failed_else_says_how_it_ended() -> None:
+    done, cancelled, failed = JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED
+    assert notify.array_end({done: 3}) == ("END", done)
+    assert notify.array_end({done: 1, cancelled: 2}) == ("END", cancelled)
+    assert notify.array_end({done: 1, JobState.TIMEOUT: 1, failed: 1}) == ("FAIL", failed)
+    assert notify.array_end({done: 1, JobState.TIMEOUT: 2}) == ("FAIL", JobState.TIMEOUT)
+
+
+def test_an_array_summary_reads_as_slurmctlds() -> None:
+    task = Job(7, 1000, "ada", spec("END", array_task=2, array_pos=2), JobState.FAILED, T0)
+    end = notify.array_payload(task, "END", "e1", T0, state=JobState.FAILED, exit_codes=(0, 2))
+    assert (
+        notify.summary(end)
+        == "Slurm Array Summary Job_id=5_* (5) Name=train Ended, Mixed, ExitCode [0-2]"
+    )
+    killed = {**end, "job": {**end["job"], "max_signal": 9}}  # type: ignore[dict-item]
+    assert notify.summary(killed).endswith("Ended, Mixed, MaxSignal [9]")
+    begin = notify.array_payload(task, "BEGIN", "e2", T0)
+    assert notify.summary(begin) == "Slurm Array Summary Job_id=5_* (5) Name=train Began"
 
 
 def test_a_store_without_a_policy_owes_nothing(tmp_path: Path) -> None:

@@ -1056,9 +1056,12 @@ class Store:
         *,
         old: JobState | None = None,
         kinds: tuple[str, ...] = (),
+        ended_arrays: dict[int, Job] | None = None,
     ) -> int:
         """Outbox rows for the events of the job's change from `old` (or for `kinds`),
-        one event id per kind, shared by its destinations. Returns the rows written."""
+        one event id per kind, shared by its destinations. Returns the rows written.
+        `ended_arrays`: an array task's end is noted there (array id -> task) for the
+        caller to decide its array's END once, instead of here."""
         job = self._get(db, job_id)
         if job is None:
             return 0
@@ -1072,7 +1075,9 @@ class Store:
             payload = notify.job_payload(job, delivery.kind, event_id, now)
             rows.append((delivery, event_id, job.id, job.attempt, json.dumps(payload)))
         written = self._insert_notifications(db, rows, now)
-        if old is not None and job.array_job_id is not None:
+        if ended_arrays is not None and job.array_job_id is not None:
+            ended_arrays[job.array_job_id] = job
+        elif old is not None and job.array_job_id is not None:
             written += self._queue_array_events(db, job, kinds, now)
         return written
 
@@ -1118,12 +1123,12 @@ class Store:
             return 0
         last = self._array_last_id(db, array_id, job.spec, tail)
         active = [state.value for state in JobState if not state.is_final]
-        (running,) = db.execute(
-            f"SELECT count(*) FROM jobs INDEXED BY jobs_state WHERE state IN ({_marks(active)})"
-            " AND id BETWEEN ? AND ?",
+        running = db.execute(
+            f"SELECT 1 FROM jobs INDEXED BY jobs_state WHERE state IN ({_marks(active)})"
+            " AND id BETWEEN ? AND ? LIMIT 1",
             (*active, array_id, last),
         ).fetchone()
-        if running:
+        if running is not None:
             return 0
         counts = {
             JobState(state): int(n)
@@ -1613,8 +1618,13 @@ class Store:
                     ids,
                 )
             ]
+        ended: dict[int, Job] = {}
         for job_id in ids:
-            self._queue_job_events(db, job_id, now, old=JobState.PENDING)
+            self._queue_job_events(db, job_id, now, old=JobState.PENDING, ended_arrays=ended)
+        # Each array's end is decided once, after all of its tasks here are cancelled.
+        for task in ended.values():
+            if self._notify.array_mail(task) is not None:
+                self._queue_array_end(db, task, now)
 
     @staticmethod
     def _still_pending(db: sqlite3.Connection, ids: Sequence[int]) -> list[int]:

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_notifications import Inbox, smtp_server
+from conftest import Head, kill_leftover_jobs, make_head, wait_for
+from test_notifications import Inbox, notify_config, smtp_server
 
 from gbatch.config import Config
 from gbatch.head.notify import Policy
@@ -70,6 +71,15 @@ def lab(tmp_path: Path) -> Iterator[tuple[Lab, Inbox]]:
     finally:
         lab.store.close()
         smtp.stop()
+
+
+@pytest.fixture
+def stopped_heads() -> Iterator[list[Head]]:
+    heads: list[Head] = []
+    yield heads
+    for head in heads:
+        head.stop()
+        kill_leftover_jobs(head.home)
 
 
 def subjects(inbox: Inbox) -> list[str]:
@@ -163,6 +173,22 @@ def test_scancel_of_a_pending_tail_counts_as_its_tasks_ending(lab: tuple[Lab, In
     ]
 
 
+def test_cancelling_an_arrays_pending_rows_at_once_mails_its_end_once(
+    lab: tuple[Lab, Inbox],
+) -> None:
+    lab_, inbox = lab
+    ids = lab_.array(3, "END")
+    lab_.start(ids[0])
+    assert lab_.store.cancel_pending(ids[1:], "cancelled by ada", T0 + 10) == ids[1:]
+    assert lab_.deliver() == 0
+    lab_.end(ids[0], JobState.CANCELLED)
+    assert lab_.store.cancel_pending(lab_.array(2, "END"), "cancelled by ada", T0 + 10)
+    assert lab_.deliver() == 2
+    assert [s.split(" Name=sweep ")[1] for s in subjects(inbox)] == [
+        "Ended, CANCELLED, ExitCode [0-0]"
+    ] * 2
+
+
 def test_the_arrays_end_owed_when_the_daemon_stopped_is_delivered_once_after(
     lab: tuple[Lab, Inbox],
 ) -> None:
@@ -186,3 +212,34 @@ def test_the_arrays_end_owed_when_the_daemon_stopped_is_delivered_once_after(
     lab_.start(ids[2])
     lab_.end(ids[2])
     assert lab_.deliver() == 0 and len(inbox.messages) == 1
+
+
+def test_a_daemons_array_is_mailed_once_and_scancel_of_its_held_tail_ends_another(
+    tmp_path: Path, stopped_heads: list[Head]
+) -> None:
+    smtp, inbox = smtp_server()
+    try:
+        head = make_head(tmp_path / "home", config=notify_config(smtp.port))
+        stopped_heads.append(head)
+        head.start()
+        mail = ("--mail-type=BEGIN,END", "--mail-user=ada@lab.test")
+        ran = head.sbatch("-J", "sweep", "--array=0-2", *mail, "--wrap", "true")
+        # 40 tasks: past the first rows, the rest wait as one record; held, none starts.
+        held = head.sbatch("-J", "held", "--hold", "--array=0-39", *mail, "--wrap", "true")
+        for task in range(3):
+            head.wait_state(ran + task, "COMPLETED")
+        head.run("scancel", str(held), check=True)
+        head.wait_state(held, "CANCELLED")
+        wait_for(lambda: len(inbox.messages) == 3, what="BEGIN, END and the held array's END")
+        head.stop()
+    finally:
+        smtp.stop()
+    assert sorted(subjects(inbox)) == sorted(
+        [
+            f"Slurm Array Summary Job_id={held}_* ({held}) Name=held Ended, CANCELLED,"
+            " ExitCode [0-0]",
+            f"Slurm Array Summary Job_id={ran}_* ({ran}) Name=sweep Began",
+            f"Slurm Array Summary Job_id={ran}_* ({ran}) Name=sweep Ended, COMPLETED,"
+            " ExitCode [0-0]",
+        ]
+    )

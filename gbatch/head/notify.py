@@ -14,9 +14,10 @@ END, FAIL, REQUEUE (and Slurm's INVALID_DEPEND, STAGE_OUT, never sent here).
 An array's BEGIN, END and FAIL are the whole array's, as in slurmctld, unless its mail
 types have ARRAY_TASKS (then each task mails as a job): BEGIN once, when its first task
 starts; END once its last task has ended (FAIL in its place when some task failed),
-counting the tasks of a pending tail cancelled whole. Store writes them with the change
-that makes them due, keyed to the array (its id, attempt ARRAY_ATTEMPT), so a second
-write of one is ignored. REQUEUE, TIME_LIMIT and the TIME_LIMIT_<pct> warnings stay a
+counting the tasks of a pending tail cancelled whole (that record's END, one event for
+its tasks, goes to ARRAY_TASKS mail and to webhooks as a job's). Store writes them with
+the change that makes them due, keyed to the array (its id, attempt ARRAY_ATTEMPT), so
+a second write of one is ignored. REQUEUE, TIME_LIMIT and the TIME_LIMIT_<pct> warnings stay a
 task's own (slurmctld too sends each as it happens). Webhooks do not follow mail types:
 they stay per task, each with its own `events`.
 
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gbatch.config import IDLE_GPU_EVENT, Config, Webhook
+from gbatch.jobids import format_spans, merge_spans
 from gbatch.model import Gpu, Job, JobState, NotifyHook
 from gbatch.timefmt import format_elapsed_fixed
 
@@ -275,8 +277,10 @@ def _mail_kind(kind: str, types: frozenset[str]) -> str | None:
 
 
 def job_payload(job: Job, kind: str, event_id: str, now: float) -> dict[str, object]:
-    """What an event says of its job: the webhook's JSON and the mail's source."""
-    return {
+    """What an event says of its job: the webhook's JSON and the mail's source. A record
+    standing for more of an array's tasks (a pending tail's, cancelled whole) says which
+    (`array_tasks`: "32-99")."""
+    payload = {
         "event_id": event_id,
         "kind": kind,
         "time": now,
@@ -298,6 +302,11 @@ def job_payload(job: Job, kind: str, event_id: str, now: float) -> dict[str, obj
             "time_limit": job.spec.time_limit,
         },
     }
+    if job.array_more:
+        first = job.spec.array_task or 0
+        tasks = format_spans(merge_spans([(first, first), *job.array_more]))
+        payload["job"]["array_tasks"] = tasks  # type: ignore[index]
+    return payload
 
 
 def array_end(counts: Mapping[JobState, int]) -> tuple[str, JobState]:
@@ -384,6 +393,8 @@ def summary(payload: Mapping[str, object]) -> str:
     if job.get("array_summary"):
         return _array_summary(kind, job)
     task = job.get("array_task_id")
+    if job.get("array_tasks"):
+        task = f"[{job['array_tasks']}]"
     who = (
         f"Slurm Job_id={job['id']}"
         if task is None

@@ -1113,6 +1113,26 @@ class Store:
             return self._queue_array_end(db, job, now)
         return 0
 
+    def _queue_tail_end(self, db: sqlite3.Connection, record: Job, now: float) -> int:
+        """The END of a pending tail cancelled whole, `record` standing for its tasks:
+        ONE event for them all (mailed with ARRAY_TASKS as `N_[32-99]`, posted to the
+        webhooks that want END), then its array's END if that was its last."""
+        event_id = uuid.uuid4().hex
+        rows = [
+            (
+                each,
+                event_id,
+                record.id,
+                record.attempt,
+                json.dumps(notify.job_payload(record, each.kind, event_id, now)),
+            )
+            for each in self._notify.for_job(record, ("END",))
+        ]
+        written = self._insert_notifications(db, rows, now)
+        if self._notify.array_mail(record) is not None:
+            written += self._queue_array_end(db, record, now)
+        return written
+
     def _queue_array_end(self, db: sqlite3.Connection, job: Job, now: float) -> int:
         """END or FAIL of `job`'s array (a task of it), if none of its tasks is left to
         end: no row still active and no pending tail (one cancelled counts as ended)."""
@@ -2541,11 +2561,11 @@ class Store:
                 ).fetchall()
                 db.execute(f"UPDATE array_tails SET {assignments} WHERE {where}", (*values, *part))
                 done += sum(int(n) for _, n in rows)
-                if ended is not None and self._notify.mail:
+                if ended is not None and self._notify.active:
                     for array_id, _ in rows:
                         tail = self._tail_by_id(db, int(array_id))
-                        if tail is not None and self._notify.array_mail(task := tail.record()):
-                            self._queue_array_end(db, task, ended)
+                        if tail is not None:
+                            self._queue_tail_end(db, tail.record(), ended)
         return done
 
     def update_tail_spec(self, array_id: int, spec: JobSpec) -> None:

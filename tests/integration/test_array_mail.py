@@ -173,6 +173,19 @@ def test_scancel_of_a_pending_tail_counts_as_its_tasks_ending(lab: tuple[Lab, In
     ]
 
 
+def test_with_array_tasks_a_cancelled_tail_is_mailed_once_as_its_record(
+    lab: tuple[Lab, Inbox],
+) -> None:
+    lab_, inbox = lab
+    first, *_ = lab_.array(3, "END,ARRAY_TASKS", rows=1)
+    assert lab_.store.cancel_tails([first], "cancelled by ada", T0 + 70) == 2
+    assert lab_.deliver() == 1
+    assert subjects(inbox) == [
+        f"Slurm Array Task Job_id={first}_[1-2] ({first + 1}) Name=sweep Ended,"
+        " Run time 00:00:00, CANCELLED, ExitCode 0"
+    ]
+
+
 def test_cancelling_an_arrays_pending_rows_at_once_mails_its_end_once(
     lab: tuple[Lab, Inbox],
 ) -> None:

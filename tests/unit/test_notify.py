@@ -19,7 +19,7 @@ from fullstore import pack_store, unpack_store
 from gbatch.config import Config, ConfigError, Paths, Webhook, load_config
 from gbatch.head import notify
 from gbatch.head.outbox import BATCH, PER_OWNER, DeliveryError, Outbox, Slots, smtp_password
-from gbatch.head.store import Store, StoreFull
+from gbatch.head.store import Store, StoreFull, Submission
 from gbatch.model import Gpu, Job, JobSpec, JobState, NotifyHook
 
 T0 = 1_767_225_600.0
@@ -133,6 +133,19 @@ def test_an_array_summary_reads_as_slurmctlds() -> None:
     assert notify.summary(killed).endswith("Ended, Mixed, MaxSignal [9]")
     begin = notify.array_payload(task, "BEGIN", "e2", T0)
     assert notify.summary(begin) == "Slurm Array Summary Job_id=5_* (5) Name=train Began"
+
+
+def test_a_tail_cancelled_whole_is_one_end_to_the_webhooks(tmp_path: Path) -> None:
+    hook = Webhook("ops", "https://hooks.example.org/x", None, ("END",))
+    opened = Store(tmp_path / "gbatch.db", notify.Policy(webhooks=(hook,)))
+    specs = tuple(spec(None, array_task=i, array_pos=i) for i in range(2))
+    (ids,) = opened.submit_many([Submission(specs, 1000, "ada", tail_count=5)], T0)
+    assert isinstance(ids, list)
+    assert opened.cancel_tails([ids[0]], "cancelled by ada", T0 + 1) == 3
+    (row,) = opened.outbox(ids[0] + 2)
+    assert (row["kind"], row["channel"], row["target"]) == ("END", "webhook", "ops")
+    assert json.loads(row["payload"])["job"]["array_tasks"] == "2-4"
+    opened.close()
 
 
 def test_a_store_without_a_policy_owes_nothing(tmp_path: Path) -> None:

@@ -186,6 +186,11 @@ class Client:
         if not line:
             self.close()
             raise DaemonUnavailable(self.socket_path, "the daemon closed the connection")
+        if not line.endswith(b"\n"):  # gbatchd ends every reply's line
+            self.close()
+            raise DaemonUnavailable(
+                self.socket_path, "the daemon closed the connection before its reply's end"
+            )
         return line
 
     def _closed_by_daemon(self) -> bool:

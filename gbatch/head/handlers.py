@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import grp
+import json
 import logging
 import os
 import pwd
@@ -1081,6 +1082,10 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         rows, following = _page(rows, request, _row_job_id)
         columns = wire.listing_columns(rows, listing_specs(rows))
         return {"columns": columns, "now": daemon.clock(), **following}
+    if ids is None and not (
+        request.table or request.columns or request.starts or request.gpu_usage
+    ):
+        return _streamed_jobs(daemon, caller, request, states, users, admin)
     if request.history:
         found = daemon.store.jobs(
             ids=ids, id_ranges=id_ranges, states=states, users=users, since=request.since
@@ -1110,7 +1115,7 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
     now = daemon.clock()
     records: list[dict[str, Any]]
     if request.brief:  # no env in a brief record: the same for every caller
-        records = daemon.brief_records.records(found)
+        records = [wire.job_to_wire(j, brief=True) for j in found]
     else:
         records = [_job_to_wire(j, owner_view=admin or j.uid == caller.uid) for j in found]
     reply: dict[str, Any] = {"jobs": records, "now": now, **following}
@@ -1119,6 +1124,76 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
     if request.gpu_usage:
         usage = daemon.store.gpu_usage([(j.id, j.attempt) for j in found])
         reply["gpu_usage"] = [[run[0], *u.to_wire()] for run, u in usage.items()]
+    return reply
+
+
+def _streamed_jobs(
+    daemon: Daemon,
+    caller: Caller,
+    request: wire.ListJobs,
+    states: list[JobState] | None,
+    users: Sequence[str] | None,
+    admin: bool,
+) -> dict[str, Any]:
+    """jobs()' records of a listing not narrowed by ids, made while the reply is
+    written (wire.Streamed) from the store's pages (Store.job_pages): at most a page
+    of Jobs at once, however many are listed (issue 16: sacct -a -S all of 1,000,000
+    jobs built them all, 3.5 GB). Brief records of unchanged rows are the texts
+    remembered (wire.BriefRecords). The same reply, byte for byte, as building the
+    records whole (tests/unit/test_large_replies.py)."""
+    limit, after = request.limit, request.after
+    if limit is not None and limit < 1:
+        raise Refused("invalid", f"limit: {limit}; give 1 or more jobs a page")
+    private = daemon.config.private_data and not admin
+    brief = daemon.brief_records if request.brief else None
+    pages = daemon.store.job_pages(
+        states=states,
+        users=users,
+        finished=None if request.history else False,
+        since=request.since if request.history else None,
+        after=after,
+        known=None if brief is None else brief.known(),
+    )
+    following: dict[str, int | None] = {"next": None}
+
+    narrowed = private or _filtered(request)
+
+    def runs() -> Iterator[str]:
+        listed = 0
+        last = 0
+        try:
+            for page in pages:
+                texts: list[str] = []
+                for changed, item in page:
+                    if isinstance(item, Job):
+                        job = item
+                        if narrowed and not _shown(job, request, private, caller):
+                            continue
+                        if brief is not None:
+                            text = brief.text(job, changed)
+                        else:
+                            owner_view = admin or job.uid == caller.uid
+                            text = json.dumps(
+                                _job_to_wire(job, owner_view=owner_view), separators=wire.COMPACT
+                            )
+                    else:  # a brief record remembered
+                        if narrowed and not _shown(item.job, request, private, caller):
+                            continue
+                        text, job = item.text, item.job
+                    if listed == limit:  # one more is left: the page ends at the last
+                        following["next"] = last
+                        yield ",".join(texts)
+                        return
+                    texts.append(text)
+                    listed += 1
+                    last = job.id
+                yield ",".join(texts)
+        finally:
+            pages.close()
+
+    reply: dict[str, Any] = {"jobs": wire.Streamed(runs()), "now": daemon.clock()}
+    if after is not None or limit is not None:
+        reply["next"] = wire.Later(lambda: following["next"])
     return reply
 
 
@@ -1179,6 +1254,20 @@ def _narrowed(found: list[Job], request: wire.ListJobs) -> list[Job]:
         hosts = set(request.nodes)
         found = [j for j in found if j.node is not None and j.node in hosts]
     return found
+
+
+def _shown(job: Job, request: wire.ListJobs, private: bool, caller: Caller) -> bool:
+    """Whether a listing shows `job`: _narrowed's filters, and under private_data
+    (`private`) only the caller's own."""
+    return (
+        (not private or job.uid == caller.uid)
+        and (not request.names or job.spec.name in request.names)
+        and (
+            not request.partitions
+            or (job.spec.partition or IMPLICIT_PARTITION) in request.partitions
+        )
+        and (not request.nodes or (job.node is not None and job.node in request.nodes))
+    )
 
 
 def _expected_starts(
@@ -2006,8 +2095,10 @@ def dispatch(daemon: Daemon, caller: Caller, request: wire.Request) -> dict[str,
             assert_never(request)
 
 
-def handle(daemon: Daemon, caller: Caller, data: object) -> dict[str, Any]:
-    """Serve one request as parsed from its JSON line; the reply always has `ok`.
+def handle(daemon: Daemon, caller: Caller, data: object, *, stream: bool = False) -> dict[str, Any]:
+    """Serve one request as parsed from its JSON line; the reply always has `ok`. With
+    `stream`, a large listing's records may come as wire.Streamed (made as the reply
+    is written: wire.reply_pieces), else as the list a client would decode.
 
     A request of the wrong shape or types, or an unknown op, is refused as "invalid"
     (wire.decode_request says which field and why). A bug in a handler raises: the
@@ -2017,7 +2108,8 @@ def handle(daemon: Daemon, caller: Caller, data: object) -> dict[str, Any]:
     except wire.BadRequest as err:
         return wire.error_reply("invalid", str(err))
     try:
-        return {"ok": True, **dispatch(daemon, caller, request)}
+        reply = {"ok": True, **dispatch(daemon, caller, request)}
+        return reply if stream else wire.materialised(reply)
     except Refused as err:
         return wire.error_reply(err.kind, err.message)
     except JobNotFound as err:

@@ -18,6 +18,10 @@ Figures:
   (d) metrics.render() in-process of a snapshot with 100 nodes x 8 GPUs made up here
       (the fleet simulates one local node only; 100 SSH hosts are not cheap), and the
       jobs rows of (c)'s real snapshot.
+
+`--lists-only --checkout A --checkout B [--rounds N]`: (b) alone, the daemon and the API
+running each checkout's code in turn (A, B, A, B, ...; PYTHONPATH) on one store whose
+queue is filled once: a before/after comparison in one run.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from common import (
     median,
     running_daemon,
     summarize,
+    temp_home,
 )
 
 SUBMIT_GOAL = 1_000.0  # submits/s, durable, one client
@@ -92,6 +97,8 @@ class Settings:
     queue: int  # jobs pending for the list and the scrape
     samples: int  # GETs of the list and of /metrics
     gpus: int  # simulated GPUs of the daemon's one node
+    checkouts: tuple[Path, ...] = ()  # --lists-only: whose code to time, in turn
+    rounds: int = 1  # --lists-only: rounds over the checkouts
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Settings:
@@ -99,10 +106,23 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     parser.add_argument(
         "--quick", action="store_true", help="a smoke run: 2 x 200 submits, 1,000 jobs listed"
     )
+    parser.add_argument(
+        "--lists-only",
+        action="store_true",
+        help="(b) alone, with each --checkout's code in turn (default: this checkout)",
+    )
+    parser.add_argument("--checkout", type=Path, action="append", default=[])
+    parser.add_argument("--rounds", type=int, default=2, help="with --lists-only")
     args = parser.parse_args(argv)
+    checkouts = tuple(path.resolve() for path in args.checkout)
+    if checkouts and not args.lists_only:
+        parser.error("--checkout goes with --lists-only")
+    if args.lists_only:
+        checkouts = checkouts or (Path(__file__).resolve().parent.parent,)
+    rounds = args.rounds if args.lists_only else 1
     if args.quick:
-        return Settings(reps=2, submits=200, queue=1_000, samples=10, gpus=NODES * GPUS_PER_NODE)
-    return Settings(reps=5, submits=1_000, queue=QUEUE, samples=40, gpus=NODES * GPUS_PER_NODE)
+        return Settings(2, 200, 1_000, 10, NODES * GPUS_PER_NODE, checkouts, rounds)
+    return Settings(5, 1_000, QUEUE, 40, NODES * GPUS_PER_NODE, checkouts, rounds)
 
 
 def synthetic_nodes(nodes: int, gpus: int) -> list[dict[str, Any]]:
@@ -144,12 +164,13 @@ API_SERVE = [str(GBATCH), "api", "serve", "--listen", "127.0.0.1:0", "--local-me
 
 
 @contextmanager
-def api_server(home: Path) -> Iterator[tuple[int, int]]:
-    """`gbatch api serve --local-metrics` on a free loopback port: (port, its pid)."""
+def api_server(home: Path, checkout: Path | None = None) -> Iterator[tuple[int, int]]:
+    """`gbatch api serve --local-metrics` on a free loopback port: (port, its pid).
+    With `checkout`, that checkout's code (PYTHONPATH)."""
     process = subprocess.Popen(
         # One user's share lifted: this measures the API, not the per-user limits.
         [*API_SERVE, "--user-rate", "1000000", "--user-burst", "1000000"],
-        env=gbatch_env(home),
+        env=checkout_env(home, checkout),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -164,6 +185,13 @@ def api_server(home: Path) -> Iterator[tuple[int, int]]:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def checkout_env(home: Path, checkout: Path | None, gpus: int = 2) -> dict[str, str]:
+    env = gbatch_env(home, gpus)
+    if checkout is not None:
+        env["PYTHONPATH"] = str(checkout)
+    return env
 
 
 def mint(home: Path) -> str:
@@ -246,9 +274,56 @@ def timed_gets(
     return seconds, size
 
 
+LISTS = (
+    ("/api/v1/jobs", "records (the default), every job"),
+    ("/api/v1/jobs?format=columns", "format=columns, every job"),
+    ("/api/v1/jobs?limit=100", "a page of 100 (limit=100)"),
+)
+
+
+def lists_only(settings: Settings) -> None:
+    """(b) with each checkout's daemon and API in turn, on one store filled once."""
+    seconds: dict[tuple[Path, str], list[float]] = {}
+    with temp_home() as home:
+        for round_ in range(settings.rounds):
+            for checkout in settings.checkouts:
+                env = checkout_env(home, checkout, settings.gpus)
+                # cwd: `python -m gbatch` (the daemon) puts its directory first on sys.path,
+                # before PYTHONPATH; run from another checkout, it would run that code.
+                subprocess.run([str(GBATCH), "daemon", "start"], env=env, check=True, cwd=checkout)
+                try:
+                    if round_ == 0 and checkout == settings.checkouts[0]:
+                        fill_queue(home, settings.queue)
+                        time.sleep(1.0)
+                    with api_server(home, checkout) as (port, api_pid):
+                        client = Http(port, mint(home))
+                        pids = (api_pid, daemon_pid(home))
+                        print(f"round {round_ + 1}, {checkout}, load {load_average()}")
+                        for path, _ in LISTS:
+                            taken, _size = timed_gets(client, path, settings.samples, pids)
+                            seconds.setdefault((checkout, path), []).extend(taken)
+                finally:
+                    subprocess.run(
+                        [str(GBATCH), "daemon", "stop"], env=env, check=True, cwd=checkout
+                    )
+    for checkout in settings.checkouts:
+        for path, what in LISTS:
+            report(
+                f"(b) {checkout}: GET /api/v1/jobs, {what}, {settings.queue:,} pending",
+                [s * 1000 for s in seconds[(checkout, path)]],
+                "ms",
+                LIST_GOAL_MS,
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     settings = parse_args(argv)
     print(machine_note())
+    if settings.checkouts:
+        print(f"# load average before: {load_average()}", flush=True)
+        lists_only(settings)
+        print(f"# load average after: {load_average()}", flush=True)
+        return
     print(f"# load average before: {load_average()}", flush=True)
     with running_daemon(simulate_gpus=settings.gpus) as home:
         daemon = daemon_pid(home)

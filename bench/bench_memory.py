@@ -67,7 +67,15 @@ def config(jobs: int) -> str:
 def start(home: Path, checkout: Path) -> None:
     env = gbatch_env(home, GPUS)
     env["PYTHONPATH"] = str(checkout)
-    subprocess.run([str(GBATCH), "daemon", "start"], env=env, check=True, stdout=subprocess.DEVNULL)
+    # cwd: `python -m gbatch` (the daemon) puts its working directory first on sys.path,
+    # before PYTHONPATH: started from another checkout, it would run that one's code.
+    subprocess.run(
+        [str(GBATCH), "daemon", "start"],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=checkout,
+    )
 
 
 def stop(home: Path, checkout: Path) -> None:

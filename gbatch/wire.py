@@ -158,14 +158,17 @@ class Later:
 
 
 def materialised(reply: dict[str, Any]) -> dict[str, Any]:
-    """`reply` with its Streamed values decoded into lists and its Later values asked
-    for, in order: what a client reading its line would decode."""
+    """`reply` with its Streamed values (in it or in its mappings) decoded into lists
+    and its Later values asked for, in order: what a client reading its line would
+    decode."""
     out: dict[str, Any] = {}
     for key, value in reply.items():
         if isinstance(value, Streamed):
-            value = json.loads("[" + ",".join(value.runs) + "]")
+            value = json.loads("[" + ",".join(run for run in value.runs if run) + "]")
         elif isinstance(value, Later):
             value = value.value()
+        elif isinstance(value, dict):
+            value = materialised(value)
         out[key] = value
     return out
 
@@ -352,43 +355,92 @@ def listing_columns(
     """Listing rows as columns: rows of `_ROW_COLUMNS` then array_more (the head's
     Store.listing_rows), each row's spec cell a key that `spec_of` decodes (called once
     per distinct key). Brief specs alike are sent once."""
-    columns: dict[str, Any] = {name: [] for name in _ROW_COLUMNS}
-    if rows:
+    columns = ListingColumns(spec_of)
+    columns.add(rows)
+    return columns.made()
+
+
+class ListingColumns:
+    """listing_columns' columns made a page of rows at a time. With `as_text`, each
+    column is kept as its JSON text (a Streamed value, the text encode_reply writes for
+    the list) and the rows are let go page by page: a listing of 1,000,000 jobs holds
+    ~80 bytes of text a row instead of a dozen objects (issue 16). `most_keys`: spec
+    keys whose entry is remembered at once (a sweep's specs are each their own)."""
+
+    def __init__(
+        self, spec_of: Callable[[Any], JobSpec], *, as_text: bool = False, most_keys: int = 0
+    ) -> None:
+        self._spec_of = spec_of
+        self._as_text = as_text
+        self._most_keys = most_keys
+        self._columns: dict[str, list[Any]] = {
+            name: [] for name in (*_ROW_COLUMNS, "array", "task")
+        }
+        self._specs: list[dict[str, Any]] = []
+        self._brief_index: dict[tuple[Any, ...], int] = {}
+        # spec key -> (index into specs, array task, array position)
+        self._known: dict[Any, tuple[int, int | None, int]] = {}
+        self._more: list[list[Any]] = []
+        self._count = 0
+
+    def add(self, rows: Sequence[Sequence[Any]]) -> None:
+        """The next rows, in the listing's order."""
+        if not rows:
+            return
+        page: dict[str, list[Any]] = {}
         for name, values in zip(_ROW_COLUMNS, zip(*rows, strict=False), strict=False):
-            columns[name] = list(values)
-    specs: list[dict[str, Any]] = []
-    brief_index: dict[tuple[Any, ...], int] = {}
-    # spec key -> (index into specs, array task, array position)
-    known: dict[Any, tuple[int, int | None, int]] = {}
-    spec_column = []
-    arrays: list[int | None] = []
-    tasks: list[int | None] = []
-    for job_id, key in zip(columns["id"], columns["spec"], strict=True):
-        entry = known.get(key)
-        if entry is None:
-            spec = spec_of(key)
-            values = _brief_values(spec)
-            at = brief_index.get(values)
-            if at is None:
-                at = brief_index[values] = len(specs)
-                specs.append(_brief_spec(spec))
-            entry = known[key] = (at, spec.array_task, spec.array_pos)
-        spec_column.append(entry[0])
-        if entry[1] is None:
-            arrays.append(None)
-            tasks.append(None)
-        else:
-            arrays.append(job_id - entry[2])
-            tasks.append(entry[1])
-    columns["spec"] = spec_column
-    columns["specs"] = specs
-    columns["held"] = [bool(held) for held in columns["held"]]
-    columns["array"] = arrays
-    columns["task"] = tasks
-    columns["more"] = [
-        [at, [list(span) for span in row[11]]] for at, row in enumerate(rows) if row[11]
-    ]
-    return columns
+            page[name] = list(values)
+        known, most = self._known, self._most_keys
+        spec_column = []
+        arrays: list[int | None] = []
+        tasks: list[int | None] = []
+        for job_id, key in zip(page["id"], page["spec"], strict=True):
+            entry = known.get(key)
+            if entry is None:
+                spec = self._spec_of(key)
+                brief = _brief_values(spec)
+                at = self._brief_index.get(brief)
+                if at is None:
+                    at = self._brief_index[brief] = len(self._specs)
+                    self._specs.append(_brief_spec(spec))
+                if most and len(known) >= most:
+                    known.clear()
+                entry = known[key] = (at, spec.array_task, spec.array_pos)
+            spec_column.append(entry[0])
+            if entry[1] is None:
+                arrays.append(None)
+                tasks.append(None)
+            else:
+                arrays.append(job_id - entry[2])
+                tasks.append(entry[1])
+        page["spec"] = spec_column
+        page["held"] = [bool(held) for held in page["held"]]
+        page["array"] = arrays
+        page["task"] = tasks
+        for name, column in page.items():
+            if self._as_text:  # "[a,b]" -> "a,b": a run of Streamed's
+                self._columns[name].append(json.dumps(column, separators=COMPACT)[1:-1])
+            else:
+                self._columns[name].extend(column)
+        self._more.extend(
+            [self._count + at, [list(span) for span in row[11]]]
+            for at, row in enumerate(rows)
+            if row[11]
+        )
+        self._count += len(rows)
+
+    def made(self) -> dict[str, Any]:
+        """The columns, in listing_columns' order (taken once when `as_text`)."""
+        made = {name: self._column(name) for name in _ROW_COLUMNS}
+        made["specs"] = self._specs
+        made["array"] = self._column("array")
+        made["task"] = self._column("task")
+        made["more"] = self._more
+        return made
+
+    def _column(self, name: str) -> Any:
+        values = self._columns[name]
+        return Streamed(iter(values)) if self._as_text else values
 
 
 def listing_row(job: Job, spec: object) -> tuple[object, ...]:

@@ -35,7 +35,7 @@ from gbatch.head.store import (
     StoreError,
     StoreFull,
     Submission,
-    listing_specs,
+    listing_decoder,
 )
 from gbatch.head.tokens import MAX_LIFESPAN, TokenError, parse_scopes
 from gbatch.jobids import JobIdError, parse_job_ids
@@ -1065,23 +1065,7 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
             return {"jobs": [], "now": daemon.clock()}
         users = [caller.user]
     if request.columns and _narrow(request, ids):
-        # squeue's listing: the store's narrow rows, no Job per row.
-        private = daemon.config.private_data and not admin
-        # One row past the page tells whether more are left; a listing narrowed by uid
-        # after the store's is read whole (a page of it could come back short).
-        rows = daemon.store.listing_rows(
-            states=states,
-            users=users,
-            history=request.history,
-            since=request.since,
-            after=None if private else request.after,
-            limit=None if private or request.limit is None else request.limit + 1,
-        )
-        if private:
-            rows = [row for row in rows if row[1] == caller.uid]
-        rows, following = _page(rows, request, _row_job_id)
-        columns = wire.listing_columns(rows, listing_specs(rows))
-        return {"columns": columns, "now": daemon.clock(), **following}
+        return _listing_columns(daemon, caller, request, states, users, admin)
     if ids is None and not (
         request.table or request.columns or request.starts or request.gpu_usage
     ):
@@ -1125,6 +1109,57 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         usage = daemon.store.gpu_usage([(j.id, j.attempt) for j in found])
         reply["gpu_usage"] = [[run[0], *u.to_wire()] for run, u in usage.items()]
     return reply
+
+
+def _listing_columns(
+    daemon: Daemon,
+    caller: Caller,
+    request: wire.ListJobs,
+    states: list[JobState] | None,
+    users: Sequence[str] | None,
+    admin: bool,
+) -> dict[str, Any]:
+    """squeue's listing: the store's narrow rows (no Job per row), read a page at a
+    time (Store.listing_pages) into the columns' JSON text (wire.ListingColumns), so
+    that a listing of 1,000,000 jobs holds its text, not its rows (issue 16)."""
+    limit = request.limit
+    if limit is not None and limit < 1:
+        raise Refused("invalid", f"limit: {limit}; give 1 or more jobs a page")
+    private = daemon.config.private_data and not admin
+    columns = wire.ListingColumns(listing_decoder(), as_text=True, most_keys=_LISTING_KEYS)
+    following: dict[str, Any] = {}
+    if request.after is not None or limit is not None:
+        following["next"] = None
+    listed = 0
+    last: int | None = None
+    pages = daemon.store.listing_pages(
+        states=states,
+        users=users,
+        history=request.history,
+        since=request.since,
+        after=request.after,
+    )
+    try:
+        for page in pages:
+            if private:
+                page = [row for row in page if row[1] == caller.uid]
+            if limit is not None and listed + len(page) > limit:
+                # One more is left: the page ends at the last listed.
+                page = page[: limit - listed]
+                columns.add(page)
+                following["next"] = last if not page else _row_job_id(page[-1])
+                break
+            columns.add(page)
+            listed += len(page)
+            if page:
+                last = _row_job_id(page[-1])
+    finally:
+        pages.close()
+    return {"columns": columns.made(), "now": daemon.clock(), **following}
+
+
+# Spec keys ListingColumns remembers at once for a listing.
+_LISTING_KEYS = 10_000
 
 
 def _streamed_jobs(

@@ -1617,46 +1617,72 @@ class Store:
         cache (50,000) overflows and each listing rebuilt them all (~1.5 s); a Job per
         row is also most of a large listing's memory (issue 16). A page is read as one
         from SQLite, not cut from the whole listing."""
-        clauses: list[str] = []
-        params: list[object] = []
-        if after is not None:
-            clauses.append("id > ?")
-            params.append(after)
-        if states is None:
-            if not history:
-                clauses.append(f"state IN ({_ACTIVE_SQL})")
-        else:
-            clauses.append(f"state IN ({_marks(states)})")
-            params.extend(state.value for state in states)
-        if users is not None:
-            clauses.append(f"user IN ({_marks(users)})")
-            params.extend(users)
-        if history and since is not None:
-            clauses.append("submit_time >= ?")
-            params.append(since)
+        where, params = _listing_where(states, users, after, history, since)
         with self._lock:
             rows: list[tuple[object, ...]] = self._db.execute(
-                f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE "
-                f"{' AND '.join(clauses) or '1'} ORDER BY id"
+                f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE {where} ORDER BY id"
                 + ("" if limit is None else " LIMIT ?"),
                 params if limit is None else [*params, limit],
             ).fetchall()
-        if history:
-            wanted = list(JobState) if states is None else list(states)
-            tails = self.tails(states=wanted, users=users, since=since)
-        elif states is not None and JobState.PENDING not in states:
-            return rows
-        else:
-            tails = self.tails(states=[JobState.PENDING], users=users)
-        records = [tail.record() for tail in tails]
-        if after is not None:
-            records = [job for job in records if job.id > after]
+        records = self._listing_tails(states, users, after, history, since)
         if records:
-            rows.extend(wire.listing_row(job, job.spec) for job in records)
+            rows.extend(records)
             rows.sort(key=_row_id)  # nearly sorted already: a merge, cheap
             # The first `limit` of both: any row among them is among SQLite's first.
             del rows[len(rows) if limit is None else limit :]
         return rows
+
+    def listing_pages(
+        self,
+        *,
+        states: Collection[JobState] | None = None,
+        users: Collection[str] | None = None,
+        after: int | None = None,
+        history: bool = False,
+        since: float | None = None,
+    ) -> Generator[list[tuple[object, ...]], None, None]:
+        """listing_rows' rows (no `limit`), in pages read as they are taken: as
+        job_pages reads, in one snapshot on a read connection of its own, pages of
+        LISTING_PAGE rows and the tails' records among them. Close it when stopping
+        early."""
+        where, params = _listing_where(states, users, after, history, since)
+        with self._reading() as db:
+            tails = self._listing_tails(states, users, after, history, since, db)
+            tails.reverse()  # popped from the end, by id
+            cursor = db.execute(
+                f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE {where} ORDER BY id", params
+            )
+            while page := cursor.fetchmany(LISTING_PAGE):
+                if tails and _row_id(tails[-1]) <= _row_id(page[-1]):
+                    last = _row_id(page[-1])
+                    while tails and _row_id(tails[-1]) <= last:
+                        page.append(tails.pop())
+                    page.sort(key=_row_id)
+                yield page
+            if tails:
+                yield tails[::-1]
+
+    def _listing_tails(
+        self,
+        states: Collection[JobState] | None,
+        users: Collection[str] | None,
+        after: int | None,
+        history: bool,
+        since: float | None,
+        db: sqlite3.Connection | None = None,
+    ) -> list[tuple[object, ...]]:
+        """The rows listing_rows adds for array tails (their records), by id."""
+        if history:
+            wanted = list(JobState) if states is None else list(states)
+            tails = self.tails(states=wanted, users=users, since=since, db=db)
+        elif states is not None and JobState.PENDING not in states:
+            return []
+        else:
+            tails = self.tails(states=[JobState.PENDING], users=users, db=db)
+        records = [tail.record() for tail in tails]
+        return [
+            wire.listing_row(job, job.spec) for job in records if after is None or job.id > after
+        ]
 
     def _tail_records(
         self,
@@ -2200,6 +2226,34 @@ def _tail_from_row(row: Sequence[object]) -> ArrayTail:
     )
 
 
+def _listing_where(
+    states: Collection[JobState] | None,
+    users: Collection[str] | None,
+    after: int | None,
+    history: bool,
+    since: float | None,
+) -> tuple[str, list[object]]:
+    """Store.listing_rows' filters as a WHERE clause and its parameters."""
+    clauses: list[str] = []
+    params: list[object] = []
+    if after is not None:
+        clauses.append("id > ?")
+        params.append(after)
+    if states is None:
+        if not history:
+            clauses.append(f"state IN ({_ACTIVE_SQL})")
+    else:
+        clauses.append(f"state IN ({_marks(states)})")
+        params.extend(state.value for state in states)
+    if users is not None:
+        clauses.append(f"user IN ({_marks(users)})")
+        params.extend(users)
+    if history and since is not None:
+        clauses.append("submit_time >= ?")
+        params.append(since)
+    return " AND ".join(clauses) or "1", params
+
+
 def _job_where(
     ids: Collection[int] | None,
     id_ranges: Sequence[tuple[int, int]],
@@ -2300,21 +2354,32 @@ def _first(item: tuple[int, object, object]) -> int:
 
 
 def _listing_decoder() -> Callable[[str], JobSpec]:
-    """A spec decoder for a streamed listing: the shared cache's spec when it has one,
-    else decoded here and remembered for a while (sweeps' specs differ row by row: a
-    listing of 1,000,000 remembers at most _LISTING_SPECS of them at once, and leaves
-    the shared cache alone, as _uncached does)."""
+    """A spec decoder for a listing read in pages: through the shared cache for its
+    first _LISTING_SPECS specs to decode (a queue listed again decodes none), then
+    remembering at most _LISTING_SPECS at once of its own (sweeps' specs differ row by
+    row: a listing of 1,000,000 would only churn the shared cache, and hold its specs)."""
     seen: dict[str, JobSpec] = {}
+    shared = _LISTING_SPECS
 
     def decode(text: str) -> JobSpec:
+        nonlocal shared
         spec = _SPEC_CACHE.get(text) or seen.get(text)
         if spec is None:
+            if shared > 0:
+                shared -= 1
+                return _decode_spec(text)
             if len(seen) >= _LISTING_SPECS:
                 seen.clear()
             spec = seen[text] = _spec_from_text(text)
         return spec
 
     return decode
+
+
+def listing_decoder() -> Callable[[str | JobSpec], JobSpec]:
+    """listing_spec for a listing read in pages (listing_pages): see _listing_decoder."""
+    decode = _listing_decoder()
+    return lambda spec: spec if isinstance(spec, JobSpec) else decode(spec)
 
 
 _LISTING_SPECS = 10_000

@@ -313,3 +313,65 @@ def test_a_listing_that_fails_half_written_closes_the_connection(
         with pytest.raises(DaemonUnavailable, match="before its reply's end"):
             client.call(wire.ListJobs(brief=True))
         client.call(wire.Ping())  # served, on a new connection
+
+
+COLUMNS = {
+    "squeue": wire.ListJobs(brief=True, columns=True),
+    "squeue -t all": wire.ListJobs(history=True, brief=True, columns=True),
+    "squeue -t PD,CA": wire.ListJobs(brief=True, columns=True, states=("PD", "CA")),
+    "squeue -u alice": wire.ListJobs(brief=True, columns=True, users=("alice",)),
+    "a page": wire.ListJobs(brief=True, columns=True, after=1200, limit=1500),
+    "the last page": wire.ListJobs(brief=True, columns=True, after=1200, limit=100_000),
+}
+
+
+def columns_before(daemon: Daemon, caller: handlers.Caller, request: wire.ListJobs) -> bytes:
+    """The reply's line as jobs() made squeue's columns before it read them in pages
+    (every row at once, then the columns)."""
+    private = daemon.config.private_data and not handlers.is_admin(daemon, caller)
+    users = [caller.user] if private else (request.users or None)
+    rows = daemon.store.listing_rows(
+        states=handlers._states(request.states),
+        users=users,
+        history=request.history,
+        since=request.since,
+    )
+    if private:
+        rows = [row for row in rows if row[1] == caller.uid]
+    rows, following = handlers._page(rows, request, handlers._row_job_id)
+    columns = wire.listing_columns(rows, store.listing_specs(rows))
+    reply = {"ok": True, "columns": columns, "now": daemon.clock(), **following}
+    return json.dumps(reply, separators=wire.COMPACT).encode() + b"\n"
+
+
+@pytest.mark.parametrize("what", sorted(COLUMNS))
+def test_squeues_columns_read_in_pages_are_the_line_the_whole_rows_made_before(
+    daemon: Daemon, what: str
+) -> None:
+    request = COLUMNS[what]
+    varied_queue(daemon)
+    before = columns_before(daemon, ROOT, request)
+    reply = handlers.handle(daemon, ROOT, wire.encode_request(request), stream=True)
+    assert isinstance(reply["columns"]["id"], wire.Streamed)  # held as text, not rows
+    assert b"".join(wire.reply_pieces(reply)) == before
+    change_some(daemon)
+    daemon.config = replace(daemon.config, private_data=True)
+    for caller in (ROOT, ALICE):
+        again = handlers.handle(daemon, caller, wire.encode_request(request), stream=True)
+        assert b"".join(wire.reply_pieces(again)) == columns_before(daemon, caller, request)
+
+
+def test_squeues_columns_forget_spec_keys_past_their_bound_and_stay_the_same(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    varied_queue(daemon)
+    request = COLUMNS["squeue -t all"]
+    before = columns_before(daemon, ROOT, request)
+    monkeypatch.setattr(handlers, "_LISTING_KEYS", 7)
+    monkeypatch.setattr(store, "_LISTING_SPECS", 5)
+    monkeypatch.setattr(store, "_SPEC_CACHE", {})
+    reply = handlers.handle(daemon, ROOT, wire.encode_request(request), stream=True)
+    assert b"".join(wire.reply_pieces(reply)) == before
+    # The shared cache took the listing's first 5 specs, and its tails' records' (read
+    # as every tail is).
+    assert len(store._SPEC_CACHE) == 5 + len(daemon.store.tails())

@@ -1138,6 +1138,9 @@ def _listing_columns(
         history=request.history,
         since=request.since,
         after=request.after,
+        # One row past the page tells whether more are left; a listing narrowed by uid
+        # after the store's is read to its end (a page of it could come back short).
+        first=None if private or limit is None else limit + 1,
     )
     try:
         for page in pages:
@@ -1181,12 +1184,16 @@ def _streamed_jobs(
         raise Refused("invalid", f"limit: {limit}; give 1 or more jobs a page")
     private = daemon.config.private_data and not admin
     brief = daemon.brief_records if request.brief else None
+    narrowed = private or _filtered(request)
     pages = daemon.store.job_pages(
         states=states,
         users=users,
         finished=None if request.history else False,
         since=request.since if request.history else None,
         after=after,
+        # One row past the page tells whether more are left (when no filter after the
+        # store's may leave rows out).
+        first=None if narrowed or limit is None else limit + 1,
         known=None if brief is None else brief.known(),
     )
     following: dict[str, int | None] = {"next": None}

@@ -1558,6 +1558,7 @@ class Store:
         finished: bool | None = None,
         since: float | None = None,
         after: int | None = None,
+        first: int | None = None,
         known: Callable[[int, int], T | None] | None = None,
     ) -> Generator[list[tuple[int | None, Job | T]], None, None]:
         """What jobs() lists with these filters, by id, in pages read as they are taken:
@@ -1565,7 +1566,8 @@ class Store:
         its number. With `known`, a row for which known(id, change number) gives
         something comes as (change number, that) instead, and its Job is neither read
         whole nor built: a listing of jobs mostly unchanged since the last reads two
-        numbers a row.
+        numbers a row. `first`: only the first `first` rows by id (tails' records all
+        come, for the caller to cut: the first `first` of the whole are among them).
 
         Pages of LISTING_PAGE rows (and the tails' records among them), read in one
         snapshot on a read connection of its own (_reading): neither the listing's
@@ -1574,6 +1576,7 @@ class Store:
         the writers go on. The read ends when the generator is exhausted or closed
         (close it when stopping early)."""
         where, params = _job_where(None, (), states, users, finished, since, after)
+        order = "ORDER BY id" if first is None else f"ORDER BY id LIMIT {int(first)}"
         decode = _listing_decoder()
         with self._reading() as db:
             records = self._tail_records(None, (), states, users, finished, since, db)
@@ -1581,9 +1584,9 @@ class Store:
             tails.reverse()  # popped from the end, by id
             pages: Iterator[list[tuple[int, int | None, Any]]]
             if known is None:
-                pages = _stamped_pages(db, where, params, decode)
+                pages = _stamped_pages(db, where, order, params, decode)
             else:
-                pages = _known_pages(db, where, params, known, decode)
+                pages = _known_pages(db, where, order, params, known, decode)
             for page in pages:
                 if tails and tails[-1].id <= page[-1][0]:
                     last = page[-1][0]
@@ -1640,18 +1643,21 @@ class Store:
         after: int | None = None,
         history: bool = False,
         since: float | None = None,
+        first: int | None = None,
     ) -> Generator[list[tuple[object, ...]], None, None]:
-        """listing_rows' rows (no `limit`), in pages read as they are taken: as
-        job_pages reads, in one snapshot on a read connection of its own, pages of
-        LISTING_PAGE rows and the tails' records among them. Close it when stopping
+        """listing_rows' rows, in pages read as they are taken: as job_pages reads, in
+        one snapshot on a read connection of its own, pages of LISTING_PAGE rows and the
+        tails' records among them. `first`: as job_pages'. Close it when stopping
         early."""
         where, params = _listing_where(states, users, after, history, since)
+        if first is not None:
+            where += f" ORDER BY id LIMIT {int(first)}"
+        else:
+            where += " ORDER BY id"
         with self._reading() as db:
             tails = self._listing_tails(states, users, after, history, since, db)
             tails.reverse()  # popped from the end, by id
-            cursor = db.execute(
-                f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE {where} ORDER BY id", params
-            )
+            cursor = db.execute(f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE {where}", params)
             while page := cursor.fetchmany(LISTING_PAGE):
                 if tails and _row_id(tails[-1]) <= _row_id(page[-1]):
                     last = _row_id(page[-1])
@@ -2299,7 +2305,11 @@ _IDLE_READERS = 4
 
 
 def _stamped_pages(
-    db: sqlite3.Connection, where: str, params: list[object], decode: Callable[[str], JobSpec]
+    db: sqlite3.Connection,
+    where: str,
+    order: str,
+    params: list[object],
+    decode: Callable[[str], JobSpec],
 ) -> Iterator[list[tuple[int, int | None, Job]]]:
     """(id, change number, Job) of the jobs rows `where` matches, by id, a page at a
     time."""
@@ -2313,6 +2323,7 @@ def _stamped_pages(
 def _known_pages(
     db: sqlite3.Connection,
     where: str,
+    order: str,
     params: list[object],
     known: Callable[[int, int], T | None],
     decode: Callable[[str], JobSpec],
@@ -2320,7 +2331,7 @@ def _known_pages(
     """_stamped_pages, with what `known` gives for a row in place of its Job (see
     Store.job_pages): ids and change numbers first, then the other rows of each page
     whole, by id (a few) or as the page's id range (many), in the same snapshot."""
-    cursor = db.execute(f"SELECT id, changed FROM jobs WHERE {where} ORDER BY id", params)
+    cursor = db.execute(f"SELECT id, changed FROM jobs WHERE {where} {order}", params)
     while page := cursor.fetchmany(LISTING_PAGE):
         found: list[tuple[int, int | None, Job | T]] = []
         missing: dict[int, int] = {}  # id -> its place in found

@@ -289,6 +289,7 @@ class _Connection(socketserver.BaseRequestHandler):
         answered with an error any more: it is logged and the connection closed, and the
         client reads a line cut short."""
         seconds = self.server.limits.reply_seconds
+        clock = self.server.clock
         waited = 0.0
         size = 0
         pieces = wire.reply_pieces(reply)
@@ -298,9 +299,9 @@ class _Connection(socketserver.BaseRequestHandler):
                 if left <= 0:
                     raise TimeoutError
                 self.request.settimeout(left)
-                began = time.monotonic()
+                began = clock()
                 self.request.sendall(piece)
-                waited += time.monotonic() - began
+                waited += clock() - began
                 size += len(piece)
         except TimeoutError:
             outcome = f"refused: its reply was not taken within {seconds:g} s; connection closed"
@@ -345,6 +346,7 @@ class _Server(socketserver.ThreadingUnixStreamServer):
     def __init__(self, path: str, limits: Limits | None = None) -> None:
         super().__init__(path, _Connection)
         self.limits = limits or Limits()
+        self.clock = time.monotonic  # what a reply's writing is timed by
         self._counts_lock = threading.Lock()
         self._open: dict[int, int] = {}  # uid -> connections open, counted ones only
         self._exempt = {0, os.getuid()}

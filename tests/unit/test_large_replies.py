@@ -375,3 +375,29 @@ def test_squeues_columns_forget_spec_keys_past_their_bound_and_stay_the_same(
     # The shared cache took the listing's first 5 specs, and its tails' records' (read
     # as every tail is).
     assert len(store._SPEC_CACHE) == 5 + len(daemon.store.tails())
+
+
+def test_the_time_a_listing_takes_to_make_is_not_the_clients_to_take_it(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """reply_seconds bounds the time a client keeps gbatchd waiting to take a reply,
+    not the time gbatchd takes to make it while it writes (a listing of 1,000,000)."""
+    queue(daemon)
+    now = [0.0]
+    pages = daemon.store.job_pages
+
+    def slow(**filters: Any) -> Iterator[list[Any]]:
+        source = pages(**filters)
+        try:
+            for page in source:
+                now[0] += 20.0  # each page takes 20 s of the server's clock to make
+                yield page
+        finally:
+            source.close()
+
+    monkeypatch.setattr(daemon.store, "job_pages", slow)
+    limits = server.Limits(reply_seconds=30.0)
+    with serving(daemon, limits) as made, Client(socket_path(made), timeout=60) as client:
+        made.clock = lambda: now[0]
+        assert len(client.call(wire.ListJobs(brief=True))["jobs"]) == ROWS
+    assert now[0] >= 60.0  # three pages: twice the reply's bound, all of it making

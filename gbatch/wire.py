@@ -123,12 +123,14 @@ class BriefRecords:
 
         return find
 
-    def text(self, job: Job, changed: int | None) -> str:
+    def text(self, job: Job, changed: int | None, *, keep: bool = True) -> str:
         """The brief record's text of `job`, read from a row of change number `changed`
-        (None: not a row, an array tail's record, which is not remembered)."""
+        (None: not a row, an array tail's record, which is not remembered). `keep`:
+        remember it (a listing larger than the bound keeps none: sacct -a of 1,000,000
+        would hold 20,000 records of finished jobs, ~55 MB, for nothing)."""
         text = json.dumps(job_to_wire(job, brief=True), separators=COMPACT)
         made = self._made
-        if changed is not None and len(made) < self.most:
+        if keep and changed is not None and len(made) < self.most:
             made[job.id] = BriefRecord(changed, job, text)
         return text
 

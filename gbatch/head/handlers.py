@@ -31,11 +31,11 @@ from gbatch.head.idlegpu import IDLE_REASON
 from gbatch.head.store import (
     JobBrief,
     JobNotFound,
+    ListingSpecs,
     StateChange,
     StoreError,
     StoreFull,
     Submission,
-    listing_decoder,
 )
 from gbatch.head.tokens import MAX_LIFESPAN, TokenError, parse_scopes
 from gbatch.jobids import JobIdError, parse_job_ids
@@ -1126,7 +1126,8 @@ def _listing_columns(
     if limit is not None and limit < 1:
         raise Refused("invalid", f"limit: {limit}; give 1 or more jobs a page")
     private = daemon.config.private_data and not admin
-    columns = wire.ListingColumns(listing_decoder(), as_text=True, most_keys=_LISTING_KEYS)
+    specs = ListingSpecs()
+    columns = wire.ListingColumns(specs, as_text=True, most_keys=_LISTING_KEYS)
     following: dict[str, Any] = {}
     if request.after is not None or limit is not None:
         following["next"] = None
@@ -1141,6 +1142,7 @@ def _listing_columns(
         # One row past the page tells whether more are left; a listing narrowed by uid
         # after the store's is read to its end (a page of it could come back short).
         first=None if private or limit is None else limit + 1,
+        specs=specs,
     )
     try:
         for page in pages:
@@ -1185,6 +1187,7 @@ def _streamed_jobs(
     private = daemon.config.private_data and not admin
     brief = daemon.brief_records if request.brief else None
     narrowed = private or _filtered(request)
+    specs = ListingSpecs()
     pages = daemon.store.job_pages(
         states=states,
         users=users,
@@ -1195,6 +1198,7 @@ def _streamed_jobs(
         # store's may leave rows out).
         first=None if narrowed or limit is None else limit + 1,
         known=None if brief is None else brief.known(),
+        specs=specs,
     )
     following: dict[str, int | None] = {"next": None}
 
@@ -1212,7 +1216,8 @@ def _streamed_jobs(
                         if narrowed and not _shown(job, request, private, caller):
                             continue
                         if brief is not None:
-                            text = brief.text(job, changed)
+                            keep = specs.size() <= brief.most
+                            text = brief.text(job, changed, keep=keep)
                         else:
                             owner_view = admin or job.uid == caller.uid
                             text = json.dumps(

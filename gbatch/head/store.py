@@ -1560,6 +1560,7 @@ class Store:
         after: int | None = None,
         first: int | None = None,
         known: Callable[[int, int], T | None] | None = None,
+        specs: ListingSpecs | None = None,
     ) -> Generator[list[tuple[int | None, Job | T]], None, None]:
         """What jobs() lists with these filters, by id, in pages read as they are taken:
         (the row's change number, its Job) each, an array tail's record with None for
@@ -1568,6 +1569,7 @@ class Store:
         whole nor built: a listing of jobs mostly unchanged since the last reads two
         numbers a row. `first`: only the first `first` rows by id (tails' records all
         come, for the caller to cut: the first `first` of the whole are among them).
+        `specs`: the listing's spec decoder (a fresh one by default), told its size.
 
         Pages of LISTING_PAGE rows (and the tails' records among them), read in one
         snapshot on a read connection of its own (_reading): neither the listing's
@@ -1577,8 +1579,9 @@ class Store:
         (close it when stopping early)."""
         where, params = _job_where(None, (), states, users, finished, since, after)
         order = "ORDER BY id" if first is None else f"ORDER BY id LIMIT {int(first)}"
-        decode = _listing_decoder()
+        decode = specs or ListingSpecs()
         with self._reading() as db:
+            decode.count = _counter(db, where, params, first)
             records = self._tail_records(None, (), states, users, finished, since, db)
             tails = [job for job in records if after is None or job.id > after]
             tails.reverse()  # popped from the end, by id
@@ -1644,17 +1647,20 @@ class Store:
         history: bool = False,
         since: float | None = None,
         first: int | None = None,
+        specs: ListingSpecs | None = None,
     ) -> Generator[list[tuple[object, ...]], None, None]:
         """listing_rows' rows, in pages read as they are taken: as job_pages reads, in
         one snapshot on a read connection of its own, pages of LISTING_PAGE rows and the
-        tails' records among them. `first`: as job_pages'. Close it when stopping
-        early."""
+        tails' records among them. `first`: as job_pages'. `specs`: the listing's spec
+        decoder, told the listing's size. Close it when stopping early."""
         where, params = _listing_where(states, users, after, history, since)
-        if first is not None:
-            where += f" ORDER BY id LIMIT {int(first)}"
-        else:
-            where += " ORDER BY id"
         with self._reading() as db:
+            if specs is not None:
+                specs.count = _counter(db, where, params, first)
+            if first is not None:
+                where += f" ORDER BY id LIMIT {int(first)}"
+            else:
+                where += " ORDER BY id"
             tails = self._listing_tails(states, users, after, history, since, db)
             tails.reverse()  # popped from the end, by id
             cursor = db.execute(f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE {where}", params)
@@ -2360,37 +2366,59 @@ def _known_pages(
         yield found
 
 
+def _counter(
+    db: sqlite3.Connection, where: str, params: list[object], first: int | None
+) -> Callable[[], int]:
+    """The rows `where` matches (at most `first`), counted in db's snapshot when asked."""
+
+    def count() -> int:
+        (found,) = db.execute(f"SELECT count(*) FROM jobs WHERE {where}", params).fetchone()
+        return int(found) if first is None else min(int(found), first)
+
+    return count
+
+
 def _first(item: tuple[int, object, object]) -> int:
     return item[0]
 
 
-def _listing_decoder() -> Callable[[str], JobSpec]:
-    """A spec decoder for a listing read in pages: through the shared cache for its
-    first _LISTING_SPECS specs to decode (a queue listed again decodes none), then
-    remembering at most _LISTING_SPECS at once of its own (sweeps' specs differ row by
-    row: a listing of 1,000,000 would only churn the shared cache, and hold its specs)."""
-    seen: dict[str, JobSpec] = {}
-    shared = _LISTING_SPECS
+class ListingSpecs:
+    """Spec decoding for one listing read in pages, decided at the first spec it
+    decodes, by the listing's size (`count`, asked then): one no larger than the shared
+    spec cache decodes through it, as listing_specs does (a queue listed again decodes
+    none); a larger one leaves it alone (it would only churn it, and hold 10,000 of its
+    specs resident after it: ~25 MB at 100,000 sweep jobs) and remembers at most
+    _LISTING_SPECS of its own at once (a sweep's specs differ row by row)."""
 
-    def decode(text: str) -> JobSpec:
-        nonlocal shared
-        spec = _SPEC_CACHE.get(text) or seen.get(text)
+    def __init__(self) -> None:
+        self.count: Callable[[], int] = lambda: 0  # set by the listing once reading
+        self._size: int | None = None
+        self._decode: Callable[[str], JobSpec] | None = None
+        self._seen: dict[str, JobSpec] = {}
+
+    def size(self) -> int:
+        """The listing's size (counted once, when first asked)."""
+        if self._size is None:
+            self._size = self.count()
+        return self._size
+
+    def __call__(self, spec: str | JobSpec) -> JobSpec:
+        if isinstance(spec, JobSpec):
+            return spec
+        known = _SPEC_CACHE.get(spec)
+        if known is not None:
+            return known
+        if self._decode is None:
+            self._decode = _decode_spec if self.size() <= _SPEC_CACHE_MAX else self._bounded
+        return self._decode(spec)
+
+    def _bounded(self, text: str) -> JobSpec:
+        spec = self._seen.get(text)
         if spec is None:
-            if shared > 0:
-                shared -= 1
-                return _decode_spec(text)
-            if len(seen) >= _LISTING_SPECS:
-                seen.clear()
-            spec = seen[text] = _spec_from_text(text)
+            if len(self._seen) >= _LISTING_SPECS:
+                self._seen.clear()
+            spec = self._seen[text] = _spec_from_text(text)
         return spec
-
-    return decode
-
-
-def listing_decoder() -> Callable[[str | JobSpec], JobSpec]:
-    """listing_spec for a listing read in pages (listing_pages): see _listing_decoder."""
-    decode = _listing_decoder()
-    return lambda spec: spec if isinstance(spec, JobSpec) else decode(spec)
 
 
 _LISTING_SPECS = 10_000

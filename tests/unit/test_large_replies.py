@@ -361,20 +361,28 @@ def test_squeues_columns_read_in_pages_are_the_line_the_whole_rows_made_before(
         assert b"".join(wire.reply_pieces(again)) == columns_before(daemon, caller, request)
 
 
-def test_squeues_columns_forget_spec_keys_past_their_bound_and_stay_the_same(
-    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("what", ["squeue -t all", "sacct -a -S all"])
+def test_a_listing_larger_than_the_spec_cache_leaves_it_alone_and_lists_the_same(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch, what: str
 ) -> None:
     varied_queue(daemon)
-    request = COLUMNS["squeue -t all"]
-    before = columns_before(daemon, ROOT, request)
+    if what in COLUMNS:
+        request, before = COLUMNS[what], columns_before(daemon, ROOT, COLUMNS[what])
+    else:
+        request, before = STREAMED[what], listed_before(daemon, ROOT, STREAMED[what])
+    tails = {tail.spec for tail in daemon.store.tails()}  # read as every tail is
     monkeypatch.setattr(handlers, "_LISTING_KEYS", 7)
     monkeypatch.setattr(store, "_LISTING_SPECS", 5)
+    monkeypatch.setattr(store, "_SPEC_CACHE_MAX", 100)
     monkeypatch.setattr(store, "_SPEC_CACHE", {})
     reply = handlers.handle(daemon, ROOT, wire.encode_request(request), stream=True)
     assert b"".join(wire.reply_pieces(reply)) == before
-    # The shared cache took the listing's first 5 specs, and its tails' records' (read
-    # as every tail is).
-    assert len(store._SPEC_CACHE) == 5 + len(daemon.store.tails())
+    assert set(store._SPEC_CACHE.values()) <= tails  # none of the listing's rows'
+    monkeypatch.setattr(store, "_SPEC_CACHE_MAX", 50_000)  # no larger than the cache:
+    daemon.brief_records = wire.BriefRecords()  # (sacct's records made again)
+    reply = handlers.handle(daemon, ROOT, wire.encode_request(request), stream=True)
+    assert b"".join(wire.reply_pieces(reply)) == before
+    assert len(store._SPEC_CACHE) > 700  # its specs decoded through it, as before
 
 
 def test_the_time_a_listing_takes_to_make_is_not_the_clients_to_take_it(
@@ -401,3 +409,17 @@ def test_the_time_a_listing_takes_to_make_is_not_the_clients_to_take_it(
         made.clock = lambda: now[0]
         assert len(client.call(wire.ListJobs(brief=True))["jobs"]) == ROWS
     assert now[0] >= 60.0  # three pages: twice the reply's bound, all of it making
+
+
+def test_a_listing_larger_than_the_brief_records_bound_keeps_none_of_them(
+    daemon: Daemon,
+) -> None:
+    varied_queue(daemon)
+    daemon.brief_records = wire.BriefRecords(most=100)
+    before = listed_before(daemon, ROOT, STREAMED["sacct -a -S all"])
+    assert b"".join(streamed(daemon, ROOT, STREAMED["sacct -a -S all"])) == before
+    assert daemon.brief_records._made == {}  # 3,000 jobs: none kept
+    page = wire.ListJobs(brief=True, limit=50)
+    line = b"".join(streamed(daemon, ROOT, page))
+    assert len(daemon.brief_records._made) == 51  # the page and the one row past it
+    assert b"".join(streamed(daemon, ROOT, page)) == line == listed_before(daemon, ROOT, page)

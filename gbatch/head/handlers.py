@@ -1202,8 +1202,6 @@ def _streamed_jobs(
     )
     following: dict[str, int | None] = {"next": None}
 
-    narrowed = private or _filtered(request)
-
     def runs() -> Iterator[str]:
         listed = 0
         last = 0
@@ -1211,26 +1209,20 @@ def _streamed_jobs(
             for page in pages:
                 texts: list[str] = []
                 for changed, item in page:
-                    if isinstance(item, Job):
-                        job = item
-                        if narrowed and not _shown(job, request, private, caller):
-                            continue
-                        if brief is not None:
-                            keep = specs.size() <= brief.most
-                            text = brief.text(job, changed, keep=keep)
-                        else:
-                            owner_view = admin or job.uid == caller.uid
-                            text = json.dumps(
-                                _job_to_wire(job, owner_view=owner_view), separators=wire.COMPACT
-                            )
-                    else:  # a brief record remembered
-                        if narrowed and not _shown(item.job, request, private, caller):
-                            continue
-                        text, job = item.text, item.job
+                    job = item if isinstance(item, Job) else item.job
+                    if narrowed and not _shown(job, request, private, caller):
+                        continue
                     if listed == limit:  # one more is left: the page ends at the last
                         following["next"] = last
                         yield ",".join(texts)
                         return
+                    if not isinstance(item, Job):  # a brief record remembered
+                        text = item.text
+                    elif brief is not None:
+                        text = brief.text(job, changed, keep=specs.size() <= brief.most)
+                    else:
+                        record = _job_to_wire(job, owner_view=admin or job.uid == caller.uid)
+                        text = json.dumps(record, separators=wire.COMPACT)
                     texts.append(text)
                     listed += 1
                     last = job.id

@@ -67,8 +67,9 @@ def config(jobs: int) -> str:
 def start(home: Path, checkout: Path) -> None:
     env = gbatch_env(home, GPUS)
     env["PYTHONPATH"] = str(checkout)
-    # cwd: `python -m gbatch` (the daemon) puts its working directory first on sys.path,
-    # before PYTHONPATH: started from another checkout, it would run that one's code.
+    # From the checkout: the daemon runs as `python -m gbatch`, which puts its working
+    # directory first on sys.path, before PYTHONPATH (from another checkout's root, that
+    # one's code would run).
     subprocess.run(
         [str(GBATCH), "daemon", "start"],
         env=env,

@@ -26,6 +26,10 @@ between them (A, B, A, B, ...), so a busy machine weighs on both alike; (b)-(d) 
 on the first checkout only. A checkout may name further directories after it, joined
 with `:` as PYTHONPATH is (`--checkout .:/tmp/extra-site`: the branch with a package the
 shared interpreter lacks). `--submits-only` stops after (a).
+
+`--lists-only --checkout A --checkout B [--rounds N]`: (b) alone, the daemon and the API
+running each checkout's code in turn (A, B, A, B, ...; PYTHONPATH) on one store whose
+queue is filled once: a before/after comparison in one run.
 """
 
 from __future__ import annotations
@@ -105,6 +109,8 @@ class Settings:
     # whose code the daemons and APIs run: each a PYTHONPATH (a checkout, maybe more)
     checkouts: tuple[str, ...] = (str(REPO),)
     submits_only: bool = False  # (a) alone
+    lists_only: bool = False  # (b) alone, each checkout in turn on one store
+    rounds: int = 1  # --lists-only: rounds over the checkouts
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Settings:
@@ -119,6 +125,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         help="run the daemon and the API from this checkout (repeat: (a) alternates them)",
     )
     parser.add_argument("--submits-only", action="store_true", help="(a) alone")
+    parser.add_argument(
+        "--lists-only",
+        action="store_true",
+        help="(b) alone, with each --checkout's code in turn (default: this checkout)",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="with --lists-only")
     args = parser.parse_args(argv)
     checkouts = tuple(
         os.pathsep.join(str(Path(part).resolve()) for part in path.split(os.pathsep))
@@ -132,7 +144,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         settings = Settings(
             reps=5, submits=1_000, queue=QUEUE, samples=40, gpus=NODES * GPUS_PER_NODE
         )
-    return replace(settings, checkouts=checkouts, submits_only=args.submits_only)
+    return replace(
+        settings,
+        checkouts=checkouts,
+        submits_only=args.submits_only,
+        lists_only=args.lists_only,
+        rounds=args.rounds if args.lists_only else 1,
+    )
 
 
 def synthetic_nodes(nodes: int, gpus: int) -> list[dict[str, Any]]:
@@ -180,11 +198,14 @@ def checkout_daemon(checkout: str, gpus: int) -> Iterator[Path]:
     with temp_home() as home:
         env = checkout_env(home, checkout, gpus)
         run = [str(GBATCH), "daemon"]
-        subprocess.run([*run, "start"], env=env, check=True, stdout=subprocess.DEVNULL)
+        # cwd: `python -m gbatch` (the daemon) puts its directory first on sys.path,
+        # before PYTHONPATH; run from another checkout, it would run that code.
+        cwd = checkout.split(os.pathsep)[0]
+        subprocess.run([*run, "start"], env=env, check=True, stdout=subprocess.DEVNULL, cwd=cwd)
         try:
             yield home
         finally:
-            subprocess.run([*run, "stop"], env=env, check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([*run, "stop"], env=env, check=True, stdout=subprocess.DEVNULL, cwd=cwd)
 
 
 @contextmanager
@@ -326,10 +347,64 @@ def submit_run(stack: Stack, submits: int) -> None:
     stack.daemon_cpu += cpu_seconds(stack.daemon) - daemon_before
 
 
+LISTS = (
+    ("/api/v1/jobs", "records (the default), every job"),
+    ("/api/v1/jobs?format=columns", "format=columns, every job"),
+    ("/api/v1/jobs?limit=100", "a page of 100 (limit=100)"),
+)
+
+
+def lists_only(settings: Settings) -> None:
+    """(b) with each checkout's daemon and API in turn, on one store filled once."""
+    seconds: dict[tuple[str, str], list[float]] = {}
+    with temp_home() as home:
+        for round_ in range(settings.rounds):
+            for checkout in settings.checkouts:
+                env = checkout_env(home, checkout, settings.gpus)
+                # cwd: `python -m gbatch` (the daemon) puts its directory first on sys.path,
+                # before PYTHONPATH; run from another checkout, it would run that code.
+                subprocess.run(
+                    [str(GBATCH), "daemon", "start"],
+                    env=env,
+                    check=True,
+                    cwd=checkout.split(os.pathsep)[0],
+                )
+                try:
+                    if round_ == 0 and checkout == settings.checkouts[0]:
+                        fill_queue(home, settings.queue)
+                        time.sleep(1.0)
+                    with api_server(home, checkout) as (port, api_pid):
+                        client = Http(port, mint(home, checkout))
+                        pids = (api_pid, daemon_pid(home))
+                        print(f"round {round_ + 1}, {checkout}, load {load_average()}")
+                        for path, _ in LISTS:
+                            taken, _size = timed_gets(client, path, settings.samples, pids)
+                            seconds.setdefault((checkout, path), []).extend(taken)
+                finally:
+                    subprocess.run(
+                        [str(GBATCH), "daemon", "stop"],
+                        env=env,
+                        check=True,
+                        cwd=checkout.split(os.pathsep)[0],
+                    )
+    for checkout in settings.checkouts:
+        for path, what in LISTS:
+            report(
+                f"(b) {checkout}: GET /api/v1/jobs, {what}, {settings.queue:,} pending",
+                [s * 1000 for s in seconds[(checkout, path)]],
+                "ms",
+                LIST_GOAL_MS,
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     settings = parse_args(argv)
     print(machine_note())
     print(f"# load average before: {load_average()}", flush=True)
+    if settings.lists_only:
+        lists_only(settings)
+        print(f"# load average after: {load_average()}", flush=True)
+        return
     with ExitStack() as resources:
         stacks: list[Stack] = []
         for checkout in settings.checkouts:

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
 
+READ_BUFFER = 256 * 1024
+
+
 class DaemonUnavailable(Exception):
     """No daemon answers on the socket."""
 
@@ -117,7 +120,9 @@ class Client:
                 sock.close()
                 raise SocketPermissionDenied(self.socket_path) from err
         self._sock = sock
-        self._reader = sock.makefile("rb")
+        # A listing's line is megabytes (4 MB for 10,000 records): read in 256 kB
+        # chunks, not io's 8 kB (~1-2 ms less per such line).
+        self._reader = sock.makefile("rb", buffering=READ_BUFFER)
 
     def call(self, request: Request) -> dict[str, Any]:
         """Send one request; return the reply's fields or raise RequestFailed."""
@@ -186,6 +191,11 @@ class Client:
         if not line:
             self.close()
             raise DaemonUnavailable(self.socket_path, "the daemon closed the connection")
+        if not line.endswith(b"\n"):  # gbatchd ends every reply's line
+            self.close()
+            raise DaemonUnavailable(
+                self.socket_path, "the daemon closed the connection before its reply's end"
+            )
         return line
 
     def _closed_by_daemon(self) -> bool:

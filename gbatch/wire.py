@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect  # already loaded by dataclasses (gbatch.model): no start-up cost
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace  # loaded by gbatch.model already
 from math import isfinite
 from operator import attrgetter
@@ -16,6 +16,7 @@ from typing import (
     Any,
     ClassVar,
     Literal,
+    NamedTuple,
     Union,
     dataclass_transform,
     get_args,
@@ -83,51 +84,95 @@ def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
     }
 
 
-class EncodedList(list[Any]):
-    """A reply's list of records with each record's JSON text already made (`texts`:
-    json.dumps of each item with COMPACT separators), which encode_reply puts in the
-    reply's line as they are. Made whole by its maker and not changed after."""
-
-    def __init__(self, items: Sequence[Any], texts: Sequence[str]) -> None:
-        super().__init__(items)
-        self.texts = texts
-
-
 COMPACT = (",", ":")  # json.dumps's separators for reply lines: no spaces to send
 
 
+class BriefRecord(NamedTuple):
+    """A listed job's brief record as BriefRecords remembers it."""
+
+    changed: int  # the row's change number (the store's change feed) it was made from
+    job: Job
+    text: str  # json.dumps(job_to_wire(job, brief=True)) with COMPACT separators
+
+
 class BriefRecords:
-    """Listings' brief job records (job_to_wire(job, brief=True)) and their JSON text,
-    remembered per job while its Job is the same object: the store hands out one Job per
-    unchanged row (store._JOB_CACHE), so a queue of 10,000 mostly unchanged jobs is
-    listed again without 10,000 records built and encoded (~90 of ~140 ms). A changed
-    job is a new Job, so its record is made again. Shared by handler threads: a race
-    makes a record twice, never a wrong one."""
+    """Listings' brief job records' JSON text (job_to_wire(job, brief=True)),
+    remembered per job with the change number of the row it was made from: every write
+    of a jobs row gives it a new, higher number (the store's change feed), so a job
+    whose number is the same is unchanged, and a queue of 10,000 mostly unchanged jobs
+    is listed again reading two numbers a row, without its Jobs built, nor their
+    records made and encoded. Shared by handler threads: a race makes a record twice,
+    never a wrong one."""
 
     def __init__(self, most: int = 20_000) -> None:
         # Jobs remembered, ~1.5 kB each: once full, all are forgotten at the next
         # listing, and a listing longer than this makes the rest without keeping them.
         self.most = most
-        self._made: dict[int, tuple[Job, dict[str, Any], str]] = {}
+        self._made: dict[int, BriefRecord] = {}
 
-    def records(self, jobs: Sequence[Job]) -> EncodedList:
-        """[job_to_wire(job, brief=True) for job in jobs], with its text. The records are
-        shared with later listings: not to be changed."""
+    def known(self) -> Callable[[int, int], BriefRecord | None]:
+        """For one listing: the record remembered for (job id, change number), if any
+        (Store.job_pages' `known`)."""
         made = self._made
         if len(made) >= self.most:
-            made.clear()
-        items: list[dict[str, Any]] = []
-        texts: list[str] = []
-        for job in jobs:
-            known = made.get(job.id)
-            if known is None or known[0] is not job:
-                record = job_to_wire(job, brief=True)
-                known = (job, record, json.dumps(record, separators=COMPACT))
-                if len(made) < self.most:
-                    made[job.id] = known
-            items.append(known[1])
-            texts.append(known[2])
-        return EncodedList(items, texts)
+            made = self._made = {}  # replaced, not cleared: a listing under way keeps its
+
+        def find(job_id: int, changed: int) -> BriefRecord | None:
+            record = made.get(job_id)
+            return record if record is not None and record.changed == changed else None
+
+        return find
+
+    def text(self, job: Job, changed: int | None, *, keep: bool = True) -> str:
+        """The brief record's text of `job`, read from a row of change number `changed`
+        (None: not a row, an array tail's record, which is not remembered). `keep`:
+        remember it (a listing larger than the bound keeps none: sacct -a of 1,000,000
+        would hold 20,000 records of finished jobs, ~55 MB, for nothing)."""
+        text = json.dumps(job_to_wire(job, brief=True), separators=COMPACT)
+        made = self._made
+        if keep and changed is not None and len(made) < self.most:
+            made[job.id] = BriefRecord(changed, job, text)
+        return text
+
+
+class Streamed:
+    """A reply's list made while the reply is written (a listing streamed from the
+    store): `runs` yields the JSON text of its items a run at a time, each run's items
+    joined by "," without brackets. encode_reply's pieces write it as the list it is;
+    materialised() decodes it for a caller in-process. Taken once."""
+
+    def __init__(self, runs: Iterator[str]) -> None:
+        self.runs = runs
+
+    def close(self) -> None:
+        """Stop it where it is (a reply not written to its end): the store's read ends."""
+        close = getattr(self.runs, "close", None)
+        if close is not None:
+            close()
+
+
+class Later:
+    """A reply's value known only once the Streamed values before it have been written
+    (a page's "next"): `value()` is asked for when its turn comes."""
+
+    def __init__(self, value: Callable[[], object]) -> None:
+        self.value = value
+
+
+def materialised(reply: dict[str, Any]) -> dict[str, Any]:
+    """`reply` with its Streamed values (in it or in its mappings) decoded into lists
+    and its Later values asked for, in order: what a client reading its line would
+    decode."""
+    out: dict[str, Any] = {}
+    for key, value in reply.items():
+        if isinstance(value, Streamed):
+            value = json.loads("[" + ",".join(run for run in value.runs if run) + "]")
+        elif isinstance(value, Later):
+            value = value.value()
+        elif isinstance(value, dict):
+            value = materialised(value)
+        out[key] = value
+    return out
 
 
 def jobs_to_table(jobs: Sequence[Job]) -> dict[str, Any]:
@@ -312,43 +357,92 @@ def listing_columns(
     """Listing rows as columns: rows of `_ROW_COLUMNS` then array_more (the head's
     Store.listing_rows), each row's spec cell a key that `spec_of` decodes (called once
     per distinct key). Brief specs alike are sent once."""
-    columns: dict[str, Any] = {name: [] for name in _ROW_COLUMNS}
-    if rows:
+    columns = ListingColumns(spec_of)
+    columns.add(rows)
+    return columns.made()
+
+
+class ListingColumns:
+    """listing_columns' columns made a page of rows at a time. With `as_text`, each
+    column is kept as its JSON text (a Streamed value, the text encode_reply writes for
+    the list) and the rows are let go page by page: a listing of 1,000,000 jobs holds
+    ~80 bytes of text a row instead of a dozen objects (issue 16). `most_keys`: spec
+    keys whose entry is remembered at once (a sweep's specs are each their own)."""
+
+    def __init__(
+        self, spec_of: Callable[[Any], JobSpec], *, as_text: bool = False, most_keys: int = 0
+    ) -> None:
+        self._spec_of = spec_of
+        self._as_text = as_text
+        self._most_keys = most_keys
+        self._columns: dict[str, list[Any]] = {
+            name: [] for name in (*_ROW_COLUMNS, "array", "task")
+        }
+        self._specs: list[dict[str, Any]] = []
+        self._brief_index: dict[tuple[Any, ...], int] = {}
+        # spec key -> (index into specs, array task, array position)
+        self._known: dict[Any, tuple[int, int | None, int]] = {}
+        self._more: list[list[Any]] = []
+        self._count = 0
+
+    def add(self, rows: Sequence[Sequence[Any]]) -> None:
+        """The next rows, in the listing's order."""
+        if not rows:
+            return
+        page: dict[str, list[Any]] = {}
         for name, values in zip(_ROW_COLUMNS, zip(*rows, strict=False), strict=False):
-            columns[name] = list(values)
-    specs: list[dict[str, Any]] = []
-    brief_index: dict[tuple[Any, ...], int] = {}
-    # spec key -> (index into specs, array task, array position)
-    known: dict[Any, tuple[int, int | None, int]] = {}
-    spec_column = []
-    arrays: list[int | None] = []
-    tasks: list[int | None] = []
-    for job_id, key in zip(columns["id"], columns["spec"], strict=True):
-        entry = known.get(key)
-        if entry is None:
-            spec = spec_of(key)
-            values = _brief_values(spec)
-            at = brief_index.get(values)
-            if at is None:
-                at = brief_index[values] = len(specs)
-                specs.append(_brief_spec(spec))
-            entry = known[key] = (at, spec.array_task, spec.array_pos)
-        spec_column.append(entry[0])
-        if entry[1] is None:
-            arrays.append(None)
-            tasks.append(None)
-        else:
-            arrays.append(job_id - entry[2])
-            tasks.append(entry[1])
-    columns["spec"] = spec_column
-    columns["specs"] = specs
-    columns["held"] = [bool(held) for held in columns["held"]]
-    columns["array"] = arrays
-    columns["task"] = tasks
-    columns["more"] = [
-        [at, [list(span) for span in row[11]]] for at, row in enumerate(rows) if row[11]
-    ]
-    return columns
+            page[name] = list(values)
+        known, most = self._known, self._most_keys
+        spec_column = []
+        arrays: list[int | None] = []
+        tasks: list[int | None] = []
+        for job_id, key in zip(page["id"], page["spec"], strict=True):
+            entry = known.get(key)
+            if entry is None:
+                spec = self._spec_of(key)
+                brief = _brief_values(spec)
+                at = self._brief_index.get(brief)
+                if at is None:
+                    at = self._brief_index[brief] = len(self._specs)
+                    self._specs.append(_brief_spec(spec))
+                if most and len(known) >= most:
+                    known.clear()
+                entry = known[key] = (at, spec.array_task, spec.array_pos)
+            spec_column.append(entry[0])
+            if entry[1] is None:
+                arrays.append(None)
+                tasks.append(None)
+            else:
+                arrays.append(job_id - entry[2])
+                tasks.append(entry[1])
+        page["spec"] = spec_column
+        page["held"] = [bool(held) for held in page["held"]]
+        page["array"] = arrays
+        page["task"] = tasks
+        for name, column in page.items():
+            if self._as_text:  # "[a,b]" -> "a,b": a run of Streamed's
+                self._columns[name].append(json.dumps(column, separators=COMPACT)[1:-1])
+            else:
+                self._columns[name].extend(column)
+        self._more.extend(
+            [self._count + at, [list(span) for span in row[11]]]
+            for at, row in enumerate(rows)
+            if row[11]
+        )
+        self._count += len(rows)
+
+    def made(self) -> dict[str, Any]:
+        """The columns, in listing_columns' order (taken once when `as_text`)."""
+        made = {name: self._column(name) for name in _ROW_COLUMNS}
+        made["specs"] = self._specs
+        made["array"] = self._column("array")
+        made["task"] = self._column("task")
+        made["more"] = self._more
+        return made
+
+    def _column(self, name: str) -> Any:
+        values = self._columns[name]
+        return Streamed(iter(values)) if self._as_text else values
 
 
 def listing_row(job: Job, spec: object) -> tuple[object, ...]:
@@ -1023,8 +1117,15 @@ encode_reply turns into text at once."""
 
 def encode_reply(reply: Mapping[str, Any]) -> list[bytes]:
     """A reply's line, `json.dumps(reply, separators=COMPACT) + "\n"` byte for byte, as
-    a list of pieces (concatenated, they are that line): the daemon writes them one
-    after the other. An EncodedList's records go in as the texts it carries.
+    a list of pieces (concatenated, they are that line): reply_pieces', taken whole."""
+    return list(reply_pieces(reply))
+
+
+def reply_pieces(reply: Mapping[str, Any]) -> Generator[bytes, None, None]:
+    """A reply's line, `json.dumps(reply, separators=COMPACT) + "\n"` byte for byte,
+    in pieces made as they are taken: the daemon writes each before the next is made.
+    A Streamed list's items go in as its runs come, a Later value once the values
+    before it are written.
 
     A large listing's reply is never one string: json.dumps of 100,000 jobs would hold
     their whole text twice (the str, then its bytes) beside the reply's objects, and
@@ -1033,79 +1134,78 @@ def encode_reply(reply: Mapping[str, Any]) -> list[bytes]:
     client, which reads one line, cannot tell."""
     if all(type(key) is str and _small(item) for key, item in reply.items()):
         # A submit's or an action's few fields: one dumps (the walk below was ~20 us).
-        return [json.dumps(reply, separators=COMPACT).encode() + b"\n"]
-    pieces: list[bytes] = []
-    _encode_into(pieces, reply)
-    pieces.append(b"\n")
-    return _coalesced(pieces)
+        yield json.dumps(reply, separators=COMPACT).encode() + b"\n"
+        return
+    yield from _coalesced(_encoded(reply))
 
 
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
 def _small(value: object) -> bool:
-    """A scalar, or a short list of scalars: encoded whole, as _encode_into would."""
+    """A scalar, or a short list of scalars: encoded whole, as _encode would."""
     if isinstance(value, _JSON_SCALARS):
         return True
     return (
         isinstance(value, list | tuple)
-        and not isinstance(value, EncodedList)  # its texts go in as they are
         and len(value) <= 16
         and all(isinstance(item, _JSON_SCALARS) for item in value)
     )
 
 
-def _coalesced(pieces: list[bytes], least: int = 64 * 1024) -> list[bytes]:
+def _coalesced(pieces: Iterable[bytes], least: int = 64 * 1024) -> Iterator[bytes]:
     """`pieces` with each run of small ones joined (a small reply is one piece): one
     write each, not one per key."""
-    out: list[bytes] = []
     run: list[bytes] = []
     size = 0
     for piece in pieces:
         if len(piece) >= least:
             if run:
-                out.append(b"".join(run))
+                yield b"".join(run)
                 run, size = [], 0
-            out.append(piece)
+            yield piece
             continue
         run.append(piece)
         size += len(piece)
         if size >= least:
-            out.append(b"".join(run))
+            yield b"".join(run)
             run, size = [], 0
     if run:
-        out.append(b"".join(run))
-    return out
+        yield b"".join(run)
 
 
-def _encode_into(pieces: list[bytes], value: object) -> None:
+def _encoded(reply: Mapping[str, Any]) -> Iterator[bytes]:
+    yield from _encode(reply)
+    yield b"\n"
+
+
+def _encode(value: object) -> Iterator[bytes]:
     if isinstance(value, dict) and all(isinstance(key, str) for key in value):
         # json.dumps turns other keys (int, None, ...) into strings its own way: such a
         # mapping (never a large one) is encoded whole below.
-        pieces.append(b"{")
+        yield b"{"
         for i, (key, item) in enumerate(value.items()):
-            pieces.append((("," if i else "") + json.dumps(key) + ":").encode())
-            _encode_into(pieces, item)
-        pieces.append(b"}")
-    elif isinstance(value, EncodedList):
-        texts = value.texts
-        if not texts:
-            pieces.append(b"[]")
-        for start in range(0, len(texts), REPLY_PIECE_ITEMS):
-            head = "[" if start == 0 else ","
-            tail = "]" if start + REPLY_PIECE_ITEMS >= len(texts) else ""
-            pieces.append(
-                (head + ",".join(texts[start : start + REPLY_PIECE_ITEMS]) + tail).encode()
-            )
+            yield (("," if i else "") + json.dumps(key) + ":").encode()
+            yield from _encode(item)
+        yield b"}"
+    elif isinstance(value, Streamed):
+        head = "["
+        for run in value.runs:
+            if run:
+                yield (head + run).encode()
+                head = ","
+        yield b"[]" if head == "[" else b"]"
+    elif isinstance(value, Later):
+        yield from _encode(value.value())
     elif isinstance(value, list | tuple) and len(value) > REPLY_PIECE_ITEMS:
         for start in range(0, len(value), REPLY_PIECE_ITEMS):
             text = json.dumps(value[start : start + REPLY_PIECE_ITEMS], separators=COMPACT)
             # "[a,b]" -> "[a,b" first, ",c,d" between, ",e]" last.
             head = "[" if start == 0 else ","
             tail = "]" if start + REPLY_PIECE_ITEMS >= len(value) else ""
-            pieces.append((head + text[1:-1] + tail).encode())
+            yield (head + text[1:-1] + tail).encode()
     else:
-        pieces.append(json.dumps(value, separators=COMPACT).encode())
+        yield json.dumps(value, separators=COMPACT).encode()
 
 
 class BadRequest(ValueError):

@@ -314,6 +314,12 @@ def _reply_line(sock: Any, payload: bytes) -> bytes:
         from gbatch.client import DaemonUnavailable
 
         raise DaemonUnavailable(_socket_file(), "the daemon closed the connection")
+    if not line.endswith(b"\n"):  # gbatchd ends every reply's line
+        from gbatch.client import DaemonUnavailable
+
+        raise DaemonUnavailable(
+            _socket_file(), "the daemon closed the connection before its reply's end"
+        )
     return line
 
 

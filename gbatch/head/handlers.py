@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import grp
+import json
 import logging
 import os
 import pwd
@@ -32,6 +33,7 @@ from gbatch.head.store import (
     JobBrief,
     JobNotFound,
     ListingQuery,
+    ListingSpecs,
     StateChange,
     StoreError,
     StoreFull,
@@ -1068,23 +1070,11 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
     if request.view_page:
         return _view_page(daemon, caller, request, states, users, admin, ids)
     if request.columns and _narrow(request, ids):
-        # squeue's listing: the store's narrow rows, no Job per row.
-        private = daemon.config.private_data and not admin
-        # One row past the page tells whether more are left; a listing narrowed by uid
-        # after the store's is read whole (a page of it could come back short).
-        rows = daemon.store.listing_rows(
-            states=states,
-            users=users,
-            history=request.history,
-            since=request.since,
-            after=None if private else request.after,
-            limit=None if private or request.limit is None else request.limit + 1,
-        )
-        if private:
-            rows = [row for row in rows if row[1] == caller.uid]
-        rows, following = _page(rows, request, _row_job_id)
-        columns = wire.listing_columns(rows, listing_specs(rows))
-        return {"columns": columns, "now": daemon.clock(), **following}
+        return _listing_columns(daemon, caller, request, states, users, admin)
+    if ids is None and not (
+        request.table or request.columns or request.starts or request.gpu_usage
+    ):
+        return _streamed_jobs(daemon, caller, request, states, users, admin)
     if request.history:
         found = daemon.store.jobs(
             ids=ids, id_ranges=id_ranges, states=states, users=users, since=request.since
@@ -1114,7 +1104,7 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
     now = daemon.clock()
     records: list[dict[str, Any]]
     if request.brief:  # no env in a brief record: the same for every caller
-        records = daemon.brief_records.records(found)
+        records = [wire.job_to_wire(j, brief=True) for j in found]
     else:
         records = [_job_to_wire(j, owner_view=admin or j.uid == caller.uid) for j in found]
     reply: dict[str, Any] = {"jobs": records, "now": now, **following}
@@ -1178,6 +1168,131 @@ def _view_page(
     return reply
 
 
+def _listing_columns(
+    daemon: Daemon,
+    caller: Caller,
+    request: wire.ListJobs,
+    states: list[JobState] | None,
+    users: Sequence[str] | None,
+    admin: bool,
+) -> dict[str, Any]:
+    """squeue's listing: the store's narrow rows (no Job per row), read a page at a
+    time (Store.listing_pages) into the columns' JSON text (wire.ListingColumns), so
+    that a listing of 1,000,000 jobs holds its text, not its rows (issue 16)."""
+    limit = request.limit
+    if limit is not None and limit < 1:
+        raise Refused("invalid", f"limit: {limit}; give 1 or more jobs a page")
+    private = daemon.config.private_data and not admin
+    specs = ListingSpecs()
+    columns = wire.ListingColumns(specs, as_text=True, most_keys=_LISTING_KEYS)
+    following: dict[str, Any] = {}
+    if request.after is not None or limit is not None:
+        following["next"] = None
+    listed = 0
+    last: int | None = None
+    pages = daemon.store.listing_pages(
+        states=states,
+        users=users,
+        history=request.history,
+        since=request.since,
+        after=request.after,
+        # One row past the page tells whether more are left; a listing narrowed by uid
+        # after the store's is read to its end (a page of it could come back short).
+        first=None if private or limit is None else limit + 1,
+        specs=specs,
+    )
+    try:
+        for page in pages:
+            if private:
+                page = [row for row in page if row[1] == caller.uid]
+            if limit is not None and listed + len(page) > limit:
+                # One more is left: the page ends at the last listed.
+                page = page[: limit - listed]
+                columns.add(page)
+                following["next"] = last if not page else _row_job_id(page[-1])
+                break
+            columns.add(page)
+            listed += len(page)
+            if page:
+                last = _row_job_id(page[-1])
+    finally:
+        pages.close()
+    return {"columns": columns.made(), "now": daemon.clock(), **following}
+
+
+# Spec keys ListingColumns remembers at once for a listing.
+_LISTING_KEYS = 10_000
+
+
+def _streamed_jobs(
+    daemon: Daemon,
+    caller: Caller,
+    request: wire.ListJobs,
+    states: list[JobState] | None,
+    users: Sequence[str] | None,
+    admin: bool,
+) -> dict[str, Any]:
+    """jobs()' records of a listing not narrowed by ids, made while the reply is
+    written (wire.Streamed) from the store's pages (Store.job_pages): at most a page
+    of Jobs at once, however many are listed (issue 16: sacct -a -S all of 1,000,000
+    jobs built them all, 3.5 GB). Brief records of unchanged rows are the texts
+    remembered (wire.BriefRecords). The same reply, byte for byte, as building the
+    records whole (tests/unit/test_large_replies.py)."""
+    limit, after = request.limit, request.after
+    if limit is not None and limit < 1:
+        raise Refused("invalid", f"limit: {limit}; give 1 or more jobs a page")
+    private = daemon.config.private_data and not admin
+    brief = daemon.brief_records if request.brief else None
+    narrowed = private or _filtered(request)
+    specs = ListingSpecs()
+    pages = daemon.store.job_pages(
+        states=states,
+        users=users,
+        finished=None if request.history else False,
+        since=request.since if request.history else None,
+        after=after,
+        # One row past the page tells whether more are left (when no filter after the
+        # store's may leave rows out).
+        first=None if narrowed or limit is None else limit + 1,
+        known=None if brief is None else brief.known(),
+        specs=specs,
+    )
+    following: dict[str, int | None] = {"next": None}
+
+    def runs() -> Iterator[str]:
+        listed = 0
+        last = 0
+        try:
+            for page in pages:
+                texts: list[str] = []
+                for changed, item in page:
+                    job = item if isinstance(item, Job) else item.job
+                    if narrowed and not _shown(job, request, private, caller):
+                        continue
+                    if listed == limit:  # one more is left: the page ends at the last
+                        following["next"] = last
+                        yield ",".join(texts)
+                        return
+                    if not isinstance(item, Job):  # a brief record remembered
+                        text = item.text
+                    elif brief is not None:
+                        text = brief.text(job, changed, keep=specs.size() <= brief.most)
+                    else:
+                        record = _job_to_wire(job, owner_view=admin or job.uid == caller.uid)
+                        text = json.dumps(record, separators=wire.COMPACT)
+                    texts.append(text)
+                    listed += 1
+                    last = job.id
+                yield ",".join(texts)
+        finally:
+            pages.close()
+
+    reply: dict[str, Any] = {"jobs": wire.Streamed(runs()), "now": daemon.clock()}
+    if after is not None or limit is not None:
+        reply["next"] = wire.Later(lambda: following["next"])
+    return reply
+
+
 T = TypeVar("T")
 
 
@@ -1235,6 +1350,20 @@ def _narrowed(found: list[Job], request: wire.ListJobs) -> list[Job]:
         hosts = set(request.nodes)
         found = [j for j in found if j.node is not None and j.node in hosts]
     return found
+
+
+def _shown(job: Job, request: wire.ListJobs, private: bool, caller: Caller) -> bool:
+    """Whether a listing shows `job`: _narrowed's filters, and under private_data
+    (`private`) only the caller's own."""
+    return (
+        (not private or job.uid == caller.uid)
+        and (not request.names or job.spec.name in request.names)
+        and (
+            not request.partitions
+            or (job.spec.partition or IMPLICIT_PARTITION) in request.partitions
+        )
+        and (not request.nodes or (job.node is not None and job.node in request.nodes))
+    )
 
 
 def _expected_starts(
@@ -2062,8 +2191,10 @@ def dispatch(daemon: Daemon, caller: Caller, request: wire.Request) -> dict[str,
             assert_never(request)
 
 
-def handle(daemon: Daemon, caller: Caller, data: object) -> dict[str, Any]:
-    """Serve one request as parsed from its JSON line; the reply always has `ok`.
+def handle(daemon: Daemon, caller: Caller, data: object, *, stream: bool = False) -> dict[str, Any]:
+    """Serve one request as parsed from its JSON line; the reply always has `ok`. With
+    `stream`, a large listing's records may come as wire.Streamed (made as the reply
+    is written: wire.reply_pieces), else as the list a client would decode.
 
     A request of the wrong shape or types, or an unknown op, is refused as "invalid"
     (wire.decode_request says which field and why). A bug in a handler raises: the
@@ -2073,7 +2204,8 @@ def handle(daemon: Daemon, caller: Caller, data: object) -> dict[str, Any]:
     except wire.BadRequest as err:
         return wire.error_reply("invalid", str(err))
     try:
-        return {"ok": True, **dispatch(daemon, caller, request)}
+        reply = {"ok": True, **dispatch(daemon, caller, request)}
+        return reply if stream else wire.materialised(reply)
     except Refused as err:
         return wire.error_reply(err.kind, err.message)
     except JobNotFound as err:

@@ -260,13 +260,12 @@ class _Connection(socketserver.BaseRequestHandler):
                 return
             if line is None:
                 return
+            # A listing's records are made as its reply is written (wire.Streamed): the
+            # turn is held until the reply is written.
             with self.server.turn(caller):
                 reply = self._reply(caller, line)
-                pieces = wire.encode_reply(reply)
-                del reply  # a listing's objects go before its reply is written
-            size = sum(map(len, pieces))
-            sent = self._send(caller, pieces)
-            del pieces
+                sent, size = self._write(caller, reply)
+                del reply
             if size >= heap.TRIM_AFTER_BYTES:
                 heap.release_free_memory()
             if not sent:
@@ -278,28 +277,48 @@ class _Connection(socketserver.BaseRequestHandler):
         self.server.note(caller, "request", f"refused: {why}; connection closed")
         self._send(caller, wire.error_reply("invalid", f"bad request: {why}{advice}"))
 
-    def _send(self, caller: handlers.Caller, reply: dict[str, Any] | list[bytes]) -> bool:
-        """Write one reply (a dict, or wire.encode_reply's pieces), taking at most
-        reply_seconds in all (a client that stops reading holds this thread no longer);
-        False when the connection is done."""
+    def _send(self, caller: handlers.Caller, reply: dict[str, Any]) -> bool:
+        """Write one reply; False when the connection is done (see _write)."""
+        return self._write(caller, reply)[0]
+
+    def _write(self, caller: handlers.Caller, reply: dict[str, Any]) -> tuple[bool, int]:
+        """Write one reply, its pieces made as they are written (wire.reply_pieces), the
+        client taking at most reply_seconds in all to take them (a client that stops
+        reading holds this thread no longer; the time spent making the pieces is not
+        the client's). (False when the connection is done, the bytes written.) A reply
+        that fails while it is made (a store read streaming a listing) cannot be
+        answered with an error any more: it is logged and the connection closed, and the
+        client reads a line cut short."""
         seconds = self.server.limits.reply_seconds
-        if isinstance(reply, dict):
-            reply = wire.encode_reply(reply)
-        deadline = time.monotonic() + seconds
+        clock = self.server.clock
+        waited = 0.0
+        size = 0
+        pieces = wire.reply_pieces(reply)
         try:
-            for piece in reply:
-                left = deadline - time.monotonic()
+            for piece in pieces:
+                left = seconds - waited
                 if left <= 0:
                     raise TimeoutError
                 self.request.settimeout(left)
+                began = clock()
                 self.request.sendall(piece)
+                waited += clock() - began
+                size += len(piece)
         except TimeoutError:
             outcome = f"refused: its reply was not taken within {seconds:g} s; connection closed"
             self.server.note(caller, "reply", outcome)
-            return False
+            return False, size
         except OSError:
-            return False  # the client left before its reply (a timeout, ^C): nothing to tell
-        return True
+            return False, size  # the client left before its reply (a timeout, ^C)
+        except Exception:  # a reply's making failed half written: report, never die
+            log.exception("a reply failed while it was written; connection closed")
+            return False, size
+        finally:
+            pieces.close()
+            for value in reply.values():
+                if isinstance(value, wire.Streamed):
+                    value.close()
+        return True, size
 
     def _reply(self, caller: handlers.Caller, line: bytes | bytearray) -> dict[str, Any]:
         """The reply to one line. What is not JSON, or nests too deeply, is a bad request
@@ -310,7 +329,7 @@ class _Connection(socketserver.BaseRequestHandler):
         except wire.BadRequest as err:
             return wire.error_reply("invalid", str(err))
         try:
-            return handlers.handle(self.server.daemon, caller, data)
+            return handlers.handle(self.server.daemon, caller, data, stream=True)
         except Exception as err:  # the entry point of a request: report, never die
             op = data.get("op") if isinstance(data, dict) else None
             log.exception("request %s failed", handlers.loggable(repr(op)))
@@ -328,6 +347,7 @@ class _Server(socketserver.ThreadingUnixStreamServer):
     def __init__(self, path: str, limits: Limits | None = None) -> None:
         super().__init__(path, _Connection)
         self.limits = limits or Limits()
+        self.clock = time.monotonic  # what a reply's writing is timed by
         self._counts_lock = threading.Lock()
         self._open: dict[int, int] = {}  # uid -> connections open, counted ones only
         self._exempt = {0, os.getuid()}

@@ -2,7 +2,9 @@
 
 SQLite in WAL mode with synchronous=FULL, so a commit that `sbatch` acknowledged
 survives a power cut. Every write is one `BEGIN IMMEDIATE` transaction. The daemon
-is the only writer; its threads share one connection behind a lock.
+is the only writer; its threads share one connection behind a lock. A long read (a
+listing streamed into its reply) takes a connection of its own (Store.job_pages), so
+that writers are not kept waiting while it is read.
 """
 
 from __future__ import annotations
@@ -14,11 +16,20 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence, Sized
+from collections.abc import (
+    Callable,
+    Collection,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+    Sized,
+)
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from gbatch import arrays, wire
 from gbatch.config import make_private
@@ -241,6 +252,7 @@ _USER_QUEUE_AFTER = """
              AND (submit_time > ? OR (submit_time = ? AND id > ?))))
     ORDER BY queue_priority DESC, submit_time, id LIMIT ?
 """
+T = TypeVar("T")
 # Ids bound per `IN (...)` statement: well under SQLite's oldest variable limit (999).
 _IN_CHUNK = 500
 
@@ -656,10 +668,45 @@ class Store:
         self._db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
         self._secrets = SecretBox(path.parent / SECRET_KEY_FILE)
+        # Idle read connections for job_pages (each used by one reader at a time).
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
 
     def close(self) -> None:
+        with self._readers_lock:
+            for reader in self._readers:
+                reader.close()
+            self._readers.clear()
         with self._lock:
             self._db.close()
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """A read connection of its own, in one read transaction for the block: what it
+        reads is one snapshot, and, the store being in WAL mode, writers on the main
+        connection go on meanwhile (the snapshot holds back only the WAL's checkpoint).
+        Not behind the store's lock: a read of 1,000,000 rows must not stop the loop."""
+        with self._readers_lock:
+            db = self._readers.pop() if self._readers else None
+        if db is None:
+            db = sqlite3.connect(
+                str(self.path), isolation_level=None, check_same_thread=False, timeout=30
+            )
+            db.execute("PRAGMA query_only=1")
+        try:
+            db.execute("BEGIN")
+            try:
+                yield db
+            finally:
+                db.execute("COMMIT")
+        except BaseException:
+            db.close()
+            raise
+        with self._readers_lock:
+            if len(self._readers) < _IDLE_READERS:
+                self._readers.append(db)
+                return
+        db.close()
 
     # -- schema ---------------------------------------------------------------------
 
@@ -1850,32 +1897,7 @@ class Store:
         only the first `first` by id (tails' records all come, for the caller to cut:
         the first `first` of the whole are among them)."""
         asked_ids = ids
-        clauses: list[str] = []
-        params: list[object] = []
-        if id_ranges:
-            named = ["id BETWEEN ? AND ?"] * len(id_ranges)
-            params.extend(bound for pair in id_ranges for bound in pair)
-            if ids:
-                named.append(f"id IN ({_marks(ids)})")
-                params.extend(ids)
-            clauses.append(f"({' OR '.join(named)})")
-            ids = None
-        if finished is False and states is None:
-            clauses.append(f"state IN ({_ACTIVE_SQL})")
-        elif finished is True:
-            clauses.append(f"state NOT IN ({_ACTIVE_SQL})")
-        for column, values in (("id", ids), ("state", states), ("user", users)):
-            if values is not None:
-                items = [v.value if isinstance(v, JobState) else v for v in values]
-                clauses.append(f"{column} IN ({', '.join('?' * len(items))})")
-                params.extend(items)
-        if since is not None:
-            clauses.append("submit_time >= ?")
-            params.append(since)
-        if after is not None:
-            clauses.append("id > ?")
-            params.append(after)
-        where = " AND ".join(clauses) or "1"
+        where, params = _job_where(ids, id_ranges, states, users, finished, since, after)
         if limit is not None:
             where += f" ORDER BY id DESC LIMIT {int(limit)}"
             found = sorted(self._select_raw(where, params), key=lambda j: j.id)
@@ -1889,6 +1911,57 @@ class Store:
         if more:
             found = sorted([*found, *more], key=lambda job: job.id)
         return found
+
+    def job_pages(
+        self,
+        *,
+        states: Collection[JobState] | None = None,
+        users: Collection[str] | None = None,
+        finished: bool | None = None,
+        since: float | None = None,
+        after: int | None = None,
+        first: int | None = None,
+        known: Callable[[int, int], T | None] | None = None,
+        specs: ListingSpecs | None = None,
+    ) -> Generator[list[tuple[int | None, Job | T]], None, None]:
+        """What jobs() lists with these filters, by id, in pages read as they are taken:
+        (the row's change number, its Job) each, an array tail's record with None for
+        its number. With `known`, a row for which known(id, change number) gives
+        something comes as (change number, that) instead, and its Job is neither read
+        whole nor built: a listing of jobs mostly unchanged since the last reads two
+        numbers a row. `first`: only the first `first` rows by id (tails' records all
+        come, for the caller to cut: the first `first` of the whole are among them).
+        `specs`: the listing's spec decoder (a fresh one by default), told its size.
+
+        Pages of LISTING_PAGE rows (and the tails' records among them), read in one
+        snapshot on a read connection of its own (_reading): neither the listing's
+        Jobs nor the store's lock are held for its whole length, so a listing of
+        1,000,000 jobs is streamed into its reply a page at a time while the loop and
+        the writers go on. The read ends when the generator is exhausted or closed
+        (close it when stopping early)."""
+        where, params = _job_where(None, (), states, users, finished, since, after)
+        order = "ORDER BY id" if first is None else f"ORDER BY id LIMIT {int(first)}"
+        decode = specs or ListingSpecs()
+        with self._reading() as db:
+            decode.count = _counter(db, where, params, first)
+            records = self._tail_records(None, (), states, users, finished, since, db)
+            tails = [job for job in records if after is None or job.id > after]
+            tails.reverse()  # popped from the end, by id
+            pages: Iterator[list[tuple[int, int | None, Any]]]
+            if known is None:
+                pages = _stamped_pages(db, where, order, params, decode)
+            else:
+                pages = _known_pages(db, where, order, params, known, decode)
+            for page in pages:
+                if tails and tails[-1].id <= page[-1][0]:
+                    last = page[-1][0]
+                    while tails and tails[-1].id <= last:
+                        job = tails.pop()
+                        page.append((job.id, None, job))
+                    page.sort(key=_first)  # stable: a row before a record of its id
+                yield [(changed, item) for _, changed, item in page]
+            if tails:
+                yield [(None, job) for job in reversed(tails)]
 
     def listing_rows(
         self,
@@ -1912,42 +1985,16 @@ class Store:
         cache (50,000) overflows and each listing rebuilt them all (~1.5 s); a Job per
         row is also most of a large listing's memory (issue 16). A page is read as one
         from SQLite, not cut from the whole listing."""
-        clauses: list[str] = []
-        params: list[object] = []
-        if after is not None:
-            clauses.append("id > ?")
-            params.append(after)
-        if states is None:
-            if not history:
-                clauses.append(f"state IN ({_ACTIVE_SQL})")
-        else:
-            clauses.append(f"state IN ({_marks(states)})")
-            params.extend(state.value for state in states)
-        if users is not None:
-            clauses.append(f"user IN ({_marks(users)})")
-            params.extend(users)
-        if history and since is not None:
-            clauses.append("submit_time >= ?")
-            params.append(since)
+        where, params = _listing_where(states, users, after, history, since)
         with self._lock:
             rows: list[tuple[object, ...]] = self._db.execute(
-                f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE "
-                f"{' AND '.join(clauses) or '1'} ORDER BY id"
+                f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE {where} ORDER BY id"
                 + ("" if limit is None else " LIMIT ?"),
                 params if limit is None else [*params, limit],
             ).fetchall()
-        if history:
-            wanted = list(JobState) if states is None else list(states)
-            tails = self.tails(states=wanted, users=users, since=since)
-        elif states is not None and JobState.PENDING not in states:
-            return rows
-        else:
-            tails = self.tails(states=[JobState.PENDING], users=users)
-        records = [tail.record() for tail in tails]
-        if after is not None:
-            records = [job for job in records if job.id > after]
+        records = self._listing_tails(states, users, after, history, since)
         if records:
-            rows.extend(wire.listing_row(job, job.spec) for job in records)
+            rows.extend(records)
             rows.sort(key=_row_id)  # nearly sorted already: a merge, cheap
             # The first `limit` of both: any row among them is among SQLite's first.
             del rows[len(rows) if limit is None else limit :]
@@ -2128,6 +2175,64 @@ class Store:
             records = [job for job in records if job.id > query.after]
         return records
 
+    def listing_pages(
+        self,
+        *,
+        states: Collection[JobState] | None = None,
+        users: Collection[str] | None = None,
+        after: int | None = None,
+        history: bool = False,
+        since: float | None = None,
+        first: int | None = None,
+        specs: ListingSpecs | None = None,
+    ) -> Generator[list[tuple[object, ...]], None, None]:
+        """listing_rows' rows, in pages read as they are taken: as job_pages reads, in
+        one snapshot on a read connection of its own, pages of LISTING_PAGE rows and the
+        tails' records among them. `first`: as job_pages'. `specs`: the listing's spec
+        decoder, told the listing's size. Close it when stopping early."""
+        where, params = _listing_where(states, users, after, history, since)
+        with self._reading() as db:
+            if specs is not None:
+                specs.count = _counter(db, where, params, first)
+            if first is not None:
+                where += f" ORDER BY id LIMIT {int(first)}"
+            else:
+                where += " ORDER BY id"
+            tails = self._listing_tails(states, users, after, history, since, db)
+            tails.reverse()  # popped from the end, by id
+            cursor = db.execute(f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE {where}", params)
+            while page := cursor.fetchmany(LISTING_PAGE):
+                if tails and _row_id(tails[-1]) <= _row_id(page[-1]):
+                    last = _row_id(page[-1])
+                    while tails and _row_id(tails[-1]) <= last:
+                        page.append(tails.pop())
+                    page.sort(key=_row_id)
+                yield page
+            if tails:
+                yield tails[::-1]
+
+    def _listing_tails(
+        self,
+        states: Collection[JobState] | None,
+        users: Collection[str] | None,
+        after: int | None,
+        history: bool,
+        since: float | None,
+        db: sqlite3.Connection | None = None,
+    ) -> list[tuple[object, ...]]:
+        """The rows listing_rows adds for array tails (their records), by id."""
+        if history:
+            wanted = list(JobState) if states is None else list(states)
+            tails = self.tails(states=wanted, users=users, since=since, db=db)
+        elif states is not None and JobState.PENDING not in states:
+            return []
+        else:
+            tails = self.tails(states=[JobState.PENDING], users=users, db=db)
+        records = [tail.record() for tail in tails]
+        return [
+            wire.listing_row(job, job.spec) for job in records if after is None or job.id > after
+        ]
+
     def _tail_records(
         self,
         ids: Collection[int] | None,
@@ -2136,9 +2241,11 @@ class Store:
         users: Collection[str] | None,
         finished: bool | None,
         since: float | None,
+        db: sqlite3.Connection | None = None,
     ) -> list[Job]:
         """What jobs() adds for array tails: a task named by its id alone, and each tail
-        a range or no id filter at all takes in, as one record (Job.array_more)."""
+        a range or no id filter at all takes in, as one record (Job.array_more). `db`:
+        as tails' (with no ids only)."""
         if finished is True:
             wanted = [state for state in JobState if state.is_final]
         elif finished is False:
@@ -2166,6 +2273,7 @@ class Store:
                     users=users,
                     since=since,
                     overlapping=list(id_ranges) if ids is not None or id_ranges else None,
+                    db=db,
                 )
             )
         return found
@@ -2363,9 +2471,11 @@ class Store:
         uid: int | None = None,
         overlapping: Sequence[tuple[int, int]] | None = None,
         since: float | None = None,
+        db: sqlite3.Connection | None = None,
     ) -> list[ArrayTail]:
         """Array tails matching every given filter, by array id. `overlapping`: only
-        those whose ids meet one of these (FIRST, LAST) ranges."""
+        those whose ids meet one of these (FIRST, LAST) ranges. `db`: a read
+        connection of _reading's to read them on (else the store's own)."""
         clauses: list[str] = []
         params: list[object] = []
         if states is not None:
@@ -2388,11 +2498,12 @@ class Store:
             )
             params.extend(bound for first, last in overlapping for bound in (last, first))
         where = " AND ".join(clauses) or "1"
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT {_TAIL_COLUMNS} FROM array_tails WHERE {where} ORDER BY array_id",
-                params,
-            ).fetchall()
+        query = f"SELECT {_TAIL_COLUMNS} FROM array_tails WHERE {where} ORDER BY array_id"
+        if db is not None:
+            rows = db.execute(query, params).fetchall()
+        else:
+            with self._lock:
+                rows = self._db.execute(query, params).fetchall()
         return [_tail_from_row(row) for row in rows]
 
     def tail_of(self, job_id: int) -> ArrayTail | None:
@@ -2674,6 +2785,192 @@ def _tail_from_row(row: Sequence[object]) -> ArrayTail:
         end_time=end,  # type: ignore[arg-type]
         positions=tuple((int(a), int(b)) for a, b in json.loads(positions)),
     )
+
+
+def _listing_where(
+    states: Collection[JobState] | None,
+    users: Collection[str] | None,
+    after: int | None,
+    history: bool,
+    since: float | None,
+) -> tuple[str, list[object]]:
+    """Store.listing_rows' filters as a WHERE clause and its parameters."""
+    clauses: list[str] = []
+    params: list[object] = []
+    if after is not None:
+        clauses.append("id > ?")
+        params.append(after)
+    if states is None:
+        if not history:
+            clauses.append(f"state IN ({_ACTIVE_SQL})")
+    else:
+        clauses.append(f"state IN ({_marks(states)})")
+        params.extend(state.value for state in states)
+    if users is not None:
+        clauses.append(f"user IN ({_marks(users)})")
+        params.extend(users)
+    if history and since is not None:
+        clauses.append("submit_time >= ?")
+        params.append(since)
+    return " AND ".join(clauses) or "1", params
+
+
+def _job_where(
+    ids: Collection[int] | None,
+    id_ranges: Sequence[tuple[int, int]],
+    states: Collection[JobState] | None,
+    users: Collection[str] | None,
+    finished: bool | None,
+    since: float | None,
+    after: int | None,
+) -> tuple[str, list[object]]:
+    """Store.jobs' filters as a WHERE clause and its parameters."""
+    clauses: list[str] = []
+    params: list[object] = []
+    if id_ranges:
+        named = ["id BETWEEN ? AND ?"] * len(id_ranges)
+        params.extend(bound for pair in id_ranges for bound in pair)
+        if ids:
+            named.append(f"id IN ({_marks(ids)})")
+            params.extend(ids)
+        clauses.append(f"({' OR '.join(named)})")
+        ids = None
+    if finished is False and states is None:
+        clauses.append(f"state IN ({_ACTIVE_SQL})")
+    elif finished is True:
+        clauses.append(f"state NOT IN ({_ACTIVE_SQL})")
+    for column, values in (("id", ids), ("state", states), ("user", users)):
+        if values is not None:
+            items = [v.value if isinstance(v, JobState) else v for v in values]
+            clauses.append(f"{column} IN ({', '.join('?' * len(items))})")
+            params.extend(items)
+    if since is not None:
+        clauses.append("submit_time >= ?")
+        params.append(since)
+    if after is not None:
+        clauses.append("id > ?")
+        params.append(after)
+    return " AND ".join(clauses) or "1", params
+
+
+LISTING_PAGE = 1000
+"""Rows job_pages reads at once."""
+# Read connections kept idle for job_pages (a listing streaming holds one).
+_IDLE_READERS = 4
+
+
+def _stamped_pages(
+    db: sqlite3.Connection,
+    where: str,
+    order: str,
+    params: list[object],
+    decode: Callable[[str], JobSpec],
+) -> Iterator[list[tuple[int, int | None, Job]]]:
+    """(id, change number, Job) of the jobs rows `where` matches, by id, a page at a
+    time."""
+    cursor = db.execute(
+        f"SELECT changed, {_JOB_COLUMNS} FROM jobs WHERE {where} ORDER BY id", params
+    )
+    while page := cursor.fetchmany(LISTING_PAGE):
+        yield [(row[1], row[0], _build_job(row[1:], decode)) for row in page]
+
+
+def _known_pages(
+    db: sqlite3.Connection,
+    where: str,
+    order: str,
+    params: list[object],
+    known: Callable[[int, int], T | None],
+    decode: Callable[[str], JobSpec],
+) -> Iterator[list[tuple[int, int | None, Job | T]]]:
+    """_stamped_pages, with what `known` gives for a row in place of its Job (see
+    Store.job_pages): ids and change numbers first, then the other rows of each page
+    whole, by id (a few) or as the page's id range (many), in the same snapshot."""
+    cursor = db.execute(f"SELECT id, changed FROM jobs WHERE {where} {order}", params)
+    while page := cursor.fetchmany(LISTING_PAGE):
+        found: list[tuple[int, int | None, Job | T]] = []
+        missing: dict[int, int] = {}  # id -> its place in found
+        for job_id, changed in page:
+            have = known(job_id, changed)
+            if have is None:
+                missing[job_id] = len(found)
+                found.append((job_id, changed, None))  # type: ignore[arg-type] # filled below
+            else:
+                found.append((job_id, changed, have))
+        rows: Iterable[tuple[Any, ...]] = ()
+        if len(missing) > _IN_CHUNK:
+            first, last = next(iter(missing)), next(reversed(missing))
+            rows = db.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id BETWEEN ? AND ? AND {where}",
+                [first, last, *params],
+            )
+        elif missing:
+            rows = db.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id IN ({_marks(missing)})", list(missing)
+            )
+        for row in rows:
+            at = missing.get(row[0])
+            if at is not None:
+                found[at] = (row[0], found[at][1], _build_job(row, decode))
+        yield found
+
+
+def _counter(
+    db: sqlite3.Connection, where: str, params: list[object], first: int | None
+) -> Callable[[], int]:
+    """The rows `where` matches (at most `first`), counted in db's snapshot when asked."""
+
+    def count() -> int:
+        (found,) = db.execute(f"SELECT count(*) FROM jobs WHERE {where}", params).fetchone()
+        return int(found) if first is None else min(int(found), first)
+
+    return count
+
+
+def _first(item: tuple[int, object, object]) -> int:
+    return item[0]
+
+
+class ListingSpecs:
+    """Spec decoding for one listing read in pages, decided at the first spec it
+    decodes, by the listing's size (`count`, asked then): one no larger than the shared
+    spec cache decodes through it, as listing_specs does (a queue listed again decodes
+    none); a larger one leaves it alone (it would only churn it, and hold 10,000 of its
+    specs resident after it: ~25 MB at 100,000 sweep jobs) and remembers at most
+    _LISTING_SPECS of its own at once (a sweep's specs differ row by row)."""
+
+    def __init__(self) -> None:
+        self.count: Callable[[], int] = lambda: 0  # set by the listing once reading
+        self._size: int | None = None
+        self._decode: Callable[[str], JobSpec] | None = None
+        self._seen: dict[str, JobSpec] = {}
+
+    def size(self) -> int:
+        """The listing's size (counted once, when first asked)."""
+        if self._size is None:
+            self._size = self.count()
+        return self._size
+
+    def __call__(self, spec: str | JobSpec) -> JobSpec:
+        if isinstance(spec, JobSpec):
+            return spec
+        known = _SPEC_CACHE.get(spec)
+        if known is not None:
+            return known
+        if self._decode is None:
+            self._decode = _decode_spec if self.size() <= _SPEC_CACHE_MAX else self._bounded
+        return self._decode(spec)
+
+    def _bounded(self, text: str) -> JobSpec:
+        spec = self._seen.get(text)
+        if spec is None:
+            if len(self._seen) >= _LISTING_SPECS:
+                self._seen.clear()
+            spec = self._seen[text] = _spec_from_text(text)
+        return spec
+
+
+_LISTING_SPECS = 10_000
 
 
 def _chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:

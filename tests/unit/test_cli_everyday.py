@@ -326,7 +326,7 @@ def _both(
         b'{"ok":false,"kind":"permission","error":"not yours"}\n',
         b'{"ok":false,"kind":"strange","error":"?"}\n',
         None,
-        b'{"ok":true,"ids":[3]}',  # no newline: the daemon closed after it
+        b'{"ok":true,"ids":[3]}',  # no newline: the daemon closed before its end
     ],
 )
 def test_the_exchange_answers_and_fails_as_the_client(

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import platform
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from test_server_limits import ROOT, connect, serving, socket_path
 
 from gbatch import wire
-from gbatch.client import Client
+from gbatch.client import Client, DaemonUnavailable
 from gbatch.head import handlers, heap, server, store
 from gbatch.head.daemon import Daemon
 from gbatch.model import JobSpec, JobState
@@ -168,3 +171,255 @@ def test_the_history_as_narrow_rows_lists_what_the_jobs_would(
         **({} if request_.history else {"finished": False}),
     )
     assert json.dumps(narrow["columns"]) == json.dumps(wire.jobs_to_columns(found))
+
+
+ALICE = handlers.Caller(uid=1000, user="alice", pid=2)
+STREAMED = {
+    "sacct -a -S all": wire.ListJobs(history=True, brief=True),
+    "sacct, some states": wire.ListJobs(history=True, brief=True, states=("PD", "CA")),
+    "sacct -S": wire.ListJobs(history=True, brief=True, since=50.0, users=("root",)),
+    "GET /jobs": wire.ListJobs(brief=True),
+    "GET /jobs, pending": wire.ListJobs(brief=True, states=("PD",)),
+    "a page": wire.ListJobs(brief=True, after=1200, limit=1500),
+    "the last page": wire.ListJobs(brief=True, after=1200, limit=100_000),
+    "names": wire.ListJobs(brief=True, names=("j",), nodes=()),
+    "full records": wire.ListJobs(),
+    "full records, history": wire.ListJobs(history=True),
+}
+
+
+def listed_before(daemon: Daemon, caller: handlers.Caller, request: wire.ListJobs) -> bytes:
+    """The reply's line as jobs() made it before it streamed (the Jobs built whole,
+    then their records)."""
+    states = handlers._states(request.states)
+    users = request.users or None
+    admin = handlers.is_admin(daemon, caller)
+    if daemon.config.private_data and not admin:
+        users = [caller.user]
+    if request.history:
+        found = daemon.store.jobs(states=states, users=users, since=request.since)
+    else:
+        found = daemon.store.jobs(states=states, users=users, finished=False)
+    if daemon.config.private_data and not admin:
+        found = [job for job in found if job.uid == caller.uid]
+    found, following = handlers._page(handlers._narrowed(found, request), request, handlers._job_id)
+    if request.brief:
+        records = [wire.job_to_wire(job, brief=True) for job in found]
+    else:
+        records = [
+            handlers._job_to_wire(job, owner_view=admin or job.uid == caller.uid) for job in found
+        ]
+    reply = {"ok": True, "jobs": records, "now": daemon.clock(), **following}
+    return json.dumps(reply, separators=wire.COMPACT).encode() + b"\n"
+
+
+def streamed(daemon: Daemon, caller: handlers.Caller, request: wire.ListJobs) -> list[bytes]:
+    reply = handlers.handle(daemon, caller, wire.encode_request(request), stream=True)
+    assert isinstance(reply["jobs"], wire.Streamed)
+    return list(wire.reply_pieces(reply))
+
+
+def varied_queue(daemon: Daemon) -> None:
+    """More jobs than a reply's piece (and a store page): pending, held, cancelled, of
+    two users, and arrays whose tasks past the first are a tail (one record)."""
+    queue(daemon)  # root's, submitted at 0
+    daemon.clock = lambda: 100.0
+    spec = {"name": "a", "command": ["true"]}
+    for array in ("0-99", "0-49"):
+        submit = wire.encode_request(wire.Submit(spec=spec, array=array))
+        assert handlers.handle(daemon, ROOT, submit)["ok"]
+    more = [JobSpec(name="b", command=("true",), env=(("I", str(i)),)) for i in range(700)]
+    daemon.store.submit(more, ALICE.uid, ALICE.user, 100.0, held=True)
+    cancel = wire.Cancel(ids=tuple(range(2, 400, 3)))
+    assert handlers.handle(daemon, ROOT, wire.encode_request(cancel))["ok"]
+
+
+def change_some(daemon: Daemon) -> None:
+    """Jobs listed before, changed since: their records must be made again."""
+    release = wire.Release(ids=tuple(range(1000, 1100)))
+    assert handlers.handle(daemon, ROOT, wire.encode_request(release))["ok"]
+    daemon.store.set_pending_reasons({job_id: "Priority" for job_id in range(1050, 1300)})
+    cancel = wire.Cancel(ids=tuple(range(2000, 2600, 7)))
+    assert handlers.handle(daemon, ROOT, wire.encode_request(cancel))["ok"]
+
+
+@pytest.mark.parametrize("what", sorted(STREAMED))
+def test_a_streamed_listing_is_the_line_the_whole_records_made_before(
+    daemon: Daemon, what: str
+) -> None:
+    request = STREAMED[what]
+    varied_queue(daemon)
+    for caller in (ROOT, ALICE):
+        before = listed_before(daemon, caller, request)
+        for _ in range(2):  # made, then the remembered records
+            pieces = streamed(daemon, caller, request)
+            assert b"".join(pieces) == before
+        assert len(pieces) > 1 or len(before) < 64 * 1024  # written as it is made
+    change_some(daemon)
+    assert b"".join(streamed(daemon, ROOT, request)) == listed_before(daemon, ROOT, request)
+
+
+@pytest.mark.parametrize("what", ["sacct -a -S all", "GET /jobs", "a page", "full records"])
+def test_a_streamed_listing_under_private_data_shows_the_callers_own(
+    daemon: Daemon, what: str
+) -> None:
+    request = STREAMED[what]
+    varied_queue(daemon)
+    daemon.config = replace(daemon.config, private_data=True)
+    before = listed_before(daemon, ALICE, request)
+    assert b'"user":"alice"' in before and b'"user":"root"' not in before
+    assert b"".join(streamed(daemon, ALICE, request)) == before
+    assert b"".join(streamed(daemon, ROOT, request)) == listed_before(daemon, ROOT, request)
+
+
+def test_a_listing_streaming_holds_up_no_writer_and_lists_one_snapshot(daemon: Daemon) -> None:
+    queue(daemon)
+    request = wire.encode_request(wire.ListJobs(history=True, brief=True))
+    pieces = wire.reply_pieces(handlers.handle(daemon, ROOT, request, stream=True))
+    first = next(pieces)  # the read is under way, a page of it taken
+    written: list[list[int]] = []
+    writer = threading.Thread(
+        target=lambda: written.append(
+            daemon.store.submit([JobSpec(name="new", command=("true",))], 0, "root", 1)
+        )
+    )
+    writer.start()
+    writer.join(timeout=60)  # a bound on a broken test: a blocked writer never ends
+    assert not writer.is_alive() and written
+    (new,) = written[0]
+    line = json.loads(first + b"".join(pieces))
+    assert len(line["jobs"]) == ROWS and new not in {job["id"] for job in line["jobs"]}
+    again = handlers.handle(daemon, ROOT, request)
+    assert again["jobs"][-1]["id"] == new
+
+
+def test_a_listing_that_fails_half_written_closes_the_connection(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue(daemon)
+    pages = daemon.store.job_pages
+
+    def failing(**filters: Any) -> Iterator[list[Any]]:
+        source = pages(**filters)
+        try:
+            yield next(source)
+            raise store.StoreError("disk I/O error")
+        finally:
+            source.close()
+
+    monkeypatch.setattr(daemon.store, "job_pages", failing)
+    limits = server.Limits(reply_seconds=60.0)
+    with serving(daemon, limits) as made, Client(socket_path(made), timeout=60) as client:
+        with pytest.raises(DaemonUnavailable, match="before its reply's end"):
+            client.call(wire.ListJobs(brief=True))
+        client.call(wire.Ping())  # served, on a new connection
+
+
+COLUMNS = {
+    "squeue": wire.ListJobs(brief=True, columns=True),
+    "squeue -t all": wire.ListJobs(history=True, brief=True, columns=True),
+    "squeue -t PD,CA": wire.ListJobs(brief=True, columns=True, states=("PD", "CA")),
+    "squeue -u alice": wire.ListJobs(brief=True, columns=True, users=("alice",)),
+    "a page": wire.ListJobs(brief=True, columns=True, after=1200, limit=1500),
+    "the last page": wire.ListJobs(brief=True, columns=True, after=1200, limit=100_000),
+}
+
+
+def columns_before(daemon: Daemon, caller: handlers.Caller, request: wire.ListJobs) -> bytes:
+    """The reply's line as jobs() made squeue's columns before it read them in pages
+    (every row at once, then the columns)."""
+    private = daemon.config.private_data and not handlers.is_admin(daemon, caller)
+    users = [caller.user] if private else (request.users or None)
+    rows = daemon.store.listing_rows(
+        states=handlers._states(request.states),
+        users=users,
+        history=request.history,
+        since=request.since,
+    )
+    if private:
+        rows = [row for row in rows if row[1] == caller.uid]
+    rows, following = handlers._page(rows, request, handlers._row_job_id)
+    columns = wire.listing_columns(rows, store.listing_specs(rows))
+    reply = {"ok": True, "columns": columns, "now": daemon.clock(), **following}
+    return json.dumps(reply, separators=wire.COMPACT).encode() + b"\n"
+
+
+@pytest.mark.parametrize("what", sorted(COLUMNS))
+def test_squeues_columns_read_in_pages_are_the_line_the_whole_rows_made_before(
+    daemon: Daemon, what: str
+) -> None:
+    request = COLUMNS[what]
+    varied_queue(daemon)
+    before = columns_before(daemon, ROOT, request)
+    reply = handlers.handle(daemon, ROOT, wire.encode_request(request), stream=True)
+    assert isinstance(reply["columns"]["id"], wire.Streamed)  # held as text, not rows
+    assert b"".join(wire.reply_pieces(reply)) == before
+    change_some(daemon)
+    daemon.config = replace(daemon.config, private_data=True)
+    for caller in (ROOT, ALICE):
+        again = handlers.handle(daemon, caller, wire.encode_request(request), stream=True)
+        assert b"".join(wire.reply_pieces(again)) == columns_before(daemon, caller, request)
+
+
+@pytest.mark.parametrize("what", ["squeue -t all", "sacct -a -S all"])
+def test_a_listing_larger_than_the_spec_cache_leaves_it_alone_and_lists_the_same(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    varied_queue(daemon)
+    if what in COLUMNS:
+        request, before = COLUMNS[what], columns_before(daemon, ROOT, COLUMNS[what])
+    else:
+        request, before = STREAMED[what], listed_before(daemon, ROOT, STREAMED[what])
+    tails = {tail.spec for tail in daemon.store.tails()}  # read as every tail is
+    monkeypatch.setattr(handlers, "_LISTING_KEYS", 7)
+    monkeypatch.setattr(store, "_LISTING_SPECS", 5)
+    monkeypatch.setattr(store, "_SPEC_CACHE_MAX", 100)
+    monkeypatch.setattr(store, "_SPEC_CACHE", {})
+    reply = handlers.handle(daemon, ROOT, wire.encode_request(request), stream=True)
+    assert b"".join(wire.reply_pieces(reply)) == before
+    assert set(store._SPEC_CACHE.values()) <= tails  # none of the listing's rows'
+    monkeypatch.setattr(store, "_SPEC_CACHE_MAX", 50_000)  # no larger than the cache:
+    daemon.brief_records = wire.BriefRecords()  # (sacct's records made again)
+    reply = handlers.handle(daemon, ROOT, wire.encode_request(request), stream=True)
+    assert b"".join(wire.reply_pieces(reply)) == before
+    assert len(store._SPEC_CACHE) > 700  # its specs decoded through it, as before
+
+
+def test_the_time_a_listing_takes_to_make_is_not_the_clients_to_take_it(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """reply_seconds bounds the time a client keeps gbatchd waiting to take a reply,
+    not the time gbatchd takes to make it while it writes (a listing of 1,000,000)."""
+    queue(daemon)
+    now = [0.0]
+    pages = daemon.store.job_pages
+
+    def slow(**filters: Any) -> Iterator[list[Any]]:
+        source = pages(**filters)
+        try:
+            for page in source:
+                now[0] += 20.0  # each page takes 20 s of the server's clock to make
+                yield page
+        finally:
+            source.close()
+
+    monkeypatch.setattr(daemon.store, "job_pages", slow)
+    limits = server.Limits(reply_seconds=30.0)
+    with serving(daemon, limits) as made, Client(socket_path(made), timeout=60) as client:
+        made.clock = lambda: now[0]
+        assert len(client.call(wire.ListJobs(brief=True))["jobs"]) == ROWS
+    assert now[0] >= 60.0  # three pages: twice the reply's bound, all of it making
+
+
+def test_a_listing_larger_than_the_brief_records_bound_keeps_none_of_them(
+    daemon: Daemon,
+) -> None:
+    varied_queue(daemon)
+    daemon.brief_records = wire.BriefRecords(most=100)
+    before = listed_before(daemon, ROOT, STREAMED["sacct -a -S all"])
+    assert b"".join(streamed(daemon, ROOT, STREAMED["sacct -a -S all"])) == before
+    assert daemon.brief_records._made == {}  # 3,000 jobs: none kept
+    page = wire.ListJobs(brief=True, limit=50)
+    line = b"".join(streamed(daemon, ROOT, page))
+    assert len(daemon.brief_records._made) == 50  # the page's
+    assert b"".join(streamed(daemon, ROOT, page)) == line == listed_before(daemon, ROOT, page)

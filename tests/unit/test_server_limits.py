@@ -225,7 +225,9 @@ def test_one_users_requests_are_worked_on_one_at_a_time_and_an_admins_are_not(
     lock = threading.Lock()
     admins_together = threading.Barrier(2, timeout=30)
 
-    def handle(daemon: Daemon, caller: handlers.Caller, data: object) -> dict[str, object]:
+    def handle(
+        daemon: Daemon, caller: handlers.Caller, data: object, *, stream: bool = False
+    ) -> dict[str, object]:
         with lock:
             inside.append(caller.uid)
             most[caller.uid] = max(most.get(caller.uid, 0), inside.count(caller.uid))

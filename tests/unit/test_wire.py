@@ -12,6 +12,8 @@ from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.tui.data import JobDecoder
 from gbatch.wire import (
     BriefRecords,
+    Later,
+    Streamed,
     encode_reply,
     event_from_wire,
     event_to_wire,
@@ -20,6 +22,7 @@ from gbatch.wire import (
     jobs_from_table,
     jobs_to_columns,
     jobs_to_table,
+    materialised,
     node_from_wire,
     node_to_wire,
     table_labels,
@@ -330,43 +333,62 @@ def test_node_in_every_state_round_trips(state: NodeState) -> None:
 def test_brief_records_are_job_to_wire_s_and_their_text_is_json_s() -> None:
     array_task = replace(full_job(), id=4712, spec=replace(full_spec(), array_task=3))
     jobs = [full_job(), array_task, replace(full_job(), id=4713, state=JobState.PENDING)]
-    records = BriefRecords().records(jobs)
-    assert list(records) == [job_to_wire(job, brief=True) for job in jobs]
-    assert [json.loads(text) for text in records.texts] == list(records)
-    reply = {"ok": True, "jobs": records, "now": T0, "next": None}
-    whole = json.dumps(reply, separators=(",", ":")).encode() + b"\n"
-    assert b"".join(encode_reply(reply)) == whole
-    empty = {"ok": True, "jobs": BriefRecords().records([])}
-    assert b"".join(encode_reply(empty)) == b'{"ok":true,"jobs":[]}\n'
+    made = BriefRecords()
+    texts = [made.text(job, changed) for changed, job in enumerate(jobs, start=1)]
+    assert [json.loads(text) for text in texts] == [job_to_wire(job, brief=True) for job in jobs]
+    assert texts == [json.dumps(json.loads(t), separators=(",", ":")) for t in texts]
 
 
-def test_many_brief_records_go_in_pieces_that_make_json_s_line() -> None:
+def streamed(texts: list[str], run: int) -> Streamed:
+    return Streamed(iter([",".join(texts[i : i + run]) for i in range(0, len(texts), run)]))
+
+
+@pytest.mark.parametrize("run", [1, 2, 1000])
+def test_a_streamed_list_in_pieces_makes_json_s_line(run: int) -> None:
     jobs = [replace(full_job(), id=n) for n in range(1, 2502)]
-    reply = {"ok": True, "jobs": BriefRecords().records(jobs), "now": T0}
+    records = [job_to_wire(job, brief=True) for job in jobs]
+    texts = [json.dumps(record, separators=(",", ":")) for record in records]
+    later = lambda: 7  # noqa: E731
+    reply = {"ok": True, "jobs": streamed(texts, run), "now": T0, "next": Later(later)}
     pieces = encode_reply(reply)
-    whole = json.dumps(reply, separators=(",", ":")).encode() + b"\n"
-    assert b"".join(pieces) == whole
+    whole = {"ok": True, "jobs": records, "now": T0, "next": 7}
+    assert b"".join(pieces) == json.dumps(whole, separators=(",", ":")).encode() + b"\n"
     assert len(pieces) > 1
+    again = {"ok": True, "jobs": streamed(texts, run), "now": T0, "next": Later(later)}
+    assert materialised(again) == whole
 
 
-def test_a_brief_record_is_made_again_once_its_job_changes() -> None:
+def test_an_empty_streamed_list_is_an_empty_list() -> None:
+    reply = {"ok": True, "jobs": Streamed(iter(["", ""])), "now": T0}
+    assert b"".join(encode_reply(reply)) == b'{"ok":true,"jobs":[],"now":%s}\n' % str(T0).encode()
+    assert materialised({"jobs": Streamed(iter(()))}) == {"jobs": []}
+
+
+def test_a_brief_record_is_remembered_by_its_rows_change_number() -> None:
     made = BriefRecords()
     job = full_job()
-    first = made.records([job])
-    assert made.records([job])[0] is first[0]  # the same Job: remembered
+    text = made.text(job, 5)
+    found = made.known()(job.id, 5)
+    assert found is not None and found.text == text and found.job is job
+    assert made.known()(job.id, 6) is None  # the row was written since: made again
     moved = replace(job, state=JobState.RUNNING, reason="")
-    again = made.records([moved])
-    assert again[0]["state"] == "RUNNING" and again[0]["reason"] == ""
-    assert json.loads(again.texts[0])["state"] == "RUNNING"
+    assert json.loads(made.text(moved, 6))["state"] == "RUNNING"
+    assert made.known()(job.id, 5) is None
+    assert made.text(moved, None) and made.known()(job.id, 6) is not None
 
 
 def test_brief_records_keep_no_more_than_their_bound() -> None:
     made = BriefRecords(most=2)
     jobs = [replace(full_job(), id=n) for n in range(1, 5)]
-    assert made.records(jobs) == [job_to_wire(job, brief=True) for job in jobs]
+    find = made.known()
+    texts = [made.text(job, 1) for job in jobs]
+    assert [json.loads(t) for t in texts] == [job_to_wire(job, brief=True) for job in jobs]
     assert len(made._made) == 2  # a listing longer than the bound keeps only the bound
-    kept = made.records(jobs[:1])  # full: all forgotten, then the one listed kept
-    assert kept == [job_to_wire(jobs[0], brief=True)]
+    assert find(1, 1) is not None and find(4, 1) is None
+    again = made.known()  # full: all forgotten at the next listing...
+    assert again(1, 1) is None
+    assert find(1, 1) is not None  # ...not under the one still listing
+    made.text(jobs[0], 1)
     assert list(made._made) == [1]
 
 
@@ -394,8 +416,7 @@ def test_a_small_reply_is_one_piece_of_json_s_line() -> None:
     ):
         whole = json.dumps(reply, separators=(",", ":")).encode() + b"\n"
         assert encode_reply(reply) == [whole]
-    # A record list made ahead keeps its texts, even when short: not dumped again.
-    made = BriefRecords().records([full_job()])
-    made.texts[0] = made.texts[0].replace('"state"', '"state" ')  # tell the texts apart
+    # A list streamed as its texts keeps them, even when short: not dumped again.
+    made = Streamed(iter(['{"state" :"PENDING"}']))  # a space tells the texts apart
     line = b"".join(encode_reply({"ok": True, "jobs": made}))
-    assert b'"state" :' in line
+    assert line == b'{"ok":true,"jobs":[{"state" :"PENDING"}]}\n'

@@ -120,10 +120,13 @@ def temp_home(prefix: str = "gbatch-bench-") -> Iterator[Path]:
 
 
 def start_daemon(home: Path, simulate_gpus: int = 2) -> Path:
-    """`gbatch daemon start` (returns once the socket answers); the socket's path."""
+    """`gbatch daemon start` (returns once the socket answers); the socket's path. The
+    daemon runs this checkout's code (python_env), as the bench itself does: without it,
+    a venv's editable install would serve another checkout's (e.g. a worktree's bench
+    run with main's venv would time main's daemon)."""
     subprocess.run(
         [str(GBATCH), "daemon", "start"],
-        env=gbatch_env(home, simulate_gpus),
+        env=python_env(home, simulate_gpus),
         check=True,
         stdout=subprocess.DEVNULL,
     )
@@ -133,7 +136,7 @@ def start_daemon(home: Path, simulate_gpus: int = 2) -> Path:
 def stop_daemon(home: Path) -> None:
     subprocess.run(
         [str(GBATCH), "daemon", "stop"],
-        env=gbatch_env(home),
+        env=python_env(home),
         check=True,
         stdout=subprocess.DEVNULL,
     )

@@ -157,3 +157,29 @@ def test_help_runs_without_slurm_or_root() -> None:
     assert done.returncode == 0, done.stderr
     assert "--sizes" in done.stdout
     assert "--quick" in done.stdout
+
+
+def test_the_benches_daemon_runs_this_checkouts_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """start_daemon/stop_daemon put this checkout on the daemon's PYTHONPATH, so that a
+    worktree's bench run with another checkout's venv (editable install) does not time
+    that other checkout's daemon."""
+    import common
+
+    calls: list[tuple[list[str], dict[str, str]]] = []
+
+    def run(argv: list[str], **kwargs: object) -> None:
+        env = kwargs["env"]
+        assert isinstance(env, dict)
+        calls.append((argv, env))
+
+    monkeypatch.setenv("PYTHONPATH", "/some/other/checkout")
+    monkeypatch.setattr(common.subprocess, "run", run)
+    common.start_daemon(tmp_path, 8)
+    common.stop_daemon(tmp_path)
+    assert [argv[-1] for argv, _ in calls] == ["start", "stop"]
+    for _, env in calls:
+        assert env["PYTHONPATH"] == str(BENCH.parent)
+        assert env["GBATCH_HOME"] == str(tmp_path)
+    assert calls[0][1]["GBATCH_SIMULATE_GPUS"] == "8"

@@ -2027,7 +2027,9 @@ class Store:
         if query.sort not in LISTING_SORTS:
             raise ValueError(f"unknown listing sort {query.sort!r}")
         base, params = self._page_base(query)
-        records = self._tail_listing(query)
+        records = self._tail_jobs(
+            query.states, query.users, query.after, query.history, query.since, uid=query.uid
+        )
         narrow: list[str] = []
         narrow_params: list[object] = []
         if query.shown_states is not None:
@@ -2161,20 +2163,6 @@ class Store:
             per_state[job.state.value] = per_state.get(job.state.value, 0) + 1
         return per_state
 
-    def _tail_listing(self, query: ListingQuery) -> list[Job]:
-        """The array tails' records listing_page lists (as listing_rows adds them)."""
-        if query.history:
-            wanted = list(JobState) if query.states is None else list(query.states)
-            tails = self.tails(states=wanted, users=query.users, uid=query.uid, since=query.since)
-        elif query.states is not None and JobState.PENDING not in query.states:
-            return []
-        else:
-            tails = self.tails(states=[JobState.PENDING], users=query.users, uid=query.uid)
-        records = [tail.record() for tail in tails]
-        if query.after is not None:
-            records = [job for job in records if job.id > query.after]
-        return records
-
     def listing_pages(
         self,
         *,
@@ -2221,17 +2209,30 @@ class Store:
         db: sqlite3.Connection | None = None,
     ) -> list[tuple[object, ...]]:
         """The rows listing_rows adds for array tails (their records), by id."""
+        tails = self._tail_jobs(states, users, after, history, since, db=db)
+        return [wire.listing_row(job, job.spec) for job in tails]
+
+    def _tail_jobs(
+        self,
+        states: Collection[JobState] | None,
+        users: Collection[str] | None,
+        after: int | None,
+        history: bool,
+        since: float | None,
+        *,
+        uid: int | None = None,
+        db: sqlite3.Connection | None = None,
+    ) -> list[Job]:
+        """The array tails' records a listing lists (listing_rows', listing_page's), by
+        id: every state's with `history` (since `since`), else the pending ones."""
         if history:
             wanted = list(JobState) if states is None else list(states)
-            tails = self.tails(states=wanted, users=users, since=since, db=db)
+            tails = self.tails(states=wanted, users=users, uid=uid, since=since, db=db)
         elif states is not None and JobState.PENDING not in states:
             return []
         else:
-            tails = self.tails(states=[JobState.PENDING], users=users, db=db)
-        records = [tail.record() for tail in tails]
-        return [
-            wire.listing_row(job, job.spec) for job in records if after is None or job.id > after
-        ]
+            tails = self.tails(states=[JobState.PENDING], users=users, uid=uid, db=db)
+        return [job for job in (tail.record() for tail in tails) if after is None or job.id > after]
 
     def _tail_records(
         self,

@@ -1063,18 +1063,19 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
     ids = named if (request.ids or request.jobs) else None
     users: Sequence[str] | None = request.users or None
     admin = is_admin(daemon, caller)
-    if daemon.config.private_data and not admin:
+    private = daemon.config.private_data and not admin  # a non-admin sees their own
+    if private:
         if users is not None and caller.user not in users:
             return {"jobs": [], "now": daemon.clock()}
         users = [caller.user]
     if request.view_page:
-        return _view_page(daemon, caller, request, states, users, admin, ids)
+        return _view_page(daemon, caller, request, states, users, private, ids)
     if request.columns and _narrow(request, ids):
-        return _listing_columns(daemon, caller, request, states, users, admin)
+        return _listing_columns(daemon, caller, request, states, users, private)
     if ids is None and not (
         request.table or request.columns or request.starts or request.gpu_usage
     ):
-        return _streamed_jobs(daemon, caller, request, states, users, admin)
+        return _streamed_jobs(daemon, caller, request, states, users, admin, private)
     if request.history:
         found = daemon.store.jobs(
             ids=ids, id_ranges=id_ranges, states=states, users=users, since=request.since
@@ -1087,14 +1088,14 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
             users=users,
             finished=None if ids is not None else False,
         )
-    elif (daemon.config.private_data and not admin) or _filtered(request):
+    elif private or _filtered(request):
         found = daemon.store.jobs(users=users, finished=False)
     else:
         # The queue as it is: a page is cut in the query (one row past it tells whether
         # more follow), not from every active job's Job.
         first = None if request.limit is None else request.limit + 1
         found = daemon.store.jobs(users=users, finished=False, after=request.after, first=first)
-    if daemon.config.private_data and not admin:
+    if private:
         found = [j for j in found if j.uid == caller.uid]
     found, following = _page(_narrowed(found, request), request, _job_id)
     if request.columns:
@@ -1122,7 +1123,7 @@ def _view_page(
     request: wire.ListJobs,
     states: Sequence[JobState] | None,
     users: Sequence[str] | None,
-    admin: bool,
+    private: bool,
     ids: object,
 ) -> dict[str, Any]:
     """A view's page of the narrow listing, sorted, narrowed and cut in the store's
@@ -1141,7 +1142,6 @@ def _view_page(
         raise Refused("invalid", f"limit: {request.limit}; give 1 or more jobs a page")
     if request.offset is not None and request.offset < 0:
         raise Refused("invalid", f"offset: {request.offset}; give 0 or more")
-    private = daemon.config.private_data and not admin
     query = ListingQuery(
         states=states,
         users=users,
@@ -1174,7 +1174,7 @@ def _listing_columns(
     request: wire.ListJobs,
     states: list[JobState] | None,
     users: Sequence[str] | None,
-    admin: bool,
+    private: bool,
 ) -> dict[str, Any]:
     """squeue's listing: the store's narrow rows (no Job per row), read a page at a
     time (Store.listing_pages) into the columns' JSON text (wire.ListingColumns), so
@@ -1182,7 +1182,6 @@ def _listing_columns(
     limit = request.limit
     if limit is not None and limit < 1:
         raise Refused("invalid", f"limit: {limit}; give 1 or more jobs a page")
-    private = daemon.config.private_data and not admin
     specs = ListingSpecs()
     columns = wire.ListingColumns(specs, as_text=True, most_keys=_LISTING_KEYS)
     following: dict[str, Any] = {}
@@ -1231,6 +1230,7 @@ def _streamed_jobs(
     states: list[JobState] | None,
     users: Sequence[str] | None,
     admin: bool,
+    private: bool,
 ) -> dict[str, Any]:
     """jobs()' records of a listing not narrowed by ids, made while the reply is
     written (wire.Streamed) from the store's pages (Store.job_pages): at most a page
@@ -1241,7 +1241,6 @@ def _streamed_jobs(
     limit, after = request.limit, request.after
     if limit is not None and limit < 1:
         raise Refused("invalid", f"limit: {limit}; give 1 or more jobs a page")
-    private = daemon.config.private_data and not admin
     brief = daemon.brief_records if request.brief else None
     narrowed = private or _filtered(request)
     specs = ListingSpecs()

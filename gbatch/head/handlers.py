@@ -27,6 +27,7 @@ from gbatch.head import jobupdate, notify
 from gbatch.head.accounting import usage_by
 from gbatch.head.daemon import Daemon
 from gbatch.head.fairshare import factors
+from gbatch.head.groupcommit import CommitterClosed
 from gbatch.head.idlegpu import IDLE_REASON
 from gbatch.head.store import (
     LISTING_SORTS,
@@ -324,7 +325,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
     _check_notify_allowed(daemon, spec)
-    spec = _in_partition(daemon, replace(spec, time_limit=limit))
+    spec = _in_partition(daemon, spec, limit)
     try:  # the site's policy: mount roots (symlinks followed as the submitter), bare jobs
         spec = policy.check_submission(
             spec,
@@ -413,8 +414,11 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         )
     except PendingLimitReached as err:
         raise Refused("permission", str(err)) from err
+    except CommitterClosed as err:
+        raise Refused("unavailable", f"{err}. Submit again once it is back") from err
     daemon.metrics.count_submitted(max(tail_count, len(specs)))
-    daemon.submitted()
+    if not request.held:  # a held job cannot start: its release wakes the loop
+        daemon.submitted()
     return {"ids": ids}
 
 
@@ -453,14 +457,15 @@ def _submitted_sweep(request: wire.Submit, spec: JobSpec) -> Sweep | None:
     return sweep
 
 
-def _in_partition(daemon: Daemon, spec: JobSpec) -> JobSpec:
-    """The spec with its partition named (the default one when it names none), its
-    partition's default time limit and image filled in; Refused for a partition the
-    fleet lacks or a limit past the partition's max_time (Slurm would leave the job
-    pending, PartitionTimeLimit, for good: better said at once)."""
+def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobSpec:
+    """The spec with the request's time limit (seconds, or None), its partition named
+    (the default one when it names none), its partition's default time limit and image
+    filled in; Refused for a partition the fleet lacks or a limit past the partition's
+    max_time (Slurm would leave the job pending, PartitionTimeLimit, for good: better
+    said at once). One copy of the spec (replace() costs ~10 us a call)."""
     partitions = daemon.fleet.partitions
     if not partitions:
-        return spec
+        return spec if time_limit == spec.time_limit else replace(spec, time_limit=time_limit)
     if spec.partition is None:
         chosen = daemon.fleet.default_partition()
         if chosen is None:
@@ -474,7 +479,7 @@ def _in_partition(daemon: Daemon, spec: JobSpec) -> JobSpec:
             f"partition: {show_value(spec.partition)} is not a partition here. Use one of: "
             f"{names} (* is the default)",
         )
-    limit = spec.time_limit if spec.time_limit is not None else chosen.limit_without_time
+    limit = time_limit if time_limit is not None else chosen.limit_without_time
     if chosen.max_time is not None and limit is not None and limit > chosen.max_time:
         raise Refused(
             "invalid",

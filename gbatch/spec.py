@@ -467,18 +467,16 @@ def build_spec(
             'no command given. Add `command: ...` to the job file, or pass --wrap "..."',
         )
     # Each given field checked in _FIELD_CHECKS' order (the first error is the one
-    # reported); a field not given keeps JobSpec's default.
+    # reported); a field not given keeps JobSpec's default. SUBMIT_KEYS are the
+    # request's own (never a file's or an option's), taken as they came.
+    given = [*values, *(key for key in SUBMIT_KEYS if file_data.get(key) is not None)]
     fields: dict[str, Any] = {}
-    for key, attribute, check in _FIELD_CHECKS:
-        if key in SUBMIT_KEYS:  # the request's own, never a file's or an option's
-            value = file_data.get(key)
-            if value is not None:
-                fields[attribute] = check(value, key)
+    for key in sorted(given, key=_FIELD_ORDER.__getitem__):
+        attribute, check = _FIELD_CHECKS[key]
+        if key in SUBMIT_KEYS:
+            fields[attribute] = check(file_data[key], key)
             continue
-        given = values.get(key)
-        if given is None:
-            continue
-        value, field = given
+        value, field = values[key]
         _check_utf8(value, field)
         fields[attribute] = (
             _check_begin(value, field, now) if check is _check_begin else check(value, field)
@@ -604,6 +602,9 @@ def _check_utf8(value: object, field: str) -> None:
     """Refuse text that cannot be written as UTF-8: a lone surrogate, which is how Python
     carries bytes that are not UTF-8 (in argv or JSON `\\udcff`). Docker's env-file
     reader, SSH and the store all need real text; better refused here than at launch."""
+    kind = type(value)
+    if kind is int or kind is bool or kind is float:  # most fields: nothing to look at
+        return
     stack = [value]
     while stack:
         item = stack.pop()
@@ -1343,41 +1344,45 @@ def _secret_env_names(value: object, field: str) -> tuple[str, ...]:
 
 
 _KEY_SET = frozenset(KEYS)
-# build_spec's checks, in the order it runs them: (key, JobSpec field, check). Built
+# build_spec's checks, in the order it runs them: key -> (JobSpec field, check). Built
 # once (the checks' closures too), not per submit. _check_begin also takes `now`.
-_FIELD_CHECKS: tuple[tuple[str, str, Callable[..., object]], ...] = (
-    ("name", "name", _check_name),
-    ("command", "command", _check_command),
-    ("image", "image", _check_image),
-    ("gpus", "gpus", check_gpus),
-    ("time_limit", "time_limit", _check_time_limit),
-    ("retries", "retries", _int_check(0, 100)),
-    ("env", "env", _check_env),
-    ("mounts", "mounts", _check_mounts),
-    ("workdir", "workdir", _check_workdir),
-    ("priority", "priority", _int_check(-10000, 10000)),
-    ("nice", "nice", _int_check(-10000, 10000)),
-    ("shm_size", "shm_size", _check_shm_size),
-    ("requeue", "requeue", _check_bool),
-    ("secret_env", "secret_env", _secret_env_names),
-    ("network", "network", _check_network),
-    ("dependency", "dependency", check_dependency),
-    ("output", "output", _check_output_path),
-    ("error", "error", _check_output_path),
-    ("open_mode", "open_mode", _check_open_mode),
-    ("ntasks", "ntasks", _check_one_task),
-    ("submit_dir", "submit_dir", _check_workdir),
-    ("submit_host", "submit_host", _check_host_name),
-    ("partition", "partition", _check_partition),
-    ("cpus", "cpus", _int_check(1, MAX_CPUS)),
-    ("mem", "mem_mb", check_mem),
-    ("mem_per_gpu", "mem_per_gpu_mb", check_mem),
-    ("mem_per_cpu", "mem_per_cpu_mb", check_mem),
-    ("export", "export", _export_mode),
-    ("begin", "begin", _check_begin),
-    ("signal", "signal", _signal_text),
-    ("mail_type", "mail_type", _check_mail_type),
-    ("mail_user", "mail_user", _check_mail_user),
-    ("comment", "comment", _check_comment),
-    ("notify", "notify", check_notify),
-)
+_FIELD_CHECKS: dict[str, tuple[str, Callable[..., object]]] = {
+    key: (attribute, check)
+    for key, attribute, check in (
+        ("name", "name", _check_name),
+        ("command", "command", _check_command),
+        ("image", "image", _check_image),
+        ("gpus", "gpus", check_gpus),
+        ("time_limit", "time_limit", _check_time_limit),
+        ("retries", "retries", _int_check(0, 100)),
+        ("env", "env", _check_env),
+        ("mounts", "mounts", _check_mounts),
+        ("workdir", "workdir", _check_workdir),
+        ("priority", "priority", _int_check(-10000, 10000)),
+        ("nice", "nice", _int_check(-10000, 10000)),
+        ("shm_size", "shm_size", _check_shm_size),
+        ("requeue", "requeue", _check_bool),
+        ("secret_env", "secret_env", _secret_env_names),
+        ("network", "network", _check_network),
+        ("dependency", "dependency", check_dependency),
+        ("output", "output", _check_output_path),
+        ("error", "error", _check_output_path),
+        ("open_mode", "open_mode", _check_open_mode),
+        ("ntasks", "ntasks", _check_one_task),
+        ("submit_dir", "submit_dir", _check_workdir),
+        ("submit_host", "submit_host", _check_host_name),
+        ("partition", "partition", _check_partition),
+        ("cpus", "cpus", _int_check(1, MAX_CPUS)),
+        ("mem", "mem_mb", check_mem),
+        ("mem_per_gpu", "mem_per_gpu_mb", check_mem),
+        ("mem_per_cpu", "mem_per_cpu_mb", check_mem),
+        ("export", "export", _export_mode),
+        ("begin", "begin", _check_begin),
+        ("signal", "signal", _signal_text),
+        ("mail_type", "mail_type", _check_mail_type),
+        ("mail_user", "mail_user", _check_mail_user),
+        ("comment", "comment", _check_comment),
+        ("notify", "notify", check_notify),
+    )
+}
+_FIELD_ORDER = {key: position for position, key in enumerate(_FIELD_CHECKS)}

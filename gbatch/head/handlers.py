@@ -82,6 +82,10 @@ from gbatch.views import JobPriority
 log = logging.getLogger("gbatchd")
 MAX_ARRAY = ARRAY_HARD_CAP
 LOG_CHUNK = 256 * 1024
+# gbatchd's own user, who may do anything (as root): read once, since it never changes
+# while gbatchd runs (os.getuid() is a system call, and a submit asked up to three times).
+DAEMON_UID = os.getuid()
+
 # Agent installs at once: `node install --all` on a large fleet is a bounded burst of SSH
 # handshakes and SFTP copies from the head, not one per host.
 INSTALL_WORKERS = 8
@@ -187,7 +191,7 @@ def _audit_line(caller: Caller, action: str, what: str, outcome: str) -> None:
 def is_admin(daemon: Daemon, caller: Caller) -> bool:
     """Root, the daemon's own user, the users named in `admins:` and the members of
     `admin_group:` (supplementary or primary) may act on any job."""
-    if caller.uid in (0, os.getuid()) or caller.user in daemon.config.admins:
+    if caller.uid in (0, DAEMON_UID) or caller.user in daemon.config.admins:
         return True
     group = daemon.config.admin_group
     epoch = int(time.monotonic() // GROUP_CACHE_S)
@@ -333,7 +337,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
             user=caller.user,
             policy=daemon.config.container_policy,
             resolve=_mount_resolver(spec, caller, daemon.config.container_policy),
-            daemon_uid=os.getuid(),
+            daemon_uid=DAEMON_UID,
         )
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
@@ -360,7 +364,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         )
     _check_runnable_somewhere(daemon, spec)
     if spec.dependency is not None:
-        spec = replace(spec, dependency=_check_dependency(daemon, caller, spec.dependency))
+        spec = spec.replace(dependency=_check_dependency(daemon, caller, spec.dependency))
     limits = _submit_limits(daemon, caller)
     if limits is not None:
         for refusal in (
@@ -375,15 +379,15 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
     if indices is not None and sweep is None:
         # Ids of one submission are consecutive: task i's position is its offset. Past
         # the first ARRAY_ROWS, the tasks wait as one record (the store's array tail).
-        spec = replace(spec, array=array_text, array_throttle=throttle)
+        spec = spec.replace(array=array_text, array_throttle=throttle)
         specs = [
-            replace(spec, array_task=index, array_pos=i)
+            spec.replace(array_task=index, array_pos=i)
             for i, index in enumerate(indices[:ARRAY_ROWS])
         ]
         tail_count = len(indices) if len(indices) > ARRAY_ROWS else 0
     elif indices is not None:
         specs = [
-            replace(spec, array_task=index, array_pos=i, array=array_text)
+            spec.replace(array_task=index, array_pos=i, array=array_text)
             for i, index in enumerate(indices)
         ]
         if sweep is not None:
@@ -397,7 +401,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
     elif count == 1:
         specs = [spec]
     else:
-        specs = [replace(spec, array_task=i, array_pos=i) for i in range(min(count, ARRAY_ROWS))]
+        specs = [spec.replace(array_task=i, array_pos=i) for i in range(min(count, ARRAY_ROWS))]
         tail_count = count if count > ARRAY_ROWS else 0
     try:
         ids = daemon.committer.submit(
@@ -462,10 +466,10 @@ def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobS
     (the default one when it names none), its partition's default time limit and image
     filled in; Refused for a partition the fleet lacks or a limit past the partition's
     max_time (Slurm would leave the job pending, PartitionTimeLimit, for good: better
-    said at once). One copy of the spec (replace() costs ~10 us a call)."""
+    said at once). One copy of the spec."""
     partitions = daemon.fleet.partitions
     if not partitions:
-        return spec if time_limit == spec.time_limit else replace(spec, time_limit=time_limit)
+        return spec if time_limit == spec.time_limit else spec.replace(time_limit=time_limit)
     if spec.partition is None:
         chosen = daemon.fleet.default_partition()
         if chosen is None:
@@ -487,8 +491,7 @@ def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobS
             f"({format_duration(chosen.max_time)}). Ask for at most that (-t), or use "
             "another partition",
         )
-    return replace(
-        spec,
+    return spec.replace(
         partition=chosen.name,
         time_limit=limit,
         image=spec.image if spec.image is not None else chosen.default_image,
@@ -549,7 +552,7 @@ def _test_start(daemon: Daemon, caller: Caller, spec: JobSpec) -> dict[str, Any]
 def _submit_limits(daemon: Daemon, caller: Caller) -> UserLimits | None:
     """The caller's limits at submit; None for root and the daemon's own user, who may
     always queue (an admin restoring a queue, the single user of an embedded daemon)."""
-    if caller.uid in (0, os.getuid()):
+    if caller.uid in (0, DAEMON_UID):
         return None
     return daemon.limits_for(caller.user)
 

@@ -882,3 +882,22 @@ def test_a_spec_with_several_bad_fields_is_refused_for_the_first_in_field_order(
 def test_a_spec_without_a_name_takes_the_default_made_valid() -> None:
     spec = build_spec({"command": "x"}, {}, default_name="my run.yaml", source="spec", wire=True)
     assert spec == JobSpec(name="my_run.yaml", command=("/bin/sh", "-c", "x"))
+
+
+def test_a_specs_replace_is_dataclasses_replace() -> None:
+    import dataclasses
+
+    spec = build_spec(
+        {"command": "x", "gpus": 2, "env": {"A": "1"}, "notify": [{"url": "https://h/x"}]},
+        {},
+        default_name="j",
+    )
+    changes = {"time_limit": 60, "partition": "short", "array_task": 3, "array_pos": 1}
+    copy = spec.replace(**changes)
+    assert copy == dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
+    assert hash(copy) == hash(dataclasses.replace(spec, **changes))  # type: ignore[arg-type]
+    assert (spec.time_limit, spec.partition) == (None, None)  # the original is untouched
+    with pytest.raises(TypeError, match="no field colour"):
+        spec.replace(colour="red")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.gpus = 3  # type: ignore[misc]

@@ -651,6 +651,14 @@ class Store:
         self.on_full: Callable[[StoreFull], None] | None = None
         self._full = False
         self._change: int | None = None  # the open transaction's change number, once asked
+        # Write transactions begun (committed or not). All of them go through _write,
+        # on this one object, gbatchd being the store's only writer.
+        self._writes = 0
+        # user -> (their pending jobs, the write transaction that left them so): what
+        # submit_many's last commit knew. Used only while that transaction is the last
+        # one written, so the count is exact (max_pending_jobs), not re-counted over the
+        # user's pending jobs (~0.5 ms at 10,000) on each of a burst's submits.
+        self._pending_known: dict[str, tuple[int, int]] = {}
         # Jobs' env values and commands are in it: the owner's alone, whatever the umask.
         # SQLite gives the -wal and -shm files the mode of the database file; ones left
         # by an older gbatch are closed here too.
@@ -736,6 +744,7 @@ class Store:
         with self._lock:
             self._feed_lines.clear()
             self._change = None
+            self._writes += 1
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
@@ -824,12 +833,17 @@ class Store:
         with self._write() as db:
             change = self._change_number(db)
             results: list[list[int] | PendingLimitReached] = []
-            # Pending jobs per user as this transaction goes: counted once per user.
+            # Pending jobs per user as this transaction goes: counted once per user, or
+            # taken from the last commit when nothing was written since.
             pending: dict[str, int] = {}
+            this = self._writes
+            known = self._pending_known
             for submission, token, env_token in zip(submissions, sealed, sealed_env, strict=True):
                 user, adding = submission.user, submission.count
+                have = pending.get(user)
+                if have is None and (last := known.get(user)) is not None and last[1] == this - 1:
+                    have = pending[user] = last[0]
                 if submission.max_pending is not None:
-                    have = pending.get(user)
                     if have is None:
                         have = pending[user] = self._pending_count(db, user)
                     if have + adding > submission.max_pending:
@@ -884,6 +898,8 @@ class Store:
                     for job_id in ids[: len(submission.specs)]
                 ],
             )
+        # Committed. Stale once any other transaction begins (see _pending_known).
+        self._pending_known = {user: (count, this) for user, count in pending.items()}
         return results
 
     @staticmethod

@@ -421,7 +421,9 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
     except CommitterClosed as err:
         raise Refused("unavailable", f"{err}. Submit again once it is back") from err
     daemon.metrics.count_submitted(max(tail_count, len(specs)))
-    if not request.held:  # a held job cannot start: its release wakes the loop
+    # A job that cannot start yet needs no pass: a held one's release wakes the loop,
+    # and a tick (about 1 s) comes past a --begin time (its reason is written with it).
+    if not request.held and (spec.begin is None or spec.begin <= daemon.clock()):
         daemon.submitted()
     return {"ids": ids}
 

@@ -37,6 +37,7 @@ from gbatch.dependency import NEVER_REASON, RefJob
 from gbatch.gpuusage import GpuUsage
 from gbatch.head import eventlog, fairshare, notify
 from gbatch.head.notify import Policy
+from gbatch.head.scheduler import BEGIN_TIME, HELD
 from gbatch.head.secretbox import SecretBox, SecretKeyError
 from gbatch.jobids import job_label
 from gbatch.limits import PendingLimitReached
@@ -630,6 +631,16 @@ class JobNotFound(StoreError):
         self.job_id = job_id
 
 
+def _submitted_reason(submission: Submission, now: float) -> str:
+    """A new job's pending reason: held, or waiting for its --begin (the loop would
+    write BeginTime at its first pass; it is not woken for a job that cannot start), or
+    none yet."""
+    if submission.held:
+        return HELD
+    begin = submission.specs[0].begin  # a submission's specs differ in array fields only
+    return BEGIN_TIME if begin is not None and begin > now else ""
+
+
 class Store:
     def __init__(
         self,
@@ -853,7 +864,7 @@ class Store:
                         continue
                 if user in pending:
                     pending[user] += adding
-                reason = "JobHeldUser" if submission.held else ""
+                reason = _submitted_reason(submission, now)
                 ids: list[int] = []
                 for spec in submission.specs:
                     cursor = db.execute(
@@ -926,7 +937,7 @@ class Store:
                 submission.uid,
                 submission.user,
                 json.dumps(submission.specs[0].to_dict()),
-                "JobHeldUser" if submission.held else "",
+                _submitted_reason(submission, now),
                 submission.held,
                 now,
                 json.dumps(positions),

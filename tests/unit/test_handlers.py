@@ -13,7 +13,7 @@ from gbatch import wire
 from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
-from gbatch.model import JobSpec
+from gbatch.model import JobSpec, JobState
 from gbatch.nodes import remote
 from gbatch.nodes.inventory import NodeConfig
 from gbatch.nodes.remote import RemoteNode
@@ -276,3 +276,20 @@ def test_a_submit_while_gbatchd_stops_is_refused_and_queues_nothing(daemon: Daem
         "error": "gbatchd is stopping; nothing was queued. Submit again once it is back",
     }
     assert daemon.store.count() == 0
+
+
+def test_a_submit_that_must_wait_for_its_begin_is_told_so_at_once_without_a_pass(
+    daemon: Daemon,
+) -> None:
+    now = daemon.clock()
+    daemon.wake.clear()
+    later = {**SPEC, "begin": now + 3600}
+    (waiting,) = handle(daemon, ROOT, {"op": "submit", "spec": later})["ids"]
+    (array,) = handle(daemon, ROOT, {"op": "submit", "spec": later, "count": 40})["ids"][:1]
+    assert not daemon.wake.is_set()
+    assert daemon.store.require(waiting).reason == "BeginTime"
+    tails = daemon.store.tails(states=[JobState.PENDING], overlapping=[(array, array + 39)])
+    assert [tail.reason for tail in tails] == ["BeginTime"]  # the tasks past the first 32
+    (begun,) = handle(daemon, ROOT, {"op": "submit", "spec": {**SPEC, "begin": now - 1}})["ids"]
+    assert daemon.wake.is_set()
+    assert daemon.store.require(begun).reason == ""

@@ -635,8 +635,8 @@ def _submitted_reason(submission: Submission, now: float) -> str:
     """A new job's pending reason: held, or waiting for its --begin (the loop would
     write BeginTime at its first pass; it is not woken for a job that cannot start), or
     none yet."""
-    if submission.held:
-        return HELD
+    if submission.held or not submission.specs:
+        return HELD if submission.held else ""
     begin = submission.specs[0].begin  # a submission's specs differ in array fields only
     return BEGIN_TIME if begin is not None and begin > now else ""
 

@@ -205,6 +205,8 @@ NOT_LEAN |= {"gbatch.cli.squeue", "gbatch.cli.sbatch", "gbatch.cli.context", "ty
     [
         ["squeue"],
         ["squeue", "-u", "root", "--states=PD,R", "-h"],
+        ["squeue", "-j5"],
+        ["squeue", "--jobs", "12,13_4,14_[1-3]", "-t", "all"],
         ["sbatch", "--wrap", "true"],
         ["--debug", "sbatch", "-H", "--parsable", "--wrap=python train.py"],
     ],
@@ -213,6 +215,8 @@ def test_everyday_command_lines_import_neither_argparse_nor_json_nor_pathlib(
     tmp_path: Path, argv: list[str]
 ) -> None:
     reply = _listing([]) if "squeue" in argv else {"ids": [7]}
+    if "squeue" in argv and len(argv) > 1 and argv[1].startswith(("-j", "--jobs")):
+        reply = _listing([_job(5, JobSpec(name="train", command=("true",)))])
     with answering_daemon(tmp_path, reply) as heard:
         loaded = loaded_by(argv, tmp_path, "-S")  # -S: nothing loaded before gbatch
     assert heard, f"gbatch {' '.join(argv)} sent no request"

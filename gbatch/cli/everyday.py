@@ -9,12 +9,12 @@ begin with '-'), after '=', or joined to a short option (`-j5`). Anything else (
 option, two options in one word, a value that begins with '-', gbatch's own options but
 --debug) is left to argparse (gbatch/cli/_parser.py), which says what is wrong as ever.
 What is read runs as the full path does (squeue.run, sbatch's _everyday_request), and
-declines (returns None, nothing sent) whatever that would refuse or show otherwise, so
-that its messages stay the full path's: an unknown user, a job id the grammar
-(gbatch/jobids.py) refuses, array tasks, a command build_spec refuses, no daemon at the
-socket. After a request is sent, the client's errors are raised as gbatch.client raises
-them, and squeue -j's "Invalid job id specified" as squeue's. tests/unit/
-test_cli_everyday.py holds both paths to the same requests, output and errors.
+declines (returns None, before sending) whatever that would refuse, so that its
+messages stay the full path's: an unknown user, a job id the grammar (gbatch/jobids.py)
+refuses, a command build_spec refuses, no daemon at the socket. After a request is
+sent, the client's errors are raised as gbatch.client raises them, and squeue -j's
+"Invalid job id specified" as squeue's. tests/unit/test_cli_everyday.py holds both
+paths to the same requests, output and errors.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ MAX_ID_TEXT = 64 * 1024
 
 def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | None:
     """(prog, --debug given, the command's run) for an everyday command line; None for
-    any other. run() returns the exit status, or None to decline (nothing was sent, or
-    squeue's listing is one it does not draw): argparse's path then runs the same line."""
+    any other. run() returns the exit status, or None to decline (no connection was
+    made): argparse's path then runs the same line."""
     debug = words[:1] == ["--debug"]
     line = words[1:] if debug else words
     command, rest = (line[0], line[1:]) if line else ("", [])
@@ -235,8 +235,6 @@ def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
     if reply is None:
         return None
     out = format_default(reply["columns"], reply["now"], header=not values.get("noheader"))
-    if out is None:  # array tasks: formatting folds them (the full path asks again)
-        return None
     if jobs and not reply["columns"]["id"] and not _check_jobs_exist(jobs, send):
         return None  # no connection made the second time: the full path's to say
     sys.stdout.write(out)

@@ -159,12 +159,19 @@ def _columns(jobs: list[Job]) -> dict[str, Any]:
 
 
 def _queue(count: int) -> list[Job]:
+    """`count` jobs; from the fourth on, tasks 0, 1, ... of an array (whose id is 4)."""
     return [
         Job(
             id=i,
             uid=0,
             user="root",
-            spec=JobSpec(name=f"job{i}", command=("true",), priority=i % 3),
+            spec=JobSpec(
+                name=f"job{i}",
+                command=("true",),
+                priority=i % 3,
+                array_task=None if i < 4 else i - 4,
+                array_pos=0 if i < 4 else i - 4,
+            ),
             state=JobState.PENDING if i % 2 else JobState.RUNNING,
             submit_time=NOW - 100,
             start_time=None if i % 2 else NOW - 50,
@@ -267,17 +274,7 @@ def test_job_ids_are_read_as_the_grammar_reads_them(values: list[str]) -> None:
     assert everyday.job_ids(values) == full
 
 
-def test_squeue_declines_array_tasks_and_unknown_users() -> None:
-    task = Job(
-        id=7,
-        uid=0,
-        user="root",
-        spec=JobSpec(name="sweep", command=("true",), array_task=2, array_pos=0),
-        state=JobState.PENDING,
-        submit_time=1.0,
-    )
-    reply = {"columns": _columns([task]), "now": NOW}
-    assert everyday.run_squeue({}, lambda request: dict(reply)) is None
+def test_squeue_declines_unknown_users_before_asking() -> None:
     asked: list[object] = []
     assert everyday.run_squeue({"user": ["no-such-user-xyz"]}, asked.append) is None
     assert asked == []

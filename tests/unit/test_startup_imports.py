@@ -230,14 +230,15 @@ def test_sbatch_takes_the_full_path_for_any_other_option(tmp_path: Path) -> None
     assert {"gbatch.spec", "gbatch.wire", "gbatch.model"} <= loaded
 
 
-def test_squeue_takes_the_full_formatter_for_array_tasks_and_other_layouts(
+def test_squeue_folds_array_tasks_lean_and_takes_the_full_formatter_for_other_layouts(
     tmp_path: Path,
 ) -> None:
     task = _job(7, JobSpec(name="sweep", command=("true",), array_task=2, array_pos=0))
     with answering_daemon(tmp_path, _listing([task])):
-        folded = loaded_by(["squeue"], tmp_path)
+        folded = loaded_by(["squeue", "-j", "7_2"], tmp_path)
         long = loaded_by(["squeue", "-l"], tmp_path)
-    assert {"gbatch.formatting", "gbatch.wire"} <= folded
+    assert "gbatch.cli.everyday" in folded
+    assert within(folded, NOT_LEAN | NOT_EVERYDAY) == []
     assert {"gbatch.formatting", "gbatch.wire"} <= long
 
 

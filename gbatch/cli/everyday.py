@@ -116,8 +116,8 @@ def split_list(values: list[str] | None) -> list[str] | None:
 def job_ids(values: list[str]) -> list[str] | None:
     """squeue's `-j` values as context.parse_ids reads them with gbatch.jobids' grammar
     (every form), read without re or the model: each item in canonical form, in order
-    (`-j 12,13_04 -j 20_[1-3]` -> [12, 13_4, 20_[1-3]]; `4_5` is task 5 of array 4,
-    never job 45). None for any text that is not a list of job ids as the grammar
+    (`-j 12,13_4 -j 20_[1-3,5-5]` -> [12, 13_4, 20_[1-3,5]]; `4_5` is task 5 of array
+    4, never job 45). None for any text that is not a list of job ids as the grammar
     writes them: parse_ids says what is wrong with it, as ever."""
     ids: list[str] = []
     for value in values:

@@ -1,4 +1,4 @@
-"""Job files (YAML) and CLI overrides -> a validated JobSpec.
+"""Job files (YAML, or JSON read alike) and CLI overrides -> a validated JobSpec.
 
 Every refusal is a SpecError naming the job-file key (or the CLI option that set it)
 and saying, in one line, what is wrong and what to do. Checks that need the fleet

@@ -137,3 +137,47 @@ def test_no_daemon_is_daemon_unavailable(tmp_path: Path) -> None:
             await DaemonLink(tmp_path / "none.sock").send({"op": "ping"})
 
     asyncio.run(scenario())
+
+
+def test_the_api_submits_a_small_and_a_large_job_file_and_refuses_a_bad_one(
+    tmp_path: Path,
+) -> None:
+    """A job file up to INLINE_PARSE_BYTES is read on the loop, a larger one in a worker
+    thread: both reach gbatchd as the bearer's submit; a bad one is refused before."""
+    import httpx
+
+    from gbatch.api.app import INLINE_PARSE_BYTES, make_app
+
+    path = tmp_path / "d.sock"
+    seen: list[dict[str, object]] = []
+
+    async def answer(request: dict[str, object], writer: asyncio.StreamWriter) -> bool:
+        seen.append(request)
+        writer.write(b'{"ok":true,"ids":[7]}\n')
+        return True
+
+    small = json.dumps({"command": "true", "name": "small"})
+    large = json.dumps({"command": "true #" + "x" * INLINE_PARSE_BYTES, "name": "large"})
+    replies: list[tuple[int, object]] = []
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=make_app(path))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            for body in (small, large, '{"command": "true", "gpus": -1}'):
+                reply = await client.post(
+                    "/api/v1/jobs", content=body, headers={"Authorization": "Bearer T"}
+                )
+                replies.append((reply.status_code, reply.json()))
+
+    run(path, FakeDaemon(answer), scenario)
+    assert replies[:2] == [(201, {"ok": True, "ids": [7], "job_id": 7})] * 2
+    assert replies[2] == (
+        400,
+        {
+            "ok": False,
+            "kind": "invalid",
+            "error": "gpus: -1 is not a GPU count. Use a whole number from 0 to 64",
+        },
+    )
+    names = [r["request"]["spec"]["name"] for r in seen]  # type: ignore[index]
+    assert [r["op"] for r in seen] == ["with_token"] * 2 and names == ["small", "large"]

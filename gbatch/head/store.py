@@ -474,12 +474,22 @@ class RunnableWindow:
     read back: the window is brought up to date just before one, and then knows every
     row its transaction wrote, so it keeps the reasons written beside its Jobs
     (`reason`) and takes the transaction as seen.
+
+    With `rows_per_read`, a first read is spread over several reads: each fills the
+    windows of the next users (listed at the first) until that many rows are read, and
+    the read that fills the last one then takes every change since the first
+    (`complete` from then on). Until then the window holds only the users filled so
+    far: what it holds is right, but not all of it.
     """
 
-    def __init__(self, per_user: int) -> None:
+    def __init__(self, per_user: int, rows_per_read: int | None = None) -> None:
         self.per_user = per_user
+        self.rows_per_read = rows_per_read
         # The largest change number read; None: never read (a first read reads all).
+        # While a first read is spread (_unfilled), the number when it began.
         self.seen: int | None = None
+        # The users a spread first read has yet to fill, the next one last.
+        self._unfilled: list[str] = []
         self._jobs: dict[int, tuple[str, _QueueKey, Job]] = {}
         self._keys: dict[str, list[_QueueKey]] = {}
         self._bounds: dict[str, _QueueKey] = {}
@@ -492,7 +502,13 @@ class RunnableWindow:
         # (its Job still has the reason read); gone when the row is read again.
         self._reasons: dict[int, str] = {}
 
+    @property
+    def complete(self) -> bool:
+        """Read, and not in the middle of a spread first read: it holds every user's."""
+        return self.seen is not None and not self._unfilled
+
     def clear(self) -> None:
+        self._unfilled.clear()
         self._jobs.clear()
         self._keys.clear()
         self._bounds.clear()
@@ -543,9 +559,10 @@ class RunnableWindow:
             self._list = [jobs[job_id][2] for job_id in sorted(jobs)]
         return self._list
 
-    def fill(self, user: str, rows: Iterable[Sequence[Any]]) -> None:
+    def fill(self, user: str, rows: Iterable[Sequence[Any]]) -> int:
         """Add the user's next rows (queue_priority, then _JOB_COLUMNS) in queue order,
-        read up to what the window lacks: fewer than asked means none are left."""
+        read up to what the window lacks: fewer than asked means none are left. Returns
+        how many it took."""
         keys = self._keys.setdefault(user, [])
         wanted = self.per_user - len(keys)
         got = 0
@@ -564,6 +581,7 @@ class RunnableWindow:
             self._bounds[user] = keys[-1]
         if not keys:
             del self._keys[user]
+        return got
 
     def apply(self, rows: Iterable[Sequence[Any]]) -> list[tuple[str, _QueueKey, int]]:
         """Take changed rows (queue_priority, then _JOB_COLUMNS); return (user, bound,
@@ -1433,14 +1451,14 @@ class Store:
             return
         with self._write() as db:
             change = self._change_number(db)
-            if window is not None and window.seen is not None:
+            if window is not None and window.complete:
                 self._read_changes(db, window, change - 1)
             db.executemany(
                 "UPDATE jobs SET reason = ?, changed = ?"
                 " WHERE id = ? AND state = 'PENDING' AND reason != ?",
                 [(reason, change, job_id, reason) for job_id, reason in reasons.items()],
             )
-        if window is not None and window.seen == change - 1:
+        if window is not None and window.complete and window.seen == change - 1:
             window.wrote(reasons, change)
 
     def set_running_reason(self, job_id: int, attempt: int, reason: str) -> bool:
@@ -1816,8 +1834,13 @@ class Store:
         return sorted(map(_job_from_row, rows), key=lambda job: job.id)
 
     def read_window(self, window: RunnableWindow) -> list[Job]:
+        """update_window(window), then its jobs, by id."""
+        self.update_window(window)
+        return window.jobs()
+
+    def update_window(self, window: RunnableWindow) -> None:
         """Bring `window` (each user's first `window.per_user` runnable jobs, as
-        runnable_jobs(per_user) reads them) up to date and return its jobs, by id.
+        runnable_jobs(per_user) reads them) up to date.
 
         Its first read reads every user's first jobs; each read after reads only the
         rows written since (the change feed, migration 11: `changed` above the last
@@ -1825,6 +1848,15 @@ class Store:
         that user's queue order. A job unchanged since the last read is the same Job,
         a planning view of it (planning_job), with the reason read (see
         RunnableWindow.reason).
+
+        With `window.rows_per_read`, the first read is spread over as many reads as
+        that takes: each fills the next users' windows (each user's in one snapshot)
+        until that many rows are read, and returns the window as filled so far
+        (`window.complete` is False). The read that fills the last user then takes the
+        rows written since the first began, as any later read does: a row taken by a
+        fill and written again after is read again and takes its new place.
+        RunnableWindow.take_changes tells what a read changed, at no cost in the size
+        of the window (its jobs() sorts them all when they changed).
         """
         with self._lock:
             db = self._db
@@ -1832,12 +1864,19 @@ class Store:
             top = int(top or 0)
             if window.seen is None:
                 window.clear()
-                for (user,) in db.execute(_QUEUED_USERS).fetchall():
-                    window.fill(user, db.execute(_USER_QUEUE, (user, window.per_user)))
-            else:
-                self._read_changes(db, window, top)
-            window.seen = top
-        return window.jobs()
+                users = [user for (user,) in db.execute(_QUEUED_USERS).fetchall()]
+                window._unfilled = users[::-1]
+                window.seen = top
+            unfilled = window._unfilled
+            if unfilled:
+                budget = window.rows_per_read
+                read = 0
+                while unfilled and (budget is None or read < budget):
+                    user = unfilled.pop()
+                    read += window.fill(user, db.execute(_USER_QUEUE, (user, window.per_user)))
+                if unfilled:
+                    return
+            self._read_changes(db, window, top)
 
     @staticmethod
     def _read_changes(db: sqlite3.Connection, window: RunnableWindow, top: int) -> None:

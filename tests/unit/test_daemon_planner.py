@@ -10,7 +10,10 @@ The incremental side also reads its window through the store's change feed
 few jobs per user so that jobs leave full windows (start, cancel, hold, a lower
 priority) and others come in from the store in their place. After every pass the
 feed's window is what a whole read gives, with the reasons the loop wrote (which the
-window keeps rather than reads back)."""
+window keeps rather than reads back). A restart is a new daemon's loop state (window
+and planner): its first read is spread over passes of a few rows each, as a restarted
+daemon's over a long queue, which start nothing and write no reason until the window
+is whole; the pass that completes it plans as the full side does."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from hypothesis import strategies as st
 
 from gbatch.config import Config, Paths
 from gbatch.head.daemon import Daemon
+from gbatch.head.scheduler import Planner
 from gbatch.head.store import RunnableWindow, Store, planning_job
 from gbatch.model import IllegalTransition, Job, JobSpec, JobState, NodeView
 
@@ -33,6 +37,7 @@ GPUS = 4
 USERS = ("alice", "bob", "carol")
 T0 = 1_700_000_000.0
 WINDOW = 3  # each user's first jobs planned (the daemon's PLAN_JOBS_PER_USER)
+ROWS_PER_READ = 2  # a first read's rows per pass (the daemon's WINDOW_ROWS_PER_PASS)
 
 
 class Side:
@@ -43,7 +48,7 @@ class Side:
         paths = Paths(home)
         self.store = Store(paths.store)
         self.daemon = Daemon(paths, Config(simulate_gpus=0), self.store)
-        self.daemon._window = RunnableWindow(WINDOW)
+        self.daemon._window = RunnableWindow(WINDOW, ROWS_PER_READ if incremental else None)
         self.incremental = incremental
         if not incremental:
             self.daemon.planner = None
@@ -88,11 +93,21 @@ class Side:
     def schedule(self, now: float) -> None:
         if not self.incremental:  # a whole read, as a restarted daemon's first pass
             self.daemon._window.seen = None
-        self.daemon.schedule(now)
+        # A spread first read: passes that start nothing and write nothing, until the
+        # one that completes the window.
+        while True:
+            before = (list(self.started), self.seen())
+            self.daemon.schedule(now)
+            if self.daemon._window.complete:
+                break
+            assert (self.started, self.seen()) == before
 
     def restart(self) -> None:
-        """A new daemon's loop state over the same store: its first read reads all."""
-        self.daemon._window = RunnableWindow(WINDOW)
+        """A new daemon's loop state over the same store: its window, read anew over
+        passes, and its planner, given the reasons the rows show."""
+        self.daemon._window = RunnableWindow(WINDOW, ROWS_PER_READ)
+        self.daemon.planner, self.daemon._planned = Planner(), {}
+        self.daemon._plan_all = True
 
     def seen(self) -> list[tuple[int, str, str, bool]]:
         return [(j.id, j.state.value, j.reason, j.held) for j in self.store.jobs()]
@@ -177,8 +192,11 @@ def apply(side: Side, op: tuple[object, ...], now: float) -> None:
         elif kind == "priority" and job.state is JobState.PENDING:
             new = replace(job.spec, priority=amount)
             store.update_spec(job.id, job.spec, new, {JobState.PENDING}, "update", now)
-        elif kind == "restart" and side.incremental:
-            side.restart()
+        elif kind == "restart":  # and a run ended meanwhile: its first pass has GPUs
+            if side.incremental:
+                side.restart()
+            if job.state is JobState.RUNNING:
+                store.set_state(job.id, JobState.COMPLETED, "", now, end_time=now)
         elif kind == "node":  # a node goes down or comes back: many reasons rewritten
             side.down ^= {NODES[amount % len(NODES)]}
         elif kind == "reason" and job.state is JobState.PENDING:

@@ -240,12 +240,12 @@ _QUEUED_USERS = """
 """
 # A user's runnable jobs in queue order (jobs_queue), the first `?`; and those after a
 # key (queue_priority, submit_time, id) in that order. queue_priority comes first.
-_USER_QUEUE = """
+_USER_QUEUE_TEMPLATE = """
     SELECT queue_priority, {columns} FROM jobs INDEXED BY jobs_queue
     WHERE state = 'PENDING' AND held = 0 AND user = ?
     ORDER BY queue_priority DESC, submit_time, id LIMIT ?
 """
-_USER_QUEUE_AFTER = """
+_USER_QUEUE_AFTER_TEMPLATE = """
     SELECT queue_priority, {columns} FROM jobs INDEXED BY jobs_queue
     WHERE state = 'PENDING' AND held = 0 AND user = ?
         AND (queue_priority < ? OR (queue_priority = ?
@@ -260,8 +260,7 @@ _JOB_COLUMNS = (
     "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node, "
     "gpus, attempt, exit_code, exit_signal, stop_state, gpu_uuids"
 )
-_USER_QUEUE = _USER_QUEUE.format(columns=_JOB_COLUMNS)
-_USER_QUEUE_AFTER = _USER_QUEUE_AFTER.format(columns=_JOB_COLUMNS)
+_USER_QUEUE = _USER_QUEUE_TEMPLATE.format(columns=_JOB_COLUMNS)
 # What a listing prints of a job (Store.listing_rows): no gpus, exit codes or attempt.
 _LISTING_COLUMNS = (
     "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node"
@@ -560,7 +559,7 @@ class RunnableWindow:
         return self._list
 
     def fill(self, user: str, rows: Iterable[Sequence[Any]]) -> int:
-        """Add the user's next rows (queue_priority, then _JOB_COLUMNS) in queue order,
+        """Add the user's next rows (queue_priority, then _WINDOW_COLUMNS) in queue order,
         read up to what the window lacks: fewer than asked means none are left. Returns
         how many it took."""
         keys = self._keys.setdefault(user, [])
@@ -584,7 +583,7 @@ class RunnableWindow:
         return got
 
     def apply(self, rows: Iterable[Sequence[Any]]) -> list[tuple[str, _QueueKey, int]]:
-        """Take changed rows (queue_priority, then _JOB_COLUMNS); return (user, bound,
+        """Take changed rows (queue_priority, then _WINDOW_COLUMNS); return (user, bound,
         how many) for each user whose window must read that many past its bound."""
         touched: set[str] = set()
         jobs, per_user, changed = self._jobs, self.per_user, self._changed
@@ -1873,7 +1872,7 @@ class Store:
                 read = 0
                 while unfilled and (budget is None or read < budget):
                     user = unfilled.pop()
-                    read += window.fill(user, db.execute(_USER_QUEUE, (user, window.per_user)))
+                    read += window.fill(user, db.execute(_WINDOW_QUEUE, (user, window.per_user)))
                 if unfilled:
                     return
             self._read_changes(db, window, top)
@@ -1885,17 +1884,13 @@ class Store:
         jobs. Under the store's lock."""
         assert window.seen is not None
         if top > window.seen:
-            rows = db.execute(
-                f"SELECT queue_priority, {_JOB_COLUMNS} FROM jobs INDEXED BY jobs_changed"
-                " WHERE changed > ?",
-                (window.seen,),
-            ).fetchall()
+            rows = db.execute(_WINDOW_CHANGES, (window.seen,)).fetchall()
             for user, bound, wanted in window.apply(rows):
                 queue_priority, submit_time, job_id = -bound[0], bound[1], bound[2]
                 window.fill(
                     user,
                     db.execute(
-                        _USER_QUEUE_AFTER,
+                        _WINDOW_QUEUE_AFTER,
                         (
                             user,
                             queue_priority,
@@ -3188,8 +3183,37 @@ def planning_job(job: Job) -> Job:
     return replace(job, spec=planning_spec(job.spec.to_dict()))
 
 
+# The window's rows carry, in the spec's place, the values of those keys that SQLite
+# takes out of the stored spec (json_extract, in C): a short JSON array, the same text
+# for the jobs that ask the same (a filtered job's holds its name and array task too),
+# so a row costs a dict lookup, not a decode of its whole spec.
+_PLANNING_SQL = (
+    "CASE WHEN json_extract(spec, '$.dependency') IS NULL"
+    " AND json_extract(spec, '$.array_throttle') IS NULL THEN json_extract(spec, {plain})"
+    " ELSE json_extract(spec, {filtered}) END"
+).format(
+    plain=", ".join(f"'$.{key}'" for key in _PLANNING_KEYS),
+    filtered=", ".join(f"'$.{key}'" for key in _PLANNING_AND_FILTERED_KEYS),
+)
+_WINDOW_COLUMNS = _JOB_COLUMNS.replace("spec,", f"{_PLANNING_SQL} AS spec,", 1)
+_WINDOW_QUEUE = _USER_QUEUE_TEMPLATE.format(columns=_WINDOW_COLUMNS)
+_WINDOW_QUEUE_AFTER = _USER_QUEUE_AFTER_TEMPLATE.format(columns=_WINDOW_COLUMNS)
+_WINDOW_CHANGES = (
+    f"SELECT queue_priority, {_WINDOW_COLUMNS} FROM jobs INDEXED BY jobs_changed WHERE changed > ?"
+)
+_PLANNING_BY_TEXT: dict[str, JobSpec] = {}
+
+
 def _decode_planning_spec(text: str) -> JobSpec:
-    return planning_spec(json.loads(text))
+    """The planning spec of a window row's planning values (_PLANNING_SQL)."""
+    spec = _PLANNING_BY_TEXT.get(text)
+    if spec is None:
+        values = json.loads(text)
+        keys = _PLANNING_KEYS if len(values) == len(_PLANNING_KEYS) else _PLANNING_AND_FILTERED_KEYS
+        if len(_PLANNING_BY_TEXT) >= _PLANNING_SPECS_MAX:
+            _PLANNING_BY_TEXT.clear()
+        spec = _PLANNING_BY_TEXT[text] = planning_spec(dict(zip(keys, values, strict=True)))
+    return spec
 
 
 # A job row read again unchanged (the loop and every squeue and TUI refresh read all

@@ -786,13 +786,14 @@ class Daemon:
 
         A job whose row is unchanged is the same Job as last pass (Store.read_window),
         so this costs the planner's work for what changed. A row changed in any way by
-        another write (its reason written, held, updated) is put again and so planned
-        afresh: the planner then reports its reason, which is written where the row's
-        differs. The reasons the loop writes itself the window keeps beside its Jobs
-        (RunnableWindow.reason), and the row stays the same Job: the planner's reason
-        for it is then the row's, and it reports one only when it changes. So the
-        reasons a pass reports (only those that changed, see Planner) are all that can
-        differ from the rows'.
+        another write (its reason written, held, updated) is put again, with the reason
+        its row shows, and so planned afresh: the planner then reports its reason where
+        it differs from the row's (a restarted daemon's planner, given the reasons the
+        last one wrote, reports only those that must change). The reasons the loop
+        writes itself the window keeps beside its Jobs (RunnableWindow.reason), and the
+        row stays the same Job: the planner's reason for it is then the row's, and it
+        reports one only when it changes. So the reasons a pass reports (only those
+        that changed, see Planner) are all that can differ from the rows'.
         """
         planner = self.planner
         if planner is None:

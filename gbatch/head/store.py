@@ -489,7 +489,10 @@ class RunnableWindow:
         self.seen: int | None = None
         # The users a spread first read has yet to fill, the next one last.
         self._unfilled: list[str] = []
-        self._jobs: dict[int, tuple[str, _QueueKey, Job]] = {}
+        # id -> its Job, and its key apart: no tuple of the two, an object more per job
+        # for the cyclic GC to walk (the Jobs are ~all the loop's tracked objects).
+        self._jobs: dict[int, Job] = {}
+        self._key_of: dict[int, _QueueKey] = {}
         self._keys: dict[str, list[_QueueKey]] = {}
         self._bounds: dict[str, _QueueKey] = {}
         self._list: list[Job] | None = None  # jobs(), until the window changes
@@ -509,6 +512,7 @@ class RunnableWindow:
     def clear(self) -> None:
         self._unfilled.clear()
         self._jobs.clear()
+        self._key_of.clear()
         self._keys.clear()
         self._bounds.clear()
         self._list = None
@@ -520,10 +524,8 @@ class RunnableWindow:
         """`job`'s reason as its row has it now, where `job` is the window's (a reason
         the loop wrote since the read is not in the Job); any other Job's own."""
         written = self._reasons.get(job.id)
-        if written is not None:
-            held = self._jobs.get(job.id)
-            if held is not None and held[2] is job:
-                return written
+        if written is not None and self._jobs.get(job.id) is job:
+            return written
         return job.reason
 
     def wrote(self, reasons: Mapping[int, str], change: int) -> None:
@@ -536,7 +538,7 @@ class RunnableWindow:
             held = jobs.get(job_id)
             if held is None:
                 continue
-            if held[2].reason == reason:
+            if held.reason == reason:
                 written.pop(job_id, None)
             else:
                 written[job_id] = reason
@@ -555,7 +557,7 @@ class RunnableWindow:
         """The window's jobs, by id."""
         if self._list is None:
             jobs = self._jobs
-            self._list = [jobs[job_id][2] for job_id in sorted(jobs)]
+            self._list = [jobs[job_id] for job_id in sorted(jobs)]
         return self._list
 
     def fill(self, user: str, rows: Iterable[Sequence[Any]]) -> int:
@@ -568,7 +570,8 @@ class RunnableWindow:
         for row in rows:
             key: _QueueKey = (-row[0], row[8], row[1])
             job = _build_job(row[1:], _decode_planning_spec)
-            self._jobs[row[1]] = (user, key, job)
+            self._jobs[row[1]] = job
+            self._key_of[row[1]] = key
             self._changed[row[1]] = job
             self._reasons.pop(row[1], None)
             keys.append(key)
@@ -586,17 +589,16 @@ class RunnableWindow:
         """Take changed rows (queue_priority, then _WINDOW_COLUMNS); return (user, bound,
         how many) for each user whose window must read that many past its bound."""
         touched: set[str] = set()
-        jobs, per_user, changed = self._jobs, self.per_user, self._changed
+        jobs, key_of, per_user, changed = self._jobs, self._key_of, self.per_user, self._changed
         for row in rows:
             job_id = row[1]
             old = jobs.pop(job_id, None)
             if old is not None:
                 changed[job_id] = None
                 self._reasons.pop(job_id, None)
-                user, key, _ = old
-                keys = self._keys[user]
-                del keys[bisect.bisect_left(keys, key)]
-                touched.add(user)
+                keys = self._keys[old.user]
+                del keys[bisect.bisect_left(keys, key_of.pop(job_id))]
+                touched.add(old.user)
             if row[5] != "PENDING" or row[7]:
                 continue
             user = row[3]
@@ -605,7 +607,8 @@ class RunnableWindow:
             if bound is not None and key > bound:
                 continue  # past the window: the store's order keeps it for later
             job = changed[job_id] = _build_job(row[1:], _decode_planning_spec)
-            jobs[job_id] = (user, key, job)
+            jobs[job_id] = job
+            key_of[job_id] = key
             bisect.insort(self._keys.setdefault(user, []), key)
             touched.add(user)
         if touched:
@@ -617,6 +620,7 @@ class RunnableWindow:
             if len(keys) > per_user:
                 for key in keys[per_user:]:
                     del jobs[key[2]]
+                    del key_of[key[2]]
                     changed[key[2]] = None
                     self._reasons.pop(key[2], None)
                 del keys[per_user:]

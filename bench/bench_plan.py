@@ -278,9 +278,9 @@ def first_read(daemon: Daemon) -> tuple[list[float], float, float]:
 def told(what: str, read: tuple[list[float], float, float], after: float) -> str:
     passes, wall, cpu = read
     return (
-        f"{what}: {len(passes)} passes, the first {passes[0]:.1f} ms, the longest "
-        f"{max(passes):.1f} ms, planned after {wall:.0f} ms ({cpu:.0f} ms of CPU); the "
-        f"pass after {after:.1f} ms"
+        f"{what}: {len(passes)} passes, the first {passes[0]:.1f} ms, median "
+        f"{statistics.median(passes):.1f} ms, the longest {max(passes):.1f} ms, planned "
+        f"after {wall:.0f} ms ({cpu:.0f} ms of CPU); the pass after {after:.1f} ms"
     )
 
 

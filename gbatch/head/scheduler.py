@@ -481,7 +481,9 @@ class Planner:
     that left the queue or started) and asks for a pass with the nodes, usage, clock and
     limits of the moment, as plan() takes them. `reasons` then holds every queued job's
     reason as plan() would give it; `Plan.reasons` of a pass holds only those that
-    changed since the pass before (a job gone from the queue is simply gone).
+    changed since the pass before (a job gone from the queue is simply gone), or, for a
+    job put with the reason it is known to show, since that one. A queue put whole
+    between two passes (a restart's) may be looked ahead at as it comes (`presettle`).
 
     How: a user's jobs are kept sorted per GPU count (a stream), so plan()'s queue order
     is the merge of the streams by fair-share factor, then the key within a stream. A

@@ -30,7 +30,7 @@ from gbatch.config import Config, Paths
 from gbatch.head.daemon import Daemon
 from gbatch.head.scheduler import Planner
 from gbatch.head.store import RunnableWindow, Store, planning_job
-from gbatch.model import IllegalTransition, Job, JobSpec, JobState, NodeView
+from gbatch.model import IllegalTransition, Job, JobSpec, JobState, NodeView, Plan
 
 NODES = ("n1", "n2")
 GPUS = 4
@@ -363,5 +363,79 @@ def test_test_only_plans_behind_the_queue_as_stored_now(tmp_path: Path) -> None:
         start, node, gpus, reason = side.daemon.would_start(later, T0 + 2)
         assert (start, node, gpus) == (None, None, ())
         assert reason in ("Resources", "Priority")
+    finally:
+        side.close()
+
+
+def test_a_spread_first_read_plans_nothing_and_wakes_the_loop_until_it_is_whole(
+    tmp_path: Path,
+) -> None:
+    """A restarted daemon's first read over more rows than a pass reads: each pass until
+    the window is whole starts nothing and writes no reason, and wakes the loop for the
+    next; the pass that completes it plans."""
+    side = Side(tmp_path, incremental=True)
+    try:
+        store, daemon = side.store, side.daemon
+        small = JobSpec(name="small", command=("true",), gpus=1, time_limit=60)
+        for user in USERS:
+            store.submit([small] * WINDOW, 1000, user, T0)
+        daemon.wake.clear()
+        daemon.schedule(T0)
+        assert not daemon._window.complete
+        assert daemon.wake.is_set()
+        assert side.started == [] and {job.reason for job in store.jobs()} == {""}
+        passes = 1
+        while not daemon._window.complete:
+            daemon.wake.clear()
+            daemon.schedule(T0)
+            passes += 1
+        assert passes == len(USERS)  # a user's 3 rows a pass: over the 2 it may read
+        assert len(side.started) == len(NODES) * GPUS
+        assert not daemon.wake.is_set()
+    finally:
+        side.close()
+
+
+def test_a_restart_over_reasons_already_written_writes_none(tmp_path: Path) -> None:
+    """A restarted daemon over a queue whose reasons the last one wrote, nothing changed
+    meanwhile: its planner, given the rows' reasons, reports none, and none is written."""
+    side = Side(tmp_path, incremental=True)
+    try:
+        store = side.store
+        busy_nodes(side)
+        big = JobSpec(name="big", command=("true",), gpus=GPUS, time_limit=60)
+        for user in USERS:
+            store.submit([big] * WINDOW, 1000, user, T0)
+        side.schedule(T0)
+        before = side.seen()
+        assert {reason for _, state, reason, _ in before if state == "PENDING"} == {
+            "Resources",
+            "Priority",
+        }
+        side.restart()
+        written: list[dict[int, str]] = []
+        write = store.set_pending_reasons
+
+        def recorded(reasons: dict[int, str], window: object = None) -> None:
+            if reasons:
+                written.append(dict(reasons))
+            write(reasons, window)  # type: ignore[arg-type]
+
+        store.set_pending_reasons = recorded  # type: ignore[method-assign,assignment]
+        planner = side.daemon.planner
+        assert planner is not None
+        plan = planner.plan
+        reported: list[dict[int, str]] = []
+
+        def told(*args: object, **kwargs: object) -> Plan:
+            result = plan(*args, **kwargs)  # type: ignore[arg-type]
+            reported.append(dict(result.reasons))
+            return result
+
+        planner.plan = told  # type: ignore[method-assign]
+        side.schedule(T0)
+        assert written == [] and side.seen() == before
+        assert reported == [{}]  # one plan, at the pass that completed the read
+        assert side.daemon.expected_starts  # it planned: the reservation is there
     finally:
         side.close()

@@ -8,9 +8,14 @@ does. Figures, medians of runs taken in turn (one of each case per round, so tha
 busy moment of a shared machine falls on all of them alike):
 
 - `gbatch --help`; `gbatch squeue` against a daemon holding a small queue (10 held
-  jobs); `gbatch sbatch -H --wrap true` (a held job, queued durably): goal <= 25 ms
-  each, and <= the interpreter's floor + 12 ms; with each case's CPU time (user +
-  system, the process's own), which a busy machine inflates less than the wall time;
+  jobs); `gbatch squeue -j ONE` (the first of them); `gbatch sbatch -H --wrap true` (a
+  held job, queued durably): goal <= 25 ms each, and <= the interpreter's floor + 12 ms;
+  with each case's CPU time (user + system, the process's own), which a busy machine
+  inflates less than the wall time;
+- with `--queued N`: N held single jobs queued (N - 10 written into the store before
+  the daemon starts, as bench_submit.py --queued does, then the 10), and `gbatch squeue
+  -j ONE` (job 1) timed alone with the floors (the other cases would list or grow the
+  whole queue);
 - the floors: `python -c pass`, and `python -S -c pass` (without site: what the
   interpreter itself costs; gbatch cannot run without site);
 - on an interpreter other than the venv's, `gbatch squeue` as the console script that
@@ -65,9 +70,12 @@ finally:
 """
 
 PIP23_SQUEUE = f"`gbatch squeue`, {QUEUED} jobs, under pip 23's console script (`import re` first)"
+ONE = "{ONE}"  # in a case's words: the id of the first job queued
+SQUEUE_ONE = "`gbatch squeue -j ONE`"
 CASES: dict[str, tuple[list[str], int]] = {
     "`gbatch --help`": (["--help"], 0),
     f"`gbatch squeue`, {QUEUED} jobs queued": (["squeue"], 0),
+    SQUEUE_ONE: (["squeue", "-j", ONE], 0),
     "`gbatch sbatch -H --wrap true`": (["sbatch", "-H", "--wrap", "true"], 0),
 }
 
@@ -136,9 +144,29 @@ def heavy_imports_of_squeue(python: Path, env: dict[str, str]) -> list[str]:
 
 
 def bench_interpreter(
-    python: Path, home: Path, runs: int, details: bool, checkouts: Sequence[Path] = ()
+    python: Path,
+    home: Path,
+    runs: int,
+    details: bool,
+    checkouts: Sequence[Path] = (),
+    queued: int = QUEUED,
 ) -> None:
     env = python_env(home)
+    # The queue squeue lists stays the 10 held jobs (or `queued`): each round cancels
+    # the jobs the sbatch cases queued (ids past the last of those).
+    listed = subprocess.run(
+        [*gbatch_argv(PYTHON), "squeue", "-h", "-o", "%i"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    first, last = min(int(job_id) for job_id in listed), max(int(job_id) for job_id in listed)
+    timed = CASES if queued == QUEUED else {SQUEUE_ONE: CASES[SQUEUE_ONE]}
+    timed = {
+        name: ([str(first) if word == ONE else word for word in words], status)
+        for name, (words, status) in timed.items()
+    }
     version = subprocess.run(
         [str(python), "-c", "import sys; print(sys.version.split()[0])"],
         capture_output=True,
@@ -147,8 +175,8 @@ def bench_interpreter(
     ).stdout.strip()
     print(f"## {python} (Python {version}); load average before: {load_average()}")
     gbatch = gbatch_argv(python)
-    cases = {name: ([*gbatch, *words], status) for name, (words, status) in CASES.items()}
-    if gbatch[-1] == ENTRY:
+    cases = {name: ([*gbatch, *words], status) for name, (words, status) in timed.items()}
+    if gbatch[-1] == ENTRY and queued == QUEUED:
         # The console script Debian 12's pip (23.0.1) writes imports re before gbatch
         # (distlib's template); the venv's pip 26 writes one that does not.
         cases[PIP23_SQUEUE] = ([str(python), "-c", "import re\n" + ENTRY, "squeue"], 0)
@@ -156,16 +184,10 @@ def bench_interpreter(
     cases["`python -S -c pass` (no site)"] = ([str(python), "-S", "-c", "pass"], 0)
     envs: dict[str, dict[str, str]] = {}
     for checkout in checkouts:
-        for name, (words, status) in CASES.items():
+        for name, (words, status) in timed.items():
             mine = f"{name} [{checkout}]"
             cases[mine] = ([str(python), "-c", ENTRY, *words], status)
             envs[mine] = {**env, "PYTHONPATH": str(checkout.resolve())}
-    # The queue squeue lists stays the 10 held jobs: each round cancels the jobs the
-    # sbatch cases queued (ids past the last of those 10).
-    listed = subprocess.run(
-        [*gbatch, "squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
-    last = max(int(job_id) for job_id in listed)
 
     def trim() -> None:
         subprocess.run(
@@ -180,13 +202,15 @@ def bench_interpreter(
     samples = interleaved(cases, env, runs, envs, trim, cpu)
     trim()
     floor_ms = median(samples["`python -c pass` (the floor)"]) * 1000
-    for name in CASES:
+    if queued != QUEUED:
+        print(f"{queued:,} held jobs queued; ONE is job {first}")
+    for name in timed:
         report_ms(name, samples[name], GOAL_MS)
         over = median(samples[name]) * 1000 - floor_ms
         verdict = "met" if over <= OVER_FLOOR_GOAL_MS else "MISSED"
         print(f"  ... {over:.1f} ms over the floor (goal <= {OVER_FLOOR_GOAL_MS:g} ms, {verdict})")
         print(f"  ... CPU (user + system): median {median(cpu[name]) * 1000:.1f} ms")
-    for name in list(cases)[len(CASES) :]:
+    for name in list(cases)[len(timed) :]:
         report_ms(name, samples[name], GOAL_MS if name in envs or name == PIP23_SQUEUE else None)
         print(f"  ... CPU (user + system): median {median(cpu[name]) * 1000:.1f} ms")
     print(f"load average after: {load_average()}")
@@ -227,15 +251,30 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="also time the gbatch cases of this checkout (repeatable), interleaved with "
         "the others: e.g. main's worktree and a branch's, for a before/after A/B",
     )
+    parser.add_argument(
+        "--queued",
+        type=int,
+        default=QUEUED,
+        metavar="N",
+        help=f"queue N held jobs (default {QUEUED}) and time `squeue -j ONE` alone (with "
+        "the floors) against that queue",
+    )
     args = parser.parse_args(argv)
     runs = 10 if args.quick else 30
     pythons = args.python or [PYTHON]
     print(machine_note())
-    with running_daemon() as home:
+    with temp_home() as home, running_daemon(fill_store(home, args.queued - QUEUED)):
         env = python_env(home)
         for index, python in enumerate(pythons):
             queue_held_jobs(env, QUEUED)
-            bench_interpreter(python, home, runs, details=index == 0, checkouts=args.checkout)
+            bench_interpreter(
+                python,
+                home,
+                runs,
+                details=index == 0 and args.queued == QUEUED,
+                checkouts=args.checkout,
+                queued=args.queued,
+            )
             # Each interpreter's squeue lists the same small queue: the held jobs that
             # sbatch queued go.
             subprocess.run(
@@ -246,6 +285,29 @@ def main(argv: Sequence[str] | None = None) -> None:
 def queue_held_jobs(env: dict[str, str], count: int) -> None:
     for _ in range(count):
         time_process([*gbatch_argv(PYTHON), "sbatch", "-H", "--wrap", "true"], env, 1, warmup=0)
+
+
+def fill_store(home: Path, count: int) -> Path:
+    """`count` held single jobs (each its own row) written into home's store, 10,000 a
+    transaction, before a daemon serves it (one process each would take minutes); home."""
+    import os
+    import pwd
+    import time
+
+    from gbatch.head.store import Store, Submission
+    from gbatch.model import JobSpec
+    from gbatch.paths import Paths
+
+    if count <= 0:
+        return home
+    store = Store(Paths(home).store)
+    spec = JobSpec(name="q", command=("/bin/true",))
+    user = pwd.getpwuid(os.getuid()).pw_name
+    for start in range(0, count, 10_000):
+        specs = (spec,) * min(10_000, count - start)
+        store.submit_many([Submission(specs, os.getuid(), user, held=True)], time.time())
+    store.close()
+    return home
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Job files (YAML) and CLI overrides -> a validated JobSpec.
+"""Job files (YAML, or JSON read alike) and CLI overrides -> a validated JobSpec.
 
 Every refusal is a SpecError naming the job-file key (or the CLI option that set it)
 and saying, in one line, what is wrong and what to do. Checks that need the fleet
@@ -213,7 +213,19 @@ def load_job_file(path: str | os.PathLike[str]) -> dict[str, object]:
 
 
 def parse_job_text(text: str, where: str) -> dict[str, object]:
-    """load_job_file's reading of a job file's text (`where` names it in errors)."""
+    """load_job_file's reading of a job file's text (`where` names it in errors). A
+    file in JSON (a mapping, `{` first) is read by json, the same values as PyYAML
+    would make of it (_json_job); anything json or that reading declines goes to
+    PyYAML, whose refusals are the ones a user reads."""
+    if text.lstrip(" \n\r")[:1] == "{":
+        data = _json_job(text)
+        if data is not None:
+            return data
+    return _yaml_job(text, where)
+
+
+def _yaml_job(text: str, where: str) -> dict[str, object]:
+    """parse_job_text by PyYAML: every job file's reading but JSON's."""
     # Deferred: PyYAML costs import time that commands which never read a job file
     # (squeue, sacct) should not pay for.
     import yaml
@@ -250,6 +262,108 @@ def parse_job_text(text: str, where: str) -> dict[str, object]:
         )
     # Non-string keys (`1:`, `on:`) become text so that build_spec names them as unknown.
     return {str(key): value for key, value in data.items()}
+
+
+# What PyYAML reads otherwise than json does, or refuses, in text json accepts: a tab
+# (PyYAML refuses it in places), characters YAML does not allow or reads as line
+# breaks, a BOM inside the text, the escape `\/`, escaped UTF-16 surrogates (libyaml
+# refuses them; json pairs them), and a key whose colon is on a later line or far
+# after it (a YAML key ends on its line, within 1,024 characters). Text with any of
+# these goes to PyYAML.
+_NOT_JSON_ALIKE = re.compile(
+    r"[^\x0a\x0d\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
+    r"|\\/|\\u[dD][89abcdefABCDEF]"
+    r'|"(?:[ ]{64,}|[ ]*[\r\n][ \r\n]*):'
+)
+_LONGEST_KEY = 150  # characters: written with \uXXXX escapes, YAML's 1,024 at most
+# YAML 1.1's int and float, as PyYAML resolves a plain scalar json calls a number (json
+# forbids the rest of YAML's spellings: `0x`, `_`, `:`, `.5`); a number neither matches
+# (`1e5`, `1.5e3`: YAML's exponent takes a sign and a point) is text in YAML, as NaN is.
+_YAML_INT = re.compile(r"[-+]?(?:0|[1-9][0-9_]*)")
+_YAML_FLOAT = re.compile(r"[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?")
+
+
+class _JsonNumber(str):
+    """A number (or NaN, Infinity) as json read it, kept as written until its role is
+    known: text under env, secret_env and sweep, a number elsewhere."""
+
+
+class _NotAlike(Exception):
+    """A JSON job that PyYAML reads otherwise or refuses: PyYAML's reading stands."""
+
+
+def _json_job(text: str) -> dict[str, object] | None:
+    """The job file `text` (JSON, a mapping) as _yaml_job would read it, by json:
+    None where PyYAML could read it otherwise or refuse it (see _NOT_JSON_ALIKE, a key
+    written twice, nesting past MAX_NESTING, a number past _MAX_NUMBER_CHARS; json's
+    own refusals), which then reads it. A tenth of PyYAML's time for an API submit."""
+    import json
+
+    if _NOT_JSON_ALIKE.search(text):
+        return None
+    try:
+        data = json.loads(
+            text,
+            object_pairs_hook=_json_mapping,
+            parse_int=_JsonNumber,
+            parse_float=_JsonNumber,
+            parse_constant=_JsonNumber,
+        )
+        if not isinstance(data, dict):
+            return None
+        return {key: _as_yaml(value, 2, _role_of(key, "", 1)) for key, value in data.items()}
+    except (ValueError, RecursionError, _NotAlike):
+        return None  # json.JSONDecodeError is a ValueError
+
+
+def _json_mapping(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        raise _NotAlike  # a key written twice: PyYAML's refusal names its line
+    if any(len(key) > _LONGEST_KEY for key in data):
+        raise _NotAlike
+    return data
+
+
+def _role_of(key: str, role: str, depth: int) -> str:
+    """_check_tree's role of the value of `key` in a mapping of `role` at `depth`."""
+    if role in ("env", "sweep"):
+        return "env_value"
+    if depth == 1 and key in ("env", "secret_env"):
+        return "env"
+    if depth == 1 and key == "sweep":
+        return "sweep"
+    return ""
+
+
+def _as_yaml(value: object, depth: int, role: str) -> object:
+    """json's `value` at `depth` (the root is 1) in `role`, as PyYAML's reading with
+    _check_tree's: numbers and true/false under env_value stay text as written."""
+    if depth > MAX_NESTING:
+        raise _NotAlike
+    if isinstance(value, _JsonNumber):
+        if len(value) > _MAX_NUMBER_CHARS:
+            raise _NotAlike
+        if role == "env_value":
+            return str(value)
+        if _YAML_INT.fullmatch(value):
+            return int(value)
+        if _YAML_FLOAT.fullmatch(value):
+            return float(value)
+        return str(value)
+    if isinstance(value, bool):
+        return ("true" if value else "false") if role == "env_value" else value
+    if isinstance(value, list):
+        item_role = "env_value" if role == "env_value" else ""
+        return [_as_yaml(item, depth + 1, item_role) for item in value]
+    if isinstance(value, dict):
+        if value and depth + 1 > MAX_NESTING:
+            raise _NotAlike  # its keys are one level down
+        return {
+            key: _as_yaml(item, depth + 1, _role_of(key, role, depth))
+            for key, item in value.items()
+        }
+    return value
 
 
 def read_job_text(where: str) -> str:

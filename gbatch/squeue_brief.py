@@ -6,9 +6,8 @@ the command's start-up (README, Performance).
 
 formatting.format_squeue over wire.jobs_from_columns stays the definition of squeue's
 output: tests/unit/test_squeue_brief.py checks that this path prints the same bytes for
-any rows, and sends the same request. What it does not cover (array tasks, which fold
-into `N_[4-15]` rows) it declines (format_default returns None), and the caller takes
-the full path with the same reply.
+any rows (array tasks folded into `N_[4-15]` rows as jobids.collapse_pending folds
+them), and sends the same request.
 """
 
 from __future__ import annotations
@@ -94,18 +93,20 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else "?" for c in text)
 
 
-def format_default(columns: Mapping[str, Any], now: float, *, header: bool = True) -> str | None:
+def format_default(columns: Mapping[str, Any], now: float, *, header: bool = True) -> str:
     """`columns` (a ListJobs reply's) as `gbatch squeue` prints them by default: sorted by
     partition, state code, then priority highest first with held jobs lowest (Slurm's
-    P,t,-p), in the default format; the same text as formatting.format_squeue of
-    formatting.sort_squeue of wire.jobs_from_columns. None when a row is an array task
-    (folded rows are the full path's)."""
-    if columns["more"] or any(array is not None for array in columns["array"]):
-        return None
+    P,t,-p), in the default format, an array's pending tasks folded into one row
+    `N_[4-15]` at its first's place; the same text as formatting.format_squeue of
+    formatting.sort_squeue of wire.jobs_from_columns."""
     specs = columns["specs"]
+    arrays = columns["array"]
+    more = {at: spans for at, spans in columns["more"]}
+    tasks = bool(more) or any(array is not None for array in arrays)
     rows = list(
         zip(
-            columns["id"],
+            # An array task's row is known by its place, for its label (array_labels).
+            range(len(arrays)) if tasks else columns["id"],
             columns["user"],
             columns["spec"],
             columns["state"],
@@ -121,8 +122,13 @@ def format_default(columns: Mapping[str, Any], now: float, *, header: bool = Tru
     rows.sort(key=lambda r: (not r[5], specs[r[2]]["priority"] - specs[r[2]]["nice"]), reverse=True)
     rows.sort(key=lambda r: STATE_CODES[r[3]])
     rows.sort(key=lambda r: specs[r[2]]["partition"] or PARTITION)
+    labels = array_labels(rows, columns, more) if tasks else [str(row[0]) for row in rows]
     lines = [HEADER + "\n"] if header else []
-    for job_id, user, spec_at, state, reason, held, start, end, node in rows:
+    for label, (_, user, spec_at, state, reason, held, start, end, node) in zip(
+        labels, rows, strict=True
+    ):
+        if label is None:  # a pending task folded into its array's first row
+            continue
         spec = specs[spec_at]
         if state == "PENDING" or start is None:
             elapsed = 0
@@ -135,8 +141,56 @@ def format_default(columns: Mapping[str, Any], now: float, *, header: bool = Tru
         else:
             where = _printable(node or "")
         lines.append(
-            f"{str(job_id)[:18]:>18} {_printable(spec['partition'] or PARTITION)[:9]:>9} "
+            f"{label[:18]:>18} {_printable(spec['partition'] or PARTITION)[:9]:>9} "
             f"{_printable(spec['name'])[:8]:>8} {_printable(user)[:8]:>8} "
             f"{STATE_CODES[state][:2]:>2} {format_duration(elapsed)[:10]:>10}      1 {where}\n"
         )
     return "".join(lines)
+
+
+def array_labels(
+    rows: list[tuple[Any, ...]], columns: Mapping[str, Any], more: Mapping[int, Any]
+) -> list[str | None]:
+    """Each sorted row's JOBID (its first cell: its place in `columns`), as
+    jobids.collapse_pending gives it: `N`, task K of array N `N_K`, the PENDING tasks of
+    one array (and the tasks a record stands for, `more`) as one row `N_[4-15%2]` at its
+    first's place (Slurm's %MAX: the array's throttle); None for the rows folded in."""
+    ids, arrays, tasks, specs = columns["id"], columns["array"], columns["task"], columns["specs"]
+    pending: dict[int, list[tuple[int, int]]] = {}
+    for row in rows:
+        at = row[0]
+        if row[3] == "PENDING" and arrays[at] is not None:
+            spans = pending.setdefault(arrays[at], [])
+            spans.append((tasks[at], tasks[at]))
+            spans.extend((a, b) for a, b in more.get(at, ()))
+    labels: list[str | None] = []
+    for row in rows:
+        at = row[0]
+        array = arrays[at]
+        throttle = specs[row[2]]["array_throttle"]
+        if array is None:
+            labels.append(str(ids[at]))
+        elif row[3] != "PENDING":
+            extra = more.get(at)
+            own = [(tasks[at], tasks[at]), *((a, b) for a, b in extra)] if extra else None
+            labels.append(f"{array}_{tasks[at]}" if own is None else _folded(array, own, throttle))
+        elif array in pending:
+            spans = pending.pop(array)  # its first row: the others fold into it
+            single = len(spans) == 1 and spans[0][0] == spans[0][1]
+            labels.append(f"{array}_{spans[0][0]}" if single else _folded(array, spans, throttle))
+        else:
+            labels.append(None)
+    return labels
+
+
+def _folded(array: int, spans: list[tuple[int, int]], throttle: int | None) -> str:
+    """jobids._folded: `N_[4-15]`, the spans merged, with `%MAX` for a throttle."""
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    text = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in merged)
+    limit = f"%{throttle}" if throttle is not None else ""
+    return f"{array}_[{text}{limit}]"

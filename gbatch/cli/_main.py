@@ -39,8 +39,6 @@ def main(argv: list[str] | None = None) -> int:
 def _full(argv: list[str]) -> int:
     """The command line read by argparse (gbatch/cli/_parser.py), and run."""
     from gbatch.cli._parser import COMMANDS, build_parser, command_parser
-    from gbatch.cli.exits import Exit
-    from gbatch.cli.suggest import did_you_mean, option_strings
 
     words = _command_words(argv)
     command = _command_word(words)
@@ -48,6 +46,9 @@ def _full(argv: list[str]) -> int:
     args, unknown = parser.parse_known_args(words)
     prog = f"gbatch {args.command}"
     if unknown:  # named after the command they were given to, not plain `gbatch`
+        from gbatch.cli.exits import Exit  # here: `gbatch --help` needs neither
+        from gbatch.cli.suggest import did_you_mean, option_strings
+
         hint = did_you_mean(unknown[0], option_strings(command_parser(parser, args.command)))
         message = f"unrecognized arguments: {' '.join(unknown)}{hint}. See `{prog} --help`"
         return _fail(prog, message, Exit.USAGE)

@@ -12,8 +12,6 @@ import os
 import sys
 
 from gbatch import __version__
-from gbatch.cli.exits import Exit
-from gbatch.cli.suggest import did_you_mean
 
 TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
 if TYPE_CHECKING:
@@ -66,16 +64,58 @@ class _Parser(argparse.ArgumentParser):
         return self.formatter_class(prog=self.prog, width=_help_width())  # type: ignore[call-arg]
 
     def error(self, message: str) -> NoReturn:
+        from gbatch.cli.exits import Exit  # here: `gbatch --help` needs no enum class
+
         self.exit(Exit.USAGE, f"{self.prog}: error: {message}. See `{self.prog} --help`\n")
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         # A mistyped sub-command (`gbatch squeu`): name the nearest, not all fourteen.
         choices = action.choices
         if choices is not None and value not in choices:
+            from gbatch.cli.suggest import did_you_mean
+
             hint = did_you_mean(str(value), [str(c) for c in choices])
             if hint:
                 raise argparse.ArgumentError(action, f"invalid choice: {value!r}{hint}")
         super()._check_value(action, value)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's RawDescriptionHelpFormatter, but a help line is wrapped without
+    textwrap where it surely wraps alike (its import and its regular expressions are
+    ~1 ms of `gbatch --help`): split_help_lines."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        text = self._whitespace_matcher.sub(" ", text).strip()
+        lines = split_help_lines(text, width)
+        return super()._split_lines(text, width) if lines is None else lines
+
+
+def split_help_lines(text: str, width: int) -> list[str] | None:
+    """textwrap.wrap(text, width) of a help line (words between single spaces, as
+    HelpFormatter leaves it), filled word by word; None (textwrap's to wrap) where that
+    might differ: a word longer than `width` (textwrap breaks it), or one with a `-`
+    that starts a line (textwrap may break after a hyphen, `full-` / `screen`).
+    tests/unit/test_cli_parser.py holds it to textwrap."""
+    if width < 1:
+        return None
+    lines: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        if len(word) > width:
+            return None
+        if not line:
+            line = word
+        elif len(line) + 1 + len(word) <= width:
+            line += " " + word
+        elif "-" in word:
+            return None
+        else:
+            lines.append(line)
+            line = word
+    if line:
+        lines.append(line)
+    return lines
 
 
 class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
@@ -117,7 +157,7 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         prog="gbatch",
         description="Queue GPU jobs on a lab's servers, Slurm style.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"gbatch {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")

@@ -3,17 +3,18 @@ argparse, pathlib, socket or json: with the re, enum, functools and gettext thos
 they were two thirds of these commands' start (README, Performance).
 
 everyday() reads a command line only where it reads it exactly as argparse would:
-squeue's filters and flags (-u, --me, -n, -p, -w, -t, -a, -h) and sbatch's --wrap with
--H, --parsable or -Q, each option's value in the next word (one that does not begin
-with '-') or after '='. Anything else (another option, two options in one word, a value
-that begins with '-', gbatch's own options but --debug) is left to argparse
-(gbatch/cli/_parser.py), which says what is wrong as ever. What is read runs as the
-full path does (squeue.run's everyday case, sbatch's _everyday_request), and declines
-(returns None, nothing sent) whatever that would refuse or show otherwise, so that its
-messages stay the full path's: an unknown user, array tasks, a command build_spec
-refuses, no daemon at the socket. After a request is sent, the client's errors are
-raised as gbatch.client raises them. tests/unit/test_cli_everyday.py holds both paths
-to the same requests, output and errors.
+squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h) and sbatch's --wrap
+with -H, --parsable or -Q, each option's value in the next word (one that does not
+begin with '-'), after '=', or joined to a short option (`-j5`). Anything else (another
+option, two options in one word, a value that begins with '-', gbatch's own options but
+--debug) is left to argparse (gbatch/cli/_parser.py), which says what is wrong as ever.
+What is read runs as the full path does (squeue.run, sbatch's _everyday_request), and
+declines (returns None, before sending) whatever that would refuse, so that its
+messages stay the full path's: an unknown user, a job id the grammar (gbatch/jobids.py)
+refuses, a command build_spec refuses, no daemon at the socket. After a request is
+sent, the client's errors are raised as gbatch.client raises them, and squeue -j's
+"Invalid job id specified" as squeue's. tests/unit/test_cli_everyday.py holds both
+paths to the same requests, output and errors.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ SQUEUE_FLAGS["--noheader"] = "noheader"
 SQUEUE_VALUES = {"-u": "user", "--user": "user", "-n": "name", "--name": "name"}
 SQUEUE_VALUES |= {"-p": "partition", "--partition": "partition", "-w": "nodelist"}
 SQUEUE_VALUES |= {"--nodelist": "nodelist", "-t": "states", "--states": "states"}
+SQUEUE_VALUES |= {"-j": "jobs", "--jobs": "jobs"}
 SBATCH_FLAGS = {"-H": "hold", "--hold": "hold", "--parsable": "parsable", "-Q": "quiet"}
 SBATCH_FLAGS["--quiet"] = "quiet"
 SBATCH_VALUES = {"--wrap": "wrap"}
@@ -47,12 +49,16 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 SYSTEM_SOCKET = "/run/gbatch/gbatchd.sock"
 # spec.MAX_COMMAND_BYTES, spelled here for the everyday path (a unit test keeps it equal).
 MAX_COMMAND_BYTES = 64 * 1024
+# jobids.MAX_DIGITS and MAX_TEXT, spelled here for the everyday path (a unit test keeps
+# them equal): gbatch.jobids loads re and the model.
+MAX_DIGITS = 18
+MAX_ID_TEXT = 64 * 1024
 
 
 def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | None:
     """(prog, --debug given, the command's run) for an everyday command line; None for
-    any other. run() returns the exit status, or None to decline (nothing was sent, or
-    squeue's listing is one it does not draw): argparse's path then runs the same line."""
+    any other. run() returns the exit status, or None to decline (no connection was
+    made): argparse's path then runs the same line."""
     debug = words[:1] == ["--debug"]
     line = words[1:] if debug else words
     command, rest = (line[0], line[1:]) if line else ("", [])
@@ -81,11 +87,17 @@ def read_options(
             found[flags[word]] = True
             continue
         option, equals, value = word.partition("=")
-        if not (equals and option.startswith("--") and option in with_value):
-            if word not in with_value or at == len(words):
+        if equals and option in with_value:  # `--user=VALUE`, `-u=VALUE`
+            pass
+        elif word in with_value:  # `-u VALUE`
+            if at == len(words):
                 return None
-            option, value = word, words[at]  # `-u VALUE`
+            option, value = word, words[at]
             at += 1
+        elif word[:2] in with_value and not equals:  # `-uVALUE`: a short option's
+            option, value = word[:2], word[2:]
+        else:
+            return None
         # A value that is empty or begins with '-' (an option, a negative number, `--`,
         # which argparse drops even after '=') follows argparse's own rules: its to read.
         if value[:1] in ("", "-"):
@@ -99,6 +111,85 @@ def split_list(values: list[str] | None) -> list[str] | None:
     if not values:
         return None
     return [item for value in values for item in value.split(",") if item]
+
+
+def job_ids(values: list[str]) -> list[str] | None:
+    """squeue's `-j` values as context.parse_ids reads them with gbatch.jobids' grammar
+    (every form), read without re or the model: each item in canonical form, in order
+    (`-j 12,13_4 -j 20_[1-3,5-5]` -> [12, 13_4, 20_[1-3,5]]; `4_5` is task 5 of array
+    4, never job 45). None for any text that is not a list of job ids as the grammar
+    writes them: parse_ids says what is wrong with it, as ever."""
+    ids: list[str] = []
+    for value in values:
+        if len(value) > MAX_ID_TEXT:
+            return None
+        at = 0
+        while True:
+            job, at = _number(value, at)
+            if job is None or job == "0":  # ids start at 1
+                return None
+            mark = value[at : at + 1]
+            if mark == "-":  # FIRST-LAST
+                last, at = _number(value, at + 1)
+                if last is None or int(last) < int(job):
+                    return None
+                ids.append(f"{job}-{last}")
+            elif mark == "_" and value[at + 1 : at + 2] == "[":  # N_[K-M,J]
+                spans, at = _spans(value, at + 2)
+                if spans is None:
+                    return None
+                single = len(spans) == 1 and "-" not in spans[0]
+                ids.append(f"{job}_{spans[0]}" if single else f"{job}_[{','.join(spans)}]")
+            elif mark == "_":  # N_K
+                task, at = _number(value, at + 1)
+                if task is None:
+                    return None
+                ids.append(f"{job}_{task}")
+            else:
+                ids.append(job)
+            if at == len(value):
+                break
+            if value[at] != ",":
+                return None
+            at += 1
+    return ids
+
+
+def _number(text: str, at: int) -> tuple[str | None, int]:
+    """The number jobids.NUMBER matches at `at` (canonical decimal, 1 to 18 digits, no
+    leading zero) and where it ends; None where there is none, or a longer run of digits
+    (which the grammar refuses)."""
+    end = at
+    while end < len(text) and text[end] in "0123456789":
+        end += 1
+    number = text[at:end]
+    if not number or len(number) > MAX_DIGITS or (number[0] == "0" and len(number) > 1):
+        return None, at
+    return number, end
+
+
+def _spans(text: str, at: int) -> tuple[list[str] | None, int]:
+    """The task spans `K-M,J` from `at` up to and past their `]`, each as the grammar
+    writes it back (`3-3` is `3`); None for any other text, or a span that runs
+    backwards."""
+    spans: list[str] = []
+    while True:
+        first, at = _number(text, at)
+        if first is None:
+            return None, at
+        span = first
+        if text[at : at + 1] == "-":
+            last, at = _number(text, at + 1)
+            if last is None or int(last) < int(first):
+                return None, at
+            span = first if last == first else f"{first}-{last}"
+        spans.append(span)
+        mark = text[at : at + 1]
+        at += 1
+        if mark == "]":
+            return spans, at
+        if mark != ",":
+            return None, at
 
 
 def user_name() -> str:
@@ -121,13 +212,16 @@ def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
             _ = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
         except Exception:
             return None
+    jobs = job_ids(values["jobs"]) if "jobs" in values else []
+    if jobs is None:
+        return None
     states = split_list(values.get("states")) or []
     history = "all" in (s.lower() for s in states)
     from gbatch.squeue_brief import format_default, list_jobs
 
     request = list_jobs(
         users=tuple(users),
-        jobs=(),
+        jobs=tuple(jobs),
         states=() if history else tuple(states),
         history=history,
         brief=True,
@@ -141,10 +235,26 @@ def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
     if reply is None:
         return None
     out = format_default(reply["columns"], reply["now"], header=not values.get("noheader"))
-    if out is None:  # array tasks: formatting folds them (the full path asks again)
-        return None
+    if jobs and not reply["columns"]["id"] and not _check_jobs_exist(jobs, send):
+        return None  # no connection made the second time: the full path's to say
     sys.stdout.write(out)
     return 0
+
+
+def _check_jobs_exist(jobs: list[str], send: Exchange) -> bool:
+    """squeue._check_jobs_exist, for -j and an empty listing: Slurm's error (exit 1)
+    when none of `jobs` exists in any state; True when one does (the listing's filters
+    left it out: the empty table is the answer). False: no connection was made."""
+    from gbatch.squeue_brief import list_jobs
+
+    known = send(list_jobs(jobs=tuple(jobs), history=True, brief=True))
+    if known is None:
+        return False
+    if not known["jobs"]:
+        from gbatch.cli.exits import CliError, Exit
+
+        raise CliError(f"Invalid job id specified: {','.join(jobs)}", Exit.FAILED)
+    return True
 
 
 def run_sbatch(values: dict[str, Any], environ: Mapping[str, str], send: Exchange) -> int | None:

@@ -782,9 +782,11 @@ def request_for_text(
             raise CliError(str(err), Exit.USAGE) from None
     else:  # the API's every submit: the parse's result, fresh (build_submit sets on it)
         values, lists = _no_options()
-        args = argparse.Namespace(**values)
+        args = argparse.Namespace()
+        fields = vars(args)  # filled as a dict: Namespace(**values) set each one by one
+        fields.update(values)
         for key in lists:
-            setattr(args, key, list(values[key]))
+            fields[key] = list(values[key])
     stray = [word for word in [args.file, *args.script_args] if word is not None]
     if stray:
         raise CliError(f"{stray[0]!r} is not an option. Give options alone", Exit.USAGE)

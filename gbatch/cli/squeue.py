@@ -257,15 +257,13 @@ def _show(
     *,
     dated: bool,
 ) -> None:
-    """One listing: `sort` None is the everyday path (squeue_brief), which falls back to
-    formatting's, with the same reply, for rows it does not draw (array tasks)."""
+    """One listing: `sort` None is the everyday path (squeue_brief)."""
     reply = ctx.client.send(request)
-    out = None
     if sort is None:
         from gbatch.squeue_brief import format_default
 
         out = format_default(reply["columns"], reply["now"], header=not args.noheader)
-    if out is None:
+    else:
         out = _full_table(ctx, request, reply, args, fmt, sort)
     if dated and not args.json:
         import time  # deferred: only -l and -i print the date
@@ -281,7 +279,7 @@ def _full_table(
     reply: dict[str, Any],
     args: argparse.Namespace,
     fmt: str | None,
-    sort: list[tuple[str, bool]] | None,
+    sort: list[tuple[str, bool]],
 ) -> str:
     """The reply's jobs as Jobs, printed by formatting (any format, sort, -r, --json)."""
     from gbatch import formatting, wire
@@ -296,8 +294,6 @@ def _full_table(
         _check_jobs_exist(ctx, request["jobs"])
     now = reply["now"]
     starts = {int(job_id): at for job_id, at in reply.get("starts", ())}
-    if sort is None:
-        sort = formatting.parse_squeue_sort(DEFAULT_SORT)
     jobs = formatting.sort_squeue(jobs, sort, now, starts)
     if args.json:
         return formatting.format_squeue_json(jobs, now)

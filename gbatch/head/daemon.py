@@ -57,7 +57,7 @@ from gbatch.head.scheduler import BEGIN_TIME, Planner, plan
 from gbatch.head.store import RunnableWindow, StateChange, Store, StoreFull, Usage
 from gbatch.head.tokens import TokenAuthority
 from gbatch.limits import ARRAY_HARD_CAP, UserLimits, unix_groups, use_by_user
-from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
+from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState, NodeView
 from gbatch.nodes.base import LaunchError, Node, RunStatus
 from gbatch.nodes.docker import container_name
 from gbatch.nodes.inventory import Inventory, partitions_of
@@ -80,6 +80,13 @@ GROUPS_CACHE_SECONDS = 10.0
 # waiting jobs costs a pass what 1,000 do, and no user's flood hides another's jobs.
 # Like Slurm's bf_max_job_user.
 PLAN_JOBS_PER_USER = 1000
+# A first pass (a restarted daemon's) reads its window over several passes, about this
+# many rows each (whole users' windows), and plans once it holds every user's: a pass
+# stays short (building a row's planning Job and queueing it costs ~10 us), so the loop
+# collects ends, enforces limits and takes cancels between the reads, and the passes
+# follow one another at once. A queue under this many runnable jobs is read and planned
+# in one pass, as before.
+WINDOW_ROWS_PER_PASS = 1000
 # Arrays whose extent (task -> job id) the daemon remembers for dependencies on them.
 ARRAY_CACHE_MAX = 10_000
 KILLED_REASON = "dependency can never be satisfied (kill_invalid_depend)"
@@ -134,7 +141,7 @@ class Daemon:
         self._arrays: dict[int, dict[int, int] | None] = {}
         # The planner's window, kept by the store's change feed (Store.read_window): a
         # pass reads only the rows written since the last, and builds Jobs of those.
-        self._window = RunnableWindow(PLAN_JOBS_PER_USER)
+        self._window = RunnableWindow(PLAN_JOBS_PER_USER, WINDOW_ROWS_PER_PASS)
         # The incremental planner (None: a full plan() each pass, as tests compare) and
         # the queue it holds (id -> the Job put), what the filters let through last pass.
         self.planner: Planner | None = Planner()
@@ -659,8 +666,18 @@ class Daemon:
 
     def schedule(self, now: float) -> None:
         self.store.refill_arrays(ARRAY_ROWS)
-        window = self.store.read_window(self._window)
-        self._split_window(window)
+        self.store.update_window(self._window)
+        self._split_window()
+        if not self._window.complete:
+            # A spread first read (a restart over a long queue): plan nothing until the
+            # window holds every user's jobs, or a job could start ahead of one not read
+            # yet. Queue what was read, and read on at the next pass, at once.
+            self._queue_planner(())
+            if self.planner is not None:  # what it read that the plan will not revisit
+                allocated = self.store.jobs_in(ALLOCATED_STATES)
+                self.planner.presettle(self._node_views(allocated, bool(self._plain_images), now))
+            self.wake.set()
+            return
         # The filters below see only the jobs they may hold back (a --begin, a
         # dependency, a throttled array), not the whole window.
         plain = self._plain
@@ -684,11 +701,7 @@ class Daemon:
                 job.spec.image is not None and not job.held for job in special
             )
         self._queue_planner(special)
-        drained = self.store.drained_nodes()
-        views = [
-            self.fleet.node_view(node, allocated, drained, check_engine=check_engines, now=now)
-            for node in self.fleet.nodes.values()
-        ]
+        views = self._node_views(allocated, check_engines, now)
         usage = self.usage(allocated, now)
         limits: dict[str, UserLimits] = {}
         if self.config.limits.limits_running:
@@ -722,7 +735,16 @@ class Daemon:
             now,
         )
 
-    def _split_window(self, window: Sequence[Job]) -> None:
+    def _node_views(
+        self, allocated: Sequence[Job], check_engines: bool, now: float
+    ) -> list[NodeView]:
+        drained = self.store.drained_nodes()
+        return [
+            self.fleet.node_view(node, allocated, drained, check_engine=check_engines, now=now)
+            for node in self.fleet.nodes.values()
+        ]
+
+    def _split_window(self) -> None:
         """Bring the plain/special split up to the window just read, from its changes
         alone (the whole window after a first read); they are the planner's to take."""
         changes = self._window.take_changes()
@@ -732,7 +754,7 @@ class Daemon:
             self._plain_images.clear()
             self._special.clear()
             self._plan_all = True
-            changes = {job.id: job for job in window}
+            changes = {job.id: job for job in self._window.jobs()}
         plain, users = self._plain, self._plain_users
         for job_id, job in changes.items():
             old = plain.pop(job_id, None)
@@ -764,19 +786,21 @@ class Daemon:
 
         A job whose row is unchanged is the same Job as last pass (Store.read_window),
         so this costs the planner's work for what changed. A row changed in any way by
-        another write (its reason written, held, updated) is put again and so planned
-        afresh: the planner then reports its reason, which is written where the row's
-        differs. The reasons the loop writes itself the window keeps beside its Jobs
-        (RunnableWindow.reason), and the row stays the same Job: the planner's reason
-        for it is then the row's, and it reports one only when it changes. So the
-        reasons a pass reports (only those that changed, see Planner) are all that can
-        differ from the rows'.
+        another write (its reason written, held, updated) is put again, with the reason
+        its row shows, and so planned afresh: the planner then reports its reason where
+        it differs from the row's (a restarted daemon's planner, given the reasons the
+        last one wrote, reports only those that must change). The reasons the loop
+        writes itself the window keeps beside its Jobs (RunnableWindow.reason), and the
+        row stays the same Job: the planner's reason for it is then the row's, and it
+        reports one only when it changes. So the reasons a pass reports (only those
+        that changed, see Planner) are all that can differ from the rows'.
         """
         planner = self.planner
         if planner is None:
             self._unplanned.clear()
             return
         planned, plain = self._planned, self._plain
+        reason = self._window.reason  # the row's: the planner reports only a new one
         let_through = {job.id: job for job in special}
         if self._plan_all:
             looked_at: Collection[int] = planned.keys() | plain.keys() | let_through.keys()
@@ -791,7 +815,7 @@ class Daemon:
                     planner.discard(job_id)
                     del planned[job_id]
             elif was is not job:
-                planner.put(job)
+                planner.put(job, reason(job))
                 planned[job_id] = job
         self._special_planned = set(let_through)
         self._unplanned.clear()

@@ -481,7 +481,9 @@ class Planner:
     that left the queue or started) and asks for a pass with the nodes, usage, clock and
     limits of the moment, as plan() takes them. `reasons` then holds every queued job's
     reason as plan() would give it; `Plan.reasons` of a pass holds only those that
-    changed since the pass before (a job gone from the queue is simply gone).
+    changed since the pass before (a job gone from the queue is simply gone), or, for a
+    job put with the reason it is known to show, since that one. A queue put whole
+    between two passes (a restart's) may be looked ahead at as it comes (`presettle`).
 
     How: a user's jobs are kept sorted per GPU count (a stream), so plan()'s queue order
     is the merge of the streams by fair-share factor, then the key within a stream. A
@@ -508,21 +510,64 @@ class Planner:
         self.reasons: dict[int, str] = {}
         # stream -> the key from which the last pass settled its jobs
         self._settled: dict[tuple[str, int], _Key] = {}
-        self._fresh: set[int] = set()  # put since the last pass
+        # Put since the last pass: by stream (id -> Job), and the held ones.
+        self._fresh: dict[tuple[str, int], dict[int, Job]] = {}
+        self._fresh_held: set[int] = set()
         self._nodes_seen: object = None
 
     def __len__(self) -> int:
         return len(self._jobs)
 
-    def put(self, job: Job) -> None:
-        """Queue `job` (PENDING), or take its new version (held, priority, spec...)."""
+    def put(self, job: Job, reason: str | None = None) -> None:
+        """Queue `job` (PENDING), or take its new version (held, priority, spec...).
+
+        `reason`: the reason it is known to have (the one its row shows): a pass then
+        reports its reason only if it differs, as for a job whose reason was reported
+        (a restarted daemon's planner, given the reasons the last one wrote, reports
+        none of those that stay)."""
         self.discard(job.id)
         self._jobs[job.id] = job
         self._users[job.user] = self._users.get(job.user, 0) + 1
-        self._fresh.add(job.id)
+        if reason is not None:
+            self.reasons[job.id] = reason
         if job.held:
+            self._fresh_held.add(job.id)
             return
-        bisect.insort(self._streams.setdefault((job.user, job.spec.gpus), []), _key(job))
+        name = (job.user, job.spec.gpus)
+        self._fresh.setdefault(name, {})[job.id] = job
+        bisect.insort(self._streams.setdefault(name, []), _key(job))
+
+    def presettle(self, nodes: Sequence[NodeView]) -> None:
+        """Look ahead, for a next pass over these `nodes`, at the streams queued whole
+        since the last pass (a restarted daemon's, put over a few passes with the
+        reasons their rows show): where a job's reason is the one it would settle with,
+        that pass need not look at it again should its stream settle. Costs what the
+        jobs put since the last call do; with different nodes at the pass, it looks at
+        every job, as without this.
+
+        So a restart's first pass over a long queue plans at the cost of what it takes
+        and of the jobs whose reasons must change, not of the whole queue."""
+        seen = _what_nodes_are(nodes)
+        if seen != self._nodes_seen:
+            self._nodes_seen = seen
+            self._settled.clear()
+        probe = _Pass(nodes, 0.0, None, None)  # settled reasons read neither clock nor use
+        before = self.reasons
+        for name, fresh in list(self._fresh.items()):
+            stream = self._streams[name]
+            if name in self._settled or len(fresh) != len(stream):
+                continue  # a stream the last pass saw: its next pass looks as ever
+            by_spec: dict[int, str] = {}
+            for job_id, job in list(fresh.items()):
+                reason = by_spec.get(id(job.spec))
+                if reason is None:
+                    reason = by_spec[id(job.spec)] = probe.settled_reason(job)
+                if before.get(job_id) == reason:
+                    del fresh[job_id]  # settled already, should it settle
+            if not fresh:
+                del self._fresh[name]
+            # As if a pass had settled it whole: what is not fresh has its reason.
+            self._settled[name] = stream[0]
 
     def discard(self, job_id: int) -> None:
         """Forget job `job_id` (it started, ended or was cancelled); no-op if unknown."""
@@ -530,15 +575,18 @@ class Planner:
         if job is None:
             return
         self.reasons.pop(job_id, None)
-        self._fresh.discard(job_id)
         left = self._users[job.user] - 1
         if left:
             self._users[job.user] = left
         else:
             del self._users[job.user]
         if job.held:
+            self._fresh_held.discard(job_id)
             return
         name = (job.user, job.spec.gpus)
+        fresh = self._fresh.get(name)
+        if fresh is not None and fresh.pop(job_id, None) is not None and not fresh:
+            del self._fresh[name]
         stream = self._streams[name]
         del stream[bisect.bisect_left(stream, _key(job))]
         if not stream:
@@ -573,20 +621,16 @@ class Planner:
         before = self.reasons
         # The new jobs by stream: a stream settled where it was keeps its old jobs'
         # reasons, but its new ones get theirs.
-        fresh: dict[tuple[str, int], list[Job]] = {}
-        for job_id in self._fresh:
-            job = jobs[job_id]
-            if job.held:
-                result.reasons[job_id] = HELD  # in no stream: always this reason
-            else:
-                fresh.setdefault((job.user, job.spec.gpus), []).append(job)
+        fresh = self._fresh
+        for job_id in self._fresh_held:
+            result.reasons[job_id] = HELD  # in no stream: always this reason
         while heap:
             order, key, position, name = heap[0]
             user, gpus = name
             if result.reservation is not None and user not in caps and gpus > result.most_free():
                 heapq.heappop(heap)
                 settled[name] = key
-                self._settle(name, key, position, fresh.get(name, ()), result, changed)
+                self._settle(name, key, position, fresh.get(name), result, changed)
                 continue
             consider(jobs[key[2]])
             stream = self._streams[name]
@@ -603,7 +647,10 @@ class Planner:
         self._settled = settled
         # A job started is normally discarded before the next pass; one still queued
         # then (its start failed) is taken as new, so it gets its reason again.
-        self._fresh = {a.job_id for a in result.assignments}
+        self._fresh, self._fresh_held = {}, set()
+        for assignment in result.assignments:
+            job = jobs[assignment.job_id]
+            self._fresh.setdefault((job.user, job.spec.gpus), {})[job.id] = job
         return Plan(assignments=tuple(result.assignments), reasons=changed, starts=result.starts)
 
     def _settle(
@@ -611,7 +658,7 @@ class Planner:
         name: tuple[str, int],
         key: _Key,
         position: int,
-        fresh: Iterable[Job],
+        fresh: Mapping[int, Job] | None,
         result: _Pass,
         changed: dict[int, str],
     ) -> None:
@@ -624,16 +671,25 @@ class Planner:
         # Those the last pass took (or that it never saw) get theirs now; those it
         # settled too have it, unless new since.
         end = len(stream) if last is None else max(position, bisect.bisect_left(stream, last))
+        # A settled reason hangs on the job's spec alone (its user has no limits, and
+        # no job here is held), and the jobs that ask the same share one spec (the
+        # loop's planning specs): reckoned once per spec.
+        by_spec: dict[int, str] = {}
+        settled_reason = result.settled_reason
         for index in range(position, end):
             job_id = stream[index][2]
-            reason = result.settled_reason(jobs[job_id])
+            job = jobs[job_id]
+            reason = by_spec.get(id(job.spec))
+            if reason is None:
+                reason = by_spec[id(job.spec)] = settled_reason(job)
             if before.get(job_id) != reason:
                 changed[job_id] = reason
-        for job in fresh:
-            if _key(job) >= key:
-                reason = result.settled_reason(job)
-                if before.get(job.id) != reason:
-                    changed[job.id] = reason
+        if fresh and end < len(stream):  # the new ones past `end`, if any
+            for job in fresh.values():
+                if _key(job) >= key:
+                    reason = settled_reason(job)
+                    if before.get(job.id) != reason:
+                        changed[job.id] = reason
 
 
 def _what_nodes_are(nodes: Sequence[NodeView]) -> object:

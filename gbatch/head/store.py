@@ -241,12 +241,12 @@ _QUEUED_USERS = """
 """
 # A user's runnable jobs in queue order (jobs_queue), the first `?`; and those after a
 # key (queue_priority, submit_time, id) in that order. queue_priority comes first.
-_USER_QUEUE = """
+_USER_QUEUE_TEMPLATE = """
     SELECT queue_priority, {columns} FROM jobs INDEXED BY jobs_queue
     WHERE state = 'PENDING' AND held = 0 AND user = ?
     ORDER BY queue_priority DESC, submit_time, id LIMIT ?
 """
-_USER_QUEUE_AFTER = """
+_USER_QUEUE_AFTER_TEMPLATE = """
     SELECT queue_priority, {columns} FROM jobs INDEXED BY jobs_queue
     WHERE state = 'PENDING' AND held = 0 AND user = ?
         AND (queue_priority < ? OR (queue_priority = ?
@@ -261,8 +261,7 @@ _JOB_COLUMNS = (
     "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node, "
     "gpus, attempt, exit_code, exit_signal, stop_state, gpu_uuids"
 )
-_USER_QUEUE = _USER_QUEUE.format(columns=_JOB_COLUMNS)
-_USER_QUEUE_AFTER = _USER_QUEUE_AFTER.format(columns=_JOB_COLUMNS)
+_USER_QUEUE = _USER_QUEUE_TEMPLATE.format(columns=_JOB_COLUMNS)
 # What a listing prints of a job (Store.listing_rows): no gpus, exit codes or attempt.
 _LISTING_COLUMNS = (
     "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node"
@@ -475,13 +474,26 @@ class RunnableWindow:
     read back: the window is brought up to date just before one, and then knows every
     row its transaction wrote, so it keeps the reasons written beside its Jobs
     (`reason`) and takes the transaction as seen.
+
+    With `rows_per_read`, a first read is spread over several reads: each fills the
+    windows of the next users (listed at the first) until that many rows are read, and
+    the read that fills the last one then takes every change since the first
+    (`complete` from then on). Until then the window holds only the users filled so
+    far: what it holds is right, but not all of it.
     """
 
-    def __init__(self, per_user: int) -> None:
+    def __init__(self, per_user: int, rows_per_read: int | None = None) -> None:
         self.per_user = per_user
+        self.rows_per_read = rows_per_read
         # The largest change number read; None: never read (a first read reads all).
+        # While a first read is spread (_unfilled), the number when it began.
         self.seen: int | None = None
-        self._jobs: dict[int, tuple[str, _QueueKey, Job]] = {}
+        # The users a spread first read has yet to fill, the next one last.
+        self._unfilled: list[str] = []
+        # id -> its Job, and its key apart: no tuple of the two, an object more per job
+        # for the cyclic GC to walk (the Jobs are ~all the loop's tracked objects).
+        self._jobs: dict[int, Job] = {}
+        self._key_of: dict[int, _QueueKey] = {}
         self._keys: dict[str, list[_QueueKey]] = {}
         self._bounds: dict[str, _QueueKey] = {}
         self._list: list[Job] | None = None  # jobs(), until the window changes
@@ -493,8 +505,15 @@ class RunnableWindow:
         # (its Job still has the reason read); gone when the row is read again.
         self._reasons: dict[int, str] = {}
 
+    @property
+    def complete(self) -> bool:
+        """Read, and not in the middle of a spread first read: it holds every user's."""
+        return self.seen is not None and not self._unfilled
+
     def clear(self) -> None:
+        self._unfilled.clear()
         self._jobs.clear()
+        self._key_of.clear()
         self._keys.clear()
         self._bounds.clear()
         self._list = None
@@ -506,10 +525,8 @@ class RunnableWindow:
         """`job`'s reason as its row has it now, where `job` is the window's (a reason
         the loop wrote since the read is not in the Job); any other Job's own."""
         written = self._reasons.get(job.id)
-        if written is not None:
-            held = self._jobs.get(job.id)
-            if held is not None and held[2] is job:
-                return written
+        if written is not None and self._jobs.get(job.id) is job:
+            return written
         return job.reason
 
     def wrote(self, reasons: Mapping[int, str], change: int) -> None:
@@ -522,7 +539,7 @@ class RunnableWindow:
             held = jobs.get(job_id)
             if held is None:
                 continue
-            if held[2].reason == reason:
+            if held.reason == reason:
                 written.pop(job_id, None)
             else:
                 written[job_id] = reason
@@ -541,19 +558,21 @@ class RunnableWindow:
         """The window's jobs, by id."""
         if self._list is None:
             jobs = self._jobs
-            self._list = [jobs[job_id][2] for job_id in sorted(jobs)]
+            self._list = [jobs[job_id] for job_id in sorted(jobs)]
         return self._list
 
-    def fill(self, user: str, rows: Iterable[Sequence[Any]]) -> None:
-        """Add the user's next rows (queue_priority, then _JOB_COLUMNS) in queue order,
-        read up to what the window lacks: fewer than asked means none are left."""
+    def fill(self, user: str, rows: Iterable[Sequence[Any]]) -> int:
+        """Add the user's next rows (queue_priority, then _WINDOW_COLUMNS) in queue order,
+        read up to what the window lacks: fewer than asked means none are left. Returns
+        how many it took."""
         keys = self._keys.setdefault(user, [])
         wanted = self.per_user - len(keys)
         got = 0
         for row in rows:
             key: _QueueKey = (-row[0], row[8], row[1])
             job = _build_job(row[1:], _decode_planning_spec)
-            self._jobs[row[1]] = (user, key, job)
+            self._jobs[row[1]] = job
+            self._key_of[row[1]] = key
             self._changed[row[1]] = job
             self._reasons.pop(row[1], None)
             keys.append(key)
@@ -565,22 +584,22 @@ class RunnableWindow:
             self._bounds[user] = keys[-1]
         if not keys:
             del self._keys[user]
+        return got
 
     def apply(self, rows: Iterable[Sequence[Any]]) -> list[tuple[str, _QueueKey, int]]:
-        """Take changed rows (queue_priority, then _JOB_COLUMNS); return (user, bound,
+        """Take changed rows (queue_priority, then _WINDOW_COLUMNS); return (user, bound,
         how many) for each user whose window must read that many past its bound."""
         touched: set[str] = set()
-        jobs, per_user, changed = self._jobs, self.per_user, self._changed
+        jobs, key_of, per_user, changed = self._jobs, self._key_of, self.per_user, self._changed
         for row in rows:
             job_id = row[1]
             old = jobs.pop(job_id, None)
             if old is not None:
                 changed[job_id] = None
                 self._reasons.pop(job_id, None)
-                user, key, _ = old
-                keys = self._keys[user]
-                del keys[bisect.bisect_left(keys, key)]
-                touched.add(user)
+                keys = self._keys[old.user]
+                del keys[bisect.bisect_left(keys, key_of.pop(job_id))]
+                touched.add(old.user)
             if row[5] != "PENDING" or row[7]:
                 continue
             user = row[3]
@@ -589,7 +608,8 @@ class RunnableWindow:
             if bound is not None and key > bound:
                 continue  # past the window: the store's order keeps it for later
             job = changed[job_id] = _build_job(row[1:], _decode_planning_spec)
-            jobs[job_id] = (user, key, job)
+            jobs[job_id] = job
+            key_of[job_id] = key
             bisect.insort(self._keys.setdefault(user, []), key)
             touched.add(user)
         if touched:
@@ -601,6 +621,7 @@ class RunnableWindow:
             if len(keys) > per_user:
                 for key in keys[per_user:]:
                     del jobs[key[2]]
+                    del key_of[key[2]]
                     changed[key[2]] = None
                     self._reasons.pop(key[2], None)
                 del keys[per_user:]
@@ -1460,14 +1481,14 @@ class Store:
             return
         with self._write() as db:
             change = self._change_number(db)
-            if window is not None and window.seen is not None:
+            if window is not None and window.complete:
                 self._read_changes(db, window, change - 1)
             db.executemany(
                 "UPDATE jobs SET reason = ?, changed = ?"
                 " WHERE id = ? AND state = 'PENDING' AND reason != ?",
                 [(reason, change, job_id, reason) for job_id, reason in reasons.items()],
             )
-        if window is not None and window.seen == change - 1:
+        if window is not None and window.complete and window.seen == change - 1:
             window.wrote(reasons, change)
 
     def set_running_reason(self, job_id: int, attempt: int, reason: str) -> bool:
@@ -1843,8 +1864,13 @@ class Store:
         return sorted(map(_job_from_row, rows), key=lambda job: job.id)
 
     def read_window(self, window: RunnableWindow) -> list[Job]:
+        """update_window(window), then its jobs, by id."""
+        self.update_window(window)
+        return window.jobs()
+
+    def update_window(self, window: RunnableWindow) -> None:
         """Bring `window` (each user's first `window.per_user` runnable jobs, as
-        runnable_jobs(per_user) reads them) up to date and return its jobs, by id.
+        runnable_jobs(per_user) reads them) up to date.
 
         Its first read reads every user's first jobs; each read after reads only the
         rows written since (the change feed, migration 11: `changed` above the last
@@ -1852,6 +1878,15 @@ class Store:
         that user's queue order. A job unchanged since the last read is the same Job,
         a planning view of it (planning_job), with the reason read (see
         RunnableWindow.reason).
+
+        With `window.rows_per_read`, the first read is spread over as many reads as
+        that takes: each fills the next users' windows (each user's in one snapshot)
+        until that many rows are read, and returns the window as filled so far
+        (`window.complete` is False). The read that fills the last user then takes the
+        rows written since the first began, as any later read does: a row taken by a
+        fill and written again after is read again and takes its new place.
+        RunnableWindow.take_changes tells what a read changed, at no cost in the size
+        of the window (its jobs() sorts them all when they changed).
         """
         with self._lock:
             db = self._db
@@ -1859,12 +1894,19 @@ class Store:
             top = int(top or 0)
             if window.seen is None:
                 window.clear()
-                for (user,) in db.execute(_QUEUED_USERS).fetchall():
-                    window.fill(user, db.execute(_USER_QUEUE, (user, window.per_user)))
-            else:
-                self._read_changes(db, window, top)
-            window.seen = top
-        return window.jobs()
+                users = [user for (user,) in db.execute(_QUEUED_USERS).fetchall()]
+                window._unfilled = users[::-1]
+                window.seen = top
+            unfilled = window._unfilled
+            if unfilled:
+                budget = window.rows_per_read
+                read = 0
+                while unfilled and (budget is None or read < budget):
+                    user = unfilled.pop()
+                    read += window.fill(user, db.execute(_WINDOW_QUEUE, (user, window.per_user)))
+                if unfilled:
+                    return
+            self._read_changes(db, window, top)
 
     @staticmethod
     def _read_changes(db: sqlite3.Connection, window: RunnableWindow, top: int) -> None:
@@ -1873,17 +1915,13 @@ class Store:
         jobs. Under the store's lock."""
         assert window.seen is not None
         if top > window.seen:
-            rows = db.execute(
-                f"SELECT queue_priority, {_JOB_COLUMNS} FROM jobs INDEXED BY jobs_changed"
-                " WHERE changed > ?",
-                (window.seen,),
-            ).fetchall()
+            rows = db.execute(_WINDOW_CHANGES, (window.seen,)).fetchall()
             for user, bound, wanted in window.apply(rows):
                 queue_priority, submit_time, job_id = -bound[0], bound[1], bound[2]
                 window.fill(
                     user,
                     db.execute(
-                        _USER_QUEUE_AFTER,
+                        _WINDOW_QUEUE_AFTER,
                         (
                             user,
                             queue_priority,
@@ -3176,8 +3214,37 @@ def planning_job(job: Job) -> Job:
     return replace(job, spec=planning_spec(job.spec.to_dict()))
 
 
+# The window's rows carry, in the spec's place, the values of those keys that SQLite
+# takes out of the stored spec (json_extract, in C): a short JSON array, the same text
+# for the jobs that ask the same (a filtered job's holds its name and array task too),
+# so a row costs a dict lookup, not a decode of its whole spec.
+_PLANNING_SQL = (
+    "CASE WHEN json_extract(spec, '$.dependency') IS NULL"
+    " AND json_extract(spec, '$.array_throttle') IS NULL THEN json_extract(spec, {plain})"
+    " ELSE json_extract(spec, {filtered}) END"
+).format(
+    plain=", ".join(f"'$.{key}'" for key in _PLANNING_KEYS),
+    filtered=", ".join(f"'$.{key}'" for key in _PLANNING_AND_FILTERED_KEYS),
+)
+_WINDOW_COLUMNS = _JOB_COLUMNS.replace("spec,", f"{_PLANNING_SQL} AS spec,", 1)
+_WINDOW_QUEUE = _USER_QUEUE_TEMPLATE.format(columns=_WINDOW_COLUMNS)
+_WINDOW_QUEUE_AFTER = _USER_QUEUE_AFTER_TEMPLATE.format(columns=_WINDOW_COLUMNS)
+_WINDOW_CHANGES = (
+    f"SELECT queue_priority, {_WINDOW_COLUMNS} FROM jobs INDEXED BY jobs_changed WHERE changed > ?"
+)
+_PLANNING_BY_TEXT: dict[str, JobSpec] = {}
+
+
 def _decode_planning_spec(text: str) -> JobSpec:
-    return planning_spec(json.loads(text))
+    """The planning spec of a window row's planning values (_PLANNING_SQL)."""
+    spec = _PLANNING_BY_TEXT.get(text)
+    if spec is None:
+        values = json.loads(text)
+        keys = _PLANNING_KEYS if len(values) == len(_PLANNING_KEYS) else _PLANNING_AND_FILTERED_KEYS
+        if len(_PLANNING_BY_TEXT) >= _PLANNING_SPECS_MAX:
+            _PLANNING_BY_TEXT.clear()
+        spec = _PLANNING_BY_TEXT[text] = planning_spec(dict(zip(keys, values, strict=True)))
+    return spec
 
 
 # A job row read again unchanged (the loop and every squeue and TUI refresh read all

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,3 +108,46 @@ def test_one_submits_options_never_reach_the_next_through_the_shared_parser() ->
     after = request_for_text(plain, "api")
     assert after == before
     assert after.spec.get("gpus") in (None, 0) and not after.held
+
+
+def test_the_submit_shortcut_answers_as_the_route_does_and_is_rate_limited(
+    tmp_path: Path,
+) -> None:
+    """POST /api/v1/jobs skips Starlette's stack (app._App's shortcut); what it answers
+    is what the route answers, and the per-user limits hold on it."""
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    from gbatch.api.ratelimit import RateLimits
+
+    def routed(app: Starlette) -> Any:
+        async def through_the_stack(scope: Any, receive: Any, send: Any) -> None:
+            await Starlette.__call__(app, scope, receive, send)
+
+        return through_the_stack
+
+    cases = [
+        ({}, '{"command": "true"}'),  # no token
+        ({"Authorization": "Bearer T"}, '{"command": "true", "gpus": -1}'),  # a bad job
+        ({"Authorization": "Bearer T"}, '{"command": "true"}'),  # no gbatchd
+        ({"Authorization": "Bearer T"}, "\xff"),  # not UTF-8
+    ]
+    answers = []
+    for serve in (lambda app: app, routed):
+        app = make_app(tmp_path / "none.sock")
+        with TestClient(serve(app)) as client:
+            replies = [
+                client.post(f"{PREFIX}/jobs", headers=h, content=body.encode("latin-1"))
+                for h, body in cases
+            ]
+        answers.append(
+            [(r.status_code, r.json(), r.headers.get("www-authenticate")) for r in replies]
+        )
+    assert answers[0] == answers[1]
+    assert [status for status, _, _ in answers[0]] == [401, 400, 503, 400]
+
+    limited = make_app(tmp_path / "none.sock", limits=RateLimits(rate=0.001, burst=1))
+    with TestClient(limited) as client:
+        assert client.post(f"{PREFIX}/jobs", content=b"{}").status_code == 401
+        refused = client.post(f"{PREFIX}/jobs", content=b"{}")
+    assert refused.status_code == 429 and refused.headers["retry-after"]

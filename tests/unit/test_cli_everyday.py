@@ -15,7 +15,7 @@ import pwd
 import re
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gbatch import client, jsonline, paths, spec, submitenv, wire
+from gbatch import client, jobids, jsonline, paths, spec, submitenv, wire
 from gbatch.cli import everyday, sbatch, squeue
 from gbatch.cli._main import main
 from gbatch.cli._parser import build_parser
+from gbatch.cli.context import parse_ids
 from gbatch.cli.exits import CliError
 from gbatch.model import Job, JobSpec, JobState
 
@@ -37,10 +38,12 @@ ME = pwd.getpwuid(os.getuid()).pw_name
 # every shape argparse treats apart (empty, '-x', '--', '=' inside, a space).
 _OPTIONS = sorted(
     {*everyday.SQUEUE_FLAGS, *everyday.SQUEUE_VALUES, *everyday.SBATCH_FLAGS}
-    | {*everyday.SBATCH_VALUES, "-j", "-o", "-S", "--json", "-J", "--debug", "--help", "-uX"}
+    | {*everyday.SBATCH_VALUES, "-o", "-S", "--json", "-J", "--debug", "--help", "-uX"}
+    | {"-j5", "-j5_3", "-j=4", "-u=root", "-uroot", "-j5=3", "-j-1", "-hj5", "-ja b", "-S5"}
 )
 _VALUES = st.one_of(
     st.sampled_from(["root", ME, "PD,R", "all", "gpu", "a=b", "-x", "--", "", " -c x", "1"]),
+    st.sampled_from(["5", "5_3", "12,13_4,14_[1-3]", "4-9", "05", "0", "1_[3-1]"]),
     st.text(max_size=6),
 )
 _WORD = st.one_of(
@@ -88,7 +91,9 @@ def test_squeue_options_are_read_as_argparse_reads_them(words: list[str]) -> Non
     _agrees("squeue", words, everyday.SQUEUE_FLAGS, everyday.SQUEUE_VALUES)
     args = _argparse("squeue", words)
     if everyday.read_options(words, everyday.SQUEUE_FLAGS, everyday.SQUEUE_VALUES) is not None:
-        assert args is not None and squeue._everyday(args) and args.iterate is None
+        assert args is not None and args.iterate is None
+        # Slurm's default format and sort: -j aside, the listing squeue_brief draws.
+        assert squeue._everyday(argparse.Namespace(**{**vars(args), "jobs": None}))
 
 
 @settings(max_examples=400, deadline=None)
@@ -109,7 +114,8 @@ def test_other_command_lines_are_left_to_argparse() -> None:
         [],
         ["--debug"],
         ["--help"],
-        ["squeue", "-j", "1"],
+        ["squeue", "-j", "1", "-r"],
+        ["squeue", "-j"],
         ["squeue", "-hu", "root"],
         ["squeue", "--help"],
         ["sbatch", "-H"],  # no --wrap: a file or stdin
@@ -121,18 +127,29 @@ def test_other_command_lines_are_left_to_argparse() -> None:
 
 
 class _FakeClient:
-    def __init__(self, reply: dict[str, Any]) -> None:
-        self.reply = reply
+    """Answers every request with `reply`, or with `answer(request)`'s."""
+
+    def __init__(
+        self, reply: dict[str, Any], answer: Callable[[dict[str, Any]], dict[str, Any]] | None
+    ) -> None:
+        self.answer = answer or (lambda request: reply)
         self.sent: list[dict[str, Any]] = []
 
     def send(self, request: dict[str, Any]) -> dict[str, Any]:
         self.sent.append(json.loads(json.dumps(request)))
-        return dict(self.reply)
+        return dict(self.answer(self.sent[-1]))
+
+    def call(self, request: wire.Request) -> dict[str, Any]:
+        return self.send(wire.encode_request(request))
 
 
 class _Ctx:
-    def __init__(self, reply: dict[str, Any]) -> None:
-        self.client = _FakeClient(reply)
+    def __init__(
+        self,
+        reply: dict[str, Any],
+        answer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        self.client = _FakeClient(reply, answer)
         self.me = ME
 
 
@@ -142,12 +159,19 @@ def _columns(jobs: list[Job]) -> dict[str, Any]:
 
 
 def _queue(count: int) -> list[Job]:
+    """`count` jobs; from the fourth on, tasks 0, 1, ... of an array (whose id is 4)."""
     return [
         Job(
             id=i,
             uid=0,
             user="root",
-            spec=JobSpec(name=f"job{i}", command=("true",), priority=i % 3),
+            spec=JobSpec(
+                name=f"job{i}",
+                command=("true",),
+                priority=i % 3,
+                array_task=None if i < 4 else i - 4,
+                array_pos=0 if i < 4 else i - 4,
+            ),
             state=JobState.PENDING if i % 2 else JobState.RUNNING,
             submit_time=NOW - 100,
             start_time=None if i % 2 else NOW - 50,
@@ -165,6 +189,11 @@ _SQUEUE_WORDS = st.lists(
             st.sampled_from(sorted(everyday.SQUEUE_VALUES)),
             st.sampled_from(["root", ME, "PD,R", "all", "All,R", "gpu,a100", "x,,y", "n1", "0"]),
         ).map(list),
+        st.tuples(
+            st.sampled_from(["-j", "--jobs"]),
+            st.sampled_from(["3", "2,5", "4_1", "2_[1-3,7],9-12", "3_01", "1-", "2,3"]),
+        ).map(list),
+        st.sampled_from(["-j3", "-j=2,7", "--jobs=3_0", "-j3-4"]).map(lambda w: [w]),
     ),
     max_size=5,
 ).map(lambda groups: [word for group in groups for word in group])
@@ -173,44 +202,79 @@ _SQUEUE_WORDS = st.lists(
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(words=_SQUEUE_WORDS, count=st.integers(0, 6))
+@given(words=_SQUEUE_WORDS, count=st.integers(0, 6), known=st.booleans())
+@example(words=["-j", "3"], count=0, known=False)  # Slurm's "Invalid job id specified"
+@example(words=["-j", "3", "-t", "R"], count=0, known=True)  # filtered out: the header
 def test_squeue_sends_and_prints_what_the_full_path_does(
-    words: list[str], count: int, capsys: pytest.CaptureFixture[str]
+    words: list[str], count: int, known: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    reply = {"columns": _columns(_queue(count)), "now": NOW}
+    """The same requests (with -j and no rows listed, squeue._check_jobs_exist's too),
+    the same output, and the same error when no job named by -j exists."""
+    listing = {"columns": _columns(_queue(count)), "now": NOW}
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        if request["columns"]:
+            return listing
+        return {"jobs": [{"id": 3}] if known else [], "now": NOW}
+
     values = everyday.read_options(words, everyday.SQUEUE_FLAGS, everyday.SQUEUE_VALUES)
     assert values is not None
     lean_sent: list[dict[str, Any]] = []
 
     def send(request: dict[str, Any]) -> dict[str, Any]:
         lean_sent.append(json.loads(jsonline.dumps(request)))
-        return dict(reply)
+        return dict(answer(lean_sent[-1]))
 
-    status = everyday.run_squeue(values, send)
+    status: object
+    try:
+        status = everyday.run_squeue(values, send)
+    except CliError as err:
+        status = (err.message, err.status)
     lean_out = capsys.readouterr().out
     args = _argparse("squeue", words)
-    ctx = _Ctx(reply)
+    ctx = _Ctx({}, answer)
     try:
-        squeue.run(args, ctx)  # type: ignore[arg-type]
-    except CliError:
-        assert status is None and lean_sent == []  # declined: the full path says why
-        return
-    assert status == 0
+        full_status: object = squeue.run(args, ctx)  # type: ignore[arg-type]
+    except CliError as err:
+        if not lean_sent:
+            assert status is None  # declined before asking: the full path says why
+            return
+        full_status = (err.message, err.status)
+    assert status == full_status
     assert lean_sent == ctx.client.sent
     assert lean_out == capsys.readouterr().out
 
 
-def test_squeue_declines_array_tasks_and_unknown_users() -> None:
-    task = Job(
-        id=7,
-        uid=0,
-        user="root",
-        spec=JobSpec(name="sweep", command=("true",), array_task=2, array_pos=0),
-        state=JobState.PENDING,
-        submit_time=1.0,
-    )
-    reply = {"columns": _columns([task]), "now": NOW}
-    assert everyday.run_squeue({}, lambda request: dict(reply)) is None
+# Text near job ids: the grammar's characters, and others it refuses.
+_ID_TEXT = st.one_of(
+    st.text(alphabet="0123456789_[],-", max_size=14),
+    st.text(alphabet="0123456789_[],- x+\u0663", max_size=8),
+    st.lists(
+        st.sampled_from(["1", "12", "4_5", "3_[1-3]", "9-12", "7_[0,2-4]", "2_0", "5_[6-6]"]),
+        min_size=1,
+        max_size=4,
+    ).map(",".join),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_ID_TEXT, min_size=1, max_size=3))
+@example(["12,13_4,14_[1-3]"])
+@example(["4_5", "45"])
+@example(["0", "1"])
+@example(["1_[2,3],4]"])
+@example(["123456789012345678", "1234567890123456789"])
+def test_job_ids_are_read_as_the_grammar_reads_them(values: list[str]) -> None:
+    """Every -j the grammar takes is read, to the same canonical ids (`4_5` is task 5
+    of array 4, never job 45); every one it refuses is left to it (its error)."""
+    try:
+        full = parse_ids(values, "-j/--jobs")
+    except CliError:
+        full = None
+    assert everyday.job_ids(values) == full
+
+
+def test_squeue_declines_unknown_users_before_asking() -> None:
     asked: list[object] = []
     assert everyday.run_squeue({"user": ["no-such-user-xyz"]}, asked.append) is None
     assert asked == []
@@ -249,6 +313,8 @@ def test_sbatch_sends_and_prints_what_the_full_path_does(
 
 
 def test_the_constants_spelled_here_are_their_owners() -> None:
+    assert everyday.MAX_DIGITS == jobids.MAX_DIGITS
+    assert everyday.MAX_ID_TEXT == jobids.MAX_TEXT
     assert str(paths.SYSTEM_SOCKET) == everyday.SYSTEM_SOCKET
     assert everyday.MAX_REQUEST_BYTES == wire.MAX_REQUEST_BYTES == client.MAX_REQUEST_BYTES
     assert client.Client(Path("/x")).timeout == everyday.TIMEOUT_S
@@ -276,23 +342,26 @@ def test_the_socket_is_resolve_paths(environ: dict[str, str]) -> None:
 
 
 @contextlib.contextmanager
-def _daemon(home: Path, answer: bytes | None) -> Iterator[None]:
-    """A stand-in gbatchd that reads one request and answers `answer` (None: closes)."""
+def _daemon(home: Path, answer: bytes | None, *then: bytes) -> Iterator[list[bytes]]:
+    """A stand-in gbatchd that reads one request and answers `answer` (None: closes),
+    then one connection for each of `then`; yields the requests it read."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(home / "gbatchd.sock"))
     server.listen()
+    requests: list[bytes] = []
 
     def serve() -> None:
-        conn, _ = server.accept()
-        with conn, conn.makefile("rb") as lines:
-            lines.readline()
-            if answer is not None:
-                conn.sendall(answer)
+        for reply in (answer, *then):
+            conn, _ = server.accept()
+            with conn, conn.makefile("rb") as lines:
+                requests.append(lines.readline())
+                if reply is not None:
+                    conn.sendall(reply)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        yield
+        yield requests
     finally:
         thread.join(timeout=10)
         server.close()
@@ -363,6 +432,59 @@ def test_main_maps_a_refusal_after_the_request_as_the_full_path(
     with _daemon(tmp_path, b'{"ok":false,"kind":"permission","error":"no, thanks"}\n'):
         assert main(["sbatch", "--wrap", "true"]) == 4
     assert capsys.readouterr().err == "gbatch sbatch: error: no, thanks\n"
+
+
+def _line(reply: dict[str, Any]) -> bytes:
+    """A reply as gbatchd writes it."""
+    return json.dumps({"ok": True, **reply}).encode() + b"\n"
+
+
+def test_main_says_as_slurm_that_no_job_named_by_j_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GBATCH_HOME", str(tmp_path))
+    monkeypatch.delenv("GBATCH_SOCKET", raising=False)
+    listing = _line({"columns": _columns([]), "now": NOW})
+    with _daemon(tmp_path, listing, _line({"jobs": [], "now": NOW})) as asked:
+        assert main(["squeue", "-j99,4_5"]) == 1
+    assert capsys.readouterr().err == ("gbatch squeue: error: Invalid job id specified: 99,4_5\n")
+    # The listing, then whether any exists at all, in any state (squeue._check_jobs_exist).
+    sent = [json.loads(line) for line in asked]
+    assert [(r["jobs"], r["history"], r["columns"]) for r in sent] == [
+        (["99", "4_5"], False, True),
+        (["99", "4_5"], True, False),
+    ]
+
+
+def test_main_lists_the_jobs_named_by_j(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GBATCH_HOME", str(tmp_path))
+    monkeypatch.delenv("GBATCH_SOCKET", raising=False)
+    jobs = _queue(2)[1:]
+    listing = _line({"columns": _columns(jobs), "now": NOW})
+    with _daemon(tmp_path, listing) as asked:
+        assert main(["squeue", "--jobs", "2"]) == 0
+    assert [json.loads(line)["jobs"] for line in asked] == [["2"]]
+    assert capsys.readouterr().out.splitlines()[1].split() == [
+        "2",
+        "gpu",
+        "job2",
+        "root",
+        "R",
+        "0:50",
+        "1",
+        "gpu1",
+    ]
+
+
+def test_main_gives_the_grammars_error_for_a_bad_job_id(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["squeue", "-j", "4_x"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "gbatch squeue: error: -j/--jobs: '4_x' is not a job id. Give N, N_K"
+    )
 
 
 # JSON values as requests and replies carry them, and those json treats apart.

@@ -10,7 +10,10 @@ The incremental side also reads its window through the store's change feed
 few jobs per user so that jobs leave full windows (start, cancel, hold, a lower
 priority) and others come in from the store in their place. After every pass the
 feed's window is what a whole read gives, with the reasons the loop wrote (which the
-window keeps rather than reads back)."""
+window keeps rather than reads back). A restart is a new daemon's loop state (window
+and planner): its first read is spread over passes of a few rows each, as a restarted
+daemon's over a long queue, which start nothing and write no reason until the window
+is whole; the pass that completes it plans as the full side does."""
 
 from __future__ import annotations
 
@@ -25,14 +28,16 @@ from hypothesis import strategies as st
 
 from gbatch.config import Config, Paths
 from gbatch.head.daemon import Daemon
+from gbatch.head.scheduler import Planner
 from gbatch.head.store import RunnableWindow, Store, planning_job
-from gbatch.model import IllegalTransition, Job, JobSpec, JobState, NodeView
+from gbatch.model import IllegalTransition, Job, JobSpec, JobState, NodeView, Plan
 
 NODES = ("n1", "n2")
 GPUS = 4
 USERS = ("alice", "bob", "carol")
 T0 = 1_700_000_000.0
 WINDOW = 3  # each user's first jobs planned (the daemon's PLAN_JOBS_PER_USER)
+ROWS_PER_READ = 2  # a first read's rows per pass (the daemon's WINDOW_ROWS_PER_PASS)
 
 
 class Side:
@@ -43,7 +48,7 @@ class Side:
         paths = Paths(home)
         self.store = Store(paths.store)
         self.daemon = Daemon(paths, Config(simulate_gpus=0), self.store)
-        self.daemon._window = RunnableWindow(WINDOW)
+        self.daemon._window = RunnableWindow(WINDOW, ROWS_PER_READ if incremental else None)
         self.incremental = incremental
         if not incremental:
             self.daemon.planner = None
@@ -88,11 +93,21 @@ class Side:
     def schedule(self, now: float) -> None:
         if not self.incremental:  # a whole read, as a restarted daemon's first pass
             self.daemon._window.seen = None
-        self.daemon.schedule(now)
+        # A spread first read: passes that start nothing and write nothing, until the
+        # one that completes the window.
+        while True:
+            before = (list(self.started), self.seen())
+            self.daemon.schedule(now)
+            if self.daemon._window.complete:
+                break
+            assert (self.started, self.seen()) == before
 
     def restart(self) -> None:
-        """A new daemon's loop state over the same store: its first read reads all."""
-        self.daemon._window = RunnableWindow(WINDOW)
+        """A new daemon's loop state over the same store: its window, read anew over
+        passes, and its planner, given the reasons the rows show."""
+        self.daemon._window = RunnableWindow(WINDOW, ROWS_PER_READ)
+        self.daemon.planner, self.daemon._planned = Planner(), {}
+        self.daemon._plan_all = True
 
     def seen(self) -> list[tuple[int, str, str, bool]]:
         return [(j.id, j.state.value, j.reason, j.held) for j in self.store.jobs()]
@@ -177,8 +192,11 @@ def apply(side: Side, op: tuple[object, ...], now: float) -> None:
         elif kind == "priority" and job.state is JobState.PENDING:
             new = replace(job.spec, priority=amount)
             store.update_spec(job.id, job.spec, new, {JobState.PENDING}, "update", now)
-        elif kind == "restart" and side.incremental:
-            side.restart()
+        elif kind == "restart":  # and a run ended meanwhile: its first pass has GPUs
+            if side.incremental:
+                side.restart()
+            if job.state is JobState.RUNNING:
+                store.set_state(job.id, JobState.COMPLETED, "", now, end_time=now)
         elif kind == "node":  # a node goes down or comes back: many reasons rewritten
             side.down ^= {NODES[amount % len(NODES)]}
         elif kind == "reason" and job.state is JobState.PENDING:
@@ -345,5 +363,79 @@ def test_test_only_plans_behind_the_queue_as_stored_now(tmp_path: Path) -> None:
         start, node, gpus, reason = side.daemon.would_start(later, T0 + 2)
         assert (start, node, gpus) == (None, None, ())
         assert reason in ("Resources", "Priority")
+    finally:
+        side.close()
+
+
+def test_a_spread_first_read_plans_nothing_and_wakes_the_loop_until_it_is_whole(
+    tmp_path: Path,
+) -> None:
+    """A restarted daemon's first read over more rows than a pass reads: each pass until
+    the window is whole starts nothing and writes no reason, and wakes the loop for the
+    next; the pass that completes it plans."""
+    side = Side(tmp_path, incremental=True)
+    try:
+        store, daemon = side.store, side.daemon
+        small = JobSpec(name="small", command=("true",), gpus=1, time_limit=60)
+        for user in USERS:
+            store.submit([small] * WINDOW, 1000, user, T0)
+        daemon.wake.clear()
+        daemon.schedule(T0)
+        assert not daemon._window.complete
+        assert daemon.wake.is_set()
+        assert side.started == [] and {job.reason for job in store.jobs()} == {""}
+        passes = 1
+        while not daemon._window.complete:
+            daemon.wake.clear()
+            daemon.schedule(T0)
+            passes += 1
+        assert passes == len(USERS)  # a user's 3 rows a pass: over the 2 it may read
+        assert len(side.started) == len(NODES) * GPUS
+        assert not daemon.wake.is_set()
+    finally:
+        side.close()
+
+
+def test_a_restart_over_reasons_already_written_writes_none(tmp_path: Path) -> None:
+    """A restarted daemon over a queue whose reasons the last one wrote, nothing changed
+    meanwhile: its planner, given the rows' reasons, reports none, and none is written."""
+    side = Side(tmp_path, incremental=True)
+    try:
+        store = side.store
+        busy_nodes(side)
+        big = JobSpec(name="big", command=("true",), gpus=GPUS, time_limit=60)
+        for user in USERS:
+            store.submit([big] * WINDOW, 1000, user, T0)
+        side.schedule(T0)
+        before = side.seen()
+        assert {reason for _, state, reason, _ in before if state == "PENDING"} == {
+            "Resources",
+            "Priority",
+        }
+        side.restart()
+        written: list[dict[int, str]] = []
+        write = store.set_pending_reasons
+
+        def recorded(reasons: dict[int, str], window: object = None) -> None:
+            if reasons:
+                written.append(dict(reasons))
+            write(reasons, window)  # type: ignore[arg-type]
+
+        store.set_pending_reasons = recorded  # type: ignore[method-assign,assignment]
+        planner = side.daemon.planner
+        assert planner is not None
+        plan = planner.plan
+        reported: list[dict[int, str]] = []
+
+        def told(*args: object, **kwargs: object) -> Plan:
+            result = plan(*args, **kwargs)  # type: ignore[arg-type]
+            reported.append(dict(result.reasons))
+            return result
+
+        planner.plan = told  # type: ignore[method-assign]
+        side.schedule(T0)
+        assert written == [] and side.seen() == before
+        assert reported == [{}]  # one plan, at the pass that completed the read
+        assert side.daemon.expected_starts  # it planned: the reservation is there
     finally:
         side.close()

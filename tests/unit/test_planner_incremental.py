@@ -166,3 +166,47 @@ def test_a_pass_reports_only_the_reasons_that_changed() -> None:
     third = planner.plan([busy], {}, NOW + 2)
     assert third.reasons == {2: "Resources"}
     assert third.starts == {2: NOW + 60}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_a_restarted_planner_given_the_rows_reasons_reports_only_those_that_differ(
+    data: st.DataObject,
+) -> None:
+    """A restarted daemon's planner: its queue put over a few reads, each job with the
+    reason its row shows (what the last daemon wrote, some stale), looked ahead at
+    (presettle) with the nodes of the moment, the same or others, after each read.
+    Its first pass gives plan()'s starts and reasons, and reports exactly the reasons
+    that differ from the rows'."""
+    draw = data.draw
+    queue = {job_id: make_job(job_id, draw) for job_id in range(1, draw(st.integers(1, 40)))}
+    statics = [make_node(i, draw) for i in range(draw(st.integers(0, 3)))]
+    nodes = draw(nodes_now(statics))
+    usage = {u: draw(st.sampled_from((0.0, 10.0, 1e4))) for u in USERS}
+    limits = {
+        u: UserLimits(max_running_jobs=draw(st.integers(0, 3)), max_gpus=4)
+        for u in USERS
+        if draw(st.booleans()) and draw(st.booleans())
+    }
+    full = plan(list(queue.values()), nodes, usage, NOW, limits)
+    shown = {
+        job_id: draw(st.sampled_from((full.reasons.get(job_id, ""),) * 3 + ("", "Stale", PRIORITY)))
+        for job_id in queue
+    }
+    planner = Planner()
+    ids = list(queue)
+    while ids:
+        count = draw(st.integers(1, 15))
+        read, ids = ids[:count], ids[count:]
+        for job_id in read:
+            planner.put(queue[job_id], shown[job_id])
+        # The nodes as they were at that read: free GPUs drawn again, or others.
+        if draw(st.booleans()):
+            planner.presettle(draw(nodes_now(statics)))
+        else:
+            planner.presettle([make_node(i, draw) for i in range(draw(st.integers(0, 3)))])
+    passed = planner.plan(nodes, usage, NOW, limits)
+    assert passed.assignments == full.assignments
+    assert passed.starts == full.starts
+    assert planner.reasons == full.reasons
+    assert passed.reasons == {j: r for j, r in full.reasons.items() if shown[j] != r}

@@ -1,11 +1,12 @@
 """squeue's everyday path (gbatch/squeue_brief.py) against the full one it stands in for:
 the same request bytes as wire.encode_request(ListJobs), the same table as
 formatting.format_squeue of wire.jobs_from_columns sorted by Slurm's default, for any
-rows; and it declines what it does not draw (array tasks)."""
+rows, array tasks folded as Slurm folds them."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -37,25 +38,46 @@ def specs(draw: st.DrawFn) -> JobSpec:
 
 
 @st.composite
-def queues(draw: st.DrawFn) -> list[Job]:
+def queues(draw: st.DrawFn, arrays: bool = True) -> list[Job]:
+    """Jobs of a few shared specs; with `arrays`, some are tasks of a few arrays (ids
+    near each other, a throttle or none), and a pending one may stand for more tasks."""
     shared = draw(st.lists(specs(), min_size=1, max_size=4))
-    ids = draw(st.lists(st.integers(1, 10**7), unique=True, max_size=25))
-    return [
-        Job(
-            id=job_id,
-            uid=draw(st.integers(0, 70_000)),
-            user=draw(st.one_of(st.sampled_from(["alice", "bob", "a-very-long-user"]), _TEXT)),
-            spec=draw(st.sampled_from(shared)),
-            state=draw(st.sampled_from(list(JobState))),
-            submit_time=NOW - 100,
-            reason=draw(st.one_of(st.sampled_from(["", "Resources", "JobHeldAdmin"]), _TEXT)),
-            held=draw(st.booleans()),
-            start_time=draw(_TIME),
-            end_time=draw(_TIME),
-            node=draw(st.one_of(st.none(), st.sampled_from(["gpu1", "node-with-long-name"]))),
+    ids = draw(
+        st.lists(st.one_of(st.integers(1, 10**7), st.integers(1, 12)), unique=True, max_size=25)
+    )
+    state = st.sampled_from(list(JobState))
+    if arrays:  # pending tasks most: they fold
+        state = st.one_of(st.just(JobState.PENDING), state)
+    jobs = []
+    for job_id in ids:
+        spec = draw(st.sampled_from(shared))
+        more: tuple[tuple[int, int], ...] = ()
+        job_state = draw(state)
+        if arrays and draw(st.booleans()):
+            pos = draw(st.integers(0, min(job_id - 1, 3)))  # array id: job_id - pos
+            throttle = draw(st.one_of(st.none(), st.integers(1, 4)))
+            task = draw(st.integers(0, 30))
+            spec = replace(spec, array_task=task, array_pos=pos, array_throttle=throttle)
+            if draw(st.integers(0, 3)) == 0:
+                first = draw(st.integers(0, 40))
+                more = ((first, first + draw(st.integers(0, 5))),)
+        jobs.append(
+            Job(
+                id=job_id,
+                uid=draw(st.integers(0, 70_000)),
+                user=draw(st.one_of(st.sampled_from(["alice", "bob", "a-very-long-user"]), _TEXT)),
+                spec=spec,
+                state=job_state,
+                submit_time=NOW - 100,
+                reason=draw(st.one_of(st.sampled_from(["", "Resources", "JobHeldAdmin"]), _TEXT)),
+                held=draw(st.booleans()),
+                start_time=draw(_TIME),
+                end_time=draw(_TIME),
+                node=draw(st.one_of(st.none(), st.sampled_from(["gpu1", "node-with-long-name"]))),
+                array_more=more,
+            )
         )
-        for job_id in ids
-    ]
+    return jobs
 
 
 def _as_sent(columns: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +95,11 @@ def _full(columns: dict[str, Any], now: float, header: bool) -> str:
 
 
 @settings(max_examples=300, deadline=None)
-@given(queues(), st.booleans(), st.floats(NOW - 1000, NOW + 10 * 86_400, allow_nan=False))
+@given(
+    st.one_of(queues(), queues(arrays=False)),
+    st.booleans(),
+    st.floats(NOW - 1000, NOW + 10 * 86_400, allow_nan=False),
+)
 def test_the_everyday_table_is_the_full_formatters(
     jobs: list[Job], header: bool, now: float
 ) -> None:
@@ -90,21 +116,28 @@ def test_an_empty_queue_prints_the_header_alone() -> None:
     )
 
 
-def test_array_tasks_are_left_to_the_full_path() -> None:
-    spec = JobSpec(name="sweep", command=("true",), array_task=3, array_pos=1)
-    task = Job(id=11, uid=1000, user="alice", spec=spec, state=JobState.PENDING, submit_time=NOW)
-    columns = _as_sent(wire.jobs_to_columns([task]))
-    assert squeue_brief.format_default(columns, NOW) is None
-    more = Job(
-        id=10,
-        uid=1000,
-        user="alice",
-        spec=JobSpec(name="sweep", command=("true",), array_task=0),
-        state=JobState.PENDING,
-        submit_time=NOW,
-        array_more=((1, 5),),
-    )
-    assert squeue_brief.format_default(_as_sent(wire.jobs_to_columns([more])), NOW) is None
+def test_an_arrays_pending_tasks_fold_into_one_row_as_slurms() -> None:
+    spec = JobSpec(name="sweep", command=("true",), array_throttle=2)
+    tasks = [
+        Job(
+            id=10 + pos,
+            uid=1000,
+            user="alice",
+            spec=replace(spec, array_task=task, array_pos=pos),
+            state=state,
+            submit_time=NOW,
+            start_time=NOW - 60 if state is JobState.RUNNING else None,
+            node="gpu1" if state is JobState.RUNNING else None,
+            array_more=((5, 9),) if pos == 2 else (),
+        )
+        for pos, (task, state) in enumerate(
+            [(0, JobState.RUNNING), (1, JobState.PENDING), (4, JobState.PENDING)]
+        )
+    ]
+    columns = _as_sent(wire.jobs_to_columns(tasks))
+    out = squeue_brief.format_default(columns, NOW)
+    assert out == _full(columns, NOW, True)
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["10_[1,4-9%2]", "10_0"]
 
 
 _WORDS = st.lists(st.text(min_size=1, max_size=8), max_size=3).map(tuple)

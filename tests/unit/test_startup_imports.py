@@ -109,16 +109,11 @@ def test_a_command_imports_no_other_command_nor_a_heavy_library(
 def test_help_imports_argparse_and_the_entry_point_alone(tmp_path: object) -> None:
     loaded = loaded_by(["--help"], tmp_path)
     gbatch = within(loaded, {"gbatch"})
-    assert gbatch == [
-        "gbatch",
-        "gbatch.cli",
-        "gbatch.cli._main",
-        "gbatch.cli._parser",
-        "gbatch.cli.exits",
-        "gbatch.cli.suggest",
-    ]
-    # No socket, no JSON, no files: nothing is sent and nothing is read.
-    assert within(loaded, {"socket", "json", "pathlib", "dataclasses", "shutil"}) == []
+    assert gbatch == ["gbatch", "gbatch.cli", "gbatch.cli._main", "gbatch.cli._parser"]
+    # No socket, no JSON, no files: nothing is sent and nothing is read. No textwrap:
+    # the help lines wrap without it (_parser.split_help_lines), 80 columns here.
+    unused = {"socket", "json", "pathlib", "dataclasses", "shutil", "textwrap"}
+    assert within(loaded, unused) == []
     assert "typing" not in loaded  # a module for type checkers (2 ms)
 
 
@@ -205,6 +200,8 @@ NOT_LEAN |= {"gbatch.cli.squeue", "gbatch.cli.sbatch", "gbatch.cli.context", "ty
     [
         ["squeue"],
         ["squeue", "-u", "root", "--states=PD,R", "-h"],
+        ["squeue", "-j5"],
+        ["squeue", "--jobs", "12,13_4,14_[1-3]", "-t", "all"],
         ["sbatch", "--wrap", "true"],
         ["--debug", "sbatch", "-H", "--parsable", "--wrap=python train.py"],
     ],
@@ -213,6 +210,8 @@ def test_everyday_command_lines_import_neither_argparse_nor_json_nor_pathlib(
     tmp_path: Path, argv: list[str]
 ) -> None:
     reply = _listing([]) if "squeue" in argv else {"ids": [7]}
+    if "squeue" in argv and len(argv) > 1 and argv[1].startswith(("-j", "--jobs")):
+        reply = _listing([_job(5, JobSpec(name="train", command=("true",)))])
     with answering_daemon(tmp_path, reply) as heard:
         loaded = loaded_by(argv, tmp_path, "-S")  # -S: nothing loaded before gbatch
     assert heard, f"gbatch {' '.join(argv)} sent no request"
@@ -226,14 +225,15 @@ def test_sbatch_takes_the_full_path_for_any_other_option(tmp_path: Path) -> None
     assert {"gbatch.spec", "gbatch.wire", "gbatch.model"} <= loaded
 
 
-def test_squeue_takes_the_full_formatter_for_array_tasks_and_other_layouts(
+def test_squeue_folds_array_tasks_lean_and_takes_the_full_formatter_for_other_layouts(
     tmp_path: Path,
 ) -> None:
     task = _job(7, JobSpec(name="sweep", command=("true",), array_task=2, array_pos=0))
     with answering_daemon(tmp_path, _listing([task])):
-        folded = loaded_by(["squeue"], tmp_path)
+        folded = loaded_by(["squeue", "-j", "7_2"], tmp_path)
         long = loaded_by(["squeue", "-l"], tmp_path)
-    assert {"gbatch.formatting", "gbatch.wire"} <= folded
+    assert "gbatch.cli.everyday" in folded
+    assert within(folded, NOT_LEAN | NOT_EVERYDAY) == []
     assert {"gbatch.formatting", "gbatch.wire"} <= long
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import stat
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -14,6 +15,8 @@ from typing import Any
 
 import pytest
 from fullstore import integrity_ok, pack_store, unpack_store
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gbatch.head import store as store_module
 from gbatch.head.store import (
@@ -895,6 +898,62 @@ def test_read_window_reads_only_changed_rows_and_tops_up_full_windows(store: Sto
     store.set_held(b, True, T0 + 2)
     assert [j.id for j in store.read_window(window)] == [c, d]
     assert store.read_window(window) == [planning_job(j) for j in store.runnable_jobs(per_user=2)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_a_first_read_spread_over_reads_with_writes_between_is_a_whole_read(
+    data: st.DataObject,
+) -> None:
+    """A restarted loop's first read over reads of a few rows each (RunnableWindow's
+    rows_per_read), the queue written between them (submits, cancels, holds, priority
+    changes, reasons): not complete until the last user's, then what a whole read
+    gives; and what a read tells changed adds up to that window."""
+    draw = data.draw
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "store.db")
+        try:
+            users = ("alice", "bob", "carol", "dave")
+            for user in users:
+                store.submit([spec(user)] * draw(st.integers(0, 5)), 1000, user, T0)
+            window = RunnableWindow(per_user=3, rows_per_read=draw(st.integers(1, 4)))
+            held: dict[int, object] = {}
+            while True:
+                store.update_window(window)
+                changes = window.take_changes()
+                if changes is None:
+                    held = {job.id: job for job in window.jobs()}
+                else:
+                    for job_id, job in changes.items():
+                        if job is None:
+                            held.pop(job_id, None)
+                        else:
+                            held[job_id] = job
+                assert held == {job.id: job for job in window.jobs()}
+                if window.complete:
+                    break
+                for _ in range(draw(st.integers(0, 3))):
+                    jobs = store.jobs()
+                    what = draw(st.sampled_from(("submit", "cancel", "hold", "priority", "reason")))
+                    user = draw(st.sampled_from(users))
+                    job = jobs[draw(st.integers(0, len(jobs) - 1))] if jobs else None
+                    if what == "submit" or job is None:
+                        store.submit([spec(user)] * draw(st.integers(1, 3)), 1000, user, T0)
+                    elif job.state is not JobState.PENDING:
+                        continue
+                    elif what == "cancel":
+                        store.cancel_pending([job.id], "gone", T0)
+                    elif what == "hold":
+                        store.set_held(job.id, not job.held, T0)
+                    elif what == "priority":
+                        new = replace(job.spec, priority=draw(st.integers(-3, 3)))
+                        store.update_spec(job.id, job.spec, new, {JobState.PENDING}, "", T0)
+                    else:
+                        store.set_pending_reasons({job.id: "Priority"})
+            whole = [planning_job(job) for job in store.runnable_jobs(per_user=3)]
+            assert store.read_window(window) == whole
+        finally:
+            store.close()
 
 
 def test_every_write_of_a_jobs_row_is_in_the_change_feed(store: Store) -> None:

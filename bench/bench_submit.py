@@ -148,13 +148,25 @@ def queued_submits(checkouts: list[Path], queued: int, runs: int, count: int) ->
         for checkout in checkouts:
             home = stack.enter_context(temp_home())
             env = {**gbatch_env(home), "PYTHONPATH": str(checkout)}
+            # From the checkout: `python -c` and `python -m gbatch` (the daemon) put the
+            # working directory first on sys.path, ahead of PYTHONPATH.
             subprocess.run(
-                [sys.executable, "-c", FILL, str(home), str(queued)], env=env, check=True
+                [sys.executable, "-c", FILL, str(home), str(queued)],
+                env=env,
+                check=True,
+                cwd=checkout,
             )
             daemon = [str(GBATCH), "daemon"]
-            subprocess.run([*daemon, "start"], env=env, check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [*daemon, "start"], env=env, check=True, stdout=subprocess.DEVNULL, cwd=checkout
+            )
             stack.callback(
-                subprocess.run, [*daemon, "stop"], env=env, check=True, stdout=subprocess.DEVNULL
+                subprocess.run,
+                [*daemon, "stop"],
+                env=env,
+                check=True,
+                stdout=subprocess.DEVNULL,
+                cwd=checkout,
             )
             homes.append(home)
         time.sleep(2.0)  # the daemons' first passes over the queue

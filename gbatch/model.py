@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+
+TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 # The partition of a fleet whose inventory names none (and of the embedded node), and
 # what squeue shows for jobs queued before partitions existed.
@@ -228,6 +232,19 @@ class JobSpec:
     def effective_priority(self) -> int:
         return self.priority - self.nice
 
+    def replace(self, **changes: Any) -> JobSpec:
+        """dataclasses.replace(self, **changes), in ~2 us instead of ~11: replace()
+        reads the 40 fields one by one and sets each again through __init__, which a
+        submit did per spec (an array's 32 rows each). JobSpec has no __post_init__ and
+        every field is an init field, so a copy of the fields with `changes` over them
+        is the same value. Unlike dataclasses.replace, mypy does not check the names."""
+        unknown = changes.keys() - _SPEC_FIELDS
+        if unknown:
+            raise TypeError(f"JobSpec has no field {', '.join(sorted(unknown))}")
+        copy = object.__new__(JobSpec)
+        object.__setattr__(copy, "__dict__", {**self.__dict__, **changes})
+        return copy
+
     def to_dict(self) -> dict[str, object]:
         """The spec as plain data. `secret_env` (names) only when there are secrets and
         `network` only when chosen: the stored JSON of every other job stays as it was."""
@@ -339,6 +356,9 @@ _OPTIONAL_KEYS = (
     "array",
     "array_throttle",
 )
+
+
+_SPEC_FIELDS = frozenset(f.name for f in fields(JobSpec))
 
 
 @dataclass(frozen=True)

@@ -565,61 +565,39 @@ def build_spec(
             raise SpecError(source, _unknown_key_message(key))
 
     values: dict[str, tuple[object, str]] = {}
-    for key in KEYS:
-        if overrides.get(key) is not None:
-            option = option_names.get(key) or OVERRIDE_OPTION.get(key, key)
-            values[key] = (overrides[key], option)
-        elif file_data.get(key) is not None:
-            values[key] = (file_data[key], key)
-
-    def pick(key: str, check: Callable[[object, str], Any], default: Any) -> Any:
-        if key not in values:
-            return default
-        value, field = values[key]
-        _check_utf8(value, field)
-        return check(value, field)
+    if overrides:
+        for key in KEYS:
+            if overrides.get(key) is not None:
+                option = option_names.get(key) or OVERRIDE_OPTION.get(key, key)
+                values[key] = (overrides[key], option)
+            elif file_data.get(key) is not None:
+                values[key] = (file_data[key], key)
+    else:  # a submit request's spec (its keys checked above): only those it gives
+        values = {k: (v, k) for k, v in file_data.items() if v is not None and k in _KEY_SET}
 
     if "command" not in values:
         raise SpecError(
             "command",
             'no command given. Add `command: ...` to the job file, or pass --wrap "..."',
         )
-    spec = JobSpec(
-        name=pick("name", _check_name, _safe_default_name(default_name)),
-        command=pick("command", _check_command, ()),
-        image=pick("image", _check_image, None),
-        gpus=pick("gpus", check_gpus, 0),
-        time_limit=pick("time_limit", _check_time_limit, None),
-        retries=pick("retries", _int_check(0, 100), 0),
-        env=pick("env", _check_env, ()),
-        mounts=pick("mounts", _check_mounts, ()),
-        workdir=pick("workdir", _check_workdir, None),
-        priority=pick("priority", _int_check(-10000, 10000), 0),
-        nice=pick("nice", _int_check(-10000, 10000), 0),
-        shm_size=pick("shm_size", _check_shm_size, None),
-        requeue=pick("requeue", _check_bool, True),
-        secret_env=tuple(name for name, _ in pick("secret_env", check_secret_env, ())),
-        network=pick("network", _check_network, None),
-        dependency=pick("dependency", check_dependency, None),
-        output=pick("output", _check_output_path, None),
-        error=pick("error", _check_output_path, None),
-        open_mode=pick("open_mode", _check_open_mode, None),
-        ntasks=pick("ntasks", _check_one_task, None),
-        submit_dir=_submit_value(file_data, "submit_dir", _check_workdir),
-        submit_host=_submit_value(file_data, "submit_host", _check_host_name),
-        partition=pick("partition", _check_partition, None),
-        cpus=pick("cpus", _int_check(1, MAX_CPUS), None),
-        mem_mb=pick("mem", check_mem, None),
-        mem_per_gpu_mb=pick("mem_per_gpu", check_mem, None),
-        mem_per_cpu_mb=pick("mem_per_cpu", check_mem, None),
-        export=pick("export", lambda v, f: parse_export(v, f).mode_text, None),
-        begin=pick("begin", lambda v, f: _check_begin(v, f, now), None),
-        signal=pick("signal", lambda v, f: parse_signal(v, f).text, None),
-        mail_type=pick("mail_type", _check_mail_type, None),
-        mail_user=pick("mail_user", _check_mail_user, None),
-        comment=pick("comment", _check_comment, None),
-        notify=pick("notify", check_notify, ()),
-    )
+    # Each given field checked in _FIELD_CHECKS' order (the first error is the one
+    # reported); a field not given keeps JobSpec's default. SUBMIT_KEYS are the
+    # request's own (never a file's or an option's), taken as they came.
+    given = [*values, *(key for key in SUBMIT_KEYS if file_data.get(key) is not None)]
+    fields: dict[str, Any] = {}
+    for key in sorted(given, key=_FIELD_ORDER.__getitem__):
+        attribute, check = _FIELD_CHECKS[key]
+        if key in SUBMIT_KEYS:
+            fields[attribute] = check(file_data[key], key)
+            continue
+        value, field = values[key]
+        _check_utf8(value, field)
+        fields[attribute] = (
+            _check_begin(value, field, now) if check is _check_begin else check(value, field)
+        )
+    if "name" not in fields:
+        fields["name"] = _safe_default_name(default_name)
+    spec = JobSpec(**fields)
     _check_memory_apart(spec, values)
     _check_secret_env_apart(spec, values.get("secret_env", (None, ""))[1])
     return spec
@@ -669,13 +647,6 @@ def check_mem(value: object, field: str = "mem") -> int:
     if mib > MAX_MEM_MB:
         raise SpecError(field, f"{show_value(value)} is more than 1P. Ask for less memory")
     return mib
-
-
-def _submit_value(
-    data: Mapping[str, object], key: str, check: Callable[[object, str], str]
-) -> str | None:
-    value = data.get(key)
-    return None if value is None else check(value, key)
 
 
 def _check_host_name(value: object, field: str) -> str:
@@ -745,6 +716,9 @@ def _check_utf8(value: object, field: str) -> None:
     """Refuse text that cannot be written as UTF-8: a lone surrogate, which is how Python
     carries bytes that are not UTF-8 (in argv or JSON `\\udcff`). Docker's env-file
     reader, SSH and the store all need real text; better refused here than at launch."""
+    kind = type(value)
+    if kind is int or kind is bool or kind is float:  # most fields: nothing to look at
+        return
     stack = [value]
     while stack:
         item = stack.pop()
@@ -1469,3 +1443,60 @@ def array_step(text: str) -> int:
     else 1 (Slurm's value for a list)."""
     match = re.fullmatch(r"[0-9]+-[0-9]+:([0-9]+)", text.strip(), re.ASCII)
     return int(match.group(1)) if match else 1
+
+
+def _export_mode(value: object, field: str) -> str:
+    return parse_export(value, field).mode_text
+
+
+def _signal_text(value: object, field: str) -> str:
+    return parse_signal(value, field).text
+
+
+def _secret_env_names(value: object, field: str) -> tuple[str, ...]:
+    return tuple(name for name, _ in check_secret_env(value, field))
+
+
+_KEY_SET = frozenset(KEYS)
+# build_spec's checks, in the order it runs them: key -> (JobSpec field, check). Built
+# once (the checks' closures too), not per submit. _check_begin also takes `now`.
+_FIELD_CHECKS: dict[str, tuple[str, Callable[..., object]]] = {
+    key: (attribute, check)
+    for key, attribute, check in (
+        ("name", "name", _check_name),
+        ("command", "command", _check_command),
+        ("image", "image", _check_image),
+        ("gpus", "gpus", check_gpus),
+        ("time_limit", "time_limit", _check_time_limit),
+        ("retries", "retries", _int_check(0, 100)),
+        ("env", "env", _check_env),
+        ("mounts", "mounts", _check_mounts),
+        ("workdir", "workdir", _check_workdir),
+        ("priority", "priority", _int_check(-10000, 10000)),
+        ("nice", "nice", _int_check(-10000, 10000)),
+        ("shm_size", "shm_size", _check_shm_size),
+        ("requeue", "requeue", _check_bool),
+        ("secret_env", "secret_env", _secret_env_names),
+        ("network", "network", _check_network),
+        ("dependency", "dependency", check_dependency),
+        ("output", "output", _check_output_path),
+        ("error", "error", _check_output_path),
+        ("open_mode", "open_mode", _check_open_mode),
+        ("ntasks", "ntasks", _check_one_task),
+        ("submit_dir", "submit_dir", _check_workdir),
+        ("submit_host", "submit_host", _check_host_name),
+        ("partition", "partition", _check_partition),
+        ("cpus", "cpus", _int_check(1, MAX_CPUS)),
+        ("mem", "mem_mb", check_mem),
+        ("mem_per_gpu", "mem_per_gpu_mb", check_mem),
+        ("mem_per_cpu", "mem_per_cpu_mb", check_mem),
+        ("export", "export", _export_mode),
+        ("begin", "begin", _check_begin),
+        ("signal", "signal", _signal_text),
+        ("mail_type", "mail_type", _check_mail_type),
+        ("mail_user", "mail_user", _check_mail_user),
+        ("comment", "comment", _check_comment),
+        ("notify", "notify", check_notify),
+    )
+}
+_FIELD_ORDER = {key: position for position, key in enumerate(_FIELD_CHECKS)}

@@ -27,6 +27,7 @@ from gbatch.head import jobupdate, notify
 from gbatch.head.accounting import usage_by
 from gbatch.head.daemon import Daemon
 from gbatch.head.fairshare import factors
+from gbatch.head.groupcommit import CommitterClosed
 from gbatch.head.idlegpu import IDLE_REASON
 from gbatch.head.store import (
     LISTING_SORTS,
@@ -81,6 +82,10 @@ from gbatch.views import JobPriority
 log = logging.getLogger("gbatchd")
 MAX_ARRAY = ARRAY_HARD_CAP
 LOG_CHUNK = 256 * 1024
+# gbatchd's own user, who may do anything (as root): read once, since it never changes
+# while gbatchd runs (os.getuid() is a system call, and a submit asked up to three times).
+DAEMON_UID = os.getuid()
+
 # Agent installs at once: `node install --all` on a large fleet is a bounded burst of SSH
 # handshakes and SFTP copies from the head, not one per host.
 INSTALL_WORKERS = 8
@@ -186,7 +191,7 @@ def _audit_line(caller: Caller, action: str, what: str, outcome: str) -> None:
 def is_admin(daemon: Daemon, caller: Caller) -> bool:
     """Root, the daemon's own user, the users named in `admins:` and the members of
     `admin_group:` (supplementary or primary) may act on any job."""
-    if caller.uid in (0, os.getuid()) or caller.user in daemon.config.admins:
+    if caller.uid in (0, DAEMON_UID) or caller.user in daemon.config.admins:
         return True
     group = daemon.config.admin_group
     epoch = int(time.monotonic() // GROUP_CACHE_S)
@@ -324,7 +329,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
     _check_notify_allowed(daemon, spec)
-    spec = _in_partition(daemon, replace(spec, time_limit=limit))
+    spec = _in_partition(daemon, spec, limit)
     try:  # the site's policy: mount roots (symlinks followed as the submitter), bare jobs
         spec = policy.check_submission(
             spec,
@@ -332,7 +337,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
             user=caller.user,
             policy=daemon.config.container_policy,
             resolve=_mount_resolver(spec, caller, daemon.config.container_policy),
-            daemon_uid=os.getuid(),
+            daemon_uid=DAEMON_UID,
         )
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
@@ -359,7 +364,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         )
     _check_runnable_somewhere(daemon, spec)
     if spec.dependency is not None:
-        spec = replace(spec, dependency=_check_dependency(daemon, caller, spec.dependency))
+        spec = spec.replace(dependency=_check_dependency(daemon, caller, spec.dependency))
     limits = _submit_limits(daemon, caller)
     if limits is not None:
         for refusal in (
@@ -374,15 +379,15 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
     if indices is not None and sweep is None:
         # Ids of one submission are consecutive: task i's position is its offset. Past
         # the first ARRAY_ROWS, the tasks wait as one record (the store's array tail).
-        spec = replace(spec, array=array_text, array_throttle=throttle)
+        spec = spec.replace(array=array_text, array_throttle=throttle)
         specs = [
-            replace(spec, array_task=index, array_pos=i)
+            spec.replace(array_task=index, array_pos=i)
             for i, index in enumerate(indices[:ARRAY_ROWS])
         ]
         tail_count = len(indices) if len(indices) > ARRAY_ROWS else 0
     elif indices is not None:
         specs = [
-            replace(spec, array_task=index, array_pos=i, array=array_text)
+            spec.replace(array_task=index, array_pos=i, array=array_text)
             for i, index in enumerate(indices)
         ]
         if sweep is not None:
@@ -396,7 +401,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
     elif count == 1:
         specs = [spec]
     else:
-        specs = [replace(spec, array_task=i, array_pos=i) for i in range(min(count, ARRAY_ROWS))]
+        specs = [spec.replace(array_task=i, array_pos=i) for i in range(min(count, ARRAY_ROWS))]
         tail_count = count if count > ARRAY_ROWS else 0
     try:
         ids = daemon.committer.submit(
@@ -413,8 +418,13 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         )
     except PendingLimitReached as err:
         raise Refused("permission", str(err)) from err
+    except CommitterClosed as err:
+        raise Refused("unavailable", f"{err}. Submit again once it is back") from err
     daemon.metrics.count_submitted(max(tail_count, len(specs)))
-    daemon.submitted()
+    # A job that cannot start yet needs no pass: a held one's release wakes the loop,
+    # and a tick (about 1 s) comes past a --begin time (its reason is written with it).
+    if not request.held and (spec.begin is None or spec.begin <= daemon.clock()):
+        daemon.submitted()
     return {"ids": ids}
 
 
@@ -453,14 +463,15 @@ def _submitted_sweep(request: wire.Submit, spec: JobSpec) -> Sweep | None:
     return sweep
 
 
-def _in_partition(daemon: Daemon, spec: JobSpec) -> JobSpec:
-    """The spec with its partition named (the default one when it names none), its
-    partition's default time limit and image filled in; Refused for a partition the
-    fleet lacks or a limit past the partition's max_time (Slurm would leave the job
-    pending, PartitionTimeLimit, for good: better said at once)."""
+def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobSpec:
+    """The spec with the request's time limit (seconds, or None), its partition named
+    (the default one when it names none), its partition's default time limit and image
+    filled in; Refused for a partition the fleet lacks or a limit past the partition's
+    max_time (Slurm would leave the job pending, PartitionTimeLimit, for good: better
+    said at once). One copy of the spec."""
     partitions = daemon.fleet.partitions
     if not partitions:
-        return spec
+        return spec if time_limit == spec.time_limit else spec.replace(time_limit=time_limit)
     if spec.partition is None:
         chosen = daemon.fleet.default_partition()
         if chosen is None:
@@ -474,7 +485,7 @@ def _in_partition(daemon: Daemon, spec: JobSpec) -> JobSpec:
             f"partition: {show_value(spec.partition)} is not a partition here. Use one of: "
             f"{names} (* is the default)",
         )
-    limit = spec.time_limit if spec.time_limit is not None else chosen.limit_without_time
+    limit = time_limit if time_limit is not None else chosen.limit_without_time
     if chosen.max_time is not None and limit is not None and limit > chosen.max_time:
         raise Refused(
             "invalid",
@@ -482,8 +493,7 @@ def _in_partition(daemon: Daemon, spec: JobSpec) -> JobSpec:
             f"({format_duration(chosen.max_time)}). Ask for at most that (-t), or use "
             "another partition",
         )
-    return replace(
-        spec,
+    return spec.replace(
         partition=chosen.name,
         time_limit=limit,
         image=spec.image if spec.image is not None else chosen.default_image,
@@ -544,7 +554,7 @@ def _test_start(daemon: Daemon, caller: Caller, spec: JobSpec) -> dict[str, Any]
 def _submit_limits(daemon: Daemon, caller: Caller) -> UserLimits | None:
     """The caller's limits at submit; None for root and the daemon's own user, who may
     always queue (an admin restoring a queue, the single user of an embedded daemon)."""
-    if caller.uid in (0, os.getuid()):
+    if caller.uid in (0, DAEMON_UID):
         return None
     return daemon.limits_for(caller.user)
 

@@ -13,7 +13,7 @@ from gbatch import wire
 from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
-from gbatch.model import JobSpec
+from gbatch.model import JobSpec, JobState
 from gbatch.nodes import remote
 from gbatch.nodes.inventory import NodeConfig
 from gbatch.nodes.remote import RemoteNode
@@ -238,3 +238,58 @@ def test_accept_out_of_descriptors_waits_instead_of_spinning(
     finally:
         made.server_close()
     assert waits == [server.ACCEPT_BACKOFF_SECONDS]
+
+
+def test_a_held_submit_leaves_the_loop_asleep_and_a_runnable_one_wakes_it(
+    daemon: Daemon,
+) -> None:
+    # A held job cannot start, so planning it would be a pass for nothing; its release
+    # wakes the loop.
+    daemon.wake.clear()
+    (held,) = handle(daemon, ROOT, {"op": "submit", "spec": SPEC, "held": True})["ids"]
+    handle(daemon, ROOT, {"op": "submit", "spec": SPEC, "held": True, "count": 3})
+    assert not daemon.wake.is_set()
+    assert handle(daemon, ROOT, {"op": "release", "ids": [held]})["done"] == 1
+    assert daemon.wake.is_set()
+    daemon.wake.clear()
+    assert handle(daemon, ROOT, {"op": "submit", "spec": SPEC})["ok"]
+    assert daemon.wake.is_set()
+
+
+def test_a_submits_time_limit_is_taken_in_seconds_and_a_bad_one_refused(daemon: Daemon) -> None:
+    (job_id,) = handle(daemon, ROOT, {"op": "submit", "spec": {**SPEC, "time_limit": 90}})["ids"]
+    assert daemon.store.require(job_id).spec.time_limit == 90
+    (job_id,) = handle(daemon, ROOT, {"op": "submit", "spec": SPEC})["ids"]
+    assert daemon.store.require(job_id).spec.time_limit is None
+    assert handle(daemon, ROOT, {"op": "submit", "spec": {**SPEC, "time_limit": "1:00"}}) == {
+        "ok": False,
+        "kind": "invalid",
+        "error": "time_limit: '1:00' is not a number of seconds",
+    }
+
+
+def test_a_submit_while_gbatchd_stops_is_refused_and_queues_nothing(daemon: Daemon) -> None:
+    daemon.committer.close()
+    assert handle(daemon, ROOT, {"op": "submit", "spec": SPEC}) == {
+        "ok": False,
+        "kind": "unavailable",
+        "error": "gbatchd is stopping; nothing was queued. Submit again once it is back",
+    }
+    assert daemon.store.count() == 0
+
+
+def test_a_submit_that_must_wait_for_its_begin_is_told_so_at_once_without_a_pass(
+    daemon: Daemon,
+) -> None:
+    now = daemon.clock()
+    daemon.wake.clear()
+    later = {**SPEC, "begin": now + 3600}
+    (waiting,) = handle(daemon, ROOT, {"op": "submit", "spec": later})["ids"]
+    (array,) = handle(daemon, ROOT, {"op": "submit", "spec": later, "count": 40})["ids"][:1]
+    assert not daemon.wake.is_set()
+    assert daemon.store.require(waiting).reason == "BeginTime"
+    tails = daemon.store.tails(states=[JobState.PENDING], overlapping=[(array, array + 39)])
+    assert [tail.reason for tail in tails] == ["BeginTime"]  # the tasks past the first 32
+    (begun,) = handle(daemon, ROOT, {"op": "submit", "spec": {**SPEC, "begin": now - 1}})["ids"]
+    assert daemon.wake.is_set()
+    assert daemon.store.require(begun).reason == ""

@@ -299,3 +299,68 @@ def test_the_pending_count_at_submit_reads_the_index_of_pending_jobs_alone(
             ["SCAN jobs USING INDEX jobs_pending_user"],
         ), statement
     store.close()
+
+
+def _counted(store: Store, submit: Callable[[], object]) -> int:
+    """How many times `submit` counted pending jobs in SQL."""
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    try:
+        submit()
+    finally:
+        store._db.set_trace_callback(None)
+    return sum("count(*)" in statement for statement in statements)
+
+
+def test_a_burst_of_submits_counts_the_users_pending_jobs_once_and_stops_at_the_limit(
+    tmp_path: Path,
+) -> None:
+    # Counting is ~0.5 ms at 10,000 pending: a submit that follows the user's own last
+    # commit, with nothing written since, goes on from that commit's count.
+    store = Store(tmp_path / "gbatch.db")
+    spec = JobSpec(name="j", command=("true",))
+    store.submit_many([Submission((spec,) * 3, 1, "alice")], 1.0)
+    one = [Submission((spec,), 1, "alice", held=True, max_pending=6)]
+    assert _counted(store, lambda: store.submit_many(one, 2.0)) == 1
+    for _ in range(2):
+        assert _counted(store, lambda: store.submit_many(one, 2.0)) == 0
+    results: list[object] = []
+    assert _counted(store, lambda: results.extend(store.submit_many(one, 2.0))) == 0
+    (refused,) = results
+    assert isinstance(refused, PendingLimitReached)
+    assert (refused.pending, refused.limit) == (6, 6)
+    assert store.pending_counts() == {"alice": 6}
+    store.close()
+
+
+def test_after_any_other_write_the_next_submit_counts_again(
+    make_daemon: Callable[[Limits], Daemon],
+) -> None:
+    daemon = make_daemon(limits(max_pending_jobs=3))
+    ids = submit(daemon, ALICE, count=3)["ids"]
+    assert not submit(daemon, ALICE)["ok"]
+    daemon.store.cancel_pending(ids[:2], "cancelled by alice", 5.0)  # not a submit
+    counts: list[dict[str, Any]] = []
+    assert _counted(daemon.store, lambda: counts.append(submit(daemon, ALICE, count=2))) == 1
+    assert counts[0]["ok"]
+    assert not submit(daemon, ALICE)["ok"]
+    assert pending(daemon, "alice") == 3
+
+
+def test_a_known_count_takes_in_the_users_unlimited_submissions_of_the_same_batch(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "gbatch.db")
+    spec = JobSpec(name="j", command=("true",))
+    store.submit_many([Submission((spec,), 1, "alice", max_pending=3)], 1.0)  # known: 1
+    results = store.submit_many(
+        [
+            Submission((spec,) * 2, 1, "alice"),  # no limit (say, limits were reloaded)
+            Submission((spec,), 1, "alice", max_pending=3),  # 1 + 2 + 1 > 3
+        ],
+        2.0,
+    )
+    assert isinstance(results[1], PendingLimitReached)
+    assert results[1].pending == 3
+    assert store.pending_counts() == {"alice": 3}
+    store.close()

@@ -850,3 +850,54 @@ def test_the_notify_option_is_a_url_and_its_events() -> None:
 def test_bad_notify_names_the_field_and_the_form(value: object, message: str) -> None:
     with pytest.raises(SpecError, match=f"notify: .*{message}"):
         build_spec({"command": "true", "notify": value}, {}, default_name="j")
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"command": "x", "name": "bad name", "gpus": -1}, "name"),
+        ({"command": "x", "gpus": "many", "time_limit": "soon"}, "gpus"),
+        ({"command": "x", "ntasks": 2, "submit_dir": "relative", "partition": "b p"}, "ntasks"),
+        ({"command": "x", "submit_dir": "relative", "partition": "b p"}, "submit_dir"),
+        ({"command": "x", "partition": "b p", "mem": "lots"}, "partition"),
+        ({"command": "x", "mem": "lots", "begin": "never"}, "mem"),
+        ({"command": "x", "begin": "never", "signal": "NOPE"}, "begin"),
+        ({"command": "x", "comment": 3, "notify": 3}, "comment"),
+    ],
+)
+def test_a_spec_with_several_bad_fields_is_refused_for_the_first_in_field_order(
+    data: dict[str, object], field: str
+) -> None:
+    with pytest.raises(SpecError) as refused:
+        build_spec(data, {}, default_name="j", source="spec", wire=True)
+    assert refused.value.field == field
+    # The same through CLI overrides (their option names), as sbatch builds a spec.
+    overrides = {k: v for k, v in data.items() if k not in ("submit_dir",)}
+    if "submit_dir" not in data:
+        with pytest.raises(SpecError) as refused:
+            build_spec(None, overrides, default_name="j")
+        assert refused.value.field == OVERRIDE_OPTION[field]
+
+
+def test_a_spec_without_a_name_takes_the_default_made_valid() -> None:
+    spec = build_spec({"command": "x"}, {}, default_name="my run.yaml", source="spec", wire=True)
+    assert spec == JobSpec(name="my_run.yaml", command=("/bin/sh", "-c", "x"))
+
+
+def test_a_specs_replace_is_dataclasses_replace() -> None:
+    import dataclasses
+
+    spec = build_spec(
+        {"command": "x", "gpus": 2, "env": {"A": "1"}, "notify": [{"url": "https://h/x"}]},
+        {},
+        default_name="j",
+    )
+    changes = {"time_limit": 60, "partition": "short", "array_task": 3, "array_pos": 1}
+    copy = spec.replace(**changes)
+    assert copy == dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
+    assert hash(copy) == hash(dataclasses.replace(spec, **changes))  # type: ignore[arg-type]
+    assert (spec.time_limit, spec.partition) == (None, None)  # the original is untouched
+    with pytest.raises(TypeError, match="no field colour"):
+        spec.replace(colour="red")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.gpus = 3  # type: ignore[misc]

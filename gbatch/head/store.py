@@ -2486,6 +2486,41 @@ class Store:
                     tasks[arrays.index_at(tail.spec, pos)] = array_id + pos
         return tasks or None
 
+    def array_tasks_in(
+        self, array_id: int, index_spans: Sequence[tuple[int, int]], most: int
+    ) -> dict[int, int]:
+        """{task index: job id} of those tasks of the array whose id is `array_id` whose
+        index lies in `index_spans` (inclusive: N_K, N_[K-M]); empty when `array_id` is
+        not an array's id. array_tasks' answer cut to those indices, at the cost of
+        those tasks: the rows of their ids and the tail's positions among them, never
+        the whole array (one task of a 100,000-task array is one task's work)."""
+        tasks: dict[int, int] = {}
+        with self._lock:
+            head = self._db.execute(
+                "SELECT json_extract(spec, '$.array'), json_extract(spec, '$.array_task'),"
+                " coalesce(json_extract(spec, '$.array_pos'), 0) FROM jobs WHERE id = ?",
+                (array_id,),
+            ).fetchone()
+            if head is None or head[1] is None or head[2] != 0:
+                return tasks
+            wanted = arrays.overlap(arrays.position_spans(head[0], index_spans), ((0, most - 1),))
+            for first, last in wanted:
+                for job_id, task, pos in self._db.execute(
+                    "SELECT id, json_extract(spec, '$.array_task'),"
+                    " coalesce(json_extract(spec, '$.array_pos'), 0)"
+                    " FROM jobs WHERE id BETWEEN ? AND ?",
+                    (array_id + first, array_id + last),
+                ):
+                    if task is not None and job_id - pos == array_id:
+                        tasks[int(task)] = job_id
+            tail = self._tail_by_id(self._db, array_id) if wanted else None
+        if tail is not None:
+            for first, last in arrays.overlap(tail.positions, wanted):
+                for pos in range(first, last + 1):
+                    tasks[arrays.index_at(tail.spec, pos)] = array_id + pos
+        named = arrays.position_spans(None, index_spans)  # the indices, merged
+        return {task: job_id for task, job_id in tasks.items() if arrays.contains(named, task)}
+
     def array_ends(self, ids: Collection[int], most: int) -> dict[int, int]:
         """{array id: its last task's id} for those of `ids` that are an array's id (its
         first task's): `scancel N` and `squeue -j N` name the whole array, as in Slurm."""

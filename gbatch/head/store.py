@@ -2095,24 +2095,37 @@ class Store:
         records = self._tail_jobs(
             query.states, query.users, query.after, query.history, query.since, uid=query.uid
         )
+        # What narrows the listing, per side: a job row's JOBID cell is digits and `_`
+        # alone, so a search for any other character never reads it (building it is
+        # most of a search's cost at 100,000 rows); a tail's record carries its own.
         narrow: list[str] = []
         narrow_params: list[object] = []
+        job_narrow: list[str] = []
+        job_params: list[object] = []
         if query.shown_states is not None:
-            narrow.append(f"state IN ({_marks(query.shown_states)})")
-            narrow_params.extend(state.value for state in query.shown_states)
+            states_in = f"state IN ({_marks(query.shown_states)})"
+            values = [state.value for state in query.shown_states]
+            narrow.append(states_in)
+            narrow_params.extend(values)
+            job_narrow.append(states_in)
+            job_params.extend(values)
         if query.search:
-            narrow.append(
-                "(instr(lower({label}), ?) OR instr(lower(user), ?) OR instr(lower(name), ?)"
-                f" OR instr(lower({_WHERE_SQL}), ?))"
-            )
-            narrow_params.extend([query.search.lower()] * 4)
+            pattern = _like_pattern(query.search.lower())
+            narrow.append(f"({_SEARCH_LABEL} OR {_SEARCH_CELLS})")
+            narrow_params.extend([pattern] * 4)
+            if _JOB_LABEL_CHARS.issuperset(query.search):
+                job_narrow.append(f"({_SEARCH_LABEL} OR {_SEARCH_CELLS})")
+                job_params.extend([pattern] * 4)
+            else:
+                job_narrow.append(f"({_SEARCH_CELLS})")
+                job_params.extend([pattern] * 3)
         keys = LISTING_SORTS[query.sort][:-1]  # the terms before the id
         # Each side of the compound: (id, tail, sort keys), its own filter; the keys
         # are the output's columns (a compound orders by its columns alone).
         sides = [
-            _page_side("jobs", "NULL", base + narrow, keys, _JOB_CELLS),
+            _page_side("jobs", "NULL", base + job_narrow, keys, _JOB_CELLS),
         ]
-        side_params = [*params, *narrow_params]
+        side_params = [*params, *job_params]
         tail_values: list[object] = []
         prefix = ""
         if records:
@@ -2133,19 +2146,25 @@ class Store:
         direction = " DESC" if query.reverse else ""
         order = ", ".join(f"{name}{direction}" for name in [*_key_names(keys), "id"])
         page_params.extend((-1 if limit is None else limit, offset))
+        compound = " UNION ALL ".join(sides)
+        if query.search:
+            # A search reads every row whatever the order: the page's query counts
+            # them too (a window over the whole), where a second scan counted them.
+            compound = f"SELECT *, COUNT(*) OVER () FROM ({compound})"
         with self._lock:
             per_state = self._page_counts(query, base, params, records) if counts else {}
             picked = self._db.execute(
-                f"{prefix}{' UNION ALL '.join(sides)} ORDER BY {order} LIMIT ? OFFSET ?",
-                page_params,
+                f"{prefix}{compound} ORDER BY {order} LIMIT ? OFFSET ?", page_params
             ).fetchall()
             if counts and not narrow:
                 total = sum(per_state.values())
             elif limit is not None and len(picked) < limit and (picked or not offset):
                 total = offset + len(picked)  # the page holds the end of the listing
+            elif query.search and picked:
+                total = int(picked[0][-1])
             else:
                 count_sides = [
-                    f"(SELECT COUNT(*) FROM jobs WHERE {_where(base + narrow, _JOB_CELLS)})"
+                    f"(SELECT COUNT(*) FROM jobs WHERE {_where(base + job_narrow, _JOB_CELLS)})"
                 ]
                 count_params = [*tail_values, *side_params]
                 if records:
@@ -3168,6 +3187,24 @@ def _tail_row(job: Job) -> tuple[object, ...]:
 # job row computes them, a tail's record carries them), and the tails' VALUES columns.
 _JOB_CELLS = {"label": _LABEL_SQL, "gpus_n": "json_extract(spec, '$.gpus')"}
 _TAIL_CELLS = {"label": "label", "gpus_n": "gpus_n"}
+# listing_page's search: the text (lowered, as a LIKE pattern: `?`) in the JOBID cell,
+# or in the USER, NAME or NODE(REASON) cell. LIKE folds ASCII letters alone, as SQLite's
+# lower() does, so this matches what instr(lower(cell), text) did, without a lowered
+# copy of every cell of every row.
+_SEARCH_LABEL = "({label}) LIKE ? ESCAPE '\\'"
+_SEARCH_CELLS = (
+    f"user LIKE ? ESCAPE '\\' OR name LIKE ? ESCAPE '\\' OR ({_WHERE_SQL}) LIKE ? ESCAPE '\\'"
+)
+# What a job row's JOBID cell (_LABEL_SQL) is made of: `N` or `N_K`.
+_JOB_LABEL_CHARS = frozenset("0123456789_")
+
+
+def _like_pattern(text: str) -> str:
+    """A LIKE pattern matching the cells that contain `text` (its %, _ and \\ escaped)."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
 _TAIL_PAGE_COLUMNS = (
     "id, tail, user, name, state, reason, held, start_time, end_time, node, gpus_n, label"
 )

@@ -683,6 +683,8 @@ class Store:
         self.on_full: Callable[[StoreFull], None] | None = None
         self._full = False
         self._change: int | None = None  # the open transaction's change number, once asked
+        # listing_page's latest pages, by their query and the jobs' change number.
+        self._pages: dict[tuple[object, ...], ListingPage] = {}
         # Write transactions begun (committed or not). All of them go through _write,
         # on this one object, gbatchd being the store's only writer.
         self._writes = 0
@@ -2151,11 +2153,25 @@ class Store:
             # A search reads every row whatever the order: the page's query counts
             # them too (a window over the whole), where a second scan counted them.
             compound = f"SELECT *, COUNT(*) OVER () FROM ({compound})"
+        page_sql = f"{prefix}{compound} ORDER BY {order} LIMIT ? OFFSET ?"
         with self._lock:
+            # The same page asked again (the TUI's refresh, every second) while no job
+            # row has changed is the page read last: each write of a row gives it a
+            # change number above every other (migration 11), and the tails' records
+            # are among the query's parameters (their rows are built afresh below).
+            (changed,) = self._db.execute(
+                "SELECT max(changed) FROM jobs INDEXED BY jobs_changed"
+            ).fetchone()
+            key = (page_sql, tuple(page_params), counts, changed)
+            kept = self._pages.get(key)
+            if kept is not None:
+                return ListingPage(
+                    [_kept_row(row, records) for row in kept.rows],
+                    kept.total,
+                    dict(kept.counts),
+                )
             per_state = self._page_counts(query, base, params, records) if counts else {}
-            picked = self._db.execute(
-                f"{prefix}{compound} ORDER BY {order} LIMIT ? OFFSET ?", page_params
-            ).fetchall()
+            picked = self._db.execute(page_sql, page_params).fetchall()
             if counts and not narrow:
                 total = sum(per_state.values())
             elif limit is not None and len(picked) < limit and (picked or not offset):
@@ -2182,6 +2198,15 @@ class Store:
                     f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE id IN ({_marks(ids)})", ids
                 )
             }
+            # Kept with a tail's index in the last cell (a job row's is NULL there).
+            kept = ListingPage(
+                [by_id[row[0]] if row[1] is None else (row[1],) for row in picked],
+                total,
+                dict(per_state),
+            )
+            if len(self._pages) >= _KEPT_PAGES:
+                self._pages.pop(next(iter(self._pages)))  # the oldest
+            self._pages[key] = kept
         page = [by_id[row[0]] if row[1] is None else _tail_row(records[row[1]]) for row in picked]
         return ListingPage(page, total, per_state)
 
@@ -3178,9 +3203,21 @@ def _row_id(row: Sequence[object]) -> int:
     return job_id
 
 
+def _kept_row(row: tuple[object, ...], records: Sequence[Job]) -> tuple[object, ...]:
+    """A row of a page listing_page kept: a job row as it was read; a tail's (its index
+    among `records` alone) built afresh from its record."""
+    at = row[-1]
+    return row if at is None else _tail_row(records[int(at)])  # type: ignore[call-overload]
+
+
 def _tail_row(job: Job) -> tuple[object, ...]:
     """A tail's record as a listing_rows row (its JobSpec in the spec cell)."""
     return wire.listing_row(job, job.spec)
+
+
+# listing_page's pages kept for a refresh that finds nothing changed: a few views
+# (users, sorts) at once, each a page of rows.
+_KEPT_PAGES = 8
 
 
 # listing_page's compound: the cells its sort keys and search read, per side (a

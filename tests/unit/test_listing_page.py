@@ -274,3 +274,23 @@ def test_a_page_is_the_python_views_sort_and_search_cut(
     end = None if limit is None else offset + limit
     assert reply["columns"]["id"] == want[offset:end]
     assert reply["total"] == len(want)
+
+
+def test_a_page_asked_again_with_no_row_changed_is_the_page_kept(lab: Daemon) -> None:
+    """The TUI asks for the same page every second: while no job row changes (each
+    write of a row gives it a new change number) the page read last answers. A row
+    changed behind the store's back (raw SQL, no change number) shows that it did."""
+    fields: dict[str, Any] = {"search": "alp", "sort": "where", "counts": True, "limit": 5}
+    first = page(lab, ALICE, **fields)
+    set_rows(lab, "UPDATE jobs SET node = 'alpine-1' WHERE name = 'zeta'")  # RUNNING
+    assert page(lab, ALICE, **fields) == first  # kept: no change number moved
+    assert page(lab, ALICE, **{**fields, "limit": 6}) != first  # another page: read
+    (held,) = [
+        j.id for j in whole_listing(lab, ALICE) if (j.user, j.spec.name) == ("alice", "alpha")
+    ]
+    handle(lab, ALICE, {"op": "hold", "ids": [held]})  # a write: a new change number
+    again = page(lab, ALICE, **fields)
+    assert again != first
+    jobs = whole_listing(lab, ALICE)
+    assert again["columns"]["id"] == expected(jobs, "where", False, None, "alp")[:5]
+    assert again["total"] == len(expected(jobs, "where", False, None, "alp"))

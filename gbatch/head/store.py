@@ -2204,9 +2204,10 @@ class Store:
                 total,
                 dict(per_state),
             )
-            if len(self._pages) >= _KEPT_PAGES:
-                self._pages.pop(next(iter(self._pages)))  # the oldest
-            self._pages[key] = kept
+            if len(kept.rows) <= _KEPT_ROWS:  # a view's page, not a whole listing
+                if len(self._pages) >= _KEPT_PAGES:
+                    self._pages.pop(next(iter(self._pages)))  # the oldest
+                self._pages[key] = kept
         page = [by_id[row[0]] if row[1] is None else _tail_row(records[row[1]]) for row in picked]
         return ListingPage(page, total, per_state)
 
@@ -3216,8 +3217,9 @@ def _tail_row(job: Job) -> tuple[object, ...]:
 
 
 # listing_page's pages kept for a refresh that finds nothing changed: a few views
-# (users, sorts) at once, each a page of rows.
+# (users, sorts) at once, each a view's page (a whole listing's rows are not kept).
 _KEPT_PAGES = 8
+_KEPT_ROWS = 1000
 
 
 # listing_page's compound: the cells its sort keys and search read, per side (a

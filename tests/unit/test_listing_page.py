@@ -294,3 +294,17 @@ def test_a_page_asked_again_with_no_row_changed_is_the_page_kept(lab: Daemon) ->
     jobs = whole_listing(lab, ALICE)
     assert again["columns"]["id"] == expected(jobs, "where", False, None, "alp")[:5]
     assert again["total"] == len(expected(jobs, "where", False, None, "alp"))
+
+
+def test_a_whole_listing_of_many_rows_is_not_kept(daemon: Daemon) -> None:
+    """Only a view's page is kept: a listing of more than _KEPT_ROWS rows is read again
+    (its rows would be memory held for nothing)."""
+    spec = JobSpec(name="many", command=("train.py",), gpus=1)
+    daemon.store.submit([spec] * 1001, ALICE.uid, ALICE.user, NOW)  # 1,001 rows
+    first = page(daemon, ALICE, sort="name", search="many")
+    assert first["total"] == 1001
+    set_rows(daemon, "UPDATE jobs SET reason = 'Many' WHERE id = 1")
+    assert page(daemon, ALICE, sort="name", search="many")["columns"]["reason"][0] == "Many"
+    small = page(daemon, ALICE, sort="name", search="many", limit=1000)
+    set_rows(daemon, "UPDATE jobs SET reason = 'Again' WHERE id = 1")
+    assert page(daemon, ALICE, sort="name", search="many", limit=1000) == small

@@ -11,17 +11,32 @@ figures are the store's and the daemon's, not the jobs'. Figures:
     plain jobs measured in the same run (goal: the same time; one row either way);
   - `scancel N` of the whole array: the request's round trip (goal <= 100 ms) and the
     whole `gbatch scancel` process (the interpreter's start is most of it).
+
+`--lookup [--checkout DIR ...]`: one task of that array named alone (issue 16): for each
+checkout (default: this one) a daemon running that checkout's code (PYTHONPATH) holds
+the array; rounds take the checkouts in turn (A, B, A, B, ...), each timing the round
+trip of `squeue -j N_K` (the everyday path's request: columns) for a task that is a
+row (K = 5) and one still in the array's tail (K = 50000), the daemon's CPU seconds
+per request (/proc, less load-sensitive than wall time), and the whole
+`gbatch squeue -j N_50000` process run from that checkout.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from common import (
+    ENTRY,
     GBATCH,
+    PYTHON,
+    cpu_seconds,
     gbatch_env,
+    load_average,
     machine_note,
     median,
     report_ms,
@@ -47,11 +62,91 @@ def submit_array(sock: Path) -> tuple[int, float]:
     return int(reply["ids"][0]), elapsed
 
 
+def bench_lookup(checkouts: Sequence[Path], rounds: int) -> None:
+    """`squeue -j N_K` of one task of a 100,000-task array, each checkout's daemon in
+    turn (module docstring)."""
+    from contextlib import ExitStack
+
+    from common import temp_home as make_home
+
+    with ExitStack() as stack:
+        served: list[tuple[str, Path, dict[str, str], int, int]] = []
+        for checkout in checkouts:
+            home = stack.enter_context(make_home())
+            (home / "config.yaml").write_text(CONFIG)
+            env = {**gbatch_env(home), "PYTHONPATH": str(checkout.resolve())}
+            started = subprocess.run(
+                [str(PYTHON), "-c", ENTRY, "daemon", "start"],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd="/",  # `python -m`/`-c` put the working directory first on sys.path
+            ).stdout
+            stack.callback(
+                subprocess.run,
+                [str(PYTHON), "-c", ENTRY, "daemon", "stop"],
+                env=env,
+                check=False,
+                capture_output=True,
+            )
+            pid = int(re.search(r"pid (\d+)", started).group(1))  # type: ignore[union-attr]
+            array, _ = submit_array(home / "gbatchd.sock")
+            served.append((str(checkout), home, env, pid, array))
+        trips: dict[str, list[float]] = {}
+        cpu: dict[str, list[float]] = {}
+        whole: dict[str, list[float]] = {}
+        print(f"load average before: {load_average()}")
+        for round_ in range(rounds + 1):  # round 0 warms up
+            for name, home, env, pid, array in served:
+                for task in (5, 50_000):
+                    request = wire.ListJobs(jobs=(f"{array}_{task}",), brief=True, columns=True)
+                    key = f"squeue -j N_{task} round trip [{name}]"
+                    with Client(home / "gbatchd.sock") as client:
+                        before = cpu_seconds(pid)
+                        start = time.perf_counter()
+                        for _ in range(10):
+                            client.call(request)
+                        took = (time.perf_counter() - start) / 10
+                        used = (cpu_seconds(pid) - before) / 10
+                    if round_:
+                        trips.setdefault(key, []).append(took)
+                        cpu.setdefault(key, []).append(used)
+                argv = [str(PYTHON), "-c", ENTRY, "squeue", "-j", f"{array}_50000"]
+                took_s = time_process(argv, env, 1, warmup=0, cwd=Path("/"))
+                if round_:
+                    whole.setdefault(
+                        f"gbatch squeue -j N_50000, whole process [{name}]", []
+                    ).extend(took_s)
+        for key, samples in trips.items():
+            report_ms(key, samples)
+            print(f"  ... daemon CPU per request: median {median(cpu[key]) * 1000:.2f} ms")
+        for key, samples in whole.items():
+            report_ms(key, samples)
+        print(f"load average after: {load_average()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
-    runs = 3 if parser.parse_args().quick else 9
+    parser.add_argument(
+        "--lookup", action="store_true", help="time squeue -j N_K of one task (issue 16) alone"
+    )
+    parser.add_argument(
+        "--checkout",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="with --lookup: a checkout whose code serves its own daemon (repeatable; "
+        "default: this one), timed in turn with the others",
+    )
+    args = parser.parse_args()
+    runs = 3 if args.quick else 9
     print(machine_note())
+    if args.lookup:
+        bench_lookup(args.checkout or [Path(__file__).resolve().parent.parent], 2 * runs)
+        return
     with temp_home() as home:
         (home / "config.yaml").write_text(CONFIG)
         with running_daemon(home):

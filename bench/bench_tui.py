@@ -45,7 +45,11 @@ average is printed with each round.
   again), with one job changed (two reads alternated that differ in one held job's
   hold, so its reason cell changes), with one job gone (alternated with and without
   the middle job, as when a job ends), and the whole cycle as the app runs it (fetch,
-  then show_queue), with the view at the top and scrolled to the middle of the queue.
+  then show_queue), with the view at the top and scrolled to the middle of the queue,
+  then at the top with a text filter (SEARCH, in the sleepers' names alone: the daemon
+  searches every row), then sorted by NODE(REASON) (a computed cell) without it. The
+  daemon runs this checkout's code whatever `--checkout` says: for the daemon's side of
+  an A/B, run the bench from each checkout.
 """
 
 from __future__ import annotations
@@ -109,6 +113,8 @@ RUNNING = GPUS
 SIZE = (160, 48)
 ME = pwd.getpwuid(os.getuid()).pw_name
 SETTLE_TIMEOUT_S = 30.0
+# The refresh with a text filter searches for this: in the sleepers' NAME cells alone.
+SEARCH = "sleep"
 
 
 # -- fixture ------------------------------------------------------------------------
@@ -361,7 +367,17 @@ async def refresh_figures(socket: Path, runs: int, active: int) -> dict[str, lis
     app = make_app(socket, user=ME, refresh_seconds=3600)
     clock = FrameClock(app)
     samples: dict[str, list[float]] = {
-        name: [] for name in ("fetch", "same", "changed", "gone", "cycle", "cycle_middle")
+        name: []
+        for name in (
+            "fetch",
+            "same",
+            "changed",
+            "gone",
+            "cycle",
+            "cycle_middle",
+            "cycle_search",
+            "cycle_where",
+        )
     }
     async with app.run_test(size=SIZE) as pilot:
         await until(lambda: clock.first_showing(f"{active} shown"), "the first paint")
@@ -382,9 +398,16 @@ async def refresh_figures(socket: Path, runs: int, active: int) -> dict[str, lis
                 screen.show_queue(pair[i % 2])
                 samples[name].append(time.perf_counter() - start)
                 await pilot.pause()
-        for name in ("cycle", "cycle_middle"):
+        for name in ("cycle", "cycle_middle", "cycle_search", "cycle_where"):
             if name == "cycle_middle":  # the view in the middle of the queue
                 screen.query_one("#jobs").scroll_to(y=active // 2, animate=False)
+            elif name == "cycle_search":  # a text filter: every row searched
+                screen.query_one("#jobs").scroll_to(y=0, animate=False)
+                screen.filter = replace(screen.filter, text=SEARCH)
+            elif name == "cycle_where":  # sorted by NODE(REASON), the filter cleared
+                screen.filter = replace(screen.filter, text="")
+                screen.sort_column = "where"
+            if name != "cycle":
                 await pilot.pause()
                 screen.show_queue(await read_queue(app))  # the page there, once
                 await pilot.pause()
@@ -473,6 +496,12 @@ def report(checkout: Path, figures: dict[str, list[float]], active: int, large: 
         figures["cycle_middle"],
         refresh_goal,
     )
+    for name, what in (
+        ("cycle_search", f"a text filter ({SEARCH!r})"),
+        ("cycle_where", "by NODE(REASON)"),
+    ):
+        if figures.get(name):
+            report_ms(f"  refresh: whole cycle, {what}", figures[name], refresh_goal)
 
 
 def main() -> None:

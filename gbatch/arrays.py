@@ -54,6 +54,31 @@ def pos_of(spec: JobSpec, index: int) -> int | None:
     return at if at < len(indices) and indices[at] == index else None
 
 
+def position_spans(expression: str | None, index_spans: Iterable[tuple[int, int]]) -> Spans:
+    """The positions whose indices lie in `index_spans` (inclusive, as N_[K-M] names
+    them) in an array of expression `expression` (None: `count` copies, index =
+    position), as spans: one step per span, whatever its length. Indices ascend with
+    positions, so a span of indices is a span of positions."""
+    found: list[tuple[int, int]] = []
+    for low, high in index_spans:
+        if expression is None:
+            first, last = max(low, 0), high
+        else:
+            indices = _indices(expression)
+            first = bisect.bisect_left(indices, low)
+            last = bisect.bisect_right(indices, high) - 1
+        if first <= last:
+            found.append((first, last))
+    found.sort()
+    merged: list[tuple[int, int]] = []
+    for first, last in found:
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return tuple(merged)
+
+
 def index_spans(spec: JobSpec, positions: Spans) -> Spans:
     """The indices of `positions` as spans; a run of positions whose indices are
     consecutive costs one step, whatever its length."""
@@ -109,6 +134,22 @@ def without(spans: Spans, positions: Sequence[int]) -> Spans:
             start = pos + 1
         if start <= last:
             out.append((start, last))
+    return tuple(out)
+
+
+def overlap(spans: Spans, others: Spans) -> Spans:
+    """The positions in both `spans` and `others` (each ascending, disjoint), as spans."""
+    out: list[tuple[int, int]] = []
+    i = j = 0
+    while i < len(spans) and j < len(others):
+        low = max(spans[i][0], others[j][0])
+        high = min(spans[i][1], others[j][1])
+        if low <= high:
+            out.append((low, high))
+        if spans[i][1] < others[j][1]:
+            i += 1
+        else:
+            j += 1
     return tuple(out)
 
 

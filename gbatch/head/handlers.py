@@ -235,7 +235,7 @@ def _named_job(
     Under private_data another user's job answers as a job that does not exist (Slurm's
     PrivateData=jobs), and the attempt is audited."""
     if task is not None:
-        tasks = daemon.store.array_tasks(job_id, MAX_ARRAY) or {}
+        tasks = daemon.store.array_tasks_in(job_id, ((task, task),), MAX_ARRAY)
         if task not in tasks:
             raise Refused("not_found", f"Invalid job id specified: {job_id}_{task}")
         job_id = tasks[task]
@@ -704,8 +704,8 @@ def _targets(
             elif target.tasks is None:
                 plain.append(target.job)
             else:
-                tasks = daemon.store.array_tasks(target.job, MAX_ARRAY) or {}
-                chosen = [job_id for task, job_id in tasks.items() if target.has_task(task)]
+                tasks = daemon.store.array_tasks_in(target.job, target.tasks, MAX_ARRAY)
+                chosen = list(tasks.values())
                 if not chosen and tally is not None:
                     tally.fail(str(target), f"Invalid job id specified: {target}")
                 ids.extend(sorted(chosen))
@@ -1402,7 +1402,7 @@ def job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]
     others: list[Job] = []
     if request.with_tasks and request.task is None and found.array_job_id == found.id:
         # An array's id: Slurm shows each of its tasks.
-        last = max((daemon.store.array_tasks(found.id, MAX_ARRAY) or {found.id: found.id}).values())
+        last = daemon.store.array_ends([found.id], MAX_ARRAY).get(found.id, found.id)
         others = daemon.store.jobs(id_ranges=[(found.id + 1, last)]) if last > found.id else []
     usage = daemon.store.gpu_usage([(found.id, found.attempt)]).get((found.id, found.attempt))
     return {

@@ -683,6 +683,8 @@ class Store:
         self.on_full: Callable[[StoreFull], None] | None = None
         self._full = False
         self._change: int | None = None  # the open transaction's change number, once asked
+        # listing_page's latest pages, by their query and the jobs' change number.
+        self._pages: dict[tuple[object, ...], ListingPage] = {}
         # Write transactions begun (committed or not). All of them go through _write,
         # on this one object, gbatchd being the store's only writer.
         self._writes = 0
@@ -2095,24 +2097,37 @@ class Store:
         records = self._tail_jobs(
             query.states, query.users, query.after, query.history, query.since, uid=query.uid
         )
+        # What narrows the listing, per side: a job row's JOBID cell is digits and `_`
+        # alone, so a search for any other character never reads it (building it is
+        # most of a search's cost at 100,000 rows); a tail's record carries its own.
         narrow: list[str] = []
         narrow_params: list[object] = []
+        job_narrow: list[str] = []
+        job_params: list[object] = []
         if query.shown_states is not None:
-            narrow.append(f"state IN ({_marks(query.shown_states)})")
-            narrow_params.extend(state.value for state in query.shown_states)
+            states_in = f"state IN ({_marks(query.shown_states)})"
+            values = [state.value for state in query.shown_states]
+            narrow.append(states_in)
+            narrow_params.extend(values)
+            job_narrow.append(states_in)
+            job_params.extend(values)
         if query.search:
-            narrow.append(
-                "(instr(lower({label}), ?) OR instr(lower(user), ?) OR instr(lower(name), ?)"
-                f" OR instr(lower({_WHERE_SQL}), ?))"
-            )
-            narrow_params.extend([query.search.lower()] * 4)
+            pattern = _like_pattern(query.search.lower())
+            narrow.append(f"({_SEARCH_LABEL} OR {_SEARCH_CELLS})")
+            narrow_params.extend([pattern] * 4)
+            if _JOB_LABEL_CHARS.issuperset(query.search):
+                job_narrow.append(f"({_SEARCH_LABEL} OR {_SEARCH_CELLS})")
+                job_params.extend([pattern] * 4)
+            else:
+                job_narrow.append(f"({_SEARCH_CELLS})")
+                job_params.extend([pattern] * 3)
         keys = LISTING_SORTS[query.sort][:-1]  # the terms before the id
         # Each side of the compound: (id, tail, sort keys), its own filter; the keys
         # are the output's columns (a compound orders by its columns alone).
         sides = [
-            _page_side("jobs", "NULL", base + narrow, keys, _JOB_CELLS),
+            _page_side("jobs", "NULL", base + job_narrow, keys, _JOB_CELLS),
         ]
-        side_params = [*params, *narrow_params]
+        side_params = [*params, *job_params]
         tail_values: list[object] = []
         prefix = ""
         if records:
@@ -2133,19 +2148,39 @@ class Store:
         direction = " DESC" if query.reverse else ""
         order = ", ".join(f"{name}{direction}" for name in [*_key_names(keys), "id"])
         page_params.extend((-1 if limit is None else limit, offset))
+        compound = " UNION ALL ".join(sides)
+        if query.search:
+            # A search reads every row whatever the order: the page's query counts
+            # them too (a window over the whole), where a second scan counted them.
+            compound = f"SELECT *, COUNT(*) OVER () FROM ({compound})"
+        page_sql = f"{prefix}{compound} ORDER BY {order} LIMIT ? OFFSET ?"
         with self._lock:
+            # The same page asked again (the TUI's refresh, every second) while no job
+            # row has changed is the page read last: each write of a row gives it a
+            # change number above every other (migration 11), and the tails' records
+            # are among the query's parameters (their rows are built afresh below).
+            (changed,) = self._db.execute(
+                "SELECT max(changed) FROM jobs INDEXED BY jobs_changed"
+            ).fetchone()
+            key = (page_sql, tuple(page_params), counts, changed)
+            kept = self._pages.get(key)
+            if kept is not None:
+                return ListingPage(
+                    [_kept_row(row, records) for row in kept.rows],
+                    kept.total,
+                    dict(kept.counts),
+                )
             per_state = self._page_counts(query, base, params, records) if counts else {}
-            picked = self._db.execute(
-                f"{prefix}{' UNION ALL '.join(sides)} ORDER BY {order} LIMIT ? OFFSET ?",
-                page_params,
-            ).fetchall()
+            picked = self._db.execute(page_sql, page_params).fetchall()
             if counts and not narrow:
                 total = sum(per_state.values())
             elif limit is not None and len(picked) < limit and (picked or not offset):
                 total = offset + len(picked)  # the page holds the end of the listing
+            elif query.search and picked:
+                total = int(picked[0][-1])
             else:
                 count_sides = [
-                    f"(SELECT COUNT(*) FROM jobs WHERE {_where(base + narrow, _JOB_CELLS)})"
+                    f"(SELECT COUNT(*) FROM jobs WHERE {_where(base + job_narrow, _JOB_CELLS)})"
                 ]
                 count_params = [*tail_values, *side_params]
                 if records:
@@ -2163,6 +2198,16 @@ class Store:
                     f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE id IN ({_marks(ids)})", ids
                 )
             }
+            # Kept with a tail's index in the last cell (a job row's is NULL there).
+            kept = ListingPage(
+                [by_id[row[0]] if row[1] is None else (row[1],) for row in picked],
+                total,
+                dict(per_state),
+            )
+            if len(kept.rows) <= _KEPT_ROWS:  # a view's page, not a whole listing
+                if len(self._pages) >= _KEPT_PAGES:
+                    self._pages.pop(next(iter(self._pages)))  # the oldest
+                self._pages[key] = kept
         page = [by_id[row[0]] if row[1] is None else _tail_row(records[row[1]]) for row in picked]
         return ListingPage(page, total, per_state)
 
@@ -2485,6 +2530,41 @@ class Store:
                 for pos in range(first, last + 1):
                     tasks[arrays.index_at(tail.spec, pos)] = array_id + pos
         return tasks or None
+
+    def array_tasks_in(
+        self, array_id: int, index_spans: Sequence[tuple[int, int]], most: int
+    ) -> dict[int, int]:
+        """{task index: job id} of those tasks of the array whose id is `array_id` whose
+        index lies in `index_spans` (inclusive: N_K, N_[K-M]); empty when `array_id` is
+        not an array's id. array_tasks' answer cut to those indices, at the cost of
+        those tasks: the rows of their ids and the tail's positions among them, never
+        the whole array (one task of a 100,000-task array is one task's work)."""
+        tasks: dict[int, int] = {}
+        with self._lock:
+            head = self._db.execute(
+                "SELECT json_extract(spec, '$.array'), json_extract(spec, '$.array_task'),"
+                " coalesce(json_extract(spec, '$.array_pos'), 0) FROM jobs WHERE id = ?",
+                (array_id,),
+            ).fetchone()
+            if head is None or head[1] is None or head[2] != 0:
+                return tasks
+            wanted = arrays.overlap(arrays.position_spans(head[0], index_spans), ((0, most - 1),))
+            for first, last in wanted:
+                for job_id, task, pos in self._db.execute(
+                    "SELECT id, json_extract(spec, '$.array_task'),"
+                    " coalesce(json_extract(spec, '$.array_pos'), 0)"
+                    " FROM jobs WHERE id BETWEEN ? AND ?",
+                    (array_id + first, array_id + last),
+                ):
+                    if task is not None and job_id - pos == array_id:
+                        tasks[int(task)] = job_id
+            tail = self._tail_by_id(self._db, array_id) if wanted else None
+        if tail is not None:
+            for first, last in arrays.overlap(tail.positions, wanted):
+                for pos in range(first, last + 1):
+                    tasks[arrays.index_at(tail.spec, pos)] = array_id + pos
+        named = arrays.position_spans(None, index_spans)  # the indices, merged
+        return {task: job_id for task, job_id in tasks.items() if arrays.contains(named, task)}
 
     def array_ends(self, ids: Collection[int], most: int) -> dict[int, int]:
         """{array id: its last task's id} for those of `ids` that are an array's id (its
@@ -3124,15 +3204,46 @@ def _row_id(row: Sequence[object]) -> int:
     return job_id
 
 
+def _kept_row(row: tuple[object, ...], records: Sequence[Job]) -> tuple[object, ...]:
+    """A row of a page listing_page kept: a job row as it was read; a tail's (its index
+    among `records` alone) built afresh from its record."""
+    at = row[-1]
+    return row if at is None else _tail_row(records[int(at)])  # type: ignore[call-overload]
+
+
 def _tail_row(job: Job) -> tuple[object, ...]:
     """A tail's record as a listing_rows row (its JobSpec in the spec cell)."""
     return wire.listing_row(job, job.spec)
+
+
+# listing_page's pages kept for a refresh that finds nothing changed: a few views
+# (users, sorts) at once, each a view's page (a whole listing's rows are not kept).
+_KEPT_PAGES = 8
+_KEPT_ROWS = 1000
 
 
 # listing_page's compound: the cells its sort keys and search read, per side (a
 # job row computes them, a tail's record carries them), and the tails' VALUES columns.
 _JOB_CELLS = {"label": _LABEL_SQL, "gpus_n": "json_extract(spec, '$.gpus')"}
 _TAIL_CELLS = {"label": "label", "gpus_n": "gpus_n"}
+# listing_page's search: the text (lowered, as a LIKE pattern: `?`) in the JOBID cell,
+# or in the USER, NAME or NODE(REASON) cell. LIKE folds ASCII letters alone, as SQLite's
+# lower() does, so this matches what instr(lower(cell), text) did, without a lowered
+# copy of every cell of every row.
+_SEARCH_LABEL = "({label}) LIKE ? ESCAPE '\\'"
+_SEARCH_CELLS = (
+    f"user LIKE ? ESCAPE '\\' OR name LIKE ? ESCAPE '\\' OR ({_WHERE_SQL}) LIKE ? ESCAPE '\\'"
+)
+# What a job row's JOBID cell (_LABEL_SQL) is made of: `N` or `N_K`.
+_JOB_LABEL_CHARS = frozenset("0123456789_")
+
+
+def _like_pattern(text: str) -> str:
+    """A LIKE pattern matching the cells that contain `text` (its %, _ and \\ escaped)."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
 _TAIL_PAGE_COLUMNS = (
     "id, tail, user, name, state, reason, held, start_time, end_time, node, gpus_n, label"
 )

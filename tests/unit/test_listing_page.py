@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gbatch import wire
 from gbatch.arrays import ARRAY_ROWS
@@ -52,6 +54,11 @@ def set_rows(daemon: Daemon, sql: str, *params: object) -> None:
 def lab(daemon: Daemon) -> Daemon:
     """Alice's and Bob's jobs in every active state, names and GPUs that tie and
     differ, a held job, an array with its tail (ARRAY_ROWS rows, one record)."""
+    return fill_lab(daemon)
+
+
+def fill_lab(daemon: Daemon) -> Daemon:
+    """The lab fixture's jobs (a function, for a module's store too)."""
     ids = submit(daemon, ALICE, "zeta", gpus=2)
     ids += submit(daemon, BOB, "alpha", gpus=1)
     ids += submit(daemon, ALICE, "Mid", gpus=1, count=3)
@@ -202,3 +209,102 @@ def test_a_page_it_cannot_serve_is_refused_with_what_to_do(lab: Daemon, fields: 
     reply = handle(lab, ALICE, {"op": "jobs", "columns": True, **fields})
     assert not reply["ok"]
     assert reply["kind"] == "invalid", reply
+
+
+@pytest.fixture(scope="module")
+def odd_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """The lab, and cells a LIKE pattern could misread: %, _, a backslash, brackets,
+    capitals and letters outside ASCII, names of digits that are also job ids."""
+    paths = Paths(tmp_path_factory.mktemp("odd"))
+    store = Store(paths.store)
+    made = Daemon(paths, Config(simulate_gpus=2), store, clock=lambda: NOW)
+    fill_lab(made)
+    for name in ("x_3.y", "RUN_12", "12", "Ete-ETE+1"):
+        submit(made, BOB, name)
+    submit(made, ALICE, "sweep2", array="5-60:5%2")
+    # Job names keep to letters, digits and . _ + -: reasons and nodes carry the rest.
+    # Letters outside ASCII in lower case alone: SQLite folds ASCII letters alone (a
+    # cell's É is not é to a search, as before), where Python's lower() folds them all.
+    set_rows(made, "UPDATE jobs SET reason = ? WHERE name = '12'", "100%_done a\\b (é)")
+    set_rows(made, "UPDATE jobs SET reason = ? WHERE name = 'RUN_12'", "été-Ete")
+    set_rows(
+        made,
+        "UPDATE jobs SET state = 'RUNNING', start_time = ?, node = ? WHERE name = ?",
+        NOW - 5,
+        "n_[1]%",
+        "x_3.y",
+    )
+    yield made
+    made.committer.close()
+    store.close()
+
+
+_SEARCH_TEXT = st.text(alphabet="aAlLpPrReEsS%_\\[]()-,0123456789 éÉgub", max_size=5)
+_SEARCH_CASES = ["%", "_", "\\", "1", "_[", "gpu-", "é", "ÉT", "%_d", "n_[1]"]
+
+
+@given(
+    sort=st.sampled_from(list(LISTING_SORTS)),
+    reverse=st.booleans(),
+    state=st.sampled_from([None, JobState.PENDING, JobState.RUNNING]),
+    search=st.one_of(_SEARCH_TEXT, st.sampled_from(_SEARCH_CASES)),
+    offset=st.integers(0, 60),
+    limit=st.sampled_from([None, 1, 5, 100]),
+)
+def test_a_page_is_the_python_views_sort_and_search_cut(
+    odd_lab: Daemon,
+    sort: str,
+    reverse: bool,
+    state: JobState | None,
+    search: str,
+    offset: int,
+    limit: int | None,
+) -> None:
+    """Any search text (LIKE's own characters too), any sort, any page: the rows and
+    the total the queue view computed in Python from the whole listing."""
+    jobs = whole_listing(odd_lab, ALICE)
+    want = expected(jobs, sort, reverse, state, search.strip())  # as the handler takes it
+    fields: dict[str, Any] = {"sort": sort, "reverse": reverse, "search": search}
+    if state is not None:
+        fields["shown_states"] = [state.code]
+    fields["offset"] = offset
+    if limit is not None:
+        fields["limit"] = limit
+    reply = page(odd_lab, ALICE, **fields)
+    end = None if limit is None else offset + limit
+    assert reply["columns"]["id"] == want[offset:end]
+    assert reply["total"] == len(want)
+
+
+def test_a_page_asked_again_with_no_row_changed_is_the_page_kept(lab: Daemon) -> None:
+    """The TUI asks for the same page every second: while no job row changes (each
+    write of a row gives it a new change number) the page read last answers. A row
+    changed behind the store's back (raw SQL, no change number) shows that it did."""
+    fields: dict[str, Any] = {"search": "alp", "sort": "where", "counts": True, "limit": 5}
+    first = page(lab, ALICE, **fields)
+    set_rows(lab, "UPDATE jobs SET node = 'alpine-1' WHERE name = 'zeta'")  # RUNNING
+    assert page(lab, ALICE, **fields) == first  # kept: no change number moved
+    assert page(lab, ALICE, **{**fields, "limit": 6}) != first  # another page: read
+    (held,) = [
+        j.id for j in whole_listing(lab, ALICE) if (j.user, j.spec.name) == ("alice", "alpha")
+    ]
+    handle(lab, ALICE, {"op": "hold", "ids": [held]})  # a write: a new change number
+    again = page(lab, ALICE, **fields)
+    assert again != first
+    jobs = whole_listing(lab, ALICE)
+    assert again["columns"]["id"] == expected(jobs, "where", False, None, "alp")[:5]
+    assert again["total"] == len(expected(jobs, "where", False, None, "alp"))
+
+
+def test_a_whole_listing_of_many_rows_is_not_kept(daemon: Daemon) -> None:
+    """Only a view's page is kept: a listing of more than _KEPT_ROWS rows is read again
+    (its rows would be memory held for nothing)."""
+    spec = JobSpec(name="many", command=("train.py",), gpus=1)
+    daemon.store.submit([spec] * 1001, ALICE.uid, ALICE.user, NOW)  # 1,001 rows
+    first = page(daemon, ALICE, sort="name", search="many")
+    assert first["total"] == 1001
+    set_rows(daemon, "UPDATE jobs SET reason = 'Many' WHERE id = 1")
+    assert page(daemon, ALICE, sort="name", search="many")["columns"]["reason"][0] == "Many"
+    small = page(daemon, ALICE, sort="name", search="many", limit=1000)
+    set_rows(daemon, "UPDATE jobs SET reason = 'Again' WHERE id = 1")
+    assert page(daemon, ALICE, sort="name", search="many", limit=1000) == small

@@ -578,11 +578,13 @@ def _sweep_of(
     rows read here, as the submitter, relative to the job file; refused unless `here`:
     this process is not the submitter) and the name template (--name-template, else the
     file's `name_template:`)."""
+    file_sweep = None if data is None else data.pop("sweep", None)
+    template = None if data is None else data.pop("name_template", None)
+    if file_sweep is None and template is None and not args.param and args.name_template is None:
+        return None, None  # no sweep, the common case: before the imports
     from gbatch.spec import SpecError
     from gbatch.sweep import parse_param_options, read_rows_file, sweep_from_yaml
 
-    file_sweep = None if data is None else data.pop("sweep", None)
-    template = None if data is None else data.pop("name_template", None)
     if args.name_template is not None:
         template = args.name_template
     elif template is not None and not isinstance(template, str):

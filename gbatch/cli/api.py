@@ -169,6 +169,10 @@ def _serve(
         server_header=False,
         limit_concurrency=256,  # past it: 503 rather than a thread and a socket each
         timeout_keep_alive=5,
+        # uvloop (a dependency) when it imports, else asyncio's own loop: the same
+        # behaviour, libuv's loop in C in place of asyncio's selector loop in Python
+        # (bench/README.md, issue 17's fifth round).
+        loop="auto",
     )
     scheme = "https" if cert else "http"
     shown = f"[{host}]" if ":" in host else host

@@ -204,3 +204,27 @@ def test_scontrol_and_sacct_show_a_tasks_params() -> None:
         submit_time=0.0,
     )
     assert "Params=" not in format_job_details(plain, [], 0.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "options", "field"),
+    [
+        ('{"command": "true", "name_template": "r{lr}"}', (), "name_template"),
+        ('{"command": "true"}', ("--name-template", "r{lr}"), "--name-template"),
+    ],
+)
+def test_a_name_template_without_a_sweep_is_refused(
+    text: str, options: tuple[str, ...], field: str
+) -> None:
+    from gbatch.cli.exits import CliError
+    from gbatch.cli.sbatch import request_for_text
+
+    with pytest.raises(CliError, match=f"{field}: names the tasks of a sweep"):
+        request_for_text(text, "job.json", options)
+
+
+def test_a_job_file_without_a_sweep_sends_none() -> None:
+    from gbatch.cli.sbatch import request_for_text
+
+    request = request_for_text('{"command": "true"}', "job.json")
+    assert request.sweep is None and request.name_template is None

@@ -165,29 +165,39 @@ class Client:
                 f"{MAX_REQUEST_BYTES // 2**20} MiB gbatchd reads. Pass large data in a "
                 "file the job mounts",
             )
-        if self._sock is not None and self._closed_by_daemon():
-            self.close()  # gbatchd closes a connection idle for minutes: open another
-        if self._sock is None:
-            self._connect()
-        assert self._sock is not None
         line: bytes
-        try:
+        while True:
+            # A connection is not looked at before it is used (a peek was 3 system calls
+            # and an exception on every request): one gbatchd has closed since (idle for
+            # minutes, or it restarted) refuses the request's bytes, and a new one is
+            # opened for it below.
+            reused = self._sock is not None
+            if not reused:
+                self._connect()
+            assert self._sock is not None
             try:
-                self._sock.sendall(payload)
-            except (BrokenPipeError, ConnectionResetError) as err:
-                # gbatchd may answer before it has read the whole request (one it will
-                # not serve) and close: that answer is waiting to be read.
-                line = self._reader.readline()
-                if not line:
-                    raise err from None
-            else:
-                line = self._reader.readline()
-        except TimeoutError as err:
-            self.close()
-            raise ReplyTimeout(self.socket_path, self.timeout) from err
-        except OSError as err:
-            self.close()
-            raise DaemonUnavailable(self.socket_path, f"connection lost: {err}") from err
+                try:
+                    self._sock.sendall(payload)
+                except (BrokenPipeError, ConnectionResetError) as err:
+                    # gbatchd may answer before it has read the whole request (one it
+                    # will not serve) and close: that answer is waiting to be read.
+                    line = self._reader.readline()
+                    if not line and reused:
+                        # Closed before this request: its newline never went, so gbatchd
+                        # cannot have acted on it. Sent again, once, on a new connection.
+                        self.close()
+                        continue
+                    if not line:
+                        raise err from None
+                else:
+                    line = self._reader.readline()
+            except TimeoutError as err:
+                self.close()
+                raise ReplyTimeout(self.socket_path, self.timeout) from err
+            except OSError as err:
+                self.close()
+                raise DaemonUnavailable(self.socket_path, f"connection lost: {err}") from err
+            break
         if not line:
             self.close()
             raise DaemonUnavailable(self.socket_path, "the daemon closed the connection")
@@ -197,19 +207,6 @@ class Client:
                 self.socket_path, "the daemon closed the connection before its reply's end"
             )
         return line
-
-    def _closed_by_daemon(self) -> bool:
-        """Whether the daemon has closed this idle connection (a look, without waiting)."""
-        assert self._sock is not None
-        self._sock.settimeout(0)
-        try:
-            return self._sock.recv(1, socket.MSG_PEEK) == b""
-        except BlockingIOError:
-            return False  # open, nothing to read: as it should be between requests
-        except OSError:
-            return True
-        finally:
-            self._sock.settimeout(self.timeout)
 
     def close(self) -> None:
         if self._sock is not None:

@@ -1133,12 +1133,14 @@ def reply_pieces(reply: Mapping[str, Any]) -> Generator[bytes, None, None]:
     encoded REPLY_PIECE_ITEMS items at a time with json.dumps's own separators, so the
     client, which reads one line, cannot tell."""
     if all(type(key) is str and _small(item) for key, item in reply.items()):
-        # A submit's or an action's few fields: one dumps (the walk below was ~20 us).
-        yield json.dumps(reply, separators=COMPACT).encode() + b"\n"
+        # A submit's or an action's few fields: one encode (the walk below was ~20 us).
+        yield _COMPACT_JSON.encode(reply).encode() + b"\n"
         return
     yield from _coalesced(_encoded(reply))
 
 
+# json.dumps(value, separators=COMPACT) without an encoder made for each call (~1 us).
+_COMPACT_JSON = json.JSONEncoder(separators=COMPACT)
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gbatch import wire
-from gbatch.client import Client, ReplyTimeout, RequestFailed
+from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
 
 
 @pytest.fixture
@@ -79,3 +79,60 @@ def test_send_raw_passes_an_ok_reply_on_as_written_and_raises_a_refusal(tmp_path
             client.send_raw(request)
     assert (caught.value.kind, caught.value.message) == ("permission", "not yours")
     thread.join(5)
+
+
+def counting_daemon(
+    path: Path, connections: list[list[bytes | None]]
+) -> tuple[socket.socket, list[bytes]]:
+    """A daemon at `path` serving one connection per item of `connections`: for each
+    reply in it, it reads one request line and answers it (bytes) or not (None); then
+    it closes the connection. Returns the listening socket and the lines it read."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+    read: list[bytes] = []
+
+    def serve() -> None:
+        for replies in connections:
+            conn, _ = server.accept()
+            with conn, conn.makefile("rb") as lines:
+                for reply in replies:
+                    read.append(lines.readline())
+                    if reply is not None:
+                        conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, read
+
+
+def test_a_request_on_a_connection_the_daemon_closed_since_goes_once_on_a_new_one(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "gbatchd.sock"
+    # The first connection answers one request and is closed (an idle connection's
+    # end, or a restart); the second answers the next request.
+    server, read = counting_daemon(path, [[b'{"ok":true,"n":1}\n'], [b'{"ok":true,"n":2}\n']])
+    with server, Client(path, timeout=30) as client:
+        assert client.send({"op": "ping", "i": 1}) == {"n": 1}
+        first = client._sock
+        assert first is not None and first.recv(1) == b""  # closed by the daemon
+        assert client.send({"op": "ping", "i": 2}) == {"n": 2}
+        assert client._sock is not first
+    assert read == [b'{"op": "ping", "i": 1}\n', b'{"op": "ping", "i": 2}\n']
+
+
+def test_a_request_the_daemon_took_and_left_unanswered_is_not_sent_again(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "gbatchd.sock"
+    server, read = counting_daemon(path, [[b'{"ok":true}\n', None]])
+    with server, Client(path, timeout=30) as client:
+        client.send({"op": "ping"})
+        with pytest.raises(DaemonUnavailable, match="closed the connection"):
+            # Taken whole on a reused connection, then closed: it may have been acted
+            # on, so it must not go again.
+            client.send({"op": "submit"})
+        server.settimeout(0)
+        with pytest.raises(BlockingIOError):
+            server.accept()  # no second connection: nothing was sent again
+    assert read == [b'{"op": "ping"}\n', b'{"op": "submit"}\n']

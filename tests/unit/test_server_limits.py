@@ -250,3 +250,34 @@ def test_one_users_requests_are_worked_on_one_at_a_time_and_an_admins_are_not(
             assert json.loads(sock.makefile("rb").readline()) == {"ok": True}
             sock.close()
     assert most == {4242: 1, 0: 2}
+
+
+def test_a_connection_is_read_with_its_limits_again_after_a_reply_written_in_pieces(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply larger than the socket's buffer is written with a timeout of its own;
+    the socket is then blocking again, its waits timed by SO_RCVTIMEO (else the next
+    wait would be that reply's timeout, not idle_seconds)."""
+    daemon.store.submit([JobSpec(name="j", command=("true",))] * 2000, 0, "root", 0, held=True)
+    readers: list[socket.socket] = []
+    original = server.LineReader
+
+    def recorded(sock: socket.socket, limits: server.Limits) -> server.LineReader:
+        readers.append(sock)
+        return original(sock, limits)
+
+    monkeypatch.setattr(server, "LineReader", recorded)
+    with serving(daemon) as made, Client(socket_path(made), timeout=30) as client:
+        assert len(client.call(wire.ListJobs())["jobs"]) == 2000  # ~1 MB: in pieces
+        assert client.call(wire.Ping())["pid"]
+        (sock,) = readers
+        assert sock.gettimeout() is None
+
+
+def test_a_receive_timeout_ends_a_blocking_recv_however_short() -> None:
+    left, right = socket.socketpair()
+    with left, right:
+        for seconds in (0.0, 1e-9, 0.01):  # SO_RCVTIMEO's zero would wait for ever
+            server.set_receive_timeout(left, seconds)
+            with pytest.raises(BlockingIOError):
+                left.recv(1)

@@ -36,6 +36,7 @@ from gbatch.dependency import (
     Term,
     evaluate,
     reason_for,
+    tasks_named,
 )
 from gbatch.dependency import parse as parse_dependency
 from gbatch.head import idlegpu
@@ -56,6 +57,7 @@ from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import BEGIN_TIME, Planner, plan
 from gbatch.head.store import RunnableWindow, StateChange, Store, StoreFull, Usage
 from gbatch.head.tokens import TokenAuthority
+from gbatch.jobids import spans_of
 from gbatch.limits import ARRAY_HARD_CAP, UserLimits, unix_groups, use_by_user
 from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState, NodeView
 from gbatch.nodes.base import LaunchError, Node, RunStatus
@@ -139,6 +141,9 @@ class Daemon:
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
         # array id -> {task: job id}, or None when that id is not an array's
         self._arrays: dict[int, dict[int, int] | None] = {}
+        # array id -> {task index: its job id, None: no such task} of the tasks looked
+        # up alone (N_K, aftercorr), or None when that id is not an array's
+        self._array_indices: dict[int, dict[int, int | None] | None] = {}
         # The planner's window, kept by the store's change feed (Store.read_window): a
         # pass reads only the rows written since the last, and builds Jobs of those.
         self._window = RunnableWindow(PLAN_JOBS_PER_USER, WINDOW_ROWS_PER_PASS)
@@ -826,19 +831,18 @@ class Daemon:
         DependencyNeverSatisfied (and are CANCELLED under kill_invalid_depend), and stay
         out of plan(): they take no reservation and hold back no one.
 
-        One read for every referenced job's state, one per array named (its extent is
-        cached: an array never changes), one for singletons' namesakes. A job once found
+        One read for every referenced job's state, one per array named for the tasks
+        named (N_K, aftercorr's counterpart; all of them for N_*: what was read is
+        cached, a task's id never changes), one for singletons' namesakes. A job once found
         never satisfied stays so, as in Slurm, even if the job it named is requeued.
         """
         waiting = [job for job in pending if job.spec.dependency is not None]
         if not waiting:
             return list(pending)
         parsed = {job.id: self._dependency_of(job) for job in waiting}
+        named = tasks_named((parsed[job.id], job.spec.array_task) for job in waiting)
         arrays = {
-            ref.id: self._array_tasks(ref.id)
-            for job in waiting
-            for ref in parsed[job.id].refs
-            if ref.task is not None or ref.whole_array or _names_corr(parsed[job.id])
+            array_id: self._array_tasks(array_id, wanted) for array_id, wanted in named.items()
         }
         tasks = {array_id: ids for array_id, ids in arrays.items() if ids is not None}
         ids = {ref.id for dep in parsed.values() for ref in dep.refs}
@@ -885,12 +889,35 @@ class Daemon:
             # Checked at submit; a spec stored by a later gbatch may read otherwise.
             return Dependency((Term("afterok", (JobRef(job.id),), (0,)),))
 
-    def _array_tasks(self, array_id: int) -> dict[int, int] | None:
-        if array_id not in self._arrays:
-            if len(self._arrays) > ARRAY_CACHE_MAX:
-                self._arrays.clear()
+    def _array_tasks(self, array_id: int, indices: set[int] | None) -> dict[int, int] | None:
+        """{task index: job id} of the array `array_id`, those of `indices` (None: all
+        its tasks), or None when that id is not an array's: Store.array_tasks' answer
+        cut to `indices`, read at the cost of those tasks. A task's id never changes,
+        so what was read is kept: a pass pays for tasks it has not yet looked up."""
+        if len(self._arrays) + len(self._array_indices) > ARRAY_CACHE_MAX:
+            self._arrays.clear()
+            self._array_indices.clear()
+        if array_id in self._arrays:
+            whole = self._arrays[array_id]
+            if whole is None or indices is None:
+                return whole
+            return {index: whole[index] for index in indices if index in whole}
+        if indices is None:
+            self._array_indices.pop(array_id, None)
             self._arrays[array_id] = self.store.array_tasks(array_id, ARRAY_HARD_CAP)
-        return self._arrays[array_id]
+            return self._arrays[array_id]
+        known = self._array_indices.get(array_id, {})
+        if known is None:
+            return None
+        missing = indices - known.keys()
+        if missing or array_id not in self._array_indices:
+            found = self.store.array_tasks_at(array_id, spans_of(missing), ARRAY_HARD_CAP)
+            if found is None:
+                self._array_indices[array_id] = None
+                return None
+            known.update((index, found.get(index)) for index in missing)
+            self._array_indices[array_id] = known
+        return {index: job_id for index in indices if (job_id := known[index]) is not None}
 
     def _singleton_blockers(self, jobs: Sequence[Job]) -> set[int]:
         """Those of `jobs` (singletons) that another job of the same user and name holds
@@ -1116,10 +1143,6 @@ class _RunEnd(NamedTuple):
     new: JobState
     reason: str
     fields: Mapping[str, object]
-
-
-def _names_corr(dependency: Dependency) -> bool:
-    return any(term.kind == "aftercorr" for term in dependency.terms)
 
 
 def _gpu_seconds(job: Job, until: float) -> float:

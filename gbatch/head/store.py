@@ -2539,6 +2539,14 @@ class Store:
         not an array's id. array_tasks' answer cut to those indices, at the cost of
         those tasks: the rows of their ids and the tail's positions among them, never
         the whole array (one task of a 100,000-task array is one task's work)."""
+        return self.array_tasks_at(array_id, index_spans, most) or {}
+
+    def array_tasks_at(
+        self, array_id: int, index_spans: Sequence[tuple[int, int]], most: int
+    ) -> dict[int, int] | None:
+        """array_tasks_in's answer, but None when `array_id` is not an array's id (as
+        array_tasks answers), so that an array none of whose tasks is named ({}) tells
+        apart from a plain job: what dependencies on N_K and aftercorr read."""
         tasks: dict[int, int] = {}
         with self._lock:
             head = self._db.execute(
@@ -2547,7 +2555,7 @@ class Store:
                 (array_id,),
             ).fetchone()
             if head is None or head[1] is None or head[2] != 0:
-                return tasks
+                return None
             wanted = arrays.overlap(arrays.position_spans(head[0], index_spans), ((0, most - 1),))
             for first, last in wanted:
                 for job_id, task, pos in self._db.execute(

@@ -218,29 +218,32 @@ def evaluate(
     return _any(results) if dependency.any_of else _all(results)
 
 
-def tasks_named(dependents: Iterable[tuple[Dependency, int | None]]) -> dict[int, set[int] | None]:
-    """{id: the task indices evaluate may look up in arrays[id] (None: all its tasks)}
-    over `dependents` (each dependency with its dependent's own index, evaluate's
-    `task`), for the ids whose being an array can change an answer: `N_K`, `N_*` and
-    aftercorr ids. An id not here is evaluated as itself whether or not it is an
-    array's, so a dependency on one task of a large array costs that task, not the
-    array."""
-    named: dict[int, set[int] | None] = {}
+def tasks_named(
+    dependents: Iterable[tuple[Dependency, int | None]],
+) -> dict[int, tuple[set[int], bool]]:
+    """{id: (the task indices evaluate may look up alone in arrays[id], whether it may
+    also take all its tasks)} over `dependents` (each dependency with its dependent's
+    own index, evaluate's `task`), for the ids whose being an array can change an
+    answer: `N_K`, `N_*` and aftercorr ids. An id not here is evaluated as itself
+    whether or not it is an array's, so a dependency on one task of a large array
+    costs that task, not the array."""
+    named: dict[int, tuple[set[int], bool]] = {}
     for dependency, task in dependents:
         for term in dependency.terms:
             for ref in term.refs:
                 if ref.task is not None:
-                    wanted: set[int] | None = {ref.task}
+                    index, whole = ref.task, False
                 elif term.kind == "aftercorr" and task is not None:
-                    wanted = {task}
+                    index, whole = task, False
                 elif ref.whole_array or term.kind == "aftercorr":
-                    wanted = None
+                    index, whole = None, True
                 else:
                     continue
-                if ref.id not in named:
-                    named[ref.id] = wanted
-                elif (have := named[ref.id]) is not None:
-                    named[ref.id] = None if wanted is None else have | wanted
+                indices, all_of = named.setdefault(ref.id, (set(), False))
+                if index is not None:
+                    indices.add(index)
+                if whole and not all_of:
+                    named[ref.id] = (indices, True)
     return named
 
 

@@ -139,8 +139,8 @@ class Daemon:
         self._started_monotonic: dict[tuple[int, int], float] = {}
         # job id -> (monotonic time SIGTERM was sent, SIGKILL sent yet)
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
-        # array id -> {task: job id}, or None when that id is not an array's
-        self._arrays: dict[int, dict[int, int] | None] = {}
+        # array id -> {task: job id} of an array without a tail (all its tasks rows)
+        self._arrays: dict[int, dict[int, int]] = {}
         # array id -> {task index: its job id, None: no such task} of the tasks looked
         # up alone (N_K, aftercorr), or None when that id is not an array's
         self._array_indices: dict[int, dict[int, int | None] | None] = {}
@@ -831,21 +831,26 @@ class Daemon:
         DependencyNeverSatisfied (and are CANCELLED under kill_invalid_depend), and stay
         out of plan(): they take no reservation and hold back no one.
 
-        One read for every referenced job's state, one per array named for the tasks
-        named (N_K, aftercorr's counterpart; all of them for N_*: what was read is
-        cached, a task's id never changes), one for singletons' namesakes. A job once found
-        never satisfied stays so, as in Slurm, even if the job it named is requeued.
+        One read for every referenced job's state and one per array named, both of the
+        tasks named alone (N_K, aftercorr's counterpart; for N_*, the array's rows and
+        one task for its tail, whose tasks answer alike: what was read is kept while
+        it stays so, a task's id never changes), one for singletons' namesakes. A job
+        once found never satisfied stays so, as in Slurm, even if the job it named is
+        requeued: what it names is not read again.
         """
         waiting = [job for job in pending if job.spec.dependency is not None]
         if not waiting:
             return list(pending)
+        reason_of = self._window.reason  # the row's, where the loop wrote it since
         parsed = {job.id: self._dependency_of(job) for job in waiting}
-        named = tasks_named((parsed[job.id], job.spec.array_task) for job in waiting)
+        deciding = [job for job in waiting if reason_of(job) != NEVER_REASON]
+        named = tasks_named((parsed[job.id], job.spec.array_task) for job in deciding)
         arrays = {
-            array_id: self._array_tasks(array_id, wanted) for array_id, wanted in named.items()
+            array_id: self._array_tasks(array_id, indices, whole)
+            for array_id, (indices, whole) in named.items()
         }
         tasks = {array_id: ids for array_id, ids in arrays.items() if ids is not None}
-        ids = {ref.id for dep in parsed.values() for ref in dep.refs}
+        ids = {ref.id for job in deciding for ref in parsed[job.id].refs}
         ids.update(job_id for each in tasks.values() for job_id in each.values())
         refs = self.store.ref_jobs(ids)
         singletons = self._singleton_blockers(
@@ -854,7 +859,6 @@ class Daemon:
         free = [job for job in pending if job.spec.dependency is None]
         reasons: dict[int, str] = {}
         never: list[int] = []
-        reason_of = self._window.reason  # the row's, where the loop wrote it since
         for job in waiting:
             if reason_of(job) == NEVER_REASON:
                 status = Status.NEVER
@@ -889,23 +893,21 @@ class Daemon:
             # Checked at submit; a spec stored by a later gbatch may read otherwise.
             return Dependency((Term("afterok", (JobRef(job.id),), (0,)),))
 
-    def _array_tasks(self, array_id: int, indices: set[int] | None) -> dict[int, int] | None:
-        """{task index: job id} of the array `array_id`, those of `indices` (None: all
-        its tasks), or None when that id is not an array's: Store.array_tasks' answer
-        cut to `indices`, read at the cost of those tasks. A task's id never changes,
-        so what was read is kept: a pass pays for tasks it has not yet looked up."""
+    def _array_tasks(self, array_id: int, indices: set[int], whole: bool) -> dict[int, int] | None:
+        """{task index: job id} of the array `array_id`'s tasks of `indices`, and with
+        `whole` its rows and one task for its tail (whose tasks answer alike); None when
+        that id is not an array's. What evaluate decides on as it would on
+        Store.array_tasks' whole answer, read at the cost of those tasks. A task's id
+        never changes, so what was read is kept: a pass pays for tasks it has not yet
+        looked up, and for an array's rows while its tail lasts (rows stay rows)."""
         if len(self._arrays) + len(self._array_indices) > ARRAY_CACHE_MAX:
             self._arrays.clear()
             self._array_indices.clear()
-        if array_id in self._arrays:
-            whole = self._arrays[array_id]
-            if whole is None or indices is None:
-                return whole
-            return {index: whole[index] for index in indices if index in whole}
-        if indices is None:
-            self._array_indices.pop(array_id, None)
-            self._arrays[array_id] = self.store.array_tasks(array_id, ARRAY_HARD_CAP)
-            return self._arrays[array_id]
+        if array_id in self._arrays:  # no tail: all its tasks
+            every = self._arrays[array_id]
+            if whole:
+                return every
+            return {index: every[index] for index in indices if index in every}
         known = self._array_indices.get(array_id, {})
         if known is None:
             return None
@@ -917,7 +919,17 @@ class Daemon:
                 return None
             known.update((index, found.get(index)) for index in missing)
             self._array_indices[array_id] = known
-        return {index: job_id for index in indices if (job_id := known[index]) is not None}
+        tasks = {index: job_id for index in indices if (job_id := known[index]) is not None}
+        if not whole:
+            return tasks
+        sampled = self.store.array_tasks_sampled(array_id, ARRAY_HARD_CAP)
+        if sampled is None:  # not reached: array_tasks_at found it an array's
+            return None
+        every, has_tail = sampled
+        if not has_tail:
+            self._array_indices.pop(array_id, None)
+            self._arrays[array_id] = every
+        return {**every, **tasks}
 
     def _singleton_blockers(self, jobs: Sequence[Job]) -> set[int]:
         """Those of `jobs` (singletons) that another job of the same user and name holds

@@ -61,8 +61,8 @@ def test_the_tasks_named_answer_as_the_whole_arrays_do(
     jobs = {job_id: RefJob(state, 0.0, None) for job_id, state in zip(ids, states, strict=True)}
     named = tasks_named(deps)
     cut = {
-        array_id: {t: j for t, j in _ARRAYS[array_id].items() if wanted is None or t in wanted}
-        for array_id, wanted in named.items()
+        array_id: {t: j for t, j in _ARRAYS[array_id].items() if whole or t in wanted}
+        for array_id, (wanted, whole) in named.items()
         if array_id in _ARRAYS
     }
     for dep, task in deps:
@@ -79,9 +79,16 @@ def test_one_task_named_is_that_task_and_aftercorr_of_a_task_is_its_counterpart(
     one = Dep((Term("afterok", (JobRef(10, 5),), (0,)),))
     corr = Dep((Term("aftercorr", (JobRef(20, whole_array=True),), (0,)),))
     plain = Dep((Term("afterok", (JobRef(30),), (0,)),))
-    assert tasks_named([(one, None), (corr, 4), (plain, None)]) == {10: {5}, 20: {4}}
-    assert tasks_named([(one, None), (corr, None)]) == {10: {5}, 20: None}
-    assert tasks_named([(corr, 4), (corr, 7)]) == {20: {4, 7}}
+    assert tasks_named([(one, None), (corr, 4), (plain, None)]) == {
+        10: ({5}, False),
+        20: ({4}, False),
+    }
+    assert tasks_named([(one, None), (corr, None)]) == {10: ({5}, False), 20: (set(), True)}
+    assert tasks_named([(corr, 4), (corr, 7)]) == {20: ({4, 7}, False)}
+    # A task named beside the whole array is still looked up alone: the whole array's
+    # tail is read as one of its tasks.
+    both = Dep((Term("afterok", (JobRef(20, whole_array=True), JobRef(20, 40)), (0, 0)),))
+    assert tasks_named([(both, None), (corr, 4)]) == {20: ({4, 40}, True)}
 
 
 # -- the store, the submit check and the daemon's pass --------------------------------
@@ -160,8 +167,13 @@ def _scenario(daemon: Daemon) -> list[int]:
     small = submit(daemon, array="0-99")["ids"][0]
     listed = submit(daemon, array="4,9,16,25,36")["ids"][0]
     plain = submit(daemon)["ids"][0]
-    for task in (f"{big}_2", f"{big}_30000", f"{small}_7", f"{listed}_9"):
+    gone = submit(daemon, array="0-199")["ids"][0]  # cancelled whole: its tail too
+    rows = submit(daemon, array=f"0-{ARRAY_ROWS - 3}")["ids"][0]  # no tail
+    # Its rows ended, its tail waiting: the tail alone keeps afterok from holding.
+    ended_rows = submit(daemon, array=f"0-{ARRAY_ROWS + 9}")["ids"][0]
+    for task in (f"{big}_2", f"{big}_30000", f"{small}_7", f"{listed}_9", str(gone)):
         handle(daemon, ALICE, {"op": "cancel", "jobs": [task]})
+    handle(daemon, ALICE, {"op": "cancel", "jobs": [f"{ended_rows}_[0-{ARRAY_ROWS - 1}]"]})
     dependencies = [
         f"afterok:{big}_0",
         f"afterok:{big}_2",  # cancelled: never
@@ -177,6 +189,14 @@ def _scenario(daemon: Daemon) -> list[int]:
         f"aftercorr:{listed}",
         f"aftercorr:{big},afterok:{plain}",
         "singleton",
+        f"afterany:{gone}",
+        f"afterok:{gone}?afterany:{big}_4",
+        f"afternotok:{gone}_150",
+        f"afterok:{rows}",
+        f"afternotok:{rows}",
+        f"aftercorr:{rows},afterany:{gone}",
+        f"afterany:{ended_rows}",
+        f"afterany:{ended_rows}_3",
     ]
     ids = [submit(daemon, dependency=text)["ids"][0] for text in dependencies]
     for corr in (f"aftercorr:{small}", f"aftercorr:{listed}", f"aftercorr:{big}_2"):
@@ -206,7 +226,7 @@ def test_a_pass_over_the_tasks_named_decides_as_the_whole_arrays_did(
         monkeypatch.setattr(
             whole,
             "_array_tasks",
-            lambda array_id, indices: Daemon._array_tasks(whole, array_id, None),
+            lambda array_id, indices, all_of: whole.store.array_tasks(array_id, MAX_ARRAY),
         )
         # First the dependents that name tasks alone (a whole array read in the same
         # pass would answer for them), twice: the second answers from what was read.

@@ -24,9 +24,10 @@ per request (/proc, less load-sensitive than wall time), and the whole
 checkout's daemon in turn as with --lookup: the round trip of a submit whose
 `--dependency=afterok:N_50000` (a task still in the tail) is checked at submit, with
 the daemon's CPU per request; the whole `gbatch sbatch --dependency=afterok:N_50000
---wrap true` process; and the daemon's CPU seconds per wall second while those
-dependents wait (each loop pass decides them: it reads what they name), measured over
-an idle stretch after each round's submits.
+--wrap true` process; then one more submit, `afterok:N` (the whole array, stored
+`N_*`), untimed; and the daemon's CPU seconds per wall second while those dependents
+wait (each loop pass decides them: it reads what they name), measured over an idle
+stretch after each round's submits.
 """
 
 from __future__ import annotations
@@ -183,6 +184,9 @@ def bench_depend(checkouts: Sequence[Path], rounds: int) -> None:
                         client.call(wire.Submit(spec=dependent))
                     took = (time.perf_counter() - start) / SUBMITS
                     used = (cpu_seconds(pid) - before) / SUBMITS
+                    # and one on the whole array (stored N_*), untimed: the idle stretch
+                    # below has both kinds waiting
+                    client.call(wire.Submit(spec={**SPEC, "dependency": f"afterok:{array}"}))
                 argv = [str(PYTHON), "-c", ENTRY, "sbatch", "-G", "1"]
                 argv += [f"--dependency=afterok:{array}_50000", "--wrap", "true"]
                 took_s = time_process(argv, env, 1, warmup=0, cwd=Path("/"))
@@ -196,7 +200,7 @@ def bench_depend(checkouts: Sequence[Path], rounds: int) -> None:
                         f"gbatch sbatch --dependency=afterok:N_50000, whole process [{name}]",
                         [],
                     ).extend(took_s)
-                    waiting = (SUBMITS + 1) * (round_ + 1)
+                    waiting = (SUBMITS + 2) * (round_ + 1)
                     idle.setdefault(name, []).append(spent)
                     print(f"  [{name}] {waiting} dependents waiting: daemon CPU {spent:.2f} s/s")
         for key, samples in trips.items():

@@ -19,6 +19,15 @@ trip of `squeue -j N_K` (the everyday path's request: columns) for a task that i
 row (K = 5) and one still in the array's tail (K = 50000), the daemon's CPU seconds
 per request (/proc, less load-sensitive than wall time), and the whole
 `gbatch squeue -j N_50000` process run from that checkout.
+
+`--depend [--checkout DIR ...]`: a dependency on one task of that array (issue 16), each
+checkout's daemon in turn as with --lookup: the round trip of a submit whose
+`--dependency=afterok:N_50000` (a task still in the tail) is checked at submit, with
+the daemon's CPU per request; the whole `gbatch sbatch --dependency=afterok:N_50000
+--wrap true` process; then one more submit, `afterok:N` (the whole array, stored
+`N_*`), untimed; and the daemon's CPU seconds per wall second while those dependents
+wait (each loop pass decides them: it reads what they name), measured over an idle
+stretch after each round's submits.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from gbatch.client import Client
 TASKS = 100_000
 CONFIG = f"limits: {{max_pending_jobs: {10 * TASKS}, max_array_size: {TASKS}}}\n"
 SPEC = {"name": "sweep", "command": ["true"], "gpus": 1}
+SUBMITS = 10  # --depend: dependents submitted per round (CPU clock ticks are 10 ms)
 
 
 def submit_array(sock: Path) -> tuple[int, float]:
@@ -126,6 +136,86 @@ def bench_lookup(checkouts: Sequence[Path], rounds: int) -> None:
         print(f"load average after: {load_average()}")
 
 
+def bench_depend(checkouts: Sequence[Path], rounds: int) -> None:
+    """`sbatch --dependency=afterok:N_50000` against a 100,000-task array and the
+    daemon's idle CPU with such dependents waiting, each checkout's daemon in turn
+    (module docstring)."""
+    from contextlib import ExitStack
+
+    from common import temp_home as make_home
+
+    with ExitStack() as stack:
+        served: list[tuple[str, Path, dict[str, str], int, int]] = []
+        for checkout in checkouts:
+            home = stack.enter_context(make_home())
+            (home / "config.yaml").write_text(CONFIG)
+            env = {**gbatch_env(home), "PYTHONPATH": str(checkout.resolve())}
+            started = subprocess.run(
+                [str(PYTHON), "-c", ENTRY, "daemon", "start"],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd="/",  # `python -m`/`-c` put the working directory first on sys.path
+            ).stdout
+            stack.callback(
+                subprocess.run,
+                [str(PYTHON), "-c", ENTRY, "daemon", "stop"],
+                env=env,
+                check=False,
+                capture_output=True,
+            )
+            pid = int(re.search(r"pid (\d+)", started).group(1))  # type: ignore[union-attr]
+            array, _ = submit_array(home / "gbatchd.sock")
+            served.append((str(checkout), home, env, pid, array))
+        trips: dict[str, list[float]] = {}
+        cpu: dict[str, list[float]] = {}
+        idle: dict[str, list[float]] = {}
+        whole: dict[str, list[float]] = {}
+        print(f"load average before: {load_average()}")
+        for round_ in range(rounds + 1):  # round 0 warms up
+            for name, home, env, pid, array in served:
+                dependent = {**SPEC, "dependency": f"afterok:{array}_50000"}
+                key = f"submit --dependency=afterok:N_50000 round trip [{name}]"
+                with Client(home / "gbatchd.sock") as client:
+                    before = cpu_seconds(pid)
+                    start = time.perf_counter()
+                    for _ in range(SUBMITS):
+                        client.call(wire.Submit(spec=dependent))
+                    took = (time.perf_counter() - start) / SUBMITS
+                    used = (cpu_seconds(pid) - before) / SUBMITS
+                    # and one on the whole array (stored N_*), untimed: the idle stretch
+                    # below has both kinds waiting
+                    client.call(wire.Submit(spec={**SPEC, "dependency": f"afterok:{array}"}))
+                argv = [str(PYTHON), "-c", ENTRY, "sbatch", "-G", "1"]
+                argv += [f"--dependency=afterok:{array}_50000", "--wrap", "true"]
+                took_s = time_process(argv, env, 1, warmup=0, cwd=Path("/"))
+                before, start = cpu_seconds(pid), time.perf_counter()
+                time.sleep(2.0)
+                spent = (cpu_seconds(pid) - before) / (time.perf_counter() - start)
+                if round_:
+                    trips.setdefault(key, []).append(took)
+                    cpu.setdefault(key, []).append(used)
+                    whole.setdefault(
+                        f"gbatch sbatch --dependency=afterok:N_50000, whole process [{name}]",
+                        [],
+                    ).extend(took_s)
+                    waiting = (SUBMITS + 2) * (round_ + 1)
+                    idle.setdefault(name, []).append(spent)
+                    print(f"  [{name}] {waiting} dependents waiting: daemon CPU {spent:.2f} s/s")
+        for key, samples in trips.items():
+            report_ms(key, samples)
+            print(f"  ... daemon CPU per request: median {median(cpu[key]) * 1000:.2f} ms")
+        for key, samples in whole.items():
+            report_ms(key, samples)
+        for name, samples in idle.items():
+            print(
+                f"daemon CPU per wall second, dependents waiting [{name}]: median "
+                f"{median(samples):.2f} s/s ({len(samples)} samples)"
+            )
+        print(f"load average after: {load_average()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
@@ -133,17 +223,26 @@ def main() -> None:
         "--lookup", action="store_true", help="time squeue -j N_K of one task (issue 16) alone"
     )
     parser.add_argument(
+        "--depend",
+        action="store_true",
+        help="time sbatch --dependency=afterok:N_K on one task (issue 16) and the "
+        "daemon's CPU while such dependents wait",
+    )
+    parser.add_argument(
         "--checkout",
         action="append",
         type=Path,
         default=[],
         metavar="DIR",
-        help="with --lookup: a checkout whose code serves its own daemon (repeatable; "
+        help="with --lookup or --depend: a checkout whose code serves its own daemon (repeatable; "
         "default: this one), timed in turn with the others",
     )
     args = parser.parse_args()
     runs = 3 if args.quick else 9
     print(machine_note())
+    if args.depend:
+        bench_depend(args.checkout or [Path(__file__).resolve().parent.parent], runs)
+        return
     if args.lookup:
         bench_lookup(args.checkout or [Path(__file__).resolve().parent.parent], 2 * runs)
         return

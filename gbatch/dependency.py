@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
@@ -216,6 +216,35 @@ def evaluate(
             statuses = [_one(term.kind, jobs.get(job_id), delay, now) for job_id in ids]
             results.append(_all(statuses))
     return _any(results) if dependency.any_of else _all(results)
+
+
+def tasks_named(
+    dependents: Iterable[tuple[Dependency, int | None]],
+) -> dict[int, tuple[set[int], bool]]:
+    """{id: (the task indices evaluate may look up alone in arrays[id], whether it may
+    also take all its tasks)} over `dependents` (each dependency with its dependent's
+    own index, evaluate's `task`), for the ids whose being an array can change an
+    answer: `N_K`, `N_*` and aftercorr ids. An id not here is evaluated as itself
+    whether or not it is an array's, so a dependency on one task of a large array
+    costs that task, not the array."""
+    named: dict[int, tuple[set[int], bool]] = {}
+    for dependency, task in dependents:
+        for term in dependency.terms:
+            for ref in term.refs:
+                if ref.task is not None:
+                    index, whole = ref.task, False
+                elif term.kind == "aftercorr" and task is not None:
+                    index, whole = task, False
+                elif ref.whole_array or term.kind == "aftercorr":
+                    index, whole = None, True
+                else:
+                    continue
+                indices, all_of = named.setdefault(ref.id, (set(), False))
+                if index is not None:
+                    indices.add(index)
+                if whole and not all_of:
+                    named[ref.id] = (indices, True)
+    return named
 
 
 def _ids_of(

@@ -36,6 +36,7 @@ from gbatch.dependency import (
     Term,
     evaluate,
     reason_for,
+    tasks_named,
 )
 from gbatch.dependency import parse as parse_dependency
 from gbatch.head import idlegpu
@@ -56,6 +57,7 @@ from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import BEGIN_TIME, Planner, plan
 from gbatch.head.store import RunnableWindow, StateChange, Store, StoreFull, Usage
 from gbatch.head.tokens import TokenAuthority
+from gbatch.jobids import spans_of
 from gbatch.limits import ARRAY_HARD_CAP, UserLimits, unix_groups, use_by_user
 from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState, NodeView
 from gbatch.nodes.base import LaunchError, Node, RunStatus
@@ -137,8 +139,11 @@ class Daemon:
         self._started_monotonic: dict[tuple[int, int], float] = {}
         # job id -> (monotonic time SIGTERM was sent, SIGKILL sent yet)
         self._stopping_runs: dict[int, tuple[float, bool]] = {}
-        # array id -> {task: job id}, or None when that id is not an array's
-        self._arrays: dict[int, dict[int, int] | None] = {}
+        # array id -> {task: job id} of an array without a tail (all its tasks rows)
+        self._arrays: dict[int, dict[int, int]] = {}
+        # array id -> {task index: its job id, None: no such task} of the tasks looked
+        # up alone (N_K, aftercorr), or None when that id is not an array's
+        self._array_indices: dict[int, dict[int, int | None] | None] = {}
         # The planner's window, kept by the store's change feed (Store.read_window): a
         # pass reads only the rows written since the last, and builds Jobs of those.
         self._window = RunnableWindow(PLAN_JOBS_PER_USER, WINDOW_ROWS_PER_PASS)
@@ -826,22 +831,26 @@ class Daemon:
         DependencyNeverSatisfied (and are CANCELLED under kill_invalid_depend), and stay
         out of plan(): they take no reservation and hold back no one.
 
-        One read for every referenced job's state, one per array named (its extent is
-        cached: an array never changes), one for singletons' namesakes. A job once found
-        never satisfied stays so, as in Slurm, even if the job it named is requeued.
+        One read for every referenced job's state and one per array named, both of the
+        tasks named alone (N_K, aftercorr's counterpart; for N_*, the array's rows and
+        one task for its tail, whose tasks answer alike: what was read is kept while
+        it stays so, a task's id never changes), one for singletons' namesakes. A job
+        once found never satisfied stays so, as in Slurm, even if the job it named is
+        requeued: what it names is not read again.
         """
         waiting = [job for job in pending if job.spec.dependency is not None]
         if not waiting:
             return list(pending)
+        reason_of = self._window.reason  # the row's, where the loop wrote it since
         parsed = {job.id: self._dependency_of(job) for job in waiting}
+        deciding = [job for job in waiting if reason_of(job) != NEVER_REASON]
+        named = tasks_named((parsed[job.id], job.spec.array_task) for job in deciding)
         arrays = {
-            ref.id: self._array_tasks(ref.id)
-            for job in waiting
-            for ref in parsed[job.id].refs
-            if ref.task is not None or ref.whole_array or _names_corr(parsed[job.id])
+            array_id: self._array_tasks(array_id, indices, whole)
+            for array_id, (indices, whole) in named.items()
         }
         tasks = {array_id: ids for array_id, ids in arrays.items() if ids is not None}
-        ids = {ref.id for dep in parsed.values() for ref in dep.refs}
+        ids = {ref.id for job in deciding for ref in parsed[job.id].refs}
         ids.update(job_id for each in tasks.values() for job_id in each.values())
         refs = self.store.ref_jobs(ids)
         singletons = self._singleton_blockers(
@@ -850,7 +859,6 @@ class Daemon:
         free = [job for job in pending if job.spec.dependency is None]
         reasons: dict[int, str] = {}
         never: list[int] = []
-        reason_of = self._window.reason  # the row's, where the loop wrote it since
         for job in waiting:
             if reason_of(job) == NEVER_REASON:
                 status = Status.NEVER
@@ -885,12 +893,43 @@ class Daemon:
             # Checked at submit; a spec stored by a later gbatch may read otherwise.
             return Dependency((Term("afterok", (JobRef(job.id),), (0,)),))
 
-    def _array_tasks(self, array_id: int) -> dict[int, int] | None:
-        if array_id not in self._arrays:
-            if len(self._arrays) > ARRAY_CACHE_MAX:
-                self._arrays.clear()
-            self._arrays[array_id] = self.store.array_tasks(array_id, ARRAY_HARD_CAP)
-        return self._arrays[array_id]
+    def _array_tasks(self, array_id: int, indices: set[int], whole: bool) -> dict[int, int] | None:
+        """{task index: job id} of the array `array_id`'s tasks of `indices`, and with
+        `whole` its rows and one task for its tail (whose tasks answer alike); None when
+        that id is not an array's. What evaluate decides on as it would on
+        Store.array_tasks' whole answer, read at the cost of those tasks. A task's id
+        never changes, so what was read is kept: a pass pays for tasks it has not yet
+        looked up, and for an array's rows while its tail lasts (rows stay rows)."""
+        if len(self._arrays) + len(self._array_indices) > ARRAY_CACHE_MAX:
+            self._arrays.clear()
+            self._array_indices.clear()
+        if array_id in self._arrays:  # no tail: all its tasks
+            every = self._arrays[array_id]
+            if whole:
+                return every
+            return {index: every[index] for index in indices if index in every}
+        known = self._array_indices.get(array_id, {})
+        if known is None:
+            return None
+        missing = indices - known.keys()
+        if missing or array_id not in self._array_indices:
+            found = self.store.array_tasks_at(array_id, spans_of(missing), ARRAY_HARD_CAP)
+            if found is None:
+                self._array_indices[array_id] = None
+                return None
+            known.update((index, found.get(index)) for index in missing)
+            self._array_indices[array_id] = known
+        tasks = {index: job_id for index in indices if (job_id := known[index]) is not None}
+        if not whole:
+            return tasks
+        sampled = self.store.array_tasks_sampled(array_id, ARRAY_HARD_CAP)
+        if sampled is None:  # not reached: array_tasks_at found it an array's
+            return None
+        every, has_tail = sampled
+        if not has_tail:
+            self._array_indices.pop(array_id, None)
+            self._arrays[array_id] = every
+        return {**every, **tasks}
 
     def _singleton_blockers(self, jobs: Sequence[Job]) -> set[int]:
         """Those of `jobs` (singletons) that another job of the same user and name holds
@@ -1116,10 +1155,6 @@ class _RunEnd(NamedTuple):
     new: JobState
     reason: str
     fields: Mapping[str, object]
-
-
-def _names_corr(dependency: Dependency) -> bool:
-    return any(term.kind == "aftercorr" for term in dependency.terms)
 
 
 def _gpu_seconds(job: Job, until: float) -> float:

@@ -518,7 +518,9 @@ def _check_dependency(daemon: Daemon, caller: Caller, text: str) -> str:
                 f"dependency: job {ref.id} does not exist (Job dependency problem). "
                 "Name a job that squeue or sacct shows",
             )
-        tasks = daemon.store.array_tasks(ref.id, MAX_ARRAY)
+        # Whether it is an array, and the one task named: never the whole array.
+        named = ((ref.task, ref.task),) if ref.task is not None else ()
+        tasks = daemon.store.array_tasks_at(ref.id, named, MAX_ARRAY)
         if tasks is not None:
             arrays.add(ref.id)
         if ref.task is not None and (tasks is None or ref.task not in tasks):

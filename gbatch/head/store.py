@@ -2511,6 +2511,19 @@ class Store:
         or None when that job is not an array's first task. An array's tasks have
         consecutive ids, so the read stops at the first job past its end (`most`: the
         largest array there can be)."""
+        found = self._array_tasks(array_id, most, one_per_tail=False)
+        return None if found is None else found[0]
+
+    def array_tasks_sampled(self, array_id: int, most: int) -> tuple[dict[int, int], bool] | None:
+        """array_tasks' answer with the array's tail (its pending tasks that are not rows
+        yet: one state, one end time) stood for by its first task, and whether it has a
+        tail. What a dependency on the whole array (N_*) decides on: the tail's tasks
+        answer alike, so one answers for all, and the read costs the array's rows."""
+        return self._array_tasks(array_id, most, one_per_tail=True)
+
+    def _array_tasks(
+        self, array_id: int, most: int, *, one_per_tail: bool
+    ) -> tuple[dict[int, int], bool] | None:
         tasks: dict[int, int] = {}
         with self._lock:
             cursor = self._db.execute(
@@ -2525,11 +2538,18 @@ class Store:
                 tasks[int(task)] = job_id
             cursor.close()
             tail = self._tail_by_id(self._db, array_id) if tasks else None
-        if tail is not None:
-            for first, last in tail.positions:
-                for pos in range(first, last + 1):
-                    tasks[arrays.index_at(tail.spec, pos)] = array_id + pos
-        return tasks or None
+        if not tasks:
+            return None
+        if tail is None or not tail.positions:
+            return tasks, False
+        if one_per_tail:
+            pos = tail.positions[0][0]
+            tasks[arrays.index_at(tail.spec, pos)] = array_id + pos
+            return tasks, True
+        for first, last in tail.positions:
+            for pos in range(first, last + 1):
+                tasks[arrays.index_at(tail.spec, pos)] = array_id + pos
+        return tasks, True
 
     def array_tasks_in(
         self, array_id: int, index_spans: Sequence[tuple[int, int]], most: int
@@ -2539,6 +2559,14 @@ class Store:
         not an array's id. array_tasks' answer cut to those indices, at the cost of
         those tasks: the rows of their ids and the tail's positions among them, never
         the whole array (one task of a 100,000-task array is one task's work)."""
+        return self.array_tasks_at(array_id, index_spans, most) or {}
+
+    def array_tasks_at(
+        self, array_id: int, index_spans: Sequence[tuple[int, int]], most: int
+    ) -> dict[int, int] | None:
+        """array_tasks_in's answer, but None when `array_id` is not an array's id (as
+        array_tasks answers), so that an array none of whose tasks is named ({}) tells
+        apart from a plain job: what dependencies on N_K and aftercorr read."""
         tasks: dict[int, int] = {}
         with self._lock:
             head = self._db.execute(
@@ -2547,7 +2575,7 @@ class Store:
                 (array_id,),
             ).fetchone()
             if head is None or head[1] is None or head[2] != 0:
-                return tasks
+                return None
             wanted = arrays.overlap(arrays.position_spans(head[0], index_spans), ((0, most - 1),))
             for first, last in wanted:
                 for job_id, task, pos in self._db.execute(

@@ -5,12 +5,12 @@ two younger collections have grown by a quarter since the last full one, and a f
 collection walks every tracked object. Most of gbatchd's heap lives as long as the
 daemon, or as long as the jobs it stands for: the modules, and the loop's window (at
 100,000 pending jobs of 50 users, 50,000 planning Jobs and their maps, ~80,000 tracked
-objects in all). A full collection over them took ~24 ms in whichever pass's allocation
-set it off (one of a restart's ~11 ms read passes took 33-35 ms) and found nothing to
+objects in all). A full collection over them took 28-31 ms in whichever pass's
+allocation set it off (one of a first read's ~11 ms passes took 32-34 ms), 60-116 ms
+once the window had grown to ~100,000 (bench_plan.py --loop), and found nothing to
 free: a Job, its planning spec and the window's maps hold no reference cycles, so
-reference counting frees them when they leave (bench_plan.py --loop: the full
-collections in a restart's read and after 300 passes of submits and cancels found 0
-objects).
+reference counting frees them when they leave (every full collection that bench
+timed found 0 objects).
 
 `LoopCollector` keeps what has lived through a loop pass frozen (gc.freeze: moved to a
 generation that no collection walks; a frozen object is still freed by its reference
@@ -24,17 +24,19 @@ last pass:
   more than what it made: a dict whose values the collector had untracked (the window's
   map of queue keys, 50,000 tuples of numbers) is tracked again by an insert, and walking
   it costs ~2 ms a pass that changes the window; frozen while tracked, it is never
-  walked again. Young garbage cycles are collected as before by the collector's young
-  collections between passes (one every 700 allocations; a freeze restarts that count).
+  walked again. Young garbage cycles are still collected by the collector's young
+  collections between passes (one every 700 net allocations; a freeze restarts that
+  count, so a cycle dead and not yet collected at a pass's end is frozen: below).
 - The one garbage that freezing keeps is a reference cycle that was alive, or dead but
   not yet collected, at a pass's end (reference counts cannot free a cycle, and no
   collection walks frozen objects). `full_when_due()`, which the loop calls only when no
   wake-up is waiting, thaws everything at most every `full_seconds`, collects once (the
-  whole walk: ~25 ms at 100,000 pending) and freezes the survivors again. The heap then
-  holds at most the cycles of one period; the collector left to itself holds cyclic
-  garbage that reached the oldest generation until the heap grows by a quarter. None was
-  found in gbatchd's loop (bench_plan.py --loop: 300 passes of submits and cancels, then
-  a whole collection found 0 objects, on main too).
+  whole walk: 40-90 ms of CPU at 100,000 pending in bench_plan.py) and freezes the
+  survivors again. The heap then holds at most the cycles of one period; the collector
+  left to itself holds cyclic garbage that reached the oldest generation until the heap
+  grows by a quarter. None was found in gbatchd's loop (bench_plan.py --loop: a whole
+  collection after 1,000 passes of submits and cancels, and after 1,000 more with new
+  users, found 0 objects, on main too).
 
 Nothing happens before `start()`: a Daemon built in a test or a tool leaves its process's
 collector as it was. The collector is the process's, so only gbatchd's own loop

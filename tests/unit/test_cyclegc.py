@@ -18,7 +18,10 @@ import pytest
 
 from gbatch.head.cyclegc import LoopCollector
 from gbatch.head.daemon import Daemon
+from gbatch.head.handlers import Caller, handle
 from gbatch.model import JobSpec
+
+STRANGER = Caller(uid=4321, user="stranger", pid=3)
 
 
 class Node:
@@ -141,21 +144,25 @@ def test_a_daemon_that_never_ran_its_loop_leaves_the_collector_alone(daemon: Dae
 def test_a_loop_submitting_and_cancelling_for_a_while_keeps_no_garbage(
     daemon: Daemon, thawed_after: None
 ) -> None:
-    """Passes with submits and cancels between them, the heap frozen after each: the
-    periodic whole collection finds as little after 200 passes as after 10 (the loop
-    makes no cycles that outlive a pass), and the frozen heap stops growing."""
-    store = daemon.store
-    spec = JobSpec(name="churn", command=("true",), gpus=8)  # never fits: stays pending
+    """Requests between passes (submits, listings, cancels, a refused cancel, a bad
+    request), the heap frozen after each pass: the periodic whole collection finds as
+    little after 200 passes as after 10 (neither the loop nor the handlers make cycles
+    that outlive a pass), and the frozen heap stops growing."""
+    spec = JobSpec(name="churn", command=("true",), gpus=8).to_dict()  # never fits
     for user in range(5):
-        store.submit([spec] * 30, 1000 + user, f"user{user}", time.time())
+        handle(daemon, Caller(1000 + user, f"user{user}", 1), {"op": "submit", "spec": spec})
     daemon.collector.start()
 
     def churn(passes: int) -> tuple[int, int]:
         for n in range(passes):
-            user = n % 5
-            store.submit([spec] * 2, 1000 + user, f"user{user}", time.time())
-            pending = sorted(job.id for job in daemon._window.jobs())
-            store.cancel_pending(pending[:2], "churn", time.time())
+            caller = Caller(1000 + n % 5, f"user{n % 5}", 1)
+            ids = handle(daemon, caller, {"op": "submit", "spec": spec, "count": 2})["ids"]
+            # squeue's listing (columns): the brief records' one keeps up to 20,000 of
+            # them (wire.BriefRecords), and each pass here lists 2 new jobs.
+            handle(daemon, caller, {"op": "jobs", "columns": True})
+            handle(daemon, STRANGER, {"op": "cancel", "ids": ids[:1]})  # refused
+            handle(daemon, caller, {"op": "submit", "spec": {"nonsense": 1}})  # refused
+            handle(daemon, caller, {"op": "cancel", "ids": ids})
             daemon.step()
         before = daemon.collector.collected
         daemon.collector.full_seconds = 0.0
@@ -168,5 +175,5 @@ def test_a_loop_submitting_and_cancelling_for_a_while_keeps_no_garbage(
     found_long, frozen_long = churn(200)
     assert gc.garbage == []
     assert found_long <= found_short + 10
-    # The pending queue is the same size: the frozen heap grows by no pass's leftovers.
-    assert frozen_long <= frozen_short + 2000
+    # The queue is the same size: the frozen heap grows by no pass's leftovers.
+    assert frozen_long <= frozen_short + 100

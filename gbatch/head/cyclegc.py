@@ -29,10 +29,12 @@ last pass:
   count, so a cycle dead and not yet collected at a pass's end is frozen: below).
 - The one garbage that freezing keeps is a reference cycle that was alive, or dead but
   not yet collected, at a pass's end (reference counts cannot free a cycle, and no
-  collection walks frozen objects). `full_when_due()`, which the loop calls only when no
-  wake-up is waiting, thaws everything at most every `full_seconds`, collects once (the
-  whole walk: 40-90 ms of CPU at 100,000 pending in bench_plan.py) and freezes the
-  survivors again. The heap then holds at most the cycles of one period; the collector
+  collection walks frozen objects). `full_when_due()`, which the loop calls after each
+  step, thaws everything every `full_seconds`, or sooner once the frozen heap has grown
+  by a quarter since (`full_growth`: CPython's own rule), when no wake-up is waiting (or
+  at twice the period, waiting or not), collects once (the whole walk: 40-90 ms of CPU at
+  100,000 pending in bench_plan.py) and freezes the survivors again. The heap then
+  holds at most the cycles of one period; the collector
   left to itself holds cyclic garbage that reached the oldest generation until the heap
   grows by a quarter. None was found in gbatchd's loop (bench_plan.py --loop: a whole
   collection after 1,000 passes of submits and cancels, and after 1,000 more with new
@@ -49,9 +51,16 @@ import gc
 import time
 from collections.abc import Callable
 
-# At most this often, and only between passes with nothing waiting, the frozen heap is
-# thawed and collected whole: the bound on how long a cycle that outlived a pass stays.
+# At most this long apart, and only between passes with nothing waiting, the frozen heap
+# is thawed and collected whole: the bound on how long a cycle that outlived a pass stays.
 FULL_COLLECTION_SECONDS = 300.0
+# ... and sooner, at the loop's first idle moment once the frozen heap holds this share
+# more objects than the last whole collection left: CPython's own rule for a full
+# collection (the long-lived objects grown by a quarter), kept out of the passes. It
+# frees at once what a cycle holds that was alive at a pass's end, as a long listing's
+# reply in a handler thread can be (bench_memory.py: 50 MiB more than main's, settled,
+# with the period alone).
+FULL_COLLECTION_GROWTH = 0.25
 
 
 class LoopCollector:
@@ -62,11 +71,14 @@ class LoopCollector:
         self,
         full_seconds: float = FULL_COLLECTION_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
+        full_growth: float = FULL_COLLECTION_GROWTH,
     ) -> None:
         self.full_seconds = full_seconds
+        self.full_growth = full_growth
         self.monotonic = monotonic
         self.started = False
         self._last_full = 0.0
+        self._frozen_after_full = 0  # objects frozen when the last whole collection ended
         # Objects the collections found unreachable (freed), since start: tests, metrics.
         self.collected = 0
         self.full_collections = 0
@@ -77,6 +89,7 @@ class LoopCollector:
         gc.freeze()
         self.started = True
         self._last_full = self.monotonic()
+        self._frozen_after_full = gc.get_freeze_count()
 
     def after_pass(self) -> None:
         """Freeze what the pass left alive (no collection: module docstring). Nothing
@@ -84,15 +97,24 @@ class LoopCollector:
         if self.started:
             gc.freeze()
 
-    def full_when_due(self) -> bool:
-        """When `full_seconds` have passed since the last whole collection: thaw the
-        heap, collect it whole, freeze what is left; True if it did. The caller calls it
-        only where a pause of the heap's walk delays no pass (no wake-up waiting)."""
-        if not self.started or self.monotonic() - self._last_full < self.full_seconds:
+    def full_when_due(self, idle: bool = True) -> bool:
+        """When `full_seconds` have passed since the last whole collection, or the frozen
+        heap has grown by `full_growth` since, and the loop is `idle` (no wake-up waiting:
+        the heap's walk delays no pass), or twice `full_seconds` whatever the loop's state
+        (a loop never idle must not keep cyclic garbage for good; growth alone waits, as
+        a restart's spread read grows the heap by its window, which holds no cycles):
+        thaw the heap, collect it whole, freeze what is left; True if it did."""
+        if not self.started:
+            return False
+        grown = gc.get_freeze_count() > self._frozen_after_full * (1 + self.full_growth)
+        elapsed = self.monotonic() - self._last_full
+        due = grown or elapsed >= self.full_seconds
+        if not ((due and idle) or elapsed >= 2 * self.full_seconds):
             return False
         gc.unfreeze()
         self.collected += gc.collect()
         gc.freeze()
         self.full_collections += 1
         self._last_full = self.monotonic()
+        self._frozen_after_full = gc.get_freeze_count()
         return True

@@ -246,8 +246,8 @@ class Daemon:
                 # One bad tick must not take the head down; the next tick retries.
                 log.exception("loop step failed")
             self.refusal_lines.close_ended()
-            if not self.wake.is_set():  # no pass waits on the heap's whole walk
-                self.collector.full_when_due()
+            # Idle: no pass waits on the heap's whole walk.
+            self.collector.full_when_due(idle=not self.wake.is_set())
 
     def submitted(self) -> None:
         """Wake the loop for new jobs (coalescing a burst of them)."""

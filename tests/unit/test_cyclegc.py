@@ -29,6 +29,7 @@ class Node:
 
     def __init__(self) -> None:
         self.other: Node | None = None
+        self.payload: list[Node] = []
 
 
 def is_walked(obj: object) -> bool:
@@ -100,6 +101,46 @@ def test_a_cycle_that_outlived_a_pass_is_freed_by_the_periodic_whole_collection(
     survivor = Node()
     collector.after_pass()
     assert not is_walked(survivor)  # frozen again after the whole collection
+
+
+def test_a_large_cycle_that_outlived_a_pass_is_freed_at_once_the_heap_grew_a_quarter(
+    thawed_after: None,
+) -> None:
+    """As a long listing's reply in a handler thread: much frozen at a pass's end, then
+    dropped in a cycle. The next idle moment collects it whole, without waiting for the
+    period (CPython's own rule: the long-lived heap grown by a quarter)."""
+    clock = Clock()
+    collector = LoopCollector(full_seconds=300.0, monotonic=clock)
+    collector.start()
+    holder = Node()
+    holder.other = holder
+    holder.payload = [Node() for _ in range(gc.get_freeze_count() // 3)]
+    gone = weakref.ref(holder)
+    collector.after_pass()
+    del holder
+    assert gone() is not None
+    assert collector.full_when_due(idle=False) is False  # growth waits for an idle loop
+    assert collector.full_when_due() is True  # the clock has not moved
+    assert gone() is None
+    assert collector.full_when_due() is False  # the heap is back to its size
+
+
+def test_a_loop_never_idle_still_collects_whole_at_twice_the_period(thawed_after: None) -> None:
+    clock = Clock()
+    collector = LoopCollector(full_seconds=300.0, monotonic=clock)
+    collector.start()
+    first, second = Node(), Node()
+    first.other, second.other = second, first
+    gone = weakref.ref(first)
+    collector.after_pass()
+    del first, second
+    clock.now += 300.0
+    assert collector.full_when_due(idle=False) is False  # a pass is waiting: not yet
+    clock.now += 299.0
+    assert collector.full_when_due(idle=False) is False
+    clock.now += 1.0
+    assert collector.full_when_due(idle=False) is True
+    assert gone() is None
 
 
 def test_young_garbage_cycles_are_still_collected_between_passes(thawed_after: None) -> None:

@@ -2,8 +2,9 @@
 something happens (a submit, a cancel, a run ending, a GPU report).
 
     collect_ended_runs -> enforce_limits -> schedule -> sample_gpus -> watch_idle_gpus
-    -> the cyclic GC's share (gbatch/head/cyclegc.py: what the pass made, collected and
-       frozen, so no collection walks the long-lived window in a pass)
+    -> the cyclic GC's share (gbatch/head/cyclegc.py: what the pass left alive is frozen,
+       so no collection walks the long-lived window in a pass; the heap is collected
+       whole between passes)
 
 Collecting also ends the runs of nodes that are down with their lease run out
 (gbatch/head/liveness.py), and, when a node is heard again, removes the containers of runs

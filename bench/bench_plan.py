@@ -22,6 +22,17 @@ loop over the same store (its reasons already written). `--loop-only` skips the 
 scenarios. With `--checkout DIR` (repeated) the loop is timed in a fresh process per
 checkout that imports that checkout's code, `--rounds` times in turn (A, B, A, B, ...),
 e.g. `--checkout /work/main --checkout .`.
+
+A pass here is Daemon.schedule() and, where the checkout has it, the loop's share of the
+cyclic GC after it (Daemon.collector.after_pass(); started as run_loop starts it). Every
+full (generation 2) collection is timed (gc.callbacks), in a pass or not: for each part
+its count and the longest. Then `--churn` passes (default 300) with 10 submits (random
+users) and 10 cancels (random jobs of the window) before each, as a busy queue has them:
+their median, p90 and longest, the full collections among them, the RSS growth, and at
+the end what a whole collection still finds (the cyclic garbage the heap held) and how
+long it took; then as many again with also a new user's 1,000 jobs before every 20th (a
+new window each: the heap grows as a lab's queue does, and the collector's full
+collections come due).
 """
 
 from __future__ import annotations
@@ -35,7 +46,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,8 +59,10 @@ from gbatch.model import Job, JobSpec, JobState, NodeView
 
 if TYPE_CHECKING:
     from gbatch.head.daemon import Daemon
+    from gbatch.head.store import Store
 
 GOAL_MS = 20.0
+PLAN_WINDOW = 1000  # the daemon's PLAN_JOBS_PER_USER
 JOBS = 10_000
 USERS = 50
 NODES = 100
@@ -152,13 +164,14 @@ def main() -> None:
     parser.add_argument("--loop-only", action="store_true", help="time Daemon.schedule() only")
     parser.add_argument("--checkout", type=Path, action="append", default=[])
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--churn", type=int, default=300, help="passes with submits/cancels")
     args = parser.parse_args()
     if args.checkout:
         loop_checkouts(args)
         return
     rng = random.Random(args.seed)
     if args.loop_only:  # the jobs only in the store: the RSS figures are the daemon's
-        measure_loop(make_jobs(rng, args.pending), args.runs)
+        measure_loop(make_jobs(rng, args.pending), args.runs, args.churn, rng)
         return
     jobs = make_jobs(rng, args.pending)
     usage = make_usage(rng)
@@ -172,7 +185,7 @@ def main() -> None:
     measure_incremental("half occupied", jobs, half, usage, args.runs, rng)
     measure_incremental("all full", jobs, full, usage, args.runs, rng)
     if args.loop:
-        measure_loop(jobs, args.runs)
+        measure_loop(jobs, args.runs, args.churn, rng)
 
 
 def measure_incremental(
@@ -243,6 +256,7 @@ def loop_checkouts(args: argparse.Namespace) -> None:
                     f"--pending={args.pending}",
                     f"--runs={args.runs}",
                     f"--seed={args.seed}",
+                    f"--churn={args.churn}",
                 ],
                 env=env,
                 check=True,
@@ -257,10 +271,81 @@ def rss_mib() -> float:
     return float("nan")
 
 
-def timed_ms(call: Callable[[], object]) -> float:
+class FullCollections:
+    """Every full (generation 2) collection's ms, the objects it freed and whether it
+    came in a pass, from gc.callbacks, in order."""
+
+    passing = False  # set by one_pass while it times a pass
+
+    def __init__(self) -> None:
+        self.ms: list[float] = []
+        self.freed: list[int] = []
+        self.in_pass: list[bool] = []
+        self._began = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.ms.append((time.perf_counter() - self._began) * 1000)
+            self.freed.append(info["collected"])
+            self.in_pass.append(FullCollections.passing)
+
+    def since(self, mark: int) -> str:
+        if len(self.ms) == mark:
+            return "no full collection"
+        told = []
+        for where, passing in (("in passes", True), ("between passes", False)):
+            taken = [
+                ms
+                for ms, p in zip(self.ms[mark:], self.in_pass[mark:], strict=True)
+                if p == passing
+            ]
+            freed = sum(
+                n
+                for n, p in zip(self.freed[mark:], self.in_pass[mark:], strict=True)
+                if p == passing
+            )
+            if taken:
+                told.append(
+                    f"{len(taken)} full collections {where}, the longest {max(taken):.1f} ms, "
+                    f"{freed} objects freed"
+                )
+        return ", ".join(told)
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+def start_collector(daemon: Daemon) -> None:
+    """What run_loop does before its first pass, where the checkout has it."""
+    collector = getattr(daemon, "collector", None)
+    if collector is not None:
+        collector.start()
+
+
+def one_pass(daemon: Daemon) -> float:
+    """One pass's ms: schedule() and the loop's share of the GC after it, if any."""
+    collector = getattr(daemon, "collector", None)
+    FullCollections.passing = True
     start = time.perf_counter()
-    call()
-    return (time.perf_counter() - start) * 1000
+    daemon.schedule(time.time())
+    if collector is not None:
+        collector.after_pass()
+    took = (time.perf_counter() - start) * 1000
+    FullCollections.passing = False
+    return took
+
+
+def between_passes(daemon: Daemon) -> None:
+    """What run_loop does after a step with no wake-up waiting, where the checkout has
+    it: the whole collection when it is due (not timed as a pass)."""
+    collector = getattr(daemon, "collector", None)
+    if collector is not None:
+        collector.full_when_due()
 
 
 def first_read(daemon: Daemon) -> tuple[list[float], float, float]:
@@ -269,31 +354,88 @@ def first_read(daemon: Daemon) -> tuple[list[float], float, float]:
     passes: list[float] = []
     began, cpu = time.perf_counter(), time.process_time()
     while True:
-        passes.append(timed_ms(lambda: daemon.schedule(time.time())))
+        passes.append(one_pass(daemon))
         if getattr(daemon._window, "complete", True):  # before the spread read: one pass
             break
     return passes, (time.perf_counter() - began) * 1000, (time.process_time() - cpu) * 1000
 
 
-def told(what: str, read: tuple[list[float], float, float], after: float) -> str:
+def told(what: str, read: tuple[list[float], float, float], after: float, fulls: str) -> str:
     passes, wall, cpu = read
     return (
         f"{what}: {len(passes)} passes, the first {passes[0]:.1f} ms, median "
-        f"{statistics.median(passes):.1f} ms, the longest {max(passes):.1f} ms, planned "
-        f"after {wall:.0f} ms ({cpu:.0f} ms of CPU); the pass after {after:.1f} ms"
+        f"{statistics.median(passes):.1f} ms, the longest {max(passes):.1f} ms (before the "
+        f"one that plans: {max(passes[:-1], default=0.0):.1f} ms), planned "
+        f"after {wall:.0f} ms ({cpu:.0f} ms of CPU; {fulls}); the pass after {after:.1f} ms"
     )
 
 
-def measure_loop(jobs: list[Job], runs: int) -> None:
+def churn(
+    daemon: Daemon,
+    store: Store,
+    passes: int,
+    rng: random.Random,
+    fulls: FullCollections,
+    newcomers: int = 0,
+) -> str:
+    """`passes` passes, 10 submits and 10 cancels before each, and with `newcomers` a
+    new user's 1,000 jobs before every `newcomers`-th (each a new window of 1,000): their
+    figures, the RSS growth, and what a whole collection still finds at the end."""
+    spec = JobSpec(name="churn", command=("python", "train.py"), gpus=1, time_limit=3600)
+    samples = []
+    rss_before = rss_mib()
+    mark = len(fulls.ms)
+    joined = 0
+    for n in range(passes):
+        for _ in range(10):
+            user = rng.randrange(USERS)
+            store.submit([spec], 1000 + user, f"user{user:02d}", time.time())
+        if newcomers and n % newcomers == 0:
+            uid = 5000 + len(daemon._window._keys) + joined
+            store.submit([spec] * PLAN_WINDOW, uid, f"newcomer{uid}", time.time())
+            joined += 1
+        # Not window.jobs(): the list it keeps would be one more object for a pass's GC.
+        gone = rng.sample(sorted(daemon._window._jobs), 10)
+        store.cancel_pending(gone, "churn", time.time())
+        samples.append(one_pass(daemon))
+        between_passes(daemon)
+    rss_after = rss_mib()
+    in_passes = fulls.since(mark)
+    collector = getattr(daemon, "collector", None)
+    began, cpu = time.perf_counter(), time.thread_time()
+    if collector is not None:  # its periodic whole collection, as run_loop makes it
+        before = collector.collected
+        collector.full_seconds, period = 0.0, collector.full_seconds
+        collector.full_when_due()
+        collector.full_seconds = period
+        found = collector.collected - before
+    else:
+        found = gc.collect()
+    whole, whole_cpu = (time.perf_counter() - began) * 1000, (time.thread_time() - cpu) * 1000
+    samples.sort()
+    return (
+        f"{passes} passes after 10 submits and 10 cancels each"
+        f"{f' and a new user of {PLAN_WINDOW:,} jobs every {newcomers}' if newcomers else ''}: "
+        f"median "
+        f"{statistics.median(samples):.1f} ms, p90 "
+        f"{samples[round(0.9 * (len(samples) - 1))]:.1f} ms, the longest {samples[-1]:.1f} ms "
+        f"({in_passes}); "
+        f"RSS {rss_before:.0f} -> {rss_after:.0f} MiB; a whole collection then found "
+        f"{found} objects in {whole:.1f} ms (CPU {whole_cpu:.1f} ms)"
+    )
+
+
+def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Random) -> None:
     """Daemon.schedule() per tick, `jobs` queued in a real store, every GPU taken: the
-    first read's passes and the one after apart, then `runs` passes; then a restarted
-    loop's first read and the pass after."""
+    first read's passes and the one after apart, then `runs` passes, then `churn_passes`
+    with submits and cancels; then a restarted loop's first read and the pass after."""
     from gbatch.config import Config, Paths
     from gbatch.head import store as store_module
     from gbatch.head.daemon import Daemon
     from gbatch.head.store import Store
 
     pending = len(jobs)
+    fulls = FullCollections()
     with tempfile.TemporaryDirectory() as tmp:
         paths = Paths(Path(tmp))
         store = Store(paths.store)
@@ -318,15 +460,22 @@ def measure_loop(jobs: list[Job], runs: int) -> None:
             del by_user, mine, jobs
             gc.collect()
             wait_for_gpus(daemon)
+            start_collector(daemon)
             rss_before = rss_mib()
             # The first read builds the window and writes every reason; the pass after
             # takes what it wrote.
+            mark = len(fulls.ms)
             first = first_read(daemon)
+            first_fulls = fulls.since(mark)
             if not daemon.expected_starts:
                 raise SystemExit("no reservation: the node is not up, or not full")
-            second = timed_ms(lambda: daemon.schedule(time.time()))
-            samples = [timed_ms(lambda: daemon.schedule(time.time())) for _ in range(runs)]
+            second = one_pass(daemon)
+            mark = len(fulls.ms)
+            samples = [one_pass(daemon) for _ in range(runs)]
+            samples_fulls = fulls.since(mark)
             rss_after = rss_mib()
+            churned = churn(daemon, store, churn_passes, rng, fulls)
+            grown = churn(daemon, store, churn_passes, rng, fulls, newcomers=20)
             if len(store.jobs_in((JobState.CONFIGURING, JobState.RUNNING))) != len(busy):
                 raise SystemExit("a pass started a job: the measure is not what it says")
             # A restart: a new daemon's loop over the same store, its reasons written,
@@ -338,23 +487,28 @@ def measure_loop(jobs: list[Job], runs: int) -> None:
             daemon = Daemon(paths, Config(simulate_gpus=GPUS_PER_NODE), store)
             daemon.fleet.start()
             wait_for_gpus(daemon)
+            start_collector(daemon)
+            mark = len(fulls.ms)
             restart_first = first_read(daemon)
+            restart_fulls = fulls.since(mark)
             if not daemon.expected_starts:
                 raise SystemExit("no reservation after the restart")
-            restart_second = timed_ms(lambda: daemon.schedule(time.time()))
+            restart_second = one_pass(daemon)
         finally:
             daemon.fleet.stop()
             daemon.committer.close()
             store.close()
+            fulls.close()
     samples.sort()
     median = statistics.median(samples)
     p90 = samples[min(len(samples) - 1, round(0.9 * (len(samples) - 1)))]
     print(
         f"Daemon.schedule(): {pending} pending in the store, the node's 8 GPUs all taken: "
-        f"{told('first read', first, second)}; then median {median:.1f} ms, p90 {p90:.1f} ms "
+        f"{told('first read', first, second, first_fulls)}; then median {median:.1f} ms, "
+        f"p90 {p90:.1f} ms, the longest {samples[-1]:.1f} ms ({samples_fulls}) "
         f"(goal <= {GOAL_MS:.0f} ms a pass); RSS {rss_before:.0f} MiB before the first "
-        f"pass, {rss_after:.0f} MiB after the passes; "
-        f"{told('a restart', restart_first, restart_second)}",
+        f"pass, {rss_after:.0f} MiB after the passes; {churned}; {grown}; "
+        f"{told('a restart', restart_first, restart_second, restart_fulls)}",
         flush=True,
     )
 

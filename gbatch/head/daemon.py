@@ -2,6 +2,9 @@
 something happens (a submit, a cancel, a run ending, a GPU report).
 
     collect_ended_runs -> enforce_limits -> schedule -> sample_gpus -> watch_idle_gpus
+    -> the cyclic GC's share (gbatch/head/cyclegc.py: what the pass left alive is frozen,
+       so no collection walks the long-lived window in a pass; the heap is collected
+       whole between passes)
 
 Collecting also ends the runs of nodes that are down with their lease run out
 (gbatch/head/liveness.py), and, when a node is heard again, removes the containers of runs
@@ -40,6 +43,7 @@ from gbatch.dependency import (
 )
 from gbatch.dependency import parse as parse_dependency
 from gbatch.head import idlegpu
+from gbatch.head.cyclegc import LoopCollector
 from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.groupcommit import GroupCommitter
 from gbatch.head.liveness import Liveness
@@ -194,6 +198,9 @@ class Daemon:
         policy = config.idle_gpu
         self._idle = None if policy is None else idlegpu.IdleStreaks(policy)
         self._idle_adopted = False
+        # The cyclic GC's work at the loop's moments; nothing until run_loop starts it
+        # (the collector is the process's: a Daemon in a test leaves it alone).
+        self.collector = LoopCollector(monotonic=monotonic)
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -220,6 +227,8 @@ class Daemon:
 
     def run_loop(self) -> None:
         store_full = False
+        # The start-up's heap (imports, config, nodes) lives as long as the daemon.
+        self.collector.start()
         while not self.stopping.is_set():
             if self.wake.wait(self.config.tick_seconds) and self._submitted.is_set():
                 # Let a burst of submits land before planning once for all of them:
@@ -243,6 +252,8 @@ class Daemon:
                 # One bad tick must not take the head down; the next tick retries.
                 log.exception("loop step failed")
             self.refusal_lines.close_ended()
+            # Idle: no pass waits on the heap's whole walk.
+            self.collector.full_when_due(idle=not self.wake.is_set())
 
     def submitted(self) -> None:
         """Wake the loop for new jobs (coalescing a burst of them)."""
@@ -267,6 +278,7 @@ class Daemon:
         # Last: accounting that fails (a full disk) must not keep jobs from starting.
         self.sample_gpus(now)
         self.tell_node_conditions(now)
+        self.collector.after_pass()
         self.metrics.observe_loop(self.monotonic() - began)
 
     # -- step 4: how busy running jobs keep their GPUs (seff, sacct) --------------------

@@ -36,7 +36,8 @@ import argparse
 import re
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from common import (
@@ -72,15 +73,18 @@ def submit_array(sock: Path) -> tuple[int, float]:
     return int(reply["ids"][0]), elapsed
 
 
-def bench_lookup(checkouts: Sequence[Path], rounds: int) -> None:
-    """`squeue -j N_K` of one task of a 100,000-task array, each checkout's daemon in
-    turn (module docstring)."""
-    from contextlib import ExitStack
+Served = tuple[str, Path, dict[str, str], int, int]
+"""A checkout's daemon with its array: (checkout, home, environment, pid, array id)."""
 
+
+@contextmanager
+def served_arrays(checkouts: Sequence[Path]) -> Iterator[list[Served]]:
+    """A daemon per checkout, each running that checkout's code in a home of its own
+    with a held 100,000-task array submitted; stopped on leaving."""
     from common import temp_home as make_home
 
     with ExitStack() as stack:
-        served: list[tuple[str, Path, dict[str, str], int, int]] = []
+        served: list[Served] = []
         for checkout in checkouts:
             home = stack.enter_context(make_home())
             (home / "config.yaml").write_text(CONFIG)
@@ -103,6 +107,13 @@ def bench_lookup(checkouts: Sequence[Path], rounds: int) -> None:
             pid = int(re.search(r"pid (\d+)", started).group(1))  # type: ignore[union-attr]
             array, _ = submit_array(home / "gbatchd.sock")
             served.append((str(checkout), home, env, pid, array))
+        yield served
+
+
+def bench_lookup(checkouts: Sequence[Path], rounds: int) -> None:
+    """`squeue -j N_K` of one task of a 100,000-task array, each checkout's daemon in
+    turn (module docstring)."""
+    with served_arrays(checkouts) as served:
         trips: dict[str, list[float]] = {}
         cpu: dict[str, list[float]] = {}
         whole: dict[str, list[float]] = {}
@@ -140,34 +151,7 @@ def bench_depend(checkouts: Sequence[Path], rounds: int) -> None:
     """`sbatch --dependency=afterok:N_50000` against a 100,000-task array and the
     daemon's idle CPU with such dependents waiting, each checkout's daemon in turn
     (module docstring)."""
-    from contextlib import ExitStack
-
-    from common import temp_home as make_home
-
-    with ExitStack() as stack:
-        served: list[tuple[str, Path, dict[str, str], int, int]] = []
-        for checkout in checkouts:
-            home = stack.enter_context(make_home())
-            (home / "config.yaml").write_text(CONFIG)
-            env = {**gbatch_env(home), "PYTHONPATH": str(checkout.resolve())}
-            started = subprocess.run(
-                [str(PYTHON), "-c", ENTRY, "daemon", "start"],
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-                cwd="/",  # `python -m`/`-c` put the working directory first on sys.path
-            ).stdout
-            stack.callback(
-                subprocess.run,
-                [str(PYTHON), "-c", ENTRY, "daemon", "stop"],
-                env=env,
-                check=False,
-                capture_output=True,
-            )
-            pid = int(re.search(r"pid (\d+)", started).group(1))  # type: ignore[union-attr]
-            array, _ = submit_array(home / "gbatchd.sock")
-            served.append((str(checkout), home, env, pid, array))
+    with served_arrays(checkouts) as served:
         trips: dict[str, list[float]] = {}
         cpu: dict[str, list[float]] = {}
         idle: dict[str, list[float]] = {}

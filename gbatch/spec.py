@@ -161,6 +161,8 @@ _KEY_ALIASES = {
 }
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
+_HOST_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+_DATE_START_RE = re.compile(r"\s*[0-9]{4}-")
 # docker's reference grammar (distribution/reference): [host[:port]/]path[:tag][@digest].
 # Stricter than docker in one way: a registry host must contain "." or ":port" or be
 # localhost, so "Pytorch/x" is refused as uppercase instead of pulled from host "Pytorch".
@@ -650,7 +652,7 @@ def check_mem(value: object, field: str = "mem") -> int:
 
 
 def _check_host_name(value: object, field: str) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", value):
+    if not isinstance(value, str) or not _HOST_NAME_RE.fullmatch(value):
         raise SpecError(field, f"{show_value(value)} is not a host name")
     return value
 
@@ -1204,7 +1206,7 @@ def _check_begin(value: object, field: str, now: float | None) -> float:
         return float(value)
     if not isinstance(value, str):
         raise SpecError(field, f"{show_value(value)} is not a begin time. Use {BEGIN_FORMS}")
-    absolute = re.match(r"\s*[0-9]{4}-", value) is not None  # a date needs no clock
+    absolute = _DATE_START_RE.match(value) is not None  # a date needs no clock
     if now is None and not absolute:
         raise SpecError(
             field, f"{show_value(value)} is relative to now; give a date (YYYY-MM-DDTHH:MM)"

@@ -12,7 +12,10 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from json import JSONDecoder
 
 from gbatch.model import JOB_EVENTS, JobSpec, NotifyHook
 from gbatch.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, is_env_name, submit_env_bytes
@@ -299,23 +302,29 @@ def _json_job(text: str) -> dict[str, object] | None:
     None where PyYAML could read it otherwise or refuse it (see _NOT_JSON_ALIKE, a key
     written twice, nesting past MAX_NESTING, a number past _MAX_NUMBER_CHARS; json's
     own refusals), which then reads it. A tenth of PyYAML's time for an API submit."""
-    import json
-
     if _NOT_JSON_ALIKE.search(text):
         return None
     try:
-        data = json.loads(
-            text,
-            object_pairs_hook=_json_mapping,
-            parse_int=_JsonNumber,
-            parse_float=_JsonNumber,
-            parse_constant=_JsonNumber,
-        )
+        data = _json_decoder().decode(text)
         if not isinstance(data, dict):
             return None
         return {key: _as_yaml(value, 2, _role_of(key, "", 1)) for key, value in data.items()}
     except (ValueError, RecursionError, _NotAlike):
         return None  # json.JSONDecodeError is a ValueError
+
+
+@functools.cache
+def _json_decoder() -> JSONDecoder:
+    """_json_job's decoder, made once (json.loads with hooks makes one per call); shared
+    by threads as json's own default decoder is."""
+    from json import JSONDecoder  # deferred: commands that read no job file skip it
+
+    return JSONDecoder(
+        object_pairs_hook=_json_mapping,
+        parse_int=_JsonNumber,
+        parse_float=_JsonNumber,
+        parse_constant=_JsonNumber,
+    )
 
 
 def _json_mapping(pairs: list[tuple[str, object]]) -> dict[str, object]:

@@ -12,7 +12,10 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from json import JSONDecoder
 
 from gbatch.model import JOB_EVENTS, JobSpec, NotifyHook
 from gbatch.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, is_env_name, submit_env_bytes
@@ -161,6 +164,8 @@ _KEY_ALIASES = {
 }
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
+_HOST_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+_DATE_START_RE = re.compile(r"\s*[0-9]{4}-")
 # docker's reference grammar (distribution/reference): [host[:port]/]path[:tag][@digest].
 # Stricter than docker in one way: a registry host must contain "." or ":port" or be
 # localhost, so "Pytorch/x" is refused as uppercase instead of pulled from host "Pytorch".
@@ -297,23 +302,29 @@ def _json_job(text: str) -> dict[str, object] | None:
     None where PyYAML could read it otherwise or refuse it (see _NOT_JSON_ALIKE, a key
     written twice, nesting past MAX_NESTING, a number past _MAX_NUMBER_CHARS; json's
     own refusals), which then reads it. A tenth of PyYAML's time for an API submit."""
-    import json
-
     if _NOT_JSON_ALIKE.search(text):
         return None
     try:
-        data = json.loads(
-            text,
-            object_pairs_hook=_json_mapping,
-            parse_int=_JsonNumber,
-            parse_float=_JsonNumber,
-            parse_constant=_JsonNumber,
-        )
+        data = _json_decoder().decode(text)
         if not isinstance(data, dict):
             return None
         return {key: _as_yaml(value, 2, _role_of(key, "", 1)) for key, value in data.items()}
     except (ValueError, RecursionError, _NotAlike):
         return None  # json.JSONDecodeError is a ValueError
+
+
+@functools.cache
+def _json_decoder() -> JSONDecoder:
+    """_json_job's decoder, made once (json.loads with hooks makes one per call); shared
+    by threads as json's own default decoder is."""
+    from json import JSONDecoder  # deferred: commands that read no job file skip it
+
+    return JSONDecoder(
+        object_pairs_hook=_json_mapping,
+        parse_int=_JsonNumber,
+        parse_float=_JsonNumber,
+        parse_constant=_JsonNumber,
+    )
 
 
 def _json_mapping(pairs: list[tuple[str, object]]) -> dict[str, object]:
@@ -650,7 +661,7 @@ def check_mem(value: object, field: str = "mem") -> int:
 
 
 def _check_host_name(value: object, field: str) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", value):
+    if not isinstance(value, str) or not _HOST_NAME_RE.fullmatch(value):
         raise SpecError(field, f"{show_value(value)} is not a host name")
     return value
 
@@ -1204,7 +1215,7 @@ def _check_begin(value: object, field: str, now: float | None) -> float:
         return float(value)
     if not isinstance(value, str):
         raise SpecError(field, f"{show_value(value)} is not a begin time. Use {BEGIN_FORMS}")
-    absolute = re.match(r"\s*[0-9]{4}-", value) is not None  # a date needs no clock
+    absolute = _DATE_START_RE.match(value) is not None  # a date needs no clock
     if now is None and not absolute:
         raise SpecError(
             field, f"{show_value(value)} is relative to now; give a date (YYYY-MM-DDTHH:MM)"

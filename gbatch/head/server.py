@@ -388,6 +388,16 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         self._exempt = {0, os.getuid()}
         self._turns: dict[int, threading.Semaphore] = {}  # uid -> its requests_per_user
 
+    def shutdown_request(self, request: Any) -> None:
+        """Close a connection at once, without socketserver's shutdown(SHUT_WR) first: a
+        client that saw that end of stream could still send a request into the socket
+        before its close, lost there unread, and could not tell whether gbatchd had taken
+        it (an idle connection's end raced a reused one's request). Closed whole, the
+        client's request fails to go (EPIPE) and is sent again on a new connection. No
+        file object holds the socket (LineReader reads it itself), so close() is the
+        end of it."""
+        self.close_request(request)
+
     def process_request(self, request: Any, client_address: Any) -> None:
         """Admit the connection and serve it in a thread of its own, or refuse it here:
         one line, written without waiting (a fresh socket's buffer takes it), and closed

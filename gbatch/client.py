@@ -86,6 +86,20 @@ def _access_hint(socket_path: Path) -> str:
 OK_PREFIXES = (b'{"ok":true', b'{"ok": true')
 
 
+def request_line(request: Mapping[str, Any]) -> bytes:
+    """`request`'s line as gbatchd reads it; RequestFailed ("invalid") for one larger
+    than gbatchd takes."""
+    payload = json.dumps(request).encode() + b"\n"
+    if len(payload) > MAX_REQUEST_BYTES + 1:
+        raise RequestFailed(
+            "invalid",
+            f"the request takes {len(payload) / 2**20:.1f} MiB, more than the "
+            f"{MAX_REQUEST_BYTES // 2**20} MiB gbatchd reads. Pass large data in a "
+            "file the job mounts",
+        )
+    return payload
+
+
 def _refusal(reply: Mapping[str, Any]) -> RequestFailed:
     from gbatch import wire
 
@@ -157,14 +171,7 @@ class Client:
     def _exchange(self, request: Mapping[str, Any]) -> bytes:
         """Write `request`, read its reply's line (the connection opened or reopened as
         needed)."""
-        payload = json.dumps(request).encode() + b"\n"
-        if len(payload) > MAX_REQUEST_BYTES + 1:
-            raise RequestFailed(
-                "invalid",
-                f"the request takes {len(payload) / 2**20:.1f} MiB, more than the "
-                f"{MAX_REQUEST_BYTES // 2**20} MiB gbatchd reads. Pass large data in a "
-                "file the job mounts",
-            )
+        payload = request_line(request)
         line: bytes
         while True:
             # A connection is not looked at before it is used (a peek was 3 system calls

@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from gbatch.client import (
-    MAX_REQUEST_BYTES,
     OK_PREFIXES,
     DaemonUnavailable,
     ReplyTimeout,
-    RequestFailed,
     SocketPermissionDenied,
     _refusal,
+    request_line,
 )
 
 MAX_IDLE_CONNECTIONS = 4  # kept open to gbatchd; each counts in its per-user cap
@@ -64,14 +63,7 @@ class DaemonLink:
 
     async def exchange(self, request: Mapping[str, Any]) -> bytes:
         """Write `request`, read its reply's line (with its newline)."""
-        payload = json.dumps(request).encode() + b"\n"
-        if len(payload) > MAX_REQUEST_BYTES + 1:
-            raise RequestFailed(
-                "invalid",
-                f"the request takes {len(payload) / 2**20:.1f} MiB, more than the "
-                f"{MAX_REQUEST_BYTES // 2**20} MiB gbatchd reads. Pass large data in a "
-                "file the job mounts",
-            )
+        payload = request_line(request)
         slots = self._bind()
         async with slots:
             connection = self._take_idle() or await self._connect()

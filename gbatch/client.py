@@ -100,6 +100,25 @@ def request_line(request: Mapping[str, Any]) -> bytes:
     return payload
 
 
+def reply_fields(line: bytes) -> dict[str, Any]:
+    """A reply line's fields (without "ok"); RequestFailed for a refusal."""
+    reply: dict[str, Any] = json.loads(line)
+    if not reply.pop("ok", False):
+        raise _refusal(reply)
+    return reply
+
+
+def reply_line(line: bytes) -> bytes:
+    """A reply line as gbatchd wrote it, without its newline; RequestFailed for a
+    refusal. gbatchd writes {"ok":true,...} with "ok" first (wire.encode_reply); a line
+    of any other shape is decoded to tell a refusal from a reply."""
+    if not line.startswith(OK_PREFIXES):
+        reply = json.loads(line)
+        if not reply.get("ok", False):
+            raise _refusal(reply)
+    return line.rstrip(b"\n")
+
+
 def _refusal(reply: Mapping[str, Any]) -> RequestFailed:
     from gbatch import wire
 
@@ -149,24 +168,14 @@ class Client:
         protocol by hand, and for squeue's everyday listing, gbatch/squeue_brief.py, which
         builds its request without gbatch.wire; the other commands use call()); return as
         call() does. gbatch.wire is imported only when the daemon refuses."""
-        reply: dict[str, Any] = json.loads(self._exchange(request))
-        if not reply.pop("ok", False):
-            raise _refusal(reply)
-        return reply
+        return reply_fields(self._exchange(request))
 
     def send_raw(self, request: Mapping[str, Any]) -> bytes:
         """As send(), but the reply's line as gbatchd wrote it (JSON with its "ok" field,
         no newline), undecoded: for a relay (the HTTP API) that passes a large reply on
         as it came, a listing's megabytes decoded and encoded again for nothing. Raises
         RequestFailed as send() does."""
-        line = self._exchange(request)
-        # gbatchd writes {"ok":true,...} with "ok" first (wire.encode_reply); a line of
-        # any other shape is decoded to tell a refusal from a reply.
-        if not line.startswith(OK_PREFIXES):
-            reply = json.loads(line)
-            if not reply.get("ok", False):
-                raise _refusal(reply)
-        return line.rstrip(b"\n")
+        return reply_line(self._exchange(request))
 
     def _exchange(self, request: Mapping[str, Any]) -> bytes:
         """Write `request`, read its reply's line (the connection opened or reopened as

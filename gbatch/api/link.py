@@ -10,17 +10,16 @@ holds up no other request: each waits for its reply on the loop, within `timeout
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from gbatch.client import (
-    OK_PREFIXES,
     DaemonUnavailable,
     ReplyTimeout,
     SocketPermissionDenied,
-    _refusal,
+    reply_fields,
+    reply_line,
     request_line,
 )
 
@@ -47,19 +46,11 @@ class DaemonLink:
 
     async def send(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """The reply's fields, as Client.send; RequestFailed for a refusal."""
-        reply: dict[str, Any] = json.loads(await self.exchange(request))
-        if not reply.pop("ok", False):
-            raise _refusal(reply)
-        return reply
+        return reply_fields(await self.exchange(request))
 
     async def send_raw(self, request: Mapping[str, Any]) -> bytes:
         """The reply's line undecoded, as Client.send_raw."""
-        line = await self.exchange(request)
-        if not line.startswith(OK_PREFIXES):
-            reply = json.loads(line)
-            if not reply.get("ok", False):
-                raise _refusal(reply)
-        return line.rstrip(b"\n")
+        return reply_line(await self.exchange(request))
 
     async def exchange(self, request: Mapping[str, Any]) -> bytes:
         """Write `request`, read its reply's line (with its newline)."""

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -26,7 +26,7 @@ from gbatch import wire
 from gbatch.api.follow import resume_offset
 from gbatch.api.link import DaemonLink
 from gbatch.api.openapi import PREFIX, document
-from gbatch.api.ratelimit import Limiter, RateLimitMiddleware, RateLimits
+from gbatch.api.ratelimit import Limiter, RateLimitMiddleware, RateLimits, bearer
 from gbatch.cli.exits import CliError
 from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 from gbatch.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
@@ -156,10 +156,14 @@ class Api:
         return JSONResponse(document())
 
     async def submit(self, http: Request) -> Response:
-        token = _bearer(http)
+        return await self.submit_from(bearer(http.scope), http.receive)
+
+    async def submit_from(self, token: str | None, receive: Receive) -> Response:
+        """POST /jobs: the job file or batch script in the body, sent as the bearer of
+        `token`'s submit; 201 with the reply's fields and its first id as job_id."""
         if token is None:  # before reading a body that will not be used
             return _no_token()
-        body = await _body(http)
+        body = await _body(receive)
         if isinstance(body, Response):
             return body
         from gbatch.cli.sbatch import request_for_text  # deferred: yaml, the spec
@@ -320,7 +324,7 @@ def make_app(
     from gbatch.api.web import Web  # deferred with the app: jinja2
 
     async def submit(scope: Scope, receive: Receive, send: Send) -> None:
-        response = await api.submit(Request(scope, receive))
+        response = await api.submit_from(bearer(scope), receive)
         await response(scope, receive, send)
 
     return _App(
@@ -391,20 +395,30 @@ def _from_loopback(http: Request) -> bool:
 
 
 def _bearer(http: Request) -> str | None:
-    scheme, _, token = http.headers.get("authorization", "").partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
+    return bearer(http.scope)
 
 
-async def _body(http: Request) -> str | Response:
-    """The request's body as text, at most MAX_BODY bytes, or the error response."""
-    data = bytearray()
-    async for chunk in http.stream():
-        data += chunk
-        if len(data) > MAX_BODY:
+async def _body(receive: Receive) -> str | Response:
+    """The request's body as text, at most MAX_BODY bytes, or the error response. Read
+    from `receive` itself, as Request.stream() would (ClientDisconnect when the client
+    went away), without its async generator: most bodies come in one message."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+            continue
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY:
             return error("invalid", "the job is larger than 1 MiB. Keep data out of it")
+        if not message.get("more_body", False):
+            break
     try:
-        return data.decode()
+        return b"".join(chunks).decode()
     except UnicodeDecodeError as err:
         return error("invalid", f"byte {err.start} of the body is not UTF-8 text")
 

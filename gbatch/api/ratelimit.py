@@ -42,6 +42,7 @@ from gbatch.api.openapi import PREFIX
 
 MAX_VOUCHED = 4096  # tokens remembered as accepted; the oldest is forgotten past it
 MAX_KEYS = 10_000  # buckets kept; idle full ones are dropped past it
+_EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
 
 
 @dataclass(frozen=True)
@@ -79,20 +80,23 @@ class Limiter:
     _shares: dict[str, _Share] = field(default_factory=dict)
     # sha256 of a token gbatchd accepted -> its user
     _vouched: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    # The last token digested and its digest: a request's key() and vouch() ask for the
+    # same one, and one client's requests repeat it (OpenSSL's sha256 is a few us a call).
+    _last_digest: tuple[str, str] = ("", _EMPTY_DIGEST)
 
     # -- whose bucket -----------------------------------------------------------------
 
     def key(self, token: str | None, address: str) -> str:
         """The bucket of a request with `token` (None: none) from `address`."""
         if token is not None:
-            user = self._vouched.get(_digest(token))
+            user = self._vouched.get(self._digest(token))
             if user is not None:
                 return f"user:{user}"
         return f"addr:{address}"
 
     def vouch(self, token: str) -> None:
         """gbatchd accepted `token`: its claims are its own, and its `sub` its bucket."""
-        digest = _digest(token)
+        digest = self._digest(token)
         if digest in self._vouched:
             self._vouched.move_to_end(digest)
             return
@@ -105,7 +109,14 @@ class Limiter:
 
     def forget(self, token: str) -> None:
         """gbatchd refused `token` (expired, revoked): its address's bucket from now on."""
-        self._vouched.pop(_digest(token), None)
+        self._vouched.pop(self._digest(token), None)
+
+    def _digest(self, token: str) -> str:
+        last, digest = self._last_digest
+        if token != last:
+            digest = _digest(token)
+            self._last_digest = (token, digest)
+        return digest
 
     # -- admission ----------------------------------------------------------------------
 
@@ -180,9 +191,9 @@ class RateLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        http = Request(scope)
-        address = http.client.host if http.client is not None else ""
-        key = self.limiter.key(credential(http), address)
+        client = scope.get("client")
+        address = client[0] if client is not None else ""
+        key = self.limiter.key(credential(scope), address)
         stream = is_stream(scope["path"])
         refusal = self.limiter.admit(key, self.clock(), stream=stream)
         if refusal is not None:
@@ -197,14 +208,26 @@ class RateLimitMiddleware:
             self.limiter.release(key, stream=stream)
 
 
-def credential(http: Request) -> str | None:
+def credential(scope: Scope) -> str | None:
     """The request's token: its bearer's, or the web page's session cookie's."""
-    scheme, _, token = http.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
+    token = bearer(scope)
+    if token is not None:
+        return token
     from gbatch.api.web import COOKIE  # deferred: web imports jinja2
 
-    return http.cookies.get(COOKIE) or None
+    return Request(scope).cookies.get(COOKIE) or None
+
+
+def bearer(scope: Scope) -> str | None:
+    """The token of the request's `Authorization: Bearer TOKEN` header (the first
+    Authorization header, as Starlette's Headers.get reads it), or None. Read from the
+    scope's raw headers: a Headers object per request is not needed for one header."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            token = token.strip()
+            return token if scheme.lower() == "bearer" and token else None
+    return None
 
 
 def is_stream(path: str) -> bool:

@@ -131,6 +131,8 @@ def test_the_submit_shortcut_answers_as_the_route_does_and_is_rate_limited(
         ({"Authorization": "Bearer T"}, '{"command": "true", "gpus": -1}'),  # a bad job
         ({"Authorization": "Bearer T"}, '{"command": "true"}'),  # no gbatchd
         ({"Authorization": "Bearer T"}, "\xff"),  # not UTF-8
+        ({"Authorization": "Basic T"}, '{"command": "true"}'),  # no bearer token
+        ({"Authorization": "Bearer T"}, "#" * (1 << 20) + "\n"),  # over 1 MiB
     ]
     answers = []
     for serve in (lambda app: app, routed):
@@ -144,10 +146,45 @@ def test_the_submit_shortcut_answers_as_the_route_does_and_is_rate_limited(
             [(r.status_code, r.json(), r.headers.get("www-authenticate")) for r in replies]
         )
     assert answers[0] == answers[1]
-    assert [status for status, _, _ in answers[0]] == [401, 400, 503, 400]
+    assert [status for status, _, _ in answers[0]] == [401, 400, 503, 400, 401, 400]
 
     limited = make_app(tmp_path / "none.sock", limits=RateLimits(rate=0.001, burst=1))
     with TestClient(limited) as client:
         assert client.post(f"{PREFIX}/jobs", content=b"{}").status_code == 401
         refused = client.post(f"{PREFIX}/jobs", content=b"{}")
     assert refused.status_code == 429 and refused.headers["retry-after"]
+
+
+def test_a_body_in_several_messages_is_read_whole_up_to_its_limit() -> None:
+    """app._body reads the ASGI messages itself: pieces joined, the 1 MiB limit over all
+    of them, and a client gone before the end is Starlette's ClientDisconnect."""
+    from starlette.requests import ClientDisconnect
+    from starlette.responses import Response
+
+    from gbatch.api.app import MAX_BODY, _body
+
+    def receiving(*messages: dict[str, Any]) -> Any:
+        queue = list(messages)
+
+        async def receive() -> dict[str, Any]:
+            return queue.pop(0)
+
+        return receive
+
+    def piece(body: bytes, more: bool = True) -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": more}
+
+    async def scenario() -> None:
+        text = await _body(
+            receiving(piece(b"com"), piece("mand: \u00e9".encode()), piece(b"", False))
+        )
+        assert text == "command: \u00e9"
+        assert await _body(receiving({"type": "http.request"})) == ""
+        half = b"#" * (MAX_BODY // 2)
+        too_large = await _body(receiving(piece(half), piece(half), piece(b"\n", False)))
+        assert isinstance(too_large, Response) and too_large.status_code == 400
+        assert b"larger than 1 MiB" in bytes(too_large.body)
+        with pytest.raises(ClientDisconnect):
+            await _body(receiving(piece(b"a"), {"type": "http.disconnect"}))
+
+    asyncio.run(scenario())

@@ -90,6 +90,47 @@ def test_a_connection_the_daemon_closed_is_replaced(tmp_path: Path) -> None:
     assert daemon.connections == 3
 
 
+def test_a_connection_that_sent_more_than_its_reply_is_not_kept(tmp_path: Path) -> None:
+    """gbatchd writes one line a request: bytes past it are no reply of the next request's."""
+    path = tmp_path / "d.sock"
+    link = DaemonLink(path)
+
+    async def twice(request: dict[str, object], writer: asyncio.StreamWriter) -> bool:
+        await echo(request, writer)
+        writer.write(b'{"ok":true,"stray":1}\n')
+        return True
+
+    async def scenario() -> None:
+        for n in range(2):
+            assert await link.send({"n": n}) == {"echo": {"n": n}}
+
+    daemon = FakeDaemon(twice)
+    run(path, daemon, scenario)
+    assert daemon.connections == 2
+
+
+def test_a_reply_in_many_pieces_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "d.sock"
+    link = DaemonLink(path)
+    rows = [{"id": n, "name": "x" * 100} for n in range(5000)]  # ~600 KB, many reads
+
+    async def slowly(request: dict[str, object], writer: asyncio.StreamWriter) -> bool:
+        line = json.dumps({"ok": True, "rows": rows}).encode() + b"\n"
+        for at in range(0, len(line), 70_000):
+            writer.write(line[at : at + 70_000])
+            await writer.drain()
+            await asyncio.sleep(0)
+        return True
+
+    async def scenario() -> None:
+        assert await link.send({"op": "list"}) == {"rows": rows}
+        assert await link.send({"op": "list"}) == {"rows": rows}
+
+    daemon = FakeDaemon(slowly)
+    run(path, daemon, scenario)
+    assert daemon.connections == 1
+
+
 def test_a_slow_reply_holds_up_no_other_request(tmp_path: Path) -> None:
     path = tmp_path / "d.sock"
     link = DaemonLink(path)
@@ -119,12 +160,16 @@ def test_a_reply_not_given_in_time_or_cut_short_is_the_clients_error(tmp_path: P
         if request.get("op") == "cut":
             writer.write(b'{"ok":true,')
             return False
+        if request.get("op") == "close":
+            return False
         await asyncio.Event().wait()  # never
         return False
 
     async def scenario() -> None:
         with pytest.raises(DaemonUnavailable, match="before its reply's end"):
             await DaemonLink(path).send({"op": "cut"})
+        with pytest.raises(DaemonUnavailable, match=r"\(the daemon closed the connection\)"):
+            await DaemonLink(path).send({"op": "close"})
         with pytest.raises(ReplyTimeout):
             await DaemonLink(path, timeout=0.05).send({"op": "hang"})
 

@@ -15,7 +15,14 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from gbatch.api.ratelimit import Limiter, RateLimitMiddleware, RateLimits, is_stream
+from gbatch.api.ratelimit import (
+    Limiter,
+    RateLimitMiddleware,
+    RateLimits,
+    bearer,
+    credential,
+    is_stream,
+)
 from gbatch.cli.api import _positive_float, _positive_int
 
 
@@ -40,6 +47,37 @@ def test_a_token_names_its_users_bucket_only_once_gbatchd_has_accepted_it() -> N
     assert limiter.key(None, "10.0.0.9") == "addr:10.0.0.9"
     limiter.forget(real)  # gbatchd now refuses it (revoked, expired)
     assert limiter.key(real, "10.0.0.1") == "addr:10.0.0.1"
+
+
+def test_the_token_is_the_first_authorization_headers_bearer_else_the_session_cookie() -> None:
+    from gbatch.api.web import COOKIE
+
+    def scope(*headers: tuple[bytes, bytes]) -> dict[str, object]:
+        return {"type": "http", "headers": list(headers)}
+
+    auth = b"authorization"
+    assert bearer(scope((auth, b"Bearer  T1 "), (auth, b"Bearer T2"))) == "T1"
+    assert bearer(scope((auth, b"bearer T1"))) == "T1"  # the scheme in any case
+    for value in (b"Basic dXNlcjpwdw==", b"Bearer ", b"Bearer", b"T1"):
+        assert bearer(scope((auth, value))) is None
+    assert bearer(scope((b"authorization-x", b"Bearer T1"))) is None
+    cookie = (b"cookie", f"{COOKIE}=C1".encode())
+    assert credential(scope(cookie, (auth, b"Bearer T1"))) == "T1"
+    assert credential(scope(cookie)) == "C1"  # the web page's session
+    assert credential(scope((auth, b"Basic x"), cookie)) == "C1"
+    assert credential(scope()) is None
+
+
+def test_a_token_digested_last_is_not_mistaken_for_another() -> None:
+    """The limiter keeps the last token's digest: the next token's must be its own."""
+    limiter = Limiter()
+    alice, bob = jwt_for("alice"), jwt_for("bob")
+    limiter.vouch(alice)
+    limiter.vouch(bob)
+    assert limiter.key(alice, "h") == "user:alice" and limiter.key(bob, "h") == "user:bob"
+    limiter.forget(alice)
+    assert limiter.key(alice, "h") == "addr:h" and limiter.key(bob, "h") == "user:bob"
+    assert limiter.key("", "h") == "addr:h"
 
 
 def test_a_token_that_is_not_a_jwt_is_never_vouched_for() -> None:

@@ -65,11 +65,11 @@ SCRIPT_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".job")
 def looks_like_script(text: str, name: str = "") -> bool:
     """A batch script, not a YAML job file: its first line is `#!`, a line starts with
     `#SBATCH` (unindented), or its name ends like a script's (job.sh, run.slurm, ...)."""
-    first = text.lstrip("\ufeff").split("\n", 1)[0]
-    if first.startswith("#!") or name.endswith(SCRIPT_SUFFIXES):
+    if text.lstrip("\ufeff").startswith("#!") or name.endswith(SCRIPT_SUFFIXES):
         return True
-    # At the start of a line: an indented one is a YAML job file's `script:`.
-    return any(line.startswith(DIRECTIVE) for line in text.split("\n"))
+    # At the start of a line: an indented one is a YAML job file's `script:`. Found in
+    # the text whole, not line by line (a list of its lines and a test of each).
+    return text.startswith(DIRECTIVE) or "\n" + DIRECTIVE in text
 
 
 def parse_script(

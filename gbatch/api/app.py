@@ -28,6 +28,7 @@ from gbatch.api.link import DaemonLink
 from gbatch.api.openapi import PREFIX, document
 from gbatch.api.ratelimit import Limiter, RateLimitMiddleware, RateLimits, bearer
 from gbatch.cli.exits import CliError
+from gbatch.cli.sbatch import request_for_text  # loads neither yaml nor the spec until used
 from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 from gbatch.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
 
@@ -166,8 +167,6 @@ class Api:
         body = await _body(receive)
         if isinstance(body, Response):
             return body
-        from gbatch.cli.sbatch import request_for_text  # deferred: yaml, the spec
-
         try:
             if len(body) <= INLINE_PARSE_BYTES:
                 request = request_for_text(body, "api")

@@ -52,11 +52,11 @@ class DaemonLink:
     async def exchange(self, request: Mapping[str, Any]) -> bytes:
         """Write `request`, read its reply's line (with its newline)."""
         payload = request_line(request)
-        slots = self._bind()
+        loop, slots = self._bind()
         async with slots:
-            connection = self._take_idle() or await self._connect()
+            connection = self._take_idle() or await self._connect(loop)
             try:
-                line = await connection.ask(payload, self.timeout)
+                line = await connection.ask(loop, payload, self.timeout)
             except TimeoutError as err:
                 connection.close()
                 raise ReplyTimeout(self.socket_path, self.timeout) from err
@@ -75,13 +75,13 @@ class DaemonLink:
             self._keep(connection)
             return line
 
-    def _bind(self) -> asyncio.Semaphore:
+    def _bind(self) -> tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]:
         loop = asyncio.get_running_loop()
         if loop is not self._loop or self._slots is None:
             # Connections and semaphores belong to the loop that made them.
             self._loop, self._idle = loop, []
             self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
-        return self._slots
+        return loop, self._slots
 
     def _take_idle(self) -> _Connection | None:
         while self._idle:
@@ -97,8 +97,7 @@ class DaemonLink:
         else:
             connection.close()
 
-    async def _connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Connection:
         try:
             async with asyncio.timeout(self.timeout):
                 _, connection = await loop.create_unix_connection(
@@ -128,13 +127,12 @@ class _Connection(asyncio.Protocol):
         self._ended = False  # gbatchd closed it, or it broke
         self._error: OSError | None = None  # how it broke
 
-    async def ask(self, payload: bytes, timeout: float) -> bytes:
+    async def ask(self, loop: asyncio.AbstractEventLoop, payload: bytes, timeout: float) -> bytes:
         """Write `payload`, wait for the reply's line (with its newline) within `timeout`
         seconds (TimeoutError). The connection's end before the newline: what came of the
         line (b"" for nothing), or the OSError that ended it when nothing came."""
         transport = self._transport
         assert transport is not None and self._waiter is None and self._line is None
-        loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
         # gbatchd may answer before it has read the whole request (one it will not
         # serve) and close: the answer is read whether or not the write went through.

@@ -91,6 +91,12 @@ def test_a_script_is_told_from_a_yaml_job_file_by_its_first_line() -> None:
     assert looks_like_script("hostname\n", "run.slurm")
     assert not looks_like_script("# a job file\nname: x\n", "job.yaml")
     assert not looks_like_script("name: x\n")
+    # #SBATCH counts at a line's start only: indented, it is a job file's `script:`.
+    assert not looks_like_script("name: x\nscript: |\n  #SBATCH -J x\n  echo hi\n")
+    assert not looks_like_script("command: echo '#SBATCH -J x'\n")
+    assert not looks_like_script("\ufeff#SBATCH -J x\n")  # as before: the BOM is the line's
+    assert not looks_like_script("\n#!/bin/bash\n")  # the first line only
+    assert looks_like_script("a: 1\r\n#SBATCH -J x\r\n")
 
 
 def test_a_job_files_script_without_a_shebang_runs_under_bash_from_its_first_line() -> None:

@@ -15,7 +15,7 @@ Figures:
   (d) (a) again with 10,000 held jobs already in the queue;
   (e) the whole process `gbatch sbatch --wrap true -H`.
 
-`--queued N [--checkout DIR ...]` measures one figure instead: (a) with N held single
+`--queued N [--checkout DIR ...] [--runs R]` measures one figure instead: (a) with N held single
 jobs already queued (each its own row, written into the store before the daemon
 starts: submitting 100,000 one by one would take minutes), one daemon per checkout
 (PYTHONPATH), the checkouts' runs alternating (A, B, A, B, ...).
@@ -208,11 +208,18 @@ def main() -> None:
         default=[],
         help="with --queued: a daemon of this checkout's code (repeat: runs alternate)",
     )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        help="with --queued: runs of 500 submits per checkout (default 5, 3 with --quick); "
+        "more runs give a steadier median on a noisy machine",
+    )
     args = parser.parse_args()
     if args.queued is not None:
         print(machine_note())
         checkouts = [path.resolve() for path in args.checkout] or [REPO]
-        queued_submits(checkouts, args.queued, 3 if args.quick else 5, 500)
+        runs = args.runs or (3 if args.quick else 5)
+        queued_submits(checkouts, args.queued, runs, 500)
         return
     reps = 3 if args.quick else 7
     single_count = 200 if args.quick else 500

@@ -198,6 +198,45 @@ def test_submit_writes_one_pending_submitted_event_per_job(store: Store) -> None
         assert (events[0].state, events[0].reason) == (JobState.PENDING, "submitted")
 
 
+def test_a_submit_event_is_told_from_the_job_row_not_stored(store: Store, db_path: Path) -> None:
+    """A submit writes no `events` row (two pages less in each submit's commit): the
+    event is the job's own submit_time, told first by Store.events."""
+    ids = store.submit([spec("a"), spec("b")], uid=1000, user="alice", now=T0)
+    store.set_state(ids[0], JobState.CANCELLED, "cancelled by alice", T0 + 5, end_time=T0 + 5)
+
+    raw = sqlite3.connect(db_path)
+    try:
+        stored = raw.execute("SELECT job_id, state, reason FROM events ORDER BY id").fetchall()
+    finally:
+        raw.close()
+    assert stored == [(ids[0], "CANCELLED", "cancelled by alice")]
+    assert [(e.state, e.reason, e.time) for e in store.events(ids[0])] == [
+        (JobState.PENDING, "submitted", T0),
+        (JobState.CANCELLED, "cancelled by alice", T0 + 5),
+    ]
+
+
+def test_a_stored_submit_event_of_an_older_store_is_told_once(store: Store, db_path: Path) -> None:
+    """Jobs submitted by a gbatch that stored their submit event keep it: told once."""
+    (job_id,) = store.submit([spec()], uid=1000, user="alice", now=T0)
+    raw = sqlite3.connect(db_path)
+    try:
+        with raw:
+            raw.execute(
+                "INSERT INTO events (job_id, time, state, reason)"
+                " VALUES (?, ?, 'PENDING', 'submitted')",
+                (job_id, T0),
+            )
+    finally:
+        raw.close()
+    store.set_state(job_id, JobState.CANCELLED, "cancelled", T0 + 1, end_time=T0 + 1)
+
+    assert [(e.state, e.reason) for e in store.events(job_id)] == [
+        (JobState.PENDING, "submitted"),
+        (JobState.CANCELLED, "cancelled"),
+    ]
+
+
 def test_submit_round_trips_the_full_spec(store: Store) -> None:
     full = JobSpec(
         name="sweep",

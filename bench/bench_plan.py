@@ -348,24 +348,36 @@ def between_passes(daemon: Daemon) -> None:
         collector.full_when_due()
 
 
-def first_read(daemon: Daemon) -> tuple[list[float], float, float]:
+def first_read(daemon: Daemon) -> tuple[list[float], float, float, list[float]]:
     """The passes of a loop's first read of its window, until it planned: each pass's
-    ms, the wall ms and the CPU ms of them all."""
+    ms, the wall ms and the CPU ms of them all, and the ms of those that planned (where
+    the checkout tells: its reasons written over passes; else the last)."""
     passes: list[float] = []
+    plans: list[float] = []
     began, cpu = time.perf_counter(), time.process_time()
     while True:
         passes.append(one_pass(daemon))
-        if getattr(daemon._window, "complete", True):  # before the spread read: one pass
+        if getattr(daemon, "_unread", True) is False:
+            plans.append(passes[-1])
+        # Until the window is planned whole and every reason the plan gave written
+        # (Daemon.caught_up; before it, the window complete; before the spread read,
+        # one pass).
+        if getattr(daemon, "caught_up", getattr(daemon._window, "complete", True)):
             break
-    return passes, (time.perf_counter() - began) * 1000, (time.process_time() - cpu) * 1000
+    wall, cpu = (time.perf_counter() - began) * 1000, (time.process_time() - cpu) * 1000
+    return passes, wall, cpu, plans or passes[-1:]
 
 
-def told(what: str, read: tuple[list[float], float, float], after: float, fulls: str) -> str:
-    passes, wall, cpu = read
+def told(
+    what: str, read: tuple[list[float], float, float, list[float]], after: float, fulls: str
+) -> str:
+    passes, wall, cpu, plans = read
+    reads = passes[: len(passes) - len(plans)]
     return (
         f"{what}: {len(passes)} passes, the first {passes[0]:.1f} ms, median "
-        f"{statistics.median(passes):.1f} ms, the longest {max(passes):.1f} ms (before the "
-        f"one that plans: {max(passes[:-1], default=0.0):.1f} ms), planned "
+        f"{statistics.median(passes):.1f} ms, the longest {max(passes):.1f} ms (of the "
+        f"{len(reads)} before the one that plans: {max(reads, default=0.0):.1f} ms; of the "
+        f"{len(plans)} that plan and write the reasons: {max(plans):.1f} ms), planned "
         f"after {wall:.0f} ms ({cpu:.0f} ms of CPU; {fulls}); the pass after {after:.1f} ms"
     )
 

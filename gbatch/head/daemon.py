@@ -98,6 +98,9 @@ WINDOW_ROWS_PER_PASS = 1000
 # changed) owes the rest, and the loop's next passes follow at once and write them, the
 # newest plan's reason for each. So no pass waits on 50,000 writes (~0.37 s).
 REASONS_PER_PASS = 2000
+# A pass whose read brought more changed rows than this plans nothing, and the next one
+# (at once) plans them.
+READ_ALONE_ROWS = 500
 # Arrays whose extent (task -> job id) the daemon remembers for dependencies on them.
 ARRAY_CACHE_MAX = 10_000
 KILLED_REASON = "dependency can never be satisfied (kill_invalid_depend)"
@@ -164,7 +167,10 @@ class Daemon:
         # how many a pass writes (None: all of them, as tests compare).
         self._owed: dict[int, str] = {}
         self.reasons_per_pass: int | None = REASONS_PER_PASS
-        self._unread = True  # no pass has planned the window whole yet
+        # The last pass planned nothing: the window was not whole yet, or was completed
+        # by it, or it read many rows (READ_ALONE_ROWS; None: plan them at once).
+        self._unread = True
+        self.read_alone_rows: int | None = READ_ALONE_ROWS
         # The window split as the filters need it, kept from its changes: the jobs
         # without a --begin, dependency or throttle (plain), how many per user, those
         # asking an image; the others (special), filtered afresh each pass; the special
@@ -695,8 +701,13 @@ class Daemon:
         self.store.refill_arrays(ARRAY_ROWS)
         spread = self._window.seen is not None and not self._window.complete
         self.store.update_window(self._window)
-        self._split_window()
-        self._unread = not self._window.complete or spread
+        read = self._split_window()
+        # A pass that read many rows (a newcomer's burst of 1,000 jobs) plans at the
+        # next: reading them and planning them are ~10 ms of CPU each. Never two such
+        # passes in a row, so a flood of submits cannot keep the loop from planning.
+        alone = self.read_alone_rows
+        big = alone is not None and read > alone and not self._unread
+        self._unread = not self._window.complete or spread or big
         if self._unread:
             # A spread first read (a restart over a long queue): plan nothing until the
             # window holds every user's jobs, or a job could start ahead of one not read
@@ -838,9 +849,10 @@ class Daemon:
             for node in self.fleet.nodes.values()
         ]
 
-    def _split_window(self) -> None:
+    def _split_window(self) -> int:
         """Bring the plain/special split up to the window just read, from its changes
-        alone (the whole window after a first read); they are the planner's to take."""
+        alone (the whole window after a first read); they are the planner's to take.
+        Returns how many changes it took."""
         changes = self._window.take_changes()
         if changes is None:
             self._plain.clear()
@@ -850,11 +862,8 @@ class Daemon:
             self._owed.clear()
             self._plan_all = True
             changes = {job.id: job for job in self._window.jobs()}
-        plain, users, owed = self._plain, self._plain_users, self._owed
+        plain, users = self._plain, self._plain_users
         for job_id, job in changes.items():
-            # Its row changed: the planner takes it again, with the row's reason, and
-            # reports its own where that differs; an older plan's is stale.
-            owed.pop(job_id, None)
             old = plain.pop(job_id, None)
             if old is not None:
                 left = users[old.user] - 1
@@ -875,6 +884,7 @@ class Daemon:
             else:
                 self._special[job_id] = job
         self._unplanned.update(changes)
+        return len(changes)
 
     def _queue_planner(self, special: Sequence[Job]) -> None:
         """Bring the planner's queue to what the filters let through this pass (the
@@ -897,7 +907,7 @@ class Daemon:
         if planner is None:
             self._unplanned.clear()
             return
-        planned, plain = self._planned, self._plain
+        planned, plain, owed = self._planned, self._plain, self._owed
         reason = self._window.reason  # the row's: the planner reports only a new one
         let_through = {job.id: job for job in special}
         if self._plan_all:
@@ -908,13 +918,17 @@ class Daemon:
         for job_id in looked_at:
             job = plain.get(job_id) or let_through.get(job_id)
             was = planned.get(job_id)
+            # A job put again counts the row's reason told, and one gone none: a reason
+            # owed it by an older plan is stale (the next reports its own, if other).
             if job is None:
                 if was is not None:
                     planner.discard(job_id)
                     del planned[job_id]
+                    owed.pop(job_id, None)
             elif was is not job:
                 planner.put(job, reason(job))
                 planned[job_id] = job
+                owed.pop(job_id, None)
         self._special_planned = set(let_through)
         self._unplanned.clear()
 

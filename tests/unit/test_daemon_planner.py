@@ -39,6 +39,7 @@ T0 = 1_700_000_000.0
 WINDOW = 3  # each user's first jobs planned (the daemon's PLAN_JOBS_PER_USER)
 ROWS_PER_READ = 2  # a first read's rows per pass (the daemon's WINDOW_ROWS_PER_PASS)
 REASONS_PER_PASS = 2  # the reasons a pass writes (the daemon's REASONS_PER_PASS)
+READ_ALONE_ROWS = 2  # a pass reading more changes plans at the next (READ_ALONE_ROWS)
 
 
 class Side:
@@ -115,6 +116,7 @@ class Side:
         planned = 0
         while True:
             before = (list(self.started), self.seen())
+            self.planned_writes = 0
             self.daemon.schedule(now)
             if self.daemon._unread:
                 assert (self.started, self.seen()) == before
@@ -122,7 +124,6 @@ class Side:
                 planned += 1
                 bound = self.daemon.reasons_per_pass
                 assert bound is None or self.planned_writes <= bound
-            self.planned_writes = 0
             if self.daemon.caught_up:
                 return planned
 
@@ -239,7 +240,9 @@ def test_the_loop_through_the_planner_does_what_the_full_plan_does(
         sides = [Side(Path(tmp) / "full", False), Side(Path(tmp) / "incremental", True)]
         full, incremental = sides
         full.daemon.reasons_per_pass = None
+        full.daemon.read_alone_rows = None
         incremental.daemon.reasons_per_pass = REASONS_PER_PASS
+        incremental.daemon.read_alone_rows = READ_ALONE_ROWS
         try:
             now = T0
             for op in ops:
@@ -533,5 +536,62 @@ def test_an_owed_reason_of_a_job_changed_meanwhile_is_not_written(tmp_path: Path
         while not daemon.caught_up:
             daemon.schedule(T0)
         assert store.require(stale).reason == store.require(other).reason == "Priority"
+    finally:
+        side.close()
+
+
+def test_a_pass_that_read_many_rows_plans_them_at_the_next(tmp_path: Path) -> None:
+    """A pass whose read brings more changed rows than `read_alone_rows` (a newcomer's
+    burst) starts nothing, writes no reason and wakes the loop; the next pass plans them,
+    even when it read as many again (a flood never keeps the loop from planning)."""
+    side = Side(tmp_path, incremental=True)
+    try:
+        store, daemon = side.store, side.daemon
+        daemon.read_alone_rows = 2
+        small = JobSpec(name="small", command=("true",), gpus=1, time_limit=60)
+        store.submit([small], 1000, "alice", T0)
+        daemon.schedule(T0)  # a first read plans at once
+        assert len(side.started) == 1
+        store.submit([small] * 3, 1000, "bob", T0)
+        daemon.wake.clear()
+        daemon.schedule(T0)
+        assert daemon.wake.is_set() and not daemon.caught_up
+        assert len(side.started) == 1
+        assert {job.reason for job in store.jobs() if job.state is JobState.PENDING} == {""}
+        store.submit([small] * 3, 1000, "carol", T0)  # as many again
+        daemon.wake.clear()
+        daemon.schedule(T0)
+        assert len(side.started) == 7 and daemon.caught_up
+        assert not daemon.wake.is_set()
+    finally:
+        side.close()
+
+
+def test_an_owed_reason_of_a_job_planned_again_from_its_row_is_dropped(
+    tmp_path: Path,
+) -> None:
+    """A job still owed a reason whose row changes (a priority update) is planned again
+    from its row: where the new plan gives the reason the row shows, the older owed one
+    is not written."""
+    side = Side(tmp_path, incremental=True)
+    try:
+        store, daemon = side.store, side.daemon
+        busy_nodes(side)
+        big = JobSpec(name="big", command=("true",), gpus=GPUS, time_limit=60)
+        ids = store.submit([big] * 3, 1000, "alice", T0)
+        side.schedule(T0)
+        shown = {job_id: store.require(job_id).reason for job_id in ids}
+        assert shown[ids[2]] == "Priority"
+        daemon.reasons_per_pass = 1
+        side.down = set(NODES)  # every reason changes: one written, two owed
+        daemon.schedule(T0)
+        assert not daemon.caught_up and store.require(ids[2]).reason == "Priority"
+        side.down = set()
+        last = store.require(ids[2])
+        store.update_spec(
+            last.id, last.spec, replace(last.spec, priority=-1), {JobState.PENDING}, "u", T0
+        )
+        side.schedule(T0)
+        assert {job_id: store.require(job_id).reason for job_id in ids} == shown
     finally:
         side.close()

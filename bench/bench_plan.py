@@ -395,6 +395,7 @@ def churn(
     figures, the RSS growth, and what a whole collection still finds at the end."""
     spec = JobSpec(name="churn", command=("python", "train.py"), gpus=1, time_limit=3600)
     samples = []
+    arrivals = []  # the passes that read a newcomer's jobs, and the one after each
     rss_before = rss_mib()
     mark = len(fulls.ms)
     joined = 0
@@ -410,6 +411,8 @@ def churn(
         gone = rng.sample(sorted(daemon._window._jobs), 10)
         store.cancel_pending(gone, "churn", time.time())
         samples.append(one_pass(daemon))
+        if newcomers and n % newcomers in (0, 1):
+            arrivals.append(samples[-1])
         between_passes(daemon)
     rss_after = rss_mib()
     in_passes = fulls.since(mark)
@@ -432,7 +435,13 @@ def churn(
         f"{statistics.median(samples):.1f} ms, p90 "
         f"{samples[round(0.9 * (len(samples) - 1))]:.1f} ms, the longest {samples[-1]:.1f} ms "
         f"({in_passes}); "
-        f"RSS {rss_before:.0f} -> {rss_after:.0f} MiB; a whole collection then found "
+        + (
+            f"those reading a newcomer's jobs and the next: median "
+            f"{statistics.median(arrivals):.1f} ms, the longest {max(arrivals):.1f} ms; "
+            if arrivals
+            else ""
+        )
+        + f"RSS {rss_before:.0f} -> {rss_after:.0f} MiB; a whole collection then found "
         f"{found} objects in {whole:.1f} ms (CPU {whole_cpu:.1f} ms)"
     )
 

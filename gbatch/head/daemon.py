@@ -93,11 +93,13 @@ PLAN_JOBS_PER_USER = 1000
 # follow one another at once. A queue under this many runnable jobs is read and planned
 # in one pass, as before.
 WINDOW_ROWS_PER_PASS = 1000
-# A pass writes at most this many pending reasons (one UPDATE each, ~6 us at rest, twice
-# that at load 2); a plan that changes more of them (a fresh store's first, the nodes
-# changed) owes the rest, and the loop's next passes follow at once and write them, the
-# newest plan's reason for each. So no pass waits on 50,000 writes (~0.37 s).
-REASONS_PER_PASS = 2000
+# A pass writes at most this many pending reasons; a plan that changes more of them (a
+# fresh store's first, the nodes changed) owes the rest, and the loop's next passes
+# follow at once and write them, the newest plan's reason for each. So no pass waits on
+# 50,000 writes (~0.3 s). Measured at 100,000 pending (bench_plan.py --loop-only, load
+# ~0.9): a pass writing 1,000 took 5-7 ms (11-12 ms when SQLite checkpointed its WAL),
+# the first plan's 17.6 ms; writing 2,000, 10-12 ms (16-18) and 22.4 ms.
+REASONS_PER_PASS = 1000
 # A pass whose read brought more changed rows than this plans nothing, and the next one
 # (at once) plans them.
 READ_ALONE_ROWS = 500

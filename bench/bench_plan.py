@@ -395,7 +395,8 @@ def churn(
     figures, the RSS growth, and what a whole collection still finds at the end."""
     spec = JobSpec(name="churn", command=("python", "train.py"), gpus=1, time_limit=3600)
     samples = []
-    arrivals = []  # the passes that read a newcomer's jobs, and the one after each
+    arrivals: list[float] = []  # the passes that read a newcomer's jobs
+    afters: list[float] = []  # the pass after each (where a checkout plans them then)
     rss_before = rss_mib()
     mark = len(fulls.ms)
     joined = 0
@@ -412,7 +413,7 @@ def churn(
         store.cancel_pending(gone, "churn", time.time())
         samples.append(one_pass(daemon))
         if newcomers and n % newcomers in (0, 1):
-            arrivals.append(samples[-1])
+            (afters if n % newcomers else arrivals).append(samples[-1])
         between_passes(daemon)
     rss_after = rss_mib()
     in_passes = fulls.since(mark)
@@ -436,9 +437,10 @@ def churn(
         f"{samples[round(0.9 * (len(samples) - 1))]:.1f} ms, the longest {samples[-1]:.1f} ms "
         f"({in_passes}); "
         + (
-            f"those reading a newcomer's jobs and the next: median "
-            f"{statistics.median(arrivals):.1f} ms, the longest {max(arrivals):.1f} ms; "
-            if arrivals
+            f"those reading a newcomer's jobs: median {statistics.median(arrivals):.1f} ms, "
+            f"the longest {max(arrivals):.1f} ms, the passes after them: median "
+            f"{statistics.median(afters):.1f} ms, the longest {max(afters):.1f} ms; "
+            if arrivals and afters
             else ""
         )
         + f"RSS {rss_before:.0f} -> {rss_after:.0f} MiB; a whole collection then found "

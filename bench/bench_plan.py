@@ -15,8 +15,10 @@ the store, the dependency, begin-time and throttle filters, the node views, usag
 planner's pass and the reasons written. It reports apart the first read of the loop's
 window (50 users x 1,000 jobs at 100,000): its passes (spread over passes of about
 WINDOW_ROWS_PER_PASS rows each, as gbatch/head/daemon.py does; one pass before that),
-the first and the longest, the time until the window was planned (every reason
-written) and the CPU it took; then the pass after it (which takes what the first
+the first and the longest, the longest of those before the one that plans and of those
+that plan and write the reasons (where the checkout writes them over passes of
+REASONS_PER_PASS: until Daemon.caught_up), the time until the window was planned (every
+reason written) and the CPU it took; then the pass after it (which takes what the first
 wrote), the daemon's RSS before and after them, and then the same for a restarted
 loop over the same store (its reasons already written). `--loop-only` skips the plan()
 scenarios. With `--checkout DIR` (repeated) the loop is timed in a fresh process per
@@ -32,7 +34,8 @@ their median, p90 and longest, the full collections among them, the RSS growth, 
 the end what a whole collection still finds (the cyclic garbage the heap held) and how
 long it took; then as many again with also a new user's 1,000 jobs before every 20th (a
 new window each: the heap grows as a lab's queue does, and the collector's full
-collections come due).
+collections come due), with the passes that read a newcomer's jobs and the passes after
+them told apart (a checkout with READ_ALONE_ROWS plans them in the pass after).
 """
 
 from __future__ import annotations

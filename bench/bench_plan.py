@@ -15,8 +15,10 @@ the store, the dependency, begin-time and throttle filters, the node views, usag
 planner's pass and the reasons written. It reports apart the first read of the loop's
 window (50 users x 1,000 jobs at 100,000): its passes (spread over passes of about
 WINDOW_ROWS_PER_PASS rows each, as gbatch/head/daemon.py does; one pass before that),
-the first and the longest, the time until the window was planned (every reason
-written) and the CPU it took; then the pass after it (which takes what the first
+the first and the longest, the longest of those before the one that plans and of those
+that plan and write the reasons (where the checkout writes them over passes of
+REASONS_PER_PASS: until Daemon.caught_up), the time until the window was planned (every
+reason written) and the CPU it took; then the pass after it (which takes what the first
 wrote), the daemon's RSS before and after them, and then the same for a restarted
 loop over the same store (its reasons already written). `--loop-only` skips the plan()
 scenarios. With `--checkout DIR` (repeated) the loop is timed in a fresh process per
@@ -32,7 +34,8 @@ their median, p90 and longest, the full collections among them, the RSS growth, 
 the end what a whole collection still finds (the cyclic garbage the heap held) and how
 long it took; then as many again with also a new user's 1,000 jobs before every 20th (a
 new window each: the heap grows as a lab's queue does, and the collector's full
-collections come due).
+collections come due), with the passes that read a newcomer's jobs and the passes after
+them told apart (a checkout with READ_ALONE_ROWS plans them in the pass after).
 """
 
 from __future__ import annotations
@@ -348,24 +351,36 @@ def between_passes(daemon: Daemon) -> None:
         collector.full_when_due()
 
 
-def first_read(daemon: Daemon) -> tuple[list[float], float, float]:
+def first_read(daemon: Daemon) -> tuple[list[float], float, float, list[float]]:
     """The passes of a loop's first read of its window, until it planned: each pass's
-    ms, the wall ms and the CPU ms of them all."""
+    ms, the wall ms and the CPU ms of them all, and the ms of those that planned (where
+    the checkout tells: its reasons written over passes; else the last)."""
     passes: list[float] = []
+    plans: list[float] = []
     began, cpu = time.perf_counter(), time.process_time()
     while True:
         passes.append(one_pass(daemon))
-        if getattr(daemon._window, "complete", True):  # before the spread read: one pass
+        if getattr(daemon, "_unread", True) is False:
+            plans.append(passes[-1])
+        # Until the window is planned whole and every reason the plan gave written
+        # (Daemon.caught_up; before it, the window complete; before the spread read,
+        # one pass).
+        if getattr(daemon, "caught_up", getattr(daemon._window, "complete", True)):
             break
-    return passes, (time.perf_counter() - began) * 1000, (time.process_time() - cpu) * 1000
+    wall, cpu = (time.perf_counter() - began) * 1000, (time.process_time() - cpu) * 1000
+    return passes, wall, cpu, plans or passes[-1:]
 
 
-def told(what: str, read: tuple[list[float], float, float], after: float, fulls: str) -> str:
-    passes, wall, cpu = read
+def told(
+    what: str, read: tuple[list[float], float, float, list[float]], after: float, fulls: str
+) -> str:
+    passes, wall, cpu, plans = read
+    reads = passes[: len(passes) - len(plans)]
     return (
         f"{what}: {len(passes)} passes, the first {passes[0]:.1f} ms, median "
-        f"{statistics.median(passes):.1f} ms, the longest {max(passes):.1f} ms (before the "
-        f"one that plans: {max(passes[:-1], default=0.0):.1f} ms), planned "
+        f"{statistics.median(passes):.1f} ms, the longest {max(passes):.1f} ms (of the "
+        f"{len(reads)} before the one that plans: {max(reads, default=0.0):.1f} ms; of the "
+        f"{len(plans)} that plan and write the reasons: {max(plans):.1f} ms), planned "
         f"after {wall:.0f} ms ({cpu:.0f} ms of CPU; {fulls}); the pass after {after:.1f} ms"
     )
 
@@ -383,6 +398,8 @@ def churn(
     figures, the RSS growth, and what a whole collection still finds at the end."""
     spec = JobSpec(name="churn", command=("python", "train.py"), gpus=1, time_limit=3600)
     samples = []
+    arrivals: list[float] = []  # the passes that read a newcomer's jobs
+    afters: list[float] = []  # the pass after each (where a checkout plans them then)
     rss_before = rss_mib()
     mark = len(fulls.ms)
     joined = 0
@@ -398,6 +415,8 @@ def churn(
         gone = rng.sample(sorted(daemon._window._jobs), 10)
         store.cancel_pending(gone, "churn", time.time())
         samples.append(one_pass(daemon))
+        if newcomers and n % newcomers in (0, 1):
+            (afters if n % newcomers else arrivals).append(samples[-1])
         between_passes(daemon)
     rss_after = rss_mib()
     in_passes = fulls.since(mark)
@@ -420,7 +439,14 @@ def churn(
         f"{statistics.median(samples):.1f} ms, p90 "
         f"{samples[round(0.9 * (len(samples) - 1))]:.1f} ms, the longest {samples[-1]:.1f} ms "
         f"({in_passes}); "
-        f"RSS {rss_before:.0f} -> {rss_after:.0f} MiB; a whole collection then found "
+        + (
+            f"those reading a newcomer's jobs: median {statistics.median(arrivals):.1f} ms, "
+            f"the longest {max(arrivals):.1f} ms, the passes after them: median "
+            f"{statistics.median(afters):.1f} ms, the longest {max(afters):.1f} ms; "
+            if arrivals and afters
+            else ""
+        )
+        + f"RSS {rss_before:.0f} -> {rss_after:.0f} MiB; a whole collection then found "
         f"{found} objects in {whole:.1f} ms (CPU {whole_cpu:.1f} ms)"
     )
 

@@ -93,6 +93,16 @@ PLAN_JOBS_PER_USER = 1000
 # follow one another at once. A queue under this many runnable jobs is read and planned
 # in one pass, as before.
 WINDOW_ROWS_PER_PASS = 1000
+# A pass writes at most this many pending reasons; a plan that changes more of them (a
+# fresh store's first, the nodes changed) owes the rest, and the loop's next passes
+# follow at once and write them, the newest plan's reason for each. So no pass waits on
+# 50,000 writes (~0.3 s). Measured at 100,000 pending (bench_plan.py --loop-only, load
+# ~0.9): a pass writing 1,000 took 5-7 ms (11-12 ms when SQLite checkpointed its WAL),
+# the first plan's 17.6 ms; writing 2,000, 10-12 ms (16-18) and 22.4 ms.
+REASONS_PER_PASS = 1000
+# A pass whose read brought more changed rows than this plans nothing, and the next one
+# (at once) plans them.
+READ_ALONE_ROWS = 500
 # Arrays whose extent (task -> job id) the daemon remembers for dependencies on them.
 ARRAY_CACHE_MAX = 10_000
 KILLED_REASON = "dependency can never be satisfied (kill_invalid_depend)"
@@ -155,6 +165,14 @@ class Daemon:
         # the queue it holds (id -> the Job put), what the filters let through last pass.
         self.planner: Planner | None = Planner()
         self._planned: dict[int, Job] = {}
+        # The pending reasons a plan gave that are not written yet (id -> reason), and
+        # how many a pass writes (None: all of them, as tests compare).
+        self._owed: dict[int, str] = {}
+        self.reasons_per_pass: int | None = REASONS_PER_PASS
+        # The last pass planned nothing: the window was not whole yet, or was completed
+        # by it, or it read many rows (READ_ALONE_ROWS; None: plan them at once).
+        self._unread = True
+        self.read_alone_rows: int | None = READ_ALONE_ROWS
         # The window split as the filters need it, kept from its changes: the jobs
         # without a --begin, dependency or throttle (plain), how many per user, those
         # asking an image; the others (special), filtered afresh each pass; the special
@@ -683,12 +701,22 @@ class Daemon:
 
     def schedule(self, now: float) -> None:
         self.store.refill_arrays(ARRAY_ROWS)
+        spread = self._window.seen is not None and not self._window.complete
         self.store.update_window(self._window)
-        self._split_window()
-        if not self._window.complete:
+        read = self._split_window()
+        # A pass that read many rows (a newcomer's burst of 1,000 jobs) plans at the
+        # next: reading them and planning them are ~10 ms of CPU each. Never two such
+        # passes in a row, so a flood of submits cannot keep the loop from planning.
+        alone = self.read_alone_rows
+        big = alone is not None and read > alone and not self._unread
+        self._unread = not self._window.complete or spread or big
+        if self._unread:
             # A spread first read (a restart over a long queue): plan nothing until the
             # window holds every user's jobs, or a job could start ahead of one not read
-            # yet. Queue what was read, and read on at the next pass, at once.
+            # yet. Queue what was read, and read on at the next pass, at once. The
+            # pass that completes it plans at the next too: its read (~10-14 ms at
+            # 100,000 pending) and the first plan (a fresh store's: 50,000 reasons
+            # reported, ~17 ms) would not fit one pass's 20 ms.
             self._queue_planner(())
             if self.planner is not None:  # what it read that the plan will not revisit
                 allocated = self.store.jobs_in(ALLOCATED_STATES)
@@ -710,6 +738,7 @@ class Daemon:
         if not plain and not special:
             self._queue_planner(())
             self.expected_starts = {}
+            self._owed.clear()
             return
         allocated = self.store.jobs_in(ALLOCATED_STATES)
         if special:
@@ -734,13 +763,19 @@ class Daemon:
             result = self.planner.plan(views, usage, now, limits, use)
             by_id = self._planned
         self.expected_starts = result.starts
-        reason = self._window.reason
-        written = {job_id: r for job_id, r in result.reasons.items() if reason(by_id[job_id]) != r}
+        self._owe(result.reasons, by_id)
+        owed = self._owed
+        for each in result.assignments:
+            owed.pop(each.job_id, None)
+        written = self._reasons_due(by_id)
         try:
             # The window keeps what it writes: the next pass reads none of these rows.
             self.store.set_pending_reasons(written, self._window)
         except BaseException:
-            if self.planner is not None:  # it counts them told: the next pass starts over
+            # The planner counts the reasons it reported told, owed or not: the next
+            # pass starts over, from the reasons the rows show.
+            owed.clear()
+            if self.planner is not None:
                 self.planner, self._planned = Planner(), {}
                 self._plan_all = True
             raise
@@ -752,6 +787,62 @@ class Daemon:
             now,
         )
 
+    def _owe(self, reasons: Mapping[int, str], by_id: Mapping[int, Job]) -> None:
+        """Take a plan's `reasons` into the owed, where they differ from the rows': the
+        newest plan's reason for a job wins, and one its row already shows is owed no
+        more."""
+        owed, reason = self._owed, self._window.reason
+        if self.planner is None:  # every job's reason, the rows' mostly alike
+            for job_id, r in reasons.items():
+                if reason(by_id[job_id]) != r:
+                    owed[job_id] = r
+                else:
+                    owed.pop(job_id, None)
+            return
+        # The planner reports a reason where it differs from the one it counts told:
+        # the row's (put with it, or written since), unless owed. So only a job owed
+        # already can be reported the reason its row shows (back to it): those are
+        # looked at, and the rest (a fresh store's first plan: ~all 50,000) taken whole.
+        small, large = (owed, reasons) if len(owed) < len(reasons) else (reasons, owed)
+        back = [job_id for job_id in small if job_id in large]
+        owed.update(reasons)
+        for job_id in back:
+            if reason(by_id[job_id]) == owed[job_id]:
+                del owed[job_id]
+
+    @property
+    def caught_up(self) -> bool:
+        """The last pass planned the whole window and wrote every reason its plans
+        gave: no pass follows at once for a spread first read or owed reasons."""
+        return not self._unread and not self._owed
+
+    def _reasons_due(self, queued: Mapping[int, Job]) -> dict[int, str]:
+        """The owed reasons this pass writes, taken from the owed: all of them, or the
+        first `reasons_per_pass` by job id (then the loop is woken for the next pass).
+        Only those of jobs in this pass's queue (`queued`): one the filters now hold
+        back (a --begin, a throttle) has the reason they wrote.
+
+        Job id order is submit order: the top of `squeue` and of the TUI's list, and
+        each user's oldest jobs, ~the heads of their queues (what a user looks at
+        first) are told first. The owed come in the plan's order, near to id order
+        within a user, so sorting them costs little (~2 ms for 50,000); and they all go
+        within a second anyway (a fresh store's 50,000: 50 passes of 5-7 ms)."""
+        owed, bound = self._owed, self.reasons_per_pass
+        if bound is None or len(owed) <= bound:
+            due = {job_id: r for job_id, r in owed.items() if job_id in queued}
+            owed.clear()
+            return due
+        due = {}
+        for job_id in sorted(owed):
+            r = owed.pop(job_id)
+            if job_id in queued:
+                due[job_id] = r
+                if len(due) == bound:
+                    break
+        if owed:
+            self.wake.set()  # the next pass at once, as a spread first read's
+        return due
+
     def _node_views(
         self, allocated: Sequence[Job], check_engines: bool, now: float
     ) -> list[NodeView]:
@@ -761,15 +852,17 @@ class Daemon:
             for node in self.fleet.nodes.values()
         ]
 
-    def _split_window(self) -> None:
+    def _split_window(self) -> int:
         """Bring the plain/special split up to the window just read, from its changes
-        alone (the whole window after a first read); they are the planner's to take."""
+        alone (the whole window after a first read); they are the planner's to take.
+        Returns how many changes it took."""
         changes = self._window.take_changes()
         if changes is None:
             self._plain.clear()
             self._plain_users.clear()
             self._plain_images.clear()
             self._special.clear()
+            self._owed.clear()
             self._plan_all = True
             changes = {job.id: job for job in self._window.jobs()}
         plain, users = self._plain, self._plain_users
@@ -794,6 +887,7 @@ class Daemon:
             else:
                 self._special[job_id] = job
         self._unplanned.update(changes)
+        return len(changes)
 
     def _queue_planner(self, special: Sequence[Job]) -> None:
         """Bring the planner's queue to what the filters let through this pass (the
@@ -816,7 +910,7 @@ class Daemon:
         if planner is None:
             self._unplanned.clear()
             return
-        planned, plain = self._planned, self._plain
+        planned, plain, owed = self._planned, self._plain, self._owed
         reason = self._window.reason  # the row's: the planner reports only a new one
         let_through = {job.id: job for job in special}
         if self._plan_all:
@@ -827,13 +921,17 @@ class Daemon:
         for job_id in looked_at:
             job = plain.get(job_id) or let_through.get(job_id)
             was = planned.get(job_id)
+            # A job put again counts the row's reason told, and one gone none: a reason
+            # owed it by an older plan is stale (the next reports its own, if other).
             if job is None:
                 if was is not None:
                     planner.discard(job_id)
                     del planned[job_id]
+                    owed.pop(job_id, None)
             elif was is not job:
                 planner.put(job, reason(job))
                 planned[job_id] = job
+                owed.pop(job_id, None)
         self._special_planned = set(let_through)
         self._unplanned.clear()
 

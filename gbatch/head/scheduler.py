@@ -513,6 +513,10 @@ class Planner:
         # Put since the last pass: by stream (id -> Job), and the held ones.
         self._fresh: dict[tuple[str, int], dict[int, Job]] = {}
         self._fresh_held: set[int] = set()
+        # Looked ahead at (presettle) with a settled reason other than the one known:
+        # id -> that reason, the one its stream gives it at the next pass should it
+        # settle there (over the same nodes).
+        self._ahead: dict[int, str] = {}
         self._nodes_seen: object = None
 
     def __len__(self) -> int:
@@ -546,13 +550,16 @@ class Planner:
         every job, as without this.
 
         So a restart's first pass over a long queue plans at the cost of what it takes
-        and of the jobs whose reasons must change, not of the whole queue."""
+        and of the jobs whose reasons must change, not of the whole queue; and those
+        (a fresh store's every job) cost it a dict's copy: their settled reasons are
+        reckoned here, as the reads come."""
         seen = _what_nodes_are(nodes)
         if seen != self._nodes_seen:
             self._nodes_seen = seen
             self._settled.clear()
+            self._ahead.clear()
         probe = _Pass(nodes, 0.0, None, None)  # settled reasons read neither clock nor use
-        before = self.reasons
+        before, ahead = self.reasons, self._ahead
         for name, fresh in list(self._fresh.items()):
             stream = self._streams[name]
             if name in self._settled or len(fresh) != len(stream):
@@ -562,8 +569,9 @@ class Planner:
                 reason = by_spec.get(id(job.spec))
                 if reason is None:
                     reason = by_spec[id(job.spec)] = probe.settled_reason(job)
-                if before.get(job_id) == reason:
-                    del fresh[job_id]  # settled already, should it settle
+                if before.get(job_id) != reason:
+                    ahead[job_id] = reason  # told at the next pass, should it settle
+                del fresh[job_id]
             if not fresh:
                 del self._fresh[name]
             # As if a pass had settled it whole: what is not fresh has its reason.
@@ -575,6 +583,7 @@ class Planner:
         if job is None:
             return
         self.reasons.pop(job_id, None)
+        self._ahead.pop(job_id, None)
         left = self._users[job.user] - 1
         if left:
             self._users[job.user] = left
@@ -607,6 +616,7 @@ class Planner:
         if seen != self._nodes_seen:
             self._nodes_seen = seen
             self._settled.clear()  # settled reasons depend on the nodes: take every job
+            self._ahead.clear()
         caps = limits or {}
         share = factors(usage, self._users)
         jobs = self._jobs
@@ -638,13 +648,21 @@ class Planner:
                 heapq.heapreplace(heap, (order, stream[position + 1], position + 1, name))
             else:
                 heapq.heappop(heap)
+        # Those looked ahead at have the reasons presettle found, where their streams
+        # settled (from the first job on, as presettle took them, or later); the others
+        # were taken, and the pass gave theirs.
+        changed.update(self._ahead)
         for job_id, reason in result.reasons.items():
             if before.get(job_id) != reason:
                 changed[job_id] = reason
+            else:
+                changed.pop(job_id, None)
         for assignment in result.assignments:
             before.pop(assignment.job_id, None)
+            changed.pop(assignment.job_id, None)
         before.update(changed)
         self._settled = settled
+        self._ahead = {}
         # A job started is normally discarded before the next pass; one still queued
         # then (its start failed) is taken as new, so it gets its reason again.
         self._fresh, self._fresh_held = {}, set()

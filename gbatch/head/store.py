@@ -1492,14 +1492,19 @@ class Store:
         With `window` (the loop's, read before), the rows written are not read back by
         it: in the same transaction, before the writes, it takes the changes since its
         last read (as read_window), and after the commit it takes the reasons written
-        (RunnableWindow.wrote). The rows' `changed` is set as by every write, so the
-        change feed still tells anyone else of them."""
+        (RunnableWindow.wrote). A row it so finds changed since the plan read it (its
+        changes not taken yet: a hold, another reason) is not written: that reason is
+        stale, and the next pass plans the job again from the row. The rows' `changed`
+        is set as by every write, so the change feed still tells anyone else of them."""
         if not reasons:
             return
         with self._write() as db:
             change = self._change_number(db)
             if window is not None and window.complete:
                 self._read_changes(db, window, change - 1)
+                moved = window._changed
+                if moved:
+                    reasons = {i: r for i, r in reasons.items() if i not in moved}
             db.executemany(
                 "UPDATE jobs SET reason = ?, changed = ?"
                 " WHERE id = ? AND state = 'PENDING' AND reason != ?",

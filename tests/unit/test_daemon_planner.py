@@ -18,7 +18,7 @@ is whole; the pass that completes it plans as the full side does."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,6 +38,8 @@ USERS = ("alice", "bob", "carol")
 T0 = 1_700_000_000.0
 WINDOW = 3  # each user's first jobs planned (the daemon's PLAN_JOBS_PER_USER)
 ROWS_PER_READ = 2  # a first read's rows per pass (the daemon's WINDOW_ROWS_PER_PASS)
+REASONS_PER_PASS = 2  # the reasons a pass writes (the daemon's REASONS_PER_PASS)
+READ_ALONE_ROWS = 2  # a pass reading more changes plans at the next (READ_ALONE_ROWS)
 
 
 class Side:
@@ -57,6 +59,16 @@ class Side:
         self.daemon.dispatch = self.dispatch  # type: ignore[method-assign]
         self.started: list[tuple[int, str, tuple[int, ...]]] = []
         self.down: set[str] = set()  # nodes down: their jobs' reasons change en masse
+        # The plan's reasons (those written with the window) a pass gave the store.
+        self.planned_writes = 0
+        write = self.store.set_pending_reasons
+
+        def counted(reasons: Mapping[int, str], window: RunnableWindow | None = None) -> None:
+            if window is not None:
+                self.planned_writes += len(reasons)
+            write(reasons, window)
+
+        self.store.set_pending_reasons = counted  # type: ignore[method-assign]
 
     def node_view(
         self,
@@ -90,17 +102,30 @@ class Side:
             self.store.set_state(job.id, JobState.CONFIGURING, "", now, node=node, gpus=tuple(gpus))
             self.store.set_state(job.id, JobState.RUNNING, "", now, start_time=now)
 
-    def schedule(self, now: float) -> None:
-        if not self.incremental:  # a whole read, as a restarted daemon's first pass
-            self.daemon._window.seen = None
+    def schedule(self, now: float, plans: int = 1) -> int:
+        """The loop's passes at `now` until it caught up, as the loop runs them at once;
+        the full side plans `plans` times (as many as the other's). How many planned."""
+        if not self.incremental:
+            for _ in range(plans):
+                self.daemon._window.seen = None  # a whole read, as a restarted daemon's
+                self.daemon.schedule(now)
+            return plans
         # A spread first read: passes that start nothing and write nothing, until the
-        # one that completes the window.
+        # one after that which completes the window. Then, while reasons are owed, each
+        # pass writes at most the bound of them.
+        planned = 0
         while True:
             before = (list(self.started), self.seen())
+            self.planned_writes = 0
             self.daemon.schedule(now)
-            if self.daemon._window.complete:
-                break
-            assert (self.started, self.seen()) == before
+            if self.daemon._unread:
+                assert (self.started, self.seen()) == before
+            else:
+                planned += 1
+                bound = self.daemon.reasons_per_pass
+                assert bound is None or self.planned_writes <= bound
+            if self.daemon.caught_up:
+                return planned
 
     def restart(self) -> None:
         """A new daemon's loop state over the same store: its window, read anew over
@@ -214,6 +239,10 @@ def test_the_loop_through_the_planner_does_what_the_full_plan_does(
     with tempfile.TemporaryDirectory() as tmp:
         sides = [Side(Path(tmp) / "full", False), Side(Path(tmp) / "incremental", True)]
         full, incremental = sides
+        full.daemon.reasons_per_pass = None
+        full.daemon.read_alone_rows = None
+        incremental.daemon.reasons_per_pass = REASONS_PER_PASS
+        incremental.daemon.read_alone_rows = READ_ALONE_ROWS
         try:
             now = T0
             for op in ops:
@@ -221,7 +250,7 @@ def test_the_loop_through_the_planner_does_what_the_full_plan_does(
                     now += 20.0
                 for side in sides:
                     apply(side, op, now)
-                    side.schedule(now)
+                full.schedule(now, incremental.schedule(now))
                 assert incremental.started == full.started
                 assert incremental.seen() == full.seen()
                 assert incremental.daemon.expected_starts == full.daemon.expected_starts
@@ -343,6 +372,8 @@ def test_a_write_between_the_windows_read_and_the_loops_reasons_is_read(
         read = [replace(job, reason=window.reason(job)) for job in store.read_window(window)]
         assert ids[1] not in {job.id for job in read}
         assert read == [planning_job(job) for job in store.runnable_jobs(per_user=WINDOW)]
+        # and the plan's reason, read before the hold, is not written over the hold's
+        assert store.require(ids[1]).reason == "JobHeldUser"
     finally:
         side.close()
 
@@ -372,7 +403,7 @@ def test_a_spread_first_read_plans_nothing_and_wakes_the_loop_until_it_is_whole(
 ) -> None:
     """A restarted daemon's first read over more rows than a pass reads: each pass until
     the window is whole starts nothing and writes no reason, and wakes the loop for the
-    next; the pass that completes it plans."""
+    next; the pass after the one that completes it plans."""
     side = Side(tmp_path, incremental=True)
     try:
         store, daemon = side.store, side.daemon
@@ -390,6 +421,10 @@ def test_a_spread_first_read_plans_nothing_and_wakes_the_loop_until_it_is_whole(
             daemon.schedule(T0)
             passes += 1
         assert passes == len(USERS)  # a user's 3 rows a pass: over the 2 it may read
+        assert daemon.wake.is_set()  # its plan comes at the next pass
+        assert side.started == [] and {job.reason for job in store.jobs()} == {""}
+        daemon.wake.clear()
+        daemon.schedule(T0)
         assert len(side.started) == len(NODES) * GPUS
         assert not daemon.wake.is_set()
     finally:
@@ -437,5 +472,126 @@ def test_a_restart_over_reasons_already_written_writes_none(tmp_path: Path) -> N
         assert written == [] and side.seen() == before
         assert reported == [{}]  # one plan, at the pass that completed the read
         assert side.daemon.expected_starts  # it planned: the reservation is there
+    finally:
+        side.close()
+
+
+def test_a_plan_of_more_reasons_than_a_pass_writes_writes_them_over_the_next_passes(
+    tmp_path: Path,
+) -> None:
+    """A fresh store's first plan, more reasons than the bound: the first pass writes the
+    bound's worth, the lowest job ids first, and wakes the loop; the next passes write
+    the rest, and each job ends with the reason one unbounded pass gives it."""
+    sides = [Side(tmp_path / "bounded", True), Side(tmp_path / "whole", True)]
+    bounded, whole = sides
+    bounded.daemon.reasons_per_pass = 2
+    whole.daemon.reasons_per_pass = None
+    try:
+        big = JobSpec(name="big", command=("true",), gpus=GPUS, time_limit=60)
+        for side in sides:
+            busy_nodes(side)
+            for user in USERS:
+                side.store.submit([big] * WINDOW, 1000, user, T0)
+        whole.daemon.schedule(T0)
+        assert whole.daemon.caught_up
+        expected = whole.seen()
+        waiting = [job_id for job_id, state, _, _ in expected if state == "PENDING"]
+        daemon = bounded.daemon
+        daemon.wake.clear()
+        daemon.schedule(T0)
+        told = [job_id for job_id, _, reason, _ in bounded.seen() if job_id in waiting and reason]
+        assert told == waiting[:2]
+        assert daemon.wake.is_set() and not daemon.caught_up
+        passes = 1
+        while not daemon.caught_up:
+            daemon.wake.clear()
+            daemon.schedule(T0)
+            passes += 1
+        assert passes == -(-len(waiting) // 2)
+        assert not daemon.wake.is_set()
+        assert bounded.seen() == expected
+        assert bounded.started == whole.started
+    finally:
+        for side in sides:
+            side.close()
+
+
+def test_an_owed_reason_of_a_job_changed_meanwhile_is_not_written(tmp_path: Path) -> None:
+    """A job held, or given another reason, while the loop still owes it a reason: the
+    owed one is not written over the hold's, and the next plan tells the new reason."""
+    side = Side(tmp_path, incremental=True)
+    side.daemon.reasons_per_pass = 1
+    try:
+        store, daemon = side.store, side.daemon
+        busy_nodes(side)
+        big = JobSpec(name="big", command=("true",), gpus=GPUS, time_limit=60)
+        held, stale, other = store.submit([big] * 3, 1000, "alice", T0)
+        daemon.schedule(T0)  # writes `held`'s, owes the others
+        assert store.require(held).reason != "" and store.require(stale).reason == ""
+        store.set_held(stale, True, T0)
+        daemon.schedule(T0)
+        assert store.require(stale).reason == "JobHeldUser"
+        store.set_held(stale, False, T0)
+        daemon.schedule(T0)
+        while not daemon.caught_up:
+            daemon.schedule(T0)
+        assert store.require(stale).reason == store.require(other).reason == "Priority"
+    finally:
+        side.close()
+
+
+def test_a_pass_that_read_many_rows_plans_them_at_the_next(tmp_path: Path) -> None:
+    """A pass whose read brings more changed rows than `read_alone_rows` (a newcomer's
+    burst) starts nothing, writes no reason and wakes the loop; the next pass plans them,
+    even when it read as many again (a flood never keeps the loop from planning)."""
+    side = Side(tmp_path, incremental=True)
+    try:
+        store, daemon = side.store, side.daemon
+        daemon.read_alone_rows = 2
+        small = JobSpec(name="small", command=("true",), gpus=1, time_limit=60)
+        store.submit([small], 1000, "alice", T0)
+        daemon.schedule(T0)  # a first read plans at once
+        assert len(side.started) == 1
+        store.submit([small] * 3, 1000, "bob", T0)
+        daemon.wake.clear()
+        daemon.schedule(T0)
+        assert daemon.wake.is_set() and not daemon.caught_up
+        assert len(side.started) == 1
+        assert {job.reason for job in store.jobs() if job.state is JobState.PENDING} == {""}
+        store.submit([small] * 3, 1000, "carol", T0)  # as many again
+        daemon.wake.clear()
+        daemon.schedule(T0)
+        assert len(side.started) == 7 and daemon.caught_up
+        assert not daemon.wake.is_set()
+    finally:
+        side.close()
+
+
+def test_an_owed_reason_of_a_job_planned_again_from_its_row_is_dropped(
+    tmp_path: Path,
+) -> None:
+    """A job still owed a reason whose row changes (a priority update) is planned again
+    from its row: where the new plan gives the reason the row shows, the older owed one
+    is not written."""
+    side = Side(tmp_path, incremental=True)
+    try:
+        store, daemon = side.store, side.daemon
+        busy_nodes(side)
+        big = JobSpec(name="big", command=("true",), gpus=GPUS, time_limit=60)
+        ids = store.submit([big] * 3, 1000, "alice", T0)
+        side.schedule(T0)
+        shown = {job_id: store.require(job_id).reason for job_id in ids}
+        assert shown[ids[2]] == "Priority"
+        daemon.reasons_per_pass = 1
+        side.down = set(NODES)  # every reason changes: one written, two owed
+        daemon.schedule(T0)
+        assert not daemon.caught_up and store.require(ids[2]).reason == "Priority"
+        side.down = set()
+        last = store.require(ids[2])
+        store.update_spec(
+            last.id, last.spec, replace(last.spec, priority=-1), {JobState.PENDING}, "u", T0
+        )
+        side.schedule(T0)
+        assert {job_id: store.require(job_id).reason for job_id in ids} == shown
     finally:
         side.close()

@@ -86,13 +86,14 @@ GROUPS_CACHE_SECONDS = 10.0
 # waiting jobs costs a pass what 1,000 do, and no user's flood hides another's jobs.
 # Like Slurm's bf_max_job_user.
 PLAN_JOBS_PER_USER = 1000
-# A first pass (a restarted daemon's) reads its window over several passes, about this
-# many rows each (whole users' windows), and plans once it holds every user's: a pass
-# stays short (building a row's planning Job and queueing it costs ~10 us), so the loop
-# collects ends, enforces limits and takes cancels between the reads, and the passes
-# follow one another at once. A queue under this many runnable jobs is read and planned
-# in one pass, as before.
-WINDOW_ROWS_PER_PASS = 1000
+# A first pass (a restarted daemon's) reads its window over several passes, this many
+# rows each (a user's window over two passes where it does not fit what is left of
+# one), and plans once it holds every user's: a pass stays short (reading a row,
+# building its planning Job and queueing it costs ~15-20 us at load ~1.5: a pass of
+# 1,000 rows took ~20 ms), so the loop collects ends, enforces limits and takes cancels
+# between the reads, and the passes follow one another at once. A queue under this many
+# runnable jobs is read and planned in one pass, as before.
+WINDOW_ROWS_PER_PASS = 500
 # A pass writes at most this many pending reasons; a plan that changes more of them (a
 # fresh store's first, the nodes changed) owes the rest, and the loop's next passes
 # follow at once and write them, the newest plan's reason for each. So no pass waits on

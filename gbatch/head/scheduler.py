@@ -517,6 +517,9 @@ class Planner:
         # id -> that reason, the one its stream gives it at the next pass should it
         # settle there (over the same nodes).
         self._ahead: dict[int, str] = {}
+        # The streams presettle settled since the last pass (every job in them looked
+        # ahead at, over the nodes seen): the jobs put in them since are looked at too.
+        self._presettled: set[tuple[str, int]] = set()
         self._nodes_seen: object = None
 
     def __len__(self) -> int:
@@ -544,10 +547,10 @@ class Planner:
     def presettle(self, nodes: Sequence[NodeView]) -> None:
         """Look ahead, for a next pass over these `nodes`, at the streams queued whole
         since the last pass (a restarted daemon's, put over a few passes with the
-        reasons their rows show): where a job's reason is the one it would settle with,
-        that pass need not look at it again should its stream settle. Costs what the
-        jobs put since the last call do; with different nodes at the pass, it looks at
-        every job, as without this.
+        reasons their rows show; a stream over several, read by read): where a job's
+        reason is the one it would settle with, that pass need not look at it again
+        should its stream settle. Costs what the jobs put since the last call do; with
+        different nodes at the pass, it looks at every job, as without this.
 
         So a restart's first pass over a long queue plans at the cost of what it takes
         and of the jobs whose reasons must change, not of the whole queue; and those
@@ -558,11 +561,13 @@ class Planner:
             self._nodes_seen = seen
             self._settled.clear()
             self._ahead.clear()
+            self._presettled.clear()
         probe = _Pass(nodes, 0.0, None, None)  # settled reasons read neither clock nor use
         before, ahead = self.reasons, self._ahead
+        presettled = self._presettled
         for name, fresh in list(self._fresh.items()):
             stream = self._streams[name]
-            if name in self._settled or len(fresh) != len(stream):
+            if name not in presettled and (name in self._settled or len(fresh) != len(stream)):
                 continue  # a stream the last pass saw: its next pass looks as ever
             by_spec: dict[int, str] = {}
             for job_id, job in list(fresh.items()):
@@ -574,8 +579,11 @@ class Planner:
                 del fresh[job_id]
             if not fresh:
                 del self._fresh[name]
-            # As if a pass had settled it whole: what is not fresh has its reason.
+            # As if a pass had settled it whole: what is not fresh has its reason (a
+            # stream put over several reads, a user's window read over passes, is
+            # looked at read by read).
             self._settled[name] = stream[0]
+            presettled.add(name)
 
     def discard(self, job_id: int) -> None:
         """Forget job `job_id` (it started, ended or was cancelled); no-op if unknown."""
@@ -601,6 +609,7 @@ class Planner:
         if not stream:
             del self._streams[name]
             self._settled.pop(name, None)
+            self._presettled.discard(name)
 
     def plan(
         self,
@@ -663,6 +672,7 @@ class Planner:
         before.update(changed)
         self._settled = settled
         self._ahead = {}
+        self._presettled = set()
         # A job started is normally discarded before the next pass; one still queued
         # then (its start failed) is taken as new, so it gets its reason again.
         self._fresh, self._fresh_held = {}, set()

@@ -477,11 +477,14 @@ class RunnableWindow:
     row its transaction wrote, so it keeps the reasons written beside its Jobs
     (`reason`) and takes the transaction as seen.
 
-    With `rows_per_read`, a first read is spread over several reads: each fills the
-    windows of the next users (listed at the first) until that many rows are read, and
-    the read that fills the last one then takes every change since the first
-    (`complete` from then on). Until then the window holds only the users filled so
-    far: what it holds is right, but not all of it.
+    With `rows_per_read`, a first read is spread over several reads: each reads that
+    many rows (and one, which tells whether they were a user's last), the next users'
+    (listed at the first) in their queue order, a user's window over two reads or more
+    where it does not fit what is left of one (the next read goes on past the last row
+    read, the user's bound), and the read that fills the last user then takes every
+    change since the first (`complete` from then on).
+    Until then the window holds only the users filled so far: what it holds is right,
+    but not all of it.
     """
 
     def __init__(self, per_user: int, rows_per_read: int | None = None) -> None:
@@ -563,24 +566,34 @@ class RunnableWindow:
             self._list = [jobs[job_id] for job_id in sorted(jobs)]
         return self._list
 
-    def fill(self, user: str, rows: Iterable[Sequence[Any]]) -> int:
+    def fill(self, user: str, rows: Iterable[Sequence[Any]], asked: int | None = None) -> int:
         """Add the user's next rows (queue_priority, then _WINDOW_COLUMNS) in queue order,
-        read up to what the window lacks: fewer than asked means none are left. Returns
-        how many it took."""
+        all past the user's keys held, `asked` of them read (by default what the window
+        lacks): fewer than asked means none are left, and the window is unbounded;
+        otherwise its bound is the last. Returns how many it took.
+
+        A row the window holds already (a spread read's, read at an earlier key and
+        written since: its priority lowered) leaves its old place: the change feed
+        reads it again when the read completes."""
         keys = self._keys.setdefault(user, [])
-        wanted = self.per_user - len(keys)
+        if asked is None:
+            asked = self.per_user - len(keys)
+        jobs, key_of = self._jobs, self._key_of
         got = 0
         for row in rows:
             key: _QueueKey = (-row[0], row[8], row[1])
             job = _build_job(row[1:], _decode_planning_spec)
-            self._jobs[row[1]] = job
-            self._key_of[row[1]] = key
+            old = key_of.get(row[1])
+            if old is not None:
+                del keys[bisect.bisect_left(keys, old)]
+            jobs[row[1]] = job
+            key_of[row[1]] = key
             self._changed[row[1]] = job
             self._reasons.pop(row[1], None)
             keys.append(key)
             got += 1
         self._list = None
-        if got < wanted:
+        if got < asked:
             self._bounds.pop(user, None)
         else:
             self._bounds[user] = keys[-1]
@@ -1902,11 +1915,15 @@ class Store:
         RunnableWindow.reason).
 
         With `window.rows_per_read`, the first read is spread over as many reads as
-        that takes: each fills the next users' windows (each user's in one snapshot)
-        until that many rows are read, and returns the window as filled so far
+        that takes: each reads that many rows (and one) of the next users' windows, in their
+        queue order (a user's over two reads or more where it does not fit: the next
+        goes on past the last row read), and returns the window as filled so far
         (`window.complete` is False). The read that fills the last user then takes the
         rows written since the first began, as any later read does: a row taken by a
-        fill and written again after is read again and takes its new place.
+        fill and written again after is read again and takes its new place. So every
+        row unchanged since the first read is where a whole read puts it (each read of
+        a user's takes all the runnable rows between its bound and its last), and every
+        row changed is read again from the change feed.
         RunnableWindow.take_changes tells what a read changed, at no cost in the size
         of the window (its jobs() sorts them all when they changed).
         """
@@ -1924,11 +1941,32 @@ class Store:
                 budget = window.rows_per_read
                 read = 0
                 while unfilled and (budget is None or read < budget):
-                    user = unfilled.pop()
-                    read += window.fill(user, db.execute(_WINDOW_QUEUE, (user, window.per_user)))
+                    user = unfilled[-1]
+                    lacks = window.per_user - len(window._keys.get(user, ()))
+                    # One row past the budget: a queue of `budget` rows is read in one.
+                    asked = lacks if budget is None else min(lacks, budget - read + 1)
+                    got = self._fill_window(db, window, user, asked)
+                    read += got
+                    if got < asked or len(window._keys.get(user, ())) >= window.per_user:
+                        unfilled.pop()
                 if unfilled:
                     return
             self._read_changes(db, window, top)
+
+    @staticmethod
+    def _fill_window(db: sqlite3.Connection, window: RunnableWindow, user: str, count: int) -> int:
+        """Read the next `count` of `user`'s runnable rows into `window`: the first, or
+        those past the user's bound where the window has one (a user part read, or a
+        full window that lost jobs). Returns how many it read."""
+        bound = window._bounds.get(user)
+        if bound is None:
+            return window.fill(user, db.execute(_WINDOW_QUEUE, (user, count)), count)
+        queue_priority, submit_time, job_id = -bound[0], bound[1], bound[2]
+        rows = db.execute(
+            _WINDOW_QUEUE_AFTER,
+            (user, queue_priority, queue_priority, submit_time, submit_time, job_id, count),
+        )
+        return window.fill(user, rows, count)
 
     @staticmethod
     def _read_changes(db: sqlite3.Connection, window: RunnableWindow, top: int) -> None:
@@ -1938,23 +1976,8 @@ class Store:
         assert window.seen is not None
         if top > window.seen:
             rows = db.execute(_WINDOW_CHANGES, (window.seen,)).fetchall()
-            for user, bound, wanted in window.apply(rows):
-                queue_priority, submit_time, job_id = -bound[0], bound[1], bound[2]
-                window.fill(
-                    user,
-                    db.execute(
-                        _WINDOW_QUEUE_AFTER,
-                        (
-                            user,
-                            queue_priority,
-                            queue_priority,
-                            submit_time,
-                            submit_time,
-                            job_id,
-                            wanted,
-                        ),
-                    ),
-                )
+            for user, _bound, wanted in window.apply(rows):
+                Store._fill_window(db, window, user, wanted)
         window.seen = top
 
     def jobs_in(self, states: Collection[JobState]) -> list[Job]:
@@ -3429,6 +3452,11 @@ def _job_from_row(row: tuple[object, ...]) -> Job:
     return job
 
 
+# A row's state text -> its JobState: a dict lookup, not the enum's call (~1 us a row of
+# the ~10 us a window row costs).
+_STATE_OF: dict[object, JobState] = {state.value: state for state in JobState}
+
+
 def _build_job(row: Sequence[object], decode: Callable[[str], JobSpec] | None = None) -> Job:
     (
         job_id,
@@ -3456,7 +3484,7 @@ def _build_job(row: Sequence[object], decode: Callable[[str], JobSpec] | None = 
         uid=int(uid),  # type: ignore[call-overload]
         user=str(user),
         spec=(decode or _decode_spec)(spec),
-        state=JobState(state),
+        state=_STATE_OF.get(state) or JobState(state),
         reason=str(reason),
         held=bool(held),
         submit_time=float(submit_time),  # type: ignore[arg-type]
@@ -3468,5 +3496,5 @@ def _build_job(row: Sequence[object], decode: Callable[[str], JobSpec] | None = 
         attempt=int(attempt),  # type: ignore[call-overload]
         exit_code=exit_code,  # type: ignore[arg-type]
         exit_signal=exit_signal,  # type: ignore[arg-type]
-        stop_state=JobState(stop_state) if stop_state else None,
+        stop_state=(_STATE_OF.get(stop_state) or JobState(stop_state)) if stop_state else None,
     )

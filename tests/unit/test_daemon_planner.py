@@ -282,7 +282,8 @@ def test_reasons_not_written_are_planned_again_at_the_next_pass(tmp_path: Path) 
 
         store.set_pending_reasons = full  # type: ignore[method-assign]
         with pytest.raises(OSError):
-            side.daemon.schedule(T0)
+            for _ in range(5):  # the first read's passes (spread), then the one that plans
+                side.daemon.schedule(T0)
         store.set_pending_reasons = write  # type: ignore[method-assign]
         side.daemon.schedule(T0)
         assert [store.require(i).reason for i in ids[2:]] == ["Resources"]

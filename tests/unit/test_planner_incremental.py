@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gbatch.head import scheduler
 from gbatch.head.scheduler import PRIORITY, Planner, plan
 from gbatch.limits import Use, UserLimits
 from gbatch.model import Job, JobSpec, JobState, NodeView
@@ -210,3 +212,31 @@ def test_a_restarted_planner_given_the_rows_reasons_reports_only_those_that_diff
     assert passed.starts == full.starts
     assert planner.reasons == full.reasons
     assert passed.reasons == {j: r for j, r in full.reasons.items() if shown[j] != r}
+
+
+def test_a_stream_put_over_several_reads_is_looked_ahead_at_read_by_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restarted daemon's planner, one user's jobs put over two reads (a window read
+    over passes, a user's split between two), looked ahead at (presettle) after each:
+    its first pass gives plan()'s reasons without looking at any of them again."""
+    planner = Planner()
+    busy = NodeView("n0", 2, (), releases=((NOW + 60, 2),))
+    big = JobSpec(name="j", command=("true",), gpus=2)
+    jobs = [Job(i, 1000, "alice", big, JobState.PENDING, NOW) for i in range(1, 9)]
+    for read in (jobs[:4], jobs[4:]):
+        for job in read:
+            planner.put(job, "")
+        planner.presettle([busy])
+    looked: list[int] = []
+    settled_reason = scheduler._Pass.settled_reason
+
+    def counted(self: scheduler._Pass, job: Job) -> str:
+        looked.append(job.id)
+        return settled_reason(self, job)
+
+    monkeypatch.setattr(scheduler._Pass, "settled_reason", counted)
+    passed = planner.plan([busy], {}, NOW)
+    full = plan(jobs, [busy], {}, NOW)
+    assert passed.reasons == full.reasons and len(full.reasons) == len(jobs)
+    assert looked == []

@@ -945,18 +945,22 @@ def test_a_first_read_spread_over_reads_with_writes_between_is_a_whole_read(
     data: st.DataObject,
 ) -> None:
     """A restarted loop's first read over reads of a few rows each (RunnableWindow's
-    rows_per_read), the queue written between them (submits, cancels, holds, priority
-    changes, reasons): not complete until the last user's, then what a whole read
-    gives; and what a read tells changed adds up to that window."""
+    rows_per_read: a user's window over several reads where it does not fit one), the
+    queue written between them (submits, cancels, holds, priority changes, reasons):
+    not complete until the last user's, then what a whole read gives, and so at every
+    read after, the queue still written between them; and what a read tells changed
+    adds up to that window."""
     draw = data.draw
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "store.db")
         try:
             users = ("alice", "bob", "carol", "dave")
             for user in users:
-                store.submit([spec(user)] * draw(st.integers(0, 5)), 1000, user, T0)
-            window = RunnableWindow(per_user=3, rows_per_read=draw(st.integers(1, 4)))
+                store.submit([spec(user)] * draw(st.integers(0, 6)), 1000, user, T0)
+            per_user = draw(st.integers(1, 5))
+            window = RunnableWindow(per_user, rows_per_read=draw(st.integers(1, 4)))
             held: dict[int, object] = {}
+            after = draw(st.integers(0, 3))  # reads after the complete one
             while True:
                 store.update_window(window)
                 changes = window.take_changes()
@@ -970,7 +974,11 @@ def test_a_first_read_spread_over_reads_with_writes_between_is_a_whole_read(
                             held[job_id] = job
                 assert held == {job.id: job for job in window.jobs()}
                 if window.complete:
-                    break
+                    whole = [planning_job(job) for job in store.runnable_jobs(per_user)]
+                    assert window.jobs() == whole
+                    if not after:
+                        break
+                    after -= 1
                 for _ in range(draw(st.integers(0, 3))):
                     jobs = store.jobs()
                     what = draw(st.sampled_from(("submit", "cancel", "hold", "priority", "reason")))
@@ -989,10 +997,29 @@ def test_a_first_read_spread_over_reads_with_writes_between_is_a_whole_read(
                         store.update_spec(job.id, job.spec, new, {JobState.PENDING}, "", T0)
                     else:
                         store.set_pending_reasons({job.id: "Priority"})
-            whole = [planning_job(job) for job in store.runnable_jobs(per_user=3)]
+            whole = [planning_job(job) for job in store.runnable_jobs(per_user)]
             assert store.read_window(window) == whole
         finally:
             store.close()
+
+
+def test_a_spread_first_read_splits_a_user_and_takes_a_row_read_twice_once(store: Store) -> None:
+    """A user's window over several reads of a spread first read (two rows a read: the
+    one asked and the one that tells whether there are more), one of its jobs read at
+    the first, then lowered past the others and read again at the last: it is in the
+    window once, and the window stays what a whole read gives as the queue moves on."""
+    a, b, c, d = store.submit([spec(n) for n in "abcd"], uid=1000, user="alice", now=T0)
+    window = RunnableWindow(per_user=6, rows_per_read=1)
+    assert [j.id for j in store.read_window(window)] == [a, b] and not window.complete
+    store.update_spec(a, spec("a"), replace(spec("a"), priority=-1), {JobState.PENDING}, "", T0)
+    assert [j.id for j in store.read_window(window)] == [a, b, c, d]  # past b: c and d
+    assert not window.complete
+    assert [j.id for j in store.read_window(window)] == [a, b, c, d]  # a read again, once
+    assert window.complete
+    store.submit([spec("e"), spec("f"), spec("g")], uid=1000, user="alice", now=T0 + 1)
+    whole = [planning_job(job) for job in store.runnable_jobs(per_user=6)]
+    assert len(whole) == 6 and a not in {j.id for j in whole}
+    assert store.read_window(window) == whole
 
 
 def test_every_write_of_a_jobs_row_is_in_the_change_feed(store: Store) -> None:

@@ -566,6 +566,10 @@ class RunnableWindow:
             self._list = [jobs[job_id] for job_id in sorted(jobs)]
         return self._list
 
+    def lacks(self, user: str) -> int:
+        """How many more of the user's rows the window takes (per_user, less those held)."""
+        return self.per_user - len(self._keys.get(user, ()))
+
     def fill(self, user: str, rows: Iterable[Sequence[Any]], asked: int | None = None) -> int:
         """Add the user's next rows (queue_priority, then _WINDOW_COLUMNS) in queue order,
         all past the user's keys held, `asked` of them read (by default what the window
@@ -575,9 +579,9 @@ class RunnableWindow:
         A row the window holds already (a spread read's, read at an earlier key and
         written since: its priority lowered) leaves its old place: the change feed
         reads it again when the read completes."""
-        keys = self._keys.setdefault(user, [])
         if asked is None:
-            asked = self.per_user - len(keys)
+            asked = self.lacks(user)
+        keys = self._keys.setdefault(user, [])
         jobs, key_of = self._jobs, self._key_of
         got = 0
         for row in rows:
@@ -823,8 +827,7 @@ class Store:
         index seek per transaction that writes jobs; computed in it, so whichever
         connection wrote last, the numbers only grow."""
         if self._change is None:
-            (top,) = db.execute("SELECT max(changed) FROM jobs INDEXED BY jobs_changed").fetchone()
-            self._change = int(top or 0) + 1
+            self._change = _top_change(db) + 1
         return self._change
 
     def _rollback(self) -> None:
@@ -1929,8 +1932,7 @@ class Store:
         """
         with self._lock:
             db = self._db
-            (top,) = db.execute("SELECT max(changed) FROM jobs INDEXED BY jobs_changed").fetchone()
-            top = int(top or 0)
+            top = _top_change(db)
             if window.seen is None:
                 window.clear()
                 users = [user for (user,) in db.execute(_QUEUED_USERS).fetchall()]
@@ -1942,12 +1944,12 @@ class Store:
                 read = 0
                 while unfilled and (budget is None or read < budget):
                     user = unfilled[-1]
-                    lacks = window.per_user - len(window._keys.get(user, ()))
+                    lacks = window.lacks(user)
                     # One row past the budget: a queue of `budget` rows is read in one.
                     asked = lacks if budget is None else min(lacks, budget - read + 1)
                     got = self._fill_window(db, window, user, asked)
                     read += got
-                    if got < asked or len(window._keys.get(user, ())) >= window.per_user:
+                    if got < asked or window.lacks(user) <= 0:
                         unfilled.pop()
                 if unfilled:
                     return
@@ -2202,10 +2204,7 @@ class Store:
             # row has changed is the page read last: each write of a row gives it a
             # change number above every other (migration 11), and the tails' records
             # are among the query's parameters (their rows are built afresh below).
-            (changed,) = self._db.execute(
-                "SELECT max(changed) FROM jobs INDEXED BY jobs_changed"
-            ).fetchone()
-            key = (page_sql, tuple(page_params), counts, changed)
+            key = (page_sql, tuple(page_params), counts, _top_change(self._db))
             kept = self._pages.get(key)
             if kept is not None:
                 return ListingPage(
@@ -3279,6 +3278,12 @@ def _row_id(row: Sequence[object]) -> int:
     job_id = row[0]
     assert isinstance(job_id, int)
     return job_id
+
+
+def _top_change(db: sqlite3.Connection) -> int:
+    """The largest change number a jobs row has (0: none yet; migration 11)."""
+    (top,) = db.execute("SELECT max(changed) FROM jobs INDEXED BY jobs_changed").fetchone()
+    return int(top or 0)
 
 
 def _kept_row(row: tuple[object, ...], records: Sequence[Job]) -> tuple[object, ...]:

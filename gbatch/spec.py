@@ -565,7 +565,7 @@ def build_spec(
     SUBMIT_KEYS (the daemon's call). `now` (epoch seconds) reads a `begin` given as
     text; without it only epoch seconds are taken (the wire's form).
     """
-    unknown_override = set(overrides) - set(KEYS)
+    unknown_override = overrides.keys() - _KEY_SET
     if unknown_override:
         # The CLI's wiring is wrong, not the user's input.
         raise ValueError(f"unknown override fields: {sorted(unknown_override)}")
@@ -575,16 +575,13 @@ def build_spec(
         if key not in allowed:
             raise SpecError(source, _unknown_key_message(key))
 
-    values: dict[str, tuple[object, str]] = {}
-    if overrides:
-        for key in KEYS:
-            if overrides.get(key) is not None:
-                option = option_names.get(key) or OVERRIDE_OPTION.get(key, key)
-                values[key] = (overrides[key], option)
-            elif file_data.get(key) is not None:
-                values[key] = (file_data[key], key)
-    else:  # a submit request's spec (its keys checked above): only those it gives
-        values = {k: (v, k) for k, v in file_data.items() if v is not None and k in _KEY_SET}
+    # What the file gives (a submit request's spec: its SUBMIT_KEYS apart), and over it
+    # each option given. Only the keys given are visited: the API's submit gives a few
+    # of the ~40 (a loop over KEYS was ~4 us of its ~40 us request_for_text).
+    values = {k: (v, k) for k, v in file_data.items() if v is not None and k in _KEY_SET}
+    for key, value in overrides.items():
+        if value is not None:
+            values[key] = (value, option_names.get(key) or OVERRIDE_OPTION.get(key, key))
 
     if "command" not in values:
         raise SpecError(

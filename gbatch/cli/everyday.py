@@ -302,20 +302,10 @@ def wrap_request(
     submit_env = filter_submit_env(environ)
     if submit_env_bytes(submit_env) > MAX_SUBMIT_ENV_BYTES:
         return None
-    spec: dict[str, Any] = {
+    spec: dict[str, Any] = {  # JobSpec.to_wire's: the keys that hold no default
         "name": "wrap",
         "command": command,
-        "image": None,
-        "gpus": 0,
-        "time_limit": None,
-        "retries": 0,
-        "env": {},
-        "mounts": [],
         "workdir": submit_dir,
-        "priority": 0,
-        "nice": 0,
-        "shm_size": None,
-        "requeue": True,
         "submit_dir": submit_dir,
         "submit_host": gethostname(),
     }

@@ -925,7 +925,7 @@ def build_submit(
         raise CliError(_on_its_line(err, script, lines), Exit.USAGE) from err
     except ScriptError as err:
         raise CliError(str(err), Exit.USAGE) from err
-    wire_spec = spec.to_dict()
+    wire_spec = spec.to_wire()
     if submit_dir is not None:
         if spec.image is None and spec.workdir is None:
             wire_spec["workdir"] = submit_dir  # as Slurm: a job starts where it was submitted

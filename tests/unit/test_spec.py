@@ -901,3 +901,29 @@ def test_a_specs_replace_is_dataclasses_replace() -> None:
         spec.replace(colour="red")
     with pytest.raises(dataclasses.FrozenInstanceError):
         copy.gpus = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"command": "true"},
+        {"command": ["python", "train.py"], "requeue": False, "retries": 2, "gpus": 1},
+        {"command": "true", "env": {"A": "1"}, "mounts": ["/a:/b"], "workdir": "/w"},
+        {"command": "true", "image": "x:1", "priority": 3, "nice": -1, "shm_size": "1g"},
+    ],
+)
+def test_the_wire_spec_leaves_out_defaults_and_builds_the_same_job(data: dict[str, object]) -> None:
+    spec = build(data)
+    wire_spec = spec.to_wire()
+    assert build_spec(wire_spec, {}, default_name="job", wire=True) == spec
+    assert build_spec(spec.to_dict(), {}, default_name="job", wire=True) == spec
+    full = spec.to_dict()
+    left_out = full.keys() - wire_spec.keys()
+    assert all(wire_spec[key] == full[key] for key in wire_spec)
+    defaults = {key for key, value in full.items() if value is None or value in ({}, [])}
+    defaults |= {key for key in ("gpus", "retries", "priority", "nice") if full[key] == 0}
+    assert left_out == defaults | ({"requeue"} if spec.requeue else set())
+
+
+def test_a_default_spec_goes_on_the_wire_as_its_name_and_command() -> None:
+    assert JobSpec(name="a", command=("true",)).to_wire() == {"name": "a", "command": ["true"]}

@@ -485,6 +485,15 @@ class RunnableWindow:
     change since the first (`complete` from then on).
     Until then the window holds only the users filled so far: what it holds is right,
     but not all of it.
+
+    It also bounds a read of the change feed: one that finds more changed rows than a
+    read takes (a new user's burst of 1,000 jobs, one transaction's) reads them in
+    (change, id) order over several reads, each on past the last row read, up to the
+    largest change number there was at the first of them (`behind` until then). Each
+    row read is put as any change is (a user short of jobs reads the next ones as they
+    are now: the feed reads such a row again if it changed since), so once those reads
+    reach that number the window is what a whole read then gives; the changes after it
+    are the next reads'.
     """
 
     def __init__(self, per_user: int, rows_per_read: int | None = None) -> None:
@@ -495,6 +504,9 @@ class RunnableWindow:
         self.seen: int | None = None
         # The users a spread first read has yet to fill, the next one last.
         self._unfilled: list[str] = []
+        # A read of the change feed part way (see `behind`): (the change number it reads
+        # up to, and the change number and id of the last row it read).
+        self._feed: tuple[int, int, int] | None = None
         # id -> its Job, and its key apart: no tuple of the two, an object more per job
         # for the cyclic GC to walk (the Jobs are ~all the loop's tracked objects).
         self._jobs: dict[int, Job] = {}
@@ -515,8 +527,15 @@ class RunnableWindow:
         """Read, and not in the middle of a spread first read: it holds every user's."""
         return self.seen is not None and not self._unfilled
 
+    @property
+    def behind(self) -> bool:
+        """A read of the change feed stopped at `rows_per_read` rows, part way to the
+        change number it reads up to: the window holds some of those changes, not all."""
+        return self._feed is not None
+
     def clear(self) -> None:
         self._unfilled.clear()
+        self._feed = None
         self._jobs.clear()
         self._key_of.clear()
         self._keys.clear()
@@ -1906,9 +1925,10 @@ class Store:
         self.update_window(window)
         return window.jobs()
 
-    def update_window(self, window: RunnableWindow) -> None:
+    def update_window(self, window: RunnableWindow, feed: bool = True) -> None:
         """Bring `window` (each user's first `window.per_user` runnable jobs, as
-        runnable_jobs(per_user) reads them) up to date.
+        runnable_jobs(per_user) reads them) up to date. `feed=False`: only a spread
+        first read's next rows, not the change feed (the window stays as last read).
 
         Its first read reads every user's first jobs; each read after reads only the
         rows written since (the change feed, migration 11: `changed` above the last
@@ -1927,6 +1947,10 @@ class Store:
         row unchanged since the first read is where a whole read puts it (each read of
         a user's takes all the runnable rows between its bound and its last), and every
         row changed is read again from the change feed.
+        With `window.rows_per_read`, a read of the change feed takes at most that many
+        rows too (less those a spread first read's fill took): a read that finds more
+        leaves the window `behind`, and the next reads go on from the last row read
+        (RunnableWindow), up to the change number the first of them stopped at.
         RunnableWindow.take_changes tells what a read changed, at no cost in the size
         of the window (its jobs() sorts them all when they changed).
         """
@@ -1939,9 +1963,9 @@ class Store:
                 window._unfilled = users[::-1]
                 window.seen = top
             unfilled = window._unfilled
+            budget = window.rows_per_read
+            read = 0
             if unfilled:
-                budget = window.rows_per_read
-                read = 0
                 while unfilled and (budget is None or read < budget):
                     user = unfilled[-1]
                     lacks = window.lacks(user)
@@ -1953,7 +1977,9 @@ class Store:
                         unfilled.pop()
                 if unfilled:
                     return
-            self._read_changes(db, window, top)
+            if feed:
+                rest = None if budget is None else max(budget - read, 0)
+                self._read_changes(db, window, top, rest)
 
     @staticmethod
     def _fill_window(db: sqlite3.Connection, window: RunnableWindow, user: str, count: int) -> int:
@@ -1971,16 +1997,40 @@ class Store:
         return window.fill(user, rows, count)
 
     @staticmethod
-    def _read_changes(db: sqlite3.Connection, window: RunnableWindow, top: int) -> None:
+    def _read_changes(
+        db: sqlite3.Connection, window: RunnableWindow, top: int, budget: int | None = None
+    ) -> None:
         """Bring `window`, once read, up to change `top` (the largest there is): the rows
         written since its last read, and the next ones of users whose full window lost
-        jobs. Under the store's lock."""
-        assert window.seen is not None
-        if top > window.seen:
-            rows = db.execute(_WINDOW_CHANGES, (window.seen,)).fetchall()
-            for user, _bound, wanted in window.apply(rows):
-                Store._fill_window(db, window, user, wanted)
-        window.seen = top
+        jobs. With `budget`, at most that many changed rows: where there are more, the
+        window is left `behind`, and the next reads go on from the last row read up to
+        the change number the first of them had as `top`. Under the store's lock."""
+        seen = window.seen
+        assert seen is not None
+        feed = window._feed
+        if feed is None:
+            if top <= seen:
+                return
+            feed = (top, seen + 1, 0)  # every row past `seen`: ids start at 1
+        end, change, after = feed
+        if budget is None:
+            end = top
+        rows = db.execute(
+            _WINDOW_CHANGES, (change, after, end, -1 if budget is None else budget + 1)
+        ).fetchall()
+        behind = budget is not None and len(rows) > budget
+        if behind:
+            del rows[budget:]
+        for user, _bound, wanted in window.apply(rows):
+            Store._fill_window(db, window, user, wanted)
+        if behind:
+            if rows:
+                after = rows[-1][1]
+                (change,) = db.execute("SELECT changed FROM jobs WHERE id = ?", (after,)).fetchone()
+            window._feed = (end, change, after)
+        else:
+            window._feed = None
+            window.seen = end
 
     def jobs_in(self, states: Collection[JobState]) -> list[Job]:
         """Jobs in any of `states`, oldest first (by the state index: cheap for the few
@@ -3422,8 +3472,11 @@ _PLANNING_SQL = (
 _WINDOW_COLUMNS = _JOB_COLUMNS.replace("spec,", f"{_PLANNING_SQL} AS spec,", 1)
 _WINDOW_QUEUE = _USER_QUEUE_TEMPLATE.format(columns=_WINDOW_COLUMNS)
 _WINDOW_QUEUE_AFTER = _USER_QUEUE_AFTER_TEMPLATE.format(columns=_WINDOW_COLUMNS)
+# The changed rows past a (change number, id) up to a change number, in that order (the
+# index's), the first so many (-1: all).
 _WINDOW_CHANGES = (
-    f"SELECT queue_priority, {_WINDOW_COLUMNS} FROM jobs INDEXED BY jobs_changed WHERE changed > ?"
+    f"SELECT queue_priority, {_WINDOW_COLUMNS} FROM jobs INDEXED BY jobs_changed"
+    " WHERE (changed, id) > (?, ?) AND changed <= ? ORDER BY changed, id LIMIT ?"
 )
 _PLANNING_BY_TEXT: dict[str, JobSpec] = {}
 

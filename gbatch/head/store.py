@@ -473,9 +473,10 @@ class RunnableWindow:
     costs a Job and its keys per job; a job that starts is read whole from the store.
 
     The loop's own reason writes (Store.set_pending_reasons with the window) are not
-    read back: the window is brought up to date just before one, and then knows every
-    row its transaction wrote, so it keeps the reasons written beside its Jobs
-    (`reason`) and takes the transaction as seen.
+    read back: such a write changes only rows the window holds as they are now (none
+    written since its read), so the window keeps the reasons written beside its Jobs
+    (`reason`), and its reads skip that transaction's rows (`_own`; or `seen` moves on,
+    where nothing else was written since).
 
     With `rows_per_read`, a first read is spread over several reads: each reads that
     many rows (and one, which tells whether they were a user's last), the next users'
@@ -507,6 +508,9 @@ class RunnableWindow:
         # A read of the change feed part way (see `behind`): (the change number it reads
         # up to, and the change number and id of the last row it read).
         self._feed: tuple[int, int, int] | None = None
+        # The change numbers past `seen` of the loop's own reason writes (wrote): their
+        # rows are in the window as written, and the feed skips them.
+        self._own: list[int] = []
         # id -> its Job, and its key apart: no tuple of the two, an object more per job
         # for the cyclic GC to walk (the Jobs are ~all the loop's tracked objects).
         self._jobs: dict[int, Job] = {}
@@ -536,6 +540,7 @@ class RunnableWindow:
     def clear(self) -> None:
         self._unfilled.clear()
         self._feed = None
+        self._own.clear()
         self._jobs.clear()
         self._key_of.clear()
         self._keys.clear()
@@ -555,9 +560,11 @@ class RunnableWindow:
 
     def wrote(self, reasons: Mapping[int, str], change: int) -> None:
         """Take the reasons that transaction `change` wrote (set_pending_reasons: the
-        UPDATE of each pending row whose reason differs, and nothing else), the window
-        being up to date with every change before it: the rows it holds now have them,
-        and a row it does not hold it would not take (held, or past its bound)."""
+        UPDATE of each pending row whose reason differs and that the window holds as it
+        is, the window read whole and not `behind`; nothing else): the rows it holds now
+        have them, and a row it does not hold it would not take (held, or past its
+        bound). A row not written (changed since the read) the feed reads again before
+        the next plan, which drops the reason given here."""
         jobs, written = self._jobs, self._reasons
         for job_id, reason in reasons.items():
             held = jobs.get(job_id)
@@ -567,7 +574,10 @@ class RunnableWindow:
                 written.pop(job_id, None)
             else:
                 written[job_id] = reason
-        self.seen = change
+        if self.seen == change - 1:
+            self.seen = change  # nothing else written since the read
+        else:
+            self._own.append(change)
 
     def take_changes(self) -> dict[int, Job | None] | None:
         """The jobs put (id -> the new Job) and gone (id -> None) since the last call,
@@ -1524,28 +1534,37 @@ class Store:
     ) -> None:
         """Record why pending jobs wait. Not a state change, so no event row.
 
-        With `window` (the loop's, read before), the rows written are not read back by
-        it: in the same transaction, before the writes, it takes the changes since its
-        last read (as read_window), and after the commit it takes the reasons written
-        (RunnableWindow.wrote). A row it so finds changed since the plan read it (its
-        changes not taken yet: a hold, another reason) is not written: that reason is
-        stale, and the next pass plans the job again from the row. The rows' `changed`
-        is set as by every write, so the change feed still tells anyone else of them."""
+        With `window` (the loop's, read whole and not `behind`), the rows written are not
+        read back by it: only a row the window holds as it is now is written (its
+        `changed` up to the window's `seen`, or one of the loop's own reason writes
+        since), and after the commit the window takes the reasons written
+        (RunnableWindow.wrote). A row changed since the plan read it (a hold, a priority
+        update, another reason) is not written: that reason is stale, and the next pass
+        reads the row and plans the job again. The rows' `changed` is set as by every
+        write, so the change feed still tells anyone else of them."""
         if not reasons:
             return
+        known = window is not None and window.complete and not window.behind
         with self._write() as db:
             change = self._change_number(db)
-            if window is not None and window.complete:
-                self._read_changes(db, window, change - 1)
-                moved = window._changed
-                if moved:
-                    reasons = {i: r for i, r in reasons.items() if i not in moved}
-            db.executemany(
-                "UPDATE jobs SET reason = ?, changed = ?"
-                " WHERE id = ? AND state = 'PENDING' AND reason != ?",
-                [(reason, change, job_id, reason) for job_id, reason in reasons.items()],
-            )
-        if window is not None and window.complete and window.seen == change - 1:
+            if window is not None and known:
+                own = window._own
+                db.executemany(
+                    "UPDATE jobs SET reason = ?, changed = ?"
+                    " WHERE id = ? AND state = 'PENDING' AND reason != ?"
+                    f" AND (changed <= ? OR changed IN ({_marks(own)}))",
+                    [
+                        (reason, change, job_id, reason, window.seen, *own)
+                        for job_id, reason in reasons.items()
+                    ],
+                )
+            else:
+                db.executemany(
+                    "UPDATE jobs SET reason = ?, changed = ?"
+                    " WHERE id = ? AND state = 'PENDING' AND reason != ?",
+                    [(reason, change, job_id, reason) for job_id, reason in reasons.items()],
+                )
+        if window is not None and known:
             window.wrote(reasons, change)
 
     def set_running_reason(self, job_id: int, attempt: int, reason: str) -> bool:
@@ -2015,8 +2034,10 @@ class Store:
         end, change, after = feed
         if budget is None:
             end = top
+        own = window._own
         rows = db.execute(
-            _WINDOW_CHANGES, (change, after, end, -1 if budget is None else budget + 1)
+            _WINDOW_CHANGES.format(own=_marks(own)),
+            (change, after, end, *own, -1 if budget is None else budget + 1),
         ).fetchall()
         behind = budget is not None and len(rows) > budget
         if behind:
@@ -2031,6 +2052,8 @@ class Store:
         else:
             window._feed = None
             window.seen = end
+            if own:
+                window._own = [number for number in own if number > end]
 
     def jobs_in(self, states: Collection[JobState]) -> list[Job]:
         """Jobs in any of `states`, oldest first (by the state index: cheap for the few
@@ -3472,11 +3495,13 @@ _PLANNING_SQL = (
 _WINDOW_COLUMNS = _JOB_COLUMNS.replace("spec,", f"{_PLANNING_SQL} AS spec,", 1)
 _WINDOW_QUEUE = _USER_QUEUE_TEMPLATE.format(columns=_WINDOW_COLUMNS)
 _WINDOW_QUEUE_AFTER = _USER_QUEUE_AFTER_TEMPLATE.format(columns=_WINDOW_COLUMNS)
-# The changed rows past a (change number, id) up to a change number, in that order (the
-# index's), the first so many (-1: all).
+# The changed rows past a (change number, id) up to a change number, but those of the
+# loop's own reason writes ({own}: their numbers), in that order (the index's), the
+# first so many (-1: all).
 _WINDOW_CHANGES = (
     f"SELECT queue_priority, {_WINDOW_COLUMNS} FROM jobs INDEXED BY jobs_changed"
-    " WHERE (changed, id) > (?, ?) AND changed <= ? ORDER BY changed, id LIMIT ?"
+    " WHERE (changed, id) > (?, ?) AND changed <= ? AND changed NOT IN ({own})"
+    " ORDER BY changed, id LIMIT ?"
 )
 _PLANNING_BY_TEXT: dict[str, JobSpec] = {}
 

@@ -612,6 +612,33 @@ def test_a_read_of_the_change_feed_left_behind_plans_nothing_until_it_ends(
         side.close()
 
 
+def test_a_flood_of_submits_never_keeps_the_loop_from_planning(tmp_path: Path) -> None:
+    """Submits before every pass, more than `read_alone_rows` each time and more than a
+    pass reads (rows_per_read) in two passes' worth: the loop still plans at least
+    every other pass, and once the flood stops it catches up and has planned them all."""
+    side = Side(tmp_path, incremental=True, rows_per_read=4)
+    try:
+        store, daemon = side.store, side.daemon
+        daemon.read_alone_rows = 2
+        busy_nodes(side)  # nothing starts: a pass that plans writes the reasons
+        small = JobSpec(name="small", command=("true",), gpus=1, time_limit=60)
+        planned = []
+        for n in range(30):
+            store.submit([small] * 3, 1000 + n, f"user{n}", T0)
+            daemon.schedule(T0)
+            planned.append(not daemon._unread)
+        assert all(any(planned[n : n + 2]) for n in range(len(planned) - 1)), planned
+        for _ in range(10):
+            daemon.schedule(T0)
+            if daemon.caught_up:
+                break
+        assert daemon.caught_up
+        waiting = [job for job in store.jobs() if job.state is JobState.PENDING]
+        assert len(waiting) == 90 and all(job.reason for job in waiting)
+    finally:
+        side.close()
+
+
 def test_an_owed_reason_of_a_job_planned_again_from_its_row_is_dropped(
     tmp_path: Path,
 ) -> None:

@@ -1063,6 +1063,35 @@ def test_a_spread_first_read_splits_a_user_and_takes_a_row_read_twice_once(store
     assert window.jobs() == whole
 
 
+def test_the_loops_reasons_are_written_only_to_rows_as_read_and_not_read_back(
+    store: Store,
+) -> None:
+    """set_pending_reasons with the loop's window writes a reason only to a row the
+    window holds as it is (not one changed since its read: a hold keeps its reason),
+    and the window's next read skips the rows it wrote, though another write landed
+    between (it reads that one alone)."""
+    a, b, c = store.submit([spec(n) for n in "abc"], uid=1000, user="alice", now=T0)
+    window = RunnableWindow(per_user=5, rows_per_read=10)
+    store.update_window(window)
+    window.take_changes()
+    (bob,) = store.submit([spec("bob")], uid=1001, user="bob", now=T0)  # not yet read
+    store.set_held(c, True, T0)  # after the read: the plan's reason for c is stale
+    store.set_pending_reasons({a: "Priority", b: "Resources", c: "Priority"}, window)
+    assert [store.require(i).reason for i in (a, b, c)] == ["Priority", "Resources", "JobHeldUser"]
+    store.update_window(window)
+    changes = window.take_changes()
+    assert changes is not None and sorted(changes) == [c, bob]  # c held: gone; bob put
+    assert [window.reason(j) for j in window.jobs()] == ["Priority", "Resources", ""]
+    assert window._own == [] and not window.behind
+    store.set_pending_reasons({a: "Resources"}, window)  # nothing between: seen moves on
+    assert window.seen == store_module._top_change(store._db) and window._own == []
+    store.update_window(window)
+    assert window.take_changes() == {}
+    assert [window.reason(j) for j in window.jobs()] == [
+        store.require(j.id).reason for j in window.jobs()
+    ]
+
+
 def test_every_write_of_a_jobs_row_is_in_the_change_feed(store: Store) -> None:
     def top() -> int:
         return int(store._db.execute("SELECT max(changed) FROM jobs").fetchone()[0])

@@ -248,13 +248,22 @@ _USER_QUEUE_TEMPLATE = """
     WHERE state = 'PENDING' AND held = 0 AND user = ?
     ORDER BY queue_priority DESC, submit_time, id LIMIT ?
 """
-_USER_QUEUE_AFTER_TEMPLATE = """
-    SELECT queue_priority, {columns} FROM jobs INDEXED BY jobs_queue
-    WHERE state = 'PENDING' AND held = 0 AND user = ?
-        AND (queue_priority < ? OR (queue_priority = ?
-             AND (submit_time > ? OR (submit_time = ? AND id > ?))))
+# A user's queue past a key (-queue_priority, submit_time, id), in three parts, each one
+# seek of the index (a query with their OR scanned the user's rows from the first:
+# ~90 us at 1,000 rows in, against ~6): the rest of the key's priority and submit time,
+# of its priority, then the lower priorities.
+_USER_QUEUE_AFTER_TEMPLATES = tuple(
+    f"""
+    SELECT queue_priority, {{columns}} FROM jobs INDEXED BY jobs_queue
+    WHERE state = 'PENDING' AND held = 0 AND user = ? AND {past}
     ORDER BY queue_priority DESC, submit_time, id LIMIT ?
 """
+    for past in (
+        "queue_priority = ? AND submit_time = ? AND id > ?",
+        "queue_priority = ? AND submit_time > ?",
+        "queue_priority < ?",
+    )
+)
 T = TypeVar("T")
 # Ids bound per `IN (...)` statement: well under SQLite's oldest variable limit (999).
 _IN_CHUNK = 500
@@ -2009,10 +2018,19 @@ class Store:
         if bound is None:
             return window.fill(user, db.execute(_WINDOW_QUEUE, (user, count)), count)
         queue_priority, submit_time, job_id = -bound[0], bound[1], bound[2]
-        rows = db.execute(
+        rows: list[Any] = []
+        for query, past in zip(
             _WINDOW_QUEUE_AFTER,
-            (user, queue_priority, queue_priority, submit_time, submit_time, job_id, count),
-        )
+            (
+                (queue_priority, submit_time, job_id),
+                (queue_priority, submit_time),
+                (queue_priority,),
+            ),
+            strict=True,
+        ):
+            rows += db.execute(query, (user, *past, count - len(rows))).fetchall()
+            if len(rows) == count:
+                break
         return window.fill(user, rows, count)
 
     @staticmethod
@@ -3494,7 +3512,9 @@ _PLANNING_SQL = (
 )
 _WINDOW_COLUMNS = _JOB_COLUMNS.replace("spec,", f"{_PLANNING_SQL} AS spec,", 1)
 _WINDOW_QUEUE = _USER_QUEUE_TEMPLATE.format(columns=_WINDOW_COLUMNS)
-_WINDOW_QUEUE_AFTER = _USER_QUEUE_AFTER_TEMPLATE.format(columns=_WINDOW_COLUMNS)
+_WINDOW_QUEUE_AFTER = tuple(
+    template.format(columns=_WINDOW_COLUMNS) for template in _USER_QUEUE_AFTER_TEMPLATES
+)
 # The changed rows past a (change number, id) up to a change number, but those of the
 # loop's own reason writes ({own}: their numbers), in that order (the index's), the
 # first so many (-1: all).

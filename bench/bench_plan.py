@@ -34,8 +34,9 @@ their median, p90 and longest, the full collections among them, the RSS growth, 
 the end what a whole collection still finds (the cyclic garbage the heap held) and how
 long it took; then as many again with also a new user's 1,000 jobs before every 20th (a
 new window each: the heap grows as a lab's queue does, and the collector's full
-collections come due), with the passes that read a newcomer's jobs and the passes after
-them told apart (a checkout with READ_ALONE_ROWS plans them in the pass after).
+collections come due), with the passes that read a newcomer's jobs before one plans them
+(a checkout with READ_ALONE_ROWS: those that read them; with a bounded read of the change
+feed, over passes of WINDOW_ROWS_PER_PASS) and the passes that plan them told apart.
 """
 
 from __future__ import annotations
@@ -398,8 +399,9 @@ def churn(
     figures, the RSS growth, and what a whole collection still finds at the end."""
     spec = JobSpec(name="churn", command=("python", "train.py"), gpus=1, time_limit=3600)
     samples = []
-    arrivals: list[float] = []  # the passes that read a newcomer's jobs
-    afters: list[float] = []  # the pass after each (where a checkout plans them then)
+    arrivals: list[float] = []  # the passes that read a newcomer's jobs, planning nothing
+    afters: list[float] = []  # the pass that plans them, after those
+    reading = False  # a newcomer's jobs not planned yet
     rss_before = rss_mib()
     mark = len(fulls.ms)
     joined = 0
@@ -415,8 +417,13 @@ def churn(
         gone = rng.sample(sorted(daemon._window._jobs), 10)
         store.cancel_pending(gone, "churn", time.time())
         samples.append(one_pass(daemon))
-        if newcomers and n % newcomers in (0, 1):
-            (afters if n % newcomers else arrivals).append(samples[-1])
+        if newcomers and n % newcomers == 0:
+            reading = True
+        if reading:
+            # Until a pass plans (a checkout without _unread: the pass that reads them).
+            planned = not getattr(daemon, "_unread", False)
+            (afters if planned else arrivals).append(samples[-1])
+            reading = not planned
         between_passes(daemon)
     rss_after = rss_mib()
     in_passes = fulls.since(mark)
@@ -440,9 +447,11 @@ def churn(
         f"{samples[round(0.9 * (len(samples) - 1))]:.1f} ms, the longest {samples[-1]:.1f} ms "
         f"({in_passes}); "
         + (
-            f"those reading a newcomer's jobs: median {statistics.median(arrivals):.1f} ms, "
-            f"the longest {max(arrivals):.1f} ms, the passes after them: median "
-            f"{statistics.median(afters):.1f} ms, the longest {max(afters):.1f} ms; "
+            f"those reading a newcomer's jobs before the one that plans them: "
+            f"{len(arrivals) / len(afters):.1f} a newcomer, median "
+            f"{statistics.median(arrivals):.1f} ms, the longest {max(arrivals):.1f} ms; "
+            f"the passes that plan them: median {statistics.median(afters):.1f} ms, the "
+            f"longest {max(afters):.1f} ms; "
             if arrivals and afters
             else ""
         )

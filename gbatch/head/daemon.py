@@ -102,8 +102,12 @@ WINDOW_ROWS_PER_PASS = 500
 # the first plan's 17.6 ms; writing 2,000, 10-12 ms (16-18) and 22.4 ms.
 REASONS_PER_PASS = 1000
 # A pass whose read brought more changed rows than this plans nothing, and the next one
-# (at once) plans them.
-READ_ALONE_ROWS = 500
+# (at once) plans them without reading the change feed: what it plans is what that read.
+# So a newcomer's burst of 1,000 jobs (one transaction's, read over passes of
+# WINDOW_ROWS_PER_PASS) is read in passes that plan nothing, and planned in one that
+# reads nothing (their read and their plan are ~5 ms of CPU each at 500 rows and
+# ~0.5 load; a pass that did both, ~12 ms, would pass 20 ms at load ~1.5).
+READ_ALONE_ROWS = 200
 # Arrays whose extent (task -> job id) the daemon remembers for dependencies on them.
 ARRAY_CACHE_MAX = 10_000
 KILLED_REASON = "dependency can never be satisfied (kill_invalid_depend)"
@@ -171,8 +175,11 @@ class Daemon:
         self._owed: dict[int, str] = {}
         self.reasons_per_pass: int | None = REASONS_PER_PASS
         # The last pass planned nothing: the window was not whole yet, or was completed
-        # by it, or it read many rows (READ_ALONE_ROWS; None: plan them at once).
+        # by it, or its read of the change feed was left behind, or it read many rows
+        # (READ_ALONE_ROWS, _read_many; None: plan them at once).
         self._unread = True
+        self._read_many = False
+        self._fed = True  # the last pass read the change feed (not: _read_many's next)
         self.read_alone_rows: int | None = READ_ALONE_ROWS
         # The window split as the filters need it, kept from its changes: the jobs
         # without a --begin, dependency or throttle (plain), how many per user, those
@@ -702,22 +709,36 @@ class Daemon:
 
     def schedule(self, now: float) -> None:
         self.store.refill_arrays(ARRAY_ROWS)
-        spread = self._window.seen is not None and not self._window.complete
-        self.store.update_window(self._window)
+        window = self._window
+        spread = window.seen is not None and not window.complete
+        # The pass after one that read many rows plans them, and reads none: those
+        # written since are read at the next pass, at once.
+        self._fed = not self._read_many
+        self.store.update_window(window, feed=self._fed)
+        if not self._fed:
+            self.wake.set()
         read = self._split_window()
-        # A pass that read many rows (a newcomer's burst of 1,000 jobs) plans at the
-        # next: reading them and planning them are ~10 ms of CPU each. Never two such
-        # passes in a row, so a flood of submits cannot keep the loop from planning.
+        # A pass that read many rows (the last of a newcomer's burst of 1,000 jobs)
+        # plans at the next: reading 500 rows and planning 1,000 are ~5 ms of CPU each.
+        # That one reads no changes, so a flood of submits cannot keep the loop from
+        # planning: each read of the change feed left behind ends (RunnableWindow), and
+        # a plan follows it at the latest one pass after.
         alone = self.read_alone_rows
-        big = alone is not None and read > alone and not self._unread
-        self._unread = not self._window.complete or spread or big
+        whole = window.complete and not spread and not window.behind
+        many = whole and alone is not None and read > alone and not self._read_many
+        self._read_many = many
+        self._unread = not whole or many
         if self._unread:
             # A spread first read (a restart over a long queue): plan nothing until the
             # window holds every user's jobs, or a job could start ahead of one not read
             # yet. Queue what was read, and read on at the next pass, at once. The
             # pass that completes it plans at the next too: its read (~10-14 ms at
             # 100,000 pending) and the first plan (a fresh store's: 50,000 reasons
-            # reported, ~17 ms) would not fit one pass's 20 ms.
+            # reported, ~17 ms) would not fit one pass's 20 ms. So too a read of the
+            # change feed left behind (a newcomer's burst of 1,000 jobs, read over
+            # passes of WINDOW_ROWS_PER_PASS rows): the pass that reads the last of
+            # those changes plans them (or, where it read many, the one after), the
+            # window then what a whole read gives.
             self._queue_planner(())
             if self.planner is not None:  # what it read that the plan will not revisit
                 allocated = self.store.jobs_in(ALLOCATED_STATES)
@@ -813,9 +834,10 @@ class Daemon:
 
     @property
     def caught_up(self) -> bool:
-        """The last pass planned the whole window and wrote every reason its plans
-        gave: no pass follows at once for a spread first read or owed reasons."""
-        return not self._unread and not self._owed
+        """The last pass read the change feed, planned the whole window and wrote every
+        reason its plans gave: no pass follows at once for a spread first read, a read
+        of the change feed left behind or one that read many rows, or owed reasons."""
+        return not self._unread and not self._owed and self._fed
 
     def _reasons_due(self, queued: Mapping[int, Job]) -> dict[int, str]:
         """The owed reasons this pass writes, taken from the owed: all of them, or the

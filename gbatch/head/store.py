@@ -248,13 +248,22 @@ _USER_QUEUE_TEMPLATE = """
     WHERE state = 'PENDING' AND held = 0 AND user = ?
     ORDER BY queue_priority DESC, submit_time, id LIMIT ?
 """
-_USER_QUEUE_AFTER_TEMPLATE = """
-    SELECT queue_priority, {columns} FROM jobs INDEXED BY jobs_queue
-    WHERE state = 'PENDING' AND held = 0 AND user = ?
-        AND (queue_priority < ? OR (queue_priority = ?
-             AND (submit_time > ? OR (submit_time = ? AND id > ?))))
+# A user's queue past a key (-queue_priority, submit_time, id), in three parts, each one
+# seek of the index (a query with their OR scanned the user's rows from the first:
+# ~90 us at 1,000 rows in, against ~6): the rest of the key's priority and submit time,
+# of its priority, then the lower priorities.
+_USER_QUEUE_AFTER_TEMPLATES = tuple(
+    f"""
+    SELECT queue_priority, {{columns}} FROM jobs INDEXED BY jobs_queue
+    WHERE state = 'PENDING' AND held = 0 AND user = ? AND {past}
     ORDER BY queue_priority DESC, submit_time, id LIMIT ?
 """
+    for past in (
+        "queue_priority = ? AND submit_time = ? AND id > ?",
+        "queue_priority = ? AND submit_time > ?",
+        "queue_priority < ?",
+    )
+)
 T = TypeVar("T")
 # Ids bound per `IN (...)` statement: well under SQLite's oldest variable limit (999).
 _IN_CHUNK = 500
@@ -473,9 +482,10 @@ class RunnableWindow:
     costs a Job and its keys per job; a job that starts is read whole from the store.
 
     The loop's own reason writes (Store.set_pending_reasons with the window) are not
-    read back: the window is brought up to date just before one, and then knows every
-    row its transaction wrote, so it keeps the reasons written beside its Jobs
-    (`reason`) and takes the transaction as seen.
+    read back: such a write changes only rows the window holds as they are now (none
+    written since its read), so the window keeps the reasons written beside its Jobs
+    (`reason`), and its reads skip that transaction's rows (`_own`; or `seen` moves on,
+    where nothing else was written since).
 
     With `rows_per_read`, a first read is spread over several reads: each reads that
     many rows (and one, which tells whether they were a user's last), the next users'
@@ -485,6 +495,15 @@ class RunnableWindow:
     change since the first (`complete` from then on).
     Until then the window holds only the users filled so far: what it holds is right,
     but not all of it.
+
+    It also bounds a read of the change feed: one that finds more changed rows than a
+    read takes (a new user's burst of 1,000 jobs, one transaction's) reads them in
+    (change, id) order over several reads, each on past the last row read, up to the
+    largest change number there was at the first of them (`behind` until then). Each
+    row read is put as any change is (a user short of jobs reads the next ones as they
+    are now: the feed reads such a row again if it changed since), so once those reads
+    reach that number the window is what a whole read then gives; the changes after it
+    are the next reads'.
     """
 
     def __init__(self, per_user: int, rows_per_read: int | None = None) -> None:
@@ -495,6 +514,12 @@ class RunnableWindow:
         self.seen: int | None = None
         # The users a spread first read has yet to fill, the next one last.
         self._unfilled: list[str] = []
+        # A read of the change feed part way (see `behind`): (the change number it reads
+        # up to, and the change number and id of the last row it read).
+        self._feed: tuple[int, int, int] | None = None
+        # The change numbers past `seen` of the loop's own reason writes (wrote): their
+        # rows are in the window as written, and the feed skips them.
+        self._own: list[int] = []
         # id -> its Job, and its key apart: no tuple of the two, an object more per job
         # for the cyclic GC to walk (the Jobs are ~all the loop's tracked objects).
         self._jobs: dict[int, Job] = {}
@@ -515,8 +540,16 @@ class RunnableWindow:
         """Read, and not in the middle of a spread first read: it holds every user's."""
         return self.seen is not None and not self._unfilled
 
+    @property
+    def behind(self) -> bool:
+        """A read of the change feed stopped at `rows_per_read` rows, part way to the
+        change number it reads up to: the window holds some of those changes, not all."""
+        return self._feed is not None
+
     def clear(self) -> None:
         self._unfilled.clear()
+        self._feed = None
+        self._own.clear()
         self._jobs.clear()
         self._key_of.clear()
         self._keys.clear()
@@ -536,9 +569,11 @@ class RunnableWindow:
 
     def wrote(self, reasons: Mapping[int, str], change: int) -> None:
         """Take the reasons that transaction `change` wrote (set_pending_reasons: the
-        UPDATE of each pending row whose reason differs, and nothing else), the window
-        being up to date with every change before it: the rows it holds now have them,
-        and a row it does not hold it would not take (held, or past its bound)."""
+        UPDATE of each pending row whose reason differs and that the window holds as it
+        is, the window read whole and not `behind`; nothing else): the rows it holds now
+        have them, and a row it does not hold it would not take (held, or past its
+        bound). A row not written (changed since the read) the feed reads again before
+        the next plan, which drops the reason given here."""
         jobs, written = self._jobs, self._reasons
         for job_id, reason in reasons.items():
             held = jobs.get(job_id)
@@ -548,7 +583,10 @@ class RunnableWindow:
                 written.pop(job_id, None)
             else:
                 written[job_id] = reason
-        self.seen = change
+        if self.seen == change - 1:
+            self.seen = change  # nothing else written since the read
+        else:
+            self._own.append(change)
 
     def take_changes(self) -> dict[int, Job | None] | None:
         """The jobs put (id -> the new Job) and gone (id -> None) since the last call,
@@ -1505,28 +1543,37 @@ class Store:
     ) -> None:
         """Record why pending jobs wait. Not a state change, so no event row.
 
-        With `window` (the loop's, read before), the rows written are not read back by
-        it: in the same transaction, before the writes, it takes the changes since its
-        last read (as read_window), and after the commit it takes the reasons written
-        (RunnableWindow.wrote). A row it so finds changed since the plan read it (its
-        changes not taken yet: a hold, another reason) is not written: that reason is
-        stale, and the next pass plans the job again from the row. The rows' `changed`
-        is set as by every write, so the change feed still tells anyone else of them."""
+        With `window` (the loop's, read whole and not `behind`), the rows written are not
+        read back by it: only a row the window holds as it is now is written (its
+        `changed` up to the window's `seen`, or one of the loop's own reason writes
+        since), and after the commit the window takes the reasons written
+        (RunnableWindow.wrote). A row changed since the plan read it (a hold, a priority
+        update, another reason) is not written: that reason is stale, and the next pass
+        reads the row and plans the job again. The rows' `changed` is set as by every
+        write, so the change feed still tells anyone else of them."""
         if not reasons:
             return
+        known = window is not None and window.complete and not window.behind
         with self._write() as db:
             change = self._change_number(db)
-            if window is not None and window.complete:
-                self._read_changes(db, window, change - 1)
-                moved = window._changed
-                if moved:
-                    reasons = {i: r for i, r in reasons.items() if i not in moved}
-            db.executemany(
-                "UPDATE jobs SET reason = ?, changed = ?"
-                " WHERE id = ? AND state = 'PENDING' AND reason != ?",
-                [(reason, change, job_id, reason) for job_id, reason in reasons.items()],
-            )
-        if window is not None and window.complete and window.seen == change - 1:
+            if window is not None and known:
+                own = window._own
+                db.executemany(
+                    "UPDATE jobs SET reason = ?, changed = ?"
+                    " WHERE id = ? AND state = 'PENDING' AND reason != ?"
+                    f" AND (changed <= ? OR changed IN ({_marks(own)}))",
+                    [
+                        (reason, change, job_id, reason, window.seen, *own)
+                        for job_id, reason in reasons.items()
+                    ],
+                )
+            else:
+                db.executemany(
+                    "UPDATE jobs SET reason = ?, changed = ?"
+                    " WHERE id = ? AND state = 'PENDING' AND reason != ?",
+                    [(reason, change, job_id, reason) for job_id, reason in reasons.items()],
+                )
+        if window is not None and known:
             window.wrote(reasons, change)
 
     def set_running_reason(self, job_id: int, attempt: int, reason: str) -> bool:
@@ -1906,9 +1953,10 @@ class Store:
         self.update_window(window)
         return window.jobs()
 
-    def update_window(self, window: RunnableWindow) -> None:
+    def update_window(self, window: RunnableWindow, feed: bool = True) -> None:
         """Bring `window` (each user's first `window.per_user` runnable jobs, as
-        runnable_jobs(per_user) reads them) up to date.
+        runnable_jobs(per_user) reads them) up to date. `feed=False`: only a spread
+        first read's next rows, not the change feed (the window stays as last read).
 
         Its first read reads every user's first jobs; each read after reads only the
         rows written since (the change feed, migration 11: `changed` above the last
@@ -1927,6 +1975,10 @@ class Store:
         row unchanged since the first read is where a whole read puts it (each read of
         a user's takes all the runnable rows between its bound and its last), and every
         row changed is read again from the change feed.
+        With `window.rows_per_read`, a read of the change feed takes at most that many
+        rows too (less those a spread first read's fill took): a read that finds more
+        leaves the window `behind`, and the next reads go on from the last row read
+        (RunnableWindow), up to the change number the first of them stopped at.
         RunnableWindow.take_changes tells what a read changed, at no cost in the size
         of the window (its jobs() sorts them all when they changed).
         """
@@ -1939,9 +1991,9 @@ class Store:
                 window._unfilled = users[::-1]
                 window.seen = top
             unfilled = window._unfilled
+            budget = window.rows_per_read
+            read = 0
             if unfilled:
-                budget = window.rows_per_read
-                read = 0
                 while unfilled and (budget is None or read < budget):
                     user = unfilled[-1]
                     lacks = window.lacks(user)
@@ -1953,7 +2005,9 @@ class Store:
                         unfilled.pop()
                 if unfilled:
                     return
-            self._read_changes(db, window, top)
+            if feed:
+                rest = None if budget is None else max(budget - read, 0)
+                self._read_changes(db, window, top, rest)
 
     @staticmethod
     def _fill_window(db: sqlite3.Connection, window: RunnableWindow, user: str, count: int) -> int:
@@ -1964,23 +2018,60 @@ class Store:
         if bound is None:
             return window.fill(user, db.execute(_WINDOW_QUEUE, (user, count)), count)
         queue_priority, submit_time, job_id = -bound[0], bound[1], bound[2]
-        rows = db.execute(
+        rows: list[Any] = []
+        for query, past in zip(
             _WINDOW_QUEUE_AFTER,
-            (user, queue_priority, queue_priority, submit_time, submit_time, job_id, count),
-        )
+            (
+                (queue_priority, submit_time, job_id),
+                (queue_priority, submit_time),
+                (queue_priority,),
+            ),
+            strict=True,
+        ):
+            rows += db.execute(query, (user, *past, count - len(rows))).fetchall()
+            if len(rows) == count:
+                break
         return window.fill(user, rows, count)
 
     @staticmethod
-    def _read_changes(db: sqlite3.Connection, window: RunnableWindow, top: int) -> None:
+    def _read_changes(
+        db: sqlite3.Connection, window: RunnableWindow, top: int, budget: int | None = None
+    ) -> None:
         """Bring `window`, once read, up to change `top` (the largest there is): the rows
         written since its last read, and the next ones of users whose full window lost
-        jobs. Under the store's lock."""
-        assert window.seen is not None
-        if top > window.seen:
-            rows = db.execute(_WINDOW_CHANGES, (window.seen,)).fetchall()
-            for user, _bound, wanted in window.apply(rows):
-                Store._fill_window(db, window, user, wanted)
-        window.seen = top
+        jobs. With `budget`, at most that many changed rows: where there are more, the
+        window is left `behind`, and the next reads go on from the last row read up to
+        the change number the first of them had as `top`. Under the store's lock."""
+        seen = window.seen
+        assert seen is not None
+        feed = window._feed
+        if feed is None:
+            if top <= seen:
+                return
+            feed = (top, seen + 1, 0)  # every row past `seen`: ids start at 1
+        end, change, after = feed
+        if budget is None:
+            end = top
+        own = window._own
+        rows = db.execute(
+            _WINDOW_CHANGES.format(own=_marks(own)),
+            (change, after, end, *own, -1 if budget is None else budget + 1),
+        ).fetchall()
+        behind = budget is not None and len(rows) > budget
+        if behind:
+            del rows[budget:]
+        for user, _bound, wanted in window.apply(rows):
+            Store._fill_window(db, window, user, wanted)
+        if behind:
+            if rows:
+                after = rows[-1][1]
+                (change,) = db.execute("SELECT changed FROM jobs WHERE id = ?", (after,)).fetchone()
+            window._feed = (end, change, after)
+        else:
+            window._feed = None
+            window.seen = end
+            if own:
+                window._own = [number for number in own if number > end]
 
     def jobs_in(self, states: Collection[JobState]) -> list[Job]:
         """Jobs in any of `states`, oldest first (by the state index: cheap for the few
@@ -3421,9 +3512,16 @@ _PLANNING_SQL = (
 )
 _WINDOW_COLUMNS = _JOB_COLUMNS.replace("spec,", f"{_PLANNING_SQL} AS spec,", 1)
 _WINDOW_QUEUE = _USER_QUEUE_TEMPLATE.format(columns=_WINDOW_COLUMNS)
-_WINDOW_QUEUE_AFTER = _USER_QUEUE_AFTER_TEMPLATE.format(columns=_WINDOW_COLUMNS)
+_WINDOW_QUEUE_AFTER = tuple(
+    template.format(columns=_WINDOW_COLUMNS) for template in _USER_QUEUE_AFTER_TEMPLATES
+)
+# The changed rows past a (change number, id) up to a change number, but those of the
+# loop's own reason writes ({own}: their numbers), in that order (the index's), the
+# first so many (-1: all).
 _WINDOW_CHANGES = (
-    f"SELECT queue_priority, {_WINDOW_COLUMNS} FROM jobs INDEXED BY jobs_changed WHERE changed > ?"
+    f"SELECT queue_priority, {_WINDOW_COLUMNS} FROM jobs INDEXED BY jobs_changed"
+    " WHERE (changed, id) > (?, ?) AND changed <= ? AND changed NOT IN ({own})"
+    " ORDER BY changed, id LIMIT ?"
 )
 _PLANNING_BY_TEXT: dict[str, JobSpec] = {}
 

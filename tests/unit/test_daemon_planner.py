@@ -46,11 +46,13 @@ class Side:
     """A daemon over its own store, its nodes faked (three up nodes of 4 GPUs, what
     its allocated jobs leave free) and its starts recorded and applied at once."""
 
-    def __init__(self, home: Path, incremental: bool) -> None:
+    def __init__(
+        self, home: Path, incremental: bool, rows_per_read: int | None = ROWS_PER_READ
+    ) -> None:
         paths = Paths(home)
         self.store = Store(paths.store)
         self.daemon = Daemon(paths, Config(simulate_gpus=0), self.store)
-        self.daemon._window = RunnableWindow(WINDOW, ROWS_PER_READ if incremental else None)
+        self.daemon._window = RunnableWindow(WINDOW, rows_per_read if incremental else None)
         self.incremental = incremental
         if not incremental:
             self.daemon.planner = None
@@ -256,10 +258,12 @@ def test_the_loop_through_the_planner_does_what_the_full_plan_does(
                 assert incremental.daemon.expected_starts == full.daemon.expected_starts
                 store = incremental.store
                 window = incremental.daemon._window
-                # The window's Jobs as read, with the reasons the loop wrote since.
-                read = [
-                    replace(job, reason=window.reason(job)) for job in store.read_window(window)
-                ]
+                # The window's Jobs as read (over reads of the rows written since, as
+                # many a read), with the reasons the loop wrote since.
+                store.update_window(window)
+                while window.behind:
+                    store.update_window(window)
+                read = [replace(job, reason=window.reason(job)) for job in window.jobs()]
                 assert read == [planning_job(job) for job in store.runnable_jobs(per_user=WINDOW)]
         finally:
             for side in sides:
@@ -334,7 +338,7 @@ def test_the_reasons_a_pass_writes_are_not_read_back_by_the_next(tmp_path: Path)
         busy_nodes(side)
         big = JobSpec(name="big", command=("true",), gpus=GPUS, time_limit=60)
         ids = store.submit([big] * WINDOW, 1000, "alice", T0)
-        side.daemon.schedule(T0)
+        side.schedule(T0)  # read over passes of ROWS_PER_READ, then planned
         assert {store.require(i).reason for i in ids} == {"Resources", "Priority"}
         held = {job.id: job for job in window.jobs()}
         assert store.read_window(window) == sorted(held.values(), key=lambda job: job.id)
@@ -353,7 +357,7 @@ def test_a_write_between_the_windows_read_and_the_loops_reasons_is_read(
 ) -> None:
     """Another writer's change that lands after the pass read its window and before its
     reasons are written (a hold, from a request) is read into the window all the same."""
-    side = Side(tmp_path, incremental=True)
+    side = Side(tmp_path, incremental=True, rows_per_read=None)  # one pass reads them all
     try:
         store, window = side.store, side.daemon._window
         busy_nodes(side)
@@ -483,7 +487,7 @@ def test_a_plan_of_more_reasons_than_a_pass_writes_writes_them_over_the_next_pas
     """A fresh store's first plan, more reasons than the bound: the first pass writes the
     bound's worth, the lowest job ids first, and wakes the loop; the next passes write
     the rest, and each job ends with the reason one unbounded pass gives it."""
-    sides = [Side(tmp_path / "bounded", True), Side(tmp_path / "whole", True)]
+    sides = [Side(tmp_path / "bounded", True, None), Side(tmp_path / "whole", True, None)]
     bounded, whole = sides
     bounded.daemon.reasons_per_pass = 2
     whole.daemon.reasons_per_pass = None
@@ -520,7 +524,7 @@ def test_a_plan_of_more_reasons_than_a_pass_writes_writes_them_over_the_next_pas
 def test_an_owed_reason_of_a_job_changed_meanwhile_is_not_written(tmp_path: Path) -> None:
     """A job held, or given another reason, while the loop still owes it a reason: the
     owed one is not written over the hold's, and the next plan tells the new reason."""
-    side = Side(tmp_path, incremental=True)
+    side = Side(tmp_path, incremental=True, rows_per_read=None)  # a pass reads them all
     side.daemon.reasons_per_pass = 1
     try:
         store, daemon = side.store, side.daemon
@@ -541,29 +545,96 @@ def test_an_owed_reason_of_a_job_changed_meanwhile_is_not_written(tmp_path: Path
         side.close()
 
 
-def test_a_pass_that_read_many_rows_plans_them_at_the_next(tmp_path: Path) -> None:
-    """A pass whose read brings more changed rows than `read_alone_rows` (a newcomer's
-    burst) starts nothing, writes no reason and wakes the loop; the next pass plans them,
-    even when it read as many again (a flood never keeps the loop from planning)."""
+def test_a_pass_that_read_many_rows_plans_them_at_the_next_which_reads_none(
+    tmp_path: Path,
+) -> None:
+    """A pass whose read brings more changed rows than `read_alone_rows` (the last of a
+    newcomer's burst) starts nothing, writes no reason and wakes the loop; the next pass
+    plans them without reading the jobs submitted since (so a flood never keeps the loop
+    from planning) and wakes the loop again; the pass after reads and plans those."""
     side = Side(tmp_path, incremental=True)
     try:
         store, daemon = side.store, side.daemon
+        daemon._window = RunnableWindow(WINDOW, rows_per_read=100)
         daemon.read_alone_rows = 2
         small = JobSpec(name="small", command=("true",), gpus=1, time_limit=60)
         store.submit([small], 1000, "alice", T0)
         daemon.schedule(T0)  # a first read plans at once
-        assert len(side.started) == 1
-        store.submit([small] * 3, 1000, "bob", T0)
+        assert len(side.started) == 1 and daemon.caught_up
+        bob = store.submit([small] * 3, 1000, "bob", T0)
         daemon.wake.clear()
         daemon.schedule(T0)
         assert daemon.wake.is_set() and not daemon.caught_up
         assert len(side.started) == 1
         assert {job.reason for job in store.jobs() if job.state is JobState.PENDING} == {""}
-        store.submit([small] * 3, 1000, "carol", T0)  # as many again
+        carol = store.submit([small] * 3, 1000, "carol", T0)  # as many again
         daemon.wake.clear()
         daemon.schedule(T0)
-        assert len(side.started) == 7 and daemon.caught_up
-        assert not daemon.wake.is_set()
+        assert sorted(job_id for job_id, _, _ in side.started[1:]) == bob
+        assert daemon.wake.is_set() and not daemon.caught_up
+        daemon.wake.clear()
+        daemon.schedule(T0)  # carol's: many again, so planned at the next
+        daemon.schedule(T0)
+        assert sorted(job_id for job_id, _, _ in side.started[4:]) == carol
+        for _ in range(3):  # the starts read back (3 rows: many again), then caught up
+            daemon.wake.clear()
+            daemon.schedule(T0)
+            if daemon.caught_up:
+                break
+        assert daemon.caught_up and not daemon.wake.is_set() and len(side.started) == 7
+    finally:
+        side.close()
+
+
+def test_a_read_of_the_change_feed_left_behind_plans_nothing_until_it_ends(
+    tmp_path: Path,
+) -> None:
+    """A burst of one transaction's rows past what a pass reads (the window's
+    rows_per_read) is read over passes that start nothing and write no reason, each
+    waking the loop; the pass that reads the last of it plans it whole."""
+    side = Side(tmp_path, incremental=True, rows_per_read=1)
+    try:
+        store, daemon = side.store, side.daemon
+        daemon.read_alone_rows = None
+        small = JobSpec(name="small", command=("true",), gpus=1, time_limit=60)
+        daemon.schedule(T0)  # a first read, of nothing
+        burst = store.submit([small] * WINDOW, 1000, "bob", T0)
+        for _ in range(2):
+            daemon.wake.clear()
+            daemon.schedule(T0)
+            assert daemon._window.behind and daemon.wake.is_set() and not daemon.caught_up
+            assert side.started == []
+        daemon.wake.clear()
+        daemon.schedule(T0)
+        assert not daemon._window.behind and daemon.caught_up
+        assert sorted(job_id for job_id, _, _ in side.started) == burst
+    finally:
+        side.close()
+
+
+def test_a_flood_of_submits_never_keeps_the_loop_from_planning(tmp_path: Path) -> None:
+    """Submits before every pass, more than `read_alone_rows` each time and more than a
+    pass reads (rows_per_read) in two passes' worth: the loop still plans at least
+    every other pass, and once the flood stops it catches up and has planned them all."""
+    side = Side(tmp_path, incremental=True, rows_per_read=4)
+    try:
+        store, daemon = side.store, side.daemon
+        daemon.read_alone_rows = 2
+        busy_nodes(side)  # nothing starts: a pass that plans writes the reasons
+        small = JobSpec(name="small", command=("true",), gpus=1, time_limit=60)
+        planned = []
+        for n in range(30):
+            store.submit([small] * 3, 1000 + n, f"user{n}", T0)
+            daemon.schedule(T0)
+            planned.append(not daemon._unread)
+        assert all(any(planned[n : n + 2]) for n in range(len(planned) - 1)), planned
+        for _ in range(10):
+            daemon.schedule(T0)
+            if daemon.caught_up:
+                break
+        assert daemon.caught_up
+        waiting = [job for job in store.jobs() if job.state is JobState.PENDING]
+        assert len(waiting) == 90 and all(job.reason for job in waiting)
     finally:
         side.close()
 

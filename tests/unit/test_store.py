@@ -946,10 +946,11 @@ def test_a_first_read_spread_over_reads_with_writes_between_is_a_whole_read(
 ) -> None:
     """A restarted loop's first read over reads of a few rows each (RunnableWindow's
     rows_per_read: a user's window over several reads where it does not fit one), the
-    queue written between them (submits, cancels, holds, priority changes, reasons):
-    not complete until the last user's, then what a whole read gives, and so at every
-    read after, the queue still written between them; and what a read tells changed
-    adds up to that window."""
+    queue written between them (submits, cancels, holds, priority changes, reasons),
+    and the change feed then read as many rows a read: not complete until the last
+    user's; then, whenever a read leaves it neither part way through the feed
+    (`behind`) nor short of a change written since, what a whole read gives; the writes
+    stopped, the reads get there; and what a read tells changed adds up to the window."""
     draw = data.draw
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "store.db")
@@ -960,8 +961,9 @@ def test_a_first_read_spread_over_reads_with_writes_between_is_a_whole_read(
             per_user = draw(st.integers(1, 5))
             window = RunnableWindow(per_user, rows_per_read=draw(st.integers(1, 4)))
             held: dict[int, object] = {}
-            after = draw(st.integers(0, 3))  # reads after the complete one
-            while True:
+            rounds = draw(st.integers(0, 8))  # reads with writes after them
+            whole_reads = 0
+            for _ in range(500):
                 store.update_window(window)
                 changes = window.take_changes()
                 if changes is None:
@@ -973,12 +975,17 @@ def test_a_first_read_spread_over_reads_with_writes_between_is_a_whole_read(
                         else:
                             held[job_id] = job
                 assert held == {job.id: job for job in window.jobs()}
-                if window.complete:
+                if window.behind or window.seen != store_module._top_change(store._db):
+                    assert not window.behind or window.complete
+                elif window.complete:
                     whole = [planning_job(job) for job in store.runnable_jobs(per_user)]
                     assert window.jobs() == whole
-                    if not after:
+                    whole_reads += 1
+                    if not rounds:
                         break
-                    after -= 1
+                if not rounds:
+                    continue
+                rounds -= 1
                 for _ in range(draw(st.integers(0, 3))):
                     jobs = store.jobs()
                     what = draw(st.sampled_from(("submit", "cancel", "hold", "priority", "reason")))
@@ -997,10 +1004,38 @@ def test_a_first_read_spread_over_reads_with_writes_between_is_a_whole_read(
                         store.update_spec(job.id, job.spec, new, {JobState.PENDING}, "", T0)
                     else:
                         store.set_pending_reasons({job.id: "Priority"})
+            assert whole_reads, "the reads never caught up with the writes"
             whole = [planning_job(job) for job in store.runnable_jobs(per_user)]
             assert store.read_window(window) == whole
         finally:
             store.close()
+
+
+def test_a_burst_of_one_write_is_read_over_reads_in_id_order_and_each_row_once(
+    store: Store,
+) -> None:
+    """A newcomer's burst (one transaction's rows, one change number) read with
+    rows_per_read 2: two rows a read, in id order, each once, the window `behind` until
+    the read that takes the last; a change written meanwhile waits for the next read."""
+    window = RunnableWindow(per_user=6, rows_per_read=2)
+    store.read_window(window)
+    window.take_changes()
+    burst = store.submit([spec(n) for n in "abcde"], uid=1000, user="alice", now=T0)
+    told = []
+    for _ in range(2):
+        store.update_window(window)
+        assert window.behind
+        told.append(sorted(window.take_changes() or ()))
+        if len(told) == 1:
+            (late,) = store.submit([spec("f")], uid=1000, user="bob", now=T0)
+    store.update_window(window)
+    assert not window.behind
+    told.append(sorted(window.take_changes() or ()))
+    assert told == [burst[:2], burst[2:4], burst[4:]]
+    assert [j.id for j in window.jobs()] == burst  # bob's came after the burst's read began
+    store.update_window(window)
+    assert window.take_changes() == {late: window.jobs()[-1]}
+    assert window.jobs() == [planning_job(j) for j in store.runnable_jobs(per_user=6)]
 
 
 def test_a_spread_first_read_splits_a_user_and_takes_a_row_read_twice_once(store: Store) -> None:
@@ -1019,7 +1054,42 @@ def test_a_spread_first_read_splits_a_user_and_takes_a_row_read_twice_once(store
     store.submit([spec("e"), spec("f"), spec("g")], uid=1000, user="alice", now=T0 + 1)
     whole = [planning_job(job) for job in store.runnable_jobs(per_user=6)]
     assert len(whole) == 6 and a not in {j.id for j in whole}
-    assert store.read_window(window) == whole
+    # The feed read a row a read too: the read left behind before the submit ends
+    # first, at the change number it began with; the next reads take the submit's.
+    for _ in range(5):
+        store.update_window(window)
+        if not window.behind and window.seen == store_module._top_change(store._db):
+            break
+    assert window.jobs() == whole
+
+
+def test_the_loops_reasons_are_written_only_to_rows_as_read_and_not_read_back(
+    store: Store,
+) -> None:
+    """set_pending_reasons with the loop's window writes a reason only to a row the
+    window holds as it is (not one changed since its read: a hold keeps its reason),
+    and the window's next read skips the rows it wrote, though another write landed
+    between (it reads that one alone)."""
+    a, b, c = store.submit([spec(n) for n in "abc"], uid=1000, user="alice", now=T0)
+    window = RunnableWindow(per_user=5, rows_per_read=10)
+    store.update_window(window)
+    window.take_changes()
+    (bob,) = store.submit([spec("bob")], uid=1001, user="bob", now=T0)  # not yet read
+    store.set_held(c, True, T0)  # after the read: the plan's reason for c is stale
+    store.set_pending_reasons({a: "Priority", b: "Resources", c: "Priority"}, window)
+    assert [store.require(i).reason for i in (a, b, c)] == ["Priority", "Resources", "JobHeldUser"]
+    store.update_window(window)
+    changes = window.take_changes()
+    assert changes is not None and sorted(changes) == [c, bob]  # c held: gone; bob put
+    assert [window.reason(j) for j in window.jobs()] == ["Priority", "Resources", ""]
+    assert window._own == [] and not window.behind
+    store.set_pending_reasons({a: "Resources"}, window)  # nothing between: seen moves on
+    assert window.seen == store_module._top_change(store._db) and window._own == []
+    store.update_window(window)
+    assert window.take_changes() == {}
+    assert [window.reason(j) for j in window.jobs()] == [
+        store.require(j.id).reason for j in window.jobs()
+    ]
 
 
 def test_every_write_of_a_jobs_row_is_in_the_change_feed(store: Store) -> None:

@@ -1092,6 +1092,33 @@ def test_the_loops_reasons_are_written_only_to_rows_as_read_and_not_read_back(
     ]
 
 
+def test_a_reason_for_a_row_changed_since_a_fill_read_it_is_not_written_and_read_again(
+    store: Store,
+) -> None:
+    """A row a fill read (the next past a full window's end, after a cancel) that is
+    written again before the loop's reason write (its change number past what the
+    window has read whole): the reason is not written over it, and the window's next
+    read takes the row again, with the row's reason."""
+    a, b, _c = store.submit([spec(n) for n in "abc"], uid=1000, user="alice", now=T0)
+    window = RunnableWindow(per_user=1, rows_per_read=1)
+    store.update_window(window)
+    assert [j.id for j in window.jobs()] == [a]
+    store.cancel_pending([a], "gone", T0)
+    store.submit([spec("bob")] * 2, uid=1001, user="bob", now=T0)
+    store.update_window(window)  # a gone, b filled in; bob's rows not yet: behind
+    assert window.behind and [j.id for j in window.jobs()] == [b]
+    store.update_spec(b, spec("b"), replace(spec("b"), nice=1), {JobState.PENDING}, "why", T0)
+    store.update_window(window)  # bob's first row: behind still
+    store.update_window(window)  # bob's second: the read ends where it began
+    assert not window.behind
+    store.set_pending_reasons({b: "Priority"}, window)
+    assert store.require(b).reason != "Priority"  # b changed after the fill read it
+    store.update_window(window)
+    assert [(j.id, window.reason(j)) for j in window.jobs()] == [
+        (j.id, store.require(j.id).reason) for j in store.runnable_jobs(per_user=1)
+    ]
+
+
 def test_every_write_of_a_jobs_row_is_in_the_change_feed(store: Store) -> None:
     def top() -> int:
         return int(store._db.execute("SELECT max(changed) FROM jobs").fetchone()[0])

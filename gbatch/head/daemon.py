@@ -92,7 +92,8 @@ PLAN_JOBS_PER_USER = 1000
 # building its planning Job and queueing it costs ~15-20 us at load ~1.5: a pass of
 # 1,000 rows took ~20 ms), so the loop collects ends, enforces limits and takes cancels
 # between the reads, and the passes follow one another at once. A queue under this many
-# runnable jobs is read and planned in one pass, as before.
+# runnable jobs is read and planned in one pass, as before. A pass reads at most this
+# many rows of the change feed too (a newcomer's burst: see READ_ALONE_ROWS).
 WINDOW_ROWS_PER_PASS = 500
 # A pass writes at most this many pending reasons; a plan that changes more of them (a
 # fresh store's first, the nodes changed) owes the rest, and the loop's next passes

@@ -1553,28 +1553,22 @@ class Store:
         write, so the change feed still tells anyone else of them."""
         if not reasons:
             return
-        known = window is not None and window.complete and not window.behind
+        known = window if window is not None and window.complete and not window.behind else None
+        sql = (
+            "UPDATE jobs SET reason = ?, changed = ?"
+            " WHERE id = ? AND state = 'PENDING' AND reason != ?"
+        )
+        read: tuple[object, ...] = ()  # the window's: rows as it holds them
+        if known is not None:
+            sql += f" AND (changed <= ? OR changed IN ({_marks(known._own)}))"
+            read = (known.seen, *known._own)
         with self._write() as db:
             change = self._change_number(db)
-            if window is not None and known:
-                own = window._own
-                db.executemany(
-                    "UPDATE jobs SET reason = ?, changed = ?"
-                    " WHERE id = ? AND state = 'PENDING' AND reason != ?"
-                    f" AND (changed <= ? OR changed IN ({_marks(own)}))",
-                    [
-                        (reason, change, job_id, reason, window.seen, *own)
-                        for job_id, reason in reasons.items()
-                    ],
-                )
-            else:
-                db.executemany(
-                    "UPDATE jobs SET reason = ?, changed = ?"
-                    " WHERE id = ? AND state = 'PENDING' AND reason != ?",
-                    [(reason, change, job_id, reason) for job_id, reason in reasons.items()],
-                )
-        if window is not None and known:
-            window.wrote(reasons, change)
+            db.executemany(
+                sql, [(reason, change, job_id, reason, *read) for job_id, reason in reasons.items()]
+            )
+        if known is not None:
+            known.wrote(reasons, change)
 
     def set_running_reason(self, job_id: int, attempt: int, reason: str) -> bool:
         """Set the reason of a job still RUNNING its run `attempt` (the idle GPU flag

@@ -370,20 +370,13 @@ _OPTIONAL_KEYS = (
 
 
 _SPEC_FIELDS = frozenset(f.name for f in fields(JobSpec))
-# to_dict's keys that it always writes, with the value each has when the field holds
-# JobSpec's default (to_wire leaves them out).
-_WIRE_DEFAULTS: tuple[tuple[str, object], ...] = (
-    ("image", None),
-    ("gpus", 0),
-    ("time_limit", None),
-    ("retries", 0),
-    ("env", {}),
-    ("mounts", []),
-    ("workdir", None),
-    ("priority", 0),
-    ("nice", 0),
-    ("shm_size", None),
-    ("requeue", True),
+# to_dict's keys that it always writes but the two a spec must give, with the value
+# each has when the field holds JobSpec's default (to_wire leaves them out): read off a
+# spec of defaults, so a default changed in JobSpec changes here too.
+_WIRE_DEFAULTS: tuple[tuple[str, object], ...] = tuple(
+    item
+    for item in JobSpec(name="", command=()).to_dict().items()
+    if item[0] not in ("name", "command")
 )
 
 

@@ -93,7 +93,7 @@ class Api:
     ) -> tuple[dict[str, Any] | None, JSONResponse]:
         """Send `inner` as the bearer of `http`'s token: the reply's fields and the
         response to give (an error's when the fields are None)."""
-        token = _bearer(http)
+        token = bearer(http.scope)
         if token is None:
             return None, _no_token()
         reply = await self.ask(token, inner)
@@ -104,7 +104,7 @@ class Api:
     async def relay(self, http: Request, inner: wire.Request) -> Response:
         """call()'s response, the daemon's reply line passed on undecoded: what call()
         would encode again is what gbatchd wrote (a listing's megabytes)."""
-        token = _bearer(http)
+        token = bearer(http.scope)
         if token is None:
             return _no_token()
         line = await self._exchange(token, self.link.send_raw(_as_bearer(token, inner)))
@@ -257,7 +257,7 @@ class Api:
         """GET /jobs/{job}/logs/follow: the log from `offset` (or an EventSource's
         Last-Event-ID, the offset it had reached) as text/event-stream until the job
         ends."""
-        token = _bearer(http)
+        token = bearer(http.scope)
         if token is None:
             return _no_token()
         target = _one_job(http)
@@ -276,7 +276,7 @@ class Api:
         its user (scope read); without one, only with local_metrics and from loopback,
         as this process's user: Prometheus on the head scrapes with no secret to keep."""
         reply: dict[str, Any] | None
-        if _bearer(http) is None and self.local_metrics and _from_loopback(http):
+        if bearer(http.scope) is None and self.local_metrics and _from_loopback(http):
             try:
                 reply = await self._send(wire.encode_request(wire.Metrics()))
             except RequestFailed as err:
@@ -391,10 +391,6 @@ def _from_loopback(http: Request) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _bearer(http: Request) -> str | None:
-    return bearer(http.scope)
 
 
 async def _body(receive: Receive) -> str | Response:

@@ -464,9 +464,8 @@ def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Rand
     """Daemon.schedule() per tick, `jobs` queued in a real store, every GPU taken: the
     first read's passes and the one after apart, then `runs` passes, then `churn_passes`
     with submits and cancels; then a restarted loop's first read and the pass after."""
-    from gbatch.head import store as store_module
     from gbatch.head.daemon import Daemon
-    from gbatch.head.store import Store
+    from gbatch.head.store import Store, rows, window
     from gbatch.site.config import Config, Paths
 
     pending = len(jobs)
@@ -517,8 +516,8 @@ def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Rand
             # with the store module's caches cold, as in a new process.
             daemon.fleet.stop()
             daemon.committer.close()
-            for cache in ("_SPEC_CACHE", "_JOB_CACHE", "_PLANNING_SPECS"):
-                getattr(store_module, cache, {}).clear()
+            for cache in (rows._SPEC_CACHE, rows._JOB_CACHE, window._PLANNING_SPECS):
+                cache.clear()
             daemon = Daemon(paths, Config(simulate_gpus=GPUS_PER_NODE), store)
             daemon.fleet.start()
             wait_for_gpus(daemon)

@@ -49,9 +49,9 @@ from common import (
     time_process,
 )
 
-from gbatch import wire
-from gbatch.client import Client
-from gbatch.model import JobSpec
+from gbatch.core.model import JobSpec
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
 
 SINGLE_GOAL = 2_000.0  # submits/s
 ARRAY_GOAL = 20_000.0  # jobs/s
@@ -128,8 +128,8 @@ FILL = """
 import os, pwd, sys, time
 from pathlib import Path
 from gbatch.head.store import Store, Submission
-from gbatch.model import JobSpec
-from gbatch.paths import Paths
+from gbatch.core.model import JobSpec
+from gbatch.core.paths import Paths
 store = Store(Paths(Path(sys.argv[1])).store)
 spec, count = JobSpec(name="q", command=("/bin/true",)), int(sys.argv[2])
 user = pwd.getpwuid(os.getuid()).pw_name

@@ -64,8 +64,8 @@ from common import (
     time_process,
 )
 
-from gbatch import wire
-from gbatch.client import Client
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
 
 SETUP_SLURM = REPO / ".ci" / "setup-slurm.sh"
 DEBIAN_PYTHON = Path("/usr/bin/python3")

@@ -30,10 +30,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gbatch.config import STORE_FULL_EVENT, Config, ConfigError, Webhook
-from gbatch.crashpoints import crash_point
+from gbatch.core.crashpoints import crash_point
 from gbatch.head import notify
 from gbatch.head.store import Store, StoreError, StoreFull
+from gbatch.site.config import STORE_FULL_EVENT, Config, ConfigError, Webhook
 
 if TYPE_CHECKING:
     import urllib.request

@@ -12,11 +12,11 @@ import pytest
 from conftest import Head, kill_leftover_jobs, make_head, wait_for
 from test_notifications import Inbox, notify_config, smtp_server
 
-from gbatch.config import Config
+from gbatch.core.model import JobSpec, JobState
 from gbatch.head.notify import Policy
 from gbatch.head.outbox import Outbox
 from gbatch.head.store import Store, Submission
-from gbatch.model import JobSpec, JobState
+from gbatch.site.config import Config
 
 T0 = 1_767_225_600.0
 

@@ -24,11 +24,11 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 from conftest import FAST_CONFIG, Head, is_gone, kill_leftover_jobs, make_head, wait_for
 
-from gbatch.config import Config
+from gbatch.core.model import JobSpec, JobState
 from gbatch.head.notify import Policy
 from gbatch.head.outbox import Outbox
 from gbatch.head.store import Store
-from gbatch.model import JobSpec, JobState
+from gbatch.site.config import Config
 
 SECRET = "hook-secret"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gbatch.core.model import JobSpec
 from gbatch.head.groupcommit import CommitterClosed, GroupCommitter
 from gbatch.head.store import PendingLimitReached, Store, StoreError, Submission
-from gbatch.model import JobSpec
 
 SPEC = JobSpec(name="j", command=("true",))
 

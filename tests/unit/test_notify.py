@@ -17,11 +17,11 @@ import pytest
 from docexamples import yaml_block_with
 from fullstore import pack_store, unpack_store
 
-from gbatch.config import Config, ConfigError, Paths, Webhook, load_config
+from gbatch.core.model import Gpu, Job, JobSpec, JobState, NotifyHook
 from gbatch.head import notify
 from gbatch.head.outbox import BATCH, PER_OWNER, DeliveryError, Outbox, Slots, smtp_password
 from gbatch.head.store import Store, StoreFull, Submission
-from gbatch.model import Gpu, Job, JobSpec, JobState, NotifyHook
+from gbatch.site.config import Config, ConfigError, Paths, Webhook, load_config
 
 T0 = 1_767_225_600.0
 HOOK = Webhook("ops", "https://hooks.example.org/x", "s3cret", ("FAIL", "NODE_DOWN"))

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from gbatch.model import Job, JobState
+from gbatch.core.model import Job, JobState
 
 MAX_DIGITS = 18
 # A number as every id grammar reads it (dependency.py's too): canonical decimal.

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from docexamples import yaml_block_with
 from fullstore import pack_store, unpack_store
 from oracles import deliver_due
 
@@ -297,11 +298,11 @@ def test_a_refusal_no_retry_can_change_is_given_up_at_once(
     assert store.due_notifications(T0 + 1e6, 10) == []
 
 
-def test_the_readmes_notifications_example_is_a_config_the_daemon_accepts(tmp_path: Path) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    block = readme.split("```yaml\nsmtp_host:", 1)[1].split("```", 1)[0]
+def test_the_docs_notifications_example_is_a_config_the_daemon_accepts(tmp_path: Path) -> None:
+    block = yaml_block_with("notifications.md", "smtp_host:")
+    assert block.startswith("smtp_host:")  # the config as a whole, not a fragment of one
     paths = Paths(tmp_path)
-    paths.config_file.write_text("smtp_host:" + block)
+    paths.config_file.write_text(block)
     config = load_config(paths, {})
     assert config.smtp_host == "mail.lab.example"
     assert [hook.form for hook in config.webhooks] == ["json", "slack"]

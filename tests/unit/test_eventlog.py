@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from storeoracles import queue_node_event
+from oracles import queue_node_event
 
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.head.eventlog import EventLog, job_line, node_line, open_event_log, rfc3339

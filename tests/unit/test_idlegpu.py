@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from storeoracles import outbox
+from oracles import outbox
 from test_gpuusage import GIB, ReportingNode, gpu
 
 from gbatch.core.model import JobSpec, JobState

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from storeoracles import outbox
+from oracles import outbox
 from test_node_loss_rules import DOWN_AFTER, LEASE, Clocks, FakeNode
 
 from gbatch.core.model import Gpu

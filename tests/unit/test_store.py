@@ -17,7 +17,7 @@ import pytest
 from fullstore import integrity_ok, pack_store, unpack_store
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from storeoracles import active_jobs
+from oracles import active_jobs
 
 from gbatch.core.model import IllegalTransition, JobSpec, JobState
 from gbatch.head.store import (

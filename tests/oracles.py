@@ -1,11 +1,30 @@
-"""Reads and writes of the store that only tests make (they were Store methods once):
-the outbox's rows whole, the active jobs, and a node event owed on its own (pytest
-puts tests/ on sys.path)."""
+"""Test-side readings of the daemon's parts: what a test needs to see or drive that the
+product itself never asks for (kept here, not in gbatch/, so no product code exists only
+for tests). Shared by both tiers: import it as `oracles`."""
 
 from __future__ import annotations
 
 from gbatch.core.model import ACTIVE_STATES, Job
+from gbatch.head.groupcommit import GroupCommitter
+from gbatch.head.outbox import BATCH, Outbox
 from gbatch.head.store import Store
+
+
+def deliver_due(outbox: Outbox, now: float) -> int:
+    """Try every notification due at `now` once, one at a time in this thread (what the
+    outbox's workers do, without them); the number delivered."""
+    delivered = 0
+    for note in outbox.store.due_notifications(now, BATCH):
+        if outbox.stopping.is_set():
+            break
+        delivered += outbox.deliver_one(note)
+    return delivered
+
+
+def waiting(committer: GroupCommitter) -> int:
+    """How many submitters wait for the group committer's next commit."""
+    with committer._lock:
+        return len(committer._queue)
 
 
 def outbox(store: Store, job_id: int | None = None) -> list[dict[str, object]]:

@@ -23,6 +23,8 @@ class Usage:
 
 
 def _accrue(db: sqlite3.Connection, usage: Usage, now: float) -> None:
+    """Fold a run's GPU-seconds into its user's usage, decayed to `now`, in the open
+    transaction (the state change that ended the run)."""
     row = db.execute(
         "SELECT gpu_seconds, as_of FROM usage WHERE user = ?", (usage.user,)
     ).fetchone()

@@ -102,7 +102,7 @@ def _asks_params(fmt: str | None) -> bool:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch.core.gpuusage import GpuUsage
-    from gbatch.protocol import wire
+    from gbatch.protocol import codec, requests
     from gbatch.render import formatting
 
     ids = parse_ids(args.jobs, "-j/--jobs")
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     wanted = {f.split("%")[0].strip().lower() for f in fields or ()}
     brief = not args.json and not wanted & formatting.SACCT_FULL_SPEC_FIELDS
     reply = ctx.client.call(
-        wire.ListJobs(
+        requests.ListJobs(
             history=True,
             jobs=tuple(ids or ()),
             users=tuple(users or ()),
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             gpu_usage="tresusageinmax" in wanted,
         )
     )
-    jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
+    jobs = [codec.job_from_wire(j) for j in reply["jobs"]]
     # Narrowed here, not by the daemon: both keep the reply a subset of the one asked for.
     if until is not None:
         jobs = [j for j in jobs if j.submit_time is not None and j.submit_time <= until]

@@ -50,13 +50,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     import socket
 
     from gbatch.core.gpuusage import GpuUsage
-    from gbatch.protocol import wire
+    from gbatch.protocol import codec, requests
     from gbatch.render import formatting
 
     target = parse_job(str(args.job), "JOBID")
     task = None if target.tasks is None else target.tasks[0][0]
-    reply = ctx.client.call(wire.ShowJob(id=target.job, task=task))
-    job = wire.job_from_wire(reply["job"])
+    reply = ctx.client.call(requests.ShowJob(id=target.job, task=task))
+    job = codec.job_from_wire(reply["job"])
     usage = reply.get("gpu_usage")  # absent from an older daemon's reply
     sys.stdout.write(
         formatting.format_seff(

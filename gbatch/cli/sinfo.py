@@ -97,12 +97,12 @@ def _format(args: argparse.Namespace) -> str | list[Any]:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch.protocol import wire
+    from gbatch.protocol import codec, requests
     from gbatch.render import formatting
 
     fmt = _format(args)
-    reply = ctx.client.call(wire.ListNodes())
-    nodes = [wire.node_from_wire(n) for n in reply["nodes"]]
+    reply = ctx.client.call(requests.ListNodes())
+    nodes = [codec.node_from_wire(n) for n in reply["nodes"]]
     default = reply.get("default_partition")
     only = split_list(args.partition)
     if only is not None:
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             formatting.format_sinfo_gpus(nodes, header=not args.noheader, default_partition=default)
         )
         return Exit.OK
-    partitions = [wire.partition_from_wire(p) for p in reply.get("partitions", ())]
+    partitions = [codec.partition_from_wire(p) for p in reply.get("partitions", ())]
     rows = formatting.sinfo_rows(nodes, partitions, default_partition=default, only=only)
     if args.list_reasons:
         rows = formatting.sinfo_reason_rows(rows)

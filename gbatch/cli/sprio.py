@@ -54,11 +54,11 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch.core.jobids import JOBS
     from gbatch.core.views import JobPriority
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
     from gbatch.render import formatting
 
     ids = parse_ids(args.jobs, "-j/--jobs", JOBS) or []
-    request = wire.ShowPriorities(
+    request = requests.ShowPriorities(
         ids=tuple(int(text) for text in ids), users=tuple(split_list(args.user) or ())
     )
     reply = ctx.client.call(request)

@@ -7,15 +7,18 @@ import sys
 
 from gbatch.cli.context import Context, parse_ids, split_list
 from gbatch.cli.exits import CliError, Exit
+from gbatch.core.constants import (
+    SQUEUE_DEFAULT_SORT,
+    SQUEUE_FULL_SPEC_LETTERS,
+    SQUEUE_SORT_KEYS,
+    SQUEUE_START_LETTERS,
+)
 
 TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
 if TYPE_CHECKING:
     from typing import Any
 
 HELP = "show queued and running jobs"
-# formatting's, spelled here: the parser is built on every start, formatting is not.
-SORT_KEYS = "ijuUtTPpQSVelLMDNBCm"
-DEFAULT_SORT = "P,t,-p"
 _SORT_OPTIONS = ("-S", "--sort")
 
 
@@ -90,8 +93,8 @@ def add_parser(commands: Any) -> None:
         "--sort",
         metavar="KEYS",
         help="Slurm sort keys, e.g. -S -t,i or --sort=P,-p ('-' before a key: descending); "
-        f"keys {SORT_KEYS}; default: {DEFAULT_SORT} (partition, state: pending before "
-        "running, priority highest first), as Slurm",
+        f"keys {SQUEUE_SORT_KEYS}; default: {SQUEUE_DEFAULT_SORT} (partition, state: pending "
+        "before running, priority highest first), as Slurm",
     )
     p.add_argument(
         "--start",
@@ -125,7 +128,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                 "-O/--Format" if args.fields is not None and args.format is None else "--format"
             )
             raise CliError(f"{option}: {err}", Exit.USAGE) from err
-        text = args.sort if args.sort is not None else "S" if args.start else DEFAULT_SORT
+        text = args.sort if args.sort is not None else "S" if args.start else SQUEUE_DEFAULT_SORT
         try:  # --start's default: by expected start, as Slurm
             sort = formatting.parse_squeue_sort(text)
         except formatting.FormatError as err:
@@ -137,8 +140,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         _check_user(user)
     states = split_list(args.states) or (["PENDING"] if args.start else [])
     history = "all" in (s.lower() for s in states)  # every state, finished ones too
-    needs_starts = bool(letters & _START_LETTERS) or any(key in "Se" for key, _ in sort or ())
-    brief = not args.json and not letters & _FULL_SPEC_LETTERS
+    needs_starts = bool(letters & SQUEUE_START_LETTERS) or any(key in "Se" for key, _ in sort or ())
+    brief = not args.json and not letters & SQUEUE_FULL_SPEC_LETTERS
     from gbatch.render.squeue_brief import list_jobs
 
     request = list_jobs(
@@ -171,12 +174,6 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             time.sleep(interval)
     except KeyboardInterrupt:
         return Exit.OK  # Ctrl-C is how -i ends
-
-
-# formatting's SQUEUE_FULL_SPEC_LETTERS and SQUEUE_START_LETTERS, spelled here for the
-# everyday path, which imports no formatting (a unit test keeps them equal).
-_FULL_SPEC_LETTERS = frozenset("CmkEoZ")
-_START_LETTERS = frozenset("Se")
 
 
 def _everyday(args: argparse.Namespace) -> bool:
@@ -241,9 +238,9 @@ def _check_jobs_exist(ctx: Context, jobs: tuple[str, ...]) -> None:
     """-j named jobs and none was listed: when none exists in any state, say so as
     Slurm does (exit 1) instead of printing an empty table. Jobs that exist but were
     filtered out (-t, -u, ...) still give the empty table."""
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
 
-    known = ctx.client.call(wire.ListJobs(jobs=jobs, history=True, brief=True))
+    known = ctx.client.call(requests.ListJobs(jobs=jobs, history=True, brief=True))
     if not known["jobs"]:
         raise CliError(f"Invalid job id specified: {','.join(jobs)}", Exit.FAILED)
 
@@ -282,15 +279,15 @@ def _full_table(
     sort: list[tuple[str, bool]],
 ) -> str:
     """The reply's jobs as Jobs, printed by formatting (any format, sort, -r, --json)."""
-    from gbatch.protocol import wire
+    from gbatch.protocol import codec, listings
     from gbatch.render import formatting
 
     if "columns" in reply:
-        jobs = wire.jobs_from_columns(reply["columns"])
+        jobs = listings.jobs_from_columns(reply["columns"])
     elif "table" in reply:
-        jobs = wire.jobs_from_table(reply["table"])
+        jobs = listings.jobs_from_table(reply["table"])
     else:  # records: asked for, or a daemon from before tables
-        jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
+        jobs = [codec.job_from_wire(j) for j in reply["jobs"]]
     if not jobs and request["jobs"]:
         _check_jobs_exist(ctx, request["jobs"])
     now = reply["now"]

@@ -68,12 +68,12 @@ def period(start: str | None, end: str | None, now: float) -> tuple[float, float
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch.core.views import UsageRow
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
     from gbatch.render import formatting
 
     start, end = period(args.start, args.end, time.time())
     reply = ctx.client.call(
-        wire.ReportUsage(
+        requests.ReportUsage(
             start=start,
             end=end,
             users=tuple(split_list(args.users) or ()),

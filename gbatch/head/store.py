@@ -49,7 +49,7 @@ from gbatch.head import eventlog, fairshare, notify
 from gbatch.head.notify import Policy
 from gbatch.head.scheduler import BEGIN_TIME, HELD
 from gbatch.head.secretbox import SecretBox, SecretKeyError
-from gbatch.protocol import wire
+from gbatch.protocol import listings
 from gbatch.site.config import make_private
 
 _ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE_STATES, key=lambda s: s.value))
@@ -2448,7 +2448,7 @@ class Store:
     ) -> list[tuple[object, ...]]:
         """The rows listing_rows adds for array tails (their records), by id."""
         tails = self._tail_jobs(states, users, after, history, since, db=db)
-        return [wire.listing_row(job, job.spec) for job in tails]
+        return [listings.listing_row(job, job.spec) for job in tails]
 
     def _tail_jobs(
         self,
@@ -3381,7 +3381,7 @@ def _kept_row(row: tuple[object, ...], records: Sequence[Job]) -> tuple[object, 
 
 def _tail_row(job: Job) -> tuple[object, ...]:
     """A tail's record as a listing_rows row (its JobSpec in the spec cell)."""
-    return wire.listing_row(job, job.spec)
+    return listings.listing_row(job, job.spec)
 
 
 # listing_page's pages kept for a refresh that finds nothing changed: a few views

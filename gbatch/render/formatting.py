@@ -704,7 +704,7 @@ _SACCT_FIELDS: tuple[_Field, ...] = (
     _Field("TRESUsageInMax", -10, lambda j, _: ""),
 )
 UNITS = "KMGTP"
-# Fields read from spec keys a brief listing (wire.ListJobs brief) leaves out.
+# Fields read from spec keys a brief listing (requests.ListJobs brief) leaves out.
 SACCT_FULL_SPEC_FIELDS = frozenset(
     {"partition", "alloctres", "reqtres", "alloccpus", "reqmem", "comment"}
 )
@@ -1564,7 +1564,7 @@ def format_sshare(
 def format_sshare_json(shares: Sequence[UserShare]) -> str:
     """`{"users": [...]}`: the figures, what the jobs hold, and `limits` (null: none);
     the protocol's fields, with Slurm's name for the usage (`raw_usage`)."""
-    from gbatch.protocol.wire import share_to_wire  # deferred: only sshare --json needs it
+    from gbatch.protocol.codec import share_to_wire
 
     return _dump(
         {

@@ -30,7 +30,9 @@ from typing import Any
 CLI_MODULES = (
     "gbatch.cli._main",
     "gbatch.render.formatting",
-    "gbatch.protocol.wire",
+    "gbatch.protocol.requests",
+    "gbatch.protocol.codec",
+    "gbatch.protocol.listings",
     "gbatch.core.timefmt",
     "gbatch.jobspec.spec",
     "gbatch.site.config",

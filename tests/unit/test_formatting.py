@@ -694,7 +694,7 @@ def test_squeue_from_columns_prints_what_it_printed_from_the_table(
     # with a control character, every letter a columns reply serves, -r and sorts.
     import json
 
-    from gbatch.protocol.wire import (
+    from gbatch.protocol.listings import (
         jobs_from_columns,
         jobs_from_table,
         jobs_to_columns,

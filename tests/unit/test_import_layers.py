@@ -160,7 +160,11 @@ def test_the_checks_see_a_wrong_import(tmp_path: Path) -> None:
     assert "cli" not in ALLOWED["api"] and "tui" not in ALLOWED["cli"]
     source = tmp_path / "bad.py"
     source.write_text(
-        "from gbatch.head.store import Store\nfrom gbatch.protocol import wire\n"
+        "from gbatch.head.store import Store\nfrom gbatch.protocol import requests\n"
         "from gbatch.site import policy\n"
     )
-    assert imports_of(source) == {"gbatch.head.store", "gbatch.protocol.wire", "gbatch.site.policy"}
+    assert imports_of(source) == {
+        "gbatch.head.store",
+        "gbatch.protocol.requests",
+        "gbatch.site.policy",
+    }

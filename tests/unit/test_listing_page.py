@@ -18,7 +18,7 @@ from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import LISTING_SORTS, Store
-from gbatch.protocol import wire
+from gbatch.protocol import listings
 from gbatch.site.config import Config, Paths
 from gbatch.tui import rows
 
@@ -83,7 +83,7 @@ def fill_lab(daemon: Daemon) -> Daemon:
 
 def whole_listing(daemon: Daemon, caller: Caller, **fields: Any) -> list[Job]:
     reply = handle(daemon, caller, {"op": "jobs", "columns": True, **fields})
-    return wire.jobs_from_columns(reply["columns"])
+    return listings.jobs_from_columns(reply["columns"])
 
 
 def expected(
@@ -168,7 +168,7 @@ def test_pages_by_offset_put_together_are_the_whole_sorted_listing(lab: Daemon, 
 def test_a_page_decodes_as_the_listing_does_the_tails_label_included(lab: Daemon) -> None:
     jobs = {job.id: job for job in whole_listing(lab, ALICE)}
     reply = page(lab, ALICE, sort="gpus", reverse=True)
-    for job in wire.jobs_from_columns(reply["columns"]):
+    for job in listings.jobs_from_columns(reply["columns"]):
         assert job == jobs[job.id]
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from gbatch.cli._main import main
 from gbatch.core.limits import UserLimits, UserShare
-from gbatch.protocol import wire
+from gbatch.protocol import codec
 from gbatch.render.formatting import format_sshare, format_sshare_json
 
 ROWS = [
@@ -61,7 +61,7 @@ def test_json_has_null_for_no_limit() -> None:
 
 def test_a_row_comes_back_from_the_wire_as_it_was_sent() -> None:
     for row in ROWS:
-        assert wire.share_from_wire(json.loads(json.dumps(wire.share_to_wire(row)))) == row
+        assert codec.share_from_wire(json.loads(json.dumps(codec.share_to_wire(row)))) == row
 
 
 def test_help_names_the_columns_the_reasons_and_where_limits_are_set(

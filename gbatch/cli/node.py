@@ -48,11 +48,11 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch.protocol import codec, requests
-    from gbatch.render import formatting
+    from gbatch.render import sinfo
 
     if args.action == "list":
         nodes = [codec.node_from_wire(n) for n in ctx.client.call(requests.ListNodes())["nodes"]]
-        sys.stdout.write(formatting.format_node_list(nodes))
+        sys.stdout.write(sinfo.format_node_list(nodes))
         return Exit.OK
     if args.action == "install":
         return _install(args, ctx)

@@ -48,7 +48,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch.protocol import codec, requests
-    from gbatch.render import formatting
+    from gbatch.render import scontrol
 
     if args.action == "update":
         target, changes = parse_update(args.args)
@@ -83,10 +83,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         events = [codec.event_from_wire(e) for e in reply["events"]]
         tasks = [codec.job_from_wire(j) for j in reply.get("tasks", ())]
         if args.json:
-            out = formatting.format_job_details_json(job, events, reply["now"])
+            out = scontrol.format_job_details_json(job, events, reply["now"])
         else:  # an array's tasks one after another, a blank line between, as scontrol
             out = "\n".join(
-                formatting.format_job_details(j, events if j is job else (), reply["now"])
+                scontrol.format_job_details(j, events if j is job else (), reply["now"])
                 for j in [job, *tasks]
             )
         sys.stdout.write(out)
@@ -107,21 +107,19 @@ def _show_all_jobs(args: argparse.Namespace, ctx: Context) -> int:
     completing), each as `show job ID` prints it, as Slurm lists the jobs its
     controller holds; finished jobs are sacct's."""
     from gbatch.protocol import codec, requests
-    from gbatch.render import formatting
+    from gbatch.render import scontrol
 
     reply = ctx.client.call(requests.ListJobs())
     jobs = [codec.job_from_wire(j) for j in reply["jobs"]]
     if args.json:
         import json  # deferred: only --json needs it
 
-        items = [json.loads(formatting.format_job_details_json(j, (), reply["now"])) for j in jobs]
+        items = [json.loads(scontrol.format_job_details_json(j, (), reply["now"])) for j in jobs]
         sys.stdout.write(json.dumps(items, indent=2) + "\n")
     elif not jobs:
         print("No jobs in the system")
     else:
-        sys.stdout.write(
-            "\n".join(formatting.format_job_details(j, (), reply["now"]) for j in jobs)
-        )
+        sys.stdout.write("\n".join(scontrol.format_job_details(j, (), reply["now"]) for j in jobs))
     return Exit.OK
 
 
@@ -169,7 +167,7 @@ def parse_update(words: list[str]) -> tuple[JobTarget, dict[str, str]]:
 def _show_fleet(words: list[str], ctx: Context) -> int:
     """scontrol show node [NAME] / show partition [NAME]: Slurm's layout."""
     from gbatch.protocol import codec, requests
-    from gbatch.render import formatting
+    from gbatch.render import scontrol
 
     if len(words) > 2:
         raise CliError(f"usage: gbatch scontrol show {words[0].lower()} [NAME]", Exit.USAGE)
@@ -180,11 +178,11 @@ def _show_fleet(words: list[str], ctx: Context) -> int:
         shown = [n for n in nodes if name is None or n.name == name]
         if not shown:
             raise CliError(f"Node {name} not found", Exit.FAILED)
-        sys.stdout.write("\n".join(formatting.format_node_details(n) for n in shown))
+        sys.stdout.write("\n".join(scontrol.format_node_details(n) for n in shown))
         return Exit.OK
     partitions = [codec.partition_from_wire(p) for p in reply.get("partitions", [])]
     chosen = [p for p in partitions if name is None or p.name == name]
     if not chosen:
         raise CliError(f"Partition {name} not found", Exit.FAILED)
-    sys.stdout.write("\n".join(formatting.format_partition_details(p, nodes) for p in chosen))
+    sys.stdout.write("\n".join(scontrol.format_partition_details(p, nodes) for p in chosen))
     return Exit.OK

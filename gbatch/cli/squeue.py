@@ -118,20 +118,20 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     sort: list[tuple[str, bool]] | None = None  # None: Slurm's default (squeue_brief)
     letters: frozenset[str] = frozenset()
     if not _everyday(args):
-        from gbatch.render import formatting
+        from gbatch.render import cells, squeue
 
         try:
-            fmt = _format(args, formatting)
-            letters = formatting.squeue_letters(fmt)
-        except formatting.FormatError as err:
+            fmt = _format(args)
+            letters = squeue.squeue_letters(fmt)
+        except cells.FormatError as err:
             option = (
                 "-O/--Format" if args.fields is not None and args.format is None else "--format"
             )
             raise CliError(f"{option}: {err}", Exit.USAGE) from err
         text = args.sort if args.sort is not None else "S" if args.start else SQUEUE_DEFAULT_SORT
         try:  # --start's default: by expected start, as Slurm
-            sort = formatting.parse_squeue_sort(text)
-        except formatting.FormatError as err:
+            sort = squeue.parse_squeue_sort(text)
+        except cells.FormatError as err:
             raise CliError(f"-S/--sort: {err}", Exit.USAGE) from err
     interval = _interval(args.iterate)
 
@@ -191,16 +191,18 @@ def _everyday(args: argparse.Namespace) -> bool:
     )
 
 
-def _format(args: argparse.Namespace, formatting: Any) -> str | None:
+def _format(args: argparse.Namespace) -> str | None:
     """The -o format the options mean: -o, else -O, else --start's or -l's layout."""
+    from gbatch.render import squeue
+
     if args.format is not None:
         return str(args.format)
     if args.fields is not None:
-        return str(formatting.squeue_format_from_fields(args.fields))
+        return squeue.squeue_format_from_fields(args.fields)
     if args.start:
-        return str(formatting.SQUEUE_START_FORMAT)
+        return squeue.SQUEUE_START_FORMAT
     if args.long:
-        return str(formatting.SQUEUE_LONG_FORMAT)
+        return squeue.SQUEUE_LONG_FORMAT
     return None
 
 
@@ -278,9 +280,9 @@ def _full_table(
     fmt: str | None,
     sort: list[tuple[str, bool]],
 ) -> str:
-    """The reply's jobs as Jobs, printed by formatting (any format, sort, -r, --json)."""
+    """The reply's jobs as Jobs, printed by render.squeue (any format, sort, -r, --json)."""
     from gbatch.protocol import codec, listings
-    from gbatch.render import formatting
+    from gbatch.render import squeue
 
     if "columns" in reply:
         jobs = listings.jobs_from_columns(reply["columns"])
@@ -292,9 +294,9 @@ def _full_table(
         _check_jobs_exist(ctx, request["jobs"])
     now = reply["now"]
     starts = {int(job_id): at for job_id, at in reply.get("starts", ())}
-    jobs = formatting.sort_squeue(jobs, sort, now, starts)
+    jobs = squeue.sort_squeue(jobs, sort, now, starts)
     if args.json:
-        return formatting.format_squeue_json(jobs, now)
-    return formatting.format_squeue(
+        return squeue.format_squeue_json(jobs, now)
+    return squeue.format_squeue(
         jobs, now, fmt=fmt, header=not args.noheader, starts=starts, expand_arrays=args.array
     )

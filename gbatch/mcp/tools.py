@@ -323,18 +323,18 @@ def why_pending(ctx: Context, text: str) -> str:
     from gbatch.cli.context import parse_job
     from gbatch.core.model import JobState
     from gbatch.protocol import codec, requests
-    from gbatch.render import formatting
+    from gbatch.render import cells
 
     target = parse_job(text, "job")
     reply = ctx.client.call(requests.ShowJob(id=target.job, task=target.single_task))
     job = codec.job_from_wire(reply["job"])
-    reason = formatting.reason_text(job)
+    reason = cells.reason_text(job)
     lines = [
         f"JobId={target} JobName={job.spec.name} UserId={job.user} "
         f"JobState={job.state.value} Reason={reason}"
     ]
     if job.spec.dependency:
-        lines.append(f"Dependency={formatting.dependency_text(job)}")
+        lines.append(f"Dependency={cells.dependency_text(job)}")
     if job.state is not JobState.PENDING:
         lines.append(f"Not pending: it is {job.state.value}" + _where(job))
         return "\n".join(lines) + "\n"

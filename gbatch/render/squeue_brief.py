@@ -1,13 +1,14 @@
 """`gbatch squeue` as most calls run it: Slurm's default format and sort, drawn straight
-from a listing's columns (ListJobs' `columns`, wire.listing_columns) and asked for with
-a request built here. No Job is built, so neither gbatch.core.model, gbatch.protocol.wire nor
-gbatch.render.formatting is imported, nor the dataclasses and inspect they load: about half of
-the command's start-up (README, Performance).
+from a listing's columns (ListJobs' `columns`, listings.listing_columns) and asked for
+with a request built here. No Job is built, so neither gbatch.core.model, the request
+types, the Job decoders nor squeue's full renderer (gbatch.render.squeue) is imported,
+nor the dataclasses and inspect they load: about half of the command's start-up. The
+constants it shares with them are gbatch.core.constants'.
 
-formatting.format_squeue over wire.jobs_from_columns stays the definition of squeue's
+squeue.format_squeue over listings.jobs_from_columns stays the definition of squeue's
 output: tests/unit/test_squeue_brief.py checks that this path prints the same bytes for
 any rows (array tasks folded into `N_[4-15]` rows as jobids.collapse_pending folds
-them), and sends the same request.
+them), and sends a request the daemon reads as the same ListJobs.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def list_jobs(**fields: Any) -> dict[str, Any]:
 
 
 def _printable(text: str) -> str:
-    """formatting._printable: control characters read '?'."""
+    """cells.printable: control characters read '?'."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else "?" for c in text)
@@ -57,8 +58,8 @@ def format_default(columns: Mapping[str, Any], now: float, *, header: bool = Tru
     """`columns` (a ListJobs reply's) as `gbatch squeue` prints them by default: sorted by
     partition, state code, then priority highest first with held jobs lowest (Slurm's
     P,t,-p), in the default format, an array's pending tasks folded into one row
-    `N_[4-15]` at its first's place; the same text as formatting.format_squeue of
-    formatting.sort_squeue of wire.jobs_from_columns."""
+    `N_[4-15]` at its first's place; the same text as squeue.format_squeue of
+    squeue.sort_squeue of listings.jobs_from_columns."""
     specs = columns["specs"]
     arrays = columns["array"]
     more = {at: spans for at, spans in columns["more"]}
@@ -78,7 +79,7 @@ def format_default(columns: Mapping[str, Any], now: float, *, header: bool = Tru
             strict=True,
         )
     )
-    # Stable sorts, the last key first (formatting.sort_squeue).
+    # Stable sorts, the last key first (squeue.sort_squeue).
     rows.sort(key=lambda r: (not r[5], specs[r[2]]["priority"] - specs[r[2]]["nice"]), reverse=True)
     rows.sort(key=lambda r: STATE_CODES[r[3]])
     rows.sort(key=lambda r: specs[r[2]]["partition"] or IMPLICIT_PARTITION)

@@ -16,7 +16,7 @@ from textual.widgets import Footer, Input, Log, Static
 
 from gbatch.core.jobids import job_label
 from gbatch.protocol.client import RequestFailed
-from gbatch.render import formatting
+from gbatch.render import scontrol
 from gbatch.tui.data import LINK_ERRORS, JobSnapshot, LogChunk
 from gbatch.tui.live import LiveScreen, Services, screen_gone
 
@@ -82,7 +82,7 @@ class JobScreen(LiveScreen):
         self.label = job_label(job)
         title = f" job {self.label} {job.spec.name!r} of {job.user}: {job.state.value}{where}"
         self.query_one("#title", Static).update(Text(title))
-        record = formatting.format_job_details(job, snapshot.events, snapshot.now)
+        record = scontrol.format_job_details(job, snapshot.events, snapshot.now)
         self.query_one("#record", Static).update(Text(record.rstrip("\n")))
 
     @work(exclusive=True, group="log")

@@ -1,8 +1,8 @@
 """What the queue and nodes views show, as plain values: filter, sort, count, cells.
 
-Pure (no textual, no clock): `now` is the daemon's. Cell text comes from
-gbatch.render.formatting so the TUI says exactly what squeue and sinfo say (elapsed time,
-limits, `(Reason)` for pending jobs, control characters made harmless).
+Pure (no textual, no clock): `now` is the daemon's. Cell text comes from gbatch.render
+(squeue's renderer and its cells) so the TUI says exactly what squeue and sinfo say
+(elapsed time, limits, `(Reason)` for pending jobs, control characters made harmless).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from gbatch.core.jobids import job_label
 from gbatch.core.model import Gpu, Job, JobState, NodeInfo, NodeState
-from gbatch.render import formatting
+from gbatch.render import squeue
 
 # (column key, header). TIME is squeue's elapsed/limit; NODE(REASON) is squeue's %R.
 QUEUE_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -38,7 +38,7 @@ FINISHED_STATE_FILTERS: tuple[JobState | None, ...] = (
     None,
     *(state for state in JobState if state.is_final),
 )
-# A separator no cell can hold: formatting replaces control characters with '?'.
+# A separator no cell can hold: the renderers replace control characters with '?'.
 _SEP = "\x1f"
 _SQUEUE_FIELDS = ("%A", "%u", "%j", "%t", "%M", "%l", "%R")
 _NAME_WIDTH = 16  # keeps the table readable at 80 columns
@@ -180,7 +180,7 @@ def _formatted_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ..
     # pending tasks (Job.array_more: an array's tail) is one row too, its JOBID the
     # label `N_[K-M]` (job_cells): squeue -r would print each of its tasks.
     one_each = [replace(job, array_more=()) if job.array_more else job for job in jobs]
-    lines = formatting.format_squeue(
+    lines = squeue.format_squeue(
         one_each, now, fmt=fmt, header=False, expand_arrays=True
     ).splitlines()
     cells: dict[int, tuple[str, ...]] = {}

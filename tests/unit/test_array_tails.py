@@ -19,7 +19,9 @@ from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import RunnableWindow, Store, planning_job
 from gbatch.protocol import codec, listings
-from gbatch.render.formatting import format_job_details, format_sacct, format_squeue
+from gbatch.render.sacct import format_sacct
+from gbatch.render.scontrol import format_job_details
+from gbatch.render.squeue import format_squeue
 from gbatch.site.config import Config, Paths
 
 ALICE = Caller(uid=5001, user="alice", pid=11)

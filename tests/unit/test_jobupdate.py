@@ -16,7 +16,7 @@ from gbatch.head.handlers import Caller, handle
 from gbatch.head.jobupdate import UpdateRefused, plan_update
 from gbatch.nodes.inventory import Partition
 from gbatch.protocol import codec, requests
-from gbatch.render import formatting
+from gbatch.render import scontrol
 
 HOUR = 3600
 SPEC = JobSpec(name="train", command=("true",), time_limit=HOUR, partition="gpu")
@@ -272,7 +272,7 @@ def test_show_node_prints_slurms_fields() -> None:
         cpus_allocated=4,
         mem_allocated_mb=8000,
     )
-    assert formatting.format_node_details(node) == (
+    assert scontrol.format_node_details(node) == (
         "NodeName=n1 NodeAddr=this machine\n"
         "   CPUAlloc=4 CPUTot=16\n"
         "   Gres=gpu:2 GresUsed=gpu:1\n"
@@ -292,7 +292,7 @@ def test_show_partition_prints_slurms_fields() -> None:
     partition = codec.partition_from_wire(
         {"name": "gpu", "nodes": ["n1"], "default": True, "default_time": None, "max_time": 7200}
     )
-    assert formatting.format_partition_details(partition, [node]) == (
+    assert scontrol.format_partition_details(partition, [node]) == (
         "PartitionName=gpu\n"
         "   Default=YES DefaultTime=NONE MaxTime=2:00:00\n"
         "   Nodes=n1\n"

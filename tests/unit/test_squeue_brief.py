@@ -1,6 +1,6 @@
 """squeue's everyday path (gbatch/render/squeue_brief.py) against the full one it stands in for:
 a request the daemon decodes as ListJobs of its fields, the same table as
-formatting.format_squeue of listings.jobs_from_columns sorted by Slurm's default, for any
+squeue.format_squeue of listings.jobs_from_columns sorted by Slurm's default, for any
 rows, array tasks folded as Slurm folds them."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gbatch.core.constants import SQUEUE_DEFAULT_SORT
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.protocol import decoder, listings, requests
-from gbatch.render import formatting, squeue_brief
+from gbatch.render import squeue, squeue_brief
 
 NOW = 1_800_000_000.0
 # Text as users give it, terminal escapes and wide characters included.
@@ -89,8 +89,8 @@ def _as_sent(columns: dict[str, Any]) -> dict[str, Any]:
 
 def _full(columns: dict[str, Any], now: float, header: bool) -> str:
     jobs = listings.jobs_from_columns(columns)
-    ordered = formatting.sort_squeue(jobs, formatting.parse_squeue_sort(SQUEUE_DEFAULT_SORT), now)
-    return formatting.format_squeue(ordered, now, header=header)
+    ordered = squeue.sort_squeue(jobs, squeue.parse_squeue_sort(SQUEUE_DEFAULT_SORT), now)
+    return squeue.format_squeue(ordered, now, header=header)
 
 
 @settings(max_examples=300, deadline=None)

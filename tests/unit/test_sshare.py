@@ -10,7 +10,7 @@ import pytest
 from gbatch.cli._main import main
 from gbatch.core.limits import UserLimits, UserShare
 from gbatch.protocol import codec
-from gbatch.render.formatting import format_sshare, format_sshare_json
+from gbatch.render.reports import format_sshare, format_sshare_json
 
 ROWS = [
     UserShare("alice", 36_000.4, 0.75, 0.353553, 3, 4, 8, UserLimits(10_000, 4, 8, 10_001)),

@@ -118,8 +118,9 @@ def test_help_imports_argparse_and_the_entry_point_alone(tmp_path: object) -> No
 
 
 # What squeue's everyday listing (gbatch/render/squeue_brief.py) must not import: the model's
-# dataclasses and what they load (dataclasses, inspect), the Job decoder (wire), the full
-# formatter, and the job-id grammar (jobids, arrays) that needs the model.
+# dataclasses and what they load (dataclasses, inspect), the request types and the Job
+# decoders (requests, codec, listings), squeue's full renderer (render.squeue and its
+# cells), and the job-id grammar (jobids, arrays) that needs the model.
 NOT_EVERYDAY = {
     "dataclasses",
     "inspect",
@@ -127,7 +128,8 @@ NOT_EVERYDAY = {
     "gbatch.protocol.requests",
     "gbatch.protocol.codec",
     "gbatch.protocol.listings",
-    "gbatch.render.formatting",
+    "gbatch.render.cells",
+    "gbatch.render.squeue",
 }
 NOT_EVERYDAY |= {"gbatch.core.jobids", "gbatch.core.arrays"}
 # typing, a module for type checkers (2 ms): the entry point, the client and these two
@@ -258,7 +260,7 @@ def test_squeue_folds_array_tasks_lean_and_takes_the_full_formatter_for_other_la
         long = loaded_by(["squeue", "-l"], tmp_path)
     assert "gbatch.cli.everyday" in folded
     assert within(folded, NOT_LEAN | NOT_EVERYDAY) == []
-    assert {"gbatch.render.formatting", "gbatch.protocol.listings"} <= long
+    assert {"gbatch.render.squeue", "gbatch.protocol.listings"} <= long
 
 
 def test_the_command_table_lists_every_command_with_its_modules_help() -> None:

@@ -17,7 +17,7 @@ from gbatch.head.fairshare import factors
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import Store, Usage
 from gbatch.protocol import requests
-from gbatch.render.formatting import format_seff, format_sprio, format_sreport
+from gbatch.render.reports import format_seff, format_sprio, format_sreport
 from gbatch.site.config import Config, Paths
 
 ALICE = Caller(uid=4242, user="alice", pid=2)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import oracles
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -89,7 +90,7 @@ def whole_listing(daemon: Daemon, caller: Caller, **fields: Any) -> list[Job]:
 def expected(
     jobs: list[Job], sort: str, reverse: bool, state: JobState | None, search: str
 ) -> list[int]:
-    """What the queue view showed, sorted and filtered in Python (rows.sort_jobs), the
+    """What the queue view showed, sorted and filtered in Python (oracles.sort_jobs), the
     search over the JOBID, USER, whole NAME and NODE(REASON) cells."""
     cells = rows.job_cells(jobs, NOW)
     needle = search.lower()
@@ -99,7 +100,7 @@ def expected(
         return any(needle in text.lower() for text in (shown[0], shown[1], job.spec.name, shown[6]))
 
     kept = [job for job in jobs if (state is None or job.state is state) and found(job)]
-    return [job.id for job in rows.sort_jobs(kept, sort, NOW, cells, reverse=reverse)]
+    return [job.id for job in oracles.sort_jobs(kept, sort, NOW, cells, reverse=reverse)]
 
 
 def page(daemon: Daemon, caller: Caller, **fields: Any) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from gbatch.core.timefmt import format_elapsed_fixed
 
 
 class FormatError(ValueError):
-    """A format string or field list names something this module cannot print."""
+    """A format string or field list names something the renderers cannot print."""
 
 
 def printable(text: str) -> str:
@@ -64,12 +64,14 @@ _REASON_STATES = frozenset(JobState(name) for name in REASON_STATES)
 
 
 def nodelist_or_reason(job: Job) -> str:
+    """squeue's NODELIST(REASON): `(Reason)` for a pending or failed job, else its node."""
     if job.state in _REASON_STATES:
         return f"({reason_text(job)})"
     return printable(job.node or "")
 
 
 def partition_text(job: Job) -> str:
+    """The job's partition; the implicit one for a job queued before partitions existed."""
     return printable(job.spec.partition or IMPLICIT_PARTITION)
 
 

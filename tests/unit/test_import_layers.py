@@ -168,3 +168,12 @@ def test_the_checks_see_a_wrong_import(tmp_path: Path) -> None:
         "gbatch.protocol.requests",
         "gbatch.site.policy",
     }
+
+
+def test_the_shared_constants_are_a_leaf() -> None:
+    """core/constants.py is what the start-up fast path and the full path both read:
+    it imports nothing, not even the standard library, so any path loads it for free."""
+    source = (PACKAGE / "core" / "constants.py").read_text()
+    assert not any(
+        isinstance(node, ast.Import | ast.ImportFrom) for node in ast.walk(ast.parse(source))
+    )

@@ -1,6 +1,6 @@
-"""Oracles: plain Python versions of what the daemon does for the TUI's queue (filter,
-count, sort a listing), which tests hold the daemon's answers and the fake lab to.
-They were the TUI's own once; the daemon does this work now (ListJobs' view page)."""
+"""Test-side readings of the daemon's parts: what a test needs to see or drive that the
+product itself never asks for (kept here, not in gbatch/, so no product code exists only
+for tests). Shared by both tiers: import it as `oracles`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,30 @@ from operator import attrgetter
 from typing import Any
 
 from gbatch.core.model import Job, JobState
+from gbatch.head.groupcommit import GroupCommitter
+from gbatch.head.outbox import BATCH, Outbox
 from gbatch.tui.rows import QueueFilter
+
+
+def deliver_due(outbox: Outbox, now: float) -> int:
+    """Try every notification due at `now` once, one at a time in this thread (what the
+    outbox's workers do, without them); the number delivered."""
+    delivered = 0
+    for note in outbox.store.due_notifications(now, BATCH):
+        if outbox.stopping.is_set():
+            break
+        delivered += outbox.deliver_one(note)
+    return delivered
+
+
+def waiting(committer: GroupCommitter) -> int:
+    """How many submitters wait for the group committer's next commit."""
+    with committer._lock:
+        return len(committer._queue)
+
+
+# -- the TUI's queue: what the daemon's view page does (ListJobs' sort, shown_states,
+# search, counts), in plain Python, for the fake lab and the listing tests.
 
 
 def owned(jobs: Iterable[Job], filt: QueueFilter) -> list[Job]:

@@ -53,7 +53,7 @@ from abuse import (
 )
 from asuser import as_user, preload, run_cli, temp_users
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 
 GOAL_P99_MS = 200.0
@@ -64,8 +64,8 @@ FINISHED = 2000  # in the history the heavy flood lists
 def attacks(socket_path: Path) -> dict[str, list[tuple[str, AttackFunction]]]:
     idle = [("idle", hold_idle(socket_path, IDLE))]
     slow = [("slow", hold_slow(socket_path, SLOW, keep=True))]
-    floods = [(f"flood{i}", flood(socket_path, wire.ListJobs())) for i in range(FLOODERS)]
-    history = wire.ListJobs(history=True)
+    floods = [(f"flood{i}", flood(socket_path, requests.ListJobs())) for i in range(FLOODERS)]
+    history = requests.ListJobs(history=True)
     heavy = [(f"heavy{i}", flood(socket_path, history)) for i in range(FLOODERS)]
     return {
         "none": [],
@@ -81,8 +81,8 @@ def seed_history(socket_path: Path) -> None:
     """FINISHED jobs for the heavy flood to list: an array, held, then cancelled."""
     with Client(socket_path) as client:
         spec = {"name": "old", "command": ["true"]}
-        client.call(wire.Submit(spec=spec, count=FINISHED, held=True))
-        client.call(wire.Cancel(users=("root",)))
+        client.call(requests.Submit(spec=spec, count=FINISHED, held=True))
+        client.call(requests.Cancel(users=("root",)))
 
 
 def squeues(home: Path, samples: int) -> list[float]:

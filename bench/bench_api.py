@@ -155,7 +155,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
 
 def synthetic_nodes(nodes: int, gpus: int) -> list[dict[str, Any]]:
     """`nodes` nodes of `gpus` GPUs each, half of them held, as the Metrics reply's
-    `nodes` (wire.node_to_wire's shape)."""
+    `nodes` (codec.node_to_wire's shape)."""
     return [
         {
             "name": f"gpu{n:03d}",
@@ -279,13 +279,13 @@ def socket_submits(home: Path, count: int) -> float:
 def fill_queue(home: Path, count: int) -> None:
     """Single held submits on the socket (an array's tasks would be one record)."""
     from gbatch.core.model import JobSpec
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
     from gbatch.protocol.client import Client
 
     spec = JobSpec(name="q", command=("/bin/true",)).to_dict()
     with Client(home / "gbatchd.sock", timeout=60) as client:
         for _ in range(count):
-            client.call(wire.Submit(spec=spec, held=True))
+            client.call(requests.Submit(spec=spec, held=True))
 
 
 def timed_gets(
@@ -491,15 +491,15 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def real_snapshot(home: Path, samples: int) -> dict[str, Any]:
     """The daemon's Metrics reply, and the time its request takes on the socket."""
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
     from gbatch.protocol.client import Client
 
     seconds: list[float] = []
     with Client(home / "gbatchd.sock") as client:
-        snapshot: dict[str, Any] = client.call(wire.Metrics())
+        snapshot: dict[str, Any] = client.call(requests.Metrics())
         for _ in range(samples):
             start = time.perf_counter()
-            client.call(wire.Metrics())
+            client.call(requests.Metrics())
             seconds.append(time.perf_counter() - start)
     report("(c) of which the Metrics request on the socket", [s * 1000 for s in seconds], "ms")
     return snapshot

@@ -56,7 +56,7 @@ from common import (
     time_process,
 )
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 
 TASKS = 100_000
@@ -68,7 +68,7 @@ SUBMITS = 10  # --depend: dependents submitted per round (CPU clock ticks are 10
 def submit_array(sock: Path) -> tuple[int, float]:
     with Client(sock) as client:
         start = time.perf_counter()
-        reply = client.call(wire.Submit(spec=SPEC, array=f"0-{TASKS - 1}", held=True))
+        reply = client.call(requests.Submit(spec=SPEC, array=f"0-{TASKS - 1}", held=True))
         elapsed = time.perf_counter() - start
     return int(reply["ids"][0]), elapsed
 
@@ -121,7 +121,7 @@ def bench_lookup(checkouts: Sequence[Path], rounds: int) -> None:
         for round_ in range(rounds + 1):  # round 0 warms up
             for name, home, env, pid, array in served:
                 for task in (5, 50_000):
-                    request = wire.ListJobs(jobs=(f"{array}_{task}",), brief=True, columns=True)
+                    request = requests.ListJobs(jobs=(f"{array}_{task}",), brief=True, columns=True)
                     key = f"squeue -j N_{task} round trip [{name}]"
                     with Client(home / "gbatchd.sock") as client:
                         before = cpu_seconds(pid)
@@ -165,12 +165,12 @@ def bench_depend(checkouts: Sequence[Path], rounds: int) -> None:
                     before = cpu_seconds(pid)
                     start = time.perf_counter()
                     for _ in range(SUBMITS):
-                        client.call(wire.Submit(spec=dependent))
+                        client.call(requests.Submit(spec=dependent))
                     took = (time.perf_counter() - start) / SUBMITS
                     used = (cpu_seconds(pid) - before) / SUBMITS
                     # and one on the whole array (stored N_*), untimed: the idle stretch
                     # below has both kinds waiting
-                    client.call(wire.Submit(spec={**SPEC, "dependency": f"afterok:{array}"}))
+                    client.call(requests.Submit(spec={**SPEC, "dependency": f"afterok:{array}"}))
                 argv = [str(PYTHON), "-c", ENTRY, "sbatch", "-G", "1"]
                 argv += [f"--dependency=afterok:{array}_50000", "--wrap", "true"]
                 took_s = time_process(argv, env, 1, warmup=0, cwd=Path("/"))
@@ -241,7 +241,7 @@ def main() -> None:
                 rates.append(TASKS / took)
                 with Client(sock) as client:
                     start = time.perf_counter()
-                    client.call(wire.Cancel(jobs=(str(array),)))
+                    client.call(requests.Cancel(jobs=(str(array),)))
                     trip_s.append(time.perf_counter() - start)
                 array, _ = submit_array(sock)
                 squeue_s += time_process([str(GBATCH), "squeue"], env, 1, warmup=1)
@@ -254,10 +254,10 @@ def main() -> None:
                     cwd=home,
                 )
                 with Client(sock) as client:
-                    client.call(wire.Cancel(users=("root",)))
+                    client.call(requests.Cancel(users=("root",)))
             with Client(sock) as client:
                 for _ in range(10):
-                    client.call(wire.Submit(spec=SPEC, held=True))
+                    client.call(requests.Submit(spec=SPEC, held=True))
             small_s = time_process([str(GBATCH), "squeue"], env, runs, warmup=1)
     report_rate("submit --array=0-99999, round trip", rates, "tasks/s", goal=100_000)
     report_ms("gbatch sbatch --array=0-99999, whole process", sbatch_s)

@@ -63,7 +63,7 @@ from common import (
 
 from gbatch.core.model import JobSpec
 from gbatch.head.store import Store
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 
 sys.path.insert(0, str(REPO / "tests" / "integration"))
@@ -106,7 +106,7 @@ def wait_running(home: Path, count: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     with Client(home / "gbatchd.sock", timeout=60) as client:
         while time.monotonic() < deadline:
-            running = client.call(wire.ListJobs(states=("R",), brief=True))["jobs"]
+            running = client.call(requests.ListJobs(states=("R",), brief=True))["jobs"]
             if len(running) >= count:
                 return
             time.sleep(0.2)
@@ -202,7 +202,7 @@ def full_listing(home: Path, pid: int) -> tuple[float, int, int]:
     reset_peak(pid)
     start = time.monotonic()
     with Client(home / "gbatchd.sock", timeout=900) as client:
-        reply = client.call(wire.ListJobs(history=True, brief=True))
+        reply = client.call(requests.ListJobs(history=True, brief=True))
     took = time.monotonic() - start
     del reply
     time.sleep(1.0)
@@ -247,7 +247,7 @@ def one_run(template: Path, student: User, other: User, jobs: int, listing: bool
                 figures["listing"] = full_listing(home, pid)
         finally:
             with Client(home / "gbatchd.sock", timeout=60) as client:
-                client.call(wire.Cancel(users=(other.name,)))
+                client.call(requests.Cancel(users=(other.name,)))
             stop_daemon(home)
             time.sleep(0.5)  # the sleeps' SIGTERM lands before their run dirs go
     finally:

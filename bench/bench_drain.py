@@ -27,7 +27,7 @@ from pathlib import Path
 
 from common import GBATCH, gbatch_env, load_average, percentile, temp_home
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 
 GPUS = 8
@@ -54,14 +54,14 @@ def daemon(home: Path, checkout: Path, action: str) -> None:
 def submit_held(sock: Path, command: str, gpus: int, count: int) -> list[int]:
     spec = {"name": "drain", "command": ["/bin/sh", "-c", command], "gpus": gpus}
     with Client(sock, timeout=120) as client:
-        return [client.call(wire.Submit(spec=spec, held=True))["ids"][0] for _ in range(count)]
+        return [client.call(requests.Submit(spec=spec, held=True))["ids"][0] for _ in range(count)]
 
 
 def run_all(sock: Path, ids: Sequence[int]) -> None:
     """Release `ids` and return once none is active."""
     with Client(sock, timeout=120) as client:
-        client.call(wire.Release(ids=tuple(ids)))
-        while client.call(wire.ListJobs(ids=tuple(ids), states=ACTIVE, brief=True))["jobs"]:
+        client.call(requests.Release(ids=tuple(ids)))
+        while client.call(requests.ListJobs(ids=tuple(ids), states=ACTIVE, brief=True))["jobs"]:
             time.sleep(0.02)
 
 
@@ -69,7 +69,7 @@ def wait_gpus(sock: Path, timeout: float = 60.0) -> None:
     """Return once the local node reports its GPUs (its agent has started)."""
     deadline = time.monotonic() + timeout
     with Client(sock, timeout=120) as client:
-        while not any(len(n["gpus"]) == GPUS for n in client.call(wire.ListNodes())["nodes"]):
+        while not any(len(n["gpus"]) == GPUS for n in client.call(requests.ListNodes())["nodes"]):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no node with {GPUS} GPUs after {timeout:g} s")
             time.sleep(0.05)

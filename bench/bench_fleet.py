@@ -38,7 +38,7 @@ from sshd import start_sshd  # noqa: E402
 from gbatch.nodes.inventory import load_inventory  # noqa: E402
 from gbatch.nodes.remote import RemoteNode, target_of  # noqa: E402
 from gbatch.nodes.ssh import SshConnection  # noqa: E402
-from gbatch.protocol import wire  # noqa: E402
+from gbatch.protocol import requests  # noqa: E402
 from gbatch.protocol.client import Client  # noqa: E402
 from gbatch.site.config import Config, Paths  # noqa: E402
 
@@ -151,17 +151,19 @@ def free_to_next(base: Path, jobs: int) -> tuple[list[float], list[float]]:
             socket = home_path / "gbatchd.sock"
             spec = {"name": "next", "command": ["true"], "image": image, "gpus": 1}
             with Client(socket) as client:
-                ids = [client.call(wire.Submit(spec=spec))["ids"][0] for _ in range(jobs)]
+                ids = [client.call(requests.Submit(spec=spec))["ids"][0] for _ in range(jobs)]
                 deadline = time.monotonic() + 300
                 while True:
-                    found = client.call(wire.ListJobs(ids=tuple(ids)))["jobs"]
+                    found = client.call(requests.ListJobs(ids=tuple(ids)))["jobs"]
                     if all(j["state"] == "COMPLETED" for j in found):
                         break
                     if time.monotonic() > deadline:
                         raise RuntimeError([j["state"] for j in found])
                     time.sleep(0.2)
                 events = {
-                    j: {e["state"]: e["time"] for e in client.call(wire.ShowJob(id=j))["events"]}
+                    j: {
+                        e["state"]: e["time"] for e in client.call(requests.ShowJob(id=j))["events"]
+                    }
                     for j in ids
                 }
         del os.environ["GBATCH_INVENTORY"]

@@ -31,7 +31,7 @@ from typing import Any
 from common import machine_note, report_ms, report_rate, running_daemon, temp_home
 
 from gbatch.core.model import JobSpec
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client, RequestFailed
 
 SPEC: dict[str, Any] = JobSpec(name="b", command=("/bin/true",)).to_dict()
@@ -72,13 +72,13 @@ def submits(socket: Path, count: int, backlog: int = 0, refused: bool = False) -
     latencies: list[float] = []
     with Client(socket, timeout=120) as client:
         if backlog:
-            client.call(wire.Submit(spec=SPEC, held=True, count=backlog))
-        client.call(wire.Ping())
+            client.call(requests.Submit(spec=SPEC, held=True, count=backlog))
+        client.call(requests.Ping())
         start = time.perf_counter()
         for _ in range(count):
             before = time.perf_counter()
             try:
-                client.call(wire.Submit(spec=SPEC, held=True))
+                client.call(requests.Submit(spec=SPEC, held=True))
                 if refused:
                     raise RuntimeError("a submit past the limit was queued")
             except RequestFailed as err:

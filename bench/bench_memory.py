@@ -52,7 +52,7 @@ from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.limits import ARRAY_HARD_CAP
 from gbatch.core.model import JobSpec
 from gbatch.head.store import Store, Submission
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 
 GPUS = 2
@@ -98,7 +98,7 @@ def wait_running(sock: Path, count: int, timeout: float = 900.0) -> None:
     deadline = time.monotonic() + timeout
     with Client(sock, timeout=300) as client:
         while time.monotonic() < deadline:
-            if len(client.call(wire.ListJobs(states=("R",), brief=True))["jobs"]) >= count:
+            if len(client.call(requests.ListJobs(states=("R",), brief=True))["jobs"]) >= count:
                 return
             time.sleep(0.2)
     raise RuntimeError(f"{count} jobs did not start within {timeout:g} s")
@@ -150,9 +150,9 @@ def build_array(db: Path, jobs: int) -> None:
 
 
 LISTINGS = (
-    ("squeue", wire.ListJobs(brief=True, columns=True)),
-    ("squeue -t all", wire.ListJobs(history=True, brief=True, columns=True)),
-    ("sacct -a -S all", wire.ListJobs(history=True, brief=True)),
+    ("squeue", requests.ListJobs(brief=True, columns=True)),
+    ("squeue -t all", requests.ListJobs(history=True, brief=True, columns=True)),
+    ("sacct -a -S all", requests.ListJobs(history=True, brief=True)),
 )
 
 
@@ -186,7 +186,7 @@ def one_run(template: Path, checkout: Path, jobs: int, idle_only: bool = False) 
                 figures["settled"] = memory_kib(pid, "VmRSS")
         finally:
             with Client(sock, timeout=300) as client:
-                client.call(wire.Cancel(ids=(1, 2)))  # the sleeps: they outlive the daemon
+                client.call(requests.Cancel(ids=(1, 2)))  # the sleeps: they outlive the daemon
             stop(home, checkout)
             time.sleep(0.5)  # the sleeps' SIGTERM lands before their run dirs go
     finally:

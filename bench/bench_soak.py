@@ -57,7 +57,7 @@ from gbatch.core.crashpoints import POINTS
 from gbatch.core.model import FINAL_STATES, JobState
 from gbatch.head.store import Store
 from gbatch.nodes.docker import LABEL_JOB, LABEL_NODE
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client, DaemonUnavailable, RequestFailed
 from gbatch.site.config import Paths
 
@@ -129,7 +129,7 @@ class Head:
     def jobs(self) -> list[dict[str, object]]:
         """Every job in the store, active and finished (id, state, ...)."""
         with Client(self.paths.socket, timeout=30) as client:
-            reply = client.call(wire.ListJobs(history=True, brief=True))
+            reply = client.call(requests.ListJobs(history=True, brief=True))
         jobs: list[dict[str, object]] = reply["jobs"]
         return jobs
 
@@ -138,7 +138,7 @@ class Head:
         while True:
             try:
                 with Client(self.paths.socket, timeout=5) as client:
-                    client.call(wire.ListJobs(brief=True))
+                    client.call(requests.ListJobs(brief=True))
                 return
             except DaemonUnavailable:
                 if time.monotonic() > deadline:
@@ -231,11 +231,11 @@ class Submitter(threading.Thread):
         died with the submit in flight (in doubt), not before it was sent."""
         with Client(self.head.paths.socket, timeout=30) as client:
             try:
-                client.call(wire.Ping())
+                client.call(requests.Ping())
             except DaemonUnavailable:
                 return None  # down: not sent
             try:
-                reply = client.call(wire.Submit(spec=plan.spec(self.ledger, self.image)))
+                reply = client.call(requests.Submit(spec=plan.spec(self.ledger, self.image)))
             except DaemonUnavailable:
                 self.in_doubt += 1
                 return None

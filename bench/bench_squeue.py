@@ -42,7 +42,7 @@ from common import (
 
 from gbatch.core.model import JobSpec, JobState
 from gbatch.head.store import Store
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 
 SQUEUE_GOAL_MS = 60.0
@@ -101,10 +101,10 @@ def start_running_jobs(socket: Path) -> list[int]:
     """Submit RUNNING one-GPU sleepers and wait until the daemon has started them all."""
     spec = JobSpec(name="sleeper", command=("sleep", "600"), gpus=1).to_dict()
     with Client(socket) as client:
-        ids: list[int] = client.call(wire.Submit(spec=spec, count=RUNNING))["ids"]
+        ids: list[int] = client.call(requests.Submit(spec=spec, count=RUNNING))["ids"]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            states = [j["state"] for j in client.call(wire.ListJobs(ids=tuple(ids)))["jobs"]]
+            states = [j["state"] for j in client.call(requests.ListJobs(ids=tuple(ids)))["jobs"]]
             if states.count("RUNNING") == RUNNING:
                 return ids
             time.sleep(0.2)
@@ -114,10 +114,10 @@ def start_running_jobs(socket: Path) -> list[int]:
 def cancel_jobs(socket: Path, ids: list[int]) -> None:
     """Cancel the sleepers and wait for them to end, so no run outlives the bench."""
     with Client(socket) as client:
-        client.call(wire.Cancel(ids=tuple(ids)))
+        client.call(requests.Cancel(ids=tuple(ids)))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            jobs = client.call(wire.ListJobs(ids=tuple(ids)))["jobs"]
+            jobs = client.call(requests.ListJobs(ids=tuple(ids)))["jobs"]
             if all(JobState(j["state"]).is_final for j in jobs):
                 return
             time.sleep(0.2)
@@ -128,10 +128,10 @@ def squeue_round_trip(socket: Path, runs: int) -> list[float]:
     """The default squeue's request alone: send, daemon query and encode, receive, decode."""
     samples = []
     with Client(socket) as client:
-        client.call(wire.Ping())
+        client.call(requests.Ping())
         for _ in range(runs):
             start = time.perf_counter()
-            reply = client.call(wire.ListJobs())
+            reply = client.call(requests.ListJobs())
             samples.append(time.perf_counter() - start)
     assert len(reply["jobs"]) == HELD + RUNNING
     return samples
@@ -169,8 +169,8 @@ def main() -> None:
                 # A lab's usual queue is smaller: cancel most held jobs (they stay in
                 # the store as finished rows) and time the default view again.
                 with Client(socket) as client:
-                    held = [j["id"] for j in client.call(wire.ListJobs(states=("PD",)))["jobs"]]
-                    client.call(wire.Cancel(ids=tuple(held[: HELD + RUNNING - SMALL_QUEUE])))
+                    held = [j["id"] for j in client.call(requests.ListJobs(states=("PD",)))["jobs"]]
+                    client.call(requests.Cancel(ids=tuple(held[: HELD + RUNNING - SMALL_QUEUE])))
                 lines = subprocess.run(
                     [str(GBATCH), "squeue", "-h"], env=env, capture_output=True, check=True
                 ).stdout.count(b"\n")

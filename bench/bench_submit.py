@@ -50,7 +50,7 @@ from common import (
 )
 
 from gbatch.core.model import JobSpec
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 
 SINGLE_GOAL = 2_000.0  # submits/s
@@ -63,11 +63,11 @@ def sequential_submits(socket: Path, count: int) -> tuple[float, list[float]]:
     """`count` submits on one connection: (submits/s, each request's latency in s)."""
     latencies: list[float] = []
     with Client(socket) as client:
-        client.call(wire.Submit(spec=SPEC, held=True))  # connect, and warm the daemon's caches
+        client.call(requests.Submit(spec=SPEC, held=True))  # connect, and warm the daemon's caches
         start = time.perf_counter()
         for _ in range(count):
             before = time.perf_counter()
-            client.call(wire.Submit(spec=SPEC, held=True))
+            client.call(requests.Submit(spec=SPEC, held=True))
             latencies.append(time.perf_counter() - before)
         elapsed = time.perf_counter() - start
     return count / elapsed, latencies
@@ -75,11 +75,11 @@ def sequential_submits(socket: Path, count: int) -> tuple[float, list[float]]:
 
 def _client_worker(socket: Path, count: int, go: Any, ready: Connection) -> None:
     with Client(socket) as client:
-        client.call(wire.Ping())  # connect before the clock starts
+        client.call(requests.Ping())  # connect before the clock starts
         ready.send("ready")
         go.wait()
         for _ in range(count):
-            client.call(wire.Submit(spec=SPEC, held=True))
+            client.call(requests.Submit(spec=SPEC, held=True))
         ready.send("done")
 
 
@@ -115,9 +115,9 @@ def concurrent_submits(socket: Path, clients: int, per_client: int) -> float:
 
 def array_submit(socket: Path, size: int) -> float:
     with Client(socket, timeout=300) as client:
-        client.call(wire.Ping())
+        client.call(requests.Ping())
         start = time.perf_counter()
-        ids = client.call(wire.Submit(spec=SPEC, held=True, count=size))["ids"]
+        ids = client.call(requests.Submit(spec=SPEC, held=True, count=size))["ids"]
         elapsed = time.perf_counter() - start
     assert len(ids) == size
     return size / elapsed

@@ -32,7 +32,7 @@ from typing import Any
 
 from common import GBATCH, gbatch_env, machine_note, report_ms, report_rate, running_daemon
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client, DaemonUnavailable, RequestFailed
 
 GPUS = 8
@@ -53,13 +53,13 @@ class Outcome:
 def _submitter(socket: Path, each: int, go: Any, results: Connection) -> None:
     outcome = Outcome()
     with Client(socket, timeout=120) as client:
-        client.call(wire.Ping())  # connect before the clock starts
+        client.call(requests.Ping())  # connect before the clock starts
         results.send("ready")
         go.wait()
         for n in range(each):
             before = time.perf_counter()
             try:
-                reply = client.call(wire.Submit(spec=SPEC, held=n % RUNNABLE_EVERY != 0))
+                reply = client.call(requests.Submit(spec=SPEC, held=n % RUNNABLE_EVERY != 0))
             except RequestFailed as err:
                 outcome.errors.append(err.message)
                 continue
@@ -136,7 +136,7 @@ def drain(home: Path) -> tuple[int, float]:
     me = pwd.getpwuid(os.getuid()).pw_name
     start = time.perf_counter()
     with Client(home / "gbatchd.sock", timeout=600) as client:
-        cancelled = int(client.call(wire.Cancel(users=(me,)))["done"])
+        cancelled = int(client.call(requests.Cancel(users=(me,)))["done"])
     took = time.perf_counter() - start
     env = gbatch_env(home, GPUS)
     deadline = time.monotonic() + 60

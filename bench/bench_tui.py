@@ -95,7 +95,7 @@ if _WORKER_CHECKOUT:
 from gbatch.core.arrays import ARRAY_ROWS  # noqa: E402
 from gbatch.core.model import JobSpec, JobState  # noqa: E402
 from gbatch.head.store import Store, Submission  # noqa: E402
-from gbatch.protocol import wire  # noqa: E402
+from gbatch.protocol import requests  # noqa: E402
 from gbatch.protocol.client import Client  # noqa: E402
 from gbatch.site.config import Paths  # noqa: E402
 from gbatch.tui.app import GbatchApp, make_app  # noqa: E402
@@ -148,21 +148,21 @@ def sleepers_running(socket: Path, active: int) -> list[int]:
     with Client(socket, timeout=120) as client:
         ids = list(range(1, RUNNING + 1))
         wait_states(client, ids, lambda states: states.count("RUNNING") == RUNNING)
-        assert len(client.call(wire.ListJobs(columns=True))["columns"]["id"]) == active
+        assert len(client.call(requests.ListJobs(columns=True))["columns"]["id"]) == active
     return ids
 
 
 def cancel(socket: Path, ids: list[int]) -> None:
     """Cancel the sleepers and wait for them to end, so no run outlives the bench."""
     with Client(socket, timeout=120) as client:
-        client.call(wire.Cancel(ids=tuple(ids)))
+        client.call(requests.Cancel(ids=tuple(ids)))
         wait_states(client, ids, lambda states: all(JobState(s).is_final for s in states))
 
 
 def wait_states(client: Client, ids: list[int], done: Callable[[list[str]], bool]) -> None:
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while time.monotonic() < deadline:
-        states = [j["state"] for j in client.call(wire.ListJobs(ids=tuple(ids)))["jobs"]]
+        states = [j["state"] for j in client.call(requests.ListJobs(ids=tuple(ids)))["jobs"]]
         if done(states):
             return
         time.sleep(0.2)

@@ -64,7 +64,7 @@ from common import (
     time_process,
 )
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 
 SETUP_SLURM = REPO / ".ci" / "setup-slurm.sh"
@@ -380,7 +380,9 @@ def gbatch_submit_held(sock: Path, spec: dict[str, object], count: int) -> list[
 
     def submit(share: int) -> list[int]:
         with Client(sock, timeout=120) as client:
-            return [client.call(wire.Submit(spec=spec, held=True))["ids"][0] for _ in range(share)]
+            return [
+                client.call(requests.Submit(spec=spec, held=True))["ids"][0] for _ in range(share)
+            ]
 
     shares = [count // FILL_WORKERS + (i < count % FILL_WORKERS) for i in range(FILL_WORKERS)]
     with concurrent.futures.ThreadPoolExecutor(FILL_WORKERS) as pool:
@@ -393,19 +395,19 @@ GBATCH_ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
 def gbatch_active(sock: Path, ids: Sequence[int] = ()) -> int:
     """How many of `ids` (all jobs: none given) are not finished."""
     # Named ids list finished jobs too, as squeue -j does: the states narrow them.
-    request = wire.ListJobs(ids=tuple(ids), states=GBATCH_ACTIVE if ids else (), brief=True)
+    request = requests.ListJobs(ids=tuple(ids), states=GBATCH_ACTIVE if ids else (), brief=True)
     with Client(sock, timeout=120) as client:
         return len(client.call(request)["jobs"])
 
 
 def gbatch_release(sock: Path, ids: Sequence[int]) -> None:
     with Client(sock, timeout=120) as client:
-        client.call(wire.Release(ids=tuple(ids)))
+        client.call(requests.Release(ids=tuple(ids)))
 
 
 def gbatch_cancel_all(sock: Path) -> None:
     with Client(sock, timeout=120) as client:
-        client.call(wire.Cancel(users=(USER,)))
+        client.call(requests.Cancel(users=(USER,)))
 
 
 # Slurm: the same through its own commands.

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
 
 HALF_REQUEST = b'{"op":"ping"'  # no closing brace, no newline
@@ -220,7 +220,7 @@ def _ends(held: list[socket.socket]) -> dict[str, Any]:
     return {"ends": ends}
 
 
-def flood(path: Path, request: wire.Request) -> AttackFunction:
+def flood(path: Path, request: requests.Request) -> AttackFunction:
     """Send `request` as fast as replies come, on one connection while the daemon keeps
     it, at once on a new one when it refuses or closes it. Ready once the first request
     has had its answer, so that an attack started after this one finds the connection

@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from gbatch.protocol import wire
+from gbatch.protocol import decoder, requests
 
 JSON_SCALARS = (
     st.none()
@@ -36,11 +36,11 @@ def nested(depth: int, inner: str = "1") -> bytes:
 
 
 @st.composite
-def request_shaped(draw: st.DrawFn, ops: tuple[str, ...] = tuple(sorted(wire.REQUESTS))) -> Any:
+def request_shaped(draw: st.DrawFn, ops: tuple[str, ...] = tuple(sorted(requests.REQUESTS))) -> Any:
     """An object with an op (one of `ops`, or any text), some of its request type's
     fields and some it lacks, each of any JSON value."""
     op = draw(st.sampled_from(ops) | st.text(max_size=12))
-    cls = wire.REQUESTS.get(op)
+    cls = requests.REQUESTS.get(op)
     names = st.sampled_from(cls._fields) if cls and cls._fields else st.text(max_size=8)
     fields = draw(st.dictionaries(names, JSON_VALUES, max_size=4))
     extra = draw(st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=3))
@@ -54,6 +54,6 @@ RAW_LINES = st.one_of(
     st.binary(max_size=300),
     st.lists(_PIECES | st.binary(max_size=4), max_size=200).map(b"".join),
     JSON_VALUES.map(lambda v: json.dumps(v).encode()),
-    st.integers(0, 3 * wire.MAX_NESTING).map(nested),
-    st.sampled_from([nested(wire.MAX_NESTING + 1), b"[" * 5000, b'{"a":' * 5000]),
+    st.integers(0, 3 * decoder.MAX_NESTING).map(nested),
+    st.sampled_from([nested(decoder.MAX_NESTING + 1), b"[" * 5000, b'{"a":' * 5000]),
 )

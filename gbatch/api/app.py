@@ -1,5 +1,5 @@
 """The HTTP API (`gbatch api serve`): each HTTP request becomes the wire request the CLI
-would send, wrapped in wire.WithToken with the bearer's token, and goes to gbatchd over
+would send, wrapped in requests.WithToken with the bearer's token, and goes to gbatchd over
 its socket like any command's. The daemon verifies the token and runs the request as
 the token's user within its scopes (head/handlers.with_token): this process holds no
 key, lends no identity of its own, and authorizes nothing. A request without a token
@@ -29,7 +29,7 @@ from gbatch.api.ratelimit import Limiter, RateLimitMiddleware, RateLimits, beare
 from gbatch.cli.exits import CliError
 from gbatch.cli.sbatch import request_for_text  # loads neither yaml nor the spec until used
 from gbatch.core.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 
 T = TypeVar("T")
@@ -41,7 +41,7 @@ MAX_BODY = 1 << 20  # a job file's or script's limit (spec.MAX_FILE_BYTES)
 INLINE_PARSE_BYTES = 16 * 1024
 # A reply line past this size is decoded in a worker thread (a listing's megabytes).
 INLINE_DECODE_BYTES = 256 * 1024
-HTTP_STATUS: dict[wire.ErrorKind, int] = {
+HTTP_STATUS: dict[requests.ErrorKind, int] = {
     "invalid": 400,
     "unauthenticated": 401,
     "permission": 403,
@@ -51,10 +51,10 @@ HTTP_STATUS: dict[wire.ErrorKind, int] = {
 }
 
 
-def error(kind: wire.ErrorKind, message: str) -> JSONResponse:
+def error(kind: requests.ErrorKind, message: str) -> JSONResponse:
     """One JSON line: the kind and message the CLI would print after `error:`."""
     headers = {"WWW-Authenticate": 'Bearer realm="gbatch"'} if kind == "unauthenticated" else None
-    return JSONResponse(wire.error_reply(kind, message), HTTP_STATUS[kind], headers=headers)
+    return JSONResponse(requests.error_reply(kind, message), HTTP_STATUS[kind], headers=headers)
 
 
 class Api:
@@ -89,7 +89,7 @@ class Api:
         return reply
 
     async def call(
-        self, http: Request, inner: wire.Request, status: int = 200
+        self, http: Request, inner: requests.Request, status: int = 200
     ) -> tuple[dict[str, Any] | None, JSONResponse]:
         """Send `inner` as the bearer of `http`'s token: the reply's fields and the
         response to give (an error's when the fields are None)."""
@@ -101,7 +101,7 @@ class Api:
             return None, reply
         return reply, JSONResponse({"ok": True, **reply}, status)
 
-    async def relay(self, http: Request, inner: wire.Request) -> Response:
+    async def relay(self, http: Request, inner: requests.Request) -> Response:
         """call()'s response, the daemon's reply line passed on undecoded: what call()
         would encode again is what gbatchd wrote (a listing's megabytes)."""
         token = bearer(http.scope)
@@ -112,7 +112,7 @@ class Api:
             return line
         return Response(line, media_type="application/json")
 
-    async def ask(self, token: str, inner: wire.Request) -> dict[str, Any] | JSONResponse:
+    async def ask(self, token: str, inner: requests.Request) -> dict[str, Any] | JSONResponse:
         """The reply's fields to `inner` sent as the bearer of `token`, or the error's
         response."""
         return await self._exchange(token, self._send(_as_bearer(token, inner)))
@@ -138,7 +138,7 @@ class Api:
         from gbatch.api import follow
 
         async def read(at: int) -> dict[str, Any]:
-            reply = await self.ask(token, wire.ReadLog(id=job[0], task=job[1], offset=at))
+            reply = await self.ask(token, requests.ReadLog(id=job[0], task=job[1], offset=at))
             if isinstance(reply, JSONResponse):
                 raise follow.ReadFailed(json.loads(bytes(reply.body)))
             return reply
@@ -200,7 +200,7 @@ class Api:
         shape = query.get("format", "jobs")
         if shape not in ("jobs", "columns"):
             return error("invalid", f"format: {shape!r}; give jobs or columns")
-        request = wire.ListJobs(
+        request = requests.ListJobs(
             jobs=ids,
             users=_list(query.get("user")),
             states=_list(query.get("state")),
@@ -222,16 +222,18 @@ class Api:
         if isinstance(target, Response):
             return target
         job_id, task = target
-        return await self.relay(http, wire.ShowJob(id=job_id, task=task, with_tasks=True))
+        return await self.relay(http, requests.ShowJob(id=job_id, task=task, with_tasks=True))
 
     async def act(self, http: Request) -> Response:
         target = http.path_params["job"]
         action = http.path_params["action"]
-        kinds: dict[str, type[wire.Cancel | wire.Hold | wire.Release | wire.Requeue]] = {
-            "cancel": wire.Cancel,
-            "hold": wire.Hold,
-            "release": wire.Release,
-            "requeue": wire.Requeue,
+        kinds: dict[
+            str, type[requests.Cancel | requests.Hold | requests.Release | requests.Requeue]
+        ] = {
+            "cancel": requests.Cancel,
+            "hold": requests.Hold,
+            "release": requests.Release,
+            "requeue": requests.Requeue,
         }
         if action not in kinds:
             return error("not_found", f"no action {action!r}: cancel, hold, release or requeue")
@@ -250,7 +252,7 @@ class Api:
         offset = http.query_params.get("offset", "0")
         if not offset.isdigit():
             return error("invalid", "offset must be a non-negative integer")
-        request = wire.ReadLog(id=target[0], task=target[1], offset=int(offset))
+        request = requests.ReadLog(id=target[0], task=target[1], offset=int(offset))
         return await self.relay(http, request)
 
     async def follow_logs(self, http: Request) -> Response:
@@ -269,7 +271,7 @@ class Api:
         return await self.stream_log(token, target, offset)
 
     async def nodes(self, http: Request) -> Response:
-        return await self.relay(http, wire.ListNodes())
+        return await self.relay(http, requests.ListNodes())
 
     async def metrics(self, http: Request) -> Response:
         """Prometheus's text format of the daemon's Metrics snapshot. With a token, as
@@ -278,13 +280,13 @@ class Api:
         reply: dict[str, Any] | None
         if bearer(http.scope) is None and self.local_metrics and _from_loopback(http):
             try:
-                reply = await self._send(wire.encode_request(wire.Metrics()))
+                reply = await self._send(requests.encode_request(requests.Metrics()))
             except RequestFailed as err:
                 return error(err.kind, err.message)
             except (DaemonUnavailable, ReplyTimeout) as err:
                 return error("unavailable", str(err))
         else:
-            reply, response = await self.call(http, wire.Metrics())
+            reply, response = await self.call(http, requests.Metrics())
             if reply is None:
                 return response
         from gbatch.api.metrics import CONTENT_TYPE, render  # deferred: prometheus_client
@@ -294,7 +296,9 @@ class Api:
 
     async def fairshare(self, http: Request) -> Response:
         query = http.query_params
-        request = wire.ShowShares(users=_list(query.get("user")), all_users=_flag(query.get("all")))
+        request = requests.ShowShares(
+            users=_list(query.get("user")), all_users=_flag(query.get("all"))
+        )
         return await self.relay(http, request)
 
 
@@ -369,7 +373,7 @@ async def _not_found(http: Request, exc: Exception) -> Response:
 
 async def _not_allowed(http: Request, exc: Exception) -> Response:
     return JSONResponse(
-        wire.error_reply("invalid", f"{http.method} is not taken at {http.url.path}"), 405
+        requests.error_reply("invalid", f"{http.method} is not taken at {http.url.path}"), 405
     )
 
 
@@ -380,9 +384,11 @@ def _no_token() -> JSONResponse:
     )
 
 
-def _as_bearer(token: str, inner: wire.Request) -> dict[str, Any]:
+def _as_bearer(token: str, inner: requests.Request) -> dict[str, Any]:
     """`inner` as gbatchd's request to run it as the user of `token`."""
-    return wire.encode_request(wire.WithToken(token=token, request=wire.encode_request(inner)))
+    return requests.encode_request(
+        requests.WithToken(token=token, request=requests.encode_request(inner))
+    )
 
 
 def _from_loopback(http: Request) -> bool:

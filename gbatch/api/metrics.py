@@ -1,4 +1,4 @@
-"""`GET /metrics`: the daemon's Metrics snapshot (wire.Metrics) in Prometheus's text
+"""`GET /metrics`: the daemon's Metrics snapshot (requests.Metrics) in Prometheus's text
 format, rendered by prometheus_client. Each scrape builds fresh metric families from
 the snapshot it was given (a Collector, not metrics registered at import): this process
 keeps no state, and two scrapes never share one.
@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from gbatch.core.model import JobState, NodeState
-from gbatch.protocol import wire
+from gbatch.protocol import codec
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -136,7 +136,7 @@ def _nodes_text(rows: Sequence[Mapping[str, Any]], round_trips: Mapping[str, Any
     most of a scrape (~30 ms). The lines are the ones generate_latest writes (labels
     sorted by name, values by floatToGoString); tests/unit/test_metrics.py holds the two
     to the same samples."""
-    nodes = [wire.node_from_wire(row) for row in rows]
+    nodes = [codec.node_from_wire(row) for row in rows]
     states = [each.value for each in NodeState]
     family = _Family()
     state = family(

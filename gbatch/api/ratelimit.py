@@ -38,7 +38,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gbatch.api.openapi import PREFIX
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 
 MAX_VOUCHED = 4096  # tokens remembered as accepted; the oldest is forgotten past it
 MAX_KEYS = 10_000  # buckets kept; idle full ones are dropped past it
@@ -63,7 +63,7 @@ class Refusal:
     retry_after: int
 
     def reply(self) -> dict[str, object]:
-        return wire.error_reply("unavailable", self.message)
+        return requests.error_reply("unavailable", self.message)
 
 
 @dataclass

@@ -35,7 +35,7 @@ from starlette.routing import BaseRoute, Route
 from gbatch.api.follow import resume_offset
 from gbatch.cli.exits import CliError
 from gbatch.core.jobids import ONE, JobIdError, parse_one_job
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 
 HERE = Path(__file__).parent
 FORM_LIMIT = 3 << 20  # a job file of 1 MiB (app.MAX_BODY), URL-encoded
@@ -57,11 +57,11 @@ SECURITY_HEADERS = {
 }
 STATIC = {"app.css": "text/css", "job.js": "text/javascript"}
 # The job page's buttons: the requests scancel and scontrol hold/release/requeue send.
-ACTIONS: dict[str, type[wire.Cancel | wire.Hold | wire.Release | wire.Requeue]] = {
-    "cancel": wire.Cancel,
-    "hold": wire.Hold,
-    "release": wire.Release,
-    "requeue": wire.Requeue,
+ACTIONS: dict[str, type[requests.Cancel | requests.Hold | requests.Release | requests.Requeue]] = {
+    "cancel": requests.Cancel,
+    "hold": requests.Hold,
+    "release": requests.Release,
+    "requeue": requests.Requeue,
 }
 STATES = ("PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 
@@ -138,7 +138,7 @@ class Web:
             return _to_login(fields["error"])
         return self.page(http, "error.html", reply.status_code, message=fields["error"])
 
-    async def ask(self, http: Request, request: wire.Request) -> dict[str, Any] | Response:
+    async def ask(self, http: Request, request: requests.Request) -> dict[str, Any] | Response:
         token = http.cookies.get(COOKIE)
         if not token:
             return _to_login("")
@@ -174,7 +174,7 @@ class Web:
             return fields
         token = fields.get("token", "").strip()
         # Checked with a read, so that a mistyped token is said at once, not on each page.
-        reply = await self.api.ask(token, wire.ListJobs(brief=True)) if token else None
+        reply = await self.api.ask(token, requests.ListJobs(brief=True)) if token else None
         if reply is None or not isinstance(reply, dict):
             import json
 
@@ -204,7 +204,7 @@ class Web:
         query = http.query_params
         users = _list(query.get("user"))
         states = _list(query.get("state"))
-        request = wire.ListJobs(
+        request = requests.ListJobs(
             users=users, states=states, history=query.get("history") == "1", brief=True
         )
         reply = await self.ask(http, request)
@@ -224,7 +224,9 @@ class Web:
         target = _target(http)
         if target is None:
             return self.page(http, "error.html", 400, message="not a job id: give N or N_K")
-        reply = await self.ask(http, wire.ShowJob(id=target[0], task=target[1], with_tasks=True))
+        reply = await self.ask(
+            http, requests.ShowJob(id=target[0], task=target[1], with_tasks=True)
+        )
         if isinstance(reply, Response):
             return reply
         return self.page(http, "job.html", job=reply["job"], events=reply["events"])
@@ -263,7 +265,7 @@ class Web:
         return response
 
     async def nodes(self, http: Request) -> Response:
-        reply = await self.ask(http, wire.ListNodes())
+        reply = await self.ask(http, requests.ListNodes())
         if isinstance(reply, Response):
             return reply
         return self.page(http, "nodes.html", nodes=reply["nodes"], partitions=reply["partitions"])

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from gbatch.cli.exits import Exit
-    from gbatch.protocol.wire import ErrorKind
+    from gbatch.protocol.requests import ErrorKind
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,11 +31,11 @@ def add_parser(commands: Any) -> None:
 
 
 def _ping(ctx: Context) -> dict[str, Any] | None:
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
 
     try:
         with Client(ctx.paths.socket, timeout=5) as client:
-            return client.call(wire.Ping())
+            return client.call(requests.Ping())
     except DaemonUnavailable:
         return None
 
@@ -132,11 +132,11 @@ def _start(ctx: Context) -> int:
 
 
 def _stop(ctx: Context) -> int:
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
 
     try:
         with Client(ctx.paths.socket, timeout=5) as client:
-            pid = client.call(wire.Shutdown())["pid"]
+            pid = client.call(requests.Shutdown())["pid"]
     except DaemonUnavailable:
         print("gbatchd is not running")
         return Exit.OK

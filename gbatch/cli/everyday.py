@@ -22,6 +22,15 @@ from __future__ import annotations
 import os
 import sys
 
+from gbatch.core.constants import (
+    CLIENT_TIMEOUT_S,
+    MAX_COMMAND_BYTES,
+    MAX_ID_DIGITS,
+    MAX_ID_TEXT,
+    MAX_REQUEST_BYTES,
+    SYSTEM_SOCKET,
+)
+
 TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -40,19 +49,6 @@ SQUEUE_VALUES |= {"-j": "jobs", "--jobs": "jobs"}
 SBATCH_FLAGS = {"-H": "hold", "--hold": "hold", "--parsable": "parsable", "-Q": "quiet"}
 SBATCH_FLAGS["--quiet"] = "quiet"
 SBATCH_VALUES = {"--wrap": "wrap"}
-
-# What gbatch.protocol.client.Client waits by default, and the largest request gbatchd reads
-# (wire.MAX_REQUEST_BYTES): spelled here, kept equal by a unit test.
-TIMEOUT_S = 30.0
-MAX_REQUEST_BYTES = 4 * 1024 * 1024
-# paths.SYSTEM_SOCKET, as a string (a unit test keeps the two equal).
-SYSTEM_SOCKET = "/run/gbatch/gbatchd.sock"
-# spec.MAX_COMMAND_BYTES, spelled here for the everyday path (a unit test keeps it equal).
-MAX_COMMAND_BYTES = 64 * 1024
-# jobids.MAX_DIGITS and MAX_TEXT, spelled here for the everyday path (a unit test keeps
-# them equal): gbatch.core.jobids loads re and the model.
-MAX_DIGITS = 18
-MAX_ID_TEXT = 64 * 1024
 
 
 def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | None:
@@ -163,7 +159,7 @@ def _number(text: str, at: int) -> tuple[str | None, int]:
     while end < len(text) and text[end] in "0123456789":
         end += 1
     number = text[at:end]
-    if not number or len(number) > MAX_DIGITS or (number[0] == "0" and len(number) > 1):
+    if not number or len(number) > MAX_ID_DIGITS or (number[0] == "0" and len(number) > 1):
         return None, at
     return number, end
 
@@ -282,8 +278,8 @@ def wrap_request(
     wrap: str, held: bool, submit_dir: str, environ: Mapping[str, str]
 ) -> dict[str, Any] | None:
     """The submit request of `sbatch --wrap CMD` given no other job option (-H, --parsable
-    and -Q aside), as wire.encode_request of sbatch.build_submit's, built without the
-    model, spec or wire (start-up); None for a command or an environment that
+    and -Q aside), as requests.encode_request of sbatch.build_submit's, built without the
+    model, spec or request types (start-up); None for a command or an environment that
     build_submit would refuse (which then says why, as ever). The job's spec is the one
     build_spec makes of a command alone: named "wrap", run by /bin/sh -c where it was
     submitted, taking the submitter's environment (--export=ALL, filtered as
@@ -373,7 +369,7 @@ def exchange(request: dict[str, Any]) -> dict[str, Any] | None:
         return None  # the client's own refusal
     sock = socket(AF_UNIX, SOCK_STREAM)
     try:
-        sock.settimeout(TIMEOUT_S)
+        sock.settimeout(CLIENT_TIMEOUT_S)
         try:
             sock.connect(path)
         except OSError:
@@ -405,7 +401,7 @@ def _reply_line(sock: Any, payload: bytes) -> bytes:
     except TimeoutError as err:
         from gbatch.protocol.client import ReplyTimeout
 
-        raise ReplyTimeout(_socket_file(), TIMEOUT_S) from err
+        raise ReplyTimeout(_socket_file(), CLIENT_TIMEOUT_S) from err
     except OSError as err:
         from gbatch.protocol.client import DaemonUnavailable
 

@@ -22,13 +22,13 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
 
     target = parse_job(args.job, "JOBID")
     task = None if target.tasks is None else target.tasks[0][0]
     offset = 0
     while True:
-        reply = ctx.client.call(wire.ReadLog(id=target.job, task=task, offset=offset))
+        reply = ctx.client.call(requests.ReadLog(id=target.job, task=task, offset=offset))
         if reply["data"]:
             sys.stdout.write(reply["data"])
             sys.stdout.flush()

@@ -47,12 +47,12 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch.protocol import wire
-    from gbatch.render import formatting
+    from gbatch.protocol import codec, requests
+    from gbatch.render import sinfo
 
     if args.action == "list":
-        nodes = [wire.node_from_wire(n) for n in ctx.client.call(wire.ListNodes())["nodes"]]
-        sys.stdout.write(formatting.format_node_list(nodes))
+        nodes = [codec.node_from_wire(n) for n in ctx.client.call(requests.ListNodes())["nodes"]]
+        sys.stdout.write(sinfo.format_node_list(nodes))
         return Exit.OK
     if args.action == "install":
         return _install(args, ctx)
@@ -66,19 +66,19 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             raise CliError(
                 '--reason is required: gbatch node drain NAME --reason "why"', Exit.USAGE
             )
-        ctx.client.call(wire.DrainNode(name=name, reason=args.reason))
+        ctx.client.call(requests.DrainNode(name=name, reason=args.reason))
     else:
-        ctx.client.call(wire.ResumeNode(name=name))
+        ctx.client.call(requests.ResumeNode(name=name))
     return Exit.OK
 
 
 def _install(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
 
     if not args.name and not args.all:
         raise CliError("which nodes? Name them, or use --all", Exit.USAGE)
     ctx.client.timeout = INSTALL_TIMEOUT
-    results = ctx.client.call(wire.InstallAgent(names=tuple(args.name)))["results"]
+    results = ctx.client.call(requests.InstallAgent(names=tuple(args.name)))["results"]
     if not results:
         # Only --all gets no results: nothing to do is no failure, but say so.
         print(
@@ -97,7 +97,7 @@ def _install(args: argparse.Namespace, ctx: Context) -> int:
 def _trust(name: str, args: argparse.Namespace, ctx: Context) -> int:
     """Show the offered key, have a person confirm it (a prompt, or --fingerprint), and
     ask the daemon to pin it; the daemon checks again that the host still offers it."""
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
 
     wanted: str | None = args.fingerprint
     if wanted is not None and not wanted.startswith("SHA256:"):
@@ -106,7 +106,7 @@ def _trust(name: str, args: argparse.Namespace, ctx: Context) -> int:
             "`ssh-keygen -lf` prints it: SHA256:<base64>",
             Exit.USAGE,
         )
-    key = ctx.client.call(wire.GetHostKey(name=name))
+    key = ctx.client.call(requests.GetHostKey(name=name))
     print(f"host {name} ({key['address']}) offers {key['key_type']} key {key['fingerprint']}")
     if key["pinned"] == "same":
         if wanted is not None and wanted != key["fingerprint"]:
@@ -131,7 +131,9 @@ def _trust(name: str, args: argparse.Namespace, ctx: Context) -> int:
         wanted = _confirm(name, key["fingerprint"])
     elif wanted != key["fingerprint"]:
         raise _mismatch(name, key, wanted)
-    reply = ctx.client.call(wire.TrustHostKey(name=name, fingerprint=wanted, replace=args.replace))
+    reply = ctx.client.call(
+        requests.TrustHostKey(name=name, fingerprint=wanted, replace=args.replace)
+    )
     print(
         f"trusted {name}'s {reply['key_type']} key {reply['fingerprint']} "
         f"(in {reply['known_hosts']}); the daemon reconnects to {name} now"

@@ -102,8 +102,8 @@ def _asks_params(fmt: str | None) -> bool:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch.core.gpuusage import GpuUsage
-    from gbatch.protocol import wire
-    from gbatch.render import formatting
+    from gbatch.protocol import codec, requests
+    from gbatch.render import cells, sacct
 
     ids = parse_ids(args.jobs, "-j/--jobs")
     users = split_list(args.user)
@@ -113,14 +113,14 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     since = None if ids else _since(args.starttime, now)
     until = None if args.endtime is None else _time(args.endtime, now, "--endtime")
     units = None if args.units is None else args.units.upper()
-    if units is not None and (len(units) != 1 or units not in formatting.UNITS):
+    if units is not None and (len(units) != 1 or units not in sacct.UNITS):
         raise CliError(f"--units: {args.units!r} is not a unit. Use K, M, G, T or P", Exit.USAGE)
     names = split_list(args.name)
     fields = split_list([args.format]) if args.format else None
     wanted = {f.split("%")[0].strip().lower() for f in fields or ()}
-    brief = not args.json and not wanted & formatting.SACCT_FULL_SPEC_FIELDS
+    brief = not args.json and not wanted & sacct.SACCT_FULL_SPEC_FIELDS
     reply = ctx.client.call(
-        wire.ListJobs(
+        requests.ListJobs(
             history=True,
             jobs=tuple(ids or ()),
             users=tuple(users or ()),
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             gpu_usage="tresusageinmax" in wanted,
         )
     )
-    jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
+    jobs = [codec.job_from_wire(j) for j in reply["jobs"]]
     # Narrowed here, not by the daemon: both keep the reply a subset of the one asked for.
     if until is not None:
         jobs = [j for j in jobs if j.submit_time is not None and j.submit_time <= until]
@@ -139,9 +139,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         jobs = [j for j in jobs if j.spec.name in names]
     try:
         if args.json:
-            out = formatting.format_sacct_json(jobs, reply["now"])
+            out = sacct.format_sacct_json(jobs, reply["now"])
         else:
-            out = formatting.format_sacct(
+            out = sacct.format_sacct(
                 jobs,
                 reply["now"],
                 fields=fields,
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                     int(row[0]): GpuUsage.from_wire(row[1:]) for row in reply.get("gpu_usage", [])
                 },
             )
-    except formatting.FormatError as err:
+    except cells.FormatError as err:
         raise CliError(f"--format: {err}", Exit.USAGE) from err
     sys.stdout.write(out)
     return Exit.OK

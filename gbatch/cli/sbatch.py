@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gbatch.core.model import Job
     from gbatch.jobspec.batchscript import BatchScript
     from gbatch.jobspec.sweep import Sweep
-    from gbatch.protocol.wire import Submit
+    from gbatch.protocol.requests import Submit
 
 # Imported where used, not here: batch scripts (batchscript), job files and validation
 # (spec), the model and the wire. `sbatch --wrap CMD` with no other job option needs
@@ -841,7 +841,7 @@ def build_submit(
         secret_env_values,
     )
     from gbatch.jobspec.sweep import check_templates
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
 
     script: BatchScript | None = None
     lines: dict[str, int] = {}
@@ -931,7 +931,7 @@ def build_submit(
             wire_spec["workdir"] = submit_dir  # as Slurm: a job starts where it was submitted
         wire_spec["submit_dir"] = submit_dir
     wire_spec["submit_host"] = socket.gethostname()
-    request = wire.Submit(
+    request = requests.Submit(
         spec=wire_spec,
         secret_env=secrets,
         held=bool(args.hold),
@@ -955,12 +955,12 @@ def _wait_for(ctx: Context, ids: list[int]) -> int:
     """sbatch -W: poll until every job of `ids` has ended; the exit status is Slurm's:
     the job's exit code (an array's highest), 1 for a job that ended without one of its
     own (killed by a signal, cancelled, timed out, lost with its node)."""
-    from gbatch.protocol import wire
+    from gbatch.protocol import codec, requests
 
     pause = 0.2
     while True:
-        reply = ctx.client.call(wire.ListJobs(ids=tuple(ids), history=True, brief=True))
-        jobs = [wire.job_from_wire(job) for job in reply["jobs"]]
+        reply = ctx.client.call(requests.ListJobs(ids=tuple(ids), history=True, brief=True))
+        jobs = [codec.job_from_wire(job) for job in reply["jobs"]]
         if len(jobs) == len(ids) and all(job.state.is_final for job in jobs):
             return max(_wait_status(job) for job in jobs)
         time.sleep(pause)  # a CLI waiting on a job: no event to wait on over the socket

@@ -44,7 +44,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
 
     jobs = parse_ids(args.ids, "JOBID") or []
     users = split_list(args.user) or ([ctx.me] if args.me else [])
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError(
             "no job ids given. Name job ids, or use -u USER / -t STATE / --me", Exit.USAGE
         )
-    request = wire.Cancel(jobs=tuple(jobs), users=tuple(users), states=tuple(states))
+    request = requests.Cancel(jobs=tuple(jobs), users=tuple(users), states=tuple(states))
     reply = ctx.client.call(request)
     failed = print_failures(
         "scancel", reply, lambda f: f"Kill job error on job id {f['id']}: {f['error']}"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from gbatch.cli.context import Context, parse_ids, parse_job, print_failures
 from gbatch.cli.exits import CliError, Exit
-from gbatch.protocol.wire import UPDATE_KEYS
+from gbatch.protocol.requests import UPDATE_KEYS
 
 if TYPE_CHECKING:
     from gbatch.core.jobids import JobTarget
@@ -47,13 +47,13 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch.protocol import wire
-    from gbatch.render import formatting
+    from gbatch.protocol import codec, requests
+    from gbatch.render import scontrol
 
     if args.action == "update":
         target, changes = parse_update(args.args)
         reply = ctx.client.call(
-            wire.UpdateJob(id=target.job, changes=changes, task=target.single_task)
+            requests.UpdateJob(id=target.job, changes=changes, task=target.single_task)
         )
         if not reply["changes"]:
             print(f"gbatch scontrol: job {target}: nothing changed", file=sys.stderr)
@@ -76,23 +76,25 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         target = parse_job(args.args[1], "show job")
         task = None if target.tasks is None else target.tasks[0][0]
         # JSON stays one object (the job named); the text shows an array's every task.
-        reply = ctx.client.call(wire.ShowJob(id=target.job, task=task, with_tasks=not args.json))
-        job = wire.job_from_wire(reply["job"])
-        events = [wire.event_from_wire(e) for e in reply["events"]]
-        tasks = [wire.job_from_wire(j) for j in reply.get("tasks", ())]
+        reply = ctx.client.call(
+            requests.ShowJob(id=target.job, task=task, with_tasks=not args.json)
+        )
+        job = codec.job_from_wire(reply["job"])
+        events = [codec.event_from_wire(e) for e in reply["events"]]
+        tasks = [codec.job_from_wire(j) for j in reply.get("tasks", ())]
         if args.json:
-            out = formatting.format_job_details_json(job, events, reply["now"])
+            out = scontrol.format_job_details_json(job, events, reply["now"])
         else:  # an array's tasks one after another, a blank line between, as scontrol
             out = "\n".join(
-                formatting.format_job_details(j, events if j is job else (), reply["now"])
+                scontrol.format_job_details(j, events if j is job else (), reply["now"])
                 for j in [job, *tasks]
             )
         sys.stdout.write(out)
         return Exit.OK
-    actions: dict[str, type[wire.Hold | wire.Release | wire.Requeue]] = {
-        "hold": wire.Hold,
-        "release": wire.Release,
-        "requeue": wire.Requeue,
+    actions: dict[str, type[requests.Hold | requests.Release | requests.Requeue]] = {
+        "hold": requests.Hold,
+        "release": requests.Release,
+        "requeue": requests.Requeue,
     }
     jobs = parse_ids(args.args, args.action) or []
     reply = ctx.client.call(actions[args.action](jobs=tuple(jobs)))
@@ -104,22 +106,20 @@ def _show_all_jobs(args: argparse.Namespace, ctx: Context) -> int:
     """scontrol show job(s) with no id: every job in the queue (pending, running,
     completing), each as `show job ID` prints it, as Slurm lists the jobs its
     controller holds; finished jobs are sacct's."""
-    from gbatch.protocol import wire
-    from gbatch.render import formatting
+    from gbatch.protocol import codec, requests
+    from gbatch.render import scontrol
 
-    reply = ctx.client.call(wire.ListJobs())
-    jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
+    reply = ctx.client.call(requests.ListJobs())
+    jobs = [codec.job_from_wire(j) for j in reply["jobs"]]
     if args.json:
         import json  # deferred: only --json needs it
 
-        items = [json.loads(formatting.format_job_details_json(j, (), reply["now"])) for j in jobs]
+        items = [json.loads(scontrol.format_job_details_json(j, (), reply["now"])) for j in jobs]
         sys.stdout.write(json.dumps(items, indent=2) + "\n")
     elif not jobs:
         print("No jobs in the system")
     else:
-        sys.stdout.write(
-            "\n".join(formatting.format_job_details(j, (), reply["now"]) for j in jobs)
-        )
+        sys.stdout.write("\n".join(scontrol.format_job_details(j, (), reply["now"]) for j in jobs))
     return Exit.OK
 
 
@@ -128,7 +128,7 @@ def parse_update(words: list[str]) -> tuple[JobTarget, dict[str, str]]:
     KEY=VALUE words, keys in any case. CliError (usage) for a word without `=`, no or
     two JobIds, or a key gbatch does not update (naming those it does)."""
     from gbatch.core.jobids import ONE
-    from gbatch.protocol.wire import update_key
+    from gbatch.protocol.requests import update_key
 
     job_ids: list[str] = []
     changes: dict[str, str] = {}
@@ -166,23 +166,23 @@ def parse_update(words: list[str]) -> tuple[JobTarget, dict[str, str]]:
 
 def _show_fleet(words: list[str], ctx: Context) -> int:
     """scontrol show node [NAME] / show partition [NAME]: Slurm's layout."""
-    from gbatch.protocol import wire
-    from gbatch.render import formatting
+    from gbatch.protocol import codec, requests
+    from gbatch.render import scontrol
 
     if len(words) > 2:
         raise CliError(f"usage: gbatch scontrol show {words[0].lower()} [NAME]", Exit.USAGE)
     name = words[1] if len(words) == 2 else None
-    reply = ctx.client.call(wire.ListNodes())
-    nodes = [wire.node_from_wire(n) for n in reply["nodes"]]
+    reply = ctx.client.call(requests.ListNodes())
+    nodes = [codec.node_from_wire(n) for n in reply["nodes"]]
     if words[0].lower().startswith("node"):
         shown = [n for n in nodes if name is None or n.name == name]
         if not shown:
             raise CliError(f"Node {name} not found", Exit.FAILED)
-        sys.stdout.write("\n".join(formatting.format_node_details(n) for n in shown))
+        sys.stdout.write("\n".join(scontrol.format_node_details(n) for n in shown))
         return Exit.OK
-    partitions = [wire.partition_from_wire(p) for p in reply.get("partitions", [])]
+    partitions = [codec.partition_from_wire(p) for p in reply.get("partitions", [])]
     chosen = [p for p in partitions if name is None or p.name == name]
     if not chosen:
         raise CliError(f"Partition {name} not found", Exit.FAILED)
-    sys.stdout.write("\n".join(formatting.format_partition_details(p, nodes) for p in chosen))
+    sys.stdout.write("\n".join(scontrol.format_partition_details(p, nodes) for p in chosen))
     return Exit.OK

@@ -50,16 +50,16 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     import socket
 
     from gbatch.core.gpuusage import GpuUsage
-    from gbatch.protocol import wire
-    from gbatch.render import formatting
+    from gbatch.protocol import codec, requests
+    from gbatch.render import reports
 
     target = parse_job(str(args.job), "JOBID")
     task = None if target.tasks is None else target.tasks[0][0]
-    reply = ctx.client.call(wire.ShowJob(id=target.job, task=task))
-    job = wire.job_from_wire(reply["job"])
+    reply = ctx.client.call(requests.ShowJob(id=target.job, task=task))
+    job = codec.job_from_wire(reply["job"])
     usage = reply.get("gpu_usage")  # absent from an older daemon's reply
     sys.stdout.write(
-        formatting.format_seff(
+        reports.format_seff(
             job,
             reply["now"],
             cluster=socket.gethostname(),

@@ -74,53 +74,54 @@ def add_parser(commands: Any) -> None:
 
 
 def _format(args: argparse.Namespace) -> str | list[Any]:
-    from gbatch.render import formatting as f
+    from gbatch.render import cells, sinfo
 
     if args.format is not None and args.Format is not None:
         raise CliError("--format: -o and -O cannot both be given. Use one of them", Exit.USAGE)
     try:
         if args.Format is not None:
-            return f.parse_sinfo_long_format(args.Format)
+            return sinfo.parse_sinfo_long_format(args.Format)
         if args.format is not None:
-            f.parse_sinfo_format(args.format)  # checked here, to name the option
+            sinfo.parse_sinfo_format(args.format)  # checked here, to name the option
             return str(args.format)
-    except f.FormatError as err:
+    except cells.FormatError as err:
         option = "--Format" if args.Format is not None else "--format"
         raise CliError(f"{option}: {err}", Exit.USAGE) from err
     if args.list_reasons:
-        return f.SINFO_REASONS_LONG_FORMAT if args.long else f.SINFO_REASONS_FORMAT
+        return sinfo.SINFO_REASONS_LONG_FORMAT if args.long else sinfo.SINFO_REASONS_FORMAT
     if args.summarize:
         return "%#P %.5a %.10l %.16F %N"
     if args.Node:
-        return f.SINFO_NODE_LONG_FORMAT if args.long else f.SINFO_NODE_FORMAT
-    return f.SINFO_LONG_FORMAT if args.long else f.SINFO_DEFAULT_FORMAT
+        return sinfo.SINFO_NODE_LONG_FORMAT if args.long else sinfo.SINFO_NODE_FORMAT
+    return sinfo.SINFO_LONG_FORMAT if args.long else sinfo.SINFO_DEFAULT_FORMAT
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch.protocol import wire
-    from gbatch.render import formatting
+    from gbatch.core.constants import IMPLICIT_PARTITION
+    from gbatch.protocol import codec, requests
+    from gbatch.render import sinfo
 
     fmt = _format(args)
-    reply = ctx.client.call(wire.ListNodes())
-    nodes = [wire.node_from_wire(n) for n in reply["nodes"]]
+    reply = ctx.client.call(requests.ListNodes())
+    nodes = [codec.node_from_wire(n) for n in reply["nodes"]]
     default = reply.get("default_partition")
     only = split_list(args.partition)
     if only is not None:
-        nodes = [n for n in nodes if set(n.partitions or (formatting.PARTITION,)) & set(only)]
+        nodes = [n for n in nodes if set(n.partitions or (IMPLICIT_PARTITION,)) & set(only)]
     if args.json:
-        sys.stdout.write(formatting.format_sinfo_json(nodes))
+        sys.stdout.write(sinfo.format_sinfo_json(nodes))
         return Exit.OK
     if args.gpus:
         sys.stdout.write(
-            formatting.format_sinfo_gpus(nodes, header=not args.noheader, default_partition=default)
+            sinfo.format_sinfo_gpus(nodes, header=not args.noheader, default_partition=default)
         )
         return Exit.OK
-    partitions = [wire.partition_from_wire(p) for p in reply.get("partitions", ())]
-    rows = formatting.sinfo_rows(nodes, partitions, default_partition=default, only=only)
+    partitions = [codec.partition_from_wire(p) for p in reply.get("partitions", ())]
+    rows = sinfo.sinfo_rows(nodes, partitions, default_partition=default, only=only)
     if args.list_reasons:
-        rows = formatting.sinfo_reason_rows(rows)
+        rows = sinfo.sinfo_reason_rows(rows)
     sys.stdout.write(
-        formatting.format_sinfo(
+        sinfo.format_sinfo(
             rows,
             fmt=fmt,
             header=not args.noheader,

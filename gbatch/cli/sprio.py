@@ -54,21 +54,21 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch.core.jobids import JOBS
     from gbatch.core.views import JobPriority
-    from gbatch.protocol import wire
-    from gbatch.render import formatting
+    from gbatch.protocol import requests
+    from gbatch.render import reports
 
     ids = parse_ids(args.jobs, "-j/--jobs", JOBS) or []
-    request = wire.ShowPriorities(
+    request = requests.ShowPriorities(
         ids=tuple(int(text) for text in ids), users=tuple(split_list(args.user) or ())
     )
     reply = ctx.client.call(request)
     jobs = [JobPriority.from_wire(row) for row in reply["jobs"]]
     if args.json:
-        sys.stdout.write(formatting.format_sprio_json(jobs, reply["now"]))
+        sys.stdout.write(reports.format_sprio_json(jobs, reply["now"]))
     elif ids and not jobs:
         sys.stdout.write("Unable to find jobs matching user/id(s) specified\n")
     else:
         sys.stdout.write(
-            formatting.format_sprio(jobs, reply["now"], long=args.long, header=not args.noheader)
+            reports.format_sprio(jobs, reply["now"], long=args.long, header=not args.noheader)
         )
     return Exit.OK

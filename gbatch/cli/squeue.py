@@ -7,15 +7,18 @@ import sys
 
 from gbatch.cli.context import Context, parse_ids, split_list
 from gbatch.cli.exits import CliError, Exit
+from gbatch.core.constants import (
+    SQUEUE_DEFAULT_SORT,
+    SQUEUE_FULL_SPEC_LETTERS,
+    SQUEUE_SORT_KEYS,
+    SQUEUE_START_LETTERS,
+)
 
 TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
 if TYPE_CHECKING:
     from typing import Any
 
 HELP = "show queued and running jobs"
-# formatting's, spelled here: the parser is built on every start, formatting is not.
-SORT_KEYS = "ijuUtTPpQSVelLMDNBCm"
-DEFAULT_SORT = "P,t,-p"
 _SORT_OPTIONS = ("-S", "--sort")
 
 
@@ -90,8 +93,8 @@ def add_parser(commands: Any) -> None:
         "--sort",
         metavar="KEYS",
         help="Slurm sort keys, e.g. -S -t,i or --sort=P,-p ('-' before a key: descending); "
-        f"keys {SORT_KEYS}; default: {DEFAULT_SORT} (partition, state: pending before "
-        "running, priority highest first), as Slurm",
+        f"keys {SQUEUE_SORT_KEYS}; default: {SQUEUE_DEFAULT_SORT} (partition, state: pending "
+        "before running, priority highest first), as Slurm",
     )
     p.add_argument(
         "--start",
@@ -115,20 +118,20 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     sort: list[tuple[str, bool]] | None = None  # None: Slurm's default (squeue_brief)
     letters: frozenset[str] = frozenset()
     if not _everyday(args):
-        from gbatch.render import formatting
+        from gbatch.render import cells, squeue
 
         try:
-            fmt = _format(args, formatting)
-            letters = formatting.squeue_letters(fmt)
-        except formatting.FormatError as err:
+            fmt = _format(args)
+            letters = squeue.squeue_letters(fmt)
+        except cells.FormatError as err:
             option = (
                 "-O/--Format" if args.fields is not None and args.format is None else "--format"
             )
             raise CliError(f"{option}: {err}", Exit.USAGE) from err
-        text = args.sort if args.sort is not None else "S" if args.start else DEFAULT_SORT
+        text = args.sort if args.sort is not None else "S" if args.start else SQUEUE_DEFAULT_SORT
         try:  # --start's default: by expected start, as Slurm
-            sort = formatting.parse_squeue_sort(text)
-        except formatting.FormatError as err:
+            sort = squeue.parse_squeue_sort(text)
+        except cells.FormatError as err:
             raise CliError(f"-S/--sort: {err}", Exit.USAGE) from err
     interval = _interval(args.iterate)
 
@@ -137,8 +140,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         _check_user(user)
     states = split_list(args.states) or (["PENDING"] if args.start else [])
     history = "all" in (s.lower() for s in states)  # every state, finished ones too
-    needs_starts = bool(letters & _START_LETTERS) or any(key in "Se" for key, _ in sort or ())
-    brief = not args.json and not letters & _FULL_SPEC_LETTERS
+    needs_starts = bool(letters & SQUEUE_START_LETTERS) or any(key in "Se" for key, _ in sort or ())
+    brief = not args.json and not letters & SQUEUE_FULL_SPEC_LETTERS
     from gbatch.render.squeue_brief import list_jobs
 
     request = list_jobs(
@@ -173,12 +176,6 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         return Exit.OK  # Ctrl-C is how -i ends
 
 
-# formatting's SQUEUE_FULL_SPEC_LETTERS and SQUEUE_START_LETTERS, spelled here for the
-# everyday path, which imports no formatting (a unit test keeps them equal).
-_FULL_SPEC_LETTERS = frozenset("CmkEoZ")
-_START_LETTERS = frozenset("Se")
-
-
 def _everyday(args: argparse.Namespace) -> bool:
     """Whether the options leave Slurm's default format and sort, and name no job ids
     (their grammar is gbatch.core.jobids'): what squeue_brief draws."""
@@ -194,16 +191,18 @@ def _everyday(args: argparse.Namespace) -> bool:
     )
 
 
-def _format(args: argparse.Namespace, formatting: Any) -> str | None:
+def _format(args: argparse.Namespace) -> str | None:
     """The -o format the options mean: -o, else -O, else --start's or -l's layout."""
+    from gbatch.render import squeue
+
     if args.format is not None:
         return str(args.format)
     if args.fields is not None:
-        return str(formatting.squeue_format_from_fields(args.fields))
+        return squeue.squeue_format_from_fields(args.fields)
     if args.start:
-        return str(formatting.SQUEUE_START_FORMAT)
+        return squeue.SQUEUE_START_FORMAT
     if args.long:
-        return str(formatting.SQUEUE_LONG_FORMAT)
+        return squeue.SQUEUE_LONG_FORMAT
     return None
 
 
@@ -241,9 +240,9 @@ def _check_jobs_exist(ctx: Context, jobs: tuple[str, ...]) -> None:
     """-j named jobs and none was listed: when none exists in any state, say so as
     Slurm does (exit 1) instead of printing an empty table. Jobs that exist but were
     filtered out (-t, -u, ...) still give the empty table."""
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
 
-    known = ctx.client.call(wire.ListJobs(jobs=jobs, history=True, brief=True))
+    known = ctx.client.call(requests.ListJobs(jobs=jobs, history=True, brief=True))
     if not known["jobs"]:
         raise CliError(f"Invalid job id specified: {','.join(jobs)}", Exit.FAILED)
 
@@ -281,23 +280,23 @@ def _full_table(
     fmt: str | None,
     sort: list[tuple[str, bool]],
 ) -> str:
-    """The reply's jobs as Jobs, printed by formatting (any format, sort, -r, --json)."""
-    from gbatch.protocol import wire
-    from gbatch.render import formatting
+    """The reply's jobs as Jobs, printed by render.squeue (any format, sort, -r, --json)."""
+    from gbatch.protocol import codec, listings
+    from gbatch.render import squeue
 
     if "columns" in reply:
-        jobs = wire.jobs_from_columns(reply["columns"])
+        jobs = listings.jobs_from_columns(reply["columns"])
     elif "table" in reply:
-        jobs = wire.jobs_from_table(reply["table"])
+        jobs = listings.jobs_from_table(reply["table"])
     else:  # records: asked for, or a daemon from before tables
-        jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
+        jobs = [codec.job_from_wire(j) for j in reply["jobs"]]
     if not jobs and request["jobs"]:
         _check_jobs_exist(ctx, request["jobs"])
     now = reply["now"]
     starts = {int(job_id): at for job_id, at in reply.get("starts", ())}
-    jobs = formatting.sort_squeue(jobs, sort, now, starts)
+    jobs = squeue.sort_squeue(jobs, sort, now, starts)
     if args.json:
-        return formatting.format_squeue_json(jobs, now)
-    return formatting.format_squeue(
+        return squeue.format_squeue_json(jobs, now)
+    return squeue.format_squeue(
         jobs, now, fmt=fmt, header=not args.noheader, starts=starts, expand_arrays=args.array
     )

@@ -68,12 +68,12 @@ def period(start: str | None, end: str | None, now: float) -> tuple[float, float
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch.core.views import UsageRow
-    from gbatch.protocol import wire
-    from gbatch.render import formatting
+    from gbatch.protocol import requests
+    from gbatch.render import reports
 
     start, end = period(args.start, args.end, time.time())
     reply = ctx.client.call(
-        wire.ReportUsage(
+        requests.ReportUsage(
             start=start,
             end=end,
             users=tuple(split_list(args.users) or ()),
@@ -83,10 +83,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     )
     rows = [UsageRow.from_wire(row) for row in reply["rows"]]
     if args.json:
-        sys.stdout.write(formatting.format_sreport_json(rows, start, end, args.group))
+        sys.stdout.write(reports.format_sreport_json(rows, start, end, args.group))
     else:
         sys.stdout.write(
-            formatting.format_sreport(
+            reports.format_sreport(
                 rows,
                 start,
                 end,

@@ -38,15 +38,15 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch.protocol import wire
-    from gbatch.render import formatting
+    from gbatch.protocol import codec, requests
+    from gbatch.render import reports
 
-    request = wire.ShowShares(users=tuple(split_list(args.users) or ()), all_users=args.all)
-    shares = [wire.share_from_wire(row) for row in ctx.client.call(request)["users"]]
+    request = requests.ShowShares(users=tuple(split_list(args.users) or ()), all_users=args.all)
+    shares = [codec.share_from_wire(row) for row in ctx.client.call(request)["users"]]
     if args.json:
-        sys.stdout.write(formatting.format_sshare_json(shares))
+        sys.stdout.write(reports.format_sshare_json(shares))
     else:
         sys.stdout.write(
-            formatting.format_sshare(shares, header=not args.noheader, parsable=args.parsable2)
+            reports.format_sshare(shares, header=not args.noheader, parsable=args.parsable2)
         )
     return Exit.OK

@@ -64,18 +64,18 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch.core.timefmt import format_timestamp
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
 
     if args.rotate_key:
-        kid = ctx.client.call(wire.RotateTokenKey(drop_old=args.drop_old))["kid"]
+        kid = ctx.client.call(requests.RotateTokenKey(drop_old=args.drop_old))["kid"]
         print(f"new signing key {kid}", file=sys.stderr)
         return Exit.OK
     if args.revoke is not None:
-        reply = ctx.client.call(wire.RevokeToken(jti=args.revoke))
+        reply = ctx.client.call(requests.RevokeToken(jti=args.revoke))
         print(f"token {reply['jti']} of {reply['user']} revoked", file=sys.stderr)
         return Exit.OK
     if args.list:
-        reply = ctx.client.call(wire.ListTokens(all_users=args.all))
+        reply = ctx.client.call(requests.ListTokens(all_users=args.all))
         print(f"{'JTI':<24} {'USER':<12} {'SCOPES':<20} {'EXPIRES':<19} REVOKED")
         for t in reply["tokens"]:
             revoked = format_timestamp(t["revoked"]) if t["revoked"] else "-"
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             expires = format_timestamp(t["expires"])
             print(f"{t['jti']:<24} {t['user']:<12} {scopes:<20} {expires:<19} {revoked}")
         return Exit.OK
-    request = wire.MintToken(
+    request = requests.MintToken(
         lifespan=parse_lifespan(args.lifespan),
         scopes=tuple(split_list(args.scope) or ()),
         user=args.user,

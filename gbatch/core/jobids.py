@@ -18,9 +18,10 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from gbatch.core.constants import MAX_ID_DIGITS as MAX_DIGITS
+from gbatch.core.constants import MAX_ID_TEXT as MAX_TEXT
 from gbatch.core.model import Job, JobState
 
-MAX_DIGITS = 18
 # A number as every id grammar reads it (dependency.py's too): canonical decimal.
 NUMBER = rf"(?:0|[1-9][0-9]{{0,{MAX_DIGITS - 1}}})"
 _NUMBER = NUMBER
@@ -33,7 +34,6 @@ _ITEM = re.compile(
 )
 # Commas split items except inside the brackets of a task list.
 _SPLIT = re.compile(r",(?![^\[]*\])")
-MAX_TEXT = 64 * 1024  # a few thousand ids; past this, name a range or an array
 
 
 class JobIdError(ValueError):

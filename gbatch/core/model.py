@@ -10,13 +10,13 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+from gbatch.core.constants import IMPLICIT_PARTITION as IMPLICIT_PARTITION
+from gbatch.core.constants import STATE_CODES
+
 TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+
 if TYPE_CHECKING:
     from typing import Any
-
-# The partition of a fleet whose inventory names none (and of the embedded node), and
-# what squeue shows for jobs queued before partitions existed.
-IMPLICIT_PARTITION = "gpu"
 
 
 class JobState(enum.Enum):
@@ -52,18 +52,7 @@ class JobState(enum.Enum):
         raise ValueError(text)
 
 
-_CODES = {
-    JobState.PENDING: "PD",
-    JobState.CONFIGURING: "CF",
-    JobState.RUNNING: "R",
-    JobState.COMPLETING: "CG",
-    JobState.COMPLETED: "CD",
-    JobState.FAILED: "F",
-    JobState.CANCELLED: "CA",
-    JobState.TIMEOUT: "TO",
-    JobState.NODE_FAIL: "NF",
-    JobState.OUT_OF_MEMORY: "OOM",
-}
+_CODES = {state: STATE_CODES[state.value] for state in JobState}
 
 FINAL_STATES = frozenset(
     {

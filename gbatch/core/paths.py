@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from gbatch.core import constants
+
 # Where a system-wide gbatchd (deploy/systemd/gbatchd.service) listens: clients with no
 # GBATCH_SOCKET or GBATCH_HOME use it when it exists.
-SYSTEM_SOCKET = Path("/run/gbatch/gbatchd.sock")
+SYSTEM_SOCKET = Path(constants.SYSTEM_SOCKET)
 
 
 class Paths:

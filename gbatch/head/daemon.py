@@ -69,7 +69,7 @@ from gbatch.nodes.base import LaunchError, Node, RunStatus
 from gbatch.nodes.docker import container_name
 from gbatch.nodes.inventory import Inventory, partitions_of
 from gbatch.nodes.local import LOCAL_NODE
-from gbatch.protocol import wire
+from gbatch.protocol import listings
 from gbatch.site.config import Config, Paths
 
 log = logging.getLogger("gbatchd")
@@ -203,7 +203,7 @@ class Daemon:
         # Replaced whole by schedule(), never mutated: a handler thread reads it as is.
         self.expected_starts: Mapping[int, float] = {}
         # The brief records of listings (the HTTP API's GET /jobs), kept while unchanged.
-        self.brief_records = wire.BriefRecords()
+        self.brief_records = listings.BriefRecords()
         # The users whose jobs the latest plan ordered: the fair-share factors it used
         # are taken over them (and users with usage). Replaced whole, like expected_starts.
         self.planned_users: frozenset[str] = frozenset()

@@ -79,7 +79,7 @@ from gbatch.jobspec.sweep import Sweep, check_templates, sweep_from_wire
 from gbatch.jobspec.sweep import task_spec as sweep_task_spec
 from gbatch.nodes import resolve
 from gbatch.nodes.base import HostError
-from gbatch.protocol import wire
+from gbatch.protocol import codec, decoder, listings, replies, requests
 from gbatch.site import policy
 
 log = logging.getLogger("gbatchd")
@@ -109,7 +109,7 @@ class Caller:
 class Refused(Exception):
     """The request cannot be served, for the reason `kind` says."""
 
-    def __init__(self, kind: wire.ErrorKind, message: str) -> None:
+    def __init__(self, kind: requests.ErrorKind, message: str) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
@@ -252,7 +252,7 @@ def _named_job(
 def _job_to_wire(job: Job, *, owner_view: bool) -> dict[str, Any]:
     """A job as `caller` may see it: env values are the owner's and admins' only (they
     often hold tokens); others get the names with empty values."""
-    data = wire.job_to_wire(job)
+    data = codec.job_to_wire(job)
     if not owner_view and "env" in data["spec"]:
         data["spec"]["env"] = dict.fromkeys(data["spec"]["env"], "")
     return data
@@ -278,14 +278,14 @@ def _states(states: Sequence[str]) -> list[JobState] | None:
 # -- handlers ------------------------------------------------------------------------
 
 
-def ping(daemon: Daemon, caller: Caller, request: wire.Ping) -> dict[str, Any]:
+def ping(daemon: Daemon, caller: Caller, request: requests.Ping) -> dict[str, Any]:
     return {
         "pid": os.getpid(),
         "version": __version__,
         "started_at": daemon.started_at,
         "home": str(daemon.paths.home),
         "active": daemon.store.active_counts(),
-        "nodes": [wire.node_to_wire(n) for n in daemon.fleet.node_infos()],
+        "nodes": [codec.node_to_wire(n) for n in daemon.fleet.node_infos()],
     }
 
 
@@ -303,7 +303,7 @@ def _mount_resolver(
         raise Refused("invalid", f"mounts: cannot follow them as {caller.user}: {err}") from err
 
 
-def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, Any]:
+def submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[str, Any]:
     """Queue one spec, or `count` copies of it (an array: one transaction)."""
     raw = request.spec
     # On the wire a time limit is already in seconds, not a job file's minutes.
@@ -447,7 +447,7 @@ def _check_notify_allowed(daemon: Daemon, spec: JobSpec) -> None:
     raise Refused("invalid", f"notify: {refused[0]} is not an allowed webhook address. {fix}")
 
 
-def _submitted_sweep(request: wire.Submit, spec: JobSpec) -> Sweep | None:
+def _submitted_sweep(request: requests.Submit, spec: JobSpec) -> Sweep | None:
     """The request's parameter sweep, checked (names, rows, the command's and name
     template's placeholders), or None; SpecError for one that cannot be queued."""
     if request.sweep is None:
@@ -686,7 +686,11 @@ def _ranges(texts: Sequence[str]) -> list[tuple[int, int]]:
 
 def _targets(
     daemon: Daemon,
-    request: wire.Cancel | wire.Hold | wire.Release | wire.Requeue | wire.ListJobs,
+    request: requests.Cancel
+    | requests.Hold
+    | requests.Release
+    | requests.Requeue
+    | requests.ListJobs,
     tally: _Tally | None,
     arrays: list[tuple[int, int]] | None = None,
 ) -> tuple[list[int], list[tuple[int, int]]]:
@@ -722,7 +726,7 @@ def _targets(
                 arrays.append((job_id, ends[job_id]))
         else:
             ids.append(job_id)
-    if ids and not isinstance(request, wire.ListJobs):
+    if ids and not isinstance(request, requests.ListJobs):
         # Tasks named alone that still wait in their array's tail become rows, so that
         # what acts on one job (cancel, hold, requeue) acts on them. A listing reads
         # them where they are.
@@ -786,7 +790,7 @@ def _owned(caller: Caller, admin: bool, tally: _Tally, batch: list[JobBrief]) ->
     return mine
 
 
-def cancel(daemon: Daemon, caller: Caller, request: wire.Cancel) -> dict[str, Any]:
+def cancel(daemon: Daemon, caller: Caller, request: requests.Cancel) -> dict[str, Any]:
     """Cancel the jobs named by `ids` and `ranges` (narrowed by the filters), or with
     neither, the active jobs the filters (users, states) select among those the caller
     may act on, as `scancel -u` does. Quiet on success: the reply lists failures."""
@@ -953,7 +957,7 @@ def _cancel_change(job: Job, caller: Caller, now: float) -> StateChange | str | 
 
 
 def _set_hold(
-    daemon: Daemon, caller: Caller, request: wire.Hold | wire.Release, held: bool
+    daemon: Daemon, caller: Caller, request: requests.Hold | requests.Release, held: bool
 ) -> dict[str, Any]:
     """Hold or release the pending jobs named, a batch per transaction."""
     admin = is_admin(daemon, caller)
@@ -995,15 +999,15 @@ def _not_pending(job_id: int, state: JobState) -> str:
     return f"Job is no longer pending execution: job {job_id} is {state.value}"
 
 
-def hold(daemon: Daemon, caller: Caller, request: wire.Hold) -> dict[str, Any]:
+def hold(daemon: Daemon, caller: Caller, request: requests.Hold) -> dict[str, Any]:
     return _set_hold(daemon, caller, request, True)
 
 
-def release(daemon: Daemon, caller: Caller, request: wire.Release) -> dict[str, Any]:
+def release(daemon: Daemon, caller: Caller, request: requests.Release) -> dict[str, Any]:
     return _set_hold(daemon, caller, request, False)
 
 
-def requeue(daemon: Daemon, caller: Caller, request: wire.Requeue) -> dict[str, Any]:
+def requeue(daemon: Daemon, caller: Caller, request: requests.Requeue) -> dict[str, Any]:
     """`scontrol requeue`: a running job is stopped (SIGTERM, grace, SIGKILL) and goes back
     to PENDING once its run has ended, never before; a finished one goes back at once.
     Jobs with `requeue: false` refuse, as Slurm's --no-requeue jobs do."""
@@ -1070,7 +1074,7 @@ def _requeue_one(daemon: Daemon, caller: Caller, job: Job) -> str | None:
     return None
 
 
-def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, Any]:
+def jobs(daemon: Daemon, caller: Caller, request: requests.ListJobs) -> dict[str, Any]:
     """squeue (active jobs) and sacct (finished=None: every state) queries. Everyone
     sees the queue, as in Slurm; under private_data a non-admin sees only their own."""
     states = _states(request.states)
@@ -1114,13 +1118,13 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
         found = [j for j in found if j.uid == caller.uid]
     found, following = _page(_narrowed(found, request), request, _job_id)
     if request.columns:
-        return {"columns": wire.jobs_to_columns(found), "now": daemon.clock(), **following}
+        return {"columns": listings.jobs_to_columns(found), "now": daemon.clock(), **following}
     if request.table:  # brief, as columns: the TUI's queue every second
-        return {"table": wire.jobs_to_table(found), "now": daemon.clock(), **following}
+        return {"table": listings.jobs_to_table(found), "now": daemon.clock(), **following}
     now = daemon.clock()
     records: list[dict[str, Any]]
     if request.brief:  # no env in a brief record: the same for every caller
-        records = [wire.job_to_wire(j, brief=True) for j in found]
+        records = [codec.job_to_wire(j, brief=True) for j in found]
     else:
         records = [_job_to_wire(j, owner_view=admin or j.uid == caller.uid) for j in found]
     reply: dict[str, Any] = {"jobs": records, "now": now, **following}
@@ -1135,7 +1139,7 @@ def jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, An
 def _view_page(
     daemon: Daemon,
     caller: Caller,
-    request: wire.ListJobs,
+    request: requests.ListJobs,
     states: Sequence[JobState] | None,
     users: Sequence[str] | None,
     private: bool,
@@ -1174,7 +1178,7 @@ def _view_page(
         query, offset=request.offset or 0, limit=request.limit, counts=request.counts
     )
     reply: dict[str, Any] = {
-        "columns": wire.listing_columns(page.rows, listing_specs(page.rows)),
+        "columns": listings.listing_columns(page.rows, listing_specs(page.rows)),
         "now": query.now,
         "total": page.total,
     }
@@ -1186,19 +1190,19 @@ def _view_page(
 def _listing_columns(
     daemon: Daemon,
     caller: Caller,
-    request: wire.ListJobs,
+    request: requests.ListJobs,
     states: list[JobState] | None,
     users: Sequence[str] | None,
     private: bool,
 ) -> dict[str, Any]:
     """squeue's listing: the store's narrow rows (no Job per row), read a page at a
-    time (Store.listing_pages) into the columns' JSON text (wire.ListingColumns), so
+    time (Store.listing_pages) into the columns' JSON text (listings.ListingColumns), so
     that a listing of 1,000,000 jobs holds its text, not its rows (issue 16)."""
     limit = request.limit
     if limit is not None and limit < 1:
         raise Refused("invalid", f"limit: {limit}; give 1 or more jobs a page")
     specs = ListingSpecs()
-    columns = wire.ListingColumns(specs, as_text=True, most_keys=_LISTING_KEYS)
+    columns = listings.ListingColumns(specs, as_text=True, most_keys=_LISTING_KEYS)
     following: dict[str, Any] = {}
     if request.after is not None or limit is not None:
         following["next"] = None
@@ -1241,17 +1245,17 @@ _LISTING_KEYS = 10_000
 def _streamed_jobs(
     daemon: Daemon,
     caller: Caller,
-    request: wire.ListJobs,
+    request: requests.ListJobs,
     states: list[JobState] | None,
     users: Sequence[str] | None,
     admin: bool,
     private: bool,
 ) -> dict[str, Any]:
     """jobs()' records of a listing not narrowed by ids, made while the reply is
-    written (wire.Streamed) from the store's pages (Store.job_pages): at most a page
+    written (replies.Streamed) from the store's pages (Store.job_pages): at most a page
     of Jobs at once, however many are listed (issue 16: sacct -a -S all of 1,000,000
     jobs built them all, 3.5 GB). Brief records of unchanged rows are the texts
-    remembered (wire.BriefRecords). The same reply, byte for byte, as building the
+    remembered (listings.BriefRecords). The same reply, byte for byte, as building the
     records whole (tests/unit/test_large_replies.py)."""
     limit, after = request.limit, request.after
     if limit is not None and limit < 1:
@@ -1293,7 +1297,7 @@ def _streamed_jobs(
                         text = brief.text(job, changed, keep=specs.size() <= brief.most)
                     else:
                         record = _job_to_wire(job, owner_view=admin or job.uid == caller.uid)
-                        text = json.dumps(record, separators=wire.COMPACT)
+                        text = json.dumps(record, separators=replies.COMPACT)
                     texts.append(text)
                     listed += 1
                     last = job.id
@@ -1301,9 +1305,9 @@ def _streamed_jobs(
         finally:
             pages.close()
 
-    reply: dict[str, Any] = {"jobs": wire.Streamed(runs()), "now": daemon.clock()}
+    reply: dict[str, Any] = {"jobs": replies.Streamed(runs()), "now": daemon.clock()}
     if after is not None or limit is not None:
-        reply["next"] = wire.Later(lambda: following["next"])
+        reply["next"] = replies.Later(lambda: following["next"])
     return reply
 
 
@@ -1311,7 +1315,7 @@ T = TypeVar("T")
 
 
 def _page(
-    listed: list[T], request: wire.ListJobs, id_of: Callable[[T], int]
+    listed: list[T], request: requests.ListJobs, id_of: Callable[[T], int]
 ) -> tuple[list[T], dict[str, Any]]:
     """The page of `listed` (by id) that request.after and request.limit ask for, and
     {"next": the last id on it, or None when nothing is left} when they ask for one."""
@@ -1336,7 +1340,7 @@ def _job_id(job: Job) -> int:
     return job.id
 
 
-def _narrow(request: wire.ListJobs, ids: object) -> bool:
+def _narrow(request: requests.ListJobs, ids: object) -> bool:
     """Whether Store.listing_rows serves the listing: the queue or the history, by
     state, user and submit time alone (no ids, names, partitions, nodes or expected
     starts)."""
@@ -1345,12 +1349,12 @@ def _narrow(request: wire.ListJobs, ids: object) -> bool:
     )
 
 
-def _filtered(request: wire.ListJobs) -> bool:
+def _filtered(request: requests.ListJobs) -> bool:
     """Whether _narrowed may leave out jobs of the store's answer."""
     return bool(request.names or request.partitions or request.nodes)
 
 
-def _narrowed(found: list[Job], request: wire.ListJobs) -> list[Job]:
+def _narrowed(found: list[Job], request: requests.ListJobs) -> list[Job]:
     """squeue's -n (job names), -p (partitions) and -w (nodes) filters: a job passes
     when it matches one of each list given. A job queued before partitions existed
     is in the implicit partition, as squeue shows it."""
@@ -1366,7 +1370,7 @@ def _narrowed(found: list[Job], request: wire.ListJobs) -> list[Job]:
     return found
 
 
-def _shown(job: Job, request: wire.ListJobs, private: bool, caller: Caller) -> bool:
+def _shown(job: Job, request: requests.ListJobs, private: bool, caller: Caller) -> bool:
     """Whether a listing shows `job`: _narrowed's filters, and under private_data
     (`private`) only the caller's own."""
     return (
@@ -1397,7 +1401,7 @@ def _expected_starts(
     return starts
 
 
-def job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]:
+def job(daemon: Daemon, caller: Caller, request: requests.ShowJob) -> dict[str, Any]:
     """scontrol show job: anyone may read a job's record and command; its env values
     are the owner's and admins' only."""
     found = _named_job(daemon, caller, request.id, "job", request.task)
@@ -1412,14 +1416,14 @@ def job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]
     usage = daemon.store.gpu_usage([(found.id, found.attempt)]).get((found.id, found.attempt))
     return {
         "job": _job_to_wire(found, owner_view=owner_view),
-        "events": [wire.event_to_wire(e) for e in daemon.store.events(found.id)],
+        "events": [codec.event_to_wire(e) for e in daemon.store.events(found.id)],
         "tasks": [_job_to_wire(j, owner_view=owner_view) for j in others],
         "now": daemon.clock(),
         "gpu_usage": None if usage is None else usage.to_wire(),
     }
 
 
-def update(daemon: Daemon, caller: Caller, request: wire.UpdateJob) -> dict[str, Any]:
+def update(daemon: Daemon, caller: Caller, request: requests.UpdateJob) -> dict[str, Any]:
     """scontrol update: change a job's fields (gbatch/head/jobupdate.py says which, when
     and who may). The owner or an admin only; raises need an admin. One transaction,
     one event per job; the planner sees it at its next pass, which this starts. An
@@ -1435,7 +1439,7 @@ def update(daemon: Daemon, caller: Caller, request: wire.UpdateJob) -> dict[str,
             "or an admin may update it",
         )
     changes = dict(request.changes)
-    throttled = [key for key in changes if wire.update_key(key) == "ArrayTaskThrottle"]
+    throttled = [key for key in changes if requests.update_key(key) == "ArrayTaskThrottle"]
     notes: list[str] = []
     if throttled:
         notes.append(_update_throttle(daemon, caller, found, changes.pop(throttled[-1])))
@@ -1580,13 +1584,13 @@ def _check_update_gpus(daemon: Daemon, caller: Caller, gpus: int) -> None:
         raise Refused("invalid", refusal)
 
 
-def nodes(daemon: Daemon, caller: Caller, request: wire.ListNodes) -> dict[str, Any]:
+def nodes(daemon: Daemon, caller: Caller, request: requests.ListNodes) -> dict[str, Any]:
     default = daemon.fleet.default_partition()
     return {
-        "nodes": [wire.node_to_wire(n) for n in daemon.fleet.node_infos()],
+        "nodes": [codec.node_to_wire(n) for n in daemon.fleet.node_infos()],
         "default_partition": None if default is None else default.name,
         "partitions": [
-            wire.partition_to_wire(
+            codec.partition_to_wire(
                 PartitionInfo(p.name, p.max_time, p.default, tuple(p.nodes), p.default_time)
             )
             for p in daemon.fleet.partitions.values()
@@ -1594,7 +1598,7 @@ def nodes(daemon: Daemon, caller: Caller, request: wire.ListNodes) -> dict[str, 
     }
 
 
-def logs(daemon: Daemon, caller: Caller, request: wire.ReadLog) -> dict[str, Any]:
+def logs(daemon: Daemon, caller: Caller, request: requests.ReadLog) -> dict[str, Any]:
     """A chunk of a job's log from `offset`; `done` once the job is final and read out."""
     found = _named_job(daemon, caller, request.id, "logs", request.task)
     if not may_act_on(daemon, caller, found):
@@ -1631,7 +1635,7 @@ def _admin_node(daemon: Daemon, caller: Caller, name: str, what: str) -> str:
     return name
 
 
-def node_drain(daemon: Daemon, caller: Caller, request: wire.DrainNode) -> dict[str, Any]:
+def node_drain(daemon: Daemon, caller: Caller, request: requests.DrainNode) -> dict[str, Any]:
     """Stop placing jobs on a node; its running jobs carry on (Slurm's DRAIN)."""
     name = _admin_node(daemon, caller, request.name, "drain")
     reason = request.reason
@@ -1643,7 +1647,7 @@ def node_drain(daemon: Daemon, caller: Caller, request: wire.DrainNode) -> dict[
     return {}
 
 
-def node_resume(daemon: Daemon, caller: Caller, request: wire.ResumeNode) -> dict[str, Any]:
+def node_resume(daemon: Daemon, caller: Caller, request: requests.ResumeNode) -> dict[str, Any]:
     name = _admin_node(daemon, caller, request.name, "resume")
     if not daemon.store.resume_node(name):
         raise Refused("invalid", f"node {name} is not drained")
@@ -1652,7 +1656,7 @@ def node_resume(daemon: Daemon, caller: Caller, request: wire.ResumeNode) -> dic
     return {}
 
 
-def node_install(daemon: Daemon, caller: Caller, request: wire.InstallAgent) -> dict[str, Any]:
+def node_install(daemon: Daemon, caller: Caller, request: requests.InstallAgent) -> dict[str, Any]:
     """Copy the agent to hosts over SFTP and check it runs; one result per node, in the
     order named. Hosts are installed concurrently, at most INSTALL_WORKERS at once, each
     within install_agent's own bounds (connect timeout, SFTP timeouts, probe deadline)."""
@@ -1727,14 +1731,14 @@ def _hostkey_reply(node: Any, offered: Any) -> dict[str, Any]:
     }
 
 
-def node_hostkey(daemon: Daemon, caller: Caller, request: wire.GetHostKey) -> dict[str, Any]:
+def node_hostkey(daemon: Daemon, caller: Caller, request: requests.GetHostKey) -> dict[str, Any]:
     """The key a node's host offers now and how known_hosts stands on it (none, the same
     key, or a different one). Reads only; for `gbatch node trust` to show the admin."""
     node = _trust_node(daemon, caller, request.name, "node_hostkey")
     return _hostkey_reply(node, _offered_key(node))
 
 
-def node_trust(daemon: Daemon, caller: Caller, request: wire.TrustHostKey) -> dict[str, Any]:
+def node_trust(daemon: Daemon, caller: Caller, request: requests.TrustHostKey) -> dict[str, Any]:
     """Pin the key a node's host offers in known_hosts, only when it is still the one
     whose `fingerprint` the admin checked; a different key already pinned is replaced
     only with `replace: true`. Then the node reconnects at once, not after its backoff."""
@@ -1775,7 +1779,7 @@ def node_trust(daemon: Daemon, caller: Caller, request: wire.TrustHostKey) -> di
     return {**reply, "was_pinned": offered.pinned}
 
 
-def shares(daemon: Daemon, caller: Caller, request: wire.ShowShares) -> dict[str, Any]:
+def shares(daemon: Daemon, caller: Caller, request: requests.ShowShares) -> dict[str, Any]:
     """sshare: each user's fair-share figures, what their jobs hold now, and the limits
     that apply to them. A user sees their own row; admins any user's, or all."""
     wanted = set(request.users)
@@ -1822,10 +1826,10 @@ def shares(daemon: Daemon, caller: Caller, request: wire.ShowShares) -> dict[str
                 limits=limits,
             )
         )
-    return {"users": [wire.share_to_wire(row) for row in rows], "now": now}
+    return {"users": [codec.share_to_wire(row) for row in rows], "now": now}
 
 
-def priorities(daemon: Daemon, caller: Caller, request: wire.ShowPriorities) -> dict[str, Any]:
+def priorities(daemon: Daemon, caller: Caller, request: requests.ShowPriorities) -> dict[str, Any]:
     """sprio: pending jobs and what orders them in the planner (fair-share factor of
     their user, then priority - nice, then submit time, then id). As Slurm's sprio,
     only jobs the scheduler may consider: held jobs (priority 0 in Slurm) and jobs
@@ -1887,7 +1891,7 @@ def _group_of(uid: int, epoch: int) -> str:
         return str(gid)
 
 
-def usage_report(daemon: Daemon, caller: Caller, request: wire.ReportUsage) -> dict[str, Any]:
+def usage_report(daemon: Daemon, caller: Caller, request: requests.ReportUsage) -> dict[str, Any]:
     """sreport: GPU-seconds inside [start, end) by user or by Unix group (the job's
     submitter's primary group, as the system names it now). A user sees their own row,
     as in sshare; other users, all users and groups are for admins."""
@@ -1921,7 +1925,7 @@ def usage_report(daemon: Daemon, caller: Caller, request: wire.ReportUsage) -> d
     }
 
 
-def metrics(daemon: Daemon, caller: Caller, request: wire.Metrics) -> dict[str, Any]:
+def metrics(daemon: Daemon, caller: Caller, request: requests.Metrics) -> dict[str, Any]:
     """A snapshot for Prometheus, read in a few cheap passes: one grouped count of the
     jobs not yet ended, the fleet's node rows (the latest reports), the usage table,
     and the daemon's own counters. Per-user figures are everyone's: under private_data
@@ -1944,7 +1948,7 @@ def metrics(daemon: Daemon, caller: Caller, request: wire.Metrics) -> dict[str, 
         "now": now,
         "uptime": max(0.0, now - daemon.started_at),
         "jobs": [[*key, n] for key, n in sorted(counts.items())],
-        "nodes": [wire.node_to_wire(n) for n in daemon.fleet.node_infos()],
+        "nodes": [codec.node_to_wire(n) for n in daemon.fleet.node_infos()],
         "round_trips": round_trips,
         "shares": [[user, max(usage.get(user, 0.0), 0.0), share[user]] for user in sorted(share)],
         "daemon": daemon.metrics.to_wire(),
@@ -1960,7 +1964,7 @@ def server_user_name() -> str:
         return str(os.getuid())
 
 
-def shutdown(daemon: Daemon, caller: Caller, request: wire.Shutdown) -> dict[str, Any]:
+def shutdown(daemon: Daemon, caller: Caller, request: requests.Shutdown) -> dict[str, Any]:
     _require_admin(daemon, caller, "shutdown", "daemon", "stop the daemon")
     daemon.stop()
     return {"pid": os.getpid()}
@@ -1990,7 +1994,7 @@ TOKEN_SCOPE_OF: Mapping[str, str] = {
 }
 
 
-def _check_token_scope(daemon: Daemon, caller: Caller, request: wire.Request) -> None:
+def _check_token_scope(daemon: Daemon, caller: Caller, request: requests.Request) -> None:
     """Refuse (and audit) a request a token caller's scopes do not allow."""
     if caller.scopes is None:
         return
@@ -2031,7 +2035,7 @@ def _token_user(daemon: Daemon, name: str, *, named: bool) -> pwd.struct_passwd:
     return account
 
 
-def mint_token(daemon: Daemon, caller: Caller, request: wire.MintToken) -> dict[str, Any]:
+def mint_token(daemon: Daemon, caller: Caller, request: requests.MintToken) -> dict[str, Any]:
     """A token for the caller, or (admins) for the account `user` names."""
     named = request.user is not None and request.user != caller.user
     if named:
@@ -2071,7 +2075,7 @@ def mint_token(daemon: Daemon, caller: Caller, request: wire.MintToken) -> dict[
     }
 
 
-def list_tokens(daemon: Daemon, caller: Caller, request: wire.ListTokens) -> dict[str, Any]:
+def list_tokens(daemon: Daemon, caller: Caller, request: requests.ListTokens) -> dict[str, Any]:
     if request.all_users:
         _require_admin(daemon, caller, "tokens", "users", "list other users' tokens")
     now = daemon.clock()
@@ -2090,7 +2094,7 @@ def list_tokens(daemon: Daemon, caller: Caller, request: wire.ListTokens) -> dic
     return {"tokens": shown, "now": now}
 
 
-def revoke_token(daemon: Daemon, caller: Caller, request: wire.RevokeToken) -> dict[str, Any]:
+def revoke_token(daemon: Daemon, caller: Caller, request: requests.RevokeToken) -> dict[str, Any]:
     found = daemon.tokens.record(request.jti)
     if found is None or (found.uid != caller.uid and not is_admin(daemon, caller)):
         # Another user's token answers as one that does not exist: jtis are not listed.
@@ -2103,7 +2107,7 @@ def revoke_token(daemon: Daemon, caller: Caller, request: wire.RevokeToken) -> d
 
 
 def rotate_token_key(
-    daemon: Daemon, caller: Caller, request: wire.RotateTokenKey
+    daemon: Daemon, caller: Caller, request: requests.RotateTokenKey
 ) -> dict[str, Any]:
     _require_admin(daemon, caller, "token_rotate", "daemon", "rotate the token signing key")
     kid = daemon.tokens.rotate(daemon.clock(), drop_old=request.drop_old)
@@ -2128,7 +2132,7 @@ def _still_user(uid: int, user: str, epoch: int) -> bool:
         return False
 
 
-def with_token(daemon: Daemon, caller: Caller, request: wire.WithToken) -> dict[str, Any]:
+def with_token(daemon: Daemon, caller: Caller, request: requests.WithToken) -> dict[str, Any]:
     """The inner request, made by the token's user within its scopes: the peer that
     sent it (the HTTP API) lends it nothing."""
     now = daemon.clock()
@@ -2150,69 +2154,69 @@ def with_token(daemon: Daemon, caller: Caller, request: wire.WithToken) -> dict[
         via=f"token:{record.jti}",
     )
     try:
-        inner = wire.decode_request(request.request)
-    except wire.BadRequest as err:
+        inner = decoder.decode_request(request.request)
+    except decoder.BadRequest as err:
         raise Refused("invalid", str(err)) from None
     return dispatch(daemon, as_user, inner)
 
 
-def dispatch(daemon: Daemon, caller: Caller, request: wire.Request) -> dict[str, Any]:
+def dispatch(daemon: Daemon, caller: Caller, request: requests.Request) -> dict[str, Any]:
     """The reply's fields from the handler of `request`'s type; raises as it does.
     One case per request type: mypy checks that none is left without a handler. A
     token's caller is held to its scopes here, before any handler runs."""
     _check_token_scope(daemon, caller, request)
     match request:
-        case wire.Ping():
+        case requests.Ping():
             return ping(daemon, caller, request)
-        case wire.Submit():
+        case requests.Submit():
             return submit(daemon, caller, request)
-        case wire.Cancel():
+        case requests.Cancel():
             return cancel(daemon, caller, request)
-        case wire.Hold():
+        case requests.Hold():
             return hold(daemon, caller, request)
-        case wire.Release():
+        case requests.Release():
             return release(daemon, caller, request)
-        case wire.Requeue():
+        case requests.Requeue():
             return requeue(daemon, caller, request)
-        case wire.ListJobs():
+        case requests.ListJobs():
             return jobs(daemon, caller, request)
-        case wire.ShowJob():
+        case requests.ShowJob():
             return job(daemon, caller, request)
-        case wire.UpdateJob():
+        case requests.UpdateJob():
             return update(daemon, caller, request)
-        case wire.ListNodes():
+        case requests.ListNodes():
             return nodes(daemon, caller, request)
-        case wire.ReadLog():
+        case requests.ReadLog():
             return logs(daemon, caller, request)
-        case wire.DrainNode():
+        case requests.DrainNode():
             return node_drain(daemon, caller, request)
-        case wire.ResumeNode():
+        case requests.ResumeNode():
             return node_resume(daemon, caller, request)
-        case wire.InstallAgent():
+        case requests.InstallAgent():
             return node_install(daemon, caller, request)
-        case wire.GetHostKey():
+        case requests.GetHostKey():
             return node_hostkey(daemon, caller, request)
-        case wire.TrustHostKey():
+        case requests.TrustHostKey():
             return node_trust(daemon, caller, request)
-        case wire.ShowShares():
+        case requests.ShowShares():
             return shares(daemon, caller, request)
-        case wire.ShowPriorities():
+        case requests.ShowPriorities():
             return priorities(daemon, caller, request)
-        case wire.ReportUsage():
+        case requests.ReportUsage():
             return usage_report(daemon, caller, request)
-        case wire.Metrics():
+        case requests.Metrics():
             return metrics(daemon, caller, request)
-        case wire.Shutdown():
+        case requests.Shutdown():
             return shutdown(daemon, caller, request)
-        case wire.MintToken():
+        case requests.MintToken():
             return mint_token(daemon, caller, request)
-        case wire.ListTokens():
+        case requests.ListTokens():
             return list_tokens(daemon, caller, request)
-        case wire.RevokeToken():
+        case requests.RevokeToken():
             return revoke_token(daemon, caller, request)
-        case wire.RotateTokenKey():
+        case requests.RotateTokenKey():
             return rotate_token_key(daemon, caller, request)
-        case wire.WithToken():
+        case requests.WithToken():
             return with_token(daemon, caller, request)
         case _:
             assert_never(request)
@@ -2220,29 +2224,29 @@ def dispatch(daemon: Daemon, caller: Caller, request: wire.Request) -> dict[str,
 
 def handle(daemon: Daemon, caller: Caller, data: object, *, stream: bool = False) -> dict[str, Any]:
     """Serve one request as parsed from its JSON line; the reply always has `ok`. With
-    `stream`, a large listing's records may come as wire.Streamed (made as the reply
-    is written: wire.reply_pieces), else as the list a client would decode.
+    `stream`, a large listing's records may come as replies.Streamed (made as the reply
+    is written: replies.reply_pieces), else as the list a client would decode.
 
     A request of the wrong shape or types, or an unknown op, is refused as "invalid"
-    (wire.decode_request says which field and why). A bug in a handler raises: the
+    (decoder.decode_request says which field and why). A bug in a handler raises: the
     caller (the server) logs it and replies "internal"."""
     try:
-        request = wire.decode_request(data)
-    except wire.BadRequest as err:
-        return wire.error_reply("invalid", str(err))
+        request = decoder.decode_request(data)
+    except decoder.BadRequest as err:
+        return requests.error_reply("invalid", str(err))
     try:
         reply = {"ok": True, **dispatch(daemon, caller, request)}
-        return reply if stream else wire.materialised(reply)
+        return reply if stream else replies.materialised(reply)
     except Refused as err:
-        return wire.error_reply(err.kind, err.message)
+        return requests.error_reply(err.kind, err.message)
     except JobNotFound as err:
-        return wire.error_reply("not_found", str(err))
+        return requests.error_reply("not_found", str(err))
     except StoreFull as err:
-        message = _store_full_message(err, resubmit=isinstance(request, wire.Submit))
-        return wire.error_reply("unavailable", message)
+        message = _store_full_message(err, resubmit=isinstance(request, requests.Submit))
+        return requests.error_reply("unavailable", message)
     except StoreError as err:
         # Nothing was written (the transaction rolled back): say so, and where to look.
-        return wire.error_reply(
+        return requests.error_reply(
             "unavailable",
             f"{err}. Nothing was changed; see {daemon.paths.daemon_log}, "
             "fix the store, then try again",

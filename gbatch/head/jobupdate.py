@@ -26,7 +26,7 @@ from gbatch.jobspec.spec import (
     parse_gres,
 )
 from gbatch.nodes.inventory import Partition
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 
 # Keys a job that has started may still change (Slurm: the time limit).
 RUNNING_KEYS = frozenset({"TimeLimit"})
@@ -54,7 +54,7 @@ class Update:
 
 
 def keys_listed() -> str:
-    return ", ".join(wire.UPDATE_KEYS)
+    return ", ".join(requests.UPDATE_KEYS)
 
 
 def plan_update(
@@ -70,7 +70,7 @@ def plan_update(
         )
     named: dict[str, str] = {}
     for text, value in changes.items():
-        key = wire.update_key(text)
+        key = requests.update_key(text)
         if key is None:
             raise UpdateRefused(
                 "invalid",

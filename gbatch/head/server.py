@@ -1,7 +1,7 @@
 """gbatchd's front door: the Unix socket, the caller's identity, and start-up.
 
 Identity is the peer's uid from SO_PEERCRED, never anything the request says.
-Requests are JSON lines (gbatch.protocol.wire's request types), each answered by one JSON line;
+Requests are JSON lines (gbatch.protocol.requests' types), each answered by one JSON line;
 a connection may carry many, and a bad one does not close it. A connection is closed
 when it breaks a `Limits` (a line too long or too slow, a reply not taken, idle too
 long); one refused (too many open) is answered at once and closed.
@@ -30,6 +30,7 @@ from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
+from gbatch.core import constants
 from gbatch.head import handlers, heap
 from gbatch.head.daemon import Daemon
 from gbatch.head.eventlog import open_event_log
@@ -37,7 +38,7 @@ from gbatch.head.notify import Policy
 from gbatch.head.outbox import smtp_password
 from gbatch.head.store import Store
 from gbatch.nodes.inventory import Inventory
-from gbatch.protocol import wire
+from gbatch.protocol import decoder, replies, requests
 from gbatch.site.config import (
     Config,
     ConfigError,
@@ -151,7 +152,7 @@ def peer_caller(sock: socket.socket) -> handlers.Caller:
 
 
 class LineTooLong(Exception):
-    """A request line over wire.MAX_REQUEST_BYTES; the rest of it is never read."""
+    """A request line over constants.MAX_REQUEST_BYTES; the rest of it is never read."""
 
 
 class LineTooSlow(Exception):
@@ -168,7 +169,7 @@ def set_receive_timeout(sock: socket.socket, seconds: float) -> None:
 
 class LineReader:
     """Request lines from one client's socket, within `limits`: a line of at most
-    wire.MAX_REQUEST_BYTES, arriving without a pause of pause_seconds and whole within
+    constants.MAX_REQUEST_BYTES, arriving without a pause of pause_seconds and whole within
     line_seconds of its first byte. Between lines the client may stay silent for
     idle_seconds.
 
@@ -198,8 +199,8 @@ class LineReader:
         began: float | None = None
         while True:
             end = self._buffer.find(b"\n", scanned)
-            if end > wire.MAX_REQUEST_BYTES or (
-                end < 0 and len(self._buffer) > wire.MAX_REQUEST_BYTES
+            if end > constants.MAX_REQUEST_BYTES or (
+                end < 0 and len(self._buffer) > constants.MAX_REQUEST_BYTES
             ):
                 raise LineTooLong
             if end >= 0:
@@ -262,7 +263,7 @@ class _Connection(socketserver.BaseRequestHandler):
             try:
                 line = lines.next_line()
             except LineTooLong:
-                limit = wire.MAX_REQUEST_BYTES // (1024 * 1024)
+                limit = constants.MAX_REQUEST_BYTES // (1024 * 1024)
                 self._close_unread(
                     caller,
                     f"a request line over {limit} MiB",
@@ -278,7 +279,7 @@ class _Connection(socketserver.BaseRequestHandler):
                 return
             if line is None:
                 return
-            # A listing's records are made as its reply is written (wire.Streamed): the
+            # A listing's records are made as its reply is written (replies.Streamed): the
             # turn is held until the reply is written.
             with self.server.turn(caller):
                 reply = self._reply(caller, line)
@@ -293,14 +294,14 @@ class _Connection(socketserver.BaseRequestHandler):
         """A request line gbatchd will not read on: audited, answered with one bad
         request (`why` and `advice`, which goes on from it), and the connection ends."""
         self.server.note(caller, "request", f"refused: {why}; connection closed")
-        self._send(caller, wire.error_reply("invalid", f"bad request: {why}{advice}"))
+        self._send(caller, requests.error_reply("invalid", f"bad request: {why}{advice}"))
 
     def _send(self, caller: handlers.Caller, reply: dict[str, Any]) -> bool:
         """Write one reply; False when the connection is done (see _write)."""
         return self._write(caller, reply)[0]
 
     def _write(self, caller: handlers.Caller, reply: dict[str, Any]) -> tuple[bool, int]:
-        """Write one reply, its pieces made as they are written (wire.reply_pieces), the
+        """Write one reply, its pieces made as they are written (replies.reply_pieces), the
         client taking at most reply_seconds in all to take them (a client that stops
         reading holds this thread no longer; the time spent making the pieces is not
         the client's). (False when the connection is done, the bytes written.) A reply
@@ -312,7 +313,7 @@ class _Connection(socketserver.BaseRequestHandler):
         sock = self.request
         waited = 0.0
         size = 0
-        pieces = wire.reply_pieces(reply)
+        pieces = replies.reply_pieces(reply)
         try:
             for piece in pieces:
                 # A piece the socket's buffer takes whole (a submit's reply, and most) is
@@ -348,7 +349,7 @@ class _Connection(socketserver.BaseRequestHandler):
         finally:
             pieces.close()
             for value in reply.values():
-                if isinstance(value, wire.Streamed):
+                if isinstance(value, replies.Streamed):
                     value.close()
         return True, size
 
@@ -357,15 +358,15 @@ class _Connection(socketserver.BaseRequestHandler):
         like any other (kind "invalid", one line, nothing logged) and the connection
         stays open; only a bug in a handler logs a traceback."""
         try:
-            data = wire.parse_request_line(line)
-        except wire.BadRequest as err:
-            return wire.error_reply("invalid", str(err))
+            data = decoder.parse_request_line(line)
+        except decoder.BadRequest as err:
+            return requests.error_reply("invalid", str(err))
         try:
             return handlers.handle(self.server.daemon, caller, data, stream=True)
         except Exception as err:  # the entry point of a request: report, never die
             op = data.get("op") if isinstance(data, dict) else None
             log.exception("request %s failed", handlers.loggable(repr(op)))
-            return wire.error_reply(
+            return requests.error_reply(
                 "internal",
                 f"internal error: {err}. See {self.server.daemon.paths.daemon_log}",
             )
@@ -411,7 +412,9 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         if refusal is not None:
             with contextlib.suppress(OSError):
                 request.setblocking(False)
-                request.send(json.dumps(wire.error_reply("unavailable", refusal)).encode() + b"\n")
+                request.send(
+                    json.dumps(requests.error_reply("unavailable", refusal)).encode() + b"\n"
+                )
             self.shutdown_request(request)
             return
         try:

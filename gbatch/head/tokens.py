@@ -1,5 +1,5 @@
 """API tokens: signed JWTs (HS256, PyJWT) that the daemon mints for a caller and
-verifies on every request that carries one (wire.WithToken).
+verifies on every request that carries one (requests.WithToken).
 
 Two files in the daemon's home, 0600, written only here (atomically):
 - `api-keys.json`: the signing keys by `kid`. New tokens are signed with the newest;

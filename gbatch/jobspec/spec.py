@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from json import JSONDecoder
 
+from gbatch.core.constants import MAX_COMMAND_BYTES as MAX_COMMAND_BYTES
 from gbatch.core.model import JOB_EVENTS, JobSpec, NotifyHook
 from gbatch.core.submitenv import (
     MAX_SUBMIT_ENV_BYTES,
@@ -35,7 +36,6 @@ from gbatch.core.timefmt import (
 )
 
 MAX_FILE_BYTES = 1024 * 1024
-MAX_COMMAND_BYTES = 64 * 1024
 MAX_ENV_BYTES = 64 * 1024
 MAX_GPUS = 64
 MAX_NESTING = 32  # a job file needs 3 levels; libyaml itself stops at 1000

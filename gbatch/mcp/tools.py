@@ -322,19 +322,19 @@ WAITS_FOR: dict[str, str] = {
 def why_pending(ctx: Context, text: str) -> str:
     from gbatch.cli.context import parse_job
     from gbatch.core.model import JobState
-    from gbatch.protocol import wire
-    from gbatch.render import formatting
+    from gbatch.protocol import codec, requests
+    from gbatch.render import cells
 
     target = parse_job(text, "job")
-    reply = ctx.client.call(wire.ShowJob(id=target.job, task=target.single_task))
-    job = wire.job_from_wire(reply["job"])
-    reason = formatting.reason_text(job)
+    reply = ctx.client.call(requests.ShowJob(id=target.job, task=target.single_task))
+    job = codec.job_from_wire(reply["job"])
+    reason = cells.reason_text(job)
     lines = [
         f"JobId={target} JobName={job.spec.name} UserId={job.user} "
         f"JobState={job.state.value} Reason={reason}"
     ]
     if job.spec.dependency:
-        lines.append(f"Dependency={formatting.dependency_text(job)}")
+        lines.append(f"Dependency={cells.dependency_text(job)}")
     if job.state is not JobState.PENDING:
         lines.append(f"Not pending: it is {job.state.value}" + _where(job))
         return "\n".join(lines) + "\n"
@@ -357,9 +357,9 @@ def _where(job: Job) -> str:
 def _place(ctx: Context, job: Job) -> str:
     """The job's place in the planner's order, as `gbatch sprio -l` ranks it."""
     from gbatch.core.views import JobPriority
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
 
-    reply = ctx.client.call(wire.ShowPriorities())
+    reply = ctx.client.call(requests.ShowPriorities())
     ranked = sorted((JobPriority.from_wire(row) for row in reply["jobs"]), key=lambda p: p.rank)
     mine = next((p for p in ranked if p.id == job.id), None)
     if mine is None:
@@ -380,7 +380,7 @@ def _place(ctx: Context, job: Job) -> str:
 def read_log(ctx: Context, args: Mapping[str, Any]) -> list[str]:
     """[a line saying which bytes came, the log's text]."""
     from gbatch.cli.context import parse_job
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
 
     if "tail_lines" in args and "offset" in args:
         raise BadArguments("tail_lines, offset: give one of them (the end, or a place)")
@@ -390,7 +390,7 @@ def read_log(ctx: Context, args: Mapping[str, Any]) -> list[str]:
     start = int(args.get("offset", 0))
     at, kept, state, done = start, "", "", False
     while True:
-        reply = ctx.client.call(wire.ReadLog(id=target.job, task=target.single_task, offset=at))
+        reply = ctx.client.call(requests.ReadLog(id=target.job, task=target.single_task, offset=at))
         data, at, state, done = reply["data"], reply["offset"], reply["state"], reply["done"]
         kept += data
         if tail is not None:  # the answer is at most `limit` bytes: no more chars are needed

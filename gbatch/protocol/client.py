@@ -8,16 +8,13 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from gbatch.core.constants import CLIENT_TIMEOUT_S, MAX_REQUEST_BYTES
+
 TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
 if TYPE_CHECKING:
     from typing import Any
 
-    from gbatch.protocol.wire import ErrorKind, Request
-
-
-# wire.MAX_REQUEST_BYTES, spelled here so that a request needs no gbatch.protocol.wire to be sent
-# (a unit test keeps the two equal).
-MAX_REQUEST_BYTES = 4 * 1024 * 1024
+    from gbatch.protocol.requests import ErrorKind, Request
 
 
 READ_BUFFER = 256 * 1024
@@ -42,7 +39,7 @@ class ReplyTimeout(Exception):
 
 
 class RequestFailed(Exception):
-    """The daemon refused or could not do what was asked; `kind` says why (wire.ErrorKind:
+    """The daemon refused or could not do what was asked; `kind` says why (requests.ErrorKind:
     a request of the wrong shape is "invalid", as bad input is)."""
 
     def __init__(self, kind: ErrorKind, message: str) -> None:
@@ -82,7 +79,7 @@ def _access_hint(socket_path: Path) -> str:
     return f"only {owner} may use it; ask an admin for access"
 
 
-# How gbatchd's ok reply lines begin (wire.encode_reply; an older gbatchd's with a space).
+# How gbatchd's ok reply lines begin (replies.encode_reply; an older gbatchd's with a space).
 OK_PREFIXES = (b'{"ok":true', b'{"ok": true')
 
 
@@ -110,7 +107,7 @@ def reply_fields(line: bytes) -> dict[str, Any]:
 
 def reply_line(line: bytes) -> bytes:
     """A reply line as gbatchd wrote it, without its newline; RequestFailed for a
-    refusal. gbatchd writes {"ok":true,...} with "ok" first (wire.encode_reply); a line
+    refusal. gbatchd writes {"ok":true,...} with "ok" first (replies.encode_reply); a line
     of any other shape is decoded to tell a refusal from a reply."""
     if not line.startswith(OK_PREFIXES):
         reply = json.loads(line)
@@ -120,13 +117,15 @@ def reply_line(line: bytes) -> bytes:
 
 
 def _refusal(reply: Mapping[str, Any]) -> RequestFailed:
-    from gbatch.protocol import wire
+    from gbatch.protocol import requests
 
-    return RequestFailed(wire.error_kind(reply.get("kind")), reply.get("error", "unknown error"))
+    return RequestFailed(
+        requests.error_kind(reply.get("kind")), reply.get("error", "unknown error")
+    )
 
 
 class Client:
-    def __init__(self, socket_path: Path, timeout: float = 30.0) -> None:
+    def __init__(self, socket_path: Path, timeout: float = CLIENT_TIMEOUT_S) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
         self._sock: socket.socket | None = None
@@ -159,15 +158,16 @@ class Client:
 
     def call(self, request: Request) -> dict[str, Any]:
         """Send one request; return the reply's fields or raise RequestFailed."""
-        from gbatch.protocol import wire  # deferred: `gbatch --help` sends nothing
+        from gbatch.protocol import requests  # deferred: `gbatch --help` sends nothing
 
-        return self.send(wire.encode_request(request))
+        return self.send(requests.encode_request(request))
 
     def send(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Send a request object as it is, unchecked (for tests and tools that speak the
         protocol by hand, and for squeue's everyday listing, gbatch/render/squeue_brief.py, which
-        builds its request without gbatch.protocol.wire; the other commands use call()); return as
-        call() does. gbatch.protocol.wire is imported only when the daemon refuses."""
+        builds its request without gbatch.protocol.requests; the other commands use call());
+        return as call() does. gbatch.protocol.requests is imported only when the daemon
+        refuses."""
         return reply_fields(self._exchange(request))
 
     def send_raw(self, request: Mapping[str, Any]) -> bytes:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gbatch.core.model import Event, Job, JobSpec, JobState, NodeInfo
-from gbatch.protocol import wire
+from gbatch.protocol import codec, listings, requests
 from gbatch.protocol.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
 from gbatch.tui.rows import QueueFilter
 
@@ -27,11 +27,13 @@ LINK_ERRORS = (DaemonUnavailable, ReplyTimeout, RequestFailed)
 # A screen refreshes every second: a daemon that takes longer than this is reported
 # as not answering rather than freezing the view's data for the client's 30 s.
 REQUEST_TIMEOUT_S = 5.0
-_ACTION_REQUESTS: dict[str, type[wire.Cancel | wire.Hold | wire.Release | wire.Requeue]] = {
-    "cancel": wire.Cancel,
-    "hold": wire.Hold,
-    "release": wire.Release,
-    "requeue": wire.Requeue,
+_ACTION_REQUESTS: dict[
+    str, type[requests.Cancel | requests.Hold | requests.Release | requests.Requeue]
+] = {
+    "cancel": requests.Cancel,
+    "hold": requests.Hold,
+    "release": requests.Release,
+    "requeue": requests.Requeue,
 }
 ACTIONS = tuple(_ACTION_REQUESTS)
 # The finished-jobs view lists jobs submitted this long ago at most (sacct -S).
@@ -103,7 +105,7 @@ class ActionOutcome:
 
 
 class JobDecoder:
-    """The daemon's queue listings (ListJobs `columns`: wire.listing_columns) -> Jobs
+    """The daemon's queue listings (ListJobs `columns`: listings.listing_columns) -> Jobs
     and their array labels, for a view that re-reads the same queue every second.
 
     A job whose row and spec equal the last listing's of its id is the same Job object
@@ -130,12 +132,12 @@ class JobDecoder:
         more = {at: tuple((a, b) for a, b in spans) for at, spans in columns["more"]}
         labels: dict[int, str] = {}
         jobs = []
-        rows = zip(*(columns[name] for name in wire.LISTING_COLUMNS), strict=True)
+        rows = zip(*(columns[name] for name in listings.LISTING_COLUMNS), strict=True)
         for at, row in enumerate(rows):
             job_id, index, array = row[0], row[3], row[-2]
             spans = more.get(at, ())
             if array is not None:
-                labels[job_id] = wire.array_label(array, row[-1], spans)
+                labels[job_id] = listings.array_label(array, row[-1], spans)
                 row = (*row, spans)  # a tail's tasks are part of what it is
             seen = last.get(job_id)
             if seen is not None and seen[0] == row and seen[1] == spec_texts[index]:
@@ -144,7 +146,7 @@ class JobDecoder:
                 spec = specs.get(index)
                 if spec is None:
                     spec = specs[index] = JobSpec.from_dict(wire_specs[index])
-                job = wire.job_from_listing(row, spec, spans)
+                job = listings.job_from_listing(row, spec, spans)
             known[job_id] = (row, spec_texts[index], job)
             jobs.append(job)
         self._last = known
@@ -163,7 +165,7 @@ class DaemonLink:
         self._prefetched: tuple[QueueView, Future[QueuePage]] | None = None
         self._prefetch_lock = threading.Lock()  # one queue() takes the prefetched read
 
-    def _call(self, request: wire.Request) -> dict[str, Any]:
+    def _call(self, request: requests.Request) -> dict[str, Any]:
         with self._lock:
             return self._client.call(request)
 
@@ -238,7 +240,9 @@ class DaemonLink:
             since = (time.time() if now is None else now) - FINISHED_WINDOW_S
             finals = tuple(state.code for state in JobState if state.is_final)
             narrowed.update(history=True, states=finals, since=since)
-        request = wire.ListJobs(columns=True, counts=True, offset=offset, limit=limit, **narrowed)
+        request = requests.ListJobs(
+            columns=True, counts=True, offset=offset, limit=limit, **narrowed
+        )
         reply = self._call(request)
         with self._decode_lock:
             jobs, labels = self._decoder.decode(reply["columns"])
@@ -246,21 +250,21 @@ class DaemonLink:
         return QueuePage(view, jobs, reply["now"], offset, reply["total"], counts, labels)
 
     def nodes(self) -> NodesSnapshot:
-        nodes = tuple(wire.node_from_wire(n) for n in self._call(wire.ListNodes())["nodes"])
+        nodes = tuple(codec.node_from_wire(n) for n in self._call(requests.ListNodes())["nodes"])
         held = sorted({job for node in nodes for job in node.allocations.values()})
         owners: dict[int, str] = {}
         if held:
-            reply = self._call(wire.ListJobs(ids=tuple(held), brief=True))
+            reply = self._call(requests.ListJobs(ids=tuple(held), brief=True))
             owners = {j["id"]: j["user"] for j in reply["jobs"]}
         return NodesSnapshot(nodes, owners)
 
     def job(self, job_id: int) -> JobSnapshot:
-        reply = self._call(wire.ShowJob(id=job_id))
-        events = tuple(wire.event_from_wire(e) for e in reply["events"])
-        return JobSnapshot(wire.job_from_wire(reply["job"]), events, reply["now"])
+        reply = self._call(requests.ShowJob(id=job_id))
+        events = tuple(codec.event_from_wire(e) for e in reply["events"])
+        return JobSnapshot(codec.job_from_wire(reply["job"]), events, reply["now"])
 
     def log(self, job_id: int, offset: int) -> LogChunk:
-        reply = self._call(wire.ReadLog(id=job_id, offset=offset))
+        reply = self._call(requests.ReadLog(id=job_id, offset=offset))
         return LogChunk(reply["data"], reply["offset"], reply["done"])
 
     def act(self, op: str, job_id: int) -> ActionOutcome:

@@ -16,9 +16,9 @@ from textual.widgets import Footer, Input, Log, Static
 
 from gbatch.core.jobids import job_label
 from gbatch.protocol.client import RequestFailed
-from gbatch.render import formatting
+from gbatch.render import scontrol
 from gbatch.tui.data import LINK_ERRORS, JobSnapshot, LogChunk
-from gbatch.tui.live import LiveScreen, Services, screen_gone
+from gbatch.tui.live import JOB_ACTION_BINDINGS, LiveScreen, Services, screen_gone
 
 LOG_POLL_SECONDS = 0.2  # as `gbatch logs -f`
 LOG_MAX_LINES = 200_000  # a runaway log must not eat the terminal's memory
@@ -36,10 +36,7 @@ class JobScreen(LiveScreen):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
-        Binding("c", "act('cancel')", "Cancel"),
-        Binding("h", "act('hold')", "Hold"),
-        Binding("r", "act('release')", "Release"),
-        Binding("R", "act('requeue')", "Requeue"),
+        *JOB_ACTION_BINDINGS,
         Binding("slash", "search", "Search"),
         Binding("n", "find(1)", "Next"),
         Binding("N", "find(-1)", "Prev", show=False),
@@ -82,7 +79,7 @@ class JobScreen(LiveScreen):
         self.label = job_label(job)
         title = f" job {self.label} {job.spec.name!r} of {job.user}: {job.state.value}{where}"
         self.query_one("#title", Static).update(Text(title))
-        record = formatting.format_job_details(job, snapshot.events, snapshot.now)
+        record = scontrol.format_job_details(job, snapshot.events, snapshot.now)
         self.query_one("#record", Static).update(Text(record.rstrip("\n")))
 
     @work(exclusive=True, group="log")
@@ -129,9 +126,9 @@ class JobScreen(LiveScreen):
             return
         self.app.pop_screen()
 
-    def action_act(self, op: str) -> None:
+    def acted_on(self) -> tuple[int, str]:
         name = self.snapshot.job.spec.name if self.snapshot else str(self.job_id)
-        self.request_action(op, self.job_id, name)
+        return self.job_id, name
 
     def action_follow(self) -> None:
         self.follow = not self.follow
@@ -140,9 +137,7 @@ class JobScreen(LiveScreen):
         self.show_status("following the log" if self.follow else "not following the log")
 
     def action_search(self) -> None:
-        search = self.query_one("#search", Input)
-        search.add_class("shown")
-        search.focus()
+        self.open_input("#search")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "search":

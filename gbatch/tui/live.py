@@ -1,5 +1,5 @@
 """What every TUI screen shares: the daemon link, a refresh timer, a status line and
-the job actions (cancel with a confirmation, hold, release)."""
+the job actions (their keys; cancel and requeue ask first, hold and release act at once)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from typing import TypeVar
 
 from rich.text import Text
 from textual import work
+from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 from gbatch.tui.data import LINK_ERRORS, ActionOutcome, DaemonLink
 from gbatch.tui.dialogs import ConfirmDialog
@@ -43,6 +44,15 @@ _CONFIRM = {
     "cancel": ("Cancel job {job} ({label})?", "not cancelled"),
     "requeue": ("Requeue job {job} ({label})? A running job is stopped first.", "not requeued"),
 }
+
+# The job actions of every screen that shows jobs (LiveScreen.action_act), in the
+# footer's order.
+JOB_ACTION_BINDINGS: list[BindingType] = [
+    Binding("c", "act('cancel')", "Cancel"),
+    Binding("h", "act('hold')", "Hold"),
+    Binding("r", "act('release')", "Release"),
+    Binding("R", "act('requeue')", "Requeue"),
+]
 
 
 class LiveScreen(Screen[None]):
@@ -112,6 +122,25 @@ class LiveScreen(Screen[None]):
         self.show_status(f"{err}{age}", error=True)
 
     # -- actions -----------------------------------------------------------------
+
+    def acted_on(self) -> tuple[int, str] | None:
+        """The job the actions act on, its id and the label a confirmation names it by;
+        None: no job is selected."""
+        return None
+
+    def action_act(self, op: str) -> None:
+        """JOB_ACTION_BINDINGS' action: `op` on the job acted_on() names."""
+        target = self.acted_on()
+        if target is None:
+            self.show_status(f"no job selected to {op}", error=True)
+            return
+        self.request_action(op, *target)
+
+    def open_input(self, selector: str) -> None:
+        """Show the hidden input `selector` (its `shown` class) and type into it."""
+        box = self.query_one(selector, Input)
+        box.add_class("shown")
+        box.focus()
 
     def request_action(self, op: str, job_id: int, label: str) -> None:
         """Cancel and requeue ask first; hold and release act at once."""

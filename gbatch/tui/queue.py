@@ -17,7 +17,7 @@ from textual.widgets import Footer, Input, Static
 from gbatch.core.model import Job, JobState
 from gbatch.tui import rows
 from gbatch.tui.data import FIRST_PAGE_ROWS, QueuePage, QueueView
-from gbatch.tui.live import LiveScreen, Services, screen_gone
+from gbatch.tui.live import JOB_ACTION_BINDINGS, LiveScreen, Services, screen_gone
 from gbatch.tui.pager import PagedTable
 
 COLUMN_KEYS = tuple(key for key, _ in rows.QUEUE_COLUMNS)
@@ -43,10 +43,7 @@ class QueueScreen(LiveScreen):
     QueueScreen #status { height: 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("c", "act('cancel')", "Cancel"),
-        Binding("h", "act('hold')", "Hold"),
-        Binding("r", "act('release')", "Release"),
-        Binding("R", "act('requeue')", "Requeue"),
+        *JOB_ACTION_BINDINGS,
         Binding("f", "toggle_finished", "Finished"),
         Binding("m", "toggle_mine", "Mine"),
         Binding("s", "next_state", "State"),
@@ -207,12 +204,9 @@ class QueueScreen(LiveScreen):
 
         self.app.push_screen(NodesScreen(self.services))
 
-    def action_act(self, op: str) -> None:
+    def acted_on(self) -> tuple[int, str] | None:
         job = self.selected_job()
-        if job is None:
-            self.show_status(f"no job selected to {op}", error=True)
-            return
-        self.request_action(op, job.id, job.spec.name)
+        return None if job is None else (job.id, job.spec.name)
 
     def action_toggle_mine(self) -> None:
         self._set_filter(replace(self.filter, mine=not self.filter.mine))
@@ -250,9 +244,7 @@ class QueueScreen(LiveScreen):
         self.refresh_data()
 
     def action_edit_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.add_class("shown")
-        box.focus()
+        self.open_input("#filter")
 
     def action_clear_filter(self) -> None:
         box = self.query_one("#filter", Input)

@@ -1,20 +1,21 @@
 """What the queue and nodes views show, as plain values: filter, sort, count, cells.
 
-Pure (no textual, no clock): `now` is the daemon's. Cell text comes from
-gbatch.render.formatting so the TUI says exactly what squeue and sinfo say (elapsed time,
-limits, `(Reason)` for pending jobs, control characters made harmless).
+Pure (no textual, no clock): `now` is the daemon's. Cell text comes from gbatch.render
+(squeue's renderer and its cells) so the TUI says exactly what squeue and sinfo say
+(elapsed time, limits, `(Reason)` for pending jobs, control characters made harmless).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from typing import Any
 
 from gbatch.core.jobids import job_label
 from gbatch.core.model import Gpu, Job, JobState, NodeInfo, NodeState
-from gbatch.render import formatting
+from gbatch.render import squeue
+from gbatch.render.cells import node_reason, printable
 
 # (column key, header). TIME is squeue's elapsed/limit; NODE(REASON) is squeue's %R.
 QUEUE_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -38,7 +39,7 @@ FINISHED_STATE_FILTERS: tuple[JobState | None, ...] = (
     None,
     *(state for state in JobState if state.is_final),
 )
-# A separator no cell can hold: formatting replaces control characters with '?'.
+# A separator no cell can hold: the renderers replace control characters with '?'.
 _SEP = "\x1f"
 _SQUEUE_FIELDS = ("%A", "%u", "%j", "%t", "%M", "%l", "%R")
 _NAME_WIDTH = 16  # keeps the table readable at 80 columns
@@ -55,44 +56,10 @@ class QueueFilter:
     text: str = ""
 
 
-def owned(jobs: Iterable[Job], filt: QueueFilter) -> list[Job]:
-    """The jobs the mine/all toggle selects (what the state counts are over)."""
-    return [job for job in jobs if not filt.mine or job.user == filt.user]
-
-
-def visible(
-    jobs: Iterable[Job], filt: QueueFilter, cells: Mapping[int, Sequence[str]]
-) -> list[Job]:
-    """The jobs every filter lets through; `cells` are job_cells' (the text matched)."""
-    needle = filt.text.strip().lower()
-    return [
-        job
-        for job in owned(jobs, filt)
-        if (filt.state is None or job.state is filt.state)
-        and (not needle or any(needle in cell.lower() for cell in cells[job.id]))
-    ]
-
-
-def state_counts(jobs: Iterable[Job], *, finished: bool = False) -> dict[JobState, int]:
-    """Jobs per state, every active (or, with `finished`, final) state present (0 when
-    none), in lifecycle order, then any other state that occurs."""
-    # list.count compares at C speed; a dict keyed by the state would call the enum's
-    # Python __hash__ twice per job (10,000 jobs, every refresh).
-    states = list(map(_state_of, jobs))
-    counts = {state: states.count(state) for state in JobState if state.is_final is finished}
-    for state in JobState:
-        if state.is_final is not finished and (count := states.count(state)):
-            counts[state] = count
-    return counts
-
-
-_state_of = attrgetter("state")
-
-
 def ordered_counts(
     counts: Mapping[JobState, int], *, finished: bool = False
 ) -> dict[JobState, int]:
-    """`counts` (jobs per state, as the daemon counted them) in state_counts' order:
+    """`counts` (jobs per state, as the daemon counted them) in the view's order:
     every active (or, with `finished`, final) state (0 when none), lifecycle order,
     then any other state that occurs."""
     ordered = {state: counts.get(state, 0) for state in JobState if state.is_final is finished}
@@ -105,37 +72,6 @@ def ordered_counts(
 def format_counts(counts: Mapping[JobState, int]) -> str:
     """`PD 3  CF 0  R 2  CG 0`: the codes squeue's ST column uses."""
     return "  ".join(f"{state.code} {count}" for state, count in counts.items())
-
-
-def _running_seconds(job: Job, now: float) -> float:
-    if job.state is JobState.PENDING or job.start_time is None:
-        return 0.0
-    return (job.end_time if job.end_time is not None else now) - job.start_time
-
-
-_STATE_ORDER = {state: i for i, state in enumerate(JobState)}
-# Per QUEUE_COLUMNS key: (now, cells by job id) -> the sort key of a job.
-_SORT_KEYS: Mapping[str, Callable[[float, Mapping[int, Sequence[str]]], Callable[[Job], Any]]] = {
-    "id": lambda now, cells: attrgetter("id"),
-    "user": lambda now, cells: attrgetter("user", "id"),
-    "name": lambda now, cells: lambda job: (job.spec.name, job.id),
-    "state": lambda now, cells: lambda job: (_STATE_ORDER[job.state], job.id),
-    "gpus": lambda now, cells: lambda job: (job.spec.gpus, job.id),
-    "time": lambda now, cells: lambda job: (_running_seconds(job, now), job.id),
-    "where": lambda now, cells: lambda job: (cells[job.id][-1], job.id),
-}
-
-
-def sort_jobs(
-    jobs: Iterable[Job],
-    column: str,
-    now: float,
-    cells: Mapping[int, Sequence[str]],
-    *,
-    reverse: bool = False,
-) -> list[Job]:
-    """Order by a QUEUE_COLUMNS key: numbers as numbers, ties by job id."""
-    return sorted(jobs, key=_SORT_KEYS[column](now, cells), reverse=reverse)
 
 
 def job_cells(
@@ -180,7 +116,7 @@ def _formatted_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ..
     # pending tasks (Job.array_more: an array's tail) is one row too, its JOBID the
     # label `N_[K-M]` (job_cells): squeue -r would print each of its tasks.
     one_each = [replace(job, array_more=()) if job.array_more else job for job in jobs]
-    lines = formatting.format_squeue(
+    lines = squeue.format_squeue(
         one_each, now, fmt=fmt, header=False, expand_arrays=True
     ).splitlines()
     cells: dict[int, tuple[str, ...]] = {}
@@ -265,18 +201,6 @@ class NodeRow:
     node_state: NodeState | None = None
 
 
-def _printable(text: str) -> str:
-    """As formatting does: no control character from a node reaches the terminal."""
-    return "".join(c if c.isprintable() else "?" for c in text)
-
-
-def _node_note(node: NodeInfo) -> str:
-    """Why a node takes no jobs (drained, suspect, down), as sinfo's REASON."""
-    if node.state in (NodeState.DRAINED, NodeState.SUSPECT, NodeState.DOWN):
-        return _printable(node.reason)
-    return ""
-
-
 def _gpu_row(node: NodeInfo, gpu: Gpu, owners: Mapping[int, str]) -> NodeRow:
     job = node.allocations.get(gpu.index)
     if job is not None:
@@ -292,7 +216,7 @@ def _gpu_row(node: NodeInfo, gpu: Gpu, owners: Mapping[int, str]) -> NodeRow:
         notes.append("simulated")
     util = "n/a" if gpu.utilization_pct is None else f"{gpu.utilization_pct}%"
     cells = (
-        f"  gpu{gpu.index} {_printable(_short_gpu_name(gpu.name))}",
+        f"  gpu{gpu.index} {printable(_short_gpu_name(gpu.name))}",
         use,
         f"{gpu.memory_used_mib / 1024:.1f}/{gpu.memory_total_mib / 1024:.0f}",
         util,
@@ -314,8 +238,8 @@ def node_rows(nodes: Sequence[NodeInfo], owners: Mapping[int, str]) -> list[Node
     then its GPUs."""
     rows = []
     for node in nodes:
-        name = f"{_printable(node.name)} {node.gpus_allocated}/{node.gpus_total} alloc"
-        cells = (name, node.state.value, "", "", "", "", _node_note(node))
+        name = f"{printable(node.name)} {node.gpus_allocated}/{node.gpus_total} alloc"
+        cells = (name, node.state.value, "", "", "", "", node_reason(node))
         rows.append(NodeRow(f"node:{node.name}", cells, node_state=node.state))
         rows.extend(_gpu_row(node, gpu, owners) for gpu in node.gpus)
     return rows

@@ -29,8 +29,15 @@ from typing import Any
 # Modules the CLI commands import inside their run(): loaded before a fork.
 CLI_MODULES = (
     "gbatch.cli._main",
-    "gbatch.render.formatting",
-    "gbatch.protocol.wire",
+    "gbatch.render.cells",
+    "gbatch.render.squeue",
+    "gbatch.render.sacct",
+    "gbatch.render.sinfo",
+    "gbatch.render.scontrol",
+    "gbatch.render.reports",
+    "gbatch.protocol.requests",
+    "gbatch.protocol.codec",
+    "gbatch.protocol.listings",
     "gbatch.core.timefmt",
     "gbatch.jobspec.spec",
     "gbatch.site.config",

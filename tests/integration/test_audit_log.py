@@ -17,7 +17,7 @@ from asuser import User, as_user
 from conftest import GBATCH, Head, require_root, shared_home, wait_for
 
 from gbatch.head import refusals
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client, DaemonUnavailable, RequestFailed
 
 _NOBODY = pwd.getpwnam("nobody")
@@ -41,7 +41,7 @@ def open_head() -> Iterator[Head]:
 def answers(head: Head) -> bool:
     try:
         with Client(head.home / "gbatchd.sock", timeout=5) as client:
-            client.call(wire.Ping())
+            client.call(requests.Ping())
     except DaemonUnavailable:
         return False
     return True

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, wait_for
 
-from gbatch.protocol import wire
+from gbatch.protocol import decoder, requests
 from gbatch.protocol.client import Client, RequestFailed
 
 BAD_FILES = {
@@ -188,7 +188,7 @@ def test_unknown_job_is_an_error_not_a_traceback(head: Head) -> None:
 
 # ------------------------------------------------------------------ bad requests
 
-DEEP = wire.MAX_NESTING - 1  # with the request's own object: as deep as a request may be
+DEEP = decoder.MAX_NESTING - 1  # with the request's own object: as deep as a request may be
 # Lines a client that skips gbatch's own could send, and the start of each one's reply.
 BAD_REQUEST_LINES = [
     (
@@ -340,7 +340,7 @@ def test_hostile_spec_sent_past_the_cli_is_refused_by_the_daemon(
     head, log = logged_head
     spec = HOSTILE_WIRE_SPECS[index]
     with Client(head.home / "gbatchd.sock") as client, pytest.raises(RequestFailed) as caught:
-        client.call(wire.Submit(spec=spec))
+        client.call(requests.Submit(spec=spec))
     assert caught.value.kind == "invalid", caught.value.message
     message = caught.value.message
     assert message.isprintable() and message.split(": ", 1)[0], message

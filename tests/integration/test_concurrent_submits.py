@@ -7,7 +7,7 @@ import threading
 
 from conftest import Head
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client, RequestFailed
 
 SUBMITTERS = 16
@@ -26,7 +26,7 @@ def test_concurrent_submitters_get_distinct_durable_ids_and_no_lock_errors(head:
             for n in range(EACH):
                 try:
                     # Some run now (the planner and dispatcher are busy), most stay held.
-                    ids = client.call(wire.Submit(spec=spec, held=n % 10 != 0))["ids"]
+                    ids = client.call(requests.Submit(spec=spec, held=n % 10 != 0))["ids"]
                 except RequestFailed as err:
                     with lock:
                         errors.append(err.message)

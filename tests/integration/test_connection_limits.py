@@ -14,7 +14,7 @@ import pytest
 from conftest import Head, require_root
 
 from gbatch.head.server import MAX_CONNECTIONS_PER_USER
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client, RequestFailed
 
 NOBODY = pwd.getpwnam("nobody")
@@ -36,9 +36,9 @@ def flood_as_nobody(socket_path: Path, report: int, go_on: int) -> None:
         os.setuid(NOBODY.pw_uid)
         held = [Client(socket_path) for _ in range(MAX_CONNECTIONS_PER_USER)]
         for client in held:
-            client.call(wire.Ping())
+            client.call(requests.Ping())
         try:
-            Client(socket_path).call(wire.Ping())
+            Client(socket_path).call(requests.Ping())
             outcome["one_more"] = "served"
         except RequestFailed as err:
             outcome["one_more"] = {"kind": err.kind, "error": err.message}
@@ -49,7 +49,7 @@ def flood_as_nobody(socket_path: Path, report: int, go_on: int) -> None:
         deadline = time.monotonic() + 30
         while True:  # the daemon counts a connection out when it sees it closed
             try:
-                Client(socket_path).call(wire.Ping())
+                Client(socket_path).call(requests.Ping())
                 outcome = {"after_closing": "served"}
                 break
             except RequestFailed as err:

@@ -24,7 +24,7 @@ from asuser import User, as_user, preload, run_cli, temp_users
 from conftest import FAST_CONFIG, wait_for
 from fleet import Fleet, build_fleet, teardown_fleet
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 from gbatch.site.policy import DEFAULT_CAPABILITIES
 
@@ -72,7 +72,7 @@ class Site:
 
     def job_count(self) -> int:
         with Client(self.fleet.head.home / "gbatchd.sock") as client:
-            return len(client.call(wire.ListJobs(history=True))["jobs"])
+            return len(client.call(requests.ListJobs(history=True))["jobs"])
 
 
 @pytest.fixture(scope="module")

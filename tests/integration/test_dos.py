@@ -24,7 +24,7 @@ from asuser import User, as_user, preload, run_cli, temp_users
 from conftest import GBATCH, Head, require_root, shared_home, wait_for
 
 from gbatch.head.server import MAX_CONNECTIONS_PER_USER
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 
 DAEMON_FILES = 1024  # the soft limit systemd's default would give
 IDLE, SLOW, FLOODERS = 1000, 300, 16
@@ -110,7 +110,7 @@ def test_one_users_flood_leaves_another_user_served(
         # Each in place before the next starts: started together, the idle ones could
         # take the whole share first, leaving no slow client to be closed unfinished.
         flooders = [
-            start_as(attacker, f"flood{i}", flood(socket_path, wire.ListJobs()), stop)
+            start_as(attacker, f"flood{i}", flood(socket_path, requests.ListJobs()), stop)
             for i in range(FLOODERS)
         ]
         started.extend(flooders)

@@ -25,7 +25,7 @@ import pytest
 from asuser import User, as_user, preload, run_cli, temp_users
 from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, require_root, wait_for
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client, RequestFailed
 
 ACTIONS = ("cancel", "hold", "release", "requeue", "logs")
@@ -129,7 +129,7 @@ def submit_jobs(head: Head, user: User) -> dict[str, int]:
         ):
             spec = {"name": key, "command": ["sh", "-c", command], "gpus": 0, "env": secret}
             with Client(sock) as client:
-                (ids[key],) = client.call(wire.Submit(spec=spec, held=held))["ids"]
+                (ids[key],) = client.call(requests.Submit(spec=spec, held=held))["ids"]
         return ids
 
     ids: dict[str, int] = as_user(user, submit)

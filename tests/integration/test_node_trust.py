@@ -28,7 +28,7 @@ from gbatch.nodes.ssh import (
     replace_host_key,
     trust_host_key,
 )
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client, RequestFailed
 
 
@@ -109,7 +109,7 @@ def test_an_unknown_host_is_refused_until_an_admin_trusts_its_fingerprint(
     assert status == 1 and "Trust it? [y/N]" in out and "not trusted" in out
     # The daemon itself refuses a fingerprint that is not the offered one.
     with Client(head.home / "gbatchd.sock") as client, pytest.raises(RequestFailed) as caught:
-        client.call(wire.TrustHostKey(name="gpu11", fingerprint=wrong))
+        client.call(requests.TrustHostKey(name="gpu11", fingerprint=wrong))
     assert caught.value.kind == "invalid" and "changed while you looked" in caught.value.message
     assert known_hosts.read_text() == ""
     assert node_row(head, "gpu11")["state"] == "down"
@@ -156,7 +156,7 @@ def test_a_changed_host_key_is_refused_until_trusted_with_replace(tmp_path: Path
         assert "gbatch node: error: --replace:" in refused.stderr
         assert known_hosts.read_text() == f"{other}\n{old}\n"
         with Client(head.home / "gbatchd.sock") as client, pytest.raises(RequestFailed) as caught:
-            client.call(wire.TrustHostKey(name="gpu12", fingerprint=offered))
+            client.call(requests.TrustHostKey(name="gpu12", fingerprint=offered))
         assert "DIFFERENT key" in caught.value.message and row["state"] == "down"
 
         status, out = trust_on_a_terminal(head, "gpu12", "--replace", answer="y")
@@ -182,11 +182,11 @@ def test_a_user_who_is_not_an_admin_may_neither_see_nor_trust_host_keys(
     def attempt() -> dict[str, object]:
         outcome: dict[str, object] = {}
         with Client(socket) as client:
-            requests = (
-                wire.GetHostKey(name="local"),
-                wire.TrustHostKey(name="local", fingerprint="SHA256:x"),
+            asked = (
+                requests.GetHostKey(name="local"),
+                requests.TrustHostKey(name="local", fingerprint="SHA256:x"),
             )
-            for request in requests:
+            for request in asked:
                 op = request.op
                 try:
                     client.call(request)

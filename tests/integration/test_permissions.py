@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import Head, require_root
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client, RequestFailed
 
 
@@ -60,20 +60,20 @@ def test_another_user_can_neither_cancel_hold_nor_read_the_logs_of_my_job(
     job_id = shared_head.sbatch("--wrap", "echo secret; sleep 30")
     shared_head.wait_state(job_id, "RUNNING")
 
-    cancel = as_nobody(sock, lambda c: c.call(wire.Cancel(ids=(job_id,)))["results"])
+    cancel = as_nobody(sock, lambda c: c.call(requests.Cancel(ids=(job_id,)))["results"])
     assert cancel == {
         "ok": [{"id": job_id, "ok": False, "error": f"Access/permission denied for job {job_id}"}]
     }
-    hold = as_nobody(sock, lambda c: c.call(wire.Hold(ids=(job_id,)))["results"][0]["ok"])
+    hold = as_nobody(sock, lambda c: c.call(requests.Hold(ids=(job_id,)))["results"][0]["ok"])
     assert hold == {"ok": False}
-    logs = as_nobody(sock, lambda c: c.call(wire.ReadLog(id=job_id, offset=0)))
+    logs = as_nobody(sock, lambda c: c.call(requests.ReadLog(id=job_id, offset=0)))
     assert logs["refused"] == "permission" and "secret" not in json.dumps(logs)
-    stop = as_nobody(sock, lambda c: c.call(wire.Shutdown()))
+    stop = as_nobody(sock, lambda c: c.call(requests.Shutdown()))
     assert stop["refused"] == "permission"
-    drain = as_nobody(sock, lambda c: c.call(wire.DrainNode(name="local", reason="mine now")))
+    drain = as_nobody(sock, lambda c: c.call(requests.DrainNode(name="local", reason="mine now")))
     assert drain["refused"] == "permission"
     # Everyone sees the queue, as in Slurm.
-    listed = as_nobody(sock, lambda c: [j["id"] for j in c.call(wire.ListJobs())["jobs"]])
+    listed = as_nobody(sock, lambda c: [j["id"] for j in c.call(requests.ListJobs())["jobs"]])
     assert listed == {"ok": [job_id]}
 
     assert shared_head.state(job_id) == "RUNNING"
@@ -97,7 +97,7 @@ def test_the_owner_is_whoever_connects_not_who_the_request_claims(shared_head: H
     job = shared_head.job(job_id)
     assert (job["user"], job["uid"]) == ("nobody", NOBODY.pw_uid)
     # The owner may cancel their own job.
-    cancelled = as_nobody(sock, lambda c: c.call(wire.Cancel(ids=(job_id,))))
+    cancelled = as_nobody(sock, lambda c: c.call(requests.Cancel(ids=(job_id,))))
     assert cancelled == {"ok": {"results": [], "done": 1, "failed": 0}}
     shared_head.wait_state(job_id, "CANCELLED")
 
@@ -105,6 +105,8 @@ def test_the_owner_is_whoever_connects_not_who_the_request_claims(shared_head: H
 def test_root_may_cancel_another_users_job(shared_head: Head) -> None:
     sock = shared_head.home / "gbatchd.sock"
     spec = {"name": "theirs", "command": ["true"], "gpus": 0}
-    (job_id,) = as_nobody(sock, lambda c: c.call(wire.Submit(spec=spec, held=True))["ids"])["ok"]
+    (job_id,) = as_nobody(sock, lambda c: c.call(requests.Submit(spec=spec, held=True))["ids"])[
+        "ok"
+    ]
     assert shared_head.run("scancel", str(job_id)).returncode == 0
     shared_head.wait_state(job_id, "CANCELLED")

@@ -27,7 +27,7 @@ from dockerenv import ensure_test_image, require_docker
 
 from gbatch.nodes.docker import container_name
 from gbatch.nodes.resolve import resolve_here
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 from gbatch.site.policy import RunAs
 
@@ -102,7 +102,7 @@ def test_a_students_bare_job_runs_as_the_student_and_reads_nothing_of_the_head(
     # Root's job with a secret: the store's key file exists from then on.
     spec = {"name": "roots", "command": "echo roots-own-output", "secret_env": ["TOKEN"]}
     with Client(home / "gbatchd.sock") as client:
-        (roots_job,) = client.call(wire.Submit(spec=spec, secret_env={"TOKEN": "x"}))["ids"]
+        (roots_job,) = client.call(requests.Submit(spec=spec, secret_env={"TOKEN": "x"}))["ids"]
     lab.head.wait_state(roots_job, "COMPLETED")
     assert (home / "secrets.key").exists()
     job_id = lab.sbatch_as_student(
@@ -154,7 +154,7 @@ def test_an_output_file_the_student_may_not_write_is_not_written_and_the_log_say
 
     def submit() -> int:
         with Client(home / "gbatchd.sock") as client:
-            return int(client.call(wire.Submit(spec=spec))["ids"][0])
+            return int(client.call(requests.Submit(spec=spec))["ids"][0])
 
     job_id = as_user(lab.student, submit)
     lab.head.wait_state(job_id, "COMPLETED")

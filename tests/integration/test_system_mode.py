@@ -29,7 +29,7 @@ from asuser import User, as_user, preload, temp_users
 from conftest import FAST_CONFIG, kill_leftover_jobs, wait_for
 from dockerenv import TEST_IMAGE, require_docker
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client, DaemonUnavailable
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="needs root to make users")
@@ -121,7 +121,7 @@ def start_daemon(
 def answers(socket: Path) -> bool:
     try:
         with Client(socket, timeout=5) as client:
-            client.call(wire.Ping())
+            client.call(requests.Ping())
     except DaemonUnavailable:
         return False
     return True
@@ -236,7 +236,7 @@ def test_the_service_users_daemon_serves_its_group_and_nobody_else(service: Serv
                 f"ask an admin to add you to group {group.name}\n"
             )
         with Client(sock) as client:
-            found = client.call(wire.ListJobs(history=True))["jobs"]
+            found = client.call(requests.ListJobs(history=True))["jobs"]
         queued = [(j["id"], j["user"]) for j in found]
         assert queued == [(job_id, alice.name)]
 

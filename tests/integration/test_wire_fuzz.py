@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wirefuzz import JSON_VALUES, RAW_LINES, nested, request_shaped
 
-from gbatch.protocol import wire
+from gbatch.core import constants
+from gbatch.protocol import decoder, requests
 from gbatch.protocol.client import Client
 
 FUZZ = settings(
@@ -33,7 +34,7 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 # Shutdown would end the run; the rest may be sent (a submit is made held below).
-OPS = tuple(op for op in sorted(wire.REQUESTS) if op != "shutdown")
+OPS = tuple(op for op in sorted(requests.REQUESTS) if op != "shutdown")
 
 
 @pytest.fixture(scope="module")
@@ -95,14 +96,14 @@ def check_exchange(daemon: Daemon, payload: bytes) -> list[dict[str, Any]]:
     for reply in replies:
         assert reply["ok"] in (True, False), reply
         if not reply["ok"]:
-            assert reply["kind"] in wire.ERROR_KINDS and reply["kind"] != "internal", reply
+            assert reply["kind"] in requests.ERROR_KINDS and reply["kind"] != "internal", reply
             # Bounded whatever the input (a value is echoed shortened); 500, not less:
             # the job file's unknown-key refusal lists every valid key, as its fix.
             assert reply["error"].isprintable() and len(reply["error"]) < 500, reply
     log = daemon.new_log()
     assert "Traceback" not in log, log[-2000:]
     with Client(daemon.socket, timeout=60) as client:
-        assert client.call(wire.Ping())["pid"] == daemon.pid
+        assert client.call(requests.Ping())["pid"] == daemon.pid
     return replies
 
 
@@ -138,7 +139,7 @@ def test_raw_bytes_each_line_gets_one_reply(
             "\u00e9\U0001f600" * 100_000,
             "\x00" * 100_000,
             9**4000,
-            nested(wire.MAX_NESTING - 2).decode(),
+            nested(decoder.MAX_NESTING - 2).decode(),
         ]
     ),
     st.sampled_from(["spec", "ids", "name", "pad", "states", "secret_env"]),
@@ -159,12 +160,12 @@ def test_many_lines_on_one_connection_each_get_a_reply(daemon: Daemon) -> None:
 
 
 def test_a_line_over_the_limit_gets_one_reply_and_the_connection_closes(daemon: Daemon) -> None:
-    received = exchange(daemon.socket, b'{"op":"ping","pad":"' + b"x" * wire.MAX_REQUEST_BYTES)
-    assert json.loads(received) == wire.error_reply(
+    received = exchange(daemon.socket, b'{"op":"ping","pad":"' + b"x" * constants.MAX_REQUEST_BYTES)
+    assert json.loads(received) == requests.error_reply(
         "invalid",
         "bad request: a request line over 4 MiB, the most gbatchd reads. Pass large data in "
         "a file the job mounts",
     )
     assert "Traceback" not in daemon.new_log()
     with Client(daemon.socket) as client:
-        assert client.call(wire.Ping())["pid"] == daemon.pid
+        assert client.call(requests.Ping())["pid"] == daemon.pid

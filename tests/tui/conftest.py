@@ -24,7 +24,7 @@ from integration.conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_hea
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 from gbatch.tui.app import GbatchApp, make_app
 from gbatch.tui.pager import PagedTable
@@ -121,7 +121,7 @@ def submit_as_nobody(head: Head, name: str) -> int:
             os.setuid(nobody.pw_uid)
             with Client(socket_of(head)) as client:
                 spec = {"name": name, "command": ["true"], "gpus": 0}
-                outcome: object = client.call(wire.Submit(spec=spec, held=True))["ids"]
+                outcome: object = client.call(requests.Submit(spec=spec, held=True))["ids"]
         except BaseException as err:
             outcome = repr(err)
         os.write(write_end, json.dumps(outcome).encode())

@@ -17,6 +17,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import oracles
+
 from gbatch.core.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.tui import rows
 from gbatch.tui.app import GbatchApp, make_app
@@ -249,18 +251,18 @@ def training_log() -> str:
 
 
 def page_of(jobs: Sequence[Job], view: QueueView, offset: int, limit: int) -> QueuePage:
-    """What the daemon's ListJobs page holds for `view`, from Jobs: rows.visible (its
-    text over the JOBID, USER, NAME and NODE(REASON) cells), rows.sort_jobs,
-    rows.state_counts of what mine/all selects."""
+    """What the daemon's ListJobs page holds for `view`, from Jobs: oracles.visible (its
+    text over the JOBID, USER, NAME and NODE(REASON) cells), oracles.sort_jobs,
+    oracles.state_counts of what mine/all selects."""
     cells = rows.job_cells(jobs, NOW)
     searched = {
         job.id: (cells[job.id][0], cells[job.id][1], job.spec.name, cells[job.id][6])
         for job in jobs
     }
-    shown = rows.sort_jobs(
-        rows.visible(jobs, view.filter, searched), view.sort, NOW, cells, reverse=view.reverse
+    shown = oracles.sort_jobs(
+        oracles.visible(jobs, view.filter, searched), view.sort, NOW, cells, reverse=view.reverse
     )
-    counts = rows.state_counts(rows.owned(jobs, view.filter), finished=view.finished)
+    counts = oracles.state_counts(oracles.owned(jobs, view.filter), finished=view.finished)
     page = tuple(shown[offset : offset + limit])
     return QueuePage(view, page, NOW, offset, len(shown), counts)
 

@@ -33,7 +33,7 @@ from integration.asuser import User, as_user, preload, temp_users
 from integration.conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head
 from textual.pilot import Pilot
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 from gbatch.tui.app import GbatchApp
 from gbatch.tui.dialogs import ConfirmDialog
@@ -88,7 +88,7 @@ def submit_as(head: Head, user: User, name: str, command: str, held: bool = Fals
     def submit() -> int:
         spec = {"name": name, "command": ["sh", "-c", command], "gpus": 0}
         with Client(socket_of(head)) as client:
-            (job_id,) = client.call(wire.Submit(spec=spec, held=held))["ids"]
+            (job_id,) = client.call(requests.Submit(spec=spec, held=held))["ids"]
         return int(job_id)
 
     job_id: int = as_user(user, submit)
@@ -97,7 +97,7 @@ def submit_as(head: Head, user: User, name: str, command: str, held: bool = Fals
 
 def everything(head: Head) -> dict[int, dict[str, Any]]:
     with Client(socket_of(head)) as client:
-        return {job["id"]: job for job in client.call(wire.ListJobs(history=True))["jobs"]}
+        return {job["id"]: job for job in client.call(requests.ListJobs(history=True))["jobs"]}
 
 
 async def put_cursor_on(pilot: Pilot[None], app: GbatchApp, job_id: int) -> None:

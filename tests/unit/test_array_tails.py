@@ -14,12 +14,14 @@ import pytest
 from gbatch.core import arrays
 from gbatch.core.arrays import ARRAY_ROWS, THROTTLE_REASON
 from gbatch.core.limits import Limits, UserLimits
-from gbatch.core.model import JobSpec, JobState
+from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import RunnableWindow, Store, planning_job
-from gbatch.protocol import wire
-from gbatch.render.formatting import format_job_details, format_sacct, format_squeue
+from gbatch.protocol import codec, listings
+from gbatch.render.sacct import format_sacct
+from gbatch.render.scontrol import format_job_details
+from gbatch.render.squeue import format_squeue
 from gbatch.site.config import Config, Paths
 
 ALICE = Caller(uid=5001, user="alice", pid=11)
@@ -51,9 +53,9 @@ def rows(daemon: Daemon) -> int:
         return int(db.execute("SELECT count(*) FROM jobs").fetchone()[0])
 
 
-def listed(daemon: Daemon, caller: Caller = ALICE, **fields: Any) -> list[wire.Job]:
+def listed(daemon: Daemon, caller: Caller = ALICE, **fields: Any) -> list[Job]:
     reply = handle(daemon, caller, {"op": "jobs", **fields})
-    return [wire.job_from_wire(job) for job in reply["jobs"]]
+    return [codec.job_from_wire(job) for job in reply["jobs"]]
 
 
 def test_a_100000_task_array_is_a_few_rows_and_lists_as_one_line(daemon: Daemon) -> None:
@@ -210,7 +212,7 @@ def test_take_and_index_spans_follow_the_array_expression() -> None:
 def test_scontrol_show_job_of_the_array_shows_its_tail_as_one_record(daemon: Daemon) -> None:
     array = submit(daemon, array=f"0-{TASKS - 1}%4")[0]
     reply = handle(daemon, ALICE, {"op": "job", "id": array, "with_tasks": True})
-    tail = wire.job_from_wire(reply["tasks"][-1])
+    tail = codec.job_from_wire(reply["tasks"][-1])
     text = format_job_details(tail, [], 0)
     assert f"JobId={array + ARRAY_ROWS} ArrayJobId={array} ArrayTaskId={ARRAY_ROWS}-99999" in text
     assert "ArrayTaskThrottle=4" in text
@@ -219,11 +221,11 @@ def test_scontrol_show_job_of_the_array_shows_its_tail_as_one_record(daemon: Dae
 def test_the_tuis_job_table_labels_a_tail_record_with_its_tasks(daemon: Daemon) -> None:
     array = submit(daemon, array="0-99")[0]
     table = handle(daemon, ALICE, {"op": "jobs", "table": True})["table"]
-    labels = wire.table_labels(table)
+    labels = listings.table_labels(table)
     assert labels[array] == f"{array}_0"
     assert labels[array + ARRAY_ROWS] == f"{array}_[{ARRAY_ROWS}-99]"
     last = table["rows"][-1]
-    decoded = wire.job_from_row(last, JobSpec.from_dict(table["specs"][last[0]]))
+    decoded = listings.job_from_row(last, JobSpec.from_dict(table["specs"][last[0]]))
     assert (decoded.id, decoded.array_more) == (array + ARRAY_ROWS, ((ARRAY_ROWS + 1, 99),))
 
 
@@ -268,12 +270,12 @@ def test_squeues_columns_print_as_the_job_table_did(daemon: Daemon, fields: Any)
     submit(daemon, count=3)
     handle(daemon, ALICE, {"op": "hold", "ids": [submit(daemon)[0]]})
 
-    def listed_as(kind: str) -> list[wire.Job]:
+    def listed_as(kind: str) -> list[Job]:
         reply = handle(daemon, ALICE, {"op": "jobs", "brief": True, kind: True, **fields})
         assert kind in reply, reply
         if kind == "columns":
-            return wire.jobs_from_columns(reply["columns"])
-        return wire.jobs_from_table(reply["table"])
+            return listings.jobs_from_columns(reply["columns"])
+        return listings.jobs_from_table(reply["table"])
 
     old, new = listed_as("table"), listed_as("columns")
     assert [job.id for job in new] == [job.id for job in old]

@@ -17,12 +17,14 @@ from hypothesis import strategies as st
 from gbatch.core import arrays
 from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.limits import Limits, UserLimits
-from gbatch.core.model import JobSpec, JobState
+from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import MAX_ARRAY, Caller, handle
 from gbatch.head.store import Store
-from gbatch.protocol import wire
-from gbatch.render.formatting import format_job_details, format_sacct, format_squeue
+from gbatch.protocol import codec
+from gbatch.render.sacct import format_sacct
+from gbatch.render.scontrol import format_job_details
+from gbatch.render.squeue import format_squeue
 from gbatch.site.config import Config, Paths
 
 ALICE = Caller(uid=5001, user="alice", pid=11)
@@ -51,9 +53,9 @@ def submit(daemon: Daemon, **fields: Any) -> list[int]:
     return list(reply["ids"])
 
 
-def listed(daemon: Daemon, **fields: Any) -> list[wire.Job]:
+def listed(daemon: Daemon, **fields: Any) -> list[Job]:
     reply = handle(daemon, ALICE, {"op": "jobs", **fields})
-    return [wire.job_from_wire(job) for job in reply["jobs"]]
+    return [codec.job_from_wire(job) for job in reply["jobs"]]
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +144,7 @@ def test_squeue_sacct_and_show_job_name_one_task_of_a_large_array(daemon: Daemon
     sacct = format_sacct(history, 0, fields=["JobID", "State"], parsable=True).splitlines()[1:]
     assert sorted(sacct) == [f"{array}_40000|PENDING", f"{array}_90000|CANCELLED"]
     shown = handle(daemon, ALICE, {"op": "job", "id": array, "task": 77_000})
-    job = wire.job_from_wire(shown["job"])
+    job = codec.job_from_wire(shown["job"])
     assert job.id == array + 77_000
     assert f"JobId={array + 77_000} ArrayJobId={array} ArrayTaskId=77000" in format_job_details(
         job, [], 0
@@ -175,7 +177,7 @@ def test_show_job_of_an_arrays_id_shows_its_tasks_to_its_last(daemon: Daemon) ->
     array = submit(daemon, array="0-49")[0]
     handle(daemon, ALICE, {"op": "cancel", "jobs": [f"{array}_49"]})
     reply = handle(daemon, ALICE, {"op": "job", "id": array, "with_tasks": True})
-    tasks = [wire.job_from_wire(t) for t in reply["tasks"]]
+    tasks = [codec.job_from_wire(t) for t in reply["tasks"]]
     assert [t.id for t in tasks] == [*range(array + 1, array + ARRAY_ROWS + 1), array + 49]
     assert tasks[-2].array_more == ((ARRAY_ROWS + 1, 48),)
 

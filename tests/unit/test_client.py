@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
 
 
@@ -38,7 +38,7 @@ def test_a_request_taken_but_not_answered_in_time_says_it_may_still_happen(
     silent_daemon: Path,
 ) -> None:
     with Client(silent_daemon, timeout=0.3) as client, pytest.raises(ReplyTimeout) as caught:
-        client.call(wire.Cancel(ids=(1,)))
+        client.call(requests.Cancel(ids=(1,)))
     message = str(caught.value)
     assert "did not reply within 0.3 s" in message
     assert "may still carry the request out" in message
@@ -72,7 +72,7 @@ def test_send_raw_passes_an_ok_reply_on_as_written_and_raises_a_refusal(tmp_path
     ]
     thread = scripted_daemon(path, replies)
     with Client(path, timeout=5) as client:
-        request = wire.encode_request(wire.ListJobs())
+        request = requests.encode_request(requests.ListJobs())
         for reply in replies[:3]:
             assert client.send_raw(request) == reply.rstrip(b"\n")
         with pytest.raises(RequestFailed) as caught:

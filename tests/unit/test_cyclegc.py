@@ -199,7 +199,7 @@ def test_a_loop_submitting_and_cancelling_for_a_while_keeps_no_garbage(
             caller = Caller(1000 + n % 5, f"user{n % 5}", 1)
             ids = handle(daemon, caller, {"op": "submit", "spec": spec, "count": 2})["ids"]
             # squeue's listing (columns): the brief records' one keeps up to 20,000 of
-            # them (wire.BriefRecords), and each pass here lists 2 new jobs.
+            # them (listings.BriefRecords), and each pass here lists 2 new jobs.
             handle(daemon, caller, {"op": "jobs", "columns": True})
             handle(daemon, STRANGER, {"op": "cancel", "ids": ids[:1]})  # refused
             handle(daemon, caller, {"op": "submit", "spec": {"nonsense": 1}})  # refused

@@ -22,7 +22,7 @@ from gbatch.jobspec.spec import (
     parse_signal,
 )
 from gbatch.nodes.base import job_env
-from gbatch.render.formatting import format_job_details
+from gbatch.render.scontrol import format_job_details
 
 SHELL = {
     "PATH": "/opt/bin:/usr/bin",

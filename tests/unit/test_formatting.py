@@ -14,17 +14,11 @@ import pytest
 
 from gbatch.core.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.core.timefmt import format_timestamp
-from gbatch.render.formatting import (
-    FormatError,
-    format_job_details,
-    format_job_details_json,
-    format_sacct,
-    format_sacct_json,
-    format_sinfo_gpus,
-    format_sinfo_json,
-    format_squeue,
-    format_squeue_json,
-)
+from gbatch.render.cells import FormatError
+from gbatch.render.sacct import format_sacct, format_sacct_json
+from gbatch.render.scontrol import format_job_details, format_job_details_json
+from gbatch.render.sinfo import format_sinfo_gpus, format_sinfo_json
+from gbatch.render.squeue import format_squeue, format_squeue_json
 
 NOW = 1_800_000_000.0
 
@@ -604,7 +598,7 @@ def test_absurd_widths_are_refused_rather_than_padded() -> None:
 
 def test_node_list_shows_where_each_node_is_and_why_it_is_out() -> None:
     from gbatch.core.model import NodeInfo, NodeState
-    from gbatch.render.formatting import format_node_list
+    from gbatch.render.sinfo import format_node_list
 
     nodes = [
         NodeInfo("gpu01", NodeState.IDLE, address="gbatch@10.0.0.11:22"),
@@ -650,14 +644,10 @@ def _varied_queue() -> list[Job]:
 )
 @pytest.mark.parametrize("expand", [False, True], ids=["folded", "expanded"])
 def test_squeue_memoized_rows_equal_one_line_drawn_per_job(fmt: str | None, expand: bool) -> None:
-    from gbatch.render.formatting import (
-        SQUEUE_DEFAULT_FORMAT,
-        SqueueView,
-        _parse_squeue_format,
-        _squeue_line,
-        collapse_pending,
-        expand_tasks,
-    )
+    from gbatch.core.arrays import expand_tasks
+    from gbatch.core.constants import SQUEUE_DEFAULT_FORMAT
+    from gbatch.core.jobids import collapse_pending
+    from gbatch.render.squeue import SqueueView, _parse_squeue_format, _squeue_line
 
     jobs = _varied_queue()
     starts = {11: NOW + 600.0}
@@ -694,13 +684,13 @@ def test_squeue_from_columns_prints_what_it_printed_from_the_table(
     # with a control character, every letter a columns reply serves, -r and sorts.
     import json
 
-    from gbatch.protocol.wire import (
+    from gbatch.protocol.listings import (
         jobs_from_columns,
         jobs_from_table,
         jobs_to_columns,
         jobs_to_table,
     )
-    from gbatch.render.formatting import parse_squeue_sort, sort_squeue
+    from gbatch.render.squeue import parse_squeue_sort, sort_squeue
 
     def printed(jobs: list[Job]) -> str:
         ordered = sort_squeue(jobs, parse_squeue_sort(sort), NOW)

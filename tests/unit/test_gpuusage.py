@@ -10,7 +10,8 @@ from gbatch.core.gpuusage import GpuUsage, sample, seff_lines, tres_usage
 from gbatch.core.model import Gpu, Job, JobSpec, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.store import Store
-from gbatch.render.formatting import format_sacct, format_seff
+from gbatch.render.reports import format_seff
+from gbatch.render.sacct import format_sacct
 
 GIB = 1024
 

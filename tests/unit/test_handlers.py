@@ -17,7 +17,7 @@ from gbatch.nodes import remote
 from gbatch.nodes.inventory import NodeConfig
 from gbatch.nodes.remote import RemoteNode
 from gbatch.nodes.ssh import RemoteError
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 
 ROOT = Caller(uid=0, user="root", pid=1)
 SPEC = JobSpec(name="j", command=("true",)).to_dict()
@@ -182,36 +182,36 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
     (job_id,) = handle(daemon, ROOT, {"op": "submit", "spec": SPEC, "held": True})["ids"]
     # (request, a key of its reply, or the refusal's kind): in an order that each can run
     served = [
-        (wire.Ping(), "version"),
-        (wire.Submit(spec=SPEC, count=2, held=True), "ids"),
-        (wire.ListJobs(ids=(job_id,)), "jobs"),
-        (wire.ShowJob(id=job_id), "events"),
-        (wire.UpdateJob(id=job_id, changes={"Priority": "-1"}), "changes"),
-        (wire.ReadLog(id=job_id), "data"),
-        (wire.Hold(ids=(job_id,)), "results"),
-        (wire.Release(ids=(job_id,)), "results"),
-        (wire.Requeue(ids=(job_id,)), "results"),
-        (wire.Cancel(ids=(job_id,)), "results"),
-        (wire.ListNodes(), "nodes"),
-        (wire.DrainNode(name="local", reason="fan noise"), None),
-        (wire.ResumeNode(name="local"), None),
-        (wire.InstallAgent(names=("local",)), "results"),
-        (wire.GetHostKey(name="local"), "invalid"),  # the local node has no SSH key
-        (wire.TrustHostKey(name="local", fingerprint="SHA256:x"), "invalid"),
-        (wire.ShowShares(all_users=True), "users"),
-        (wire.ShowPriorities(), "jobs"),
-        (wire.ReportUsage(start=0.0, end=1.0, all_users=True), "rows"),
-        (wire.Metrics(), "jobs"),
-        (wire.MintToken(user="nobody"), "token"),  # root mints for a service account
-        (wire.ListTokens(all_users=True), "tokens"),
-        (wire.RevokeToken(jti="no-such-token"), "not_found"),
-        (wire.RotateTokenKey(), "kid"),
-        (wire.WithToken(token="x.y.z", request={"op": "ping"}), "unauthenticated"),
-        (wire.Shutdown(), "pid"),
+        (requests.Ping(), "version"),
+        (requests.Submit(spec=SPEC, count=2, held=True), "ids"),
+        (requests.ListJobs(ids=(job_id,)), "jobs"),
+        (requests.ShowJob(id=job_id), "events"),
+        (requests.UpdateJob(id=job_id, changes={"Priority": "-1"}), "changes"),
+        (requests.ReadLog(id=job_id), "data"),
+        (requests.Hold(ids=(job_id,)), "results"),
+        (requests.Release(ids=(job_id,)), "results"),
+        (requests.Requeue(ids=(job_id,)), "results"),
+        (requests.Cancel(ids=(job_id,)), "results"),
+        (requests.ListNodes(), "nodes"),
+        (requests.DrainNode(name="local", reason="fan noise"), None),
+        (requests.ResumeNode(name="local"), None),
+        (requests.InstallAgent(names=("local",)), "results"),
+        (requests.GetHostKey(name="local"), "invalid"),  # the local node has no SSH key
+        (requests.TrustHostKey(name="local", fingerprint="SHA256:x"), "invalid"),
+        (requests.ShowShares(all_users=True), "users"),
+        (requests.ShowPriorities(), "jobs"),
+        (requests.ReportUsage(start=0.0, end=1.0, all_users=True), "rows"),
+        (requests.Metrics(), "jobs"),
+        (requests.MintToken(user="nobody"), "token"),  # root mints for a service account
+        (requests.ListTokens(all_users=True), "tokens"),
+        (requests.RevokeToken(jti="no-such-token"), "not_found"),
+        (requests.RotateTokenKey(), "kid"),
+        (requests.WithToken(token="x.y.z", request={"op": "ping"}), "unauthenticated"),
+        (requests.Shutdown(), "pid"),
     ]
-    assert {type(request) for request, _ in served} == set(wire.REQUESTS.values())
+    assert {type(request) for request, _ in served} == set(requests.REQUESTS.values())
     for request, expected in served:
-        reply = handle(daemon, ROOT, wire.encode_request(request))
+        reply = handle(daemon, ROOT, requests.encode_request(request))
         if reply["ok"]:
             assert expected is None or expected in reply, (request, reply)
         else:

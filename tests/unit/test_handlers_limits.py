@@ -21,7 +21,7 @@ from gbatch.core.model import JobSpec, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import Store, Submission
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.site.config import Config, Paths
 
 ROOT = Caller(uid=0, user="root", pid=1)
@@ -222,7 +222,7 @@ def test_a_group_entry_applies_to_the_members_of_a_real_group(
 
 
 def shares(daemon: Daemon, caller: Caller, **fields: Any) -> dict[str, Any]:
-    return handle(daemon, caller, wire.encode_request(wire.ShowShares(**fields)))
+    return handle(daemon, caller, requests.encode_request(requests.ShowShares(**fields)))
 
 
 def test_a_user_sees_their_own_limits_and_what_their_jobs_hold(

@@ -190,7 +190,20 @@ def test_the_checks_see_a_wrong_import(tmp_path: Path) -> None:
     assert "cli" not in ALLOWED["api"] and "tui" not in ALLOWED["cli"]
     source = tmp_path / "bad.py"
     source.write_text(
-        "from gbatch.head.store import Store\nfrom gbatch.protocol import wire\n"
+        "from gbatch.head.store import Store\nfrom gbatch.protocol import requests\n"
         "from gbatch.site import policy\n"
     )
-    assert imports_of(source) == {"gbatch.head.store", "gbatch.protocol.wire", "gbatch.site.policy"}
+    assert imports_of(source) == {
+        "gbatch.head.store",
+        "gbatch.protocol.requests",
+        "gbatch.site.policy",
+    }
+
+
+def test_the_shared_constants_are_a_leaf() -> None:
+    """core/constants.py is what the start-up fast path and the full path both read:
+    it imports nothing, not even the standard library, so any path loads it for free."""
+    source = (PACKAGE / "core" / "constants.py").read_text()
+    assert not any(
+        isinstance(node, ast.Import | ast.ImportFrom) for node in ast.walk(ast.parse(source))
+    )

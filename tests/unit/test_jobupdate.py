@@ -15,8 +15,8 @@ from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.jobupdate import UpdateRefused, plan_update
 from gbatch.nodes.inventory import Partition
-from gbatch.protocol import wire
-from gbatch.render import formatting
+from gbatch.protocol import codec, requests
+from gbatch.render import scontrol
 
 HOUR = 3600
 SPEC = JobSpec(name="train", command=("true",), time_limit=HOUR, partition="gpu")
@@ -174,7 +174,7 @@ def test_bad_update_words_are_usage_errors(words: list[str], message: str) -> No
     assert caught.value.status is Exit.USAGE
     assert caught.value.message.startswith(message)
     if "Account" in message:
-        assert ", ".join(wire.UPDATE_KEYS) in caught.value.message
+        assert ", ".join(requests.UPDATE_KEYS) in caught.value.message
 
 
 # -- the handler against a real store -------------------------------------------------
@@ -272,7 +272,7 @@ def test_show_node_prints_slurms_fields() -> None:
         cpus_allocated=4,
         mem_allocated_mb=8000,
     )
-    assert formatting.format_node_details(node) == (
+    assert scontrol.format_node_details(node) == (
         "NodeName=n1 NodeAddr=this machine\n"
         "   CPUAlloc=4 CPUTot=16\n"
         "   Gres=gpu:2 GresUsed=gpu:1\n"
@@ -289,10 +289,10 @@ def test_show_node_prints_slurms_fields() -> None:
 def test_show_partition_prints_slurms_fields() -> None:
     gpus = tuple(Gpu(i, f"GPU-{i}", "A100", 80000, 0, 0, 0) for i in range(2))
     node = NodeInfo("n1", NodeState.IDLE, gpus=gpus, cpus_total=16, mem_total_mb=64000)
-    partition = wire.partition_from_wire(
+    partition = codec.partition_from_wire(
         {"name": "gpu", "nodes": ["n1"], "default": True, "default_time": None, "max_time": 7200}
     )
-    assert formatting.format_partition_details(partition, [node]) == (
+    assert scontrol.format_partition_details(partition, [node]) == (
         "PartitionName=gpu\n"
         "   Default=YES DefaultTime=NONE MaxTime=2:00:00\n"
         "   Nodes=n1\n"

@@ -18,10 +18,10 @@ from gbatch.core.model import JobSpec, JobState
 from gbatch.head import handlers, heap, server, store
 from gbatch.head.daemon import Daemon
 from gbatch.head.store import rows
-from gbatch.protocol import wire
+from gbatch.protocol import codec, listings, replies, requests
 from gbatch.protocol.client import Client, DaemonUnavailable
 
-ROWS = 2500  # more than wire.REPLY_PIECE_ITEMS: a listing of several pieces
+ROWS = 2500  # more than replies.REPLY_PIECE_ITEMS: a listing of several pieces
 
 
 def queue(daemon: Daemon, count: int = ROWS) -> None:
@@ -31,11 +31,11 @@ def queue(daemon: Daemon, count: int = ROWS) -> None:
 
 
 LISTINGS = {
-    "squeue": wire.ListJobs(brief=True, columns=True),
-    "squeue -t all": wire.ListJobs(history=True, brief=True, columns=True),
-    "sacct -a -S all": wire.ListJobs(history=True, brief=True),
-    "tui": wire.ListJobs(table=True),
-    "full records": wire.ListJobs(),
+    "squeue": requests.ListJobs(brief=True, columns=True),
+    "squeue -t all": requests.ListJobs(history=True, brief=True, columns=True),
+    "sacct -a -S all": requests.ListJobs(history=True, brief=True),
+    "tui": requests.ListJobs(table=True),
+    "full records": requests.ListJobs(),
 }
 
 
@@ -44,9 +44,9 @@ def test_a_large_listings_pieces_make_json_dumps_line_byte_for_byte(
     daemon: Daemon, what: str
 ) -> None:
     queue(daemon)
-    reply = handlers.handle(daemon, ROOT, wire.encode_request(LISTINGS[what]))
-    pieces = wire.encode_reply(reply)
-    whole = json.dumps(reply, separators=wire.COMPACT).encode() + b"\n"
+    reply = handlers.handle(daemon, ROOT, requests.encode_request(LISTINGS[what]))
+    pieces = replies.encode_reply(reply)
+    whole = json.dumps(reply, separators=replies.COMPACT).encode() + b"\n"
     assert b"".join(pieces) == whole
     assert len(pieces) > 1 and max(map(len, pieces)) < len(whole) / 2
 
@@ -62,14 +62,14 @@ def test_a_large_listings_pieces_make_json_dumps_line_byte_for_byte(
     ],
 )
 def test_any_reply_in_pieces_is_json_dumps_line(reply: dict[str, Any]) -> None:
-    whole = json.dumps(reply, separators=wire.COMPACT).encode() + b"\n"
-    assert b"".join(wire.encode_reply(reply)) == whole
+    whole = json.dumps(reply, separators=replies.COMPACT).encode() + b"\n"
+    assert b"".join(replies.encode_reply(reply)) == whole
 
 
 def test_a_small_reply_is_written_in_one_piece() -> None:
-    assert wire.encode_reply({"ok": True, "jobs": [{"id": 1}] * 10, "now": 1.0}) == [
+    assert replies.encode_reply({"ok": True, "jobs": [{"id": 1}] * 10, "now": 1.0}) == [
         json.dumps(
-            {"ok": True, "jobs": [{"id": 1}] * 10, "now": 1.0}, separators=wire.COMPACT
+            {"ok": True, "jobs": [{"id": 1}] * 10, "now": 1.0}, separators=replies.COMPACT
         ).encode()
         + b"\n"
     ]
@@ -85,13 +85,13 @@ def test_a_large_listing_read_over_the_socket_is_the_handlers_reply(
 ) -> None:
     queue(daemon)
     request = LISTINGS[what]
-    expected = without_now(handlers.handle(daemon, ROOT, wire.encode_request(request)))
+    expected = without_now(handlers.handle(daemon, ROOT, requests.encode_request(request)))
     limits = server.Limits(reply_seconds=60.0)
     with serving(daemon, limits) as made:
         with Client(socket_path(made), timeout=60) as client:
             assert without_now(client.call(request)) == expected
         with connect(made) as raw:  # a client of its own: one line, read as it comes
-            raw.sendall(json.dumps(wire.encode_request(request)).encode() + b"\n")
+            raw.sendall(json.dumps(requests.encode_request(request)).encode() + b"\n")
             line = raw.makefile("rb").readline()
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert without_now(json.loads(line)) == expected
@@ -106,11 +106,11 @@ def test_the_heap_is_given_back_after_a_large_reply_only(
     monkeypatch.setattr(heap, "release_free_memory", lambda: trims.append(1) or True)
     limits = server.Limits(reply_seconds=60.0)
     with serving(daemon, limits) as made, Client(socket_path(made), timeout=60) as client:
-        client.call(wire.Ping())
-        client.call(wire.ListJobs(ids=(1,)))
+        client.call(requests.Ping())
+        client.call(requests.ListJobs(ids=(1,)))
         assert trims == []
-        client.call(wire.ListJobs(history=True, brief=True))  # ~500 KB
-        client.call(wire.Ping())  # served after the first reply's trim, if any
+        client.call(requests.ListJobs(history=True, brief=True))  # ~500 KB
+        client.call(requests.Ping())  # served after the first reply's trim, if any
     assert trims == [1]
 
 
@@ -138,16 +138,16 @@ def test_a_listing_larger_than_the_caches_leaves_them_alone_and_lists_the_same(
 @pytest.mark.parametrize(
     "request_",
     [
-        wire.ListJobs(history=True, brief=True, columns=True),
-        wire.ListJobs(history=True, brief=True, columns=True, states=("CA",)),
-        wire.ListJobs(history=True, brief=True, columns=True, states=("PD", "CA")),
-        wire.ListJobs(history=True, brief=True, columns=True, users=("nobody",)),
-        wire.ListJobs(history=True, brief=True, columns=True, since=50.0),
-        wire.ListJobs(brief=True, columns=True),
+        requests.ListJobs(history=True, brief=True, columns=True),
+        requests.ListJobs(history=True, brief=True, columns=True, states=("CA",)),
+        requests.ListJobs(history=True, brief=True, columns=True, states=("PD", "CA")),
+        requests.ListJobs(history=True, brief=True, columns=True, users=("nobody",)),
+        requests.ListJobs(history=True, brief=True, columns=True, since=50.0),
+        requests.ListJobs(brief=True, columns=True),
     ],
 )
 def test_the_history_as_narrow_rows_lists_what_the_jobs_would(
-    daemon: Daemon, request_: wire.ListJobs, monkeypatch: pytest.MonkeyPatch
+    daemon: Daemon, request_: requests.ListJobs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """squeue -t all reads the store's narrow rows (no Job per row), finished jobs and
     array tails in every state included, as the Jobs it used to build would list."""
@@ -156,40 +156,40 @@ def test_the_history_as_narrow_rows_lists_what_the_jobs_would(
     daemon.clock = lambda: 100.0
     firsts = []
     for array in ("0-99", "0-49"):  # 100 and 50 tasks: rows and a tail each
-        submit = wire.encode_request(wire.Submit(spec=spec, array=array))
+        submit = requests.encode_request(requests.Submit(spec=spec, array=array))
         firsts.append(handlers.handle(daemon, ROOT, submit)["ids"][0])
     first = firsts[0]
-    cancel = wire.Cancel(ids=(2, 3), jobs=(str(first),))
-    assert handlers.handle(daemon, ROOT, wire.encode_request(cancel))["ok"]
+    cancel = requests.Cancel(ids=(2, 3), jobs=(str(first),))
+    assert handlers.handle(daemon, ROOT, requests.encode_request(cancel))["ok"]
     assert daemon.store.tails(states=[JobState.CANCELLED])  # a tail cancelled, not only rows
     with monkeypatch.context() as patch:
         patch.setattr(daemon.store, "jobs", lambda **_: pytest.fail("a Job per row built"))
-        narrow = handlers.handle(daemon, ROOT, wire.encode_request(request_))
+        narrow = handlers.handle(daemon, ROOT, requests.encode_request(request_))
     found = daemon.store.jobs(
         states=handlers._states(request_.states),
         users=request_.users or None,
         since=request_.since,
         **({} if request_.history else {"finished": False}),
     )
-    assert json.dumps(narrow["columns"]) == json.dumps(wire.jobs_to_columns(found))
+    assert json.dumps(narrow["columns"]) == json.dumps(listings.jobs_to_columns(found))
 
 
 ALICE = handlers.Caller(uid=1000, user="alice", pid=2)
 STREAMED = {
-    "sacct -a -S all": wire.ListJobs(history=True, brief=True),
-    "sacct, some states": wire.ListJobs(history=True, brief=True, states=("PD", "CA")),
-    "sacct -S": wire.ListJobs(history=True, brief=True, since=50.0, users=("root",)),
-    "GET /jobs": wire.ListJobs(brief=True),
-    "GET /jobs, pending": wire.ListJobs(brief=True, states=("PD",)),
-    "a page": wire.ListJobs(brief=True, after=1200, limit=1500),
-    "the last page": wire.ListJobs(brief=True, after=1200, limit=100_000),
-    "names": wire.ListJobs(brief=True, names=("j",), nodes=()),
-    "full records": wire.ListJobs(),
-    "full records, history": wire.ListJobs(history=True),
+    "sacct -a -S all": requests.ListJobs(history=True, brief=True),
+    "sacct, some states": requests.ListJobs(history=True, brief=True, states=("PD", "CA")),
+    "sacct -S": requests.ListJobs(history=True, brief=True, since=50.0, users=("root",)),
+    "GET /jobs": requests.ListJobs(brief=True),
+    "GET /jobs, pending": requests.ListJobs(brief=True, states=("PD",)),
+    "a page": requests.ListJobs(brief=True, after=1200, limit=1500),
+    "the last page": requests.ListJobs(brief=True, after=1200, limit=100_000),
+    "names": requests.ListJobs(brief=True, names=("j",), nodes=()),
+    "full records": requests.ListJobs(),
+    "full records, history": requests.ListJobs(history=True),
 }
 
 
-def listed_before(daemon: Daemon, caller: handlers.Caller, request: wire.ListJobs) -> bytes:
+def listed_before(daemon: Daemon, caller: handlers.Caller, request: requests.ListJobs) -> bytes:
     """The reply's line as jobs() made it before it streamed (the Jobs built whole,
     then their records)."""
     states = handlers._states(request.states)
@@ -205,19 +205,19 @@ def listed_before(daemon: Daemon, caller: handlers.Caller, request: wire.ListJob
         found = [job for job in found if job.uid == caller.uid]
     found, following = handlers._page(handlers._narrowed(found, request), request, handlers._job_id)
     if request.brief:
-        records = [wire.job_to_wire(job, brief=True) for job in found]
+        records = [codec.job_to_wire(job, brief=True) for job in found]
     else:
         records = [
             handlers._job_to_wire(job, owner_view=admin or job.uid == caller.uid) for job in found
         ]
     reply = {"ok": True, "jobs": records, "now": daemon.clock(), **following}
-    return json.dumps(reply, separators=wire.COMPACT).encode() + b"\n"
+    return json.dumps(reply, separators=replies.COMPACT).encode() + b"\n"
 
 
-def streamed(daemon: Daemon, caller: handlers.Caller, request: wire.ListJobs) -> list[bytes]:
-    reply = handlers.handle(daemon, caller, wire.encode_request(request), stream=True)
-    assert isinstance(reply["jobs"], wire.Streamed)
-    return list(wire.reply_pieces(reply))
+def streamed(daemon: Daemon, caller: handlers.Caller, request: requests.ListJobs) -> list[bytes]:
+    reply = handlers.handle(daemon, caller, requests.encode_request(request), stream=True)
+    assert isinstance(reply["jobs"], replies.Streamed)
+    return list(replies.reply_pieces(reply))
 
 
 def varied_queue(daemon: Daemon) -> None:
@@ -227,21 +227,21 @@ def varied_queue(daemon: Daemon) -> None:
     daemon.clock = lambda: 100.0
     spec = {"name": "a", "command": ["true"]}
     for array in ("0-99", "0-49"):
-        submit = wire.encode_request(wire.Submit(spec=spec, array=array))
+        submit = requests.encode_request(requests.Submit(spec=spec, array=array))
         assert handlers.handle(daemon, ROOT, submit)["ok"]
     more = [JobSpec(name="b", command=("true",), env=(("I", str(i)),)) for i in range(700)]
     daemon.store.submit(more, ALICE.uid, ALICE.user, 100.0, held=True)
-    cancel = wire.Cancel(ids=tuple(range(2, 400, 3)))
-    assert handlers.handle(daemon, ROOT, wire.encode_request(cancel))["ok"]
+    cancel = requests.Cancel(ids=tuple(range(2, 400, 3)))
+    assert handlers.handle(daemon, ROOT, requests.encode_request(cancel))["ok"]
 
 
 def change_some(daemon: Daemon) -> None:
     """Jobs listed before, changed since: their records must be made again."""
-    release = wire.Release(ids=tuple(range(1000, 1100)))
-    assert handlers.handle(daemon, ROOT, wire.encode_request(release))["ok"]
+    release = requests.Release(ids=tuple(range(1000, 1100)))
+    assert handlers.handle(daemon, ROOT, requests.encode_request(release))["ok"]
     daemon.store.set_pending_reasons({job_id: "Priority" for job_id in range(1050, 1300)})
-    cancel = wire.Cancel(ids=tuple(range(2000, 2600, 7)))
-    assert handlers.handle(daemon, ROOT, wire.encode_request(cancel))["ok"]
+    cancel = requests.Cancel(ids=tuple(range(2000, 2600, 7)))
+    assert handlers.handle(daemon, ROOT, requests.encode_request(cancel))["ok"]
 
 
 @pytest.mark.parametrize("what", sorted(STREAMED))
@@ -275,8 +275,8 @@ def test_a_streamed_listing_under_private_data_shows_the_callers_own(
 
 def test_a_listing_streaming_holds_up_no_writer_and_lists_one_snapshot(daemon: Daemon) -> None:
     queue(daemon)
-    request = wire.encode_request(wire.ListJobs(history=True, brief=True))
-    pieces = wire.reply_pieces(handlers.handle(daemon, ROOT, request, stream=True))
+    request = requests.encode_request(requests.ListJobs(history=True, brief=True))
+    pieces = replies.reply_pieces(handlers.handle(daemon, ROOT, request, stream=True))
     first = next(pieces)  # the read is under way, a page of it taken
     written: list[list[int]] = []
     writer = threading.Thread(
@@ -312,21 +312,21 @@ def test_a_listing_that_fails_half_written_closes_the_connection(
     limits = server.Limits(reply_seconds=60.0)
     with serving(daemon, limits) as made, Client(socket_path(made), timeout=60) as client:
         with pytest.raises(DaemonUnavailable, match="before its reply's end"):
-            client.call(wire.ListJobs(brief=True))
-        client.call(wire.Ping())  # served, on a new connection
+            client.call(requests.ListJobs(brief=True))
+        client.call(requests.Ping())  # served, on a new connection
 
 
 COLUMNS = {
-    "squeue": wire.ListJobs(brief=True, columns=True),
-    "squeue -t all": wire.ListJobs(history=True, brief=True, columns=True),
-    "squeue -t PD,CA": wire.ListJobs(brief=True, columns=True, states=("PD", "CA")),
-    "squeue -u alice": wire.ListJobs(brief=True, columns=True, users=("alice",)),
-    "a page": wire.ListJobs(brief=True, columns=True, after=1200, limit=1500),
-    "the last page": wire.ListJobs(brief=True, columns=True, after=1200, limit=100_000),
+    "squeue": requests.ListJobs(brief=True, columns=True),
+    "squeue -t all": requests.ListJobs(history=True, brief=True, columns=True),
+    "squeue -t PD,CA": requests.ListJobs(brief=True, columns=True, states=("PD", "CA")),
+    "squeue -u alice": requests.ListJobs(brief=True, columns=True, users=("alice",)),
+    "a page": requests.ListJobs(brief=True, columns=True, after=1200, limit=1500),
+    "the last page": requests.ListJobs(brief=True, columns=True, after=1200, limit=100_000),
 }
 
 
-def columns_before(daemon: Daemon, caller: handlers.Caller, request: wire.ListJobs) -> bytes:
+def columns_before(daemon: Daemon, caller: handlers.Caller, request: requests.ListJobs) -> bytes:
     """The reply's line as jobs() made squeue's columns before it read them in pages
     (every row at once, then the columns)."""
     private = daemon.config.private_data and not handlers.is_admin(daemon, caller)
@@ -340,9 +340,9 @@ def columns_before(daemon: Daemon, caller: handlers.Caller, request: wire.ListJo
     if private:
         rows = [row for row in rows if row[1] == caller.uid]
     rows, following = handlers._page(rows, request, handlers._row_job_id)
-    columns = wire.listing_columns(rows, store.listing_specs(rows))
+    columns = listings.listing_columns(rows, store.listing_specs(rows))
     reply = {"ok": True, "columns": columns, "now": daemon.clock(), **following}
-    return json.dumps(reply, separators=wire.COMPACT).encode() + b"\n"
+    return json.dumps(reply, separators=replies.COMPACT).encode() + b"\n"
 
 
 @pytest.mark.parametrize("what", sorted(COLUMNS))
@@ -352,14 +352,14 @@ def test_squeues_columns_read_in_pages_are_the_line_the_whole_rows_made_before(
     request = COLUMNS[what]
     varied_queue(daemon)
     before = columns_before(daemon, ROOT, request)
-    reply = handlers.handle(daemon, ROOT, wire.encode_request(request), stream=True)
-    assert isinstance(reply["columns"]["id"], wire.Streamed)  # held as text, not rows
-    assert b"".join(wire.reply_pieces(reply)) == before
+    reply = handlers.handle(daemon, ROOT, requests.encode_request(request), stream=True)
+    assert isinstance(reply["columns"]["id"], replies.Streamed)  # held as text, not rows
+    assert b"".join(replies.reply_pieces(reply)) == before
     change_some(daemon)
     daemon.config = replace(daemon.config, private_data=True)
     for caller in (ROOT, ALICE):
-        again = handlers.handle(daemon, caller, wire.encode_request(request), stream=True)
-        assert b"".join(wire.reply_pieces(again)) == columns_before(daemon, caller, request)
+        again = handlers.handle(daemon, caller, requests.encode_request(request), stream=True)
+        assert b"".join(replies.reply_pieces(again)) == columns_before(daemon, caller, request)
 
 
 @pytest.mark.parametrize("what", ["squeue -t all", "sacct -a -S all"])
@@ -376,13 +376,13 @@ def test_a_listing_larger_than_the_spec_cache_leaves_it_alone_and_lists_the_same
     monkeypatch.setattr(rows, "_LISTING_SPECS", 5)
     monkeypatch.setattr(rows, "_SPEC_CACHE_MAX", 100)
     monkeypatch.setattr(rows, "_SPEC_CACHE", {})
-    reply = handlers.handle(daemon, ROOT, wire.encode_request(request), stream=True)
-    assert b"".join(wire.reply_pieces(reply)) == before
+    reply = handlers.handle(daemon, ROOT, requests.encode_request(request), stream=True)
+    assert b"".join(replies.reply_pieces(reply)) == before
     assert set(rows._SPEC_CACHE.values()) <= tails  # none of the listing's rows'
     monkeypatch.setattr(rows, "_SPEC_CACHE_MAX", 50_000)  # no larger than the cache:
-    daemon.brief_records = wire.BriefRecords()  # (sacct's records made again)
-    reply = handlers.handle(daemon, ROOT, wire.encode_request(request), stream=True)
-    assert b"".join(wire.reply_pieces(reply)) == before
+    daemon.brief_records = listings.BriefRecords()  # (sacct's records made again)
+    reply = handlers.handle(daemon, ROOT, requests.encode_request(request), stream=True)
+    assert b"".join(replies.reply_pieces(reply)) == before
     assert len(rows._SPEC_CACHE) > 700  # its specs decoded through it, as before
 
 
@@ -408,7 +408,7 @@ def test_the_time_a_listing_takes_to_make_is_not_the_clients_to_take_it(
     limits = server.Limits(reply_seconds=30.0)
     with serving(daemon, limits) as made, Client(socket_path(made), timeout=60) as client:
         made.clock = lambda: now[0]
-        assert len(client.call(wire.ListJobs(brief=True))["jobs"]) == ROWS
+        assert len(client.call(requests.ListJobs(brief=True))["jobs"]) == ROWS
     assert now[0] >= 60.0  # three pages: twice the reply's bound, all of it making
 
 
@@ -416,11 +416,11 @@ def test_a_listing_larger_than_the_brief_records_bound_keeps_none_of_them(
     daemon: Daemon,
 ) -> None:
     varied_queue(daemon)
-    daemon.brief_records = wire.BriefRecords(most=100)
+    daemon.brief_records = listings.BriefRecords(most=100)
     before = listed_before(daemon, ROOT, STREAMED["sacct -a -S all"])
     assert b"".join(streamed(daemon, ROOT, STREAMED["sacct -a -S all"])) == before
     assert daemon.brief_records._made == {}  # 3,000 jobs: none kept
-    page = wire.ListJobs(brief=True, limit=50)
+    page = requests.ListJobs(brief=True, limit=50)
     line = b"".join(streamed(daemon, ROOT, page))
     assert len(daemon.brief_records._made) == 50  # the page's
     assert b"".join(streamed(daemon, ROOT, page)) == line == listed_before(daemon, ROOT, page)

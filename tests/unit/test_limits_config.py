@@ -25,7 +25,7 @@ from gbatch.core.limits import (
     parse_limits,
     unix_groups,
 )
-from gbatch.render.formatting import format_sshare
+from gbatch.render.reports import format_sshare
 from gbatch.site.config import Config, ConfigError, Paths, load_config
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import oracles
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,7 +19,7 @@ from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import LISTING_SORTS, Store
-from gbatch.protocol import wire
+from gbatch.protocol import listings
 from gbatch.site.config import Config, Paths
 from gbatch.tui import rows
 
@@ -83,13 +84,13 @@ def fill_lab(daemon: Daemon) -> Daemon:
 
 def whole_listing(daemon: Daemon, caller: Caller, **fields: Any) -> list[Job]:
     reply = handle(daemon, caller, {"op": "jobs", "columns": True, **fields})
-    return wire.jobs_from_columns(reply["columns"])
+    return listings.jobs_from_columns(reply["columns"])
 
 
 def expected(
     jobs: list[Job], sort: str, reverse: bool, state: JobState | None, search: str
 ) -> list[int]:
-    """What the queue view showed, sorted and filtered in Python (rows.sort_jobs), the
+    """What the queue view showed, sorted and filtered in Python (oracles.sort_jobs), the
     search over the JOBID, USER, whole NAME and NODE(REASON) cells."""
     cells = rows.job_cells(jobs, NOW)
     needle = search.lower()
@@ -99,7 +100,7 @@ def expected(
         return any(needle in text.lower() for text in (shown[0], shown[1], job.spec.name, shown[6]))
 
     kept = [job for job in jobs if (state is None or job.state is state) and found(job)]
-    return [job.id for job in rows.sort_jobs(kept, sort, NOW, cells, reverse=reverse)]
+    return [job.id for job in oracles.sort_jobs(kept, sort, NOW, cells, reverse=reverse)]
 
 
 def page(daemon: Daemon, caller: Caller, **fields: Any) -> dict[str, Any]:
@@ -168,7 +169,7 @@ def test_pages_by_offset_put_together_are_the_whole_sorted_listing(lab: Daemon, 
 def test_a_page_decodes_as_the_listing_does_the_tails_label_included(lab: Daemon) -> None:
     jobs = {job.id: job for job in whole_listing(lab, ALICE)}
     reply = page(lab, ALICE, sort="gpus", reverse=True)
-    for job in wire.jobs_from_columns(reply["columns"]):
+    for job in listings.jobs_from_columns(reply["columns"]):
         assert job == jobs[job.id]
 
 

@@ -16,7 +16,7 @@ from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.metrics import DaemonMetrics, Histogram
 from gbatch.head.store import Store
-from gbatch.protocol import wire
+from gbatch.protocol import codec, requests
 from gbatch.site.config import Config, Paths
 
 ROOT = Caller(uid=0, user="root", pid=1)
@@ -60,7 +60,7 @@ def test_per_gpu_metrics_carry_dcgm_names_and_labels_and_nodes_count_their_gpus(
         Gpu(2, "GPU-ccc", "H100", 81559, 900, utilization_pct=3, foreign_processes=1),
     )
     node = NodeInfo("gpu1", NodeState.MIXED, gpus=gpus, allocations={0: 42})
-    text = render(snapshot(nodes=[wire.node_to_wire(node)], round_trips={"gpu1": [0.004, 2.5]}))
+    text = render(snapshot(nodes=[codec.node_to_wire(node)], round_trips={"gpu1": [0.004, 2.5]}))
     got = samples(text)
     labels = (("Hostname", "gpu1"), ("UUID", "GPU-aaa"), ("device", "nvidia0"), ("gpu", "0"))
     assert got[("DCGM_FI_DEV_GPU_UTIL", labels)] == 97
@@ -86,7 +86,7 @@ def test_label_values_with_quotes_backslashes_and_newlines_read_back_as_given() 
     odd = 'A100 "SXM4" \\ 40GB\nrev 2'
     gpus = (Gpu(0, 'GPU-"q"\\x', odd, 40000, 10, utilization_pct=5),)
     node = NodeInfo('node "7"\\b', NodeState.IDLE, gpus=gpus)
-    text = render(snapshot(nodes=[wire.node_to_wire(node)], round_trips={'node "7"\\b': [0.1, 1]}))
+    text = render(snapshot(nodes=[codec.node_to_wire(node)], round_trips={'node "7"\\b': [0.1, 1]}))
     got = samples(text)
     labels = (
         ("Hostname", 'node "7"\\b'),
@@ -103,7 +103,7 @@ def test_every_family_is_written_once_with_its_type_before_its_samples() -> None
     node = NodeInfo("gpu1", NodeState.IDLE, gpus=(Gpu(0, "GPU-a", "H100", 80, 0),))
     text = render(
         snapshot(
-            nodes=[wire.node_to_wire(node)] * 2,
+            nodes=[codec.node_to_wire(node)] * 2,
             round_trips={"gpu1": [0.1, 1]},
             jobs=[["PENDING", "alice", "gpu", 2]],
             shares=[["alice", 10.0, 0.5]],
@@ -168,7 +168,7 @@ def test_the_snapshot_counts_queued_jobs_by_state_user_and_partition(daemon: Dae
         {"op": "submit", "spec": JobSpec(name="a", command=("true",)).to_dict(), "count": 100},
     )
     assert reply["ok"], reply
-    snap = handle(daemon, ALICE, wire.encode_request(wire.Metrics()))
+    snap = handle(daemon, ALICE, requests.encode_request(requests.Metrics()))
     assert snap["ok"], snap
     jobs = {(state, user): n for state, user, _, n in snap["jobs"]}
     assert jobs == {("PENDING", "alice"): 2, ("PENDING", "carol"): 100}
@@ -182,6 +182,6 @@ def test_the_snapshot_counts_queued_jobs_by_state_user_and_partition(daemon: Dae
 
 def test_under_private_data_only_admins_read_metrics(tmp_path: Path) -> None:
     for daemon in _daemon(tmp_path, private_data=True, admins=("carol",)):
-        refused = handle(daemon, ALICE, wire.encode_request(wire.Metrics()))
+        refused = handle(daemon, ALICE, requests.encode_request(requests.Metrics()))
         assert refused["kind"] == "permission" and "private_data" in refused["error"]
-        assert handle(daemon, CAROL, wire.encode_request(wire.Metrics()))["ok"]
+        assert handle(daemon, CAROL, requests.encode_request(requests.Metrics()))["ok"]

@@ -1,5 +1,5 @@
-"""What a request line may be: at most wire.MAX_REQUEST_BYTES, UTF-8, JSON nested at
-most wire.MAX_NESTING deep; anything else is one bad-request line, never a traceback.
+"""What a request line may be: at most constants.MAX_REQUEST_BYTES, UTF-8, JSON nested at
+most decoder.MAX_NESTING deep; anything else is one bad-request line, never a traceback.
 Hypothesis throws arbitrary bytes and JSON values at parse_request_line and
 decode_request, and well-typed requests through the whole trip."""
 
@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wirefuzz import JSON_VALUES, RAW_LINES, nested, request_shaped
 
+from gbatch.core import constants
 from gbatch.jobspec.spec import MAX_COMMAND_BYTES, MAX_FILE_BYTES, build_spec, load_job_file
-from gbatch.protocol import wire
+from gbatch.protocol import decoder, requests
 from gbatch.protocol.client import Client, RequestFailed
 
 FUZZ = settings(
@@ -26,15 +27,15 @@ FUZZ = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-DEEP = wire.MAX_NESTING
+DEEP = decoder.MAX_NESTING
 
 
 # ------------------------------------------------------------------ nesting and bytes
 
 
 def test_json_as_deep_as_the_limit_is_taken() -> None:
-    assert wire.parse_request_line(nested(DEEP)) is not None
-    assert wire.parse_request_line(b'{"op":"jobs","states":' + nested(DEEP - 1) + b"}")
+    assert decoder.parse_request_line(nested(DEEP)) is not None
+    assert decoder.parse_request_line(b'{"op":"jobs","states":' + nested(DEEP - 1) + b"}")
 
 
 @pytest.mark.parametrize(
@@ -50,14 +51,14 @@ def test_json_as_deep_as_the_limit_is_taken() -> None:
     ids=["limit+1", "lists", "inside a request", "900", "100,000 open", "objects"],
 )
 def test_json_deeper_than_the_limit_is_one_bad_request_line(line: bytes) -> None:
-    with pytest.raises(wire.BadRequest) as caught:
-        wire.parse_request_line(line)
+    with pytest.raises(decoder.BadRequest) as caught:
+        decoder.parse_request_line(line)
     assert str(caught.value) == "bad request: JSON nested too deeply (more than 64 levels)"
 
 
 def test_brackets_inside_strings_are_text_not_nesting() -> None:
     line = json.dumps({"op": "submit", "spec": {"command": ["python", "-c", "[" * 5000]}})
-    assert wire.parse_request_line(line.encode()) == json.loads(line)
+    assert decoder.parse_request_line(line.encode()) == json.loads(line)
 
 
 @pytest.mark.parametrize(
@@ -73,8 +74,8 @@ def test_brackets_inside_strings_are_text_not_nesting() -> None:
     ],
 )
 def test_a_line_that_is_not_json_says_so(line: bytes, message: str) -> None:
-    with pytest.raises(wire.BadRequest) as caught:
-        wire.parse_request_line(line)
+    with pytest.raises(decoder.BadRequest) as caught:
+        decoder.parse_request_line(line)
     assert str(caught.value).startswith(message), str(caught.value)
     assert "\n" not in str(caught.value)
 
@@ -106,20 +107,20 @@ def largest_submit(tmp_path: Path) -> dict[str, Any]:
     spec = build_spec(
         load_job_file(str(job)), {"command": wrap, "secret_env": secrets}, default_name="job"
     )
-    return wire.encode_request(wire.Submit(spec=spec.to_dict(), secret_env=secrets))
+    return requests.encode_request(requests.Submit(spec=spec.to_dict(), secret_env=secrets))
 
 
 def test_the_largest_plain_text_submit_fits_well_within_the_limit(tmp_path: Path) -> None:
     size = len(json.dumps(largest_submit(tmp_path)).encode())
     assert size > 2 * MAX_FILE_BYTES  # the escapes did double it
-    assert size < 2.5 * 2**20 < wire.MAX_REQUEST_BYTES
+    assert size < 2.5 * 2**20 < constants.MAX_REQUEST_BYTES
 
 
 def test_the_client_refuses_a_request_over_the_limit_without_sending_it(tmp_path: Path) -> None:
     # No daemon at that path: a client that tried to send would say it cannot connect.
     client = Client(tmp_path / "none.sock")
     with pytest.raises(RequestFailed) as caught:
-        client.send({"op": "ping", "pad": "x" * wire.MAX_REQUEST_BYTES})
+        client.send({"op": "ping", "pad": "x" * constants.MAX_REQUEST_BYTES})
     assert caught.value.kind == "invalid"
     assert caught.value.message == (
         "the request takes 4.0 MiB, more than the 4 MiB gbatchd reads. Pass large data in "
@@ -134,23 +135,23 @@ def test_the_client_refuses_a_request_over_the_limit_without_sending_it(tmp_path
 @given(st.one_of(JSON_VALUES, request_shaped()))
 def test_decode_request_gives_a_request_or_one_bad_request_line(data: object) -> None:
     try:
-        request = wire.decode_request(data)
-    except wire.BadRequest as err:
+        request = decoder.decode_request(data)
+    except decoder.BadRequest as err:
         message = str(err)
         assert message.startswith(("bad request: ", "unknown request ")), message
         assert message.isprintable() and len(message) < 200, message
     else:
         assert isinstance(data, dict) and request.op == data["op"]
         # What was taken is of the declared types: it decodes again to itself.
-        assert wire.decode_request(wire.encode_request(request)) == request
+        assert decoder.decode_request(requests.encode_request(request)) == request
 
 
 @FUZZ
 @given(RAW_LINES)
 def test_any_bytes_parse_or_are_one_bad_request_line(line: bytes) -> None:
     try:
-        wire.parse_request_line(line)
-    except wire.BadRequest as err:
+        decoder.parse_request_line(line)
+    except decoder.BadRequest as err:
         message = str(err)
         assert message.startswith("bad request: "), message
         assert message.isprintable(), message
@@ -196,16 +197,16 @@ def _value_of(hint: object) -> st.SearchStrategy[Any]:
 
 
 @st.composite
-def requests(draw: st.DrawFn) -> wire.Request:
-    cls = draw(st.sampled_from(sorted(wire.REQUESTS.values(), key=lambda c: c.op)))
+def any_request(draw: st.DrawFn) -> requests.Request:
+    cls = draw(st.sampled_from(sorted(requests.REQUESTS.values(), key=lambda c: c.op)))
     hints = get_type_hints(cls)
     return cls(**{name: draw(_value_of(hints[name])) for name in cls._fields})
 
 
 @FUZZ
-@given(requests())
+@given(any_request())
 def test_every_well_typed_request_survives_the_line_and_comes_back_equal(
-    request: wire.Request,
+    request: requests.Request,
 ) -> None:
-    line = json.dumps(wire.encode_request(request)).encode()
-    assert wire.decode_request(wire.parse_request_line(line)) == request
+    line = json.dumps(requests.encode_request(request)).encode()
+    assert decoder.decode_request(decoder.parse_request_line(line)) == request

@@ -10,22 +10,22 @@ import pytest
 
 from gbatch.cli._main import exit_status
 from gbatch.cli.exits import Exit
-from gbatch.protocol import wire
+from gbatch.protocol import decoder, requests
 
 # One request per op, every field away from its default: a new request type needs one.
-EXAMPLES: dict[str, wire.Request] = {
-    "ping": wire.Ping(),
-    "submit": wire.Submit(
+EXAMPLES: dict[str, requests.Request] = {
+    "ping": requests.Ping(),
+    "submit": requests.Submit(
         spec={"name": "train", "command": ["python", "train.py"], "gpus": 2, "env": {"A": "1"}},
         secret_env={"TOKEN": "s3cret"},
         count=4,
         held=True,
     ),
-    "cancel": wire.Cancel(ids=(1, 2), users=("alice",), states=("PD", "RUNNING")),
-    "hold": wire.Hold(ids=(3,)),
-    "release": wire.Release(ids=(3, 4)),
-    "requeue": wire.Requeue(ids=(5,)),
-    "jobs": wire.ListJobs(
+    "cancel": requests.Cancel(ids=(1, 2), users=("alice",), states=("PD", "RUNNING")),
+    "hold": requests.Hold(ids=(3,)),
+    "release": requests.Release(ids=(3, 4)),
+    "requeue": requests.Requeue(ids=(5,)),
+    "jobs": requests.ListJobs(
         ids=(1,),
         users=("bob",),
         states=("CD",),
@@ -34,27 +34,27 @@ EXAMPLES: dict[str, wire.Request] = {
         brief=True,
         table=True,
     ),
-    "job": wire.ShowJob(id=12),
-    "update": wire.UpdateJob(id=12, changes={"TimeLimit": "30:00", "JobName": "x"}),
-    "nodes": wire.ListNodes(),
-    "logs": wire.ReadLog(id=12, offset=4096),
-    "node_drain": wire.DrainNode(name="gpu01", reason="fan noise"),
-    "node_resume": wire.ResumeNode(name="gpu01"),
-    "node_install": wire.InstallAgent(names=("gpu01", "gpu02")),
-    "node_hostkey": wire.GetHostKey(name="gpu01"),
-    "node_trust": wire.TrustHostKey(name="gpu01", fingerprint="SHA256:abc", replace=True),
-    "shares": wire.ShowShares(users=("alice", "bob"), all_users=True),
-    "priorities": wire.ShowPriorities(ids=(3, 4), users=("alice",)),
-    "usage_report": wire.ReportUsage(
+    "job": requests.ShowJob(id=12),
+    "update": requests.UpdateJob(id=12, changes={"TimeLimit": "30:00", "JobName": "x"}),
+    "nodes": requests.ListNodes(),
+    "logs": requests.ReadLog(id=12, offset=4096),
+    "node_drain": requests.DrainNode(name="gpu01", reason="fan noise"),
+    "node_resume": requests.ResumeNode(name="gpu01"),
+    "node_install": requests.InstallAgent(names=("gpu01", "gpu02")),
+    "node_hostkey": requests.GetHostKey(name="gpu01"),
+    "node_trust": requests.TrustHostKey(name="gpu01", fingerprint="SHA256:abc", replace=True),
+    "shares": requests.ShowShares(users=("alice", "bob"), all_users=True),
+    "priorities": requests.ShowPriorities(ids=(3, 4), users=("alice",)),
+    "usage_report": requests.ReportUsage(
         start=1_767_225_600.0, end=1_769_904_000.0, users=("bob",), all_users=True, by_group=True
     ),
-    "metrics": wire.Metrics(),
-    "shutdown": wire.Shutdown(),
-    "token": wire.MintToken(lifespan=7200, scopes=("read", "submit"), user="ci-bot"),
-    "tokens": wire.ListTokens(all_users=True),
-    "token_revoke": wire.RevokeToken(jti="0a1b2c"),
-    "token_rotate": wire.RotateTokenKey(drop_old=True),
-    "with_token": wire.WithToken(token="eyJ.x.y", request={"op": "jobs", "users": ["ci-bot"]}),
+    "metrics": requests.Metrics(),
+    "shutdown": requests.Shutdown(),
+    "token": requests.MintToken(lifespan=7200, scopes=("read", "submit"), user="ci-bot"),
+    "tokens": requests.ListTokens(all_users=True),
+    "token_revoke": requests.RevokeToken(jti="0a1b2c"),
+    "token_rotate": requests.RotateTokenKey(drop_old=True),
+    "with_token": requests.WithToken(token="eyJ.x.y", request={"op": "jobs", "users": ["ci-bot"]}),
 }
 
 # JSON values that are not of a type, for each type a request field has: a field of a
@@ -76,13 +76,13 @@ WRONG: dict[Any, list[object]] = {
 }
 
 
-def through_json(request: wire.Request) -> Any:
-    return json.loads(json.dumps(wire.encode_request(request)))
+def through_json(request: requests.Request) -> Any:
+    return json.loads(json.dumps(requests.encode_request(request)))
 
 
 def field_cases() -> list[tuple[str, str, object]]:
     cases = []
-    for op, cls in sorted(wire.REQUESTS.items()):
+    for op, cls in sorted(requests.REQUESTS.items()):
         hints = get_type_hints(cls)
         for name in cls._fields:
             cases += [(op, name, value) for value in WRONG.get(hints[name], [])]
@@ -90,24 +90,24 @@ def field_cases() -> list[tuple[str, str, object]]:
 
 
 def test_every_op_has_an_example_request() -> None:
-    assert set(EXAMPLES) == set(wire.REQUESTS)
+    assert set(EXAMPLES) == set(requests.REQUESTS)
     assert all(type(request).op == op for op, request in EXAMPLES.items())
 
 
 @pytest.mark.parametrize("op", sorted(EXAMPLES))
 def test_each_request_comes_back_from_the_socket_as_it_was_sent(op: str) -> None:
     request = EXAMPLES[op]
-    assert wire.decode_request(through_json(request)) == request
+    assert decoder.decode_request(through_json(request)) == request
 
 
 @pytest.mark.parametrize("op", sorted(EXAMPLES))
 def test_fields_left_out_or_null_take_their_defaults(op: str) -> None:
-    cls = wire.REQUESTS[op]
+    cls = requests.REQUESTS[op]
     example = vars(EXAMPLES[op])
     required = {name: example[name] for name in cls._fields if name not in cls._defaults}
-    assert wire.decode_request({"op": op, **required}) == cls(**required)
+    assert decoder.decode_request({"op": op, **required}) == cls(**required)
     nulls = dict.fromkeys(cls._defaults)
-    assert wire.decode_request({"op": op, **required, **nulls}) == cls(**required)
+    assert decoder.decode_request({"op": op, **required, **nulls}) == cls(**required)
 
 
 def test_the_json_keeps_the_ops_and_field_names_clients_have_always_sent() -> None:
@@ -126,7 +126,7 @@ def test_the_json_keeps_the_ops_and_field_names_clients_have_always_sent() -> No
         "sweep": None,  # a parameter sweep's names and rows, and its tasks' name template
         "name_template": None,
     }
-    assert through_json(wire.ListJobs(states=("PD",))) == {
+    assert through_json(requests.ListJobs(states=("PD",))) == {
         "op": "jobs",
         "ids": [],
         "jobs": [],
@@ -159,11 +159,11 @@ def test_the_json_keeps_the_ops_and_field_names_clients_have_always_sent() -> No
     }
     # What squeue sent before there were request types: nulls for options not given.
     old = {"op": "jobs", "users": None, "ids": None, "brief": True}
-    assert wire.decode_request(old) == wire.ListJobs(brief=True)
+    assert decoder.decode_request(old) == requests.ListJobs(brief=True)
 
 
 def test_every_field_type_has_wrong_values_to_try() -> None:
-    for cls in wire.REQUESTS.values():
+    for cls in requests.REQUESTS.values():
         hints = get_type_hints(cls)
         for name in cls._fields:
             assert hints[name] in WRONG, f"{cls.op}.{name}: add its type {hints[name]} to WRONG"
@@ -174,8 +174,8 @@ def test_a_field_of_the_wrong_type_is_refused_naming_the_field(
     op: str, name: str, value: object
 ) -> None:
     data = {**through_json(EXAMPLES[op]), name: value}
-    with pytest.raises(wire.BadRequest) as caught:
-        wire.decode_request(data)
+    with pytest.raises(decoder.BadRequest) as caught:
+        decoder.decode_request(data)
     message = str(caught.value)
     assert message.startswith(f"bad request: {op}.{name}: expected "), message
     assert "\n" not in message
@@ -216,45 +216,45 @@ def test_a_field_of_the_wrong_type_is_refused_naming_the_field(
     ],
 )
 def test_a_bad_request_says_what_is_wrong_in_one_line(data: object, message: str) -> None:
-    with pytest.raises(wire.BadRequest) as caught:
-        wire.decode_request(data)
+    with pytest.raises(decoder.BadRequest) as caught:
+        decoder.decode_request(data)
     assert str(caught.value) == message
 
 
 def test_a_secret_value_is_never_shown_in_a_refusal() -> None:
     for secrets in ({"TOKEN": 12345678}, "TOKEN=12345678", ["12345678"]):
         data = {"op": "submit", "spec": {}, "secret_env": secrets}
-        with pytest.raises(wire.BadRequest) as caught:
-            wire.decode_request(data)
+        with pytest.raises(decoder.BadRequest) as caught:
+            decoder.decode_request(data)
         message = str(caught.value)
         assert message.startswith("bad request: submit.secret_env: expected an object of strings")
         assert "12345678" not in message
 
 
 def test_a_long_value_is_cut_short_in_the_refusal() -> None:
-    with pytest.raises(wire.BadRequest) as caught:
-        wire.decode_request({"op": "cancel", "ids": "x" * 100_000})
+    with pytest.raises(decoder.BadRequest) as caught:
+        decoder.decode_request({"op": "cancel", "ids": "x" * 100_000})
     assert len(str(caught.value)) < 150
 
 
 def test_fields_a_request_type_does_not_name_are_ignored() -> None:
     forged = {"op": "submit", "spec": {"name": "x"}, "uid": 0, "user": "root"}
-    assert wire.decode_request(forged) == wire.Submit(spec={"name": "x"})
+    assert decoder.decode_request(forged) == requests.Submit(spec={"name": "x"})
 
 
 def test_a_request_is_frozen_and_takes_only_its_own_fields() -> None:
-    request = wire.ShowJob(id=1)
+    request = requests.ShowJob(id=1)
     with pytest.raises(AttributeError):
         request.id = 2  # type: ignore[misc]
     with pytest.raises(TypeError, match="has no field user"):
-        wire.ShowJob(id=1, user="root")  # type: ignore[call-arg]
+        requests.ShowJob(id=1, user="root")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="id is required"):
-        wire.ShowJob()  # type: ignore[call-arg]
-    assert wire.Hold(ids=(1,)) != wire.Release(ids=(1,))
+        requests.ShowJob()  # type: ignore[call-arg]
+    assert requests.Hold(ids=(1,)) != requests.Release(ids=(1,))
 
 
 def test_every_error_kind_has_an_exit_status() -> None:
-    statuses = {kind: exit_status(kind) for kind in wire.ERROR_KINDS}
+    statuses = {kind: exit_status(kind) for kind in requests.ERROR_KINDS}
     assert statuses == {
         "invalid": Exit.USAGE,
         "not_found": Exit.FAILED,
@@ -266,6 +266,6 @@ def test_every_error_kind_has_an_exit_status() -> None:
 
 
 def test_a_kind_this_client_does_not_know_reads_as_internal() -> None:
-    assert wire.error_kind("permission") == "permission"
-    assert wire.error_kind("quota") == "internal"
-    assert wire.error_kind(None) == "internal"
+    assert requests.error_kind("permission") == "permission"
+    assert requests.error_kind("quota") == "internal"
+    assert requests.error_kind(None) == "internal"

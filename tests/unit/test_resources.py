@@ -21,7 +21,7 @@ from gbatch.nodes.base import job_env
 from gbatch.nodes.docker import docker_run_argv
 from gbatch.nodes.local import bare_limits_env
 from gbatch.nodes.report import parse_report
-from gbatch.render.formatting import format_job_details
+from gbatch.render.scontrol import format_job_details
 from gbatch.shim import CPUS_ENV, MEM_MB_ENV, Limits
 
 NOW = 1_000_000.0

@@ -13,11 +13,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gbatch.cli import everyday, sbatch
+from gbatch.cli import sbatch
 from gbatch.cli._parser import build_parser
 from gbatch.cli.exits import CliError
-from gbatch.jobspec import spec as spec_module
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 
 _TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
 # Surrogates too: bytes in argv that are not UTF-8 arrive as lone surrogates.
@@ -56,7 +55,7 @@ def _full(words: list[str], submit_dir: str, environ: dict[str, str]) -> dict[st
     request = sbatch.build_submit(
         args, lambda: sbatch._job_source(args), submit_dir=submit_dir, environ=environ
     )[0]
-    return wire.encode_request(request)
+    return requests.encode_request(request)
 
 
 @settings(max_examples=300, deadline=None)
@@ -120,10 +119,6 @@ def test_the_options_the_everyday_path_reads_default_to_nothing() -> None:
     given_ = {k for k, v in defaults.items() if v is not None and v is not False}
     assert given_ == {"wrap", "command", "run", "script_args"}
     assert defaults["script_args"] == []
-
-
-def test_the_constants_spelled_here_are_their_owners() -> None:
-    assert spec_module.MAX_COMMAND_BYTES == everyday.MAX_COMMAND_BYTES
 
 
 class _Client:

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from gbatch.core import constants
 from gbatch.core.model import JobSpec
 from gbatch.head import handlers, refusals, server
 from gbatch.head.daemon import Daemon
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 from gbatch.protocol.client import Client, RequestFailed
 
 ROOT = handlers.Caller(uid=0, user="root", pid=1)
@@ -80,7 +81,7 @@ def wait_for(done: Callable[[], bool], what: str) -> None:
 
 def pings(made: server._Server) -> bool:
     with Client(socket_path(made), timeout=30) as client:
-        return bool(client.call(wire.Ping())["pid"])
+        return bool(client.call(requests.Ping())["pid"])
 
 
 def test_a_half_sent_request_is_answered_then_closed_and_others_are_served(
@@ -89,7 +90,7 @@ def test_a_half_sent_request_is_answered_then_closed_and_others_are_served(
     with serving(daemon) as made, connect(made) as slow:
         slow.sendall(b'{"op":"pi')
         assert pings(made)  # served while the half-sent request waits
-        assert one_reply_then_closed(slow) == wire.error_reply(
+        assert one_reply_then_closed(slow) == requests.error_reply(
             "invalid",
             "bad request: a request line left unfinished: nothing more came for 0.5 s. "
             "Send each request whole, ending in a newline",
@@ -109,7 +110,7 @@ def test_a_request_that_trickles_in_is_closed_when_its_line_takes_too_long(
                 trickled += 1
                 time.sleep(0.1)
         assert trickled < 1000, "the daemon never closed the connection"
-        assert one_reply_then_closed(slow) == wire.error_reply(
+        assert one_reply_then_closed(slow) == requests.error_reply(
             "invalid",
             "bad request: a request line left unfinished: it did not end within 1 s. "
             "Send each request whole, ending in a newline",
@@ -118,11 +119,11 @@ def test_a_request_that_trickles_in_is_closed_when_its_line_takes_too_long(
 
 def test_an_idle_connection_is_closed_and_the_client_opens_another(daemon: Daemon) -> None:
     with serving(daemon) as made, Client(socket_path(made), timeout=30) as client:
-        first = client.call(wire.Ping())
+        first = client.call(requests.Ping())
         held = client._sock
         assert held is not None
         assert held.recv(1) == b""  # the daemon closed it, idle (the socket's timeout: 30 s)
-        assert client.call(wire.Ping())["pid"] == first["pid"]
+        assert client.call(requests.Ping())["pid"] == first["pid"]
         assert client._sock is not held
 
 
@@ -131,11 +132,11 @@ def test_a_line_over_the_limit_is_refused_before_its_end_and_closed(daemon: Daem
 
         def send_too_much() -> None:
             with contextlib.suppress(OSError):  # the daemon stops reading, and closes
-                sock.sendall(b"x" * (wire.MAX_REQUEST_BYTES + 1))
+                sock.sendall(b"x" * (constants.MAX_REQUEST_BYTES + 1))
 
         sender = threading.Thread(target=send_too_much, daemon=True)
         sender.start()  # no newline ever: the daemon must answer without one
-        assert one_reply_then_closed(sock) == wire.error_reply(
+        assert one_reply_then_closed(sock) == requests.error_reply(
             "invalid",
             "bad request: a request line over 4 MiB, the most gbatchd reads. Pass large data "
             "in a file the job mounts",
@@ -145,9 +146,9 @@ def test_a_line_over_the_limit_is_refused_before_its_end_and_closed(daemon: Daem
 
 
 def test_a_line_at_the_limit_is_read_and_answered(daemon: Daemon) -> None:
-    pad = wire.MAX_REQUEST_BYTES - len(b'{"op":"ping","pad":""}')
+    pad = constants.MAX_REQUEST_BYTES - len(b'{"op":"ping","pad":""}')
     line = b'{"op":"ping","pad":"' + b"x" * pad + b'"}'
-    assert len(line) == wire.MAX_REQUEST_BYTES
+    assert len(line) == constants.MAX_REQUEST_BYTES
     with serving(daemon) as made, connect(made) as sock:
         sock.sendall(line + b"\n" + b'{"op":"ping"}\n')
         replies = sock.makefile("rb")
@@ -160,12 +161,12 @@ def test_a_client_that_does_not_read_its_replies_is_closed_and_stalls_no_one(
 ) -> None:
     # 2,000 rows (an array this size would list as a few rows and one record).
     daemon.store.submit([JobSpec(name="j", command=("true",))] * 2000, 0, "root", 0, held=True)
-    request = json.dumps(wire.encode_request(wire.ListJobs())).encode() + b"\n"
+    request = json.dumps(requests.encode_request(requests.ListJobs())).encode() + b"\n"
     with serving(daemon) as made, connect(made) as deaf:
         deaf.sendall(request * 20)  # replies of ~1 MB each, none read for now
         assert pings(made)  # served meanwhile
         with Client(socket_path(made)) as other:
-            assert len(other.call(wire.ListJobs())["jobs"]) == 2000
+            assert len(other.call(requests.ListJobs())["jobs"]) == 2000
         wait_for(lambda: "op=reply" in caplog.text, "the daemon to give up on the reply")
         received = read_to_end(deaf)  # ends: the daemon closed the connection
         assert received.count(b"\n") == 0  # not even the first reply was taken whole
@@ -188,7 +189,7 @@ def test_a_refused_connection_is_answered_at_once_and_starts_no_thread(
 
         monkeypatch.setattr(made, "process_request_thread", counted)
         with Client(socket_path(made)) as first:
-            first.call(wire.Ping())
+            first.call(requests.Ping())
             for _ in range(20):
                 with connect(made) as refused:
                     # Nothing sent: the answer comes anyway, then the end.
@@ -198,9 +199,9 @@ def test_a_refused_connection_is_answered_at_once_and_starts_no_thread(
                     "root has 1 connections open to gbatchd, the most one user may."
                 )
             with Client(socket_path(made)) as client, pytest.raises(RequestFailed) as caught:
-                client.call(wire.Ping())  # gbatch's own client reads the answer too
+                client.call(requests.Ping())  # gbatch's own client reads the answer too
             assert caught.value.kind == "unavailable"
-            assert first.call(wire.Ping())
+            assert first.call(requests.Ping())
     assert len(threads) == 1  # the first client's; none for the refused ones
 
 
@@ -268,8 +269,8 @@ def test_a_connection_is_read_with_its_limits_again_after_a_reply_written_in_pie
 
     monkeypatch.setattr(server, "LineReader", recorded)
     with serving(daemon) as made, Client(socket_path(made), timeout=30) as client:
-        assert len(client.call(wire.ListJobs())["jobs"]) == 2000  # ~1 MB: in pieces
-        assert client.call(wire.Ping())["pid"]
+        assert len(client.call(requests.ListJobs())["jobs"]) == 2000  # ~1 MB: in pieces
+        assert client.call(requests.Ping())["pid"]
         (sock,) = readers
         assert sock.gettimeout() is None
 

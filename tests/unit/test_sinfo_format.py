@@ -6,12 +6,12 @@ import pytest
 
 from gbatch.core.model import Gpu, NodeInfo, NodeState, PartitionInfo
 from gbatch.core.timefmt import format_timestamp
-from gbatch.render.formatting import (
+from gbatch.render.cells import FormatError
+from gbatch.render.sinfo import (
     SINFO_DEFAULT_FORMAT,
     SINFO_LONG_FORMAT,
     SINFO_NODE_FORMAT,
     SINFO_REASONS_FORMAT,
-    FormatError,
     compress_hostlist,
     format_sinfo,
     parse_sinfo_long_format,

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from gbatch.cli.exits import CliError
 from gbatch.cli.sbatch import request_for_text
 from gbatch.jobspec.spec import MAX_NESTING, SpecError, _json_job, _yaml_job, parse_job_text
-from gbatch.protocol import wire
+from gbatch.protocol import requests
 
 
 def typed(value: Any) -> Any:
@@ -175,7 +175,7 @@ def _yaml_of(job: dict[str, Any]) -> str:
 
 def _outcome(text: str) -> Any:
     try:
-        return wire.encode_request(request_for_text(text, "api"))
+        return requests.encode_request(request_for_text(text, "api"))
     except CliError as err:
         return ("refused", err.message)
 

@@ -1,6 +1,6 @@
 """squeue's everyday path (gbatch/render/squeue_brief.py) against the full one it stands in for:
-the same request bytes as wire.encode_request(ListJobs), the same table as
-formatting.format_squeue of wire.jobs_from_columns sorted by Slurm's default, for any
+a request the daemon decodes as ListJobs of its fields, the same table as
+squeue.format_squeue of listings.jobs_from_columns sorted by Slurm's default, for any
 rows, array tasks folded as Slurm folds them."""
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gbatch.cli import squeue as squeue_cli
-from gbatch.core import model
+from gbatch.core.constants import SQUEUE_DEFAULT_SORT
 from gbatch.core.model import Job, JobSpec, JobState
-from gbatch.protocol import client, wire
-from gbatch.render import formatting, squeue_brief
+from gbatch.protocol import decoder, listings, requests
+from gbatch.render import squeue, squeue_brief
 
 NOW = 1_800_000_000.0
 # Text as users give it, terminal escapes and wide characters included.
@@ -89,11 +88,9 @@ def _as_sent(columns: dict[str, Any]) -> dict[str, Any]:
 
 
 def _full(columns: dict[str, Any], now: float, header: bool) -> str:
-    jobs = wire.jobs_from_columns(columns)
-    ordered = formatting.sort_squeue(
-        jobs, formatting.parse_squeue_sort(squeue_cli.DEFAULT_SORT), now
-    )
-    return formatting.format_squeue(ordered, now, header=header)
+    jobs = listings.jobs_from_columns(columns)
+    ordered = squeue.sort_squeue(jobs, squeue.parse_squeue_sort(SQUEUE_DEFAULT_SORT), now)
+    return squeue.format_squeue(ordered, now, header=header)
 
 
 @settings(max_examples=300, deadline=None)
@@ -105,12 +102,12 @@ def _full(columns: dict[str, Any], now: float, header: bool) -> str:
 def test_the_everyday_table_is_the_full_formatters(
     jobs: list[Job], header: bool, now: float
 ) -> None:
-    columns = _as_sent(wire.jobs_to_columns(jobs))
+    columns = _as_sent(listings.jobs_to_columns(jobs))
     assert squeue_brief.format_default(columns, now, header=header) == _full(columns, now, header)
 
 
 def test_an_empty_queue_prints_the_header_alone() -> None:
-    columns = _as_sent(wire.jobs_to_columns([]))
+    columns = _as_sent(listings.jobs_to_columns([]))
     out = squeue_brief.format_default(columns, NOW)
     assert out == _full(columns, NOW, True)
     assert out == (
@@ -136,7 +133,7 @@ def test_an_arrays_pending_tasks_fold_into_one_row_as_slurms() -> None:
             [(0, JobState.RUNNING), (1, JobState.PENDING), (4, JobState.PENDING)]
         )
     ]
-    columns = _as_sent(wire.jobs_to_columns(tasks))
+    columns = _as_sent(listings.jobs_to_columns(tasks))
     out = squeue_brief.format_default(columns, NOW)
     assert out == _full(columns, NOW, True)
     assert [line.split()[0] for line in out.splitlines()[1:]] == ["10_[1,4-9%2]", "10_0"]
@@ -156,28 +153,6 @@ _WORDS = st.lists(st.text(min_size=1, max_size=8), max_size=3).map(tuple)
     columns=st.booleans(),
     starts=st.booleans(),
 )
-def test_the_everyday_request_is_wires_list_jobs(**fields: Any) -> None:
-    lean = squeue_brief.list_jobs(**fields)
-    full = wire.encode_request(wire.ListJobs(**fields))
-    assert json.dumps(lean) == json.dumps(full)
-
-
-def test_the_request_takes_every_list_jobs_field_and_no_other() -> None:
-    assert list(squeue_brief.list_jobs()) == ["op", *wire.ListJobs._fields]
-    assert squeue_brief.list_jobs() == wire.encode_request(wire.ListJobs())
-    try:
-        squeue_brief.list_jobs(format="%i")
-    except TypeError as err:
-        assert "format" in str(err)
-    else:
-        raise AssertionError("an unknown field was taken")
-
-
-def test_the_constants_spelled_here_are_their_owners() -> None:
-    assert squeue_brief.PARTITION == model.IMPLICIT_PARTITION == formatting.PARTITION
-    assert {state.value: state.code for state in JobState} == squeue_brief.STATE_CODES
-    assert formatting.SQUEUE_DEFAULT_FORMAT == "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
-    assert squeue_cli.DEFAULT_SORT == formatting.SQUEUE_DEFAULT_SORT == "P,t,-p"
-    assert squeue_cli._FULL_SPEC_LETTERS == formatting.SQUEUE_FULL_SPEC_LETTERS
-    assert squeue_cli._START_LETTERS == formatting.SQUEUE_START_LETTERS
-    assert client.MAX_REQUEST_BYTES == wire.MAX_REQUEST_BYTES
+def test_the_everyday_request_decodes_to_list_jobs_of_its_fields(**fields: Any) -> None:
+    lean = json.loads(json.dumps(squeue_brief.list_jobs(**fields)))
+    assert decoder.decode_request(lean) == requests.ListJobs(**fields)

@@ -4,19 +4,19 @@
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import replace
 
 import pytest
 
 from gbatch.cli import squeue as squeue_cli
+from gbatch.core.constants import SQUEUE_DEFAULT_SORT, SQUEUE_SORT_KEYS
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.core.timefmt import format_timestamp
-from gbatch.render.formatting import (
-    SQUEUE_DEFAULT_SORT,
+from gbatch.render.cells import FormatError
+from gbatch.render.squeue import (
     SQUEUE_LONG_FORMAT,
-    SQUEUE_SORT_KEYS,
     SQUEUE_START_FORMAT,
-    FormatError,
     format_squeue,
     parse_squeue_sort,
     sort_squeue,
@@ -216,9 +216,11 @@ def test_default_sort_is_slurms_partition_state_then_priority_highest_first() ->
     assert [j.id for j in ordered] == [5, 3, 2, 4, 1]
 
 
-def test_squeue_cli_spells_the_sort_keys_and_default_as_formatting() -> None:
-    assert squeue_cli.SORT_KEYS == SQUEUE_SORT_KEYS
-    assert squeue_cli.DEFAULT_SORT == SQUEUE_DEFAULT_SORT
+def test_every_sort_key_the_help_names_sorts_and_no_other_letter_does() -> None:
+    assert parse_squeue_sort(",".join(SQUEUE_SORT_KEYS)) == [(k, False) for k in SQUEUE_SORT_KEYS]
+    for letter in sorted(set(string.ascii_letters) - set(SQUEUE_SORT_KEYS)):
+        with pytest.raises(FormatError, match="unknown sort key"):
+            parse_squeue_sort(letter)
 
 
 @pytest.mark.parametrize(

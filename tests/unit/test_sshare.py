@@ -9,8 +9,8 @@ import pytest
 
 from gbatch.cli._main import main
 from gbatch.core.limits import UserLimits, UserShare
-from gbatch.protocol import wire
-from gbatch.render.formatting import format_sshare, format_sshare_json
+from gbatch.protocol import codec
+from gbatch.render.reports import format_sshare, format_sshare_json
 
 ROWS = [
     UserShare("alice", 36_000.4, 0.75, 0.353553, 3, 4, 8, UserLimits(10_000, 4, 8, 10_001)),
@@ -61,7 +61,7 @@ def test_json_has_null_for_no_limit() -> None:
 
 def test_a_row_comes_back_from_the_wire_as_it_was_sent() -> None:
     for row in ROWS:
-        assert wire.share_from_wire(json.loads(json.dumps(wire.share_to_wire(row)))) == row
+        assert codec.share_from_wire(json.loads(json.dumps(codec.share_to_wire(row)))) == row
 
 
 def test_help_names_the_columns_the_reasons_and_where_limits_are_set(

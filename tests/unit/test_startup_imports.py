@@ -21,7 +21,7 @@ import pytest
 import gbatch
 from gbatch.cli._parser import COMMANDS
 from gbatch.core.model import Job, JobSpec, JobState
-from gbatch.protocol import wire
+from gbatch.protocol import listings
 
 SOURCE = str(Path(gbatch.__file__).resolve().parents[1])
 
@@ -118,14 +118,18 @@ def test_help_imports_argparse_and_the_entry_point_alone(tmp_path: object) -> No
 
 
 # What squeue's everyday listing (gbatch/render/squeue_brief.py) must not import: the model's
-# dataclasses and what they load (dataclasses, inspect), the Job decoder (wire), the full
-# formatter, and the job-id grammar (jobids, arrays) that needs the model.
+# dataclasses and what they load (dataclasses, inspect), the request types and the Job
+# decoders (requests, codec, listings), squeue's full renderer (render.squeue and its
+# cells), and the job-id grammar (jobids, arrays) that needs the model.
 NOT_EVERYDAY = {
     "dataclasses",
     "inspect",
     "gbatch.core.model",
-    "gbatch.protocol.wire",
-    "gbatch.render.formatting",
+    "gbatch.protocol.requests",
+    "gbatch.protocol.codec",
+    "gbatch.protocol.listings",
+    "gbatch.render.cells",
+    "gbatch.render.squeue",
 }
 NOT_EVERYDAY |= {"gbatch.core.jobids", "gbatch.core.arrays"}
 # typing, a module for type checkers (2 ms): the entry point, the client and these two
@@ -164,7 +168,7 @@ def answering_daemon(home: Path, reply: dict[str, object]) -> Iterator[list[byte
 
 
 def _listing(jobs: list[Job]) -> dict[str, object]:
-    return {"columns": wire.jobs_to_columns(jobs), "now": 1_800_000_000.0}
+    return {"columns": listings.jobs_to_columns(jobs), "now": 1_800_000_000.0}
 
 
 def _job(job_id: int, spec: JobSpec) -> Job:
@@ -244,7 +248,7 @@ def test_everyday_command_lines_import_neither_argparse_nor_json_nor_pathlib(
 def test_sbatch_takes_the_full_path_for_any_other_option(tmp_path: Path) -> None:
     with answering_daemon(tmp_path, {"ids": [7]}):
         loaded = loaded_by(["sbatch", "-H", "-J", "x", "--wrap", "true"], tmp_path)
-    assert {"gbatch.jobspec.spec", "gbatch.protocol.wire", "gbatch.core.model"} <= loaded
+    assert {"gbatch.jobspec.spec", "gbatch.protocol.requests", "gbatch.core.model"} <= loaded
 
 
 def test_squeue_folds_array_tasks_lean_and_takes_the_full_formatter_for_other_layouts(
@@ -256,7 +260,7 @@ def test_squeue_folds_array_tasks_lean_and_takes_the_full_formatter_for_other_la
         long = loaded_by(["squeue", "-l"], tmp_path)
     assert "gbatch.cli.everyday" in folded
     assert within(folded, NOT_LEAN | NOT_EVERYDAY) == []
-    assert {"gbatch.render.formatting", "gbatch.protocol.wire"} <= long
+    assert {"gbatch.render.squeue", "gbatch.protocol.listings"} <= long
 
 
 def test_the_command_table_lists_every_command_with_its_modules_help() -> None:

@@ -188,7 +188,8 @@ def test_daemon_refuses_a_malformed_wire_sweep(data: object) -> None:
 
 def test_scontrol_and_sacct_show_a_tasks_params() -> None:
     from gbatch.core.model import Job, JobState
-    from gbatch.render.formatting import format_job_details, format_sacct
+    from gbatch.render.sacct import format_sacct
+    from gbatch.render.scontrol import format_job_details
 
     spec = JobSpec(name="t", command=("x",), params=(("lr", "1e-3"), ("bs", "32")))
     job = Job(id=7, uid=0, user="u", spec=spec, state=JobState.PENDING, submit_time=0.0)

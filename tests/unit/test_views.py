@@ -16,8 +16,8 @@ from gbatch.head.daemon import Daemon
 from gbatch.head.fairshare import factors
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import Store, Usage
-from gbatch.protocol import wire
-from gbatch.render.formatting import format_seff, format_sprio, format_sreport
+from gbatch.protocol import requests
+from gbatch.render.reports import format_seff, format_sprio, format_sreport
 from gbatch.site.config import Config, Paths
 
 ALICE = Caller(uid=4242, user="alice", pid=2)
@@ -183,7 +183,7 @@ def test_sprio_leaves_held_and_not_yet_eligible_jobs_out_and_shows_the_planners_
     carols = [submit(daemon, CAROL, held=True), submit(daemon, CAROL, held=True)]
     later = submit(daemon, DAVE, begin=now + 3600)
     daemon.schedule(now)  # the planner's pass: no node has reported, nothing starts
-    reply = handle(daemon, ROOT, wire.encode_request(wire.ShowPriorities()))
+    reply = handle(daemon, ROOT, requests.encode_request(requests.ShowPriorities()))
     shares = {row["id"]: row["fairshare"] for row in reply["jobs"]}
     assert set(shares) == {alices, bobs}  # Slurm's sprio: held (priority 0) and --begin
     # The users the planner ordered are alice and bob: carol, whose every job is held,
@@ -191,11 +191,11 @@ def test_sprio_leaves_held_and_not_yet_eligible_jobs_out_and_shows_the_planners_
     assert shares == {alices: 0.25, bobs: 1.0}
     assert shares[alices] == factors(daemon.usage([], now), {"alice", "bob"})["alice"]
     for named in (*carols, later):
-        one = handle(daemon, ROOT, wire.encode_request(wire.ShowPriorities(ids=(named,))))
+        one = handle(daemon, ROOT, requests.encode_request(requests.ShowPriorities(ids=(named,))))
         assert one["jobs"] == []
-    handle(daemon, CAROL, wire.encode_request(wire.Release(ids=(carols[0],))))
+    handle(daemon, CAROL, requests.encode_request(requests.Release(ids=(carols[0],))))
     daemon.schedule(daemon.clock())
-    reply = handle(daemon, ROOT, wire.encode_request(wire.ShowPriorities()))
+    reply = handle(daemon, ROOT, requests.encode_request(requests.ShowPriorities()))
     shares = {row["id"]: row["fairshare"] for row in reply["jobs"]}
     assert set(shares) == {alices, bobs, carols[0]}  # released: listed, and counted
     assert shares[alices] == pytest.approx(2**-3, rel=1e-3)
@@ -207,12 +207,12 @@ def test_sprio_ranks_jobs_in_the_planners_order_and_private_data_hides_others(
     low = submit(daemon, ALICE, nice=2)
     high = submit(daemon, ALICE, priority=1)
     theirs = submit(daemon, BOB)
-    reply = handle(daemon, ROOT, wire.encode_request(wire.ShowPriorities()))
+    reply = handle(daemon, ROOT, requests.encode_request(requests.ShowPriorities()))
     ranks = {row["id"]: row["rank"] for row in reply["jobs"]}
     assert ranks[high] < ranks[theirs] < ranks[low]  # no usage yet: all factors 1.0
-    mine = handle(daemon, ALICE, wire.encode_request(wire.ShowPriorities()))
+    mine = handle(daemon, ALICE, requests.encode_request(requests.ShowPriorities()))
     assert [row["id"] for row in mine["jobs"]] == [low, high]
-    asked = handle(daemon, ALICE, wire.encode_request(wire.ShowPriorities(users=("bob",))))
+    asked = handle(daemon, ALICE, requests.encode_request(requests.ShowPriorities(users=("bob",))))
     assert asked["jobs"] == []
 
 
@@ -220,9 +220,9 @@ def test_sprio_ranks_jobs_in_the_planners_order_and_private_data_hides_others(
 def test_sreport_shows_others_and_groups_to_admins_only(
     daemon: Daemon, fields: dict[str, Any]
 ) -> None:
-    request = wire.encode_request(wire.ReportUsage(start=0.0, end=1.0, **fields))
+    request = requests.encode_request(requests.ReportUsage(start=0.0, end=1.0, **fields))
     refused = handle(daemon, ALICE, request)
     assert refused["ok"] is False and refused["kind"] == "permission"
     assert handle(daemon, ROOT, request)["ok"]
-    own = wire.ReportUsage(start=0.0, end=1.0, users=("alice",))
-    assert handle(daemon, ALICE, wire.encode_request(own))["rows"] == []
+    own = requests.ReportUsage(start=0.0, end=1.0, users=("alice",))
+    assert handle(daemon, ALICE, requests.encode_request(own))["rows"] == []

@@ -9,23 +9,22 @@ from typing import Any
 import pytest
 
 from gbatch.core.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
-from gbatch.protocol.wire import (
-    BriefRecords,
-    Later,
-    Streamed,
-    encode_reply,
+from gbatch.protocol.codec import (
     event_from_wire,
     event_to_wire,
     job_from_wire,
     job_to_wire,
+    node_from_wire,
+    node_to_wire,
+)
+from gbatch.protocol.listings import (
+    BriefRecords,
     jobs_from_table,
     jobs_to_columns,
     jobs_to_table,
-    materialised,
-    node_from_wire,
-    node_to_wire,
     table_labels,
 )
+from gbatch.protocol.replies import Later, Streamed, encode_reply, materialised
 from gbatch.tui.data import JobDecoder
 
 T0 = 1_767_225_600.125

@@ -20,7 +20,7 @@ from gbatch.head.store.rows import (
     _row_id,
 )
 from gbatch.head.store.tails import Tails
-from gbatch.protocol import wire
+from gbatch.protocol import listings
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -189,7 +189,7 @@ class Listing(Tails):
     ) -> list[tuple[object, ...]]:
         """The rows listing_rows adds for array tails (their records), by id."""
         tails = self._tail_jobs(states, users, after, history, since, db=db)
-        return [wire.listing_row(job, job.spec) for job in tails]
+        return [listings.listing_row(job, job.spec) for job in tails]
 
     def _tail_jobs(
         self,

@@ -11,7 +11,7 @@ from gbatch.core.jobids import job_label
 from gbatch.core.model import ACTIVE_STATES, Job, JobState
 from gbatch.head.store.listing import _LISTING_COLUMNS, Listing
 from gbatch.head.store.rows import _ACTIVE_SQL, ListingPage, _marks, _top_change
-from gbatch.protocol import wire
+from gbatch.protocol import listings
 
 # What listing_page sorts and searches by, as SQL over its `listing` (jobs' rows and
 # array tails' records alike). The NODE(REASON) cell as squeue's %R prints it
@@ -135,7 +135,7 @@ def _kept_row(row: tuple[object, ...], records: Sequence[Job]) -> tuple[object, 
 
 def _tail_row(job: Job) -> tuple[object, ...]:
     """A tail's record as a listing_rows row (its JobSpec in the spec cell)."""
-    return wire.listing_row(job, job.spec)
+    return listings.listing_row(job, job.spec)
 
 
 class Pages(Listing):

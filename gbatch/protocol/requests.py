@@ -1,0 +1,428 @@
+"""The protocol's requests: one type per request the daemon serves, its `op` and its
+fields as named on the socket, and the kinds of error a reply may carry. The client
+encodes them (encode_request), the daemon decodes them (gbatch.protocol.decoder), and
+mypy checks both ends and every call site."""
+
+from __future__ import annotations
+
+import inspect  # dataclasses loads it too (the model, which most commands import)
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal, dataclass_transform, get_args
+
+ErrorKind = Literal[
+    "invalid", "not_found", "permission", "unavailable", "internal", "unauthenticated"
+]
+"""Why a request failed, as a reply's `kind` says: invalid (bad input, bad request),
+not_found (no such job or node), permission (not yours, not an admin, not in the
+token's scopes), unavailable (a component is missing or failing: no docker engine, a
+full disk), internal (a bug), unauthenticated (a token that lets nobody in: malformed,
+altered, expired, revoked, or signed with a key the daemon does not have)."""
+ERROR_KINDS: tuple[ErrorKind, ...] = get_args(ErrorKind)
+
+
+def error_reply(kind: ErrorKind, message: str) -> dict[str, Any]:
+    """A reply that refuses: one line for the user, `kind` for the exit status."""
+    return {"ok": False, "kind": kind, "error": message}
+
+
+def error_kind(value: object) -> ErrorKind:
+    """A reply's `kind`; one this client does not know (from a newer daemon) reads as
+    internal."""
+    for kind in ERROR_KINDS:
+        if value == kind:
+            return kind
+    return "internal"
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+class _Request:
+    """What every request type is: a frozen record of keyword-only fields (the class's
+    own annotations, defaults from its body) whose `op` names it on the socket; mypy
+    reads it as a frozen dataclass. Not dataclasses.dataclass: that writes each class's
+    methods with exec, 1 ms a class here, and every command would pay it at start-up.
+    `secret`: fields whose values a refusal never shows (they may hold tokens)."""
+
+    op: ClassVar[str]
+    _fields: ClassVar[tuple[str, ...]]
+    _defaults: ClassVar[dict[str, Any]]
+    _secret: ClassVar[frozenset[str]]
+
+    def __init_subclass__(cls, *, op: str, secret: tuple[str, ...] = ()) -> None:
+        cls.op = op
+        cls._fields = tuple(inspect.get_annotations(cls))
+        cls._defaults = {name: cls.__dict__[name] for name in cls._fields if name in cls.__dict__}
+        cls._secret = frozenset(secret)
+
+    def __init__(self, **values: Any) -> None:
+        for name in self._fields:
+            if name in values:
+                value = values.pop(name)
+            elif name in self._defaults:
+                value = self._defaults[name]
+            else:
+                raise TypeError(f"{type(self).__name__}: {name} is required")
+            object.__setattr__(self, name, value)
+        if values:
+            raise TypeError(f"{type(self).__name__} has no field {', '.join(values)}")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return vars(self) == vars(other)
+
+    __hash__ = None  # type: ignore[assignment]  # fields hold lists and dicts
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in vars(self).items())
+        return f"{type(self).__name__}({shown})"
+
+
+class Ping(_Request, op="ping"):
+    """The daemon's pid, version, home, active job counts and nodes."""
+
+
+class Submit(_Request, op="submit", secret=("secret_env", "submit_env")):
+    """Queue `spec` (JobSpec.to_dict(), its time_limit in seconds), or `count` copies
+    of it (an array), or one task per index of `array` (an --array expression; it wins
+    over count). secret_env: the values of the spec's secret_env names, sent beside
+    the spec and never inside it; submit_env: the submitting shell's variables the job
+    exports (spec.export), likewise. Replies {"ids": [...]}. `test_only`: queue
+    nothing; reply {"test": {"start", "node", "gpus"}} (start: epoch seconds or null
+    when the planner cannot tell; node: null likewise)."""
+
+    spec: dict[str, Any]
+    secret_env: dict[str, str] | None = None
+    count: int = 1
+    held: bool = False
+    submit_env: dict[str, str] | None = None
+    array: str | None = None
+    test_only: bool = False
+    # A parameter sweep ({"names": [...], "rows": [[...], ...]}, gbatch/jobspec/sweep.py): one
+    # task per row, as an array 0-(rows-1); not with `array`. name_template names each
+    # task ("{name}-lr{lr}").
+    sweep: dict[str, Any] | None = None
+    name_template: str | None = None
+
+
+class Cancel(_Request, op="cancel"):
+    """Cancel `ids` and the jobs in `ranges` ("FIRST-LAST", e.g. an array's "12-511");
+    with neither, the caller's active jobs that `users` and `states` (names or codes)
+    select. Replies {"results": [{"id", "ok": false, "error"}, ...], "done", "failed"}:
+    the jobs that failed (at most 1,000 listed; "failed" counts them all) and how many
+    were cancelled."""
+
+    ids: tuple[int, ...] = ()
+    ranges: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+    # Job id texts (gbatch/core/jobids.py: N, N_K, N_[K-M], FIRST-LAST), as the commands
+    # send them: N names a whole array when N is an array's id, as in Slurm.
+    jobs: tuple[str, ...] = ()
+
+
+class Hold(_Request, op="hold"):
+    """Hold pending jobs (`ids`, `ranges`). Replies {"results", "done", "failed"} as
+    Cancel does."""
+
+    ids: tuple[int, ...] = ()
+    ranges: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()  # as Cancel.jobs
+
+
+class Release(_Request, op="release"):
+    """Release held jobs (`ids`, `ranges`). Replies as Cancel does."""
+
+    ids: tuple[int, ...] = ()
+    ranges: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()  # as Cancel.jobs
+
+
+class Requeue(_Request, op="requeue"):
+    """Queue jobs again (`ids`, `ranges`; a running one once its run has ended). Replies
+    as Cancel does."""
+
+    ids: tuple[int, ...] = ()
+    ranges: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()  # as Cancel.jobs
+
+
+class ListJobs(_Request, op="jobs"):
+    """squeue and sacct: the active jobs, or with `history` every state since `since`;
+    narrowed by ids, users and states (names or codes), and by job names, partitions
+    and nodes (squeue -n, -p, -w). `brief`: listings' spec fields only; `table`: brief,
+    as jobs_to_table's rows; `columns`: listing_columns' (squeue). Replies
+    {"jobs"|"table"|"columns", "now"}, and with `starts`
+    also "starts": [[job id, expected start], ...] for the pending jobs listed that
+    have an estimate (the planner's reservation, or a --begin time to come); with
+    `gpu_usage` also "gpu_usage": [[job id, *GpuUsage.to_wire()], ...] for the listed
+    jobs whose current run has GPU samples (sacct's TRESUsageInMax). A page: with
+    `after`, only jobs with greater ids; with `limit`, at most that many, and "next"
+    (the last id listed) in the reply when more are left, else null.
+
+    A view's page (with `columns`, by state, user and submit time alone): `sort` (a
+    queue column: id, user, name, state, gpus, time, where; `reverse` the whole
+    order), `shown_states` and `search` (text in the JOBID, USER, NAME or NODE(REASON)
+    cell, any case) narrow and order the listing in the daemon, `offset` skips that
+    many rows of it, and the reply has "total" (the rows of the whole narrowed
+    listing); with `counts`, also "counts": {state: rows} before `shown_states` and
+    `search` narrow it. The TUI's queue asks for the rows it shows."""
+
+    ids: tuple[int, ...] = ()
+    jobs: tuple[str, ...] = ()  # as Cancel.jobs; an array's id lists all its tasks
+    users: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+    history: bool = False
+    since: float | None = None
+    brief: bool = False
+    table: bool = False
+    names: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+    starts: bool = False
+    gpu_usage: bool = False
+    columns: bool = False
+    after: int | None = None
+    limit: int | None = None
+    sort: str = ""
+    reverse: bool = False
+    shown_states: tuple[str, ...] = ()
+    search: str = ""
+    offset: int | None = None
+    counts: bool = False
+
+    @property
+    def view_page(self) -> bool:
+        """Whether it asks for a view's page (sorted, searched, counted or offset)."""
+        return bool(
+            self.sort
+            or self.reverse
+            or self.shown_states
+            or self.search
+            or self.offset is not None
+            or self.counts
+        )
+
+
+class ShowJob(_Request, op="job"):
+    """One job's record and events. Replies {"job", "events", "now", "tasks",
+    "gpu_usage"}: `gpu_usage` is GpuUsage.to_wire() of its current run, or None; `tasks`,
+    with `with_tasks` when `id` is an array's and no `task` is named, its other tasks'
+    records (scontrol show job N shows each task, as Slurm); else empty."""
+
+    id: int
+    task: int | None = None  # with it, `id` is an array's id: its task `task` (N_K)
+    with_tasks: bool = False
+
+
+class UpdateJob(_Request, op="update"):
+    """scontrol update: change job `id`'s `changes`, each one of UPDATE_KEYS (any case)
+    with its value as the user wrote it (the daemon reads and checks it). Replies
+    {"id", "changes": ["TimeLimit 1:00:00 -> 30:00", ...]}."""
+
+    id: int
+    changes: dict[str, str]
+    task: int | None = None  # with it, `id` is an array's id: its task `task` (N_K)
+
+
+# What `scontrol update` changes, in Slurm's spelling, and the other names Slurm takes
+# for them (keys are matched in any case, as Slurm's are).
+UPDATE_KEYS = (
+    "TimeLimit",
+    "Priority",
+    "Nice",
+    "JobName",
+    "Dependency",
+    "NumGPUs",
+    "Gres",
+    "Partition",
+    "Comment",
+    "ArrayTaskThrottle",
+)
+_UPDATE_ALIASES = {"name": "JobName"}
+
+
+def update_key(text: str) -> str | None:
+    """`text` as one of UPDATE_KEYS (any case, or an alias Slurm takes); None if none."""
+    lowered = text.lower()
+    return next(
+        (key for key in UPDATE_KEYS if key.lower() == lowered), _UPDATE_ALIASES.get(lowered)
+    )
+
+
+class ListNodes(_Request, op="nodes"):
+    """The fleet's nodes. Replies {"nodes": [...], "default_partition", "partitions":
+    [{"name", "nodes", "default", "default_time", "max_time"}, ...]} (times in seconds,
+    null: none set / unlimited)."""
+
+
+class ReadLog(_Request, op="logs"):
+    """A chunk of a job's log from byte `offset`. Replies {"data", "offset", "done", "state"}."""
+
+    id: int
+    task: int | None = None  # with it, `id` is an array's id: its task `task` (N_K)
+    offset: int = 0
+
+
+class DrainNode(_Request, op="node_drain"):
+    """Admins: place no more jobs on node `name`, saying why."""
+
+    name: str
+    reason: str
+
+
+class ResumeNode(_Request, op="node_resume"):
+    """Admins: place jobs on a drained node again."""
+
+    name: str
+
+
+class InstallAgent(_Request, op="node_install"):
+    """Admins: copy the agent to `names` (none: every remote node). Replies {"results"}."""
+
+    names: tuple[str, ...] = ()
+
+
+class GetHostKey(_Request, op="node_hostkey"):
+    """Admins: the SSH host key node `name` offers, and how known_hosts stands on it."""
+
+    name: str
+
+
+class TrustHostKey(_Request, op="node_trust"):
+    """Admins: pin node `name`'s host key if it still has `fingerprint`; a different
+    key already pinned is replaced only with `replace`."""
+
+    name: str
+    fingerprint: str
+    replace: bool = False
+
+
+class ShowShares(_Request, op="shares"):
+    """sshare: users' fair-share figures, what their jobs hold and their limits. The
+    caller's own row; `users` or `all_users` (every user with jobs, usage or a limits
+    entry) are for admins, bar the caller's own name. Replies {"users": [...], "now"}."""
+
+    users: tuple[str, ...] = ()
+    all_users: bool = False
+
+
+class ShowPriorities(_Request, op="priorities"):
+    """sprio: pending jobs (narrowed by `ids` and `users`) with what orders them: the
+    user's fair-share factor, the job's priority and nice, its age. Under private_data
+    a non-admin sees only their own. Replies {"jobs": [{"id", "user", "partition",
+    "array_job_id", "array_task", "priority", "nice", "fairshare", "submit_time",
+    "rank"}, ...], "now"}; rank is the job's place (1 first) among the jobs shown, in
+    the planner's order."""
+
+    ids: tuple[int, ...] = ()
+    users: tuple[str, ...] = ()
+
+
+class ReportUsage(_Request, op="usage_report"):
+    """sreport: GPU-seconds that runs spent inside [start, end), summed by user (or by
+    the user's Unix group with `by_group`). The caller's own row; `users`, `all_users`
+    and `by_group` are for admins. Replies {"rows": [{"name", "gpu_seconds", "jobs"},
+    ...], "start", "end", "now"}."""
+
+    start: float
+    end: float
+    users: tuple[str, ...] = ()
+    all_users: bool = False
+    by_group: bool = False
+
+
+class Metrics(_Request, op="metrics"):
+    """What `GET /metrics` shows (gbatch/api/metrics.py renders it for Prometheus): a
+    snapshot of the queue, the fleet and the daemon's counters, every user's. Under
+    private_data, admins only. Replies {"now", "uptime", "jobs": [[state, user,
+    partition, count], ...] (jobs not yet ended), "nodes": [node_to_wire, ...],
+    "round_trips": {node: [seconds, age in seconds]} (SSH; measured nodes only),
+    "shares": [[user, decayed GPU-seconds, fair-share factor], ...], "daemon":
+    head/metrics.DaemonMetrics.to_wire()}."""
+
+
+class Shutdown(_Request, op="shutdown"):
+    """Admins: stop the daemon (jobs carry on). Replies {"pid"}."""
+
+
+class MintToken(_Request, op="token"):
+    """An API token for the caller, or with `user` (admins) for that Unix user (a
+    service account); `scopes` as head/tokens.SCOPES names them (none: all), valid
+    `lifespan` seconds. Socket callers only. Replies {"token", "jti", "user", "scopes",
+    "expires", "kid"}."""
+
+    lifespan: int = 3600
+    scopes: tuple[str, ...] = ()
+    user: str | None = None
+
+
+class ListTokens(_Request, op="tokens"):
+    """The caller's unexpired tokens (with `all_users`, admins: everyone's), never the
+    tokens themselves. Replies {"tokens": [{"jti", "user", "scopes", "issued",
+    "expires", "revoked"}, ...], "now"}."""
+
+    all_users: bool = False
+
+
+class RevokeToken(_Request, op="token_revoke"):
+    """Refuse token `jti` from now on: its owner's or an admin's. Replies {"jti", "user"}."""
+
+    jti: str
+
+
+class RotateTokenKey(_Request, op="token_rotate"):
+    """Admins: sign new tokens with a new key; the old keys still verify their tokens
+    until those expire, unless `drop_old`. Replies {"kid"}."""
+
+    drop_old: bool = False
+
+
+class WithToken(_Request, op="with_token", secret=("token",)):
+    """`request` (one request object, as encode_request makes it) made by the user the
+    API token `token` was issued to, within its scopes, whoever sends it: the HTTP API
+    sends every request so. The caller is the token's user, never the socket's peer."""
+
+    token: str
+    request: dict[str, Any]
+
+
+Request = (
+    Ping
+    | Submit
+    | Cancel
+    | Hold
+    | Release
+    | Requeue
+    | ListJobs
+    | ShowJob
+    | UpdateJob
+    | ListNodes
+    | ReadLog
+    | DrainNode
+    | ResumeNode
+    | InstallAgent
+    | GetHostKey
+    | TrustHostKey
+    | ShowShares
+    | ShowPriorities
+    | ReportUsage
+    | Metrics
+    | Shutdown
+    | MintToken
+    | ListTokens
+    | RevokeToken
+    | RotateTokenKey
+    | WithToken
+)
+REQUESTS: Mapping[str, type[Request]] = {cls.op: cls for cls in get_args(Request)}
+
+
+def encode_request(request: Request) -> dict[str, Any]:
+    """The JSON object for `request`: its op and every field (tuples become lists)."""
+    return {"op": request.op, **vars(request)}

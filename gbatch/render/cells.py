@@ -1,0 +1,243 @@
+"""What every command's output shares: Slurm's texts of a job's facts and a node's (time
+used, `(Reason)`, exit code, partition, memory, command line), JSON and line output,
+`-o` format parsing, and tables whose columns fit their cells. Every function is
+pure: the clock is the `now` parameter, and user names arrive inside the jobs.
+
+Text outputs end with a newline when they hold any line, so a caller writes them as is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Iterable, Iterator, Sequence
+
+from gbatch.core.constants import IMPLICIT_PARTITION, REASON_STATES
+from gbatch.core.model import Job, JobState, NodeInfo, NodeState
+from gbatch.core.timefmt import format_elapsed_fixed
+
+
+class FormatError(ValueError):
+    """A format string or field list names something the renderers cannot print."""
+
+
+def printable(text: str) -> str:
+    """Replace control characters (terminal escapes in a job name, say) with '?', as
+    `ls` does, so one user's job cannot repaint another user's terminal."""
+    if text.isprintable():  # the common case, without a loop per character
+        return text
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def elapsed_seconds(job: Job, now: float) -> int:
+    """Whole seconds the current run has lasted: start..end, or start..now while it
+    runs; 0 for a pending job (a requeued one keeps an old start_time)."""
+    if job.state is JobState.PENDING or job.start_time is None:
+        return 0
+    end = job.end_time if job.end_time is not None else now
+    return max(0, int(end - job.start_time))
+
+
+def reason_text(job: Job) -> str:
+    """Slurm's reason text: a held pending job says so even if its stored reason
+    predates the hold; an empty reason reads `None`."""
+    if job.held and job.state is JobState.PENDING and not job.reason.startswith("JobHeld"):
+        return "JobHeldUser"
+    return printable(job.reason) if job.reason else "None"
+
+
+def dependency_text(job: Job) -> str:
+    """scontrol's Dependency= value: `afterok:12(unfulfilled)` while the job waits."""
+    from gbatch.core.dependency import shown
+
+    reason = job.reason if job.state is JobState.PENDING else ""
+    return printable(shown(job.spec.dependency or "", reason))
+
+
+def exit_code_text(job: Job) -> str:
+    """Slurm's `exit code:signal`, `0:0` until the job has ended."""
+    return f"{job.exit_code or 0}:{job.exit_signal or 0}"
+
+
+# Slurm shows the reason instead of the node list for these (squeue's print.c).
+_REASON_STATES = frozenset(JobState(name) for name in REASON_STATES)
+
+
+def nodelist_or_reason(job: Job) -> str:
+    """squeue's NODELIST(REASON): `(Reason)` for a pending or failed job, else its node."""
+    if job.state in _REASON_STATES:
+        return f"({reason_text(job)})"
+    return printable(job.node or "")
+
+
+def partition_text(job: Job) -> str:
+    """The job's partition; the implicit one for a job queued before partitions existed."""
+    return printable(job.spec.partition or IMPLICIT_PARTITION)
+
+
+def memory_text(mib: int | None) -> str:
+    """A size in MiB as scontrol writes one: 16G, 1500M, or 0 when none was asked."""
+    if mib is None:
+        return "0"
+    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
+
+
+def time_limit_fixed(job: Job) -> str:
+    return "UNLIMITED" if job.time_limit is None else format_elapsed_fixed(job.time_limit)
+
+
+NULL = "(null)"  # what scontrol prints for an unset value
+
+
+_ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _quote_arg(arg: str) -> str:
+    """shlex.quote, except that an argument holding control characters (a multi-line
+    `sh -c` script) is written as bash's $'...' so the record stays one line."""
+    if arg.isprintable():
+        import shlex  # deferred: only scontrol shows a command line
+
+        return shlex.quote(arg)
+    out = []
+    for c in arg:
+        if c in _ANSI_C_ESCAPES:
+            out.append(_ANSI_C_ESCAPES[c])
+        elif c.isprintable():
+            out.append(c)
+        else:
+            out.append(f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\U{ord(c):08x}")
+    body = "".join(out)
+    return f"$'{body}'"
+
+
+def command_line(argv: Sequence[str]) -> str:
+    return " ".join(_quote_arg(arg) for arg in argv)
+
+
+def params_text(params: Sequence[tuple[str, str]]) -> str:
+    """A sweep task's parameters as `lr=1e-3,bs=32` (gbatch.jobspec.sweep.params_text; not
+    imported from there, which would bring gbatch.jobspec.spec into squeue's start-up)."""
+    return ",".join(f"{name}={value}" for name, value in params)
+
+
+def gpu_type(node: NodeInfo) -> str:
+    if not node.gpus:
+        return "N/A"
+    name = printable(node.gpus[0].name)
+    return f"{name} (simulated)" if node.simulated else name
+
+
+def node_reason(node: NodeInfo) -> str:
+    if node.state in (NodeState.DRAINED, NodeState.SUSPECT, NodeState.DOWN):
+        return printable(node.reason)
+    return ""
+
+
+def job_to_dict(job: Job, now: float) -> dict[str, object]:
+    return {
+        "job_id": job.id,
+        # Slurm's: the array's id and this task's index (null for a job of no array).
+        "array_job_id": job.array_job_id,
+        "array_task_id": job.spec.array_task,
+        "name": job.spec.name,
+        "user": job.user,
+        "uid": job.uid,
+        "state": job.state.value,
+        "state_code": job.state.code,
+        "reason": reason_text(job),
+        "partition": job.spec.partition or IMPLICIT_PARTITION,
+        "node": job.node,
+        "gpus": list(job.gpus),
+        "gpu_uuids": list(job.gpu_uuids),
+        "gpus_requested": job.spec.gpus,
+        "time_limit": job.time_limit,
+        "submit_time": job.submit_time,
+        "start_time": job.start_time,
+        "end_time": job.end_time,
+        "elapsed": elapsed_seconds(job, now),
+        "attempt": job.attempt,
+        "exit_code": job.exit_code,
+        "exit_signal": job.exit_signal,
+        "priority": job.spec.effective_priority,
+    }
+
+
+def jobs_json(jobs: Sequence[Job], now: float) -> str:
+    """`{"jobs": [...]}`, one object per job; times are epoch seconds, limits seconds
+    (squeue's and sacct's --json)."""
+    return as_json({"jobs": [job_to_dict(job, now) for job in jobs]})
+
+
+def as_json(data: object) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+def as_text(lines: Sequence[str]) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+def aligned_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    numeric: Collection[str],
+    *,
+    header: bool,
+) -> str:
+    """Columns as wide as their widest cell; `numeric` ones right-justified."""
+    table = [list(headers), *rows] if header else list(rows)
+    if not table:
+        return ""
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    lines = []
+    for row in table:
+        cells = [
+            text.rjust(width) if name in numeric else text.ljust(width)
+            for name, text, width in zip(headers, row, widths, strict=True)
+        ]
+        lines.append(" ".join(cells).rstrip())
+    return as_text(lines)
+
+
+# A width beyond any terminal is a typo, not a layout; refusing it keeps a stray
+# "%99999999i" from building a huge string.
+_MAX_WIDTH = 1000
+
+
+def checked_width(text: str, what: str) -> int:
+    width = int(text or 0)
+    if abs(width) > _MAX_WIDTH:
+        raise FormatError(f"width {width} in {what} is too large (at most {_MAX_WIDTH})")
+    return width
+
+
+def format_items(
+    fmt: str, pattern: re.Pattern[str], letters: Iterable[str], command: str
+) -> Iterator[str | tuple[str, str, str, str]]:
+    """A `-o` format of squeue or sinfo (`command`) as literal text and (dot, width,
+    letter, the spec as written) items, `%%` read as '%'. FormatError for a letter not
+    in `letters`, naming those that are."""
+    pos = 0
+    for match in pattern.finditer(fmt):
+        if match.start() > pos:
+            yield fmt[pos : match.start()]
+        pos = match.end()
+        dot, width, letter = match.groups()
+        if letter == "%" and not dot and not width:
+            yield "%"
+            continue
+        if letter not in letters:
+            supported = " ".join(f"%{key}" for key in letters)
+            what = f"field letter '%{letter}'" if letter else "a '%' with no field letter"
+            raise FormatError(f"unsupported {command} format: {what}; supported: {supported}")
+        yield dot, width, letter, match.group()
+    if pos < len(fmt):
+        yield fmt[pos:]
+
+
+def fit(text: str, width: int, right: bool) -> str:
+    """squeue's _print_str: pad to `width`, cut to its first `width` characters."""
+    if width == 0:
+        return text
+    text = text[:width]
+    return text.rjust(width) if right else text.ljust(width)

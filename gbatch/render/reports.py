@@ -1,0 +1,266 @@
+"""The reports: sshare (fair share and limits), sprio (pending jobs' priority factors),
+seff (a job's efficiency) and sreport (GPU-hours per user or group), with `--json`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from gbatch.core.constants import (
+    IMPLICIT_PARTITION,
+)
+from gbatch.core.model import (
+    FINAL_STATES,
+    Job,
+    JobState,
+)
+from gbatch.core.timefmt import format_duration, format_elapsed_fixed, format_timestamp
+from gbatch.render.cells import (
+    aligned_table,
+    as_json,
+    as_text,
+    elapsed_seconds,
+    memory_text,
+    printable,
+)
+
+if TYPE_CHECKING:  # only their commands' replies carry these (start-up)
+    from gbatch.core.gpuusage import GpuUsage
+    from gbatch.core.limits import UserShare
+    from gbatch.core.views import JobPriority, UsageRow
+
+
+_SSHARE_HEADERS = (
+    "User",
+    "RawUsage",
+    "EffectvUsage",
+    "FairShare",
+    "Pending",
+    "MaxPending",
+    "Running",
+    "MaxRunning",
+    "GPUs",
+    "MaxGPUs",
+    "MaxArray",
+)
+
+
+def _limit_cell(value: int | None, none: str) -> str:
+    return none if value is None else str(value)
+
+
+def format_sshare(
+    shares: Sequence[UserShare], *, header: bool = True, parsable: bool = False
+) -> str:
+    """One line per user, in the order given: Slurm's sshare figures (RawUsage in
+    decayed GPU-seconds, EffectvUsage its share of everyone's, FairShare the planner's
+    factor), then what the user's jobs hold now beside each limit: pending jobs and
+    max_pending_jobs, jobs on nodes and max_running_jobs, GPUs and max_gpus, then
+    max_array_size. No limit reads `-` (empty with `parsable`, sshare -P's `|` form)."""
+    none = "" if parsable else "-"
+    rows = [
+        [
+            printable(share.user),
+            str(round(share.usage)),
+            f"{share.effective_usage:.6f}",
+            f"{share.fairshare:.6f}",
+            str(share.pending),
+            _limit_cell(share.limits.max_pending_jobs, none),
+            str(share.running),
+            _limit_cell(share.limits.max_running_jobs, none),
+            str(share.gpus),
+            _limit_cell(share.limits.max_gpus, none),
+            _limit_cell(share.limits.max_array_size, none),
+        ]
+        for share in shares
+    ]
+    if parsable:
+        lines = ["|".join(_SSHARE_HEADERS)] if header else []
+        return as_text([*lines, *("|".join(row) for row in rows)])
+    return aligned_table(_SSHARE_HEADERS, rows, frozenset(_SSHARE_HEADERS[1:]), header=header)
+
+
+def format_sshare_json(shares: Sequence[UserShare]) -> str:
+    """`{"users": [...]}`: the figures, what the jobs hold, and `limits` (null: none);
+    the protocol's fields, with Slurm's name for the usage (`raw_usage`)."""
+    from gbatch.protocol.codec import share_to_wire
+
+    return as_json(
+        {
+            "users": [
+                {
+                    ("raw_usage" if key == "usage" else key): value
+                    for key, value in share_to_wire(share).items()
+                }
+                for share in shares
+            ]
+        }
+    )
+
+
+_SPRIO_HEADERS = ("JOBID", "PARTITION", "USER", "PRIORITY", "AGE", "FAIRSHARE", "NICE")
+
+
+_SPRIO_LONG_HEADERS = (
+    "JOBID",
+    "PARTITION",
+    "USER",
+    "RANK",
+    "PRIORITY",
+    "JOBPRIO",
+    "NICE",
+    "FAIRSHARE",
+    "AGE",
+    "SUBMIT_TIME",
+)
+
+
+_SPRIO_TEXT = frozenset({"PARTITION", "USER", "SUBMIT_TIME"})
+
+
+def format_sprio(
+    jobs: Sequence[JobPriority], now: float, *, long: bool = False, header: bool = True
+) -> str:
+    """One line per pending job, in the order given. PRIORITY is what the planner sorts
+    by after the fair-share factor: the job's priority - nice; FAIRSHARE its user's
+    factor (0..1, sorted first); AGE how long it has waited (submit time breaks ties).
+    `long` adds RANK (its place in that order), JOBPRIO (priority before nice) and
+    SUBMIT_TIME."""
+    rows = []
+    for job in jobs:
+        cells = {
+            "JOBID": str(job.id),
+            "PARTITION": printable(job.partition or IMPLICIT_PARTITION),
+            "USER": printable(job.user),
+            "RANK": str(job.rank),
+            "PRIORITY": str(job.effective_priority),
+            "JOBPRIO": str(job.priority),
+            "NICE": str(job.nice),
+            "FAIRSHARE": f"{job.fairshare:.7f}",
+            "AGE": format_duration(max(0.0, now - job.submit_time)),
+            "SUBMIT_TIME": format_timestamp(job.submit_time),
+        }
+        rows.append([cells[name] for name in (_SPRIO_LONG_HEADERS if long else _SPRIO_HEADERS)])
+    headers = _SPRIO_LONG_HEADERS if long else _SPRIO_HEADERS
+    return aligned_table(headers, rows, frozenset(headers) - _SPRIO_TEXT, header=header)
+
+
+def format_sprio_json(jobs: Sequence[JobPriority], now: float) -> str:
+    """`{"jobs": [...]}`: the protocol's fields, plus `effective_priority` and `age`
+    (seconds)."""
+    return as_json(
+        {
+            "jobs": [
+                {
+                    **job.to_wire(),
+                    "effective_priority": job.effective_priority,
+                    "age": max(0.0, now - job.submit_time),
+                }
+                for job in jobs
+            ]
+        }
+    )
+
+
+def _percent(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.2f}%" if whole > 0 else "0.00%"
+
+
+def format_seff(
+    job: Job, now: float, *, cluster: str, group: str, gpu_usage: GpuUsage | None = None
+) -> str:
+    """Slurm's seff report for one job, and gbatch's GPU part. gbatch measures neither
+    a job's CPU time nor its memory: those lines say `not measured` rather than a
+    made-up 0. Efficiency of the time limit: the run's wall-clock time over its limit.
+    The GPU lines come from `gpu_usage`, the samples of the job's current run."""
+    lines = [f"Job ID: {job.id}"]
+    if job.array_job_id is not None:
+        lines.append(f"Array Job ID: {job.array_job_id}_{job.spec.array_task}")
+    state = job.state.value
+    if job.state in FINAL_STATES:
+        state += f" (exit code {job.exit_code or 0})"
+    lines += [
+        f"Cluster: {printable(cluster)}",
+        f"User/Group: {printable(job.user)}/{printable(group)}",
+        f"State: {state}",
+        f"Cores: {job.spec.cpus_counted}",
+    ]
+    if job.state is JobState.PENDING or job.start_time is None:
+        lines.append(f"Efficiency not available for jobs in the {job.state.value} state.")
+        return as_text(lines)
+    elapsed = elapsed_seconds(job, now)
+    limit = job.time_limit
+    memory = job.spec.memory_mb
+    lines += [
+        "CPU Utilized: not measured",
+        "CPU Efficiency: not measured",
+        f"Job Wall-clock time: {format_elapsed_fixed(elapsed)}",
+        "Time Limit Efficiency: "
+        + (
+            f"{_percent(elapsed, limit)} of {format_elapsed_fixed(limit)} time limit"
+            if limit
+            else "no time limit"
+        ),
+        "Memory Utilized: not measured",
+        "Memory Efficiency: not measured"
+        + (f" ({memory_text(memory)} requested)" if memory is not None else ""),
+    ]
+    gpus = ",".join(str(i) for i in job.gpus)
+    where = f" (node {printable(job.node or '')}, GPU {gpus})" if job.gpus else ""
+    lines += [
+        f"GPUs: {len(job.gpus)}{where}",
+        f"GPU-hours: {len(job.gpus) * elapsed / 3600:.2f}",
+    ]
+    if job.gpus:
+        from gbatch.core.gpuusage import seff_lines
+
+        lines += seff_lines(gpu_usage)
+    return as_text(lines)
+
+
+def format_sreport(
+    rows: Sequence[UsageRow],
+    start: float,
+    end: float,
+    *,
+    by_group: bool = False,
+    header: bool = True,
+    parsable: bool = False,
+) -> str:
+    """GPU-hours per user (or group) inside [start, end), most first; Slurm's sreport
+    banner (the period and its length) above the table unless `parsable` (`|`-separated,
+    sreport -P) or without `header`."""
+    headers = ("GROUP" if by_group else "USER", "GPU-HOURS", "JOBS")
+    cells = [[printable(row.name), f"{row.gpu_seconds / 3600:.2f}", str(row.jobs)] for row in rows]
+    if parsable:
+        return as_text([*(["|".join(headers)] if header else []), *("|".join(c) for c in cells)])
+    if not header:
+        return aligned_table(headers, cells, frozenset(headers[1:]), header=False)
+    rule = "-" * 80
+    what = "Unix group" if by_group else "user"
+    banner = [
+        rule,
+        f"GPU usage by {what} {_iso(start)} - {_iso(end)} ({round(end - start)} secs)",
+        "Usage reported in GPU-hours",
+        rule,
+    ]
+    return as_text(banner) + aligned_table(headers, cells, frozenset(headers[1:]), header=True)
+
+
+def _iso(epoch: float) -> str:
+    from datetime import datetime  # deferred: only sreport prints dates this way
+
+    return datetime.fromtimestamp(epoch).isoformat(timespec="seconds")
+
+
+def format_sreport_json(rows: Sequence[UsageRow], start: float, end: float, by_group: bool) -> str:
+    """`{"start", "end", "by", "rows": [{"name", "gpu_seconds", "gpu_hours", "jobs"}]}`."""
+    return as_json(
+        {
+            "start": start,
+            "end": end,
+            "by": "group" if by_group else "user",
+            "rows": [{**row.to_wire(), "gpu_hours": row.gpu_seconds / 3600} for row in rows],
+        }
+    )

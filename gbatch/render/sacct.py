@@ -1,0 +1,227 @@
+"""sacct's output: Slurm's `--format` fields at sacct's widths, `-P`, `--units`, an
+array's pending tasks folded, and `--json`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gbatch.core.arrays import expand_tasks
+from gbatch.core.jobids import collapse_pending, job_label
+from gbatch.core.model import (
+    Job,
+    JobSpec,
+    JobState,
+)
+from gbatch.core.timefmt import format_elapsed_fixed, format_timestamp
+from gbatch.render.cells import (
+    FormatError,
+    as_text,
+    checked_width,
+    elapsed_seconds,
+    exit_code_text,
+    jobs_json,
+    memory_text,
+    params_text,
+    partition_text,
+    printable,
+    reason_text,
+    time_limit_fixed,
+)
+
+if TYPE_CHECKING:  # only their commands' replies carry these (start-up)
+    from gbatch.core.gpuusage import GpuUsage
+
+
+SACCT_DEFAULT_FIELDS = (
+    "JobID",
+    "JobName",
+    "User",
+    "State",
+    "ExitCode",
+    "Elapsed",
+    "AllocGPUS",
+    "NodeList",
+)
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    width: int  # negative: left-justified, as in sacct's field table
+    value: Callable[[Job, float], str]
+
+
+def _alloc_gpus(job: Job) -> int:
+    return 0 if job.state is JobState.PENDING else len(job.gpus)
+
+
+_SACCT_FIELDS: tuple[_Field, ...] = (
+    _Field("JobID", -12, lambda j, _: job_label(j)),
+    _Field("JobIDRaw", -12, lambda j, _: str(j.id)),
+    _Field("JobName", 10, lambda j, _: printable(j.spec.name)),
+    _Field("User", 9, lambda j, _: printable(j.user)),
+    _Field("UID", 6, lambda j, _: str(j.uid)),
+    _Field("Partition", 10, lambda j, _: partition_text(j)),
+    _Field("State", 10, lambda j, _: j.state.value),
+    _Field("ExitCode", 8, lambda j, _: exit_code_text(j)),
+    _Field("Elapsed", 10, lambda j, now: format_elapsed_fixed(elapsed_seconds(j, now))),
+    _Field("AllocGPUS", 9, lambda j, _: str(_alloc_gpus(j))),
+    _Field("NodeList", 15, lambda j, _: printable(j.node) if j.node else "None assigned"),
+    _Field("Submit", 19, lambda j, _: format_timestamp(j.submit_time)),
+    _Field("Start", 19, lambda j, _: format_timestamp(j.start_time)),
+    _Field("End", 19, lambda j, _: format_timestamp(j.end_time)),
+    _Field("Timelimit", 10, lambda j, _: time_limit_fixed(j)),
+    _Field("Reason", 22, lambda j, _: reason_text(j)),
+    _Field("Attempt", 7, lambda j, _: str(j.attempt)),
+    # gbatch's: a sweep task's parameters (gbatch/jobspec/sweep.py), empty for other jobs.
+    _Field("Params", 20, lambda j, _: printable(params_text(j.spec.params))),
+    _Field("AllocTRES", -10, lambda j, _: "" if _never_allocated(j) else _tres(j.spec)),
+    _Field("ReqTRES", -10, lambda j, _: _tres(j.spec)),
+    _Field("AllocCPUS", 10, lambda j, _: "0" if _never_allocated(j) else str(j.spec.cpus_counted)),
+    _Field("ReqMem", 10, lambda j, _: _sacct_memory(j.spec.memory_mb, None)),
+    _Field("Comment", 15, lambda j, _: printable(j.spec.comment or "")),
+    # The GPUs' part only (gres/gpumem, gres/gpuutil), from format_sacct's gpu_usage.
+    _Field("TRESUsageInMax", -10, lambda j, _: ""),
+)
+
+
+UNITS = "KMGTP"
+
+
+# Fields read from spec keys a brief listing (requests.ListJobs brief) leaves out.
+SACCT_FULL_SPEC_FIELDS = frozenset(
+    {"partition", "alloctres", "reqtres", "alloccpus", "reqmem", "comment"}
+)
+
+
+def _never_allocated(job: Job) -> bool:
+    """Pending, or ended without ever starting (cancelled while pending): no TRES held."""
+    return job.state is JobState.PENDING or job.start_time is None
+
+
+def _tres(spec: JobSpec) -> str:
+    """Slurm's TRES string: `billing=1,cpu=1,gres/gpu=2,mem=4G,node=1`; billing is the
+    CPU count (Slurm's default weights); gres/gpu and mem only when asked for."""
+    cpus = spec.cpus_counted
+    parts = [f"billing={cpus}", f"cpu={cpus}"]
+    if spec.gpus:
+        parts.append(f"gres/gpu={spec.gpus}")
+    if spec.memory_mb is not None:
+        parts.append(f"mem={memory_text(spec.memory_mb)}")
+    return ",".join([*parts, "node=1"])
+
+
+def _sacct_memory(mib: int | None, unit: str | None) -> str:
+    """ReqMem: `4G`, `1500M` (`0` when none was asked); with sacct --units, in that
+    unit, two decimals unless whole (`1.46G`)."""
+    if mib is None:
+        return "0"
+    if unit is None:
+        return memory_text(mib)
+    size = mib * 1024 / 1024 ** UNITS.index(unit)
+    return f"{size:.0f}{unit}" if size == int(size) else f"{size:.2f}{unit}"
+
+
+_SACCT_BY_NAME = {f.name.lower(): f for f in _SACCT_FIELDS}
+
+
+_SACCT_SPEC = re.compile(r"^([A-Za-z]+)(?:%(-?[0-9]+))?$")
+
+
+def _resolve_sacct_fields(names: Sequence[str]) -> list[_Field]:
+    """Look fields up case-insensitively; `Name%W` sets the width (negative: left)."""
+    resolved = []
+    for raw in names:
+        match = _SACCT_SPEC.match(raw.strip())
+        field = _SACCT_BY_NAME.get(match.group(1).lower()) if match else None
+        if match is None or field is None:
+            valid = ", ".join(f.name for f in _SACCT_FIELDS)
+            raise FormatError(f"unknown sacct field '{raw}'; valid fields: {valid}")
+        width = checked_width(match.group(2), raw)
+        resolved.append(_Field(field.name, width, field.value) if width else field)
+    return resolved
+
+
+def _sacct_cell(text: str, width: int, *, is_header: bool) -> str:
+    """sacct's print_fields_str: a value too long keeps width-1 characters and a '+';
+    a header is cut plainly."""
+    size = abs(width)
+    if len(text) > size:
+        text = text[:size] if is_header else text[: size - 1] + "+"
+    return text.rjust(size) if width > 0 else text.ljust(size)
+
+
+def format_sacct(
+    jobs: Sequence[Job],
+    now: float,
+    *,
+    fields: Sequence[str] | None = None,
+    header: bool = True,
+    parsable: bool = False,
+    units: str | None = None,
+    gpu_usage: Mapping[int, GpuUsage] | None = None,
+    expand_arrays: bool = False,
+) -> str:
+    """Render jobs as `sacct` does, one line per job in the order given (an array's
+    PENDING tasks folded into one line, N_[4-15], at the place of the first).
+
+    Fixed-width columns at sacct's widths, a dashed line under the header; with
+    `parsable` (sacct -P) fields are joined by '|' with no padding, no dashes.
+    Raises FormatError for an unknown field (the message lists the valid ones).
+    Unlike sacct, lines carry no trailing blank. `units` (one of UNITS, sacct --units)
+    prints ReqMem in that unit. `gpu_usage` (job id -> its current run's GPU samples)
+    fills TRESUsageInMax.
+    """
+    from gbatch.core.gpuusage import tres_usage  # deferred: squeue needs none
+
+    columns = _resolve_sacct_fields(SACCT_DEFAULT_FIELDS if fields is None else fields)
+    usage = gpu_usage or {}
+    columns = [
+        _Field(c.name, c.width, lambda j, _: tres_usage(usage.get(j.id)))
+        if c.name == "TRESUsageInMax"
+        else c
+        for c in columns
+    ]
+    if units is not None:
+        columns = [
+            _Field(c.name, c.width, lambda j, _: _sacct_memory(j.spec.memory_mb, units))
+            if c.name == "ReqMem"
+            else c
+            for c in columns
+        ]
+    # An array's pending tasks read as one line N_[4-15], as Slurm's one record of them;
+    # with `expand_arrays` (sacct --array) one line each.
+    labelled = (
+        [(task, job_label(task)) for job in jobs for task in expand_tasks(job)]
+        if expand_arrays
+        else collapse_pending(jobs)
+    )
+    rows = [
+        [label if c.name == "JobID" else c.value(job, now) for c in columns]
+        for job, label in labelled
+    ]
+    lines = []
+    if parsable:
+        if header:
+            lines.append("|".join(c.name for c in columns))
+        lines.extend("|".join(row) for row in rows)
+        return as_text(lines)
+    if header:
+        lines.append(" ".join(_sacct_cell(c.name, c.width, is_header=True) for c in columns))
+        lines.append(" ".join("-" * abs(c.width) for c in columns))
+    for row in rows:
+        cells = (
+            _sacct_cell(text, c.width, is_header=False)
+            for c, text in zip(columns, row, strict=True)
+        )
+        lines.append(" ".join(cells))
+    return as_text([line.rstrip() for line in lines])
+
+
+def format_sacct_json(jobs: Sequence[Job], now: float) -> str:
+    """Same shape as format_squeue_json: `{"jobs": [...]}`."""
+    return jobs_json(jobs, now)

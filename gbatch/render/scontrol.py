@@ -1,0 +1,266 @@
+"""`scontrol show job|node|partition`: Slurm's key=value records, a job's events, and
+`--json` of a job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gbatch.core.jobids import job_label
+from gbatch.core.model import (
+    ALLOCATED_STATES,
+    Event,
+    Job,
+    JobSpec,
+    NodeInfo,
+    NodeState,
+    PartitionInfo,
+)
+from gbatch.core.timefmt import format_duration, format_elapsed_fixed, format_timestamp
+from gbatch.render.cells import (
+    NULL,
+    as_json,
+    as_text,
+    command_line,
+    dependency_text,
+    elapsed_seconds,
+    exit_code_text,
+    gpu_type,
+    job_to_dict,
+    memory_text,
+    params_text,
+    partition_text,
+    printable,
+    reason_text,
+    time_limit_fixed,
+)
+
+SECRET_MASK = "<secret>"  # shown for a secret_env variable, in place of its value
+
+
+def _array_task_ids(job: Job) -> str:
+    """scontrol's ArrayTaskId: the task's index, or the indices a pending record holds."""
+    if not job.array_more:
+        return str(job.spec.array_task)
+    label = job_label(job)
+    return label[label.index("[") + 1 : -1].partition("%")[0]
+
+
+def _expected_end(job: Job) -> float | None:
+    """Actual end, else (like Slurm) start + limit for a job holding GPUs."""
+    if job.end_time is not None:
+        return job.end_time
+    if job.state in ALLOCATED_STATES and job.start_time is not None and job.time_limit:
+        return job.start_time + job.time_limit
+    return None
+
+
+def _event_lines(events: Sequence[Event]) -> list[str]:
+    ordered = sorted(events, key=lambda e: e.time)  # stable: same-instant order kept
+    width = max((len(e.state.value) for e in ordered), default=0)
+    return [
+        f"   {format_timestamp(e.time)}  {e.state.value.ljust(width)}  "
+        f"{printable(e.reason)}".rstrip()
+        for e in ordered
+    ]
+
+
+def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
+    """Render one job as `scontrol show job` does: key=value lines indented three
+    spaces, then an `Events:` block (time, state, reason; oldest first).
+
+    Environment lists variable names only: values may be secrets and never appear;
+    secret_env names read NAME=<secret>.
+    Unset values read `(null)`, unknown times `Unknown`, as in Slurm. When printing
+    several jobs, separate them with a blank line as scontrol does.
+    """
+    spec = job.spec
+    from gbatch.core.outputs import output_paths  # deferred: squeue needs none
+
+    files = output_paths(job, job.node)
+    env_names = ",".join(
+        [printable(name) for name, _ in spec.env]
+        + [f"{printable(name)}={SECRET_MASK}" for name in spec.secret_env]
+    )
+    lines = [
+        f"JobId={job.id}"
+        # As scontrol, for an array task only.
+        + (
+            f" ArrayJobId={job.array_job_id} ArrayTaskId={_array_task_ids(job)}"
+            + (f" ArrayTaskThrottle={spec.array_throttle}" if spec.array_throttle else "")
+            if job.array_job_id is not None
+            else ""
+        )
+        + f" JobName={printable(spec.name)}",
+        f"   UserId={printable(job.user)}({job.uid})",
+        f"   Priority={spec.effective_priority} Nice={spec.nice}",
+        f"   JobState={job.state.value} Reason={reason_text(job)}"
+        # Only for a job that has one, so every other job's lines stay as they were.
+        + (f" Dependency={dependency_text(job)}" if spec.dependency else "")
+        + f" ExitCode={exit_code_text(job)}",
+        f"   RunTime={format_elapsed_fixed(elapsed_seconds(job, now))}"
+        f" TimeLimit={time_limit_fixed(job)}",
+        # Two lines, as scontrol prints them (and one line would not fit 80 columns).
+        f"   SubmitTime={format_timestamp(job.submit_time)}",
+        f"   StartTime={format_timestamp(job.start_time)}"
+        f" EndTime={format_timestamp(_expected_end(job))}",
+        f"   Partition={partition_text(job)}",
+        f"   NodeList={printable(job.node) if job.node else NULL}"
+        f" Gres={f'gpu:{spec.gpus}' if spec.gpus else NULL}"
+        f" GPUs={','.join(map(str, job.gpus)) if job.gpus else NULL}"
+        f" Attempt={job.attempt} Retries={spec.retries}"
+        f" Requeue={1 if spec.requeue else 0}",
+        # Slurm's names; memory 0 as Slurm prints a job without --mem.
+        f"   NumCPUs={spec.cpus_counted} MinMemoryNode={memory_text(spec.memory_mb)}",
+        f"   Command={command_line(spec.command)}",
+        f"   Image={printable(spec.image or NULL)}"
+        f" WorkDir={printable(spec.workdir or NULL)}"
+        f" Mounts={printable(','.join(spec.mounts) or NULL)}"
+        f" ShmSize={printable(spec.shm_size or NULL)}"
+        # Only when the job picked one: the admin's job_network is every other job's.
+        + (f" Network={printable(spec.network)}" if spec.network else ""),
+        f"   Environment={env_names or NULL}",
+        *_slurm_option_lines(spec),
+        # As scontrol: the paths the files have (patterns expanded), stdin never read.
+        f"   StdErr={printable(files[1]) if files else NULL}",
+        "   StdIn=/dev/null",
+        f"   StdOut={printable(files[0]) if files else NULL}",
+        "Events:",
+        *_event_lines(events),
+    ]
+    return as_text(lines)
+
+
+def _slurm_option_lines(spec: JobSpec) -> list[str]:
+    """Export (mode and names; the values are never shown, as in Slurm), BeginTime,
+    Signal, MailUser/MailType and Comment: a line only for the options a job gave."""
+    parts = []
+    if spec.export is not None:
+        parts.append(f"Export={printable(spec.export)}")
+    if spec.begin is not None:
+        parts.append(f"BeginTime={format_timestamp(spec.begin)}")
+    if spec.signal is not None:
+        parts.append(f"Signal={printable(spec.signal)}")
+    lines = [f"   {' '.join(parts)}"] if parts else []
+    if spec.mail_user is not None or spec.mail_type is not None:
+        lines.append(
+            f"   MailUser={printable(spec.mail_user or NULL)}"
+            f" MailType={printable(spec.mail_type or 'NONE')}"
+        )
+    if spec.comment is not None:
+        lines.append(f"   Comment={printable(spec.comment)}")
+    if spec.params:  # a parameter sweep's task
+        lines.append(f"   Params={printable(params_text(spec.params))}")
+    return lines
+
+
+def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> str:
+    """The squeue JSON object of the job plus its spec (env names only, never values)
+    and its events, oldest first."""
+    spec = job.spec
+    from gbatch.core.outputs import output_paths  # deferred: squeue needs none
+
+    files = output_paths(job, job.node)
+    data = job_to_dict(job, now)
+    data.update(
+        {
+            "command": list(spec.command),
+            "image": spec.image,
+            "workdir": spec.workdir,
+            "mounts": list(spec.mounts),
+            "shm_size": spec.shm_size,
+            "network": spec.network,  # null: the head's job_network
+            "dependency": spec.dependency,
+            "stdout": files[0] if files else None,
+            "stderr": files[1] if files else None,
+            "stdin": "/dev/null",
+            "open_mode": spec.open_mode or "truncate",
+            "env_names": [name for name, _ in spec.env],
+            "secret_env_names": list(spec.secret_env),
+            "retries": spec.retries,
+            "requeue": spec.requeue,
+            "nice": spec.nice,
+            "held": job.held,
+            "events": [
+                {"time": e.time, "state": e.state.value, "reason": e.reason}
+                for e in sorted(events, key=lambda e: e.time)
+            ],
+        }
+    )
+    return as_json(data)
+
+
+# Slurm's node state words for gbatch's (SUSPECT: silent for a while, no new jobs, as
+# Slurm's NOT_RESPONDING, which it shows as IDLE* etc.; here plainly).
+_SLURM_NODE_STATE = {
+    NodeState.IDLE: "IDLE",
+    NodeState.MIXED: "MIXED",
+    NodeState.ALLOCATED: "ALLOCATED",
+    NodeState.DRAINED: "DRAINED",
+    NodeState.SUSPECT: "NOT_RESPONDING",
+    NodeState.DOWN: "DOWN",
+}
+
+
+def _node_tres(cpus: int | None, mem_mb: int | None, gpus: int, nodes: int | None = None) -> str:
+    """scontrol's TRES list of a node or partition: `cpu=8,mem=64000M,node=1,gres/gpu=2`,
+    unknown parts left out (a job's, as sacct prints it, is _tres)."""
+    parts = [] if cpus is None else [f"cpu={cpus}"]
+    if mem_mb is not None:
+        parts.append(f"mem={mem_mb}M")
+    if nodes is not None:
+        parts.append(f"node={nodes}")
+    if gpus:
+        parts.append(f"gres/gpu={gpus}")
+    return ",".join(parts)
+
+
+def format_node_details(node: NodeInfo) -> str:
+    """One node as `scontrol show node` prints it: `NodeName=...` then key=value lines
+    indented three spaces. CPUTot/RealMemory are what the node reported (`N/A` when it
+    has not); CfgTRES what it has, AllocTRES what gbatch's jobs there hold."""
+    cpus = "N/A" if node.cpus_total is None else str(node.cpus_total)
+    memory = "N/A" if node.mem_total_mb is None else str(node.mem_total_mb)
+    allocated = node.gpus_allocated
+    lines = [
+        f"NodeName={printable(node.name)} NodeAddr={printable(node.address) or '(null)'}",
+        f"   CPUAlloc={node.cpus_allocated} CPUTot={cpus}",
+        f"   Gres=gpu:{node.gpus_total} GresUsed=gpu:{allocated}",
+        f"   GpuType={gpu_type(node)}",
+        f"   RealMemory={memory} AllocMem={node.mem_allocated_mb}",
+        f"   State={_SLURM_NODE_STATE[node.state]}",
+        f"   Partitions={','.join(printable(p) for p in node.partitions) or '(null)'}",
+        f"   CfgTRES={_node_tres(node.cpus_total, node.mem_total_mb, node.gpus_total)}",
+        "   AllocTRES="
+        + (
+            _node_tres(node.cpus_allocated, node.mem_allocated_mb or None, allocated)
+            if allocated or node.cpus_allocated
+            else ""
+        ),
+        f"   Reason={printable(node.reason) if node.reason else '(null)'}",
+    ]
+    return as_text(lines)
+
+
+def format_partition_details(partition: PartitionInfo, nodes: Sequence[NodeInfo]) -> str:
+    """One partition as `scontrol show partition` prints it: `PartitionName=...` then
+    key=value lines indented three spaces. Totals count its nodes as they report now
+    (a node that has not reported adds nothing); State is UP while any node is up."""
+    members = [n for n in nodes if n.name in partition.nodes]
+    up = [n for n in members if n.state not in (NodeState.DOWN, NodeState.SUSPECT)]
+    cpus = sum(n.cpus_total or 0 for n in members)
+    memory = sum(n.mem_total_mb or 0 for n in members)
+    gpus = sum(n.gpus_total for n in members)
+    default_time = (
+        "NONE" if partition.default_time is None else format_duration(partition.default_time)
+    )
+    lines = [
+        f"PartitionName={printable(partition.name)}",
+        f"   Default={'YES' if partition.default else 'NO'} DefaultTime={default_time} "
+        f"MaxTime={format_duration(partition.max_time)}",
+        f"   Nodes={','.join(printable(n) for n in partition.nodes) or '(null)'}",
+        f"   State={'UP' if up or not members else 'DOWN'} TotalCPUs={cpus} "
+        f"TotalNodes={len(partition.nodes)} TotalGPUs={gpus}",
+        f"   TRES={_node_tres(cpus, memory, gpus, len(partition.nodes))}",
+    ]
+    return as_text(lines)

@@ -1,0 +1,490 @@
+"""The nodes' outputs: sinfo (its `-o` letters and `-O` names, lines grouped by state,
+Slurm's compressed node lists), gbatch's `sinfo --gpus` view, `gbatch node list`, and
+`--json`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gbatch.core.constants import (
+    IMPLICIT_PARTITION,
+)
+from gbatch.core.model import (
+    NodeInfo,
+    NodeState,
+    PartitionInfo,
+)
+from gbatch.core.timefmt import format_duration, format_timestamp
+from gbatch.render.cells import (
+    NULL,
+    FormatError,
+    aligned_table,
+    as_json,
+    as_text,
+    checked_width,
+    fit,
+    format_items,
+    gpu_type,
+    node_reason,
+    printable,
+)
+
+_SINFO_HEADERS = (
+    "NODELIST",
+    "PARTITION",
+    "STATE",
+    "GPUS",
+    "ALLOC",
+    "FREE",
+    "BUSY",
+    "GPU_TYPE",
+    "REASON",
+)
+
+
+_SINFO_NUMERIC = frozenset({"GPUS", "ALLOC", "FREE", "BUSY"})
+
+
+def format_sinfo_gpus(
+    nodes: Sequence[NodeInfo], *, header: bool = True, default_partition: str | None = None
+) -> str:
+    """`sinfo --gpus`, gbatch's GPU view: one line per node and partition, in the order
+    given: a node in two partitions has two lines. The default partition's name ends in `*`.
+
+    BUSY counts GPUs busy with processes gbatch did not start; GPU_TYPE is the first
+    GPU's name, suffixed " (simulated)" for simulated GPUs; REASON only for drained
+    or down nodes. Columns are as wide as their widest cell; counts right-justified.
+    """
+    rows = [
+        [
+            printable(node.name),
+            printable(partition) + ("*" if partition == default_partition else ""),
+            node.state.value,
+            str(node.gpus_total),
+            str(node.gpus_allocated),
+            str(node.gpus_free),
+            str(node.gpus_busy_outside),
+            gpu_type(node),
+            node_reason(node),
+        ]
+        for node in nodes
+        for partition in node.partitions or (IMPLICIT_PARTITION,)
+    ]
+    return aligned_table(_SINFO_HEADERS, rows, _SINFO_NUMERIC, header=header)
+
+
+SINFO_DEFAULT_FORMAT = "%#P %.5a %.10l %.6D %.6t %N"
+
+
+SINFO_LONG_FORMAT = "%#P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
+
+
+# As Slurm 22.05 prints them (tests/integration/test_slurm_output_formats.py): the
+# partition right-justified in 9, CPUS left-justified.
+SINFO_NODE_FORMAT = "%#N %.6D %.9P %6t"
+
+
+SINFO_NODE_LONG_FORMAT = "%#N %.6D %.9P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E"
+
+
+SINFO_REASONS_FORMAT = "%20E %9u %19H %N"
+
+
+SINFO_REASONS_LONG_FORMAT = "%20E %12U %19H %6t %N"
+
+
+@dataclass(frozen=True)
+class SinfoRow:
+    """One node in one partition, with what sinfo's letters read from either."""
+
+    node: NodeInfo
+    partition: str
+    default: bool  # the default partition: %P prints a `*` after its name
+    max_time: int | None  # the partition's limit, seconds; None: infinite
+
+
+def sinfo_rows(
+    nodes: Sequence[NodeInfo],
+    partitions: Sequence[PartitionInfo] = (),
+    *,
+    default_partition: str | None = None,
+    only: Collection[str] | None = None,
+) -> list[SinfoRow]:
+    """Each node once per partition it is in, partitions in `partitions`' order (then
+    any a node names that `partitions` lacks), nodes in the order given. `only`: these
+    partitions alone (sinfo -p)."""
+    limits = {p.name: p for p in partitions}
+    order = [p.name for p in partitions]
+    for node in nodes:
+        order.extend(p for p in node.partitions or (IMPLICIT_PARTITION,) if p not in order)
+    rows: list[SinfoRow] = []
+    for name in order:
+        if only is not None and name not in only:
+            continue
+        part = limits.get(name)
+        default = part.default if part is not None else name == default_partition
+        max_time = part.max_time if part is not None else None
+        rows.extend(
+            SinfoRow(node, name, default or name == default_partition, max_time)
+            for node in nodes
+            if name in (node.partitions or (IMPLICIT_PARTITION,))
+        )
+    return rows
+
+
+def sinfo_reason_rows(rows: Sequence[SinfoRow]) -> list[SinfoRow]:
+    """sinfo -R's rows: the nodes drained, down or not responding, each once whatever
+    partitions it is in."""
+    seen: set[str] = set()
+    out = []
+    for row in rows:
+        if node_reason(row.node) and row.node.name not in seen:
+            seen.add(row.node.name)
+            out.append(row)
+    return out
+
+
+def sinfo_state(node: NodeInfo, *, long: bool) -> str:
+    """Slurm's node state: %t (`idle`, `mix`, `alloc`, `drain`, `drng`, `down*`) or %T
+    (`idle`, `mixed`, `allocated`, `drained`, `draining`, `down*`). gbatch's `suspect`
+    (no new jobs while the head cannot trust the host) is Slurm's not-responding `*`
+    after the state its GPUs are in."""
+    if node.state is NodeState.DRAINED:
+        if node.gpus_allocated:
+            return "draining" if long else "drng"
+        return "drained" if long else "drain"
+    if node.state is NodeState.DOWN:
+        return "down*"
+    if not node.gpus_allocated:
+        base = "idle"
+    elif node.gpus_total and node.gpus_allocated >= node.gpus_total:
+        base = "allocated" if long else "alloc"
+    else:
+        base = "mixed" if long else "mix"
+    return base + ("*" if node.state is NodeState.SUSPECT else "")
+
+
+def sinfo_gres(node: NodeInfo) -> str:
+    """Slurm's GRES: `gpu:8`, `(null)` for a node without GPUs."""
+    return f"gpu:{node.gpus_total}" if node.gpus_total else NULL
+
+
+def _sinfo_reason(node: NodeInfo) -> str:
+    """%E: the reason, `none` without one; a drain's " [admin]" suffix is %u's."""
+    reason = node_reason(node)
+    suffix = f" [{printable(node.reason_user)}]"
+    if node.reason_user and reason.endswith(suffix):
+        reason = reason[: -len(suffix)]
+    return reason if reason else "none"
+
+
+def _sinfo_nodes_aiot(rows: Sequence[SinfoRow]) -> str:
+    """%F: nodes allocated (running jobs)/idle/other (drained, down, not responding)/total."""
+    other = allocated = 0
+    for row in rows:
+        if row.node.state in (NodeState.DRAINED, NodeState.DOWN, NodeState.SUSPECT):
+            other += 1
+        elif row.node.gpus_allocated:
+            allocated += 1
+    return f"{allocated}/{len(rows) - other - allocated}/{other}/{len(rows)}"
+
+
+def _optional(value: int | None) -> str:
+    return "N/A" if value is None else str(value)
+
+
+def _reason_user(node: NodeInfo) -> str:
+    """%u and %U: who set the reason (Slurm's %U adds the uid; gbatch keeps the name)."""
+    if not node_reason(node):
+        return "Unknown"
+    return printable(node.reason_user) if node.reason_user else "Unknown"
+
+
+@dataclass(frozen=True)
+class _SinfoLetter:
+    header: str
+    # The value of one row; None: an aggregate over a group of rows (see `aggregate`).
+    value: Callable[[SinfoRow], str] | None
+    aggregate: Callable[[Sequence[SinfoRow]], str] | None = None
+
+
+_SINFO_LETTERS: Mapping[str, _SinfoLetter] = {
+    "P": _SinfoLetter("PARTITION", lambda r: printable(r.partition) + ("*" if r.default else "")),
+    "R": _SinfoLetter("PARTITION", lambda r: printable(r.partition)),
+    "a": _SinfoLetter("AVAIL", lambda r: "up"),
+    "l": _SinfoLetter(
+        "TIMELIMIT", lambda r: "infinite" if r.max_time is None else format_duration(r.max_time)
+    ),
+    "D": _SinfoLetter("NODES", None, lambda rows: str(len(rows))),
+    "F": _SinfoLetter("NODES(A/I/O/T)", None, _sinfo_nodes_aiot),
+    "N": _SinfoLetter("NODELIST", None, lambda rows: compress_hostlist(r.node.name for r in rows)),
+    "n": _SinfoLetter("HOSTNAMES", None, lambda rows: compress_hostlist(r.node.name for r in rows)),
+    "t": _SinfoLetter("STATE", lambda r: sinfo_state(r.node, long=False)),
+    "T": _SinfoLetter("STATE", lambda r: sinfo_state(r.node, long=True)),
+    "G": _SinfoLetter("GRES", lambda r: sinfo_gres(r.node)),
+    "c": _SinfoLetter("CPUS", lambda r: _optional(r.node.cpus_total)),
+    "m": _SinfoLetter("MEMORY", lambda r: _optional(r.node.mem_total_mb)),
+    "E": _SinfoLetter("REASON", lambda r: _sinfo_reason(r.node)),
+    "u": _SinfoLetter("USER", lambda r: _reason_user(r.node)),
+    "U": _SinfoLetter("USER", lambda r: _reason_user(r.node)),
+    "H": _SinfoLetter(
+        "TIMESTAMP",
+        lambda r: format_timestamp(r.node.reason_time) if node_reason(r.node) else "Unknown",
+    ),
+    # What Slurm prints for a partition or node that sets none of these: gbatch has no
+    # multi-node jobs, root-only partitions, oversubscription, group limits, temporary
+    # disk, node weights or features, and does not report sockets:cores:threads.
+    "s": _SinfoLetter("JOB_SIZE", lambda r: "1"),
+    "r": _SinfoLetter("ROOT", lambda r: "no"),
+    "h": _SinfoLetter("OVERSUBS", lambda r: "NO"),
+    "g": _SinfoLetter("GROUPS", lambda r: "all"),
+    "z": _SinfoLetter("S:C:T", lambda r: "N/A"),
+    "d": _SinfoLetter("TMP_DISK", lambda r: "0"),
+    "w": _SinfoLetter("WEIGHT", lambda r: "1"),
+    "f": _SinfoLetter("AVAIL_FEATURES", lambda r: NULL),
+}
+
+
+# sinfo -O's long names (matched case-insensitively), each a letter above.
+SINFO_LONG_NAMES: Mapping[str, str] = {
+    "Available": "a",
+    "CPUs": "c",
+    "Disk": "d",
+    "Features": "f",
+    "Gres": "G",
+    "Groups": "g",
+    "Memory": "m",
+    "NodeAIOT": "F",
+    "NodeHost": "n",
+    "NodeList": "N",
+    "Nodes": "D",
+    "OverSubscribe": "h",
+    "Partition": "P",
+    "PartitionName": "R",
+    "Reason": "E",
+    "Root": "r",
+    "Size": "s",
+    "SocketCoreThread": "z",
+    "StateCompact": "t",
+    "StateLong": "T",
+    "Time": "l",
+    "Timestamp": "H",
+    "User": "u",
+    "Weight": "w",
+}
+
+
+_SINFO_BY_LONG_NAME = {name.lower(): letter for name, letter in SINFO_LONG_NAMES.items()}
+
+
+@dataclass(frozen=True)
+class _SinfoSpec:
+    """One `%[.][width|#]<letter>`; `width` None with `fit`: as wide as the widest value."""
+
+    letter: str
+    width: int
+    right: bool
+    fit: bool = False
+
+
+_SINFO_SPEC = re.compile(r"%(\.?)(#|[0-9]*)(.?)", re.DOTALL)
+
+
+def parse_sinfo_format(fmt: str) -> list[str | _SinfoSpec]:
+    """Split a sinfo `-o` format into literal text and field specs (`%%` is a '%');
+    `%#X` is as wide as the widest value of X (Slurm's default formats use it)."""
+    parts: list[str | _SinfoSpec] = []
+    for item in format_items(fmt, _SINFO_SPEC, _SINFO_LETTERS, "sinfo"):
+        if isinstance(item, str):
+            parts.append(item)
+            continue
+        dot, width, letter, text = item
+        fit = width == "#"
+        size = 0 if fit else checked_width(width, text)
+        parts.append(_SinfoSpec(letter, size, bool(dot), fit))
+    return parts
+
+
+_SINFO_FIELD = re.compile(r"^([A-Za-z]+)(?::(\.?)([0-9]*))?$")
+
+
+def parse_sinfo_long_format(fields: str) -> list[str | _SinfoSpec]:
+    """sinfo -O: `name[:[.][size]]` comma-separated, names case-insensitive, 20
+    characters wide unless a size is given (`.` right-justifies), as in Slurm."""
+    parts: list[str | _SinfoSpec] = []
+    for raw in fields.split(","):
+        match = _SINFO_FIELD.match(raw.strip())
+        letter = _SINFO_BY_LONG_NAME.get(match.group(1).lower()) if match else None
+        if match is None or letter is None:
+            valid = ", ".join(SINFO_LONG_NAMES)
+            raise FormatError(f"unknown sinfo field '{raw}'; valid fields: {valid}")
+        width = checked_width(match.group(3), raw) if match.group(3) else 20
+        parts.append(_SinfoSpec(letter, width, bool(match.group(2))))
+        parts.append(" ")
+    return parts[:-1]
+
+
+def format_sinfo(
+    rows: Sequence[SinfoRow],
+    *,
+    fmt: str | Sequence[str | _SinfoSpec] = SINFO_DEFAULT_FORMAT,
+    header: bool = True,
+    node_oriented: bool = False,
+) -> str:
+    """Render sinfo as Slurm does: rows with the same values for every per-node field
+    of the format (partition, state, ...) share one line, in order of their first row,
+    their nodes counted (%D) and listed compressed (%N: `gpu[01-03]`). With
+    `node_oriented` (sinfo -N), one line per row instead. A partition with no rows
+    prints no line. Raises FormatError for an unknown letter."""
+    parts = parse_sinfo_format(fmt) if isinstance(fmt, str) else list(fmt)
+    specs = [p for p in parts if isinstance(p, _SinfoSpec)]
+    if node_oriented:  # each node's lines together, nodes in the order first seen
+        first = {id(row.node): i for i, row in reversed(list(enumerate(rows)))}
+        rows = sorted(rows, key=lambda row: first[id(row.node)])
+    groups: dict[tuple[str, ...], list[SinfoRow]] = {}
+    for index, row in enumerate(rows):
+        key = tuple(
+            value(row) for spec in specs if (value := _SINFO_LETTERS[spec.letter].value) is not None
+        )
+        groups.setdefault((str(index), *key) if node_oriented else key, []).append(row)
+    table = [[_sinfo_cell(spec.letter, group) for spec in specs] for group in groups.values()]
+    headers = [_SINFO_LETTERS[spec.letter].header for spec in specs]
+    widths = [
+        max([len(h), *(len(line[i]) for line in table)]) if spec.fit else spec.width
+        for i, (spec, h) in enumerate(zip(specs, headers, strict=True))
+    ]
+    lines = [_sinfo_line(parts, headers, widths)] if header else []
+    lines.extend(_sinfo_line(parts, line, widths) for line in table)
+    return as_text([line.rstrip() for line in lines])
+
+
+def _sinfo_cell(letter: str, group: Sequence[SinfoRow]) -> str:
+    field = _SINFO_LETTERS[letter]
+    if field.value is not None:
+        return field.value(group[0])
+    assert field.aggregate is not None
+    return field.aggregate(group)
+
+
+def _sinfo_line(parts: Sequence[str | _SinfoSpec], cells: Sequence[str], widths: list[int]) -> str:
+    out = []
+    column = 0
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        out.append(fit(cells[column], widths[column], part.right))
+        column += 1
+    return "".join(out)
+
+
+_TRAILING_NUMBER = re.compile(r"^(.*?)([0-9]+)$", re.DOTALL)
+
+
+def compress_hostlist(names: Iterable[str]) -> str:
+    """Slurm's ranged host list: `gpu01,gpu02,gpu03,cpu7` -> `gpu[01-03],cpu7`.
+
+    Names sharing everything before a trailing number join one bracket, numbers sorted
+    and consecutive ones written as ranges; a zero-padded number continues a range only
+    with numbers of its own width (`n09,n10` -> `n[09-10]`, `n9,n010` -> `n[9,010]`).
+    Prefixes print in order of their first name; a name without a trailing number, or
+    alone with its prefix, prints as is. Duplicates print once."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for raw in names:
+        name = printable(raw)
+        match = _TRAILING_NUMBER.match(name)
+        if match is None or len(match.group(2)) > 18:  # no number, or none int() keeps small
+            groups.setdefault(name, [])
+            continue
+        entries = groups.setdefault(match.group(1), [])
+        if (int(match.group(2)), match.group(2)) not in entries:
+            entries.append((int(match.group(2)), match.group(2)))
+    out = []
+    for prefix, entries in groups.items():
+        if len(entries) <= 1:
+            out.append(prefix + (entries[0][1] if entries else ""))
+        else:
+            out.append(f"{prefix}[{','.join(_ranges(sorted(entries)))}]")
+    return ",".join(out)
+
+
+def _padded(digits: str) -> bool:
+    return len(digits) > 1 and digits.startswith("0")
+
+
+def _continues(last: tuple[int, str], entry: tuple[int, str]) -> bool:
+    same_width = len(entry[1]) == len(last[1]) or not (_padded(entry[1]) or _padded(last[1]))
+    return entry[0] == last[0] + 1 and same_width
+
+
+def _ranges(numbers: Sequence[tuple[int, str]]) -> list[str]:
+    ranges = []
+    first = last = numbers[0]
+    for entry in numbers[1:]:
+        if _continues(last, entry):
+            last = entry
+            continue
+        ranges.append(first[1] if first == last else f"{first[1]}-{last[1]}")
+        first = last = entry
+    ranges.append(first[1] if first == last else f"{first[1]}-{last[1]}")
+    return ranges
+
+
+_NODE_LIST_HEADERS = ("NODE", "ADDRESS", "STATE", "GPUS", "REASON")
+
+
+def format_node_list(nodes: Sequence[NodeInfo], *, header: bool = True) -> str:
+    """`gbatch node list`: where each node is and why it is drained or down."""
+    rows = [
+        [
+            printable(node.name),
+            printable(node.address),
+            node.state.value,
+            str(node.gpus_total),
+            node_reason(node),
+        ]
+        for node in nodes
+    ]
+    return aligned_table(_NODE_LIST_HEADERS, rows, {"GPUS"}, header=header)
+
+
+def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
+    """`{"nodes": [...]}` with counts and a per-GPU list (job_id: the gbatch job
+    holding that GPU, or null)."""
+    return as_json(
+        {
+            "nodes": [
+                {
+                    "name": node.name,
+                    "partition": (node.partitions or (IMPLICIT_PARTITION,))[0],
+                    "partitions": list(node.partitions or (IMPLICIT_PARTITION,)),
+                    "state": node.state.value,
+                    "reason": node.reason,
+                    "gpus_total": node.gpus_total,
+                    "gpus_allocated": node.gpus_allocated,
+                    "gpus_free": node.gpus_free,
+                    "gpus_busy_outside": node.gpus_busy_outside,
+                    "gpu_type": node.gpus[0].name if node.gpus else None,
+                    "simulated": node.simulated,
+                    "gpus": [
+                        {
+                            "index": gpu.index,
+                            "uuid": gpu.uuid,
+                            "name": gpu.name,
+                            "memory_used_mib": gpu.memory_used_mib,
+                            "memory_total_mib": gpu.memory_total_mib,
+                            "utilization_pct": gpu.utilization_pct,
+                            "foreign_processes": gpu.foreign_processes,
+                            "simulated": gpu.simulated,
+                            "job_id": node.allocations.get(gpu.index),
+                        }
+                        for gpu in node.gpus
+                    ],
+                }
+                for node in nodes
+            ]
+        }
+    )

@@ -130,6 +130,8 @@ class Daemon:
                 node.cleanup(job, attempt)
 
     def run_loop(self) -> None:
+        """Run a step at each tick or wake-up until stop(); a step that fails is retried
+        at the next."""
         store_full = False
         # The start-up's heap (imports, config, nodes) lives as long as the daemon.
         self.collector.start()
@@ -165,15 +167,18 @@ class Daemon:
         self.wake.set()
 
     def stop(self) -> None:
+        """End run_loop after the step under way."""
         self.stopping.set()
         self.wake.set()
 
     def close(self) -> None:
+        """Stop the outbox, the group committer and the nodes' connections."""
         self.outbox.stop()
         self.committer.close()
         self.fleet.stop()
 
     def step(self) -> None:
+        """One pass: each step in order at one `now`, then the cyclic GC's share."""
         began = self.monotonic()
         now = self.clock()
         self.collect_ended_runs(now)

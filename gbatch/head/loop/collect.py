@@ -40,6 +40,8 @@ class EndedRuns:
         self.clock = clock
 
     def collect(self, now: float) -> None:
+        """Record the end of every allocated run that exited, vanished or was lost with
+        its node; adopt a CONFIGURING run found running."""
         allocated = self.store.jobs_in(ALLOCATED_STATES)
         liveness = {name: self.fleet.liveness(each) for name, each in self.fleet.nodes.items()}
         for back in self.fleet.came_up(liveness):

@@ -38,6 +38,7 @@ class RunLimits:
         self._warned_runs: set[tuple[int, int]] = set()
 
     def enforce(self, now: float) -> None:
+        """Warn, time out and stop the runs of RUNNING and COMPLETING jobs as due now."""
         for job in self.store.jobs_in((JobState.RUNNING, JobState.COMPLETING)):
             if job.state is JobState.RUNNING and job.spec.signal is not None:
                 self._warn_run(job, now)

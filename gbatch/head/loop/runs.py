@@ -74,6 +74,7 @@ class Runs:
             self.listing_after.pop((job.id, job.attempt), None)
 
     def end_run(self, job: Job, new: JobState, reason: str, now: float, **fields: object) -> None:
+        """end_runs for one run: `job` goes to `new` with `reason` and `fields`."""
         self.end_runs([RunEnd(job, new, reason, fields)], now)
 
     def end_runs(self, ends: Sequence[RunEnd], now: float) -> None:

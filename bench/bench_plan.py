@@ -14,7 +14,7 @@ holds a reservation) and starts nothing. That includes reading the pending jobs 
 the store, the dependency, begin-time and throttle filters, the node views, usage, the
 planner's pass and the reasons written. It reports apart the first read of the loop's
 window (50 users x 1,000 jobs at 100,000): its passes (spread over passes of about
-WINDOW_ROWS_PER_PASS rows each, as gbatch/head/daemon.py does; one pass before that),
+WINDOW_ROWS_PER_PASS rows each, as gbatch/head/loop/schedule.py does; one pass before that),
 the first and the longest, the longest of those before the one that plans and of those
 that plan and write the reasons (where the checkout writes them over passes of
 REASONS_PER_PASS: until Daemon.caught_up), the time until the window was planned (every
@@ -53,7 +53,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 # A child timing another checkout (--checkout) imports that checkout's gbatch.
 sys.path.insert(0, os.environ.get("GBATCH_BENCH_CHECKOUT") or str(Path(__file__).parent.parent))
@@ -365,6 +365,25 @@ def between_passes(daemon: Daemon) -> None:
         collector.full_when_due()
 
 
+def loop_state(daemon: Daemon) -> Any:
+    """What holds the schedule step's window and `unread`: the Daemon's schedule step
+    (gbatch/head/loop/schedule.py), or in an older checkout the Daemon itself."""
+    return getattr(daemon, "scheduling", daemon)
+
+
+def unread(daemon: Daemon, default: bool) -> bool:
+    """The last pass planned nothing (`default` where the checkout does not tell)."""
+    state = loop_state(daemon)
+    return bool(getattr(state, "unread", getattr(state, "_unread", default)))
+
+
+def loop_window(daemon: Daemon) -> Any:
+    """The loop's window (RunnableWindow) of this checkout's Daemon."""
+    state = loop_state(daemon)
+    window = getattr(state, "window", None)
+    return state._window if window is None else window
+
+
 def first_read(daemon: Daemon) -> tuple[list[float], float, float, list[float]]:
     """The passes of a loop's first read of its window, until it planned: each pass's
     ms, the wall ms and the CPU ms of them all, and the ms of those that planned (where
@@ -374,12 +393,12 @@ def first_read(daemon: Daemon) -> tuple[list[float], float, float, list[float]]:
     began, cpu = time.perf_counter(), time.process_time()
     while True:
         passes.append(one_pass(daemon))
-        if getattr(daemon, "_unread", True) is False:
+        if unread(daemon, True) is False:
             plans.append(passes[-1])
         # Until the window is planned whole and every reason the plan gave written
         # (Daemon.caught_up; before it, the window complete; before the spread read,
         # one pass).
-        if getattr(daemon, "caught_up", getattr(daemon._window, "complete", True)):
+        if getattr(daemon, "caught_up", getattr(loop_window(daemon), "complete", True)):
             break
     wall, cpu = (time.perf_counter() - began) * 1000, (time.process_time() - cpu) * 1000
     return passes, wall, cpu, plans or passes[-1:]
@@ -423,18 +442,18 @@ def churn(
             user = rng.randrange(USERS)
             store.submit([spec], 1000 + user, f"user{user:02d}", time.time())
         if newcomers and n % newcomers == 0:
-            uid = 5000 + len(daemon._window._keys) + joined
+            uid = 5000 + len(loop_window(daemon)._keys) + joined
             store.submit([spec] * PLAN_WINDOW, uid, f"newcomer{uid}", time.time())
             joined += 1
         # Not window.jobs(): the list it keeps would be one more object for a pass's GC.
-        gone = rng.sample(sorted(daemon._window._jobs), 10)
+        gone = rng.sample(sorted(loop_window(daemon)._jobs), 10)
         store.cancel_pending(gone, "churn", time.time())
         samples.append(one_pass(daemon))
         if newcomers and n % newcomers == 0:
             reading = True
         if reading:
-            # Until a pass plans (a checkout without _unread: the pass that reads them).
-            planned = not getattr(daemon, "_unread", False)
+            # Until a pass plans (a checkout without unread: the pass that reads them).
+            planned = not unread(daemon, False)
             (afters if planned else arrivals).append(samples[-1])
             reading = not planned
         between_passes(daemon)

@@ -1,8 +1,8 @@
 """The planner: which pending jobs start now, where, on which GPUs, and why the rest wait.
 
 Pure: `plan()` takes the queue, the nodes, the usage and the clock, and returns a Plan.
-The daemon applies the plan (Daemon.schedule and Daemon.dispatch in gbatch/head/daemon.py);
-nothing here touches the store.
+The daemon's loop applies the plan (gbatch/head/loop/schedule.py and dispatch.py); nothing
+here touches the store.
 """
 
 from __future__ import annotations

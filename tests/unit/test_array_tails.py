@@ -381,9 +381,9 @@ def test_a_task_the_throttle_holds_back_again_leaves_the_planners_queue(daemon: 
     array = submit(daemon, array="0-9%1")[0]
     daemon.schedule(daemon.clock())
     daemon.schedule(daemon.clock())  # reads the reasons the first wrote; writes none
-    assert array in daemon._planned and array + 1 not in daemon._planned
+    assert array in daemon.scheduling.planned and array + 1 not in daemon.scheduling.planned
     # Another task starts outside the plan (a requeue race, an admin): the %1 is used.
     daemon.store.set_state(array + 5, JobState.CONFIGURING, "", 0, node="local", gpus=(0,))
     daemon.schedule(daemon.clock())
-    assert array not in daemon._planned
+    assert array not in daemon.scheduling.planned
     assert daemon.store.require(array).reason == THROTTLE_REASON

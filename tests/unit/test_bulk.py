@@ -16,10 +16,10 @@ import pytest
 from gbatch.cli.context import parse_ids, print_failures
 from gbatch.cli.exits import CliError, Exit
 from gbatch.core.model import JobSpec, JobState
-from gbatch.head import daemon as daemon_module
 from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
+from gbatch.head.loop import schedule as schedule_module
 from gbatch.head.store import RunnableWindow, Store
 from gbatch.site.config import Config, Paths
 
@@ -330,8 +330,8 @@ def test_the_planner_looks_at_each_users_first_jobs_so_a_flood_hides_no_one(
 ) -> None:
     """Jobs the loop planned get a pending reason (no node answers here, so none
     starts); jobs beyond a user's window keep the empty reason they were submitted with."""
-    monkeypatch.setattr(daemon_module, "PLAN_JOBS_PER_USER", 3)
-    monkeypatch.setattr(daemon, "_window", RunnableWindow(3))
+    monkeypatch.setattr(schedule_module, "PLAN_JOBS_PER_USER", 3)
+    monkeypatch.setattr(daemon.scheduling, "window", RunnableWindow(3))
     flood = submit(daemon, ALICE, 6)
     bob = submit(daemon, BOB, 2)
     daemon.schedule(daemon.clock())

@@ -52,10 +52,11 @@ class Side:
         paths = Paths(home)
         self.store = Store(paths.store)
         self.daemon = Daemon(paths, Config(simulate_gpus=0), self.store)
-        self.daemon._window = RunnableWindow(WINDOW, rows_per_read if incremental else None)
+        rows = rows_per_read if incremental else None
+        self.daemon.scheduling.window = RunnableWindow(WINDOW, rows)
         self.incremental = incremental
         if not incremental:
-            self.daemon.planner = None
+            self.daemon.scheduling.planner = None
         self.daemon.fleet.nodes = {name: name for name in NODES}  # type: ignore[misc]
         self.daemon.fleet.node_view = self.node_view  # type: ignore[method-assign]
         self.daemon.dispatch = self.dispatch  # type: ignore[method-assign]
@@ -109,7 +110,7 @@ class Side:
         the full side plans `plans` times (as many as the other's). How many planned."""
         if not self.incremental:
             for _ in range(plans):
-                self.daemon._window.seen = None  # a whole read, as a restarted daemon's
+                self.daemon.scheduling.window.seen = None  # a whole read, as a restarted daemon's
                 self.daemon.schedule(now)
             return plans
         # A spread first read: passes that start nothing and write nothing, until the
@@ -120,11 +121,11 @@ class Side:
             before = (list(self.started), self.seen())
             self.planned_writes = 0
             self.daemon.schedule(now)
-            if self.daemon._unread:
+            if self.daemon.scheduling.unread:
                 assert (self.started, self.seen()) == before
             else:
                 planned += 1
-                bound = self.daemon.reasons_per_pass
+                bound = self.daemon.scheduling.reasons_per_pass
                 assert bound is None or self.planned_writes <= bound
             if self.daemon.caught_up:
                 return planned
@@ -132,9 +133,9 @@ class Side:
     def restart(self) -> None:
         """A new daemon's loop state over the same store: its window, read anew over
         passes, and its planner, given the reasons the rows show."""
-        self.daemon._window = RunnableWindow(WINDOW, ROWS_PER_READ)
-        self.daemon.planner, self.daemon._planned = Planner(), {}
-        self.daemon._plan_all = True
+        self.daemon.scheduling.window = RunnableWindow(WINDOW, ROWS_PER_READ)
+        self.daemon.scheduling.planner, self.daemon.scheduling.planned = Planner(), {}
+        self.daemon.scheduling.plan_all = True
 
     def seen(self) -> list[tuple[int, str, str, bool]]:
         return [(j.id, j.state.value, j.reason, j.held) for j in self.store.jobs()]
@@ -241,10 +242,10 @@ def test_the_loop_through_the_planner_does_what_the_full_plan_does(
     with tempfile.TemporaryDirectory() as tmp:
         sides = [Side(Path(tmp) / "full", False), Side(Path(tmp) / "incremental", True)]
         full, incremental = sides
-        full.daemon.reasons_per_pass = None
-        full.daemon.read_alone_rows = None
-        incremental.daemon.reasons_per_pass = REASONS_PER_PASS
-        incremental.daemon.read_alone_rows = READ_ALONE_ROWS
+        full.daemon.scheduling.reasons_per_pass = None
+        full.daemon.scheduling.read_alone_rows = None
+        incremental.daemon.scheduling.reasons_per_pass = REASONS_PER_PASS
+        incremental.daemon.scheduling.read_alone_rows = READ_ALONE_ROWS
         try:
             now = T0
             for op in ops:
@@ -257,7 +258,7 @@ def test_the_loop_through_the_planner_does_what_the_full_plan_does(
                 assert incremental.seen() == full.seen()
                 assert incremental.daemon.expected_starts == full.daemon.expected_starts
                 store = incremental.store
-                window = incremental.daemon._window
+                window = incremental.daemon.scheduling.window
                 # The window's Jobs as read (over reads of the rows written since, as
                 # many a read), with the reasons the loop wrote since.
                 store.update_window(window)
@@ -334,7 +335,7 @@ def test_the_reasons_a_pass_writes_are_not_read_back_by_the_next(tmp_path: Path)
     rows again (no new Jobs, nothing put in the planner), and has the rows' reasons."""
     side = Side(tmp_path, incremental=True)
     try:
-        store, window = side.store, side.daemon._window
+        store, window = side.store, side.daemon.scheduling.window
         busy_nodes(side)
         big = JobSpec(name="big", command=("true",), gpus=GPUS, time_limit=60)
         ids = store.submit([big] * WINDOW, 1000, "alice", T0)
@@ -359,11 +360,11 @@ def test_a_write_between_the_windows_read_and_the_loops_reasons_is_read(
     reasons are written (a hold, from a request) is read into the window all the same."""
     side = Side(tmp_path, incremental=True, rows_per_read=None)  # one pass reads them all
     try:
-        store, window = side.store, side.daemon._window
+        store, window = side.store, side.daemon.scheduling.window
         busy_nodes(side)
         big = JobSpec(name="big", command=("true",), gpus=GPUS, time_limit=60)
         ids = store.submit([big] * WINDOW, 1000, "alice", T0)
-        planner = side.daemon.planner
+        planner = side.daemon.scheduling.planner
         assert planner is not None
         plan = planner.plan
 
@@ -417,11 +418,11 @@ def test_a_spread_first_read_plans_nothing_and_wakes_the_loop_until_it_is_whole(
             store.submit([small] * WINDOW, 1000, user, T0)
         daemon.wake.clear()
         daemon.schedule(T0)
-        assert not daemon._window.complete
+        assert not daemon.scheduling.window.complete
         assert daemon.wake.is_set()
         assert side.started == [] and {job.reason for job in store.jobs()} == {""}
         passes = 1
-        while not daemon._window.complete:
+        while not daemon.scheduling.window.complete:
             daemon.wake.clear()
             daemon.schedule(T0)
             passes += 1
@@ -462,7 +463,7 @@ def test_a_restart_over_reasons_already_written_writes_none(tmp_path: Path) -> N
             write(reasons, window)  # type: ignore[arg-type]
 
         store.set_pending_reasons = recorded  # type: ignore[method-assign,assignment]
-        planner = side.daemon.planner
+        planner = side.daemon.scheduling.planner
         assert planner is not None
         plan = planner.plan
         reported: list[dict[int, str]] = []
@@ -489,8 +490,8 @@ def test_a_plan_of_more_reasons_than_a_pass_writes_writes_them_over_the_next_pas
     the rest, and each job ends with the reason one unbounded pass gives it."""
     sides = [Side(tmp_path / "bounded", True, None), Side(tmp_path / "whole", True, None)]
     bounded, whole = sides
-    bounded.daemon.reasons_per_pass = 2
-    whole.daemon.reasons_per_pass = None
+    bounded.daemon.scheduling.reasons_per_pass = 2
+    whole.daemon.scheduling.reasons_per_pass = None
     try:
         big = JobSpec(name="big", command=("true",), gpus=GPUS, time_limit=60)
         for side in sides:
@@ -525,7 +526,7 @@ def test_an_owed_reason_of_a_job_changed_meanwhile_is_not_written(tmp_path: Path
     """A job held, or given another reason, while the loop still owes it a reason: the
     owed one is not written over the hold's, and the next plan tells the new reason."""
     side = Side(tmp_path, incremental=True, rows_per_read=None)  # a pass reads them all
-    side.daemon.reasons_per_pass = 1
+    side.daemon.scheduling.reasons_per_pass = 1
     try:
         store, daemon = side.store, side.daemon
         busy_nodes(side)
@@ -555,8 +556,8 @@ def test_a_pass_that_read_many_rows_plans_them_at_the_next_which_reads_none(
     side = Side(tmp_path, incremental=True)
     try:
         store, daemon = side.store, side.daemon
-        daemon._window = RunnableWindow(WINDOW, rows_per_read=100)
-        daemon.read_alone_rows = 2
+        daemon.scheduling.window = RunnableWindow(WINDOW, rows_per_read=100)
+        daemon.scheduling.read_alone_rows = 2
         small = JobSpec(name="small", command=("true",), gpus=1, time_limit=60)
         store.submit([small], 1000, "alice", T0)
         daemon.schedule(T0)  # a first read plans at once
@@ -595,18 +596,18 @@ def test_a_read_of_the_change_feed_left_behind_plans_nothing_until_it_ends(
     side = Side(tmp_path, incremental=True, rows_per_read=1)
     try:
         store, daemon = side.store, side.daemon
-        daemon.read_alone_rows = None
+        daemon.scheduling.read_alone_rows = None
         small = JobSpec(name="small", command=("true",), gpus=1, time_limit=60)
         daemon.schedule(T0)  # a first read, of nothing
         burst = store.submit([small] * WINDOW, 1000, "bob", T0)
         for _ in range(2):
             daemon.wake.clear()
             daemon.schedule(T0)
-            assert daemon._window.behind and daemon.wake.is_set() and not daemon.caught_up
+            assert daemon.scheduling.window.behind and daemon.wake.is_set() and not daemon.caught_up
             assert side.started == []
         daemon.wake.clear()
         daemon.schedule(T0)
-        assert not daemon._window.behind and daemon.caught_up
+        assert not daemon.scheduling.window.behind and daemon.caught_up
         assert sorted(job_id for job_id, _, _ in side.started) == burst
     finally:
         side.close()
@@ -619,14 +620,14 @@ def test_a_flood_of_submits_never_keeps_the_loop_from_planning(tmp_path: Path) -
     side = Side(tmp_path, incremental=True, rows_per_read=4)
     try:
         store, daemon = side.store, side.daemon
-        daemon.read_alone_rows = 2
+        daemon.scheduling.read_alone_rows = 2
         busy_nodes(side)  # nothing starts: a pass that plans writes the reasons
         small = JobSpec(name="small", command=("true",), gpus=1, time_limit=60)
         planned = []
         for n in range(30):
             store.submit([small] * 3, 1000 + n, f"user{n}", T0)
             daemon.schedule(T0)
-            planned.append(not daemon._unread)
+            planned.append(not daemon.scheduling.unread)
         assert all(any(planned[n : n + 2]) for n in range(len(planned) - 1)), planned
         for _ in range(10):
             daemon.schedule(T0)
@@ -654,7 +655,7 @@ def test_an_owed_reason_of_a_job_planned_again_from_its_row_is_dropped(
         side.schedule(T0)
         shown = {job_id: store.require(job_id).reason for job_id in ids}
         assert shown[ids[2]] == "Priority"
-        daemon.reasons_per_pass = 1
+        daemon.scheduling.reasons_per_pass = 1
         side.down = set(NODES)  # every reason changes: one written, two owed
         daemon.schedule(T0)
         assert not daemon.caught_up and store.require(ids[2]).reason == "Priority"

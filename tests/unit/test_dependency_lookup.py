@@ -17,7 +17,7 @@ from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.dependency import Dependency as Dep
 from gbatch.core.dependency import JobRef, RefJob, Term, evaluate, parse, tasks_named
 from gbatch.core.limits import Limits, UserLimits
-from gbatch.core.model import JobSpec, JobState
+from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import MAX_ARRAY, Caller, handle
 from gbatch.head.store import Store
@@ -100,6 +100,14 @@ def _daemon(tmp_path: Path, *, kill: bool = False) -> tuple[Daemon, Store]:
     limits = Limits(UserLimits(max_pending_jobs=10 * TASKS, max_array_size=TASKS))
     config = Config(simulate_gpus=2, limits=limits, kill_invalid_depend=kill)
     return Daemon(paths, config, store), store
+
+
+def hold_back_dependents(daemon: Daemon, pending: list[Job]) -> list[Job]:
+    """The schedule step's dependency filter over `pending`, now, as a pass runs it."""
+    scheduling = daemon.scheduling
+    return scheduling.filters.hold_back_dependents(
+        pending, daemon.clock(), scheduling.window.reason
+    )
 
 
 @pytest.fixture
@@ -207,7 +215,7 @@ def _scenario(daemon: Daemon) -> list[int]:
 
 def _pass(daemon: Daemon, ids: list[int]) -> tuple[list[int], list[tuple[JobState, str]]]:
     pending = [daemon.store.require(job_id) for job_id in ids]
-    free = daemon.hold_back_dependents(pending, daemon.clock())
+    free = hold_back_dependents(daemon, pending)
     jobs = [daemon.store.require(job_id) for job_id in ids]
     return [job.id for job in free], [(job.state, job.reason) for job in jobs]
 
@@ -224,7 +232,7 @@ def test_a_pass_over_the_tasks_named_decides_as_the_whole_arrays_did(
         # The whole-array read, as hold_back_dependents did it before: every array
         # named read whole, whatever tasks were named.
         monkeypatch.setattr(
-            whole,
+            whole.scheduling.filters,
             "_array_tasks",
             lambda array_id, indices, all_of: whole.store.array_tasks(array_id, MAX_ARRAY),
         )
@@ -264,8 +272,8 @@ def test_a_pass_reads_the_tasks_named_and_once(
         ),
     )
     asked = [daemon.store.require(job_id) for job_id in ids]
-    assert daemon.hold_back_dependents(asked, daemon.clock()) == []
-    assert daemon.hold_back_dependents(asked, daemon.clock()) == []
+    assert hold_back_dependents(daemon, asked) == []
+    assert hold_back_dependents(daemon, asked) == []
     assert looked_up == [(array, ((5, 5), (50_000, 50_000), (99_999, 99_999)))]
     assert whole == []
     assert daemon.store.array_tasks_at(array, [], MAX_ARRAY) == {}

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from gbatch.core.model import Gpu, Job, JobSpec, JobState
-from gbatch.head.daemon import LAUNCH_SETTLE_SECONDS, Daemon
+from gbatch.head.daemon import Daemon
 from gbatch.head.liveness import FENCE_MARGIN_SECONDS
+from gbatch.head.loop.dispatch import LAUNCH_SETTLE_SECONDS
 from gbatch.head.store import Store
 from gbatch.nodes.base import LaunchError, RunStatus
 from gbatch.nodes.report import ContainerReport, NodeReport

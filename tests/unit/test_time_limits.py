@@ -33,7 +33,7 @@ def _running_job_with_limit(tmp_path: Path, clocks: FakeClocks, limit: int) -> t
     job = store.set_state(
         job_id, JobState.CONFIGURING, "allocated", clocks.wall, node="local", gpus=(), attempt=1
     )
-    daemon._confirm_running([job], "")
+    daemon.runs.confirm_running([job], "", daemon.clock())
     return daemon, job_id
 
 
@@ -57,7 +57,7 @@ def test_an_adopted_run_is_timed_from_its_recorded_start(tmp_path: Path) -> None
 
     clocks = FakeClocks()
     daemon, job_id = _running_job_with_limit(tmp_path, clocks, limit=3600)
-    daemon._started_monotonic.clear()  # as after a daemon restart
+    daemon.runs.started.clear()  # as after a daemon restart
     clocks.advance(wall=3000, mono=3000)
     daemon.enforce_limits(clocks.wall)
     assert daemon.store.require(job_id).state is JobState.RUNNING

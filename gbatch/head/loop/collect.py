@@ -1,0 +1,223 @@
+"""The loop's first step: the runs that ended or vanished, and those of nodes lost (down
+with their lease run out, gbatch/head/liveness.py) or gone from the inventory; a node
+heard again has the containers of runs the head already ended removed."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable, Sequence
+
+from gbatch.core.model import ALLOCATED_STATES, Job, JobState
+from gbatch.head import idlegpu
+from gbatch.head.fleet import Fleet
+from gbatch.head.liveness import Liveness
+from gbatch.head.loop.conditions import NodeConditions
+from gbatch.head.loop.dispatch import LAUNCH_SETTLE_SECONDS, LAUNCH_UNKNOWN
+from gbatch.head.loop.runs import RunEnd, Runs
+from gbatch.head.store import Store
+from gbatch.nodes.base import Node, RunStatus
+from gbatch.nodes.docker import container_name
+
+log = logging.getLogger("gbatchd")
+
+
+class EndedRuns:
+    """Asks each allocated job's node for its run and records what it finds."""
+
+    def __init__(
+        self,
+        store: Store,
+        fleet: Fleet,
+        runs: Runs,
+        conditions: NodeConditions,
+        clock: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self.fleet = fleet
+        self.runs = runs
+        self.conditions = conditions
+        self.clock = clock
+
+    def collect(self, now: float) -> None:
+        """Record the end of every allocated run that exited, vanished or was lost with
+        its node; adopt a CONFIGURING run found running."""
+        allocated = self.store.jobs_in(ALLOCATED_STATES)
+        liveness = {name: self.fleet.liveness(each) for name, each in self.fleet.nodes.items()}
+        for back in self.fleet.came_up(liveness):
+            self.reap_stale_runs(back, allocated)
+        self.conditions.tell_nodes_down(liveness, now)
+        exited: list[RunEnd] = []
+        for job in allocated:
+            node = self.fleet.nodes.get(job.node or "")
+            if node is None:
+                # Its node left the inventory: whether the run lives is unknowable, so
+                # never requeue it (that could run it twice).
+                self.runs.end_run(
+                    job,
+                    JobState.NODE_FAIL,
+                    f"node {job.node} is not in the fleet",
+                    now,
+                    end_time=now,
+                )
+                continue
+            if liveness[node.name].runs_stopped:
+                self._run_lost_with_node(job, liveness[node.name], now)
+                continue
+            status = node.status(job, job.attempt)
+            if status.state == "unknown":
+                continue  # the node cannot tell now: neither adopt nor requeue
+            if status.state == "running":
+                if job.state is JobState.CONFIGURING:
+                    # The daemon died between starting the run and confirming it, or
+                    # the start's answer was lost.
+                    self.runs.confirm_running(
+                        [job], "adopted: its unconfirmed start was found running", self.clock()
+                    )
+                continue
+            if status.state == "exited":
+                exited.append(self._finish(job, status, now))
+            else:
+                self._run_vanished(job, node, now)
+        # One commit for all the runs that exited since the last tick.
+        if exited:
+            self.runs.end_runs(exited, now)
+
+    def _finish(self, job: Job, status: RunStatus, now: float) -> RunEnd:
+        """How the exited run of `job` ends (not recorded yet)."""
+        end = status.end_time or now
+        exit_code, killed_by = status.exit_code or 0, status.signal or 0
+        outcome = f"exit code {exit_code}" if not killed_by else f"killed by signal {killed_by}"
+        fields: dict[str, object] = {
+            "end_time": end,
+            "exit_code": exit_code,
+            "exit_signal": killed_by,
+        }
+        if job.stop_state is not None:
+            new, reason = job.stop_state, _stopped_reason(job)
+        elif status.oom:
+            new, reason = JobState.OUT_OF_MEMORY, "out of memory"
+        elif exit_code == 0 and killed_by == 0:
+            new, reason = JobState.COMPLETED, ""
+        elif (used := self.runs.retries_used(job)) < job.spec.retries:
+            new, reason = (
+                JobState.PENDING,
+                f"retry {used + 1}/{job.spec.retries} after {outcome}",
+            )
+        else:
+            new, reason = JobState.FAILED, outcome
+        return RunEnd(job, new, reason, fields)
+
+    def _run_vanished(self, job: Job, node: Node, now: float) -> None:
+        if job.stop_state is not None:
+            self.runs.end_run(job, job.stop_state, _stopped_reason(job), now, end_time=now)
+        elif job.state is JobState.CONFIGURING:
+            lost_at = self._launch_lost_at(job)
+            if lost_at is None:
+                # The daemon died between recording intent and confirming the start.
+                self.runs.end_run(job, JobState.PENDING, "launch was not confirmed; requeued", now)
+            elif not self._start_may_still_appear(job, node, lost_at, now):
+                reason = (
+                    f"launch was not confirmed: no container "
+                    f"{container_name(job.id, job.attempt)} on {node.name} "
+                    f"{LAUNCH_SETTLE_SECONDS:g} s after its answer was lost; requeued"
+                )
+                log.warning("job %d: %s", job.id, reason)
+                self.runs.end_run(job, JobState.PENDING, reason, now)
+        else:
+            self.runs.end_run(
+                job,
+                JobState.PENDING,
+                "its run vanished (node restarted?); requeued",
+                now,
+                end_time=now,
+            )
+
+    def _launch_lost_at(self, job: Job) -> float | None:
+        """When the answer of the CONFIGURING job's start was lost (the note dispatch
+        recorded), or None when it was not (the daemon died before it knew)."""
+        events = self.store.events(job.id)
+        last = events[-1] if events else None
+        if last is None or last.state is not JobState.CONFIGURING:
+            return None
+        return last.time if last.reason.startswith(LAUNCH_UNKNOWN) else None
+
+    def _start_may_still_appear(self, job: Job, node: Node, lost_at: float, now: float) -> bool:
+        """Whether the container of a start whose answer was lost at `lost_at` may still
+        come to exist: until LAUNCH_SETTLE_SECONDS have passed, and until a node report
+        received after that lists no such container."""
+        if now < lost_at + LAUNCH_SETTLE_SECONDS:
+            return True
+        key = (job.id, job.attempt)
+        listing_after = self.runs.listing_after
+        seen = listing_after.setdefault(key, node.report_seq)
+        report, _ = node.report()
+        if report is None or node.report_seq <= seen:
+            return True
+        if any(
+            (c.job, c.attempt) == key and c.node in (None, node.name) for c in report.containers
+        ):
+            return True  # listed after all: the next status() finds it
+        del listing_after[key]
+        return False
+
+    def _run_lost_with_node(self, job: Job, liveness: Liveness, now: float) -> None:
+        """The run's node is down and its lease has run out: the run is dead, and the
+        job is requeued (NODE_FAIL if it opted out, its stop state if being stopped)."""
+        lost = f"node {job.node} down ({liveness.describe('')}); its run was stopped by the lease"
+        if job.stop_state is not None:
+            new, reason = job.stop_state, f"{_stop_reason(job.stop_state)}; {lost}"
+        elif job.spec.requeue:
+            new, reason = JobState.PENDING, f"{lost}; requeued"
+        else:
+            new, reason = JobState.NODE_FAIL, f"{lost}; not requeued (requeue: false)"
+        log.warning("job %d: %s", job.id, reason)
+        self.runs.end_run(job, new, reason, now, end_time=now)
+
+    def reap_stale_runs(self, node: Node, allocated: Sequence[Job]) -> None:
+        """Kill and remove the containers a node lists for runs the head has already
+        ended or requeued (it was cut off meanwhile, or an earlier daemon died before
+        removing them). Only containers labelled with this node's name are touched: an
+        engine may serve other heads, whose job ids mean nothing to this store."""
+        report, _ = node.report()
+        if report is None:
+            return
+        live = {(job.id, job.attempt) for job in allocated}
+        for container in report.containers:
+            if container.node != node.name or (container.job, container.attempt) in live:
+                continue
+            job = self.store.get(container.job)
+            if job is None:
+                continue
+            if job.state in ALLOCATED_STATES and job.attempt < container.attempt:
+                continue  # listed before the store said so: a run being started now
+            if container.state == "running":
+                log.warning(
+                    "node %s: run %d.%d of a job already %s was still running; killing it",
+                    node.name,
+                    container.job,
+                    container.attempt,
+                    job.state.value,
+                )
+                node.signal(job, container.attempt, signal.SIGKILL)
+            node.cleanup(job, container.attempt)
+
+
+def _stopped_reason(job: Job) -> str:
+    """The reason a stopped run's job ends with: the idle_gpu policy's own, which says
+    why, else _stop_reason's."""
+    if job.stop_state is JobState.CANCELLED and job.reason.endswith(idlegpu.POLICY_SUFFIX):
+        return job.reason
+    assert job.stop_state is not None
+    return _stop_reason(job.stop_state)
+
+
+def _stop_reason(state: JobState) -> str:
+    """The reason a stopped run's job ends with. A timed-out job's is Slurm's TimeLimit,
+    which `squeue -t all` shows in NODELIST(REASON) as `(TimeLimit)` (its history keeps
+    the stop's own "time limit reached")."""
+    return {
+        JobState.CANCELLED: "cancelled",
+        JobState.TIMEOUT: "TimeLimit",
+        JobState.PENDING: "requeued on request",
+    }.get(state, state.value.lower())

@@ -1,0 +1,120 @@
+"""The loop's dispatch: start the runs a plan gave (Scheduling decides them), crash-safe:
+record intent, act, confirm, each for every start at once."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from gbatch.core.crashpoints import crash_point
+from gbatch.core.model import Job, JobState
+from gbatch.head.fleet import Fleet
+from gbatch.head.loop.runs import Runs
+from gbatch.head.store import StateChange, Store
+from gbatch.nodes.base import LaunchError, Node
+
+log = logging.getLogger("gbatchd")
+# A start whose answer was lost (`docker run` timed out, its connection dropped) may
+# still create its container: the remote docker CLI can outlive the closed channel. Its
+# job stays CONFIGURING this long after, and until a node report taken later lists no
+# such container, before it is requeued; a second start any sooner could run it twice.
+LAUNCH_SETTLE_SECONDS = 60.0
+LAUNCH_UNKNOWN = "launch outcome unknown"
+# The exit code of a run that never started (its image missing, its command not found):
+# Slurm's ExitCode=1:0 for a launch failure.
+LAUNCH_FAILED_EXIT_CODE = 1
+
+
+class Dispatcher:
+    """Starts runs on their nodes and records each start's outcome."""
+
+    def __init__(self, store: Store, fleet: Fleet, runs: Runs, clock: Callable[[], float]) -> None:
+        self.store = store
+        self.fleet = fleet
+        self.runs = runs
+        self.clock = clock
+
+    def dispatch(self, starts: Sequence[tuple[Job, Node, Sequence[int]]], now: float) -> None:
+        """Start each (job, node, GPU ids) of a plan. Record intent, act, confirm, each
+        step for every start at once (one commit for all intents, one for all
+        confirmations: a commit costs an fsync, more than a local start): a crash
+        between any two steps is reconciled as for one start."""
+        if not starts:
+            return
+        intents = [
+            StateChange(
+                job.id,
+                JobState.CONFIGURING,
+                "allocated",
+                {JobState.PENDING},
+                {
+                    "node": node.name,
+                    "gpus": tuple(gpus),
+                    "gpu_uuids": self.fleet.uuids(node, gpus),
+                    "attempt": job.attempt + 1,
+                    "start_time": None,
+                    "end_time": None,
+                    "exit_code": None,
+                    "exit_signal": None,
+                    "stop_state": None,
+                },
+            )
+            for job, node, gpus in starts
+        ]
+        allocated = self.store.set_states_read(intents, now)
+        crash_point("dispatch.after_configuring")
+        launched = [
+            job
+            for job, (_, node, gpus) in zip(allocated, starts, strict=True)
+            # A refused intent: cancelled while we planned.
+            if isinstance(job, Job) and self._launch(job, node, gpus, now)
+        ]
+        if launched:
+            crash_point("dispatch.after_launch")
+            self.runs.confirm_running(launched, "", self.clock())
+
+    def _launch(self, job: Job, node: Node, gpus: Sequence[int], now: float) -> bool:
+        """Start `job` (CONFIGURING, its attempt counted) on `node`: True when its run
+        exists. When it does not, the job is requeued or failed as the error says, or
+        left CONFIGURING when the start may yet appear."""
+        attempt = job.attempt
+        try:
+            node.launch(job, attempt, gpus)
+        except LaunchError as err:
+            if err.maybe_started:
+                # Left CONFIGURING: the collect step adopts the run if it exists and
+                # requeues the job once it surely does not; a second start could run
+                # it twice.
+                note = (
+                    f"{LAUNCH_UNKNOWN} ({err}); its container is looked for up to "
+                    f"{LAUNCH_SETTLE_SECONDS:g} s before the job is requeued"
+                )
+                log.warning("job %d: %s", job.id, note)
+                self.store.note(job.id, JobState.CONFIGURING, note, self.clock())
+                return False
+            if err.node_busy:
+                # Nothing started and not the job's fault: it keeps its retries.
+                reason = f"{node.name} could not take the start now ({err}); requeued"
+                log.warning("job %d: %s", job.id, reason)
+                self.runs.end_run(job, JobState.PENDING, reason, now, end_time=now)
+                return False
+            engine = node.docker_problem(self.clock()) if job.spec.image is not None else None
+            if engine is not None:
+                # Not the job's fault: it waits for the engine and keeps its retries.
+                reason = f"docker engine on {node.name} does not answer ({engine}); requeued"
+                self.runs.end_run(job, JobState.PENDING, reason, now, end_time=now)
+                return False
+            retry = self.runs.retries_used(job) < job.spec.retries
+            new = JobState.PENDING if retry else JobState.FAILED
+            # Never 0:0, which reads as success to a script checking ExitCode.
+            self.runs.end_run(
+                job,
+                new,
+                f"launch failed: {err}",
+                now,
+                end_time=now,
+                exit_code=LAUNCH_FAILED_EXIT_CODE,
+                exit_signal=0,
+            )
+            return False
+        return True

@@ -1,0 +1,120 @@
+"""The loop's second step: --signal warnings, TIME_LIMIT mail, time limits, and the
+stopping of runs (SIGTERM, the grace, SIGKILL) of jobs COMPLETING."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable
+
+from gbatch.core.model import IllegalTransition, Job, JobState
+from gbatch.head.fleet import Fleet
+from gbatch.head.loop.runs import Runs
+from gbatch.head.notify import TIME_LIMIT_WARNINGS, mail_types
+from gbatch.head.store import Store
+from gbatch.jobspec.spec import parse_signal
+from gbatch.site.config import Config
+
+log = logging.getLogger("gbatchd")
+
+
+class RunLimits:
+    """Holds each running job to its time limit, on the monotonic clock."""
+
+    def __init__(
+        self,
+        store: Store,
+        fleet: Fleet,
+        config: Config,
+        runs: Runs,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self.fleet = fleet
+        self.config = config
+        self.runs = runs
+        self.monotonic = monotonic
+        # (job id, attempt) of runs sent their --signal warning (once per attempt)
+        self._warned_runs: set[tuple[int, int]] = set()
+
+    def enforce(self, now: float) -> None:
+        """Warn, time out and stop the runs of RUNNING and COMPLETING jobs as due now."""
+        for job in self.store.jobs_in((JobState.RUNNING, JobState.COMPLETING)):
+            if job.state is JobState.RUNNING and job.spec.signal is not None:
+                self._warn_run(job, now)
+            if job.state is JobState.RUNNING and self.config.smtp_host and job.spec.mail_type:
+                self._warn_time_limit(job, now)
+            if job.state is JobState.RUNNING and self._past_limit(job, now):
+                try:
+                    job = self.store.set_state(
+                        job.id,
+                        JobState.COMPLETING,
+                        "time limit reached",
+                        now,
+                        expect={JobState.RUNNING},
+                        stop_state=JobState.TIMEOUT,
+                    )
+                except IllegalTransition:
+                    continue
+            if job.state is JobState.COMPLETING:
+                self._stop_run(job)
+
+    def _warn_time_limit(self, job: Job, now: float) -> None:
+        """--mail-type=TIME_LIMIT_50/80/90: owe each once per run, when its run time
+        passes that share of its limit (the store ignores a second one after a restart)."""
+        limit = job.spec.time_limit
+        if limit is None:
+            return
+        warned = self.runs.time_warned.setdefault(job.id, set())
+        for kind in mail_types(job.spec.mail_type) & TIME_LIMIT_WARNINGS.keys() - warned:
+            if self._past_limit(job, now, margin=limit * (1 - TIME_LIMIT_WARNINGS[kind])):
+                self.store.queue_job_event(job.id, kind, now)
+                warned.add(kind)
+
+    def _warn_run(self, job: Job, now: float) -> None:
+        """sbatch --signal: send the job's signal once per attempt, its seconds before
+        the time limit. B: (the batch shell only, in Slurm) signals the whole run too:
+        a gbatch job is one process group, or one container."""
+        assert job.spec.signal is not None
+        key = (job.id, job.attempt)
+        if key in self._warned_runs:
+            return
+        warning = parse_signal(job.spec.signal)
+        if not self._past_limit(job, now, margin=warning.seconds):
+            return
+        node = self.fleet.nodes.get(job.node or "")
+        if node is None:
+            return
+        self._warned_runs.add(key)
+        log.info("job %d: sending %s before its time limit", job.id, job.spec.signal)
+        node.signal(job, job.attempt, signal.Signals(warning.signum))
+
+    def _stop_run(self, job: Job) -> None:
+        """SIGTERM the run, then SIGKILL it once the grace period has passed."""
+        node = self.fleet.nodes.get(job.node or "")
+        if node is None:
+            return  # the collect step ends it
+        stopping = self.runs.stopping
+        sent = stopping.get(job.id)
+        if sent is None:
+            node.signal(job, job.attempt, signal.SIGTERM)
+            stopping[job.id] = (self.monotonic(), False)
+        elif not sent[1] and self.monotonic() - sent[0] >= self.config.kill_grace_seconds:
+            node.signal(job, job.attempt, signal.SIGKILL)
+            stopping[job.id] = (sent[0], True)
+
+    def _past_limit(self, job: Job, now: float, margin: float = 0) -> bool:
+        """Run time against the limit (less `margin` seconds) on the monotonic clock, so
+        a wall-clock jump (an NTP step, a mis-set clock) neither kills a job early nor
+        lets it overrun. A run adopted after a restart has no monotonic start: wall time,
+        once."""
+        limit = job.spec.time_limit
+        if limit is None or job.start_time is None:
+            return False
+        started_at = self.runs.started
+        started = started_at.get((job.id, job.attempt))
+        if started is None:
+            # Adopted: anchor the monotonic clock at the wall-clock age it has now.
+            started = self.monotonic() - max(0.0, now - job.start_time)
+            started_at[(job.id, job.attempt)] = started
+        return self.monotonic() - started >= limit - margin

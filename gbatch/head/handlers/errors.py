@@ -1,0 +1,24 @@
+"""Refused, the error a handler raises to refuse a request, and what a caller reads when
+the store's disk is full.
+"""
+
+from __future__ import annotations
+
+from gbatch.head.store import StoreFull
+from gbatch.protocol import wire
+
+
+class Refused(Exception):
+    """The request cannot be served, for the reason `kind` says."""
+
+    def __init__(self, kind: wire.ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def store_full_message(err: StoreFull, *, resubmit: bool = False) -> str:
+    """What a caller reads when the store's disk is full: nothing it asked was done."""
+    if resubmit:
+        return f"{err}; nothing was queued. Free space there and resubmit"
+    return f"{err}; nothing was changed. Free space there and try again"

@@ -25,9 +25,10 @@ _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def loggable(value: object, limit: int = LOGGED_CHARS) -> str:
-    """`value` as a safe part of one log line: control characters (a newline that would
-    forge the next line, an ESC that would drive the reader's terminal) written as
-    escapes, and cut to `limit` characters, saying how many more there were."""
+    """`value` made safe for one log line: control characters escaped, cut to `limit`.
+
+    A newline would forge the next line, an ESC drive the reader's terminal; a cut value
+    says how many more characters there were."""
     text = str(value)
     cut = len(text) - limit
     if cut > 0:
@@ -67,9 +68,11 @@ def audit_jobs(
     owners: Iterable[str],
     outcome: str,
 ) -> None:
-    """One audit line for `count` jobs refused alike in one request, naming the first
-    `ids` and their `owners`: `... op=cancel jobs=500000 ids=12,13,14,15,16... owners=alice
-    -> refused: not the owner`. Within the user's refusal budget, as audit's."""
+    """One audit line for `count` jobs refused alike in one request.
+
+    It names the first `ids` and their `owners`: `... op=cancel jobs=500000
+    ids=12,13,14,15,16... owners=alice -> refused: not the owner`. Within the user's
+    refusal budget, as audit's."""
     if outcome.startswith("refused") and not daemon.refusal_lines.admit(
         caller.uid, loggable(caller.user), action
     ):
@@ -80,6 +83,7 @@ def audit_jobs(
 
 
 def _audit_line(caller: Caller, action: str, what: str, outcome: str) -> None:
+    """Log one audit line: a warning for a refusal, else info."""
     level = logging.WARNING if outcome.startswith("refused") else logging.INFO
     log.log(
         level,

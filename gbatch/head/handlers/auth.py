@@ -23,8 +23,10 @@ DAEMON_UID = os.getuid()
 
 
 def is_admin(daemon: Daemon, caller: Caller) -> bool:
-    """Root, the daemon's own user, the users named in `admins:` and the members of
-    `admin_group:` (supplementary or primary) may act on any job."""
+    """Whether `caller` is an admin, who may act on any job.
+
+    Root, the daemon's own user, the users named in `admins:` and the members of
+    `admin_group:` (supplementary or primary) are."""
     if caller.uid in (0, DAEMON_UID) or caller.user in daemon.config.admins:
         return True
     group = daemon.config.admin_group
@@ -39,6 +41,7 @@ GROUP_CACHE_S = 10.0
 
 @functools.lru_cache(maxsize=256)
 def _in_group(uid: int, user: str, group: str, epoch: int) -> bool:
+    """Whether `user` (`uid`) is in `group`, listed or by primary gid; `epoch` ends the cache."""
     try:
         entry = grp.getgrnam(group)
     except KeyError:
@@ -59,12 +62,15 @@ def require_admin(daemon: Daemon, caller: Caller, op: str, target: str, what: st
 
 
 def may_act_on(daemon: Daemon, caller: Caller, job: Job) -> bool:
+    """Whether `caller` owns `job` or is an admin."""
     return caller.uid == job.uid or is_admin(daemon, caller)
 
 
 def submit_limits(daemon: Daemon, caller: Caller) -> UserLimits | None:
-    """The caller's limits at submit; None for root and the daemon's own user, who may
-    always queue (an admin restoring a queue, the single user of an embedded daemon)."""
+    """The caller's limits at submit, or None for root and the daemon's own user.
+
+    Those two may always queue (an admin restoring a queue, the single user of an
+    embedded daemon)."""
     if caller.uid in (0, DAEMON_UID):
         return None
     return daemon.limits_for(caller.user)

@@ -1,4 +1,4 @@
-"""Caller: who makes a request, as the socket (or an API token) says, never the request."""
+"""Caller: who makes a request, as the socket or an API token says (never the request)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Caller:
-    """Who makes a request: the socket's peer (SO_PEERCRED), or the user an API token
-    was issued to (`scopes` then says what the token allows, `via` names it)."""
+    """Who makes a request: the socket's peer (SO_PEERCRED), or an API token's user.
+
+    With a token, `scopes` says what it allows and `via` names it."""
 
     uid: int
     user: str

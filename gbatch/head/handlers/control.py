@@ -1,5 +1,6 @@
-"""scancel, scontrol hold/release/requeue: act on the jobs a request names (targets.py
-reads them a batch at a time).
+"""scancel and scontrol hold, release, requeue: act on the jobs a request names.
+
+targets.py reads them a batch at a time and keeps the tally of what was done.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from gbatch.protocol import wire
 
 
 def on_cancel(daemon: Daemon, caller: Caller, request: wire.Cancel) -> dict[str, Any]:
-    """Cancel the jobs named by `ids` and `ranges` (narrowed by the filters), or with
-    neither, the active jobs the filters (users, states) select among those the caller
-    may act on, as `scancel -u` does. Quiet on success: the reply lists failures."""
+    """scancel: cancel the jobs a request names, or those its filters select.
+
+    Named jobs (`ids`, `ranges`, `jobs`) are narrowed by the filters; with none named,
+    the active jobs the filters (users, states) select among those the caller may act on,
+    as `scancel -u` does. Quiet on success: the reply lists failures."""
     users = set(request.users)
     states = set(parse_states(request.states) or ())
     admin = is_admin(daemon, caller)
@@ -51,8 +54,9 @@ def on_cancel(daemon: Daemon, caller: Caller, request: wire.Cancel) -> dict[str,
 
 
 def _cancel_named(daemon: Daemon, caller: Caller, tally: Tally, briefs: list[JobBrief]) -> None:
-    """Cancel named jobs the caller may act on: the pending ones in one transaction, the
-    others (running, or moved on meanwhile) one by one."""
+    """Cancel named jobs the caller may act on, the pending ones in one transaction.
+
+    The others (running, or moved on meanwhile) go one by one."""
     pending = [brief.id for brief in briefs if brief.state is JobState.PENDING]
     one_by_one = [brief.id for brief in briefs if brief.state is not JobState.PENDING]
     cancelled = _cancel_pending(daemon, caller, tally, pending)
@@ -73,8 +77,9 @@ def _cancel_tails(
     users: set[str],
     admin: bool,
 ) -> None:
-    """Cancel the tails (tasks not yet rows) of the arrays `array_ids` the caller may
-    act on: one write however many tasks they hold."""
+    """Cancel the tails of the arrays `array_ids` the caller may act on, in one write.
+
+    A tail is an array's tasks not yet rows; one write however many tasks they hold."""
     if not array_ids:
         return
     tails = daemon.store.tails(
@@ -98,10 +103,11 @@ def _cancel_sweep(
     states: set[JobState],
     admin: bool,
 ) -> None:
-    """`scancel -u/-t/--me`: the caller's own jobs among those selected (an admin's: all
-    of them); no job of another user is refused, none is touched. Pending jobs first, a
-    batch at a time in id order; then the allocated ones, which include any the loop
-    dispatched meanwhile. Jobs that ended meanwhile are not reported."""
+    """`scancel -u/-t/--me`: cancel the caller's own jobs among those the filters select.
+
+    An admin's: all of them; no job of another user is refused, none is touched. Pending
+    jobs first, a batch at a time in id order; then the allocated ones, which include any
+    the loop dispatched meanwhile. Jobs that ended meanwhile are not reported."""
     uid = None if admin else caller.uid
     if not states or JobState.PENDING in states:
         after = 0
@@ -123,8 +129,10 @@ def _cancel_sweep(
 
 
 def _cancel_pending(daemon: Daemon, caller: Caller, tally: Tally, ids: list[int]) -> set[int]:
-    """Cancel those of `ids` still pending, in one transaction. Returns the ids dealt
-    with: those cancelled, or all of them when the disk is full (each then fails)."""
+    """Cancel those of `ids` still pending, in one transaction; the ids dealt with.
+
+    Those are the ones cancelled, or all of them when the disk is full (each then
+    fails)."""
     if not ids:
         return set()
     try:
@@ -139,8 +147,9 @@ def _cancel_pending(daemon: Daemon, caller: Caller, tally: Tally, ids: list[int]
 
 
 def _cancel_one(daemon: Daemon, caller: Caller, job_id: int) -> tuple[str, bool] | None:
-    """Cancel one job as it is now (running: COMPLETING, and the loop stops it). None
-    when done, else (why not, whether the job had ended already)."""
+    """Cancel one job as it is now; None when done, else (why not, whether it had ended).
+
+    A running one goes COMPLETING, and the loop stops it."""
     for _ in range(3):
         job = daemon.store.get(job_id)
         if job is None:
@@ -161,8 +170,7 @@ def _cancel_one(daemon: Daemon, caller: Caller, job_id: int) -> tuple[str, bool]
 
 
 def _cancel_change(job: Job, caller: Caller, now: float) -> StateChange | str | None:
-    """The state change that cancels `job` as it was read; None when it is stopping
-    already; why not when it has ended."""
+    """The state change that cancels `job` as read; None if stopping; why not if ended."""
     if job.state is JobState.PENDING:
         return StateChange(
             job.id,
@@ -224,21 +232,26 @@ def _set_hold(
 
 
 def _not_pending(job_id: int, state: JobState) -> str:
+    """What a caller reads for a job that is no longer pending: Slurm's words."""
     return f"Job is no longer pending execution: job {job_id} is {state.value}"
 
 
 def on_hold(daemon: Daemon, caller: Caller, request: wire.Hold) -> dict[str, Any]:
+    """scontrol hold: keep the named pending jobs from starting until released."""
     return _set_hold(daemon, caller, request, True)
 
 
 def on_release(daemon: Daemon, caller: Caller, request: wire.Release) -> dict[str, Any]:
+    """scontrol release: let the named held jobs start again."""
     return _set_hold(daemon, caller, request, False)
 
 
 def on_requeue(daemon: Daemon, caller: Caller, request: wire.Requeue) -> dict[str, Any]:
-    """`scontrol requeue`: a running job is stopped (SIGTERM, grace, SIGKILL) and goes back
-    to PENDING once its run has ended, never before; a finished one goes back at once.
-    Jobs with `requeue: false` refuse, as Slurm's --no-requeue jobs do."""
+    """scontrol requeue: put the named jobs back in the queue, stopping running ones first.
+
+    A running job is stopped (SIGTERM, grace, SIGKILL) and goes back to PENDING once its
+    run has ended, never before; a finished one goes back at once. Jobs with
+    `requeue: false` refuse, as Slurm's --no-requeue jobs do."""
     admin = is_admin(daemon, caller)
     tally = Tally(daemon, caller, "requeue")
     ids, ranges = request_targets(daemon, request, tally)
@@ -262,7 +275,7 @@ def on_requeue(daemon: Daemon, caller: Caller, request: wire.Requeue) -> dict[st
 
 
 def _requeue_one(daemon: Daemon, caller: Caller, job: Job) -> str | None:
-    """None when done, else why not."""
+    """Requeue one job as it is now; None when done, else why not."""
     now = daemon.clock()
     if job.state in (JobState.CONFIGURING, JobState.RUNNING):
         change = StateChange(

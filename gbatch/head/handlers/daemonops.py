@@ -13,6 +13,7 @@ from gbatch.protocol import wire
 
 
 def on_ping(daemon: Daemon, caller: Caller, request: wire.Ping) -> dict[str, Any]:
+    """Whether the daemon is up, and what it is: its pid, version, home, queue and nodes."""
     return {
         "pid": os.getpid(),
         "version": __version__,
@@ -24,6 +25,7 @@ def on_ping(daemon: Daemon, caller: Caller, request: wire.Ping) -> dict[str, Any
 
 
 def on_shutdown(daemon: Daemon, caller: Caller, request: wire.Shutdown) -> dict[str, Any]:
+    """gbatch daemon stop: an admin's request that the daemon stop; its pid, to wait on."""
     require_admin(daemon, caller, "shutdown", "daemon", "stop the daemon")
     daemon.stop()
     return {"pid": os.getpid()}

@@ -1,6 +1,4 @@
-"""Refused, the error a handler raises to refuse a request, and what a caller reads when
-the store's disk is full.
-"""
+"""Refused, the error a handler raises, and the message a caller reads on a full disk."""
 
 from __future__ import annotations
 

@@ -24,8 +24,10 @@ LOG_CHUNK = 256 * 1024
 
 
 def _job_to_wire(job: Job, *, owner_view: bool) -> dict[str, Any]:
-    """A job as `caller` may see it: env values are the owner's and admins' only (they
-    often hold tokens); others get the names with empty values."""
+    """A job's record as its reader may see it: env values only with `owner_view`.
+
+    Env values are the owner's and admins' only (they often hold tokens); others get the
+    names with empty values."""
     data = wire.job_to_wire(job)
     if not owner_view and "env" in data["spec"]:
         data["spec"]["env"] = dict.fromkeys(data["spec"]["env"], "")
@@ -33,8 +35,13 @@ def _job_to_wire(job: Job, *, owner_view: bool) -> dict[str, Any]:
 
 
 def on_jobs(daemon: Daemon, caller: Caller, request: wire.ListJobs) -> dict[str, Any]:
-    """squeue (active jobs) and sacct (finished=None: every state) queries. Everyone
-    sees the queue, as in Slurm; under private_data a non-admin sees only their own."""
+    """squeue (active jobs) and sacct (`history`: every state): the jobs a listing asks for.
+
+    Everyone sees the queue, as in Slurm; under private_data a non-admin sees only their
+    own. The reply is made one of four ways, cheapest first: a view's page cut in the
+    store's query, squeue's columns read a page at a time, records streamed as the reply
+    is written, or Jobs read whole for the rest (jobs named by id, the TUI's table,
+    expected starts, GPU use)."""
     states = parse_states(request.states)
     named, id_ranges = request_targets(daemon, request, None)
     ids = named if (request.ids or request.jobs) else None
@@ -103,9 +110,10 @@ def _view_page(
     private: bool,
     ids: object,
 ) -> dict[str, Any]:
-    """A view's page of the narrow listing, sorted, narrowed and cut in the store's
-    query (Store.listing_page): the TUI's queue at 100,000 jobs reads the rows it
-    shows, not every job every second."""
+    """A view's page of the narrow listing, sorted, narrowed and cut in the store's query.
+
+    Store.listing_page does it: the TUI's queue at 100,000 jobs reads the rows it shows,
+    not every job every second."""
     if not request.columns or not _narrow(request, ids):
         raise Refused(
             "invalid",
@@ -153,9 +161,11 @@ def _listing_columns(
     users: Sequence[str] | None,
     private: bool,
 ) -> dict[str, Any]:
-    """squeue's listing: the store's narrow rows (no Job per row), read a page at a
-    time (Store.listing_pages) into the columns' JSON text (wire.ListingColumns), so
-    that a listing of 1,000,000 jobs holds its text, not its rows (issue 16)."""
+    """squeue's listing as columns, from the store's narrow rows read a page at a time.
+
+    No Job per row: Store.listing_pages' rows go into the columns' JSON text
+    (wire.ListingColumns), so that a listing of 1,000,000 jobs holds its text, not its
+    rows (issue 16)."""
     limit = request.limit
     if limit is not None and limit < 1:
         raise Refused("invalid", f"limit: {limit}; give 1 or more jobs a page")
@@ -209,12 +219,13 @@ def _streamed_jobs(
     admin: bool,
     private: bool,
 ) -> dict[str, Any]:
-    """jobs()' records of a listing not narrowed by ids, made while the reply is
-    written (wire.Streamed) from the store's pages (Store.job_pages): at most a page
-    of Jobs at once, however many are listed (issue 16: sacct -a -S all of 1,000,000
-    jobs built them all, 3.5 GB). Brief records of unchanged rows are the texts
-    remembered (wire.BriefRecords). The same reply, byte for byte, as building the
-    records whole (tests/unit/test_large_replies.py)."""
+    """on_jobs' records of a listing not narrowed by ids, made while the reply is written.
+
+    They come as wire.Streamed from the store's pages (Store.job_pages): at most a page
+    of Jobs at once, however many are listed (issue 16: `sacct -a -S all` built every
+    Job at once). Brief records of unchanged rows are the texts remembered
+    (wire.BriefRecords). The same reply, byte for byte, as building the records whole
+    (tests/unit/test_large_replies.py)."""
     limit, after = request.limit, request.after
     if limit is not None and limit < 1:
         raise Refused("invalid", f"limit: {limit}; give 1 or more jobs a page")
@@ -275,8 +286,10 @@ T = TypeVar("T")
 def _page(
     listed: list[T], request: wire.ListJobs, id_of: Callable[[T], int]
 ) -> tuple[list[T], dict[str, Any]]:
-    """The page of `listed` (by id) that request.after and request.limit ask for, and
-    {"next": the last id on it, or None when nothing is left} when they ask for one."""
+    """The page of `listed` (by id) that request.after and request.limit ask for.
+
+    With it, {"next": the last id on it, or None when nothing is left} when they ask for
+    a page, else {}."""
     if request.after is None and request.limit is None:
         return listed, {}
     if request.limit is not None and request.limit < 1:
@@ -291,17 +304,20 @@ def _page(
 
 
 def _row_job_id(row: Sequence[Any]) -> int:
+    """The job id of a listing row (its first column)."""
     return int(row[0])
 
 
 def _job_id(job: Job) -> int:
+    """The id of `job`: _page's key for Jobs."""
     return job.id
 
 
 def _narrow(request: wire.ListJobs, ids: object) -> bool:
-    """Whether Store.listing_rows serves the listing: the queue or the history, by
-    state, user and submit time alone (no ids, names, partitions, nodes or expected
-    starts)."""
+    """Whether the store's narrow rows serve the listing, with no Job read.
+
+    They do for the queue or the history by state, user and submit time alone (no ids,
+    names, partitions, nodes or expected starts)."""
     return not (
         ids is not None or request.names or request.partitions or request.nodes or request.starts
     )
@@ -313,9 +329,10 @@ def _filtered(request: wire.ListJobs) -> bool:
 
 
 def _narrowed(found: list[Job], request: wire.ListJobs) -> list[Job]:
-    """squeue's -n (job names), -p (partitions) and -w (nodes) filters: a job passes
-    when it matches one of each list given. A job queued before partitions existed
-    is in the implicit partition, as squeue shows it."""
+    """The jobs of `found` that squeue's -n (names), -p (partitions) and -w (nodes) keep.
+
+    A job passes when it matches one of each list given. A job queued before partitions
+    existed is in the implicit partition, as squeue shows it."""
     if request.names:
         names = set(request.names)
         found = [j for j in found if j.spec.name in names]
@@ -329,8 +346,7 @@ def _narrowed(found: list[Job], request: wire.ListJobs) -> list[Job]:
 
 
 def _shown(job: Job, request: wire.ListJobs, private: bool, caller: Caller) -> bool:
-    """Whether a listing shows `job`: _narrowed's filters, and under private_data
-    (`private`) only the caller's own."""
+    """Whether a listing shows `job`: _narrowed's filters, and `private`: the caller's own."""
     return (
         (not private or job.uid == caller.uid)
         and (not request.names or job.spec.name in request.names)
@@ -345,8 +361,9 @@ def _shown(job: Job, request: wire.ListJobs, private: bool, caller: Caller) -> b
 def _expected_starts(
     found: Sequence[Job], reserved: Mapping[int, float], now: float
 ) -> list[list[float]]:
-    """[job id, expected start] of the pending jobs in `found` that have one: the
-    planner's reservation, else a --begin time still to come (as Slurm shows it)."""
+    """[job id, expected start] of the pending jobs in `found` that have one.
+
+    The planner's reservation, else a --begin time still to come (as Slurm shows it)."""
     starts: list[list[float]] = []
     for job in found:
         if job.state is not JobState.PENDING:
@@ -360,8 +377,10 @@ def _expected_starts(
 
 
 def on_job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, Any]:
-    """scontrol show job: anyone may read a job's record and command; its env values
-    are the owner's and admins' only."""
+    """scontrol show job: a job's record, events and GPU use (with_tasks: its array's tasks).
+
+    Anyone may read a job's record and command; its env values are the owner's and
+    admins' only."""
     found = named_job(daemon, caller, request.id, "job", request.task)
     owner_view = may_act_on(daemon, caller, found)
     if not owner_view and found.spec.env:
@@ -382,7 +401,9 @@ def on_job(daemon: Daemon, caller: Caller, request: wire.ShowJob) -> dict[str, A
 
 
 def on_logs(daemon: Daemon, caller: Caller, request: wire.ReadLog) -> dict[str, Any]:
-    """A chunk of a job's log from `offset`; `done` once the job is final and read out."""
+    """gbatch logs: a chunk of a job's log from `offset`; `done` once final and read out.
+
+    Its owner's and admins' only."""
     found = named_job(daemon, caller, request.id, "logs", request.task)
     if not may_act_on(daemon, caller, found):
         audit(daemon, caller, "logs", found, "refused: not the owner")

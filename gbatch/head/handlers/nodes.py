@@ -25,6 +25,7 @@ INSTALL_WORKERS = 8
 
 
 def on_nodes(daemon: Daemon, caller: Caller, request: wire.ListNodes) -> dict[str, Any]:
+    """sinfo: the fleet's nodes as last reported, and its partitions."""
     default = daemon.fleet.default_partition()
     return {
         "nodes": [wire.node_to_wire(n) for n in daemon.fleet.node_infos()],
@@ -39,6 +40,7 @@ def on_nodes(daemon: Daemon, caller: Caller, request: wire.ListNodes) -> dict[st
 
 
 def _admin_node(daemon: Daemon, caller: Caller, name: str, what: str) -> str:
+    """The node `name` an admin's drain or resume names; Refused otherwise (audited)."""
     require_admin(daemon, caller, f"node_{what}", f"node {name}", f"{what} nodes")
     if name not in daemon.fleet.nodes:
         known = ", ".join(sorted(daemon.fleet.nodes))
@@ -47,7 +49,7 @@ def _admin_node(daemon: Daemon, caller: Caller, name: str, what: str) -> str:
 
 
 def on_node_drain(daemon: Daemon, caller: Caller, request: wire.DrainNode) -> dict[str, Any]:
-    """Stop placing jobs on a node; its running jobs carry on (Slurm's DRAIN)."""
+    """gbatch node drain: stop placing jobs on a node; its running jobs carry on (DRAIN)."""
     name = _admin_node(daemon, caller, request.name, "drain")
     reason = request.reason
     if not reason.strip():
@@ -59,6 +61,7 @@ def on_node_drain(daemon: Daemon, caller: Caller, request: wire.DrainNode) -> di
 
 
 def on_node_resume(daemon: Daemon, caller: Caller, request: wire.ResumeNode) -> dict[str, Any]:
+    """gbatch node resume: place jobs on a drained node again."""
     name = _admin_node(daemon, caller, request.name, "resume")
     if not daemon.store.resume_node(name):
         raise Refused("invalid", f"node {name} is not drained")
@@ -68,9 +71,11 @@ def on_node_resume(daemon: Daemon, caller: Caller, request: wire.ResumeNode) -> 
 
 
 def on_node_install(daemon: Daemon, caller: Caller, request: wire.InstallAgent) -> dict[str, Any]:
-    """Copy the agent to hosts over SFTP and check it runs; one result per node, in the
-    order named. Hosts are installed concurrently, at most INSTALL_WORKERS at once, each
-    within install_agent's own bounds (connect timeout, SFTP timeouts, probe deadline)."""
+    """gbatch node install: copy the agent to hosts over SFTP and check it runs.
+
+    One result per node, in the order named. Hosts are installed concurrently, at most
+    INSTALL_WORKERS at once, each within install_agent's own bounds (connect timeout,
+    SFTP timeouts, probe deadline)."""
     from gbatch.nodes.remote import RemoteNode
 
     require_admin(daemon, caller, "node_install", "nodes", "install agents")
@@ -84,6 +89,7 @@ def on_node_install(daemon: Daemon, caller: Caller, request: wire.InstallAgent) 
 
 
 def _install_one(daemon: Daemon, name: str) -> dict[str, Any]:
+    """Install the agent on node `name`: its result, ok or why not."""
     from gbatch.nodes.local import agent_script
     from gbatch.nodes.remote import RemoteNode, install_agent
     from gbatch.nodes.ssh import RemoteError
@@ -117,6 +123,7 @@ def _trust_node(daemon: Daemon, caller: Caller, name: str, op: str) -> Any:
 
 
 def _offered_key(node: Any) -> Any:
+    """The host key `node`'s host offers now (ssh.OfferedKey); Refused when it cannot be asked."""
     from gbatch.nodes.remote import target_of
     from gbatch.nodes.ssh import RemoteError, offered_host_key
 
@@ -127,6 +134,7 @@ def _offered_key(node: Any) -> Any:
 
 
 def _hostkey_reply(node: Any, offered: Any) -> dict[str, Any]:
+    """The reply's fields for `offered`: the key, its fingerprint and known_hosts' keys."""
     from gbatch.nodes.ssh import fingerprint
 
     return {
@@ -143,16 +151,20 @@ def _hostkey_reply(node: Any, offered: Any) -> dict[str, Any]:
 
 
 def on_node_hostkey(daemon: Daemon, caller: Caller, request: wire.GetHostKey) -> dict[str, Any]:
-    """The key a node's host offers now and how known_hosts stands on it (none, the same
-    key, or a different one). Reads only; for `gbatch node trust` to show the admin."""
+    """The key a node's host offers now, and how known_hosts stands on it; reads only.
+
+    known_hosts holds none, the same key, or a different one: for `gbatch node trust` to
+    show the admin."""
     node = _trust_node(daemon, caller, request.name, "node_hostkey")
     return _hostkey_reply(node, _offered_key(node))
 
 
 def on_node_trust(daemon: Daemon, caller: Caller, request: wire.TrustHostKey) -> dict[str, Any]:
-    """Pin the key a node's host offers in known_hosts, only when it is still the one
-    whose `fingerprint` the admin checked; a different key already pinned is replaced
-    only with `replace: true`. Then the node reconnects at once, not after its backoff."""
+    """gbatch node trust: pin the key a node's host offers in known_hosts.
+
+    Only when it is still the one whose `fingerprint` the admin checked; a different key
+    already pinned is replaced only with `replace: true`. Then the node reconnects at
+    once, not after its backoff."""
     from gbatch.nodes.ssh import replace_host_key, trust_host_key
 
     node = _trust_node(daemon, caller, request.name, "node_trust")

@@ -25,8 +25,9 @@ from gbatch.protocol import wire
 
 
 def on_shares(daemon: Daemon, caller: Caller, request: wire.ShowShares) -> dict[str, Any]:
-    """sshare: each user's fair-share figures, what their jobs hold now, and the limits
-    that apply to them. A user sees their own row; admins any user's, or all."""
+    """sshare: each user's fair-share figures, what their jobs hold now, and their limits.
+
+    A user sees their own row; admins any user's, or all."""
     wanted = set(request.users)
     if request.all_users or wanted - {caller.user}:
         require_admin(
@@ -51,12 +52,12 @@ def on_shares(daemon: Daemon, caller: Caller, request: wire.ShowShares) -> dict[
         pending = daemon.store.pending_counts(shown)
     share = factors(usage, {*pending, *shown})
     total = sum(max(used, 0.0) for used in usage.values())
-    exempt = {"root", server_user_name()}
+    exempt = {"root", _server_user_name()}
     rows = []
     for user in shown:
         used = max(usage.get(user, 0.0), 0.0)
         limits = daemon.limits_for(user)
-        if user in exempt:  # never refused at submit: see submit_limits
+        if user in exempt:  # never refused at submit: see auth.submit_limits
             limits = replace(limits, max_pending_jobs=None, max_array_size=None)
         mine = held.get(user, Use())
         rows.append(
@@ -75,8 +76,10 @@ def on_shares(daemon: Daemon, caller: Caller, request: wire.ShowShares) -> dict[
 
 
 def on_priorities(daemon: Daemon, caller: Caller, request: wire.ShowPriorities) -> dict[str, Any]:
-    """sprio: pending jobs and what orders them in the planner (fair-share factor of
-    their user, then priority - nice, then submit time, then id). As Slurm's sprio,
+    """sprio: pending jobs and what orders them in the planner, in the planner's order.
+
+    The order: fair-share factor of their user, then priority - nice, then submit time,
+    then id. As Slurm's sprio,
     only jobs the scheduler may consider: held jobs (priority 0 in Slurm) and jobs
     whose --begin is still to come are left out, even when named. The factors are the
     planner's: over the users whose jobs its latest pass ordered (a user whose every
@@ -137,9 +140,10 @@ def _group_of(uid: int, epoch: int) -> str:
 
 
 def on_usage_report(daemon: Daemon, caller: Caller, request: wire.ReportUsage) -> dict[str, Any]:
-    """sreport: GPU-seconds inside [start, end) by user or by Unix group (the job's
-    submitter's primary group, as the system names it now). A user sees their own row,
-    as in sshare; other users, all users and groups are for admins."""
+    """sreport: GPU-seconds inside [start, end) by user or by Unix group.
+
+    A job's group is its submitter's primary group, as the system names it now. A user
+    sees their own row, as in sshare; other users, all users and groups are for admins."""
     if not request.end > request.start:
         raise Refused("invalid", "the period's end must be after its start. Check -S and -E")
     wanted = set(request.users)
@@ -171,8 +175,10 @@ def on_usage_report(daemon: Daemon, caller: Caller, request: wire.ReportUsage) -
 
 
 def on_metrics(daemon: Daemon, caller: Caller, request: wire.Metrics) -> dict[str, Any]:
-    """A snapshot for Prometheus, read in a few cheap passes: one grouped count of the
-    jobs not yet ended, the fleet's node rows (the latest reports), the usage table,
+    """The metrics snapshot for Prometheus (GET /metrics), read in a few cheap passes.
+
+    The passes: one grouped count of the jobs not yet ended, the fleet's node rows (the
+    latest reports), the usage table,
     and the daemon's own counters. Per-user figures are everyone's: under private_data
     only admins may see them."""
     if daemon.config.private_data:
@@ -201,7 +207,7 @@ def on_metrics(daemon: Daemon, caller: Caller, request: wire.Metrics) -> dict[st
     }
 
 
-def server_user_name() -> str:
+def _server_user_name() -> str:
     """The name of the user the daemon runs as (its uid when the system has no name)."""
     try:
         return pwd.getpwuid(os.getuid()).pw_name

@@ -1,10 +1,10 @@
-"""Route each request to its handler: `handle` serves one request line, `dispatch` picks
-the handler by the request's type.
+"""Route each request to its handler: `handle` serves a request line, `dispatch` a request.
 
-The one `match` over every request type lives here, so that mypy's exhaustiveness check
-(`assert_never`) fails the build when a request type is added without a handler. A
-token's caller is held to its scopes before any handler runs (auth.check_token_scope),
-and the errors a handler lets out become the reply's `kind` and `error`.
+`dispatch` picks the handler by the request's type. The one `match` over every request
+type lives here, so that mypy's exhaustiveness check (`assert_never`) fails the build
+when a request type is added without a handler. A token's caller is held to its scopes
+before any handler runs (auth.check_token_scope), and the errors a handler lets out
+become the reply's `kind` and `error`.
 """
 
 from __future__ import annotations
@@ -104,8 +104,9 @@ def dispatch(daemon: Daemon, caller: Caller, request: wire.Request) -> dict[str,
 
 
 def handle(daemon: Daemon, caller: Caller, data: object, *, stream: bool = False) -> dict[str, Any]:
-    """Serve one request as parsed from its JSON line; the reply always has `ok`. With
-    `stream`, a large listing's records may come as wire.Streamed (made as the reply
+    """Serve one request as parsed from its JSON line; the reply always has `ok`.
+
+    With `stream`, a large listing's records may come as wire.Streamed (made as the reply
     is written: wire.reply_pieces), else as the list a client would decode.
 
     A request of the wrong shape or types, or an unknown op, is refused as "invalid"

@@ -39,8 +39,9 @@ from gbatch.site import policy
 def _mount_resolver(
     spec: JobSpec, caller: Caller, site: policy.ContainerPolicy
 ) -> resolve.Resolved | None:
-    """The job's mount paths followed on this machine with the submitter's rights
-    (a child process that becomes them, when the daemon is root); None without mounts."""
+    """The job's mount paths followed here with the submitter's rights; None without mounts.
+
+    When the daemon is root, a child process that becomes the submitter follows them."""
     if not spec.mounts:
         return None
     try:
@@ -51,7 +52,12 @@ def _mount_resolver(
 
 
 def on_submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, Any]:
-    """Queue one spec, or `count` copies of it (an array: one transaction)."""
+    """sbatch: queue one spec, or `count` copies of it (an array: one transaction).
+
+    Checked first, in order: the spec itself, its webhooks, its partition and time
+    limit, the site's container policy, the array's size, the fleet (a node large enough,
+    one that can run it), its dependency and the caller's limits. `test_only` answers
+    where and when it would start, and stores nothing."""
     raw = request.spec
     # On the wire a time limit is already in seconds, not a job file's minutes.
     limit = raw.get("time_limit")
@@ -172,15 +178,16 @@ def on_submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str,
         raise Refused("unavailable", f"{err}. Submit again once it is back") from err
     daemon.metrics.count_submitted(max(tail_count, len(specs)))
     # A job that cannot start yet needs no pass: a held one's release wakes the loop,
-    # and a tick (about 1 s) comes past a --begin time (its reason is written with it).
+    # and the loop's next tick comes past a --begin time (its reason is written with it).
     if not request.held and (spec.begin is None or spec.begin <= daemon.clock()):
         daemon.submitted()
     return {"ids": ids}
 
 
 def _check_notify_allowed(daemon: Daemon, spec: JobSpec) -> None:
-    """Refuse a job webhook whose URL no webhook_prefixes_allowed prefix starts: the
-    head must never POST where its admin did not allow (an internal address)."""
+    """Refuse a job webhook whose URL no webhook_prefixes_allowed prefix starts.
+
+    The head must never POST where its admin did not allow (an internal address)."""
     prefixes = daemon.config.webhook_prefixes_allowed
     refused = notify.disallowed_hooks(spec.notify, prefixes)
     if not refused:
@@ -195,8 +202,10 @@ def _check_notify_allowed(daemon: Daemon, spec: JobSpec) -> None:
 
 
 def _submitted_sweep(request: wire.Submit, spec: JobSpec) -> Sweep | None:
-    """The request's parameter sweep, checked (names, rows, the command's and name
-    template's placeholders), or None; SpecError for one that cannot be queued."""
+    """The request's parameter sweep, checked, or None; SpecError for one that cannot be queued.
+
+    Checked: its names and rows, and the placeholders of the command and the name
+    template."""
     if request.sweep is None:
         if request.name_template is not None:
             raise SpecError("--name-template", "names a sweep's tasks; give --param or sweep:")
@@ -214,11 +223,12 @@ def _submitted_sweep(request: wire.Submit, spec: JobSpec) -> Sweep | None:
 
 
 def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobSpec:
-    """The spec with the request's time limit (seconds, or None), its partition named
-    (the default one when it names none), its partition's default time limit and image
-    filled in; Refused for a partition the fleet lacks or a limit past the partition's
-    max_time (Slurm would leave the job pending, PartitionTimeLimit, for good: better
-    said at once). One copy of the spec."""
+    """The spec placed in its partition, with the request's time limit (seconds, or None).
+
+    The partition is named (the default one when the spec names none), and its default
+    time limit and image filled in; one copy of the spec. Refused for a partition the
+    fleet lacks or a limit past the partition's max_time (Slurm would leave the job
+    pending, PartitionTimeLimit, for good: better said at once)."""
     partitions = daemon.fleet.partitions
     if not partitions:
         return spec if time_limit == spec.time_limit else spec.replace(time_limit=time_limit)
@@ -251,10 +261,11 @@ def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobS
 
 
 def check_dependency(daemon: Daemon, caller: Caller, text: str) -> str:
-    """The dependency as stored: every job it names exists (Slurm refuses the submit
-    otherwise), and an array's id is written `N_*`, all its tasks. Another user's job
-    may be named, as in Slurm; under private_data it is as one that does not exist, so
-    the refusal tells no more than squeue would."""
+    """The dependency `text` as stored, or Refused when a job it names does not exist.
+
+    Slurm refuses such a submit too. An array's id is written `N_*`, all its tasks.
+    Another user's job may be named, as in Slurm; under private_data it is as one that
+    does not exist, so the refusal tells no more than squeue would."""
     parsed = dependency.parse(text)
     refs = parsed.refs
     found = {brief.id: brief for brief in daemon.store.briefs(sorted({r.id for r in refs}))}
@@ -288,8 +299,9 @@ def check_dependency(daemon: Daemon, caller: Caller, text: str) -> str:
 
 
 def _test_start(daemon: Daemon, caller: Caller, spec: JobSpec) -> dict[str, Any]:
-    """sbatch --test-only: where and when the planner would start `spec` if it were
-    queued now, behind the queue as it is; nothing is stored."""
+    """sbatch --test-only: where and when the planner would start `spec`; nothing is stored.
+
+    As if it were queued now, behind the queue as it is."""
     now = daemon.clock()
     start, node, gpus, reason = daemon.would_start(
         Job(0, caller.uid, caller.user, spec, JobState.PENDING, now), now

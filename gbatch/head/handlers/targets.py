@@ -70,7 +70,7 @@ def parse_states(states: Sequence[str]) -> list[JobState] | None:
 
 
 # Jobs per batch: one read and one transaction each, short enough that a squeue waits
-# little behind one (bench/README.md has the figures).
+# little behind one.
 BULK_BATCH = 5000
 LISTED_FAILURES = 1000
 # The longest the audit line of a request's refusals makes its list of job ids.

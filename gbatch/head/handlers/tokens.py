@@ -19,8 +19,10 @@ from gbatch.protocol import wire
 
 
 def _token_user(daemon: Daemon, name: str, *, named: bool) -> pwd.struct_passwd:
-    """The Unix account a token is minted for: it must exist (its jobs run as it), and
-    not be root (a leaked token would run jobs as root)."""
+    """The Unix account a token is minted for; Refused when missing or root.
+
+    It must exist (its jobs run as it), and not be root (a leaked token would run jobs as
+    root)."""
     try:
         account = pwd.getpwnam(name)
     except KeyError:
@@ -39,7 +41,7 @@ def _token_user(daemon: Daemon, name: str, *, named: bool) -> pwd.struct_passwd:
 
 
 def on_mint_token(daemon: Daemon, caller: Caller, request: wire.MintToken) -> dict[str, Any]:
-    """A token for the caller, or (admins) for the account `user` names."""
+    """gbatch token: a token for the caller, or (admins) for the account `user` names."""
     named = request.user is not None and request.user != caller.user
     if named:
         require_admin(
@@ -79,6 +81,7 @@ def on_mint_token(daemon: Daemon, caller: Caller, request: wire.MintToken) -> di
 
 
 def on_list_tokens(daemon: Daemon, caller: Caller, request: wire.ListTokens) -> dict[str, Any]:
+    """gbatch token --list: the caller's tokens (all users': admins), never the tokens."""
     if request.all_users:
         require_admin(daemon, caller, "tokens", "users", "list other users' tokens")
     now = daemon.clock()
@@ -98,6 +101,7 @@ def on_list_tokens(daemon: Daemon, caller: Caller, request: wire.ListTokens) -> 
 
 
 def on_revoke_token(daemon: Daemon, caller: Caller, request: wire.RevokeToken) -> dict[str, Any]:
+    """gbatch token --revoke: refuse the token `jti` from now on (the caller's, or any: admins)."""
     found = daemon.tokens.record(request.jti)
     if found is None or (found.uid != caller.uid and not is_admin(daemon, caller)):
         # Another user's token answers as one that does not exist: jtis are not listed.
@@ -112,6 +116,9 @@ def on_revoke_token(daemon: Daemon, caller: Caller, request: wire.RevokeToken) -
 def on_rotate_token_key(
     daemon: Daemon, caller: Caller, request: wire.RotateTokenKey
 ) -> dict[str, Any]:
+    """gbatch token --rotate-key: sign new tokens with a new key; old ones verify till expiry.
+
+    With `drop_old`, tokens signed with the old keys stop verifying at once."""
     require_admin(daemon, caller, "token_rotate", "daemon", "rotate the token signing key")
     kid = daemon.tokens.rotate(daemon.clock(), drop_old=request.drop_old)
     outcome = "old keys dropped" if request.drop_old else "old keys verify until expiry"
@@ -120,9 +127,9 @@ def on_rotate_token_key(
 
 
 # A token's user is looked up in the system's account database at most once in this
-# many seconds (of the daemon's clock): the lookup opened and read /etc/passwd on every
-# HTTP request, ~20-30 us of gbatchd's ~400 per submit. A user removed, or a uid given
-# to another name, is refused from the next window on.
+# many seconds (of the daemon's clock): the lookup opens and reads /etc/passwd, a cost
+# every HTTP request would pay (bench/README.md). A user removed, or a uid given to
+# another name, is refused from the next window on.
 USER_CHECK_S = 1.0
 
 
@@ -138,8 +145,10 @@ def _still_user(uid: int, user: str, epoch: int) -> bool:
 def unwrap_token(
     daemon: Daemon, caller: Caller, request: wire.WithToken
 ) -> tuple[Caller, wire.Request]:
-    """The token's user and the inner request, which route.dispatch then serves as made
-    by that user within the token's scopes: the peer that sent it (the HTTP API) lends
+    """The token's user and the inner request of a request made with a token.
+
+    route.dispatch then serves the inner request as made by that user within the token's
+    scopes: the peer that sent it (the HTTP API) lends
     it nothing."""
     now = daemon.clock()
     try:

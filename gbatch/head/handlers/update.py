@@ -1,5 +1,7 @@
-"""scontrol update: change a pending (or, for its time limit, running) job's fields, or
-an array's throttle. gbatch/head/jobupdate.py plans the change; this checks and writes it.
+"""scontrol update: change a job's fields, or an array's throttle, checked and written.
+
+gbatch/head/jobupdate.py plans the change (which fields, in which states, who may);
+this module checks it against the fleet, the queue and the caller's limits, and writes it.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from gbatch.protocol import wire
 
 
 def on_update(daemon: Daemon, caller: Caller, request: wire.UpdateJob) -> dict[str, Any]:
-    """scontrol update: change a job's fields (gbatch/head/jobupdate.py says which, when
-    and who may). The owner or an admin only; raises need an admin. One transaction,
-    one event per job; the planner sees it at its next pass, which this starts. An
-    array's id (N, no task) changes each of its tasks that may still change, its tasks
-    still waiting as one record too, as Slurm's `update JobId=N` of an array does."""
+    """scontrol update: change a job's fields, or its array's ArrayTaskThrottle.
+
+    gbatch/head/jobupdate.py says which fields, when and who may. The owner or an admin
+    only; raises need an admin. One transaction, one event per job; the planner sees it
+    at its next pass, which this starts. An array's id (N, no task) changes each of its
+    tasks that may still change, its tasks still waiting as one record too, as Slurm's
+    `update JobId=N` of an array does."""
     found = named_job(daemon, caller, request.id, "update", request.task)
     admin = is_admin(daemon, caller)
     if not admin and caller.uid != found.uid:
@@ -89,6 +93,7 @@ def _planned_update(
 def _write_update(
     daemon: Daemon, caller: Caller, found: Job, spec: JobSpec, change: jobupdate.Update
 ) -> None:
+    """Store `found`'s new `spec` with one event, or Refused when the job moved meanwhile."""
     what = "; ".join(change.notes)
     try:
         daemon.store.update_spec(
@@ -113,9 +118,10 @@ def _write_update(
 def _update_array(
     daemon: Daemon, caller: Caller, array: Job, changes: Mapping[str, str], admin: bool
 ) -> list[str]:
-    """`update JobId=N` of array N: each task that may take the changes gets them (a
-    running one only a TimeLimit), and so does the record of its tasks still waiting.
-    Refused as a single job's update when no task could take them."""
+    """`update JobId=N` of array N: each task that may take the changes gets them.
+
+    A running task takes only a TimeLimit; the record of its tasks still waiting takes
+    them too. Refused as a single job's update when no task could take them."""
     last = daemon.store.array_ends([array.id], MAX_ARRAY).get(array.id, array.id)
     tasks = [
         job
@@ -143,9 +149,10 @@ def _update_array(
 
 
 def _update_throttle(daemon: Daemon, caller: Caller, found: Job, value: str) -> str:
-    """scontrol update ArrayTaskThrottle=M of the array `found` belongs to: at most M of
-    its tasks run at once from the next pass (0: no limit, as Slurm). Tasks running
-    already carry on."""
+    """ArrayTaskThrottle=M of the array `found` belongs to; the note the reply carries.
+
+    At most M of its tasks run at once from the next pass (0: no limit, as Slurm). Tasks
+    running already carry on."""
     array_id = found.array_job_id
     if array_id is None:
         raise Refused(
@@ -169,8 +176,7 @@ def _update_throttle(daemon: Daemon, caller: Caller, found: Job, value: str) -> 
 
 
 def _check_update_gpus(daemon: Daemon, caller: Caller, gpus: int) -> None:
-    """A new GPU count as submit checks one: some node must have that many, and the
-    user's max_gpus must allow it."""
+    """Refuse a new GPU count that submit would refuse: no node that large, or over max_gpus."""
     have, _ = daemon.fleet.max_gpus_per_node()
     if gpus > have and daemon.fleet.all_reported():
         raise Refused(

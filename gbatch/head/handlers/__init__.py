@@ -5,14 +5,22 @@ the request) and its request (a wire request type, its fields' types already che
 and returns the reply's fields or raises Refused. Handlers write intents to the store and
 wake the loop; they never start or signal runs.
 
-    route.py       handle (one request line -> its reply) and dispatch (the match over
-                   request types: the one place a new request type gets its handler)
-    submit.py      sbatch                      control.py   scancel, hold, release, requeue
-    listing.py     squeue, sacct, show job, logs   update.py    scontrol update
-    nodes.py       sinfo, node drain/resume/install/trust   daemonops.py  ping, shutdown
-    reports.py     sshare, sprio, sreport, metrics          tokens.py     API tokens
-    caller.py, errors.py, audit.py, auth.py, targets.py: what the handlers share (who
-    asks, the refusal, the audit log, who may do what, the jobs a request names)
+    route.py      handle (a request line -> its reply) and dispatch (the one match over
+                  request types: where a new request type gets its handler)
+    submit.py     sbatch
+    control.py    scancel, scontrol hold / release / requeue
+    listing.py    squeue, sacct, scontrol show job, gbatch logs
+    update.py     scontrol update
+    nodes.py      sinfo, gbatch node drain / resume / install / trust
+    reports.py    sshare, sprio, sreport, the metrics snapshot
+    tokens.py     API tokens: mint, list, revoke, rotate, a request made with one
+    daemonops.py  ping, shutdown
+
+and what they share:
+
+    caller.py     Caller: who asks          errors.py   Refused, the full-disk message
+    audit.py      the audit log lines       auth.py     who may do what
+    targets.py    the jobs a request names, a batch at a time, and the tally of a request
 
 The server and the tests import `handle`, `dispatch`, `Caller` and `Refused` from here.
 """

@@ -103,10 +103,6 @@ def count(spans: Spans) -> int:
     return sum(last - first + 1 for first, last in spans)
 
 
-def first_of(spans: Spans) -> int:
-    return spans[0][0]
-
-
 def take(spans: Spans, most: int) -> tuple[list[int], Spans]:
     """The first `most` positions of `spans`, and the spans left."""
     taken: list[int] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Head, kill_leftover_jobs, make_head, wait_for
-from oracles import deliver_due
+from oracles import deliver_due, outbox
 from test_notifications import Inbox, notify_config, smtp_server
 
 from gbatch.core.model import JobSpec, JobState
@@ -217,7 +217,7 @@ def test_the_arrays_end_owed_when_the_daemon_stopped_is_delivered_once_after(
     lab_.open()
     assert lab_.deliver() == 1
     assert lab_.deliver() == 0
-    (row,) = lab_.store.outbox(ids[0])
+    (row,) = outbox(lab_.store, ids[0])
     assert row["delivered"] is not None and row["kind"] == "END"
     (mail,) = inbox.messages
     assert mail["X-Gbatch-Event-Id"] == row["event_id"]

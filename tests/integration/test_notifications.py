@@ -24,6 +24,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 from conftest import FAST_CONFIG, Head, is_gone, kill_leftover_jobs, make_head, wait_for
 from oracles import deliver_due
+from oracles import outbox as store_outbox
 
 from gbatch.core.model import JobSpec, JobState
 from gbatch.head.notify import Policy
@@ -453,7 +454,7 @@ def test_implicit_tls_with_a_wrong_password_fails_without_saying_it_then_deliver
         store.queue_job_event(submitted_running(store), "BEGIN", 0.0)
         outbox_ = Outbox(store, config, lambda: 0.0)
         assert deliver_due(outbox_, 0.0) == 0
-        (row,) = store.outbox()
+        (row,) = store_outbox(store)
         assert "gbatch was refused (535)" in str(row["last_error"])
         assert "wrong password" not in caplog.text + str(row["last_error"])
         secret.write_text(PASSWORD)  # the admin fixes the file: no restart needed
@@ -484,7 +485,7 @@ def test_starttls_is_required_not_hoped_for(tmp_path: Path) -> None:
     try:
         store.queue_job_event(submitted_running(store), "BEGIN", 0.0)
         assert deliver_due(Outbox(store, config, lambda: 0.0), 0.0) == 0
-        (row,) = store.outbox()
+        (row,) = store_outbox(store)
     finally:
         store.close()
         smtp.stop()

@@ -1,7 +1,7 @@
 """The HTTP API (`gbatch api serve`): each HTTP request becomes the wire request the CLI
 would send, wrapped in requests.WithToken with the bearer's token, and goes to gbatchd over
 its socket like any command's. The daemon verifies the token and runs the request as
-the token's user within its scopes (head/handlers.with_token): this process holds no
+the token's user within its scopes (head/handlers/tokens.unwrap_token): this process holds no
 key, lends no identity of its own, and authorizes nothing. A request without a token
 is answered 401 here, and never reaches the daemon.
 """

@@ -248,7 +248,7 @@ class Fleet:
         reason_time, reason_user = None, ""
         if state is NodeState.DRAINED:
             reason_time = drain_times.get(node.name)
-            # handlers.drain_node writes "<reason> [<admin>]": the admin is sinfo -R's USER.
+            # handlers' on_node_drain writes "<reason> [<admin>]": the admin is sinfo -R's USER.
             by = _DRAINED_BY.search(reason)
             reason_user = by.group(1) if by else ""
         elif state is NodeState.SUSPECT:

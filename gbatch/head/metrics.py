@@ -2,7 +2,7 @@
 passes): cumulative counters and histograms since the daemon started, as Prometheus
 expects of them (a restart resets them; rate() and increase() know that). What can be
 read from the store or the fleet at any moment (jobs by state, GPUs, fair-share) is not
-kept here: handlers.metrics reads it when asked.
+kept here: handlers/reports.on_metrics reads it when asked.
 
 Thread-safe: the loop observes, request handlers count submits and take snapshots.
 """

@@ -34,6 +34,8 @@ from gbatch.core import constants
 from gbatch.head import handlers, heap
 from gbatch.head.daemon import Daemon
 from gbatch.head.eventlog import open_event_log
+from gbatch.head.handlers.audit import audit, loggable
+from gbatch.head.handlers.auth import is_admin
 from gbatch.head.notify import Policy
 from gbatch.head.outbox import smtp_password
 from gbatch.head.store import Store
@@ -365,7 +367,7 @@ class _Connection(socketserver.BaseRequestHandler):
             return handlers.handle(self.server.daemon, caller, data, stream=True)
         except Exception as err:  # the entry point of a request: report, never die
             op = data.get("op") if isinstance(data, dict) else None
-            log.exception("request %s failed", handlers.loggable(repr(op)))
+            log.exception("request %s failed", loggable(repr(op)))
             return requests.error_reply(
                 "internal",
                 f"internal error: {err}. See {self.server.daemon.paths.daemon_log}",
@@ -459,7 +461,7 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         daemon's user among them) take none: their requests never wait, and an admin's
         slow one (`node install`) never holds up their others. (A context made per
         request by contextlib.contextmanager cost ~1 us of each one.)"""
-        if handlers.is_admin(self.daemon, caller):
+        if is_admin(self.daemon, caller):
             return _NO_TURN
         with self._counts_lock:
             turns = self._turns.get(caller.uid)
@@ -470,7 +472,7 @@ class _Server(socketserver.ThreadingUnixStreamServer):
     def note(self, caller: handlers.Caller, action: str, outcome: str) -> None:
         """Audit what a connection was refused; a flood of these gets a few lines and a
         count (gbatch/head/refusals.py)."""
-        handlers.audit(self.daemon, caller, action, "daemon", outcome)
+        audit(self.daemon, caller, action, "daemon", outcome)
 
     def get_request(self) -> tuple[Any, Any]:
         try:

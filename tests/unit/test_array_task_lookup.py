@@ -19,7 +19,8 @@ from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.limits import Limits, UserLimits
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.head.daemon import Daemon
-from gbatch.head.handlers import MAX_ARRAY, Caller, handle
+from gbatch.head.handlers import Caller, handle
+from gbatch.head.handlers.targets import MAX_ARRAY
 from gbatch.head.store import Store
 from gbatch.protocol import codec
 from gbatch.render.sacct import format_sacct

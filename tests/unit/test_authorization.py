@@ -13,7 +13,8 @@ import pytest
 
 from gbatch.core.model import JobSpec
 from gbatch.head.daemon import Daemon
-from gbatch.head.handlers import Caller, handle, is_admin
+from gbatch.head.handlers import Caller, handle
+from gbatch.head.handlers.auth import is_admin
 from gbatch.head.store import Store
 from gbatch.site.config import Config, ConfigError, Paths, load_config
 

@@ -16,9 +16,8 @@ import pytest
 from gbatch.cli.context import parse_ids, print_failures
 from gbatch.cli.exits import CliError, Exit
 from gbatch.core.model import JobSpec, JobState
-from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
-from gbatch.head.handlers import Caller, handle
+from gbatch.head.handlers import Caller, handle, targets
 from gbatch.head.loop import schedule as schedule_module
 from gbatch.head.store import RunnableWindow, Store
 from gbatch.site.config import Config, Paths
@@ -51,7 +50,7 @@ def private(tmp_path: Path) -> Iterator[Daemon]:
 @pytest.fixture
 def batches(monkeypatch: pytest.MonkeyPatch) -> int:
     """Small batches, so that a handful of jobs takes several."""
-    monkeypatch.setattr(handlers, "BULK_BATCH", 3)
+    monkeypatch.setattr(targets, "BULK_BATCH", 3)
     return 3
 
 
@@ -268,7 +267,7 @@ def test_requeue_takes_a_range(daemon: Daemon) -> None:
 def test_a_reply_lists_the_first_failures_and_counts_them_all(
     daemon: Daemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(handlers, "LISTED_FAILURES", 2)
+    monkeypatch.setattr(targets, "LISTED_FAILURES", 2)
     reply = handle(daemon, ALICE, {"op": "cancel", "ids": [901, 902, 903, 904, 905]})
     assert reply["results"] == [
         {"id": 901, "ok": False, "error": "Invalid job id specified: 901"},

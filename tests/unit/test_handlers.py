@@ -10,9 +10,8 @@ import pytest
 from fullstore import integrity_ok, pack_store
 
 from gbatch.core.model import JobSpec, JobState
-from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
-from gbatch.head.handlers import Caller, handle
+from gbatch.head.handlers import Caller, handle, nodes
 from gbatch.nodes import remote
 from gbatch.nodes.inventory import NodeConfig
 from gbatch.nodes.remote import RemoteNode
@@ -154,7 +153,7 @@ def test_node_install_installs_hosts_at_once_and_answers_in_the_order_named(
             {"name": "gpu99", "ok": False, "error": "no such node in the fleet"},
         ],
     }
-    assert peak == len(names) <= handlers.INSTALL_WORKERS
+    assert peak == len(names) <= nodes.INSTALL_WORKERS
 
 
 @pytest.mark.parametrize(

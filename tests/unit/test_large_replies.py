@@ -17,6 +17,9 @@ from test_server_limits import ROOT, connect, serving, socket_path
 from gbatch.core.model import JobSpec, JobState
 from gbatch.head import handlers, heap, server, store
 from gbatch.head.daemon import Daemon
+from gbatch.head.handlers import listing
+from gbatch.head.handlers.auth import is_admin
+from gbatch.head.handlers.targets import parse_states
 from gbatch.head.store import rows
 from gbatch.protocol import codec, listings, replies, requests
 from gbatch.protocol.client import Client, DaemonUnavailable
@@ -166,7 +169,7 @@ def test_the_history_as_narrow_rows_lists_what_the_jobs_would(
         patch.setattr(daemon.store, "jobs", lambda **_: pytest.fail("a Job per row built"))
         narrow = handlers.handle(daemon, ROOT, requests.encode_request(request_))
     found = daemon.store.jobs(
-        states=handlers._states(request_.states),
+        states=parse_states(request_.states),
         users=request_.users or None,
         since=request_.since,
         **({} if request_.history else {"finished": False}),
@@ -192,9 +195,9 @@ STREAMED = {
 def listed_before(daemon: Daemon, caller: handlers.Caller, request: requests.ListJobs) -> bytes:
     """The reply's line as jobs() made it before it streamed (the Jobs built whole,
     then their records)."""
-    states = handlers._states(request.states)
+    states = parse_states(request.states)
     users = request.users or None
-    admin = handlers.is_admin(daemon, caller)
+    admin = is_admin(daemon, caller)
     if daemon.config.private_data and not admin:
         users = [caller.user]
     if request.history:
@@ -203,12 +206,12 @@ def listed_before(daemon: Daemon, caller: handlers.Caller, request: requests.Lis
         found = daemon.store.jobs(states=states, users=users, finished=False)
     if daemon.config.private_data and not admin:
         found = [job for job in found if job.uid == caller.uid]
-    found, following = handlers._page(handlers._narrowed(found, request), request, handlers._job_id)
+    found, following = listing._page(listing._narrowed(found, request), request, listing._job_id)
     if request.brief:
         records = [codec.job_to_wire(job, brief=True) for job in found]
     else:
         records = [
-            handlers._job_to_wire(job, owner_view=admin or job.uid == caller.uid) for job in found
+            listing._job_to_wire(job, owner_view=admin or job.uid == caller.uid) for job in found
         ]
     reply = {"ok": True, "jobs": records, "now": daemon.clock(), **following}
     return json.dumps(reply, separators=replies.COMPACT).encode() + b"\n"
@@ -329,17 +332,17 @@ COLUMNS = {
 def columns_before(daemon: Daemon, caller: handlers.Caller, request: requests.ListJobs) -> bytes:
     """The reply's line as jobs() made squeue's columns before it read them in pages
     (every row at once, then the columns)."""
-    private = daemon.config.private_data and not handlers.is_admin(daemon, caller)
+    private = daemon.config.private_data and not is_admin(daemon, caller)
     users = [caller.user] if private else (request.users or None)
     rows = daemon.store.listing_rows(
-        states=handlers._states(request.states),
+        states=parse_states(request.states),
         users=users,
         history=request.history,
         since=request.since,
     )
     if private:
         rows = [row for row in rows if row[1] == caller.uid]
-    rows, following = handlers._page(rows, request, handlers._row_job_id)
+    rows, following = listing._page(rows, request, listing._row_job_id)
     columns = listings.listing_columns(rows, store.listing_specs(rows))
     reply = {"ok": True, "columns": columns, "now": daemon.clock(), **following}
     return json.dumps(reply, separators=replies.COMPACT).encode() + b"\n"
@@ -372,7 +375,7 @@ def test_a_listing_larger_than_the_spec_cache_leaves_it_alone_and_lists_the_same
     else:
         request, before = STREAMED[what], listed_before(daemon, ROOT, STREAMED[what])
     tails = {tail.spec for tail in daemon.store.tails()}  # read as every tail is
-    monkeypatch.setattr(handlers, "_LISTING_KEYS", 7)
+    monkeypatch.setattr(listing, "_LISTING_KEYS", 7)
     monkeypatch.setattr(rows, "_LISTING_SPECS", 5)
     monkeypatch.setattr(rows, "_SPEC_CACHE_MAX", 100)
     monkeypatch.setattr(rows, "_SPEC_CACHE", {})

@@ -1,4 +1,4 @@
-"""Metrics: the daemon's snapshot (handlers.metrics against a real store) and its
+"""Metrics: the daemon's snapshot (handlers' on_metrics against a real store) and its
 rendering for Prometheus, read back with prometheus_client's own text-format parser."""
 
 from __future__ import annotations

@@ -661,7 +661,7 @@ def test_active_jobs_excludes_final_states(store: Store, populated: dict[str, in
 def test_explicit_states_filter_overrides_finished_false(
     store: Store, populated: dict[str, int]
 ) -> None:
-    # squeue -t CD asks for completed jobs; handlers.jobs passes finished=False with it.
+    # squeue -t CD asks for completed jobs; handlers' on_jobs passes finished=False with it.
     found = store.jobs(states={JobState.COMPLETED}, finished=False)
     assert _names(populated, [j.id for j in found]) == ["alice_done"]
 

@@ -298,34 +298,34 @@ def test_a_user_revokes_their_own_tokens_only(daemon: Daemon) -> None:
 def test_a_tokens_user_gone_from_the_system_is_refused_from_the_next_window(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gbatch.head import handlers
+    from gbatch.head.handlers import tokens
 
     now = [NOW + 12_345.0]
     paths = Paths(tmp_path)
     store = Store(paths.store)
     daemon = Daemon(paths, Config(simulate_gpus=2), store, clock=lambda: now[0])
     try:
-        handlers._still_user.cache_clear()
+        tokens._still_user.cache_clear()
         token = token_for(daemon, "read")
         assert with_token(daemon, token, {"op": "jobs"})["ok"]
 
         def gone(uid: int) -> pwd.struct_passwd:
             raise KeyError(uid)
 
-        monkeypatch.setattr(handlers.pwd, "getpwuid", gone)
+        monkeypatch.setattr(tokens.pwd, "getpwuid", gone)
         # Within the window the lookup is not repeated; from the next one it is.
         assert with_token(daemon, token, {"op": "jobs"})["ok"]
-        now[0] += handlers.USER_CHECK_S
+        now[0] += tokens.USER_CHECK_S
         reply = with_token(daemon, token, {"op": "jobs"})
         assert reply["kind"] == "unauthenticated"
         assert "no longer uid" in str(reply["error"])
         monkeypatch.undo()
         # A uid given to another name is refused as well.
         other = pwd.struct_passwd(("someone", "x", NOBODY.pw_uid, 0, "", "/", "/bin/sh"))
-        monkeypatch.setattr(handlers.pwd, "getpwuid", lambda uid: other)
-        now[0] += handlers.USER_CHECK_S
+        monkeypatch.setattr(tokens.pwd, "getpwuid", lambda uid: other)
+        now[0] += tokens.USER_CHECK_S
         assert with_token(daemon, token, {"op": "jobs"})["kind"] == "unauthenticated"
     finally:
-        handlers._still_user.cache_clear()
+        tokens._still_user.cache_clear()
         daemon.committer.close()
         store.close()

@@ -1,0 +1,32 @@
+"""The daemon's request handlers: one module per request family, one `on_<op>` per request.
+
+A handler takes the daemon, the caller (from SO_PEERCRED, or an API token: never from
+the request) and its request (a wire request type, its fields' types already checked),
+and returns the reply's fields or raises Refused. Handlers write intents to the store and
+wake the loop; they never start or signal runs.
+
+    route.py      handle (a request line -> its reply) and dispatch (the one match over
+                  request types: where a new request type gets its handler)
+    submit.py     sbatch
+    control.py    scancel, scontrol hold / release / requeue
+    listing.py    squeue, sacct, scontrol show job, gbatch logs
+    update.py     scontrol update
+    nodes.py      sinfo, gbatch node drain / resume / install / trust
+    reports.py    sshare, sprio, sreport, the metrics snapshot
+    tokens.py     API tokens: mint, list, revoke, rotate, a request made with one
+    daemonops.py  ping, shutdown
+
+and what they share:
+
+    caller.py     Caller: who asks          errors.py   Refused, the full-disk message
+    audit.py      the audit log lines       auth.py     who may do what
+    targets.py    the jobs a request names, a batch at a time, and the tally of a request
+
+The server and the tests import `handle`, `dispatch`, `Caller` and `Refused` from here.
+"""
+
+from gbatch.head.handlers.caller import Caller
+from gbatch.head.handlers.errors import Refused
+from gbatch.head.handlers.route import dispatch, handle
+
+__all__ = ["Caller", "Refused", "dispatch", "handle"]

@@ -1,0 +1,219 @@
+"""sshare, sprio, sreport and the metrics snapshot: figures over users and the queue."""
+
+from __future__ import annotations
+
+import functools
+import grp
+import os
+import pwd
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from gbatch.core.limits import Use, UserShare, use_by_user
+from gbatch.core.model import ALLOCATED_STATES, JobState
+from gbatch.core.views import JobPriority
+from gbatch.head.accounting import usage_by
+from gbatch.head.daemon import Daemon
+from gbatch.head.fairshare import factors
+from gbatch.head.handlers.auth import GROUP_CACHE_S, is_admin, require_admin
+from gbatch.head.handlers.caller import Caller
+from gbatch.head.handlers.errors import Refused
+from gbatch.head.idlegpu import IDLE_REASON
+from gbatch.protocol import codec, requests
+
+
+def on_shares(daemon: Daemon, caller: Caller, request: requests.ShowShares) -> dict[str, Any]:
+    """sshare: each user's fair-share figures, what their jobs hold now, and their limits.
+
+    A user sees their own row; admins any user's, or all."""
+    wanted = set(request.users)
+    if request.all_users or wanted - {caller.user}:
+        require_admin(
+            daemon,
+            caller,
+            "shares",
+            "users",
+            "see other users' shares and limits (yours: `gbatch sshare`)",
+        )
+    now = daemon.clock()
+    allocated = daemon.store.jobs_in(ALLOCATED_STATES)
+    usage = daemon.usage(allocated, now)
+    held = use_by_user(allocated)
+    if request.all_users:
+        pending = daemon.store.pending_counts()
+        named = daemon.config.limits.users
+        shown = sorted(
+            {*pending, *held, *named, *(user for user, used in usage.items() if used > 0)}
+        )
+    else:
+        shown = sorted(wanted or {caller.user})
+        pending = daemon.store.pending_counts(shown)
+    share = factors(usage, {*pending, *shown})
+    total = sum(max(used, 0.0) for used in usage.values())
+    exempt = {"root", _server_user_name()}
+    rows = []
+    for user in shown:
+        used = max(usage.get(user, 0.0), 0.0)
+        limits = daemon.limits_for(user)
+        if user in exempt:  # never refused at submit: see auth.submit_limits
+            limits = replace(limits, max_pending_jobs=None, max_array_size=None)
+        mine = held.get(user, Use())
+        rows.append(
+            UserShare(
+                user=user,
+                usage=used,
+                effective_usage=used / total if total > 0 else 0.0,
+                fairshare=share.get(user, 1.0),
+                pending=pending.get(user, 0),
+                running=mine.running_jobs,
+                gpus=mine.gpus,
+                limits=limits,
+            )
+        )
+    return {"users": [codec.share_to_wire(row) for row in rows], "now": now}
+
+
+def on_priorities(
+    daemon: Daemon, caller: Caller, request: requests.ShowPriorities
+) -> dict[str, Any]:
+    """sprio: pending jobs and what orders them in the planner, in the planner's order.
+
+    The order: fair-share factor of their user, then priority - nice, then submit time,
+    then id. As Slurm's sprio,
+    only jobs the scheduler may consider: held jobs (priority 0 in Slurm) and jobs
+    whose --begin is still to come are left out, even when named. The factors are the
+    planner's: over the users whose jobs its latest pass ordered (a user whose every
+    job is held is not among them) and every user with usage, whoever the caller may
+    see. Everyone sees the queue; under private_data a non-admin sees only their own."""
+    now = daemon.clock()
+    users: Sequence[str] | None = request.users or None
+    private = daemon.config.private_data and not is_admin(daemon, caller)
+    if private:
+        if users is not None and caller.user not in users:
+            return {"jobs": [], "now": now}
+        users = [caller.user]
+    found = daemon.store.jobs(
+        ids=request.ids or None, states=[JobState.PENDING], users=users, finished=None
+    )
+    found = [j for j in found if not j.held and (j.spec.begin is None or j.spec.begin <= now)]
+    if private:
+        found = [j for j in found if j.uid == caller.uid]
+    usage = daemon.usage(daemon.store.jobs_in(ALLOCATED_STATES), now)
+    share = factors(usage, daemon.planned_users)
+    ordered = sorted(
+        found,
+        key=lambda j: (-share.get(j.user, 1.0), -j.spec.effective_priority, j.submit_time, j.id),
+    )
+    rank = {j.id: place for place, j in enumerate(ordered, 1)}
+    return {
+        "jobs": [
+            JobPriority(
+                id=j.id,
+                user=j.user,
+                partition=j.spec.partition,
+                array_job_id=j.array_job_id,
+                array_task=j.spec.array_task,
+                priority=j.spec.priority,
+                nice=j.spec.nice,
+                fairshare=share.get(j.user, 1.0),
+                submit_time=j.submit_time,
+                held=j.held,
+                rank=rank[j.id],
+            ).to_wire()
+            for j in found
+        ],
+        "now": now,
+    }
+
+
+@functools.lru_cache(maxsize=1024)
+def _group_of(uid: int, epoch: int) -> str:
+    """The name of `uid`'s primary group (its number when the system has no name)."""
+    try:
+        gid = pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return f"uid:{uid}"
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def on_usage_report(
+    daemon: Daemon, caller: Caller, request: requests.ReportUsage
+) -> dict[str, Any]:
+    """sreport: GPU-seconds inside [start, end) by user or by Unix group.
+
+    A job's group is its submitter's primary group, as the system names it now. A user
+    sees their own row, as in sshare; other users, all users and groups are for admins."""
+    if not request.end > request.start:
+        raise Refused("invalid", "the period's end must be after its start. Check -S and -E")
+    wanted = set(request.users)
+    if request.all_users or request.by_group or wanted - {caller.user}:
+        require_admin(
+            daemon,
+            caller,
+            "usage_report",
+            "users",
+            "see other users' or groups' usage (yours: `gbatch sreport`)",
+        )
+    now = daemon.clock()
+    users = None if request.all_users or request.by_group else sorted(wanted or {caller.user})
+    ran = daemon.store.jobs_run_between(request.start, request.end, users)
+    epoch = int(time.monotonic() // GROUP_CACHE_S)
+    rows = usage_by(
+        ran,
+        request.start,
+        request.end,
+        now,
+        (lambda j: _group_of(j.uid, epoch)) if request.by_group else (lambda j: j.user),
+    )
+    return {
+        "rows": [row.to_wire() for row in rows],
+        "start": request.start,
+        "end": request.end,
+        "now": now,
+    }
+
+
+def on_metrics(daemon: Daemon, caller: Caller, request: requests.Metrics) -> dict[str, Any]:
+    """The metrics snapshot for Prometheus (GET /metrics), read in a few cheap passes.
+
+    The passes: one grouped count of the jobs not yet ended, the fleet's node rows (the
+    latest reports), the usage table,
+    and the daemon's own counters. Per-user figures are everyone's: under private_data
+    only admins may see them."""
+    if daemon.config.private_data:
+        require_admin(
+            daemon, caller, "metrics", "daemon", "read metrics under private_data (every user's)"
+        )
+    now = daemon.clock()
+    usage = daemon.usage(daemon.store.jobs_in(ALLOCATED_STATES), now)
+    counts = daemon.store.queue_counts()
+    share = factors(usage, {user for _, user, _ in counts})
+    ticks = daemon.monotonic()
+    round_trips = {}
+    for name, node in daemon.fleet.nodes.items():
+        measured = node.round_trip()
+        if measured is not None:
+            round_trips[name] = [measured[0], max(0.0, ticks - measured[1])]
+    return {
+        "now": now,
+        "uptime": max(0.0, now - daemon.started_at),
+        "jobs": [[*key, n] for key, n in sorted(counts.items())],
+        "nodes": [codec.node_to_wire(n) for n in daemon.fleet.node_infos()],
+        "round_trips": round_trips,
+        "shares": [[user, max(usage.get(user, 0.0), 0.0), share[user]] for user in sorted(share)],
+        "daemon": daemon.metrics.to_wire(),
+        "idle_gpu_jobs": daemon.store.idle_flagged_count(IDLE_REASON),
+    }
+
+
+def _server_user_name() -> str:
+    """The name of the user the daemon runs as (its uid when the system has no name)."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())

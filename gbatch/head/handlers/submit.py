@@ -1,0 +1,342 @@
+"""sbatch: check a submitted spec against the site, the fleet and the caller's limits, and
+queue it (or its array's tasks) in one transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gbatch.core import dependency
+from gbatch.core.arrays import ARRAY_ROWS
+from gbatch.core.limits import PendingLimitReached, array_refusal, gpus_refusal
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.submitenv import filter_submit_env
+from gbatch.core.timefmt import MAX_TIME_LIMIT_S, format_duration, show_value
+from gbatch.head import notify
+from gbatch.head.daemon import Daemon
+from gbatch.head.groupcommit import CommitterClosed
+from gbatch.head.handlers.auth import DAEMON_UID, is_admin, submit_limits
+from gbatch.head.handlers.caller import Caller
+from gbatch.head.handlers.errors import Refused
+from gbatch.head.handlers.targets import MAX_ARRAY
+from gbatch.head.store import Submission
+from gbatch.jobspec.spec import (
+    SpecError,
+    build_spec,
+    check_submit_env_size,
+    parse_array,
+    secret_env_values,
+    split_throttle,
+)
+from gbatch.jobspec.sweep import Sweep, check_templates, sweep_from_wire
+from gbatch.jobspec.sweep import task_spec as sweep_task_spec
+from gbatch.nodes import resolve
+from gbatch.nodes.base import HostError
+from gbatch.protocol import requests
+from gbatch.site import policy
+
+
+def _mount_resolver(
+    spec: JobSpec, caller: Caller, site: policy.ContainerPolicy
+) -> resolve.Resolved | None:
+    """The job's mount paths followed here with the submitter's rights; None without mounts.
+
+    When the daemon is root, a child process that becomes the submitter follows them."""
+    if not spec.mounts:
+        return None
+    try:
+        run_as = policy.submitter_identity(caller.uid)
+        return resolve.resolve_here(run_as, policy.paths_to_resolve(spec, caller.user, site))
+    except (ValueError, HostError) as err:
+        raise Refused("invalid", f"mounts: cannot follow them as {caller.user}: {err}") from err
+
+
+def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[str, Any]:
+    """sbatch: queue one spec, or `count` copies of it (an array: one transaction).
+
+    Checked first, in order: the spec itself, its webhooks, its partition and time
+    limit, the site's container policy, the array's size, the fleet (a node large enough,
+    one that can run it), its dependency and the caller's limits. `test_only` answers
+    where and when it would start, and stores nothing."""
+    raw = request.spec
+    # On the wire a time limit is already in seconds, not a job file's minutes.
+    limit = raw.get("time_limit")
+    if limit is not None and (
+        not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_TIME_LIMIT_S
+    ):
+        raise Refused("invalid", f"time_limit: {limit!r} is not a number of seconds")
+    # Secret values come beside the spec, never in it; the spec's names are their keys.
+    secrets = {"secret_env": request.secret_env or None}
+    try:
+        spec = build_spec(
+            {**raw, "time_limit": None, **secrets},
+            {},
+            default_name=str(raw.get("name") or "job"),
+            source="spec",
+            wire=True,
+        )
+        secret_values = secret_env_values(secrets, {})
+        # Filtered again: a client other than gbatch's own may send anything.
+        submit_env = filter_submit_env(request.submit_env or {})
+        check_submit_env_size(submit_env)
+        indices = None if request.array is None else parse_array(request.array, max_tasks=MAX_ARRAY)
+        throttle = None if request.array is None else split_throttle(request.array)[1]
+        sweep = _submitted_sweep(request, spec)
+    except SpecError as err:
+        raise Refused("invalid", str(err)) from err
+    _check_notify_allowed(daemon, spec)
+    spec = _in_partition(daemon, spec, limit)
+    try:  # the site's policy: mount roots (symlinks followed as the submitter), bare jobs
+        spec = policy.check_submission(
+            spec,
+            uid=caller.uid,
+            user=caller.user,
+            policy=daemon.config.container_policy,
+            resolve=_mount_resolver(spec, caller, daemon.config.container_policy),
+            daemon_uid=DAEMON_UID,
+        )
+    except SpecError as err:
+        raise Refused("invalid", str(err)) from err
+    if sweep is not None:  # a sweep is the array 0-(rows-1)
+        indices = tuple(range(len(sweep.rows)))
+        array_text: str | None = f"0-{len(indices) - 1}"
+    else:
+        array_text = split_throttle(request.array)[0] if request.array else None
+    count = request.count if indices is None else len(indices)
+    if not 1 <= count <= MAX_ARRAY:
+        raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
+    have, why = daemon.fleet.max_gpus_per_node()
+    if spec.gpus > have and daemon.fleet.all_reported():
+        hint = (
+            "Set GBATCH_SIMULATE_GPUS=N before `gbatch daemon start` to try gbatch without "
+            "GPUs, or ask for gpus: 0"
+            if have == 0
+            else f"Ask for at most {have}"
+        )
+        detail = f" ({why})" if why and have == 0 else ""
+        raise Refused(
+            "invalid",
+            f"gpus: {spec.gpus} GPUs requested but the largest node has {have}{detail}. {hint}",
+        )
+    _check_runnable_somewhere(daemon, spec)
+    if spec.dependency is not None:
+        spec = spec.replace(dependency=check_dependency(daemon, caller, spec.dependency))
+    limits = submit_limits(daemon, caller)
+    if limits is not None:
+        for refusal in (
+            array_refusal(count, limits.max_array_size),
+            gpus_refusal(spec.gpus, limits.max_gpus),
+        ):
+            if refusal is not None:
+                raise Refused("invalid", refusal)
+    if request.test_only:
+        return {"test": _test_start(daemon, caller, spec)}
+    tail_count = 0
+    if indices is not None and sweep is None:
+        # Ids of one submission are consecutive: task i's position is its offset. Past
+        # the first ARRAY_ROWS, the tasks wait as one record (the store's array tail).
+        spec = spec.replace(array=array_text, array_throttle=throttle)
+        specs = [
+            spec.replace(array_task=index, array_pos=i)
+            for i, index in enumerate(indices[:ARRAY_ROWS])
+        ]
+        tail_count = len(indices) if len(indices) > ARRAY_ROWS else 0
+    elif indices is not None:
+        specs = [
+            spec.replace(array_task=index, array_pos=i, array=array_text)
+            for i, index in enumerate(indices)
+        ]
+        if sweep is not None:
+            try:
+                specs = [
+                    sweep_task_spec(task, sweep, k, request.name_template)
+                    for k, task in enumerate(specs)
+                ]
+            except SpecError as err:
+                raise Refused("invalid", str(err)) from err
+    elif count == 1:
+        specs = [spec]
+    else:
+        specs = [spec.replace(array_task=i, array_pos=i) for i in range(min(count, ARRAY_ROWS))]
+        tail_count = count if count > ARRAY_ROWS else 0
+    try:
+        ids = daemon.committer.submit(
+            Submission(
+                tuple(specs),
+                caller.uid,
+                caller.user,
+                request.held,
+                tuple(secret_values.items()),
+                submit_env=tuple(submit_env.items()),
+                max_pending=None if limits is None else limits.max_pending_jobs,
+                tail_count=tail_count,
+            )
+        )
+    except PendingLimitReached as err:
+        raise Refused("permission", str(err)) from err
+    except CommitterClosed as err:
+        raise Refused("unavailable", f"{err}. Submit again once it is back") from err
+    daemon.metrics.count_submitted(max(tail_count, len(specs)))
+    # A job that cannot start yet needs no pass: a held one's release wakes the loop,
+    # and the loop's next tick comes past a --begin time (its reason is written with it).
+    if not request.held and (spec.begin is None or spec.begin <= daemon.clock()):
+        daemon.submitted()
+    return {"ids": ids}
+
+
+def _check_notify_allowed(daemon: Daemon, spec: JobSpec) -> None:
+    """Refuse a job webhook whose URL no webhook_prefixes_allowed prefix starts.
+
+    The head must never POST where its admin did not allow (an internal address)."""
+    prefixes = daemon.config.webhook_prefixes_allowed
+    refused = notify.disallowed_hooks(spec.notify, prefixes)
+    if not refused:
+        return
+    fix = (
+        f"Use a URL starting with {' or '.join(prefixes)}"
+        if prefixes
+        else "This head allows no job webhooks: drop notify, or ask an admin to list "
+        "your hook's URL prefix in webhook_prefixes_allowed"
+    )
+    raise Refused("invalid", f"notify: {refused[0]} is not an allowed webhook address. {fix}")
+
+
+def _submitted_sweep(request: requests.Submit, spec: JobSpec) -> Sweep | None:
+    """The request's parameter sweep, checked, or None; SpecError for one that cannot be queued.
+
+    Checked: its names and rows, and the placeholders of the command and the name
+    template."""
+    if request.sweep is None:
+        if request.name_template is not None:
+            raise SpecError("--name-template", "names a sweep's tasks; give --param or sweep:")
+        return None
+    if request.array is not None or request.count != 1:
+        raise SpecError(
+            "--array",
+            "a sweep is its own array (one task per row). Remove --array, or the sweep",
+        )
+    if request.name_template is not None and not isinstance(request.name_template, str):
+        raise SpecError("--name-template", "not text")
+    sweep = sweep_from_wire(request.sweep)
+    check_templates(spec.command, sweep.names, request.name_template, spec.name)
+    return sweep
+
+
+def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobSpec:
+    """The spec placed in its partition, with the request's time limit (seconds, or None).
+
+    The partition is named (the default one when the spec names none), and its default
+    time limit and image filled in; one copy of the spec. Refused for a partition the
+    fleet lacks or a limit past the partition's max_time (Slurm would leave the job
+    pending, PartitionTimeLimit, for good: better said at once)."""
+    partitions = daemon.fleet.partitions
+    if not partitions:
+        return spec if time_limit == spec.time_limit else spec.replace(time_limit=time_limit)
+    if spec.partition is None:
+        chosen = daemon.fleet.default_partition()
+        if chosen is None:
+            raise Refused("invalid", "partition: none given and no default. Pass -p NAME")
+    elif spec.partition in partitions:
+        chosen = partitions[spec.partition]
+    else:
+        names = ", ".join(p.name + ("*" if p.default else "") for p in partitions.values())
+        raise Refused(
+            "invalid",
+            f"partition: {show_value(spec.partition)} is not a partition here. Use one of: "
+            f"{names} (* is the default)",
+        )
+    limit = time_limit if time_limit is not None else chosen.limit_without_time
+    if chosen.max_time is not None and limit is not None and limit > chosen.max_time:
+        raise Refused(
+            "invalid",
+            f"time_limit: {format_duration(limit)} is over partition {chosen.name}'s max_time "
+            f"({format_duration(chosen.max_time)}). Ask for at most that (-t), or use "
+            "another partition",
+        )
+    return spec.replace(
+        partition=chosen.name,
+        time_limit=limit,
+        image=spec.image if spec.image is not None else chosen.default_image,
+    )
+
+
+def check_dependency(daemon: Daemon, caller: Caller, text: str) -> str:
+    """The dependency `text` as stored, or Refused when a job it names does not exist.
+
+    Slurm refuses such a submit too. An array's id is written `N_*`, all its tasks.
+    Another user's job may be named, as in Slurm; under private_data it is as one that
+    does not exist, so the refusal tells no more than squeue would."""
+    parsed = dependency.parse(text)
+    refs = parsed.refs
+    found = {brief.id: brief for brief in daemon.store.briefs(sorted({r.id for r in refs}))}
+    hide = daemon.config.private_data and not is_admin(daemon, caller)
+    arrays: set[int] = set()
+    for ref in refs:
+        brief = found.get(ref.id)
+        if brief is None or (hide and brief.uid != caller.uid):
+            raise Refused(
+                "invalid",
+                f"dependency: job {ref.id} does not exist (Job dependency problem). "
+                "Name a job that squeue or sacct shows",
+            )
+        # Whether it is an array, and the one task named: never the whole array.
+        named = ((ref.task, ref.task),) if ref.task is not None else ()
+        tasks = daemon.store.array_tasks_at(ref.id, named, MAX_ARRAY)
+        if tasks is not None:
+            arrays.add(ref.id)
+        if ref.task is not None and (tasks is None or ref.task not in tasks):
+            raise Refused(
+                "invalid",
+                f"dependency: {ref} is not a task of an array (Job dependency problem). "
+                f"Name the array's id ({ref.id}) or one of its tasks",
+            )
+        if ref.whole_array and tasks is None:
+            raise Refused(
+                "invalid",
+                f"dependency: job {ref.id} is not an array. Write {ref.id} instead of {ref}",
+            )
+    return str(dependency.with_arrays(parsed, arrays))
+
+
+def _test_start(daemon: Daemon, caller: Caller, spec: JobSpec) -> dict[str, Any]:
+    """sbatch --test-only: where and when the planner would start `spec`; nothing is stored.
+
+    As if it were queued now, behind the queue as it is."""
+    now = daemon.clock()
+    start, node, gpus, reason = daemon.would_start(
+        Job(0, caller.uid, caller.user, spec, JobState.PENDING, now), now
+    )
+    return {
+        "start": start,
+        "node": node,
+        "gpus": list(gpus),
+        "reason": reason,
+        "partition": spec.partition,
+    }
+
+
+def _check_runnable_somewhere(daemon: Daemon, spec: JobSpec) -> None:
+    """Refuse at submit what no node could ever run, rather than queue it forever."""
+    nodes = list(daemon.fleet.nodes.values())
+    if spec.image is None:
+        if not any(node.runs_bare_processes for node in nodes):
+            raise Refused(
+                "invalid",
+                "image: the fleet's nodes run containers only. Add `image:` to the job "
+                "(or --image)",
+            )
+        return
+    problems = []
+    for node in nodes:
+        if node.report()[0] is None:
+            return  # a node that is down now may well run it when it is back
+        problem = node.docker_problem(daemon.clock())
+        if problem is None:
+            return
+        problems.append(f"{node.name}: {problem}")
+    where = "node local" if [n.name for n in nodes] == ["local"] else "any node"
+    raise Refused(
+        "unavailable",
+        f"image: jobs with an image need a docker engine on {where}, and none answers "
+        f"({'; '.join(problems)}). Start dockerd, or drop `image:` to run a bare process",
+    )

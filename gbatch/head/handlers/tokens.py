@@ -1,0 +1,177 @@
+"""API tokens (gbatch/head/tokens.py): mint, list, revoke, rotate the signing key, and the
+request made with one.
+"""
+
+from __future__ import annotations
+
+import functools
+import pwd
+from typing import Any
+
+from gbatch.core.timefmt import show_value
+from gbatch.head.daemon import Daemon
+from gbatch.head.handlers.audit import audit
+from gbatch.head.handlers.auth import is_admin, require_admin
+from gbatch.head.handlers.caller import Caller
+from gbatch.head.handlers.errors import Refused
+from gbatch.head.tokens import MAX_LIFESPAN, TokenError, parse_scopes
+from gbatch.protocol import decoder, requests
+
+
+def _token_user(daemon: Daemon, name: str, *, named: bool) -> pwd.struct_passwd:
+    """The Unix account a token is minted for; Refused when missing or root.
+
+    It must exist (its jobs run as it), and not be root (a leaked token would run jobs as
+    root)."""
+    try:
+        account = pwd.getpwnam(name)
+    except KeyError:
+        raise Refused(
+            "not_found" if named else "invalid",
+            f"no Unix user {show_value(name)}: a token's jobs run as a real account. "
+            "Create it first (useradd --system NAME)",
+        ) from None
+    if account.pw_uid == 0:
+        raise Refused(
+            "permission",
+            "no tokens for root: a leaked token would run jobs as root. Mint one for a "
+            "service account with --user NAME",
+        )
+    return account
+
+
+def on_mint_token(daemon: Daemon, caller: Caller, request: requests.MintToken) -> dict[str, Any]:
+    """gbatch token: a token for the caller, or (admins) for the account `user` names."""
+    named = request.user is not None and request.user != caller.user
+    if named:
+        require_admin(
+            daemon, caller, "token", f"user {request.user}", "mint tokens for other users"
+        )
+    account = _token_user(daemon, request.user or caller.user, named=named)
+    if not 1 <= request.lifespan <= MAX_LIFESPAN:
+        raise Refused(
+            "invalid",
+            f"--lifespan: {request.lifespan} s; give 1 s to {MAX_LIFESPAN // 86400} days",
+        )
+    try:
+        scopes = parse_scopes(request.scopes)
+    except ValueError as err:
+        raise Refused("invalid", f"--scope: {err}") from None
+    try:
+        token, record = daemon.tokens.mint(
+            account.pw_name, account.pw_uid, scopes, request.lifespan, daemon.clock()
+        )
+    except TokenError as err:
+        raise Refused("unavailable", str(err)) from None
+    audit(
+        daemon,
+        caller,
+        "token",
+        f"user {record.user}",
+        f"allowed: jti {record.jti}, scopes {','.join(scopes)}, {request.lifespan} s",
+    )
+    return {
+        "token": token,
+        "jti": record.jti,
+        "user": record.user,
+        "scopes": list(record.scopes),
+        "expires": record.expires,
+        "kid": record.kid,
+    }
+
+
+def on_list_tokens(daemon: Daemon, caller: Caller, request: requests.ListTokens) -> dict[str, Any]:
+    """gbatch token --list: the caller's tokens (all users': admins), never the tokens."""
+    if request.all_users:
+        require_admin(daemon, caller, "tokens", "users", "list other users' tokens")
+    now = daemon.clock()
+    shown = [
+        {
+            "jti": r.jti,
+            "user": r.user,
+            "scopes": list(r.scopes),
+            "issued": r.issued,
+            "expires": r.expires,
+            "revoked": r.revoked,
+        }
+        for r in daemon.tokens.records(now)
+        if request.all_users or r.uid == caller.uid
+    ]
+    return {"tokens": shown, "now": now}
+
+
+def on_revoke_token(
+    daemon: Daemon, caller: Caller, request: requests.RevokeToken
+) -> dict[str, Any]:
+    """gbatch token --revoke: refuse the token `jti` from now on (the caller's, or any: admins)."""
+    found = daemon.tokens.record(request.jti)
+    if found is None or (found.uid != caller.uid and not is_admin(daemon, caller)):
+        # Another user's token answers as one that does not exist: jtis are not listed.
+        raise Refused(
+            "not_found", f"no token {show_value(request.jti)} of yours (see `gbatch token --list`)"
+        )
+    record = daemon.tokens.revoke(request.jti, daemon.clock())
+    audit(daemon, caller, "token_revoke", f"user {record.user}", f"allowed: jti {record.jti}")
+    return {"jti": record.jti, "user": record.user}
+
+
+def on_rotate_token_key(
+    daemon: Daemon, caller: Caller, request: requests.RotateTokenKey
+) -> dict[str, Any]:
+    """gbatch token --rotate-key: sign new tokens with a new key; old ones verify till expiry.
+
+    With `drop_old`, tokens signed with the old keys stop verifying at once."""
+    require_admin(daemon, caller, "token_rotate", "daemon", "rotate the token signing key")
+    kid = daemon.tokens.rotate(daemon.clock(), drop_old=request.drop_old)
+    outcome = "old keys dropped" if request.drop_old else "old keys verify until expiry"
+    audit(daemon, caller, "token_rotate", "daemon", f"allowed: new key {kid}, {outcome}")
+    return {"kid": kid}
+
+
+# A token's user is looked up in the system's account database at most once in this
+# many seconds (of the daemon's clock): the lookup opens and reads /etc/passwd, a cost
+# every HTTP request would pay (bench/README.md). A user removed, or a uid given to
+# another name, is refused from the next window on.
+USER_CHECK_S = 1.0
+
+
+@functools.lru_cache(maxsize=256)
+def _still_user(uid: int, user: str, epoch: int) -> bool:
+    """Whether `uid` is still the account `user` (in window `epoch`)."""
+    try:
+        return pwd.getpwuid(uid).pw_name == user
+    except KeyError:
+        return False
+
+
+def unwrap_token(
+    daemon: Daemon, caller: Caller, request: requests.WithToken
+) -> tuple[Caller, requests.Request]:
+    """The token's user and the inner request of a request made with a token.
+
+    route.dispatch then serves the inner request as made by that user within the token's
+    scopes: the peer that sent it (the HTTP API) lends
+    it nothing."""
+    now = daemon.clock()
+    try:
+        record = daemon.tokens.verify(request.token, now)
+    except TokenError as err:
+        audit(daemon, caller, "with_token", "api", f"refused: {err}")
+        raise Refused("unauthenticated", str(err)) from None
+    if not _still_user(record.uid, record.user, int(now // USER_CHECK_S)):
+        audit(daemon, caller, "with_token", "api", f"refused: no user {record.user}")
+        raise Refused(
+            "unauthenticated", f"the token's user {record.user} is no longer uid {record.uid}"
+        )
+    as_user = Caller(
+        uid=record.uid,
+        user=record.user,
+        pid=caller.pid,
+        scopes=frozenset(record.scopes),
+        via=f"token:{record.jti}",
+    )
+    try:
+        inner = decoder.decode_request(request.request)
+    except decoder.BadRequest as err:
+        raise Refused("invalid", str(err)) from None
+    return as_user, inner

@@ -47,7 +47,7 @@ def _full(argv: list[str]) -> int:
     prog = f"gbatch {args.command}"
     if unknown:  # named after the command they were given to, not plain `gbatch`
         from gbatch.cli.exits import Exit  # here: `gbatch --help` needs neither
-        from gbatch.cli.suggest import did_you_mean, option_strings
+        from gbatch.core.suggest import did_you_mean, option_strings
 
         hint = did_you_mean(unknown[0], option_strings(command_parser(parser, args.command)))
         message = f"unrecognized arguments: {' '.join(unknown)}{hint}. See `{prog} --help`"

@@ -27,9 +27,7 @@ Spans = tuple[tuple[int, int], ...]  # inclusive (first, last) runs, ascending, 
 
 @lru_cache(maxsize=64)
 def _indices(expression: str) -> tuple[int, ...]:
-    from gbatch.jobspec.spec import (
-        parse_array,  # deferred: squeue and sacct list arrays, parse none
-    )
+    from gbatch.jobspec.slurmopts import parse_array
 
     return parse_array(expression, max_tasks=10**7)
 

@@ -64,7 +64,7 @@ from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import BEGIN_TIME, Planner, plan
 from gbatch.head.store import RunnableWindow, StateChange, Store, StoreFull, Usage
 from gbatch.head.tokens import TokenAuthority
-from gbatch.jobspec.spec import parse_signal
+from gbatch.jobspec.slurmopts import parse_signal
 from gbatch.nodes.base import LaunchError, Node, RunStatus
 from gbatch.nodes.docker import container_name
 from gbatch.nodes.inventory import Inventory, partitions_of

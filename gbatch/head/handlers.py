@@ -67,14 +67,8 @@ from gbatch.head.store import (
     listing_specs,
 )
 from gbatch.head.tokens import MAX_LIFESPAN, TokenError, parse_scopes
-from gbatch.jobspec.spec import (
-    SpecError,
-    build_spec,
-    check_submit_env_size,
-    parse_array,
-    secret_env_values,
-    split_throttle,
-)
+from gbatch.jobspec.slurmopts import check_submit_env_size, parse_array, split_throttle
+from gbatch.jobspec.spec import SpecError, build_spec, secret_env_values
 from gbatch.jobspec.sweep import Sweep, check_templates, sweep_from_wire
 from gbatch.jobspec.sweep import task_spec as sweep_task_spec
 from gbatch.nodes import resolve

@@ -270,14 +270,23 @@ def submit_words(args: Mapping[str, Any]) -> list[str]:
 
 
 def submit(ctx: Context, args: Mapping[str, Any]) -> str:
-    from gbatch.cli.sbatch import request_for_text  # deferred: yaml, the spec
+    from gbatch.jobspec.errors import BadSubmit
+    from gbatch.jobspec.submit import request_for_text  # deferred: yaml, the spec
+    from gbatch.protocol import wire
 
     if ("script" in args) == ("wrap" in args):
         raise BadArguments("script, wrap: give one of them (the job's text, or a command)")
-    request = request_for_text(
-        args.get("script"), "mcp", submit_words(args), submit_dir=os.getcwd(), environ=os.environ
-    )
-    reply = ctx.client.call(request)
+    try:
+        built = request_for_text(
+            args.get("script"),
+            "mcp",
+            submit_words(args),
+            submit_dir=os.getcwd(),
+            environ=os.environ,
+        )
+    except BadSubmit as err:
+        raise ToolRefused(f"gbatch sbatch: error: {err.message}") from err
+    reply = ctx.client.call(wire.Submit(**built.fields()))
     if "ids" not in reply:  # --test-only among the options: nothing was queued
         import json
 

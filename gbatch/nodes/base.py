@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gbatch.core.model import Gpu, Job
-from gbatch.jobspec.spec import array_summary
+from gbatch.jobspec.slurmopts import array_summary
 from gbatch.jobspec.sweep import param_env
 from gbatch.nodes.report import NodeReport, ReportError, parse_report_line
 

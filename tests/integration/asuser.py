@@ -33,6 +33,7 @@ CLI_MODULES = (
     "gbatch.protocol.wire",
     "gbatch.core.timefmt",
     "gbatch.jobspec.spec",
+    "gbatch.jobspec.submit",
     "gbatch.site.config",
     "shlex",
     "yaml",

@@ -10,17 +10,16 @@ import pytest
 
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.core.timefmt import TimeLimitError, parse_begin
-from gbatch.jobspec.spec import (
+from gbatch.jobspec.slurmopts import (
     Export,
-    SpecError,
     array_step,
-    build_spec,
     check_submit_env_size,
     exported_env,
     parse_array,
     parse_export,
     parse_signal,
 )
+from gbatch.jobspec.spec import SpecError, build_spec
 from gbatch.nodes.base import job_env
 from gbatch.render.formatting import format_job_details
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from gbatch.cli.context import Context
-from gbatch.cli.exits import CliError
-from gbatch.cli.sbatch import request_for_text
+from gbatch.jobspec.errors import BadSubmit
+from gbatch.jobspec.submit import request_for_text
 from gbatch.mcp.server import PROTOCOL_VERSION, Server
 from gbatch.mcp.tools import (
     SUBMIT_OPTIONS,
@@ -149,7 +149,7 @@ def test_values_that_look_like_options_stay_values() -> None:
     words = submit_words({"name": "-H", "wrap": "--hold", "gpus": 1})
     assert words == ["--job-name=-H", "--gpus=1", "--wrap=--hold"]
     assert queue_words({"users": ["-t", "b"], "me": True}) == ["squeue", "--user=-t,b", "--me"]
-    with pytest.raises(CliError, match='-J/--job-name: "-H" is not a valid job name'):
+    with pytest.raises(BadSubmit, match='-J/--job-name: "-H" is not a valid job name'):
         request_for_text(None, "mcp", words)  # the name, refused as one: not --hold
     request = request_for_text(None, "mcp", submit_words({"wrap": "--hold"}))
     assert request.held is False and "--hold" in str(request.spec["command"])
@@ -162,11 +162,11 @@ def test_request_for_text_takes_sbatchs_options_over_a_scripts_lines() -> None:
     assert (request.spec["name"], request.spec["gpus"], request.held) == ("mine", 1, True)
     yaml = request_for_text("command: python train.py\ngpus: 2\n", "mcp", ["--gpus=1"])
     assert (yaml.spec["name"], yaml.spec["gpus"]) == ("mcp", 1)
-    with pytest.raises(CliError, match="'extra' is not an option"):
+    with pytest.raises(BadSubmit, match="'extra' is not an option"):
         request_for_text(None, "mcp", ["--wrap=true", "extra"])
-    with pytest.raises(CliError, match="unrecognized arguments: --gpu=1"):
+    with pytest.raises(BadSubmit, match="unrecognized arguments: --gpu=1"):
         request_for_text(None, "mcp", ["--wrap=true", "--gpu=1"])
-    with pytest.raises(CliError, match="--wrap: mcp is given too"):
+    with pytest.raises(BadSubmit, match="--wrap: mcp is given too"):
         request_for_text(script, "mcp", ["--wrap=true"])
 
 

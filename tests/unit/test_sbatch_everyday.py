@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from gbatch.cli import everyday, sbatch
 from gbatch.cli._parser import build_parser
-from gbatch.cli.exits import CliError
 from gbatch.jobspec import spec as spec_module
+from gbatch.jobspec import submit
+from gbatch.jobspec.errors import BadSubmit
 from gbatch.protocol import wire
 
 _TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
@@ -53,10 +54,10 @@ def _args(words: list[str]) -> argparse.Namespace:
 
 def _full(words: list[str], submit_dir: str, environ: dict[str, str]) -> dict[str, Any]:
     args = _args(words)
-    request = sbatch.build_submit(
+    built = submit.build_submit(
         args, lambda: sbatch._job_source(args), submit_dir=submit_dir, environ=environ
     )[0]
-    return wire.encode_request(request)
+    return wire.encode_request(wire.Submit(**built.fields()))
 
 
 @settings(max_examples=300, deadline=None)
@@ -71,7 +72,7 @@ def test_the_everyday_request_is_build_submits(
     lean = sbatch._everyday_request(_args(words), submit_dir, environ)
     try:
         full = _full(words, submit_dir, environ)
-    except CliError:
+    except BadSubmit:
         assert lean is None  # refused by the full path, in its words
         return
     if lean is not None:
@@ -83,11 +84,11 @@ def test_the_everyday_request_is_build_submits(
 def test_a_command_or_an_environment_over_the_limits_is_left_to_the_full_path() -> None:
     long = "x" * (64 * 1024)
     assert sbatch._everyday_request(_args(["--wrap", long]), "/tmp", {}) is None
-    with pytest.raises(CliError, match="longer than 64 KiB"):
+    with pytest.raises(BadSubmit, match="longer than 64 KiB"):
         _full(["--wrap", long], "/tmp", {})
     heavy = {f"V{i}": "y" * 1000 for i in range(140)}
     assert sbatch._everyday_request(_args(["--wrap", "true"]), "/tmp", heavy) is None
-    with pytest.raises(CliError, match="exported environment"):
+    with pytest.raises(BadSubmit, match="exported environment"):
         _full(["--wrap", "true"], "/tmp", heavy)
 
 

@@ -44,6 +44,7 @@ from gbatch.core.model import (
     JobSpec,
     JobState,
     PartitionInfo,
+    TaskArray,
 )
 from gbatch.core.submitenv import filter_submit_env
 from gbatch.core.timefmt import MAX_TIME_LIMIT_S, format_duration, show_value
@@ -67,7 +68,7 @@ from gbatch.head.store import (
     listing_specs,
 )
 from gbatch.head.tokens import MAX_LIFESPAN, TokenError, parse_scopes
-from gbatch.jobspec.slurmopts import check_submit_env_size, parse_array, split_throttle
+from gbatch.jobspec.slurmopts import check_submit_env_size, parse_array
 from gbatch.jobspec.spec import SpecError, build_spec, secret_env_values
 from gbatch.jobspec.sweep import Sweep, check_templates, sweep_from_wire
 from gbatch.jobspec.sweep import task_spec as sweep_task_spec
@@ -320,8 +321,11 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         # Filtered again: a client other than gbatch's own may send anything.
         submit_env = filter_submit_env(request.submit_env or {})
         check_submit_env_size(submit_env)
-        indices = None if request.array is None else parse_array(request.array, max_tasks=MAX_ARRAY)
-        throttle = None if request.array is None else split_throttle(request.array)[1]
+        array, throttle = (
+            (None, None)
+            if request.array is None
+            else parse_array(request.array, max_tasks=MAX_ARRAY)
+        )
         sweep = _submitted_sweep(request, spec)
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
@@ -339,10 +343,8 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
     if sweep is not None:  # a sweep is the array 0-(rows-1)
-        indices = tuple(range(len(sweep.rows)))
-        array_text: str | None = f"0-{len(indices) - 1}"
-    else:
-        array_text = split_throttle(request.array)[0] if request.array else None
+        array = TaskArray(((0, len(sweep.rows) - 1, 1),))
+    indices = None if array is None else array.indices
     count = request.count if indices is None else len(indices)
     if not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
@@ -376,7 +378,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
     if indices is not None and sweep is None:
         # Ids of one submission are consecutive: task i's position is its offset. Past
         # the first ARRAY_ROWS, the tasks wait as one record (the store's array tail).
-        spec = spec.replace(array=array_text, array_throttle=throttle)
+        spec = spec.replace(array=array, array_throttle=throttle)
         specs = [
             spec.replace(array_task=index, array_pos=i)
             for i, index in enumerate(indices[:ARRAY_ROWS])
@@ -384,7 +386,7 @@ def submit(daemon: Daemon, caller: Caller, request: wire.Submit) -> dict[str, An
         tail_count = len(indices) if len(indices) > ARRAY_ROWS else 0
     elif indices is not None:
         specs = [
-            spec.replace(array_task=index, array_pos=i, array=array_text)
+            spec.replace(array_task=index, array_pos=i, array=array)
             for i, index in enumerate(indices)
         ]
         if sweep is not None:

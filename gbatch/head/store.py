@@ -43,6 +43,7 @@ from gbatch.core.model import (
     Job,
     JobSpec,
     JobState,
+    TaskArray,
     check_transition,
 )
 from gbatch.head import eventlog, fairshare, notify
@@ -1369,7 +1370,7 @@ class Store:
         From its expression, or its tail; an array of `count` copies with neither (all
         its tasks rows) is walked, its rows being those whose position is their offset."""
         if spec.array is not None:
-            return array_id + len(arrays.indices(spec.array)) - 1
+            return array_id + len(spec.array.indices) - 1
         if tail is not None:
             return tail.last_id
         last = array_id
@@ -2714,7 +2715,8 @@ class Store:
             ).fetchone()
             if head is None or head[1] is None or head[2] != 0:
                 return None
-            wanted = arrays.overlap(arrays.position_spans(head[0], index_spans), ((0, most - 1),))
+            array = None if head[0] is None else TaskArray.of_text(head[0])
+            wanted = arrays.overlap(arrays.position_spans(array, index_spans), ((0, most - 1),))
             for first, last in wanted:
                 for job_id, task, pos in self._db.execute(
                     "SELECT id, json_extract(spec, '$.array_task'),"

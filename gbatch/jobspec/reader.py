@@ -23,9 +23,6 @@ MAX_FILE_BYTES = 1024 * 1024
 MAX_NESTING = 32  # a job file needs 3 levels; libyaml itself stops at 1000
 
 
-# ---------------------------------------------------------------------------- reading
-
-
 def load_job_file(path: str | os.PathLike[str]) -> dict[str, object]:
     """Read a job file: a YAML mapping of at most MAX_FILE_BYTES.
 

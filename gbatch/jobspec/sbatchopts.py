@@ -276,7 +276,7 @@ def one_task_problem(values: dict[str, Any]) -> str | None:
 
 
 class OptionProblem(Exception):
-    pass
+    """An option OptionParser could not take; str() is argparse's message."""
 
 
 class OptionParser(argparse.ArgumentParser):
@@ -291,6 +291,8 @@ class OptionParser(argparse.ArgumentParser):
 
 
 def options_parser(prog: str) -> OptionParser:
+    """A parser of the job's options alone, each left unset when not given (SUPPRESS):
+    for #SBATCH lines, and the words after a job file."""
     parser = OptionParser(
         prog=prog, add_help=False, argument_default=argparse.SUPPRESS, allow_abbrev=False
     )

@@ -8,12 +8,11 @@ value gbatch keeps, or raises SpecError naming that option in one line.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gbatch.core.model import JOB_EVENTS, NotifyHook
+from gbatch.core.model import JOB_EVENTS, NotifyHook, TaskArray
 from gbatch.core.submitenv import (
     MAX_SUBMIT_ENV_BYTES,
     filter_submit_env,
@@ -36,6 +35,7 @@ MAX_MEM_MB = 1 << 30  # 1 PiB in MiB, as for shm_size
 _DATE_START_RE = re.compile(r"\s*[0-9]{4}-")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1 control characters
 
+# ------------------------------------------------- --gpus, --time, --mem, -p, -d, ...
 
 _MEM_RE = re.compile(r"([0-9]{1,13})\s*(?:([kmgt])(?:i?b)?)?", re.ASCII | re.IGNORECASE)
 _MEM_UNITS_KB = {"k": 1, "": 1 << 10, "m": 1 << 10, "g": 1 << 20, "t": 1 << 30}
@@ -429,7 +429,7 @@ ARRAY_FORMS = "N (tasks 0 to N-1), A-B, A-B:STEP or a list such as 1,4,10-12"
 MAX_ARRAY_INDEX = 4_000_000  # Slurm's MaxArraySize is at most 4000001
 
 
-def split_throttle(text: str, field: str = "--array") -> tuple[str, int | None]:
+def _split_throttle(text: str, field: str) -> tuple[str, int | None]:
     """An --array expression without its `%MAX` suffix, and MAX (None without one):
     at most MAX of the array's tasks run at once (Slurm's ArrayTaskThrottle)."""
     text = text.strip()
@@ -445,21 +445,25 @@ def split_throttle(text: str, field: str = "--array") -> tuple[str, int | None]:
     return body.strip(), int(limit)
 
 
-def parse_array(text: str, field: str = "--array", *, max_tasks: int = 100_000) -> tuple[int, ...]:
-    """The task indices of an --array expression, ascending, each once.
+def parse_array(
+    text: str, field: str = "--array", *, max_tasks: int = 100_000
+) -> tuple[TaskArray, int | None]:
+    """An --array expression's task indices, and its `%MAX` (None without one: Slurm's
+    limit on the tasks running at once).
 
     `A-B`, `A-B:STEP` and lists of them (`1,4,10-12`) as in Slurm. A lone number N
     keeps gbatch's older meaning, N tasks 0 to N-1 (Slurm reads it as the index N).
-    A trailing `%MAX` (Slurm's limit on tasks running at once) is read by
-    split_throttle and ignored here. At most `max_tasks` indices.
+    At most `max_tasks` indices. Read once where it enters (sbatch, the daemon's
+    submit): what follows carries the TaskArray.
     """
     usage = f"Use {ARRAY_FORMS}"
-    text, _ = split_throttle(text, field)
+    text, throttle = _split_throttle(text, field)
     if re.fullmatch(r"[0-9]{1,7}", text, re.ASCII):
         count = int(text)
         if not 1 <= count <= max_tasks:
             raise SpecError(field, f"{show_value(text)} is not 1 to {max_tasks} tasks. {usage}")
-        return tuple(range(count))
+        return TaskArray(((0, count - 1, 1),)), throttle
+    runs: list[tuple[int, int, int]] = []
     indices: set[int] = set()
     for part in text.split(","):
         match = re.fullmatch(
@@ -479,20 +483,5 @@ def parse_array(text: str, field: str = "--array", *, max_tasks: int = 100_000) 
         if (high - low) // step + 1 + len(indices) > max_tasks:
             raise SpecError(field, f"{show_value(text)} is more than {max_tasks} tasks. {usage}")
         indices.update(range(low, high + 1, step))
-    return tuple(sorted(indices))
-
-
-@functools.lru_cache(maxsize=64)
-def array_summary(text: str) -> tuple[int, int, int, int]:
-    """(count, min, max, step) of an --array expression parse_array takes, for the
-    SLURM_ARRAY_TASK_* of each task: cached, since every task of a big array asks for
-    the same expression at its start (parsing it is O(tasks))."""
-    indices = parse_array(text)
-    return len(indices), indices[0], indices[-1], array_step(text)
-
-
-def array_step(text: str) -> int:
-    """SLURM_ARRAY_TASK_STEP of an expression parse_array takes: a single range's step,
-    else 1 (Slurm's value for a list)."""
-    match = re.fullmatch(r"[0-9]+-[0-9]+:([0-9]+)", text.strip(), re.ASCII)
-    return int(match.group(1)) if match else 1
+        runs.append((low, high, step))
+    return TaskArray(tuple(runs)), throttle

@@ -189,9 +189,6 @@ _IMAGE_RE = re.compile(
 _SHM_RE = re.compile(r"([0-9]{1,15})\s*(?:([bkmg])(?:i?b)?)?", re.ASCII | re.IGNORECASE)
 
 
-# --------------------------------------------------------------------------- building
-
-
 def build_spec(
     data: Mapping[str, object] | None,
     overrides: Mapping[str, object],

@@ -483,8 +483,10 @@ def build_submit(
         )
         submit_env = exported_env(export, environ)
         check_submit_env_size(submit_env)
-        if args.array is not None:
-            parse_array(args.array)  # refused here, in one line, before anything is sent
+        array: str | None = None
+        if args.array is not None:  # refused here, in one line, before anything is sent
+            indices, throttle = parse_array(args.array)
+            array = indices.text if throttle is None else f"{indices.text}%{throttle}"
         if sweep is not None:
             check_templates(spec.command, sweep.names, name_template, spec.name)
         if submit_dir is not None:
@@ -506,7 +508,7 @@ def build_submit(
         secret_env=secrets,
         held=bool(args.hold),
         submit_env=submit_env or None,
-        array=args.array,
+        array=array,
         test_only=bool(args.test_only),
         sweep=None if sweep is None else sweep.to_wire(),
         name_template=name_template,

@@ -12,7 +12,7 @@ import pytest
 from conftest import Head, kill_leftover_jobs, make_head, wait_for
 from test_notifications import Inbox, notify_config, smtp_server
 
-from gbatch.core.model import JobSpec, JobState
+from gbatch.core.model import JobSpec, JobState, TaskArray
 from gbatch.head.notify import Policy
 from gbatch.head.outbox import Outbox
 from gbatch.head.store import Store, Submission
@@ -42,7 +42,7 @@ class Lab:
             command=("true",),
             mail_type=mail_type,
             mail_user="ada@lab.test",
-            array=f"0-{n - 1}",
+            array=TaskArray.of_text(f"0-{n - 1}"),
         )
         made = n if rows is None else rows
         specs = tuple(

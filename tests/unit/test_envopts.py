@@ -160,7 +160,14 @@ def _job(spec: JobSpec, **kw: object) -> Job:
 
 
 def test_job_env_has_the_shell_under_the_file_env_and_array_counts() -> None:
-    spec = JobSpec("t", ("true",), env=(("A", "file"),), array_task=3, array_pos=1, array=TaskArray.of_text("1-5:2"))
+    spec = JobSpec(
+        "t",
+        ("true",),
+        env=(("A", "file"),),
+        array_task=3,
+        array_pos=1,
+        array=TaskArray.of_text("1-5:2"),
+    )
     job = _job(spec, submit_env=(("A", "shell"), ("PATH", "/opt/bin")))
     env = job_env(job, 1, (), "local")
     assert (env["A"], env["PATH"], env["SLURM_CLUSTER_NAME"]) == ("file", "/opt/bin", "gbatch")

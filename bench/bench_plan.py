@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import os
 import random
 import statistics
@@ -267,6 +268,18 @@ def loop_checkouts(args: argparse.Namespace) -> None:
             )
 
 
+def cold_store_caches() -> None:
+    """Empty the store's caches of decoded rows, wherever the checkout keeps them (one
+    module before issue 28, the store package's rows and window after)."""
+    for name in ("gbatch.head.store", "gbatch.head.store.rows", "gbatch.head.store.window"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        for cache in ("_SPEC_CACHE", "_JOB_CACHE", "_PLANNING_SPECS"):
+            getattr(module, cache, {}).clear()
+
+
 def rss_mib() -> float:
     with open("/proc/self/status") as status:
         for line in status:
@@ -464,7 +477,6 @@ def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Rand
     """Daemon.schedule() per tick, `jobs` queued in a real store, every GPU taken: the
     first read's passes and the one after apart, then `runs` passes, then `churn_passes`
     with submits and cancels; then a restarted loop's first read and the pass after."""
-    from gbatch.head import store as store_module
     from gbatch.head.daemon import Daemon
     from gbatch.head.store import Store
     from gbatch.site.config import Config, Paths
@@ -517,8 +529,7 @@ def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Rand
             # with the store module's caches cold, as in a new process.
             daemon.fleet.stop()
             daemon.committer.close()
-            for cache in ("_SPEC_CACHE", "_JOB_CACHE", "_PLANNING_SPECS"):
-                getattr(store_module, cache, {}).clear()
+            cold_store_caches()
             daemon = Daemon(paths, Config(simulate_gpus=GPUS_PER_NODE), store)
             daemon.fleet.start()
             wait_for_gpus(daemon)

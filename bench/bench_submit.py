@@ -96,7 +96,7 @@ def concurrent_submits(socket: Path, clients: int, per_client: int) -> float:
         for _receive, send in pipes
     ]
     # One at a time: a burst of connects can overflow the daemon's listen backlog (see
-    # the README); this figure is about submits on open connections.
+    # bench/README.md); this figure is about submits on open connections.
     for worker, (receive, send) in zip(workers, pipes, strict=True):
         worker.start()
         send.close()  # the child's copy remains: its death reads as EOFError, not a hang

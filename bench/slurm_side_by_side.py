@@ -134,7 +134,7 @@ def format_row_line(row: Row) -> str:
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    """A Markdown table of the rows, as the README quotes it."""
+    """A Markdown table of the rows, as bench/README.md quotes it."""
     lines = [
         "| what | gbatch: median (p90; min-max) | Slurm: median (p90; min-max) "
         "| gbatch / Slurm | better | n |",

@@ -88,9 +88,6 @@ class JobTarget:
             return f"{self.job}_{self.tasks[0][0]}"
         return f"{self.job}_[{format_spans(self.tasks)}]"
 
-    def has_task(self, task: int) -> bool:
-        return self.tasks is not None and any(a <= task <= b for a, b in self.tasks)
-
     @property
     def single_task(self) -> int | None:
         """K of `N_K`; None for anything else."""

@@ -439,6 +439,12 @@ _WIRE_DEFAULTS: tuple[tuple[str, object], ...] = tuple(
 )
 
 
+# Pending reasons written as a job is queued or held (Slurm's names): by the store, and
+# by the planner (gbatch/head/scheduler.py, whose other reasons are its own).
+HELD_REASON = "JobHeldUser"
+BEGIN_TIME_REASON = "BeginTime"  # --begin not reached
+
+
 @dataclass(frozen=True)
 class Job:
     """A job as the store knows it."""

@@ -1,9 +1,10 @@
 """Notifications: which events are told to whom, and what the telling says. Pure.
 
 A job's state change becomes rows of the store's outbox in the transaction that writes
-it (Store._set_state asks `Policy.for_job`), so no event is lost to a crash; the outbox
-worker (gbatch/head/outbox.py) delivers them, at least once. One event (an event id)
-has one row per destination: a mail address, an admin's webhook by name.
+it (the store asks `Policy.job_rows`: the Policy is the store's Notices), so no event is
+lost to a crash; the outbox worker (gbatch/head/outbox.py) delivers them, at least once.
+One event (an event id) has one row per destination: a mail address, an admin's webhook
+by name.
 
 Mail follows Slurm's --mail-type: BEGIN when a run starts, REQUEUE when a run goes back
 to the queue, END or FAIL when the job ends (FAIL for every end but COMPLETED and
@@ -34,13 +35,18 @@ import hashlib
 import hmac
 import json
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from gbatch.core.jobids import format_spans, merge_spans
 from gbatch.core.model import Gpu, Job, JobState, NotifyHook
 from gbatch.core.timefmt import format_elapsed_fixed
+
+# The outbox's own: read through here too by the outbox worker and the tests.
+from gbatch.head.store.notices import ARRAY_ATTEMPT as ARRAY_ATTEMPT
+from gbatch.head.store.notices import Notification as Notification
+from gbatch.head.store.notices import Owed
 from gbatch.site.config import IDLE_GPU_EVENT, Config, Webhook
 
 MAIL = "mail"
@@ -60,21 +66,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ENDED_WELL = frozenset({JobState.COMPLETED, JobState.CANCELLED})
 # The kinds an array without ARRAY_TASKS is mailed once for, as a whole.
 ARRAY_KINDS = frozenset({"BEGIN", "END", "FAIL"})
-# The outbox's attempt of an array's whole-array events (its job_id is the array's id):
-# no run of a task has it, so one of them is owed once (outbox_once).
-ARRAY_ATTEMPT = -1
-
-
-class Notification(NamedTuple):
-    """One outbox row: an event owed to one destination, not yet delivered."""
-
-    id: int
-    event_id: str
-    kind: str
-    channel: str  # MAIL or WEBHOOK
-    target: str  # a mail address, or an admin webhook's name
-    payload: Mapping[str, object]
-    attempts: int
 
 
 @dataclass(frozen=True)
@@ -192,6 +183,91 @@ class Policy:
 
     def for_node(self, kind: str) -> list[Delivery]:
         return [Delivery(kind, WEBHOOK, hook.name) for hook in self.webhooks if kind in hook.events]
+
+    # -- what the store writes (store.notices.Notices) --------------------------------
+
+    def may_notify(self, old: JobState, new: JobState) -> bool:
+        return may_notify(old, new)
+
+    def job_events(self, old: JobState, job: Job) -> tuple[str, ...]:
+        return job_events(old, job)
+
+    def job_rows(self, job: Job, kinds: tuple[str, ...], now: float) -> list[Owed]:
+        """The outbox rows owed for `kinds` of `job` (for_job): one event id per kind,
+        shared by its destinations."""
+        ids = {kind: uuid.uuid4().hex for kind in kinds}
+        rows: list[Owed] = []
+        for each in self.for_job(job, kinds):
+            # A FAIL mailed as END keeps the event's id: FAIL's.
+            event_id = ids.get(each.kind) or ids.get("FAIL") or uuid.uuid4().hex
+            payload = json.dumps(job_payload(job, each.kind, event_id, now))
+            rows.append((each.kind, each.channel, each.target, event_id, payload))
+        return rows
+
+    def array_mailed(self, job: Job) -> bool:
+        return self.array_mail(job) is not None
+
+    def array_begin_rows(self, job: Job, now: float) -> list[Owed]:
+        """The whole-array BEGIN mail of `job`'s array (its first task started)."""
+        event_id = uuid.uuid4().hex
+        payload = json.dumps(array_payload(job, "BEGIN", event_id, now))
+        return [
+            (each.kind, each.channel, each.target, event_id, payload)
+            for each in self.for_array(job, "BEGIN")
+        ]
+
+    def array_end_rows(
+        self,
+        job: Job,
+        counts: Mapping[JobState, int],
+        exit_codes: tuple[int, int],
+        max_signal: int | None,
+        now: float,
+    ) -> list[Owed]:
+        """The whole-array END or FAIL mail of `job`'s array, all of whose tasks ended
+        (`counts` of each final state): a FAIL mailed as END says END, with FAIL's id."""
+        kind, state = array_end(counts)
+        event_id = uuid.uuid4().hex
+        tasks = {s.value: n for s, n in sorted(counts.items(), key=lambda i: i[0].value)}
+        return [
+            (
+                each.kind,
+                each.channel,
+                each.target,
+                event_id,
+                json.dumps(
+                    array_payload(
+                        job,
+                        each.kind,
+                        event_id,
+                        now,
+                        state=state,
+                        tasks=tasks,
+                        exit_codes=exit_codes,
+                        max_signal=max_signal,
+                    )
+                ),
+            )
+            for each in self.for_array(job, kind)
+        ]
+
+    def node_rows(self, node: str, kind: str, reason: str, now: float) -> list[Owed]:
+        """A node's event (for_node), one event id for its webhooks."""
+        event_id = uuid.uuid4().hex
+        payload = json.dumps(node_payload(node, kind, reason, event_id, now))
+        return [
+            (each.kind, each.channel, each.target, event_id, payload)
+            for each in self.for_node(kind)
+        ]
+
+    def asked_in_spec(self, kind: str) -> tuple[str, ...] | None:
+        """None when an admin's webhook wants `kind` of every job; else the spec keys a
+        job must set to be owed it: mail_type (with mail on), notify (with job webhooks
+        allowed)."""
+        if self.hooks_want(kind):
+            return None
+        asked = (("mail_type", self.mail), ("notify", bool(self.user_prefixes)))
+        return tuple(key for key, on in asked if on)
 
 
 def owner(payload: Mapping[str, object]) -> str:

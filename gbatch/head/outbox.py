@@ -178,16 +178,6 @@ class Outbox:
                 self.slots.release(note)
                 self._wake.set()
 
-    def deliver_due(self, now: float) -> int:
-        """Try every row due at `now` once, one at a time in this thread (the workers'
-        delivery, without them); the number delivered."""
-        delivered = 0
-        for note in self.store.due_notifications(now, BATCH):
-            if self.stopping.is_set():
-                break
-            delivered += self.deliver_one(note)
-        return delivered
-
     def deliver_one(self, note: notify.Notification) -> bool:
         """Try `note` once; record that it was delivered (True) or when to try again."""
         try:

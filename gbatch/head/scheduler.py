@@ -14,18 +14,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gbatch.core.limits import Use, UserLimits
-from gbatch.core.model import Assignment, Job, NodeView, Plan
+from gbatch.core.model import BEGIN_TIME_REASON, HELD_REASON, Assignment, Job, NodeView, Plan
 from gbatch.head.fairshare import factors
 
 # Pending reasons, spelled as Slurm's squeue prints them.
-HELD = "JobHeldUser"
+HELD = HELD_REASON
 RESOURCES = "Resources"
 PRIORITY = "Priority"
 NODE_DOWN = "NodeDown"
 BAD_CONSTRAINTS = "BadConstraints"
 MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
 MAX_GPUS_PER_USER = "QOSMaxGRESPerUser"
-BEGIN_TIME = "BeginTime"  # --begin not reached; set by the daemon, which plans without it
+BEGIN_TIME = BEGIN_TIME_REASON  # set by the daemon, which plans without it
 
 
 def queue_order(pending: Sequence[Job], usage: Mapping[str, float]) -> list[Job]:

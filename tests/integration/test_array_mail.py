@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Head, kill_leftover_jobs, make_head, wait_for
+from oracles import deliver_due, outbox
 from test_notifications import Inbox, notify_config, smtp_server
 
 from gbatch.core.model import JobSpec, JobState, TaskArray
@@ -33,7 +34,7 @@ class Lab:
         self.store = Store(self.path, Policy.from_config(self.config))
 
     def deliver(self) -> int:
-        return Outbox(self.store, self.config, lambda: T0).deliver_due(T0 + 1000)
+        return deliver_due(Outbox(self.store, self.config, lambda: T0), T0 + 1000)
 
     def array(self, n: int, mail_type: str, *, rows: int | None = None) -> list[int]:
         """Submit an array of `n` tasks, its first `rows` rows (the rest its tail)."""
@@ -216,7 +217,7 @@ def test_the_arrays_end_owed_when_the_daemon_stopped_is_delivered_once_after(
     lab_.open()
     assert lab_.deliver() == 1
     assert lab_.deliver() == 0
-    (row,) = lab_.store.outbox(ids[0])
+    (row,) = outbox(lab_.store, ids[0])
     assert row["delivered"] is not None and row["kind"] == "END"
     (mail,) = inbox.messages
     assert mail["X-Gbatch-Event-Id"] == row["event_id"]

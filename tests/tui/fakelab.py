@@ -1,4 +1,4 @@
-"""A lab frozen in time for the TUI's snapshot tests and the README's screenshots.
+"""A lab frozen in time for the TUI's snapshot tests and the docs' screenshots.
 
 `FakeLink` is a DaemonLink that never opens its socket: every method answers from
 the fixed data below, the same data on every call, so a screen's refresh timer

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from oracles import queue_node_event
 
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.head.eventlog import EventLog, job_line, node_line, open_event_log, rfc3339
@@ -157,7 +158,7 @@ def test_store_feeds_a_bulk_cancel_one_line_per_job(store: Store, feed: Feed) ->
 
 
 def test_store_feeds_node_events_without_any_webhook(store: Store, feed: Feed) -> None:
-    assert store.queue_node_event("gpu2", "GPU_FOREIGN", "GPU 1: 1 process", T0) == 0
+    assert queue_node_event(store, "gpu2", "GPU_FOREIGN", "GPU 1: 1 process", T0) == 0
     assert feed.lines == [json.loads(node_line("gpu2", "GPU_FOREIGN", "GPU 1: 1 process", T0))]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from oracles import outbox
 from test_gpuusage import GIB, ReportingNode, gpu
 
 from gbatch.core.model import JobSpec, JobState
@@ -127,13 +128,13 @@ def test_the_daemon_flags_tells_the_owner_once_clears_and_cancels_an_idle_run(
     assert tick(600.0, 3).startswith("IdleGPU: all GPUs under 5% since ")
     assert store.idle_flagged_count("IdleGPU") == 1
     tick(700.0, 0)
-    told = [(r["kind"], r["channel"], r["target"]) for r in store.outbox(job_id)]
+    told = [(r["kind"], r["channel"], r["target"]) for r in outbox(store, job_id)]
     assert told == [("IDLE_GPU", "mail", "alice@lab.example")]  # once, without --mail-type
     assert tick(800.0, 60) == ""  # working again: the flag goes
     assert tick(900.0, None) == ""  # a GPU that cannot tell starts no streak
     tick(1000.0, 0)
     tick(1600.0, 0)
-    assert len(store.outbox(job_id)) == 1  # a second episode is not told again
+    assert len(outbox(store, job_id)) == 1  # a second episode is not told again
     tick(2800.0, 0)
     job = store.require(job_id)
     assert (job.state, job.stop_state) == (JobState.COMPLETING, JobState.CANCELLED)

@@ -16,7 +16,8 @@ top because its module name is in running jobs' command lines; it belongs to nod
 A layer imports itself and the layers below it: nodes never import the head, the head
 never imports a front, and no front imports another, except the `gbatch` commands that
 start one (`gbatch daemon`, `gbatch tui`, `gbatch api`, `gbatch mcp`). No module is part
-of an import circle.
+of an import circle. The store (head/store/) imports none of the head's decisions: only
+its own package and the head's leaves in STORE_LEAVES.
 """
 
 from __future__ import annotations
@@ -53,6 +54,14 @@ STARTS = {
 # Upward imports still being taken out (issue 28). Each must still exist, so the list
 # only shrinks.
 NOT_YET: set[tuple[str, str]] = set()
+
+# The store writes what it is handed (issue 28): besides the layers below the head, it
+# imports its own package and three leaves of the head that decide nothing (sealing
+# secrets, the event log's line, fair-share decay); never the planner, the notifier,
+# the handlers or the daemon, whose decisions come in as values.
+STORE = "gbatch.head.store"
+STORE_LAYERS = {"root", "core", "jobspec", "site", "protocol"}
+STORE_LEAVES = {"gbatch.head.secretbox", "gbatch.head.eventlog", "gbatch.head.fairshare"}
 
 
 def layer_of(module: str) -> str:
@@ -119,6 +128,27 @@ def test_no_layer_imports_one_above_it() -> None:
     assert wrong == []
     modules = graph()
     assert [pair for pair in sorted(NOT_YET) if pair[1] not in modules.get(pair[0], ())] == []
+
+
+def in_store(module: str) -> bool:
+    return module == STORE or module.startswith(f"{STORE}.")
+
+
+def test_the_store_imports_no_decision_of_the_head() -> None:
+    modules = graph()
+    wrong = [
+        f"{module} imports {target}"
+        for module, imported in modules.items()
+        if in_store(module)
+        for target in sorted(imported)
+        if not in_store(target)
+        and target not in STORE_LEAVES
+        and layer_of(target) not in STORE_LAYERS
+    ]
+    assert wrong == []
+    assert {m for m in modules if in_store(m)} > {STORE, f"{STORE}.db"}
+    # Those leaves stay leaves: none imports the rest of the head.
+    assert [t for leaf in STORE_LEAVES for t in modules[leaf] if layer_of(t) == "head"] == []
 
 
 def test_no_import_circle() -> None:

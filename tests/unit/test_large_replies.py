@@ -17,6 +17,7 @@ from test_server_limits import ROOT, connect, serving, socket_path
 from gbatch.core.model import JobSpec, JobState
 from gbatch.head import handlers, heap, server, store
 from gbatch.head.daemon import Daemon
+from gbatch.head.store import rows
 from gbatch.protocol import wire
 from gbatch.protocol.client import Client, DaemonUnavailable
 
@@ -123,14 +124,14 @@ def test_a_listing_larger_than_the_caches_leaves_them_alone_and_lists_the_same(
     queue(daemon, 30)
     cached = daemon.store.jobs()  # through the caches: 30 fit
     listed = daemon.store.listing_rows()
-    monkeypatch.setattr(store, "_JOB_CACHE_MAX", 10)
-    monkeypatch.setattr(store, "_SPEC_CACHE_MAX", 10)
-    monkeypatch.setattr(store, "_JOB_CACHE", {})
-    monkeypatch.setattr(store, "_SPEC_CACHE", {})
+    monkeypatch.setattr(rows, "_JOB_CACHE_MAX", 10)
+    monkeypatch.setattr(rows, "_SPEC_CACHE_MAX", 10)
+    monkeypatch.setattr(rows, "_JOB_CACHE", {})
+    monkeypatch.setattr(rows, "_SPEC_CACHE", {})
     assert daemon.store.jobs() == cached
     decode = store.listing_specs(listed)
     assert [decode(row[3]) for row in listed] == [job.spec for job in cached]
-    assert store._JOB_CACHE == {} and store._SPEC_CACHE == {}
+    assert rows._JOB_CACHE == {} and rows._SPEC_CACHE == {}
     assert store.listing_specs(listed[:10]) is store.listing_spec  # small: cached as before
 
 
@@ -372,17 +373,17 @@ def test_a_listing_larger_than_the_spec_cache_leaves_it_alone_and_lists_the_same
         request, before = STREAMED[what], listed_before(daemon, ROOT, STREAMED[what])
     tails = {tail.spec for tail in daemon.store.tails()}  # read as every tail is
     monkeypatch.setattr(handlers, "_LISTING_KEYS", 7)
-    monkeypatch.setattr(store, "_LISTING_SPECS", 5)
-    monkeypatch.setattr(store, "_SPEC_CACHE_MAX", 100)
-    monkeypatch.setattr(store, "_SPEC_CACHE", {})
+    monkeypatch.setattr(rows, "_LISTING_SPECS", 5)
+    monkeypatch.setattr(rows, "_SPEC_CACHE_MAX", 100)
+    monkeypatch.setattr(rows, "_SPEC_CACHE", {})
     reply = handlers.handle(daemon, ROOT, wire.encode_request(request), stream=True)
     assert b"".join(wire.reply_pieces(reply)) == before
-    assert set(store._SPEC_CACHE.values()) <= tails  # none of the listing's rows'
-    monkeypatch.setattr(store, "_SPEC_CACHE_MAX", 50_000)  # no larger than the cache:
+    assert set(rows._SPEC_CACHE.values()) <= tails  # none of the listing's rows'
+    monkeypatch.setattr(rows, "_SPEC_CACHE_MAX", 50_000)  # no larger than the cache:
     daemon.brief_records = wire.BriefRecords()  # (sacct's records made again)
     reply = handlers.handle(daemon, ROOT, wire.encode_request(request), stream=True)
     assert b"".join(wire.reply_pieces(reply)) == before
-    assert len(store._SPEC_CACHE) > 700  # its specs decoded through it, as before
+    assert len(rows._SPEC_CACHE) > 700  # its specs decoded through it, as before
 
 
 def test_the_time_a_listing_takes_to_make_is_not_the_clients_to_take_it(

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from oracles import outbox
 from test_node_loss_rules import DOWN_AFTER, LEASE, Clocks, FakeNode
 
 from gbatch.core.model import Gpu
@@ -76,7 +77,7 @@ class Heads:
         try:
             return [
                 (str(r["kind"]), json.loads(str(r["payload"]))["node"]["reason"])
-                for r in store.outbox()
+                for r in outbox(store)
             ]
         finally:
             store.close()

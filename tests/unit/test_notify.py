@@ -14,7 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from docexamples import yaml_block_with
 from fullstore import pack_store, unpack_store
+from oracles import deliver_due, queue_node_event
+from oracles import outbox as outbox_rows
 
 from gbatch.core.model import Gpu, Job, JobSpec, JobState, NotifyHook
 from gbatch.head import notify
@@ -45,7 +48,7 @@ def run_to(store: Store, job_id: int, end: JobState, **fields: object) -> None:
 
 
 def rows(store: Store, job_id: int) -> list[tuple[object, object, object]]:
-    return [(r["kind"], r["channel"], r["target"]) for r in store.outbox(job_id)]
+    return [(r["kind"], r["channel"], r["target"]) for r in outbox_rows(store, job_id)]
 
 
 # -- which events, to whom ----------------------------------------------------------------
@@ -70,7 +73,7 @@ def test_a_failure_is_mailed_as_end_without_fail_and_shares_the_webhooks_event_i
 ) -> None:
     (job_id,) = store.submit([spec("END")], 1000, "ada", T0)
     run_to(store, job_id, JobState.FAILED, exit_code=3)
-    mail, hook = store.outbox(job_id)
+    mail, hook = outbox_rows(store, job_id)
     assert (mail["kind"], mail["channel"], mail["target"]) == ("END", "mail", "ada@example.org")
     assert (hook["kind"], hook["channel"], hook["target"]) == ("FAIL", "webhook", "ops")
     assert mail["event_id"] == hook["event_id"]
@@ -96,7 +99,7 @@ def test_jobs_without_mail_type_or_address_owe_no_mail(tmp_path: Path) -> None:
     (nowhere,) = opened.submit([spec("ALL")], 1000, "ada", T0)  # no mail_user, no domain
     run_to(opened, quiet, JobState.COMPLETED)
     run_to(opened, nowhere, JobState.COMPLETED)
-    assert opened.outbox() == []
+    assert outbox_rows(opened) == []
     opened.close()
 
 
@@ -142,7 +145,7 @@ def test_a_tail_cancelled_whole_is_one_end_to_the_webhooks(tmp_path: Path) -> No
     (ids,) = opened.submit_many([Submission(specs, 1000, "ada", tail_count=5)], T0)
     assert isinstance(ids, list)
     assert opened.cancel_tails([ids[0]], "cancelled by ada", T0 + 1) == 3
-    (row,) = opened.outbox(ids[0] + 2)
+    (row,) = outbox_rows(opened, ids[0] + 2)
     assert (row["kind"], row["channel"], row["target"]) == ("END", "webhook", "ops")
     assert json.loads(row["payload"])["job"]["array_tasks"] == "2-4"
     opened.close()
@@ -152,7 +155,7 @@ def test_a_store_without_a_policy_owes_nothing(tmp_path: Path) -> None:
     opened = Store(tmp_path / "gbatch.db")
     (job_id,) = opened.submit([spec()], 1000, "ada", T0)
     run_to(opened, job_id, JobState.FAILED)
-    assert opened.outbox() == []
+    assert outbox_rows(opened) == []
     opened.close()
 
 
@@ -175,8 +178,8 @@ def test_an_event_is_owed_once_per_run_however_often_asked(store: Store) -> None
 
 
 def test_node_events_go_to_the_webhooks_that_ask(store: Store) -> None:
-    assert store.queue_node_event("gpu01", "NODE_DOWN", "no report for 300 s", T0) == 1
-    (row,) = store.outbox()
+    assert queue_node_event(store, "gpu01", "NODE_DOWN", "no report for 300 s", T0) == 1
+    (row,) = outbox_rows(store)
     assert (row["kind"], row["target"], row["job_id"]) == ("NODE_DOWN", "ops", None)
     assert "gpu01" in notify.summary(json.loads(str(row["payload"])))
 
@@ -272,35 +275,35 @@ def test_a_failed_try_waits_its_backoff_then_is_delivered_once(
         raise DeliveryError("connection refused")
 
     monkeypatch.setattr(outbox, "send_mail", down)
-    assert outbox.deliver_due(clock.now) == 0
-    (row,) = store.outbox(job_id)
+    assert deliver_due(outbox, clock.now) == 0
+    (row,) = outbox_rows(store, job_id)
     assert (row["attempts"], row["next_attempt_time"], row["delivered"]) == (1, T0 + 10, None)
     assert store.due_notifications(T0 + 9, 10) == []
 
     monkeypatch.setattr(outbox, "send_mail", lambda note: sent.append(note.event_id))
     clock.now = T0 + 10
-    assert outbox.deliver_due(clock.now) == 1
-    assert outbox.deliver_due(clock.now + 100) == 0
-    (row,) = store.outbox(job_id)
+    assert deliver_due(outbox, clock.now) == 1
+    assert deliver_due(outbox, clock.now + 100) == 0
+    (row,) = outbox_rows(store, job_id)
     assert sent == [row["event_id"]] and row["delivered"] == T0 + 10
 
 
 def test_a_refusal_no_retry_can_change_is_given_up_at_once(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store.queue_node_event("gpu01", "NODE_DOWN", "silent", T0)
+    queue_node_event(store, "gpu01", "NODE_DOWN", "silent", T0)
     outbox = Outbox(store, Config(webhooks=()), Clock())  # the webhook left the config
-    assert outbox.deliver_due(T0) == 0
-    (row,) = store.outbox()
+    assert deliver_due(outbox, T0) == 0
+    (row,) = outbox_rows(store)
     assert row["gave_up"] == T0 and "no webhook ops" in str(row["last_error"])
     assert store.due_notifications(T0 + 1e6, 10) == []
 
 
-def test_the_readmes_notifications_example_is_a_config_the_daemon_accepts(tmp_path: Path) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    block = readme.split("```yaml\nsmtp_host:", 1)[1].split("```", 1)[0]
+def test_the_docs_notifications_example_is_a_config_the_daemon_accepts(tmp_path: Path) -> None:
+    block = yaml_block_with("notifications.md", "smtp_host:")
+    assert block.startswith("smtp_host:")  # the config as a whole, not a fragment of one
     paths = Paths(tmp_path)
-    paths.config_file.write_text("smtp_host:" + block)
+    paths.config_file.write_text(block)
     config = load_config(paths, {})
     assert config.smtp_host == "mail.lab.example"
     assert [hook.form for hook in config.webhooks] == ["json", "slack"]
@@ -310,10 +313,10 @@ def test_the_readmes_notifications_example_is_a_config_the_daemon_accepts(tmp_pa
 
 
 def test_delivered_rows_are_pruned_after_the_retention_once_an_hour(store: Store) -> None:
-    store.queue_node_event("gpu01", "NODE_DOWN", "silent", T0)
-    store.queue_node_event("gpu02", "NODE_DOWN", "silent", T0)
-    store.queue_node_event("gpu03", "NODE_DOWN", "silent", T0)
-    old, fresh, failed = (row["id"] for row in store.outbox())
+    queue_node_event(store, "gpu01", "NODE_DOWN", "silent", T0)
+    queue_node_event(store, "gpu02", "NODE_DOWN", "silent", T0)
+    queue_node_event(store, "gpu03", "NODE_DOWN", "silent", T0)
+    old, fresh, failed = (row["id"] for row in outbox_rows(store))
     store.notification_delivered(int(old), T0)  # type: ignore[arg-type]
     store.notification_delivered(int(fresh), T0 + 86400)  # type: ignore[arg-type]
     store.notification_failed(int(failed), "refused", T0, None)  # type: ignore[arg-type]
@@ -322,7 +325,7 @@ def test_delivered_rows_are_pruned_after_the_retention_once_an_hour(store: Store
     assert outbox.prune_due(T0 + 86400 - 1) == 0  # not a day old yet
     assert outbox.prune_due(T0 + 86400 + 1) == 0  # due, but pruned under an hour ago
     assert outbox.prune_due(T0 + 86400 + 3600) == 1
-    assert [row["id"] for row in store.outbox()] == [fresh, failed]  # given up: kept
+    assert [row["id"] for row in outbox_rows(store)] == [fresh, failed]  # given up: kept
 
 
 # -- a job's own webhooks (notify:) -------------------------------------------------------
@@ -366,8 +369,8 @@ def test_delivery_refuses_a_job_webhook_the_config_no_longer_allows(
         "gbatch.head.outbox.post_webhook", lambda hook, note: posted.append(hook.url)
     )
     outbox = Outbox(store, Config(webhook_prefixes_allowed=(SLACK,)), Clock())
-    outbox.deliver_due(T0 + 100)
-    (row,) = [r for r in store.outbox(job_id) if r["channel"] == "user_webhook/json"]
+    deliver_due(outbox, T0 + 100)
+    (row,) = [r for r in outbox_rows(store, job_id) if r["channel"] == "user_webhook/json"]
     assert posted == [] and row["gave_up"] is not None
     assert "no longer under webhook_prefixes_allowed" in str(row["last_error"])
 
@@ -383,7 +386,7 @@ def test_a_job_webhook_under_an_allowed_prefix_is_posted_unsigned_in_its_form(
     posted: list[Webhook] = []
     monkeypatch.setattr("gbatch.head.outbox.post_webhook", lambda hook, note: posted.append(hook))
     outbox = Outbox(store, Config(webhooks=(HOOK,), webhook_prefixes_allowed=(SLACK,)), Clock())
-    assert outbox.deliver_due(T0 + 100) == 2  # the admin's FAIL and the job's
+    assert deliver_due(outbox, T0 + 100) == 2  # the admin's FAIL and the job's
     assert [(h.url, h.form, h.secret) for h in posted if h.name == "job"] == [
         (SLACK + "x", "slack", "")
     ]
@@ -443,7 +446,7 @@ def test_episodes_are_recorded_with_the_events_that_tell_them(tmp_path: Path) ->
     try:
         opened.record_episodes("gpu01", {"GPU_FOREIGN": "GPU 0 (1)", "DISK_FULL": "0"}, (), T0)
         assert opened.node_episodes() == {"gpu01": {"GPU_FOREIGN", "DISK_FULL"}}
-        assert [r["kind"] for r in opened.outbox()] == ["GPU_FOREIGN"]  # what ops asks for
+        assert [r["kind"] for r in outbox_rows(opened)] == ["GPU_FOREIGN"]  # what ops asks for
         opened.record_episodes("gpu01", {}, ("DISK_FULL",), T0 + 1)
         assert opened.node_episodes() == {"gpu01": {"GPU_FOREIGN"}}
     finally:
@@ -455,8 +458,8 @@ def test_node_conditions_go_to_the_webhooks_that_ask_for_them(tmp_path: Path) ->
     hook = Webhook("ops", "https://hooks.example.org/x", "", ("GPU_FOREIGN", "DISK_FULL"))
     opened = Store(tmp_path / "gbatch.db", notify.Policy(webhooks=(hook, HOOK)))
     try:
-        assert opened.queue_node_event("gpu01", "GPU_FOREIGN", "GPU 1 (2)", T0) == 1
-        (row,) = opened.outbox()
+        assert queue_node_event(opened, "gpu01", "GPU_FOREIGN", "GPU 1 (2)", T0) == 1
+        (row,) = outbox_rows(opened)
         assert (row["kind"], row["target"]) == ("GPU_FOREIGN", "ops")
         text = notify.summary(json.loads(str(row["payload"])))
         assert text == "gbatch node gpu01: gpu foreign: GPU 1 (2)"
@@ -520,7 +523,7 @@ def test_a_hanging_webhook_does_not_hold_up_mail_behind_more_than_a_batch_of_its
 ) -> None:
     # More NODE_DOWN rows to the hanging "ops" than a pass reads, all due before bob's.
     for n in range(BATCH + 10):
-        store.queue_node_event(f"gpu{n}", "NODE_DOWN", "silent", T0)
+        queue_node_event(store, f"gpu{n}", "NODE_DOWN", "silent", T0)
     (job_id,) = store.submit([spec("END", mail_user="bob@lab.org")], 1001, "bob", T0)
     run_to(store, job_id, JobState.COMPLETED)
     receivers = Receivers({"ops"})
@@ -540,7 +543,7 @@ def test_a_hanging_webhook_does_not_hold_up_mail_behind_more_than_a_batch_of_its
 
 
 def mail_row(store: Store, job_id: int) -> int:
-    (row,) = [r for r in store.outbox(job_id) if r["channel"] == "mail"]
+    (row,) = [r for r in outbox_rows(store, job_id) if r["channel"] == "mail"]
     return int(row["id"])  # type: ignore[call-overload]
 
 
@@ -662,7 +665,7 @@ def test_a_full_store_is_posted_straight_to_the_webhooks_that_ask(
         outbox = Outbox(opened, Config(webhooks=(HOOK, asks)), Clock())
         outbox.tell_store_full(StoreFull(tmp_path))
         assert done.wait(30)
-        assert opened.outbox() == []  # not through the outbox: it is on the full disk
+        assert outbox_rows(opened) == []  # not through the outbox: it is on the full disk
     finally:
         opened.close()
     ((name, note),) = posted  # HOOK does not ask for it

@@ -17,9 +17,9 @@ import pytest
 from fullstore import integrity_ok, pack_store, unpack_store
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracles import active_jobs
 
 from gbatch.core.model import IllegalTransition, JobSpec, JobState
-from gbatch.head import store as store_module
 from gbatch.head.store import (
     MIGRATIONS,
     JobNotFound,
@@ -30,6 +30,8 @@ from gbatch.head.store import (
     StoreFull,
     Usage,
     planning_job,
+    rows,
+    schema,
 )
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -142,7 +144,7 @@ def test_reopening_runs_only_the_migrations_not_yet_applied(
     # Re-running the first migration would fail ("table jobs already exists"), so a
     # clean open proves only the new entry ran.
     extended = (*MIGRATIONS, "CREATE TABLE probe (x INTEGER)")
-    monkeypatch.setattr(store_module, "MIGRATIONS", extended)
+    monkeypatch.setattr(schema, "MIGRATIONS", extended)
 
     reopened = Store(db_path)
     try:
@@ -440,7 +442,7 @@ def test_requeue_from_final_state_returns_job_to_pending(store: Store) -> None:
     job = store.set_state(job_id, JobState.PENDING, "requeued", T0 + 6, node=None, gpus=())
 
     assert (job.state, job.node, job.gpus, job.attempt) == (JobState.PENDING, None, (), 1)
-    assert job in store.active_jobs()
+    assert job in active_jobs(store)
 
 
 # -- pending reasons and holds ----------------------------------------------------------
@@ -636,7 +638,7 @@ def test_active_jobs_excludes_final_states(store: Store, populated: dict[str, in
     run_job(store, completing)
     store.set_state(completing, JobState.COMPLETING, "", T0, stop_state=JobState.TIMEOUT)
 
-    active = store.active_jobs()
+    active = active_jobs(store)
 
     assert [j.id for j in active] == sorted(
         [
@@ -922,13 +924,13 @@ def test_read_window_reads_only_changed_rows_and_tops_up_full_windows(store: Sto
     first = store.read_window(window)
     assert [j.id for j in first] == [a, b]
     # Not kept in (nor clearing) the shared row cache: the loop's window is its own.
-    store_module._JOB_CACHE.clear()
+    rows._JOB_CACHE.clear()
     store.set_pending_reasons({b: "Priority"})
     store.cancel_pending([a], "gone", T0 + 1)  # leaves a full window: c comes in
     second = store.read_window(window)
     assert [j.id for j in second] == [b, c]
     assert second[0] is not first[1] and second[0].reason == "Priority"
-    assert store_module._JOB_CACHE == {}
+    assert rows._JOB_CACHE == {}
     third = store.read_window(window)
     assert third[0] is second[0] and third[1] is second[1]  # nothing changed: same Jobs
     # d raised above b and c: it comes in, c goes out past the window's end.
@@ -975,7 +977,7 @@ def test_a_first_read_spread_over_reads_with_writes_between_is_a_whole_read(
                         else:
                             held[job_id] = job
                 assert held == {job.id: job for job in window.jobs()}
-                if window.behind or window.seen != store_module._top_change(store._db):
+                if window.behind or window.seen != rows._top_change(store._db):
                     assert not window.behind or window.complete
                 elif window.complete:
                     whole = [planning_job(job) for job in store.runnable_jobs(per_user)]
@@ -1058,7 +1060,7 @@ def test_a_spread_first_read_splits_a_user_and_takes_a_row_read_twice_once(store
     # first, at the change number it began with; the next reads take the submit's.
     for _ in range(5):
         store.update_window(window)
-        if not window.behind and window.seen == store_module._top_change(store._db):
+        if not window.behind and window.seen == rows._top_change(store._db):
             break
     assert window.jobs() == whole
 
@@ -1084,7 +1086,7 @@ def test_the_loops_reasons_are_written_only_to_rows_as_read_and_not_read_back(
     assert [window.reason(j) for j in window.jobs()] == ["Priority", "Resources", ""]
     assert window._own == [] and not window.behind
     store.set_pending_reasons({a: "Resources"}, window)  # nothing between: seen moves on
-    assert window.seen == store_module._top_change(store._db) and window._own == []
+    assert window.seen == rows._top_change(store._db) and window._own == []
     store.update_window(window)
     assert window.take_changes() == {}
     assert [window.reason(j) for j in window.jobs()] == [
@@ -1148,7 +1150,7 @@ def test_every_write_of_a_jobs_row_is_in_the_change_feed(store: Store) -> None:
 def test_migration_5_gives_queued_jobs_their_queue_priority(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:4])
+    monkeypatch.setattr(schema, "MIGRATIONS", MIGRATIONS[:4])
     Store(db_path).close()
     raw = sqlite3.connect(db_path)
     for name, priority, nice in (("plain", 0, 0), ("urgent", 7, 2), ("old", None, None)):
@@ -1162,7 +1164,7 @@ def test_migration_5_gives_queued_jobs_their_queue_priority(
         )
     raw.commit()
     raw.close()
-    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
+    monkeypatch.setattr(schema, "MIGRATIONS", MIGRATIONS)
 
     migrated = Store(db_path)
     try:
@@ -1178,7 +1180,7 @@ def test_migration_5_gives_queued_jobs_their_queue_priority(
 def test_migration_11_gives_old_rows_a_change_number_the_first_read_takes(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:10])
+    monkeypatch.setattr(schema, "MIGRATIONS", MIGRATIONS[:10])
     Store(db_path).close()
     raw = sqlite3.connect(db_path)
     for name in ("a", "b"):
@@ -1190,7 +1192,7 @@ def test_migration_11_gives_old_rows_a_change_number_the_first_read_takes(
     raw.commit()
     raw.close()
     a, b = 1, 2
-    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
+    monkeypatch.setattr(schema, "MIGRATIONS", MIGRATIONS)
 
     migrated = Store(db_path)
     try:

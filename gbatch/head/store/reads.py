@@ -1,0 +1,215 @@
+"""Reads of jobs: one by id (an array tail's task too), by state, by run time; the
+counts the metrics and limits read; and briefs (owner and state) for requests over
+many jobs, a bounded batch per call."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Collection, Sequence
+from typing import NamedTuple
+
+from gbatch.core.model import ACTIVE_STATES, Job, JobState
+from gbatch.head.store.db import JobNotFound, StoreError
+from gbatch.head.store.rows import _ACTIVE_SQL, _STATE_NAMED, _chunks, _marks, _tail_of
+from gbatch.head.store.tails import Tails
+
+
+class JobBrief(NamedTuple):
+    """What a request over many jobs needs of each to decide on it: its owner and state.
+    A tuple, built in well under a microsecond: a whole Job per row would cost 500,000
+    of them for one user's sweep."""
+
+    id: int
+    uid: int
+    user: str
+    state: JobState
+
+
+def _brief(row: tuple[int, int, str, str]) -> JobBrief:
+    return JobBrief(row[0], row[1], row[2], _STATE_NAMED[row[3]])
+
+
+class Reads(Tails):
+    """Jobs read by id, state or run time; counts; briefs of many jobs."""
+
+    def get(self, job_id: int) -> Job | None:
+        """The job `job_id`: its row, or the pending array task its tail holds."""
+        with self._lock:
+            job = self._get(self._db, job_id)
+            if job is None:
+                tail = _tail_of(self._db, job_id)
+                if tail is not None:
+                    return tail.task(job_id - tail.array_id)
+            return job
+
+    def require(self, job_id: int) -> Job:
+        job = self.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    def jobs_in(self, states: Collection[JobState]) -> list[Job]:
+        """Jobs in any of `states`, oldest first (by the state index: cheap for the few
+        allocated jobs among many finished ones)."""
+        marks = ", ".join("?" * len(states))
+        return self._select(f"state IN ({marks})", [s.value for s in states])
+
+    def jobs_run_between(
+        self, start: float, end: float, users: Collection[str] | None = None
+    ) -> list[Job]:
+        """Jobs (of `users`, when given) whose last run overlaps [start, end): started
+        before `end`, and not ended before `start` (or not ended). sreport's question,
+        asked a few times a month: a scan of the jobs table, no index of its own."""
+        where = "start_time IS NOT NULL AND start_time < ? AND (end_time IS NULL OR end_time > ?)"
+        params: list[object] = [end, start]
+        if users is not None:
+            where += f" AND user IN ({_marks(users)})"
+            params.extend(users)
+        return self._select(where, params)
+
+    def active_counts(self) -> dict[str, int]:
+        """How many jobs are in each active state."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT state, count(*) FROM jobs WHERE state IN ({_ACTIVE_SQL}) GROUP BY state"
+            ).fetchall()
+        return {state: int(n) for state, n in rows}
+
+    def pending_counts(self, users: Collection[str] | None = None) -> dict[str, int]:
+        """How many PENDING jobs (held ones too) each user has (of `users`, when given);
+        users without any are left out. From the index of pending jobs alone."""
+        where, params = "state = 'PENDING'", []
+        if users is not None:
+            where += f" AND user IN ({', '.join('?' * len(users))})"
+            params = list(users)
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT user, count(*) FROM jobs INDEXED BY jobs_pending_user WHERE {where}"
+                " GROUP BY user",
+                params,
+            ).fetchall()
+            tails = self._db.execute(
+                f"SELECT user, sum(remaining) FROM array_tails WHERE {where} GROUP BY user",
+                params,
+            ).fetchall()
+        counts = {user: int(n) for user, n in rows}
+        for user, n in tails:
+            counts[user] = counts.get(user, 0) + int(n)
+        return counts
+
+    def queue_counts(self) -> dict[tuple[str, str, str], int]:
+        """(state, user, partition) -> how many jobs not yet ended are so, the tasks an
+        array tail still holds counted one each; partition "" when a job names none.
+        One grouped read over the state index: a scrape costs what the queue holds, never
+        what history holds (metrics).
+
+        On a read-only connection of its own, outside the store's lock: reading every
+        pending job's partition out of its spec takes about 0.3 s for 270,000 of them,
+        which must not hold up submits and the loop (WAL: a reader never blocks the
+        writer, and sees the latest commit)."""
+        active = [state.value for state in ACTIVE_STATES]
+        marks = ", ".join("?" * len(active))
+        columns = "state, user, coalesce(json_extract(spec, '$.partition'), '')"
+        try:
+            with contextlib.closing(
+                sqlite3.connect(
+                    self.path.absolute().as_uri() + "?mode=ro",
+                    uri=True,
+                    timeout=30,
+                    isolation_level=None,
+                )
+            ) as db:
+                db.execute("BEGIN")  # one snapshot for both: a tail's tasks become jobs
+                rows = db.execute(
+                    f"SELECT {columns}, count(*) FROM jobs INDEXED BY jobs_state"
+                    f" WHERE state IN ({marks}) GROUP BY 1, 2, 3",
+                    active,
+                ).fetchall()
+                tails = db.execute(
+                    f"SELECT {columns}, sum(remaining) FROM array_tails"
+                    f" WHERE state IN ({marks}) AND remaining > 0 GROUP BY 1, 2, 3",
+                    active,
+                ).fetchall()
+        except sqlite3.Error as err:
+            raise StoreError(f"cannot read the queue from {self.path}: {err}") from err
+        counts: dict[tuple[str, str, str], int] = {}
+        for state, user, partition, n in (*rows, *tails):
+            key = (state, user, str(partition))
+            counts[key] = counts.get(key, 0) + int(n)
+        return counts
+
+    def idle_flagged_count(self, prefix: str) -> int:
+        """How many RUNNING jobs have a reason starting with `prefix` (the metrics'
+        flagged idle GPU hoarders)."""
+        with self._lock:
+            (count,) = self._db.execute(
+                "SELECT count(*) FROM jobs WHERE state = 'RUNNING' AND substr(reason, 1, ?) = ?",
+                (len(prefix), prefix),
+            ).fetchone()
+        return int(count)
+
+    # -- briefs: many jobs, a bounded batch per call -----------------------------------
+    #
+    # A request over many jobs (`scancel -u`, a range of ids) reads these once per batch
+    # of a few thousand: each call is one short read, so the lock is never held across
+    # the whole request (Transitions' bulk writes take the batches these read).
+
+    def briefs(self, ids: Sequence[int]) -> list[JobBrief]:
+        """Those of `ids` that name a job, by id."""
+        found: list[JobBrief] = []
+        with self._lock:
+            for part in _chunks(ids):
+                found.extend(
+                    _brief(row)
+                    for row in self._db.execute(
+                        f"SELECT id, uid, user, state FROM jobs WHERE id IN ({_marks(part)})",
+                        part,
+                    )
+                )
+        missing = set(ids) - {brief.id for brief in found}
+        found.extend(
+            JobBrief(job.id, job.uid, job.user, job.state)
+            for job in self._tail_tasks(missing).values()
+        )
+        return sorted(found, key=lambda brief: brief.id)
+
+    def briefs_between(self, first: int, last: int, *, after: int, limit: int) -> list[JobBrief]:
+        """The jobs with ids in first..last above `after`, by id, at most `limit`: page
+        through a range with after = the last id of the page before."""
+        # One lower bound: given two, SQLite seeks by one and filters by the other, and
+        # each page would scan the range from its start again.
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, uid, user, state FROM jobs WHERE id BETWEEN ? AND ?"
+                " ORDER BY id LIMIT ?",
+                (max(first, after + 1), last, limit),
+            ).fetchall()
+        return [_brief(row) for row in rows]
+
+    def pending_ids(
+        self,
+        *,
+        after: int,
+        limit: int,
+        users: Collection[str] | None = None,
+        uid: int | None = None,
+    ) -> list[int]:
+        """Pending jobs' ids above `after`, by id, at most `limit`; only those of `users`
+        and of `uid` when given. Read in id order through the state index, whatever the
+        filters, so paging through 500,000 reads each row once."""
+        where = ["state = 'PENDING'", "id > ?"]
+        params: list[object] = [after]
+        if users is not None:
+            where.append(f"user IN ({_marks(users)})")
+            params.extend(users)
+        if uid is not None:
+            where.append("uid = ?")
+            params.append(uid)
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT id FROM jobs INDEXED BY jobs_state WHERE {' AND '.join(where)}"
+                " ORDER BY id LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+        return [int(row[0]) for row in rows]

@@ -1,0 +1,175 @@
+"""The store's schema: the migrations that build it, one version each (PRAGMA
+user_version counts those applied)."""
+
+from __future__ import annotations
+
+# Each entry moves the schema one version forward; never edit a released entry.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE jobs (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        uid         INTEGER NOT NULL,
+        user        TEXT    NOT NULL,
+        name        TEXT    NOT NULL,
+        spec        TEXT    NOT NULL,
+        state       TEXT    NOT NULL,
+        reason      TEXT    NOT NULL DEFAULT '',
+        held        INTEGER NOT NULL DEFAULT 0,
+        submit_time REAL    NOT NULL,
+        start_time  REAL,
+        end_time    REAL,
+        node        TEXT,
+        gpus        TEXT    NOT NULL DEFAULT '',
+        attempt     INTEGER NOT NULL DEFAULT 0,
+        exit_code   INTEGER,
+        exit_signal INTEGER,
+        stop_state  TEXT
+    );
+    CREATE INDEX jobs_state ON jobs(state);
+    CREATE INDEX jobs_runnable ON jobs(id) WHERE state = 'PENDING' AND held = 0;
+    CREATE INDEX jobs_user_submit ON jobs(user, submit_time);
+    CREATE TABLE events (
+        id     INTEGER PRIMARY KEY,
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        time   REAL    NOT NULL,
+        state  TEXT    NOT NULL,
+        reason TEXT    NOT NULL
+    );
+    CREATE INDEX events_job ON events(job_id);
+    CREATE TABLE usage (
+        user        TEXT PRIMARY KEY,
+        gpu_seconds REAL NOT NULL,
+        as_of       REAL NOT NULL
+    );
+    """,
+    # 2: nodes an admin drained (gbatch node drain/resume); absent means in service.
+    """
+    CREATE TABLE drained_nodes (
+        name   TEXT PRIMARY KEY,
+        reason TEXT NOT NULL,
+        since  REAL NOT NULL
+    );
+    """,
+    # 3: GPUs are known by UUID too (indices can change across a host's reboot).
+    """
+    ALTER TABLE jobs ADD COLUMN gpu_uuids TEXT NOT NULL DEFAULT ''
+    """,
+    # 4: jobs' secret env values, sealed with the key file beside the store (one token per
+    # job, gbatch/head/secretbox.py). Only names live in jobs.spec.
+    """
+    CREATE TABLE job_secrets (
+        job_id INTEGER PRIMARY KEY REFERENCES jobs(id),
+        sealed BLOB    NOT NULL
+    )
+    """,
+    # 5: each user's pending jobs counted from an index of them alone (max_pending_jobs,
+    # checked at every submit), never by a scan of the user's whole history.
+    """
+    CREATE INDEX jobs_pending_user ON jobs(user) WHERE state = 'PENDING'
+    """,
+    # 6: each user's runnable jobs in the planner's order, so that a pass reads a user's
+    # first few of 500,000 (Store.runnable_jobs) instead of all of them. queue_priority
+    # is the spec's priority - nice, copied at submit (a queued spec never changes).
+    # jobs_queue covers what jobs_runnable did; one index less to update per job cancelled.
+    """
+    ALTER TABLE jobs ADD COLUMN queue_priority INTEGER NOT NULL DEFAULT 0;
+    UPDATE jobs SET queue_priority =
+        coalesce(json_extract(spec, '$.priority'), 0) - coalesce(json_extract(spec, '$.nice'), 0);
+    CREATE INDEX jobs_queue ON jobs(user, queue_priority DESC, submit_time, id)
+        WHERE state = 'PENDING' AND held = 0;
+    DROP INDEX jobs_runnable
+    """,
+    # 7: the submitting shell's variables a job exports (sbatch --export), sealed like
+    # job_secrets and apart from jobs.spec: a spec is shown to other users, these never.
+    """
+    CREATE TABLE job_submit_env (
+        job_id INTEGER PRIMARY KEY REFERENCES jobs(id),
+        sealed BLOB    NOT NULL
+    )
+    """,
+    # 8: an array's pending tasks past its first few, as ONE record (its tail): the
+    # positions not yet made jobs rows, and the spec they share. Their ids (array_id +
+    # position, up to last_id) are reserved at submit; a task becomes a row when it
+    # comes up (Store.refill_arrays) or is named alone (Store.materialise). A tail
+    # cancelled whole stays, CANCELLED, as the record of those tasks (sacct).
+    """
+    CREATE TABLE array_tails (
+        array_id    INTEGER PRIMARY KEY,
+        last_id     INTEGER NOT NULL,
+        uid         INTEGER NOT NULL,
+        user        TEXT    NOT NULL,
+        spec        TEXT    NOT NULL,
+        state       TEXT    NOT NULL,
+        reason      TEXT    NOT NULL DEFAULT '',
+        held        INTEGER NOT NULL DEFAULT 0,
+        submit_time REAL    NOT NULL,
+        end_time    REAL,
+        positions   TEXT    NOT NULL,
+        remaining   INTEGER NOT NULL,
+        secret      BLOB,
+        submit_env  BLOB
+    );
+    CREATE INDEX array_tails_state ON array_tails(state, user)
+    """,
+    # 9: how busy each run kept its GPUs (gbatch/core/gpuusage.py): one row per run, folded
+    # into at every node report while it runs; seff and sacct's TRESUsageInMax read it.
+    """
+    CREATE TABLE gpu_usage (
+        job_id        INTEGER NOT NULL REFERENCES jobs(id),
+        attempt       INTEGER NOT NULL,
+        samples       INTEGER NOT NULL,
+        util_samples  INTEGER NOT NULL,
+        util_sum      REAL    NOT NULL,
+        util_max      INTEGER NOT NULL,
+        mem_max_mib   INTEGER NOT NULL,
+        mem_total_mib INTEGER NOT NULL,
+        PRIMARY KEY (job_id, attempt)
+    ) WITHOUT ROWID
+    """,
+    # 10: the notifications outbox (gbatch/head/notify.py): one row per event and
+    # destination, written in the transaction of the state change it tells of;
+    # delivered (or gave_up) set once the outbox worker is done with it, and a delivered
+    # row deleted notify_retention_days later (Store.prune_notifications). A job's
+    # event is owed once per run: a second write of it is ignored (outbox_once).
+    """
+    CREATE TABLE outbox (
+        id                INTEGER PRIMARY KEY,
+        event_id          TEXT    NOT NULL,
+        kind              TEXT    NOT NULL,
+        channel           TEXT    NOT NULL,
+        target            TEXT    NOT NULL,
+        job_id            INTEGER,
+        attempt           INTEGER,
+        payload           TEXT    NOT NULL,
+        created           REAL    NOT NULL,
+        attempts          INTEGER NOT NULL DEFAULT 0,
+        next_attempt_time REAL    NOT NULL,
+        last_error        TEXT    NOT NULL DEFAULT '',
+        delivered         REAL,
+        gave_up           REAL
+    );
+    CREATE UNIQUE INDEX outbox_once ON outbox(job_id, attempt, kind, channel, target);
+    CREATE INDEX outbox_due ON outbox(next_attempt_time)
+        WHERE delivered IS NULL AND gave_up IS NULL
+    """,
+    # 11: the change feed. Every write of a jobs row sets its `changed` to the
+    # transaction's number, one more than the largest before it (Database._change_number),
+    # so the loop reads only the rows written since its last pass (Store.read_window).
+    # Rows from before start at 0: a window's first read reads everything anyway.
+    """
+    ALTER TABLE jobs ADD COLUMN changed INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_changed ON jobs(changed)
+    """,
+    # 12: the node conditions on now (gbatch/head/notify.py Episodes): a row per node and
+    # condition (GPU_FOREIGN, DISK_FULL, NODE_DOWN), written with the outbox rows of the
+    # event that told it began and deleted when it ends, so a restarted gbatchd neither
+    # tells again an episode still on nor forgets one that ended meanwhile.
+    """
+    CREATE TABLE node_episodes (
+        node  TEXT NOT NULL,
+        kind  TEXT NOT NULL,
+        since REAL NOT NULL,
+        PRIMARY KEY (node, kind)
+    ) WITHOUT ROWID
+    """,
+)

@@ -264,10 +264,11 @@ class Http:
 
 def socket_submits(home: Path, count: int) -> float:
     """`count` JSON-job submits on the daemon's socket, one connection: submits/s."""
-    from gbatch.cli.sbatch import request_for_text
+    from gbatch.jobspec.submit import request_for_text
+    from gbatch.protocol import requests
     from gbatch.protocol.client import Client
 
-    request = request_for_text(JOB, "api")
+    request = requests.Submit(**request_for_text(JOB, "api").fields())
     with Client(home / "gbatchd.sock") as client:
         client.call(request)
         start = time.perf_counter()

@@ -26,9 +26,9 @@ from gbatch.api.follow import resume_offset
 from gbatch.api.link import DaemonLink
 from gbatch.api.openapi import PREFIX, document
 from gbatch.api.ratelimit import Limiter, RateLimitMiddleware, RateLimits, bearer
-from gbatch.cli.exits import CliError
-from gbatch.cli.sbatch import request_for_text  # loads neither yaml nor the spec until used
 from gbatch.core.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
+from gbatch.jobspec.errors import BadSubmit
+from gbatch.jobspec.submit import request_for_text  # loads neither yaml nor the spec until used
 from gbatch.protocol import requests
 from gbatch.protocol.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 
@@ -169,11 +169,12 @@ class Api:
             return body
         try:
             if len(body) <= INLINE_PARSE_BYTES:
-                request = request_for_text(body, "api")
+                built = request_for_text(body, "api")
             else:
-                request = await run_in_threadpool(request_for_text, body, "api")
-        except CliError as err:
+                built = await run_in_threadpool(request_for_text, body, "api")
+        except BadSubmit as err:
             return error("invalid", err.message)
+        request = requests.Submit(**built.fields())
         reply = await self._exchange(token, self._send(_as_bearer(token, request)))
         if isinstance(reply, JSONResponse):
             return reply

@@ -33,8 +33,8 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Route
 
 from gbatch.api.follow import resume_offset
-from gbatch.cli.exits import CliError
 from gbatch.core.jobids import ONE, JobIdError, parse_one_job
+from gbatch.jobspec.errors import BadSubmit
 from gbatch.protocol import requests
 
 HERE = Path(__file__).parent
@@ -280,13 +280,13 @@ class Web:
         if isinstance(fields, Response):
             return fields
         text = fields.get("job", "").replace("\r\n", "\n")  # browsers send CRLF
-        from gbatch.cli.sbatch import request_for_text  # deferred: yaml, the spec
+        from gbatch.jobspec.submit import request_for_text  # deferred: the option parsers
 
         try:
-            request = await run_in_threadpool(request_for_text, text, "api")
-        except CliError as err:
+            built = await run_in_threadpool(request_for_text, text, "api")
+        except BadSubmit as err:
             return self.page(http, "submit.html", 400, text=text, message=err.message)
-        reply = await self.ask(http, request)
+        reply = await self.ask(http, requests.Submit(**built.fields()))
         if isinstance(reply, Response):
             return reply
         return RedirectResponse(f"/ui/jobs/{reply['ids'][0]}", 303, headers=SECURITY_HEADERS)

@@ -47,7 +47,7 @@ def _full(argv: list[str]) -> int:
     prog = f"gbatch {args.command}"
     if unknown:  # named after the command they were given to, not plain `gbatch`
         from gbatch.cli.exits import Exit  # here: `gbatch --help` needs neither
-        from gbatch.cli.suggest import did_you_mean, option_strings
+        from gbatch.core.suggest import did_you_mean, option_strings
 
         hint = did_you_mean(unknown[0], option_strings(command_parser(parser, args.command)))
         message = f"unrecognized arguments: {' '.join(unknown)}{hint}. See `{prog} --help`"
@@ -103,25 +103,22 @@ def _daemon_failure(prog: str, err: Exception) -> int | None:
 
 
 def daemon_failure(err: Exception) -> tuple[str, Exit] | None:
-    """The one-line message and exit status of a failure to reach the daemon or of its
-    refusal; None for any other error. (gbatch.protocol.client is imported here, not at start:
-    the commands that talk to the daemon have loaded it already, `--help` never needs
-    it.) The MCP server's tools answer with the same line."""
+    """The one-line message (gbatch.protocol.failures', which the MCP server's tools
+    answer with too) and exit status of a failure to reach the daemon or of its
+    refusal; None for any other error. (Imported here, not at start: `--help` never
+    needs them.)"""
     from gbatch.cli.exits import Exit
-    from gbatch.protocol.client import DaemonUnavailable, ReplyTimeout, RequestFailed
+    from gbatch.protocol.client import DaemonUnavailable, RequestFailed
+    from gbatch.protocol.failures import failure_line
 
+    line = failure_line(err)
+    if line is None:
+        return None
     if isinstance(err, DaemonUnavailable):
-        from gbatch.core.paths import SYSTEM_SOCKET
-
-        # The lab's system daemon is the admins' to start (systemd), not the user's.
-        system = str(err.socket_path) == str(SYSTEM_SOCKET)
-        hint = "Ask an admin to start gbatchd" if system else "Start one with `gbatch daemon start`"
-        return f"{err}. {hint}", Exit.NO_DAEMON
+        return line, Exit.NO_DAEMON
     if isinstance(err, RequestFailed):
-        return err.message, exit_status(err.kind)
-    if isinstance(err, ReplyTimeout):
-        return str(err), Exit.UNAVAILABLE
-    return None
+        return line, exit_status(err.kind)
+    return line, Exit.UNAVAILABLE  # the reply timed out
 
 
 def _command_words(argv: list[str]) -> list[str]:

@@ -72,7 +72,7 @@ class _Parser(argparse.ArgumentParser):
         # A mistyped sub-command (`gbatch squeu`): name the nearest, not all fourteen.
         choices = action.choices
         if choices is not None and value not in choices:
-            from gbatch.cli.suggest import did_you_mean
+            from gbatch.core.suggest import did_you_mean
 
             hint = did_you_mean(str(value), [str(c) for c in choices])
             if hint:

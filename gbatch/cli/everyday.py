@@ -278,8 +278,8 @@ def wrap_request(
     wrap: str, held: bool, submit_dir: str, environ: Mapping[str, str]
 ) -> dict[str, Any] | None:
     """The submit request of `sbatch --wrap CMD` given no other job option (-H, --parsable
-    and -Q aside), as requests.encode_request of sbatch.build_submit's, built without the
-    model, spec or request types (start-up); None for a command or an environment that
+    and -Q aside), as requests.encode_request of jobspec.submit.build_submit's, built
+    without the model, spec or request types (start-up); None for a command or an environment that
     build_submit would refuse (which then says why, as ever). The job's spec is the one
     build_spec makes of a command alone: named "wrap", run by /bin/sh -c where it was
     submitted, taking the submitter's environment (--export=ALL, filtered as

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
 
 from gbatch.core.jobids import expand_more, spans_of
-from gbatch.core.model import Job, JobSpec
+from gbatch.core.model import Job, JobSpec, TaskArray
 
 # An array's tasks that are rows while pending; the rest wait as one record (the
 # store's array tail) and become rows as these start: a 100,000-task array costs a
@@ -25,48 +24,34 @@ THROTTLE_REASON = "JobArrayTaskLimit"
 Spans = tuple[tuple[int, int], ...]  # inclusive (first, last) runs, ascending, disjoint
 
 
-@lru_cache(maxsize=64)
-def _indices(expression: str) -> tuple[int, ...]:
-    from gbatch.jobspec.spec import (
-        parse_array,  # deferred: squeue and sacct list arrays, parse none
-    )
-
-    return parse_array(expression, max_tasks=10**7)
-
-
-def indices(expression: str) -> tuple[int, ...]:
-    """The task indices of an --array expression, ascending (cached)."""
-    return _indices(expression)
-
-
 def index_at(spec: JobSpec, pos: int) -> int:
     """The index of the task at position `pos` of the array `spec` belongs to (an array
     without an expression, `count` copies, has index = position)."""
     if spec.array is None:
         return pos
-    return _indices(spec.array)[pos]
+    return spec.array.indices[pos]
 
 
 def pos_of(spec: JobSpec, index: int) -> int | None:
     """The position of index `index` in the array `spec` belongs to, None if none."""
     if spec.array is None:
         return index if index >= 0 else None
-    indices = _indices(spec.array)
+    indices = spec.array.indices
     at = bisect.bisect_left(indices, index)
     return at if at < len(indices) and indices[at] == index else None
 
 
-def position_spans(expression: str | None, index_spans: Iterable[tuple[int, int]]) -> Spans:
+def position_spans(array: TaskArray | None, index_spans: Iterable[tuple[int, int]]) -> Spans:
     """The positions whose indices lie in `index_spans` (inclusive, as N_[K-M] names
-    them) in an array of expression `expression` (None: `count` copies, index =
-    position), as spans: one step per span, whatever its length. Indices ascend with
-    positions, so a span of indices is a span of positions."""
+    them) in an array of indices `array` (None: `count` copies, index = position), as
+    spans: one step per span, whatever its length. Indices ascend with positions, so a
+    span of indices is a span of positions."""
     found: list[tuple[int, int]] = []
     for low, high in index_spans:
-        if expression is None:
+        if array is None:
             first, last = max(low, 0), high
         else:
-            indices = _indices(expression)
+            indices = array.indices
             first = bisect.bisect_left(indices, low)
             last = bisect.bisect_right(indices, high) - 1
         if first <= last:
@@ -87,10 +72,10 @@ def index_spans(spec: JobSpec, positions: Spans) -> Spans:
     out: list[tuple[int, int]] = []
     for first, last in positions:
         low, high = index_at(spec, first), index_at(spec, last)
-        if high - low == last - first:
+        if high - low == last - first or spec.array is None:
             runs: Iterable[tuple[int, int]] = ((low, high),)
         else:
-            runs = spans_of(_indices(spec.array or "")[first : last + 1])
+            runs = spans_of(spec.array.indices[first : last + 1])
         for a, b in runs:
             if out and a == out[-1][1] + 1:
                 out[-1] = (out[-1][0], b)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from functools import cached_property, lru_cache
 
 from gbatch.core.constants import IMPLICIT_PARTITION as IMPLICIT_PARTITION
 from gbatch.core.constants import STATE_CODES
@@ -115,6 +116,59 @@ class NotifyHook:
 
 
 @dataclass(frozen=True)
+class TaskArray:
+    """An array's task indices: the runs (first, last, step) its --array expression
+    gave, in the order given (they may overlap; the indices are their union, ascending).
+
+    Parsed from what the user wrote once, where it enters (gbatch.jobspec.slurmopts.
+    parse_array); `text` is the form the store and a submit request carry, read back by
+    TaskArray.of_text.
+    """
+
+    runs: tuple[tuple[int, int, int], ...]
+
+    @cached_property
+    def indices(self) -> tuple[int, ...]:
+        """The task indices, ascending, each once."""
+        if len(self.runs) == 1:
+            first, last, step = self.runs[0]
+            return tuple(range(first, last + 1, step))
+        return tuple(sorted({i for a, b, step in self.runs for i in range(a, b + 1, step)}))
+
+    @property
+    def step(self) -> int:
+        """SLURM_ARRAY_TASK_STEP: a single range's step, else 1 (Slurm's for a list)."""
+        return self.runs[0][2] if len(self.runs) == 1 else 1
+
+    @property
+    def text(self) -> str:
+        """`A-B[:S],...`: read alike by of_text and by --array's grammar (a range even
+        for one index: a lone `N` there means N tasks)."""
+        return ",".join(f"{a}-{b}:{step}" if step != 1 else f"{a}-{b}" for a, b, step in self.runs)
+
+    @staticmethod
+    def of_text(text: str) -> TaskArray:
+        """The array a stored or sent `text` holds: `text`'s form, or the expression as a
+        user wrote it (specs stored before TaskArray hold that: a lone `N` is N tasks
+        from 0). Trusted input, checked where it entered; ValueError for text that is
+        none of these. Cached: an array's tasks share one value, and its indices."""
+        return _task_array_of(text)
+
+
+@lru_cache(maxsize=256)
+def _task_array_of(text: str) -> TaskArray:
+    body = text.strip()
+    if body.isdigit():
+        return TaskArray(((0, int(body) - 1, 1),))
+    runs: list[tuple[int, int, int]] = []
+    for part in body.split(","):
+        bounds, _, step = part.strip().partition(":")
+        first, _, last = bounds.partition("-")
+        runs.append((int(first), int(last or first), int(step or 1)))
+    return TaskArray(tuple(runs))
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """What a user asked for, validated (see gbatch.jobspec.spec). Immutable once queued."""
 
@@ -198,9 +252,10 @@ class JobSpec:
     mail_type: str | None = None  # mailed through the head's SMTP server (head/notify.py)
     mail_user: str | None = None
     comment: str | None = None
-    # The array expression of the submission an array task belongs to ("1-5:2"), for
-    # SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP. Set by the daemon, never by a file.
-    array: str | None = None
+    # The task indices of the submission an array task belongs to (--array "1-5:2"),
+    # for its position's index and SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP. Set by the
+    # daemon, never by a file; stored and sent as its text.
+    array: TaskArray | None = None
     # sbatch's -o/--output and -e/--error, as written (filename patterns unexpanded:
     # gbatch.core.outputs expands them at start); None: slurm-%j.out, stderr with stdout.
     output: str | None = None
@@ -284,6 +339,10 @@ class JobSpec:
         for key in _OPTIONAL_KEYS:
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
+        if self.array is not None:  # where _OPTIONAL_KEYS had it: the stored JSON as was
+            data["array"] = self.array.text
+            if self.array_throttle is not None:
+                data["array_throttle"] = data.pop("array_throttle")
         if self.params:
             data["params"] = [list(pair) for pair in self.params]
         if self.notify:
@@ -333,6 +392,7 @@ class JobSpec:
             mem_per_cpu_mb=data.get("mem_per_cpu"),  # type: ignore[arg-type]
             dependency=data.get("dependency"),  # type: ignore[arg-type]
             **{key: data[key] for key in _OPTIONAL_KEYS if data.get(key) is not None},  # type: ignore[arg-type]
+            array=None if data.get("array") is None else TaskArray.of_text(str(data["array"])),
             output=data.get("output"),  # type: ignore[arg-type]
             error=data.get("error"),  # type: ignore[arg-type]
             open_mode=data.get("open_mode"),  # type: ignore[arg-type]
@@ -353,7 +413,6 @@ _OPTIONAL_KEYS = (
     "mail_type",
     "mail_user",
     "comment",
-    "array",
     "array_throttle",
 )
 

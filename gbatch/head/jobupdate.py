@@ -16,15 +16,14 @@ from typing import Literal
 from gbatch.core import dependency
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.core.timefmt import TimeLimitError, format_duration, parse_time_limit, show_value
-from gbatch.jobspec.spec import (
-    SpecError,
-    _check_comment,
-    _check_name,
-    _check_partition,
+from gbatch.jobspec.slurmopts import (
+    check_comment,
     check_dependency,
     check_gpus,
+    check_partition,
     parse_gres,
 )
+from gbatch.jobspec.spec import SpecError, _check_name
 from gbatch.nodes.inventory import Partition
 from gbatch.protocol import requests
 
@@ -198,7 +197,7 @@ def _gpus(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
 
 def _partition(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
     try:
-        name = _check_partition(value.strip(), "Partition")
+        name = check_partition(value.strip(), "Partition")
     except SpecError as err:
         raise _spec_error("Partition", err) from None
     return replace(spec, partition=name), _arrow(spec.partition or "(null)", name)
@@ -206,7 +205,7 @@ def _partition(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | N
 
 def _comment(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
     try:
-        comment = _check_comment(value, "Comment") or None
+        comment = check_comment(value, "Comment") or None
     except SpecError as err:
         raise _spec_error("Comment", err) from None
     # The comment's text is the user's: the event says only that it changed.

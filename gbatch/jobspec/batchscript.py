@@ -4,7 +4,7 @@ A script is kept whole and run by the interpreter of its `#!` line, given the te
 with `-c` (or `-e`): the job never reads the file again, so changing it after submit
 changes nothing, as with Slurm. Its `#SBATCH` lines, up to the first command (Slurm's
 rule), are options for gbatch's own sbatch parser; the command line wins over them.
-Pure: the CLI reads the file and parses the options (gbatch/cli/sbatch.py).
+Pure: the CLI reads the file, gbatch/jobspec/submit.py parses the options.
 """
 
 from __future__ import annotations

@@ -21,8 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 from gbatch import __version__
 
 if TYPE_CHECKING:
-    from gbatch.cli.context import Context
-    from gbatch.mcp.tools import Tool
+    from gbatch.mcp.tools import Context, Tool
 
 PROTOCOL_VERSION = "2025-06-18"
 PARSE_ERROR = -32700

@@ -1,9 +1,9 @@
 """The MCP server's tools: each is a request on gbatchd's socket, built by the code the
 CLI builds it with, as the user who started the server (SO_PEERCRED, as for any
-command). queue and cancel run `gbatch squeue` / `gbatch scancel` in this process, so
-their listing and their refusals are the CLI's word for word; submit builds sbatch's
-request (cli/sbatch.request_for_text, the HTTP API's too); why-pending and logs read
-what `scontrol show job`, `sprio` and `logs` read.
+command). submit builds sbatch's request (gbatch.jobspec.submit, the HTTP API's too);
+queue and cancel send squeue's and scancel's requests and answer with their text
+(gbatch.render's table, scancel's refusal lines); why-pending and logs read what
+`scontrol show job`, `sprio` and `logs` read.
 
 A tool answers text. A refusal (bad input gbatch itself checks, the daemon's no, no
 daemon) raises ToolRefused with gbatch's one line, `gbatch <command>: error: ...`,
@@ -13,21 +13,31 @@ the server's protocol error (check_arguments, BadArguments).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from gbatch.cli.context import Context
+    from gbatch.core.jobids import JobTarget
     from gbatch.core.model import Job
+    from gbatch.protocol.client import Client
 
 MAX_LOG_BYTES = 1 << 20  # one answer's log text at most
 DEFAULT_LOG_BYTES = 64 * 1024
 T = TypeVar("T")
 JOB_ID = "a job id: N, or N_K for task K of array N"
+
+
+class Context(Protocol):
+    """Whom the tools act for: a connection to gbatchd and its user's name (the CLI's
+    gbatch.cli.context.Context is one)."""
+
+    @property
+    def client(self) -> Client: ...
+
+    @property
+    def me(self) -> str: ...
 
 
 class ToolRefused(Exception):
@@ -186,7 +196,7 @@ def make_tools(ctx: Context) -> dict[str, Tool]:
             "Jobs waiting and running, as `gbatch squeue` lists them (JOBID PARTITION NAME "
             "USER ST TIME NODES NODELIST(REASON)); filters by user, state and job id.",
             QUEUE_SCHEMA,
-            lambda args: [run_cli(queue_words(args))],
+            lambda args: [_refusals("squeue", lambda: queue(ctx, args))],
             read_only=True,
         ),
         Tool(
@@ -215,7 +225,7 @@ def make_tools(ctx: Context) -> dict[str, Tool]:
             "stopped (SIGTERM, then SIGKILL after the grace period). Only your own jobs, "
             "unless you are an admin; each refusal is scancel's line.",
             CANCEL_SCHEMA,
-            lambda args: [cancel(args["jobs"])],
+            lambda args: [_refusals("scancel", lambda: cancel(ctx, args["jobs"]))],
             read_only=False,
             destructive=True,
         ),
@@ -224,37 +234,43 @@ def make_tools(ctx: Context) -> dict[str, Tool]:
 
 
 def _refusals(command: str, action: Callable[[], T]) -> T:
-    """action(), with gbatch's refusals as ToolRefused carrying `gbatch <command>`'s
-    line (the one main() prints for the same failure)."""
-    from gbatch.cli._main import daemon_failure
-    from gbatch.cli.exits import CliError
+    """action(), with a failure to reach the daemon or its refusal as ToolRefused
+    carrying `gbatch <command>`'s line (the one the CLI prints for the same failure)."""
+    from gbatch.protocol.failures import failure_line
 
     try:
         return action()
-    except CliError as err:
-        raise ToolRefused(f"gbatch {command}: error: {err.message}") from err
     except Exception as err:
-        known = daemon_failure(err)
+        known = failure_line(err)
         if known is None:
             raise
-        raise ToolRefused(f"gbatch {command}: error: {known[0]}") from err
+        raise ToolRefused(f"gbatch {command}: error: {known}") from err
 
 
-def run_cli(words: list[str]) -> str:
-    """`gbatch WORDS` run in this process: what it prints, or ToolRefused with what it
-    printed on stderr when it exits non-zero."""
-    from gbatch.cli._main import main
+def _job(text: str, command: str) -> JobTarget:
+    """One job, N or N_K, as the CLI reads a JOBID argument named `job`."""
+    from gbatch.core.jobids import ONE, JobIdError, parse_one_job
 
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = main(words)
-        except SystemExit as stop:  # a usage error: argparse printed it
-            status = stop.code if isinstance(stop.code, int) else 2
-    if status != 0:
-        said = err.getvalue().strip()
-        raise ToolRefused(said or f"gbatch {words[0]}: error: exit status {status}")
-    return out.getvalue() + err.getvalue()
+    try:
+        return parse_one_job(text, ONE)
+    except JobIdError as err:
+        raise ToolRefused(f"gbatch {command}: error: job: {err}") from err
+
+
+def _job_ids(values: list[str], what: str, command: str) -> tuple[str, ...]:
+    """Job ids in every form (N, N_K, N_[K-M], FIRST-LAST, comma lists), canonical, as
+    the CLI checks them before sending; `what` names the option in the refusal."""
+    from gbatch.core.jobids import ANY, JobIdError, parse_job_ids
+
+    try:
+        return tuple(str(t) for value in values for t in parse_job_ids(value, ANY))
+    except JobIdError as err:
+        raise ToolRefused(f"gbatch {command}: error: {what}: {err}") from err
+
+
+def _split(values: list[str] | None) -> list[str]:
+    """Slurm lists, as the CLI reads `-u a,b -u c`: [a, b, c]."""
+    return [item for value in values or () for item in value.split(",") if item]
 
 
 def submit_words(args: Mapping[str, Any]) -> list[str]:
@@ -270,14 +286,23 @@ def submit_words(args: Mapping[str, Any]) -> list[str]:
 
 
 def submit(ctx: Context, args: Mapping[str, Any]) -> str:
-    from gbatch.cli.sbatch import request_for_text  # deferred: yaml, the spec
+    from gbatch.jobspec.errors import BadSubmit
+    from gbatch.jobspec.submit import request_for_text  # deferred: yaml, the spec
+    from gbatch.protocol import requests
 
     if ("script" in args) == ("wrap" in args):
         raise BadArguments("script, wrap: give one of them (the job's text, or a command)")
-    request = request_for_text(
-        args.get("script"), "mcp", submit_words(args), submit_dir=os.getcwd(), environ=os.environ
-    )
-    reply = ctx.client.call(request)
+    try:
+        built = request_for_text(
+            args.get("script"),
+            "mcp",
+            submit_words(args),
+            submit_dir=os.getcwd(),
+            environ=os.environ,
+        )
+    except BadSubmit as err:
+        raise ToolRefused(f"gbatch sbatch: error: {err.message}") from err
+    reply = ctx.client.call(requests.Submit(**built.fields()))
     if "ids" not in reply:  # --test-only among the options: nothing was queued
         import json
 
@@ -285,17 +310,108 @@ def submit(ctx: Context, args: Mapping[str, Any]) -> str:
     return f"Submitted batch job {reply['ids'][0]}"
 
 
-def queue_words(args: Mapping[str, Any]) -> list[str]:
-    words = ["squeue"]
-    for key, option in (("users", "--user"), ("states", "--states"), ("jobs", "--jobs")):
-        if args.get(key):
-            words.append(f"{option}={','.join(args[key])}")
-    words += [f"--{flag}" for flag in ("me", "long") if args.get(flag)]
-    return words
+def queue(ctx: Context, args: Mapping[str, Any]) -> str:
+    """`gbatch squeue` with these filters (and -l for long): its request, its table."""
+    import pwd
+
+    from gbatch.core import constants
+    from gbatch.render import squeue
+    from gbatch.render.squeue_brief import format_default, list_jobs
+
+    users = _split(args.get("users")) or ([ctx.me] if args.get("me") else [])
+    for user in users:  # as squeue: an unknown user is an error, not an empty table
+        try:
+            if user.isdigit():
+                pwd.getpwuid(int(user))
+            else:
+                pwd.getpwnam(user)
+        except (KeyError, OverflowError):
+            raise ToolRefused(f"gbatch squeue: error: Invalid user: {user}") from None
+    jobs = _job_ids(args.get("jobs") or [], "-j/--jobs", "squeue")
+    states = _split(args.get("states"))
+    history = "all" in (state.lower() for state in states)  # finished jobs too
+    long = bool(args.get("long"))
+    fields = {
+        "users": tuple(users),
+        "jobs": jobs,
+        "states": () if history else tuple(states),
+        "history": history,
+        "names": (),
+        "partitions": (),
+        "nodes": (),
+    }
+    if not long and not jobs:  # squeue's everyday table (squeue_brief)
+        reply = ctx.client.send(list_jobs(**fields, brief=True, columns=True, starts=False))
+        return format_default(reply["columns"], reply["now"])
+    fmt = squeue.SQUEUE_LONG_FORMAT if long else None
+    letters = squeue.squeue_letters(fmt)
+    sort = squeue.parse_squeue_sort(constants.SQUEUE_DEFAULT_SORT)
+    starts_asked = bool(letters & constants.SQUEUE_START_LETTERS) or any(
+        key in "Se" for key, _ in sort
+    )
+    brief = not letters & constants.SQUEUE_FULL_SPEC_LETTERS
+    request = list_jobs(
+        **fields, brief=brief, columns=brief and not starts_asked, starts=starts_asked
+    )
+    reply = ctx.client.send(request)
+    listed = _jobs_of(reply)
+    if not listed and jobs:
+        _check_jobs_exist(ctx, jobs)
+    now = reply["now"]
+    starts = {int(job_id): at for job_id, at in reply.get("starts", ())}
+    table = squeue.format_squeue(
+        squeue.sort_squeue(listed, sort, now, starts), now, fmt=fmt, starts=starts
+    )
+    if not long:
+        return table
+    import time
+
+    # squeue -l's date line (its ctime form), in the daemon's clock.
+    return time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)) + "\n" + table
 
 
-def cancel(jobs: list[str]) -> str:
-    run_cli(["scancel", "--", *jobs])  # prints nothing on success, as Slurm's
+def _jobs_of(reply: Mapping[str, Any]) -> list[Job]:
+    """A ListJobs reply's jobs, whichever encoding the daemon chose."""
+    from gbatch.protocol import codec, listings
+
+    if "columns" in reply:
+        return listings.jobs_from_columns(reply["columns"])
+    if "table" in reply:
+        return listings.jobs_from_table(reply["table"])
+    return [codec.job_from_wire(job) for job in reply["jobs"]]
+
+
+def _check_jobs_exist(ctx: Context, jobs: tuple[str, ...]) -> None:
+    """As squeue: jobs named and none exists in any state is an error (filtered out
+    ones still give the empty table)."""
+    from gbatch.protocol import requests
+
+    known = ctx.client.call(requests.ListJobs(jobs=jobs, history=True, brief=True))
+    if not known["jobs"]:
+        raise ToolRefused(f"gbatch squeue: error: Invalid job id specified: {','.join(jobs)}")
+
+
+def cancel(ctx: Context, jobs: list[str]) -> str:
+    """`gbatch scancel -- JOBS`: prints nothing on success, as Slurm's; each failure is
+    scancel's line."""
+    from gbatch.protocol import requests
+
+    ids = _job_ids(jobs, "JOBID", "scancel")
+    if not ids:  # an empty Cancel would mean all the caller's jobs: never by accident
+        raise ToolRefused(
+            "gbatch scancel: error: no job ids given. Name job ids, or use -u USER / -t STATE "
+            "/ --me"
+        )
+    reply = ctx.client.call(requests.Cancel(jobs=ids))
+    lines = [
+        f"gbatch scancel: error: Kill job error on job id {failure['id']}: {failure['error']}"
+        for failure in reply["results"]
+    ]
+    more = int(reply.get("failed", len(lines))) - len(lines)
+    if more > 0:
+        lines.append(f"gbatch scancel: error: and {more:,} more jobs failed")
+    if lines:
+        raise ToolRefused("\n".join(lines))
     return f"Cancelled {', '.join(jobs)} (a running job is stopped: SIGTERM, then SIGKILL)"
 
 
@@ -320,12 +436,11 @@ WAITS_FOR: dict[str, str] = {
 
 
 def why_pending(ctx: Context, text: str) -> str:
-    from gbatch.cli.context import parse_job
     from gbatch.core.model import JobState
     from gbatch.protocol import codec, requests
     from gbatch.render import cells
 
-    target = parse_job(text, "job")
+    target = _job(text, "scontrol")
     reply = ctx.client.call(requests.ShowJob(id=target.job, task=target.single_task))
     job = codec.job_from_wire(reply["job"])
     reason = cells.reason_text(job)
@@ -379,12 +494,11 @@ def _place(ctx: Context, job: Job) -> str:
 
 def read_log(ctx: Context, args: Mapping[str, Any]) -> list[str]:
     """[a line saying which bytes came, the log's text]."""
-    from gbatch.cli.context import parse_job
     from gbatch.protocol import requests
 
     if "tail_lines" in args and "offset" in args:
         raise BadArguments("tail_lines, offset: give one of them (the end, or a place)")
-    target = parse_job(args["job"], "job")
+    target = _job(args["job"], "logs")
     limit = int(args.get("max_bytes", DEFAULT_LOG_BYTES))
     tail = args.get("tail_lines")
     start = int(args.get("offset", 0))

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gbatch.core.model import Gpu, Job
-from gbatch.jobspec.spec import array_summary
 from gbatch.jobspec.sweep import param_env
 from gbatch.nodes.report import NodeReport, ReportError, parse_report_line
 
@@ -256,11 +255,11 @@ def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str,
         env["GBATCH_ARRAY_TASK_ID"] = env["SLURM_ARRAY_TASK_ID"] = str(job.spec.array_task)
         env["GBATCH_ARRAY_JOB_ID"] = env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
         if job.spec.array is not None:
-            count, low, high, step = array_summary(job.spec.array)
-            env["SLURM_ARRAY_TASK_COUNT"] = str(count)
-            env["SLURM_ARRAY_TASK_MIN"] = str(low)
-            env["SLURM_ARRAY_TASK_MAX"] = str(high)
-            env["SLURM_ARRAY_TASK_STEP"] = str(step)
+            indices = job.spec.array.indices  # computed once per array: its tasks share it
+            env["SLURM_ARRAY_TASK_COUNT"] = str(len(indices))
+            env["SLURM_ARRAY_TASK_MIN"] = str(indices[0])
+            env["SLURM_ARRAY_TASK_MAX"] = str(indices[-1])
+            env["SLURM_ARRAY_TASK_STEP"] = str(job.spec.array.step)
     elif "GBATCH_ARRAY_TASK_ID" in env:  # a task queued before array_task existed
         env["SLURM_ARRAY_TASK_ID"] = env["GBATCH_ARRAY_TASK_ID"]
     if spec.params:  # a parameter sweep's task (gbatch/jobspec/sweep.py)

@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from gbatch.core.model import IMPLICIT_PARTITION
 from gbatch.core.timefmt import TimeLimitError, parse_time_limit, show_value
-from gbatch.jobspec.spec import PARTITION_NAME
+from gbatch.jobspec.slurmopts import PARTITION_NAME
 
 LOCAL_NODE = "local"  # the embedded node's name; no inventory node may take it
 MAX_FILE_BYTES = 1024 * 1024

@@ -24,7 +24,8 @@ from gbatch.core.model import JOB_EVENTS
 from gbatch.core.paths import SYSTEM_SOCKET as SYSTEM_SOCKET
 from gbatch.core.paths import Paths as Paths
 from gbatch.core.paths import resolve_paths as resolve_paths
-from gbatch.jobspec.spec import NETWORK_NAME, WEBHOOK_URL
+from gbatch.jobspec.slurmopts import WEBHOOK_URL
+from gbatch.jobspec.spec import NETWORK_NAME
 from gbatch.site.policy import (
     DEFAULT_CAPABILITIES,
     DOCKER_DEFAULT_CAPABILITIES,

@@ -40,6 +40,7 @@ CLI_MODULES = (
     "gbatch.protocol.listings",
     "gbatch.core.timefmt",
     "gbatch.jobspec.spec",
+    "gbatch.jobspec.submit",
     "gbatch.site.config",
     "shlex",
     "yaml",

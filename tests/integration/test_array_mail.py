@@ -13,7 +13,7 @@ from conftest import Head, kill_leftover_jobs, make_head, wait_for
 from oracles import deliver_due, outbox
 from test_notifications import Inbox, notify_config, smtp_server
 
-from gbatch.core.model import JobSpec, JobState
+from gbatch.core.model import JobSpec, JobState, TaskArray
 from gbatch.head.notify import Policy
 from gbatch.head.outbox import Outbox
 from gbatch.head.store import Store, Submission
@@ -43,7 +43,7 @@ class Lab:
             command=("true",),
             mail_type=mail_type,
             mail_user="ada@lab.test",
-            array=f"0-{n - 1}",
+            array=TaskArray.of_text(f"0-{n - 1}"),
         )
         made = n if rows is None else rows
         specs = tuple(

@@ -15,7 +15,8 @@ from gbatch.api.app import HTTP_STATUS, make_app
 from gbatch.api.openapi import PREFIX, document
 from gbatch.cli.api import make_listener, parse_listen
 from gbatch.cli.exits import CliError
-from gbatch.cli.sbatch import request_for_text
+from gbatch.jobspec.errors import BadSubmit
+from gbatch.jobspec.submit import request_for_text
 from gbatch.protocol.requests import ERROR_KINDS
 
 
@@ -87,7 +88,7 @@ def test_a_script_submitted_over_http_keeps_its_sbatch_lines_and_not_the_servers
     assert request.spec["time_limit"] == 600
     assert request.submit_env is None  # --export=ALL of nothing: the server's env stays home
     assert "workdir" not in request.spec or request.spec["workdir"] is None  # the user's home
-    with pytest.raises(CliError, match="SERVER_SECRET is not set"):
+    with pytest.raises(BadSubmit, match="SERVER_SECRET is not set"):
         request_for_text("#!/bin/sh\n#SBATCH --secret-env SERVER_SECRET\ntrue\n", "api")
 
 
@@ -95,7 +96,7 @@ def test_a_job_file_as_yaml_or_json_makes_the_same_request() -> None:
     from_yaml = request_for_text("command: python train.py\ngpus: 2\nname: t\n", "api")
     from_json = request_for_text('{"command": "python train.py", "gpus": 2, "name": "t"}', "api")
     assert from_yaml == from_json
-    with pytest.raises(CliError, match="sweep"):
+    with pytest.raises(BadSubmit, match="sweep"):
         request_for_text("command: echo {lr}\nsweep: /etc/shadow\n", "api")
 
 

@@ -14,7 +14,7 @@ import pytest
 from gbatch.core import arrays
 from gbatch.core.arrays import ARRAY_ROWS, THROTTLE_REASON
 from gbatch.core.limits import Limits, UserLimits
-from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.model import Job, JobSpec, JobState, TaskArray
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import RunnableWindow, Store, planning_job
@@ -202,10 +202,10 @@ def test_positions_without(positions: arrays.Spans, gone: list[int], left: array
 def test_take_and_index_spans_follow_the_array_expression() -> None:
     taken, rest = arrays.take(((0, 2), (5, 9)), 4)
     assert (taken, rest) == ([0, 1, 2, 5], ((6, 9),))
-    stepped = JobSpec(name="j", command=("x",), array="0-30:10")
+    stepped = JobSpec(name="j", command=("x",), array=TaskArray.of_text("0-30:10"))
     assert arrays.index_spans(stepped, ((1, 3),)) == ((10, 10), (20, 20), (30, 30))
     assert arrays.pos_of(stepped, 20) == 2 and arrays.pos_of(stepped, 21) is None
-    plain = JobSpec(name="j", command=("x",), array="1-100000")
+    plain = JobSpec(name="j", command=("x",), array=TaskArray.of_text("1-100000"))
     assert arrays.index_spans(plain, ((10, 99_999),)) == ((11, 100_000),)
 
 

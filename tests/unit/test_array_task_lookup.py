@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from gbatch.core import arrays
 from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.limits import Limits, UserLimits
-from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.model import Job, JobSpec, JobState, TaskArray
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.handlers.targets import MAX_ARRAY
@@ -203,5 +203,5 @@ def test_position_spans_are_the_positions_of_the_named_indices(
     expression = ",".join(f"{i}-{i}" for i in sorted(indices))  # "N" alone is 0..N-1
     ordered = sorted(indices)
     expected = [p for p, i in enumerate(ordered) if any(a <= i <= b for a, b in named)]
-    spans = arrays.position_spans(expression, named)
+    spans = arrays.position_spans(TaskArray.of_text(expression), named)
     assert [p for a, b in spans for p in range(a, b + 1)] == expected

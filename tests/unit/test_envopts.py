@@ -8,19 +8,17 @@ import time
 
 import pytest
 
-from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.model import Job, JobSpec, JobState, TaskArray
 from gbatch.core.timefmt import TimeLimitError, parse_begin
-from gbatch.jobspec.spec import (
+from gbatch.jobspec.slurmopts import (
     Export,
-    SpecError,
-    array_step,
-    build_spec,
     check_submit_env_size,
     exported_env,
     parse_array,
     parse_export,
     parse_signal,
 )
+from gbatch.jobspec.spec import SpecError, build_spec
 from gbatch.nodes.base import job_env
 from gbatch.render.scontrol import format_job_details
 
@@ -143,8 +141,11 @@ def test_signal_refuses_what_it_cannot_send(bad: str) -> None:
     ],
 )
 def test_array_expressions(text: str, indices: tuple[int, ...], step: int) -> None:
-    assert parse_array(text) == indices
-    assert array_step(text) == step
+    array, throttle = parse_array(text)
+    assert (array.indices, array.step, throttle) == (indices, step, None)
+    # Its text, as stored and sent, reads back as the same array, by either reader.
+    assert TaskArray.of_text(array.text) == array == parse_array(array.text)[0]
+    assert parse_array(f"{text}%3") == (array, 3)
 
 
 @pytest.mark.parametrize("bad", ["5-1", "1-5:0", "0-9%0", "0-9%x", "a", "1-", "0"])
@@ -159,7 +160,14 @@ def _job(spec: JobSpec, **kw: object) -> Job:
 
 
 def test_job_env_has_the_shell_under_the_file_env_and_array_counts() -> None:
-    spec = JobSpec("t", ("true",), env=(("A", "file"),), array_task=3, array_pos=1, array="1-5:2")
+    spec = JobSpec(
+        "t",
+        ("true",),
+        env=(("A", "file"),),
+        array_task=3,
+        array_pos=1,
+        array=TaskArray.of_text("1-5:2"),
+    )
     job = _job(spec, submit_env=(("A", "shell"), ("PATH", "/opt/bin")))
     env = job_env(job, 1, (), "local")
     assert (env["A"], env["PATH"], env["SLURM_CLUSTER_NAME"]) == ("file", "/opt/bin", "gbatch")

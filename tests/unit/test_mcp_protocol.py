@@ -11,15 +11,16 @@ from typing import Any
 import pytest
 
 from gbatch.cli.context import Context
-from gbatch.cli.exits import CliError
-from gbatch.cli.sbatch import request_for_text
+from gbatch.jobspec.errors import BadSubmit
+from gbatch.jobspec.submit import request_for_text
 from gbatch.mcp.server import PROTOCOL_VERSION, Server
 from gbatch.mcp.tools import (
     SUBMIT_OPTIONS,
     SUBMIT_SCHEMA,
+    ToolRefused,
     check_arguments,
     make_tools,
-    queue_words,
+    queue,
     submit_words,
 )
 
@@ -148,8 +149,9 @@ def test_a_refused_call_is_a_result_with_is_error_and_gbatchs_one_line(server: S
 def test_values_that_look_like_options_stay_values() -> None:
     words = submit_words({"name": "-H", "wrap": "--hold", "gpus": 1})
     assert words == ["--job-name=-H", "--gpus=1", "--wrap=--hold"]
-    assert queue_words({"users": ["-t", "b"], "me": True}) == ["squeue", "--user=-t,b", "--me"]
-    with pytest.raises(CliError, match='-J/--job-name: "-H" is not a valid job name'):
+    with pytest.raises(ToolRefused, match="gbatch squeue: error: Invalid user: -t"):
+        queue(Context(), {"users": ["-t", "b"], "me": True})  # a user's name, not -t
+    with pytest.raises(BadSubmit, match='-J/--job-name: "-H" is not a valid job name'):
         request_for_text(None, "mcp", words)  # the name, refused as one: not --hold
     request = request_for_text(None, "mcp", submit_words({"wrap": "--hold"}))
     assert request.held is False and "--hold" in str(request.spec["command"])
@@ -162,11 +164,11 @@ def test_request_for_text_takes_sbatchs_options_over_a_scripts_lines() -> None:
     assert (request.spec["name"], request.spec["gpus"], request.held) == ("mine", 1, True)
     yaml = request_for_text("command: python train.py\ngpus: 2\n", "mcp", ["--gpus=1"])
     assert (yaml.spec["name"], yaml.spec["gpus"]) == ("mcp", 1)
-    with pytest.raises(CliError, match="'extra' is not an option"):
+    with pytest.raises(BadSubmit, match="'extra' is not an option"):
         request_for_text(None, "mcp", ["--wrap=true", "extra"])
-    with pytest.raises(CliError, match="unrecognized arguments: --gpu=1"):
+    with pytest.raises(BadSubmit, match="unrecognized arguments: --gpu=1"):
         request_for_text(None, "mcp", ["--wrap=true", "--gpu=1"])
-    with pytest.raises(CliError, match="--wrap: mcp is given too"):
+    with pytest.raises(BadSubmit, match="--wrap: mcp is given too"):
         request_for_text(script, "mcp", ["--wrap=true"])
 
 
@@ -239,12 +241,12 @@ def test_whatever_else_writes_to_fd_1_goes_to_stderr_not_into_the_protocol(
     stray = """
 import os, sys
 import gbatch.mcp.tools as tools
-words = tools.queue_words
-def noisy(args):
+queue = tools.queue
+def noisy(ctx, args):
     os.write(1, b"stray bytes on fd 1\\n")
     print("a stray print")
-    return words(args)
-tools.queue_words = noisy
+    return queue(ctx, args)
+tools.queue = noisy
 from gbatch.cli._main import main
 sys.exit(main(["mcp", "serve"]))
 """

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from wirefuzz import JSON_VALUES, RAW_LINES, nested, request_shaped
 
 from gbatch.core import constants
-from gbatch.jobspec.spec import MAX_COMMAND_BYTES, MAX_FILE_BYTES, build_spec, load_job_file
+from gbatch.jobspec.reader import MAX_FILE_BYTES, load_job_file
+from gbatch.jobspec.spec import MAX_COMMAND_BYTES, build_spec
 from gbatch.protocol import decoder, requests
 from gbatch.protocol.client import Client, RequestFailed
 

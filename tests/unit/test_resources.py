@@ -16,7 +16,8 @@ import pytest
 
 from gbatch.core.model import Job, JobSpec, JobState, NodeView
 from gbatch.head.scheduler import BAD_CONSTRAINTS, PRIORITY, RESOURCES, plan
-from gbatch.jobspec.spec import SpecError, build_spec, check_mem
+from gbatch.jobspec.slurmopts import check_mem
+from gbatch.jobspec.spec import SpecError, build_spec
 from gbatch.nodes.base import job_env
 from gbatch.nodes.docker import docker_run_argv
 from gbatch.nodes.local import bare_limits_env

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from gbatch.cli import sbatch
 from gbatch.cli._parser import build_parser
-from gbatch.cli.exits import CliError
+from gbatch.jobspec import submit
+from gbatch.jobspec.errors import BadSubmit
 from gbatch.protocol import requests
 
 _TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
@@ -52,10 +53,10 @@ def _args(words: list[str]) -> argparse.Namespace:
 
 def _full(words: list[str], submit_dir: str, environ: dict[str, str]) -> dict[str, Any]:
     args = _args(words)
-    request = sbatch.build_submit(
+    built = submit.build_submit(
         args, lambda: sbatch._job_source(args), submit_dir=submit_dir, environ=environ
     )[0]
-    return requests.encode_request(request)
+    return requests.encode_request(requests.Submit(**built.fields()))
 
 
 @settings(max_examples=300, deadline=None)
@@ -70,7 +71,7 @@ def test_the_everyday_request_is_build_submits(
     lean = sbatch._everyday_request(_args(words), submit_dir, environ)
     try:
         full = _full(words, submit_dir, environ)
-    except CliError:
+    except BadSubmit:
         assert lean is None  # refused by the full path, in its words
         return
     if lean is not None:
@@ -82,11 +83,11 @@ def test_the_everyday_request_is_build_submits(
 def test_a_command_or_an_environment_over_the_limits_is_left_to_the_full_path() -> None:
     long = "x" * (64 * 1024)
     assert sbatch._everyday_request(_args(["--wrap", long]), "/tmp", {}) is None
-    with pytest.raises(CliError, match="longer than 64 KiB"):
+    with pytest.raises(BadSubmit, match="longer than 64 KiB"):
         _full(["--wrap", long], "/tmp", {})
     heavy = {f"V{i}": "y" * 1000 for i in range(140)}
     assert sbatch._everyday_request(_args(["--wrap", "true"]), "/tmp", heavy) is None
-    with pytest.raises(CliError, match="exported environment"):
+    with pytest.raises(BadSubmit, match="exported environment"):
         _full(["--wrap", "true"], "/tmp", heavy)
 
 

@@ -18,7 +18,9 @@ from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.head import store as store_module
 from gbatch.head.secretbox import SecretBox, SecretKeyError
 from gbatch.head.store import SECRET_KEY_FILE, Store, StoreError
-from gbatch.jobspec.spec import SpecError, build_spec, load_job_file, secret_env_values
+from gbatch.jobspec import submit
+from gbatch.jobspec.reader import load_job_file
+from gbatch.jobspec.spec import SpecError, build_spec, secret_env_values
 from gbatch.nodes.base import LaunchError, launch_secrets
 from gbatch.render.scontrol import format_job_details, format_job_details_json
 
@@ -112,11 +114,11 @@ def test_sbatch_secret_env_reads_values_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HF_TOKEN", SECRET)
-    assert sbatch._secret_env_option(["HF_TOKEN"], os.environ) == {"HF_TOKEN": SECRET}
-    assert sbatch._secret_env_option(None, os.environ) is None
+    assert submit.secret_env_option(["HF_TOKEN"], os.environ) == {"HF_TOKEN": SECRET}
+    assert submit.secret_env_option(None, os.environ) is None
     monkeypatch.delenv("HF_TOKEN")
     with pytest.raises(SpecError) as caught:
-        sbatch._secret_env_option(["HF_TOKEN"], os.environ)
+        submit.secret_env_option(["HF_TOKEN"], os.environ)
     assert caught.value.field == "--secret-env"
     assert "HF_TOKEN is not set in your environment" in caught.value.message
 

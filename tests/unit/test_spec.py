@@ -8,15 +8,9 @@ from pathlib import Path
 import pytest
 
 from gbatch.core.model import JobSpec, NotifyHook
-from gbatch.jobspec.spec import (
-    KEYS,
-    MAX_FILE_BYTES,
-    OVERRIDE_OPTION,
-    SpecError,
-    build_spec,
-    load_job_file,
-    parse_gres,
-)
+from gbatch.jobspec.reader import MAX_FILE_BYTES, load_job_file
+from gbatch.jobspec.slurmopts import parse_gres
+from gbatch.jobspec.spec import KEYS, OVERRIDE_OPTION, SpecError, build_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gbatch.core.model import JobSpec
-from gbatch.jobspec.spec import KEYS, MAX_FILE_BYTES, SpecError, build_spec, load_job_file
+from gbatch.jobspec.reader import MAX_FILE_BYTES, load_job_file
+from gbatch.jobspec.spec import KEYS, SpecError, build_spec
 from gbatch.nodes.docker import docker_run_argv, env_file_text
 
 # Derandomized and without the example database: the same examples on every run, so CI

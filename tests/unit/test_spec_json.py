@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gbatch.cli.exits import CliError
-from gbatch.cli.sbatch import request_for_text
-from gbatch.jobspec.spec import MAX_NESTING, SpecError, _json_job, _yaml_job, parse_job_text
+from gbatch.jobspec.errors import BadSubmit
+from gbatch.jobspec.reader import MAX_NESTING, _json_job, _yaml_job, parse_job_text
+from gbatch.jobspec.spec import SpecError
+from gbatch.jobspec.submit import request_for_text
 from gbatch.protocol import requests
 
 
@@ -175,8 +176,8 @@ def _yaml_of(job: dict[str, Any]) -> str:
 
 def _outcome(text: str) -> Any:
     try:
-        return requests.encode_request(request_for_text(text, "api"))
-    except CliError as err:
+        return requests.encode_request(requests.Submit(**request_for_text(text, "api").fields()))
+    except BadSubmit as err:
         return ("refused", err.message)
 
 

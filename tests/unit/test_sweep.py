@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from gbatch.core.model import JobSpec
-from gbatch.jobspec.spec import SpecError, parse_job_text
+from gbatch.jobspec.reader import parse_job_text
+from gbatch.jobspec.spec import SpecError
 from gbatch.jobspec.sweep import (
     MAX_ROWS,
     Sweep,
@@ -217,15 +218,15 @@ def test_scontrol_and_sacct_show_a_tasks_params() -> None:
 def test_a_name_template_without_a_sweep_is_refused(
     text: str, options: tuple[str, ...], field: str
 ) -> None:
-    from gbatch.cli.exits import CliError
-    from gbatch.cli.sbatch import request_for_text
+    from gbatch.jobspec.errors import BadSubmit
+    from gbatch.jobspec.submit import request_for_text
 
-    with pytest.raises(CliError, match=f"{field}: names the tasks of a sweep"):
+    with pytest.raises(BadSubmit, match=f"{field}: names the tasks of a sweep"):
         request_for_text(text, "job.json", options)
 
 
 def test_a_job_file_without_a_sweep_sends_none() -> None:
-    from gbatch.cli.sbatch import request_for_text
+    from gbatch.jobspec.submit import request_for_text
 
     request = request_for_text('{"command": "true"}', "job.json")
     assert request.sweep is None and request.name_template is None

@@ -9,7 +9,7 @@ from typing import Any
 from gbatch.core import dependency
 from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.limits import PendingLimitReached, array_refusal, gpus_refusal
-from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.model import Job, JobSpec, JobState, TaskArray
 from gbatch.core.submitenv import filter_submit_env
 from gbatch.core.timefmt import MAX_TIME_LIMIT_S, format_duration, show_value
 from gbatch.head import notify
@@ -20,14 +20,8 @@ from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.handlers.targets import MAX_ARRAY
 from gbatch.head.store import Submission
-from gbatch.jobspec.spec import (
-    SpecError,
-    build_spec,
-    check_submit_env_size,
-    parse_array,
-    secret_env_values,
-    split_throttle,
-)
+from gbatch.jobspec.slurmopts import check_submit_env_size, parse_array
+from gbatch.jobspec.spec import SpecError, build_spec, secret_env_values
 from gbatch.jobspec.sweep import Sweep, check_templates, sweep_from_wire
 from gbatch.jobspec.sweep import task_spec as sweep_task_spec
 from gbatch.nodes import resolve
@@ -79,8 +73,11 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
         # Filtered again: a client other than gbatch's own may send anything.
         submit_env = filter_submit_env(request.submit_env or {})
         check_submit_env_size(submit_env)
-        indices = None if request.array is None else parse_array(request.array, max_tasks=MAX_ARRAY)
-        throttle = None if request.array is None else split_throttle(request.array)[1]
+        array, throttle = (
+            (None, None)
+            if request.array is None
+            else parse_array(request.array, max_tasks=MAX_ARRAY)
+        )
         sweep = _submitted_sweep(request, spec)
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
@@ -98,10 +95,8 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
     if sweep is not None:  # a sweep is the array 0-(rows-1)
-        indices = tuple(range(len(sweep.rows)))
-        array_text: str | None = f"0-{len(indices) - 1}"
-    else:
-        array_text = split_throttle(request.array)[0] if request.array else None
+        array = TaskArray(((0, len(sweep.rows) - 1, 1),))
+    indices = None if array is None else array.indices
     count = request.count if indices is None else len(indices)
     if not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
@@ -135,7 +130,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     if indices is not None and sweep is None:
         # Ids of one submission are consecutive: task i's position is its offset. Past
         # the first ARRAY_ROWS, the tasks wait as one record (the store's array tail).
-        spec = spec.replace(array=array_text, array_throttle=throttle)
+        spec = spec.replace(array=array, array_throttle=throttle)
         specs = [
             spec.replace(array_task=index, array_pos=i)
             for i, index in enumerate(indices[:ARRAY_ROWS])
@@ -143,7 +138,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
         tail_count = len(indices) if len(indices) > ARRAY_ROWS else 0
     elif indices is not None:
         specs = [
-            spec.replace(array_task=index, array_pos=i, array=array_text)
+            spec.replace(array_task=index, array_pos=i, array=array)
             for i, index in enumerate(indices)
         ]
         if sweep is not None:

@@ -12,7 +12,7 @@ from gbatch.head.fleet import Fleet
 from gbatch.head.loop.runs import Runs
 from gbatch.head.notify import TIME_LIMIT_WARNINGS, mail_types
 from gbatch.head.store import Store
-from gbatch.jobspec.spec import parse_signal
+from gbatch.jobspec.slurmopts import parse_signal
 from gbatch.site.config import Config
 
 log = logging.getLogger("gbatchd")

@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 
 from gbatch.core import arrays
 from gbatch.core.dependency import RefJob
-from gbatch.core.model import JobState
+from gbatch.core.model import JobState, TaskArray
 from gbatch.head.store.rows import (
     _ACTIVE_SQL,
     _IN_CHUNK,
@@ -109,7 +109,8 @@ class Dependencies(Tails):
             ).fetchone()
             if head is None or head[1] is None or head[2] != 0:
                 return None
-            wanted = arrays.overlap(arrays.position_spans(head[0], index_spans), ((0, most - 1),))
+            array = None if head[0] is None else TaskArray.of_text(head[0])
+            wanted = arrays.overlap(arrays.position_spans(array, index_spans), ((0, most - 1),))
             for first, last in wanted:
                 for job_id, task, pos in self._db.execute(
                     "SELECT id, json_extract(spec, '$.array_task'),"

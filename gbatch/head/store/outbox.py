@@ -125,7 +125,7 @@ class Outbox(Events):
         From its expression, or its tail; an array of `count` copies with neither (all
         its tasks rows) is walked, its rows being those whose position is their offset."""
         if spec.array is not None:
-            return array_id + len(arrays.indices(spec.array)) - 1
+            return array_id + len(spec.array.indices) - 1
         if tail is not None:
             return tail.last_id
         last = array_id

@@ -1,0 +1,325 @@
+"""sbatch's options, as the command line and a batch script's #SBATCH lines give them:
+the argparse declarations (add_job_options), the parsers that raise instead of
+printing (for #SBATCH lines, options after a job file, and a submit's text), and the
+rules between options (one task on one node; one way to ask for GPUs)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+
+from gbatch.core.suggest import did_you_mean, option_strings
+
+TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+
+# Slurm options that mean nothing on gbatch, taken so that cluster templates run
+# unchanged: (flags, dest, metavar, nargs, what happens here instead). `--help` and the
+# README ("Coming from Slurm") list them.
+IGNORED_OPTIONS: tuple[tuple[tuple[str, ...], str, str, str | None, str], ...] = (
+    (("-A", "--account"), "account", "NAME", None, "fair-share is per user, not per account"),
+    (("-q", "--qos"), "qos", "NAME", None, "per-user limits (gbatch sshare) play QOS's part"),
+    (
+        ("--exclusive",),
+        "exclusive",
+        "user|mcs",
+        "?",
+        "a job gets the GPUs it asks for; other jobs may use the node's other GPUs",
+    ),
+    (("--get-user-env",), "get_user_env", "TIMEOUT", "?", "the job's variables are --export's"),
+    (("--propagate",), "propagate", "RLIMIT", "?", "a job gets its node's default limits"),
+    (("--hint",), "hint", "TYPE", None, "gbatch places no tasks on cores"),
+    (("--no-kill",), "no_kill", "off", "?", "a job runs on one node, so none is lost alone"),
+)
+
+
+def add_job_options(p: argparse.ArgumentParser) -> None:
+    """The job's options: the command line's, and a batch script's #SBATCH lines'."""
+    p.add_argument("-J", "--job-name", dest="name", metavar="NAME")
+    p.add_argument("-G", "--gpus", metavar="N", help="GPUs for the job, on one node")
+    p.add_argument("--gres", metavar="gpu:N", help="Slurm spelling of --gpus")
+    p.add_argument(
+        "-t",
+        "--time",
+        dest="time_limit",
+        metavar="TIME",
+        help="time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM:SS or UNLIMITED",
+    )
+    p.add_argument("--wrap", metavar="CMD", help="run CMD with /bin/sh -c (no file needed)")
+    p.add_argument(
+        "--image",
+        "--container-image",
+        dest="image",
+        metavar="IMAGE",
+        help="run in this container image (--container-image: pyxis's spelling; without "
+        "either, the partition's default image if its admin set one)",
+    )
+    p.add_argument(
+        "-p",
+        "--partition",
+        metavar="NAME",
+        help="the partition (node pool) to run in; one name (default: the default partition, "
+        "marked * by `gbatch sinfo`)",
+    )
+    p.add_argument("--retries", metavar="N", help="retry a failing job N times")
+    p.add_argument(
+        "--requeue",
+        dest="requeue",
+        action="store_const",
+        const=True,
+        help="requeue the job if its node is lost (the default)",
+    )
+    p.add_argument(
+        "--no-requeue",
+        dest="requeue",
+        action="store_const",
+        const=False,
+        help="end the job NODE_FAIL if its node is lost, instead of starting it over",
+    )
+    p.add_argument("--priority", metavar="N")
+    p.add_argument("--nice", metavar="N", help="lower the job's priority by N")
+    p.add_argument(
+        "-D",
+        "--chdir",
+        dest="workdir",
+        metavar="DIR",
+        help="working directory (default: the current one, for bare processes)",
+    )
+    p.add_argument(
+        "-a",
+        "--array",
+        metavar="A-B[:S],...",
+        help="queue one job per index (A-B, A-B:STEP, lists like 1,4,10-12; a lone N is "
+        "N tasks 0 to N-1); each sees SLURM_ARRAY_TASK_ID",
+    )
+    p.add_argument(
+        "--param",
+        dest="param",
+        action="append",
+        metavar="NAME=V1,V2,...",
+        help="sweep a parameter (repeatable): one array task per combination of the values "
+        "of all --param options, the last one varying fastest. Task k sees {NAME} in its "
+        "command replaced by its value ({{ and }} for literal braces) and GBATCH_PARAM_NAME "
+        "(upper-cased) set; replaces the job file's sweep:. Not with --array",
+    )
+    p.add_argument(
+        "--name-template",
+        dest="name_template",
+        metavar="TEMPLATE",
+        help='name each task of a sweep, e.g. "{name}-lr{lr}" ({name}: the job\'s name); '
+        "characters a job name cannot hold become _",
+    )
+    p.add_argument(
+        "--export",
+        metavar="ALL|NONE|VAR[=val],...",
+        help="the variables of your shell the job gets: ALL (the default for a bare job), "
+        "NONE (the default with --image), or the ones named, with values given as "
+        "VAR=val (ALL,VAR=val: all, and those set). The job file's env wins over them",
+    )
+    p.add_argument(
+        "-b",
+        "--begin",
+        metavar="TIME",
+        help="start no sooner than TIME: YYYY-MM-DD[THH:MM[:SS]], HH:MM[:SS], "
+        "now+N[seconds|minutes|hours|days|weeks], midnight, noon, teatime, today, tomorrow",
+    )
+    p.add_argument(
+        "--signal",
+        metavar="[B:]SIG[@SECONDS]",
+        help="send SIG (a name or number) SECONDS (default 60) before the time limit, once "
+        "per run, to the whole job (B: too)",
+    )
+    p.add_argument(
+        "--mail-type",
+        dest="mail_type",
+        metavar="TYPE",
+        help="BEGIN, END, FAIL, REQUEUE, TIME_LIMIT[_50|_80|_90], ALL, ARRAY_TASKS (an "
+        "array's BEGIN, END, FAIL per task, not once for the whole array); mailed when the "
+        "admin set an SMTP server",
+    )
+    p.add_argument(
+        "--mail-user",
+        dest="mail_user",
+        metavar="ADDRESS",
+        help="where mail goes (default: the admin's mail_domain)",
+    )
+    p.add_argument(
+        "--notify",
+        metavar="URL[,EVENT...]",
+        help="POST the job's events (default END,FAIL) to URL as JSON; a job file's notify: "
+        "has more. Only under the URL prefixes the admin allows (not a Slurm option)",
+    )
+    p.add_argument("--comment", metavar="TEXT", help="a comment, shown by scontrol show job")
+    p.add_argument(
+        "--secret-env",
+        dest="secret_env",
+        action="append",
+        metavar="NAME",
+        help="pass $NAME from your environment as a secret: never shown, stored encrypted "
+        "(repeatable; replaces the file's secret_env)",
+    )
+    p.add_argument(
+        "--network",
+        metavar="NAME",
+        help="the docker network of the job's container: one the admins offer "
+        "(job_network, job_networks in the head's config)",
+    )
+    p.add_argument(
+        "-c",
+        "--cpus-per-task",
+        dest="cpus",
+        metavar="N",
+        help="CPUs for the job (counted by the scheduler; default 1, not enforced). "
+        "Containers get --cpus N; bare processes are pinned to N CPUs",
+    )
+    mem_units = "MB, or with a unit K, M, G or T, e.g. 16G"
+    p.add_argument(
+        "--mem",
+        metavar="SIZE",
+        help=f"memory for the job in all: {mem_units}. The job waits for a node with "
+        "that much free and is held to it (a container's limit; a bare process's data "
+        "size). 0 (all of a node's memory) is not supported",
+    )
+    p.add_argument("--mem-per-gpu", dest="mem_per_gpu", metavar="SIZE", help="--mem per GPU")
+    p.add_argument("--mem-per-cpu", dest="mem_per_cpu", metavar="SIZE", help="--mem per CPU")
+    p.add_argument(
+        "-d",
+        "--dependency",
+        dest="dependency",
+        metavar="LIST",
+        help="start only once LIST holds, as Slurm: afterok:ID[:ID...], afternotok:ID, "
+        "afterany:ID, after:ID[+MINUTES] (started), aftercorr:ID (array task by task), "
+        "singleton (one job of this name of yours at a time); join with , (all) or ? "
+        "(any). An array's id means all its tasks, ID_K one task",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the job's stdout (and its stderr, without -e) to FILE, as its submitter "
+        "(default: slurm-%%j.out, slurm-%%A_%%a.out for an array task, in the submit dir); "
+        "patterns %%j %%J %%x %%u %%A %%a %%N %%%%; a relative path starts from -D (bare "
+        "process) or the submit dir. The head keeps its own copy for `gbatch logs`",
+    )
+    p.add_argument(
+        "-e", "--error", metavar="FILE", help="write the job's stderr apart, to FILE (as -o)"
+    )
+    p.add_argument(
+        "--open-mode",
+        dest="open_mode",
+        metavar="append|truncate",
+        help="start the output files afresh (truncate, the default) or add to them; a "
+        "requeued or retried job always adds to them",
+    )
+    p.add_argument("-H", "--hold", action="store_true", default=None, help="queue the job held")
+    # One task on one node is what a gbatch job is; Slurm scripts say so explicitly.
+    for flags, dest in (
+        (("-N", "--nodes"), "nodes"),
+        (("-n", "--ntasks"), "ntasks"),
+        (("--ntasks-per-node",), "ntasks_per_node"),
+    ):
+        p.add_argument(
+            *flags, dest=dest, metavar="1", help="accepted as 1 only: one task, one node"
+        )
+    for flag, dest in (("--gpus-per-node", "gpus_per_node"), ("--gpus-per-task", "gpus_per_task")):
+        p.add_argument(flag, dest=dest, metavar="[TYPE:]N", help="the same as --gpus here")
+    p.add_argument(
+        "--cpus-per-gpu", dest="cpus_per_gpu", metavar="N", help="-c N times the job's GPUs"
+    )
+    p.add_argument(
+        "-Q", "--quiet", action="store_true", default=None, help="print no job id on success"
+    )
+    p.add_argument(
+        "-W",
+        "--wait",
+        action="store_true",
+        default=None,
+        help="return only when the job has ended, with its exit code (an array's highest; "
+        "1 for a job killed by a signal, cancelled, timed out or lost with its node)",
+    )
+    # Slurm options gbatch takes so that cluster templates run unchanged, without effect.
+    for names, dest, metavar, nargs, effect in IGNORED_OPTIONS:
+        p.add_argument(
+            *names,
+            dest=dest,
+            metavar=metavar,
+            nargs=nargs,
+            help=f"accepted, no effect here: {effect}",
+        )
+    p.add_argument("-v", "--verbose", action="count", help="accepted, no effect here")
+
+
+# The ways Slurm asks for GPUs; on one node with one task they all mean the job's count.
+GPU_OPTIONS = {
+    "gpus": "--gpus",
+    "gres": "--gres",
+    "gpus_per_node": "--gpus-per-node",
+    "gpus_per_task": "--gpus-per-task",
+}
+
+
+ONE_TASK = {"nodes": "-N/--nodes", "ntasks": "-n/--ntasks", "ntasks_per_node": "--ntasks-per-node"}
+
+
+def one_task_problem(values: dict[str, Any]) -> str | None:
+    """What is wrong with -N/-n/--ntasks-per-node, if anything: a job is one task."""
+    for dest, flag in ONE_TASK.items():
+        value = values.get(dest)
+        if value is not None and str(value).strip() not in ("1", "1-1"):
+            return (
+                f"{flag}: {value!r} asks for more than one task or node; a gbatch job is one "
+                "task on one node. Use 1, or start the tasks inside the job"
+            )
+    return None
+
+
+class OptionProblem(Exception):
+    """An option OptionParser could not take; str() is argparse's message."""
+
+
+class OptionParser(argparse.ArgumentParser):
+    """sbatch's options alone: for a batch script's #SBATCH lines, and for options
+    written after a YAML job file. Problems are raised, not printed."""
+
+    def error(self, message: str) -> NoReturn:
+        unknown = message.partition("unrecognized arguments: ")[2].split()
+        if unknown:  # options after a YAML job file: the nearest one, as on the line
+            message += did_you_mean(unknown[0], option_strings(self))
+        raise OptionProblem(message)
+
+
+def options_parser(prog: str) -> OptionParser:
+    """A parser of the job's options alone, each left unset when not given (SUPPRESS):
+    for #SBATCH lines, and the words after a job file."""
+    parser = OptionParser(
+        prog=prog, add_help=False, argument_default=argparse.SUPPRESS, allow_abbrev=False
+    )
+    add_job_options(parser)
+    parser.add_argument("--parsable", action="store_true")
+    parser.add_argument("--test-only", dest="test_only", action="store_true")
+    return parser
+
+
+@functools.cache
+def text_parser() -> OptionParser:
+    """request_for_text's parser, built once: building it was 0.7 ms of a 0.8 ms API
+    submit (bench/bench_api.py). Parsing reads the parser and changes nothing on it, and
+    no option has a mutable default, so the API's threads share it. A problem is
+    raised (OptionProblem), never printed: the caller is a server, not a terminal."""
+    parser = OptionParser(prog="gbatch sbatch", add_help=False, allow_abbrev=False)
+    parser.add_argument("file", nargs="?")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    add_job_options(parser)
+    parser.add_argument("--test-only", dest="test_only", action="store_true")
+    return parser
+
+
+@functools.cache
+def no_options() -> tuple[dict[str, Any], tuple[str, ...]]:
+    """What text_parser makes of no options, parsed once (argparse was a quarter of
+    the API's ~0.12 ms of parsing per submit), and which of its values are lists (each
+    request gets its own)."""
+    values = dict(vars(text_parser().parse_args([])))
+    return values, tuple(key for key, value in values.items() if isinstance(value, list))

@@ -56,8 +56,13 @@ done
 zpty -d z
 """
 ZSH_SETUP = r"""
-autoload -U compinit && compinit -u -D
-source $1
+if [[ $1:t == _gbatch ]]; then  # a function file: loaded from $fpath on first use
+    fpath=($1:h $fpath)
+    autoload -U compinit && compinit -u -D
+else
+    autoload -U compinit && compinit -u -D
+    source $1
+fi
 capture-mark() { print -r -- CAPTURE-END }
 # compsys empties compprefuncs and comppostfuncs after each completion: set them anew.
 capture-complete() {
@@ -134,7 +139,9 @@ def complete_zsh(script: Path, line: str, env: dict[str, str]) -> tuple[list[str
 def complete_zsh_lines(
     script: Path, lines: list[str], env: dict[str, str]
 ) -> list[tuple[list[str], str]]:
-    """complete_zsh of each line, in one zsh (compinit takes a while)."""
+    """complete_zsh of each line, in one zsh (compinit takes a while). A script named
+    `_gbatch` is found on $fpath, as compinit finds a completion function; any other
+    is sourced."""
     work = Path(env["HOME"])
     (work / "capture.zsh").write_text(ZSH_CAPTURE)
     (work / "setup.zsh").write_text(ZSH_SETUP)

@@ -189,6 +189,17 @@ def test_bash_asks_the_gbatch_being_completed_when_named_by_its_path(
     assert set(candidates) == JOBS
 
 
+def test_zsh_loads_the_script_from_fpath_as_a_completion_function(tmp_path: Path) -> None:
+    """`gbatch completion zsh > DIR/_gbatch` with DIR on $fpath: compinit finds it."""
+    env = _home(tmp_path, ANSWERING)
+    function = tmp_path / "functions" / "_gbatch"
+    function.parent.mkdir()
+    function.write_text(completion.script("zsh"))
+    lines = ["gbatch sb", "gbatch scancel "]
+    found = complete_lines("zsh", function, lines, env)
+    assert [items(candidates) for candidates, _ in found] == [{"sbatch"}, JOBS]
+
+
 def test_bash_words_split_as_readline_splits_them() -> None:
     assert bash_words("gbatch squeue --partition=gp") == [
         "gbatch",
@@ -221,6 +232,14 @@ def test_the_dynamic_questions_are_command_lines_gbatch_takes() -> None:
     for shell in SHELLS:
         text = completion.script(shell)
         assert "squeue --me -h -o '%A %i'" in text and "sinfo -h -N -o '%N'" in text, shell
+
+
+def test_the_docs_show_the_lines_completions_help_shows() -> None:
+    shown = (Path(__file__).resolve().parents[2] / "docs" / "shell.md").read_text()
+    for line in completion.EPILOG.splitlines():
+        if "gbatch completion" in line:
+            command = line.split(":  ")[-1].split("#")[0].strip()
+            assert command in shown, command
 
 
 def test_completion_help_says_how_to_load_each_shells_script(

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one command that runs gbatch's checks: lint, types, and every test tier.
+# The one command that runs gbatch's checks: lint, types, the docs site, and every test tier.
 #   ./test.sh                  # everything (as root it also sets up a docker engine)
 #   ./test.sh tests/unit       # any pytest arguments narrow the run
 #   ./test.sh --fast tests/unit/test_spec.py::test_x   # rerun: pytest alone (no pip,
@@ -30,10 +30,13 @@ if [ "$(id -u)" = 0 ]; then
     bash .ci/setup-slurm.sh   # a one-node real Slurm for the differential test
     bash .ci/setup-prometheus.sh   # prometheus and promtool scrape /metrics (test_metrics)
     bash .ci/setup-browser.sh   # chromium + chromedriver drive the web page (test_web_ui)
-    bash .ci/setup-tools.sh   # curl and jq run the README's CI script (test_ci_example)
+    bash .ci/setup-tools.sh   # curl and jq run docs/http-api.md's CI script (test_ci_example)
     [ "${GBATCH_TEST_DOCKER:-1}" = 0 ] || bash .ci/setup-docker.sh
 fi
 
 echo "==> ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check .
 echo "==> mypy"; .venv/bin/mypy
+echo "==> mkdocs"; site=$(mktemp -d)   # the docs site, built strict: a broken link fails
+.venv/bin/mkdocs build --strict --site-dir "$site" || { rm -rf "$site"; exit 1; }
+rm -rf "$site"
 echo "==> pytest"; .venv/bin/pytest "$@"

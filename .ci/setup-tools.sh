@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Give this machine the command-line tools the README's examples use and the tests run:
+# Give this machine the command-line tools the docs' examples use and the tests run:
 # curl and jq (examples/ci/submit-and-wait.sh, tests/integration/test_ci_example.py),
 # only when either is missing. Idempotent. Run as root.
 set -euo pipefail

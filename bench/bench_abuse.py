@@ -53,8 +53,8 @@ from abuse import (
 )
 from asuser import as_user, preload, run_cli, temp_users
 
-from gbatch import wire
-from gbatch.client import Client
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
 
 GOAL_P99_MS = 200.0
 IDLE, SLOW, FLOODERS = 1000, 300, 16

@@ -265,7 +265,7 @@ class Http:
 def socket_submits(home: Path, count: int) -> float:
     """`count` JSON-job submits on the daemon's socket, one connection: submits/s."""
     from gbatch.cli.sbatch import request_for_text
-    from gbatch.client import Client
+    from gbatch.protocol.client import Client
 
     request = request_for_text(JOB, "api")
     with Client(home / "gbatchd.sock") as client:
@@ -278,9 +278,9 @@ def socket_submits(home: Path, count: int) -> float:
 
 def fill_queue(home: Path, count: int) -> None:
     """Single held submits on the socket (an array's tasks would be one record)."""
-    from gbatch import wire
-    from gbatch.client import Client
-    from gbatch.model import JobSpec
+    from gbatch.core.model import JobSpec
+    from gbatch.protocol import wire
+    from gbatch.protocol.client import Client
 
     spec = JobSpec(name="q", command=("/bin/true",)).to_dict()
     with Client(home / "gbatchd.sock", timeout=60) as client:
@@ -491,8 +491,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def real_snapshot(home: Path, samples: int) -> dict[str, Any]:
     """The daemon's Metrics reply, and the time its request takes on the socket."""
-    from gbatch import wire
-    from gbatch.client import Client
+    from gbatch.protocol import wire
+    from gbatch.protocol.client import Client
 
     seconds: list[float] = []
     with Client(home / "gbatchd.sock") as client:

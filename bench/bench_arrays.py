@@ -56,8 +56,8 @@ from common import (
     time_process,
 )
 
-from gbatch import wire
-from gbatch.client import Client
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
 
 TASKS = 100_000
 CONFIG = f"limits: {{max_pending_jobs: {10 * TASKS}, max_array_size: {TASKS}}}\n"

@@ -61,10 +61,10 @@ from common import (
     stop_daemon,
 )
 
-from gbatch import wire
-from gbatch.client import Client
+from gbatch.core.model import JobSpec
 from gbatch.head.store import Store
-from gbatch.model import JobSpec
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
 
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 from asuser import User, as_user, preload, run_cli, temp_users

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from common import GBATCH, gbatch_env, load_average, percentile, temp_home
 
-from gbatch import wire
-from gbatch.client import Client
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
 
 GPUS = 8
 DRAIN_JOBS = 200

@@ -35,12 +35,12 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from sshd import start_sshd  # noqa: E402
 
-from gbatch import wire  # noqa: E402
-from gbatch.client import Client  # noqa: E402
-from gbatch.config import Config, Paths  # noqa: E402
 from gbatch.nodes.inventory import load_inventory  # noqa: E402
 from gbatch.nodes.remote import RemoteNode, target_of  # noqa: E402
 from gbatch.nodes.ssh import SshConnection  # noqa: E402
+from gbatch.protocol import wire  # noqa: E402
+from gbatch.protocol.client import Client  # noqa: E402
+from gbatch.site.config import Config, Paths  # noqa: E402
 
 FAST_SHELL = "SetEnv SHLVL=1\nMaxStartups 200\nMaxSessions 10\n"
 STAND_IN_AGENT = """\

@@ -30,9 +30,9 @@ from typing import Any
 
 from common import machine_note, report_ms, report_rate, running_daemon, temp_home
 
-from gbatch import wire
-from gbatch.client import Client, RequestFailed
-from gbatch.model import JobSpec
+from gbatch.core.model import JobSpec
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, RequestFailed
 
 SPEC: dict[str, Any] = JobSpec(name="b", command=("/bin/true",)).to_dict()
 BACKLOG = 9_000

@@ -48,12 +48,12 @@ from typing import Any
 
 from common import GBATCH, REPO, daemon_pid, gbatch_env, machine_note, median, memory_kib
 
-from gbatch import wire
-from gbatch.arrays import ARRAY_ROWS
-from gbatch.client import Client
+from gbatch.core.arrays import ARRAY_ROWS
+from gbatch.core.limits import ARRAY_HARD_CAP
+from gbatch.core.model import JobSpec
 from gbatch.head.store import Store, Submission
-from gbatch.limits import ARRAY_HARD_CAP
-from gbatch.model import JobSpec
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
 
 GPUS = 2
 ARRAY = 10_000  # specs per Store.submit (one transaction), as bench_bulk.py

@@ -3,7 +3,7 @@
 Run from anywhere: `python bench/bench_plan.py [--runs N] [--seed S] [--pending N]`.
 Prints one line per scenario with the median and p90 of the runs against the goal
 (<= 20 ms). The third scenario limits every user (max_running_jobs 4, max_gpus 8;
-gbatch/limits.py). `--pending` sets the queue (default 10,000; the issue's case is
+gbatch/core/limits.py). `--pending` sets the queue (default 10,000; the issue's case is
 100,000).
 
 `--loop` adds what the daemon's loop does per tick: Daemon.schedule() over a real store
@@ -57,9 +57,9 @@ from typing import TYPE_CHECKING
 # A child timing another checkout (--checkout) imports that checkout's gbatch.
 sys.path.insert(0, os.environ.get("GBATCH_BENCH_CHECKOUT") or str(Path(__file__).parent.parent))
 
+from gbatch.core.limits import Use, UserLimits
+from gbatch.core.model import Job, JobSpec, JobState, NodeView
 from gbatch.head.scheduler import Planner, plan
-from gbatch.limits import Use, UserLimits
-from gbatch.model import Job, JobSpec, JobState, NodeView
 
 if TYPE_CHECKING:
     from gbatch.head.daemon import Daemon
@@ -464,10 +464,10 @@ def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Rand
     """Daemon.schedule() per tick, `jobs` queued in a real store, every GPU taken: the
     first read's passes and the one after apart, then `runs` passes, then `churn_passes`
     with submits and cancels; then a restarted loop's first read and the pass after."""
-    from gbatch.config import Config, Paths
     from gbatch.head import store as store_module
     from gbatch.head.daemon import Daemon
     from gbatch.head.store import Store
+    from gbatch.site.config import Config, Paths
 
     pending = len(jobs)
     fulls = FullCollections()

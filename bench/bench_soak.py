@@ -1,5 +1,5 @@
 """Soak: 1,000 short jobs while gbatchd is SIGKILLed every few seconds and once at each
-named crash point (gbatch/crashpoints.py), then a Jepsen-style count from a ledger the
+named crash point (gbatch/core/crashpoints.py), then a Jepsen-style count from a ledger the
 jobs write themselves (tests/ledger.py): lost, duplicated, overlapping runs.
 
 A submitter thread keeps a backlog of jobs queued through the daemon socket (a reply
@@ -53,13 +53,13 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from ledger import Run, check, first_start_after, ledger_command, read_runs
 
-from gbatch import wire
-from gbatch.client import Client, DaemonUnavailable, RequestFailed
-from gbatch.config import Paths
-from gbatch.crashpoints import POINTS
+from gbatch.core.crashpoints import POINTS
+from gbatch.core.model import FINAL_STATES, JobState
 from gbatch.head.store import Store
-from gbatch.model import FINAL_STATES, JobState
 from gbatch.nodes.docker import LABEL_JOB, LABEL_NODE
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, DaemonUnavailable, RequestFailed
+from gbatch.site.config import Paths
 
 CONFIG = "tick_seconds: 0.2\nreport_interval: 0.2\nkill_grace_seconds: 1\n"
 FINAL = {state.value for state in FINAL_STATES}

@@ -40,10 +40,10 @@ from common import (
     time_process,
 )
 
-from gbatch import wire
-from gbatch.client import Client
+from gbatch.core.model import JobSpec, JobState
 from gbatch.head.store import Store
-from gbatch.model import JobSpec, JobState
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
 
 SQUEUE_GOAL_MS = 60.0
 FINISHED = 99_000

@@ -294,9 +294,9 @@ def fill_store(home: Path, count: int) -> Path:
     import pwd
     import time
 
+    from gbatch.core.model import JobSpec
+    from gbatch.core.paths import Paths
     from gbatch.head.store import Store, Submission
-    from gbatch.model import JobSpec
-    from gbatch.paths import Paths
 
     if count <= 0:
         return home

@@ -49,9 +49,9 @@ from common import (
     time_process,
 )
 
-from gbatch import wire
-from gbatch.client import Client
-from gbatch.model import JobSpec
+from gbatch.core.model import JobSpec
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
 
 SINGLE_GOAL = 2_000.0  # submits/s
 ARRAY_GOAL = 20_000.0  # jobs/s
@@ -96,7 +96,7 @@ def concurrent_submits(socket: Path, clients: int, per_client: int) -> float:
         for _receive, send in pipes
     ]
     # One at a time: a burst of connects can overflow the daemon's listen backlog (see
-    # the README); this figure is about submits on open connections.
+    # bench/README.md); this figure is about submits on open connections.
     for worker, (receive, send) in zip(workers, pipes, strict=True):
         worker.start()
         send.close()  # the child's copy remains: its death reads as EOFError, not a hang
@@ -128,8 +128,8 @@ FILL = """
 import os, pwd, sys, time
 from pathlib import Path
 from gbatch.head.store import Store, Submission
-from gbatch.model import JobSpec
-from gbatch.paths import Paths
+from gbatch.core.model import JobSpec
+from gbatch.core.paths import Paths
 store = Store(Paths(Path(sys.argv[1])).store)
 spec, count = JobSpec(name="q", command=("/bin/true",)), int(sys.argv[2])
 user = pwd.getpwuid(os.getuid()).pw_name

@@ -2,7 +2,7 @@
 
 Run: `.venv/bin/python bench/bench_submitters.py [--submitters 32] [--each 500] [--quick]`.
 One daemon (8 simulated GPUs) in a temp GBATCH_HOME. Each submitter is a process with
-its own connection (gbatch.client.Client); they connect one at a time, then start
+its own connection (gbatch.protocol.client.Client); they connect one at a time, then start
 together. Each submits `--each` one-GPU jobs, one request per job; one job in ten is
 runnable (`true`), the rest held, so the scheduler plans and the dispatcher starts runs
 throughout. Each submitter counts the ids acknowledged, times each request, and keeps
@@ -32,8 +32,8 @@ from typing import Any
 
 from common import GBATCH, gbatch_env, machine_note, report_ms, report_rate, running_daemon
 
-from gbatch import wire
-from gbatch.client import Client, DaemonUnavailable, RequestFailed
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, DaemonUnavailable, RequestFailed
 
 GPUS = 8
 RUNNABLE_EVERY = 10  # one job in this many is not held

@@ -92,12 +92,12 @@ _WORKER_CHECKOUT = os.environ.get("GBATCH_BENCH_CHECKOUT")
 if _WORKER_CHECKOUT:
     sys.path.insert(0, _WORKER_CHECKOUT)
 
-from gbatch import wire  # noqa: E402
-from gbatch.arrays import ARRAY_ROWS  # noqa: E402
-from gbatch.client import Client  # noqa: E402
-from gbatch.config import Paths  # noqa: E402
+from gbatch.core.arrays import ARRAY_ROWS  # noqa: E402
+from gbatch.core.model import JobSpec, JobState  # noqa: E402
 from gbatch.head.store import Store, Submission  # noqa: E402
-from gbatch.model import JobSpec, JobState  # noqa: E402
+from gbatch.protocol import wire  # noqa: E402
+from gbatch.protocol.client import Client  # noqa: E402
+from gbatch.site.config import Paths  # noqa: E402
 from gbatch.tui.app import GbatchApp, make_app  # noqa: E402
 from gbatch.tui.queue import QueueScreen  # noqa: E402
 

@@ -64,8 +64,8 @@ from common import (
     time_process,
 )
 
-from gbatch import wire
-from gbatch.client import Client
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
 
 SETUP_SLURM = REPO / ".ci" / "setup-slurm.sh"
 DEBIAN_PYTHON = Path("/usr/bin/python3")
@@ -134,7 +134,7 @@ def format_row_line(row: Row) -> str:
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    """A Markdown table of the rows, as the README quotes it."""
+    """A Markdown table of the rows, as bench/README.md quotes it."""
     lines = [
         "| what | gbatch: median (p90; min-max) | Slurm: median (p90; min-max) "
         "| gbatch / Slurm | better | n |",

@@ -119,11 +119,6 @@ def _say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-def copy_output(source: int, writer: LogWriter) -> None:
-    """Copy the job's output from the pipe `source` until every writer has closed it."""
-    copy_outputs({source: [writer]})
-
-
 def copy_outputs(sources: dict[int, list[LogWriter]]) -> None:
     """Copy each pipe of `sources` to its writers until every writer of every pipe has
     closed it; then finish the writers. One thread: a LogWriter is not thread-safe, and

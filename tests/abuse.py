@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gbatch import wire
-from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
 
 HALF_REQUEST = b'{"op":"ping"'  # no closing brace, no newline
 # An attack: run in the child with the stop pipe and `ready()`, returns its tally.

@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from gbatch import wire
+from gbatch.protocol import wire
 
 JSON_SCALARS = (
     st.none()

@@ -22,15 +22,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gbatch import wire
 from gbatch.api.follow import resume_offset
 from gbatch.api.link import DaemonLink
 from gbatch.api.openapi import PREFIX, document
 from gbatch.api.ratelimit import Limiter, RateLimitMiddleware, RateLimits, bearer
 from gbatch.cli.exits import CliError
 from gbatch.cli.sbatch import request_for_text  # loads neither yaml nor the spec until used
-from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
-from gbatch.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
+from gbatch.core.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
+from gbatch.protocol import wire
+from gbatch.protocol.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 
 T = TypeVar("T")
 METRICS_PATH = "/metrics"

@@ -1,5 +1,5 @@
 """The HTTP API's connections to gbatchd, on the event loop: one JSON line out, one
-back, as gbatch.client.Client speaks, with its errors (DaemonUnavailable, ReplyTimeout,
+back, as gbatch.protocol.client.Client speaks, with its errors (DaemonUnavailable, ReplyTimeout,
 RequestFailed) and its limits.
 
 Why not Client in a worker thread: the hop to a thread and back (a queue, a condition,
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from gbatch.client import (
+from gbatch.protocol.client import (
     DaemonUnavailable,
     ReplyTimeout,
     SocketPermissionDenied,

@@ -23,8 +23,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from gbatch import wire
-from gbatch.model import JobState, NodeState
+from gbatch.core.model import JobState, NodeState
+from gbatch.protocol import wire
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

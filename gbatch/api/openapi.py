@@ -1,6 +1,6 @@
 """The HTTP API's OpenAPI 3 document, served at /api/v1/openapi.json and printed by
 `gbatch api openapi`. Written out here rather than generated from models: the request
-types live once, in gbatch/wire.py, and the daemon checks them; this says what each
+types live once, in gbatch/protocol/wire.py, and the daemon checks them; this says what each
 path takes and gives (tests/unit/test_api.py keeps its paths and the app's routes equal).
 """
 

@@ -37,8 +37,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gbatch import wire
 from gbatch.api.openapi import PREFIX
+from gbatch.protocol import wire
 
 MAX_VOUCHED = 4096  # tokens remembered as accepted; the oldest is forgotten past it
 MAX_KEYS = 10_000  # buckets kept; idle full ones are dropped past it

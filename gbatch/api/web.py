@@ -32,10 +32,10 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gbatch import wire
 from gbatch.api.follow import resume_offset
 from gbatch.cli.exits import CliError
-from gbatch.jobids import ONE, JobIdError, parse_one_job
+from gbatch.core.jobids import ONE, JobIdError, parse_one_job
+from gbatch.protocol import wire
 
 HERE = Path(__file__).parent
 FORM_LIMIT = 3 << 20  # a job file of 1 MiB (app.MAX_BODY), URL-encoded

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from gbatch.cli.exits import Exit
-    from gbatch.wire import ErrorKind
+    from gbatch.protocol.wire import ErrorKind
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,14 +104,14 @@ def _daemon_failure(prog: str, err: Exception) -> int | None:
 
 def daemon_failure(err: Exception) -> tuple[str, Exit] | None:
     """The one-line message and exit status of a failure to reach the daemon or of its
-    refusal; None for any other error. (gbatch.client is imported here, not at start:
+    refusal; None for any other error. (gbatch.protocol.client is imported here, not at start:
     the commands that talk to the daemon have loaded it already, `--help` never needs
     it.) The MCP server's tools answer with the same line."""
     from gbatch.cli.exits import Exit
-    from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
+    from gbatch.protocol.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 
     if isinstance(err, DaemonUnavailable):
-        from gbatch.paths import SYSTEM_SOCKET
+        from gbatch.core.paths import SYSTEM_SOCKET
 
         # The lab's system daemon is the admins' to start (systemd), not the user's.
         system = str(err.socket_path) == str(SYSTEM_SOCKET)

@@ -9,14 +9,14 @@ from collections.abc import Callable
 from functools import cached_property
 
 from gbatch.cli.everyday import split_list as split_list  # where the commands find it
-from gbatch.client import Client
-from gbatch.paths import Paths, resolve_paths
+from gbatch.core.paths import Paths, resolve_paths
+from gbatch.protocol.client import Client
 
 TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
 if TYPE_CHECKING:
     from typing import Any
 
-    from gbatch.jobids import Forms, JobTarget
+    from gbatch.core.jobids import Forms, JobTarget
 
 
 class Context:
@@ -37,14 +37,14 @@ class Context:
 
 def parse_ids(values: list[str] | None, what: str, forms: Forms | None = None) -> list[str] | None:
     """Job ids as given (`-j 12,13_2 -j 20_[1-3]`, or JOBID arguments), checked by the one
-    grammar of gbatch/jobids.py for the forms the command takes (`forms`, every form by
+    grammar of gbatch/core/jobids.py for the forms the command takes (`forms`, every form by
     default) and written back in canonical form for the daemon (which checks them again);
     None when none were given. `what` names the command's option or argument in the error:
     `gbatch squeue: error: -j/--jobs: '4_5x' is not a job id. Give N, N_K, ...`."""
     if not values:
-        return None  # before the imports: gbatch.jobids loads the model (start-up)
+        return None  # before the imports: gbatch.core.jobids loads the model (start-up)
     from gbatch.cli.exits import CliError, Exit
-    from gbatch.jobids import ANY, JobIdError, parse_job_ids
+    from gbatch.core.jobids import ANY, JobIdError, parse_job_ids
 
     try:
         return [str(t) for value in values for t in parse_job_ids(value, forms or ANY)]
@@ -56,7 +56,7 @@ def parse_job(text: str, what: str, forms: Forms | None = None) -> JobTarget:
     """One job, `N` or `N_K` (logs, seff, scontrol show job) unless `forms` (one job) says
     otherwise; exit 2, naming `what` and the forms taken, for anything else."""
     from gbatch.cli.exits import CliError, Exit
-    from gbatch.jobids import ONE, JobIdError, parse_one_job
+    from gbatch.core.jobids import ONE, JobIdError, parse_one_job
 
     try:
         return parse_one_job(text, forms or ONE)

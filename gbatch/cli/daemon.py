@@ -10,7 +10,7 @@ from typing import Any
 
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
-from gbatch.client import Client, DaemonUnavailable
+from gbatch.protocol.client import Client, DaemonUnavailable
 
 HELP = "start, stop or inspect the head daemon (gbatchd)"
 START_TIMEOUT = 20.0
@@ -31,7 +31,7 @@ def add_parser(commands: Any) -> None:
 
 
 def _ping(ctx: Context) -> dict[str, Any] | None:
-    from gbatch import wire
+    from gbatch.protocol import wire
 
     try:
         with Client(ctx.paths.socket, timeout=5) as client:
@@ -66,9 +66,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _run_foreground(ctx: Context) -> int:
-    from gbatch.config import ConfigError, check_private_home, load_config
     from gbatch.head.server import AlreadyRunning, LogUnwritable, log_to_file_and_stderr, serve
     from gbatch.nodes.inventory import InventoryError, find_inventory, load_inventory
+    from gbatch.site.config import ConfigError, check_private_home, load_config
 
     try:
         check_private_home(ctx.paths.home)  # before the log is made in it
@@ -91,7 +91,7 @@ def _start(ctx: Context) -> int:
     import subprocess  # deferred: the other commands never spawn processes
 
     # deferred: config brings policy, limits and spec (~15 ms); status and stop need none
-    from gbatch.config import ConfigError, check_private_home, make_private
+    from gbatch.site.config import ConfigError, check_private_home, make_private
 
     status = _ping(ctx)
     if status is not None:
@@ -132,7 +132,7 @@ def _start(ctx: Context) -> int:
 
 
 def _stop(ctx: Context) -> int:
-    from gbatch import wire
+    from gbatch.protocol import wire
 
     try:
         with Client(ctx.paths.socket, timeout=5) as client:

@@ -10,9 +10,9 @@ option, two options in one word, a value that begins with '-', gbatch's own opti
 --debug) is left to argparse (gbatch/cli/_parser.py), which says what is wrong as ever.
 What is read runs as the full path does (squeue.run, sbatch's _everyday_request), and
 declines (returns None, before sending) whatever that would refuse, so that its
-messages stay the full path's: an unknown user, a job id the grammar (gbatch/jobids.py)
+messages stay the full path's: an unknown user, a job id the grammar (gbatch/core/jobids.py)
 refuses, a command build_spec refuses, no daemon at the socket. After a request is
-sent, the client's errors are raised as gbatch.client raises them, and squeue -j's
+sent, the client's errors are raised as gbatch.protocol.client raises them, and squeue -j's
 "Invalid job id specified" as squeue's. tests/unit/test_cli_everyday.py holds both
 paths to the same requests, output and errors.
 """
@@ -41,7 +41,7 @@ SBATCH_FLAGS = {"-H": "hold", "--hold": "hold", "--parsable": "parsable", "-Q": 
 SBATCH_FLAGS["--quiet"] = "quiet"
 SBATCH_VALUES = {"--wrap": "wrap"}
 
-# What gbatch.client.Client waits by default, and the largest request gbatchd reads
+# What gbatch.protocol.client.Client waits by default, and the largest request gbatchd reads
 # (wire.MAX_REQUEST_BYTES): spelled here, kept equal by a unit test.
 TIMEOUT_S = 30.0
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
@@ -50,7 +50,7 @@ SYSTEM_SOCKET = "/run/gbatch/gbatchd.sock"
 # spec.MAX_COMMAND_BYTES, spelled here for the everyday path (a unit test keeps it equal).
 MAX_COMMAND_BYTES = 64 * 1024
 # jobids.MAX_DIGITS and MAX_TEXT, spelled here for the everyday path (a unit test keeps
-# them equal): gbatch.jobids loads re and the model.
+# them equal): gbatch.core.jobids loads re and the model.
 MAX_DIGITS = 18
 MAX_ID_TEXT = 64 * 1024
 
@@ -114,7 +114,7 @@ def split_list(values: list[str] | None) -> list[str] | None:
 
 
 def job_ids(values: list[str]) -> list[str] | None:
-    """squeue's `-j` values as context.parse_ids reads them with gbatch.jobids' grammar
+    """squeue's `-j` values as context.parse_ids reads them with gbatch.core.jobids' grammar
     (every form), read without re or the model: each item in canonical form, in order
     (`-j 12,13_4 -j 20_[1-3,5-5]` -> [12, 13_4, 20_[1-3,5]]; `4_5` is task 5 of array
     4, never job 45). None for any text that is not a list of job ids as the grammar
@@ -217,7 +217,7 @@ def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
         return None
     states = split_list(values.get("states")) or []
     history = "all" in (s.lower() for s in states)
-    from gbatch.squeue_brief import format_default, list_jobs
+    from gbatch.render.squeue_brief import format_default, list_jobs
 
     request = list_jobs(
         users=tuple(users),
@@ -245,7 +245,7 @@ def _check_jobs_exist(jobs: list[str], send: Exchange) -> bool:
     """squeue._check_jobs_exist, for -j and an empty listing: Slurm's error (exit 1)
     when none of `jobs` exists in any state; True when one does (the listing's filters
     left it out: the empty table is the answer). False: no connection was made."""
-    from gbatch.squeue_brief import list_jobs
+    from gbatch.render.squeue_brief import list_jobs
 
     known = send(list_jobs(jobs=tuple(jobs), history=True, brief=True))
     if known is None:
@@ -297,7 +297,7 @@ def wrap_request(
         return None
     from _socket import gethostname  # socket.gethostname itself, without socket.py
 
-    from gbatch.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, submit_env_bytes
+    from gbatch.core.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, submit_env_bytes
 
     submit_env = filter_submit_env(environ)
     if submit_env_bytes(submit_env) > MAX_SUBMIT_ENV_BYTES:
@@ -366,7 +366,7 @@ def exchange(request: dict[str, Any]) -> dict[str, Any] | None:
         return None
     from _socket import AF_UNIX, SOCK_STREAM, socket
 
-    from gbatch.jsonline import dumps, loads
+    from gbatch.protocol.jsonline import dumps, loads
 
     payload = dumps(request).encode() + b"\n"
     if len(payload) > MAX_REQUEST_BYTES + 1:
@@ -383,7 +383,7 @@ def exchange(request: dict[str, Any]) -> dict[str, Any] | None:
         sock.close()
     reply: dict[str, Any] = loads(line)
     if not reply.pop("ok", False):
-        from gbatch.client import _refusal
+        from gbatch.protocol.client import _refusal
 
         raise _refusal(reply)
     return reply
@@ -403,19 +403,19 @@ def _reply_line(sock: Any, payload: bytes) -> bytes:
         else:
             line = _read_line(sock)
     except TimeoutError as err:
-        from gbatch.client import ReplyTimeout
+        from gbatch.protocol.client import ReplyTimeout
 
         raise ReplyTimeout(_socket_file(), TIMEOUT_S) from err
     except OSError as err:
-        from gbatch.client import DaemonUnavailable
+        from gbatch.protocol.client import DaemonUnavailable
 
         raise DaemonUnavailable(_socket_file(), f"connection lost: {err}") from err
     if not line:
-        from gbatch.client import DaemonUnavailable
+        from gbatch.protocol.client import DaemonUnavailable
 
         raise DaemonUnavailable(_socket_file(), "the daemon closed the connection")
     if not line.endswith(b"\n"):  # gbatchd ends every reply's line
-        from gbatch.client import DaemonUnavailable
+        from gbatch.protocol.client import DaemonUnavailable
 
         raise DaemonUnavailable(
             _socket_file(), "the daemon closed the connection before its reply's end"
@@ -440,6 +440,6 @@ def _read_line(sock: Any) -> bytes:
 
 def _socket_file() -> Any:
     """The socket as the client names it in its errors (a Path)."""
-    from gbatch.paths import resolve_paths
+    from gbatch.core.paths import resolve_paths
 
     return resolve_paths(os.environ).socket

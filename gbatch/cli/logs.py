@@ -22,7 +22,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch import wire
+    from gbatch.protocol import wire
 
     target = parse_job(args.job, "JOBID")
     task = None if target.tasks is None else target.tasks[0][0]

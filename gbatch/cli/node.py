@@ -47,7 +47,8 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch import formatting, wire
+    from gbatch.protocol import wire
+    from gbatch.render import formatting
 
     if args.action == "list":
         nodes = [wire.node_from_wire(n) for n in ctx.client.call(wire.ListNodes())["nodes"]]
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _install(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch import wire
+    from gbatch.protocol import wire
 
     if not args.name and not args.all:
         raise CliError("which nodes? Name them, or use --all", Exit.USAGE)
@@ -96,7 +97,7 @@ def _install(args: argparse.Namespace, ctx: Context) -> int:
 def _trust(name: str, args: argparse.Namespace, ctx: Context) -> int:
     """Show the offered key, have a person confirm it (a prompt, or --fingerprint), and
     ask the daemon to pin it; the daemon checks again that the host still offers it."""
-    from gbatch import wire
+    from gbatch.protocol import wire
 
     wanted: str | None = args.fingerprint
     if wanted is not None and not wanted.startswith("SHA256:"):

@@ -83,7 +83,7 @@ def _time(text: str, now: float, option: str) -> float:
     parse_time(..., past)), and a plain ISO date-time."""
     from datetime import datetime  # deferred: a millisecond on every other command
 
-    from gbatch.timefmt import TimeLimitError, parse_begin
+    from gbatch.core.timefmt import TimeLimitError, parse_begin
 
     try:
         return parse_begin(text, now, field=option, past=True)
@@ -101,8 +101,9 @@ def _asks_params(fmt: str | None) -> bool:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch import formatting, wire
-    from gbatch.gpuusage import GpuUsage
+    from gbatch.core.gpuusage import GpuUsage
+    from gbatch.protocol import wire
+    from gbatch.render import formatting
 
     ids = parse_ids(args.jobs, "-j/--jobs")
     users = split_list(args.user)

@@ -15,17 +15,17 @@ from gbatch.cli.context import Context
 from gbatch.cli.everyday import user_name, warn_unwritable, wrap_request
 from gbatch.cli.exits import CliError, Exit
 from gbatch.cli.suggest import did_you_mean, option_strings
-from gbatch.client import RequestFailed
+from gbatch.protocol.client import RequestFailed
 
 TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any, NoReturn
 
-    from gbatch.batchscript import BatchScript
-    from gbatch.model import Job
-    from gbatch.sweep import Sweep
-    from gbatch.wire import Submit
+    from gbatch.core.model import Job
+    from gbatch.jobspec.batchscript import BatchScript
+    from gbatch.jobspec.sweep import Sweep
+    from gbatch.protocol.wire import Submit
 
 # Imported where used, not here: batch scripts (batchscript), job files and validation
 # (spec), the model and the wire. `sbatch --wrap CMD` with no other job option needs
@@ -326,7 +326,7 @@ def _gpus_option(args: argparse.Namespace) -> int | None:
         return None
     # Imported past the common case (no option given; every HTTP API submit): an import
     # statement costs ~0.5 us even when the module is loaded.
-    from gbatch.spec import SpecError, parse_gres
+    from gbatch.jobspec.spec import SpecError, parse_gres
 
     (dest,) = given
     value = getattr(args, dest)
@@ -364,7 +364,7 @@ def _secret_env_option(
     so it never sits in argv (ps) or shell history."""
     if not names:
         return None
-    from gbatch.spec import SpecError
+    from gbatch.jobspec.spec import SpecError
 
     values: dict[str, str] = {}
     for name in names:
@@ -383,8 +383,8 @@ def _int_option(text: str | None, option: str) -> int | None:
     one line naming the option (build_spec checks the range)."""
     if text is None:  # before the imports: five calls a submit, most with None
         return None
-    from gbatch.spec import SpecError
-    from gbatch.timefmt import show_value
+    from gbatch.core.timefmt import show_value
+    from gbatch.jobspec.spec import SpecError
 
     if not re.fullmatch(r"[+-]?[0-9]{1,18}", text.strip(), re.ASCII):
         raise SpecError(option, f"{show_value(text)} is not a whole number. Use e.g. 3")
@@ -437,7 +437,7 @@ def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str
     line gbatch cannot take, naming it. Returns the line that set each option taken
     from the script (by dest), for the refusals found later (a value build_spec
     checks) to name it too."""
-    from gbatch.batchscript import DIRECTIVE, ScriptError
+    from gbatch.jobspec.batchscript import DIRECTIVE, ScriptError
 
     parser = _options_parser(DIRECTIVE)
     taken: dict[str, Any] = {}
@@ -487,8 +487,8 @@ def _line_of(key: str, lines: dict[str, int]) -> int | None:
 def _on_its_line(err: Exception, script: BatchScript | None, lines: dict[str, int]) -> str:
     """A refusal of an option's value, with the script's file and line when an #SBATCH
     line gave the value (`job.sh:7: #SBATCH --mem: ...`)."""
-    from gbatch.batchscript import DIRECTIVE, ScriptError
-    from gbatch.spec import OVERRIDE_OPTION
+    from gbatch.jobspec.batchscript import DIRECTIVE, ScriptError
+    from gbatch.jobspec.spec import OVERRIDE_OPTION
 
     field = getattr(err, "field", None)
     if script is not None and isinstance(field, str):
@@ -509,8 +509,8 @@ def _on_its_line(err: Exception, script: BatchScript | None, lines: dict[str, in
 def _job_source(args: argparse.Namespace) -> tuple[dict[str, object] | None, BatchScript | None]:
     """The YAML job file's data, or the batch script (a file, or stdin), or neither
     (--wrap). Options after a YAML file are options, as they always were."""
-    from gbatch.batchscript import looks_like_script, parse_script
-    from gbatch.spec import SpecError, parse_job_text, read_job_text
+    from gbatch.jobspec.batchscript import looks_like_script, parse_script
+    from gbatch.jobspec.spec import SpecError, parse_job_text, read_job_text
 
     if args.file is None:
         if args.wrap is not None:
@@ -557,8 +557,8 @@ def _embedded_script(data: dict[str, object], args: argparse.Namespace) -> Batch
     text = data.pop("script", None)
     if text is None:
         return None
-    from gbatch.batchscript import parse_script
-    from gbatch.spec import SpecError
+    from gbatch.jobspec.batchscript import parse_script
+    from gbatch.jobspec.spec import SpecError
 
     if not isinstance(text, str) or not text.strip():
         raise SpecError("script", "give the script's text, e.g. `script: |` and its lines")
@@ -582,8 +582,8 @@ def _sweep_of(
     template = None if data is None else data.pop("name_template", None)
     if file_sweep is None and template is None and not args.param and args.name_template is None:
         return None, None  # no sweep, the common case: before the imports
-    from gbatch.spec import SpecError
-    from gbatch.sweep import parse_param_options, read_rows_file, sweep_from_yaml
+    from gbatch.jobspec.spec import SpecError
+    from gbatch.jobspec.sweep import parse_param_options, read_rows_file, sweep_from_yaml
 
     if args.name_template is not None:
         template = args.name_template
@@ -630,8 +630,8 @@ def _check_output_dirs(spec: Any, submit_dir: str, *, from_file: bool, err_from_
     not writable. A directory part with %j, %A, %a or %N is known only at start and is
     not checked; the default slurm-%j.out is not either (as Slurm, the job runs all the
     same, and its log says why there is no file)."""
-    from gbatch.outputs import submit_check_dir
-    from gbatch.spec import SpecError
+    from gbatch.core.outputs import submit_check_dir
+    from gbatch.jobspec.spec import SpecError
 
     base = _start_dir(spec, submit_dir)
     user = user_name()
@@ -693,7 +693,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             # The daemon names the job-file key (`partition: ...`): name the line too.
             line = _line_of(err.message.split(":", 1)[0], lines)
             if script is not None and line is not None:
-                from gbatch.batchscript import DIRECTIVE, ScriptError
+                from gbatch.jobspec.batchscript import DIRECTIVE, ScriptError
 
                 located = ScriptError(script.location, line, f"{DIRECTIVE} {err.message}")
                 raise RequestFailed(err.kind, str(located)) from err
@@ -805,8 +805,8 @@ def request_for_text(
     args.file = name
 
     def source() -> tuple[dict[str, object] | None, BatchScript | None]:
-        from gbatch.batchscript import looks_like_script, parse_script
-        from gbatch.spec import parse_job_text
+        from gbatch.jobspec.batchscript import looks_like_script, parse_script
+        from gbatch.jobspec.spec import parse_job_text
 
         if looks_like_script(text, name):
             return None, parse_script(text, name)
@@ -828,9 +828,8 @@ def build_submit(
     where the submitter is (their files are checked and read there); None for one who
     is not on this machine (request_for_text). CliError for bad input."""
     # Deferred: yaml and validation are needed by sbatch alone.
-    from gbatch import wire
-    from gbatch.batchscript import ScriptError
-    from gbatch.spec import (
+    from gbatch.jobspec.batchscript import ScriptError
+    from gbatch.jobspec.spec import (
         OVERRIDE_OPTION,
         Export,
         SpecError,
@@ -841,7 +840,8 @@ def build_submit(
         parse_array,
         secret_env_values,
     )
-    from gbatch.sweep import check_templates
+    from gbatch.jobspec.sweep import check_templates
+    from gbatch.protocol import wire
 
     script: BatchScript | None = None
     lines: dict[str, int] = {}
@@ -955,7 +955,7 @@ def _wait_for(ctx: Context, ids: list[int]) -> int:
     """sbatch -W: poll until every job of `ids` has ended; the exit status is Slurm's:
     the job's exit code (an array's highest), 1 for a job that ended without one of its
     own (killed by a signal, cancelled, timed out, lost with its node)."""
-    from gbatch import wire
+    from gbatch.protocol import wire
 
     pause = 0.2
     while True:
@@ -968,7 +968,7 @@ def _wait_for(ctx: Context, ids: list[int]) -> int:
 
 
 def _wait_status(job: Job) -> int:
-    from gbatch.model import JobState
+    from gbatch.core.model import JobState
 
     if job.state is JobState.COMPLETED:
         return 0
@@ -980,7 +980,7 @@ def _wait_status(job: Job) -> int:
 def _test_only_line(test: dict[str, Any], gpus: int) -> str:
     """Slurm's `sbatch: Job N to start at TIME using N processors on nodes N in
     partition P`, without the job id (none is given) and counting GPUs."""
-    from gbatch.timefmt import format_timestamp
+    from gbatch.core.timefmt import format_timestamp
 
     if test.get("node"):
         partition = f" in partition {test['partition']}" if test.get("partition") else ""

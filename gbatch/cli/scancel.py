@@ -44,7 +44,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch import wire
+    from gbatch.protocol import wire
 
     jobs = parse_ids(args.ids, "JOBID") or []
     users = split_list(args.user) or ([ctx.me] if args.me else [])

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from gbatch.cli.context import Context, parse_ids, parse_job, print_failures
 from gbatch.cli.exits import CliError, Exit
-from gbatch.wire import UPDATE_KEYS
+from gbatch.protocol.wire import UPDATE_KEYS
 
 if TYPE_CHECKING:
-    from gbatch.jobids import JobTarget
+    from gbatch.core.jobids import JobTarget
 
 HELP = "show a job, node or partition; hold, release, requeue or update jobs"
 
@@ -47,7 +47,8 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch import formatting, wire
+    from gbatch.protocol import wire
+    from gbatch.render import formatting
 
     if args.action == "update":
         target, changes = parse_update(args.args)
@@ -103,7 +104,8 @@ def _show_all_jobs(args: argparse.Namespace, ctx: Context) -> int:
     """scontrol show job(s) with no id: every job in the queue (pending, running,
     completing), each as `show job ID` prints it, as Slurm lists the jobs its
     controller holds; finished jobs are sacct's."""
-    from gbatch import formatting, wire
+    from gbatch.protocol import wire
+    from gbatch.render import formatting
 
     reply = ctx.client.call(wire.ListJobs())
     jobs = [wire.job_from_wire(j) for j in reply["jobs"]]
@@ -125,8 +127,8 @@ def parse_update(words: list[str]) -> tuple[JobTarget, dict[str, str]]:
     """`JobId=12 TimeLimit=30 Name=x` -> (12, {"TimeLimit": "30", "JobName": "x"}): Slurm's
     KEY=VALUE words, keys in any case. CliError (usage) for a word without `=`, no or
     two JobIds, or a key gbatch does not update (naming those it does)."""
-    from gbatch.jobids import ONE
-    from gbatch.wire import update_key
+    from gbatch.core.jobids import ONE
+    from gbatch.protocol.wire import update_key
 
     job_ids: list[str] = []
     changes: dict[str, str] = {}
@@ -164,7 +166,8 @@ def parse_update(words: list[str]) -> tuple[JobTarget, dict[str, str]]:
 
 def _show_fleet(words: list[str], ctx: Context) -> int:
     """scontrol show node [NAME] / show partition [NAME]: Slurm's layout."""
-    from gbatch import formatting, wire
+    from gbatch.protocol import wire
+    from gbatch.render import formatting
 
     if len(words) > 2:
         raise CliError(f"usage: gbatch scontrol show {words[0].lower()} [NAME]", Exit.USAGE)

@@ -49,8 +49,9 @@ def _group(uid: int) -> str:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     import socket
 
-    from gbatch import formatting, wire
-    from gbatch.gpuusage import GpuUsage
+    from gbatch.core.gpuusage import GpuUsage
+    from gbatch.protocol import wire
+    from gbatch.render import formatting
 
     target = parse_job(str(args.job), "JOBID")
     task = None if target.tasks is None else target.tasks[0][0]

@@ -74,7 +74,7 @@ def add_parser(commands: Any) -> None:
 
 
 def _format(args: argparse.Namespace) -> str | list[Any]:
-    from gbatch import formatting as f
+    from gbatch.render import formatting as f
 
     if args.format is not None and args.Format is not None:
         raise CliError("--format: -o and -O cannot both be given. Use one of them", Exit.USAGE)
@@ -97,7 +97,8 @@ def _format(args: argparse.Namespace) -> str | list[Any]:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch import formatting, wire
+    from gbatch.protocol import wire
+    from gbatch.render import formatting
 
     fmt = _format(args)
     reply = ctx.client.call(wire.ListNodes())

@@ -52,9 +52,10 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch import formatting, wire
-    from gbatch.jobids import JOBS
-    from gbatch.views import JobPriority
+    from gbatch.core.jobids import JOBS
+    from gbatch.core.views import JobPriority
+    from gbatch.protocol import wire
+    from gbatch.render import formatting
 
     ids = parse_ids(args.jobs, "-j/--jobs", JOBS) or []
     request = wire.ShowPriorities(

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     sort: list[tuple[str, bool]] | None = None  # None: Slurm's default (squeue_brief)
     letters: frozenset[str] = frozenset()
     if not _everyday(args):
-        from gbatch import formatting
+        from gbatch.render import formatting
 
         try:
             fmt = _format(args, formatting)
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     history = "all" in (s.lower() for s in states)  # every state, finished ones too
     needs_starts = bool(letters & _START_LETTERS) or any(key in "Se" for key, _ in sort or ())
     brief = not args.json and not letters & _FULL_SPEC_LETTERS
-    from gbatch.squeue_brief import list_jobs
+    from gbatch.render.squeue_brief import list_jobs
 
     request = list_jobs(
         users=tuple(users),
@@ -181,7 +181,7 @@ _START_LETTERS = frozenset("Se")
 
 def _everyday(args: argparse.Namespace) -> bool:
     """Whether the options leave Slurm's default format and sort, and name no job ids
-    (their grammar is gbatch.jobids'): what squeue_brief draws."""
+    (their grammar is gbatch.core.jobids'): what squeue_brief draws."""
     return (
         args.format is None
         and args.fields is None
@@ -241,7 +241,7 @@ def _check_jobs_exist(ctx: Context, jobs: tuple[str, ...]) -> None:
     """-j named jobs and none was listed: when none exists in any state, say so as
     Slurm does (exit 1) instead of printing an empty table. Jobs that exist but were
     filtered out (-t, -u, ...) still give the empty table."""
-    from gbatch import wire
+    from gbatch.protocol import wire
 
     known = ctx.client.call(wire.ListJobs(jobs=jobs, history=True, brief=True))
     if not known["jobs"]:
@@ -260,7 +260,7 @@ def _show(
     """One listing: `sort` None is the everyday path (squeue_brief)."""
     reply = ctx.client.send(request)
     if sort is None:
-        from gbatch.squeue_brief import format_default
+        from gbatch.render.squeue_brief import format_default
 
         out = format_default(reply["columns"], reply["now"], header=not args.noheader)
     else:
@@ -282,7 +282,8 @@ def _full_table(
     sort: list[tuple[str, bool]],
 ) -> str:
     """The reply's jobs as Jobs, printed by formatting (any format, sort, -r, --json)."""
-    from gbatch import formatting, wire
+    from gbatch.protocol import wire
+    from gbatch.render import formatting
 
     if "columns" in reply:
         jobs = wire.jobs_from_columns(reply["columns"])

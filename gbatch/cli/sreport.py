@@ -67,8 +67,9 @@ def period(start: str | None, end: str | None, now: float) -> tuple[float, float
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch import formatting, wire
-    from gbatch.views import UsageRow
+    from gbatch.core.views import UsageRow
+    from gbatch.protocol import wire
+    from gbatch.render import formatting
 
     start, end = period(args.start, args.end, time.time())
     reply = ctx.client.call(

@@ -38,7 +38,8 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch import formatting, wire
+    from gbatch.protocol import wire
+    from gbatch.render import formatting
 
     request = wire.ShowShares(users=tuple(split_list(args.users) or ()), all_users=args.all)
     shares = [wire.share_from_wire(row) for row in ctx.client.call(request)["users"]]

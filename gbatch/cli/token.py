@@ -63,8 +63,8 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch import wire
-    from gbatch.timefmt import format_timestamp
+    from gbatch.core.timefmt import format_timestamp
+    from gbatch.protocol import wire
 
     if args.rotate_key:
         kid = ctx.client.call(wire.RotateTokenKey(drop_old=args.drop_old))["kid"]

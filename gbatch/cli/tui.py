@@ -28,7 +28,7 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     if not 0.1 <= args.refresh <= 60:
         raise CliError(f"--refresh {args.refresh:g}: give 0.1 to 60 seconds", Exit.USAGE)
-    from gbatch import wire
+    from gbatch.protocol import wire
 
     # Fail before taking over the terminal: "no daemon" reads better as a line.
     ctx.client.call(wire.Ping())

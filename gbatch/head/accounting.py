@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from gbatch.model import Job, JobState
-from gbatch.views import UsageRow
+from gbatch.core.model import Job, JobState
+from gbatch.core.views import UsageRow
 
 
 def gpu_seconds_in(job: Job, start: float, end: float, now: float) -> float:

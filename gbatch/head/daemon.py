@@ -25,11 +25,10 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import NamedTuple
 
-from gbatch import gpuusage, wire
-from gbatch.arrays import ARRAY_ROWS, THROTTLE_REASON, over_throttle
-from gbatch.config import Config, Paths
-from gbatch.crashpoints import crash_point
-from gbatch.dependency import (
+from gbatch.core import gpuusage
+from gbatch.core.arrays import ARRAY_ROWS, THROTTLE_REASON, over_throttle
+from gbatch.core.crashpoints import crash_point
+from gbatch.core.dependency import (
     NEVER_REASON,
     SINGLETON,
     Dependency,
@@ -41,7 +40,11 @@ from gbatch.dependency import (
     reason_for,
     tasks_named,
 )
-from gbatch.dependency import parse as parse_dependency
+from gbatch.core.dependency import parse as parse_dependency
+from gbatch.core.jobids import spans_of
+from gbatch.core.limits import ARRAY_HARD_CAP, UserLimits, unix_groups, use_by_user
+from gbatch.core.model import ALLOCATED_STATES, IllegalTransition, Job, JobState, NodeView
+from gbatch.core.timefmt import format_timestamp
 from gbatch.head import idlegpu
 from gbatch.head.cyclegc import LoopCollector
 from gbatch.head.fleet import Fleet, make_nodes
@@ -61,15 +64,13 @@ from gbatch.head.refusals import RefusalLines
 from gbatch.head.scheduler import BEGIN_TIME, Planner, plan
 from gbatch.head.store import RunnableWindow, StateChange, Store, StoreFull, Usage
 from gbatch.head.tokens import TokenAuthority
-from gbatch.jobids import spans_of
-from gbatch.limits import ARRAY_HARD_CAP, UserLimits, unix_groups, use_by_user
-from gbatch.model import ALLOCATED_STATES, IllegalTransition, Job, JobState, NodeView
+from gbatch.jobspec.spec import parse_signal
 from gbatch.nodes.base import LaunchError, Node, RunStatus
 from gbatch.nodes.docker import container_name
 from gbatch.nodes.inventory import Inventory, partitions_of
 from gbatch.nodes.local import LOCAL_NODE
-from gbatch.spec import parse_signal
-from gbatch.timefmt import format_timestamp
+from gbatch.protocol import wire
+from gbatch.site.config import Config, Paths
 
 log = logging.getLogger("gbatchd")
 COALESCE_SECONDS = 0.02

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gbatch.model import FINAL_STATES, Job
+from gbatch.core.model import FINAL_STATES, Job
 
 log = logging.getLogger("gbatchd")
 Failed = Callable[[BaseException | None], None]

@@ -13,13 +13,13 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from gbatch.config import Config, Paths
+from gbatch.core.model import ALLOCATED_STATES, Job, NodeInfo, NodeState, NodeView
 from gbatch.head.liveness import Liveness, node_liveness
 from gbatch.head.store import Store
-from gbatch.model import ALLOCATED_STATES, Job, NodeInfo, NodeState, NodeView
 from gbatch.nodes.base import STARTING, Node
 from gbatch.nodes.inventory import Inventory, Partition
 from gbatch.nodes.local import LocalNode
+from gbatch.site.config import Config, Paths
 
 
 def make_nodes(

@@ -71,11 +71,6 @@ class GroupCommitter:
         assert waiter.ids is not None
         return waiter.ids
 
-    def waiting(self) -> int:
-        """How many callers wait for the next commit (for tests)."""
-        with self._lock:
-            return len(self._queue)
-
     def close(self) -> None:
         """Refuse new submits and wait for the commit under way, if any, to end."""
         with self._lock:

@@ -21,8 +21,33 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, assert_never
 
-from gbatch import __version__, dependency, policy, wire
-from gbatch.arrays import ARRAY_ROWS
+from gbatch import __version__
+from gbatch.core import dependency
+from gbatch.core.arrays import ARRAY_ROWS
+from gbatch.core.jobids import JobIdError, parse_job_ids
+from gbatch.core.limits import (
+    ARRAY_HARD_CAP,
+    PendingLimitReached,
+    Use,
+    UserLimits,
+    UserShare,
+    array_refusal,
+    gpus_refusal,
+    use_by_user,
+)
+from gbatch.core.model import (
+    ACTIVE_STATES,
+    ALLOCATED_STATES,
+    IMPLICIT_PARTITION,
+    IllegalTransition,
+    Job,
+    JobSpec,
+    JobState,
+    PartitionInfo,
+)
+from gbatch.core.submitenv import filter_submit_env
+from gbatch.core.timefmt import MAX_TIME_LIMIT_S, format_duration, show_value
+from gbatch.core.views import JobPriority
 from gbatch.head import jobupdate, notify
 from gbatch.head.accounting import usage_by
 from gbatch.head.daemon import Daemon
@@ -42,30 +67,7 @@ from gbatch.head.store import (
     listing_specs,
 )
 from gbatch.head.tokens import MAX_LIFESPAN, TokenError, parse_scopes
-from gbatch.jobids import JobIdError, parse_job_ids
-from gbatch.limits import (
-    ARRAY_HARD_CAP,
-    PendingLimitReached,
-    Use,
-    UserLimits,
-    UserShare,
-    array_refusal,
-    gpus_refusal,
-    use_by_user,
-)
-from gbatch.model import (
-    ACTIVE_STATES,
-    ALLOCATED_STATES,
-    IMPLICIT_PARTITION,
-    IllegalTransition,
-    Job,
-    JobSpec,
-    JobState,
-    PartitionInfo,
-)
-from gbatch.nodes import resolve
-from gbatch.nodes.base import HostError
-from gbatch.spec import (
+from gbatch.jobspec.spec import (
     SpecError,
     build_spec,
     check_submit_env_size,
@@ -73,11 +75,12 @@ from gbatch.spec import (
     secret_env_values,
     split_throttle,
 )
-from gbatch.submitenv import filter_submit_env
-from gbatch.sweep import Sweep, check_templates, sweep_from_wire
-from gbatch.sweep import task_spec as sweep_task_spec
-from gbatch.timefmt import MAX_TIME_LIMIT_S, format_duration, show_value
-from gbatch.views import JobPriority
+from gbatch.jobspec.sweep import Sweep, check_templates, sweep_from_wire
+from gbatch.jobspec.sweep import task_spec as sweep_task_spec
+from gbatch.nodes import resolve
+from gbatch.nodes.base import HostError
+from gbatch.protocol import wire
+from gbatch.site import policy
 
 log = logging.getLogger("gbatchd")
 MAX_ARRAY = ARRAY_HARD_CAP
@@ -688,7 +691,7 @@ def _targets(
     arrays: list[tuple[int, int]] | None = None,
 ) -> tuple[list[int], list[tuple[int, int]]]:
     """The ids and id ranges a request names: its `ids`, its `ranges` and its `jobs`
-    texts (gbatch/jobids.py; refused whole when one is not a job id). An array's id
+    texts (gbatch/core/jobids.py; refused whole when one is not a job id). An array's id
     names all its tasks, `N_K` and `N_[K-M]` the tasks of array N; a task or array
     that does not exist fails "Invalid job id specified" (with `tally`). `arrays`, when
     given, receives the ranges that are whole arrays named by their id."""

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gbatch.config import IDLE_GPU_EVENT, IdleGpuPolicy
-from gbatch.gpuusage import GpuReading
+from gbatch.core.gpuusage import GpuReading
+from gbatch.site.config import IDLE_GPU_EVENT, IdleGpuPolicy
 
 # squeue's %r and scontrol's Reason= for a flagged run start with this (as Slurm's
 # reasons are one CamelCase word; what follows says since when and under what).

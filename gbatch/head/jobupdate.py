@@ -13,10 +13,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from gbatch import dependency, wire
-from gbatch.model import Job, JobSpec, JobState
-from gbatch.nodes.inventory import Partition
-from gbatch.spec import (
+from gbatch.core import dependency
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.timefmt import TimeLimitError, format_duration, parse_time_limit, show_value
+from gbatch.jobspec.spec import (
     SpecError,
     _check_comment,
     _check_name,
@@ -25,7 +25,8 @@ from gbatch.spec import (
     check_gpus,
     parse_gres,
 )
-from gbatch.timefmt import TimeLimitError, format_duration, parse_time_limit, show_value
+from gbatch.nodes.inventory import Partition
+from gbatch.protocol import wire
 
 # Keys a job that has started may still change (Slurm: the time limit).
 RUNNING_KEYS = frozenset({"TimeLimit"})

@@ -38,10 +38,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gbatch.config import IDLE_GPU_EVENT, Config, Webhook
-from gbatch.jobids import format_spans, merge_spans
-from gbatch.model import Gpu, Job, JobState, NotifyHook
-from gbatch.timefmt import format_elapsed_fixed
+from gbatch.core.jobids import format_spans, merge_spans
+from gbatch.core.model import Gpu, Job, JobState, NotifyHook
+from gbatch.core.timefmt import format_elapsed_fixed
+from gbatch.site.config import IDLE_GPU_EVENT, Config, Webhook
 
 MAIL = "mail"
 WEBHOOK = "webhook"

@@ -30,10 +30,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gbatch.config import STORE_FULL_EVENT, Config, ConfigError, Webhook
-from gbatch.crashpoints import crash_point
+from gbatch.core.crashpoints import crash_point
 from gbatch.head import notify
 from gbatch.head.store import Store, StoreError, StoreFull
+from gbatch.site.config import STORE_FULL_EVENT, Config, ConfigError, Webhook
 
 if TYPE_CHECKING:
     import urllib.request
@@ -177,16 +177,6 @@ class Outbox:
             finally:
                 self.slots.release(note)
                 self._wake.set()
-
-    def deliver_due(self, now: float) -> int:
-        """Try every row due at `now` once, one at a time in this thread (the workers'
-        delivery, without them); the number delivered."""
-        delivered = 0
-        for note in self.store.due_notifications(now, BATCH):
-            if self.stopping.is_set():
-                break
-            delivered += self.deliver_one(note)
-        return delivered
 
     def deliver_one(self, note: notify.Notification) -> bool:
         """Try `note` once; record that it was delivered (True) or when to try again."""

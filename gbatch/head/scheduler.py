@@ -13,9 +13,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gbatch.core.limits import Use, UserLimits
+from gbatch.core.model import Assignment, Job, NodeView, Plan
 from gbatch.head.fairshare import factors
-from gbatch.limits import Use, UserLimits
-from gbatch.model import Assignment, Job, NodeView, Plan
 
 # Pending reasons, spelled as Slurm's squeue prints them.
 HELD = "JobHeldUser"

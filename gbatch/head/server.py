@@ -1,7 +1,7 @@
 """gbatchd's front door: the Unix socket, the caller's identity, and start-up.
 
 Identity is the peer's uid from SO_PEERCRED, never anything the request says.
-Requests are JSON lines (gbatch.wire's request types), each answered by one JSON line;
+Requests are JSON lines (gbatch.protocol.wire's request types), each answered by one JSON line;
 a connection may carry many, and a bad one does not close it. A connection is closed
 when it breaks a `Limits` (a line too long or too slow, a reply not taken, idle too
 long); one refused (too many open) is answered at once and closed.
@@ -30,8 +30,15 @@ from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
-from gbatch import wire
-from gbatch.config import (
+from gbatch.head import handlers, heap
+from gbatch.head.daemon import Daemon
+from gbatch.head.eventlog import open_event_log
+from gbatch.head.notify import Policy
+from gbatch.head.outbox import smtp_password
+from gbatch.head.store import Store
+from gbatch.nodes.inventory import Inventory
+from gbatch.protocol import wire
+from gbatch.site.config import (
     Config,
     ConfigError,
     Paths,
@@ -40,13 +47,6 @@ from gbatch.config import (
     daemon_paths,
     make_private,
 )
-from gbatch.head import handlers, heap
-from gbatch.head.daemon import Daemon
-from gbatch.head.eventlog import open_event_log
-from gbatch.head.notify import Policy
-from gbatch.head.outbox import smtp_password
-from gbatch.head.store import Store
-from gbatch.nodes.inventory import Inventory
 
 log = logging.getLogger("gbatchd")
 # Open connections the daemon serves at once: one user's commands, TUIs and scripts, and

@@ -31,17 +31,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from gbatch import arrays, wire
-from gbatch.config import make_private
-from gbatch.dependency import NEVER_REASON, RefJob
-from gbatch.gpuusage import GpuUsage
-from gbatch.head import eventlog, fairshare, notify
-from gbatch.head.notify import Policy
-from gbatch.head.scheduler import BEGIN_TIME, HELD
-from gbatch.head.secretbox import SecretBox, SecretKeyError
-from gbatch.jobids import job_label
-from gbatch.limits import PendingLimitReached
-from gbatch.model import (
+from gbatch.core import arrays
+from gbatch.core.dependency import NEVER_REASON, RefJob
+from gbatch.core.gpuusage import GpuUsage
+from gbatch.core.jobids import job_label
+from gbatch.core.limits import PendingLimitReached
+from gbatch.core.model import (
     ACTIVE_STATES,
     Event,
     IllegalTransition,
@@ -50,6 +45,12 @@ from gbatch.model import (
     JobState,
     check_transition,
 )
+from gbatch.head import eventlog, fairshare, notify
+from gbatch.head.notify import Policy
+from gbatch.head.scheduler import BEGIN_TIME, HELD
+from gbatch.head.secretbox import SecretBox, SecretKeyError
+from gbatch.protocol import wire
+from gbatch.site.config import make_private
 
 _ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE_STATES, key=lambda s: s.value))
 
@@ -163,7 +164,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX array_tails_state ON array_tails(state, user)
     """,
-    # 9: how busy each run kept its GPUs (gbatch/gpuusage.py): one row per run, folded
+    # 9: how busy each run kept its GPUs (gbatch/core/gpuusage.py): one row per run, folded
     # into at every node report while it runs; seff and sacct's TRESUsageInMax read it.
     """
     CREATE TABLE gpu_usage (
@@ -2624,7 +2625,7 @@ class Store:
             counts[key] = counts.get(key, 0) + int(n)
         return counts
 
-    # -- dependencies (gbatch/dependency.py) -------------------------------------------
+    # -- dependencies (gbatch/core/dependency.py) -------------------------------------------
 
     def ref_jobs(self, ids: Collection[int]) -> dict[int, RefJob]:
         """State and run times of those of `ids` that name a job: what the daemon

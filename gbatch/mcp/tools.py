@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from gbatch.cli.context import Context
-    from gbatch.model import Job
+    from gbatch.core.model import Job
 
 MAX_LOG_BYTES = 1 << 20  # one answer's log text at most
 DEFAULT_LOG_BYTES = 64 * 1024
@@ -320,9 +320,10 @@ WAITS_FOR: dict[str, str] = {
 
 
 def why_pending(ctx: Context, text: str) -> str:
-    from gbatch import formatting, wire
     from gbatch.cli.context import parse_job
-    from gbatch.model import JobState
+    from gbatch.core.model import JobState
+    from gbatch.protocol import wire
+    from gbatch.render import formatting
 
     target = parse_job(text, "job")
     reply = ctx.client.call(wire.ShowJob(id=target.job, task=target.single_task))
@@ -355,8 +356,8 @@ def _where(job: Job) -> str:
 
 def _place(ctx: Context, job: Job) -> str:
     """The job's place in the planner's order, as `gbatch sprio -l` ranks it."""
-    from gbatch import wire
-    from gbatch.views import JobPriority
+    from gbatch.core.views import JobPriority
+    from gbatch.protocol import wire
 
     reply = ctx.client.call(wire.ShowPriorities())
     ranked = sorted((JobPriority.from_wire(row) for row in reply["jobs"]), key=lambda p: p.rank)
@@ -378,8 +379,8 @@ def _place(ctx: Context, job: Job) -> str:
 
 def read_log(ctx: Context, args: Mapping[str, Any]) -> list[str]:
     """[a line saying which bytes came, the log's text]."""
-    from gbatch import wire
     from gbatch.cli.context import parse_job
+    from gbatch.protocol import wire
 
     if "tail_lines" in args and "offset" in args:
         raise BadArguments("tail_lines, offset: give one of them (the end, or a place)")

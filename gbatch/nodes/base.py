@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from gbatch.model import Gpu, Job
+from gbatch.core.model import Gpu, Job
+from gbatch.jobspec.spec import array_summary
+from gbatch.jobspec.sweep import param_env
 from gbatch.nodes.report import NodeReport, ReportError, parse_report_line
-from gbatch.spec import array_summary
-from gbatch.sweep import param_env
 
 # What report() says of a node that has not yet reported nor failed to.
 STARTING = "starting"
@@ -263,7 +263,7 @@ def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str,
             env["SLURM_ARRAY_TASK_STEP"] = str(step)
     elif "GBATCH_ARRAY_TASK_ID" in env:  # a task queued before array_task existed
         env["SLURM_ARRAY_TASK_ID"] = env["GBATCH_ARRAY_TASK_ID"]
-    if spec.params:  # a parameter sweep's task (gbatch/sweep.py)
+    if spec.params:  # a parameter sweep's task (gbatch/jobspec/sweep.py)
         env.update(param_env(spec.params))
     return env
 

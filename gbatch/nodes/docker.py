@@ -22,16 +22,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from gbatch import policy as site_policy
-from gbatch.model import Job, JobSpec
+from gbatch.core.model import Job, JobSpec
+from gbatch.jobspec.spec import SpecError
 from gbatch.nodes.base import CommandResult, HostError, LaunchError, job_env, launch_secrets
 from gbatch.nodes.joblog import mark_attempt_start
 from gbatch.nodes.resolve import parse_resolved, resolver_argv
-from gbatch.policy import ContainerPolicy, RunAs, check_mounts
-from gbatch.spec import SpecError
+from gbatch.site import policy as site_policy
+from gbatch.site.policy import ContainerPolicy, RunAs, check_mounts
 
 if TYPE_CHECKING:
-    from gbatch.config import Paths
+    from gbatch.site.config import Paths
 
 LABEL_JOB = "gbatch.job"
 LABEL_ATTEMPT = "gbatch.attempt"

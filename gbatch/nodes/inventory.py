@@ -21,9 +21,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
 
-from gbatch.model import IMPLICIT_PARTITION
-from gbatch.spec import PARTITION_NAME
-from gbatch.timefmt import TimeLimitError, parse_time_limit, show_value
+from gbatch.core.model import IMPLICIT_PARTITION
+from gbatch.core.timefmt import TimeLimitError, parse_time_limit, show_value
+from gbatch.jobspec.spec import PARTITION_NAME
 
 LOCAL_NODE = "local"  # the embedded node's name; no inventory node may take it
 MAX_FILE_BYTES = 1024 * 1024
@@ -358,7 +358,7 @@ def _build_partition(
         )
     default_image = raw.get("default_image")
     if default_image is not None:
-        from gbatch.spec import SpecError, check_image
+        from gbatch.jobspec.spec import SpecError, check_image
 
         try:
             default_image = check_image(default_image, "default_image")

@@ -12,7 +12,7 @@ as a write succeeds again (see LogWriter). Slurm and pueue lose such output too.
 A log stops growing at the head's `max_log_bytes`: the log says so in one line and
 further output is read on and dropped, while the job keeps running (Slurm and pueue
 do not stop a job for its output either).
-This module stays light (no gbatch.config at run time): the shim imports it at the
+This module stays light (no gbatch.site.config at run time): the shim imports it at the
 start of every job.
 """
 
@@ -23,7 +23,7 @@ import threading
 from functools import partial
 from pathlib import Path
 
-from gbatch.crashpoints import crash_point
+from gbatch.core.crashpoints import crash_point
 
 # Not typing's: importing typing (and logging) would cost the shim, which imports this
 # module at every job start, about 15 ms. mypy takes any TYPE_CHECKING as typing's.
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
     from typing import IO
 
-    from gbatch.config import Paths
     from gbatch.nodes.outfiles import OutputFiles
+    from gbatch.site.config import Paths
 
     # Opens the container's output stream: a context manager yielding chunks.
     StreamOpener = Callable[[], AbstractContextManager[Iterator[bytes]]]

@@ -25,9 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gbatch import policy as site_policy
-from gbatch.config import Config, Paths
-from gbatch.model import Gpu, Job
+from gbatch.core.model import Gpu, Job
 from gbatch.nodes import docker
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
@@ -51,6 +49,8 @@ from gbatch.nodes.outfiles import OFFSETS_FILE, OutputFiles, open_or_say
 from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
 from gbatch.nodes.shimserver import LOCK_FILE, ServerGone, ShimServer, lock_held
 from gbatch.shim import CPUS_ENV, JOB_ENV_FILE_ENV, MEM_MB_ENV
+from gbatch.site import policy as site_policy
+from gbatch.site.config import Config, Paths
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gbatch import outputs
-from gbatch.model import Job
-from gbatch.policy import RunAs, submitter_identity
+from gbatch.core import outputs
+from gbatch.core.model import Job
+from gbatch.site.policy import RunAs, submitter_identity
 
 OPEN_TIMEOUT = 30.0  # seconds for the opener child
 OFFSETS_FILE = "out_offset"

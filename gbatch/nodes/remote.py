@@ -19,8 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 
-from gbatch.config import Config, Paths
-from gbatch.model import Gpu, Job
+from gbatch.core.model import Gpu, Job
 from gbatch.nodes import docker
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
@@ -39,6 +38,7 @@ from gbatch.nodes.report import (
     to_gpus,
 )
 from gbatch.nodes.ssh import RemoteError, RemoteStream, SshConnection, SshTarget, StreamPool
+from gbatch.site.config import Config, Paths
 
 log = logging.getLogger("gbatchd")
 COMMAND_TIMEOUT = 30.0  # seconds for any one remote docker call

@@ -11,7 +11,7 @@ import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from gbatch.model import Gpu
+from gbatch.core.model import Gpu
 
 SUPPORTED_SCHEMA = 1
 SOURCES = frozenset({"nvml", "simulation", "none"})

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gbatch.nodes.base import CommandResult, HostError
-from gbatch.policy import RunAs
+from gbatch.site.policy import RunAs
 
 
 def follow(path: str) -> str:
@@ -94,7 +94,7 @@ class Resolved:
     errors: Mapping[str, str]
 
     def __call__(self, path: str) -> str:
-        """The real path, as gbatch.policy's `resolve` callback; ValueError when the
+        """The real path, as gbatch.site.policy's `resolve` callback; ValueError when the
         path could not be followed with the submitter's rights."""
         if path in self.errors:
             raise ValueError(self.errors[path])

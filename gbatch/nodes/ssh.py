@@ -43,7 +43,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import paramiko
 from paramiko.ssh_exception import NoValidConnectionsError
@@ -308,6 +308,24 @@ def _changed_key_error(target: SshTarget, offered: paramiko.PKey, expected: Any)
 # --- channels ------------------------------------------------------------------------------
 
 
+class _ClosedOnExit:
+    """`with x:` closes x when the block ends, however it ends."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
 class _Watchdog:
     """Closes a channel if a paramiko call on it outlives its bound.
 
@@ -365,7 +383,7 @@ def _send_stdin(channel: Any, data: bytes) -> None:
         pass  # the command ended or the channel closed before reading all its input
 
 
-class RemoteStream:
+class RemoteStream(_ClosedOnExit):
     """A long-lived remote command (the agent's `watch`, `docker logs -f`), read by lines.
 
     Read stdout to its end (readline returns b"") before asking for the exit status: a
@@ -434,17 +452,6 @@ class RemoteStream:
     def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self) -> RemoteStream:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
 
 # --- the connection ------------------------------------------------------------------------
 
@@ -463,7 +470,7 @@ CHANNEL_PATIENCE = 10.0
 _CHANNEL_RETRY_DELAYS = (0.1, 0.3, 1.0)  # then every second
 
 
-class SshConnection:
+class SshConnection(_ClosedOnExit):
     """One persistent SSH connection to one node. Call connect() before anything else."""
 
     def __init__(self, target: SshTarget) -> None:
@@ -571,17 +578,6 @@ class SshConnection:
         if self._client is not None:
             self._client.close()
             self._client = None
-
-    def __enter__(self) -> SshConnection:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # commands -----------------------------------------------------------------------------
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gbatch import wire
-from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
-from gbatch.model import Event, Job, JobSpec, JobState, NodeInfo
+from gbatch.core.model import Event, Job, JobSpec, JobState, NodeInfo
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
 from gbatch.tui.rows import QueueFilter
 
 # What a screen shows as a status line instead of crashing: the daemon went away,

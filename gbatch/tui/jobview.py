@@ -14,9 +14,9 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Input, Log, Static
 
-from gbatch import formatting
-from gbatch.client import RequestFailed
-from gbatch.jobids import job_label
+from gbatch.core.jobids import job_label
+from gbatch.protocol.client import RequestFailed
+from gbatch.render import formatting
 from gbatch.tui.data import LINK_ERRORS, JobSnapshot, LogChunk
 from gbatch.tui.live import LiveScreen, Services, screen_gone
 

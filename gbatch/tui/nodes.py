@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Static
 
-from gbatch.model import NodeState
+from gbatch.core.model import NodeState
 from gbatch.tui import rows
 from gbatch.tui.data import NodesSnapshot
 from gbatch.tui.live import LiveScreen

@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, Static
 
-from gbatch.model import Job, JobState
+from gbatch.core.model import Job, JobState
 from gbatch.tui import rows
 from gbatch.tui.data import FIRST_PAGE_ROWS, QueuePage, QueueView
 from gbatch.tui.live import LiveScreen, Services, screen_gone

@@ -1,7 +1,7 @@
 """What the queue and nodes views show, as plain values: filter, sort, count, cells.
 
 Pure (no textual, no clock): `now` is the daemon's. Cell text comes from
-gbatch.formatting so the TUI says exactly what squeue and sinfo say (elapsed time,
+gbatch.render.formatting so the TUI says exactly what squeue and sinfo say (elapsed time,
 limits, `(Reason)` for pending jobs, control characters made harmless).
 """
 
@@ -12,9 +12,9 @@ from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from typing import Any
 
-from gbatch import formatting
-from gbatch.jobids import job_label
-from gbatch.model import Gpu, Job, JobState, NodeInfo, NodeState
+from gbatch.core.jobids import job_label
+from gbatch.core.model import Gpu, Job, JobState, NodeInfo, NodeState
+from gbatch.render import formatting
 
 # (column key, header). TIME is squeue's elapsed/limit; NODE(REASON) is squeue's %R.
 QUEUE_COLUMNS: tuple[tuple[str, str], ...] = (

@@ -29,11 +29,11 @@ from typing import Any
 # Modules the CLI commands import inside their run(): loaded before a fork.
 CLI_MODULES = (
     "gbatch.cli._main",
-    "gbatch.formatting",
-    "gbatch.wire",
-    "gbatch.timefmt",
-    "gbatch.spec",
-    "gbatch.config",
+    "gbatch.render.formatting",
+    "gbatch.protocol.wire",
+    "gbatch.core.timefmt",
+    "gbatch.jobspec.spec",
+    "gbatch.site.config",
     "shlex",
     "yaml",
 )

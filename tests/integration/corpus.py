@@ -38,7 +38,7 @@ from conftest import GBATCH, Head
 CORPUS = Path(__file__).resolve().parent.parent / "slurm_corpus"
 # The embedded node's partition as the partitions work names it; the corpus scripts that
 # say `-p` use this name, and .ci/setup-slurm.sh gives real Slurm the same one.
-PARTITION = "gpu"  # gbatch.model.IMPLICIT_PARTITION (i14-partitions)
+PARTITION = "gpu"  # gbatch.core.model.IMPLICIT_PARTITION (i14-partitions)
 FINAL_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
 )

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 from conftest import Head, kill_leftover_jobs, make_head, wait_for
+from oracles import deliver_due
 from test_notifications import Inbox, notify_config, smtp_server
 
-from gbatch.config import Config
+from gbatch.core.model import JobSpec, JobState
 from gbatch.head.notify import Policy
 from gbatch.head.outbox import Outbox
 from gbatch.head.store import Store, Submission
-from gbatch.model import JobSpec, JobState
+from gbatch.site.config import Config
 
 T0 = 1_767_225_600.0
 
@@ -33,7 +34,7 @@ class Lab:
         self.store = Store(self.path, Policy.from_config(self.config))
 
     def deliver(self) -> int:
-        return Outbox(self.store, self.config, lambda: T0).deliver_due(T0 + 1000)
+        return deliver_due(Outbox(self.store, self.config, lambda: T0), T0 + 1000)
 
     def array(self, n: int, mail_type: str, *, rows: int | None = None) -> list[int]:
         """Submit an array of `n` tasks, its first `rows` rows (the rest its tail)."""

@@ -16,9 +16,9 @@ import pytest
 from asuser import User, as_user
 from conftest import GBATCH, Head, require_root, shared_home, wait_for
 
-from gbatch import wire
-from gbatch.client import Client, DaemonUnavailable, RequestFailed
 from gbatch.head import refusals
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, DaemonUnavailable, RequestFailed
 
 _NOBODY = pwd.getpwnam("nobody")
 NOBODY = User(_NOBODY.pw_name, _NOBODY.pw_uid, _NOBODY.pw_gid)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, wait_for
 
-from gbatch import wire
-from gbatch.client import Client, RequestFailed
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, RequestFailed
 
 BAD_FILES = {
     "unknown key": (

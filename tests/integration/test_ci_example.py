@@ -1,7 +1,7 @@
-"""README's "From CI": examples/ci/submit-and-wait.sh, the script its GitHub Actions and
-GitLab CI snippets run (and that README shows verbatim), run with curl and jq against a
-real gbatchd and `gbatch api serve`: it exits 0 when the job completed and 1 when it
-failed, printing the job's log either way."""
+"""docs/http-api.md's "From CI": examples/ci/submit-and-wait.sh, the script its GitHub
+Actions and GitLab CI snippets run (and that the page shows verbatim), run with curl and
+jq against a real gbatchd and `gbatch api serve`: it exits 0 when the job completed and 1
+when it failed, printing the job's log either way."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "ci" / "submit-and-wait.sh"
 
 
-def test_the_readme_shows_the_script_the_ci_snippets_run() -> None:
-    readme = (REPO / "README.md").read_text()
-    blocks = re.findall(r"```sh\n(.*?)```", readme, re.DOTALL)
+def test_the_docs_show_the_script_the_ci_snippets_run() -> None:
+    page = (REPO / "docs" / "http-api.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", page, re.DOTALL)
     assert SCRIPT.read_text() in blocks
-    section = readme.split("### From CI", 1)[1].split("\n## ", 1)[0]
+    section = page.split("\n## From CI\n", 1)[1].split("\n## ", 1)[0]
     assert section.count("examples/ci/submit-and-wait.sh") >= 2  # both snippets run it
     assert "secrets.GBATCH_TOKEN" in section and "$GBATCH_TOKEN" in section
 

@@ -7,8 +7,8 @@ import threading
 
 from conftest import Head
 
-from gbatch import wire
-from gbatch.client import Client, RequestFailed
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, RequestFailed
 
 SUBMITTERS = 16
 EACH = 100

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import Head, require_root
 
-from gbatch import wire
-from gbatch.client import Client, RequestFailed
 from gbatch.head.server import MAX_CONNECTIONS_PER_USER
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, RequestFailed
 
 NOBODY = pwd.getpwnam("nobody")
 

@@ -24,9 +24,9 @@ from asuser import User, as_user, preload, run_cli, temp_users
 from conftest import FAST_CONFIG, wait_for
 from fleet import Fleet, build_fleet, teardown_fleet
 
-from gbatch import wire
-from gbatch.client import Client
-from gbatch.policy import DEFAULT_CAPABILITIES
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
+from gbatch.site.policy import DEFAULT_CAPABILITIES
 
 pytestmark = [
     pytest.mark.docker,

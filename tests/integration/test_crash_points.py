@@ -15,7 +15,7 @@ import pytest
 from conftest import Head, is_gone, kill_leftover_jobs, make_head, wait_for
 from ledger import check, ledger_command
 
-from gbatch.crashpoints import POINTS
+from gbatch.core.crashpoints import POINTS
 
 CRASHES_PER_POINT = 2
 JOBS = 4  # on 2 GPUs: some still to dispatch and to finish after each crash

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from dockerenv import ensure_test_image, require_docker
 
-from gbatch.model import JobSpec
+from gbatch.core.model import JobSpec
 from gbatch.nodes.docker import (
     container_name,
     docker_inspect_argv,

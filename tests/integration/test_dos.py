@@ -23,8 +23,8 @@ from abuse import Account, Stop, attacks_stopped, flood, hold_idle, hold_slow, s
 from asuser import User, as_user, preload, run_cli, temp_users
 from conftest import GBATCH, Head, require_root, shared_home, wait_for
 
-from gbatch import wire
 from gbatch.head.server import MAX_CONNECTIONS_PER_USER
+from gbatch.protocol import wire
 
 DAEMON_FILES = 1024  # the soft limit systemd's default would give
 IDLE, SLOW, FLOODERS = 1000, 300, 16

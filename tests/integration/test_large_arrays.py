@@ -8,7 +8,7 @@ import subprocess
 
 from conftest import GBATCH, Head, wait_for
 
-from gbatch.arrays import ARRAY_ROWS
+from gbatch.core.arrays import ARRAY_ROWS
 
 TASKS = ARRAY_ROWS + 8  # the last 8 start out in the array's tail
 

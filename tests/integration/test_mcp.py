@@ -202,7 +202,7 @@ def serve_as(user: User, home: Path) -> tuple[Mcp, int]:
     """`gbatch mcp serve` in a child that became `user` (the venv's interpreter may not
     be theirs to run: fork, as asuser does); the session and the child's pid."""
     preload(("gbatch.cli._main", "gbatch.cli.mcp", "gbatch.cli.scancel", "gbatch.cli.context"))
-    preload(("gbatch.mcp.server", "gbatch.mcp.tools", "gbatch.wire", "gbatch.jobids"))
+    preload(("gbatch.mcp.server", "gbatch.mcp.tools", "gbatch.protocol.wire", "gbatch.core.jobids"))
     to_child, from_parent = os.pipe()
     to_parent, from_child = os.pipe()
     pid = os.fork()

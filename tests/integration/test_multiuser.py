@@ -25,8 +25,8 @@ import pytest
 from asuser import User, as_user, preload, run_cli, temp_users
 from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, require_root, wait_for
 
-from gbatch import wire
-from gbatch.client import Client, RequestFailed
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, RequestFailed
 
 ACTIONS = ("cancel", "hold", "release", "requeue", "logs")
 CLI_ARGV = {

@@ -21,8 +21,6 @@ from conftest import GBATCH, Head, wait_for
 from fleet import Fleet, build_fleet, teardown_fleet
 from sshd import keygen, start_sshd
 
-from gbatch import wire
-from gbatch.client import Client, RequestFailed
 from gbatch.nodes.ssh import (
     SshTarget,
     fingerprint,
@@ -30,6 +28,8 @@ from gbatch.nodes.ssh import (
     replace_host_key,
     trust_host_key,
 )
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, RequestFailed
 
 
 def host_fingerprint(pub: Path) -> str:

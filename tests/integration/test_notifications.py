@@ -23,12 +23,13 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 from conftest import FAST_CONFIG, Head, is_gone, kill_leftover_jobs, make_head, wait_for
+from oracles import deliver_due
 
-from gbatch.config import Config
+from gbatch.core.model import JobSpec, JobState
 from gbatch.head.notify import Policy
 from gbatch.head.outbox import Outbox
 from gbatch.head.store import Store
-from gbatch.model import JobSpec, JobState
+from gbatch.site.config import Config
 
 SECRET = "hook-secret"
 
@@ -451,12 +452,12 @@ def test_implicit_tls_with_a_wrong_password_fails_without_saying_it_then_deliver
     try:
         store.queue_job_event(submitted_running(store), "BEGIN", 0.0)
         outbox_ = Outbox(store, config, lambda: 0.0)
-        assert outbox_.deliver_due(0.0) == 0
+        assert deliver_due(outbox_, 0.0) == 0
         (row,) = store.outbox()
         assert "gbatch was refused (535)" in str(row["last_error"])
         assert "wrong password" not in caplog.text + str(row["last_error"])
         secret.write_text(PASSWORD)  # the admin fixes the file: no restart needed
-        assert outbox_.deliver_due(1.0) == 1
+        assert deliver_due(outbox_, 1.0) == 1
     finally:
         store.close()
         smtp.stop()
@@ -482,7 +483,7 @@ def test_starttls_is_required_not_hoped_for(tmp_path: Path) -> None:
     store = Store(tmp_path / "gbatch.db", Policy.from_config(config))
     try:
         store.queue_job_event(submitted_running(store), "BEGIN", 0.0)
-        assert Outbox(store, config, lambda: 0.0).deliver_due(0.0) == 0
+        assert deliver_due(Outbox(store, config, lambda: 0.0), 0.0) == 0
         (row,) = store.outbox()
     finally:
         store.close()

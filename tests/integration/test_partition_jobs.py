@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conftest import Head, make_head, wait_for
 
-from gbatch.model import IMPLICIT_PARTITION
+from gbatch.core.model import IMPLICIT_PARTITION
 
 
 def test_the_embedded_node_is_in_one_default_partition_a_script_may_name(

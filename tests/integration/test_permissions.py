@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from conftest import Head, require_root
 
-from gbatch import wire
-from gbatch.client import Client, RequestFailed
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, RequestFailed
 
 
 @pytest.fixture(autouse=True)

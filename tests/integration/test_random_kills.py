@@ -21,9 +21,9 @@ from pathlib import Path
 from conftest import Head, is_gone, kill_leftover_jobs, make_head, wait_for
 from ledger import Run, check, first_start_after, ledger_command, read_runs
 
-from gbatch.config import Paths
+from gbatch.core.model import FINAL_STATES, Event, JobState
 from gbatch.head.store import Store
-from gbatch.model import FINAL_STATES, Event, JobState
+from gbatch.site.config import Paths
 
 JOBS = 40
 GPUS = 2

@@ -25,11 +25,11 @@ from conftest import FAST_CONFIG, Head, make_head, require_root, shared_home
 from docexamples import yaml_block_with
 from dockerenv import ensure_test_image, require_docker
 
-from gbatch import wire
-from gbatch.client import Client
 from gbatch.nodes.docker import container_name
 from gbatch.nodes.resolve import resolve_here
-from gbatch.policy import RunAs
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
+from gbatch.site.policy import RunAs
 
 
 @dataclass

@@ -39,7 +39,7 @@ SQUEUE_LISTINGS = {
     "long": ["-l"],
     "format": ["-o", "%i %j %T %M %l %D %R"],
     # Not compared: -O JobID of a folded array row is the array's id in Slurm,
-    # N_[0-2] in gbatch (README).
+    # N_[0-2] in gbatch (docs/slurm-users.md).
     "Format": ["-O", "Name,State,TimeLimit"],
 }
 SINFO_LISTINGS = {
@@ -61,7 +61,7 @@ def masked(text: str) -> list[str]:
     return lines
 
 
-# Deliberate differences (README, "Coming from Slurm"): a pending job's reason before
+# Deliberate differences (docs/slurm-users.md): a pending job's reason before
 # Slurm's scheduler has looked at it is None, gbatch's planner gives one at once; gbatch
 # knows no sockets, cores and threads (S:C:T reads N/A).
 SAME = {"(None)": "(Priority)", "N:N:N": "N/A"}
@@ -142,7 +142,7 @@ def test_squeue_prints_slurms_columns_and_values(both: Both, name: str) -> None:
     argv = SQUEUE_LISTINGS[name]
     slurm = _slurm("squeue", "-j", ",".join(both.slurm.values()), *argv)
     # gbatch's daemon is this test's alone; its `squeue -j` would list a finished job
-    # too, which Slurm's does not (README).
+    # too, which Slurm's does not (docs/slurm-users.md).
     ours = both.head.run("squeue", *argv, check=True).stdout
     assert masked(ours)[0] == masked(slurm)[0], "header"
     assert columns(ours)[1:] == columns(slurm)[1:]

@@ -8,7 +8,7 @@ import subprocess
 
 from conftest import GBATCH, Head, wait_for
 
-from gbatch.model import IMPLICIT_PARTITION
+from gbatch.core.model import IMPLICIT_PARTITION
 
 
 def _ids(head: Head, *args: str) -> list[int]:

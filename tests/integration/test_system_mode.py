@@ -29,8 +29,8 @@ from asuser import User, as_user, preload, temp_users
 from conftest import FAST_CONFIG, kill_leftover_jobs, wait_for
 from dockerenv import TEST_IMAGE, require_docker
 
-from gbatch import wire
-from gbatch.client import Client, DaemonUnavailable
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, DaemonUnavailable
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="needs root to make users")
 REPO = Path(__file__).resolve().parents[2]

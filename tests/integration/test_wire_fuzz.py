@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wirefuzz import JSON_VALUES, RAW_LINES, nested, request_shaped
 
-from gbatch import wire
-from gbatch.client import Client
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
 
 FUZZ = settings(
     max_examples=150,

@@ -24,8 +24,8 @@ from integration.conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_hea
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
-from gbatch import wire
-from gbatch.client import Client
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
 from gbatch.tui.app import GbatchApp, make_app
 from gbatch.tui.pager import PagedTable
 from gbatch.tui.table import cursor_key

@@ -1,4 +1,4 @@
-"""A lab frozen in time for the TUI's snapshot tests and the README's screenshots.
+"""A lab frozen in time for the TUI's snapshot tests and the docs' screenshots.
 
 `FakeLink` is a DaemonLink that never opens its socket: every method answers from
 the fixed data below, the same data on every call, so a screen's refresh timer
@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
+from gbatch.core.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.tui import rows
 from gbatch.tui.app import GbatchApp, make_app
 from gbatch.tui.data import (

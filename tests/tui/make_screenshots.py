@@ -1,4 +1,5 @@
-"""Write the README's TUI screenshots (docs/tui-*.svg) from the snapshot tests' lab.
+"""Write the TUI screenshots (docs/tui-*.svg, shown by docs/tui.md and the README) from the
+snapshot tests' lab.
 
     .venv/bin/python tests/tui/make_screenshots.py [OUT_DIR]   # default: docs/
 

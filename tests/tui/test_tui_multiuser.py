@@ -33,8 +33,8 @@ from integration.asuser import User, as_user, preload, temp_users
 from integration.conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head
 from textual.pilot import Pilot
 
-from gbatch import wire
-from gbatch.client import Client
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client
 from gbatch.tui.app import GbatchApp
 from gbatch.tui.dialogs import ConfirmDialog
 from gbatch.tui.pager import PagedTable

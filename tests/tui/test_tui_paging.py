@@ -12,7 +12,7 @@ from fakelab import ME, FakeLink, lab_app, page_of
 from scenes import until
 from textual.pilot import Pilot
 
-from gbatch.model import Job
+from gbatch.core.model import Job
 from gbatch.tui.data import QueuePage, QueueView
 from gbatch.tui.pager import MARGIN_ROWS, PagedTable
 

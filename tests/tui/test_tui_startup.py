@@ -15,7 +15,7 @@ from integration.conftest import wait_for
 
 from gbatch.cli import tui as tui_command
 from gbatch.cli.context import Context
-from gbatch.client import DaemonUnavailable
+from gbatch.protocol.client import DaemonUnavailable
 from gbatch.tui.app import GbatchApp, make_app
 from gbatch.tui.data import DaemonLink, QueuePage, QueueView
 from gbatch.tui.rows import QueueFilter

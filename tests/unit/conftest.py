@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from gbatch.config import Config, Paths
 from gbatch.head.daemon import Daemon
 from gbatch.head.store import Store
+from gbatch.site.config import Config, Paths
 
 # Property tests run on loaded 2-core machines: how long an example takes is no finding
 # (a test that asks for a deadline or the check sets its own).

@@ -16,7 +16,7 @@ from gbatch.api.openapi import PREFIX, document
 from gbatch.cli.api import make_listener, parse_listen
 from gbatch.cli.exits import CliError
 from gbatch.cli.sbatch import request_for_text
-from gbatch.wire import ERROR_KINDS
+from gbatch.protocol.wire import ERROR_KINDS
 
 
 def test_the_openapi_document_lists_every_route_and_no_other(tmp_path: object) -> None:

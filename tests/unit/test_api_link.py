@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gbatch.api.link import DaemonLink
-from gbatch.client import DaemonUnavailable, ReplyTimeout, RequestFailed
+from gbatch.protocol.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 
 Answer = Callable[[dict[str, object], asyncio.StreamWriter], Awaitable[bool]]
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from gbatch.core.model import JobSpec
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
-from gbatch.model import JobSpec
 
 ALICE = Caller(uid=5001, user="alice", pid=11)
 SPEC = JobSpec(name="j", command=("train.py",), gpus=1).to_dict()

@@ -11,15 +11,16 @@ from typing import Any
 
 import pytest
 
-from gbatch import arrays, wire
-from gbatch.arrays import ARRAY_ROWS, THROTTLE_REASON
-from gbatch.config import Config, Paths
-from gbatch.formatting import format_job_details, format_sacct, format_squeue
+from gbatch.core import arrays
+from gbatch.core.arrays import ARRAY_ROWS, THROTTLE_REASON
+from gbatch.core.limits import Limits, UserLimits
+from gbatch.core.model import JobSpec, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import RunnableWindow, Store, planning_job
-from gbatch.limits import Limits, UserLimits
-from gbatch.model import JobSpec, JobState
+from gbatch.protocol import wire
+from gbatch.render.formatting import format_job_details, format_sacct, format_squeue
+from gbatch.site.config import Config, Paths
 
 ALICE = Caller(uid=5001, user="alice", pid=11)
 BOB = Caller(uid=5002, user="bob", pid=12)

@@ -14,15 +14,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gbatch import arrays, wire
-from gbatch.arrays import ARRAY_ROWS
-from gbatch.config import Config, Paths
-from gbatch.formatting import format_job_details, format_sacct, format_squeue
+from gbatch.core import arrays
+from gbatch.core.arrays import ARRAY_ROWS
+from gbatch.core.limits import Limits, UserLimits
+from gbatch.core.model import JobSpec, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import MAX_ARRAY, Caller, handle
 from gbatch.head.store import Store
-from gbatch.limits import Limits, UserLimits
-from gbatch.model import JobSpec, JobState
+from gbatch.protocol import wire
+from gbatch.render.formatting import format_job_details, format_sacct, format_squeue
+from gbatch.site.config import Config, Paths
 
 ALICE = Caller(uid=5001, user="alice", pid=11)
 SPEC = JobSpec(name="j", command=("train.py",), gpus=1).to_dict()

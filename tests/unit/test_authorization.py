@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.config import Config, ConfigError, Paths, load_config
+from gbatch.core.model import JobSpec
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle, is_admin
 from gbatch.head.store import Store
-from gbatch.model import JobSpec
+from gbatch.site.config import Config, ConfigError, Paths, load_config
 
 ALICE = Caller(uid=5001, user="alice", pid=11)
 BOB = Caller(uid=5002, user="bob", pid=22)

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from gbatch.batchscript import ScriptError, looks_like_script, parse_script
+from gbatch.jobspec.batchscript import ScriptError, looks_like_script, parse_script
 
 SCRIPT = """#!/bin/bash
 # a comment before the directives

@@ -15,13 +15,13 @@ import pytest
 
 from gbatch.cli.context import parse_ids, print_failures
 from gbatch.cli.exits import CliError, Exit
-from gbatch.config import Config, Paths
+from gbatch.core.model import JobSpec, JobState
 from gbatch.head import daemon as daemon_module
 from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import RunnableWindow, Store
-from gbatch.model import JobSpec, JobState
+from gbatch.site.config import Config, Paths
 
 ALICE = Caller(uid=5001, user="alice", pid=11)
 BOB = Caller(uid=5002, user="bob", pid=22)

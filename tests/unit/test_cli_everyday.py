@@ -1,7 +1,7 @@
 """The everyday command lines read without argparse (gbatch/cli/everyday.py) against
 argparse's path: the same options read from any words it takes (and the others left to
 argparse), the same request sent, the same output and the same errors; its socket is
-resolve_paths'; its JSON is json's (gbatch/jsonline.py)."""
+resolve_paths'; its JSON is json's (gbatch/protocol/jsonline.py)."""
 
 from __future__ import annotations
 
@@ -23,13 +23,15 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gbatch import client, jobids, jsonline, paths, spec, submitenv, wire
 from gbatch.cli import everyday, sbatch, squeue
 from gbatch.cli._main import main
 from gbatch.cli._parser import build_parser
 from gbatch.cli.context import parse_ids
 from gbatch.cli.exits import CliError
-from gbatch.model import Job, JobSpec, JobState
+from gbatch.core import jobids, paths, submitenv
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.jobspec import spec
+from gbatch.protocol import client, jsonline, wire
 
 NOW = 1_800_000_000.0
 ME = pwd.getpwuid(os.getuid()).pw_name

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gbatch import wire
-from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
 
 
 @pytest.fixture

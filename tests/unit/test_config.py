@@ -9,7 +9,8 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from gbatch.config import (
+from gbatch.core.limits import Limits, UserLimits
+from gbatch.site.config import (
     Config,
     ConfigError,
     IdleGpuPolicy,
@@ -21,8 +22,7 @@ from gbatch.config import (
     make_private,
     resolve_paths,
 )
-from gbatch.limits import Limits, UserLimits
-from gbatch.policy import MountRoot
+from gbatch.site.policy import MountRoot
 
 
 @pytest.fixture

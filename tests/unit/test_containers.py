@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gbatch.model import JobSpec
+from gbatch.core.model import JobSpec
 from gbatch.nodes.docker import (
     ContainerStatus,
     container_name,
@@ -24,7 +24,7 @@ from gbatch.nodes.docker import (
     parse_inspect,
     parse_wait,
 )
-from gbatch.policy import DEFAULT_CAPABILITIES, ContainerPolicy, MountRoot, RunAs
+from gbatch.site.policy import DEFAULT_CAPABILITIES, ContainerPolicy, MountRoot, RunAs
 
 SPEC = JobSpec(name="train", command=("python", "train.py", "--lr", "0.1"), image="pytorch:2")
 

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from gbatch.core.model import JobSpec
 from gbatch.head.cyclegc import LoopCollector
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
-from gbatch.model import JobSpec
 
 STRANGER = Caller(uid=4321, user="stranger", pid=3)
 

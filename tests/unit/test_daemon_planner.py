@@ -26,11 +26,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gbatch.config import Config, Paths
+from gbatch.core.model import IllegalTransition, Job, JobSpec, JobState, NodeView, Plan
 from gbatch.head.daemon import Daemon
 from gbatch.head.scheduler import Planner
 from gbatch.head.store import RunnableWindow, Store, planning_job
-from gbatch.model import IllegalTransition, Job, JobSpec, JobState, NodeView, Plan
+from gbatch.site.config import Config, Paths
 
 NODES = ("n1", "n2")
 GPUS = 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gbatch.dependency import (
+from gbatch.core.dependency import (
     DependencyError,
     JobRef,
     RefJob,
@@ -15,8 +15,8 @@ from gbatch.dependency import (
     shown,
     with_arrays,
 )
-from gbatch.model import FINAL_STATES, JobState
-from gbatch.spec import SpecError, build_spec
+from gbatch.core.model import FINAL_STATES, JobState
+from gbatch.jobspec.spec import SpecError, build_spec
 
 S, W, N = Status.SATISFIED, Status.WAITING, Status.NEVER
 

@@ -13,15 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gbatch.arrays import ARRAY_ROWS
-from gbatch.config import Config, Paths
-from gbatch.dependency import Dependency as Dep
-from gbatch.dependency import JobRef, RefJob, Term, evaluate, parse, tasks_named
+from gbatch.core.arrays import ARRAY_ROWS
+from gbatch.core.dependency import Dependency as Dep
+from gbatch.core.dependency import JobRef, RefJob, Term, evaluate, parse, tasks_named
+from gbatch.core.limits import Limits, UserLimits
+from gbatch.core.model import JobSpec, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import MAX_ARRAY, Caller, handle
 from gbatch.head.store import Store
-from gbatch.limits import Limits, UserLimits
-from gbatch.model import JobSpec, JobState
+from gbatch.site.config import Config, Paths
 
 ALICE = Caller(uid=5001, user="alice", pid=11)
 SPEC = JobSpec(name="j", command=("train.py",), gpus=1).to_dict()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.config import (
+from gbatch.site.config import (
     SYSTEM_SOCKET,
     Config,
     ConfigError,

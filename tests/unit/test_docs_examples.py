@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from docexamples import yaml_blocks
 
-from gbatch.config import Paths, load_config
+from gbatch.site.config import Paths, load_config
 
 # Groups (and users: the Limits example's) the examples name, and an existing group or
 # user that stands for each here.

@@ -8,10 +8,9 @@ import time
 
 import pytest
 
-from gbatch.formatting import format_job_details
-from gbatch.model import Job, JobSpec, JobState
-from gbatch.nodes.base import job_env
-from gbatch.spec import (
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.timefmt import TimeLimitError, parse_begin
+from gbatch.jobspec.spec import (
     Export,
     SpecError,
     array_step,
@@ -22,7 +21,8 @@ from gbatch.spec import (
     parse_export,
     parse_signal,
 )
-from gbatch.timefmt import TimeLimitError, parse_begin
+from gbatch.nodes.base import job_env
+from gbatch.render.formatting import format_job_details
 
 SHELL = {
     "PATH": "/opt/bin:/usr/bin",

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.head.eventlog import EventLog, job_line, node_line, open_event_log, rfc3339
 from gbatch.head.store import StateChange, Store
-from gbatch.model import Job, JobSpec, JobState
 
 T0 = 1_700_000_000.0
 KEYS = ["ts", "event", "job", "user", "state", "reason", "node", "gpus", "exit_code", "name"]

@@ -12,7 +12,9 @@ from dataclasses import replace
 
 import pytest
 
-from gbatch.formatting import (
+from gbatch.core.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
+from gbatch.core.timefmt import format_timestamp
+from gbatch.render.formatting import (
     FormatError,
     format_job_details,
     format_job_details_json,
@@ -23,8 +25,6 @@ from gbatch.formatting import (
     format_squeue,
     format_squeue_json,
 )
-from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
-from gbatch.timefmt import format_timestamp
 
 NOW = 1_800_000_000.0
 
@@ -603,8 +603,8 @@ def test_absurd_widths_are_refused_rather_than_padded() -> None:
 
 
 def test_node_list_shows_where_each_node_is_and_why_it_is_out() -> None:
-    from gbatch.formatting import format_node_list
-    from gbatch.model import NodeInfo, NodeState
+    from gbatch.core.model import NodeInfo, NodeState
+    from gbatch.render.formatting import format_node_list
 
     nodes = [
         NodeInfo("gpu01", NodeState.IDLE, address="gbatch@10.0.0.11:22"),
@@ -650,7 +650,7 @@ def _varied_queue() -> list[Job]:
 )
 @pytest.mark.parametrize("expand", [False, True], ids=["folded", "expanded"])
 def test_squeue_memoized_rows_equal_one_line_drawn_per_job(fmt: str | None, expand: bool) -> None:
-    from gbatch.formatting import (
+    from gbatch.render.formatting import (
         SQUEUE_DEFAULT_FORMAT,
         SqueueView,
         _parse_squeue_format,
@@ -694,8 +694,13 @@ def test_squeue_from_columns_prints_what_it_printed_from_the_table(
     # with a control character, every letter a columns reply serves, -r and sorts.
     import json
 
-    from gbatch.formatting import parse_squeue_sort, sort_squeue
-    from gbatch.wire import jobs_from_columns, jobs_from_table, jobs_to_columns, jobs_to_table
+    from gbatch.protocol.wire import (
+        jobs_from_columns,
+        jobs_from_table,
+        jobs_to_columns,
+        jobs_to_table,
+    )
+    from gbatch.render.formatting import parse_squeue_sort, sort_squeue
 
     def printed(jobs: list[Job]) -> str:
         ordered = sort_squeue(jobs, parse_squeue_sort(sort), NOW)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from gbatch.formatting import format_sacct, format_seff
-from gbatch.gpuusage import GpuUsage, sample, seff_lines, tres_usage
+from gbatch.core.gpuusage import GpuUsage, sample, seff_lines, tres_usage
+from gbatch.core.model import Gpu, Job, JobSpec, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.store import Store
-from gbatch.model import Gpu, Job, JobSpec, JobState
+from gbatch.render.formatting import format_sacct, format_seff
 
 GIB = 1024
 

@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
+from oracles import waiting
 
+from gbatch.core.model import JobSpec
 from gbatch.head.groupcommit import CommitterClosed, GroupCommitter
 from gbatch.head.store import PendingLimitReached, Store, StoreError, Submission
-from gbatch.model import JobSpec
 
 SPEC = JobSpec(name="j", command=("true",))
 
@@ -104,7 +105,7 @@ def test_callers_that_come_during_a_commit_share_the_next_one(tmp_path: Path) ->
     followers = [threading.Thread(target=submit, args=(c,)) for c in range(1, 6)]
     for thread in followers:
         thread.start()
-    while committer.waiting() < 5:
+    while waiting(committer) < 5:
         time.sleep(0.001)
     recording.gate.set()
     for thread in [first, *followers]:
@@ -147,7 +148,7 @@ def test_a_failed_shared_commit_reaches_each_caller_and_the_next_commit_goes_on(
     followers = [threading.Thread(target=submit, args=(c,)) for c in (1, 2)]
     for thread in followers:
         thread.start()
-    while committer.waiting() < 2:
+    while waiting(committer) < 2:
         time.sleep(0.001)
     recording.gate.set()
     for thread in [first, *followers]:

@@ -9,15 +9,15 @@ from types import MappingProxyType
 import pytest
 from fullstore import integrity_ok, pack_store
 
-from gbatch import wire
+from gbatch.core.model import JobSpec, JobState
 from gbatch.head import handlers
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
-from gbatch.model import JobSpec, JobState
 from gbatch.nodes import remote
 from gbatch.nodes.inventory import NodeConfig
 from gbatch.nodes.remote import RemoteNode
 from gbatch.nodes.ssh import RemoteError
+from gbatch.protocol import wire
 
 ROOT = Caller(uid=0, user="root", pid=1)
 SPEC = JobSpec(name="j", command=("true",)).to_dict()

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from gbatch import wire
-from gbatch.config import Config, Paths
+from gbatch.core.limits import Limits, PendingLimitReached, UserLimits
+from gbatch.core.model import JobSpec, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import Store, Submission
-from gbatch.limits import Limits, PendingLimitReached, UserLimits
-from gbatch.model import JobSpec, JobState
+from gbatch.protocol import wire
+from gbatch.site.config import Config, Paths
 
 ROOT = Caller(uid=0, user="root", pid=1)
 # Never root nor the daemon's own user (both exempt from submit limits).

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from test_gpuusage import GIB, ReportingNode, gpu
 
-from gbatch.config import ConfigError, IdleGpuPolicy, _validate
+from gbatch.core.model import JobSpec, JobState
+from gbatch.core.paths import Paths
 from gbatch.head.daemon import Daemon
 from gbatch.head.idlegpu import IdleStreaks, all_idle, cancel_reason
 from gbatch.head.notify import Policy
 from gbatch.head.store import Store
-from gbatch.model import JobSpec, JobState
-from gbatch.paths import Paths
+from gbatch.site.config import ConfigError, IdleGpuPolicy, _validate
 
 POLICY = IdleGpuPolicy(threshold_percent=5, after_minutes=10, cancel_after_minutes=30)
 RUN = (7, 1)

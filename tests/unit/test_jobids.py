@@ -1,4 +1,4 @@
-"""The one job id grammar (gbatch/jobids.py): what it reads, what it refuses, that no
+"""The one job id grammar (gbatch/core/jobids.py): what it reads, what it refuses, that no
 text ever names a job other than the one it reads as, and squeue's folded array rows."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gbatch.jobids import (
+from gbatch.core.jobids import (
     ANY,
     JOBS,
     ONE,
@@ -21,7 +21,7 @@ from gbatch.jobids import (
     parse_one_job,
     spans_of,
 )
-from gbatch.model import Job, JobSpec, JobState
+from gbatch.core.model import Job, JobSpec, JobState
 
 
 def test_ids_tasks_task_lists_and_ranges_are_read_as_slurm_writes_them() -> None:

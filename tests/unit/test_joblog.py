@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.config import Paths
 from gbatch.nodes.joblog import (
     LogFollowers,
     LogWriter,
@@ -21,6 +20,7 @@ from gbatch.nodes.joblog import (
     size_text,
     truncation_note,
 )
+from gbatch.site.config import Paths
 
 NO_SPACE = os.strerror(errno.ENOSPC)
 

@@ -8,14 +8,15 @@ from dataclasses import replace
 
 import pytest
 
-from gbatch import formatting, wire
 from gbatch.cli.exits import CliError, Exit
 from gbatch.cli.scontrol import parse_update
+from gbatch.core.model import Gpu, IllegalTransition, Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.jobupdate import UpdateRefused, plan_update
-from gbatch.model import Gpu, IllegalTransition, Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.nodes.inventory import Partition
+from gbatch.protocol import wire
+from gbatch.render import formatting
 
 HOUR = 3600
 SPEC = JobSpec(name="train", command=("true",), time_limit=HOUR, partition="gpu")

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from test_server_limits import ROOT, connect, serving, socket_path
 
-from gbatch import wire
-from gbatch.client import Client, DaemonUnavailable
+from gbatch.core.model import JobSpec, JobState
 from gbatch.head import handlers, heap, server, store
 from gbatch.head.daemon import Daemon
-from gbatch.model import JobSpec, JobState
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, DaemonUnavailable
 
 ROWS = 2500  # more than wire.REPLY_PIECE_ITEMS: a listing of several pieces
 

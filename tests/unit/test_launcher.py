@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.config import Config, Paths
-from gbatch.model import Job, JobSpec, JobState
+from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.nodes.base import CommandResult, HostError, LaunchError
 from gbatch.nodes.docker import ContainerLauncher, LocalHost
 from gbatch.nodes.local import LocalNode
 from gbatch.nodes.resolve import RESOLVER_SOURCE
-from gbatch.policy import ContainerPolicy, MountRoot
+from gbatch.site.config import Config, Paths
+from gbatch.site.policy import ContainerPolicy, MountRoot
 
 ENV_FILE = "/agent/run/7.2.env"
 NOBODY = pwd.getpwnam("nobody")

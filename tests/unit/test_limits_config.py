@@ -13,9 +13,7 @@ import pytest
 import yaml
 from docexamples import yaml_block_with
 
-from gbatch.config import Config, ConfigError, Paths, load_config
-from gbatch.formatting import format_sshare
-from gbatch.limits import (
+from gbatch.core.limits import (
     ARRAY_HARD_CAP,
     Limits,
     LimitsError,
@@ -27,6 +25,8 @@ from gbatch.limits import (
     parse_limits,
     unix_groups,
 )
+from gbatch.render.formatting import format_sshare
+from gbatch.site.config import Config, ConfigError, Paths, load_config
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 

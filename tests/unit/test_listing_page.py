@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gbatch import wire
-from gbatch.arrays import ARRAY_ROWS
-from gbatch.config import Config, Paths
+from gbatch.core.arrays import ARRAY_ROWS
+from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import LISTING_SORTS, Store
-from gbatch.model import Job, JobSpec, JobState
+from gbatch.protocol import wire
+from gbatch.site.config import Config, Paths
 from gbatch.tui import rows
 
 ALICE = Caller(uid=5001, user="alice", pid=11)

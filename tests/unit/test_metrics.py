@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gbatch import wire
 from gbatch.api.metrics import render
-from gbatch.config import Config, Paths
+from gbatch.core.model import Gpu, JobSpec, NodeInfo, NodeState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.metrics import DaemonMetrics, Histogram
 from gbatch.head.store import Store
-from gbatch.model import Gpu, JobSpec, NodeInfo, NodeState
+from gbatch.protocol import wire
+from gbatch.site.config import Config, Paths
 
 ROOT = Caller(uid=0, user="root", pid=1)
 ALICE = Caller(uid=5001, user="alice", pid=11)

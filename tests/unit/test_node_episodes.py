@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from test_node_loss_rules import DOWN_AFTER, LEASE, Clocks, FakeNode
 
-from gbatch.config import Config, Paths, Webhook
+from gbatch.core.model import Gpu
 from gbatch.head import notify
 from gbatch.head.daemon import Daemon
 from gbatch.head.store import Store
-from gbatch.model import Gpu
 from gbatch.nodes.report import NodeReport
+from gbatch.site.config import Config, Paths, Webhook
 
 HOOK = Webhook("ops", "https://hooks.example.org/x", "", ("NODE_DOWN", "GPU_FOREIGN"))
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.config import Config, Paths
+from gbatch.core.model import Gpu, Job, JobSpec, JobState
 from gbatch.head.daemon import LAUNCH_SETTLE_SECONDS, Daemon
 from gbatch.head.liveness import FENCE_MARGIN_SECONDS
 from gbatch.head.store import Store
-from gbatch.model import Gpu, Job, JobSpec, JobState
 from gbatch.nodes.base import LaunchError, RunStatus
 from gbatch.nodes.report import ContainerReport, NodeReport
+from gbatch.site.config import Config, Paths
 
 DOWN_AFTER, LEASE = 60.0, 90.0
 

@@ -14,13 +14,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from docexamples import yaml_block_with
 from fullstore import pack_store, unpack_store
+from oracles import deliver_due
 
-from gbatch.config import Config, ConfigError, Paths, Webhook, load_config
+from gbatch.core.model import Gpu, Job, JobSpec, JobState, NotifyHook
 from gbatch.head import notify
 from gbatch.head.outbox import BATCH, PER_OWNER, DeliveryError, Outbox, Slots, smtp_password
 from gbatch.head.store import Store, StoreFull, Submission
-from gbatch.model import Gpu, Job, JobSpec, JobState, NotifyHook
+from gbatch.site.config import Config, ConfigError, Paths, Webhook, load_config
 
 T0 = 1_767_225_600.0
 HOOK = Webhook("ops", "https://hooks.example.org/x", "s3cret", ("FAIL", "NODE_DOWN"))
@@ -272,15 +274,15 @@ def test_a_failed_try_waits_its_backoff_then_is_delivered_once(
         raise DeliveryError("connection refused")
 
     monkeypatch.setattr(outbox, "send_mail", down)
-    assert outbox.deliver_due(clock.now) == 0
+    assert deliver_due(outbox, clock.now) == 0
     (row,) = store.outbox(job_id)
     assert (row["attempts"], row["next_attempt_time"], row["delivered"]) == (1, T0 + 10, None)
     assert store.due_notifications(T0 + 9, 10) == []
 
     monkeypatch.setattr(outbox, "send_mail", lambda note: sent.append(note.event_id))
     clock.now = T0 + 10
-    assert outbox.deliver_due(clock.now) == 1
-    assert outbox.deliver_due(clock.now + 100) == 0
+    assert deliver_due(outbox, clock.now) == 1
+    assert deliver_due(outbox, clock.now + 100) == 0
     (row,) = store.outbox(job_id)
     assert sent == [row["event_id"]] and row["delivered"] == T0 + 10
 
@@ -290,17 +292,17 @@ def test_a_refusal_no_retry_can_change_is_given_up_at_once(
 ) -> None:
     store.queue_node_event("gpu01", "NODE_DOWN", "silent", T0)
     outbox = Outbox(store, Config(webhooks=()), Clock())  # the webhook left the config
-    assert outbox.deliver_due(T0) == 0
+    assert deliver_due(outbox, T0) == 0
     (row,) = store.outbox()
     assert row["gave_up"] == T0 and "no webhook ops" in str(row["last_error"])
     assert store.due_notifications(T0 + 1e6, 10) == []
 
 
-def test_the_readmes_notifications_example_is_a_config_the_daemon_accepts(tmp_path: Path) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    block = readme.split("```yaml\nsmtp_host:", 1)[1].split("```", 1)[0]
+def test_the_docs_notifications_example_is_a_config_the_daemon_accepts(tmp_path: Path) -> None:
+    block = yaml_block_with("notifications.md", "smtp_host:")
+    assert block.startswith("smtp_host:")  # the config as a whole, not a fragment of one
     paths = Paths(tmp_path)
-    paths.config_file.write_text("smtp_host:" + block)
+    paths.config_file.write_text(block)
     config = load_config(paths, {})
     assert config.smtp_host == "mail.lab.example"
     assert [hook.form for hook in config.webhooks] == ["json", "slack"]
@@ -366,7 +368,7 @@ def test_delivery_refuses_a_job_webhook_the_config_no_longer_allows(
         "gbatch.head.outbox.post_webhook", lambda hook, note: posted.append(hook.url)
     )
     outbox = Outbox(store, Config(webhook_prefixes_allowed=(SLACK,)), Clock())
-    outbox.deliver_due(T0 + 100)
+    deliver_due(outbox, T0 + 100)
     (row,) = [r for r in store.outbox(job_id) if r["channel"] == "user_webhook/json"]
     assert posted == [] and row["gave_up"] is not None
     assert "no longer under webhook_prefixes_allowed" in str(row["last_error"])
@@ -383,7 +385,7 @@ def test_a_job_webhook_under_an_allowed_prefix_is_posted_unsigned_in_its_form(
     posted: list[Webhook] = []
     monkeypatch.setattr("gbatch.head.outbox.post_webhook", lambda hook, note: posted.append(hook))
     outbox = Outbox(store, Config(webhooks=(HOOK,), webhook_prefixes_allowed=(SLACK,)), Clock())
-    assert outbox.deliver_due(T0 + 100) == 2  # the admin's FAIL and the job's
+    assert deliver_due(outbox, T0 + 100) == 2  # the admin's FAIL and the job's
     assert [(h.url, h.form, h.secret) for h in posted if h.name == "job"] == [
         (SLACK + "x", "slack", "")
     ]

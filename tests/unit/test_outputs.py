@@ -1,5 +1,5 @@
-"""Output file names as sbatch gives them (gbatch.outputs), their validation in job
-files and options (gbatch.spec), and opening them as the submitter (nodes.outfiles)."""
+"""Output file names as sbatch gives them (gbatch.core.outputs), their validation in job
+files and options (gbatch.jobspec.spec), and opening them as the submitter (nodes.outfiles)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.model import Job, JobSpec, JobState
-from gbatch.nodes.outfiles import OFFSETS_FILE, open_outputs
-from gbatch.outputs import (
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.outputs import (
     NO_ARRAY_TASK,
     appends,
     expand,
@@ -18,7 +17,8 @@ from gbatch.outputs import (
     output_paths,
     submit_check_dir,
 )
-from gbatch.spec import SpecError, build_spec
+from gbatch.jobspec.spec import SpecError, build_spec
+from gbatch.nodes.outfiles import OFFSETS_FILE, open_outputs
 
 
 def job(job_id: int = 12, **spec: object) -> Job:

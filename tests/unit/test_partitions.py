@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.config import Config, Paths
+from gbatch.core.model import IMPLICIT_PARTITION, Job, JobSpec, JobState, NodeView
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.scheduler import BAD_CONSTRAINTS, NODE_DOWN, RESOURCES, plan
 from gbatch.head.store import Store
-from gbatch.model import IMPLICIT_PARTITION, Job, JobSpec, JobState, NodeView
+from gbatch.jobspec.spec import SpecError, build_spec
 from gbatch.nodes.base import job_env
 from gbatch.nodes.inventory import (
     Inventory,
@@ -25,7 +25,7 @@ from gbatch.nodes.inventory import (
     load_inventory,
     partitions_of,
 )
-from gbatch.spec import SpecError, build_spec
+from gbatch.site.config import Config, Paths
 
 NOW = 1_700_000_000.0
 NODES = "nodes:\n  - {name: a1, host: a1.lab}\n  - {name: a2, host: a2.lab}\n"

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gbatch.core.limits import Use, UserLimits
+from gbatch.core.model import Job, JobSpec, JobState, NodeView
 from gbatch.head import scheduler
 from gbatch.head.scheduler import PRIORITY, Planner, plan
-from gbatch.limits import Use, UserLimits
-from gbatch.model import Job, JobSpec, JobState, NodeView
 
 NOW = 1_700_000_000.0
 USERS = ("alice", "bob", "carol")

@@ -1,4 +1,4 @@
-"""gbatch.policy and its settings: mount roots, root's jobs, network, capabilities."""
+"""gbatch.site.policy and its settings: mount roots, root's jobs, network, capabilities."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.config import Config, ConfigError, Paths, RootInContainers, load_config
-from gbatch.model import JobSpec
-from gbatch.policy import (
+from gbatch.core.model import JobSpec
+from gbatch.jobspec.spec import SpecError
+from gbatch.site.config import Config, ConfigError, Paths, RootInContainers, load_config
+from gbatch.site.policy import (
     DEFAULT_CAPABILITIES,
     DOCKER_DEFAULT_CAPABILITIES,
     MountRoot,
@@ -21,7 +22,6 @@ from gbatch.policy import (
     paths_to_resolve,
     submitter_identity,
 )
-from gbatch.spec import SpecError
 
 ROOTS = (MountRoot("/data/{user}", writable=True), MountRoot("/datasets"))
 SITE = Config(mount_roots=ROOTS)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gbatch.model import Gpu
+from gbatch.core.model import Gpu
 from gbatch.nodes.report import (
     ContainerReport,
     NodeReport,

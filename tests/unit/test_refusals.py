@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.config import Config, Paths
 from gbatch.head import refusals
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.refusals import RefusalLines
 from gbatch.head.store import Store
+from gbatch.site.config import Config, Paths
 
 BOB = Caller(uid=5002, user="bob", pid=22)
 CAROL = Caller(uid=5003, user="carol", pid=33)

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wirefuzz import JSON_VALUES, RAW_LINES, nested, request_shaped
 
-from gbatch import wire
-from gbatch.client import Client, RequestFailed
-from gbatch.spec import MAX_COMMAND_BYTES, MAX_FILE_BYTES, build_spec, load_job_file
+from gbatch.jobspec.spec import MAX_COMMAND_BYTES, MAX_FILE_BYTES, build_spec, load_job_file
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, RequestFailed
 
 FUZZ = settings(
     max_examples=200,

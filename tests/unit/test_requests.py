@@ -8,9 +8,9 @@ from typing import Any, get_type_hints
 
 import pytest
 
-from gbatch import wire
 from gbatch.cli._main import exit_status
 from gbatch.cli.exits import Exit
+from gbatch.protocol import wire
 
 # One request per op, every field away from its default: a new request type needs one.
 EXAMPLES: dict[str, wire.Request] = {

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from gbatch.formatting import format_job_details
+from gbatch.core.model import Job, JobSpec, JobState, NodeView
 from gbatch.head.scheduler import BAD_CONSTRAINTS, PRIORITY, RESOURCES, plan
-from gbatch.model import Job, JobSpec, JobState, NodeView
+from gbatch.jobspec.spec import SpecError, build_spec, check_mem
 from gbatch.nodes.base import job_env
 from gbatch.nodes.docker import docker_run_argv
 from gbatch.nodes.local import bare_limits_env
 from gbatch.nodes.report import parse_report
+from gbatch.render.formatting import format_job_details
 from gbatch.shim import CPUS_ENV, MEM_MB_ENV, Limits
-from gbatch.spec import SpecError, build_spec, check_mem
 
 NOW = 1_000_000.0
 SAMPLE = Path(__file__).resolve().parents[2] / "agent" / "sample_report.json"

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from gbatch.config import Config, Paths
 from gbatch.nodes import local
 from gbatch.nodes.local import RunDirRemover
+from gbatch.site.config import Config, Paths
 
 
 def run_dir(parent: Path, name: str) -> Path:

@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from gbatch.formatting import format_sacct
-from gbatch.model import Job, JobSpec, JobState
-from gbatch.timefmt import TimeLimitError, parse_begin
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.timefmt import TimeLimitError, parse_begin
+from gbatch.render.formatting import format_sacct
 
 NOW = 1_800_000_000.0
 SPEC = JobSpec(name="train", command=("true",), gpus=2, cpus=4, mem_mb=4096, comment="sweep 3")

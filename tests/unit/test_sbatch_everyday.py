@@ -13,11 +13,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gbatch import spec as spec_module
-from gbatch import wire
 from gbatch.cli import everyday, sbatch
 from gbatch.cli._parser import build_parser
 from gbatch.cli.exits import CliError
+from gbatch.jobspec import spec as spec_module
+from gbatch.protocol import wire
 
 _TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
 # Surrogates too: bytes in argv that are not UTF-8 arrive as lone surrogates.

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_scheduler import NOW, _scenario, job, node
 
+from gbatch.core.limits import Use, UserLimits
+from gbatch.core.model import Job, NodeView
 from gbatch.head.scheduler import plan
-from gbatch.limits import Use, UserLimits
-from gbatch.model import Job, NodeView
 
 RUNNING_2 = UserLimits(max_running_jobs=2)
 GPUS_2 = UserLimits(max_gpus=2)

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from gbatch.cli import sbatch
-from gbatch.formatting import format_job_details, format_job_details_json
+from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.head import store as store_module
 from gbatch.head.secretbox import SecretBox, SecretKeyError
 from gbatch.head.store import SECRET_KEY_FILE, Store, StoreError
-from gbatch.model import Job, JobSpec, JobState
+from gbatch.jobspec.spec import SpecError, build_spec, load_job_file, secret_env_values
 from gbatch.nodes.base import LaunchError, launch_secrets
-from gbatch.spec import SpecError, build_spec, load_job_file, secret_env_values
+from gbatch.render.formatting import format_job_details, format_job_details_json
 
 T0 = 1_767_225_600.0
 SECRET = "s3cr3t-Vf9q2-not-anywhere"

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from gbatch import wire
-from gbatch.client import Client, RequestFailed
+from gbatch.core.model import JobSpec
 from gbatch.head import handlers, refusals, server
 from gbatch.head.daemon import Daemon
-from gbatch.model import JobSpec
+from gbatch.protocol import wire
+from gbatch.protocol.client import Client, RequestFailed
 
 ROOT = handlers.Caller(uid=0, user="root", pid=1)
 SHORT = server.Limits(idle_seconds=0.5, pause_seconds=0.5, line_seconds=2.0, reply_seconds=0.5)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gbatch.formatting import (
+from gbatch.core.model import Gpu, NodeInfo, NodeState, PartitionInfo
+from gbatch.core.timefmt import format_timestamp
+from gbatch.render.formatting import (
     SINFO_DEFAULT_FORMAT,
     SINFO_LONG_FORMAT,
     SINFO_NODE_FORMAT,
@@ -17,8 +19,6 @@ from gbatch.formatting import (
     sinfo_rows,
     sinfo_state,
 )
-from gbatch.model import Gpu, NodeInfo, NodeState, PartitionInfo
-from gbatch.timefmt import format_timestamp
 
 
 def gpu(index: int) -> Gpu:

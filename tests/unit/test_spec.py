@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.model import JobSpec, NotifyHook
-from gbatch.spec import (
+from gbatch.core.model import JobSpec, NotifyHook
+from gbatch.jobspec.spec import (
     KEYS,
     MAX_FILE_BYTES,
     OVERRIDE_OPTION,
@@ -792,7 +792,7 @@ def test_ntasks_one_is_kept_so_the_job_sees_slurm_ntasks() -> None:
 
 def test_importing_spec_and_timefmt_does_not_import_yaml() -> None:
     # squeue and sacct import the formatters; PyYAML is paid for only when a file is read.
-    code = "import sys, gbatch.spec, gbatch.timefmt; print('yaml' in sys.modules)"
+    code = "import sys, gbatch.jobspec.spec, gbatch.core.timefmt; print('yaml' in sys.modules)"
     root = Path(__file__).resolve().parents[2]
     result = subprocess.run(
         [sys.executable, "-c", code],

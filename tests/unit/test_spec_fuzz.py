@@ -5,7 +5,7 @@ with YAML's sharp edges, raw bytes, valid specs with one field swapped for somet
 hostile, and the CLI's overrides) go through the real reader and validator. Every
 refusal must be a SpecError with a field and a one-line, printable message; every
 accepted spec must satisfy the invariants the daemon and the docker argv builder rely
-on, checked here against rules written independently of gbatch/spec.py (docker's
+on, checked here against rules written independently of gbatch/jobspec/spec.py (docker's
 reference grammar from distribution/reference, the env-file format, PATH_MAX).
 """
 
@@ -21,9 +21,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gbatch.model import JobSpec
+from gbatch.core.model import JobSpec
+from gbatch.jobspec.spec import KEYS, MAX_FILE_BYTES, SpecError, build_spec, load_job_file
 from gbatch.nodes.docker import docker_run_argv, env_file_text
-from gbatch.spec import KEYS, MAX_FILE_BYTES, SpecError, build_spec, load_job_file
 
 # Derandomized and without the example database: the same examples on every run, so CI
 # is stable and a failure reproduces; the seeds below are hypothesis' own per test.
@@ -98,7 +98,7 @@ def assert_safe(spec: JobSpec) -> None:
     again = build_spec({**spec.to_dict(), "time_limit": None}, {}, default_name="x")
     assert again == replace(spec, time_limit=None)
     if spec.image is not None:
-        # Mounts are the site's to allow (gbatch/policy.py, tested there): left out here.
+        # Mounts are the site's to allow (gbatch/site/policy.py, tested there): left out here.
         unmounted = replace(spec, mounts=())
         argv = docker_run_argv(
             job_id=1, attempt=1, user="u", spec=unmounted, gpus=[0], env_file="/e"
@@ -391,7 +391,7 @@ def test_cli_overrides_are_refused_by_option_or_safe(
     time_limit: str | None,
     ints: list[int | None],
 ) -> None:
-    from gbatch.spec import OVERRIDE_OPTION as OPTION_NAMES
+    from gbatch.jobspec.spec import OVERRIDE_OPTION as OPTION_NAMES
 
     overrides: dict[str, object] = {
         "name": name,

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gbatch import wire
 from gbatch.cli.exits import CliError
 from gbatch.cli.sbatch import request_for_text
-from gbatch.spec import MAX_NESTING, SpecError, _json_job, _yaml_job, parse_job_text
+from gbatch.jobspec.spec import MAX_NESTING, SpecError, _json_job, _yaml_job, parse_job_text
+from gbatch.protocol import wire
 
 
 def typed(value: Any) -> Any:

@@ -1,4 +1,4 @@
-"""squeue's everyday path (gbatch/squeue_brief.py) against the full one it stands in for:
+"""squeue's everyday path (gbatch/render/squeue_brief.py) against the full one it stands in for:
 the same request bytes as wire.encode_request(ListJobs), the same table as
 formatting.format_squeue of wire.jobs_from_columns sorted by Slurm's default, for any
 rows, array tasks folded as Slurm folds them."""
@@ -12,9 +12,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gbatch import client, formatting, model, squeue_brief, wire
 from gbatch.cli import squeue as squeue_cli
-from gbatch.model import Job, JobSpec, JobState
+from gbatch.core import model
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.protocol import client, wire
+from gbatch.render import formatting, squeue_brief
 
 NOW = 1_800_000_000.0
 # Text as users give it, terminal escapes and wide characters included.

@@ -9,7 +9,9 @@ from dataclasses import replace
 import pytest
 
 from gbatch.cli import squeue as squeue_cli
-from gbatch.formatting import (
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.timefmt import format_timestamp
+from gbatch.render.formatting import (
     SQUEUE_DEFAULT_SORT,
     SQUEUE_LONG_FORMAT,
     SQUEUE_SORT_KEYS,
@@ -21,8 +23,6 @@ from gbatch.formatting import (
     squeue_format_from_fields,
     squeue_letters,
 )
-from gbatch.model import Job, JobSpec, JobState
-from gbatch.timefmt import format_timestamp
 
 NOW = 1_800_000_000.0
 SPEC = JobSpec(

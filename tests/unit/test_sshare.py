@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from gbatch import wire
 from gbatch.cli._main import main
-from gbatch.formatting import format_sshare, format_sshare_json
-from gbatch.limits import UserLimits, UserShare
+from gbatch.core.limits import UserLimits, UserShare
+from gbatch.protocol import wire
+from gbatch.render.formatting import format_sshare, format_sshare_json
 
 ROWS = [
     UserShare("alice", 36_000.4, 0.75, 0.353553, 3, 4, 8, UserLimits(10_000, 4, 8, 10_001)),

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 import gbatch
-from gbatch import wire
 from gbatch.cli._parser import COMMANDS
-from gbatch.model import Job, JobSpec, JobState
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.protocol import wire
 
 SOURCE = str(Path(gbatch.__file__).resolve().parents[1])
 
@@ -31,7 +31,7 @@ HEAVY = {"textual", "paramiko", "yaml", "pynvml", "platformdirs", "cryptography"
 # daemon alone load them (prometheus_client: its /metrics, only when scraped).
 HEAVY |= {"starlette", "uvicorn", "anyio", "jwt", "prometheus_client", "jinja2"}
 # The daemon's side, and what only it reads (config.yaml and the site's policy).
-HEAD_ONLY = {"gbatch.head", "gbatch.nodes", "gbatch.config", "gbatch.policy"}
+HEAD_ONLY = {"gbatch.head", "gbatch.nodes", "gbatch.site.config", "gbatch.site.policy"}
 # What main() imports beyond what the interpreter had loaded at start (site, and in a
 # virtual environment its import hooks), one name a line.
 PROBE = """
@@ -121,11 +121,17 @@ def test_help_imports_argparse_and_the_entry_point_alone(tmp_path: object) -> No
     assert "typing" not in loaded  # a module for type checkers (2 ms)
 
 
-# What squeue's everyday listing (gbatch/squeue_brief.py) must not import: the model's
+# What squeue's everyday listing (gbatch/render/squeue_brief.py) must not import: the model's
 # dataclasses and what they load (dataclasses, inspect), the Job decoder (wire), the full
 # formatter, and the job-id grammar (jobids, arrays) that needs the model.
-NOT_EVERYDAY = {"dataclasses", "inspect", "gbatch.model", "gbatch.wire", "gbatch.formatting"}
-NOT_EVERYDAY |= {"gbatch.jobids", "gbatch.arrays"}
+NOT_EVERYDAY = {
+    "dataclasses",
+    "inspect",
+    "gbatch.core.model",
+    "gbatch.protocol.wire",
+    "gbatch.render.formatting",
+}
+NOT_EVERYDAY |= {"gbatch.core.jobids", "gbatch.core.arrays"}
 # typing, a module for type checkers (2 ms): the entry point, the client and these two
 # commands read it only under TYPE_CHECKING.
 NOT_EVERYDAY |= {"typing"}
@@ -179,15 +185,25 @@ def test_squeue_lists_a_queue_without_the_model_nor_its_formatter(tmp_path: Path
     assert within(loaded, NOT_EVERYDAY) == []
     # sbatch's spec, sshare's limits, sacct's and seff's GPU usage, the output files'
     # names, sprio's views; and shutil, which argparse loads for the terminal's width.
-    unused = {"gbatch.spec", "gbatch.limits", "gbatch.gpuusage", "gbatch.outputs"}
-    assert within(loaded, unused | {"gbatch.views", "gbatch.sweep", "shutil"}) == []
+    unused = {
+        "gbatch.jobspec.spec",
+        "gbatch.core.limits",
+        "gbatch.core.gpuusage",
+        "gbatch.core.outputs",
+    }
+    assert within(loaded, unused | {"gbatch.core.views", "gbatch.jobspec.sweep", "shutil"}) == []
 
 
 def test_sbatch_wrap_queues_without_the_model_nor_the_job_validation(tmp_path: Path) -> None:
     with answering_daemon(tmp_path, {"ids": [7]}) as heard:
         loaded = loaded_by(["sbatch", "-H", "--wrap", "true"], tmp_path)
     assert json.loads(heard[0])["op"] == "submit"
-    batch = {"gbatch.spec", "gbatch.batchscript", "gbatch.sweep", "gbatch.outputs"}
+    batch = {
+        "gbatch.jobspec.spec",
+        "gbatch.jobspec.batchscript",
+        "gbatch.jobspec.sweep",
+        "gbatch.core.outputs",
+    }
     assert within(loaded, NOT_EVERYDAY | batch | {"shlex"}) == []
 
 
@@ -195,7 +211,13 @@ def test_sbatch_wrap_queues_without_the_model_nor_the_job_validation(tmp_path: P
 # re, enum, functools and gettext it loads; pathlib (with urllib.parse and ipaddress),
 # socket.py and json; gbatch's client and paths, which load them.
 NOT_LEAN = {"argparse", "re", "enum", "functools", "gettext", "locale", "pathlib", "socket"}
-NOT_LEAN |= {"json", "collections", "gbatch.client", "gbatch.paths", "gbatch.cli.exits"}
+NOT_LEAN |= {
+    "json",
+    "collections",
+    "gbatch.protocol.client",
+    "gbatch.core.paths",
+    "gbatch.cli.exits",
+}
 NOT_LEAN |= {"gbatch.cli.squeue", "gbatch.cli.sbatch", "gbatch.cli.context", "typing"}
 
 
@@ -226,7 +248,7 @@ def test_everyday_command_lines_import_neither_argparse_nor_json_nor_pathlib(
 def test_sbatch_takes_the_full_path_for_any_other_option(tmp_path: Path) -> None:
     with answering_daemon(tmp_path, {"ids": [7]}):
         loaded = loaded_by(["sbatch", "-H", "-J", "x", "--wrap", "true"], tmp_path)
-    assert {"gbatch.spec", "gbatch.wire", "gbatch.model"} <= loaded
+    assert {"gbatch.jobspec.spec", "gbatch.protocol.wire", "gbatch.core.model"} <= loaded
 
 
 def test_squeue_folds_array_tasks_lean_and_takes_the_full_formatter_for_other_layouts(
@@ -238,7 +260,7 @@ def test_squeue_folds_array_tasks_lean_and_takes_the_full_formatter_for_other_la
         long = loaded_by(["squeue", "-l"], tmp_path)
     assert "gbatch.cli.everyday" in folded
     assert within(folded, NOT_LEAN | NOT_EVERYDAY) == []
-    assert {"gbatch.formatting", "gbatch.wire"} <= long
+    assert {"gbatch.render.formatting", "gbatch.protocol.wire"} <= long
 
 
 def test_the_command_table_lists_every_command_with_its_modules_help() -> None:

@@ -18,6 +18,7 @@ from fullstore import integrity_ok, pack_store, unpack_store
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gbatch.core.model import IllegalTransition, JobSpec, JobState
 from gbatch.head import store as store_module
 from gbatch.head.store import (
     MIGRATIONS,
@@ -30,7 +31,6 @@ from gbatch.head.store import (
     Usage,
     planning_job,
 )
-from gbatch.model import IllegalTransition, JobSpec, JobState
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 HOUR = 3600.0

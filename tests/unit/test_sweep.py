@@ -1,4 +1,4 @@
-"""Parameter sweeps (gbatch/sweep.py): grids, row files, substitution, refusals."""
+"""Parameter sweeps (gbatch/jobspec/sweep.py): grids, row files, substitution, refusals."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.model import JobSpec
-from gbatch.nodes.base import job_env
-from gbatch.spec import SpecError, parse_job_text
-from gbatch.sweep import (
+from gbatch.core.model import JobSpec
+from gbatch.jobspec.spec import SpecError, parse_job_text
+from gbatch.jobspec.sweep import (
     MAX_ROWS,
     Sweep,
     check_templates,
@@ -20,6 +19,7 @@ from gbatch.sweep import (
     sweep_from_yaml,
     task_spec,
 )
+from gbatch.nodes.base import job_env
 
 
 def test_grid_last_name_varies_fastest() -> None:
@@ -161,7 +161,7 @@ def test_params_survive_the_store_and_stay_out_of_other_specs() -> None:
 
 
 def test_a_task_sees_its_params_upper_cased() -> None:
-    from gbatch.model import Job, JobState
+    from gbatch.core.model import Job, JobState
 
     spec = JobSpec(name="t", command=("x",), params=(("lr", "1e-3"), ("Batch_size", "32")))
     job = Job(id=1, uid=0, user="u", spec=spec, state=JobState.RUNNING, submit_time=0.0)
@@ -187,8 +187,8 @@ def test_daemon_refuses_a_malformed_wire_sweep(data: object) -> None:
 
 
 def test_scontrol_and_sacct_show_a_tasks_params() -> None:
-    from gbatch.formatting import format_job_details, format_sacct
-    from gbatch.model import Job, JobState
+    from gbatch.core.model import Job, JobState
+    from gbatch.render.formatting import format_job_details, format_sacct
 
     spec = JobSpec(name="t", command=("x",), params=(("lr", "1e-3"), ("bs", "32")))
     job = Job(id=7, uid=0, user="u", spec=spec, state=JobState.PENDING, submit_time=0.0)

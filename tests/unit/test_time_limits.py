@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gbatch.config import Config, Paths
+from gbatch.core.model import JobSpec
 from gbatch.head.daemon import Daemon
 from gbatch.head.store import Store
-from gbatch.model import JobSpec
+from gbatch.site.config import Config, Paths
 
 
 class FakeClocks:
@@ -21,7 +21,7 @@ class FakeClocks:
 
 
 def _running_job_with_limit(tmp_path: Path, clocks: FakeClocks, limit: int) -> tuple[Daemon, int]:
-    from gbatch.model import JobState
+    from gbatch.core.model import JobState
 
     paths = Paths(tmp_path)
     store = Store(paths.store)
@@ -38,7 +38,7 @@ def _running_job_with_limit(tmp_path: Path, clocks: FakeClocks, limit: int) -> t
 
 
 def test_a_wall_clock_jump_neither_times_out_a_job_nor_extends_it(tmp_path: Path) -> None:
-    from gbatch.model import JobState
+    from gbatch.core.model import JobState
 
     clocks = FakeClocks()
     daemon, job_id = _running_job_with_limit(tmp_path, clocks, limit=3600)
@@ -53,7 +53,7 @@ def test_a_wall_clock_jump_neither_times_out_a_job_nor_extends_it(tmp_path: Path
 
 
 def test_an_adopted_run_is_timed_from_its_recorded_start(tmp_path: Path) -> None:
-    from gbatch.model import JobState
+    from gbatch.core.model import JobState
 
     clocks = FakeClocks()
     daemon, job_id = _running_job_with_limit(tmp_path, clocks, limit=3600)

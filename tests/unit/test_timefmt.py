@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gbatch.timefmt import (
+from gbatch.core.timefmt import (
     MAX_TIME_LIMIT_S,
     TimeLimitError,
     format_duration,

@@ -13,12 +13,12 @@ from pathlib import Path
 import jwt
 import pytest
 
-from gbatch.config import Config, Paths
+from gbatch.core.model import JobSpec
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import Store
 from gbatch.head.tokens import LEEWAY, MAX_LIFESPAN, TokenAuthority, TokenError, parse_scopes
-from gbatch.model import JobSpec
+from gbatch.site.config import Config, Paths
 
 NOW = 1_800_000_000.0
 NOBODY = pwd.getpwnam("nobody")

@@ -1,7 +1,7 @@
 """The job state machine, checked over every ordered pair of states.
 
 The expected edges are written out here from Slurm's semantics, independently of
-`gbatch.model._ALLOWED`, so a slip in either one shows up as a failing pair.
+`gbatch.core.model._ALLOWED`, so a slip in either one shows up as a failing pair.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from gbatch.model import FINAL_STATES, IllegalTransition, JobState, check_transition
+from gbatch.core.model import FINAL_STATES, IllegalTransition, JobState, check_transition
 
 PD = JobState.PENDING
 CF = JobState.CONFIGURING

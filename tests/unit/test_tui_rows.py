@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from gbatch.model import Job, JobSpec, JobState
+from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.tui import rows
 
 NOW = 1_767_225_600.0

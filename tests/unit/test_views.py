@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from gbatch import wire
-from gbatch.config import Config, Paths
-from gbatch.formatting import format_seff, format_sprio, format_sreport
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.views import JobPriority, UsageRow
 from gbatch.head.accounting import gpu_seconds_in, usage_by
 from gbatch.head.daemon import Daemon
 from gbatch.head.fairshare import factors
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import Store, Usage
-from gbatch.model import Job, JobSpec, JobState
-from gbatch.views import JobPriority, UsageRow
+from gbatch.protocol import wire
+from gbatch.render.formatting import format_seff, format_sprio, format_sreport
+from gbatch.site.config import Config, Paths
 
 ALICE = Caller(uid=4242, user="alice", pid=2)
 BOB = Caller(uid=4243, user="bob", pid=3)

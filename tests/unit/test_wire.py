@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from gbatch.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
-from gbatch.tui.data import JobDecoder
-from gbatch.wire import (
+from gbatch.core.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
+from gbatch.protocol.wire import (
     BriefRecords,
     Later,
     Streamed,
@@ -27,6 +26,7 @@ from gbatch.wire import (
     node_to_wire,
     table_labels,
 )
+from gbatch.tui.data import JobDecoder
 
 T0 = 1_767_225_600.125
 

@@ -4,10 +4,10 @@ reply may carry."""
 
 from __future__ import annotations
 
-import inspect  # already loaded by dataclasses (gbatch.model): no start-up cost
+import inspect  # already loaded by dataclasses (gbatch.core.model): no start-up cost
 import json
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace  # loaded by gbatch.model already
+from dataclasses import replace  # loaded by gbatch.core.model already
 from math import isfinite
 from operator import attrgetter
 from types import UnionType
@@ -24,8 +24,8 @@ from typing import (
     get_type_hints,
 )
 
-from gbatch.jobids import format_spans, merge_spans
-from gbatch.model import (
+from gbatch.core.jobids import format_spans, merge_spans
+from gbatch.core.model import (
     Event,
     Gpu,
     Job,
@@ -37,7 +37,7 @@ from gbatch.model import (
 )
 
 if TYPE_CHECKING:  # only sshare's replies carry these (start-up)
-    from gbatch.limits import UserShare
+    from gbatch.core.limits import UserShare
 
 # What a listing (squeue, sacct) prints of a spec; the rest (command, env, mounts)
 # stays home, which makes a 1,000-job reply a third of the size.
@@ -665,7 +665,7 @@ def share_to_wire(share: UserShare) -> dict[str, Any]:
 
 
 def share_from_wire(data: Mapping[str, Any]) -> UserShare:
-    from gbatch.limits import UserLimits, UserShare  # deferred: only sshare reads these
+    from gbatch.core.limits import UserLimits, UserShare  # deferred: only sshare reads these
 
     limits = data["limits"]
     return UserShare(
@@ -785,7 +785,7 @@ class Submit(_Request, op="submit", secret=("secret_env", "submit_env")):
     submit_env: dict[str, str] | None = None
     array: str | None = None
     test_only: bool = False
-    # A parameter sweep ({"names": [...], "rows": [[...], ...]}, gbatch/sweep.py): one
+    # A parameter sweep ({"names": [...], "rows": [[...], ...]}, gbatch/jobspec/sweep.py): one
     # task per row, as an array 0-(rows-1); not with `array`. name_template names each
     # task ("{name}-lr{lr}").
     sweep: dict[str, Any] | None = None
@@ -803,7 +803,7 @@ class Cancel(_Request, op="cancel"):
     ranges: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
     states: tuple[str, ...] = ()
-    # Job id texts (gbatch/jobids.py: N, N_K, N_[K-M], FIRST-LAST), as the commands
+    # Job id texts (gbatch/core/jobids.py: N, N_K, N_[K-M], FIRST-LAST), as the commands
     # send them: N names a whole array when N is an array's id, as in Slurm.
     jobs: tuple[str, ...] = ()
 

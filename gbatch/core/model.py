@@ -114,7 +114,7 @@ JOB_EVENTS = ("BEGIN", "END", "FAIL", "REQUEUE", "TIME_LIMIT")
 
 @dataclass(frozen=True)
 class NotifyHook:
-    """`notify:` in a job file: the job's own webhook (gbatch/spec.py validates it; the
+    """`notify:` in a job file: the job's own webhook (gbatch/jobspec/spec.py validates it; the
     head allows only URLs under its config's webhook_prefixes_allowed)."""
 
     url: str
@@ -127,7 +127,7 @@ class NotifyHook:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What a user asked for, validated (see gbatch.spec). Immutable once queued."""
+    """What a user asked for, validated (see gbatch.jobspec.spec). Immutable once queued."""
 
     name: str
     command: tuple[str, ...]  # argv; a shell string arrives as ("/bin/sh", "-c", text)
@@ -170,7 +170,7 @@ class JobSpec:
     mem_mb: int | None = None
     mem_per_gpu_mb: int | None = None
     mem_per_cpu_mb: int | None = None
-    # Slurm's --dependency, normalized (gbatch/dependency.py); None: none.
+    # Slurm's --dependency, normalized (gbatch/core/dependency.py); None: none.
     dependency: str | None = None
 
     @property
@@ -213,7 +213,7 @@ class JobSpec:
     # SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP. Set by the daemon, never by a file.
     array: str | None = None
     # sbatch's -o/--output and -e/--error, as written (filename patterns unexpanded:
-    # gbatch.outputs expands them at start); None: slurm-%j.out, stderr with stdout.
+    # gbatch.core.outputs expands them at start); None: slurm-%j.out, stderr with stdout.
     output: str | None = None
     error: str | None = None
     open_mode: str | None = None  # "append" or "truncate" (None: truncate, as Slurm)
@@ -221,7 +221,7 @@ class JobSpec:
     # job sees SLURM_NTASKS (and SLURM_NPROCS) only then, as under Slurm.
     ntasks: int | None = None
     # A parameter sweep's task: its row, (name, value) in the sweep's order, as text
-    # (GBATCH_PARAM_<NAME>; gbatch/sweep.py). Set by the daemon, never by a file.
+    # (GBATCH_PARAM_<NAME>; gbatch/jobspec/sweep.py). Set by the daemon, never by a file.
     params: tuple[tuple[str, str], ...] = ()
     # An array's %M (Slurm's ArrayTaskThrottle): at most this many of its tasks run at
     # once; None: no limit. Set by the daemon from --array and scontrol update.

@@ -12,10 +12,10 @@ TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start
 if TYPE_CHECKING:
     from typing import Any
 
-    from gbatch.wire import ErrorKind, Request
+    from gbatch.protocol.wire import ErrorKind, Request
 
 
-# wire.MAX_REQUEST_BYTES, spelled here so that a request needs no gbatch.wire to be sent
+# wire.MAX_REQUEST_BYTES, spelled here so that a request needs no gbatch.protocol.wire to be sent
 # (a unit test keeps the two equal).
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
@@ -120,7 +120,7 @@ def reply_line(line: bytes) -> bytes:
 
 
 def _refusal(reply: Mapping[str, Any]) -> RequestFailed:
-    from gbatch import wire
+    from gbatch.protocol import wire
 
     return RequestFailed(wire.error_kind(reply.get("kind")), reply.get("error", "unknown error"))
 
@@ -159,15 +159,15 @@ class Client:
 
     def call(self, request: Request) -> dict[str, Any]:
         """Send one request; return the reply's fields or raise RequestFailed."""
-        from gbatch import wire  # deferred: `gbatch --help` sends nothing
+        from gbatch.protocol import wire  # deferred: `gbatch --help` sends nothing
 
         return self.send(wire.encode_request(request))
 
     def send(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Send a request object as it is, unchecked (for tests and tools that speak the
-        protocol by hand, and for squeue's everyday listing, gbatch/squeue_brief.py, which
-        builds its request without gbatch.wire; the other commands use call()); return as
-        call() does. gbatch.wire is imported only when the daemon refuses."""
+        protocol by hand, and for squeue's everyday listing, gbatch/render/squeue_brief.py, which
+        builds its request without gbatch.protocol.wire; the other commands use call()); return as
+        call() does. gbatch.protocol.wire is imported only when the daemon refuses."""
         return reply_fields(self._exchange(request))
 
     def send_raw(self, request: Mapping[str, Any]) -> bytes:

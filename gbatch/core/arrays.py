@@ -12,8 +12,8 @@ import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
-from gbatch.jobids import expand_more, spans_of
-from gbatch.model import Job, JobSpec
+from gbatch.core.jobids import expand_more, spans_of
+from gbatch.core.model import Job, JobSpec
 
 # An array's tasks that are rows while pending; the rest wait as one record (the
 # store's array tail) and become rows as these start: a 100,000-task array costs a
@@ -27,7 +27,9 @@ Spans = tuple[tuple[int, int], ...]  # inclusive (first, last) runs, ascending, 
 
 @lru_cache(maxsize=64)
 def _indices(expression: str) -> tuple[int, ...]:
-    from gbatch.spec import parse_array  # deferred: squeue and sacct list arrays, parse none
+    from gbatch.jobspec.spec import (
+        parse_array,  # deferred: squeue and sacct list arrays, parse none
+    )
 
     return parse_array(expression, max_tasks=10**7)
 
@@ -99,10 +101,6 @@ def index_spans(spec: JobSpec, positions: Spans) -> Spans:
 
 def count(spans: Spans) -> int:
     return sum(last - first + 1 for first, last in spans)
-
-
-def first_of(spans: Spans) -> int:
-    return spans[0][0]
 
 
 def take(spans: Spans, most: int) -> tuple[list[int], Spans]:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from gbatch.model import Job, JobState
+from gbatch.core.model import Job, JobState
 
 MAX_DIGITS = 18
 # A number as every id grammar reads it (dependency.py's too): canonical decimal.
@@ -87,9 +87,6 @@ class JobTarget:
         if len(self.tasks) == 1 and self.tasks[0][0] == self.tasks[0][1]:
             return f"{self.job}_{self.tasks[0][0]}"
         return f"{self.job}_[{format_spans(self.tasks)}]"
-
-    def has_task(self, task: int) -> bool:
-        return self.tasks is not None and any(a <= task <= b for a, b in self.tasks)
 
     @property
     def single_task(self) -> int | None:

@@ -1,6 +1,6 @@
 """The submitting shell's variables a job takes with it (Slurm's --export): which names
 a job may carry, and how large the whole may be. The one definition for sbatch (both its
-paths), gbatch.spec and the daemon; it imports nothing of gbatch's, so that sbatch's
+paths), gbatch.jobspec.spec and the daemon; it imports nothing of gbatch's, so that sbatch's
 everyday `--wrap` path loads neither the model nor spec (start-up)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`gbatch squeue` as most calls run it: Slurm's default format and sort, drawn straight
 from a listing's columns (ListJobs' `columns`, wire.listing_columns) and asked for with
-a request built here. No Job is built, so neither gbatch.model, gbatch.wire nor
-gbatch.formatting is imported, nor the dataclasses and inspect they load: about half of
+a request built here. No Job is built, so neither gbatch.core.model, gbatch.protocol.wire nor
+gbatch.render.formatting is imported, nor the dataclasses and inspect they load: about half of
 the command's start-up (README, Performance).
 
 formatting.format_squeue over wire.jobs_from_columns stays the definition of squeue's
@@ -12,7 +12,7 @@ them), and sends the same request.
 
 from __future__ import annotations
 
-from gbatch.timefmt import format_duration
+from gbatch.core.timefmt import format_duration
 
 TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gbatch.arrays import expand_tasks
-from gbatch.jobids import collapse_pending, job_label
-from gbatch.model import (
+from gbatch.core.arrays import expand_tasks
+from gbatch.core.jobids import collapse_pending, job_label
+from gbatch.core.model import (
     ALLOCATED_STATES,
     FINAL_STATES,
     IMPLICIT_PARTITION,
@@ -31,12 +31,12 @@ from gbatch.model import (
     NodeState,
     PartitionInfo,
 )
-from gbatch.timefmt import format_duration, format_elapsed_fixed, format_timestamp
+from gbatch.core.timefmt import format_duration, format_elapsed_fixed, format_timestamp
 
 if TYPE_CHECKING:  # squeue imports this module: these are other commands' (start-up)
-    from gbatch.gpuusage import GpuUsage
-    from gbatch.limits import UserShare
-    from gbatch.views import JobPriority, UsageRow
+    from gbatch.core.gpuusage import GpuUsage
+    from gbatch.core.limits import UserShare
+    from gbatch.core.views import JobPriority, UsageRow
 
 # The partition shown for a job queued before partitions existed, and for a node that
 # reports none (a daemon of that time).
@@ -97,7 +97,7 @@ def reason_text(job: Job) -> str:
 
 def dependency_text(job: Job) -> str:
     """scontrol's Dependency= value: `afterok:12(unfulfilled)` while the job waits."""
-    from gbatch.dependency import shown
+    from gbatch.core.dependency import shown
 
     reason = job.reason if job.state is JobState.PENDING else ""
     return _printable(shown(job.spec.dependency or "", reason))
@@ -693,7 +693,7 @@ _SACCT_FIELDS: tuple[_Field, ...] = (
     _Field("Timelimit", 10, lambda j, _: _time_limit_fixed(j)),
     _Field("Reason", 22, lambda j, _: reason_text(j)),
     _Field("Attempt", 7, lambda j, _: str(j.attempt)),
-    # gbatch's: a sweep task's parameters (gbatch/sweep.py), empty for other jobs.
+    # gbatch's: a sweep task's parameters (gbatch/jobspec/sweep.py), empty for other jobs.
     _Field("Params", 20, lambda j, _: _printable(_params_text(j.spec.params))),
     _Field("AllocTRES", -10, lambda j, _: "" if _never_allocated(j) else _tres(j.spec)),
     _Field("ReqTRES", -10, lambda j, _: _tres(j.spec)),
@@ -786,7 +786,7 @@ def format_sacct(
     prints ReqMem in that unit. `gpu_usage` (job id -> its current run's GPU samples)
     fills TRESUsageInMax.
     """
-    from gbatch.gpuusage import tres_usage  # deferred: squeue needs none
+    from gbatch.core.gpuusage import tres_usage  # deferred: squeue needs none
 
     columns = _resolve_sacct_fields(SACCT_DEFAULT_FIELDS if fields is None else fields)
     usage = gpu_usage or {}
@@ -1387,7 +1387,7 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
     several jobs, separate them with a blank line as scontrol does.
     """
     spec = job.spec
-    from gbatch.outputs import output_paths  # deferred: squeue needs none
+    from gbatch.core.outputs import output_paths  # deferred: squeue needs none
 
     files = output_paths(job, job.node)
     env_names = ",".join(
@@ -1444,8 +1444,8 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
 
 
 def _params_text(params: Sequence[tuple[str, str]]) -> str:
-    """A sweep task's parameters as `lr=1e-3,bs=32` (gbatch.sweep.params_text; not
-    imported from there, which would bring gbatch.spec into squeue's start-up)."""
+    """A sweep task's parameters as `lr=1e-3,bs=32` (gbatch.jobspec.sweep.params_text; not
+    imported from there, which would bring gbatch.jobspec.spec into squeue's start-up)."""
     return ",".join(f"{name}={value}" for name, value in params)
 
 
@@ -1476,7 +1476,7 @@ def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> st
     """The squeue JSON object of the job plus its spec (env names only, never values)
     and its events, oldest first."""
     spec = job.spec
-    from gbatch.outputs import output_paths  # deferred: squeue needs none
+    from gbatch.core.outputs import output_paths  # deferred: squeue needs none
 
     files = output_paths(job, job.node)
     data = _job_to_dict(job, now)
@@ -1564,7 +1564,7 @@ def format_sshare(
 def format_sshare_json(shares: Sequence[UserShare]) -> str:
     """`{"users": [...]}`: the figures, what the jobs hold, and `limits` (null: none);
     the protocol's fields, with Slurm's name for the usage (`raw_usage`)."""
-    from gbatch.wire import share_to_wire  # deferred: only sshare --json needs it
+    from gbatch.protocol.wire import share_to_wire  # deferred: only sshare --json needs it
 
     return _dump(
         {
@@ -1696,7 +1696,7 @@ def format_seff(
         f"GPU-hours: {len(job.gpus) * elapsed / 3600:.2f}",
     ]
     if job.gpus:
-        from gbatch.gpuusage import seff_lines
+        from gbatch.core.gpuusage import seff_lines
 
         lines += seff_lines(gpu_usage)
     return _lines(lines)

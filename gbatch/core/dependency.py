@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from gbatch.jobids import NUMBER
-from gbatch.model import JobState
+from gbatch.core.jobids import NUMBER
+from gbatch.core.model import JobState
 
 TYPES = ("after", "afterany", "afterok", "afternotok", "aftercorr")
 SINGLETON = "singleton"
@@ -88,7 +88,7 @@ class Dependency:
         return tuple(ref for term in self.terms for ref in term.refs)
 
 
-# Ids and tasks as gbatch/jobids.py reads them (no leading zero, at most 18 digits).
+# Ids and tasks as gbatch/core/jobids.py reads them (no leading zero, at most 18 digits).
 _ID_RE = re.compile(rf"({NUMBER})(?:_({NUMBER}|\*))?(?:\+([0-9]{{1,9}}))?", re.ASCII)
 
 

@@ -1,4 +1,4 @@
-"""The head's configuration (where gbatch keeps its files: gbatch/paths.py).
+"""The head's configuration (where gbatch keeps its files: gbatch/core/paths.py).
 
 `GBATCH_HOME` (default: the user's data dir, e.g. ~/.local/share/gbatch) holds
 config.yaml, the store, the socket, job logs and per-run state. Environment
@@ -16,15 +16,16 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 
-from gbatch.limits import Limits, LimitsError, parse_limits
-from gbatch.model import JOB_EVENTS
+from gbatch.core.limits import Limits, LimitsError, parse_limits
+from gbatch.core.model import JOB_EVENTS
 
-# Paths and resolve_paths live in gbatch.paths (every command needs them, cheaply);
+# Paths and resolve_paths live in gbatch.core.paths (every command needs them, cheaply);
 # named here too for the daemon and the tests that read them from config.
-from gbatch.paths import SYSTEM_SOCKET as SYSTEM_SOCKET
-from gbatch.paths import Paths as Paths
-from gbatch.paths import resolve_paths as resolve_paths
-from gbatch.policy import (
+from gbatch.core.paths import SYSTEM_SOCKET as SYSTEM_SOCKET
+from gbatch.core.paths import Paths as Paths
+from gbatch.core.paths import resolve_paths as resolve_paths
+from gbatch.jobspec.spec import NETWORK_NAME, WEBHOOK_URL
+from gbatch.site.policy import (
     DEFAULT_CAPABILITIES,
     DOCKER_DEFAULT_CAPABILITIES,
     DOCKER_SOCKET_PATHS,
@@ -32,7 +33,6 @@ from gbatch.policy import (
     ContainerPolicy,
     MountRoot,
 )
-from gbatch.spec import NETWORK_NAME, WEBHOOK_URL
 
 
 class ConfigError(Exception):
@@ -186,7 +186,7 @@ class Config:
     # lease has surely run out, so a job never runs twice; a head that is itself away
     # longer than this stops every host's runs.
     node_lease_seconds: float = 300.0
-    # Container policy (gbatch/policy.py). Host paths jobs may mount: none by default.
+    # Container policy (gbatch/site/policy.py). Host paths jobs may mount: none by default.
     mount_roots: tuple[MountRoot, ...] = ()
     # Jobs always run as their submitter. These images (fnmatch patterns) and nodes
     # keep the image's own user (often root) in containers that mount no host path.
@@ -199,7 +199,7 @@ class Config:
     job_capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
     # A job's log on the head stops growing here (a line says so); the job runs on.
     max_log_bytes: int = 10 << 30
-    # Per-user and per-group limits (gbatch/limits.py): sane ones by default.
+    # Per-user and per-group limits (gbatch/core/limits.py): sane ones by default.
     limits: Limits = field(default_factory=Limits)
     # API tokens (gbatch/head/tokens.py): the clock skew tolerated on their expiry and
     # issue time, between the head and whoever presents them.
@@ -244,7 +244,7 @@ class Config:
 
     @cached_property
     def container_policy(self) -> ContainerPolicy:
-        """The container policy settings as the one value gbatch.policy's checks take."""
+        """The container policy settings as the one value gbatch.site.policy's checks take."""
         return ContainerPolicy(
             mount_roots=self.mount_roots,
             network=self.job_network,
@@ -269,7 +269,7 @@ _FLOAT_KEYS = {
 }
 
 
-# -- container policy settings (gbatch/policy.py) -------------------------------------
+# -- container policy settings (gbatch/site/policy.py) -------------------------------------
 
 
 def _check_mount_roots(value: object, bad: Callable[[str], ConfigError]) -> tuple[MountRoot, ...]:

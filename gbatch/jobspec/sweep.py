@@ -18,9 +18,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from gbatch.model import JobSpec
-from gbatch.spec import MAX_COMMAND_BYTES, SpecError
-from gbatch.timefmt import show_value
+from gbatch.core.model import JobSpec
+from gbatch.core.timefmt import show_value
+from gbatch.jobspec.spec import MAX_COMMAND_BYTES, SpecError
 
 MAX_ROWS = 100_000  # as many as one array submit may have (limits.ARRAY_HARD_CAP)
 MAX_NAMES = 64

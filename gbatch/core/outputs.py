@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 
-from gbatch.model import Job
+from gbatch.core.model import Job
 
 DEFAULT_OUTPUT = "slurm-%j.out"
 DEFAULT_ARRAY_OUTPUT = "slurm-%A_%a.out"

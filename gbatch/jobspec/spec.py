@@ -17,10 +17,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from json import JSONDecoder
 
-from gbatch.model import JOB_EVENTS, JobSpec, NotifyHook
-from gbatch.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, is_env_name, submit_env_bytes
-from gbatch.submitenv import reserved_env_reason as _reserved_env_reason
-from gbatch.timefmt import (
+from gbatch.core.model import JOB_EVENTS, JobSpec, NotifyHook
+from gbatch.core.submitenv import (
+    MAX_SUBMIT_ENV_BYTES,
+    filter_submit_env,
+    is_env_name,
+    submit_env_bytes,
+)
+from gbatch.core.submitenv import reserved_env_reason as _reserved_env_reason
+from gbatch.core.timefmt import (
     ACCEPTED_FORMS,
     BEGIN_FORMS,
     TimeLimitError,
@@ -974,7 +979,7 @@ def _check_path_text(value: str, field: str) -> str:
 
 def _check_output_path(value: object, field: str) -> str:
     """An output file name as sbatch takes it: a path, absolute or relative, that may
-    hold filename patterns (%j, %x, ...: gbatch.outputs)."""
+    hold filename patterns (%j, %x, ...: gbatch.core.outputs)."""
     if not isinstance(value, str) or not value.strip():
         raise SpecError(
             field,
@@ -1029,8 +1034,8 @@ def _check_partition(value: object, field: str) -> str:
 
 
 def check_dependency(value: object, field: str) -> str:
-    """Slurm's dependency text (gbatch/dependency.py), normalized: `afterok:12:13`."""
-    from gbatch.dependency import USAGE, DependencyError, normalize
+    """Slurm's dependency text (gbatch/core/dependency.py), normalized: `afterok:12:13`."""
+    from gbatch.core.dependency import USAGE, DependencyError, normalize
 
     if isinstance(value, int) and not isinstance(value, bool):
         raise SpecError(field, f"{value} is a job id, not a dependency. Write afterok:{value}")

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
-from gbatch.model import Job
+from gbatch.core.model import Job
 
 # The most tasks one array submit may ever have, whatever the config says: one submit is
 # one transaction, and this bounds its size.
@@ -181,7 +181,7 @@ def gpus_refusal(gpus: int, limit: int | None) -> str | None:
 
 class LimitsError(ValueError):
     """A bad `limits:` setting; str() names the key (limits.groups.students.max_gpus) and
-    the fix. gbatch.config prefixes the file."""
+    the fix. gbatch.site.config prefixes the file."""
 
 
 def parse_limits(

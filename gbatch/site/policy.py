@@ -21,8 +21,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from gbatch.model import JobSpec
-from gbatch.spec import SpecError
+from gbatch.core.model import JobSpec
+from gbatch.jobspec.spec import SpecError
 
 USER_PLACEHOLDER = "{user}"
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gbatch.cli.context import Context
+from gbatch.cli.exits import Exit
 
 if TYPE_CHECKING:
     from gbatch.cli.commandtree import Argument, Command, Option
@@ -58,7 +59,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     sys.stdout.write(script(args.shell))
-    return 0
+    return Exit.OK
 
 
 def script(shell: str) -> str:

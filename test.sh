@@ -26,7 +26,7 @@ fi
 
 if [ "$(id -u)" = 0 ]; then
     bash .ci/setup-sshd.sh   # openssh-server for the SSH tests (each starts its own sshd)
-    bash .ci/setup-terminal.sh   # tmux for the TUI's real-terminal test
+    bash .ci/setup-terminal.sh   # tmux (the TUI's real-terminal test), zsh, fish, man-db
     bash .ci/setup-slurm.sh   # a one-node real Slurm for the differential test
     bash .ci/setup-prometheus.sh   # prometheus and promtool scrape /metrics (test_metrics)
     bash .ci/setup-browser.sh   # chromium + chromedriver drive the web page (test_web_ui)

@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "api": "serve the HTTP API (tokens from `gbatch token`); print its OpenAPI document",
     "token": "print an API token for the HTTP API; list, revoke, rotate the signing key",
     "mcp": "serve gbatch's tools to a coding agent (Model Context Protocol over stdio)",
+    "completion": "print a shell completion script (bash, zsh or fish) for gbatch's commands",
 }
 
 
@@ -149,10 +150,11 @@ def _help_width() -> int:
     return (columns or 80) - 2
 
 
-def build_parser(command: str | None) -> argparse.ArgumentParser:
+def build_parser(command: str | None, every: bool = False) -> argparse.ArgumentParser:
     """gbatch's parser with `command`'s own sub-parser (its module imported); every other
     command is a stand-in that carries its name and help only. None: stand-ins alone
-    (`gbatch --help`, or a word that names no command)."""
+    (`gbatch --help`, or a word that names no command). every: each command's own
+    sub-parser, every module imported (what the man pages and completion are made from)."""
     parser = _Parser(
         prog="gbatch",
         description="Queue GPU jobs on a lab's servers, Slurm style.",
@@ -167,7 +169,7 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     )
     commands.required = True
     for name, help_line in COMMANDS.items():
-        if name == command:
+        if every or name == command:
             command_module(name).add_parser(commands)
         else:
             commands.add_stand_in(name, help_line)

@@ -10,6 +10,10 @@
 # with CI=true a missing component fails them instead.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
+# A run starts thousands of `python -m gbatch` processes: let them, and pytest's
+# rewritten test modules, keep their bytecode even where the environment says not to
+# write any (it would compile gbatch again in every one of them).
+unset PYTHONDONTWRITEBYTECODE
 
 # The setup scripts (and tests that run one, such as the Slurm tests' ensure_slurm) list
 # here each daemon they start; it is stopped on the way out, whatever the outcome.
@@ -51,4 +55,8 @@ fi
 
 echo "==> ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check .
 echo "==> mypy"; .venv/bin/mypy
-echo "==> pytest"; .venv/bin/pytest "$@"
+# Several pytest-xdist workers (tests/conftest.py says which tests must share one): most
+# tests wait on daemons they started, so more workers than cores pay off.
+# GBATCH_TEST_WORKERS=0 runs every test in the one pytest process.
+echo "==> pytest"
+.venv/bin/pytest -n "${GBATCH_TEST_WORKERS:-6}" --dist loadgroup "$@"

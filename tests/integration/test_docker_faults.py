@@ -22,7 +22,7 @@ from private_engine import PrivateEngine, private_engine
 
 from gbatch.nodes.docker import container_name
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.private_engine]
 
 # The first attempt runs until stopped; any later one says so and ends at once.
 RUN_ONCE_LONG = 'echo "run $GBATCH_ATTEMPT"; [ "$GBATCH_ATTEMPT" -gt 1 ] || sleep 300'

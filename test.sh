@@ -4,10 +4,28 @@
 #   ./test.sh tests/unit       # any pytest arguments narrow the run
 #   ./test.sh --fast tests/unit/test_spec.py::test_x   # rerun: pytest alone (no pip,
 #                              # setup scripts, ruff or mypy); needs .venv from a full run
+# The daemons the setup starts for the run (munged, slurmctld, slurmd, dockerd) are
+# stopped when it ends; one that was already running before is left running.
 # Without root, sshd or a docker engine, the SSH and docker tests are skipped locally;
 # with CI=true a missing component fails them instead.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
+# A run starts thousands of `python -m gbatch` processes: let them, and pytest's
+# rewritten test modules, keep their bytecode even where the environment says not to
+# write any (it would compile gbatch again in every one of them).
+unset PYTHONDONTWRITEBYTECODE
+
+# The setup scripts (and tests that run one, such as the Slurm tests' ensure_slurm) list
+# here each daemon they start; it is stopped on the way out, whatever the outcome.
+GBATCH_CI_STARTED="$(mktemp -t gbatch-started.XXXXXX)"
+export GBATCH_CI_STARTED
+stop_started() {
+    if [ -s "$GBATCH_CI_STARTED" ]; then bash .ci/stop-started.sh "$GBATCH_CI_STARTED"; fi
+    rm -f "$GBATCH_CI_STARTED"
+}
+trap stop_started EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 if [ "${1:-}" = --fast ]; then
     shift
@@ -15,7 +33,8 @@ if [ "${1:-}" = --fast ]; then
         echo "test.sh --fast: error: no .venv/bin/pytest. Run ./test.sh once first" >&2
         exit 2
     fi
-    exec .venv/bin/pytest "$@"
+    .venv/bin/pytest "$@"
+    exit
 fi
 
 if [ ! -x .venv/bin/python ]; then
@@ -39,4 +58,8 @@ echo "==> mypy"; .venv/bin/mypy
 echo "==> mkdocs"; site=$(mktemp -d)   # the docs site, built strict: a broken link fails
 .venv/bin/mkdocs build --strict --site-dir "$site" || { rm -rf "$site"; exit 1; }
 rm -rf "$site"
-echo "==> pytest"; .venv/bin/pytest "$@"
+# Several pytest-xdist workers (tests/conftest.py says which tests must share one): most
+# tests wait on daemons they started, so more workers than cores pay off.
+# GBATCH_TEST_WORKERS=0 runs every test in the one pytest process.
+echo "==> pytest"
+.venv/bin/pytest -n "${GBATCH_TEST_WORKERS:-6}" --dist loadgroup "$@"

@@ -11,7 +11,8 @@
 #      simulated GPU host image gbatch-host:latest (tests/images/build-host-image.sh:
 #      Debian from the apt mirror, about 30 s the first time);
 #   5. a check that --gpus reaches the container.
-# Idempotent: every step is skipped when already done. Run as root.
+# Idempotent: every step is skipped when already done. Run as root. Under ./test.sh a
+# dockerd it starts is noted (.ci/started.sh) and stopped when the run ends.
 set -euo pipefail
 
 HOOK_DIR=/opt/gbatch-test-hook
@@ -24,6 +25,8 @@ die() {
     exit 1
 }
 say() { echo "setup-docker: $*"; }
+# shellcheck source=started.sh
+source "$(dirname "${BASH_SOURCE[0]}")/started.sh"
 
 [ "$(id -u)" = 0 ] || die "must run as root (it installs packages and starts dockerd)."
 
@@ -88,6 +91,7 @@ else
         waited=$((waited + 1))
     done
     say "dockerd answers after ~${waited}s"
+    note_started dockerd /var/run/docker.pid
 fi
 
 # --- 4. test images ----------------------------------------------------------------------

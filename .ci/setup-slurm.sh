@@ -12,6 +12,8 @@
 #      job completion file /var/log/slurm/jobcomp.txt (sacct needs slurmdbd, too heavy);
 #   4. slurmctld and slurmd in the background, then a wait until `sinfo` shows the node idle.
 # Idempotent: a running, answering Slurm with this config is left alone. Run as root.
+# Under ./test.sh the daemons it starts are noted (.ci/started.sh) and stopped when the
+# run ends; run by hand, they keep running.
 # SLURM_PACKAGES_ONLY=1 stops after step 2 (packages and munged; no config, no daemons):
 # bench/slurm_side_by_side.py starts its own 8-GPU cluster beside this one.
 set -euo pipefail
@@ -30,6 +32,8 @@ die() {
     exit 1
 }
 say() { echo "setup-slurm: $*"; }
+# shellcheck source=started.sh
+source "$(dirname "${BASH_SOURCE[0]}")/started.sh"
 
 [ "$(id -u)" = 0 ] || die "must run as root (it installs packages and starts slurmctld)."
 
@@ -67,6 +71,7 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
         sleep 0.2
     done
     munge -n | unmunge >/dev/null || die "munged does not answer (see /var/log/munge/munged.log)."
+    note_started munged /run/munge/munged.pid
 fi
 
 if [ "${SLURM_PACKAGES_ONLY:-}" = 1 ]; then
@@ -132,6 +137,10 @@ fi
 node_idle() {
     timeout 10 sinfo -h -N -n "$host" -o '%T' 2>/dev/null | grep -Eq '^(idle|mixed|allocated)'
 }
+# A daemon restarted for a new config was running before: it is not this run's to stop.
+ctld_was_up="" slurmd_was_up=""
+[ -s /run/slurmctld.pid ] && kill -0 "$(cat /run/slurmctld.pid)" 2>/dev/null && ctld_was_up=yes
+[ -s /run/slurmd.pid ] && kill -0 "$(cat /run/slurmd.pid)" 2>/dev/null && slurmd_was_up=yes
 if [ -n "$changed" ]; then
     say "configuration (re)written; restarting the Slurm daemons"
     for pidfile in /run/slurmctld.pid /run/slurmd.pid; do
@@ -144,12 +153,15 @@ if [ -n "$changed" ]; then
         done
     done
 fi
+started=()
 if ! timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP'; then
+    [ -n "$changed" ] && [ -n "$ctld_was_up" ] || started+=("slurmctld /run/slurmctld.pid")
     say "starting slurmctld (log: $LOG_DIR/slurmctld.log)"
     setsid slurmctld -i </dev/null >>"$LOG_DIR/slurmctld.out" 2>&1 \
         || die "slurmctld did not start; see $LOG_DIR/slurmctld.log."
 fi
 if ! { [ -s /run/slurmd.pid ] && kill -0 "$(cat /run/slurmd.pid)" 2>/dev/null; }; then
+    [ -n "$changed" ] && [ -n "$slurmd_was_up" ] || started+=("slurmd /run/slurmd.pid")
     say "starting slurmd (log: $LOG_DIR/slurmd.log)"
     setsid slurmd </dev/null >>"$LOG_DIR/slurmd.out" 2>&1 \
         || die "slurmd did not start; see $LOG_DIR/slurmd.log."
@@ -164,6 +176,10 @@ until node_idle; do
     scontrol update nodename="$host" state=resume >/dev/null 2>&1 || true
     sleep 1
     waited=$((waited + 1))
+done
+for daemon in "${started[@]}"; do
+    # shellcheck disable=SC2086 # "NAME PIDFILE"
+    note_started $daemon
 done
 say "ready: $(sbatch --version), node $host idle in partition $PARTITION" \
     "($cpus CPUs, ${#FAKE_GPUS[@]} fake GPUs)"

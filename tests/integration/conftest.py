@@ -15,8 +15,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from gbatch import wire
+from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
+from gbatch.paths import resolve_paths
 
 GBATCH = [sys.executable, "-m", "gbatch"]
 FAST_CONFIG = """\
@@ -76,12 +81,38 @@ class Head:
     def state(self, job_id: int) -> str:
         return str(self.job(job_id)["state"])
 
+    def polled(self, job_id: int) -> dict[str, Any] | None:
+        """The job's wire record, asked over the daemon's socket from this process (None
+        while no daemon answers): waits poll with this, since each `gbatch` subprocess
+        costs a Python start-up, and a run makes thousands of polls on a few cores."""
+        try:
+            with Client(resolve_paths(self.env).socket) as client:
+                job: dict[str, Any] = client.call(wire.ShowJob(id=job_id))["job"]
+                return job
+        except (DaemonUnavailable, ReplyTimeout, RequestFailed):
+            return None
+
     def wait_state(self, job_id: int, *states: str, timeout: float = 30.0) -> dict[str, object]:
-        wait_for(
-            lambda: self.state(job_id) in states,
-            timeout,
-            f"job {job_id} to reach {states} (now {self.state(job_id)})",
-        )
+        """The job's record (through the CLI) once it is in one of `states`."""
+        try:
+            wait_for(lambda: (self.polled(job_id) or {}).get("state") in states, timeout)
+        except AssertionError:
+            now = self.state(job_id)
+            raise AssertionError(
+                f"timed out after {timeout} s waiting for job {job_id} to reach {states} "
+                f"(now {now})"
+            ) from None
+        return self.job(job_id)
+
+    def wait_planned(self, job_id: int, timeout: float = 30.0) -> dict[str, object]:
+        """The job once the planner has given it a pending reason (or started it): what
+        a fixed wait for "a pass or two" stood in for."""
+
+        def planned() -> bool:
+            job = self.polled(job_id) or {}
+            return job.get("state") not in ("PENDING", None) or job.get("reason") not in ("", None)
+
+        wait_for(planned, timeout, f"job {job_id} to be planned")
         return self.job(job_id)
 
     def start(self) -> None:

@@ -253,6 +253,13 @@ class PrivateEngine:
         if save.wait(timeout=120) != 0 or load.returncode != 0:
             raise RuntimeError(f"loading {image} into the private engine failed: {load.stderr}")
 
+    def container_pid(self, name: str) -> int:
+        """The pid (in this machine's namespace) of container `name`'s first process:
+        it outlives a crashed engine under its shim, and is gone once the container ends."""
+        pid = int(self.docker("inspect", "-f", "{{.State.Pid}}", name, check=True).stdout)
+        assert pid > 0, f"{name} is not running"
+        return pid
+
     def running_names(self) -> set[str]:
         """Names of the containers running now (empty while the engine is down)."""
         done = self.docker("ps", "--format", "{{.Names}}")

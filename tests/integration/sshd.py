@@ -11,6 +11,7 @@ stop() ends the per-connection sshd processes too, as a host that goes down woul
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import pwd
 import signal
@@ -74,12 +75,34 @@ def require_sshd() -> None:
     pytest.skip(message)
 
 
+# Under pytest-xdist each worker hands out ports from a range of its own, below the
+# kernel's ephemeral range (32768-60999): between the probe and the server's own bind,
+# neither another worker's server nor an outgoing connection can take the port.
+_PORT_BASE = 20000
+_PORTS_PER_WORKER = 500
+_port_turn = itertools.count()
+
+
 def free_port() -> int:
-    """A port nothing listens on right now (another process could take it before use)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A 127.0.0.1 port nothing listens on right now, for a server that cannot pick its
+    own (sshd, prometheus). Without xdist, the kernel's choice (another process could
+    take it before use)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...
+    if not worker.removeprefix("gw").isdigit():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            port: int = probe.getsockname()[1]
+            return port
+    first = _PORT_BASE + int(worker.removeprefix("gw")) * _PORTS_PER_WORKER
+    for _ in range(_PORTS_PER_WORKER):
+        candidate = first + next(_port_turn) % _PORTS_PER_WORKER
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue  # in use, or in TIME_WAIT from an earlier test
+            return candidate
+    raise RuntimeError(f"no free port in {worker}'s range from {first}")
 
 
 def keygen(path: Path, comment: str) -> None:

@@ -16,13 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, wait_for
+from conftest import FAST_CONFIG, Head, is_gone, kill_leftover_jobs, make_head, wait_for
 from dockerenv import TEST_IMAGE, ensure_test_image, require_docker
 from private_engine import PrivateEngine, private_engine
 
 from gbatch.nodes.docker import container_name
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.private_engine]
 
 # The first attempt runs until stopped; any later one says so and ends at once.
 RUN_ONCE_LONG = 'echo "run $GBATCH_ATTEMPT"; [ "$GBATCH_ATTEMPT" -gt 1 ] || sleep 300'
@@ -195,8 +195,10 @@ def test_a_job_that_ends_while_the_engine_is_down_keeps_its_own_exit_code(
     head: Head, engine: PrivateEngine, exit_code: int, state: str
 ) -> None:
     job_id = start_running(head, engine, f"sleep 2; exit {exit_code}")
+    pid = engine.container_pid(container_name(job_id, 1))
     engine.crash()
-    time.sleep(3)  # the container ends meanwhile; its shim keeps the exit code
+    # The container ends meanwhile; its shim keeps the exit code.
+    wait_for(lambda: is_gone(pid), 30, "the container to end while the engine is down")
     engine.start()
     job = head.wait_state(job_id, state, timeout=30)
     assert (job["exit_code"], job["attempt"]) == (exit_code, 1)
@@ -208,11 +210,12 @@ def test_daemon_and_engine_down_together_reconcile_when_the_daemon_starts(
 ) -> None:
     retried = start_running(head, engine, RUN_ONCE_LONG, "--retries", "1")
     ends_meanwhile = start_running(head, engine, "sleep 2")
+    pid = engine.container_pid(container_name(ends_meanwhile, 1))
     stopped = submit(head, "sleep 300", "--gpus", "0")  # the last --gpus wins: none left
     head.wait_state(stopped, "RUNNING", timeout=60)
     head.stop()  # the jobs outlive the daemon, as designed
     engine.crash()
-    time.sleep(3)  # `ends_meanwhile` ends with both down
+    wait_for(lambda: is_gone(pid), 30, "`ends_meanwhile` to end with both down")
     engine.start()
     head.start()  # reconciles the store with what the engine now says
     assert head.wait_state(retried, "COMPLETED", timeout=30)["attempt"] == 2

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
@@ -150,8 +149,7 @@ def test_an_unknown_host_key_refuses_the_node_and_runs_nothing_on_it(tmp_path: P
         )
         assert "unknown" in " ".join(row).lower()  # type: ignore[arg-type]
         job_id = fleet.head.sbatch("--image", fleet.image, "--wrap", "true")
-        time.sleep(2)
-        assert fleet.head.state(job_id) == "PENDING"
+        assert fleet.head.wait_planned(job_id)["state"] == "PENDING"
         assert not (fleet.agent_dirs["gpu09"] / "run").exists()
         known = (tmp_path / "known_hosts").read_text()
         assert known == "", "the head must never add a host key by itself"

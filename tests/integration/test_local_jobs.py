@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import socket
-import time
 from pathlib import Path
 
 from conftest import Head, make_head, wait_for
@@ -146,7 +145,7 @@ def test_cancel_reports_each_failure_and_exits_1(head: Head) -> None:
 
 def test_held_job_waits_until_released(head: Head) -> None:
     job_id = head.sbatch("--hold", "--wrap", "true")
-    time.sleep(0.6)
+    head.wait_planned(job_id)
     squeue = head.run("squeue", "-h", "-j", str(job_id), "-o", "%t %r", check=True).stdout
     assert squeue.split() == ["PD", "JobHeldUser"]
     head.run("scontrol", "release", str(job_id), check=True)
@@ -167,7 +166,7 @@ def test_squeue_shows_slurm_columns_reasons_and_filters(head: Head) -> None:
     running = head.sbatch("--gpus", "2", "-J", "big", "--wrap", "sleep 30")
     head.wait_state(running, "RUNNING")
     waiting = head.sbatch("--gpus", "1", "-J", "small", "--wrap", "true")
-    time.sleep(0.6)
+    head.wait_planned(waiting)
     lines = head.run("squeue", check=True).stdout.splitlines()
     assert lines[0].split() == [
         "JOBID",
@@ -294,8 +293,7 @@ def test_a_drained_node_takes_no_new_jobs_until_resumed(head: Head) -> None:
     reasons = head.run("sinfo", "-R", "-h", check=True).stdout.split()
     assert reasons[:3] == ["fan", "noise", "root"] and reasons[-1] == "local", reasons
     waiting = head.sbatch("--gpus", "1", "--wrap", "true")
-    time.sleep(1)
-    assert head.state(waiting) == "PENDING"
+    assert head.wait_planned(waiting)["state"] == "PENDING"
     assert head.state(running) == "RUNNING"  # a drain never stops what runs
     head.run("node", "resume", "local", check=True)
     head.wait_state(waiting, "COMPLETED")

@@ -10,7 +10,6 @@ import json
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import urllib.error
 import urllib.parse
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import FAST_CONFIG, GBATCH, Head, make_head, wait_for
 from prometheus_client.parser import text_string_to_metric_families
+from sshd import free_port
 
 GPU_UTIL = [87, 4]
 GPU_USED_MIB = [300, 0]  # under the 512 MiB threshold: both GPUs may be handed out
@@ -188,14 +188,6 @@ def test_promtool_finds_the_exposition_valid_and_lint_clean(api: str, token: str
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def free_port() -> int:
-    # Prometheus cannot report a port it picked itself: take one the kernel hands out.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def test_a_real_prometheus_scrapes_it_with_a_bearer_token(
     api: str, token: str, tmp_path: Path
 ) -> None:
@@ -209,7 +201,7 @@ def test_a_real_prometheus_scrapes_it_with_a_bearer_token(
         f"    authorization: {{credentials_file: {tmp_path / 'token'}}}\n"
         f"    static_configs: [{{targets: ['{target}']}}]\n"
     )
-    port = free_port()
+    port = free_port()  # Prometheus cannot report a port it picked itself
     with (tmp_path / "prometheus.log").open("w") as log:
         server = subprocess.Popen(
             [

@@ -231,8 +231,7 @@ def test_a_host_that_cannot_write_its_lease_gets_no_new_jobs_and_sinfo_says_why(
         assert "lease not renewed (cannot renew the lease file" in line, line
         assert os.strerror(errno.EISDIR) in line, line
         job = head.sbatch("--image", fleet.image, "--wrap", "echo fine")
-        time.sleep(3)  # several report rounds: it would have started by now
-        record = head.job(job)
+        record = head.wait_planned(job)
         assert (record["state"], record["reason"], record["attempt"]) == ("PENDING", "NodeDown", 0)
 
         lease.rmdir()  # fixed: the next renewal writes the file again

@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-from conftest import Head, wait_for
+from conftest import Head, is_gone, wait_for
 
 JOB = 'echo "$GBATCH_JOB_ID $GBATCH_ATTEMPT" >> {ledger}; sleep {sleep}'
 
@@ -23,8 +23,9 @@ def test_daemon_killed_and_restarted_loses_no_accepted_job_and_runs_none_twice(
         for _ in range(6)
     ]
     head.wait_state(ids[0], "RUNNING")
-    os.kill(head.daemon_pid(), signal.SIGKILL)
-    time.sleep(0.3)
+    pid = head.daemon_pid()
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: is_gone(pid), 10, "the killed daemon to be gone")
     # Accepted while no daemon runs? No: sbatch must fail loudly, not pretend.
     refused = head.run("sbatch", "--wrap", "true")
     assert refused.returncode == 3
@@ -44,7 +45,9 @@ def test_running_bare_job_finishing_while_daemon_is_down_is_collected(
     job_id = head.sbatch("--wrap", "sleep 1; exit 5")
     head.wait_state(job_id, "RUNNING")
     head.stop()
-    time.sleep(2)  # the job ends while nobody watches
+    # The job ends while nobody watches: its shim leaves the exit record for the daemon.
+    exit_record = head.home / "run" / f"{job_id}.1" / "exit.json"
+    wait_for(exit_record.exists, 30, "the job to end while the daemon is down")
     head.start()
     job = head.wait_state(job_id, "FAILED")
     assert job["exit_code"] == 5

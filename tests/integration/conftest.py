@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from gbatch import wire
-from gbatch.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
-from gbatch.paths import resolve_paths
+from gbatch.core.paths import resolve_paths
+from gbatch.protocol import requests
+from gbatch.protocol.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
 
 GBATCH = [sys.executable, "-m", "gbatch"]
 FAST_CONFIG = """\
@@ -87,7 +87,7 @@ class Head:
         costs a Python start-up, and a run makes thousands of polls on a few cores."""
         try:
             with Client(resolve_paths(self.env).socket) as client:
-                job: dict[str, Any] = client.call(wire.ShowJob(id=job_id))["job"]
+                job: dict[str, Any] = client.call(requests.ShowJob(id=job_id))["job"]
                 return job
         except (DaemonUnavailable, ReplyTimeout, RequestFailed):
             return None

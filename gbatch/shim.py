@@ -45,7 +45,7 @@ from pathlib import Path
 from gbatch.nodes.joblog import ERR_FD_ENV, MAX_LOG_BYTES_ENV, OUT_FD_ENV, LogWriter
 
 # Neither typing nor dataclasses at run time: with inspect, which dataclasses brings,
-# they cost ~10 ms of CPU at every job start. mypy takes any TYPE_CHECKING as typing's.
+# they slow every job start. mypy takes any TYPE_CHECKING as typing's.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, MutableMapping

@@ -1,9 +1,11 @@
-"""The HTTP API (`gbatch api serve`): each HTTP request becomes the wire request the CLI
-would send, wrapped in requests.WithToken with the bearer's token, and goes to gbatchd over
-its socket like any command's. The daemon verifies the token and runs the request as
-the token's user within its scopes (head/handlers/tokens.unwrap_token): this process holds no
-key, lends no identity of its own, and authorizes nothing. A request without a token
-is answered 401 here, and never reaches the daemon.
+"""The HTTP API (`gbatch api serve`): HTTP requests sent to gbatchd as the CLI's requests.
+
+Each HTTP request becomes the wire request the CLI would send, wrapped in
+requests.WithToken with the bearer's token, and goes to gbatchd over its socket like any
+command's. The daemon verifies the token and runs the request as the token's user within
+its scopes (head/handlers/tokens.unwrap_token): this process holds no key, lends no
+identity of its own, and authorizes nothing. A request without a token is answered 401
+here, and never reaches the daemon.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from gbatch.protocol.client import DaemonUnavailable, ReplyTimeout, RequestFaile
 T = TypeVar("T")
 METRICS_PATH = "/metrics"
 MAX_BODY = 1 << 20  # a job file's or script's limit (spec.MAX_FILE_BYTES)
-# A job file up to this size is read on the event loop (~0.1 ms for a small one); a
+# A job file up to this size is read on the event loop (a small one is read quickly); a
 # larger one in a worker thread, so that reading a megabyte of YAML holds up no other
 # request for long.
 INLINE_PARSE_BYTES = 16 * 1024
@@ -350,9 +352,10 @@ def make_app(
 class _App(Starlette):
     """Starlette, with `shortcuts`: (method, exact path) -> an ASGI app that serves it
     as its route would, in place of the middleware stack, the router and the route's
-    wrappers (about a tenth of the API's CPU per submit). A shortcut must do all that
-    its route's stack would: the rate limit (RateLimitMiddleware) and the answers. Any
-    other spelling of the path (a trailing slash, a root_path) takes the route."""
+    wrappers (a visible share of the API's CPU per submit: bench/bench_api.py). A
+    shortcut must do all that its route's stack would: the rate limit
+    (RateLimitMiddleware) and the answers. Any other spelling of the path (a trailing
+    slash, a root_path) takes the route."""
 
     def __init__(self, *, shortcuts: dict[tuple[str, str], ASGIApp], **options: Any) -> None:
         super().__init__(**options)

@@ -116,7 +116,7 @@ class DaemonLink:
 class _Connection(asyncio.Protocol):
     """One connection to gbatchd, a protocol rather than a stream reader and writer: the
     reply's bytes are gathered as they come and its line handed to the waiting exchange
-    at once (a stream's reader, writer and drain were ~a tenth of the API's CPU per
+    at once (a stream's reader, writer and drain were a visible share of the API's CPU per
     submit). No limit on a reply's line of its own (a listing's megabytes)."""
 
     def __init__(self) -> None:

@@ -1,7 +1,8 @@
-"""`GET /metrics`: the daemon's Metrics snapshot (requests.Metrics) in Prometheus's text
-format, rendered by prometheus_client. Each scrape builds fresh metric families from
-the snapshot it was given (a Collector, not metrics registered at import): this process
-keeps no state, and two scrapes never share one.
+"""`GET /metrics`: the daemon's Metrics snapshot in Prometheus's text format.
+
+The snapshot (requests.Metrics) is rendered by prometheus_client. Each scrape builds
+fresh metric families from the snapshot it was given (a Collector, not metrics
+registered at import): this process keeps no state, and two scrapes never share one.
 
 Per-GPU figures take the names and labels of NVIDIA's DCGM exporter where they mean
 the same (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_FB_FREE with gpu, UUID,
@@ -131,11 +132,11 @@ def _daemon(data: Mapping[str, Any], uptime: float) -> Iterator[Metric]:
 
 def _nodes_text(rows: Sequence[Mapping[str, Any]], round_trips: Mapping[str, Any]) -> str:
     """The nodes' and GPUs' families in the text format, written here rather than as
-    prometheus_client samples: 100 nodes x 8 GPUs are ~6,000 samples, and building one
-    object per sample, then escaping and sorting its labels again for each family, took
-    most of a scrape (~30 ms). The lines are the ones generate_latest writes (labels
-    sorted by name, values by floatToGoString); tests/unit/test_metrics.py holds the two
-    to the same samples."""
+    prometheus_client samples: 100 nodes x 8 GPUs are thousands of samples, and building
+    one object per sample, then escaping and sorting its labels again for each family,
+    took most of a scrape (bench/bench_api.py). The lines are the ones generate_latest
+    writes (labels sorted by name, values by floatToGoString); tests/unit/test_metrics.py
+    holds the two to the same samples."""
     nodes = [codec.node_from_wire(row) for row in rows]
     states = [each.value for each in NodeState]
     family = _Family()

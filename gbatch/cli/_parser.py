@@ -2,7 +2,7 @@
 
 gbatch.cli._main imports this module only for a command line that the everyday forms
 (gbatch/cli/everyday.py) do not take: argparse, with the re, enum and gettext it loads,
-is ~6 ms of a start (README, Performance).
+is a large share of a start (bench/bench_startup.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 
 from gbatch import __version__
 
-TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
@@ -61,7 +61,8 @@ class _Parser(argparse.ArgumentParser):
 
     def _get_formatter(self) -> argparse.HelpFormatter:
         # argparse makes a formatter for every add_argument (to check its metavar), and
-        # the first imports shutil (with bz2 and lzma: 1.5 ms) for the terminal's width.
+        # the first imports shutil (with bz2 and lzma: slow to import) for the terminal's
+        # width.
         return self.formatter_class(prog=self.prog, width=_help_width())  # type: ignore[call-arg]
 
     def error(self, message: str) -> NoReturn:
@@ -83,8 +84,8 @@ class _Parser(argparse.ArgumentParser):
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """argparse's RawDescriptionHelpFormatter, but a help line is wrapped without
-    textwrap where it surely wraps alike (its import and its regular expressions are
-    ~1 ms of `gbatch --help`): split_help_lines."""
+    textwrap where it surely wraps alike (its import and its regular expressions are a
+    visible share of `gbatch --help`: bench/bench_startup.py): split_help_lines."""
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         text = self._whitespace_matcher.sub(" ", text).strip()
@@ -121,7 +122,7 @@ def split_help_lines(text: str, width: int) -> list[str] | None:
 
 class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
     """The sub-commands, where each one that does not run stands in by name and help
-    alone: a parser each would cost two gettext look-ups (~0.4 ms) at every start."""
+    alone: a parser each would cost two gettext look-ups at every start."""
 
     def add_stand_in(self, name: str, help_line: str) -> None:
         """List `name` in `gbatch --help` and take it as a choice, with no parser: the

@@ -121,8 +121,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 def make_listener(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port for uvicorn. Made with proto IPPROTO_TCP, not
     0: asyncio sets TCP_NODELAY only on connections whose proto says TCP, and without it
-    a response's headers and body (two writes) wait out the client's delayed ACK, 40 ms
-    a request on a keep-alive connection (bench/bench_api.py)."""
+    a response's headers and body (two writes) wait out the client's delayed ACK on each
+    request of a keep-alive connection (bench/bench_api.py)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -12,7 +12,7 @@ from gbatch.cli.everyday import split_list as split_list  # where the commands f
 from gbatch.core.paths import Paths, resolve_paths
 from gbatch.protocol.client import Client
 
-TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from typing import Any
 

@@ -90,7 +90,8 @@ def _run_foreground(ctx: Context) -> int:
 def _start(ctx: Context) -> int:
     import subprocess  # deferred: the other commands never spawn processes
 
-    # deferred: config brings policy, limits and spec (~15 ms); status and stop need none
+    # deferred: config brings policy, limits and spec (slow imports); status and stop
+    # need none
     from gbatch.site.config import ConfigError, check_private_home, make_private
 
     status = _ping(ctx)

@@ -1,6 +1,7 @@
-"""`gbatch squeue` and `gbatch sbatch --wrap CMD` as most calls write them, run without
-argparse, pathlib, socket or json: with the re, enum, functools and gettext those load,
-they were two thirds of these commands' start (README, Performance).
+"""`gbatch squeue` and `gbatch sbatch --wrap CMD`, as most calls write them, on a fast path.
+
+They run without argparse, pathlib, socket or json: with the re, enum, functools and
+gettext those load, they were most of these commands' start (bench/bench_startup.py).
 
 everyday() reads a command line only where it reads it exactly as argparse would:
 squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h) and sbatch's --wrap
@@ -31,7 +32,7 @@ from gbatch.core.constants import (
     SYSTEM_SOCKET,
 )
 
-TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any

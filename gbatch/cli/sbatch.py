@@ -26,7 +26,7 @@ from gbatch.jobspec.submit import (
 )
 from gbatch.protocol.client import RequestFailed
 
-TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any

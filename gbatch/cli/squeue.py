@@ -14,7 +14,7 @@ from gbatch.core.constants import (
     SQUEUE_START_LETTERS,
 )
 
-TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from typing import Any
 

@@ -1,7 +1,8 @@
 """Where the calling user's gbatch keeps its files, and which socket reaches a daemon.
 
 Every command resolves these at start, so this module stays small: no dataclasses, no
-config, no policy (they cost ~20 ms a start and only the daemon reads config.yaml).
+config, no policy (they slow every start: bench/bench_startup.py; and only the daemon
+reads config.yaml).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class Paths:
     """A frozen record. `socket_file`: the socket when it is not the one in `home`
     (GBATCH_SOCKET, the system socket, or the daemon's `socket_path`); `socket_from`
     says which chose it: "home", "env" or "system". Not a dataclass: importing
-    dataclasses costs every command ~5 ms."""
+    dataclasses slows every command's start (bench/bench_startup.py)."""
 
     __slots__ = ("home", "socket_file", "socket_from")
     home: Path

@@ -1,17 +1,19 @@
-"""The submitting shell's variables a job takes with it (Slurm's --export): which names
-a job may carry, and how large the whole may be. The one definition for sbatch (both its
-paths), gbatch.jobspec.spec and the daemon; it imports nothing of gbatch's, so that sbatch's
-everyday `--wrap` path loads neither the model nor spec (start-up)."""
+"""The submitting shell's variables a job takes with it (Slurm's --export): names and size.
+
+Which names a job may carry, and how large the whole may be. The one definition for
+sbatch (both its paths), gbatch.jobspec.spec and the daemon; it imports nothing of
+gbatch's, so that sbatch's everyday `--wrap` path loads neither the model nor spec
+(start-up)."""
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 MAX_SUBMIT_ENV_BYTES = 128 * 1024
 # A variable's name, [A-Za-z_][A-Za-z0-9_]* in ASCII, checked without `re` (which, with
-# the enum and functools it loads, is ~4 ms of sbatch's start).
+# the enum and functools it loads, slows sbatch's start: bench/bench_startup.py).
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 

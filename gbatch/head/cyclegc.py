@@ -4,11 +4,10 @@ The collector makes a full (generation 2) collection each time the objects that 
 two younger collections have grown by a quarter since the last full one, and a full
 collection walks every tracked object. Most of gbatchd's heap lives as long as the
 daemon, or as long as the jobs it stands for: the modules, and the loop's window (at
-100,000 pending jobs of 50 users, 50,000 planning Jobs and their maps, ~80,000 tracked
-objects in all). A full collection over them took 28-31 ms in whichever pass's
-allocation set it off (one of a first read's ~11 ms passes took 32-34 ms), 60-116 ms
-once the window had grown to ~100,000 (bench_plan.py --loop), and found nothing to
-free: a Job, its planning spec and the window's maps hold no reference cycles, so
+100,000 pending jobs of 50 users, 50,000 planning Jobs and their maps). A full
+collection over them took longer than a whole pass in whichever pass's allocation set
+it off, the more so once the window had grown (bench/bench_plan.py --loop), and found
+nothing to free: a Job, its planning spec and the window's maps hold no reference cycles, so
 reference counting frees them when they leave (every full collection that bench
 timed found 0 objects).
 
@@ -23,7 +22,7 @@ last pass:
   collection (O(1)). A collection here would walk what the pass left young, which is
   more than what it made: a dict whose values the collector had untracked (the window's
   map of queue keys, 50,000 tuples of numbers) is tracked again by an insert, and walking
-  it costs ~2 ms a pass that changes the window; frozen while tracked, it is never
+  it costs each pass that changes the window; frozen while tracked, it is never
   walked again. Young garbage cycles are still collected by the collector's young
   collections between passes (one every 700 net allocations; a freeze restarts that
   count, so a cycle dead and not yet collected at a pass's end is frozen: below).
@@ -32,8 +31,8 @@ last pass:
   collection walks frozen objects). `full_when_due()`, which the loop calls after each
   step, thaws everything every `full_seconds`, or sooner once the frozen heap has grown
   by a quarter since (`full_growth`: CPython's own rule), when no wake-up is waiting (or
-  at twice the period, waiting or not), collects once (the whole walk: 40-90 ms of CPU at
-  100,000 pending in bench_plan.py) and freezes the survivors again. The heap then
+  at twice the period, waiting or not), collects once (the whole walk, longer than a
+  pass: bench/bench_plan.py) and freezes the survivors again. The heap then
   holds at most the cycles of one period; the collector
   left to itself holds cyclic garbage that reached the oldest generation until the heap
   grows by a quarter. None was found in gbatchd's loop (bench_plan.py --loop: a whole

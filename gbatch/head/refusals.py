@@ -1,7 +1,7 @@
 """How fast one user's refusals may grow gbatchd.log.
 
 Every refused request (and refused connection) is worth an audit line, but 50 refused
-requests with 4 MB names once grew the log by 200 MB in 2.6 s. Strings in log lines are
+requests with 4 MB names once grew the log by 200 MB within seconds. Strings in log lines are
 cut (handlers/audit.loggable); on top of that, each uid gets at most LINES refusal lines per
 operation (connect, request, cancel, ...) in a window of WINDOW_SECONDS, opened by its
 first such refusal. The refusals past that are counted, and when the window has ended

@@ -177,8 +177,8 @@ class LineReader:
 
     The socket is left in blocking mode and a wait is timed by the kernel (SO_RCVTIMEO,
     set only when the wait changes): a timeout of Python's own would poll before each
-    recv, and two settimeout calls each request cost two system calls more (on a lone
-    client's submit, ~4 of its ~30 system calls). A writer that gives the socket a
+    recv, and two settimeout calls each request cost two system calls more (a lone
+    client's submit makes few). A writer that gives the socket a
     timeout of its own gives it back blocking (_Connection._write)."""
 
     def __init__(
@@ -460,7 +460,7 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         of their requests is worked on (the returned context). Admins (root and the
         daemon's user among them) take none: their requests never wait, and an admin's
         slow one (`node install`) never holds up their others. (A context made per
-        request by contextlib.contextmanager cost ~1 us of each one.)"""
+        request by contextlib.contextmanager was a cost to each one.)"""
         if is_admin(self.daemon, caller):
             return _NO_TURN
         with self._counts_lock:

@@ -10,7 +10,7 @@ import functools
 
 from gbatch.core.suggest import did_you_mean, option_strings
 
-TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
@@ -304,8 +304,8 @@ def options_parser(prog: str) -> OptionParser:
 
 @functools.cache
 def text_parser() -> OptionParser:
-    """request_for_text's parser, built once: building it was 0.7 ms of a 0.8 ms API
-    submit (bench/bench_api.py). Parsing reads the parser and changes nothing on it, and
+    """request_for_text's parser, built once: building it was most of an API submit
+    (bench/bench_api.py). Parsing reads the parser and changes nothing on it, and
     no option has a mutable default, so the API's threads share it. A problem is
     raised (OptionProblem), never printed: the caller is a server, not a terminal."""
     parser = OptionParser(prog="gbatch sbatch", add_help=False, allow_abbrev=False)
@@ -318,8 +318,8 @@ def text_parser() -> OptionParser:
 
 @functools.cache
 def no_options() -> tuple[dict[str, Any], tuple[str, ...]]:
-    """What text_parser makes of no options, parsed once (argparse was a quarter of
-    the API's ~0.12 ms of parsing per submit), and which of its values are lists (each
+    """What text_parser makes of no options, parsed once (argparse was a good share of
+    the API's parsing per submit), and which of its values are lists (each
     request gets its own)."""
     values = dict(vars(text_parser().parse_args([])))
     return values, tuple(key for key, value in values.items() if isinstance(value, list))

@@ -224,7 +224,7 @@ def build_spec(
 
     # What the file gives (a submit request's spec: its SUBMIT_KEYS apart), and over it
     # each option given. Only the keys given are visited: the API's submit gives a few
-    # of the ~40 (a loop over KEYS was ~4 us of its ~40 us request_for_text).
+    # of the ~40 (a loop over KEYS was a visible share of its request_for_text).
     values = {k: (v, k) for k, v in file_data.items() if v is not None and k in _KEY_SET}
     for key, value in overrides.items():
         if value is not None:

@@ -1,6 +1,7 @@
-"""A job file's or batch script's text and sbatch's options -> the submit request
-(a Submission: wire.Submit's fields), built the one way for every front: `gbatch
-sbatch`, the HTTP API and its web page, the MCP server's submit tool.
+"""A job file's or batch script's text and sbatch's options -> the submit request.
+
+The request (a Submission: wire.Submit's fields) is built the one way for every front:
+`gbatch sbatch`, the HTTP API and its web page, the MCP server's submit tool.
 
 Bad input is BadSubmit, one line naming the option, the job-file key or the #SBATCH
 line (`job.sh:7: #SBATCH --mem: ...`). The options themselves are
@@ -29,7 +30,7 @@ from gbatch.jobspec.sbatchopts import (
     text_parser,
 )
 
-TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
@@ -73,7 +74,7 @@ def _gpus_option(args: argparse.Namespace) -> int | None:
     if not given:
         return None
     # Imported past the common case (no option given; every HTTP API submit): an import
-    # statement costs ~0.5 us even when the module is loaded.
+    # statement costs time even when the module is loaded.
     from gbatch.jobspec.slurmopts import parse_gres
     from gbatch.jobspec.spec import SpecError
 
@@ -519,7 +520,7 @@ def build_submit(
 @functools.lru_cache(maxsize=64)
 def _file_stem(name: str) -> str:
     """Path(name).stem, kept: the API names every submit's text "api", and pathlib's
-    parse of it was ~4 us of each."""
+    parse of it was a cost to each."""
     return Path(name).stem
 
 

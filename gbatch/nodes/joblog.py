@@ -25,8 +25,8 @@ from pathlib import Path
 
 from gbatch.core.crashpoints import crash_point
 
-# Not typing's: importing typing (and logging) would cost the shim, which imports this
-# module at every job start, about 15 ms. mypy takes any TYPE_CHECKING as typing's.
+# Not typing's: importing typing (and logging) would slow the shim, which imports this
+# module at every job start. mypy takes any TYPE_CHECKING as typing's.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

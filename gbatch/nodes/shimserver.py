@@ -1,6 +1,7 @@
-"""The shim server: one long-lived Python process that forks a shim per bare job
-instead of starting a fresh interpreter for each (~20 ms of CPU a job; a fork of this
-small process costs about a millisecond).
+"""The shim server: one long-lived Python process that forks a shim per bare job.
+
+It stands in for a fresh interpreter for each job (an interpreter's start costs many
+times a fork of this small process).
 
     python -m gbatch.nodes.shimserver FD
 

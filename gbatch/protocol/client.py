@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gbatch.core.constants import CLIENT_TIMEOUT_S, MAX_REQUEST_BYTES
 
-TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -152,8 +152,8 @@ class Client:
                 sock.close()
                 raise SocketPermissionDenied(self.socket_path) from err
         self._sock = sock
-        # A listing's line is megabytes (4 MB for 10,000 records): read in 256 kB
-        # chunks, not io's 8 kB (~1-2 ms less per such line).
+        # A listing's line is megabytes: read in 256 kB chunks, not io's 8 kB (fewer
+        # reads per such line).
         self._reader = sock.makefile("rb", buffering=READ_BUFFER)
 
     def call(self, request: Request) -> dict[str, Any]:

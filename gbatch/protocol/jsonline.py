@@ -1,16 +1,18 @@
-"""json.dumps and json.loads, as the standard library does them by default, without
-importing the json package: it loads `re` (compiling its patterns at import), and with it
-enum and functools, ~5 ms of a command's start (README, Performance). The work is done by
+"""json.dumps and json.loads as the standard library's defaults, without importing json.
+
+The json package loads `re` (compiling its patterns at import), and with it enum and
+functools, a share of a command's start (bench/bench_startup.py). The work is done by
 the C accelerator `_json`, the very code json.dumps and json.loads run; only the Python
 wrappers around it are skipped. Anything those wrappers would treat otherwise (an object
 that is not a dict, text with leading whitespace or trailing data, bytes that are not
 UTF-8, a malformed line, an interpreter without `_json`) goes to the json package, which
-answers, or raises, as ever. tests/unit/test_cli_everyday.py holds both to json's results.
+answers, or raises, as ever. tests/unit/test_cli_everyday.py holds both to json's
+results.
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from typing import Any
 

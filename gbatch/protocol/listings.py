@@ -1,6 +1,8 @@
-"""Listings' encodings of jobs: the brief records a listing sends (remembered while a
-job's row is unchanged), the job table the TUI reads, and the columns squeue and the
-TUI's queue read (ListJobs' `table` and `columns`), each with its decoder back into Jobs."""
+"""Listings' encodings of jobs, each with its decoder back into Jobs.
+
+The brief records a listing sends (remembered while a job's row is unchanged), the job
+table the TUI reads, and the columns squeue and the TUI's queue read (ListJobs' `table`
+and `columns`)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ class BriefRecords:
     never a wrong one."""
 
     def __init__(self, most: int = 20_000) -> None:
-        # Jobs remembered, ~1.5 kB each: once full, all are forgotten at the next
+        # Jobs remembered (each costs memory): once full, all are forgotten at the next
         # listing, and a listing longer than this makes the rest without keeping them.
         self.most = most
         self._made: dict[int, BriefRecord] = {}
@@ -55,7 +57,7 @@ class BriefRecords:
         """The brief record's text of `job`, read from a row of change number `changed`
         (None: not a row, an array tail's record, which is not remembered). `keep`:
         remember it (a listing larger than the bound keeps none: sacct -a of 1,000,000
-        would hold 20,000 records of finished jobs, ~55 MB, for nothing)."""
+        would hold 20,000 records of finished jobs for nothing)."""
         text = json.dumps(job_to_wire(job, brief=True), separators=COMPACT)
         made = self._made
         if keep and changed is not None and len(made) < self.most:
@@ -298,7 +300,7 @@ class ListingColumns:
     """listing_columns' columns made a page of rows at a time. With `as_text`, each
     column is kept as its JSON text (a Streamed value, the text encode_reply writes for
     the list) and the rows are let go page by page: a listing of 1,000,000 jobs holds
-    ~80 bytes of text a row instead of a dozen objects (issue 16). `most_keys`: spec
+    a short text a row instead of a dozen objects (issue 16). `most_keys`: spec
     keys whose entry is remembered at once (a sweep's specs are each their own)."""
 
     def __init__(

@@ -1,6 +1,7 @@
-"""A reply's line as the daemon writes it: JSON with COMPACT separators, made in pieces
-(a listing's lists streamed from the store, values known only once written), and the
-same reply decoded for a caller in the daemon's own process."""
+"""A reply's line as the daemon writes it (JSON, COMPACT separators), and decoded in-process.
+
+It is made in pieces (a listing's lists streamed from the store, values known only once
+written); the same reply is decoded for a caller in the daemon's own process."""
 
 from __future__ import annotations
 
@@ -74,13 +75,13 @@ def reply_pieces(reply: Mapping[str, Any]) -> Generator[bytes, None, None]:
     encoded REPLY_PIECE_ITEMS items at a time with json.dumps's own separators, so the
     client, which reads one line, cannot tell."""
     if all(type(key) is str and _small(item) for key, item in reply.items()):
-        # A submit's or an action's few fields: one encode (the walk below was ~20 us).
+        # A submit's or an action's few fields: one encode (the walk below is slower).
         yield _COMPACT_JSON.encode(reply).encode() + b"\n"
         return
     yield from _coalesced(_encoded(reply))
 
 
-# json.dumps(value, separators=COMPACT) without an encoder made for each call (~1 us).
+# json.dumps(value, separators=COMPACT) without an encoder made for each call.
 _COMPACT_JSON = json.JSONEncoder(separators=COMPACT)
 _JSON_SCALARS = (str, int, float, bool, type(None))
 

@@ -1,7 +1,8 @@
-"""The protocol's requests: one type per request the daemon serves, its `op` and its
-fields as named on the socket, and the kinds of error a reply may carry. The client
-encodes them (encode_request), the daemon decodes them (gbatch.protocol.decoder), and
-mypy checks both ends and every call site."""
+"""The protocol's requests: one type per request the daemon serves, and a reply's error kinds.
+
+Each type has its `op` and its fields as named on the socket. The client encodes them
+(encode_request), the daemon decodes them (gbatch.protocol.decoder), and mypy checks
+both ends and every call site."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ class _Request:
     """What every request type is: a frozen record of keyword-only fields (the class's
     own annotations, defaults from its body) whose `op` names it on the socket; mypy
     reads it as a frozen dataclass. Not dataclasses.dataclass: that writes each class's
-    methods with exec, 1 ms a class here, and every command would pay it at start-up.
+    methods with exec, a cost for each class, and every command would pay it at start-up.
     `secret`: fields whose values a refusal never shows (they may hold tokens)."""
 
     op: ClassVar[str]

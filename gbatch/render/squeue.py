@@ -1,7 +1,8 @@
-"""squeue's output: Slurm's `-o` letters and `-O` field names, its `-S` sort keys, the
-PENDING tasks of an array folded into one `N_[4-15]` row, and `--json`. The everyday
-listing (default format and sort) is drawn without the model by squeue_brief, which
-prints the same bytes.
+"""squeue's output: Slurm's `-o` letters, `-O` fields and `-S` sort keys, and `--json`.
+
+The PENDING tasks of an array are folded into one `N_[4-15]` row. The everyday listing
+(default format and sort) is drawn without the model by squeue_brief, which prints the
+same bytes.
 """
 
 from __future__ import annotations
@@ -320,7 +321,7 @@ def format_squeue(
 # What a squeue cell's text depends on besides `now` and the expected starts, for the
 # letters whose cells repeat down a long queue: the same key, the same text. Rows are
 # drawn with a memo per cell, so 10,000 jobs of a few specs, users and states format
-# each such cell a few times (~4x faster than _squeue_line's for each row and column).
+# each such cell a few times (faster than _squeue_line's for each row and column).
 _PENDING = JobState.PENDING  # a global: Enum member access through the class is slow
 
 

@@ -1,9 +1,11 @@
-"""`gbatch squeue` as most calls run it: Slurm's default format and sort, drawn straight
-from a listing's columns (ListJobs' `columns`, listings.listing_columns) and asked for
-with a request built here. No Job is built, so neither gbatch.core.model, the request
-types, the Job decoders nor squeue's full renderer (gbatch.render.squeue) is imported,
-nor the dataclasses and inspect they load: about half of the command's start-up. The
-constants it shares with them are gbatch.core.constants'.
+"""`gbatch squeue` as most calls run it, drawn straight from a listing's columns.
+
+Slurm's default format and sort, from ListJobs' `columns` (listings.listing_columns),
+asked for with a request built here. No Job is built, so neither gbatch.core.model, the
+request types, the Job decoders nor squeue's full renderer (gbatch.render.squeue) is
+imported, nor the dataclasses and inspect they load: a large share of the command's
+start-up (bench/bench_startup.py). The constants it shares with them are
+gbatch.core.constants'.
 
 squeue.format_squeue over listings.jobs_from_columns stays the definition of squeue's
 output: tests/unit/test_squeue_brief.py checks that this path prints the same bytes for
@@ -21,7 +23,7 @@ from gbatch.core.constants import (
 )
 from gbatch.core.timefmt import format_duration
 
-TYPE_CHECKING = False  # typing's, without importing typing: 2 ms of every start-up
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any

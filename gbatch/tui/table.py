@@ -194,7 +194,7 @@ def _bulk_load(table: DataTable[Text], rows: Rows, column_keys: Sequence[str]) -
     """Replace every row as `clear()` then `add_row()` for each would, in one pass.
 
     add_row measures every cell with a Rich console (for the column widths) on the
-    next idle: about 0.3 ms per row, seconds for a queue of 10,000 jobs. Cells here
+    next idle, row by row: seconds for a queue of 10,000 jobs (bench/bench_tui.py). Cells here
     are single-line Text, whose width is the cell length of its plain text, so the
     widths are computed from that. Reaches into DataTable's private state (textual
     8); the TUI tests and bench/bench_tui.py exercise this path.

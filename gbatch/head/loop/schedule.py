@@ -1,6 +1,8 @@
-"""The loop's schedule step, what it decides: the runnable window brought up to date from
-the store's change feed, its filters, the plan (the incremental Planner, or plan()), the
-pending reasons written; the starts it gives are the dispatch step's to do."""
+"""The loop's schedule step, what it decides: which pending jobs start, and why the rest wait.
+
+The runnable window brought up to date from the store's change feed, its filters, the
+plan (the incremental Planner, or plan()), the pending reasons written; the starts it
+gives are the dispatch step's to do."""
 
 from __future__ import annotations
 
@@ -34,25 +36,26 @@ PLAN_JOBS_PER_USER = 1000
 # A first pass (a restarted daemon's) reads its window over several passes, this many
 # rows each (a user's window over two passes where it does not fit what is left of
 # one), and plans once it holds every user's: a pass stays short (reading a row,
-# building its planning Job and queueing it costs ~15-20 us at load ~1.5: a pass of
-# 1,000 rows took ~20 ms), so the loop collects ends, enforces limits and takes cancels
-# between the reads, and the passes follow one another at once. A queue under this many
+# building its planning Job and queueing it is not free: a pass of twice this many rows
+# filled the loop's 20 ms on a loaded machine, bench/bench_plan.py), so the loop
+# collects ends, enforces limits and takes cancels between the reads, and the passes
+# follow one another at once. A queue under this many
 # runnable jobs is read and planned in one pass, as before. A pass reads at most this
 # many rows of the change feed too (a newcomer's burst: see READ_ALONE_ROWS).
 WINDOW_ROWS_PER_PASS = 500
 # A pass writes at most this many pending reasons; a plan that changes more of them (a
 # fresh store's first, the nodes changed) owes the rest, and the loop's next passes
 # follow at once and write them, the newest plan's reason for each. So no pass waits on
-# 50,000 writes (~0.3 s). Measured at 100,000 pending (bench_plan.py --loop-only, load
-# ~0.9): a pass writing 1,000 took 5-7 ms (11-12 ms when SQLite checkpointed its WAL),
-# the first plan's 17.6 ms; writing 2,000, 10-12 ms (16-18) and 22.4 ms.
+# 50,000 writes. This many keeps a pass that writes them, with the first plan's, inside
+# the loop's 20 ms at 100,000 pending; twice this many does not (bench/bench_plan.py
+# --loop-only).
 REASONS_PER_PASS = 1000
 # A pass whose read brought more changed rows than this plans nothing, and the next one
 # (at once) plans them without reading the change feed: what it plans is what that read.
 # So a newcomer's burst of 1,000 jobs (one transaction's, read over passes of
 # WINDOW_ROWS_PER_PASS) is read in passes that plan nothing, and planned in one that
-# reads nothing (their read and their plan are ~5 ms of CPU each at 500 rows and
-# ~0.5 load; a pass that did both, ~12 ms, would pass 20 ms at load ~1.5).
+# reads nothing (their read and their plan each take a good share of a pass; a pass that
+# did both would overrun the loop's 20 ms on a loaded machine: bench/bench_plan.py).
 READ_ALONE_ROWS = 200
 
 
@@ -128,7 +131,8 @@ class Scheduling:
             self.wake.set()
         read = self._split_window()
         # A pass that read many rows (the last of a newcomer's burst of 1,000 jobs)
-        # plans at the next: reading 500 rows and planning 1,000 are ~5 ms of CPU each.
+        # plans at the next: reading 500 rows and planning 1,000 each take a good share
+        # of a pass.
         # That one reads no changes, so a flood of submits cannot keep the loop from
         # planning: each read of the change feed left behind ends (RunnableWindow), and
         # a plan follows it at the latest one pass after.
@@ -141,9 +145,9 @@ class Scheduling:
             # A spread first read (a restart over a long queue): plan nothing until the
             # window holds every user's jobs, or a job could start ahead of one not read
             # yet. Queue what was read, and read on at the next pass, at once. The
-            # pass that completes it plans at the next too: its read (~10-14 ms at
-            # 100,000 pending) and the first plan (a fresh store's: 50,000 reasons
-            # reported, ~17 ms) would not fit one pass's 20 ms. So too a read of the
+            # pass that completes it plans at the next too: its read (at 100,000
+            # pending) and the first plan (a fresh store's: 50,000 reasons reported)
+            # would not fit one pass's 20 ms together. So too a read of the
             # change feed left behind (a newcomer's burst of 1,000 jobs, read over
             # passes of WINDOW_ROWS_PER_PASS rows): the pass that reads the last of
             # those changes plans them (or, where it read many, the one after), the
@@ -254,8 +258,8 @@ class Scheduling:
         Job id order is submit order: the top of `squeue` and of the TUI's list, and
         each user's oldest jobs, ~the heads of their queues (what a user looks at
         first) are told first. The owed come in the plan's order, near to id order
-        within a user, so sorting them costs little (~2 ms for 50,000); and they all go
-        within a second anyway (a fresh store's 50,000: 50 passes of 5-7 ms)."""
+        within a user, so sorting them costs little; and they all go within a second
+        anyway (a fresh store's 50,000: 50 short passes, bench/bench_plan.py)."""
         owed, bound = self._owed, self.reasons_per_pass
         if bound is None or len(owed) <= bound:
             due = {job_id: r for job_id, r in owed.items() if job_id in queued}

@@ -1,5 +1,7 @@
-"""The store's connection: one SQLite file in WAL mode, its transactions (`_write`,
-`_reading`), change numbers, migrations, and the errors a write leaves with.
+"""The store's connection: one SQLite file in WAL mode, its transactions and change numbers.
+
+Its transactions (`_write`, `_reading`), change numbers, migrations, and the errors a
+write leaves with.
 
 SQLite in WAL mode with synchronous=FULL, so a commit that `sbatch` acknowledged
 survives a power cut. Every write is one `BEGIN IMMEDIATE` transaction. The daemon
@@ -98,7 +100,7 @@ class Database:
         # user -> (their pending jobs, the write transaction that left them so): what
         # submit_many's last commit knew. Used only while that transaction is the last
         # one written, so the count is exact (max_pending_jobs), not re-counted over the
-        # user's pending jobs (~0.5 ms at 10,000) on each of a burst's submits.
+        # user's pending jobs (slow when they are many) on each of a burst's submits.
         self._pending_known: dict[str, tuple[int, int]] = {}
         # Jobs' env values and commands are in it: the owner's alone, whatever the umask.
         # SQLite gives the -wal and -shm files the mode of the database file; ones left

@@ -1,5 +1,6 @@
-"""Job events: the rows that tell a job's story (scontrol show job), and the event
-log's line of each, handed to the feed once its transaction commits."""
+"""Job events: the rows that tell a job's story (scontrol show job), and their log lines.
+
+The event log's line of each is handed to the feed once its transaction commits."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class Events(Database):
         """The jobs' submit events. They are not stored: each is the job row's own
         submit_time (Store.events tells it first), and a row of `events` and of its
         index was two of the nine pages each submit's commit wrote and fsync'd
-        (bench_submit: ~15 us of a ~300 us submit). The event log still gets their
+        (bench/bench_submit.py measures what they cost). The event log still gets their
         lines."""
         pending = JobState.PENDING.value
         self._feed_events([(job_id, submit_time, pending, SUBMITTED) for job_id in ids])

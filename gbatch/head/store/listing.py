@@ -1,7 +1,8 @@
-"""Listings: jobs by filter (squeue, sacct, scontrol), as Jobs (jobs, job_pages) or
-as the narrow rows a listing prints (listing_rows, listing_pages); the pages read
-on a connection of their own, so that a long listing never holds up the writers.
-Array tails' records come among the rows, by id."""
+"""Listings: jobs by filter (squeue, sacct, scontrol), as Jobs or as the rows a listing prints.
+
+As Jobs (jobs, job_pages) or as the narrow rows a listing prints (listing_rows,
+listing_pages); the pages read on a connection of their own, so that a long listing
+never holds up the writers. Array tails' records come among the rows, by id."""
 
 from __future__ import annotations
 
@@ -135,7 +136,7 @@ class Listing(Tails):
         `limit`, the first that many.
 
         No Job is built and the Job cache is not touched: at 100,000 pending jobs the
-        cache (50,000) overflows and each listing rebuilt them all (~1.5 s); a Job per
+        cache (50,000) overflows and each listing rebuilt them all (seconds); a Job per
         row is also most of a large listing's memory (issue 16). A page is read as one
         from SQLite, not cut from the whole listing."""
         where, params = _listing_where(states, users, after, history, since)

@@ -1,6 +1,7 @@
-"""listing_page: one page of a sorted, filtered, searched listing (the TUI's queue
-view, the web page), sorted, cut and counted in SQL, and kept for a refresh that
-finds nothing changed."""
+"""listing_page: one page of a sorted, filtered, searched listing, cut and counted in SQL.
+
+For the TUI's queue view and the web page: sorted, cut and counted in SQL, and kept for
+a refresh that finds nothing changed."""
 
 from __future__ import annotations
 
@@ -161,8 +162,8 @@ class Pages(Listing):
         queue view asks for the rows it shows, every second). Tails join the rows as
         a VALUES table in a compound query, so they sort and count as one row each, as
         listing_rows lists them; SQLite merges the two sides of the compound, each in
-        its order, so a page by id walks the primary key and stops (0.2 ms at
-        100,000, where sorting all of them took 80). `sort`: a LISTING_SORTS key, ties
+        its order, so a page by id walks the primary key and stops (far faster at
+        100,000 than sorting all of them). `sort`: a LISTING_SORTS key, ties
         by id; `reverse` reverses the whole order (ties too), as sorted(reverse=True).
         """
         if query.sort not in LISTING_SORTS:
@@ -298,7 +299,7 @@ class Pages(Listing):
             params.extend(state.value for state in query.states)
         # `+user`: not by the user index. Each of a user's rows looked up for its state
         # costs more than the state index's rows looked up for their user (measured at
-        # 100,000: a page 12 ms against 33, the counts 17 against 36).
+        # 100,000 jobs, both for a page and for the counts: bench/bench_tui.py).
         if query.users is not None:
             base.append(f"+user IN ({_marks(query.users)})")
             params.extend(query.users)

@@ -1,6 +1,8 @@
-"""Reads of jobs: one by id (an array tail's task too), by state, by run time; the
-counts the metrics and limits read; and briefs (owner and state) for requests over
-many jobs, a bounded batch per call."""
+"""Reads of jobs: one by id, by state or by run time, counts, and briefs in bounded batches.
+
+One by id (an array tail's task too), by state, by run time; the counts the metrics and
+limits read; and briefs (owner and state) for requests over many jobs, a bounded batch
+per call."""
 
 from __future__ import annotations
 
@@ -105,8 +107,8 @@ class Reads(Tails):
         what history holds (metrics).
 
         On a read-only connection of its own, outside the store's lock: reading every
-        pending job's partition out of its spec takes about 0.3 s for 270,000 of them,
-        which must not hold up submits and the loop (WAL: a reader never blocks the
+        pending job's partition out of its spec is slow for a long queue, which must not
+        hold up submits and the loop (WAL: a reader never blocks the
         writer, and sees the latest commit)."""
         active = [state.value for state in ACTIVE_STATES]
         marks = ", ".join("?" * len(active))

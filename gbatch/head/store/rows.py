@@ -1,5 +1,7 @@
-"""Rows <-> values: the jobs and array_tails columns read, the Job and ArrayTail built
-from a row, and the caches that make a row read again cost a lookup.
+"""Rows <-> values: the Job and ArrayTail built from a row, and the caches behind them.
+
+The jobs and array_tails columns read, the Job and ArrayTail built from a row, and the
+caches that make a row read again cost a lookup.
 
 A spec changes only by scontrol update (which writes new JSON text), and decoding it
 is most of the cost of reading a job; a job row read again unchanged is the Job built
@@ -56,7 +58,7 @@ def _top_change(db: sqlite3.Connection) -> int:
 # A spec changes only by scontrol update (which writes new JSON text), and decoding it
 # is most of the cost of reading a job: the loop reads every active job several times a
 # second. Keyed by the JSON text.
-# Bounded with the Job cache below (each entry costs about 1 KB with its key); a
+# Bounded with the Job cache below (each entry costs memory, with its key); a
 # listing larger than either leaves both alone (_uncached).
 _SPEC_CACHE: dict[str, JobSpec] = {}
 _SPEC_CACHE_MAX = 50_000
@@ -83,7 +85,7 @@ def _spec_from_text(text: str) -> JobSpec:
 def _uncached() -> Callable[[str], JobSpec]:
     """A spec decoder for one listing larger than the caches: it would only churn them
     (each is emptied when full) and leave up to 50,000 of its specs and jobs resident
-    for good after its reply (~200 MB after one listing of 100,000, issue 16). Specs
+    for good after its reply (issue 16; bench/bench_memory.py). Specs
     read again within the listing are still decoded once; all go with the listing."""
     seen: dict[str, JobSpec] = {}
 
@@ -170,7 +172,7 @@ class ListingSpecs:
     decodes, by the listing's size (`count`, asked then): one no larger than the shared
     spec cache decodes through it, as listing_specs does (a queue listed again decodes
     none); a larger one leaves it alone (it would only churn it, and hold 10,000 of its
-    specs resident after it: ~25 MB at 100,000 sweep jobs) and remembers at most
+    specs resident after it: bench/bench_memory.py) and remembers at most
     _LISTING_SPECS of its own at once (a sweep's specs differ row by row)."""
 
     def __init__(self) -> None:

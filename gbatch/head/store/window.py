@@ -1,7 +1,8 @@
-"""The loop's planning window: each user's first few runnable jobs in that user's queue
-order (RunnableWindow), read whole once and then kept up to date from the rows
-changed since (the change feed, migration 11), and the pending reasons the loop
-writes back to it."""
+"""The loop's planning window: each user's first few runnable jobs, in that user's queue order.
+
+The window (RunnableWindow) is read whole once, then kept up to date from the rows
+changed since (the change feed, migration 11); the pending reasons the loop writes back
+go through here too."""
 
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ _USER_QUEUE_TEMPLATE = """
     ORDER BY queue_priority DESC, submit_time, id LIMIT ?
 """
 # A user's queue past a key (-queue_priority, submit_time, id), in three parts, each one
-# seek of the index (a query with their OR scanned the user's rows from the first:
-# ~90 us at 1,000 rows in, against ~6): the rest of the key's priority and submit time,
+# seek of the index (a query with their OR scanned the user's rows from the first, the
+# slower the further in): the rest of the key's priority and submit time,
 # of its priority, then the lower priorities.
 _USER_QUEUE_AFTER_TEMPLATES = tuple(
     f"""

@@ -19,7 +19,7 @@ def test_daemon_killed_and_restarted_loses_no_accepted_job_and_runs_none_twice(
     ledger = workdir / "ledger"
     ids = [
         # Long enough that a loaded machine's squeue polls see the first one RUNNING.
-        head.sbatch("--gpus", "1", "--wrap", JOB.format(ledger=ledger, sleep=4))
+        head.sbatch("--gpus", "1", "--wrap", JOB.format(ledger=ledger, sleep=8))
         for _ in range(6)
     ]
     head.wait_state(ids[0], "RUNNING")

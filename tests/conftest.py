@@ -1,7 +1,7 @@
 """How the tiers share a run under pytest-xdist (./test.sh runs `-n N --dist loadgroup`).
 
 Most tests own everything they touch (a daemon in their own temp home, a port the kernel
-or the worker's range hands out) and run on any worker. Two kinds may not:
+or the worker's range hands out) and run on any worker. Three kinds may not:
 
 - Tests that run containers on the machine's one docker engine (marked `docker`): every
   head numbers its jobs from 1 and names their containers `gbatch-<job>-<attempt>`, so
@@ -12,8 +12,8 @@ or the worker's range hands out) and run on any worker. Two kinds may not:
 - The tests of a module that share a module-scoped fixture (a daemon, a run of the
   whole corpus) stay on one worker, or each worker would build the fixture again. They
   join "docker-engine" when any of them is marked `docker`.
+- The modules that submit to the machine's one Slurm form the group "slurm".
 
-The Slurm tests share the machine's one Slurm: they form the group "slurm".
 Without xdist, none of this matters: the marks are only read by its scheduler.
 """
 

@@ -39,7 +39,7 @@ def shim_of(head: Head, job_id: int) -> int:
 
 
 def test_a_bare_job_is_forked_by_the_shim_server_and_completes(head: Head) -> None:
-    job_id = head.sbatch("--wrap", "sleep 0.5; echo done")
+    job_id = head.sbatch("--wrap", "sleep 3; echo done")  # alive while its shim is looked at
     head.wait_state(job_id, "RUNNING")
     shim = shim_of(head, job_id)
     assert SERVER in cmdline(shim)  # forked, not a fresh `python -m gbatch.shim`

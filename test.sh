@@ -58,8 +58,10 @@ echo "==> mypy"; .venv/bin/mypy
 echo "==> mkdocs"; site=$(mktemp -d)   # the docs site, built strict: a broken link fails
 .venv/bin/mkdocs build --strict --site-dir "$site" || { rm -rf "$site"; exit 1; }
 rm -rf "$site"
-# Several pytest-xdist workers (tests/conftest.py says which tests must share one): most
-# tests wait on daemons they started, so more workers than cores pay off.
-# GBATCH_TEST_WORKERS=0 runs every test in the one pytest process.
+# GBATCH_TEST_WORKERS=6 runs the tests on six pytest-xdist workers (tests/conftest.py
+# says which tests must share one; most tests wait on daemons they started, so more
+# workers than cores pay off). Not yet the default: on a 2-core machine the parallel run
+# still failed a few docker-engine and timing tests (issue 28), so the default stays one
+# pytest process, the run CI has always passed.
 echo "==> pytest"
-.venv/bin/pytest -n "${GBATCH_TEST_WORKERS:-6}" --dist loadgroup "$@"
+.venv/bin/pytest -n "${GBATCH_TEST_WORKERS:-0}" --dist loadgroup "$@"

@@ -2,7 +2,7 @@
 
 main() maps every error to an exit status and a one-line message; the commands do
 the work and handle none. Only the command that runs is imported, and only its parser
-is built: the others stand in as names with their one-line help (_parser.COMMANDS),
+is built: the others stand in as names with their one-line help (commandlist.COMMANDS),
 which is all `gbatch --help` and a mistyped command's suggestion need. Start-up is a
 feature (README, Performance): this module imports nothing at start but sys; `gbatch
 --help` adds argparse (gbatch/cli/_parser.py), and the everyday lines of squeue and
@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _full(argv: list[str]) -> int:
     """The command line read by argparse (gbatch/cli/_parser.py), and run."""
-    from gbatch.cli._parser import COMMANDS, build_parser, command_parser
+    from gbatch.cli._parser import build_parser, command_parser
+    from gbatch.cli.commandlist import COMMANDS
 
     words = _command_words(argv)
     command = _command_word(words)

@@ -12,35 +12,11 @@ import os
 import sys
 
 from gbatch import __version__
+from gbatch.cli.commandlist import COMMANDS
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from typing import Any, NoReturn
-
-# Each command's module, gbatch.cli.<name>, and its one-line help (the module's HELP,
-# spelled here so that listing them imports none; a unit test keeps the two equal).
-# The order is `gbatch --help`'s.
-COMMANDS: dict[str, str] = {
-    "sbatch": "queue a job (a job file, a batch script, options, or --wrap)",
-    "squeue": "show queued and running jobs",
-    "scancel": "cancel jobs",
-    "sinfo": "show partitions and their nodes, grouped by state, as Slurm's sinfo does",
-    "sacct": "show accounting data for jobs, finished ones included",
-    "sshare": "show fair-share usage, what your jobs hold, and your limits",
-    "sprio": "show pending jobs' priority and the factors that order them",
-    "seff": "show a job's efficiency: wall-clock time against its limit, GPUs",
-    "sreport": "report GPU-hours per user (or Unix group) over a period",
-    "scontrol": "show a job, node or partition; hold, release, requeue or update jobs",
-    "logs": "print a job's output; -f follows it until the job ends",
-    "tui": "full-screen live view of jobs, nodes and logs (cancel, hold, release)",
-    "node": "list nodes; install the agent; trust a host's SSH key; drain or resume a node "
-    "(admins)",
-    "daemon": "start, stop or inspect the head daemon (gbatchd)",
-    "api": "serve the HTTP API (tokens from `gbatch token`); print its OpenAPI document",
-    "token": "print an API token for the HTTP API; list, revoke, rotate the signing key",
-    "mcp": "serve gbatch's tools to a coding agent (Model Context Protocol over stdio)",
-    "completion": "print a shell completion script (bash, zsh or fish) for gbatch's commands",
-}
 
 
 EPILOG = """\

@@ -9,10 +9,11 @@ import socket
 import sys
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 
-HELP = "serve the HTTP API (tokens from `gbatch token`); print its OpenAPI document"
+HELP = COMMANDS["api"]
 DEFAULT_LISTEN = "127.0.0.1:8642"
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from gbatch.cli._parser import COMMANDS, build_parser
+from gbatch.cli._parser import build_parser
+from gbatch.cli.commandlist import COMMANDS
 
 # What a value names, for completion: job, partition, node, user, file, dir, choice (one
 # of a fixed set) or "" (free text). Found by the option's or argument's place

@@ -16,13 +16,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context
 from gbatch.cli.exits import Exit
 
 if TYPE_CHECKING:
     from gbatch.cli.commandtree import Argument, Command, Option
 
-HELP = "print a shell completion script (bash, zsh or fish) for gbatch's commands"
+HELP = COMMANDS["completion"]
 SHELLS = ("bash", "zsh", "fish")
 SHELL_DIR = Path(__file__).with_name("shells")
 

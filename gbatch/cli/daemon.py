@@ -8,11 +8,12 @@ import sys
 import time
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.protocol.client import Client, DaemonUnavailable
 
-HELP = "start, stop or inspect the head daemon (gbatchd)"
+HELP = COMMANDS["daemon"]
 START_TIMEOUT = 20.0
 
 

@@ -7,10 +7,11 @@ import sys
 import time
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_job
 from gbatch.cli.exits import Exit
 
-HELP = "print a job's output; -f follows it until the job ends"
+HELP = COMMANDS["logs"]
 POLL_SECONDS = 0.2
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context
 
-HELP = "serve gbatch's tools to a coding agent (Model Context Protocol over stdio)"
+HELP = COMMANDS["mcp"]
 EPILOG = """\
 tools: submit (a job file's or batch script's text, or a --wrap command, with
 sbatch's options), queue (squeue's listing; users, states, job ids), why-pending (a

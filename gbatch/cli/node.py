@@ -6,10 +6,11 @@ import argparse
 import sys
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 
-HELP = "list nodes; install the agent; trust a host's SSH key; drain or resume a node (admins)"
+HELP = COMMANDS["node"]
 INSTALL_TIMEOUT = 600.0  # copying and probing many hosts takes a while
 
 

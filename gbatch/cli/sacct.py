@@ -7,10 +7,11 @@ import sys
 import time
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_ids, split_list
 from gbatch.cli.exits import CliError, Exit
 
-HELP = "show accounting data for jobs, finished ones included"
+HELP = COMMANDS["sacct"]
 
 
 def add_parser(commands: Any) -> None:

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context
 from gbatch.cli.everyday import warn_unwritable, wrap_request
 from gbatch.cli.exits import CliError, Exit
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 # model and the wire. `sbatch --wrap CMD` with no other job option needs none of them
 # (_everyday_request), and they are most of a submit's start-up.
 
-HELP = "queue a job (a job file, a batch script, options, or --wrap)"
+HELP = COMMANDS["sbatch"]
 MAX_SCRIPT_CHARS = 1 << 20
 
 

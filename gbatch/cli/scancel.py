@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_ids, print_failures, split_list
 from gbatch.cli.exits import CliError, Exit
 
-HELP = "cancel jobs"
+HELP = COMMANDS["scancel"]
 
 
 def add_parser(commands: Any) -> None:

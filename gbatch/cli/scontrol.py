@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_ids, parse_job, print_failures
 from gbatch.cli.exits import CliError, Exit
 from gbatch.protocol.requests import UPDATE_KEYS
@@ -14,7 +15,7 @@ from gbatch.protocol.requests import UPDATE_KEYS
 if TYPE_CHECKING:
     from gbatch.core.jobids import JobTarget
 
-HELP = "show a job, node or partition; hold, release, requeue or update jobs"
+HELP = COMMANDS["scontrol"]
 
 
 def add_parser(commands: Any) -> None:

@@ -6,10 +6,11 @@ import argparse
 import sys
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_job
 from gbatch.cli.exits import Exit
 
-HELP = "show a job's efficiency: wall-clock time against its limit, GPUs"
+HELP = COMMANDS["seff"]
 EPILOG = """\
 Like Slurm's seff. gbatch measures neither a job's CPU time nor its memory use: those
 lines say `not measured`. Time Limit Efficiency is the run's wall-clock time over its

@@ -6,10 +6,11 @@ import argparse
 import sys
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, split_list
 from gbatch.cli.exits import CliError, Exit
 
-HELP = "show partitions and their nodes, grouped by state, as Slurm's sinfo does"
+HELP = COMMANDS["sinfo"]
 
 
 def add_parser(commands: Any) -> None:

@@ -6,10 +6,11 @@ import argparse
 import sys
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_ids, split_list
 from gbatch.cli.exits import Exit
 
-HELP = "show pending jobs' priority and the factors that order them"
+HELP = COMMANDS["sprio"]
 EPILOG = """\
 gbatch does not add weighted factors as Slurm does: its planner orders pending jobs by
 FAIRSHARE (the user's fair-share factor, 0..1, higher first; see `gbatch sshare`), then

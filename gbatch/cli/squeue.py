@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_ids, split_list
 from gbatch.cli.exits import CliError, Exit
 from gbatch.core.constants import (
@@ -18,7 +19,7 @@ TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/
 if TYPE_CHECKING:
     from typing import Any
 
-HELP = "show queued and running jobs"
+HELP = COMMANDS["squeue"]
 _SORT_OPTIONS = ("-S", "--sort")
 
 

@@ -7,10 +7,11 @@ import sys
 import time
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, split_list
 from gbatch.cli.exits import CliError, Exit
 
-HELP = "report GPU-hours per user (or Unix group) over a period"
+HELP = COMMANDS["sreport"]
 EPILOG = """\
 A simplified `sreport cluster AccountUtilizationByUser` in GPU-hours: each job's GPUs
 times the part of its run inside [START, END), running jobs up to now. Only a job's

@@ -6,10 +6,11 @@ import argparse
 import sys
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, split_list
 from gbatch.cli.exits import Exit
 
-HELP = "show fair-share usage, what your jobs hold, and your limits"
+HELP = COMMANDS["sshare"]
 EPILOG = """\
 columns: RawUsage (GPU-seconds, decayed with half_life_days), EffectvUsage (its share of
 everyone's), FairShare (the queue's factor, 1 = unused); then Pending, Running (jobs on

@@ -8,10 +8,11 @@ import re
 import sys
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, split_list
 from gbatch.cli.exits import CliError, Exit
 
-HELP = "print an API token for the HTTP API; list, revoke, rotate the signing key"
+HELP = COMMANDS["token"]
 EPILOG = """\
 scopes: read (jobs, logs, nodes, fair-share), submit (queue jobs), control (cancel, hold,
 release, requeue, update). Default: all three. A token acts as its user, with that user's

@@ -7,10 +7,11 @@ import gc
 import sys
 from typing import Any
 
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 
-HELP = "full-screen live view of jobs, nodes and logs (cancel, hold, release)"
+HELP = COMMANDS["tui"]
 
 
 def add_parser(commands: Any) -> None:

@@ -9,7 +9,8 @@ import tomllib
 from pathlib import Path
 
 from gbatch.cli import manpages
-from gbatch.cli._parser import COMMANDS, build_parser
+from gbatch.cli._parser import build_parser
+from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.exits import MEANING, Exit
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
 
-from gbatch.core.jobids import expand_more, spans_of
+from gbatch.core.jobids import expand_more
+from gbatch.core.labels import spans_of
 from gbatch.core.model import Job, JobSpec, TaskArray
 
 # An array's tasks that are rows while pending; the rest wait as one record (the

@@ -15,11 +15,12 @@ some of these forms (`Forms`: ANY, ONE, JOBS) and its refusal offers just those.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from gbatch.core.constants import MAX_ID_DIGITS as MAX_DIGITS
 from gbatch.core.constants import MAX_ID_TEXT as MAX_TEXT
+from gbatch.core.labels import folded_label, format_spans
 from gbatch.core.model import Job, JobState
 
 # A number as every id grammar reads it (dependency.py's too): canonical decimal.
@@ -155,33 +156,6 @@ def parse_one_job(text: str, forms: Forms = ONE) -> JobTarget:
     return parse_job_ids(text, forms)[0]
 
 
-def format_spans(spans: Iterable[tuple[int, int]]) -> str:
-    """`[(1, 3), (5, 5)]` -> `1-3,5`."""
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-
-
-def spans_of(indices: Iterable[int]) -> list[tuple[int, int]]:
-    """Sorted indices as inclusive runs: [4, 5, 6, 9] -> [(4, 6), (9, 9)]."""
-    spans: list[tuple[int, int]] = []
-    for index in sorted(indices):
-        if spans and index == spans[-1][1] + 1:
-            spans[-1] = (spans[-1][0], index)
-        else:
-            spans.append((index, index))
-    return spans
-
-
-def merge_spans(*groups: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    """Several span lists as one (overlapping or adjacent runs joined)."""
-    out: list[tuple[int, int]] = []
-    for a, b in sorted(run for group in groups for run in group):
-        if out and a <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(b, out[-1][1]))
-        else:
-            out.append((a, b))
-    return tuple(out)
-
-
 def job_label(job: Job) -> str:
     """A job's id as Slurm shows it: `N_K` for task K of array N, else `N`; a record
     standing for more pending tasks (Job.array_more) reads `N_[K-M]`."""
@@ -189,15 +163,10 @@ def job_label(job: Job) -> str:
     if array is None:
         return str(job.id)
     if job.array_more:
-        return _folded(array, [(job.spec.array_task or 0,) * 2, *job.array_more], job)
+        return folded_label(
+            array, [(job.spec.array_task or 0,) * 2, *job.array_more], job.spec.array_throttle
+        )
     return f"{array}_{job.spec.array_task}"
-
-
-def _folded(array: int, spans: Iterable[tuple[int, int]], job: Job) -> str:
-    """`N_[4-15]`, with Slurm's `%MAX` when the array's running tasks are throttled."""
-    throttle = job.spec.array_throttle
-    limit = f"%{throttle}" if throttle is not None else ""
-    return f"{array}_[{format_spans(merge_spans(spans))}{limit}]"
 
 
 _PENDING = JobState.PENDING  # a global: Enum member access through the class is slow
@@ -223,7 +192,14 @@ def collapse_pending(jobs: Sequence[Job]) -> list[tuple[Job, str]]:
             shown.add(array)
             spans = tasks[array]
             single = len(spans) == 1 and spans[0][0] == spans[0][1]
-            rows.append((job, f"{array}_{spans[0][0]}" if single else _folded(array, spans, job)))
+            rows.append(
+                (
+                    job,
+                    f"{array}_{spans[0][0]}"
+                    if single
+                    else folded_label(array, spans, job.spec.array_throttle),
+                )
+            )
     return rows
 
 

@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gbatch.core.jobids import format_spans, merge_spans
+from gbatch.core.labels import format_spans, merge_spans
 from gbatch.core.model import Gpu, Job, JobState, NotifyHook
 from gbatch.core.timefmt import format_elapsed_fixed
 

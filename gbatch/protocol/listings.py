@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace  # loaded by gbatch.core.model already
 from typing import Any, NamedTuple
 
-from gbatch.core.jobids import format_spans, merge_spans
+from gbatch.core.labels import format_spans, merge_spans
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.protocol.codec import brief_spec, brief_values, job_to_wire
 from gbatch.protocol.replies import COMPACT, Streamed

@@ -13,20 +13,13 @@ import re
 from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from gbatch.core.constants import IMPLICIT_PARTITION, REASON_STATES
+from gbatch.core.labels import printable
 from gbatch.core.model import Job, JobState, NodeInfo, NodeState
 from gbatch.core.timefmt import format_elapsed_fixed
 
 
 class FormatError(ValueError):
     """A format string or field list names something the renderers cannot print."""
-
-
-def printable(text: str) -> str:
-    """Replace control characters (terminal escapes in a job name, say) with '?', as
-    `ls` does, so one user's job cannot repaint another user's terminal."""
-    if text.isprintable():  # the common case, without a loop per character
-        return text
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def elapsed_seconds(job: Job, now: float) -> int:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from gbatch.core.arrays import expand_tasks
 from gbatch.core.jobids import collapse_pending, job_label
+from gbatch.core.labels import printable
 from gbatch.core.model import (
     Job,
     JobSpec,
@@ -27,7 +28,6 @@ from gbatch.render.cells import (
     memory_text,
     params_text,
     partition_text,
-    printable,
     reason_text,
     time_limit_fixed,
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gbatch.core.jobids import job_label
+from gbatch.core.labels import printable
 from gbatch.core.model import (
     ALLOCATED_STATES,
     Event,
@@ -30,7 +31,6 @@ from gbatch.render.cells import (
     memory_text,
     params_text,
     partition_text,
-    printable,
     reason_text,
     time_limit_fixed,
 )

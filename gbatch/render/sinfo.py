@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from gbatch.core.constants import (
     IMPLICIT_PARTITION,
 )
+from gbatch.core.labels import printable
 from gbatch.core.model import (
     NodeInfo,
     NodeState,
@@ -29,7 +30,6 @@ from gbatch.render.cells import (
     format_items,
     gpu_type,
     node_reason,
-    printable,
 )
 
 _SINFO_HEADERS = (

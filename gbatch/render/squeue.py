@@ -20,6 +20,7 @@ from gbatch.core.constants import (
     SQUEUE_SORT_KEYS,
 )
 from gbatch.core.jobids import collapse_pending, job_label
+from gbatch.core.labels import printable
 from gbatch.core.model import (
     Job,
     JobState,
@@ -38,7 +39,6 @@ from gbatch.render.cells import (
     memory_text,
     nodelist_or_reason,
     partition_text,
-    printable,
     reason_text,
 )
 

@@ -21,6 +21,7 @@ from gbatch.core.constants import (
     SQUEUE_DEFAULT_FORMAT,
     STATE_CODES,
 )
+from gbatch.core.labels import folded_label, printable
 from gbatch.core.timefmt import format_duration
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
@@ -47,13 +48,6 @@ def list_jobs(**fields: Any) -> dict[str, Any]:
     request types: the fields not given are left out, and the daemon's decoder gives
     them their defaults, as for any request."""
     return {"op": "jobs", **fields}
-
-
-def _printable(text: str) -> str:
-    """cells.printable: control characters read '?'."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def format_default(columns: Mapping[str, Any], now: float, *, header: bool = True) -> str:
@@ -100,12 +94,12 @@ def format_default(columns: Mapping[str, Any], now: float, *, header: bool = Tru
         if state in REASON_STATES:
             if held and state == "PENDING" and not reason.startswith("JobHeld"):
                 reason = "JobHeldUser"
-            where = f"({_printable(reason) if reason else 'None'})"
+            where = f"({printable(reason) if reason else 'None'})"
         else:
-            where = _printable(node or "")
+            where = printable(node or "")
         lines.append(
-            f"{label[:18]:>18} {_printable(spec['partition'] or IMPLICIT_PARTITION)[:9]:>9} "
-            f"{_printable(spec['name'])[:8]:>8} {_printable(user)[:8]:>8} "
+            f"{label[:18]:>18} {printable(spec['partition'] or IMPLICIT_PARTITION)[:9]:>9} "
+            f"{printable(spec['name'])[:8]:>8} {printable(user)[:8]:>8} "
             f"{STATE_CODES[state][:2]:>2} {format_duration(elapsed)[:10]:>10}      1 {where}\n"
         )
     return "".join(lines)
@@ -136,24 +130,15 @@ def array_labels(
         elif row[3] != "PENDING":
             extra = more.get(at)
             own = [(tasks[at], tasks[at]), *((a, b) for a, b in extra)] if extra else None
-            labels.append(f"{array}_{tasks[at]}" if own is None else _folded(array, own, throttle))
+            labels.append(
+                f"{array}_{tasks[at]}" if own is None else folded_label(array, own, throttle)
+            )
         elif array in pending:
             spans = pending.pop(array)  # its first row: the others fold into it
             single = len(spans) == 1 and spans[0][0] == spans[0][1]
-            labels.append(f"{array}_{spans[0][0]}" if single else _folded(array, spans, throttle))
+            labels.append(
+                f"{array}_{spans[0][0]}" if single else folded_label(array, spans, throttle)
+            )
         else:
             labels.append(None)
     return labels
-
-
-def _folded(array: int, spans: list[tuple[int, int]], throttle: int | None) -> str:
-    """jobids._folded: `N_[4-15]`, the spans merged, with `%MAX` for a throttle."""
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(spans):
-        if merged and a <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
-        else:
-            merged.append((a, b))
-    text = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in merged)
-    limit = f"%{throttle}" if throttle is not None else ""
-    return f"{array}_[{text}{limit}]"

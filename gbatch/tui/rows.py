@@ -13,9 +13,10 @@ from operator import attrgetter
 from typing import Any
 
 from gbatch.core.jobids import job_label
+from gbatch.core.labels import printable
 from gbatch.core.model import Gpu, Job, JobState, NodeInfo, NodeState
 from gbatch.render import squeue
-from gbatch.render.cells import node_reason, printable
+from gbatch.render.cells import node_reason
 
 # (column key, header). TIME is squeue's elapsed/limit; NODE(REASON) is squeue's %R.
 QUEUE_COLUMNS: tuple[tuple[str, str], ...] = (

@@ -19,8 +19,8 @@ from gbatch.core.jobids import (
     collapse_pending,
     parse_job_ids,
     parse_one_job,
-    spans_of,
 )
+from gbatch.core.labels import spans_of
 from gbatch.core.model import Job, JobSpec, JobState
 
 

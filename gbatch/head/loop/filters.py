@@ -23,7 +23,7 @@ from gbatch.core.dependency import (
     tasks_named,
 )
 from gbatch.core.dependency import parse as parse_dependency
-from gbatch.core.jobids import spans_of
+from gbatch.core.labels import spans_of
 from gbatch.core.limits import ARRAY_HARD_CAP
 from gbatch.core.model import Job, JobState
 from gbatch.head.scheduler import BEGIN_TIME

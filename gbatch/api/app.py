@@ -230,20 +230,12 @@ class Api:
     async def act(self, http: Request) -> Response:
         target = http.path_params["job"]
         action = http.path_params["action"]
-        kinds: dict[
-            str, type[requests.Cancel | requests.Hold | requests.Release | requests.Requeue]
-        ] = {
-            "cancel": requests.Cancel,
-            "hold": requests.Hold,
-            "release": requests.Release,
-            "requeue": requests.Requeue,
-        }
-        if action not in kinds:
+        if action not in requests.JOB_ACTIONS:
             return error("not_found", f"no action {action!r}: cancel, hold, release or requeue")
         checked = _one_job(http)
         if isinstance(checked, Response):
             return checked
-        reply, response = await self.call(http, kinds[action](jobs=(target,)))
+        reply, response = await self.call(http, requests.JOB_ACTIONS[action](jobs=(target,)))
         if reply is not None and reply.get("failed"):
             return JSONResponse({"ok": False, **reply}, 409)
         return response

@@ -56,13 +56,6 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 STATIC = {"app.css": "text/css", "job.js": "text/javascript"}
-# The job page's buttons: the requests scancel and scontrol hold/release/requeue send.
-ACTIONS: dict[str, type[requests.Cancel | requests.Hold | requests.Release | requests.Requeue]] = {
-    "cancel": requests.Cancel,
-    "hold": requests.Hold,
-    "release": requests.Release,
-    "requeue": requests.Requeue,
-}
 STATES = ("PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 
 
@@ -234,7 +227,7 @@ class Web:
     async def act(self, http: Request) -> Response:
         """A job page's button: the wire request the CLI would send, then back to the
         job's page; each job the daemon refused is said as it said it."""
-        action = ACTIONS.get(http.path_params["action"])
+        action = requests.JOB_ACTIONS.get(http.path_params["action"])
         if action is None:
             return self.page(http, "error.html", 404, message="no such action")
         if _target(http) is None:

@@ -201,14 +201,11 @@ def user_name() -> str:
 
 def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
     """squeue.run for its everyday options: the same request, the same table."""
-    import pwd
+    from gbatch.core.accounts import user_exists
 
     users = split_list(values.get("user")) or ([user_name()] if values.get("me") else [])
-    for user in users:  # an unknown user is squeue._check_user's error to give
-        try:
-            _ = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
-        except Exception:
-            return None
+    if not all(map(user_exists, users)):  # squeue._check_user's error to give
+        return None
     jobs = job_ids(values["jobs"]) if "jobs" in values else []
     if jobs is None:
         return None

@@ -226,15 +226,10 @@ def _interval(text: str | None) -> float | None:
 def _check_user(user: str) -> None:
     """As Slurm's squeue: a user the system does not know is an error, not an empty
     table (a typo would otherwise read as "no jobs")."""
-    import pwd
+    from gbatch.core.accounts import user_exists
 
-    try:
-        if user.isdigit():
-            pwd.getpwuid(int(user))
-        else:
-            pwd.getpwnam(user)
-    except (KeyError, OverflowError):
-        raise CliError(f"Invalid user: {user}", Exit.FAILED) from None
+    if not user_exists(user):
+        raise CliError(f"Invalid user: {user}", Exit.FAILED)
 
 
 def _check_jobs_exist(ctx: Context, jobs: tuple[str, ...]) -> None:

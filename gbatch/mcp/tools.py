@@ -312,21 +312,15 @@ def submit(ctx: Context, args: Mapping[str, Any]) -> str:
 
 def queue(ctx: Context, args: Mapping[str, Any]) -> str:
     """`gbatch squeue` with these filters (and -l for long): its request, its table."""
-    import pwd
-
     from gbatch.core import constants
+    from gbatch.core.accounts import user_exists
     from gbatch.render import squeue
     from gbatch.render.squeue_brief import format_default, list_jobs
 
     users = _split(args.get("users")) or ([ctx.me] if args.get("me") else [])
     for user in users:  # as squeue: an unknown user is an error, not an empty table
-        try:
-            if user.isdigit():
-                pwd.getpwuid(int(user))
-            else:
-                pwd.getpwnam(user)
-        except (KeyError, OverflowError):
-            raise ToolRefused(f"gbatch squeue: error: Invalid user: {user}") from None
+        if not user_exists(user):
+            raise ToolRefused(f"gbatch squeue: error: Invalid user: {user}")
     jobs = _job_ids(args.get("jobs") or [], "-j/--jobs", "squeue")
     states = _split(args.get("states"))
     history = "all" in (state.lower() for state in states)  # finished jobs too

@@ -153,6 +153,17 @@ class Requeue(_Request, op="requeue"):
     jobs: tuple[str, ...] = ()  # as Cancel.jobs
 
 
+JobAction = Cancel | Hold | Release | Requeue
+# The actions a button, a key or a URL names on one job (the web page, the HTTP API, the
+# TUI): the requests scancel and scontrol hold/release/requeue send.
+JOB_ACTIONS: dict[str, type[JobAction]] = {
+    "cancel": Cancel,
+    "hold": Hold,
+    "release": Release,
+    "requeue": Requeue,
+}
+
+
 class ListJobs(_Request, op="jobs"):
     """squeue and sacct: the active jobs, or with `history` every state since `since`;
     narrowed by ids, users and states (names or codes), and by job names, partitions

@@ -27,15 +27,7 @@ LINK_ERRORS = (DaemonUnavailable, ReplyTimeout, RequestFailed)
 # A screen refreshes every second: a daemon that takes longer than this is reported
 # as not answering rather than freezing the view's data for the client's 30 s.
 REQUEST_TIMEOUT_S = 5.0
-_ACTION_REQUESTS: dict[
-    str, type[requests.Cancel | requests.Hold | requests.Release | requests.Requeue]
-] = {
-    "cancel": requests.Cancel,
-    "hold": requests.Hold,
-    "release": requests.Release,
-    "requeue": requests.Requeue,
-}
-ACTIONS = tuple(_ACTION_REQUESTS)
+ACTIONS = tuple(requests.JOB_ACTIONS)
 # The finished-jobs view lists jobs submitted this long ago at most (sacct -S).
 FINISHED_WINDOW_S = 7 * 86400.0
 _STATE_OF = {state.value: state for state in JobState}
@@ -269,7 +261,7 @@ class DaemonLink:
 
     def act(self, op: str, job_id: int) -> ActionOutcome:
         """Cancel, hold, release or requeue one job; a refusal comes back as an outcome."""
-        action = _ACTION_REQUESTS.get(op)
+        action = requests.JOB_ACTIONS.get(op)
         if action is None:
             raise ValueError(f"unknown action {op!r}")
         try:

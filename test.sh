@@ -58,10 +58,9 @@ echo "==> mypy"; .venv/bin/mypy
 echo "==> mkdocs"; site=$(mktemp -d)   # the docs site, built strict: a broken link fails
 .venv/bin/mkdocs build --strict --site-dir "$site" || { rm -rf "$site"; exit 1; }
 rm -rf "$site"
-# GBATCH_TEST_WORKERS=6 runs the tests on six pytest-xdist workers (tests/conftest.py
-# says which tests must share one; most tests wait on daemons they started, so more
-# workers than cores pay off). Not yet the default: on a 2-core machine the parallel run
-# still failed a few docker-engine and timing tests (issue 28), so the default stays one
-# pytest process, the run CI has always passed.
+# The tests run on six pytest-xdist workers (GBATCH_TEST_WORKERS, 0 for one process):
+# most tests wait on daemons they started, so more workers than cores pay off, and
+# tests/conftest.py keeps the tests that share the docker engine, Slurm or a module's
+# fixture on one worker.
 echo "==> pytest"
-.venv/bin/pytest -n "${GBATCH_TEST_WORKERS:-0}" --dist loadgroup "$@"
+.venv/bin/pytest -n "${GBATCH_TEST_WORKERS:-6}" --dist loadgroup "$@"

@@ -1,5 +1,6 @@
-"""The supervisor of one bare-process run:
-`python -m gbatch.shim RUN_DIR [--as UID GID GROUPS WORKDIR] -- ARGV...`.
+"""The supervisor of one bare-process run: starts the job, copies its output, records its exit.
+
+Run as `python -m gbatch.shim RUN_DIR [--as UID GID GROUPS WORKDIR] -- ARGV...`.
 
 The daemon starts the shim in a session of its own, so the run outlives the daemon
 (a restart, a crash), with its stdout and stderr on the job's log. The shim starts
@@ -72,8 +73,10 @@ JOB_ENV_FILE_ENV = "GBATCH_SHIM_JOB_ENV"
 
 
 def write_atomically(path: Path, data: dict[str, object], durable: bool = True) -> None:
-    """Write `data` as JSON to `path` whole or not at all; `durable`: on disk before it
-    replaces the old file (an fsync, ms on a busy disk)."""
+    """Write `data` as JSON to `path` whole or not at all.
+
+    `durable`: on disk before it replaces the old file (an fsync, slow on a busy disk).
+    """
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "w") as handle:
@@ -96,8 +99,10 @@ def write_when_possible(
     sleep: Callable[[float], None] = time.sleep,
     durable: bool = True,
 ) -> None:
-    """write_atomically, retried every RETRY_SECONDS while the disk is full (the
-    daemon needs this file to know the run). Other errors are raised."""
+    """write_atomically, retried every RETRY_SECONDS while the disk is full.
+
+    The daemon needs this file to know the run. Other errors are raised.
+    """
     complained = False
     while True:
         before_each()
@@ -120,9 +125,11 @@ def _say(message: str) -> None:
 
 
 def copy_outputs(sources: dict[int, list[LogWriter]]) -> None:
-    """Copy each pipe of `sources` to its writers until every writer of every pipe has
-    closed it; then finish the writers. One thread: a LogWriter is not thread-safe, and
-    the head's log takes both pipes."""
+    """Copy each pipe of `sources` to its writers until every pipe ends; then finish them.
+
+    A pipe ends when every writer of it has closed it. One thread: a LogWriter is not
+    thread-safe, and the head's log takes both pipes.
+    """
     import selectors  # deferred: only here, on the copier's thread
 
     open_pipes = dict(sources)
@@ -152,10 +159,12 @@ def copy_outputs(sources: dict[int, list[LogWriter]]) -> None:
 def file_writers(
     environ: MutableMapping[str, str], limit: int | None
 ) -> tuple[LogWriter | None, LogWriter | None]:
-    """Writers to the job's own output files (sbatch -o/-e), whose descriptors the
-    daemon passed (OUT_FD_ENV, ERR_FD_ENV, taken out of `environ`): (stdout's, stderr's
-    when apart). Each takes at most `limit` bytes of this attempt; a write the file
-    refuses never fails the job (LogWriter)."""
+    """Writers to the job's own output files (sbatch -o/-e): (stdout's, stderr's when apart).
+
+    The daemon passed their descriptors (OUT_FD_ENV, ERR_FD_ENV, taken out of
+    `environ`); (None, None) when it passed none. Each takes at most `limit` bytes of
+    this attempt; a write the file refuses never fails the job (LogWriter).
+    """
     out = environ.pop(OUT_FD_ENV, None)
     err = environ.pop(ERR_FD_ENV, None)
     if not out:
@@ -199,8 +208,11 @@ class Identity(_Record):
         self.workdir = workdir
 
     def popen_options(self) -> dict[str, Any]:
-        """subprocess.Popen's switch to this user: groups, gid, uid, then (as them) the
-        workdir. A login's umask, not the daemon's."""
+        """subprocess.Popen's options that start the job as this user.
+
+        They switch groups, gid, uid, then (as them) enter the workdir. A login's umask,
+        not the daemon's.
+        """
         return {
             "user": self.uid,
             "group": self.gid,
@@ -228,11 +240,14 @@ def _enter_workdir(workdir: str) -> None:
 
 
 class Limits(_Record):
-    """What a bare job is held to without a cgroup: the CPUs it may run on (empty: any)
-    and the most memory its data segment and private mappings may take (None: no cap).
-    RLIMIT_DATA, not RLIMIT_AS: address space that CUDA and JIT runtimes reserve without
-    using it does not count, memory that is written does; the kernel refuses more (a
-    failed malloc, MemoryError in Python) instead of killing the job."""
+    """What a bare job is held to without a cgroup: the CPUs it may run on, and a memory cap.
+
+    The CPUs it may run on (empty: any) and the most memory its data segment and private
+    mappings may take (None: no cap). RLIMIT_DATA, not RLIMIT_AS: address space that
+    CUDA and JIT runtimes reserve without using it does not count, memory that is
+    written does; the kernel refuses more (a failed malloc, MemoryError in Python)
+    instead of killing the job.
+    """
 
     __slots__ = ("cpus", "mem_mb")
 
@@ -247,8 +262,11 @@ class Limits(_Record):
         return cls(tuple(int(c) for c in cpus.split(",") if c), int(mem) if mem else None)
 
     def apply(self) -> None:
-        """In the job's process before it execs (after it became its user: lowering a
-        limit and one's own affinity need no privilege)."""
+        """Apply the limits, in the job's process before it execs.
+
+        After it became its user: lowering a limit and one's own affinity need no
+        privilege.
+        """
         if self.cpus:
             with contextlib.suppress(OSError):  # CPUs gone offline: run unpinned
                 os.sched_setaffinity(0, self.cpus)
@@ -264,8 +282,11 @@ def _prepare_child(limits: Limits, workdir: str | None) -> None:
 
 
 def parse_args(argv: list[str]) -> tuple[Path, Identity | None, list[str]] | None:
-    """RUN_DIR [--as UID GID GROUPS WORKDIR] -- ARGV...; None when it is not that.
-    An empty WORKDIR: the user's HOME."""
+    """(RUN_DIR, Identity or None, ARGV) of the shim's arguments; None when they do not fit.
+
+    They are `RUN_DIR [--as UID GID GROUPS WORKDIR] -- ARGV...`. An empty WORKDIR: the
+    user's HOME.
+    """
     if len(argv) >= 8 and argv[1] == "--as" and argv[6] == "--":
         uid, gid, groups, workdir = argv[2:6]
         identity = Identity(
@@ -278,10 +299,12 @@ def parse_args(argv: list[str]) -> tuple[Path, Identity | None, list[str]] | Non
 
 
 def log_writer(environ: MutableMapping[str, str]) -> LogWriter:
-    """The writer of the job's output to the log on this process's stdout, capped at
-    the head's max_log_bytes (MAX_LOG_BYTES_ENV; main takes it out of the environment
-    so that the job does not inherit it) counting what the log already holds (earlier
-    attempts)."""
+    """The writer of the job's output to the log on this process's stdout, capped.
+
+    Capped at the head's max_log_bytes (MAX_LOG_BYTES_ENV; main takes it out of the
+    environment so that the job does not inherit it), counting what the log already
+    holds (earlier attempts).
+    """
     out = sys.stdout.fileno()
     size = os.fstat(out).st_size
     return LogWriter(partial(os.write, out), log_limit(environ), size)
@@ -293,10 +316,12 @@ def log_limit(environ: MutableMapping[str, str]) -> int | None:
 
 
 def coerce_c_locale(environ: MutableMapping[str, str]) -> None:
-    """Set LC_CTYPE in `environ` where a fresh interpreter started with it would (PEP
-    538, CPython's _Py_CoerceLegacyLocale), as a plain shim's job always inherited:
-    PYTHONCOERCECLOCALE is not 0, LC_ALL is empty, and the environment's LC_CTYPE
-    locale is C (or cannot be set)."""
+    """Set LC_CTYPE in `environ` where a fresh interpreter started with it would (PEP 538).
+
+    As CPython's _Py_CoerceLegacyLocale does, and as a plain shim's job always
+    inherited: when PYTHONCOERCECLOCALE is not 0, LC_ALL is empty, and the
+    environment's LC_CTYPE locale is C (or cannot be set).
+    """
     import locale  # deferred: only a shim that takes its job's environment late
 
     if environ.get("PYTHONCOERCECLOCALE") == "0" or environ.get("LC_ALL"):
@@ -317,8 +342,11 @@ def coerce_c_locale(environ: MutableMapping[str, str]) -> None:
 
 
 def take_job_env(environ: MutableMapping[str, str]) -> None:
-    """If `environ` names a job environment file (JOB_ENV_FILE_ENV), replace `environ`
-    with what it holds and remove it."""
+    """Replace `environ` with the job environment file it names (JOB_ENV_FILE_ENV), if any.
+
+    The file is removed once read; ValueError when it holds no environment. LC_CTYPE is
+    then set as a fresh interpreter would set it (coerce_c_locale).
+    """
     path = environ.get(JOB_ENV_FILE_ENV)
     if path is None:
         return

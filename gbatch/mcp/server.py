@@ -1,6 +1,7 @@
-"""The Model Context Protocol's stdio transport and lifecycle, by hand (README, "For
-coding agents (MCP)", says why not the SDK): newline-delimited JSON-RPC 2.0 on
-stdin/stdout, revision 2025-06-18, server side only.
+"""The Model Context Protocol's stdio transport and lifecycle, written by hand.
+
+Newline-delimited JSON-RPC 2.0 on stdin/stdout, revision 2025-06-18, server side only.
+Written by hand: README, "For coding agents (MCP)", says why not the SDK.
 
 Methods: initialize, ping, tools/list, tools/call; notifications are taken and never
 answered (notifications/initialized, notifications/cancelled: a call here is over
@@ -60,8 +61,10 @@ class Server:
         }
 
     def handle(self, line: bytes) -> dict[str, Any] | None:
-        """The reply to one line of input; None for a notification, a client's
-        response, or a blank line."""
+        """The reply to one line of input, or None where no reply is owed.
+
+        None for a notification, a client's response, or a blank line.
+        """
         if not line.strip():
             return None
         try:
@@ -153,9 +156,11 @@ def _valid_id(ident: object) -> bool:
 
 
 def serve(ctx: Context, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None) -> int:
-    """Answer messages from `stdin` (default: fd 0) on `stdout` (default: fd 1) until
-    end of input. With the defaults, fd 1 is kept for the protocol alone: whatever else
-    would print there (a library, a stray print) goes to stderr instead."""
+    """Answer messages from `stdin` (default: fd 0) on `stdout` (default: fd 1) until EOF.
+
+    Returns 0, the exit status. With the defaults, fd 1 is kept for the protocol alone:
+    whatever else would print there (a library, a stray print) goes to stderr instead.
+    """
     from gbatch.mcp.tools import make_tools
 
     if stdin is None:  # fd 0 itself, whatever sys.stdin was made

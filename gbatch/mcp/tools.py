@@ -1,9 +1,10 @@
-"""The MCP server's tools: each is a request on gbatchd's socket, built by the code the
-CLI builds it with, as the user who started the server (SO_PEERCRED, as for any
-command). submit builds sbatch's request (gbatch.jobspec.submit, the HTTP API's too);
-queue and cancel send squeue's and scancel's requests and answer with their text
-(gbatch.render's table, scancel's refusal lines); why-pending and logs read what
-`scontrol show job`, `sprio` and `logs` read.
+"""The MCP server's tools: each is a request on gbatchd's socket, built as the CLI builds it.
+
+Each is built by the code the CLI builds it with, and sent as the user who started the
+server (SO_PEERCRED, as for any command). submit builds sbatch's request
+(gbatch.jobspec.submit, the HTTP API's too); queue and cancel send squeue's and
+scancel's requests and answer with their text (gbatch.render's table, scancel's refusal
+lines); why-pending and logs read what `scontrol show job`, `sprio` and `logs` read.
 
 A tool answers text. A refusal (bad input gbatch itself checks, the daemon's no, no
 daemon) raises ToolRefused with gbatch's one line, `gbatch <command>: error: ...`,
@@ -30,8 +31,10 @@ JOB_ID = "a job id: N, or N_K for task K of array N"
 
 
 class Context(Protocol):
-    """Whom the tools act for: a connection to gbatchd and its user's name (the CLI's
-    gbatch.cli.context.Context is one)."""
+    """Whom the tools act for: a connection to gbatchd and its user's name.
+
+    The CLI's gbatch.cli.context.Context is one.
+    """
 
     @property
     def client(self) -> Client: ...
@@ -274,8 +277,10 @@ def _split(values: list[str] | None) -> list[str]:
 
 
 def submit_words(args: Mapping[str, Any]) -> list[str]:
-    """sbatch's option words for submit's arguments (`--opt=value`: a value that
-    starts with '-' stays a value)."""
+    """sbatch's option words for submit's arguments.
+
+    Each is `--opt=value`, so a value that starts with '-' stays a value.
+    """
     words = [f"{option}={args[key]}" for key, option in SUBMIT_OPTIONS.items() if key in args]
     if args.get("hold"):
         words.append("--hold")
@@ -386,8 +391,11 @@ def _check_jobs_exist(ctx: Context, jobs: tuple[str, ...]) -> None:
 
 
 def cancel(ctx: Context, jobs: list[str]) -> str:
-    """`gbatch scancel -- JOBS`: prints nothing on success, as Slurm's; each failure is
-    scancel's line."""
+    """`gbatch scancel -- JOBS`: a line saying what was cancelled, or scancel's failures.
+
+    scancel itself prints nothing on success, as Slurm's; the tool answers with a line
+    naming the jobs. Each failure is scancel's line, raised together as ToolRefused.
+    """
     from gbatch.protocol import requests
 
     ids = _job_ids(jobs, "JOBID", "scancel")
@@ -530,9 +538,11 @@ def _last_lines(text: str, count: int) -> str:
 
 
 def check_arguments(schema: Mapping[str, Any], arguments: object) -> str | None:
-    """What is wrong with `arguments` against a tool's schema (the subset written here:
-    an object of strings, integers, booleans and arrays of strings), naming the field;
-    None when nothing is."""
+    """What is wrong with `arguments` against a tool's schema, naming the field; None if nothing.
+
+    The schema is the subset written here: an object of strings, integers, booleans and
+    arrays of strings.
+    """
     if not isinstance(arguments, dict):
         return f"arguments: give an object, not {_kind(arguments)}"
     properties: Mapping[str, Any] = schema["properties"]

@@ -42,8 +42,10 @@ from gbatch.protocol import decoder, replies, requests
 
 def dispatch(daemon: Daemon, caller: Caller, request: requests.Request) -> dict[str, Any]:
     """The reply's fields from the handler of `request`'s type; raises as it does.
+
     One case per request type: mypy checks that none is left without a handler. A
-    token's caller is held to its scopes here, before any handler runs."""
+    token's caller is held to its scopes here, before any handler runs.
+    """
     check_token_scope(daemon, caller, request)
     match request:
         case requests.Ping():

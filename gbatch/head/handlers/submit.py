@@ -1,5 +1,6 @@
-"""sbatch: check a submitted spec against the site, the fleet and the caller's limits, and
-queue it (or its array's tasks) in one transaction.
+"""sbatch: check a submitted spec against the site, fleet and caller's limits, then queue it.
+
+The job, or its array's tasks, is queued in one transaction.
 """
 
 from __future__ import annotations

@@ -110,8 +110,10 @@ class Tally:
             self.failures.append({"id": target, "ok": False, "error": error})
 
     def refuse(self, job: JobBrief, outcome: str, error: str | None) -> None:
-        """Refuse `job` (audited with `outcome`); `error`, when given, is what the caller
-        reads (None: the job is left out silently, as one private_data hides in a range)."""
+        """Refuse `job`, audited with `outcome`; `error`, when given, is what the caller reads.
+
+        None: the job is left out silently, as one private_data hides in a range.
+        """
         refused = self._refused.setdefault(outcome, _Refusals(first=job))
         refused.count += 1
         if len(refused.ids) < AUDITED_IDS:

@@ -1,5 +1,6 @@
-"""API tokens (gbatch/head/tokens.py): mint, list, revoke, rotate the signing key, and the
-request made with one.
+"""API tokens (gbatch/head/tokens.py): mint, list, revoke, and rotate the signing key.
+
+Also the request made with one: its token's user and inner request (unwrap_token).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""gbatchd's loop steps, one module each; the Daemon (gbatch/head/daemon.py) runs them
-in this order on every pass:
+"""gbatchd's loop steps, one module each, which the Daemon runs in order on every pass.
+
+The Daemon (gbatch/head/daemon.py) runs them in this order:
 
     collect   runs that ended or vanished, nodes lost and heard again (EndedRuns)
     limits    --signal warnings, TIME_LIMIT mail, time limits, stopping runs (RunLimits)

@@ -1,6 +1,9 @@
-"""The loop's first step: the runs that ended or vanished, and those of nodes lost (down
-with their lease run out, gbatch/head/liveness.py) or gone from the inventory; a node
-heard again has the containers of runs the head already ended removed."""
+"""The loop's first step: the runs that ended or vanished, and those of nodes lost.
+
+A node is lost when it is down with its lease run out (gbatch/head/liveness.py) or
+gone from the inventory; a node heard again has the containers of runs the head
+already ended removed.
+"""
 
 from __future__ import annotations
 
@@ -40,8 +43,10 @@ class EndedRuns:
         self.clock = clock
 
     def collect(self, now: float) -> None:
-        """Record the end of every allocated run that exited, vanished or was lost with
-        its node; adopt a CONFIGURING run found running."""
+        """Record the end of every allocated run that exited, vanished or was lost with its node.
+
+        A CONFIGURING run found running is adopted.
+        """
         allocated = self.store.jobs_in(ALLOCATED_STATES)
         liveness = {name: self.fleet.liveness(each) for name, each in self.fleet.nodes.items()}
         for back in self.fleet.came_up(liveness):
@@ -175,10 +180,12 @@ class EndedRuns:
         self.runs.end_run(job, new, reason, now, end_time=now)
 
     def reap_stale_runs(self, node: Node, allocated: Sequence[Job]) -> None:
-        """Kill and remove the containers a node lists for runs the head has already
-        ended or requeued (it was cut off meanwhile, or an earlier daemon died before
-        removing them). Only containers labelled with this node's name are touched: an
-        engine may serve other heads, whose job ids mean nothing to this store."""
+        """Kill and remove a node's containers of runs the head has already ended or requeued.
+
+        The node was cut off meanwhile, or an earlier daemon died before removing them.
+        Only containers labelled with this node's name are touched: an engine may serve
+        other heads, whose job ids mean nothing to this store.
+        """
         report, _ = node.report()
         if report is None:
             return

@@ -1,5 +1,7 @@
-"""The loop's last step: GPU_FOREIGN, DISK_FULL and NODE_DOWN told to the admins' webhooks
-once per episode (NODE_DOWN from the collect step's liveness)."""
+"""The loop's last step: GPU_FOREIGN, DISK_FULL and NODE_DOWN told once per episode.
+
+They are told to the admins' webhooks; NODE_DOWN from the collect step's liveness.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +27,10 @@ class NodeConditions:
         self._told_seq: dict[str, int] = {}
 
     def tell(self, now: float) -> None:
-        """GPU_FOREIGN and DISK_FULL to the admins' webhooks, once per episode, from
-        each node's new report (one not read here yet)."""
+        """Tell GPU_FOREIGN and DISK_FULL to the admins' webhooks, once per episode.
+
+        Read from each node's new report (one not read here yet).
+        """
         for name, node in self.fleet.nodes.items():
             seq = node.report_seq
             if seq == self._told_seq.get(name):
@@ -40,9 +44,12 @@ class NodeConditions:
             self._told_seq[name] = seq
 
     def tell_nodes_down(self, liveness: Mapping[str, Liveness], now: float) -> None:
-        """NODE_DOWN to the admins' webhooks once per episode: when a node is down and
-        silent for node_down_seconds (one down when the daemon starts, once it has had
-        that long to report), until it is up again."""
+        """Tell NODE_DOWN to the admins' webhooks, once per episode.
+
+        An episode lasts from when a node is down and silent for node_down_seconds (one
+        down when the daemon starts, once it has had that long to report) until it is up
+        again.
+        """
         self._episodes()  # read now (the first step), even with no node to tell of
         for name, each in liveness.items():
             if each.state == "down" and each.silent_seconds >= self.config.node_down_seconds:

@@ -1,5 +1,8 @@
-"""The loop's dispatch: start the runs a plan gave (Scheduling decides them), crash-safe:
-record intent, act, confirm, each for every start at once."""
+"""The loop's dispatch: start the runs a plan gave, crash-safe.
+
+Scheduling decides them. Crash-safe: record intent, act, confirm, each for every start
+at once.
+"""
 
 from __future__ import annotations
 
@@ -35,10 +38,12 @@ class Dispatcher:
         self.clock = clock
 
     def dispatch(self, starts: Sequence[tuple[Job, Node, Sequence[int]]], now: float) -> None:
-        """Start each (job, node, GPU ids) of a plan. Record intent, act, confirm, each
-        step for every start at once (one commit for all intents, one for all
-        confirmations: a commit costs an fsync, more than a local start): a crash
-        between any two steps is reconciled as for one start."""
+        """Start each (job, node, GPU ids) of a plan: record intent, act, confirm.
+
+        Each step is done for every start at once (one commit for all intents, one for
+        all confirmations: a commit costs an fsync, more than a local start): a crash
+        between any two steps is reconciled as for one start.
+        """
         if not starts:
             return
         intents = [

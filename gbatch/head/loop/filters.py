@@ -1,6 +1,9 @@
-"""The schedule step's filters: the window's jobs that a --begin time, a dependency or
-their array's %MAX hold back get that pending reason and stay out of the plan, so they
-take no reservation and hold back no one."""
+"""The schedule step's filters: the jobs a --begin time, a dependency or %MAX hold back.
+
+The window's jobs that a --begin time, a dependency or their array's %MAX hold back get
+that pending reason and stay out of the plan, so they take no reservation and hold back
+no one.
+"""
 
 from __future__ import annotations
 
@@ -54,8 +57,11 @@ class Filters:
         self._array_indices: dict[int, dict[int, int | None] | None] = {}
 
     def past_begin(self, pending: list[Job], now: float, reason_of: ReasonOf) -> list[Job]:
-        """The jobs whose --begin time has come; the others get reason BeginTime and stay
-        out of the plan, so they take no reservation and hold back no one."""
+        """The jobs whose --begin time has come.
+
+        The others get reason BeginTime and stay out of the plan, so they take no
+        reservation and hold back no one.
+        """
         waiting = {job.id for job in pending if job.spec.begin is not None and job.spec.begin > now}
         if not waiting:
             return pending
@@ -71,10 +77,11 @@ class Filters:
     def hold_back_dependents(
         self, pending: Sequence[Job], now: float, reason_of: ReasonOf
     ) -> list[Job]:
-        """The jobs of `pending` free to plan: those without a dependency, or whose
-        dependency holds. The others get reason Dependency (waiting) or
-        DependencyNeverSatisfied (and are CANCELLED under kill_invalid_depend), and stay
-        out of plan(): they take no reservation and hold back no one.
+        """The jobs of `pending` free to plan: with no dependency, or one that holds.
+
+        The others get reason Dependency (waiting) or DependencyNeverSatisfied (and are
+        CANCELLED under kill_invalid_depend), and stay out of plan(): they take no
+        reservation and hold back no one.
 
         One read for every referenced job's state and one per array named, both of the
         tasks named alone (N_K, aftercorr's counterpart; for N_*, the array's rows and
@@ -184,8 +191,11 @@ class Filters:
         return blocked
 
     def within_throttle(self, pending: list[Job], allocated: Sequence[Job]) -> list[Job]:
-        """The jobs their array's %MAX lets start; the others get reason
-        JobArrayTaskLimit and stay out of the plan, taking no reservation."""
+        """The jobs their array's %MAX lets start.
+
+        The others get reason JobArrayTaskLimit and stay out of the plan, taking no
+        reservation.
+        """
         # Only tasks of throttled arrays can be held back; their order among themselves
         # is all over_throttle reads, so only they are sorted.
         throttled = [

@@ -1,5 +1,8 @@
-"""The loop's GPU step: how busy running jobs keep their GPUs (seff, sacct), from each
-node's new report, and the idle_gpu policy over the same readings."""
+"""The loop's GPU step: how busy running jobs keep their GPUs, and the idle_gpu policy.
+
+How busy they keep them (for seff and sacct) is read from each node's new report; the
+idle_gpu policy watches the same readings.
+"""
 
 from __future__ import annotations
 
@@ -35,9 +38,11 @@ class GpuSampler:
         self._idle_adopted = False
 
     def sample(self, now: float) -> None:
-        """Fold each node's new report (one not sampled yet) into the GPU usage of the
-        runs on it: one store read of the running jobs and one write, per poll. Then
-        watch the same readings for idle GPU hoarders."""
+        """Fold each node's new report into its runs' GPU usage, then look for idle GPUs.
+
+        A new report is one not sampled yet. One store read of the running jobs and one
+        write, per poll. Then the same readings are watched for idle GPU hoarders.
+        """
         fresh = {}
         for name, node in self.fleet.nodes.items():
             seq = node.report_seq

@@ -1,5 +1,7 @@
-"""The loop's second step: --signal warnings, TIME_LIMIT mail, time limits, and the
-stopping of runs (SIGTERM, the grace, SIGKILL) of jobs COMPLETING."""
+"""The loop's second step: --signal warnings, TIME_LIMIT mail, time limits, stopping runs.
+
+The runs stopped are those of jobs COMPLETING: SIGTERM, the grace, SIGKILL.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""The loop's record of its runs: starts confirmed and ends recorded, many in one commit
-each, and what the steps remember of each live run until it ends."""
+"""The loop's record of its runs: starts confirmed and ends recorded, many in one commit.
+
+Many starts are confirmed in one commit, many ends recorded in one; and here is what the
+steps remember of each live run until it ends.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +28,10 @@ class RunEnd(NamedTuple):
 
 
 class Runs:
-    """Confirms starts and records ends for the steps (collect, limits, dispatch), and
-    keeps what they remember of a live run, forgotten when it ends."""
+    """Confirms starts and records ends for the steps (collect, limits, dispatch).
+
+    It also keeps what they remember of a live run, forgotten when it ends.
+    """
 
     def __init__(
         self,
@@ -78,9 +83,11 @@ class Runs:
         self.end_runs([RunEnd(job, new, reason, fields)], now)
 
     def end_runs(self, ends: Sequence[RunEnd], now: float) -> None:
-        """Record the ends of runs in one commit (one fsync), each with its usage, then
-        clean each up and hand its GPUs back. A change refused (a concurrent change
-        won) is left alone: the next tick sees it."""
+        """Record the ends of runs in one commit, then clean each up and hand its GPUs back.
+
+        One fsync for them all, each end with its usage. A change refused (a concurrent
+        change won) is left alone: the next tick sees it.
+        """
         changes = []
         for end in ends:
             job, fields = end.job, dict(end.fields)
@@ -117,9 +124,12 @@ class Runs:
             self.wake.set()
 
     def retries_used(self, job: Job) -> int:
-        """Failed runs (and launches) retried so far. Attempts count every dispatch, but
-        a requeue the job did not cause (an unconfirmed launch after a daemon crash, a
-        vanished run, a lost node) costs it no retry."""
+        """Failed runs (and launches) retried so far.
+
+        Attempts count every dispatch, but a requeue the job did not cause (an
+        unconfirmed launch after a daemon crash, a vanished run, a lost node) costs it no
+        retry.
+        """
         return sum(
             1
             for event in self.store.events(job.id)

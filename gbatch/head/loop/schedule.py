@@ -60,8 +60,11 @@ READ_ALONE_ROWS = 200
 
 
 class Scheduling:
-    """The schedule step's state between passes: the window, split as the filters need
-    it, the incremental planner's queue, and the pending reasons owed."""
+    """The schedule step's state between passes: window, planner's queue, reasons owed.
+
+    The window is kept split as the filters need it; the queue is the incremental
+    planner's; the reasons are the pending reasons owed.
+    """
 
     def __init__(
         self,
@@ -118,8 +121,10 @@ class Scheduling:
         self.planned_users: frozenset[str] = frozenset()
 
     def starts(self, now: float) -> list[tuple[Job, Node, Sequence[int]]]:
-        """One pass: the window read, filtered and planned, the reasons due written; the
-        plan's starts (job, node, GPU ids), for the dispatch step."""
+        """One pass: read, filter and plan the window, write the reasons due; return the starts.
+
+        The plan's starts are (job, node, GPU ids), for the dispatch step.
+        """
         self.store.refill_arrays(ARRAY_ROWS)
         window = self.window
         spread = window.seen is not None and not window.complete
@@ -244,9 +249,12 @@ class Scheduling:
 
     @property
     def caught_up(self) -> bool:
-        """The last pass read the change feed, planned the whole window and wrote every
-        reason its plans gave: no pass follows at once for a spread first read, a read
-        of the change feed left behind or one that read many rows, or owed reasons."""
+        """Whether the last pass read the feed, planned the whole window and wrote every reason.
+
+        The feed is the change feed; the reasons, those its plans gave. Then no pass
+        follows at once for a spread first read, a read of the change feed left behind or
+        one that read many rows, or owed reasons.
+        """
         return not self.unread and not self._owed and self._fed
 
     def _reasons_due(self, queued: Mapping[int, Job]) -> dict[int, str]:
@@ -371,9 +379,13 @@ class Scheduling:
     def would_start(
         self, job: Job, now: float
     ) -> tuple[float | None, str | None, tuple[int, ...], str]:
-        """sbatch --test-only: (start time, node, GPU ids, pending reason) the planner
-        gives `job` (not stored) behind the queue as it is now. Start and node are None
-        when it would not start now: the planner gives waiting jobs no start time."""
+        """sbatch --test-only: (start, node, GPU ids, pending reason) the planner gives `job`.
+
+        `job` is not stored; it is planned behind the queue as it is now. Start and node
+        are None when it would not start now: the planner gives waiting jobs no start
+        time. A job whose --begin is still to come gets that time as its start, no node,
+        and reason BeginTime.
+        """
         if job.spec.begin is not None and job.spec.begin > now:
             return job.spec.begin, None, (), BEGIN_TIME
         # The loop's window as a whole read gives it: planning views (specs shared), not

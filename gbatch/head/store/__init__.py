@@ -74,5 +74,7 @@ __all__ = [
 
 
 class Store(Submit, Transitions, Reads, Dependencies, Pages, Window, UsageRecords, Nodes):
-    """The job store: SQLite in WAL mode, one writer (gbatchd), every write one
-    transaction. Store(path, notify=Notices or None, feed=event log lines or None)."""
+    """The job store: SQLite in WAL mode, one writer (gbatchd), every write one transaction.
+
+    Store(path, notify=Notices or None, feed=event log lines or None).
+    """

@@ -44,8 +44,10 @@ class StoreError(Exception):
 
 
 class StoreFull(StoreError):
-    """A write found the store's disk full (SQLITE_FULL). Nothing of it was written:
-    its transaction rolled back, and what was committed before is intact."""
+    """A write found the store's disk full (SQLITE_FULL); nothing of it was written.
+
+    Its transaction rolled back, and what was committed before is intact.
+    """
 
     def __init__(self, directory: Path) -> None:
         super().__init__(f"the job store cannot write: disk full ({directory})")
@@ -67,9 +69,12 @@ def _is_disk_full(err: sqlite3.OperationalError) -> bool:
 
 
 class Database:
-    """What every concern of the store shares: the connection and its lock, the write
-    transaction and its change number, read connections, the secret box, the event
-    log's lines of the open transaction, and whom events are owed to."""
+    """The state every concern of the store shares, beginning with the one connection.
+
+    The connection and its lock, the write transaction and its change number, read
+    connections, the secret box, the event log's lines of the open transaction, and whom
+    events are owed to.
+    """
 
     def __init__(
         self,

@@ -1,5 +1,8 @@
-"""What dependencies and job-id targets are decided on: the state and run times of
-the jobs named, an array's tasks by index (its tail's too), singletons' namesakes."""
+"""The store's reads that dependencies and job-id targets are decided on.
+
+The state and run times of the jobs named, an array's tasks by index (its tail's too),
+singletons' namesakes.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +26,11 @@ class Dependencies(Tails):
     """What dependencies and job-id targets are decided on, each one read."""
 
     def ref_jobs(self, ids: Collection[int]) -> dict[int, RefJob]:
-        """State and run times of those of `ids` that name a job: what the daemon
-        evaluates dependencies on, for a whole queue in one read (by primary key)."""
+        """State and run times of those of `ids` that name a job, by id.
+
+        What the daemon evaluates dependencies on, for a whole queue in one read (by
+        primary key). A task still in an array's tail answers too, with no start time.
+        """
         found: dict[int, RefJob] = {}
         ordered = sorted(ids)
         with self._lock:
@@ -40,18 +46,23 @@ class Dependencies(Tails):
         return found
 
     def array_tasks(self, array_id: int, most: int) -> dict[int, int] | None:
-        """{task index: job id} of the array whose id is `array_id` (its first task's),
-        or None when that job is not an array's first task. An array's tasks have
-        consecutive ids, so the read stops at the first job past its end (`most`: the
-        largest array there can be)."""
+        """{task index: job id} of the array `array_id`, or None when it is not an array.
+
+        An array's id is its first task's: None when that job is not an array's first
+        task. An array's tasks have consecutive ids, so the read stops at the first job
+        past its end (`most`: the largest array there can be).
+        """
         found = self._array_tasks(array_id, most, one_per_tail=False)
         return None if found is None else found[0]
 
     def array_tasks_sampled(self, array_id: int, most: int) -> tuple[dict[int, int], bool] | None:
-        """array_tasks' answer with the array's tail (its pending tasks that are not rows
-        yet: one state, one end time) stood for by its first task, and whether it has a
-        tail. What a dependency on the whole array (N_*) decides on: the tail's tasks
-        answer alike, so one answers for all, and the read costs the array's rows."""
+        """array_tasks' answer with one task standing for the tail, and whether there is one.
+
+        The array's tail (its pending tasks that are not rows yet: one state, one end
+        time) is stood for by its first task. What a dependency on the whole array (N_*)
+        decides on: the tail's tasks answer alike, so one answers for all, and the read
+        costs the array's rows.
+        """
         return self._array_tasks(array_id, most, one_per_tail=True)
 
     def _array_tasks(
@@ -87,19 +98,23 @@ class Dependencies(Tails):
     def array_tasks_in(
         self, array_id: int, index_spans: Sequence[tuple[int, int]], most: int
     ) -> dict[int, int]:
-        """{task index: job id} of those tasks of the array whose id is `array_id` whose
-        index lies in `index_spans` (inclusive: N_K, N_[K-M]); empty when `array_id` is
-        not an array's id. array_tasks' answer cut to those indices, at the cost of
-        those tasks: the rows of their ids and the tail's positions among them, never
-        the whole array (one task of a 100,000-task array is one task's work)."""
+        """{task index: job id} of the array `array_id`'s tasks whose index is in `index_spans`.
+
+        `index_spans` are inclusive (N_K, N_[K-M]); empty when `array_id` is not an
+        array's id. array_tasks' answer cut to those indices, at the cost of those tasks:
+        the rows of their ids and the tail's positions among them, never the whole array
+        (one task of a 100,000-task array is one task's work).
+        """
         return self.array_tasks_at(array_id, index_spans, most) or {}
 
     def array_tasks_at(
         self, array_id: int, index_spans: Sequence[tuple[int, int]], most: int
     ) -> dict[int, int] | None:
-        """array_tasks_in's answer, but None when `array_id` is not an array's id (as
-        array_tasks answers), so that an array none of whose tasks is named ({}) tells
-        apart from a plain job: what dependencies on N_K and aftercorr read."""
+        """array_tasks_in's answer, but None when `array_id` is not an array's id.
+
+        None as array_tasks answers, so that an array none of whose tasks is named ({})
+        tells apart from a plain job: what dependencies on N_K and aftercorr read.
+        """
         tasks: dict[int, int] = {}
         with self._lock:
             head = self._db.execute(
@@ -129,8 +144,11 @@ class Dependencies(Tails):
         return {task: job_id for task, job_id in tasks.items() if arrays.contains(named, task)}
 
     def array_ends(self, ids: Collection[int], most: int) -> dict[int, int]:
-        """{array id: its last task's id} for those of `ids` that are an array's id (its
-        first task's): `scancel N` and `squeue -j N` name the whole array, as in Slurm."""
+        """{array id: its last task's id} for those of `ids` that are an array's id.
+
+        An array's id is its first task's: `scancel N` and `squeue -j N` name the whole
+        array, as in Slurm.
+        """
         heads: list[int] = []
         ordered = sorted(ids)
         with self._lock:
@@ -154,8 +172,10 @@ class Dependencies(Tails):
         return ends
 
     def active_named(self, names: Collection[str]) -> list[tuple[int, str, str, JobState]]:
-        """(id, user, name, state) of the jobs not yet ended that have one of `names`
-        (singleton dependencies), read through the state index."""
+        """(id, user, name, state) of the jobs not yet ended that have one of `names`.
+
+        What singleton dependencies decide on; read through the state index.
+        """
         found: list[tuple[int, str, str, JobState]] = []
         ordered = sorted(names)
         with self._lock:

@@ -16,8 +16,10 @@ SUBMITTED = "submitted"  # a submit event's reason (Store.events)
 
 
 class Events(Database):
-    """Job events: written with the change they tell of, fed to the event log once
-    committed, and read back as a job's story."""
+    """Job events: written with the change they tell of, and read back as a job's story.
+
+    Each is fed to the event log once its transaction commits.
+    """
 
     def _insert_events(
         self, db: sqlite3.Connection, rows: Sequence[tuple[int, float, str, str]]
@@ -51,9 +53,12 @@ class Events(Database):
         )
 
     def events(self, job_id: int) -> list[Event]:
-        """The job's events, oldest first; the first is its submit (PENDING, "submitted"
-        at its submit_time), which is no stored row since jobs are submitted without one
-        (_submitted_events). A store's older jobs have it stored: it is not told twice."""
+        """The job's events, oldest first, beginning with its submit.
+
+        The submit is (PENDING, "submitted") at its submit_time, which is no stored row
+        since jobs are submitted without one (_submitted_events). A store's older jobs
+        have it stored: it is not told twice.
+        """
         with self._lock:
             rows = self._db.execute(
                 "SELECT job_id, time, state, reason FROM events WHERE job_id = ? ORDER BY id",

@@ -36,8 +36,10 @@ LISTING_PAGE = 1000
 
 
 class Listing(Tails):
-    """Jobs by filter, whole or as a listing's narrow rows, array tails' records among
-    them; at once, or in pages streamed off a read connection of their own."""
+    """Jobs by filter, whole or as a listing's narrow rows, array tails' records among them.
+
+    At once, or in pages streamed off a read connection of their own.
+    """
 
     def jobs(
         self,
@@ -52,13 +54,15 @@ class Listing(Tails):
         after: int | None = None,
         first: int | None = None,
     ) -> list[Job]:
-        """Jobs matching every given filter, by id. finished=True: final states only.
-        `id_ranges` (FIRST, LAST): jobs with ids in them are matched as `ids` are.
-        Array tasks still in a tail come as the tail's one record (Job.array_more),
-        or each as itself when `ids` names it. `limit`: only the last `limit` rows by id.
-        `after` and `first`, a page: only jobs with ids over `after`, and of the rows
-        only the first `first` by id (tails' records all come, for the caller to cut:
-        the first `first` of the whole are among them)."""
+        """Jobs matching every given filter, by id.
+
+        finished=True: final states only. `id_ranges` (FIRST, LAST): jobs with ids in
+        them are matched as `ids` are. Array tasks still in a tail come as the tail's one
+        record (Job.array_more), or each as itself when `ids` names it. `limit`: only the
+        last `limit` rows by id. `after` and `first`, a page: only jobs with ids over
+        `after`, and of the rows only the first `first` by id (tails' records all come,
+        for the caller to cut: the first `first` of the whole are among them).
+        """
         asked_ids = ids
         where, params = _job_where(ids, id_ranges, states, users, finished, since, after)
         if limit is not None:
@@ -87,8 +91,9 @@ class Listing(Tails):
         known: Callable[[int, int], T | None] | None = None,
         specs: ListingSpecs | None = None,
     ) -> Generator[list[tuple[int | None, Job | T]], None, None]:
-        """What jobs() lists with these filters, by id, in pages read as they are taken:
-        (the row's change number, its Job) each, an array tail's record with None for
+        """What jobs() lists with these filters, by id, in pages read as they are taken.
+
+        Each is (the row's change number, its Job), an array tail's record with None for
         its number. With `known`, a row for which known(id, change number) gives
         something comes as (change number, that) instead, and its Job is neither read
         whole nor built: a listing of jobs mostly unchanged since the last reads two
@@ -127,18 +132,20 @@ class Listing(Tails):
         history: bool = False,
         since: float | None = None,
     ) -> list[tuple[object, ...]]:
-        """What jobs(states=states, users=users, finished=False) lists, by id, as the
-        narrow rows a listing prints: (id, uid, user, spec, state, reason, held,
-        submit_time, start_time, end_time, node, array_more), `spec` as its stored
-        text (listing_spec decodes it; an array tail's record carries its JobSpec).
-        With `history`, what jobs(states=states, users=users, since=since) lists: every
-        state (squeue -t all, sacct). A page: with `after`, only ids greater; with
-        `limit`, the first that many.
+        """The jobs a listing prints, by id, as its narrow rows rather than Jobs.
+
+        What jobs(states=states, users=users, finished=False) lists, as the rows (id,
+        uid, user, spec, state, reason, held, submit_time, start_time, end_time, node,
+        array_more), `spec` as its stored text (listing_spec decodes it; an array tail's
+        record carries its JobSpec). With `history`, what jobs(states=states,
+        users=users, since=since) lists: every state (squeue -t all, sacct). A page: with
+        `after`, only ids greater; with `limit`, the first that many.
 
         No Job is built and the Job cache is not touched: at 100,000 pending jobs the
-        cache (50,000) overflows and each listing rebuilt them all (seconds); a Job per
-        row is also most of a large listing's memory (issue 16). A page is read as one
-        from SQLite, not cut from the whole listing."""
+        cache (50,000) overflows and each listing rebuilt them all; a Job per row is also
+        most of a large listing's memory (issue 16). A page is read as one from SQLite,
+        not cut from the whole listing.
+        """
         where, params = _listing_where(states, users, after, history, since)
         with self._lock:
             rows: list[tuple[object, ...]] = self._db.execute(
@@ -165,10 +172,12 @@ class Listing(Tails):
         first: int | None = None,
         specs: ListingSpecs | None = None,
     ) -> Generator[list[tuple[object, ...]], None, None]:
-        """listing_rows' rows, in pages read as they are taken: as job_pages reads, in
-        one snapshot on a read connection of its own, pages of LISTING_PAGE rows and the
-        tails' records among them. `first`: as job_pages'. `specs`: the listing's spec
-        decoder, told the listing's size. Close it when stopping early."""
+        """listing_rows' rows, in pages read as they are taken; close it when stopping early.
+
+        As job_pages reads: in one snapshot on a read connection of its own, pages of
+        LISTING_PAGE rows and the tails' records among them. `first`: as job_pages'.
+        `specs`: the listing's spec decoder, told the listing's size.
+        """
         where, params = _listing_where(states, users, after, history, since)
         with self._reading() as db:
             if specs is not None:

@@ -1,5 +1,8 @@
-"""Nodes as the store keeps them: those an admin drained, and the conditions on now
-(node episodes, migration 12), each begun one owed to the admins' webhooks."""
+"""Nodes as the store keeps them: those an admin drained, and the conditions on each now.
+
+The conditions are node episodes (migration 12); each one begun is owed to the admins'
+webhooks.
+"""
 
 from __future__ import annotations
 
@@ -50,9 +53,11 @@ class Nodes(Outbox):
     def record_episodes(
         self, node: str, begun: Mapping[str, str], ended: Collection[str], now: float
     ) -> None:
-        """In one transaction: the conditions of `node` that began (kind -> why) are on
-        and owed to the admins' webhooks that ask (and to the event log); those `ended`
-        are off."""
+        """Record in one transaction which conditions of `node` began and which ended.
+
+        Those that began (`begun`: kind -> why) are on and owed to the admins' webhooks
+        that ask (and to the event log); those `ended` are off.
+        """
         with self._write() as db:
             for kind, why in begun.items():
                 db.execute(
@@ -66,8 +71,10 @@ class Nodes(Outbox):
             )
 
     def forget_node_episodes(self, keep: Collection[str]) -> None:
-        """End the episodes of every node but those in `keep` (those that left the
-        inventory: one back later is told afresh)."""
+        """End the episodes of every node but those in `keep`.
+
+        The others have left the inventory: one back later is told afresh.
+        """
         if not set(self.node_episodes()) - set(keep):
             return  # no write (no fsync) at every start
         with self._write() as db:

@@ -1,6 +1,8 @@
-"""What the store is handed to write notifications: whom each event is owed to and
-what it says (Notices: the notifier's decisions, gbatch/head/notify.py Policy), and
-the outbox's rows as the store hands them back (Notification).
+"""What the store is handed to write notifications, and the outbox rows it hands back.
+
+Notices: whom each event is owed to and what it says (the notifier's decisions,
+gbatch/head/notify.py Policy). Notification: the outbox's rows as the store hands them
+back.
 
 The store decides when an event happens (a state change, an array's last task
 ending) and writes its rows in that change's transaction; who is told and in what
@@ -44,8 +46,10 @@ class Notices(Protocol):
         ...
 
     def may_notify(self, old: JobState, new: JobState) -> bool:
-        """Whether a change from `old` to `new` is an event at all (asked before the
-        job is read)."""
+        """Whether a change from `old` to `new` is an event at all.
+
+        Asked before the job is read.
+        """
         ...
 
     def job_events(self, old: JobState, job: Job) -> tuple[str, ...]:
@@ -72,8 +76,11 @@ class Notices(Protocol):
         max_signal: int | None,
         now: float,
     ) -> list[Owed]:
-        """The rows owed when the last task of `job`'s array ended, `counts` of its
-        tasks in each final state, their exit codes' range and largest signal."""
+        """The rows owed when the last task of `job`'s array ended.
+
+        `counts`: its tasks in each final state; `exit_codes`: their exit codes' range;
+        `max_signal`: their largest signal.
+        """
         ...
 
     def node_rows(self, node: str, kind: str, reason: str, now: float) -> list[Owed]:
@@ -81,8 +88,11 @@ class Notices(Protocol):
         ...
 
     def asked_in_spec(self, kind: str) -> Sequence[str] | None:
-        """None when any job may be owed `kind` whatever its spec (an admin's webhook
-        wants it); else the spec keys of which a job needs one to be owed it."""
+        """The spec keys of which a job needs one to be owed `kind`; None if any job may be.
+
+        None when any job may be owed `kind` whatever its spec (an admin's webhook wants
+        it).
+        """
         ...
 
 

@@ -1,6 +1,9 @@
-"""The notifications outbox: the rows of the events owed (migration 10), written in
-the transaction of the change they tell of, and read, marked and pruned by the
-daemon's outbox worker. Whom they are owed to and what they say comes in as Notices."""
+"""The notifications outbox: the rows of the events owed (migration 10).
+
+They are written in the transaction of the change they tell of, and read, marked and
+pruned by the daemon's outbox worker. Whom they are owed to and what they say comes in
+as Notices.
+"""
 
 from __future__ import annotations
 
@@ -17,9 +20,11 @@ from gbatch.head.store.rows import ArrayTail, _marks, _tail_by_id
 
 
 class Outbox(Events):
-    """The outbox's rows: owed in the transaction of the change they tell of (the
-    `_queue_*` helpers, for the other concerns' writes), then read, marked and pruned
-    by the outbox worker."""
+    """The outbox's rows: owed with the change they tell of, then read, marked and pruned.
+
+    They are owed in the transaction of the change they tell of (the `_queue_*` helpers,
+    for the other concerns' writes), then read, marked and pruned by the outbox worker.
+    """
 
     def _queue_job_events(
         self,
@@ -163,8 +168,10 @@ class Outbox(Events):
         return written
 
     def queue_job_event(self, job_id: int, kind: str, now: float) -> int:
-        """Owe the event `kind` of a running job (a TIME_LIMIT_80 warning) to whoever
-        asked for it; once per run however often asked. Returns the rows written."""
+        """Owe the event `kind` of a running job to whoever asked; returns the rows written.
+
+        A TIME_LIMIT_80 warning, say: owed once per run however often asked.
+        """
         if not self._notify.active:
             return 0
         with self._write() as db:
@@ -213,8 +220,11 @@ class Outbox(Events):
         skip_targets: Collection[str] = (),
         skip_owners: Collection[str] = (),
     ) -> list[Notification]:
-        """Undelivered outbox rows whose next try is due, the longest due first; none to
-        `skip_targets` nor of `skip_owners` (a job's user, "" for a node's: notify.owner)."""
+        """Undelivered outbox rows whose next try is due, the longest due first.
+
+        At most `limit`, none given up on; none to `skip_targets` nor of `skip_owners` (a
+        job's user, "" for a node's: notify.owner).
+        """
         where = ""
         if skip_targets:
             where += f" AND target NOT IN ({_marks(skip_targets)})"
@@ -252,8 +262,10 @@ class Outbox(Events):
             )
 
     def prune_notifications(self, before: float) -> int:
-        """Delete the rows delivered before `before`; the number deleted. Rows given up
-        on stay, with their last_error, for an admin to read."""
+        """Delete the rows delivered before `before`; returns the number deleted.
+
+        Rows given up on stay, with their last_error, for an admin to read.
+        """
         with self._write() as db:
             return db.execute(
                 "DELETE FROM outbox WHERE delivered IS NOT NULL AND delivered < ?", (before,)

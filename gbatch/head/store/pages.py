@@ -57,10 +57,13 @@ LISTING_SORTS: Mapping[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class ListingQuery:
-    """What listing_page lists: listing_rows' filters (states, users, history, since,
-    after), then `uid` (one user's jobs: private_data), `shown_states` and `search`
-    (text found, in any case, in the JOBID, USER, NAME or NODE(REASON) cell), in
-    `sort` order (a LISTING_SORTS key), `now` the clock for the TIME sort."""
+    """What listing_page lists: listing_rows' filters, narrowed, searched and sorted.
+
+    listing_rows' filters (states, users, history, since, after), then `uid` (one user's
+    jobs: private_data), `shown_states` and `search` (text found, in any case, in the
+    JOBID, USER, NAME or NODE(REASON) cell), in `sort` order (a LISTING_SORTS key;
+    `reverse` reverses it), `now` the clock for the TIME sort.
+    """
 
     states: Collection[JobState] | None = None
     users: Collection[str] | None = None
@@ -150,12 +153,15 @@ class Pages(Listing):
         limit: int | None = None,
         counts: bool = False,
     ) -> ListingPage:
-        """One page of a sorted, filtered listing: what listing_rows(states=
-        query.states, users=query.users, history=query.history, since=query.since)
-        lists (rows in its form, array tails' records among them), narrowed further by
-        `query` (uid, shown states, search text), ordered by query.sort, from `offset`
-        on, at most `limit` rows; with the number of rows the whole listing has, and
-        with `counts`, its rows per state before the shown states and search narrow it.
+        """One page of a sorted, filtered, searched listing, with its counts.
+
+        The listing is what listing_rows(states=query.states, users=query.users,
+        history=query.history, since=query.since) lists (rows in its form, array tails'
+        records among them), narrowed further by `query` (uid, shown states, search
+        text), ordered by query.sort. The page is from `offset` on, at most `limit` rows;
+        it comes with the number of rows the whole narrowed listing has, and with
+        `counts`, its rows per state before the shown states and search narrow it. An
+        unknown query.sort raises ValueError.
 
         The sort, the filter and the cut are SQL's, so a page of 100,000 jobs costs
         what the query plan does, not a Job or a row per job in Python (the TUI's
@@ -163,8 +169,8 @@ class Pages(Listing):
         a VALUES table in a compound query, so they sort and count as one row each, as
         listing_rows lists them; SQLite merges the two sides of the compound, each in
         its order, so a page by id walks the primary key and stops (far faster at
-        100,000 than sorting all of them). `sort`: a LISTING_SORTS key, ties
-        by id; `reverse` reverses the whole order (ties too), as sorted(reverse=True).
+        100,000 than sorting all of them). query.sort: a LISTING_SORTS key, ties by id;
+        query.reverse reverses the whole order (ties too), as sorted(reverse=True).
         """
         if query.sort not in LISTING_SORTS:
             raise ValueError(f"unknown listing sort {query.sort!r}")

@@ -19,8 +19,10 @@ from gbatch.head.store.tails import Tails
 
 class JobBrief(NamedTuple):
     """What a request over many jobs needs of each to decide on it: its owner and state.
-    A tuple, built in well under a microsecond: a whole Job per row would cost 500,000
-    of them for one user's sweep."""
+
+    A tuple, cheap to build: a whole Job per row would cost 500,000 of them for one
+    user's sweep.
+    """
 
     id: int
     uid: int
@@ -52,17 +54,21 @@ class Reads(Tails):
         return job
 
     def jobs_in(self, states: Collection[JobState]) -> list[Job]:
-        """Jobs in any of `states`, oldest first (by the state index: cheap for the few
-        allocated jobs among many finished ones)."""
+        """Jobs in any of `states`, oldest first.
+
+        Read by the state index: cheap for the few allocated jobs among many finished ones.
+        """
         marks = ", ".join("?" * len(states))
         return self._select(f"state IN ({marks})", [s.value for s in states])
 
     def jobs_run_between(
         self, start: float, end: float, users: Collection[str] | None = None
     ) -> list[Job]:
-        """Jobs (of `users`, when given) whose last run overlaps [start, end): started
-        before `end`, and not ended before `start` (or not ended). sreport's question,
-        asked a few times a month: a scan of the jobs table, no index of its own."""
+        """Jobs (of `users`, when given) whose last run overlaps [start, end).
+
+        Started before `end`, and not ended before `start` (or not ended). sreport's
+        question, asked a few times a month: a scan of the jobs table, no index of its own.
+        """
         where = "start_time IS NOT NULL AND start_time < ? AND (end_time IS NULL OR end_time > ?)"
         params: list[object] = [end, start]
         if users is not None:
@@ -79,8 +85,11 @@ class Reads(Tails):
         return {state: int(n) for state, n in rows}
 
     def pending_counts(self, users: Collection[str] | None = None) -> dict[str, int]:
-        """How many PENDING jobs (held ones too) each user has (of `users`, when given);
-        users without any are left out. From the index of pending jobs alone."""
+        """How many PENDING jobs (held ones too) each user has, of `users` when given.
+
+        Users without any are left out. Read from the index of pending jobs, and from
+        the array tails, whose pending tasks count one each.
+        """
         where, params = "state = 'PENDING'", []
         if users is not None:
             where += f" AND user IN ({', '.join('?' * len(users))})"
@@ -101,10 +110,11 @@ class Reads(Tails):
         return counts
 
     def queue_counts(self) -> dict[tuple[str, str, str], int]:
-        """(state, user, partition) -> how many jobs not yet ended are so, the tasks an
-        array tail still holds counted one each; partition "" when a job names none.
-        One grouped read over the state index: a scrape costs what the queue holds, never
-        what history holds (metrics).
+        """(state, user, partition) -> how many jobs not yet ended are so.
+
+        The tasks an array tail still holds count one each; partition "" when a job names
+        none. One grouped read over the state index: a scrape costs what the queue holds,
+        never what history holds (metrics).
 
         On a read-only connection of its own, outside the store's lock: reading every
         pending job's partition out of its spec is slow for a long queue, which must not
@@ -142,8 +152,10 @@ class Reads(Tails):
         return counts
 
     def idle_flagged_count(self, prefix: str) -> int:
-        """How many RUNNING jobs have a reason starting with `prefix` (the metrics'
-        flagged idle GPU hoarders)."""
+        """How many RUNNING jobs have a reason starting with `prefix`.
+
+        The metrics' count of flagged idle GPU hoarders.
+        """
         with self._lock:
             (count,) = self._db.execute(
                 "SELECT count(*) FROM jobs WHERE state = 'RUNNING' AND substr(reason, 1, ?) = ?",
@@ -177,8 +189,10 @@ class Reads(Tails):
         return sorted(found, key=lambda brief: brief.id)
 
     def briefs_between(self, first: int, last: int, *, after: int, limit: int) -> list[JobBrief]:
-        """The jobs with ids in first..last above `after`, by id, at most `limit`: page
-        through a range with after = the last id of the page before."""
+        """The jobs with ids in first..last above `after`, by id, at most `limit`.
+
+        Page through a range with after = the last id of the page before.
+        """
         # One lower bound: given two, SQLite seeks by one and filters by the other, and
         # each page would scan the range from its start again.
         with self._lock:
@@ -197,9 +211,11 @@ class Reads(Tails):
         users: Collection[str] | None = None,
         uid: int | None = None,
     ) -> list[int]:
-        """Pending jobs' ids above `after`, by id, at most `limit`; only those of `users`
-        and of `uid` when given. Read in id order through the state index, whatever the
-        filters, so paging through 500,000 reads each row once."""
+        """Pending jobs' ids above `after`, by id, at most `limit`.
+
+        Only those of `users` and of `uid` when given. Read in id order through the state
+        index, whatever the filters, so paging through 500,000 reads each row once.
+        """
         where = ["state = 'PENDING'", "id > ?"]
         params: list[object] = [after]
         if users is not None:

@@ -70,8 +70,10 @@ def listing_spec(spec: str | JobSpec) -> JobSpec:
 
 
 def listing_specs(rows: Sized) -> Callable[[str | JobSpec], JobSpec]:
-    """listing_spec for a listing of `rows`; past the spec cache's size, a decoder that
-    leaves the cache alone (see _uncached)."""
+    """The spec decoder for a listing of `rows`: listing_spec, unless the listing is large.
+
+    Past the spec cache's size, a decoder that leaves the cache alone (see _uncached).
+    """
     if len(rows) <= _SPEC_CACHE_MAX:
         return listing_spec
     # listing_columns asks once per distinct spec: nothing to remember here.
@@ -168,12 +170,15 @@ def _build_job(row: Sequence[object], decode: Callable[[str], JobSpec] | None = 
 
 
 class ListingSpecs:
-    """Spec decoding for one listing read in pages, decided at the first spec it
-    decodes, by the listing's size (`count`, asked then): one no larger than the shared
-    spec cache decodes through it, as listing_specs does (a queue listed again decodes
-    none); a larger one leaves it alone (it would only churn it, and hold 10,000 of its
-    specs resident after it: bench/bench_memory.py) and remembers at most
-    _LISTING_SPECS of its own at once (a sweep's specs differ row by row)."""
+    """Spec decoding for one listing read in pages, chosen by the listing's size.
+
+    Decided at the first spec it decodes, by the listing's size (`count`, asked then):
+    one no larger than the shared spec cache decodes through it, as listing_specs does
+    (a queue listed again decodes none); a larger one leaves it alone (it would only
+    churn it, and leave up to the cache's size of its specs resident after it:
+    bench/bench_memory.py) and remembers at most _LISTING_SPECS of its own at once (a
+    sweep's specs differ row by row).
+    """
 
     def __init__(self) -> None:
         self.count: Callable[[], int] = lambda: 0  # set by the listing once reading
@@ -244,8 +249,10 @@ class ArrayTail:
         )
 
     def record(self) -> Job:
-        """The tail as one Job: its first task, standing for the others (squeue's
-        `N_[32-99999]`, sacct's)."""
+        """The tail as one Job: its first task, standing for the others.
+
+        As squeue and sacct show it: `N_[32-99999]`.
+        """
         first, rest = arrays.take(self.positions, 1)
         return self.task(first[0], rest)
 

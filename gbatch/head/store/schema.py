@@ -1,5 +1,7 @@
-"""The store's schema: the migrations that build it, one version each (PRAGMA
-user_version counts those applied)."""
+"""The store's schema: the migrations that build it, one version each.
+
+PRAGMA user_version counts those applied.
+"""
 
 from __future__ import annotations
 

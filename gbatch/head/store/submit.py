@@ -1,5 +1,7 @@
-"""Submit: queue callers' jobs, many submissions in one transaction (group commit), an
-array's tasks past its first few as one tail, secret values sealed."""
+"""Submit: queue callers' jobs, many submissions in one transaction (group commit).
+
+An array's tasks past its first few are kept as one tail; secret values are sealed.
+"""
 
 from __future__ import annotations
 
@@ -77,8 +79,10 @@ class Submit(Events):
     def submit_many(
         self, submissions: Sequence[Submission], now: float
     ) -> list[list[int] | PendingLimitReached]:
-        """Queue several callers' submissions in ONE transaction (one fsync: group
-        commit); return each one's ids, in order. Durable once this returns.
+        """Queue several callers' submissions in ONE transaction; return each one's ids.
+
+        One fsync: group commit. The ids come in the submissions' order, and are durable
+        once this returns.
 
         A submission with `max_pending` that would take its user's PENDING jobs (held
         ones too; those queued earlier in this same transaction too) past it queues

@@ -1,6 +1,8 @@
-"""Array tails (migration 8): an array's pending tasks past its first few, kept as one
-record until they come up (refill_arrays) or are named alone (materialise); and what
-is done to a tail whole (cancel, hold, update)."""
+"""Array tails (migration 8): an array's pending tasks past its first few, as one record.
+
+A tail is kept until its tasks come up (refill_arrays) or are named alone
+(materialise); here too is what is done to a tail whole (cancel, hold, update).
+"""
 
 from __future__ import annotations
 
@@ -38,9 +40,11 @@ class Tails(Outbox):
         since: float | None = None,
         db: sqlite3.Connection | None = None,
     ) -> list[ArrayTail]:
-        """Array tails matching every given filter, by array id. `overlapping`: only
-        those whose ids meet one of these (FIRST, LAST) ranges. `db`: a read
-        connection of _reading's to read them on (else the store's own)."""
+        """Array tails matching every given filter, by array id.
+
+        `overlapping`: only those whose ids meet one of these (FIRST, LAST) ranges. `db`:
+        a read connection of _reading's to read them on (else the store's own).
+        """
         clauses: list[str] = []
         params: list[object] = []
         if states is not None:
@@ -83,8 +87,11 @@ class Tails(Outbox):
         return found
 
     def refill_arrays(self, window: int) -> int:
-        """Make rows of pending arrays' next tasks, so that each has `window` pending
-        rows for the planner (fewer when its tail runs out). Returns the rows made."""
+        """Make rows of pending arrays' next tasks, `window` pending each; the rows made.
+
+        Each array not held then has `window` pending rows for the planner (fewer when
+        its tail runs out). A held tail is left as it is.
+        """
         made = 0
         with self._lock:
             heads = [
@@ -111,9 +118,11 @@ class Tails(Outbox):
         return made
 
     def materialise(self, ids: Collection[int]) -> list[int]:
-        """Make rows of those of `ids` that are array tasks still in a tail (a request
-        names them alone: cancel, hold, update, requeue one task), in the tail's state.
-        The ids made."""
+        """Make rows of those of `ids` that are array tasks still in a tail; the ids made.
+
+        A request names them alone (cancel, hold, update, requeue one task); the rows
+        take the tail's state.
+        """
         made: list[int] = []
         with self._write() as db:
             by_tail: dict[int, tuple[ArrayTail, list[int]]] = {}
@@ -189,8 +198,10 @@ class Tails(Outbox):
         return len(ids)
 
     def cancel_tails(self, array_ids: Collection[int], reason: str, now: float) -> int:
-        """Cancel the pending tails of `array_ids` whole: each stays as one CANCELLED
-        record of its tasks (sacct's `N_[32-99999]`). Returns how many tasks."""
+        """Cancel the pending tails of `array_ids` whole; returns how many tasks.
+
+        Each stays as one CANCELLED record of its tasks (sacct's `N_[32-99999]`).
+        """
         return self._change_tails(
             array_ids, "state = 'CANCELLED', reason = ?, end_time = ?", (reason, now), ended=now
         )
@@ -228,8 +239,10 @@ class Tails(Outbox):
         return done
 
     def update_tail_spec(self, array_id: int, spec: JobSpec) -> None:
-        """scontrol update of a whole array: its waiting tasks take `spec` (any task's
-        new spec: each task's index is put back as it becomes a row)."""
+        """scontrol update of a whole array: its waiting tasks take `spec`.
+
+        `spec` is any task's new spec: each task's index is put back as it becomes a row.
+        """
         with self._write() as db:
             tail = _tail_by_id(db, array_id)
             if tail is None or tail.state is not JobState.PENDING:
@@ -241,8 +254,10 @@ class Tails(Outbox):
             )
 
     def set_array_throttle(self, array_id: int, last_id: int, throttle: int | None) -> None:
-        """scontrol update ArrayTaskThrottle: the array's rows still to end and its tail
-        get the new limit, in one transaction."""
+        """scontrol update ArrayTaskThrottle: the array's unended rows and tail get the limit.
+
+        Written in one transaction.
+        """
         with self._write() as db:
             for job_id, text in db.execute(
                 f"SELECT id, spec FROM jobs WHERE id BETWEEN ? AND ? AND state IN ({_ACTIVE_SQL})",

@@ -1,6 +1,9 @@
-"""State changes: the one way a job changes state (the edge checked, its event
-written, the events it owes queued to the outbox), holds, notes, spec updates, and
-the same done by set over many pending jobs (a sweep's batch)."""
+"""State changes (the one way a job changes state) and the other writes to a job's row.
+
+A state change checks the edge, writes its event and queues the events it owes to the
+outbox. Beside it: holds, notes, spec updates, and the same done by set over many
+pending jobs (a sweep's batch).
+"""
 
 from __future__ import annotations
 
@@ -68,8 +71,11 @@ def _encode(fields: Mapping[str, object]) -> dict[str, object]:
 
 
 class Transitions(Outbox):
-    """State changes and the other writes to a job's row after its submit (holds,
-    notes, reasons, spec updates), one job at a time or by set."""
+    """State changes and the other writes to a job's row after its submit.
+
+    The other writes are holds, notes, reasons and spec updates; each is done one job at
+    a time or by set.
+    """
 
     def set_state(
         self,
@@ -107,9 +113,13 @@ class Transitions(Outbox):
     def set_states_read(
         self, changes: Sequence[StateChange], now: float
     ) -> list[Job | IllegalTransition | JobNotFound]:
-        """set_state for each change, in ONE transaction (one fsync: a pass's starts),
-        each answered as set_state answers (the Job, secrets opened on the move to
-        CONFIGURING) or with why it was refused; a refused change undoes no other."""
+        """set_state for each change in ONE transaction: each one's Job, or why it was refused.
+
+        One fsync: a pass's starts. Each is answered as set_state answers (the Job,
+        secrets opened on the move to CONFIGURING) or with why it was refused; a refused
+        change undoes no other. A change's `usage` is not folded in here (set_states
+        folds it; the loop's starts carry none).
+        """
         read: list[tuple[Job, Any, Any] | IllegalTransition | JobNotFound] = []
         with self._write() as db:
             for change in changes:
@@ -155,9 +165,11 @@ class Transitions(Outbox):
     def set_states(
         self, changes: Sequence[StateChange], now: float
     ) -> list[IllegalTransition | JobNotFound | None]:
-        """Many set_state calls in ONE transaction (one fsync: a sweep such as
-        `scancel --me` over thousands of jobs). Per change: None when written, else why
-        not; a refused change does not undo the others."""
+        """Many set_state calls in ONE transaction; per change, None when written, else why not.
+
+        One fsync: a sweep such as `scancel --me` over thousands of jobs. A refused
+        change does not undo the others.
+        """
         outcomes: list[IllegalTransition | JobNotFound | None] = []
         with self._write() as db:
             for change in changes:
@@ -196,8 +208,10 @@ class Transitions(Outbox):
             self._queue_job_events(db, change.job_id, now, old=current)
 
     def set_running_reason(self, job_id: int, attempt: int, reason: str) -> bool:
-        """Set the reason of a job still RUNNING its run `attempt` (the idle GPU flag
-        going away). Not a state change, so no event row. False when it has moved on."""
+        """Set the reason of a job still RUNNING its run `attempt`; False when it has moved on.
+
+        For the idle GPU flag going away. Not a state change, so no event row.
+        """
         with self._write() as db:
             return bool(
                 db.execute(
@@ -208,8 +222,11 @@ class Transitions(Outbox):
             )
 
     def note(self, job_id: int, state: JobState, reason: str, now: float) -> bool:
-        """Record why a job in `state` stays there (a start whose outcome is unknown):
-        its reason and an event, with no state change. False when it has left `state`."""
+        """Record why a job in `state` stays there; False when it has left `state`.
+
+        It writes the job's reason and an event, with no state change (a start whose
+        outcome is unknown, say).
+        """
         with self._write() as db:
             changed = db.execute(
                 "UPDATE jobs SET reason = ?, changed = ? WHERE id = ? AND state = ?",
@@ -250,8 +267,10 @@ class Transitions(Outbox):
         reason: str,
         now: float,
     ) -> Job:
-        """scontrol update: replace the job's spec `old` with `new` (its name and
-        queue_priority with it) and record `reason` as an event, in ONE transaction.
+        """scontrol update: replace the job's spec `old` with `new`, `reason` as its event.
+
+        Its name and queue_priority change with it, and the event is written, in ONE
+        transaction.
 
         Raises JobNotFound, and IllegalTransition (nothing written) when the job is no
         longer in one of `states` or its spec is no longer `old` (another update came
@@ -294,10 +313,12 @@ class Transitions(Outbox):
     # what set_state and set_held write, by set rather than by row.
 
     def cancel_pending(self, ids: Sequence[int], reason: str, now: float) -> list[int]:
-        """Cancel those of `ids` still PENDING, in ONE transaction: each becomes
-        CANCELLED with `reason` and end_time `now`, with its event, as set_state would
-        write it. Returns the ids cancelled, by id; the others had moved on (the loop
-        dispatched them) or never existed."""
+        """Cancel those of `ids` still PENDING, in ONE transaction; returns the ids cancelled.
+
+        Each becomes CANCELLED with `reason` and end_time `now`, with its event, as
+        set_state would write it. The ids come by id; the others had moved on (the loop
+        dispatched them) or never existed.
+        """
         check_transition(JobState.PENDING, JobState.CANCELLED)
         cancelled = JobState.CANCELLED.value
         return self._change_pending(
@@ -309,9 +330,11 @@ class Transitions(Outbox):
         )
 
     def set_held_many(self, ids: Sequence[int], held: bool, now: float) -> list[int]:
-        """Hold or release those of `ids` still PENDING, in ONE transaction, each as
-        set_held would (flag, reason, an event). Returns the ids done, by id; the others
-        are no longer pending or never existed."""
+        """Hold or release those of `ids` still PENDING, in ONE transaction; returns the ids done.
+
+        Each as set_held would (flag, reason, an event). The ids come by id; the others
+        are no longer pending or never existed.
+        """
         reason, event = (HELD_REASON, "held by user") if held else ("", "released")
         return self._change_pending(
             ids, "held = ?, reason = ?", (held, reason), (now, JobState.PENDING.value, event)

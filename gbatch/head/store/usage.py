@@ -1,5 +1,8 @@
-"""Usage: each user's fair-share GPU-seconds (folded in as runs end, decayed when read)
-and each run's GPU usage samples (seff, sacct's TRESUsageInMax)."""
+"""Usage: each user's fair-share GPU-seconds and each run's GPU usage samples.
+
+The GPU-seconds are folded in as runs end and decayed when read; the samples are what
+seff and sacct's TRESUsageInMax show.
+"""
 
 from __future__ import annotations
 
@@ -39,12 +42,16 @@ def _accrue(db: sqlite3.Connection, usage: Usage, now: float) -> None:
 
 
 class UsageRecords(Database):
-    """Fair-share usage and each run's GPU usage: written as runs go, read by the
-    planner, seff and sacct."""
+    """Fair-share usage and each run's GPU usage, written as runs go.
+
+    Read by the planner, seff and sacct.
+    """
 
     def add_gpu_samples(self, samples: Sequence[tuple[int, int, GpuUsage]]) -> None:
-        """Fold each (job id, attempt, sample) into that run's GPU usage: one
-        transaction for a whole poll of the fleet, however many runs it samples."""
+        """Fold each (job id, attempt, sample) into that run's GPU usage.
+
+        One transaction for a whole poll of the fleet, however many runs it samples.
+        """
         if not samples:
             return
         with self._write() as db:
@@ -62,8 +69,10 @@ class UsageRecords(Database):
             )
 
     def running_gpus(self) -> list[tuple[int, int, str, tuple[int, ...]]]:
-        """(job id, attempt, node, GPU indices) of every RUNNING job holding GPUs: the
-        daemon's GPU sampling reads this each poll, without decoding any spec."""
+        """(job id, attempt, node, GPU indices) of every RUNNING job holding GPUs.
+
+        The daemon's GPU sampling reads this each poll, without decoding any spec.
+        """
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, attempt, node, gpus FROM jobs"

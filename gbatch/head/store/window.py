@@ -88,9 +88,11 @@ _PLANNING_SPECS_MAX = 10_000
 
 
 def planning_spec(data: Mapping[str, object]) -> JobSpec:
-    """The spec the loop's window keeps of a job whose stored spec is `data` (as
-    JobSpec.to_dict writes it): only what plan() and the loop's filters read, shared
-    with every job that asks the same."""
+    """The spec the loop's window keeps of a job whose stored spec is `data`.
+
+    `data` is as JobSpec.to_dict writes it. The spec keeps only what plan() and the
+    loop's filters read, and is shared with every job that asks the same.
+    """
     get = data.get
     filtered = get("dependency") is not None or get("array_throttle") is not None
     keys = _PLANNING_AND_FILTERED_KEYS if filtered else _PLANNING_KEYS
@@ -154,9 +156,10 @@ _QueueKey = tuple[int, float, int]
 
 
 class RunnableWindow:
-    """The loop's planning window: each user's first `per_user` runnable (pending, not
-    held) jobs in that user's queue order, kept up to date by Store.read_window from
-    the rows changed since its last read.
+    """The loop's planning window: each user's first `per_user` runnable jobs, in queue order.
+
+    Runnable: pending, not held; the order is that user's queue order. The window is
+    kept up to date by Store.read_window from the rows changed since its last read.
 
     Per user: the keys of the jobs held, sorted, and, where the user's window was full
     at its last read, its bound: the window then held exactly the user's runnable jobs
@@ -230,8 +233,11 @@ class RunnableWindow:
 
     @property
     def behind(self) -> bool:
-        """A read of the change feed stopped at `rows_per_read` rows, part way to the
-        change number it reads up to: the window holds some of those changes, not all."""
+        """Whether a read of the change feed stopped part way, at `rows_per_read` rows.
+
+        Part way to the change number it reads up to: the window holds some of those
+        changes, not all.
+        """
         return self._feed is not None
 
     def clear(self) -> None:
@@ -248,20 +254,25 @@ class RunnableWindow:
         self._reasons.clear()
 
     def reason(self, job: Job) -> str:
-        """`job`'s reason as its row has it now, where `job` is the window's (a reason
-        the loop wrote since the read is not in the Job); any other Job's own."""
+        """`job`'s reason as its row has it now, where `job` is the window's; else its own.
+
+        A reason the loop wrote since the read is not in the window's Job.
+        """
         written = self._reasons.get(job.id)
         if written is not None and self._jobs.get(job.id) is job:
             return written
         return job.reason
 
     def wrote(self, reasons: Mapping[int, str], change: int) -> None:
-        """Take the reasons that transaction `change` wrote (set_pending_reasons: the
-        UPDATE of each pending row whose reason differs and that the window holds as it
-        is, the window read whole and not `behind`; nothing else): the rows it holds now
-        have them, and a row it does not hold it would not take (held, or past its
-        bound). A row not written (changed since the read) the feed reads again before
-        the next plan, which drops the reason given here."""
+        """Take the reasons that transaction `change` wrote to the rows the window holds.
+
+        The transaction is set_pending_reasons': the UPDATE of each pending row whose
+        reason differs and that the window holds as it is, the window read whole and not
+        `behind`; nothing else. The rows it holds now have them, and a row it does not
+        hold it would not take (held, or past its bound). A row not written (changed
+        since the read) the feed reads again before the next plan, which drops the
+        reason given here.
+        """
         jobs, written = self._jobs, self._reasons
         for job_id, reason in reasons.items():
             held = jobs.get(job_id)
@@ -277,8 +288,10 @@ class RunnableWindow:
             self._own.append(change)
 
     def take_changes(self) -> dict[int, Job | None] | None:
-        """The jobs put (id -> the new Job) and gone (id -> None) since the last call,
-        or None when the window was read whole since: take all of jobs() then."""
+        """The jobs put (id -> the new Job) and gone (id -> None) since the last call.
+
+        None when the window was read whole since: take all of jobs() then.
+        """
         changed, self._changed = self._changed, {}
         if self._whole:
             self._whole = False
@@ -297,10 +310,12 @@ class RunnableWindow:
         return self.per_user - len(self._keys.get(user, ()))
 
     def fill(self, user: str, rows: Iterable[Sequence[Any]], asked: int | None = None) -> int:
-        """Add the user's next rows (queue_priority, then _WINDOW_COLUMNS) in queue order,
-        all past the user's keys held, `asked` of them read (by default what the window
-        lacks): fewer than asked means none are left, and the window is unbounded;
-        otherwise its bound is the last. Returns how many it took.
+        """Add the user's next rows, in queue order; returns how many it took.
+
+        Each row is (queue_priority, then _WINDOW_COLUMNS), all past the user's keys
+        held, `asked` of them read (by default what the window lacks): fewer than asked
+        means none are left, and the window is unbounded; otherwise its bound is the
+        last.
 
         A row the window holds already (a spread read's, read at an earlier key and
         written since: its priority lowered) leaves its old place: the change feed
@@ -332,8 +347,11 @@ class RunnableWindow:
         return got
 
     def apply(self, rows: Iterable[Sequence[Any]]) -> list[tuple[str, _QueueKey, int]]:
-        """Take changed rows (queue_priority, then _WINDOW_COLUMNS); return (user, bound,
-        how many) for each user whose window must read that many past its bound."""
+        """Take changed rows; return (user, bound, how many) for each user left short.
+
+        Each row is (queue_priority, then _WINDOW_COLUMNS). A user returned is one whose
+        window must read that many past its bound.
+        """
         touched: set[str] = set()
         jobs, key_of, per_user, changed = self._jobs, self._key_of, self.per_user, self._changed
         for row in rows:
@@ -379,8 +397,11 @@ class RunnableWindow:
 
 
 class Window(Database):
-    """The loop's reads of runnable jobs: whole (runnable_jobs), or kept up to date in
-    a RunnableWindow from the change feed; and the pending reasons it writes back."""
+    """The loop's reads of runnable jobs, and the pending reasons it writes back.
+
+    Read whole (runnable_jobs), or kept up to date in a RunnableWindow from the change
+    feed.
+    """
 
     def runnable_jobs(self, per_user: int | None = None) -> list[Job]:
         """Pending jobs that are not held: what the planner considers, by id.
@@ -406,9 +427,10 @@ class Window(Database):
         return window.jobs()
 
     def update_window(self, window: RunnableWindow, feed: bool = True) -> None:
-        """Bring `window` (each user's first `window.per_user` runnable jobs, as
-        runnable_jobs(per_user) reads them) up to date. `feed=False`: only a spread
-        first read's next rows, not the change feed (the window stays as last read).
+        """Bring `window` up to date: each user's first `window.per_user` runnable jobs.
+
+        As runnable_jobs(per_user) reads them. `feed=False`: only a spread first read's
+        next rows, not the change feed (the window stays as last read).
 
         Its first read reads every user's first jobs; each read after reads only the
         rows written since (the change feed, migration 11: `changed` above the last

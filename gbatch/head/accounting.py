@@ -1,5 +1,7 @@
-"""sreport's arithmetic: GPU-seconds that jobs' runs spent inside a period. Pure: the
-caller passes the jobs, the period and the clock."""
+"""sreport's arithmetic: GPU-seconds that jobs' runs spent inside a period.
+
+Pure: the caller passes the jobs, the period and the clock.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ from gbatch.core.views import UsageRow
 
 
 def gpu_seconds_in(job: Job, start: float, end: float, now: float) -> float:
-    """GPU-seconds of `job`'s run that fall inside [start, end): its GPUs times the
-    overlap of start_time..end_time (..now while it runs) with the period. 0 for a job
-    that never started, and for a PENDING one (a requeued job keeps its old
-    start_time, and its old run's GPUs are no longer its own). Only the last run is
-    known: an earlier run of a requeued job is not counted."""
+    """GPU-seconds of `job`'s run that fall inside [start, end).
+
+    Its GPUs times the overlap of start_time..end_time (..now while it runs) with the
+    period. 0 for a job that never started, and for a PENDING one (a requeued job keeps its
+    old start_time, and its old run's GPUs are no longer its own). Only the last run is
+    known: an earlier run of a requeued job is not counted.
+    """
     if job.start_time is None or job.state is JobState.PENDING or not job.gpus:
         return 0.0
     run_end = job.end_time if job.end_time is not None else now
@@ -25,9 +29,11 @@ def gpu_seconds_in(job: Job, start: float, end: float, now: float) -> float:
 def usage_by(
     jobs: Iterable[Job], start: float, end: float, now: float, key: Callable[[Job], str]
 ) -> list[UsageRow]:
-    """GPU-seconds inside [start, end) summed by `key(job)` (a user, a group), with the
-    number of jobs that used any; most GPU-seconds first, then by name. Jobs that used
-    none inside the period are left out."""
+    """GPU-seconds inside [start, end) and the number of jobs that used any, per `key(job)`.
+
+    `key` gives a user or a group. Most GPU-seconds first, then by name. Jobs that used none
+    inside the period are left out.
+    """
     seconds: dict[str, float] = {}
     counts: dict[str, int] = {}
     for job in jobs:

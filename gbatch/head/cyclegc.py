@@ -63,8 +63,10 @@ FULL_COLLECTION_GROWTH = 0.25
 
 
 class LoopCollector:
-    """The cyclic GC's work at the loop's chosen moments (module docstring). Called from
-    the loop's thread only."""
+    """The cyclic GC's work, done at the moments the loop picks (see the module docstring).
+
+    Called from the loop's thread only.
+    """
 
     def __init__(
         self,
@@ -91,18 +93,24 @@ class LoopCollector:
         self._frozen_after_full = gc.get_freeze_count()
 
     def after_pass(self) -> None:
-        """Freeze what the pass left alive (no collection: module docstring). Nothing
-        before start()."""
+        """Freeze what the pass left alive, without a collection (see the module docstring).
+
+        Nothing before start().
+        """
         if self.started:
             gc.freeze()
 
     def full_when_due(self, idle: bool = True) -> bool:
-        """When `full_seconds` have passed since the last whole collection, or the frozen
-        heap has grown by `full_growth` since, and the loop is `idle` (no wake-up waiting:
-        the heap's walk delays no pass), or twice `full_seconds` whatever the loop's state
-        (a loop never idle must not keep cyclic garbage for good; growth alone waits, as
-        a restart's spread read grows the heap by its window, which holds no cycles):
-        thaw the heap, collect it whole, freeze what is left; True if it did."""
+        """Collect the whole heap when due and the loop is idle, or long overdue; True if it did.
+
+        It is due when `full_seconds` have passed since the last whole collection, or the
+        frozen heap has grown by `full_growth` since, and then waits for the loop to be
+        `idle` (no wake-up waiting: the heap's walk delays no pass). At twice `full_seconds`
+        it runs whatever the loop's state: a loop never idle must not keep cyclic garbage
+        for good. Growth alone waits, as a restart's spread read grows the heap by its
+        window, which holds no cycles. A collection thaws the heap, collects it whole and
+        freezes what is left.
+        """
         if not self.started:
             return False
         grown = gc.get_freeze_count() > self._frozen_after_full * (1 + self.full_growth)

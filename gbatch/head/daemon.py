@@ -1,6 +1,7 @@
-"""gbatchd's loop: a short list of named steps (gbatch/head/loop/, a module each), run
-on every tick and at once when something happens (a submit, a cancel, a run ending, a
-GPU report).
+"""gbatchd's loop: a short list of named steps, run each tick and whenever something happens.
+
+The steps live in gbatch/head/loop/, a module each. Something happening (a submit, a cancel,
+a run ending, a GPU report) runs them at once.
 
     collect_ended_runs -> enforce_limits -> schedule (its starts to dispatch)
     -> sample_gpus (idle GPUs watched) -> tell_node_conditions
@@ -53,8 +54,11 @@ COALESCE_SECONDS = 0.02
 
 
 class Daemon:
-    """The head's loop and what its request handlers share: the store, the fleet, the
-    config, the clocks, the wake-up event, and the steps' answers they read."""
+    """The head's loop, and what its request handlers share.
+
+    They share the store, the fleet, the config, the clocks, the wake-up event, and the
+    steps' answers they read.
+    """
 
     def __init__(
         self,
@@ -109,8 +113,10 @@ class Daemon:
     # -- life cycle -----------------------------------------------------------------
 
     def sweep_finished_runs(self) -> None:
-        """Clean up runs whose end was recorded but not cleaned up (the daemon died in
-        between): their run directory, and their container if they had one."""
+        """Clean up runs whose end was recorded but not cleaned up (the daemon died between).
+
+        That is their run directory, and their container if they had one.
+        """
         if not self.paths.runs.exists():
             return
         for run_dir in self.paths.runs.iterdir():
@@ -130,8 +136,10 @@ class Daemon:
                 node.cleanup(job, attempt)
 
     def run_loop(self) -> None:
-        """Run a step at each tick or wake-up until stop(); a step that fails is retried
-        at the next."""
+        """Run a step at each tick or wake-up until stop().
+
+        A step that fails is retried at the next.
+        """
         store_full = False
         # The start-up's heap (imports, config, nodes) lives as long as the daemon.
         self.collector.start()
@@ -220,8 +228,10 @@ class Daemon:
 
     @property
     def caught_up(self) -> bool:
-        """The last pass planned the whole window and wrote every reason it gave
-        (Scheduling.caught_up): no pass follows at once."""
+        """Whether the last pass planned the whole window and wrote every reason it gave.
+
+        Then no pass follows at once (Scheduling.caught_up).
+        """
         return self.scheduling.caught_up
 
     @property

@@ -1,5 +1,6 @@
-"""The event log: one JSON line per job event and per node event, for a log shipper
-(promtail, filebeat) to carry to Loki or Elasticsearch.
+"""The event log: one JSON line per job event and per node event, for a log shipper.
+
+The shipper (promtail, filebeat) carries it to Loki or Elasticsearch.
 
 A line per row of the store's `events` table (a state change, a hold, a note), written
 by the store after the transaction that wrote the row commits, and one per node event
@@ -48,8 +49,11 @@ def rfc3339(time: float) -> str:
 
 
 def job_line(job: Job, time: float, state: str, reason: str) -> str:
-    """The line of one of `job`'s events (its row after the change, the event's time,
-    state and reason). exit_code only once the job has ended."""
+    """The log line of one of `job`'s events.
+
+    It is made of the job's row after the change, and the event's time, state and reason.
+    exit_code only once the job has ended.
+    """
     fields: dict[str, object] = {
         "ts": rfc3339(time),
         "event": JOB_EVENT,
@@ -93,8 +97,10 @@ def _dump(fields: dict[str, object]) -> str:
 
 class EventLog:
     """Writes lines to one handler (a rotating file, or stdout) in the order given.
-    A write that fails is dropped and counted; the first of a run of failures is said
-    in gbatchd.log, and so is the next write that works again."""
+
+    A write that fails is dropped and counted; the first of a run of failures is said in
+    gbatchd.log, and so is the next write that works again.
+    """
 
     def __init__(self, make_handler: Callable[[Failed], logging.Handler]) -> None:
         """`make_handler(failed)`: the handler, which calls `failed` when a write fails."""
@@ -159,8 +165,10 @@ class _Stdout(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def open_event_log(target: str | None, home: Path, max_bytes: int, backups: int) -> EventLog | None:
-    """The event log that config's `event_log` names: None (off), "stdout", or a file
-    (a relative path is in `home`). Raises OSError when the file cannot be opened."""
+    """The event log that config's `event_log` names: None (off), "stdout", or a file.
+
+    A relative path is in `home`. Raises OSError when the file cannot be opened.
+    """
     if target is None:
         return None
     if target == "stdout":

@@ -1,6 +1,8 @@
-"""The nodes the head places jobs on, and what it knows of each beyond their reports:
-whether each is up (gbatch/head/liveness.py), which released GPUs still wait for a clean
-report, what the planner may use on each (NodeView) and how sinfo shows them (NodeInfo).
+"""The nodes the head places jobs on, and what it knows of each beyond their reports.
+
+That is whether each is up (gbatch/head/liveness.py), which released GPUs still wait for a
+clean report, what the planner may use on each (NodeView) and how sinfo shows them
+(NodeInfo).
 
 The daemon's loop asks the fleet; request handlers (sinfo, submit checks, node
 operations) read it. Neither writes a node's state here: the nodes' report threads do.
@@ -64,8 +66,10 @@ class Fleet:
     # -- life cycle -----------------------------------------------------------------
 
     def start(self, first_report_timeout: float = 10.0) -> None:
-        """Start every node's reports; wait (bounded) until each has reported once or
-        failed to, so the first plans and submit checks see the fleet."""
+        """Start every node's reports; wait (bounded) until each has reported once or failed to.
+
+        The wait lets the first plans and submit checks see the fleet.
+        """
         for node in self.nodes.values():
             node.start()
         deadline = self.monotonic() + first_report_timeout
@@ -94,8 +98,10 @@ class Fleet:
         )
 
     def came_up(self, liveness: Mapping[str, Liveness]) -> list[Node]:
-        """The nodes up in `liveness` that were not up when this was last asked (at the
-        first call: every node up), whose stale runs the daemon then reaps."""
+        """The nodes up in `liveness` that were not up when this was last asked.
+
+        At the first call: every node up. The daemon then reaps their stale runs.
+        """
         back = []
         for name, node in self.nodes.items():
             up = liveness[name].state == "up"
@@ -105,8 +111,10 @@ class Fleet:
         return back
 
     def release_gpus(self, node: Node, gpus: Sequence[int]) -> None:
-        """A run on `gpus` ended: hand them out again only after a later report shows
-        them clean, and ask the node for that report now."""
+        """A run on `gpus` ended: hand them out only once a later report shows them clean.
+
+        It asks the node for that report now.
+        """
         for gpu in gpus:
             self._released_at_report[(node.name, gpu)] = node.report_seq
         node.poke()
@@ -126,8 +134,10 @@ class Fleet:
         check_engine: bool = False,
         now: float = 0.0,
     ) -> NodeView:
-        """What the planner may use on `node` now (see NodeView). Without `check_engine`
-        the node's docker engine is taken to answer."""
+        """What the planner may use on `node` now (see NodeView).
+
+        Without `check_engine` the node's docker engine is taken to answer.
+        """
         report, problem = node.report()
         partitions = frozenset(self._partitions_of.get(node.name, ()))
         liveness = self.liveness(node)

@@ -1,5 +1,6 @@
-"""Group commit for submits: concurrent callers share one transaction, so one fsync
-makes a whole burst durable instead of one fsync each.
+"""Group commit for submits: concurrent callers share one transaction, and so one fsync.
+
+One fsync makes a whole burst durable instead of one fsync each.
 
 Each caller blocks until its own submission is committed. The commits are made by the
 callers' own threads (leader/follower), one at a time: a caller that finds no commit
@@ -21,9 +22,11 @@ MAX_BATCH = 1000
 
 
 class CommitterClosed(StoreError):
-    """A submit that came after close() (gbatchd is stopping): nothing of it was
-    written. (Before the commits were made in the callers' threads, such a submit
-    waited for a committer thread that had stopped, and was never answered.)"""
+    """A submit that came after close() (gbatchd is stopping): nothing of it was written.
+
+    Before the commits were made in the callers' threads, such a submit waited for a
+    committer thread that had stopped, and was never answered.
+    """
 
 
 class _Waiter:
@@ -51,8 +54,10 @@ class GroupCommitter:
 
     def submit(self, submission: Submission) -> list[int]:
         """Commit `submission` (with whatever else is waiting); return its job ids.
+
         Raises what the store did, the submission's own PendingLimitReached, or
-        CommitterClosed after close()."""
+        CommitterClosed after close().
+        """
         waiter = _Waiter(submission)
         with self._lock:
             if self._closed:

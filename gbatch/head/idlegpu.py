@@ -1,7 +1,9 @@
-"""Idle GPU hoarders: running jobs whose GPUs all stay under a utilisation threshold
-for a while are flagged (their reason reads IDLE_REASON), told to their owner once, and,
-where the admins' policy says so, cancelled after a longer grace. Pure: the daemon feeds
-each node report's readings in with `now` and applies what comes back.
+"""Idle GPU hoarders: flag, tell and maybe cancel running jobs whose GPUs all stay idle.
+
+Running jobs whose GPUs all stay under a utilisation threshold for a while are flagged
+(their reason reads IDLE_REASON), told to their owner once, and, where the admins' policy
+says so, cancelled after a longer grace. Pure: the daemon feeds each node report's readings
+in with `now` and applies what comes back.
 
 A streak starts at the first report in which every GPU of the run reads under the
 threshold, and ends at the first report in which one does not, or cannot tell
@@ -30,9 +32,11 @@ Run = tuple[int, int]  # (job id, attempt)
 
 
 def all_idle(readings: Iterable[GpuReading], gpus: Sequence[int], threshold: float) -> bool | None:
-    """Whether every GPU of the run holding `gpus` reads under `threshold` percent in
-    this report: None when the report shows none of them (no news), False when one is
-    busy or cannot tell its utilisation."""
+    """Whether all of the run's `gpus` read under `threshold` percent in this report.
+
+    None when the report shows none of them (no news), False when one is busy or cannot tell
+    its utilisation.
+    """
     wanted = set(gpus)
     mine = [g.utilization_pct for g in readings if g.index in wanted]
     if not mine:
@@ -42,8 +46,11 @@ def all_idle(readings: Iterable[GpuReading], gpus: Sequence[int], threshold: flo
 
 @dataclass(frozen=True)
 class Verdicts:
-    """What one pass asks of the daemon: runs to flag (with their streak's start), runs
-    no longer idle whose flag goes, and runs to cancel (with how long they were idle)."""
+    """What one pass asks of the daemon: runs to flag, runs whose flag goes, runs to cancel.
+
+    Runs to flag come with their streak's start; runs whose flag goes are no longer idle;
+    runs to cancel come with how long they were idle.
+    """
 
     flag: Mapping[Run, float]
     clear: frozenset[Run]
@@ -60,8 +67,10 @@ class IdleStreaks:
         self._cancelled: set[Run] = set()
 
     def adopt(self, flagged: Iterable[Run]) -> None:
-        """Runs already flagged (by an earlier daemon, in their reason): not flagged or
-        told again, and their flag goes when they work again."""
+        """Take in runs already flagged (by an earlier daemon, in their reason).
+
+        They are not flagged or told again, and their flag goes when they work again.
+        """
         self._flagged.update(flagged)
 
     def since(self, run: Run) -> float | None:
@@ -70,8 +79,11 @@ class IdleStreaks:
     def observe(
         self, running: Iterable[Run], idle: Mapping[Run, bool | None], now: float
     ) -> Verdicts:
-        """Fold one pass in. `running`: every run now RUNNING (the others are forgotten);
-        `idle`: what the fresh reports say of some of them (all_idle's answer)."""
+        """Fold one pass in, and return what the daemon should flag, clear and cancel.
+
+        `running`: every run now RUNNING (the others are forgotten); `idle`: what the fresh
+        reports say of some of them (all_idle's answer).
+        """
         live = set(running)
         for gone in set(self._since) - live:
             del self._since[gone]

@@ -1,7 +1,8 @@
-"""scontrol update's rules: which of a job's fields change, to what, and who may
-change them. Pure: the job, the changes as the user wrote them and the caller's rank
-in; the new spec (or why not) out. The handler checks what needs the store and the
-fleet (dependencies' jobs, GPU counts against the nodes) and writes the result.
+"""scontrol update's rules: which of a job's fields change, to what, and who may change them.
+
+Pure: the job, the changes as the user wrote them and the caller's rank in; the new spec (or
+why not) out. The handler checks what needs the store and the fleet (dependencies' jobs, GPU
+counts against the nodes) and writes the result.
 
 As in Slurm: a pending job's fields may change; a running job's time limit too. A
 user may lower their job's time limit and priority; raising either needs an admin.
@@ -44,8 +45,11 @@ class UpdateRefused(Exception):
 
 @dataclass(frozen=True)
 class Update:
-    """The spec after the changes; `notes` say each change ("Priority 0 -> -5"); `states`
-    are those the job must still be in when it is written."""
+    """The spec after the changes, a note per change, and the states the job must still be in.
+
+    `notes` say each change ("Priority 0 -> -5"); `states` are those the job must still be
+    in when it is written.
+    """
 
     spec: JobSpec
     notes: tuple[str, ...]
@@ -60,9 +64,11 @@ def plan_update(
     job: Job, changes: Mapping[str, str], *, admin: bool, partitions: Mapping[str, Partition]
 ) -> Update:
     """The update of `job` that `changes` (key -> value text; keys in any case) ask for.
-    Raises UpdateRefused: an unknown key, a value that is not one, a job past the state
-    the key allows, a raise a non-admin asked for, a partition the fleet lacks or whose
-    max_time the time limit passes."""
+
+    Raises UpdateRefused: an unknown key, a value that is not one, a job past the state the
+    key allows, a raise a non-admin asked for, a partition the fleet lacks or whose max_time
+    the time limit passes.
+    """
     if not changes:
         raise UpdateRefused(
             "invalid", f"nothing to update. Give KEY=VALUE, KEY one of {keys_listed()}"
@@ -255,8 +261,7 @@ def _check_partition_time(
 
 
 def self_reference(job_id: int, text: str | None, array_id: int | None) -> bool:
-    """Whether a dependency names the job itself (or its own array): it would wait for
-    good."""
+    """Whether a dependency names the job itself (or its own array): it would wait for good."""
     if text is None:
         return False
     own: Collection[int] = {job_id} if array_id is None else {job_id, array_id}

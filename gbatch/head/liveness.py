@@ -46,12 +46,15 @@ def node_liveness(
     lease: float,
     fences_runs: bool,
 ) -> Liveness:
-    """All times on one monotonic clock. `last_heard` None: no report since the head
+    """Whether a node is up, suspect or down, and whether its runs count as stopped.
+
+    All times on one monotonic clock. `last_heard` None: no report since the head
     began watching at `watching_since` (a restarted head: an earlier one may have renewed
     the lease up to then). `reporting` False: the connection or the agent is known lost,
     so the node is at least suspect however recent its last report; one never heard
     that is not reporting is down (nothing says it was ever up), though its runs still
-    count as stopped only after the lease."""
+    count as stopped only after the lease.
+    """
     heard = last_heard if last_heard is not None else watching_since
     silent = max(0.0, now - heard)
     suspect_after = max(SUSPECT_AFTER_REPORTS * report_interval, SUSPECT_AFTER_MIN_SECONDS)

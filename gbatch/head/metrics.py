@@ -1,8 +1,9 @@
-"""What gbatchd counts for its metrics as things happen (submits, starts, ends, loop
-passes): cumulative counters and histograms since the daemon started, as Prometheus
-expects of them (a restart resets them; rate() and increase() know that). What can be
-read from the store or the fleet at any moment (jobs by state, GPUs, fair-share) is not
-kept here: handlers/reports.on_metrics reads it when asked.
+"""What gbatchd counts for its metrics as things happen: cumulative counters and histograms.
+
+It counts submits, starts, ends and loop passes, since the daemon started, as Prometheus
+expects of them (a restart resets them; rate() and increase() know that). What can be read
+from the store or the fleet at any moment (jobs by state, GPUs, fair-share) is not kept
+here: handlers/reports.on_metrics reads it when asked.
 
 Thread-safe: the loop observes, request handlers count submits and take snapshots.
 """
@@ -23,8 +24,10 @@ LOOP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
 
 class Histogram:
-    """Counts of observations at or under each bound (the last count is +Inf's), and
-    their sum: Prometheus's cumulative histogram."""
+    """Prometheus's cumulative histogram: counts at or under each bound, and their sum.
+
+    The counts are of observations; the last count is +Inf's.
+    """
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(bounds)

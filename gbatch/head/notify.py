@@ -86,8 +86,10 @@ def mail_types(text: str | None) -> frozenset[str]:
 
 
 def may_notify(old: JobState, new: JobState) -> bool:
-    """Whether a change from `old` to `new` is an event at all (checked before the job is
-    read): a start, a requeue of a run, an end."""
+    """Whether `old` -> `new` is an event at all: a start, a requeue of a run, an end.
+
+    Checked before the job is read.
+    """
     return (
         (new is JobState.RUNNING and old is JobState.CONFIGURING)
         or (new is JobState.PENDING and old in (JobState.RUNNING, JobState.COMPLETING))
@@ -109,8 +111,10 @@ def job_events(old: JobState, job: Job) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Policy:
-    """Who is told of what, from the config: mail when an SMTP server is set, and the
-    admins' webhooks."""
+    """Who is told of what, from the config.
+
+    Mail when an SMTP server is set, and the admins' webhooks.
+    """
 
     mail: bool = False
     mail_domain: str | None = None
@@ -141,8 +145,10 @@ class Policy:
         return f"{job.user}@{self.mail_domain}" if self.mail_domain else None
 
     def for_job(self, job: Job, kinds: tuple[str, ...]) -> list[Delivery]:
-        """The deliveries owed for `kinds` of `job`: its mail, per its mail types, and
-        the webhooks that ask for those kinds."""
+        """The deliveries owed for `kinds` of `job`: mail and webhooks.
+
+        Its mail, per its mail types, and the webhooks that ask for those kinds.
+        """
         out: list[Delivery] = []
         types = mail_types(job.spec.mail_type)
         address = self.mail_address(job) if self.mail and types else None
@@ -168,8 +174,10 @@ class Policy:
         return out
 
     def array_mail(self, job: Job) -> str | None:
-        """The address `job`'s array is mailed at as a whole (an array task whose mail
-        types lack ARRAY_TASKS), or None."""
+        """The address `job`'s array is mailed at as a whole, or None.
+
+        Only an array task whose mail types lack ARRAY_TASKS has one.
+        """
         types = mail_types(job.spec.mail_type)
         if job.spec.array_task is None or not self.mail or "ARRAY_TASKS" in types:
             return None
@@ -193,8 +201,10 @@ class Policy:
         return job_events(old, job)
 
     def job_rows(self, job: Job, kinds: tuple[str, ...], now: float) -> list[Owed]:
-        """The outbox rows owed for `kinds` of `job` (for_job): one event id per kind,
-        shared by its destinations."""
+        """The outbox rows owed for `kinds` of `job` (for_job): one event id per kind.
+
+        The id is shared by the kind's destinations.
+        """
         ids = {kind: uuid.uuid4().hex for kind in kinds}
         rows: list[Owed] = []
         for each in self.for_job(job, kinds):
@@ -224,8 +234,10 @@ class Policy:
         max_signal: int | None,
         now: float,
     ) -> list[Owed]:
-        """The whole-array END or FAIL mail of `job`'s array, all of whose tasks ended
-        (`counts` of each final state): a FAIL mailed as END says END, with FAIL's id."""
+        """The whole-array END or FAIL mail of `job`'s array, all of whose tasks ended.
+
+        `counts` are of each final state. A FAIL mailed as END says END, with FAIL's id.
+        """
         kind, state = array_end(counts)
         event_id = uuid.uuid4().hex
         tasks = {s.value: n for s, n in sorted(counts.items(), key=lambda i: i[0].value)}
@@ -261,9 +273,11 @@ class Policy:
         ]
 
     def asked_in_spec(self, kind: str) -> tuple[str, ...] | None:
-        """None when an admin's webhook wants `kind` of every job; else the spec keys a
-        job must set to be owed it: mail_type (with mail on), notify (with job webhooks
-        allowed)."""
+        """The spec keys a job must set to be owed `kind`; None when every job is owed it.
+
+        None when an admin's webhook wants `kind` of every job; else the keys are mail_type
+        (with mail on) and notify (with job webhooks allowed).
+        """
         if self.hooks_want(kind):
             return None
         asked = (("mail_type", self.mail), ("notify", bool(self.user_prefixes)))
@@ -279,8 +293,10 @@ def owner(payload: Mapping[str, object]) -> str:
 
 def url_allowed(url: str, prefixes: tuple[str, ...]) -> bool:
     """Whether a job's webhook may be posted to: its URL starts with an allowed prefix.
+
     Each prefix names its host and ends in a path (config.py checks), so
-    https://hooks.slack.com/ cannot be matched by https://hooks.slack.com.evil.example."""
+    https://hooks.slack.com/ cannot be matched by https://hooks.slack.com.evil.example.
+    """
     return any(url.startswith(prefix) for prefix in prefixes)
 
 
@@ -295,9 +311,11 @@ DISK_FULL_BYTES = 100 << 20
 
 
 def node_conditions(gpus: tuple[Gpu, ...], disk_free_bytes: int | None) -> dict[str, str]:
-    """The conditions a node's report shows that admins are told of: event kind -> why
-    (GPU_FOREIGN: a GPU holds a process gbatch did not start; DISK_FULL: its log disk
-    is (nearly) full)."""
+    """The conditions a node's report shows that admins are told of: event kind -> why.
+
+    GPU_FOREIGN: a GPU holds a process gbatch did not start; DISK_FULL: its log disk is
+    (nearly) full.
+    """
     found: dict[str, str] = {}
     held = [g for g in gpus if g.foreign_processes > 0]
     if held:
@@ -315,11 +333,13 @@ DOWN_CONDITIONS = frozenset({"NODE_DOWN"})
 
 
 class Episodes:
-    """Which node conditions are on, so each is told once per episode: when it starts,
-    not on every report while it lasts. One that ends and comes back is a new episode.
-    Kept in the store (Store.record_episodes; this is its copy, changed only once the
-    store has the change), so a restart tells neither an episode still on again nor
-    fails to tell one that ended meanwhile and comes back."""
+    """Which node conditions are on, so each is told once per episode.
+
+    Told when it starts, not on every report while it lasts. One that ends and comes back is
+    a new episode. Kept in the store (Store.record_episodes; this is its copy, changed only
+    once the store has the change), so a restart tells neither an episode still on again nor
+    fails to tell one that ended meanwhile and comes back.
+    """
 
     def __init__(self, on: Mapping[str, Iterable[str]] | None = None) -> None:
         self._on: dict[str, frozenset[str]] = {
@@ -329,8 +349,10 @@ class Episodes:
     def changes(
         self, node: str, conditions: Mapping[str, str], scope: frozenset[str]
     ) -> tuple[dict[str, str], frozenset[str]]:
-        """`node`'s conditions of `scope` that `conditions` (all of that scope on now)
-        begins (kind -> why), and those on before that it ends."""
+        """`node`'s conditions of `scope` that begin now (kind -> why), and those that end.
+
+        `conditions` is all of that scope on now; those that end were on before.
+        """
         before = self._on.get(node, frozenset()) & scope
         begun = {kind: why for kind, why in conditions.items() if kind not in before}
         return begun, before - conditions.keys()
@@ -353,9 +375,11 @@ def _mail_kind(kind: str, types: frozenset[str]) -> str | None:
 
 
 def job_payload(job: Job, kind: str, event_id: str, now: float) -> dict[str, object]:
-    """What an event says of its job: the webhook's JSON and the mail's source. A record
-    standing for more of an array's tasks (a pending tail's, cancelled whole) says which
-    (`array_tasks`: "32-99")."""
+    """What an event says of its job: the webhook's JSON and the mail's source.
+
+    A record standing for more of an array's tasks (a pending tail's, cancelled whole) says
+    which (`array_tasks`: "32-99").
+    """
     payload = {
         "event_id": event_id,
         "kind": kind,
@@ -386,9 +410,11 @@ def job_payload(job: Job, kind: str, event_id: str, now: float) -> dict[str, obj
 
 
 def array_end(counts: Mapping[JobState, int]) -> tuple[str, JobState]:
-    """The event and state of an array whose tasks all ended, `counts` of each final
-    state: FAIL when some task failed (the array FAILED if one did, else the failure
-    most of them had), else END, CANCELLED if some task was cancelled, else COMPLETED."""
+    """The event and state of an array whose tasks all ended, from `counts` of each final state.
+
+    FAIL when some task failed (the array FAILED if one did, else the failure most of them
+    had), else END, CANCELLED if some task was cancelled, else COMPLETED.
+    """
     failed = {state: n for state, n in counts.items() if n and state not in _ENDED_WELL}
     if failed:
         if JobState.FAILED in failed:
@@ -408,8 +434,11 @@ def array_payload(
     exit_codes: tuple[int, int] = (0, 0),
     max_signal: int | None = None,
 ) -> dict[str, object]:
-    """What a whole-array event says (`job`: any task of it, for its array's id, name,
-    user): at its end, the array's state, its tasks by state, their exit codes' range."""
+    """What a whole-array event says of its array.
+
+    `job` is any task of it, for its array's id, name, user. At its end the event says the
+    array's state, its tasks by state, and their exit codes' range.
+    """
     array_id = job.array_job_id if job.array_job_id is not None else job.id
     return {
         "event_id": event_id,
@@ -453,8 +482,10 @@ def head_payload(head: str, kind: str, reason: str, event_id: str, now: float) -
 
 
 def summary(payload: Mapping[str, object]) -> str:
-    """One line for the event, Slurm's mail subject for a job's:
-    `Slurm Job_id=12 Name=train Ended, Run time 00:01:02, COMPLETED, ExitCode 0`."""
+    """One line for the event; for a job's, Slurm's mail subject.
+
+    `Slurm Job_id=12 Name=train Ended, Run time 00:01:02, COMPLETED, ExitCode 0`.
+    """
     kind = str(payload["kind"])
     job = payload.get("job")
     head = payload.get("head")
@@ -525,8 +556,10 @@ def mail_body(payload: Mapping[str, object]) -> str:
 
 
 def webhook_body(payload: Mapping[str, object], form: str) -> bytes:
-    """The POST body: the event with its summary as `text` ("json"), or only the text
-    ("slack": what Slack's and Mattermost's incoming webhooks take)."""
+    """The POST body: the event with its summary as `text` ("json"), or only the text ("slack").
+
+    "slack" is what Slack's and Mattermost's incoming webhooks take.
+    """
     text = summary(payload)
     body = {"text": text} if form == "slack" else {**payload, "text": text}
     return json.dumps(body, sort_keys=True).encode()

@@ -1,6 +1,7 @@
-"""The outbox workers: threads of the daemon that deliver what the store's outbox owes
-(mail over SMTP, webhook POSTs), never the loop's business: a slow SMTP server or a
-webhook that hangs never delays a job.
+"""The outbox workers: daemon threads that deliver what the store's outbox owes, off the loop.
+
+They deliver mail over SMTP and webhook POSTs, never the loop's business: a slow SMTP server
+or a webhook that hangs never delays a job.
 
 Deliveries run at once, up to WORKERS of them, with at most one in flight per
 destination (a mail address, a webhook) and PER_OWNER for one user's events (a node's
@@ -55,9 +56,11 @@ class DeliveryError(Exception):
 
 
 class Slots:
-    """Which deliveries may start now: at most `size` in flight, one per destination,
-    `per_owner` per owner (notify.owner). Shared by the dispatcher, which takes, and the
-    workers, which release."""
+    """Which deliveries may start now: at most `size` in flight, one per destination.
+
+    No more than `per_owner` per owner either (notify.owner). Shared by the dispatcher,
+    which takes, and the workers, which release.
+    """
 
     def __init__(self, size: int, per_owner: int) -> None:
         self.size = size
@@ -67,8 +70,10 @@ class Slots:
         self._owners: Counter[str] = Counter()
 
     def busy(self) -> tuple[frozenset[str], frozenset[str]]:
-        """The destinations in flight and the owners at their cap: rows of neither may
-        start, so a pass need not read them."""
+        """The destinations in flight and the owners at their cap.
+
+        Rows of neither may start, so a pass need not read them.
+        """
         with self._lock:
             full = frozenset(o for o, n in self._owners.items() if n >= self.per_owner)
             return frozenset(self._targets), full
@@ -147,10 +152,11 @@ class Outbox:
             self._wake.clear()
 
     def dispatch_due(self, now: float) -> int:
-        """Hand the workers every row due at `now` that may start (Slots); the number
-        handed. The rows of a destination in flight, or of an owner at their cap, are
-        not read at all, so however many a hanging receiver has due, the others' rows
-        are reached."""
+        """Hand the workers every row due at `now` that may start (Slots); return how many.
+
+        The rows of a destination in flight, or of an owner at their cap, are not read at
+        all, so however many a hanging receiver has due, the others' rows are reached.
+        """
         handed = 0
         while self.slots.free > 0 and not self.stopping.is_set():
             targets, owners = self.slots.busy()
@@ -190,8 +196,10 @@ class Outbox:
         return True
 
     def prune_due(self, now: float) -> int:
-        """Delete the rows delivered over notify_retention_days before `now`, at most once
-        per PRUNE_EVERY (the first call prunes); the number deleted."""
+        """Delete rows delivered over notify_retention_days before `now`; return how many.
+
+        At most once per PRUNE_EVERY (the first call prunes).
+        """
         if self._pruned is not None and now - self._pruned < PRUNE_EVERY:
             return 0
         deleted = self.store.prune_notifications(now - self.config.notify_retention_days * 86400)
@@ -205,9 +213,11 @@ class Outbox:
         return deleted
 
     def tell_store_full(self, err: StoreFull) -> None:
-        """STORE_FULL to the admins' webhooks that ask for it, posted now in a thread of
-        its own, not through the outbox: that lives on the full disk. Best effort: one
-        try each, a failure only logged. Store.on_full calls it once per spell."""
+        """Post STORE_FULL at once to the admins' webhooks that ask for it.
+
+        In a thread of its own, not through the outbox: that lives on the full disk. Best
+        effort: one try each, a failure only logged. Store.on_full calls it once per spell.
+        """
         hooks = [hook for hook in self.config.webhooks if STORE_FULL_EVENT in hook.events]
         if not hooks:
             return
@@ -315,10 +325,12 @@ class Outbox:
 
 
 def smtp_password(config: Config) -> str | None:
-    """The password of smtp_user, from smtp_password_file (its first line), or None
-    without one. ConfigError, naming the key and the fix, when the file cannot be read,
-    is empty, or may be read by anyone but its owner. Checked when gbatchd starts, read
-    again at each mail (a changed password needs no restart)."""
+    """The password of smtp_user: smtp_password_file's first line, or None without one.
+
+    ConfigError, naming the key and the fix, when the file cannot be read, is empty, or may
+    be read by anyone but its owner. Checked when gbatchd starts, read again at each mail (a
+    changed password needs no restart).
+    """
     path = config.smtp_password_file
     if path is None:
         return None

@@ -37,7 +37,9 @@ class _Window:
 
 class RefusalLines:
     """Decides which refusals get their line; writes the count of the others.
-    Thread-safe: the socket's threads ask, the daemon's loop calls `close_ended`."""
+
+    Thread-safe: the socket's threads ask, the daemon's loop calls `close_ended`.
+    """
 
     def __init__(
         self,
@@ -53,8 +55,10 @@ class RefusalLines:
         self._windows: dict[tuple[int, str], _Window] = {}
 
     def admit(self, uid: int, user: str, op: str) -> bool:
-        """Whether this refusal of `op` to `uid` (named `user`, already loggable) gets
-        its line; if not, it is counted for the summary."""
+        """Whether this refusal of `op` to `uid` gets its line; if not, it is counted.
+
+        The count goes into the window's summary. `user` is `uid`'s name, already loggable.
+        """
         now = self._monotonic()
         key = (uid, op)
         with self._lock:
@@ -70,8 +74,10 @@ class RefusalLines:
         return admitted
 
     def close_ended(self) -> None:
-        """Write the summary of every window that has ended (the loop calls this each
-        tick, so a flood that stopped is still counted in the log)."""
+        """Write the summary of every window that has ended.
+
+        The loop calls this each tick, so a flood that stopped is still counted in the log.
+        """
         now = self._monotonic()
         with self._lock:
             ended = [(key, w) for key in list(self._windows) if (w := self._pop_if_ended(key, now))]

@@ -189,17 +189,22 @@ class _Pass:
         return pool
 
     def most_free(self) -> int:
-        """The most GPUs free on one available node now: no job asking more can start
-        for the rest of the pass (placements only take GPUs)."""
+        """The most GPUs free on one available node now.
+
+        No job asking more can start for the rest of the pass (placements only take GPUs).
+        """
         for count in range(len(self.buckets) - 1, 0, -1):
             if self.buckets[count]:
                 return count
         return 0
 
     def settled_reason(self, job: Job) -> str:
-        """The reason `consider` gives `job` once a reservation exists, when its user has
-        no limits and it asks more GPUs than `most_free`: it cannot start, take a
-        reservation or change anything, whatever comes between."""
+        """The reason `consider` gives `job` once it has settled (see Planner).
+
+        Settled: a reservation exists, its user has no limits and it asks more GPUs than
+        `most_free`, so it cannot start, take a reservation or change anything, whatever
+        comes between.
+        """
         if job.held:
             return HELD
         gpus = job.spec.gpus
@@ -473,9 +478,11 @@ def _key(job: Job) -> _Key:
 
 
 class Planner:
-    """plan() for a queue that changes a little between passes: the same Plan (the same
-    starts, the same reservation, the same reason for every job), at the cost of what
-    changed rather than of the whole queue.
+    """plan() kept across passes: plan()'s Plan, at the cost of what changed in the queue.
+
+    The same Plan means the same starts, the same reservation and the same reason for every
+    job, for a queue that changes a little between passes; the cost is of what changed
+    rather than of the whole queue.
 
     The caller tells it the queue's changes (`put` a new or changed job, `discard` one
     that left the queue or started) and asks for a pass with the nodes, usage, clock and
@@ -545,17 +552,19 @@ class Planner:
         bisect.insort(self._streams.setdefault(name, []), _key(job))
 
     def presettle(self, nodes: Sequence[NodeView]) -> None:
-        """Look ahead, for a next pass over these `nodes`, at the streams queued whole
-        since the last pass (a restarted daemon's, put over a few passes with the
-        reasons their rows show; a stream over several, read by read): where a job's
-        reason is the one it would settle with, that pass need not look at it again
-        should its stream settle. Costs what the jobs put since the last call do; with
-        different nodes at the pass, it looks at every job, as without this.
+        """Reckon ahead the settled reasons of streams queued whole since the last pass.
+
+        This is for a next pass over these `nodes`. Such streams are a restarted daemon's,
+        put over a few passes with the reasons their rows show; a stream over several, read
+        by read. Where a job's reason is the one it would settle with, that pass need not
+        look at it again should its stream settle. Costs what the jobs put since the last
+        call do; with different nodes at the pass, it looks at every job, as without this.
 
         So a restart's first pass over a long queue plans at the cost of what it takes
         and of the jobs whose reasons must change, not of the whole queue; and those
         (a fresh store's every job) cost it a dict's copy: their settled reasons are
-        reckoned here, as the reads come."""
+        reckoned here, as the reads come.
+        """
         seen = _what_nodes_are(nodes)
         if seen != self._nodes_seen:
             self._nodes_seen = seen
@@ -619,8 +628,10 @@ class Planner:
         limits: Mapping[str, UserLimits] | None = None,
         use: Mapping[str, Use] | None = None,
     ) -> Plan:
-        """A pass over the queue as it is now: plan(queue, nodes, usage, now, limits,
-        use), its reasons only where they changed (see the class)."""
+        """A pass over the queue as it is now: plan(queue, nodes, usage, now, limits, use).
+
+        Its reasons only where they changed (see the class).
+        """
         seen = _what_nodes_are(nodes)
         if seen != self._nodes_seen:
             self._nodes_seen = seen

@@ -83,11 +83,13 @@ class _JournalFormat(logging.Formatter):
 
 
 def log_to_file_and_stderr(daemon_log: Path, environ: Mapping[str, str]) -> None:
-    """Send the daemon's lines, audit lines included, to `daemon_log` (gbatchd.log,
-    0600) whichever way it runs, so `grep audit gbatchd.log` always works; and to stderr
-    too, unless stderr is that file already (`daemon start` points it there). Under
-    systemd stderr is the journal (JOURNAL_STREAM names it), and each line there starts
-    with its syslog priority. Raises LogUnwritable."""
+    """Send the daemon's lines, audit lines included, to `daemon_log` and to stderr.
+
+    `daemon_log` is gbatchd.log, 0600, whichever way the daemon runs, so `grep audit
+    gbatchd.log` always works. Stderr gets them too, unless stderr is that file already
+    (`daemon start` points it there). Under systemd stderr is the journal (JOURNAL_STREAM
+    names it), and each line there starts with its syslog priority. Raises LogUnwritable.
+    """
     try:
         make_private(daemon_log)
         to_file = logging.FileHandler(daemon_log, encoding="utf-8")
@@ -116,8 +118,11 @@ _CHUNK = 64 * 1024
 
 @dataclass(frozen=True)
 class Limits:
-    """What one connection may hold of the daemon, so that no client, slow or hostile,
-    keeps a thread or a connection slot for ever (docs/security.md, "Fair service")."""
+    """What one connection may hold of the daemon.
+
+    So that no client, slow or hostile, keeps a thread or a connection slot for ever
+    (docs/security.md, "Fair service").
+    """
 
     per_user: int = MAX_CONNECTIONS_PER_USER
     total: int = MAX_CONNECTIONS
@@ -162,24 +167,28 @@ class LineTooSlow(Exception):
 
 
 def set_receive_timeout(sock: socket.socket, seconds: float) -> None:
-    """A blocking recv on `sock` gives up (EAGAIN: BlockingIOError) after `seconds`. At
-    least a microsecond: SO_RCVTIMEO's zero is no timeout at all."""
+    """Make a blocking recv on `sock` give up (EAGAIN: BlockingIOError) after `seconds`.
+
+    At least a microsecond: SO_RCVTIMEO's zero is no timeout at all.
+    """
     micros = max(1, round(seconds * 1_000_000))
     timeval = struct.pack("@ll", micros // 1_000_000, micros % 1_000_000)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
 
 
 class LineReader:
-    """Request lines from one client's socket, within `limits`: a line of at most
-    constants.MAX_REQUEST_BYTES, arriving without a pause of pause_seconds and whole within
-    line_seconds of its first byte. Between lines the client may stay silent for
-    idle_seconds.
+    """Request lines from one client's socket, within `limits`.
+
+    A line is of at most constants.MAX_REQUEST_BYTES, arriving without a pause of
+    pause_seconds and whole within line_seconds of its first byte. Between lines the client
+    may stay silent for idle_seconds.
 
     The socket is left in blocking mode and a wait is timed by the kernel (SO_RCVTIMEO,
     set only when the wait changes): a timeout of Python's own would poll before each
     recv, and two settimeout calls each request cost two system calls more (a lone
     client's submit makes few). A writer that gives the socket a
-    timeout of its own gives it back blocking (_Connection._write)."""
+    timeout of its own gives it back blocking (_Connection._write).
+    """
 
     def __init__(
         self, sock: socket.socket, limits: Limits, clock: Callable[[], float] = time.monotonic
@@ -193,9 +202,12 @@ class LineReader:
         self._waits: float | None = None  # the socket's SO_RCVTIMEO, once set
 
     def next_line(self) -> bytearray | None:
-        """The next line without its newline. At the end of the stream what is left
-        (a last line without a newline), then None; None too when the connection was
-        idle for idle_seconds or reset. LineTooLong, LineTooSlow: the connection is done."""
+        """The next line without its newline, or None when the connection ends or idles.
+
+        At the end of the stream what is left (a last line without a newline), then None;
+        None too when the connection was idle for idle_seconds or reset. LineTooLong,
+        LineTooSlow: the connection is done.
+        """
         limits = self._limits
         scanned = 0
         began: float | None = None
@@ -392,19 +404,24 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         self._turns: dict[int, threading.Semaphore] = {}  # uid -> its requests_per_user
 
     def shutdown_request(self, request: Any) -> None:
-        """Close a connection at once, without socketserver's shutdown(SHUT_WR) first: a
-        client that saw that end of stream could still send a request into the socket
-        before its close, lost there unread, and could not tell whether gbatchd had taken
-        it (an idle connection's end raced a reused one's request). Closed whole, the
-        client's request fails to go (EPIPE) and is sent again on a new connection. No
-        file object holds the socket (LineReader reads it itself), so close() is the
-        end of it."""
+        """Close a connection at once, without socketserver's shutdown(SHUT_WR) first.
+
+        With that shutdown, a client that saw that end of stream could still send a request
+        into the socket before its close, lost there unread, and could not tell whether
+        gbatchd had taken it (an idle connection's end raced a reused one's request). Closed
+        whole, the client's request fails to go (EPIPE) and is sent again on a new
+        connection. No file object holds the socket (LineReader reads it itself), so close()
+        is the end of it.
+        """
         self.close_request(request)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Admit the connection and serve it in a thread of its own, or refuse it here:
-        one line, written without waiting (a fresh socket's buffer takes it), and closed
-        at once, so that a refused connection holds neither a thread nor a descriptor."""
+        """Admit the connection and serve it in a thread of its own, or refuse it here.
+
+        A refusal is one line, written without waiting (a fresh socket's buffer takes it),
+        and the connection closed at once, so that a refused connection holds neither a
+        thread nor a descriptor.
+        """
         try:
             caller = peer_caller(request)
         except OSError:
@@ -426,8 +443,10 @@ class _Server(socketserver.ThreadingUnixStreamServer):
             raise
 
     def admit(self, caller: handlers.Caller) -> str | None:
-        """Count the caller's new connection in, or say why it is refused (the user's
-        cap, or everyone's)."""
+        """Count the caller's new connection in (None), or say why it is refused.
+
+        Refused at the user's cap, or everyone's.
+        """
         if caller.uid in self._exempt:
             return None
         with self._counts_lock:
@@ -456,11 +475,13 @@ class _Server(socketserver.ThreadingUnixStreamServer):
                 self._open.pop(caller.uid, None)
 
     def turn(self, caller: handlers.Caller) -> contextlib.AbstractContextManager[Any]:
-        """Hold one of the caller's requests_per_user turns (waiting for it) while one
-        of their requests is worked on (the returned context). Admins (root and the
-        daemon's user among them) take none: their requests never wait, and an admin's
-        slow one (`node install`) never holds up their others. (A context made per
-        request by contextlib.contextmanager was a cost to each one.)"""
+        """A context that holds one of the caller's requests_per_user turns (waiting for it).
+
+        It is held while one of their requests is worked on. Admins (root and the daemon's
+        user among them) take none: their requests never wait, and an admin's slow one
+        (`node install`) never holds up their others. (A context made per request by
+        contextlib.contextmanager was a cost to each one.)
+        """
         if is_admin(self.daemon, caller):
             return _NO_TURN
         with self._counts_lock:
@@ -470,8 +491,10 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         return turns
 
     def note(self, caller: handlers.Caller, action: str, outcome: str) -> None:
-        """Audit what a connection was refused; a flood of these gets a few lines and a
-        count (gbatch/head/refusals.py)."""
+        """Audit what a connection was refused.
+
+        A flood of these gets a few lines and a count (gbatch/head/refusals.py).
+        """
         audit(self.daemon, caller, action, "daemon", outcome)
 
     def get_request(self) -> tuple[Any, Any]:

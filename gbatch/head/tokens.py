@@ -1,5 +1,6 @@
-"""API tokens: signed JWTs (HS256, PyJWT) that the daemon mints for a caller and
-verifies on every request that carries one (requests.WithToken).
+"""API tokens: signed JWTs (HS256, PyJWT) that the daemon mints for a caller and verifies.
+
+It verifies one on every request that carries one (requests.WithToken).
 
 Two files in the daemon's home, 0600, written only here (atomically):
 - `api-keys.json`: the signing keys by `kid`. New tokens are signed with the newest;
@@ -68,8 +69,10 @@ class TokenRecord:
 
 
 def parse_scopes(texts: Iterable[str]) -> tuple[str, ...]:
-    """Scope names (`submit,read` or several), in SCOPES' order; ValueError names an
-    unknown one. None given: every scope."""
+    """Scope names (`submit,read` or several), in SCOPES' order; None given: every scope.
+
+    ValueError names an unknown one.
+    """
     names = {name.strip() for text in texts for name in text.split(",") if name.strip()}
     unknown = sorted(names - set(SCOPES))
     if unknown:
@@ -108,7 +111,9 @@ def _read(path: Path) -> dict[str, Any]:
 
 class TokenAuthority:
     """Mints, verifies and revokes tokens; the one reader and writer of its two files.
-    Thread-safe: the daemon's request threads share it."""
+
+    Thread-safe: the daemon's request threads share it.
+    """
 
     def __init__(self, home: Path, leeway: float = LEEWAY) -> None:
         self.keys_path = home / "api-keys.json"
@@ -156,8 +161,11 @@ class TokenAuthority:
     def mint(
         self, user: str, uid: int, scopes: tuple[str, ...], lifespan: int, now: float
     ) -> tuple[str, TokenRecord]:
-        """A signed token for `user` (uid `uid`) with `scopes`, valid `lifespan`
-        seconds from `now`, and its record (kept until it expires)."""
+        """A signed token for `user` (uid `uid`) with `scopes`, and its record.
+
+        The token is valid `lifespan` seconds from `now`; its record is kept until it
+        expires.
+        """
         with self._lock:
             keys, tokens = self._load()
             if keys.get("current") is None:
@@ -191,9 +199,11 @@ class TokenAuthority:
         return token, record
 
     def verify(self, token: str, now: float) -> TokenRecord:
-        """The record of a token that lets its bearer in at `now`; TokenError saying
-        why not (malformed, unknown key, bad signature, expired, not yet valid, unknown
-        or revoked)."""
+        """The record of `token` if it lets its bearer in at `now`, else TokenError.
+
+        The error says why not: malformed, unknown key, bad signature, expired, not yet
+        valid, unknown or revoked.
+        """
         with self._lock:
             keys, tokens = self._load()
             cached = self._verified.get(token)
@@ -282,9 +292,11 @@ class TokenAuthority:
         return record
 
     def rotate(self, now: float, *, drop_old: bool = False) -> str:
-        """Sign new tokens with a new key from `now` on. The old keys still verify the
-        tokens they signed until those expire; with `drop_old` they are deleted and
-        their tokens refused at once. Returns the new key's kid."""
+        """Sign new tokens with a new key from `now` on; return the new key's kid.
+
+        The old keys still verify the tokens they signed until those expire; with `drop_old`
+        they are deleted and their tokens refused at once.
+        """
         with self._lock:
             keys, _ = self._load()
             old = {

@@ -41,9 +41,11 @@ class ConfigError(Exception):
 
 
 def make_private(path: Path) -> None:
-    """Create the file at `path` if it is missing, readable and writable by its owner
-    alone whatever the umask, and take any group or other bits off one that exists (a
-    store or log made by an older gbatch under umask 022). Raises OSError."""
+    """Create the file at `path` if missing, readable and writable by its owner alone.
+
+    That holds whatever the umask, and an existing file loses any group or other bits (a
+    store or log made by an older gbatch under umask 022). Raises OSError.
+    """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         if os.fstat(fd).st_mode & 0o077:
@@ -53,9 +55,11 @@ def make_private(path: Path) -> None:
 
 
 def check_private_home(home: Path) -> None:
-    """ConfigError when users other than its owner may list `home` (its files are the
-    owner's alone, but their names tell of every job). Entering it (711) is allowed:
-    other users reach a socket inside it that way."""
+    """Raise ConfigError when users other than its owner may list `home`.
+
+    Its files are the owner's alone, but their names tell of every job. Entering it (711) is
+    allowed: other users reach a socket inside it that way.
+    """
     try:
         mode = home.stat().st_mode & 0o777
     except FileNotFoundError:
@@ -69,9 +73,11 @@ def check_private_home(home: Path) -> None:
 
 
 def check_socket_directory(socket: Path, config: Config) -> None:
-    """ConfigError when a socket other users may connect to lies in a directory they
-    may write: one of them could put a socket of their own there (while the daemon is
-    stopped, or in place of a stale one) and receive everyone's requests and secrets."""
+    """Raise ConfigError when a socket open to others lies in a directory others may write.
+
+    One of them could put a socket of their own there (while the daemon is stopped, or in
+    place of a stale one) and receive everyone's requests and secrets.
+    """
     if not config.socket_mode & 0o077:
         return
     directory = socket.parent
@@ -90,9 +96,11 @@ def check_socket_directory(socket: Path, config: Config) -> None:
 
 
 def daemon_paths(paths: Paths, config: Config) -> Paths:
-    """The paths a daemon serves on: GBATCH_SOCKET, else the config's `socket_path`,
-    else the socket in its home. Never the system socket found by a client's fallback:
-    a per-user daemon must not take over a lab's socket."""
+    """The paths a daemon serves on: GBATCH_SOCKET, else `socket_path`, else its home's socket.
+
+    `socket_path` is the config's. Never the system socket found by a client's fallback: a
+    per-user daemon must not take over a lab's socket.
+    """
     if paths.socket_from == "env":
         return paths
     return paths.with_socket(config.socket_path, "home")
@@ -138,11 +146,14 @@ class Webhook:
 
 @dataclass(frozen=True)
 class IdleGpuPolicy:
-    """`idle_gpu:` in config.yaml (gbatch/head/idlegpu.py): a running job whose GPUs all
-    read under threshold_percent for after_minutes is flagged and its owner told; with
-    cancel_after_minutes (counted from the same start, so at least after_minutes) it is
-    cancelled then. On by default, flagging only: the readings are already there, and a
-    flag costs nobody a run; cancelling is the admins' choice to make."""
+    """`idle_gpu:` in config.yaml: when a job whose GPUs sit idle is flagged or cancelled.
+
+    A running job whose GPUs all read under threshold_percent for after_minutes is flagged
+    and its owner told (gbatch/head/idlegpu.py); with cancel_after_minutes (counted from the
+    same start, so at least after_minutes) it is cancelled then. On by default, flagging
+    only: the readings are already there, and a flag costs nobody a run; cancelling is the
+    admins' choice to make.
+    """
 
     threshold_percent: float = 5.0
     after_minutes: float = 30.0

@@ -1,5 +1,4 @@
-"""The site's container policy: which host paths a job may mount, which user its
-container runs as, its network and its kernel capabilities.
+"""The site's container policy: the host paths, user, network and kernel capabilities a job gets.
 
 The checks are pure: they take the job's spec, the submitter and the settings, and
 return the spec as it will run (every mount with an explicit mode) or raise a SpecError
@@ -87,10 +86,12 @@ class MountRoot:
 
 @dataclass(frozen=True)
 class ContainerPolicy:
-    """What the site grants any container: the head's config.yaml settings of the same
-    meaning (mount_roots, job_network, job_capabilities, job_networks,
-    root_in_containers). The default is the safest: no mounts, the default bridge
-    network, DEFAULT_CAPABILITIES, every container as its submitter."""
+    """What the site grants any container, from config.yaml settings of the same meaning.
+
+    Those are the head's mount_roots, job_network, job_capabilities, job_networks and
+    root_in_containers. The default is the safest: no mounts, the default bridge network,
+    DEFAULT_CAPABILITIES, every container as its submitter.
+    """
 
     mount_roots: tuple[MountRoot, ...] = ()
     network: str = "bridge"
@@ -102,8 +103,10 @@ class ContainerPolicy:
     root_nodes: tuple[str, ...] = ()
 
     def network_for(self, spec: JobSpec) -> str:
-        """The network a container of `spec` joins; ValueError when the job picked one
-        this policy does not offer."""
+        """The network a container of `spec` joins.
+
+        ValueError when the job picked one this policy does not offer.
+        """
         if spec.network is None or spec.network == self.network:
             return self.network
         if spec.network not in self.networks:
@@ -114,10 +117,12 @@ class ContainerPolicy:
         return ", ".join(dict.fromkeys((self.network, *self.networks)))
 
     def keeps_image_user(self, spec: JobSpec, node: str) -> bool:
-        """Does a container of `spec` on `node` run as its image's user rather than as
-        its submitter? Only where root_in_containers names its image or node, and never
-        with host paths mounted: root there could leave a set-uid file in the mount, or
-        read what its submitter may not."""
+        """Whether `spec` on `node` runs as its image's user rather than as its submitter.
+
+        Only where root_in_containers names its image or node, and never with host paths
+        mounted: root there could leave a set-uid file in the mount, or read what its
+        submitter may not.
+        """
         if spec.image is None or spec.mounts:
             return False
         return node in self.root_nodes or any(
@@ -143,13 +148,15 @@ def check_submission(
     resolve: Callable[[str], str] | None = None,
     daemon_uid: int | None = None,
 ) -> JobSpec:
-    """The spec as it will run, or SpecError: mounts checked against the mount roots
-    (each given an explicit :ro or :rw). `resolve` follows symlinks with the
-    submitter's rights (gbatch.nodes.resolve; ValueError for a path it cannot follow);
-    None skips that check.
+    """The spec as it will run (each mount given an explicit :ro or :rw), or SpecError.
+
+    Mounts are checked against the mount roots. `resolve` follows symlinks with the
+    submitter's rights (gbatch.nodes.resolve; ValueError for a path it cannot follow); None
+    skips that check.
 
     A bare-process job (no image) runs as its submitter, which only a root daemon can
-    arrange: with `daemon_uid` not root, anyone else's is refused."""
+    arrange: with `daemon_uid` not root, anyone else's is refused.
+    """
     if spec.image is None and daemon_uid not in (None, 0, uid):
         raise SpecError(
             "image",
@@ -268,9 +275,11 @@ def _resolved_roots(
 def mounts_at_start(
     spec: JobSpec, user: str, policy: ContainerPolicy, resolve: Callable[[str], str]
 ) -> JobSpec:
-    """The spec with its mounts checked again as a run starts, following symlinks as
-    they are now on the node (`resolve`): a path may have become a symlink since submit.
-    Raises SpecError."""
+    """The spec with its mounts checked again as a run starts; raises SpecError.
+
+    Symlinks are followed as they are now on the node (`resolve`): a path may have become a
+    symlink since submit.
+    """
     if not spec.mounts:
         return spec
     return replace(
@@ -279,8 +288,10 @@ def mounts_at_start(
 
 
 def paths_to_resolve(spec: JobSpec, user: str, policy: ContainerPolicy) -> list[str]:
-    """Every path mounts_at_start asks `resolve` about, for a caller that resolves them
-    in one batch on another machine."""
+    """Every path mounts_at_start asks `resolve` about, so they can be resolved in one batch.
+
+    For a caller that resolves them on another machine.
+    """
     sources = [_normal(mount.split(":", 1)[0]) for mount in spec.mounts]
     roots = [path for root in policy.mount_roots if (path := root.for_user(user)) is not None]
     return list(dict.fromkeys([*sources, *roots]))
@@ -315,9 +326,11 @@ def _normal(path: str) -> str:
 
 
 def submitter_identity(job_uid: int) -> RunAs:
-    """The user a job runs as: its submitter's uid, primary gid and groups, from this
-    machine's password and group databases. Raises ValueError when the uid is unknown
-    here."""
+    """The user a job runs as: its submitter's uid, primary gid and groups.
+
+    They come from this machine's password and group databases. Raises ValueError when the
+    uid is unknown here.
+    """
     try:
         entry = pwd.getpwuid(job_uid)
     except KeyError:

@@ -51,8 +51,9 @@ def make_app(
     refresh_seconds: float = 1.0,
     link: DaemonLink | None = None,
 ) -> GbatchApp:
-    """A TUI on the daemon at `socket_path`; `user` is whose jobs "mine" shows (the
-    daemon itself knows the caller from the socket, whatever `user` says).
+    """A TUI on the daemon at `socket_path`, showing `user`'s jobs as "mine".
+
+    The daemon itself knows the caller from the socket, whatever `user` says.
 
     `link`, when given, is used instead of one to `socket_path`: `gbatch tui` hands in
     one already reading the queue, the snapshot tests and the README's screenshots one

@@ -40,9 +40,11 @@ FIRST_PAGE_ROWS = 200
 
 @dataclass(frozen=True)
 class QueueView:
-    """What the queue view lists, all but which page: the filter (mine, state, text),
-    the active jobs or (`finished`) those that ended, and the order (a QUEUE_COLUMNS
-    key, `reverse` for the whole order)."""
+    """What the queue view lists, all but which page: filter, active or finished jobs, and order.
+
+    The filter is mine, state and text; the jobs are the active ones or (`finished`) those
+    that ended; the order is a QUEUE_COLUMNS key, `reverse` for the whole order.
+    """
 
     filter: QueueFilter
     finished: bool = False
@@ -52,9 +54,12 @@ class QueueView:
 
 @dataclass(frozen=True)
 class QueuePage:
-    """Rows `offset`.. of the listing `view` asks for, as the daemon sorted and
-    filtered it, out of `total`; `counts` per state over the jobs mine/all selects
-    (before the state and text filters), and the daemon's clock when it listed them."""
+    """Rows `offset`.. of the listing `view` asks for, out of `total`, with the counts per state.
+
+    The rows come as the daemon sorted and filtered them. `counts` are per state over the
+    jobs mine/all selects (before the state and text filters); `now` is the daemon's clock
+    when it listed them.
+    """
 
     view: QueueView
     jobs: tuple[Job, ...]
@@ -97,8 +102,10 @@ class ActionOutcome:
 
 
 class JobDecoder:
-    """The daemon's queue listings (ListJobs `columns`: listings.listing_columns) -> Jobs
-    and their array labels, for a view that re-reads the same queue every second.
+    """Decodes the daemon's queue listings into Jobs and array labels, reusing unchanged Jobs.
+
+    The listings are ListJobs `columns` (listings.listing_columns), for a view that re-reads
+    the same queue every second.
 
     A job whose row and spec equal the last listing's of its id is the same Job object
     as then (the views' caches know it by identity); each spec of a listing is decoded
@@ -162,9 +169,10 @@ class DaemonLink:
             return self._client.call(request)
 
     def prefetch_queue(self, view: QueueView) -> None:
-        """Start reading the first page of `view` now, in a thread of its own; the next
-        `queue_page()` of that view from the top returns that read (waiting for it if
-        need be).
+        """Start reading `view`'s first page now, in a thread, for the next `queue_page()`.
+
+        The next `queue_page()` of that view from the top returns that read, waiting for it
+        if need be.
 
         `gbatch tui` calls this before it imports textual: the daemon lists the jobs
         and the reply is decoded while the import runs, instead of after the app has
@@ -182,9 +190,12 @@ class DaemonLink:
         threading.Thread(target=read, name="gbatch-prefetch", daemon=True).start()
 
     def prefetched_queue(self) -> QueuePage | None:
-        """The prefetch_queue read if it has already succeeded, taken (the next
-        `queue_page()` reads anew); None when there is none, it is still running, or it
-        failed (the next `queue_page()` then reads anew and raises as that read does)."""
+        """The prefetch_queue read, taken, if it has already succeeded; else None.
+
+        Once taken, the next `queue_page()` reads anew. None when there is none, it is still
+        running, or it failed (the next `queue_page()` then reads anew and raises as that
+        read does).
+        """
         with self._prefetch_lock:
             if self._prefetched is None or not self._prefetched[1].done():
                 return None
@@ -202,11 +213,12 @@ class DaemonLink:
         *,
         now: float | None = None,
     ) -> QueuePage:
-        """Rows `offset`..`offset + limit` of the queue (or with view.finished, of the
-        jobs that ended among those submitted in the FINISHED_WINDOW_S before `now`,
-        as `sacct -S`), sorted and filtered as `view` says, by the
-        daemon. Decoded by JobDecoder: an unchanged job is the very Job object of the
-        last reply."""
+        """Rows `offset`..`offset + limit` of the queue, sorted and filtered as `view` says.
+
+        The daemon sorts and filters. With view.finished, the rows are of the jobs that
+        ended among those submitted in the FINISHED_WINDOW_S before `now`, as `sacct -S`.
+        Decoded by JobDecoder: an unchanged job is the very Job object of the last reply.
+        """
         with self._prefetch_lock:
             prefetched = self._prefetched
             if prefetched is not None and prefetched[0] == view and offset == 0:

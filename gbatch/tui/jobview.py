@@ -1,5 +1,8 @@
-"""The job view: the job's record and events (as `scontrol show job` prints them) and
-its log, followed live, scrollable, searchable."""
+"""The job view: the job's record and events, and its log followed live.
+
+The record and events show as `scontrol show job` prints them; the log is scrollable and
+searchable.
+"""
 
 from __future__ import annotations
 
@@ -84,8 +87,10 @@ class JobScreen(LiveScreen):
 
     @work(exclusive=True, group="log")
     async def follow_log(self) -> None:
-        """Read the log from the start and keep reading until the job is over (the
-        loop of `gbatch logs -f`); the worker ends with the screen."""
+        """Read the log from the start and keep reading until the job is over.
+
+        The loop of `gbatch logs -f`; the worker ends with the screen.
+        """
         offset = 0
         while True:
             try:
@@ -147,8 +152,10 @@ class JobScreen(LiveScreen):
             self.query_one("#log", Log).focus()
 
     def action_find(self, step: int) -> None:
-        """Scroll to the next (step 1) or previous (-1) line holding the search text,
-        wrapping around; stops following so the match stays in view."""
+        """Scroll to the next (step 1) or previous (-1) line holding the search text.
+
+        It wraps around, and stops following so the match stays in view.
+        """
         if not self.needle:
             self.show_status("nothing to search: press / first")
             return

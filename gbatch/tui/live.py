@@ -1,5 +1,8 @@
-"""What every TUI screen shares: the daemon link, a refresh timer, a status line and
-the job actions (their keys; cancel and requeue ask first, hold and release act at once)."""
+"""What every TUI screen shares: the daemon link, a refresh timer, a status line, job actions.
+
+The job actions come with their keys; cancel and requeue ask first, hold and release act at
+once.
+"""
 
 from __future__ import annotations
 
@@ -88,8 +91,10 @@ class LiveScreen(Screen[None]):
         raise NotImplementedError
 
     async def fetch_and_show(self, fetch: Callable[[], T], show: Callable[[T], None]) -> None:
-        """Run `fetch` (a blocking daemon call) off the UI thread, then `show` what it
-        got; a failure goes to the status line and the last data stays shown."""
+        """Run `fetch` (a blocking daemon call) off the UI thread, then `show` what it got.
+
+        A failure goes to the status line and the last data stays shown.
+        """
         try:
             snapshot = await asyncio.to_thread(fetch)
         except LINK_ERRORS as err:
@@ -124,8 +129,10 @@ class LiveScreen(Screen[None]):
     # -- actions -----------------------------------------------------------------
 
     def acted_on(self) -> tuple[int, str] | None:
-        """The job the actions act on, its id and the label a confirmation names it by;
-        None: no job is selected."""
+        """The job the actions act on: its id and the label a confirmation names it by.
+
+        None when no job is selected.
+        """
         return None
 
     def action_act(self, op: str) -> None:

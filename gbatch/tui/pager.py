@@ -1,5 +1,7 @@
-"""A table of a listing too long to hold: it shows one page of rows (those in view and
-a margin either side) at their place in a virtual height of every row.
+"""A table of a listing too long to hold: it shows one page of rows, placed among them all.
+
+The page is the rows in view and a margin either side, at their place in a virtual height of
+every row.
 
 DataTable keeps and lays out every row: at 100,000 jobs, seconds a refresh. Here the
 screen reads the page that the view needs (ListJobs `offset`/`limit`, sorted and
@@ -37,8 +39,10 @@ _PAD = 1  # blank cells either side of each cell, as DataTable's cell_padding
 
 
 class PagedTable(ScrollView, can_focus=True):
-    """Rows `start`..`start + len(rows)` of a listing of `total` (show_page), one
-    cursor row among all `total` (cursor_row)."""
+    """Rows `start`..`start + len(rows)` of a listing of `total`, with a cursor among all `total`.
+
+    show_page hands the rows in; cursor_row is the cursor.
+    """
 
     DEFAULT_CSS = """
     PagedTable {
@@ -97,8 +101,10 @@ class PagedTable(ScrollView, can_focus=True):
 
     class WindowMoved(Message):
         """The view scrolled to rows the page does not hold: read the `wanted()` page.
-        (A page read for where the view was is followed by one more read: the screen
-        reads again when this comes during a read.)"""
+
+        A page read for where the view was is followed by one more read: the screen reads
+        again when this comes during a read.
+        """
 
     def __init__(self, columns: Sequence[tuple[str, str]], *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -132,8 +138,10 @@ class PagedTable(ScrollView, can_focus=True):
         return max(self.scrollable_content_region.height - 1, 0)
 
     def wanted(self) -> tuple[int, int]:
-        """(offset, limit) of the page to read: the rows in view and MARGIN_ROWS either
-        side; a first page before the view has a size."""
+        """(offset, limit) of the page to read: the rows in view and MARGIN_ROWS either side.
+
+        A first page before the view has a size.
+        """
         shown = self.view_height()
         if not shown:
             return 0, FIRST_PAGE_ROWS
@@ -148,9 +156,12 @@ class PagedTable(ScrollView, can_focus=True):
         return self.start <= first and last <= self.start + len(self.rows)
 
     def show_page(self, total: int, start: int, rows: Sequence[Row]) -> None:
-        """Hold rows `start`.. of a listing of `total`. The cursor stays on its row's
-        key when the new page has it (a refresh, a new sort), else at its place; the
-        scroll offset stays (clamped to the new total), as DataTable's sync did."""
+        """Hold rows `start`.. of a listing of `total`, keeping the cursor and the scroll offset.
+
+        The cursor stays on its row's key when the new page has it (a refresh, a new sort),
+        else at its place; the scroll offset stays (clamped to the new total), as
+        DataTable's sync did.
+        """
         key = self.cursor_key
         self.total, self.start, self.rows = total, start, list(rows)
         if key is not None:
@@ -248,8 +259,10 @@ class PagedTable(ScrollView, can_focus=True):
             self.post_message(self.Selected(key))
 
     def on_click(self, event: events.Click) -> None:
-        """A header picks its column (HeaderSelected); a row takes the cursor, and a
-        click on the cursor's row selects it, as in DataTable."""
+        """A click on a header picks its column (HeaderSelected); one on a row takes the cursor.
+
+        A click on the cursor's row selects it, as in DataTable.
+        """
         event.stop()
         if event.y == 0:
             x = event.x + int(self.scroll_x)

@@ -1,5 +1,4 @@
-"""The queue view: active jobs (or finished ones), state counts, filters, sort, and the
-job actions."""
+"""The queue view: active jobs (or finished ones), state counts, filters, sort, job actions."""
 
 from __future__ import annotations
 
@@ -30,9 +29,12 @@ _STATE_STYLE = {
 
 
 class QueueScreen(LiveScreen):
-    """The queue, a page at a time: the daemon sorts and filters the whole listing and
-    sends the rows in view (and a margin), with the total and the counts per state; a
-    scroll past the page, a new sort or filter, and the refresh timer read again."""
+    """The queue, a page at a time: the daemon sorts, filters and sends the rows in view.
+
+    It sorts and filters the whole listing and sends a margin beside the rows in view, with
+    the total and the counts per state; a scroll past the page, a new sort or filter, and
+    the refresh timer read again.
+    """
 
     AUTO_FOCUS = "#jobs"  # never the hidden input
     DEFAULT_CSS = """
@@ -94,9 +96,10 @@ class QueueScreen(LiveScreen):
 
     @work(group="queue")
     async def refresh_data(self) -> None:
-        """One read of the queue at a time; a refresh asked for meanwhile (the timer,
-        an action's outcome, a scroll, a new filter) is one more read right after it,
-        of the view and the page as they are then.
+        """Read the queue's page in view, one read at a time.
+
+        A refresh asked for meanwhile (the timer, an action's outcome, a scroll, a new
+        filter) is one more read right after it, of the view and the page as they are then.
 
         Not an exclusive worker: cancelling a read in flight does not stop its thread,
         which still holds the daemon link, so the next read would wait for it and be
@@ -212,8 +215,10 @@ class QueueScreen(LiveScreen):
         self._set_filter(replace(self.filter, mine=not self.filter.mine))
 
     def action_toggle_finished(self) -> None:
-        """Switch between the queue and the jobs that ended (submitted in the last
-        week): a new list, so the state filter starts again at "any"."""
+        """Switch between the queue and the jobs that ended (submitted in the last week).
+
+        A new list, so the state filter starts again at "any".
+        """
         self.finished = not self.finished
         self.page = None
         self.query_one("#jobs", PagedTable).show_page(0, 0, [])

@@ -48,8 +48,11 @@ _NAME_WIDTH = 16  # keeps the table readable at 80 columns
 
 @dataclass(frozen=True)
 class QueueFilter:
-    """What the queue view shows: `mine` keeps `user`'s jobs, `state` one state,
-    `text` jobs whose id, name, user, node or reason contain it (any case)."""
+    """What the queue view shows: `mine`, `state` and `text` narrow the jobs.
+
+    `mine` keeps `user`'s jobs, `state` one state, `text` jobs whose id, name, user, node or
+    reason contain it (any case).
+    """
 
     user: str
     mine: bool = True
@@ -60,9 +63,11 @@ class QueueFilter:
 def ordered_counts(
     counts: Mapping[JobState, int], *, finished: bool = False
 ) -> dict[JobState, int]:
-    """`counts` (jobs per state, as the daemon counted them) in the view's order:
-    every active (or, with `finished`, final) state (0 when none), lifecycle order,
-    then any other state that occurs."""
+    """`counts` (jobs per state, as the daemon counted them) in the view's order.
+
+    Every active (or, with `finished`, final) state comes first (0 when none), in lifecycle
+    order, then any other state that occurs.
+    """
     ordered = {state: counts.get(state, 0) for state in JobState if state.is_final is finished}
     for state in JobState:
         if state.is_final is not finished and counts.get(state):
@@ -79,8 +84,9 @@ def job_cells(
     jobs: Sequence[Job], now: float, labels: Mapping[int, str] | None = None
 ) -> dict[int, tuple[str, ...]]:
     """Each job's cells in QUEUE_COLUMNS order, rendered by squeue's own formatter.
-    JOBID is `labels`' entry for the job (an array task's `N_K`, as squeue -r shows
-    it; a job table's Jobs do not carry their array), else its job_label.
+
+    JOBID is `labels`' entry for the job (an array task's `N_K`, as squeue -r shows it; a
+    job table's Jobs do not carry their array), else its job_label.
 
     Jobs alike in every field the cells show but their id (the held jobs of a sweep:
     thousands, whether one array or submitted one by one) are formatted once: their
@@ -155,8 +161,11 @@ class CellCache:
     def cells(
         self, jobs: Sequence[Job], now: float, labels: Mapping[int, str] | None = None
     ) -> dict[int, tuple[str, ...]]:
-        """What job_cells(jobs, now, labels) returns. A job's label never changes
-        while its id is listed (an array task's id is its own for good)."""
+        """What job_cells(jobs, now, labels) returns, reusing the last call's cells where it can.
+
+        A job's label never changes while its id is listed (an array task's id is its own
+        for good).
+        """
         known = self._known
         kept: dict[int, tuple[Job, tuple[str, ...]]] = {}
         stale: list[Job] = []
@@ -235,8 +244,10 @@ def _short_gpu_name(name: str) -> str:
 
 
 def node_rows(nodes: Sequence[NodeInfo], owners: Mapping[int, str]) -> list[NodeRow]:
-    """One row per node (GPUs allocated, state, and why it is drained/suspect/down),
-    then its GPUs."""
+    """One row per node, then one per GPU of it.
+
+    A node's row shows its GPUs allocated, its state, and why it is drained/suspect/down.
+    """
     rows = []
     for node in nodes:
         name = f"{printable(node.name)} {node.gpus_allocated}/{node.gpus_total} alloc"

@@ -187,11 +187,11 @@ class Export:
 
 
 def parse_export(value: object, field: str = "--export") -> Export:
-    """The Export an --export value means: `ALL`, `NONE` (or `NIL`), or `[ALL,]NAME[=value],...`.
+    """The Export an --export value means: `ALL`, `NONE`, or `[ALL,]NAME[=value],...`.
 
-    NONE takes no variables with it, as in Slurm; names follow env's rules, and names
-    gbatch sets (SLURM_* among them) or a value with a control character are refused
-    (SpecError naming `field`).
+    Slurm's `NIL` reads as NONE. NONE takes no variables with it, as in Slurm; names
+    follow env's rules, and names gbatch sets (SLURM_* among them) or a value with a
+    control character are refused (SpecError naming `field`).
     """
     if not isinstance(value, str) or not value.strip():
         raise SpecError(field, f"{show_value(value)} is not an export list. Use {EXPORT_FORMS}")

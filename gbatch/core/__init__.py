@@ -1,2 +1,5 @@
-"""The vocabulary every layer speaks: job states and specs, ids, arrays, dependencies, times,
-limits, output paths. Pure values and functions; it imports no other gbatch folder."""
+"""The vocabulary every gbatch layer speaks, as pure values and functions.
+
+Job states and specs, ids, arrays, dependencies, times, limits, output paths. It imports
+no other gbatch folder.
+"""

@@ -26,8 +26,10 @@ Spans = tuple[tuple[int, int], ...]  # inclusive (first, last) runs, ascending, 
 
 
 def index_at(spec: JobSpec, pos: int) -> int:
-    """The index of the task at position `pos` of the array `spec` belongs to (an array
-    without an expression, `count` copies, has index = position)."""
+    """The index of the task at position `pos` of the array `spec` belongs to.
+
+    An array without an expression (`count` copies) has index = position.
+    """
     if spec.array is None:
         return pos
     return spec.array.indices[pos]
@@ -43,10 +45,12 @@ def pos_of(spec: JobSpec, index: int) -> int | None:
 
 
 def position_spans(array: TaskArray | None, index_spans: Iterable[tuple[int, int]]) -> Spans:
-    """The positions whose indices lie in `index_spans` (inclusive, as N_[K-M] names
-    them) in an array of indices `array` (None: `count` copies, index = position), as
-    spans: one step per span, whatever its length. Indices ascend with positions, so a
-    span of indices is a span of positions."""
+    """The positions whose indices lie in `index_spans`, as spans of positions.
+
+    `index_spans` are inclusive, as N_[K-M] names them; `array` holds the array's indices
+    (None: `count` copies, index = position). One step per span, whatever its length:
+    indices ascend with positions, so a span of indices is a span of positions.
+    """
     found: list[tuple[int, int]] = []
     for low, high in index_spans:
         if array is None:
@@ -68,8 +72,10 @@ def position_spans(array: TaskArray | None, index_spans: Iterable[tuple[int, int
 
 
 def index_spans(spec: JobSpec, positions: Spans) -> Spans:
-    """The indices of `positions` as spans; a run of positions whose indices are
-    consecutive costs one step, whatever its length."""
+    """The indices of `positions`, as spans of indices.
+
+    A run of positions whose indices are consecutive costs one step, whatever its length.
+    """
     out: list[tuple[int, int]] = []
     for first, last in positions:
         low, high = index_at(spec, first), index_at(spec, last)
@@ -143,9 +149,12 @@ def contains(spans: Spans, pos: int) -> bool:
 
 
 def over_throttle(pending: Sequence[Job], running: Mapping[int, int]) -> set[int]:
-    """The ids of those of `pending` (in the order the planner takes them) that their
-    array's %MAX holds back: an array runs at most spec.array_throttle tasks at once,
-    `running[array id]` of them already."""
+    """The ids of the `pending` tasks that their array's %MAX holds back.
+
+    `pending` comes in the order the planner takes them: an array runs at most
+    spec.array_throttle tasks at once, `running[array id]` of them already, so the first
+    ones that fit in the room left go and the rest are held.
+    """
     room: dict[int, int] = {}
     held: set[int] = set()
     for job in pending:
@@ -161,8 +170,11 @@ def over_throttle(pending: Sequence[Job], running: Mapping[int, int]) -> set[int
 
 
 def expand_tasks(job: Job) -> list[Job]:
-    """A record standing for more pending tasks (Job.array_more) as one Job per task,
-    each with its own id (squeue -r); any other job as itself."""
+    """One Job per task of a record standing for more pending tasks; any other job as itself.
+
+    The record (Job.array_more) becomes one Job per task, each with its own id, as squeue -r
+    lists them.
+    """
     if not job.array_more:
         return [job]
     return expand_more(job, lambda index: pos_of(job.spec, index) or 0)

@@ -156,8 +156,10 @@ def normalize(text: str) -> str:
 
 
 def with_arrays(dependency: Dependency, arrays: set[int]) -> Dependency:
-    """`dependency` with each plain id in `arrays` (an array's id) made `N_*`, all its
-    tasks, as Slurm reads an array's id in a dependency."""
+    """`dependency` with each plain id that is in `arrays` made `N_*`, all its tasks.
+
+    `arrays` holds arrays' ids; this is how Slurm reads an array's id in a dependency.
+    """
     terms = tuple(
         Term(
             term.kind,
@@ -221,12 +223,15 @@ def evaluate(
 def tasks_named(
     dependents: Iterable[tuple[Dependency, int | None]],
 ) -> dict[int, tuple[set[int], bool]]:
-    """{id: (the task indices evaluate may look up alone in arrays[id], whether it may
-    also take all its tasks)} over `dependents` (each dependency with its dependent's
-    own index, evaluate's `task`), for the ids whose being an array can change an
-    answer: `N_K`, `N_*` and aftercorr ids. An id not here is evaluated as itself
-    whether or not it is an array's, so a dependency on one task of a large array
-    costs that task, not the array."""
+    """The array tasks `evaluate` may look up for `dependents`, as {id: (indices, all)}.
+
+    For each id whose being an array can change an answer (`N_K`, `N_*` and aftercorr
+    ids): the task indices evaluate may look up alone in arrays[id], and whether it may
+    also take all its tasks. `dependents` pairs each dependency with its dependent's own
+    index (evaluate's `task`). An id not here is evaluated as itself whether or not it is
+    an array's, so a dependency on one task of a large array costs that task, not the
+    array.
+    """
     named: dict[int, tuple[set[int], bool]] = {}
     for dependency, task in dependents:
         for term in dependency.terms:
@@ -311,8 +316,14 @@ def reason_for(status: Status) -> str | None:
 
 
 def shown(text: str, reason: str) -> str:
-    """scontrol's `Dependency=` value: each term with (unfulfilled) while the job waits
-    for it, (failed) once it can never hold; `(null)` when there is none left to wait for."""
+    """scontrol's `Dependency=` value for dependency `text` of a job pending for `reason`.
+
+    Each term is marked (unfulfilled) while the job waits (reason Dependency), (failed)
+    once it can never hold (DependencyNeverSatisfied); `(null)` when there is none left to
+    wait for (no text, or any other reason). Every term gets the same mark, whether or not
+    that term alone already holds: the reason is all this knows. A text that no longer
+    parses is shown whole, the mark after it.
+    """
     if not text or reason not in (WAITING_REASON, NEVER_REASON):
         return "(null)"
     mark = "(failed)" if reason == NEVER_REASON else "(unfulfilled)"

@@ -1,7 +1,9 @@
-"""How busy a run kept its GPUs: the daemon folds each node report's readings of a
-running job's GPUs into one small record per run (job id, attempt), and seff and sacct
-read it back. O(1) per run however long it runs: sample count, sum and max of
-utilisation, and the most memory its GPUs held at once; never a time series. Pure."""
+"""How busy a run kept its GPUs, as one small record per run that seff and sacct read back.
+
+The daemon folds each node report's readings of a running job's GPUs into one record per
+run (job id, attempt). O(1) per run however long it runs: sample count, sum and max of
+utilisation, and the most memory its GPUs held at once; never a time series. Pure.
+"""
 
 from __future__ import annotations
 
@@ -25,11 +27,14 @@ class GpuReading(Protocol):
 
 @dataclass(frozen=True)
 class GpuUsage:
-    """A run's GPU samples so far. A sample is one node report: its utilisation is the
-    mean over the run's GPUs in that report; `util_max` the busiest single GPU in any
-    report; memory the run's GPUs' memory used together (and their total), at the
-    report where that was highest. `util_samples` counts reports whose GPUs all told
-    their utilisation (a device that does not: NVML's "not supported")."""
+    """A run's GPU samples so far, folded into counts, sums and maxima.
+
+    A sample is one node report: its utilisation is the mean over the run's GPUs in that
+    report; `util_max` the busiest single GPU in any report; `mem_max_mib` the run's GPUs'
+    memory used together, at the report where that was highest, and `mem_total_mib` the
+    largest total of their memory any report gave. `util_samples` counts reports whose
+    GPUs all told their utilisation (a device that does not: NVML's "not supported").
+    """
 
     samples: int
     util_samples: int
@@ -77,8 +82,11 @@ class GpuUsage:
 
 
 def sample(readings: Iterable[GpuReading], gpus: Sequence[int]) -> GpuUsage | None:
-    """One report's sample of the run holding GPU indices `gpus`, or None when the
-    report shows none of them (the run's GPUs vanished from it: nothing to count)."""
+    """One report's sample of the run holding GPU indices `gpus`; None if it shows none.
+
+    None when the report shows none of them: the run's GPUs vanished from it, so there is
+    nothing to count.
+    """
     wanted = set(gpus)
     mine = [g for g in readings if g.index in wanted]
     if not mine:
@@ -97,8 +105,11 @@ def sample(readings: Iterable[GpuReading], gpus: Sequence[int]) -> GpuUsage | No
 
 
 def tres_usage(usage: GpuUsage | None) -> str:
-    """sacct's TRESUsageInMax for the GPUs: `gres/gpumem=11.20G,gres/gpuutil=98` (as
-    Slurm's gpu TRES name them), empty where nothing was measured."""
+    """sacct's TRESUsageInMax for the GPUs, `gres/gpumem=11.20G,gres/gpuutil=98`.
+
+    The names are Slurm's gpu TRES names. Empty where nothing was measured; without
+    gpuutil where the GPUs never told their utilisation.
+    """
     if usage is None or usage.samples == 0:
         return ""
     parts = [f"gres/gpumem={_gib(usage.mem_max_mib)}G"]
@@ -108,8 +119,12 @@ def tres_usage(usage: GpuUsage | None) -> str:
 
 
 def seff_lines(usage: GpuUsage | None) -> list[str]:
-    """seff's GPU lines: `GPU Utilization: 63.2% (mean over N samples), max 98%` and
-    `GPU Memory: max 11.20 GiB of 80.00 GiB`; `not measured` without samples."""
+    """seff's two GPU lines, utilisation then memory.
+
+    `GPU Utilization: 63.2% (mean over N samples), max 98%` and `GPU Memory: max 11.20 GiB
+    of 80.00 GiB`; both read `not measured` without samples, and utilisation alone does
+    when the GPUs do not report it.
+    """
     if usage is None or usage.samples == 0:
         return ["GPU Utilization: not measured", "GPU Memory: not measured"]
     mean = usage.util_mean

@@ -43,8 +43,10 @@ class JobIdError(ValueError):
 
 @dataclass(frozen=True)
 class Forms:
-    """Which forms of the grammar a command takes, and the usage its refusals give: a
-    command that takes one job never offers a list or a range in its error."""
+    """Which forms of the grammar a command takes, and the usage its refusals give.
+
+    A command that takes one job never offers a list or a range in its error.
+    """
 
     usage: str
     several: bool = True  # a comma list
@@ -73,8 +75,11 @@ JOBS = Forms(
 
 @dataclass(frozen=True)
 class JobTarget:
-    """One item of a job id list: job `job`; with `last`, every id job..last; with
-    `tasks`, those tasks (inclusive spans) of the array whose id is `job`."""
+    """One item of a job id list: a job, a range of ids, or tasks of an array.
+
+    Job `job`; with `last`, every id job..last; with `tasks`, those tasks (inclusive
+    spans) of the array whose id is `job`.
+    """
 
     job: int
     last: int | None = None
@@ -102,10 +107,12 @@ def _shown(text: str) -> str:
 
 
 def parse_job_ids(text: str, forms: Forms = ANY) -> list[JobTarget]:
-    """The targets a comma list names, in order. JobIdError for anything else: an empty
-    item, a sign, a space, `_` between digits, more than 18 digits, a zero job id, a
-    range or task span that runs backwards, or a form `forms` does not take; the message
-    names the bad item and ends in `forms.usage`."""
+    """The targets a comma list of job ids names, in order.
+
+    JobIdError for anything else: an empty item, a sign, a space, `_` between digits,
+    more than 18 digits, a zero job id, a range or task span that runs backwards, or a
+    form `forms` does not take; the message names the bad item and ends in `forms.usage`.
+    """
     usage = forms.usage
     if len(text) > MAX_TEXT:
         advice = "Name a range or an array" if forms.ranges else usage
@@ -149,16 +156,22 @@ def parse_job_ids(text: str, forms: Forms = ANY) -> list[JobTarget]:
 
 
 def parse_one_job(text: str, forms: Forms = ONE) -> JobTarget:
-    """One job: `N` or `N_K` (logs, scontrol show job), or as `forms` (one job) says.
-    JobIdError otherwise."""
+    """The one job `text` names: `N` or `N_K` (logs, scontrol show job), or as `forms` says.
+
+    JobIdError for any other text. `forms` must take one job only: forms that take a list
+    are a caller's mistake (ValueError).
+    """
     if forms.several:
         raise ValueError("parse_one_job needs forms that take one job")
     return parse_job_ids(text, forms)[0]
 
 
 def job_label(job: Job) -> str:
-    """A job's id as Slurm shows it: `N_K` for task K of array N, else `N`; a record
-    standing for more pending tasks (Job.array_more) reads `N_[K-M]`."""
+    """A job's id as Slurm shows it: `N_K` for task K of array N, else `N`.
+
+    A record standing for more pending tasks (Job.array_more) reads `N_[K-M]`, with the
+    array's `%MAX` when it is throttled.
+    """
     array = job.array_job_id
     if array is None:
         return str(job.id)
@@ -173,9 +186,12 @@ _PENDING = JobState.PENDING  # a global: Enum member access through the class is
 
 
 def collapse_pending(jobs: Sequence[Job]) -> list[tuple[Job, str]]:
-    """squeue's default rows: each job with its label, the PENDING tasks of one array
-    folded into one row `N_[4-15]` (at the place of its first), as Slurm shows them.
-    A record standing for more tasks (Job.array_more) folds them in too."""
+    """squeue's default rows: each job with its label, an array's PENDING tasks as one row.
+
+    The PENDING tasks of one array fold into one row `N_[4-15]` (at the place of its
+    first), as Slurm shows them. A record standing for more tasks (Job.array_more) folds
+    them in too.
+    """
     tasks: dict[int, list[tuple[int, int]]] = {}
     for job in jobs:
         if job.state is _PENDING and job.array_job_id is not None:
@@ -204,8 +220,10 @@ def collapse_pending(jobs: Sequence[Job]) -> list[tuple[Job, str]]:
 
 
 def expand_more(job: Job, positions_of: Callable[[int], int]) -> list[Job]:
-    """A record standing for more tasks as one Job per task (squeue -r): task K is job
-    `array id + positions_of(K)`."""
+    """A record standing for more tasks as one Job per task (squeue -r); any other as itself.
+
+    Task K is job `array id + positions_of(K)`.
+    """
     if not job.array_more:
         return [job]
     array = job.array_job_id

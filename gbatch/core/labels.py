@@ -1,5 +1,6 @@
-"""How ids and user-given text are shown: printable text, task spans (`1-3,5`) and an
-array's folded label (`N_[4-15%2]`).
+"""How ids and user-given text are shown, in one leaf every output uses.
+
+Printable text, task spans (`1-3,5`) and an array's folded label (`N_[4-15%2]`).
 
 A leaf (it imports nothing) so that squeue's start-up path (gbatch/render/squeue_brief.py),
 which builds no Job, shows them with the same code as every other output.
@@ -13,8 +14,11 @@ if TYPE_CHECKING:
 
 
 def printable(text: str) -> str:
-    """`text` with each control character (a terminal escape in a job name, say) read
-    '?', as `ls` shows them, so one user's job cannot repaint another user's terminal."""
+    """`text` with each control character read '?', as `ls` shows them.
+
+    A control character is a terminal escape in a job name, say: shown as it is, one
+    user's job could repaint another user's terminal.
+    """
     if text.isprintable():  # the common case, without a loop per character
         return text
     return "".join(c if c.isprintable() else "?" for c in text)
@@ -48,7 +52,9 @@ def merge_spans(*groups: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ..
 
 
 def folded_label(array: int, spans: Iterable[tuple[int, int]], throttle: int | None) -> str:
-    """Array `array`'s tasks `spans` as one label, `N_[4-15]`, the spans merged, with
-    Slurm's `%MAX` when the array's running tasks are throttled."""
+    """Array `array`'s tasks `spans` as one label, `N_[4-15]`, the spans merged.
+
+    Slurm's `%MAX` is added when the array's running tasks are throttled.
+    """
     limit = f"%{throttle}" if throttle is not None else ""
     return f"{array}_[{format_spans(merge_spans(spans))}{limit}]"

@@ -1,6 +1,8 @@
-"""Per-user and per-group limits (Slurm's QOS MaxSubmitJobsPerUser, MaxJobsPerUser,
-MaxTRESPerUser=gres/gpu and MaxArraySize): the `limits:` block of the head's config,
-validated, and the limits that apply to one user.
+"""Per-user and per-group limits: the head config's `limits:` block and one user's share.
+
+They are Slurm's QOS MaxSubmitJobsPerUser, MaxJobsPerUser, MaxTRESPerUser=gres/gpu and
+MaxArraySize: the `limits:` block of the head's config, validated, and the limits that
+apply to one user.
 
     limits:
       max_pending_jobs: 10000   # per user, PENDING jobs (held ones too): refused at submit
@@ -66,9 +68,11 @@ class Limits:
     groups: Mapping[str, Override] = field(default_factory=lambda: MappingProxyType({}))
 
     def for_user(self, user: str, groups: Collection[str] = ()) -> UserLimits:
-        """The limits of `user`, a member of `groups` (names; those the config does not
-        name are ignored): the user's entry, else the most generous of their groups',
-        else the default, setting by setting."""
+        """The limits of `user`, a member of `groups`, setting by setting.
+
+        Each setting comes from the user's entry, else the most generous of their groups',
+        else the default. `groups` are names; those the config does not name are ignored.
+        """
         mine = self.users.get(user, {})
         theirs = [self.groups[g] for g in groups if g in self.groups]
         if not mine and not theirs:
@@ -99,8 +103,10 @@ class Limits:
 
 @dataclass(frozen=True)
 class Use:
-    """What a user's jobs hold now: jobs on a node (starting, running or stopping) and
-    their GPUs."""
+    """What a user's jobs hold now: jobs on a node and their GPUs.
+
+    A job on a node is starting, running or stopping.
+    """
 
     running_jobs: int = 0
     gpus: int = 0
@@ -117,9 +123,11 @@ def use_by_user(allocated: Iterable[Job]) -> dict[str, Use]:
 
 @dataclass(frozen=True)
 class UserShare:
-    """One row of `gbatch sshare`: a user's fair-share figures, what their jobs hold,
-    and their limits. `usage`: decayed GPU-seconds; `effective_usage`: its fraction of
-    everyone's; `fairshare`: the planner's factor, in (0, 1]."""
+    """One row of `gbatch sshare`: a user's fair share, what their jobs hold, their limits.
+
+    `usage`: decayed GPU-seconds; `effective_usage`: its fraction of everyone's;
+    `fairshare`: the planner's factor, in (0, 1].
+    """
 
     user: str
     usage: float
@@ -180,8 +188,11 @@ def gpus_refusal(gpus: int, limit: int | None) -> str | None:
 
 
 class LimitsError(ValueError):
-    """A bad `limits:` setting; str() names the key (limits.groups.students.max_gpus) and
-    the fix. gbatch.site.config prefixes the file."""
+    """A bad `limits:` setting; str() names the key and the fix.
+
+    The key reads like limits.groups.students.max_gpus; gbatch.site.config prefixes the
+    file.
+    """
 
 
 def parse_limits(
@@ -300,11 +311,13 @@ def _group_exists(name: str) -> bool:
 
 @functools.lru_cache(maxsize=1024)
 def unix_groups(user: str, epoch: int) -> frozenset[str]:
-    """The names of the groups `user` is in, primary and supplementary, from the
-    system's databases; empty for a user they do not know. `epoch` is the caller's
-    clock in cache periods: a new one reads the databases again, so a change to a
-    user's groups takes hold within a period while a sweep over thousands of jobs
-    asks once."""
+    """The names of the groups `user` is in, primary and supplementary.
+
+    Read from the system's databases; empty for a user they do not know. `epoch` is the
+    caller's clock in cache periods: a new one reads the databases again, so a change to
+    a user's groups takes hold within a period while a sweep over thousands of jobs asks
+    once.
+    """
     import grp
     import os
     import pwd

@@ -105,8 +105,11 @@ JOB_EVENTS = ("BEGIN", "END", "FAIL", "REQUEUE", "TIME_LIMIT")
 
 @dataclass(frozen=True)
 class NotifyHook:
-    """`notify:` in a job file: the job's own webhook (gbatch/jobspec/spec.py validates it; the
-    head allows only URLs under its config's webhook_prefixes_allowed)."""
+    """The job's own webhook, as `notify:` in a job file gives it.
+
+    gbatch/jobspec/spec.py validates it; the head allows only URLs under its config's
+    webhook_prefixes_allowed.
+    """
 
     url: str
     events: tuple[str, ...] = ("END", "FAIL")
@@ -118,9 +121,9 @@ class NotifyHook:
 
 @dataclass(frozen=True)
 class TaskArray:
-    """An array's task indices: the runs (first, last, step) its --array expression
-    gave, in the order given (they may overlap; the indices are their union, ascending).
+    """An array's task indices, as the runs (first, last, step) its --array expression gave.
 
+    The runs keep the order given and may overlap; the indices are their union, ascending.
     Parsed from what the user wrote once, where it enters (gbatch.jobspec.slurmopts.
     parse_array); `text` is the form the store and a submit request carry, read back by
     TaskArray.of_text.
@@ -143,16 +146,21 @@ class TaskArray:
 
     @property
     def text(self) -> str:
-        """`A-B[:S],...`: read alike by of_text and by --array's grammar (a range even
-        for one index: a lone `N` there means N tasks)."""
+        """The runs as `A-B[:S],...`, read alike by of_text and by --array's grammar.
+
+        A run of one index is still written as a range: a lone `N` there means N tasks.
+        """
         return ",".join(f"{a}-{b}:{step}" if step != 1 else f"{a}-{b}" for a, b, step in self.runs)
 
     @staticmethod
     def of_text(text: str) -> TaskArray:
-        """The array a stored or sent `text` holds: `text`'s form, or the expression as a
-        user wrote it (specs stored before TaskArray hold that: a lone `N` is N tasks
-        from 0). Trusted input, checked where it entered; ValueError for text that is
-        none of these. Cached: an array's tasks share one value, and its indices."""
+        """The array a stored or sent `text` holds.
+
+        `text` is in `text`'s form, or the expression as a user wrote it (specs stored
+        before TaskArray hold that: a lone `N` is N tasks from 0). Trusted input, checked
+        where it entered; ValueError for text that is none of these. Cached: an array's
+        tasks share one value, and its indices.
+        """
         return _task_array_of(text)
 
 
@@ -219,15 +227,20 @@ class JobSpec:
 
     @property
     def cpus_reserved(self) -> int:
-        """The CPUs the planner holds for this job on its node: -c, else none. Unlike
-        Slurm (1 CPU by default), a job that does not ask for CPUs takes none: gbatch
-        shares nodes by GPUs, and a 2-core workstation still runs more than 2 jobs."""
+        """The CPUs the planner holds for this job on its node: -c, else none.
+
+        Unlike Slurm (1 CPU by default), a job that does not ask for CPUs takes none:
+        gbatch shares nodes by GPUs, and a 2-core workstation still runs more than 2 jobs.
+        """
         return self.cpus or 0
 
     @property
     def cpus_counted(self) -> int:
-        """The CPUs the job is said to have (NumCPUs, SLURM_CPUS_ON_NODE, --mem-per-cpu's
-        multiplier): -c, else 1 (Slurm's default)."""
+        """The CPUs the job is said to have: -c, else 1 (Slurm's default).
+
+        This is the count shown and exported (NumCPUs, SLURM_CPUS_ON_NODE) and
+        --mem-per-cpu's multiplier; the planner holds cpus_reserved instead.
+        """
         return self.cpus if self.cpus is not None else 1
 
     @property
@@ -278,11 +291,14 @@ class JobSpec:
         return self.priority - self.nice
 
     def replace(self, **changes: Any) -> JobSpec:
-        """dataclasses.replace(self, **changes), several times faster: replace()
-        reads the 40 fields one by one and sets each again through __init__, which a
-        submit did per spec (an array's 32 rows each). JobSpec has no __post_init__ and
-        every field is an init field, so a copy of the fields with `changes` over them
-        is the same value. Unlike dataclasses.replace, mypy does not check the names."""
+        """A copy of the spec with `changes` over it, as dataclasses.replace gives, faster.
+
+        dataclasses.replace reads the fields one by one and sets each again through
+        __init__, which a submit did per spec (each of an array's ARRAY_ROWS rows).
+        JobSpec has no __post_init__ and every field is an init field, so a copy of the
+        fields with `changes` over them is the same value. A name that is no field is a
+        TypeError, but unlike dataclasses.replace, mypy does not check the names.
+        """
         unknown = changes.keys() - _SPEC_FIELDS
         if unknown:
             raise TypeError(f"JobSpec has no field {', '.join(sorted(unknown))}")
@@ -291,8 +307,11 @@ class JobSpec:
         return copy
 
     def to_dict(self) -> dict[str, object]:
-        """The spec as plain data. `secret_env` (names) only when there are secrets and
-        `network` only when chosen: the stored JSON of every other job stays as it was."""
+        """The spec as plain data, the form the store keeps and from_dict reads back.
+
+        `secret_env` (names) only when there are secrets and `network` only when chosen:
+        the stored JSON of every other job stays as it was.
+        """
         data: dict[str, object] = {
             "name": self.name,
             "command": list(self.command),
@@ -351,10 +370,12 @@ class JobSpec:
         return data
 
     def to_wire(self) -> dict[str, object]:
-        """to_dict without the keys that hold JobSpec's defaults (image None, gpus 0,
-        ...): a submit request's spec. gbatchd's build_spec gives a key not sent its
-        default, so the job is the same; the request is smaller and each key left
-        out is one the daemon neither decodes nor checks (bench/bench_submit.py)."""
+        """A submit request's spec: to_dict without the keys that hold JobSpec's defaults.
+
+        Defaults such as image None, gpus 0. gbatchd's build_spec gives a key not sent its
+        default, so the job is the same; the request is smaller and each key left out is
+        one the daemon neither decodes nor checks (bench/bench_submit.py).
+        """
         data = self.to_dict()
         for key, default in _WIRE_DEFAULTS:
             if data[key] == default:
@@ -607,8 +628,11 @@ class NodeInfo:
 
 @dataclass(frozen=True)
 class PartitionInfo:
-    """A partition as sinfo and scontrol show it: its limits (seconds; None: infinite /
-    unset), whether jobs without -p go there, and its nodes."""
+    """A partition as sinfo and scontrol show it: its limits, default flag and nodes.
+
+    Limits are in seconds (None: infinite / unset); `default` says whether jobs without
+    -p go there.
+    """
 
     name: str
     max_time: int | None = None

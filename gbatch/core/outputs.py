@@ -1,5 +1,7 @@
-"""Where a job's output files are, as sbatch names them: `-o/--output`, `-e/--error`
-and their filename patterns (sbatch(1), "filename pattern"). Pure: no disk, no clock.
+"""Where a job's output files are, as sbatch names them. Pure: no disk, no clock.
+
+sbatch names them with `-o/--output`, `-e/--error` and their filename patterns
+(sbatch(1), "filename pattern").
 
 A job submitted through sbatch (it has a submit_dir) writes `slurm-%j.out`, or
 `slurm-%A_%a.out` for an array task, when it names no output. A relative path starts
@@ -28,9 +30,12 @@ SUBMIT_FIELDS = frozenset("%ux")
 
 
 def expand(pattern: str, fields: dict[str, str]) -> str:
-    """`pattern` with each %X that `fields` knows replaced (zero-padded as %NX asks);
-    a %X it does not know is left as written. As in Slurm, a pattern holding a
-    backslash is taken literally, backslashes removed."""
+    """`pattern` with each %X that `fields` knows replaced, zero-padded as %NX asks.
+
+    A %X it does not know is left as written; padding applies to numeric fields only, at
+    most 10 wide. As in Slurm, a pattern holding a backslash is taken literally,
+    backslashes removed.
+    """
     if "\\" in pattern:
         return pattern.replace("\\", "")
 
@@ -80,9 +85,12 @@ def base_dir(job: Job) -> str | None:
 
 
 def output_paths(job: Job, node: str | None) -> tuple[str, str] | None:
-    """(stdout file, stderr file), expanded and absolute; the same path twice when
-    stderr goes with stdout. None when the job writes no output file (one queued
-    before sbatch recorded its submit dir, and naming no output)."""
+    """The job's (stdout file, stderr file), expanded and absolute, or None if it has none.
+
+    The same path twice when stderr goes with stdout. None when the job writes no output
+    file (one queued before sbatch recorded its submit dir, and naming no output), and
+    when a relative path has no place to start from (base_dir is None).
+    """
     base = base_dir(job)
     pattern = job.spec.output
     if pattern is None:
@@ -106,16 +114,21 @@ def _absolute(path: str, base: str | None) -> str | None:
 
 
 def appends(job: Job, attempt: int) -> bool:
-    """Whether this attempt adds to its files rather than starting them afresh: with
-    --open-mode=append, and (as Slurm does for a requeued job) for every attempt
-    after the first."""
+    """Whether this attempt adds to its files rather than starting them afresh.
+
+    It does with --open-mode=append, and (as Slurm does for a requeued job) for every
+    attempt after the first.
+    """
     return job.spec.open_mode == "append" or attempt > 1
 
 
 def submit_check_dir(pattern: str, user: str, name: str, base: str) -> str | None:
-    """The directory sbatch can check for `pattern` before the job has an id: the
-    directory part expanded with %u, %x and %%, made absolute from `base`. None when
-    the directory part holds a field known only later (%j, %A, %a, %N)."""
+    """The directory sbatch can check for `pattern` before the job has an id, or None.
+
+    The directory part expanded with %u, %x and %%, made absolute from `base` (`base`
+    itself when the pattern has no directory part). None when the directory part holds
+    a field known only later (%j, %A, %a, %N).
+    """
     head = os.path.dirname(pattern)
     if not head:
         return base

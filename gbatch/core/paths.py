@@ -18,10 +18,13 @@ SYSTEM_SOCKET = Path(constants.SYSTEM_SOCKET)
 
 
 class Paths:
-    """A frozen record. `socket_file`: the socket when it is not the one in `home`
-    (GBATCH_SOCKET, the system socket, or the daemon's `socket_path`); `socket_from`
-    says which chose it: "home", "env" or "system". Not a dataclass: importing
-    dataclasses slows every command's start (bench/bench_startup.py)."""
+    """Where one user's gbatch keeps its files and which socket reaches a daemon; frozen.
+
+    `socket_file`: the socket when it is not the one in `home` (GBATCH_SOCKET, the system
+    socket, or the daemon's `socket_path`); `socket_from` says which chose it: "home",
+    "env" or "system". Not a dataclass: importing dataclasses slows every command's start
+    (bench/bench_startup.py).
+    """
 
     __slots__ = ("home", "socket_file", "socket_from")
     home: Path
@@ -101,8 +104,10 @@ class Paths:
         return self.runs / f"{job_id}.{attempt}"
 
     def make_run_dir(self, job_id: int, attempt: int) -> Path:
-        """The run's directory, made if missing: it and `runs` the owner's alone
-        (mkdir's parents=True would leave `runs` to the umask)."""
+        """The run's directory, made if missing, it and `runs` the owner's alone.
+
+        `runs` is made with its own mode: mkdir's parents=True would leave it to the umask.
+        """
         run_dir = self.run_dir(job_id, attempt)
         self.runs.mkdir(mode=0o700, parents=True, exist_ok=True)
         run_dir.mkdir(mode=0o700, exist_ok=True)
@@ -114,9 +119,11 @@ class Paths:
 
 
 def resolve_paths(environ: Mapping[str, str], system_socket: Path = SYSTEM_SOCKET) -> Paths:
-    """The files of the calling user's gbatch, and the socket to reach a daemon on:
-    GBATCH_SOCKET, else GBATCH_HOME's, else `system_socket` when it exists (a lab's
-    shared daemon), else the one in the user's data dir (the embedded default)."""
+    """The files of the calling user's gbatch, and the socket to reach a daemon on.
+
+    The socket is GBATCH_SOCKET, else GBATCH_HOME's, else `system_socket` when it exists
+    (a lab's shared daemon), else the one in the user's data dir (the embedded default).
+    """
     socket = environ.get("GBATCH_SOCKET")
     home = environ.get("GBATCH_HOME")
     if home:

@@ -11,8 +11,11 @@ from collections.abc import Iterable
 
 
 def nearest(word: str, known: Iterable[str]) -> str | None:
-    """The known words `word` may have meant, as text (`--gpus`, or `--gpus or
-    --gpus-per-node` for a prefix of both), or None when none is close."""
+    """The known words `word` may have meant, as text, or None when none is close.
+
+    One word reads `--gpus`; a prefix of several known words names up to three of them,
+    `--gpus or --gpus-per-node`.
+    """
     import difflib  # deferred: only a mistake needs it
 
     name = word.partition("=")[0]  # --gpu=1: the option's name alone

@@ -29,8 +29,10 @@ _MAX_TEXT_LEN = 32  # longer than any real limit; keeps int() away from huge dig
 
 
 class TimeLimitError(ValueError):
-    """A time limit that cannot be read. `message` says what is wrong and what to do;
-    `str(err)` is `"<field>: <message>"`, ready for an error line."""
+    """A time limit that cannot be read; `str(err)` is `"<field>: <message>"`.
+
+    `message` says what is wrong and what to do; `str(err)` is ready for an error line.
+    """
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
@@ -168,8 +170,10 @@ def _split(seconds: float) -> tuple[int, int, int, int]:
 
 
 def format_timestamp(epoch: float | None) -> str:
-    """Slurm's timestamp style in local time, "2026-12-02T11:04:05"; "Unknown" for
-    None or a value that is not a representable time."""
+    """`epoch` in Slurm's timestamp style in local time, "2026-12-02T11:04:05".
+
+    "Unknown" for None or a value that is not a representable time.
+    """
     if epoch is None or not math.isfinite(epoch):
         return "Unknown"
     try:

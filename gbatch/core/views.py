@@ -9,9 +9,12 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class JobPriority:
-    """A pending job and what orders it in the planner (see head.scheduler.queue_order):
-    its user's fair-share factor, then priority - nice, then submit time, then id.
-    `rank`: its place (1 first) in that order among the jobs in the same reply."""
+    """One sprio row: a pending job and what orders it in the planner.
+
+    The order (see head.scheduler.queue_order): its user's fair-share factor, then
+    priority - nice, then submit time, then id. `rank`: its place (1 first) in that
+    order among the jobs in the same reply.
+    """
 
     id: int
     user: str

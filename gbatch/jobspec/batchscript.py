@@ -63,8 +63,11 @@ SCRIPT_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".job")
 
 
 def looks_like_script(text: str, name: str = "") -> bool:
-    """A batch script, not a YAML job file: its first line is `#!`, a line starts with
-    `#SBATCH` (unindented), or its name ends like a script's (job.sh, run.slurm, ...)."""
+    """Whether `text` is a batch script rather than a YAML job file.
+
+    It is when its first line is `#!`, a line starts with `#SBATCH` (unindented), or
+    its name ends like a script's (job.sh, run.slurm, ...).
+    """
     if text.lstrip("\ufeff").startswith("#!") or name.endswith(SCRIPT_SUFFIXES):
         return True
     # At the start of a line: an indented one is a YAML job file's `script:`. Found in
@@ -75,11 +78,13 @@ def looks_like_script(text: str, name: str = "") -> bool:
 def parse_script(
     text: str, where: str, *, name: str | None = None, default_shell: bool = False
 ) -> BatchScript:
-    """The script's interpreter and directives; ScriptError for a script without a `#!`
-    line (run by /bin/bash instead with `default_shell`: a job file's `script:`), an
-    interpreter gbatch cannot hand a program to, or a directive that is not words (an
-    unclosed quote). `where` names the script in errors; `name` is its $0 (default:
-    `where`)."""
+    """The script `text` with its interpreter and `#SBATCH` directives read.
+
+    ScriptError for a script without a `#!` line (run by /bin/bash instead with
+    `default_shell`: a job file's `script:`), an interpreter gbatch cannot hand a program
+    to, a directive that is not words (an unclosed quote), or a NUL byte. `where` names
+    the script in errors; `name` is its $0 (default: `where`).
+    """
     if "\0" in text:
         raise ScriptError(where, 1, "the script holds a NUL byte. Save it as text")
     lines = text.split("\n")

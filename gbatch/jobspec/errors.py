@@ -1,5 +1,8 @@
-"""SpecError: a job file or option that cannot become a JobSpec (every jobspec module's
-refusal, and the daemon's when it checks a submitted spec again)."""
+"""The refusals of a job file or option that cannot become a JobSpec or be submitted.
+
+SpecError is every jobspec module's refusal, and the daemon's when it checks a submitted
+spec again; BadSubmit is a whole submit's.
+"""
 
 from __future__ import annotations
 

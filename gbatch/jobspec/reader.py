@@ -42,10 +42,12 @@ def load_job_file(path: str | os.PathLike[str]) -> dict[str, object]:
 
 
 def parse_job_text(text: str, where: str) -> dict[str, object]:
-    """load_job_file's reading of a job file's text (`where` names it in errors). A
-    file in JSON (a mapping, `{` first) is read by json, the same values as PyYAML
-    would make of it (_json_job); anything json or that reading declines goes to
-    PyYAML, whose refusals are the ones a user reads."""
+    """A job file's text read as load_job_file reads it; `where` names it in errors.
+
+    A file in JSON (a mapping, `{` first) is read by json, the same values as PyYAML
+    would make of it (_json_job); anything json or that reading declines goes to PyYAML,
+    whose refusals are the ones a user reads.
+    """
     if text.lstrip(" \n\r")[:1] == "{":
         data = _json_job(text)
         if data is not None:

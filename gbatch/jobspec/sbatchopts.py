@@ -1,7 +1,9 @@
-"""sbatch's options, as the command line and a batch script's #SBATCH lines give them:
-the argparse declarations (add_job_options), the parsers that raise instead of
-printing (for #SBATCH lines, options after a job file, and a submit's text), and the
-rules between options (one task on one node; one way to ask for GPUs)."""
+"""sbatch's options, as the command line and a batch script's #SBATCH lines give them.
+
+The argparse declarations (add_job_options), the parsers that raise instead of printing
+(for #SBATCH lines, options after a job file, and a submit's text), and the rules
+between options (one task on one node; one way to ask for GPUs).
+"""
 
 from __future__ import annotations
 
@@ -280,8 +282,11 @@ class OptionProblem(Exception):
 
 
 class OptionParser(argparse.ArgumentParser):
-    """sbatch's options alone: for a batch script's #SBATCH lines, and for options
-    written after a YAML job file. Problems are raised, not printed."""
+    """A parser of sbatch's options that raises its problems instead of printing them.
+
+    For a batch script's #SBATCH lines, and for options written after a YAML job file.
+    An unknown option's problem names the nearest known one.
+    """
 
     def error(self, message: str) -> NoReturn:
         unknown = message.partition("unrecognized arguments: ")[2].split()
@@ -291,8 +296,10 @@ class OptionParser(argparse.ArgumentParser):
 
 
 def options_parser(prog: str) -> OptionParser:
-    """A parser of the job's options alone, each left unset when not given (SUPPRESS):
-    for #SBATCH lines, and the words after a job file."""
+    """A parser of the job's options alone, each left unset when not given (SUPPRESS).
+
+    For #SBATCH lines, and the words after a job file.
+    """
     parser = OptionParser(
         prog=prog, add_help=False, argument_default=argparse.SUPPRESS, allow_abbrev=False
     )
@@ -304,10 +311,13 @@ def options_parser(prog: str) -> OptionParser:
 
 @functools.cache
 def text_parser() -> OptionParser:
-    """request_for_text's parser, built once: building it was most of an API submit
-    (bench/bench_api.py). Parsing reads the parser and changes nothing on it, and
-    no option has a mutable default, so the API's threads share it. A problem is
-    raised (OptionProblem), never printed: the caller is a server, not a terminal."""
+    """request_for_text's parser of a submit's text, built once and shared.
+
+    Building it was most of an API submit (bench/bench_api.py). Parsing reads the parser
+    and changes nothing on it, and no option has a mutable default, so the API's threads
+    share it. A problem is raised (OptionProblem), never printed: the caller is a server,
+    not a terminal.
+    """
     parser = OptionParser(prog="gbatch sbatch", add_help=False, allow_abbrev=False)
     parser.add_argument("file", nargs="?")
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
@@ -318,8 +328,10 @@ def text_parser() -> OptionParser:
 
 @functools.cache
 def no_options() -> tuple[dict[str, Any], tuple[str, ...]]:
-    """What text_parser makes of no options, parsed once (argparse was a good share of
-    the API's parsing per submit), and which of its values are lists (each
-    request gets its own)."""
+    """What text_parser makes of no options, parsed once, and which of its values are lists.
+
+    Parsed once because argparse was a good share of the API's parsing per submit; the
+    lists are named so that each request gets its own.
+    """
     values = dict(vars(text_parser().parse_args([])))
     return values, tuple(key for key, value in values.items() if isinstance(value, list))

@@ -1,6 +1,7 @@
-"""The grammars of sbatch's options (and the job-file keys that share them): --gres and
---gpus, --time, --mem, --partition, --dependency, --export, --begin, --signal,
---mail-type and --mail-user, --comment, --notify, --open-mode and --array.
+"""The grammars of sbatch's options and of the job-file keys that share them.
+
+--gres and --gpus, --time, --mem, --partition, --dependency, --export, --begin,
+--signal, --mail-type and --mail-user, --comment, --notify, --open-mode and --array.
 
 Each takes the value as given and the option (or key) it came from, and returns the
 value gbatch keeps, or raises SpecError naming that option in one line.
@@ -42,9 +43,12 @@ _MEM_UNITS_KB = {"k": 1, "": 1 << 10, "m": 1 << 10, "g": 1 << 20, "t": 1 << 30}
 
 
 def check_mem(value: object, field: str = "mem") -> int:
-    """A memory size as Slurm writes it -> MiB: a whole number, MB by default, or with a
-    K, M, G or T suffix (powers of 1024). K sizes round up to whole MiB. 0 (Slurm's "all
-    of the node's memory") is refused: gbatch counts memory per job."""
+    """A memory size as Slurm writes it, in MiB; SpecError naming `field` if it is none.
+
+    A whole number, MB by default, or with a K, M, G or T suffix (powers of 1024). K
+    sizes round up to whole MiB. 0 (Slurm's "all of the node's memory") is refused:
+    gbatch counts memory per job. More than 1P is refused too.
+    """
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
     match = _MEM_RE.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
@@ -163,8 +167,11 @@ EXPORT_FORMS = "ALL, NONE, or variables: NAME or NAME=value, comma separated (AL
 
 @dataclass(frozen=True)
 class Export:
-    """Slurm's --export: `everything` (ALL) or not, the names taken from the submitting
-    shell, and values given outright (NAME=value)."""
+    """Slurm's --export, read: which of the submitting shell's variables the job takes.
+
+    `everything` (ALL) or not, the names taken from the submitting shell, and values
+    given outright (NAME=value).
+    """
 
     everything: bool
     names: tuple[str, ...] = ()
@@ -180,8 +187,12 @@ class Export:
 
 
 def parse_export(value: object, field: str = "--export") -> Export:
-    """`ALL`, `NONE` (or Slurm's `NIL`), or `[ALL,]NAME[=value],...`. NONE takes no
-    variables with it, as in Slurm; names follow env's rules."""
+    """The Export an --export value means: `ALL`, `NONE`, or `[ALL,]NAME[=value],...`.
+
+    Slurm's `NIL` reads as NONE. NONE takes no variables with it, as in Slurm; names
+    follow env's rules, and names gbatch sets (SLURM_* among them) or a value with a
+    control character are refused (SpecError naming `field`).
+    """
     if not isinstance(value, str) or not value.strip():
         raise SpecError(field, f"{show_value(value)} is not an export list. Use {EXPORT_FORMS}")
     items = [item.strip() for item in value.split(",")]
@@ -220,8 +231,9 @@ def parse_export(value: object, field: str = "--export") -> Export:
 
 
 def exported_env(export: Export, environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables a job takes from the submitting shell's `environ` under `export`:
-    all of them (ALL) or the names listed, then the values given outright (which win).
+    """The variables a job takes from the submitting shell's `environ` under `export`.
+
+    All of them (ALL) or the names listed, then the values given outright (which win).
 
     Left out without a word, as they are not the job's to carry: names gbatch sets
     (GBATCH_*, NVIDIA_*, *_VISIBLE_DEVICES, SLURM_* of a job sbatch runs inside of),
@@ -291,9 +303,12 @@ class JobSignal:
 
 
 def parse_signal(value: object, field: str = "--signal") -> JobSignal:
-    """Slurm's `[{R|B}:]SIG[@SECONDS]`: SIG a name (USR1, SIGUSR1) or a number, SECONDS
-    0 to 65535 (default 60). R: is accepted and means nothing here (gbatch has no
-    reservations to overlap)."""
+    """The JobSignal Slurm's `[{R|B}:]SIG[@SECONDS]` asks for; SpecError naming `field`.
+
+    SIG is a name (USR1, SIGUSR1) or a number, SECONDS 0 to 65535 (default 60). R: is
+    accepted and means nothing here (gbatch has no reservations to overlap). SIGKILL and
+    SIGSTOP are refused: a job cannot catch them, so they warn no one.
+    """
     import signal as signals
 
     usage = "Use [B:]SIG[@SECONDS], e.g. USR1@120 or B:TERM@30"
@@ -384,9 +399,12 @@ _NOTIFY_USAGE = (
 
 
 def check_notify(value: object, field: str = "notify") -> tuple[NotifyHook, ...]:
-    """`notify:` (a list of {url, events, form}, or of bare URLs), or --notify's
-    `URL[,EVENT...]` text. Only its form: which URLs a head allows is its config's
-    (webhook_prefixes_allowed, checked at submit and at delivery)."""
+    """The webhooks `notify:` or --notify asks for; SpecError naming `field` if malformed.
+
+    `notify:` is a list of {url, events, form}, or of bare URLs; --notify's text is
+    `URL[,EVENT...]`. Only its form is checked here: which URLs a head allows is its
+    config's (webhook_prefixes_allowed, checked at submit and at delivery).
+    """
     items = _notify_option(value) if isinstance(value, str) else value
     if not isinstance(items, list) or not 1 <= len(items) <= MAX_NOTIFY_HOOKS:
         raise SpecError(field, f"{_NOTIFY_USAGE}, of 1 to {MAX_NOTIFY_HOOKS} webhooks")
@@ -448,8 +466,9 @@ def _split_throttle(text: str, field: str) -> tuple[str, int | None]:
 def parse_array(
     text: str, field: str = "--array", *, max_tasks: int = 100_000
 ) -> tuple[TaskArray, int | None]:
-    """An --array expression's task indices, and its `%MAX` (None without one: Slurm's
-    limit on the tasks running at once).
+    """An --array expression's task indices, and its `%MAX` (None without one).
+
+    `%MAX` is Slurm's limit on the tasks running at once.
 
     `A-B`, `A-B:STEP` and lists of them (`1,4,10-12`) as in Slurm. A lone number N
     keeps gbatch's older meaning, N tasks 0 to N-1 (Slurm reads it as the index N).

@@ -300,8 +300,13 @@ def secret_env_values(
 
 
 def check_secret_env(value: object, field: str) -> tuple[tuple[str, str], ...]:
-    """A `secret_env:` mapping NAME -> value: env's name rules, and string values only
-    (a YAML number or bool would be rewritten on reading: `0123` is 83, `yes` true)."""
+    """A `secret_env:` mapping NAME -> value, checked, as (name, value) pairs.
+
+    Names follow env's rules; values are strings only (a YAML number or bool would be
+    rewritten on reading: `0123` is 83, `yes` true), with no line break or NUL, and all
+    of them together at most MAX_ENV_BYTES. A refusal names the variable, never its
+    value.
+    """
     if not isinstance(value, Mapping):
         raise SpecError(
             field,
@@ -629,8 +634,10 @@ def export_of(
     *,
     option_names: Mapping[str, str] = OVERRIDE_OPTION,
 ) -> Export | None:
-    """The export build_spec (same arguments) took, with its values; None when neither
-    the option nor the file gives one (the caller's default applies)."""
+    """The export build_spec (same arguments) took, with its values, or None if none given.
+
+    None when neither the option nor the file gives one: the caller's default applies.
+    """
     if overrides.get("export") is not None:
         field = option_names.get("export") or OVERRIDE_OPTION["export"]
         return parse_export(overrides["export"], field)

@@ -45,9 +45,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Submission:
-    """A submit request's fields (wire.Submit's, which a front makes of them:
-    `wire.Submit(**submission.fields())`): the spec as sent, the secret values beside
-    it, and what the submit asks besides the job."""
+    """A submit request's fields: the spec as sent, the secret values, what else it asks.
+
+    They are wire.Submit's, which a front makes of them: `wire.Submit(**submission.fields())`.
+    Beside the spec come the secret values and what the submit asks besides the job.
+    """
 
     spec: dict[str, Any]
     secret_env: dict[str, str]
@@ -107,8 +109,11 @@ def _cpus_option(args: argparse.Namespace, gpus: object) -> int | None:
 
 
 def secret_env_option(names: list[str] | None, environ: Mapping[str, str]) -> dict[str, str] | None:
-    """--secret-env NAME...: each value from the submitter's own environment (`environ`),
-    so it never sits in argv (ps) or shell history."""
+    """The values --secret-env NAME... names, read from the submitter's own `environ`.
+
+    Read there so that a value never sits in argv (ps) or shell history. None without
+    names; SpecError for a name not set in `environ`.
+    """
     if not names:
         return None
     from gbatch.jobspec.spec import SpecError
@@ -185,8 +190,11 @@ def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str
 
 
 def line_of(key: str, lines: dict[str, int]) -> int | None:
-    """The #SBATCH line that gave job-file key `key` its value (by the option's dest:
-    several options give `gpus`), or None."""
+    """The #SBATCH line that gave job-file key `key` its value, or None.
+
+    Found by the option's dest: several options give `gpus` (and two give `cpus`), and
+    the latest line among them counts.
+    """
     dests = {"gpus": (*GPU_OPTIONS,), "cpus": ("cpus", "cpus_per_gpu")}.get(key, (key,))
     return max((lines[dest] for dest in dests if dest in lines), default=None)
 
@@ -214,8 +222,10 @@ def _on_its_line(err: Exception, script: BatchScript | None, lines: dict[str, in
 
 
 def wrap_with_file(file: str) -> str:
-    """The refusal of a job file or script given with --wrap: neither silently wins (as
-    Slurm's sbatch, which takes no script with --wrap)."""
+    """The refusal of a job file or script given with --wrap as well.
+
+    Neither silently wins, as with Slurm's sbatch, which takes no script with --wrap.
+    """
     return (
         f"--wrap: {file} is given too, and both name the job's command. Drop {file}, "
         "or drop --wrap (a job file's command is its `command:` key)"
@@ -223,8 +233,12 @@ def wrap_with_file(file: str) -> str:
 
 
 def embedded_script(data: dict[str, object], args: argparse.Namespace) -> BatchScript | None:
-    """A job file's `script:` (taken out of `data`): a batch script as a file holds one,
-    run by its #! line (bash without one), its #SBATCH lines read as a file's are."""
+    """A job file's `script:`, taken out of `data`, as a BatchScript; None without one.
+
+    A batch script as a file holds one, run by its #! line (bash without one), its
+    #SBATCH lines read as a file's are. SpecError for an empty script, or one given
+    beside `command:` or --wrap.
+    """
     text = data.pop("script", None)
     if text is None:
         return None
@@ -334,8 +348,11 @@ def _check_output_dirs(spec: Any, submit_dir: str, *, from_file: bool, err_from_
 
 
 def start_dir(spec: Any, submit_dir: str) -> str:
-    """Where a bare job starts and its relative output paths begin: its -D, else where it
-    was submitted."""
+    """Where a bare job starts and its relative output paths begin.
+
+    Its -D, else where it was submitted; a container job always starts from `submit_dir`
+    here, its workdir being a path inside the container.
+    """
     return str(spec.workdir) if spec.image is None and spec.workdir else submit_dir
 
 
@@ -347,13 +364,15 @@ def request_for_text(
     submit_dir: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Submission:
-    """The submit request `gbatch sbatch [OPTIONS] FILE` makes of a job file's (YAML or
-    JSON) or a batch script's text (None: `options` hold --wrap), `name` standing for
-    the file's name. For a submitter who is not here (the HTTP API) leave `submit_dir`
-    and `environ` out: nothing is read from this process's environment, working
-    directory or files, and the job starts in its user's home unless it names a
-    workdir. The MCP server passes its own (its user's, as the CLI's). BadSubmit (exit
-    2's one line) for a job that cannot be queued."""
+    """The submit request `gbatch sbatch [OPTIONS] FILE` makes of a job's text.
+
+    The text is a job file's (YAML or JSON) or a batch script's (None: `options` hold
+    --wrap), `name` standing for the file's name. For a submitter who is not here (the
+    HTTP API) leave `submit_dir` and `environ` out: nothing is read from this process's
+    environment, working directory or files, and the job starts in its user's home
+    unless it names a workdir. The MCP server passes its own (its user's, as the CLI's).
+    BadSubmit (exit 2's one line) for a job that cannot be queued.
+    """
     if options:
         try:
             args = text_parser().parse_args(list(options))
@@ -398,10 +417,13 @@ def build_submit(
     submit_dir: str | None,
     environ: Mapping[str, str],
 ) -> tuple[Submission, Any, BatchScript | None, dict[str, int]]:
-    """The submit request for `args` and the job `job_source` reads, with the spec it
-    holds, the batch script, and the #SBATCH line that set each option. `submit_dir`:
-    where the submitter is (their files are checked and read there); None for one who
-    is not on this machine (request_for_text). BadSubmit for bad input."""
+    """The submit request for `args` and the job `job_source` reads, with what it was made of.
+
+    Returned with the request: the spec it holds, the batch script, and the #SBATCH line
+    that set each option. `submit_dir`: where the submitter is (their files are checked
+    and read there); None for one who is not on this machine (request_for_text).
+    BadSubmit for bad input.
+    """
     # Deferred: yaml and validation are needed by sbatch alone.
     from gbatch.jobspec.batchscript import ScriptError
     from gbatch.jobspec.slurmopts import Export, check_submit_env_size, exported_env, parse_array

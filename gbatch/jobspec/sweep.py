@@ -52,9 +52,11 @@ class Sweep:
 
 
 def grid(axes: Sequence[tuple[str, Sequence[str]]], field: str) -> Sweep:
-    """The cartesian product of `axes` (name, values), in itertools.product's order:
-    the last name varies fastest. Names are checked (check_names); each axis needs a
-    value; at most MAX_ROWS rows."""
+    """The sweep of every combination of `axes` (name, values): their cartesian product.
+
+    In itertools.product's order: the last name varies fastest. Names are checked
+    (check_names); each axis needs a value; at most MAX_ROWS rows.
+    """
     names = tuple(name for name, _ in axes)
     check_names(names, field)
     size = 1
@@ -86,8 +88,11 @@ def parse_param_options(texts: Sequence[str], field: str = "--param") -> Sweep:
 
 
 def sweep_from_yaml(value: object, field: str = "sweep") -> Sweep | str:
-    """A job file's `sweep:` -> a Sweep (a grid mapping NAME: [values] or NAME: value),
-    or the file name of `{file: NAME}` (str), which the caller reads (read_rows_file)."""
+    """A job file's `sweep:` as a Sweep, or as the name of the file of rows it names.
+
+    A grid mapping NAME: [values] or NAME: value gives a Sweep; `{file: NAME}` gives
+    the file name (str), which the caller reads (read_rows_file).
+    """
     if not isinstance(value, Mapping) or not value:
         raise SpecError(
             field,
@@ -126,8 +131,11 @@ def _text(item: object) -> str:
 
 
 def read_rows_file(path: str, field: str = "sweep.file") -> Sweep:
-    """A CSV (header = names) or JSONL (one object a line, the first one's keys = names,
-    in its order) file of rows, by its suffix. Refusals name the file and line."""
+    """The sweep a CSV or JSONL file of rows holds, read by its suffix.
+
+    CSV: a header of names. JSONL: one object a line, the first one's keys the names,
+    in its order. Refusals name the file and line.
+    """
     try:
         with open(path, "rb") as file:
             raw = file.read(MAX_FILE_BYTES + 1)
@@ -181,8 +189,11 @@ def parse_csv(text: str, where: str) -> Sweep:
 
 
 def parse_jsonl(text: str, where: str) -> Sweep:
-    """One JSON object per line (blank lines skipped), all with the same keys; values
-    text, numbers or booleans (a number keeps its written form)."""
+    """The sweep of JSONL text: one JSON object per line, all with the same keys.
+
+    Blank lines are skipped; values are text, numbers or booleans (a number keeps its
+    written form).
+    """
     names: tuple[str, ...] | None = None
     rows: list[tuple[str, ...]] = []
     for line, source in enumerate(text.splitlines(), start=1):
@@ -236,8 +247,11 @@ def _file_sweep(names: tuple[str, ...], rows: list[tuple[str, ...]], where: str)
 
 
 def check_names(names: Sequence[str], field: str) -> None:
-    """Names are identifiers (they become {name} and GBATCH_PARAM_NAME), each once, also
-    once upper-cased (lr and LR would set one variable)."""
+    """Refuse parameter names that are not identifiers each given once (SpecError).
+
+    Names become {name} and GBATCH_PARAM_NAME, so each is given once, also once
+    upper-cased (lr and LR would set one variable); at least one, at most MAX_NAMES.
+    """
     if not names:
         raise SpecError(field, "no parameter names. Name at least one")
     if len(names) > MAX_NAMES:
@@ -299,8 +313,10 @@ def sweep_from_wire(data: object) -> Sweep:
 
 
 def substitute(template: str, values: Mapping[str, str], field: str) -> str:
-    """`template` with each `{name}` replaced by values[name], `{{` by `{` and `}}` by
-    `}`. An identifier in braces that is not a name is refused, named."""
+    """`template` with each `{name}` replaced by values[name], `{{` by `{` and `}}` by `}`.
+
+    An identifier in braces that is not a name is refused, named.
+    """
 
     def one(match: re.Match[str]) -> str:
         token = match.group(0)
@@ -333,9 +349,12 @@ def check_templates(
 
 
 def task_spec(spec: JobSpec, sweep: Sweep, k: int, name_template: str | None) -> JobSpec:
-    """Task k's spec: the command with row k substituted in each argv item, named by
-    `name_template` (`{name}` is the job's name; characters a name cannot hold become _),
-    row k kept as params."""
+    """Task k's spec: row k substituted into the command, the task named, the row kept.
+
+    Row k is substituted in each argv item; the task is named by `name_template`
+    (`{name}` is the job's name; characters a name cannot hold become _); row k is kept
+    as params. SpecError when the command grows past MAX_COMMAND_BYTES.
+    """
     params = sweep.params(k)
     values = dict(params)
     command = tuple(substitute(item, values, "command") for item in spec.command)

@@ -1,2 +1,4 @@
-"""What the daemon and its clients exchange over the socket: request types, the JSON codec,
-listings, and the client's side of the socket."""
+"""What the daemon and its clients exchange over the socket, and the client's side of it.
+
+Request types, the JSON codec, listings, and the client's side of the socket.
+"""

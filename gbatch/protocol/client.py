@@ -39,8 +39,11 @@ class ReplyTimeout(Exception):
 
 
 class RequestFailed(Exception):
-    """The daemon refused or could not do what was asked; `kind` says why (requests.ErrorKind:
-    a request of the wrong shape is "invalid", as bad input is)."""
+    """The daemon refused or could not do what was asked; `kind` says why.
+
+    `kind` is a requests.ErrorKind: a request of the wrong shape is "invalid", as bad
+    input is.
+    """
 
     def __init__(self, kind: ErrorKind, message: str) -> None:
         super().__init__(message)
@@ -84,8 +87,10 @@ OK_PREFIXES = (b'{"ok":true', b'{"ok": true')
 
 
 def request_line(request: Mapping[str, Any]) -> bytes:
-    """`request`'s line as gbatchd reads it; RequestFailed ("invalid") for one larger
-    than gbatchd takes."""
+    """`request`'s line as gbatchd reads it, newline included.
+
+    RequestFailed ("invalid") for one larger than gbatchd takes.
+    """
     payload = json.dumps(request).encode() + b"\n"
     if len(payload) > MAX_REQUEST_BYTES + 1:
         raise RequestFailed(
@@ -106,9 +111,12 @@ def reply_fields(line: bytes) -> dict[str, Any]:
 
 
 def reply_line(line: bytes) -> bytes:
-    """A reply line as gbatchd wrote it, without its newline; RequestFailed for a
-    refusal. gbatchd writes {"ok":true,...} with "ok" first (replies.encode_reply); a line
-    of any other shape is decoded to tell a refusal from a reply."""
+    """A reply line as gbatchd wrote it, without its newline; RequestFailed for a refusal.
+
+    gbatchd writes {"ok":true,...} with "ok" first (replies.encode_reply), so such a line
+    passes undecoded; a line of any other shape is decoded to tell a refusal from a
+    reply.
+    """
     if not line.startswith(OK_PREFIXES):
         reply = json.loads(line)
         if not reply.get("ok", False):
@@ -163,18 +171,23 @@ class Client:
         return self.send(requests.encode_request(request))
 
     def send(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """Send a request object as it is, unchecked (for tests and tools that speak the
-        protocol by hand, and for squeue's everyday listing, gbatch/render/squeue_brief.py, which
-        builds its request without gbatch.protocol.requests; the other commands use call());
-        return as call() does. gbatch.protocol.requests is imported only when the daemon
-        refuses."""
+        """Send a request object as it is, unchecked; return as call() does.
+
+        For tests and tools that speak the protocol by hand, and for squeue's everyday
+        listing (gbatch/render/squeue_brief.py), which builds its request without
+        gbatch.protocol.requests; the other commands use call(). gbatch.protocol.requests
+        is imported only when the daemon refuses.
+        """
         return reply_fields(self._exchange(request))
 
     def send_raw(self, request: Mapping[str, Any]) -> bytes:
-        """As send(), but the reply's line as gbatchd wrote it (JSON with its "ok" field,
-        no newline), undecoded: for a relay (the HTTP API) that passes a large reply on
-        as it came, a listing's megabytes decoded and encoded again for nothing. Raises
-        RequestFailed as send() does."""
+        """As send(), but return the reply's line undecoded, as gbatchd wrote it.
+
+        The line is JSON with its "ok" field, without its newline. For a relay (the HTTP
+        API) that passes a large reply on as it came: decoded and encoded again, a
+        listing's megabytes would be work for nothing. Raises RequestFailed as send()
+        does.
+        """
         return reply_line(self._exchange(request))
 
     def _exchange(self, request: Mapping[str, Any]) -> bytes:

@@ -1,5 +1,8 @@
-"""Model objects to and from the JSON the socket carries: jobs (whole, or the brief
-records listings send), events, nodes, partitions and fair-share rows."""
+"""Model objects to and from the JSON the socket carries.
+
+Jobs (whole, or the brief records listings send), events, nodes, partitions and
+fair-share rows.
+"""
 
 from __future__ import annotations
 
@@ -71,8 +74,11 @@ def brief_spec(spec: JobSpec) -> dict[str, Any]:
 
 
 def job_from_wire(data: Mapping[str, Any], spec: JobSpec | None = None) -> Job:
-    """`spec`, when given, is data["spec"] already decoded (a client that meets the same
-    spec in thousands of jobs decodes it once)."""
+    """The Job a job's wire form `data` holds.
+
+    `spec`, when given, is data["spec"] already decoded (a client that meets the same
+    spec in thousands of jobs decodes it once).
+    """
     return Job(
         id=data["id"],
         uid=data["uid"],

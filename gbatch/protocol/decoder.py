@@ -1,6 +1,9 @@
-"""The daemon's side of a request line: its JSON parsed within the protocol's limits
-(size, nesting) and decoded into its request type, each field checked against its
-type; BadRequest says what is wrong in one line its sender reads."""
+"""The daemon's side of a request line: parsed, then decoded into its request type.
+
+Its JSON is parsed within the protocol's limits (size, nesting) and decoded into its
+request type, each field checked against its type; BadRequest says what is wrong in one
+line its sender reads.
+"""
 
 from __future__ import annotations
 

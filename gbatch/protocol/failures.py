@@ -1,14 +1,18 @@
-"""The one line that says why a request to gbatchd failed: no daemon answers, the
-daemon refused it, or its answer did not come in time. Every front words these alike:
-the CLI prints it with an exit status of its own, the MCP server answers with it."""
+"""The one line that says why a request to gbatchd failed, worded alike by every front.
+
+No daemon answers, the daemon refused it, or its answer did not come in time. The CLI
+prints the line with an exit status of its own, the MCP server answers with it.
+"""
 
 from __future__ import annotations
 
 
 def failure_line(err: Exception) -> str | None:
-    """What to tell the user of `err`, in one line; None when `err` is none of the
-    client's failures (gbatch.protocol.client's DaemonUnavailable, RequestFailed,
-    ReplyTimeout). Imports the client only on this error path."""
+    """What to tell the user of `err`, in one line; None when it is no client failure.
+
+    The client's failures are gbatch.protocol.client's DaemonUnavailable, RequestFailed
+    and ReplyTimeout. Imports the client only on this error path.
+    """
     from gbatch.protocol.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 
     if isinstance(err, DaemonUnavailable):

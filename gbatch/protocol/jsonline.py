@@ -64,8 +64,11 @@ def dumps(obj: dict[str, Any]) -> str:
 
 
 def loads(line: bytes) -> Any:
-    """json.loads(line) for a line that holds one JSON value (and a newline at most
-    after it): the same value, or the same error."""
+    """json.loads(line) for a line that holds one JSON value: the same value or the same error.
+
+    Meant for a line with at most a newline after its value; any other line is handed
+    to json.loads itself.
+    """
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:

@@ -26,13 +26,15 @@ class BriefRecord(NamedTuple):
 
 
 class BriefRecords:
-    """Listings' brief job records' JSON text (job_to_wire(job, brief=True)),
-    remembered per job with the change number of the row it was made from: every write
-    of a jobs row gives it a new, higher number (the store's change feed), so a job
-    whose number is the same is unchanged, and a queue of 10,000 mostly unchanged jobs
-    is listed again reading two numbers a row, without its Jobs built, nor their
-    records made and encoded. Shared by handler threads: a race makes a record twice,
-    never a wrong one."""
+    """The JSON text of listings' brief job records, remembered per job while it is unchanged.
+
+    Each record (job_to_wire(job, brief=True)) is kept with the change number of the row
+    it was made from: every write of a jobs row gives it a new, higher number (the
+    store's change feed), so a job whose number is the same is unchanged, and a queue of
+    10,000 mostly unchanged jobs is listed again reading two numbers a row, without its
+    Jobs built, nor their records made and encoded. Shared by handler threads: a race
+    makes a record twice, never a wrong one.
+    """
 
     def __init__(self, most: int = 20_000) -> None:
         # Jobs remembered (each costs memory): once full, all are forgotten at the next
@@ -41,8 +43,11 @@ class BriefRecords:
         self._made: dict[int, BriefRecord] = {}
 
     def known(self) -> Callable[[int, int], BriefRecord | None]:
-        """For one listing: the record remembered for (job id, change number), if any
-        (Store.job_pages' `known`)."""
+        """For one listing, a lookup of the record remembered for (job id, change number).
+
+        The lookup is Store.job_pages' `known`; it answers None for a record not
+        remembered. When the records have reached `most`, all are forgotten first.
+        """
         made = self._made
         if len(made) >= self.most:
             made = self._made = {}  # replaced, not cleared: a listing under way keeps its
@@ -54,10 +59,12 @@ class BriefRecords:
         return find
 
     def text(self, job: Job, changed: int | None, *, keep: bool = True) -> str:
-        """The brief record's text of `job`, read from a row of change number `changed`
-        (None: not a row, an array tail's record, which is not remembered). `keep`:
-        remember it (a listing larger than the bound keeps none: sacct -a of 1,000,000
-        would hold 20,000 records of finished jobs for nothing)."""
+        """The brief record's text of `job`, read from a row of change number `changed`.
+
+        `changed` is None for what is not a row, an array tail's record, which is not
+        remembered. `keep`: remember it (a listing larger than the bound keeps none: sacct
+        -a of 1,000,000 would hold 20,000 records of finished jobs for nothing).
+        """
         text = json.dumps(job_to_wire(job, brief=True), separators=COMPACT)
         made = self._made
         if keep and changed is not None and len(made) < self.most:
@@ -66,12 +73,15 @@ class BriefRecords:
 
 
 def jobs_to_table(jobs: Sequence[Job]) -> dict[str, Any]:
-    """Brief jobs as a table, for a client that lists thousands every second (the TUI):
-    `{"specs": [brief spec, ...], "rows": [[spec index, id, uid, user, state, ...], ...]}`
-    (job_to_wire's fields in its order, the spec replaced by its index; then, for an
-    array task, its array's id and task index, else two nulls: see table_labels).
-    Jobs alike in their brief spec (an array's tasks) share one entry of `specs`, and
-    a row is a list, not a mapping: a third of job_to_wire's bytes to encode and parse."""
+    """Brief jobs as a table, for a client that lists thousands every second (the TUI).
+
+    `{"specs": [brief spec, ...], "rows": [[spec index, id, uid, user, state, ...], ...]}`:
+    job_to_wire's fields in its order, the spec replaced by its index; then, for an
+    array task, its array's id and task index, else two nulls (see table_labels); then,
+    for a record standing for more pending tasks, its array_more. Jobs alike in their
+    brief spec (an array's tasks) share one entry of `specs`, and a row is a list, not a
+    mapping: a third of job_to_wire's bytes to encode and parse.
+    """
     specs: list[dict[str, Any]] = []
     spec_index: dict[tuple[Any, ...], int] = {}
     rows = []
@@ -115,9 +125,12 @@ _TABLE_ARRAY_AT = 17
 
 
 def table_labels(table: Mapping[str, Any]) -> dict[int, str]:
-    """The ids of a job table's array tasks as Slurm shows them, `N_K` by job id. Kept
-    beside the jobs, not in their specs: an array's tasks share one spec (and its cells,
-    formatted once) in a view of thousands of them."""
+    """The ids of a job table's array tasks as Slurm shows them, `N_K`, by job id.
+
+    Kept beside the jobs, not in their specs: an array's tasks share one spec (and its
+    cells, formatted once) in a view of thousands of them. A record standing for more
+    pending tasks reads `N_[K-M]`.
+    """
     at = _TABLE_ARRAY_AT
     return {
         row[1]: array_label(row[at], row[at + 1], row[at + 2] if len(row) > at + 2 else ())
@@ -233,9 +246,12 @@ def _job(
 
 
 def jobs_from_table(table: Mapping[str, Any]) -> list[Job]:
-    """jobs_to_table's jobs, in its order, each as job_from_wire would give it from the
-    brief record: each shared spec decoded once, and an array task's (with its
-    array_task and array_pos, from the row's array id and task index) once per task."""
+    """jobs_to_table's jobs, in its order, each as job_from_wire gives it from the record.
+
+    The record is the brief one. Each shared spec is decoded once, and an array task's
+    (with its array_task and array_pos, from the row's array id and task index) once per
+    task.
+    """
     specs = [JobSpec.from_dict(spec) for spec in table["specs"]]
     tasks: dict[tuple[int, int, int], JobSpec] = {}
     at = _TABLE_ARRAY_AT
@@ -288,20 +304,25 @@ _ROW_COLUMNS = (
 def listing_columns(
     rows: Sequence[Sequence[Any]], spec_of: Callable[[Any], JobSpec]
 ) -> dict[str, Any]:
-    """Listing rows as columns: rows of `_ROW_COLUMNS` then array_more (the head's
-    Store.listing_rows), each row's spec cell a key that `spec_of` decodes (called once
-    per distinct key). Brief specs alike are sent once."""
+    """Listing rows as columns, brief specs alike sent once.
+
+    The rows hold `_ROW_COLUMNS` then array_more (the head's Store.listing_rows), each
+    row's spec cell a key that `spec_of` decodes (called once per distinct key).
+    """
     columns = ListingColumns(spec_of)
     columns.add(rows)
     return columns.made()
 
 
 class ListingColumns:
-    """listing_columns' columns made a page of rows at a time. With `as_text`, each
-    column is kept as its JSON text (a Streamed value, the text encode_reply writes for
-    the list) and the rows are let go page by page: a listing of 1,000,000 jobs holds
-    a short text a row instead of a dozen objects (issue 16). `most_keys`: spec
-    keys whose entry is remembered at once (a sweep's specs are each their own)."""
+    """listing_columns' columns made a page of rows at a time.
+
+    With `as_text`, each column is kept as its JSON text (a Streamed value, the text
+    encode_reply writes for the list) and the rows are let go page by page: a listing of
+    1,000,000 jobs holds a short text a row instead of a dozen objects (issue 16).
+    `most_keys`: spec keys whose entry is remembered at once (a sweep's specs are each
+    their own); past it, all are forgotten. 0: no bound.
+    """
 
     def __init__(
         self, spec_of: Callable[[Any], JobSpec], *, as_text: bool = False, most_keys: int = 0
@@ -380,8 +401,10 @@ class ListingColumns:
 
 
 def listing_row(job: Job, spec: object) -> tuple[object, ...]:
-    """A Job as one of listing_columns' rows, `spec` in its spec cell (the head's
-    Store.listing_rows selects the same columns from the jobs table)."""
+    """A Job as one of listing_columns' rows, `spec` in its spec cell.
+
+    The head's Store.listing_rows selects the same columns from the jobs table.
+    """
     return (
         job.id,
         job.uid,
@@ -406,9 +429,12 @@ def jobs_to_columns(jobs: Sequence[Job]) -> dict[str, Any]:
 
 
 def jobs_from_columns(columns: Mapping[str, Any]) -> list[Job]:
-    """listing_columns' rows as Jobs, in order, for squeue's cells: each shared spec
-    decoded once (an array task's once per task). The fields a listing does not send
-    (gpus, gpu_uuids, attempt, exit code and signal, stop_state) are left empty."""
+    """listing_columns' rows as Jobs, in order, for squeue's cells.
+
+    Each shared spec is decoded once (an array task's once per task). The fields a
+    listing does not send (gpus, gpu_uuids, attempt, exit code and signal, stop_state)
+    are left empty.
+    """
     specs = [JobSpec.from_dict(spec) for spec in columns["specs"]]
     tasks: dict[tuple[int, int, int], JobSpec] = {}
     more = {at: tuple((a, b) for a, b in spans) for at, spans in columns["more"]}
@@ -431,9 +457,12 @@ LISTING_COLUMNS = (*_ROW_COLUMNS, "array", "task")
 def job_from_listing(
     row: Sequence[Any], spec: JobSpec, array_more: tuple[tuple[int, int], ...]
 ) -> Job:
-    """One row of listing_columns' (values in LISTING_COLUMNS order, its spec already
-    decoded), built as job_from_row builds one. The fields a listing does not send
-    (gpus, gpu_uuids, attempt, exit code and signal, stop_state) are left empty."""
+    """The Job of one row of listing_columns', built as job_from_row builds one.
+
+    The row's values are in LISTING_COLUMNS order, its spec already decoded. The fields
+    a listing does not send (gpus, gpu_uuids, attempt, exit code and signal, stop_state)
+    are left empty.
+    """
     job_id, uid, user, _, state, reason, held, submit, start, end, node = row[:11]
     return _job(
         job_id,

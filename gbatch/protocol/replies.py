@@ -13,10 +13,12 @@ COMPACT = (",", ":")  # json.dumps's separators for reply lines: no spaces to se
 
 
 class Streamed:
-    """A reply's list made while the reply is written (a listing streamed from the
-    store): `runs` yields the JSON text of its items a run at a time, each run's items
-    joined by "," without brackets. encode_reply's pieces write it as the list it is;
-    materialised() decodes it for a caller in-process. Taken once."""
+    """A reply's list made while the reply is written, such as a listing streamed from the store.
+
+    `runs` yields the JSON text of its items a run at a time, each run's items joined by
+    "," without brackets. encode_reply's pieces write it as the list it is;
+    materialised() decodes it for a caller in-process. Taken once.
+    """
 
     def __init__(self, runs: Iterator[str]) -> None:
         self.runs = runs
@@ -29,17 +31,21 @@ class Streamed:
 
 
 class Later:
-    """A reply's value known only once the Streamed values before it have been written
-    (a page's "next"): `value()` is asked for when its turn comes."""
+    """A reply's value known only once the Streamed values before it have been written.
+
+    A page's "next" is one: `value()` is asked for when its turn comes.
+    """
 
     def __init__(self, value: Callable[[], object]) -> None:
         self.value = value
 
 
 def materialised(reply: dict[str, Any]) -> dict[str, Any]:
-    """`reply` with its Streamed values (in it or in its mappings) decoded into lists
-    and its Later values asked for, in order: what a client reading its line would
-    decode."""
+    """`reply` as a client reading its line would decode it.
+
+    Its Streamed values (in it or in its mappings) are decoded into lists and its Later
+    values asked for, in order.
+    """
     out: dict[str, Any] = {}
     for key, value in reply.items():
         if isinstance(value, Streamed):
@@ -58,16 +64,20 @@ encode_reply turns into text at once."""
 
 
 def encode_reply(reply: Mapping[str, Any]) -> list[bytes]:
-    """A reply's line, `json.dumps(reply, separators=COMPACT) + "\n"` byte for byte, as
-    a list of pieces (concatenated, they are that line): reply_pieces', taken whole."""
+    """A reply's line as a list of pieces that, concatenated, are that line.
+
+    The line is `json.dumps(reply, separators=COMPACT) + "\n"` byte for byte; the pieces
+    are reply_pieces', taken whole.
+    """
     return list(reply_pieces(reply))
 
 
 def reply_pieces(reply: Mapping[str, Any]) -> Generator[bytes, None, None]:
-    """A reply's line, `json.dumps(reply, separators=COMPACT) + "\n"` byte for byte,
-    in pieces made as they are taken: the daemon writes each before the next is made.
-    A Streamed list's items go in as its runs come, a Later value once the values
-    before it are written.
+    """A reply's line, made in pieces as they are taken.
+
+    The line is `json.dumps(reply, separators=COMPACT) + "\n"` byte for byte; the daemon
+    writes each piece before the next is made. A Streamed list's items go in as its runs
+    come, a Later value once the values before it are written.
 
     A large listing's reply is never one string: json.dumps of 100,000 jobs would hold
     their whole text twice (the str, then its bytes) beside the reply's objects, and

@@ -27,8 +27,10 @@ def error_reply(kind: ErrorKind, message: str) -> dict[str, Any]:
 
 
 def error_kind(value: object) -> ErrorKind:
-    """A reply's `kind`; one this client does not know (from a newer daemon) reads as
-    internal."""
+    """A reply's `kind` as an ErrorKind; one this client does not know reads as internal.
+
+    An unknown kind comes from a newer daemon.
+    """
     for kind in ERROR_KINDS:
         if value == kind:
             return kind
@@ -37,11 +39,14 @@ def error_kind(value: object) -> ErrorKind:
 
 @dataclass_transform(kw_only_default=True, frozen_default=True)
 class _Request:
-    """What every request type is: a frozen record of keyword-only fields (the class's
-    own annotations, defaults from its body) whose `op` names it on the socket; mypy
-    reads it as a frozen dataclass. Not dataclasses.dataclass: that writes each class's
-    methods with exec, a cost for each class, and every command would pay it at start-up.
-    `secret`: fields whose values a refusal never shows (they may hold tokens)."""
+    """What every request type is: a frozen record of keyword-only fields, named by `op`.
+
+    The fields are the class's own annotations, defaults from its body; `op` names it on
+    the socket; mypy reads it as a frozen dataclass. Not dataclasses.dataclass: that
+    writes each class's methods with exec, a cost for each class, and every command
+    would pay it at start-up. `secret`: fields whose values a refusal never shows (they
+    may hold tokens).
+    """
 
     op: ClassVar[str]
     _fields: ClassVar[tuple[str, ...]]
@@ -89,13 +94,16 @@ class Ping(_Request, op="ping"):
 
 
 class Submit(_Request, op="submit", secret=("secret_env", "submit_env")):
-    """Queue `spec` (JobSpec.to_dict(), its time_limit in seconds), or `count` copies
-    of it (an array), or one task per index of `array` (an --array expression; it wins
-    over count). secret_env: the values of the spec's secret_env names, sent beside
-    the spec and never inside it; submit_env: the submitting shell's variables the job
-    exports (spec.export), likewise. Replies {"ids": [...]}. `test_only`: queue
-    nothing; reply {"test": {"start", "node", "gpus"}} (start: epoch seconds or null
-    when the planner cannot tell; node: null likewise)."""
+    """Queue `spec`, `count` copies of it, or one task per index of `array`.
+
+    `spec` is JobSpec.to_dict(), its time_limit in seconds; `count` copies make an
+    array; `array` is an --array expression and wins over count. secret_env: the values
+    of the spec's secret_env names, sent beside the spec and never inside it;
+    submit_env: the submitting shell's variables the job exports (spec.export),
+    likewise. Replies {"ids": [...]}. `test_only`: queue nothing; reply {"test":
+    {"start", "node", "gpus"}} (start: epoch seconds or null when the planner cannot
+    tell; node: null likewise).
+    """
 
     spec: dict[str, Any]
     secret_env: dict[str, str] | None = None
@@ -112,11 +120,15 @@ class Submit(_Request, op="submit", secret=("secret_env", "submit_env")):
 
 
 class Cancel(_Request, op="cancel"):
-    """Cancel `ids` and the jobs in `ranges` ("FIRST-LAST", e.g. an array's "12-511");
-    with neither, the caller's active jobs that `users` and `states` (names or codes)
-    select. Replies {"results": [{"id", "ok": false, "error"}, ...], "done", "failed"}:
-    the jobs that failed (at most 1,000 listed; "failed" counts them all) and how many
-    were cancelled."""
+    """Cancel the jobs `ids`, `ranges` and `jobs` name, or else those `users` and `states` select.
+
+    `ranges` are "FIRST-LAST", e.g. an array's "12-511". Named jobs are narrowed by the
+    filters `users` and `states` (names or codes); with none named, the filters select
+    among the active jobs the caller may act on (an admin's: everyone's), as `scancel -u`
+    does. Replies {"results": [{"id", "ok": false, "error"}, ...], "done", "failed"}: the
+    jobs that failed (at most 1,000 listed; "failed" counts them all) and how many were
+    cancelled.
+    """
 
     ids: tuple[int, ...] = ()
     ranges: tuple[str, ...] = ()
@@ -128,8 +140,10 @@ class Cancel(_Request, op="cancel"):
 
 
 class Hold(_Request, op="hold"):
-    """Hold pending jobs (`ids`, `ranges`). Replies {"results", "done", "failed"} as
-    Cancel does."""
+    """Hold pending jobs (`ids`, `ranges`).
+
+    Replies {"results", "done", "failed"} as Cancel does.
+    """
 
     ids: tuple[int, ...] = ()
     ranges: tuple[str, ...] = ()
@@ -145,8 +159,10 @@ class Release(_Request, op="release"):
 
 
 class Requeue(_Request, op="requeue"):
-    """Queue jobs again (`ids`, `ranges`; a running one once its run has ended). Replies
-    as Cancel does."""
+    """Queue jobs again (`ids`, `ranges`); a running one once its run has ended.
+
+    Replies as Cancel does.
+    """
 
     ids: tuple[int, ...] = ()
     ranges: tuple[str, ...] = ()
@@ -165,8 +181,9 @@ JOB_ACTIONS: dict[str, type[JobAction]] = {
 
 
 class ListJobs(_Request, op="jobs"):
-    """squeue and sacct: the active jobs, or with `history` every state since `since`;
-    narrowed by ids, users and states (names or codes), and by job names, partitions
+    """squeue and sacct: the active jobs, or with `history` every state since `since`.
+
+    Narrowed by ids, users and states (names or codes), and by job names, partitions
     and nodes (squeue -n, -p, -w). `brief`: listings' spec fields only; `table`: brief,
     as jobs_to_table's rows; `columns`: listing_columns' (squeue). Replies
     {"jobs"|"table"|"columns", "now"}, and with `starts`
@@ -222,10 +239,13 @@ class ListJobs(_Request, op="jobs"):
 
 
 class ShowJob(_Request, op="job"):
-    """One job's record and events. Replies {"job", "events", "now", "tasks",
-    "gpu_usage"}: `gpu_usage` is GpuUsage.to_wire() of its current run, or None; `tasks`,
-    with `with_tasks` when `id` is an array's and no `task` is named, its other tasks'
-    records (scontrol show job N shows each task, as Slurm); else empty."""
+    """One job's record and events (scontrol show job).
+
+    Replies {"job", "events", "now", "tasks", "gpu_usage"}: `gpu_usage` is
+    GpuUsage.to_wire() of its current run, or None; `tasks`, with `with_tasks` when `id`
+    is an array's and no `task` is named, its other tasks' records (scontrol show job N
+    shows each task, as Slurm); else empty.
+    """
 
     id: int
     task: int | None = None  # with it, `id` is an array's id: its task `task` (N_K)
@@ -233,9 +253,12 @@ class ShowJob(_Request, op="job"):
 
 
 class UpdateJob(_Request, op="update"):
-    """scontrol update: change job `id`'s `changes`, each one of UPDATE_KEYS (any case)
-    with its value as the user wrote it (the daemon reads and checks it). Replies
-    {"id", "changes": ["TimeLimit 1:00:00 -> 30:00", ...]}."""
+    """scontrol update: change job `id`'s `changes`.
+
+    Each change is one of UPDATE_KEYS (any case) with its value as the user wrote it
+    (the daemon reads and checks it). Replies {"id", "changes": ["TimeLimit 1:00:00 ->
+    30:00", ...]}.
+    """
 
     id: int
     changes: dict[str, str]
@@ -268,9 +291,12 @@ def update_key(text: str) -> str | None:
 
 
 class ListNodes(_Request, op="nodes"):
-    """The fleet's nodes. Replies {"nodes": [...], "default_partition", "partitions":
-    [{"name", "nodes", "default", "default_time", "max_time"}, ...]} (times in seconds,
-    null: none set / unlimited)."""
+    """The fleet's nodes and partitions.
+
+    Replies {"nodes": [...], "default_partition", "partitions": [{"name", "nodes",
+    "default", "default_time", "max_time"}, ...]} (times in seconds, null: none set /
+    unlimited).
+    """
 
 
 class ReadLog(_Request, op="logs"):
@@ -307,8 +333,10 @@ class GetHostKey(_Request, op="node_hostkey"):
 
 
 class TrustHostKey(_Request, op="node_trust"):
-    """Admins: pin node `name`'s host key if it still has `fingerprint`; a different
-    key already pinned is replaced only with `replace`."""
+    """Admins: pin node `name`'s host key if it still has `fingerprint`.
+
+    A different key already pinned is replaced only with `replace`.
+    """
 
     name: str
     fingerprint: str
@@ -316,31 +344,38 @@ class TrustHostKey(_Request, op="node_trust"):
 
 
 class ShowShares(_Request, op="shares"):
-    """sshare: users' fair-share figures, what their jobs hold and their limits. The
-    caller's own row; `users` or `all_users` (every user with jobs, usage or a limits
-    entry) are for admins, bar the caller's own name. Replies {"users": [...], "now"}."""
+    """sshare: users' fair-share figures, what their jobs hold and their limits.
+
+    The caller's own row; `users` or `all_users` (every user with jobs, usage or a
+    limits entry) are for admins, bar the caller's own name. Replies {"users": [...],
+    "now"}.
+    """
 
     users: tuple[str, ...] = ()
     all_users: bool = False
 
 
 class ShowPriorities(_Request, op="priorities"):
-    """sprio: pending jobs (narrowed by `ids` and `users`) with what orders them: the
-    user's fair-share factor, the job's priority and nice, its age. Under private_data
-    a non-admin sees only their own. Replies {"jobs": [{"id", "user", "partition",
-    "array_job_id", "array_task", "priority", "nice", "fairshare", "submit_time",
-    "rank"}, ...], "now"}; rank is the job's place (1 first) among the jobs shown, in
-    the planner's order."""
+    """sprio: pending jobs (narrowed by `ids` and `users`) with what orders them.
+
+    What orders them: the user's fair-share factor, the job's priority and nice, its
+    age. Under private_data a non-admin sees only their own. Replies {"jobs": [{"id",
+    "user", "partition", "array_job_id", "array_task", "priority", "nice", "fairshare",
+    "submit_time", "held", "rank"}, ...], "now"} (JobPriority.to_wire()); rank is the
+    job's place (1 first) among the jobs shown, in the planner's order.
+    """
 
     ids: tuple[int, ...] = ()
     users: tuple[str, ...] = ()
 
 
 class ReportUsage(_Request, op="usage_report"):
-    """sreport: GPU-seconds that runs spent inside [start, end), summed by user (or by
-    the user's Unix group with `by_group`). The caller's own row; `users`, `all_users`
-    and `by_group` are for admins. Replies {"rows": [{"name", "gpu_seconds", "jobs"},
-    ...], "start", "end", "now"}."""
+    """sreport: GPU-seconds that runs spent inside [start, end), summed by user.
+
+    Summed by the user's Unix group instead with `by_group`. The caller's own row;
+    `users`, `all_users` and `by_group` are for admins. Replies {"rows": [{"name",
+    "gpu_seconds", "jobs"}, ...], "start", "end", "now"}.
+    """
 
     start: float
     end: float
@@ -350,8 +385,9 @@ class ReportUsage(_Request, op="usage_report"):
 
 
 class Metrics(_Request, op="metrics"):
-    """What `GET /metrics` shows (gbatch/api/metrics.py renders it for Prometheus): a
-    snapshot of the queue, the fleet and the daemon's counters, every user's. Under
+    """What `GET /metrics` shows: the queue, the fleet and the daemon's counters, all users'.
+
+    gbatch/api/metrics.py renders it for Prometheus. A snapshot, every user's. Under
     private_data, admins only. Replies {"now", "uptime", "jobs": [[state, user,
     partition, count], ...] (jobs not yet ended), "nodes": [node_to_wire, ...],
     "round_trips": {node: [seconds, age in seconds]} (SSH; measured nodes only),
@@ -364,10 +400,12 @@ class Shutdown(_Request, op="shutdown"):
 
 
 class MintToken(_Request, op="token"):
-    """An API token for the caller, or with `user` (admins) for that Unix user (a
-    service account); `scopes` as head/tokens.SCOPES names them (none: all), valid
-    `lifespan` seconds. Socket callers only. Replies {"token", "jti", "user", "scopes",
-    "expires", "kid"}."""
+    """An API token for the caller, or with `user` (admins) for that Unix user.
+
+    A token for another user is a service account's. `scopes` as head/tokens.SCOPES
+    names them (none: all), valid `lifespan` seconds. Socket callers only. Replies
+    {"token", "jti", "user", "scopes", "expires", "kid"}.
+    """
 
     lifespan: int = 3600
     scopes: tuple[str, ...] = ()
@@ -375,9 +413,11 @@ class MintToken(_Request, op="token"):
 
 
 class ListTokens(_Request, op="tokens"):
-    """The caller's unexpired tokens (with `all_users`, admins: everyone's), never the
-    tokens themselves. Replies {"tokens": [{"jti", "user", "scopes", "issued",
-    "expires", "revoked"}, ...], "now"}."""
+    """The caller's unexpired tokens' records, never the tokens themselves.
+
+    With `all_users`, admins: everyone's. Replies {"tokens": [{"jti", "user", "scopes",
+    "issued", "expires", "revoked"}, ...], "now"}.
+    """
 
     all_users: bool = False
 
@@ -389,16 +429,22 @@ class RevokeToken(_Request, op="token_revoke"):
 
 
 class RotateTokenKey(_Request, op="token_rotate"):
-    """Admins: sign new tokens with a new key; the old keys still verify their tokens
-    until those expire, unless `drop_old`. Replies {"kid"}."""
+    """Admins: sign new tokens with a new key.
+
+    The old keys still verify their tokens until those expire, unless `drop_old`.
+    Replies {"kid"}.
+    """
 
     drop_old: bool = False
 
 
 class WithToken(_Request, op="with_token", secret=("token",)):
-    """`request` (one request object, as encode_request makes it) made by the user the
-    API token `token` was issued to, within its scopes, whoever sends it: the HTTP API
-    sends every request so. The caller is the token's user, never the socket's peer."""
+    """`request` made by the user API token `token` was issued to, within its scopes.
+
+    `request` is one request object, as encode_request makes it; whoever sends it, the
+    caller is the token's user, never the socket's peer. The HTTP API sends every
+    request so.
+    """
 
     token: str
     request: dict[str, Any]

@@ -432,9 +432,9 @@ class RemoteStream(_ClosedOnExit):
             self._eof = _drain(self._channel, self._buffer, None)
 
     def lines(self, idle_timeout: float) -> Iterator[bytes]:
-        """Lines until the end of the stream; RemoteTimeout when one is `idle_timeout` late.
+        """Lines until the end of the stream; RemoteTimeout when one is slower than `idle_timeout`.
 
-        `idle_timeout` is in seconds, counted for each line.
+        `idle_timeout` is in seconds, counted afresh for each line.
         """
         while True:
             line = self.readline(idle_timeout)

@@ -134,8 +134,8 @@ class _Connection(asyncio.Protocol):
         """Write `payload` and return the reply's line, with its newline, within `timeout`.
 
         `timeout` is in seconds (TimeoutError past it). If the connection ends before the
-        newline: what came of the line (b"" for nothing), or the OSError that ended it
-        raised when nothing came.
+        newline, what came of the line; when nothing came, the OSError that ended it is
+        raised, or b"" returned if none did.
         """
         transport = self._transport
         assert transport is not None and self._waiter is None and self._line is None

@@ -75,7 +75,7 @@ def print_failures(
 ) -> bool:
     """Print one `gbatch <command>: error: ...` line per failure a bulk reply lists.
 
-    A last line says how many more it only counted. True when anything failed.
+    A last line says how many more it only counted, if any. True when anything failed.
     """
     listed = reply["results"]
     for failure in listed:

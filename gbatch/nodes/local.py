@@ -487,7 +487,7 @@ class LocalNode:
     def cleanup(self, job: Job, attempt: int) -> None:
         """Forget a finished run: remove its container, and hand its run directory to the remover.
 
-        The remover works off the loop's thread: a removal can be slow on a slow disk.
+        The remover works off the loop's thread, which a removal on a slow disk would hold up.
         """
         if job.spec.image is not None:
             with contextlib.suppress(HostError):

@@ -181,7 +181,8 @@ def format_seff(
     gbatch measures neither a job's CPU time nor its memory: those lines say
     `not measured` rather than a made-up 0. Efficiency of the time limit: the run's
     wall-clock time over its limit. The GPU lines come from `gpu_usage`, the samples of
-    the job's current run. A job that has not started gets no efficiency lines.
+    the job's current run. A job that has not started gets Slurm's `Efficiency not
+    available` line instead.
     """
     lines = [f"Job ID: {job.id}"]
     if job.array_job_id is not None:

@@ -295,9 +295,11 @@ class DockerError(Exception):
 
 
 def parse_docker_time(text: str) -> float | None:
-    """Seconds since the epoch for an RFC 3339 time as docker writes it
-    (`2026-01-01T12:00:00.123456789Z`), or None for Go's zero time (year 1), which docker
-    writes for "not yet". Raises ValueError for anything else."""
+    """Seconds since the epoch for an RFC 3339 time as docker writes it; None for "not yet".
+
+    Docker writes `2026-01-01T12:00:00.123456789Z`, and Go's zero time (year 1) for
+    "not yet". Raises ValueError for anything else.
+    """
     match = _RFC3339.match(text)
     if not match:
         raise ValueError(f"not an RFC 3339 time: {text!r}")
@@ -445,8 +447,11 @@ def disk_free_bytes(path: str) -> int | None:
 
 
 def host_cpus() -> int | None:
-    """The CPUs this process may run on (its affinity: a container's or cpuset's share),
-    or None when that cannot be read."""
+    """How many CPUs this process may run on: its affinity, a container's or cpuset's share.
+
+    Where the affinity cannot be read, os.cpu_count(): every CPU of the machine, or None
+    when even that is unknown.
+    """
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -551,13 +556,16 @@ def watch(
     make_report: Callable[[bool], dict[str, Any]],
     lease: Lease | None = None,
 ) -> None:
-    """Emit a report, then one per interval (or at once when the head sends an empty
-    line), until stdin reaches EOF or SIGTERM. make_report(poked) is told whether the
-    head asked for this report (it wants fresh GPU state, and wants it fast).
+    """Emit a report, then one per interval or when the head asks, until stdin's EOF or SIGTERM.
+
+    The head asks with an empty line, and the report goes at once. make_report(poked) is
+    told whether the head asked for this report (it wants fresh GPU state, and wants it
+    fast).
 
     With a lease, each report carries `seq` and the lease's state, and a line
     `renew <seq>` from the head renews the lease from the moment report `seq` was
-    emitted (see Lease)."""
+    emitted (see Lease).
+    """
     signal.signal(signal.SIGTERM, _raise_terminated)
     emitted: dict[int, float] = {}  # report seq -> monotonic time it was emitted
     seq = 0
@@ -613,8 +621,11 @@ def boot_id() -> str:
 
 
 class Lease:
-    """The lease file: {"boot": boot id, "expires": CLOCK_MONOTONIC seconds, "seconds",
-    "node", "docker"}. Only `watch` writes it (atomically); `fence` reads it."""
+    """The lease file, which only `watch` writes (atomically) and `fence` reads.
+
+    Its content: {"boot": boot id, "expires": CLOCK_MONOTONIC seconds, "seconds", "node",
+    "docker"}.
+    """
 
     def __init__(self, path: str, seconds: float, node: str, docker: list[str]) -> None:
         self.path = path
@@ -755,8 +766,12 @@ def ensure_fence(lease_file: str, node: str, docker: list[str]) -> None:
 
 
 def fence(lease_file: str, node: str, docker: list[str]) -> int:
-    """Guard the lease until it has run out and nothing of `node` runs: kill this
-    node's gbatch containers whenever the lease has run out. One per lease file."""
+    """Kill this node's gbatch containers whenever the lease has run out, until none runs.
+
+    The fence guards the lease until it has run out and nothing of `node` runs. One per
+    lease file: where another fence already guards it, this one returns at once. It
+    also returns once the lease file is gone or from another boot.
+    """
     fd = os.open(_lock_path(lease_file), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -93,8 +93,10 @@ class Api:
     async def call(
         self, http: Request, inner: requests.Request, status: int = 200
     ) -> tuple[dict[str, Any] | None, JSONResponse]:
-        """Send `inner` as the bearer of `http`'s token: the reply's fields and the
-        response to give (an error's when the fields are None)."""
+        """Send `inner` as the bearer of `http`'s token: the reply's fields and the response.
+
+        The response is the one to give: an error's when the fields are None.
+        """
         token = bearer(http.scope)
         if token is None:
             return None, _no_token()
@@ -104,8 +106,10 @@ class Api:
         return reply, JSONResponse({"ok": True, **reply}, status)
 
     async def relay(self, http: Request, inner: requests.Request) -> Response:
-        """call()'s response, the daemon's reply line passed on undecoded: what call()
-        would encode again is what gbatchd wrote (a listing's megabytes)."""
+        """call()'s response, with the daemon's reply line passed on undecoded.
+
+        What call() would encode again is what gbatchd wrote (a listing's megabytes).
+        """
         token = bearer(http.scope)
         if token is None:
             return _no_token()
@@ -115,8 +119,7 @@ class Api:
         return Response(line, media_type="application/json")
 
     async def ask(self, token: str, inner: requests.Request) -> dict[str, Any] | JSONResponse:
-        """The reply's fields to `inner` sent as the bearer of `token`, or the error's
-        response."""
+        """The reply's fields to `inner` sent as the bearer of `token`, or the error's response."""
         return await self._exchange(token, self._send(_as_bearer(token, inner)))
 
     async def _exchange(self, token: str, work: Coroutine[Any, Any, T]) -> T | JSONResponse:
@@ -135,8 +138,10 @@ class Api:
         return reply
 
     async def stream_log(self, token: str, job: tuple[int, int | None], offset: int) -> Response:
-        """The job's log from `offset` as Server-Sent Events until the job ends
-        (api/follow.py); a refusal of the first read is an ordinary JSON error."""
+        """The job's log from `offset` as Server-Sent Events until the job ends (api/follow.py).
+
+        A refusal of the first read is an ordinary JSON error.
+        """
         from gbatch.api import follow
 
         async def read(at: int) -> dict[str, Any]:
@@ -162,8 +167,10 @@ class Api:
         return await self.submit_from(bearer(http.scope), http.receive)
 
     async def submit_from(self, token: str | None, receive: Receive) -> Response:
-        """POST /jobs: the job file or batch script in the body, sent as the bearer of
-        `token`'s submit; 201 with the reply's fields and its first id as job_id."""
+        """POST /jobs: submit the job file or batch script in the body, as `token`'s bearer.
+
+        201 with the reply's fields and its first id as job_id.
+        """
         if token is None:  # before reading a body that will not be used
             return _no_token()
         body = await _body(receive)
@@ -251,9 +258,11 @@ class Api:
         return await self.relay(http, request)
 
     async def follow_logs(self, http: Request) -> Response:
-        """GET /jobs/{job}/logs/follow: the log from `offset` (or an EventSource's
-        Last-Event-ID, the offset it had reached) as text/event-stream until the job
-        ends."""
+        """GET /jobs/{job}/logs/follow: the log as text/event-stream until the job ends.
+
+        It starts from `offset`, or an EventSource's Last-Event-ID (the offset it had
+        reached).
+        """
         token = bearer(http.scope)
         if token is None:
             return _no_token()
@@ -269,9 +278,12 @@ class Api:
         return await self.relay(http, requests.ListNodes())
 
     async def metrics(self, http: Request) -> Response:
-        """Prometheus's text format of the daemon's Metrics snapshot. With a token, as
-        its user (scope read); without one, only with local_metrics and from loopback,
-        as this process's user: Prometheus on the head scrapes with no secret to keep."""
+        """Prometheus's text format of the daemon's Metrics snapshot.
+
+        With a token, as its user (scope read); without one, only with local_metrics and
+        from loopback, as this process's user: Prometheus on the head scrapes with no
+        secret to keep.
+        """
         reply: dict[str, Any] | None
         if bearer(http.scope) is None and self.local_metrics and _from_loopback(http):
             try:
@@ -304,9 +316,11 @@ def make_app(
     local_metrics: bool = False,
     limits: RateLimits | None = None,
 ) -> Starlette:
-    """The API's ASGI app, talking to the daemon at `socket_path`. `local_metrics`:
-    serve /metrics without a token to clients on this machine's loopback. `limits`: each
-    user's share (api/ratelimit.py; the defaults when None)."""
+    """The API's ASGI app, talking to the daemon at `socket_path`.
+
+    `local_metrics`: serve /metrics without a token to clients on this machine's
+    loopback. `limits`: each user's share (api/ratelimit.py; the defaults when None).
+    """
     limiter = Limiter(limits or RateLimits())
     api = Api(socket_path, timeout, local_metrics=local_metrics, limiter=limiter)
     routes: list[tuple[str, Callable[[Request], Awaitable[Response]], list[str]]] = [

@@ -1,7 +1,8 @@
-"""A job's log followed live as Server-Sent Events: the loop of `gbatch logs -f` (ReadLog
-from an offset until the daemon says `done`), each chunk one event. Every chunk is read
-with the caller's token like any other request, so a token revoked or expired mid-stream
-ends the stream at the next read.
+"""A job's log followed live as Server-Sent Events, each chunk one event.
+
+The loop of `gbatch logs -f`: ReadLog from an offset until the daemon says `done`.
+Every chunk is read with the caller's token like any other request, so a token revoked
+or expired mid-stream ends the stream at the next read.
 
 The events (each `data:` one JSON line, so a log's CR, NUL or half a line crosses intact):
   event: state                      data: {"state": "RUNNING"}  (first, then each change)
@@ -58,9 +59,13 @@ async def follow(
     clock: Callable[[], float] = time.monotonic,
     grace: float = RESTART_GRACE_SECONDS,
 ) -> AsyncIterator[str]:
-    """The events from `first` (the reply to the first read, made before the response
-    started so that a refusal is an HTTP status) until the daemon says `done`; while
-    the daemon is unavailable (for at most `grace` seconds), keepalives only."""
+    """The events from `first` until the daemon says `done`; keepalives only while it is down.
+
+    `first` is the reply to the first read, made before the response started so that a
+    refusal is an HTTP status. A pending job's `done` does not end the events. The
+    daemon may be unavailable for at most `grace` seconds; past that, or on any other
+    refusal, the events end with `failed`.
+    """
     reply = first
     quiet_since = clock()
     down_since: float | None = None
@@ -97,8 +102,10 @@ async def follow(
 
 
 def resume_offset(http: Request) -> int | None:
-    """Where a follow starts: Last-Event-ID (a reconnecting EventSource), else `offset`;
-    None when that is not a non-negative integer."""
+    """Where a follow starts: Last-Event-ID (a reconnecting EventSource), else `offset`.
+
+    0 when neither is given; None when the one given is not a non-negative integer.
+    """
     text = http.headers.get("last-event-id") or http.query_params.get("offset", "0")
     return int(text) if text.isdigit() else None
 

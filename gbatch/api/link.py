@@ -1,10 +1,11 @@
-"""The HTTP API's connections to gbatchd, on the event loop: one JSON line out, one
-back, as gbatch.protocol.client.Client speaks, with its errors (DaemonUnavailable, ReplyTimeout,
-RequestFailed) and its limits.
+"""The HTTP API's connections to gbatchd, on the event loop: one JSON line out, one back.
+
+They speak as gbatch.protocol.client.Client does, with its errors (DaemonUnavailable,
+ReplyTimeout, RequestFailed) and its limits.
 
 Why not Client in a worker thread: the hop to a thread and back (a queue, a condition,
-a wake-up of the loop) was a fifth of the API's CPU per submit. A slow gbatchd still
-holds up no other request: each waits for its reply on the loop, within `timeout`.
+a wake-up of the loop) was a large part of the API's CPU per submit. A slow gbatchd
+still holds up no other request: each waits for its reply on the loop, within `timeout`.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ MAX_CONNECTIONS = 40
 
 
 class DaemonLink:
-    """Exchanges with the daemon at `socket_path`, each on a connection of its own,
-    kept for the next one unless it failed. Bound to the event loop that uses it: on
-    another loop (a test's second client) it starts over."""
+    """Exchanges with the daemon at `socket_path`, one connection each, reused unless it failed.
+
+    Bound to the event loop that uses it: on another loop (a test's second client) it
+    starts over.
+    """
 
     def __init__(self, socket_path: Path, timeout: float = 30.0) -> None:
         self.socket_path = socket_path
@@ -128,9 +131,12 @@ class _Connection(asyncio.Protocol):
         self._error: OSError | None = None  # how it broke
 
     async def ask(self, loop: asyncio.AbstractEventLoop, payload: bytes, timeout: float) -> bytes:
-        """Write `payload`, wait for the reply's line (with its newline) within `timeout`
-        seconds (TimeoutError). The connection's end before the newline: what came of the
-        line (b"" for nothing), or the OSError that ended it when nothing came."""
+        """Write `payload` and return the reply's line, with its newline, within `timeout`.
+
+        `timeout` is in seconds (TimeoutError past it). If the connection ends before the
+        newline, what came of the line; when nothing came, the OSError that ended it is
+        raised, or b"" returned if none did.
+        """
         transport = self._transport
         assert transport is not None and self._waiter is None and self._line is None
         waiter = self._waiter = loop.create_future()

@@ -31,9 +31,12 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class SnapshotCollector(Collector):
-    """The metric families of one Metrics reply that prometheus_client renders: the
-    jobs', the daemon's and the fair-share ones (a few dozen samples). The nodes' and
-    GPUs' families, thousands of samples on a large fleet, are written by _nodes_text."""
+    """The metric families of one Metrics reply that prometheus_client renders.
+
+    The jobs', the daemon's and the fair-share ones (a few dozen samples). The nodes'
+    and GPUs' families, thousands of samples on a large fleet, are written by
+    _nodes_text.
+    """
 
     def __init__(self, snapshot: Mapping[str, Any], part: str) -> None:
         self.snapshot = snapshot

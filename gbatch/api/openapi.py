@@ -1,7 +1,9 @@
-"""The HTTP API's OpenAPI 3 document, served at /api/v1/openapi.json and printed by
-`gbatch api openapi`. Written out here rather than generated from models: the request
-types live once, in gbatch/protocol/requests.py, and the daemon checks them; this says what each
-path takes and gives (tests/unit/test_api.py keeps its paths and the app's routes equal).
+"""The HTTP API's OpenAPI 3 document, for /api/v1/openapi.json and `gbatch api openapi`.
+
+Served at /api/v1/openapi.json and printed by `gbatch api openapi`. Written out here
+rather than generated from models: the request types live once, in
+gbatch/protocol/requests.py, and the daemon checks them; this says what each path takes
+and gives (tests/unit/test_api.py keeps its paths and the app's routes equal).
 """
 
 from __future__ import annotations

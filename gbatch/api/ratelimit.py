@@ -1,6 +1,7 @@
-"""Per-user limits in the API process, so that one token's user cannot starve the others
-over HTTP: gbatchd limits each of *its* callers, and every HTTP request reaches it as
-this process's own connections.
+"""Per-user limits in the API process, so that one token's user cannot starve the others.
+
+gbatchd cannot do it over HTTP: it limits each of *its* callers, and every HTTP request
+reaches it as this process's own connections.
 
 Three limits per key, all answered 429 with Retry-After and the API's JSON error:
   - requests at once (a stream of a log is not one of them; it has its own limit),
@@ -121,8 +122,11 @@ class Limiter:
     # -- admission ----------------------------------------------------------------------
 
     def admit(self, key: str, now: float, *, stream: bool = False) -> Refusal | None:
-        """Take a request (a followed log if `stream`) for `key` at `now`: None when it may
-        go on, and then `release` must follow once it is done; else the Refusal."""
+        """Take a request (a followed log if `stream`) for `key` at `now`, or refuse it.
+
+        None when it may go on, and then `release` must follow once it is done; else the
+        Refusal.
+        """
         share = self._share(key, now)
         limit = self.limits.streams if stream else self.limits.requests
         held = share.streams if stream else share.requests
@@ -176,9 +180,11 @@ class Limiter:
 
 
 class RateLimitMiddleware:
-    """Admits each HTTP request through `limiter` before the app sees it, and releases it
-    once its response has ended (a followed log: when the stream ends or its client goes
-    away)."""
+    """Admits each HTTP request through `limiter` before the app sees it, then releases it.
+
+    The release comes once its response has ended (a followed log: when the stream ends
+    or its client goes away).
+    """
 
     def __init__(
         self, app: ASGIApp, limiter: Limiter, clock: Callable[[], float] = time.monotonic
@@ -219,9 +225,12 @@ def credential(scope: Scope) -> str | None:
 
 
 def bearer(scope: Scope) -> str | None:
-    """The token of the request's `Authorization: Bearer TOKEN` header (the first
-    Authorization header, as Starlette's Headers.get reads it), or None. Read from the
-    scope's raw headers: a Headers object per request is not needed for one header."""
+    """The token of the request's `Authorization: Bearer TOKEN` header, or None.
+
+    The first Authorization header counts, as Starlette's Headers.get reads it. Read
+    from the scope's raw headers: a Headers object per request is not needed for one
+    header.
+    """
     for name, value in scope["headers"]:
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")

@@ -1,6 +1,7 @@
-"""The web page (/ui): server-rendered HTML over the same wire requests as the JSON API,
-sent through Api.ask with the token of the session's cookie, so gbatchd authorizes every
-page exactly as it does each CLI command (this module decides nothing).
+"""The web page (/ui): server-rendered HTML over the same wire requests as the JSON API.
+
+They are sent through Api.ask with the token of the session's cookie, so gbatchd
+authorizes every page exactly as it does each CLI command (this module decides nothing).
 
 Safety, in one place:
   - the token lives in an HttpOnly, SameSite=Strict cookie (Secure over https), set by
@@ -106,8 +107,10 @@ class Web:
         return HTMLResponse(html, status, headers=SECURITY_HEADERS)
 
     def login_page(self, http: Request, status: int, message: str) -> HTMLResponse:
-        """The login form, its CSRF token from the LOGIN_COOKIE nonce (a new one if the
-        browser has none)."""
+        """The login form, its CSRF token from the LOGIN_COOKIE nonce.
+
+        A new nonce is drawn if the browser has none; the cookie is set with the page.
+        """
         nonce = http.cookies.get(LOGIN_COOKIE) or secrets.token_urlsafe(32)
         response = self.page(
             http, "login.html", status, message=message, csrf=self.login_csrf(nonce)
@@ -225,8 +228,10 @@ class Web:
         return self.page(http, "job.html", job=reply["job"], events=reply["events"])
 
     async def act(self, http: Request) -> Response:
-        """A job page's button: the wire request the CLI would send, then back to the
-        job's page; each job the daemon refused is said as it said it."""
+        """A job page's button: send the wire request the CLI would, then back to the job's page.
+
+        Each job the daemon refused is said as it said it.
+        """
         action = requests.JOB_ACTIONS.get(http.path_params["action"])
         if action is None:
             return self.page(http, "error.html", 404, message="no such action")
@@ -247,8 +252,10 @@ class Web:
         return RedirectResponse(f"/ui/jobs/{job}", 303, headers=SECURITY_HEADERS)
 
     async def log(self, http: Request) -> Response:
-        """The job's log as Server-Sent Events (the API's follow), with the cookie's token:
-        an EventSource sends cookies, never an Authorization header."""
+        """The job's log as Server-Sent Events (the API's follow), with the cookie's token.
+
+        An EventSource sends cookies, never an Authorization header.
+        """
         token = http.cookies.get(COOKIE)
         target = _target(http)
         offset = resume_offset(http)

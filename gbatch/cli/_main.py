@@ -104,10 +104,12 @@ def _daemon_failure(prog: str, err: Exception) -> int | None:
 
 
 def daemon_failure(err: Exception) -> tuple[str, Exit] | None:
-    """The one-line message (gbatch.protocol.failures', which the MCP server's tools
-    answer with too) and exit status of a failure to reach the daemon or of its
-    refusal; None for any other error. (Imported here, not at start: `--help` never
-    needs them.)"""
+    """The message and exit status of a failure to reach the daemon or of its refusal.
+
+    The one-line message is gbatch.protocol.failures', which the MCP server's tools
+    answer with too. None for any other error. (Imported here, not at start: `--help`
+    never needs them.)
+    """
     from gbatch.cli.exits import Exit
     from gbatch.protocol.client import DaemonUnavailable, RequestFailed
     from gbatch.protocol.failures import failure_line
@@ -145,8 +147,10 @@ def _fail(prog: str, message: str, status: int) -> int:
 
 
 def exit_status(kind: ErrorKind) -> Exit:
-    """The exit status of a request the daemon refused: one for every kind (mypy
-    checks that none is left out)."""
+    """The exit status of a request the daemon refused, by the kind of refusal.
+
+    There is one for every kind (mypy checks that none is left out).
+    """
     from gbatch.cli.exits import Exit
 
     match kind:

@@ -70,11 +70,14 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def split_help_lines(text: str, width: int) -> list[str] | None:
-    """textwrap.wrap(text, width) of a help line (words between single spaces, as
-    HelpFormatter leaves it), filled word by word; None (textwrap's to wrap) where that
-    might differ: a word longer than `width` (textwrap breaks it), or one with a `-`
-    that starts a line (textwrap may break after a hyphen, `full-` / `screen`).
-    tests/unit/test_cli_parser.py holds it to textwrap."""
+    """textwrap.wrap(text, width) of a help line, filled word by word; None where unsure.
+
+    A help line has its words between single spaces, as HelpFormatter leaves it. None
+    (textwrap's to wrap) where the two might differ: a word longer than `width` (textwrap
+    breaks it), or one with a `-` that starts a line (textwrap may break after a hyphen,
+    `full-` / `screen`); also for a `width` under 1. tests/unit/test_cli_parser.py holds
+    it to textwrap.
+    """
     if width < 1:
         return None
     lines: list[str] = []
@@ -101,8 +104,10 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
     alone: a parser each would cost two gettext look-ups at every start."""
 
     def add_stand_in(self, name: str, help_line: str) -> None:
-        """List `name` in `gbatch --help` and take it as a choice, with no parser: the
-        one command that runs gets its own (build_parser)."""
+        """List `name` in `gbatch --help` and take it as a choice, with no parser.
+
+        The one command that runs gets its own (build_parser).
+        """
         self._choices_actions.append(self._ChoicesPseudoAction(name, (), help_line))
         self._name_parser_map[name] = None
 
@@ -128,10 +133,13 @@ def _help_width() -> int:
 
 
 def build_parser(command: str | None, every: bool = False) -> argparse.ArgumentParser:
-    """gbatch's parser with `command`'s own sub-parser (its module imported); every other
-    command is a stand-in that carries its name and help only. None: stand-ins alone
-    (`gbatch --help`, or a word that names no command). every: each command's own
-    sub-parser, every module imported (what the man pages and completion are made from)."""
+    """gbatch's parser: `command`'s own sub-parser, and a stand-in for every other command.
+
+    `command`'s module is imported; a stand-in carries a command's name and help only.
+    None: stand-ins alone (`gbatch --help`, or a word that names no command). every:
+    each command's own sub-parser, every module imported (what the man pages and
+    completion are made from).
+    """
     parser = _Parser(
         prog="gbatch",
         description="Queue GPU jobs on a lab's servers, Slurm style.",

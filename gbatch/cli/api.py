@@ -86,8 +86,11 @@ def _positive_float(text: str) -> float:
 
 
 def parse_listen(text: str, tls: bool) -> tuple[str, int]:
-    """HOST:PORT checked: a port, and a loopback host unless TLS is on (tokens must not
-    cross a network in clear). CliError otherwise."""
+    """`--listen`'s HOST:PORT as (host, port), checked; CliError (usage) otherwise.
+
+    The port must be a port number, and the host a loopback one unless TLS is on (tokens
+    must not cross a network in clear).
+    """
     host, _, port = text.rpartition(":")
     host = host.strip("[]")
     if not host or not port.isdigit() or int(port) > 65535:
@@ -120,10 +123,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def make_listener(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on host:port for uvicorn. Made with proto IPPROTO_TCP, not
-    0: asyncio sets TCP_NODELAY only on connections whose proto says TCP, and without it
-    a response's headers and body (two writes) wait out the client's delayed ACK on each
-    request of a keep-alive connection (bench/bench_api.py)."""
+    """A listening TCP socket on host:port for uvicorn; CliError when it cannot bind.
+
+    Made with proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on connections
+    whose proto says TCP, and without it a response's headers and body (two writes) wait
+    out the client's delayed ACK on each request of a keep-alive connection
+    (bench/bench_api.py).
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -1,6 +1,7 @@
-"""gbatch's command line as values, read off the argparse parsers that `--help` prints:
-what the man pages (gbatch/cli/manpages.py) and the shell completion
-(gbatch/cli/completion.py) are made from, so neither can say other than `--help`.
+"""gbatch's command line as values, read off the argparse parsers that `--help` prints.
+
+The man pages (gbatch/cli/manpages.py) and the shell completion
+(gbatch/cli/completion.py) are made from it, so neither can say other than `--help`.
 
 Imported by those two alone: reading the tree imports every command's module.
 """
@@ -30,8 +31,11 @@ _BY_METAVAR |= {"NODE": "node", "USER": "user", "FILE": "file", "DIR": "dir"}
 
 @dataclass(frozen=True)
 class Option:
-    """One option: its flags (`-p`, `--partition`), its value's metavar (None: a flag
-    that takes none), its help, what its value names (kind) and its choices."""
+    """One option of a command, as its parser declares it.
+
+    Its flags (`-p`, `--partition`), its value's metavar (None: a flag that takes none),
+    its help, what its value names (kind) and its choices.
+    """
 
     flags: tuple[str, ...]
     metavar: str | None
@@ -49,9 +53,12 @@ class Option:
 
 @dataclass(frozen=True)
 class Argument:
-    """One positional argument: its name as usage shows it, its help, kind, choices,
-    whether it may be left out or repeated, and whether it takes the rest of the line
-    (sbatch's script arguments: options there are the script's)."""
+    """One positional argument of a command, as its parser declares it.
+
+    Its name as usage shows it, its help, kind, choices, whether it may be left out or
+    repeated, and whether it takes the rest of the line (sbatch's script arguments:
+    options there are the script's).
+    """
 
     name: str
     help: str

@@ -1,5 +1,7 @@
-"""gbatch completion SHELL: a completion script for bash, zsh or fish, made now from the
-parsers `--help` prints (gbatch/cli/commandtree.py), so it cannot fall behind them.
+"""gbatch completion SHELL: a completion script for bash, zsh or fish.
+
+The script is made now from the parsers `--help` prints (gbatch/cli/commandtree.py),
+so it cannot fall behind them.
 
 Each script is a fixed part, the shell's own code in gbatch/cli/shells/, and tables
 written here: the commands, each command's options, what each option's value and each
@@ -84,16 +86,20 @@ def _kind(kind: str, choices: tuple[str, ...], is_list: bool) -> str:
 
 
 def value_kind(option: Option) -> str:
-    """What completes an option's value, in the scripts' words: `choice:A B`, a kind
-    (`job`, `partition`, `node`, `user`, `file`, `dir`) or `text` (nothing to offer);
-    a trailing `,`: a comma list."""
+    """What completes an option's value, in the scripts' words.
+
+    `choice:A B`, a kind (`job`, `partition`, `node`, `user`, `file`, `dir`) or `text`
+    (nothing to offer); a trailing `,`: a comma list.
+    """
     return _kind(option.kind, option.choices, option.is_list)
 
 
 def argument_kind(argument: Argument) -> str:
-    """What completes an argument, as value_kind (job ids that may repeat: a comma
-    list too, as scancel reads them); `rest:` before it: from there on, the words
-    (options too) are that argument's."""
+    """What completes an argument, in value_kind's words.
+
+    Job ids that may repeat are a comma list too, as scancel reads them. `rest:` before
+    it: from there on, the words (options too) are that argument's.
+    """
     kind = _kind(argument.kind, argument.choices, argument.kind == "job" and argument.repeats)
     return ("rest:" if argument.rest else "") + kind
 
@@ -160,8 +166,10 @@ def _bash_tables(top: Command, commands: tuple[Command, ...]) -> str:
 
 
 def short_help(text: str, width: int = 72) -> str:
-    """A help text's first sentence on one line, cut after a word with `...` past
-    `width`: what zsh and fish show beside a candidate."""
+    """A help text's first sentence on one line, cut after a word with `...` past `width`.
+
+    What zsh and fish show beside a candidate.
+    """
     # A sentence ends at `. ` before a capital, not after `e.g.` or `i.e.`.
     line = re.split(r"(?<!e\.g)(?<!i\.e)\.\s+(?=[A-Z`])", " ".join(text.split()))[0]
     line = line.removesuffix(".")

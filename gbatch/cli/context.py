@@ -36,11 +36,14 @@ class Context:
 
 
 def parse_ids(values: list[str] | None, what: str, forms: Forms | None = None) -> list[str] | None:
-    """Job ids as given (`-j 12,13_2 -j 20_[1-3]`, or JOBID arguments), checked by the one
-    grammar of gbatch/core/jobids.py for the forms the command takes (`forms`, every form by
-    default) and written back in canonical form for the daemon (which checks them again);
-    None when none were given. `what` names the command's option or argument in the error:
-    `gbatch squeue: error: -j/--jobs: '4_5x' is not a job id. Give N, N_K, ...`."""
+    """Job ids as given, checked and written back in canonical form; None when none were given.
+
+    Ids as given: `-j 12,13_2 -j 20_[1-3]`, or JOBID arguments. They are checked by the
+    one grammar of gbatch/core/jobids.py for the forms the command takes (`forms`, every
+    form by default) and written back in canonical form for the daemon (which checks
+    them again). `what` names the command's option or argument in the error (exit 2):
+    `gbatch squeue: error: -j/--jobs: '4_5x' is not a job id. Give N, N_K, ...`.
+    """
     if not values:
         return None  # before the imports: gbatch.core.jobids loads the model (start-up)
     from gbatch.cli.exits import CliError, Exit
@@ -53,8 +56,11 @@ def parse_ids(values: list[str] | None, what: str, forms: Forms | None = None) -
 
 
 def parse_job(text: str, what: str, forms: Forms | None = None) -> JobTarget:
-    """One job, `N` or `N_K` (logs, seff, scontrol show job) unless `forms` (one job) says
-    otherwise; exit 2, naming `what` and the forms taken, for anything else."""
+    """One job, `N` or `N_K` unless `forms` says otherwise; exit 2 for anything else.
+
+    `N` or `N_K` is what logs, seff and scontrol show job take; `forms` (one job) may
+    say otherwise. The error names `what` and the forms taken.
+    """
     from gbatch.cli.exits import CliError, Exit
     from gbatch.core.jobids import ONE, JobIdError, parse_one_job
 
@@ -67,8 +73,10 @@ def parse_job(text: str, what: str, forms: Forms | None = None) -> JobTarget:
 def print_failures(
     command: str, reply: dict[str, Any], line: Callable[[dict[str, Any]], str]
 ) -> bool:
-    """Print one `gbatch <command>: error: ...` line per failure a bulk reply lists (and
-    how many more it only counted); True when anything failed."""
+    """Print one `gbatch <command>: error: ...` line per failure a bulk reply lists.
+
+    A last line says how many more it only counted, if any. True when anything failed.
+    """
     listed = reply["results"]
     for failure in listed:
         print(f"gbatch {command}: error: {line(failure)}", file=sys.stderr)

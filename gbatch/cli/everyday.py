@@ -53,9 +53,11 @@ SBATCH_VALUES = {"--wrap": "wrap"}
 
 
 def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | None:
-    """(prog, --debug given, the command's run) for an everyday command line; None for
-    any other. run() returns the exit status, or None to decline (no connection was
-    made): argparse's path then runs the same line."""
+    """(prog, --debug given, the command's run) for an everyday command line; None for others.
+
+    run() returns the exit status, or None to decline (no connection was made):
+    argparse's path then runs the same line.
+    """
     debug = words[:1] == ["--debug"]
     line = words[1:] if debug else words
     command, rest = (line[0], line[1:]) if line else ("", [])
@@ -73,8 +75,10 @@ def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | N
 def read_options(
     words: list[str], flags: Mapping[str, str], with_value: Mapping[str, str]
 ) -> dict[str, Any] | None:
-    """`words` as argparse reads them for these options: {dest: True} for a flag given,
-    {dest: [value, ...]} for an option; None for any word it may read otherwise."""
+    """`words` as argparse reads them for these options; None for any word it may read otherwise.
+
+    {dest: True} for a flag given, {dest: [value, ...]} for an option.
+    """
     found: dict[str, Any] = {}
     at = 0
     while at < len(words):
@@ -111,11 +115,13 @@ def split_list(values: list[str] | None) -> list[str] | None:
 
 
 def job_ids(values: list[str]) -> list[str] | None:
-    """squeue's `-j` values as context.parse_ids reads them with gbatch.core.jobids' grammar
-    (every form), read without re or the model: each item in canonical form, in order
-    (`-j 12,13_4 -j 20_[1-3,5-5]` -> [12, 13_4, 20_[1-3,5]]; `4_5` is task 5 of array
-    4, never job 45). None for any text that is not a list of job ids as the grammar
-    writes them: parse_ids says what is wrong with it, as ever."""
+    """squeue's `-j` values as context.parse_ids reads them, each item in canonical form.
+
+    The same grammar as gbatch.core.jobids' (every form), read without re or the model;
+    the items keep their order (`-j 12,13_4 -j 20_[1-3,5-5]` -> [12, 13_4, 20_[1-3,5]];
+    `4_5` is task 5 of array 4, never job 45). None for any text that is not a list of
+    job ids as the grammar writes them: parse_ids says what is wrong with it, as ever.
+    """
     ids: list[str] = []
     for value in values:
         if len(value) > MAX_ID_TEXT:
@@ -252,8 +258,10 @@ def _check_jobs_exist(jobs: list[str], send: Exchange) -> bool:
 
 
 def run_sbatch(values: dict[str, Any], environ: Mapping[str, str], send: Exchange) -> int | None:
-    """sbatch.run for `--wrap CMD` with -H, --parsable or -Q: the same request, the same
-    line printed (and warning)."""
+    """sbatch.run for `--wrap CMD` with -H, --parsable or -Q: the same request and output.
+
+    The same line is printed (and the same warning); None declines, as everyday's run().
+    """
     try:
         submit_dir = os.getcwd()
     except OSError:
@@ -275,13 +283,16 @@ def run_sbatch(values: dict[str, Any], environ: Mapping[str, str], send: Exchang
 def wrap_request(
     wrap: str, held: bool, submit_dir: str, environ: Mapping[str, str]
 ) -> dict[str, Any] | None:
-    """The submit request of `sbatch --wrap CMD` given no other job option (-H, --parsable
-    and -Q aside), as requests.encode_request of jobspec.submit.build_submit's, built
-    without the model, spec or request types (start-up); None for a command or an environment that
-    build_submit would refuse (which then says why, as ever). The job's spec is the one
-    build_spec makes of a command alone: named "wrap", run by /bin/sh -c where it was
-    submitted, taking the submitter's environment (--export=ALL, filtered as
-    submitenv's). tests/unit/test_sbatch_everyday.py holds the two paths equal."""
+    """The submit request of `sbatch --wrap CMD` given no other job option, as a plain dict.
+
+    -H, --parsable and -Q aside. It equals requests.encode_request of
+    jobspec.submit.build_submit's, built without the model, spec or request types
+    (start-up); None for a command or an environment that build_submit would refuse
+    (which then says why, as ever). The job's spec is the one build_spec makes of a
+    command alone: named "wrap", run by /bin/sh -c where it was submitted, taking the
+    submitter's environment (--export=ALL, filtered as submitenv's).
+    tests/unit/test_sbatch_everyday.py holds the two paths equal.
+    """
     command = ["/bin/sh", "-c", wrap]
     try:  # spec._check_command's and _check_utf8's refusals are build_spec's to make
         size = sum(len(arg.encode("utf-8")) + 1 for arg in command)
@@ -318,8 +329,10 @@ def wrap_request(
 
 
 def warn_unwritable(directory: str) -> None:
-    """sbatch's warning for a job whose slurm-%j.out goes in `directory`, when the
-    submitter cannot write there (not refused, as Slurm does not refuse it)."""
+    """Print sbatch's warning when the submitter cannot write `directory`, the job's output's.
+
+    The job's slurm-%j.out goes there. It is not refused, as Slurm does not refuse it.
+    """
     if not os.access(directory, os.W_OK | os.X_OK):
         print(
             f"gbatch sbatch: warning: you cannot write in {directory}, so the job's "
@@ -330,9 +343,11 @@ def warn_unwritable(directory: str) -> None:
 
 
 def socket_path(environ: Mapping[str, str]) -> str | None:
-    """The socket paths.resolve_paths(environ) names, as a string reaching the same file
-    (built without pathlib); None where it needs a lookup this does not make (a `~` to
-    expand, the user's data dir: platformdirs')."""
+    """The socket paths.resolve_paths(environ) names, as a string reaching the same file.
+
+    Built without pathlib; None where it needs a lookup this does not make (a `~` to
+    expand, the user's data dir: platformdirs').
+    """
     socket = environ.get("GBATCH_SOCKET")
     home = environ.get("GBATCH_HOME")
     if socket:
@@ -352,9 +367,12 @@ def _absolute(path: str) -> str | None:
 
 
 def exchange(request: dict[str, Any]) -> dict[str, Any] | None:
-    """Client(resolve_paths(os.environ).socket).send(request), on one connection made
-    without socket.py or json; None when no connection was made (nothing was sent: the
-    full path connects again, and waits out a busy daemon or says why it could not)."""
+    """Send `request` to gbatchd and return its reply; None when no connection was made.
+
+    The same as Client(resolve_paths(os.environ).socket).send(request), on one
+    connection made without socket.py or json. None means nothing was sent: the full
+    path connects again, and waits out a busy daemon or says why it could not.
+    """
     path = socket_path(os.environ)
     if path is None:
         return None

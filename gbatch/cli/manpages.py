@@ -1,6 +1,7 @@
-"""gbatch's man pages, gbatch(1) and one per command (gbatch-sbatch(1), ...), made from
-the parsers `--help` prints (gbatch/cli/commandtree.py) and the exit statuses of
-gbatch/cli/exits.py.
+"""gbatch's man pages, gbatch(1) and one per command (gbatch-sbatch(1), ...).
+
+They are made from the parsers `--help` prints (gbatch/cli/commandtree.py) and the
+exit statuses of gbatch/cli/exits.py.
 
 The pages are committed under man/man1/ and installed with the package into
 share/man/man1 (pyproject.toml), where `man` finds them beside the `gbatch` on PATH;
@@ -36,8 +37,10 @@ def pages() -> dict[str, str]:
 
 
 def write(directory: Path) -> list[Path]:
-    """Write every page into `directory` and delete the gbatch pages no command makes
-    any more; the paths written."""
+    """Write every page into `directory` and return the paths written.
+
+    The gbatch pages there that no command makes any more are deleted.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     made = pages()
     for stale in directory.glob("gbatch*.1"):

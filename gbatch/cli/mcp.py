@@ -1,7 +1,9 @@
-"""gbatch mcp serve: gbatch's tools for a coding agent, as a Model Context Protocol
-server over stdio (gbatch/mcp/). The agent's client starts it as its user; each tool
-call is a request on gbatchd's socket like any command's, so the agent may do what
-its user may, and nothing else."""
+"""gbatch mcp serve: gbatch's tools for a coding agent, as an MCP server over stdio.
+
+A Model Context Protocol server (gbatch/mcp/). The agent's client starts it as its
+user; each tool call is a request on gbatchd's socket like any command's, so the agent
+may do what its user may, and nothing else.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""gbatch scancel: cancel pending or running jobs (running ones get SIGTERM, then
-SIGKILL after the grace period)."""
+"""gbatch scancel: cancel pending or running jobs.
+
+Running ones get SIGTERM, then SIGKILL after the grace period.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""gbatch scontrol: show one job's full record and history, a node or a partition;
-hold, release, requeue and update jobs."""
+"""gbatch scontrol: show a job, a node or a partition; hold, release, requeue, update jobs.
+
+A job is shown with its full record and history.
+"""
 
 from __future__ import annotations
 
@@ -125,9 +127,12 @@ def _show_all_jobs(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def parse_update(words: list[str]) -> tuple[JobTarget, dict[str, str]]:
-    """`JobId=12 TimeLimit=30 Name=x` -> (12, {"TimeLimit": "30", "JobName": "x"}): Slurm's
+    """Read scontrol update's KEY=VALUE words into (the job, {Slurm's key: value}).
+
+    `JobId=12 TimeLimit=30 Name=x` -> (12, {"TimeLimit": "30", "JobName": "x"}): Slurm's
     KEY=VALUE words, keys in any case. CliError (usage) for a word without `=`, no or
-    two JobIds, or a key gbatch does not update (naming those it does)."""
+    two JobIds, or a key gbatch does not update (naming those it does).
+    """
     from gbatch.core.jobids import ONE
     from gbatch.protocol.requests import update_key
 

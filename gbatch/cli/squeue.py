@@ -24,9 +24,11 @@ _SORT_OPTIONS = ("-S", "--sort")
 
 
 def join_option_values(argv: list[str]) -> list[str]:
-    """squeue's words after its command name, with `-S VALUE` / `--sort VALUE` joined
-    into `--sort=VALUE`: Slurm's getopt takes the next word as -S's value even when it
-    starts with '-' (`squeue -S -t,i`), where argparse would read `-t,i` as an option."""
+    """squeue's words after its command name, with `-S VALUE` joined into `--sort=VALUE`.
+
+    `--sort VALUE` too. Slurm's getopt takes the next word as -S's value even when it
+    starts with '-' (`squeue -S -t,i`), where argparse would read `-t,i` as an option.
+    """
     out: list[str] = []
     words = iter(argv)
     for word in words:

@@ -1,5 +1,7 @@
-"""gbatch token: API tokens for the HTTP API (`gbatch api serve`), minted by the daemon
-for the caller it sees on the socket."""
+"""gbatch token: API tokens for the HTTP API (`gbatch api serve`).
+
+The daemon mints them for the caller it sees on the socket.
+"""
 
 from __future__ import annotations
 

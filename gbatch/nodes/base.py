@@ -1,5 +1,6 @@
-"""What the daemon needs of a node, whatever reaches it: the embedded local node
-(gbatch/nodes/local.py) or a GPU host over SSH.
+"""What the daemon needs of a node, whatever reaches it: the local one or a GPU host over SSH.
+
+The local node is the embedded one, gbatch/nodes/local.py.
 
 A run is known by (job id, attempt) alone, so a restarted daemon finds it again.
 """
@@ -40,8 +41,11 @@ class HostError(Exception):
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What a finished command left. `exit_status` is -1 when the remote side closed without
-    reporting one (the process was killed by a signal)."""
+    """What a finished command left: its exit status, stdout and stderr.
+
+    `exit_status` is -1 when the remote side closed without reporting one (the process
+    was killed by a signal).
+    """
 
     exit_status: int
     stdout: bytes
@@ -69,11 +73,14 @@ class LaunchError(Exception):
 
 @dataclass(frozen=True)
 class RunStatus:
-    """What a node says of a run. "running": its process or container exists (a
-    container only created counts); "exited": it ended, with the fields below;
-    "vanished": the node surely has no such run (docker says "No such container");
-    "unknown": the node cannot tell now (silent, or its docker did not answer): ask
-    again later, and neither adopt nor requeue the run on it."""
+    """What a node says of a run: running, exited, vanished or unknown.
+
+    "running": its process or container exists (a container only created counts);
+    "exited": it ended, with the fields below; "vanished": the node surely has no such
+    run (docker says "No such container"); "unknown": the node cannot tell now (silent,
+    or its docker did not answer): ask again later, and neither adopt nor requeue the
+    run on it.
+    """
 
     state: Literal["running", "exited", "vanished", "unknown"]
     exit_code: int | None = None
@@ -85,9 +92,11 @@ class RunStatus:
 def finished_container_status(
     state: str, exit_code: int | None, finished_at: float | None, oom_killed: bool
 ) -> RunStatus | None:
-    """What a container docker reports in `state` says of its run: None while it has
-    not finished (created, running, paused, restarting), else the exit, with the end
-    time docker gives (now, when it gives none)."""
+    """The run's status from the `state` docker reports of its container; None if unfinished.
+
+    None while it has not finished (created, running, paused, restarting); else the
+    exit, with the end time docker gives (now, when it gives none).
+    """
     if state not in ("exited", "dead"):
         return None
     return RunStatus("exited", exit_code, 0, finished_at or time.time(), oom=oom_killed)
@@ -99,8 +108,10 @@ class Node(Protocol):
 
     @property
     def report_seq(self) -> int:
-        """Reports received so far: a released GPU is handed out again only after a
-        later report shows it clean."""
+        """How many reports have been received so far.
+
+        A released GPU is handed out again only after a later report shows it clean.
+        """
 
     # Whether jobs without an image (bare processes) can run here.
     runs_bare_processes: bool
@@ -126,8 +137,10 @@ class Node(Protocol):
         """Ask for a report now (a GPU was just released)."""
 
     def round_trip(self) -> tuple[float, float] | None:
-        """The latest SSH round trip to the node: (seconds, time.monotonic() when it was
-        measured); None for a node reached without SSH, or before one was measured."""
+        """The latest SSH round trip to the node: (seconds, time.monotonic() when measured).
+
+        None for a node reached without SSH, or before one was measured.
+        """
 
     def docker_problem(self, now: float) -> str | None:
         """None when a docker engine answers on the node, else why not."""
@@ -203,11 +216,13 @@ class Reports:
 
 
 def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str, str]:
-    """What every run sees besides its own env: who and where it is, as gbatch's own
-    GBATCH_* names and as the SLURM_* names a Slurm batch script reads.
+    """A run's environment: who and where it is, over the submitter's and the job file's env.
 
-    Under them, the submitting shell's exported variables (job.submit_env, filled on
-    the move to CONFIGURING), and over those the job file's env."""
+    Who and where it is comes as gbatch's own GBATCH_* names and as the SLURM_* names a
+    Slurm batch script reads. Under them, the submitting shell's exported variables
+    (job.submit_env, filled on the move to CONFIGURING), and over those the job file's
+    env.
+    """
     env = {**dict(job.submit_env), **dict(job.spec.env)}
     gpu_list = ",".join(str(g) for g in gpus)
     env.update(

@@ -1,5 +1,6 @@
-"""Docker for gbatch's jobs: command lines, parsers for what docker prints back, and
-the one launch route both node kinds take (ContainerLauncher).
+"""Docker for gbatch's jobs: command lines, parsers of docker's output, and the launch route.
+
+The launch route, ContainerLauncher, is the one both node kinds take.
 
 The builders and parsers are pure: they take values and return an argv (a list of
 strings, never a shell string) or parsed values. Running them is the business of a
@@ -292,8 +293,11 @@ _DOCKER_TIME = re.compile(
 
 
 def parse_docker_time(text: str) -> float | None:
-    """Epoch seconds from docker's RFC 3339 time with nanoseconds; None for docker's
-    "never" (the year 1) or an empty string. Raises ValueError for anything else."""
+    """Epoch seconds from docker's RFC 3339 time with nanoseconds.
+
+    None for docker's "never" (the year 1) or an empty string. Raises ValueError for
+    anything else.
+    """
     if not text or text.startswith("0001-01-01"):
         return None
     match = _DOCKER_TIME.match(text)
@@ -335,9 +339,11 @@ def env_file_text(env: Mapping[str, str]) -> str:
 
 
 def error_line(stderr: str, fallback: str) -> str:
-    """The line of docker's stderr that says what went wrong. Not simply the last one:
-    the CLI ends most errors with a hint ("Run 'docker run --help' for more
-    information", older clients "See 'docker run --help'.")."""
+    """The line of docker's stderr that says what went wrong; `fallback` when none does.
+
+    Not simply the last one: the CLI ends most errors with a hint ("Run 'docker run
+    --help' for more information", older clients "See 'docker run --help'.").
+    """
     lines = [
         line.strip()
         for line in stderr.splitlines()
@@ -356,9 +362,11 @@ _NO_SUCH_IMAGE = re.compile(r"No such image: (\S+?)\.?$", re.MULTILINE)
 
 
 def missing_image(stderr: str) -> str | None:
-    """The image a failed `docker run` could not find and could not pull, from its
-    stderr; None when the run failed for another reason (a pull that worked and a
-    container the engine then refused is not a missing image)."""
+    """The image a failed `docker run` could not find and could not pull, from its stderr.
+
+    None when the run failed for another reason (a pull that worked and a container the
+    engine then refused is not a missing image).
+    """
     if (match := _NOT_LOCAL.search(stderr)) is not None and _PULLED not in stderr:
         return match[1]
     if (match := _NO_SUCH_IMAGE.search(stderr)) is not None:
@@ -370,8 +378,10 @@ def missing_image(stderr: str) -> str | None:
 
 
 class DockerHost(Protocol):
-    """The machine a node's docker CLI runs on, as a launch needs it. Both calls raise
-    HostError when they fail or their answer is lost."""
+    """The machine a node's docker CLI runs on, as a launch needs it.
+
+    Both calls raise HostError when they fail or their answer is lost.
+    """
 
     def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult: ...
 
@@ -437,9 +447,11 @@ class ContainerLauncher:
         *,
         disk_free_bytes: int | None = None,
     ) -> None:
-        """Start attempt `attempt` of `job` on `gpus` as a detached container; return once
-        `docker run -d` has created it. Raises LaunchError (maybe_started when docker's
-        answer was lost, node_busy when the host could not take a command now).
+        """Start attempt `attempt` of `job` on `gpus` as a detached container.
+
+        It returns once `docker run -d` has created it. Raises LaunchError (maybe_started
+        when docker's answer was lost, node_busy when the host could not take a command
+        now).
 
         Precondition: CONFIGURING for this attempt is committed, and `env_file`'s
         directory on the host is the node's own. In order: the policy's last check (a
@@ -447,7 +459,8 @@ class ContainerLauncher:
         env-file, `docker run -d`. An env-file holding secrets is removed as soon as
         docker has returned (it has read the file by then); any other goes with the
         node's cleanup. `disk_free_bytes` (the host's last report) explains a failed
-        env-file write."""
+        env-file write.
+        """
         env = {**job_env(job, attempt, gpus, self.node), **launch_secrets(job)}
         try:
             argv = docker_run_argv(

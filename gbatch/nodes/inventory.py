@@ -141,8 +141,11 @@ class NodeConfig:
 
 @dataclass(frozen=True)
 class Partition:
-    """A named pool of nodes (Slurm's partition). Times are in seconds, None: unlimited
-    (max_time) or none set (default_time: a job without -t has no limit)."""
+    """A named pool of nodes (Slurm's partition).
+
+    Times are in seconds, None: unlimited (max_time) or none set (default_time: a job
+    without -t has no limit).
+    """
 
     name: str
     nodes: tuple[str, ...]
@@ -160,9 +163,12 @@ class Partition:
 
 @dataclass(frozen=True)
 class Inventory:
-    """Every node of the fleet, in file order; `source` is the file's absolute path.
-    `partitions` are in file order; without `partitions:` in the file, one partition,
-    IMPLICIT_PARTITION, holds every node."""
+    """Every node of the fleet and its partitions, as the inventory file lists them.
+
+    Nodes and `partitions` are in file order; `source` is the file's absolute path.
+    Without `partitions:` in the file, `partitions` is empty and one partition,
+    IMPLICIT_PARTITION, holds every node (partitions_of).
+    """
 
     nodes: tuple[NodeConfig, ...]
     known_hosts: Path

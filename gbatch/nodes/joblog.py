@@ -44,8 +44,11 @@ if TYPE_CHECKING:
 
 
 def open_log(path: Path) -> IO[bytes]:
-    """The job's log, opened to append, unbuffered: a write the disk refuses fails at
-    once and leaves nothing behind in a buffer to be written later out of order."""
+    """The job's log, opened to append, unbuffered; its directory made if missing.
+
+    Unbuffered so that a write the disk refuses fails at once and leaves nothing behind
+    in a buffer to be written later out of order.
+    """
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     return os.fdopen(fd, "ab", buffering=0)
@@ -92,10 +95,11 @@ def truncation_note(limit: int) -> str:
 
 
 class LogWriter:
-    """Appends a job's output to its log and never raises for a write the disk refuses
-    (ENOSPC, EDQUOT, EFBIG, EIO): that output is dropped and counted, the job carries
-    on, and the next write that succeeds is preceded by a line saying how much was lost
-    and why. Not thread-safe: one writer per log and thread.
+    """Appends a job's output to its log, and never raises for a write the disk refuses.
+
+    For such a write (ENOSPC, EDQUOT, EFBIG, EIO) that output is dropped and counted,
+    the job carries on, and the next write that succeeds is preceded by a line saying
+    how much was lost and why. Not thread-safe: one writer per log and thread.
 
     `write` writes some of the bytes it is given and returns how many (os.write, or an
     unbuffered file's write). With a `limit` (max_log_bytes), the log, `size` bytes
@@ -180,8 +184,11 @@ class LogWriter:
 
 
 class StderrChunk(bytes):
-    """Output the job wrote on stderr, from a stream that tells the two apart (a local
-    container's `docker logs`, when the job sends stderr to a file of its own)."""
+    """Output the job wrote on stderr, from a stream that tells the two apart.
+
+    Such a stream is a local container's `docker logs`, when the job sends stderr to a
+    file of its own.
+    """
 
 
 class LogFollowers:
@@ -203,9 +210,11 @@ class LogFollowers:
         open_stream: StreamOpener,
         open_files: FilesOpener | None = None,
     ) -> None:
-        """Start copying (unless a follower for this attempt already runs), to the log
-        and, with `open_files`, to the job's output files too: stderr to a file of its
-        own when the stream marks it (StderrChunk), else with stdout."""
+        """Start copying the attempt's output to the log, unless a follower already does.
+
+        With `open_files`, to the job's output files too: stderr to a file of its own
+        when the stream marks it (StderrChunk), else with stdout.
+        """
         key = (job_id, attempt)
         with self._lock:
             thread = self._threads.get(key)

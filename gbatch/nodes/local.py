@@ -71,8 +71,10 @@ def agent_script() -> Path:
 
 
 def write_simulation_file(path: Path, count: int) -> None:
-    """Describe `count` simulated GPUs, unless the file already describes that many
-    (tests edit it while the agent runs: keep their edits)."""
+    """Describe `count` simulated GPUs in `path`, unless it already describes that many.
+
+    Tests edit the file while the agent runs: keep their edits.
+    """
     if path.exists():
         try:
             if len(json.loads(path.read_text()).get("gpus", [])) == count:
@@ -373,8 +375,7 @@ class LocalNode:
         self.follow_container_log(job, attempt)
 
     def follow_container_log(self, job: Job, attempt: int) -> None:
-        """Copy the container's output into the job's log, and its output file, until
-        it exits."""
+        """Copy the container's output into the job's log, and its output file, until it exits."""
         self._log_followers.follow(
             job.id,
             attempt,
@@ -484,8 +485,10 @@ class LocalNode:
             os.killpg(int(pids["pgid"]), sig)
 
     def cleanup(self, job: Job, attempt: int) -> None:
-        """Forget a finished run: remove its container, and hand its run directory to
-        the remover (off the loop's thread: a removal costs ms on a slow disk)."""
+        """Forget a finished run: remove its container, and hand its run directory to the remover.
+
+        The remover works off the loop's thread, which a removal on a slow disk would hold up.
+        """
         if job.spec.image is not None:
             with contextlib.suppress(HostError):
                 self._host.run(

@@ -64,8 +64,11 @@ class OpenError(Exception):
 
 @dataclass
 class OutputFiles:
-    """The open files of one attempt: `out` takes stdout, `err` stderr (the same
-    descriptor when stderr goes with stdout). The caller closes them (close())."""
+    """The open files of one attempt: `out` takes stdout, `err` stderr.
+
+    They are the same descriptor when stderr goes with stdout. The caller closes them
+    (close()).
+    """
 
     out: int
     err: int
@@ -118,9 +121,11 @@ def open_outputs(job: Job, attempt: int, node: str, run_dir: Path) -> OutputFile
 def open_or_say(
     job: Job, attempt: int, node: str, run_dir: Path, say: Callable[[bytes], object]
 ) -> OutputFiles | None:
-    """open_outputs, or None when it fails: then the job runs on with its output in the
-    head's log only, and `say` (a write to that log) tells why, once (Slurm loses such
-    output silently)."""
+    """open_outputs, or None when that fails and the job's output goes to the head's log only.
+
+    The job then runs on, and `say` (a write to that log) tells why, once (Slurm loses
+    such output silently).
+    """
     try:
         return open_outputs(job, attempt, node, run_dir)
     except OpenError as err:

@@ -46,9 +46,11 @@ AGENT_FILE = "gbatch_agent.py"
 
 
 def host_path(path: str) -> str:
-    """A path as remote commands and SFTP take it: `~/x` becomes `x` and `~` becomes
-    `.`, since both start in the login's home (and a quoted `~` would not expand).
-    Every host path in an argv or SFTP call goes through here."""
+    """A path as remote commands and SFTP take it: `~/x` becomes `x` and `~` becomes `.`.
+
+    Both start in the login's home (and a quoted `~` would not expand). Every host path
+    in an argv or SFTP call goes through here.
+    """
     if path == "~" or path.startswith("~/"):
         return path[1:].lstrip("/") or "."
     return path
@@ -66,8 +68,11 @@ def agent_probe_argv(config: NodeConfig) -> list[str]:
 
 
 def install_agent(config: NodeConfig, agent_file: Path) -> str:
-    """Copy the agent to the host over SFTP and check that it runs there; return a
-    one-line summary. Raises RemoteError (HostKeyError for an untrusted host)."""
+    """Copy the agent to the host over SFTP, check that it runs there, and return a summary.
+
+    The summary is one line. Raises RemoteError (HostKeyError for an untrusted host),
+    also when the agent does not run.
+    """
     with SshConnection(target_of(config)) as conn:
         conn.connect()
         conn.put_file(agent_file, agent_path(config), 0o755)
@@ -418,8 +423,11 @@ class RemoteNode:
             self._run(docker.docker_kill_argv(name, sig.name, docker=self.node.docker))
 
     def cleanup(self, job: Job, attempt: int) -> None:
-        """Remove the container and env-file in the background: the loop has the next
-        job to start, and `docker rm` is tens of milliseconds it need not wait for."""
+        """Remove the run's container and env-file in the background, and forget the run.
+
+        In the background because the loop has the next job to start, and `docker rm`
+        on the host is a wait it need not make.
+        """
         threading.Thread(
             target=self._remove, args=(job.id, attempt), name=f"cleanup-{job.id}", daemon=True
         ).start()

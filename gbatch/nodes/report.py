@@ -311,8 +311,10 @@ def parse_report_line(line: str | bytes) -> NodeReport:
 
 
 def gbatch_container_ids(report: NodeReport) -> frozenset[str]:
-    """The full ids of the gbatch containers the report lists, in any state: what the
-    head passes to `to_gpus` as `gbatch_containers`."""
+    """The full ids of the gbatch containers the report lists, in any state.
+
+    They are what the head passes to `to_gpus` as `gbatch_containers`.
+    """
     return frozenset(c.id for c in report.containers)
 
 

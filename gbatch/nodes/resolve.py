@@ -34,9 +34,11 @@ from gbatch.site.policy import RunAs
 
 
 def follow(path: str) -> str:
-    """`path` with every symlink followed, as far as it exists; OSError when a
-    directory on the way cannot be searched (or a loop, or a file used as a directory).
-    Part of RESOLVER_SOURCE: stdlib only, any Python 3."""
+    """`path` with every symlink followed, as far as it exists.
+
+    OSError when a directory on the way cannot be searched (or a loop, or a file used
+    as a directory). Part of RESOLVER_SOURCE: stdlib only, any Python 3.
+    """
     todo = [p for p in path.split("/") if p not in ("", ".")]
     done, hops = "/", 0
     while todo:
@@ -132,9 +134,11 @@ def parse_resolved(result: CommandResult, paths: Sequence[str]) -> Resolved:
 
 
 def resolve_here(run_as: RunAs | None, paths: Sequence[str], timeout: float = 30.0) -> Resolved:
-    """Resolve `paths` on this machine as `run_as` (the daemon at submit). A child
-    process only when it must change user; otherwise in this process's own rights,
-    as strictly. Raises HostError."""
+    """Resolve `paths` on this machine as `run_as`: the daemon's check at submit.
+
+    A child process only when it must change user; otherwise in this process's own
+    rights, as strictly. Raises HostError.
+    """
     if run_as is None or os.geteuid() != 0 or run_as.uid == 0:
         # The same program, without a process: nobody to become.
         return _resolve_in_process(paths)

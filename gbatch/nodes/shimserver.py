@@ -64,8 +64,10 @@ RESTART_AFTER = 10.0  # seconds between starts of a server that died
 
 
 def serve(sock: socket.socket) -> None:
-    """Answer requests on `sock` until its other end closes. Single-threaded, so that
-    a fork copies a consistent process."""
+    """Answer requests on `sock` until its other end closes.
+
+    Single-threaded, so that a fork copies a consistent process.
+    """
     # Preloaded here, not in each child: what the shim imports as it runs.
     import locale  # noqa: F401  (the shim's coerce_c_locale, in each child)
     import selectors  # also the shim's output copier
@@ -228,9 +230,11 @@ class ServerGone(Exception):
 
 
 class ShimServer:
-    """The daemon's handle on its shim server: started on the first run, started again
-    (at most every RESTART_AFTER s) after it died; `start_run` raises ServerGone
-    whenever the run must go to the plain shim instead."""
+    """The daemon's handle on its shim server, started on the first run and again if it died.
+
+    It is started again at most every RESTART_AFTER s. `start_run` raises ServerGone
+    whenever the run must go to the plain shim instead.
+    """
 
     def __init__(
         self,
@@ -308,12 +312,14 @@ class ShimServer:
         cwd: str,
         fds: Sequence[int],
     ) -> int:
-        """Fork the shim `python -m gbatch.shim ARGV` would be, in `cwd` with `env`,
-        with `fds` (the log, then the output file and, when apart, the error file, if
-        any); its pid.
+        """Fork the shim `python -m gbatch.shim ARGV` would be, in `cwd` with `env`; its pid.
+
+        It gets `fds`: the log, then the output file and, when apart, the error file, if
+        any.
 
         Raises ServerGone when surely nothing started (start the plain shim), and
-        LaunchError when the start failed or may have happened unseen."""
+        LaunchError when the start failed or may have happened unseen.
+        """
         from gbatch.nodes.base import LaunchError
 
         lock_path = run_dir / LOCK_FILE

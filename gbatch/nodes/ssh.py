@@ -57,8 +57,10 @@ _TRUST_HINT = "run `gbatch node trust {name}` after checking the fingerprint"
 
 
 class RemoteError(HostError):
-    """A remote call failed: the host is unreachable, refused us, or the connection died
-    (its answer counts as lost: the command may have run)."""
+    """A remote call failed: the host is unreachable, refused us, or the connection died.
+
+    Its answer counts as lost: the command may have run.
+    """
 
 
 class HostKeyError(RemoteError):
@@ -155,10 +157,12 @@ def fetch_host_key(
 
 
 def trust_host_key(known_hosts: Path, host: str, port: int, key: paramiko.PKey) -> None:
-    """Append `key` for host:port to `known_hosts` in OpenSSH format (mode 0600; missing
-    directories are created 0700). Only call this once a person has checked the key's
-    fingerprint. A changed key's old line is not removed: do that first, or the old key
-    stays trusted too."""
+    """Append `key` for host:port to `known_hosts` in OpenSSH format.
+
+    The file is mode 0600; missing directories are created 0700. Only call this once a
+    person has checked the key's fingerprint. A changed key's old line is not removed:
+    do that first, or the old key stays trusted too.
+    """
     known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     line = f"{known_hosts_name(host, port)} {key.get_name()} {key.get_base64()}\n".encode()
     fd = os.open(known_hosts, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
@@ -178,10 +182,12 @@ PinState = Literal["none", "same", "different"]
 
 @dataclass(frozen=True)
 class OfferedKey:
-    """The key a host offers now, and how the known_hosts file stands on it: `pinned` is
-    "none" (no key on file for the host), "same" (this key is on file) or "different"
-    (the file holds other keys: a connection would be refused as a changed key).
-    `pinned_keys` are the keys on file for the host, in file order."""
+    """The key a host offers now, and how the known_hosts file stands on it.
+
+    `pinned` is "none" (no key on file for the host), "same" (this key is on file) or
+    "different" (the file holds other keys: a connection would be refused as a changed
+    key). `pinned_keys` are the keys on file for the host, in file order.
+    """
 
     key: paramiko.PKey
     pinned: PinState
@@ -209,9 +215,11 @@ def _keys_on_file(known_hosts: Path, address: str) -> dict[str, paramiko.PKey]:
 
 
 def offered_host_key(target: SshTarget) -> OfferedKey:
-    """Ask the host for its key (no login) and compare it with the known_hosts file, the
-    way SshConnection.connect would: the key type first on file is asked for first, and
-    a key of another type than those on file counts as different. Writes nothing."""
+    """Ask the host for its key (no login) and compare it with the known_hosts file.
+
+    The way SshConnection.connect would: the key type first on file is asked for first,
+    and a key of another type than those on file counts as different. Writes nothing.
+    """
     on_file = _keys_on_file(target.known_hosts, target.address)
     prefer = next(iter(on_file), None)
     key = fetch_host_key(target.host, target.port, target.connect_timeout, prefer=prefer)
@@ -234,10 +242,13 @@ def _names_host(names: str, address: str) -> bool:
 
 
 def replace_host_key(known_hosts: Path, host: str, port: int, key: paramiko.PKey) -> None:
-    """Make `key` the only key `known_hosts` trusts for host:port: every line naming the
-    host is dropped (a line that names other hosts too keeps them), then the key is added.
-    The file is replaced atomically (mode 0600); other hosts' lines are kept as they are.
-    Only call this once a person has checked the new key's fingerprint."""
+    """Make `key` the only key `known_hosts` trusts for host:port.
+
+    Every line naming the host is dropped (a line that names other hosts too keeps
+    them), then the key is added. The file is replaced atomically (mode 0600); other
+    hosts' lines are kept as they are. Only call this once a person has checked the new
+    key's fingerprint.
+    """
     address = known_hosts_name(host, port)
     kept: list[str] = []
     with contextlib.suppress(FileNotFoundError):
@@ -399,8 +410,10 @@ class RemoteStream(_ClosedOnExit):
         self._eof = False
 
     def readline(self, timeout: float) -> bytes | None:
-        """The next line with its b"\\n" (the last may lack it); b"" at end of stream;
-        None when no whole line arrived within `timeout` seconds."""
+        """The next line with its b"\\n" (the last may lack it); b"" at end of stream.
+
+        None when no whole line arrived within `timeout` seconds.
+        """
         deadline = time.monotonic() + timeout
         while True:
             newline = self._buffer.find(b"\n")
@@ -419,8 +432,10 @@ class RemoteStream(_ClosedOnExit):
             self._eof = _drain(self._channel, self._buffer, None)
 
     def lines(self, idle_timeout: float) -> Iterator[bytes]:
-        """Lines until the end of the stream; RemoteTimeout when one takes longer than
-        `idle_timeout` seconds."""
+        """Lines until the end of the stream; RemoteTimeout when one is slower than `idle_timeout`.
+
+        `idle_timeout` is in seconds, counted afresh for each line.
+        """
         while True:
             line = self.readline(idle_timeout)
             if line is None:
@@ -709,8 +724,11 @@ class SshConnection(_ClosedOnExit):
     # files --------------------------------------------------------------------------------
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int, *, timeout: float = 60.0) -> None:
-        """Write `data` to `remote_path` with `mode`, atomically: readers see the old file or
-        the whole new one. Parent directories are created. `timeout` bounds each step."""
+        """Write `data` to `remote_path` with `mode`, atomically.
+
+        Readers see the old file or the whole new one. Parent directories are created.
+        `timeout` bounds each step.
+        """
         parent = posixpath.dirname(remote_path) or "."
         made = self.run(["mkdir", "-p", "--", parent], timeout=timeout)
         if made.exit_status != 0:
@@ -742,8 +760,10 @@ class SshConnection(_ClosedOnExit):
                 ) from e
 
     def put_file(self, local: Path, remote_path: str, mode: int, *, timeout: float = 60.0) -> None:
-        """put_bytes with a local file's content (read whole: meant for small files such as
-        the agent)."""
+        """put_bytes with a local file's content.
+
+        The file is read whole: meant for small files such as the agent.
+        """
         self.put_bytes(local.read_bytes(), remote_path, mode, timeout=timeout)
 
     def _open_sftp(self, timeout: float) -> Any:
@@ -782,10 +802,12 @@ class SshConnection(_ClosedOnExit):
 
 
 class StreamPool:
-    """Connections for many long-lived streams to one node (a `docker logs -f` per run):
-    each carries at most STREAMS_PER_CONNECTION, and another is opened when all are
+    """Connections for many long-lived streams to one node (a `docker logs -f` per run).
+
+    Each carries at most STREAMS_PER_CONNECTION, and another is opened when all are
     full, since sshd refuses channels past its MaxSessions. Connections are made on
-    demand and dropped once idle and broken; close() ends every stream at once."""
+    demand and dropped once idle and broken; close() ends every stream at once.
+    """
 
     def __init__(self, target: SshTarget) -> None:
         self._target = target

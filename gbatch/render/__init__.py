@@ -1,2 +1,4 @@
-"""Text and JSON renderings of jobs and nodes for each command's output, in the shapes
-Slurm's users script against. Fronts call these; the head never does."""
+"""Text and JSON renderings of jobs and nodes, in the shapes Slurm's users script against.
+
+Each command's output is drawn here. Fronts call these; the head never does.
+"""

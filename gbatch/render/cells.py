@@ -1,7 +1,9 @@
-"""What every command's output shares: Slurm's texts of a job's facts and a node's (time
-used, `(Reason)`, exit code, partition, memory, command line), JSON and line output,
-`-o` format parsing, and tables whose columns fit their cells. Every function is
-pure: the clock is the `now` parameter, and user names arrive inside the jobs.
+"""What every command's output shares: job and node texts, JSON, `-o` formats, tables.
+
+The texts of a job's facts and a node's are Slurm's (time used, `(Reason)`, exit code,
+partition, memory, command line); beside them come JSON and line output, `-o` format
+parsing, and tables whose columns fit their cells. Every function is pure: the clock is
+the `now` parameter, and user names arrive inside the jobs.
 
 Text outputs end with a newline when they hold any line, so a caller writes them as is.
 """
@@ -23,8 +25,10 @@ class FormatError(ValueError):
 
 
 def elapsed_seconds(job: Job, now: float) -> int:
-    """Whole seconds the current run has lasted: start..end, or start..now while it
-    runs; 0 for a pending job (a requeued one keeps an old start_time)."""
+    """Whole seconds the current run has lasted: start..end, or start..now while it runs.
+
+    0 for a pending job (a requeued one keeps an old start_time) or one never started.
+    """
     if job.state is JobState.PENDING or job.start_time is None:
         return 0
     end = job.end_time if job.end_time is not None else now
@@ -32,8 +36,10 @@ def elapsed_seconds(job: Job, now: float) -> int:
 
 
 def reason_text(job: Job) -> str:
-    """Slurm's reason text: a held pending job says so even if its stored reason
-    predates the hold; an empty reason reads `None`."""
+    """Slurm's reason text for a job; an empty reason reads `None`.
+
+    A held pending job says so (`JobHeldUser`) even if its stored reason predates the hold.
+    """
     if job.held and job.state is JobState.PENDING and not job.reason.startswith("JobHeld"):
         return "JobHeldUser"
     return printable(job.reason) if job.reason else "None"
@@ -109,8 +115,11 @@ def command_line(argv: Sequence[str]) -> str:
 
 
 def params_text(params: Sequence[tuple[str, str]]) -> str:
-    """A sweep task's parameters as `lr=1e-3,bs=32` (gbatch.jobspec.sweep.params_text; not
-    imported from there, which would bring gbatch.jobspec.spec into squeue's start-up)."""
+    """A sweep task's parameters as `lr=1e-3,bs=32`.
+
+    The same text as gbatch.jobspec.sweep.params_text; not imported from there, which
+    would bring gbatch.jobspec.spec into squeue's start-up.
+    """
     return ",".join(f"{name}={value}" for name, value in params)
 
 
@@ -157,8 +166,10 @@ def job_to_dict(job: Job, now: float) -> dict[str, object]:
 
 
 def jobs_json(jobs: Sequence[Job], now: float) -> str:
-    """`{"jobs": [...]}`, one object per job; times are epoch seconds, limits seconds
-    (squeue's and sacct's --json)."""
+    """`{"jobs": [...]}`, one object per job: squeue's and sacct's --json.
+
+    Times are epoch seconds, limits seconds.
+    """
     return as_json({"jobs": [job_to_dict(job, now) for job in jobs]})
 
 
@@ -207,9 +218,11 @@ def checked_width(text: str, what: str) -> int:
 def format_items(
     fmt: str, pattern: re.Pattern[str], letters: Iterable[str], command: str
 ) -> Iterator[str | tuple[str, str, str, str]]:
-    """A `-o` format of squeue or sinfo (`command`) as literal text and (dot, width,
-    letter, the spec as written) items, `%%` read as '%'. FormatError for a letter not
-    in `letters`, naming those that are."""
+    """A squeue or sinfo `-o` format as literal text and (dot, width, letter, spec) items.
+
+    `command` says which of the two; the spec is as written, and `%%` reads as '%'.
+    Raises FormatError for a letter not in `letters`, naming those that are.
+    """
     pos = 0
     for match in pattern.finditer(fmt):
         if match.start() > pos:

@@ -1,5 +1,7 @@
-"""The reports: sshare (fair share and limits), sprio (pending jobs' priority factors),
-seff (a job's efficiency) and sreport (GPU-hours per user or group), with `--json`.
+"""The reports sshare, sprio, seff and sreport, with `--json`.
+
+sshare shows fair share and limits, sprio pending jobs' priority factors, seff a job's
+efficiency and sreport GPU-hours per user or group.
 """
 
 from __future__ import annotations
@@ -47,11 +49,14 @@ def _limit_cell(value: int | None, none: str) -> str:
 def format_sshare(
     shares: Sequence[UserShare], *, header: bool = True, parsable: bool = False
 ) -> str:
-    """One line per user, in the order given: Slurm's sshare figures (RawUsage in
-    decayed GPU-seconds, EffectvUsage its share of everyone's, FairShare the planner's
-    factor), then what the user's jobs hold now beside each limit: pending jobs and
-    max_pending_jobs, jobs on nodes and max_running_jobs, GPUs and max_gpus, then
-    max_array_size. No limit reads `-` (empty with `parsable`, sshare -P's `|` form)."""
+    """sshare's table: one line per user, in the order given, usage figures then limits.
+
+    Slurm's sshare figures come first (RawUsage in decayed GPU-seconds, EffectvUsage its
+    share of everyone's, FairShare the planner's factor), then what the user's jobs hold
+    now beside each limit: pending jobs and max_pending_jobs, jobs on nodes and
+    max_running_jobs, GPUs and max_gpus, then max_array_size. No limit reads `-` (empty
+    with `parsable`, sshare -P's `|` form).
+    """
     none = "" if parsable else "-"
     rows = [
         [
@@ -76,8 +81,11 @@ def format_sshare(
 
 
 def format_sshare_json(shares: Sequence[UserShare]) -> str:
-    """`{"users": [...]}`: the figures, what the jobs hold, and `limits` (null: none);
-    the protocol's fields, with Slurm's name for the usage (`raw_usage`)."""
+    """sshare's `{"users": [...]}`: the figures, what the jobs hold, and `limits`.
+
+    The protocol's fields, with Slurm's name for the usage (`raw_usage`); `limits` is
+    null when the user has none.
+    """
     from gbatch.protocol.codec import share_to_wire
 
     return as_json(
@@ -116,11 +124,13 @@ _SPRIO_TEXT = frozenset({"PARTITION", "USER", "SUBMIT_TIME"})
 def format_sprio(
     jobs: Sequence[JobPriority], now: float, *, long: bool = False, header: bool = True
 ) -> str:
-    """One line per pending job, in the order given. PRIORITY is what the planner sorts
-    by after the fair-share factor: the job's priority - nice; FAIRSHARE its user's
-    factor (0..1, sorted first); AGE how long it has waited (submit time breaks ties).
-    `long` adds RANK (its place in that order), JOBPRIO (priority before nice) and
-    SUBMIT_TIME."""
+    """sprio's table: one line per pending job, in the order given.
+
+    PRIORITY is what the planner sorts by after the fair-share factor: the job's
+    priority - nice; FAIRSHARE its user's factor (0..1, sorted first); AGE how long it
+    has waited (submit time breaks ties). `long` adds RANK (its place in that order),
+    JOBPRIO (priority before nice) and SUBMIT_TIME.
+    """
     rows = []
     for job in jobs:
         cells = {
@@ -141,8 +151,10 @@ def format_sprio(
 
 
 def format_sprio_json(jobs: Sequence[JobPriority], now: float) -> str:
-    """`{"jobs": [...]}`: the protocol's fields, plus `effective_priority` and `age`
-    (seconds)."""
+    """sprio's `{"jobs": [...]}`: the protocol's fields, `effective_priority` and `age`.
+
+    `age` is how long the job has waited, in seconds.
+    """
     return as_json(
         {
             "jobs": [
@@ -164,10 +176,14 @@ def _percent(part: float, whole: float) -> str:
 def format_seff(
     job: Job, now: float, *, cluster: str, group: str, gpu_usage: GpuUsage | None = None
 ) -> str:
-    """Slurm's seff report for one job, and gbatch's GPU part. gbatch measures neither
-    a job's CPU time nor its memory: those lines say `not measured` rather than a
-    made-up 0. Efficiency of the time limit: the run's wall-clock time over its limit.
-    The GPU lines come from `gpu_usage`, the samples of the job's current run."""
+    """Slurm's seff report for one job, and gbatch's GPU part.
+
+    gbatch measures neither a job's CPU time nor its memory: those lines say
+    `not measured` rather than a made-up 0. Efficiency of the time limit: the run's
+    wall-clock time over its limit. The GPU lines come from `gpu_usage`, the samples of
+    the job's current run. A job that has not started gets Slurm's `Efficiency not
+    available` line instead.
+    """
     lines = [f"Job ID: {job.id}"]
     if job.array_job_id is not None:
         lines.append(f"Array Job ID: {job.array_job_id}_{job.spec.array_task}")
@@ -222,9 +238,12 @@ def format_sreport(
     header: bool = True,
     parsable: bool = False,
 ) -> str:
-    """GPU-hours per user (or group) inside [start, end), most first; Slurm's sreport
-    banner (the period and its length) above the table unless `parsable` (`|`-separated,
-    sreport -P) or without `header`."""
+    """sreport's table: GPU-hours per user (or group) inside [start, end).
+
+    Rows stay in the order given (accounting.usage_by's: most first). Slurm's sreport
+    banner (the period and its length) stands above the table unless `parsable`
+    (`|`-separated, sreport -P) or without `header`.
+    """
     headers = ("GROUP" if by_group else "USER", "GPU-HOURS", "JOBS")
     cells = [[printable(row.name), f"{row.gpu_seconds / 3600:.2f}", str(row.jobs)] for row in rows]
     if parsable:

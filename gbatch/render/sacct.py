@@ -1,5 +1,6 @@
-"""sacct's output: Slurm's `--format` fields at sacct's widths, `-P`, `--units`, an
-array's pending tasks folded, and `--json`.
+"""sacct's output: Slurm's `--format` fields at sacct's widths, `-P`, `--units`, `--json`.
+
+An array's pending tasks are folded into one line.
 """
 
 from __future__ import annotations
@@ -166,8 +167,10 @@ def format_sacct(
     gpu_usage: Mapping[int, GpuUsage] | None = None,
     expand_arrays: bool = False,
 ) -> str:
-    """Render jobs as `sacct` does, one line per job in the order given (an array's
-    PENDING tasks folded into one line, N_[4-15], at the place of the first).
+    """Render jobs as `sacct` does, one line per job in the order given.
+
+    An array's PENDING tasks fold into one line, N_[4-15], at the place of the first (one
+    line each with `expand_arrays`, sacct --array).
 
     Fixed-width columns at sacct's widths, a dashed line under the header; with
     `parsable` (sacct -P) fields are joined by '|' with no padding, no dashes.

@@ -1,5 +1,6 @@
-"""`scontrol show job|node|partition`: Slurm's key=value records, a job's events, and
-`--json` of a job.
+"""`scontrol show job|node|partition`: Slurm's key=value records, and a job's `--json`.
+
+A job's record ends with its events.
 """
 
 from __future__ import annotations
@@ -66,8 +67,10 @@ def _event_lines(events: Sequence[Event]) -> list[str]:
 
 
 def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
-    """Render one job as `scontrol show job` does: key=value lines indented three
-    spaces, then an `Events:` block (time, state, reason; oldest first).
+    """Render one job as `scontrol show job` does: key=value lines, then its events.
+
+    The lines are indented three spaces; the `Events:` block gives time, state and
+    reason, oldest first.
 
     Environment lists variable names only: values may be secrets and never appear;
     secret_env names read NAME=<secret>.
@@ -155,8 +158,10 @@ def _slurm_option_lines(spec: JobSpec) -> list[str]:
 
 
 def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> str:
-    """The squeue JSON object of the job plus its spec (env names only, never values)
-    and its events, oldest first."""
+    """A job's `--json`: its squeue JSON object plus its spec and its events.
+
+    The spec gives env names only, never values; the events come oldest first.
+    """
     spec = job.spec
     from gbatch.core.outputs import output_paths  # deferred: squeue needs none
 
@@ -216,9 +221,11 @@ def _node_tres(cpus: int | None, mem_mb: int | None, gpus: int, nodes: int | Non
 
 
 def format_node_details(node: NodeInfo) -> str:
-    """One node as `scontrol show node` prints it: `NodeName=...` then key=value lines
-    indented three spaces. CPUTot/RealMemory are what the node reported (`N/A` when it
-    has not); CfgTRES what it has, AllocTRES what gbatch's jobs there hold."""
+    """One node as `scontrol show node` prints it: `NodeName=...`, then key=value lines.
+
+    The lines are indented three spaces. CPUTot/RealMemory are what the node reported
+    (`N/A` when it has not); CfgTRES what it has, AllocTRES what gbatch's jobs there hold.
+    """
     cpus = "N/A" if node.cpus_total is None else str(node.cpus_total)
     memory = "N/A" if node.mem_total_mb is None else str(node.mem_total_mb)
     allocated = node.gpus_allocated
@@ -243,9 +250,12 @@ def format_node_details(node: NodeInfo) -> str:
 
 
 def format_partition_details(partition: PartitionInfo, nodes: Sequence[NodeInfo]) -> str:
-    """One partition as `scontrol show partition` prints it: `PartitionName=...` then
-    key=value lines indented three spaces. Totals count its nodes as they report now
-    (a node that has not reported adds nothing); State is UP while any node is up."""
+    """One partition as `scontrol show partition` prints it: its name, then key=value lines.
+
+    The first line is `PartitionName=...`, the others are indented three spaces. Totals
+    count its nodes as they report now (a node that has not reported adds nothing);
+    State is UP while any node is up.
+    """
     members = [n for n in nodes if n.name in partition.nodes]
     up = [n for n in members if n.state not in (NodeState.DOWN, NodeState.SUSPECT)]
     cpus = sum(n.cpus_total or 0 for n in members)

@@ -1,6 +1,7 @@
-"""The nodes' outputs: sinfo (its `-o` letters and `-O` names, lines grouped by state,
-Slurm's compressed node lists), gbatch's `sinfo --gpus` view, `gbatch node list`, and
-`--json`.
+"""The nodes' outputs: sinfo, gbatch's `sinfo --gpus` view, `gbatch node list`, `--json`.
+
+sinfo has its `-o` letters and `-O` names, lines grouped by state and Slurm's
+compressed node lists.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ _SINFO_NUMERIC = frozenset({"GPUS", "ALLOC", "FREE", "BUSY"})
 def format_sinfo_gpus(
     nodes: Sequence[NodeInfo], *, header: bool = True, default_partition: str | None = None
 ) -> str:
-    """`sinfo --gpus`, gbatch's GPU view: one line per node and partition, in the order
-    given: a node in two partitions has two lines. The default partition's name ends in `*`.
+    """`sinfo --gpus`, gbatch's GPU view: one line per node and partition, in the order given.
+
+    A node in two partitions has two lines. The default partition's name ends in `*`.
 
     BUSY counts GPUs busy with processes gbatch did not start; GPU_TYPE is the first
     GPU's name, suffixed " (simulated)" for simulated GPUs; REASON only for drained
@@ -113,9 +115,11 @@ def sinfo_rows(
     default_partition: str | None = None,
     only: Collection[str] | None = None,
 ) -> list[SinfoRow]:
-    """Each node once per partition it is in, partitions in `partitions`' order (then
-    any a node names that `partitions` lacks), nodes in the order given. `only`: these
-    partitions alone (sinfo -p)."""
+    """sinfo's rows: each node once per partition it is in.
+
+    Partitions come in `partitions`' order (then any a node names that `partitions`
+    lacks), nodes in the order given. `only`: these partitions alone (sinfo -p).
+    """
     limits = {p.name: p for p in partitions}
     order = [p.name for p in partitions]
     for node in nodes:
@@ -136,8 +140,10 @@ def sinfo_rows(
 
 
 def sinfo_reason_rows(rows: Sequence[SinfoRow]) -> list[SinfoRow]:
-    """sinfo -R's rows: the nodes drained, down or not responding, each once whatever
-    partitions it is in."""
+    """sinfo -R's rows: the nodes drained, down or not responding, each once.
+
+    A node comes once whatever partitions it is in.
+    """
     seen: set[str] = set()
     out = []
     for row in rows:
@@ -148,10 +154,13 @@ def sinfo_reason_rows(rows: Sequence[SinfoRow]) -> list[SinfoRow]:
 
 
 def sinfo_state(node: NodeInfo, *, long: bool) -> str:
-    """Slurm's node state: %t (`idle`, `mix`, `alloc`, `drain`, `drng`, `down*`) or %T
-    (`idle`, `mixed`, `allocated`, `drained`, `draining`, `down*`). gbatch's `suspect`
-    (no new jobs while the head cannot trust the host) is Slurm's not-responding `*`
-    after the state its GPUs are in."""
+    """Slurm's state of a node, short as %t prints it, or as %T with `long`.
+
+    %t: `idle`, `mix`, `alloc`, `drain`, `drng`, `down*`; %T: `idle`, `mixed`,
+    `allocated`, `drained`, `draining`, `down*`. gbatch's `suspect` (no new jobs while
+    the head cannot trust the host) is Slurm's not-responding `*` after the state its
+    GPUs are in.
+    """
     if node.state is NodeState.DRAINED:
         if node.gpus_allocated:
             return "draining" if long else "drng"
@@ -294,8 +303,10 @@ _SINFO_SPEC = re.compile(r"%(\.?)(#|[0-9]*)(.?)", re.DOTALL)
 
 
 def parse_sinfo_format(fmt: str) -> list[str | _SinfoSpec]:
-    """Split a sinfo `-o` format into literal text and field specs (`%%` is a '%');
-    `%#X` is as wide as the widest value of X (Slurm's default formats use it)."""
+    """Split a sinfo `-o` format into literal text and field specs (`%%` is a '%').
+
+    `%#X` is as wide as the widest value of X (Slurm's default formats use it).
+    """
     parts: list[str | _SinfoSpec] = []
     for item in format_items(fmt, _SINFO_SPEC, _SINFO_LETTERS, "sinfo"):
         if isinstance(item, str):
@@ -312,8 +323,12 @@ _SINFO_FIELD = re.compile(r"^([A-Za-z]+)(?::(\.?)([0-9]*))?$")
 
 
 def parse_sinfo_long_format(fields: str) -> list[str | _SinfoSpec]:
-    """sinfo -O: `name[:[.][size]]` comma-separated, names case-insensitive, 20
-    characters wide unless a size is given (`.` right-justifies), as in Slurm."""
+    """Split a sinfo -O list into field specs, one space between them, as Slurm reads it.
+
+    Each field is `name[:[.][size]]`, comma-separated, names case-insensitive, 20
+    characters wide unless a size is given (`.` right-justifies). Raises FormatError
+    for an unknown name, listing the valid ones.
+    """
     parts: list[str | _SinfoSpec] = []
     for raw in fields.split(","):
         match = _SINFO_FIELD.match(raw.strip())
@@ -334,11 +349,13 @@ def format_sinfo(
     header: bool = True,
     node_oriented: bool = False,
 ) -> str:
-    """Render sinfo as Slurm does: rows with the same values for every per-node field
-    of the format (partition, state, ...) share one line, in order of their first row,
-    their nodes counted (%D) and listed compressed (%N: `gpu[01-03]`). With
-    `node_oriented` (sinfo -N), one line per row instead. A partition with no rows
-    prints no line. Raises FormatError for an unknown letter."""
+    """Render sinfo as Slurm does: rows alike in every per-node field share one line.
+
+    The per-node fields are those of the format (partition, state, ...); lines come in
+    order of their first row, their nodes counted (%D) and listed compressed (%N:
+    `gpu[01-03]`). With `node_oriented` (sinfo -N), one line per row instead. A
+    partition with no rows prints no line. Raises FormatError for an unknown letter.
+    """
     parts = parse_sinfo_format(fmt) if isinstance(fmt, str) else list(fmt)
     specs = [p for p in parts if isinstance(p, _SinfoSpec)]
     if node_oriented:  # each node's lines together, nodes in the order first seen
@@ -452,8 +469,10 @@ def format_node_list(nodes: Sequence[NodeInfo], *, header: bool = True) -> str:
 
 
 def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
-    """`{"nodes": [...]}` with counts and a per-GPU list (job_id: the gbatch job
-    holding that GPU, or null)."""
+    """sinfo's `{"nodes": [...]}`: each node's counts and a per-GPU list.
+
+    A GPU's job_id is the gbatch job holding it, or null.
+    """
     return as_json(
         {
             "nodes": [

@@ -54,8 +54,11 @@ def _array_task(job: Job) -> str:
 
 @dataclass(frozen=True)
 class SqueueView:
-    """What a squeue cell may read beside its job: the daemon's clock and the expected
-    starts of pending jobs (job id -> epoch seconds; ListJobs' `starts`)."""
+    """What a squeue cell may read beside its job: the daemon's clock and expected starts.
+
+    `starts` maps a pending job's id to its expected start in epoch seconds (ListJobs'
+    `starts`).
+    """
 
     now: float
     starts: Mapping[int, float]
@@ -226,10 +229,12 @@ def _squeue_line(
 
 
 def squeue_format_from_fields(fields: str) -> str:
-    """Turn a squeue -O/--Format list (`JobID,Name:30,State:.10`) into the `-o` format
-    it means: Slurm's long names in any case, each `name[:[.][width]]`, 20 characters
-    wide and left-justified unless said otherwise, no space between columns (as
-    Slurm). Raises FormatError naming an unknown field or a bad width."""
+    """Turn a squeue -O/--Format list (`JobID,Name:30,State:.10`) into its `-o` format.
+
+    Slurm's long names in any case, each `name[:[.][width]]`, 20 characters wide and
+    left-justified unless said otherwise, no space between columns (as Slurm). Raises
+    FormatError naming an unknown field or a bad width.
+    """
     out = []
     for raw in fields.split(","):
         name, colon, size = raw.strip().partition(":")
@@ -296,9 +301,10 @@ def format_squeue(
     starts: Mapping[int, float] | None = None,
     expand_arrays: bool = False,
 ) -> str:
-    """Render jobs as `squeue` does, one line per job in the order given; the PENDING
-    tasks of an array folded into one row `N_[4-15]` at its first task's place, as
-    Slurm's default, unless `expand_arrays` (squeue -r). Array tasks read `N_K`.
+    """Render jobs as `squeue` does, one line per job in the order given.
+
+    The PENDING tasks of an array fold into one row `N_[4-15]` at its first task's place,
+    as Slurm's default, unless `expand_arrays` (squeue -r). Array tasks read `N_K`.
 
     `fmt` is squeue's `-o` syntax, `%[.][width]<letter>` among literal text: `.`
     right-justifies, a width pads and also cuts longer values, no width prints the
@@ -447,11 +453,14 @@ _SORT_TOKEN = re.compile(r"(?P<sign>[+-]?)%?(?P<key>cluster|[^,+\-%\s])", re.IGN
 
 
 def parse_squeue_sort(text: str) -> list[tuple[str, bool]]:
-    """Read squeue's -S list into (letter, descending) pairs, as Slurm does: each
-    letter is a key (`-t,i`, `ti` and `+P,-p` all work), commas only separate, `-`
-    before a letter makes it descending and `+` ascending; a `%` before a letter (as
-    in -o) is allowed. `cluster` is accepted and does nothing (gbatch is one cluster).
-    Raises FormatError naming the first key that is not supported."""
+    """Read squeue's -S list into (letter, descending) pairs, as Slurm does.
+
+    Each letter is a key (`-t,i`, `ti` and `+P,-p` all work), commas only separate, `-`
+    before a letter makes it descending and `+` ascending; a `%` before a letter (as in
+    -o) is allowed. `cluster` is accepted and does nothing (gbatch is one cluster).
+    Raises FormatError naming the first key that is not supported, or for a list with
+    no key.
+    """
     keys = []
     position = 0
     while position < len(text):
@@ -480,8 +489,10 @@ def sort_squeue(
     now: float,
     starts: Mapping[int, float] | None = None,
 ) -> list[Job]:
-    """`jobs` ordered by `keys` (parse_squeue_sort's), the first key first; ties keep
-    the order given (stable sorts, last key first)."""
+    """`jobs` ordered by `keys` (parse_squeue_sort's), the first key first.
+
+    Ties keep the order given (stable sorts, last key first).
+    """
     view = SqueueView(now, starts or {})
     ordered = list(jobs)
     for letter, descending in reversed(keys):

@@ -44,18 +44,22 @@ HEADER = (
 
 
 def list_jobs(**fields: Any) -> dict[str, Any]:
-    """The ListJobs request of `fields` (requests.ListJobs' names), built without the
-    request types: the fields not given are left out, and the daemon's decoder gives
-    them their defaults, as for any request."""
+    """The ListJobs request of `fields` (requests.ListJobs' names), as a plain dict.
+
+    Built without the request types: the fields not given are left out, and the
+    daemon's decoder gives them their defaults, as for any request.
+    """
     return {"op": "jobs", **fields}
 
 
 def format_default(columns: Mapping[str, Any], now: float, *, header: bool = True) -> str:
-    """`columns` (a ListJobs reply's) as `gbatch squeue` prints them by default: sorted by
-    partition, state code, then priority highest first with held jobs lowest (Slurm's
-    P,t,-p), in the default format, an array's pending tasks folded into one row
-    `N_[4-15]` at its first's place; the same text as squeue.format_squeue of
-    squeue.sort_squeue of listings.jobs_from_columns."""
+    """`columns` (a ListJobs reply's) as `gbatch squeue` prints them by default.
+
+    Sorted by partition, state code, then priority highest first with held jobs lowest
+    (Slurm's P,t,-p), in the default format, an array's pending tasks folded into one
+    row `N_[4-15]` at its first's place; the same text as squeue.format_squeue of
+    squeue.sort_squeue of listings.jobs_from_columns.
+    """
     specs = columns["specs"]
     arrays = columns["array"]
     more = {at: spans for at, spans in columns["more"]}
@@ -108,10 +112,12 @@ def format_default(columns: Mapping[str, Any], now: float, *, header: bool = Tru
 def array_labels(
     rows: list[tuple[Any, ...]], columns: Mapping[str, Any], more: Mapping[int, Any]
 ) -> list[str | None]:
-    """Each sorted row's JOBID (its first cell: its place in `columns`), as
-    jobids.collapse_pending gives it: `N`, task K of array N `N_K`, the PENDING tasks of
-    one array (and the tasks a record stands for, `more`) as one row `N_[4-15%2]` at its
-    first's place (Slurm's %MAX: the array's throttle); None for the rows folded in."""
+    """Each sorted row's JOBID as jobids.collapse_pending gives it; None for rows folded in.
+
+    A row's first cell is its place in `columns`. The labels: `N`, task K of array N
+    `N_K`, the PENDING tasks of one array (and the tasks a record stands for, `more`) as
+    one row `N_[4-15%2]` at its first's place (Slurm's %MAX: the array's throttle).
+    """
     ids, arrays, tasks, specs = columns["id"], columns["array"], columns["task"], columns["specs"]
     pending: dict[int, list[tuple[int, int]]] = {}
     for row in rows:

@@ -19,9 +19,9 @@ def _docstrings(path: Path) -> list[tuple[str, str]]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = [("module", ast.get_docstring(tree, clean=False) or "")]
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            if not node.name.startswith("_"):
-                found.append((f"{node.name} (line {node.lineno})", ast.get_docstring(node) or ""))
+        public = not getattr(node, "name", "_").startswith("_")
+        if public and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.append((f"{node.name} (line {node.lineno})", ast.get_docstring(node) or ""))
     return found
 
 

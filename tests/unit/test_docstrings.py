@@ -18,9 +18,9 @@ def _summary_runs_on(doc: str) -> bool:
 def _docstrings(path: Path) -> list[tuple[str, str]]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = [("module", ast.get_docstring(tree, clean=False) or "")]
+    kinds = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
     for node in ast.walk(tree):
-        public = not getattr(node, "name", "_").startswith("_")
-        if public and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        if isinstance(node, kinds) and not node.name.startswith("_"):
             found.append((f"{node.name} (line {node.lineno})", ast.get_docstring(node) or ""))
     return found
 

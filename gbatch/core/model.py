@@ -593,7 +593,7 @@ class NodeInfo:
     address: str = ""  # how the head reaches it: user@host:port, or "this machine"
     partitions: tuple[str, ...] = ()  # the partitions it is in, in the inventory's order
     # CPUs and memory (MiB) the node reported (None: unknown), and what gbatch's jobs
-    # there hold of them (as the planner counts: 1 CPU and no memory when not asked).
+    # there hold of them (as the planner counts: none of either when not asked).
     cpus_total: int | None = None
     mem_total_mb: int | None = None
     cpus_allocated: int = 0

@@ -201,7 +201,7 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
         (requests.ShowPriorities(), "jobs"),
         (requests.ReportUsage(start=0.0, end=1.0, all_users=True), "rows"),
         (requests.Metrics(), "jobs"),
-        (requests.MintToken(user="nobody"), "token"),  # root mints for a service account
+        (requests.MintToken(user="nobody"), "permission"),  # never for a system account
         (requests.ListTokens(all_users=True), "tokens"),
         (requests.RevokeToken(jti="no-such-token"), "not_found"),
         (requests.RotateTokenKey(), "kid"),

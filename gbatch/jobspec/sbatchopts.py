@@ -80,8 +80,10 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         const=False,
         help="end the job NODE_FAIL if its node is lost, instead of starting it over",
     )
-    p.add_argument("--priority", metavar="N")
-    p.add_argument("--nice", metavar="N", help="lower the job's priority by N")
+    p.add_argument("--priority", metavar="N", help="the job's priority (admins only, as Slurm)")
+    p.add_argument(
+        "--nice", metavar="N", help="lower the job's priority by N (below 0: admins only)"
+    )
     p.add_argument(
         "-D",
         "--chdir",

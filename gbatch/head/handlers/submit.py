@@ -49,10 +49,10 @@ def _mount_resolver(
 def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[str, Any]:
     """sbatch: queue one spec, or `count` copies of it (an array: one transaction).
 
-    Checked first, in order: the spec itself, its webhooks, its partition and time
-    limit, the site's container policy, the array's size, the fleet (a node large enough,
-    one that can run it), its dependency and the caller's limits. `test_only` answers
-    where and when it would start, and stores nothing."""
+    Checked first, in order: the spec itself, who may set its priority, its webhooks, its
+    partition and time limit, the site's container policy, the array's size, the fleet
+    (a node large enough, one that can run it), its dependency and the caller's limits.
+    `test_only` answers where and when it would start, and stores nothing."""
     raw = request.spec
     # On the wire a time limit is already in seconds, not a job file's minutes.
     limit = raw.get("time_limit")
@@ -82,6 +82,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
         sweep = _submitted_sweep(request, spec)
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
+    _check_priority_allowed(daemon, caller, spec)
     _check_notify_allowed(daemon, spec)
     spec = _in_partition(daemon, spec, limit)
     try:  # the site's policy: mount roots (symlinks followed as the submitter), bare jobs
@@ -178,6 +179,27 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     if not request.held and (spec.begin is None or spec.begin <= daemon.clock()):
         daemon.submitted()
     return {"ids": ids}
+
+
+def _check_priority_allowed(daemon: Daemon, caller: Caller, spec: JobSpec) -> None:
+    """Refuse a priority, or a negative nice, that a user who is not an admin asks for.
+
+    Slurm's rule: only operators and admins set --priority, and "only privileged users
+    can specify a negative adjustment" of --nice; scontrol update holds users to
+    lowering theirs the same way (gbatch/head/jobupdate.py)."""
+    if (spec.priority == 0 and spec.nice >= 0) or is_admin(daemon, caller):
+        return
+    if spec.priority != 0:
+        raise Refused(
+            "permission",
+            f"--priority: only an admin may set a job's priority (priority: {spec.priority}). "
+            "Leave it out; to let others' jobs go first, give --nice N (N of 0 or more)",
+        )
+    raise Refused(
+        "permission",
+        f"--nice: only an admin may give a negative nice, which raises a job's priority "
+        f"(nice: {spec.nice}). Give 0 or more, or leave it out",
+    )
 
 
 def _check_notify_allowed(daemon: Daemon, spec: JobSpec) -> None:

@@ -626,8 +626,11 @@ class NodeInfo:
 
     @property
     def gpus_busy_outside(self) -> int:
-        """GPUs neither held by a gbatch job nor free: a process or memory gbatch did not
-        start is on them, or a run's memory is still being released."""
+        """GPUs neither held by a gbatch job nor free (free_indices).
+
+        A process or memory gbatch did not start is on them, or a run's memory is still
+        being released.
+        """
         return self.gpus_total - self.gpus_allocated - self.gpus_free
 
     @property

@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from gbatch.core.model import ALLOCATED_STATES, Gpu, Job, NodeInfo, NodeState, NodeView
 from gbatch.head.liveness import Liveness, node_liveness
+from gbatch.head.scheduler import NodeSize
 from gbatch.head.store import Store
 from gbatch.nodes.base import STARTING, Node
 from gbatch.nodes.inventory import Inventory, Partition
@@ -298,6 +299,26 @@ class Fleet:
     def all_reported(self) -> bool:
         """Whether every node's size is known (none is down)."""
         return all(node.report()[0] is not None for node in self.nodes.values())
+
+    def sizes_for(self, partition: str | None) -> list[NodeSize] | None:
+        """The sizes of the nodes a job of `partition` may run on, from their reports.
+
+        The partition's nodes, or every node when the fleet has no partitions or none is
+        named. None while one of them has not reported: its size is unknown, and a job
+        it might hold is not refused for it.
+        """
+        chosen = self.partitions.get(partition) if partition is not None else None
+        names = chosen.nodes if chosen is not None else tuple(self.nodes)
+        sizes = []
+        for name in names:
+            node = self.nodes.get(name)
+            if node is None:
+                continue
+            report, _ = node.report()
+            if report is None:
+                return None
+            sizes.append(NodeSize(name, len(node.gpus(report)), report.cpus, report.memory_mb))
+        return sizes
 
     def max_gpus_per_node(self) -> tuple[int, str]:
         """The most GPUs any node reports, and (with none) why."""

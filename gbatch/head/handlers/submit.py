@@ -9,6 +9,7 @@ from typing import Any
 
 from gbatch.core import dependency
 from gbatch.core.arrays import ARRAY_ROWS
+from gbatch.core.labels import memory_text
 from gbatch.core.limits import PendingLimitReached, array_refusal, gpus_refusal
 from gbatch.core.model import Job, JobSpec, JobState, TaskArray
 from gbatch.core.submitenv import filter_submit_env
@@ -102,19 +103,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     count = request.count if indices is None else len(indices)
     if not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
-    have, why = daemon.fleet.max_gpus_per_node()
-    if spec.gpus > have and daemon.fleet.all_reported():
-        hint = (
-            "Set GBATCH_SIMULATE_GPUS=N before `gbatch daemon start` to try gbatch without "
-            "GPUs, or ask for gpus: 0"
-            if have == 0
-            else f"Ask for at most {have}"
-        )
-        detail = f" ({why})" if why and have == 0 else ""
-        raise Refused(
-            "invalid",
-            f"gpus: {spec.gpus} GPUs requested but the largest node has {have}{detail}. {hint}",
-        )
+    _check_fits_some_node(daemon, spec)
     _check_runnable_somewhere(daemon, spec)
     if spec.dependency is not None:
         spec = spec.replace(dependency=check_dependency(daemon, caller, spec.dependency))
@@ -331,6 +320,68 @@ def _test_start(daemon: Daemon, caller: Caller, spec: JobSpec) -> dict[str, Any]
         "reason": reason,
         "partition": spec.partition,
     }
+
+
+def _check_fits_some_node(daemon: Daemon, spec: JobSpec) -> None:
+    """Refuse a job no node of its partition could hold even idle, naming what is short.
+
+    Slurm refuses these at submit ("Requested node configuration is not available");
+    queued, they would wait BadConstraints for good. Its GPUs, CPUs (-c) and memory must
+    fit one node together. Nothing is refused while a node of the partition has not
+    reported: its size is unknown.
+    """
+    sizes = daemon.fleet.sizes_for(spec.partition)
+    if not sizes:
+        return
+    gpus, cpus, mem = spec.gpus, spec.cpus_reserved, spec.memory_mb or 0
+    if any(size.holds(gpus, cpus, mem) for size in sizes):
+        return
+    # One partition (the embedded default has one): "the largest node" says it all.
+    named = spec.partition is not None and len(daemon.fleet.partitions) > 1
+    where = f"partition {spec.partition}'s largest node" if named else "the largest node"
+    have = max(size.gpus for size in sizes)
+    if gpus > have:
+        _, why = daemon.fleet.max_gpus_per_node()
+        hint = (
+            "Set GBATCH_SIMULATE_GPUS=N before `gbatch daemon start` to try gbatch without "
+            "GPUs, or ask for gpus: 0"
+            if have == 0
+            else f"Ask for at most {have}"
+        )
+        detail = f" ({why})" if why and have == 0 else ""
+        raise Refused(
+            "invalid", f"gpus: {gpus} GPUs requested but {where} has {have}{detail}. {hint}"
+        )
+    most_cpus = max((size.cpus for size in sizes if size.cpus is not None), default=None)
+    if most_cpus is not None and cpus > most_cpus:
+        raise Refused(
+            "invalid",
+            f"cpus: {cpus} CPUs requested (-c) but {where} has {most_cpus}. "
+            f"Ask for at most {most_cpus}",
+        )
+    most_mem = max((size.mem_mb for size in sizes if size.mem_mb is not None), default=None)
+    if most_mem is not None and mem > most_mem:
+        raise Refused(
+            "invalid",
+            f"mem: {memory_text(mem)} requested but {where} has {memory_text(most_mem)}. "
+            f"Ask for at most {memory_text(most_mem)} (--mem)",
+        )
+    shown = "; ".join(
+        f"{size.name}: {size.gpus} GPUs, {size.cpus} CPUs, {memory_text(size.mem_mb)}"
+        for size in sizes[:4]
+    )
+    more = f"; and {len(sizes) - 4} more" if len(sizes) > 4 else ""
+    of = f" of partition {spec.partition}" if named else ""
+    asked = [
+        f"{gpus} GPUs",
+        *([f"{cpus} CPUs"] if cpus else []),
+        *([memory_text(mem)] if mem else []),
+    ]
+    raise Refused(
+        "invalid",
+        f"gpus, cpus, mem: no node{of} has {' and '.join(asked)} at once "
+        f"({shown}{more}). Ask for less, or use another partition",
+    )
 
 
 def _check_runnable_somewhere(daemon: Daemon, spec: JobSpec) -> None:

@@ -88,6 +88,22 @@ def base_dir(spec: JobSpec) -> str | None:
     return spec.submit_dir
 
 
+def without_a_start(spec: JobSpec) -> tuple[str, str] | None:
+    """(field, pattern) of a relative -o/-e path with no place to start from, or None.
+
+    Such a file would never be written (base_dir is None). Only a job submitted without
+    a submit directory has such a path: over the HTTP API, or from a client other than
+    gbatch's own. The submit refuses it.
+    """
+    if base_dir(spec) is not None:
+        return None
+    for field, pattern in (("output", spec.output), ("error", spec.error)):
+        literal = pattern.replace("\\", "") if pattern and "\\" in pattern else pattern
+        if literal is not None and not literal.startswith("/"):
+            return field, pattern or ""
+    return None
+
+
 def output_paths(job: Job, node: str | None) -> tuple[str, str] | None:
     """The job's (stdout file, stderr file), expanded and absolute, or None if it has none.
 

@@ -24,8 +24,8 @@ be written (a full disk) never makes the job's own writes fail: the shim drops t
 output and the log says so (gbatch.nodes.joblog.LogWriter). A process the job leaves behind
 loses its output once the job has ended. A full disk also delays pids.json and
 exit.json: the shim retries them until there is room, since the daemon cannot end
-the job without exit.json. stdlib, gbatch.nodes.joblog and (for a job with output files)
-gbatch.nodes.outfiles only; it is on the start path of every job.
+the job without exit.json. stdlib, gbatch.nodes.joblog and gbatch.nodes.outfiles only;
+it is on the start path of every job.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+from gbatch.nodes import outfiles
 from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogWriter
 
 # Neither typing nor dataclasses at run time: with inspect, which dataclasses brings,
@@ -168,8 +169,6 @@ def file_writers(
     Each takes at most `limit` bytes of this attempt; a write the file refuses never
     fails the job (LogWriter).
     """
-    from gbatch.nodes import outfiles  # deferred: only a job with output files
-
     wanted = environ.pop(outfiles.OUT_FILES_ENV, None)
     if not wanted:
         return None, None

@@ -32,7 +32,6 @@ import errno
 import fcntl
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -305,6 +304,8 @@ def _close_all(fds: Sequence[int]) -> None:
 
 
 def _open_in_child(as_user: Submitter, paths: Sequence[str], flags: int) -> list[int]:
+    import socket  # deferred: its import costs a plain shim's start more than the rest
+
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     with ours:
         try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gbatch.core import dependency
+from gbatch.core import dependency, outputs
 from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.labels import memory_text
 from gbatch.core.limits import PendingLimitReached, array_refusal, gpus_refusal
@@ -84,6 +84,15 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
     _check_priority_allowed(daemon, caller, spec)
+    unplaced = outputs.without_a_start(spec)
+    if unplaced is not None:
+        field, pattern = unplaced
+        raise Refused(
+            "invalid",
+            f"{field}: {show_value(pattern)} is a relative path, and a job submitted without "
+            "a submit directory (as over the HTTP API) has nowhere to start it. Give an "
+            "absolute path",
+        )
     _check_notify_allowed(daemon, spec)
     spec = _in_partition(daemon, spec, limit)
     try:  # the site's policy: mount roots (symlinks followed as the submitter), bare jobs

@@ -24,10 +24,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gbatch.api.follow import resume_offset
+from gbatch.api.follow import resume_offset, whole_number
 from gbatch.api.link import DaemonLink
 from gbatch.api.openapi import PREFIX, document
 from gbatch.api.ratelimit import Limiter, RateLimitMiddleware, RateLimits, bearer
+from gbatch.core.constants import MAX_ID_DIGITS
 from gbatch.core.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
 from gbatch.jobspec.errors import BadSubmit
 from gbatch.jobspec.submit import request_for_text  # loads neither yaml nor the spec until used
@@ -203,10 +204,12 @@ class Api:
         for name in ("limit", "after"):
             text = query.get(name)
             if text is not None:
-                if not text.isdigit() or (name == "limit" and int(text) < 1):
+                number = whole_number(text)
+                if number is None or (name == "limit" and number < 1):
                     least = "1 or more" if name == "limit" else "a job id"
-                    return error("invalid", f"{name}: {text!r}; give {least}")
-                page[name] = int(text)
+                    least += f", of at most {MAX_ID_DIGITS} digits"
+                    return error("invalid", f"{name}: {text[:40]!r}; give {least}")
+                page[name] = number
         shape = query.get("format", "jobs")
         if shape not in ("jobs", "columns"):
             return error("invalid", f"format: {shape!r}; give jobs or columns")
@@ -251,10 +254,10 @@ class Api:
         target = _one_job(http)
         if isinstance(target, Response):
             return target
-        offset = http.query_params.get("offset", "0")
-        if not offset.isdigit():
+        offset = whole_number(http.query_params.get("offset", "0"))
+        if offset is None:
             return error("invalid", "offset must be a non-negative integer")
-        request = requests.ReadLog(id=target[0], task=target[1], offset=int(offset))
+        request = requests.ReadLog(id=target[0], task=target[1], offset=offset)
         return await self.relay(http, request)
 
     async def follow_logs(self, http: Request) -> Response:

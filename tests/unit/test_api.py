@@ -189,3 +189,25 @@ def test_a_body_in_several_messages_is_read_whole_up_to_its_limit() -> None:
             await _body(receiving(piece(b"a"), {"type": "http.disconnect"}))
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"{PREFIX}/jobs?limit=%C2%B2",  # '²': str.isdigit's, not int()'s
+        f"{PREFIX}/jobs?after=%C2%B2",
+        f"{PREFIX}/jobs?limit=" + "9" * 19,
+        f"{PREFIX}/jobs?after=" + "9" * 30,
+        f"{PREFIX}/jobs/1/logs?offset=%C2%B2",
+        f"{PREFIX}/jobs/1/logs?offset=" + "9" * 19,
+        f"{PREFIX}/jobs/1/logs/follow?offset=%C2%B2",
+        f"{PREFIX}/jobs/1/logs/follow?offset=" + "9" * 19,
+    ],
+)
+def test_a_query_number_that_is_not_one_or_too_long_is_a_400(tmp_path: Path, path: str) -> None:
+    from starlette.testclient import TestClient
+
+    with TestClient(make_app(tmp_path / "none.sock"), raise_server_exceptions=False) as client:
+        reply = client.get(path, headers={"Authorization": "Bearer T"})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["kind"] == "invalid"

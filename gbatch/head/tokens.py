@@ -239,6 +239,8 @@ class TokenAuthority:
             header = jwt.get_unverified_header(token)
         except jwt.DecodeError:
             raise TokenError("the token is not a gbatch token (not a JWT)") from None
+        except jwt.InvalidTokenError as err:  # a header PyJWT refuses: a `kid` not a string
+            raise TokenError(f"the token is not a gbatch token ({err})") from None
         kid = header.get("kid")
         key = keys["keys"].get(kid) if isinstance(kid, str) else None
         if key is None or not isinstance(kid, str):

@@ -90,11 +90,13 @@ def test_a_refusal_after_the_window_opens_a_new_one_and_is_logged_after_the_coun
 ) -> None:
     caplog.set_level(logging.INFO, logger="gbatchd")
     lines = RefusalLines(clock, lines=2, window=10.0)
-    assert [lines.admit(7, "eve", "cancel") for _ in range(4)] == [True, True, False, False]
+    assert [lines.admit("user=eve uid=7", "cancel") for _ in range(4)] == [True, True, False, False]
     clock.now += 9.9
-    assert lines.admit(7, "eve", "cancel") is False
+    assert lines.admit("user=eve uid=7", "cancel") is False
     clock.now += 0.1
-    assert lines.admit(7, "eve", "cancel") is True  # a new window; the last one's count first
+    assert (
+        lines.admit("user=eve uid=7", "cancel") is True
+    )  # a new window; the last one's count first
     assert [r.getMessage() for r in caplog.records] == [
         "audit: user=eve uid=7 op=cancel -> and 3 more refusals in 10 s, not logged one by "
         "one (at most 2 lines per user and operation per 10 s)"
@@ -109,5 +111,5 @@ def test_a_flood_of_one_operation_leaves_another_of_the_same_user_its_lines(
 ) -> None:
     # A thousand refused connections must not hide the one slow request that was closed.
     lines = RefusalLines(clock, lines=2, window=10.0)
-    assert [lines.admit(7, "eve", "connect") for _ in range(3)] == [True, True, False]
-    assert lines.admit(7, "eve", "request") is True
+    assert [lines.admit("user=eve uid=7", "connect") for _ in range(3)] == [True, True, False]
+    assert lines.admit("user=eve uid=7", "request") is True

@@ -29,7 +29,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gbatch.api.follow import resume_offset, whole_number
 from gbatch.api.link import DaemonLink
 from gbatch.api.openapi import PREFIX, document
-from gbatch.api.ratelimit import Limiter, RateLimitMiddleware, RateLimits, bearer
+from gbatch.api.ratelimit import (
+    Limiter,
+    RateLimitMiddleware,
+    RateLimits,
+    bearer,
+    client_address,
+)
 from gbatch.core.constants import MAX_ID_DIGITS
 from gbatch.core.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
 from gbatch.core.loglines import InternalErrors, loggable
@@ -445,7 +451,9 @@ def _no_token() -> JSONResponse:
 def _as_bearer(token: str, inner: requests.Request) -> dict[str, Any]:
     """`inner` as gbatchd's request to run it as the user of `token`."""
     return requests.encode_request(
-        requests.WithToken(token=token, request=requests.encode_request(inner))
+        requests.WithToken(
+            token=token, request=requests.encode_request(inner), client=client_address.get()
+        )
     )
 
 

@@ -2,8 +2,9 @@
 
 Every refused request (and refused connection) is worth an audit line, but 50 refused
 requests with 4 MB names once grew the log by 200 MB within seconds. Strings in log lines are
-cut (core/loglines.loggable); on top of that, each party (a uid) gets at most LINES refusal
-lines per operation (connect, request, cancel, ...) in a window of WINDOW_SECONDS, opened by its
+cut (core/loglines.loggable); on top of that, each party (a uid; for a token gbatchd could
+not verify, the address the HTTP API saw it from) gets at most LINES refusal lines per
+operation (connect, request, cancel, ...) in a window of WINDOW_SECONDS, opened by its
 first such refusal. The refusals past that are counted, and when the window has ended
 one line says how many:
 
@@ -26,6 +27,9 @@ from gbatch.core.loglines import LINES, WINDOW_SECONDS, LineBudget
 
 log = logging.getLogger("gbatchd")
 __all__ = ["LINES", "WINDOW_SECONDS", "RefusalLines"]
+# Client addresses with a refusal budget of their own at once; the others share one.
+MAX_CLIENTS = 4
+OTHER_CLIENTS = "client=(others)"
 
 
 class RefusalLines:
@@ -43,14 +47,27 @@ class RefusalLines:
         self._budget: LineBudget[tuple[str, str]] = LineBudget(
             monotonic, self._summarize, lines, window
         )
+        # Client addresses come from the HTTP API, or from whoever sends with_token: at
+        # most MAX_CLIENTS of them have windows of their own at once, so that made-up
+        # addresses cannot multiply the lines.
+        self._clients: LineBudget[tuple[str, str]] = LineBudget(
+            monotonic,
+            self._summarize,
+            lines,
+            window,
+            max_keys=MAX_CLIENTS,
+            overflow=lambda key: (OTHER_CLIENTS, key[1]),
+        )
 
     def admit(self, party: str, op: str) -> bool:
         """Whether this refusal of `op` to `party` gets its line; if not, it is counted.
 
         `party` is who the line is charged to as the line names them, loggable already:
-        `user=bob uid=1002`. The count goes into the window's summary.
+        `user=bob uid=1002`, or `client=203.0.113.9` for a token nobody signed. The
+        count goes into the window's summary.
         """
-        return self._budget.admit((party, op))
+        budget = self._clients if party.startswith("client=") else self._budget
+        return budget.admit((party, op))
 
     def close_ended(self) -> None:
         """Write the summary of every window that has ended.
@@ -58,6 +75,7 @@ class RefusalLines:
         The loop calls this each tick, so a flood that stopped is still counted in the log.
         """
         self._budget.close_ended()
+        self._clients.close_ended()
 
     def _summarize(self, key: tuple[str, str], unlogged: int) -> None:
         party, op = key

@@ -131,6 +131,7 @@ def test_a_non_string_kid_is_refused_in_one_line(authority: TokenAuthority) -> N
     assert str(refused.value) == (
         "the token is not a gbatch token (Key ID header parameter must be a string)"
     )
+    assert refused.value.signed is None  # nobody signed it: its claims name nobody
 
 
 def test_a_revoked_token_is_refused_and_others_are_not(authority: TokenAuthority) -> None:

@@ -25,6 +25,8 @@ def audit(
     action: str,
     target: Job | JobBrief | str,
     outcome: str,
+    *,
+    charged: str | None = None,
 ) -> None:
     """Record who tried what on what, and why it was refused or allowed: one line.
 
@@ -33,16 +35,18 @@ def audit(
     (logged as a warning) or "allowed: <why>". The line is key=value, for grep:
     `audit: user=bob uid=1001 pid=42 op=cancel job=12 owner=alice -> refused: not the
     owner`. A user's refusals past the daemon's budget are counted instead, and said in
-    one line (gbatch/head/refusals.py)."""
+    one line (gbatch/head/refusals.py). `charged`: whom else a refusal is charged to
+    (`client=ADDR`, loggable already), named in the line before the target, when the
+    caller only passes it on (the HTTP API, with a token nobody signed)."""
     refused = outcome.startswith("refused")
-    if refused and not daemon.refusal_lines.admit(caller.party, action):
+    if refused and not daemon.refusal_lines.admit(charged or caller.party, action):
         return
     what = (
         f"job={target.id} owner={loggable(target.user)}"
         if isinstance(target, Job | JobBrief)
         else f"target={loggable(target.replace(' ', '_'))}"
     )
-    _audit_line(caller, action, what, outcome)
+    _audit_line(caller, action, f"{charged} {what}" if charged else what, outcome)
 
 
 def audit_jobs(

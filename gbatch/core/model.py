@@ -285,6 +285,16 @@ class JobSpec:
     # once; None: no limit. Set by the daemon from --array and scontrol update.
     array_throttle: int | None = None
     notify: tuple[NotifyHook, ...] = ()  # the job's own webhooks (`notify:`)
+    # An allocation made by `gbatch srun` or `gbatch salloc` (its value says which):
+    # its run holds the resources (INTERACTIVE_HOLD) while its steps run the command,
+    # and it ends when its first step does (gbatch/core/steps.py). None: a batch job,
+    # whose run is its command. Set by those commands, never by a job file.
+    interactive: str | None = None
+
+    @property
+    def run_command(self) -> tuple[str, ...]:
+        """What the job's run executes: its command, or an allocation's holder."""
+        return self.command if self.interactive is None else INTERACTIVE_HOLD
 
     @property
     def effective_priority(self) -> int:
@@ -429,6 +439,7 @@ class JobSpec:
 
 # JobSpec fields written by to_dict only when set, so older jobs' stored JSON stays as it was.
 _OPTIONAL_KEYS = (
+    "interactive",
     "export",
     "begin",
     "signal",
@@ -448,6 +459,14 @@ _WIRE_DEFAULTS: tuple[tuple[str, object], ...] = tuple(
     for item in JobSpec(name="", command=()).to_dict().items()
     if item[0] not in ("name", "command")
 )
+
+
+# What an interactive allocation's run executes: it holds the allocation (GPUs, CPUs,
+# memory, time) while the steps run, and is ended with it. In the job's container, or
+# as a bare process with the job's environment.
+INTERACTIVE_HOLD = ("sleep", "infinity")
+# The two kinds of interactive allocation (JobSpec.interactive).
+INTERACTIVE_KINDS = ("srun", "salloc")
 
 
 # Pending reasons written as a job is queued or held (Slurm's names): by the store, and

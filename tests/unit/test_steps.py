@@ -321,6 +321,16 @@ def test_a_step_being_started_is_not_taken_for_vanished(
     assert daemon.store.steps_of([job_id])[0].reason == "its step shim vanished"
 
 
+def test_a_first_step_whose_client_left_before_it_started_ends_its_allocation(
+    daemon: Daemon,
+) -> None:
+    job_id = queue(daemon, interactive="srun")
+    run(daemon.store, job_id)
+    handle(daemon, ALICE, {"op": "step", "job": job_id, "argv": ["bash"]})[STREAM].abandon()
+    job = daemon.store.require(job_id)
+    assert (job.state, job.stop_state) == (JobState.COMPLETING, JobState.CANCELLED)
+
+
 def test_an_allocation_nobody_waits_for_is_cancelled_after_the_grace(tmp_path: Path) -> None:
     clock = [100.0]
     paths = Paths(tmp_path)
@@ -331,7 +341,7 @@ def test_an_allocation_nobody_waits_for_is_cancelled_after_the_grace(tmp_path: P
         pending, running, led = (queue(daemon, interactive="srun") for _ in range(3))
         run(store, running)
         run(store, led)
-        handle(daemon, ALICE, {"op": "step", "job": led, "argv": ["bash"]})[STREAM].abandon()
+        assert handle(daemon, ALICE, {"op": "step", "job": led, "argv": ["bash"]})["leads"]
         clock[0] += 29
         daemon.end_abandoned_allocations(T0)
         assert store.require(pending).state is JobState.PENDING

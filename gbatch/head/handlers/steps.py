@@ -83,15 +83,20 @@ class StepStart:
         self._end(JobState.CANCELLED, "its client left before it started")
 
     def _end(self, state: JobState, reason: str, exit_code: int | None = None) -> None:
+        """Record the end of a step that never started; an allocation it led ends too."""
+        now = self.daemon.clock()
         try:
-            self.daemon.store.end_step(
+            ended = self.daemon.store.end_step(
                 self.step.job_id,
                 self.step.step_id,
                 state,
-                self.daemon.clock(),
+                now,
                 exit_code=exit_code,
                 reason=reason,
             )
+            if ended and self.step.leads:
+                code = 0 if exit_code is None else exit_code
+                self.daemon.step_ends.end_allocation(self.job, self.step, state, code, 0, now)
         except StoreError as err:  # the loop records it as vanished instead
             log.warning("step %s: its end could not be recorded: %s", self.step.label, err)
         self.daemon.wake.set()

@@ -83,12 +83,14 @@ class StepEnds:
                 reason=reason,
             )
             if step.leads and running:
-                self._end_allocation(job, step, state, code, signum, now)
+                self.end_allocation(job, step, state, code, signum, now)
 
-    def _end_allocation(
+    def end_allocation(
         self, job: Job, step: Step, state: JobState, code: int, signum: int, now: float
     ) -> None:
-        """Stop `job`, whose leading step ended `state`: it ends so too, with that exit."""
+        """Stop `job`, whose leading step ended `state`: it ends so too, with that exit.
+
+        Also the request handler's, for a first step that never started."""
         outcome = f"killed by signal {signum}" if signum else f"exit code {code}"
         why = "its client went away" if state is JobState.CANCELLED else outcome
         reason = f"its step {step.label} ended ({why}); allocation released"

@@ -145,6 +145,19 @@ def test_admins_open_steps_only_where_the_config_says_so(tmp_path: Path) -> None
             if allowed:
                 assert reply["label"] == f"{job_id}.0"
                 assert daemon.store.steps_of([job_id])[0].user == "root"
+                # It runs as alice, with her environment and workdir, not root's.
+                again = handle(
+                    daemon,
+                    ROOT,
+                    {
+                        "op": "step",
+                        "job": job_id,
+                        "argv": ["id"],
+                        "env": {"HOME": "/root", "LD_PRELOAD": "/x.so", "TERM": "xterm"},
+                        "cwd": "/root",
+                    },
+                )[STREAM].launch
+                assert (dict(again.env), again.cwd) == ({"TERM": "xterm"}, None)
         finally:
             daemon.committer.close()
             store.close()

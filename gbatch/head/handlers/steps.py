@@ -136,13 +136,17 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
     except SpecError as err:
         raise Refused("invalid", f"srun: {err}") from err
     env = filter_submit_env(request.env or {})
+    if caller.uid != job.uid:
+        # An admin's step runs as the job's owner: with the owner's environment and
+        # workdir, not the admin's (their HOME, PATH or LD_PRELOAD), bar the terminal's.
+        env = {k: v for k, v in env.items() if k == "TERM" or k == "LANG" or k.startswith("LC_")}
     if submit_env_bytes(env) > MAX_SUBMIT_ENV_BYTES:
         raise Refused(
             "invalid",
             f"the environment sent is more than {MAX_SUBMIT_ENV_BYTES // 1024} KiB. Unset "
             "what the step does not need",
         )
-    cwd = request.cwd
+    cwd = request.cwd if caller.uid == job.uid else None
     if cwd is not None and (not cwd.startswith("/") or "\0" in cwd):
         raise Refused("invalid", f"cwd: {cwd[:80]!r} is not an absolute path")
     pty = (_size(request.rows), _size(request.cols)) if request.pty else None

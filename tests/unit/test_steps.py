@@ -304,6 +304,14 @@ def test_a_hung_up_first_step_cancels_its_allocation(
     job = daemon.store.require(job_id)
     assert (job.state, job.stop_state) == (JobState.COMPLETING, JobState.CANCELLED)
     assert daemon.store.steps_of([job_id])[0].reason == "its client went away"
+    end: RunEnd = daemon.ended_runs._finish(
+        daemon.store.require(job_id), RunStatus("exited", 0, signal.SIGTERM, T0 + 7), T0 + 7
+    )
+    assert (end.new, end.reason, end.fields["exit_signal"]) == (
+        JobState.CANCELLED,
+        "its client went away",
+        signal.SIGHUP,
+    )
 
 
 def test_a_batch_jobs_step_ending_leaves_the_job_running(

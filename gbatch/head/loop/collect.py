@@ -103,7 +103,8 @@ class EndedRuns:
             # exit: the allocation ends with it, not with its holder's SIGTERM.
             fields["exit_code"], fields["exit_signal"] = job.exit_code, job.exit_signal or 0
             new = job.stop_state
-            reason = _stopped_reason(job) if new is JobState.CANCELLED else ""
+            # CANCELLED here: its step was hung up on (loop/steps.py).
+            reason = "its client went away" if new is JobState.CANCELLED else ""
             if new is JobState.FAILED:
                 reason = (
                     f"killed by signal {job.exit_signal}"

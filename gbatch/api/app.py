@@ -315,11 +315,15 @@ def make_app(
     *,
     local_metrics: bool = False,
     limits: RateLimits | None = None,
+    trusted_proxies: tuple[str, ...] = (),
 ) -> Starlette:
     """The API's ASGI app, talking to the daemon at `socket_path`.
 
     `local_metrics`: serve /metrics without a token to clients on this machine's
     loopback. `limits`: each user's share (api/ratelimit.py; the defaults when None).
+    `trusted_proxies`: addresses or networks whose X-Forwarded-For and
+    X-Forwarded-Proto are believed (the client's address for the limits, https for the
+    web page's Secure cookie); from anyone else they are ignored.
     """
     limiter = Limiter(limits or RateLimits())
     api = Api(socket_path, timeout, local_metrics=local_metrics, limiter=limiter)
@@ -340,6 +344,7 @@ def make_app(
         await response(scope, receive, send)
 
     return _App(
+        trusted_proxies=trusted_proxies,
         # POST /jobs, the request a CI pipeline repeats, straight to its endpoint.
         shortcuts={("POST", PREFIX + "/jobs"): RateLimitMiddleware(submit, limiter)},
         routes=[
@@ -361,13 +366,31 @@ class _App(Starlette):
     wrappers (a visible share of the API's CPU per submit: bench/bench_api.py). A
     shortcut must do all that its route's stack would: the rate limit
     (RateLimitMiddleware) and the answers. Any other spelling of the path (a trailing
-    slash, a root_path) takes the route."""
+    slash, a root_path) takes the route.
 
-    def __init__(self, *, shortcuts: dict[tuple[str, str], ASGIApp], **options: Any) -> None:
+    With `trusted_proxies`, a request from one of them is first given the client's
+    address and scheme its X-Forwarded-For and X-Forwarded-Proto say (uvicorn's
+    ProxyHeadersMiddleware), before the shortcuts and the rate limit see it."""
+
+    def __init__(
+        self,
+        *,
+        shortcuts: dict[tuple[str, str], ASGIApp],
+        trusted_proxies: tuple[str, ...] = (),
+        **options: Any,
+    ) -> None:
         super().__init__(**options)
         self.shortcuts = shortcuts
+        self.entry: ASGIApp = self._dispatch
+        if trusted_proxies:
+            from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+            self.entry = ProxyHeadersMiddleware(self._dispatch, list(trusted_proxies))  # type: ignore[arg-type,assignment]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.entry(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope.get("root_path"):
             shortcut = self.shortcuts.get((scope["method"], scope["path"]))
             if shortcut is not None:

@@ -38,13 +38,15 @@ class Tally:
 
     def line(self) -> str:
         closed = sorted(self.closed_after)
-        shown = [round(t, 2) for t in (closed[0], closed[len(closed) // 2], closed[-1])]
+        shown = None
+        if closed:
+            shown = [round(t, 2) for t in (closed[0], closed[len(closed) // 2], closed[-1])]
         return json.dumps(
             {
                 "opened": self.opened,
                 "refused": self.refused,
                 "closed": len(closed),
-                "closed_after_min_median_max": shown if closed else None,
+                "closed_after_min_median_max": shown,
                 "open_at_end": self.open_at_end,
             }
         )
@@ -64,12 +66,11 @@ async def slow_client(
     """One connection until `stop_at`: the head's first lines, then a header line every
     `interval`; with `reconnect`, opened again once the server closes it."""
     while time.monotonic() < stop_at:
-        if not await slow_connection(host, port, source, context, interval, tally, stop_at):
-            tried.set()
-            await asyncio.sleep(0.5)
-        tried.set()
+        opened = await slow_connection(host, port, source, context, interval, tally, tried, stop_at)
         if not reconnect:
             return
+        if not opened:
+            await asyncio.sleep(0.5)
 
 
 async def slow_connection(
@@ -79,9 +80,12 @@ async def slow_connection(
     context: ssl.SSLContext | None,
     interval: float,
     tally: Tally,
+    tried: asyncio.Event,
     stop_at: float,
 ) -> bool:
-    """One slow connection, until the server closes it or `stop_at`: False if refused."""
+    """One slow connection, until the server closes it or `stop_at`: False if refused.
+
+    `tried` is set once it is open, or refused."""
     try:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port, ssl=context, local_addr=(source, 0)), 30
@@ -90,8 +94,10 @@ async def slow_connection(
         await writer.drain()
     except (OSError, ssl.SSLError, TimeoutError):
         tally.refused += 1
+        tried.set()
         return False
     tally.opened += 1
+    tried.set()
     opened = time.monotonic()
     try:
         while time.monotonic() < stop_at:
@@ -165,7 +171,16 @@ def main() -> None:
     )
     args = parser.parse_args()
     tally = asyncio.run(
-        attack(args.host, args.port, args.source, args.count, args.interval, args.seconds, args.tls)
+        attack(
+            args.host,
+            args.port,
+            args.source,
+            args.count,
+            args.interval,
+            args.seconds,
+            tls=args.tls,
+            reconnect=args.reconnect,
+        )
     )
     print(tally.line(), flush=True)
 

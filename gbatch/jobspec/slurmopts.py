@@ -29,6 +29,7 @@ from gbatch.core.timefmt import (
     parse_time_limit,
     show_value,
 )
+from gbatch.core.urls import DOT_SEGMENT_REFUSAL, has_dot_segment
 from gbatch.jobspec.errors import SpecError
 
 MAX_GPUS = 64
@@ -421,6 +422,8 @@ def check_notify(value: object, field: str = "notify") -> tuple[NotifyHook, ...]
         form = entry.get("form", "json")
         if not isinstance(url, str) or len(url) > MAX_URL_CHARS or not WEBHOOK_URL.fullmatch(url):
             raise SpecError(field, f"{show_value(url)} is not an http:// or https:// address")
+        if has_dot_segment(url):
+            raise SpecError(field, f"{show_value(url)} {DOT_SEGMENT_REFUSAL}")
         if isinstance(events, str):
             events = [e.strip() for e in events.split(",")]
         if (

@@ -24,6 +24,7 @@ from gbatch.core.model import JOB_EVENTS
 from gbatch.core.paths import SYSTEM_SOCKET as SYSTEM_SOCKET
 from gbatch.core.paths import Paths as Paths
 from gbatch.core.paths import resolve_paths as resolve_paths
+from gbatch.core.urls import has_dot_segment
 from gbatch.jobspec.slurmopts import WEBHOOK_URL
 from gbatch.jobspec.spec import NETWORK_NAME
 from gbatch.site.policy import (
@@ -371,6 +372,9 @@ def _check_webhook_prefixes(value: object, bad: Callable[[str], ConfigError]) ->
         isinstance(item, str) and re.fullmatch(r"https?://[^\s/?#@]+/\S*", item) for item in value
     ):
         raise bad(usage)
+    dotted = [item for item in value if has_dot_segment(item)]
+    if dotted:
+        raise bad(f"a prefix without `.` or `..` in its path, not {dotted[0]}")
     return tuple(dict.fromkeys(value))
 
 

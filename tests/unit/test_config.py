@@ -288,6 +288,13 @@ def test_webhook_prefixes_name_a_host_and_end_it(paths: Paths, prefixes: str) ->
         load_config(paths, {})
 
 
+def test_a_webhook_prefix_with_a_dot_segment_is_refused(paths: Paths) -> None:
+    """It would allow what its resolved path does not: refused, not resolved."""
+    write_config(paths, "webhook_prefixes_allowed: ['https://hooks.example.org/a/../']\n")
+    with pytest.raises(ConfigError, match=r"webhook_prefixes_allowed.*without `.` or `..`"):
+        load_config(paths, {})
+
+
 @pytest.mark.parametrize(
     ("written", "size"),
     [

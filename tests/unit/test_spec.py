@@ -834,6 +834,8 @@ def test_the_notify_option_is_a_url_and_its_events() -> None:
     ("value", "message"),
     [
         ([{"url": "file:///etc/passwd"}], "is not an http:// or https:// address"),
+        (["https://h.example.org/hooks/../admin"], "has a `.` or `..` segment in its path"),
+        (["https://h.example.org/hooks/%2E%2e/admin"], "has a `.` or `..` segment in its path"),
         ([{"url": "https://h.example.org/", "format": "slack"}], "format is not one of its keys"),
         ([{"url": "https://h.example.org/", "events": ["NODE_DOWN"]}], "events are among"),
         ([{"url": "https://h.example.org/", "form": "xml"}], "form is json or slack"),

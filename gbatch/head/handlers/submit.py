@@ -13,6 +13,7 @@ from gbatch.core.limits import PendingLimitReached, array_refusal, gpus_refusal
 from gbatch.core.model import Job, JobSpec, JobState, TaskArray
 from gbatch.core.submitenv import filter_submit_env
 from gbatch.core.timefmt import MAX_TIME_LIMIT_S, format_duration, show_value
+from gbatch.core.urls import DOT_SEGMENT_REFUSAL, has_dot_segment
 from gbatch.head import notify
 from gbatch.head.daemon import Daemon
 from gbatch.head.groupcommit import CommitterClosed
@@ -188,6 +189,8 @@ def _check_notify_allowed(daemon: Daemon, spec: JobSpec) -> None:
     refused = notify.disallowed_hooks(spec.notify, prefixes)
     if not refused:
         return
+    if has_dot_segment(refused[0]):  # a raw request: sbatch's own check says the same
+        raise Refused("invalid", f"notify: {refused[0]} {DOT_SEGMENT_REFUSAL}")
     fix = (
         f"Use a URL starting with {' or '.join(prefixes)}"
         if prefixes

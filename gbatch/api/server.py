@@ -90,6 +90,7 @@ class GuardedHttp(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.entry.protocol = self
+        self.guard.attached(self.entry)
         super().connection_made(transport)
 
     def data_received(self, data: bytes) -> None:

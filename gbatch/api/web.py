@@ -192,7 +192,13 @@ class Web:
             samesite="strict",
             secure=http.url.scheme == "https",
         )
-        response.delete_cookie(LOGIN_COOKIE, path="/ui/login", httponly=True, samesite="strict")
+        response.delete_cookie(
+            LOGIN_COOKIE,
+            path="/ui/login",
+            httponly=True,
+            samesite="strict",
+            secure=http.url.scheme == "https",
+        )
         return response
 
     async def logout(self, http: Request) -> Response:
@@ -200,7 +206,9 @@ class Web:
         if isinstance(fields, Response):
             return fields
         response = _to_login("signed-out")
-        response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
+        response.delete_cookie(
+            COOKIE, path="/ui", httponly=True, samesite="strict", secure=http.url.scheme == "https"
+        )
         return response
 
     async def queue(self, http: Request) -> Response:

@@ -3,7 +3,8 @@
 Run: `.venv/bin/python bench/bench_api.py [--quick] [--checkout DIR ...] [--submits-only]`.
 One daemon in a temp GBATCH_HOME with one local node of 800 simulated GPUs (as many
 per-GPU series as 100 nodes x 8), `gbatch api serve --local-metrics` on 127.0.0.1, and a
-token minted with `gbatch token` (as root: for `nobody`, root gets no tokens). One
+token minted with `gbatch token` (as root, who gets no tokens: for a robot's account made
+for the run and listed in service_accounts; an older checkout's, for `nobody`). One
 client, http.client on one persistent connection (keep-alive), as a CI script or a
 notebook would hold it.
 
@@ -35,6 +36,7 @@ queue is filled once: a before/after comparison in one run.
 from __future__ import annotations
 
 import argparse
+import atexit
 import http.client
 import json
 import os
@@ -192,10 +194,51 @@ def checkout_env(home: Path, checkout: str, simulate_gpus: int = 2) -> dict[str,
     return env
 
 
+def knows_service_accounts(checkout: str) -> bool:
+    """Whether `checkout`'s gbatch mints another's token only for a listed service account."""
+    return (Path(checkout.split(os.pathsep)[0]) / "gbatch" / "site" / "accounts.py").exists()
+
+
+_ACCOUNTS: list[str] = []
+
+
+def bench_account() -> str:
+    """A robot's account the bench mints for as root, made once and removed at exit."""
+    if not _ACCOUNTS:
+        name = f"gbbench-{os.getpid()}"
+        subprocess.run(
+            ["useradd", "-M", "-s", "/usr/sbin/nologin", name], check=True, capture_output=True
+        )
+        atexit.register(subprocess.run, ["userdel", name], capture_output=True)
+        _ACCOUNTS.append(name)
+    return _ACCOUNTS[0]
+
+
+def token_user(checkout: str) -> tuple[str, ...]:
+    """`gbatch token`'s --user for the bench's token from `checkout`'s daemon.
+
+    Root gets no tokens of its own: a service account (an older checkout's gbatch:
+    nobody). Anyone else mints their own."""
+    if os.getuid() != 0:
+        return ()
+    return ("--user", bench_account() if knows_service_accounts(checkout) else "nobody")
+
+
+def allow_token(home: Path, checkout: str) -> None:
+    """config.yaml in `home` listing token_user's account, where `checkout` needs it.
+
+    Before the daemon starts; an older checkout's gets none (it knows no such key)."""
+    config = home / "config.yaml"
+    config.unlink(missing_ok=True)
+    if os.getuid() == 0 and knows_service_accounts(checkout):
+        config.write_text(f"service_accounts: [{bench_account()}]\n")
+
+
 @contextmanager
 def checkout_daemon(checkout: str, gpus: int) -> Iterator[Path]:
     """`checkout`'s daemon in a fresh GBATCH_HOME (yielded), stopped afterwards."""
     with temp_home() as home:
+        allow_token(home, checkout)
         env = checkout_env(home, checkout, gpus)
         run = [str(GBATCH), "daemon"]
         # cwd: `python -m gbatch` (the daemon) puts its directory first on sys.path,
@@ -232,9 +275,9 @@ def api_server(home: Path, checkout: str = str(REPO)) -> Iterator[tuple[int, int
 
 
 def mint(home: Path, checkout: str = str(REPO)) -> str:
-    user = ("--user", "nobody") if os.getuid() == 0 else ()
+    """A token for the bench's requests from `checkout`'s daemon (allow_token set it up)."""
     done = subprocess.run(
-        [str(GBATCH), "token", "--scope", "submit,read", *user],
+        [str(GBATCH), "token", "--scope", "submit,read", *token_user(checkout)],
         env=checkout_env(home, checkout),
         capture_output=True,
         text=True,
@@ -361,6 +404,7 @@ def lists_only(settings: Settings) -> None:
     with temp_home() as home:
         for round_ in range(settings.rounds):
             for checkout in settings.checkouts:
+                allow_token(home, checkout)
                 env = checkout_env(home, checkout, settings.gpus)
                 # cwd: `python -m gbatch` (the daemon) puts its directory first on sys.path,
                 # before PYTHONPATH; run from another checkout, it would run that code.

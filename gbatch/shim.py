@@ -15,17 +15,17 @@ WORKDIR entered with their rights. The shim itself stays the daemon's user, so t
 cannot touch RUN_DIR, its exit record or the shim, and the daemon can still signal the
 job's whole group.
 
-When the daemon passes the job's own output files (sbatch -o/-e, opened as the
-submitter: OUT_FD_ENV, ERR_FD_ENV), the shim copies the output there too, stderr
-through a pipe of its own when it goes to a file of its own.
+When the daemon names the job's own output files (sbatch -o/-e: outfiles.OUT_FILES_ENV),
+the shim opens them as the submitter (gbatch.nodes.outfiles) and copies the output
+there too, stderr through a pipe of its own when it goes to a file of its own.
 
 Output goes through the shim (a pipe), not straight to the file, so a log that cannot
 be written (a full disk) never makes the job's own writes fail: the shim drops that
 output and the log says so (gbatch.nodes.joblog.LogWriter). A process the job leaves behind
 loses its output once the job has ended. A full disk also delays pids.json and
 exit.json: the shim retries them until there is room, since the daemon cannot end
-the job without exit.json. stdlib and gbatch.nodes.joblog only; it is on the start path of
-every job.
+the job without exit.json. stdlib, gbatch.nodes.joblog and gbatch.nodes.outfiles only;
+it is on the start path of every job.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ import time
 from functools import partial
 from pathlib import Path
 
-from gbatch.nodes.joblog import ERR_FD_ENV, MAX_LOG_BYTES_ENV, OUT_FD_ENV, LogWriter
+from gbatch.nodes import outfiles
+from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogWriter
 
 # Neither typing nor dataclasses at run time: with inspect, which dataclasses brings,
 # they slow every job start. mypy takes any TYPE_CHECKING as typing's.
@@ -157,23 +158,37 @@ def copy_outputs(sources: dict[int, list[LogWriter]]) -> None:
 
 
 def file_writers(
-    environ: MutableMapping[str, str], limit: int | None
+    environ: MutableMapping[str, str], run_dir: Path, identity: Identity | None, limit: int | None
 ) -> tuple[LogWriter | None, LogWriter | None]:
     """Writers to the job's own output files (sbatch -o/-e): (stdout's, stderr's when apart).
 
-    The daemon passed their descriptors (OUT_FD_ENV, ERR_FD_ENV, taken out of
-    `environ`); (None, None) when it passed none. Each takes at most `limit` bytes of
-    this attempt; a write the file refuses never fails the job (LogWriter).
+    The daemon named them (outfiles.OUT_FILES_ENV, taken out of `environ`); the shim
+    opens them here, as the job's user, off the daemon's loop: an open that waits (a
+    file system that does not answer) holds up this job alone. (None, None) when there
+    are none, or when they cannot be opened: the log then says why in its first line.
+    Each takes at most `limit` bytes of this attempt; a write the file refuses never
+    fails the job (LogWriter).
     """
-    out = environ.pop(OUT_FD_ENV, None)
-    err = environ.pop(ERR_FD_ENV, None)
-    if not out:
+    wanted = environ.pop(outfiles.OUT_FILES_ENV, None)
+    if not wanted:
+        return None, None
+    plan = json.loads(wanted)
+    as_user = (
+        None
+        if identity is None
+        else outfiles.Submitter(identity.uid, identity.gid, identity.groups)
+    )
+    try:
+        files = outfiles.open_planned(plan, run_dir, as_user)
+    except outfiles.OpenError as err:
+        with contextlib.suppress(OSError):
+            os.write(2, outfiles.not_written_note(int(plan["job"]), str(err)).encode())
         return None, None
 
     def writer(fd: int) -> LogWriter:
         return LogWriter(partial(os.write, fd), limit, 0)
 
-    return writer(int(out)), (writer(int(err)) if err and err != out else None)
+    return writer(files.out), (writer(files.err) if files.apart else None)
 
 
 class _Record:
@@ -381,8 +396,9 @@ def main(argv: list[str]) -> int:
     if limits != Limits():
         workdir = identity.workdir if identity is not None else None
         switch["preexec_fn"] = partial(_prepare_child, limits, workdir)
+    # First: a note that the files cannot be opened goes first in the log.
+    out_file, err_file = file_writers(os.environ, run_dir, identity, log_limit(os.environ))
     writer = log_writer(os.environ)
-    out_file, err_file = file_writers(os.environ, log_limit(os.environ))
     os.environ.pop(MAX_LOG_BYTES_ENV, None)
     output, job_output = os.pipe()
     errors, job_errors = os.pipe() if err_file is not None else (output, job_output)

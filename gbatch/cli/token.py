@@ -18,7 +18,10 @@ HELP = COMMANDS["token"]
 EPILOG = """\
 scopes: read (jobs, logs, nodes, fair-share), submit (queue jobs), control (cancel, hold,
 release, requeue, update). Default: all three. A token acts as its user, with that user's
-rights and limits; admins may mint for a service account (--user ci-bot). Example:
+rights and limits. Admins may mint for a service account (--user ci-bot): a robot's own
+account listed under service_accounts in gbatchd's config.yaml; never root, gbatchd's own
+account, a system account (uid below UID_MIN) or a person, who mints their own. Each such
+mint, allowed or refused, is an audit line in gbatchd.log. Example:
   T=$(gbatch token --lifespan 2h --scope submit,read)
   curl -H "Authorization: Bearer $T" http://127.0.0.1:8642/api/v1/jobs"""
 
@@ -48,7 +51,9 @@ def add_parser(commands: Any) -> None:
     p.add_argument(
         "--scope", action="append", metavar="SCOPE[,SCOPE]", help="what it may do (default: all)"
     )
-    p.add_argument("--user", help="mint for this account (admins: a service account)")
+    p.add_argument(
+        "--user", help="admins: mint for this service account (listed in service_accounts)"
+    )
     p.add_argument("--list", action="store_true", help="list your unexpired tokens")
     p.add_argument("-a", "--all", action="store_true", help="with --list: everyone's (admins)")
     p.add_argument("--revoke", metavar="JTI", help="refuse this token from now on")

@@ -58,3 +58,10 @@ def folded_label(array: int, spans: Iterable[tuple[int, int]], throttle: int | N
     """
     limit = f"%{throttle}" if throttle is not None else ""
     return f"{array}_[{format_spans(merge_spans(spans))}{limit}]"
+
+
+def memory_text(mib: int | None) -> str:
+    """A size in MiB as scontrol writes one: 16G, 1500M, or 0 when none was asked."""
+    if mib is None:
+        return "0"
+    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"

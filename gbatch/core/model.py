@@ -590,6 +590,9 @@ class NodeInfo:
     gpus: tuple[Gpu, ...] = ()
     # GPU index -> id of the gbatch job that holds it
     allocations: Mapping[int, int] = field(default_factory=dict)
+    # The GPUs a job may be given now (Fleet.free_gpus, the planner's own test); None
+    # from a head that did not send them: then those with no foreign process.
+    free_gpus: tuple[int, ...] | None = None
     address: str = ""  # how the head reaches it: user@host:port, or "this machine"
     partitions: tuple[str, ...] = ()  # the partitions it is in, in the inventory's order
     # CPUs and memory (MiB) the node reported (None: unknown), and what gbatch's jobs
@@ -611,15 +614,29 @@ class NodeInfo:
         return len(self.allocations)
 
     @property
-    def gpus_busy_outside(self) -> int:
-        """GPUs not allocated by gbatch but busy with something else."""
-        return sum(
-            1 for g in self.gpus if g.index not in self.allocations and g.foreign_processes > 0
+    def free_indices(self) -> frozenset[int]:
+        """The GPUs a job may be given now (the planner's meaning of free)."""
+        if self.free_gpus is not None:
+            return frozenset(self.free_gpus)
+        return frozenset(
+            g.index
+            for g in self.gpus
+            if g.index not in self.allocations and g.foreign_processes == 0
         )
 
     @property
+    def gpus_busy_outside(self) -> int:
+        """GPUs neither held by a gbatch job nor free (free_indices).
+
+        A process or memory gbatch did not start is on them, or a run's memory is still
+        being released.
+        """
+        return self.gpus_total - self.gpus_allocated - self.gpus_free
+
+    @property
     def gpus_free(self) -> int:
-        return self.gpus_total - self.gpus_allocated - self.gpus_busy_outside
+        """How many GPUs a job may be given now (free_indices)."""
+        return len(self.free_indices)
 
     @property
     def simulated(self) -> bool:

@@ -13,8 +13,13 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
-from gbatch.core.model import Job
+# For annotations only: the shim imports this module (gbatch.nodes.outfiles) at a job's
+# start, and the model is more than it needs.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gbatch.core.model import Job, JobSpec
 
 DEFAULT_OUTPUT = "slurm-%j.out"
 DEFAULT_ARRAY_OUTPUT = "slurm-%A_%a.out"
@@ -76,12 +81,27 @@ def submit_fields(user: str, name: str) -> dict[str, str]:
     return {"%": "%", "u": user, "x": name}
 
 
-def base_dir(job: Job) -> str | None:
+def base_dir(spec: JobSpec) -> str | None:
     """Where a relative output path starts, or None when the job has no such place."""
-    spec = job.spec
     if spec.image is None and spec.workdir is not None:
         return spec.workdir
     return spec.submit_dir
+
+
+def without_a_start(spec: JobSpec) -> tuple[str, str] | None:
+    """(field, pattern) of a relative -o/-e path with no place to start from, or None.
+
+    Such a file would never be written (base_dir is None). Only a job submitted without
+    a submit directory has such a path: over the HTTP API, or from a client other than
+    gbatch's own. The submit refuses it.
+    """
+    if base_dir(spec) is not None:
+        return None
+    for field, pattern in (("output", spec.output), ("error", spec.error)):
+        literal = pattern.replace("\\", "") if pattern and "\\" in pattern else pattern
+        if literal is not None and not literal.startswith("/"):
+            return field, pattern or ""
+    return None
 
 
 def output_paths(job: Job, node: str | None) -> tuple[str, str] | None:
@@ -91,7 +111,7 @@ def output_paths(job: Job, node: str | None) -> tuple[str, str] | None:
     file (one queued before sbatch recorded its submit dir, and naming no output), and
     when a relative path has no place to start from (base_dir is None).
     """
-    base = base_dir(job)
+    base = base_dir(job.spec)
     pattern = job.spec.output
     if pattern is None:
         if job.spec.submit_dir is None:
@@ -111,6 +131,29 @@ def _absolute(path: str, base: str | None) -> str | None:
     if base is None:
         return None
     return os.path.join(base, path)
+
+
+def refusal(path: str, mode: int, is_devnull: bool) -> str | None:
+    """Why the file at `path`, of `mode`, may not take a job's output; None when it may.
+
+    A regular file may, and /dev/null (`is_devnull`: the caller compared the device).
+    Nothing else: a FIFO's or a terminal's open and writes wait on whoever reads them,
+    and a device or socket is no place for a log.
+    """
+    if stat.S_ISREG(mode) or (stat.S_ISCHR(mode) and is_devnull):
+        return None
+    kind = (
+        "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a directory"
+        if stat.S_ISDIR(mode)
+        else "not a regular file"
+    )
+    return f"{path} is {kind}; a job writes only to a regular file or /dev/null"
 
 
 def appends(job: Job, attempt: int) -> bool:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
-from gbatch.core.model import ALLOCATED_STATES, Job, NodeInfo, NodeState, NodeView
+from gbatch.core.model import ALLOCATED_STATES, Gpu, Job, NodeInfo, NodeState, NodeView
 from gbatch.head.liveness import Liveness, node_liveness
+from gbatch.head.scheduler import NodeSize
 from gbatch.head.store import Store
 from gbatch.nodes.base import STARTING, Node
 from gbatch.nodes.inventory import Inventory, Partition
@@ -119,6 +120,27 @@ class Fleet:
             self._released_at_report[(node.name, gpu)] = node.report_seq
         node.poke()
 
+    def free_gpus(self, node: Node, gpus: Sequence[Gpu], held: Collection[int]) -> tuple[int, ...]:
+        """The indices of `node`'s GPUs a job may be given now: the one meaning of free.
+
+        The planner places jobs on these, and sinfo, the TUI, the web page and /metrics
+        count them (NodeInfo.free_gpus), so a view never calls free a GPU a job would
+        wait for. Free: not `held` by a gbatch job, no compute process gbatch did not
+        start, less memory in use than `gpu_memory_threshold_mib` (a process NVML
+        cannot list, in another namespace, still holds memory), and, after a run on it
+        ended, a later report seen (the ended run's memory may not be released yet).
+        """
+        seq = node.report_seq
+        threshold = self.config.gpu_memory_threshold_mib
+        return tuple(
+            g.index
+            for g in gpus
+            if g.index not in held
+            and g.foreign_processes == 0
+            and g.memory_used_mib < threshold
+            and seq > self._released_at_report.get((node.name, g.index), -1)
+        )
+
     @staticmethod
     def uuids(node: Node, gpus: Sequence[int]) -> tuple[str, ...]:
         report, _ = node.report()
@@ -148,16 +170,7 @@ class Fleet:
             )
         gpus = node.gpus(report)
         mine = [job for job in allocated if job.node == node.name]
-        held = {g for job in mine for g in job.gpus}
-        seq = node.report_seq
-        free = tuple(
-            g.index
-            for g in gpus
-            if g.index not in held
-            and g.foreign_processes == 0
-            and g.memory_used_mib < self.config.gpu_memory_threshold_mib
-            and seq > self._released_at_report.get((node.name, g.index), -1)
-        )
+        free = self.free_gpus(node, gpus, {g for job in mine for g in job.gpus})
         releases = tuple(
             (
                 (job.start_time or self.clock()) + job.spec.time_limit
@@ -226,13 +239,15 @@ class Fleet:
         liveness = self.liveness(node)
         if report is None or liveness.state != "up":
             silent = NodeState.DOWN if liveness.state == "down" else NodeState.SUSPECT
+            # The last report's GPUs while it is kept, so allocations show on them.
+            kept = node.gpus(report) if report is not None else ()
             return NodeInfo(
                 node.name,
                 silent,
                 reason=liveness.describe(problem if report is None else ""),
-                # The last report's GPUs while it is kept, so allocations show on them.
-                gpus=node.gpus(report) if report is not None else (),
+                gpus=kept,
                 allocations=allocations,
+                free_gpus=self.free_gpus(node, kept, allocations),
                 address=node.address,
                 partitions=self._partitions_of.get(node.name, ()),
                 cpus_total=report.cpus if report is not None else None,
@@ -255,6 +270,7 @@ class Fleet:
         if not gpus and not reason:
             reason = report.note
         mine = [job for job in allocated if job.node == node.name]
+        free = self.free_gpus(node, gpus, allocations)
         reason_time, reason_user = None, ""
         if state is NodeState.DRAINED:
             reason_time = drain_times.get(node.name)
@@ -269,6 +285,7 @@ class Fleet:
             reason=reason,
             gpus=gpus,
             allocations=allocations,
+            free_gpus=free,
             address=node.address,
             partitions=self._partitions_of.get(node.name, ()),
             cpus_total=report.cpus,
@@ -282,6 +299,26 @@ class Fleet:
     def all_reported(self) -> bool:
         """Whether every node's size is known (none is down)."""
         return all(node.report()[0] is not None for node in self.nodes.values())
+
+    def sizes_for(self, partition: str | None) -> list[NodeSize] | None:
+        """The sizes of the nodes a job of `partition` may run on, from their reports.
+
+        The partition's nodes, or every node when the fleet has no partitions or none is
+        named. None while one of them has not reported: its size is unknown, and a job
+        it might hold is not refused for it.
+        """
+        chosen = self.partitions.get(partition) if partition is not None else None
+        names = chosen.nodes if chosen is not None else tuple(self.nodes)
+        sizes = []
+        for name in names:
+            node = self.nodes.get(name)
+            if node is None:
+                continue
+            report, _ = node.report()
+            if report is None:
+                return None
+            sizes.append(NodeSize(name, len(node.gpus(report)), report.cpus, report.memory_mb))
+        return sizes
 
     def max_gpus_per_node(self) -> tuple[int, str]:
         """The most GPUs any node reports, and (with none) why."""

@@ -394,6 +394,24 @@ class _Room:
         self.mem[index] -= mem
 
 
+@dataclass(frozen=True)
+class NodeSize:
+    """A node's size as its last report gave it (None: not reported by its agent)."""
+
+    name: str
+    gpus: int
+    cpus: int | None
+    mem_mb: int | None
+
+    def holds(self, gpus: int, cpus: int, mem_mb: int) -> bool:
+        """Whether a job of this size fits the node when nothing else runs there."""
+        return (
+            gpus <= self.gpus
+            and (self.cpus is None or cpus <= self.cpus)
+            and (self.mem_mb is None or mem_mb <= self.mem_mb)
+        )
+
+
 def _ends_by(job: Job, now: float, start: float) -> bool:
     return job.time_limit is not None and now + job.time_limit <= start
 

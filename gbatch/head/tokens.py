@@ -7,7 +7,7 @@ Two files in the daemon's home, 0600, written only here (atomically):
   a rotated-out key still verifies the tokens it signed until they have all expired
   (rotation without downtime), unless it was dropped (a leaked key).
 - `api-tokens.json`: every token issued and not yet expired (jti, user, uid, scopes,
-  expiry, revoked). A token verifies only when its record is here and not revoked: a
+  expiry, revoked, who minted it). A token verifies only when its record is here and not revoked: a
   forged token with a leaked key and a made-up jti is refused too.
 
 Time is a parameter (`now`): PyJWT checks the signature and the claims' presence,
@@ -59,6 +59,9 @@ class TokenRecord:
     expires: float
     kid: str
     revoked: float | None = None
+    # The uid of whoever minted it; None in records older than this field. A token
+    # minted by another than its user must stay one for a listed service account.
+    minted_by: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {**vars(self), "scopes": list(self.scopes)}
@@ -159,12 +162,18 @@ class TokenAuthority:
     # -- what the handlers ask --------------------------------------------------------
 
     def mint(
-        self, user: str, uid: int, scopes: tuple[str, ...], lifespan: int, now: float
+        self,
+        user: str,
+        uid: int,
+        scopes: tuple[str, ...],
+        lifespan: int,
+        now: float,
+        minted_by: int | None = None,
     ) -> tuple[str, TokenRecord]:
         """A signed token for `user` (uid `uid`) with `scopes`, and its record.
 
-        The token is valid `lifespan` seconds from `now`; its record is kept until it
-        expires.
+        The token is valid `lifespan` seconds from `now`; its record, which names the
+        uid `minted_by` that asked for it, is kept until it expires.
         """
         with self._lock:
             keys, tokens = self._load()
@@ -181,6 +190,7 @@ class TokenAuthority:
                 issued=now,
                 expires=now + lifespan,
                 kid=kid,
+                minted_by=minted_by,
             )
             claims = {
                 "iss": ISSUER,

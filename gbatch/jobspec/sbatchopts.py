@@ -80,8 +80,10 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         const=False,
         help="end the job NODE_FAIL if its node is lost, instead of starting it over",
     )
-    p.add_argument("--priority", metavar="N")
-    p.add_argument("--nice", metavar="N", help="lower the job's priority by N")
+    p.add_argument("--priority", metavar="N", help="the job's priority (admins only, as Slurm)")
+    p.add_argument(
+        "--nice", metavar="N", help="lower the job's priority by N (below 0: admins only)"
+    )
     p.add_argument(
         "-D",
         "--chdir",
@@ -203,7 +205,8 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         help="write the job's stdout (and its stderr, without -e) to FILE, as its submitter "
         "(default: slurm-%%j.out, slurm-%%A_%%a.out for an array task, in the submit dir); "
         "patterns %%j %%J %%x %%u %%A %%a %%N %%%%; a relative path starts from -D (bare "
-        "process) or the submit dir. The head keeps its own copy for `gbatch logs`",
+        "process) or the submit dir. A regular file or /dev/null (not a FIFO or device). "
+        "The head keeps its own copy for `gbatch logs`",
     )
     p.add_argument(
         "-e", "--error", metavar="FILE", help="write the job's stderr apart, to FILE (as -o)"

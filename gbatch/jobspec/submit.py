@@ -312,10 +312,12 @@ def _file_keys_win(data: dict[str, object] | None, lines: dict[str, int], args: 
 def _check_output_dirs(spec: Any, submit_dir: str, *, from_file: bool, err_from_file: bool) -> None:
     """Refuse, before queueing, an output or error file the submitter could not write
     (sbatch runs as them): its directory missing or not writable, or the file there and
-    not writable. A directory part with %j, %A, %a or %N is known only at start and is
-    not checked; the default slurm-%j.out is not either (as Slurm, the job runs all the
-    same, and its log says why there is no file)."""
-    from gbatch.core.outputs import submit_check_dir
+    not writable, or there and not a regular file or /dev/null (a FIFO: core.outputs.
+    refusal; stat, never an open, so this does not wait on it either). A directory part
+    with %j, %A, %a or %N is known only at start and is not checked; the default
+    slurm-%j.out is not either (as Slurm, the job runs all the same, and its log says
+    why there is no file). The daemon's shim checks again as it opens them."""
+    from gbatch.core.outputs import refusal, submit_check_dir
     from gbatch.jobspec.spec import SpecError
 
     base = start_dir(spec, submit_dir)
@@ -337,6 +339,12 @@ def _check_output_dirs(spec: Any, submit_dir: str, *, from_file: bool, err_from_
             )
         name = os.path.join(directory, os.path.basename(pattern))
         if "%" not in os.path.basename(pattern) and os.path.exists(name):
+            info = os.stat(name)
+            refused = refusal(
+                name, info.st_mode, is_devnull=info.st_rdev == os.stat(os.devnull).st_rdev
+            )
+            if refused is not None:
+                raise SpecError(field, refused)
             # An existing file (/dev/null) needs only to be writable itself.
             problem = None if os.access(name, os.W_OK) else f"{pattern}: {name}"
         else:

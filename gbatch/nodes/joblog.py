@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from functools import partial
 from pathlib import Path
 
 from gbatch.core.crashpoints import crash_point
+
+# How often a wait for a follower looks whether it opens its output files.
+OPENING_POLL_SECONDS = 0.05
 
 # Not typing's: importing typing (and logging) would slow the shim, which imports this
 # module at every job start. mypy takes any TYPE_CHECKING as typing's.
@@ -68,9 +72,6 @@ def loss_note(lost_bytes: int, error: str) -> str:
 
 # The shim learns the head's max_log_bytes from this variable (and keeps it from the job).
 MAX_LOG_BYTES_ENV = "GBATCH_MAX_LOG_BYTES"
-# ... and the descriptors of the job's own output files (sbatch -o, -e), when it has them.
-OUT_FD_ENV = "GBATCH_OUT_FD"
-ERR_FD_ENV = "GBATCH_ERR_FD"
 
 
 def size_text(count: int) -> str:
@@ -202,6 +203,8 @@ class LogFollowers:
         self._max_log_bytes = max_log_bytes
         self._lock = threading.Lock()
         self._threads: dict[tuple[int, int], threading.Thread] = {}
+        # Followers opening their job's output files: a wait of the user's file system.
+        self._opening: set[tuple[int, int]] = set()
 
     def follow(
         self,
@@ -241,11 +244,25 @@ class LogFollowers:
         return thread is not None and not thread.is_alive()
 
     def wait(self, job_id: int, attempt: int, timeout: float = 5.0) -> None:
-        """Let the follower finish: the log is complete before the run is final."""
+        """Let the follower finish: the log is complete before the run is final.
+
+        Not while it opens the job's output files: that open waits on the user's file
+        system (a FUSE mount that does not answer, up to outfiles.OPEN_TIMEOUT), and the
+        daemon's loop calls this. That job's log may then miss its output; no other
+        job waits.
+        """
+        key = (job_id, attempt)
         with self._lock:
-            thread = self._threads.pop((job_id, attempt), None)
-        if thread is not None:
-            thread.join(timeout)
+            thread = self._threads.pop(key, None)
+        if thread is None:
+            return
+        deadline = time.monotonic() + timeout
+        while thread.is_alive():
+            remaining = deadline - time.monotonic()
+            with self._lock:
+                if remaining <= 0 or key in self._opening:
+                    return
+            thread.join(min(remaining, OPENING_POLL_SECONDS))
 
     def _copy(
         self,
@@ -267,7 +284,9 @@ class LogFollowers:
             # again at once, and the container's output would be replayed for nothing.
             writer = LogWriter(_refuse(err))
         # The output file is cut back to the attempt's start the same way (outfiles).
-        files = None if open_files is None else open_files(writer.write)
+        files = None
+        if open_files is not None:
+            files = self._open_files(job_id, attempt, open_files, writer)
         file_writer = err_writer = None
         if files is not None:
             file_writer = err_writer = LogWriter(
@@ -298,6 +317,18 @@ class LogFollowers:
             if files is not None:
                 files.close()
             self._on_done()
+
+    def _open_files(
+        self, job_id: int, attempt: int, open_files: FilesOpener, writer: LogWriter
+    ) -> OutputFiles | None:
+        key = (job_id, attempt)
+        with self._lock:
+            self._opening.add(key)
+        try:
+            return open_files(writer.write)
+        finally:
+            with self._lock:
+                self._opening.discard(key)
 
 
 def _refuse(err: OSError) -> Callable[[bytes], int | None]:

@@ -37,15 +37,8 @@ from gbatch.nodes.base import (
     job_env,
     launch_secrets,
 )
-from gbatch.nodes.joblog import (
-    ERR_FD_ENV,
-    MAX_LOG_BYTES_ENV,
-    OUT_FD_ENV,
-    LogFollowers,
-    StderrChunk,
-    open_log,
-)
-from gbatch.nodes.outfiles import OFFSETS_FILE, OutputFiles, open_or_say
+from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogFollowers, StderrChunk, open_log
+from gbatch.nodes.outfiles import OFFSETS_FILE, OUT_FILES_ENV, open_or_say, planned
 from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
 from gbatch.nodes.shimserver import LOCK_FILE, ServerGone, ShimServer, lock_held
 from gbatch.shim import CPUS_ENV, JOB_ENV_FILE_ENV, MEM_MB_ENV
@@ -302,26 +295,22 @@ class LocalNode:
             job_log = open_log(self.paths.job_log(job.id))
         except OSError as err:
             raise LaunchError(f"cannot open its log: {err}") from err
-        files = open_or_say(job, attempt, self.name, run_dir, job_log.write)
+        # Opened by the shim, as the job's user: never on this loop (outfiles).
+        files = planned(job, attempt, self.name)
         if files is not None:
-            env[OUT_FD_ENV] = str(files.out)
-            env[ERR_FD_ENV] = str(files.err)
+            env[OUT_FILES_ENV] = json.dumps(files)
         argv = [str(run_dir), *identity, "--", *job.spec.command]
         # Another user's workdir is entered by the job itself, as that user.
         cwd = workdir if switch is None else "/"
         try:
             try:
-                self._shim_server.start_run(
-                    run_dir, argv, env, cwd, [job_log.fileno(), *_unique_fds(files)]
-                )
+                self._shim_server.start_run(run_dir, argv, env, cwd, job_log.fileno())
                 return  # the server tells the daemon of the run's end
             except ServerGone as gone:
                 log.debug("job %d: the plain shim starts it: %s", job.id, gone)
-            shim = self._start_plain_shim(argv, env, cwd, job_log, files, switch, run_dir)
+            shim = self._start_plain_shim(argv, env, cwd, job_log, switch, run_dir)
         finally:
             job_log.close()
-            if files is not None:
-                files.close()
         with self._lock:
             self._shims[(job.id, attempt)] = shim
         threading.Thread(
@@ -334,7 +323,6 @@ class LocalNode:
         env: dict[str, str],
         cwd: str,
         log: Any,
-        files: OutputFiles | None,
         switch: pwd.struct_passwd | None,
         run_dir: Path,
     ) -> subprocess.Popen[bytes]:
@@ -353,7 +341,6 @@ class LocalNode:
                 env=env,
                 cwd=cwd,
                 start_new_session=True,
-                pass_fds=() if files is None else (files.out, files.err),
             )
         except OSError as err:
             raise LaunchError(f"cannot start the job: {err}") from err
@@ -589,13 +576,6 @@ def bare_limits_env(job: Job, allowed: Sequence[int] | None = None) -> dict[str,
     if spec.memory_mb is not None:
         env[MEM_MB_ENV] = str(spec.memory_mb)
     return env
-
-
-def _unique_fds(files: OutputFiles | None) -> list[int]:
-    """The output file's descriptor, then the error file's when it is apart."""
-    if files is None:
-        return []
-    return [files.out, files.err] if files.apart else [files.out]
 
 
 def _both_pipes(out: int, err: int) -> Iterator[bytes]:

@@ -10,7 +10,10 @@ way keeps it from following: `realpath -m` would silently stop there, which is h
 symlink to /etc in a 0700 root once reached `docker run`. A missing path is not an
 error (it may exist only on the GPU hosts; docker refuses a missing bind source).
 
-The program is RESOLVER_SOURCE (`follow` and a main), run as
+A FUSE file system the submitter mounted is never looked into (own_fuse_mounts): its
+server, theirs, could keep the look waiting, and a container's start waits on it.
+
+The program is RESOLVER_SOURCE (`follow`, the FUSE table and a main), run as
 `python -I -S -c RESOLVER_SOURCE --as UID GID GROUPS -- PATH...` on the head (at
 submit) and on the node (as the run starts), so a host needs nothing but the Python
 its agent runs on. Its answer is one JSON object per
@@ -23,6 +26,7 @@ import errno
 import inspect
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -33,11 +37,13 @@ from gbatch.nodes.base import CommandResult, HostError
 from gbatch.site.policy import RunAs
 
 
-def follow(path: str) -> str:
+def follow(path: str, closed: frozenset[str] = frozenset()) -> str:
     """`path` with every symlink followed, as far as it exists.
 
     OSError when a directory on the way cannot be searched (or a loop, or a file used
-    as a directory). Part of RESOLVER_SOURCE: stdlib only, any Python 3.
+    as a directory), or is one of `closed` (own_fuse_mounts: never looked into, since a
+    file system its user serves may keep a look waiting). Part of RESOLVER_SOURCE:
+    stdlib only, any Python 3.
     """
     todo = [p for p in path.split("/") if p not in ("", ".")]
     done, hops = "/", 0
@@ -47,6 +53,10 @@ def follow(path: str) -> str:
             done = os.path.dirname(done)
             continue
         here = os.path.join(done, part)
+        if here in closed:
+            raise OSError(
+                errno.EACCES, f"{here} is a FUSE file system you mounted; gbatch never waits on one"
+            )
         try:
             mode = os.lstat(here).st_mode
         except FileNotFoundError:
@@ -68,6 +78,43 @@ def follow(path: str) -> str:
     return done
 
 
+def own_fuse_mounts(mountinfo: str, uid: int) -> frozenset[str]:
+    """The mount points of the FUSE file systems that the user `uid` mounted; none for root.
+
+    Read from `mountinfo` (/proc/self/mountinfo's text; fusermount's user_id=). A
+    process that serves a file system may leave a stat of it waiting as long as it
+    likes; the resolver runs as the submitter, on the daemon's loop as a container job
+    starts, so it never looks into one the submitter serves. Part of RESOLVER_SOURCE.
+    """
+    if uid == 0:
+        return frozenset()
+    points = set()
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if "-" not in fields[6:]:
+            continue
+        dash = fields.index("-", 6)
+        kind, options = fields[dash + 1 : dash + 2], fields[dash + 3 : dash + 4]
+        if not kind or not (kind[0] == "fuse" or kind[0].startswith("fuse.")):
+            continue
+        if options and f"user_id={uid}" in options[0].split(","):
+            # Octal escapes for space, tab, newline and backslash, as the kernel writes them.
+            points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return frozenset(points)
+
+
+def read_own_fuse_mounts() -> frozenset[str]:
+    """own_fuse_mounts of this process's user, from this process's mount table.
+
+    Part of RESOLVER_SOURCE.
+    """
+    try:
+        with open("/proc/self/mountinfo") as table:
+            return own_fuse_mounts(table.read(), os.getuid())
+    except OSError:
+        return frozenset()
+
+
 _RESOLVER_MAIN = """
 args = sys.argv[1:]
 if args[:1] == ["--as"]:
@@ -78,14 +125,19 @@ if args[:1] == ["--as"]:
         os.setgroups(sorted({gid, *groups}))
         os.setgid(gid)
         os.setuid(uid)
+closed = read_own_fuse_mounts()
 for path in args[1:]:
     try:
-        answer = {"path": follow(path)}
+        answer = {"path": follow(path, closed)}
     except OSError as err:
         answer = {"error": err.strerror or str(err)}
     print(json.dumps(answer))
 """
-RESOLVER_SOURCE = "import errno, json, os, stat, sys\n" + inspect.getsource(follow) + _RESOLVER_MAIN
+RESOLVER_SOURCE = (
+    "from __future__ import annotations\nimport errno, json, os, re, stat, sys\n"
+    + "".join(inspect.getsource(f) for f in (follow, own_fuse_mounts, read_own_fuse_mounts))
+    + _RESOLVER_MAIN
+)
 
 
 @dataclass(frozen=True)
@@ -153,9 +205,10 @@ def resolve_here(run_as: RunAs | None, paths: Sequence[str], timeout: float = 30
 def _resolve_in_process(paths: Sequence[str]) -> Resolved:
     real: dict[str, str] = {}
     errors: dict[str, str] = {}
+    closed = read_own_fuse_mounts()
     for path in paths:
         try:
-            real[path] = follow(path)
+            real[path] = follow(path, closed)
         except OSError as err:
             errors[path] = err.strerror or str(err)
     return Resolved(real, errors)

@@ -9,9 +9,10 @@ FD is one end of a socketpair the daemon made (SOCK_SEQPACKET): the server has n
 address, so no other process, of this user or another, can reach it. It lives as long
 as the daemon's end stays open, and reads one request a message: the shim's argv
 (`gbatch.shim.main`'s), the job's environment and the directory to start in, with the
-job's log, the run's lock and the job's output files (if any) as descriptors
-(SCM_RIGHTS). It answers {"pid": N} once the shim is forked, or {"error": ...}; and it
-tells {"ended": N} when a shim of its exits (so the daemon wakes at once).
+job's log and the run's lock as descriptors (SCM_RIGHTS); the shim opens the job's
+output files itself (gbatch.nodes.outfiles). It answers {"pid": N} once the shim is
+forked, or {"error": ...}; and it tells {"ended": N} when a shim of its exits (so the
+daemon wakes at once).
 
 The forked shim starts from the state a fresh `python -m gbatch.shim` has: a session
 of its own (its pid is its session, as the daemon expects), default signal handlers
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = "shim.lock"
 MAX_MESSAGE = 1 << 20  # a request that does not fit goes to the plain shim
-MAX_FDS = 4  # log, lock, the output file, the error file (when apart)
+MAX_FDS = 2  # the log, the lock
 REPLY_TIMEOUT = 30.0  # seconds the daemon waits for a fork's answer
 RESTART_AFTER = 10.0  # seconds between starts of a server that died
 
@@ -72,6 +73,7 @@ def serve(sock: socket.socket) -> None:
     import locale  # noqa: F401  (the shim's coerce_c_locale, in each child)
     import selectors  # also the shim's output copier
 
+    import gbatch.nodes.outfiles  # a shim whose job names output files
     import gbatch.shim  # noqa: F401
 
     devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
@@ -134,7 +136,10 @@ def _close_all(fds: Sequence[int]) -> None:
 
 
 def start_run(request: Mapping[str, object], fds: list[int], devnull: int) -> dict[str, object]:
-    """Fork the shim of `request` with `fds` (log, lock[, out, err]); the answer."""
+    """Fork the shim of `request` with `fds` (log, lock); the answer."""
+    if len(fds) != MAX_FDS:
+        _close_all(fds)
+        return {"error": f"the request carries {len(fds)} descriptors, not the log and lock"}
     cwd = str(request["cwd"])
     try:
         # Entered before the fork, with the server's (the daemon's) rights, as the plain
@@ -171,7 +176,6 @@ def start_run(request: Mapping[str, object], fds: list[int], devnull: int) -> di
 def _run_shim(request: Mapping[str, object], fds: list[int], devnull: int) -> int:
     """In the forked child: the state of a fresh shim, then the shim itself."""
     from gbatch import shim
-    from gbatch.nodes.joblog import ERR_FD_ENV, OUT_FD_ENV
 
     os.setsid()
     signal.set_wakeup_fd(-1)
@@ -181,19 +185,14 @@ def _run_shim(request: Mapping[str, object], fds: list[int], devnull: int) -> in
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    log, lock, *files = fds
+    log, lock = fds
     os.dup2(devnull, 0)
     os.dup2(log, 1)
     os.dup2(log, 2)
-    keep = sorted({0, 1, 2, lock, *files})
+    keep = sorted({0, 1, 2, lock})
     for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
         os.closerange(low + 1, high)  # the server's socket, pipes and anything else
     env = {str(k): str(v) for k, v in _mapping(request["env"]).items()}
-    if files:
-        # One file for both (no -e apart) comes once, as the plain shim gets it.
-        for fd in files:
-            os.set_inheritable(fd, True)
-        env[OUT_FD_ENV], env[ERR_FD_ENV] = str(files[0]), str(files[-1])
     os.environ.clear()
     os.environ.update(env)
     shim.coerce_c_locale(os.environ)
@@ -310,12 +309,11 @@ class ShimServer:
         argv: Sequence[str],
         env: Mapping[str, str],
         cwd: str,
-        fds: Sequence[int],
+        log_fd: int,
     ) -> int:
         """Fork the shim `python -m gbatch.shim ARGV` would be, in `cwd` with `env`; its pid.
 
-        It gets `fds`: the log, then the output file and, when apart, the error file, if
-        any.
+        It gets `log_fd`, the job's log, as its stdout and stderr.
 
         Raises ServerGone when surely nothing started (start the plain shim), and
         LaunchError when the start failed or may have happened unseen.
@@ -336,7 +334,7 @@ class ShimServer:
                             (
                                 socket.SOL_SOCKET,
                                 socket.SCM_RIGHTS,
-                                _fd_bytes([fds[0], lock, *fds[1:]]),
+                                _fd_bytes([log_fd, lock]),
                             )
                         ],
                         socket.MSG_NOSIGNAL,

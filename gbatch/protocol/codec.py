@@ -133,6 +133,7 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
             for g in node.gpus
         ],
         "allocations": {str(index): job for index, job in node.allocations.items()},
+        "free_gpus": None if node.free_gpus is None else list(node.free_gpus),
         "address": node.address,
         "partitions": list(node.partitions),
         "cpus_total": node.cpus_total,
@@ -151,6 +152,7 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
         reason=data["reason"],
         gpus=tuple(Gpu(**g) for g in data["gpus"]),
         allocations={int(index): job for index, job in data["allocations"].items()},
+        free_gpus=None if data.get("free_gpus") is None else tuple(data["free_gpus"]),
         address=data.get("address", ""),
         partitions=tuple(data.get("partitions", ())),
         cpus_total=data.get("cpus_total"),

@@ -74,13 +74,6 @@ def partition_text(job: Job) -> str:
     return printable(job.spec.partition or IMPLICIT_PARTITION)
 
 
-def memory_text(mib: int | None) -> str:
-    """A size in MiB as scontrol writes one: 16G, 1500M, or 0 when none was asked."""
-    if mib is None:
-        return "0"
-    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
-
-
 def time_limit_fixed(job: Job) -> str:
     return "UNLIMITED" if job.time_limit is None else format_elapsed_fixed(job.time_limit)
 

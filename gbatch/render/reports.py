@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 from gbatch.core.constants import (
     IMPLICIT_PARTITION,
 )
-from gbatch.core.labels import printable
+from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
     FINAL_STATES,
     Job,
     JobState,
 )
 from gbatch.core.timefmt import format_duration, format_elapsed_fixed, format_timestamp
-from gbatch.render.cells import aligned_table, as_json, as_text, elapsed_seconds, memory_text
+from gbatch.render.cells import aligned_table, as_json, as_text, elapsed_seconds
 
 if TYPE_CHECKING:  # only their commands' replies carry these (start-up)
     from gbatch.core.gpuusage import GpuUsage

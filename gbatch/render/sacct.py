@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gbatch.core.arrays import expand_tasks
 from gbatch.core.jobids import collapse_pending, job_label
-from gbatch.core.labels import printable
+from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
     Job,
     JobSpec,
@@ -26,7 +26,6 @@ from gbatch.render.cells import (
     elapsed_seconds,
     exit_code_text,
     jobs_json,
-    memory_text,
     params_text,
     partition_text,
     reason_text,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gbatch.core.jobids import job_label
-from gbatch.core.labels import printable
+from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
     ALLOCATED_STATES,
     Event,
@@ -29,7 +29,6 @@ from gbatch.render.cells import (
     exit_code_text,
     gpu_type,
     job_to_dict,
-    memory_text,
     params_text,
     partition_text,
     reason_text,

@@ -499,6 +499,7 @@ def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
                             "foreign_processes": gpu.foreign_processes,
                             "simulated": gpu.simulated,
                             "job_id": node.allocations.get(gpu.index),
+                            "free": gpu.index in node.free_indices,
                         }
                         for gpu in node.gpus
                     ],

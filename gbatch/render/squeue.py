@@ -20,7 +20,7 @@ from gbatch.core.constants import (
     SQUEUE_SORT_KEYS,
 )
 from gbatch.core.jobids import collapse_pending, job_label
-from gbatch.core.labels import printable
+from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
     Job,
     JobState,
@@ -36,7 +36,6 @@ from gbatch.render.cells import (
     fit,
     format_items,
     jobs_json,
-    memory_text,
     nodelist_or_reason,
     partition_text,
     reason_text,

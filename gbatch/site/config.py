@@ -184,6 +184,9 @@ class Config:
     socket_path: Path | None = None
     socket_group: str | None = None
     admins: tuple[str, ...] = ()  # user names allowed to act on any job (root always)
+    # Accounts admins may mint API tokens for (gbatch/site/accounts.py): robots' own
+    # accounts, never root, gbatchd's own, a system account or a person's.
+    service_accounts: tuple[str, ...] = ()
     # Members of this Unix group (supplementary or primary) are admins too.
     admin_group: str | None = None
     # Slurm's PrivateData=jobs: non-admins see and name only their own jobs.
@@ -559,6 +562,8 @@ def _coerce(key: str, value: object, source: str) -> object:
         return tuple(value)
     if key == "admin_group":
         return _check_group(value, bad)
+    if key == "service_accounts":
+        return _check_service_accounts(value, bad)
     if key in ("private_data", "kill_invalid_depend"):
         if not isinstance(value, bool):
             raise bad("true or false")
@@ -665,6 +670,37 @@ def _check_event_log(value: object, bad: Callable[[str], ConfigError]) -> str | 
     if not isinstance(value, str) or not value.strip() or "\0" in value:
         raise bad("off, stdout or a file's path")
     return value
+
+
+def _check_service_accounts(value: object, bad: Callable[[str], ConfigError]) -> tuple[str, ...]:
+    """Existing accounts an admin may mint tokens for: none root, gbatchd's or a system one.
+
+    Checked again at each mint (an account may change); here a typo or a dangerous name
+    stops the daemon at start, with the reason."""
+    usage = "a list of service accounts' user names like [ci-bot]"
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise bad(usage)
+    import pwd  # deferred: only a config that names service accounts needs it
+
+    from gbatch.site import accounts
+
+    daemon_uids = {os.getuid(), os.geteuid()}
+    for name in value:
+        try:
+            uid = pwd.getpwnam(name).pw_uid
+        except KeyError as err:
+            raise bad(
+                f"a list of existing accounts ({name} is none: create it with useradd -M -s "
+                "/usr/sbin/nologin NAME, or fix the name)"
+            ) from err
+        why = accounts.forbidden_account(
+            name, uid, daemon_uids=daemon_uids, uid_min=accounts.login_uid_min()
+        )
+        if why is not None:
+            raise bad(f"a list of service accounts ({name}: {why}; remove it)")
+    return tuple(dict.fromkeys(value))
 
 
 def _check_group(value: object, bad: Callable[[str], ConfigError]) -> str | None:

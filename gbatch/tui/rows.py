@@ -200,7 +200,7 @@ class GpuUse:
 
     FREE = "free"
     ALLOCATED = "alloc"
-    FOREIGN = "busy"  # compute processes gbatch did not start
+    FOREIGN = "busy"  # not free (NodeInfo.free_indices) yet held by no gbatch job
 
 
 @dataclass(frozen=True)
@@ -215,10 +215,10 @@ def _gpu_row(node: NodeInfo, gpu: Gpu, owners: Mapping[int, str]) -> NodeRow:
     job = node.allocations.get(gpu.index)
     if job is not None:
         use = GpuUse.ALLOCATED
-    elif gpu.foreign_processes > 0:
-        use = GpuUse.FOREIGN
-    else:
+    elif gpu.index in node.free_indices:
         use = GpuUse.FREE
+    else:  # the planner's meaning: a foreign process or memory, or a release settling
+        use = GpuUse.FOREIGN
     notes = []
     if gpu.foreign_processes:
         notes.append(f"{gpu.foreign_processes} outside gbatch")

@@ -143,6 +143,49 @@ def require_root(why: str) -> None:
         pytest.skip(f"needs root {why}")
 
 
+# Service accounts made for this run (token_account), removed when the session ends.
+_SERVICE_ACCOUNTS: dict[str, str] = {}
+
+
+def token_account(which: str = "bot") -> str:
+    """The account API tokens are minted for in these tests.
+
+    As root (who gets no tokens of its own): a throw-away service account, made once per
+    run and `which` (a robot's: uid from UID_MIN up, no home, no login shell), which the
+    head must list (`service_config`); removed when the run ends. As anyone else: that
+    user, who mints their own."""
+    if os.getuid() != 0:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    if which not in _SERVICE_ACCOUNTS:
+        import secrets
+
+        name = f"gbsvc-{secrets.token_hex(3)}-{which}"
+        subprocess.run(
+            ["useradd", "-M", "-s", "/usr/sbin/nologin", name],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        _SERVICE_ACCOUNTS[which] = name
+    return _SERVICE_ACCOUNTS[which]
+
+
+def service_config(*which: str) -> str:
+    """config.yaml's service_accounts: line listing token_account(w) for each of `which`
+    (default: "bot"), as root; empty for anyone else (they mint for themselves)."""
+    if os.getuid() != 0:
+        return ""
+    return f"service_accounts: [{', '.join(token_account(w) for w in which or ('bot',))}]\n"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    for name in _SERVICE_ACCOUNTS.values():
+        subprocess.run(["userdel", "-r", name], capture_output=True, timeout=60)
+    _SERVICE_ACCOUNTS.clear()
+
+
 def make_head(home: Path, gpus: int = 2, config: str = FAST_CONFIG) -> Head:
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     (home / "config.yaml").write_text(config)

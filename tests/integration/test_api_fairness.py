@@ -1,6 +1,7 @@
 """One user flooding the HTTP API is refused (429) while another's requests go through:
 a real gbatchd, `gbatch api serve` with small per-user limits, tokens of two users
-minted with the real CLI (root mints for nobody and daemon), urllib as their clients."""
+minted with the real CLI (root mints for two service accounts the head lists), urllib as
+their clients."""
 
 from __future__ import annotations
 
@@ -10,9 +11,20 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from conftest import Head, require_root, wait_for
+from conftest import (
+    FAST_CONFIG,
+    Head,
+    kill_leftover_jobs,
+    make_head,
+    require_root,
+    service_config,
+    token_account,
+    wait_for,
+)
 from test_http_api import serve_api
 
 
@@ -56,9 +68,18 @@ def submit_held(url: str, token: str) -> int:
 
 
 @pytest.fixture
+def head(tmp_path: Path) -> Iterator[Head]:
+    h = make_head(tmp_path / "home", config=FAST_CONFIG + service_config("flooder", "other"))
+    h.start()
+    yield h
+    h.stop()
+    kill_leftover_jobs(h.home)
+
+
+@pytest.fixture
 def tokens(head: Head) -> tuple[str, str]:
     require_root("to mint tokens for two users")
-    return mint(head, "nobody"), mint(head, "daemon")
+    return mint(head, token_account("flooder")), mint(head, token_account("other"))
 
 
 def prompt(url: str, token: str) -> None:
@@ -73,6 +94,7 @@ def test_a_users_requests_and_streams_at_once_are_capped_and_another_user_is_ser
     head: Head, tokens: tuple[str, str]
 ) -> None:
     flooder, other = tokens
+    flooder_user = token_account("flooder")
     with serve_api(head, "--user-requests", "2", "--user-streams", "2") as url:
         # gbatchd accepts each token once: its user's bucket from then on.
         follow, other_follow = (f"{url}/jobs/{submit_held(url, t)}/logs/follow" for t in tokens)
@@ -86,7 +108,9 @@ def test_a_users_requests_and_streams_at_once_are_capped_and_another_user_is_ser
             assert status == 429, reply
             assert retry == "1"
             assert reply["kind"] == "unavailable"
-            assert "too many logs followed at once for user nobody (2)" in str(reply["error"])
+            assert f"too many logs followed at once for user {flooder_user} (2)" in str(
+                reply["error"]
+            )
             # The other user's stream and requests are not touched.
             request = urllib.request.Request(
                 other_follow, headers={"Authorization": f"Bearer {other}"}
@@ -100,7 +124,8 @@ def test_a_users_requests_and_streams_at_once_are_capped_and_another_user_is_ser
 
             def at_once() -> bool:
                 status, reply, _ = get(f"{url}/nodes", flooder)
-                return status == 429 and "requests at once for user nobody" in str(reply["error"])
+                said = str(reply["error"])
+                return status == 429 and f"requests at once for user {flooder_user}" in said
 
             wait_for(at_once, what="the flooder's held requests to fill its share")
             prompt(url, other)

@@ -24,6 +24,16 @@ BAD_FILES = {
         "command: echo hi\ngpus: 3\n",
         "gpus: 3 GPUs requested but the largest node has 2",
     ),
+    # Slurm: "Requested node configuration is not available" (issue 30): queued, these
+    # waited BadConstraints for good. This machine has far fewer CPUs and less memory.
+    "more cpus than any node": (
+        "command: echo hi\ncpus: 4096\n",
+        "cpus: 4096 CPUs requested (-c) but the largest node has ",
+    ),
+    "more memory than any node": (
+        "command: echo hi\nmem: 900T\n",
+        "mem: 921600G requested but the largest node has ",
+    ),
     "bad time": ("command: echo hi\ntime_limit: '1:2:3:4'\n", "time_limit:"),
     "malformed yaml": ("command: [true\n", "could not parse YAML"),
     "no command": ("name: x\n", "command:"),

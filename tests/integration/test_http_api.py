@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import pwd
 import shutil
 import subprocess
@@ -16,7 +15,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAST_CONFIG, GBATCH, Head, is_gone, make_head, require_root, wait_for
+from conftest import (
+    FAST_CONFIG,
+    GBATCH,
+    Head,
+    is_gone,
+    make_head,
+    require_root,
+    service_config,
+    shared_home,
+    token_account,
+    wait_for,
+)
 
 SCRIPT = """#!/bin/bash
 #SBATCH -J from-ci
@@ -26,15 +36,16 @@ echo hello from the API
 
 
 def token_user() -> str:
-    """Root mints for a service account (root gets no tokens); anyone else for themselves
-    (a daemon not run by root runs only its own user's bare jobs)."""
-    return "nobody" if os.getuid() == 0 else pwd.getpwuid(os.getuid()).pw_name
+    """Root mints for a service account its heads list (root gets no tokens); anyone else
+    for themselves (a daemon not run by root runs only its own user's bare jobs)."""
+    return token_account()
 
 
 @pytest.fixture
 def head(tmp_path: Path) -> Iterator[Head]:
     # A short leeway, so that an expired token is seen expired within a second.
-    h = make_head(tmp_path / "home", config=FAST_CONFIG + "token_leeway_seconds: 0.2\n")
+    config = FAST_CONFIG + "token_leeway_seconds: 0.2\n" + service_config()
+    h = make_head(tmp_path / "home", config=config)
     h.start()
     yield h
     h.stop()
@@ -325,33 +336,34 @@ def test_a_followed_log_goes_on_across_a_daemon_restart_without_loss_or_repeat(
     assert seen == head.run("logs", str(job_id), check=True).stdout
 
 
-def test_another_users_job_is_refused_over_http_in_the_words_of_the_socket(
-    shared_head: Head,
-) -> None:
+def test_another_users_job_is_refused_over_http_in_the_words_of_the_socket() -> None:
     """The daemon authorizes both: a token's cancel or hold of another user's job gets
     the refusal that user's own CLI gets over the socket."""
     require_root("to act as another user on the socket")
     from asuser import User, as_user, preload, run_cli
 
-    job = shared_head.sbatch("--hold", "--wrap", "echo mine", "-D", "/tmp")  # root's
-    token = mint(shared_head, "--scope", "read,control")  # nobody's
-    with serve_api(shared_head) as url:
-        over_http = {}
-        for action in ("cancel", "hold"):
-            status, reply, _ = http(f"{url}/jobs/{job}/{action}", "POST", token)
-            assert status == 409, reply
-            over_http[action] = reply["results"][0]["error"]  # type: ignore[index]
-    nobody = pwd.getpwnam("nobody")
-    preload()
-    home = shared_head.home
-    over_socket = as_user(
-        User("nobody", nobody.pw_uid, nobody.pw_gid),
-        lambda: {
-            "cancel": run_cli(home, "scancel", str(job)),
-            "hold": run_cli(home, "scontrol", "hold", str(job)),
-        },
-    )
-    for action, error in over_http.items():
-        assert over_socket[action]["rc"] == 1, over_socket[action]
-        assert over_socket[action]["err"].endswith(f": {error}\n"), (action, error)
-    assert shared_head.job(job)["state"] == "PENDING"
+    config = FAST_CONFIG + "socket_mode: '666'\n" + service_config()
+    with shared_home("gbatch-shared-", config) as shared_head:
+        shared_head.start()
+        job = shared_head.sbatch("--hold", "--wrap", "echo mine", "-D", "/tmp")  # root's
+        token = mint(shared_head, "--scope", "read,control")  # the service account's
+        with serve_api(shared_head) as url:
+            over_http = {}
+            for action in ("cancel", "hold"):
+                status, reply, _ = http(f"{url}/jobs/{job}/{action}", "POST", token)
+                assert status == 409, reply
+                over_http[action] = reply["results"][0]["error"]  # type: ignore[index]
+        bot = pwd.getpwnam(token_user())
+        preload()
+        home = shared_head.home
+        over_socket = as_user(
+            User(bot.pw_name, bot.pw_uid, bot.pw_gid),
+            lambda: {
+                "cancel": run_cli(home, "scancel", str(job)),
+                "hold": run_cli(home, "scontrol", "hold", str(job)),
+            },
+        )
+        for action, error in over_http.items():
+            assert over_socket[action]["rc"] == 1, over_socket[action]
+            assert over_socket[action]["err"].endswith(f": {error}\n"), (action, error)
+        assert shared_head.job(job)["state"] == "PENDING"

@@ -129,3 +129,29 @@ def test_a_limited_users_jobs_wait_with_the_reason_while_another_users_start(
     head.wait_state(second, "RUNNING")
     assert head.job(fourth)["reason"] == "QOSMaxJobsPerUserLimit"
     assert head.state(fourth) == "PENDING"
+
+
+def test_a_users_requeue_past_max_pending_jobs_is_refused_as_a_submit_is(
+    head: Head, users: dict[str, User]
+) -> None:
+    """Issue 29: requeuing finished jobs once gave 166 pending against a limit of 50."""
+    alice = users["alice"]
+    ended = [sbatch(head, alice, "--wrap", "true") for _ in range(2)]
+    for job_id in ended:
+        head.wait_state(job_id, "COMPLETED")
+    held = [sbatch(head, alice, "--hold", *SLEEP) for _ in range(2)]  # at her limit of 2
+    refused = cli(head, alice, "scontrol", "requeue", *map(str, ended))
+    assert refused["rc"] == 1
+    assert refused["err"] == "".join(
+        f"gbatch scontrol: error: job {job_id}: limits: you have 2 pending jobs, the limit "
+        "(max_pending_jobs) is 2. Wait for some to start or cancel some\n"
+        for job_id in ended
+    )
+    assert [head.state(job_id) for job_id in ended] == ["COMPLETED"] * 2
+    pending = cli(head, alice, "squeue", "--me", "-h", "-t", "PD", "-o", "%i")["out"].split()
+    assert sorted(map(int, pending)) == held
+    # With room again, her requeue goes through; an admin's (root's) is never refused.
+    assert cli(head, alice, "scancel", str(held[0]))["rc"] == 0
+    assert cli(head, alice, "scontrol", "requeue", str(ended[0]))["rc"] == 0
+    assert head.run("scontrol", "requeue", str(ended[1])).returncode == 0
+    assert head.state(ended[1]) in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETED")

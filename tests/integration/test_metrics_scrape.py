@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAST_CONFIG, GBATCH, Head, make_head, wait_for
+from conftest import FAST_CONFIG, GBATCH, Head, make_head, service_config, token_account, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 from sshd import free_port
 
@@ -29,7 +29,7 @@ GPU_USED_MIB = [300, 0]  # under the 512 MiB threshold: both GPUs may be handed 
 @pytest.fixture(scope="module")
 def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
     home = tmp_path_factory.mktemp("metrics") / "home"
-    h = make_head(home, config=FAST_CONFIG)
+    h = make_head(home, config=FAST_CONFIG + service_config())
     gpus = [
         {
             "name": "Simulated GPU",
@@ -77,8 +77,8 @@ def api(head: Head) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def token(head: Head) -> str:
-    user = "nobody" if os.getuid() == 0 else None  # root gets no tokens of its own
-    args = ("--user", user) if user else ()
+    # Root gets no tokens of its own: one for the service account the head lists.
+    args = ("--user", token_account()) if os.getuid() == 0 else ()
     return head.run("token", "--scope", "read", *args, check=True).stdout.strip()
 
 

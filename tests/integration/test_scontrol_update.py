@@ -145,3 +145,35 @@ def test_a_user_may_lower_their_limit_not_raise_it_and_not_touch_anothers_job(
     log = (lab.home / "gbatchd.log").read_text()
     assert f"op=update job={job_id} owner={alice.name} -> refused: not the owner" in log
     assert f"op=update job={job_id} owner={alice.name} -> allowed: TimeLimit" in log
+
+
+def test_a_user_sets_no_priority_nor_a_negative_nice_at_submit(
+    lab: Head, users: dict[str, User]
+) -> None:
+    """Slurm's rule at submit, as at update (issue 29): only admins raise a priority."""
+    alice = users["alice"]
+    before = lab.run("squeue", "-h", check=True).stdout
+    for option, value, error in (
+        (
+            "--priority",
+            "10000",
+            "gbatch sbatch: error: --priority: only an admin may set a job's priority "
+            "(priority: 10000). Leave it out; to let others' jobs go first, give --nice N "
+            "(N of 0 or more)\n",
+        ),
+        (
+            "--nice",
+            "-10000",
+            "gbatch sbatch: error: --nice: only an admin may give a negative nice, which "
+            "raises a job's priority (nice: -10000). Give 0 or more, or leave it out\n",
+        ),
+    ):
+        out = cli(lab, alice, "sbatch", f"{option}={value}", "--hold", *SLEEP)
+        assert (out["rc"], out["out"], out["err"]) == (4, "", error)
+    assert lab.run("squeue", "-h", check=True).stdout == before  # nothing queued
+    nicer = cli(lab, alice, "sbatch", "--parsable", "--nice", "10", "--hold", *SLEEP)
+    assert nicer["rc"] == 0 and lab.job(int(nicer["out"]))["nice"] == 10
+    # root is an admin: it may.
+    job_id = lab.sbatch("--priority", "10000", "--nice=-5", "--hold", *SLEEP)
+    shown = lab.job(job_id)
+    assert (shown["priority"], shown["nice"]) == (10005, -5)  # shown: priority - nice

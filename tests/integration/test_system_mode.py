@@ -327,3 +327,45 @@ def test_a_socket_group_the_daemon_cannot_use_stops_it_at_start(service: Service
         assert len(lines) == 1 and lines[0].startswith("gbatch daemon: error: "), lines
         assert message in lines[0]
         assert not service.socket.exists()
+
+
+def test_no_one_gets_a_token_for_the_service_user_the_daemon_runs_as(service: Service) -> None:
+    """Issue 29: an admin-group member minted `gbatch token --user gbatch` and ran code
+    as the daemon's user (its SSH key, store and token keys). Listing that user as a
+    service account stops the daemon at start; unlisted, an admin is refused, audited."""
+    svc, alice, group = service.users["svc"], service.users["alice"], service.users["users"]
+    require_interpreter_for(svc)
+    log = service.state / "gbatchd.log"
+    config = (
+        f"socket_path: {service.socket}\nsocket_group: {group.name}\nsocket_mode: '660'\n"
+        f"admin_group: {group.name}\n"  # alice is an admin
+    )
+    write_config(service, config + f"service_accounts: [{svc.name}]\n")
+    daemon = start_daemon(service, svc, [group.gid], log)
+    try:
+        assert daemon.wait(timeout=30) == 2
+    finally:
+        stop(daemon)
+    (line,) = log.read_text().strip().splitlines()
+    assert "config.yaml: service_accounts: " in line
+    assert f"({svc.name}: it is gbatchd's own account: " in line
+
+    write_config(service, config)
+    log.unlink()
+    daemon = start_daemon(service, svc, [group.gid], log)
+    try:
+        wait_for(lambda: daemon.poll() is not None or answers(service.socket), 30, "gbatchd")
+        preload()
+        sock = service.socket
+        out = as_user(alice, lambda: cli(sock, "token", "--user", svc.name))
+        assert out["rc"] == 4 and out["out"] == "", out
+        assert out["err"].startswith(
+            f"gbatch token: error: --user {svc.name}: no tokens for {svc.name}: it is "
+            "gbatchd's own account: its jobs could read the fleet's SSH key, the store and "
+            "the token keys. "
+        )
+        audited = [line for line in log.read_text().splitlines() if "op=token " in line]
+        assert len(audited) == 1 and f"user={alice.name} uid={alice.uid} " in audited[0]
+        assert f"target=user_{svc.name} -> refused: it is gbatchd's own account" in audited[0]
+    finally:
+        stop(daemon)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import pwd
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,28 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
     yield made
     made.committer.close()
     store.close()
+
+
+@pytest.fixture
+def fake_accounts(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, int], pwd.struct_passwd]:
+    """Adds accounts to the system's user database for one test: `add(name, uid)`.
+
+    Each is a robot's (no home, no login shell); pwd's lookups by name and by uid see
+    them first, then the real database (a unit test makes no real users)."""
+    made: dict[str, pwd.struct_passwd] = {}
+    by_name, by_uid = pwd.getpwnam, pwd.getpwuid
+
+    def getpwnam(name: str) -> pwd.struct_passwd:
+        return made[name] if name in made else by_name(name)
+
+    def getpwuid(uid: int) -> pwd.struct_passwd:
+        found = [entry for entry in made.values() if entry.pw_uid == uid]
+        return found[0] if found else by_uid(uid)
+
+    def add(name: str, uid: int) -> pwd.struct_passwd:
+        made[name] = pwd.struct_passwd((name, "x", uid, uid, "", "/nonexistent", "/sbin/nologin"))
+        return made[name]
+
+    monkeypatch.setattr(pwd, "getpwnam", getpwnam)
+    monkeypatch.setattr(pwd, "getpwuid", getpwuid)
+    return add

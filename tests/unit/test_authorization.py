@@ -175,3 +175,54 @@ def test_bad_admin_group_or_private_data_is_refused_with_the_fix(
     paths.config_file.write_text(line + "\n")
     with pytest.raises(ConfigError, match=why):
         load_config(paths, {})
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        (
+            {"priority": 10000},
+            "--priority: only an admin may set a job's priority (priority: 10000). Leave it "
+            "out; to let others' jobs go first, give --nice N (N of 0 or more)",
+        ),
+        (
+            {"priority": -5},
+            "--priority: only an admin may set a job's priority (priority: -5). Leave it "
+            "out; to let others' jobs go first, give --nice N (N of 0 or more)",
+        ),
+        (
+            {"nice": -10000},
+            "--nice: only an admin may give a negative nice, which raises a job's priority "
+            "(nice: -10000). Give 0 or more, or leave it out",
+        ),
+    ],
+)
+def test_only_admins_set_a_priority_or_a_negative_nice_at_submit(
+    tmp_path: Path, fields: dict[str, int], error: str
+) -> None:
+    """Slurm's rule, as scontrol update's: a user may only lower their job's priority."""
+    for daemon in make_daemon(tmp_path, admins=("carol",)):
+        spec = {**SPEC, **fields}
+        for request in (
+            {"op": "submit", "spec": spec},
+            {"op": "submit", "spec": spec, "count": 3},  # an array
+            {"op": "submit", "spec": spec, "test_only": True},
+        ):
+            reply = handle(daemon, ALICE, request)
+            assert reply == {"ok": False, "kind": "permission", "error": error}
+        assert daemon.store.count() == 0
+        carol = Caller(uid=5003, user="carol", pid=33)
+        root = Caller(uid=0, user="root", pid=1)
+        for admin in (carol, root):
+            (job_id,) = handle(daemon, admin, {"op": "submit", "spec": spec})["ids"]
+            job = daemon.store.get(job_id)
+            assert job is not None and (job.spec.priority, job.spec.nice) == (
+                fields.get("priority", 0),
+                fields.get("nice", 0),
+            )
+
+
+def test_a_user_may_lower_their_jobs_priority_with_a_positive_nice(daemon: Daemon) -> None:
+    reply = handle(daemon, ALICE, {"op": "submit", "spec": {**SPEC, "nice": 100}})
+    job = daemon.store.get(reply["ids"][0])
+    assert job is not None and job.spec.effective_priority == -100

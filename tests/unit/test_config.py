@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import pwd
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import platformdirs
@@ -97,7 +99,10 @@ def test_empty_config_file_gives_defaults(paths: Paths, text: str) -> None:
     assert load_config(paths, {}) == Config()
 
 
-def test_config_file_with_every_key_is_read(paths: Paths) -> None:
+def test_config_file_with_every_key_is_read(
+    paths: Paths, fake_accounts: Callable[[str, int], pwd.struct_passwd]
+) -> None:
+    fake_accounts("ci-bot", 4711)
     write_config(
         paths,
         "tick_seconds: 0.5\n"
@@ -110,6 +115,7 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         "socket_path: /run/gbatch-test/gbatchd.sock\n"
         "socket_group: root\n"
         "admins: [alice, bob]\n"
+        "service_accounts: [ci-bot]\n"
         "admin_group: root\n"
         "private_data: true\n"
         "kill_invalid_depend: true\n"
@@ -156,6 +162,7 @@ def test_config_file_with_every_key_is_read(paths: Paths) -> None:
         socket_path=Path("/run/gbatch-test/gbatchd.sock"),
         socket_group="root",
         admins=("alice", "bob"),
+        service_accounts=("ci-bot",),
         admin_group="root",
         private_data=True,
         kill_invalid_depend=True,
@@ -205,6 +212,7 @@ def test_every_config_key_is_a_config_field() -> None:
         "socket_path",
         "socket_group",
         "admins",
+        "service_accounts",
         "admin_group",
         "private_data",
         "kill_invalid_depend",

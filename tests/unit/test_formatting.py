@@ -495,9 +495,12 @@ def test_sinfo_json_has_per_gpu_detail_and_holding_job() -> None:
         "foreign_processes": 0,
         "simulated": False,
         "job_id": 5,
+        "free": False,
     }
     assert local["gpus"][2]["job_id"] is None
     assert local["gpus"][2]["foreign_processes"] == 2
+    assert local["gpus"][2]["free"] is False
+    assert [g["free"] for g in local["gpus"]].count(True) == local["gpus_free"]
     assert sim["simulated"] is True
     assert sim["reason"] == "GPU 1 memory not released"
 

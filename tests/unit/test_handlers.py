@@ -201,7 +201,7 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
         (requests.ShowPriorities(), "jobs"),
         (requests.ReportUsage(start=0.0, end=1.0, all_users=True), "rows"),
         (requests.Metrics(), "jobs"),
-        (requests.MintToken(user="nobody"), "token"),  # root mints for a service account
+        (requests.MintToken(user="nobody"), "permission"),  # never for a system account
         (requests.ListTokens(all_users=True), "tokens"),
         (requests.RevokeToken(jti="no-such-token"), "not_found"),
         (requests.RotateTokenKey(), "kid"),
@@ -265,6 +265,31 @@ def test_a_submits_time_limit_is_taken_in_seconds_and_a_bad_one_refused(daemon: 
         "kind": "invalid",
         "error": "time_limit: '1:00' is not a number of seconds",
     }
+
+
+def test_a_relative_output_with_nowhere_to_start_is_refused_not_dropped(daemon: Daemon) -> None:
+    """Over the HTTP API a job has no submit directory: a relative -o was silently never
+    written (StdOut=(null)); it is refused in one line, and nothing is queued."""
+    for field in ("output", "error"):
+        reply = handle(daemon, ROOT, {"op": "submit", "spec": {**SPEC, field: "logs/%j.out"}})
+        assert reply == {
+            "ok": False,
+            "kind": "invalid",
+            "error": f'{field}: "logs/%j.out" is a relative path, and a job submitted without '
+            "a submit directory (as over the HTTP API) has nowhere to start it. Give an "
+            "absolute path",
+        }
+    assert daemon.store.count() == 0
+    placed = [
+        {**SPEC, "output": "/abs/%j.out", "error": "/abs/%j.err"},
+        {**SPEC, "output": "o.out", "submit_dir": "/sub"},
+        {**SPEC, "output": "o.out", "workdir": "/w"},  # a bare job's start
+    ]
+    for spec in placed:
+        assert handle(daemon, ROOT, {"op": "submit", "spec": spec})["ok"], spec
+    boxed = {**SPEC, "output": "o.out", "workdir": "/in/box", "image": "img"}
+    reply = handle(daemon, ROOT, {"op": "submit", "spec": boxed})  # a path in its container
+    assert "is a relative path" in reply["error"]
 
 
 def test_a_submit_while_gbatchd_stops_is_refused_and_queues_nothing(daemon: Daemon) -> None:

@@ -364,3 +364,69 @@ def test_a_known_count_takes_in_the_users_unlimited_submissions_of_the_same_batc
     assert results[1].pending == 3
     assert store.pending_counts() == {"alice": 3}
     store.close()
+
+
+# -- requeue counts as a submit ----------------------------------------------------------
+
+FULL_LINE = (
+    "limits: you have 2 pending jobs, the limit (max_pending_jobs) is 2. Wait for some to "
+    "start or cancel some"
+)
+
+
+def requeue(daemon: Daemon, caller: Caller, ids: list[int]) -> dict[str, Any]:
+    return handle(daemon, caller, {"op": "requeue", "ids": ids})
+
+
+def start(daemon: Daemon, job_id: int) -> None:
+    """Put a pending job on the local node, as the loop's dispatch would."""
+    daemon.store.set_state(job_id, JobState.CONFIGURING, "", 2.0, node="local", attempt=1)
+    daemon.store.set_state(job_id, JobState.RUNNING, "", 3.0)
+
+
+def test_a_users_requeue_past_max_pending_jobs_is_refused_with_the_submits_line(
+    make_daemon: Callable[[Limits], Daemon],
+) -> None:
+    daemon = make_daemon(limits(max_pending_jobs=2))
+    ended = submit(daemon, ALICE, count=2)["ids"]
+    assert handle(daemon, ALICE, {"op": "cancel", "ids": ended})["done"] == 2
+    assert submit(daemon, ALICE, count=2)["ok"]
+    reply = requeue(daemon, ALICE, ended)
+    assert reply["results"] == [{"id": job_id, "ok": False, "error": FULL_LINE} for job_id in ended]
+    assert (reply["done"], reply["failed"]) == (0, 2)
+    assert [daemon.store.get(i).state for i in ended] == [JobState.CANCELLED] * 2  # type: ignore[union-attr]
+    assert pending(daemon, "alice") == 2
+    # An admin's requeue restores a queue past anyone's limit.
+    assert requeue(daemon, ROOT, ended)["done"] == 2
+    assert pending(daemon, "alice") == 4
+
+
+def test_a_requeue_fills_only_the_room_left_under_the_limit(
+    make_daemon: Callable[[Limits], Daemon],
+) -> None:
+    daemon = make_daemon(limits(max_pending_jobs=2))
+    ended = submit(daemon, ALICE, count=2)["ids"]
+    handle(daemon, ALICE, {"op": "cancel", "ids": ended})
+    assert submit(daemon, ALICE)["ok"]
+    reply = requeue(daemon, ALICE, ended)
+    assert (reply["done"], reply["failed"]) == (1, 1)
+    assert reply["results"] == [{"id": ended[1], "ok": False, "error": FULL_LINE}]
+    assert pending(daemon, "alice") == 2
+
+
+def test_a_running_job_being_requeued_counts_as_pending_already(
+    make_daemon: Callable[[Limits], Daemon],
+) -> None:
+    daemon = make_daemon(limits(max_pending_jobs=2))
+    running = submit(daemon, ALICE, count=2)["ids"]
+    for job_id in running:
+        start(daemon, job_id)
+    assert submit(daemon, ALICE)["ok"]
+    # One pending and one on its way back to pending: the second requeue would be a third.
+    first = requeue(daemon, ALICE, running[:1])
+    assert first["done"] == 1
+    assert daemon.store.get(running[0]).state is JobState.COMPLETING  # type: ignore[union-attr]
+    assert requeue(daemon, ALICE, running[1:])["results"] == [
+        {"id": running[1], "ok": False, "error": FULL_LINE}
+    ]
+    assert daemon.store.get(running[1]).state is JobState.RUNNING  # type: ignore[union-attr]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -223,3 +224,29 @@ def test_a_follower_stops_the_log_at_max_log_bytes_and_a_replay_writes_the_same_
         followers.wait(7, 2)
         assert next(stream, None) is None, "the follower stopped before the end of the stream"
         assert paths.job_log(7).read_bytes() == expected
+
+
+def test_the_loops_wait_for_a_follower_never_waits_on_the_users_file_system(
+    tmp_path: Path,
+) -> None:
+    """A follower whose open of the job's output file waits (a user's FUSE mount that
+    does not answer) does not hold the loop's wait at the run's end; once the open
+    ends, it copies the stream as always."""
+    paths = Paths(tmp_path)
+    mark_attempt_start(paths, 7, 1)
+    opening, answer = threading.Event(), threading.Event()
+
+    def open_files(say: object) -> None:
+        opening.set()
+        answer.wait(30)
+
+    done = threading.Event()
+    followers = LogFollowers(paths, done.set)
+    followers.follow(7, 1, lambda: chunks_of(iter([b"out\n"])), open_files)
+    assert opening.wait(10)
+    began = time.monotonic()
+    followers.wait(7, 1, timeout=5.0)
+    assert time.monotonic() - began < 1.0
+    answer.set()
+    assert done.wait(10)
+    assert paths.job_log(7).read_bytes() == b"out\n"

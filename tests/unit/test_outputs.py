@@ -3,7 +3,13 @@ files and options (gbatch.jobspec.spec), and opening them as the submitter (node
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pwd
+import shutil
+import socket
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +24,7 @@ from gbatch.core.outputs import (
     submit_check_dir,
 )
 from gbatch.jobspec.spec import SpecError, build_spec
-from gbatch.nodes.outfiles import OFFSETS_FILE, open_outputs
+from gbatch.nodes.outfiles import OFFSETS_FILE, OPEN_TIMEOUT, OpenError, open_outputs
 
 
 def job(job_id: int = 12, **spec: object) -> Job:
@@ -117,6 +123,76 @@ def test_files_open_truncated_once_and_cut_back_to_the_attempts_start(tmp_path: 
     os.write(later.out, b"two\n")
     later.close()
     assert out.read_text() == "one\ntwo\n"
+
+
+def opened(path: str, tmp_path: Path, uid: int | None = None) -> int:
+    """The descriptor open_outputs gives for `path` as `uid` (default: this process's)."""
+    run_dir = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
+    run_dir.mkdir()
+    me = Job(
+        4,
+        os.geteuid() if uid is None else uid,
+        "me",
+        JobSpec("n", ("true",), output=path),
+        JobState.RUNNING,
+        0,
+    )
+    files = open_outputs(me, 1, "local", run_dir)
+    assert files is not None and not files.apart
+    return files.out
+
+
+def test_a_regular_file_or_dev_null_is_opened_blocking(tmp_path: Path) -> None:
+    for path in (str(tmp_path / "o.out"), "/dev/null"):
+        fd = opened(path, tmp_path)
+        assert not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK  # cleared once checked
+        os.close(fd)
+
+
+@pytest.mark.parametrize("as_other", [False, True])
+def test_a_fifo_socket_device_or_directory_is_refused_at_once(
+    tmp_path: Path, as_other: bool
+) -> None:
+    """Opened without waiting, by the job's user, and refused with what it is."""
+    uid = None
+    if as_other:  # the root daemon's opener child, that becomes the user
+        if os.geteuid() != 0:
+            pytest.skip("only root opens as another user")
+        uid = pwd.getpwnam("nobody").pw_uid
+        # pytest's own base is root's alone: a directory the user may reach and write
+        tmp_path = Path(tempfile.mkdtemp(dir="/tmp"))
+        tmp_path.chmod(0o777)
+    fifo, read_fifo = str(tmp_path / "fifo"), str(tmp_path / "read-fifo")
+    for path in (fifo, read_fifo):
+        os.mkfifo(path)
+        os.chmod(path, 0o666)
+    reader = os.open(read_fifo, os.O_RDONLY | os.O_NONBLOCK)  # its open then succeeds
+    sock_path = str(tmp_path / "sock")
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(sock_path)
+    os.chmod(sock_path, 0o666)
+    try:
+        for path, what in (
+            (fifo, "a FIFO"),
+            (read_fifo, "a FIFO"),
+            (sock_path, "a socket"),
+            ("/dev/zero", "a device"),
+        ):
+            began = time.monotonic()
+            with pytest.raises(OpenError) as refused:
+                opened(path, tmp_path, uid)
+            assert str(refused.value) == (
+                f"{path} is {what}; a job writes only to a regular file or /dev/null"
+            )
+            assert time.monotonic() - began < OPEN_TIMEOUT / 3
+        with pytest.raises(OpenError, match="Is a directory"):
+            opened(str(tmp_path), tmp_path, uid)
+        assert os.read(reader, 10) == b""  # nothing written to the FIFO's reader
+    finally:
+        os.close(reader)
+        listening.close()
+        if as_other:
+            shutil.rmtree(tmp_path)
 
 
 def test_sbatch_warns_when_the_default_output_file_cannot_be_written_there(

@@ -15,6 +15,7 @@ from gbatch.nodes.base import CommandResult, HostError
 from gbatch.nodes.resolve import (
     Resolved,
     follow,
+    own_fuse_mounts,
     parse_resolved,
     resolve_here,
     resolver_argv,
@@ -89,3 +90,34 @@ def test_a_closed_directory_is_refused_for_the_daemons_own_user(tmp_path: Path) 
         )
     finally:
         closed.chmod(0o700)
+
+
+MOUNTINFO = """\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+40 22 0:35 / /data rw,nosuid shared:20 - fuse.gcsfuse lab-bucket rw,user_id=0,group_id=0
+41 22 0:36 / /data/alice/remote rw,nosuid shared:21 - fuse.sshfs a@h:/ rw,user_id=1001
+42 22 0:37 / /data/alice/my\\040fs rw,nosuid,nodev shared:22 - fuse x rw,user_id=1001,group_id=1001
+43 22 0:38 / /data/bob/fs rw,nosuid,nodev shared:23 - fuse.sshfs b@h:/ rw,user_id=1002,group_id=1002
+44 22 0:39 / /data/alice/tmp rw master:3 - tmpfs tmpfs rw,uid=1001
+"""
+
+
+def test_only_the_fuse_file_systems_the_user_mounted_are_closed() -> None:
+    """Those its server (the user) could keep waiting; an admin's (root's) FUSE stays open."""
+    assert own_fuse_mounts(MOUNTINFO, 1001) == {"/data/alice/remote", "/data/alice/my fs"}
+    assert own_fuse_mounts(MOUNTINFO, 1002) == {"/data/bob/fs"}
+    assert own_fuse_mounts(MOUNTINFO, 0) == frozenset()
+    assert own_fuse_mounts("garbage\n\n1 2 3\n", 1001) == frozenset()
+
+
+def test_a_closed_mount_is_refused_without_being_looked_into(tree: Path) -> None:
+    alice = tree / "data" / "alice"
+    (alice / "fuse").mkdir()
+    (alice / "to-fuse").symlink_to(alice / "fuse")
+    closed = frozenset({str(alice / "fuse")})
+    for path in (alice / "fuse" / "x", alice / "to-fuse"):
+        with pytest.raises(OSError, match="is a FUSE file system you mounted; gbatch never"):
+            follow(str(path), closed)
+    assert follow(str(alice / "run"), closed) == str(alice / "run")
+    # The program a host runs takes the same table (its own /proc/self/mountinfo).
+    assert "def own_fuse_mounts" in resolver_argv(sys.executable, None, [])[4]

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from gbatch import shim
-from gbatch.nodes.joblog import ERR_FD_ENV, MAX_LOG_BYTES_ENV, OUT_FD_ENV, truncation_note
+from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, truncation_note
+from gbatch.nodes.outfiles import OUT_FILES_ENV
 
 NO_SPACE = os.strerror(errno.ENOSPC)
 
@@ -181,11 +182,11 @@ def test_the_shim_reads_whom_to_run_as() -> None:
 
 
 def run_shim_with_files(tmp_path: Path, script: str, out: str, err: str | None) -> Path:
-    """The shim given the job's own output files, as the daemon passes them; the log."""
+    """The shim told of the job's own output files, as the daemon tells it; the log."""
     run_dir, log = tmp_path / "run", tmp_path / "job.log"
     run_dir.mkdir()
-    fds = [os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND) for path in (out, err) if path]
-    env = {**os.environ, OUT_FD_ENV: str(fds[0]), ERR_FD_ENV: str(fds[-1])}
+    plan = {"job": 5, "paths": [out] if err is None else [out, err], "truncate": True}
+    env = {**os.environ, OUT_FILES_ENV: json.dumps(plan)}
     with open(log, "ab") as handle:
         subprocess.run(
             [sys.executable, "-m", "gbatch.shim", str(run_dir), "--", "sh", "-c", script],
@@ -195,10 +196,7 @@ def run_shim_with_files(tmp_path: Path, script: str, out: str, err: str | None) 
             timeout=30,
             check=True,
             env=env,
-            pass_fds=fds,
         )
-    for fd in fds:
-        os.close(fd)
     return log
 
 
@@ -207,11 +205,11 @@ def test_the_jobs_output_files_get_stdout_and_stderr_apart_besides_the_log(
 ) -> None:
     out, err = tmp_path / "o", tmp_path / "e"
     seen = tmp_path / "seen"
-    script = f"echo out; echo err >&2; env | grep -cE 'GBATCH_(OUT|ERR)_FD' > {seen}; true"
+    script = f"echo out; echo err >&2; env | grep -c GBATCH_OUT_FILES > {seen}; true"
     log = run_shim_with_files(tmp_path, script, str(out), str(err))
     assert (out.read_text(), err.read_text()) == ("out\n", "err\n")
     assert sorted(log.read_text().splitlines()) == ["err", "out"]
-    assert seen.read_text() == "0\n"  # the descriptors are the shim's
+    assert seen.read_text() == "0\n"  # the files are the shim's
 
 
 def test_without_e_stderr_goes_to_the_output_file(tmp_path: Path) -> None:
@@ -220,10 +218,21 @@ def test_without_e_stderr_goes_to_the_output_file(tmp_path: Path) -> None:
     assert out.read_text() == log.read_text() == "out\nerr\n"
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-def test_an_output_file_that_refuses_writes_fails_neither_the_job_nor_the_log(
-    tmp_path: Path,
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_an_output_file_that_is_not_a_regular_one_is_refused_and_the_job_runs_on(
+    tmp_path: Path, kind: str
 ) -> None:
-    log = run_shim_with_files(tmp_path, "echo one || exit 3; echo two", "/dev/full", None)
-    assert log.read_text() == "one\ntwo\n"
+    if kind == "fifo":
+        target = str(tmp_path / "fifo")
+        os.mkfifo(target)  # nobody reads it: an open without O_NONBLOCK would wait
+        what = "a FIFO"
+    else:  # /dev/full: it would refuse every write, as a full disk does
+        target, what = "/dev/full", "a device"
+    log = run_shim_with_files(tmp_path, "echo one || exit 3; echo two", target, None)
+    assert log.read_text().splitlines() == [
+        f"[gbatch: the output file is not written ({target} is {what}; a job writes only "
+        "to a regular file or /dev/null); this attempt's output is in `gbatch logs 5` only]",
+        "one",
+        "two",
+    ]
     assert json.loads((tmp_path / "run" / "exit.json").read_text())["exit_code"] == 0

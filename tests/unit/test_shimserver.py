@@ -90,7 +90,7 @@ def start(server: ShimServer, run_dir: Path, log: Path, command: list[str], **kw
             [str(run_dir), *identity, "--", *command],  # type: ignore[list-item]
             env,  # type: ignore[arg-type]
             str(kw.pop("cwd", "/")),
-            [out.fileno()],
+            out.fileno(),
         )
 
 
@@ -367,7 +367,6 @@ def test_the_plain_shim_for_another_user_never_runs_with_their_environment(
             env,
             "/",
             out,
-            None,
             someone,
             run_dir,
         )

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import pwd
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import jwt
@@ -18,6 +20,7 @@ from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.store import Store
 from gbatch.head.tokens import LEEWAY, MAX_LIFESPAN, TokenAuthority, TokenError, parse_scopes
+from gbatch.site import accounts
 from gbatch.site.config import Config, Paths
 
 NOW = 1_800_000_000.0
@@ -202,17 +205,25 @@ def test_scopes_are_named_and_ordered() -> None:
 # -- through the handlers -----------------------------------------------------------
 
 
+BOT = "ci-bot"  # a robot's account, listed in service_accounts (fake_accounts adds it)
+BOT_UID = 4711
+
+
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
+def daemon(
+    tmp_path: Path, fake_accounts: Callable[[str, int], pwd.struct_passwd]
+) -> Iterator[Daemon]:
+    fake_accounts(BOT, BOT_UID)
     paths = Paths(tmp_path)
     store = Store(paths.store)
-    made = Daemon(paths, Config(simulate_gpus=2), store, clock=lambda: NOW)
+    config = Config(simulate_gpus=2, service_accounts=(BOT,))
+    made = Daemon(paths, config, store, clock=lambda: NOW)
     yield made
     made.committer.close()
     store.close()
 
 
-def token_for(daemon: Daemon, *scopes: str, caller: Caller = ROOT, user: str = "nobody") -> str:
+def token_for(daemon: Daemon, *scopes: str, caller: Caller = ROOT, user: str = BOT) -> str:
     reply = handle(daemon, caller, {"op": "token", "scopes": list(scopes), "user": user})
     assert reply["ok"], reply
     return str(reply["token"])
@@ -229,7 +240,7 @@ def test_a_token_request_runs_as_the_tokens_user_not_the_peer(daemon: Daemon) ->
     assert reply["ok"], reply
     (job_id,) = reply["ids"]  # type: ignore[misc]
     job = daemon.store.get(job_id)
-    assert job is not None and (job.user, job.uid) == ("nobody", NOBODY.pw_uid)
+    assert job is not None and (job.user, job.uid) == (BOT, BOT_UID)
 
 
 def test_a_request_outside_the_tokens_scopes_is_refused_and_nothing_happens(
@@ -286,8 +297,105 @@ def test_only_admins_mint_for_another_user_and_nobody_for_root(daemon: Daemon) -
     assert too_long["kind"] == "invalid"
 
 
+ADMIN = Caller(uid=4720, user="lab-admin", pid=9)  # in admins: (not root)
+
+
+def mint_as_admin(daemon: Daemon, user: str) -> dict[str, object]:
+    daemon.config = replace(daemon.config, admins=(ADMIN.user,))
+    return handle(daemon, ADMIN, {"op": "token", "scopes": ["read", "submit"], "user": user})
+
+
+def audit_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "op=token " in r.getMessage()]
+
+
+def test_an_admin_mints_for_a_listed_service_account_and_the_mint_is_audited(
+    daemon: Daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gbatchd")  # allowed lines are info
+    reply = mint_as_admin(daemon, BOT)
+    assert reply["ok"] and reply["user"] == BOT, reply
+    submitted = with_token(daemon, str(reply["token"]), {"op": "submit", "spec": SPEC})
+    (job_id,) = submitted["ids"]  # type: ignore[misc]
+    job = daemon.store.get(job_id)
+    assert job is not None and (job.user, job.uid) == (BOT, BOT_UID)
+    (line,) = audit_lines(caplog)
+    assert line.startswith(
+        f"audit: user=lab-admin uid=4720 pid=9 op=token target=user_{BOT} -> allowed: jti "
+    )
+    assert line.endswith("scopes read,submit, 3600 s, a service account")
+
+
+@pytest.mark.parametrize(
+    ("user", "uid", "error"),
+    [
+        (
+            "alice",
+            4713,
+            "--user alice: no tokens for alice but its own: it is not listed in "
+            "service_accounts (a person's account, or a typo). A person mints their own "
+            "with `gbatch token`; for a robot's account, list it under service_accounts in "
+            "gbatchd's config.yaml",
+        ),
+        ("gbatch", 999, "--user gbatch: no tokens for gbatch: it is gbatchd's own account: "),
+        ("gbatch", 4712, "--user gbatch: no tokens for gbatch: it is gbatchd's own account: "),
+        ("sysbot", 998, "--user sysbot: no tokens for sysbot: it is a system account (uid 998 "),
+        ("nobody", -1, "--user nobody: no tokens for nobody: it is a system account (uid 65534"),
+        ("root", -1, "no tokens for root: a leaked token would run jobs as root."),
+    ],
+)
+def test_an_admin_may_not_mint_for_a_person_gbatchds_own_or_a_system_account(
+    daemon: Daemon,
+    fake_accounts: Callable[[str, int], pwd.struct_passwd],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    user: str,
+    uid: int,
+    error: str,
+) -> None:
+    monkeypatch.setattr(accounts, "login_uid_min", lambda: 1000)
+    if uid >= 0:
+        fake_accounts(user, uid)
+    # Listing one changes nothing, but for the person's account.
+    listed = (BOT,) if user == "alice" else (BOT, user)
+    daemon.config = replace(daemon.config, service_accounts=listed)
+    reply = mint_as_admin(daemon, user)
+    assert reply["ok"] is False and reply["kind"] == "permission", reply
+    assert str(reply["error"]).startswith(error)
+    assert "\n" not in str(reply["error"])
+    assert daemon.tokens.records(NOW) == []
+    (line,) = audit_lines(caplog)
+    assert f"op=token target=user_{user} -> refused: " in line
+
+
+def test_a_service_accounts_tokens_stop_letting_in_once_it_is_no_longer_listed(
+    daemon: Daemon,
+) -> None:
+    token = str(mint_as_admin(daemon, BOT)["token"])
+    assert with_token(daemon, token, {"op": "jobs"})["ok"]
+    daemon.config = replace(daemon.config, service_accounts=())
+    reply = with_token(daemon, token, {"op": "jobs"})
+    assert reply["kind"] == "unauthenticated"
+    assert str(reply["error"]).startswith(
+        f"the token of {BOT} no longer lets anyone in: it is not listed in service_accounts"
+    )
+
+
+def test_a_token_an_older_gbatch_minted_for_a_system_account_no_longer_lets_in(
+    daemon: Daemon, fake_accounts: Callable[[str, int], pwd.struct_passwd]
+) -> None:
+    """Records made before gbatch kept who minted a token: one for nobody, gbatch or a
+    system account is refused; one for a person's account (maybe their own) still works."""
+    fake_accounts("alice", 4713)
+    old_nobody, _ = daemon.tokens.mint("nobody", NOBODY.pw_uid, ("read",), 3600, NOW)
+    old_alice, _ = daemon.tokens.mint("alice", 4713, ("read",), 3600, NOW)
+    reply = with_token(daemon, old_nobody, {"op": "jobs"})
+    assert reply["kind"] == "unauthenticated" and "system account" in str(reply["error"])
+    assert with_token(daemon, old_alice, {"op": "jobs"})["ok"]
+
+
 def test_a_user_revokes_their_own_tokens_only(daemon: Daemon) -> None:
-    token = token_for(daemon, "read", caller=ME)
+    token = token_for(daemon, "read", caller=ME, user=ME.user)
     (listed,) = handle(daemon, ME, {"op": "tokens"})["tokens"]  # type: ignore[misc]
     assert handle(daemon, ME, {"op": "token_revoke", "jti": listed["jti"]})["ok"]
     assert with_token(daemon, token, {"op": "jobs"})["kind"] == "unauthenticated"
@@ -306,7 +414,7 @@ def test_a_tokens_user_gone_from_the_system_is_refused_from_the_next_window(
     daemon = Daemon(paths, Config(simulate_gpus=2), store, clock=lambda: now[0])
     try:
         tokens._still_user.cache_clear()
-        token = token_for(daemon, "read")
+        token = token_for(daemon, "read", caller=ME, user=ME.user)
         assert with_token(daemon, token, {"op": "jobs"})["ok"]
 
         def gone(uid: int) -> pwd.struct_passwd:

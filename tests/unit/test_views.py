@@ -205,8 +205,8 @@ def test_sprio_ranks_jobs_in_the_planners_order_and_private_data_hides_others(
     daemon: Daemon,
 ) -> None:
     low = submit(daemon, ALICE, nice=2)
-    high = submit(daemon, ALICE, priority=1)
-    theirs = submit(daemon, BOB)
+    high = submit(daemon, ALICE)  # a user may only lower a priority: 0 - 0 is the highest
+    theirs = submit(daemon, BOB, nice=1)
     reply = handle(daemon, ROOT, requests.encode_request(requests.ShowPriorities()))
     ranks = {row["id"]: row["rank"] for row in reply["jobs"]}
     assert ranks[high] < ranks[theirs] < ranks[low]  # no usage yet: all factors 1.0

@@ -11,11 +11,11 @@ from typing import Any
 from gbatch.core.model import ACTIVE_STATES, Job, JobState
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import targets
-from gbatch.head.handlers.auth import is_admin
+from gbatch.head.handlers.auth import is_admin, submit_limits
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused, store_full_message
 from gbatch.head.handlers.targets import Tally, named_briefs, owned, parse_states, request_targets
-from gbatch.head.store import JobBrief, StateChange, StoreFull
+from gbatch.head.store import JobBrief, PendingLimitReached, StateChange, StoreFull
 from gbatch.protocol import requests
 
 
@@ -251,8 +251,12 @@ def on_requeue(daemon: Daemon, caller: Caller, request: requests.Requeue) -> dic
 
     A running job is stopped (SIGTERM, grace, SIGKILL) and goes back to PENDING once its
     run has ended, never before; a finished one goes back at once. Jobs with
-    `requeue: false` refuse, as Slurm's --no-requeue jobs do."""
+    `requeue: false` refuse, as Slurm's --no-requeue jobs do. A user's requeue counts
+    against their max_pending_jobs as a submit does, refused with the same line; an
+    admin's does not (nor gbatch's own retries and requeues, which are the loop's)."""
     admin = is_admin(daemon, caller)
+    limits = None if admin else submit_limits(daemon, caller)
+    max_pending = None if limits is None else limits.max_pending_jobs
     tally = Tally(daemon, caller, "requeue")
     ids, ranges = request_targets(daemon, request, tally)
     for batch in named_briefs(daemon, caller, tally, ids, ranges, admin):
@@ -265,7 +269,7 @@ def on_requeue(daemon: Daemon, caller: Caller, request: requests.Requeue) -> dic
                     f"Requested operation is presently disabled: job {job.id} has requeue: false"
                 )
             else:
-                error = _requeue_one(daemon, caller, job)
+                error = _requeue_one(daemon, caller, job, max_pending)
             if error is None:
                 tally.done += 1
             else:
@@ -274,8 +278,10 @@ def on_requeue(daemon: Daemon, caller: Caller, request: requests.Requeue) -> dic
     return tally.finish()
 
 
-def _requeue_one(daemon: Daemon, caller: Caller, job: Job) -> str | None:
-    """Requeue one job as it is now; None when done, else why not."""
+def _requeue_one(daemon: Daemon, caller: Caller, job: Job, max_pending: int | None) -> str | None:
+    """Requeue one job as it is now; None when done, else why not.
+
+    Refused past `max_pending` (the owner's max_pending_jobs; None: no limit)."""
     now = daemon.clock()
     if job.state in (JobState.CONFIGURING, JobState.RUNNING):
         change = StateChange(
@@ -307,9 +313,11 @@ def _requeue_one(daemon: Daemon, caller: Caller, job: Job) -> str | None:
     else:
         return f"Job is already stopping: job {job.id} is {job.state.value}"
     try:
-        (refused,) = daemon.store.set_states([change], now)
+        refused = daemon.store.requeue_within(change, job.user, max_pending, now)
     except StoreFull as err:
         return store_full_message(err)
+    if isinstance(refused, PendingLimitReached):
+        return str(refused)
     if refused is not None:
         return f"job {job.id} changed state meanwhile ({refused}); try again"
     return None

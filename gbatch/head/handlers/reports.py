@@ -82,10 +82,12 @@ def on_priorities(
 
     The order: fair-share factor of their user, then priority - nice, then submit time,
     then id. As Slurm's sprio, only jobs the scheduler may consider: held jobs (priority
-    0 in Slurm) and jobs whose --begin is still to come are left out, even when named. The factors are the
-    planner's: over the users whose jobs its latest pass ordered (a user whose every
-    job is held is not among them) and every user with usage, whoever the caller may
-    see. Everyone sees the queue; under private_data a non-admin sees only their own."""
+    0 in Slurm) and jobs whose --begin is still to come are left out, even when named.
+    The factors are the planner's: over the users whose jobs its latest pass ordered (a
+    user whose every job is held is not among them) and every user with usage, whoever
+    the caller may see. Everyone sees the queue; under private_data a non-admin sees
+    only their own.
+    """
     now = daemon.clock()
     users: Sequence[str] | None = request.users or None
     private = daemon.config.private_data and not is_admin(daemon, caller)

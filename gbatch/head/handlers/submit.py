@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gbatch.core import dependency
+from gbatch.core import dependency, outputs
 from gbatch.core.arrays import ARRAY_ROWS
+from gbatch.core.labels import memory_text
 from gbatch.core.limits import PendingLimitReached, array_refusal, gpus_refusal
 from gbatch.core.model import Job, JobSpec, JobState, TaskArray
 from gbatch.core.submitenv import filter_submit_env
@@ -50,10 +51,10 @@ def _mount_resolver(
 def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[str, Any]:
     """sbatch: queue one spec, or `count` copies of it (an array: one transaction).
 
-    Checked first, in order: the spec itself, its webhooks, its partition and time
-    limit, the site's container policy, the array's size, the fleet (a node large enough,
-    one that can run it), its dependency and the caller's limits. `test_only` answers
-    where and when it would start, and stores nothing."""
+    Checked first, in order: the spec itself, who may set its priority, its webhooks, its
+    partition and time limit, the site's container policy, the array's size, the fleet
+    (a node large enough, one that can run it), its dependency and the caller's limits.
+    `test_only` answers where and when it would start, and stores nothing."""
     raw = request.spec
     # On the wire a time limit is already in seconds, not a job file's minutes.
     limit = raw.get("time_limit")
@@ -83,6 +84,16 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
         sweep = _submitted_sweep(request, spec)
     except SpecError as err:
         raise Refused("invalid", str(err)) from err
+    _check_priority_allowed(daemon, caller, spec)
+    unplaced = outputs.without_a_start(spec)
+    if unplaced is not None:
+        field, pattern = unplaced
+        raise Refused(
+            "invalid",
+            f"{field}: {show_value(pattern)} is a relative path, and a job submitted without "
+            "a submit directory (as over the HTTP API) has nowhere to start it. Give an "
+            "absolute path",
+        )
     _check_notify_allowed(daemon, spec)
     spec = _in_partition(daemon, spec, limit)
     try:  # the site's policy: mount roots (symlinks followed as the submitter), bare jobs
@@ -102,19 +113,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     count = request.count if indices is None else len(indices)
     if not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
-    have, why = daemon.fleet.max_gpus_per_node()
-    if spec.gpus > have and daemon.fleet.all_reported():
-        hint = (
-            "Set GBATCH_SIMULATE_GPUS=N before `gbatch daemon start` to try gbatch without "
-            "GPUs, or ask for gpus: 0"
-            if have == 0
-            else f"Ask for at most {have}"
-        )
-        detail = f" ({why})" if why and have == 0 else ""
-        raise Refused(
-            "invalid",
-            f"gpus: {spec.gpus} GPUs requested but the largest node has {have}{detail}. {hint}",
-        )
+    _check_fits_some_node(daemon, spec)
     _check_runnable_somewhere(daemon, spec)
     if spec.dependency is not None:
         spec = spec.replace(dependency=check_dependency(daemon, caller, spec.dependency))
@@ -179,6 +178,27 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     if not request.held and (spec.begin is None or spec.begin <= daemon.clock()):
         daemon.submitted()
     return {"ids": ids}
+
+
+def _check_priority_allowed(daemon: Daemon, caller: Caller, spec: JobSpec) -> None:
+    """Refuse a priority, or a negative nice, that a user who is not an admin asks for.
+
+    Slurm's rule: only operators and admins set --priority, and "only privileged users
+    can specify a negative adjustment" of --nice; scontrol update holds users to
+    lowering theirs the same way (gbatch/head/jobupdate.py)."""
+    if (spec.priority == 0 and spec.nice >= 0) or is_admin(daemon, caller):
+        return
+    if spec.priority != 0:
+        raise Refused(
+            "permission",
+            f"--priority: only an admin may set a job's priority (priority: {spec.priority}). "
+            "Leave it out; to let others' jobs go first, give --nice N (N of 0 or more)",
+        )
+    raise Refused(
+        "permission",
+        f"--nice: only an admin may give a negative nice, which raises a job's priority "
+        f"(nice: {spec.nice}). Give 0 or more, or leave it out",
+    )
 
 
 def _check_notify_allowed(daemon: Daemon, spec: JobSpec) -> None:
@@ -312,6 +332,68 @@ def _test_start(daemon: Daemon, caller: Caller, spec: JobSpec) -> dict[str, Any]
         "reason": reason,
         "partition": spec.partition,
     }
+
+
+def _check_fits_some_node(daemon: Daemon, spec: JobSpec) -> None:
+    """Refuse a job no node of its partition could hold even idle, naming what is short.
+
+    Slurm refuses these at submit ("Requested node configuration is not available");
+    queued, they would wait BadConstraints for good. Its GPUs, CPUs (-c) and memory must
+    fit one node together. Nothing is refused while a node of the partition has not
+    reported: its size is unknown.
+    """
+    sizes = daemon.fleet.sizes_for(spec.partition)
+    if not sizes:
+        return
+    gpus, cpus, mem = spec.gpus, spec.cpus_reserved, spec.memory_mb or 0
+    if any(size.holds(gpus, cpus, mem) for size in sizes):
+        return
+    # One partition (the embedded default has one): "the largest node" says it all.
+    named = spec.partition is not None and len(daemon.fleet.partitions) > 1
+    where = f"partition {spec.partition}'s largest node" if named else "the largest node"
+    have = max(size.gpus for size in sizes)
+    if gpus > have:
+        _, why = daemon.fleet.max_gpus_per_node()
+        hint = (
+            "Set GBATCH_SIMULATE_GPUS=N before `gbatch daemon start` to try gbatch without "
+            "GPUs, or ask for gpus: 0"
+            if have == 0
+            else f"Ask for at most {have}"
+        )
+        detail = f" ({why})" if why and have == 0 else ""
+        raise Refused(
+            "invalid", f"gpus: {gpus} GPUs requested but {where} has {have}{detail}. {hint}"
+        )
+    most_cpus = max((size.cpus for size in sizes if size.cpus is not None), default=None)
+    if most_cpus is not None and cpus > most_cpus:
+        raise Refused(
+            "invalid",
+            f"cpus: {cpus} CPUs requested (-c) but {where} has {most_cpus}. "
+            f"Ask for at most {most_cpus}",
+        )
+    most_mem = max((size.mem_mb for size in sizes if size.mem_mb is not None), default=None)
+    if most_mem is not None and mem > most_mem:
+        raise Refused(
+            "invalid",
+            f"mem: {memory_text(mem)} requested but {where} has {memory_text(most_mem)}. "
+            f"Ask for at most {memory_text(most_mem)} (--mem)",
+        )
+    shown = "; ".join(
+        f"{size.name}: {size.gpus} GPUs, {size.cpus} CPUs, {memory_text(size.mem_mb)}"
+        for size in sizes[:4]
+    )
+    more = f"; and {len(sizes) - 4} more" if len(sizes) > 4 else ""
+    of = f" of partition {spec.partition}" if named else ""
+    asked = [
+        f"{gpus} GPUs",
+        *([f"{cpus} CPUs"] if cpus else []),
+        *([memory_text(mem)] if mem else []),
+    ]
+    raise Refused(
+        "invalid",
+        f"gpus, cpus, mem: no node{of} has {' and '.join(asked)} at once "
+        f"({shown}{more}). Ask for less, or use another partition",
+    )
 
 
 def _check_runnable_somewhere(daemon: Daemon, spec: JobSpec) -> None:

@@ -5,50 +5,82 @@ Also the request made with one: its token's user and inner request (unwrap_token
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import pwd
 from typing import Any
 
 from gbatch.core.timefmt import show_value
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.audit import audit
-from gbatch.head.handlers.auth import is_admin, require_admin
+from gbatch.head.handlers.auth import DAEMON_UID, is_admin, require_admin
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
-from gbatch.head.tokens import MAX_LIFESPAN, TokenError, parse_scopes
+from gbatch.head.tokens import MAX_LIFESPAN, TokenError, TokenRecord, parse_scopes
 from gbatch.protocol import decoder, requests
+from gbatch.site import accounts
 
 
-def _token_user(daemon: Daemon, name: str, *, named: bool) -> pwd.struct_passwd:
-    """The Unix account a token is minted for; Refused when missing or root.
+def _token_user(daemon: Daemon, caller: Caller, name: str, *, named: bool) -> pwd.struct_passwd:
+    """The Unix account a token is minted for; Refused (and audited) when it may not be.
 
     It must exist (its jobs run as it), and not be root (a leaked token would run jobs as
-    root)."""
+    root). One `named` by an admin for another account must be a service account
+    (gbatch/site/accounts.py); every such mint is audited, allowed or refused."""
     try:
         account = pwd.getpwnam(name)
     except KeyError:
+        if named:
+            audit(daemon, caller, "token", f"user {name}", "refused: no such account")
         raise Refused(
             "not_found" if named else "invalid",
             f"no Unix user {show_value(name)}: a token's jobs run as a real account. "
-            "Create it first (useradd --system NAME)",
+            f"{accounts.FIX}",
         ) from None
     if account.pw_uid == 0:
+        if named:
+            audit(daemon, caller, "token", f"user {name}", "refused: root")
         raise Refused(
             "permission",
             "no tokens for root: a leaked token would run jobs as root. Mint one for a "
             "service account with --user NAME",
         )
+    if named:
+        problem = accounts.other_account_problem(
+            account.pw_name,
+            account.pw_uid,
+            listed=daemon.config.service_accounts,
+            daemon_uids=daemon_uids(daemon),
+            uid_min=accounts.login_uid_min(),
+        )
+        if problem is not None:
+            audit(daemon, caller, "token", f"user {name}", f"refused: {problem}")
+            raise Refused("permission", f"--user {name}: {accounts.refusal(name, problem)}")
     return account
 
 
+def daemon_uids(daemon: Daemon) -> frozenset[int]:
+    """The uids that are gbatchd's own: those it runs as, and its home's owner."""
+    return _daemon_uids(str(daemon.paths.home))
+
+
+@functools.cache
+def _daemon_uids(home: str) -> frozenset[int]:
+    uids = {DAEMON_UID, os.geteuid()}
+    with contextlib.suppress(OSError):
+        uids.add(os.stat(home).st_uid)
+    return frozenset(uids)
+
+
 def on_mint_token(daemon: Daemon, caller: Caller, request: requests.MintToken) -> dict[str, Any]:
-    """gbatch token: a token for the caller, or (admins) for the account `user` names."""
+    """gbatch token: a token for the caller, or (admins) for a service account `user` names."""
     named = request.user is not None and request.user != caller.user
     if named:
         require_admin(
             daemon, caller, "token", f"user {request.user}", "mint tokens for other users"
         )
-    account = _token_user(daemon, request.user or caller.user, named=named)
+    account = _token_user(daemon, caller, request.user or caller.user, named=named)
     if not 1 <= request.lifespan <= MAX_LIFESPAN:
         raise Refused(
             "invalid",
@@ -60,7 +92,12 @@ def on_mint_token(daemon: Daemon, caller: Caller, request: requests.MintToken) -
         raise Refused("invalid", f"--scope: {err}") from None
     try:
         token, record = daemon.tokens.mint(
-            account.pw_name, account.pw_uid, scopes, request.lifespan, daemon.clock()
+            account.pw_name,
+            account.pw_uid,
+            scopes,
+            request.lifespan,
+            daemon.clock(),
+            minted_by=caller.uid,
         )
     except TokenError as err:
         raise Refused("unavailable", str(err)) from None
@@ -69,7 +106,8 @@ def on_mint_token(daemon: Daemon, caller: Caller, request: requests.MintToken) -
         caller,
         "token",
         f"user {record.user}",
-        f"allowed: jti {record.jti}, scopes {','.join(scopes)}, {request.lifespan} s",
+        f"allowed: jti {record.jti}, scopes {','.join(scopes)}, {request.lifespan} s"
+        + (", a service account" if named else ""),
     )
     return {
         "token": token,
@@ -145,6 +183,29 @@ def _still_user(uid: int, user: str, epoch: int) -> bool:
         return False
 
 
+def _barred_now(daemon: Daemon, record: TokenRecord) -> str | None:
+    """Why a token minted for another account may no longer be used, or None.
+
+    One minted by its own user is theirs. One an admin minted must still be for a
+    service account: an account taken out of service_accounts loses its tokens. A record
+    from before gbatch kept who minted it is held to the accounts no one may ever hold
+    another's token for (root, gbatchd's own, system accounts)."""
+    if record.minted_by == record.uid:
+        return None
+    uid_min = accounts.login_uid_min()
+    if record.minted_by is None:
+        # Its own user may have minted it: an embedded daemon's user holds tokens for
+        # the daemon's uid, and keeps them.
+        return accounts.forbidden_account(record.user, record.uid, daemon_uids=(), uid_min=uid_min)
+    return accounts.other_account_problem(
+        record.user,
+        record.uid,
+        listed=daemon.config.service_accounts,
+        daemon_uids=daemon_uids(daemon),
+        uid_min=uid_min,
+    )
+
+
 def unwrap_token(
     daemon: Daemon, caller: Caller, request: requests.WithToken
 ) -> tuple[Caller, requests.Request]:
@@ -163,6 +224,14 @@ def unwrap_token(
         audit(daemon, caller, "with_token", "api", f"refused: no user {record.user}")
         raise Refused(
             "unauthenticated", f"the token's user {record.user} is no longer uid {record.uid}"
+        )
+    barred = _barred_now(daemon, record)
+    if barred is not None:
+        audit(daemon, caller, "with_token", "api", f"refused: {record.user}: {barred}")
+        raise Refused(
+            "unauthenticated",
+            f"the token of {record.user} no longer lets anyone in: {barred}. Ask an admin "
+            "for a token of a service account",
         )
     as_user = Caller(
         uid=record.uid,

@@ -52,6 +52,23 @@ def _submitted_reason(submission: Submission, now: float) -> str:
     return BEGIN_TIME_REASON if begin is not None and begin > now else ""
 
 
+def pending_count(db: sqlite3.Connection, user: str) -> int:
+    """`user`'s PENDING jobs as max_pending_jobs counts them.
+
+    Held ones count too, and an array tail's tasks one each."""
+    # The partial index jobs_pending_user: the user's pending jobs only.
+    row = db.execute(
+        "SELECT count(*) FROM jobs INDEXED BY jobs_pending_user"
+        " WHERE user = ? AND state = 'PENDING'",
+        (user,),
+    ).fetchone()
+    tails = db.execute(
+        "SELECT coalesce(sum(remaining), 0) FROM array_tails WHERE state = 'PENDING' AND user = ?",
+        (user,),
+    ).fetchone()
+    return int(row[0]) + int(tails[0])
+
+
 class Submit(Events):
     """Queueing jobs: one transaction for many callers' submissions."""
 
@@ -203,18 +220,7 @@ class Submit(Events):
 
     @staticmethod
     def _pending_count(db: sqlite3.Connection, user: str) -> int:
-        # The partial index jobs_pending_user: the user's pending jobs only.
-        row = db.execute(
-            "SELECT count(*) FROM jobs INDEXED BY jobs_pending_user"
-            " WHERE user = ? AND state = 'PENDING'",
-            (user,),
-        ).fetchone()
-        tails = db.execute(
-            "SELECT coalesce(sum(remaining), 0) FROM array_tails"
-            " WHERE state = 'PENDING' AND user = ?",
-            (user,),
-        ).fetchone()
-        return int(row[0]) + int(tails[0])
+        return pending_count(db, user)
 
     def _seal_secrets(self, submission: Submission) -> bytes | None:
         names = {name for name, _ in submission.secret_values}

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gbatch.core.dependency import NEVER_REASON
+from gbatch.core.limits import PendingLimitReached
 from gbatch.core.model import (
     HELD_REASON,
     IllegalTransition,
@@ -27,6 +28,7 @@ from gbatch.head.secretbox import SecretKeyError
 from gbatch.head.store.db import JobNotFound
 from gbatch.head.store.outbox import Outbox
 from gbatch.head.store.rows import _chunks, _marks
+from gbatch.head.store.submit import pending_count
 from gbatch.head.store.usage import Usage, _accrue
 
 # Columns set_state may write besides state and reason.
@@ -68,6 +70,16 @@ def _encode(fields: Mapping[str, object]) -> dict[str, object]:
             value = value.value
         encoded[name] = value
     return encoded
+
+
+def _requeues_stopping(db: sqlite3.Connection, user: str) -> int:
+    """`user`'s jobs being stopped to go back to PENDING (a running job's requeue)."""
+    row = db.execute(
+        "SELECT count(*) FROM jobs INDEXED BY jobs_state"
+        " WHERE state = 'COMPLETING' AND stop_state = 'PENDING' AND user = ?",
+        (user,),
+    ).fetchone()
+    return int(row[0])
 
 
 class Transitions(Outbox):
@@ -181,6 +193,26 @@ class Transitions(Outbox):
                 except (IllegalTransition, JobNotFound) as err:
                     outcomes.append(err)
         return outcomes
+
+    def requeue_within(
+        self, change: StateChange, user: str, max_pending: int | None, now: float
+    ) -> IllegalTransition | JobNotFound | PendingLimitReached | None:
+        """Write `change`, a requeue of a job of `user`, unless it takes them past `max_pending`.
+
+        None when written, else why not. The user's pending jobs are counted as a submit
+        counts them, inside the same transaction (concurrent requeues and submits cannot
+        race past the limit), with their jobs being stopped to be requeued: each will be
+        pending soon. `max_pending` None: no limit (an admin's requeue)."""
+        with self._write() as db:
+            if max_pending is not None:
+                have = pending_count(db, user) + _requeues_stopping(db, user)
+                if have + 1 > max_pending:
+                    return PendingLimitReached(user, have, 1, max_pending)
+            try:
+                self._set_state(db, change, now)
+            except (IllegalTransition, JobNotFound) as err:
+                return err
+        return None
 
     def _set_state(self, db: sqlite3.Connection, change: StateChange, now: float) -> None:
         unknown = set(change.fields) - _UPDATABLE

@@ -50,10 +50,13 @@ from bench_api import checkout_daemon, checkout_env, mint
 SLOWLORIS = REPO / "tests" / "slowloris.py"
 # The app under another server: run with `python -c`, the socket path and the
 # certificate's files as argv, printing the port once it listens.
-_APP = (
-    "import sys; from pathlib import Path; from gbatch.api.app import make_app; "
-    "app = make_app(Path(sys.argv[1])); cert, key = sys.argv[2], sys.argv[3]; "
+# One user's share lifted, as `gbatch api serve` below: this measures the server.
+_MAKE_APP = (
+    "from pathlib import Path; from gbatch.api.app import make_app; "
+    "from gbatch.api.ratelimit import RateLimits; "
+    "app = make_app(Path(SOCKET), limits=RateLimits(rate=1e6, burst=1e6))"
 )
+_APP = "import sys; " + _MAKE_APP.replace("SOCKET", "sys.argv[1]") + "; cert, key = sys.argv[2:4]; "
 RUNNERS = {
     "uvicorn-h11": _APP + "import uvicorn; from gbatch.cli.api import make_listener; "
     "s = make_listener('127.0.0.1', 0); print('port', s.getsockname()[1], flush=True); "
@@ -87,14 +90,12 @@ def server(kind: str, home: Path, checkout: str, cert: Path, key: Path) -> Itera
         argv = [
             *(str(GBATCH), "api", "serve", "--listen", "127.0.0.1:0"),
             *("--tls-cert", str(cert), "--tls-key", str(key)),
+            *("--user-rate", "1000000", "--user-burst", "1000000"),
         ]
     elif kind == "granian":
         port = free_port()
         factory = Path(tempfile.mkdtemp(prefix="granian-app-")) / "granian_app.py"
-        factory.write_text(
-            "from pathlib import Path\nfrom gbatch.api.app import make_app\n"
-            f"app = make_app(Path({socket_path!r}))\n"
-        )
+        factory.write_text(_MAKE_APP.replace("SOCKET", repr(socket_path)).replace("; ", "\n"))
         env["PYTHONPATH"] = f"{factory.parent}{os.pathsep}{env['PYTHONPATH']}"
         argv = [
             *(sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1"),
@@ -117,6 +118,7 @@ def server(kind: str, home: Path, checkout: str, cert: Path, key: Path) -> Itera
                 port = int(said.split("https://127.0.0.1:")[1].split("/")[0])
             else:
                 port = int(said.split()[1])
+                wait_listening(port)  # printed before it listens
         yield port
     finally:
         process.terminate()

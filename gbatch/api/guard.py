@@ -94,8 +94,10 @@ class Guard:
             self._set_stage(conn, HEAD)
 
     def head_started(self, conn: Closable, now: float) -> list[Closable]:
-        """The first byte of a request on a kept-alive `conn`: the connections to close
-        for it (one of its address's unfinished ones, when it has too many)."""
+        """The first byte of a request on a kept-alive `conn`: the connections to close.
+
+        None, or one of its address's unfinished ones when it has too many.
+        """
         address = self._open.get(conn)
         if address is None or conn in self._unfinished:
             return []

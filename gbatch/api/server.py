@@ -52,8 +52,11 @@ def _reply(template: bytes, text: str) -> bytes:
 
 
 class Entry:
-    """One accepted connection as the guard knows it: its socket until the protocol
-    serving it is made (after the TLS handshake), then that protocol."""
+    """One accepted connection, as the guard knows it.
+
+    Its socket until the protocol serving it is made (after the TLS handshake), then
+    that protocol.
+    """
 
     __slots__ = ("protocol", "sock")
 
@@ -119,8 +122,10 @@ class GuardedHttp(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def drop(self, why: str) -> None:
-        """Close this connection for `why` (a guard.* reason), with an HTTP reply saying
-        so when the head was late or too large."""
+        """Close this connection for `why`, a guard.* reason.
+
+        With an HTTP reply saying so when its head was late or too large.
+        """
         if self.dropped or self.transport.is_closing():
             return
         self.dropped = True
@@ -135,10 +140,11 @@ class GuardedHttp(HttpToolsProtocol):
 
 
 class Acceptor:
-    """Accepts connections on `sock`, counted by the guard from their accept (the TLS
-    handshake included), and hands each to the loop (TLS and all) and GuardedHttp.
+    """Accepts connections on `sock` and hands each to the loop and GuardedHttp.
 
-    Stands in uvicorn's Server.servers for an asyncio Server: close, wait_closed.
+    Each is counted by the guard from its accept, the TLS handshake included, which the
+    loop does (connect_accepted_socket). Stands in uvicorn's Server.servers for an
+    asyncio Server: close, wait_closed.
     """
 
     def __init__(self, server: GuardedServer, sock: socket.socket) -> None:

@@ -133,9 +133,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def parse_trusted_proxies(given: list[str]) -> tuple[str, ...]:
-    """`--trusted-proxy` values as addresses or networks (CIDR), checked; CliError
-    (usage) otherwise. Everyone (`*`, 0.0.0.0/0) is refused: the headers would be
-    anyone's to forge."""
+    """`--trusted-proxy` values as addresses or networks (CIDR); CliError (usage) else.
+
+    Everyone (`*`, 0.0.0.0/0) is refused: the headers would be anyone's to forge.
+    """
     proxies: list[str] = []
     for text in given:
         try:

@@ -19,8 +19,11 @@ DOT_SEGMENT_REFUSAL = (
 
 
 def has_dot_segment(url: str) -> bool:
-    """Whether the path of `url` (scheme://host/path) has a `.` or `..` segment, as written
-    or percent-decoded (once or more: %252e is %2e is .), with `/` or `\\` between."""
+    """Whether the path of `url` (scheme://host/path) has a `.` or `..` segment.
+
+    As written or percent-decoded (once or more: %252e is %2e is .), with `/` or `\\`
+    between segments.
+    """
     rest = url.partition("://")[2]
     slash = rest.find("/")
     if slash < 0:

@@ -293,13 +293,13 @@ def owner(payload: Mapping[str, object]) -> str:
 
 
 def url_allowed(url: str, prefixes: tuple[str, ...]) -> bool:
-    """Whether a job's webhook may be posted to: its URL starts with an allowed prefix,
-    and its path has no dot-segment that would take it out of the prefix once resolved.
+    """Whether a job's webhook may be posted to: under an allowed prefix, resolved.
 
-    Each prefix names its host and ends in a path (config.py checks), so
-    https://hooks.slack.com/ cannot be matched by https://hooks.slack.com.evil.example;
-    and https://hooks.slack.com/services/../admin (or %2e%2e) is refused, not resolved,
-    as the server would resolve it (core/urls.py).
+    Its URL starts with an allowed prefix, and its path has no dot-segment that would
+    take it out of the prefix once resolved. Each prefix names its host and ends in a
+    path (config.py checks), so https://hooks.slack.com/ cannot be matched by
+    https://hooks.slack.com.evil.example; and https://hooks.slack.com/services/../admin
+    (or %2e%2e) is refused, not resolved, as the server would resolve it (core/urls.py).
     """
     if has_dot_segment(url):
         return False

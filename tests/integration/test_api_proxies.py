@@ -13,11 +13,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Head
+from conftest import FAST_CONFIG, Head, make_head, service_config
 from test_http_api import mint, serve_api
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "http-api.md"
 CLIENT = "203.0.113.7"  # the browser, as nginx sees it
+
+
+@pytest.fixture
+def head(tmp_path: Path) -> Iterator[Head]:
+    """A daemon that lists the account tokens are minted for (root mints for no one else)."""
+    h = make_head(tmp_path / "home", config=FAST_CONFIG + service_config())
+    h.start()
+    yield h
+    h.stop()
 
 
 def nginx_headers() -> dict[str, str]:

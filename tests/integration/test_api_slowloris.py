@@ -14,15 +14,26 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
-from conftest import Head
+import pytest
+from conftest import FAST_CONFIG, Head, make_head, service_config
 from test_http_api import mint, serve_api
 from test_notifications import self_signed
 
 SLOWLORIS = Path(__file__).resolve().parent.parent / "slowloris.py"
 HEAD_SECONDS = 5.0  # gbatch.api.guard.GuardLimits.head_seconds
 SWEEP_SECONDS = 0.5  # gbatch.api.server.SWEEP_SECONDS
+
+
+@pytest.fixture
+def head(tmp_path: Path) -> Iterator[Head]:
+    """A daemon that lists the account tokens are minted for (root mints for no one else)."""
+    h = make_head(tmp_path / "home", config=FAST_CONFIG + service_config())
+    h.start()
+    yield h
+    h.stop()
 
 
 def nodes(url: str, token: str, context: ssl.SSLContext) -> tuple[int, float]:

@@ -167,7 +167,10 @@ class Acceptor:
                 conn, peer = await self.loop.sock_accept(self.sock)
             except OSError as err:
                 # Out of descriptors or buffers: wait rather than spin; a connection
-                # that went away before its accept: nothing to do.
+                # that went away before its accept: nothing to do; the listener closed
+                # (shutting down): no more to accept.
+                if err.errno in (errno.EBADF, errno.EINVAL):
+                    return
                 if err.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     await asyncio.sleep(0.1)
                 continue
@@ -185,13 +188,15 @@ class Acceptor:
     async def _serve(self, entry: Entry) -> None:
         """Start `entry`'s connection: its TLS handshake, then its protocol."""
         server, config = self.server, self.server.config
-        entry.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def protocol() -> GuardedHttp:
             state = server.lifespan.state
             return GuardedHttp(config, server.server_state, state, server.guard, entry, self.loop)
 
         try:
+            # A response's headers and body are two writes: without it each would wait
+            # out the client's delayed ACK (bench/bench_api.py).
+            entry.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             await self.loop.connect_accepted_socket(
                 protocol,
                 entry.sock,

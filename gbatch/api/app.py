@@ -10,8 +10,10 @@ here, and never reaches the daemon.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,17 +26,26 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gbatch.api.follow import resume_offset
+from gbatch.api.follow import resume_offset, whole_number
 from gbatch.api.link import DaemonLink
 from gbatch.api.openapi import PREFIX, document
-from gbatch.api.ratelimit import Limiter, RateLimitMiddleware, RateLimits, bearer
+from gbatch.api.ratelimit import (
+    Limiter,
+    RateLimitMiddleware,
+    RateLimits,
+    bearer,
+    client_address,
+)
+from gbatch.core.constants import MAX_ID_DIGITS
 from gbatch.core.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
+from gbatch.core.loglines import InternalErrors, loggable
 from gbatch.jobspec.errors import BadSubmit
 from gbatch.jobspec.submit import request_for_text  # loads neither yaml nor the spec until used
 from gbatch.protocol import requests
 from gbatch.protocol.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 
 T = TypeVar("T")
+log = logging.getLogger("gbatch.api")
 METRICS_PATH = "/metrics"
 MAX_BODY = 1 << 20  # a job file's or script's limit (spec.MAX_FILE_BYTES)
 # A job file up to this size is read on the event loop (a small one is read quickly); a
@@ -203,10 +214,12 @@ class Api:
         for name in ("limit", "after"):
             text = query.get(name)
             if text is not None:
-                if not text.isdigit() or (name == "limit" and int(text) < 1):
+                number = whole_number(text)
+                if number is None or (name == "limit" and number < 1):
                     least = "1 or more" if name == "limit" else "a job id"
-                    return error("invalid", f"{name}: {text!r}; give {least}")
-                page[name] = int(text)
+                    least += f", of at most {MAX_ID_DIGITS} digits"
+                    return error("invalid", f"{name}: {loggable(text, 40)!r}; give {least}")
+                page[name] = number
         shape = query.get("format", "jobs")
         if shape not in ("jobs", "columns"):
             return error("invalid", f"format: {shape!r}; give jobs or columns")
@@ -251,10 +264,10 @@ class Api:
         target = _one_job(http)
         if isinstance(target, Response):
             return target
-        offset = http.query_params.get("offset", "0")
-        if not offset.isdigit():
+        offset = whole_number(http.query_params.get("offset", "0"))
+        if offset is None:
             return error("invalid", "offset must be a non-negative integer")
-        request = requests.ReadLog(id=target[0], task=target[1], offset=int(offset))
+        request = requests.ReadLog(id=target[0], task=target[1], offset=offset)
         return await self.relay(http, request)
 
     async def follow_logs(self, http: Request) -> Response:
@@ -355,18 +368,25 @@ def make_app(
         + [Route(METRICS_PATH, api.metrics, methods=["GET"])]
         # The web page, through the same wire requests (api/web.py).
         + Web(api).routes(),
-        exception_handlers={404: _not_found, 405: _not_allowed},
+        exception_handlers={404: _not_found, 405: _not_allowed, Exception: _internal_error},
         middleware=[Middleware(RateLimitMiddleware, limiter=limiter)],
     )
 
 
 class _App(Starlette):
-    """Starlette, with `shortcuts`: (method, exact path) -> an ASGI app that serves it
+    """Starlette, with `shortcuts`, and the API's bugs logged within a budget.
+
+    `shortcuts`: (method, exact path) -> an ASGI app that serves it
     as its route would, in place of the middleware stack, the router and the route's
     wrappers (a visible share of the API's CPU per submit: bench/bench_api.py). A
     shortcut must do all that its route's stack would: the rate limit
     (RateLimitMiddleware) and the answers. Any other spelling of the path (a trailing
     slash, a root_path) takes the route.
+
+    A bug (an exception no route handles) is answered 500 `internal` and logged once per
+    kind per window with its traceback, the repeats counted (core/loglines.InternalErrors),
+    never re-raised to the server, which would write a traceback per request: a loop
+    of requests that hit one must not fill the disk.
 
     With `trusted_proxies`, a request from one of them is first given the client's
     address and scheme its X-Forwarded-For and X-Forwarded-Proto say (uvicorn's
@@ -377,10 +397,14 @@ class _App(Starlette):
         *,
         shortcuts: dict[tuple[str, str], ASGIApp],
         trusted_proxies: tuple[str, ...] = (),
+        bugs: InternalErrors | None = None,
         **options: Any,
     ) -> None:
         super().__init__(**options)
         self.shortcuts = shortcuts
+        # No loop of ours ticks here: the budget's own timer writes the counts.
+        self.bugs = bugs or InternalErrors(log, timer=True)
+
         self.entry: ASGIApp = self._dispatch
         if trusted_proxies:
             from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
@@ -391,13 +415,39 @@ class _App(Starlette):
         await self.entry(scope, receive, send)
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not scope.get("root_path"):
-            shortcut = self.shortcuts.get((scope["method"], scope["path"]))
-            if shortcut is not None:
-                scope["app"] = self
-                await shortcut(scope, receive, send)
-                return
-        await super().__call__(scope, receive, send)
+        if scope["type"] != "http":  # lifespan: a failed start-up is the server's to tell
+            await super().__call__(scope, receive, send)
+            return
+        try:
+            if not scope.get("root_path"):
+                shortcut = self.shortcuts.get((scope["method"], scope["path"]))
+                if shortcut is not None:
+                    scope["app"] = self
+                    await shortcut(scope, receive, send)
+                    return
+            await super().__call__(scope, receive, send)
+        except ClientDisconnect:
+            return  # the client left while its body came: nobody to answer, nothing wrong
+        except Exception as err:
+            what = f"{loggable(scope['method'], 10)} {loggable(scope['path'], 100)}"
+            self.bugs.report(err, what)
+            # Starlette's outer middleware has answered already (internal_error) when the
+            # route's stack ran; a shortcut's has not. Sending a second answer, or one
+            # after a response began, fails in the server: nothing more to do then.
+            with contextlib.suppress(Exception):
+                await internal_error()(scope, receive, send)
+
+
+def internal_error() -> JSONResponse:
+    """The answer to a request that hit a bug in the API: 500, kind internal, no traceback."""
+    return error(
+        "internal",
+        "internal error in the HTTP API (a bug): the API's log says more. Please report it",
+    )
+
+
+async def _internal_error(http: Request, exc: Exception) -> Response:
+    return internal_error()
 
 
 async def _not_found(http: Request, exc: Exception) -> Response:
@@ -420,7 +470,9 @@ def _no_token() -> JSONResponse:
 def _as_bearer(token: str, inner: requests.Request) -> dict[str, Any]:
     """`inner` as gbatchd's request to run it as the user of `token`."""
     return requests.encode_request(
-        requests.WithToken(token=token, request=requests.encode_request(inner))
+        requests.WithToken(
+            token=token, request=requests.encode_request(inner), client=client_address.get()
+        )
     )
 
 

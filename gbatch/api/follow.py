@@ -27,6 +27,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+from gbatch.core.constants import MAX_ID_DIGITS
+
 POLL_SECONDS = 0.2  # gbatch logs -f's pause when a read brings nothing new
 KEEPALIVE_SECONDS = 15.0  # a comment line, so proxies keep a quiet stream open
 RESTART_GRACE_SECONDS = 60.0  # how long a follow waits for gbatchd to be back
@@ -107,7 +109,17 @@ def resume_offset(http: Request) -> int | None:
     0 when neither is given; None when the one given is not a non-negative integer.
     """
     text = http.headers.get("last-event-id") or http.query_params.get("offset", "0")
-    return int(text) if text.isdigit() else None
+    return whole_number(text)
+
+
+def whole_number(text: str) -> int | None:
+    """`text` as a whole number of a query (an offset, a page's limit or cursor), or None.
+
+    ASCII digits only (str.isdigit takes `²`, which int() refuses) and at most as many
+    as a job id has, so that the number fits gbatchd's (and SQLite's) integers."""
+    if text.isascii() and text.isdigit() and len(text) <= MAX_ID_DIGITS:
+        return int(text)
+    return None
 
 
 def _chunk(reply: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
@@ -44,6 +45,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gbatch.api.openapi import PREFIX
 from gbatch.protocol import requests
 
+# The address of the HTTP client whose request is under way, as its share was keyed:
+# gbatchd charges a token it refuses, and nobody signed, to it (requests.WithToken.client).
+client_address: ContextVar[str] = ContextVar("client_address", default="")
 MAX_VOUCHED = 4096  # tokens remembered as accepted; the oldest is forgotten past it
 MAX_KEYS = 10_000  # buckets kept; idle full ones are dropped past it
 _EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
@@ -230,6 +234,9 @@ class RateLimitMiddleware:
             )
             await response(scope, receive, send)
             return
+        # The request's own task (and what it starts) reads it; the next request's
+        # task starts from the connection's context, without it.
+        client_address.set(address)
         try:
             await self.app(scope, receive, send)
         finally:

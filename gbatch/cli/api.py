@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import logging
 import socket
 import sys
 from typing import Any
@@ -201,6 +202,7 @@ def _serve(
 
     listener = make_listener(host, port)
     bound = listener.getsockname()[1]
+    _bound_server_logs()
     app = make_app(
         ctx.paths.socket,
         local_metrics=local_metrics,
@@ -235,3 +237,19 @@ def _serve(
     )
     GuardedServer(config, Guard()).run(sockets=[listener])
     return Exit.OK
+
+
+# Loggers of the server's libraries that write a line per bad request or connection a
+# client sends (uvicorn's `Invalid HTTP request received.`, `Exceeded concurrency
+# limit.`; asyncio's failed TLS handshakes): an outsider's flood must not grow the log
+# without bound. The API's own bugs are bounded where they are caught (api/app._App).
+SERVER_LOGGERS = ("uvicorn.error", "asyncio")
+
+
+def _bound_server_logs() -> None:
+    """Give the server's libraries' loggers a budget of like lines (core/loglines.LikeLines)."""
+    from gbatch.core.loglines import LikeLines
+
+    like_lines = LikeLines()
+    for name in SERVER_LOGGERS:
+        logging.getLogger(name).addFilter(like_lines)

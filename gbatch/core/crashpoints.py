@@ -1,10 +1,13 @@
-"""Named places where the daemon may die, for fault-injection tests.
+"""Named places where the daemon may die or fail, for fault-injection tests.
 
 Each step of dispatch and completion that commits to the store and acts on a node has
 a name here. With GBATCH_CRASH_AT=<name> in its environment, the daemon kills itself
 (SIGKILL, no clean-up) the first time it reaches that place, so a test can prove the
 restart reconciles: a job is adopted, finished or requeued, never started twice and
-never forgotten. Unset (always, outside tests) it costs one comparison.
+never forgotten. With GBATCH_FAULT_AT=request.<op>, every request of that op fails as
+a bug would (InjectedFault), so a test can see how the daemon reports a bug hit again
+and again (core/loglines.InternalErrors). Unset (always, outside tests) each costs one
+comparison.
 """
 
 from __future__ import annotations
@@ -38,3 +41,19 @@ def crash_point(name: str) -> None:
     assert name in _KNOWN, name
     if name == _ARMED:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+_FAULT = os.environ.get("GBATCH_FAULT_AT", "")
+if _FAULT and not _FAULT.startswith("request."):
+    raise SystemExit(f"GBATCH_FAULT_AT={_FAULT!r} names no fault point; known: request.<op>")
+_FAULT_OP = _FAULT.removeprefix("request.") if _FAULT else None
+
+
+class InjectedFault(RuntimeError):
+    """The bug a test asked for with GBATCH_FAULT_AT."""
+
+
+def request_fault(op: str) -> None:
+    """Fail as a bug would when GBATCH_FAULT_AT names this request's `op`."""
+    if op == _FAULT_OP:
+        raise InjectedFault(f"injected at request.{op} (GBATCH_FAULT_AT)")

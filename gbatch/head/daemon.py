@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from gbatch.core.limits import UserLimits
+from gbatch.core.loglines import InternalErrors
 from gbatch.core.model import ALLOCATED_STATES, Job
 from gbatch.head.cyclegc import LoopCollector
 from gbatch.head.fleet import Fleet, make_nodes
@@ -88,6 +89,8 @@ class Daemon:
         )
         self.committer = GroupCommitter(store, clock)
         self.refusal_lines = RefusalLines(monotonic)  # how many refusals get audit lines
+        # Bugs (a request's, a loop step's): a traceback per kind per window, then a count.
+        self.internal_errors = InternalErrors(log, monotonic)
         self.metrics = DaemonMetrics()  # counters and histograms since start (metrics)
         # The HTTP API's tokens: keys made at the first mint.
         self.tokens = TokenAuthority(paths.home, config.token_leeway_seconds)
@@ -162,10 +165,12 @@ class Daemon:
                 if not store_full:
                     log.error("%s; the loop retries every tick until there is space", err)
                 store_full = True
-            except Exception:
-                # One bad tick must not take the head down; the next tick retries.
-                log.exception("loop step failed")
+            except Exception as err:
+                # One bad tick must not take the head down; the next tick retries. A step
+                # that fails at every tick writes its traceback once, then counts.
+                self.internal_errors.report(err, "loop step")
             self.refusal_lines.close_ended()
+            self.internal_errors.close_ended()
             # Idle: no pass waits on the heap's whole walk.
             self.collector.full_when_due(idle=not self.wake.is_set())
 

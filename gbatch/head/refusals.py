@@ -2,7 +2,8 @@
 
 Every refused request (and refused connection) is worth an audit line, but 50 refused
 requests with 4 MB names once grew the log by 200 MB within seconds. Strings in log lines are
-cut (handlers/audit.loggable); on top of that, each uid gets at most LINES refusal lines per
+cut (core/loglines.loggable); on top of that, each party (a uid; for a token gbatchd could
+not verify, the address the HTTP API saw it from) gets at most LINES refusal lines per
 operation (connect, request, cancel, ...) in a window of WINDOW_SECONDS, opened by its
 first such refusal. The refusals past that are counted, and when the window has ended
 one line says how many:
@@ -10,29 +11,25 @@ one line says how many:
     audit: user=bob uid=1002 op=connect -> and 4,812 more refusals in 10 s, not logged
     one by one (at most 10 lines per user and operation per 10 s)
 
-So a flood adds at most LINES + 1 lines per user and operation per window, whatever its
-rate; one user's flood does not hold back the lines of another, nor a flood of one kind
-(refused connections) the lines of another kind (a slow request closed).
+So a flood adds at most LINES + 1 lines per party and operation per window, whatever
+its rate; one user's flood does not hold back the lines of another, nor a flood of one
+kind (refused connections) the lines of another kind (a slow request closed). The
+budget is core/loglines.LineBudget, the one throttle of the daemon's log, which also
+bounds the lines of bugs (InternalErrors).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from gbatch.core.loglines import LINES, WINDOW_SECONDS, LineBudget
 
 log = logging.getLogger("gbatchd")
-LINES = 10
-WINDOW_SECONDS = 10.0
-
-
-@dataclass
-class _Window:
-    opened: float
-    user: str
-    logged: int = 0
-    unlogged: int = 0
+__all__ = ["LINES", "WINDOW_SECONDS", "RefusalLines"]
+# Client addresses with a refusal budget of their own at once; the others share one.
+MAX_CLIENTS = 4
+OTHER_CLIENTS = "client=(others)"
 
 
 class RefusalLines:
@@ -47,60 +44,49 @@ class RefusalLines:
         lines: int = LINES,
         window: float = WINDOW_SECONDS,
     ) -> None:
-        self._monotonic = monotonic
-        self._lines = lines
-        self._window = window
-        self._lock = threading.Lock()
-        # (uid, operation) -> its window, while open
-        self._windows: dict[tuple[int, str], _Window] = {}
+        self._budget: LineBudget[tuple[str, str]] = LineBudget(
+            monotonic, self._summarize, lines, window
+        )
+        # Client addresses come from the HTTP API, or from whoever sends with_token: at
+        # most MAX_CLIENTS of them have windows of their own at once, so that made-up
+        # addresses cannot multiply the lines.
+        self._clients: LineBudget[tuple[str, str]] = LineBudget(
+            monotonic,
+            self._summarize,
+            lines,
+            window,
+            max_keys=MAX_CLIENTS,
+            overflow=lambda key: (OTHER_CLIENTS, key[1]),
+        )
 
-    def admit(self, uid: int, user: str, op: str) -> bool:
-        """Whether this refusal of `op` to `uid` gets its line; if not, it is counted.
+    def admit(self, party: str, op: str) -> bool:
+        """Whether this refusal of `op` to `party` gets its line; if not, it is counted.
 
-        The count goes into the window's summary. `user` is `uid`'s name, already loggable.
+        `party` is who the line is charged to as the line names them, loggable already:
+        `user=bob uid=1002`, or `client=203.0.113.9` for a token nobody signed. The
+        count goes into the window's summary.
         """
-        now = self._monotonic()
-        key = (uid, op)
-        with self._lock:
-            ended = self._pop_if_ended(key, now)
-            window = self._windows.setdefault(key, _Window(now, user))
-            admitted = window.logged < self._lines
-            if admitted:
-                window.logged += 1
-            else:
-                window.unlogged += 1
-        if ended is not None:
-            self._summarize(key, ended)
-        return admitted
+        budget = self._clients if party.startswith("client=") else self._budget
+        return budget.admit((party, op))
 
     def close_ended(self) -> None:
         """Write the summary of every window that has ended.
 
         The loop calls this each tick, so a flood that stopped is still counted in the log.
         """
-        now = self._monotonic()
-        with self._lock:
-            ended = [(key, w) for key in list(self._windows) if (w := self._pop_if_ended(key, now))]
-        for key, window in ended:
-            self._summarize(key, window)
+        self._budget.close_ended()
+        self._clients.close_ended()
 
-    def _pop_if_ended(self, key: tuple[int, str], now: float) -> _Window | None:
-        window = self._windows.get(key)
-        if window is None or now - window.opened < self._window:
-            return None
-        return self._windows.pop(key)
-
-    def _summarize(self, key: tuple[int, str], window: _Window) -> None:
-        uid, op = key
-        if window.unlogged:
-            log.warning(
-                "audit: user=%s uid=%d op=%s -> and %s more refusals in %g s, not logged one "
-                "by one (at most %d lines per user and operation per %g s)",
-                window.user,
-                uid,
-                op,
-                f"{window.unlogged:,}",
-                self._window,
-                self._lines,
-                self._window,
-            )
+    def _summarize(self, key: tuple[str, str], unlogged: int) -> None:
+        party, op = key
+        window = self._budget.window
+        log.warning(
+            "audit: %s op=%s -> and %s more refusals in %g s, not logged one by one (at "
+            "most %d lines per user and operation per %g s)",
+            party,
+            op,
+            f"{unlogged:,}",
+            window,
+            self._budget.lines,
+            window,
+        )

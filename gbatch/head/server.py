@@ -357,8 +357,8 @@ class _Connection(socketserver.BaseRequestHandler):
             return False, size
         except OSError:
             return False, size  # the client left before its reply (a timeout, ^C)
-        except Exception:  # a reply's making failed half written: report, never die
-            log.exception("a reply failed while it was written; connection closed")
+        except Exception as err:  # a reply's making failed half written: report, never die
+            self.server.daemon.internal_errors.report(err, "a reply (connection closed)")
             return False, size
         finally:
             pieces.close()
@@ -370,19 +370,21 @@ class _Connection(socketserver.BaseRequestHandler):
     def _reply(self, caller: handlers.Caller, line: bytes | bytearray) -> dict[str, Any]:
         """The reply to one line. What is not JSON, or nests too deeply, is a bad request
         like any other (kind "invalid", one line, nothing logged) and the connection
-        stays open; only a bug in a handler logs a traceback."""
+        stays open; only a bug in a handler logs a traceback, once per kind of bug per
+        window (core/loglines.InternalErrors: a loop of requests that hit it must not
+        fill the disk)."""
         try:
             data = decoder.parse_request_line(line)
         except decoder.BadRequest as err:
             return requests.error_reply("invalid", str(err))
+        daemon = self.server.daemon
         try:
-            return handlers.handle(self.server.daemon, caller, data, stream=True)
+            return handlers.handle(daemon, caller, data, stream=True)
         except Exception as err:  # the entry point of a request: report, never die
             op = data.get("op") if isinstance(data, dict) else None
-            log.exception("request %s failed", loggable(repr(op)))
+            daemon.internal_errors.report(err, f"request {loggable(repr(op), 60)}")
             return requests.error_reply(
-                "internal",
-                f"internal error: {err}. See {self.server.daemon.paths.daemon_log}",
+                "internal", f"internal error: {loggable(err)}. See {daemon.paths.daemon_log}"
             )
 
 

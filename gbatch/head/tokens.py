@@ -44,7 +44,14 @@ VERIFIED_CACHE_SIZE = 1024  # tokens whose signature was checked; cleared whole 
 
 
 class TokenError(Exception):
-    """A token that does not let its bearer in; str() is the one line they read."""
+    """A token that does not let its bearer in; str() is the one line they read.
+
+    `signed`: (user, uid, jti) of a token whose signature checked (expired, revoked, its
+    user gone): whose token it is, for the audit line. None for one nobody signed."""
+
+    def __init__(self, message: str, signed: tuple[str, int, str] | None = None) -> None:
+        super().__init__(message)
+        self.signed = signed
 
 
 @dataclass(frozen=True)
@@ -231,15 +238,16 @@ class TokenAuthority:
                 if len(self._verified) >= VERIFIED_CACHE_SIZE:
                     self._verified.clear()
                 self._verified[token] = (kid, claims)
+            signed = (claims["sub"], claims["uid"], claims["jti"])
             if claims["exp"] + self.leeway < now:
-                raise TokenError("the token has expired. Get a new one with `gbatch token`")
+                raise TokenError("the token has expired. Get a new one with `gbatch token`", signed)
             if claims["iat"] - self.leeway > now:
-                raise TokenError("the token is not valid yet (issued in the future)")
+                raise TokenError("the token is not valid yet (issued in the future)", signed)
             record = tokens.get(claims["jti"])
         if record is None or (record.user, record.uid) != (claims["sub"], claims["uid"]):
-            raise TokenError("the token was not issued by this daemon, or has expired")
+            raise TokenError("the token was not issued by this daemon, or has expired", signed)
         if record.revoked is not None:
-            raise TokenError("the token was revoked. Get a new one with `gbatch token`")
+            raise TokenError("the token was revoked. Get a new one with `gbatch token`", signed)
         return record
 
     def _check_signature(self, token: str, keys: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -249,6 +257,8 @@ class TokenAuthority:
             header = jwt.get_unverified_header(token)
         except jwt.DecodeError:
             raise TokenError("the token is not a gbatch token (not a JWT)") from None
+        except jwt.InvalidTokenError as err:  # a header PyJWT refuses: a `kid` not a string
+            raise TokenError(f"the token is not a gbatch token ({err})") from None
         kid = header.get("kid")
         key = keys["keys"].get(kid) if isinstance(kid, str) else None
         if key is None or not isinstance(kid, str):

@@ -13,6 +13,7 @@ from math import isfinite
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from gbatch.core.constants import MAX_ID_DIGITS as MAX_DIGITS
 from gbatch.protocol.requests import REQUESTS, Request
 
 
@@ -98,6 +99,11 @@ def decode_request(data: object) -> Request:
             continue
         try:
             args[name] = check.convert(value)
+        except _OutOfRange:
+            raise BadRequest(
+                f"bad request: {op}.{name}: expected {check.what} of at most {MAX_DIGITS} "
+                f"digits, got {_shown(value)}"
+            ) from None
         except _Mismatch:
             got = f"{_json_kind(value)} (not shown)" if check.secret else _shown(value)
             raise BadRequest(
@@ -108,6 +114,10 @@ def decode_request(data: object) -> Request:
 
 class _Mismatch(Exception):
     """A JSON value that is not of a field's type."""
+
+
+class _OutOfRange(_Mismatch):
+    """An integer with more digits than any id, count or offset gbatch keeps."""
 
 
 class _FieldCheck:
@@ -147,12 +157,18 @@ def _field_checks(cls: type[Request]) -> tuple[tuple[str, _FieldCheck], ...]:
     return checks
 
 
-_INT64 = range(-(2**63), 2**63)  # SQLite's integers: a larger id could never match
+# An integer field (an id, task, count, offset, page cursor, lifespan) has at most as many
+# digits as a job id (gbatch/core/jobids.py): it and the sums the handlers make of it (a
+# page's limit + 1, an offset + a chunk) stay inside SQLite's 64-bit integers, which a
+# larger one overflows in the store (OverflowError) rather than failing to match.
+_FITS = range(-(10**MAX_DIGITS) + 1, 10**MAX_DIGITS)
 
 
 def _integer(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value not in _INT64:
+    if not isinstance(value, int) or isinstance(value, bool):
         raise _Mismatch
+    if value not in _FITS:
+        raise _OutOfRange
     return value
 
 

@@ -448,6 +448,10 @@ class WithToken(_Request, op="with_token", secret=("token",)):
 
     token: str
     request: dict[str, Any]
+    # The address of the HTTP client that presented the token, as the API saw it: whom
+    # the audit log charges a token nobody signed to (its refusal budget), never who
+    # the caller is.
+    client: str = ""
 
 
 Request = (

@@ -200,3 +200,76 @@ def test_a_body_in_several_messages_is_read_whole_up_to_its_limit() -> None:
             await _body(receiving(piece(b"a"), {"type": "http.disconnect"}))
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"{PREFIX}/jobs?limit=%C2%B2",  # '²': str.isdigit's, not int()'s
+        f"{PREFIX}/jobs?after=%C2%B2",
+        f"{PREFIX}/jobs?limit=" + "9" * 19,
+        f"{PREFIX}/jobs?after=" + "9" * 30,
+        f"{PREFIX}/jobs/1/logs?offset=%C2%B2",
+        f"{PREFIX}/jobs/1/logs?offset=" + "9" * 19,
+        f"{PREFIX}/jobs/1/logs/follow?offset=%C2%B2",
+        f"{PREFIX}/jobs/1/logs/follow?offset=" + "9" * 19,
+    ],
+)
+def test_a_query_number_that_is_not_one_or_too_long_is_a_400(tmp_path: Path, path: str) -> None:
+    from starlette.testclient import TestClient
+
+    with TestClient(make_app(tmp_path / "none.sock"), raise_server_exceptions=False) as client:
+        reply = client.get(path, headers={"Authorization": "Bearer T"})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["kind"] == "invalid"
+
+
+@pytest.mark.parametrize("route", ["routed", "shortcut"])
+def test_a_bug_in_a_route_is_a_json_500_logged_once_then_counted(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    route: str,
+) -> None:
+    """Issue 29: the server wrote a traceback per request that hit a bug."""
+    import logging
+
+    from starlette.testclient import TestClient
+
+    from gbatch.api import app as api_app
+    from gbatch.core import loglines
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise OverflowError("a bug")
+
+    if route == "routed":
+        monkeypatch.setattr(api_app.Api, "nodes", boom)
+        method, path = "GET", f"{PREFIX}/nodes"
+    else:  # POST /jobs skips Starlette's stack
+        monkeypatch.setattr(api_app, "request_for_text", boom)
+        method, path = "POST", f"{PREFIX}/jobs"
+    from gbatch.api.ratelimit import RateLimits
+
+    now = [1000.0]
+    app = make_app(tmp_path / "none.sock", limits=RateLimits(rate=1e6, burst=1e6))
+    app.bugs = loglines.InternalErrors(logging.getLogger("gbatch.api"), lambda: now[0])
+    caplog.set_level(logging.INFO)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        replies = [
+            client.request(method, path, headers={"Authorization": "Bearer T"}, content=b"{}")
+            for _ in range(200)
+        ]
+    assert {r.status_code for r in replies} == {500}
+    assert replies[0].json() == {
+        "ok": False,
+        "kind": "internal",
+        "error": "internal error in the HTTP API (a bug): the API's log says more. Please "
+        "report it",
+    }
+    logged = [r.getMessage() for r in caplog.records if r.name != "httpx"]
+    (line,) = logged  # nothing from the server, no traceback per request
+    assert line.startswith(f"internal error: {method} {path} failed: OverflowError at ")
+    assert "Traceback (most recent call last)" in line
+    now[0] += loglines.WINDOW_SECONDS
+    app.bugs.close_ended()
+    assert "-> and 199 more in 10 s" in caplog.records[-1].getMessage()

@@ -226,3 +226,32 @@ def test_the_api_submits_a_small_and_a_large_job_file_and_refuses_a_bad_one(
     )
     names = [r["request"]["spec"]["name"] for r in seen]  # type: ignore[index]
     assert [r["op"] for r in seen] == ["with_token"] * 2 and names == ["small", "large"]
+
+
+def test_a_token_goes_to_gbatchd_with_the_address_it_came_from(tmp_path: Path) -> None:
+    """gbatchd charges a token it refuses, and nobody signed, to that address (issue 29)."""
+    import httpx
+
+    from gbatch.api.app import make_app
+
+    path = tmp_path / "d.sock"
+    seen: list[dict[str, object]] = []
+
+    async def answer(request: dict[str, object], writer: asyncio.StreamWriter) -> bool:
+        seen.append(request)
+        writer.write(b'{"ok":false,"kind":"unauthenticated","error":"not a token"}\n')
+        return True
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=make_app(path), client=("203.0.113.9", 4242))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            for _ in range(2):
+                reply = await client.get("/api/v1/nodes", headers={"Authorization": "Bearer T"})
+                assert reply.status_code == 401
+            reply = await client.post(
+                "/api/v1/jobs", content="{}", headers={"Authorization": "Bearer T"}
+            )
+            assert reply.status_code in (400, 401)
+
+    run(path, FakeDaemon(answer), scenario)
+    assert seen and {r["client"] for r in seen} == {"203.0.113.9"}

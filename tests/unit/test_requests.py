@@ -206,7 +206,8 @@ def test_a_field_of_the_wrong_type_is_refused_naming_the_field(
         ),
         (
             {"op": "hold", "ids": [2**64]},
-            f"bad request: hold.ids: expected a list of integers, got [{2**64}]",
+            f"bad request: hold.ids: expected a list of integers of at most 18 digits, got "
+            f"[{2**64}]",
         ),
         ({"op": "format-disk"}, "unknown request 'format-disk'"),
         ({"op": 7}, "bad request: op: expected the name of a request, got 7"),

@@ -95,6 +95,47 @@ def test_a_token_signed_with_another_key_or_kid_is_refused(
         authority.verify(unsigned, NOW)
 
 
+def _b64(value: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"alg": "HS256", "kid": ["x"]},  # issue 29: PyJWT's own refusal, a 500 and a traceback
+        {"alg": "HS256", "kid": {"a": 1}},
+        {"alg": "HS256", "kid": 1},
+        {"alg": "HS256", "kid": None},
+        {"alg": ["HS256"], "kid": "KID"},
+        {"alg": {"x": 1}, "kid": "KID"},
+        {"alg": "HS256", "kid": "KID", "b64": False},
+        {"alg": "HS256", "kid": "KID", "crit": ["b64"]},
+        [1],
+        "HS256",
+    ],
+)
+@pytest.mark.parametrize("payload", [{"sub": "nobody"}, [1], "x", None])
+def test_a_token_with_a_header_of_the_wrong_shape_is_a_token_error(
+    authority: TokenAuthority, header: object, payload: object
+) -> None:
+    kid = jwt.get_unverified_header(mint(authority))["kid"]  # a kid the daemon has
+    if isinstance(header, dict) and header.get("kid") == "KID":
+        header = {**header, "kid": kid}
+    for signature in ("", "c2ln"):
+        with pytest.raises(TokenError):
+            authority.verify(f"{_b64(header)}.{_b64(payload)}.{signature}", NOW)
+
+
+def test_a_non_string_kid_is_refused_in_one_line(authority: TokenAuthority) -> None:
+    token = f"{_b64({'alg': 'HS256', 'kid': ['x']})}.{_b64({'sub': 'nobody'})}.c2ln"
+    with pytest.raises(TokenError) as refused:
+        authority.verify(token, NOW)
+    assert str(refused.value) == (
+        "the token is not a gbatch token (Key ID header parameter must be a string)"
+    )
+    assert refused.value.signed is None  # nobody signed it: its claims name nobody
+
+
 def test_a_revoked_token_is_refused_and_others_are_not(authority: TokenAuthority) -> None:
     first, second = mint(authority), mint(authority)
     record = authority.verify(first, NOW)
@@ -282,6 +323,17 @@ def test_a_bad_token_is_unauthenticated(daemon: Daemon) -> None:
     reply = with_token(daemon, "x.y.z", {"op": "submit", "spec": SPEC})
     assert reply["ok"] is False and reply["kind"] == "unauthenticated"
     assert daemon.store.jobs() == []
+
+
+def test_a_token_with_a_non_string_kid_is_unauthenticated_not_an_internal_error(
+    daemon: Daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gbatchd")
+    token = f"{_b64({'alg': 'HS256', 'kid': ['x']})}.{_b64({'sub': 'alice'})}.c2ln"
+    reply = with_token(daemon, token, {"op": "jobs"})
+    assert reply["kind"] == "unauthenticated", reply
+    assert "Key ID header parameter must be a string" in str(reply["error"])
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
 def test_only_admins_mint_for_another_user_and_nobody_for_root(daemon: Daemon) -> None:

@@ -7,38 +7,26 @@ made huge.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Sequence
 
+from gbatch.core.loglines import LOGGED_CHARS, loggable
 from gbatch.core.model import Job
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.store import JobBrief
 
 log = logging.getLogger("gbatchd")
-
-
-# The most characters of a user's string a log line takes: a 4 MB node name refused
-# fifty times must not add 200 MB to the log.
-LOGGED_CHARS = 200
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def loggable(value: object, limit: int = LOGGED_CHARS) -> str:
-    """`value` made safe for one log line: control characters escaped, cut to `limit`.
-
-    A newline would forge the next line, an ESC drive the reader's terminal; a cut value
-    says how many more characters there were."""
-    text = str(value)
-    cut = len(text) - limit
-    if cut > 0:
-        text = text[:limit]
-    text = _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
-    return f"{text}...[{cut} more characters]" if cut > 0 else text
+__all__ = ["LOGGED_CHARS", "audit", "audit_jobs", "loggable"]
 
 
 def audit(
-    daemon: Daemon, caller: Caller, action: str, target: Job | JobBrief | str, outcome: str
+    daemon: Daemon,
+    caller: Caller,
+    action: str,
+    target: Job | JobBrief | str,
+    outcome: str,
+    *,
+    charged: str | None = None,
 ) -> None:
     """Record who tried what on what, and why it was refused or allowed: one line.
 
@@ -47,16 +35,18 @@ def audit(
     (logged as a warning) or "allowed: <why>". The line is key=value, for grep:
     `audit: user=bob uid=1001 pid=42 op=cancel job=12 owner=alice -> refused: not the
     owner`. A user's refusals past the daemon's budget are counted instead, and said in
-    one line (gbatch/head/refusals.py)."""
+    one line (gbatch/head/refusals.py). `charged`: whom else a refusal is charged to
+    (`client=ADDR`, loggable already), named in the line before the target, when the
+    caller only passes it on (the HTTP API, with a token nobody signed)."""
     refused = outcome.startswith("refused")
-    if refused and not daemon.refusal_lines.admit(caller.uid, loggable(caller.user), action):
+    if refused and not daemon.refusal_lines.admit(charged or caller.party, action):
         return
     what = (
         f"job={target.id} owner={loggable(target.user)}"
         if isinstance(target, Job | JobBrief)
         else f"target={loggable(target.replace(' ', '_'))}"
     )
-    _audit_line(caller, action, what, outcome)
+    _audit_line(caller, action, f"{charged} {what}" if charged else what, outcome)
 
 
 def audit_jobs(
@@ -73,9 +63,7 @@ def audit_jobs(
     It names the first `ids` and their `owners`: `... op=cancel jobs=500000
     ids=12,13,14,15,16... owners=alice -> refused: not the owner`. Within the user's
     refusal budget, as audit's."""
-    if outcome.startswith("refused") and not daemon.refusal_lines.admit(
-        caller.uid, loggable(caller.user), action
-    ):
+    if outcome.startswith("refused") and not daemon.refusal_lines.admit(caller.party, action):
         return
     shown = ",".join(map(str, ids)) + ("..." if count > len(ids) else "")
     whose = ",".join(sorted(loggable(owner) for owner in owners))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gbatch.core.loglines import loggable
+
 
 @dataclass(frozen=True)
 class Caller:
@@ -16,3 +18,8 @@ class Caller:
     pid: int
     scopes: frozenset[str] | None = None  # None: no token, the peer's own rights
     via: str = ""  # "token:<jti>" for a request made with a token
+
+    @property
+    def party(self) -> str:
+        """Who this caller is in an audit line and whose refusal budget it draws on."""
+        return f"user={loggable(self.user)} uid={self.uid}"

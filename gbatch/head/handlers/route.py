@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, assert_never
 
+from gbatch.core.crashpoints import request_fault
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.auth import check_token_scope
 from gbatch.head.handlers.caller import Caller
@@ -46,6 +47,7 @@ def dispatch(daemon: Daemon, caller: Caller, request: requests.Request) -> dict[
     One case per request type: mypy checks that none is left without a handler. A
     token's caller is held to its scopes here, before any handler runs.
     """
+    request_fault(request.op)
     check_token_scope(daemon, caller, request)
     match request:
         case requests.Ping():

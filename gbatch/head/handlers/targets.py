@@ -14,11 +14,13 @@ LISTED_FAILURES of them, and counts: {"results": [...], "done": N, "failed": M}.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gbatch.core.jobids import JobIdError, parse_job_ids
+from gbatch.core.constants import MAX_ID_DIGITS
+from gbatch.core.jobids import NUMBER, JobIdError, parse_job_ids
 from gbatch.core.limits import ARRAY_HARD_CAP
 from gbatch.core.model import Job, JobState
 from gbatch.head.daemon import Daemon
@@ -140,18 +142,25 @@ class Tally:
         return {"results": self.failures, "done": self.done, "failed": self.failed}
 
 
+# FIRST-LAST in the job id grammar's numbers: at most 18 plain digits each, so that an
+# id of a range fits the store's integers (a longer one overflowed there).
+_RANGE = re.compile(rf"({NUMBER})-({NUMBER})")
+_LONG = re.compile(rf"[0-9]{{{MAX_ID_DIGITS + 1}}}")
+
+
 def _ranges(texts: Sequence[str]) -> list[tuple[int, int]]:
     """`FIRST-LAST` job id ranges (an array as sbatch printed it), checked."""
     ranges = []
     for text in texts:
-        first, dash, last = text.partition("-")
-        if not (dash and first.isdigit() and last.isdigit() and 0 < int(first) <= int(last)):
+        match = _RANGE.fullmatch(text)
+        if match is None or not 0 < int(match[1]) <= int(match[2]):
+            why = f": an id has at most {MAX_ID_DIGITS} digits" if _LONG.search(text) else ""
             raise Refused(
                 "invalid",
-                f"ranges: {loggable(text, 40)!r} is not a range of job ids. Use FIRST-LAST, "
-                "e.g. 12-511",
+                f"ranges: {loggable(text, 40)!r} is not a range of job ids{why}. Use "
+                "FIRST-LAST, e.g. 12-511",
             )
-        ranges.append((int(first), int(last)))
+        ranges.append((int(match[1]), int(match[2])))
     return ranges
 
 

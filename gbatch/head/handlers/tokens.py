@@ -13,7 +13,7 @@ from typing import Any
 
 from gbatch.core.timefmt import show_value
 from gbatch.head.daemon import Daemon
-from gbatch.head.handlers.audit import audit
+from gbatch.head.handlers.audit import audit, loggable
 from gbatch.head.handlers.auth import DAEMON_UID, is_admin, require_admin
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
@@ -218,21 +218,8 @@ def unwrap_token(
     try:
         record = daemon.tokens.verify(request.token, now)
     except TokenError as err:
-        audit(daemon, caller, "with_token", "api", f"refused: {err}")
+        _audit_refused_token(daemon, caller, request, err)
         raise Refused("unauthenticated", str(err)) from None
-    if not _still_user(record.uid, record.user, int(now // USER_CHECK_S)):
-        audit(daemon, caller, "with_token", "api", f"refused: no user {record.user}")
-        raise Refused(
-            "unauthenticated", f"the token's user {record.user} is no longer uid {record.uid}"
-        )
-    barred = _barred_now(daemon, record)
-    if barred is not None:
-        audit(daemon, caller, "with_token", "api", f"refused: {record.user}: {barred}")
-        raise Refused(
-            "unauthenticated",
-            f"the token of {record.user} no longer lets anyone in: {barred}. Ask an admin "
-            "for a token of a service account",
-        )
     as_user = Caller(
         uid=record.uid,
         user=record.user,
@@ -240,8 +227,44 @@ def unwrap_token(
         scopes=frozenset(record.scopes),
         via=f"token:{record.jti}",
     )
+    if not _still_user(record.uid, record.user, int(now // USER_CHECK_S)):
+        audit(daemon, as_user, "with_token", "api", f"refused: no user {record.user}")
+        raise Refused(
+            "unauthenticated", f"the token's user {record.user} is no longer uid {record.uid}"
+        )
+    barred = _barred_now(daemon, record)
+    if barred is not None:
+        audit(daemon, as_user, "with_token", "api", f"refused: {record.user}: {barred}")
+        raise Refused(
+            "unauthenticated",
+            f"the token of {record.user} no longer lets anyone in: {barred}. Ask an admin "
+            "for a token of a service account",
+        )
     try:
         inner = decoder.decode_request(request.request)
     except decoder.BadRequest as err:
         raise Refused("invalid", str(err)) from None
     return as_user, inner
+
+
+def _audit_refused_token(
+    daemon: Daemon, caller: Caller, request: requests.WithToken, err: TokenError
+) -> None:
+    """Audit a refused token, charged to its user or its client, not to the API's uid.
+
+    The refusals of every token sent through the HTTP API reach gbatchd from the API's
+    one uid: charged to it, an outsider's garbage would use up the budget (head/refusals)
+    of real users' refused tokens. A token whose signature checked (expired, revoked) is
+    its signed user's, and its line names them; one nobody signed is charged to the
+    client address the API saw it from (never to a user its unverified claims name),
+    or, with none, to the sender."""
+    outcome = f"refused: {err}"
+    if err.signed is not None:
+        user, uid, jti = err.signed
+        bearer = Caller(uid=uid, user=user, pid=caller.pid, via=f"token:{loggable(jti, 40)}")
+        audit(daemon, bearer, "with_token", "api", outcome)
+    elif request.client:
+        charged = f"client={loggable(request.client.replace(' ', '_'), 64)}"
+        audit(daemon, caller, "with_token", "api", outcome, charged=charged)
+    else:
+        audit(daemon, caller, "with_token", "api", outcome)

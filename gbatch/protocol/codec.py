@@ -129,6 +129,7 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
                 "utilization_pct": g.utilization_pct,
                 "foreign_processes": g.foreign_processes,
                 "simulated": g.simulated,
+                **({"type": g.type} if g.type else {}),
             }
             for g in node.gpus
         ],
@@ -142,6 +143,7 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
         "mem_allocated_mb": node.mem_allocated_mb,
         "reason_time": node.reason_time,
         "reason_user": node.reason_user,
+        "features": list(node.features),
     }
 
 
@@ -161,6 +163,7 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
         mem_allocated_mb=data.get("mem_allocated_mb", 0),
         reason_time=data.get("reason_time"),
         reason_user=data.get("reason_user", ""),
+        features=tuple(data.get("features", ())),
     )
 
 

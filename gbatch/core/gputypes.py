@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -140,3 +141,27 @@ def parse_simulated(text: str) -> tuple[str, ...]:
         if len(models) > MAX_SIMULATED:
             raise ValueError(f"more than {MAX_SIMULATED} GPUs; simulate fewer")
     return tuple(models)
+
+
+# -------------------------------------------------------------- as Slurm writes them
+
+
+def gres_text(count: int, gpu_type: str | None) -> str:
+    """A job's GPUs in Slurm's gres form: `gpu:a100:2`, `gpu:2` (any type)."""
+    return f"gpu:{gpu_type}:{count}" if gpu_type else f"gpu:{count}"
+
+
+def node_gres(types: Iterable[str], counted: Iterable[str] | None = None) -> str:
+    """A node's GPUs by type, as sinfo's GRES and scontrol's Gres: `gpu:a100:2,gpu:rtx4090:1`.
+
+    `types` are its GPUs' types ("": none; those read `gpu:N`), in index order; the
+    groups come in the order their first GPU does. With `counted` (the types of some of
+    those GPUs: the allocated ones, for GresUsed), each group counts those instead.
+    """
+    types = list(types)
+    order = list(dict.fromkeys(types))
+    counts = dict.fromkeys(order, 0)
+    for kind in types if counted is None else counted:
+        if kind in counts:
+            counts[kind] += 1
+    return ",".join(gres_text(counts[kind], kind) for kind in order)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from gbatch.core import dependency
+from gbatch.core.gputypes import gres_text
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.core.timefmt import TimeLimitError, format_duration, parse_time_limit, show_value
 from gbatch.jobspec.slurmopts import (
@@ -211,14 +212,12 @@ def _new_gpus(spec: JobSpec, kind: str | None, gpus: int, key: str) -> tuple[Job
             "invalid", f"{key}: GPU type {kind} but no GPUs. Ask for some ({kind}:1), or drop it"
         )
     new = replace(spec, gpus=gpus, gpu_type=kind)
-    return new, _arrow(gres_text(spec), gres_text(new))
+    return new, _arrow(_gres_of(spec), _gres_of(new))
 
 
-def gres_text(spec: JobSpec) -> str:
+def _gres_of(spec: JobSpec) -> str:
     """A spec's GPUs as scontrol update takes them back: `gpu:a100:2`, `gpu:2`, `(null)`."""
-    if not spec.gpus:
-        return "(null)"
-    return f"gpu:{spec.gpu_type}:{spec.gpus}" if spec.gpu_type else f"gpu:{spec.gpus}"
+    return gres_text(spec.gpus, spec.gpu_type) if spec.gpus else "(null)"
 
 
 def _features(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:

@@ -129,7 +129,7 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
                 "utilization_pct": g.utilization_pct,
                 "foreign_processes": g.foreign_processes,
                 "simulated": g.simulated,
-                **({"type": g.type} if g.type else {}),
+                "type": g.type,
             }
             for g in node.gpus
         ],

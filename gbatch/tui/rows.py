@@ -226,7 +226,9 @@ def _gpu_row(node: NodeInfo, gpu: Gpu, owners: Mapping[int, str]) -> NodeRow:
         notes.append("simulated")
     util = "n/a" if gpu.utilization_pct is None else f"{gpu.utilization_pct}%"
     cells = (
-        f"  gpu{gpu.index} {printable(_short_gpu_name(gpu.name))}",
+        f"  gpu{gpu.index} "
+        + (f"{printable(gpu.type)}: " if gpu.type else "")
+        + printable(_short_gpu_name(gpu.name)),
         use,
         f"{gpu.memory_used_mib / 1024:.1f}/{gpu.memory_total_mib / 1024:.0f}",
         util,

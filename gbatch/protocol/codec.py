@@ -37,7 +37,10 @@ BRIEF_SPEC_FIELDS = (
     "partition",  # squeue's PARTITION column and -p
     "array_throttle",  # squeue's N_[4-15%2]
 )
-brief_values = attrgetter(*BRIEF_SPEC_FIELDS)
+# Sent only when set (most jobs ask any GPU on any node): squeue's %b and %f.
+_BRIEF_IF_SET = ("gpu_type", "constraint")
+brief_values = attrgetter(*BRIEF_SPEC_FIELDS, *_BRIEF_IF_SET)
+_BRIEF_COUNT = len(BRIEF_SPEC_FIELDS)
 
 
 def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
@@ -70,7 +73,12 @@ def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
 
 
 def brief_spec(spec: JobSpec) -> dict[str, Any]:
-    return {**dict(zip(BRIEF_SPEC_FIELDS, brief_values(spec), strict=True)), "command": []}
+    values = brief_values(spec)
+    brief = {**dict(zip(BRIEF_SPEC_FIELDS, values[:_BRIEF_COUNT], strict=True)), "command": []}
+    for name, value in zip(_BRIEF_IF_SET, values[_BRIEF_COUNT:], strict=True):
+        if value is not None:
+            brief[name] = value
+    return brief
 
 
 def job_from_wire(data: Mapping[str, Any], spec: JobSpec | None = None) -> Job:

@@ -108,3 +108,15 @@ def test_sinfo_gpus_tui_and_web_show_each_gpus_type() -> None:
     assert "<td>nvlink,ib,a100,rtx4090</td>" in html
     gpus = html[html.index('<table id="gpus">') :].split("<tr>")[2:]
     assert [row.split("<td>")[4].split("</td>")[0] for row in gpus] == ["a100", "a100", "rtx4090"]
+
+
+def test_listings_carry_a_jobs_gpu_type_and_constraint_only_when_it_has_them() -> None:
+    """squeue reads listings' brief specs: without these, %b and %f read as untyped."""
+    from gbatch.protocol.codec import job_to_wire
+    from gbatch.protocol.listings import jobs_from_columns, jobs_to_columns
+
+    typed = _job(JobState.PENDING, constraint="ib")
+    (back,) = jobs_from_columns(jobs_to_columns([typed]))
+    assert (back.spec.gpu_type, back.spec.constraint) == ("a100", "ib")
+    plain = job_to_wire(_job(JobState.PENDING, gpu_type=None), brief=True)["spec"]
+    assert "gpu_type" not in plain and "constraint" not in plain

@@ -701,8 +701,8 @@ def _reserve(
 
 # A job's place among its user's jobs: plan()'s order after the fair-share factor.
 _Key = tuple[int, float, int]
-# A user's jobs that ask as many GPUs of one type (None: any): (user, GPUs, type).
-_Stream = tuple[str, int, str | None]
+# A user's jobs that ask as many GPUs: (user, GPUs).
+_Stream = tuple[str, int]
 
 
 def _key(job: Job) -> _Key:
@@ -728,7 +728,8 @@ class Planner:
     is the merge of the streams by fair-share factor, then the key within a stream. A
     pass takes jobs in that order through the same `_Pass` as plan(), until a job can
     settle: a reservation exists, its user has no limits, and it asks more GPUs than any
-    node has free (`_Pass.most_free`). Then it cannot start, reserve or change anything,
+    node has free (`_Pass.most_free`; of the GPU types its stream's jobs ask, when none
+    of them takes any type). Then it cannot start, reserve or change anything,
     nor can any later job of its stream (the free GPUs only shrink), so the whole rest
     of the stream gets `_Pass.settled_reason` without being taken: BadConstraints,
     NodeDown or Priority, which depend on the job and on what the nodes are (not on
@@ -743,9 +744,10 @@ class Planner:
 
     def __init__(self) -> None:
         self._jobs: dict[int, Job] = {}
-        # (user, GPUs, GPU type) -> the keys of that user's unheld jobs asking that many
-        # of that type (None: any), sorted.
+        # (user, GPUs) -> the keys of that user's unheld jobs asking that many, sorted.
         self._streams: dict[_Stream, list[_Key]] = {}
+        # stream -> the GPU types its jobs ask (None: any) -> how many ask it.
+        self._kinds: dict[_Stream, dict[str | None, int]] = {}
         self._users: dict[str, int] = {}  # user -> queued jobs (held ones too)
         self.reasons: dict[int, str] = {}
         # stream -> the key from which the last pass settled its jobs
@@ -780,9 +782,11 @@ class Planner:
         if job.held:
             self._fresh_held.add(job.id)
             return
-        name = (job.user, job.spec.gpus, job.spec.gpu_type)
+        name = (job.user, job.spec.gpus)
         self._fresh.setdefault(name, {})[job.id] = job
         bisect.insort(self._streams.setdefault(name, []), _key(job))
+        kinds = self._kinds.setdefault(name, {})
+        kinds[job.spec.gpu_type] = kinds.get(job.spec.gpu_type, 0) + 1
 
     def presettle(self, nodes: Sequence[NodeView]) -> None:
         """Reckon ahead the settled reasons of streams queued whole since the last pass.
@@ -842,14 +846,19 @@ class Planner:
         if job.held:
             self._fresh_held.discard(job_id)
             return
-        name = (job.user, job.spec.gpus, job.spec.gpu_type)
+        name = (job.user, job.spec.gpus)
         fresh = self._fresh.get(name)
         if fresh is not None and fresh.pop(job_id, None) is not None and not fresh:
             del self._fresh[name]
         stream = self._streams[name]
         del stream[bisect.bisect_left(stream, _key(job))]
+        kinds = self._kinds[name]
+        kinds[job.spec.gpu_type] -= 1
+        if not kinds[job.spec.gpu_type]:
+            del kinds[job.spec.gpu_type]
         if not stream:
             del self._streams[name]
+            del self._kinds[name]
             self._settled.pop(name, None)
             self._presettled.discard(name)
 
@@ -889,11 +898,11 @@ class Planner:
             result.reasons[job_id] = HELD  # in no stream: always this reason
         while heap:
             order, key, position, name = heap[0]
-            user, gpus, gpu_type = name
+            user, gpus = name
             if (
                 result.reservation is not None
                 and user not in caps
-                and gpus > result.most_free(gpu_type)
+                and gpus > self._most_free(name, result)
             ):
                 heapq.heappop(heap)
                 settled[name] = key
@@ -926,8 +935,16 @@ class Planner:
         self._fresh, self._fresh_held = {}, set()
         for assignment in result.assignments:
             job = jobs[assignment.job_id]
-            self._fresh.setdefault((job.user, job.spec.gpus, job.spec.gpu_type), {})[job.id] = job
+            self._fresh.setdefault((job.user, job.spec.gpus), {})[job.id] = job
         return Plan(assignments=tuple(result.assignments), reasons=changed, starts=result.starts)
+
+    def _most_free(self, name: _Stream, result: _Pass) -> int:
+        """The most GPUs a job of stream `name` could find free on one node now: of any
+        type if one of its jobs takes any, else of the types its jobs ask."""
+        kinds = self._kinds[name]
+        if None in kinds:
+            return result.most_free()
+        return max(result.most_free(kind) for kind in kinds)
 
     def _settle(
         self,

@@ -12,6 +12,7 @@ import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from gbatch.core.constraints import parse as parse_constraint
 from gbatch.core.constraints import satisfied
@@ -248,11 +249,23 @@ class _Pass:
         if end is not None:
             self.releases[target].append((end, len(ids)))
             self.started.append((target, end, tuple(ids)))
+        self.take_typed(target, ids, end)
+
+    def take_typed(self, target: int, ids: Sequence[int], end: float | None) -> None:
+        """`take`'s share in the typed buckets built so far: each takes its type's `ids`."""
         if self.typed:
             types = self.types
             assert types is not None
-            for typed in self.typed.values():
-                typed.take(target, [i for i in ids if types[target].get(i) == typed.name], end)
+            of = types[target]
+            by_type: dict[str, list[int]] = {}
+            for gpu in ids:
+                kind = of.get(gpu)
+                if kind is not None:
+                    by_type.setdefault(kind, []).append(gpu)
+            for kind, taken in by_type.items():
+                typed = self.typed.get(kind)
+                if typed is not None:
+                    typed.take(target, taken, end)
 
     def reserved_cost(self, reservation: _Reservation, gpus: int, gpu_type: str | None) -> int:
         """How many of the reservation's GPUs a job would take on the reserved node.
@@ -389,7 +402,7 @@ class _Pass:
                     room.take(target, cpus, mem)
                 ids = (self.free if typed is None else typed.free)[target][:gpus]
                 end = None if job.time_limit is None else now + job.time_limit
-                if typed is None and not self.typed:  # untyped, and no type in play yet
+                if typed is None:  # the lowest free ids, as before types
                     free = self.free[target]
                     buckets = self.buckets
                     buckets[len(free)].remove(target)
@@ -399,6 +412,8 @@ class _Pass:
                     if end is not None:
                         self.releases[target].append((end, gpus))
                         self.started.append((target, end, tuple(ids)))
+                    if self.typed:
+                        self.take_typed(target, ids, end)
                 else:
                     self.take(target, ids, end)
                 if (
@@ -478,22 +493,46 @@ def _pool(key: _PoolKey, nodes: Sequence[NodeView], up: Sequence[NodeView]) -> _
     else:
 
         def size(node: NodeView) -> int:
-            return sum(kind == gpu_type for _, kind in node.gpu_types)
+            return _type_counts(node.gpu_types).get(gpu_type, 0)
 
-    members = None if partition is None and expr is None else [inside(node) for node in up]
-    mine = [node for node in up if inside(node)]
+    members = [inside(node) for node in up]
+    with_containers = []
+    all_run_containers = True
+    # With no node up at all even a 0-GPU job fails the `gpus > largest_up` test.
+    largest_up = largest_with_containers = -1
+    for node, member in zip(up, members, strict=True):
+        with_containers.append(member and node.runs_containers)
+        if member:
+            count = size(node)
+            largest_up = max(largest_up, count)
+            if node.runs_containers:
+                largest_with_containers = max(largest_with_containers, count)
+            else:
+                all_run_containers = False
+    largest_any, satisfiable = 0, expr is None
+    for node in nodes:
+        if inside(node):
+            largest_any, satisfiable = max(largest_any, size(node)), True
     return _Pool(
-        members=members,
-        with_containers=[node.runs_containers and inside(node) for node in up],
-        all_run_containers=all(node.runs_containers for node in mine),
-        largest_any=max((size(node) for node in nodes if inside(node)), default=0),
-        # With no node up at all even a 0-GPU job fails the `gpus > largest_up` test.
-        largest_up=max((size(node) for node in mine), default=-1),
-        largest_with_containers=max(
-            (size(node) for node in mine if node.runs_containers), default=-1
-        ),
-        satisfiable=expr is None or any(inside(node) for node in nodes),
+        members=None if partition is None and expr is None else members,
+        with_containers=with_containers,
+        all_run_containers=all_run_containers,
+        largest_any=largest_any,
+        largest_up=largest_up,
+        largest_with_containers=largest_with_containers,
+        satisfiable=satisfiable,
     )
+
+
+@lru_cache(maxsize=1024)
+def _type_counts(gpu_types: tuple[tuple[int, str], ...]) -> dict[str, int]:
+    """A node's GPUs by type (NodeView.gpu_types): the same tuple every pass, counted once.
+
+    Not to be changed by the caller: it is shared."""
+    counts: dict[str, int] = {}
+    for _, kind in gpu_types:
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
 
 
 @dataclass(slots=True)
@@ -526,7 +565,7 @@ class _Typed:
             count = sum(types[index].get(i) == name for i in ids)
             if count:
                 releases[index].append((end, count))
-        totals = [sum(kind == name for kind in types[n].values()) for n in range(len(up))]
+        totals = [_type_counts(node.gpu_types).get(name, 0) for node in up]
         buckets: list[list[int]] = [[] for _ in range(max(totals, default=0) + 1)]
         for index, held in enumerate(mine):
             buckets[len(held)].append(index)
@@ -701,8 +740,8 @@ def _reserve(
 
 # A job's place among its user's jobs: plan()'s order after the fair-share factor.
 _Key = tuple[int, float, int]
-# A user's jobs that ask as many GPUs: (user, GPUs).
-_Stream = tuple[str, int]
+# A user's jobs that ask as many GPUs of one type (None: any): (user, GPUs, type).
+_Stream = tuple[str, int, str | None]
 
 
 def _key(job: Job) -> _Key:
@@ -724,12 +763,12 @@ class Planner:
     job put with the reason it is known to show, since that one. A queue put whole
     between two passes (a restart's) may be looked ahead at as it comes (`presettle`).
 
-    How: a user's jobs are kept sorted per GPU count (a stream), so plan()'s queue order
-    is the merge of the streams by fair-share factor, then the key within a stream. A
-    pass takes jobs in that order through the same `_Pass` as plan(), until a job can
-    settle: a reservation exists, its user has no limits, and it asks more GPUs than any
-    node has free (`_Pass.most_free`; of the GPU types its stream's jobs ask, when none
-    of them takes any type). Then it cannot start, reserve or change anything,
+    How: a user's jobs are kept sorted per GPU count and type (a stream), so plan()'s
+    queue order is the merge of the streams by fair-share factor, then the key within a
+    stream. A pass takes jobs in that order through the same `_Pass` as plan(), until a
+    job can settle: a reservation exists, its user has no limits, and it asks more GPUs
+    than any node has free (`_Pass.most_free`; of its type, for a typed stream). Then it
+    cannot start, reserve or change anything,
     nor can any later job of its stream (the free GPUs only shrink), so the whole rest
     of the stream gets `_Pass.settled_reason` without being taken: BadConstraints,
     NodeDown or Priority, which depend on the job and on what the nodes are (not on
@@ -744,10 +783,9 @@ class Planner:
 
     def __init__(self) -> None:
         self._jobs: dict[int, Job] = {}
-        # (user, GPUs) -> the keys of that user's unheld jobs asking that many, sorted.
+        # (user, GPUs, GPU type) -> the keys of that user's unheld jobs asking that many
+        # GPUs of that type (None: any), sorted.
         self._streams: dict[_Stream, list[_Key]] = {}
-        # stream -> the GPU types its jobs ask (None: any) -> how many ask it.
-        self._kinds: dict[_Stream, dict[str | None, int]] = {}
         self._users: dict[str, int] = {}  # user -> queued jobs (held ones too)
         self.reasons: dict[int, str] = {}
         # stream -> the key from which the last pass settled its jobs
@@ -782,11 +820,9 @@ class Planner:
         if job.held:
             self._fresh_held.add(job.id)
             return
-        name = (job.user, job.spec.gpus)
+        name = (job.user, job.spec.gpus, job.spec.gpu_type)
         self._fresh.setdefault(name, {})[job.id] = job
         bisect.insort(self._streams.setdefault(name, []), _key(job))
-        kinds = self._kinds.setdefault(name, {})
-        kinds[job.spec.gpu_type] = kinds.get(job.spec.gpu_type, 0) + 1
 
     def presettle(self, nodes: Sequence[NodeView]) -> None:
         """Reckon ahead the settled reasons of streams queued whole since the last pass.
@@ -846,19 +882,14 @@ class Planner:
         if job.held:
             self._fresh_held.discard(job_id)
             return
-        name = (job.user, job.spec.gpus)
+        name = (job.user, job.spec.gpus, job.spec.gpu_type)
         fresh = self._fresh.get(name)
         if fresh is not None and fresh.pop(job_id, None) is not None and not fresh:
             del self._fresh[name]
         stream = self._streams[name]
         del stream[bisect.bisect_left(stream, _key(job))]
-        kinds = self._kinds[name]
-        kinds[job.spec.gpu_type] -= 1
-        if not kinds[job.spec.gpu_type]:
-            del kinds[job.spec.gpu_type]
         if not stream:
             del self._streams[name]
-            del self._kinds[name]
             self._settled.pop(name, None)
             self._presettled.discard(name)
 
@@ -889,6 +920,7 @@ class Planner:
             heap.append((-share[name[0]], stream[0], 0, name))
         heapq.heapify(heap)
         settled: dict[_Stream, _Key] = {}
+        last_settled = self._settled
         changed: dict[int, str] = {}
         before = self.reasons
         # The new jobs by stream: a stream settled where it was keeps its old jobs'
@@ -898,15 +930,21 @@ class Planner:
             result.reasons[job_id] = HELD  # in no stream: always this reason
         while heap:
             order, key, position, name = heap[0]
-            user, gpus = name
+            user, gpus, gpu_type = name
             if (
                 result.reservation is not None
                 and user not in caps
-                and gpus > self._most_free(name, result)
+                and (
+                    gpus > result.most_free()
+                    or (gpu_type is not None and gpus > result.most_free(gpu_type))
+                )
             ):
                 heapq.heappop(heap)
                 settled[name] = key
-                self._settle(name, key, position, fresh.get(name), result, changed)
+                if last_settled.get(name) != key or name in fresh:
+                    self._settle(name, key, position, fresh.get(name), result, changed)
+                # else: settled where it did the pass before, nothing new in it: its
+                # jobs have the reasons they had.
                 continue
             consider(jobs[key[2]])
             stream = self._streams[name]
@@ -935,16 +973,8 @@ class Planner:
         self._fresh, self._fresh_held = {}, set()
         for assignment in result.assignments:
             job = jobs[assignment.job_id]
-            self._fresh.setdefault((job.user, job.spec.gpus), {})[job.id] = job
+            self._fresh.setdefault((job.user, job.spec.gpus, job.spec.gpu_type), {})[job.id] = job
         return Plan(assignments=tuple(result.assignments), reasons=changed, starts=result.starts)
-
-    def _most_free(self, name: _Stream, result: _Pass) -> int:
-        """The most GPUs a job of stream `name` could find free on one node now: of any
-        type if one of its jobs takes any, else of the types its jobs ask."""
-        kinds = self._kinds[name]
-        if None in kinds:
-            return result.most_free()
-        return max(result.most_free(kind) for kind in kinds)
 
     def _settle(
         self,

@@ -132,7 +132,8 @@ def _formatted_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ..
         assert job_id == str(job.id), "job_cells: JOBID is the id alone"
         if len(name) > _NAME_WIDTH:
             name = name[: _NAME_WIDTH - 1] + "…"
-        gpus = str(job.spec.gpus)
+        kind = job.spec.gpu_type
+        gpus = f"{kind}:{job.spec.gpus}" if kind else str(job.spec.gpus)
         cells[job.id] = (job_id, user, name, code, gpus, f"{elapsed}/{limit}", where)
     return cells
 

@@ -120,3 +120,11 @@ def test_listings_carry_a_jobs_gpu_type_and_constraint_only_when_it_has_them() -
     assert (back.spec.gpu_type, back.spec.constraint) == ("a100", "ib")
     plain = job_to_wire(_job(JobState.PENDING, gpu_type=None), brief=True)["spec"]
     assert "gpu_type" not in plain and "constraint" not in plain
+
+
+def test_the_tuis_queue_shows_a_typed_jobs_gpus_as_type_and_count() -> None:
+    from gbatch.tui.rows import job_cells
+
+    plain = replace(_job(JobState.PENDING, gpu_type=None), id=8)
+    cells = job_cells([_job(JobState.PENDING), plain], NOW)
+    assert (cells[7][4], cells[8][4]) == ("a100:2", "2")

@@ -928,17 +928,23 @@ class Planner:
         fresh = self._fresh
         for job_id in self._fresh_held:
             result.reasons[job_id] = HELD  # in no stream: always this reason
+        # The pass's most_free(type), kept until a job is taken (only that changes it).
+        most: dict[str | None, int] = {}
         while heap:
             order, key, position, name = heap[0]
             user, gpus, gpu_type = name
-            if (
-                result.reservation is not None
-                and user not in caps
-                and (
-                    gpus > result.most_free()
-                    or (gpu_type is not None and gpus > result.most_free(gpu_type))
-                )
-            ):
+            if result.reservation is not None and user not in caps:
+                free = most.get(None)
+                if free is None:
+                    free = most[None] = result.most_free()
+                if gpus <= free and gpu_type is not None:
+                    free = most.get(gpu_type)
+                    if free is None:
+                        free = most[gpu_type] = result.most_free(gpu_type)
+                settles = gpus > free
+            else:
+                settles = False
+            if settles:
                 heapq.heappop(heap)
                 settled[name] = key
                 if last_settled.get(name) != key or name in fresh:
@@ -947,6 +953,8 @@ class Planner:
                 # jobs have the reasons they had.
                 continue
             consider(jobs[key[2]])
+            if most:
+                most.clear()
             stream = self._streams[name]
             if position + 1 < len(stream):
                 heapq.heapreplace(heap, (order, stream[position + 1], position + 1, name))

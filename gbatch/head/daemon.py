@@ -86,6 +86,7 @@ class Daemon:
             clock,
             monotonic,
             partitions=partitions_of(inventory),
+            features={n.name: n.features for n in inventory.nodes} if inventory else None,
         )
         self.committer = GroupCommitter(store, clock)
         self.refusal_lines = RefusalLines(monotonic)  # how many refusals get audit lines

@@ -148,7 +148,8 @@ def test_config_file_with_every_key_is_read(
         "idle_gpu: {threshold_percent: 10, after_minutes: 20, cancel_after_minutes: 60}\n"
         "event_log: events.jsonl\n"
         "event_log_max_bytes: 10M\n"
-        "event_log_backups: 3\n",
+        "event_log_backups: 3\n"
+        "gpu_types: {'NVIDIA A100*80GB*': a100-80gb, 'Tesla V100*': v100}\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -196,6 +197,7 @@ def test_config_file_with_every_key_is_read(
         event_log="events.jsonl",
         event_log_max_bytes=10 << 20,
         event_log_backups=3,
+        gpu_types=(("NVIDIA A100*80GB*", "a100-80gb"), ("Tesla V100*", "v100")),
     )
 
 
@@ -207,6 +209,8 @@ def test_every_config_key_is_a_config_field() -> None:
         "half_life_days",
         "kill_grace_seconds",
         "simulate_gpus",
+        "simulated_models",
+        "gpu_types",
         "gpu_memory_threshold_mib",
         "socket_mode",
         "socket_path",
@@ -437,7 +441,7 @@ def test_non_string_key_is_a_config_error(paths: Paths) -> None:
         ("tick_seconds: [1]", "a number"),
         ("simulate_gpus: -2", "zero or more"),
         ("gpu_memory_threshold_mib: -1", "zero or more"),
-        ("simulate_gpus: many", "an integer"),
+        ("simulate_gpus: many", "N, or models with counts such as a100-80gb:2,rtx4090:1"),
         ("simulate_gpus: 2.5", "an integer"),
         ("gpu_memory_threshold_mib: yes", "an integer"),
         ('socket_mode: "rw-rw----"', "an octal mode like '660'"),

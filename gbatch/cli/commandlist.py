@@ -7,6 +7,8 @@ sub-parser reads its HELP from here. A leaf: it imports nothing.
 
 COMMANDS: dict[str, str] = {
     "sbatch": "queue a job (a job file, a batch script, options, or --wrap)",
+    "srun": "run a command in an allocation, attached to this terminal, as Slurm's srun",
+    "salloc": "get an allocation and a shell in it; srun there runs steps in it",
     "squeue": "show queued and running jobs",
     "scancel": "cancel jobs",
     "sinfo": "show partitions and their nodes, grouped by state, as Slurm's sinfo does",

@@ -61,7 +61,12 @@ def add_parser(commands: Any) -> None:
     )
     p.add_argument("-P", "--parsable2", action="store_true", help="`|`-separated, no padding")
     p.add_argument("-n", "--noheader", action="store_true")
-    p.add_argument("-X", "--allocations", action="store_true", help="accepted; gbatch has no steps")
+    p.add_argument(
+        "-X",
+        "--allocations",
+        action="store_true",
+        help="jobs only, without their steps' lines (N.batch, N.interactive, N.0, ...)",
+    )
     p.add_argument(
         "--array",
         action="store_true",
@@ -101,6 +106,22 @@ def _asks_params(fmt: str | None) -> bool:
     )
 
 
+def _steps_of(ctx: Context, jobs: list[Any]) -> dict[int, list[Any]] | None:
+    """The steps of those of `jobs` that started, by job (ListSteps); None when none did."""
+    started = [job.id for job in jobs if job.start_time is not None]
+    if not started:
+        return None
+    from gbatch.core.steps import Step
+    from gbatch.protocol import requests
+
+    reply = ctx.client.call(requests.ListSteps(ids=tuple(started)))
+    steps: dict[int, list[Any]] = {}
+    for data in reply["steps"]:
+        step = Step.from_wire(data)
+        steps.setdefault(step.job_id, []).append(step)
+    return steps
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch.core.gpuusage import GpuUsage
     from gbatch.protocol import codec, requests
@@ -138,6 +159,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         jobs = [j for j in jobs if j.submit_time is not None and j.submit_time <= until]
     if names is not None:
         jobs = [j for j in jobs if j.spec.name in names]
+    steps = None if args.allocations or args.json else _steps_of(ctx, jobs)
     try:
         if args.json:
             out = sacct.format_sacct_json(jobs, reply["now"])
@@ -150,6 +172,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                 parsable=args.parsable2,
                 units=units,
                 expand_arrays=args.array,
+                steps=steps,
                 gpu_usage={
                     int(row[0]): GpuUsage.from_wire(row[1:]) for row in reply.get("gpu_usage", [])
                 },

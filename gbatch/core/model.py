@@ -291,6 +291,16 @@ class JobSpec:
     # Slurm's -C/--constraint, normalized (gbatch/core/constraints.py): the features its
     # node must have; None: any node of its partition.
     constraint: str | None = None
+    # An allocation made by `gbatch srun` or `gbatch salloc` (its value says which):
+    # its run holds the resources (INTERACTIVE_HOLD) while its steps run the command,
+    # and it ends when its first step does (gbatch/core/steps.py). None: a batch job,
+    # whose run is its command. Set by those commands, never by a job file.
+    interactive: str | None = None
+
+    @property
+    def run_command(self) -> tuple[str, ...]:
+        """What the job's run executes: its command, or an allocation's holder."""
+        return self.command if self.interactive is None else INTERACTIVE_HOLD
 
     @property
     def effective_priority(self) -> int:
@@ -435,6 +445,7 @@ class JobSpec:
 
 # JobSpec fields written by to_dict only when set, so older jobs' stored JSON stays as it was.
 _OPTIONAL_KEYS = (
+    "interactive",
     "export",
     "begin",
     "signal",
@@ -456,6 +467,14 @@ _WIRE_DEFAULTS: tuple[tuple[str, object], ...] = tuple(
     for item in JobSpec(name="", command=()).to_dict().items()
     if item[0] not in ("name", "command")
 )
+
+
+# What an interactive allocation's run executes: it holds the allocation (GPUs, CPUs,
+# memory, time) while the steps run, and is ended with it. In the job's container, or
+# as a bare process with the job's environment.
+INTERACTIVE_HOLD = ("sleep", "infinity")
+# The two kinds of interactive allocation (JobSpec.interactive).
+INTERACTIVE_KINDS = ("srun", "salloc")
 
 
 # Pending reasons written as a job is queued or held (Slurm's names): by the store, and

@@ -108,9 +108,12 @@ def output_paths(job: Job, node: str | None) -> tuple[str, str] | None:
     """The job's (stdout file, stderr file), expanded and absolute, or None if it has none.
 
     The same path twice when stderr goes with stdout. None when the job writes no output
-    file (one queued before sbatch recorded its submit dir, and naming no output), and
-    when a relative path has no place to start from (base_dir is None).
+    file (one queued before sbatch recorded its submit dir, and naming no output; an
+    srun/salloc allocation, whose output goes to its client), and when a relative path
+    has no place to start from (base_dir is None).
     """
+    if job.spec.interactive is not None:
+        return None
     base = base_dir(job.spec)
     pattern = job.spec.output
     if pattern is None:

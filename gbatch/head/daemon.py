@@ -3,7 +3,8 @@
 The steps live in gbatch/head/loop/, a module each. Something happening (a submit, a cancel,
 a run ending, a GPU report) runs them at once.
 
-    collect_ended_runs -> enforce_limits -> schedule (its starts to dispatch)
+    collect_ended_steps -> collect_ended_runs -> enforce_limits -> schedule (its starts
+    to dispatch) -> end_abandoned_allocations
     -> sample_gpus (idle GPUs watched) -> tell_node_conditions
     -> the cyclic GC's share (gbatch/head/cyclegc.py: what the pass left alive is frozen,
        so no collection walks the long-lived window in a pass; the heap is collected
@@ -31,6 +32,7 @@ from gbatch.core.model import ALLOCATED_STATES, Job
 from gbatch.head.cyclegc import LoopCollector
 from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.groupcommit import GroupCommitter
+from gbatch.head.interactive import Starting, Waiters
 from gbatch.head.loop.collect import EndedRuns
 from gbatch.head.loop.conditions import NodeConditions
 from gbatch.head.loop.dispatch import Dispatcher
@@ -39,6 +41,7 @@ from gbatch.head.loop.gpus import GpuSampler
 from gbatch.head.loop.limits import RunLimits
 from gbatch.head.loop.runs import Runs
 from gbatch.head.loop.schedule import Scheduling
+from gbatch.head.loop.steps import StepEnds
 from gbatch.head.metrics import DaemonMetrics
 from gbatch.head.outbox import Outbox
 from gbatch.head.refusals import RefusalLines
@@ -110,6 +113,11 @@ class Daemon:
         )
         self.dispatcher = Dispatcher(store, self.fleet, self.runs, clock)
         self.gpus = GpuSampler(store, self.fleet, config, self.wake)
+        # srun/salloc allocations still waited for by a client (interactive.py), and the
+        # step that records steps' ends and ends the allocations they lead.
+        self.waiters = Waiters(monotonic, config.interactive_grace_seconds)
+        self.steps_starting = Starting()
+        self.step_ends = StepEnds(store, self.fleet, self.waiters, self.steps_starting, self.wake)
         # The cyclic GC's work at the loop's moments; nothing until run_loop starts it
         # (the collector is the process's: a Daemon in a test leaves it alone).
         self.collector = LoopCollector(monotonic=monotonic)
@@ -138,6 +146,13 @@ class Daemon:
             if not live and node is not None:
                 log.info("cleaning up run %s left by an earlier daemon", run_dir.name)
                 node.cleanup(job, attempt)
+
+    def watch_interactive(self) -> None:
+        """At start-up: watch again the srun/salloc allocations whose first step never opened.
+
+        Their clients have the grace, from now, to come back and wait."""
+        for job_id in self.store.unled_allocations():
+            self.waiters.watch(job_id)
 
     def run_loop(self) -> None:
         """Run a step at each tick or wake-up until stop().
@@ -195,9 +210,11 @@ class Daemon:
         """One pass: each step in order at one `now`, then the cyclic GC's share."""
         began = self.monotonic()
         now = self.clock()
+        self.collect_ended_steps(now)
         self.collect_ended_runs(now)
         self.enforce_limits(now)
         self.schedule(now)
+        self.end_abandoned_allocations(now)
         # Last: accounting that fails (a full disk) must not keep jobs from starting.
         self.sample_gpus(now)
         self.tell_node_conditions(now)
@@ -205,6 +222,14 @@ class Daemon:
         self.metrics.observe_loop(self.monotonic() - began)
 
     # -- the steps (gbatch/head/loop/) --------------------------------------------------
+
+    def collect_ended_steps(self, now: float) -> None:
+        """Step 0: steps that ended; the srun/salloc allocations their first steps led."""
+        self.step_ends.collect(now)
+
+    def end_abandoned_allocations(self, now: float) -> None:
+        """srun/salloc allocations whose clients went away before their first step."""
+        self.step_ends.end_abandoned(now)
 
     def collect_ended_runs(self, now: float) -> None:
         """Step 1: runs that ended or vanished, and those of nodes lost."""

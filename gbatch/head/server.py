@@ -297,12 +297,39 @@ class _Connection(socketserver.BaseRequestHandler):
             # turn is held until the reply is written.
             with self.server.turn(caller):
                 reply = self._reply(caller, line)
-                sent, size = self._write(caller, reply)
+                after = reply.pop(handlers.AFTER_TURN, None)
+                stream = reply.pop(handlers.STREAM, None)
+                if after is None:
+                    sent, size = self._write(caller, reply)
                 del reply
+            if after is not None:
+                # A wait (an allocation's): outside the turn, so that the user's other
+                # requests go on meanwhile; its reply is small.
+                sent, size = self._write(caller, self._after_turn(after))
+            if stream is not None:
+                # The connection is the step's from now on (handlers/steps.py): the
+                # node's step shim holds it; this thread is done with it.
+                if sent:
+                    stream.start(self.request)
+                else:
+                    stream.abandon()
+                return
             if size >= heap.TRIM_AFTER_BYTES:
                 heap.release_free_memory()
             if not sent:
                 return
+
+    def _after_turn(self, after: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """The reply a wait finished outside the caller's turn makes; a bug in it is an
+        internal error, as a handler's."""
+        try:
+            return after()
+        except Exception as err:  # the entry point of a request's wait: report, never die
+            daemon = self.server.daemon
+            daemon.internal_errors.report(err, "a request's wait")
+            return requests.error_reply(
+                "internal", f"internal error: {loggable(err)}. See {daemon.paths.daemon_log}"
+            )
 
     def _close_unread(self, caller: handlers.Caller, why: str, advice: str) -> None:
         """A request line gbatchd will not read on: audited, answered with one bad
@@ -651,6 +678,7 @@ def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
         raise
     daemon.fleet.start()
     daemon.sweep_finished_runs()
+    daemon.watch_interactive()
     daemon.outbox.start()
     server = _make_socket(paths, config, gid)
     server.daemon = daemon

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gbatch.core.constants import MAX_COMMAND_BYTES as MAX_COMMAND_BYTES
-from gbatch.core.model import JobSpec
+from gbatch.core.model import INTERACTIVE_KINDS, JobSpec
 from gbatch.core.submitenv import is_env_name
 from gbatch.core.submitenv import reserved_env_reason as _reserved_env_reason
 from gbatch.core.timefmt import show_value
@@ -87,8 +87,9 @@ KEYS = (
     "constraint",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
-# from. A job file may not set them (build_spec's `wire`).
-SUBMIT_KEYS = ("submit_dir", "submit_host")
+# from, and (srun, salloc) that the job is an interactive allocation. A job file may not
+# set them (build_spec's `wire`).
+SUBMIT_KEYS = ("submit_dir", "submit_host", "interactive")
 
 # The CLI option that sets each field, for error messages about overrides. The CLI may
 # pass its own mapping to build_spec when its spelling differs.
@@ -317,6 +318,12 @@ def _check_memory_apart(spec: JobSpec, values: Mapping[str, tuple[object, str]])
         raise SpecError(given[0], f"{total}M in all is more than 1P. Ask for less memory")
 
 
+def _check_interactive(value: object, field: str) -> str:
+    if value not in INTERACTIVE_KINDS:
+        raise SpecError(field, f"{show_value(value)} is not one of {', '.join(INTERACTIVE_KINDS)}")
+    return str(value)
+
+
 def _check_host_name(value: object, field: str) -> str:
     if not isinstance(value, str) or not _HOST_NAME_RE.fullmatch(value):
         raise SpecError(field, f"{show_value(value)} is not a host name")
@@ -474,6 +481,13 @@ def _check_command(value: object, field: str) -> tuple[str, ...]:
             field, "the command is longer than 64 KiB. Put it in a script and run the script"
         )
     return argv
+
+
+def check_command(value: object, field: str) -> tuple[str, ...]:
+    """A command checked as a job's: a string run by /bin/sh -c, or an argv list.
+
+    A step's argv is held to it as well."""
+    return _check_command(value, field)
 
 
 def _check_image(value: object, field: str) -> str:
@@ -730,6 +744,7 @@ _FIELD_CHECKS: dict[str, tuple[str, Callable[..., object]]] = {
         ("ntasks", "ntasks", _check_one_task),
         ("submit_dir", "submit_dir", _check_workdir),
         ("submit_host", "submit_host", _check_host_name),
+        ("interactive", "interactive", _check_interactive),
         ("partition", "partition", check_partition),
         ("constraint", "constraint", check_constraint),
         ("cpus", "cpus", _int_check(1, MAX_CPUS)),

@@ -428,13 +428,15 @@ def build_submit(
     *,
     submit_dir: str | None,
     environ: Mapping[str, str],
+    default_name: str | None = None,
 ) -> tuple[Submission, Any, BatchScript | None, dict[str, int]]:
     """The submit request for `args` and the job `job_source` reads, with what it was made of.
 
     Returned with the request: the spec it holds, the batch script, and the #SBATCH line
     that set each option. `submit_dir`: where the submitter is (their files are checked
     and read there); None for one who is not on this machine (request_for_text).
-    BadSubmit for bad input.
+    `default_name`: the job's name when none is given (srun's: its command's), instead
+    of the script's or file's. BadSubmit for bad input.
     """
     # Deferred: yaml and validation are needed by sbatch alone.
     from gbatch.jobspec.batchscript import ScriptError
@@ -501,7 +503,9 @@ def build_submit(
             "open_mode": args.open_mode,
             "ntasks": None if args.ntasks is None else 1,  # more was refused above
         }
-        if script is not None and data is None:
+        if default_name is not None:
+            pass
+        elif script is not None and data is None:
             # As Slurm: the job is named after its script (stdin: "sbatch").
             default_name = os.path.basename(script.name)
         else:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gbatch.core.model import Gpu, Job
+from gbatch.core.steps import INTERACTIVE, Step
 from gbatch.jobspec.sweep import param_env
 from gbatch.nodes.report import NodeReport, ReportError, parse_report_line
 
@@ -89,6 +90,56 @@ class RunStatus:
     oom: bool = False
 
 
+@dataclass(frozen=True)
+class StepLaunch:
+    """What a step runs and how its client is attached.
+
+    `env`: the caller's own variables (filtered as an export's); the node sets the job's
+    and the step's over them. `cwd`: where a bare step starts (None: the job's workdir,
+    else its user's home). `pty`: (rows, cols) of a pseudo-terminal, or None for pipes.
+    """
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str | None = None
+    pty: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class StepStatus:
+    """What a node says of a step: running, exited (with its exit), vanished or unknown.
+
+    `hangup`: it ended because its client went away. `error`: why it never started.
+    """
+
+    state: Literal["running", "exited", "vanished", "unknown"]
+    exit_code: int = 0
+    signal: int = 0
+    end_time: float | None = None
+    hangup: bool = False
+    error: str = ""
+
+
+def step_env(job: Job, step: Step, node: str) -> dict[str, str]:
+    """The variables a step sees beside its job's (job_env).
+
+    Slurm's SLURM_STEP_* and the one task's ids."""
+    gpus = ",".join(str(g) for g in job.gpus)
+    env = {
+        "SLURM_STEP_NUM_NODES": "1",
+        "SLURM_STEP_NUM_TASKS": "1",
+        "SLURM_STEP_NODELIST": node,
+        "SLURM_STEP_GPUS": gpus,
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "GBATCH_STEP": step.label,
+    }
+    if step.step_id != INTERACTIVE:
+        env["SLURM_STEP_ID"] = env["SLURM_STEPID"] = str(step.step_id)
+    return env
+
+
 def finished_container_status(
     state: str, exit_code: int | None, finished_at: float | None, oom_killed: bool
 ) -> RunStatus | None:
@@ -157,7 +208,21 @@ class Node(Protocol):
         """Send `sig` to the run's whole process group, or its container."""
 
     def cleanup(self, job: Job, attempt: int) -> None:
-        """Forget a finished run (its container, its run directory)."""
+        """Forget a finished run (its container, its run directory, its steps' left-overs)."""
+
+    # Whether steps (gbatch srun, salloc) can run in this node's jobs.
+    runs_steps: bool
+
+    def start_step(self, job: Job, step: Step, launch: StepLaunch, client_fd: int) -> None:
+        """Start `step` of the RUNNING `job`, attached to the client on `client_fd`.
+
+        The node's step shim takes a copy of `client_fd` and answers the client from
+        then on; return once it has. Raises LaunchError when the step did not start
+        (nothing was sent to the client: the caller tells it).
+        """
+
+    def step_status(self, job: Job, step: Step) -> StepStatus:
+        """Whether `step` of `job` still runs, or how it ended."""
 
 
 class Reports:

@@ -148,7 +148,7 @@ def docker_run_argv(
         argv += ["--env-file", env_file]
     argv += ["--security-opt", "no-new-privileges"]
     _check_invariants(argv, policy)
-    return [*argv, spec.image, *spec.command]
+    return [*argv, spec.image, *spec.run_command]
 
 
 def _check_invariants(options: Sequence[str], policy: ContainerPolicy) -> None:
@@ -187,6 +187,38 @@ def gpus_option_value(gpus: Sequence[int]) -> str:
     if any(index < 0 for index in gpus):
         raise ValueError(f"negative GPU index in {list(gpus)}")
     return '"device=' + ",".join(str(index) for index in gpus) + '"'
+
+
+def docker_exec_argv(
+    name: str,
+    argv: Sequence[str],
+    *,
+    tty: bool,
+    run_as: RunAs | None,
+    env_file: str | None,
+    workdir: str | None = None,
+    docker: str = "docker",
+) -> list[str]:
+    """`docker exec` of a step in the running container `name`, as the job runs there.
+
+    As the job's user (`run_as`, None: the image's, where root_in_containers keeps it),
+    stdin kept open, with a terminal of its own inside when `tty` (docker then follows
+    its own terminal's size, the step shim's pseudo-terminal). The step's variables come
+    in the 0600 `env_file`, never in argv. No --privileged: the step has the job's
+    rights in the job's container, nothing more.
+    """
+    if not argv:
+        raise ValueError("a step needs a command")
+    options = [docker, "exec", "-i"]
+    if tty:
+        options.append("-t")
+    if run_as is not None:
+        options += ["--user", f"{run_as.uid}:{run_as.gid}"]
+    if workdir is not None:
+        options += ["-w", workdir]
+    if env_file is not None:
+        options += ["--env-file", env_file]
+    return [*options, name, *argv]
 
 
 def docker_wait_argv(name: str, *, docker: str = "docker") -> list[str]:
@@ -473,7 +505,7 @@ class ContainerLauncher:
                 docker=self.docker,
                 node=self.node if self.label_node else None,
                 policy=self.policy,
-                run_as=self._run_as(job),
+                run_as=self.run_as(job),
                 extra_options=self.extra_options,
             )
             env_text = env_file_text(env)
@@ -516,9 +548,11 @@ class ContainerLauncher:
                 )
             raise LaunchError(f"docker run{self.where} failed: {error}")
 
-    def _run_as(self, job: Job) -> RunAs | None:
-        """The submitter, unless root_in_containers lets this container keep its
-        image's user. ValueError when the submitter's uid is unknown here."""
+    def run_as(self, job: Job) -> RunAs | None:
+        """Whom the job's container runs as: its submitter, or None (the image's user).
+
+        None where root_in_containers lets this container keep its image's user.
+        ValueError when the submitter's uid is unknown here."""
         if self.policy.keeps_image_user(job.spec, self.node):
             return None
         return site_policy.submitter_identity(job.uid)

@@ -11,6 +11,7 @@ detached container through the local docker CLI. Every run is known by
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gbatch.core.model import Gpu, Job
+from gbatch.core.steps import Step, step_label
 from gbatch.nodes import docker
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
@@ -33,14 +35,19 @@ from gbatch.nodes.base import (
     LaunchError,
     Reports,
     RunStatus,
+    StepLaunch,
+    StepStatus,
     finished_container_status,
     job_env,
     launch_secrets,
+    step_env,
 )
 from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogFollowers, StderrChunk, open_log
 from gbatch.nodes.outfiles import OFFSETS_FILE, OUT_FILES_ENV, open_or_say, planned
 from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
 from gbatch.nodes.shimserver import LOCK_FILE, ServerGone, ShimServer, lock_held
+from gbatch.nodes.stepshim import LOCK_FILE as STEP_LOCK_FILE
+from gbatch.nodes.stepshim import signal_session
 from gbatch.shim import CPUS_ENV, JOB_ENV_FILE_ENV, MEM_MB_ENV
 from gbatch.site import policy as site_policy
 from gbatch.site.config import Config, Paths
@@ -49,6 +56,10 @@ log = logging.getLogger(__name__)
 
 LOCAL_NODE = "local"
 JOB_ENV_FILE = "job_env.json"  # another user's job's environment, for the plain shim
+STEP_DIR_PREFIX = "step."  # a step's directory in its run's: step.0, step.interactive
+# What tells a bare job or step which gbatchd it belongs to, so that `gbatch srun` in it
+# reaches that one (a socket of GBATCH_HOME's, a system one).
+SOCKET_ENV = "GBATCH_SOCKET"
 DOCKER_TIMEOUT = 30.0  # seconds for any one docker CLI call
 
 
@@ -102,6 +113,7 @@ class LocalNode:
     name = LOCAL_NODE
     address = "this machine"
     runs_bare_processes = True
+    runs_steps = True
     # Head and node are one machine: the node is never lost while the head runs.
     fences_runs = False
 
@@ -220,6 +232,11 @@ class LocalNode:
             pids = _read_json(run_dir / "pids.json")
             if pids:
                 sessions.add(int(pids["shim"]))
+            # A step's process leads its own session (gbatch/nodes/stepshim.py).
+            for step_dir in run_dir.glob(f"{STEP_DIR_PREFIX}*"):
+                step_pids = _read_json(step_dir / "pids.json")
+                if step_pids:
+                    sessions.add(int(step_pids["session"]))
         return sessions
 
     def stop(self) -> None:
@@ -293,6 +310,7 @@ class LocalNode:
         # NVML and nvidia-smi number GPUs in PCI order; CUDA's default order differs.
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        env[SOCKET_ENV] = str(self.paths.socket)
         # Another user's job without a workdir starts in their HOME (or /, without one).
         workdir = job.spec.workdir or ("" if switch is not None else "/")
         identity = (
@@ -316,7 +334,7 @@ class LocalNode:
         files = planned(job, attempt, self.name)
         if files is not None:
             env[OUT_FILES_ENV] = json.dumps(files)
-        argv = [str(run_dir), *identity, "--", *job.spec.command]
+        argv = [str(run_dir), *identity, "--", *job.spec.run_command]
         # Another user's workdir is entered by the job itself, as that user.
         cwd = workdir if switch is None else "/"
         try:
@@ -482,17 +500,25 @@ class LocalNode:
                     timeout=DOCKER_TIMEOUT,
                 )
             return
-        pids = _read_json(self.paths.run_dir(job.id, attempt) / "pids.json")
+        run_dir = self.paths.run_dir(job.id, attempt)
+        self._signal_steps(run_dir, sig)  # a step's processes are a session of their own
+        pids = _read_json(run_dir / "pids.json")
         if pids is None:
             return  # not started yet; the next tick tries again
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(int(pids["pgid"]), sig)
 
     def cleanup(self, job: Job, attempt: int) -> None:
-        """Forget a finished run: remove its container, and hand its run directory to the remover.
+        """Forget a finished run: its steps' left-overs, its container, its run directory.
 
-        The remover works off the loop's thread, which a removal on a slow disk would hold up.
+        What is left of its steps is killed, its container removed, its run directory
+        handed to the remover.
+
+        A step ends with its allocation: its session is killed here, as the run has
+        ended. The remover works off the loop's thread, which a removal on a slow disk
+        would hold up.
         """
+        self._signal_steps(self.paths.run_dir(job.id, attempt), signal.SIGKILL)
         if job.spec.image is not None:
             with contextlib.suppress(HostError):
                 self._host.run(
@@ -502,6 +528,152 @@ class LocalNode:
                     timeout=DOCKER_TIMEOUT,
                 )
         self._run_dirs.remove(self.paths.run_dir(job.id, attempt))
+
+    # -- steps ----------------------------------------------------------------------
+
+    def step_dir(self, job_id: int, attempt: int, step_id: int) -> Path:
+        return self.paths.run_dir(job_id, attempt) / f"{STEP_DIR_PREFIX}{step_label(step_id)}"
+
+    def _signal_steps(self, run_dir: Path, sig: int) -> None:
+        """Send `sig` to the sessions of the run's steps that have not ended."""
+        for step_dir in run_dir.glob(f"{STEP_DIR_PREFIX}*"):
+            pids = _read_json(step_dir / "pids.json")
+            if pids is not None and not (step_dir / "exit.json").exists():
+                signal_session(int(pids["session"]), sig)
+
+    def start_step(self, job: Job, step: Step, launch: StepLaunch, client_fd: int) -> None:
+        """Start `step` under a step shim that relays it to the client on `client_fd`.
+
+        The shim (gbatch/nodes/stepshim.py) is forked by the shim server, else started as
+        `python -m gbatch.nodes.stepshim`. A bare job's step runs beside its run as its
+        user, with its GPUs, CPUs and memory cap; a container job's, `docker exec` in
+        its container."""
+        step_dir = self.step_dir(job.id, step.attempt, step.step_id)
+        try:
+            step_dir.mkdir(mode=0o700)  # a step's number is never reused
+        except OSError as err:
+            raise LaunchError(f"cannot make the step's directory: {err}") from err
+        switch: pwd.struct_passwd | None = None
+        if job.spec.image is None:
+            switch = _switch_to_submitter(job)
+            argv, env, identity = self._bare_step(job, step, launch, switch)
+        else:
+            argv, env, identity = self._container_step(job, step, launch, step_dir), {}, []
+        pty = [] if launch.pty is None else ["--pty", str(launch.pty[0]), str(launch.pty[1])]
+        grace = ["--grace", f"{self.config.kill_grace_seconds:g}"]
+        shim_argv = [str(step_dir), *identity, *pty, *grace, "--", *argv]
+        try:
+            job_log = open_log(self.paths.job_log(job.id))
+        except OSError as err:
+            raise LaunchError(f"cannot open the job's log: {err}") from err
+        try:
+            try:
+                self._shim_server.start_step(step_dir, shim_argv, env, job_log.fileno(), client_fd)
+                return
+            except ServerGone as gone:
+                log.debug("step %s: the plain step shim starts it: %s", step.label, gone)
+            shim = self._start_plain_step(shim_argv, env, job_log, switch, step_dir, client_fd)
+        finally:
+            job_log.close()
+        threading.Thread(target=self._reap_step, args=(shim,), daemon=True).start()
+
+    def _bare_step(
+        self, job: Job, step: Step, launch: StepLaunch, switch: pwd.struct_passwd | None
+    ) -> tuple[list[str], dict[str, str], list[str]]:
+        """A bare step's argv, environment and --as: the job's run's, with the caller's
+        variables under the job's and the step's."""
+        env = _daemon_env() if switch is None else _login_env(switch)
+        env.update(launch.env)
+        env.update(job_env(job, step.attempt, job.gpus, self.name))
+        env.update(step_env(job, step, self.name))
+        if switch is not None:
+            env["USER"] = env["LOGNAME"] = switch.pw_name
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
+        env[SOCKET_ENV] = str(self.paths.socket)
+        env.update(bare_limits_env(job))
+        workdir = launch.cwd or job.spec.workdir or ""
+        if switch is None:
+            # The daemon's own user's: it enters its workdir itself, as the switched step
+            # does (a workdir that is gone is the step's failure, said on its terminal).
+            identity = ["--cwd", workdir or os.environ.get("HOME", "/")]
+        else:
+            identity = [
+                "--as",
+                str(switch.pw_uid),
+                str(switch.pw_gid),
+                ",".join(str(g) for g in site_policy.identity_of(switch).groups),
+                workdir,
+            ]
+        return list(launch.argv), env, identity
+
+    def _container_step(
+        self, job: Job, step: Step, launch: StepLaunch, step_dir: Path
+    ) -> list[str]:
+        """`docker exec` of the step in the job's container, as the job's user, its
+        variables in a 0600 env-file in the step's directory."""
+        env = {**job_env(job, step.attempt, job.gpus, self.name), **step_env(job, step, self.name)}
+        env_file = step_dir / "env"
+        try:
+            fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with open(fd, "w") as handle:
+                handle.write(docker.env_file_text(env))
+            run_as = self._launcher.run_as(job)
+        except (OSError, ValueError) as err:
+            raise LaunchError(f"cannot prepare the step: {err}") from err
+        return docker.docker_exec_argv(
+            docker.container_name(job.id, step.attempt),
+            launch.argv,
+            tty=launch.pty is not None,
+            run_as=run_as,
+            env_file=str(env_file),
+            workdir=job.spec.workdir,
+            docker=self.config.docker,
+        )
+
+    @staticmethod
+    def _start_plain_step(
+        argv: list[str],
+        env: dict[str, str],
+        log: Any,
+        switch: pwd.struct_passwd | None,
+        step_dir: Path,
+        client_fd: int,
+    ) -> subprocess.Popen[bytes]:
+        """`python -m gbatch.nodes.stepshim CLIENT ARGV`, a fresh interpreter holding the
+        step's lock, when the shim server is unavailable (as _start_plain_shim)."""
+        if switch is not None:
+            env = _daemon_env() | {JOB_ENV_FILE_ENV: _write_job_env(step_dir, env)}
+        lock = os.open(step_dir / STEP_LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return subprocess.Popen(
+                [sys.executable, "-m", "gbatch.nodes.stepshim", str(client_fd), *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                cwd="/",
+                pass_fds=(client_fd, lock),
+                start_new_session=True,
+            )
+        except OSError as err:
+            raise LaunchError(f"cannot start the step: {err}") from err
+        finally:
+            os.close(lock)
+
+    def _reap_step(self, shim: subprocess.Popen[bytes]) -> None:
+        shim.wait()
+        self._on_change()
+
+    def step_status(self, job: Job, step: Step) -> StepStatus:
+        step_dir = self.step_dir(job.id, step.attempt, step.step_id)
+        ended = _step_exit(step_dir)
+        if ended is not None:
+            return ended
+        if lock_held(step_dir, STEP_LOCK_FILE):
+            return _step_exit(step_dir) or StepStatus("running")
+        return _step_exit(step_dir) or StepStatus("vanished")
 
 
 class RunDirRemover:
@@ -558,7 +730,13 @@ class RunDirRemover:
 
 
 def remove_run_dir(run_dir: Path) -> None:
-    """Remove what a run leaves in its directory, then the directory."""
+    """Remove what a run and its steps leave in its directory, then the directory."""
+    for step_dir in run_dir.glob(f"{STEP_DIR_PREFIX}*"):
+        for name in ("exit.json", "pids.json", "env", STEP_LOCK_FILE, JOB_ENV_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                (step_dir / name).unlink()
+        with contextlib.suppress(OSError):
+            step_dir.rmdir()
     for name in (
         "exit.json",
         "pids.json",
@@ -684,6 +862,21 @@ def _exit_status(run_dir: Path) -> RunStatus | None:
         return None
     return RunStatus(
         "exited", int(ended["exit_code"]), int(ended["signal"]), float(ended["end_time"])
+    )
+
+
+def _step_exit(step_dir: Path) -> StepStatus | None:
+    """The step's end as its shim recorded it in exit.json, if it has ended."""
+    ended = _read_json(step_dir / "exit.json")
+    if ended is None:
+        return None
+    return StepStatus(
+        "exited",
+        int(ended["exit_code"]),
+        int(ended["signal"]),
+        float(ended["end_time"]),
+        hangup=bool(ended.get("hangup", False)),
+        error=str(ended.get("error", "")),
     )
 
 

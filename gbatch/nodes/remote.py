@@ -20,11 +20,15 @@ from functools import partial
 from pathlib import Path
 
 from gbatch.core.model import Gpu, Job
+from gbatch.core.steps import Step
 from gbatch.nodes import docker
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
+    LaunchError,
     Reports,
     RunStatus,
+    StepLaunch,
+    StepStatus,
     finished_container_status,
 )
 from gbatch.nodes.inventory import NodeConfig
@@ -140,6 +144,9 @@ def _until_end(stream: RemoteStream) -> Iterator[bytes]:
 class RemoteNode:
     runs_bare_processes = False
     fences_runs = True
+    # Steps on a host come with the head's relay over an SSH channel (get_pty):
+    # docs/architecture.md, "Steps". Until then srun and salloc say so.
+    runs_steps = False
 
     def __init__(
         self, node: NodeConfig, paths: Paths, config: Config, on_change: Callable[[], None]
@@ -447,6 +454,14 @@ class RemoteNode:
             (run_dir / OFFSETS_FILE).unlink()
         with contextlib.suppress(OSError):
             run_dir.rmdir()
+
+    def start_step(self, job: Job, step: Step, launch: StepLaunch, client_fd: int) -> None:
+        raise LaunchError(
+            f"steps run on the local node only for now, and job {job.id} runs on {self.name}"
+        )
+
+    def step_status(self, job: Job, step: Step) -> StepStatus:
+        return StepStatus("vanished")  # none ever started here
 
     def _remove(self, job_id: int, attempt: int) -> None:
         name = docker.container_name(job_id, attempt)

@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = "shim.lock"
 MAX_MESSAGE = 1 << 20  # a request that does not fit goes to the plain shim
-MAX_FDS = 2  # the log, the lock
+MAX_FDS = 3  # the log, the lock; and a step's client
 REPLY_TIMEOUT = 30.0  # seconds the daemon waits for a fork's answer
 RESTART_AFTER = 10.0  # seconds between starts of a server that died
 
@@ -136,10 +136,15 @@ def _close_all(fds: Sequence[int]) -> None:
 
 
 def start_run(request: Mapping[str, object], fds: list[int], devnull: int) -> dict[str, object]:
-    """Fork the shim of `request` with `fds` (log, lock); the answer."""
-    if len(fds) != MAX_FDS:
+    """Fork the shim of `request` with `fds` (log, lock; a step's: and its client); the answer.
+
+    A request of kind "step" forks a step's shim (gbatch/nodes/stepshim.py), any other a
+    run's."""
+    step = request.get("kind") == "step"
+    wanted = 3 if step else 2
+    if len(fds) != wanted:
         _close_all(fds)
-        return {"error": f"the request carries {len(fds)} descriptors, not the log and lock"}
+        return {"error": f"the request carries {len(fds)} descriptors, not {wanted}"}
     cwd = str(request["cwd"])
     try:
         # Entered before the fork, with the server's (the daemon's) rights, as the plain
@@ -157,7 +162,7 @@ def start_run(request: Mapping[str, object], fds: list[int], devnull: int) -> di
     if pid == 0:
         code = 1
         try:
-            code = _run_shim(request, fds, devnull)
+            code = _run_step(request, fds, devnull) if step else _run_shim(request, fds, devnull)
         except BaseException:  # the child must never return into the server's loop
             import traceback
 
@@ -177,6 +182,29 @@ def _run_shim(request: Mapping[str, object], fds: list[int], devnull: int) -> in
     """In the forked child: the state of a fresh shim, then the shim itself."""
     from gbatch import shim
 
+    _fresh_process(request, fds, devnull)
+    argv = [str(a) for a in _sequence(request["argv"])]
+    return shim.main(argv)
+
+
+def _run_step(request: Mapping[str, object], fds: list[int], devnull: int) -> int:
+    """In the forked child: the state of a fresh step shim, then the step shim itself."""
+    from gbatch.nodes import stepshim
+
+    _fresh_process(request, fds, devnull)
+    options = stepshim.parse_args([str(a) for a in _sequence(request["argv"])])
+    if options is None:
+        print(stepshim.USAGE, file=sys.stderr)
+        return 2
+    return stepshim.run(options, fds[2])
+
+
+def _fresh_process(request: Mapping[str, object], fds: list[int], devnull: int) -> None:
+    """Make the forked child what a fresh `python -m` started by the daemon would be: a
+    session of its own, default signals, stdin /dev/null and stdout, stderr the log (the
+    first of `fds`), no descriptor but those and the rest of `fds`, the request's env."""
+    from gbatch import shim
+
     os.setsid()
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
@@ -185,19 +213,17 @@ def _run_shim(request: Mapping[str, object], fds: list[int], devnull: int) -> in
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    log, lock = fds
+    log, *kept = fds
     os.dup2(devnull, 0)
     os.dup2(log, 1)
     os.dup2(log, 2)
-    keep = sorted({0, 1, 2, lock})
+    keep = sorted({0, 1, 2, *kept})
     for low, high in zip(keep, [*keep[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
         os.closerange(low + 1, high)  # the server's socket, pipes and anything else
     env = {str(k): str(v) for k, v in _mapping(request["env"]).items()}
     os.environ.clear()
     os.environ.update(env)
     shim.coerce_c_locale(os.environ)
-    argv = [str(a) for a in _sequence(request["argv"])]
-    return shim.main(argv)
 
 
 def _mapping(value: object) -> Mapping[object, object]:
@@ -318,25 +344,47 @@ class ShimServer:
         Raises ServerGone when surely nothing started (start the plain shim), and
         LaunchError when the start failed or may have happened unseen.
         """
+        request = {"argv": list(argv), "env": dict(env), "cwd": cwd}
+        return self._start(run_dir, LOCK_FILE, request, [log_fd])
+
+    def start_step(
+        self,
+        step_dir: Path,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        log_fd: int,
+        client_fd: int,
+    ) -> int:
+        """Fork the step shim `python -m gbatch.nodes.stepshim CLIENT ARGV` would be; its pid.
+
+        It holds STEP_DIR/step.lock, writes its own complaints on `log_fd` and relays the
+        step to the client on `client_fd`. Raises as start_run does."""
+        from gbatch.nodes.stepshim import LOCK_FILE as STEP_LOCK
+
+        request = {"kind": "step", "argv": list(argv), "env": dict(env), "cwd": "/"}
+        return self._start(step_dir, STEP_LOCK, request, [log_fd], client_fd)
+
+    def _start(
+        self,
+        run_dir: Path,
+        lock_name: str,
+        request: Mapping[str, object],
+        fds: list[int],
+        client_fd: int | None = None,
+    ) -> int:
         from gbatch.nodes.base import LaunchError
 
-        lock_path = run_dir / LOCK_FILE
+        lock_path = run_dir / lock_name
         with self._lock:
             sock = self._ensure_started()
             lock = os.open(lock_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # a new file: at once
-                request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd})
+                passed = [*fds, lock, *([] if client_fd is None else [client_fd])]
                 try:
                     sock.sendmsg(
-                        [request.encode()],
-                        [
-                            (
-                                socket.SOL_SOCKET,
-                                socket.SCM_RIGHTS,
-                                _fd_bytes([log_fd, lock]),
-                            )
-                        ],
+                        [json.dumps(request).encode()],
+                        [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fd_bytes(passed))],
                         socket.MSG_NOSIGNAL,
                     )
                 except OSError as err:
@@ -353,7 +401,7 @@ class ShimServer:
                 os.close(lock)
             if reply is None:
                 self._lost()
-                if lock_held(run_dir) or _recorded(run_dir):
+                if lock_held(run_dir, lock_name) or _recorded(run_dir):
                     raise LaunchError(
                         "the shim server died as it started the run", maybe_started=True
                     )
@@ -410,10 +458,10 @@ def _recorded(run_dir: Path) -> bool:
     return (run_dir / "pids.json").exists() or (run_dir / "exit.json").exists()
 
 
-def lock_held(run_dir: Path) -> bool:
-    """Does a shim server's shim (or a request for one) hold the run's lock?"""
+def lock_held(run_dir: Path, name: str = LOCK_FILE) -> bool:
+    """Does a shim server's shim (or a request for one) hold the run's lock (`name`)?"""
     try:
-        fd = os.open(run_dir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(run_dir / name, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False  # no such lock: not a run of the server's
     try:

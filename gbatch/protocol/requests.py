@@ -455,6 +455,51 @@ class WithToken(_Request, op="with_token", secret=("token",)):
     client: str = ""
 
 
+class OpenStep(_Request, op="step", secret=("env",)):
+    """Run `argv` as a new step of running job `job`, on its node, as its owner.
+
+    Only the job's owner may (an admin too where the config's admin_steps says so).
+    `env` is the caller's environment (the daemon filters it as an export's, then sets
+    the job's and step's SLURM_* and GPU variables over it); `cwd` where a bare step
+    starts. `pty`: a pseudo-terminal of `rows` x `cols` with `term` as TERM, instead of
+    pipes. `interactive`: salloc's shell, the step `N.interactive`. Replies {"job",
+    "step", "label", "leads"}; after that line the connection carries the step's frames
+    (gbatch/core/stepframes.py) until its EXIT frame.
+    """
+
+    job: int
+    argv: tuple[str, ...]
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    pty: bool = False
+    rows: int = 24
+    cols: int = 80
+    interactive: bool = False
+
+
+class AwaitAllocation(_Request, op="await_allocation"):
+    """Wait up to `seconds` (at most 30) for interactive job `job` to be allocated.
+
+    srun and salloc ask it again and again while they wait: an allocation nobody waits
+    for is cancelled after the config's interactive_grace_seconds. `planned`: return as
+    soon as the planner has looked at the job (srun -I). Replies {"state", "reason",
+    "node", "gpus"} as the job is when it is RUNNING or ended, or when the wait is over.
+    """
+
+    job: int
+    seconds: float = 10.0
+    planned: bool = False
+
+
+class ListSteps(_Request, op="steps"):
+    """The steps of jobs `ids` (sacct).
+
+    Replies {"steps": [Step.to_wire(), ...]}: of the caller's own jobs only under
+    private_data (an admin's: all)."""
+
+    ids: tuple[int, ...] = ()
+
+
 Request = (
     Ping
     | Submit
@@ -482,6 +527,9 @@ Request = (
     | RevokeToken
     | RotateTokenKey
     | WithToken
+    | OpenStep
+    | AwaitAllocation
+    | ListSteps
 )
 REQUESTS: Mapping[str, type[Request]] = {cls.op: cls for cls in get_args(Request)}
 

@@ -1,13 +1,15 @@
 """sacct's output: Slurm's `--format` fields at sacct's widths, `-P`, `--units`, `--json`.
 
-An array's pending tasks are folded into one line.
+An array's pending tasks are folded into one line. A job that ran steps (gbatch srun,
+salloc) is followed by a line per step, as Slurm's: `N.batch` (a batch job's script),
+`N.interactive` (salloc's shell), `N.0`, `N.1`, ...
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gbatch.core.arrays import expand_tasks
@@ -34,6 +36,7 @@ from gbatch.render.cells import (
 
 if TYPE_CHECKING:  # only their commands' replies carry these (start-up)
     from gbatch.core.gpuusage import GpuUsage
+    from gbatch.core.steps import Step
 
 
 SACCT_DEFAULT_FIELDS = (
@@ -88,6 +91,11 @@ _SACCT_FIELDS: tuple[_Field, ...] = (
     _Field("TRESUsageInMax", -10, lambda j, _: ""),
 )
 
+
+# What a step's line leaves blank, as Slurm's sacct does: the job's own.
+_STEP_BLANK = frozenset(
+    {"User", "UID", "Partition", "Timelimit", "Reason", "Comment", "Params", "Attempt", "Submit"}
+)
 
 UNITS = "KMGTP"
 
@@ -168,8 +176,9 @@ def format_sacct(
     units: str | None = None,
     gpu_usage: Mapping[int, GpuUsage] | None = None,
     expand_arrays: bool = False,
+    steps: Mapping[int, Sequence[Step]] | None = None,
 ) -> str:
-    """Render jobs as `sacct` does, one line per job in the order given.
+    """Render jobs as `sacct` does, one line per job in the order given, its steps under it.
 
     An array's PENDING tasks fold into one line, N_[4-15], at the place of the first (one
     line each with `expand_arrays`, sacct --array).
@@ -179,7 +188,8 @@ def format_sacct(
     Raises FormatError for an unknown field (the message lists the valid ones).
     Unlike sacct, lines carry no trailing blank. `units` (one of UNITS, sacct --units)
     prints ReqMem in that unit. `gpu_usage` (job id -> its current run's GPU samples)
-    fills TRESUsageInMax.
+    fills TRESUsageInMax. `steps` (job id -> its steps, sacct without -X) adds a line
+    for each after its job's (_step_lines).
     """
     from gbatch.core.gpuusage import tres_usage  # deferred: squeue needs none
 
@@ -205,10 +215,20 @@ def format_sacct(
         if expand_arrays
         else collapse_pending(jobs)
     )
-    rows = [
-        [label if c.name == "JobID" else c.value(job, now) for c in columns]
-        for job, label in labelled
-    ]
+    rows = []
+    for job, label in labelled:
+        rows.append([label if c.name == "JobID" else c.value(job, now) for c in columns])
+        for step, step_label in _step_lines(job, (steps or {}).get(job.id, ())):
+            rows.append(
+                [
+                    step_label
+                    if c.name == "JobID"
+                    else ""
+                    if c.name in _STEP_BLANK
+                    else c.value(step, now)
+                    for c in columns
+                ]
+            )
     lines = []
     if parsable:
         if header:
@@ -225,6 +245,37 @@ def format_sacct(
         )
         lines.append(" ".join(cells))
     return as_text([line.rstrip() for line in lines])
+
+
+def _step_lines(job: Job, steps: Sequence[Step]) -> list[tuple[Job, str]]:
+    """The lines under `job` for its `steps`: each a Job made of the step's own fields
+    (name, state, times, exit), with its `N.M` label.
+
+    A batch job that ran steps shows its script as `N.batch` first, as Slurm does; a
+    job without steps has no lines under it (Slurm would show `N.batch` for every batch
+    job: gbatch only where there are steps beside it).
+    """
+    if not steps:
+        return []
+    lines: list[tuple[Job, str]] = []
+    # An srun/salloc allocation's first step leads it (core/steps.py); a batch job's
+    # steps never do, its script being its run.
+    if not any(step.leads for step in steps):
+        batch = replace(job, spec=job.spec.replace(name="batch"))
+        lines.append((batch, f"{job.id}.batch"))
+    for step in steps:
+        shown = replace(
+            job,
+            spec=job.spec.replace(name=step.name),
+            state=step.state,
+            start_time=step.start_time,
+            end_time=step.end_time,
+            exit_code=step.exit_code,
+            exit_signal=step.exit_signal,
+            reason=step.reason,
+        )
+        lines.append((shown, step.label))
+    return lines
 
 
 def format_sacct_json(jobs: Sequence[Job], now: float) -> str:

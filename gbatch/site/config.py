@@ -197,6 +197,13 @@ class Config:
     admin_group: str | None = None
     # Slurm's PrivateData=jobs: non-admins see and name only their own jobs.
     private_data: bool = False
+    # Whether admins (root, gbatchd's user, admins, admin_group) may open steps (gbatch
+    # srun --jobid) in other users' jobs. A step runs as the job's owner, so this lets an
+    # admin act as that user inside the job: off unless a site wants it.
+    admin_steps: bool = False
+    # An srun/salloc allocation that no client waits for or is attached to any more is
+    # cancelled this long after its client went away (Slurm's behaviour when srun dies).
+    interactive_grace_seconds: float = 30.0
     # Slurm's SchedulerParameters=kill_invalid_depend: a job whose dependency can never
     # hold is CANCELLED, instead of pending with reason DependencyNeverSatisfied.
     kill_invalid_depend: bool = False
@@ -286,6 +293,7 @@ _FLOAT_KEYS = {
     "node_down_seconds",
     "node_lease_seconds",
     "token_leeway_seconds",
+    "interactive_grace_seconds",
     "notify_retry_seconds",
     "notify_retention_days",
 }
@@ -611,7 +619,7 @@ def _coerce(key: str, value: object, source: str) -> object:
         return _check_group(value, bad)
     if key == "service_accounts":
         return _check_service_accounts(value, bad)
-    if key in ("private_data", "kill_invalid_depend"):
+    if key in ("private_data", "kill_invalid_depend", "admin_steps"):
         if not isinstance(value, bool):
             raise bad("true or false")
         return value

@@ -119,6 +119,8 @@ def test_config_file_with_every_key_is_read(
         "admin_group: root\n"
         "private_data: true\n"
         "kill_invalid_depend: true\n"
+        "admin_steps: true\n"
+        "interactive_grace_seconds: 12\n"
         "docker: podman\n"
         "node_down_seconds: 90\n"
         "node_lease_seconds: 60\n"
@@ -167,6 +169,8 @@ def test_config_file_with_every_key_is_read(
         admin_group="root",
         private_data=True,
         kill_invalid_depend=True,
+        admin_steps=True,
+        interactive_grace_seconds=12.0,
         docker="podman",
         node_down_seconds=90.0,
         node_lease_seconds=60.0,
@@ -248,6 +252,8 @@ def test_every_config_key_is_a_config_field() -> None:
         "event_log",
         "event_log_max_bytes",
         "event_log_backups",
+        "admin_steps",
+        "interactive_grace_seconds",
     }
 
 

@@ -209,6 +209,9 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
         (requests.RevokeToken(jti="no-such-token"), "not_found"),
         (requests.RotateTokenKey(), "kid"),
         (requests.WithToken(token="x.y.z", request={"op": "ping"}), "unauthenticated"),
+        (requests.ListSteps(ids=(job_id,)), "steps"),
+        (requests.OpenStep(job=job_id, argv=("true",)), "invalid"),  # not running
+        (requests.AwaitAllocation(job=job_id), "invalid"),  # not an srun allocation
         (requests.Shutdown(), "pid"),
     ]
     assert {type(request) for request, _ in served} == set(requests.REQUESTS.values())

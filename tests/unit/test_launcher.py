@@ -308,3 +308,25 @@ def test_local_host_runs_commands_and_writes_private_files(tmp_path: Path) -> No
 def test_the_local_node_says_when_the_docker_cli_is_missing(tmp_path: Path) -> None:
     node = LocalNode(Paths(tmp_path), Config(docker=str(tmp_path / "docker")), lambda: None)
     assert node.docker_problem(now=100.0) == f"the docker CLI ({tmp_path}/docker) is not installed"
+
+
+def test_a_container_step_is_docker_exec_as_the_jobs_user_with_its_env_in_a_file() -> None:
+    from gbatch.nodes.docker import docker_exec_argv
+    from gbatch.site.policy import RunAs
+
+    argv = docker_exec_argv(
+        "gbatch-7-2",
+        ["bash", "-l"],
+        tty=True,
+        run_as=RunAs(uid=1000, gid=1000, groups=(27,)),
+        env_file="/run/7.2/step.0/env",
+        workdir="/work",
+    )
+    assert argv == [
+        "docker", "exec", "-i", "-t", "--user", "1000:1000", "-w", "/work",
+        "--env-file", "/run/7.2/step.0/env", "gbatch-7-2", "bash", "-l",
+    ]  # fmt: skip
+    pipes = docker_exec_argv("gbatch-7-2", ["nvidia-smi"], tty=False, run_as=None, env_file=None)
+    assert pipes == ["docker", "exec", "-i", "gbatch-7-2", "nvidia-smi"]
+    with pytest.raises(ValueError):
+        docker_exec_argv("gbatch-7-2", [], tty=False, run_as=None, env_file=None)

@@ -55,6 +55,18 @@ EXAMPLES: dict[str, requests.Request] = {
     "token_revoke": requests.RevokeToken(jti="0a1b2c"),
     "token_rotate": requests.RotateTokenKey(drop_old=True),
     "with_token": requests.WithToken(token="eyJ.x.y", request={"op": "jobs", "users": ["ci-bot"]}),
+    "step": requests.OpenStep(
+        job=12,
+        argv=("bash", "-l"),
+        env={"TERM": "xterm"},
+        cwd="/home/alice",
+        pty=True,
+        rows=40,
+        cols=120,
+        interactive=True,
+    ),
+    "await_allocation": requests.AwaitAllocation(job=12, seconds=2.5, planned=True),
+    "steps": requests.ListSteps(ids=(12, 13)),
 }
 
 # JSON values that are not of a type, for each type a request field has: a field of a

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.steps import INTERACTIVE, Step
 from gbatch.core.timefmt import TimeLimitError, parse_begin
 from gbatch.render.sacct import format_sacct
 
@@ -75,3 +76,58 @@ def test_a_time_of_day_read_towards_the_past_is_the_last_one() -> None:
 def test_a_bad_unit_is_refused() -> None:
     with pytest.raises(TimeLimitError, match="not a unit"):
         parse_begin("now-3fortnights", NOW, field="--starttime", past=True)
+
+
+def _step(step_id: int, name: str, state: JobState, leads: bool = False, **kw: object) -> Step:
+    fields: dict[str, object] = {
+        "job_id": 7,
+        "step_id": step_id,
+        "attempt": 1,
+        "name": name,
+        "argv": (name,),
+        "state": state,
+        "start_time": NOW - 50,
+        "user": "alice",
+        "leads": leads,
+    }
+    fields.update(kw)
+    return Step(**fields)  # type: ignore[arg-type]
+
+
+STEP_FIELDS = ["JobID", "JobName", "User", "Partition", "State", "ExitCode", "Elapsed"]
+
+
+def test_a_batch_job_with_steps_shows_its_script_and_each_step_as_slurm() -> None:
+    steps = {
+        7: [
+            _step(0, "python", JobState.COMPLETED, end_time=NOW - 40, exit_code=0),
+            _step(1, "false", JobState.FAILED, end_time=NOW - 30, exit_code=1),
+            _step(2, "nvidia-smi", JobState.RUNNING),
+        ]
+    }
+    out = format_sacct([job()], NOW, fields=STEP_FIELDS, parsable=True, steps=steps)
+    assert out.splitlines() == [
+        "|".join(STEP_FIELDS),
+        "7|train|alice|gpu|RUNNING|0:0|00:01:00",
+        "7.batch|batch|||RUNNING|0:0|00:01:00",
+        "7.0|python|||COMPLETED|0:0|00:00:10",
+        "7.1|false|||FAILED|1:0|00:00:20",
+        "7.2|nvidia-smi|||RUNNING|0:0|00:00:50",
+    ]
+
+
+def test_an_salloc_allocation_shows_its_interactive_step_and_no_batch_line() -> None:
+    ended = job(state=JobState.COMPLETED, end_time=NOW - 10, spec=SPEC.replace(name="bash"))
+    steps = {
+        7: [
+            _step(INTERACTIVE, "interactive", JobState.COMPLETED, leads=True, end_time=NOW - 10),
+            _step(0, "hostname", JobState.COMPLETED, end_time=NOW - 45),
+        ]
+    }
+    out = format_sacct([ended], NOW, fields=["JobID", "JobName", "State"], steps=steps)
+    assert out.splitlines()[2:] == [
+        "7                  bash  COMPLETED",
+        "7.interacti+ interacti+  COMPLETED",
+        "7.0            hostname  COMPLETED",
+    ]
+    assert format_sacct([ended], NOW, fields=["JobID"], parsable=True, steps={}) == "JobID\n7\n"

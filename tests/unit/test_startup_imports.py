@@ -48,6 +48,8 @@ print("MODULES", *sorted(set(sys.modules) - before))
 # One everyday invocation of each command (no daemon: the request is built, then refused).
 RUNS = {
     "sbatch": ["sbatch", "--wrap", "true"],
+    "srun": ["srun", "-t", "5", "true"],
+    "salloc": ["salloc", "-t", "5", "true"],
     "squeue": ["squeue"],
     "scancel": ["scancel", "1"],
     "sinfo": ["sinfo"],

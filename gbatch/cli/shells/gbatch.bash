@@ -86,7 +86,7 @@ _gbatch_values() {
 _gbatch() {
     local cur=${COMP_WORDS[COMP_CWORD]} word command='' option='' prefix='' rest=''
     local -a args=()
-    local i
+    local i j
     COMPREPLY=()
     # Read the words before the cursor as argparse would: gbatch's own options, the
     # command, its options (and the values of those that take one), its arguments.
@@ -108,13 +108,15 @@ _gbatch() {
         fi
         if [[ -z $command ]]; then
             command=$word
-        else
-            args+=("$word")
+            continue
         fi
+        args+=("$word")
         # From an argument that takes the rest of the line on (sbatch's script
-        # arguments), options are its own.
-        _gbatch_argument "$command" "${#args[@]}"
-        [[ $REPLY == rest:* ]] && rest=1
+        # arguments after the script, srun's command), options are its own.
+        for ((j = ${#args[@]} - 1; j <= ${#args[@]}; j++)); do
+            _gbatch_argument "$command" "$j"
+            [[ $REPLY == rest:* ]] && rest=1
+        done
     done
     if [[ -z $option && -z $rest && $cur == --?*=* ]]; then # `--partition=gp`, one word
         option=${cur%%=*}

@@ -78,11 +78,15 @@ function __gbatch_line
         end
         if test $command = -
             set command $word
-        else
-            set -a args $word
+            continue
         end
-        string match -q 'rest:*' -- (__gbatch_argument $command (count $args))
-        and set state rest
+        set -a args $word
+        # From an argument that takes the rest of the line on (sbatch's script
+        # arguments after the script, srun's command), options are its own.
+        for position in (math (count $args) - 1) (count $args)
+            string match -q 'rest:*' -- (__gbatch_argument $command $position)
+            and set state rest
+        end
     end
     test -n "$option"; and set state value
     printf '%s\n' $command $state $args

@@ -15,6 +15,8 @@ wake the loop; they never start or signal runs.
     reports.py    sshare, sprio, sreport, the metrics snapshot
     tokens.py     API tokens: mint, list, revoke, rotate, a request made with one
     daemonops.py  ping, shutdown
+    steps.py      srun, salloc: a step opened (its connection handed to the node's step
+                  shim), an allocation waited for, sacct's steps
 
 and what they share:
 
@@ -28,5 +30,6 @@ The server and the tests import `handle`, `dispatch`, `Caller` and `Refused` fro
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.handlers.route import dispatch, handle
+from gbatch.head.handlers.steps import AFTER_TURN, STREAM
 
-__all__ = ["Caller", "Refused", "dispatch", "handle"]
+__all__ = ["AFTER_TURN", "STREAM", "Caller", "Refused", "dispatch", "handle"]

@@ -89,6 +89,7 @@ TOKEN_SCOPE_OF: Mapping[str, str] = {
     "priorities": "read",
     "usage_report": "read",
     "metrics": "read",
+    "steps": "read",
     "submit": "submit",
     "cancel": "control",
     "hold": "control",

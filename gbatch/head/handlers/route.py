@@ -28,6 +28,7 @@ from gbatch.head.handlers.nodes import (
     on_nodes,
 )
 from gbatch.head.handlers.reports import on_metrics, on_priorities, on_shares, on_usage_report
+from gbatch.head.handlers.steps import on_await_allocation, on_step, on_steps
 from gbatch.head.handlers.submit import on_submit
 from gbatch.head.handlers.tokens import (
     on_list_tokens,
@@ -100,6 +101,12 @@ def dispatch(daemon: Daemon, caller: Caller, request: requests.Request) -> dict[
             return on_revoke_token(daemon, caller, request)
         case requests.RotateTokenKey():
             return on_rotate_token_key(daemon, caller, request)
+        case requests.OpenStep():
+            return on_step(daemon, caller, request)
+        case requests.AwaitAllocation():
+            return on_await_allocation(daemon, caller, request)
+        case requests.ListSteps():
+            return on_steps(daemon, caller, request)
         case requests.WithToken():
             # The inner request is dispatched as the token's user, held to its scopes.
             return dispatch(daemon, *unwrap_token(daemon, caller, request))

@@ -175,6 +175,9 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     except CommitterClosed as err:
         raise Refused("unavailable", f"{err}. Submit again once it is back") from err
     daemon.metrics.count_submitted(max(tail_count, len(specs)))
+    if spec.interactive is not None:
+        for job_id in ids:  # srun/salloc's: cancelled if its client goes away (interactive.py)
+            daemon.waiters.watch(job_id)
     # A job that cannot start yet needs no pass: a held one's release wakes the loop,
     # and the loop's next tick comes past a --begin time (its reason is written with it).
     if not request.held and (spec.begin is None or spec.begin <= daemon.clock()):

@@ -98,7 +98,19 @@ class EndedRuns:
             "exit_code": exit_code,
             "exit_signal": killed_by,
         }
-        if job.stop_state is not None:
+        if job.spec.interactive and job.stop_state is not None and job.exit_code is not None:
+            # Its first step ended and stopped it (loop/steps.py), recording that step's
+            # exit: the allocation ends with it, not with its holder's SIGTERM.
+            fields["exit_code"], fields["exit_signal"] = job.exit_code, job.exit_signal or 0
+            new = job.stop_state
+            reason = _stopped_reason(job) if new is JobState.CANCELLED else ""
+            if new is JobState.FAILED:
+                reason = (
+                    f"killed by signal {job.exit_signal}"
+                    if job.exit_signal
+                    else f"exit code {job.exit_code}"
+                )
+        elif job.stop_state is not None:
             new, reason = job.stop_state, _stopped_reason(job)
         elif status.oom:
             new, reason = JobState.OUT_OF_MEMORY, "out of memory"

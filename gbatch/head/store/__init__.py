@@ -20,6 +20,7 @@ implement the same), all sharing one connection (db.Database):
     window       the loop's planning window (RunnableWindow) and the change feed
     usage        fair-share usage and GPU usage samples
     nodes        drained nodes and node episodes
+    steps        a job's steps (srun, salloc): opened, ended, listed
 
 The store writes what it is handed: whom an event is owed to and what it says come in
 as Notices (gbatch/head/notify.py Policy); it imports nothing of the planner or the
@@ -39,6 +40,7 @@ from gbatch.head.store.pages import LISTING_SORTS, ListingQuery, Pages
 from gbatch.head.store.reads import JobBrief, Reads
 from gbatch.head.store.rows import ArrayTail, ListingPage, ListingSpecs, listing_spec, listing_specs
 from gbatch.head.store.schema import MIGRATIONS
+from gbatch.head.store.steps import StepRefused, Steps
 from gbatch.head.store.submit import Submission, Submit
 from gbatch.head.store.transitions import StateChange, Transitions
 from gbatch.head.store.usage import Usage, UsageRecords
@@ -61,6 +63,7 @@ __all__ = [
     "PendingLimitReached",
     "RunnableWindow",
     "StateChange",
+    "StepRefused",
     "Store",
     "StoreError",
     "StoreFull",
@@ -73,7 +76,7 @@ __all__ = [
 ]
 
 
-class Store(Submit, Transitions, Reads, Dependencies, Pages, Window, UsageRecords, Nodes):
+class Store(Submit, Transitions, Reads, Dependencies, Pages, Window, UsageRecords, Nodes, Steps):
     """The job store: SQLite in WAL mode, one writer (gbatchd), every write one transaction.
 
     Store(path, notify=Notices or None, feed=event log lines or None).

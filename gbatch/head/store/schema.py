@@ -174,4 +174,28 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (node, kind)
     ) WITHOUT ROWID
     """,
+    # 13: a job's steps (gbatch/core/steps.py): the processes `gbatch srun` and `gbatch
+    # salloc` start inside its allocation, numbered per job (salloc's shell is -2,
+    # "interactive"). One row per step, written when it opens and when it ends; the
+    # open ones are read by an index of their own each pass (collecting their ends).
+    """
+    CREATE TABLE steps (
+        job_id      INTEGER NOT NULL REFERENCES jobs(id),
+        step_id     INTEGER NOT NULL,
+        attempt     INTEGER NOT NULL,
+        name        TEXT    NOT NULL,
+        argv        TEXT    NOT NULL,
+        state       TEXT    NOT NULL,
+        user        TEXT    NOT NULL,
+        pty         INTEGER NOT NULL DEFAULT 0,
+        leads       INTEGER NOT NULL DEFAULT 0,
+        start_time  REAL    NOT NULL,
+        end_time    REAL,
+        exit_code   INTEGER,
+        exit_signal INTEGER,
+        reason      TEXT    NOT NULL DEFAULT '',
+        PRIMARY KEY (job_id, step_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX steps_open ON steps(job_id) WHERE state = 'RUNNING'
+    """,
 )

@@ -1,0 +1,116 @@
+"""A job's steps: the processes started inside its allocation, as Slurm numbers and names them.
+
+A job is an allocation (GPUs, CPUs, memory, time, on one node); a step is a process run
+inside it with its input and output carried back to whoever started it (`gbatch srun`,
+`gbatch salloc`). Steps are numbered from 0 per job (`N.0`, `N.1`); salloc's shell is
+the step `N.interactive`, and a batch job's script is shown as `N.batch` (never stored:
+the job's own run is that step). Pure values only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gbatch.core.model import JobState
+
+# The step id salloc's shell is stored under (Slurm's SLURM_INTERACTIVE_STEP prints as
+# "interactive"); numbered steps are 0 and up.
+INTERACTIVE = -2
+BATCH = -1  # a batch job's script as sacct shows it: never a stored step
+
+# What a step is shown as ending with: its own exit, or the end of its allocation.
+STEP_END_STATES = frozenset(
+    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.OUT_OF_MEMORY}
+)
+
+
+def step_label(step_id: int) -> str:
+    """`0`, `1`, ... or `interactive` / `batch`, as Slurm prints a step after `N.`."""
+    if step_id == INTERACTIVE:
+        return "interactive"
+    if step_id == BATCH:
+        return "batch"
+    return str(step_id)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a job, as the store keeps it.
+
+    `leads`: the step an `srun`/`salloc` allocation was made for (its first): when it
+    ends, the allocation ends with its exit status. `hangup`: it ended because its
+    client went away (the connection dropped).
+    """
+
+    job_id: int
+    step_id: int
+    attempt: int
+    name: str
+    argv: tuple[str, ...]
+    state: JobState
+    start_time: float
+    user: str  # who opened it (the job's owner, or an admin)
+    pty: bool = False
+    leads: bool = False
+    end_time: float | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    reason: str = ""
+
+    @property
+    def label(self) -> str:
+        """`N.M` as Slurm prints it (`12.0`, `12.interactive`)."""
+        return f"{self.job_id}.{step_label(self.step_id)}"
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "job": self.job_id,
+            "step": self.step_id,
+            "attempt": self.attempt,
+            "name": self.name,
+            "argv": list(self.argv),
+            "state": self.state.value,
+            "start": self.start_time,
+            "end": self.end_time,
+            "exit_code": self.exit_code,
+            "exit_signal": self.exit_signal,
+            "user": self.user,
+            "pty": self.pty,
+            "leads": self.leads,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, object]) -> Step:
+        """A step from to_wire's form (trusted: the daemon's reply or the store's row)."""
+        return cls(
+            job_id=int(data["job"]),  # type: ignore[call-overload]
+            step_id=int(data["step"]),  # type: ignore[call-overload]
+            attempt=int(data["attempt"]),  # type: ignore[call-overload]
+            name=str(data["name"]),
+            argv=tuple(str(a) for a in data["argv"]),  # type: ignore[attr-defined]
+            state=JobState(data["state"]),
+            start_time=float(data["start"]),  # type: ignore[arg-type]
+            end_time=None if data.get("end") is None else float(data["end"]),  # type: ignore[arg-type]
+            exit_code=data.get("exit_code"),  # type: ignore[arg-type]
+            exit_signal=data.get("exit_signal"),  # type: ignore[arg-type]
+            user=str(data.get("user", "")),
+            pty=bool(data.get("pty", False)),
+            leads=bool(data.get("leads", False)),
+            reason=str(data.get("reason", "")),
+        )
+
+
+def step_end_state(exit_code: int, signum: int, *, hangup: bool) -> JobState:
+    """How a step that exited is recorded: COMPLETED, CANCELLED or FAILED.
+
+    COMPLETED on exit 0; CANCELLED when its client went away (it was hung up on)."""
+    if hangup:
+        return JobState.CANCELLED
+    return JobState.COMPLETED if exit_code == 0 and signum == 0 else JobState.FAILED
+
+
+def step_name(argv: tuple[str, ...] | list[str]) -> str:
+    """A step's name as Slurm gives it: its command's base name."""
+    first = argv[0] if argv else "step"
+    return first.rstrip("/").rsplit("/", 1)[-1][:128] or "step"

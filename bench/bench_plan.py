@@ -74,6 +74,14 @@ NODES = 100
 GPUS_PER_NODE = 8
 GPU_MIX = (1, 1, 1, 2, 4, 8)
 NOW = 1_700_000_000.0
+# --types: each node's GPUs are half A100s, half RTX 4090s, and this share of the jobs asks
+# for one of the two types (GPU_MIX up to 4: as many as a node has of one), where the
+# checkout knows GPU types (issue 30); a checkout that does not gets the same jobs untyped.
+TYPED_SHARE = 0.3
+GPU_TYPES = ("a100", "rtx4090")
+SIMULATED_MODELS = ("a100-80gb",) * 4 + ("rtx4090",) * 4
+TYPES = {"on": False}  # set by --types
+KNOWS_TYPES = "gpu_type" in JobSpec.__dataclass_fields__
 
 
 def make_jobs(rng: random.Random, count: int = JOBS) -> list[Job]:
@@ -87,6 +95,9 @@ def make_jobs(rng: random.Random, count: int = JOBS) -> list[Job]:
             priority=rng.choice((0, 0, 0, 10)),
             nice=rng.choice((0, 0, 5)),
         )
+        if TYPES["on"] and rng.random() < TYPED_SHARE:
+            gpus, kind = min(spec.gpus, 4), rng.choice(GPU_TYPES)
+            spec = replace(spec, gpus=gpus, **({"gpu_type": kind} if KNOWS_TYPES else {}))
         jobs.append(
             Job(
                 id=job_id,
@@ -113,15 +124,24 @@ def make_nodes(rng: random.Random, busy_per_node: int) -> list[NodeView]:
             when = rng.choice((NOW + rng.uniform(60, 86_400), float("inf")))
             releases.append((when, count))
             left -= count
-        nodes.append(
-            NodeView(
-                name=f"gpu{n:03d}",
-                gpus_total=GPUS_PER_NODE,
-                free_gpus=free,
-                available=rng.random() > 0.03,
-                releases=tuple(releases),
-            )
+        view = NodeView(
+            name=f"gpu{n:03d}",
+            gpus_total=GPUS_PER_NODE,
+            free_gpus=free,
+            available=rng.random() > 0.03,
+            releases=tuple(releases),
         )
+        if TYPES["on"] and KNOWS_TYPES:  # releases by type: the busy GPUs' types, in order
+            types = [GPU_TYPES[g * 2 // GPUS_PER_NODE] for g in range(GPUS_PER_NODE)]
+            busy = iter(types[g] for g in range(GPUS_PER_NODE) if g not in free)
+            typed = [(when, next(busy)) for when, count in releases for _ in range(count)]
+            view = replace(
+                view,
+                gpu_types=tuple(enumerate(types)),
+                features=frozenset(GPU_TYPES),
+                typed_releases=tuple((when, kind, 1) for when, kind in typed),
+            )
+        nodes.append(view)
     return nodes
 
 
@@ -170,7 +190,11 @@ def main() -> None:
     parser.add_argument("--checkout", type=Path, action="append", default=[])
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--churn", type=int, default=300, help="passes with submits/cancels")
+    parser.add_argument(
+        "--types", action="store_true", help="GPUs of two types; a share of jobs asks a type"
+    )
     args = parser.parse_args()
+    TYPES["on"] = args.types
     if args.checkout:
         loop_checkouts(args)
         return
@@ -262,6 +286,7 @@ def loop_checkouts(args: argparse.Namespace) -> None:
                     f"--runs={args.runs}",
                     f"--seed={args.seed}",
                     f"--churn={args.churn}",
+                    *(["--types"] if args.types else []),
                 ],
                 env=env,
                 check=True,
@@ -498,14 +523,14 @@ def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Rand
     with submits and cancels; then a restarted loop's first read and the pass after."""
     from gbatch.head.daemon import Daemon
     from gbatch.head.store import Store
-    from gbatch.site.config import Config, Paths
+    from gbatch.site.config import Paths
 
     pending = len(jobs)
     fulls = FullCollections()
     with tempfile.TemporaryDirectory() as tmp:
         paths = Paths(Path(tmp))
         store = Store(paths.store)
-        daemon = Daemon(paths, Config(simulate_gpus=GPUS_PER_NODE), store)
+        daemon = Daemon(paths, loop_config(), store)
         try:
             by_user: dict[str, list[Job]] = {}
             for job in jobs:
@@ -549,7 +574,7 @@ def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Rand
             daemon.fleet.stop()
             daemon.committer.close()
             cold_store_caches()
-            daemon = Daemon(paths, Config(simulate_gpus=GPUS_PER_NODE), store)
+            daemon = Daemon(paths, loop_config(), store)
             daemon.fleet.start()
             wait_for_gpus(daemon)
             start_collector(daemon)
@@ -567,8 +592,15 @@ def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Rand
     samples.sort()
     median = statistics.median(samples)
     p90 = samples[min(len(samples) - 1, round(0.9 * (len(samples) - 1)))]
+    typed = (
+        f" ({TYPED_SHARE:.0%} of them asking a100 or rtx4090, the node 4 of each)"
+        if TYPES["on"] and KNOWS_TYPES
+        else " (--types: the same jobs, untyped: this checkout has no GPU types)"
+        if TYPES["on"]
+        else ""
+    )
     print(
-        f"Daemon.schedule(): {pending} pending in the store, the node's 8 GPUs all taken: "
+        f"Daemon.schedule(): {pending} pending in the store{typed}, the node's 8 GPUs all taken: "
         f"{told('first read', first, second, first_fulls)}; then median {median:.1f} ms, "
         f"p90 {p90:.1f} ms, the longest {samples[-1]:.1f} ms ({samples_fulls}) "
         f"(goal <= {GOAL_MS:.0f} ms a pass); RSS {rss_before:.0f} MiB before the first "
@@ -576,6 +608,17 @@ def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Rand
         f"{told('a restart', restart_first, restart_second, restart_fulls)}",
         flush=True,
     )
+
+
+def loop_config() -> Any:
+    """The loop's daemon's config: 8 simulated GPUs, of two models with --types where the
+    checkout knows them."""
+    from gbatch.site.config import Config
+
+    config = Config(simulate_gpus=GPUS_PER_NODE)
+    if TYPES["on"] and "simulated_models" in Config.__dataclass_fields__:
+        config = replace(config, simulated_models=SIMULATED_MODELS)
+    return config
 
 
 def wait_for_gpus(daemon: Daemon) -> None:

@@ -328,11 +328,15 @@ def make_app(
     *,
     local_metrics: bool = False,
     limits: RateLimits | None = None,
+    trusted_proxies: tuple[str, ...] = (),
 ) -> Starlette:
     """The API's ASGI app, talking to the daemon at `socket_path`.
 
     `local_metrics`: serve /metrics without a token to clients on this machine's
     loopback. `limits`: each user's share (api/ratelimit.py; the defaults when None).
+    `trusted_proxies`: addresses or networks whose X-Forwarded-For and
+    X-Forwarded-Proto are believed (the client's address for the limits, https for the
+    web page's Secure cookie); from anyone else they are ignored.
     """
     limiter = Limiter(limits or RateLimits())
     api = Api(socket_path, timeout, local_metrics=local_metrics, limiter=limiter)
@@ -353,6 +357,7 @@ def make_app(
         await response(scope, receive, send)
 
     return _App(
+        trusted_proxies=trusted_proxies,
         # POST /jobs, the request a CI pipeline repeats, straight to its endpoint.
         shortcuts={("POST", PREFIX + "/jobs"): RateLimitMiddleware(submit, limiter)},
         routes=[
@@ -381,12 +386,17 @@ class _App(Starlette):
     A bug (an exception no route handles) is answered 500 `internal` and logged once per
     kind per window with its traceback, the repeats counted (core/loglines.InternalErrors),
     never re-raised to the server, which would write a traceback per request: a loop
-    of requests that hit one must not fill the disk."""
+    of requests that hit one must not fill the disk.
+
+    With `trusted_proxies`, a request from one of them is first given the client's
+    address and scheme its X-Forwarded-For and X-Forwarded-Proto say (uvicorn's
+    ProxyHeadersMiddleware), before the shortcuts and the rate limit see it."""
 
     def __init__(
         self,
         *,
         shortcuts: dict[tuple[str, str], ASGIApp],
+        trusted_proxies: tuple[str, ...] = (),
         bugs: InternalErrors | None = None,
         **options: Any,
     ) -> None:
@@ -395,7 +405,16 @@ class _App(Starlette):
         # No loop of ours ticks here: the budget's own timer writes the counts.
         self.bugs = bugs or InternalErrors(log, timer=True)
 
+        self.entry: ASGIApp = self._dispatch
+        if trusted_proxies:
+            from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+            self.entry = ProxyHeadersMiddleware(self._dispatch, list(trusted_proxies))  # type: ignore[arg-type,assignment]
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.entry(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan: a failed start-up is the server's to tell
             await super().__call__(scope, receive, send)
             return

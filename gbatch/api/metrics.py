@@ -184,7 +184,11 @@ def _nodes_text(rows: Sequence[Mapping[str, Any]], round_trips: Mapping[str, Any
             used.add(labels, gpu.memory_used_mib)
             free.add(labels, max(gpu.memory_total_mib - gpu.memory_used_mib, 0))
             simulated = str(gpu.simulated).lower()
-            info.add(f'{labels},model_name="{_escape(gpu.name)}",simulated="{simulated}"', 1)
+            info.add(
+                f'{labels},gpu_type="{_escape(gpu.type)}",model_name="{_escape(gpu.name)}",'
+                f'simulated="{simulated}"',
+                1,
+            )
             held.add(labels, 1 if gpu.index in node.allocations else 0)
             foreign.add(labels, gpu.foreign_processes)
     rtt = family(

@@ -7,6 +7,9 @@ Three limits per key, all answered 429 with Retry-After and the API's JSON error
   - requests at once (a stream of a log is not one of them; it has its own limit),
   - a request rate, a token bucket of `rate` a second up to `burst`,
   - logs followed at once (Server-Sent Events, /jobs/{job}/logs/follow and /ui's).
+And one for everyone together, answered 503 with Retry-After: `total` requests and
+streams at once, of which requests without a token gbatchd has accepted (`addr:` keys)
+take at most half, so that users with tokens are served while anonymous ones wait.
 
 Whose bucket a request draws on (`Limiter.key`):
   - `user:NAME` for a token gbatchd has accepted before (Limiter.vouch, called by the
@@ -58,6 +61,7 @@ class RateLimits:
     rate: float = 50.0  # requests a second, sustained
     burst: float = 100.0  # requests at once after a quiet while
     streams: int = 4  # logs followed at once
+    total: int = 512  # requests and streams at once, everyone's; half of it for anonymous ones
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class Refusal:
 
     message: str
     retry_after: int
+    status: int = 429
 
     def reply(self) -> dict[str, object]:
         return requests.error_reply("unavailable", self.message)
@@ -88,6 +93,9 @@ class Limiter:
     # The last token digested and its digest: a request's key() and vouch() ask for the
     # same one, and one client's requests repeat it (OpenSSL's sha256 is a few us a call).
     _last_digest: tuple[str, str] = ("", _EMPTY_DIGEST)
+    # Requests and streams admitted and not yet released: everyone's, and anonymous ones'.
+    _busy: int = 0
+    _busy_anonymous: int = 0
 
     # -- whose bucket -----------------------------------------------------------------
 
@@ -131,6 +139,15 @@ class Limiter:
         None when it may go on, and then `release` must follow once it is done; else the
         Refusal.
         """
+        anonymous = key.startswith("addr:")
+        total = self.limits.total
+        if self._busy >= total or (anonymous and self._busy_anonymous >= total // 2):
+            held = f"{total // 2} without a token gbatchd has accepted" if anonymous else total
+            return Refusal(
+                f"the API is serving its most requests at once ({held}). Try again in a moment",
+                1,
+                503,
+            )
         share = self._share(key, now)
         limit = self.limits.streams if stream else self.limits.requests
         held = share.streams if stream else share.requests
@@ -154,10 +171,15 @@ class Limiter:
             share.streams += 1
         else:
             share.requests += 1
+        self._busy += 1
+        self._busy_anonymous += anonymous
         return None
 
     def release(self, key: str, *, stream: bool = False) -> None:
         """An admitted request (or stream) of `key` is done."""
+        self._busy = max(0, self._busy - 1)
+        if key.startswith("addr:"):
+            self._busy_anonymous = max(0, self._busy_anonymous - 1)
         share = self._shares.get(key)
         if share is None:
             return
@@ -208,7 +230,7 @@ class RateLimitMiddleware:
         refusal = self.limiter.admit(key, self.clock(), stream=stream)
         if refusal is not None:
             response = JSONResponse(
-                refusal.reply(), 429, headers={"Retry-After": str(refusal.retry_after)}
+                refusal.reply(), refusal.status, headers={"Retry-After": str(refusal.retry_after)}
             )
             await response(scope, receive, send)
             return

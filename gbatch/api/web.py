@@ -57,6 +57,13 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 STATIC = {"app.css": "text/css", "job.js": "text/javascript"}
+# Why the login page is shown (its ?why=): a key of this table, never text from the URL,
+# which anyone may write into a link they send.
+LOGIN_REASONS = {
+    "refused": "the session's token is no longer accepted (expired, revoked, or its "
+    "user gone): sign in with a new one (gbatch token)",
+    "signed-out": "signed out",
+}
 STATES = ("PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 
 
@@ -131,7 +138,7 @@ class Web:
 
         fields = json.loads(bytes(reply.body))
         if fields["kind"] == "unauthenticated":
-            return _to_login(fields["error"])
+            return _to_login("refused")
         return self.page(http, "error.html", reply.status_code, message=fields["error"])
 
     async def ask(self, http: Request, request: requests.Request) -> dict[str, Any] | Response:
@@ -162,7 +169,7 @@ class Web:
     # -- pages --------------------------------------------------------------------------
 
     async def login_form(self, http: Request) -> Response:
-        return self.login_page(http, 200, http.query_params.get("why", ""))
+        return self.login_page(http, 200, LOGIN_REASONS.get(http.query_params.get("why", ""), ""))
 
     async def login(self, http: Request) -> Response:
         fields = await self.form(http)
@@ -185,15 +192,23 @@ class Web:
             samesite="strict",
             secure=http.url.scheme == "https",
         )
-        response.delete_cookie(LOGIN_COOKIE, path="/ui/login", httponly=True, samesite="strict")
+        response.delete_cookie(
+            LOGIN_COOKIE,
+            path="/ui/login",
+            httponly=True,
+            samesite="strict",
+            secure=http.url.scheme == "https",
+        )
         return response
 
     async def logout(self, http: Request) -> Response:
         fields = await self.form(http)
         if isinstance(fields, Response):
             return fields
-        response = _to_login("signed out")
-        response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
+        response = _to_login("signed-out")
+        response.delete_cookie(
+            COOKIE, path="/ui", httponly=True, samesite="strict", secure=http.url.scheme == "https"
+        )
         return response
 
     async def queue(self, http: Request) -> Response:
@@ -299,6 +314,7 @@ class Web:
 
 
 def _to_login(why: str) -> RedirectResponse:
+    """To the login page, saying LOGIN_REASONS[why] (nothing when "")."""
     where = "/ui/login" + (f"?{urllib.parse.urlencode({'why': why})}" if why else "")
     return RedirectResponse(where, 303, headers=SECURITY_HEADERS)
 

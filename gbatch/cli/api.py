@@ -45,6 +45,15 @@ def add_parser(commands: Any) -> None:
         "this process's user: for a Prometheus on the head. Elsewhere a token with scope "
         "read is needed",
     )
+    p.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="a reverse proxy's address or network (repeat for more): only from it are "
+        "X-Forwarded-For (the client's address) and X-Forwarded-Proto (https: the web "
+        "page's cookie is Secure) believed. Default: none, from anyone",
+    )
     limits = p.add_argument_group(
         "each user's share (a token's user; a client address for requests without a "
         "token gbatchd has accepted); past it: 429 with Retry-After"
@@ -120,7 +129,30 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if (args.tls_cert is None) != (args.tls_key is None):
         raise CliError("--tls-cert and --tls-key go together", Exit.USAGE)
     host, port = parse_listen(args.listen, tls=args.tls_cert is not None)
+    args.trusted_proxy = parse_trusted_proxies(args.trusted_proxy)
     return _serve(ctx, host, port, args.tls_cert, args.tls_key, args.local_metrics, args)
+
+
+def parse_trusted_proxies(given: list[str]) -> tuple[str, ...]:
+    """`--trusted-proxy` values as addresses or networks (CIDR); CliError (usage) else.
+
+    Everyone (`*`, 0.0.0.0/0) is refused: the headers would be anyone's to forge.
+    """
+    proxies: list[str] = []
+    for text in given:
+        try:
+            network = ipaddress.ip_network(text.strip(), strict=False)
+        except ValueError:
+            network = None
+        if network is None or network.prefixlen == 0:
+            raise CliError(
+                f"--trusted-proxy: {text!r} is not a proxy's address or network, e.g. "
+                "127.0.0.1 or 10.1.0.0/24 (trusting everyone would let any client name "
+                "its own address)",
+                Exit.USAGE,
+            )
+        proxies.append(str(network.network_address) if network.num_addresses == 1 else str(network))
+    return tuple(dict.fromkeys(proxies))
 
 
 def make_listener(host: str, port: int) -> socket.socket:
@@ -156,7 +188,9 @@ def _serve(
     import uvicorn
 
     from gbatch.api.app import make_app
+    from gbatch.api.guard import Guard
     from gbatch.api.ratelimit import RateLimits
+    from gbatch.api.server import GuardedServer
 
     given = {
         "requests": args.user_requests,
@@ -169,14 +203,26 @@ def _serve(
     listener = make_listener(host, port)
     bound = listener.getsockname()[1]
     _bound_server_logs()
+    app = make_app(
+        ctx.paths.socket,
+        local_metrics=local_metrics,
+        limits=limits,
+        trusted_proxies=args.trusted_proxy,
+    )
     config = uvicorn.Config(
-        make_app(ctx.paths.socket, local_metrics=local_metrics, limits=limits),
+        app,
         ssl_certfile=cert,
         ssl_keyfile=key,
         log_config=None,  # one line per start below; the daemon's log audits each request
         access_log=False,
         server_header=False,
-        limit_concurrency=256,  # past it: 503 rather than a thread and a socket each
+        # make_app reads X-Forwarded-* from --trusted-proxy only (uvicorn's own
+        # default would believe anyone on 127.0.0.1, local users included).
+        proxy_headers=False,
+        # Requests at once are limited by the rate limiter (per user, and in all), and
+        # connections by the guard (api/server.py): uvicorn's limit_concurrency would
+        # count the connections of slow clients that have not sent a request yet.
+        limit_concurrency=None,
         timeout_keep_alive=5,
         # uvloop (a dependency) when it imports, else asyncio's own loop: the same
         # behaviour, libuv's loop in C in place of asyncio's selector loop in Python
@@ -189,7 +235,7 @@ def _serve(
         f"gbatch API on {scheme}://{shown}:{bound}/api/v1 (gbatchd at {ctx.paths.socket})",
         flush=True,
     )
-    uvicorn.Server(config).run(sockets=[listener])
+    GuardedServer(config, Guard()).run(sockets=[listener])
     return Exit.OK
 
 

@@ -31,7 +31,8 @@ def add_parser(commands: Any) -> None:
         "then queued again; a finished one is queued again) | "
         "gbatch scontrol show node [NAME] | gbatch scontrol show partition [NAME] | "
         "gbatch scontrol update JobId=12 TimeLimit=30:00 Priority=-5 (keys, any case: "
-        f"{', '.join(UPDATE_KEYS)}; Name= is JobName=, Gres=gpu:N sets NumGPUs; a pending "
+        f"{', '.join(UPDATE_KEYS)}; Name= is JobName=; Gres=gpu[:TYPE]:N sets the GPUs and "
+        "their type, NumGPUs=N the count alone; Features= (or Constraint=) the -C list; a pending "
         "job's fields, a running job's TimeLimit; raising a time limit or a priority "
         "needs an admin, as in Slurm)",
     )

@@ -285,6 +285,12 @@ class JobSpec:
     # once; None: no limit. Set by the daemon from --array and scontrol update.
     array_throttle: int | None = None
     notify: tuple[NotifyHook, ...] = ()  # the job's own webhooks (`notify:`)
+    # The GPU model its GPUs must be (`--gres=gpu:a100:2`: "a100", gbatch/core/gputypes.py);
+    # None: any GPUs, of one model or several.
+    gpu_type: str | None = None
+    # Slurm's -C/--constraint, normalized (gbatch/core/constraints.py): the features its
+    # node must have; None: any node of its partition.
+    constraint: str | None = None
     # An allocation made by `gbatch srun` or `gbatch salloc` (its value says which):
     # its run holds the resources (INTERACTIVE_HOLD) while its steps run the command,
     # and it ends when its first step does (gbatch/core/steps.py). None: a batch job,
@@ -447,6 +453,8 @@ _OPTIONAL_KEYS = (
     "mail_user",
     "comment",
     "array_throttle",
+    "gpu_type",
+    "constraint",
 )
 
 
@@ -533,6 +541,9 @@ class Gpu:
     utilization_pct: int | None = None  # None: not supported by the device
     foreign_processes: int = 0  # compute processes gbatch did not start
     simulated: bool = False
+    # Its model as a short type (gbatch/core/gputypes.py, the head's rules): "a100";
+    # "" when its name is no model gbatch knows (it goes to jobs asking any GPU).
+    type: str = ""
 
 
 class NodeState(enum.Enum):
@@ -570,6 +581,13 @@ class NodeView:
     free_cpus: int = 0
     mem_total_mb: int | None = None
     free_mem_mb: int = 0
+    # The type of each of its GPUs that has one (gbatch/core/gputypes.py), as (index,
+    # type); a GPU left out has none and goes only to a job asking for any GPU.
+    gpu_types: tuple[tuple[int, str], ...] = ()
+    # What -C/--constraint may ask of it: its inventory features and its GPUs' types.
+    features: frozenset[str] = frozenset()
+    # `releases` by GPU type, for a typed job's reservation: (time, type, GPUs freed).
+    typed_releases: tuple[tuple[float, str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -623,6 +641,14 @@ class NodeInfo:
     # When `reason` was set (epoch seconds) and by whom: sinfo -R's TIMESTAMP and USER.
     reason_time: float | None = None
     reason_user: str = ""
+    # Its inventory features (nvlink, ib), lowercase; its GPUs' types are features too.
+    features: tuple[str, ...] = ()
+
+    @property
+    def all_features(self) -> tuple[str, ...]:
+        """What -C/--constraint may ask of it: its features, then its GPUs' types."""
+        types = [g.type for g in self.gpus if g.type]
+        return tuple(dict.fromkeys([*self.features, *sorted(set(types))]))
 
     @property
     def gpus_total(self) -> int:

@@ -89,6 +89,7 @@ class Daemon:
             clock,
             monotonic,
             partitions=partitions_of(inventory),
+            features={n.name: n.features for n in inventory.nodes} if inventory else None,
         )
         self.committer = GroupCommitter(store, clock)
         self.refusal_lines = RefusalLines(monotonic)  # how many refusals get audit lines
@@ -100,7 +101,7 @@ class Daemon:
         # The brief records of listings (the HTTP API's GET /jobs), kept while unchanged.
         self.brief_records = listings.BriefRecords()
         # Delivers the store's outbox (mail, webhooks) in its own thread, once started.
-        self.outbox = Outbox(store, config, clock)
+        self.outbox = Outbox(store, config, clock, self.internal_errors)
         store.on_full = self.outbox.tell_store_full
         # The loop's steps (gbatch/head/loop/), each with what it keeps between passes.
         self.runs = Runs(store, self.fleet, config, self.metrics, self.wake, monotonic)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from gbatch.core.model import ALLOCATED_STATES, Gpu, Job, NodeInfo, NodeState, NodeView
@@ -46,8 +47,13 @@ class Fleet:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         partitions: Sequence[Partition] = (),
+        features: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.nodes: dict[str, Node] = {node.name: node for node in nodes}
+        # node name -> its inventory features (-C/--constraint), in the file's order.
+        self.features: dict[str, tuple[str, ...]] = {
+            name: tuple(listed) for name, listed in (features or {}).items()
+        }
         # name -> partition, in the inventory's order; the default one is marked.
         self.partitions: dict[str, Partition] = {p.name: p for p in partitions}
         self._partitions_of: dict[str, tuple[str, ...]] = {
@@ -166,21 +172,31 @@ class Fleet:
         if report is None or liveness.state != "up":
             why = f"{liveness.state}: {liveness.describe(problem if report is None else '')}"
             return NodeView(
-                node.name, 0, (), available=False, unavailable_reason=why, partitions=partitions
+                node.name,
+                0,
+                (),
+                available=False,
+                unavailable_reason=why,
+                partitions=partitions,
+                features=frozenset(self.features.get(node.name, ())),
             )
         gpus = node.gpus(report)
         mine = [job for job in allocated if job.node == node.name]
         free = self.free_gpus(node, gpus, {g for job in mine for g in job.gpus})
-        releases = tuple(
+        ends = [
             (
                 (job.start_time or self.clock()) + job.spec.time_limit
                 if job.spec.time_limit
                 else float("inf"),
-                len(job.gpus),
+                job,
             )
             for job in mine
             if job.gpus
-        )
+        ]
+        releases = tuple((when, len(job.gpus)) for when, job in ends)
+        gpu_types = tuple((g.index, g.type) for g in gpus if g.type)
+        typed = _typed_releases(ends, dict(gpu_types)) if gpu_types else ()
+        features = frozenset(self.features.get(node.name, ())) | {t for _, t in gpu_types}
         closed = None
         if node.name in drained:
             closed = f"drained: {drained[node.name]}"
@@ -197,6 +213,9 @@ class Fleet:
                 partitions=partitions,
                 cpus_total=report.cpus,
                 mem_total_mb=report.memory_mb,
+                gpu_types=gpu_types,
+                features=features,
+                typed_releases=typed,
             )
         runs_containers = not check_engine or node.docker_problem(now) is None
         return NodeView(
@@ -210,6 +229,9 @@ class Fleet:
             free_cpus=(report.cpus or 0) - sum(job.spec.cpus_reserved for job in mine),
             mem_total_mb=report.memory_mb,
             free_mem_mb=(report.memory_mb or 0) - sum(job.spec.memory_mb or 0 for job in mine),
+            gpu_types=gpu_types,
+            features=features,
+            typed_releases=typed,
         )
 
     # -- what requests ask ------------------------------------------------------------
@@ -255,6 +277,7 @@ class Fleet:
                 # Silent since its last report: the head itself set this reason.
                 reason_time=self.clock() - liveness.silent_seconds,
                 reason_user=_head_user(),
+                features=self.features.get(node.name, ()),
             )
         gpus = node.gpus(report)
         if node.name in drained:
@@ -294,6 +317,7 @@ class Fleet:
             mem_allocated_mb=sum(job.spec.memory_mb or 0 for job in mine),
             reason_time=reason_time,
             reason_user=reason_user,
+            features=self.features.get(node.name, ()),
         )
 
     def all_reported(self) -> bool:
@@ -317,7 +341,10 @@ class Fleet:
             report, _ = node.report()
             if report is None:
                 return None
-            sizes.append(NodeSize(name, len(node.gpus(report)), report.cpus, report.memory_mb))
+            gpus = node.gpus(report)
+            types = tuple(sorted(Counter(g.type for g in gpus if g.type).items()))
+            features = frozenset(self.features.get(name, ())) | {t for t, _ in types}
+            sizes.append(NodeSize(name, len(gpus), report.cpus, report.memory_mb, types, features))
         return sizes
 
     def max_gpus_per_node(self) -> tuple[int, str]:
@@ -327,9 +354,20 @@ class Fleet:
             report, problem = node.report()
             if report is None:
                 why = problem
-            elif len(report.gpus) > best or best == 0:
-                best, why = len(report.gpus), report.note
+            elif len(node.gpus(report)) > best or best == 0:
+                best, why = len(node.gpus(report)), report.note
         return best, why
+
+
+def _typed_releases(
+    ends: Sequence[tuple[float, Job]], types: Mapping[int, str]
+) -> tuple[tuple[float, str, int], ...]:
+    """(time, type, GPUs of that type freed) for each job's end and each of its GPUs' types."""
+    typed: list[tuple[float, str, int]] = []
+    for when, job in ends:
+        counts = Counter(types[g] for g in job.gpus if g in types)
+        typed.extend((when, kind, count) for kind, count in sorted(counts.items()))
+    return tuple(typed)
 
 
 _DRAINED_BY = re.compile(r" \[([^\[\]]+)\]$")

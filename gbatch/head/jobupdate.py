@@ -15,13 +15,15 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from gbatch.core import dependency
+from gbatch.core.gputypes import gres_text
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.core.timefmt import TimeLimitError, format_duration, parse_time_limit, show_value
 from gbatch.jobspec.slurmopts import (
     check_comment,
+    check_constraint,
     check_dependency,
-    check_gpus,
     check_partition,
+    parse_gpus,
     parse_gres,
 )
 from gbatch.jobspec.spec import SpecError, _check_name
@@ -81,7 +83,7 @@ def plan_update(
                 "invalid",
                 f"{text}: not a key gbatch updates. Use one of {keys_listed()} (any case)",
             )
-        named["NumGPUs" if key == "Gres" else key] = value if key != "Gres" else _gres(value)
+        named[key] = value
     if job.state.is_final or job.state is JobState.COMPLETING:
         raise UpdateRefused(
             "invalid",
@@ -107,13 +109,6 @@ def plan_update(
         RUNNING_STATES | {JobState.PENDING} if set(named) <= RUNNING_KEYS else {JobState.PENDING}
     )
     return Update(spec, tuple(notes), frozenset(states))
-
-
-def _gres(value: str) -> str:
-    try:
-        return str(parse_gres(value))
-    except SpecError as err:
-        raise UpdateRefused("invalid", f"Gres: {err.message}") from None
 
 
 def _spec_error(key: str, err: SpecError | TimeLimitError) -> UpdateRefused:
@@ -193,12 +188,50 @@ def _dependency(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | 
 
 
 def _gpus(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
-    text = value.strip()
+    """NumGPUs=N changes the count and keeps the job's GPU type; NumGPUs=TYPE:N sets both."""
     try:
-        gpus = check_gpus(int(text) if text.isdigit() else text, "NumGPUs")
+        kind, gpus = parse_gpus(value, "NumGPUs")
     except SpecError as err:
         raise _spec_error("NumGPUs", err) from None
-    return replace(spec, gpus=gpus), _arrow(spec.gpus, gpus)
+    kind = spec.gpu_type if ":" not in value else kind
+    return _new_gpus(spec, kind, gpus, "NumGPUs")
+
+
+def _gres(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
+    """Gres=gpu[:TYPE]:N replaces the job's GPU request whole, as in Slurm."""
+    try:
+        kind, gpus = parse_gres(value)
+    except SpecError as err:
+        raise UpdateRefused("invalid", f"Gres: {err.message}") from None
+    return _new_gpus(spec, kind, gpus, "Gres")
+
+
+def _new_gpus(spec: JobSpec, kind: str | None, gpus: int, key: str) -> tuple[JobSpec, str | None]:
+    if kind is not None and gpus == 0:
+        raise UpdateRefused(
+            "invalid", f"{key}: GPU type {kind} but no GPUs. Ask for some ({kind}:1), or drop it"
+        )
+    new = replace(spec, gpus=gpus, gpu_type=kind)
+    return new, _arrow(_gres_of(spec), _gres_of(new))
+
+
+def _gres_of(spec: JobSpec) -> str:
+    """A spec's GPUs as scontrol update takes them back: `gpu:a100:2`, `gpu:2`, `(null)`."""
+    return gres_text(spec.gpus, spec.gpu_type) if spec.gpus else "(null)"
+
+
+def _features(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
+    """Features= (Slurm's name for the job's constraint); empty clears it."""
+    if not value.strip():
+        constraint = None
+    else:
+        try:
+            constraint = check_constraint(value, "Features")
+        except SpecError as err:
+            raise _spec_error("Features", err) from None
+    return replace(spec, constraint=constraint), _arrow(
+        spec.constraint or "(null)", constraint or "(null)"
+    )
 
 
 def _partition(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
@@ -229,6 +262,8 @@ _CHANGES = {
     "JobName": _name,
     "Dependency": _dependency,
     "NumGPUs": _gpus,
+    "Gres": _gres,
+    "Features": _features,
     "Partition": _partition,
     "Comment": _comment,
 }

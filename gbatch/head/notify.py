@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from gbatch.core.labels import format_spans, merge_spans
 from gbatch.core.model import Gpu, Job, JobState, NotifyHook
 from gbatch.core.timefmt import format_elapsed_fixed
+from gbatch.core.urls import has_dot_segment
 
 # The outbox's own: read through here too by the outbox worker and the tests.
 from gbatch.head.store.notices import ARRAY_ATTEMPT as ARRAY_ATTEMPT
@@ -292,11 +293,16 @@ def owner(payload: Mapping[str, object]) -> str:
 
 
 def url_allowed(url: str, prefixes: tuple[str, ...]) -> bool:
-    """Whether a job's webhook may be posted to: its URL starts with an allowed prefix.
+    """Whether a job's webhook may be posted to: under an allowed prefix, resolved.
 
-    Each prefix names its host and ends in a path (config.py checks), so
-    https://hooks.slack.com/ cannot be matched by https://hooks.slack.com.evil.example.
+    Its URL starts with an allowed prefix, and its path has no dot-segment that would
+    take it out of the prefix once resolved. Each prefix names its host and ends in a
+    path (config.py checks), so https://hooks.slack.com/ cannot be matched by
+    https://hooks.slack.com.evil.example; and https://hooks.slack.com/services/../admin
+    (or %2e%2e) is refused, not resolved, as the server would resolve it (core/urls.py).
     """
+    if has_dot_segment(url):
+        return False
     return any(url.startswith(prefix) for prefix in prefixes)
 
 

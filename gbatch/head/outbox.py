@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gbatch.core.crashpoints import crash_point
+from gbatch.core.loglines import InternalErrors, loggable
 from gbatch.head import notify
 from gbatch.head.store import Store, StoreError, StoreFull
 from gbatch.site.config import STORE_FULL_EVENT, Config, ConfigError, Webhook
@@ -107,11 +108,18 @@ class Slots:
 
 class Outbox:
     def __init__(
-        self, store: Store, config: Config, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        config: Config,
+        clock: Callable[[], float] = time.time,
+        bugs: InternalErrors | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.clock = clock
+        # A delivery's bug is logged within the daemon's budget: a job's own webhook is
+        # its submitter's text, and a bug it hits would otherwise log a traceback a row.
+        self.bugs = bugs or InternalErrors(log)
         self.stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._hooks = {hook.name: hook for hook in config.webhooks}
@@ -177,9 +185,9 @@ class Outbox:
                 self.deliver_one(note)
             except StoreError as err:
                 log.error("outbox: %s; trying again", err)
-            except Exception:
+            except Exception as err:
                 # A worker's entry point: a bug in one delivery must not shrink the pool.
-                log.exception("outbox: delivering %s to %s failed", note.kind, note.target)
+                self.bugs.report(err, f"outbox: delivering {loggable(note.kind)}")
             finally:
                 self.slots.release(note)
                 self._wake.set()

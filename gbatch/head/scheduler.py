@@ -12,7 +12,10 @@ import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
+from gbatch.core.constraints import parse as parse_constraint
+from gbatch.core.constraints import satisfied
 from gbatch.core.limits import Use, UserLimits
 from gbatch.core.model import BEGIN_TIME_REASON, HELD_REASON, Assignment, Job, NodeView, Plan
 from gbatch.head.fairshare import factors
@@ -53,6 +56,8 @@ class _Reservation:
     node: int  # index into the available nodes
     start: float  # the earliest time the blocked job fits on that node
     spare: int  # GPUs free on that node at `start` beyond what the blocked job needs
+    # The blocked job's GPU type: `spare` counts GPUs of that type only (None: any).
+    gpu_type: str | None = None
 
 
 def plan(
@@ -71,12 +76,17 @@ def plan(
     what their jobs hold now (a user left out holds nothing).
 
     Jobs are taken in `queue_order`. A job with a partition (`spec.partition`) sees
-    only the nodes in it (`NodeView.partitions`): every "node" below means a node of its
-    partition; a job without one (queued before partitions) sees every node. Each job
-    either gets an Assignment or a reason:
+    only the nodes in it (`NodeView.partitions`), and a job with a constraint
+    (`spec.constraint`) only those whose `NodeView.features` satisfy it: every "node"
+    below means such a node; a job without a partition (queued before partitions) sees
+    every node. A job with a GPU type (`spec.gpu_type`) counts only the GPUs of that
+    type (`NodeView.gpu_types`): "GPUs" below means those, and it gets only those; a job
+    without one takes any GPUs, of any types. Each job either gets an Assignment or a
+    reason:
 
     - "JobHeldUser": held; skipped.
-    - "BadConstraints": asks more GPUs than any node (up or down) has in total.
+    - "BadConstraints": asks more GPUs than any node (up or down) has in total, or no
+      node satisfies its constraint.
     - "QOSMaxJobsPerUserLimit": its user's jobs on nodes (those held now plus those this
       plan starts) are at their max_running_jobs; "QOSMaxGRESPerUser": its GPUs would
       take its user's past max_gpus. Skipped, like a held job: it takes no reservation
@@ -109,8 +119,13 @@ def plan(
     without the GPUs it takes (its GPU count is at most the spare at T, which it then
     uses up). Both tests are the same promise: the reserved job's GPUs are there at T.
 
+    A reservation for a typed job counts only the GPUs of its type, at T and in `spare`:
+    a job that takes none of them on the reserved node never delays it.
+
     Cost: one sort, then O(max GPUs per node) per job: nodes sit in buckets by free
-    count, and once no GPU is free a job costs a few comparisons (its reason only).
+    count, and once no GPU is free a job costs a few comparisons (its reason only). The
+    first job of a GPU type builds that type's buckets (O(nodes)); from then on each
+    placement updates them too.
     """
     result = _Pass(nodes, now, limits, use)
     for job in queue_order(pending, usage):
@@ -138,9 +153,12 @@ class _Pass:
         "releases",
         "reservation",
         "room",
+        "started",
         "starts",
         "taken",
         "totals",
+        "typed",
+        "types",
         "up",
     )
 
@@ -157,7 +175,7 @@ class _Pass:
         self.up = up
         # One pool per partition the queue names (None: jobs queued before partitions,
         # the whole fleet), built when first needed: O(nodes) per partition, not per job.
-        self.pools: dict[str | None, _Pool] = {}
+        self.pools: dict[_PoolKey, _Pool] = {}
         self.free = [sorted(node.free_gpus) for node in up]
         self.totals = [node.gpus_total for node in up]
         self.releases = [[(t, n) for t, n in node.releases if t < math.inf] for node in up]
@@ -178,25 +196,92 @@ class _Pass:
         self.caps = limits or {}
         self.holding = use or {}
         self.taken: dict[str, list[int]] = {}
+        # GPU type -> its free GPUs and buckets, built at the first job of that type.
+        self.typed: dict[str, _Typed] = {}
+        # Per available node, GPU index -> type, read when the first typed job comes.
+        self.types: list[dict[int, str]] | None = None
+        # (node, end, GPU ids) of the jobs this pass started that have a time limit: the
+        # releases of a type whose buckets are built later.
+        self.started: list[tuple[int, float, tuple[int, ...]]] = []
 
     def plan(self) -> Plan:
         return Plan(assignments=tuple(self.assignments), reasons=self.reasons, starts=self.starts)
 
-    def pool(self, partition: str | None) -> _Pool:
-        pool = self.pools.get(partition)
+    def pool(self, key: _PoolKey) -> _Pool:
+        pool = self.pools.get(key)
         if pool is None:
-            pool = self.pools[partition] = _pool(partition, self.nodes, self.up)
+            pool = self.pools[key] = _pool(key, self.nodes, self.up)
         return pool
 
-    def most_free(self) -> int:
-        """The most GPUs free on one available node now.
+    def most_free(self, gpu_type: str | None = None) -> int:
+        """The most GPUs (of `gpu_type`, None: any) free on one available node now.
 
         No job asking more can start for the rest of the pass (placements only take GPUs).
         """
-        for count in range(len(self.buckets) - 1, 0, -1):
-            if self.buckets[count]:
+        buckets = self.buckets if gpu_type is None else self.of_type(gpu_type).buckets
+        for count in range(len(buckets) - 1, 0, -1):
+            if buckets[count]:
                 return count
         return 0
+
+    def of_type(self, gpu_type: str) -> _Typed:
+        """The free GPUs of `gpu_type` on each available node, as they are now in the pass."""
+        typed = self.typed.get(gpu_type)
+        if typed is None:
+            if self.types is None:
+                self.types = [dict(node.gpu_types) for node in self.up]
+            typed = self.typed[gpu_type] = _Typed.of(
+                gpu_type, self.up, self.types, self.free, self.started
+            )
+        return typed
+
+    def take(self, target: int, ids: Sequence[int], end: float | None) -> None:
+        """Hand out GPUs `ids` of available node `target` to a job ending at `end`."""
+        free = self.free[target]
+        left = (
+            free[len(ids) :] if free[: len(ids)] == list(ids) else [i for i in free if i not in ids]
+        )
+        buckets = self.buckets
+        buckets[len(free)].remove(target)
+        bisect.insort(buckets[len(left)], target)
+        self.free[target] = left
+        self.free_total -= len(ids)
+        if end is not None:
+            self.releases[target].append((end, len(ids)))
+            self.started.append((target, end, tuple(ids)))
+        self.take_typed(target, ids, end)
+
+    def take_typed(self, target: int, ids: Sequence[int], end: float | None) -> None:
+        """`take`'s share in the typed buckets built so far: each takes its type's `ids`."""
+        if self.typed:
+            types = self.types
+            assert types is not None
+            of = types[target]
+            by_type: dict[str, list[int]] = {}
+            for gpu in ids:
+                kind = of.get(gpu)
+                if kind is not None:
+                    by_type.setdefault(kind, []).append(gpu)
+            for kind, taken in by_type.items():
+                typed = self.typed.get(kind)
+                if typed is not None:
+                    typed.take(target, taken, end)
+
+    def reserved_cost(self, reservation: _Reservation, gpus: int, gpu_type: str | None) -> int:
+        """How many of the reservation's GPUs a job would take on the reserved node.
+
+        A job of `gpus` GPUs of `gpu_type`: all it takes, unless the reservation is for a
+        type, and then those of that type."""
+        kind = reservation.gpu_type
+        if kind is None or kind == gpu_type:
+            return gpus
+        if gpu_type is not None:
+            return 0
+        types = self.types
+        assert types is not None  # a typed reservation built them
+        return sum(
+            types[reservation.node].get(i) == kind for i in self.free[reservation.node][:gpus]
+        )
 
     def settled_reason(self, job: Job) -> str:
         """The reason `consider` gives `job` once it has settled (see Planner).
@@ -207,9 +292,14 @@ class _Pass:
         """
         if job.held:
             return HELD
-        gpus = job.spec.gpus
-        pool = self.pool(job.spec.partition)
-        if gpus > pool.largest_any and self.nodes:
+        spec = job.spec
+        gpus = spec.gpus
+        pool = self.pool(
+            spec.partition
+            if spec.gpu_type is None and spec.constraint is None
+            else (spec.partition, spec.constraint, spec.gpu_type)
+        )
+        if (gpus > pool.largest_any or not pool.satisfiable) and self.nodes:
             return BAD_CONSTRAINTS
         room = self.room
         if room is not None and (
@@ -227,12 +317,19 @@ class _Pass:
         if job.held:
             reasons[job.id] = HELD
             return
-        gpus = job.spec.gpus
-        needs_containers = job.spec.image is not None
-        pool = self.pools.get(job.spec.partition)
+        spec = job.spec
+        gpus = spec.gpus
+        needs_containers = spec.image is not None
+        gpu_type = spec.gpu_type
+        key: _PoolKey = (
+            spec.partition
+            if gpu_type is None and spec.constraint is None
+            else (spec.partition, spec.constraint, gpu_type)
+        )
+        pool = self.pools.get(key)
         if pool is None:
-            pool = self.pool(job.spec.partition)
-        if gpus > pool.largest_any and self.nodes:
+            pool = self.pool(key)
+        if (gpus > pool.largest_any or not pool.satisfiable) and self.nodes:
             reasons[job.id] = BAD_CONSTRAINTS
             return
         room = self.room
@@ -281,26 +378,51 @@ class _Pass:
                 held_by_user[0] += 1
             return
         now = self.now
-        if gpus <= self.free_total:
-            buckets = self.buckets
-            target = _best_fit(gpus, job, buckets, reservation, now, usable, room, cpus, mem)
+        typed = None if gpu_type is None else self.of_type(gpu_type)
+        if gpus <= (self.free_total if typed is None else typed.free_total):
+            cost = (
+                gpus
+                if reservation is None or reservation.gpu_type is None
+                else self.reserved_cost(reservation, gpus, gpu_type)
+            )
+            target = _best_fit(
+                gpus,
+                job,
+                self.buckets if typed is None else typed.buckets,
+                reservation,
+                now,
+                usable,
+                room,
+                cpus,
+                mem,
+                cost,
+            )
             if target is not None:
                 if room is not None:
                     room.take(target, cpus, mem)
-                ids = self.free[target]
-                buckets[len(ids)].remove(target)
-                bisect.insort(buckets[len(ids) - gpus], target)
-                self.free[target] = ids[gpus:]
-                self.free_total -= gpus
-                if job.time_limit is not None:
-                    self.releases[target].append((now + job.time_limit, gpus))
+                ids = (self.free if typed is None else typed.free)[target][:gpus]
+                end = None if job.time_limit is None else now + job.time_limit
+                if typed is None:  # the lowest free ids, as before types
+                    free = self.free[target]
+                    buckets = self.buckets
+                    buckets[len(free)].remove(target)
+                    bisect.insort(buckets[len(free) - gpus], target)
+                    self.free[target] = free[gpus:]
+                    self.free_total -= gpus
+                    if end is not None:
+                        self.releases[target].append((end, gpus))
+                        self.started.append((target, end, tuple(ids)))
+                    if self.typed:
+                        self.take_typed(target, ids, end)
+                else:
+                    self.take(target, ids, end)
                 if (
                     reservation is not None
                     and target == reservation.node
                     and not _ends_by(job, now, reservation.start)
                 ):
-                    reservation.spare -= gpus
-                self.assignments.append(Assignment(job.id, up[target].name, tuple(ids[:gpus])))
+                    reservation.spare -= cost
+                self.assignments.append(Assignment(job.id, up[target].name, tuple(ids)))
                 if held_by_user is not None:
                     held_by_user[0] += 1
                     held_by_user[1] += gpus
@@ -311,20 +433,32 @@ class _Pass:
         # An image job reserves only while every engine answers: the reserved node must
         # be able to run it when its GPUs come free.
         if gpus < pool.unreservable and (not needs_containers or pool.all_run_containers):
-            reservation = _reserve(
-                gpus, self.free, self.totals, self.releases, pool.members, room, cpus, mem
-            )
+            if typed is None:
+                reservation = _reserve(
+                    gpus, self.free, self.totals, self.releases, pool.members, room, cpus, mem
+                )
+            else:
+                reservation = _reserve(
+                    gpus, typed.free, typed.totals, typed.releases, pool.members, room, cpus, mem
+                )
             if reservation is None:
                 pool.unreservable = gpus
             else:
+                reservation.gpu_type = gpu_type
                 self.reservation = reservation
                 self.starts[job.id] = reservation.start
         reasons[job.id] = RESOURCES
 
 
+# What a job's pool is keyed by: its partition alone (the common case, no type and no
+# constraint), else (partition, constraint, GPU type).
+_PoolKey = str | None | tuple[str | None, str | None, str | None]
+
+
 @dataclass(slots=True)
 class _Pool:
-    """The nodes one partition offers a plan (indices into the available nodes)."""
+    """The nodes a partition, a constraint and a GPU type offer a plan (indices into the
+    available nodes); its GPU counts are of that type."""
 
     members: list[bool] | None  # None: every available node
     with_containers: list[bool]  # members whose docker engine answers
@@ -335,25 +469,119 @@ class _Pool:
     # Placements only ever shrink what a node can reach in finite time, so once a
     # reservation for g GPUs proves impossible, so does every later one for >= g.
     unreservable: float = math.inf
+    # Some node (up or down) satisfies its constraint; always, without one.
+    satisfiable: bool = True
 
 
-def _pool(partition: str | None, nodes: Sequence[NodeView], up: Sequence[NodeView]) -> _Pool:
+def _pool(key: _PoolKey, nodes: Sequence[NodeView], up: Sequence[NodeView]) -> _Pool:
+    if isinstance(key, tuple):
+        partition, constraint, gpu_type = key
+    else:
+        partition, constraint, gpu_type = key, None, None
+    expr = None if constraint is None else parse_constraint(constraint)
+
     def inside(node: NodeView) -> bool:
-        return partition is None or partition in node.partitions
+        return (partition is None or partition in node.partitions) and (
+            expr is None or satisfied(expr, node.features)
+        )
 
-    members = None if partition is None else [inside(node) for node in up]
-    mine = [node for node in up if inside(node)]
+    if gpu_type is None:
+
+        def size(node: NodeView) -> int:
+            return node.gpus_total
+
+    else:
+
+        def size(node: NodeView) -> int:
+            return _type_counts(node.gpu_types).get(gpu_type, 0)
+
+    members = [inside(node) for node in up]
+    with_containers = []
+    all_run_containers = True
+    # With no node up at all even a 0-GPU job fails the `gpus > largest_up` test.
+    largest_up = largest_with_containers = -1
+    for node, member in zip(up, members, strict=True):
+        with_containers.append(member and node.runs_containers)
+        if member:
+            count = size(node)
+            largest_up = max(largest_up, count)
+            if node.runs_containers:
+                largest_with_containers = max(largest_with_containers, count)
+            else:
+                all_run_containers = False
+    largest_any, satisfiable = 0, expr is None
+    for node in nodes:
+        if inside(node):
+            largest_any, satisfiable = max(largest_any, size(node)), True
     return _Pool(
-        members=members,
-        with_containers=[node.runs_containers and inside(node) for node in up],
-        all_run_containers=all(node.runs_containers for node in mine),
-        largest_any=max((node.gpus_total for node in nodes if inside(node)), default=0),
-        # With no node up at all even a 0-GPU job fails the `gpus > largest_up` test.
-        largest_up=max((node.gpus_total for node in mine), default=-1),
-        largest_with_containers=max(
-            (node.gpus_total for node in mine if node.runs_containers), default=-1
-        ),
+        members=None if partition is None and expr is None else members,
+        with_containers=with_containers,
+        all_run_containers=all_run_containers,
+        largest_any=largest_any,
+        largest_up=largest_up,
+        largest_with_containers=largest_with_containers,
+        satisfiable=satisfiable,
     )
+
+
+@lru_cache(maxsize=1024)
+def _type_counts(gpu_types: tuple[tuple[int, str], ...]) -> dict[str, int]:
+    """A node's GPUs by type (NodeView.gpu_types): the same tuple every pass, counted once.
+
+    Not to be changed by the caller: it is shared."""
+    counts: dict[str, int] = {}
+    for _, kind in gpu_types:
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+@dataclass(slots=True)
+class _Typed:
+    """The GPUs of one type on each available node (by index), as a pass hands them out:
+    what `_Pass.free`, `buckets`, `totals` and `releases` are for every GPU."""
+
+    name: str
+    free: list[list[int]]
+    buckets: list[list[int]]
+    totals: list[int]
+    releases: list[list[tuple[float, int]]]
+    free_total: int
+
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        up: Sequence[NodeView],
+        types: Sequence[Mapping[int, str]],
+        free: Sequence[Sequence[int]],
+        started: Iterable[tuple[int, float, tuple[int, ...]]],
+    ) -> _Typed:
+        mine = [[i for i in ids if types[n].get(i) == name] for n, ids in enumerate(free)]
+        releases = [
+            [(t, count) for t, kind, count in node.typed_releases if kind == name and t < math.inf]
+            for node in up
+        ]
+        for index, end, ids in started:
+            count = sum(types[index].get(i) == name for i in ids)
+            if count:
+                releases[index].append((end, count))
+        totals = [_type_counts(node.gpu_types).get(name, 0) for node in up]
+        buckets: list[list[int]] = [[] for _ in range(max(totals, default=0) + 1)]
+        for index, held in enumerate(mine):
+            buckets[len(held)].append(index)
+        return cls(name, mine, buckets, totals, releases, sum(map(len, mine)))
+
+    def take(self, target: int, ids: Sequence[int], end: float | None) -> None:
+        if not ids:
+            return
+        free = self.free[target]
+        left = [i for i in free if i not in ids]
+        self.buckets[len(free)].remove(target)
+        bisect.insort(self.buckets[len(left)], target)
+        self.free[target] = left
+        self.free_total -= len(ids)
+        if end is not None:
+            self.releases[target].append((end, len(ids)))
 
 
 @dataclass(slots=True)
@@ -396,19 +624,38 @@ class _Room:
 
 @dataclass(frozen=True)
 class NodeSize:
-    """A node's size as its last report gave it (None: not reported by its agent)."""
+    """A node's size as its last report gave it (None: not reported by its agent).
+
+    With its GPUs by type (type, count: those that have one) and its features."""
 
     name: str
     gpus: int
     cpus: int | None
     mem_mb: int | None
+    gpu_types: tuple[tuple[str, int], ...] = ()
+    features: frozenset[str] = frozenset()
 
-    def holds(self, gpus: int, cpus: int, mem_mb: int) -> bool:
+    def gpus_of(self, gpu_type: str | None) -> int:
+        """Its GPUs of `gpu_type` (None: all of them)."""
+        return self.gpus if gpu_type is None else dict(self.gpu_types).get(gpu_type, 0)
+
+    def satisfies(self, constraint: str | None) -> bool:
+        return constraint is None or satisfied(parse_constraint(constraint), self.features)
+
+    def holds(
+        self,
+        gpus: int,
+        cpus: int,
+        mem_mb: int,
+        gpu_type: str | None = None,
+        constraint: str | None = None,
+    ) -> bool:
         """Whether a job of this size fits the node when nothing else runs there."""
         return (
-            gpus <= self.gpus
+            gpus <= self.gpus_of(gpu_type)
             and (self.cpus is None or cpus <= self.cpus)
             and (self.mem_mb is None or mem_mb <= self.mem_mb)
+            and self.satisfies(constraint)
         )
 
 
@@ -426,10 +673,14 @@ def _best_fit(
     room: _Room | None = None,
     cpus: int = 1,
     mem: int = 0,
+    cost: int | None = None,
 ) -> int | None:
     """Index of the node with the fewest free GPUs >= `gpus` that `job` may use, or None.
     `usable`, when given, rules out the nodes it marks False; `room`, those without
-    `cpus` CPUs and `mem` MiB free."""
+    `cpus` CPUs and `mem` MiB free. `cost`: the reservation's GPUs it would take on the
+    reserved node (default `gpus`)."""
+    if cost is None:
+        cost = gpus
     for count in range(gpus, len(buckets)):
         for index in buckets[count]:
             if usable is not None and not usable[index]:
@@ -439,7 +690,7 @@ def _best_fit(
             if (
                 reservation is None
                 or index != reservation.node
-                or gpus <= reservation.spare
+                or cost <= reservation.spare
                 or _ends_by(job, now, reservation.start)
             ):
                 return index
@@ -489,6 +740,8 @@ def _reserve(
 
 # A job's place among its user's jobs: plan()'s order after the fair-share factor.
 _Key = tuple[int, float, int]
+# A user's jobs that ask as many GPUs of one type (None: any): (user, GPUs, type).
+_Stream = tuple[str, int, str | None]
 
 
 def _key(job: Job) -> _Key:
@@ -510,11 +763,12 @@ class Planner:
     job put with the reason it is known to show, since that one. A queue put whole
     between two passes (a restart's) may be looked ahead at as it comes (`presettle`).
 
-    How: a user's jobs are kept sorted per GPU count (a stream), so plan()'s queue order
-    is the merge of the streams by fair-share factor, then the key within a stream. A
-    pass takes jobs in that order through the same `_Pass` as plan(), until a job can
-    settle: a reservation exists, its user has no limits, and it asks more GPUs than any
-    node has free (`_Pass.most_free`). Then it cannot start, reserve or change anything,
+    How: a user's jobs are kept sorted per GPU count and type (a stream), so plan()'s
+    queue order is the merge of the streams by fair-share factor, then the key within a
+    stream. A pass takes jobs in that order through the same `_Pass` as plan(), until a
+    job can settle: a reservation exists, its user has no limits, and it asks more GPUs
+    than any node has free (`_Pass.most_free`; of its type, for a typed stream). Then it
+    cannot start, reserve or change anything,
     nor can any later job of its stream (the free GPUs only shrink), so the whole rest
     of the stream gets `_Pass.settled_reason` without being taken: BadConstraints,
     NodeDown or Priority, which depend on the job and on what the nodes are (not on
@@ -529,14 +783,15 @@ class Planner:
 
     def __init__(self) -> None:
         self._jobs: dict[int, Job] = {}
-        # (user, GPUs) -> the keys of that user's unheld jobs asking that many, sorted.
-        self._streams: dict[tuple[str, int], list[_Key]] = {}
+        # (user, GPUs, GPU type) -> the keys of that user's unheld jobs asking that many
+        # GPUs of that type (None: any), sorted.
+        self._streams: dict[_Stream, list[_Key]] = {}
         self._users: dict[str, int] = {}  # user -> queued jobs (held ones too)
         self.reasons: dict[int, str] = {}
         # stream -> the key from which the last pass settled its jobs
-        self._settled: dict[tuple[str, int], _Key] = {}
+        self._settled: dict[_Stream, _Key] = {}
         # Put since the last pass: by stream (id -> Job), and the held ones.
-        self._fresh: dict[tuple[str, int], dict[int, Job]] = {}
+        self._fresh: dict[_Stream, dict[int, Job]] = {}
         self._fresh_held: set[int] = set()
         # Looked ahead at (presettle) with a settled reason other than the one known:
         # id -> that reason, the one its stream gives it at the next pass should it
@@ -544,7 +799,7 @@ class Planner:
         self._ahead: dict[int, str] = {}
         # The streams presettle settled since the last pass (every job in them looked
         # ahead at, over the nodes seen): the jobs put in them since are looked at too.
-        self._presettled: set[tuple[str, int]] = set()
+        self._presettled: set[_Stream] = set()
         self._nodes_seen: object = None
 
     def __len__(self) -> int:
@@ -565,7 +820,7 @@ class Planner:
         if job.held:
             self._fresh_held.add(job.id)
             return
-        name = (job.user, job.spec.gpus)
+        name = (job.user, job.spec.gpus, job.spec.gpu_type)
         self._fresh.setdefault(name, {})[job.id] = job
         bisect.insort(self._streams.setdefault(name, []), _key(job))
 
@@ -627,7 +882,7 @@ class Planner:
         if job.held:
             self._fresh_held.discard(job_id)
             return
-        name = (job.user, job.spec.gpus)
+        name = (job.user, job.spec.gpus, job.spec.gpu_type)
         fresh = self._fresh.get(name)
         if fresh is not None and fresh.pop(job_id, None) is not None and not fresh:
             del self._fresh[name]
@@ -660,11 +915,12 @@ class Planner:
         jobs = self._jobs
         result = _Pass(nodes, now, limits, use)
         consider = result.consider
-        heap: list[tuple[float, _Key, int, tuple[str, int]]] = []
+        heap: list[tuple[float, _Key, int, _Stream]] = []
         for name, stream in self._streams.items():
             heap.append((-share[name[0]], stream[0], 0, name))
         heapq.heapify(heap)
-        settled: dict[tuple[str, int], _Key] = {}
+        settled: dict[_Stream, _Key] = {}
+        last_settled = self._settled
         changed: dict[int, str] = {}
         before = self.reasons
         # The new jobs by stream: a stream settled where it was keeps its old jobs'
@@ -672,15 +928,33 @@ class Planner:
         fresh = self._fresh
         for job_id in self._fresh_held:
             result.reasons[job_id] = HELD  # in no stream: always this reason
+        # The pass's most_free(type), kept until a job is taken (only that changes it).
+        most: dict[str | None, int] = {}
         while heap:
             order, key, position, name = heap[0]
-            user, gpus = name
-            if result.reservation is not None and user not in caps and gpus > result.most_free():
+            user, gpus, gpu_type = name
+            if result.reservation is not None and user not in caps:
+                free = most.get(None)
+                if free is None:
+                    free = most[None] = result.most_free()
+                if gpus <= free and gpu_type is not None:
+                    free = most.get(gpu_type)
+                    if free is None:
+                        free = most[gpu_type] = result.most_free(gpu_type)
+                settles = gpus > free
+            else:
+                settles = False
+            if settles:
                 heapq.heappop(heap)
                 settled[name] = key
-                self._settle(name, key, position, fresh.get(name), result, changed)
+                if last_settled.get(name) != key or name in fresh:
+                    self._settle(name, key, position, fresh.get(name), result, changed)
+                # else: settled where it did the pass before, nothing new in it: its
+                # jobs have the reasons they had.
                 continue
             consider(jobs[key[2]])
+            if most:
+                most.clear()
             stream = self._streams[name]
             if position + 1 < len(stream):
                 heapq.heapreplace(heap, (order, stream[position + 1], position + 1, name))
@@ -707,12 +981,12 @@ class Planner:
         self._fresh, self._fresh_held = {}, set()
         for assignment in result.assignments:
             job = jobs[assignment.job_id]
-            self._fresh.setdefault((job.user, job.spec.gpus), {})[job.id] = job
+            self._fresh.setdefault((job.user, job.spec.gpus, job.spec.gpu_type), {})[job.id] = job
         return Plan(assignments=tuple(result.assignments), reasons=changed, starts=result.starts)
 
     def _settle(
         self,
-        name: tuple[str, int],
+        name: _Stream,
         key: _Key,
         position: int,
         fresh: Mapping[int, Job] | None,
@@ -760,6 +1034,8 @@ def _what_nodes_are(nodes: Sequence[NodeView]) -> object:
             node.partitions,
             node.cpus_total,
             node.mem_total_mb,
+            node.gpu_types,
+            node.features,
         )
         for node in nodes
     )

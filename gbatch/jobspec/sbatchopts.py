@@ -40,8 +40,22 @@ IGNORED_OPTIONS: tuple[tuple[tuple[str, ...], str, str, str | None, str], ...] =
 def add_job_options(p: argparse.ArgumentParser) -> None:
     """The job's options: the command line's, and a batch script's #SBATCH lines'."""
     p.add_argument("-J", "--job-name", dest="name", metavar="NAME")
-    p.add_argument("-G", "--gpus", metavar="N", help="GPUs for the job, on one node")
-    p.add_argument("--gres", metavar="gpu:N", help="Slurm spelling of --gpus")
+    p.add_argument(
+        "-G",
+        "--gpus",
+        metavar="[TYPE:]N",
+        help="GPUs for the job, on one node; TYPE: only that model (a100:2; the types "
+        "are those `gbatch sinfo -o %%G` lists)",
+    )
+    p.add_argument("--gres", metavar="gpu[:TYPE]:N", help="Slurm spelling of --gpus")
+    p.add_argument(
+        "-C",
+        "--constraint",
+        metavar="LIST",
+        help="run only on a node with these features (`gbatch sinfo -o %%f`; GPU types "
+        "count as features): names joined by & (all) and | (any), e.g. 'a100|h100', "
+        "'nvlink&[a100|h100]'",
+    )
     p.add_argument(
         "-t",
         "--time",

@@ -1,7 +1,8 @@
 """The grammars of sbatch's options and of the job-file keys that share them.
 
---gres and --gpus, --time, --mem, --partition, --dependency, --export, --begin,
---signal, --mail-type and --mail-user, --comment, --notify, --open-mode and --array.
+--gres and --gpus (with GPU types), -C/--constraint, --time, --mem, --partition,
+--dependency, --export, --begin, --signal, --mail-type and --mail-user, --comment,
+--notify, --open-mode and --array.
 
 Each takes the value as given and the option (or key) it came from, and returns the
 value gbatch keeps, or raises SpecError naming that option in one line.
@@ -29,6 +30,7 @@ from gbatch.core.timefmt import (
     parse_time_limit,
     show_value,
 )
+from gbatch.core.urls import DOT_SEGMENT_REFUSAL, has_dot_segment
 from gbatch.jobspec.errors import SpecError
 
 MAX_GPUS = 64
@@ -136,28 +138,81 @@ def check_dependency(value: object, field: str) -> str:
 
 # ----------------------------------------------------------------------------- --gres
 
-_GRES_RE = re.compile(r"gpu(?::([A-Za-z][A-Za-z0-9_.-]*))?(?::([0-9]{1,6}))?", re.ASCII)
+
+def check_gpu_type(value: object, field: str) -> str:
+    """A GPU type as a job names it (`a100`, `rtx4090`, `1g.10gb`), lowercased.
+
+    Which types exist is the daemon's to say (the types of its nodes' GPUs)."""
+    from gbatch.core.gputypes import is_type_name
+
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text is None or not is_type_name(text):
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a GPU type. Name one `gbatch sinfo -o %G` lists, "
+            "e.g. a100 or rtx4090",
+        )
+    return text
 
 
-def parse_gres(text: str) -> int:
-    """Slurm's `--gres=gpu[:TYPE][:N]` -> the GPU count (plain `gpu` is 1).
+def parse_gres(text: str) -> tuple[str | None, int]:
+    """Slurm's `--gres=gpu[:TYPE][:N]` -> (the GPU type or None for any, the count).
 
-    TYPE is accepted for Slurm scripts' sake and ignored: gbatch does not match GPU
-    models. Anything else (other resources, several entries) is a SpecError on --gres.
+    Plain `gpu` is 1; TYPE is a model as `gbatch sinfo` lists them (`gpu:a100:2`),
+    checked against the nodes by the daemon. Anything else (other resources, several
+    entries) is a SpecError on --gres.
     """
-    match = _GRES_RE.fullmatch(text.strip())
-    if match is None:
+    from gbatch.core.gputypes import is_type_name
+
+    parts = text.strip().split(":")
+    kind, count_text = None, "1"
+    if len(parts) == 2:
+        kind, count_text = (None, parts[1]) if parts[1].isdigit() else (parts[1], "1")
+    elif len(parts) == 3:
+        kind, count_text = parts[1], parts[2]
+    if (
+        parts[0] != "gpu"
+        or len(parts) > 3
+        or not re.fullmatch(r"[0-9]{1,6}", count_text, re.ASCII)
+        or (kind is not None and not is_type_name(kind.lower()))
+    ):
         raise SpecError(
             "--gres",
             f"{show_value(text)} is not a GPU request. Use gpu, gpu:N or gpu:TYPE:N "
             "(or --gpus N); gbatch schedules GPUs only",
         )
-    count = 1 if match.group(2) is None else int(match.group(2))
+    count = int(count_text)
     if count > MAX_GPUS:
         raise SpecError(
             "--gres", f"{show_value(text)} asks for {count} GPUs. Use a count from 0 to {MAX_GPUS}"
         )
-    return count
+    return (None if kind is None else check_gpu_type(kind, "--gres")), count
+
+
+def parse_gpus(text: str, field: str) -> tuple[str | None, int]:
+    """Slurm's `--gpus=[TYPE:]N` -> (the type or None for any, the count).
+
+    Also --gpus-per-node's and --gpus-per-task's, and a job file's `gpus: a100:2`."""
+    kind, colon, count = text.strip().rpartition(":")
+    if not count.strip().isdigit() or (colon and not kind.strip()):
+        raise SpecError(
+            field,
+            f"{show_value(text)} is not a GPU count. Use a number like 2, or TYPE:N like a100:2",
+        )
+    gpus = check_gpus(int(count), field)
+    return (check_gpu_type(kind, field) if colon else None), gpus
+
+
+def check_constraint(value: object, field: str) -> str:
+    """Slurm's -C/--constraint: node features joined by & and |, normalized."""
+    from gbatch.core.constraints import ConstraintError, normalize
+
+    if not isinstance(value, str):
+        raise SpecError(field, f"{show_value(value)} is not a constraint. Write e.g. a100|h100")
+    try:
+        return normalize(value)
+    except ConstraintError as err:
+        raise SpecError(field, str(err)) from None
 
 
 # ------------------------------------------------------------------- --export
@@ -421,6 +476,8 @@ def check_notify(value: object, field: str = "notify") -> tuple[NotifyHook, ...]
         form = entry.get("form", "json")
         if not isinstance(url, str) or len(url) > MAX_URL_CHARS or not WEBHOOK_URL.fullmatch(url):
             raise SpecError(field, f"{show_value(url)} is not an http:// or https:// address")
+        if has_dot_segment(url):
+            raise SpecError(field, f"{show_value(url)} {DOT_SEGMENT_REFUSAL}")
         if isinstance(events, str):
             events = [e.strip() for e in events.split(",")]
         if (

@@ -29,7 +29,9 @@ from gbatch.jobspec.slurmopts import (
     Export,
     check_begin,
     check_comment,
+    check_constraint,
     check_dependency,
+    check_gpu_type,
     check_gpus,
     check_mail_type,
     check_mail_user,
@@ -39,6 +41,7 @@ from gbatch.jobspec.slurmopts import (
     check_partition,
     check_time_limit,
     parse_export,
+    parse_gpus,
     parse_signal,
 )
 
@@ -80,6 +83,8 @@ KEYS = (
     "open_mode",
     "ntasks",
     "notify",
+    "gpu_type",
+    "constraint",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
 # from, and (srun, salloc) that the job is an interactive allocation. A job file may not
@@ -121,6 +126,8 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "open_mode": "--open-mode",
     "ntasks": "-n/--ntasks",
     "notify": "--notify",
+    "gpu_type": "--gpus",
+    "constraint": "-C/--constraint",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -170,6 +177,12 @@ _KEY_ALIASES = {
     "webhook": "notify",
     "webhooks": "notify",
     "notifications": "notify",
+    "gpu_model": "gpu_type",
+    "gpu-type": "gpu_type",
+    "model": "gpu_type",
+    "features": "constraint",
+    "feature": "constraint",
+    "constraints": "constraint",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
@@ -231,6 +244,7 @@ def build_spec(
         if value is not None:
             values[key] = (value, option_names.get(key) or OVERRIDE_OPTION.get(key, key))
 
+    _split_gpu_type(values, overrides)
     if "command" not in values:
         raise SpecError(
             "command",
@@ -255,8 +269,37 @@ def build_spec(
         fields["name"] = _safe_default_name(default_name)
     spec = JobSpec(**fields)
     _check_memory_apart(spec, values)
+    if spec.gpu_type is not None and spec.gpus == 0:
+        raise SpecError(
+            values["gpu_type"][1],
+            f"GPU type {spec.gpu_type} but no GPUs asked for. Ask for some ({spec.gpu_type}:1), "
+            "or drop the type",
+        )
     _check_secret_env_apart(spec, values.get("secret_env", (None, ""))[1])
     return spec
+
+
+def _split_gpu_type(values: dict[str, tuple[object, str]], overrides: Mapping[str, object]) -> None:
+    """`gpus: a100:2` (Slurm's --gpus form in a job file) as gpus 2 of gpu_type a100.
+
+    An option asking for GPUs replaces the file's request whole, its type too, as the
+    command line replaces any other key."""
+    if overrides.get("gpus") is not None and overrides.get("gpu_type") is None:
+        values.pop("gpu_type", None)
+    given = values.get("gpus")
+    if given is None or not isinstance(given[0], str) or ":" not in given[0]:
+        return
+    text, field = str(given[0]), given[1]
+    kind, count = parse_gpus(text, field)
+    values["gpus"] = (count, field)
+    if kind is None:
+        return
+    other = values.get("gpu_type")
+    if other is not None and other[0] != kind:
+        raise SpecError(
+            field, f"{text} names GPU type {kind} but gpu_type is {show_value(other[0])}. Keep one"
+        )
+    values["gpu_type"] = (kind, field)
 
 
 def _check_memory_apart(spec: JobSpec, values: Mapping[str, tuple[object, str]]) -> None:
@@ -682,6 +725,7 @@ _FIELD_CHECKS: dict[str, tuple[str, Callable[..., object]]] = {
         ("command", "command", _check_command),
         ("image", "image", _check_image),
         ("gpus", "gpus", check_gpus),
+        ("gpu_type", "gpu_type", check_gpu_type),
         ("time_limit", "time_limit", check_time_limit),
         ("retries", "retries", _int_check(0, 100)),
         ("env", "env", _check_env),
@@ -702,6 +746,7 @@ _FIELD_CHECKS: dict[str, tuple[str, Callable[..., object]]] = {
         ("submit_host", "submit_host", _check_host_name),
         ("interactive", "interactive", _check_interactive),
         ("partition", "partition", check_partition),
+        ("constraint", "constraint", check_constraint),
         ("cpus", "cpus", _int_check(1, MAX_CPUS)),
         ("mem", "mem_mb", check_mem),
         ("mem_per_gpu", "mem_per_gpu_mb", check_mem),

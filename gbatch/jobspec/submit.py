@@ -68,29 +68,33 @@ class Submission:
 NO_JOB = 'no job file given. Pass a job file or a batch script, pipe one in, or --wrap "CMD"'
 
 
-def _gpus_option(args: argparse.Namespace) -> int | None:
+def _gpus_option(args: argparse.Namespace) -> tuple[str | None, int | None]:
+    """The GPUs an option asks for: (type or None for any, count), (None, None) if none.
+
+    One of --gpus, --gres, --gpus-per-node, --gpus-per-task (one task: all the same)."""
     given = [dest for dest in GPU_OPTIONS if getattr(args, dest, None) is not None]
     if len(given) > 1:
         first, second = (GPU_OPTIONS[dest] for dest in given[:2])
         raise BadSubmit(f"{first} and {second} both given. Use one")
     if not given:
-        return None
+        return None, None
     # Imported past the common case (no option given; every HTTP API submit): an import
     # statement costs time even when the module is loaded.
-    from gbatch.jobspec.slurmopts import parse_gres
-    from gbatch.jobspec.spec import SpecError
+    from gbatch.jobspec.slurmopts import parse_gpus, parse_gres
 
     (dest,) = given
     value = getattr(args, dest)
     if dest == "gres":
         return parse_gres(value)
-    text = value.rsplit(":", 1)[-1]  # Slurm allows --gpus=TYPE:N
-    try:
-        return int(text)
-    except ValueError as err:
-        raise SpecError(
-            GPU_OPTIONS[dest], f"{value!r} is not a GPU count. Use a number like 2"
-        ) from err
+    return parse_gpus(value, GPU_OPTIONS[dest])
+
+
+def _count_of(gpus: object) -> object:
+    """A job file's `gpus` as a count where it is one (`a100:2`: 2), else as it is."""
+    if isinstance(gpus, str) and ":" in gpus:
+        count = gpus.rpartition(":")[2].strip()
+        return int(count) if count.isdigit() else gpus
+    return gpus
 
 
 def _cpus_option(args: argparse.Namespace, gpus: object) -> int | None:
@@ -463,10 +467,12 @@ def build_submit(
         if script is not None:
             # After a job file, words are options (its script takes no arguments).
             command = script.command(list(args.script_args) if data is None else [])
-        gpus = _gpus_option(args)
+        gpu_type, gpus = _gpus_option(args)
         overrides = {
             "name": args.name,
             "gpus": gpus,
+            "gpu_type": gpu_type,
+            "constraint": args.constraint,
             "time_limit": args.time_limit,
             "command": command,
             "image": args.image,
@@ -478,7 +484,9 @@ def build_submit(
             "secret_env": secret_env_option(args.secret_env, environ),
             "network": args.network,
             "partition": args.partition,
-            "cpus": _cpus_option(args, gpus if gpus is not None else (data or {}).get("gpus")),
+            "cpus": _cpus_option(
+                args, gpus if gpus is not None else _count_of((data or {}).get("gpus"))
+            ),
             "mem": args.mem,
             "mem_per_gpu": args.mem_per_gpu,
             "mem_per_cpu": args.mem_per_cpu,

@@ -115,6 +115,7 @@ SUBMIT_OPTIONS: dict[str, str] = {
     "mem": "--mem",
     "output": "--output",
     "error": "--error",
+    "constraint": "--constraint",
 }
 
 SUBMIT_SCHEMA = _schema(
@@ -129,6 +130,11 @@ SUBMIT_SCHEMA = _schema(
         ),
         "name": _text("the job's name (-J)"),
         "gpus": {"type": "integer", "minimum": 0, "description": "GPUs, on one node (-G)"},
+        "gpu_type": _text(
+            "only GPUs of this model, e.g. a100 (as --gpus=a100:N; `gbatch sinfo -o %G` "
+            "lists the types); with no gpus, one"
+        ),
+        "constraint": _text("only nodes with these features, e.g. nvlink or a100|h100 (-C)"),
         "time": _text("time limit: MM, HH:MM:SS, D-HH:MM:SS or UNLIMITED (-t)"),
         "partition": _text("the partition (-p); default: the default partition"),
         "image": _text("run in this container image (--image)"),
@@ -282,6 +288,9 @@ def submit_words(args: Mapping[str, Any]) -> list[str]:
     Each is `--opt=value`, so a value that starts with '-' stays a value.
     """
     words = [f"{option}={args[key]}" for key, option in SUBMIT_OPTIONS.items() if key in args]
+    if "gpu_type" in args:  # one option for both: --gpus=TYPE:N
+        words = [w for w in words if not w.startswith("--gpus=")]
+        words.append(f"--gpus={args['gpu_type']}:{args.get('gpus', 1)}")
     if args.get("hold"):
         words.append("--hold")
     words += args.get("options", [])
@@ -459,7 +468,9 @@ def why_pending(ctx: Context, text: str) -> str:
     if waits:
         lines.append(f"Waits for: {waits}.")
     partition = job.spec.partition or "the default partition"
-    lines.append(f"Asks for: {job.spec.gpus} GPU(s) on one node in {partition}.")
+    model = f" {job.spec.gpu_type}" if job.spec.gpu_type else ""
+    features = f" with {job.spec.constraint}" if job.spec.constraint else ""
+    lines.append(f"Asks for: {job.spec.gpus}{model} GPU(s) on one node{features} in {partition}.")
     lines.append(_place(ctx, job))
     return "\n".join(lines) + "\n"
 

@@ -43,6 +43,7 @@ DEFAULTABLE_KEYS = (
     "docker_options",
     "connect_timeout",
     "labels",
+    "features",
     "simulation_file",
 )
 NODE_KEYS = ("name", "host", *DEFAULTABLE_KEYS)
@@ -57,6 +58,7 @@ _BUILTIN_DEFAULTS: Mapping[str, object] = {
     "docker_options": (),
     "connect_timeout": 10.0,
     "labels": MappingProxyType({}),
+    "features": (),
     "simulation_file": None,
 }
 
@@ -137,6 +139,9 @@ class NodeConfig:
     connect_timeout: float
     labels: Mapping[str, str] = dataclass_field(hash=False)  # a read-only view: unhashable
     simulation_file: str | None
+    # What -C/--constraint may ask of the node (nvlink, ib, bigmem), lowercase; the types
+    # of its GPUs count as features too (Fleet).
+    features: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -457,6 +462,7 @@ def _build_node(
         connect_timeout=float(cast(float, values["connect_timeout"])),
         labels=cast("Mapping[str, str]", values["labels"]),
         simulation_file=cast("str | None", values["simulation_file"]),
+        features=cast("tuple[str, ...]", values["features"]),
     )
 
 
@@ -649,6 +655,25 @@ def _check_labels(value: object, bad: Bad) -> Mapping[str, str]:
     return MappingProxyType(dict(value))
 
 
+def _check_features(value: object, bad: Bad) -> tuple[str, ...]:
+    from gbatch.core.constraints import check_feature
+
+    if not isinstance(value, list):
+        raise bad(f"{show_value(value)} is not a list. Write e.g. [nvlink, ib], or []")
+    features: list[str] = []
+    for item in value:
+        try:
+            feature = check_feature(item)
+        except ValueError:
+            raise bad(
+                f"{show_value(item)} is not a feature name. Use letters, digits, _, ., + "
+                "and -, starting with a letter or digit, e.g. nvlink"
+            ) from None
+        if feature not in features:
+            features.append(feature)
+    return tuple(features)
+
+
 def _check_simulation_file(value: object, bad: Bad) -> str | None:
     if value is None:
         return None
@@ -671,6 +696,7 @@ _CHECKS: Mapping[str, Callable[[object, Bad], object]] = {
     "docker_options": _check_docker_options,
     "connect_timeout": _check_connect_timeout,
     "labels": _check_labels,
+    "features": _check_features,
     "simulation_file": _check_simulation_file,
 }
 

@@ -74,26 +74,38 @@ def agent_script() -> Path:
     raise FileNotFoundError(f"the gbatch agent is neither at {beside} nor at {installed}")
 
 
-def write_simulation_file(path: Path, count: int) -> None:
-    """Describe `count` simulated GPUs in `path`, unless it already describes that many.
+def write_simulation_file(path: Path, count: int, models: Sequence[str] = ()) -> None:
+    """Describe `count` simulated GPUs in `path`, unless it already describes those.
 
-    Tests edit the file while the agent runs: keep their edits.
+    `models` gives one per GPU ("" or none: a plain "Simulated GPU" of 80 GiB; else a
+    key of gbatch/core/gputypes.py's SIMULATED_MODELS). A file that describes that many
+    GPUs (of those models) is kept.
+
+    Tests edit the file while the agent runs (memory in use, processes): keep their edits.
     """
+    from gbatch.core.gputypes import SIMULATED_MODELS
+
+    gpus = []
+    for index in range(count):
+        model = SIMULATED_MODELS.get(models[index]) if index < len(models) else None
+        gpus.append(
+            {
+                "name": "Simulated GPU" if model is None else model.name,
+                "memory_total_mib": 81920 if model is None else model.memory_mib,
+                "memory_used_mib": 0,
+                "utilization_pct": 0,
+            }
+        )
     if path.exists():
         try:
-            if len(json.loads(path.read_text()).get("gpus", [])) == count:
+            there = json.loads(path.read_text()).get("gpus", [])
+            if len(there) == count and (
+                not any(models)
+                or [g.get("name", "Simulated GPU") for g in there] == [g["name"] for g in gpus]
+            ):
                 return
         except (OSError, ValueError, AttributeError):
             pass
-    gpus = [
-        {
-            "name": "Simulated GPU",
-            "memory_total_mib": 81920,
-            "memory_used_mib": 0,
-            "utilization_pct": 0,
-        }
-        for _ in range(count)
-    ]
     path.write_text(json.dumps({"gpus": gpus}, indent=2) + "\n")
 
 
@@ -149,7 +161,11 @@ class LocalNode:
             self.config.docker,
         ]
         if self.config.simulate_gpus is not None:
-            write_simulation_file(self.paths.simulation_file, self.config.simulate_gpus)
+            write_simulation_file(
+                self.paths.simulation_file,
+                self.config.simulate_gpus,
+                self.config.simulated_models,
+            )
             argv += ["--simulation-file", str(self.paths.simulation_file)]
         return argv
 
@@ -206,6 +222,7 @@ class LocalNode:
             report,
             gbatch_sessions=self._gbatch_sessions(),
             gbatch_containers=gbatch_container_ids(report),
+            type_rules=self.config.gpu_types,
         )
 
     def _gbatch_sessions(self) -> set[int]:

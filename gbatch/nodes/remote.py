@@ -254,7 +254,12 @@ class RemoteNode:
         return self._conn.round_trip
 
     def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
-        return to_gpus(report, gbatch_sessions=(), gbatch_containers=gbatch_container_ids(report))
+        return to_gpus(
+            report,
+            gbatch_sessions=(),
+            gbatch_containers=gbatch_container_ids(report),
+            type_rules=self.config.gpu_types,
+        )
 
     def poke(self) -> None:
         with self._lock:

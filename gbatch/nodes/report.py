@@ -11,6 +11,7 @@ import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from gbatch.core.gputypes import Rule, gpu_type
 from gbatch.core.model import Gpu
 
 SUPPORTED_SCHEMA = 1
@@ -335,12 +336,17 @@ def is_foreign(
 
 
 def to_gpus(
-    report: NodeReport, *, gbatch_sessions: Collection[int], gbatch_containers: Collection[str]
+    report: NodeReport,
+    *,
+    gbatch_sessions: Collection[int],
+    gbatch_containers: Collection[str],
+    type_rules: tuple[Rule, ...] = (),
 ) -> tuple[Gpu, ...]:
     """The report's GPUs as the model's Gpu values, counting processes gbatch did not start.
 
     `gbatch_sessions` are the session ids of bare-process jobs on this node;
-    `gbatch_containers` the ids (full or 12-character) of its gbatch containers.
+    `gbatch_containers` the ids (full or 12-character) of its gbatch containers. Each
+    GPU's type comes from its name, by `type_rules` (the config's gpu_types) first.
     """
     return tuple(
         Gpu(
@@ -355,6 +361,7 @@ def to_gpus(
                 for p in g.processes
             ),
             simulated=g.simulated,
+            type=gpu_type(g.name, type_rules),
         )
         for g in report.gpus
     )

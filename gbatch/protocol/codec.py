@@ -37,7 +37,10 @@ BRIEF_SPEC_FIELDS = (
     "partition",  # squeue's PARTITION column and -p
     "array_throttle",  # squeue's N_[4-15%2]
 )
-brief_values = attrgetter(*BRIEF_SPEC_FIELDS)
+# Sent only when set (most jobs ask any GPU on any node): squeue's %b and %f.
+_BRIEF_IF_SET = ("gpu_type", "constraint")
+brief_values = attrgetter(*BRIEF_SPEC_FIELDS, *_BRIEF_IF_SET)
+_BRIEF_COUNT = len(BRIEF_SPEC_FIELDS)
 
 
 def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
@@ -70,7 +73,12 @@ def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
 
 
 def brief_spec(spec: JobSpec) -> dict[str, Any]:
-    return {**dict(zip(BRIEF_SPEC_FIELDS, brief_values(spec), strict=True)), "command": []}
+    values = brief_values(spec)
+    brief = {**dict(zip(BRIEF_SPEC_FIELDS, values[:_BRIEF_COUNT], strict=True)), "command": []}
+    for name, value in zip(_BRIEF_IF_SET, values[_BRIEF_COUNT:], strict=True):
+        if value is not None:
+            brief[name] = value
+    return brief
 
 
 def job_from_wire(data: Mapping[str, Any], spec: JobSpec | None = None) -> Job:
@@ -129,6 +137,7 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
                 "utilization_pct": g.utilization_pct,
                 "foreign_processes": g.foreign_processes,
                 "simulated": g.simulated,
+                "type": g.type,
             }
             for g in node.gpus
         ],
@@ -142,6 +151,7 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
         "mem_allocated_mb": node.mem_allocated_mb,
         "reason_time": node.reason_time,
         "reason_user": node.reason_user,
+        "features": list(node.features),
     }
 
 
@@ -161,6 +171,7 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
         mem_allocated_mb=data.get("mem_allocated_mb", 0),
         reason_time=data.get("reason_time"),
         reason_user=data.get("reason_user", ""),
+        features=tuple(data.get("features", ())),
     )
 
 

@@ -278,8 +278,9 @@ UPDATE_KEYS = (
     "Partition",
     "Comment",
     "ArrayTaskThrottle",
+    "Features",
 )
-_UPDATE_ALIASES = {"name": "JobName"}
+_UPDATE_ALIASES = {"name": "JobName", "constraint": "Features", "constraints": "Features"}
 
 
 def update_key(text: str) -> str | None:

@@ -117,9 +117,15 @@ def params_text(params: Sequence[tuple[str, str]]) -> str:
 
 
 def gpu_type(node: NodeInfo) -> str:
+    """Its GPUs' model (sinfo --gpus' GPU_TYPE); a node of several: `2x NAME, 1x NAME`."""
     if not node.gpus:
         return "N/A"
-    name = printable(node.gpus[0].name)
+    names = [g.name for g in node.gpus]
+    distinct = list(dict.fromkeys(names))
+    if len(distinct) == 1:
+        name = printable(distinct[0])
+    else:
+        name = ", ".join(f"{names.count(n)}x {printable(n)}" for n in distinct)
     return f"{name} (simulated)" if node.simulated else name
 
 
@@ -146,6 +152,8 @@ def job_to_dict(job: Job, now: float) -> dict[str, object]:
         "gpus": list(job.gpus),
         "gpu_uuids": list(job.gpu_uuids),
         "gpus_requested": job.spec.gpus,
+        "gpu_type": job.spec.gpu_type,  # the model the GPUs must be; null: any
+        "constraint": job.spec.constraint,
         "time_limit": job.time_limit,
         "submit_time": job.submit_time,
         "start_time": job.start_time,

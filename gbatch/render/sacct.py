@@ -113,9 +113,12 @@ def _never_allocated(job: Job) -> bool:
 
 def _tres(spec: JobSpec) -> str:
     """Slurm's TRES string: `billing=1,cpu=1,gres/gpu=2,mem=4G,node=1`; billing is the
-    CPU count (Slurm's default weights); gres/gpu and mem only when asked for."""
+    CPU count (Slurm's default weights); gres/gpu and mem only when asked for, a GPU
+    type's count too (`gres/gpu:a100=2,gres/gpu=2`, in Slurm's order: by name)."""
     cpus = spec.cpus_counted
     parts = [f"billing={cpus}", f"cpu={cpus}"]
+    if spec.gpus and spec.gpu_type:
+        parts.append(f"gres/gpu:{spec.gpu_type}={spec.gpus}")
     if spec.gpus:
         parts.append(f"gres/gpu={spec.gpus}")
     if spec.memory_mb is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gbatch.core.gputypes import gres_text, node_gres
 from gbatch.core.jobids import job_label
 from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
@@ -108,12 +109,15 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         f" EndTime={format_timestamp(_expected_end(job))}",
         f"   Partition={partition_text(job)}",
         f"   NodeList={printable(job.node) if job.node else NULL}"
-        f" Gres={f'gpu:{spec.gpus}' if spec.gpus else NULL}"
+        f" Gres={gres_text(spec.gpus, spec.gpu_type) if spec.gpus else NULL}"
         f" GPUs={','.join(map(str, job.gpus)) if job.gpus else NULL}"
         f" Attempt={job.attempt} Retries={spec.retries}"
         f" Requeue={1 if spec.requeue else 0}",
         # Slurm's names; memory 0 as Slurm prints a job without --mem.
         f"   NumCPUs={spec.cpus_counted} MinMemoryNode={memory_text(spec.memory_mb)}",
+        # Only for a job that asks for them, so every other job's lines stay as they were.
+        *([f"   Features={printable(spec.constraint)}"] if spec.constraint else []),
+        *([f"   TresPerNode=gres/{gres_text(spec.gpus, spec.gpu_type)}"] if spec.gpus else []),
         f"   Command={command_line(spec.command)}",
         f"   Image={printable(spec.image or NULL)}"
         f" WorkDir={printable(spec.workdir or NULL)}"
@@ -228,10 +232,16 @@ def format_node_details(node: NodeInfo) -> str:
     cpus = "N/A" if node.cpus_total is None else str(node.cpus_total)
     memory = "N/A" if node.mem_total_mb is None else str(node.mem_total_mb)
     allocated = node.gpus_allocated
+    types = [g.type for g in node.gpus]
+    used = [g.type for g in node.gpus if g.index in node.allocations]
+    features = ",".join(printable(f) for f in node.all_features) or NULL
     lines = [
         f"NodeName={printable(node.name)} NodeAddr={printable(node.address) or '(null)'}",
         f"   CPUAlloc={node.cpus_allocated} CPUTot={cpus}",
-        f"   Gres=gpu:{node.gpus_total} GresUsed=gpu:{allocated}",
+        f"   AvailableFeatures={features}",
+        f"   ActiveFeatures={features}",
+        f"   Gres={node_gres(types) if types else 'gpu:0'}"
+        f" GresUsed={node_gres(types, used) if types else 'gpu:0'}",
         f"   GpuType={gpu_type(node)}",
         f"   RealMemory={memory} AllocMem={node.mem_allocated_mb}",
         f"   State={_SLURM_NODE_STATE[node.state]}",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from gbatch.core.constants import (
     IMPLICIT_PARTITION,
 )
+from gbatch.core.gputypes import node_gres
 from gbatch.core.labels import printable
 from gbatch.core.model import (
     NodeInfo,
@@ -177,8 +178,13 @@ def sinfo_state(node: NodeInfo, *, long: bool) -> str:
 
 
 def sinfo_gres(node: NodeInfo) -> str:
-    """Slurm's GRES: `gpu:8`, `(null)` for a node without GPUs."""
-    return f"gpu:{node.gpus_total}" if node.gpus_total else NULL
+    """Slurm's GRES: `gpu:8`, by type `gpu:a100:2,gpu:rtx4090:1`; `(null)` without GPUs."""
+    return node_gres(g.type for g in node.gpus) if node.gpus else NULL
+
+
+def sinfo_features(node: NodeInfo) -> str:
+    """%f: its features (-C asks for them), its GPU types among them; `(null)` for none."""
+    return ",".join(printable(f) for f in node.all_features) or NULL
 
 
 def _sinfo_reason(node: NodeInfo) -> str:
@@ -245,7 +251,7 @@ _SINFO_LETTERS: Mapping[str, _SinfoLetter] = {
     ),
     # What Slurm prints for a partition or node that sets none of these: gbatch has no
     # multi-node jobs, root-only partitions, oversubscription, group limits, temporary
-    # disk, node weights or features, and does not report sockets:cores:threads.
+    # disk or node weights, and does not report sockets:cores:threads.
     "s": _SinfoLetter("JOB_SIZE", lambda r: "1"),
     "r": _SinfoLetter("ROOT", lambda r: "no"),
     "h": _SinfoLetter("OVERSUBS", lambda r: "NO"),
@@ -253,7 +259,9 @@ _SINFO_LETTERS: Mapping[str, _SinfoLetter] = {
     "z": _SinfoLetter("S:C:T", lambda r: "N/A"),
     "d": _SinfoLetter("TMP_DISK", lambda r: "0"),
     "w": _SinfoLetter("WEIGHT", lambda r: "1"),
-    "f": _SinfoLetter("AVAIL_FEATURES", lambda r: NULL),
+    # Slurm's features are the node's Features=; gbatch's GPU types are features too.
+    "f": _SinfoLetter("AVAIL_FEATURES", lambda r: sinfo_features(r.node)),
+    "b": _SinfoLetter("ACTIVE_FEATURES", lambda r: sinfo_features(r.node)),
 }
 
 
@@ -488,6 +496,8 @@ def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
                     "gpus_busy_outside": node.gpus_busy_outside,
                     "gpu_type": node.gpus[0].name if node.gpus else None,
                     "simulated": node.simulated,
+                    "gres": sinfo_gres(node),
+                    "features": list(node.all_features),
                     "gpus": [
                         {
                             "index": gpu.index,
@@ -498,6 +508,7 @@ def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
                             "utilization_pct": gpu.utilization_pct,
                             "foreign_processes": gpu.foreign_processes,
                             "simulated": gpu.simulated,
+                            "type": gpu.type or None,
                             "job_id": node.allocations.get(gpu.index),
                             "free": gpu.index in node.free_indices,
                         }

@@ -102,6 +102,13 @@ def _time_left(job: Job, view: SqueueView) -> float | None:
     return max(0, job.time_limit - elapsed_seconds(job, view.now))
 
 
+def _tres_per_node(job: Job) -> str:
+    spec = job.spec
+    if not spec.gpus:
+        return "N/A"
+    return f"gres/gpu:{spec.gpu_type}:{spec.gpus}" if spec.gpu_type else f"gres/gpu:{spec.gpus}"
+
+
 def _comment(job: Job) -> str:
     return printable(job.spec.comment) if job.spec.comment is not None else "(null)"
 
@@ -130,7 +137,9 @@ _SQUEUE_COLUMNS: Mapping[str, _Column] = {
     "m": _Column("MIN_MEMORY", lambda j, _: memory_text(j.spec.memory_mb)),
     "R": _Column("NODELIST(REASON)", lambda j, _: nodelist_or_reason(j)),
     "N": _Column("NODELIST", lambda j, _: printable(j.node or "")),
-    "b": _Column("TRES_PER_NODE", lambda j, _: f"gpu:{j.spec.gpus}" if j.spec.gpus else "N/A"),
+    # As Slurm 23.02 on: `gres/gpu:a100:2` (22.05 wrote `gres:gpu:a100:2`).
+    "b": _Column("TRES_PER_NODE", lambda j, _: _tres_per_node(j)),
+    "f": _Column("FEATURES", lambda j, _: printable(j.spec.constraint or "(null)")),
     "V": _Column("SUBMIT_TIME", lambda j, _: _squeue_stamp(j.submit_time)),
     "S": _Column("START_TIME", lambda j, v: _squeue_stamp(_start(j, v))),
     "e": _Column("END_TIME", lambda j, v: _squeue_stamp(_end(j, v))),
@@ -176,6 +185,7 @@ _SQUEUE_FIELDS: Mapping[str, str] = {
     "comment": "k",
     "dependency": "E",
     "schednodes": "Y",
+    "feature": "f",
 }
 
 
@@ -279,6 +289,7 @@ _SQUEUE_FIELD_NAMES = (
     "Comment",
     "Dependency",
     "SchedNodes",
+    "Feature",
 )
 
 

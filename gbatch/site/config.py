@@ -24,6 +24,7 @@ from gbatch.core.model import JOB_EVENTS
 from gbatch.core.paths import SYSTEM_SOCKET as SYSTEM_SOCKET
 from gbatch.core.paths import Paths as Paths
 from gbatch.core.paths import resolve_paths as resolve_paths
+from gbatch.core.urls import has_dot_segment
 from gbatch.jobspec.slurmopts import WEBHOOK_URL
 from gbatch.jobspec.spec import NETWORK_NAME
 from gbatch.site.policy import (
@@ -175,6 +176,12 @@ class Config:
     half_life_days: float = 7.0  # fair-share usage decay
     kill_grace_seconds: float = 30.0  # SIGTERM -> SIGKILL (Slurm's KillWait)
     simulate_gpus: int | None = None  # N simulated GPUs on the local node
+    # Their models, one per GPU ("" for a plain one), when simulate_gpus named models
+    # (`a100-80gb:2,rtx4090:1`, gbatch/core/gputypes.py); set from it, not a key itself.
+    simulated_models: tuple[str, ...] = ()
+    # The admin's rules from NVML names to GPU types, before the built-in ones:
+    # (glob pattern over the name, type), in the file's order.
+    gpu_types: tuple[tuple[str, str], ...] = ()
     gpu_memory_threshold_mib: int = 512  # a GPU using more is not handed out
     socket_mode: int = 0o600
     # Where the daemon's socket lives when not in GBATCH_HOME (a system deployment:
@@ -292,6 +299,28 @@ _FLOAT_KEYS = {
 }
 
 
+def _check_gpu_types(
+    value: object, bad: Callable[[str], ConfigError]
+) -> tuple[tuple[str, str], ...]:
+    """gpu_types: a mapping from an NVML name (a glob: `NVIDIA A100*`) to a short type."""
+    from gbatch.core.gputypes import is_type_name
+
+    usage = 'a mapping of GPU names to types, e.g. {"NVIDIA A100-SXM4-80GB": a100-80gb}'
+    if not isinstance(value, dict):
+        raise bad(usage)
+    rules = []
+    for pattern, short in value.items():
+        if not isinstance(pattern, str) or not pattern.strip():
+            raise bad(usage)
+        if not isinstance(short, str) or not is_type_name(short):
+            raise bad(
+                f"{usage}: the type of {pattern!r} must be lowercase letters, digits, _, . "
+                "and -, not only digits"
+            )
+        rules.append((pattern, short))
+    return tuple(rules)
+
+
 # -- container policy settings (gbatch/site/policy.py) -------------------------------------
 
 
@@ -382,6 +411,9 @@ def _check_webhook_prefixes(value: object, bad: Callable[[str], ConfigError]) ->
         isinstance(item, str) and re.fullmatch(r"https?://[^\s/?#@]+/\S*", item) for item in value
     ):
         raise bad(usage)
+    dotted = [item for item in value if has_dot_segment(item)]
+    if dotted:
+        raise bad(f"a prefix without `.` or `..` in its path, not {dotted[0]}")
     return tuple(dict.fromkeys(value))
 
 
@@ -511,8 +543,16 @@ def load_config(paths: Paths, environ: Mapping[str, str]) -> Config:
     config = _validate(raw, str(paths.config_file))
     if environ.get("GBATCH_SIMULATE_GPUS"):
         simulate = _coerce("simulate_gpus", environ["GBATCH_SIMULATE_GPUS"], "environment")
-        config = replace(config, simulate_gpus=simulate)  # type: ignore[arg-type]
+        config = replace(config, **_simulation(simulate))  # type: ignore[arg-type]
     return config
+
+
+def _simulation(value: object) -> dict[str, object]:
+    """Config's fields for simulate_gpus' checked value: a count, or a model per GPU."""
+    if isinstance(value, tuple):
+        models = value if any(value) else ()
+        return {"simulate_gpus": len(value), "simulated_models": models}
+    return {"simulate_gpus": value, "simulated_models": ()}
 
 
 # Settings that are gone: the value that still means what it did (None: none does),
@@ -532,7 +572,7 @@ _REMOVED: Mapping[str, tuple[object, str]] = {
 
 
 def _validate(raw: Mapping[str, object], source: str) -> Config:
-    known = {f.name for f in fields(Config)}
+    known = {f.name for f in fields(Config)} - {"simulated_models"}
     values: dict[str, object] = {}
     for key, value in raw.items():
         if key in _REMOVED:
@@ -549,6 +589,8 @@ def _validate(raw: Mapping[str, object], source: str) -> Config:
             )
             raise ConfigError(f'{source}: unknown setting "{key}". {hint}')
         values[key] = _coerce(key, value, source)
+    if "simulate_gpus" in values:
+        values.update(_simulation(values["simulate_gpus"]))
     return _check_policy(Config(**values), source)  # type: ignore[arg-type]
 
 
@@ -559,6 +601,15 @@ def _coerce(key: str, value: object, source: str) -> object:
 
     if key == "simulate_gpus" and value is None:
         return None
+    if key == "simulate_gpus" and isinstance(value, str) and not value.strip().isdigit():
+        from gbatch.core.gputypes import SIMULATE_FORMS, parse_simulated
+
+        try:
+            return parse_simulated(value)
+        except ValueError as err:
+            raise bad(f"{SIMULATE_FORMS} ({err})") from None
+    if key == "gpu_types":
+        return _check_gpu_types(value, bad)
 
     if key == "admins":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

@@ -132,7 +132,8 @@ def _formatted_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ..
         assert job_id == str(job.id), "job_cells: JOBID is the id alone"
         if len(name) > _NAME_WIDTH:
             name = name[: _NAME_WIDTH - 1] + "…"
-        gpus = str(job.spec.gpus)
+        kind = job.spec.gpu_type
+        gpus = f"{kind}:{job.spec.gpus}" if kind else str(job.spec.gpus)
         cells[job.id] = (job_id, user, name, code, gpus, f"{elapsed}/{limit}", where)
     return cells
 
@@ -226,7 +227,9 @@ def _gpu_row(node: NodeInfo, gpu: Gpu, owners: Mapping[int, str]) -> NodeRow:
         notes.append("simulated")
     util = "n/a" if gpu.utilization_pct is None else f"{gpu.utilization_pct}%"
     cells = (
-        f"  gpu{gpu.index} {printable(_short_gpu_name(gpu.name))}",
+        f"  gpu{gpu.index} "
+        + (f"{printable(gpu.type)}: " if gpu.type else "")
+        + printable(_short_gpu_name(gpu.name)),
         use,
         f"{gpu.memory_used_mib / 1024:.1f}/{gpu.memory_total_mib / 1024:.0f}",
         util,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,15 +37,17 @@ class Fleet:
 
 def build_fleet(
     tmp_path: Path,
-    gpus: dict[str, int],
+    gpus: Mapping[str, int | Sequence[Mapping[str, object]]],
     *,
     trusted: bool = True,
     installed: bool = True,
     config: str = FAST_CONFIG,
+    features: Mapping[str, Sequence[str]] | None = None,
 ) -> Fleet:
-    """One host container per entry of `gpus` (name -> GPU count) and a head started
-    against them. Whatever fails on the way, the hosts started so far are removed:
-    without Ryuk, nothing else would."""
+    """One host container per entry of `gpus` (name -> GPU count, or the simulation
+    file's GPU entries: a model's `name` and `memory_total_mib`, its `processes`...) and a
+    head started against them, each node with its inventory `features`. Whatever fails
+    on the way, the hosts started so far are removed: without Ryuk, nothing else would."""
     require_docker()
     image = ensure_test_image()
     hosts: dict[str, Host] = {}
@@ -52,7 +55,14 @@ def build_fleet(
         for name in gpus:
             hosts[name] = start_host(tmp_path, name)
         return _start_head(
-            tmp_path, hosts, gpus, image, trusted=trusted, installed=installed, config=config
+            tmp_path,
+            hosts,
+            gpus,
+            image,
+            trusted=trusted,
+            installed=installed,
+            config=config,
+            features=features or {},
         )
     except BaseException:
         for host in hosts.values():
@@ -63,20 +73,22 @@ def build_fleet(
 def _start_head(
     tmp_path: Path,
     hosts: dict[str, Host],
-    gpus: dict[str, int],
+    gpus: Mapping[str, int | Sequence[Mapping[str, object]]],
     image: str,
     *,
     trusted: bool,
     installed: bool,
     config: str,
+    features: Mapping[str, Sequence[str]],
 ) -> Fleet:
     simulation, agent_dirs, nodes, known = {}, {}, [], []
-    for name, count in gpus.items():
+    for name, described in gpus.items():
         host = hosts[name]
         # Paths in the share dir mean the same in the host: the test edits the
         # simulation file that the agent there reads.
         simulation[name] = host.share / "gpus.json"
-        simulation[name].write_text(json.dumps({"gpus": [{} for _ in range(count)]}))
+        entries = [{} for _ in range(described)] if isinstance(described, int) else described
+        simulation[name].write_text(json.dumps({"gpus": list(entries)}))
         agent_dirs[name] = host.share / "agent"
         if installed:
             agent_dirs[name].mkdir()
@@ -92,6 +104,7 @@ def _start_head(
                 "agent_dir": str(agent_dirs[name]),
                 "agent_python": host.agent_python,
                 "simulation_file": str(simulation[name]),
+                **({"features": list(features[name])} if name in features else {}),
             }
         )
     known_hosts = tmp_path / "known_hosts"

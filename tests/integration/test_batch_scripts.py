@@ -113,8 +113,8 @@ def test_what_gbatch_cannot_take_is_one_line_and_nothing_is_queued(
     head: Head, tmp_path: Path
 ) -> None:
     refusals = {
-        "#!/bin/bash\n#SBATCH -J ok\n#SBATCH --constraint=a100\nhostname\n": (
-            "bad.sh:3: #SBATCH --constraint=a100: not an option gbatch knows"
+        "#!/bin/bash\n#SBATCH -J ok\n#SBATCH --licenses=matlab\nhostname\n": (
+            "bad.sh:3: #SBATCH --licenses=matlab: not an option gbatch knows"
         ),
         # No prefix matching (--time=5 read from --tim=5 hid typos): the nearest options.
         "#!/bin/bash\n#SBATCH --tim=5\nhostname\n": (
@@ -138,8 +138,17 @@ def test_what_gbatch_cannot_take_is_one_line_and_nothing_is_queued(
         "#!/bin/bash\n#SBATCH -J ok\n#SBATCH -p nosuch\nhostname\n": (
             'bad.sh:3: #SBATCH partition: "nosuch" is not a partition here'
         ),
+        # A feature, or a GPU model, no node has (issue 30: once, the model was dropped).
+        "#!/bin/bash\n#SBATCH -J ok\n#SBATCH --constraint=a100\nhostname\n": (
+            "bad.sh:3: #SBATCH constraint: no node has the features a100 (-C); a100: on none "
+            "of them. Their features: none"
+        ),
+        "#!/bin/bash\n#SBATCH --gres=gpu:a100:1\nhostname\n": (
+            "bad.sh:2: #SBATCH gpus: GPU type a100 requested but no node has one; their GPUs "
+            "have no type gbatch knows"
+        ),
         "#!/bin/bash\n#SBATCH --gpus-per-node=two\n": (
-            "bad.sh:2: #SBATCH --gpus-per-node: 'two' is not a GPU count"
+            'bad.sh:2: #SBATCH --gpus-per-node: "two" is not a GPU count'
         ),
     }
     for text, message in refusals.items():

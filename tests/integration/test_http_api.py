@@ -60,7 +60,7 @@ def api(head: Head) -> Iterator[str]:
 @contextlib.contextmanager
 def serve_api(head: Head, *options: str) -> Iterator[str]:
     """`gbatch api serve` for `head` on a free port of 127.0.0.1 with `options` (its
-    command-line options): its base URL."""
+    command-line options): its base URL (https:// with --tls-cert)."""
     process = subprocess.Popen(
         [*GBATCH, "api", "serve", "--listen", "127.0.0.1:0", *options],
         env=head.env,
@@ -71,7 +71,7 @@ def serve_api(head: Head, *options: str) -> Iterator[str]:
     try:
         assert process.stdout is not None
         line = process.stdout.readline()  # printed once it listens
-        assert "gbatch API on http://127.0.0.1:" in line, process.stderr and process.stderr.read()
+        assert "gbatch API on http" in line, process.stderr and process.stderr.read()
         yield line.split()[3]
     finally:
         process.terminate()

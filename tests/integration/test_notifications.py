@@ -30,6 +30,9 @@ from gbatch.core.model import JobSpec, JobState
 from gbatch.head.notify import Policy
 from gbatch.head.outbox import Outbox
 from gbatch.head.store import Store
+from gbatch.jobspec.spec import build_spec
+from gbatch.protocol import requests
+from gbatch.protocol.client import Client, RequestFailed
 from gbatch.site.config import Config
 
 SECRET = "hook-secret"
@@ -247,6 +250,21 @@ def test_a_jobs_own_webhook_gets_its_end_and_one_off_the_allowed_prefixes_is_ref
     assert refused.stderr.startswith("gbatch sbatch: error: notify: http://127.0.0.1:")
     assert f"Use a URL starting with {allowed}" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
+    # Under the allowed prefix as written, out of it once the server resolves `..`.
+    for escape in (f"{allowed}../admin/drop", f"{allowed}ada/%2e%2e/%2E%2E/admin/drop"):
+        dotted = head.run("sbatch", "--notify", escape, "--wrap", "true")
+        assert dotted.returncode == 2, dotted.stderr
+        assert dotted.stderr == (
+            f'gbatch sbatch: error: --notify: "{escape}" has a `.` or `..` segment in its path '
+            "(or %2e for one): give the address to post to as the server will read it, "
+            "without them\n"
+        )
+    # A raw request past sbatch's check: the head refuses it the same.
+    spec = build_spec({"command": "true", "notify": [allowed]}, {}, default_name="j").to_dict()
+    spec["notify"][0]["url"] = f"{allowed}../admin/drop"
+    with Client(head.home / "gbatchd.sock") as client, pytest.raises(RequestFailed) as raw:
+        client.call(requests.Submit(spec=spec))
+    assert raw.value.kind == "invalid" and "has a `.` or `..` segment" in raw.value.message
     squeue = head.run("squeue", "--all", "--noheader", "-t", "all", check=True).stdout
     assert [line.split()[0] for line in squeue.splitlines()] == [str(job_id)]
     assert all(row["job_id"] == job_id for row in outbox(head))

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import GBATCH, Head, container_head, wait_for
+from conftest import GBATCH, Head, container_head
 from dockerenv import ensure_test_image, require_docker
 
 # cgroup v2 names first, then v1's: the engine's hosts differ.
@@ -104,8 +104,12 @@ def test_mem_zero_in_a_script_is_refused_naming_its_line(head: Head, tmp_path: P
     assert head.run("squeue", "-h", check=True).stdout == ""
 
 
-def test_more_memory_than_the_node_has_waits_bad_constraints(head: Head) -> None:
-    job_id = head.sbatch("--mem", "100T", "--wrap", "true")
-    job = head.wait_state(job_id, "PENDING")
-    wait_for(lambda: head.job(job_id)["reason"] == "BadConstraints", what="BadConstraints")
-    assert job["state"] == "PENDING"
+def test_more_memory_than_the_node_has_is_refused_at_submit(head: Head) -> None:
+    """Slurm: "Requested node configuration is not available". Queued, it would wait
+    BadConstraints for good (issue 30); the planner keeps that reason for a job whose
+    node shrank after its submit (tests/unit/test_scheduler.py)."""
+    result = head.run("sbatch", "--mem", "100T", "--wrap", "true")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("gbatch sbatch: error: mem: 102400G requested but ")
+    assert "Ask for at most" in result.stderr and "Traceback" not in result.stderr
+    assert head.run("squeue", "-h", check=True).stdout == ""

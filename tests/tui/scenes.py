@@ -30,8 +30,12 @@ NODE_ROWS = sum(1 + len(node.gpus) for node in lab_nodes())  # a node's row, the
 
 
 async def until(pilot: Pilot[None], predicate: Callable[[], object], what: str) -> None:
-    """Let the app run until `predicate()` holds; fail naming `what` after 10 s."""
-    deadline = time.monotonic() + 10.0
+    """Let the app run until `predicate()` holds; fail naming `what` after 30 s.
+
+    A bound, not a wait: a loaded 2-core machine running the suite on six workers has
+    taken over 10 s to page a 3,000-job queue in.
+    """
+    deadline = time.monotonic() + 30.0
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")

@@ -13,7 +13,7 @@ import pytest
 
 from gbatch.api.app import HTTP_STATUS, make_app
 from gbatch.api.openapi import PREFIX, document
-from gbatch.cli.api import make_listener, parse_listen
+from gbatch.cli.api import make_listener, parse_listen, parse_trusted_proxies
 from gbatch.cli.exits import CliError
 from gbatch.jobspec.errors import BadSubmit
 from gbatch.jobspec.submit import request_for_text
@@ -53,6 +53,17 @@ def test_it_listens_on_loopback_unless_tls_is_on() -> None:
     assert parse_listen("0.0.0.0:8443", tls=True) == ("0.0.0.0", 8443)
     with pytest.raises(CliError, match="HOST:PORT"):
         parse_listen("8642", tls=False)
+
+
+def test_trusted_proxies_are_addresses_or_networks_never_everyone() -> None:
+    assert parse_trusted_proxies(["127.0.0.1", "10.1.0.0/24", "::1", "127.0.0.1"]) == (
+        "127.0.0.1",
+        "10.1.0.0/24",
+        "::1",
+    )
+    for everyone in ("*", "0.0.0.0/0", "::/0", "nginx.lab", ""):
+        with pytest.raises(CliError, match=r"--trusted-proxy: .* is not a proxy's address"):
+            parse_trusted_proxies([everyone])
 
 
 def test_connections_to_the_listener_get_tcp_nodelay_from_asyncio() -> None:

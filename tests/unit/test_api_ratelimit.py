@@ -123,6 +123,22 @@ def test_requests_at_once_are_limited_until_one_is_released() -> None:
     assert limiter.admit("user:a", 0.0) is None
 
 
+def test_anonymous_requests_take_half_of_all_at_once_and_users_with_tokens_the_rest() -> None:
+    """Before, uvicorn's limit_concurrency=256 counted every connection: anyone's."""
+    limiter = Limiter(RateLimits(requests=10, total=4))
+    assert limiter.admit("addr:10.0.0.1", 0.0) is None
+    assert limiter.admit("addr:10.0.0.2", 0.0) is None
+    anonymous = limiter.admit("addr:10.0.0.3", 0.0)
+    assert anonymous is not None and anonymous.status == 503
+    assert "its most requests at once (2 without a token gbatchd has accepted)" in anonymous.message
+    assert limiter.admit("user:a", 0.0) is None
+    assert limiter.admit("user:b", 0.0) is None
+    full = limiter.admit("user:c", 0.0)
+    assert full is not None and full.status == 503 and "(4)" in full.message
+    limiter.release("addr:10.0.0.1")
+    assert limiter.admit("user:c", 0.0) is None
+
+
 def test_followed_logs_have_their_own_limit_beside_requests() -> None:
     limiter = Limiter(RateLimits(requests=1, streams=2))
     assert limiter.admit("user:a", 0.0, stream=True) is None

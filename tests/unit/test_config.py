@@ -150,7 +150,8 @@ def test_config_file_with_every_key_is_read(
         "idle_gpu: {threshold_percent: 10, after_minutes: 20, cancel_after_minutes: 60}\n"
         "event_log: events.jsonl\n"
         "event_log_max_bytes: 10M\n"
-        "event_log_backups: 3\n",
+        "event_log_backups: 3\n"
+        "gpu_types: {'NVIDIA A100*80GB*': a100-80gb, 'Tesla V100*': v100}\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -200,6 +201,7 @@ def test_config_file_with_every_key_is_read(
         event_log="events.jsonl",
         event_log_max_bytes=10 << 20,
         event_log_backups=3,
+        gpu_types=(("NVIDIA A100*80GB*", "a100-80gb"), ("Tesla V100*", "v100")),
     )
 
 
@@ -211,6 +213,8 @@ def test_every_config_key_is_a_config_field() -> None:
         "half_life_days",
         "kill_grace_seconds",
         "simulate_gpus",
+        "simulated_models",
+        "gpu_types",
         "gpu_memory_threshold_mib",
         "socket_mode",
         "socket_path",
@@ -299,6 +303,13 @@ def test_bad_webhooks_are_refused_with_the_form_to_use(paths: Paths, hooks: str)
 def test_webhook_prefixes_name_a_host_and_end_it(paths: Paths, prefixes: str) -> None:
     write_config(paths, f"webhook_prefixes_allowed: {prefixes}\n")
     with pytest.raises(ConfigError, match=r"webhook_prefixes_allowed.*like https://hooks"):
+        load_config(paths, {})
+
+
+def test_a_webhook_prefix_with_a_dot_segment_is_refused(paths: Paths) -> None:
+    """It would allow what its resolved path does not: refused, not resolved."""
+    write_config(paths, "webhook_prefixes_allowed: ['https://hooks.example.org/a/../']\n")
+    with pytest.raises(ConfigError, match=r"webhook_prefixes_allowed.*without `.` or `..`"):
         load_config(paths, {})
 
 
@@ -436,7 +447,7 @@ def test_non_string_key_is_a_config_error(paths: Paths) -> None:
         ("tick_seconds: [1]", "a number"),
         ("simulate_gpus: -2", "zero or more"),
         ("gpu_memory_threshold_mib: -1", "zero or more"),
-        ("simulate_gpus: many", "an integer"),
+        ("simulate_gpus: many", "N, or models with counts such as a100-80gb:2,rtx4090:1"),
         ("simulate_gpus: 2.5", "an integer"),
         ("gpu_memory_threshold_mib: yes", "an integer"),
         ('socket_mode: "rw-rw----"', "an octal mode like '660'"),

@@ -668,3 +668,20 @@ def test_an_owed_reason_of_a_job_planned_again_from_its_row_is_dropped(
         assert {job_id: store.require(job_id).reason for job_id in ids} == shown
     finally:
         side.close()
+
+
+def test_the_loops_window_keeps_what_a_job_asks_of_gpu_types_and_nodes(tmp_path: Path) -> None:
+    """The planner reads the window's planning specs: a GPU type or a constraint left
+    out of them was planned as any GPU on any node (issue 30)."""
+    store = Store(Paths(tmp_path).store)
+    try:
+        spec = JobSpec(name="t", command=("true",), gpus=1, gpu_type="a100", constraint="nvlink|ib")
+        store.submit([spec], 1000, "alice", T0)
+        window = RunnableWindow(WINDOW, None)
+        store.update_window(window)
+        (read,) = window.jobs()
+        assert (read.spec.gpu_type, read.spec.constraint) == ("a100", "nvlink|ib")
+        (whole,) = store.runnable_jobs(per_user=WINDOW)
+        assert planning_job(whole).spec == read.spec
+    finally:
+        store.close()

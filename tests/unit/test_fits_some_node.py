@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from test_node_loss_rules import Clocks, FakeNode
 
+from gbatch.core.gputypes import gpu_type
 from gbatch.core.model import Gpu, JobSpec
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
@@ -125,3 +126,101 @@ def test_a_node_whose_agent_says_nothing_of_cpus_or_memory_is_taken_to_hold_any(
 ) -> None:
     _fleet(daemon, SizedNode("big-gpu", 8, None, None), SizedNode("many-cpus", 1, 2, 1024))
     assert _submit(daemon, "gpu", gpus=8, cpus=4000, mem_mb=10**7)["ok"]
+
+
+# -- GPU types and features (issue 30) ------------------------------------------------
+
+
+class ModelNode(SizedNode):
+    """A reporting node whose GPUs are named `names` (NVML names: their types follow)."""
+
+    def __init__(self, name: str, names: tuple[str, ...]) -> None:
+        super().__init__(name, len(names), 16, 64 * 1024)
+        self.names = names
+
+    def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
+        return tuple(
+            Gpu(i, f"GPU-{i}", n, 81920, 0, type=gpu_type(n)) for i, n in enumerate(self.names)
+        )
+
+
+A100 = "NVIDIA A100-SXM4-80GB"
+RTX4090 = "NVIDIA GeForce RTX 4090"
+
+
+@pytest.fixture
+def models(daemon: Daemon) -> Daemon:
+    """gpu: big-gpu (4 A100s, nvlink, ib) and many-cpus (a workstation: an A100 and a
+    4090); cpu: many-cpus alone."""
+    _fleet(
+        daemon,
+        ModelNode("big-gpu", (A100,) * 4),
+        ModelNode("many-cpus", (A100, RTX4090)),
+    )
+    daemon.fleet.features = {"big-gpu": ("nvlink", "ib")}
+    return daemon
+
+
+def test_a_type_some_node_has_enough_of_is_queued(models: Daemon) -> None:
+    assert _submit(models, "gpu", gpus=4, gpu_type="a100")["ok"]
+    assert _submit(models, "cpu", gpus=1, gpu_type="rtx4090")["ok"]
+    assert _submit(models, "gpu", gpus=1, constraint="nvlink&a100")["ok"]
+    assert _submit(models, "gpu", gpus=0, constraint="rtx4090")["ok"]  # a type is a feature
+    assert _submit(models, "gpu", gpus=2, constraint="rtx4090")["ok"]  # any 2 GPUs there
+
+
+@pytest.mark.parametrize(
+    ("partition", "spec", "error"),
+    [
+        (
+            "gpu",
+            {"gpus": 1, "gpu_type": "h100"},
+            "gpus: GPU type h100 requested but no node of partition gpu has one; their GPU "
+            "types: a100, rtx4090 (`gbatch sinfo -o %G`). Ask for one of those, or for any "
+            "GPU (--gres=gpu:N)",
+        ),
+        (
+            "cpu",
+            {"gpus": 2, "gpu_type": "a100"},
+            "gpus: 2 a100 GPUs requested but partition cpu's node with the most a100 GPUs "
+            "has 1. Ask for at most 1, or for any GPUs (--gres=gpu:2)",
+        ),
+        (
+            "gpu",
+            {"gpus": 1, "constraint": "nvlink&bigmem"},
+            "constraint: no node of partition gpu has the features nvlink&bigmem (-C); "
+            "bigmem: on none of them. Their features: a100, ib, nvlink, rtx4090 "
+            "(`gbatch sinfo -o %f`). Ask for those, or use another partition",
+        ),
+        (
+            "gpu",
+            {"gpus": 1, "gpu_type": "rtx4090", "constraint": "nvlink"},
+            "gpus: GPU type rtx4090 requested but no node of partition gpu has one; their "
+            "GPU types: a100",
+        ),
+        (
+            "gpu",
+            {"gpus": 3, "constraint": "rtx4090"},
+            "gpus: 3 GPUs requested but partition gpu's largest node with rtx4090 has 2. "
+            "Ask for at most 2",
+        ),
+    ],
+)
+def test_a_type_or_constraint_no_node_meets_is_refused_naming_what_it_has(
+    models: Daemon, partition: str, spec: dict[str, Any], error: str
+) -> None:
+    reply = _submit(models, partition, **spec)
+    assert reply["ok"] is False and reply["kind"] == "invalid", reply
+    assert reply["error"].startswith(error), reply["error"]
+    assert models.store.count() == 0
+
+
+def test_scontrol_update_to_a_type_no_node_has_is_refused_as_gres(models: Daemon) -> None:
+    job = _submit(models, "gpu", gpus=1)["ids"][0]
+    reply = handle(models, ROOT, {"op": "update", "id": job, "changes": {"Gres": "gpu:h100:1"}})
+    assert reply["ok"] is False
+    assert reply["error"].startswith("Gres: GPU type h100 requested but no node"), reply
+    reply = handle(models, ROOT, {"op": "update", "id": job, "changes": {"Features": "bigmem"}})
+    assert reply["error"].startswith("Features: no node of partition gpu has the features"), reply
+    reply = handle(models, ROOT, {"op": "update", "id": job, "changes": {"Gres": "gpu:a100:4"}})
+    assert reply["ok"], reply

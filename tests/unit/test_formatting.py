@@ -193,7 +193,7 @@ def test_squeue_every_letter_prints_its_field() -> None:
         "1",
         "local",
         "local",
-        "gpu:2",
+        "gres/gpu:2",  # Slurm 23.02's spelling (22.05: gres:gpu:2)
         format_timestamp(NOW - 100),
         format_timestamp(NOW - 65),
         "7",  # priority 10 less nice 3
@@ -273,6 +273,8 @@ def test_squeue_json_lists_jobs_with_machine_readable_fields() -> None:
         "gpus": [0, 1],
         "gpu_uuids": [],
         "gpus_requested": 2,
+        "gpu_type": None,
+        "constraint": None,
         "time_limit": 3600,
         "submit_time": NOW - 100,
         "start_time": NOW - 65,
@@ -494,6 +496,7 @@ def test_sinfo_json_has_per_gpu_detail_and_holding_job() -> None:
         "utilization_pct": 37,
         "foreign_processes": 0,
         "simulated": False,
+        "type": None,  # built with no type here; a report's GPUs get theirs (gputypes)
         "job_id": 5,
         "free": False,
     }
@@ -529,6 +532,7 @@ def test_job_details_prints_scontrol_style_record_and_events() -> None:
         "   Partition=gpu\n"
         "   NodeList=local Gres=gpu:2 GPUs=0,1 Attempt=1 Retries=3 Requeue=1\n"
         "   NumCPUs=1 MinMemoryNode=0\n"
+        "   TresPerNode=gres/gpu:2\n"
         "   Command=python train.py --lr 0.1\n"
         "   Image=pytorch:24.01 WorkDir=/data/alice Mounts=/data:/data:ro,/scratch:/scratch"
         " ShmSize=8g\n"

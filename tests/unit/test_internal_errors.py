@@ -251,3 +251,34 @@ def test_a_failing_loop_step_writes_its_traceback_once_then_counts(
     daemon.run_loop()
     lines = [r.getMessage() for r in caplog.records if "internal error" in r.getMessage()]
     assert len(lines) == 1 and lines[0].startswith("internal error: loop step failed: ")
+
+
+def test_a_bug_every_delivery_hits_is_one_traceback_in_the_daemons_budget(
+    daemon: Daemon, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's own webhook is its submitter's text: a bug its delivery hits, row after
+    row, is logged once with its traceback and counted, like a request's (issue 29)."""
+    from gbatch.head import notify
+
+    caplog.set_level(logging.INFO, logger="gbatchd")
+    outbox = daemon.outbox
+
+    def buggy(note: notify.Notification) -> bool:
+        raise KeyError("a bug in delivery")
+
+    monkeypatch.setattr(outbox, "deliver_one", buggy)
+    for n in range(50):
+        payload = {"job": {"user": f"u{n}"}}
+        note = notify.Notification(n, f"e{n}", "END", "webhook", f"h{n}", payload, 0)
+        assert outbox.slots.take(note)
+        outbox._work.put(note)
+        if n % 8 == 7:  # the slots: at most WORKERS in flight
+            outbox._work.put(None)
+            outbox._worker()
+    outbox._work.put(None)
+    outbox._worker()
+    assert outbox.bugs is daemon.internal_errors
+    lines = [r.getMessage() for r in caplog.records if "internal error" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("internal error: outbox: delivering END failed: KeyError at ")
+    assert "Traceback" in lines[0]

@@ -552,3 +552,17 @@ def test_home_inventory_is_used_when_it_exists(tmp_path: Path) -> None:
 
 def test_no_inventory_means_the_embedded_default(tmp_path: Path) -> None:
     assert find_inventory(tmp_path, {}) is None
+
+
+def test_features_are_a_nodes_or_the_defaults_lowercased_once_each(tmp_path: Path) -> None:
+    """-C/--constraint asks for them (issue 30); a node's list replaces the default's."""
+    gpu01, gpu02 = load(
+        tmp_path, two_nodes("features: [ib]", features="[NVLink, bigmem, nvlink]")
+    ).nodes
+    assert gpu01.features == ("ib",)
+    assert gpu02.features == ("nvlink", "bigmem")
+    assert refusal(tmp_path, two_nodes(features="[a b]")).startswith(
+        where(tmp_path, "nodes[1] (gpu02)", "features")
+        + '"a b" is not a feature name. Use letters, digits'
+    )
+    assert "is not a list" in refusal(tmp_path, two_nodes(features="nvlink"))

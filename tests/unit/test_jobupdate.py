@@ -275,6 +275,8 @@ def test_show_node_prints_slurms_fields() -> None:
     assert scontrol.format_node_details(node) == (
         "NodeName=n1 NodeAddr=this machine\n"
         "   CPUAlloc=4 CPUTot=16\n"
+        "   AvailableFeatures=(null)\n"
+        "   ActiveFeatures=(null)\n"
         "   Gres=gpu:2 GresUsed=gpu:1\n"
         "   GpuType=A100\n"
         "   RealMemory=64000 AllocMem=8000\n"

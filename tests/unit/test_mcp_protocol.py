@@ -268,3 +268,12 @@ sys.exit(main(["mcp", "serve"]))
     replies = [json.loads(line) for line in done.stdout.splitlines()]
     assert [reply["id"] for reply in replies] == [1, 2]
     assert "stray bytes on fd 1\na stray print\n" in done.stderr
+
+
+def test_submit_asks_for_a_gpu_model_and_node_features_as_sbatch_does() -> None:
+    """issue 30: gpu_type and constraint go through sbatch's --gpus=TYPE:N and -C."""
+    words = submit_words({"wrap": "true", "gpus": 2, "gpu_type": "a100", "constraint": "ib"})
+    spec = request_for_text(None, "mcp", words).spec
+    assert (spec["gpus"], spec["gpu_type"], spec["constraint"]) == (2, "a100", "ib")
+    one = request_for_text(None, "mcp", submit_words({"wrap": "true", "gpu_type": "h100"})).spec
+    assert (one["gpus"], one["gpu_type"]) == (1, "h100")

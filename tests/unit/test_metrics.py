@@ -94,7 +94,8 @@ def test_label_values_with_quotes_backslashes_and_newlines_read_back_as_given() 
         ("device", "nvidia0"),
         ("gpu", "0"),
     )
-    assert got[("gbatch_gpu_info", (*labels, ("model_name", odd), ("simulated", "false")))] == 1
+    info = (*labels, ("gpu_type", ""), ("model_name", odd), ("simulated", "false"))
+    assert got[("gbatch_gpu_info", info)] == 1
     assert got[("DCGM_FI_DEV_GPU_UTIL", labels)] == 5
     assert got[("gbatch_ssh_round_trip_seconds", (("node", 'node "7"\\b'),))] == 0.1
 

@@ -357,6 +357,29 @@ def test_no_prefix_a_url_only_begins_with_allows_it() -> None:
     assert not notify.url_allowed(INTERNAL, ())
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../../admin",
+        "T1/../../../admin",
+        "./T1",
+        "T1/%2e%2e/%2E%2e/admin",
+        "T1/..%2f..%2fadmin",
+        "T1/%252e%252e/admin",
+        "T1\\..\\..\\admin",
+        "T1/..?x=1",
+    ],
+)
+def test_a_dot_segment_never_takes_a_job_webhook_out_of_its_prefix(path: str) -> None:
+    """The server resolves them: SLACK + "../../admin" is posted to /admin."""
+    assert not notify.url_allowed(SLACK + path, (SLACK,))
+
+
+def test_dots_that_are_not_a_whole_segment_are_allowed() -> None:
+    for path in ("T1/a..b", "T1/...", "T1/.hidden", "T1/x?next=../y", "T1/x#../y"):
+        assert notify.url_allowed(SLACK + path, (SLACK,)), path
+
+
 def test_delivery_refuses_a_job_webhook_the_config_no_longer_allows(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

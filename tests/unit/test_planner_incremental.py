@@ -29,7 +29,10 @@ def make_job(job_id: int, draw: st.DrawFn) -> Job:
         partition=draw(st.sampled_from((None, "a", "b"))),
         image=draw(st.sampled_from((None, None, "img"))),
         cpus=draw(st.sampled_from((None, None, 2, 16))),
+        constraint=draw(st.sampled_from((None, None, None, "nvlink", "a100|ib"))),
     )
+    if spec.gpus:  # a type asks for GPUs of it
+        spec = replace(spec, gpu_type=draw(st.sampled_from((None, None, "a100", "rtx4090"))))
     return Job(
         id=job_id,
         uid=1000,
@@ -41,14 +44,19 @@ def make_job(job_id: int, draw: st.DrawFn) -> Job:
     )
 
 
-def make_node(index: int, draw: st.DrawFn) -> NodeView:
+LAYOUTS = ((), ("a100",) * GPUS, ("rtx3090", "rtx4090", "", "rtx4090"), ("a100", "", "", ""))
+
+
+def make_node(index: int, draw: st.DrawFn, types: tuple[str, ...] | None = None) -> NodeView:
+    """A node of GPUS GPUs; `types` (one per GPU, "" for none; drawn when None)."""
+    if types is None:
+        types = draw(st.sampled_from(LAYOUTS))
     free = draw(st.sets(st.integers(0, GPUS - 1)))
-    busy = GPUS - len(free)
-    releases = tuple(
-        (draw(st.sampled_from((NOW + 30, NOW + 600, NOW + 7200, float("inf")))), 1)
-        for _ in range(busy)
-    )
+    busy = [g for g in range(GPUS) if g not in free]
+    ends = [draw(st.sampled_from((NOW + 30, NOW + 600, NOW + 7200, float("inf")))) for _ in busy]
+    releases = tuple((end, 1) for end in ends)
     counted = draw(st.booleans())
+    gpu_types = tuple((g, t) for g, t in enumerate(types) if t)
     return NodeView(
         name=f"n{index}",
         gpus_total=GPUS,
@@ -59,6 +67,12 @@ def make_node(index: int, draw: st.DrawFn) -> NodeView:
         partitions=frozenset(draw(st.sets(st.sampled_from(("a", "b"))))),
         cpus_total=8 if counted else None,
         free_cpus=draw(st.integers(0, 8)),
+        gpu_types=gpu_types,
+        features=frozenset(draw(st.sets(st.sampled_from(("nvlink", "ib")))))
+        | set(dict(gpu_types).values()),
+        typed_releases=tuple(
+            (end, types[g], 1) for end, g in zip(ends, busy, strict=True) if types and types[g]
+        ),
     )
 
 
@@ -67,13 +81,15 @@ def nodes_now(draw: st.DrawFn, statics: list[NodeView]) -> list[NodeView]:
     """The same nodes, with what is free on them drawn again (runs start and end)."""
     result = []
     for index, static in enumerate(statics):
-        fresh = make_node(index, draw)
+        types = tuple(dict(static.gpu_types).get(g, "") for g in range(GPUS))
+        fresh = make_node(index, draw, types if static.gpu_types else ())
         result.append(
             replace(
                 static,
                 free_gpus=fresh.free_gpus,
                 releases=fresh.releases,
                 free_cpus=fresh.free_cpus,
+                typed_releases=fresh.typed_releases,
             )
         )
     return result
@@ -117,8 +133,14 @@ def test_incremental_passes_equal_a_full_plan_over_random_changes(data: st.DataO
                 queue[job.id] = replace(job, spec=spec)
                 planner.put(queue[job.id])
             elif change == "node":  # one joins, leaves, or goes down, up, elsewhere
-                what = draw(st.sampled_from(("join", "leave", "redraw")))
-                if what == "join" or not statics:
+                what = draw(st.sampled_from(("join", "leave", "redraw", "retype")))
+                if what == "retype" and statics:  # its GPUs' models, its features
+                    index = draw(st.integers(0, len(statics) - 1))
+                    fresh = make_node(0, draw)
+                    statics[index] = replace(
+                        statics[index], gpu_types=fresh.gpu_types, features=fresh.features
+                    )
+                elif what == "join" or not statics:
                     statics.append(make_node(next_node, draw))
                     next_node += 1
                 elif what == "leave":

@@ -699,9 +699,16 @@ def test_time_override_error_is_the_documented_message_under_the_option() -> Non
 
 @pytest.mark.parametrize(
     ("text", "gpus"),
-    [("gpu", 1), ("gpu:2", 2), ("gpu:a100:4", 4), ("gpu:a100", 1), ("gpu:0", 0), (" gpu:8 ", 8)],
+    [
+        ("gpu", (None, 1)),
+        ("gpu:2", (None, 2)),
+        ("gpu:a100:4", ("a100", 4)),
+        ("gpu:a100", ("a100", 1)),
+        ("gpu:0", (None, 0)),
+        (" gpu:8 ", (None, 8)),
+    ],
 )
-def test_gres_gives_the_gpu_count(text: str, gpus: int) -> None:
+def test_gres_gives_the_gpu_type_and_count(text: str, gpus: tuple[str | None, int]) -> None:
     assert parse_gres(text) == gpus
 
 
@@ -764,11 +771,21 @@ def test_examples_are_the_documented_ones() -> None:
     # Every key but secret_env (an example should not teach writing secrets into a file)
     # and the other ways of giving `mem`, which exclude it; dependency (it names a job id
     # of the reader's queue, which the file cannot know); ntasks (1, the only value);
-    # notify (a head allows only the webhook addresses its admin lists).
-    left_out = {"secret_env", "mem_per_gpu", "mem_per_cpu", "dependency", "ntasks", "notify"}
+    # notify (a head allows only the webhook addresses its admin lists); gpu_type (`gpus:
+    # a100:2` says it, as Slurm's --gpus does).
+    left_out = {
+        "secret_env",
+        "mem_per_gpu",
+        "mem_per_cpu",
+        "dependency",
+        "ntasks",
+        "notify",
+        "gpu_type",
+    }
     assert set(train) | left_out == set(KEYS)
     spec = build_spec(train, {}, default_name="train", now=0.0)
-    assert (spec.gpus, spec.time_limit) == (2, 86400)
+    assert (spec.gpus, spec.gpu_type, spec.time_limit) == (2, "a100", 86400)
+    assert spec.constraint == "nvlink"
     assert (spec.export, spec.signal, spec.mail_type) == ("NONE", "USR1@120", "END,FAIL")
 
 
@@ -834,6 +851,8 @@ def test_the_notify_option_is_a_url_and_its_events() -> None:
     ("value", "message"),
     [
         ([{"url": "file:///etc/passwd"}], "is not an http:// or https:// address"),
+        (["https://h.example.org/hooks/../admin"], "has a `.` or `..` segment in its path"),
+        (["https://h.example.org/hooks/%2E%2e/admin"], "has a `.` or `..` segment in its path"),
         ([{"url": "https://h.example.org/", "format": "slack"}], "format is not one of its keys"),
         ([{"url": "https://h.example.org/", "events": ["NODE_DOWN"]}], "events are among"),
         ([{"url": "https://h.example.org/", "form": "xml"}], "form is json or slack"),

@@ -5,6 +5,7 @@ The job, or its array's tasks, is queued in one transaction.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gbatch.core import dependency, outputs
@@ -14,6 +15,7 @@ from gbatch.core.limits import PendingLimitReached, array_refusal, gpus_refusal
 from gbatch.core.model import Job, JobSpec, JobState, TaskArray
 from gbatch.core.submitenv import filter_submit_env
 from gbatch.core.timefmt import MAX_TIME_LIMIT_S, format_duration, show_value
+from gbatch.core.urls import DOT_SEGMENT_REFUSAL, has_dot_segment
 from gbatch.head import notify
 from gbatch.head.daemon import Daemon
 from gbatch.head.groupcommit import CommitterClosed
@@ -21,6 +23,7 @@ from gbatch.head.handlers.auth import DAEMON_UID, is_admin, submit_limits
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.handlers.targets import MAX_ARRAY
+from gbatch.head.scheduler import NodeSize
 from gbatch.head.store import Submission
 from gbatch.jobspec.slurmopts import check_submit_env_size, parse_array
 from gbatch.jobspec.spec import SpecError, build_spec, secret_env_values
@@ -112,7 +115,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     count = request.count if indices is None else len(indices)
     if not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
-    _check_fits_some_node(daemon, spec)
+    check_fits_some_node(daemon, spec)
     _check_runnable_somewhere(daemon, spec)
     if spec.dependency is not None:
         spec = spec.replace(dependency=check_dependency(daemon, caller, spec.dependency))
@@ -211,6 +214,8 @@ def _check_notify_allowed(daemon: Daemon, spec: JobSpec) -> None:
     refused = notify.disallowed_hooks(spec.notify, prefixes)
     if not refused:
         return
+    if has_dot_segment(refused[0]):  # a raw request: sbatch's own check says the same
+        raise Refused("invalid", f"notify: {refused[0]} {DOT_SEGMENT_REFUSAL}")
     fix = (
         f"Use a URL starting with {' or '.join(prefixes)}"
         if prefixes
@@ -334,24 +339,36 @@ def _test_start(daemon: Daemon, caller: Caller, spec: JobSpec) -> dict[str, Any]
     }
 
 
-def _check_fits_some_node(daemon: Daemon, spec: JobSpec) -> None:
+def check_fits_some_node(
+    daemon: Daemon, spec: JobSpec, labels: Mapping[str, str] | None = None
+) -> None:
     """Refuse a job no node of its partition could hold even idle, naming what is short.
 
     Slurm refuses these at submit ("Requested node configuration is not available");
-    queued, they would wait BadConstraints for good. Its GPUs, CPUs (-c) and memory must
-    fit one node together. Nothing is refused while a node of the partition has not
-    reported: its size is unknown.
-    """
+    queued, they would wait BadConstraints for good. Its constraint (-C) must be met,
+    its GPUs (of its type, if it names one), CPUs (-c) and memory must fit one node
+    together. Nothing is refused while a node of the partition has not reported: its
+    size is unknown. `labels` name the fields as the caller's user wrote them (scontrol
+    update's Gres and Features); by default, as the job file's keys."""
     sizes = daemon.fleet.sizes_for(spec.partition)
     if not sizes:
         return
     gpus, cpus, mem = spec.gpus, spec.cpus_reserved, spec.memory_mb or 0
-    if any(size.holds(gpus, cpus, mem) for size in sizes):
+    kind, constraint = spec.gpu_type, spec.constraint
+    if any(size.holds(gpus, cpus, mem, kind, constraint) for size in sizes):
         return
+    label = {"gpus": "gpus", "constraint": "constraint", **(labels or {})}
     # One partition (the embedded default has one): "the largest node" says it all.
     named = spec.partition is not None and len(daemon.fleet.partitions) > 1
+    of = f" of partition {spec.partition}" if named else ""
+    _check_constraint_met(sizes, constraint, of, label["constraint"])
+    sizes = [size for size in sizes if size.satisfies(constraint)]
+    if kind is not None:
+        _check_type_there(sizes, kind, of, label["gpus"])
     where = f"partition {spec.partition}'s largest node" if named else "the largest node"
-    have = max(size.gpus for size in sizes)
+    if constraint is not None:
+        where += f" with {constraint}"
+    have = max(size.gpus_of(kind) for size in sizes)
     if gpus > have:
         _, why = daemon.fleet.max_gpus_per_node()
         hint = (
@@ -361,8 +378,12 @@ def _check_fits_some_node(daemon: Daemon, spec: JobSpec) -> None:
             else f"Ask for at most {have}"
         )
         detail = f" ({why})" if why and have == 0 else ""
+        if kind is not None:
+            where = where.replace("largest node", f"node with the most {kind} GPUs")
+            hint += f", or for any GPUs (--gres=gpu:{gpus})"
+        count = f"{gpus} {kind} GPUs" if kind else f"{gpus} GPUs"
         raise Refused(
-            "invalid", f"gpus: {gpus} GPUs requested but {where} has {have}{detail}. {hint}"
+            "invalid", f"{label['gpus']}: {count} requested but {where} has {have}{detail}. {hint}"
         )
     most_cpus = max((size.cpus for size in sizes if size.cpus is not None), default=None)
     if most_cpus is not None and cpus > most_cpus:
@@ -379,20 +400,58 @@ def _check_fits_some_node(daemon: Daemon, spec: JobSpec) -> None:
             f"Ask for at most {memory_text(most_mem)} (--mem)",
         )
     shown = "; ".join(
-        f"{size.name}: {size.gpus} GPUs, {size.cpus} CPUs, {memory_text(size.mem_mb)}"
+        f"{size.name}: {size.gpus_of(kind)} {kind + ' ' if kind else ''}GPUs, {size.cpus} CPUs, "
+        f"{memory_text(size.mem_mb)}"
         for size in sizes[:4]
     )
     more = f"; and {len(sizes) - 4} more" if len(sizes) > 4 else ""
-    of = f" of partition {spec.partition}" if named else ""
     asked = [
-        f"{gpus} GPUs",
+        f"{gpus} {kind} GPUs" if kind else f"{gpus} GPUs",
         *([f"{cpus} CPUs"] if cpus else []),
         *([memory_text(mem)] if mem else []),
     ]
+    with_it = f" with {constraint}" if constraint is not None else ""
     raise Refused(
         "invalid",
-        f"gpus, cpus, mem: no node{of} has {' and '.join(asked)} at once "
+        f"gpus, cpus, mem: no node{of}{with_it} has {' and '.join(asked)} at once "
         f"({shown}{more}). Ask for less, or use another partition",
+    )
+
+
+def _check_constraint_met(
+    sizes: Sequence[NodeSize], constraint: str | None, of: str, label: str
+) -> None:
+    """Refuse a constraint no node of `sizes` satisfies, naming the features missing."""
+    if constraint is None or any(size.satisfies(constraint) for size in sizes):
+        return
+    from gbatch.core.constraints import names, parse
+
+    there = sorted({feature for size in sizes for feature in size.features})
+    missing = [name for name in names(parse(constraint)) if name not in there]
+    nowhere = f"; {', '.join(missing)}: on none of them" if missing else ""
+    listed = ", ".join(there) if there else "none"
+    raise Refused(
+        "invalid",
+        f"{label}: no node{of} has the features {constraint} (-C){nowhere}. Their features: "
+        f"{listed} (`gbatch sinfo -o %f`). Ask for those, or use another partition",
+    )
+
+
+def _check_type_there(sizes: Sequence[NodeSize], kind: str, of: str, label: str) -> None:
+    """Refuse a GPU type no node of `sizes` has, naming the types they have."""
+    if any(size.gpus_of(kind) for size in sizes):
+        return
+    types = sorted({t for size in sizes for t, _ in size.gpu_types})
+    have = (
+        f"their GPU types: {', '.join(types)}"
+        if types
+        else "their GPUs have no type gbatch knows (an admin names them with gpu_types: in "
+        "the head's config.yaml)"
+    )
+    raise Refused(
+        "invalid",
+        f"{label}: GPU type {kind} requested but no node{of} has one; {have} "
+        "(`gbatch sinfo -o %G`). Ask for one of those, or for any GPU (--gres=gpu:N)",
     )
 
 

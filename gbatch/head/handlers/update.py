@@ -19,7 +19,7 @@ from gbatch.head.handlers.audit import audit
 from gbatch.head.handlers.auth import is_admin, submit_limits
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
-from gbatch.head.handlers.submit import check_dependency
+from gbatch.head.handlers.submit import check_dependency, check_fits_some_node
 from gbatch.head.handlers.targets import MAX_ARRAY, named_job, stored_job
 from gbatch.protocol import requests
 
@@ -79,6 +79,10 @@ def _planned_update(
     spec = change.spec
     if spec.gpus != found.spec.gpus:
         _check_update_gpus(daemon, caller, spec.gpus)
+    if (spec.gpu_type, spec.constraint) != (found.spec.gpu_type, found.spec.constraint) or (
+        spec.gpu_type is not None and spec.gpus != found.spec.gpus
+    ):
+        check_fits_some_node(daemon, spec, {"gpus": "Gres", "constraint": "Features"})
     if spec.dependency is not None and spec.dependency != found.spec.dependency:
         if jobupdate.self_reference(found.id, spec.dependency, found.array_job_id):
             raise Refused(

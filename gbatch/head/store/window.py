@@ -78,6 +78,8 @@ _PLANNING_KEYS = (
     "mem_per_gpu",
     "mem_per_cpu",
     "begin",
+    "gpu_type",
+    "constraint",
 )
 _FILTERED_KEYS = ("name", "dependency", "array_task", "array_pos", "array_throttle")
 _PLANNING_AND_FILTERED_KEYS = (*_PLANNING_KEYS, *_FILTERED_KEYS)

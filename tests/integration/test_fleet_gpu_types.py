@@ -1,0 +1,52 @@
+"""GPU models across a fleet (issue 30): two host containers whose simulation files
+describe different models (an A100, an RTX 4090) and one with inventory features; a
+typed job lands only where its model is, -C only where the features are, and a model no
+host has is refused at submit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+from fleet import Fleet, build_fleet, teardown_fleet
+
+pytestmark = pytest.mark.docker
+
+A100 = {"name": "NVIDIA A100-SXM4-80GB", "memory_total_mib": 81920}
+RTX4090 = {"name": "NVIDIA GeForce RTX 4090", "memory_total_mib": 24564}
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    built = build_fleet(
+        tmp_path, {"gpua": [A100, A100], "gpur": [RTX4090]}, features={"gpua": ["nvlink"]}
+    )
+    yield built
+    teardown_fleet(built)
+
+
+def test_typed_jobs_and_constraints_land_only_where_their_model_and_features_are(
+    fleet: Fleet,
+) -> None:
+    head = fleet.head
+
+    def listed() -> str:
+        return head.run("sinfo", "-N", "-h", "-o", "%N %G %f", check=True).stdout
+
+    wait_for(lambda: "gpu:a100:2" in listed() and "gpu:rtx4090:1" in listed(), 30, "models")
+    assert listed().splitlines() == ["gpua gpu:a100:2 nvlink,a100", "gpur gpu:rtx4090:1 rtx4090"]
+    image = ("--image", fleet.image)
+    rtx = head.sbatch(*image, "--gres=gpu:rtx4090:1", "--wrap", "true")
+    a100 = head.sbatch(*image, "--gpus=a100:2", "--wrap", "true")
+    nvlink = head.sbatch(*image, "-C", "nvlink", "--gpus=1", "--wrap", "true")
+    for job_id, node in ((rtx, "gpur"), (a100, "gpua"), (nvlink, "gpua")):
+        done = head.wait_state(job_id, "COMPLETED", timeout=120)
+        assert done["node"] == node, done
+    refused = head.run("sbatch", *image, "--gres=gpu:h100:1", "--wrap", "true")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(
+        "gbatch sbatch: error: gpus: GPU type h100 requested but no node has one; their GPU "
+        "types: a100, rtx4090"
+    )

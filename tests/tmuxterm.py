@@ -1,4 +1,4 @@
-"""A real terminal for integration tests: a detached tmux session on a private server.
+"""A real terminal for tests: a detached tmux session on a private tmux server.
 
 Keys go in through `tmux send-keys`, the screen comes back with `capture-pane`, the
 window is resized with `resize-window`. Needs tmux (`.ci/setup-terminal.sh`); without it

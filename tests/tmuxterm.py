@@ -7,12 +7,14 @@ a test skips locally and fails with CI=true.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,18 @@ class Terminal:
         while self.alive() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not self.alive(), f"the session did not end; screen:\n{self.screen()}"
+
+
+@contextlib.contextmanager
+def private_terminal() -> Iterator[Terminal]:
+    """A Terminal on a tmux server of its own, killed and its files removed at the end
+    (a skip without tmux locally, a failure with CI=true: checked before anything starts)."""
+    tmux = require_tmux()
+    # Short and under /tmp: a unix socket's path has a length limit.
+    base = Path(tempfile.mkdtemp(prefix="gbatch-tmux-", dir="/tmp"))
+    term = Terminal(tmux, base / "tmux.sock")
+    try:
+        yield term
+    finally:
+        term.kill()
+        shutil.rmtree(base, ignore_errors=True)

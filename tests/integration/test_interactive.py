@@ -34,7 +34,7 @@ from conftest import (
     shared_home,
     wait_for,
 )
-from tmuxterm import Terminal, require_tmux
+from tmuxterm import Terminal, private_terminal
 
 from gbatch.core.paths import resolve_paths
 from gbatch.protocol import requests
@@ -66,14 +66,8 @@ def head(tmp_path: Path) -> Iterator[Head]:
 
 @pytest.fixture
 def terminal() -> Iterator[Terminal]:
-    tmux = require_tmux()
-    base = Path(tempfile.mkdtemp(prefix="gbatch-tmux-", dir="/tmp"))
-    term = Terminal(tmux, base / "tmux.sock")
-    try:
+    with private_terminal() as term:
         yield term
-    finally:
-        term.kill()
-        subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
 def ask(head: Head, request: requests.Request) -> dict[str, Any]:

@@ -15,15 +15,14 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Head, remove_tree
-from tmuxterm import Terminal, require_tmux
+from conftest import Head
+from tmuxterm import Terminal, private_terminal
 
 WIDTH, HEIGHT = 120, 32
 LINES = 40  # the job prints this many log lines, one every 0.3 s (12 s), then sleeps
@@ -33,15 +32,8 @@ TIMEOUT_S = 20.0
 @pytest.fixture
 def terminal() -> Iterator[Terminal]:
     """A private tmux server's terminal (checked for before any daemon starts)."""
-    tmux = require_tmux()
-    # Short and under /tmp: a unix socket's path has a length limit.
-    base = Path(tempfile.mkdtemp(prefix="gbatch-tmux-", dir="/tmp"))
-    term = Terminal(tmux, base / "tmux.sock")
-    try:
+    with private_terminal() as term:
         yield term
-    finally:
-        term.kill()
-        remove_tree(base)
 
 
 def tui_command(head: Head, exit_file: Path) -> str:

@@ -201,6 +201,10 @@ class Config:
     # srun --jobid) in other users' jobs. A step runs as the job's owner, so this lets an
     # admin act as that user inside the job: off unless a site wants it.
     admin_steps: bool = False
+    # Bare jobs (on the local node) each in a cgroup of their own holding -c and --mem,
+    # where this host lets gbatchd make one (gbatch/nodes/cgroups.py); false: CPU
+    # affinity and RLIMIT_DATA, as where it cannot.
+    bare_job_cgroups: bool = True
     # An srun/salloc allocation that no client waits for or is attached to any more is
     # cancelled this long after its client went away (Slurm's behaviour when srun dies).
     interactive_grace_seconds: float = 30.0
@@ -619,7 +623,7 @@ def _coerce(key: str, value: object, source: str) -> object:
         return _check_group(value, bad)
     if key == "service_accounts":
         return _check_service_accounts(value, bad)
-    if key in ("private_data", "kill_invalid_depend", "admin_steps"):
+    if key in ("private_data", "kill_invalid_depend", "admin_steps", "bare_job_cgroups"):
         if not isinstance(value, bool):
             raise bad("true or false")
         return value

@@ -120,6 +120,7 @@ def test_config_file_with_every_key_is_read(
         "private_data: true\n"
         "kill_invalid_depend: true\n"
         "admin_steps: true\n"
+        "bare_job_cgroups: false\n"
         "interactive_grace_seconds: 12\n"
         "docker: podman\n"
         "node_down_seconds: 90\n"
@@ -170,6 +171,7 @@ def test_config_file_with_every_key_is_read(
         private_data=True,
         kill_invalid_depend=True,
         admin_steps=True,
+        bare_job_cgroups=False,
         interactive_grace_seconds=12.0,
         docker="podman",
         node_down_seconds=90.0,
@@ -253,6 +255,7 @@ def test_every_config_key_is_a_config_field() -> None:
         "event_log_max_bytes",
         "event_log_backups",
         "admin_steps",
+        "bare_job_cgroups",
         "interactive_grace_seconds",
     }
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from gbatch.core.model import Gpu, Job
 from gbatch.core.steps import Step, step_label
-from gbatch.nodes import docker
+from gbatch.nodes import cgroups, docker
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
     HostError,
@@ -137,15 +137,44 @@ class LocalNode:
             timeout=DOCKER_TIMEOUT,
         )
         self._engine_checked: tuple[float, str | None] = (0.0, None)
-        self._run_dirs = RunDirRemover()
+        # Bare jobs' cgroups (set up by start(); None where this host gives none).
+        self._cgroups: cgroups.Tree | None = None
+        self._run_dirs = RunDirRemover(before_removal=self._remove_run_cgroup)
         # Forks each bare job's shim; the plain `python -m gbatch.shim` when it cannot.
         self._shim_server = ShimServer(on_change)
 
     # -- the agent ----------------------------------------------------------------
 
     def start(self) -> None:
+        self._set_up_cgroups()
         threading.Thread(target=self._keep_reporting, name="agent", daemon=True).start()
         self._shim_server.start()
+
+    def _set_up_cgroups(self) -> None:
+        """Find and prepare bare jobs' cgroups, say in one line what holds bare jobs, and
+        remove the run cgroups an earlier daemon left (their run directory is gone)."""
+        self._cgroups, line = cgroups.set_up(self.paths.runs, self.config.bare_job_cgroups)
+        log.info("%s", line)
+        if self._cgroups is not None:
+            for job_id, attempt in self._cgroups.reap(
+                lambda job_id, attempt: not self.paths.run_dir(job_id, attempt).exists()
+            ):
+                log.info(
+                    "removed the cgroup of run %d.%d left by an earlier daemon", job_id, attempt
+                )
+
+    def _remove_run_cgroup(self, run_dir: Path) -> None:
+        """Kill what the ended run left in its cgroup and remove it (before its directory)."""
+        job_text, _, attempt_text = run_dir.name.partition(".")
+        tree = self._cgroups
+        if tree is None or not (job_text.isdigit() and attempt_text.isdigit()):
+            return
+        if not tree.remove(int(job_text), int(attempt_text)):
+            log.warning(
+                "cannot remove the cgroup of run %s: a process in it does not die; the "
+                "next start of gbatchd tries again",
+                run_dir.name,
+            )
 
     def _agent_argv(self) -> list[str]:
         argv = [
@@ -242,6 +271,8 @@ class LocalNode:
     def stop(self) -> None:
         self._stopping.set()
         self._run_dirs.flush()
+        if self._cgroups is not None:
+            self._cgroups.remove_parents()  # only where no run's cgroup is left
         self._shim_server.stop()
         with self._lock:
             agent = self._agent
@@ -330,6 +361,7 @@ class LocalNode:
             job_log = open_log(self.paths.job_log(job.id))
         except OSError as err:
             raise LaunchError(f"cannot open its log: {err}") from err
+        env.update(self._run_cgroup(job, attempt, job_log))
         # Opened by the shim, as the job's user: never on this loop (outfiles).
         files = planned(job, attempt, self.name)
         if files is not None:
@@ -351,6 +383,32 @@ class LocalNode:
         threading.Thread(
             target=self._reap, args=(job.id, attempt, shim), name=f"reap-{job.id}", daemon=True
         ).start()
+
+    def _run_cgroup(self, job: Job, attempt: int, job_log: Any) -> dict[str, str]:
+        """Make the run's cgroup; what tells the shim of it (nothing where there is none).
+
+        A cgroup that cannot be made leaves the run to its shim's Limits, said on its log.
+        """
+        if self._cgroups is None:
+            return {}
+        spec = job.spec
+        try:
+            made = self._cgroups.create(
+                job.id,
+                attempt,
+                cpus=spec.cpus,
+                cpu_set=chosen_cpus(job),
+                memory_mb=spec.memory_mb,
+            )
+        except cgroups.CgroupError as err:
+            log.warning("job %d: %s; affinity and RLIMIT_DATA hold it instead", job.id, err)
+            with contextlib.suppress(OSError):
+                job_log.write(
+                    f"gbatch: {err}: its CPUs and memory are held by affinity and "
+                    "RLIMIT_DATA\n".encode()
+                )
+            return {}
+        return {cgroups.CGROUP_ENV: made.to_env()}
 
     @staticmethod
     def _start_plain_shim(
@@ -592,6 +650,12 @@ class LocalNode:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
         env[SOCKET_ENV] = str(self.paths.socket)
         env.update(bare_limits_env(job))
+        if self._cgroups is not None:
+            held = self._cgroups.existing(
+                job.id, step.attempt, holds_memory=job.spec.memory_mb is not None
+            )
+            if held is not None:
+                env[cgroups.CGROUP_ENV] = held.to_env()
         workdir = launch.cwd or job.spec.workdir or ""
         if switch is None:
             # The daemon's own user's: it enters its workdir itself, as the switched step
@@ -679,12 +743,14 @@ class LocalNode:
 class RunDirRemover:
     """Removes finished runs' directories on a thread of its own, in the order given.
 
+    `before_removal(run_dir)` runs first, on the same thread (the run's cgroup).
     A crash before a removal ends leaves the directory (or part of it) for the next
     daemon's sweep of finished runs, as a crash between a run's end and its cleanup
     always did: a run directory's name alone says whose run it was.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, before_removal: Callable[[Path], None] = lambda _: None) -> None:
+        self._before_removal = before_removal
         self._changed = threading.Condition()
         self._queued: list[Path] = []
         self._removing: Path | None = None
@@ -719,6 +785,7 @@ class RunDirRemover:
                 self._removing = self._queued.pop(0)
                 run_dir = self._removing
             try:
+                self._before_removal(run_dir)
                 remove_run_dir(run_dir)
             except Exception:
                 # The next daemon's sweep tries again; this thread must carry on.
@@ -752,22 +819,35 @@ def remove_run_dir(run_dir: Path) -> None:
         run_dir.rmdir()
 
 
+def chosen_cpus(job: Job, allowed: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The CPUs a bare job runs on: `spec.cpus` of the daemon's own; () for any of them.
+
+    Of `allowed` (default: the daemon's affinity), starting at an offset from the job id
+    so that concurrent jobs spread over the machine rather than share its first CPUs.
+    Pinning (and a cgroup's cpuset) bounds the job's CPUs; it does not keep other jobs
+    off them.
+    """
+    cpus = job.spec.cpus
+    if cpus is None:
+        return ()
+    pool = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    if cpus >= len(pool):
+        return ()
+    start = (job.id * cpus) % len(pool)
+    return tuple(sorted(pool[(start + i) % len(pool)] for i in range(cpus)))
+
+
 def bare_limits_env(job: Job, allowed: Sequence[int] | None = None) -> dict[str, str]:
     """What tells the shim to hold a bare job to its -c and --mem (see shim.Limits).
 
-    The CPUs are `spec.cpus` of the daemon's own (`allowed`, default its affinity),
-    starting at an offset from the job id so that concurrent jobs spread over the
-    machine rather than share its first CPUs. Pinning bounds the job's CPUs; it does
-    not keep other jobs off them.
+    The CPUs are chosen_cpus'; the memory cap is dropped by a shim whose run's cgroup
+    holds the memory.
     """
     env: dict[str, str] = {}
     spec = job.spec
-    if spec.cpus is not None:
-        pool = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
-        if spec.cpus < len(pool):
-            start = (job.id * spec.cpus) % len(pool)
-            chosen = sorted(pool[(start + i) % len(pool)] for i in range(spec.cpus))
-            env[CPUS_ENV] = ",".join(map(str, chosen))
+    chosen = chosen_cpus(job, allowed)
+    if chosen:
+        env[CPUS_ENV] = ",".join(map(str, chosen))
     if spec.memory_mb is not None:
         env[MEM_MB_ENV] = str(spec.memory_mb)
     return env
@@ -861,7 +941,11 @@ def _exit_status(run_dir: Path) -> RunStatus | None:
     if ended is None:
         return None
     return RunStatus(
-        "exited", int(ended["exit_code"]), int(ended["signal"]), float(ended["end_time"])
+        "exited",
+        int(ended["exit_code"]),
+        int(ended["signal"]),
+        float(ended["end_time"]),
+        oom=bool(ended.get("oom", False)),  # the kernel killed it for memory (its cgroup)
     )
 
 

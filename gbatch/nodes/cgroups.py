@@ -184,6 +184,12 @@ def _inside(mount: Mount, path: str) -> str | None:
 # -- the shim's side -----------------------------------------------------------------
 
 
+# The file system calls that make and remove cgroups, named so that a test can stand in
+# for the kernel (which fills a new cgroup with its files) on a plain directory.
+_mkdir = os.mkdir
+_rmdir = os.rmdir
+
+
 def _write(path: Path, value: str) -> None:
     # One write(2), no O_CREAT: a cgroup's files are the kernel's.
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
@@ -385,13 +391,13 @@ class Tree:
         try:
             for hierarchy, path in self._dirs(job_id, attempt):
                 with contextlib.suppress(FileExistsError):  # a crashed launch's: reused
-                    os.mkdir(path)
+                    _mkdir(path)
                 made.append(path)
                 self._limit(hierarchy, path, cpus, cpu_set, memory_mb)
         except OSError as err:
             for path in made:
                 with contextlib.suppress(OSError):
-                    os.rmdir(path)
+                    _rmdir(path)
             raise CgroupError(f"cannot make its cgroup: {err}") from err
         return self.job_cgroup(job_id, attempt, holds_memory=memory_mb is not None)
 
@@ -459,7 +465,7 @@ class Tree:
         gone = True
         for path in paths:
             try:
-                os.rmdir(path)
+                _rmdir(path)
             except FileNotFoundError:
                 pass
             except OSError:
@@ -496,7 +502,7 @@ class Tree:
         for hierarchy in self.hierarchies:
             for path in (hierarchy.top, hierarchy.top.parent):
                 try:
-                    os.rmdir(path)
+                    _rmdir(path)
                 except FileNotFoundError:
                     pass
                 except OSError:
@@ -619,35 +625,43 @@ def _find_v1(mounts: list[Mount], own: Mapping[str, str], instance: str) -> Tree
 def prepare(tree: Tree) -> str | None:
     """Make the tree's parents (gbatch/<instance>) with its controllers; None, or why not.
 
-    v2: each level's subtree_control enables the controllers the level above offers;
-    memory must come through. v1: a cpuset level takes its parent's CPUs and nodes.
+    v2: each level, from BASE down, enables in its subtree_control the controllers it
+    is offered; memory must come through. v1: a cpuset level takes its parent's CPUs and
+    memory nodes. What this made is removed again when it fails.
     """
     for hierarchy in tree.hierarchies:
-        levels = [hierarchy.top.parent, hierarchy.top]
-        try:
-            for level in levels:
-                if not level.is_dir():
-                    os.mkdir(level)
-                if tree.version == 1 and "cpuset" in hierarchy.controllers:
-                    for name in ("cpuset.cpus", "cpuset.mems"):
-                        if not _read(level / name).strip():
-                            _write(level / name, _read(level.parent / name).strip())
-        except OSError as err:
+        problem = _prepare_v2(hierarchy) if tree.version == 2 else _prepare_v1(hierarchy)
+        if problem is not None:
             tree.remove_parents()
-            return f"cgroup v{tree.version}: cannot make {level}: {err.strerror or err}"
-        if tree.version == 2:
-            problem = _enable_v2(hierarchy, [levels[0].parent, *levels])
-            if problem is not None:
-                tree.remove_parents()
-                return problem
+            return problem
     return None
 
 
-def _enable_v2(hierarchy: Hierarchy, levels: list[Path]) -> str | None:
-    """Enable memory, cpu and cpuset down `levels` where offered; record what the runs get."""
+def _prepare_v1(hierarchy: Hierarchy) -> str | None:
+    for level in (hierarchy.top.parent, hierarchy.top):
+        try:
+            if not level.is_dir():
+                _mkdir(level)
+            if "cpuset" in hierarchy.controllers:
+                for name in ("cpuset.cpus", "cpuset.mems"):
+                    if not _read(level / name).strip():
+                        _write(level / name, _read(level.parent / name).strip())
+        except OSError as err:
+            return f"cgroup v1: cannot make {level}: {err.strerror or err}"
+    return None
+
+
+def _prepare_v2(hierarchy: Hierarchy) -> str | None:
+    """Enable memory, cpu and cpuset from BASE down to the runs' parent where offered;
+    record in `hierarchy` what the runs get."""
     last_error = ""
-    for level in levels:
-        offered = set(_read(level / "cgroup.controllers").split())
+    for level in (hierarchy.top.parent.parent, hierarchy.top.parent, hierarchy.top):
+        try:
+            if not level.is_dir():
+                _mkdir(level)
+            offered = set(_read(level / "cgroup.controllers").split())
+        except OSError as err:
+            return f"cgroup v2: cannot make {level}: {err.strerror or err}"
         for controller in CONTROLLERS:
             if controller not in offered:
                 continue

@@ -13,16 +13,27 @@ however they end (conftest.kill_leftover_jobs).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from asuser import as_user, temp_users
-from conftest import FAST_CONFIG, Head, is_gone, kill_leftover_jobs, make_head, wait_for
+from asuser import as_user, preload, run_cli, temp_users
+from conftest import (
+    FAST_CONFIG,
+    Head,
+    is_gone,
+    kill_leftover_jobs,
+    make_head,
+    require_root,
+    shared_home,
+    wait_for,
+)
 
 from gbatch.nodes import cgroups
 
@@ -121,6 +132,76 @@ def test_a_step_runs_in_its_jobs_cgroup(head: Head) -> None:
     log = head.run("logs", str(job_id), check=True).stdout
     instance = cgroups.instance_name(head.home / "run")
     assert f"/gbatch/{instance}/job_{job_id}.1" in log, log
+
+
+def test_a_job_cannot_widen_its_cpus_past_its_cpuset(head: Head, tmp_path: Path) -> None:
+    script = tmp_path / "widen.py"
+    script.write_text(
+        "import os\n"
+        "os.sched_setaffinity(0, range(os.cpu_count()))\n"
+        "print(sorted(os.sched_getaffinity(0)))\n"
+    )
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs to tell one from all")
+    job_id = head.sbatch("-c", "1", "--wrap", f"python3 {script}")
+    head.wait_state(job_id, "COMPLETED", timeout=60)
+    cpus = json.loads(head.run("logs", str(job_id), check=True).stdout.splitlines()[-1])
+    assert len(cpus) == 1, cpus  # affinity alone would have let it take them all
+
+
+def test_what_a_job_leaves_running_is_killed_when_it_ends(head: Head) -> None:
+    starts = (
+        "python3 -c 'import subprocess; "
+        'print(subprocess.Popen(["sleep", "300"], start_new_session=True).pid)\''
+    )
+    job_id = head.sbatch("--wrap", starts)
+    head.wait_state(job_id, "COMPLETED", timeout=60)
+    left = int(head.run("logs", str(job_id), check=True).stdout.split()[-1])
+    try:
+        wait_for(lambda: is_gone(left), 30, "the job's left-behind sleep to be killed")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(left, signal.SIGKILL)
+
+
+def test_a_students_job_cannot_raise_its_limit_or_leave_its_cgroup() -> None:
+    require_root("to make a user and run a root daemon for them")
+    found = cgroups.find(Path("/nonexistent/run"))
+    if isinstance(found, str) or found.version != 1:
+        pytest.skip(f"needs a writable cgroup v1 host: {found}")
+    preload()
+    with temp_users("gbcg", ["student"]) as users, shared_home("gbatch-cgroup-") as head:
+        student = users["student"]
+        jobs = head.home.parent / "jobs"
+        jobs.mkdir()
+        os.chown(jobs, student.uid, student.gid)
+        head.start()
+        try:
+
+            def submit() -> dict[str, object]:
+                os.chdir(jobs)
+                return run_cli(head.home, "sbatch", "--parsable", "--mem", "64M", "--wrap", ESCAPE)
+
+            done = as_user(student, submit)
+            assert done["rc"] == 0, done["err"]
+            job_id = int(str(done["out"]))
+            head.wait_state(job_id, "COMPLETED", timeout=60)
+            log = (head.home / "logs" / f"{job_id}.log").read_text().splitlines()
+            raised, left, limit = log[-3:]
+            assert raised.startswith("raise=") and raised != "raise=0", log  # refused
+            assert left.startswith("leave=") and left != "leave=0", log
+            assert limit == str(64 << 20)
+        finally:
+            head.stop()
+            kill_leftover_jobs(head.home)
+
+
+# A student's job tries to raise its own memory limit and to move itself out of its cgroup.
+ESCAPE = """own=/sys/fs/cgroup/memory$(awk -F: '$2=="memory"{print $3}' /proc/self/cgroup)
+(echo 1073741824 > $own/memory.limit_in_bytes) 2>/dev/null; echo raise=$?
+(echo $$ > /sys/fs/cgroup/memory/cgroup.procs) 2>/dev/null; echo leave=$?
+cat $own/memory.limit_in_bytes
+"""
 
 
 def test_a_restarted_daemon_reaps_a_stale_run_cgroup_and_what_is_in_it(head: Head) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 from conftest import Head, kill_leftover_jobs, make_head
 from corpus import (
+    CORPUS_GPUS,
     CORPUS,
     FINAL_STATES,
     PARTITION,
@@ -31,7 +32,7 @@ ENTRIES = load_corpus()
 
 @pytest.fixture(scope="module")
 def corpus_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
-    head = make_head(tmp_path_factory.mktemp("corpus-head") / "home")
+    head = make_head(tmp_path_factory.mktemp("corpus-head") / "home", CORPUS_GPUS)
     head.start()
     yield head
     head.stop()

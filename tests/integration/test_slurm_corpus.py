@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 from conftest import Head, kill_leftover_jobs, make_head
 from corpus import (
-    CORPUS_GPUS,
     CORPUS,
+    CORPUS_GPUS,
     FINAL_STATES,
     PARTITION,
     Entry,

@@ -291,6 +291,10 @@ class JobSpec:
     # The GPU model its GPUs must be (`--gres=gpu:a100:2`: "a100", gbatch/core/gputypes.py);
     # None: any GPUs, of one model or several.
     gpu_type: str | None = None
+    # A share of one GPU by memory (`--gpu-mem=20G`, MiB): the job runs beside other
+    # shared jobs on a card its admin marked shareable, and gets this much of its memory
+    # (GBATCH_GPU_MEM_MIB). None: whole GPUs (`gpus`). With it, gpus is 1.
+    gpu_mem_mb: int | None = None
     # Slurm's -C/--constraint, normalized (gbatch/core/constraints.py): the features its
     # node must have; None: any node of its partition.
     constraint: str | None = None
@@ -370,6 +374,7 @@ class JobSpec:
             ("mem", self.mem_mb),
             ("mem_per_gpu", self.mem_per_gpu_mb),
             ("mem_per_cpu", self.mem_per_cpu_mb),
+            ("gpu_mem", self.gpu_mem_mb),
         ):
             if value is not None:
                 data[key] = value
@@ -431,6 +436,7 @@ class JobSpec:
             mem_mb=data.get("mem"),  # type: ignore[arg-type]
             mem_per_gpu_mb=data.get("mem_per_gpu"),  # type: ignore[arg-type]
             mem_per_cpu_mb=data.get("mem_per_cpu"),  # type: ignore[arg-type]
+            gpu_mem_mb=data.get("gpu_mem"),  # type: ignore[arg-type]
             dependency=data.get("dependency"),  # type: ignore[arg-type]
             **{key: data[key] for key in _OPTIONAL_KEYS if data.get(key) is not None},  # type: ignore[arg-type]
             array=None if data.get("array") is None else TaskArray.of_text(str(data["array"])),

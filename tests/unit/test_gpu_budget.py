@@ -5,9 +5,13 @@ the grace under `kill`, a spike within it only warned), and how the measurement 
 from __future__ import annotations
 
 import json
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from oracles import outbox
+from test_node_loss_rules import Clocks, FakeNode
 
 from gbatch.core.gpuusage import (
     GpuUsage,
@@ -19,6 +23,7 @@ from gbatch.core.gpuusage import (
 )
 from gbatch.core.model import GPU_MEM_EVENT, Job, JobSpec, JobState, NotifyHook
 from gbatch.head import notify
+from gbatch.head.daemon import Daemon
 from gbatch.head.gpubudget import (
     BUDGET_REASON,
     WARN_REASON,
@@ -27,6 +32,7 @@ from gbatch.head.gpubudget import (
     stop_reason,
     warn_reason,
 )
+from gbatch.head.store import Store
 from gbatch.jobspec.slurmopts import check_notify
 from gbatch.nodes.local import LocalNode
 from gbatch.nodes.report import (
@@ -38,7 +44,7 @@ from gbatch.nodes.report import (
     container_owners,
     run_gpu_memory,
 )
-from gbatch.site.config import Config, ConfigError, Paths, _validate
+from gbatch.site.config import Config, ConfigError, Paths, Webhook, _validate
 
 GIB = 1024
 RUN = (7, 1)
@@ -287,3 +293,142 @@ def test_seff_and_scontrol_show_its_processes_memory_and_budget() -> None:
     assert own_memory_fields(USAGE, running=True) == "GpuMemUsed=1500M GpuMemPeak=21G"
     assert own_memory_fields(USAGE, running=False) == "GpuMemPeak=21G"
     assert own_memory_fields(card_only, running=True) == ""
+
+
+# -- the daemon: measured from its node's reports, warned, stopped, ended ---------------
+
+
+class SharedCardNode(FakeNode):
+    """A host whose GPU 0 runs the containers of the runs listed in `used` (MiB each)."""
+
+    def __init__(self, name: str, clocks: Clocks) -> None:
+        super().__init__(name, clocks)
+        self.used: dict[tuple[int, int], int] = {}
+
+    def publish(self, **used: int) -> None:
+        """A new report: job `j<ID>`'s run 1 uses `used[...]` MiB."""
+        self.used = {(int(key[1:]), 1): mib for key, mib in used.items()}
+        self.containers = tuple(container_of(*run, self.name) for run in self.used)
+        self.seq += 1
+        self.hear()
+
+    def report(self) -> tuple[NodeReport | None, str]:
+        base, problem = super().report()
+        assert base is not None
+        processes = tuple(
+            proc(1000 + job, mib, container=container_of(job, attempt, self.name).id)
+            for (job, attempt), mib in self.used.items()
+        )
+        shown = NodeReport(**{**base.__dict__, "gpus": (gpu(0, *processes),)})
+        return shown, problem
+
+
+def container_of(job: int, attempt: int, node: str) -> ContainerReport:
+    made = container(job, attempt, node)
+    return ContainerReport(**{**made.__dict__, "id": f"{job:04d}{attempt:04d}" + "a" * 56})
+
+
+@pytest.fixture
+def policed(tmp_path: Path) -> Iterator[tuple[Daemon, SharedCardNode, Clocks]]:
+    clocks = Clocks()
+    paths = Paths(tmp_path)
+    hook = Webhook("ops", "https://hooks.example.org/x", "", (GPU_MEM_EVENT, "FAIL"))
+    config = Config(webhooks=(hook,), gpu_mem_policy="kill", gpu_mem_grace_seconds=30.0)
+    policy = notify.Policy(mail=True, mail_domain="lab.example", webhooks=(hook,))
+    made = Daemon(
+        paths,
+        config,
+        Store(paths.store, policy),
+        clock=lambda: clocks.wall,
+        monotonic=lambda: clocks.mono,
+    )
+    node = SharedCardNode("gpu01", clocks)
+    made.fleet.nodes = {"gpu01": node}
+    yield made, node, clocks
+    made.committer.close()
+    made.store.close()
+
+
+def on_gpu0(daemon: Daemon, clocks: Clocks, **spec: object) -> int:
+    job_spec = JobSpec(name="nb", command=("python",), image="img", gpus=1, **spec)  # type: ignore[arg-type]
+    (job_id,) = daemon.store.submit([job_spec], 0, "alice", clocks.wall)
+    daemon.store.set_state(
+        job_id, JobState.CONFIGURING, "", clocks.wall, node="gpu01", gpus=(0,), attempt=1
+    )
+    daemon.store.set_state(job_id, JobState.RUNNING, "", clocks.wall, start_time=clocks.wall)
+    return job_id
+
+
+def test_a_shared_job_over_its_budget_is_warned_then_stopped_out_of_memory_not_retried(
+    policed: tuple[Daemon, SharedCardNode, Clocks],
+) -> None:
+    daemon, node, clocks = policed
+    store = daemon.store
+    greedy = on_gpu0(daemon, clocks, gpu_mem_mb=20 * GIB, retries=2)
+    modest = on_gpu0(daemon, clocks, gpu_mem_mb=20 * GIB)
+    whole = on_gpu0(daemon, clocks)  # no budget: measured, never policed
+
+    def tick(seconds: float, **used: int) -> None:
+        clocks.wall += seconds
+        clocks.mono += seconds
+        node.publish(**used)
+        daemon.sample_gpus(clocks.wall)
+
+    tick(0, **{f"j{greedy}": 12 * GIB, f"j{modest}": 10 * GIB, f"j{whole}": 50 * GIB})
+    assert [store.require(j).reason for j in (greedy, modest, whole)] == ["", "", ""]
+    tick(5, **{f"j{greedy}": 25 * GIB, f"j{modest}": 10 * GIB, f"j{whole}": 50 * GIB})
+    warned = store.require(greedy)
+    assert warned.state is JobState.RUNNING
+    assert warned.reason.startswith(f"{WARN_REASON}: its processes use 25G of its 20G ")
+    assert store.events(greedy)[-1].reason == warned.reason  # in its history
+    told = [(r["kind"], r["channel"], r["target"]) for r in outbox(store, greedy)]
+    assert told == [
+        (GPU_MEM_EVENT, "mail", "alice@lab.example"),
+        (GPU_MEM_EVENT, "webhook", "ops"),
+    ]
+    tick(29, **{f"j{greedy}": 26 * GIB, f"j{modest}": 10 * GIB, f"j{whole}": 50 * GIB})
+    assert store.require(greedy).state is JobState.RUNNING  # 29 s over: within the grace
+    tick(1, **{f"j{greedy}": 26 * GIB, f"j{modest}": 10 * GIB, f"j{whole}": 50 * GIB})
+    stopping = store.require(greedy)
+    assert (stopping.state, stopping.stop_state) == (JobState.COMPLETING, JobState.OUT_OF_MEMORY)
+    assert stopping.reason == (
+        f"{BUDGET_REASON}: its processes used 26G of its 20G GPU memory budget for 30 s "
+        "(gpu_mem_policy kill)"
+    )
+    daemon.enforce_limits(clocks.wall)
+    assert node.signals == [(greedy, 1, signal.SIGTERM)]
+    node.run_state = "exited"  # it died of the SIGTERM; the others' runs too, by this fake
+    daemon.collect_ended_runs(clocks.wall)
+    ended = store.require(greedy)
+    assert (ended.state, ended.reason) == (JobState.OUT_OF_MEMORY, BUDGET_REASON)  # no retry
+    kinds = [(r["kind"], r["channel"]) for r in outbox(store, greedy)]
+    assert ("FAIL", "webhook") in kinds
+    usage = store.gpu_usage([(greedy, 1), (modest, 1), (whole, 1)])
+    assert usage[(greedy, 1)].own_mem_max_mib == 26 * GIB
+    assert usage[(whole, 1)].own_mem_max_mib == 50 * GIB  # measured all the same
+    assert outbox(store, modest) == [] and outbox(store, whole) == []
+
+
+def test_under_the_warn_policy_an_over_job_only_warned_runs_on(tmp_path: Path) -> None:
+    clocks = Clocks()
+    paths = Paths(tmp_path)
+    config = Config(gpu_mem_policy="warn", gpu_mem_grace_seconds=1.0)
+    daemon = Daemon(paths, config, Store(paths.store), clock=lambda: clocks.wall)
+    node = SharedCardNode("gpu01", clocks)
+    daemon.fleet.nodes = {"gpu01": node}
+    try:
+        job = on_gpu0(daemon, clocks, gpu_mem_mb=GIB)
+        for _ in range(5):
+            clocks.wall += 10
+            node.publish(**{f"j{job}": 2 * GIB})
+            daemon.sample_gpus(clocks.wall)
+        running = daemon.store.require(job)
+        assert running.state is JobState.RUNNING and running.reason.startswith(WARN_REASON)
+        assert "stopped if" not in running.reason
+        clocks.wall += 10
+        node.publish(**{f"j{job}": GIB // 2})  # back under: the flag goes
+        daemon.sample_gpus(clocks.wall)
+        assert daemon.store.require(job).reason == ""
+    finally:
+        daemon.committer.close()
+        daemon.store.close()

@@ -90,7 +90,7 @@ class UsageRecords(Database):
         """
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, attempt, node, gpus, json_extract(spec, '$.gpu_mem_mb') FROM jobs"
+                "SELECT id, attempt, node, gpus, json_extract(spec, '$.gpu_mem') FROM jobs"
                 " WHERE state = 'RUNNING' AND gpus != '' AND node IS NOT NULL"
             ).fetchall()
         return [

@@ -9,6 +9,8 @@ COMMANDS: dict[str, str] = {
     "sbatch": "queue a job (a job file, a batch script, options, or --wrap)",
     "srun": "run a command in an allocation, attached to this terminal, as Slurm's srun",
     "salloc": "get an allocation and a shell in it; srun there runs steps in it",
+    "shell": "open a shell (or run a command) in your running job, beside it",
+    "sattach": "Slurm's name for `gbatch shell`: a shell in your running job",
     "squeue": "show queued and running jobs",
     "scancel": "cancel jobs",
     "sinfo": "show partitions and their nodes, grouped by state, as Slurm's sinfo does",

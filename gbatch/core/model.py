@@ -99,8 +99,11 @@ def check_transition(current: JobState, new: JobState) -> None:
         raise IllegalTransition(current, new)
 
 
+# A running job's own processes use more GPU memory than its budget (--gpu-mem): told
+# once per run (gbatch/head/gpubudget.py), before the gpu_mem_policy may stop it.
+GPU_MEM_EVENT = "GPU_MEM_BUDGET"
 # The job events a webhook may ask for (gbatch/head/notify.py), a user's or an admin's.
-JOB_EVENTS = ("BEGIN", "END", "FAIL", "REQUEUE", "TIME_LIMIT")
+JOB_EVENTS = ("BEGIN", "END", "FAIL", "REQUEUE", "TIME_LIMIT", GPU_MEM_EVENT)
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,10 @@ class JobSpec:
     # The GPU model its GPUs must be (`--gres=gpu:a100:2`: "a100", gbatch/core/gputypes.py);
     # None: any GPUs, of one model or several.
     gpu_type: str | None = None
+    # A share of one GPU by memory (`--gpu-mem=20G`, MiB): the job runs beside other
+    # shared jobs on a card its admin marked shareable, and gets this much of its memory
+    # (GBATCH_GPU_MEM_MIB). None: whole GPUs (`gpus`). With it, gpus is 1.
+    gpu_mem_mb: int | None = None
     # Slurm's -C/--constraint, normalized (gbatch/core/constraints.py): the features its
     # node must have; None: any node of its partition.
     constraint: str | None = None
@@ -367,6 +374,7 @@ class JobSpec:
             ("mem", self.mem_mb),
             ("mem_per_gpu", self.mem_per_gpu_mb),
             ("mem_per_cpu", self.mem_per_cpu_mb),
+            ("gpu_mem", self.gpu_mem_mb),
         ):
             if value is not None:
                 data[key] = value
@@ -428,6 +436,7 @@ class JobSpec:
             mem_mb=data.get("mem"),  # type: ignore[arg-type]
             mem_per_gpu_mb=data.get("mem_per_gpu"),  # type: ignore[arg-type]
             mem_per_cpu_mb=data.get("mem_per_cpu"),  # type: ignore[arg-type]
+            gpu_mem_mb=data.get("gpu_mem"),  # type: ignore[arg-type]
             dependency=data.get("dependency"),  # type: ignore[arg-type]
             **{key: data[key] for key in _OPTIONAL_KEYS if data.get(key) is not None},  # type: ignore[arg-type]
             array=None if data.get("array") is None else TaskArray.of_text(str(data["array"])),

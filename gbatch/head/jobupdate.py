@@ -194,16 +194,23 @@ def _gpus(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
     except SpecError as err:
         raise _spec_error("NumGPUs", err) from None
     kind = spec.gpu_type if ":" not in value else kind
+    if spec.gpu_mem_mb is not None and gpus != 1:
+        raise UpdateRefused(
+            "invalid",
+            f"NumGPUs: the job asks for a share of one GPU (--gpu-mem), not {gpus} GPUs. "
+            "Use Gres=gpu:N to ask for whole GPUs instead",
+        )
     return _new_gpus(spec, kind, gpus, "NumGPUs")
 
 
 def _gres(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
-    """Gres=gpu[:TYPE]:N replaces the job's GPU request whole, as in Slurm."""
+    """Gres=gpu[:TYPE]:N replaces the job's GPU request whole, as in Slurm (a share of
+    one GPU, --gpu-mem, too: the job then asks for whole GPUs)."""
     try:
         kind, gpus = parse_gres(value)
     except SpecError as err:
         raise UpdateRefused("invalid", f"Gres: {err.message}") from None
-    return _new_gpus(spec, kind, gpus, "Gres")
+    return _new_gpus(replace(spec, gpu_mem_mb=None), kind, gpus, "Gres")
 
 
 def _new_gpus(spec: JobSpec, kind: str | None, gpus: int, key: str) -> tuple[JobSpec, str | None]:

@@ -49,6 +49,14 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--gres", metavar="gpu[:TYPE]:N", help="Slurm spelling of --gpus")
     p.add_argument(
+        "--gpu-mem",
+        dest="gpu_mem",
+        metavar="SIZE",
+        help="a share of one GPU instead of whole GPUs: SIZE of its memory (MB, or with a "
+        "unit K, M, G or T, e.g. 20G), on a card the admin made shareable, beside other "
+        "shared jobs; the job sees GBATCH_GPU_MEM_MIB. --gpus=TYPE:1 names the model",
+    )
+    p.add_argument(
         "-C",
         "--constraint",
         metavar="LIST",

@@ -85,6 +85,7 @@ KEYS = (
     "notify",
     "gpu_type",
     "constraint",
+    "gpu_mem",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
 # from, and (srun, salloc) that the job is an interactive allocation. A job file may not
@@ -128,6 +129,7 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "notify": "--notify",
     "gpu_type": "--gpus",
     "constraint": "-C/--constraint",
+    "gpu_mem": "--gpu-mem",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -165,6 +167,9 @@ _KEY_ALIASES = {
     "memory": "mem",
     "mem-per-gpu": "mem_per_gpu",
     "mem-per-cpu": "mem_per_cpu",
+    "gpu-mem": "gpu_mem",
+    "gpu_memory": "gpu_mem",
+    "gpu-memory": "gpu_mem",
     "depend": "dependency",
     "depends_on": "dependency",
     "after": "dependency",
@@ -267,6 +272,8 @@ def build_spec(
         )
     if "name" not in fields:
         fields["name"] = _safe_default_name(default_name)
+    if "gpu_mem_mb" in fields:
+        _one_gpu_shared(fields, values)
     spec = JobSpec(**fields)
     _check_memory_apart(spec, values)
     if spec.gpu_type is not None and spec.gpus == 0:
@@ -300,6 +307,19 @@ def _split_gpu_type(values: dict[str, tuple[object, str]], overrides: Mapping[st
             field, f"{text} names GPU type {kind} but gpu_type is {show_value(other[0])}. Keep one"
         )
     values["gpu_type"] = (kind, field)
+
+
+def _one_gpu_shared(fields: dict[str, Any], values: Mapping[str, tuple[object, str]]) -> None:
+    """A share of a GPU's memory (--gpu-mem) is of one GPU: gpus defaults to 1, and a
+    job asking for another count is refused (a share is not spread over cards)."""
+    gpus = fields.setdefault("gpus", 1)
+    if gpus != 1:
+        raise SpecError(
+            values["gpu_mem"][1],
+            f"a share of one GPU's memory, but {values['gpus'][1]} asks for {gpus} GPUs. "
+            "Drop the GPU count (a share is of one GPU; --gpus=TYPE:1 names its model), "
+            "or drop --gpu-mem for whole GPUs",
+        )
 
 
 def _check_memory_apart(spec: JobSpec, values: Mapping[str, tuple[object, str]]) -> None:
@@ -751,6 +771,7 @@ _FIELD_CHECKS: dict[str, tuple[str, Callable[..., object]]] = {
         ("mem", "mem_mb", check_mem),
         ("mem_per_gpu", "mem_per_gpu_mb", check_mem),
         ("mem_per_cpu", "mem_per_cpu_mb", check_mem),
+        ("gpu_mem", "gpu_mem_mb", check_mem),
         ("export", "export", _export_mode),
         ("begin", "begin", check_begin),
         ("signal", "signal", _signal_text),

@@ -97,6 +97,19 @@ def _count_of(gpus: object) -> object:
     return gpus
 
 
+def _gpu_count(
+    gpus: int | None, args: argparse.Namespace, data: Mapping[str, object] | None
+) -> object:
+    """The job's GPU count for --cpus-per-gpu: the option's, else the job file's, else 1
+    for a share of one GPU (--gpu-mem, `gpu_mem:`)."""
+    if gpus is not None:
+        return gpus
+    given = _count_of((data or {}).get("gpus"))
+    if given is None and (args.gpu_mem is not None or (data or {}).get("gpu_mem") is not None):
+        return 1
+    return given
+
+
 def _cpus_option(args: argparse.Namespace, gpus: object) -> int | None:
     """-c, or --cpus-per-gpu times the GPUs (Slurm's two ways; they exclude each other)."""
     cpus = _int_option(args.cpus, "-c/--cpus-per-task")
@@ -484,12 +497,11 @@ def build_submit(
             "secret_env": secret_env_option(args.secret_env, environ),
             "network": args.network,
             "partition": args.partition,
-            "cpus": _cpus_option(
-                args, gpus if gpus is not None else _count_of((data or {}).get("gpus"))
-            ),
+            "cpus": _cpus_option(args, _gpu_count(gpus, args, data)),
             "mem": args.mem,
             "mem_per_gpu": args.mem_per_gpu,
             "mem_per_cpu": args.mem_per_cpu,
+            "gpu_mem": args.gpu_mem,
             "dependency": args.dependency,
             "export": args.export,
             "begin": args.begin,

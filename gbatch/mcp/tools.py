@@ -116,6 +116,7 @@ SUBMIT_OPTIONS: dict[str, str] = {
     "output": "--output",
     "error": "--error",
     "constraint": "--constraint",
+    "gpu_mem": "--gpu-mem",
 }
 
 SUBMIT_SCHEMA = _schema(
@@ -135,6 +136,10 @@ SUBMIT_SCHEMA = _schema(
             "lists the types); with no gpus, one"
         ),
         "constraint": _text("only nodes with these features, e.g. nvlink or a100|h100 (-C)"),
+        "gpu_mem": _text(
+            "a share of one GPU instead of whole GPUs: this much of its memory, e.g. 20G "
+            "(--gpu-mem); on a card the admin made shareable"
+        ),
         "time": _text("time limit: MM, HH:MM:SS, D-HH:MM:SS or UNLIMITED (-t)"),
         "partition": _text("the partition (-p); default: the default partition"),
         "image": _text("run in this container image (--image)"),

@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 from gbatch.core.model import Gpu, Job
 from gbatch.core.steps import INTERACTIVE, Step
 from gbatch.jobspec.sweep import param_env
-from gbatch.nodes.report import NodeReport, ReportError, parse_report_line
+from gbatch.nodes.report import NodeReport, ReportError, RunOwner, parse_report_line
 
 # What report() says of a node that has not yet reported nor failed to.
 STARTING = "starting"
@@ -183,6 +183,12 @@ class Node(Protocol):
 
     def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
         """The report's GPUs, with processes gbatch did not start counted as foreign."""
+
+    def run_owners(self, report: NodeReport) -> Mapping[tuple[int, int], RunOwner]:
+        """How each run's processes are known in `report`, by (job id, attempt).
+
+        Its shim's and steps' sessions (a bare run), its container (a container run).
+        """
 
     def poke(self) -> None:
         """Ask for a report now (a GPU was just released)."""

@@ -44,7 +44,13 @@ from gbatch.nodes.base import (
 )
 from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogFollowers, StderrChunk, open_log
 from gbatch.nodes.outfiles import OFFSETS_FILE, OUT_FILES_ENV, open_or_say, planned
-from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
+from gbatch.nodes.report import (
+    NodeReport,
+    RunOwner,
+    container_owners,
+    gbatch_container_ids,
+    to_gpus,
+)
 from gbatch.nodes.shimserver import LOCK_FILE, ServerGone, ShimServer, lock_held
 from gbatch.nodes.stepshim import LOCK_FILE as STEP_LOCK_FILE
 from gbatch.nodes.stepshim import signal_session
@@ -255,9 +261,17 @@ class LocalNode:
         )
 
     def _gbatch_sessions(self) -> set[int]:
-        # A shim is a session leader: its pid is the session of every process of its job.
-        sessions: set[int] = set()
+        return {sid for sessions in self._run_sessions().values() for sid in sessions}
+
+    def _run_sessions(self) -> dict[tuple[int, int], frozenset[int]]:
+        """Each bare run's sessions, by (job id, attempt): its shim's and its steps'."""
+        found: dict[tuple[int, int], frozenset[int]] = {}
         for run_dir in self.paths.runs.glob("*.*"):
+            job, _, attempt = run_dir.name.partition(".")
+            if not (job.isdigit() and attempt.isdigit()):
+                continue
+            sessions: set[int] = set()
+            # A shim is a session leader: its pid is the session of every process of its job.
             pids = _read_json(run_dir / "pids.json")
             if pids:
                 sessions.add(int(pids["shim"]))
@@ -266,7 +280,16 @@ class LocalNode:
                 step_pids = _read_json(step_dir / "pids.json")
                 if step_pids:
                     sessions.add(int(step_pids["session"]))
-        return sessions
+            if sessions:
+                found[(int(job), int(attempt))] = frozenset(sessions)
+        return found
+
+    def run_owners(self, report: NodeReport) -> dict[tuple[int, int], RunOwner]:
+        owners = container_owners(report, self.name)
+        for run, sessions in self._run_sessions().items():
+            had = owners.get(run, RunOwner())
+            owners[run] = RunOwner(had.sessions | sessions, had.containers)
+        return owners
 
     def stop(self) -> None:
         self._stopping.set()

@@ -37,6 +37,8 @@ from gbatch.nodes.outfiles import OFFSETS_FILE, open_or_say
 from gbatch.nodes.report import (
     NodeReport,
     ReportError,
+    RunOwner,
+    container_owners,
     gbatch_container_ids,
     parse_report_line,
     to_gpus,
@@ -260,6 +262,9 @@ class RemoteNode:
             gbatch_containers=gbatch_container_ids(report),
             type_rules=self.config.gpu_types,
         )
+
+    def run_owners(self, report: NodeReport) -> dict[tuple[int, int], RunOwner]:
+        return container_owners(report, self.name)  # a host runs containers only
 
     def poke(self) -> None:
         with self._lock:

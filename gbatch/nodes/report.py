@@ -335,6 +335,61 @@ def is_foreign(
     return container is None or not any(_same_container(container, c) for c in gbatch_containers)
 
 
+Run = tuple[int, int]  # (job id, attempt)
+
+
+@dataclass(frozen=True)
+class RunOwner:
+    """How a run's processes are known in a report: by session, or by container.
+
+    `sessions`: the sessions of a bare run (its shim's, its steps'); `containers`: the
+    ids (full or 12-character) of its container.
+    """
+
+    sessions: frozenset[int] = frozenset()
+    containers: frozenset[str] = frozenset()
+
+    def owns(self, process: ProcessReport) -> bool:
+        """Whether `process` is this run's: in one of its sessions or its container."""
+        if process.sid is not None and process.sid in self.sessions:
+            return True
+        container = process.container
+        return container is not None and any(_same_container(container, c) for c in self.containers)
+
+
+def container_owners(report: NodeReport, node: str) -> dict[Run, RunOwner]:
+    """Each run's container among the report's gbatch containers started for `node`.
+
+    A container labelled for another node (an engine serving another head) is no run of
+    this one's.
+    """
+    owners: dict[Run, RunOwner] = {}
+    for c in report.containers:
+        if c.node in (None, node):
+            run = (c.job, c.attempt)
+            had = owners.get(run, RunOwner())
+            owners[run] = RunOwner(had.sessions, had.containers | {c.id})
+    return owners
+
+
+def run_gpu_memory(report: NodeReport, gpus: Collection[int], owner: RunOwner) -> int | None:
+    """MiB the run's own processes use on its `gpus` in this report; None if none is listed.
+
+    The sum over the processes on those GPUs that `owner` owns, of those whose use the
+    driver tells (NVML may not: such a process counts 0). Processes on GPUs the run does
+    not hold are left out.
+    """
+    wanted = set(gpus)
+    used: int | None = None
+    for gpu in report.gpus:
+        if gpu.index not in wanted:
+            continue
+        for process in gpu.processes:
+            if owner.owns(process):
+                used = (used or 0) + (process.used_memory_mib or 0)
+    return used
+
+
 def to_gpus(
     report: NodeReport,
     *,

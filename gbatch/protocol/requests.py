@@ -462,8 +462,9 @@ class OpenStep(_Request, op="step", secret=("env",)):
     `env` is the caller's environment (the daemon filters it as an export's, then sets
     the job's and step's SLURM_* and GPU variables over it); `cwd` where a bare step
     starts. `pty`: a pseudo-terminal of `rows` x `cols` with `term` as TERM, instead of
-    pipes. `interactive`: salloc's shell, the step `N.interactive`. Replies {"job",
-    "step", "label", "leads"}; after that line the connection carries the step's frames
+    pipes. `interactive`: salloc's shell, the step `N.interactive`. With `task`, `job` is
+    an array's id and the step is its task `task`'s (N_K). Replies {"job", "step",
+    "label", "leads"}; after that line the connection carries the step's frames
     (gbatch/core/stepframes.py) until its EXIT frame.
     """
 
@@ -475,6 +476,7 @@ class OpenStep(_Request, op="step", secret=("env",)):
     rows: int = 24
     cols: int = 80
     interactive: bool = False
+    task: int | None = None
 
 
 class AwaitAllocation(_Request, op="await_allocation"):

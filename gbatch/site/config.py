@@ -131,6 +131,11 @@ STORE_FULL_EVENT = "STORE_FULL"
 IDLE_GPU_EVENT = "IDLE_GPU"
 
 
+# gpu_mem_policy's values: a job over its GPU memory budget is only warned, or warned
+# and then stopped.
+GPU_MEM_POLICIES = ("kill", "warn")
+
+
 @dataclass(frozen=True)
 class Webhook:
     """`webhooks:` in config.yaml: an admin's endpoint for events of every job and node.
@@ -263,6 +268,12 @@ class Config:
     notify_retention_days: float = 7.0
     # Idle GPU hoarders (IdleGpuPolicy); None (`idle_gpu: false`): not watched.
     idle_gpu: IdleGpuPolicy | None = IdleGpuPolicy()
+    # A running job whose own processes use more GPU memory than its budget (--gpu-mem)
+    # is warned; "kill" also stops it (OUT_OF_MEMORY, OutOfGpuMemoryBudget) once it has
+    # stayed over for gpu_mem_grace_seconds: its neighbours on a shared card were
+    # placed trusting that budget. "warn" only warns (gbatch/head/gpubudget.py).
+    gpu_mem_policy: str = "kill"
+    gpu_mem_grace_seconds: float = 30.0
     # The event log (gbatch/head/eventlog.py): one JSON line per job event and node
     # event for a log shipper. None (`off`, the default): none; "stdout" (the journal
     # under systemd); or a file, a relative path being in GBATCH_HOME, rotated at
@@ -638,6 +649,17 @@ def _coerce(key: str, value: object, source: str) -> object:
         return _check_webhooks(value, bad)
     if key == "idle_gpu":
         return _check_idle_gpu(value, bad)
+    if key == "gpu_mem_policy":
+        if value not in GPU_MEM_POLICIES:
+            raise bad(" or ".join(GPU_MEM_POLICIES))
+        return value
+    if key == "gpu_mem_grace_seconds":
+        # 0 is allowed: stopped at the first report over its budget.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad("a number of seconds, 0 or more")
+        if not math.isfinite(value) or value < 0:
+            raise bad("a number of seconds, 0 or more")
+        return float(value)
     if key == "webhook_prefixes_allowed":
         return _check_webhook_prefixes(value, bad)
     if key == "smtp_tls":

@@ -186,7 +186,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _SERVICE_ACCOUNTS.clear()
 
 
-def make_head(home: Path, gpus: int = 2, config: str = FAST_CONFIG) -> Head:
+def make_head(home: Path, gpus: int | str = 2, config: str = FAST_CONFIG) -> Head:
+    """A head (not started) in `home`: `gpus` is GBATCH_SIMULATE_GPUS (a count or models)."""
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     (home / "config.yaml").write_text(config)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GBATCH_")}

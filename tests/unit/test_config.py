@@ -149,6 +149,8 @@ def test_config_file_with_every_key_is_read(
         "notify_retention_days: 2\n"
         "webhook_prefixes_allowed: ['https://hooks.slack.com/services/']\n"
         "idle_gpu: {threshold_percent: 10, after_minutes: 20, cancel_after_minutes: 60}\n"
+        "gpu_mem_policy: warn\n"
+        "gpu_mem_grace_seconds: 0\n"
         "event_log: events.jsonl\n"
         "event_log_max_bytes: 10M\n"
         "event_log_backups: 3\n"
@@ -200,6 +202,8 @@ def test_config_file_with_every_key_is_read(
         notify_retention_days=2.0,
         webhook_prefixes_allowed=("https://hooks.slack.com/services/",),
         idle_gpu=IdleGpuPolicy(10.0, 20.0, 60.0),
+        gpu_mem_policy="warn",
+        gpu_mem_grace_seconds=0.0,
         event_log="events.jsonl",
         event_log_max_bytes=10 << 20,
         event_log_backups=3,
@@ -251,6 +255,8 @@ def test_every_config_key_is_a_config_field() -> None:
         "notify_retention_days",
         "webhook_prefixes_allowed",
         "idle_gpu",
+        "gpu_mem_policy",
+        "gpu_mem_grace_seconds",
         "event_log",
         "event_log_max_bytes",
         "event_log_backups",

@@ -772,8 +772,10 @@ def test_examples_are_the_documented_ones() -> None:
     # and the other ways of giving `mem`, which exclude it; dependency (it names a job id
     # of the reader's queue, which the file cannot know); ntasks (1, the only value);
     # notify (a head allows only the webhook addresses its admin lists); gpu_type (`gpus:
-    # a100:2` says it, as Slurm's --gpus does).
+    # a100:2` says it, as Slurm's --gpus does); gpu_mem (a share of one GPU, which
+    # excludes the example's two whole ones: a comment there shows it).
     left_out = {
+        "gpu_mem",
         "secret_env",
         "mem_per_gpu",
         "mem_per_cpu",

@@ -80,6 +80,7 @@ _PLANNING_KEYS = (
     "begin",
     "gpu_type",
     "constraint",
+    "gpu_mem",
 )
 _FILTERED_KEYS = ("name", "dependency", "array_task", "array_pos", "array_throttle")
 _PLANNING_AND_FILTERED_KEYS = (*_PLANNING_KEYS, *_FILTERED_KEYS)

@@ -139,6 +139,10 @@ def test_a_bad_signal_or_option_is_one_line_exit_2_and_a_pending_job_is_not_sign
         "now, try again later\n",
     )
     assert head.state(held) == "PENDING"
+    # An array named by its id: its pending tasks are passed over, as its ended ones.
+    array = head.sbatch("-H", "--array", "1-3", "--wrap", "true")
+    quiet = head.run("scancel", "-s", "USR1", str(array))
+    assert (quiet.returncode, quiet.stderr) == (0, "")
 
 
 def test_name_and_nodelist_filters_cancel_only_the_jobs_they_select(head: Head) -> None:

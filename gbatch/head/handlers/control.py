@@ -64,7 +64,11 @@ def on_cancel(daemon: Daemon, caller: Caller, request: requests.Cancel) -> dict[
             if signum is None:
                 _cancel_named(daemon, caller, tally, mine)
             else:
-                signal_jobs(daemon, caller, tally, mine, signum, target)
+                # An array named by its id: its tasks still pending are passed over.
+                whole = [b for b in mine if any(a <= b.id <= z for a, z in arrays)]
+                alone = [b for b in mine if not any(a <= b.id <= z for a, z in arrays)]
+                signal_jobs(daemon, caller, tally, alone, signum, target)
+                signal_jobs(daemon, caller, tally, whole, signum, target, quiet_pending=True)
         if signum is None and (not states or JobState.PENDING in states):
             _cancel_tails(daemon, caller, tally, [a for a, _ in arrays], users, admin, narrow)
     elif users or states or narrow:

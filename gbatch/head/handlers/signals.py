@@ -43,8 +43,9 @@ PENDING_STEP = "Job is pending execution"
 
 
 def requested_signal(request: requests.Cancel) -> tuple[int | None, SignalTarget]:
-    """The signal a cancel request sends (None: it cancels) and the jobs' processes it
-    reaches; Refused (invalid) for a name no signal has or options that disagree."""
+    """The signal a cancel request sends (None: it cancels) and what it reaches in a job.
+
+    Refused (invalid) for a name no signal has, or options that disagree."""
     if request.batch and request.full:
         raise Refused("invalid", "-b/--batch and --full: give one of them")
     target = WHOLE_RUN if request.full else BATCH_SHELL if request.batch else ALL_STEPS

@@ -46,9 +46,10 @@ def _marks(values: Collection[object]) -> str:
 
 
 def filter_sql(narrow: JobFilter | None, *, tails: bool = False) -> tuple[str, list[object]]:
-    """scancel's -n/-p/-w (JobFilter) as an SQL condition on `jobs` (`tails`: on
-    `array_tails`, whose tasks are pending: on no node) and its parameters; "1" when
-    nothing is filtered."""
+    """scancel's -n/-p/-w (a JobFilter) as an SQL condition and its parameters.
+
+    On `jobs`, or with `tails` on `array_tails` (whose tasks are pending: on no node);
+    "1" when nothing is filtered."""
     if not narrow:
         return "1", []
     clauses: list[str] = []

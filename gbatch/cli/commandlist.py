@@ -12,7 +12,7 @@ COMMANDS: dict[str, str] = {
     "shell": "open a shell (or run a command) in your running job, beside it",
     "sattach": "Slurm's name for `gbatch shell`: a shell in your running job",
     "squeue": "show queued and running jobs",
-    "scancel": "cancel jobs",
+    "scancel": "cancel or signal jobs and steps",
     "sinfo": "show partitions and their nodes, grouped by state, as Slurm's sinfo does",
     "sacct": "show accounting data for jobs, finished ones included",
     "sshare": "show fair-share usage, what your jobs hold, and your limits",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gbatch.core.model import Gpu, Job
+from gbatch.core.signals import SignalTarget
 from gbatch.core.steps import INTERACTIVE, Step
 from gbatch.jobspec.sweep import param_env
 from gbatch.nodes.report import NodeReport, ReportError, RunOwner, parse_report_line
@@ -210,8 +211,14 @@ class Node(Protocol):
 
     def status(self, job: Job, attempt: int) -> RunStatus: ...
 
-    def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
-        """Send `sig` to the run's whole process group, or its container."""
+    def signal(
+        self, job: Job, attempt: int, sig: signal.Signals, target: SignalTarget | None = None
+    ) -> None:
+        """Send `sig` to the processes of the run that `target` names.
+
+        None: the run as the loop stops it (its process group and steps, or its
+        container's PID 1). A SignalTarget (scancel -s, -b, --full, N.M): the processes
+        gbatch/core/signals.py says, in a container too."""
 
     def cleanup(self, job: Job, attempt: int) -> None:
         """Forget a finished run (its container, its run directory, its steps' left-overs)."""

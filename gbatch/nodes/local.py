@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gbatch.core.model import Gpu, Job
+from gbatch.core.signals import WHOLE_RUN, SignalTarget
 from gbatch.core.steps import Step, step_label
 from gbatch.nodes import cgroups, docker
 from gbatch.nodes.backoff import Backoff
@@ -571,23 +572,48 @@ class LocalNode:
         self.follow_container_log(job, attempt)
         return RunStatus("running")
 
-    def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
-        """Send `sig` to the run's whole process group (or its container)."""
+    def signal(
+        self, job: Job, attempt: int, sig: signal.Signals, target: SignalTarget | None = None
+    ) -> None:
+        """Send `sig` to the run's processes that `target` names (None: as a stop does).
+
+        A bare run: its batch shell leads a process group (the shell alone for
+        `shell_only`, the group for `batch`); each step is a session of its own. A
+        container: `docker kill` for a stop and for the batch shell alone (--init
+        forwards it to its child); the rest is reached from inside the container, as the
+        job's user (docker.container_signal_argv)."""
         if job.spec.image is not None:
-            name = docker.container_name(job.id, attempt)
-            with contextlib.suppress(HostError):
-                self._host.run(
-                    docker.docker_kill_argv(name, sig.name, docker=self.config.docker),
-                    timeout=DOCKER_TIMEOUT,
-                )
+            self._signal_container(job, attempt, sig, target)
             return
+        target = target or WHOLE_RUN
         run_dir = self.paths.run_dir(job.id, attempt)
-        self._signal_steps(run_dir, sig)  # a step's processes are a session of their own
+        self._signal_steps(run_dir, sig, target.steps)  # each a session of its own
+        if not (target.batch or target.shell_only):
+            return
         pids = _read_json(run_dir / "pids.json")
         if pids is None:
             return  # not started yet; the next tick tries again
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(pids["pgid"]), sig)
+            if target.batch:
+                os.killpg(int(pids["pgid"]), sig)
+            else:
+                os.kill(int(pids["pgid"]), sig)  # the shell leads its group
+
+    def _signal_container(
+        self, job: Job, attempt: int, sig: int, target: SignalTarget | None
+    ) -> None:
+        name = docker.container_name(job.id, attempt)
+        with contextlib.suppress(HostError, ValueError):
+            if target is None:
+                argv = docker.docker_kill_argv(
+                    name, signal.Signals(sig).name, docker=self.config.docker
+                )
+            else:
+                run_as = self._launcher.run_as(job)
+                argv = docker.container_signal_argv(
+                    job, name, int(sig), target, run_as, docker=self.config.docker
+                )
+            self._host.run(argv, timeout=DOCKER_TIMEOUT)
 
     def cleanup(self, job: Job, attempt: int) -> None:
         """Forget a finished run: its steps' left-overs, its container, its run directory.
@@ -615,9 +641,14 @@ class LocalNode:
     def step_dir(self, job_id: int, attempt: int, step_id: int) -> Path:
         return self.paths.run_dir(job_id, attempt) / f"{STEP_DIR_PREFIX}{step_label(step_id)}"
 
-    def _signal_steps(self, run_dir: Path, sig: int) -> None:
-        """Send `sig` to the sessions of the run's steps that have not ended."""
-        for step_dir in run_dir.glob(f"{STEP_DIR_PREFIX}*"):
+    def _signal_steps(self, run_dir: Path, sig: int, only: tuple[int, ...] | None = None) -> None:
+        """Send `sig` to the sessions of the run's steps that have not ended (`only`:
+        of the steps with these ids; None: of every one)."""
+        if only is None:
+            step_dirs = list(run_dir.glob(f"{STEP_DIR_PREFIX}*"))
+        else:
+            step_dirs = [run_dir / f"{STEP_DIR_PREFIX}{step_label(s)}" for s in only]
+        for step_dir in step_dirs:
             pids = _read_json(step_dir / "pids.json")
             if pids is not None and not (step_dir / "exit.json").exists():
                 signal_session(int(pids["session"]), sig)

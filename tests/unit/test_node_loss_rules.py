@@ -78,7 +78,7 @@ class FakeNode:
     def status(self, job: Job, attempt: int) -> RunStatus:
         return RunStatus(self.run_state)  # type: ignore[arg-type]
 
-    def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
+    def signal(self, job: Job, attempt: int, sig: signal.Signals, target: object = None) -> None:
         self.signals.append((job.id, attempt, sig))
 
     def cleanup(self, job: Job, attempt: int) -> None:

@@ -259,7 +259,31 @@ class LocalNode:
             gbatch_sessions=self._gbatch_sessions(),
             gbatch_containers=gbatch_container_ids(report),
             type_rules=self.config.gpu_types,
+            gbatch_pids={pid for pids in self._cgroup_pids(report).values() for pid in pids},
         )
+
+    def _cgroup_pids(self, report: NodeReport) -> dict[tuple[int, int], frozenset[int]]:
+        """The report's GPU processes that are in a bare run's cgroup, by run.
+
+        A job's process that left its session (setsid) is known this way, where runs have
+        cgroups (gbatch/nodes/cgroups.py): its memory counts against its job's budget, and
+        its GPU is not taken for a stranger's. The agent runs on this host: its pids are ours.
+        """
+        tree = self._cgroups
+        if tree is None:
+            return {}
+        instance = tree.instance
+        found: dict[tuple[int, int], set[int]] = {}
+        for gpu in report.gpus:
+            for process in gpu.processes:
+                try:
+                    text = Path(f"/proc/{process.pid}/cgroup").read_text()
+                except OSError:
+                    continue  # gone, or not ours to read
+                run = cgroups.run_of_process(text, instance)
+                if run is not None:
+                    found.setdefault(run, set()).add(process.pid)
+        return {run: frozenset(pids) for run, pids in found.items()}
 
     def _gbatch_sessions(self) -> set[int]:
         return {sid for sessions in self._run_sessions().values() for sid in sessions}
@@ -289,7 +313,10 @@ class LocalNode:
         owners = container_owners(report, self.name)
         for run, sessions in self._run_sessions().items():
             had = owners.get(run, RunOwner())
-            owners[run] = RunOwner(had.sessions | sessions, had.containers)
+            owners[run] = RunOwner(had.sessions | sessions, had.containers, had.pids)
+        for run, pids in self._cgroup_pids(report).items():
+            had = owners.get(run, RunOwner())
+            owners[run] = RunOwner(had.sessions, had.containers, had.pids | pids)
         return owners
 
     def stop(self) -> None:

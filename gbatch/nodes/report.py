@@ -326,10 +326,19 @@ def _same_container(a: str, b: str) -> bool:
 
 
 def is_foreign(
-    process: ProcessReport, *, gbatch_sessions: Collection[int], gbatch_containers: Collection[str]
+    process: ProcessReport,
+    *,
+    gbatch_sessions: Collection[int],
+    gbatch_containers: Collection[str],
+    gbatch_pids: Collection[int] = (),
 ) -> bool:
-    """True for a compute process gbatch did not start: neither its session nor its container."""
+    """True for a compute process gbatch did not start.
+
+    Not in its sessions, its containers, nor `gbatch_pids` (processes found in a run's
+    cgroup: a job's, whatever its session)."""
     if process.sid is not None and process.sid in gbatch_sessions:
+        return False
+    if process.pid in gbatch_pids:
         return False
     container = process.container
     return container is None or not any(_same_container(container, c) for c in gbatch_containers)
@@ -343,15 +352,19 @@ class RunOwner:
     """How a run's processes are known in a report: by session, or by container.
 
     `sessions`: the sessions of a bare run (its shim's, its steps'); `containers`: the
-    ids (full or 12-character) of its container.
+    ids (full or 12-character) of its container; `pids`: processes found in its cgroup
+    (one the job moved to a session of its own is still there).
     """
 
     sessions: frozenset[int] = frozenset()
     containers: frozenset[str] = frozenset()
+    pids: frozenset[int] = frozenset()
 
     def owns(self, process: ProcessReport) -> bool:
-        """Whether `process` is this run's: in one of its sessions or its container."""
+        """Whether `process` is this run's: in one of its sessions, its cgroup or container."""
         if process.sid is not None and process.sid in self.sessions:
+            return True
+        if process.pid in self.pids:
             return True
         container = process.container
         return container is not None and any(_same_container(container, c) for c in self.containers)
@@ -396,12 +409,14 @@ def to_gpus(
     gbatch_sessions: Collection[int],
     gbatch_containers: Collection[str],
     type_rules: tuple[Rule, ...] = (),
+    gbatch_pids: Collection[int] = (),
 ) -> tuple[Gpu, ...]:
     """The report's GPUs as the model's Gpu values, counting processes gbatch did not start.
 
     `gbatch_sessions` are the session ids of bare-process jobs on this node;
-    `gbatch_containers` the ids (full or 12-character) of its gbatch containers. Each
-    GPU's type comes from its name, by `type_rules` (the config's gpu_types) first.
+    `gbatch_containers` the ids (full or 12-character) of its gbatch containers;
+    `gbatch_pids` processes found in a run's cgroup. Each GPU's type comes from its
+    name, by `type_rules` (the config's gpu_types) first.
     """
     return tuple(
         Gpu(
@@ -412,7 +427,12 @@ def to_gpus(
             memory_used_mib=g.memory_used_mib,
             utilization_pct=g.utilization_pct,
             foreign_processes=sum(
-                is_foreign(p, gbatch_sessions=gbatch_sessions, gbatch_containers=gbatch_containers)
+                is_foreign(
+                    p,
+                    gbatch_sessions=gbatch_sessions,
+                    gbatch_containers=gbatch_containers,
+                    gbatch_pids=gbatch_pids,
+                )
                 for p in g.processes
             ),
             simulated=g.simulated,

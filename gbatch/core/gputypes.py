@@ -95,8 +95,10 @@ MIG_UUID_RE = re.compile(r"MIG-[A-Za-z0-9/._-]{1,120}", re.ASCII)
 
 
 def mig_profile(text: str) -> str:
-    """A MIG profile in a type's spelling: lowercase, `+` (and any other character a type
-    may not hold) as `-`; "" when `text` is no MIG profile (`1g.10gb+me`: `1g.10gb-me`)."""
+    """A MIG profile in a type's spelling; "" when `text` is no MIG profile.
+
+    Lowercase, `+` (and any other character a type may not hold) as `-`: `1g.10gb+me` is
+    `1g.10gb-me`."""
     profile = re.sub(r"[^a-z0-9_.-]", "-", text.strip().lower())
     return profile if MIG_PROFILE_RE.fullmatch(profile) else ""
 

@@ -367,8 +367,9 @@ class Fleet:
         return sizes
 
     def max_gpus_per_node(self) -> tuple[int, str]:
-        """The most GPUs any node reports (MIG slices counted, not their cards), and (with
-        none) why."""
+        """The most GPUs any node reports, and (with none) why.
+
+        MIG slices count, their cards in MIG mode not."""
         best, why = 0, "no node has reported"
         for node in self.nodes.values():
             report, problem = node.report()

@@ -271,8 +271,9 @@ class _Pass:
         self.take_typed(target, ids, end)
 
     def take_typed(self, target: int, ids: Sequence[int], end: float | None) -> None:
-        """`take`'s share in the typed buckets built so far: each takes the `ids` it
-        serves (a MIG slice's type's and its profile's)."""
+        """`take`'s share in the typed buckets built so far: each takes the `ids` it serves.
+
+        A MIG slice serves its type's pool and its profile's."""
         if self.typed:
             types = self.types
             assert types is not None
@@ -585,8 +586,10 @@ class _Typed:
         free: Sequence[Sequence[int]],
         started: Iterable[tuple[int, float, tuple[int, ...]]],
     ) -> _Typed:
-        """The pool of type `name` from `free` (each node's whole cards free, or its MIG
-        slices free for a slice's type or a profile), as the pass stands."""
+        """The pool of type `name` from `free`, as the pass stands.
+
+        `free`: each node's whole cards free, or its MIG slices free for a slice's type or
+        a profile."""
         mine = [
             [i for i in ids if type_matches(types[n].get(i, ""), name)]
             for n, ids in enumerate(free)

@@ -269,8 +269,8 @@ def test_checked_in_sample_report_parses() -> None:
     # Keys added since: a card in MIG mode lists its MIG devices (the first card none).
     assert [g.mig_enabled for g in report.gpus] == [False, True]
     assert [(d.profile, len(d.processes)) for d in report.gpus[1].mig] == [
-        ("3g.40gb", 0),
-        ("1g.10gb", 1),
+        ("3g.40gb", 1),
+        ("1g.10gb", 0),
     ]
     assert [(c.state, c.exit_code) for c in report.containers] == [
         ("running", None),

@@ -506,11 +506,6 @@ def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
                             "index": gpu.index,
                             "uuid": gpu.uuid,
                             "name": gpu.name,
-                            # A card in MIG mode (never handed out), a slice's card and
-                            # profile.
-                            "mig": gpu.mig,
-                            "parent": gpu.parent,
-                            "profile": gpu.profile or None,
                             "memory_used_mib": gpu.memory_used_mib,
                             "memory_total_mib": gpu.memory_total_mib,
                             "utilization_pct": gpu.utilization_pct,
@@ -519,6 +514,14 @@ def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
                             "type": gpu.type or None,
                             "job_id": node.allocations.get(gpu.index),
                             "free": gpu.index in node.free_indices,
+                            # Only where set: a card in MIG mode (never handed out), a
+                            # MIG slice's card and profile.
+                            **({"mig": True} if gpu.mig else {}),
+                            **(
+                                {"parent": gpu.parent, "profile": gpu.profile}
+                                if gpu.parent is not None
+                                else {}
+                            ),
                         }
                         for gpu in node.gpus_by_card
                     ],

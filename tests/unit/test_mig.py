@@ -653,11 +653,13 @@ def test_sinfo_scontrol_and_sinfo_gpus_show_slices_by_type_with_their_card() -> 
     line = format_sinfo_gpus([info], header=False)
     assert line.split()[3:7] == ["5", "1", "3", "1"]  # GPUS ALLOC FREE BUSY
     gpus = json.loads(format_sinfo_json([info]))["nodes"][0]["gpus"]
-    assert [(g["index"], g["mig"], g["parent"], g["profile"], g["free"]) for g in gpus][:3] == [
+    shown = [(g["index"], g.get("mig"), g.get("parent"), g.get("profile"), g["free"]) for g in gpus]
+    assert shown[:3] == [
         (0, True, None, None, False),
-        (3, False, 0, "3g.40gb", True),
-        (4, False, 0, "1g.10gb", False),
+        (3, None, 0, "3g.40gb", True),
+        (4, None, 0, "1g.10gb", False),
     ]
+    assert "mig" not in gpus[4] and "parent" not in gpus[4]  # a whole card: as before MIG
 
 
 def test_the_tui_metrics_and_web_page_show_slices_under_their_card() -> None:

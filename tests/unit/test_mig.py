@@ -695,3 +695,31 @@ def test_the_agent_file_still_runs_on_its_own() -> None:
 def test_node_state_counts_slices_not_their_card() -> None:
     info = _info()
     assert info.state is NodeState.MIXED
+
+
+def test_a_slice_jobs_gpu_memory_is_sampled_for_seff_and_sacct() -> None:
+    import threading
+
+    from gbatch.head.loop.gpus import GpuSampler
+
+    class Samples:
+        def __init__(self) -> None:
+            self.added: list[tuple[int, int, Any]] = []
+
+        def running_gpus(self) -> list[tuple[int, int, str, tuple[int, ...]]]:
+            return [(7, 1, "gpu01", (1,))]  # the 3g.40gb slice, after its card
+
+        def add_gpu_samples(self, samples: list[tuple[int, int, Any]]) -> None:
+            self.added.extend(samples)
+
+        def jobs_in(self, states: object) -> list[Job]:
+            return []
+
+    cards = [_card(0, [_slice("MIG-a", "3g.40gb", used=2048), _slice("MIG-b")])]
+    node = MigNode("gpu01", cards)
+    store = Samples()
+    sampler = GpuSampler(store, _fleet(node), Config(), threading.Event())  # type: ignore[arg-type]
+    sampler.sample(NOW)
+    ((job_id, attempt, usage),) = store.added
+    assert (job_id, attempt, usage.mem_max_mib, usage.mem_total_mib) == (7, 1, 2048, 10240)
+    assert usage.util_samples == 0  # NVML tells no utilisation per MIG device

@@ -124,6 +124,7 @@ def type_matches(kind: str, wanted: str) -> bool:
     return kind == wanted or profile_of(kind) == wanted
 
 
+@lru_cache(maxsize=1024)
 def types_served(kind: str) -> tuple[str, ...]:
     """Every request a GPU of type `kind` serves: itself, and its profile for a slice."""
     profile = profile_of(kind)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from gbatch.core.constraints import parse as parse_constraint
 from gbatch.core.constraints import satisfied
@@ -565,6 +566,10 @@ def _type_counts(gpu_types: tuple[tuple[int, str], ...]) -> dict[str, int]:
     return counts
 
 
+def _serves_profile(profile: str, kind: str | None) -> bool:
+    return kind is not None and type_matches(kind, profile)
+
+
 @dataclass(slots=True)
 class _Typed:
     """The GPUs of one type on each available node (by index), as a pass hands them out:
@@ -590,20 +595,18 @@ class _Typed:
 
         `free`: each node's whole cards free, or its MIG slices free for a slice's type or
         a profile."""
-        mine = [
-            [i for i in ids if type_matches(types[n].get(i, ""), name)]
-            for n, ids in enumerate(free)
-        ]
+        # Only a profile alone serves several types; any other name, its own alone.
+        if profile_of(name) == name:
+            serves: Callable[[str | None], bool] = partial(_serves_profile, name)
+        else:
+            serves = partial(operator.eq, name)
+        mine = [[i for i in ids if serves(types[n].get(i))] for n, ids in enumerate(free)]
         releases = [
-            [
-                (t, count)
-                for t, kind, count in node.typed_releases
-                if type_matches(kind, name) and t < math.inf
-            ]
+            [(t, count) for t, kind, count in node.typed_releases if serves(kind) and t < math.inf]
             for node in up
         ]
         for index, end, ids in started:
-            count = sum(type_matches(types[index].get(i, ""), name) for i in ids)
+            count = sum(serves(types[index].get(i)) for i in ids)
             if count:
                 releases[index].append((end, count))
         totals = [_type_counts(node.gpu_types).get(name, 0) for node in up]

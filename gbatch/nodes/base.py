@@ -293,6 +293,19 @@ class Reports:
             return self._report, self._problem
 
 
+def visible_devices(gpus: Sequence[int], uuids: Sequence[str]) -> list[int | str]:
+    """How CUDA_VISIBLE_DEVICES and docker's `--gpus device=` name a run's GPUs.
+
+    A whole card by its index; a MIG slice by its UUID (`MIG-...`), as no index names
+    it. `uuids` are the run's GPUs' (Job.gpu_uuids, in the order of `gpus`); a run
+    without them (queued before they were kept) gets its indices."""
+    if len(uuids) != len(gpus):
+        return list(gpus)
+    return [
+        uuid if uuid.startswith("MIG-") else index for index, uuid in zip(gpus, uuids, strict=True)
+    ]
+
+
 def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str, str]:
     """A run's environment: who and where it is, over the submitter's and the job file's env.
 

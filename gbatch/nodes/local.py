@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from gbatch.nodes.base import (
     job_env,
     launch_secrets,
     step_env,
+    visible_devices,
 )
 from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogFollowers, StderrChunk, open_log
 from gbatch.nodes.outfiles import OFFSETS_FILE, OUT_FILES_ENV, open_or_say, planned
@@ -85,35 +86,45 @@ def write_simulation_file(path: Path, count: int, models: Sequence[str] = ()) ->
     """Describe `count` simulated GPUs in `path`, unless it already describes those.
 
     `models` gives one per GPU ("" or none: a plain "Simulated GPU" of 80 GiB; else a
-    key of gbatch/core/gputypes.py's SIMULATED_MODELS). A file that describes that many
-    GPUs (of those models) is kept.
+    key of gbatch/core/gputypes.py's SIMULATED_MODELS, with its MIG layout after a slash
+    as parse_simulated writes it: `a100-80gb/3g.40gb+1g.10gb`). A file that describes
+    that many GPUs (of those models and layouts) is kept.
 
     Tests edit the file while the agent runs (memory in use, processes): keep their edits.
     """
-    from gbatch.core.gputypes import SIMULATED_MODELS
+    from gbatch.core.gputypes import SIMULATED_MODELS, simulated_layout
 
-    gpus = []
+    gpus: list[dict[str, object]] = []
     for index in range(count):
-        model = SIMULATED_MODELS.get(models[index]) if index < len(models) else None
-        gpus.append(
-            {
-                "name": "Simulated GPU" if model is None else model.name,
-                "memory_total_mib": 81920 if model is None else model.memory_mib,
-                "memory_used_mib": 0,
-                "utilization_pct": 0,
-            }
-        )
+        key, layout = simulated_layout(models[index]) if index < len(models) else ("", ())
+        model = SIMULATED_MODELS.get(key)
+        gpu: dict[str, object] = {
+            "name": "Simulated GPU" if model is None else model.name,
+            "memory_total_mib": 81920 if model is None else model.memory_mib,
+            "memory_used_mib": 0,
+            "utilization_pct": 0,
+        }
+        if layout:
+            gpu["mig"] = [{"profile": profile} for profile in layout]
+        gpus.append(gpu)
     if path.exists():
         try:
             there = json.loads(path.read_text()).get("gpus", [])
             if len(there) == count and (
                 not any(models)
-                or [g.get("name", "Simulated GPU") for g in there] == [g["name"] for g in gpus]
+                or [(g.get("name", "Simulated GPU"), _profiles(g)) for g in there]
+                == [(g["name"], _profiles(g)) for g in gpus]
             ):
                 return
         except (OSError, ValueError, AttributeError):
             pass
     path.write_text(json.dumps({"gpus": gpus}, indent=2) + "\n")
+
+
+def _profiles(gpu: Mapping[str, object]) -> list[object]:
+    """A simulated GPU's MIG layout: its slices' profiles ([] without MIG)."""
+    layout = gpu.get("mig", [])
+    return [d.get("profile") for d in layout] if isinstance(layout, list) else []
 
 
 class LocalNode:
@@ -274,15 +285,16 @@ class LocalNode:
             return {}
         instance = tree.instance
         found: dict[tuple[int, int], set[int]] = {}
-        for gpu in report.gpus:
-            for process in gpu.processes:
-                try:
-                    text = Path(f"/proc/{process.pid}/cgroup").read_text()
-                except OSError:
-                    continue  # gone, or not ours to read
-                run = cgroups.run_of_process(text, instance)
-                if run is not None:
-                    found.setdefault(run, set()).add(process.pid)
+        processes = [p for gpu in report.gpus for p in gpu.processes]
+        processes += [p for gpu in report.gpus for device in gpu.mig for p in device.processes]
+        for process in processes:
+            try:
+                text = Path(f"/proc/{process.pid}/cgroup").read_text()
+            except OSError:
+                continue  # gone, or not ours to read
+            run = cgroups.run_of_process(text, instance)
+            if run is not None:
+                found.setdefault(run, set()).add(process.pid)
         return {run: frozenset(pids) for run, pids in found.items()}
 
     def _gbatch_sessions(self) -> set[int]:
@@ -391,7 +403,7 @@ class LocalNode:
         env.update(launch_secrets(job))
         # NVML and nvidia-smi number GPUs in PCI order; CUDA's default order differs.
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, visible_devices(gpus, job.gpu_uuids)))
         env[SOCKET_ENV] = str(self.paths.socket)
         # Another user's job without a workdir starts in their HOME (or /, without one).
         workdir = job.spec.workdir or ("" if switch is not None else "/")
@@ -728,7 +740,7 @@ class LocalNode:
         if switch is not None:
             env["USER"] = env["LOGNAME"] = switch.pw_name
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, visible_devices(job.gpus, job.gpu_uuids)))
         env[SOCKET_ENV] = str(self.paths.socket)
         env.update(bare_limits_env(job))
         if self._cgroups is not None:

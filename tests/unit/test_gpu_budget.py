@@ -21,7 +21,7 @@ from gbatch.core.gpuusage import (
     seff_lines,
     tres_usage,
 )
-from gbatch.core.model import GPU_MEM_EVENT, Job, JobSpec, JobState, NotifyHook
+from gbatch.core.model import GPU_MEM_EVENT, Gpu, Job, JobSpec, JobState, NotifyHook
 from gbatch.head import notify
 from gbatch.head.daemon import Daemon
 from gbatch.head.gpubudget import (
@@ -42,7 +42,9 @@ from gbatch.nodes.report import (
     ProcessReport,
     RunOwner,
     container_owners,
+    gbatch_container_ids,
     run_gpu_memory,
+    to_gpus,
 )
 from gbatch.site.config import Config, ConfigError, Paths, Webhook, _validate
 
@@ -321,6 +323,10 @@ class SharedCardNode(FakeNode):
         )
         shown = NodeReport(**{**base.__dict__, "gpus": (gpu(0, *processes),)})
         return shown, problem
+
+    def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
+        """Its card as the head reads it (the sampling reads these, MIG slices included)."""
+        return to_gpus(report, gbatch_sessions=(), gbatch_containers=gbatch_container_ids(report))
 
 
 def container_of(job: int, attempt: int, node: str) -> ContainerReport:

@@ -61,7 +61,8 @@ class GpuSampler:
                 continue
             report, _ = node.report()
             if report is not None:
-                fresh[name] = report.gpus
+                # Its MIG slices too, numbered as jobs hold them (to_gpus).
+                fresh[name] = node.gpus(report)
                 reports[name] = (report, node.run_owners(report))
             self._sampled_seq[name] = seq
         if not fresh:

@@ -8,17 +8,22 @@ busybox test image has neither).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_CONFIG, GBATCH, Head, wait_for
+from asuser import as_user, preload, run_cli, temp_users
+from conftest import FAST_CONFIG, GBATCH, Head, require_root, wait_for
 from fleet import Fleet, build_fleet, teardown_fleet
 from hosts import HOST_IMAGE
+from test_interactive import STEP_MODULES
 from tmuxterm import Terminal, private_terminal
 
 from gbatch.core.paths import resolve_paths
@@ -224,3 +229,40 @@ def test_a_gbatchd_restart_ends_a_hosts_step_and_hangs_it_up(fleet: Fleet) -> No
     wait_for(lambda: not running_in_containers("^sleep 305$"), 60, "the step's process to end")
     assert head.state(job_id) == "RUNNING"
     head.run("scancel", str(job_id), check=True)
+
+
+def test_another_user_is_refused_steps_in_a_job_on_a_host() -> None:
+    require_root("to make users and run a root daemon for them")
+    preload()
+    preload(STEP_MODULES)
+    # A head other users reach (as shared_home makes one): pytest's tmp_path is private.
+    base = Path(tempfile.mkdtemp(prefix="gbatch-fleet-steps-", dir="/tmp"))
+    base.chmod(0o755)
+    fleet = build_fleet(base, {"gpu01": 1}, config=CONFIG + "socket_mode: '666'\n")
+    try:
+        head = fleet.head
+        head.home.chmod(0o711)
+        with temp_users("gbfs", ["student"]) as users:
+            student = users["student"]
+            job_id = head.sbatch("--image", fleet.image, "--wrap", "sleep 120")
+            head.wait_state(job_id, "RUNNING", timeout=60)
+            for argv in (
+                ["srun", "--jobid", str(job_id), "id"],
+                ["shell", str(job_id), "id"],
+                ["sattach", str(job_id), "id"],
+            ):
+
+                def refused(argv: list[str] = argv) -> dict[str, Any]:
+                    os.chdir("/tmp")
+                    return run_cli(head.home, *argv)
+
+                done = as_user(student, refused)
+                assert done["rc"] == 4, done
+                assert done["err"].startswith(f"gbatch {argv[0]}: error: Access/permission denied")
+            log = (head.home / "gbatchd.log").read_text()
+            assert f"op=step job={job_id} owner=root -> refused: not the owner" in log
+            assert steps(head, job_id) == []
+            head.run("scancel", str(job_id), check=True)
+    finally:
+        teardown_fleet(fleet)
+        shutil.rmtree(base, ignore_errors=True)

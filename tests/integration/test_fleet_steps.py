@@ -158,6 +158,13 @@ def test_shell_and_scancel_signals_reach_a_batch_job_on_a_host(fleet: Fleet) -> 
         60,
         "the job's own file, read through gbatch shell",
     )
+    # The step's words are docker exec's argv, quoted once for the host's shell: they
+    # reach the container as words, and nothing runs in the host's shell (root there).
+    marker = "/tmp/gbatch-host-injected"
+    said = head.run("shell", str(job_id), "echo", f"x; touch {marker}", check=True).stdout
+    assert said == f"x; touch {marker}\n"
+    host = fleet.hosts["gpu01"].container.get_wrapped_container()
+    assert host.exec_run(["test", "-e", marker]).exit_code == 1
     step = gbatch_in_background(
         head,
         "srun",

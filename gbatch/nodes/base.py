@@ -237,6 +237,11 @@ class Node(Protocol):
     def step_status(self, job: Job, step: Step) -> StepStatus:
         """Whether `step` of `job` still runs, or how it ended."""
 
+    def hang_up_step(self, job: Job, step: Step) -> None:
+        """Hang up what is left of a step nobody relays any more, in the background.
+
+        Called when step_status said it vanished, with `hangup`; never waits on the host."""
+
 
 class Reports:
     """A node's latest agent report, kept by the thread that reads the agent's lines.

@@ -823,6 +823,12 @@ class LocalNode:
         shim.wait()
         self._on_change()
 
+    def hang_up_step(self, job: Job, step: Step) -> None:
+        """Nothing: a local step's shim hangs its step up itself.
+
+        step_status never says `hangup` of a step no shim holds (what a killed shim
+        leaves goes with the run)."""
+
     def step_status(self, job: Job, step: Step) -> StepStatus:
         step_dir = self.step_dir(job.id, step.attempt, step.step_id)
         ended = _step_exit(step_dir)

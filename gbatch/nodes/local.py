@@ -160,6 +160,8 @@ class LocalNode:
         self._run_dirs = RunDirRemover(before_removal=self._remove_run_cgroup)
         # Forks each bare job's shim; the plain `python -m gbatch.shim` when it cannot.
         self._shim_server = ShimServer(on_change)
+        # Container steps whose client went away, hung up in their container already.
+        self._hung_up: set[tuple[int, int]] = set()
 
     # -- the agent ----------------------------------------------------------------
 
@@ -824,15 +826,33 @@ class LocalNode:
         self._on_change()
 
     def hang_up_step(self, job: Job, step: Step) -> None:
-        """Nothing: a local step's shim hangs its step up itself.
+        """Hang up what is left of a container job's `step` in its container, in the background.
 
-        step_status never says `hangup` of a step no shim holds (what a killed shim
-        leaves goes with the run)."""
+        A bare step's shim hangs its session up itself. A container step's shim ends only
+        its `docker exec` client, whose process in the container outlives it: SIGHUP to
+        the step's processes there, SIGKILL after kill_grace_seconds."""
+        if job.spec.image is None:
+            return
+        threading.Thread(
+            target=self._hang_up_container_step,
+            args=(job, step),
+            name=f"hangup-{step.label}",
+            daemon=True,
+        ).start()
+
+    def _hang_up_container_step(self, job: Job, step: Step) -> None:
+        target = SignalTarget(steps=(step.step_id,))
+        self.signal(job, step.attempt, signal.SIGHUP, target)
+        if not self._stopping.wait(self.config.kill_grace_seconds):
+            self.signal(job, step.attempt, signal.SIGKILL, target)
 
     def step_status(self, job: Job, step: Step) -> StepStatus:
         step_dir = self.step_dir(job.id, step.attempt, step.step_id)
         ended = _step_exit(step_dir)
         if ended is not None:
+            if ended.hangup and (job.id, step.step_id) not in self._hung_up:
+                self._hung_up.add((job.id, step.step_id))  # told once: the loop asks again
+                self.hang_up_step(job, step)
             return ended
         if lock_held(step_dir, STEP_LOCK_FILE):
             return _step_exit(step_dir) or StepStatus("running")

@@ -29,9 +29,10 @@ from typing import Any
 
 import jwt
 
-SCOPES = ("read", "submit", "control")
+SCOPES = ("read", "submit", "control", "ports")
 """read: list and show jobs, logs, nodes, fair-share; submit: queue jobs; control:
-cancel, hold, release, requeue and update jobs. Nothing else is reachable with a token
+cancel, hold, release, requeue and update jobs; ports: reach a port inside one's running
+job (port-forward's tunnel). Nothing else is reachable with a token
 (admin commands and tokens themselves need the socket)."""
 DEFAULT_LIFESPAN = 3600
 MAX_LIFESPAN = 90 * 86400

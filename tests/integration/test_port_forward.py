@@ -11,9 +11,11 @@ a state or a port, never a sleep.
 from __future__ import annotations
 
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,9 +53,7 @@ def serve_files(head: Head, tmp_path: Path, port: int) -> int:
     served = tmp_path / "served"
     served.mkdir()
     (served / "hello-from-the-job.txt").write_text("hi\n")
-    job = head.sbatch(
-        "--wrap", f"cd {served} && exec {PY} -m http.server {port} --bind 127.0.0.1"
-    )
+    job = head.sbatch("--wrap", f"cd {served} && exec {PY} -m http.server {port} --bind 127.0.0.1")
     head.wait_state(job, "RUNNING")
     wait_for(lambda: answers(port), what=f"job {job}'s server on port {port}")
     return job
@@ -90,8 +90,108 @@ def test_a_bare_jobs_http_server_is_reached_at_a_local_port_until_the_job_ends(
         assert "hello-from-the-job.txt" in get(local)  # and again, on a new connection
         head.run("scancel", str(job), check=True)
         assert fwd.wait(timeout=30) == 0
-        assert fwd.stderr.read() == f"port-forward: job {job} ended (CANCELLED); forwarding stopped\n"
+        assert (
+            fwd.stderr.read() == f"port-forward: job {job} ended (CANCELLED); forwarding stopped\n"
+        )
         assert not answers(local)
     finally:
         fwd.kill()
         fwd.wait()
+
+
+def test_a_port_nothing_listens_on_is_refused_per_connection_and_the_forward_goes_on(
+    head: Head, tmp_path: Path
+) -> None:
+    remote, local, idle = free_port(), free_port(), free_port()
+    job = serve_files(head, tmp_path, remote)
+    fwd = forward(head, str(job), f"{local}:{idle}")
+    try:
+        assert fwd.stdout is not None and fwd.stderr is not None
+        fwd.stdout.readline()
+        with socket.create_connection(("127.0.0.1", local), timeout=20) as conn:
+            assert conn.recv(10) == b""  # closed: nothing to reach
+        assert fwd.stderr.readline() == (
+            f"port-forward: error: nothing in job {job} listens on port {idle} (connection "
+            f"refused). Start the server there first, listening on 127.0.0.1:{idle} (or "
+            "0.0.0.0 in a container)\n"
+        )
+        assert fwd.poll() is None
+    finally:
+        fwd.kill()
+        fwd.wait()
+        head.run("scancel", str(job))
+
+
+def test_a_job_not_running_is_refused_in_one_line(head: Head) -> None:
+    job = head.sbatch("--hold", "--wrap", "true")
+    done = head.run("port-forward", str(job), "8888")
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"gbatch port-forward: error: job {job} is not running yet (PENDING); a step runs in "
+        f"a running job. Wait for it (gbatch squeue -j {job})\n"
+    )
+    bad = head.run("port-forward", str(job), "88x88")
+    assert bad.returncode == 2 and "is not LOCAL[:REMOTE]" in bad.stderr
+
+
+# -- the HTTP API -------------------------------------------------------------------------
+
+
+def test_the_http_api_tunnel_reaches_the_tokens_users_job_and_needs_the_ports_scope(
+    tmp_path: Path,
+) -> None:
+    from conftest import service_config
+    from test_http_api import http, serve_api, token_user
+
+    made = make_head(tmp_path / "home", gpus=1, config=FAST_CONFIG + service_config())
+    # Where the token's account (not root) can read it.
+    served = Path(tempfile.mkdtemp(prefix="gbatch-forward-", dir="/tmp"))
+    made.start()
+    try:
+        with serve_api(made) as api:
+            remote, local = free_port(), free_port()
+            served.chmod(0o755)
+            (served / "hello-through-the-api.txt").write_text("hi\n")
+            token = made.run(
+                "token", "--user", token_user(), "--scope", "submit,read,ports", check=True
+            ).stdout.strip()
+            script = (
+                f"#!/bin/sh\ncd {served} && exec python3 -m http.server {remote} --bind 127.0.0.1\n"
+            )
+            status, reply, _ = http(f"{api}/jobs", "POST", token, script)
+            assert status == 201, reply
+            job = int(reply["job_id"])  # type: ignore[call-overload]
+            made.wait_state(job, "RUNNING")
+            wait_for(lambda: answers(remote), what="the job's server")
+            fwd = forward(
+                made,
+                "--api",
+                api.removesuffix("/api/v1"),
+                "--token",
+                token,
+                str(job),
+                f"{local}:{remote}",
+            )
+            try:
+                assert fwd.stdout is not None and fwd.stderr is not None
+                assert (
+                    fwd.stdout.readline()
+                    == f"Forwarding from 127.0.0.1:{local} -> job {job}:{remote}\n"
+                )
+                assert "hello-through-the-api.txt" in get(local)
+                made.run("scancel", str(job), check=True)
+                assert fwd.wait(timeout=30) == 0, fwd.stderr.read()
+                assert f"job {job} ended (CANCELLED)" in fwd.stderr.read()
+            finally:
+                fwd.kill()
+                fwd.wait()
+            narrow = made.run(
+                "token", "--user", token_user(), "--scope", "read", check=True
+            ).stdout.strip()
+            refused = made.run("port-forward", "--api", api, "--token", narrow, str(job), "8888")
+            assert refused.returncode == 4, refused.stderr
+            assert "the token does not allow ports" in refused.stderr
+    finally:
+        made.stop()
+        kill_leftover_jobs(made.home)
+        shutil.rmtree(served, ignore_errors=True)

@@ -10,18 +10,25 @@ a state or a port, never a sleep.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import FAST_CONFIG, GBATCH, Head, kill_leftover_jobs, make_head, wait_for
+
+from gbatch.core.paths import resolve_paths
+from gbatch.protocol import requests
+from gbatch.protocol.client import Client, RequestFailed
 
 PY = shlex.quote(sys.executable)
 
@@ -195,3 +202,152 @@ def test_the_http_api_tunnel_reaches_the_tokens_users_job_and_needs_the_ports_sc
         made.stop()
         kill_leftover_jobs(made.home)
         shutil.rmtree(served, ignore_errors=True)
+
+
+# -- containers ---------------------------------------------------------------------------
+
+
+@pytest.mark.docker
+def test_a_container_jobs_server_is_reached_without_a_published_port(tmp_path: Path) -> None:
+    from conftest import container_head
+    from dockerenv import ensure_test_image, require_docker
+
+    require_docker()
+    image = ensure_test_image()
+    with container_head(tmp_path / "home", gpus=1) as head:
+        serve = (
+            "mkdir -p /tmp/www && echo hello-from-the-container > /tmp/www/index.html && "
+            "exec httpd -f -p 8000 -h /tmp/www"
+        )
+        job = head.sbatch("--image", image, "--wrap", serve)
+        head.wait_state(job, "RUNNING")
+        name = f"gbatch-{job}-1"
+        ports = subprocess.run(
+            ["docker", "inspect", "-f", "{{json .NetworkSettings.Ports}}", name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "HostPort" not in ports  # nothing published on the host's interfaces
+        local = free_port()
+        fwd = forward(head, str(job), f"{local}:8000")
+        try:
+            assert fwd.stdout is not None and fwd.stderr is not None
+            assert fwd.stdout.readline() == f"Forwarding from 127.0.0.1:{local} -> job {job}:8000\n"
+
+            def served() -> bool:
+                try:
+                    return "hello-from-the-container" in get(local)
+                except OSError:  # httpd not listening yet: the connection is refused
+                    return False
+
+            wait_for(served, what="the container's httpd through the forward")
+            head.run("scancel", str(job), check=True)
+            assert fwd.wait(timeout=60) == 0
+        finally:
+            fwd.kill()
+            fwd.wait()
+
+
+@pytest.mark.docker
+def test_a_job_on_a_fleet_host_is_reached_through_the_hosts_ssh_connection(
+    tmp_path: Path,
+) -> None:
+    from fleet import build_fleet, teardown_fleet
+
+    fleet = build_fleet(tmp_path, {"gpu07": 1})
+    try:
+        head = fleet.head
+        serve = (
+            "mkdir -p /tmp/www && echo hello-from-gpu07 > /tmp/www/index.html && "
+            "exec httpd -f -p 8000 -h /tmp/www"
+        )
+        job = head.sbatch("--image", fleet.image, "--wrap", serve)
+        head.wait_state(job, "RUNNING", timeout=60)
+        local = free_port()
+        fwd = forward(head, str(job), f"{local}:8000")
+        try:
+            assert fwd.stdout is not None and fwd.stderr is not None
+            assert fwd.stdout.readline() == f"Forwarding from 127.0.0.1:{local} -> job {job}:8000\n"
+
+            def served() -> bool:
+                try:
+                    return "hello-from-gpu07" in get(local)
+                except OSError:  # httpd not listening yet: the connection is refused
+                    return False
+
+            wait_for(served, what="the host's container through the forward")
+            head.run("scancel", str(job), check=True)
+            assert fwd.wait(timeout=60) == 0
+            assert f"job {job} ended (CANCELLED)" in fwd.stderr.read()
+        finally:
+            fwd.kill()
+            fwd.wait()
+    finally:
+        teardown_fleet(fleet)
+
+
+# -- other users --------------------------------------------------------------------------
+
+
+def test_another_user_is_refused_and_cannot_reach_a_port_that_is_not_their_jobs() -> None:
+    from asuser import as_user, preload, run_cli, temp_users
+    from conftest import require_root, shared_home
+
+    require_root("to make users and run a root daemon for them")
+    preload()
+    preload(("gbatch.cli.port_forward", "gbatch.cli.stepclient"))
+    config = FAST_CONFIG + "socket_mode: '666'\n"
+    with (
+        temp_users("gbpf", ["student"]) as users,
+        shared_home("gbatch-forward-", config=config) as head,
+        socket.socket() as roots_server,  # root's: a system service, another user's job
+    ):
+        head.start()
+        roots_server.bind(("127.0.0.1", 0))
+        roots_server.listen()
+        roots_port = roots_server.getsockname()[1]
+        student = users["student"]
+        roots = head.sbatch("--wrap", "sleep 120")
+        head.wait_state(roots, "RUNNING")
+        try:
+
+            def refused() -> dict[str, Any]:
+                os.chdir("/tmp")
+                return run_cli(head.home, "port-forward", str(roots), "8888")
+
+            done = as_user(student, refused)
+            assert done["rc"] == 4, done
+            assert done["err"] == (
+                f"gbatch port-forward: error: Access/permission denied: job {roots} is root's, "
+                "and only its owner forwards ports to it\n"
+            )
+            log = (head.home / "gbatchd.log").read_text()
+            assert f"op=port_forward job={roots} owner=root -> refused: not the owner" in log
+
+            def through_own_job() -> dict[str, Any]:
+                os.chdir("/tmp")
+                own = run_cli(head.home, "sbatch", "--parsable", "--wrap", "sleep 120")
+                job = int(own["out"].strip())
+                client = Client(resolve_paths(os.environ).socket)
+                for _ in range(300):  # its run, as the daemon records it
+                    state = client.call(requests.ShowJob(id=job))["job"]["state"]
+                    if state == "RUNNING":
+                        break
+                    time.sleep(0.1)  # a child of its own: conftest's wait_for is not here
+                try:
+                    client.call(requests.OpenForward(job=job, ports=(roots_port,)))
+                except RequestFailed as err:
+                    return {"kind": err.kind, "message": err.message, "job": job}
+                finally:  # on a connection of its own: a forward's ends with it
+                    Client(resolve_paths(os.environ).socket).call(requests.Cancel(ids=(job,)))
+                return {"kind": None}
+
+            reply = as_user(student, through_own_job)
+            assert reply["kind"] == "not_found", reply
+            assert reply["message"] == (
+                f"nothing of job {reply['job']} listens on port {roots_port}: the socket on its "
+                f"host's 127.0.0.1:{roots_port} is another user's"
+            )
+        finally:
+            head.run("scancel", str(roots))

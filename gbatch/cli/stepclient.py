@@ -286,8 +286,10 @@ def run_step(
 
 
 def open_connection(ctx: Context, request: Any) -> tuple[socket.socket, bytes, dict[str, Any]]:
-    """A connection of its own carrying `request`, and gbatchd's answer: (the socket,
-    what came after the answer's line, the answer's fields). RequestFailed for a refusal.
+    """A connection of its own carrying `request`, and gbatchd's answer.
+
+    (the socket, what came after the answer's line, the answer's fields). RequestFailed
+    for a refusal.
 
     The line is read without a buffered reader: what follows it is the step's."""
     from gbatch.protocol import requests

@@ -42,8 +42,10 @@ class HostError(Exception):
 
 
 class PortError(Exception):
-    """A job's port that cannot be reached; `kind` is the reply's (not_found: nothing of
-    the job listens there; unavailable: the node cannot tell or reach it)."""
+    """A job's port that cannot be reached; `kind` is the reply's.
+
+    not_found: nothing of the job listens there; unavailable: the node cannot tell or
+    reach it; invalid: it has no network to reach."""
 
     def __init__(self, message: str, kind: str = "unavailable") -> None:
         super().__init__(message)

@@ -44,8 +44,9 @@ class Listener:
 
 
 def loopback_listeners(texts: Sequence[str], port: int) -> list[Listener]:
-    """The sockets listening on `port` at the loopback (or every address) in `texts`,
-    the contents of /proc/net/tcp and /proc/net/tcp6."""
+    """The sockets listening on `port` at the loopback (or every address) in `texts`.
+
+    `texts`: the contents of /proc/net/tcp and /proc/net/tcp6."""
     found = []
     for text in texts:
         for line in text.splitlines()[1:]:
@@ -180,8 +181,10 @@ def port_address(
     read_tcp: Callable[[], Sequence[str]],
     uids: Collection[int],
 ) -> str:
-    """Where on its host `job`'s `port` is: its container's address, or (a bare job, a
-    container on the host's network) the loopback address one of `uids` listens on."""
+    """Where on its host `job`'s `port` is.
+
+    Its container's address; or, for a bare job or a container on the host's network,
+    the loopback address one of `uids` listens on."""
     if network is None or network.shares_host:
         return jobs_listener(job, port, loopback_listeners(read_tcp(), port), uids)
     return container_address(job, network)

@@ -490,9 +490,10 @@ class RemoteNode:
         return StepStatus("vanished")  # none ever started here
 
     def open_port(self, job: Job, port: int, timeout: float) -> PortStream:
-        """A direct-tcpip channel through this host's SSH connection to `port` in `job`'s
-        container (its address on its network; the host's loopback for one on the host's
-        network, where its own user listens): gbatch/nodes/ports.py."""
+        """A direct-tcpip channel through this host's SSH connection to `port` in `job`.
+
+        To its container's address on its network; the host's loopback for one on the
+        host's network, where its own user listens (gbatch/nodes/ports.py)."""
         network = ports.container_network(
             self._conn, job, docker=self.node.docker, timeout=min(timeout, COMMAND_TIMEOUT)
         )

@@ -86,8 +86,10 @@ class HostKeyError(RemoteError):
 
 
 class TunnelRefused(RemoteError):
-    """The host refused a direct-tcpip channel: nothing listens at that address and port,
-    or its sshd forbids forwarding (AllowTcpForwarding)."""
+    """The host refused a direct-tcpip channel.
+
+    Nothing listens at that address and port, or its sshd forbids forwarding
+    (AllowTcpForwarding)."""
 
 
 class RemoteTimeout(RemoteError):

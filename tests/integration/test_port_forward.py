@@ -24,7 +24,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_CONFIG, GBATCH, Head, kill_leftover_jobs, make_head, wait_for
+from asuser import as_user, preload, run_cli, temp_users
+from conftest import (
+    FAST_CONFIG,
+    GBATCH,
+    Head,
+    container_head,
+    kill_leftover_jobs,
+    make_head,
+    require_root,
+    service_config,
+    shared_home,
+    wait_for,
+)
+from dockerenv import ensure_test_image, require_docker
+from fleet import build_fleet, teardown_fleet
+from test_http_api import http, serve_api, token_user
 
 from gbatch.core.paths import resolve_paths
 from gbatch.protocol import requests
@@ -147,9 +162,6 @@ def test_a_job_not_running_is_refused_in_one_line(head: Head) -> None:
 def test_the_http_api_tunnel_reaches_the_tokens_users_job_and_needs_the_ports_scope(
     tmp_path: Path,
 ) -> None:
-    from conftest import service_config
-    from test_http_api import http, serve_api, token_user
-
     made = make_head(tmp_path / "home", gpus=1, config=FAST_CONFIG + service_config())
     # Where the token's account (not root) can read it.
     served = Path(tempfile.mkdtemp(prefix="gbatch-forward-", dir="/tmp"))
@@ -209,9 +221,6 @@ def test_the_http_api_tunnel_reaches_the_tokens_users_job_and_needs_the_ports_sc
 
 @pytest.mark.docker
 def test_a_container_jobs_server_is_reached_without_a_published_port(tmp_path: Path) -> None:
-    from conftest import container_head
-    from dockerenv import ensure_test_image, require_docker
-
     require_docker()
     image = ensure_test_image()
     with container_head(tmp_path / "home", gpus=1) as head:
@@ -253,8 +262,6 @@ def test_a_container_jobs_server_is_reached_without_a_published_port(tmp_path: P
 def test_a_job_on_a_fleet_host_is_reached_through_the_hosts_ssh_connection(
     tmp_path: Path,
 ) -> None:
-    from fleet import build_fleet, teardown_fleet
-
     fleet = build_fleet(tmp_path, {"gpu07": 1})
     try:
         head = fleet.head
@@ -291,9 +298,6 @@ def test_a_job_on_a_fleet_host_is_reached_through_the_hosts_ssh_connection(
 
 
 def test_another_user_is_refused_and_cannot_reach_a_port_that_is_not_their_jobs() -> None:
-    from asuser import as_user, preload, run_cli, temp_users
-    from conftest import require_root, shared_home
-
     require_root("to make users and run a root daemon for them")
     preload()
     preload(("gbatch.cli.port_forward", "gbatch.cli.stepclient"))

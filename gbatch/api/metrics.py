@@ -158,7 +158,11 @@ def _nodes_text(rows: Sequence[Mapping[str, Any]], round_trips: Mapping[str, Any
     util = family("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)")
     used = family("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)")
     free = family("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)")
-    info = family("gbatch_gpu_info", "1 for each GPU, with its model and whether it is simulated")
+    info = family(
+        "gbatch_gpu_info",
+        "1 for each GPU, with its model and whether it is simulated; a MIG slice with its "
+        "card (mig_parent) and profile, a card in MIG mode with mig_mode",
+    )
     held = family("gbatch_gpu_allocated", "1 when a gbatch job holds the GPU, else 0")
     foreign = family(
         "gbatch_gpu_foreign_processes", "Compute processes on the GPU that gbatch did not start"
@@ -184,8 +188,16 @@ def _nodes_text(rows: Sequence[Mapping[str, Any]], round_trips: Mapping[str, Any
             used.add(labels, gpu.memory_used_mib)
             free.add(labels, max(gpu.memory_total_mib - gpu.memory_used_mib, 0))
             simulated = str(gpu.simulated).lower()
+            # A MIG slice names its card and profile; a card in MIG mode says so.
+            mig = (
+                f'mig_parent="{gpu.parent}",mig_profile="{_escape(gpu.profile)}",'
+                if gpu.parent is not None
+                else 'mig_mode="enabled",'
+                if gpu.mig
+                else ""
+            )
             info.add(
-                f'{labels},gpu_type="{_escape(gpu.type)}",model_name="{_escape(gpu.name)}",'
+                f'{labels},gpu_type="{_escape(gpu.type)}",{mig}model_name="{_escape(gpu.name)}",'
                 f'simulated="{simulated}"',
                 1,
             )

@@ -551,8 +551,20 @@ class Gpu:
     foreign_processes: int = 0  # compute processes gbatch did not start
     simulated: bool = False
     # Its model as a short type (gbatch/core/gputypes.py, the head's rules): "a100";
-    # "" when its name is no model gbatch knows (it goes to jobs asking any GPU).
+    # "" when its name is no model gbatch knows (it goes to jobs asking any GPU). A MIG
+    # slice's: its card's and its profile, `a100_1g.10gb`.
     type: str = ""
+    # A card in MIG mode: its slices are handed out, never the card itself.
+    mig: bool = False
+    # A MIG slice: the index of its card (a slice's own index comes after the node's
+    # cards, in card then slot order) and its profile (`1g.10gb`); None and "" for a card.
+    parent: int | None = None
+    profile: str = ""
+
+    @property
+    def schedulable(self) -> bool:
+        """Whether a job may ever be given it: a whole card not in MIG mode, or a slice."""
+        return not self.mig
 
 
 class NodeState(enum.Enum):
@@ -591,12 +603,17 @@ class NodeView:
     mem_total_mb: int | None = None
     free_mem_mb: int = 0
     # The type of each of its GPUs that has one (gbatch/core/gputypes.py), as (index,
-    # type); a GPU left out has none and goes only to a job asking for any GPU.
+    # type); a GPU left out has none and goes only to a job asking for any GPU. Its MIG
+    # slices are here too (`a100_1g.10gb`), and only here: `gpus_total`, `free_gpus`
+    # and `releases` count whole cards alone, what a job asking no type may get.
     gpu_types: tuple[tuple[int, str], ...] = ()
     # What -C/--constraint may ask of it: its inventory features and its GPUs' types.
     features: frozenset[str] = frozenset()
     # `releases` by GPU type, for a typed job's reservation: (time, type, GPUs freed).
     typed_releases: tuple[tuple[float, str, int], ...] = ()
+    # Its MIG slices free now (the same test as free_gpus'): only a job asking their type
+    # (or their profile) gets one.
+    free_slices: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -660,8 +677,26 @@ class NodeInfo:
         return tuple(dict.fromkeys([*self.features, *sorted(set(types))]))
 
     @property
+    def gpus_by_card(self) -> tuple[Gpu, ...]:
+        """Its GPUs as views list them: each card, its MIG slices (if any) right after it."""
+        if all(g.parent is None for g in self.gpus):
+            return self.gpus
+        return tuple(
+            sorted(
+                self.gpus,
+                key=lambda g: (g.index if g.parent is None else g.parent, g.parent is not None),
+            )
+        )
+
+    @property
+    def schedulable_gpus(self) -> tuple[Gpu, ...]:
+        """Its GPUs a job may be given: whole cards and MIG slices, not cards in MIG mode."""
+        return tuple(g for g in self.gpus if not g.mig)
+
+    @property
     def gpus_total(self) -> int:
-        return len(self.gpus)
+        """Its GPUs a job may be given (schedulable_gpus): a MIG card counts its slices."""
+        return len(self.schedulable_gpus)
 
     @property
     def gpus_allocated(self) -> int:
@@ -675,7 +710,7 @@ class NodeInfo:
         return frozenset(
             g.index
             for g in self.gpus
-            if g.index not in self.allocations and g.foreign_processes == 0
+            if g.index not in self.allocations and g.foreign_processes == 0 and not g.mig
         )
 
     @property

@@ -135,13 +135,16 @@ class Fleet:
         start, less memory in use than `gpu_memory_threshold_mib` (a process NVML
         cannot list, in another namespace, still holds memory), and, after a run on it
         ended, a later report seen (the ended run's memory may not be released yet).
+        A card in MIG mode is never free; each of its slices is by its own processes
+        and memory.
         """
         seq = node.report_seq
         threshold = self.config.gpu_memory_threshold_mib
         return tuple(
             g.index
             for g in gpus
-            if g.index not in held
+            if not g.mig
+            and g.index not in held
             and g.foreign_processes == 0
             and g.memory_used_mib < threshold
             and seq > self._released_at_report.get((node.name, g.index), -1)
@@ -149,8 +152,9 @@ class Fleet:
 
     @staticmethod
     def uuids(node: Node, gpus: Sequence[int]) -> tuple[str, ...]:
+        """The UUIDs of `node`'s GPUs `gpus` (a MIG slice's: `MIG-...`), "" for one unknown."""
         report, _ = node.report()
-        by_index = {g.index: g.uuid for g in report.gpus} if report else {}
+        by_index = {g.index: g.uuid for g in node.gpus(report)} if report else {}
         return tuple(by_index.get(g, "") for g in gpus)
 
     def node_view(
@@ -183,6 +187,14 @@ class Fleet:
         gpus = node.gpus(report)
         mine = [job for job in allocated if job.node == node.name]
         free = self.free_gpus(node, gpus, {g for job in mine for g in job.gpus})
+        # A job asking no type gets whole cards only: the planner's counts, free GPUs
+        # and releases are of those; MIG slices are typed GPUs (gpu_types, free_slices).
+        slices = {g.index for g in gpus if g.parent is not None}
+        whole = sum(g.schedulable for g in gpus) - len(slices)
+        free_slices: tuple[int, ...] = ()
+        if slices:
+            free_slices = tuple(i for i in free if i in slices)
+            free = tuple(i for i in free if i not in slices)
         ends = [
             (
                 (job.start_time or self.clock()) + job.spec.time_limit
@@ -193,10 +205,14 @@ class Fleet:
             for job in mine
             if job.gpus
         ]
-        releases = tuple((when, len(job.gpus)) for when, job in ends)
-        gpu_types = tuple((g.index, g.type) for g in gpus if g.type)
+        releases = tuple(
+            (when, len(job.gpus))
+            for when, job in ends
+            if not slices or not slices.issuperset(job.gpus)
+        )
+        gpu_types = tuple((g.index, g.type) for g in gpus if g.type and g.schedulable)
         typed = _typed_releases(ends, dict(gpu_types)) if gpu_types else ()
-        features = frozenset(self.features.get(node.name, ())) | {t for _, t in gpu_types}
+        features = frozenset(self.features.get(node.name, ())) | {g.type for g in gpus if g.type}
         closed = None
         if node.name in drained:
             closed = f"drained: {drained[node.name]}"
@@ -205,7 +221,7 @@ class Fleet:
         if closed is not None:
             return NodeView(
                 node.name,
-                len(gpus),
+                whole,
                 (),
                 available=False,
                 unavailable_reason=closed,
@@ -220,7 +236,7 @@ class Fleet:
         runs_containers = not check_engine or node.docker_problem(now) is None
         return NodeView(
             node.name,
-            len(gpus),
+            whole,
             free,
             releases=releases,
             runs_containers=runs_containers,
@@ -232,6 +248,7 @@ class Fleet:
             gpu_types=gpu_types,
             features=features,
             typed_releases=typed,
+            free_slices=free_slices,
         )
 
     # -- what requests ask ------------------------------------------------------------
@@ -286,7 +303,7 @@ class Fleet:
             state, reason = NodeState.SUSPECT, _lease_reason(report.lease_problem)
         elif not allocations:
             state, reason = NodeState.IDLE, ""
-        elif len(allocations) >= len(gpus):
+        elif len(allocations) >= sum(g.schedulable for g in gpus):
             state, reason = NodeState.ALLOCATED, ""
         else:
             state, reason = NodeState.MIXED, ""
@@ -342,20 +359,26 @@ class Fleet:
             if report is None:
                 return None
             gpus = node.gpus(report)
-            types = tuple(sorted(Counter(g.type for g in gpus if g.type).items()))
-            features = frozenset(self.features.get(name, ())) | {t for t, _ in types}
-            sizes.append(NodeSize(name, len(gpus), report.cpus, report.memory_mb, types, features))
+            # As node_view: GPUs of no type asked are whole cards; slices only by type.
+            whole = sum(g.schedulable and g.parent is None for g in gpus)
+            types = tuple(sorted(Counter(g.type for g in gpus if g.type and g.schedulable).items()))
+            features = frozenset(self.features.get(name, ())) | {g.type for g in gpus if g.type}
+            sizes.append(NodeSize(name, whole, report.cpus, report.memory_mb, types, features))
         return sizes
 
     def max_gpus_per_node(self) -> tuple[int, str]:
-        """The most GPUs any node reports, and (with none) why."""
+        """The most GPUs any node reports, and (with none) why.
+
+        MIG slices count, their cards in MIG mode not."""
         best, why = 0, "no node has reported"
         for node in self.nodes.values():
             report, problem = node.report()
             if report is None:
                 why = problem
-            elif len(node.gpus(report)) > best or best == 0:
-                best, why = len(node.gpus(report)), report.note
+                continue
+            count = sum(g.schedulable for g in node.gpus(report))
+            if count > best or best == 0:
+                best, why = count, report.note
         return best, why
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from gbatch.core.constraints import parse as parse_constraint
 from gbatch.core.constraints import satisfied
+from gbatch.core.gputypes import profile_of, type_matches, types_served
 from gbatch.core.limits import Use, UserLimits
 from gbatch.core.model import BEGIN_TIME_REASON, HELD_REASON, Assignment, Job, NodeView, Plan
 from gbatch.head.fairshare import factors
@@ -153,6 +155,7 @@ class _Pass:
         "releases",
         "reservation",
         "room",
+        "slices",
         "started",
         "starts",
         "taken",
@@ -200,6 +203,9 @@ class _Pass:
         self.typed: dict[str, _Typed] = {}
         # Per available node, GPU index -> type, read when the first typed job comes.
         self.types: list[dict[int, str]] | None = None
+        # Per available node, its MIG slices free (NodeView.free_slices) as the pass
+        # hands them out: read with `types` (only a typed job takes a slice).
+        self.slices: list[list[int]] | None = None
         # (node, end, GPU ids) of the jobs this pass started that have a time limit: the
         # releases of a type whose buckets are built later.
         self.started: list[tuple[int, float, tuple[int, ...]]] = []
@@ -230,13 +236,27 @@ class _Pass:
         if typed is None:
             if self.types is None:
                 self.types = [dict(node.gpu_types) for node in self.up]
+                self.slices = [list(node.free_slices) for node in self.up]
+            assert self.slices is not None
             typed = self.typed[gpu_type] = _Typed.of(
-                gpu_type, self.up, self.types, self.free, self.started
+                gpu_type,
+                self.up,
+                self.types,
+                self.slices if profile_of(gpu_type) else self.free,
+                self.started,
             )
         return typed
 
     def take(self, target: int, ids: Sequence[int], end: float | None) -> None:
         """Hand out GPUs `ids` of available node `target` to a job ending at `end`."""
+        slices = self.slices
+        if slices is not None and slices[target] and ids and ids[0] in slices[target]:
+            # MIG slices (a job's GPUs are all of one type): no whole card's count moves.
+            slices[target] = [i for i in slices[target] if i not in ids]
+            if end is not None:
+                self.started.append((target, end, tuple(ids)))
+            self.take_typed(target, ids, end)
+            return
         free = self.free[target]
         left = (
             free[len(ids) :] if free[: len(ids)] == list(ids) else [i for i in free if i not in ids]
@@ -252,7 +272,9 @@ class _Pass:
         self.take_typed(target, ids, end)
 
     def take_typed(self, target: int, ids: Sequence[int], end: float | None) -> None:
-        """`take`'s share in the typed buckets built so far: each takes its type's `ids`."""
+        """`take`'s share in the typed buckets built so far: each takes the `ids` it serves.
+
+        A MIG slice serves its type's pool and its profile's."""
         if self.typed:
             types = self.types
             assert types is not None
@@ -263,25 +285,32 @@ class _Pass:
                 if kind is not None:
                     by_type.setdefault(kind, []).append(gpu)
             for kind, taken in by_type.items():
-                typed = self.typed.get(kind)
-                if typed is not None:
-                    typed.take(target, taken, end)
+                for name in types_served(kind):
+                    typed = self.typed.get(name)
+                    if typed is not None:
+                        typed.take(target, taken, end)
 
     def reserved_cost(self, reservation: _Reservation, gpus: int, gpu_type: str | None) -> int:
         """How many of the reservation's GPUs a job would take on the reserved node.
 
         A job of `gpus` GPUs of `gpu_type`: all it takes, unless the reservation is for a
-        type, and then those of that type."""
+        type, and then those of that type (a MIG profile's counts the slices of it); a
+        job of MIG slices takes none of a reservation for whole cards."""
         kind = reservation.gpu_type
-        if kind is None or kind == gpu_type:
+        if kind is None:
+            return 0 if gpu_type is not None and profile_of(gpu_type) else gpus
+        if kind == gpu_type:
             return gpus
-        if gpu_type is not None:
+        node = reservation.node
+        if gpu_type is None:
+            ids = self.free[node][:gpus]
+        elif profile_of(gpu_type) == kind or profile_of(kind) == gpu_type:
+            ids = self.of_type(gpu_type).free[node][:gpus]  # one serves the other's slices
+        else:
             return 0
         types = self.types
         assert types is not None  # a typed reservation built them
-        return sum(
-            types[reservation.node].get(i) == kind for i in self.free[reservation.node][:gpus]
-        )
+        return sum(type_matches(types[node].get(i, ""), kind) for i in ids)
 
     def settled_reason(self, job: Job) -> str:
         """The reason `consider` gives `job` once it has settled (see Planner).
@@ -382,7 +411,7 @@ class _Pass:
         if gpus <= (self.free_total if typed is None else typed.free_total):
             cost = (
                 gpus
-                if reservation is None or reservation.gpu_type is None
+                if reservation is None or (reservation.gpu_type is None and typed is None)
                 else self.reserved_cost(reservation, gpus, gpu_type)
             )
             target = _best_fit(
@@ -526,13 +555,19 @@ def _pool(key: _PoolKey, nodes: Sequence[NodeView], up: Sequence[NodeView]) -> _
 
 @lru_cache(maxsize=1024)
 def _type_counts(gpu_types: tuple[tuple[int, str], ...]) -> dict[str, int]:
-    """A node's GPUs by type (NodeView.gpu_types): the same tuple every pass, counted once.
+    """A node's GPUs by the type asked (NodeView.gpu_types): the same tuple every pass,
+    counted once. A MIG slice counts for its type and for its profile alone.
 
     Not to be changed by the caller: it is shared."""
     counts: dict[str, int] = {}
     for _, kind in gpu_types:
-        counts[kind] = counts.get(kind, 0) + 1
+        for name in types_served(kind):
+            counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def _serves_profile(profile: str, kind: str | None) -> bool:
+    return kind is not None and type_matches(kind, profile)
 
 
 @dataclass(slots=True)
@@ -556,13 +591,22 @@ class _Typed:
         free: Sequence[Sequence[int]],
         started: Iterable[tuple[int, float, tuple[int, ...]]],
     ) -> _Typed:
-        mine = [[i for i in ids if types[n].get(i) == name] for n, ids in enumerate(free)]
+        """The pool of type `name` from `free`, as the pass stands.
+
+        `free`: each node's whole cards free, or its MIG slices free for a slice's type or
+        a profile."""
+        # Only a profile alone serves several types; any other name, its own alone.
+        if profile_of(name) == name:
+            serves: Callable[[str | None], bool] = partial(_serves_profile, name)
+        else:
+            serves = partial(operator.eq, name)
+        mine = [[i for i in ids if serves(types[n].get(i))] for n, ids in enumerate(free)]
         releases = [
-            [(t, count) for t, kind, count in node.typed_releases if kind == name and t < math.inf]
+            [(t, count) for t, kind, count in node.typed_releases if serves(kind) and t < math.inf]
             for node in up
         ]
         for index, end, ids in started:
-            count = sum(types[index].get(i) == name for i in ids)
+            count = sum(serves(types[index].get(i)) for i in ids)
             if count:
                 releases[index].append((end, count))
         totals = [_type_counts(node.gpu_types).get(name, 0) for node in up]
@@ -636,8 +680,10 @@ class NodeSize:
     features: frozenset[str] = frozenset()
 
     def gpus_of(self, gpu_type: str | None) -> int:
-        """Its GPUs of `gpu_type` (None: all of them)."""
-        return self.gpus if gpu_type is None else dict(self.gpu_types).get(gpu_type, 0)
+        """Its GPUs of `gpu_type` (a MIG profile alone: its slices of it; None: whole cards)."""
+        if gpu_type is None:
+            return self.gpus
+        return sum(count for kind, count in self.gpu_types if type_matches(kind, gpu_type))
 
     def satisfies(self, constraint: str | None) -> bool:
         return constraint is None or satisfied(parse_constraint(constraint), self.features)
@@ -934,10 +980,12 @@ class Planner:
             order, key, position, name = heap[0]
             user, gpus, gpu_type = name
             if result.reservation is not None and user not in caps:
-                free = most.get(None)
+                # MIG slices are no whole cards: most_free() bounds a slice job's none.
+                sliced = gpu_type is not None and profile_of(gpu_type) != ""
+                free = 0 if sliced else most.get(None)
                 if free is None:
                     free = most[None] = result.most_free()
-                if gpus <= free and gpu_type is not None:
+                if (gpus <= free or sliced) and gpu_type is not None:
                     free = most.get(gpu_type)
                     if free is None:
                         free = most[gpu_type] = result.most_free(gpu_type)

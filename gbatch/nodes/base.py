@@ -268,6 +268,11 @@ class Node(Protocol):
         listens; a container job's address on its network (gbatch/nodes/ports.py).
         Raises PortError when it cannot be reached."""
 
+    def hang_up_step(self, job: Job, step: Step) -> None:
+        """Hang up what is left of a step nobody relays any more, in the background.
+
+        Called when step_status said it vanished, with `hangup`; never waits on the host."""
+
 
 class Reports:
     """A node's latest agent report, kept by the thread that reads the agent's lines.
@@ -322,6 +327,19 @@ class Reports:
     def latest(self) -> tuple[NodeReport | None, str]:
         with self._lock:
             return self._report, self._problem
+
+
+def visible_devices(gpus: Sequence[int], uuids: Sequence[str]) -> list[int | str]:
+    """How CUDA_VISIBLE_DEVICES and docker's `--gpus device=` name a run's GPUs.
+
+    A whole card by its index; a MIG slice by its UUID (`MIG-...`), as no index names
+    it. `uuids` are the run's GPUs' (Job.gpu_uuids, in the order of `gpus`); a run
+    without them (queued before they were kept) gets its indices."""
+    if len(uuids) != len(gpus):
+        return list(gpus)
+    return [
+        uuid if uuid.startswith("MIG-") else index for index, uuid in zip(gpus, uuids, strict=True)
+    ]
 
 
 def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str, str]:

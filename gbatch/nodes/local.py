@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from gbatch.nodes.base import (
     job_env,
     launch_secrets,
     step_env,
+    visible_devices,
 )
 from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogFollowers, StderrChunk, open_log
 from gbatch.nodes.outfiles import OFFSETS_FILE, OUT_FILES_ENV, open_or_say, planned
@@ -87,35 +88,45 @@ def write_simulation_file(path: Path, count: int, models: Sequence[str] = ()) ->
     """Describe `count` simulated GPUs in `path`, unless it already describes those.
 
     `models` gives one per GPU ("" or none: a plain "Simulated GPU" of 80 GiB; else a
-    key of gbatch/core/gputypes.py's SIMULATED_MODELS). A file that describes that many
-    GPUs (of those models) is kept.
+    key of gbatch/core/gputypes.py's SIMULATED_MODELS, with its MIG layout after a slash
+    as parse_simulated writes it: `a100-80gb/3g.40gb+1g.10gb`). A file that describes
+    that many GPUs (of those models and layouts) is kept.
 
     Tests edit the file while the agent runs (memory in use, processes): keep their edits.
     """
-    from gbatch.core.gputypes import SIMULATED_MODELS
+    from gbatch.core.gputypes import SIMULATED_MODELS, simulated_layout
 
-    gpus = []
+    gpus: list[dict[str, object]] = []
     for index in range(count):
-        model = SIMULATED_MODELS.get(models[index]) if index < len(models) else None
-        gpus.append(
-            {
-                "name": "Simulated GPU" if model is None else model.name,
-                "memory_total_mib": 81920 if model is None else model.memory_mib,
-                "memory_used_mib": 0,
-                "utilization_pct": 0,
-            }
-        )
+        key, layout = simulated_layout(models[index]) if index < len(models) else ("", ())
+        model = SIMULATED_MODELS.get(key)
+        gpu: dict[str, object] = {
+            "name": "Simulated GPU" if model is None else model.name,
+            "memory_total_mib": 81920 if model is None else model.memory_mib,
+            "memory_used_mib": 0,
+            "utilization_pct": 0,
+        }
+        if layout:
+            gpu["mig"] = [{"profile": profile} for profile in layout]
+        gpus.append(gpu)
     if path.exists():
         try:
             there = json.loads(path.read_text()).get("gpus", [])
             if len(there) == count and (
                 not any(models)
-                or [g.get("name", "Simulated GPU") for g in there] == [g["name"] for g in gpus]
+                or [(g.get("name", "Simulated GPU"), _profiles(g)) for g in there]
+                == [(g["name"], _profiles(g)) for g in gpus]
             ):
                 return
         except (OSError, ValueError, AttributeError):
             pass
     path.write_text(json.dumps({"gpus": gpus}, indent=2) + "\n")
+
+
+def _profiles(gpu: Mapping[str, object]) -> list[object]:
+    """A simulated GPU's MIG layout: its slices' profiles ([] without MIG)."""
+    layout = gpu.get("mig", [])
+    return [d.get("profile") for d in layout] if isinstance(layout, list) else []
 
 
 class LocalNode:
@@ -261,7 +272,32 @@ class LocalNode:
             gbatch_sessions=self._gbatch_sessions(),
             gbatch_containers=gbatch_container_ids(report),
             type_rules=self.config.gpu_types,
+            gbatch_pids={pid for pids in self._cgroup_pids(report).values() for pid in pids},
         )
+
+    def _cgroup_pids(self, report: NodeReport) -> dict[tuple[int, int], frozenset[int]]:
+        """The report's GPU processes that are in a bare run's cgroup, by run.
+
+        A job's process that left its session (setsid) is known this way, where runs have
+        cgroups (gbatch/nodes/cgroups.py): its memory counts against its job's budget, and
+        its GPU is not taken for a stranger's. The agent runs on this host: its pids are ours.
+        """
+        tree = self._cgroups
+        if tree is None:
+            return {}
+        instance = tree.instance
+        found: dict[tuple[int, int], set[int]] = {}
+        processes = [p for gpu in report.gpus for p in gpu.processes]
+        processes += [p for gpu in report.gpus for device in gpu.mig for p in device.processes]
+        for process in processes:
+            try:
+                text = Path(f"/proc/{process.pid}/cgroup").read_text()
+            except OSError:
+                continue  # gone, or not ours to read
+            run = cgroups.run_of_process(text, instance)
+            if run is not None:
+                found.setdefault(run, set()).add(process.pid)
+        return {run: frozenset(pids) for run, pids in found.items()}
 
     def _gbatch_sessions(self) -> set[int]:
         return {sid for sessions in self._run_sessions().values() for sid in sessions}
@@ -291,7 +327,10 @@ class LocalNode:
         owners = container_owners(report, self.name)
         for run, sessions in self._run_sessions().items():
             had = owners.get(run, RunOwner())
-            owners[run] = RunOwner(had.sessions | sessions, had.containers)
+            owners[run] = RunOwner(had.sessions | sessions, had.containers, had.pids)
+        for run, pids in self._cgroup_pids(report).items():
+            had = owners.get(run, RunOwner())
+            owners[run] = RunOwner(had.sessions, had.containers, had.pids | pids)
         return owners
 
     def stop(self) -> None:
@@ -366,7 +405,7 @@ class LocalNode:
         env.update(launch_secrets(job))
         # NVML and nvidia-smi number GPUs in PCI order; CUDA's default order differs.
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, visible_devices(gpus, job.gpu_uuids)))
         env[SOCKET_ENV] = str(self.paths.socket)
         # Another user's job without a workdir starts in their HOME (or /, without one).
         workdir = job.spec.workdir or ("" if switch is not None else "/")
@@ -703,7 +742,7 @@ class LocalNode:
         if switch is not None:
             env["USER"] = env["LOGNAME"] = switch.pw_name
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, visible_devices(job.gpus, job.gpu_uuids)))
         env[SOCKET_ENV] = str(self.paths.socket)
         env.update(bare_limits_env(job))
         if self._cgroups is not None:
@@ -802,6 +841,12 @@ class LocalNode:
                 uids.add(run_as.uid)
         address = ports.port_address(job, port, network, ports.read_proc_net_tcp, uids)
         return ports.connect(address, port, job, timeout)
+
+    def hang_up_step(self, job: Job, step: Step) -> None:
+        """Nothing: a local step's shim hangs its step up itself.
+
+        step_status never says `hangup` of a step no shim holds (what a killed shim
+        leaves goes with the run)."""
 
     def step_status(self, job: Job, step: Step) -> StepStatus:
         step_dir = self.step_dir(job.id, step.attempt, step.step_id)

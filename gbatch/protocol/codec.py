@@ -138,6 +138,9 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
                 "foreign_processes": g.foreign_processes,
                 "simulated": g.simulated,
                 "type": g.type,
+                # MIG keys only where they say something: a card in MIG mode, a slice.
+                **({"mig": True} if g.mig else {}),
+                **({"parent": g.parent, "profile": g.profile} if g.parent is not None else {}),
             }
             for g in node.gpus
         ],

@@ -258,8 +258,9 @@ def format_node_details(node: NodeInfo) -> str:
     cpus = "N/A" if node.cpus_total is None else str(node.cpus_total)
     memory = "N/A" if node.mem_total_mb is None else str(node.mem_total_mb)
     allocated = node.gpus_allocated
-    types = [g.type for g in node.gpus]
-    used = [g.type for g in node.gpus if g.index in node.allocations]
+    # MIG slices by their type (Gres=gpu:a100_1g.10gb:7), not their card.
+    types = [g.type for g in node.schedulable_gpus]
+    used = [g.type for g in node.schedulable_gpus if g.index in node.allocations]
     features = ",".join(printable(f) for f in node.all_features) or NULL
     lines = [
         f"NodeName={printable(node.name)} NodeAddr={printable(node.address) or '(null)'}",

@@ -178,8 +178,11 @@ def sinfo_state(node: NodeInfo, *, long: bool) -> str:
 
 
 def sinfo_gres(node: NodeInfo) -> str:
-    """Slurm's GRES: `gpu:8`, by type `gpu:a100:2,gpu:rtx4090:1`; `(null)` without GPUs."""
-    return node_gres(g.type for g in node.gpus) if node.gpus else NULL
+    """Slurm's GRES: `gpu:8`, by type `gpu:a100:2,gpu:rtx4090:1`; `(null)` without GPUs.
+
+    MIG slices count by their type (`gpu:a100_1g.10gb:2`), their card in MIG mode not."""
+    gpus = node.schedulable_gpus
+    return node_gres(g.type for g in gpus) if gpus else NULL
 
 
 def sinfo_features(node: NodeInfo) -> str:
@@ -511,8 +514,16 @@ def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
                             "type": gpu.type or None,
                             "job_id": node.allocations.get(gpu.index),
                             "free": gpu.index in node.free_indices,
+                            # Only where set: a card in MIG mode (never handed out), a
+                            # MIG slice's card and profile.
+                            **({"mig": True} if gpu.mig else {}),
+                            **(
+                                {"parent": gpu.parent, "profile": gpu.profile}
+                                if gpu.parent is not None
+                                else {}
+                            ),
                         }
-                        for gpu in node.gpus
+                        for gpu in node.gpus_by_card
                     ],
                 }
                 for node in nodes

@@ -202,6 +202,7 @@ class GpuUse:
     FREE = "free"
     ALLOCATED = "alloc"
     FOREIGN = "busy"  # not free (NodeInfo.free_indices) yet held by no gbatch job
+    MIG = "mig"  # a card in MIG mode: its slices (the rows under it) are handed out
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,9 @@ class NodeRow:
 
 def _gpu_row(node: NodeInfo, gpu: Gpu, owners: Mapping[int, str]) -> NodeRow:
     job = node.allocations.get(gpu.index)
-    if job is not None:
+    if gpu.mig:
+        use = GpuUse.MIG
+    elif job is not None:
         use = GpuUse.ALLOCATED
     elif gpu.index in node.free_indices:
         use = GpuUse.FREE
@@ -227,9 +230,11 @@ def _gpu_row(node: NodeInfo, gpu: Gpu, owners: Mapping[int, str]) -> NodeRow:
         notes.append("simulated")
     util = "n/a" if gpu.utilization_pct is None else f"{gpu.utilization_pct}%"
     cells = (
-        f"  gpu{gpu.index} "
+        # A MIG slice sits under its card, one step further in.
+        ("    " if gpu.parent is not None else "  ")
+        + f"gpu{gpu.index} "
         + (f"{printable(gpu.type)}: " if gpu.type else "")
-        + printable(_short_gpu_name(gpu.name)),
+        + printable(_short_gpu_name(gpu.name) if gpu.parent is None else f"MIG {gpu.profile}"),
         use,
         f"{gpu.memory_used_mib / 1024:.1f}/{gpu.memory_total_mib / 1024:.0f}",
         util,
@@ -256,5 +261,5 @@ def node_rows(nodes: Sequence[NodeInfo], owners: Mapping[int, str]) -> list[Node
         name = f"{printable(node.name)} {node.gpus_allocated}/{node.gpus_total} alloc"
         cells = (name, node.state.value, "", "", "", "", node_reason(node))
         rows.append(NodeRow(f"node:{node.name}", cells, node_state=node.state))
-        rows.extend(_gpu_row(node, gpu, owners) for gpu in node.gpus)
+        rows.extend(_gpu_row(node, gpu, owners) for gpu in node.gpus_by_card)
     return rows

@@ -128,8 +128,8 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
     if node is None or not node.runs_steps:
         raise Refused(
             "unavailable",
-            f"job {job.id} runs on {job.node}, a host reached over SSH: steps run in jobs "
-            "on the local node only for now",
+            f"job {job.id} runs on {job.node}, which is not in the fleet now: no step can "
+            "start there. Ask an admin (gbatch node list)",
         )
     try:
         argv = check_command(list(request.argv), "argv")

@@ -10,6 +10,7 @@ from typing import Any
 
 from gbatch.core import dependency, outputs
 from gbatch.core.arrays import ARRAY_ROWS
+from gbatch.core.gputypes import profile_of
 from gbatch.core.labels import memory_text
 from gbatch.core.limits import PendingLimitReached, array_refusal, gpus_refusal
 from gbatch.core.model import Job, JobSpec, JobState, TaskArray
@@ -377,6 +378,15 @@ def check_fits_some_node(
             if have == 0
             else f"Ask for at most {have}"
         )
+        # A job asking no type gets whole cards only: MIG slices go by their type.
+        sliced = sorted({t for size in sizes for t, _ in size.gpu_types if profile_of(t)})
+        if kind is None and sliced:
+            why = ""
+            hint = (
+                f"{'Ask for at most ' + str(have) + ' whole GPUs, or f' if have else 'F'}or "
+                f"MIG slices by type: {', '.join(sliced)} (--gres=gpu:TYPE:N; a job that "
+                "names no type gets no MIG slice)"
+            )
         detail = f" ({why})" if why and have == 0 else ""
         if kind is not None:
             where = where.replace("largest node", f"node with the most {kind} GPUs")
@@ -448,6 +458,9 @@ def _check_type_there(sizes: Sequence[NodeSize], kind: str, of: str, label: str)
         else "their GPUs have no type gbatch knows (an admin names them with gpu_types: in "
         "the head's config.yaml)"
     )
+    sliced = [t for t in types if t.startswith(kind + "_") and profile_of(t)]
+    if sliced:  # the cards are there, in MIG mode: never handed out whole
+        have += f"; the {kind} cards are in MIG mode and go out only as slices ({sliced[0]})"
     raise Refused(
         "invalid",
         f"{label}: GPU type {kind} requested but no node{of} has one; {have} "

@@ -31,6 +31,7 @@ from gbatch.core.loglines import InternalErrors
 from gbatch.core.model import ALLOCATED_STATES, Job
 from gbatch.head.cyclegc import LoopCollector
 from gbatch.head.fleet import Fleet, make_nodes
+from gbatch.head.forwards import Forwards
 from gbatch.head.groupcommit import GroupCommitter
 from gbatch.head.interactive import Starting, Waiters
 from gbatch.head.loop.collect import EndedRuns
@@ -118,6 +119,10 @@ class Daemon:
         self.waiters = Waiters(monotonic, config.interactive_grace_seconds)
         self.steps_starting = Starting()
         self.step_ends = StepEnds(store, self.fleet, self.waiters, self.steps_starting, self.wake)
+        # Connections gbatch port-forward carries into running jobs (forwards.py): the
+        # runs' ends close them.
+        self.forwards = Forwards(monotonic)
+        self.runs.on_end = self.forwards.job_ended
         # The cyclic GC's work at the loop's moments; nothing until run_loop starts it
         # (the collector is the process's: a Daemon in a test leaves it alone).
         self.collector = LoopCollector(monotonic=monotonic)

@@ -41,6 +41,29 @@ class HostError(Exception):
         self.busy = busy
 
 
+class PortError(Exception):
+    """A job's port that cannot be reached; `kind` is the reply's.
+
+    not_found: nothing of the job listens there; unavailable: the node cannot tell or
+    reach it; invalid: it has no network to reach."""
+
+    def __init__(self, message: str, kind: str = "unavailable") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class PortStream(Protocol):
+    """A connection to a job's port: a socket, or an SSH channel (paramiko's Channel)."""
+
+    def recv(self, size: int, /) -> bytes: ...
+
+    def sendall(self, data: bytes, /) -> None: ...
+
+    def shutdown(self, how: int, /) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class CommandResult:
     """What a finished command left: its exit status, stdout and stderr.
@@ -236,6 +259,14 @@ class Node(Protocol):
 
     def step_status(self, job: Job, step: Step) -> StepStatus:
         """Whether `step` of `job` still runs, or how it ended."""
+
+    def open_port(self, job: Job, port: int, timeout: float) -> PortStream:
+        """A connection to `port` inside the RUNNING `job` (gbatch port-forward).
+
+        Made from the node itself (never by opening the host's ports to the network),
+        within `timeout` seconds: a bare job's host loopback, where its own user
+        listens; a container job's address on its network (gbatch/nodes/ports.py).
+        Raises PortError when it cannot be reached."""
 
     def hang_up_step(self, job: Job, step: Step) -> None:
         """Hang up what is left of a step nobody relays any more, in the background.

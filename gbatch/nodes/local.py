@@ -29,11 +29,13 @@ from typing import Any
 from gbatch.core.model import Gpu, Job
 from gbatch.core.signals import WHOLE_RUN, SignalTarget
 from gbatch.core.steps import Step, step_label
-from gbatch.nodes import cgroups, docker
+from gbatch.nodes import cgroups, docker, ports
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
     HostError,
     LaunchError,
+    PortError,
+    PortStream,
     Reports,
     RunStatus,
     StepLaunch,
@@ -824,6 +826,23 @@ class LocalNode:
     def _reap_step(self, shim: subprocess.Popen[bytes]) -> None:
         shim.wait()
         self._on_change()
+
+    def open_port(self, job: Job, port: int, timeout: float) -> PortStream:
+        """A connection to `port` in `job`, made from this machine (gbatch/nodes/ports.py)."""
+        network = None
+        uids = {job.uid}
+        if job.spec.image is not None:
+            network = ports.container_network(
+                self._host, job, docker=self.config.docker, timeout=min(timeout, DOCKER_TIMEOUT)
+            )
+            try:
+                run_as = self._launcher.run_as(job)
+            except ValueError as err:
+                raise PortError(str(err)) from err
+            if run_as is not None:
+                uids.add(run_as.uid)
+        address = ports.port_address(job, port, network, ports.read_proc_net_tcp, uids)
+        return ports.connect(address, port, job, timeout)
 
     def hang_up_step(self, job: Job, step: Step) -> None:
         """Hang up what is left of a container job's `step` in its container, in the background.

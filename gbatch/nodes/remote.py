@@ -24,10 +24,12 @@ from pathlib import Path
 from gbatch.core.model import Gpu, Job
 from gbatch.core.signals import SignalTarget
 from gbatch.core.steps import Step
-from gbatch.nodes import docker
+from gbatch.nodes import docker, ports
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
     LaunchError,
+    PortError,
+    PortStream,
     Reports,
     RunStatus,
     StepLaunch,
@@ -48,7 +50,14 @@ from gbatch.nodes.report import (
     parse_report_line,
     to_gpus,
 )
-from gbatch.nodes.ssh import RemoteError, RemoteStream, SshConnection, SshTarget, StreamPool
+from gbatch.nodes.ssh import (
+    RemoteError,
+    RemoteStream,
+    SshConnection,
+    SshTarget,
+    StreamPool,
+    TunnelRefused,
+)
 from gbatch.nodes.steprelay import StepRelay
 from gbatch.site.config import Config, Paths
 
@@ -627,6 +636,37 @@ class RemoteNode:
                 return StepStatus("running")
             del self._steps[key]
         return status
+
+    def open_port(self, job: Job, port: int, timeout: float) -> PortStream:
+        """A direct-tcpip channel through this host's SSH connection to `port` in `job`.
+
+        To its container's address on its network; the host's loopback for one on the
+        host's network, where its own user listens (gbatch/nodes/ports.py)."""
+        network = ports.container_network(
+            self._conn, job, docker=self.node.docker, timeout=min(timeout, COMMAND_TIMEOUT)
+        )
+        uids = {job.uid}
+        if network.shares_host:
+            with contextlib.suppress(ValueError):
+                run_as = self._launcher.run_as(job)
+                if run_as is not None:
+                    uids.add(run_as.uid)
+        address = ports.port_address(job, port, network, partial(self._proc_net_tcp, job), uids)
+        try:
+            channel: PortStream = self._conn.open_tunnel(address, port, timeout=timeout)
+        except TunnelRefused as err:
+            raise PortError(ports.nothing_listens(job, port), "not_found") from err
+        except RemoteError as err:
+            raise PortError(f"cannot reach job {job.id}'s port {port}: {err}") from err
+        return channel
+
+    def _proc_net_tcp(self, job: Job) -> list[str]:
+        """The host's /proc/net/tcp and tcp6, read over SSH."""
+        try:
+            result = self._conn.run(["cat", *ports.PROC_NET_TCP], timeout=COMMAND_TIMEOUT)
+        except RemoteError as err:
+            raise PortError(f"cannot tell who listens in job {job.id}: {err}") from err
+        return [result.stdout.decode("ascii", errors="replace")]
 
     def _remove(self, job_id: int, attempt: int) -> None:
         name = docker.container_name(job_id, attempt)

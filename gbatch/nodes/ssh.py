@@ -86,6 +86,13 @@ class HostKeyError(RemoteError):
         self.expected_fingerprint = expected_fingerprint
 
 
+class TunnelRefused(RemoteError):
+    """The host refused a direct-tcpip channel.
+
+    Nothing listens at that address and port, or its sshd forbids forwarding
+    (AllowTcpForwarding)."""
+
+
 class RemoteTimeout(RemoteError):
     """A remote call passed its deadline; its channel has been closed."""
 
@@ -800,6 +807,26 @@ class SshConnection(_ClosedOnExit):
             return CommandResult(int(channel.exit_status), bytes(out), bytes(err))
         finally:
             channel.close()
+
+    def open_tunnel(self, address: str, port: int, *, timeout: float) -> Any:
+        """A direct-tcpip channel to `address`:`port` as the host sees it (ssh -L's).
+
+        The host's sshd makes the connection; nothing listens anywhere for it. The
+        channel is a blocking socket-like object (recv, sendall, shutdown, close).
+        TunnelRefused: the host could not connect (nothing listens there)."""
+        try:
+            channel = self.transport.open_channel(
+                "direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout
+            )
+        except paramiko.ChannelException as e:
+            raise TunnelRefused(
+                f"node {self.target.name}: {address}:{port}: {e.text or 'connect failed'}",
+                busy=True,
+            ) from e
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise self._lost(f"opening a channel to {address}:{port}", e) from e
+        channel.settimeout(None)
+        return channel
 
     def stream(
         self, argv: Sequence[str], *, open_timeout: float = 10.0, combine_stderr: bool = False

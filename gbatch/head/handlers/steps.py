@@ -123,7 +123,7 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
             "runs steps in it",
         )
     if job.state is not JobState.RUNNING:
-        raise Refused("invalid", _not_running(job.id, job.state))
+        raise Refused("invalid", not_running(job.id, job.state))
     node = daemon.fleet.nodes.get(job.node or "")
     if node is None or not node.runs_steps:
         raise Refused(
@@ -192,7 +192,7 @@ def _size(value: int) -> int:
     return max(0, min(value, 0xFFFF))
 
 
-def _not_running(job_id: int, state: JobState) -> str:
+def not_running(job_id: int, state: JobState) -> str:
     if state in (JobState.PENDING, JobState.CONFIGURING):
         return (
             f"job {job_id} is not running yet ({state.value}); a step runs in a running job. "

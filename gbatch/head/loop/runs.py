@@ -58,6 +58,8 @@ class Runs:
         # report number then: only a later report may confirm that it never started
         # (collect)
         self.listing_after: dict[tuple[int, int], int] = {}
+        # Told of each run's end (job id, state) once recorded: port forwards close.
+        self.on_end: Callable[[int, str], None] = lambda job_id, state: None
 
     def confirm_running(self, jobs: Sequence[Job], reason: str, now: float) -> None:
         """RUNNING at `now` for the CONFIGURING `jobs` whose runs exist, in one commit."""
@@ -121,6 +123,7 @@ class Runs:
             if node is not None:
                 node.cleanup(job, job.attempt)
                 self.fleet.release_gpus(node, job.gpus)
+            self.on_end(job.id, end.new.value)
             self.wake.set()
 
     def retries_used(self, job: Job) -> int:

@@ -346,22 +346,34 @@ def to_gpus(
 
     `gbatch_sessions` are the session ids of bare-process jobs on this node;
     `gbatch_containers` the ids (full or 12-character) of its gbatch containers. Each
-    GPU's type comes from its name, by `type_rules` (the config's gpu_types) first.
+    GPU's type comes from its name, by `type_rules` (the config's gpu_types) first; its
+    foreign memory is its memory in use less what gbatch's processes hold.
     """
-    return tuple(
-        Gpu(
-            index=g.index,
-            uuid=g.uuid,
-            name=g.name,
-            memory_total_mib=g.memory_total_mib,
-            memory_used_mib=g.memory_used_mib,
-            utilization_pct=g.utilization_pct,
-            foreign_processes=sum(
-                is_foreign(p, gbatch_sessions=gbatch_sessions, gbatch_containers=gbatch_containers)
-                for p in g.processes
-            ),
-            simulated=g.simulated,
-            type=gpu_type(g.name, type_rules),
+    gpus = []
+    for g in report.gpus:
+        foreign = [
+            is_foreign(p, gbatch_sessions=gbatch_sessions, gbatch_containers=gbatch_containers)
+            for p in g.processes
+        ]
+        # What gbatch's own processes hold; the rest of the memory in use is foreign,
+        # a process NVML cannot list (another namespace's) included.
+        own = sum(
+            p.used_memory_mib or 0
+            for p, outside in zip(g.processes, foreign, strict=True)
+            if not outside
         )
-        for g in report.gpus
-    )
+        gpus.append(
+            Gpu(
+                index=g.index,
+                uuid=g.uuid,
+                name=g.name,
+                memory_total_mib=g.memory_total_mib,
+                memory_used_mib=g.memory_used_mib,
+                utilization_pct=g.utilization_pct,
+                foreign_processes=sum(foreign),
+                simulated=g.simulated,
+                foreign_memory_mib=max(0, g.memory_used_mib - own),
+                type=gpu_type(g.name, type_rules),
+            )
+        )
+    return tuple(gpus)

@@ -20,6 +20,7 @@ from gbatch.core.model import (
     NodeState,
     PartitionInfo,
 )
+from gbatch.core.shares import CardShares
 
 if TYPE_CHECKING:  # only sshare's replies carry these (start-up)
     from gbatch.core.limits import UserShare
@@ -138,6 +139,7 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
                 "foreign_processes": g.foreign_processes,
                 "simulated": g.simulated,
                 "type": g.type,
+                **({"foreign_memory_mib": g.foreign_memory_mib} if g.foreign_memory_mib else {}),
             }
             for g in node.gpus
         ],
@@ -152,7 +154,32 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
         "reason_time": node.reason_time,
         "reason_user": node.reason_user,
         "features": list(node.features),
+        **({"shares": [_card_to_wire(card) for card in node.shares]} if node.shares else {}),
     }
+
+
+def _card_to_wire(card: CardShares) -> dict[str, Any]:
+    return {
+        "index": card.index,
+        "total_mib": card.total_mib,
+        "foreign_mib": card.foreign_mib,
+        "jobs": list(card.jobs),
+        "budgets_mib": card.budgets_mib,
+        "room_mib": card.room_mib,
+        "exclusive": card.exclusive,
+    }
+
+
+def _card_from_wire(data: Mapping[str, Any]) -> CardShares:
+    return CardShares(
+        index=data["index"],
+        total_mib=data["total_mib"],
+        foreign_mib=data["foreign_mib"],
+        jobs=tuple(data["jobs"]),
+        budgets_mib=data["budgets_mib"],
+        room_mib=data["room_mib"],
+        exclusive=data.get("exclusive", False),
+    )
 
 
 def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
@@ -172,6 +199,7 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
         reason_time=data.get("reason_time"),
         reason_user=data.get("reason_user", ""),
         features=tuple(data.get("features", ())),
+        shares=tuple(_card_from_wire(card) for card in data.get("shares", ())),
     )
 
 

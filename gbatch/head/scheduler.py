@@ -634,9 +634,10 @@ class _Shares:
         """The GPU with the least room that holds `share` MiB (ties by node, then GPU).
 
         As (node, GPU, its release, whether it costs the reservation a GPU); None when
-        none may take it. `reserved` (None: no cost anywhere), `start`: the reserved node and its start,
-        for a share that does not end by then; it may not take there a GPU that the
-        reservation counts at its start (of `reserved_type`, None: any) past `spare`."""
+        none may take it. `reserved` (None: no cost anywhere), `start`: the reserved
+        node and its start, for a share that does not end by then; it may not take
+        there a GPU that the reservation counts at its start (of `reserved_type`, None:
+        any) past `spare`."""
         order = self.order
         cards = self.cards
         for position in range(bisect.bisect_left(order, (share, -1, -1)), len(order)):

@@ -57,10 +57,8 @@ class Fleet:
         self.nodes: dict[str, Node] = {node.name: node for node in nodes}
         # node name -> its sharing settings (the inventory's); a node left out (the
         # embedded one, without an inventory) has config.yaml's.
-        default_sharing = Sharing(config.share_gpus, config.share_headroom_mib, config.mps)
-        self.sharing: dict[str, Sharing] = {
-            name: (sharing or {}).get(name, default_sharing) for name in self.nodes
-        }
+        self._default_sharing = Sharing(config.share_gpus, config.share_headroom_mib, config.mps)
+        self.sharing: dict[str, Sharing] = dict(sharing or {})
         # node name -> its inventory features (-C/--constraint), in the file's order.
         self.features: dict[str, tuple[str, ...]] = {
             name: tuple(listed) for name, listed in (features or {}).items()
@@ -158,6 +156,10 @@ class Fleet:
             and seq > self._released_at_report.get((node.name, g.index), -1)
         )
 
+    def sharing_of(self, name: str) -> Sharing:
+        """Node `name`'s sharing settings: its inventory entry's, else config.yaml's."""
+        return self.sharing.get(name, self._default_sharing)
+
     def card_shares(
         self, node: Node, gpus: Sequence[Gpu], mine: Sequence[Job]
     ) -> tuple[CardShares, ...]:
@@ -171,8 +173,8 @@ class Fleet:
         job of whole GPUs holds it, or, after a run on it ended, until a later report
         (as free_gpus: the ended run's memory may not be released yet).
         """
-        sharing = self.sharing.get(node.name)
-        if sharing is None or not sharing.any:
+        sharing = self.sharing_of(node.name)
+        if not sharing.any:
             return ()
         seq = node.report_seq
         cards = []
@@ -247,7 +249,7 @@ class Fleet:
         gpu_types = tuple((g.index, g.type) for g in gpus if g.type)
         typed = _typed_releases(ends, dict(gpu_types)) if gpu_types else ()
         cards = self.card_shares(node, gpus, mine)
-        headroom = self.sharing[node.name].headroom_mib
+        headroom = self.sharing_of(node.name).headroom_mib
         shareable = tuple((c.index, share_capacity(c.total_mib, headroom)) for c in cards)
         features = frozenset(self.features.get(node.name, ())) | {t for _, t in gpu_types}
         closed = None
@@ -434,7 +436,7 @@ class Fleet:
             gpus = node.gpus(report)
             types = tuple(sorted(Counter(g.type for g in gpus if g.type).items()))
             features = frozenset(self.features.get(name, ())) | {t for t, _ in types}
-            sharing = self.sharing[name]
+            sharing = self.sharing_of(name)
             shares = tuple(
                 (g.type, share_capacity(g.memory_total_mib, sharing.headroom_mib))
                 for g in gpus

@@ -3,16 +3,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from test_node_loss_rules import Clocks, FakeNode
 
-from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.model import Gpu, Job, JobSpec, JobState
+from gbatch.core.shares import Sharing
+from gbatch.head.daemon import Daemon
+from gbatch.head.handlers import Caller, handle
 from gbatch.head.jobupdate import UpdateRefused, plan_update
 from gbatch.head.store.window import planning_spec
 from gbatch.jobspec.errors import BadSubmit
 from gbatch.jobspec.submit import request_for_text
 from gbatch.mcp.tools import submit_words
+from gbatch.nodes.inventory import Partition
+from gbatch.nodes.report import NodeReport
+
+ROOT = Caller(uid=0, user="root", pid=1)
 
 WRAP = ("--wrap", "true")
 
@@ -103,3 +112,120 @@ def test_scontrol_update_keeps_a_share_on_one_gpu_or_replaces_it_with_gres() -> 
         plan_update(job, {"NumGPUs": "2"}, admin=False, partitions={})
     whole = plan_update(job, {"Gres": "gpu:2"}, admin=False, partitions={}).spec
     assert (whole.gpus, whole.gpu_mem_mb) == (2, None)
+
+
+# -- Slurm's shards --------------------------------------------------------------------
+
+
+def test_gres_shard_asks_shards_of_one_gpu_and_a_type_is_kept() -> None:
+    spec = spec_of(None, "--gres=shard:2", *WRAP)
+    assert (spec["gpus"], spec["gpu_shards"], spec.get("gpu_type")) == (1, 2, None)
+    typed = spec_of(None, "--gres=shard:a100:3", *WRAP)
+    assert (typed["gpu_shards"], typed["gpu_type"]) == (3, "a100")
+    assert spec_of(None, "--gres=shard", *WRAP)["gpu_shards"] == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (("--gres=shard:0",), '--gres: "shard:0" is not a shard request'),
+        (("--gres=shard:a100:x",), '--gres: "shard:a100:x" is not a shard request'),
+        (("--gres=shard:2", "--gpu-mem=10G"), "--gpu-mem: --gres asks for shards too"),
+        (("--gres=shard:2", "--gpus=2"), "--gpus and --gres both given"),
+    ],
+)
+def test_bad_shard_requests_are_one_line_naming_the_option(
+    options: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(BadSubmit) as caught:
+        spec_of(None, *options, *WRAP)
+    assert caught.value.message.startswith(message), caught.value.message
+
+
+# -- refused at submit what no shareable GPU could hold ---------------------------------
+
+
+class ShareNode(FakeNode):
+    """A reporting node of 80 GB A100s (and an RTX 4090 when `rtx`)."""
+
+    runs_bare_processes = True
+
+    def __init__(self, name: str, gpus: int, rtx: bool = False) -> None:
+        super().__init__(name, Clocks())
+        self.count, self.rtx = gpus, rtx
+
+    def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
+        cards = [
+            Gpu(i, f"GPU-{i}", "NVIDIA A100-SXM4-80GB", 81920, 0, type="a100")
+            for i in range(self.count)
+        ]
+        if self.rtx:
+            cards.append(
+                Gpu(self.count, "GPU-r", "NVIDIA GeForce RTX 4090", 24564, 0, type="rtx4090")
+            )
+        return tuple(cards)
+
+
+def _shared_fleet(daemon: Daemon, sharing: dict[str, Sharing]) -> None:
+    fleet = daemon.fleet
+    fleet.nodes = {"big": ShareNode("big", 2, rtx=True), "small": ShareNode("small", 1)}
+    fleet.partitions = {
+        "gpu": Partition("gpu", ("big", "small"), default=True),
+        "whole": Partition("whole", ("small",)),
+    }
+    fleet.sharing = dict(sharing)
+
+
+def _submit(daemon: Daemon, **spec: Any) -> dict[str, Any]:
+    fields = JobSpec(name="j", command=("true",), **spec).to_dict()
+    return handle(daemon, ROOT, {"op": "submit", "spec": fields})
+
+
+def test_a_share_a_shareable_gpu_holds_is_queued(daemon: Daemon) -> None:
+    _shared_fleet(daemon, {"big": Sharing((0, 2), headroom_mib=1024)})
+    assert _submit(daemon, gpus=1, gpu_mem_mb=80 * 1024 - 1024, partition="gpu")["ok"]
+    assert _submit(daemon, gpus=1, gpu_mem_mb=20 * 1024, gpu_type="rtx4090")["ok"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"gpu_mem_mb": 80 * 1024, "partition": "gpu"},
+            "--gpu-mem: 80G of one GPU requested but the largest share a GPU of partition gpu "
+            "takes is 79G (its memory less the admin's headroom). Ask for at most 79G",
+        ),
+        (
+            {"gpu_mem_mb": 10 * 1024, "partition": "whole"},
+            "--gpu-mem: 10G of one GPU requested but no GPU of partition whole takes shares; "
+            "no GPU there is shareable",
+        ),
+        (
+            {"gpu_mem_mb": 24 * 1024, "gpu_type": "rtx4090"},
+            "--gpu-mem: 24G of one rtx4090 GPU requested but the largest share a rtx4090 GPU "
+            "of partition gpu takes is 23540M",
+        ),
+    ],
+)
+def test_a_share_no_shareable_gpu_could_hold_is_refused_in_one_line(
+    daemon: Daemon, spec: dict[str, Any], message: str
+) -> None:
+    _shared_fleet(daemon, {"big": Sharing((0, 2), headroom_mib=1024)})
+    reply = _submit(daemon, gpus=1, **spec)
+    assert reply["ok"] is False and reply["kind"] == "invalid"
+    assert reply["error"].startswith(message), reply["error"]
+    assert "\n" not in reply["error"]
+    assert daemon.store.count() == 0
+
+
+def test_shards_are_the_admins_size_or_refused_without_one(daemon: Daemon) -> None:
+    _shared_fleet(daemon, {"big": Sharing(True)})
+    reply = _submit(daemon, gpus=1, gpu_shards=2)
+    assert reply["ok"] is False
+    assert reply["error"].startswith("--gres: shard:2 asks for shards, but this cluster's admin")
+    daemon.config = replace(daemon.config, shard_mib=10 * 1024)
+    assert _submit(daemon, gpus=1, gpu_shards=2)["ok"]
+    (job,) = daemon.store.jobs()
+    assert (job.spec.gpu_mem_mb, job.spec.gpu_shards) == (20 * 1024, 2)
+    too_many = _submit(daemon, gpus=1, gpu_shards=9)
+    assert too_many["error"].startswith("--gres: shard:9 (90G) of one GPU requested")

@@ -7,19 +7,26 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_node_loss_rules import Clocks, FakeNode
 
 from gbatch.core.model import Gpu, Job, JobSpec, JobState
 from gbatch.core.shares import Sharing
 from gbatch.head.daemon import Daemon
+from gbatch.head.fleet import Fleet
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.jobupdate import UpdateRefused, plan_update
 from gbatch.head.store.window import planning_spec
 from gbatch.jobspec.errors import BadSubmit
 from gbatch.jobspec.submit import request_for_text
 from gbatch.mcp.tools import submit_words
+from gbatch.nodes.base import job_env
+from gbatch.nodes.docker import docker_run_argv
 from gbatch.nodes.inventory import Partition
-from gbatch.nodes.report import NodeReport
+from gbatch.nodes.report import GpuReport, NodeReport, ProcessReport, to_gpus
+from gbatch.protocol.codec import node_from_wire, node_to_wire
+from gbatch.site.config import Config
 
 ROOT = Caller(uid=0, user="root", pid=1)
 
@@ -229,3 +236,159 @@ def test_shards_are_the_admins_size_or_refused_without_one(daemon: Daemon) -> No
     assert (job.spec.gpu_mem_mb, job.spec.gpu_shards) == (20 * 1024, 2)
     too_many = _submit(daemon, gpus=1, gpu_shards=9)
     assert too_many["error"].startswith("--gres: shard:9 (90G) of one GPU requested")
+
+
+# -- what the job sees -------------------------------------------------------------------
+
+
+def test_a_shared_job_sees_its_card_and_budget_and_under_mps_its_limit() -> None:
+    spec = JobSpec(name="j", command=("true",), gpus=1, gpu_mem_mb=20480, image="img")
+    shared = Job(2, 1000, "u", spec, JobState.CONFIGURING, 0.0, node="n", gpus=(3,))
+    env = job_env(shared, 1, (3,), "n")
+    assert (env["GBATCH_GPU_MEM_MIB"], env["GBATCH_GPUS"]) == ("20480", "3")
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env
+    # NVIDIA's form: the job's one visible device, ordinal 0, and a size with its unit.
+    assert job_env(shared, 1, (3,), "n", mps=True)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == (
+        "0=20480M"
+    )
+    whole = Job(3, 1000, "u", spec.replace(gpu_mem_mb=None), JobState.CONFIGURING, 0.0)
+    assert "GBATCH_GPU_MEM_MIB" not in job_env(whole, 1, (3,), "n", mps=True)
+    argv = docker_run_argv(job_id=2, attempt=1, user="u", spec=spec, gpus=(3,), env_file=None)
+    assert argv[argv.index("--gpus") + 1] == '"device=3"'
+
+
+# -- one reckoning of room: the planner's view and every display -----------------------
+
+
+class CardsNode(FakeNode):
+    """A fake node whose GPUs the test sets."""
+
+    def __init__(self, gpus: tuple[Gpu, ...]) -> None:
+        super().__init__("gpu01", Clocks())
+        self.gpu_list = gpus
+
+    def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
+        return self.gpu_list
+
+    def poke(self) -> None:
+        pass
+
+
+class Allocations:
+    def __init__(self, jobs: list[Job]) -> None:
+        self.jobs = jobs
+
+    def jobs_in(self, states: object) -> list[Job]:
+        return self.jobs
+
+    def drained_nodes(self) -> dict[str, str]:
+        return {}
+
+    def drain_times(self) -> dict[str, float]:
+        return {}
+
+
+card_states = st.lists(
+    st.tuples(
+        st.sampled_from([0, 300, 4000, 30 * 1024, 81920]),  # MiB used by foreign processes
+        st.integers(0, 2),  # foreign processes
+        st.sampled_from(["none", "whole", "shares"]),  # what gbatch runs on it
+        st.booleans(),  # a run on it just ended (its memory may still be held)
+        st.booleans(),  # shareable
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(card_states, st.sampled_from([0, 1024]))
+def test_views_show_exactly_the_room_the_planner_places_shares_by(
+    states: list[tuple[int, int, str, bool, bool]], headroom: int
+) -> None:
+    """sinfo, the TUI, the web page and /metrics read NodeInfo.shares; the planner reads
+    NodeView.share_room: both from Fleet.card_shares, whatever the foreign memory."""
+    jobs: list[Job] = []
+    gpus = []
+    for i, (foreign, processes, held, _, _) in enumerate(states):
+        budgets = 0
+        if held == "whole":
+            spec = JobSpec(name="w", command=("true",), gpus=1, time_limit=600)
+            jobs.append(Job(100 + i, 0, "u", spec, JobState.RUNNING, 0.0, node="gpu01", gpus=(i,)))
+        elif held == "shares":
+            for k, budget in enumerate((20480, 10240)):
+                spec = JobSpec(name="s", command=("true",), gpus=1, gpu_mem_mb=budget)
+                jobs.append(
+                    Job(
+                        200 + 10 * i + k,
+                        0,
+                        "u",
+                        spec,
+                        JobState.RUNNING,
+                        0.0,
+                        node="gpu01",
+                        gpus=(i,),
+                    )
+                )
+                budgets += budget
+        gpus.append(
+            Gpu(
+                i,
+                f"GPU-{i}",
+                "NVIDIA A100-SXM4-80GB",
+                81920,
+                min(81920, foreign + budgets // 2),
+                foreign_processes=processes,
+                foreign_memory_mib=foreign,
+                type="a100",
+            )
+        )
+    node = CardsNode(tuple(gpus))
+    shareable = tuple(i for i, state in enumerate(states) if state[4])
+    config = Config(share_gpus=shareable, share_headroom_mib=headroom)
+    clocks = node.clocks
+    fleet = Fleet(
+        [node],
+        config,
+        Allocations(jobs),  # type: ignore[arg-type]
+        clock=lambda: clocks.wall,
+        monotonic=lambda: clocks.mono,  # type: ignore[arg-type]
+    )
+    fleet.release_gpus(node, [i for i, s in enumerate(states) if s[3] and s[2] == "none"])
+    view = fleet.node_view(node, jobs, {})
+    (info,) = fleet.node_infos()
+    room = {c.index: c.room_mib for c in info.shares if c.room_mib > 0}
+    assert room == {index: mib for index, mib, _ in view.share_room}
+    assert [c.index for c in info.shares] == [i for i, _ in view.shareable] == list(shareable)
+    for index, (foreign, _, held, ended, _) in enumerate(states):
+        if index not in shareable:
+            continue
+        budgets = 30720 if held == "shares" else 0
+        settling = ended and held == "none"
+        expected = (
+            0 if held == "whole" or settling else max(0, 81920 - headroom - foreign - budgets)
+        )
+        assert room.get(index, 0) == expected
+        # A card holding shares is never free for a job of whole GPUs.
+        if held == "shares":
+            assert index not in view.free_gpus
+    again = node_from_wire(node_to_wire(info))
+    assert again.shares == info.shares
+
+
+def test_a_gbatch_process_memory_is_not_foreign_but_the_rest_of_the_card_is() -> None:
+    card = GpuReport(
+        0,
+        "GPU-0",
+        "NVIDIA A100-SXM4-80GB",
+        81920,
+        30000,
+        0,
+        True,
+        (ProcessReport(10, 77, 18000, None), ProcessReport(11, 5, 2000, None)),
+    )
+    report = NodeReport(1, 0.0, "h", "simulation", "", (card,), None)
+    (gpu,) = to_gpus(report, gbatch_sessions={77}, gbatch_containers=())
+    # 30000 in use, 18000 of it gbatch's job's: 12000 is foreign (2000 listed, the rest
+    # held by what NVML cannot list).
+    assert (gpu.foreign_processes, gpu.foreign_memory_mib) == (1, 12000)

@@ -90,16 +90,28 @@ class CardShares:
 
 
 def mib_text(mib: int) -> str:
-    """A size as Slurm's options write it: `20G` for whole GiB, else `1536M`."""
+    """A size as Slurm's options write it: `20G` for whole GiB (and 0), else `1536M`."""
     return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
 
 
-def job_share_text(gpu_mem_mb: int, shards: int | None = None) -> str:
-    """A shared job's request as squeue %b and scontrol's TresPerNode show it.
+def job_share_text(gpu_mem_mb: int, shards: int | None = None, gpu_type: str | None = None) -> str:
+    """A shared job's request as squeue %b and scontrol's Gres and TresPerNode show it.
 
-    `shard:2` for Slurm's --gres=shard:2 (as Slurm shows it); gbatch's --gpu-mem as
-    `gpumem:20G`."""
-    return f"shard:{shards}" if shards else f"gpumem:{mib_text(gpu_mem_mb)}"
+    Slurm's --gres=shard:2 as Slurm shows it, `shard:2` (`shard:a100:2` of a type);
+    gbatch's --gpu-mem as `gpumem:20G` (`gpumem:a100:20G`)."""
+    kind = f"{gpu_type}:" if gpu_type else ""
+    return f"shard:{kind}{shards}" if shards else f"gpumem:{kind}{mib_text(gpu_mem_mb)}"
+
+
+def card_text(card: CardShares) -> str:
+    """One shareable GPU as sinfo --gpus, scontrol show node and the TUI show it.
+
+    `1: 4 jobs 80G, room 0G`: its index, its shares and their budgets, its room (what a
+    new share may take); `held whole` while a job of whole GPUs holds it."""
+    if card.exclusive:
+        return f"{card.index}: held whole"
+    jobs = f"{len(card.jobs)} job{'' if len(card.jobs) == 1 else 's'}"
+    return f"{card.index}: {jobs} {mib_text(card.budgets_mib)}, room {mib_text(card.room_mib)}"
 
 
 def mps_limit(mib: int) -> str:

@@ -190,8 +190,10 @@ def parse_gres(text: str) -> tuple[str | None, int]:
 
 
 def parse_shards(text: str) -> tuple[str | None, int] | None:
-    """Slurm's `--gres=shard[:TYPE][:N]` -> (the GPU type or None, the shards); None when
-    `text` asks for no shards (`gpu:2`). SpecError on --gres for a bad count or type."""
+    """Slurm's `--gres=shard[:TYPE][:N]` -> (the GPU type or None, the shards).
+
+    None when `text` asks for no shards (`gpu:2`). SpecError on --gres for a bad count
+    or type."""
     from gbatch.core.gputypes import is_type_name
 
     parts = text.strip().split(":")

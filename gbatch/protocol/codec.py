@@ -38,8 +38,10 @@ BRIEF_SPEC_FIELDS = (
     "partition",  # squeue's PARTITION column and -p
     "array_throttle",  # squeue's N_[4-15%2]
 )
-# Sent only when set (most jobs ask any GPU on any node): squeue's %b and %f.
-_BRIEF_IF_SET = ("gpu_type", "constraint")
+# Sent only when set (most jobs ask any GPU on any node): squeue's %b and %f; a share
+# of a GPU (%b) under its stored key, gpu_mem.
+_BRIEF_IF_SET = ("gpu_type", "constraint", "gpu_mem_mb", "gpu_shards")
+_BRIEF_KEYS = {"gpu_mem_mb": "gpu_mem"}
 brief_values = attrgetter(*BRIEF_SPEC_FIELDS, *_BRIEF_IF_SET)
 _BRIEF_COUNT = len(BRIEF_SPEC_FIELDS)
 
@@ -78,7 +80,7 @@ def brief_spec(spec: JobSpec) -> dict[str, Any]:
     brief = {**dict(zip(BRIEF_SPEC_FIELDS, values[:_BRIEF_COUNT], strict=True)), "command": []}
     for name, value in zip(_BRIEF_IF_SET, values[_BRIEF_COUNT:], strict=True):
         if value is not None:
-            brief[name] = value
+            brief[_BRIEF_KEYS.get(name, name)] = value
     return brief
 
 

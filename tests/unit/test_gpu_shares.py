@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_node_loss_rules import Clocks, FakeNode
 
-from gbatch.core.model import Gpu, Job, JobSpec, JobState
-from gbatch.core.shares import Sharing
+from gbatch.api.metrics import _nodes_text
+from gbatch.core.model import Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
+from gbatch.core.shares import CardShares, Sharing
 from gbatch.head.daemon import Daemon
 from gbatch.head.fleet import Fleet
 from gbatch.head.handlers import Caller, handle
@@ -25,7 +26,10 @@ from gbatch.nodes.base import job_env
 from gbatch.nodes.docker import docker_run_argv
 from gbatch.nodes.inventory import Partition
 from gbatch.nodes.report import GpuReport, NodeReport, ProcessReport, to_gpus
-from gbatch.protocol.codec import node_from_wire, node_to_wire
+from gbatch.protocol.codec import job_from_wire, job_to_wire, node_from_wire, node_to_wire
+from gbatch.render.scontrol import format_job_details, format_node_details
+from gbatch.render.sinfo import format_sinfo_gpus, sinfo_gres
+from gbatch.render.squeue import _tres_per_node
 from gbatch.site.config import Config
 
 ROOT = Caller(uid=0, user="root", pid=1)
@@ -392,3 +396,64 @@ def test_a_gbatch_process_memory_is_not_foreign_but_the_rest_of_the_card_is() ->
     # 30000 in use, 18000 of it gbatch's job's: 12000 is foreign (2000 listed, the rest
     # held by what NVML cannot list).
     assert (gpu.foreign_processes, gpu.foreign_memory_mib) == (1, 12000)
+
+
+# -- the views ------------------------------------------------------------------------
+
+
+def _shared_node() -> NodeInfo:
+    gpus = tuple(
+        Gpu(i, f"GPU-{i}", "NVIDIA A100-SXM4-80GB", 81920, 0, type="a100") for i in range(2)
+    )
+    return NodeInfo(
+        "gpu01",
+        NodeState.MIXED,
+        gpus=gpus,
+        allocations={1: 7},
+        free_gpus=(0,),
+        shares=(
+            CardShares(0, 81920, 0, (), 0, 81920),
+            CardShares(1, 81920, 4096, (7, 8), 40960, 36864),
+        ),
+    )
+
+
+def test_sinfo_shows_the_shareable_cards_their_shares_and_room() -> None:
+    node = _shared_node()
+    assert sinfo_gres(node) == "gpu:a100:2(S:2)"
+    table = format_sinfo_gpus([node])
+    assert table.splitlines()[0].split() == [
+        "NODELIST", "PARTITION", "STATE", "GPUS", "ALLOC", "FREE", "BUSY", "GPU_TYPE",
+        "SHARES", "REASON",
+    ]  # fmt: skip
+    assert "0: 0 jobs 0G, room 80G; 1: 2 jobs 40G, room 36G" in table
+    plain = replace(node, shares=())
+    assert "SHARES" not in format_sinfo_gpus([plain])
+    assert sinfo_gres(plain) == "gpu:a100:2"
+    shown = format_node_details(node)
+    assert "   Shares=0: 0 jobs 0G, room 80G; 1: 2 jobs 40G, room 36G\n" in shown
+    assert "Shares=" not in format_node_details(plain)
+
+
+def test_squeue_and_scontrol_show_a_share_as_asked() -> None:
+    spec = JobSpec(name="j", command=("true",), gpus=1, gpu_mem_mb=20480)
+    job = Job(7, 1000, "u", spec, JobState.RUNNING, 0.0, node="gpu01", gpus=(1,))
+    assert _tres_per_node(job) == "gres/gpumem:20G"
+    shard = replace(job, spec=spec.replace(gpu_shards=2, gpu_type="a100"))
+    assert _tres_per_node(shard) == "gres/shard:a100:2"
+    shown = format_job_details(job, (), 0.0)
+    assert " Gres=gpumem:20G " in shown and "   TresPerNode=gres/gpumem:20G\n" in shown
+
+
+def test_metrics_have_per_card_share_gauges() -> None:
+    text = _nodes_text([node_to_wire(_shared_node())], {})
+    assert 'gbatch_gpu_share_jobs{gpu="1",node="gpu01"} 2.0' in text
+    assert 'gbatch_gpu_share_room_mib{gpu="1",node="gpu01"} 36864.0' in text
+    assert 'gbatch_gpu_share_budget_mib{gpu="0",node="gpu01"} 0.0' in text
+
+
+def test_a_listings_brief_spec_keeps_the_share_for_squeue() -> None:
+    spec = JobSpec(name="j", command=("x",), gpus=1, gpu_mem_mb=20480, gpu_shards=2)
+    job = Job(7, 1000, "u", spec, JobState.PENDING, 0.0)
+    brief = job_from_wire(job_to_wire(job, brief=True))
+    assert (brief.spec.gpu_mem_mb, brief.spec.gpu_shards) == (20480, 2)

@@ -208,6 +208,22 @@ class Fleet:
             )
         return tuple(cards)
 
+    def charged_gpus(self, job: Job) -> float:
+        """The GPUs fair share (sshare) and sreport charge `job`.
+
+        Its count, or for a share of one GPU (--gpu-mem) its budget over the card's
+        memory (20G of an 80G card: 0.25), from its node's latest report; 1 where that
+        card is not known (its node gone)."""
+        if job.spec.gpu_mem_mb is None:
+            return float(len(job.gpus))
+        node = self.nodes.get(job.node or "")
+        report = node.report()[0] if node is not None else None
+        if node is not None and report is not None and job.gpus:
+            for gpu in node.gpus(report):
+                if gpu.index == job.gpus[0] and gpu.memory_total_mib > 0:
+                    return min(1.0, job.spec.gpu_mem_mb / gpu.memory_total_mib)
+        return 1.0
+
     @staticmethod
     def uuids(node: Node, gpus: Sequence[int]) -> tuple[str, ...]:
         report, _ = node.report()

@@ -14,10 +14,12 @@ from test_node_loss_rules import Clocks, FakeNode
 from gbatch.api.metrics import _nodes_text
 from gbatch.core.model import Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.core.shares import CardShares, Sharing
+from gbatch.head.accounting import usage_by
 from gbatch.head.daemon import Daemon
 from gbatch.head.fleet import Fleet
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.jobupdate import UpdateRefused, plan_update
+from gbatch.head.loop.runs import gpu_seconds
 from gbatch.head.store.window import planning_spec
 from gbatch.jobspec.errors import BadSubmit
 from gbatch.jobspec.submit import request_for_text
@@ -457,3 +459,32 @@ def test_a_listings_brief_spec_keeps_the_share_for_squeue() -> None:
     job = Job(7, 1000, "u", spec, JobState.PENDING, 0.0)
     brief = job_from_wire(job_to_wire(job, brief=True))
     assert (brief.spec.gpu_mem_mb, brief.spec.gpu_shards) == (20480, 2)
+
+
+# -- fair share charges the share ---------------------------------------------------------
+
+
+def test_fair_share_and_sreport_charge_a_share_its_part_of_the_card(daemon: Daemon) -> None:
+    """20 GB of an 80 GB card for an hour is 0.25 GPU-hours."""
+    _shared_fleet(daemon, {"big": Sharing(True)})
+    spec = JobSpec(name="j", command=("true",), gpus=1, gpu_mem_mb=20 * 1024)
+    shared = Job(
+        1,
+        0,
+        "u",
+        spec,
+        JobState.COMPLETED,
+        0.0,
+        start_time=0.0,
+        end_time=3600.0,
+        node="big",
+        gpus=(1,),
+    )
+    whole = replace(shared, id=2, spec=spec.replace(gpu_mem_mb=None, gpus=2), gpus=(0, 1))
+    assert daemon.fleet.charged_gpus(shared) == 0.25
+    assert daemon.fleet.charged_gpus(whole) == 2.0
+    assert gpu_seconds(shared, 3600.0, daemon.fleet.charged_gpus(shared)) == 900.0
+    (row,) = usage_by([shared], 0.0, 7200.0, 7200.0, lambda j: j.user, daemon.fleet.charged_gpus)
+    assert row.gpu_seconds == 900.0
+    gone = replace(shared, node="elsewhere")  # its card no longer known: a whole GPU
+    assert daemon.fleet.charged_gpus(gone) == 1.0

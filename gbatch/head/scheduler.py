@@ -17,7 +17,15 @@ from functools import lru_cache
 from gbatch.core.constraints import parse as parse_constraint
 from gbatch.core.constraints import satisfied
 from gbatch.core.limits import Use, UserLimits
-from gbatch.core.model import BEGIN_TIME_REASON, HELD_REASON, Assignment, Job, NodeView, Plan
+from gbatch.core.model import (
+    BEGIN_TIME_REASON,
+    HELD_REASON,
+    Assignment,
+    Job,
+    JobSpec,
+    NodeView,
+    Plan,
+)
 from gbatch.head.fairshare import factors
 
 # Pending reasons, spelled as Slurm's squeue prints them.
@@ -343,6 +351,9 @@ class _Pass:
             return BAD_CONSTRAINTS
         share = spec.gpu_mem_mb
         if share is not None:
+            if pool.share_any is None:
+                _pool_shares(pool, _pool_key(spec), self.nodes, self.up)
+            assert pool.share_any is not None
             if share > pool.share_any and self.nodes:
                 return BAD_CONSTRAINTS
             if share > (pool.share_with_containers if spec.image is not None else pool.share_up):
@@ -505,6 +516,9 @@ class _Pass:
         share = spec.gpu_mem_mb
         assert share is not None
         needs_containers = spec.image is not None
+        if pool.share_any is None:
+            _pool_shares(pool, _pool_key(spec), self.nodes, self.up)
+        assert pool.share_any is not None
         if share > pool.share_any and self.nodes:
             self.reasons[job.id] = BAD_CONSTRAINTS
             return
@@ -681,6 +695,12 @@ class _Shares:
 _PoolKey = str | None | tuple[str | None, str | None, str | None]
 
 
+def _pool_key(spec: JobSpec) -> _PoolKey:
+    if spec.gpu_type is None and spec.constraint is None:
+        return spec.partition
+    return (spec.partition, spec.constraint, spec.gpu_type)
+
+
 @dataclass(slots=True)
 class _Pool:
     """The nodes a partition, a constraint and a GPU type offer a plan (indices into the
@@ -699,8 +719,8 @@ class _Pool:
     satisfiable: bool = True
     # The largest share one shareable GPU (of its type) could take, on any node (up or
     # down), on an available one, on one whose engine answers; 0: none (-1 with no
-    # node available).
-    share_any: int = 0
+    # node available). None until its first shared job (_pool_shares).
+    share_any: int | None = None
     share_up: int = -1
     share_with_containers: int = -1
 
@@ -742,19 +762,9 @@ def _pool(key: _PoolKey, nodes: Sequence[NodeView], up: Sequence[NodeView]) -> _
             else:
                 all_run_containers = False
     largest_any, satisfiable = 0, expr is None
-    share_any = 0
     for node in nodes:
         if inside(node):
             largest_any, satisfiable = max(largest_any, size(node)), True
-            if node.shareable:
-                share_any = max(share_any, _largest_share(node, gpu_type))
-    share_up = share_with_containers = -1
-    for node, member in zip(up, members, strict=True):
-        if member:
-            largest = _largest_share(node, gpu_type) if node.shareable else 0
-            share_up = max(share_up, largest)
-            if node.runs_containers:
-                share_with_containers = max(share_with_containers, largest)
     return _Pool(
         members=None if partition is None and expr is None else members,
         with_containers=with_containers,
@@ -763,10 +773,38 @@ def _pool(key: _PoolKey, nodes: Sequence[NodeView], up: Sequence[NodeView]) -> _
         largest_up=largest_up,
         largest_with_containers=largest_with_containers,
         satisfiable=satisfiable,
-        share_any=share_any,
-        share_up=share_up,
-        share_with_containers=share_with_containers,
     )
+
+
+def _pool_shares(
+    pool: _Pool, key: _PoolKey, nodes: Sequence[NodeView], up: Sequence[NodeView]
+) -> None:
+    """Fill in `pool`'s largest shares (its share_* fields), at its first shared job: a
+    queue without shares never pays for them."""
+    gpu_type = key[2] if isinstance(key, tuple) else None
+    members = pool.members
+    share_any = 0
+    if any(node.shareable for node in nodes):
+        partition = key[0] if isinstance(key, tuple) else key
+        constraint = key[1] if isinstance(key, tuple) else None
+        expr = None if constraint is None else parse_constraint(constraint)
+        for node in nodes:
+            if (
+                node.shareable
+                and (partition is None or partition in node.partitions)
+                and (expr is None or satisfied(expr, node.features))
+            ):
+                share_any = max(share_any, _largest_share(node, gpu_type))
+    share_up = share_with_containers = -1
+    for index, node in enumerate(up):
+        if members is None or members[index]:
+            largest = _largest_share(node, gpu_type) if node.shareable else 0
+            share_up = max(share_up, largest)
+            if node.runs_containers:
+                share_with_containers = max(share_with_containers, largest)
+    pool.share_any = share_any
+    pool.share_up = share_up
+    pool.share_with_containers = share_with_containers
 
 
 def _largest_share(node: NodeView, gpu_type: str | None) -> int:

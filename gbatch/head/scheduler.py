@@ -1096,7 +1096,8 @@ class Planner:
 
     A stream of shared jobs (one budget, one type) settles, reservation or not, once no
     GPU anywhere has room for its share (`_Pass.most_room`): a shared job neither
-    reserves nor waits behind one, and room only shrinks within a pass.
+    reserves nor waits behind one, and room only shrinks within a pass. One that no GPU
+    has room for as the pass starts settles before it, kept out of the merge.
     """
 
     def __init__(self) -> None:
@@ -1234,9 +1235,6 @@ class Planner:
         result = _Pass(nodes, now, limits, use)
         consider = result.consider
         heap: list[tuple[float, _Key, int, _Stream]] = []
-        for name, stream in self._streams.items():
-            heap.append((-share[name[0]], stream[0], 0, name))
-        heapq.heapify(heap)
         settled: dict[_Stream, _Key] = {}
         last_settled = self._settled
         changed: dict[int, str] = {}
@@ -1244,6 +1242,24 @@ class Planner:
         # The new jobs by stream: a stream settled where it was keeps its old jobs'
         # reasons, but its new ones get theirs.
         fresh = self._fresh
+        # A stream of shares whose budget no GPU has room for now settles here, from its
+        # first job: room only shrinks in a pass, so it would settle at its turn anyway,
+        # and its reasons hang on no other job's. Kept out of the heap, it costs a pass
+        # nothing (on a full fleet, every stream of shares).
+        room_at_start: dict[str | None, int] = {}
+        for name, stream in self._streams.items():
+            budget = name[3]
+            if budget is not None and name[0] not in caps:
+                room = room_at_start.get(name[2])
+                if room is None:
+                    room = room_at_start[name[2]] = result.most_room(name[2])
+                if budget > room:
+                    key = settled[name] = stream[0]
+                    if last_settled.get(name) != key or name in fresh:
+                        self._settle(name, key, 0, fresh.get(name), result, changed)
+                    continue
+            heap.append((-share[name[0]], stream[0], 0, name))
+        heapq.heapify(heap)
         for job_id in self._fresh_held:
             result.reasons[job_id] = HELD  # in no stream: always this reason
         # The pass's most_free(type) and most_room(type), kept until a job is taken

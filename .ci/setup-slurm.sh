@@ -26,6 +26,9 @@ LOG_DIR=/var/log/slurm
 # cgroup device constraint) only checks that it exists; two character devices every
 # machine has serve, and no mknod (CAP_MKNOD) is needed. TEST MACHINES ONLY.
 FAKE_GPUS=(/dev/null /dev/zero)
+# Their model, as Slurm's gres.conf Type=: the corpus asks for it (--gres=gpu:a100:1), and
+# gbatch's side simulates two A100s (tests/integration/corpus.py, CORPUS_GPUS).
+GPU_TYPE=a100
 
 die() {
     echo "setup-slurm: error: $*" >&2
@@ -116,13 +119,13 @@ MinJobAge=3600
 MailProg=/bin/true
 ReturnToService=2
 SlurmdTimeout=300
-NodeName=$host CPUs=$cpus RealMemory=$mem_mb Gres=gpu:${#FAKE_GPUS[@]} State=UNKNOWN
+NodeName=$host CPUs=$cpus RealMemory=$mem_mb Gres=gpu:$GPU_TYPE:${#FAKE_GPUS[@]} State=UNKNOWN
 PartitionName=$PARTITION Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
 )"
-gres="NodeName=$host Name=gpu File=${FAKE_GPUS[0]}"
+gres="NodeName=$host Name=gpu Type=$GPU_TYPE File=${FAKE_GPUS[0]}"
 for dev in "${FAKE_GPUS[@]:1}"; do gres="$gres
-NodeName=$host Name=gpu File=$dev"; done
+NodeName=$host Name=gpu Type=$GPU_TYPE File=$dev"; done
 changed=""
 if [ "$(cat "$CONF_DIR/slurm.conf" 2>/dev/null)" != "$conf" ]; then
     printf '%s\n' "$conf" >"$CONF_DIR/slurm.conf"

@@ -24,8 +24,17 @@ be written (a full disk) never makes the job's own writes fail: the shim drops t
 output and the log says so (gbatch.nodes.joblog.LogWriter). A process the job leaves behind
 loses its output once the job has ended. A full disk also delays pids.json and
 exit.json: the shim retries them until there is room, since the daemon cannot end
-the job without exit.json. stdlib, gbatch.nodes.joblog and gbatch.nodes.outfiles only;
-it is on the start path of every job.
+the job without exit.json.
+
+Where the daemon made the run a cgroup (gbatch.nodes.cgroups: CGROUP_ENV), the shim
+moves itself into it for the fork of the job and back out at once, so the job and all
+it starts are held there from their first instruction; the job's memory is then the
+cgroup's to hold, not RLIMIT_DATA's, and exit.json says "oom" when the kernel killed
+one of its processes for memory. Where it cannot enter, the job runs under Limits
+alone, and its log says so.
+
+stdlib, gbatch.nodes.cgroups, gbatch.nodes.joblog and gbatch.nodes.outfiles only; it
+is on the start path of every job.
 """
 
 from __future__ import annotations
@@ -44,13 +53,14 @@ from functools import partial
 from pathlib import Path
 
 from gbatch.nodes import outfiles
+from gbatch.nodes.cgroups import JobCgroup
 from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogWriter
 
 # Neither typing nor dataclasses at run time: with inspect, which dataclasses brings,
 # they slow every job start. mypy takes any TYPE_CHECKING as typing's.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, MutableMapping
+    from collections.abc import Callable, Iterator, MutableMapping
     from typing import Any
 
 # Errors that free space ends; any other error in recording the run is final.
@@ -255,13 +265,14 @@ def _enter_workdir(workdir: str) -> None:
 
 
 class Limits(_Record):
-    """What a bare job is held to without a cgroup: the CPUs it may run on, and a memory cap.
+    """What a bare job is held to in its own process: the CPUs it may run on, a memory cap.
 
     The CPUs it may run on (empty: any) and the most memory its data segment and private
     mappings may take (None: no cap). RLIMIT_DATA, not RLIMIT_AS: address space that
     CUDA and JIT runtimes reserve without using it does not count, memory that is
     written does; the kernel refuses more (a failed malloc, MemoryError in Python)
-    instead of killing the job.
+    instead of killing the job. The cap is for a job outside a cgroup holding its
+    memory (without_memory).
     """
 
     __slots__ = ("cpus", "mem_mb")
@@ -275,6 +286,10 @@ class Limits(_Record):
         cpus = environ.pop(CPUS_ENV, "")
         mem = environ.pop(MEM_MB_ENV, "")
         return cls(tuple(int(c) for c in cpus.split(",") if c), int(mem) if mem else None)
+
+    def without_memory(self) -> Limits:
+        """These limits less the memory cap: a cgroup holds the job's memory."""
+        return Limits(self.cpus)
 
     def apply(self) -> None:
         """Apply the limits, in the job's process before it execs.
@@ -294,6 +309,26 @@ def _prepare_child(limits: Limits, workdir: str | None) -> None:
     limits.apply()
     if workdir is not None:
         _enter_workdir(workdir)
+
+
+@contextlib.contextmanager
+def run_cgroup_entered(
+    cgroup: JobCgroup | None, limits: Limits
+) -> Iterator[tuple[JobCgroup | None, Limits]]:
+    """This process in the run's cgroup for the block (a child forked there starts in it).
+
+    Yields the cgroup entered (None: none, or it could not enter, which the log says)
+    and the limits the job's own process still needs.
+    """
+    if cgroup is None:
+        yield None, limits
+        return
+    with cgroup.entered() as problem:
+        if problem is None:
+            yield cgroup, limits.without_memory() if cgroup.holds_memory else limits
+            return
+        _say(f"gbatch: {problem}: its CPUs and memory are held by affinity and RLIMIT_DATA")
+        yield None, limits
 
 
 def parse_args(argv: list[str]) -> tuple[Path, Identity | None, list[str]] | None:
@@ -393,9 +428,7 @@ def main(argv: list[str]) -> int:
         return 126
     switch = identity.popen_options() if identity is not None else {}
     limits = Limits.take_from(os.environ)
-    if limits != Limits():
-        workdir = identity.workdir if identity is not None else None
-        switch["preexec_fn"] = partial(_prepare_child, limits, workdir)
+    run_cgroup = JobCgroup.take_from(os.environ)
     # First: a note that the files cannot be opened goes first in the log.
     out_file, err_file = file_writers(os.environ, run_dir, identity, log_limit(os.environ))
     writer = log_writer(os.environ)
@@ -403,9 +436,13 @@ def main(argv: list[str]) -> int:
     output, job_output = os.pipe()
     errors, job_errors = os.pipe() if err_file is not None else (output, job_output)
     try:
-        child = subprocess.Popen(
-            command, process_group=0, stdout=job_output, stderr=job_errors, **switch
-        )
+        with run_cgroup_entered(run_cgroup, limits) as (run_cgroup, limits):
+            if limits != Limits():
+                workdir = identity.workdir if identity is not None else None
+                switch["preexec_fn"] = partial(_prepare_child, limits, workdir)
+            child = subprocess.Popen(
+                command, process_group=0, stdout=job_output, stderr=job_errors, **switch
+            )
     except OSError as err:
         for fd in {output, job_output, errors, job_errors}:
             os.close(fd)
@@ -437,6 +474,7 @@ def main(argv: list[str]) -> int:
     end_time = time.time()
     copier.join(OUTPUT_GRACE_SECONDS)
     exit_code, killed_by = (returncode, 0) if returncode >= 0 else (0, -returncode)
+    oom = run_cgroup is not None and run_cgroup.oom_killed(killed_by)
 
     def exit_record() -> dict[str, object]:
         record: dict[str, object] = {
@@ -447,6 +485,8 @@ def main(argv: list[str]) -> int:
         note = writer.note()
         if note is not None:
             record["output_lost"] = note
+        if oom:
+            record["oom"] = True
         return record
 
     # While exit.json waits for space, the log may get room first: say there what

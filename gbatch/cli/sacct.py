@@ -57,7 +57,8 @@ def add_parser(commands: Any) -> None:
         help="e.g. JobID,JobName,State,ExitCode,Elapsed,AllocGPUS,NodeList; also UID, "
         "Partition, Submit, Start, End, Timelimit, Reason, Attempt, AllocTRES, ReqTRES, "
         "TRESUsageInMax (the GPUs' peak memory and utilisation), "
-        "AllocCPUS, ReqMem, Comment; Params: a parameter sweep task's parameters (gbatch's)",
+        "AllocCPUS, ReqMem, Comment; Params: a parameter sweep task's parameters, "
+        "MaxGpuMem: the most GPU memory the job's own processes used (gbatch's)",
     )
     p.add_argument("-P", "--parsable2", action="store_true", help="`|`-separated, no padding")
     p.add_argument("-n", "--noheader", action="store_true")
@@ -150,7 +151,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             since=since,
             # A brief spec leaves a sweep task's params out: ask for whole specs then.
             brief=brief and not _asks_params(args.format),
-            gpu_usage="tresusageinmax" in wanted,
+            gpu_usage=bool(wanted & sacct.GPU_USAGE_FIELDS),
         )
     )
     jobs = [codec.job_from_wire(j) for j in reply["jobs"]]

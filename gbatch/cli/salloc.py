@@ -9,13 +9,11 @@ own. Leaving it releases the allocation (`salloc: Relinquishing job allocation N
 from __future__ import annotations
 
 import argparse
-import os
-import pwd
 import sys
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context
-from gbatch.cli.stepclient import add_interactive_options, immediate_seconds
+from gbatch.cli.stepclient import add_interactive_options, immediate_seconds, login_shell
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
@@ -44,19 +42,6 @@ def add_parser(commands: Any) -> None:
     )
     add_interactive_options(p)
     p.set_defaults(run=run)
-
-
-def login_shell() -> str:
-    """The user's login shell: passwd's, else $SHELL, else /bin/sh.
-
-    $SHELL serves an account whose passwd shell logs nobody in (nologin, false)."""
-    try:
-        shell = pwd.getpwuid(os.getuid()).pw_shell
-    except KeyError:
-        shell = ""
-    if not shell or shell.endswith(("/nologin", "/false")):
-        shell = os.environ.get("SHELL", "") or "/bin/sh"
-    return shell
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:

@@ -15,6 +15,7 @@ from gbatch.cli.exits import CliError, Exit
 from gbatch.protocol.requests import UPDATE_KEYS
 
 if TYPE_CHECKING:
+    from gbatch.core.gpuusage import GpuUsage
     from gbatch.core.jobids import JobTarget
 
 HELP = COMMANDS["scontrol"]
@@ -86,11 +87,14 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         job = codec.job_from_wire(reply["job"])
         events = [codec.event_from_wire(e) for e in reply["events"]]
         tasks = [codec.job_from_wire(j) for j in reply.get("tasks", ())]
+        usage = _gpu_usage(reply.get("gpu_usage"))  # absent from an older daemon's reply
         if args.json:
-            out = scontrol.format_job_details_json(job, events, reply["now"])
+            out = scontrol.format_job_details_json(job, events, reply["now"], usage)
         else:  # an array's tasks one after another, a blank line between, as scontrol
             out = "\n".join(
-                scontrol.format_job_details(j, events if j is job else (), reply["now"])
+                scontrol.format_job_details(
+                    j, events if j is job else (), reply["now"], usage if j is job else None
+                )
                 for j in [job, *tasks]
             )
         sys.stdout.write(out)
@@ -104,6 +108,15 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     reply = ctx.client.call(actions[args.action](jobs=tuple(jobs)))
     failed = print_failures("scontrol", reply, lambda f: f"job {f['id']}: {f['error']}")
     return Exit.FAILED if failed else Exit.OK
+
+
+def _gpu_usage(wire: list[float | int] | None) -> GpuUsage | None:
+    """The job's current run's GPU samples from the reply, None when it has none."""
+    if wire is None:
+        return None
+    from gbatch.core.gpuusage import GpuUsage
+
+    return GpuUsage.from_wire(wire)
 
 
 def _show_all_jobs(args: argparse.Namespace, ctx: Context) -> int:

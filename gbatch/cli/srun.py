@@ -75,12 +75,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     immediate = immediate_seconds(args.immediate)
     inside = args.jobid or os.environ.get("SLURM_JOB_ID")
     if inside:
-        if not inside.strip().isdigit():
-            where = "--jobid" if args.jobid else "SLURM_JOB_ID"
-            raise CliError(f"{where}: {inside!r} is not a job id", Exit.USAGE)
+        from gbatch.cli.context import parse_job
+
+        target = parse_job(inside.strip(), "--jobid" if args.jobid else "SLURM_JOB_ID")
         # A step of the job it is in: the job's resources, no new queueing (as Slurm's
         # srun inside an allocation without --overlap's own limits).
-        return run_step(ctx, "srun", int(inside), command, pty=args.pty)
+        return run_step(ctx, "srun", target.job, command, pty=args.pty, task=target.single_task)
     job_id = queue_allocation(ctx, args, command, "srun", step_name(command))
     wait_for_allocation(ctx, job_id, "srun", immediate)
     return run_step(ctx, "srun", job_id, command, pty=args.pty)

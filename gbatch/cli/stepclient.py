@@ -1,4 +1,4 @@
-"""What srun and salloc share: an allocation queued and waited for, a step attached.
+"""What srun, salloc and shell share: an allocation queued and waited for, a step attached.
 
 A step is asked for on a connection of its own (requests.OpenStep); once gbatchd has
 answered, the connection carries the step's frames (gbatch/core/stepframes.py): this
@@ -227,6 +227,21 @@ def step_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return filter_submit_env(environ)
 
 
+def login_shell() -> str:
+    """The user's login shell: passwd's, else $SHELL, else /bin/sh.
+
+    $SHELL serves an account whose passwd shell logs nobody in (nologin, false)."""
+    import pwd
+
+    try:
+        shell = pwd.getpwuid(os.getuid()).pw_shell
+    except KeyError:
+        shell = ""
+    if not shell or shell.endswith(("/nologin", "/false")):
+        shell = os.environ.get("SHELL", "") or "/bin/sh"
+    return shell
+
+
 def terminal_size() -> tuple[int, int]:
     """(rows, cols) of this terminal, 24 x 80 when none."""
     for fd in (0, 1, 2):
@@ -244,8 +259,13 @@ def run_step(
     *,
     pty: bool,
     interactive: bool = False,
+    task: int | None = None,
+    here: bool = True,
 ) -> int:
-    """Run `argv` as a step of `job_id`, attached to this terminal; its exit status."""
+    """Run `argv` as a step of `job_id`, attached to this terminal; its exit status.
+
+    With `task`, of that task of array `job_id` (N_K). `here`: the step starts in this
+    directory; else in the job's own (gbatch shell: where its files are)."""
     from gbatch.protocol import requests
 
     rows, cols = terminal_size()
@@ -253,11 +273,12 @@ def run_step(
         job=job_id,
         argv=tuple(argv),
         env=step_environment(os.environ),
-        cwd=os.getcwd(),
+        cwd=os.getcwd() if here else None,
         pty=pty,
         rows=rows,
         cols=cols,
         interactive=interactive,
+        task=task,
     )
     sock, leftover, reply = _open(ctx, request)
     with sock:
@@ -478,3 +499,64 @@ def _write_all(fd: int, data: bytes) -> None:
         except BrokenPipeError:
             return
         view = view[written:]
+
+
+# -- gbatch shell and sattach --------------------------------------------------------
+
+# The login shell where the job has it, else sh: a container's image may lack bash.
+_SHELL_OR_SH = 'command -v "$0" >/dev/null 2>&1 && exec "$0"; exec /bin/sh'
+
+
+def add_shell_parser(commands: Any, name: str, help_line: str) -> None:
+    """The sub-command `name` of gbatch shell's kind (shell, and sattach, Slurm's name)."""
+    p = commands.add_parser(
+        name,
+        help=help_line,
+        description=help_line + ". It runs CMD (default: your login shell, or sh where the "
+        "job's container lacks it) as a new step of your running job N, on its node with "
+        "its GPUs, in its working directory (its container's, for a container job), with "
+        "a terminal of its own when this one is a terminal. Leaving it ends that step "
+        "only: the job runs on. Exits with CMD's status.",
+        epilog=f"example: gbatch {name} 12\n"
+        f"         gbatch {name} 12_3 nvidia-smi     # task 3 of array 12\n"
+        f"         gbatch {name} 12 tail -n 20 train.log",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("job", metavar="N", help="your running job: N, or N_K for an array's task")
+    p.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="CMD [ARG...]",
+        help="what to run instead of a shell, and its arguments",
+    )
+    p.set_defaults(run=run_shell, prog=name)
+
+
+def run_shell(args: argparse.Namespace, ctx: Context) -> int:
+    """gbatch shell N [CMD...] (and sattach): CMD or a shell as a step of job N, attached."""
+    from gbatch.cli.context import parse_job
+
+    text = args.job.strip()
+    if "." in text:
+        job, _, step = text.partition(".")
+        raise CliError(
+            f"{text}: gbatch {args.prog} opens a new shell in a job, and cannot attach to "
+            f"step {step}'s input and output. Run gbatch {args.prog} {job} for a shell in "
+            f"it, or gbatch logs -f {job} for its output",
+            Exit.USAGE,
+        )
+    target = parse_job(text, f"{args.prog}: N")
+    command = list(args.cmd)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        command = ["/bin/sh", "-c", _SHELL_OR_SH, login_shell()]
+    return run_step(
+        ctx,
+        args.prog,
+        target.job,
+        command,
+        pty=sys.stdin.isatty(),
+        task=target.single_task,
+        here=False,
+    )

@@ -2,7 +2,8 @@
 
 The daemon folds each node report's readings of a running job's GPUs into one record per
 run (job id, attempt). O(1) per run however long it runs: sample count, sum and max of
-utilisation, and the most memory its GPUs held at once; never a time series. Pure.
+utilisation, the most memory its GPUs held at once, and the memory its own processes
+use now and at most; never a time series. Pure.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from gbatch.core.labels import memory_text
 
 
 class GpuReading(Protocol):
@@ -34,6 +37,12 @@ class GpuUsage:
     memory used together, at the report where that was highest, and `mem_total_mib` the
     largest total of their memory any report gave. `util_samples` counts reports whose
     GPUs all told their utilisation (a device that does not: NVML's "not supported").
+
+    The run's own processes (its shim's session, its container: nodes/report.py
+    `run_gpu_memory`) on its GPUs: `own_samples` counts reports that listed one of them,
+    `own_mem_mib` is what they used together in the latest report (0 once none is
+    listed), `own_mem_max_mib` the most they used together in any. A GPU shared by
+    several jobs is told apart only by these; `mem_max_mib` counts the whole card.
     """
 
     samples: int
@@ -42,6 +51,14 @@ class GpuUsage:
     util_max: int
     mem_max_mib: int
     mem_total_mib: int
+    own_samples: int = 0
+    own_mem_mib: int = 0
+    own_mem_max_mib: int = 0
+
+    @property
+    def own_measured(self) -> bool:
+        """Whether a report has listed a process of the run on its GPUs."""
+        return self.own_samples > 0
 
     @property
     def util_mean(self) -> float | None:
@@ -56,6 +73,9 @@ class GpuUsage:
             util_max=max(self.util_max, other.util_max),
             mem_max_mib=max(self.mem_max_mib, other.mem_max_mib),
             mem_total_mib=max(self.mem_total_mib, other.mem_total_mib),
+            own_samples=self.own_samples + other.own_samples,
+            own_mem_mib=other.own_mem_mib,  # the later sample's: what it uses now
+            own_mem_max_mib=max(self.own_mem_max_mib, other.own_mem_max_mib),
         )
 
     def to_wire(self) -> list[float | int]:
@@ -66,11 +86,16 @@ class GpuUsage:
             self.util_max,
             self.mem_max_mib,
             self.mem_total_mib,
+            self.own_samples,
+            self.own_mem_mib,
+            self.own_mem_max_mib,
         ]
 
     @classmethod
     def from_wire(cls, data: Sequence[float | int]) -> GpuUsage:
-        samples, util_samples, util_sum, util_max, mem_max, mem_total = data
+        """The record to_wire made; an older daemon's six values leave the own ones 0."""
+        samples, util_samples, util_sum, util_max, mem_max, mem_total = data[:6]
+        own = [int(v) for v in data[6:9]] + [0] * (9 - max(6, len(data[:9])))
         return cls(
             int(samples),
             int(util_samples),
@@ -78,14 +103,18 @@ class GpuUsage:
             int(util_max),
             int(mem_max),
             int(mem_total),
+            *own,
         )
 
 
-def sample(readings: Iterable[GpuReading], gpus: Sequence[int]) -> GpuUsage | None:
+def sample(
+    readings: Iterable[GpuReading], gpus: Sequence[int], own_mib: int | None = None
+) -> GpuUsage | None:
     """One report's sample of the run holding GPU indices `gpus`; None if it shows none.
 
     None when the report shows none of them: the run's GPUs vanished from it, so there is
-    nothing to count.
+    nothing to count. `own_mib` is what the run's own processes on those GPUs use in this
+    report (nodes/report.py `run_gpu_memory`); None when the report lists none of them.
     """
     wanted = set(gpus)
     mine = [g for g in readings if g.index in wanted]
@@ -101,29 +130,37 @@ def sample(readings: Iterable[GpuReading], gpus: Sequence[int]) -> GpuUsage | No
         util_max=max(known, default=0),
         mem_max_mib=sum(g.memory_used_mib for g in mine),
         mem_total_mib=sum(g.memory_total_mib for g in mine),
+        own_samples=0 if own_mib is None else 1,
+        own_mem_mib=own_mib or 0,
+        own_mem_max_mib=own_mib or 0,
     )
 
 
 def tres_usage(usage: GpuUsage | None) -> str:
     """sacct's TRESUsageInMax for the GPUs, `gres/gpumem=11.20G,gres/gpuutil=98`.
 
-    The names are Slurm's gpu TRES names. Empty where nothing was measured; without
-    gpuutil where the GPUs never told their utilisation.
+    The names are Slurm's gpu TRES names. gpumem is the run's own processes' peak, as
+    Slurm's gpu plugin measures it per process, once a report has listed one of them;
+    until then its GPUs' memory used (a card whose driver lists no process). Empty where
+    nothing was measured; without gpuutil where the GPUs never told their utilisation.
     """
     if usage is None or usage.samples == 0:
         return ""
-    parts = [f"gres/gpumem={_gib(usage.mem_max_mib)}G"]
+    peak = usage.own_mem_max_mib if usage.own_measured else usage.mem_max_mib
+    parts = [f"gres/gpumem={_gib(peak)}G"]
     if usage.util_samples:
         parts.append(f"gres/gpuutil={usage.util_max}")
     return ",".join(parts)
 
 
-def seff_lines(usage: GpuUsage | None) -> list[str]:
-    """seff's two GPU lines, utilisation then memory.
+def seff_lines(usage: GpuUsage | None, budget_mib: int | None = None) -> list[str]:
+    """seff's GPU lines, utilisation then memory, then its processes' memory if measured.
 
     `GPU Utilization: 63.2% (mean over N samples), max 98%` and `GPU Memory: max 11.20 GiB
     of 80.00 GiB`; both read `not measured` without samples, and utilisation alone does
-    when the GPUs do not report it.
+    when the GPUs do not report it. A third, `GPU Memory of its processes: max 21.00 GiB
+    (budget 20.00 GiB)`, once a report has listed one of its processes, or it has a
+    budget (`budget_mib`, the job's --gpu-mem).
     """
     if usage is None or usage.samples == 0:
         return ["GPU Utilization: not measured", "GPU Memory: not measured"]
@@ -136,10 +173,35 @@ def seff_lines(usage: GpuUsage | None) -> list[str]:
             f"GPU Utilization: {mean:.1f}% (mean over {usage.util_samples} {many}), "
             f"max {usage.util_max}%"
         )
-    return [
+    lines = [
         util,
         f"GPU Memory: max {_gib(usage.mem_max_mib)} GiB of {_gib(usage.mem_total_mib)} GiB",
     ]
+    if usage.own_measured or budget_mib is not None:
+        own = f"max {_gib(usage.own_mem_max_mib)} GiB" if usage.own_measured else "not measured"
+        budget = "" if budget_mib is None else f" (budget {_gib(budget_mib)} GiB)"
+        lines.append(f"GPU Memory of its processes: {own}{budget}")
+    return lines
+
+
+def own_memory_fields(usage: GpuUsage | None, running: bool) -> str:
+    """scontrol's `GpuMemUsed=1500M GpuMemPeak=2G` of a run's own processes; "" unmeasured.
+
+    GpuMemUsed only while the job runs (it is what the latest report showed).
+    """
+    if usage is None or not usage.own_measured:
+        return ""
+    peak = f"GpuMemPeak={_size(usage.own_mem_max_mib)}"
+    return f"GpuMemUsed={_size(usage.own_mem_mib)} {peak}" if running else peak
+
+
+def max_gpu_mem(usage: GpuUsage | None) -> str:
+    """sacct's MaxGpuMem: the run's own processes' peak (`21G`, `1500M`); "" unmeasured."""
+    return _size(usage.own_mem_max_mib) if usage is not None and usage.own_measured else ""
+
+
+def _size(mib: int) -> str:
+    return memory_text(mib) if mib else "0"
 
 
 def _gib(mib: int) -> str:

@@ -100,8 +100,11 @@ def check_transition(current: JobState, new: JobState) -> None:
         raise IllegalTransition(current, new)
 
 
+# A running job's own processes use more GPU memory than its budget (--gpu-mem): told
+# once per run (gbatch/head/gpubudget.py), before the gpu_mem_policy may stop it.
+GPU_MEM_EVENT = "GPU_MEM_BUDGET"
 # The job events a webhook may ask for (gbatch/head/notify.py), a user's or an admin's.
-JOB_EVENTS = ("BEGIN", "END", "FAIL", "REQUEUE", "TIME_LIMIT")
+JOB_EVENTS = ("BEGIN", "END", "FAIL", "REQUEUE", "TIME_LIMIT", GPU_MEM_EVENT)
 
 
 @dataclass(frozen=True)

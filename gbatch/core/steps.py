@@ -9,8 +9,10 @@ the job's own run is that step). Pure values only.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from gbatch.core.jobids import NUMBER, ONE, JobIdError, JobTarget, parse_one_job
 from gbatch.core.model import JobState
 
 # The step id salloc's shell is stored under (Slurm's SLURM_INTERACTIVE_STEP prints as
@@ -114,3 +116,28 @@ def step_name(argv: tuple[str, ...] | list[str]) -> str:
     """A step's name as Slurm gives it: its command's base name."""
     first = argv[0] if argv else "step"
     return first.rstrip("/").rsplit("/", 1)[-1][:128] or "step"
+
+
+STEP_USAGE = "Give N.M (step M of job N), N_K.M, N.batch or N.interactive, e.g. 12.0"
+_STEP_NUMBER = re.compile(NUMBER)
+
+
+def parse_step_ref(text: str) -> tuple[JobTarget, int]:
+    """The job (`N` or `N_K`) and step id a step reference names: `12.0`, `12_3.1`, `12.batch`.
+
+    JobIdError for anything else, its message naming the text and ending in STEP_USAGE."""
+    job_text, _, step_text = text.rpartition(".")
+    shown = repr(text if len(text) <= 40 else text[:40] + "...")
+    if step_text == "batch":
+        step_id = BATCH
+    elif step_text == "interactive":
+        step_id = INTERACTIVE
+    elif _STEP_NUMBER.fullmatch(step_text):
+        step_id = int(step_text)
+    else:
+        raise JobIdError(f"{shown} is not a step id. {STEP_USAGE}")
+    try:
+        job = parse_one_job(job_text, ONE)
+    except JobIdError:
+        raise JobIdError(f"{shown} is not a step id. {STEP_USAGE}") from None
+    return job, step_id

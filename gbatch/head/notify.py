@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gbatch.core.labels import format_spans, merge_spans
-from gbatch.core.model import Gpu, Job, JobState, NotifyHook
+from gbatch.core.model import GPU_MEM_EVENT, Gpu, Job, JobState, NotifyHook
 from gbatch.core.timefmt import format_elapsed_fixed
 from gbatch.core.urls import has_dot_segment
 
@@ -67,6 +67,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ENDED_WELL = frozenset({JobState.COMPLETED, JobState.CANCELLED})
 # The kinds an array without ARRAY_TASKS is mailed once for, as a whole.
 ARRAY_KINDS = frozenset({"BEGIN", "END", "FAIL"})
+# The admins' policies' warnings of a running job (idle GPUs, over its GPU memory
+# budget): mailed to its owner whatever their --mail-type, when mail is set up.
+OWNER_TOLD = frozenset({IDLE_GPU_EVENT, GPU_MEM_EVENT})
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,7 @@ class Policy:
         address = self.mail_address(job) if self.mail and types else None
         whole_array = self.array_mail(job) is not None
         for kind in kinds:
-            if kind == IDLE_GPU_EVENT:
+            if kind in OWNER_TOLD:
                 # The admins' policy tells the owner, whether or not they asked for mail.
                 owner = self.mail_address(job) if self.mail else None
                 if owner is not None:
@@ -528,6 +531,8 @@ def summary(payload: Mapping[str, object]) -> str:
         return _clean(f"{head} Reached time limit, Run time {run_time}")
     if kind == IDLE_GPU_EVENT:
         return _clean(f"{head} GPUs idle, Run time {run_time}")
+    if kind == GPU_MEM_EVENT:
+        return _clean(f"{head} Over its GPU memory budget, Run time {run_time}")
     if kind in TIME_LIMIT_WARNINGS:
         share = round(TIME_LIMIT_WARNINGS[kind] * 100)
         return _clean(f"{head} Reached {share}% of time limit, Run time {run_time}")

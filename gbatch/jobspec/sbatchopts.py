@@ -203,15 +203,17 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         dest="cpus",
         metavar="N",
         help="CPUs for the job (counted by the scheduler; default 1, not enforced). "
-        "Containers get --cpus N; bare processes are pinned to N CPUs",
+        "Containers get --cpus N; a bare process gets N CPUs (its cgroup's CPU quota "
+        "and cpuset where the host allows one, else CPU affinity)",
     )
     mem_units = "MB, or with a unit K, M, G or T, e.g. 16G"
     p.add_argument(
         "--mem",
         metavar="SIZE",
         help=f"memory for the job in all: {mem_units}. The job waits for a node with "
-        "that much free and is held to it (a container's limit; a bare process's data "
-        "size). 0 (all of a node's memory) is not supported",
+        "that much free and is held to it (a container's limit; a bare process's "
+        "cgroup, or its data size where the host gives no cgroup); killed for memory, "
+        "it ends OUT_OF_MEMORY. 0 (all of a node's memory) is not supported",
     )
     p.add_argument("--mem-per-gpu", dest="mem_per_gpu", metavar="SIZE", help="--mem per GPU")
     p.add_argument("--mem-per-cpu", dest="mem_per_cpu", metavar="SIZE", help="--mem per CPU")

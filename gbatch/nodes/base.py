@@ -16,9 +16,10 @@ from typing import Literal, Protocol
 
 from gbatch.core.model import Gpu, Job
 from gbatch.core.shares import mps_limit
+from gbatch.core.signals import SignalTarget
 from gbatch.core.steps import INTERACTIVE, Step
 from gbatch.jobspec.sweep import param_env
-from gbatch.nodes.report import NodeReport, ReportError, parse_report_line
+from gbatch.nodes.report import NodeReport, ReportError, RunOwner, parse_report_line
 
 # What report() says of a node that has not yet reported nor failed to.
 STARTING = "starting"
@@ -185,6 +186,12 @@ class Node(Protocol):
     def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
         """The report's GPUs, with processes gbatch did not start counted as foreign."""
 
+    def run_owners(self, report: NodeReport) -> Mapping[tuple[int, int], RunOwner]:
+        """How each run's processes are known in `report`, by (job id, attempt).
+
+        Its shim's and steps' sessions (a bare run), its container (a container run).
+        """
+
     def poke(self) -> None:
         """Ask for a report now (a GPU was just released)."""
 
@@ -205,8 +212,14 @@ class Node(Protocol):
 
     def status(self, job: Job, attempt: int) -> RunStatus: ...
 
-    def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
-        """Send `sig` to the run's whole process group, or its container."""
+    def signal(
+        self, job: Job, attempt: int, sig: signal.Signals, target: SignalTarget | None = None
+    ) -> None:
+        """Send `sig` to the processes of the run that `target` names.
+
+        None: the run as the loop stops it (its process group and steps, or its
+        container's PID 1). A SignalTarget (scancel -s, -b, --full, N.M): the processes
+        gbatch/core/signals.py says, in a container too."""
 
     def cleanup(self, job: Job, attempt: int) -> None:
         """Forget a finished run (its container, its run directory, its steps' left-overs)."""

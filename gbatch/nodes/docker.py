@@ -24,6 +24,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from gbatch.core.model import Job, JobSpec
+from gbatch.core.signals import SignalTarget
+from gbatch.core.steps import step_label
 from gbatch.jobspec.spec import SpecError
 from gbatch.nodes.base import CommandResult, HostError, LaunchError, job_env, launch_secrets
 from gbatch.nodes.joblog import mark_attempt_start
@@ -231,6 +233,92 @@ def docker_kill_argv(name: str, signal: str, *, docker: str = "docker") -> list[
     if not _SIGNAL.match(signal):
         raise ValueError(f"{signal!r} is not a signal name or number")
     return [docker, "kill", "--signal", signal, name]
+
+
+# Run by `sh -c` inside a job's container (docker_signal_argv): $1 the signal's number,
+# $2 1 to reach the batch shell's process group (--init's tini is PID 1 and the shell its
+# child, leading a group), then the GBATCH_STEP prefixes of the steps to reach: each
+# process whose environment holds one of them (a step's processes inherit it).
+_SIGNAL_SCRIPT = r"""sig=$1; batch=$2; shift 2
+if [ "$batch" = 1 ]; then
+  for p in $(cat /proc/1/task/1/children 2>/dev/null); do kill -"$sig" -"$p" 2>/dev/null; done
+fi
+[ $# -gt 0 ] || exit 0
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}
+  [ "$p" = "$$" ] && continue
+  e=$(tr '\0' '\n' 2>/dev/null < "$d/environ") || continue
+  for want in "$@"; do
+    case "$want" in *.) pat="GBATCH_STEP=$want";; *) pat="GBATCH_STEP=$want
+";; esac
+    case "
+$e
+" in *"
+$pat"*) kill -"$sig" "$p" 2>/dev/null; break;; esac
+  done
+done
+exit 0"""
+_STEP_PREFIX = re.compile(r"^[0-9]+\.(?:[0-9]+|interactive|batch)?$")
+
+
+def docker_signal_argv(
+    name: str,
+    signum: int,
+    *,
+    batch: bool,
+    steps: Sequence[str],
+    run_as: RunAs | None,
+    docker: str = "docker",
+) -> list[str]:
+    """`docker exec` of a shell that sends `signum` to some of a job's processes in `name`.
+
+    `batch`: the batch shell's process group; `steps`: GBATCH_STEP values ("12.0": that
+    step) or prefixes ending in a dot ("12.": every step of job 12). As the job's user
+    (`run_as`), so it reaches nothing the job could not signal itself. Values go as the
+    shell's arguments, never into its text."""
+    if not isinstance(signum, int) or not 0 < signum < 128:
+        raise ValueError(f"{signum!r} is not a signal number")
+    for step in steps:
+        if not _STEP_PREFIX.match(step):
+            raise ValueError(f"{step!r} is not a step label")
+    options = [docker, "exec"]
+    if run_as is not None:
+        options += ["--user", f"{run_as.uid}:{run_as.gid}"]
+    return [
+        *options,
+        name,
+        "sh",
+        "-c",
+        _SIGNAL_SCRIPT,
+        "sh",
+        str(signum),
+        "1" if batch else "0",
+        *steps,
+    ]
+
+
+def container_signal_argv(
+    job: Job,
+    name: str,
+    signum: int,
+    target: SignalTarget,
+    run_as: RunAs | None,
+    *,
+    docker: str = "docker",
+) -> list[str]:
+    """The command that sends `signum` to the processes `target` names in `job`'s container.
+
+    The batch shell alone (scancel -b): `docker kill` (PID 1, --init's tini, forwards it
+    to the shell alone). Anything else: docker_signal_argv's shell, as the job's user."""
+    if target.shell_only and target.steps == ():
+        return docker_kill_argv(name, str(signum), docker=docker)
+    if target.steps is None:
+        steps = [f"{job.id}."]
+    else:
+        steps = [f"{job.id}.{step_label(step)}" for step in target.steps]
+    return docker_signal_argv(
+        name, signum, batch=target.batch, steps=steps, run_as=run_as, docker=docker
+    )
 
 
 def docker_rm_argv(name: str, *, docker: str = "docker") -> list[str]:

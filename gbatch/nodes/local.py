@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from gbatch.core.model import Gpu, Job
+from gbatch.core.signals import WHOLE_RUN, SignalTarget
 from gbatch.core.steps import Step, step_label
-from gbatch.nodes import docker
+from gbatch.nodes import cgroups, docker
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
     HostError,
@@ -44,7 +45,13 @@ from gbatch.nodes.base import (
 )
 from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogFollowers, StderrChunk, open_log
 from gbatch.nodes.outfiles import OFFSETS_FILE, OUT_FILES_ENV, open_or_say, planned
-from gbatch.nodes.report import NodeReport, gbatch_container_ids, to_gpus
+from gbatch.nodes.report import (
+    NodeReport,
+    RunOwner,
+    container_owners,
+    gbatch_container_ids,
+    to_gpus,
+)
 from gbatch.nodes.shimserver import LOCK_FILE, ServerGone, ShimServer, lock_held
 from gbatch.nodes.stepshim import LOCK_FILE as STEP_LOCK_FILE
 from gbatch.nodes.stepshim import signal_session
@@ -138,15 +145,44 @@ class LocalNode:
             timeout=DOCKER_TIMEOUT,
         )
         self._engine_checked: tuple[float, str | None] = (0.0, None)
-        self._run_dirs = RunDirRemover()
+        # Bare jobs' cgroups (set up by start(); None where this host gives none).
+        self._cgroups: cgroups.Tree | None = None
+        self._run_dirs = RunDirRemover(before_removal=self._remove_run_cgroup)
         # Forks each bare job's shim; the plain `python -m gbatch.shim` when it cannot.
         self._shim_server = ShimServer(on_change)
 
     # -- the agent ----------------------------------------------------------------
 
     def start(self) -> None:
+        self._set_up_cgroups()
         threading.Thread(target=self._keep_reporting, name="agent", daemon=True).start()
         self._shim_server.start()
+
+    def _set_up_cgroups(self) -> None:
+        """Find and prepare bare jobs' cgroups, say in one line what holds bare jobs, and
+        remove the run cgroups an earlier daemon left (their run directory is gone)."""
+        self._cgroups, line = cgroups.set_up(self.paths.runs, self.config.bare_job_cgroups)
+        log.info("%s", line)
+        if self._cgroups is not None:
+            for job_id, attempt in self._cgroups.reap(
+                lambda job_id, attempt: not self.paths.run_dir(job_id, attempt).exists()
+            ):
+                log.info(
+                    "removed the cgroup of run %d.%d left by an earlier daemon", job_id, attempt
+                )
+
+    def _remove_run_cgroup(self, run_dir: Path) -> None:
+        """Kill what the ended run left in its cgroup and remove it (before its directory)."""
+        job_text, _, attempt_text = run_dir.name.partition(".")
+        tree = self._cgroups
+        if tree is None or not (job_text.isdigit() and attempt_text.isdigit()):
+            return
+        if not tree.remove(int(job_text), int(attempt_text)):
+            log.warning(
+                "cannot remove the cgroup of run %s: a process in it does not die; the "
+                "next start of gbatchd tries again",
+                run_dir.name,
+            )
 
     def _agent_argv(self) -> list[str]:
         argv = [
@@ -224,12 +260,44 @@ class LocalNode:
             gbatch_sessions=self._gbatch_sessions(),
             gbatch_containers=gbatch_container_ids(report),
             type_rules=self.config.gpu_types,
+            gbatch_pids={pid for pids in self._cgroup_pids(report).values() for pid in pids},
         )
 
+    def _cgroup_pids(self, report: NodeReport) -> dict[tuple[int, int], frozenset[int]]:
+        """The report's GPU processes that are in a bare run's cgroup, by run.
+
+        A job's process that left its session (setsid) is known this way, where runs have
+        cgroups (gbatch/nodes/cgroups.py): its memory counts against its job's budget, and
+        its GPU is not taken for a stranger's. The agent runs on this host: its pids are ours.
+        """
+        tree = self._cgroups
+        if tree is None:
+            return {}
+        instance = tree.instance
+        found: dict[tuple[int, int], set[int]] = {}
+        for gpu in report.gpus:
+            for process in gpu.processes:
+                try:
+                    text = Path(f"/proc/{process.pid}/cgroup").read_text()
+                except OSError:
+                    continue  # gone, or not ours to read
+                run = cgroups.run_of_process(text, instance)
+                if run is not None:
+                    found.setdefault(run, set()).add(process.pid)
+        return {run: frozenset(pids) for run, pids in found.items()}
+
     def _gbatch_sessions(self) -> set[int]:
-        # A shim is a session leader: its pid is the session of every process of its job.
-        sessions: set[int] = set()
+        return {sid for sessions in self._run_sessions().values() for sid in sessions}
+
+    def _run_sessions(self) -> dict[tuple[int, int], frozenset[int]]:
+        """Each bare run's sessions, by (job id, attempt): its shim's and its steps'."""
+        found: dict[tuple[int, int], frozenset[int]] = {}
         for run_dir in self.paths.runs.glob("*.*"):
+            job, _, attempt = run_dir.name.partition(".")
+            if not (job.isdigit() and attempt.isdigit()):
+                continue
+            sessions: set[int] = set()
+            # A shim is a session leader: its pid is the session of every process of its job.
             pids = _read_json(run_dir / "pids.json")
             if pids:
                 sessions.add(int(pids["shim"]))
@@ -238,11 +306,25 @@ class LocalNode:
                 step_pids = _read_json(step_dir / "pids.json")
                 if step_pids:
                     sessions.add(int(step_pids["session"]))
-        return sessions
+            if sessions:
+                found[(int(job), int(attempt))] = frozenset(sessions)
+        return found
+
+    def run_owners(self, report: NodeReport) -> dict[tuple[int, int], RunOwner]:
+        owners = container_owners(report, self.name)
+        for run, sessions in self._run_sessions().items():
+            had = owners.get(run, RunOwner())
+            owners[run] = RunOwner(had.sessions | sessions, had.containers, had.pids)
+        for run, pids in self._cgroup_pids(report).items():
+            had = owners.get(run, RunOwner())
+            owners[run] = RunOwner(had.sessions, had.containers, had.pids | pids)
+        return owners
 
     def stop(self) -> None:
         self._stopping.set()
         self._run_dirs.flush()
+        if self._cgroups is not None:
+            self._cgroups.remove_parents()  # only where no run's cgroup is left
         self._shim_server.stop()
         with self._lock:
             agent = self._agent
@@ -331,6 +413,7 @@ class LocalNode:
             job_log = open_log(self.paths.job_log(job.id))
         except OSError as err:
             raise LaunchError(f"cannot open its log: {err}") from err
+        env.update(self._run_cgroup(job, attempt, job_log))
         # Opened by the shim, as the job's user: never on this loop (outfiles).
         files = planned(job, attempt, self.name)
         if files is not None:
@@ -352,6 +435,32 @@ class LocalNode:
         threading.Thread(
             target=self._reap, args=(job.id, attempt, shim), name=f"reap-{job.id}", daemon=True
         ).start()
+
+    def _run_cgroup(self, job: Job, attempt: int, job_log: Any) -> dict[str, str]:
+        """Make the run's cgroup; what tells the shim of it (nothing where there is none).
+
+        A cgroup that cannot be made leaves the run to its shim's Limits, said on its log.
+        """
+        if self._cgroups is None:
+            return {}
+        spec = job.spec
+        try:
+            made = self._cgroups.create(
+                job.id,
+                attempt,
+                cpus=spec.cpus,
+                cpu_set=chosen_cpus(job),
+                memory_mb=spec.memory_mb,
+            )
+        except cgroups.CgroupError as err:
+            log.warning("job %d: %s; affinity and RLIMIT_DATA hold it instead", job.id, err)
+            with contextlib.suppress(OSError):
+                job_log.write(
+                    f"gbatch: {err}: its CPUs and memory are held by affinity and "
+                    "RLIMIT_DATA\n".encode()
+                )
+            return {}
+        return {cgroups.CGROUP_ENV: made.to_env()}
 
     @staticmethod
     def _start_plain_shim(
@@ -491,23 +600,48 @@ class LocalNode:
         self.follow_container_log(job, attempt)
         return RunStatus("running")
 
-    def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
-        """Send `sig` to the run's whole process group (or its container)."""
+    def signal(
+        self, job: Job, attempt: int, sig: signal.Signals, target: SignalTarget | None = None
+    ) -> None:
+        """Send `sig` to the run's processes that `target` names (None: as a stop does).
+
+        A bare run: its batch shell leads a process group (the shell alone for
+        `shell_only`, the group for `batch`); each step is a session of its own. A
+        container: `docker kill` for a stop and for the batch shell alone (--init
+        forwards it to its child); the rest is reached from inside the container, as the
+        job's user (docker.container_signal_argv)."""
         if job.spec.image is not None:
-            name = docker.container_name(job.id, attempt)
-            with contextlib.suppress(HostError):
-                self._host.run(
-                    docker.docker_kill_argv(name, sig.name, docker=self.config.docker),
-                    timeout=DOCKER_TIMEOUT,
-                )
+            self._signal_container(job, attempt, sig, target)
             return
+        target = target or WHOLE_RUN
         run_dir = self.paths.run_dir(job.id, attempt)
-        self._signal_steps(run_dir, sig)  # a step's processes are a session of their own
+        self._signal_steps(run_dir, sig, target.steps)  # each a session of its own
+        if not (target.batch or target.shell_only):
+            return
         pids = _read_json(run_dir / "pids.json")
         if pids is None:
             return  # not started yet; the next tick tries again
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(pids["pgid"]), sig)
+            if target.batch:
+                os.killpg(int(pids["pgid"]), sig)
+            else:
+                os.kill(int(pids["pgid"]), sig)  # the shell leads its group
+
+    def _signal_container(
+        self, job: Job, attempt: int, sig: int, target: SignalTarget | None
+    ) -> None:
+        name = docker.container_name(job.id, attempt)
+        with contextlib.suppress(HostError, ValueError):
+            if target is None:
+                argv = docker.docker_kill_argv(
+                    name, signal.Signals(sig).name, docker=self.config.docker
+                )
+            else:
+                run_as = self._launcher.run_as(job)
+                argv = docker.container_signal_argv(
+                    job, name, int(sig), target, run_as, docker=self.config.docker
+                )
+            self._host.run(argv, timeout=DOCKER_TIMEOUT)
 
     def cleanup(self, job: Job, attempt: int) -> None:
         """Forget a finished run: its steps' left-overs, its container, its run directory.
@@ -535,9 +669,14 @@ class LocalNode:
     def step_dir(self, job_id: int, attempt: int, step_id: int) -> Path:
         return self.paths.run_dir(job_id, attempt) / f"{STEP_DIR_PREFIX}{step_label(step_id)}"
 
-    def _signal_steps(self, run_dir: Path, sig: int) -> None:
-        """Send `sig` to the sessions of the run's steps that have not ended."""
-        for step_dir in run_dir.glob(f"{STEP_DIR_PREFIX}*"):
+    def _signal_steps(self, run_dir: Path, sig: int, only: tuple[int, ...] | None = None) -> None:
+        """Send `sig` to the sessions of the run's steps that have not ended (`only`:
+        of the steps with these ids; None: of every one)."""
+        if only is None:
+            step_dirs = list(run_dir.glob(f"{STEP_DIR_PREFIX}*"))
+        else:
+            step_dirs = [run_dir / f"{STEP_DIR_PREFIX}{step_label(s)}" for s in only]
+        for step_dir in step_dirs:
             pids = _read_json(step_dir / "pids.json")
             if pids is not None and not (step_dir / "exit.json").exists():
                 signal_session(int(pids["session"]), sig)
@@ -593,6 +732,12 @@ class LocalNode:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
         env[SOCKET_ENV] = str(self.paths.socket)
         env.update(bare_limits_env(job))
+        if self._cgroups is not None:
+            held = self._cgroups.existing(
+                job.id, step.attempt, holds_memory=job.spec.memory_mb is not None
+            )
+            if held is not None:
+                env[cgroups.CGROUP_ENV] = held.to_env()
         workdir = launch.cwd or job.spec.workdir or ""
         if switch is None:
             # The daemon's own user's: it enters its workdir itself, as the switched step
@@ -683,12 +828,14 @@ class LocalNode:
 class RunDirRemover:
     """Removes finished runs' directories on a thread of its own, in the order given.
 
+    `before_removal(run_dir)` runs first, on the same thread (the run's cgroup).
     A crash before a removal ends leaves the directory (or part of it) for the next
     daemon's sweep of finished runs, as a crash between a run's end and its cleanup
     always did: a run directory's name alone says whose run it was.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, before_removal: Callable[[Path], None] = lambda _: None) -> None:
+        self._before_removal = before_removal
         self._changed = threading.Condition()
         self._queued: list[Path] = []
         self._removing: Path | None = None
@@ -723,6 +870,7 @@ class RunDirRemover:
                 self._removing = self._queued.pop(0)
                 run_dir = self._removing
             try:
+                self._before_removal(run_dir)
                 remove_run_dir(run_dir)
             except Exception:
                 # The next daemon's sweep tries again; this thread must carry on.
@@ -756,22 +904,35 @@ def remove_run_dir(run_dir: Path) -> None:
         run_dir.rmdir()
 
 
+def chosen_cpus(job: Job, allowed: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The CPUs a bare job runs on: `spec.cpus` of the daemon's own; () for any of them.
+
+    Of `allowed` (default: the daemon's affinity), starting at an offset from the job id
+    so that concurrent jobs spread over the machine rather than share its first CPUs.
+    Pinning (and a cgroup's cpuset) bounds the job's CPUs; it does not keep other jobs
+    off them.
+    """
+    cpus = job.spec.cpus
+    if cpus is None:
+        return ()
+    pool = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    if cpus >= len(pool):
+        return ()
+    start = (job.id * cpus) % len(pool)
+    return tuple(sorted(pool[(start + i) % len(pool)] for i in range(cpus)))
+
+
 def bare_limits_env(job: Job, allowed: Sequence[int] | None = None) -> dict[str, str]:
     """What tells the shim to hold a bare job to its -c and --mem (see shim.Limits).
 
-    The CPUs are `spec.cpus` of the daemon's own (`allowed`, default its affinity),
-    starting at an offset from the job id so that concurrent jobs spread over the
-    machine rather than share its first CPUs. Pinning bounds the job's CPUs; it does
-    not keep other jobs off them.
+    The CPUs are chosen_cpus'; the memory cap is dropped by a shim whose run's cgroup
+    holds the memory.
     """
     env: dict[str, str] = {}
     spec = job.spec
-    if spec.cpus is not None:
-        pool = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
-        if spec.cpus < len(pool):
-            start = (job.id * spec.cpus) % len(pool)
-            chosen = sorted(pool[(start + i) % len(pool)] for i in range(spec.cpus))
-            env[CPUS_ENV] = ",".join(map(str, chosen))
+    chosen = chosen_cpus(job, allowed)
+    if chosen:
+        env[CPUS_ENV] = ",".join(map(str, chosen))
     if spec.memory_mb is not None:
         env[MEM_MB_ENV] = str(spec.memory_mb)
     return env
@@ -865,7 +1026,11 @@ def _exit_status(run_dir: Path) -> RunStatus | None:
     if ended is None:
         return None
     return RunStatus(
-        "exited", int(ended["exit_code"]), int(ended["signal"]), float(ended["end_time"])
+        "exited",
+        int(ended["exit_code"]),
+        int(ended["signal"]),
+        float(ended["end_time"]),
+        oom=bool(ended.get("oom", False)),  # the kernel killed it for memory (its cgroup)
     )
 
 

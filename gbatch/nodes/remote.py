@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 
 from gbatch.core.model import Gpu, Job
+from gbatch.core.signals import SignalTarget
 from gbatch.core.steps import Step
 from gbatch.nodes import docker
 from gbatch.nodes.backoff import Backoff
@@ -37,6 +38,8 @@ from gbatch.nodes.outfiles import OFFSETS_FILE, open_or_say
 from gbatch.nodes.report import (
     NodeReport,
     ReportError,
+    RunOwner,
+    container_owners,
     gbatch_container_ids,
     parse_report_line,
     to_gpus,
@@ -262,6 +265,9 @@ class RemoteNode:
             type_rules=self.config.gpu_types,
         )
 
+    def run_owners(self, report: NodeReport) -> dict[tuple[int, int], RunOwner]:
+        return container_owners(report, self.name)  # a host runs containers only
+
     def poke(self) -> None:
         with self._lock:
             agent = self._agent
@@ -430,10 +436,21 @@ class RemoteNode:
         self._follow(job, attempt)
         return RunStatus("running")
 
-    def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
+    def signal(
+        self, job: Job, attempt: int, sig: signal.Signals, target: SignalTarget | None = None
+    ) -> None:
+        """`docker kill` for a stop (None); else what docker.container_signal_argv says."""
         name = docker.container_name(job.id, attempt)
-        with contextlib.suppress(RemoteError):
-            self._run(docker.docker_kill_argv(name, sig.name, docker=self.node.docker))
+        with contextlib.suppress(RemoteError, ValueError):
+            if target is None:
+                self._run(docker.docker_kill_argv(name, sig.name, docker=self.node.docker))
+            else:
+                run_as = self._launcher.run_as(job)
+                self._run(
+                    docker.container_signal_argv(
+                        job, name, int(sig), target, run_as, docker=self.node.docker
+                    )
+                )
 
     def cleanup(self, job: Job, attempt: int) -> None:
         """Remove the run's container and env-file in the background, and forget the run.

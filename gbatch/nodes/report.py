@@ -326,13 +326,81 @@ def _same_container(a: str, b: str) -> bool:
 
 
 def is_foreign(
-    process: ProcessReport, *, gbatch_sessions: Collection[int], gbatch_containers: Collection[str]
+    process: ProcessReport,
+    *,
+    gbatch_sessions: Collection[int],
+    gbatch_containers: Collection[str],
+    gbatch_pids: Collection[int] = (),
 ) -> bool:
-    """True for a compute process gbatch did not start: neither its session nor its container."""
+    """True for a compute process gbatch did not start.
+
+    Not in its sessions, its containers, nor `gbatch_pids` (processes found in a run's
+    cgroup: a job's, whatever its session)."""
     if process.sid is not None and process.sid in gbatch_sessions:
+        return False
+    if process.pid in gbatch_pids:
         return False
     container = process.container
     return container is None or not any(_same_container(container, c) for c in gbatch_containers)
+
+
+Run = tuple[int, int]  # (job id, attempt)
+
+
+@dataclass(frozen=True)
+class RunOwner:
+    """How a run's processes are known in a report: by session, or by container.
+
+    `sessions`: the sessions of a bare run (its shim's, its steps'); `containers`: the
+    ids (full or 12-character) of its container; `pids`: processes found in its cgroup
+    (one the job moved to a session of its own is still there).
+    """
+
+    sessions: frozenset[int] = frozenset()
+    containers: frozenset[str] = frozenset()
+    pids: frozenset[int] = frozenset()
+
+    def owns(self, process: ProcessReport) -> bool:
+        """Whether `process` is this run's: in one of its sessions, its cgroup or container."""
+        if process.sid is not None and process.sid in self.sessions:
+            return True
+        if process.pid in self.pids:
+            return True
+        container = process.container
+        return container is not None and any(_same_container(container, c) for c in self.containers)
+
+
+def container_owners(report: NodeReport, node: str) -> dict[Run, RunOwner]:
+    """Each run's container among the report's gbatch containers started for `node`.
+
+    A container labelled for another node (an engine serving another head) is no run of
+    this one's.
+    """
+    owners: dict[Run, RunOwner] = {}
+    for c in report.containers:
+        if c.node in (None, node):
+            run = (c.job, c.attempt)
+            had = owners.get(run, RunOwner())
+            owners[run] = RunOwner(had.sessions, had.containers | {c.id})
+    return owners
+
+
+def run_gpu_memory(report: NodeReport, gpus: Collection[int], owner: RunOwner) -> int | None:
+    """MiB the run's own processes use on its `gpus` in this report; None if none is listed.
+
+    The sum over the processes on those GPUs that `owner` owns, of those whose use the
+    driver tells (NVML may not: such a process counts 0). Processes on GPUs the run does
+    not hold are left out.
+    """
+    wanted = set(gpus)
+    used: int | None = None
+    for gpu in report.gpus:
+        if gpu.index not in wanted:
+            continue
+        for process in gpu.processes:
+            if owner.owns(process):
+                used = (used or 0) + (process.used_memory_mib or 0)
+    return used
 
 
 def to_gpus(
@@ -341,18 +409,25 @@ def to_gpus(
     gbatch_sessions: Collection[int],
     gbatch_containers: Collection[str],
     type_rules: tuple[Rule, ...] = (),
+    gbatch_pids: Collection[int] = (),
 ) -> tuple[Gpu, ...]:
     """The report's GPUs as the model's Gpu values, counting processes gbatch did not start.
 
     `gbatch_sessions` are the session ids of bare-process jobs on this node;
-    `gbatch_containers` the ids (full or 12-character) of its gbatch containers. Each
-    GPU's type comes from its name, by `type_rules` (the config's gpu_types) first; its
-    foreign memory is its memory in use less what gbatch's processes hold.
+    `gbatch_containers` the ids (full or 12-character) of its gbatch containers;
+    `gbatch_pids` processes found in a run's cgroup. Each GPU's type comes from its
+    name, by `type_rules` (the config's gpu_types) first; its foreign memory is its
+    memory in use less what gbatch's processes hold.
     """
     gpus = []
     for g in report.gpus:
         foreign = [
-            is_foreign(p, gbatch_sessions=gbatch_sessions, gbatch_containers=gbatch_containers)
+            is_foreign(
+                p,
+                gbatch_sessions=gbatch_sessions,
+                gbatch_containers=gbatch_containers,
+                gbatch_pids=gbatch_pids,
+            )
             for p in g.processes
         ]
         # What gbatch's own processes hold; the rest of the memory in use is foreign,

@@ -24,7 +24,9 @@ A client that goes away (its connection closes) hangs the step up, as a closed t
 does: the pseudo-terminal's master is closed (the kernel sends SIGHUP), pipes' processes
 get SIGHUP, and whatever of the step's session is left after --grace seconds is killed.
 When the step's first process exits, what it left behind in its session is killed too
-(a step's processes end with it, as in Slurm). stdlib and gbatch's shim only.
+(a step's processes end with it, as in Slurm). A bare job's step starts in its run's
+cgroup (gbatch.nodes.cgroups), as the run's own processes do, so the run's -c and --mem
+hold the step too. stdlib and gbatch's shim only.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from pathlib import Path
 
 from gbatch import shim
 from gbatch.core import stepframes as frames
+from gbatch.nodes.cgroups import JobCgroup
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -506,45 +509,48 @@ def run(options: Options, client_fd: int) -> int:
     except (OSError, ValueError) as err:
         return _failed(client, step_dir, f"cannot read the step's environment: {err}", 126)
     limits = shim.Limits.take_from(os.environ)
+    run_cgroup = JobCgroup.take_from(os.environ)  # the job's run's: the step joins it
     identity = options.identity
     switch = identity.popen_options() if identity is not None else {}
     workdir = options.workdir
-    switch["preexec_fn"] = partial(_prepare_child, options.pty is not None, limits, workdir)
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # the wake-up fd needs a handler
     relay: Relay
     try:
-        if options.pty is not None:
-            master, slave = os.openpty()
-            _set_size(master, *options.pty)
-            if identity is not None:
-                os.fchown(slave, identity.uid, _tty_gid())
-                os.fchmod(slave, 0o620)
-            try:
-                child = subprocess.Popen(
-                    options.argv, stdin=slave, stdout=slave, stderr=slave,
-                    start_new_session=True, **switch,
-                )  # fmt: skip
-            finally:
-                os.close(slave)
-            _nonblocking(master)
-            relay = TerminalRelay(client, child, options.grace, master)
-        else:
-            in_read, in_write = os.pipe()
-            out_read, out_write = os.pipe()
-            err_read, err_write = os.pipe()
-            try:
-                child = subprocess.Popen(
-                    options.argv, stdin=in_read, stdout=out_write, stderr=err_write,
-                    start_new_session=True, **switch,
-                )  # fmt: skip
-            finally:
-                for fd in (in_read, out_write, err_write):
-                    os.close(fd)
-            for fd in (in_write, out_read, err_read):
-                _nonblocking(fd)
-            relay = PipeRelay(client, child, options.grace, in_write, out_read, err_read)
+        with shim.run_cgroup_entered(run_cgroup, limits) as (_, limits):
+            pty = options.pty is not None
+            switch["preexec_fn"] = partial(_prepare_child, pty, limits, workdir)
+            if options.pty is not None:
+                master, slave = os.openpty()
+                _set_size(master, *options.pty)
+                if identity is not None:
+                    os.fchown(slave, identity.uid, _tty_gid())
+                    os.fchmod(slave, 0o620)
+                try:
+                    child = subprocess.Popen(
+                        options.argv, stdin=slave, stdout=slave, stderr=slave,
+                        start_new_session=True, **switch,
+                    )  # fmt: skip
+                finally:
+                    os.close(slave)
+                _nonblocking(master)
+                relay = TerminalRelay(client, child, options.grace, master)
+            else:
+                in_read, in_write = os.pipe()
+                out_read, out_write = os.pipe()
+                err_read, err_write = os.pipe()
+                try:
+                    child = subprocess.Popen(
+                        options.argv, stdin=in_read, stdout=out_write, stderr=err_write,
+                        start_new_session=True, **switch,
+                    )  # fmt: skip
+                finally:
+                    for fd in (in_read, out_write, err_write):
+                        os.close(fd)
+                for fd in (in_write, out_read, err_read):
+                    _nonblocking(fd)
+                relay = PipeRelay(client, child, options.grace, in_write, out_read, err_read)
     except OSError as err:
         code = 127 if isinstance(err, FileNotFoundError) else 126
         return _failed(client, step_dir, f"cannot start {options.argv[0]!r}: {err.strerror}", code)

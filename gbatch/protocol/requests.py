@@ -120,12 +120,14 @@ class Submit(_Request, op="submit", secret=("secret_env", "submit_env")):
 
 
 class Cancel(_Request, op="cancel"):
-    """Cancel the jobs `ids`, `ranges` and `jobs` name, or else those `users` and `states` select.
+    """Cancel or signal the jobs (and steps) a request names, or those its filters select.
 
     `ranges` are "FIRST-LAST", e.g. an array's "12-511". Named jobs are narrowed by the
-    filters `users` and `states` (names or codes); with none named, the filters select
-    among the active jobs the caller may act on (an admin's: everyone's), as `scancel -u`
-    does. Replies {"results": [{"id", "ok": false, "error"}, ...], "done", "failed"}: the
+    filters `users`, `states` (names or codes), `names`, `partitions` and `nodes`; with
+    none named, the filters select among the active jobs the caller may act on (an
+    admin's: everyone's), as `scancel -u` does. With `signal`, nothing is cancelled: the
+    signal goes to the running jobs' steps (`batch`: their batch shells; `full`: both).
+    Replies {"results": [{"id", "ok": false, "error"}, ...], "done", "failed"}: the
     jobs that failed (at most 1,000 listed; "failed" counts them all) and how many were
     cancelled.
     """
@@ -137,6 +139,17 @@ class Cancel(_Request, op="cancel"):
     # Job id texts (gbatch/core/jobids.py: N, N_K, N_[K-M], FIRST-LAST), as the commands
     # send them: N names a whole array when N is an array's id, as in Slurm.
     jobs: tuple[str, ...] = ()
+    # Step ids (gbatch/core/steps.py: N.M, N_K.M, N.batch, N.interactive): that step only.
+    steps: tuple[str, ...] = ()
+    # scancel -n/-p/-w: only jobs of these names, partitions, nodes (AND between them).
+    names: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+    # scancel -s: send this signal (a name or number) instead of cancelling; to the
+    # jobs' steps, or with `batch` to their batch shells alone, with `full` to both.
+    signal: str | None = None
+    batch: bool = False
+    full: bool = False
 
 
 class Hold(_Request, op="hold"):
@@ -462,8 +475,9 @@ class OpenStep(_Request, op="step", secret=("env",)):
     `env` is the caller's environment (the daemon filters it as an export's, then sets
     the job's and step's SLURM_* and GPU variables over it); `cwd` where a bare step
     starts. `pty`: a pseudo-terminal of `rows` x `cols` with `term` as TERM, instead of
-    pipes. `interactive`: salloc's shell, the step `N.interactive`. Replies {"job",
-    "step", "label", "leads"}; after that line the connection carries the step's frames
+    pipes. `interactive`: salloc's shell, the step `N.interactive`. With `task`, `job` is
+    an array's id and the step is its task `task`'s (N_K). Replies {"job", "step",
+    "label", "leads"}; after that line the connection carries the step's frames
     (gbatch/core/stepframes.py) until its EXIT frame.
     """
 
@@ -475,6 +489,7 @@ class OpenStep(_Request, op="step", secret=("env",)):
     rows: int = 24
     cols: int = 80
     interactive: bool = False
+    task: int | None = None
 
 
 class AwaitAllocation(_Request, op="await_allocation"):

@@ -225,7 +225,7 @@ def format_seff(
     if job.gpus:
         from gbatch.core.gpuusage import seff_lines
 
-        lines += seff_lines(gpu_usage)
+        lines += seff_lines(gpu_usage, job.spec.gpu_mem_mb)
     return as_text(lines)
 
 

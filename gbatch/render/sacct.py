@@ -89,7 +89,11 @@ _SACCT_FIELDS: tuple[_Field, ...] = (
     _Field("Comment", 15, lambda j, _: printable(j.spec.comment or "")),
     # The GPUs' part only (gres/gpumem, gres/gpuutil), from format_sacct's gpu_usage.
     _Field("TRESUsageInMax", -10, lambda j, _: ""),
+    # gbatch's: the most GPU memory the job's own processes used, from gpu_usage too.
+    _Field("MaxGpuMem", 10, lambda j, _: ""),
 )
+# The fields format_sacct fills from its gpu_usage (sacct asks the daemon for it then).
+GPU_USAGE_FIELDS = frozenset({"tresusageinmax", "maxgpumem"})
 
 
 # What a step's line leaves blank, as Slurm's sacct does: the job's own.
@@ -188,19 +192,23 @@ def format_sacct(
     Raises FormatError for an unknown field (the message lists the valid ones).
     Unlike sacct, lines carry no trailing blank. `units` (one of UNITS, sacct --units)
     prints ReqMem in that unit. `gpu_usage` (job id -> its current run's GPU samples)
-    fills TRESUsageInMax. `steps` (job id -> its steps, sacct without -X) adds a line
+    fills TRESUsageInMax and MaxGpuMem. `steps` (job id -> its steps, sacct without -X) adds a line
     for each after its job's (_step_lines).
     """
-    from gbatch.core.gpuusage import tres_usage  # deferred: squeue needs none
+    from gbatch.core.gpuusage import max_gpu_mem, tres_usage  # deferred: squeue needs none
 
     columns = _resolve_sacct_fields(SACCT_DEFAULT_FIELDS if fields is None else fields)
     usage = gpu_usage or {}
-    columns = [
-        _Field(c.name, c.width, lambda j, _: tres_usage(usage.get(j.id)))
-        if c.name == "TRESUsageInMax"
-        else c
-        for c in columns
-    ]
+    from_usage: dict[str, Callable[[GpuUsage | None], str]] = {
+        "TRESUsageInMax": tres_usage,
+        "MaxGpuMem": max_gpu_mem,
+    }
+
+    def usage_field(c: _Field) -> _Field:
+        show = from_usage[c.name]
+        return _Field(c.name, c.width, lambda j, _: show(usage.get(j.id)))
+
+    columns = [usage_field(c) if c.name in from_usage else c for c in columns]
     if units is not None:
         columns = [
             _Field(c.name, c.width, lambda j, _: _sacct_memory(j.spec.memory_mb, units))

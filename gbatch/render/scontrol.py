@@ -6,6 +6,7 @@ A job's record ends with its events.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from gbatch.core.gputypes import gres_text, node_gres
 from gbatch.core.jobids import job_label
@@ -15,6 +16,7 @@ from gbatch.core.model import (
     Event,
     Job,
     JobSpec,
+    JobState,
     NodeInfo,
     NodeState,
     PartitionInfo,
@@ -36,6 +38,9 @@ from gbatch.render.cells import (
     reason_text,
     time_limit_fixed,
 )
+
+if TYPE_CHECKING:  # only show job's reply carries it
+    from gbatch.core.gpuusage import GpuUsage
 
 SECRET_MASK = "<secret>"  # shown for a secret_env variable, in place of its value
 
@@ -67,8 +72,13 @@ def _event_lines(events: Sequence[Event]) -> list[str]:
     ]
 
 
-def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
+def format_job_details(
+    job: Job, events: Sequence[Event], now: float, gpu_usage: GpuUsage | None = None
+) -> str:
     """Render one job as `scontrol show job` does: key=value lines, then its events.
+
+    `gpu_usage` (its current run's GPU samples) adds `GpuMemUsed=` (while it runs) and
+    `GpuMemPeak=`, the GPU memory its own processes use, once a report has listed one.
 
     The lines are indented three spaces; the `Events:` block gives time, state and
     reason, oldest first.
@@ -116,6 +126,8 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         f" Requeue={1 if spec.requeue else 0}",
         # Slurm's names; memory 0 as Slurm prints a job without --mem.
         f"   NumCPUs={spec.cpus_counted} MinMemoryNode={memory_text(spec.memory_mb)}",
+        # gbatch's: only once its processes were seen on its GPUs.
+        *([f"   {own}"] if (own := _own_gpu_memory(job, gpu_usage)) else []),
         # Only for a job that asks for them, so every other job's lines stay as they were.
         *([f"   Features={printable(spec.constraint)}"] if spec.constraint else []),
         *([f"   TresPerNode=gres/{_job_gres(spec)}"] if spec.gpus else []),
@@ -136,6 +148,12 @@ def format_job_details(job: Job, events: Sequence[Event], now: float) -> str:
         *_event_lines(events),
     ]
     return as_text(lines)
+
+
+def _own_gpu_memory(job: Job, usage: GpuUsage | None) -> str:
+    from gbatch.core.gpuusage import own_memory_fields  # deferred: squeue needs none
+
+    return own_memory_fields(usage, job.state is JobState.RUNNING)
 
 
 def _slurm_option_lines(spec: JobSpec) -> list[str]:
@@ -161,10 +179,14 @@ def _slurm_option_lines(spec: JobSpec) -> list[str]:
     return lines
 
 
-def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> str:
+def format_job_details_json(
+    job: Job, events: Sequence[Event], now: float, gpu_usage: GpuUsage | None = None
+) -> str:
     """A job's `--json`: its squeue JSON object plus its spec and its events.
 
-    The spec gives env names only, never values; the events come oldest first.
+    The spec gives env names only, never values; the events come oldest first. With
+    `gpu_usage` measured, `gpu_mem_used_mib` (while it runs) and `gpu_mem_peak_mib`: its
+    own processes' GPU memory.
     """
     spec = job.spec
     from gbatch.core.outputs import output_paths  # deferred: squeue needs none
@@ -196,6 +218,10 @@ def format_job_details_json(job: Job, events: Sequence[Event], now: float) -> st
             ],
         }
     )
+    if gpu_usage is not None and gpu_usage.own_measured:
+        if job.state is JobState.RUNNING:
+            data["gpu_mem_used_mib"] = gpu_usage.own_mem_mib
+        data["gpu_mem_peak_mib"] = gpu_usage.own_mem_max_mib
     return as_json(data)
 
 

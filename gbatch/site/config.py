@@ -132,6 +132,11 @@ STORE_FULL_EVENT = "STORE_FULL"
 IDLE_GPU_EVENT = "IDLE_GPU"
 
 
+# gpu_mem_policy's values: a job over its GPU memory budget is only warned, or warned
+# and then stopped.
+GPU_MEM_POLICIES = ("kill", "warn")
+
+
 @dataclass(frozen=True)
 class Webhook:
     """`webhooks:` in config.yaml: an admin's endpoint for events of every job and node.
@@ -212,6 +217,10 @@ class Config:
     # srun --jobid) in other users' jobs. A step runs as the job's owner, so this lets an
     # admin act as that user inside the job: off unless a site wants it.
     admin_steps: bool = False
+    # Bare jobs (on the local node) each in a cgroup of their own holding -c and --mem,
+    # where this host lets gbatchd make one (gbatch/nodes/cgroups.py); false: CPU
+    # affinity and RLIMIT_DATA, as where it cannot.
+    bare_job_cgroups: bool = True
     # An srun/salloc allocation that no client waits for or is attached to any more is
     # cancelled this long after its client went away (Slurm's behaviour when srun dies).
     interactive_grace_seconds: float = 30.0
@@ -270,6 +279,12 @@ class Config:
     notify_retention_days: float = 7.0
     # Idle GPU hoarders (IdleGpuPolicy); None (`idle_gpu: false`): not watched.
     idle_gpu: IdleGpuPolicy | None = IdleGpuPolicy()
+    # A running job whose own processes use more GPU memory than its budget (--gpu-mem)
+    # is warned; "kill" also stops it (OUT_OF_MEMORY, OutOfGpuMemoryBudget) once it has
+    # stayed over for gpu_mem_grace_seconds: its neighbours on a shared card were
+    # placed trusting that budget. "warn" only warns (gbatch/head/gpubudget.py).
+    gpu_mem_policy: str = "kill"
+    gpu_mem_grace_seconds: float = 30.0
     # The event log (gbatch/head/eventlog.py): one JSON line per job event and node
     # event for a log shipper. None (`off`, the default): none; "stdout" (the journal
     # under systemd); or a file, a relative path being in GBATCH_HOME, rotated at
@@ -647,7 +662,7 @@ def _coerce(key: str, value: object, source: str) -> object:
         return _check_group(value, bad)
     if key == "service_accounts":
         return _check_service_accounts(value, bad)
-    if key in ("private_data", "kill_invalid_depend", "admin_steps", "mps"):
+    if key in ("private_data", "kill_invalid_depend", "admin_steps", "bare_job_cgroups", "mps"):
         if not isinstance(value, bool):
             raise bad("true or false")
         return value
@@ -662,6 +677,17 @@ def _coerce(key: str, value: object, source: str) -> object:
         return _check_webhooks(value, bad)
     if key == "idle_gpu":
         return _check_idle_gpu(value, bad)
+    if key == "gpu_mem_policy":
+        if value not in GPU_MEM_POLICIES:
+            raise bad(" or ".join(GPU_MEM_POLICIES))
+        return value
+    if key == "gpu_mem_grace_seconds":
+        # 0 is allowed: stopped at the first report over its budget.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad("a number of seconds, 0 or more")
+        if not math.isfinite(value) or value < 0:
+            raise bad("a number of seconds, 0 or more")
+        return float(value)
     if key == "webhook_prefixes_allowed":
         return _check_webhook_prefixes(value, bad)
     if key == "smtp_tls":

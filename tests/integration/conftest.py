@@ -186,7 +186,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _SERVICE_ACCOUNTS.clear()
 
 
-def make_head(home: Path, gpus: int = 2, config: str = FAST_CONFIG) -> Head:
+def make_head(home: Path, gpus: int | str = 2, config: str = FAST_CONFIG) -> Head:
+    """A head (not started) in `home`: `gpus` is GBATCH_SIMULATE_GPUS (a count or models)."""
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     (home / "config.yaml").write_text(config)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GBATCH_")}
@@ -195,13 +196,24 @@ def make_head(home: Path, gpus: int = 2, config: str = FAST_CONFIG) -> Head:
 
 
 def kill_leftover_jobs(home: Path) -> None:
-    """Jobs outlive the daemon by design; a test must not leave any behind."""
+    """Jobs outlive the daemon by design; a test must not leave any behind, nor their
+    cgroups (gbatch/nodes/cgroups.py: this daemon's, killed and removed)."""
     for run_dir in (home / "run").glob("*.*"):
         try:
             pids = json.loads((run_dir / "pids.json").read_text())
             os.killpg(int(pids["pgid"]), signal.SIGKILL)
         except (OSError, ValueError, KeyError):
             pass
+    remove_bare_cgroups(home)
+
+
+def remove_bare_cgroups(home: Path) -> None:
+    """Kill what is in the bare-job cgroups of the daemon of `home`, and remove them."""
+    from gbatch.nodes import cgroups
+
+    tree = cgroups.find(home / "run")
+    if not isinstance(tree, str):
+        tree.remove_all()
 
 
 @contextlib.contextmanager

@@ -39,6 +39,9 @@ CORPUS = Path(__file__).resolve().parent.parent / "slurm_corpus"
 # The embedded node's partition as the partitions work names it; the corpus scripts that
 # say `-p` use this name, and .ci/setup-slurm.sh gives real Slurm the same one.
 PARTITION = "gpu"  # gbatch.core.model.IMPLICIT_PARTITION (i14-partitions)
+# The corpus node's GPUs, for GBATCH_SIMULATE_GPUS: two A100s, as .ci/setup-slurm.sh gives
+# real Slurm (gres.conf Type=a100), so scripts may ask for the model (--gres=gpu:a100:1).
+CORPUS_GPUS = "a100-80gb:2"
 FINAL_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
 )

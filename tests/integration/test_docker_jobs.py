@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import (
     FAST_CONFIG,
+    GBATCH,
     Head,
     container_head,
     is_gone,
@@ -212,3 +213,54 @@ def test_a_container_jobs_stderr_goes_to_its_own_file_with_e(
     assert (out.read_text(), err.read_text()) == ("to-out\n", "to-err\n")
     log = docker_head.run("logs", str(job_id), check=True).stdout
     assert sorted(log.splitlines()) == ["to-err", "to-out"]  # the head's copy has both
+
+
+def test_steps_shells_and_signals_reach_into_a_container_job(docker_head: Head, image: str) -> None:
+    """Issue 31 in a container: `gbatch shell N CMD` runs inside the job's container (a file
+    only it has), an srun step there takes scancel's default signal while the batch shell
+    does not, and `scancel -b` reaches the batch shell alone."""
+    script = (
+        "trap 'echo batch-got-usr1' USR1; echo up > /tmp/only-in-here; while :; do sleep 0.1; done"
+    )
+    job_id = docker_head.sbatch("--image", image, "--wrap", script)
+    docker_head.wait_state(job_id, "RUNNING", timeout=60)
+    wait_for(
+        lambda: docker_head.run("shell", str(job_id), "cat", "/tmp/only-in-here").stdout == "up\n",
+        60,
+        "the job's own file, read through gbatch shell",
+    )
+    step = subprocess.Popen(
+        [
+            *GBATCH,
+            "srun",
+            "--jobid",
+            str(job_id),
+            "sh",
+            "-c",
+            "trap 'echo step-got-usr1; exit 0' USR1; echo ready; while :; do sleep 0.1; done",
+        ],
+        env=docker_head.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert step.stdout is not None
+        assert step.stdout.readline() == "ready\n"
+        docker_head.run("scancel", "-s", "USR1", str(job_id), check=True)
+        out, err = step.communicate(timeout=60)
+        assert (step.returncode, out) == (0, "step-got-usr1\n"), err
+    finally:
+        if step.poll() is None:
+            step.kill()
+    assert "batch-got-usr1" not in docker_head.run("logs", str(job_id)).stdout
+    docker_head.run("scancel", "-b", "-s", "USR1", str(job_id), check=True)
+    wait_for(
+        lambda: "batch-got-usr1" in docker_head.run("logs", str(job_id)).stdout,
+        60,
+        "USR1 in the container's batch shell",
+    )
+    assert docker_head.state(job_id) == "RUNNING"
+    docker_head.run("scancel", str(job_id), check=True)
+    docker_head.wait_state(job_id, "CANCELLED", timeout=60)

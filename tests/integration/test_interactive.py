@@ -196,6 +196,54 @@ def test_srun_pty_bash_in_a_real_terminal(head: Head, terminal: Terminal) -> Non
     wait_for(lambda: free_gpus(head) == 2, what="the GPU free again")
 
 
+def test_shell_opens_beside_a_running_batch_job_and_leaves_it_running(
+    head: Head, terminal: Terminal, tmp_path: Path
+) -> None:
+    """gbatch shell N: a login shell in the job's directory with its GPU; exit ends it alone."""
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    job_id = head.sbatch("-G", "1", "-D", str(workdir), "--wrap", "echo x > marker.txt; sleep 300")
+    head.wait_state(job_id, "RUNNING")
+    wait_for(lambda: (workdir / "marker.txt").exists(), what="the job's file")
+    exit_file = terminal.socket.parent / "exit-status"
+    shell = shlex.join([*GBATCH, "shell", str(job_id)])
+    terminal.start(f"{shell}; echo $? > {shlex.quote(str(exit_file))}", head.env, head.home)
+    # Its prompt, whatever the login shell's rc files make of it: keys typed earlier would
+    # reach this terminal before srun's raw mode, which discards them.
+    terminal.until(lambda s: s.rstrip().endswith(("#", "$")), "the shell's prompt")
+    terminal.type("echo file=$(cat marker.txt) gpus=$CUDA_VISIBLE_DEVICES job=$SLURM_JOB_ID; tty")
+    screen = terminal.until(lambda s: re.search(r"/dev/pts/\d+", s), "the shell's answer")
+    assert f"file=x gpus=0 job={job_id}" in screen, screen
+    terminal.type("exit 5")
+    terminal.until_gone()
+    assert exit_file.read_text().strip() == "5"
+    assert head.state(job_id) == "RUNNING"
+    assert sacct_lines(head, job_id)[-1] == f"{job_id}.0|sh|FAILED|5:0"
+    head.run("scancel", str(job_id), check=True)
+
+
+def test_shell_and_srun_take_an_array_task_and_sattach_refuses_a_step(head: Head) -> None:
+    array = head.sbatch("--array", "1-2", "--wrap", "sleep 300")
+    head.wait_state(array + 1, "RUNNING")
+    done = head.run("shell", f"{array}_2", "sh", "-c", "echo task=$SLURM_ARRAY_TASK_ID", input="")
+    assert (done.returncode, done.stdout) == (0, "task=2\n"), done.stderr
+    done = head.run("srun", "--jobid", f"{array}_1", "sh", "-c", "echo $SLURM_JOB_ID", input="")
+    assert (done.returncode, done.stdout) == (0, f"{array}\n"), done.stderr
+    done = head.run("sattach", f"{array}_2", "true", input="")
+    assert done.returncode == 0, done.stderr
+    step = head.run("sattach", f"{array}.0", input="")
+    assert step.returncode == 2
+    assert step.stderr == (
+        f"gbatch sattach: error: {array}.0: gbatch sattach opens a new shell in a job, and "
+        f"cannot attach to step 0's input and output. Run gbatch sattach {array} for a shell "
+        f"in it, or gbatch logs -f {array} for its output\n"
+    )
+    bad = head.run("shell", f"{array}_x", input="")
+    assert bad.returncode == 2 and bad.stderr.startswith("gbatch shell: error: shell: N: "), bad
+    assert [head.state(array), head.state(array + 1)] == ["RUNNING", "RUNNING"]
+    head.run("scancel", str(array), check=True)
+
+
 def test_salloc_then_srun_inside_it(head: Head, terminal: Terminal) -> None:
     exit_file = terminal.socket.parent / "exit-status"
     salloc = shlex.join([*GBATCH, "salloc", "-G", "1", "bash", "--norc", "--noprofile"])
@@ -322,6 +370,10 @@ def test_another_user_is_refused_a_step_and_their_own_runs_as_them() -> None:
                 f"gbatch srun: error: Access/permission denied: job {roots} is root's, and "
                 "only its owner runs steps in it\n"
             )
+            shell = as_user(student, lambda: run_cli(head.home, "shell", str(roots), "id"))
+            assert shell["rc"] == 4 and shell["err"].startswith(
+                "gbatch shell: error: Access/permission denied"
+            ), shell
             log = (head.home / "gbatchd.log").read_text()
             assert f"user={student.name} uid={student.uid}" in log
             assert f"op=step job={roots} owner=root -> refused: not the owner" in log

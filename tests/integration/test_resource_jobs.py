@@ -1,6 +1,7 @@
 """CPUs and memory through the real CLI and daemon: -c/--mem reach a container's cgroup
-and a bare job's limits, SLURM_CPUS_*/SLURM_MEM_* reach a script, a container over its
-memory ends OUT_OF_MEMORY, and a job no node could hold waits BadConstraints."""
+and a bare job's limits where it has no cgroup (in one: test_bare_cgroups.py),
+SLURM_CPUS_*/SLURM_MEM_* reach a script, a container over its memory ends
+OUT_OF_MEMORY, and a job no node could hold waits BadConstraints."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import GBATCH, Head, container_head
+from conftest import FAST_CONFIG, GBATCH, Head, container_head, kill_leftover_jobs, make_head
 from dockerenv import ensure_test_image, require_docker
 
 # cgroup v2 names first, then v1's: the engine's hosts differ.
@@ -62,7 +63,21 @@ def test_a_container_over_its_memory_ends_out_of_memory(docker_head: Head, image
     docker_head.wait_state(job_id, "OUT_OF_MEMORY", timeout=60)
 
 
-def test_a_bare_job_is_pinned_and_capped(head: Head) -> None:
+@pytest.fixture
+def uncgrouped_head(tmp_path: Path) -> Iterator[Head]:
+    """A head that holds bare jobs as a host without cgroups does (bare_job_cgroups:
+    false); tests/integration/test_bare_cgroups.py tests them in cgroups."""
+    made = make_head(tmp_path / "home", config=FAST_CONFIG + "bare_job_cgroups: false\n")
+    made.start()
+    try:
+        yield made
+    finally:
+        made.stop()
+        kill_leftover_jobs(made.home)
+
+
+def test_a_bare_job_without_a_cgroup_is_pinned_and_capped(uncgrouped_head: Head) -> None:
+    head = uncgrouped_head
     job_id = head.sbatch(
         "-c", "1", "--mem", "100M", "--wrap", "grep Cpus_allowed_list /proc/self/status; ulimit -d"
     )
@@ -72,7 +87,8 @@ def test_a_bare_job_is_pinned_and_capped(head: Head) -> None:
     assert data == "102400"  # KiB
 
 
-def test_a_bare_job_over_its_memory_fails(head: Head) -> None:
+def test_a_bare_job_without_a_cgroup_over_its_memory_fails(uncgrouped_head: Head) -> None:
+    head = uncgrouped_head
     job_id = head.sbatch("--mem", "64M", "--wrap", "python3 -c 'bytearray(256 << 20)'")
     head.wait_state(job_id, "FAILED")
     assert any("MemoryError" in line for line in log(head, job_id))

@@ -15,6 +15,7 @@ import pytest
 from conftest import Head, kill_leftover_jobs, make_head
 from corpus import (
     CORPUS,
+    CORPUS_GPUS,
     FINAL_STATES,
     PARTITION,
     Entry,
@@ -31,7 +32,7 @@ ENTRIES = load_corpus()
 
 @pytest.fixture(scope="module")
 def corpus_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
-    head = make_head(tmp_path_factory.mktemp("corpus-head") / "home")
+    head = make_head(tmp_path_factory.mktemp("corpus-head") / "home", CORPUS_GPUS)
     head.start()
     yield head
     head.stop()

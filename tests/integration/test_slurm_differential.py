@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import Head, kill_leftover_jobs, make_head
 from corpus import (
+    CORPUS_GPUS,
     Entry,
     Run,
     files_left,
@@ -49,7 +50,7 @@ def slurm_ready() -> None:
 
 @pytest.fixture(scope="module")
 def diff_head(slurm_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
-    head = make_head(tmp_path_factory.mktemp("diff-head") / "home")
+    head = make_head(tmp_path_factory.mktemp("diff-head") / "home", CORPUS_GPUS)
     head.start()
     yield head
     head.stop()

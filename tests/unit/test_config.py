@@ -120,6 +120,7 @@ def test_config_file_with_every_key_is_read(
         "private_data: true\n"
         "kill_invalid_depend: true\n"
         "admin_steps: true\n"
+        "bare_job_cgroups: false\n"
         "interactive_grace_seconds: 12\n"
         "docker: podman\n"
         "node_down_seconds: 90\n"
@@ -148,6 +149,8 @@ def test_config_file_with_every_key_is_read(
         "notify_retention_days: 2\n"
         "webhook_prefixes_allowed: ['https://hooks.slack.com/services/']\n"
         "idle_gpu: {threshold_percent: 10, after_minutes: 20, cancel_after_minutes: 60}\n"
+        "gpu_mem_policy: warn\n"
+        "gpu_mem_grace_seconds: 0\n"
         "event_log: events.jsonl\n"
         "event_log_max_bytes: 10M\n"
         "event_log_backups: 3\n"
@@ -174,6 +177,7 @@ def test_config_file_with_every_key_is_read(
         private_data=True,
         kill_invalid_depend=True,
         admin_steps=True,
+        bare_job_cgroups=False,
         interactive_grace_seconds=12.0,
         docker="podman",
         node_down_seconds=90.0,
@@ -202,6 +206,8 @@ def test_config_file_with_every_key_is_read(
         notify_retention_days=2.0,
         webhook_prefixes_allowed=("https://hooks.slack.com/services/",),
         idle_gpu=IdleGpuPolicy(10.0, 20.0, 60.0),
+        gpu_mem_policy="warn",
+        gpu_mem_grace_seconds=0.0,
         event_log="events.jsonl",
         event_log_max_bytes=10 << 20,
         event_log_backups=3,
@@ -261,10 +267,13 @@ def test_every_config_key_is_a_config_field() -> None:
         "notify_retention_days",
         "webhook_prefixes_allowed",
         "idle_gpu",
+        "gpu_mem_policy",
+        "gpu_mem_grace_seconds",
         "event_log",
         "event_log_max_bytes",
         "event_log_backups",
         "admin_steps",
+        "bare_job_cgroups",
         "interactive_grace_seconds",
     }
 

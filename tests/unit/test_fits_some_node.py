@@ -224,3 +224,19 @@ def test_scontrol_update_to_a_type_no_node_has_is_refused_as_gres(models: Daemon
     assert reply["error"].startswith("Features: no node of partition gpu has the features"), reply
     reply = handle(models, ROOT, {"op": "update", "id": job, "changes": {"Gres": "gpu:a100:4"}})
     assert reply["ok"], reply
+
+
+def test_scontrol_update_to_more_gpus_than_the_partition_has_is_refused(two_kinds: Daemon) -> None:
+    """The fleet's largest node (8 GPUs) is not the job's partition's (cpu: one GPU)."""
+    job = _submit(two_kinds, "cpu", gpus=1)["ids"][0]
+    reply = handle(two_kinds, ROOT, {"op": "update", "id": job, "changes": {"NumGPUs": "4"}})
+    assert reply["ok"] is False and reply["kind"] == "invalid", reply
+    assert reply["error"].startswith(
+        "NumGPUs: 4 GPUs requested but partition cpu's largest node has 1. Ask for at most 1"
+    ), reply["error"]
+    reply = handle(two_kinds, ROOT, {"op": "update", "id": job, "changes": {"Gres": "gpu:4"}})
+    assert reply["error"].startswith("Gres: 4 GPUs requested but partition cpu's"), reply
+    assert two_kinds.store.get(job).spec.gpus == 1  # type: ignore[union-attr]
+    job = _submit(two_kinds, "gpu", gpus=1)["ids"][0]
+    reply = handle(two_kinds, ROOT, {"op": "update", "id": job, "changes": {"NumGPUs": "8"}})
+    assert reply["ok"], reply

@@ -488,3 +488,15 @@ def test_fair_share_and_sreport_charge_a_share_its_part_of_the_card(daemon: Daem
     assert row.gpu_seconds == 900.0
     gone = replace(shared, node="elsewhere")  # its card no longer known: a whole GPU
     assert daemon.fleet.charged_gpus(gone) == 1.0
+
+
+def test_the_web_pages_gpu_table_shows_each_shareable_cards_shares_and_room() -> None:
+    from gbatch.api.web import Web
+
+    templates = Web(api=None).templates
+    html = templates.get_template("nodes.html").render(
+        csrf="", signed_in=True, nodes=[node_to_wire(_shared_node())], partitions=[]
+    )
+    table = html[html.index('<table id="gpus">') :]
+    cells = [row.split("<td>")[-1].split("</td>")[0] for row in table.split("<tr>")[2:]]
+    assert cells == ["0, 0/81920", "2, 40960/36864"]

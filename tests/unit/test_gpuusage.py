@@ -141,6 +141,9 @@ class ReportingNode:
     def report(self) -> tuple[SimpleNamespace, str]:
         return SimpleNamespace(gpus=self.gpus), ""
 
+    def run_owners(self, report: SimpleNamespace) -> dict[tuple[int, int], object]:
+        return {}  # no process of a run listed: their own memory is not measured
+
 
 def test_the_daemon_samples_each_new_report_once_for_the_running_jobs_on_its_node(
     daemon: Daemon,

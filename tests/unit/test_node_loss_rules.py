@@ -17,7 +17,7 @@ from gbatch.head.liveness import FENCE_MARGIN_SECONDS
 from gbatch.head.loop.dispatch import LAUNCH_SETTLE_SECONDS
 from gbatch.head.store import Store
 from gbatch.nodes.base import LaunchError, RunStatus
-from gbatch.nodes.report import ContainerReport, NodeReport
+from gbatch.nodes.report import ContainerReport, NodeReport, RunOwner, container_owners
 from gbatch.site.config import Config, Paths
 
 DOWN_AFTER, LEASE = 60.0, 90.0
@@ -72,10 +72,13 @@ class FakeNode:
     def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
         return ()
 
+    def run_owners(self, report: NodeReport) -> dict[tuple[int, int], RunOwner]:
+        return container_owners(report, self.name)
+
     def status(self, job: Job, attempt: int) -> RunStatus:
         return RunStatus(self.run_state)  # type: ignore[arg-type]
 
-    def signal(self, job: Job, attempt: int, sig: signal.Signals) -> None:
+    def signal(self, job: Job, attempt: int, sig: signal.Signals, target: object = None) -> None:
         self.signals.append((job.id, attempt, sig))
 
     def cleanup(self, job: Job, attempt: int) -> None:

@@ -50,6 +50,8 @@ RUNS = {
     "sbatch": ["sbatch", "--wrap", "true"],
     "srun": ["srun", "-t", "5", "true"],
     "salloc": ["salloc", "-t", "5", "true"],
+    "shell": ["shell", "1", "true"],
+    "sattach": ["sattach", "1"],
     "squeue": ["squeue"],
     "scancel": ["scancel", "1"],
     "sinfo": ["sinfo"],

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from oracles import active_jobs
 
 from gbatch.core.model import IllegalTransition, JobSpec, JobState
+from gbatch.core.selection import JobFilter
 from gbatch.head.store import (
     MIGRATIONS,
     JobNotFound,
@@ -884,11 +885,30 @@ def test_briefs_name_the_owner_and_state_of_existing_jobs_by_id(store: Store) ->
         (ids[1], 1000, "alice", JobState.RUNNING),
         (ids[2], 1000, "alice", JobState.PENDING),
     ]
-    assert [tuple(b) for b in store.briefs([ids[2], 999, ids[0], ids[1]])] == expected
+    assert [tuple(b)[:4] for b in store.briefs([ids[2], 999, ids[0], ids[1]])] == expected
     assert [b.id for b in store.briefs_between(ids[0], ids[2] + 50, after=0, limit=2)] == ids[:2]
     page = store.briefs_between(ids[0], ids[2] + 50, after=ids[1], limit=2)
-    assert [tuple(b) for b in page] == expected[2:]
+    assert [tuple(b)[:4] for b in page] == expected[2:]
     assert store.briefs_between(ids[2] + 1, ids[2] + 50, after=0, limit=2) == []
+
+
+def test_scancels_name_partition_and_node_filters_are_read_in_sql(store: Store) -> None:
+    """-n/-p/-w (JobFilter): kept in briefs, applied to pending ids, tails and jobs."""
+    a, b, c = store.submit([spec("a"), spec("b"), spec("a")], uid=1000, user="alice", now=T0)
+    run_job(store, c)  # on gpu01
+    only_a = JobFilter(names=("a",))
+    assert [(x.id, x.kept) for x in store.briefs([a, b, c], only_a)] == [
+        (a, True),
+        (b, False),
+        (c, True),
+    ]
+    page = store.briefs_between(a, c, after=0, limit=10, narrow=JobFilter(nodes=("gpu01",)))
+    assert [x.kept for x in page] == [False, False, True]
+    assert store.pending_ids(after=0, limit=10, narrow=only_a) == [a]
+    assert store.pending_ids(after=0, limit=10, narrow=JobFilter(partitions=("nosuch",))) == []
+    assert [j.id for j in store.jobs(states={JobState.RUNNING}, narrow=only_a)] == [c]
+    assert store.jobs(states={JobState.RUNNING}, narrow=JobFilter(nodes=("gpu02",))) == []
+    assert store.tails(narrow=JobFilter(nodes=("gpu01",))) == []
 
 
 def test_runnable_jobs_per_user_are_each_users_first_in_queue_order(store: Store) -> None:

@@ -9,48 +9,107 @@ from collections.abc import Sequence
 from typing import Any
 
 from gbatch.core.model import ACTIVE_STATES, Job, JobState
+from gbatch.core.selection import JobFilter
+from gbatch.core.signals import SignalTarget
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import targets
 from gbatch.head.handlers.auth import is_admin, submit_limits
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused, store_full_message
+from gbatch.head.handlers.signals import act_on_steps, requested_signal, signal_jobs
 from gbatch.head.handlers.targets import Tally, named_briefs, owned, parse_states, request_targets
 from gbatch.head.store import JobBrief, PendingLimitReached, StateChange, StoreFull
 from gbatch.protocol import requests
 
 
 def on_cancel(daemon: Daemon, caller: Caller, request: requests.Cancel) -> dict[str, Any]:
-    """scancel: cancel the jobs a request names, or those its filters select.
+    """scancel: cancel (or signal) the jobs and steps a request names, or those its filters select.
 
     Named jobs (`ids`, `ranges`, `jobs`) are narrowed by the filters; with none named,
-    the active jobs the filters (users, states) select among those the caller may act on,
-    as `scancel -u` does. Quiet on success: the reply lists failures."""
+    the active jobs the filters (users, states, names, partitions, nodes) select among
+    those the caller may act on, as `scancel -u` does. Steps (`steps`) are acted on
+    alone. With `signal`, running jobs are sent it (signals.py) and nothing is
+    cancelled. Quiet on success: the reply lists failures."""
     users = set(request.users)
     states = set(parse_states(request.states) or ())
+    narrow = JobFilter(tuple(request.names), tuple(request.partitions), tuple(request.nodes))
+    signum, target = requested_signal(request)
     admin = is_admin(daemon, caller)
-    tally = Tally(daemon, caller, "cancel")
+    tally = Tally(daemon, caller, "cancel" if signum is None else "signal")
+    if request.steps:
+        act_on_steps(
+            daemon,
+            caller,
+            tally,
+            request.steps,
+            signum,
+            admin,
+            lambda job: _cancel_outcome(daemon, caller, job.id),
+        )
     arrays: list[tuple[int, int]] = []
     ids, ranges = request_targets(daemon, request, tally, arrays)
     if request.ids or request.ranges or request.jobs:
-        for batch in named_briefs(daemon, caller, tally, ids, ranges, admin):
+        for batch in named_briefs(daemon, caller, tally, ids, ranges, admin, narrow):
             chosen = [
                 brief
                 for brief in batch
-                if (not users or brief.user in users)
+                if brief.kept
+                and (not users or brief.user in users)
                 and (not states or brief.state in states)
                 # `scancel N` of an array: its tasks still to end, as Slurm; the ended
                 # ones are no failure.
                 and not (brief.state.is_final and any(a <= brief.id <= b for a, b in arrays))
             ]
-            _cancel_named(daemon, caller, tally, owned(caller, admin, tally, chosen))
-        if not states or JobState.PENDING in states:
-            _cancel_tails(daemon, caller, tally, [a for a, _ in arrays], users, admin)
-    elif users or states:
-        _cancel_sweep(daemon, caller, tally, users, states, admin)
-    else:
-        raise Refused("invalid", "no job ids given. Name job ids, or use -u USER / -t STATE")
+            mine = owned(caller, admin, tally, chosen)
+            if signum is None:
+                _cancel_named(daemon, caller, tally, mine)
+            else:
+                # An array named by its id: its tasks still pending are passed over.
+                whole = [b for b in mine if any(a <= b.id <= z for a, z in arrays)]
+                alone = [b for b in mine if not any(a <= b.id <= z for a, z in arrays)]
+                signal_jobs(daemon, caller, tally, alone, signum, target)
+                signal_jobs(daemon, caller, tally, whole, signum, target, quiet_pending=True)
+        if signum is None and (not states or JobState.PENDING in states):
+            _cancel_tails(daemon, caller, tally, [a for a, _ in arrays], users, admin, narrow)
+    elif users or states or narrow:
+        if signum is None:
+            _cancel_sweep(daemon, caller, tally, users, states, admin, narrow)
+        else:
+            _signal_sweep(daemon, caller, tally, users, states, admin, narrow, signum, target)
+    elif not request.steps:
+        raise Refused(
+            "invalid",
+            "no job ids given. Name job ids, or use -u USER / -t STATE / -n NAME / -p "
+            "PARTITION / -w NODE",
+        )
     daemon.wake.set()
     return tally.finish()
+
+
+def _cancel_outcome(daemon: Daemon, caller: Caller, job_id: int) -> str | None:
+    """Cancel one job; None when done (or stopping already), else why not."""
+    outcome = _cancel_one(daemon, caller, job_id)
+    return None if outcome is None else outcome[0]
+
+
+def _signal_sweep(
+    daemon: Daemon,
+    caller: Caller,
+    tally: Tally,
+    users: set[str],
+    states: set[JobState],
+    admin: bool,
+    narrow: JobFilter,
+    signum: int,
+    target: SignalTarget,
+) -> None:
+    """`scancel -s SIG -u/-t/-n/-p/-w`: signal the selected running jobs the caller may act
+    on; the pending ones among those selected are passed over (nothing runs to signal)."""
+    if states and JobState.RUNNING not in states:
+        return
+    jobs = daemon.store.jobs(states={JobState.RUNNING}, users=users or None, narrow=narrow)
+    mine = [job for job in jobs if admin or job.uid == caller.uid]
+    signal_jobs(daemon, caller, tally, mine, signum, target, quiet_pending=True)
 
 
 def _cancel_named(daemon: Daemon, caller: Caller, tally: Tally, briefs: list[JobBrief]) -> None:
@@ -76,6 +135,7 @@ def _cancel_tails(
     array_ids: Sequence[int],
     users: set[str],
     admin: bool,
+    narrow: JobFilter | None = None,
 ) -> None:
     """Cancel the tails of the arrays `array_ids` the caller may act on, in one write.
 
@@ -86,6 +146,7 @@ def _cancel_tails(
         states=[JobState.PENDING],
         users=users or None,
         overlapping=[(a, a) for a in array_ids],
+        narrow=narrow,
     )
     mine = [t.array_id for t in tails if t.array_id in array_ids and (admin or t.uid == caller.uid)]
     try:
@@ -102,8 +163,9 @@ def _cancel_sweep(
     users: set[str],
     states: set[JobState],
     admin: bool,
+    narrow: JobFilter,
 ) -> None:
-    """`scancel -u/-t/--me`: cancel the caller's own jobs among those the filters select.
+    """`scancel -u/-t/-n/-p/-w/--me`: cancel the caller's own jobs among those selected.
 
     An admin's: all of them; no job of another user is refused, none is touched. Pending
     jobs first, a batch at a time in id order; then the allocated ones, which include any
@@ -112,14 +174,19 @@ def _cancel_sweep(
     if not states or JobState.PENDING in states:
         after = 0
         while ids := daemon.store.pending_ids(
-            after=after, limit=targets.BULK_BATCH, users=users or None, uid=uid
+            after=after, limit=targets.BULK_BATCH, users=users or None, uid=uid, narrow=narrow
         ):
             after = ids[-1]
             _cancel_pending(daemon, caller, tally, ids)
-        tails = daemon.store.tails(states=[JobState.PENDING], users=users or None, uid=uid)
-        _cancel_tails(daemon, caller, tally, [t.array_id for t in tails], users, admin)
+        tails = daemon.store.tails(
+            states=[JobState.PENDING], users=users or None, uid=uid, narrow=narrow
+        )
+        _cancel_tails(daemon, caller, tally, [t.array_id for t in tails], users, admin, narrow)
     allocated = (states or ACTIVE_STATES) & (ACTIVE_STATES - {JobState.PENDING})
-    for job in daemon.store.jobs(states=allocated, users=users or None) if allocated else []:
+    found = (
+        daemon.store.jobs(states=allocated, users=users or None, narrow=narrow) if allocated else []
+    )
+    for job in found:
         if uid is None or job.uid == uid:
             outcome = _cancel_one(daemon, caller, job.id)
             if outcome is None:

@@ -113,7 +113,7 @@ def may_open_step(daemon: Daemon, caller: Caller, job: Any) -> str | None:
 
 def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[str, Any]:
     """srun: record a new step of a running job; the server starts it once answered."""
-    job = named_job(daemon, caller, request.job, "step")
+    job = named_job(daemon, caller, request.job, "step", request.task)
     why = may_open_step(daemon, caller, job)
     if why is None:
         audit(daemon, caller, "step", job, "refused: not the owner")

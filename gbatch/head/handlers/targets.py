@@ -23,6 +23,7 @@ from gbatch.core.constants import MAX_ID_DIGITS
 from gbatch.core.jobids import NUMBER, JobIdError, parse_job_ids
 from gbatch.core.limits import ARRAY_HARD_CAP
 from gbatch.core.model import Job, JobState
+from gbatch.core.selection import JobFilter
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.audit import audit, audit_jobs, loggable
 from gbatch.head.handlers.auth import may_act_on
@@ -223,8 +224,11 @@ def named_briefs(
     ids: Sequence[int],
     ranges: Sequence[tuple[int, int]],
     admin: bool,
+    narrow: JobFilter | None = None,
 ) -> Iterator[list[JobBrief]]:
     """The jobs a request names, a batch of JobBriefs at a time.
+
+    With `narrow` (scancel -n/-p/-w), each brief's `kept` says whether its job passes.
 
     `ids` in their order, then each range's jobs by id. An id without a job fails
     "Invalid job id specified", and so does a range without one. Under private_data
@@ -234,7 +238,7 @@ def named_briefs(
     private = "refused: not the owner (private_data: not found)"
     for start in range(0, len(ids), BULK_BATCH):
         part = ids[start : start + BULK_BATCH]
-        found = {brief.id: brief for brief in daemon.store.briefs(part)}
+        found = {brief.id: brief for brief in daemon.store.briefs(part, narrow)}
         batch = []
         for job_id in part:
             brief = found.get(job_id)
@@ -247,7 +251,9 @@ def named_briefs(
         yield batch
     for first, last in ranges:
         after, seen = first - 1, False
-        while page := daemon.store.briefs_between(first, last, after=after, limit=BULK_BATCH):
+        while page := daemon.store.briefs_between(
+            first, last, after=after, limit=BULK_BATCH, narrow=narrow
+        ):
             after = page[-1].id
             batch = []
             for brief in page:

@@ -79,10 +79,16 @@ def _planned_update(
     spec = change.spec
     if spec.gpus != found.spec.gpus:
         _check_update_gpus(daemon, caller, spec.gpus)
-    if (spec.gpu_type, spec.constraint) != (found.spec.gpu_type, found.spec.constraint) or (
-        spec.gpu_type is not None and spec.gpus != found.spec.gpus
+    if (spec.gpus, spec.gpu_type, spec.constraint) != (
+        found.spec.gpus,
+        found.spec.gpu_type,
+        found.spec.constraint,
     ):
-        check_fits_some_node(daemon, spec, {"gpus": "Gres", "constraint": "Features"})
+        # What no node of the job's own partition holds, as submit refuses it: a count
+        # the fleet's largest node holds may still be more than the partition has.
+        typed = any(requests.update_key(key) == "NumGPUs" for key in changes)
+        labels = {"gpus": "NumGPUs" if typed else "Gres", "constraint": "Features"}
+        check_fits_some_node(daemon, spec, labels)
     if spec.dependency is not None and spec.dependency != found.spec.dependency:
         if jobupdate.self_reference(found.id, spec.dependency, found.array_job_id):
             raise Refused(
@@ -180,13 +186,7 @@ def _update_throttle(daemon: Daemon, caller: Caller, found: Job, value: str) -> 
 
 
 def _check_update_gpus(daemon: Daemon, caller: Caller, gpus: int) -> None:
-    """Refuse a new GPU count that submit would refuse: no node that large, or over max_gpus."""
-    have, _ = daemon.fleet.max_gpus_per_node()
-    if gpus > have and daemon.fleet.all_reported():
-        raise Refused(
-            "invalid",
-            f"NumGPUs: {gpus} GPUs but the largest node has {have}. Ask for at most {have}",
-        )
+    """Refuse a new GPU count over the caller's max_gpus (the nodes: check_fits_some_node)."""
     limits = submit_limits(daemon, caller)
     refusal = None if limits is None else gpus_refusal(gpus, limits.max_gpus)
     if refusal is not None:

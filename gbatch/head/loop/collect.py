@@ -12,7 +12,7 @@ import signal
 from collections.abc import Callable, Sequence
 
 from gbatch.core.model import ALLOCATED_STATES, Job, JobState
-from gbatch.head import idlegpu
+from gbatch.head import gpubudget, idlegpu
 from gbatch.head.fleet import Fleet
 from gbatch.head.liveness import Liveness
 from gbatch.head.loop.conditions import NodeConditions
@@ -235,9 +235,11 @@ def _stopped_reason(job: Job) -> str:
 def _stop_reason(state: JobState) -> str:
     """The reason a stopped run's job ends with. A timed-out job's is Slurm's TimeLimit,
     which `squeue -t all` shows in NODELIST(REASON) as `(TimeLimit)` (its history keeps
-    the stop's own "time limit reached")."""
+    the stop's own "time limit reached"); one the gpu_mem_policy stopped (the only stop
+    that ends OUT_OF_MEMORY) reads OutOfGpuMemoryBudget, its history the memory used."""
     return {
         JobState.CANCELLED: "cancelled",
         JobState.TIMEOUT: "TimeLimit",
         JobState.PENDING: "requeued on request",
+        JobState.OUT_OF_MEMORY: gpubudget.BUDGET_REASON,
     }.get(state, state.value.lower())

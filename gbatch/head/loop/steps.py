@@ -41,6 +41,8 @@ class StepEnds:
         self.waiters = waiters
         self.starting = starting
         self.wake = wake
+        # Steps scancel N.M killed, by (job, step): who did, so the end reads CANCELLED.
+        self.cancelled: dict[tuple[int, int], str] = {}
 
     def collect(self, now: float) -> None:
         """Record every open step that has ended; stop the allocations they led."""
@@ -63,11 +65,14 @@ class StepEnds:
                     # Opened as its allocation ended: it ends with it.
                     node.cleanup(job, step.attempt)
                 continue
+            cancelled_by = self.cancelled.pop((step.job_id, step.step_id), None)
             if status.state == "exited":
                 state = step_end_state(status.exit_code, status.signal, hangup=status.hangup)
                 if state is JobState.FAILED and not running:
                     state = JobState.CANCELLED  # killed as its allocation ended
                 reason = status.error or ("its client went away" if status.hangup else "")
+                if cancelled_by is not None and state is not JobState.COMPLETED:
+                    state, reason = JobState.CANCELLED, f"cancelled by {cancelled_by}"
                 code, signum, ended = status.exit_code, status.signal, status.end_time or now
             else:
                 state = JobState.FAILED if running else JobState.CANCELLED

@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection, Generator, Iterable, Iterator,
 from typing import Any, TypeVar
 
 from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.selection import JobFilter
 from gbatch.head.store.rows import (
     _ACTIVE_SQL,
     _IN_CHUNK,
@@ -19,6 +20,7 @@ from gbatch.head.store.rows import (
     _build_job,
     _marks,
     _row_id,
+    filter_sql,
 )
 from gbatch.head.store.tails import Tails
 from gbatch.protocol import listings
@@ -53,8 +55,11 @@ class Listing(Tails):
         id_ranges: Sequence[tuple[int, int]] = (),
         after: int | None = None,
         first: int | None = None,
+        narrow: JobFilter | None = None,
     ) -> list[Job]:
         """Jobs matching every given filter, by id.
+
+        `narrow`: scancel's -n/-p/-w (gbatch/core/selection.py), read in SQL too.
 
         finished=True: final states only. `id_ranges` (FIRST, LAST): jobs with ids in
         them are matched as `ids` are. Array tasks still in a tail come as the tail's one
@@ -65,6 +70,9 @@ class Listing(Tails):
         """
         asked_ids = ids
         where, params = _job_where(ids, id_ranges, states, users, finished, since, after)
+        if narrow:
+            kept, kept_params = filter_sql(narrow)
+            where, params = f"{where} AND {kept}", [*params, *kept_params]
         if limit is not None:
             where += f" ORDER BY id DESC LIMIT {int(limit)}"
             found = sorted(self._select_raw(where, params), key=lambda j: j.id)
@@ -75,6 +83,8 @@ class Listing(Tails):
         more = self._tail_records(asked_ids, id_ranges, states, users, finished, since)
         if after is not None:
             more = [job for job in more if job.id > after]
+        if narrow:
+            more = [job for job in more if narrow.keeps(job)]
         if more:
             found = sorted([*found, *more], key=lambda job: job.id)
         return found

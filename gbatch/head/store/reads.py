@@ -12,8 +12,16 @@ from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 from gbatch.core.model import ACTIVE_STATES, Job, JobState
+from gbatch.core.selection import JobFilter
 from gbatch.head.store.db import JobNotFound, StoreError
-from gbatch.head.store.rows import _ACTIVE_SQL, _STATE_NAMED, _chunks, _marks, _tail_of
+from gbatch.head.store.rows import (
+    _ACTIVE_SQL,
+    _STATE_NAMED,
+    _chunks,
+    _marks,
+    _tail_of,
+    filter_sql,
+)
 from gbatch.head.store.tails import Tails
 
 
@@ -28,10 +36,16 @@ class JobBrief(NamedTuple):
     uid: int
     user: str
     state: JobState
+    # Whether the job passes the read's JobFilter (scancel -n/-p/-w); True without one.
+    kept: bool = True
 
 
 def _brief(row: tuple[int, int, str, str]) -> JobBrief:
     return JobBrief(row[0], row[1], row[2], _STATE_NAMED[row[3]])
+
+
+def _kept_brief(row: tuple[int, int, str, str, int]) -> JobBrief:
+    return JobBrief(row[0], row[1], row[2], _STATE_NAMED[row[3]], bool(row[4]))
 
 
 class Reads(Tails):
@@ -169,39 +183,47 @@ class Reads(Tails):
     # of a few thousand: each call is one short read, so the lock is never held across
     # the whole request (Transitions' bulk writes take the batches these read).
 
-    def briefs(self, ids: Sequence[int]) -> list[JobBrief]:
-        """Those of `ids` that name a job, by id."""
+    def briefs(self, ids: Sequence[int], narrow: JobFilter | None = None) -> list[JobBrief]:
+        """Those of `ids` that name a job, by id; with `narrow`, each says if it passes."""
         found: list[JobBrief] = []
+        kept, kept_params = filter_sql(narrow)
+        build = _kept_brief if narrow else _brief
+        columns = f"id, uid, user, state, {kept}" if narrow else "id, uid, user, state"
         with self._lock:
             for part in _chunks(ids):
                 found.extend(
-                    _brief(row)
+                    build(row)
                     for row in self._db.execute(
-                        f"SELECT id, uid, user, state FROM jobs WHERE id IN ({_marks(part)})",
-                        part,
+                        f"SELECT {columns} FROM jobs WHERE id IN ({_marks(part)})",
+                        (*kept_params, *part),
                     )
                 )
         missing = set(ids) - {brief.id for brief in found}
         found.extend(
-            JobBrief(job.id, job.uid, job.user, job.state)
+            JobBrief(job.id, job.uid, job.user, job.state, not narrow or narrow.keeps(job))
             for job in self._tail_tasks(missing).values()
         )
         return sorted(found, key=lambda brief: brief.id)
 
-    def briefs_between(self, first: int, last: int, *, after: int, limit: int) -> list[JobBrief]:
+    def briefs_between(
+        self, first: int, last: int, *, after: int, limit: int, narrow: JobFilter | None = None
+    ) -> list[JobBrief]:
         """The jobs with ids in first..last above `after`, by id, at most `limit`.
 
-        Page through a range with after = the last id of the page before.
+        Page through a range with after = the last id of the page before. With `narrow`,
+        each brief says whether its job passes it.
         """
+        kept, kept_params = filter_sql(narrow)
+        build = _kept_brief if narrow else _brief
+        columns = f"id, uid, user, state, {kept}" if narrow else "id, uid, user, state"
         # One lower bound: given two, SQLite seeks by one and filters by the other, and
         # each page would scan the range from its start again.
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, uid, user, state FROM jobs WHERE id BETWEEN ? AND ?"
-                " ORDER BY id LIMIT ?",
-                (max(first, after + 1), last, limit),
+                f"SELECT {columns} FROM jobs WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?",
+                (*kept_params, max(first, after + 1), last, limit),
             ).fetchall()
-        return [_brief(row) for row in rows]
+        return [build(row) for row in rows]
 
     def pending_ids(
         self,
@@ -210,14 +232,20 @@ class Reads(Tails):
         limit: int,
         users: Collection[str] | None = None,
         uid: int | None = None,
+        narrow: JobFilter | None = None,
     ) -> list[int]:
         """Pending jobs' ids above `after`, by id, at most `limit`.
 
-        Only those of `users` and of `uid` when given. Read in id order through the state
-        index, whatever the filters, so paging through 500,000 reads each row once.
+        Only those of `users`, of `uid` and passing `narrow` when given. Read in id order
+        through the state index, whatever the filters, so paging through 500,000 reads
+        each row once.
         """
         where = ["state = 'PENDING'", "id > ?"]
         params: list[object] = [after]
+        if narrow:
+            kept, kept_params = filter_sql(narrow)
+            where.append(kept)
+            params.extend(kept_params)
         if users is not None:
             where.append(f"user IN ({_marks(users)})")
             params.extend(users)

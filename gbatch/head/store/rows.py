@@ -18,7 +18,9 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from gbatch.core import arrays
+from gbatch.core.constants import IMPLICIT_PARTITION
 from gbatch.core.model import ACTIVE_STATES, Job, JobSpec, JobState
+from gbatch.core.selection import JobFilter
 
 _ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE_STATES, key=lambda s: s.value))
 
@@ -41,6 +43,33 @@ def _chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
 
 def _marks(values: Collection[object]) -> str:
     return ", ".join("?" * len(values))
+
+
+def filter_sql(narrow: JobFilter | None, *, tails: bool = False) -> tuple[str, list[object]]:
+    """scancel's -n/-p/-w (a JobFilter) as an SQL condition and its parameters.
+
+    On `jobs`, or with `tails` on `array_tails` (whose tasks are pending: on no node);
+    "1" when nothing is filtered."""
+    if not narrow:
+        return "1", []
+    clauses: list[str] = []
+    params: list[object] = []
+    if narrow.names:
+        column = "json_extract(spec, '$.name')" if tails else "name"
+        clauses.append(f"{column} IN ({_marks(narrow.names)})")
+        params.extend(narrow.names)
+    if narrow.partitions:
+        clauses.append(
+            f"coalesce(json_extract(spec, '$.partition'), ?) IN ({_marks(narrow.partitions)})"
+        )
+        params.extend([IMPLICIT_PARTITION, *narrow.partitions])
+    if narrow.nodes:
+        if tails:
+            clauses.append("0")
+        else:
+            clauses.append(f"node IN ({_marks(narrow.nodes)})")
+            params.extend(narrow.nodes)
+    return "(" + " AND ".join(clauses) + ")", params
 
 
 def _row_id(row: Sequence[object]) -> int:

@@ -198,4 +198,12 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     CREATE INDEX steps_open ON steps(job_id) WHERE state = 'RUNNING'
     """,
+    # 14: a run's own processes' GPU memory (gbatch/core/gpuusage.py): reports that
+    # listed one of them, what they used in the latest, and at most. A budget
+    # (--gpu-mem) is held to these; sacct's MaxGpuMem and scontrol's GpuMemPeak read them.
+    """
+    ALTER TABLE gpu_usage ADD COLUMN own_samples INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE gpu_usage ADD COLUMN own_mem_mib INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE gpu_usage ADD COLUMN own_mem_max_mib INTEGER NOT NULL DEFAULT 0
+    """,
 )

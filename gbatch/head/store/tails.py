@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from gbatch.core import arrays
 from gbatch.core.model import HELD_REASON, Job, JobSpec, JobState
+from gbatch.core.selection import JobFilter
 from gbatch.head.store.outbox import Outbox
 from gbatch.head.store.rows import (
     _ACTIVE_SQL,
@@ -24,6 +25,7 @@ from gbatch.head.store.rows import (
     _tail_by_id,
     _tail_from_row,
     _tail_of,
+    filter_sql,
 )
 
 
@@ -39,14 +41,20 @@ class Tails(Outbox):
         overlapping: Sequence[tuple[int, int]] | None = None,
         since: float | None = None,
         db: sqlite3.Connection | None = None,
+        narrow: JobFilter | None = None,
     ) -> list[ArrayTail]:
         """Array tails matching every given filter, by array id.
 
         `overlapping`: only those whose ids meet one of these (FIRST, LAST) ranges. `db`:
-        a read connection of _reading's to read them on (else the store's own).
+        a read connection of _reading's to read them on (else the store's own). `narrow`:
+        scancel's -n/-p/-w (a tail's tasks are pending: on no node).
         """
         clauses: list[str] = []
         params: list[object] = []
+        if narrow:
+            kept, kept_params = filter_sql(narrow, tails=True)
+            clauses.append(kept)
+            params.extend(kept_params)
         if states is not None:
             clauses.append(f"state IN ({_marks(states)})")
             params.extend(state.value for state in states)

@@ -239,17 +239,22 @@ class Transitions(Outbox):
         if self._notify.active and self._notify.may_notify(current, change.new):
             self._queue_job_events(db, change.job_id, now, old=current)
 
-    def set_running_reason(self, job_id: int, attempt: int, reason: str) -> bool:
+    def set_running_reason(
+        self, job_id: int, attempt: int, reason: str, *, replacing: str = ""
+    ) -> bool:
         """Set the reason of a job still RUNNING its run `attempt`; False when it has moved on.
 
-        For the idle GPU flag going away. Not a state change, so no event row.
+        For a flag (idle GPUs, over a GPU memory budget) going or coming back. Not a state
+        change, so no event row. `replacing`: only a reason starting with it is replaced
+        (a flag going takes no other flag with it).
         """
         with self._write() as db:
             return bool(
                 db.execute(
                     "UPDATE jobs SET reason = ?, changed = ?"
-                    " WHERE id = ? AND attempt = ? AND state = 'RUNNING'",
-                    (reason, self._change_number(db), job_id, attempt),
+                    " WHERE id = ? AND attempt = ? AND state = 'RUNNING'"
+                    " AND substr(reason, 1, ?) = ?",
+                    (reason, self._change_number(db), job_id, attempt, len(replacing), replacing),
                 ).rowcount
             )
 

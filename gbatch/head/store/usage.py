@@ -9,11 +9,22 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gbatch.core.gpuusage import GpuUsage
 from gbatch.head import fairshare
 from gbatch.head.store.db import Database
 from gbatch.head.store.rows import _chunks, _marks
+
+
+class RunningGpus(NamedTuple):
+    """A RUNNING job's run on GPUs, as the GPU sampling reads it."""
+
+    job_id: int
+    attempt: int
+    node: str
+    gpus: tuple[int, ...]
+    gpu_mem_mb: int | None  # its GPU memory budget (--gpu-mem), None: none
 
 
 @dataclass(frozen=True)
@@ -57,29 +68,40 @@ class UsageRecords(Database):
         with self._write() as db:
             db.executemany(
                 "INSERT INTO gpu_usage (job_id, attempt, samples, util_samples, util_sum,"
-                " util_max, mem_max_mib, mem_total_mib) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " util_max, mem_max_mib, mem_total_mib, own_samples, own_mem_mib,"
+                " own_mem_max_mib) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(job_id, attempt) DO UPDATE SET"
                 " samples = samples + excluded.samples,"
                 " util_samples = util_samples + excluded.util_samples,"
                 " util_sum = util_sum + excluded.util_sum,"
                 " util_max = max(util_max, excluded.util_max),"
                 " mem_max_mib = max(mem_max_mib, excluded.mem_max_mib),"
-                " mem_total_mib = max(mem_total_mib, excluded.mem_total_mib)",
+                " mem_total_mib = max(mem_total_mib, excluded.mem_total_mib),"
+                " own_samples = own_samples + excluded.own_samples,"
+                " own_mem_mib = excluded.own_mem_mib,"
+                " own_mem_max_mib = max(own_mem_max_mib, excluded.own_mem_max_mib)",
                 [(job_id, attempt, *usage.to_wire()) for job_id, attempt, usage in samples],
             )
 
-    def running_gpus(self) -> list[tuple[int, int, str, tuple[int, ...]]]:
-        """(job id, attempt, node, GPU indices) of every RUNNING job holding GPUs.
+    def running_gpus(self) -> list[RunningGpus]:
+        """Every RUNNING job holding GPUs: its run, node, GPU indices and memory budget.
 
         The daemon's GPU sampling reads this each poll, without decoding any spec.
         """
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, attempt, node, gpus FROM jobs"
+                "SELECT id, attempt, node, gpus, json_extract(spec, '$.gpu_mem') FROM jobs"
                 " WHERE state = 'RUNNING' AND gpus != '' AND node IS NOT NULL"
             ).fetchall()
         return [
-            (int(i), int(a), str(n), tuple(int(g) for g in g_.split(","))) for i, a, n, g_ in rows
+            RunningGpus(
+                int(i),
+                int(a),
+                str(n),
+                tuple(int(g) for g in g_.split(",")),
+                None if budget is None else int(budget),
+            )
+            for i, a, n, g_, budget in rows
         ]
 
     def gpu_usage(self, runs: Collection[tuple[int, int]]) -> dict[tuple[int, int], GpuUsage]:
@@ -93,7 +115,8 @@ class UsageRecords(Database):
             for chunk in _chunks(sorted(by_job)):
                 rows = self._db.execute(
                     "SELECT job_id, attempt, samples, util_samples, util_sum, util_max,"
-                    f" mem_max_mib, mem_total_mib FROM gpu_usage WHERE job_id IN ({_marks(chunk)})",
+                    " mem_max_mib, mem_total_mib, own_samples, own_mem_mib, own_mem_max_mib"
+                    f" FROM gpu_usage WHERE job_id IN ({_marks(chunk)})",
                     list(chunk),
                 ).fetchall()
                 for job_id, attempt, *values in rows:

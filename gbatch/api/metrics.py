@@ -167,6 +167,15 @@ def _nodes_text(rows: Sequence[Mapping[str, Any]], round_trips: Mapping[str, Any
     foreign = family(
         "gbatch_gpu_foreign_processes", "Compute processes on the GPU that gbatch did not start"
     )
+    # Shares of a GPU (gbatch/core/shares.py), for its shareable GPUs only: the room is
+    # the planner's (Fleet.card_shares).
+    share_jobs = family("gbatch_gpu_share_jobs", "Shared jobs (--gpu-mem) on a shareable GPU")
+    share_budgets = family(
+        "gbatch_gpu_share_budget_mib", "The memory budgets of the shared jobs on a shareable GPU"
+    )
+    share_room = family(
+        "gbatch_gpu_share_room_mib", "Memory (MiB) a new shared job may take on a shareable GPU"
+    )
     for node in nodes:
         name = _escape(node.name)
         for each in states:
@@ -203,6 +212,11 @@ def _nodes_text(rows: Sequence[Mapping[str, Any]], round_trips: Mapping[str, Any
             )
             held.add(labels, 1 if gpu.index in node.allocations else 0)
             foreign.add(labels, gpu.foreign_processes)
+        for card in node.shares:
+            labels = f'gpu="{card.index}",node="{name}"'
+            share_jobs.add(labels, len(card.jobs))
+            share_budgets.add(labels, card.budgets_mib)
+            share_room.add(labels, card.room_mib)
     rtt = family(
         "gbatch_ssh_round_trip_seconds",
         "The latest SSH round trip to the node (a channel opened on the head's connection)",

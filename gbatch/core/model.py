@@ -14,6 +14,7 @@ from functools import cached_property, lru_cache
 
 from gbatch.core.constants import IMPLICIT_PARTITION as IMPLICIT_PARTITION
 from gbatch.core.constants import STATE_CODES
+from gbatch.core.shares import CardShares
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 
@@ -295,6 +296,9 @@ class JobSpec:
     # shared jobs on a card its admin marked shareable, and gets this much of its memory
     # (GBATCH_GPU_MEM_MIB). None: whole GPUs (`gpus`). With it, gpus is 1.
     gpu_mem_mb: int | None = None
+    # Slurm's --gres=shard:N: how many of the admin's shards (`shard_mib`) the share is.
+    # The daemon sets gpu_mem_mb from it at submit; kept to show the job as asked.
+    gpu_shards: int | None = None
     # Slurm's -C/--constraint, normalized (gbatch/core/constraints.py): the features its
     # node must have; None: any node of its partition.
     constraint: str | None = None
@@ -464,6 +468,7 @@ _OPTIONAL_KEYS = (
     "array_throttle",
     "gpu_type",
     "constraint",
+    "gpu_shards",
 )
 
 
@@ -550,6 +555,9 @@ class Gpu:
     utilization_pct: int | None = None  # None: not supported by the device
     foreign_processes: int = 0  # compute processes gbatch did not start
     simulated: bool = False
+    # Memory (MiB) in use by what gbatch did not start: its memory in use less that of
+    # the processes of gbatch's jobs on it (what a shared card must leave them).
+    foreign_memory_mib: int = 0
     # Its model as a short type (gbatch/core/gputypes.py, the head's rules): "a100";
     # "" when its name is no model gbatch knows (it goes to jobs asking any GPU). A MIG
     # slice's: its card's and its profile, `a100_1g.10gb`.
@@ -614,6 +622,13 @@ class NodeView:
     # Its MIG slices free now (the same test as free_gpus'): only a job asking their type
     # (or their profile) gets one.
     free_slices: tuple[int, ...] = ()
+    # Its shareable GPUs (gbatch/core/shares.py) as (index, the largest share it could
+    # ever take: its memory less the headroom), whatever runs there now.
+    shareable: tuple[tuple[int, int], ...] = ()
+    # The shareable GPUs that may take a share now, as (index, MiB a share may take:
+    # shares.room, the time its shares end: -inf with none, inf if one has no time
+    # limit). Not those an exclusive job holds. One holding shares is not free.
+    share_room: tuple[tuple[int, int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -669,6 +684,9 @@ class NodeInfo:
     reason_user: str = ""
     # Its inventory features (nvlink, ib), lowercase; its GPUs' types are features too.
     features: tuple[str, ...] = ()
+    # Its shareable GPUs, their shares and room (Fleet.card_shares, the planner's own
+    # reckoning), by index.
+    shares: tuple[CardShares, ...] = ()
 
     @property
     def all_features(self) -> tuple[str, ...]:

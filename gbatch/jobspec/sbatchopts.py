@@ -48,7 +48,12 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         "are those `gbatch sinfo -o %%G` lists), or MIG slices (a100_1g.10gb:1, or a "
         "profile alone: 1g.10gb:1); without TYPE, whole GPUs only",
     )
-    p.add_argument("--gres", metavar="gpu[:TYPE]:N", help="Slurm spelling of --gpus")
+    p.add_argument(
+        "--gres",
+        metavar="gpu[:TYPE]:N",
+        help="Slurm spelling of --gpus; shard[:TYPE]:N: N of the admin's shards of one GPU "
+        "(shard_mib), as --gpu-mem",
+    )
     p.add_argument(
         "--gpu-mem",
         dest="gpu_mem",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gbatch.core.model import Gpu, Job
+from gbatch.core.shares import mps_limit
 from gbatch.core.signals import SignalTarget
 from gbatch.core.steps import INTERACTIVE, Step
 from gbatch.jobspec.sweep import param_env
@@ -342,13 +343,17 @@ def visible_devices(gpus: Sequence[int], uuids: Sequence[str]) -> list[int | str
     ]
 
 
-def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str, str]:
+def job_env(
+    job: Job, attempt: int, gpus: Sequence[int], node: str, *, mps: bool = False
+) -> dict[str, str]:
     """A run's environment: who and where it is, over the submitter's and the job file's env.
 
     Who and where it is comes as gbatch's own GBATCH_* names and as the SLURM_* names a
     Slurm batch script reads. Under them, the submitting shell's exported variables
     (job.submit_env, filled on the move to CONFIGURING), and over those the job file's
-    env.
+    env. A share of a GPU (--gpu-mem) sees its budget as GBATCH_GPU_MEM_MIB, and on a
+    node that runs CUDA MPS (`mps`) as CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, which MPS
+    enforces.
     """
     env = {**dict(job.submit_env), **dict(job.spec.env)}
     gpu_list = ",".join(str(g) for g in gpus)
@@ -386,6 +391,10 @@ def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str,
         env["SLURM_MEM_PER_GPU"] = str(spec.mem_per_gpu_mb)
     if spec.mem_per_cpu_mb is not None:
         env["SLURM_MEM_PER_CPU"] = str(spec.mem_per_cpu_mb)
+    if spec.gpu_mem_mb is not None:
+        env["GBATCH_GPU_MEM_MIB"] = str(spec.gpu_mem_mb)
+        if mps:
+            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = mps_limit(spec.gpu_mem_mb)
     submit_dir = job.spec.submit_dir or job.spec.workdir  # jobs queued before submit_dir
     if submit_dir is not None:
         env["SLURM_SUBMIT_DIR"] = submit_dir

@@ -569,6 +569,8 @@ class ContainerLauncher:
     where: str = ""
     label_node: bool = False
     extra_options: tuple[str, ...] = ()
+    # The host runs CUDA MPS: a shared job's budget is set as its MPS memory limit.
+    mps: bool = False
     timeout: float = 30.0  # seconds for any one command on the host
     python: str = sys.executable  # the node's Python, to resolve mount paths there
 
@@ -595,7 +597,7 @@ class ContainerLauncher:
         node's cleanup. `disk_free_bytes` (the host's last report) explains a failed
         env-file write.
         """
-        env = {**job_env(job, attempt, gpus, self.node), **launch_secrets(job)}
+        env = {**job_env(job, attempt, gpus, self.node, mps=self.mps), **launch_secrets(job)}
         try:
             argv = docker_run_argv(
                 job_id=job.id,

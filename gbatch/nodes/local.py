@@ -154,6 +154,7 @@ class LocalNode:
             docker=config.docker,
             policy=config.container_policy,
             paths=paths,
+            mps=config.mps,
             timeout=DOCKER_TIMEOUT,
         )
         self._engine_checked: tuple[float, str | None] = (0.0, None)
@@ -398,7 +399,7 @@ class LocalNode:
     def _launch_process(self, job: Job, attempt: int, gpus: Sequence[int], run_dir: Path) -> None:
         switch = _switch_to_submitter(job)
         env = _daemon_env() if switch is None else _login_env(switch)
-        env.update(job_env(job, attempt, gpus, self.name))
+        env.update(job_env(job, attempt, gpus, self.name, mps=self.config.mps))
         if switch is not None:
             # Who the job is comes from the system, not from the exported shell.
             env["USER"] = env["LOGNAME"] = switch.pw_name
@@ -739,7 +740,7 @@ class LocalNode:
         variables under the job's and the step's."""
         env = _daemon_env() if switch is None else _login_env(switch)
         env.update(launch.env)
-        env.update(job_env(job, step.attempt, job.gpus, self.name))
+        env.update(job_env(job, step.attempt, job.gpus, self.name, mps=self.config.mps))
         env.update(step_env(job, step, self.name))
         if switch is not None:
             env["USER"] = env["LOGNAME"] = switch.pw_name
@@ -773,7 +774,10 @@ class LocalNode:
     ) -> list[str]:
         """`docker exec` of the step in the job's container, as the job's user, its
         variables in a 0600 env-file in the step's directory."""
-        env = {**job_env(job, step.attempt, job.gpus, self.name), **step_env(job, step, self.name)}
+        env = {
+            **job_env(job, step.attempt, job.gpus, self.name, mps=self.config.mps),
+            **step_env(job, step, self.name),
+        }
         env_file = step_dir / "env"
         try:
             fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)

@@ -186,6 +186,7 @@ class RemoteNode:
             where=f" on {node.name}",
             label_node=True,
             extra_options=node.docker_options,
+            mps=node.mps,
             timeout=COMMAND_TIMEOUT,
             python=node.agent_python,
         )

@@ -476,7 +476,8 @@ def to_gpus(
     `gbatch_sessions` are the session ids of bare-process jobs on this node;
     `gbatch_containers` the ids (full or 12-character) of its gbatch containers;
     `gbatch_pids` processes found in a run's cgroup. Each GPU's type comes from its
-    name, by `type_rules` (the config's gpu_types) first.
+    name, by `type_rules` (the config's gpu_types) first; its foreign memory is its
+    memory in use less what gbatch's processes hold.
 
     A card in MIG mode comes as itself (`mig`: never handed out) and each of its MIG
     devices as a GPU of its own after all the cards: its index the next after the
@@ -484,8 +485,8 @@ def to_gpus(
     (`a100_1g.10gb`, Slurm's naming; the profile alone on a card of no type).
     """
 
-    def foreign(processes: tuple[ProcessReport, ...]) -> int:
-        return sum(
+    def foreign(processes: tuple[ProcessReport, ...]) -> list[bool]:
+        return [
             is_foreign(
                 p,
                 gbatch_sessions=gbatch_sessions,
@@ -493,7 +494,16 @@ def to_gpus(
                 gbatch_pids=gbatch_pids,
             )
             for p in processes
+        ]
+
+    def foreign_memory(used_mib: int, processes: tuple[ProcessReport, ...]) -> int:
+        # What gbatch's own processes hold; the rest of the memory in use is foreign,
+        # a process NVML cannot list (another namespace's) included.
+        outside = foreign(processes)
+        own = sum(
+            p.used_memory_mib or 0 for p, out in zip(processes, outside, strict=True) if not out
         )
+        return max(0, used_mib - own)
 
     cards = tuple(
         Gpu(
@@ -503,8 +513,9 @@ def to_gpus(
             memory_total_mib=g.memory_total_mib,
             memory_used_mib=g.memory_used_mib,
             utilization_pct=g.utilization_pct,
-            foreign_processes=foreign(g.processes),
+            foreign_processes=sum(foreign(g.processes)),
             simulated=g.simulated,
+            foreign_memory_mib=foreign_memory(g.memory_used_mib, g.processes),
             type=gpu_type(g.name, type_rules),
             mig=g.mig_enabled,
         )
@@ -527,8 +538,9 @@ def to_gpus(
                     memory_total_mib=device.memory_total_mib,
                     memory_used_mib=device.memory_used_mib,
                     utilization_pct=None,  # NVML gives none per MIG device
-                    foreign_processes=foreign(device.processes),
+                    foreign_processes=sum(foreign(device.processes)),
                     simulated=card.simulated,
+                    foreign_memory_mib=foreign_memory(device.memory_used_mib, device.processes),
                     type=slice_type(card.type, profile),
                     parent=card.index,
                     profile=profile,

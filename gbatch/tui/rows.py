@@ -15,6 +15,7 @@ from typing import Any
 from gbatch.core.jobids import job_label
 from gbatch.core.labels import printable
 from gbatch.core.model import Gpu, Job, JobState, NodeInfo, NodeState
+from gbatch.core.shares import card_text
 from gbatch.render import squeue
 from gbatch.render.cells import node_reason
 
@@ -224,6 +225,9 @@ def _gpu_row(node: NodeInfo, gpu: Gpu, owners: Mapping[int, str]) -> NodeRow:
     else:  # the planner's meaning: a foreign process or memory, or a release settling
         use = GpuUse.FOREIGN
     notes = []
+    card = next((c for c in node.shares if c.index == gpu.index), None)
+    if card is not None:  # a shareable GPU: its shares and room (Fleet.card_shares)
+        notes.append("shares " + card_text(card).partition(": ")[2])
     if gpu.foreign_processes:
         notes.append(f"{gpu.foreign_processes} outside gbatch")
     if gpu.simulated:

@@ -250,6 +250,7 @@ def test_to_gpus_copies_the_reported_values() -> None:
         utilization_pct=97,
         foreign_processes=1,
         simulated=False,
+        foreign_memory_mib=31245,  # in use, less what gbatch's processes hold (none)
         type="a100",  # from its name, by gbatch/core/gputypes.py's built-in rules
     )
 

@@ -737,3 +737,16 @@ def test_a_slice_jobs_own_processes_count_against_its_gpu_memory_budget() -> Non
     assert sorted(processes_by_gpu(report)) == [0, 1, 2, 3]  # cards, then card 0's slices
     assert run_gpu_memory(report, (3,), RunOwner(pids=frozenset({42, 43}))) == 200
     assert run_gpu_memory(report, (2,), RunOwner(pids=frozenset({42}))) is None
+
+
+def test_with_every_gpu_shareable_a_mig_card_and_its_slices_take_no_shares() -> None:
+    """share_gpus: true on a node with a card in MIG mode: the whole cards take shares, the
+    card in MIG mode (never handed out) and its slices (each handed out whole) do not."""
+    from gbatch.core.shares import Sharing
+
+    node = MigNode("gpu01", MIXED)
+    fleet = _fleet(node)
+    fleet.sharing = {"gpu01": Sharing(True)}
+    view = fleet.node_view(node, [], {})
+    assert [index for index, _ in view.shareable] == [1, 2]
+    assert [index for index, _, _ in view.share_room] == [1, 2]

@@ -179,6 +179,7 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
         "step": step.step_id,
         "label": step.label,
         "leads": step.leads,
+        "node": job.node,
         STREAM: StepStart(daemon, node, job, step, launch),
     }
 

@@ -71,6 +71,12 @@ FLEET_CONFIG = CONFIG + "node_down_seconds: 60\nnode_lease_seconds: 60\n"
 JOB_IMAGE = "gbatch-host:latest"  # coreutils: the ledger's `date +%s.%N` needs it
 
 
+def fleet_config(ledger_dir: Path) -> str:
+    """FLEET_CONFIG, with the ledger's directory a mount root: container jobs mount it
+    (a site allows no mounts until its config names a root)."""
+    return FLEET_CONFIG + f"mount_roots: [{{path: {ledger_dir}, writable: true}}]\n"
+
+
 @dataclass(frozen=True)
 class JobPlan:
     seconds: float
@@ -186,7 +192,9 @@ class Submitter(threading.Thread):
     """Submits every plan, keeping at most `backlog` acknowledged jobs unfinished (by
     the ledger). A daemon that is down is waited for; a submit whose connection died
     after the request went out is "in doubt" (the job may exist) and is not retried
-    under the same id: the plan is submitted again as a new job."""
+    under the same id: the plan is submitted again as a new job. A refusal stops it
+    (`refusal` says why): the same spec would be refused again, and the soak would wait
+    for jobs that never come."""
 
     def __init__(
         self,
@@ -202,6 +210,7 @@ class Submitter(threading.Thread):
         self.acknowledged: list[int] = []
         self.in_doubt = 0
         self.refused = 0
+        self.refusal: str | None = None
         self.stopping = threading.Event()
 
     def unfinished(self) -> int:
@@ -220,6 +229,8 @@ class Submitter(threading.Thread):
                     time.sleep(0.05)
                     continue
                 job_ids = self._submit(plan)
+                if self.refusal is not None:
+                    return
                 if job_ids is not None:
                     self.acknowledged.extend(job_ids)
                     break
@@ -239,8 +250,9 @@ class Submitter(threading.Thread):
             except DaemonUnavailable:
                 self.in_doubt += 1
                 return None
-            except RequestFailed:
+            except RequestFailed as err:
                 self.refused += 1
+                self.refusal = str(err)
                 return None
         return [int(i) for i in reply["ids"]]
 
@@ -386,9 +398,9 @@ def soak_on_fleet(
 
     previous = signal.signal(signal.SIGTERM, _interrupted)
     try:
-        with fleet_head(base, hosts, gpus) as fleet:
-            ledger = base / "ledger" / "ledger"
-            ledger.parent.mkdir()
+        ledger = base / "ledger" / "ledger"
+        ledger.parent.mkdir()
+        with fleet_head(base, hosts, gpus, ledger.parent) as fleet:
             plans = plan_jobs(rng, jobs)
             soak(fleet.head, ledger, plans, faults, rng, backlog, gap, JOB_IMAGE, fleet.figures)
     except (pytest.skip.Exception, pytest.fail.Exception) as err:
@@ -423,9 +435,9 @@ class FleetRun:
 
 
 @contextlib.contextmanager
-def fleet_head(base: Path, count: int, gpus: int) -> Iterator[FleetRun]:
+def fleet_head(base: Path, count: int, gpus: int, ledger_dir: Path) -> Iterator[FleetRun]:
     """`count` host containers under `base` with `gpus` simulated GPUs each, and a head
-    started against them (tests/integration/fleet.py's set-up; FLEET_CONFIG).
+    started against them (tests/integration/fleet.py's set-up; fleet_config).
 
     The hosts are named soak<pid>-<i>, so that this run's job containers (labelled
     gbatch.node=<host>) are told apart from anyone else's on the shared engine, and the
@@ -445,6 +457,9 @@ def fleet_head(base: Path, count: int, gpus: int) -> Iterator[FleetRun]:
         events = watch_engine_events(base / "docker-events.txt")
         for name in names:
             hosts[name] = start_host(base, name)
+        # The daemon refuses a home others may enter: made 0700 here, before the store
+        # (offset_job_ids) would make it with the umask's mode.
+        home.mkdir(mode=0o700)
         first_id = offset_job_ids(Paths(home).store)
         fleet = _start_head(
             base,
@@ -453,7 +468,8 @@ def fleet_head(base: Path, count: int, gpus: int) -> Iterator[FleetRun]:
             HOST_IMAGE,
             trusted=True,
             installed=True,
-            config=FLEET_CONFIG,
+            config=fleet_config(ledger_dir),
+            features={},
         )
         env = {k: v for k, v in fleet.head.env.items() if k != "PYTHONDONTWRITEBYTECODE"}
         head = Head(home, gpus, env)
@@ -616,6 +632,7 @@ def soak(
         submitter.start()
         for fault in faults:
             time.sleep(rng.uniform(0.5, gap))
+            stop_if_refused(submitter)
             if not submitter.is_alive() and all_final(head):
                 skipped.append(fault)  # nothing left to disturb
                 continue
@@ -627,6 +644,7 @@ def soak(
                 skipped.append(f"{fault} (not reached in {CRASH_TIMEOUT:g} s)")
         submitter.join(DRAIN_TIMEOUT)  # lost jobs would hold its backlog forever
         submitter.stopping.set()
+        stop_if_refused(submitter)
         deadline = time.monotonic() + DRAIN_TIMEOUT
         while not all_final(head) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -651,6 +669,13 @@ def soak(
     if more_figures is not None:
         fleet_lines += more_figures()
     report(head, ledger, submitter, kills, skipped, integrity, states, all_ids, wall, fleet_lines)
+
+
+def stop_if_refused(submitter: Submitter) -> None:
+    """Exit with one error line when the daemon refused a submit (the bench's own
+    spec or config is wrong: the figures would mean nothing)."""
+    if submitter.refusal is not None:
+        sys.exit(f"bench_soak: error: the daemon refused a submit: {submitter.refusal}")
 
 
 def launch_failures(head: Head, job_ids: list[int]) -> list[str]:

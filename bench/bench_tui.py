@@ -93,7 +93,7 @@ if _WORKER_CHECKOUT:
     sys.path.insert(0, _WORKER_CHECKOUT)
 
 from gbatch.core.arrays import ARRAY_ROWS  # noqa: E402
-from gbatch.core.model import JobSpec, JobState  # noqa: E402
+from gbatch.core.model import JobSpec, JobState, TaskArray  # noqa: E402
 from gbatch.head.store import Store, Submission  # noqa: E402
 from gbatch.protocol import requests  # noqa: E402
 from gbatch.protocol.client import Client  # noqa: E402
@@ -133,7 +133,7 @@ def build_store(home: Path, active: int) -> None:
     sleeper = JobSpec(name="sleeper", command=("sleep", "600"), gpus=1)
     store.submit([sleeper] * RUNNING, uid, ME, now)
     held = JobSpec(name="train", command=("python", "train.py"), gpus=1)
-    sweep = replace(held, array=f"0-{ARRAY_TASKS - 1}")
+    sweep = replace(held, array=TaskArray.of_text(f"0-{ARRAY_TASKS - 1}"))
     tasks = tuple(replace(sweep, array_task=i, array_pos=i) for i in range(ARRAY_ROWS))
     store.submit_many([Submission(tasks, uid, ME, held=True, tail_count=ARRAY_TASKS)], now)
     left = active - RUNNING - ARRAY_ROWS - 1  # the tail is one row

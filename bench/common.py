@@ -28,6 +28,15 @@ GBATCH = PYTHON.parent / "gbatch"
 sys.path.insert(0, str(REPO))
 
 
+def quick_help(sizes: str) -> str:
+    """The help of a bench's `--quick`: what every bench's smoke form is, and its sizes."""
+    return (
+        f"a smoke run in seconds at tiny sizes ({sizes}): it proves the bench still runs "
+        f"and prints its figures, which mean nothing at that size (./test.sh runs it: "
+        f"tests/integration/test_benches_quick.py)"
+    )
+
+
 def percentile(samples: Sequence[float], fraction: float) -> float:
     """Linear interpolation between the closest ranks (numpy's default); samples unsorted."""
     if not samples:

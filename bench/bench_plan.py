@@ -55,6 +55,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common import quick_help  # before the line below: a checkout's gbatch comes first
+
 # A child timing another checkout (--checkout) imports that checkout's gbatch.
 sys.path.insert(0, os.environ.get("GBATCH_BENCH_CHECKOUT") or str(Path(__file__).parent.parent))
 
@@ -193,7 +195,14 @@ def main() -> None:
     parser.add_argument(
         "--types", action="store_true", help="GPUs of two types; a share of jobs asks a type"
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=quick_help("3 runs over 500 pending, the loop too (--loop), 10 churn passes"),
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.pending, args.churn, args.loop = 3, 500, 10, True
     TYPES["on"] = args.types
     if args.checkout:
         loop_checkouts(args)

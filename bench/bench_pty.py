@@ -1,6 +1,6 @@
 """Keystroke echo through `gbatch srun --pty`, beside a plain local pseudo-terminal's.
 
-Run: `.venv/bin/python bench/bench_pty.py [--keys N]`.
+Run: `.venv/bin/python bench/bench_pty.py [--keys N] [--quick]`.
 
 One daemon (2 simulated GPUs) in a temp GBATCH_HOME. `gbatch srun --pty cat` runs on a
 pseudo-terminal of this process (as a user's terminal); each keystroke is one byte
@@ -23,7 +23,15 @@ import signal
 import sys
 import time
 
-from common import GBATCH, machine_note, median, percentile, python_env, running_daemon
+from common import (
+    GBATCH,
+    machine_note,
+    median,
+    percentile,
+    python_env,
+    quick_help,
+    running_daemon,
+)
 
 GOAL_MS = 20.0
 
@@ -81,7 +89,10 @@ def report(what: str, samples: list[float]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=1000, help="keystrokes per terminal")
+    parser.add_argument("--quick", action="store_true", help=quick_help("20 keystrokes"))
     args = parser.parse_args()
+    if args.quick:
+        args.keys = 20
     signal.signal(signal.SIGINT, signal.default_int_handler)
     print(machine_note())
     plain = echo_times(["cat"], dict(os.environ), args.keys, b"")

@@ -81,6 +81,7 @@ from common import (
     gbatch_env,
     machine_note,
     median,
+    quick_help,
     report_ms,
     running_daemon,
     temp_home,
@@ -506,22 +507,24 @@ def report(checkout: Path, figures: dict[str, list[float]], active: int, large: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument(
+        "--quick", action="store_true", help=quick_help("1 round over 50 active jobs")
+    )
     parser.add_argument("--active", type=int, default=ACTIVE, help="rows in the queue view")
     parser.add_argument(
         "--checkout", type=Path, action="append", help="a checkout to time (repeatable)"
     )
-    parser.add_argument("--rounds", type=int, help="rounds (default 5; --quick 3)")
+    parser.add_argument("--rounds", type=int, help="rounds (default 5; --quick 1)")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)  # a daemon's socket
     parser.add_argument("--paints", type=int, default=2, help=argparse.SUPPRESS)
     parser.add_argument("--runs", type=int, default=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    active = args.active
+    active = 50 if args.quick else args.active
     if args.worker is not None:
         worker(args.worker, active, args.paints, args.runs)
         return
     checkouts = [path.resolve() for path in args.checkout or [REPO]]
-    rounds = args.rounds or (3 if args.quick else 5)
+    rounds = args.rounds or (1 if args.quick else 5)
     print(machine_note())
     figures: dict[Path, dict[str, list[float]]] = {path: {} for path in checkouts}
     with contextlib.ExitStack() as stack:

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from common import GBATCH, REPO, gbatch_env, machine_note, report_ms, temp_home
+from common import GBATCH, REPO, gbatch_env, machine_note, quick_help, report_ms, temp_home
 
 sys.path.insert(0, str(REPO / "tests"))
 
@@ -176,11 +176,19 @@ def is_gone(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] == "Z"
 
 
-def wait_gone(pid: int, timeout: float) -> bool:
+def wait_gone(pid: int, timeout: float, give_up: Callable[[], bool] | None = None) -> bool:
+    """True once `pid` is gone; False after `timeout`, or as soon as `give_up()` (asked
+    every half second) says there is no point waiting."""
     deadline = time.monotonic() + timeout
+    next_ask = time.monotonic() + 0.5
     while not is_gone(pid):
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             return False
+        if give_up is not None and now > next_ask:
+            if give_up():
+                return is_gone(pid)
+            next_ask = time.monotonic() + 0.5
         time.sleep(0.01)
     return True
 
@@ -282,14 +290,17 @@ def sigkill_and_restart(head: Head, integrity: list[str]) -> Kill:
     return Kill("SIGKILL", at_wall, time.monotonic() - at)
 
 
-def crash_at_point(head: Head, point: str, integrity: list[str]) -> Kill | None:
+def crash_at_point(
+    head: Head, point: str, integrity: list[str], idle: Callable[[], bool]
+) -> Kill | None:
     """Restart the daemon armed at `point`, wait for it to die there, restart it clean.
-    None when it did not reach the point within CRASH_TIMEOUT."""
+    None when it did not reach the point within CRASH_TIMEOUT, or before `idle()` said
+    no job was left to bring it there."""
     head.stop()
     before = head.pid()
     head.start(crash_at=point)
     pid = head.pid()
-    died = pid != before and wait_gone(pid, CRASH_TIMEOUT)
+    died = pid != before and wait_gone(pid, CRASH_TIMEOUT, idle)
     at_wall, at = time.time(), time.monotonic()
     if not died:
         head.stop()
@@ -301,7 +312,19 @@ def crash_at_point(head: Head, point: str, integrity: list[str]) -> Kill | None:
 
 
 def all_final(head: Head) -> bool:
+    """Every job in the store has ended (the daemon must answer)."""
     return all(job["state"] in FINAL for job in head.jobs())
+
+
+def nothing_left(head: Head, submitter: Submitter) -> bool:
+    """Every plan submitted and every job ended: no fault can disturb anything now. False
+    while the daemon does not answer."""
+    if submitter.is_alive():
+        return False
+    try:
+        return all_final(head)
+    except (DaemonUnavailable, RequestFailed):
+        return False
 
 
 # -- the run ----------------------------------------------------------------------------
@@ -309,14 +332,23 @@ def all_final(head: Head) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="100 jobs, 6 kills")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=quick_help(
+            "10 jobs, 2 random SIGKILLs and each crash point once, faults 0.5-1 s apart; "
+            "with --fleet name 1 host"
+        ),
+    )
     parser.add_argument("--jobs", type=int, help="jobs to submit (default 1,000)")
     parser.add_argument("--kills", type=int, help="random SIGKILLs (default 40)")
     parser.add_argument("--seed", type=int, help="default: random (printed)")
     parser.add_argument(
         "--gpus", type=int, default=4, help="simulated GPUs (per host with --fleet; default 4)"
     )
-    parser.add_argument("--backlog", type=int, default=32, help="unfinished jobs at most")
+    parser.add_argument(
+        "--backlog", type=int, help="unfinished jobs at most (default 32; --quick 4)"
+    )
     parser.add_argument(
         "--fleet",
         type=int,
@@ -339,9 +371,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.keep is not None and args.keep.exists():
         parser.error(f"--keep {args.keep}: it exists already. Name a new directory")
-    jobs = args.jobs or (100 if args.quick else 1000)
-    kills_wanted = args.kills if args.kills is not None else (6 if args.quick else 40)
-    gap = 2.0 if args.quick else 4.0  # seconds between faults: uniform(0.5, gap)
+    jobs = args.jobs or (10 if args.quick else 1000)
+    if args.backlog is None:
+        args.backlog = 4 if args.quick else 32
+    kills_wanted = args.kills if args.kills is not None else (2 if args.quick else 40)
+    gap = 1.0 if args.quick else 4.0  # seconds between faults: uniform(0.5, gap)
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     rng = random.Random(seed)
     points = len(POINTS) * args.point_rounds
@@ -633,13 +667,19 @@ def soak(
         for fault in faults:
             time.sleep(rng.uniform(0.5, gap))
             stop_if_refused(submitter)
-            if not submitter.is_alive() and all_final(head):
+            if nothing_left(head, submitter):
                 skipped.append(fault)  # nothing left to disturb
                 continue
             if fault == "SIGKILL":
                 kills.append(sigkill_and_restart(head, integrity))
-            elif (kill := crash_at_point(head, fault, integrity)) is not None:
+            elif (
+                kill := crash_at_point(
+                    head, fault, integrity, lambda: nothing_left(head, submitter)
+                )
+            ) is not None:
                 kills.append(kill)
+            elif nothing_left(head, submitter):
+                skipped.append(f"{fault} (every job ended before it was reached)")
             else:
                 skipped.append(f"{fault} (not reached in {CRASH_TIMEOUT:g} s)")
         submitter.join(DRAIN_TIMEOUT)  # lost jobs would hold its backlog forever

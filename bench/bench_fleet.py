@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import yaml
-from common import machine_note, quick_help, report_ms, running_daemon
+from common import machine_note, offset_job_ids, quick_help, report_ms, running_daemon
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
@@ -146,19 +146,21 @@ def free_to_next(base: Path, jobs: int) -> tuple[list[float], list[float]]:
                 conn.run(["docker", "rm", "-f", name], timeout=60)
         home = base / "home"
         home.mkdir(mode=0o700)  # the daemon refuses a home others may enter
+        offset_job_ids(Paths(home).store)  # its containers' names: none another head's
         os.environ["GBATCH_INVENTORY"] = str(inventory)
         with running_daemon(home) as home_path:
             socket = home_path / "gbatchd.sock"
             spec = {"name": "next", "command": ["true"], "image": image, "gpus": 1}
             with Client(socket) as client:
                 ids = [client.call(requests.Submit(spec=spec))["ids"][0] for _ in range(jobs)]
-                deadline = time.monotonic() + 300
+                deadline = time.monotonic() + 120
                 while True:
                     found = client.call(requests.ListJobs(ids=tuple(ids)))["jobs"]
                     if all(j["state"] == "COMPLETED" for j in found):
                         break
                     if time.monotonic() > deadline:
-                        raise RuntimeError([j["state"] for j in found])
+                        states = [(j["id"], j["state"], j.get("reason")) for j in found]
+                        raise RuntimeError(f"not all COMPLETED after 120 s: {states}")
                     time.sleep(0.2)
                 events = {
                     j: {

@@ -125,13 +125,13 @@ def main() -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help=quick_help("1 daemon, 2 blocks of 10; max_pending_jobs 50, 40 pending"),
+        help=quick_help("1 daemon, 2 blocks of 10; max_pending_jobs 100, 40 pending"),
     )
     args = parser.parse_args()
     if os.getuid() != 0:
         sys.exit("bench_limits.py: run it as root (it submits as nobody too)")
     reps, rounds, block = (1, 2, 10) if args.quick else (3, 6, 100)
-    backlog, limit = (40, 50) if args.quick else (BACKLOG, LIMIT)
+    backlog, limit = (40, 100) if args.quick else (BACKLOG, LIMIT)
     print(machine_note())
     print(f"# {reps} daemons x {rounds} alternate blocks of {block} sequential held submits")
     for pending in (0, backlog):

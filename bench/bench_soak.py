@@ -47,7 +47,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from common import GBATCH, REPO, gbatch_env, machine_note, quick_help, report_ms, temp_home
+from common import (
+    GBATCH,
+    REPO,
+    gbatch_env,
+    machine_note,
+    offset_job_ids,
+    quick_help,
+    report_ms,
+    temp_home,
+)
 
 sys.path.insert(0, str(REPO / "tests"))
 
@@ -605,23 +614,6 @@ def watch_engine_events(out: Path) -> subprocess.Popen[bytes]:
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
-
-
-def offset_job_ids(store_path: Path) -> int:
-    """Make the store's first job id high and particular to this process; return it.
-
-    Job containers are named gbatch-<job>-<attempt> on the one engine every test here
-    shares: with ids from 1, a concurrent fleet test's job 7 and ours would fight over
-    one name (and each head would take the other's container for its own run)."""
-    first = (os.getpid() % 10_000 + 1) * 100_000 + 1
-    Store(store_path).close()  # the schema
-    db = sqlite3.connect(store_path)
-    try:
-        with db:
-            db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (first - 1,))
-    finally:
-        db.close()
-    return first
 
 
 def remove_job_containers(nodes: list[str]) -> None:

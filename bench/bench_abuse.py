@@ -34,10 +34,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import GBATCH, REPO, gbatch_env, machine_note, median, percentile
+from common import GBATCH, REPO, gbatch_env, machine_note, median, percentile, quick_help
 
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
@@ -57,16 +58,29 @@ from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 
 GOAL_P99_MS = 200.0
-IDLE, SLOW, FLOODERS = 1000, 300, 16
-FINISHED = 2000  # in the history the heavy flood lists
 
 
-def attacks(socket_path: Path) -> dict[str, list[tuple[str, AttackFunction]]]:
-    idle = [("idle", hold_idle(socket_path, IDLE))]
-    slow = [("slow", hold_slow(socket_path, SLOW, keep=True))]
-    floods = [(f"flood{i}", flood(socket_path, requests.ListJobs())) for i in range(FLOODERS)]
+@dataclass(frozen=True)
+class Sizes:
+    """How hard each attack pushes, and the history the heavy flood lists."""
+
+    idle: int = 1000
+    slow: int = 300
+    flooders: int = 16
+    finished: int = 2000  # in the history the heavy flood lists
+
+
+QUICK = Sizes(idle=80, slow=10, flooders=2, finished=100)
+
+
+def attacks(socket_path: Path, sizes: Sizes) -> dict[str, list[tuple[str, AttackFunction]]]:
+    """Each attack by name: the attacker's processes (a name and what each does)."""
+    idle = [("idle", hold_idle(socket_path, sizes.idle))]
+    slow = [("slow", hold_slow(socket_path, sizes.slow, keep=True))]
+    listing = requests.ListJobs()
+    floods = [(f"flood{i}", flood(socket_path, listing)) for i in range(sizes.flooders)]
     history = requests.ListJobs(history=True)
-    heavy = [(f"heavy{i}", flood(socket_path, history)) for i in range(FLOODERS)]
+    heavy = [(f"heavy{i}", flood(socket_path, history)) for i in range(sizes.flooders)]
     return {
         "none": [],
         "idle": idle,
@@ -77,11 +91,11 @@ def attacks(socket_path: Path) -> dict[str, list[tuple[str, AttackFunction]]]:
     }
 
 
-def seed_history(socket_path: Path) -> None:
-    """FINISHED jobs for the heavy flood to list: an array, held, then cancelled."""
+def seed_history(socket_path: Path, finished: int) -> None:
+    """`finished` jobs for the heavy flood to list: an array, held, then cancelled."""
     with Client(socket_path) as client:
         spec = {"name": "old", "command": ["true"]}
-        client.call(requests.Submit(spec=spec, count=FINISHED, held=True))
+        client.call(requests.Submit(spec=spec, count=finished, held=True))
         client.call(requests.Cancel(users=("root",)))
 
 
@@ -135,7 +149,14 @@ def shared_home() -> tuple[Path, Callable[[], None]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="50 samples per attack")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=quick_help(
+            f"5 squeues per attack; {QUICK.idle} idle, {QUICK.slow} slow connections, "
+            f"{QUICK.flooders} flooders, {QUICK.finished} jobs of history"
+        ),
+    )
     parser.add_argument("--samples", type=int, default=300, help="squeues per attack")
     parser.add_argument(
         "--attacks",
@@ -143,7 +164,8 @@ def main() -> int:
         help="which, comma-separated, in order",
     )
     args = parser.parse_args()
-    samples = 50 if args.quick else args.samples
+    samples = 5 if args.quick else args.samples
+    sizes = QUICK if args.quick else Sizes()
     if os.getuid() != 0:
         print("bench_abuse.py needs root: it makes two users and acts as them", file=sys.stderr)
         return 2
@@ -158,8 +180,8 @@ def main() -> int:
             start = [str(GBATCH), "daemon", "start"]
             subprocess.run(start, env=env, check=True, capture_output=True)
             try:
-                seed_history(home / "gbatchd.sock")
-                known = attacks(home / "gbatchd.sock")
+                seed_history(home / "gbatchd.sock", sizes.finished)
+                known = attacks(home / "gbatchd.sock", sizes)
                 for what in args.attacks.split(","):
                     parts = known[what]
                     stop = Stop()

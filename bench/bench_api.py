@@ -58,6 +58,7 @@ from common import (
     load_average,
     machine_note,
     median,
+    quick_help,
     summarize,
     temp_home,
 )
@@ -118,7 +119,9 @@ class Settings:
 def parse_args(argv: Sequence[str] | None = None) -> Settings:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
-        "--quick", action="store_true", help="a smoke run: 2 x 200 submits, 1,000 jobs listed"
+        "--quick",
+        action="store_true",
+        help=quick_help("1 x 20 submits, 100 jobs listed, 3 GETs of each"),
     )
     parser.add_argument(
         "--checkout",
@@ -139,9 +142,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         for path in args.checkout
     ) or (str(REPO),)
     if args.quick:
-        settings = Settings(
-            reps=2, submits=200, queue=1_000, samples=10, gpus=NODES * GPUS_PER_NODE
-        )
+        settings = Settings(reps=1, submits=20, queue=100, samples=3, gpus=NODES * GPUS_PER_NODE)
     else:
         settings = Settings(
             reps=5, submits=1_000, queue=QUEUE, samples=40, gpus=NODES * GPUS_PER_NODE

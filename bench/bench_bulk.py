@@ -4,7 +4,7 @@ memory with 500,000 stored jobs.
 
 Run as root (it makes two throw-away Unix users and removes them afterwards):
 `.venv/bin/python bench/bench_bulk.py [--jobs 500000] [--runs 3] [--listing] [--quick]`
-(~6 min for 3 runs of 500,000 on two busy cores; --quick: 1 run of 100,000, ~1 min).
+(~6 min for 3 runs of 500,000 on two busy cores; --quick: 1 run of 1,000, ~15 s).
 
 The fixture is written once with the Store API before any daemon starts (the same
 transactions and event rows a submit writes, without the socket): the other user's two
@@ -56,6 +56,7 @@ from common import (
     median,
     memory_kib,
     percentile,
+    quick_help,
     report_ms,
     start_daemon,
     stop_daemon,
@@ -209,7 +210,17 @@ def full_listing(home: Path, pid: int) -> tuple[float, int, int]:
     return took, memory_kib(pid, "VmHWM"), memory_kib(pid, "VmRSS")
 
 
-def one_run(template: Path, student: User, other: User, jobs: int, listing: bool) -> dict[str, Any]:
+def one_run(
+    template: Path,
+    student: User,
+    other: User,
+    jobs: int,
+    listing: bool,
+    idle_seconds: float = IDLE_SECONDS,
+    settle_seconds: float = 3.0,
+) -> dict[str, Any]:
+    """One daemon over a copy of `template`: its RSS, and the timed bulk operations with
+    the other user's squeues during each (`settle_seconds` of loop ticks first)."""
     figures: dict[str, Any] = {}
     home = Path(f"/tmp/gbb-{os.getpid()}-{time.monotonic_ns() % 10**6}")
     home.mkdir(mode=0o711)
@@ -221,14 +232,14 @@ def one_run(template: Path, student: User, other: User, jobs: int, listing: bool
         try:
             wait_running(home, 2)
             pid = daemon_pid(home)
-            time.sleep(3.0)  # a few ticks of the loop over the whole queue
+            time.sleep(settle_seconds)  # a few ticks of the loop over the whole queue
             figures["rss_pending"] = memory_kib(pid, "VmRSS")
             span = counts(home, student.name)
             assert span == {"PENDING": jobs}, span
             first = 3  # the other user's two jobs are 1 and 2
             ids = f"{first}-{first + jobs - 1}"
             for op, action in (
-                ("idle", idle(IDLE_SECONDS)),
+                ("idle", idle(idle_seconds)),
                 ("hold", timed_cli(home, "scontrol", "hold", ids)),
                 ("release", timed_cli(home, "scontrol", "release", ids)),
                 ("cancel", timed_cli(home, "scancel", "--me")),
@@ -285,15 +296,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=500_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="1 run of 100,000 jobs")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=quick_help("1 run of 1,000 jobs, 1 s idle, 1 s of loop ticks"),
+    )
     parser.add_argument(
         "--listing",
         action="store_true",
         help="then list every stored job once (first run only; ~30 s and ~1 GB at 500,000)",
     )
     args = parser.parse_args()
+    idle_seconds, settle_seconds = IDLE_SECONDS, 3.0
     if args.quick:
-        args.jobs, args.runs = 100_000, 1
+        args.jobs, args.runs, idle_seconds, settle_seconds = 1_000, 1, 1.0, 1.0
     if os.getuid() != 0:
         sys.exit("bench_bulk.py: error: run it as root: it acts as two throw-away users")
     print(machine_note())
@@ -306,7 +322,15 @@ def main() -> None:
             filled = build_fixture(fixture / "gbatch.db", student, other, args.jobs)
             print(f"fixture: {args.jobs:,} pending jobs written in {filled:.1f} s", flush=True)
             runs = [
-                one_run(fixture / "gbatch.db", student, other, args.jobs, args.listing and i == 0)
+                one_run(
+                    fixture / "gbatch.db",
+                    student,
+                    other,
+                    args.jobs,
+                    args.listing and i == 0,
+                    idle_seconds,
+                    settle_seconds,
+                )
                 for i in range(args.runs)
             ]
         finally:
@@ -314,7 +338,7 @@ def main() -> None:
     n = f"{args.jobs:,}"
     report_mb(f"daemon RSS, {n} pending jobs stored", [r["rss_pending"] for r in runs], RSS_GOAL_MB)
     report_latency(
-        f"other user's squeue --me, no bulk work running ({IDLE_SECONDS:g} s a run)",
+        f"other user's squeue --me, no bulk work running ({idle_seconds:g} s a run)",
         [s for r in runs for s in r["idle_squeue"]],
         None,
     )

@@ -1,5 +1,5 @@
 """Drain and hand-off on the local node: `bench/bench_drain.py [--checkout DIR ...]
-[--runs N]` (~15 s a run).
+[--runs N] [--quick]` (~15 s a run).
 
 Each run starts a daemon (`gbatch daemon start`, 8 simulated GPUs, a fresh
 GBATCH_HOME) and measures:
@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from common import GBATCH, gbatch_env, load_average, percentile, temp_home
+from common import GBATCH, gbatch_env, load_average, percentile, quick_help, temp_home
 
 from gbatch.protocol import requests
 from gbatch.protocol.client import Client
@@ -97,27 +97,29 @@ def shim_server_cpu(daemon: int) -> float:
     return total
 
 
-def one_run(checkout: Path) -> tuple[float, float, float, list[float]]:
+def one_run(
+    checkout: Path, drain_jobs: int = DRAIN_JOBS, handoff_jobs: int = HANDOFF_JOBS
+) -> tuple[float, float, float, list[float]]:
     """(jobs/s, daemon CPU s, the runs' CPU s, hand-off gaps ms)."""
     with temp_home("gbatch-drain-") as home:
-        (home / "config.yaml").write_text(f"limits: {{max_pending_jobs: {2 * DRAIN_JOBS}}}\n")
+        (home / "config.yaml").write_text(f"limits: {{max_pending_jobs: {2 * drain_jobs}}}\n")
         daemon(home, checkout, "start")
         try:
             sock = home / "gbatchd.sock"
             pid = int((home / "gbatchd.lock").read_text().split()[0])
             wait_gpus(sock)
-            ids = submit_held(sock, "true", 1, DRAIN_JOBS)
+            ids = submit_held(sock, "true", 1, drain_jobs)
             own, reaped = cpu_seconds(pid)
             reaped += shim_server_cpu(pid)
             began = time.perf_counter()
             run_all(sock, ids)
-            rate = DRAIN_JOBS / (time.perf_counter() - began)
+            rate = drain_jobs / (time.perf_counter() - began)
             own_after, reaped_after = cpu_seconds(pid)
             reaped_after += shim_server_cpu(pid)
             marks = home / "marks"
             marks.mkdir()
             script = f"date +%s.%N >> {marks}/start; sleep 0.2; date +%s.%N >> {marks}/end"
-            run_all(sock, submit_held(sock, script, GPUS, HANDOFF_JOBS))
+            run_all(sock, submit_held(sock, script, GPUS, handoff_jobs))
         finally:
             daemon(home, checkout, "stop")
         starts = sorted(float(x) for x in (marks / "start").read_text().split())
@@ -130,13 +132,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkout", type=Path, action="append", default=[])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--quick", action="store_true", help=quick_help("1 run: 16 jobs drained, 3 hand-offs")
+    )
     args = parser.parse_args()
+    drain_jobs, handoff_jobs = (16, 3) if args.quick else (DRAIN_JOBS, HANDOFF_JOBS)
+    if args.quick:
+        args.runs = 1
     checkouts = [path.resolve() for path in args.checkout] or [Path(__file__).parent.parent]
     print(f"# load average before: {load_average()}", flush=True)
     results: dict[Path, list[tuple[float, float, float, list[float]]]] = {c: [] for c in checkouts}
     for run in range(args.runs):
         for checkout in checkouts:
-            rate, own, reaped, gaps = one_run(checkout)
+            rate, own, reaped, gaps = one_run(checkout, drain_jobs, handoff_jobs)
             results[checkout].append((rate, own, reaped, gaps))
             print(
                 f"  run {run} ({checkout}): {rate:.1f} jobs/s; CPU s daemon {own:.2f}, "
@@ -147,9 +155,9 @@ def main() -> None:
     for checkout, runs in results.items():
         rates = [r[0] for r in runs]
         gaps = [gap for r in runs for gap in r[3]]
-        reaped = statistics.median(r[2] for r in runs) / DRAIN_JOBS * 1000
+        reaped = statistics.median(r[2] for r in runs) / drain_jobs * 1000
         print(
-            f"{checkout}: drain {DRAIN_JOBS} one-GPU `true` jobs on {GPUS} GPUs: median "
+            f"{checkout}: drain {drain_jobs} one-GPU `true` jobs on {GPUS} GPUs: median "
             f"{statistics.median(rates):.1f} jobs/s ({min(rates):.1f}-{max(rates):.1f}; goal "
             f">= 100); the runs' CPU {reaped:.1f} ms a job; hand-off median "
             f"{statistics.median(gaps):.1f} ms, p90 {percentile(gaps, 0.9):.1f} ms (goal <= 100)"

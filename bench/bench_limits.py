@@ -2,7 +2,7 @@
 inside each submit's transaction.
 
 Run as root: `.venv/bin/python bench/bench_limits.py [--quick]` (~1.5 min; --quick
-~30 s). Each repetition gets a fresh daemon (2 simulated GPUs, socket 666 in a 0711 home);
+a few s). Each repetition gets a fresh daemon (2 simulated GPUs, socket 666 in a 0711 home);
 clients send sequential held submits on one connection, as bench_submit's (a), in
 alternate blocks of 100 so that both callers see the same load:
 
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from common import machine_note, report_ms, report_rate, running_daemon, temp_home
+from common import machine_note, quick_help, report_ms, report_rate, running_daemon, temp_home
 
 from gbatch.core.model import JobSpec
 from gbatch.protocol import requests
@@ -90,21 +90,24 @@ def submits(socket: Path, count: int, backlog: int = 0, refused: bool = False) -
 
 
 @contextlib.contextmanager
-def shared_daemon() -> Iterator[Path]:
-    """A fresh daemon nobody may reach; yields its socket."""
+def shared_daemon(limit: int = LIMIT) -> Iterator[Path]:
+    """A fresh daemon nobody may reach, max_pending_jobs `limit`; yields its socket."""
     with temp_home("gbl-") as home:
         home.chmod(0o711)  # nobody reaches the socket inside, lists nothing
-        (home / "config.yaml").write_text("socket_mode: '666'\n")
+        config = "socket_mode: '666'\n"
+        if limit != LIMIT:
+            config += f"limits: {{max_pending_jobs: {limit}}}\n"
+        (home / "config.yaml").write_text(config)
         with running_daemon(home):
             yield home / "gbatchd.sock"
 
 
-def compare(backlog: int, reps: int, rounds: int, block: int) -> None:
+def compare(backlog: int, reps: int, rounds: int, block: int, limit: int = LIMIT) -> None:
     """The daemon's user and nobody, each `backlog` pending, in alternate blocks of
     `block` submits on one daemon (so that both see the same machine load)."""
     results: dict[str, list[dict[str, Any]]] = {"daemon's user (no count)": [], "nobody": []}
     for _ in range(reps):
-        with shared_daemon() as sock:
+        with shared_daemon(limit) as sock:
             submits(sock, 0, backlog)
             as_nobody(lambda: submits(sock, 0, backlog))
             for _ in range(rounds):
@@ -119,21 +122,26 @@ def compare(backlog: int, reps: int, rounds: int, block: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=quick_help("1 daemon, 2 blocks of 10; max_pending_jobs 100, 40 pending"),
+    )
     args = parser.parse_args()
     if os.getuid() != 0:
         sys.exit("bench_limits.py: run it as root (it submits as nobody too)")
-    reps, rounds, block = (1, 4, 100) if args.quick else (3, 6, 100)
+    reps, rounds, block = (1, 2, 10) if args.quick else (3, 6, 100)
+    backlog, limit = (40, 100) if args.quick else (BACKLOG, LIMIT)
     print(machine_note())
     print(f"# {reps} daemons x {rounds} alternate blocks of {block} sequential held submits")
-    for backlog in (0, BACKLOG):
-        compare(backlog, reps, rounds, block)
+    for pending in (0, backlog):
+        compare(pending, reps, rounds, block, limit)
     refusals = []
     for _ in range(reps):
-        with shared_daemon() as sock:
-            refusals.append(as_nobody(lambda: submits(sock, rounds * block, LIMIT, refused=True)))
+        with shared_daemon(limit) as sock:
+            refusals.append(as_nobody(lambda: submits(sock, rounds * block, limit, refused=True)))
     report_rate(
-        f"refused submits, nobody at {LIMIT:,} pending", [r["rate"] for r in refusals], "/s"
+        f"refused submits, nobody at {limit:,} pending", [r["rate"] for r in refusals], "/s"
     )
     report_ms("  latency of one refusal", [t for r in refusals for t in r["latencies"]])
 

@@ -1,7 +1,7 @@
 """gbatchd's memory with a large queue, and after large listings (issue 16, goal 5).
 
 Run: `.venv/bin/python bench/bench_memory.py [--jobs 100000] [--kind plain|array|both]
-[--checkout DIR ...] [--runs N]` (~1 min a run at 100,000 on two busy
+[--checkout DIR ...] [--runs N] [--quick]` (~1 min a run at 100,000 on two busy
 cores, several at 1,000,000).
 
 The queue: `--jobs` pending jobs of one user (`--users N`: spread over N users, whose
@@ -42,15 +42,24 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from common import GBATCH, REPO, daemon_pid, gbatch_env, machine_note, median, memory_kib
+from common import (
+    GBATCH,
+    REPO,
+    daemon_pid,
+    gbatch_env,
+    machine_note,
+    median,
+    memory_kib,
+    quick_help,
+)
 
 from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.limits import ARRAY_HARD_CAP
-from gbatch.core.model import JobSpec
+from gbatch.core.model import JobSpec, TaskArray
 from gbatch.head.store import Store, Submission
 from gbatch.protocol import requests
 from gbatch.protocol.client import Client
@@ -58,6 +67,19 @@ from gbatch.protocol.client import Client
 GPUS = 2
 ARRAY = 10_000  # specs per Store.submit (one transaction), as bench_bulk.py
 SETTLE = 10.0  # seconds after the last listing before "settled" is read
+
+
+@dataclass(frozen=True)
+class Waits:
+    """Seconds waited: loop ticks before "idle", after each listing's reply, before
+    "settled"."""
+
+    ticks: float = 5.0
+    after: float = 1.0
+    settle: float = SETTLE
+
+
+QUICK_WAITS = Waits(ticks=1.0, after=0.2, settle=1.0)
 GOALS_MIB = {100_000: 150.0, 1_000_000: 400.0}
 
 
@@ -139,7 +161,7 @@ def build_array(db: Path, jobs: int) -> None:
             command=("python", "train.py"),
             gpus=1,
             workdir="/tmp",
-            array=f"0-{count - 1}",
+            array=TaskArray.of_text(f"0-{count - 1}"),
         )
         specs = tuple(
             replace(sweep, array_task=i, array_pos=i) for i in range(min(count, ARRAY_ROWS))
@@ -156,7 +178,10 @@ LISTINGS = (
 )
 
 
-def one_run(template: Path, checkout: Path, jobs: int, idle_only: bool = False) -> dict[str, Any]:
+def one_run(
+    template: Path, checkout: Path, jobs: int, idle_only: bool = False, waits: Waits = Waits()
+) -> dict[str, Any]:
+    """One daemon over a copy of `template`: its RSS idle, around each listing, settled."""
     home = Path(f"/tmp/gbm-{os.getpid()}-{time.monotonic_ns() % 10**6}")
     home.mkdir(mode=0o700)
     figures: dict[str, Any] = {"load": os.getloadavg()[0]}
@@ -170,7 +195,7 @@ def one_run(template: Path, checkout: Path, jobs: int, idle_only: bool = False) 
             wait_running(sock, GPUS)
             figures["started"] = time.monotonic() - began
             pid = daemon_pid(home)
-            time.sleep(5.0)  # a few ticks of the loop over the whole queue
+            time.sleep(waits.ticks)  # a few ticks of the loop over the whole queue
             figures["idle"] = memory_kib(pid, "VmRSS")
             for what, request in () if idle_only else LISTINGS:
                 Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
@@ -179,10 +204,10 @@ def one_run(template: Path, checkout: Path, jobs: int, idle_only: bool = False) 
                     reply = client.call(request)
                 took = time.monotonic() - began
                 del reply
-                time.sleep(1.0)
+                time.sleep(waits.after)
                 figures[what] = (took, memory_kib(pid, "VmHWM"), memory_kib(pid, "VmRSS"))
             if not idle_only:
-                time.sleep(SETTLE)
+                time.sleep(waits.settle)
                 figures["settled"] = memory_kib(pid, "VmRSS")
         finally:
             with Client(sock, timeout=300) as client:
@@ -217,7 +242,10 @@ def mib(kib: float) -> str:
     return f"{kib / 1024:.0f}"
 
 
-def report(kind: str, jobs: int, checkout: Path, runs: list[dict[str, Any]]) -> None:
+def report(
+    kind: str, jobs: int, checkout: Path, runs: list[dict[str, Any]], waits: Waits = Waits()
+) -> None:
+    """The medians of `runs`: RSS idle, each listing's time, peak and after, settled."""
     goal = GOALS_MIB.get(jobs)
     idle = median([r["idle"] for r in runs])
     verdict = (
@@ -235,11 +263,12 @@ def report(kind: str, jobs: int, checkout: Path, runs: list[dict[str, Any]]) -> 
         peak = median([r[what][1] for r in runs])
         after = median([r[what][2] for r in runs])
         print(
-            f"  {what}: {took:.1f} s, peak {mib(peak)} MiB, {mib(after)} MiB 1 s after",
+            f"  {what}: {took:.1f} s, peak {mib(peak)} MiB, {mib(after)} MiB "
+            f"{waits.after:g} s after",
             flush=True,
         )
     print(
-        f"  RSS settled {SETTLE:g} s later: {mib(median([r['settled'] for r in runs]))} MiB",
+        f"  RSS settled {waits.settle:g} s later: {mib(median([r['settled'] for r in runs]))} MiB",
         flush=True,
     )
     print(f"  (medians of {len(runs)} runs)", flush=True)
@@ -248,6 +277,9 @@ def report(kind: str, jobs: int, checkout: Path, runs: list[dict[str, Any]]) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument(
+        "--quick", action="store_true", help=quick_help("1,000 jobs of each kind, short waits")
+    )
     parser.add_argument("--kind", choices=("plain", "array", "both"), default="both")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--users", type=int, default=1, help="plain jobs spread over N users")
@@ -259,6 +291,9 @@ def main() -> None:
         help="a checkout whose daemon to measure (repeat to compare; default: this one)",
     )
     args = parser.parse_args()
+    waits = QUICK_WAITS if args.quick else Waits()
+    if args.quick:
+        args.jobs = 1_000
     checkouts = [c.resolve() for c in args.checkout or [REPO]]
     print(machine_note(), flush=True)
     kinds = ("plain", "array") if args.kind == "both" else (args.kind,)
@@ -277,10 +312,10 @@ def main() -> None:
             for _ in range(args.runs):
                 for checkout in checkouts:
                     results[checkout].append(
-                        one_run(fixture / "gbatch.db", checkout, args.jobs, args.idle_only)
+                        one_run(fixture / "gbatch.db", checkout, args.jobs, args.idle_only, waits)
                     )
             for checkout in checkouts:
-                report(kind, args.jobs, checkout, results[checkout])
+                report(kind, args.jobs, checkout, results[checkout], waits)
         finally:
             shutil.rmtree(fixture, ignore_errors=True)
 

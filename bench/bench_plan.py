@@ -55,6 +55,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common import quick_help  # before the line below: a checkout's gbatch comes first
+
 # A child timing another checkout (--checkout) imports that checkout's gbatch.
 sys.path.insert(0, os.environ.get("GBATCH_BENCH_CHECKOUT") or str(Path(__file__).parent.parent))
 
@@ -213,7 +215,14 @@ def main() -> None:
     parser.add_argument(
         "--shares", action="store_true", help="shareable GPUs; 20%% of jobs ask --gpu-mem"
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=quick_help("3 runs over 500 pending, the loop too (--loop), 10 churn passes"),
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.pending, args.churn, args.loop = 3, 500, 10, True
     TYPES["on"] = args.types
     SHARES["on"] = args.shares
     if args.checkout:

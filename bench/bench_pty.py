@@ -1,6 +1,7 @@
 """Keystroke echo through `gbatch srun --pty`, beside a plain local pseudo-terminal's.
 
-Run: `.venv/bin/python bench/bench_pty.py [--keys N] [--fleet]`.
+import yaml
+Run: `.venv/bin/python bench/bench_pty.py [--keys N] [--quick]`.
 
 One daemon (2 simulated GPUs) in a temp GBATCH_HOME. `gbatch srun --pty cat` runs on a
 pseudo-terminal of this process (as a user's terminal); each keystroke is one byte
@@ -39,7 +40,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
-from common import GBATCH, REPO, machine_note, median, percentile, python_env, running_daemon
+from common import (
+    GBATCH,
+    REPO,
+    machine_note,
+    median,
+    percentile,
+    python_env,
+    quick_help,
+    running_daemon,
+)
 
 GOAL_MS = 20.0
 FLEET_GOAL_MS = 50.0
@@ -201,7 +211,10 @@ def main() -> int:
     parser.add_argument(
         "--fleet", action="store_true", help="also through a host container over SSH (docker)"
     )
+    parser.add_argument("--quick", action="store_true", help=quick_help("20 keystrokes"))
     args = parser.parse_args()
+    if args.quick:
+        args.keys = 20
     signal.signal(signal.SIGINT, signal.default_int_handler)
     print(machine_note())
     plain = echo_times(["cat"], dict(os.environ), args.keys, b"")

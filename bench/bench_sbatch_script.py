@@ -1,6 +1,6 @@
 """What a batch script's #SBATCH header costs a submit.
 
-Run: `.venv/bin/python bench/bench_sbatch_script.py [--quick]` (~30 s; --quick ~10 s).
+Run: `.venv/bin/python bench/bench_sbatch_script.py [--quick]` (~30 s; --quick a few s).
 
 Whole-process time of `gbatch sbatch job.sh`, a script with a 20-line #SBATCH header
 (a university template: name, GPUs, time, nodes, tasks, CPUs, memory, mail, output files,
@@ -28,7 +28,16 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from common import GBATCH, gbatch_env, machine_note, median, report_ms, running_daemon, time_process
+from common import (
+    GBATCH,
+    gbatch_env,
+    machine_note,
+    median,
+    quick_help,
+    report_ms,
+    running_daemon,
+    time_process,
+)
 
 GOAL_RATIO = 1.10  # the script at most 10 % slower than the same job as --wrap
 HEADER = [
@@ -127,9 +136,13 @@ def slurm_answers() -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer runs")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=quick_help("2 runs, 1 block; real sbatch too where a Slurm answers"),
+    )
     args = parser.parse_args()
-    runs, blocks = (4, 3) if args.quick else (10, 5)
+    runs, blocks = (2, 1) if args.quick else (10, 5)
     print(machine_note())
     with running_daemon() as home, tempfile.TemporaryDirectory(prefix="gbatch-bench-") as tmp:
         workdir = Path(tmp)

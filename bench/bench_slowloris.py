@@ -1,7 +1,7 @@
 """Another user's API request during a slowloris on the HTTP API over TLS (issue 29).
 
 Run: `.venv/bin/python bench/bench_slowloris.py [--server KIND] [--checkout DIR]
-[--count 300] [--interval 4] [--seconds 30]`, as root (the token is minted for
+[--count 300] [--interval 4] [--seconds 30] [--quick]`, as root (the token is minted for
 `nobody`, as bench_api.py does) or as a user (for themselves).
 
 One daemon in a temp GBATCH_HOME, an API server with a self-signed certificate on
@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from common import GBATCH, REPO, load_average, machine_note, median, percentile
+from common import GBATCH, REPO, load_average, machine_note, median, percentile, quick_help
 
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
@@ -189,7 +189,15 @@ def main() -> None:
         default="127.0.0.1",
         help="the attacker's address (default the one the measured requests come from)",
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=quick_help("3 requests unattacked, 10 slow connections for 4 s"),
+    )
     args = parser.parse_args()
+    unattacked = 20
+    if args.quick:
+        args.count, args.interval, args.seconds, unattacked = 10, 1.0, 4.0, 3
     checkout = os.pathsep.join(str(Path(p).resolve()) for p in args.checkout.split(os.pathsep))
     print(f"{machine_note()}; server {args.server}, code {checkout}", flush=True)
     context = ssl.create_default_context()
@@ -199,7 +207,7 @@ def main() -> None:
         cert, key = self_signed(home)
         token = mint(home, checkout)
         with server(args.server, home, checkout, cert, key) as port:
-            summary("no attack", [ask(port, token, context) for _ in range(20)])
+            summary("no attack", [ask(port, token, context) for _ in range(unattacked)])
             attacker = subprocess.Popen(
                 [
                     *(sys.executable, str(SLOWLORIS), "127.0.0.1", str(port), str(args.count)),

@@ -47,7 +47,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from common import GBATCH, REPO, gbatch_env, machine_note, report_ms, temp_home
+from common import (
+    GBATCH,
+    REPO,
+    gbatch_env,
+    machine_note,
+    offset_job_ids,
+    quick_help,
+    report_ms,
+    temp_home,
+)
 
 sys.path.insert(0, str(REPO / "tests"))
 
@@ -69,6 +78,12 @@ DRAIN_TIMEOUT = 600.0  # after the last submit, for every job to become final
 # for a restart: a fence kill here would be a bug to report, not a figure.
 FLEET_CONFIG = CONFIG + "node_down_seconds: 60\nnode_lease_seconds: 60\n"
 JOB_IMAGE = "gbatch-host:latest"  # coreutils: the ledger's `date +%s.%N` needs it
+
+
+def fleet_config(ledger_dir: Path) -> str:
+    """FLEET_CONFIG, with the ledger's directory a mount root: container jobs mount it
+    (a site allows no mounts until its config names a root)."""
+    return FLEET_CONFIG + f"mount_roots: [{{path: {ledger_dir}, writable: true}}]\n"
 
 
 @dataclass(frozen=True)
@@ -170,11 +185,19 @@ def is_gone(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] == "Z"
 
 
-def wait_gone(pid: int, timeout: float) -> bool:
+def wait_gone(pid: int, timeout: float, give_up: Callable[[], bool] | None = None) -> bool:
+    """True once `pid` is gone; False after `timeout`, or as soon as `give_up()` (asked
+    every half second) says there is no point waiting."""
     deadline = time.monotonic() + timeout
+    next_ask = time.monotonic() + 0.5
     while not is_gone(pid):
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             return False
+        if give_up is not None and now > next_ask:
+            if give_up():
+                return is_gone(pid)
+            next_ask = time.monotonic() + 0.5
         time.sleep(0.01)
     return True
 
@@ -186,7 +209,9 @@ class Submitter(threading.Thread):
     """Submits every plan, keeping at most `backlog` acknowledged jobs unfinished (by
     the ledger). A daemon that is down is waited for; a submit whose connection died
     after the request went out is "in doubt" (the job may exist) and is not retried
-    under the same id: the plan is submitted again as a new job."""
+    under the same id: the plan is submitted again as a new job. A refusal stops it
+    (`refusal` says why): the same spec would be refused again, and the soak would wait
+    for jobs that never come."""
 
     def __init__(
         self,
@@ -202,6 +227,7 @@ class Submitter(threading.Thread):
         self.acknowledged: list[int] = []
         self.in_doubt = 0
         self.refused = 0
+        self.refusal: str | None = None
         self.stopping = threading.Event()
 
     def unfinished(self) -> int:
@@ -220,6 +246,8 @@ class Submitter(threading.Thread):
                     time.sleep(0.05)
                     continue
                 job_ids = self._submit(plan)
+                if self.refusal is not None:
+                    return
                 if job_ids is not None:
                     self.acknowledged.extend(job_ids)
                     break
@@ -239,8 +267,9 @@ class Submitter(threading.Thread):
             except DaemonUnavailable:
                 self.in_doubt += 1
                 return None
-            except RequestFailed:
+            except RequestFailed as err:
                 self.refused += 1
+                self.refusal = str(err)
                 return None
         return [int(i) for i in reply["ids"]]
 
@@ -270,14 +299,17 @@ def sigkill_and_restart(head: Head, integrity: list[str]) -> Kill:
     return Kill("SIGKILL", at_wall, time.monotonic() - at)
 
 
-def crash_at_point(head: Head, point: str, integrity: list[str]) -> Kill | None:
+def crash_at_point(
+    head: Head, point: str, integrity: list[str], idle: Callable[[], bool]
+) -> Kill | None:
     """Restart the daemon armed at `point`, wait for it to die there, restart it clean.
-    None when it did not reach the point within CRASH_TIMEOUT."""
+    None when it did not reach the point within CRASH_TIMEOUT, or before `idle()` said
+    no job was left to bring it there."""
     head.stop()
     before = head.pid()
     head.start(crash_at=point)
     pid = head.pid()
-    died = pid != before and wait_gone(pid, CRASH_TIMEOUT)
+    died = pid != before and wait_gone(pid, CRASH_TIMEOUT, idle)
     at_wall, at = time.time(), time.monotonic()
     if not died:
         head.stop()
@@ -289,7 +321,19 @@ def crash_at_point(head: Head, point: str, integrity: list[str]) -> Kill | None:
 
 
 def all_final(head: Head) -> bool:
+    """Every job in the store has ended (the daemon must answer)."""
     return all(job["state"] in FINAL for job in head.jobs())
+
+
+def nothing_left(head: Head, submitter: Submitter) -> bool:
+    """Every plan submitted and every job ended: no fault can disturb anything now. False
+    while the daemon does not answer."""
+    if submitter.is_alive():
+        return False
+    try:
+        return all_final(head)
+    except (DaemonUnavailable, RequestFailed):
+        return False
 
 
 # -- the run ----------------------------------------------------------------------------
@@ -297,14 +341,23 @@ def all_final(head: Head) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="100 jobs, 6 kills")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=quick_help(
+            "10 jobs, 2 random SIGKILLs and each crash point once, faults 0.5-1 s apart; "
+            "with --fleet name 1 host"
+        ),
+    )
     parser.add_argument("--jobs", type=int, help="jobs to submit (default 1,000)")
     parser.add_argument("--kills", type=int, help="random SIGKILLs (default 40)")
     parser.add_argument("--seed", type=int, help="default: random (printed)")
     parser.add_argument(
         "--gpus", type=int, default=4, help="simulated GPUs (per host with --fleet; default 4)"
     )
-    parser.add_argument("--backlog", type=int, default=32, help="unfinished jobs at most")
+    parser.add_argument(
+        "--backlog", type=int, help="unfinished jobs at most (default 32; --quick 4)"
+    )
     parser.add_argument(
         "--fleet",
         type=int,
@@ -327,9 +380,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.keep is not None and args.keep.exists():
         parser.error(f"--keep {args.keep}: it exists already. Name a new directory")
-    jobs = args.jobs or (100 if args.quick else 1000)
-    kills_wanted = args.kills if args.kills is not None else (6 if args.quick else 40)
-    gap = 2.0 if args.quick else 4.0  # seconds between faults: uniform(0.5, gap)
+    jobs = args.jobs or (10 if args.quick else 1000)
+    if args.backlog is None:
+        args.backlog = 4 if args.quick else 32
+    kills_wanted = args.kills if args.kills is not None else (2 if args.quick else 40)
+    gap = 1.0 if args.quick else 4.0  # seconds between faults: uniform(0.5, gap)
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     rng = random.Random(seed)
     points = len(POINTS) * args.point_rounds
@@ -386,9 +441,9 @@ def soak_on_fleet(
 
     previous = signal.signal(signal.SIGTERM, _interrupted)
     try:
-        with fleet_head(base, hosts, gpus) as fleet:
-            ledger = base / "ledger" / "ledger"
-            ledger.parent.mkdir()
+        ledger = base / "ledger" / "ledger"
+        ledger.parent.mkdir()
+        with fleet_head(base, hosts, gpus, ledger.parent) as fleet:
             plans = plan_jobs(rng, jobs)
             soak(fleet.head, ledger, plans, faults, rng, backlog, gap, JOB_IMAGE, fleet.figures)
     except (pytest.skip.Exception, pytest.fail.Exception) as err:
@@ -423,9 +478,9 @@ class FleetRun:
 
 
 @contextlib.contextmanager
-def fleet_head(base: Path, count: int, gpus: int) -> Iterator[FleetRun]:
+def fleet_head(base: Path, count: int, gpus: int, ledger_dir: Path) -> Iterator[FleetRun]:
     """`count` host containers under `base` with `gpus` simulated GPUs each, and a head
-    started against them (tests/integration/fleet.py's set-up; FLEET_CONFIG).
+    started against them (tests/integration/fleet.py's set-up; fleet_config).
 
     The hosts are named soak<pid>-<i>, so that this run's job containers (labelled
     gbatch.node=<host>) are told apart from anyone else's on the shared engine, and the
@@ -445,6 +500,9 @@ def fleet_head(base: Path, count: int, gpus: int) -> Iterator[FleetRun]:
         events = watch_engine_events(base / "docker-events.txt")
         for name in names:
             hosts[name] = start_host(base, name)
+        # The daemon refuses a home others may enter: made 0700 here, before the store
+        # (offset_job_ids) would make it with the umask's mode.
+        home.mkdir(mode=0o700)
         first_id = offset_job_ids(Paths(home).store)
         fleet = _start_head(
             base,
@@ -453,7 +511,8 @@ def fleet_head(base: Path, count: int, gpus: int) -> Iterator[FleetRun]:
             HOST_IMAGE,
             trusted=True,
             installed=True,
-            config=FLEET_CONFIG,
+            config=fleet_config(ledger_dir),
+            features={},
         )
         env = {k: v for k, v in fleet.head.env.items() if k != "PYTHONDONTWRITEBYTECODE"}
         head = Head(home, gpus, env)
@@ -557,23 +616,6 @@ def watch_engine_events(out: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def offset_job_ids(store_path: Path) -> int:
-    """Make the store's first job id high and particular to this process; return it.
-
-    Job containers are named gbatch-<job>-<attempt> on the one engine every test here
-    shares: with ids from 1, a concurrent fleet test's job 7 and ours would fight over
-    one name (and each head would take the other's container for its own run)."""
-    first = (os.getpid() % 10_000 + 1) * 100_000 + 1
-    Store(store_path).close()  # the schema
-    db = sqlite3.connect(store_path)
-    try:
-        with db:
-            db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (first - 1,))
-    finally:
-        db.close()
-    return first
-
-
 def remove_job_containers(nodes: list[str]) -> None:
     """`docker rm -f` every container labelled gbatch.node=<one of nodes>, twice over
     a second: a `docker run` in flight when its host went may still create one."""
@@ -616,17 +658,25 @@ def soak(
         submitter.start()
         for fault in faults:
             time.sleep(rng.uniform(0.5, gap))
-            if not submitter.is_alive() and all_final(head):
+            stop_if_refused(submitter)
+            if nothing_left(head, submitter):
                 skipped.append(fault)  # nothing left to disturb
                 continue
             if fault == "SIGKILL":
                 kills.append(sigkill_and_restart(head, integrity))
-            elif (kill := crash_at_point(head, fault, integrity)) is not None:
+            elif (
+                kill := crash_at_point(
+                    head, fault, integrity, lambda: nothing_left(head, submitter)
+                )
+            ) is not None:
                 kills.append(kill)
+            elif nothing_left(head, submitter):
+                skipped.append(f"{fault} (every job ended before it was reached)")
             else:
                 skipped.append(f"{fault} (not reached in {CRASH_TIMEOUT:g} s)")
         submitter.join(DRAIN_TIMEOUT)  # lost jobs would hold its backlog forever
         submitter.stopping.set()
+        stop_if_refused(submitter)
         deadline = time.monotonic() + DRAIN_TIMEOUT
         while not all_final(head) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -651,6 +701,13 @@ def soak(
     if more_figures is not None:
         fleet_lines += more_figures()
     report(head, ledger, submitter, kills, skipped, integrity, states, all_ids, wall, fleet_lines)
+
+
+def stop_if_refused(submitter: Submitter) -> None:
+    """Exit with one error line when the daemon refused a submit (the bench's own
+    spec or config is wrong: the figures would mean nothing)."""
+    if submitter.refusal is not None:
+        sys.exit(f"bench_soak: error: the daemon refused a submit: {submitter.refusal}")
 
 
 def launch_failures(head: Head, job_ids: list[int]) -> list[str]:

@@ -28,12 +28,14 @@ import pwd
 import sqlite3
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from common import (
     GBATCH,
     gbatch_env,
     machine_note,
+    quick_help,
     report_ms,
     running_daemon,
     temp_home,
@@ -46,18 +48,32 @@ from gbatch.protocol import requests
 from gbatch.protocol.client import Client
 
 SQUEUE_GOAL_MS = 60.0
-FINISHED = 99_000
-HELD = 984
-SMALL_QUEUE = 100  # the second default-view figure: a typical lab's queue
-RUNNING = 16
 GPUS = 16
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The fixture's jobs: finished, held, the small queue, running (at most GPUS)."""
+
+    finished: int = 99_000
+    held: int = 984
+    small: int = 100  # the second default-view figure: a typical lab's queue
+    running: int = 16
+
+    @property
+    def total(self) -> int:
+        """Every job stored."""
+        return self.finished + self.held + self.running
+
+
+QUICK = Sizes(finished=990, held=6, small=5, running=4)  # small > running
 NOW = time.time()
 USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 
 
-def _finished_rows(spec_json: str) -> list[tuple[object, ...]]:
+def _finished_rows(spec_json: str, finished: int) -> list[tuple[object, ...]]:
     rows: list[tuple[object, ...]] = []
-    for i in range(FINISHED):
+    for i in range(finished):
         submit = NOW - 30 * 86_400 + i * 25.0  # spread over the last month
         start = submit + 5.0
         end = start + 60.0 + (i % 3600)
@@ -73,8 +89,8 @@ def _finished_rows(spec_json: str) -> list[tuple[object, ...]]:
     return rows
 
 
-def build_fixture(home: Path) -> None:
-    """Write the 99,000 finished and 984 held jobs into home's store (daemon stopped)."""
+def build_fixture(home: Path, sizes: Sizes) -> None:
+    """Write the finished and held jobs into home's store (daemon stopped)."""
     path = home / "gbatch.db"
     store = Store(path)  # creates the schema at the current version
     spec = JobSpec(name="train", command=("python", "train.py", "--epochs", "90"), gpus=1)
@@ -86,26 +102,26 @@ def build_fixture(home: Path) -> None:
         "INSERT INTO jobs (uid, user, name, spec, state, reason, held, submit_time,"
         " start_time, end_time, node, gpus, attempt, exit_code, exit_signal)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        _finished_rows(spec_json),
+        _finished_rows(spec_json, sizes.finished),
     )
     db.execute("COMMIT")
     db.close()
     store = Store(path)
     me = pwd.getpwuid(os.getuid()).pw_name
-    store.submit([spec] * HELD, os.getuid(), me, NOW, held=True)
-    assert store.count() == FINISHED + HELD
+    store.submit([spec] * sizes.held, os.getuid(), me, NOW, held=True)
+    assert store.count() == sizes.finished + sizes.held
     store.close()
 
 
-def start_running_jobs(socket: Path) -> list[int]:
-    """Submit RUNNING one-GPU sleepers and wait until the daemon has started them all."""
+def start_running_jobs(socket: Path, running: int) -> list[int]:
+    """Submit `running` one-GPU sleepers; wait until the daemon has started them all."""
     spec = JobSpec(name="sleeper", command=("sleep", "600"), gpus=1).to_dict()
     with Client(socket) as client:
-        ids: list[int] = client.call(requests.Submit(spec=spec, count=RUNNING))["ids"]
+        ids: list[int] = client.call(requests.Submit(spec=spec, count=running))["ids"]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             states = [j["state"] for j in client.call(requests.ListJobs(ids=tuple(ids)))["jobs"]]
-            if states.count("RUNNING") == RUNNING:
+            if states.count("RUNNING") == running:
                 return ids
             time.sleep(0.2)
     raise RuntimeError(f"the sleepers did not all start: {states}")
@@ -124,7 +140,7 @@ def cancel_jobs(socket: Path, ids: list[int]) -> None:
     raise RuntimeError("the sleepers did not stop")
 
 
-def squeue_round_trip(socket: Path, runs: int) -> list[float]:
+def squeue_round_trip(socket: Path, runs: int, active: int) -> list[float]:
     """The default squeue's request alone: send, daemon query and encode, receive, decode."""
     samples = []
     with Client(socket) as client:
@@ -133,50 +149,60 @@ def squeue_round_trip(socket: Path, runs: int) -> list[float]:
             start = time.perf_counter()
             reply = client.call(requests.ListJobs())
             samples.append(time.perf_counter() - start)
-    assert len(reply["jobs"]) == HELD + RUNNING
+    assert len(reply["jobs"]) == active
     return samples
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer runs")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=quick_help(
+            f"{QUICK.total:,} jobs, {QUICK.held + QUICK.running} active; 2 runs, 1 of the big "
+            f"listings"
+        ),
+    )
     args = parser.parse_args()
-    runs = 10 if args.quick else 30
+    runs = 2 if args.quick else 30
     big_runs = 1 if args.quick else 3
+    sizes = QUICK if args.quick else Sizes()
+    active = sizes.held + sizes.running
     print(machine_note())
     with temp_home() as home:
         start = time.perf_counter()
-        build_fixture(home)
-        print(f"# fixture: {FINISHED + HELD:,} jobs written in {time.perf_counter() - start:.1f} s")
+        build_fixture(home, sizes)
+        took = time.perf_counter() - start
+        print(f"# fixture: {sizes.finished + sizes.held:,} jobs written in {took:.1f} s")
         with running_daemon(home, simulate_gpus=GPUS):
             socket = home / "gbatchd.sock"
-            sleepers = start_running_jobs(socket)
+            sleepers = start_running_jobs(socket, sizes.running)
             try:
                 env = gbatch_env(home, GPUS)
                 lines = subprocess.run(
                     [str(GBATCH), "squeue", "-h"], env=env, capture_output=True, check=True
                 ).stdout.count(b"\n")
-                assert lines == HELD + RUNNING, lines
+                assert lines == active, lines
                 report_ms(
-                    f"`gbatch squeue` (default view, {lines:,} active jobs of 100,000)",
+                    f"`gbatch squeue` (default view, {lines:,} active jobs of {sizes.total:,})",
                     time_process([str(GBATCH), "squeue"], env, runs),
                     SQUEUE_GOAL_MS,
                 )
                 report_ms(
                     "  of which the `jobs` request round trip (in-process client)",
-                    squeue_round_trip(socket, runs),
+                    squeue_round_trip(socket, runs, active),
                 )
                 # A lab's usual queue is smaller: cancel most held jobs (they stay in
                 # the store as finished rows) and time the default view again.
                 with Client(socket) as client:
                     held = [j["id"] for j in client.call(requests.ListJobs(states=("PD",)))["jobs"]]
-                    client.call(requests.Cancel(ids=tuple(held[: HELD + RUNNING - SMALL_QUEUE])))
+                    client.call(requests.Cancel(ids=tuple(held[: active - sizes.small])))
                 lines = subprocess.run(
                     [str(GBATCH), "squeue", "-h"], env=env, capture_output=True, check=True
                 ).stdout.count(b"\n")
-                assert lines == SMALL_QUEUE, lines
+                assert lines == sizes.small, lines
                 report_ms(
-                    f"`gbatch squeue` (default view, {lines:,} active jobs of 100,000)",
+                    f"`gbatch squeue` (default view, {lines:,} active jobs of {sizes.total:,})",
                     time_process([str(GBATCH), "squeue"], env, runs),
                     SQUEUE_GOAL_MS,
                 )
@@ -186,13 +212,13 @@ def main() -> None:
                     capture_output=True,
                     check=True,
                 ).stdout.count(b"\n")
-                assert lines == FINISHED + HELD + RUNNING, lines  # cancelled ones included
+                assert lines == sizes.total, lines  # cancelled ones included
                 report_ms(
                     f"`gbatch squeue -t all -h | wc -l` ({lines:,} lines)",
                     time_process([str(GBATCH), "squeue", "-t", "all", "-h"], env, big_runs),
                 )
                 report_ms(
-                    "`gbatch sacct -a -S all` (100,000 jobs)",
+                    f"`gbatch sacct -a -S all` ({sizes.total:,} jobs)",
                     time_process([str(GBATCH), "sacct", "-a", "-S", "all"], env, big_runs),
                 )
             finally:

@@ -1,6 +1,6 @@
 """Time gbatch.nodes.ssh against a local OpenSSH server (tests/integration/sshd.py).
 
-Run from the repository root: `.venv/bin/python bench/bench_ssh.py [--runs N]`. Needs
+Run from the repository root: `.venv/bin/python bench/bench_ssh.py [--runs N] [--quick]`. Needs
 /usr/sbin/sshd (`.ci/setup-sshd.sh`). Prints one line per figure:
 - `run(["true"])` on an open connection: one exec channel per command, what each
   dispatcher step pays per remote call (goal <= 5 ms). Measured twice: as the login
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import machine_note, report_ms
+from common import machine_note, quick_help, report_ms
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
 
@@ -34,7 +34,9 @@ TIMEOUT_S = 30.0
 SKIP_SHELL_RC = "SetEnv SHLVL=1\n"  # bash sources ~/.bashrc under sshd only at level 1
 
 
-def time_runs(tmp: Path, extra_config: str, runs: int, connects: int) -> dict[str, list[float]]:
+def time_runs(
+    tmp: Path, extra_config: str, runs: int, connects: int, puts: int = 20
+) -> dict[str, list[float]]:
     """Samples per figure against one fresh sshd."""
     tmp.mkdir()
     server = start_sshd(tmp, extra_config)
@@ -66,7 +68,7 @@ def time_runs(tmp: Path, extra_config: str, runs: int, connects: int) -> dict[st
                 if result.exit_status != 0:
                     raise RuntimeError(f"`true` exited {result.exit_status}")
             destination = str(tmp / "put" / "payload")
-            for _ in range(20):
+            for _ in range(puts):
                 start = time.perf_counter()
                 connection.put_bytes(b"x" * 65536, destination, 0o600, timeout=TIMEOUT_S)
                 samples["put"].append(time.perf_counter() - start)
@@ -79,12 +81,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200, help="commands to time (default 200)")
     parser.add_argument("--connects", type=int, default=20, help="connects to time (default 20)")
+    parser.add_argument(
+        "--quick", action="store_true", help=quick_help("3 commands, 2 connects, 2 puts")
+    )
     args = parser.parse_args()
+    puts = 20
+    if args.quick:
+        args.runs, args.connects, puts = 3, 2, 2
 
     print(machine_note())
     with tempfile.TemporaryDirectory(prefix="gbatch-bench-ssh-") as tmp:
-        plain = time_runs(Path(tmp) / "plain", "", args.runs, args.connects)
-        bare = time_runs(Path(tmp) / "bare", SKIP_SHELL_RC, args.runs, 0)
+        plain = time_runs(Path(tmp) / "plain", "", args.runs, args.connects, puts)
+        bare = time_runs(Path(tmp) / "bare", SKIP_SHELL_RC, args.runs, 0, puts)
 
     report_ms('run(["true"]), open connection, shell rc skipped', bare["run"], RUN_GOAL_MS)
     report_ms('run(["true"]), open connection, login shell as is', plain["run"], RUN_GOAL_MS)

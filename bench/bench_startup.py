@@ -45,6 +45,7 @@ from common import (
     machine_note,
     median,
     python_env,
+    quick_help,
     report_ms,
     running_daemon,
     temp_home,
@@ -233,7 +234,7 @@ def bench_interpreter(
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer runs")
+    parser.add_argument("--quick", action="store_true", help=quick_help("2 runs a case"))
     parser.add_argument(
         "--python",
         action="append",
@@ -260,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "the floors) against that queue",
     )
     args = parser.parse_args(argv)
-    runs = 10 if args.quick else 30
+    runs = 2 if args.quick else 30
     pythons = args.python or [PYTHON]
     print(machine_note())
     with temp_home() as home, running_daemon(fill_store(home, args.queued - QUEUED)):

@@ -42,6 +42,7 @@ from common import (
     gbatch_env,
     load_average,
     machine_note,
+    quick_help,
     report_ms,
     report_rate,
     running_daemon,
@@ -197,7 +198,14 @@ def queued_submits(checkouts: list[Path], queued: int, runs: int, count: int) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter repetitions")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=quick_help(
+            "1 daemon a figure: 20 single submits, 2 and 4 clients, an array of 500; with "
+            "--queued: 1 run"
+        ),
+    )
     parser.add_argument(
         "--queued", type=int, help="only (d), with this many held single jobs queued"
     )
@@ -211,20 +219,22 @@ def main() -> None:
     parser.add_argument(
         "--runs",
         type=int,
-        help="with --queued: runs of 500 submits per checkout (default 5, 3 with --quick); "
+        help="with --queued: runs of 500 submits per checkout (default 5, 1 with --quick); "
         "more runs give a steadier median on a noisy machine",
     )
     args = parser.parse_args()
     if args.queued is not None:
         print(machine_note())
         checkouts = [path.resolve() for path in args.checkout] or [REPO]
-        runs = args.runs or (3 if args.quick else 5)
+        runs = args.runs or (1 if args.quick else 5)
         queued_submits(checkouts, args.queued, runs, 500)
         return
-    reps = 3 if args.quick else 7
-    single_count = 200 if args.quick else 500
-    per_client_total = 256 if args.quick else 1024  # submits per repetition, all clients
-    cli_runs = 8 if args.quick else 20
+    reps = 1 if args.quick else 7
+    single_count = 20 if args.quick else 500
+    per_client_total = 8 if args.quick else 1024  # submits per repetition, all clients
+    cli_runs = 2 if args.quick else 20
+    client_counts = (2, 4) if args.quick else (8, 32)
+    array_size = 500 if args.quick else ARRAY_SIZE
     print(machine_note())
 
     rates: list[float] = []
@@ -242,7 +252,7 @@ def main() -> None:
     )
     report_ms("(a) latency of one submit request", latencies)
 
-    for clients in (8, 32):
+    for clients in client_counts:
         rates = []
         for _ in range(reps):
             with running_daemon() as home:
@@ -259,18 +269,18 @@ def main() -> None:
     rates = []
     for _ in range(reps):
         with running_daemon() as home:
-            rates.append(array_submit(home / "gbatchd.sock", ARRAY_SIZE))
-    report_rate(f"(c) array submission, count={ARRAY_SIZE:,}", rates, "jobs/s", ARRAY_GOAL)
+            rates.append(array_submit(home / "gbatchd.sock", array_size))
+    report_rate(f"(c) array submission, count={array_size:,}", rates, "jobs/s", ARRAY_GOAL)
 
     rates = []
-    for _ in range(max(2, reps // 2)):
+    for _ in range(1 if args.quick else max(2, reps // 2)):
         with running_daemon() as home:
             socket = home / "gbatchd.sock"
-            array_submit(socket, ARRAY_SIZE)
+            array_submit(socket, array_size)
             time.sleep(1.0)  # let the loop's wake-up for the array pass
             rates.append(sequential_submits(socket, single_count // 5)[0])
     report_rate(
-        f"(d) single submits with {ARRAY_SIZE:,} held jobs queued, 1 client "
+        f"(d) single submits with {array_size:,} held jobs queued, 1 client "
         f"({single_count // 5} per run)",
         rates,
         "submits/s",

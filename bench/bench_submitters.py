@@ -30,7 +30,15 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from common import GBATCH, gbatch_env, machine_note, report_ms, report_rate, running_daemon
+from common import (
+    GBATCH,
+    gbatch_env,
+    machine_note,
+    quick_help,
+    report_ms,
+    report_rate,
+    running_daemon,
+)
 
 from gbatch.protocol import requests
 from gbatch.protocol.client import Client, DaemonUnavailable, RequestFailed
@@ -173,9 +181,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--submitters", type=int, default=32, help="processes (default 32)")
     parser.add_argument("--each", type=int, default=500, help="jobs per submitter (500)")
-    parser.add_argument("--quick", action="store_true", help="8 submitters x 100 jobs")
+    parser.add_argument("--quick", action="store_true", help=quick_help("4 submitters x 10 jobs"))
     args = parser.parse_args()
-    submitters, each = (8, 100) if args.quick else (args.submitters, args.each)
+    submitters, each = (4, 10) if args.quick else (args.submitters, args.each)
     expected = submitters * each
     print(machine_note())
     print(

@@ -81,6 +81,7 @@ from common import (
     gbatch_env,
     machine_note,
     median,
+    quick_help,
     report_ms,
     running_daemon,
     temp_home,
@@ -93,7 +94,7 @@ if _WORKER_CHECKOUT:
     sys.path.insert(0, _WORKER_CHECKOUT)
 
 from gbatch.core.arrays import ARRAY_ROWS  # noqa: E402
-from gbatch.core.model import JobSpec, JobState  # noqa: E402
+from gbatch.core.model import JobSpec, JobState, TaskArray  # noqa: E402
 from gbatch.head.store import Store, Submission  # noqa: E402
 from gbatch.protocol import requests  # noqa: E402
 from gbatch.protocol.client import Client  # noqa: E402
@@ -133,7 +134,7 @@ def build_store(home: Path, active: int) -> None:
     sleeper = JobSpec(name="sleeper", command=("sleep", "600"), gpus=1)
     store.submit([sleeper] * RUNNING, uid, ME, now)
     held = JobSpec(name="train", command=("python", "train.py"), gpus=1)
-    sweep = replace(held, array=f"0-{ARRAY_TASKS - 1}")
+    sweep = replace(held, array=TaskArray.of_text(f"0-{ARRAY_TASKS - 1}"))
     tasks = tuple(replace(sweep, array_task=i, array_pos=i) for i in range(ARRAY_ROWS))
     store.submit_many([Submission(tasks, uid, ME, held=True, tail_count=ARRAY_TASKS)], now)
     left = active - RUNNING - ARRAY_ROWS - 1  # the tail is one row
@@ -506,22 +507,24 @@ def report(checkout: Path, figures: dict[str, list[float]], active: int, large: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument(
+        "--quick", action="store_true", help=quick_help("1 round over 50 active jobs")
+    )
     parser.add_argument("--active", type=int, default=ACTIVE, help="rows in the queue view")
     parser.add_argument(
         "--checkout", type=Path, action="append", help="a checkout to time (repeatable)"
     )
-    parser.add_argument("--rounds", type=int, help="rounds (default 5; --quick 3)")
+    parser.add_argument("--rounds", type=int, help="rounds (default 5; --quick 1)")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)  # a daemon's socket
     parser.add_argument("--paints", type=int, default=2, help=argparse.SUPPRESS)
     parser.add_argument("--runs", type=int, default=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    active = args.active
+    active = 50 if args.quick else args.active
     if args.worker is not None:
         worker(args.worker, active, args.paints, args.runs)
         return
     checkouts = [path.resolve() for path in args.checkout or [REPO]]
-    rounds = args.rounds or (3 if args.quick else 5)
+    rounds = args.rounds or (1 if args.quick else 5)
     print(machine_note())
     figures: dict[Path, dict[str, list[float]]] = {path: {} for path in checkouts}
     with contextlib.ExitStack() as stack:

@@ -28,6 +28,15 @@ GBATCH = PYTHON.parent / "gbatch"
 sys.path.insert(0, str(REPO))
 
 
+def quick_help(sizes: str) -> str:
+    """The help of a bench's `--quick`: what every bench's smoke form is, and its sizes."""
+    return (
+        f"a smoke run in seconds at tiny sizes ({sizes}): it proves the bench still runs "
+        f"and prints its figures, which mean nothing at that size (./test.sh runs it: "
+        f"tests/integration/test_benches_quick.py)"
+    )
+
+
 def percentile(samples: Sequence[float], fraction: float) -> float:
     """Linear interpolation between the closest ranks (numpy's default); samples unsorted."""
     if not samples:
@@ -238,3 +247,27 @@ def memory_kib(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise RuntimeError(f"no {field} for pid {pid}")
+
+
+def offset_job_ids(store_path: Path) -> int:
+    """Make the store's first job id high and particular to this process; return it.
+
+    Job containers are named gbatch-<job>-<attempt> on the one engine every test and
+    bench here shares: with ids from 1, a concurrent fleet test's job 7 and ours would
+    fight over one name (and each head would take the other's container for its own
+    run). The store is made here, before its daemon starts."""
+    # Imported here: common is imported before a bench chooses whose gbatch it runs
+    # (bench_plan's --checkout children put theirs first on the path afterwards).
+    import sqlite3
+
+    from gbatch.head.store import Store
+
+    first = (os.getpid() % 10_000 + 1) * 100_000 + 1
+    Store(store_path).close()  # the schema
+    db = sqlite3.connect(store_path)
+    try:
+        with db:
+            db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (first - 1,))
+    finally:
+        db.close()
+    return first

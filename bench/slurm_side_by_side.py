@@ -58,6 +58,7 @@ from common import (
     machine_note,
     memory_kib,
     python_env,
+    quick_help,
     running_daemon,
     summarize,
     temp_home,
@@ -75,6 +76,7 @@ POLL_SECONDS = 0.05
 HANDOFF_SLEEP = "0.2"  # each hand-off job's own work, seconds
 FILL_WORKERS = 4  # submit processes (Slurm) or connections (gbatch) filling a queue
 EVEN = 0.05  # within 5 %: neither wins
+ABSENT = "Slurm absent"  # a row's Slurm side in a --quick run without Slurm
 NODE = "sidenode"
 USER = "root"
 
@@ -89,18 +91,24 @@ class Row:
     what: str
     unit: str
     gbatch: Stats
-    slurm: Stats
+    slurm: Stats | None  # None: no Slurm in this run (--quick without one)
     higher_is_better: bool = False
 
     @property
-    def ratio(self) -> float:
-        """gbatch's median over Slurm's (for ms and MB, under 1 means gbatch wins)."""
+    def ratio(self) -> float | None:
+        """gbatch's median over Slurm's (for ms and MB, under 1 means gbatch wins); None
+        without Slurm."""
+        if self.slurm is None:
+            return None
         return self.gbatch.median / self.slurm.median
 
     @property
     def winner(self) -> str:
-        """'gbatch 2.5x', 'Slurm 1.3x' (how many times better the winner is) or 'even'."""
+        """'gbatch 2.5x', 'Slurm 1.3x' (how many times better the winner is), 'even', or
+        'Slurm absent'."""
         ratio = self.ratio
+        if ratio is None:
+            return ABSENT
         if abs(ratio - 1) <= EVEN:
             return "even"
         gbatch_wins = ratio > 1 if self.higher_is_better else ratio < 1
@@ -124,11 +132,21 @@ def format_stats(stats: Stats, unit: str) -> str:
     )
 
 
+def format_slurm(row: Row) -> str:
+    """The Slurm side of a row: its stats, or `absent`."""
+    return "absent" if row.slurm is None else format_stats(row.slurm, row.unit)
+
+
+def format_ratio(row: Row) -> str:
+    """gbatch / Slurm to two places, or `-` without Slurm."""
+    return "-" if row.ratio is None else f"{row.ratio:.2f}"
+
+
 def format_row_line(row: Row) -> str:
     """The line printed as soon as a row is measured."""
     return (
         f"{row.what}: gbatch {format_stats(row.gbatch, row.unit)}, "
-        f"Slurm {format_stats(row.slurm, row.unit)}, gbatch/Slurm {row.ratio:.2f} "
+        f"Slurm {format_slurm(row)}, gbatch/Slurm {format_ratio(row)} "
         f"({row.winner}; {row.gbatch.count} samples each)"
     )
 
@@ -143,7 +161,7 @@ def format_table(rows: Sequence[Row]) -> str:
     for row in rows:
         lines.append(
             f"| {row.what} | {format_stats(row.gbatch, row.unit)} "
-            f"| {format_stats(row.slurm, row.unit)} | {row.ratio:.2f} | {row.winner} "
+            f"| {format_slurm(row)} | {format_ratio(row)} | {row.winner} "
             f"| {row.gbatch.count} |"
         )
     return "\n".join(lines)
@@ -173,6 +191,8 @@ class Settings:
     handoff_jobs: int
     python: Path  # the interpreter the gbatch CLI runs on
     slurm_scheduler: str | None = None  # SchedulerParameters; None: Slurm's defaults
+    drain_jobs: int = DRAIN_JOBS
+    quick: bool = False  # a smoke run: without a Slurm to start, gbatch alone
 
     def runs_at(self, size: int) -> int:
         return self.runs if size <= 10_000 else max(3, self.runs // 3)
@@ -185,19 +205,25 @@ def default_python() -> Path:
 def parse_args(argv: Sequence[str] | None = None) -> Settings:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0] if __doc__ else None,
-        epilog="Needs root (and installs Slurm when missing); --help needs neither.",
+        epilog="Needs root (and installs Slurm when missing); --help needs neither. "
+        "--quick needs neither: without root or an installed Slurm (.ci/setup-slurm.sh "
+        "installs it, as CI does) it times gbatch alone and prints the Slurm column as "
+        "absent; with both it runs beside its own Slurm as the full run does.",
     )
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="a smoke run: a queue of 500, 5 runs a row, one drain, 6 hand-offs",
+        help=quick_help(
+            "a queue of 20, 2 runs a row, one drain of 16 jobs, 3 hand-offs; beside Slurm "
+            "where it is installed and this runs as root, else gbatch alone, Slurm absent"
+        ),
     )
     parser.add_argument(
         "--sizes",
         type=parse_sizes,
         metavar="N,N",
         help="queue sizes for squeue, scancel and RSS (default 1000,10000; "
-        "--quick 500; 100k takes Slurm minutes to fill on two cores)",
+        "--quick 20; 100k takes Slurm minutes to fill on two cores)",
     )
     parser.add_argument("--runs", type=int, metavar="N", help="samples per row (default 15)")
     parser.add_argument(
@@ -217,12 +243,14 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     if args.runs is not None and args.runs < 1:
         parser.error("--runs must be at least 1")
     return Settings(
-        sizes=args.sizes or ((500,) if args.quick else (1000, 10_000)),
-        runs=args.runs or (5 if args.quick else 15),
+        sizes=args.sizes or ((20,) if args.quick else (1000, 10_000)),
+        runs=args.runs or (2 if args.quick else 15),
         drain_rounds=1 if args.quick else 3,
-        handoff_jobs=6 if args.quick else 11,
+        handoff_jobs=3 if args.quick else 11,
         python=args.python or default_python(),
         slurm_scheduler=args.slurm_scheduler_parameters,
+        drain_jobs=16 if args.quick else DRAIN_JOBS,
+        quick=args.quick,
     )
 
 
@@ -296,6 +324,20 @@ PartitionName=gpu Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
 """
         + extra
     )
+
+
+SLURM_PROGRAMS = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "munge")
+
+
+def slurm_missing() -> str | None:
+    """Why no side Slurm can start here without installing one (not root, or a program
+    missing); None when one can."""
+    if os.getuid() != 0:
+        return "not root (the side Slurm's daemons need root)"
+    missing = [name for name in SLURM_PROGRAMS if shutil.which(name) is None]
+    if missing:
+        return f"not installed ({', '.join(missing)} missing; .ci/setup-slurm.sh installs it)"
+    return None
 
 
 def ensure_slurm_installed() -> None:
@@ -476,39 +518,54 @@ def _wait_until(done: Callable[[], bool], what: str, timeout: float = 300.0) -> 
 
 def in_turn(
     gbatch: tuple[Side, Sequence[str]],
-    slurm: tuple[Side, Sequence[str]],
+    slurm: tuple[Side, Sequence[str]] | None,
     runs: int,
     warmup: int = 1,
 ) -> tuple[list[float], list[float]]:
     """Each side's command once per round, who goes first swapped each round: (gbatch's
-    samples, Slurm's) in seconds, whole process."""
+    samples, Slurm's) in seconds, whole process; Slurm's empty without Slurm."""
     samples: tuple[list[float], list[float]] = ([], [])
+    sides = (gbatch, slurm)
     for index in range(warmup + runs):
         order = (0, 1) if index % 2 == 0 else (1, 0)
         for which in order:
-            side, words = (gbatch, slurm)[which]
+            chosen = sides[which]
+            if chosen is None:
+                continue
+            side, words = chosen
             took = time_process(side.argv(*words), side.env, 1, warmup=0, cwd=side.cwd)
             if index >= warmup:
                 samples[which].extend(took)
     return samples
 
 
+def stats_or_absent(samples: Sequence[float], higher_is_better: bool = False) -> Stats | None:
+    """summarize(samples), or None for a side that took none (no Slurm in the run)."""
+    return summarize(samples, higher_is_better) if samples else None
+
+
 def ms_row(what: str, samples: tuple[list[float], list[float]]) -> Row:
     gbatch, slurm = samples
     return Row(
-        what, "ms", summarize([s * 1000 for s in gbatch]), summarize([s * 1000 for s in slurm])
+        what,
+        "ms",
+        summarize([s * 1000 for s in gbatch]),
+        stats_or_absent([s * 1000 for s in slurm]),
     )
 
 
 class Bench:
-    """Both schedulers running; each method measures rows and prints each as it goes."""
+    """Both schedulers running (gbatch alone when `slurm` is None); each method measures
+    rows and prints each as it goes."""
 
-    def __init__(self, settings: Settings, gbatch: Side, slurm: Side, sock: Path) -> None:
+    def __init__(self, settings: Settings, gbatch: Side, slurm: Side | None, sock: Path) -> None:
         self.settings = settings
         self.gbatch = gbatch
         self.slurm = slurm
         self.sock = sock
-        self.slurmctld_pid = int((slurm.home / "slurmctld.pid").read_text().split()[0])
+        self.slurmctld_pid = (
+            None if slurm is None else int((slurm.home / "slurmctld.pid").read_text().split()[0])
+        )
         self.rows: list[Row] = []
 
     def add(self, row: Row) -> None:
@@ -516,11 +573,13 @@ class Bench:
         print(f"{format_row_line(row)} [load {load_average()}]", flush=True)
 
     def same(self, words: Sequence[str], runs: int) -> tuple[list[float], list[float]]:
-        return in_turn((self.gbatch, words), (self.slurm, words), runs)
+        slurm = None if self.slurm is None else (self.slurm, words)
+        return in_turn((self.gbatch, words), slurm, runs)
 
     def empty_queues(self) -> None:
         gbatch_cancel_all(self.sock)
-        slurm_cancel_all(self.slurm.env)
+        if self.slurm is not None:
+            slurm_cancel_all(self.slurm.env)
 
     def submit_rows(self) -> None:
         runs = self.settings.runs
@@ -534,6 +593,11 @@ class Bench:
         started = time.perf_counter()
         gbatch_ids = gbatch_submit_held(self.sock, gbatch_spec("true"), size)
         gbatch_took = time.perf_counter() - started
+        if self.slurm is None:
+            print(f"# {size:,} held jobs queued: gbatch {gbatch_took:.1f} s", flush=True)
+            if (count := gbatch_active(self.sock)) != size:
+                raise RuntimeError(f"queued {count} (gbatch), not {size}")
+            return gbatch_ids, []
         started = time.perf_counter()
         slurm_ids = slurm_submit_held(self.slurm.env, ["--wrap", "true"], size)
         slurm_took = time.perf_counter() - started
@@ -552,62 +616,68 @@ class Bench:
         runs = self.settings.runs_at(size)
         self.add(ms_row(f"`squeue`, {size:,} pending", self.same(["squeue"], runs)))
         self.add(ms_row(f"`squeue -t R`, {size:,} pending", self.same(["squeue", "-t", "R"], runs)))
-        one = (
-            (self.gbatch, ["squeue", "-j", str(gbatch_ids[size // 2])]),
-            (self.slurm, ["squeue", "-j", str(slurm_ids[size // 2])]),
+        one_gbatch = (self.gbatch, ["squeue", "-j", str(gbatch_ids[size // 2])])
+        one_slurm = (
+            None
+            if self.slurm is None
+            else (self.slurm, ["squeue", "-j", str(slurm_ids[size // 2])])
         )
-        self.add(ms_row(f"`squeue -j ONE`, {size:,} pending", in_turn(*one, runs)))
+        self.add(ms_row(f"`squeue -j ONE`, {size:,} pending", in_turn(one_gbatch, one_slurm, runs)))
         time.sleep(2.0)  # a few of the daemons' own passes over the full queue first
+        ctld = [] if self.slurmctld_pid is None else [memory_kib(self.slurmctld_pid, "VmRSS")]
         self.add(
             Row(
                 f"scheduler RSS, {size:,} pending (gbatchd / slurmctld)",
                 "MB",
                 summarize([memory_kib(daemon_pid(self.gbatch.home), "VmRSS") / 1024]),
-                summarize([memory_kib(self.slurmctld_pid, "VmRSS") / 1024]),
+                stats_or_absent([kib / 1024 for kib in ctld]),
             )
         )
         # One run each (a cancel needs a full queue); the order alternates with the size.
         cancel = ["scancel", "-u", USER]
-        gbatch_took = slurm_took = 0.0
-        for side in (self.gbatch, self.slurm) if size % 2 == 0 else (self.slurm, self.gbatch):
-            took = time_process(side.argv(*cancel), side.env, 1, warmup=0, cwd=side.cwd)[0]
-            if side is self.gbatch:
-                gbatch_took = took
-            else:
-                slurm_took = took
-        self.add(ms_row(f"`scancel -u {USER}`, {size:,} pending", ([gbatch_took], [slurm_took])))
+        took: dict[str, list[float]] = {"gbatch": [], "Slurm": []}
+        order = (self.gbatch, self.slurm) if size % 2 == 0 else (self.slurm, self.gbatch)
+        for side in order:
+            if side is not None:
+                took[side.name] += time_process(
+                    side.argv(*cancel), side.env, 1, warmup=0, cwd=side.cwd
+                )
+        self.add(ms_row(f"`scancel -u {USER}`, {size:,} pending", (took["gbatch"], took["Slurm"])))
         self.empty_queues()
-        slurm_forget_finished(self.slurm.env)
+        if self.slurm is not None:
+            slurm_forget_finished(self.slurm.env)
 
     def drain_rows(self) -> None:
-        """DRAIN_JOBS held one-GPU jobs released at once; jobs/s until the last ended."""
+        """drain_jobs held one-GPU jobs released at once; jobs/s until the last ended."""
+        jobs = self.settings.drain_jobs
         rates: tuple[list[float], list[float]] = ([], [])
         for round_ in range(self.settings.drain_rounds):
             order = (0, 1) if round_ % 2 == 0 else (1, 0)
             for which in order:
-                rates[which].append(
-                    DRAIN_JOBS / (self.drain_gbatch() if which == 0 else self.drain_slurm())
-                )
+                if which == 0:
+                    rates[0].append(jobs / self.drain_gbatch(jobs))
+                elif self.slurm is not None:
+                    rates[1].append(jobs / self.drain_slurm(self.slurm, jobs))
         self.add(
             Row(
-                f"drain {DRAIN_JOBS} one-GPU `true` jobs on {GPUS} GPUs",
+                f"drain {jobs} one-GPU `true` jobs on {GPUS} GPUs",
                 "jobs/s",
                 summarize(rates[0], higher_is_better=True),
-                summarize(rates[1], higher_is_better=True),
+                stats_or_absent(rates[1], higher_is_better=True),
                 higher_is_better=True,
             )
         )
 
-    def drain_gbatch(self) -> float:
-        ids = gbatch_submit_held(self.sock, gbatch_spec("true", gpus=1), DRAIN_JOBS)
+    def drain_gbatch(self, jobs: int) -> float:
+        ids = gbatch_submit_held(self.sock, gbatch_spec("true", gpus=1), jobs)
         started = time.perf_counter()
         gbatch_release(self.sock, ids)
         _wait_until(lambda: gbatch_active(self.sock, ids) == 0, "gbatch's drain")
         return time.perf_counter() - started
 
-    def drain_slurm(self) -> float:
-        env = self.slurm.env
-        ids = slurm_submit_held(env, ["--gres=gpu:1", "--wrap", "true"], DRAIN_JOBS)
+    def drain_slurm(self, slurm: Side, jobs: int) -> float:
+        env = slurm.env
+        ids = slurm_submit_held(env, ["--gres=gpu:1", "--wrap", "true"], jobs)
         started = time.perf_counter()
         slurm_release(env, ids)
         _wait_until(lambda: slurm_active(env, ids) == 0, "Slurm's drain")
@@ -617,13 +687,17 @@ class Bench:
         """Jobs taking all GPUs, back to back: each one's end to the next one's start."""
         count = self.settings.handoff_jobs
         gbatch = handoff_gaps(self.gbatch.cwd / "handoff", count, self.handoff_gbatch)
-        slurm = handoff_gaps(self.slurm.cwd / "handoff", count, self.handoff_slurm)
+        slurm = (
+            []
+            if self.slurm is None
+            else handoff_gaps(self.slurm.cwd / "handoff", count, self.handoff_slurm)
+        )
         self.add(
             Row(
                 f"GPU hand-off, a job's end -> the next one's start ({count} jobs x {GPUS} GPUs)",
                 "ms",
                 summarize(gbatch),
-                summarize(slurm),
+                stats_or_absent(slurm),
             )
         )
 
@@ -635,6 +709,7 @@ class Bench:
         _wait_until(lambda: gbatch_active(self.sock, ids) == 0, "gbatch's hand-offs")
 
     def handoff_slurm(self, script: str, count: int) -> None:
+        assert self.slurm is not None  # handoff_rows asks only with Slurm
         env = self.slurm.env
         ids = [
             slurm_submit_held(env, [f"--gres=gpu:{GPUS}", "--wrap", script], 1)[0]
@@ -678,11 +753,16 @@ def interpreter_version(python: Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     settings = parse_args(argv)
-    ensure_slurm_installed()
+    absent = slurm_missing() if settings.quick else None
+    if absent is None:
+        ensure_slurm_installed()
     print(machine_note())
+    if absent is not None:
+        print(f"# Slurm: absent, {absent}: gbatch alone, its column says absent", flush=True)
+    version = slurm_version() if absent is None else "no Slurm"
     print(
         f"# gbatch CLI on {settings.python} (Python {interpreter_version(settings.python)}), "
-        f"daemon on {PYTHON}; {slurm_version()}; {GPUS} GPUs each; sizes "
+        f"daemon on {PYTHON}; {version}; {GPUS} GPUs each; sizes "
         f"{', '.join(f'{s:,}' for s in settings.sizes)}; {settings.runs} runs a row; Slurm's "
         f"SchedulerParameters: {settings.slurm_scheduler or 'its defaults'}",
         flush=True,
@@ -693,16 +773,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         home = stack.enter_context(temp_home("gbatch-side-"))
         most = max(settings.sizes)
         (home / "config.yaml").write_text(
-            f"limits: {{max_pending_jobs: {2 * most + DRAIN_JOBS}}}\n"
+            f"limits: {{max_pending_jobs: {2 * most + settings.drain_jobs}}}\n"
         )
         stack.enter_context(running_daemon(home, simulate_gpus=GPUS))
-        slurm_env, slurm_dir = stack.enter_context(private_slurm(settings.slurm_scheduler))
+        slurm: Side | None = None
+        if absent is None:
+            slurm_env, slurm_dir = stack.enter_context(private_slurm(settings.slurm_scheduler))
+            slurm = Side("Slurm", [], slurm_env, slurm_dir / "jobs", slurm_dir)
+            slurm.cwd.mkdir()
         gbatch_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gbatch-side-")))
         gbatch = Side(
             "gbatch", gbatch_argv(settings.python), python_env(home, GPUS), gbatch_dir, home
         )
-        slurm = Side("Slurm", [], slurm_env, slurm_dir / "jobs", slurm_dir)
-        slurm.cwd.mkdir()
         bench = Bench(settings, gbatch, slurm, home / "gbatchd.sock")
         try:
             bench.submit_rows()

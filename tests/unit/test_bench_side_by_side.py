@@ -107,9 +107,11 @@ def test_defaults_and_quick_and_explicit_settings() -> None:
     assert full.sizes == (1000, 10_000)
     assert full.runs == 15
     assert full.slurm_scheduler is None
+    assert (full.drain_jobs, full.quick) == (200, False)
     quick = side.parse_args(["--quick"])
-    assert quick.sizes == (500,)
-    assert (quick.runs, quick.drain_rounds, quick.handoff_jobs) == (5, 1, 6)
+    assert quick.sizes == (20,)
+    assert (quick.runs, quick.drain_rounds, quick.handoff_jobs) == (2, 1, 3)
+    assert (quick.drain_jobs, quick.quick) == (16, True)
     tuned = ["--slurm-scheduler-parameters", "batch_sched_delay=0"]
     mine = side.parse_args(
         ["--quick", "--sizes", "100k", "--runs", "9", "--python", "/x/python3", *tuned]
@@ -118,6 +120,28 @@ def test_defaults_and_quick_and_explicit_settings() -> None:
     assert mine.runs == 9
     assert mine.python == Path("/x/python3")
     assert mine.slurm_scheduler == "batch_sched_delay=0"
+
+
+def test_a_row_without_slurm_says_absent_in_its_line_and_the_table() -> None:
+    row = side.Row("`squeue`, 20 pending", "ms", side.summarize([12.0, 14.0]), None)
+    assert row.ratio is None
+    assert row.winner == "Slurm absent"
+    assert side.format_row_line(row) == (
+        "`squeue`, 20 pending: gbatch 13.0 ms (p90 13.8; 12.0-14.0), Slurm absent, "
+        "gbatch/Slurm - (Slurm absent; 2 samples each)"
+    )
+    assert side.format_table([row]).splitlines()[-1] == (
+        "| `squeue`, 20 pending | 13.0 ms (p90 13.8; 12.0-14.0) | absent | - | Slurm absent | 2 |"
+    )
+
+
+def test_slurm_is_missing_for_a_user_who_is_not_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(side.os, "getuid", lambda: 1000)
+    assert side.slurm_missing() == "not root (the side Slurm's daemons need root)"
+    monkeypatch.setattr(side.os, "getuid", lambda: 0)
+    monkeypatch.setattr(side.shutil, "which", lambda name: None if name == "slurmd" else name)
+    missing = side.slurm_missing()
+    assert missing is not None and "slurmd missing" in missing
 
 
 def test_big_queues_get_a_third_of_the_runs_but_at_least_three() -> None:

@@ -1,0 +1,155 @@
+"""Interactive jobs as policy sees them, against a real daemon on the local node (issue 31).
+
+An admin's cap on interactive time (config.yaml's max_interactive_time for the embedded
+partition, an inventory partition's own key); a warning on the attached terminal before
+the time limit and Slurm's lines when it ends the job; the idle-GPU policy ending an
+idle `srun --pty` session and telling its terminal; squeue naming interactive jobs after
+their command; interactive jobs counted against limits and fair share as batch ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FAST_CONFIG, GBATCH, Head, kill_leftover_jobs, make_head
+from tmuxterm import Terminal, private_terminal
+
+from gbatch.core.model import IMPLICIT_PARTITION
+from gbatch.core.paths import resolve_paths
+from gbatch.protocol import requests
+from gbatch.protocol.client import Client
+
+CONFIG = FAST_CONFIG + "interactive_grace_seconds: 2\n"
+
+
+def kill_leftover_steps(home: Path) -> None:
+    """Steps are sessions of their own: a test must not leave any behind either."""
+    for pids in (home / "run").glob("*.*/step.*/pids.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            os.killpg(int(json.loads(pids.read_text())["session"]), signal.SIGKILL)
+
+
+@pytest.fixture
+def terminal() -> Iterator[Terminal]:
+    with private_terminal() as term:
+        yield term
+
+
+def started(home: Path, config: str = CONFIG, gpus: int = 2) -> Head:
+    head = make_head(home, gpus=gpus, config=config)
+    head.start()
+    return head
+
+
+def stopped(head: Head) -> None:
+    head.stop()
+    kill_leftover_steps(head.home)
+    kill_leftover_jobs(head.home)
+
+
+def ask(head: Head, request: requests.Request) -> dict[str, Any]:
+    with Client(resolve_paths(head.env).socket) as client:
+        return client.call(request)
+
+
+def newest_job(head: Head) -> int:
+    jobs = ask(head, requests.ListJobs(history=True, brief=True))["jobs"]
+    return max((int(job["id"]) for job in jobs), default=0)
+
+
+def background(head: Head, *argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*GBATCH, *argv],
+        env=head.env,
+        cwd=head.home,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def step_open(head: Head, job_id: int) -> bool:
+    found = ask(head, requests.ListSteps(ids=(job_id,)))["steps"]
+    return any(step["state"] == "RUNNING" for step in found)
+
+
+# -- item 1: the interactive time cap ------------------------------------------------------
+
+
+def test_config_caps_interactive_time_on_the_embedded_partition(tmp_path: Path) -> None:
+    head = started(tmp_path / "home", CONFIG + "max_interactive_time: 10\n")
+    try:
+        over = head.run("srun", "-t", "20", "true", input="")
+        assert over.returncode == 2
+        assert over.stderr == (
+            f"gbatch srun: error: -t/--time: 20:00 is over partition {IMPLICIT_PARTITION}'s "
+            "max_interactive_time (10:00), the longest an srun allocation may run. Ask for at "
+            "most that (-t), or queue the work with gbatch sbatch\n"
+        )
+        salloc = head.run("salloc", "-t", "1:00:00", "true", input="")
+        assert salloc.returncode == 2 and "the longest an salloc allocation" in salloc.stderr
+        assert head.run("squeue", "-h", "-t", "all", check=True).stdout == ""
+        # Asking none, the cap is its limit; asking less is kept; batch jobs are not capped.
+        done = head.run("srun", "true", input="")
+        assert done.returncode == 0, done.stderr
+        assert head.job(newest_job(head))["time_limit"] == 600
+        assert head.run("srun", "-t", "5", "true", input="").returncode == 0
+        assert head.job(newest_job(head))["time_limit"] == 300
+        batch = head.sbatch("-t", "20", "--wrap", "true")
+        assert head.job(batch)["time_limit"] == 1200
+        shown = head.run("scontrol", "show", "partition", check=True).stdout
+        assert "MaxTime=UNLIMITED MaxInteractiveTime=10:00" in shown
+        sinfo = head.run("sinfo", "-h", "-O", "Partition:10,MaxInteractiveTime:10", check=True)
+        assert sinfo.stdout.split() == [f"{IMPLICIT_PARTITION}*", "10:00"]
+    finally:
+        stopped(head)
+
+
+INVENTORY = """\
+nodes:
+  # Nothing listens on port 1: the node stays down, and jobs wait for it.
+  - {name: fast1, host: 127.0.0.1, port: 1, connect_timeout: 1}
+partitions:
+  - {name: dev, nodes: [fast1], default: true, max_time: "4:00:00",
+     max_interactive_time: "1:00:00"}
+  - {name: long, nodes: [fast1]}
+"""
+
+
+def test_an_inventory_partition_caps_interactive_time(tmp_path: Path) -> None:
+    head = make_head(tmp_path / "home", config=CONFIG)
+    (tmp_path / "inventory.yaml").write_text(INVENTORY)
+    head.env["GBATCH_INVENTORY"] = str(tmp_path / "inventory.yaml")
+    head.start()
+    try:
+        over = head.run("salloc", "-t", "2:00:00", "--image", "alpine", "true", input="")
+        assert over.returncode == 2
+        assert over.stderr == (
+            "gbatch salloc: error: -t/--time: 2:00:00 is over partition dev's "
+            "max_interactive_time (1:00:00), the longest an salloc allocation may run. Ask "
+            "for at most that (-t), or queue the work with gbatch sbatch\n"
+        )
+        # Another partition without a cap takes it; sbatch is held to max_time alone.
+        batch = head.run("sbatch", "-t", "2:00:00", "--image", "alpine", "--wrap", "true")
+        assert batch.returncode == 0, batch.stderr
+        gave_up = head.run("srun", "-I", "-p", "dev", "--image", "alpine", "true", input="")
+        assert gave_up.returncode == 1  # its node is down: -I gives up, cancelling it
+        assert head.job(newest_job(head))["time_limit"] == 3600
+        shown = head.run("scontrol", "show", "partition", "dev", check=True).stdout
+        assert "MaxTime=4:00:00 MaxInteractiveTime=1:00:00" in shown
+        sinfo = head.run("sinfo", "-h", "-O", "Partition:8,Time:10,MaxInteractiveTime:10")
+        assert sinfo.stdout.split() == [
+            *("dev*", "4:00:00", "1:00:00"),
+            *("long", "infinite", "infinite"),
+        ]
+    finally:
+        head.stop()

@@ -237,6 +237,11 @@ class Node(Protocol):
     def step_status(self, job: Job, step: Step) -> StepStatus:
         """Whether `step` of `job` still runs, or how it ended."""
 
+    def tell_step(self, job: Job, step: Step, lines: Sequence[str]) -> None:
+        """Show `lines` on the running `step`'s client (its stderr), best effort.
+
+        A warning before its job's time limit, why its job is ending."""
+
 
 class Reports:
     """A node's latest agent report, kept by the thread that reads the agent's lines.

@@ -54,7 +54,7 @@ from gbatch.nodes.report import (
 )
 from gbatch.nodes.shimserver import LOCK_FILE, ServerGone, ShimServer, lock_held
 from gbatch.nodes.stepshim import LOCK_FILE as STEP_LOCK_FILE
-from gbatch.nodes.stepshim import signal_session
+from gbatch.nodes.stepshim import NOTICE_SIGNAL, NOTICES_FILE, signal_session
 from gbatch.shim import CPUS_ENV, JOB_ENV_FILE_ENV, MEM_MB_ENV
 from gbatch.site import policy as site_policy
 from gbatch.site.config import Config, Paths
@@ -784,6 +784,30 @@ class LocalNode:
         shim.wait()
         self._on_change()
 
+    def tell_step(self, job: Job, step: Step, lines: Sequence[str]) -> None:
+        """Append `lines` to the step's notices and wake its shim to relay them."""
+        step_dir = self.step_dir(job.id, step.attempt, step.step_id)
+        pids = _read_json(step_dir / "pids.json")
+        if pids is None or (step_dir / "exit.json").exists():
+            return  # not started, or ended: nobody to tell
+        text = "".join(line.replace("\n", " ") + "\n" for line in lines).encode()
+        try:
+            fd = os.open(
+                step_dir / NOTICES_FILE,
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                0o600,
+            )
+            try:
+                os.write(fd, text)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            log.warning("step %s: cannot write its notices: %s", step.label, err)
+            return
+        if lock_held(step_dir, STEP_LOCK_FILE):  # its shim lives: the pid is still its
+            with contextlib.suppress(ProcessLookupError, PermissionError, KeyError, ValueError):
+                os.kill(int(pids["shim"]), NOTICE_SIGNAL)
+
     def step_status(self, job: Job, step: Step) -> StepStatus:
         step_dir = self.step_dir(job.id, step.attempt, step.step_id)
         ended = _step_exit(step_dir)
@@ -853,7 +877,7 @@ class RunDirRemover:
 def remove_run_dir(run_dir: Path) -> None:
     """Remove what a run and its steps leave in its directory, then the directory."""
     for step_dir in run_dir.glob(f"{STEP_DIR_PREFIX}*"):
-        for name in ("exit.json", "pids.json", "env", STEP_LOCK_FILE, JOB_ENV_FILE):
+        for name in ("exit.json", "pids.json", "env", STEP_LOCK_FILE, JOB_ENV_FILE, NOTICES_FILE):
             with contextlib.suppress(FileNotFoundError):
                 (step_dir / name).unlink()
         with contextlib.suppress(OSError):

@@ -435,6 +435,9 @@ class RemoteNode:
         self._follow(job, attempt)
         return RunStatus("running")
 
+    def tell_step(self, job: Job, step: Step, lines: Sequence[str]) -> None:
+        """Nothing to tell: no step runs here yet."""
+
     def signal(
         self, job: Job, attempt: int, sig: signal.Signals, target: SignalTarget | None = None
     ) -> None:

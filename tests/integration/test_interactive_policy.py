@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_CONFIG, GBATCH, Head, kill_leftover_jobs, make_head
+from conftest import FAST_CONFIG, GBATCH, Head, kill_leftover_jobs, make_head, wait_for
 from tmuxterm import Terminal, private_terminal
 
 from gbatch.core.model import IMPLICIT_PARTITION
@@ -153,3 +155,66 @@ def test_an_inventory_partition_caps_interactive_time(tmp_path: Path) -> None:
         ]
     finally:
         head.stop()
+
+
+# -- item 2: the time limit on the terminal ---------------------------------------------------
+
+
+def test_srun_pty_is_warned_before_its_time_limit_and_told_when_it_ends(
+    tmp_path: Path, terminal: Terminal
+) -> None:
+    head = started(tmp_path / "home")
+    try:
+        srun = shlex.join([*GBATCH, "srun", "-t", "0:20", "--pty", "bash", "--norc", "--noprofile"])
+        env = {**head.env, "PS1": "step$ "}
+        terminal.start(f"{srun}; echo srun-exit=$?; sleep 600", env, head.home)
+        terminal.until(lambda s: "step$" in s, "the step's prompt")
+        job_id = newest_job(head)
+        # 20 s: warned a tenth of it ahead (stepnotices.warning_lead), on its own line.
+        screen = terminal.until(
+            lambda s: "srun-exit=" in s, "the end of the session at its limit", timeout=60
+        )
+        lines = [line.rstrip() for line in screen.splitlines()]
+        warning = f"srun: Job {job_id} will be cancelled in 2 seconds (time limit)"
+        assert warning in lines, screen
+        aborted = "srun: Job step aborted: Waiting up to 1 seconds for job step to finish."
+        assert aborted in lines, screen
+        assert any(
+            re.fullmatch(
+                rf"slurmstepd: error: \*\*\* STEP {job_id}\.0 ON local CANCELLED AT "
+                r"\S+ DUE TO TIME LIMIT \*\*\*",
+                line,
+            )
+            for line in lines
+        ), screen
+        assert lines.index(warning) < lines.index(aborted)
+        assert head.wait_state(job_id, "TIMEOUT")["state"] == "TIMEOUT"
+    finally:
+        stopped(head)
+
+
+def test_salloc_and_a_step_in_it_are_told_of_the_time_limit(
+    tmp_path: Path, terminal: Terminal
+) -> None:
+    head = started(tmp_path / "home")
+    try:
+        salloc = shlex.join([*GBATCH, "salloc", "-t", "0:20", "bash", "--norc", "--noprofile"])
+        env = {**head.env, "PS1": "alloc$ "}
+        terminal.start(f"{salloc}; echo salloc-exit=$?; sleep 600", env, head.home)
+        terminal.until(lambda s: "alloc$" in s, "salloc's shell")
+        job_id = newest_job(head)
+        terminal.type(f"{shlex.join(GBATCH)} srun sleep 100")
+        wait_for(lambda: len(ask(head, requests.ListSteps(ids=(job_id,)))["steps"]) == 2)
+        screen = terminal.until(lambda s: "salloc-exit=" in s, "the end at its limit", timeout=60)
+        lines = [line.rstrip() for line in screen.splitlines()]
+        for line in (
+            f"salloc: Job {job_id} will be cancelled in 2 seconds (time limit)",
+            f"srun: Job {job_id} will be cancelled in 2 seconds (time limit)",
+            f"salloc: Job {job_id} has exceeded its time limit and its allocation has been "
+            "revoked.",
+            f"salloc: Relinquishing job allocation {job_id}",
+        ):
+            assert line in lines, screen
+        head.wait_state(job_id, "TIMEOUT")
+    finally:
+        stopped(head)

@@ -218,3 +218,47 @@ def test_salloc_and_a_step_in_it_are_told_of_the_time_limit(
         head.wait_state(job_id, "TIMEOUT")
     finally:
         stopped(head)
+
+
+# -- item 3: the idle-GPU policy -----------------------------------------------------------
+
+IDLE_CONFIG = CONFIG + "idle_gpu: {after_minutes: 0.02, cancel_after_minutes: 0.15}\n"
+
+
+def test_an_idle_srun_pty_session_is_flagged_then_ended_and_its_terminal_told(
+    tmp_path: Path, terminal: Terminal
+) -> None:
+    home = tmp_path / "home"
+    head = make_head(home, config=IDLE_CONFIG)
+    idle = {"name": "Simulated GPU", "memory_total_mib": 81920, "utilization_pct": 0}
+    (home / "simulated-gpus.json").write_text(json.dumps({"gpus": [idle] * 2}))
+    head.start()
+    try:
+        srun = shlex.join([*GBATCH, "srun", "-G", "1", "--pty", "bash", "--norc", "--noprofile"])
+        env = {**head.env, "PS1": "step$ "}
+        terminal.start(f"{srun}; echo srun-exit=$?; sleep 600", env, head.home)
+        terminal.until(lambda s: "step$" in s, "the step's prompt")
+        job_id = newest_job(head)
+
+        def reason() -> str:
+            out = head.run("squeue", "-h", "-j", str(job_id), "-o", "%r", check=True).stdout
+            return out.strip()
+
+        wait_for(lambda: reason().startswith("IdleGPU: all GPUs under 5% since "), 30, "the flag")
+        screen = terminal.until(lambda s: "srun-exit=" in s, "the session ended", timeout=60)
+        ended = head.wait_state(job_id, "CANCELLED")
+        assert str(ended["reason"]).endswith(" s (idle_gpu policy)")
+        lines = [line.rstrip() for line in screen.splitlines()]
+        assert f"srun: error: Job {job_id} is ending: {ended['reason']}" in lines, screen
+        assert any(
+            re.fullmatch(
+                rf"slurmstepd: error: \*\*\* STEP {job_id}\.0 ON local CANCELLED AT \S+ \*\*\*",
+                line,
+            )
+            for line in lines
+        ), screen
+        (node,) = ask(head, requests.ListNodes())["nodes"]
+        wait_for(lambda: len(ask(head, requests.ListNodes())["nodes"][0]["free_gpus"]) == 2)
+        assert node["name"] == "local"
+    finally:
+        stopped(head)

@@ -262,3 +262,61 @@ def test_an_idle_srun_pty_session_is_flagged_then_ended_and_its_terminal_told(
         assert node["name"] == "local"
     finally:
         stopped(head)
+
+
+# -- item 4: squeue, limits and fair share -----------------------------------------------------
+
+
+def test_interactive_jobs_show_in_squeue_and_count_against_limits_as_batch_ones(
+    tmp_path: Path,
+) -> None:
+    limits = "limits: {max_running_jobs: 2, max_gpus: 1}\n"
+    head = started(tmp_path / "home", CONFIG + limits)
+    sruns: list[subprocess.Popen[str]] = []
+    try:
+        sruns.append(background(head, "srun", "-G", "1", "sleep", "300"))
+        wait_for(lambda: newest_job(head) and step_open(head, newest_job(head)), what="srun")
+        srun_job = newest_job(head)
+        sruns.append(background(head, "salloc", "-G", "0", "sleep", "300"))
+        wait_for(lambda: newest_job(head) > srun_job and step_open(head, newest_job(head)))
+        salloc_job = newest_job(head)
+        queue = head.run("squeue", "-h", "-o", "%i %j %t", check=True).stdout.splitlines()
+        assert queue == [f"{srun_job} sleep R", f"{salloc_job} sleep R"]
+        # The srun's GPU is the user's one GPU; the two allocations their two jobs.
+        gpu_job = head.sbatch("-G", "1", "--wrap", "true")
+        cpu_job = head.sbatch("-G", "0", "--wrap", "true")
+        wait_for(lambda: head.job(cpu_job)["reason"] == "QOSMaxJobsPerUserLimit", 30, "cpu job")
+        wait_for(
+            lambda: head.job(gpu_job)["reason"] in ("QOSMaxGRESPerUser", "QOSMaxJobsPerUserLimit"),
+            30,
+            "gpu job",
+        )
+        sruns[1].terminate()  # salloc's allocation ends: one running job left, the srun's
+        head.wait_state(salloc_job, "CANCELLED", "COMPLETED", "FAILED")
+        head.wait_state(cpu_job, "COMPLETED")
+        wait_for(lambda: head.job(gpu_job)["reason"] == "QOSMaxGRESPerUser", 30, "the GPU limit")
+        refused = head.run("srun", "-I", "5", "-G", "1", "true", input="")
+        assert refused.returncode == 1
+        assert "Requested nodes are busy" in refused.stderr
+        assert "QOSMaxGRESPerUser" in refused.stderr
+        sruns[0].terminate()
+        head.wait_state(gpu_job, "COMPLETED")
+    finally:
+        for srun in sruns:
+            srun.kill()
+            srun.wait()
+        stopped(head)
+
+
+def test_an_interactive_jobs_gpu_time_counts_in_fair_share(tmp_path: Path) -> None:
+    head = started(tmp_path / "home")
+    try:
+        before = head.run("sshare", "-P", "-n", check=True).stdout.split("|")
+        assert (before[1], before[3]) == ("0", "1.000000")
+        done = head.run("srun", "-G", "2", "sleep", "2", input="")
+        assert done.returncode == 0, done.stderr
+        after = head.run("sshare", "-P", "-n", check=True).stdout.split("|")
+        assert float(after[1]) >= 3.5  # about 2 GPUs x 2 s, decayed a little
+        assert float(after[3]) < 1.0
+    finally:
+        stopped(head)

@@ -226,7 +226,8 @@ def format_sacct(
     rows = []
     for job, label in labelled:
         rows.append([label if c.name == "JobID" else c.value(job, now) for c in columns])
-        for step, step_label in _step_lines(job, (steps or {}).get(job.id, ())):
+        shown_steps = () if steps is None else steps.get(job.id, ())
+        for step, step_label in _step_lines(job, shown_steps, steps is not None):
             rows.append(
                 [
                     step_label
@@ -255,22 +256,23 @@ def format_sacct(
     return as_text([line.rstrip() for line in lines])
 
 
-def _step_lines(job: Job, steps: Sequence[Step]) -> list[tuple[Job, str]]:
+def _step_lines(job: Job, steps: Sequence[Step], shown: bool = True) -> list[tuple[Job, str]]:
     """The lines under `job` for its `steps`: each a Job made of the step's own fields
-    (name, state, times, exit), with its `N.M` label.
+    (name, state, times, exit), with its `N.M` label. None unless `shown` (sacct -X).
 
-    A batch job that ran steps shows its script as `N.batch` first, as Slurm does; a
-    job without steps has no lines under it (Slurm would show `N.batch` for every batch
-    job: gbatch only where there are steps beside it).
+    Every batch job that started shows its script as `N.batch` first, as Slurm does (a
+    job that timed out shows it CANCELLED, as Slurm's, the script having been killed);
+    an srun/salloc allocation has none. No `N.extern`: gbatch has no extern step.
     """
-    if not steps:
+    if not shown:
         return []
     lines: list[tuple[Job, str]] = []
-    # An srun/salloc allocation's first step leads it (core/steps.py); a batch job's
-    # steps never do, its script being its run.
-    if not any(step.leads for step in steps):
-        batch = replace(job, spec=job.spec.replace(name="batch"))
-        lines.append((batch, f"{job.id}.batch"))
+    # An srun/salloc allocation's first step leads it (core/steps.py): it has no script.
+    allocation = job.spec.interactive is not None or any(step.leads for step in steps)
+    if not allocation and job.start_time is not None:
+        state = JobState.CANCELLED if job.state is JobState.TIMEOUT else job.state
+        batch = replace(job, spec=job.spec.replace(name="batch"), state=state, reason="")
+        lines.append((batch, f"{job_label(job)}.batch"))
     for step in steps:
         shown = replace(
             job,

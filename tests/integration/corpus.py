@@ -273,7 +273,17 @@ def gbatch_run(head: Head, entry: Entry, submit_dir: Path) -> Run:
 def sacct(head: Head, job_id: int | str) -> tuple[str, str]:
     """`job_id`: one job, or an array task as `N_K` (an array's id `N` lists all its tasks)."""
     out = head.run(
-        "sacct", "-j", str(job_id), "-S", "all", "-n", "-P", "-o", "State,ExitCode", check=True
+        "sacct",
+        "-X",
+        "-j",
+        str(job_id),
+        "-S",
+        "all",
+        "-n",
+        "-P",
+        "-o",
+        "State,ExitCode",
+        check=True,
     ).stdout
     state, exit_code = out.strip().split("|")
     return state, exit_code

@@ -320,3 +320,29 @@ def test_an_interactive_jobs_gpu_time_counts_in_fair_share(tmp_path: Path) -> No
         assert float(after[3]) < 1.0
     finally:
         stopped(head)
+
+
+# -- sacct: N.batch for every batch job ------------------------------------------------------
+
+
+def test_sacct_shows_a_batch_line_for_every_batch_job_that_ran(tmp_path: Path) -> None:
+    head = started(tmp_path / "home")
+    try:
+        done = head.sbatch("--wrap", "true")
+        late = head.sbatch("-t", "0:02", "--wrap", "sleep 60")
+        held = head.sbatch("-H", "--wrap", "true")
+        head.wait_state(done, "COMPLETED")
+        head.wait_state(late, "TIMEOUT", timeout=60)
+        head.run("scancel", str(held), check=True)
+        out = head.run("sacct", "-n", "-P", "-o", "JobID,JobName,State", check=True).stdout
+        assert out.splitlines() == [
+            f"{done}|wrap|COMPLETED",
+            f"{done}.batch|batch|COMPLETED",
+            f"{late}|wrap|TIMEOUT",
+            f"{late}.batch|batch|CANCELLED",  # as Slurm's: the script was killed
+            f"{held}|wrap|CANCELLED",  # never ran: no batch step
+        ]
+        jobs_only = head.run("sacct", "-X", "-n", "-P", "-o", "JobID", check=True).stdout
+        assert jobs_only.split() == [str(done), str(late), str(held)]
+    finally:
+        stopped(head)

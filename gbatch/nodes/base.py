@@ -124,8 +124,10 @@ class StepStatus:
 def step_env(job: Job, step: Step, node: str) -> dict[str, str]:
     """The variables a step sees beside its job's (job_env).
 
-    Slurm's SLURM_STEP_* and the one task's ids."""
-    gpus = ",".join(str(g) for g in job.gpus)
+    Slurm's SLURM_STEP_* and the one task's ids; SLURM_STEP_GPUS the step's own GPUs
+    where it asked for some (srun -G inside the job), else the job's. A step's -c is
+    SLURM_CPUS_PER_TASK."""
+    gpus = ",".join(str(g) for g in (job.gpus if step.gpus is None else step.gpus))
     env = {
         "SLURM_STEP_NUM_NODES": "1",
         "SLURM_STEP_NUM_TASKS": "1",
@@ -138,6 +140,12 @@ def step_env(job: Job, step: Step, node: str) -> dict[str, str]:
     }
     if step.step_id != INTERACTIVE:
         env["SLURM_STEP_ID"] = env["SLURM_STEPID"] = str(step.step_id)
+    if step.gpus is not None:
+        env["SLURM_GPUS_ON_NODE"] = str(len(step.gpus))
+    if step.cpus is not None:
+        env["SLURM_CPUS_PER_TASK"] = str(step.cpus)
+    if step.mem_mb is not None:
+        env["SLURM_MEM_PER_NODE"] = str(step.mem_mb)
     return env
 
 

@@ -54,7 +54,7 @@ from gbatch.nodes.report import (
 )
 from gbatch.nodes.shimserver import LOCK_FILE, ServerGone, ShimServer, lock_held
 from gbatch.nodes.stepshim import LOCK_FILE as STEP_LOCK_FILE
-from gbatch.nodes.stepshim import NOTICE_SIGNAL, NOTICES_FILE, signal_session
+from gbatch.nodes.stepshim import NOTICE_SIGNAL, NOTICES_FILE, STEP_MEM_ENV, signal_session
 from gbatch.shim import CPUS_ENV, JOB_ENV_FILE_ENV, MEM_MB_ENV
 from gbatch.site import policy as site_policy
 from gbatch.site.config import Config, Paths
@@ -701,9 +701,10 @@ class LocalNode:
         if switch is not None:
             env["USER"] = env["LOGNAME"] = switch.pw_name
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
+        gpus = job.gpus if step.gpus is None else step.gpus
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
         env[SOCKET_ENV] = str(self.paths.socket)
-        env.update(bare_limits_env(job))
+        env.update(step_limits_env(job, step))
         if self._cgroups is not None:
             held = self._cgroups.existing(
                 job.id, step.attempt, holds_memory=job.spec.memory_mb is not None
@@ -747,6 +748,10 @@ class LocalNode:
             env_file=str(env_file),
             workdir=job.spec.workdir,
             docker=self.config.docker,
+            # The container sees the job's GPUs as 0..n-1, in the job's order.
+            visible_gpus=None
+            if step.gpus is None
+            else [job.gpus.index(g) for g in step.gpus if g in job.gpus],
         )
 
     @staticmethod
@@ -928,6 +933,27 @@ def bare_limits_env(job: Job, allowed: Sequence[int] | None = None) -> dict[str,
         env[CPUS_ENV] = ",".join(map(str, chosen))
     if spec.memory_mb is not None:
         env[MEM_MB_ENV] = str(spec.memory_mb)
+    return env
+
+
+def step_limits_env(job: Job, step: Step, allowed: Sequence[int] | None = None) -> dict[str, str]:
+    """What holds a bare job's step: its job's -c and --mem, or its own share of them.
+
+    A step's -c: that many of the job's CPUs (of `allowed` where the job has none of its
+    own), spread by step number so that concurrent steps start on different ones; its
+    --mem: its RLIMIT_DATA (stepshim.STEP_MEM_ENV), inside the job's cgroup too.
+    """
+    env = bare_limits_env(job, allowed)
+    if step.cpus is not None:
+        pool = chosen_cpus(job, allowed) or tuple(
+            sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+        )
+        if step.cpus < len(pool):
+            start = (max(step.step_id, 0) * step.cpus) % len(pool)
+            picked = sorted(pool[(start + i) % len(pool)] for i in range(step.cpus))
+            env[CPUS_ENV] = ",".join(map(str, picked))
+    if step.mem_mb is not None:
+        env[MEM_MB_ENV] = env[STEP_MEM_ENV] = str(step.mem_mb)
     return env
 
 

@@ -61,6 +61,9 @@ if TYPE_CHECKING:
 LOCK_FILE = "step.lock"
 NOTICES_FILE = "notices"  # lines gbatchd has for the client (tell on SIGUSR1)
 NOTICE_SIGNAL = signal.SIGUSR1
+# A step's own --mem (srun --mem inside a job), in MiB: its RLIMIT_DATA even where the
+# job's cgroup holds the job's memory (that cgroup holds the job's total, not the step's).
+STEP_MEM_ENV = "GBATCH_STEP_MEM_MB"
 # After the step's first process exits: how long its output may still take to arrive.
 OUTPUT_GRACE_SECONDS = 0.5
 # The most the output of what the step left behind may keep it from ending.
@@ -547,6 +550,7 @@ def run(options: Options, client_fd: int) -> int:
     except (OSError, ValueError) as err:
         return _failed(client, step_dir, f"cannot read the step's environment: {err}", 126)
     limits = shim.Limits.take_from(os.environ)
+    step_mem = os.environ.pop(STEP_MEM_ENV, "")
     run_cgroup = JobCgroup.take_from(os.environ)  # the job's run's: the step joins it
     identity = options.identity
     switch = identity.popen_options() if identity is not None else {}
@@ -557,6 +561,8 @@ def run(options: Options, client_fd: int) -> int:
     relay: Relay
     try:
         with shim.run_cgroup_entered(run_cgroup, limits) as (_, limits):
+            if step_mem.isdigit():
+                limits = shim.Limits(limits.cpus, int(step_mem))
             pty = options.pty is not None
             switch["preexec_fn"] = partial(_prepare_child, pty, limits, workdir)
             if options.pty is not None:

@@ -256,15 +256,16 @@ def format_sacct(
     return as_text([line.rstrip() for line in lines])
 
 
-def _step_lines(job: Job, steps: Sequence[Step], shown: bool = True) -> list[tuple[Job, str]]:
+def _step_lines(job: Job, steps: Sequence[Step], listed: bool = True) -> list[tuple[Job, str]]:
     """The lines under `job` for its `steps`: each a Job made of the step's own fields
-    (name, state, times, exit), with its `N.M` label. None unless `shown` (sacct -X).
+    (name, state, times, exit, and its own GPUs, CPUs and memory where it asked for
+    them: AllocTRES, AllocGPUS), with its `N.M` label. None unless `listed` (sacct -X).
 
     Every batch job that started shows its script as `N.batch` first, as Slurm does (a
     job that timed out shows it CANCELLED, as Slurm's, the script having been killed);
     an srun/salloc allocation has none. No `N.extern`: gbatch has no extern step.
     """
-    if not shown:
+    if not listed:
         return []
     lines: list[tuple[Job, str]] = []
     # An srun/salloc allocation's first step leads it (core/steps.py): it has no script.
@@ -274,9 +275,17 @@ def _step_lines(job: Job, steps: Sequence[Step], shown: bool = True) -> list[tup
         batch = replace(job, spec=job.spec.replace(name="batch"), state=state, reason="")
         lines.append((batch, f"{job_label(job)}.batch"))
     for step in steps:
+        spec = job.spec.replace(name=step.name)
+        if step.gpus is not None:
+            spec = spec.replace(gpus=len(step.gpus))
+        if step.cpus is not None:
+            spec = spec.replace(cpus=step.cpus)
+        if step.mem_mb is not None:
+            spec = spec.replace(mem_mb=step.mem_mb, mem_per_gpu_mb=None, mem_per_cpu_mb=None)
         shown = replace(
             job,
-            spec=job.spec.replace(name=step.name),
+            spec=spec,
+            gpus=job.gpus if step.gpus is None else step.gpus,
             state=step.state,
             start_time=step.start_time,
             end_time=step.end_time,

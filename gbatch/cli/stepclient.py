@@ -89,9 +89,10 @@ def add_interactive_options(p: argparse.ArgumentParser) -> None:
 
 
 def step_ask(args: argparse.Namespace, command: list[str]) -> dict[str, Any]:
-    """What a step inside a job asks of it: -G/--gpus/--gres, -c, --mem (OpenStep's
-    gpus, cpus, mem_mb; None where not given) and --overlap. Read by sbatch's grammar
-    (one line naming a bad option, exit 2)."""
+    """What a step inside a job asks of it: -G/--gres, -c, --mem, --overlap.
+
+    OpenStep's gpus, cpus, mem_mb (None where not given) and overlap, read by sbatch's
+    grammar (one line naming a bad option, exit 2)."""
     from gbatch.jobspec.errors import BadSubmit
     from gbatch.jobspec.submit import build_submit
 

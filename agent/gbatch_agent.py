@@ -72,8 +72,11 @@ _RFC3339 = re.compile(
 _DECIMAL = re.compile(r"[0-9]+\Z")
 
 _SIM_GPU_KEYS = frozenset(
-    {"name", "uuid", "memory_total_mib", "memory_used_mib", "utilization_pct", "processes"}
+    {"name", "uuid", "memory_total_mib", "memory_used_mib", "utilization_pct", "processes", "mig"}
 )
+_SIM_MIG_KEYS = frozenset({"profile", "uuid", "memory_total_mib", "memory_used_mib", "processes"})
+# A MIG profile as NVML names it: `1g.10gb`, `3g.40gb`, `1c.2g.20gb`, `1g.10gb+me`.
+_MIG_PROFILE = re.compile(r"(?:[0-9]+c\.)?[1-8]g\.([0-9]+)gb(?:\+[a-z0-9.]+)?\Z")
 _SIM_PROCESS_KEYS = frozenset({"pid", "used_memory_mib", "sid", "container"})
 
 
@@ -171,19 +174,23 @@ def _required(value: Any, what: str) -> Any:
     return value
 
 
-def _read_nvml_gpu(index: int) -> dict[str, Any]:
+def _nvml_processes(handle: Any) -> list[dict[str, Any]]:
+    processes = nvml_query(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
+    rows = []
+    for process in [] if processes is NA else processes:
+        used = process.usedGpuMemory  # None when the driver cannot tell (pynvml maps it)
+        rows.append(_process_row(int(process.pid), None if used is None else int(used) // _MIB))
+    return rows
+
+
+def _read_nvml_gpu(index: int, problems: list[str]) -> dict[str, Any]:
     handle = nvml_query(pynvml.nvmlDeviceGetHandleByIndex, index)
     _required(handle, "device handle")
     uuid = _text(_required(nvml_query(pynvml.nvmlDeviceGetUUID, handle), "UUID"))
     name = nvml_query(pynvml.nvmlDeviceGetName, handle)
     memory = _required(nvml_query(pynvml.nvmlDeviceGetMemoryInfo, handle), "memory info")
     utilization = nvml_query(pynvml.nvmlDeviceGetUtilizationRates, handle)
-    processes = nvml_query(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
-    rows = []
-    for process in [] if processes is NA else processes:
-        used = process.usedGpuMemory  # None when the driver cannot tell (pynvml maps it)
-        rows.append(_process_row(int(process.pid), None if used is None else int(used) // _MIB))
-    return {
+    gpu = {
         "index": index,
         "uuid": uuid,
         "name": "unknown" if name is NA else _text(name),
@@ -191,8 +198,64 @@ def _read_nvml_gpu(index: int) -> dict[str, Any]:
         "memory_used_mib": int(memory.used) // _MIB,
         "utilization_pct": None if utilization is NA else int(utilization.gpu),
         "simulated": False,
-        "processes": rows,
+        "processes": _nvml_processes(handle),
     }
+    mode = nvml_query(pynvml.nvmlDeviceGetMigMode, handle)  # [current, pending]
+    if mode is not NA and mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE:
+        gpu["mig_enabled"] = True
+        gpu["mig"] = _read_mig_devices(handle, index, problems)
+    return gpu
+
+
+# The profile at the end of a MIG device's NVML name: "NVIDIA A100-SXM4-80GB MIG 1g.10gb".
+_MIG_NAME = re.compile(r"\bMIG\s+(\S+)\s*\Z")
+
+
+def _mig_profile(name: Any, handle: Any) -> str:
+    """A MIG device's profile (`1g.10gb`): from its name, else from its slice counts."""
+    match = _MIG_NAME.search("" if name is NA else _text(name))
+    if match:
+        return match.group(1).lower()
+    attributes = nvml_query(pynvml.nvmlDeviceGetAttributes, handle)
+    if attributes is NA:
+        return "unknown"
+    gpu_slices = int(attributes.gpuInstanceSliceCount)
+    compute_slices = int(attributes.computeInstanceSliceCount)
+    gib = -(-int(attributes.memorySizeMB) // 1024)  # NVIDIA's names round the size up
+    prefix = f"{compute_slices}c." if 0 < compute_slices < gpu_slices else ""
+    return f"{prefix}{gpu_slices}g.{gib}gb"
+
+
+def _read_mig_devices(card: Any, index: int, problems: list[str]) -> list[dict[str, Any]]:
+    """The MIG devices of the card `card` (index `index`), in slot order.
+
+    Empty slots are skipped; a device that cannot be read is left out and named in
+    `problems`, so that the card's other slices still reach the head."""
+    count = nvml_query(pynvml.nvmlDeviceGetMaxMigDeviceCount, card)
+    devices: list[dict[str, Any]] = []
+    for slot in range(0 if count is NA else int(count)):
+        try:
+            handle = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(card, slot)
+        except pynvml.NVMLError_NotFound:
+            continue  # no MIG device in this slot
+        except pynvml.NVMLError as error:
+            problems.append(f"GPU {index} MIG slot {slot}: {error}")
+            continue
+        try:
+            uuid = _text(_required(nvml_query(pynvml.nvmlDeviceGetUUID, handle), "UUID"))
+            memory = _required(nvml_query(pynvml.nvmlDeviceGetMemoryInfo, handle), "memory info")
+            devices.append(
+                {
+                    "uuid": uuid,
+                    "profile": _mig_profile(nvml_query(pynvml.nvmlDeviceGetName, handle), handle),
+                    "memory_total_mib": int(memory.total) // _MIB,
+                    "memory_used_mib": int(memory.used) // _MIB,
+                    "processes": _nvml_processes(handle),
+                }
+            )
+        except (pynvml.NVMLError, _GpuUnreadable) as error:
+            problems.append(f"GPU {index} MIG slot {slot}: {error}")
+    return devices
 
 
 def read_nvml_gpus() -> tuple[list[dict[str, Any]], str]:
@@ -206,7 +269,7 @@ def read_nvml_gpus() -> tuple[list[dict[str, Any]], str]:
     for index in range(count):
         # One lost or odd GPU must not hide the others from the head.
         try:
-            gpus.append(_read_nvml_gpu(index))
+            gpus.append(_read_nvml_gpu(index, problems))
         except (pynvml.NVMLError, _GpuUnreadable) as error:
             problems.append(f"GPU {index}: {error}")
     if count == 0:
@@ -248,31 +311,73 @@ def _sim_process(entry: Any, where: str) -> dict[str, Any]:
     return row
 
 
-def _sim_gpu(entry: Any, index: int, hostname: str) -> dict[str, Any]:
-    where = f"gpus[{index}]"
+def _sim_object(entry: Any, where: str, keys: frozenset[str]) -> dict[str, Any]:
     if not isinstance(entry, dict):
         raise SimulationError(where + ": expected an object")
-    unknown = sorted(set(entry) - _SIM_GPU_KEYS)
+    unknown = sorted(set(entry) - keys)
     if unknown:
         raise SimulationError("{}: unknown keys {}".format(where, ", ".join(unknown)))
-    name = entry.get("name", "Simulated GPU")
-    uuid = entry.get("uuid", f"GPU-sim-{hostname}-{index}")
-    for key, value in (("name", name), ("uuid", uuid)):
-        if not isinstance(value, str):
-            raise SimulationError(f"{where}.{key}: expected a string")
+    return entry
+
+
+def _sim_str(entry: dict[str, Any], key: str, default: str, where: str) -> str:
+    value = entry.get(key, default)
+    if not isinstance(value, str):
+        raise SimulationError(f"{where}.{key}: expected a string")
+    return value
+
+
+def _sim_processes(entry: dict[str, Any], where: str) -> list[dict[str, Any]]:
     processes = entry.get("processes", [])
     if not isinstance(processes, list):
         raise SimulationError(where + ".processes: expected a list")
+    return [_sim_process(p, f"{where}.processes[{i}]") for i, p in enumerate(processes)]
+
+
+def _sim_mig(entry: Any, where: str, uuid: str) -> dict[str, Any]:
+    entry = _sim_object(entry, where, _SIM_MIG_KEYS)
+    profile = entry.get("profile")
+    match = _MIG_PROFILE.match(profile) if isinstance(profile, str) else None
+    if match is None:
+        raise SimulationError(
+            f"{where}.profile: expected a MIG profile such as 1g.10gb or 3g.40gb, got {profile!r}"
+        )
     return {
+        "uuid": _sim_str(entry, "uuid", uuid, where),
+        "profile": profile,
+        # A profile's name gives its memory: 1g.10gb has 10 GiB.
+        "memory_total_mib": _sim_int(entry, "memory_total_mib", int(match.group(1)) * 1024, where),
+        "memory_used_mib": _sim_int(entry, "memory_used_mib", 0, where),
+        "processes": _sim_processes(entry, where),
+    }
+
+
+def _sim_gpu(entry: Any, index: int, hostname: str) -> dict[str, Any]:
+    where = f"gpus[{index}]"
+    entry = _sim_object(entry, where, _SIM_GPU_KEYS)
+    gpu = {
         "index": index,
-        "uuid": uuid,
-        "name": name,
+        "uuid": _sim_str(entry, "uuid", f"GPU-sim-{hostname}-{index}", where),
+        "name": _sim_str(entry, "name", "Simulated GPU", where),
         "memory_total_mib": _sim_int(entry, "memory_total_mib", 81920, where),
         "memory_used_mib": _sim_int(entry, "memory_used_mib", 0, where),
         "utilization_pct": _sim_int(entry, "utilization_pct", 0, where, nullable=True),
         "simulated": True,
-        "processes": [_sim_process(p, f"{where}.processes[{i}]") for i, p in enumerate(processes)],
+        "processes": _sim_processes(entry, where),
     }
+    if "mig" in entry:  # the card is in MIG mode: these are its MIG devices, in slot order
+        layout = entry["mig"]
+        if not isinstance(layout, list):
+            raise SimulationError(where + ".mig: expected a list of MIG devices")
+        devices = [
+            _sim_mig(device, f"{where}.mig[{slot}]", f"MIG-sim-{hostname}-{index}-{slot}")
+            for slot, device in enumerate(layout)
+        ]
+        gpu["mig_enabled"] = True
+        gpu["mig"] = devices
+        if "memory_used_mib" not in entry:  # as NVML: the card's is its slices' sum
+            gpu["memory_used_mib"] = sum(d["memory_used_mib"] for d in devices)
+    return gpu
 
 
 def read_simulated_gpus(path: str, hostname: str) -> tuple[list[dict[str, Any]], str]:

@@ -4,7 +4,7 @@ Run from anywhere: `python bench/bench_plan.py [--runs N] [--seed S] [--pending 
 Prints one line per scenario with the median and p90 of the runs against the goal
 (<= 20 ms). The third scenario limits every user (max_running_jobs 4, max_gpus 8;
 gbatch/core/limits.py). `--pending` sets the queue (default 10,000; the issue's case is
-100,000).
+100,000). `--types` and `--shares` (issue 30) mix GPU models and shares of a GPU in.
 
 `--loop` adds what the daemon's loop does per tick: Daemon.schedule() over a real store
 (a SQLite file in a temporary directory) holding `--pending` jobs of 50 users, with the
@@ -82,6 +82,14 @@ GPU_TYPES = ("a100", "rtx4090")
 SIMULATED_MODELS = ("a100-80gb",) * 4 + ("rtx4090",) * 4
 TYPES = {"on": False}  # set by --types
 KNOWS_TYPES = "gpu_type" in JobSpec.__dataclass_fields__
+# --shares: this part of the jobs asks a share of one GPU (--gpu-mem, issue 30) of one of
+# these sizes (MiB), and every GPU (an 80 GB A100's memory) is shareable, where the
+# checkout knows shares; a checkout that does not gets the same jobs as 1 whole GPU.
+SHARED_PART = 0.2
+SHARE_SIZES = (10 * 1024, 20 * 1024, 40 * 1024)
+CARD_MIB = 81920
+SHARES = {"on": False}  # set by --shares
+KNOWS_SHARES = "gpu_mem_mb" in JobSpec.__dataclass_fields__
 
 
 def make_jobs(rng: random.Random, count: int = JOBS) -> list[Job]:
@@ -98,6 +106,9 @@ def make_jobs(rng: random.Random, count: int = JOBS) -> list[Job]:
         if TYPES["on"] and rng.random() < TYPED_SHARE:
             gpus, kind = min(spec.gpus, 4), rng.choice(GPU_TYPES)
             spec = replace(spec, gpus=gpus, **({"gpu_type": kind} if KNOWS_TYPES else {}))
+        if SHARES["on"] and rng.random() < SHARED_PART:
+            share = rng.choice(SHARE_SIZES)
+            spec = replace(spec, gpus=1, **({"gpu_mem_mb": share} if KNOWS_SHARES else {}))
         jobs.append(
             Job(
                 id=job_id,
@@ -140,6 +151,12 @@ def make_nodes(rng: random.Random, busy_per_node: int) -> list[NodeView]:
                 gpu_types=tuple(enumerate(types)),
                 features=frozenset(GPU_TYPES),
                 typed_releases=tuple((when, kind, 1) for when, kind in typed),
+            )
+        if SHARES["on"] and KNOWS_SHARES:  # every GPU shareable; the free ones have room
+            view = replace(
+                view,
+                shareable=tuple((g, CARD_MIB) for g in range(GPUS_PER_NODE)),
+                share_room=tuple((g, CARD_MIB, float("-inf")) for g in free),
             )
         nodes.append(view)
     return nodes
@@ -193,8 +210,12 @@ def main() -> None:
     parser.add_argument(
         "--types", action="store_true", help="GPUs of two types; a share of jobs asks a type"
     )
+    parser.add_argument(
+        "--shares", action="store_true", help="shareable GPUs; 20%% of jobs ask --gpu-mem"
+    )
     args = parser.parse_args()
     TYPES["on"] = args.types
+    SHARES["on"] = args.shares
     if args.checkout:
         loop_checkouts(args)
         return
@@ -287,6 +308,7 @@ def loop_checkouts(args: argparse.Namespace) -> None:
                     f"--seed={args.seed}",
                     f"--churn={args.churn}",
                     *(["--types"] if args.types else []),
+                    *(["--shares"] if args.shares else []),
                 ],
                 env=env,
                 check=True,
@@ -599,6 +621,12 @@ def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Rand
         if TYPES["on"]
         else ""
     )
+    if SHARES["on"]:
+        typed += (
+            f" ({SHARED_PART:.0%} asking --gpu-mem of 10, 20 or 40G, every GPU shareable)"
+            if KNOWS_SHARES
+            else " (--shares: the same jobs as 1 whole GPU: this checkout has no shares)"
+        )
     print(
         f"Daemon.schedule(): {pending} pending in the store{typed}, the node's 8 GPUs all taken: "
         f"{told('first read', first, second, first_fulls)}; then median {median:.1f} ms, "
@@ -612,12 +640,14 @@ def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Rand
 
 def loop_config() -> Any:
     """The loop's daemon's config: 8 simulated GPUs, of two models with --types where the
-    checkout knows them."""
+    checkout knows them, shareable with --shares where it knows shares."""
     from gbatch.site.config import Config
 
     config = Config(simulate_gpus=GPUS_PER_NODE)
     if TYPES["on"] and "simulated_models" in Config.__dataclass_fields__:
         config = replace(config, simulated_models=SIMULATED_MODELS)
+    if SHARES["on"] and "share_gpus" in Config.__dataclass_fields__:
+        config = replace(config, share_gpus=True)
     return config
 
 

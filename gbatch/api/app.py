@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gbatch.api.follow import resume_offset, whole_number
@@ -36,6 +36,7 @@ from gbatch.api.ratelimit import (
     bearer,
     client_address,
 )
+from gbatch.api.tunnel import TUNNEL_PATH, PortTunnel
 from gbatch.core.constants import MAX_ID_DIGITS
 from gbatch.core.jobids import ANY, ONE, JobIdError, parse_job_ids, parse_one_job
 from gbatch.core.loglines import InternalErrors, loggable
@@ -367,7 +368,9 @@ def make_app(
         # nginx) does not publish it.
         + [Route(METRICS_PATH, api.metrics, methods=["GET"])]
         # The web page, through the same wire requests (api/web.py).
-        + Web(api).routes(),
+        + Web(api).routes()
+        # port-forward's tunnel (api/tunnel.py): a WebSocket per forwarded connection.
+        + [WebSocketRoute(PREFIX + TUNNEL_PATH, PortTunnel(socket_path).__call__)],
         exception_handlers={404: _not_found, 405: _not_allowed, Exception: _internal_error},
         middleware=[Middleware(RateLimitMiddleware, limiter=limiter)],
     )

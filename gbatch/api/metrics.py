@@ -158,10 +158,23 @@ def _nodes_text(rows: Sequence[Mapping[str, Any]], round_trips: Mapping[str, Any
     util = family("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)")
     used = family("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)")
     free = family("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)")
-    info = family("gbatch_gpu_info", "1 for each GPU, with its model and whether it is simulated")
+    info = family(
+        "gbatch_gpu_info",
+        "1 for each GPU, with its model and whether it is simulated; a MIG slice with its "
+        "card (mig_parent) and profile, a card in MIG mode with mig_mode",
+    )
     held = family("gbatch_gpu_allocated", "1 when a gbatch job holds the GPU, else 0")
     foreign = family(
         "gbatch_gpu_foreign_processes", "Compute processes on the GPU that gbatch did not start"
+    )
+    # Shares of a GPU (gbatch/core/shares.py), for its shareable GPUs only: the room is
+    # the planner's (Fleet.card_shares).
+    share_jobs = family("gbatch_gpu_share_jobs", "Shared jobs (--gpu-mem) on a shareable GPU")
+    share_budgets = family(
+        "gbatch_gpu_share_budget_mib", "The memory budgets of the shared jobs on a shareable GPU"
+    )
+    share_room = family(
+        "gbatch_gpu_share_room_mib", "Memory (MiB) a new shared job may take on a shareable GPU"
     )
     for node in nodes:
         name = _escape(node.name)
@@ -184,13 +197,26 @@ def _nodes_text(rows: Sequence[Mapping[str, Any]], round_trips: Mapping[str, Any
             used.add(labels, gpu.memory_used_mib)
             free.add(labels, max(gpu.memory_total_mib - gpu.memory_used_mib, 0))
             simulated = str(gpu.simulated).lower()
+            # A MIG slice names its card and profile; a card in MIG mode says so.
+            mig = (
+                f'mig_parent="{gpu.parent}",mig_profile="{_escape(gpu.profile)}",'
+                if gpu.parent is not None
+                else 'mig_mode="enabled",'
+                if gpu.mig
+                else ""
+            )
             info.add(
-                f'{labels},gpu_type="{_escape(gpu.type)}",model_name="{_escape(gpu.name)}",'
+                f'{labels},gpu_type="{_escape(gpu.type)}",{mig}model_name="{_escape(gpu.name)}",'
                 f'simulated="{simulated}"',
                 1,
             )
             held.add(labels, 1 if gpu.index in node.allocations else 0)
             foreign.add(labels, gpu.foreign_processes)
+        for card in node.shares:
+            labels = f'gpu="{card.index}",node="{name}"'
+            share_jobs.add(labels, len(card.jobs))
+            share_budgets.add(labels, card.budgets_mib)
+            share_room.add(labels, card.room_mib)
     rtt = family(
         "gbatch_ssh_round_trip_seconds",
         "The latest SSH round trip to the node (a channel opened on the head's connection)",

@@ -216,6 +216,33 @@ def document() -> dict[str, Any]:
                     params=[_JOB, _query("offset", "the byte to start at (default 0)", "integer")],
                 )
             },
+            "/jobs/{job}/ports/{port}": {
+                "get": _op(
+                    "a WebSocket (send `Upgrade: websocket`) carrying one TCP connection to "
+                    "`port` inside your running job, as gbatch port-forward: the first "
+                    "message is gbatchd's reply as text ({ok: true, job, node, port} once "
+                    "the port is connected); then binary messages are the connection's bytes "
+                    "both ways, until either end closes. A refusal is that text message "
+                    "({ok: false, kind, error}) and a close with code 4000 + the HTTP status "
+                    "(4403 not yours, 4404 nothing listens, 4400 not running). With "
+                    "watch=1 nothing is connected: the socket stays open until the job's run "
+                    "ends, then carries one line {ended: STATE}",
+                    "ports",
+                    {"description": "Switching Protocols: the WebSocket", "content": {}},
+                    status="101",
+                    params=[
+                        _JOB,
+                        {
+                            "name": "port",
+                            "in": "path",
+                            "required": True,
+                            "description": "the job's TCP port (1-65535)",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 65535},
+                        },
+                        _query("watch", "1: wait for the job's end instead of a connection"),
+                    ],
+                )
+            },
             "/nodes": {
                 "get": _op(
                     "the nodes and their GPUs, and the partitions (as gbatch sinfo)",

@@ -283,7 +283,8 @@ class Web:
         reply = await self.ask(http, requests.ListNodes())
         if isinstance(reply, Response):
             return reply
-        return self.page(http, "nodes.html", nodes=reply["nodes"], partitions=reply["partitions"])
+        nodes = [_by_card(node) for node in reply["nodes"]]
+        return self.page(http, "nodes.html", nodes=nodes, partitions=reply["partitions"])
 
     async def submit_form(self, http: Request) -> Response:
         if not http.cookies.get(COOKIE):
@@ -329,3 +330,15 @@ def _target(http: Request) -> tuple[int, int | None] | None:
 
 def _list(value: str | None) -> tuple[str, ...]:
     return tuple(item.strip() for item in (value or "").split(",") if item.strip())
+
+
+def _by_card(node: dict[str, Any]) -> dict[str, Any]:
+    """A node's wire row with its GPUs as the page lists them: each MIG slice under its card."""
+    gpus = node.get("gpus") or []
+    if all(g.get("parent") is None for g in gpus):
+        return node
+    order = sorted(
+        gpus,
+        key=lambda g: (g["index"] if g.get("parent") is None else g["parent"], "parent" in g),
+    )
+    return {**node, "gpus": order}

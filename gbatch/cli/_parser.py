@@ -162,10 +162,10 @@ def build_parser(command: str | None, every: bool = False) -> argparse.ArgumentP
 
 
 def command_module(name: str) -> Any:
-    """gbatch.cli.<name>, imported now: the one command that runs."""
+    """gbatch.cli.<name>, imported now: the one command that runs (`-` is `_` there)."""
     import importlib
 
-    return importlib.import_module(f"gbatch.cli.{name}")
+    return importlib.import_module(f"gbatch.cli.{name.replace('-', '_')}")
 
 
 def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:

@@ -228,6 +228,8 @@ def _serve(
         # behaviour, libuv's loop in C in place of asyncio's selector loop in Python
         # (bench/README.md, issue 17's fifth round).
         loop="auto",
+        # WebSockets (port-forward's tunnel, api/tunnel.py) by wsproto, a dependency.
+        ws="wsproto",
     )
     scheme = "https" if cert else "http"
     shown = f"[{host}]" if ":" in host else host

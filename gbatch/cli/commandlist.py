@@ -11,6 +11,7 @@ COMMANDS: dict[str, str] = {
     "salloc": "get an allocation and a shell in it; srun there runs steps in it",
     "shell": "open a shell (or run a command) in your running job, beside it",
     "sattach": "Slurm's name for `gbatch shell`: a shell in your running job",
+    "port-forward": "reach a port inside your running job at a local port (Jupyter, VS Code)",
     "squeue": "show queued and running jobs",
     "scancel": "cancel or signal jobs and steps",
     "sinfo": "show partitions and their nodes, grouped by state, as Slurm's sinfo does",

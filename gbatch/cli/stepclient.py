@@ -317,7 +317,7 @@ def run_step(
     )
     waited = False
     while True:
-        sock, leftover, reply = _open(ctx, request)
+        sock, leftover, reply = open_connection(ctx, request)
         if "busy" not in reply:
             break
         sock.close()
@@ -333,9 +333,11 @@ def run_step(
         return Attached(sock, pty, prog, reply["label"]).run(leftover)
 
 
-def _open(ctx: Context, request: Any) -> tuple[socket.socket, bytes, dict[str, Any]]:
-    """A connection of its own carrying `request`, and gbatchd's answer: (the socket,
-    what came after the answer's line, the answer's fields). RequestFailed for a refusal.
+def open_connection(ctx: Context, request: Any) -> tuple[socket.socket, bytes, dict[str, Any]]:
+    """A connection of its own carrying `request`, and gbatchd's answer.
+
+    (the socket, what came after the answer's line, the answer's fields). RequestFailed
+    for a refusal.
 
     The line is read without a buffered reader: what follows it is the step's."""
     from gbatch.protocol import requests

@@ -17,7 +17,8 @@ from gbatch.cli.exits import CliError, Exit
 HELP = COMMANDS["token"]
 EPILOG = """\
 scopes: read (jobs, logs, nodes, fair-share), submit (queue jobs), control (cancel, hold,
-release, requeue, update). Default: all three. A token acts as its user, with that user's
+release, requeue, update), ports (gbatch port-forward --api: a port in one's running job).
+Default: read, submit and control; ports only when named. A token acts as its user, with that user's
 rights and limits. Admins may mint for a service account (--user ci-bot): a robot's own
 account listed under service_accounts in gbatchd's config.yaml; never root, gbatchd's own
 account, a system account (uid below UID_MIN) or a person, who mints their own. Each such
@@ -49,7 +50,10 @@ def add_parser(commands: Any) -> None:
     )
     p.add_argument("--lifespan", default="1h", help="valid for (default 1h, at most 90d)")
     p.add_argument(
-        "--scope", action="append", metavar="SCOPE[,SCOPE]", help="what it may do (default: all)"
+        "--scope",
+        action="append",
+        metavar="SCOPE[,SCOPE]",
+        help="what it may do (default: read,submit,control)",
     )
     p.add_argument(
         "--user", help="admins: mint for this service account (listed in service_accounts)"

@@ -80,6 +80,57 @@ def gpu_type(name: str, rules: tuple[Rule, ...] = ()) -> str:
     return builtin_type(name)
 
 
+# -------------------------------------------------------------- MIG slices
+
+# A MIG profile as NVML names it (`1g.10gb`, `3g.40gb`, `1c.2g.20gb` for a compute
+# instance smaller than its GPU instance, `1g.10gb+me` spelt `1g.10gb-me` here: `+` is no
+# type character). A slice's type is its card's type and its profile (Slurm's naming).
+MIG_PROFILE_RE = re.compile(r"(?:[0-9]+c\.)?([1-8])g\.([0-9]+)gb(?:-[a-z0-9.]+)?", re.ASCII)
+
+
+# A MIG device's UUID as NVML gives it (`MIG-<uuid>`; before driver R470,
+# `MIG-GPU-<uuid>/<gi>/<ci>`): CUDA_VISIBLE_DEVICES and `docker --gpus device=` take it.
+# Nothing else: it goes into a job's environment and docker's CSV device list.
+MIG_UUID_RE = re.compile(r"MIG-[A-Za-z0-9/._-]{1,120}", re.ASCII)
+
+
+def mig_profile(text: str) -> str:
+    """A MIG profile in a type's spelling; "" when `text` is no MIG profile.
+
+    Lowercase, `+` (and any other character a type may not hold) as `-`: `1g.10gb+me` is
+    `1g.10gb-me`."""
+    profile = re.sub(r"[^a-z0-9_.-]", "-", text.strip().lower())
+    return profile if MIG_PROFILE_RE.fullmatch(profile) else ""
+
+
+def slice_type(card_type: str, profile: str) -> str:
+    """The type of a MIG slice: `a100_1g.10gb`; its profile alone on a card of no type."""
+    return f"{card_type}_{profile}" if card_type else profile
+
+
+@lru_cache(maxsize=1024)
+def profile_of(kind: str) -> str:
+    """The MIG profile a type ends in (`a100_1g.10gb`, `1g.10gb`: `1g.10gb`), else ""."""
+    tail = kind.rpartition("_")[2]
+    return tail if MIG_PROFILE_RE.fullmatch(tail) else ""
+
+
+def type_matches(kind: str, wanted: str) -> bool:
+    """Whether a GPU of type `kind` serves a job asking `wanted`.
+
+    The same type; or a MIG profile alone (`1g.10gb`), which any slice of that profile
+    serves on any card (`a100_1g.10gb`, `h100_1g.10gb`), as Slurm's `--gres=gpu:1g.10gb`.
+    A card's type (`a100`) is never served by its slices."""
+    return kind == wanted or profile_of(kind) == wanted
+
+
+@lru_cache(maxsize=1024)
+def types_served(kind: str) -> tuple[str, ...]:
+    """Every request a GPU of type `kind` serves: itself, and its profile for a slice."""
+    profile = profile_of(kind)
+    return (kind,) if not profile or profile == kind else (kind, profile)
+
+
 # -------------------------------------------------------------- simulated models
 
 
@@ -112,7 +163,14 @@ SIMULATED_MODELS["a100"] = SIMULATED_MODELS["a100-80gb"]
 SIMULATED_MODELS["h100"] = SIMULATED_MODELS["h100-80gb"]
 SIMULATED_MODELS["v100"] = SIMULATED_MODELS["v100-32gb"]
 
-SIMULATE_FORMS = "N, or models with counts such as a100-80gb:2,rtx4090:1"
+# The simulated models that have a MIG mode (A100, H100, H200: 7 compute slices each).
+MIG_MODELS = frozenset({"a100-40gb", "a100-80gb", "h100-80gb", "h200", "a100", "h100"})
+MIG_COMPUTE_SLICES = 7
+
+SIMULATE_FORMS = (
+    "N, or models with counts such as a100-80gb:2,rtx4090:1, a MIG layout after a slash "
+    "(a100-80gb:1/3g.40gb+2g.20gb+2x1g.10gb)"
+)
 MAX_SIMULATED = 64
 
 
@@ -120,12 +178,16 @@ def parse_simulated(text: str) -> tuple[str, ...]:
     """GBATCH_SIMULATE_GPUS's models, one per GPU ("" for a plain simulated GPU).
 
     `4`: four plain ones, as before models; `a100-80gb:2,rtx4090:1` (a model alone is
-    one of it; models and plain counts may mix). ValueError naming the item that is
-    none of these, with the models known.
+    one of it; models and plain counts may mix). A MIG layout follows a model's count
+    after a slash, its slices' profiles joined by `+` (`2x` repeats one):
+    `a100-80gb:1/3g.40gb+2g.20gb+2x1g.10gb`; such a GPU reads `MODEL/PROFILE+PROFILE...`
+    (see simulated_layout). ValueError naming the item that is none of these, with the
+    models known.
     """
     models: list[str] = []
     for item in text.split(","):
         item = item.strip().lower()
+        item, slash, layout = item.partition("/")
         if ":" in item:
             model, _, count = item.rpartition(":")
             if not count.isdigit():
@@ -137,10 +199,58 @@ def parse_simulated(text: str) -> tuple[str, ...]:
         if model and model not in SIMULATED_MODELS:
             known = ", ".join(sorted(SIMULATED_MODELS))
             raise ValueError(f"{item!r} names no simulated model (known: {known})")
+        if slash:
+            model = f"{model}/{'+'.join(_mig_layout(model, layout))}"
         models.extend([model] * int(count))
         if len(models) > MAX_SIMULATED:
             raise ValueError(f"more than {MAX_SIMULATED} GPUs; simulate fewer")
     return tuple(models)
+
+
+def _mig_layout(model: str, layout: str) -> list[str]:
+    """The profiles of a simulated card's MIG layout (`3g.40gb+2x1g.10gb`), one per slice.
+
+    ValueError naming what is wrong: no MIG on the model, a profile that is none, more
+    compute slices or memory than the card has."""
+    if model not in MIG_MODELS:
+        mig = ", ".join(sorted(MIG_MODELS))
+        raise ValueError(f"{model or 'a plain GPU'!r} has no MIG mode (MIG models: {mig})")
+    profiles: list[str] = []
+    for part in layout.split("+"):
+        times, x, profile = part.partition("x")
+        if not (x and times.isdigit()):
+            times, profile = "1", part
+        if not mig_profile(profile) or profile != mig_profile(profile):
+            raise ValueError(
+                f"{model}/{layout}: {profile!r} is not a MIG profile "
+                "(such as 1g.10gb, 2g.20gb, 3g.40gb, 7g.80gb)"
+            )
+        profiles.extend([profile] * int(times))
+    card = SIMULATED_MODELS[model]
+    sizes = [MIG_PROFILE_RE.fullmatch(p).groups() for p in profiles]  # type: ignore[union-attr]
+    compute = sum(int(g) for g, _ in sizes)
+    memory_gb = sum(int(gb) for _, gb in sizes)
+    card_gb = -(-card.memory_mib // 1024)
+    if compute > MIG_COMPUTE_SLICES or memory_gb > card_gb:
+        raise ValueError(
+            f"{model}/{layout}: the slices take {compute} compute slices and {memory_gb} GB, "
+            f"more than the card's {MIG_COMPUTE_SLICES} and {card_gb} GB"
+        )
+    if not profiles or len(profiles) > MIG_COMPUTE_SLICES:
+        raise ValueError(f"{model}/{layout}: a card has 1 to {MIG_COMPUTE_SLICES} slices")
+    return profiles
+
+
+def simulated_layout(model: str) -> tuple[str, tuple[str, ...]]:
+    """One of parse_simulated's models as (model, its MIG slices' profiles; () without)."""
+    name, _, layout = model.partition("/")
+    return name, tuple(layout.split("+")) if layout else ()
+
+
+def profile_memory_mib(profile: str) -> int:
+    """The memory a simulated slice of `profile` has: its name's GB, in MiB."""
+    match = MIG_PROFILE_RE.fullmatch(profile)
+    return int(match.group(2)) * 1024 if match else 0
 
 
 # -------------------------------------------------------------- as Slurm writes them

@@ -14,6 +14,7 @@ from functools import cached_property, lru_cache
 
 from gbatch.core.constants import IMPLICIT_PARTITION as IMPLICIT_PARTITION
 from gbatch.core.constants import STATE_CODES
+from gbatch.core.shares import CardShares
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 
@@ -295,6 +296,9 @@ class JobSpec:
     # shared jobs on a card its admin marked shareable, and gets this much of its memory
     # (GBATCH_GPU_MEM_MIB). None: whole GPUs (`gpus`). With it, gpus is 1.
     gpu_mem_mb: int | None = None
+    # Slurm's --gres=shard:N: how many of the admin's shards (`shard_mib`) the share is.
+    # The daemon sets gpu_mem_mb from it at submit; kept to show the job as asked.
+    gpu_shards: int | None = None
     # Slurm's -C/--constraint, normalized (gbatch/core/constraints.py): the features its
     # node must have; None: any node of its partition.
     constraint: str | None = None
@@ -464,6 +468,7 @@ _OPTIONAL_KEYS = (
     "array_throttle",
     "gpu_type",
     "constraint",
+    "gpu_shards",
 )
 
 
@@ -550,9 +555,24 @@ class Gpu:
     utilization_pct: int | None = None  # None: not supported by the device
     foreign_processes: int = 0  # compute processes gbatch did not start
     simulated: bool = False
+    # Memory (MiB) in use by what gbatch did not start: its memory in use less that of
+    # the processes of gbatch's jobs on it (what a shared card must leave them).
+    foreign_memory_mib: int = 0
     # Its model as a short type (gbatch/core/gputypes.py, the head's rules): "a100";
-    # "" when its name is no model gbatch knows (it goes to jobs asking any GPU).
+    # "" when its name is no model gbatch knows (it goes to jobs asking any GPU). A MIG
+    # slice's: its card's and its profile, `a100_1g.10gb`.
     type: str = ""
+    # A card in MIG mode: its slices are handed out, never the card itself.
+    mig: bool = False
+    # A MIG slice: the index of its card (a slice's own index comes after the node's
+    # cards, in card then slot order) and its profile (`1g.10gb`); None and "" for a card.
+    parent: int | None = None
+    profile: str = ""
+
+    @property
+    def schedulable(self) -> bool:
+        """Whether a job may ever be given it: a whole card not in MIG mode, or a slice."""
+        return not self.mig
 
 
 class NodeState(enum.Enum):
@@ -591,12 +611,24 @@ class NodeView:
     mem_total_mb: int | None = None
     free_mem_mb: int = 0
     # The type of each of its GPUs that has one (gbatch/core/gputypes.py), as (index,
-    # type); a GPU left out has none and goes only to a job asking for any GPU.
+    # type); a GPU left out has none and goes only to a job asking for any GPU. Its MIG
+    # slices are here too (`a100_1g.10gb`), and only here: `gpus_total`, `free_gpus`
+    # and `releases` count whole cards alone, what a job asking no type may get.
     gpu_types: tuple[tuple[int, str], ...] = ()
     # What -C/--constraint may ask of it: its inventory features and its GPUs' types.
     features: frozenset[str] = frozenset()
     # `releases` by GPU type, for a typed job's reservation: (time, type, GPUs freed).
     typed_releases: tuple[tuple[float, str, int], ...] = ()
+    # Its MIG slices free now (the same test as free_gpus'): only a job asking their type
+    # (or their profile) gets one.
+    free_slices: tuple[int, ...] = ()
+    # Its shareable GPUs (gbatch/core/shares.py) as (index, the largest share it could
+    # ever take: its memory less the headroom), whatever runs there now.
+    shareable: tuple[tuple[int, int], ...] = ()
+    # The shareable GPUs that may take a share now, as (index, MiB a share may take:
+    # shares.room, the time its shares end: -inf with none, inf if one has no time
+    # limit). Not those an exclusive job holds. One holding shares is not free.
+    share_room: tuple[tuple[int, int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -652,6 +684,9 @@ class NodeInfo:
     reason_user: str = ""
     # Its inventory features (nvlink, ib), lowercase; its GPUs' types are features too.
     features: tuple[str, ...] = ()
+    # Its shareable GPUs, their shares and room (Fleet.card_shares, the planner's own
+    # reckoning), by index.
+    shares: tuple[CardShares, ...] = ()
 
     @property
     def all_features(self) -> tuple[str, ...]:
@@ -660,8 +695,26 @@ class NodeInfo:
         return tuple(dict.fromkeys([*self.features, *sorted(set(types))]))
 
     @property
+    def gpus_by_card(self) -> tuple[Gpu, ...]:
+        """Its GPUs as views list them: each card, its MIG slices (if any) right after it."""
+        if all(g.parent is None for g in self.gpus):
+            return self.gpus
+        return tuple(
+            sorted(
+                self.gpus,
+                key=lambda g: (g.index if g.parent is None else g.parent, g.parent is not None),
+            )
+        )
+
+    @property
+    def schedulable_gpus(self) -> tuple[Gpu, ...]:
+        """Its GPUs a job may be given: whole cards and MIG slices, not cards in MIG mode."""
+        return tuple(g for g in self.gpus if not g.mig)
+
+    @property
     def gpus_total(self) -> int:
-        return len(self.gpus)
+        """Its GPUs a job may be given (schedulable_gpus): a MIG card counts its slices."""
+        return len(self.schedulable_gpus)
 
     @property
     def gpus_allocated(self) -> int:
@@ -675,7 +728,7 @@ class NodeInfo:
         return frozenset(
             g.index
             for g in self.gpus
-            if g.index not in self.allocations and g.foreign_processes == 0
+            if g.index not in self.allocations and g.foreign_processes == 0 and not g.mig
         )
 
     @property

@@ -29,8 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from gbatch.core.limits import UserLimits
 from gbatch.core.loglines import InternalErrors
 from gbatch.core.model import ALLOCATED_STATES, Job
+from gbatch.core.shares import Sharing
 from gbatch.head.cyclegc import LoopCollector
 from gbatch.head.fleet import Fleet, make_nodes
+from gbatch.head.forwards import Forwards
 from gbatch.head.groupcommit import GroupCommitter
 from gbatch.head.interactive import Starting, Waiters
 from gbatch.head.loop.collect import EndedRuns
@@ -90,6 +92,7 @@ class Daemon:
             monotonic,
             partitions=partitions_of(inventory, config.max_interactive_time),
             features={n.name: n.features for n in inventory.nodes} if inventory else None,
+            sharing=_sharing(inventory, config),
         )
         self.committer = GroupCommitter(store, clock)
         self.refusal_lines = RefusalLines(monotonic)  # how many refusals get audit lines
@@ -118,6 +121,10 @@ class Daemon:
         self.waiters = Waiters(monotonic, config.interactive_grace_seconds)
         self.steps_starting = Starting()
         self.step_ends = StepEnds(store, self.fleet, self.waiters, self.steps_starting, self.wake)
+        # Connections gbatch port-forward carries into running jobs (forwards.py): the
+        # runs' ends close them.
+        self.forwards = Forwards(monotonic)
+        self.runs.on_end = self.forwards.job_ended
         # The cyclic GC's work at the loop's moments; nothing until run_loop starts it
         # (the collector is the process's: a Daemon in a test leaves it alone).
         self.collector = LoopCollector(monotonic=monotonic)
@@ -288,3 +295,20 @@ class Daemon:
     def usage(self, allocated: Sequence[Job], now: float) -> dict[str, float]:
         """Stored decayed usage plus what allocated jobs have accrued so far."""
         return self.scheduling.usage(allocated, now)
+
+
+def _sharing(inventory: Inventory | None, config: Config) -> dict[str, Sharing] | None:
+    """Each inventory node's sharing settings (gbatch/core/shares.py), or None.
+
+    Its share_gpus, mps and headroom (config.yaml's where it sets none). None without
+    an inventory: the embedded node has config.yaml's (Fleet)."""
+    if inventory is None:
+        return None
+    return {
+        n.name: Sharing(
+            n.share_gpus,
+            config.share_headroom_mib if n.share_headroom_mib is None else n.share_headroom_mib,
+            n.mps,
+        )
+        for n in inventory.nodes
+    }

@@ -10,6 +10,7 @@ operations) read it. Neither writes a node's state here: the nodes' report threa
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -17,6 +18,9 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from gbatch.core.model import ALLOCATED_STATES, Gpu, Job, NodeInfo, NodeState, NodeView
+from gbatch.core.shares import CardShares, Sharing
+from gbatch.core.shares import capacity as share_capacity
+from gbatch.core.shares import room as share_room
 from gbatch.head.liveness import Liveness, node_liveness
 from gbatch.head.scheduler import NodeSize
 from gbatch.head.store import Store
@@ -48,8 +52,13 @@ class Fleet:
         monotonic: Callable[[], float] = time.monotonic,
         partitions: Sequence[Partition] = (),
         features: Mapping[str, Sequence[str]] | None = None,
+        sharing: Mapping[str, Sharing] | None = None,
     ) -> None:
         self.nodes: dict[str, Node] = {node.name: node for node in nodes}
+        # node name -> its sharing settings (the inventory's); a node left out (the
+        # embedded one, without an inventory) has config.yaml's.
+        self._default_sharing = Sharing(config.share_gpus, config.share_headroom_mib, config.mps)
+        self.sharing: dict[str, Sharing] = dict(sharing or {})
         # node name -> its inventory features (-C/--constraint), in the file's order.
         self.features: dict[str, tuple[str, ...]] = {
             name: tuple(listed) for name, listed in (features or {}).items()
@@ -135,22 +144,95 @@ class Fleet:
         start, less memory in use than `gpu_memory_threshold_mib` (a process NVML
         cannot list, in another namespace, still holds memory), and, after a run on it
         ended, a later report seen (the ended run's memory may not be released yet).
+        A card in MIG mode is never free; each of its slices is by its own processes
+        and memory.
         """
         seq = node.report_seq
         threshold = self.config.gpu_memory_threshold_mib
         return tuple(
             g.index
             for g in gpus
-            if g.index not in held
+            if not g.mig
+            and g.index not in held
             and g.foreign_processes == 0
             and g.memory_used_mib < threshold
             and seq > self._released_at_report.get((node.name, g.index), -1)
         )
 
+    def sharing_of(self, name: str) -> Sharing:
+        """Node `name`'s sharing settings: its inventory entry's, else config.yaml's."""
+        return self.sharing.get(name, self._default_sharing)
+
+    def card_shares(
+        self, node: Node, gpus: Sequence[Gpu], mine: Sequence[Job]
+    ) -> tuple[CardShares, ...]:
+        """`node`'s shareable GPUs, their shared jobs and room: the one reckoning of room.
+
+        The planner places shared jobs by it (NodeView.share_room) and sinfo, the TUI,
+        the web page and /metrics show it (NodeInfo.shares), so a view never offers room
+        the planner would not use. `mine`: the jobs allocated on the node. A card's room
+        (gbatch/core/shares.py room) is its memory less the headroom, the memory of
+        processes gbatch did not start and the budgets of its shared jobs; none while a
+        job of whole GPUs holds it, or, after a run on it ended, until a later report
+        (as free_gpus: the ended run's memory may not be released yet).
+        """
+        sharing = self.sharing_of(node.name)
+        if not sharing.any:
+            return ()
+        seq = node.report_seq
+        cards = []
+        for g in gpus:
+            # A card in MIG mode is handed out only as its slices, and a slice whole.
+            if not sharing.shareable(g.index) or g.mig or g.parent is not None:
+                continue
+            shared = [j for j in mine if g.index in j.gpus and j.spec.gpu_mem_mb is not None]
+            exclusive = any(g.index in j.gpus and j.spec.gpu_mem_mb is None for j in mine)
+            budgets = sum(j.spec.gpu_mem_mb or 0 for j in shared)
+            settled = seq > self._released_at_report.get((node.name, g.index), -1)
+            room = (
+                max(
+                    0,
+                    share_room(
+                        g.memory_total_mib, g.foreign_memory_mib, budgets, sharing.headroom_mib
+                    ),
+                )
+                if settled and not exclusive
+                else 0
+            )
+            cards.append(
+                CardShares(
+                    index=g.index,
+                    total_mib=g.memory_total_mib,
+                    foreign_mib=g.foreign_memory_mib,
+                    jobs=tuple(j.id for j in shared),
+                    budgets_mib=budgets,
+                    room_mib=room,
+                    exclusive=exclusive,
+                )
+            )
+        return tuple(cards)
+
+    def charged_gpus(self, job: Job) -> float:
+        """The GPUs fair share (sshare) and sreport charge `job`.
+
+        Its count, or for a share of one GPU (--gpu-mem) its budget over the card's
+        memory (20G of an 80G card: 0.25), from its node's latest report; 1 where that
+        card is not known (its node gone)."""
+        if job.spec.gpu_mem_mb is None:
+            return float(len(job.gpus))
+        node = self.nodes.get(job.node or "")
+        report = node.report()[0] if node is not None else None
+        if node is not None and report is not None and job.gpus:
+            for gpu in node.gpus(report):
+                if gpu.index == job.gpus[0] and gpu.memory_total_mib > 0:
+                    return min(1.0, job.spec.gpu_mem_mb / gpu.memory_total_mib)
+        return 1.0
+
     @staticmethod
     def uuids(node: Node, gpus: Sequence[int]) -> tuple[str, ...]:
+        """The UUIDs of `node`'s GPUs `gpus` (a MIG slice's: `MIG-...`), "" for one unknown."""
         report, _ = node.report()
-        by_index = {g.index: g.uuid for g in report.gpus} if report else {}
+        by_index = {g.index: g.uuid for g in node.gpus(report)} if report else {}
         return tuple(by_index.get(g, "") for g in gpus)
 
     def node_view(
@@ -183,20 +265,24 @@ class Fleet:
         gpus = node.gpus(report)
         mine = [job for job in allocated if job.node == node.name]
         free = self.free_gpus(node, gpus, {g for job in mine for g in job.gpus})
-        ends = [
-            (
-                (job.start_time or self.clock()) + job.spec.time_limit
-                if job.spec.time_limit
-                else float("inf"),
-                job,
-            )
-            for job in mine
-            if job.gpus
-        ]
-        releases = tuple((when, len(job.gpus)) for when, job in ends)
-        gpu_types = tuple((g.index, g.type) for g in gpus if g.type)
+        # A job asking no type gets whole cards only: the planner's counts, free GPUs
+        # and releases are of those; MIG slices are typed GPUs (gpu_types, free_slices).
+        slices = {g.index for g in gpus if g.parent is not None}
+        whole = sum(g.schedulable for g in gpus) - len(slices)
+        free_slices: tuple[int, ...] = ()
+        if slices:
+            free_slices = tuple(i for i in free if i in slices)
+            free = tuple(i for i in free if i not in slices)
+        ends = self._ends(mine)
+        releases = tuple(
+            (when, len(ids)) for when, ids in ends if not slices or not slices.issuperset(ids)
+        )
+        gpu_types = tuple((g.index, g.type) for g in gpus if g.type and g.schedulable)
         typed = _typed_releases(ends, dict(gpu_types)) if gpu_types else ()
-        features = frozenset(self.features.get(node.name, ())) | {t for _, t in gpu_types}
+        cards = self.card_shares(node, gpus, mine)
+        headroom = self.sharing_of(node.name).headroom_mib
+        shareable = tuple((c.index, share_capacity(c.total_mib, headroom)) for c in cards)
+        features = frozenset(self.features.get(node.name, ())) | {g.type for g in gpus if g.type}
         closed = None
         if node.name in drained:
             closed = f"drained: {drained[node.name]}"
@@ -205,7 +291,7 @@ class Fleet:
         if closed is not None:
             return NodeView(
                 node.name,
-                len(gpus),
+                whole,
                 (),
                 available=False,
                 unavailable_reason=closed,
@@ -216,11 +302,13 @@ class Fleet:
                 gpu_types=gpu_types,
                 features=features,
                 typed_releases=typed,
+                shareable=shareable,
             )
         runs_containers = not check_engine or node.docker_problem(now) is None
+        card_ends = dict(self._card_ends(mine))
         return NodeView(
             node.name,
-            len(gpus),
+            whole,
             free,
             releases=releases,
             runs_containers=runs_containers,
@@ -232,7 +320,39 @@ class Fleet:
             gpu_types=gpu_types,
             features=features,
             typed_releases=typed,
+            free_slices=free_slices,
+            shareable=shareable,
+            share_room=tuple(
+                (c.index, c.room_mib, card_ends.get(c.index, -math.inf))
+                for c in cards
+                if c.room_mib > 0
+            ),
         )
+
+    def _ends(self, mine: Sequence[Job]) -> list[tuple[float, tuple[int, ...]]]:
+        """When the GPUs of the jobs on a node come free: (time, indices); inf: never.
+
+        A job of whole GPUs frees its own at its end; a shared card comes free when the
+        last of its shared jobs ends."""
+        ends = [
+            (self._end(job), job.gpus) for job in mine if job.gpus and job.spec.gpu_mem_mb is None
+        ]
+        ends.extend((when, (index,)) for index, when in self._card_ends(mine))
+        return ends
+
+    def _card_ends(self, mine: Sequence[Job]) -> Iterable[tuple[int, float]]:
+        """(index, when its last shared job ends) for each card with shared jobs."""
+        last: dict[int, float] = {}
+        for job in mine:
+            if job.spec.gpu_mem_mb is not None:
+                for index in job.gpus:
+                    last[index] = max(last.get(index, -math.inf), self._end(job))
+        return last.items()
+
+    def _end(self, job: Job) -> float:
+        if not job.spec.time_limit:
+            return math.inf
+        return (job.start_time or self.clock()) + job.spec.time_limit
 
     # -- what requests ask ------------------------------------------------------------
 
@@ -278,6 +398,9 @@ class Fleet:
                 reason_time=self.clock() - liveness.silent_seconds,
                 reason_user=_head_user(),
                 features=self.features.get(node.name, ()),
+                shares=self.card_shares(
+                    node, kept, [job for job in allocated if job.node == node.name]
+                ),
             )
         gpus = node.gpus(report)
         if node.name in drained:
@@ -286,7 +409,7 @@ class Fleet:
             state, reason = NodeState.SUSPECT, _lease_reason(report.lease_problem)
         elif not allocations:
             state, reason = NodeState.IDLE, ""
-        elif len(allocations) >= len(gpus):
+        elif len(allocations) >= sum(g.schedulable for g in gpus):
             state, reason = NodeState.ALLOCATED, ""
         else:
             state, reason = NodeState.MIXED, ""
@@ -318,6 +441,7 @@ class Fleet:
             reason_time=reason_time,
             reason_user=reason_user,
             features=self.features.get(node.name, ()),
+            shares=self.card_shares(node, gpus, mine),
         )
 
     def all_reported(self) -> bool:
@@ -342,30 +466,44 @@ class Fleet:
             if report is None:
                 return None
             gpus = node.gpus(report)
-            types = tuple(sorted(Counter(g.type for g in gpus if g.type).items()))
-            features = frozenset(self.features.get(name, ())) | {t for t, _ in types}
-            sizes.append(NodeSize(name, len(gpus), report.cpus, report.memory_mb, types, features))
+            # As node_view: GPUs of no type asked are whole cards; slices only by type.
+            whole = sum(g.schedulable and g.parent is None for g in gpus)
+            types = tuple(sorted(Counter(g.type for g in gpus if g.type and g.schedulable).items()))
+            features = frozenset(self.features.get(name, ())) | {g.type for g in gpus if g.type}
+            sharing = self.sharing_of(name)
+            shares = tuple(
+                (g.type, share_capacity(g.memory_total_mib, sharing.headroom_mib))
+                for g in gpus
+                if sharing.shareable(g.index)
+            )
+            sizes.append(
+                NodeSize(name, whole, report.cpus, report.memory_mb, types, features, shares)
+            )
         return sizes
 
     def max_gpus_per_node(self) -> tuple[int, str]:
-        """The most GPUs any node reports, and (with none) why."""
+        """The most GPUs any node reports, and (with none) why.
+
+        MIG slices count, their cards in MIG mode not."""
         best, why = 0, "no node has reported"
         for node in self.nodes.values():
             report, problem = node.report()
             if report is None:
                 why = problem
-            elif len(node.gpus(report)) > best or best == 0:
-                best, why = len(node.gpus(report)), report.note
+                continue
+            count = sum(g.schedulable for g in node.gpus(report))
+            if count > best or best == 0:
+                best, why = count, report.note
         return best, why
 
 
 def _typed_releases(
-    ends: Sequence[tuple[float, Job]], types: Mapping[int, str]
+    ends: Sequence[tuple[float, tuple[int, ...]]], types: Mapping[int, str]
 ) -> tuple[tuple[float, str, int], ...]:
-    """(time, type, GPUs of that type freed) for each job's end and each of its GPUs' types."""
+    """(time, type, GPUs of that type freed) for each release and each of its GPUs' types."""
     typed: list[tuple[float, str, int]] = []
-    for when, job in ends:
-        counts = Counter(types[g] for g in job.gpus if g in types)
+    for when, ids in ends:
+        counts = Counter(types[g] for g in ids if g in types)
         typed.extend((when, kind, count) for kind, count in sorted(counts.items()))
     return tuple(typed)
 

@@ -10,14 +10,24 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from gbatch.core.constraints import parse as parse_constraint
 from gbatch.core.constraints import satisfied
+from gbatch.core.gputypes import profile_of, type_matches, types_served
 from gbatch.core.limits import Use, UserLimits
-from gbatch.core.model import BEGIN_TIME_REASON, HELD_REASON, Assignment, Job, NodeView, Plan
+from gbatch.core.model import (
+    BEGIN_TIME_REASON,
+    HELD_REASON,
+    Assignment,
+    Job,
+    JobSpec,
+    NodeView,
+    Plan,
+)
 from gbatch.head.fairshare import factors
 
 # Pending reasons, spelled as Slurm's squeue prints them.
@@ -122,6 +132,16 @@ def plan(
     A reservation for a typed job counts only the GPUs of its type, at T and in `spare`:
     a job that takes none of them on the reserved node never delays it.
 
+    Shares (`spec.gpu_mem_mb`, gbatch/core/shares.py): a shared job goes onto one
+    shareable GPU with room for its share (`NodeView.share_room`; of its type, if it
+    names one): the GPU with the least room that holds it (best fit, so whole GPUs stay
+    whole; ties by node name, then GPU index), a whole free one leaving the free set.
+    "BadConstraints": no shareable GPU of its pool (up or down) could ever hold it;
+    "NodeDown": none of an available node; "Resources": none has the room now. A shared
+    job never reserves; on the reserved node it may take a GPU the reservation counts
+    at T (a free one, or one whose shares end by then) only if it ends by T, or within
+    the spare, which it then uses up.
+
     Cost: one sort, then O(max GPUs per node) per job: nodes sit in buckets by free
     count, and once no GPU is free a job costs a few comparisons (its reason only). The
     first job of a GPU type builds that type's buckets (O(nodes)); from then on each
@@ -146,6 +166,7 @@ class _Pass:
         "free",
         "free_total",
         "holding",
+        "moved",
         "nodes",
         "now",
         "pools",
@@ -153,6 +174,8 @@ class _Pass:
         "releases",
         "reservation",
         "room",
+        "shares",
+        "slices",
         "started",
         "starts",
         "taken",
@@ -200,9 +223,17 @@ class _Pass:
         self.typed: dict[str, _Typed] = {}
         # Per available node, GPU index -> type, read when the first typed job comes.
         self.types: list[dict[int, str]] | None = None
+        # Per available node, its MIG slices free (NodeView.free_slices) as the pass
+        # hands them out: read with `types` (only a typed job takes a slice).
+        self.slices: list[list[int]] | None = None
         # (node, end, GPU ids) of the jobs this pass started that have a time limit: the
         # releases of a type whose buckets are built later.
         self.started: list[tuple[int, float, tuple[int, ...]]] = []
+        # Shared GPUs (gbatch/core/shares.py) and their room, built at the first shared
+        # job; and the releases of shared cards whose shares this pass put off, for the
+        # typed buckets built later: (node, GPU index, old time, new time).
+        self.shares: _Shares | None = None
+        self.moved: list[tuple[int, int, float, float]] = []
 
     def plan(self) -> Plan:
         return Plan(assignments=tuple(self.assignments), reasons=self.reasons, starts=self.starts)
@@ -230,13 +261,44 @@ class _Pass:
         if typed is None:
             if self.types is None:
                 self.types = [dict(node.gpu_types) for node in self.up]
+                self.slices = [list(node.free_slices) for node in self.up]
+            assert self.slices is not None
             typed = self.typed[gpu_type] = _Typed.of(
-                gpu_type, self.up, self.types, self.free, self.started
+                gpu_type,
+                self.up,
+                self.types,
+                self.slices if profile_of(gpu_type) else self.free,
+                self.started,
             )
+            for node, index, old, new in self.moved:
+                if self.types[node].get(index) == gpu_type:
+                    _move(typed.releases[node], old, new)
         return typed
+
+    def of_shares(self) -> _Shares:
+        """The shared GPUs that may take a share, as they are now in the pass."""
+        shares = self.shares
+        if shares is None:
+            shares = self.shares = _Shares.of(self.up, self.free)
+        return shares
+
+    def most_room(self, gpu_type: str | None = None) -> int:
+        """The largest share any GPU (of `gpu_type`, None: any) may take now; 0: none.
+
+        No shared job asking more can start for the rest of the pass (placements only
+        take room)."""
+        return self.of_shares().most(gpu_type)
 
     def take(self, target: int, ids: Sequence[int], end: float | None) -> None:
         """Hand out GPUs `ids` of available node `target` to a job ending at `end`."""
+        slices = self.slices
+        if slices is not None and slices[target] and ids and ids[0] in slices[target]:
+            # MIG slices (a job's GPUs are all of one type): no whole card's count moves.
+            slices[target] = [i for i in slices[target] if i not in ids]
+            if end is not None:
+                self.started.append((target, end, tuple(ids)))
+            self.take_typed(target, ids, end)
+            return
         free = self.free[target]
         left = (
             free[len(ids) :] if free[: len(ids)] == list(ids) else [i for i in free if i not in ids]
@@ -252,7 +314,9 @@ class _Pass:
         self.take_typed(target, ids, end)
 
     def take_typed(self, target: int, ids: Sequence[int], end: float | None) -> None:
-        """`take`'s share in the typed buckets built so far: each takes its type's `ids`."""
+        """`take`'s share in the typed buckets built so far: each takes the `ids` it serves.
+
+        A MIG slice serves its type's pool and its profile's."""
         if self.typed:
             types = self.types
             assert types is not None
@@ -263,25 +327,32 @@ class _Pass:
                 if kind is not None:
                     by_type.setdefault(kind, []).append(gpu)
             for kind, taken in by_type.items():
-                typed = self.typed.get(kind)
-                if typed is not None:
-                    typed.take(target, taken, end)
+                for name in types_served(kind):
+                    typed = self.typed.get(name)
+                    if typed is not None:
+                        typed.take(target, taken, end)
 
     def reserved_cost(self, reservation: _Reservation, gpus: int, gpu_type: str | None) -> int:
         """How many of the reservation's GPUs a job would take on the reserved node.
 
         A job of `gpus` GPUs of `gpu_type`: all it takes, unless the reservation is for a
-        type, and then those of that type."""
+        type, and then those of that type (a MIG profile's counts the slices of it); a
+        job of MIG slices takes none of a reservation for whole cards."""
         kind = reservation.gpu_type
-        if kind is None or kind == gpu_type:
+        if kind is None:
+            return 0 if gpu_type is not None and profile_of(gpu_type) else gpus
+        if kind == gpu_type:
             return gpus
-        if gpu_type is not None:
+        node = reservation.node
+        if gpu_type is None:
+            ids = self.free[node][:gpus]
+        elif profile_of(gpu_type) == kind or profile_of(kind) == gpu_type:
+            ids = self.of_type(gpu_type).free[node][:gpus]  # one serves the other's slices
+        else:
             return 0
         types = self.types
         assert types is not None  # a typed reservation built them
-        return sum(
-            types[reservation.node].get(i) == kind for i in self.free[reservation.node][:gpus]
-        )
+        return sum(type_matches(types[node].get(i, ""), kind) for i in ids)
 
     def settled_reason(self, job: Job) -> str:
         """The reason `consider` gives `job` once it has settled (see Planner).
@@ -307,6 +378,16 @@ class _Pass:
             or (job.spec.memory_mb or 0) > room.largest_mem
         ):
             return BAD_CONSTRAINTS
+        share = spec.gpu_mem_mb
+        if share is not None:
+            if pool.share_any is None:
+                _pool_shares(pool, _pool_key(spec), self.nodes, self.up)
+            assert pool.share_any is not None
+            if share > pool.share_any and self.nodes:
+                return BAD_CONSTRAINTS
+            if share > (pool.share_with_containers if spec.image is not None else pool.share_up):
+                return NODE_DOWN
+            return RESOURCES  # a shared job never reserves, nor waits behind one
         if gpus > (pool.largest_with_containers if job.spec.image is not None else pool.largest_up):
             return NODE_DOWN
         return PRIORITY
@@ -353,6 +434,9 @@ class _Pass:
             if cap.max_gpus is not None and held_by_user[1] + gpus > cap.max_gpus:
                 reasons[job.id] = MAX_GPUS_PER_USER
                 return
+        if spec.gpu_mem_mb is not None:
+            self.consider_share(job, pool, cpus, mem, held_by_user)
+            return
         if gpus > (pool.largest_with_containers if needs_containers else pool.largest_up):
             reasons[job.id] = NODE_DOWN
             return
@@ -382,7 +466,7 @@ class _Pass:
         if gpus <= (self.free_total if typed is None else typed.free_total):
             cost = (
                 gpus
-                if reservation is None or reservation.gpu_type is None
+                if reservation is None or (reservation.gpu_type is None and typed is None)
                 else self.reserved_cost(reservation, gpus, gpu_type)
             )
             target = _best_fit(
@@ -416,6 +500,8 @@ class _Pass:
                         self.take_typed(target, ids, end)
                 else:
                     self.take(target, ids, end)
+                if self.shares is not None:  # whole GPUs taken take no shares
+                    self.shares.drop(target, ids)
                 if (
                     reservation is not None
                     and target == reservation.node
@@ -449,10 +535,199 @@ class _Pass:
                 self.starts[job.id] = reservation.start
         reasons[job.id] = RESOURCES
 
+    def consider_share(
+        self, job: Job, pool: _Pool, cpus: int, mem: int, held_by_user: list[int] | None
+    ) -> None:
+        """Start shared job `job` (`spec.gpu_mem_mb`) or give it its reason (see plan()).
+
+        `consider`'s part, past the checks of its constraint, CPUs, memory and limits."""
+        spec = job.spec
+        share = spec.gpu_mem_mb
+        assert share is not None
+        needs_containers = spec.image is not None
+        if pool.share_any is None:
+            _pool_shares(pool, _pool_key(spec), self.nodes, self.up)
+        assert pool.share_any is not None
+        if share > pool.share_any and self.nodes:
+            self.reasons[job.id] = BAD_CONSTRAINTS
+            return
+        if share > (pool.share_with_containers if needs_containers else pool.share_up):
+            self.reasons[job.id] = NODE_DOWN
+            return
+        shares = self.of_shares()
+        now = self.now
+        end = None if job.time_limit is None else now + job.time_limit
+        reservation = self.reservation
+        # A share that ends by the reservation's start never delays it; else on the
+        # reserved node it costs the reservation a GPU it counted at its start.
+        bound = (
+            reservation.start
+            if reservation is not None and not _ends_by(job, now, reservation.start)
+            else None
+        )
+        found = shares.best_fit(
+            share,
+            spec.gpu_type,
+            pool.with_containers if needs_containers else pool.members,
+            self.room,
+            cpus,
+            mem,
+            None if bound is None or reservation is None else reservation.node,
+            math.inf if bound is None else bound,
+            None if reservation is None else reservation.gpu_type,
+            0 if reservation is None else reservation.spare,
+        )
+        if found is None:
+            self.reasons[job.id] = RESOURCES
+            return
+        target, index, release, costs = found
+        if self.room is not None:
+            self.room.take(target, cpus, mem)
+        if release == -math.inf:  # a whole free GPU: it leaves the free ones
+            self.take(target, (index,), end)
+        else:
+            later = max(release, math.inf if end is None else end)
+            if later != release:
+                _move(self.releases[target], release, later)
+                kind = self.types[target].get(index) if self.types is not None else None
+                if kind is not None and kind in self.typed:
+                    _move(self.typed[kind].releases[target], release, later)
+                self.moved.append((target, index, release, later))
+        shares.take(target, index, share, math.inf if end is None else end)
+        if costs and reservation is not None:
+            reservation.spare -= 1
+        self.assignments.append(Assignment(job.id, self.up[target].name, (index,)))
+        if held_by_user is not None:
+            held_by_user[0] += 1
+            held_by_user[1] += 1
+
+
+def _move(releases: list[tuple[float, int]], old: float, new: float) -> None:
+    """A shared GPU's release moved from `old` to `new` (inf: none) in `releases`."""
+    if old < math.inf:
+        releases.remove((old, 1))
+    if new < math.inf:
+        releases.append((new, 1))
+
+
+@dataclass(slots=True)
+class _Card:
+    """A shared GPU as a pass hands out room on it."""
+
+    room: int  # MiB a share may take
+    # When its shares end: -inf for a whole free GPU (no shares); inf for never, or for
+    # a GPU no reservation counts (held by what gbatch did not start).
+    release: float
+    type: str  # its GPU type, "" for none
+
+
+@dataclass(slots=True)
+class _Shares:
+    """The shared GPUs of the available nodes that may take a share, as a pass hands
+    out room on them: by (node index, GPU index), and those with room sorted by (room,
+    node, GPU), so the best fit is the first that holds a share."""
+
+    cards: dict[tuple[int, int], _Card]
+    order: list[tuple[int, int, int]]
+
+    @classmethod
+    def of(cls, up: Sequence[NodeView], free: Sequence[Sequence[int]]) -> _Shares:
+        cards: dict[tuple[int, int], _Card] = {}
+        order = []
+        for node_index, node in enumerate(up):
+            if not node.share_room:
+                continue
+            types = dict(node.gpu_types)
+            free_now = free[node_index]
+            for index, room, release in node.share_room:
+                if release == -math.inf and index not in free_now:
+                    if index in node.free_gpus:
+                        continue  # taken whole by a job this pass started
+                    release = math.inf  # held by what gbatch did not start: never free
+                cards[(node_index, index)] = _Card(room, release, types.get(index, ""))
+                order.append((room, node_index, index))
+        order.sort()
+        return cls(cards, order)
+
+    def most(self, gpu_type: str | None) -> int:
+        """The most room on one GPU (of `gpu_type`; None: any); 0: none."""
+        order = self.order
+        if gpu_type is None:
+            return order[-1][0] if order else 0
+        cards = self.cards
+        for position in range(len(order) - 1, -1, -1):
+            room, node, index = order[position]
+            if cards[(node, index)].type == gpu_type:
+                return room
+        return 0
+
+    def best_fit(
+        self,
+        share: int,
+        gpu_type: str | None,
+        usable: Sequence[bool] | None,
+        room: _Room | None,
+        cpus: int,
+        mem: int,
+        reserved: int | None,
+        start: float,
+        reserved_type: str | None,
+        spare: int,
+    ) -> tuple[int, int, float, bool] | None:
+        """The GPU with the least room that holds `share` MiB (ties by node, then GPU).
+
+        As (node, GPU, its release, whether it costs the reservation a GPU); None when
+        none may take it. `reserved` (None: no cost anywhere), `start`: the reserved
+        node and its start, for a share that does not end by then; it may not take
+        there a GPU that the reservation counts at its start (of `reserved_type`, None:
+        any) past `spare`."""
+        order = self.order
+        cards = self.cards
+        for position in range(bisect.bisect_left(order, (share, -1, -1)), len(order)):
+            _, node, index = order[position]
+            card = cards[(node, index)]
+            if gpu_type is not None and card.type != gpu_type:
+                continue
+            if usable is not None and not usable[node]:
+                continue
+            if room is not None and not room.fits(node, cpus, mem):
+                continue
+            costs = (
+                node == reserved
+                and card.release <= start
+                and (reserved_type is None or card.type == reserved_type)
+            )
+            if costs and spare < 1:
+                continue
+            return node, index, card.release, costs
+        return None
+
+    def take(self, node: int, index: int, share: int, end: float) -> None:
+        """A share of `share` MiB on GPU `index` of `node`, ending at `end` (inf: never)."""
+        card = self.cards[(node, index)]
+        self.order.remove((card.room, node, index))
+        card.room -= share
+        card.release = max(card.release, end)
+        if card.room > 0:
+            bisect.insort(self.order, (card.room, node, index))
+
+    def drop(self, node: int, ids: Iterable[int]) -> None:
+        """GPUs of `node` taken whole by a job of whole GPUs: they take no share."""
+        for index in ids:
+            card = self.cards.pop((node, index), None)
+            if card is not None and card.room > 0:
+                self.order.remove((card.room, node, index))
+
 
 # What a job's pool is keyed by: its partition alone (the common case, no type and no
 # constraint), else (partition, constraint, GPU type).
 _PoolKey = str | None | tuple[str | None, str | None, str | None]
+
+
+def _pool_key(spec: JobSpec) -> _PoolKey:
+    if spec.gpu_type is None and spec.constraint is None:
+        return spec.partition
+    return (spec.partition, spec.constraint, spec.gpu_type)
 
 
 @dataclass(slots=True)
@@ -471,6 +746,12 @@ class _Pool:
     unreservable: float = math.inf
     # Some node (up or down) satisfies its constraint; always, without one.
     satisfiable: bool = True
+    # The largest share one shareable GPU (of its type) could take, on any node (up or
+    # down), on an available one, on one whose engine answers; 0: none (-1 with no
+    # node available). None until its first shared job (_pool_shares).
+    share_any: int | None = None
+    share_up: int = -1
+    share_with_containers: int = -1
 
 
 def _pool(key: _PoolKey, nodes: Sequence[NodeView], up: Sequence[NodeView]) -> _Pool:
@@ -524,15 +805,60 @@ def _pool(key: _PoolKey, nodes: Sequence[NodeView], up: Sequence[NodeView]) -> _
     )
 
 
+def _pool_shares(
+    pool: _Pool, key: _PoolKey, nodes: Sequence[NodeView], up: Sequence[NodeView]
+) -> None:
+    """Fill in `pool`'s largest shares (its share_* fields), at its first shared job: a
+    queue without shares never pays for them."""
+    gpu_type = key[2] if isinstance(key, tuple) else None
+    members = pool.members
+    share_any = 0
+    if any(node.shareable for node in nodes):
+        partition = key[0] if isinstance(key, tuple) else key
+        constraint = key[1] if isinstance(key, tuple) else None
+        expr = None if constraint is None else parse_constraint(constraint)
+        for node in nodes:
+            if (
+                node.shareable
+                and (partition is None or partition in node.partitions)
+                and (expr is None or satisfied(expr, node.features))
+            ):
+                share_any = max(share_any, _largest_share(node, gpu_type))
+    share_up = share_with_containers = -1
+    for index, node in enumerate(up):
+        if members is None or members[index]:
+            largest = _largest_share(node, gpu_type) if node.shareable else 0
+            share_up = max(share_up, largest)
+            if node.runs_containers:
+                share_with_containers = max(share_with_containers, largest)
+    pool.share_any = share_any
+    pool.share_up = share_up
+    pool.share_with_containers = share_with_containers
+
+
+def _largest_share(node: NodeView, gpu_type: str | None) -> int:
+    """The largest share one of `node`'s shareable GPUs (of `gpu_type`) could take."""
+    if gpu_type is None:
+        return max((mib for _, mib in node.shareable), default=0)
+    types = dict(node.gpu_types)
+    return max((mib for i, mib in node.shareable if types.get(i) == gpu_type), default=0)
+
+
 @lru_cache(maxsize=1024)
 def _type_counts(gpu_types: tuple[tuple[int, str], ...]) -> dict[str, int]:
-    """A node's GPUs by type (NodeView.gpu_types): the same tuple every pass, counted once.
+    """A node's GPUs by the type asked (NodeView.gpu_types): the same tuple every pass,
+    counted once. A MIG slice counts for its type and for its profile alone.
 
     Not to be changed by the caller: it is shared."""
     counts: dict[str, int] = {}
     for _, kind in gpu_types:
-        counts[kind] = counts.get(kind, 0) + 1
+        for name in types_served(kind):
+            counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def _serves_profile(profile: str, kind: str | None) -> bool:
+    return kind is not None and type_matches(kind, profile)
 
 
 @dataclass(slots=True)
@@ -556,13 +882,22 @@ class _Typed:
         free: Sequence[Sequence[int]],
         started: Iterable[tuple[int, float, tuple[int, ...]]],
     ) -> _Typed:
-        mine = [[i for i in ids if types[n].get(i) == name] for n, ids in enumerate(free)]
+        """The pool of type `name` from `free`, as the pass stands.
+
+        `free`: each node's whole cards free, or its MIG slices free for a slice's type or
+        a profile."""
+        # Only a profile alone serves several types; any other name, its own alone.
+        if profile_of(name) == name:
+            serves: Callable[[str | None], bool] = partial(_serves_profile, name)
+        else:
+            serves = partial(operator.eq, name)
+        mine = [[i for i in ids if serves(types[n].get(i))] for n, ids in enumerate(free)]
         releases = [
-            [(t, count) for t, kind, count in node.typed_releases if kind == name and t < math.inf]
+            [(t, count) for t, kind, count in node.typed_releases if serves(kind) and t < math.inf]
             for node in up
         ]
         for index, end, ids in started:
-            count = sum(types[index].get(i) == name for i in ids)
+            count = sum(serves(types[index].get(i)) for i in ids)
             if count:
                 releases[index].append((end, count))
         totals = [_type_counts(node.gpu_types).get(name, 0) for node in up]
@@ -634,10 +969,22 @@ class NodeSize:
     mem_mb: int | None
     gpu_types: tuple[tuple[str, int], ...] = ()
     features: frozenset[str] = frozenset()
+    # Its shareable GPUs: (type, "" for none; the largest share each could take).
+    shares: tuple[tuple[str, int], ...] = ()
+
+    def largest_share(self, gpu_type: str | None) -> int:
+        """The largest share one of its GPUs (of `gpu_type`; None: any) could take.
+
+        0: none is shareable."""
+        return max(
+            (mib for kind, mib in self.shares if gpu_type is None or kind == gpu_type), default=0
+        )
 
     def gpus_of(self, gpu_type: str | None) -> int:
-        """Its GPUs of `gpu_type` (None: all of them)."""
-        return self.gpus if gpu_type is None else dict(self.gpu_types).get(gpu_type, 0)
+        """Its GPUs of `gpu_type` (a MIG profile alone: its slices of it; None: whole cards)."""
+        if gpu_type is None:
+            return self.gpus
+        return sum(count for kind, count in self.gpu_types if type_matches(kind, gpu_type))
 
     def satisfies(self, constraint: str | None) -> bool:
         return constraint is None or satisfied(parse_constraint(constraint), self.features)
@@ -649,10 +996,17 @@ class NodeSize:
         mem_mb: int,
         gpu_type: str | None = None,
         constraint: str | None = None,
+        gpu_mem: int | None = None,
     ) -> bool:
-        """Whether a job of this size fits the node when nothing else runs there."""
+        """Whether a job of this size fits the node when nothing else runs there.
+
+        `gpu_mem`: a share of one GPU of that many MiB (gbatch/core/shares.py)."""
         return (
-            gpus <= self.gpus_of(gpu_type)
+            (
+                gpus <= self.gpus_of(gpu_type)
+                if gpu_mem is None
+                else gpu_mem <= self.largest_share(gpu_type)
+            )
             and (self.cpus is None or cpus <= self.cpus)
             and (self.mem_mb is None or mem_mb <= self.mem_mb)
             and self.satisfies(constraint)
@@ -740,12 +1094,18 @@ def _reserve(
 
 # A job's place among its user's jobs: plan()'s order after the fair-share factor.
 _Key = tuple[int, float, int]
-# A user's jobs that ask as many GPUs of one type (None: any): (user, GPUs, type).
-_Stream = tuple[str, int, str | None]
+# A user's jobs that ask as many GPUs of one type (None: any), or shares of one budget
+# (MiB; None: whole GPUs): (user, GPUs, type, share).
+_Stream = tuple[str, int, str | None, int | None]
 
 
 def _key(job: Job) -> _Key:
     return (-job.spec.effective_priority, job.submit_time, job.id)
+
+
+def _stream(job: Job) -> _Stream:
+    spec = job.spec
+    return (job.user, spec.gpus, spec.gpu_type, spec.gpu_mem_mb)
 
 
 class Planner:
@@ -779,6 +1139,11 @@ class Planner:
     is taken every pass, as plan() takes it: the jobs of users with limits (their
     reasons hang on what the pass starts for them), 0-GPU jobs, and a whole pass in
     which no reservation can be made (every busy GPU held without a time limit).
+
+    A stream of shared jobs (one budget, one type) settles, reservation or not, once no
+    GPU anywhere has room for its share (`_Pass.most_room`): a shared job neither
+    reserves nor waits behind one, and room only shrinks within a pass. One that no GPU
+    has room for as the pass starts settles before it, kept out of the merge.
     """
 
     def __init__(self) -> None:
@@ -820,7 +1185,7 @@ class Planner:
         if job.held:
             self._fresh_held.add(job.id)
             return
-        name = (job.user, job.spec.gpus, job.spec.gpu_type)
+        name = _stream(job)
         self._fresh.setdefault(name, {})[job.id] = job
         bisect.insort(self._streams.setdefault(name, []), _key(job))
 
@@ -882,7 +1247,7 @@ class Planner:
         if job.held:
             self._fresh_held.discard(job_id)
             return
-        name = (job.user, job.spec.gpus, job.spec.gpu_type)
+        name = _stream(job)
         fresh = self._fresh.get(name)
         if fresh is not None and fresh.pop(job_id, None) is not None and not fresh:
             del self._fresh[name]
@@ -916,9 +1281,6 @@ class Planner:
         result = _Pass(nodes, now, limits, use)
         consider = result.consider
         heap: list[tuple[float, _Key, int, _Stream]] = []
-        for name, stream in self._streams.items():
-            heap.append((-share[name[0]], stream[0], 0, name))
-        heapq.heapify(heap)
         settled: dict[_Stream, _Key] = {}
         last_settled = self._settled
         changed: dict[int, str] = {}
@@ -926,18 +1288,50 @@ class Planner:
         # The new jobs by stream: a stream settled where it was keeps its old jobs'
         # reasons, but its new ones get theirs.
         fresh = self._fresh
+        # A stream of shares whose budget no GPU has room for now settles here, from its
+        # first job: room only shrinks in a pass, so it would settle at its turn anyway,
+        # and its reasons hang on no other job's. Kept out of the heap, it costs a pass
+        # nothing (on a full fleet, every stream of shares).
+        room_at_start: dict[str | None, int] = {}
+        for name, stream in self._streams.items():
+            budget = name[3]
+            if budget is not None and name[0] not in caps:
+                room = room_at_start.get(name[2])
+                if room is None:
+                    room = room_at_start[name[2]] = result.most_room(name[2])
+                if budget > room:
+                    key = settled[name] = stream[0]
+                    if last_settled.get(name) != key or name in fresh:
+                        self._settle(name, key, 0, fresh.get(name), result, changed)
+                    continue
+            heap.append((-share[name[0]], stream[0], 0, name))
+        heapq.heapify(heap)
         for job_id in self._fresh_held:
             result.reasons[job_id] = HELD  # in no stream: always this reason
-        # The pass's most_free(type), kept until a job is taken (only that changes it).
+        # The pass's most_free(type) and most_room(type), kept until a job is taken
+        # (only that changes them).
         most: dict[str | None, int] = {}
+        most_room: dict[str | None, int] = {}
         while heap:
             order, key, position, name = heap[0]
-            user, gpus, gpu_type = name
-            if result.reservation is not None and user not in caps:
-                free = most.get(None)
+            user, gpus, gpu_type, budget = name
+            if budget is not None:
+                # A shared job never reserves, so its stream settles once no GPU has
+                # room for its share, reservation or not.
+                if user in caps:
+                    settles = False
+                else:
+                    room = most_room.get(gpu_type)
+                    if room is None:
+                        room = most_room[gpu_type] = result.most_room(gpu_type)
+                    settles = budget > room
+            elif result.reservation is not None and user not in caps:
+                # MIG slices are no whole cards: most_free() bounds a slice job's none.
+                sliced = gpu_type is not None and profile_of(gpu_type) != ""
+                free = 0 if sliced else most.get(None)
                 if free is None:
                     free = most[None] = result.most_free()
-                if gpus <= free and gpu_type is not None:
+                if (gpus <= free or sliced) and gpu_type is not None:
                     free = most.get(gpu_type)
                     if free is None:
                         free = most[gpu_type] = result.most_free(gpu_type)
@@ -955,6 +1349,8 @@ class Planner:
             consider(jobs[key[2]])
             if most:
                 most.clear()
+            if most_room:
+                most_room.clear()
             stream = self._streams[name]
             if position + 1 < len(stream):
                 heapq.heapreplace(heap, (order, stream[position + 1], position + 1, name))
@@ -981,7 +1377,7 @@ class Planner:
         self._fresh, self._fresh_held = {}, set()
         for assignment in result.assignments:
             job = jobs[assignment.job_id]
-            self._fresh.setdefault((job.user, job.spec.gpus, job.spec.gpu_type), {})[job.id] = job
+            self._fresh.setdefault(_stream(job), {})[job.id] = job
         return Plan(assignments=tuple(result.assignments), reasons=changed, starts=result.starts)
 
     def _settle(
@@ -1036,6 +1432,7 @@ def _what_nodes_are(nodes: Sequence[NodeView]) -> object:
             node.mem_total_mb,
             node.gpu_types,
             node.features,
+            node.shareable,
         )
         for node in nodes
     )

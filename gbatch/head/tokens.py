@@ -29,10 +29,14 @@ from typing import Any
 
 import jwt
 
-SCOPES = ("read", "submit", "control")
+SCOPES = ("read", "submit", "control", "ports")
 """read: list and show jobs, logs, nodes, fair-share; submit: queue jobs; control:
-cancel, hold, release, requeue and update jobs. Nothing else is reachable with a token
+cancel, hold, release, requeue and update jobs; ports: reach a port inside one's running
+job (port-forward's tunnel), only when asked for by name. Nothing else is reachable with a token
 (admin commands and tokens themselves need the socket)."""
+# A token minted without --scope: not `ports`, which reaches into running jobs (a leaked
+# CI token should not open tunnels to someone's notebook).
+DEFAULT_SCOPES = ("read", "submit", "control")
 DEFAULT_LIFESPAN = 3600
 MAX_LIFESPAN = 90 * 86400
 LEEWAY = 60.0  # seconds of clock skew tolerated on expiry and issue time
@@ -79,7 +83,7 @@ class TokenRecord:
 
 
 def parse_scopes(texts: Iterable[str]) -> tuple[str, ...]:
-    """Scope names (`submit,read` or several), in SCOPES' order; None given: every scope.
+    """Scope names (`submit,read` or several), in SCOPES' order; none: DEFAULT_SCOPES.
 
     ValueError names an unknown one.
     """
@@ -89,7 +93,7 @@ def parse_scopes(texts: Iterable[str]) -> tuple[str, ...]:
         raise ValueError(
             f"unknown scope {unknown[0]!r}. Scopes are {', '.join(SCOPES)} (comma-separated)"
         )
-    return tuple(s for s in SCOPES if s in names) if names else SCOPES
+    return tuple(s for s in SCOPES if s in names) if names else DEFAULT_SCOPES
 
 
 def _write_private(path: Path, data: Mapping[str, Any]) -> None:

@@ -45,9 +45,15 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         "--gpus",
         metavar="[TYPE:]N",
         help="GPUs for the job, on one node; TYPE: only that model (a100:2; the types "
-        "are those `gbatch sinfo -o %%G` lists)",
+        "are those `gbatch sinfo -o %%G` lists), or MIG slices (a100_1g.10gb:1, or a "
+        "profile alone: 1g.10gb:1); without TYPE, whole GPUs only",
     )
-    p.add_argument("--gres", metavar="gpu[:TYPE]:N", help="Slurm spelling of --gpus")
+    p.add_argument(
+        "--gres",
+        metavar="gpu[:TYPE]:N",
+        help="Slurm spelling of --gpus; shard[:TYPE]:N: N of the admin's shards of one GPU "
+        "(shard_mib), as --gpu-mem",
+    )
     p.add_argument(
         "--gpu-mem",
         dest="gpu_mem",

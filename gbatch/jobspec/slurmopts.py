@@ -189,6 +189,35 @@ def parse_gres(text: str) -> tuple[str | None, int]:
     return (None if kind is None else check_gpu_type(kind, "--gres")), count
 
 
+def parse_shards(text: str) -> tuple[str | None, int] | None:
+    """Slurm's `--gres=shard[:TYPE][:N]` -> (the GPU type or None, the shards).
+
+    None when `text` asks for no shards (`gpu:2`). SpecError on --gres for a bad count
+    or type."""
+    from gbatch.core.gputypes import is_type_name
+
+    parts = text.strip().split(":")
+    if parts[0] != "shard":
+        return None
+    kind, count_text = None, "1"
+    if len(parts) == 2:
+        kind, count_text = (None, parts[1]) if parts[1].isdigit() else (parts[1], "1")
+    elif len(parts) == 3:
+        kind, count_text = parts[1], parts[2]
+    if (
+        len(parts) > 3
+        or not re.fullmatch(r"[0-9]{1,4}", count_text, re.ASCII)
+        or int(count_text) < 1
+        or (kind is not None and not is_type_name(kind.lower()))
+    ):
+        raise SpecError(
+            "--gres",
+            f"{show_value(text)} is not a shard request. Use shard:N or shard:TYPE:N (N from "
+            "1), or --gpu-mem=SIZE",
+        )
+    return (None if kind is None else check_gpu_type(kind, "--gres")), int(count_text)
+
+
 def parse_gpus(text: str, field: str) -> tuple[str | None, int]:
     """Slurm's `--gpus=[TYPE:]N` -> (the type or None for any, the count).
 

@@ -86,6 +86,7 @@ KEYS = (
     "gpu_type",
     "constraint",
     "gpu_mem",
+    "gpu_shards",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
 # from, and (srun, salloc) that the job is an interactive allocation. A job file may not
@@ -130,6 +131,7 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "gpu_type": "--gpus",
     "constraint": "-C/--constraint",
     "gpu_mem": "--gpu-mem",
+    "gpu_shards": "--gres",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -272,7 +274,7 @@ def build_spec(
         )
     if "name" not in fields:
         fields["name"] = _safe_default_name(default_name)
-    if "gpu_mem_mb" in fields:
+    if "gpu_mem_mb" in fields or "gpu_shards" in fields:
         _one_gpu_shared(fields, values)
     spec = JobSpec(**fields)
     _check_memory_apart(spec, values)
@@ -311,11 +313,18 @@ def _split_gpu_type(values: dict[str, tuple[object, str]], overrides: Mapping[st
 
 def _one_gpu_shared(fields: dict[str, Any], values: Mapping[str, tuple[object, str]]) -> None:
     """A share of a GPU's memory (--gpu-mem) is of one GPU: gpus defaults to 1, and a
-    job asking for another count is refused (a share is not spread over cards)."""
+    job asking for another count is refused (a share is not spread over cards). Slurm's
+    shards (--gres=shard:N) are such a share, sized by the daemon: not both."""
+    key = "gpu_mem" if "gpu_mem" in values else "gpu_shards"
+    if "gpu_mem" in values and "gpu_shards" in values:
+        raise SpecError(
+            values["gpu_mem"][1],
+            f"{values['gpu_shards'][1]} asks for shards too. Give one: a size, or shards",
+        )
     gpus = fields.setdefault("gpus", 1)
     if gpus != 1:
         raise SpecError(
-            values["gpu_mem"][1],
+            values[key][1],
             f"a share of one GPU's memory, but {values['gpus'][1]} asks for {gpus} GPUs. "
             "Drop the GPU count (a share is of one GPU; --gpus=TYPE:1 names its model), "
             "or drop --gpu-mem for whole GPUs",
@@ -772,6 +781,7 @@ _FIELD_CHECKS: dict[str, tuple[str, Callable[..., object]]] = {
         ("mem_per_gpu", "mem_per_gpu_mb", check_mem),
         ("mem_per_cpu", "mem_per_cpu_mb", check_mem),
         ("gpu_mem", "gpu_mem_mb", check_mem),
+        ("gpu_shards", "gpu_shards", _int_check(1, 9999)),
         ("export", "export", _export_mode),
         ("begin", "begin", check_begin),
         ("signal", "signal", _signal_text),

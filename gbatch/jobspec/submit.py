@@ -68,25 +68,30 @@ class Submission:
 NO_JOB = 'no job file given. Pass a job file or a batch script, pipe one in, or --wrap "CMD"'
 
 
-def _gpus_option(args: argparse.Namespace) -> tuple[str | None, int | None]:
-    """The GPUs an option asks for: (type or None for any, count), (None, None) if none.
+def _gpus_option(args: argparse.Namespace) -> tuple[str | None, int | None, int | None]:
+    """The GPUs an option asks for: (type or None for any, count, shards).
 
-    One of --gpus, --gres, --gpus-per-node, --gpus-per-task (one task: all the same)."""
+    One of --gpus, --gres, --gpus-per-node, --gpus-per-task (one task: all the same);
+    (None, None, None) if none. Slurm's --gres=shard[:TYPE]:N asks N shards of one GPU
+    (count None: the daemon makes them its share)."""
     given = [dest for dest in GPU_OPTIONS if getattr(args, dest, None) is not None]
     if len(given) > 1:
         first, second = (GPU_OPTIONS[dest] for dest in given[:2])
         raise BadSubmit(f"{first} and {second} both given. Use one")
     if not given:
-        return None, None
+        return None, None, None
     # Imported past the common case (no option given; every HTTP API submit): an import
     # statement costs time even when the module is loaded.
-    from gbatch.jobspec.slurmopts import parse_gpus, parse_gres
+    from gbatch.jobspec.slurmopts import parse_gpus, parse_gres, parse_shards
 
     (dest,) = given
     value = getattr(args, dest)
     if dest == "gres":
-        return parse_gres(value)
-    return parse_gpus(value, GPU_OPTIONS[dest])
+        shards = parse_shards(value)
+        if shards is not None:
+            return shards[0], None, shards[1]
+        return (*parse_gres(value), None)
+    return (*parse_gpus(value, GPU_OPTIONS[dest]), None)
 
 
 def _count_of(gpus: object) -> object:
@@ -480,11 +485,12 @@ def build_submit(
         if script is not None:
             # After a job file, words are options (its script takes no arguments).
             command = script.command(list(args.script_args) if data is None else [])
-        gpu_type, gpus = _gpus_option(args)
+        gpu_type, gpus, shards = _gpus_option(args)
         overrides = {
             "name": args.name,
             "gpus": gpus,
             "gpu_type": gpu_type,
+            "gpu_shards": shards,
             "constraint": args.constraint,
             "time_limit": args.time_limit,
             "command": command,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gbatch.core.model import Gpu, Job
+from gbatch.core.shares import mps_limit
 from gbatch.core.signals import SignalTarget
 from gbatch.core.steps import INTERACTIVE, Step
 from gbatch.jobspec.sweep import param_env
@@ -39,6 +40,29 @@ class HostError(Exception):
         super().__init__(message)
         self.answer_lost = answer_lost and not busy
         self.busy = busy
+
+
+class PortError(Exception):
+    """A job's port that cannot be reached; `kind` is the reply's.
+
+    not_found: nothing of the job listens there; unavailable: the node cannot tell or
+    reach it; invalid: it has no network to reach."""
+
+    def __init__(self, message: str, kind: str = "unavailable") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class PortStream(Protocol):
+    """A connection to a job's port: a socket, or an SSH channel (paramiko's Channel)."""
+
+    def recv(self, size: int, /) -> bytes: ...
+
+    def sendall(self, data: bytes, /) -> None: ...
+
+    def shutdown(self, how: int, /) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -149,6 +173,16 @@ def step_env(job: Job, step: Step, node: str) -> dict[str, str]:
     return env
 
 
+def container_step_gpus(job: Job, step: Step) -> list[int] | None:
+    """A container step's own GPUs (srun -G inside the job) by the container's numbering.
+
+    The container sees the job's GPUs as 0..n-1, in the job's order; None: the step
+    asked none, and sees them all."""
+    if step.gpus is None:
+        return None
+    return [job.gpus.index(g) for g in step.gpus if g in job.gpus]
+
+
 def finished_container_status(
     state: str, exit_code: int | None, finished_at: float | None, oom_killed: bool
 ) -> RunStatus | None:
@@ -250,6 +284,19 @@ class Node(Protocol):
 
         A warning before its job's time limit, why its job is ending."""
 
+    def open_port(self, job: Job, port: int, timeout: float) -> PortStream:
+        """A connection to `port` inside the RUNNING `job` (gbatch port-forward).
+
+        Made from the node itself (never by opening the host's ports to the network),
+        within `timeout` seconds: a bare job's host loopback, where its own user
+        listens; a container job's address on its network (gbatch/nodes/ports.py).
+        Raises PortError when it cannot be reached."""
+
+    def hang_up_step(self, job: Job, step: Step) -> None:
+        """Hang up what is left of a step nobody relays any more, in the background.
+
+        Called when step_status said it vanished, with `hangup`; never waits on the host."""
+
 
 class Reports:
     """A node's latest agent report, kept by the thread that reads the agent's lines.
@@ -306,13 +353,30 @@ class Reports:
             return self._report, self._problem
 
 
-def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str, str]:
+def visible_devices(gpus: Sequence[int], uuids: Sequence[str]) -> list[int | str]:
+    """How CUDA_VISIBLE_DEVICES and docker's `--gpus device=` name a run's GPUs.
+
+    A whole card by its index; a MIG slice by its UUID (`MIG-...`), as no index names
+    it. `uuids` are the run's GPUs' (Job.gpu_uuids, in the order of `gpus`); a run
+    without them (queued before they were kept) gets its indices."""
+    if len(uuids) != len(gpus):
+        return list(gpus)
+    return [
+        uuid if uuid.startswith("MIG-") else index for index, uuid in zip(gpus, uuids, strict=True)
+    ]
+
+
+def job_env(
+    job: Job, attempt: int, gpus: Sequence[int], node: str, *, mps: bool = False
+) -> dict[str, str]:
     """A run's environment: who and where it is, over the submitter's and the job file's env.
 
     Who and where it is comes as gbatch's own GBATCH_* names and as the SLURM_* names a
     Slurm batch script reads. Under them, the submitting shell's exported variables
     (job.submit_env, filled on the move to CONFIGURING), and over those the job file's
-    env.
+    env. A share of a GPU (--gpu-mem) sees its budget as GBATCH_GPU_MEM_MIB, and on a
+    node that runs CUDA MPS (`mps`) as CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, which MPS
+    enforces.
     """
     env = {**dict(job.submit_env), **dict(job.spec.env)}
     gpu_list = ",".join(str(g) for g in gpus)
@@ -350,6 +414,10 @@ def job_env(job: Job, attempt: int, gpus: Sequence[int], node: str) -> dict[str,
         env["SLURM_MEM_PER_GPU"] = str(spec.mem_per_gpu_mb)
     if spec.mem_per_cpu_mb is not None:
         env["SLURM_MEM_PER_CPU"] = str(spec.mem_per_cpu_mb)
+    if spec.gpu_mem_mb is not None:
+        env["GBATCH_GPU_MEM_MIB"] = str(spec.gpu_mem_mb)
+        if mps:
+            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = mps_limit(spec.gpu_mem_mb)
     submit_dir = job.spec.submit_dir or job.spec.workdir  # jobs queued before submit_dir
     if submit_dir is not None:
         env["SLURM_SUBMIT_DIR"] = submit_dir

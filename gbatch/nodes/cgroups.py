@@ -166,6 +166,21 @@ def parse_run_name(name: str) -> tuple[int, int] | None:
     return int(job), int(attempt)
 
 
+def run_of_process(proc_cgroup: str, instance: str) -> tuple[int, int] | None:
+    """The run (job, attempt) whose cgroup a process is in, from its /proc/PID/cgroup text.
+
+    None when it is in none of daemon `instance`'s run cgroups. A process a job put in
+    a session of its own (setsid) is still in its run's cgroup: this is how it is known.
+    """
+    for path in parse_proc_cgroup(proc_cgroup).values():
+        parts = path.rstrip("/").split("/")
+        if len(parts) >= 2 and parts[-2] == instance:
+            run = parse_run_name(parts[-1])
+            if run is not None:
+                return run
+    return None
+
+
 def instance_name(runs_dir: Path) -> str:
     """The name of one daemon's cgroups: a hash of its run directory (12 hex digits)."""
     import hashlib  # deferred: the daemon's side only
@@ -349,6 +364,11 @@ class Tree:
     @property
     def controllers(self) -> frozenset[str]:
         return frozenset().union(*(h.controllers for h in self.hierarchies))
+
+    @property
+    def instance(self) -> str:
+        """This daemon's instance name (instance_name): the folder its run cgroups are in."""
+        return self.hierarchies[0].top.name
 
     def describe(self) -> str:
         """What holds bare jobs here, in the start line's words."""

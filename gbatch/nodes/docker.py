@@ -23,11 +23,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
+from gbatch.core.gputypes import MIG_UUID_RE as MIG_UUID
 from gbatch.core.model import Job, JobSpec
 from gbatch.core.signals import SignalTarget
 from gbatch.core.steps import step_label
 from gbatch.jobspec.spec import SpecError
-from gbatch.nodes.base import CommandResult, HostError, LaunchError, job_env, launch_secrets
+from gbatch.nodes.base import (
+    CommandResult,
+    HostError,
+    LaunchError,
+    job_env,
+    launch_secrets,
+    visible_devices,
+)
 from gbatch.nodes.joblog import mark_attempt_start
 from gbatch.nodes.resolve import parse_resolved, resolver_argv
 from gbatch.site import policy as site_policy
@@ -62,7 +70,7 @@ def docker_run_argv(
     attempt: int,
     user: str,
     spec: JobSpec,
-    gpus: Sequence[int],
+    gpus: Sequence[int | str],
     env_file: str | None,
     docker: str = "docker",
     node: str | None = None,
@@ -83,7 +91,8 @@ def docker_run_argv(
     `spec.cpus` gives `--cpus`, `spec.memory_mb` `--memory` (and as much `--memory-swap`:
     no swap); a job that asked for neither gets no limit.
     `env_file` is a path on the node, written 0600 from `env_file_text`, so values never
-    appear in argv or process listings. No `--gpus` at all when `gpus` is empty.
+    appear in argv or process listings. No `--gpus` at all when `gpus` is empty; a MIG
+    slice is named by its UUID (base.visible_devices).
     Raises ValueError when the image is missing or looks like an option, a mount is
     outside the roots or would expose the docker socket, or the options would break an
     invariant: never `--privileged`, never `--userns=host`, never the docker socket.
@@ -177,18 +186,23 @@ def _check_invariants(options: Sequence[str], policy: ContainerPolicy) -> None:
         raise ValueError("docker run options must drop every capability first")
 
 
-def gpus_option_value(gpus: Sequence[int]) -> str:
-    """The value of `--gpus` for these device indices, e.g. `"device=0,1"` quotes included.
+def gpus_option_value(gpus: Sequence[int | str]) -> str:
+    """The value of `--gpus` for these devices, e.g. `"device=0,1"` quotes included.
 
-    docker reads the value as CSV: unquoted, `device=0,1` is two fields and the engine
-    refuses it ("cannot set both Count and DeviceIDs"). The double quotes are part of
-    the argv element, not shell quoting.
+    A device is a card's index or a MIG slice's UUID (`"device=MIG-4f1c..."`). docker
+    reads the value as CSV: unquoted, `device=0,1` is two fields and the engine refuses
+    it ("cannot set both Count and DeviceIDs"). The double quotes are part of the argv
+    element, not shell quoting.
     """
     if not gpus:
         raise ValueError("no GPU indices given")
-    if any(index < 0 for index in gpus):
-        raise ValueError(f"negative GPU index in {list(gpus)}")
-    return '"device=' + ",".join(str(index) for index in gpus) + '"'
+    for device in gpus:
+        if isinstance(device, str):
+            if not MIG_UUID.fullmatch(device):
+                raise ValueError(f"{device!r} is not a MIG device's UUID")
+        elif device < 0:
+            raise ValueError(f"negative GPU index in {list(gpus)}")
+    return '"device=' + ",".join(str(device) for device in gpus) + '"'
 
 
 def docker_exec_argv(
@@ -560,6 +574,8 @@ class ContainerLauncher:
     where: str = ""
     label_node: bool = False
     extra_options: tuple[str, ...] = ()
+    # The host runs CUDA MPS: a shared job's budget is set as its MPS memory limit.
+    mps: bool = False
     timeout: float = 30.0  # seconds for any one command on the host
     python: str = sys.executable  # the node's Python, to resolve mount paths there
 
@@ -586,14 +602,14 @@ class ContainerLauncher:
         node's cleanup. `disk_free_bytes` (the host's last report) explains a failed
         env-file write.
         """
-        env = {**job_env(job, attempt, gpus, self.node), **launch_secrets(job)}
+        env = {**job_env(job, attempt, gpus, self.node, mps=self.mps), **launch_secrets(job)}
         try:
             argv = docker_run_argv(
                 job_id=job.id,
                 attempt=attempt,
                 user=job.user,
                 spec=self._spec_at_start(job),
-                gpus=gpus,
+                gpus=visible_devices(gpus, job.gpu_uuids),
                 env_file=env_file,
                 docker=self.docker,
                 node=self.node if self.label_node else None,

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from gbatch.core.model import IMPLICIT_PARTITION
+from gbatch.core.shares import ShareGpus
 from gbatch.core.timefmt import TimeLimitError, parse_time_limit, show_value
 from gbatch.jobspec.slurmopts import PARTITION_NAME
 
@@ -53,6 +54,9 @@ DEFAULTABLE_KEYS = (
     "labels",
     "features",
     "simulation_file",
+    "share_gpus",
+    "share_headroom_mib",
+    "mps",
 )
 NODE_KEYS = ("name", "host", *DEFAULTABLE_KEYS)
 
@@ -68,6 +72,9 @@ _BUILTIN_DEFAULTS: Mapping[str, object] = {
     "labels": MappingProxyType({}),
     "features": (),
     "simulation_file": None,
+    "share_gpus": False,
+    "share_headroom_mib": None,  # the head's config.yaml's
+    "mps": False,
 }
 
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}", re.ASCII)
@@ -150,6 +157,12 @@ class NodeConfig:
     # What -C/--constraint may ask of the node (nvlink, ib, bigmem), lowercase; the types
     # of its GPUs count as features too (Fleet).
     features: tuple[str, ...] = ()
+    # Shares of a GPU by memory (gbatch/core/shares.py): which GPUs take shares (true,
+    # or their indices), the headroom kept free on each (None: config.yaml's), and
+    # whether the host runs CUDA MPS.
+    share_gpus: ShareGpus = False
+    share_headroom_mib: int | None = None
+    mps: bool = False
 
 
 @dataclass(frozen=True)
@@ -496,6 +509,9 @@ def _build_node(
         labels=cast("Mapping[str, str]", values["labels"]),
         simulation_file=cast("str | None", values["simulation_file"]),
         features=cast("tuple[str, ...]", values["features"]),
+        share_gpus=cast("ShareGpus", values["share_gpus"]),
+        share_headroom_mib=cast("int | None", values["share_headroom_mib"]),
+        mps=cast(bool, values["mps"]),
     )
 
 
@@ -718,6 +734,29 @@ def _check_simulation_file(value: object, bad: Bad) -> str | None:
     return value
 
 
+def _check_share_gpus(value: object, bad: Bad) -> ShareGpus:
+    from gbatch.core.shares import check_share_gpus
+
+    try:
+        return check_share_gpus(value)
+    except ValueError as err:
+        raise bad(str(err)) from None
+
+
+def _check_headroom(value: object, bad: Bad) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise bad(f"{show_value(value)} is not a size in MiB. Give a whole number, e.g. 1024")
+    return value
+
+
+def _check_flag(value: object, bad: Bad) -> bool:
+    if not isinstance(value, bool):
+        raise bad(f"{show_value(value)} is not true or false")
+    return value
+
+
 _CHECKS: Mapping[str, Callable[[object, Bad], object]] = {
     "name": _check_name,
     "host": _check_host,
@@ -731,6 +770,9 @@ _CHECKS: Mapping[str, Callable[[object, Bad], object]] = {
     "labels": _check_labels,
     "features": _check_features,
     "simulation_file": _check_simulation_file,
+    "share_gpus": _check_share_gpus,
+    "share_headroom_mib": _check_headroom,
+    "mps": _check_flag,
 }
 
 

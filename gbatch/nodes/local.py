@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,19 +29,23 @@ from typing import Any
 from gbatch.core.model import Gpu, Job
 from gbatch.core.signals import WHOLE_RUN, SignalTarget
 from gbatch.core.steps import Step, step_label
-from gbatch.nodes import cgroups, docker
+from gbatch.nodes import cgroups, docker, ports
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
     HostError,
     LaunchError,
+    PortError,
+    PortStream,
     Reports,
     RunStatus,
     StepLaunch,
     StepStatus,
+    container_step_gpus,
     finished_container_status,
     job_env,
     launch_secrets,
     step_env,
+    visible_devices,
 )
 from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogFollowers, StderrChunk, open_log
 from gbatch.nodes.outfiles import OFFSETS_FILE, OUT_FILES_ENV, open_or_say, planned
@@ -85,35 +89,45 @@ def write_simulation_file(path: Path, count: int, models: Sequence[str] = ()) ->
     """Describe `count` simulated GPUs in `path`, unless it already describes those.
 
     `models` gives one per GPU ("" or none: a plain "Simulated GPU" of 80 GiB; else a
-    key of gbatch/core/gputypes.py's SIMULATED_MODELS). A file that describes that many
-    GPUs (of those models) is kept.
+    key of gbatch/core/gputypes.py's SIMULATED_MODELS, with its MIG layout after a slash
+    as parse_simulated writes it: `a100-80gb/3g.40gb+1g.10gb`). A file that describes
+    that many GPUs (of those models and layouts) is kept.
 
     Tests edit the file while the agent runs (memory in use, processes): keep their edits.
     """
-    from gbatch.core.gputypes import SIMULATED_MODELS
+    from gbatch.core.gputypes import SIMULATED_MODELS, simulated_layout
 
-    gpus = []
+    gpus: list[dict[str, object]] = []
     for index in range(count):
-        model = SIMULATED_MODELS.get(models[index]) if index < len(models) else None
-        gpus.append(
-            {
-                "name": "Simulated GPU" if model is None else model.name,
-                "memory_total_mib": 81920 if model is None else model.memory_mib,
-                "memory_used_mib": 0,
-                "utilization_pct": 0,
-            }
-        )
+        key, layout = simulated_layout(models[index]) if index < len(models) else ("", ())
+        model = SIMULATED_MODELS.get(key)
+        gpu: dict[str, object] = {
+            "name": "Simulated GPU" if model is None else model.name,
+            "memory_total_mib": 81920 if model is None else model.memory_mib,
+            "memory_used_mib": 0,
+            "utilization_pct": 0,
+        }
+        if layout:
+            gpu["mig"] = [{"profile": profile} for profile in layout]
+        gpus.append(gpu)
     if path.exists():
         try:
             there = json.loads(path.read_text()).get("gpus", [])
             if len(there) == count and (
                 not any(models)
-                or [g.get("name", "Simulated GPU") for g in there] == [g["name"] for g in gpus]
+                or [(g.get("name", "Simulated GPU"), _profiles(g)) for g in there]
+                == [(g["name"], _profiles(g)) for g in gpus]
             ):
                 return
         except (OSError, ValueError, AttributeError):
             pass
     path.write_text(json.dumps({"gpus": gpus}, indent=2) + "\n")
+
+
+def _profiles(gpu: Mapping[str, object]) -> list[object]:
+    """A simulated GPU's MIG layout: its slices' profiles ([] without MIG)."""
+    layout = gpu.get("mig", [])
+    return [d.get("profile") for d in layout] if isinstance(layout, list) else []
 
 
 class LocalNode:
@@ -141,6 +155,7 @@ class LocalNode:
             docker=config.docker,
             policy=config.container_policy,
             paths=paths,
+            mps=config.mps,
             timeout=DOCKER_TIMEOUT,
         )
         self._engine_checked: tuple[float, str | None] = (0.0, None)
@@ -149,6 +164,8 @@ class LocalNode:
         self._run_dirs = RunDirRemover(before_removal=self._remove_run_cgroup)
         # Forks each bare job's shim; the plain `python -m gbatch.shim` when it cannot.
         self._shim_server = ShimServer(on_change)
+        # Container steps whose client went away, hung up in their container already.
+        self._hung_up: set[tuple[int, int]] = set()
 
     # -- the agent ----------------------------------------------------------------
 
@@ -259,7 +276,32 @@ class LocalNode:
             gbatch_sessions=self._gbatch_sessions(),
             gbatch_containers=gbatch_container_ids(report),
             type_rules=self.config.gpu_types,
+            gbatch_pids={pid for pids in self._cgroup_pids(report).values() for pid in pids},
         )
+
+    def _cgroup_pids(self, report: NodeReport) -> dict[tuple[int, int], frozenset[int]]:
+        """The report's GPU processes that are in a bare run's cgroup, by run.
+
+        A job's process that left its session (setsid) is known this way, where runs have
+        cgroups (gbatch/nodes/cgroups.py): its memory counts against its job's budget, and
+        its GPU is not taken for a stranger's. The agent runs on this host: its pids are ours.
+        """
+        tree = self._cgroups
+        if tree is None:
+            return {}
+        instance = tree.instance
+        found: dict[tuple[int, int], set[int]] = {}
+        processes = [p for gpu in report.gpus for p in gpu.processes]
+        processes += [p for gpu in report.gpus for device in gpu.mig for p in device.processes]
+        for process in processes:
+            try:
+                text = Path(f"/proc/{process.pid}/cgroup").read_text()
+            except OSError:
+                continue  # gone, or not ours to read
+            run = cgroups.run_of_process(text, instance)
+            if run is not None:
+                found.setdefault(run, set()).add(process.pid)
+        return {run: frozenset(pids) for run, pids in found.items()}
 
     def _gbatch_sessions(self) -> set[int]:
         return {sid for sessions in self._run_sessions().values() for sid in sessions}
@@ -289,7 +331,10 @@ class LocalNode:
         owners = container_owners(report, self.name)
         for run, sessions in self._run_sessions().items():
             had = owners.get(run, RunOwner())
-            owners[run] = RunOwner(had.sessions | sessions, had.containers)
+            owners[run] = RunOwner(had.sessions | sessions, had.containers, had.pids)
+        for run, pids in self._cgroup_pids(report).items():
+            had = owners.get(run, RunOwner())
+            owners[run] = RunOwner(had.sessions, had.containers, had.pids | pids)
         return owners
 
     def stop(self) -> None:
@@ -355,7 +400,7 @@ class LocalNode:
     def _launch_process(self, job: Job, attempt: int, gpus: Sequence[int], run_dir: Path) -> None:
         switch = _switch_to_submitter(job)
         env = _daemon_env() if switch is None else _login_env(switch)
-        env.update(job_env(job, attempt, gpus, self.name))
+        env.update(job_env(job, attempt, gpus, self.name, mps=self.config.mps))
         if switch is not None:
             # Who the job is comes from the system, not from the exported shell.
             env["USER"] = env["LOGNAME"] = switch.pw_name
@@ -364,7 +409,7 @@ class LocalNode:
         env.update(launch_secrets(job))
         # NVML and nvidia-smi number GPUs in PCI order; CUDA's default order differs.
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, visible_devices(gpus, job.gpu_uuids)))
         env[SOCKET_ENV] = str(self.paths.socket)
         # Another user's job without a workdir starts in their HOME (or /, without one).
         workdir = job.spec.workdir or ("" if switch is not None else "/")
@@ -696,13 +741,16 @@ class LocalNode:
         variables under the job's and the step's."""
         env = _daemon_env() if switch is None else _login_env(switch)
         env.update(launch.env)
-        env.update(job_env(job, step.attempt, job.gpus, self.name))
+        env.update(job_env(job, step.attempt, job.gpus, self.name, mps=self.config.mps))
         env.update(step_env(job, step, self.name))
         if switch is not None:
             env["USER"] = env["LOGNAME"] = switch.pw_name
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        gpus = job.gpus if step.gpus is None else step.gpus
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        devices = visible_devices(job.gpus, job.gpu_uuids)
+        if step.gpus is not None:  # the step's own of the job's (srun -G inside it)
+            by_index = dict(zip(job.gpus, devices, strict=False))
+            devices = [by_index[g] for g in step.gpus if g in by_index]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
         env[SOCKET_ENV] = str(self.paths.socket)
         env.update(step_limits_env(job, step))
         if self._cgroups is not None:
@@ -731,7 +779,10 @@ class LocalNode:
     ) -> list[str]:
         """`docker exec` of the step in the job's container, as the job's user, its
         variables in a 0600 env-file in the step's directory."""
-        env = {**job_env(job, step.attempt, job.gpus, self.name), **step_env(job, step, self.name)}
+        env = {
+            **job_env(job, step.attempt, job.gpus, self.name, mps=self.config.mps),
+            **step_env(job, step, self.name),
+        }
         env_file = step_dir / "env"
         try:
             fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -748,10 +799,7 @@ class LocalNode:
             env_file=str(env_file),
             workdir=job.spec.workdir,
             docker=self.config.docker,
-            # The container sees the job's GPUs as 0..n-1, in the job's order.
-            visible_gpus=None
-            if step.gpus is None
-            else [job.gpus.index(g) for g in step.gpus if g in job.gpus],
+            visible_gpus=container_step_gpus(job, step),
         )
 
     @staticmethod
@@ -813,10 +861,51 @@ class LocalNode:
             with contextlib.suppress(ProcessLookupError, PermissionError, KeyError, ValueError):
                 os.kill(int(pids["shim"]), NOTICE_SIGNAL)
 
+    def open_port(self, job: Job, port: int, timeout: float) -> PortStream:
+        """A connection to `port` in `job`, made from this machine (gbatch/nodes/ports.py)."""
+        network = None
+        uids = {job.uid}
+        if job.spec.image is not None:
+            network = ports.container_network(
+                self._host, job, docker=self.config.docker, timeout=min(timeout, DOCKER_TIMEOUT)
+            )
+            try:
+                run_as = self._launcher.run_as(job)
+            except ValueError as err:
+                raise PortError(str(err)) from err
+            if run_as is not None:
+                uids.add(run_as.uid)
+        address = ports.port_address(job, port, network, ports.read_proc_net_tcp, uids)
+        return ports.connect(address, port, job, timeout)
+
+    def hang_up_step(self, job: Job, step: Step) -> None:
+        """Hang up what is left of a container job's `step` in its container, in the background.
+
+        A bare step's shim hangs its session up itself. A container step's shim ends only
+        its `docker exec` client, whose process in the container outlives it: SIGHUP to
+        the step's processes there, SIGKILL after kill_grace_seconds."""
+        if job.spec.image is None:
+            return
+        threading.Thread(
+            target=self._hang_up_container_step,
+            args=(job, step),
+            name=f"hangup-{step.label}",
+            daemon=True,
+        ).start()
+
+    def _hang_up_container_step(self, job: Job, step: Step) -> None:
+        target = SignalTarget(steps=(step.step_id,))
+        self.signal(job, step.attempt, signal.SIGHUP, target)
+        if not self._stopping.wait(self.config.kill_grace_seconds):
+            self.signal(job, step.attempt, signal.SIGKILL, target)
+
     def step_status(self, job: Job, step: Step) -> StepStatus:
         step_dir = self.step_dir(job.id, step.attempt, step.step_id)
         ended = _step_exit(step_dir)
         if ended is not None:
+            if ended.hangup and (job.id, step.step_id) not in self._hung_up:
+                self._hung_up.add((job.id, step.step_id))  # told once: the loop asks again
+                self.hang_up_step(job, step)
             return ended
         if lock_held(step_dir, STEP_LOCK_FILE):
             return _step_exit(step_dir) or StepStatus("running")

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,15 +24,19 @@ from pathlib import Path
 from gbatch.core.model import Gpu, Job
 from gbatch.core.signals import SignalTarget
 from gbatch.core.steps import Step
-from gbatch.nodes import docker
+from gbatch.nodes import docker, ports
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
     LaunchError,
+    PortError,
+    PortStream,
     Reports,
     RunStatus,
     StepLaunch,
     StepStatus,
     finished_container_status,
+    job_env,
+    step_env,
 )
 from gbatch.nodes.inventory import NodeConfig
 from gbatch.nodes.joblog import LogFollowers
@@ -44,12 +50,21 @@ from gbatch.nodes.report import (
     parse_report_line,
     to_gpus,
 )
-from gbatch.nodes.ssh import RemoteError, RemoteStream, SshConnection, SshTarget, StreamPool
+from gbatch.nodes.ssh import (
+    RemoteError,
+    RemoteStream,
+    SshConnection,
+    SshTarget,
+    StreamPool,
+    TunnelRefused,
+)
+from gbatch.nodes.steprelay import StepRelay
 from gbatch.site.config import Config, Paths
 
 log = logging.getLogger("gbatchd")
 COMMAND_TIMEOUT = 30.0  # seconds for any one remote docker call
 AGENT_FILE = "gbatch_agent.py"
+RELAY_STOP_SECONDS = 5.0  # the most a stop waits for step relays to tell their clients
 
 
 def host_path(path: str) -> str:
@@ -147,9 +162,9 @@ def _until_end(stream: RemoteStream) -> Iterator[bytes]:
 class RemoteNode:
     runs_bare_processes = False
     fences_runs = True
-    # Steps on a host come with the head's relay over an SSH channel (get_pty):
-    # docs/architecture.md, "Steps". Until then srun and salloc say so.
-    runs_steps = False
+    # A step is `docker exec` into the job's container over an SSH channel, relayed by
+    # gbatchd (gbatch/nodes/steprelay.py; docs/architecture.md, "Steps").
+    runs_steps = True
 
     def __init__(
         self, node: NodeConfig, paths: Paths, config: Config, on_change: Callable[[], None]
@@ -171,6 +186,7 @@ class RemoteNode:
             where=f" on {node.name}",
             label_node=True,
             extra_options=node.docker_options,
+            mps=node.mps,
             timeout=COMMAND_TIMEOUT,
             python=node.agent_python,
         )
@@ -189,6 +205,10 @@ class RemoteNode:
         # follower cut off with its connection is started again to replay the output.
         self._generation = 0
         self._followed_on: dict[tuple[int, int], int] = {}
+        # The steps this gbatchd relays, by (job, step id): None while relayed, then how
+        # each ended, until the loop has read it (step_status).
+        self._steps: dict[tuple[int, int], StepStatus | None] = {}
+        self._relays: dict[tuple[int, int], threading.Thread] = {}
 
     # -- the connection and the agent ------------------------------------------------
 
@@ -284,6 +304,12 @@ class RemoteNode:
                 agent.close()
         self._conn.close()
         self._streams.close()
+        # Their channels are closed: each relay tells its client why before gbatchd exits.
+        with self._lock:
+            relays = list(self._relays.values())
+        deadline = time.monotonic() + RELAY_STOP_SECONDS
+        for relay in relays:
+            relay.join(max(0.0, deadline - time.monotonic()))
 
     def docker_problem(self, now: float) -> str | None:
         report, problem = self.report()
@@ -467,6 +493,8 @@ class RemoteNode:
             self._waiters.pop((job.id, attempt), None)
             self._exits.pop((job.id, attempt), None)
             self._followed_on.pop((job.id, attempt), None)
+            for key in [k for k, v in self._steps.items() if k[0] == job.id and v is not None]:
+                del self._steps[key]
         run_dir = self.paths.run_dir(job.id, attempt)
         with contextlib.suppress(FileNotFoundError):
             (run_dir / "log_offset").unlink()
@@ -475,16 +503,178 @@ class RemoteNode:
         with contextlib.suppress(OSError):
             run_dir.rmdir()
 
+    # -- steps ----------------------------------------------------------------------
+
+    def _steps_dir(self, job_id: int, attempt: int) -> str:
+        return f"{host_path(self.node.agent_dir).rstrip('/')}/run/{job_id}.{attempt}.steps"
+
     def start_step(self, job: Job, step: Step, launch: StepLaunch, client_fd: int) -> None:
-        raise LaunchError(
-            f"steps run on the local node only for now, and job {job.id} runs on {self.name}"
+        """Start `step` as `docker exec` into the job's container, relayed to `client_fd`.
+
+        Its variables go in a 0600 env-file on the host (removed when it ends); the
+        command runs on a channel of the node's stream connections, with a terminal of
+        sshd's (`get_pty`) when the client asked for one, and a thread of its own relays
+        it (StepRelay) from then on."""
+        name = docker.container_name(job.id, step.attempt)
+        env = {**job_env(job, step.attempt, job.gpus, self.name), **step_env(job, step, self.name)}
+        env_file = f"{self._steps_dir(job.id, step.attempt)}/{step.label}.env"
+        try:
+            run_as = self._launcher.run_as(job)
+            self._conn.put_bytes(docker.env_file_text(env).encode(), env_file, 0o600)
+        except (ValueError, RemoteError) as err:
+            raise LaunchError(f"cannot prepare the step on {self.name}: {err}") from err
+        argv = docker.docker_exec_argv(
+            name,
+            launch.argv,
+            tty=launch.pty is not None,
+            run_as=run_as,
+            env_file=env_file,
+            workdir=job.spec.workdir,
+            docker=self.node.docker,
         )
+        pty = None
+        if launch.pty is not None:
+            term = launch.env.get("TERM") or "xterm"
+            pty = (term, launch.pty[0] or 24, launch.pty[1] or 80)
+        key = (job.id, step.step_id)
+        try:
+            channel = self._streams.attach(argv, pty=pty)
+        except RemoteError as err:
+            self._forget_env_file(env_file)
+            raise LaunchError(f"docker exec on {self.name} did not start: {err}") from err
+        with self._lock:
+            self._steps[key] = None
+        client = socket.socket(fileno=os.dup(client_fd))
+        relay = StepRelay(
+            client,
+            channel,
+            label=step.label,
+            pty=pty is not None,
+            deliver=partial(self._signal_step, job, step),
+            ended=partial(self._step_ended, job, step, env_file),
+            lost_reason=partial(self._lost_reason, step),
+        )
+        with self._lock:
+            self._relays[key] = relay.start()
+
+    def _lost_reason(self, step: Step) -> str:
+        why = "gbatchd is stopping" if self._stopping.is_set() else "the SSH connection was lost"
+        return f"{why}: step {step.label}'s relay to {self.name} ended, and the step was hung up"
+
+    def _signal_step(self, job: Job, step: Step, sig: int) -> None:
+        """Send `sig` to the step's processes in the container (off the relay's thread)."""
+        target = SignalTarget(steps=(step.step_id,))
+        threading.Thread(
+            target=self.signal,
+            args=(job, step.attempt, signal.Signals(sig), target),
+            name=f"signal-{step.label}",
+            daemon=True,
+        ).start()
+
+    def _step_ended(self, job: Job, step: Step, env_file: str, status: StepStatus) -> None:
+        with self._lock:
+            self._steps[(job.id, step.step_id)] = status
+            self._relays.pop((job.id, step.step_id), None)
+        if self._stopping.is_set():
+            return  # the next gbatchd hangs it up (step_status: vanished)
+        if status.hangup:
+            self.hang_up_step(job, step)
+        else:
+            self._forget_env_file(env_file)
+        self._on_change()
+
+    def _forget_env_file(self, env_file: str) -> None:
+        with contextlib.suppress(RemoteError):
+            self._run(["rm", "-f", "--", env_file])
+
+    def hang_up_step(self, job: Job, step: Step) -> None:
+        """Hang up what is left of `step` in its container, in the background.
+
+        SIGHUP to its processes, SIGKILL after kill_grace_seconds. Tried again while the
+        host is out of reach (the agent's lease stops the container should it stay so)."""
+        threading.Thread(
+            target=self._hang_up, args=(job, step), name=f"hangup-{step.label}", daemon=True
+        ).start()
+
+    def _hang_up(self, job: Job, step: Step) -> None:
+        name = docker.container_name(job.id, step.attempt)
+        target = SignalTarget(steps=(step.step_id,))
+        env_file = f"{self._steps_dir(job.id, step.attempt)}/{step.label}.env"
+        backoff = Backoff()
+        deadline = time.monotonic() + max(60.0, 2 * self.config.node_lease_seconds)
+        for sig in (signal.SIGHUP, signal.SIGKILL):
+            while not self._stopping.is_set():
+                try:
+                    run_as = self._launcher.run_as(job)
+                    argv = docker.container_signal_argv(
+                        job, name, int(sig), target, run_as, docker=self.node.docker
+                    )
+                    self._run(argv)
+                    break
+                except ValueError:
+                    return
+                except RemoteError as err:
+                    if time.monotonic() >= deadline:
+                        log.warning("step %s: not hung up on %s: %s", step.label, self.name, err)
+                        return
+                    self._stopping.wait(backoff.next_delay())
+            if sig == signal.SIGHUP:
+                self._stopping.wait(self.config.kill_grace_seconds)
+        self._forget_env_file(env_file)
 
     def step_status(self, job: Job, step: Step) -> StepStatus:
-        return StepStatus("vanished")  # none ever started here
+        """How a step this gbatchd relays stands (running, or how it ended).
+
+        One it never relayed (an earlier gbatchd's, whose relay ended with it) is gone:
+        vanished, with `hangup`, for the loop to record and hang up."""
+        key = (job.id, step.step_id)
+        with self._lock:
+            if key not in self._steps:
+                return StepStatus(
+                    "vanished",
+                    hangup=True,
+                    error=f"its relay to {self.name} ended with an earlier gbatchd; hung up",
+                )
+            status = self._steps[key]
+            if status is None:
+                return StepStatus("running")
+            del self._steps[key]
+        return status
+
+    def open_port(self, job: Job, port: int, timeout: float) -> PortStream:
+        """A direct-tcpip channel through this host's SSH connection to `port` in `job`.
+
+        To its container's address on its network; the host's loopback for one on the
+        host's network, where its own user listens (gbatch/nodes/ports.py)."""
+        network = ports.container_network(
+            self._conn, job, docker=self.node.docker, timeout=min(timeout, COMMAND_TIMEOUT)
+        )
+        uids = {job.uid}
+        if network.shares_host:
+            with contextlib.suppress(ValueError):
+                run_as = self._launcher.run_as(job)
+                if run_as is not None:
+                    uids.add(run_as.uid)
+        address = ports.port_address(job, port, network, partial(self._proc_net_tcp, job), uids)
+        try:
+            channel: PortStream = self._conn.open_tunnel(address, port, timeout=timeout)
+        except TunnelRefused as err:
+            raise PortError(ports.nothing_listens(job, port), "not_found") from err
+        except RemoteError as err:
+            raise PortError(f"cannot reach job {job.id}'s port {port}: {err}") from err
+        return channel
+
+    def _proc_net_tcp(self, job: Job) -> list[str]:
+        """The host's /proc/net/tcp and tcp6, read over SSH."""
+        try:
+            result = self._conn.run(["cat", *ports.PROC_NET_TCP], timeout=COMMAND_TIMEOUT)
+        except RemoteError as err:
+            raise PortError(f"cannot tell who listens in job {job.id}: {err}") from err
+        return [result.stdout.decode("ascii", errors="replace")]
 
     def _remove(self, job_id: int, attempt: int) -> None:
         name = docker.container_name(job_id, attempt)
         with contextlib.suppress(RemoteError):
             self._run(docker.docker_rm_argv(name, docker=self.node.docker))
             self._run(["rm", "-f", self._env_file(job_id, attempt)])
+            self._run(["rm", "-rf", "--", self._steps_dir(job_id, attempt)])

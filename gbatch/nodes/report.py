@@ -8,10 +8,11 @@ without a schema bump. Pure: values in, values out.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from gbatch.core.gputypes import Rule, gpu_type
+from gbatch.core.gputypes import MIG_UUID_RE, Rule, gpu_type, mig_profile, slice_type
 from gbatch.core.model import Gpu
 
 SUPPORTED_SCHEMA = 1
@@ -31,6 +32,17 @@ class ProcessReport:
 
 
 @dataclass(frozen=True)
+class MigReport:
+    """One MIG device of a card in MIG mode, as the agent listed it (in slot order)."""
+
+    uuid: str  # `MIG-...`: what CUDA_VISIBLE_DEVICES and `docker --gpus device=` take
+    profile: str  # as NVML names it: `1g.10gb`, `1g.10gb+me`
+    memory_total_mib: int
+    memory_used_mib: int
+    processes: tuple[ProcessReport, ...]
+
+
+@dataclass(frozen=True)
 class GpuReport:
     index: int
     uuid: str
@@ -40,6 +52,10 @@ class GpuReport:
     utilization_pct: int | None
     simulated: bool
     processes: tuple[ProcessReport, ...]
+    # Optional keys (agents before MIG leave them out): the card is in MIG mode, and
+    # its MIG devices.
+    mig_enabled: bool = False
+    mig: tuple[MigReport, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -184,10 +200,33 @@ def _parse_container(value: object, where: str) -> ContainerReport:
     )
 
 
+def _parse_processes(data: Mapping[str, object], where: str) -> tuple[ProcessReport, ...]:
+    return tuple(
+        _parse_process(p, f"{where}.processes[{i}]")
+        for i, p in enumerate(_list(data, "processes", where))
+    )
+
+
+def _parse_mig(value: object, where: str) -> MigReport:
+    data = _object(value, where)
+    uuid = _str(data, "uuid", where)
+    # It goes into jobs' CUDA_VISIBLE_DEVICES and docker's --gpus device list.
+    if not MIG_UUID_RE.fullmatch(uuid):
+        raise ReportError(f"{where}.uuid: expected a MIG device UUID (MIG-...), got {uuid!r:.60}")
+    return MigReport(
+        uuid=uuid,
+        profile=_str(data, "profile", where),
+        memory_total_mib=_int(data, "memory_total_mib", where),
+        memory_used_mib=_int(data, "memory_used_mib", where),
+        processes=_parse_processes(data, where),
+    )
+
+
 def _parse_gpu(value: object, where: str) -> GpuReport:
     data = _object(value, where)
     simulated = _bool(data, "simulated", where)
-    processes = _list(data, "processes", where)
+    mig_enabled = _bool(data, "mig_enabled", where) if "mig_enabled" in data else False
+    mig = _list(data, "mig", where) if mig_enabled and "mig" in data else []
     return GpuReport(
         index=_int(data, "index", where),
         uuid=_str(data, "uuid", where),
@@ -196,9 +235,9 @@ def _parse_gpu(value: object, where: str) -> GpuReport:
         memory_used_mib=_int(data, "memory_used_mib", where),
         utilization_pct=_opt_int(data, "utilization_pct", where),
         simulated=simulated,
-        processes=tuple(
-            _parse_process(p, f"{where}.processes[{i}]") for i, p in enumerate(processes)
-        ),
+        processes=_parse_processes(data, where),
+        mig_enabled=mig_enabled,
+        mig=tuple(_parse_mig(m, f"{where}.mig[{i}]") for i, m in enumerate(mig)),
     )
 
 
@@ -295,6 +334,14 @@ def _check_unique(gpus: tuple[GpuReport, ...]) -> None:
             if value in seen:
                 raise ReportError(f"report.gpus[{position}].{attribute}: {value!r} repeats")
             seen.add(value)
+    uuids = {gpu.uuid for gpu in gpus}
+    for position, gpu in enumerate(gpus):
+        for slot, device in enumerate(gpu.mig):
+            if device.uuid in uuids:
+                raise ReportError(
+                    f"report.gpus[{position}].mig[{slot}].uuid: {device.uuid!r} repeats"
+                )
+            uuids.add(device.uuid)
 
 
 def parse_report_line(line: str | bytes) -> NodeReport:
@@ -326,10 +373,19 @@ def _same_container(a: str, b: str) -> bool:
 
 
 def is_foreign(
-    process: ProcessReport, *, gbatch_sessions: Collection[int], gbatch_containers: Collection[str]
+    process: ProcessReport,
+    *,
+    gbatch_sessions: Collection[int],
+    gbatch_containers: Collection[str],
+    gbatch_pids: Collection[int] = (),
 ) -> bool:
-    """True for a compute process gbatch did not start: neither its session nor its container."""
+    """True for a compute process gbatch did not start.
+
+    Not in its sessions, its containers, nor `gbatch_pids` (processes found in a run's
+    cgroup: a job's, whatever its session)."""
     if process.sid is not None and process.sid in gbatch_sessions:
+        return False
+    if process.pid in gbatch_pids:
         return False
     container = process.container
     return container is None or not any(_same_container(container, c) for c in gbatch_containers)
@@ -343,15 +399,19 @@ class RunOwner:
     """How a run's processes are known in a report: by session, or by container.
 
     `sessions`: the sessions of a bare run (its shim's, its steps'); `containers`: the
-    ids (full or 12-character) of its container.
+    ids (full or 12-character) of its container; `pids`: processes found in its cgroup
+    (one the job moved to a session of its own is still there).
     """
 
     sessions: frozenset[int] = frozenset()
     containers: frozenset[str] = frozenset()
+    pids: frozenset[int] = frozenset()
 
     def owns(self, process: ProcessReport) -> bool:
-        """Whether `process` is this run's: in one of its sessions or its container."""
+        """Whether `process` is this run's: in one of its sessions, its cgroup or container."""
         if process.sid is not None and process.sid in self.sessions:
+            return True
+        if process.pid in self.pids:
             return True
         container = process.container
         return container is not None and any(_same_container(container, c) for c in self.containers)
@@ -379,15 +439,28 @@ def run_gpu_memory(report: NodeReport, gpus: Collection[int], owner: RunOwner) -
     driver tells (NVML may not: such a process counts 0). Processes on GPUs the run does
     not hold are left out.
     """
-    wanted = set(gpus)
     used: int | None = None
-    for gpu in report.gpus:
-        if gpu.index not in wanted:
-            continue
-        for process in gpu.processes:
+    on = processes_by_gpu(report)
+    for index in set(gpus):
+        for process in on.get(index, ()):
             if owner.owns(process):
                 used = (used or 0) + (process.used_memory_mib or 0)
     return used
+
+
+def processes_by_gpu(report: NodeReport) -> dict[int, tuple[ProcessReport, ...]]:
+    """Each GPU's compute processes by the index a job holds it by (to_gpus' numbering).
+
+    A card's under its index; a card in MIG mode's slices' under theirs, after the cards.
+    """
+    found = {g.index: g.processes for g in report.gpus}
+    if any(g.mig_enabled for g in report.gpus):
+        index = max(g.index for g in report.gpus) + 1
+        for g in report.gpus:
+            for device in g.mig:
+                found[index] = device.processes
+                index += 1
+    return found
 
 
 def to_gpus(
@@ -396,14 +469,43 @@ def to_gpus(
     gbatch_sessions: Collection[int],
     gbatch_containers: Collection[str],
     type_rules: tuple[Rule, ...] = (),
+    gbatch_pids: Collection[int] = (),
 ) -> tuple[Gpu, ...]:
     """The report's GPUs as the model's Gpu values, counting processes gbatch did not start.
 
     `gbatch_sessions` are the session ids of bare-process jobs on this node;
-    `gbatch_containers` the ids (full or 12-character) of its gbatch containers. Each
-    GPU's type comes from its name, by `type_rules` (the config's gpu_types) first.
+    `gbatch_containers` the ids (full or 12-character) of its gbatch containers;
+    `gbatch_pids` processes found in a run's cgroup. Each GPU's type comes from its
+    name, by `type_rules` (the config's gpu_types) first; its foreign memory is its
+    memory in use less what gbatch's processes hold.
+
+    A card in MIG mode comes as itself (`mig`: never handed out) and each of its MIG
+    devices as a GPU of its own after all the cards: its index the next after the
+    highest card's, in card then slot order; its type the card's and its profile
+    (`a100_1g.10gb`, Slurm's naming; the profile alone on a card of no type).
     """
-    return tuple(
+
+    def foreign(processes: tuple[ProcessReport, ...]) -> list[bool]:
+        return [
+            is_foreign(
+                p,
+                gbatch_sessions=gbatch_sessions,
+                gbatch_containers=gbatch_containers,
+                gbatch_pids=gbatch_pids,
+            )
+            for p in processes
+        ]
+
+    def foreign_memory(used_mib: int, processes: tuple[ProcessReport, ...]) -> int:
+        # What gbatch's own processes hold; the rest of the memory in use is foreign,
+        # a process NVML cannot list (another namespace's) included.
+        outside = foreign(processes)
+        own = sum(
+            p.used_memory_mib or 0 for p, out in zip(processes, outside, strict=True) if not out
+        )
+        return max(0, used_mib - own)
+
+    cards = tuple(
         Gpu(
             index=g.index,
             uuid=g.uuid,
@@ -411,12 +513,44 @@ def to_gpus(
             memory_total_mib=g.memory_total_mib,
             memory_used_mib=g.memory_used_mib,
             utilization_pct=g.utilization_pct,
-            foreign_processes=sum(
-                is_foreign(p, gbatch_sessions=gbatch_sessions, gbatch_containers=gbatch_containers)
-                for p in g.processes
-            ),
+            foreign_processes=sum(foreign(g.processes)),
             simulated=g.simulated,
+            foreign_memory_mib=foreign_memory(g.memory_used_mib, g.processes),
             type=gpu_type(g.name, type_rules),
+            mig=g.mig_enabled,
         )
         for g in report.gpus
     )
+    if not any(g.mig_enabled for g in report.gpus):
+        return cards
+    # Each MIG slice is a GPU of its own, numbered after the node's cards in card then
+    # slot order: the numbers stay while the MIG layout does.
+    slices = []
+    index = max(g.index for g in report.gpus) + 1
+    for card, g in zip(cards, report.gpus, strict=True):
+        for device in g.mig:
+            profile = mig_profile(device.profile) or _type_spelling(device.profile)
+            slices.append(
+                Gpu(
+                    index=index,
+                    uuid=device.uuid,
+                    name=f"{card.name} MIG {profile}",
+                    memory_total_mib=device.memory_total_mib,
+                    memory_used_mib=device.memory_used_mib,
+                    utilization_pct=None,  # NVML gives none per MIG device
+                    foreign_processes=sum(foreign(device.processes)),
+                    simulated=card.simulated,
+                    foreign_memory_mib=foreign_memory(device.memory_used_mib, device.processes),
+                    type=slice_type(card.type, profile),
+                    parent=card.index,
+                    profile=profile,
+                )
+            )
+            index += 1
+    return cards + tuple(slices)
+
+
+def _type_spelling(profile: str) -> str:
+    """A profile gbatch does not know as a MIG one, in a type's characters (a job can
+    still ask for it whole as `CARD_PROFILE`)."""
+    return re.sub(r"[^a-z0-9_.-]", "-", profile.lower()) or "unknown"

@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -83,6 +84,13 @@ class HostKeyError(RemoteError):
         self.node = node
         self.offered_fingerprint = offered_fingerprint
         self.expected_fingerprint = expected_fingerprint
+
+
+class TunnelRefused(RemoteError):
+    """The host refused a direct-tcpip channel.
+
+    Nothing listens at that address and port, or its sshd forbids forwarding
+    (AllowTcpForwarding)."""
 
 
 class RemoteTimeout(RemoteError):
@@ -468,6 +476,85 @@ class RemoteStream(_ClosedOnExit):
         self._channel.close()
 
 
+class AttachedCommand(_ClosedOnExit):
+    """A remote command attached both ways, as a step is: input sent, output read as it comes.
+
+    `fileno()` turns readable when output, the end of output or the channel's close
+    arrives (select on it; `read()` then never blocks). `send` takes what the channel's
+    window has room for now and never blocks; `resize` sets the terminal's size
+    (`resize_pty`); `end_input` closes the command's stdin. Once `read()` says finished,
+    `exit_status` waits a moment for the command's status, and `lost` tells a channel
+    closed without an end of output (the connection died under it). `on_close` runs
+    once, at close (a pool's connection given back).
+    """
+
+    def __init__(self, channel: Any, description: str) -> None:
+        self._channel = channel
+        self.description = description
+        self._fd = channel.fileno()
+        channel.settimeout(0.0)
+        self.on_close: Any = None
+
+    def fileno(self) -> int:
+        return int(self._fd)
+
+    def read(self) -> tuple[bytes, bytes, bool]:
+        """What stdout and stderr hold now, and whether the command's output has ended."""
+        out, err = bytearray(), bytearray()
+        finished = bool(self._channel.eof_received or self._channel.closed)
+        with contextlib.suppress(TimeoutError):
+            while self._channel.recv_ready():
+                out += self._channel.recv(_CHUNK)
+            while self._channel.recv_stderr_ready():
+                err += self._channel.recv_stderr(_CHUNK)
+        return bytes(out), bytes(err), finished
+
+    def send(self, data: bytes) -> int:
+        """Send what the channel takes now of `data`; how many bytes it took (0: none).
+
+        RemoteError when the channel is closed."""
+        if not data:
+            return 0
+        try:
+            return int(self._channel.send(data))
+        except TimeoutError:
+            return 0
+        except (OSError, EOFError, paramiko.SSHException) as e:
+            raise RemoteError(f"{self.description}: sending input failed: {e}") from e
+
+    def resize(self, rows: int, cols: int) -> None:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            self._channel.resize_pty(width=cols, height=rows)
+
+    def end_input(self) -> None:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            self._channel.shutdown_write()
+
+    def exit_status(self, timeout: float) -> int | None:
+        """The command's exit status, waited for up to `timeout` seconds.
+
+        None without one (it died of a signal, or the channel closed first)."""
+        if not self._channel.status_event.wait(timeout):
+            return None
+        status = int(self._channel.exit_status)
+        return None if status < 0 else status
+
+    @property
+    def lost(self) -> bool:
+        """Closed without an end of output, or its connection is down."""
+        transport = self._channel.get_transport()
+        down = transport is None or not transport.is_active()
+        cut = bool(self._channel.closed and not self._channel.eof_received)
+        # A channel's close sets its status event: -1 then means no status came.
+        return cut or (down and int(self._channel.exit_status) < 0)
+
+    def close(self) -> None:
+        self._channel.close()
+        on_close, self.on_close = self.on_close, None
+        if on_close is not None:
+            on_close()
+
+
 # --- the connection ------------------------------------------------------------------------
 
 
@@ -631,12 +718,24 @@ class SshConnection(_ClosedOnExit):
                     busy=True,
                 ) from e
 
-    def _open_exec(self, command: str, timeout: float, *, combine_stderr: bool = False) -> Any:
-        """An exec channel running `command`, started within `timeout` seconds."""
+    def _open_exec(
+        self,
+        command: str,
+        timeout: float,
+        *,
+        combine_stderr: bool = False,
+        pty: tuple[str, int, int] | None = None,
+    ) -> Any:
+        """An exec channel running `command`, started within `timeout` seconds.
+
+        `pty`: (TERM, rows, cols) of a pseudo-terminal sshd makes for it first."""
         channel = self._open_session(timeout, f"`{command}`")
         channel.set_combine_stderr(combine_stderr)  # only takes effect before exec
         watchdog = _Watchdog(channel, timeout)
         try:
+            if pty is not None:
+                term, rows, cols = pty
+                channel.get_pty(term=term, width=cols, height=rows)
             channel.exec_command(command)
         except (paramiko.SSHException, EOFError, OSError) as e:
             channel.close()
@@ -709,6 +808,26 @@ class SshConnection(_ClosedOnExit):
         finally:
             channel.close()
 
+    def open_tunnel(self, address: str, port: int, *, timeout: float) -> Any:
+        """A direct-tcpip channel to `address`:`port` as the host sees it (ssh -L's).
+
+        The host's sshd makes the connection; nothing listens anywhere for it. The
+        channel is a blocking socket-like object (recv, sendall, shutdown, close).
+        TunnelRefused: the host could not connect (nothing listens there)."""
+        try:
+            channel = self.transport.open_channel(
+                "direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout
+            )
+        except paramiko.ChannelException as e:
+            raise TunnelRefused(
+                f"node {self.target.name}: {address}:{port}: {e.text or 'connect failed'}",
+                busy=True,
+            ) from e
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise self._lost(f"opening a channel to {address}:{port}", e) from e
+        channel.settimeout(None)
+        return channel
+
     def stream(
         self, argv: Sequence[str], *, open_timeout: float = 10.0, combine_stderr: bool = False
     ) -> RemoteStream:
@@ -720,6 +839,21 @@ class SshConnection(_ClosedOnExit):
         command = shlex.join(argv)
         channel = self._open_exec(command, open_timeout, combine_stderr=combine_stderr)
         return RemoteStream(channel, f"node {self.target.name}: `{command}`")
+
+    def attach(
+        self,
+        argv: Sequence[str],
+        *,
+        pty: tuple[str, int, int] | None = None,
+        open_timeout: float = 10.0,
+    ) -> AttachedCommand:
+        """Start a command attached both ways (a step): see AttachedCommand.
+
+        `pty`: (TERM, rows, cols) of a pseudo-terminal sshd gives it (`get_pty`), else
+        it runs on pipes with stdout and stderr apart. `open_timeout` bounds starting it."""
+        command = shlex.join(argv)
+        channel = self._open_exec(command, open_timeout, pty=pty)
+        return AttachedCommand(channel, f"node {self.target.name}: `{command}`")
 
     # files --------------------------------------------------------------------------------
 
@@ -830,6 +964,19 @@ class StreamPool:
         finally:
             stream.close()
             self._release(conn)
+
+    def attach(
+        self, argv: Sequence[str], *, pty: tuple[str, int, int] | None = None
+    ) -> AttachedCommand:
+        """SshConnection.attach on a connection with room; its close gives the room back."""
+        conn = self._acquire()
+        try:
+            attached = conn.attach(argv, pty=pty)
+        except BaseException:
+            self._release(conn)
+            raise
+        attached.on_close = partial(self._release, conn)
+        return attached
 
     def _acquire(self) -> SshConnection:
         with self._lock:

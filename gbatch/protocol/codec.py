@@ -20,6 +20,7 @@ from gbatch.core.model import (
     NodeState,
     PartitionInfo,
 )
+from gbatch.core.shares import CardShares
 
 if TYPE_CHECKING:  # only sshare's replies carry these (start-up)
     from gbatch.core.limits import UserShare
@@ -37,8 +38,10 @@ BRIEF_SPEC_FIELDS = (
     "partition",  # squeue's PARTITION column and -p
     "array_throttle",  # squeue's N_[4-15%2]
 )
-# Sent only when set (most jobs ask any GPU on any node): squeue's %b and %f.
-_BRIEF_IF_SET = ("gpu_type", "constraint")
+# Sent only when set (most jobs ask any GPU on any node): squeue's %b and %f; a share
+# of a GPU (%b) under its stored key, gpu_mem.
+_BRIEF_IF_SET = ("gpu_type", "constraint", "gpu_mem_mb", "gpu_shards")
+_BRIEF_KEYS = {"gpu_mem_mb": "gpu_mem"}
 brief_values = attrgetter(*BRIEF_SPEC_FIELDS, *_BRIEF_IF_SET)
 _BRIEF_COUNT = len(BRIEF_SPEC_FIELDS)
 
@@ -77,7 +80,7 @@ def brief_spec(spec: JobSpec) -> dict[str, Any]:
     brief = {**dict(zip(BRIEF_SPEC_FIELDS, values[:_BRIEF_COUNT], strict=True)), "command": []}
     for name, value in zip(_BRIEF_IF_SET, values[_BRIEF_COUNT:], strict=True):
         if value is not None:
-            brief[name] = value
+            brief[_BRIEF_KEYS.get(name, name)] = value
     return brief
 
 
@@ -138,6 +141,10 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
                 "foreign_processes": g.foreign_processes,
                 "simulated": g.simulated,
                 "type": g.type,
+                # MIG keys only where they say something: a card in MIG mode, a slice.
+                **({"mig": True} if g.mig else {}),
+                **({"parent": g.parent, "profile": g.profile} if g.parent is not None else {}),
+                **({"foreign_memory_mib": g.foreign_memory_mib} if g.foreign_memory_mib else {}),
             }
             for g in node.gpus
         ],
@@ -152,7 +159,32 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
         "reason_time": node.reason_time,
         "reason_user": node.reason_user,
         "features": list(node.features),
+        **({"shares": [_card_to_wire(card) for card in node.shares]} if node.shares else {}),
     }
+
+
+def _card_to_wire(card: CardShares) -> dict[str, Any]:
+    return {
+        "index": card.index,
+        "total_mib": card.total_mib,
+        "foreign_mib": card.foreign_mib,
+        "jobs": list(card.jobs),
+        "budgets_mib": card.budgets_mib,
+        "room_mib": card.room_mib,
+        "exclusive": card.exclusive,
+    }
+
+
+def _card_from_wire(data: Mapping[str, Any]) -> CardShares:
+    return CardShares(
+        index=data["index"],
+        total_mib=data["total_mib"],
+        foreign_mib=data["foreign_mib"],
+        jobs=tuple(data["jobs"]),
+        budgets_mib=data["budgets_mib"],
+        room_mib=data["room_mib"],
+        exclusive=data.get("exclusive", False),
+    )
 
 
 def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
@@ -172,6 +204,7 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
         reason_time=data.get("reason_time"),
         reason_user=data.get("reason_user", ""),
         features=tuple(data.get("features", ())),
+        shares=tuple(_card_from_wire(card) for card in data.get("shares", ())),
     )
 
 

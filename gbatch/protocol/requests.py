@@ -524,6 +524,25 @@ class ListSteps(_Request, op="steps"):
     ids: tuple[int, ...] = ()
 
 
+class OpenForward(_Request, op="port_forward"):
+    """Carry a TCP connection to port `ports[0]` inside running job `job` (port-forward).
+
+    Only the job's owner may (an admin too where admin_steps says so). Replies {"job",
+    "node", "port", "to"} once gbatchd has connected to the port (the job's host's
+    127.0.0.1 for a bare job, its container's address for a container job); after that
+    line the connection carries the TCP stream's bytes both ways, until either side
+    closes it or the job ends. With `watch`, nothing is connected: `ports` are those the
+    forward will carry (for the audit log), and the connection stays open, silent, until
+    the job's run ends, when one JSON line {"ended": STATE} comes and it closes. With
+    `task`, `job` is an array's id and the forward reaches its task `task` (N_K).
+    """
+
+    job: int
+    ports: tuple[int, ...]
+    watch: bool = False
+    task: int | None = None
+
+
 Request = (
     Ping
     | Submit
@@ -554,6 +573,7 @@ Request = (
     | OpenStep
     | AwaitAllocation
     | ListSteps
+    | OpenForward
 )
 REQUESTS: Mapping[str, type[Request]] = {cls.op: cls for cls in get_args(Request)}
 

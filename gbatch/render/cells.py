@@ -117,16 +117,34 @@ def params_text(params: Sequence[tuple[str, str]]) -> str:
 
 
 def gpu_type(node: NodeInfo) -> str:
-    """Its GPUs' model (sinfo --gpus' GPU_TYPE); a node of several: `2x NAME, 1x NAME`."""
+    """Its GPUs' model (sinfo --gpus' GPU_TYPE); a node of several: `2x NAME, 1x NAME`.
+
+    A card in MIG mode reads with its slices' profiles: `NAME MIG 3g.40gb+2x1g.10gb`."""
     if not node.gpus:
         return "N/A"
-    names = [g.name for g in node.gpus]
+    profiles: dict[int, list[str]] = {}
+    for g in node.gpus:
+        if g.parent is not None:
+            profiles.setdefault(g.parent, []).append(g.profile)
+    names = [
+        f"{g.name} MIG {_layout(profiles.get(g.index, []))}" if g.mig else g.name
+        for g in node.gpus
+        if g.parent is None
+    ]
     distinct = list(dict.fromkeys(names))
     if len(distinct) == 1:
         name = printable(distinct[0])
     else:
         name = ", ".join(f"{names.count(n)}x {printable(n)}" for n in distinct)
     return f"{name} (simulated)" if node.simulated else name
+
+
+def _layout(profiles: list[str]) -> str:
+    """A MIG card's slices as GBATCH_SIMULATE_GPUS spells them: `3g.40gb+2x1g.10gb`."""
+    counts = dict.fromkeys(profiles, 0)
+    for profile in profiles:
+        counts[profile] += 1
+    return "+".join(f"{n}x{p}" if n > 1 else p for p, n in counts.items()) or "(no slices)"
 
 
 def node_reason(node: NodeInfo) -> str:

@@ -21,6 +21,7 @@ from gbatch.core.model import (
     NodeState,
     PartitionInfo,
 )
+from gbatch.core.shares import card_text, job_share_text
 from gbatch.core.timefmt import format_duration, format_elapsed_fixed, format_timestamp
 from gbatch.render.cells import (
     NULL,
@@ -119,7 +120,7 @@ def format_job_details(
         f" EndTime={format_timestamp(_expected_end(job))}",
         f"   Partition={partition_text(job)}",
         f"   NodeList={printable(job.node) if job.node else NULL}"
-        f" Gres={gres_text(spec.gpus, spec.gpu_type) if spec.gpus else NULL}"
+        f" Gres={_job_gres(spec)}"
         f" GPUs={','.join(map(str, job.gpus)) if job.gpus else NULL}"
         f" Attempt={job.attempt} Retries={spec.retries}"
         f" Requeue={1 if spec.requeue else 0}",
@@ -129,7 +130,7 @@ def format_job_details(
         *([f"   {own}"] if (own := _own_gpu_memory(job, gpu_usage)) else []),
         # Only for a job that asks for them, so every other job's lines stay as they were.
         *([f"   Features={printable(spec.constraint)}"] if spec.constraint else []),
-        *([f"   TresPerNode=gres/{gres_text(spec.gpus, spec.gpu_type)}"] if spec.gpus else []),
+        *([f"   TresPerNode=gres/{_job_gres(spec)}"] if spec.gpus else []),
         f"   Command={command_line(spec.command)}",
         f"   Image={printable(spec.image or NULL)}"
         f" WorkDir={printable(spec.workdir or NULL)}"
@@ -249,6 +250,15 @@ def _node_tres(cpus: int | None, mem_mb: int | None, gpus: int, nodes: int | Non
     return ",".join(parts)
 
 
+def _job_gres(spec: JobSpec) -> str:
+    """A job's GPUs as Gres= shows them: `gpu:a100:2`, a share `gpumem:20G`, `(null)`."""
+    if not spec.gpus:
+        return NULL
+    if spec.gpu_mem_mb is not None:
+        return job_share_text(spec.gpu_mem_mb, spec.gpu_shards, spec.gpu_type)
+    return gres_text(spec.gpus, spec.gpu_type)
+
+
 def format_node_details(node: NodeInfo) -> str:
     """One node as `scontrol show node` prints it: `NodeName=...`, then key=value lines.
 
@@ -258,8 +268,9 @@ def format_node_details(node: NodeInfo) -> str:
     cpus = "N/A" if node.cpus_total is None else str(node.cpus_total)
     memory = "N/A" if node.mem_total_mb is None else str(node.mem_total_mb)
     allocated = node.gpus_allocated
-    types = [g.type for g in node.gpus]
-    used = [g.type for g in node.gpus if g.index in node.allocations]
+    # MIG slices by their type (Gres=gpu:a100_1g.10gb:7), not their card.
+    types = [g.type for g in node.schedulable_gpus]
+    used = [g.type for g in node.schedulable_gpus if g.index in node.allocations]
     features = ",".join(printable(f) for f in node.all_features) or NULL
     lines = [
         f"NodeName={printable(node.name)} NodeAddr={printable(node.address) or '(null)'}",
@@ -269,6 +280,8 @@ def format_node_details(node: NodeInfo) -> str:
         f"   Gres={node_gres(types) if types else 'gpu:0'}"
         f" GresUsed={node_gres(types, used) if types else 'gpu:0'}",
         f"   GpuType={gpu_type(node)}",
+        # Only for a node with shareable GPUs, so every other node's lines stay as they were.
+        *([f"   Shares={'; '.join(card_text(c) for c in node.shares)}"] if node.shares else []),
         f"   RealMemory={memory} AllocMem={node.mem_allocated_mb}",
         f"   State={_SLURM_NODE_STATE[node.state]}",
         f"   Partitions={','.join(printable(p) for p in node.partitions) or '(null)'}",

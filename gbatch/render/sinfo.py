@@ -20,6 +20,7 @@ from gbatch.core.model import (
     NodeState,
     PartitionInfo,
 )
+from gbatch.core.shares import card_text, node_share_text
 from gbatch.core.timefmt import format_duration, format_timestamp
 from gbatch.render.cells import (
     NULL,
@@ -61,6 +62,8 @@ def format_sinfo_gpus(
     GPU's name, suffixed " (simulated)" for simulated GPUs; REASON only for drained
     or down nodes. Columns are as wide as their widest cell; counts right-justified.
     """
+    # SHARES only where some node has shareable GPUs: every other fleet's view as it was.
+    shares = any(node.shares for node in nodes)
     rows = [
         [
             printable(node.name),
@@ -71,12 +74,19 @@ def format_sinfo_gpus(
             str(node.gpus_free),
             str(node.gpus_busy_outside),
             gpu_type(node),
+            *([_shares_cell(node)] if shares else []),
             node_reason(node),
         ]
         for node in nodes
         for partition in node.partitions or (IMPLICIT_PARTITION,)
     ]
-    return aligned_table(_SINFO_HEADERS, rows, _SINFO_NUMERIC, header=header)
+    headers = (*_SINFO_HEADERS[:-1], "SHARES", "REASON") if shares else _SINFO_HEADERS
+    return aligned_table(headers, rows, _SINFO_NUMERIC, header=header)
+
+
+def _shares_cell(node: NodeInfo) -> str:
+    """sinfo --gpus' SHARES: each shareable GPU's shares and room (card_text), or -."""
+    return "; ".join(card_text(card) for card in node.shares) or "-"
 
 
 SINFO_DEFAULT_FORMAT = "%#P %.5a %.10l %.6D %.6t %N"
@@ -181,8 +191,12 @@ def sinfo_state(node: NodeInfo, *, long: bool) -> str:
 
 
 def sinfo_gres(node: NodeInfo) -> str:
-    """Slurm's GRES: `gpu:8`, by type `gpu:a100:2,gpu:rtx4090:1`; `(null)` without GPUs."""
-    return node_gres(g.type for g in node.gpus) if node.gpus else NULL
+    """Slurm's GRES: `gpu:8`, by type `gpu:a100:2,gpu:rtx4090:1`; `(null)` without GPUs.
+
+    MIG slices count by their type (`gpu:a100_1g.10gb:2`), their card in MIG mode not. A
+    node with shareable GPUs ends in `(S:N)`: N of them take shares (--gpu-mem)."""
+    gpus = node.schedulable_gpus
+    return node_gres(g.type for g in gpus) + node_share_text(node.shares) if gpus else NULL
 
 
 def sinfo_features(node: NodeInfo) -> str:
@@ -527,11 +541,36 @@ def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
                             "type": gpu.type or None,
                             "job_id": node.allocations.get(gpu.index),
                             "free": gpu.index in node.free_indices,
+                            # Only where set: a card in MIG mode (never handed out), a
+                            # MIG slice's card and profile.
+                            **({"mig": True} if gpu.mig else {}),
+                            **(
+                                {"parent": gpu.parent, "profile": gpu.profile}
+                                if gpu.parent is not None
+                                else {}
+                            ),
+                            **_share_json(node, gpu.index),
                         }
-                        for gpu in node.gpus
+                        for gpu in node.gpus_by_card
                     ],
                 }
                 for node in nodes
             ]
         }
     )
+
+
+def _share_json(node: NodeInfo, index: int) -> dict[str, object]:
+    """A shareable GPU's shares in sinfo's JSON: its shared jobs, their budgets, its room."""
+    for card in node.shares:
+        if card.index == index:
+            return {
+                "shared": {
+                    "jobs": list(card.jobs),
+                    "budgets_mib": card.budgets_mib,
+                    "room_mib": card.room_mib,
+                    "foreign_mib": card.foreign_mib,
+                    "held_whole": card.exclusive,
+                }
+            }
+    return {}

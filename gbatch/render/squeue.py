@@ -25,6 +25,7 @@ from gbatch.core.model import (
     Job,
     JobState,
 )
+from gbatch.core.shares import job_share_text
 from gbatch.core.timefmt import format_duration, format_timestamp
 from gbatch.render.cells import (
     FormatError,
@@ -106,6 +107,8 @@ def _tres_per_node(job: Job) -> str:
     spec = job.spec
     if not spec.gpus:
         return "N/A"
+    if spec.gpu_mem_mb is not None:  # a share of one GPU (gbatch/core/shares.py)
+        return f"gres/{job_share_text(spec.gpu_mem_mb, spec.gpu_shards, spec.gpu_type)}"
     return f"gres/gpu:{spec.gpu_type}:{spec.gpus}" if spec.gpu_type else f"gres/gpu:{spec.gpus}"
 
 

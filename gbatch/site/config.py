@@ -24,6 +24,7 @@ from gbatch.core.model import JOB_EVENTS
 from gbatch.core.paths import SYSTEM_SOCKET as SYSTEM_SOCKET
 from gbatch.core.paths import Paths as Paths
 from gbatch.core.paths import resolve_paths as resolve_paths
+from gbatch.core.shares import DEFAULT_HEADROOM_MIB, ShareGpus, check_share_gpus
 from gbatch.core.urls import has_dot_segment
 from gbatch.jobspec.slurmopts import WEBHOOK_URL
 from gbatch.jobspec.spec import NETWORK_NAME
@@ -188,6 +189,16 @@ class Config:
     # (glob pattern over the name, type), in the file's order.
     gpu_types: tuple[tuple[str, str], ...] = ()
     gpu_memory_threshold_mib: int = 512  # a GPU using more is not handed out
+    # Shares of a GPU by memory (gbatch/core/shares.py), for the embedded local node
+    # (an inventory's nodes say it per node): which of its GPUs take shares (true, or
+    # their indices), and whether it runs CUDA MPS. The headroom kept free on each
+    # shared card, every node's unless its inventory entry sets its own.
+    share_gpus: ShareGpus = False
+    mps: bool = False
+    share_headroom_mib: int = DEFAULT_HEADROOM_MIB
+    # The size of one of Slurm's shards (--gres=shard:N is N of these); None: none, and
+    # --gres=shard is refused.
+    shard_mib: int | None = None
     socket_mode: int = 0o600
     # Where the daemon's socket lives when not in GBATCH_HOME (a system deployment:
     # /run/gbatch/gbatchd.sock), and the group it is handed to: with socket_mode '660'
@@ -303,7 +314,13 @@ class Config:
         )
 
 
-_INT_KEYS = {"simulate_gpus", "gpu_memory_threshold_mib", "socket_mode", "smtp_port"}
+_INT_KEYS = {
+    "simulate_gpus",
+    "gpu_memory_threshold_mib",
+    "socket_mode",
+    "smtp_port",
+    "share_headroom_mib",
+}
 _FLOAT_KEYS = {
     "tick_seconds",
     "report_interval",
@@ -643,6 +660,17 @@ def _coerce(key: str, value: object, source: str) -> object:
             raise bad(f"{SIMULATE_FORMS} ({err})") from None
     if key == "gpu_types":
         return _check_gpu_types(value, bad)
+    if key == "share_gpus":
+        try:
+            return check_share_gpus(value)
+        except ValueError as err:
+            raise ConfigError(f"{source}: share_gpus: {err}") from None
+    if key == "shard_mib":
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise bad("a size in MiB, a whole number above 0 (e.g. 10240 for 10G shards)")
+        return value
 
     if key == "admins":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -652,7 +680,7 @@ def _coerce(key: str, value: object, source: str) -> object:
         return _check_group(value, bad)
     if key == "service_accounts":
         return _check_service_accounts(value, bad)
-    if key in ("private_data", "kill_invalid_depend", "admin_steps", "bare_job_cgroups"):
+    if key in ("private_data", "kill_invalid_depend", "admin_steps", "bare_job_cgroups", "mps"):
         if not isinstance(value, bool):
             raise bad("true or false")
         return value

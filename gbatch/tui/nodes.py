@@ -22,6 +22,7 @@ USE_STYLE = {
     rows.GpuUse.FREE: "",
     rows.GpuUse.ALLOCATED: "green",
     rows.GpuUse.FOREIGN: "bold magenta",
+    rows.GpuUse.MIG: "dim",
 }
 NODE_STYLE = {
     NodeState.IDLE: "bold",
@@ -59,7 +60,8 @@ class NodesScreen(LiveScreen):
         node_rows = rows.node_rows(snapshot.nodes, snapshot.owners)
         table = self.query_one("#nodes", DataTable)
         sync_rows(table, [(row.key, _styled(row)) for row in node_rows], COLUMN_KEYS)
-        gpus = [row for row in node_rows if row.use is not None]
+        # A card in MIG mode is no GPU a job gets: its slices are.
+        gpus = [row for row in node_rows if row.use not in (None, rows.GpuUse.MIG)]
         used = {use: sum(1 for row in gpus if row.use == use) for use in USE_STYLE}
         summary = (
             f" {len(snapshot.nodes)} nodes, {len(gpus)} GPUs: {used[rows.GpuUse.ALLOCATED]} "

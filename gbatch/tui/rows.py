@@ -15,6 +15,7 @@ from typing import Any
 from gbatch.core.jobids import job_label
 from gbatch.core.labels import printable
 from gbatch.core.model import Gpu, Job, JobState, NodeInfo, NodeState
+from gbatch.core.shares import card_text
 from gbatch.render import squeue
 from gbatch.render.cells import node_reason
 
@@ -202,6 +203,7 @@ class GpuUse:
     FREE = "free"
     ALLOCATED = "alloc"
     FOREIGN = "busy"  # not free (NodeInfo.free_indices) yet held by no gbatch job
+    MIG = "mig"  # a card in MIG mode: its slices (the rows under it) are handed out
 
 
 @dataclass(frozen=True)
@@ -214,22 +216,29 @@ class NodeRow:
 
 def _gpu_row(node: NodeInfo, gpu: Gpu, owners: Mapping[int, str]) -> NodeRow:
     job = node.allocations.get(gpu.index)
-    if job is not None:
+    if gpu.mig:
+        use = GpuUse.MIG
+    elif job is not None:
         use = GpuUse.ALLOCATED
     elif gpu.index in node.free_indices:
         use = GpuUse.FREE
     else:  # the planner's meaning: a foreign process or memory, or a release settling
         use = GpuUse.FOREIGN
     notes = []
+    card = next((c for c in node.shares if c.index == gpu.index), None)
+    if card is not None:  # a shareable GPU: its shares and room (Fleet.card_shares)
+        notes.append("shares " + card_text(card).partition(": ")[2])
     if gpu.foreign_processes:
         notes.append(f"{gpu.foreign_processes} outside gbatch")
     if gpu.simulated:
         notes.append("simulated")
     util = "n/a" if gpu.utilization_pct is None else f"{gpu.utilization_pct}%"
     cells = (
-        f"  gpu{gpu.index} "
+        # A MIG slice sits under its card, one step further in.
+        ("    " if gpu.parent is not None else "  ")
+        + f"gpu{gpu.index} "
         + (f"{printable(gpu.type)}: " if gpu.type else "")
-        + printable(_short_gpu_name(gpu.name)),
+        + printable(_short_gpu_name(gpu.name) if gpu.parent is None else f"MIG {gpu.profile}"),
         use,
         f"{gpu.memory_used_mib / 1024:.1f}/{gpu.memory_total_mib / 1024:.0f}",
         util,
@@ -256,5 +265,5 @@ def node_rows(nodes: Sequence[NodeInfo], owners: Mapping[int, str]) -> list[Node
         name = f"{printable(node.name)} {node.gpus_allocated}/{node.gpus_total} alloc"
         cells = (name, node.state.value, "", "", "", "", node_reason(node))
         rows.append(NodeRow(f"node:{node.name}", cells, node_state=node.state))
-        rows.extend(_gpu_row(node, gpu, owners) for gpu in node.gpus)
+        rows.extend(_gpu_row(node, gpu, owners) for gpu in node.gpus_by_card)
     return rows

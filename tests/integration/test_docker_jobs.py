@@ -264,3 +264,32 @@ def test_steps_shells_and_signals_reach_into_a_container_job(docker_head: Head, 
     assert docker_head.state(job_id) == "RUNNING"
     docker_head.run("scancel", str(job_id), check=True)
     docker_head.wait_state(job_id, "CANCELLED", timeout=60)
+
+
+def test_a_container_step_whose_client_went_away_is_hung_up_in_the_container(
+    docker_head: Head, image: str
+) -> None:
+    """A `docker exec` process outlives its client: the step shim ending the exec client
+    left the step's process running in the job's container. It is hung up there too."""
+    job_id = docker_head.sbatch("--image", image, "--wrap", "sleep 300")
+    docker_head.wait_state(job_id, "RUNNING", timeout=60)
+    client = subprocess.Popen(
+        [*GBATCH, "srun", "--jobid", str(job_id), "sleep", "333"],
+        env=docker_head.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def in_container() -> str:
+        top = ["docker", "top", container_name(job_id, 1)]
+        return subprocess.run(top, capture_output=True, text=True, check=False).stdout
+
+    try:
+        wait_for(lambda: "sleep 333" in in_container(), 60, "the step in the container")
+    finally:
+        client.kill()
+        client.wait()
+    wait_for(lambda: "sleep 333" not in in_container(), 60, "the step hung up in the container")
+    assert docker_head.state(job_id) == "RUNNING"
+    docker_head.run("scancel", str(job_id), check=True)

@@ -50,3 +50,33 @@ def test_typed_jobs_and_constraints_land_only_where_their_model_and_features_are
         "gbatch sbatch: error: gpus: GPU type h100 requested but no node has one; their GPU "
         "types: a100, rtx4090"
     )
+
+
+# -- MIG slices on a host (issue 30) --------------------------------------------------
+
+A100_MIG = {**A100, "mig": [{"profile": "3g.40gb"}, {"profile": "1g.10gb"}]}
+
+
+@pytest.fixture
+def mig_fleet(tmp_path: Path) -> Iterator[Fleet]:
+    built = build_fleet(tmp_path, {"gpum": [A100_MIG]})
+    yield built
+    teardown_fleet(built)
+
+
+def test_a_container_on_a_mig_slice_gets_the_slices_uuid_as_its_device(mig_fleet: Fleet) -> None:
+    head = mig_fleet.head
+
+    def listed() -> str:
+        return head.run("sinfo", "-N", "-h", "-o", "%N %G", check=True).stdout.strip()
+
+    wait_for(lambda: "a100_1g.10gb" in listed(), 30, "the slices")
+    assert listed() == "gpum gpu:a100_3g.40gb:1,gpu:a100_1g.10gb:1"
+    image = ("--image", mig_fleet.image)
+    job = head.sbatch(*image, "--gres=gpu:1g.10gb:1", "--wrap", "echo $NVIDIA_VISIBLE_DEVICES")
+    done = head.wait_state(job, "COMPLETED", timeout=120)
+    # The docker engine's --gpus "device=MIG-..." reaches the container as the hook's variable.
+    assert head.run("logs", str(job), check=True).stdout.strip() == "MIG-sim-gpum-0-1"
+    assert done["gpus"] == [2] and done["gpu_uuids"] == ["MIG-sim-gpum-0-1"]
+    refused = head.run("sbatch", *image, "--gpus=a100:1", "--wrap", "true")
+    assert refused.returncode == 2 and "in MIG mode" in refused.stderr

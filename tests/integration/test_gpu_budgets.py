@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Head, kill_leftover_jobs, make_head, wait_for
+from conftest import Head, kill_leftover_jobs, make_head, require_root, wait_for
 
 from gbatch.site.config import Config
 
@@ -176,3 +176,23 @@ def test_under_the_warn_policy_a_job_over_its_budget_is_warned_and_runs_on(
     assert still["state"] == "RUNNING" and str(still["reason"]).startswith("GpuMemOverBudget: ")
     head.run("scancel", str(job), check=True)
     head.wait_state(job, "CANCELLED", timeout=60)
+
+
+def test_a_process_the_job_moved_to_a_session_of_its_own_still_counts_in_its_cgroup(
+    tmp_path: Path, heads: list[Head]
+) -> None:
+    """`setsid` takes a process out of its job's session, not out of its run's cgroup: where
+    bare runs have cgroups (a root daemon here), its memory still counts against its job's
+    budget, and its card is not read as taken by a stranger."""
+    require_root("to give bare runs cgroups")
+    head = start_head(tmp_path / "home", "gpu_mem_grace_seconds: 1\n", heads)
+    if "bare jobs: held by cgroup" not in (head.home / "gbatchd.log").read_text():
+        pytest.skip("this host gives bare runs no cgroups (see the daemon's start line)")
+    pidfile = head.home / "escaped.pid"
+    escape = f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & wait"
+    job = head.sbatch("-J", "escaper", "--gpu-mem=1G", "--wrap", escape)
+    head.wait_state(job, "RUNNING")
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the escaped pid")
+    uses(head, {job: (int(pidfile.read_text()), 2048)})
+    ended = head.wait_state(job, "OUT_OF_MEMORY", timeout=60)
+    assert str(ended["reason"]).startswith("OutOfGpuMemoryBudget"), ended

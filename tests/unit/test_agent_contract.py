@@ -266,6 +266,12 @@ def test_checked_in_sample_report_parses() -> None:
     assert report.source == "nvml"
     assert len(report.gpus) == 2
     assert not any(g.simulated for g in report.gpus)
+    # Keys added since: a card in MIG mode lists its MIG devices (the first card none).
+    assert [g.mig_enabled for g in report.gpus] == [False, True]
+    assert [(d.profile, len(d.processes)) for d in report.gpus[1].mig] == [
+        ("3g.40gb", 1),
+        ("1g.10gb", 0),
+    ]
     assert [(c.state, c.exit_code) for c in report.containers] == [
         ("running", None),
         ("exited", 137),

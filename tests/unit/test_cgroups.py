@@ -353,3 +353,22 @@ def test_the_run_cgroup_env_is_json_the_shim_reads_without_the_daemon() -> None:
         "memory": "/a/job_1.1",
         "holds_memory": False,
     }
+
+
+def test_a_process_is_known_by_its_runs_cgroup_whatever_its_session() -> None:
+    instance = "0123456789ab"
+    v1 = (
+        "12:pids:/user.slice\n"
+        f"4:memory:/gbatch/{instance}/job_17.2\n"
+        "1:name=systemd:/user.slice/session-1.scope\n"
+    )
+    assert cgroups.run_of_process(v1, instance) == (17, 2)
+    assert cgroups.run_of_process(f"0::/system.slice/gbatch/{instance}/job_5.1\n", instance) == (
+        5,
+        1,
+    )
+    # Another daemon's runs, the instance folder itself, other cgroups: none.
+    assert cgroups.run_of_process("0::/gbatch/fedcba987654/job_5.1\n", instance) is None
+    assert cgroups.run_of_process(f"0::/gbatch/{instance}\n", instance) is None
+    assert cgroups.run_of_process("0::/user.slice/job_5.1\n", instance) is None
+    assert cgroups.run_of_process("garbage", instance) is None

@@ -155,7 +155,11 @@ def test_config_file_with_every_key_is_read(
         "event_log: events.jsonl\n"
         "event_log_max_bytes: 10M\n"
         "event_log_backups: 3\n"
-        "gpu_types: {'NVIDIA A100*80GB*': a100-80gb, 'Tesla V100*': v100}\n",
+        "gpu_types: {'NVIDIA A100*80GB*': a100-80gb, 'Tesla V100*': v100}\n"
+        "share_gpus: [0, 2]\n"
+        "share_headroom_mib: 2048\n"
+        "shard_mib: 10240\n"
+        "mps: true\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -210,6 +214,10 @@ def test_config_file_with_every_key_is_read(
         event_log_max_bytes=10 << 20,
         event_log_backups=3,
         gpu_types=(("NVIDIA A100*80GB*", "a100-80gb"), ("Tesla V100*", "v100")),
+        share_gpus=(0, 2),
+        share_headroom_mib=2048,
+        shard_mib=10240,
+        mps=True,
     )
 
 
@@ -223,6 +231,10 @@ def test_every_config_key_is_a_config_field() -> None:
         "simulate_gpus",
         "simulated_models",
         "gpu_types",
+        "share_gpus",
+        "share_headroom_mib",
+        "shard_mib",
+        "mps",
         "gpu_memory_threshold_mib",
         "socket_mode",
         "socket_path",

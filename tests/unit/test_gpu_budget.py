@@ -21,7 +21,7 @@ from gbatch.core.gpuusage import (
     seff_lines,
     tres_usage,
 )
-from gbatch.core.model import GPU_MEM_EVENT, Job, JobSpec, JobState, NotifyHook
+from gbatch.core.model import GPU_MEM_EVENT, Gpu, Job, JobSpec, JobState, NotifyHook
 from gbatch.head import notify
 from gbatch.head.daemon import Daemon
 from gbatch.head.gpubudget import (
@@ -42,7 +42,9 @@ from gbatch.nodes.report import (
     ProcessReport,
     RunOwner,
     container_owners,
+    gbatch_container_ids,
     run_gpu_memory,
+    to_gpus,
 )
 from gbatch.site.config import Config, ConfigError, Paths, Webhook, _validate
 
@@ -322,6 +324,10 @@ class SharedCardNode(FakeNode):
         shown = NodeReport(**{**base.__dict__, "gpus": (gpu(0, *processes),)})
         return shown, problem
 
+    def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
+        """Its card as the head reads it (the sampling reads these, MIG slices included)."""
+        return to_gpus(report, gbatch_sessions=(), gbatch_containers=gbatch_container_ids(report))
+
 
 def container_of(job: int, attempt: int, node: str) -> ContainerReport:
     made = container(job, attempt, node)
@@ -432,3 +438,49 @@ def test_under_the_warn_policy_an_over_job_only_warned_runs_on(tmp_path: Path) -
     finally:
         daemon.committer.close()
         daemon.store.close()
+
+
+def test_an_idle_flag_going_leaves_a_budget_warning_in_place() -> None:
+    """The idle and budget flags share the job's reason: the idle one going away used to
+    clear whatever the reason was, a GPU memory budget warning included."""
+    from dataclasses import dataclass
+
+    from gbatch.head import idlegpu
+    from gbatch.head.loop.gpus import GpuSampler
+    from gbatch.head.store.usage import RunningGpus
+    from gbatch.site.config import Config, IdleGpuPolicy
+
+    @dataclass
+    class Reading:
+        index: int
+        memory_total_mib: int = 81920
+        memory_used_mib: int = 30000
+        utilization_pct: int | None = 90  # busy: the idle flag goes
+
+    class Store:
+        reason = "GpuMemOverBudget: its processes use 25G of its 20G GPU memory budget"
+
+        def jobs_in(self, states: object) -> list[object]:
+            return []
+
+        def set_running_reason(
+            self, job_id: int, attempt: int, reason: str, *, replacing: str = ""
+        ) -> bool:
+            if not self.reason.startswith(replacing):
+                return False
+            self.reason = reason
+            return True
+
+    store = Store()
+    config = Config(idle_gpu=IdleGpuPolicy(after_minutes=1.0))
+    sampler = GpuSampler(store, None, config, None)  # type: ignore[arg-type]
+    assert sampler._idle is not None
+    sampler._idle.adopt([(7, 1)])  # flagged idle by an earlier pass
+    sampler._idle_adopted = True
+    running = [RunningGpus(7, 1, "n", (0,), 20480)]
+    sampler._watch_idle(running, {"n": [Reading(0)]}, 1000.0)
+    assert store.reason.startswith("GpuMemOverBudget"), store.reason
+    store.reason = idlegpu.IDLE_REASON + ": all GPUs under 5% since then"
+    sampler._idle.adopt([(7, 1)])
+    sampler._watch_idle(running, {"n": [Reading(0)]}, 2000.0)
+    assert store.reason == ""

@@ -132,14 +132,17 @@ class ReportingNode:
     def __init__(self, name: str) -> None:
         self.name = name
         self.report_seq = 0
-        self.gpus: tuple[Gpu, ...] = ()
+        self.cards: tuple[Gpu, ...] = ()
 
     def publish(self, *gpus: Gpu) -> None:
-        self.gpus = gpus
+        self.cards = gpus
         self.report_seq += 1
 
     def report(self) -> tuple[SimpleNamespace, str]:
-        return SimpleNamespace(gpus=self.gpus), ""
+        return SimpleNamespace(gpus=self.cards), ""
+
+    def gpus(self, report: SimpleNamespace) -> tuple[Gpu, ...]:
+        return tuple(report.gpus)
 
     def run_owners(self, report: SimpleNamespace) -> dict[tuple[int, int], object]:
         return {}  # no process of a run listed: their own memory is not measured

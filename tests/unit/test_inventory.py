@@ -566,3 +566,20 @@ def test_features_are_a_nodes_or_the_defaults_lowercased_once_each(tmp_path: Pat
         + '"a b" is not a feature name. Use letters, digits'
     )
     assert "is not a list" in refusal(tmp_path, two_nodes(features="nvlink"))
+
+
+def test_share_gpus_mps_and_headroom_are_a_nodes_or_the_defaults(tmp_path: Path) -> None:
+    """Shares of a GPU (issue 30): which GPUs take shares, MPS, the headroom."""
+    gpu01, gpu02 = load(
+        tmp_path,
+        two_nodes(
+            "share_gpus: true", share_gpus="[3, 1, 1]", mps="true", share_headroom_mib="2048"
+        ),
+    ).nodes
+    assert (gpu01.share_gpus, gpu01.mps, gpu01.share_headroom_mib) == (True, False, None)
+    assert (gpu02.share_gpus, gpu02.mps, gpu02.share_headroom_mib) == ((1, 3), True, 2048)
+    assert "share_gpus: 'all' is not true, false or a list of GPU indices" in refusal(
+        tmp_path, two_nodes(share_gpus="all")
+    )
+    assert 'mps: "yes" is not true or false' in refusal(tmp_path, two_nodes(mps='"yes"'))
+    assert "is not a size in MiB" in refusal(tmp_path, two_nodes(share_headroom_mib="-1"))

@@ -93,6 +93,7 @@ BASE: dict[str, dict[str, Any]] = {
     "usage_report": {"start": 0, "end": 1},
     "step": {"job": 1, "argv": ["true"]},
     "await_allocation": {"job": 1},
+    "port_forward": {"job": 1, "ports": [8888]},
 }
 
 

@@ -1,5 +1,6 @@
 """The incremental Planner gives what a full plan() gives, pass after pass, whatever
-changed in between: submits, ends, cancels, holds, priorities, nodes, usage, limits."""
+changed in between: submits, ends, cancels, holds, priorities, nodes, usage, limits;
+with jobs of whole GPUs, of GPU types and of shares of one GPU."""
 
 from __future__ import annotations
 
@@ -32,7 +33,10 @@ def make_job(job_id: int, draw: st.DrawFn) -> Job:
         constraint=draw(st.sampled_from((None, None, None, "nvlink", "a100|ib"))),
     )
     if spec.gpus:  # a type asks for GPUs of it
-        spec = replace(spec, gpu_type=draw(st.sampled_from((None, None, "a100", "rtx4090"))))
+        spec = replace(spec, gpu_type=draw(st.sampled_from(ASKED)))
+    if draw(st.booleans()):  # a share of one GPU (issue 30)
+        share = draw(st.sampled_from((10 * 1024, 20 * 1024, 40 * 1024, 100 * 1024)))
+        spec = replace(spec, gpus=1, gpu_mem_mb=share)
     return Job(
         id=job_id,
         uid=1000,
@@ -45,18 +49,50 @@ def make_job(job_id: int, draw: st.DrawFn) -> Job:
 
 
 LAYOUTS = ((), ("a100",) * GPUS, ("rtx3090", "rtx4090", "", "rtx4090"), ("a100", "", "", ""))
+# A card in MIG mode after the GPUS whole ones (index GPUS, never handed out), and its
+# slices' types (indices GPUS + 1 on): NodeView.gpu_types and free_slices alone hold them.
+SLICES = ((), (), ("a100_1g.10gb",) * 3, ("a100_3g.40gb", "a100_1g.10gb", "h100_1g.10gb"))
+ASKED = (None, None, "a100", "rtx4090", "1g.10gb", "a100_1g.10gb", "a100_3g.40gb")
+ENDS = (NOW + 30, NOW + 600, NOW + 7200, float("inf"))
 
 
-def make_node(index: int, draw: st.DrawFn, types: tuple[str, ...] | None = None) -> NodeView:
-    """A node of GPUS GPUs; `types` (one per GPU, "" for none; drawn when None)."""
+CARD_MIB = 81920
+
+
+def make_node(
+    index: int,
+    draw: st.DrawFn,
+    types: tuple[str, ...] | None = None,
+    shareable: tuple[int, ...] | None = None,
+    slices: tuple[str, ...] | None = None,
+) -> NodeView:
+    """A node of GPUS GPUs; `types` (one per GPU, "" for none) and `shareable` (the GPUs
+    that take shares) drawn when None. A busy GPU held by shares (a shareable one, by
+    chance) has room left for more, as Fleet.node_view gives it, and MIG
+    slices of `slices`' types (drawn when None)."""
     if types is None:
         types = draw(st.sampled_from(LAYOUTS))
+    if slices is None:
+        slices = draw(st.sampled_from(SLICES))
+    if shareable is None:
+        shareable = tuple(sorted(draw(st.sets(st.integers(0, GPUS - 1)))))
     free = draw(st.sets(st.integers(0, GPUS - 1)))
     busy = [g for g in range(GPUS) if g not in free]
-    ends = [draw(st.sampled_from((NOW + 30, NOW + 600, NOW + 7200, float("inf")))) for _ in busy]
+    ends = [draw(st.sampled_from(ENDS)) for _ in busy]
     releases = tuple((end, 1) for end in ends)
+    room = []
+    for g in shareable:
+        if g in free:
+            room.append((g, CARD_MIB, -float("inf")))
+        elif draw(st.booleans()):  # held by shares, not by a job of whole GPUs
+            left = draw(st.sampled_from((1024, 20 * 1024, 60 * 1024)))
+            room.append((g, left, ends[busy.index(g)]))
     counted = draw(st.booleans())
     gpu_types = tuple((g, t) for g, t in enumerate(types) if t)
+    sliced = range(GPUS + 1, GPUS + 1 + len(slices))
+    gpu_types += tuple(zip(sliced, slices, strict=True))
+    free_slices = tuple(sorted(draw(st.sets(st.sampled_from(tuple(sliced)))))) if slices else ()
+    slice_ends = [(draw(st.sampled_from(ENDS)), g) for g in sliced if g not in free_slices]
     return NodeView(
         name=f"n{index}",
         gpus_total=GPUS,
@@ -72,7 +108,11 @@ def make_node(index: int, draw: st.DrawFn, types: tuple[str, ...] | None = None)
         | set(dict(gpu_types).values()),
         typed_releases=tuple(
             (end, types[g], 1) for end, g in zip(ends, busy, strict=True) if types and types[g]
-        ),
+        )
+        + tuple((end, slices[g - GPUS - 1], 1) for end, g in slice_ends),
+        free_slices=free_slices,
+        shareable=tuple((g, CARD_MIB) for g in shareable),
+        share_room=tuple(room),
     )
 
 
@@ -82,7 +122,9 @@ def nodes_now(draw: st.DrawFn, statics: list[NodeView]) -> list[NodeView]:
     result = []
     for index, static in enumerate(statics):
         types = tuple(dict(static.gpu_types).get(g, "") for g in range(GPUS))
-        fresh = make_node(index, draw, types if static.gpu_types else ())
+        slices = tuple(kind for g, kind in static.gpu_types if g > GPUS)
+        shareable = tuple(g for g, _ in static.shareable)
+        fresh = make_node(index, draw, types if static.gpu_types else (), shareable, slices)
         result.append(
             replace(
                 static,
@@ -90,6 +132,8 @@ def nodes_now(draw: st.DrawFn, statics: list[NodeView]) -> list[NodeView]:
                 releases=fresh.releases,
                 free_cpus=fresh.free_cpus,
                 typed_releases=fresh.typed_releases,
+                free_slices=fresh.free_slices,
+                share_room=fresh.share_room,
             )
         )
     return result
@@ -138,7 +182,10 @@ def test_incremental_passes_equal_a_full_plan_over_random_changes(data: st.DataO
                     index = draw(st.integers(0, len(statics) - 1))
                     fresh = make_node(0, draw)
                     statics[index] = replace(
-                        statics[index], gpu_types=fresh.gpu_types, features=fresh.features
+                        statics[index],
+                        gpu_types=fresh.gpu_types,
+                        features=fresh.features,
+                        shareable=fresh.shareable,
                     )
                 elif what == "join" or not statics:
                     statics.append(make_node(next_node, draw))

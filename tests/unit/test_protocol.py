@@ -250,6 +250,7 @@ def test_to_gpus_copies_the_reported_values() -> None:
         utilization_pct=97,
         foreign_processes=1,
         simulated=False,
+        foreign_memory_mib=31245,  # in use, less what gbatch's processes hold (none)
         type="a100",  # from its name, by gbatch/core/gputypes.py's built-in rules
     )
 
@@ -259,7 +260,8 @@ def test_sample_counts_one_foreign_process_when_its_container_is_gbatch_s() -> N
         parse_report(sample()), gbatch_sessions=(), gbatch_containers={OWN_CONTAINER[:12]}
     )
 
-    assert [g.foreign_processes for g in gpus] == [0, 1]
+    # The MIG card and its 3g.40gb slice both list the foreign process.
+    assert [g.foreign_processes for g in gpus] == [0, 1, 1, 0]
 
 
 def test_process_in_a_gbatch_session_is_not_foreign() -> None:
@@ -387,7 +389,8 @@ def test_listed_containers_make_their_gpu_processes_gbatch_s() -> None:
 
     gpus = to_gpus(report, gbatch_sessions=(), gbatch_containers=gbatch_container_ids(report))
 
-    assert [g.foreign_processes for g in gpus] == [0, 1]
+    # The MIG card and its 3g.40gb slice both list the foreign process.
+    assert [g.foreign_processes for g in gpus] == [0, 1, 1, 0]
 
 
 def test_report_without_containers_gives_no_gbatch_container_ids() -> None:

@@ -67,6 +67,7 @@ EXAMPLES: dict[str, requests.Request] = {
     ),
     "await_allocation": requests.AwaitAllocation(job=12, seconds=2.5, planned=True),
     "steps": requests.ListSteps(ids=(12, 13)),
+    "port_forward": requests.OpenForward(job=12, ports=(8888,), watch=True, task=3),
 }
 
 # JSON values that are not of a type, for each type a request field has: a field of a

@@ -773,9 +773,11 @@ def test_examples_are_the_documented_ones() -> None:
     # of the reader's queue, which the file cannot know); ntasks (1, the only value);
     # notify (a head allows only the webhook addresses its admin lists); gpu_type (`gpus:
     # a100:2` says it, as Slurm's --gpus does); gpu_mem (a share of one GPU, which
-    # excludes the example's two whole ones: a comment there shows it).
+    # excludes the example's two whole ones: a comment there shows it), gpu_shards
+    # (Slurm's --gres=shard:N, the same share sized by the admin).
     left_out = {
         "gpu_mem",
+        "gpu_shards",
         "secret_env",
         "mem_per_gpu",
         "mem_per_cpu",

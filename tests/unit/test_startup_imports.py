@@ -52,6 +52,7 @@ RUNS = {
     "salloc": ["salloc", "-t", "5", "true"],
     "shell": ["shell", "1", "true"],
     "sattach": ["sattach", "1"],
+    "port-forward": ["port-forward", "1", "8888"],
     "squeue": ["squeue"],
     "scancel": ["scancel", "1"],
     "sinfo": ["sinfo"],
@@ -107,7 +108,7 @@ def test_a_command_imports_no_other_command_nor_a_heavy_library(
 ) -> None:
     argv = [command, "--help"] if help_flag else RUNS[command]
     loaded = loaded_by(argv, tmp_path)
-    others = {f"gbatch.cli.{name}" for name in COMMANDS if name != command}
+    others = {f"gbatch.cli.{name.replace('-', '_')}" for name in COMMANDS if name != command}
     if help_flag or command not in READS_EVERY_COMMAND:
         assert within(loaded, others) == [], f"gbatch {' '.join(argv)}: other commands"
     assert within(loaded, HEAVY) == [], f"gbatch {' '.join(argv)}: heavy libraries"

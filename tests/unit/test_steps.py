@@ -215,11 +215,12 @@ def test_a_step_of_a_job_not_running_is_refused(
     assert reply["kind"] == "invalid" and error in reply["error"]
 
 
-def test_a_step_in_a_job_on_a_remote_host_is_refused_for_now(daemon: Daemon) -> None:
+def test_a_step_in_a_job_on_a_node_gone_from_the_fleet_is_refused(daemon: Daemon) -> None:
     job_id = queue(daemon)
     run(daemon.store, job_id, node="gpu01")
     reply = handle(daemon, ALICE, {"op": "step", "job": job_id, "argv": ["id"]})
-    assert reply["kind"] == "unavailable" and "local node only" in reply["error"]
+    assert reply["kind"] == "unavailable"
+    assert f"job {job_id} runs on gpu01, which is not in the fleet now" in reply["error"]
 
 
 def test_waiting_for_an_allocation_returns_once_it_runs(daemon: Daemon) -> None:
@@ -340,6 +341,28 @@ def test_a_step_being_started_is_not_taken_for_vanished(
     daemon.collect_ended_steps(T0 + 2)
     assert daemon.store.require(job_id).state is JobState.COMPLETING
     assert daemon.store.steps_of([job_id])[0].reason == "its step shim vanished"
+
+
+def test_a_step_whose_relay_ended_with_an_earlier_gbatchd_is_hung_up_and_cancelled(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host's step after a gbatchd restart: nobody relays it; it is recorded CANCELLED
+    with the node's reason, and the node is asked to hang up what is left of it."""
+    job_id = queue(daemon)
+    run(daemon.store, job_id)
+    open_step(daemon.store, job_id)
+    reason = "its relay to gpu01 ended with an earlier gbatchd; hung up"
+    ended_with(daemon, StepStatus("vanished", hangup=True, error=reason), monkeypatch)
+    hung_up: list[tuple[int, int]] = []
+    node = daemon.fleet.nodes["local"]
+    monkeypatch.setattr(
+        node, "hang_up_step", lambda job, step: hung_up.append((job.id, step.step_id))
+    )
+    daemon.collect_ended_steps(T0 + 1)
+    (step,) = daemon.store.steps_of([job_id])
+    assert (step.state, step.reason) == (JobState.CANCELLED, reason)
+    assert hung_up == [(job_id, 0)]
+    assert daemon.store.require(job_id).state is JobState.RUNNING
 
 
 def test_a_first_step_whose_client_left_before_it_started_ends_its_allocation(

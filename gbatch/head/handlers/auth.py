@@ -96,6 +96,7 @@ TOKEN_SCOPE_OF: Mapping[str, str] = {
     "release": "control",
     "requeue": "control",
     "update": "control",
+    "port_forward": "ports",
 }
 
 

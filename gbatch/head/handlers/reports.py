@@ -170,6 +170,7 @@ def on_usage_report(
         request.end,
         now,
         (lambda j: _group_of(j.uid, epoch)) if request.by_group else (lambda j: j.user),
+        daemon.fleet.charged_gpus,
     )
     return {
         "rows": [row.to_wire() for row in rows],

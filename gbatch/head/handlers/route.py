@@ -18,6 +18,7 @@ from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.control import on_cancel, on_hold, on_release, on_requeue
 from gbatch.head.handlers.daemonops import on_ping, on_shutdown
 from gbatch.head.handlers.errors import Refused, store_full_message
+from gbatch.head.handlers.forwards import on_port_forward
 from gbatch.head.handlers.listing import on_job, on_jobs, on_logs
 from gbatch.head.handlers.nodes import (
     on_node_drain,
@@ -107,6 +108,8 @@ def dispatch(daemon: Daemon, caller: Caller, request: requests.Request) -> dict[
             return on_await_allocation(daemon, caller, request)
         case requests.ListSteps():
             return on_steps(daemon, caller, request)
+        case requests.OpenForward():
+            return on_port_forward(daemon, caller, request)
         case requests.WithToken():
             # The inner request is dispatched as the token's user, held to its scopes.
             return dispatch(daemon, *unwrap_token(daemon, caller, request))

@@ -123,13 +123,13 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
             "runs steps in it",
         )
     if job.state is not JobState.RUNNING:
-        raise Refused("invalid", _not_running(job.id, job.state))
+        raise Refused("invalid", not_running(job.id, job.state))
     node = daemon.fleet.nodes.get(job.node or "")
     if node is None or not node.runs_steps:
         raise Refused(
             "unavailable",
-            f"job {job.id} runs on {job.node}, a host reached over SSH: steps run in jobs "
-            "on the local node only for now",
+            f"job {job.id} runs on {job.node}, which is not in the fleet now: no step can "
+            "start there. Ask an admin (gbatch node list)",
         )
     try:
         argv = check_command(list(request.argv), "argv")
@@ -227,7 +227,7 @@ def _size(value: int) -> int:
     return max(0, min(value, 0xFFFF))
 
 
-def _not_running(job_id: int, state: JobState) -> str:
+def not_running(job_id: int, state: JobState) -> str:
     if state in (JobState.PENDING, JobState.CONFIGURING):
         return (
             f"job {job_id} is not running yet ({state.value}); a step runs in a running job. "

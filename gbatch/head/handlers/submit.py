@@ -10,9 +10,11 @@ from typing import Any
 
 from gbatch.core import dependency, outputs
 from gbatch.core.arrays import ARRAY_ROWS
+from gbatch.core.gputypes import profile_of
 from gbatch.core.labels import memory_text
 from gbatch.core.limits import PendingLimitReached, array_refusal, gpus_refusal
 from gbatch.core.model import Job, JobSpec, JobState, TaskArray
+from gbatch.core.shares import mib_text
 from gbatch.core.submitenv import filter_submit_env
 from gbatch.core.timefmt import MAX_TIME_LIMIT_S, format_duration, show_value
 from gbatch.core.urls import DOT_SEGMENT_REFUSAL, has_dot_segment
@@ -97,6 +99,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
             "absolute path",
         )
     _check_notify_allowed(daemon, spec)
+    spec = _shards_as_memory(daemon, spec)
     spec = _in_partition(daemon, spec, limit)
     try:  # the site's policy: mount roots (symlinks followed as the submitter), bare jobs
         spec = policy.check_submission(
@@ -363,10 +366,15 @@ def check_fits_some_node(
     if not sizes:
         return
     gpus, cpus, mem = spec.gpus, spec.cpus_reserved, spec.memory_mb or 0
-    kind, constraint = spec.gpu_type, spec.constraint
-    if any(size.holds(gpus, cpus, mem, kind, constraint) for size in sizes):
+    kind, constraint, share = spec.gpu_type, spec.constraint, spec.gpu_mem_mb
+    if any(size.holds(gpus, cpus, mem, kind, constraint, share) for size in sizes):
         return
-    label = {"gpus": "gpus", "constraint": "constraint", **(labels or {})}
+    label = {
+        "gpus": "gpus",
+        "constraint": "constraint",
+        "gpu_mem": "--gres" if spec.gpu_shards else "--gpu-mem",
+        **(labels or {}),
+    }
     # One partition (the embedded default has one): "the largest node" says it all.
     named = spec.partition is not None and len(daemon.fleet.partitions) > 1
     of = f" of partition {spec.partition}" if named else ""
@@ -374,6 +382,8 @@ def check_fits_some_node(
     sizes = [size for size in sizes if size.satisfies(constraint)]
     if kind is not None:
         _check_type_there(sizes, kind, of, label["gpus"])
+    if share is not None:
+        _check_share_fits(sizes, spec, of, label["gpu_mem"])
     where = f"partition {spec.partition}'s largest node" if named else "the largest node"
     if constraint is not None:
         where += f" with {constraint}"
@@ -386,6 +396,15 @@ def check_fits_some_node(
             if have == 0
             else f"Ask for at most {have}"
         )
+        # A job asking no type gets whole cards only: MIG slices go by their type.
+        sliced = sorted({t for size in sizes for t, _ in size.gpu_types if profile_of(t)})
+        if kind is None and sliced:
+            why = ""
+            hint = (
+                f"{'Ask for at most ' + str(have) + ' whole GPUs, or f' if have else 'F'}or "
+                f"MIG slices by type: {', '.join(sliced)} (--gres=gpu:TYPE:N; a job that "
+                "names no type gets no MIG slice)"
+            )
         detail = f" ({why})" if why and have == 0 else ""
         if kind is not None:
             where = where.replace("largest node", f"node with the most {kind} GPUs")
@@ -427,6 +446,52 @@ def check_fits_some_node(
     )
 
 
+def _check_share_fits(sizes: Sequence[NodeSize], spec: JobSpec, of: str, label: str) -> None:
+    """Refuse a share of a GPU (--gpu-mem) no shareable GPU of `sizes` could ever hold,
+    naming what the partition has."""
+    share, kind = spec.gpu_mem_mb, spec.gpu_type
+    assert share is not None
+    largest = max(size.largest_share(kind) for size in sizes)
+    if share <= largest:
+        return
+    asked = f"shard:{spec.gpu_shards} ({mib_text(share)})" if spec.gpu_shards else mib_text(share)
+    model = f"{kind} " if kind else ""
+    if largest == 0:
+        shared = sorted({t or "untyped" for size in sizes for t, _ in size.shares})
+        has = (
+            f"its shareable GPUs are {', '.join(shared)}"
+            if shared
+            else "no GPU there is shareable (an admin marks them: share_gpus: in the inventory "
+            "or config.yaml)"
+        )
+        raise Refused(
+            "invalid",
+            f"{label}: {asked} of one {model}GPU requested but no {model}GPU{of} takes shares; "
+            f"{has}. Ask for whole GPUs (--gpus=N) instead, or use another partition",
+        )
+    raise Refused(
+        "invalid",
+        f"{label}: {asked} of one {model}GPU requested but the largest share a {model}GPU{of} "
+        f"takes is {mib_text(largest)} (its memory less the admin's headroom). Ask for at most "
+        f"{mib_text(largest)}, or for a whole GPU (--gpus=1)",
+    )
+
+
+def _shards_as_memory(daemon: Daemon, spec: JobSpec) -> JobSpec:
+    """A job asking Slurm's --gres=shard:N: its share is N of the admin's shards."""
+    if spec.gpu_shards is None:
+        return spec
+    size = daemon.config.shard_mib
+    if size is None:
+        raise Refused(
+            "invalid",
+            f"--gres: shard:{spec.gpu_shards} asks for shards, but this cluster's admin set "
+            "no shard size (shard_mib in config.yaml). Ask for GPU memory instead, e.g. "
+            "--gpu-mem=20G",
+        )
+    return spec.replace(gpu_mem_mb=spec.gpu_shards * size)
+
+
 def _check_constraint_met(
     sizes: Sequence[NodeSize], constraint: str | None, of: str, label: str
 ) -> None:
@@ -457,6 +522,9 @@ def _check_type_there(sizes: Sequence[NodeSize], kind: str, of: str, label: str)
         else "their GPUs have no type gbatch knows (an admin names them with gpu_types: in "
         "the head's config.yaml)"
     )
+    sliced = [t for t in types if t.startswith(kind + "_") and profile_of(t)]
+    if sliced:  # the cards are there, in MIG mode: never handed out whole
+        have += f"; the {kind} cards are in MIG mode and go out only as slices ({sliced[0]})"
     raise Refused(
         "invalid",
         f"{label}: GPU type {kind} requested but no node{of} has one; {have} "

@@ -61,7 +61,8 @@ class GpuSampler:
                 continue
             report, _ = node.report()
             if report is not None:
-                fresh[name] = report.gpus
+                # Its MIG slices too, numbered as jobs hold them (to_gpus).
+                fresh[name] = node.gpus(report)
                 reports[name] = (report, node.run_owners(report))
             self._sampled_seq[name] = seq
         if not fresh:
@@ -162,7 +163,8 @@ class GpuSampler:
                 log.info("job %d: %s", job_id, reason)
                 self.store.queue_job_event(job_id, idlegpu.EVENT, now)
         for job_id, attempt in verdicts.clear:
-            self.store.set_running_reason(job_id, attempt, "")
+            # Its own flag only: a budget warning written since stays.
+            self.store.set_running_reason(job_id, attempt, "", replacing=idlegpu.IDLE_REASON)
         for (job_id, _), idle_for in verdicts.cancel.items():
             reason = idlegpu.cancel_reason(idle_for)
             try:

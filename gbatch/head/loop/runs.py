@@ -58,6 +58,8 @@ class Runs:
         # report number then: only a later report may confirm that it never started
         # (collect)
         self.listing_after: dict[tuple[int, int], int] = {}
+        # Told of each run's end (job id, state) once recorded: port forwards close.
+        self.on_end: Callable[[int, str], None] = lambda job_id, state: None
 
     def confirm_running(self, jobs: Sequence[Job], reason: str, now: float) -> None:
         """RUNNING at `now` for the CONFIGURING `jobs` whose runs exist, in one commit."""
@@ -100,7 +102,8 @@ class Runs:
             if job.start_time is not None and job.gpus:
                 ended = fields.get("end_time") or now
                 assert isinstance(ended, float | int)
-                usage = Usage(job.user, gpu_seconds(job, ended), self.config.half_life_seconds)
+                used = gpu_seconds(job, ended, self.fleet.charged_gpus(job))
+                usage = Usage(job.user, used, self.config.half_life_seconds)
             changes.append(StateChange(job.id, end.new, end.reason, {job.state}, fields, usage))
         crash_point("finish.before_commit")
         refused = self.store.set_states(changes, now)
@@ -121,6 +124,7 @@ class Runs:
             if node is not None:
                 node.cleanup(job, job.attempt)
                 self.fleet.release_gpus(node, job.gpus)
+            self.on_end(job.id, end.new.value)
             self.wake.set()
 
     def retries_used(self, job: Job) -> int:
@@ -138,8 +142,11 @@ class Runs:
         )
 
 
-def gpu_seconds(job: Job, until: float) -> float:
-    """GPU-seconds a job's run has used up to `until` (0 before it started)."""
+def gpu_seconds(job: Job, until: float, gpus: float | None = None) -> float:
+    """GPU-seconds a job's run has used up to `until` (0 before it started).
+
+    `gpus`: what it is charged (Fleet.charged_gpus: a share of one GPU a fraction);
+    default its count."""
     if job.start_time is None:
         return 0.0
-    return len(job.gpus) * max(0.0, until - job.start_time)
+    return (len(job.gpus) if gpus is None else gpus) * max(0.0, until - job.start_time)

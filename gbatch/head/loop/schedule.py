@@ -418,5 +418,6 @@ class Scheduling:
         """Stored decayed usage plus what allocated jobs have accrued so far."""
         usage = self.store.usage(now, self.config.half_life_seconds)
         for job in allocated:
-            usage[job.user] = usage.get(job.user, 0.0) + gpu_seconds(job, now)
+            used = gpu_seconds(job, now, self.fleet.charged_gpus(job))
+            usage[job.user] = usage.get(job.user, 0.0) + used
         return usage

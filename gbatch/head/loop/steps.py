@@ -77,6 +77,11 @@ class StepEnds:
             else:
                 state = JobState.FAILED if running else JobState.CANCELLED
                 reason = "its step shim vanished" if running else "its allocation ended"
+                if running and status.hangup:
+                    # Its relay ended (a host's step, after a gbatchd restart): what is
+                    # left of it is hung up, as a client's going away does.
+                    state, reason = JobState.CANCELLED, status.error or reason
+                    node.hang_up_step(job, step)
                 code, signum, ended = 0, 0, now
             self.store.end_step(
                 step.job_id,

@@ -330,7 +330,7 @@ def run_step(
     if waited:
         say(prog, f"Step created for StepId={reply['label']}")
     with sock:
-        return Attached(sock, pty, prog, reply["label"]).run(leftover)
+        return Attached(sock, pty, prog, reply["label"], reply.get("node") or "").run(leftover)
 
 
 def open_connection(ctx: Context, request: Any) -> tuple[socket.socket, bytes, dict[str, Any]]:
@@ -380,11 +380,14 @@ def open_connection(ctx: Context, request: Any) -> tuple[socket.socket, bytes, d
 class Attached:
     """This terminal attached to a step: the relay loop and the terminal's state."""
 
-    def __init__(self, sock: socket.socket, pty: bool, prog: str, label: str) -> None:
+    def __init__(
+        self, sock: socket.socket, pty: bool, prog: str, label: str, node: str = ""
+    ) -> None:
         self.sock = sock
         self.pty = pty
         self.prog = prog
         self.label = label
+        self.node = node
         self.reader = frames.FrameReader(frames.TO_CLIENT)
         self.outgoing = bytearray()
         self.result: tuple[int, int] | None = None
@@ -420,7 +423,12 @@ class Attached:
         if self.result is None:
             say(self.prog, f"error: the connection to step {self.label} was lost")
             return 255
-        return frames.exit_status(*self.result)
+        code, signum = self.result
+        if self.prog == "srun" and (code or signum):
+            # Slurm's srun says so of a task that failed, on its stderr.
+            what = signal.strsignal(signum) if signum else f"Exited with exit code {code}"
+            say("srun", f"error: {self.node}: task 0: {what}")
+        return frames.exit_status(code, signum)
 
     def _noted(self, signum: int, _frame: object) -> None:
         self.pending_signals.append(signum)

@@ -155,6 +155,9 @@ def step_env(job: Job, step: Step, node: str) -> dict[str, str]:
     env = {
         "SLURM_STEP_NUM_NODES": "1",
         "SLURM_STEP_NUM_TASKS": "1",
+        # A step's task count, whether or not its job was given -n (Slurm's srun sets it).
+        "SLURM_NTASKS": "1",
+        "SLURM_NPROCS": "1",
         "SLURM_STEP_NODELIST": node,
         "SLURM_STEP_GPUS": gpus,
         "SLURM_PROCID": "0",

@@ -71,7 +71,20 @@ STEP_DIR_PREFIX = "step."  # a step's directory in its run's: step.0, step.inter
 # What tells a bare job or step which gbatchd it belongs to, so that `gbatch srun` in it
 # reaches that one (a socket of GBATCH_HOME's, a system one).
 SOCKET_ENV = "GBATCH_SOCKET"
+# Slurm's commands as gbatch's, first on a bare job's PATH: a batch script's `srun`,
+# `sbatch`, `squeue`, `scancel`, `scontrol` and `sacct` lines work unchanged in it.
+SLURM_COMMANDS = Path(__file__).resolve().parent / "slurmbin"
 DOCKER_TIMEOUT = 30.0  # seconds for any one docker CLI call
+
+
+def with_slurm_commands(env: dict[str, str]) -> None:
+    """Put Slurm's commands (as gbatch's: SLURM_COMMANDS) first on a bare run's PATH.
+
+    They run this interpreter's gbatch (GBATCH_PYTHON), whatever the job's PATH holds,
+    so a script's `srun` is a step of its job even where Slurm is installed too."""
+    path = env.get("PATH") or "/usr/local/bin:/usr/bin:/bin"
+    env["PATH"] = f"{SLURM_COMMANDS}:{path}"
+    env["GBATCH_PYTHON"] = sys.executable
 
 
 def agent_script() -> Path:
@@ -411,6 +424,7 @@ class LocalNode:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, visible_devices(gpus, job.gpu_uuids)))
         env[SOCKET_ENV] = str(self.paths.socket)
+        with_slurm_commands(env)
         # Another user's job without a workdir starts in their HOME (or /, without one).
         workdir = job.spec.workdir or ("" if switch is not None else "/")
         identity = (
@@ -752,6 +766,7 @@ class LocalNode:
             devices = [by_index[g] for g in step.gpus if g in by_index]
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
         env[SOCKET_ENV] = str(self.paths.socket)
+        with_slurm_commands(env)
         env.update(step_limits_env(job, step))
         if self._cgroups is not None:
             held = self._cgroups.existing(

@@ -46,6 +46,7 @@ FINAL_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
 )
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+_SRUN_NODE = re.compile(r"^(srun: error: )[^:\s]+: task", re.M)
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,9 @@ def normalized_outputs(run: Run) -> dict[str, str]:
         for pattern in run.entry.outputs:
             path = run.submit_dir / expand(pattern, values)
             text = path.read_text(errors="replace") if path.is_file() else "<missing>"
-            texts[f"{pattern} task={task}"] = text.replace(str(run.submit_dir), "{submit_dir}")
+            text = text.replace(str(run.submit_dir), "{submit_dir}")
+            # srun names the node a task failed on: Slurm's is this host, gbatch's `local`.
+            texts[f"{pattern} task={task}"] = _SRUN_NODE.sub(r"\1{node}: task", text)
     return texts
 
 
@@ -272,6 +275,7 @@ def gbatch_run(head: Head, entry: Entry, submit_dir: Path) -> Run:
 
 def sacct(head: Head, job_id: int | str) -> tuple[str, str]:
     """`job_id`: one job, or an array task as `N_K` (an array's id `N` lists all its tasks)."""
+    # -X: the job's own line, not its steps' (N.batch, N.0, ...).
     out = head.run(
         "sacct",
         "-X",

@@ -184,6 +184,7 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
         "step": step.step_id,
         "label": step.label,
         "leads": step.leads,
+        "node": job.node,
         "gpus": list(job.gpus if step.gpus is None else step.gpus),
         STREAM: StepStart(daemon, node, job, step, launch),
     }

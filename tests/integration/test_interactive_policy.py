@@ -175,8 +175,11 @@ def test_srun_pty_is_warned_before_its_time_limit_and_told_when_it_ends(
             lambda s: "srun-exit=" in s, "the end of the session at its limit", timeout=60
         )
         lines = [line.rstrip() for line in screen.splitlines()]
-        warning = f"srun: Job {job_id} will be cancelled in 2 seconds (time limit)"
-        assert warning in lines, screen
+        # About 2 s left when the loop's pass sees it (less on a loaded machine).
+        warned = rf"srun: Job {job_id} will be cancelled in [12] seconds? \(time limit\)"
+        warnings = [line for line in lines if re.fullmatch(warned, line)]
+        assert len(warnings) == 1, screen
+        warning = warnings[0]
         aborted = "srun: Job step aborted: Waiting up to 1 seconds for job step to finish."
         assert aborted in lines, screen
         assert any(
@@ -198,7 +201,8 @@ def test_salloc_and_a_step_in_it_are_told_of_the_time_limit(
 ) -> None:
     head = started(tmp_path / "home")
     try:
-        salloc = shlex.join([*GBATCH, "salloc", "-t", "0:20", "bash", "--norc", "--noprofile"])
+        # 40 s: the step inside has opened well before the warning, 4 s ahead.
+        salloc = shlex.join([*GBATCH, "salloc", "-t", "0:40", "bash", "--norc", "--noprofile"])
         env = {**head.env, "PS1": "alloc$ "}
         terminal.start(f"{salloc}; echo salloc-exit=$?; sleep 600", env, head.home)
         terminal.until(lambda s: "alloc$" in s, "salloc's shell")
@@ -207,9 +211,10 @@ def test_salloc_and_a_step_in_it_are_told_of_the_time_limit(
         wait_for(lambda: len(ask(head, requests.ListSteps(ids=(job_id,)))["steps"]) == 2)
         screen = terminal.until(lambda s: "salloc-exit=" in s, "the end at its limit", timeout=60)
         lines = [line.rstrip() for line in screen.splitlines()]
+        for tool in ("salloc", "srun"):
+            warned = rf"{tool}: Job {job_id} will be cancelled in [1-4] seconds? \(time limit\)"
+            assert any(re.fullmatch(warned, line) for line in lines), screen
         for line in (
-            f"salloc: Job {job_id} will be cancelled in 2 seconds (time limit)",
-            f"srun: Job {job_id} will be cancelled in 2 seconds (time limit)",
             f"salloc: Job {job_id} has exceeded its time limit and its allocation has been "
             "revoked.",
             f"salloc: Relinquishing job allocation {job_id}",

@@ -21,6 +21,7 @@ from gbatch.cli.stepclient import (
     queue_allocation,
     refuse_batch_options,
     run_step,
+    step_ask,
     wait_for_allocation,
 )
 
@@ -38,10 +39,14 @@ def add_parser(commands: Any) -> None:
         description=HELP + ". Outside a job it queues an allocation with the options "
         "(as sbatch's), waits for it, runs CMD in it with this terminal attached, and "
         "releases it when CMD ends; inside a job (SLURM_JOB_ID set) or with --jobid it "
-        "runs CMD as a new step of that job, on its GPUs. Exits with CMD's status.",
+        "runs CMD as a new step of that job: on all its GPUs, or with -G/-c/--mem on that "
+        "share of them (GPUs of its own unless --overlap; it waits while other steps hold "
+        "them, as Slurm's srun). An interactive job's terminal is warned before its time "
+        "limit. Exits with CMD's status.",
         epilog="example: gbatch srun --gpus 1 --pty bash\n"
         "         gbatch srun -t 10 python -c 'import torch; print(torch.cuda.is_available())'\n"
-        "         gbatch srun --jobid 12 nvidia-smi     # a step in your running job 12",
+        "         gbatch srun --jobid 12 nvidia-smi     # a step in your running job 12\n"
+        "         gbatch srun -G 1 python fold.py       # in a 2-GPU job: one GPU of its own",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -55,6 +60,12 @@ def add_parser(commands: Any) -> None:
         "--jobid",
         metavar="N",
         help="run CMD as a step of your running job N (default: $SLURM_JOB_ID when set)",
+    )
+    p.add_argument(
+        "--overlap",
+        action="store_true",
+        help="inside a job: this step may share GPUs the job's other steps hold for "
+        "themselves (steps asking -G get GPUs of their own by default, as in Slurm)",
     )
     p.set_defaults(run=run)
 
@@ -78,9 +89,17 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         from gbatch.cli.context import parse_job
 
         target = parse_job(inside.strip(), "--jobid" if args.jobid else "SLURM_JOB_ID")
-        # A step of the job it is in: the job's resources, no new queueing (as Slurm's
-        # srun inside an allocation without --overlap's own limits).
-        return run_step(ctx, "srun", target.job, command, pty=args.pty, task=target.single_task)
+        # A step of the job it is in, no new queueing: the share of the job's resources
+        # it asks (-G, -c, --mem: its own GPUs unless --overlap), else all of them.
+        return run_step(
+            ctx,
+            "srun",
+            target.job,
+            command,
+            pty=args.pty,
+            task=target.single_task,
+            ask=step_ask(args, command),
+        )
     job_id = queue_allocation(ctx, args, command, "srun", step_name(command))
     wait_for_allocation(ctx, job_id, "srun", immediate)
     return run_step(ctx, "srun", job_id, command, pty=args.pty)

@@ -39,6 +39,8 @@ AWAIT_SECONDS = 10.0
 FIRST_WAIT = 1.0
 # srun -I without seconds: the longest wait for the first planning pass to look at it.
 IMMEDIATE_CAP = 10.0
+# How often a step whose GPUs other steps hold asks again (Slurm's srun retries too).
+STEP_RETRY_SECONDS = 1.0
 # Options of sbatch that srun and salloc do not take (their job is interactive).
 NOT_INTERACTIVE = {
     "wrap": "--wrap",
@@ -84,6 +86,35 @@ def add_interactive_options(p: argparse.ArgumentParser) -> None:
         help="give up (and cancel the job) unless the allocation starts within SECONDS "
         "(without: unless the first scheduling pass starts it)",
     )
+
+
+def step_ask(args: argparse.Namespace, command: list[str]) -> dict[str, Any]:
+    """What a step inside a job asks of it: -G/--gres, -c, --mem, --overlap.
+
+    OpenStep's gpus, cpus, mem_mb (None where not given) and overlap, read by sbatch's
+    grammar (one line naming a bad option, exit 2)."""
+    from gbatch.jobspec.errors import BadSubmit
+    from gbatch.jobspec.submit import build_submit
+
+    gpus_given = args.gpus is not None or args.gres is not None
+    mem_given = any(
+        getattr(args, k, None) is not None for k in ("mem", "mem_per_gpu", "mem_per_cpu")
+    )
+    ask: dict[str, Any] = {"overlap": bool(getattr(args, "overlap", False))}
+    if not (gpus_given or args.cpus is not None or mem_given):
+        return ask
+    parsed = argparse.Namespace(**vars(args))
+    parsed.wrap, parsed.file, parsed.script_args, parsed.test_only = list(command), None, [], False
+    try:
+        _built, spec, _script, _lines = build_submit(
+            parsed, lambda: (None, None), submit_dir=os.getcwd(), environ=os.environ
+        )
+    except BadSubmit as err:
+        raise CliError(err.message, Exit.USAGE) from err
+    ask["gpus"] = spec.gpus if gpus_given else None
+    ask["cpus"] = spec.cpus
+    ask["mem_mb"] = spec.memory_mb if mem_given else None
+    return ask
 
 
 def immediate_seconds(text: str | None) -> float | None:
@@ -261,11 +292,14 @@ def run_step(
     interactive: bool = False,
     task: int | None = None,
     here: bool = True,
+    ask: Mapping[str, Any] | None = None,
 ) -> int:
     """Run `argv` as a step of `job_id`, attached to this terminal; its exit status.
 
     With `task`, of that task of array `job_id` (N_K). `here`: the step starts in this
-    directory; else in the job's own (gbatch shell: where its files are)."""
+    directory; else in the job's own (gbatch shell: where its files are). `ask`: its
+    own share of the job (step_ask); while the GPUs it asks are held by the job's other
+    steps it waits, saying so once as Slurm's srun does."""
     from gbatch.protocol import requests
 
     rows, cols = terminal_size()
@@ -279,8 +313,22 @@ def run_step(
         cols=cols,
         interactive=interactive,
         task=task,
+        **(ask or {}),
     )
-    sock, leftover, reply = open_connection(ctx, request)
+    waited = False
+    while True:
+        sock, leftover, reply = open_connection(ctx, request)
+        if "busy" not in reply:
+            break
+        sock.close()
+        if not waited:
+            waited = True
+            say(
+                prog, f"Job {job_id} step creation temporarily disabled, retrying ({reply['busy']})"
+            )
+        time.sleep(STEP_RETRY_SECONDS)
+    if waited:
+        say(prog, f"Step created for StepId={reply['label']}")
     with sock:
         return Attached(sock, pty, prog, reply["label"], reply.get("node") or "").run(leftover)
 

@@ -763,3 +763,5 @@ class PartitionInfo:
     default: bool = False
     nodes: tuple[str, ...] = ()
     default_time: int | None = None
+    # The longest an srun/salloc allocation may run there (None: max_time alone).
+    max_interactive_time: int | None = None

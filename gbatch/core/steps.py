@@ -42,6 +42,11 @@ class Step:
     `leads`: the step an `srun`/`salloc` allocation was made for (its first): when it
     ends, the allocation ends with its exit status. `hangup`: it ended because its
     client went away (the connection dropped).
+
+    Its own resources, where it asked for them (`srun -G/-c/--mem` inside a job): `gpus`
+    the job's GPU indices it got (None: it asked none and sees all the job's), `cpus`
+    and `mem_mb` (None: the job's). `exclusive`: its GPUs are its own while it runs
+    (it asked -G without --overlap): no other such step of the job gets them.
     """
 
     job_id: int
@@ -58,6 +63,10 @@ class Step:
     exit_code: int | None = None
     exit_signal: int | None = None
     reason: str = ""
+    gpus: tuple[int, ...] | None = None
+    cpus: int | None = None
+    mem_mb: int | None = None
+    exclusive: bool = False
 
     @property
     def label(self) -> str:
@@ -80,6 +89,10 @@ class Step:
             "pty": self.pty,
             "leads": self.leads,
             "reason": self.reason,
+            "gpus": None if self.gpus is None else list(self.gpus),
+            "cpus": self.cpus,
+            "mem_mb": self.mem_mb,
+            "exclusive": self.exclusive,
         }
 
     @classmethod
@@ -100,6 +113,10 @@ class Step:
             pty=bool(data.get("pty", False)),
             leads=bool(data.get("leads", False)),
             reason=str(data.get("reason", "")),
+            gpus=None if data.get("gpus") is None else tuple(data["gpus"]),  # type: ignore[arg-type]
+            cpus=data.get("cpus"),  # type: ignore[arg-type]
+            mem_mb=data.get("mem_mb"),  # type: ignore[arg-type]
+            exclusive=bool(data.get("exclusive", False)),
         )
 
 
@@ -110,6 +127,33 @@ def step_end_state(exit_code: int, signum: int, *, hangup: bool) -> JobState:
     if hangup:
         return JobState.CANCELLED
     return JobState.COMPLETED if exit_code == 0 and signum == 0 else JobState.FAILED
+
+
+@dataclass(frozen=True)
+class StepAsk:
+    """What a step asks of its job's allocation (srun -G, -c, --mem, --overlap inside it).
+
+    None: not asked (the step sees the job's). `overlap`: share GPUs other steps hold."""
+
+    gpus: int | None = None
+    cpus: int | None = None
+    mem_mb: int | None = None
+    overlap: bool = False
+
+
+def pick_gpus(
+    job_gpus: tuple[int, ...], held: set[int], wanted: int, *, overlap: bool
+) -> tuple[int, ...] | None:
+    """The `wanted` GPUs of the job's a step gets; None when they are busy now.
+
+    Those no running step holds for its own first, in the job's order; with `overlap`
+    the held ones too, once the others are taken (Slurm's --overlap)."""
+    free = [g for g in job_gpus if g not in held]
+    if overlap:
+        free += [g for g in job_gpus if g in held]
+    if len(free) < wanted:
+        return None
+    return tuple(free[:wanted])
 
 
 def step_name(argv: tuple[str, ...] | list[str]) -> str:

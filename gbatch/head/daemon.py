@@ -90,7 +90,7 @@ class Daemon:
             store,
             clock,
             monotonic,
-            partitions=partitions_of(inventory),
+            partitions=partitions_of(inventory, config.max_interactive_time),
             features={n.name: n.features for n in inventory.nodes} if inventory else None,
             sharing=_sharing(inventory, config),
         )

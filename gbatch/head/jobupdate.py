@@ -279,8 +279,9 @@ _CHANGES = {
 def _check_partition_time(
     spec: JobSpec, partitions: Mapping[str, Partition], *, changed: bool
 ) -> JobSpec:
-    """A partition named must exist; the time limit must not pass its max_time (as
-    at submit: Slurm would leave the job pending for good)."""
+    """A partition named must exist; the time limit must not pass its max_time, nor an
+    srun/salloc allocation's its max_interactive_time (as at submit: Slurm would leave the
+    job pending for good)."""
     if not partitions or spec.partition is None:
         if changed:
             raise UpdateRefused("invalid", "Partition: this fleet has no partitions. Leave it out")
@@ -298,6 +299,15 @@ def _check_partition_time(
             "invalid",
             f"TimeLimit: {format_duration(spec.time_limit)} is over partition "
             f"{partition.name}'s max_time ({format_duration(top)}). Ask for at most that",
+        )
+    cap = partition.max_interactive_time
+    over = spec.time_limit is None or (cap is not None and spec.time_limit > cap)
+    if spec.interactive is not None and cap is not None and over:
+        raise UpdateRefused(
+            "invalid",
+            f"TimeLimit: {format_duration(spec.time_limit)} is over partition "
+            f"{partition.name}'s max_interactive_time ({format_duration(cap)}), the "
+            f"longest an {spec.interactive} allocation may run. Ask for at most that",
         )
     return spec
 

@@ -148,8 +148,10 @@ class StepStatus:
 def step_env(job: Job, step: Step, node: str) -> dict[str, str]:
     """The variables a step sees beside its job's (job_env).
 
-    Slurm's SLURM_STEP_* and the one task's ids."""
-    gpus = ",".join(str(g) for g in job.gpus)
+    Slurm's SLURM_STEP_* and the one task's ids; SLURM_STEP_GPUS the step's own GPUs
+    where it asked for some (srun -G inside the job), else the job's. A step's -c is
+    SLURM_CPUS_PER_TASK."""
+    gpus = ",".join(str(g) for g in (job.gpus if step.gpus is None else step.gpus))
     env = {
         "SLURM_STEP_NUM_NODES": "1",
         "SLURM_STEP_NUM_TASKS": "1",
@@ -165,7 +167,23 @@ def step_env(job: Job, step: Step, node: str) -> dict[str, str]:
     }
     if step.step_id != INTERACTIVE:
         env["SLURM_STEP_ID"] = env["SLURM_STEPID"] = str(step.step_id)
+    if step.gpus is not None:
+        env["SLURM_GPUS_ON_NODE"] = str(len(step.gpus))
+    if step.cpus is not None:
+        env["SLURM_CPUS_PER_TASK"] = str(step.cpus)
+    if step.mem_mb is not None:
+        env["SLURM_MEM_PER_NODE"] = str(step.mem_mb)
     return env
+
+
+def container_step_gpus(job: Job, step: Step) -> list[int] | None:
+    """A container step's own GPUs (srun -G inside the job) by the container's numbering.
+
+    The container sees the job's GPUs as 0..n-1, in the job's order; None: the step
+    asked none, and sees them all."""
+    if step.gpus is None:
+        return None
+    return [job.gpus.index(g) for g in step.gpus if g in job.gpus]
 
 
 def finished_container_status(
@@ -263,6 +281,11 @@ class Node(Protocol):
 
     def step_status(self, job: Job, step: Step) -> StepStatus:
         """Whether `step` of `job` still runs, or how it ended."""
+
+    def tell_step(self, job: Job, step: Step, lines: Sequence[str]) -> None:
+        """Show `lines` on the running `step`'s client (its stderr), best effort.
+
+        A warning before its job's time limit, why its job is ending."""
 
     def open_port(self, job: Job, port: int, timeout: float) -> PortStream:
         """A connection to `port` inside the RUNNING `job` (gbatch port-forward).

@@ -214,6 +214,7 @@ def docker_exec_argv(
     env_file: str | None,
     workdir: str | None = None,
     docker: str = "docker",
+    visible_gpus: Sequence[int] | None = None,
 ) -> list[str]:
     """`docker exec` of a step in the running container `name`, as the job runs there.
 
@@ -221,7 +222,9 @@ def docker_exec_argv(
     stdin kept open, with a terminal of its own inside when `tty` (docker then follows
     its own terminal's size, the step shim's pseudo-terminal). The step's variables come
     in the 0600 `env_file`, never in argv. No --privileged: the step has the job's
-    rights in the job's container, nothing more.
+    rights in the job's container, nothing more. `visible_gpus`: the container's own
+    indices of the step's GPUs (srun -G inside the job), as CUDA_VISIBLE_DEVICES (which
+    an env-file may not set: gbatch sets it, from the allocation).
     """
     if not argv:
         raise ValueError("a step needs a command")
@@ -234,6 +237,8 @@ def docker_exec_argv(
         options += ["-w", workdir]
     if env_file is not None:
         options += ["--env-file", env_file]
+    if visible_gpus is not None:
+        options += ["-e", "CUDA_VISIBLE_DEVICES=" + ",".join(str(int(g)) for g in visible_gpus)]
     return [*options, name, *argv]
 
 

@@ -31,7 +31,15 @@ MAX_FILE_BYTES = 1024 * 1024
 MAX_HOST_CHARS = 253  # the longest DNS name
 
 TOP_KEYS = ("defaults", "known_hosts", "nodes", "partitions")
-PARTITION_KEYS = ("name", "nodes", "default", "default_time", "max_time", "default_image")
+PARTITION_KEYS = (
+    "name",
+    "nodes",
+    "default",
+    "default_time",
+    "max_time",
+    "max_interactive_time",
+    "default_image",
+)
 
 # Keys a node and `defaults` share; a node's value replaces the default whole.
 DEFAULTABLE_KEYS = (
@@ -172,11 +180,24 @@ class Partition:
     max_time: int | None = None
     # The image a job that names none runs in on this partition; None: a bare process.
     default_image: str | None = None
+    # The longest an srun/salloc allocation may run here; None: max_time alone holds it.
+    max_interactive_time: int | None = None
 
     @property
     def limit_without_time(self) -> int | None:
         """The limit of a job that gives no -t: default_time, else max_time (as Slurm)."""
         return self.default_time if self.default_time is not None else self.max_time
+
+    def limit_of(self, asked: int | None, *, interactive: bool) -> int | None:
+        """The limit a job gets here: `asked` (-t), else the default.
+
+        An interactive job that asks none is given max_interactive_time when that is
+        shorter than the default (or there is no default)."""
+        limit = asked if asked is not None else self.limit_without_time
+        cap = self.max_interactive_time
+        if interactive and asked is None and cap is not None and (limit is None or limit > cap):
+            return cap
+        return limit
 
 
 @dataclass(frozen=True)
@@ -194,13 +215,21 @@ class Inventory:
     partitions: tuple[Partition, ...] = ()
 
 
-def partitions_of(inventory: Inventory | None) -> tuple[Partition, ...]:
-    """The fleet's partitions: the inventory's, or the embedded node's implicit one."""
-    if inventory is None:
-        return (Partition(IMPLICIT_PARTITION, (LOCAL_NODE,), default=True),)
-    if inventory.partitions:
+def partitions_of(
+    inventory: Inventory | None, max_interactive_time: int | None = None
+) -> tuple[Partition, ...]:
+    """The fleet's partitions: the inventory's, or the embedded node's implicit one.
+
+    `max_interactive_time` (config.yaml's) caps the implicit one's interactive jobs: it
+    has no inventory entry to say so."""
+    if inventory is not None and inventory.partitions:
         return inventory.partitions
-    return (Partition(IMPLICIT_PARTITION, tuple(n.name for n in inventory.nodes), default=True),)
+    nodes = (LOCAL_NODE,) if inventory is None else tuple(n.name for n in inventory.nodes)
+    return (
+        Partition(
+            IMPLICIT_PARTITION, nodes, default=True, max_interactive_time=max_interactive_time
+        ),
+    )
 
 
 def find_inventory(home: Path, environ: Mapping[str, str]) -> Path | None:
@@ -376,6 +405,9 @@ def _build_partition(
         )
     default_time = _check_time(raw.get("default_time"), _raiser(source, where, "default_time"))
     max_time = _check_time(raw.get("max_time"), _raiser(source, where, "max_time"))
+    max_interactive_time = _check_time(
+        raw.get("max_interactive_time"), _raiser(source, where, "max_interactive_time")
+    )
     if max_time is not None and default_time is not None and default_time > max_time:
         raise InventoryError(
             source, where, "default_time", "is longer than max_time. Shorten it, or raise max_time"
@@ -395,6 +427,7 @@ def _build_partition(
         default_time=default_time,
         max_time=max_time,
         default_image=default_image,
+        max_interactive_time=max_interactive_time,
     )
 
 

@@ -40,6 +40,7 @@ from gbatch.nodes.base import (
     RunStatus,
     StepLaunch,
     StepStatus,
+    container_step_gpus,
     finished_container_status,
     job_env,
     launch_secrets,
@@ -57,7 +58,7 @@ from gbatch.nodes.report import (
 )
 from gbatch.nodes.shimserver import LOCK_FILE, ServerGone, ShimServer, lock_held
 from gbatch.nodes.stepshim import LOCK_FILE as STEP_LOCK_FILE
-from gbatch.nodes.stepshim import signal_session
+from gbatch.nodes.stepshim import NOTICE_SIGNAL, NOTICES_FILE, STEP_MEM_ENV, signal_session
 from gbatch.shim import CPUS_ENV, JOB_ENV_FILE_ENV, MEM_MB_ENV
 from gbatch.site import policy as site_policy
 from gbatch.site.config import Config, Paths
@@ -759,10 +760,14 @@ class LocalNode:
         if switch is not None:
             env["USER"] = env["LOGNAME"] = switch.pw_name
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, visible_devices(job.gpus, job.gpu_uuids)))
+        devices = visible_devices(job.gpus, job.gpu_uuids)
+        if step.gpus is not None:  # the step's own of the job's (srun -G inside it)
+            by_index = dict(zip(job.gpus, devices, strict=False))
+            devices = [by_index[g] for g in step.gpus if g in by_index]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
         env[SOCKET_ENV] = str(self.paths.socket)
         with_slurm_commands(env)
-        env.update(bare_limits_env(job))
+        env.update(step_limits_env(job, step))
         if self._cgroups is not None:
             held = self._cgroups.existing(
                 job.id, step.attempt, holds_memory=job.spec.memory_mb is not None
@@ -809,6 +814,7 @@ class LocalNode:
             env_file=str(env_file),
             workdir=job.spec.workdir,
             docker=self.config.docker,
+            visible_gpus=container_step_gpus(job, step),
         )
 
     @staticmethod
@@ -845,6 +851,30 @@ class LocalNode:
     def _reap_step(self, shim: subprocess.Popen[bytes]) -> None:
         shim.wait()
         self._on_change()
+
+    def tell_step(self, job: Job, step: Step, lines: Sequence[str]) -> None:
+        """Append `lines` to the step's notices and wake its shim to relay them."""
+        step_dir = self.step_dir(job.id, step.attempt, step.step_id)
+        pids = _read_json(step_dir / "pids.json")
+        if pids is None or (step_dir / "exit.json").exists():
+            return  # not started, or ended: nobody to tell
+        text = "".join(line.replace("\n", " ") + "\n" for line in lines).encode()
+        try:
+            fd = os.open(
+                step_dir / NOTICES_FILE,
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                0o600,
+            )
+            try:
+                os.write(fd, text)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            log.warning("step %s: cannot write its notices: %s", step.label, err)
+            return
+        if lock_held(step_dir, STEP_LOCK_FILE):  # its shim lives: the pid is still its
+            with contextlib.suppress(ProcessLookupError, PermissionError, KeyError, ValueError):
+                os.kill(int(pids["shim"]), NOTICE_SIGNAL)
 
     def open_port(self, job: Job, port: int, timeout: float) -> PortStream:
         """A connection to `port` in `job`, made from this machine (gbatch/nodes/ports.py)."""
@@ -956,7 +986,7 @@ class RunDirRemover:
 def remove_run_dir(run_dir: Path) -> None:
     """Remove what a run and its steps leave in its directory, then the directory."""
     for step_dir in run_dir.glob(f"{STEP_DIR_PREFIX}*"):
-        for name in ("exit.json", "pids.json", "env", STEP_LOCK_FILE, JOB_ENV_FILE):
+        for name in ("exit.json", "pids.json", "env", STEP_LOCK_FILE, JOB_ENV_FILE, NOTICES_FILE):
             with contextlib.suppress(FileNotFoundError):
                 (step_dir / name).unlink()
         with contextlib.suppress(OSError):
@@ -1007,6 +1037,27 @@ def bare_limits_env(job: Job, allowed: Sequence[int] | None = None) -> dict[str,
         env[CPUS_ENV] = ",".join(map(str, chosen))
     if spec.memory_mb is not None:
         env[MEM_MB_ENV] = str(spec.memory_mb)
+    return env
+
+
+def step_limits_env(job: Job, step: Step, allowed: Sequence[int] | None = None) -> dict[str, str]:
+    """What holds a bare job's step: its job's -c and --mem, or its own share of them.
+
+    A step's -c: that many of the job's CPUs (of `allowed` where the job has none of its
+    own), spread by step number so that concurrent steps start on different ones; its
+    --mem: its RLIMIT_DATA (stepshim.STEP_MEM_ENV), inside the job's cgroup too.
+    """
+    env = bare_limits_env(job, allowed)
+    if step.cpus is not None:
+        pool = chosen_cpus(job, allowed) or tuple(
+            sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+        )
+        if step.cpus < len(pool):
+            start = (max(step.step_id, 0) * step.cpus) % len(pool)
+            picked = sorted(pool[(start + i) % len(pool)] for i in range(step.cpus))
+            env[CPUS_ENV] = ",".join(map(str, picked))
+    if step.mem_mb is not None:
+        env[MEM_MB_ENV] = env[STEP_MEM_ENV] = str(step.mem_mb)
     return env
 
 

@@ -34,6 +34,7 @@ from gbatch.nodes.base import (
     RunStatus,
     StepLaunch,
     StepStatus,
+    container_step_gpus,
     finished_container_status,
     job_env,
     step_env,
@@ -209,6 +210,8 @@ class RemoteNode:
         # each ended, until the loop has read it (step_status).
         self._steps: dict[tuple[int, int], StepStatus | None] = {}
         self._relays: dict[tuple[int, int], threading.Thread] = {}
+        # The same steps' relays, by (job, step): who tells their clients (tell_step).
+        self._tellers: dict[tuple[int, int], StepRelay] = {}
 
     # -- the connection and the agent ------------------------------------------------
 
@@ -461,6 +464,13 @@ class RemoteNode:
         self._follow(job, attempt)
         return RunStatus("running")
 
+    def tell_step(self, job: Job, step: Step, lines: Sequence[str]) -> None:
+        """Show `lines` on the step's client: its relay (in gbatchd) sends them."""
+        with self._lock:
+            relay = self._tellers.get((job.id, step.step_id))
+        if relay is not None:
+            relay.tell(lines)
+
     def signal(
         self, job: Job, attempt: int, sig: signal.Signals, target: SignalTarget | None = None
     ) -> None:
@@ -528,6 +538,7 @@ class RemoteNode:
             env_file=env_file,
             workdir=job.spec.workdir,
             docker=self.node.docker,
+            visible_gpus=container_step_gpus(job, step),
         )
         pty = None
         if launch.pty is not None:
@@ -552,6 +563,7 @@ class RemoteNode:
             lost_reason=partial(self._lost_reason, step),
         )
         with self._lock:
+            self._tellers[key] = relay
             self._relays[key] = relay.start()
 
     def _lost_reason(self, step: Step) -> str:
@@ -572,6 +584,7 @@ class RemoteNode:
         with self._lock:
             self._steps[(job.id, step.step_id)] = status
             self._relays.pop((job.id, step.step_id), None)
+            self._tellers.pop((job.id, step.step_id), None)
         if self._stopping.is_set():
             return  # the next gbatchd hangs it up (step_status: vanished)
         if status.hangup:

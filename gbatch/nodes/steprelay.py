@@ -13,6 +13,10 @@ connection and relays it, one thread per step, to a command the node started ove
     output     -> STDOUT (a terminal's whole stream, or stdout) and STDERR frames
     its end    -> EXIT with the command's status
 
+gbatchd's notices for the client (a warning before its job's time limit, why its job is
+ending: Node.tell_step) come in through `tell`, from any thread, and go out as STDERR
+frames, as the local node's shim sends them.
+
 The client sees the same frames as from the local node's shim. How the step ends:
 `ended(StepStatus)` once, with `hangup` when the client went away (the node then hangs
 the step's processes up on the host), an error when the SSH channel was lost.
@@ -21,12 +25,13 @@ the step's processes up on the host), an error when the SSH channel was lost.
 from __future__ import annotations
 
 import contextlib
+import os
 import selectors
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gbatch.core import stepframes as frames
 from gbatch.nodes.base import HostError, StepStatus
@@ -67,6 +72,29 @@ class StepRelay:
         self.to_channel = bytearray()
         self.input_ended = False
         self.input_closed = False
+        # Notices told from another thread (tell), and the pipe that wakes the relay.
+        self._notices = bytearray()
+        self._notices_lock = threading.Lock()
+        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def tell(self, lines: Sequence[str]) -> None:
+        """Show `lines` on the client's stderr, on lines of their own; from any thread."""
+        end = b"\r\n" if self.pty else b"\n"
+        data = (end if self.pty else b"") + b"".join(
+            line.encode("utf-8", "replace")[:4096] + end for line in lines
+        )
+        with self._notices_lock:
+            self._notices += frames.frame(frames.STDERR, data[: frames.MAX_PAYLOAD])
+        with contextlib.suppress(OSError):
+            os.write(self._wake_write, b"x")
+
+    def _send_notices(self) -> bool:
+        """The notices told so far, to the client; False when it has gone."""
+        with contextlib.suppress(OSError):
+            os.read(self._wake_read, 4096)
+        with self._notices_lock:
+            data, self._notices = bytes(self._notices), bytearray()
+        return not data or self._send_client(data)
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self.run, name=f"step-{self.label}", daemon=True)
@@ -87,12 +115,16 @@ class StepRelay:
             self.channel.close()
             with contextlib.suppress(OSError):
                 self.client.close()
+            for fd in (self._wake_read, self._wake_write):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             self.ended(status)
 
     def _relay(self) -> StepStatus:
         selector = selectors.DefaultSelector()
         self.client.setblocking(False)
         selector.register(self.channel.fileno(), selectors.EVENT_READ, "channel")
+        selector.register(self._wake_read, selectors.EVENT_READ, "notices")
         client_registered = False
         try:
             while True:
@@ -105,6 +137,8 @@ class StepRelay:
                 timeout = SEND_RETRY_SECONDS if self.to_channel else None
                 for key, _ in selector.select(timeout):
                     if key.data == "client" and not self._from_client():
+                        return self._client_left()
+                    if key.data == "notices" and not self._send_notices():
                         return self._client_left()
                 if self._to_channel_failed():
                     return self._lost()
@@ -199,6 +233,7 @@ class StepRelay:
 
     def _finish(self) -> StepStatus:
         """The command's output ended: its exit status to the client, or the loss."""
+        self._send_notices()  # told as it ended (why its job is ending): before EXIT
         if self.channel.lost:
             return self._lost()
         code = self.channel.exit_status(STATUS_WAIT_SECONDS)

@@ -20,6 +20,11 @@ session) and, once the step has ended, STEP_DIR/exit.json; it holds the step's l
 (STEP_DIR/step.lock, passed in, taken by gbatchd) for its whole life, which tells a
 restarted gbatchd that the step lives.
 
+gbatchd tells the step's client something (a warning before the job's time limit, why
+the job is ending) by appending lines to STEP_DIR/notices and sending the shim SIGUSR1:
+the shim relays each new line as a STDERR frame (every client prints those), ending in
+\r\n on a terminal (the client's is in raw mode).
+
 A client that goes away (its connection closes) hangs the step up, as a closed terminal
 does: the pseudo-terminal's master is closed (the kernel sends SIGHUP), pipes' processes
 get SIGHUP, and whatever of the step's session is left after --grace seconds is killed.
@@ -54,6 +59,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 LOCK_FILE = "step.lock"
+NOTICES_FILE = "notices"  # lines gbatchd has for the client (tell on SIGUSR1)
+NOTICE_SIGNAL = signal.SIGUSR1
+# A step's own --mem (srun --mem inside a job), in MiB: its RLIMIT_DATA even where the
+# job's cgroup holds the job's memory (that cgroup holds the job's total, not the step's).
+STEP_MEM_ENV = "GBATCH_STEP_MEM_MB"
 # After the step's first process exits: how long its output may still take to arrive.
 OUTPUT_GRACE_SECONDS = 0.5
 # The most the output of what the step left behind may keep it from ending.
@@ -192,6 +202,13 @@ class Relay:
         self.exited_at: float | None = None
         self.last_output = time.monotonic()
         self.stdin_eof = False
+        self.notices: Path | None = None  # STEP_DIR/notices, read from notices_read on
+        self.notices_read = 0
+
+    # The line end the client's terminal needs: a pty client's is in raw mode. Notices
+    # start on a line of their own there (the cursor may sit after a prompt).
+    line_end = b"\n"
+    notices_start = b""
 
     # -- what a kind of attachment does (a terminal's or pipes') -----------------------
 
@@ -231,6 +248,7 @@ class Relay:
                     if fd == wake:
                         with contextlib.suppress(BlockingIOError):
                             os.read(wake, 4096)
+                        self.tell()
                         self._reap()
                     elif fd == self.client.fileno():
                         if events & selectors.EVENT_READ:
@@ -386,10 +404,30 @@ class Relay:
             self.killed = True
             signal_session(self.child.pid, signal.SIGKILL)
 
+    def tell(self) -> None:
+        """Relay the lines gbatchd appended to the notices file since the last look."""
+        if self.notices is None or self.client_gone:
+            return
+        try:
+            with open(self.notices, "rb") as handle:
+                handle.seek(self.notices_read)
+                data = handle.read(frames.MAX_PAYLOAD)
+        except OSError:
+            return
+        whole = data[: data.rfind(b"\n") + 1]
+        self.notices_read += len(whole)
+        if whole and self.notices_start:
+            self.to_client += frames.frame(frames.STDERR, self.notices_start)
+        for line in whole.splitlines():
+            self.to_client += frames.frame(frames.STDERR, line[:4096] + self.line_end)
+        if whole:
+            self._flush_client()
+
     def finish(self, exit_code: int, signum: int) -> None:
         """Send the EXIT frame (and whatever is still buffered) before closing."""
         if self.client_gone:
             return
+        self.tell()
         self.to_client += frames.exit_frame(exit_code, signum)
         deadline = time.monotonic() + FLUSH_SECONDS
         self.client.setblocking(True)
@@ -404,6 +442,9 @@ class Relay:
 
 class TerminalRelay(Relay):
     """A step on a pseudo-terminal: one stream out (STDOUT), keys in, size and signals."""
+
+    line_end = b"\r\n"
+    notices_start = b"\r\n"
 
     def __init__(
         self, client: socket.socket, child: subprocess.Popen[bytes], grace: float, master: int
@@ -509,6 +550,7 @@ def run(options: Options, client_fd: int) -> int:
     except (OSError, ValueError) as err:
         return _failed(client, step_dir, f"cannot read the step's environment: {err}", 126)
     limits = shim.Limits.take_from(os.environ)
+    step_mem = os.environ.pop(STEP_MEM_ENV, "")
     run_cgroup = JobCgroup.take_from(os.environ)  # the job's run's: the step joins it
     identity = options.identity
     switch = identity.popen_options() if identity is not None else {}
@@ -519,6 +561,8 @@ def run(options: Options, client_fd: int) -> int:
     relay: Relay
     try:
         with shim.run_cgroup_entered(run_cgroup, limits) as (_, limits):
+            if step_mem.isdigit():
+                limits = shim.Limits(limits.cpus, int(step_mem))
             pty = options.pty is not None
             switch["preexec_fn"] = partial(_prepare_child, pty, limits, workdir)
             if options.pty is not None:
@@ -559,6 +603,9 @@ def run(options: Options, client_fd: int) -> int:
     # signal stays ignored across exec, and the step must get its own.)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)
+    # Before pids.json names the shim: gbatchd signals it only once it is named there.
+    relay.notices = step_dir / NOTICES_FILE
+    signal.signal(NOTICE_SIGNAL, lambda *_: None)  # the wake-up fd tells the relay
     pids: dict[str, object] = {"shim": os.getpid(), "session": child.pid}
     shim.write_when_possible(step_dir / "pids.json", lambda: pids, durable=False)
     relay.run(wake_read)

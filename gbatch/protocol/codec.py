@@ -215,6 +215,7 @@ def partition_to_wire(partition: PartitionInfo) -> dict[str, Any]:
         "default": partition.default,
         "nodes": list(partition.nodes),
         "default_time": partition.default_time,
+        "max_interactive_time": partition.max_interactive_time,
     }
 
 
@@ -226,6 +227,7 @@ def partition_from_wire(data: Mapping[str, Any]) -> PartitionInfo:
         bool(data.get("default", False)),
         tuple(str(n) for n in nodes) if isinstance(nodes, list) else (),
         data.get("default_time"),
+        data.get("max_interactive_time"),
     )
 
 

@@ -477,8 +477,13 @@ class OpenStep(_Request, op="step", secret=("env",)):
     starts. `pty`: a pseudo-terminal of `rows` x `cols` with `term` as TERM, instead of
     pipes. `interactive`: salloc's shell, the step `N.interactive`. With `task`, `job` is
     an array's id and the step is its task `task`'s (N_K). Replies {"job", "step",
-    "label", "leads"}; after that line the connection carries the step's frames
+    "label", "leads", "gpus"}; after that line the connection carries the step's frames
     (gbatch/core/stepframes.py) until its EXIT frame.
+
+    The step's own share of the job (srun -G, -c, --mem inside it): `gpus`, `cpus`,
+    `mem_mb` (None: the job's, all of it, none held for itself); `overlap`: GPUs other
+    steps hold may be shared. When the GPUs asked are held by the job's other steps
+    now, the reply is {"busy": why} and the connection ends: ask again later.
     """
 
     job: int
@@ -490,6 +495,10 @@ class OpenStep(_Request, op="step", secret=("env",)):
     cols: int = 80
     interactive: bool = False
     task: int | None = None
+    gpus: int | None = None
+    cpus: int | None = None
+    mem_mb: int | None = None
+    overlap: bool = False
 
 
 class AwaitAllocation(_Request, op="await_allocation"):

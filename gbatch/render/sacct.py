@@ -226,7 +226,8 @@ def format_sacct(
     rows = []
     for job, label in labelled:
         rows.append([label if c.name == "JobID" else c.value(job, now) for c in columns])
-        for step, step_label in _step_lines(job, (steps or {}).get(job.id, ())):
+        shown_steps = () if steps is None else steps.get(job.id, ())
+        for step, step_label in _step_lines(job, shown_steps, steps is not None):
             rows.append(
                 [
                     step_label
@@ -255,26 +256,36 @@ def format_sacct(
     return as_text([line.rstrip() for line in lines])
 
 
-def _step_lines(job: Job, steps: Sequence[Step]) -> list[tuple[Job, str]]:
+def _step_lines(job: Job, steps: Sequence[Step], listed: bool = True) -> list[tuple[Job, str]]:
     """The lines under `job` for its `steps`: each a Job made of the step's own fields
-    (name, state, times, exit), with its `N.M` label.
+    (name, state, times, exit, and its own GPUs, CPUs and memory where it asked for
+    them: AllocTRES, AllocGPUS), with its `N.M` label. None unless `listed` (sacct -X).
 
-    A batch job that ran steps shows its script as `N.batch` first, as Slurm does; a
-    job without steps has no lines under it (Slurm would show `N.batch` for every batch
-    job: gbatch only where there are steps beside it).
+    Every batch job that started shows its script as `N.batch` first, as Slurm does (a
+    job that timed out shows it CANCELLED, as Slurm's, the script having been killed);
+    an srun/salloc allocation has none. No `N.extern`: gbatch has no extern step.
     """
-    if not steps:
+    if not listed:
         return []
     lines: list[tuple[Job, str]] = []
-    # An srun/salloc allocation's first step leads it (core/steps.py); a batch job's
-    # steps never do, its script being its run.
-    if not any(step.leads for step in steps):
-        batch = replace(job, spec=job.spec.replace(name="batch"))
-        lines.append((batch, f"{job.id}.batch"))
+    # An srun/salloc allocation's first step leads it (core/steps.py): it has no script.
+    allocation = job.spec.interactive is not None or any(step.leads for step in steps)
+    if not allocation and job.start_time is not None:
+        state = JobState.CANCELLED if job.state is JobState.TIMEOUT else job.state
+        batch = replace(job, spec=job.spec.replace(name="batch"), state=state, reason="")
+        lines.append((batch, f"{job_label(job)}.batch"))
     for step in steps:
+        spec = job.spec.replace(name=step.name)
+        if step.gpus is not None:
+            spec = spec.replace(gpus=len(step.gpus))
+        if step.cpus is not None:
+            spec = spec.replace(cpus=step.cpus)
+        if step.mem_mb is not None:
+            spec = spec.replace(mem_mb=step.mem_mb, mem_per_gpu_mb=None, mem_per_cpu_mb=None)
         shown = replace(
             job,
-            spec=job.spec.replace(name=step.name),
+            spec=spec,
+            gpus=job.gpus if step.gpus is None else step.gpus,
             state=step.state,
             start_time=step.start_time,
             end_time=step.end_time,

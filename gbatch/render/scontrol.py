@@ -312,10 +312,16 @@ def format_partition_details(partition: PartitionInfo, nodes: Sequence[NodeInfo]
     default_time = (
         "NONE" if partition.default_time is None else format_duration(partition.default_time)
     )
+    # gbatch's own (Slurm has no such limit): shown only where an admin set it.
+    interactive = (
+        ""
+        if partition.max_interactive_time is None
+        else f" MaxInteractiveTime={format_duration(partition.max_interactive_time)}"
+    )
     lines = [
         f"PartitionName={printable(partition.name)}",
         f"   Default={'YES' if partition.default else 'NO'} DefaultTime={default_time} "
-        f"MaxTime={format_duration(partition.max_time)}",
+        f"MaxTime={format_duration(partition.max_time)}{interactive}",
         f"   Nodes={','.join(printable(n) for n in partition.nodes) or '(null)'}",
         f"   State={'UP' if up or not members else 'DOWN'} TotalCPUs={cpus} "
         f"TotalNodes={len(partition.nodes)} TotalGPUs={gpus}",

@@ -117,6 +117,8 @@ class SinfoRow:
     partition: str
     default: bool  # the default partition: %P prints a `*` after its name
     max_time: int | None  # the partition's limit, seconds; None: infinite
+    # Its srun/salloc allocations' limit (-O MaxInteractiveTime); None: max_time's.
+    max_interactive_time: int | None = None
 
 
 def sinfo_rows(
@@ -142,8 +144,9 @@ def sinfo_rows(
         part = limits.get(name)
         default = part.default if part is not None else name == default_partition
         max_time = part.max_time if part is not None else None
+        interactive = part.max_interactive_time if part is not None else None
         rows.extend(
-            SinfoRow(node, name, default or name == default_partition, max_time)
+            SinfoRow(node, name, default or name == default_partition, max_time, interactive)
             for node in nodes
             if name in (node.partitions or (IMPLICIT_PARTITION,))
         )
@@ -221,6 +224,13 @@ def _sinfo_nodes_aiot(rows: Sequence[SinfoRow]) -> str:
     return f"{allocated}/{len(rows) - other - allocated}/{other}/{len(rows)}"
 
 
+def _interactive_limit(row: SinfoRow) -> str:
+    """-O MaxInteractiveTime: the limit srun/salloc allocations have there (max_time's
+    when the partition sets none of its own), `infinite` for none."""
+    limit = row.max_interactive_time if row.max_interactive_time is not None else row.max_time
+    return "infinite" if limit is None else format_duration(limit)
+
+
 def _optional(value: int | None) -> str:
     return "N/A" if value is None else str(value)
 
@@ -240,6 +250,7 @@ class _SinfoLetter:
     aggregate: Callable[[Sequence[SinfoRow]], str] | None = None
 
 
+_INTERACTIVE_TIME = "MaxInteractiveTime"  # a key of no letter, only -O's
 _SINFO_LETTERS: Mapping[str, _SinfoLetter] = {
     "P": _SinfoLetter("PARTITION", lambda r: printable(r.partition) + ("*" if r.default else "")),
     "R": _SinfoLetter("PARTITION", lambda r: printable(r.partition)),
@@ -247,6 +258,8 @@ _SINFO_LETTERS: Mapping[str, _SinfoLetter] = {
     "l": _SinfoLetter(
         "TIMELIMIT", lambda r: "infinite" if r.max_time is None else format_duration(r.max_time)
     ),
+    # No letter in Slurm (which has no such limit): reached by -O MaxInteractiveTime.
+    _INTERACTIVE_TIME: _SinfoLetter("INTERACTIVE_TIMELIMIT", lambda r: _interactive_limit(r)),
     "D": _SinfoLetter("NODES", None, lambda rows: str(len(rows))),
     "F": _SinfoLetter("NODES(A/I/O/T)", None, _sinfo_nodes_aiot),
     "N": _SinfoLetter("NODELIST", None, lambda rows: compress_hostlist(r.node.name for r in rows)),
@@ -279,6 +292,8 @@ _SINFO_LETTERS: Mapping[str, _SinfoLetter] = {
 }
 
 
+_ONE_LETTERS = tuple(key for key in _SINFO_LETTERS if len(key) == 1)  # -o's
+
 # sinfo -O's long names (matched case-insensitively), each a letter above.
 SINFO_LONG_NAMES: Mapping[str, str] = {
     "Available": "a",
@@ -287,6 +302,7 @@ SINFO_LONG_NAMES: Mapping[str, str] = {
     "Features": "f",
     "Gres": "G",
     "Groups": "g",
+    "MaxInteractiveTime": _INTERACTIVE_TIME,
     "Memory": "m",
     "NodeAIOT": "F",
     "NodeHost": "n",
@@ -330,7 +346,7 @@ def parse_sinfo_format(fmt: str) -> list[str | _SinfoSpec]:
     `%#X` is as wide as the widest value of X (Slurm's default formats use it).
     """
     parts: list[str | _SinfoSpec] = []
-    for item in format_items(fmt, _SINFO_SPEC, _SINFO_LETTERS, "sinfo"):
+    for item in format_items(fmt, _SINFO_SPEC, _ONE_LETTERS, "sinfo"):
         if isinstance(item, str):
             parts.append(item)
             continue

@@ -224,6 +224,10 @@ class Config:
     # An srun/salloc allocation that no client waits for or is attached to any more is
     # cancelled this long after its client went away (Slurm's behaviour when srun dies).
     interactive_grace_seconds: float = 30.0
+    # The longest an srun/salloc allocation may run on the implicit partition (no
+    # inventory, or one without partitions:), in seconds; an inventory's partitions say
+    # it with their own max_interactive_time. None: only the partition's max_time.
+    max_interactive_time: int | None = None
     # Slurm's SchedulerParameters=kill_invalid_depend: a job whose dependency can never
     # hold is CANCELLED, instead of pending with reason DependencyNeverSatisfied.
     kill_invalid_depend: bool = False
@@ -479,6 +483,20 @@ def _check_idle_gpu(value: object, bad: Callable[[str], ConfigError]) -> IdleGpu
     return policy
 
 
+def _check_time_limit(value: object, bad: Callable[[str], ConfigError]) -> int | None:
+    """A time limit as sbatch -t takes it (minutes, or [D-]HH:MM:SS); seconds, None unset."""
+    from gbatch.core.timefmt import TimeLimitError, parse_time_limit
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise bad("a time limit, e.g. 60 (minutes) or 4:00:00")
+    try:
+        return parse_time_limit(value, field="")
+    except TimeLimitError:
+        raise bad("a time limit, e.g. 60 (minutes) or 4:00:00") from None
+
+
 def _check_flag(value: object, bad: Callable[[str], ConfigError]) -> bool:
     if not isinstance(value, bool):
         raise bad("true or false")
@@ -677,6 +695,8 @@ def _coerce(key: str, value: object, source: str) -> object:
         return _check_webhooks(value, bad)
     if key == "idle_gpu":
         return _check_idle_gpu(value, bad)
+    if key == "max_interactive_time":
+        return _check_time_limit(value, bad)
     if key == "gpu_mem_policy":
         if value not in GPU_MEM_POLICIES:
             raise bad(" or ".join(GPU_MEM_POLICIES))

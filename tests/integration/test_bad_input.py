@@ -46,7 +46,7 @@ BAD_FILES = {
 
 
 def _queue_size(head: Head) -> int:
-    out = head.run("sacct", "-a", "-S", "all", "-n", "-P", "-o", "JobID", check=True).stdout
+    out = head.run("sacct", "-X", "-a", "-S", "all", "-n", "-P", "-o", "JobID", check=True).stdout
     return len(out.split())
 
 

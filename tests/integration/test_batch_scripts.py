@@ -209,9 +209,9 @@ def test_quiet_prints_nothing_and_wait_returns_the_jobs_exit_code(
     assert waited.returncode == 3, waited.stderr
     job_id = int(waited.stdout.strip())
     # -W returned only once the job had ended: its state is final already.
-    assert head.run("sacct", "-j", str(job_id), "-n", "-P", "-o", "State,ExitCode").stdout == (
-        "FAILED|3:0\n"
-    )
+    assert head.run(
+        "sacct", "-X", "-j", str(job_id), "-n", "-P", "-o", "State,ExitCode"
+    ).stdout == ("FAILED|3:0\n")
     assert sbatch_in(head, tmp_path, "-W", "--wrap", "true").returncode == 0
 
 

@@ -41,6 +41,6 @@ def test_concurrent_submitters_get_distinct_durable_ids_and_no_lock_errors(head:
         thread.join()
     assert errors == []
     assert len(acknowledged) == len(set(acknowledged)) == SUBMITTERS * EACH
-    stored = head.run("sacct", "-a", "-S", "all", "-n", "-P", "-o", "JobID", check=True)
+    stored = head.run("sacct", "-X", "-a", "-S", "all", "-n", "-P", "-o", "JobID", check=True)
     assert sorted(int(x) for x in stored.stdout.split()) == sorted(acknowledged)
     head.run("scancel", "--me", check=True)

@@ -93,7 +93,9 @@ def test_container_killed_by_someone_else_fails_with_its_exit_code_and_stays_dea
     assert job["reason"] == "exit code 137"
     shown = head.run("scontrol", "show", "job", str(job_id), check=True).stdout
     assert "JobState=FAILED Reason=exit code 137 ExitCode=137:0" in shown
-    sacct = head.run("sacct", "-n", "-P", "-j", str(job_id), "-o", "State,ExitCode", check=True)
+    sacct = head.run(
+        "sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State,ExitCode", check=True
+    )
     assert sacct.stdout.split() == ["FAILED|137:0"]
     assert_never_revived(engine, job_id, attempts=1)
     assert head.state(job_id) == "FAILED"

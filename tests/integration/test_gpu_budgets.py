@@ -128,7 +128,7 @@ def test_a_job_over_its_budget_is_warned_then_stopped_out_of_memory_with_the_rea
     ended = head.wait_state(greedy, "OUT_OF_MEMORY", timeout=60)
     assert (ended["reason"], ended["attempt"]) == ("OutOfGpuMemoryBudget", 1)
     acct = head.run(
-        "sacct", "-j", str(greedy), "-P", "-n", "-o", "State,Reason,MaxGpuMem", check=True
+        "sacct", "-X", "-j", str(greedy), "-P", "-n", "-o", "State,Reason,MaxGpuMem", check=True
     )
     assert acct.stdout == "OUT_OF_MEMORY|OutOfGpuMemoryBudget|1536M\n"
     assert "(OutOfGpuMemoryBudget)" in head.run("squeue", "-t", "all", "-j", str(greedy)).stdout

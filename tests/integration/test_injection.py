@@ -144,7 +144,7 @@ def refused_at_submit(head: Head, image: str, canary: str, files: Path) -> None:
 
 
 def _job_count(head: Head) -> int:
-    out = head.run("sacct", "-a", "-S", "all", "-n", "-P", "-o", "JobID", check=True).stdout
+    out = head.run("sacct", "-X", "-a", "-S", "all", "-n", "-P", "-o", "JobID", check=True).stdout
     return len(out.split())
 
 

@@ -163,9 +163,11 @@ def test_an_array_lives_as_slurm_shows_it(head: Head) -> None:
     head.run("scancel", str(array), check=True)  # the array's id: every task
     for k in range(5):
         head.wait_state(array + k, "CANCELLED")
-    acct = head.run("sacct", "-j", str(array), "-n", "-P", "-o", "JobID,JobIDRaw,State").stdout
+    acct = head.run(
+        "sacct", "-X", "-j", str(array), "-n", "-P", "-o", "JobID,JobIDRaw,State"
+    ).stdout
     assert acct.splitlines() == [f"{array}_{k}|{array + k}|CANCELLED" for k in range(5)]
-    one = head.run("sacct", "-j", f"{array}_1", "-n", "-P", "-o", "JobID", check=True).stdout
+    one = head.run("sacct", "-X", "-j", f"{array}_1", "-n", "-P", "-o", "JobID", check=True).stdout
     assert one == f"{array}_1\n"
     assert head.run("logs", f"{array}_1").returncode == 0
     missing = head.run("logs", f"{array}_9")

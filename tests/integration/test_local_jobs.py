@@ -80,7 +80,7 @@ def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(head: Head) -> 
     job_id = head.sbatch("-t", "0:01", "--wrap", "trap '' TERM; sleep 60 & wait; sleep 60")
     job = head.wait_state(job_id, "TIMEOUT", timeout=20)
     assert job["exit_signal"] == signal.SIGKILL
-    sacct = head.run("sacct", "-j", str(job_id), "-P", "-n", "-o", "State,ExitCode").stdout
+    sacct = head.run("sacct", "-X", "-j", str(job_id), "-P", "-n", "-o", "State,ExitCode").stdout
     assert sacct.strip() == "TIMEOUT|0:9"
 
 
@@ -112,7 +112,7 @@ def test_a_job_failing_every_attempt_ends_failed_with_its_exit_code(head: Head) 
     job = head.wait_state(job_id, "FAILED")
     assert job["attempt"] == 2
     assert (job["exit_code"], job["exit_signal"]) == (7, 0)
-    sacct = head.run("sacct", "-j", str(job_id), "-P", "-n", "-o", "State,ExitCode").stdout
+    sacct = head.run("sacct", "-X", "-j", str(job_id), "-P", "-n", "-o", "State,ExitCode").stdout
     assert sacct.strip() == "FAILED|7:0"
 
 

@@ -9,7 +9,7 @@ def test_sacct_shows_tres_and_narrows_by_name_and_relative_times(head: Head) -> 
     job_id = head.sbatch("-J", "tres-job", "-c", "1", "--mem", "1500M", "--wrap", "true")
     head.sbatch("-J", "other", "--wrap", "true")
     head.wait_state(job_id, "COMPLETED")
-    fields = ("-o", "JobID,JobName,AllocTRES,ReqMem,AllocCPUS", "-P", "-n")
+    fields = ("-X", "-o", "JobID,JobName,AllocTRES,ReqMem,AllocCPUS", "-P", "-n")
     out = head.run(
         "sacct", "-S", "now-1hours", "-E", "now+1hours", "--name", "tres-job", "--units", "G",
         *fields, check=True,

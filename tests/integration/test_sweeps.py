@@ -35,7 +35,9 @@ def sacct_rows(head: Head) -> list[list[str]]:
     """(JobName, Params) of the caller's jobs, once all have COMPLETED."""
 
     def rows() -> list[list[str]] | None:
-        out = head.run("sacct", "-S", "all", "-P", "-n", "-o", "JobName,State,Params", check=True)
+        out = head.run(
+            "sacct", "-X", "-S", "all", "-P", "-n", "-o", "JobName,State,Params", check=True
+        )
         found = [line.split("|") for line in out.stdout.splitlines()]
         done = found and all(state == "COMPLETED" for _, state, _ in found)
         return [[name, params] for name, _, params in found] if done else None

@@ -123,5 +123,7 @@ def test_seff_and_sacct_report_the_gpu_samples_taken_while_the_job_ran(head: Hea
     text = seff()
     assert re.search(r"^GPU Utilization: 60\.0% \(mean over \d+ samples\), max 60%$", text, re.M)
     assert "GPU Memory: max 11.20 GiB of 80.00 GiB\n" in text
-    tres = head.run("sacct", "-j", str(job), "-P", "-n", "-o", "JobID,TRESUsageInMax", check=True)
+    tres = head.run(
+        "sacct", "-X", "-j", str(job), "-P", "-n", "-o", "JobID,TRESUsageInMax", check=True
+    )
     assert tres.stdout == f"{job}|gres/gpumem=11.20G,gres/gpuutil=60\n"

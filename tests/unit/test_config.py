@@ -122,6 +122,7 @@ def test_config_file_with_every_key_is_read(
         "admin_steps: true\n"
         "bare_job_cgroups: false\n"
         "interactive_grace_seconds: 12\n"
+        "max_interactive_time: '2:00:00'\n"
         "docker: podman\n"
         "node_down_seconds: 90\n"
         "node_lease_seconds: 60\n"
@@ -179,6 +180,7 @@ def test_config_file_with_every_key_is_read(
         admin_steps=True,
         bare_job_cgroups=False,
         interactive_grace_seconds=12.0,
+        max_interactive_time=7200,
         docker="podman",
         node_down_seconds=90.0,
         node_lease_seconds=60.0,
@@ -275,6 +277,7 @@ def test_every_config_key_is_a_config_field() -> None:
         "admin_steps",
         "bare_job_cgroups",
         "interactive_grace_seconds",
+        "max_interactive_time",
     }
 
 

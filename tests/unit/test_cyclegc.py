@@ -211,10 +211,12 @@ def test_a_loop_submitting_and_cancelling_for_a_while_keeps_no_garbage(
         daemon.collector.full_seconds = 300.0
         return daemon.collector.collected - before, gc.get_freeze_count()
 
-    found_short, frozen_short = churn(10)
-    churn(50)  # caches and counters settle
+    found_short, _ = churn(10)
+    _, frozen_settled = churn(50)  # caches and counters settle
     found_long, frozen_long = churn(200)
     assert gc.garbage == []
     assert found_long <= found_short + 10
-    # The queue is the same size: the frozen heap grows by no pass's leftovers.
-    assert frozen_long <= frozen_short + 100
+    # The queue is the same size: the frozen heap grows by no pass's leftovers. (Measured
+    # from after the settling passes: after 10, the count depends on where the young
+    # collections happened to fall, and moved by ~200 with any new schema migration.)
+    assert frozen_long <= frozen_settled + 100

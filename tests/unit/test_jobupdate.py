@@ -301,3 +301,17 @@ def test_show_partition_prints_slurms_fields() -> None:
         "   State=UP TotalCPUs=16 TotalNodes=1 TotalGPUs=2\n"
         "   TRES=cpu=16,mem=64000M,node=1,gres/gpu=2\n"
     )
+
+
+def test_an_interactive_jobs_limit_may_not_pass_its_partitions_interactive_cap() -> None:
+    capped = {"gpu": Partition("gpu", ("local",), max_time=4 * HOUR, max_interactive_time=HOUR)}
+    target = job(interactive="srun")
+    with pytest.raises(UpdateRefused) as caught:
+        plan_update(target, {"TimeLimit": "2:00:00"}, admin=True, partitions=capped)
+    err = caught.value
+    assert err.message == (
+        "TimeLimit: 2:00:00 is over partition gpu's max_interactive_time (1:00:00), the "
+        "longest an srun allocation may run. Ask for at most that"
+    )
+    batch = plan_update(job(), {"TimeLimit": "2:00:00"}, admin=True, partitions=capped)
+    assert batch.spec.time_limit == 2 * HOUR

@@ -258,3 +258,29 @@ def test_a_time_limit_over_the_partitions_max_time_is_refused(daemon: Daemon) ->
         "at most that (-t), or use another partition",
     }
     assert daemon.store.count() == 0
+
+
+def test_an_interactive_job_is_held_to_max_interactive_time(daemon: Daemon) -> None:
+    daemon.fleet.partitions["dev"] = Partition(
+        "dev", ("local",), default_time=7200, max_interactive_time=1800
+    )
+    spec = stored(daemon, submit(daemon, partition="dev", interactive="srun"))
+    assert spec.time_limit == 1800  # the cap, shorter than the default
+    spec = stored(daemon, submit(daemon, partition="dev", interactive="srun", time_limit=600))
+    assert spec.time_limit == 600
+    spec = stored(daemon, submit(daemon, partition="dev", time_limit=7200))
+    assert spec.time_limit == 7200  # a batch job is not capped
+    reply = submit(daemon, partition="dev", interactive="salloc", time_limit=1801)
+    assert reply["error"] == (
+        "-t/--time: 30:01 is over partition dev's max_interactive_time (30:00), the longest "
+        "an salloc allocation may run. Ask for at most that (-t), or queue the work with "
+        "gbatch sbatch"
+    )
+    assert daemon.store.count() == 3
+
+
+def test_the_implicit_partition_takes_the_configs_interactive_cap() -> None:
+    (implicit,) = partitions_of(None, 3600)
+    assert (implicit.name, implicit.max_interactive_time) == (IMPLICIT_PARTITION, 3600)
+    assert implicit.limit_of(None, interactive=True) == 3600
+    assert implicit.limit_of(None, interactive=False) is None

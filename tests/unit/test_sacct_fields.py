@@ -117,7 +117,11 @@ def test_a_batch_job_with_steps_shows_its_script_and_each_step_as_slurm() -> Non
 
 
 def test_an_salloc_allocation_shows_its_interactive_step_and_no_batch_line() -> None:
-    ended = job(state=JobState.COMPLETED, end_time=NOW - 10, spec=SPEC.replace(name="bash"))
+    ended = job(
+        state=JobState.COMPLETED,
+        end_time=NOW - 10,
+        spec=SPEC.replace(name="bash", interactive="salloc"),
+    )
     steps = {
         7: [
             _step(INTERACTIVE, "interactive", JobState.COMPLETED, leads=True, end_time=NOW - 10),
@@ -131,3 +135,18 @@ def test_an_salloc_allocation_shows_its_interactive_step_and_no_batch_line() -> 
         "7.0            hostname  COMPLETED",
     ]
     assert format_sacct([ended], NOW, fields=["JobID"], parsable=True, steps={}) == "JobID\n7\n"
+
+
+def test_every_batch_job_that_started_has_a_batch_line_as_slurms() -> None:
+    fields = ["JobID", "JobName", "State", "ExitCode"]
+    ran = job(state=JobState.COMPLETED, end_time=NOW - 10)
+    out = format_sacct([ran], NOW, fields=fields, parsable=True, steps={})
+    assert out.splitlines()[1:] == ["7|train|COMPLETED|0:0", "7.batch|batch|COMPLETED|0:0"]
+    # Timed out: the script was killed, and Slurm's batch step reads CANCELLED.
+    timed_out = job(state=JobState.TIMEOUT, end_time=NOW - 10)
+    out = format_sacct([timed_out], NOW, fields=fields[:3], parsable=True, steps={})
+    assert out.splitlines()[1:] == ["7|train|TIMEOUT", "7.batch|batch|CANCELLED"]
+    # Never started (pending, or cancelled before it ran), or sacct -X: no batch line.
+    waiting = job(state=JobState.PENDING, start_time=None)
+    assert format_sacct([waiting], NOW, fields=["JobID"], parsable=True, steps={}) == "JobID\n7\n"
+    assert format_sacct([ran], NOW, fields=["JobID"], parsable=True, steps=None) == "JobID\n7\n"

@@ -186,3 +186,22 @@ def test_a_lost_channel_is_told_to_the_client_and_hangs_the_step_up(pipes: Harne
 def test_a_client_sending_what_is_not_a_frame_is_taken_for_gone(pipes: Harness) -> None:
     pipes.client.sendall(b"\xff" * 8)
     assert pipes.done().hangup
+
+
+def test_notices_told_from_another_thread_reach_the_client_as_stderr_before_exit() -> None:
+    """gbatchd's lines for a host step's terminal (Node.tell_step): on lines of their own."""
+    term = Harness(pty=True)
+    term.relay.tell(["srun: Job 7 will be cancelled in 5 minutes (time limit)"])
+    got: list[tuple[int, bytes]] = []
+    while not got:
+        got += term.reader.feed(term.client.recv(65536))
+    assert got == [
+        (frames.STDERR, b"\r\nsrun: Job 7 will be cancelled in 5 minutes (time limit)\r\n")
+    ]
+    term.relay.tell(["srun: Job step aborted: Waiting up to 30 seconds for job step to finish."])
+    term.channel.emit(status=0)
+    rest = term.frames_until_exit()
+    assert rest[-1][0] == frames.EXIT
+    assert (frames.STDERR, b"\r\nsrun: Job step aborted: Waiting up to 30 seconds for job step "
+            b"to finish.\r\n") in rest  # fmt: skip
+    assert term.done().exit_code == 0

@@ -32,7 +32,14 @@ def on_nodes(daemon: Daemon, caller: Caller, request: requests.ListNodes) -> dic
         "default_partition": None if default is None else default.name,
         "partitions": [
             codec.partition_to_wire(
-                PartitionInfo(p.name, p.max_time, p.default, tuple(p.nodes), p.default_time)
+                PartitionInfo(
+                    p.name,
+                    p.max_time,
+                    p.default,
+                    tuple(p.nodes),
+                    p.default_time,
+                    p.max_interactive_time,
+                )
             )
             for p in daemon.fleet.partitions.values()
         ],

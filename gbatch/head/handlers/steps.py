@@ -23,7 +23,7 @@ from typing import Any
 
 from gbatch.core import stepframes
 from gbatch.core.model import JobState
-from gbatch.core.steps import Step, step_name
+from gbatch.core.steps import Step, StepAsk, step_name
 from gbatch.core.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, submit_env_bytes
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.audit import audit
@@ -31,7 +31,7 @@ from gbatch.head.handlers.auth import is_admin, may_act_on
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.handlers.targets import named_job
-from gbatch.head.store import StepRefused, StoreError
+from gbatch.head.store import StepBusy, StepRefused, StoreError
 from gbatch.jobspec.spec import SpecError, check_command
 from gbatch.nodes.base import LaunchError, Node, StepLaunch
 from gbatch.protocol import requests
@@ -150,6 +150,7 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
     if cwd is not None and (not cwd.startswith("/") or "\0" in cwd):
         raise Refused("invalid", f"cwd: {cwd[:80]!r} is not an absolute path")
     pty = (_size(request.rows), _size(request.cols)) if request.pty else None
+    ask = step_ask(job, request)
     # From before its record until its shim holds it: the loop must not take the step
     # for one that vanished meanwhile (StepStart.start and abandon end this).
     daemon.steps_starting.begin(job.id)
@@ -164,9 +165,13 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
             interactive=request.interactive,
             now=daemon.clock(),
             max_open_per_user=MAX_OPEN_STEPS_PER_USER,
+            ask=ask,
+            job_gpus=tuple(job.gpus),
         )
     except BaseException as err:
         daemon.steps_starting.end(job.id)
+        if isinstance(err, StepBusy):
+            return {"busy": str(err)}  # no stream: the client asks again (srun waits)
         if isinstance(err, StepRefused):
             raise Refused("invalid", str(err)) from err
         raise
@@ -180,8 +185,38 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
         "label": step.label,
         "leads": step.leads,
         "node": job.node,
+        "gpus": list(job.gpus if step.gpus is None else step.gpus),
         STREAM: StepStart(daemon, node, job, step, launch),
     }
+
+
+def step_ask(job: Any, request: requests.OpenStep) -> StepAsk:
+    """The share of `job` a step asks (srun -G/-c/--mem inside it), checked against it.
+
+    Refused in one line, as Slurm's srun refuses a step larger than its job."""
+    refuse = f"Unable to create step for job {job.id}"
+    gpus, cpus, mem_mb = request.gpus, request.cpus, request.mem_mb
+    if gpus is not None and not 0 <= gpus <= len(job.gpus):
+        raise Refused(
+            "invalid",
+            f"{refuse}: Invalid generic resource (gres) specification: -G/--gpus {gpus}, and "
+            f"the job has {len(job.gpus)} GPU(s). Ask for at most {len(job.gpus)}",
+        )
+    have_cpus = job.spec.cpus_counted
+    if cpus is not None and not 1 <= cpus <= have_cpus:
+        raise Refused(
+            "invalid",
+            f"{refuse}: More processors requested than permitted: -c/--cpus-per-task {cpus}, "
+            f"and the job has {have_cpus}. Ask for at most {have_cpus}",
+        )
+    have_mem = job.spec.memory_mb
+    if mem_mb is not None and (mem_mb < 1 or (have_mem is not None and mem_mb > have_mem)):
+        raise Refused(
+            "invalid",
+            f"{refuse}: Memory required by task is not available: --mem {mem_mb}M, and the "
+            f"job has {have_mem}M. Ask for at most that",
+        )
+    return StepAsk(gpus=gpus, cpus=cpus, mem_mb=mem_mb, overlap=request.overlap)
 
 
 def loggable_argv(argv: tuple[str, ...]) -> str:

@@ -272,7 +272,16 @@ def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobS
             f"partition: {show_value(spec.partition)} is not a partition here. Use one of: "
             f"{names} (* is the default)",
         )
-    limit = time_limit if time_limit is not None else chosen.limit_without_time
+    interactive = spec.interactive is not None
+    limit = chosen.limit_of(time_limit, interactive=interactive)
+    cap = chosen.max_interactive_time
+    if interactive and cap is not None and (limit is None or limit > cap):
+        raise Refused(
+            "invalid",
+            f"-t/--time: {format_duration(limit)} is over partition {chosen.name}'s "
+            f"max_interactive_time ({format_duration(cap)}), the longest an {spec.interactive} "
+            "allocation may run. Ask for at most that (-t), or queue the work with gbatch sbatch",
+        )
     if chosen.max_time is not None and limit is not None and limit > chosen.max_time:
         raise Refused(
             "invalid",

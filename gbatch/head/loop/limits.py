@@ -1,6 +1,8 @@
 """The loop's second step: --signal warnings, TIME_LIMIT mail, time limits, stopping runs.
 
-The runs stopped are those of jobs COMPLETING: SIGTERM, the grace, SIGKILL.
+The runs stopped are those of jobs COMPLETING: SIGTERM, the grace, SIGKILL. Attached
+terminals are told (gbatch/core/stepnotices.py): warned before an interactive job's
+limit, and told why, when a job is stopped under its steps.
 """
 
 from __future__ import annotations
@@ -9,12 +11,15 @@ import logging
 import signal
 from collections.abc import Callable
 
+from gbatch.core import stepnotices
 from gbatch.core.model import IllegalTransition, Job, JobState
+from gbatch.core.steps import Step
 from gbatch.head.fleet import Fleet
 from gbatch.head.loop.runs import Runs
 from gbatch.head.notify import TIME_LIMIT_WARNINGS, mail_types
 from gbatch.head.store import Store
 from gbatch.jobspec.slurmopts import parse_signal
+from gbatch.nodes.base import Node
 from gbatch.site.config import Config
 
 log = logging.getLogger("gbatchd")
@@ -38,6 +43,8 @@ class RunLimits:
         self.monotonic = monotonic
         # (job id, attempt) of runs sent their --signal warning (once per attempt)
         self._warned_runs: set[tuple[int, int]] = set()
+        # (job id, attempt) of runs whose terminals were warned of the limit (once)
+        self._warned_terminals: set[tuple[int, int]] = set()
 
     def enforce(self, now: float) -> None:
         """Warn, time out and stop the runs of RUNNING and COMPLETING jobs as due now."""
@@ -46,6 +53,8 @@ class RunLimits:
                 self._warn_run(job, now)
             if job.state is JobState.RUNNING and self.config.smtp_host and job.spec.mail_type:
                 self._warn_time_limit(job, now)
+            if job.state is JobState.RUNNING and job.spec.time_limit is not None:
+                self._warn_terminals(job, now)
             if job.state is JobState.RUNNING and self._past_limit(job, now):
                 try:
                     job = self.store.set_state(
@@ -59,7 +68,7 @@ class RunLimits:
                 except IllegalTransition:
                     continue
             if job.state is JobState.COMPLETING:
-                self._stop_run(job)
+                self._stop_run(job, now)
 
     def _warn_time_limit(self, job: Job, now: float) -> None:
         """--mail-type=TIME_LIMIT_50/80/90: owe each once per run, when its run time
@@ -91,7 +100,48 @@ class RunLimits:
         log.info("job %d: sending %s before its time limit", job.id, job.spec.signal)
         node.signal(job, job.attempt, signal.Signals(warning.signum))
 
-    def _stop_run(self, job: Job) -> None:
+    def _warn_terminals(self, job: Job, now: float) -> None:
+        """Warn the terminals attached to a job once, stepnotices.warning_lead before its
+        limit: every step of an srun/salloc allocation, a terminal step of another job."""
+        key = (job.id, job.attempt)
+        limit = job.spec.time_limit
+        if key in self._warned_terminals or limit is None:
+            return
+        if not self._past_limit(job, now, margin=stepnotices.warning_lead(limit)):
+            return
+        self._warned_terminals.add(key)
+        node = self.fleet.nodes.get(job.node or "")
+        left = limit - (self.monotonic() - self.runs.started[key])
+        for step in self._open_steps(job):
+            if node is not None and (step.pty or job.spec.interactive is not None):
+                node.tell_step(job, step, stepnotices.warning_lines(step, left))
+
+    def _tell_ending(self, job: Job, node: Node, now: float) -> None:
+        """Tell a stopped job's open steps why, unless its own first step ended it."""
+        steps = [s for s in self.store.steps_of([job.id]) if s.attempt == job.attempt]
+        if any(s.leads and s.state is not JobState.RUNNING for s in steps):
+            return  # an srun/salloc allocation released as its step ended: nothing to say
+        timeout = job.stop_state is JobState.TIMEOUT
+        for step in steps:
+            if step.state is JobState.RUNNING:
+                lines = stepnotices.ending_lines(
+                    step,
+                    timeout=timeout,
+                    reason=job.reason,
+                    node=node.name,
+                    grace=self.config.kill_grace_seconds,
+                    now=now,
+                )
+                node.tell_step(job, step, lines)
+
+    def _open_steps(self, job: Job) -> list[Step]:
+        return [
+            s
+            for s in self.store.steps_of([job.id])
+            if s.attempt == job.attempt and s.state is JobState.RUNNING
+        ]
+
+    def _stop_run(self, job: Job, now: float) -> None:
         """SIGTERM the run, then SIGKILL it once the grace period has passed."""
         node = self.fleet.nodes.get(job.node or "")
         if node is None:
@@ -99,6 +149,7 @@ class RunLimits:
         stopping = self.runs.stopping
         sent = stopping.get(job.id)
         if sent is None:
+            self._tell_ending(job, node, now)
             node.signal(job, job.attempt, signal.SIGTERM)
             stopping[job.id] = (self.monotonic(), False)
         elif not sent[1] and self.monotonic() - sent[0] >= self.config.kill_grace_seconds:

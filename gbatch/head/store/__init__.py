@@ -40,7 +40,7 @@ from gbatch.head.store.pages import LISTING_SORTS, ListingQuery, Pages
 from gbatch.head.store.reads import JobBrief, Reads
 from gbatch.head.store.rows import ArrayTail, ListingPage, ListingSpecs, listing_spec, listing_specs
 from gbatch.head.store.schema import MIGRATIONS
-from gbatch.head.store.steps import StepRefused, Steps
+from gbatch.head.store.steps import StepBusy, StepRefused, Steps
 from gbatch.head.store.submit import Submission, Submit
 from gbatch.head.store.transitions import StateChange, Transitions
 from gbatch.head.store.usage import Usage, UsageRecords
@@ -63,6 +63,7 @@ __all__ = [
     "PendingLimitReached",
     "RunnableWindow",
     "StateChange",
+    "StepBusy",
     "StepRefused",
     "Store",
     "StoreError",

@@ -206,4 +206,13 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE gpu_usage ADD COLUMN own_mem_mib INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE gpu_usage ADD COLUMN own_mem_max_mib INTEGER NOT NULL DEFAULT 0
     """,
+    # 15: a step's own resources (srun -G/-c/--mem inside a job): the job's GPU indices
+    # it got, comma-separated (NULL: it asked none and sees all the job's), its CPUs and
+    # memory (NULL: the job's), and whether it holds its GPUs for itself (not --overlap).
+    """
+    ALTER TABLE steps ADD COLUMN gpus TEXT;
+    ALTER TABLE steps ADD COLUMN cpus INTEGER;
+    ALTER TABLE steps ADD COLUMN mem_mb INTEGER;
+    ALTER TABLE steps ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0
+    """,
 )

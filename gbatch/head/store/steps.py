@@ -13,24 +13,32 @@ import sqlite3
 from collections.abc import Sequence
 
 from gbatch.core.model import JobState
-from gbatch.core.steps import INTERACTIVE, Step
+from gbatch.core.steps import INTERACTIVE, Step, StepAsk, pick_gpus
 from gbatch.head.store.db import Database
 from gbatch.head.store.rows import _chunks, _marks
 
 _COLUMNS = (
     "job_id, step_id, attempt, name, argv, state, user, pty, leads, start_time, end_time,"
-    " exit_code, exit_signal, reason"
+    " exit_code, exit_signal, reason, gpus, cpus, mem_mb, exclusive"
 )
+
+
+WHOLE_JOB = StepAsk()  # a step that asks nothing of its own: it sees the whole job
 
 
 class StepRefused(Exception):
     """A step that may not open now; str() says why, for the one who asked."""
 
 
+class StepBusy(StepRefused):
+    """The GPUs a step asks for are held by the job's other steps now: try again later."""
+
+
 def _step(row: tuple[object, ...]) -> Step:
     (job_id, step_id, attempt, name, argv, state, user, pty, leads, start, end, code, sig, why) = (
-        row
+        row[:14]
     )
+    gpus, cpus, mem_mb, exclusive = row[14:]
     return Step(
         job_id=int(job_id),  # type: ignore[call-overload]
         step_id=int(step_id),  # type: ignore[call-overload]
@@ -46,6 +54,10 @@ def _step(row: tuple[object, ...]) -> Step:
         exit_code=None if code is None else int(code),  # type: ignore[call-overload]
         exit_signal=None if sig is None else int(sig),  # type: ignore[call-overload]
         reason=str(why),
+        gpus=None if gpus is None else tuple(int(g) for g in str(gpus).split(",") if g),
+        cpus=None if cpus is None else int(cpus),  # type: ignore[call-overload]
+        mem_mb=None if mem_mb is None else int(mem_mb),  # type: ignore[call-overload]
+        exclusive=bool(exclusive),
     )
 
 
@@ -64,12 +76,17 @@ class Steps(Database):
         interactive: bool,
         now: float,
         max_open_per_user: int,
+        ask: StepAsk = WHOLE_JOB,
+        job_gpus: tuple[int, ...] = (),
     ) -> Step:
         """Record a new step of `job_id`'s run `attempt`, RUNNING from `now`; the Step.
 
         StepRefused (nothing written) when the job is not running that attempt any more,
         when `interactive` is asked of a job that is not an salloc allocation or has
         its interactive step already, or when `user` has `max_open_per_user` steps open.
+        A step asking GPUs (`ask`) gets `ask.gpus` of `job_gpus` that no other running
+        step of the job holds for itself (pick_gpus), chosen in the same transaction so
+        that two steps never get the same ones; StepBusy when there are not enough now.
         """
         with self._write() as db:
             row = db.execute(
@@ -102,6 +119,15 @@ class Steps(Database):
                 raise StepRefused(
                     f"{user} has {mine} steps running, the most one user may. End some first"
                 )
+            gpus = None
+            if ask.gpus is not None:
+                held = _held_gpus(db, job_id, attempt)
+                gpus = pick_gpus(job_gpus, held, ask.gpus, overlap=ask.overlap)
+                if gpus is None:
+                    raise StepBusy(
+                        f"Requested nodes are busy: {len(held)} of job {job_id}'s "
+                        f"{len(job_gpus)} GPUs are held by its other steps"
+                    )
             step_id = INTERACTIVE if interactive else _next_number(db, job_id)
             step = Step(
                 job_id=job_id,
@@ -114,9 +140,13 @@ class Steps(Database):
                 pty=pty,
                 leads=kind is not None and opened == 0,
                 start_time=now,
+                gpus=gpus,
+                cpus=ask.cpus,
+                mem_mb=ask.mem_mb,
+                exclusive=gpus is not None and not ask.overlap,
             )
             db.execute(
-                f"INSERT INTO steps ({_COLUMNS}) VALUES ({_marks(range(14))})",
+                f"INSERT INTO steps ({_COLUMNS}) VALUES ({_marks(range(18))})",
                 (
                     step.job_id,
                     step.step_id,
@@ -132,6 +162,10 @@ class Steps(Database):
                     None,
                     None,
                     "",
+                    None if gpus is None else ",".join(str(g) for g in gpus),
+                    step.cpus,
+                    step.mem_mb,
+                    int(step.exclusive),
                 ),
             )
         return step
@@ -192,6 +226,16 @@ class Steps(Database):
                 ).fetchall()
                 found.extend(_step(row) for row in rows)
         return found
+
+
+def _held_gpus(db: sqlite3.Connection, job_id: int, attempt: int) -> set[int]:
+    """The GPUs the job's running steps hold for themselves (steps_open's rows)."""
+    rows = db.execute(
+        "SELECT gpus FROM steps INDEXED BY steps_open"
+        " WHERE job_id = ? AND attempt = ? AND state = 'RUNNING' AND exclusive = 1",
+        (job_id, attempt),
+    ).fetchall()
+    return {int(g) for (text,) in rows for g in str(text or "").split(",") if g}
 
 
 def _next_number(db: sqlite3.Connection, job_id: int) -> int:

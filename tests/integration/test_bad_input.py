@@ -149,8 +149,8 @@ def test_a_job_file_with_wrap_is_refused_not_silently_replaced(
         # No prefix matching: `--gpu 1` was silently `--gpus 1`; the near options are named.
         (
             ["sbatch", "--gpu", "1", "--wrap", "true"],
-            "gbatch sbatch: error: unrecognized arguments: --gpu (did you mean --gpus, "
-            "--gpus-per-node or --gpus-per-task?)",
+            "gbatch sbatch: error: unrecognized arguments: --gpu (did you mean --gpu-mem, "
+            "--gpus or --gpus-per-node?)",
         ),
         (
             ["sbatch", "--wrap", "true", "--tim", "5"],

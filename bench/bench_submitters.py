@@ -106,9 +106,10 @@ def submit_burst(socket: Path, submitters: int, each: int) -> tuple[list[Outcome
 
 
 def stored_ids(home: Path) -> list[int]:
-    """Every job id the store holds, through the same read path users have."""
+    """Every job id the store holds, through the same read path users have (-X: jobs,
+    not their N.batch lines)."""
     done = subprocess.run(
-        [str(GBATCH), "sacct", "-a", "-S", "all", "-n", "-P", "-o", "JobID"],
+        [str(GBATCH), "sacct", "-X", "-a", "-S", "all", "-n", "-P", "-o", "JobID"],
         env=gbatch_env(home, GPUS),
         capture_output=True,
         text=True,
@@ -121,7 +122,7 @@ def stored_ids(home: Path) -> list[int]:
 def started_count(home: Path) -> int:
     """Jobs that got as far as a run (the dispatcher worked during the burst)."""
     done = subprocess.run(
-        [str(GBATCH), "sacct", "-a", "-S", "all", "-n", "-P", "-o", "State"],
+        [str(GBATCH), "sacct", "-X", "-a", "-S", "all", "-n", "-P", "-o", "State"],
         env=gbatch_env(home, GPUS),
         capture_output=True,
         text=True,

@@ -129,8 +129,15 @@ class Run:
     before: Run | None = None  # the pipeline step submitted first (entry.after)
 
 
+def _srun_node_named(text: str) -> str:
+    """`srun: error: NODE: task ...` with NODE as {node}: Slurm's is this host's name,
+    gbatch's the node's (`local`)."""
+    return _SRUN_NODE.sub(r"\1{node}: task", text)
+
+
 def placeholders(run: Run, task: int | None) -> dict[str, str]:
-    values = {"job": str(run.ids[task]), "submit_dir": str(run.submit_dir)}
+    # {node} stays as written: _srun_node_named writes the files' node names so.
+    values = {"job": str(run.ids[task]), "submit_dir": str(run.submit_dir), "node": "{node}"}
     if task is not None:
         values.update(task=str(task), array=str(run.array_id))
         values.update(run.entry.per_task.get(str(task), {}))
@@ -171,7 +178,7 @@ def output_problems(run: Run) -> list[str]:
                 )
                 problems.append(f"{rel}: missing (the submit dir holds {found})")
                 continue
-            have = path.read_text(errors="replace").splitlines()
+            have = _srun_node_named(path.read_text(errors="replace")).splitlines()
             want = tuple(expand(line, values) for line in lines)
             if not in_order(want, have):
                 problems.append(f"{rel}: wanted the lines {list(want)} in order, found {have}")
@@ -218,8 +225,7 @@ def normalized_outputs(run: Run) -> dict[str, str]:
             path = run.submit_dir / expand(pattern, values)
             text = path.read_text(errors="replace") if path.is_file() else "<missing>"
             text = text.replace(str(run.submit_dir), "{submit_dir}")
-            # srun names the node a task failed on: Slurm's is this host, gbatch's `local`.
-            texts[f"{pattern} task={task}"] = _SRUN_NODE.sub(r"\1{node}: task", text)
+            texts[f"{pattern} task={task}"] = _srun_node_named(text)
     return texts
 
 

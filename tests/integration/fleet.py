@@ -43,11 +43,13 @@ def build_fleet(
     installed: bool = True,
     config: str = FAST_CONFIG,
     features: Mapping[str, Sequence[str]] | None = None,
+    node_keys: Mapping[str, Mapping[str, object]] | None = None,
 ) -> Fleet:
     """One host container per entry of `gpus` (name -> GPU count, or the simulation
     file's GPU entries: a model's `name` and `memory_total_mib`, its `processes`...) and a
-    head started against them, each node with its inventory `features`. Whatever fails
-    on the way, the hosts started so far are removed: without Ryuk, nothing else would."""
+    head started against them, each node with its inventory `features` and any other
+    inventory keys of `node_keys` (share_gpus, mps...). Whatever fails on the way, the
+    hosts started so far are removed: without Ryuk, nothing else would."""
     require_docker()
     image = ensure_test_image()
     hosts: dict[str, Host] = {}
@@ -63,6 +65,7 @@ def build_fleet(
             installed=installed,
             config=config,
             features=features or {},
+            node_keys=node_keys or {},
         )
     except BaseException:
         for host in hosts.values():
@@ -80,6 +83,7 @@ def _start_head(
     installed: bool,
     config: str,
     features: Mapping[str, Sequence[str]],
+    node_keys: Mapping[str, Mapping[str, object]] | None = None,
 ) -> Fleet:
     simulation, agent_dirs, nodes, known = {}, {}, [], []
     for name, described in gpus.items():
@@ -105,6 +109,7 @@ def _start_head(
                 "agent_python": host.agent_python,
                 "simulation_file": str(simulation[name]),
                 **({"features": list(features[name])} if name in features else {}),
+                **(node_keys or {}).get(name, {}),
             }
         )
     known_hosts = tmp_path / "known_hosts"

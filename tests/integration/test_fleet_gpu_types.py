@@ -80,3 +80,46 @@ def test_a_container_on_a_mig_slice_gets_the_slices_uuid_as_its_device(mig_fleet
     assert done["gpus"] == [2] and done["gpu_uuids"] == ["MIG-sim-gpum-0-1"]
     refused = head.run("sbatch", *image, "--gpus=a100:1", "--wrap", "true")
     assert refused.returncode == 2 and "in MIG mode" in refused.stderr
+
+
+# -- shares of a host's card (issue 30) -----------------------------------------------
+
+
+@pytest.fixture
+def share_fleet(tmp_path: Path) -> Iterator[Fleet]:
+    """One host with two A100s, its GPU 1 shareable, running CUDA MPS (the inventory's)."""
+    built = build_fleet(
+        tmp_path, {"gpus": [A100, A100]}, node_keys={"gpus": {"share_gpus": [1], "mps": True}}
+    )
+    yield built
+    teardown_fleet(built)
+
+
+def test_shares_of_a_hosts_card_run_side_by_side_and_a_whole_gpu_job_gets_the_other(
+    share_fleet: Fleet,
+) -> None:
+    head = share_fleet.head
+
+    def gres() -> str:
+        return head.run("sinfo", "-N", "-h", "-o", "%G", check=True).stdout.strip()
+
+    wait_for(lambda: gres() == "gpu:a100:2(S:1)", 30, "the shareable card")
+    image = ("--image", share_fleet.image)
+    seen = "echo $NVIDIA_VISIBLE_DEVICES $GBATCH_GPU_MEM_MIB $CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+    shares = [
+        head.sbatch(*image, "--gpu-mem=40G", "--wrap", f"{seen}; sleep 300") for _ in range(3)
+    ]
+    for job_id in shares[:2]:
+        running = head.wait_state(job_id, "RUNNING", timeout=120)
+        assert running["gpus"] == [1], running
+    wait_for(lambda: head.job(shares[2])["reason"] == "Resources", 60, "the third share to wait")
+    whole = head.sbatch(*image, "--gpus=1", "--wrap", "echo $NVIDIA_VISIBLE_DEVICES")
+    done = head.wait_state(whole, "COMPLETED", timeout=120)
+    assert done["gpus"] == [0], done  # never the card holding shares
+    assert head.run("logs", str(whole), check=True).stdout.strip() == "0"
+    wait_for(
+        lambda: head.run("logs", str(shares[0])).stdout.strip() == "1 40960 0=40960M",
+        60,
+        "the share's card, budget and MPS limit inside its container",
+    )
+    head.run("scancel", *map(str, shares), check=True)

@@ -23,12 +23,8 @@ from asuser import as_user, preload, run_cli, temp_users
 from conftest import FAST_CONFIG, GBATCH, Head, require_root, wait_for
 from fleet import Fleet, build_fleet, teardown_fleet
 from hosts import HOST_IMAGE
-from test_interactive import STEP_MODULES
+from test_interactive import STEP_MODULES, free_gpus, newest_job, steps
 from tmuxterm import Terminal, private_terminal
-
-from gbatch.core.paths import resolve_paths
-from gbatch.protocol import requests
-from gbatch.protocol.client import Client
 
 pytestmark = pytest.mark.docker
 
@@ -46,26 +42,6 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
 def terminal() -> Iterator[Terminal]:
     with private_terminal() as term:
         yield term
-
-
-def ask(head: Head, request: requests.Request) -> dict[str, Any]:
-    with Client(resolve_paths(head.env).socket) as client:
-        return client.call(request)
-
-
-def free_gpus(head: Head) -> int:
-    (node,) = ask(head, requests.ListNodes())["nodes"]
-    return len(node["free_gpus"])
-
-
-def steps(head: Head, job_id: int) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = ask(head, requests.ListSteps(ids=(job_id,)))["steps"]
-    return found
-
-
-def newest_job(head: Head) -> int:
-    jobs = ask(head, requests.ListJobs(history=True, brief=True))["jobs"]
-    return max((int(job["id"]) for job in jobs), default=0)
 
 
 def running_in_containers(pattern: str) -> bool:

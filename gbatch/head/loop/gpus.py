@@ -118,19 +118,7 @@ class GpuSampler:
             self.store.set_running_reason(job_id, attempt, "", replacing=gpubudget.WARN_REASON)
         for (job_id, _), (reading, over_for) in verdicts.stop.items():
             reason = gpubudget.stop_reason(reading, over_for)
-            try:
-                self.store.set_state(
-                    job_id,
-                    JobState.COMPLETING,
-                    reason,
-                    now,
-                    expect={JobState.RUNNING},
-                    stop_state=JobState.OUT_OF_MEMORY,
-                )
-            except IllegalTransition:
-                continue  # it ended or was stopped meanwhile
-            log.warning("job %d: %s", job_id, reason)
-            self.wake.set()  # the limits step stops its run at the next step
+            self._stop(job_id, reason, JobState.OUT_OF_MEMORY, now)
 
     def _watch_idle(
         self,
@@ -166,17 +154,20 @@ class GpuSampler:
             # Its own flag only: a budget warning written since stays.
             self.store.set_running_reason(job_id, attempt, "", replacing=idlegpu.IDLE_REASON)
         for (job_id, _), idle_for in verdicts.cancel.items():
-            reason = idlegpu.cancel_reason(idle_for)
-            try:
-                self.store.set_state(
-                    job_id,
-                    JobState.COMPLETING,
-                    reason,
-                    now,
-                    expect={JobState.RUNNING},
-                    stop_state=JobState.CANCELLED,
-                )
-            except IllegalTransition:
-                continue  # it ended or was stopped meanwhile
-            log.warning("job %d: %s", job_id, reason)
-            self.wake.set()  # the limits step stops its run at the next step
+            self._stop(job_id, idlegpu.cancel_reason(idle_for), JobState.CANCELLED, now)
+
+    def _stop(self, job_id: int, reason: str, final: JobState, now: float) -> None:
+        """Stop a policy's running job: COMPLETING with `reason`, then `final` once it ended."""
+        try:
+            self.store.set_state(
+                job_id,
+                JobState.COMPLETING,
+                reason,
+                now,
+                expect={JobState.RUNNING},
+                stop_state=final,
+            )
+        except IllegalTransition:
+            return  # it ended or was stopped meanwhile
+        log.warning("job %d: %s", job_id, reason)
+        self.wake.set()  # the limits step stops its run at the next step

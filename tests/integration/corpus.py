@@ -47,6 +47,10 @@ FINAL_STATES = frozenset(
 )
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 _SRUN_NODE = re.compile(r"^(srun: error: )[^:\s]+: task", re.M)
+_SRUN_WAITED = re.compile(
+    r"^srun: (Job \d+ step creation temporarily disabled, retrying.*|Step created for .*)\n",
+    re.M,
+)
 
 
 @dataclass(frozen=True)
@@ -131,8 +135,9 @@ class Run:
 
 def _srun_node_named(text: str) -> str:
     """`srun: error: NODE: task ...` with NODE as {node}: Slurm's is this host's name,
-    gbatch's the node's (`local`)."""
-    return _SRUN_NODE.sub(r"\1{node}: task", text)
+    gbatch's the node's (`local`). srun's lines about a step that had to wait for the one
+    before it to let go of the node go: whether they come is a race, under Slurm too."""
+    return _SRUN_NODE.sub(r"\1{node}: task", _SRUN_WAITED.sub("", text))
 
 
 def placeholders(run: Run, task: int | None) -> dict[str, str]:

@@ -10,17 +10,17 @@ from pathlib import Path
 
 from conftest import Head, is_gone, wait_for
 
-JOB = 'echo "$GBATCH_JOB_ID $GBATCH_ATTEMPT" >> {ledger}; sleep {sleep}'
+# Each job holds its GPU until the test opens the gate: the first ones are running when
+# the daemon is killed, however loaded the machine (a job on a clock could be done).
+JOB = 'echo "$GBATCH_JOB_ID $GBATCH_ATTEMPT" >> {ledger}; while [ ! -e {gate} ]; do sleep 0.1; done'
 
 
 def test_daemon_killed_and_restarted_loses_no_accepted_job_and_runs_none_twice(
     head: Head, workdir: Path
 ) -> None:
-    ledger = workdir / "ledger"
+    ledger, gate = workdir / "ledger", workdir / "gate"
     ids = [
-        # Long enough that a loaded machine's squeue polls see the first one RUNNING.
-        head.sbatch("--gpus", "1", "--wrap", JOB.format(ledger=ledger, sleep=8))
-        for _ in range(6)
+        head.sbatch("--gpus", "1", "--wrap", JOB.format(ledger=ledger, gate=gate)) for _ in range(6)
     ]
     head.wait_state(ids[0], "RUNNING")
     pid = head.daemon_pid()
@@ -32,6 +32,7 @@ def test_daemon_killed_and_restarted_loses_no_accepted_job_and_runs_none_twice(
     # Jobs that were running keep running without the daemon.
     time.sleep(2)
     head.start()
+    gate.touch()
     for job_id in ids:
         head.wait_state(job_id, "COMPLETED", timeout=60)
     starts = ledger.read_text().split("\n")[:-1]

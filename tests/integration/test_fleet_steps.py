@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 from asuser import as_user, preload, run_cli, temp_users
-from conftest import FAST_CONFIG, GBATCH, Head, require_root, wait_for
+from conftest import FAST_CONFIG, GBATCH, require_root, wait_for
 from fleet import Fleet, build_fleet, teardown_fleet
 from hosts import HOST_IMAGE
-from test_interactive import STEP_MODULES, free_gpus, newest_job, steps
+from test_interactive import STEP_MODULES, free_gpus, gbatch_in_background, newest_job, steps
 from tmuxterm import Terminal, private_terminal
 
 pytestmark = pytest.mark.docker
@@ -48,18 +48,6 @@ def running_in_containers(pattern: str) -> bool:
     """Whether a process whose command line matches `pattern` runs (containers' included:
     they share this machine's kernel)."""
     return subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0
-
-
-def gbatch_in_background(head: Head, *argv: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*GBATCH, *argv],
-        env=head.env,
-        cwd=head.home,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def wait_for_hosts(fleet: Fleet) -> None:

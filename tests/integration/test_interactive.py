@@ -86,8 +86,13 @@ def steps(head: Head, job_id: int) -> list[dict[str, Any]]:
 
 
 def srun_in_background(head: Head, *argv: str) -> subprocess.Popen[str]:
+    return gbatch_in_background(head, "srun", *argv)
+
+
+def gbatch_in_background(head: Head, *argv: str) -> subprocess.Popen[str]:
+    """`gbatch ARGV` started in the head's home, its output piped, no stdin."""
     return subprocess.Popen(
-        [*GBATCH, "srun", *argv],
+        [*GBATCH, *argv],
         env=head.env,
         cwd=head.home,
         stdin=subprocess.DEVNULL,

@@ -117,7 +117,7 @@ def use_by_user(allocated: Iterable[Job]) -> dict[str, Use]:
     counts: dict[str, tuple[int, int]] = {}
     for job in allocated:
         running, gpus = counts.get(job.user, (0, 0))
-        counts[job.user] = (running + 1, gpus + len(job.gpus))
+        counts[job.user] = (running + 1, gpus + job.gpu_count)
     return {user: Use(running, gpus) for user, (running, gpus) in counts.items()}
 
 

@@ -8,8 +8,8 @@ Pure values only: nothing here reads the clock, the disk or the network.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property, lru_cache
 
 from gbatch.core.constants import IMPLICIT_PARTITION as IMPLICIT_PARTITION
@@ -307,6 +307,28 @@ class JobSpec:
     # and it ends when its first step does (gbatch/core/steps.py). None: a batch job,
     # whose run is its command. Set by those commands, never by a job file.
     interactive: str | None = None
+    # Slurm's -N/--nodes: how many nodes the job spans, all allocated at once or none
+    # (docs/multinode.md). `gpus`, `cpus` and the memory are per node, as Slurm's
+    # --gres and --gpus-per-node are. Written to the store only when more than 1.
+    nodes: int = 1
+    # --ntasks-per-node: srun's tasks on each node of the allocation; None: `ntasks`
+    # spread over the nodes, or one task per node.
+    ntasks_per_node: int | None = None
+    # -w/--nodelist: nodes the allocation must include; -x/--exclude: nodes it must not
+    # use. Node names, expanded (gpu[01-02] -> gpu01, gpu02).
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    # --exclusive: each node whole: all its GPUs, and no other job beside it.
+    exclusive: bool = False
+    # The command runs once on every node of the allocation (a job file's `nodes:`,
+    # dstack's form; every container job across nodes), rather than once on the first
+    # node with `srun` inside it starting the tasks (a batch script: Slurm's form).
+    every_node: bool = False
+
+    @property
+    def total_gpus(self) -> int:
+        """The GPUs the job holds on all its nodes together (`gpus` is per node)."""
+        return self.gpus * self.nodes
 
     @property
     def run_command(self) -> tuple[str, ...]:
@@ -395,6 +417,19 @@ class JobSpec:
             data["params"] = [list(pair) for pair in self.params]
         if self.notify:
             data["notify"] = [hook.to_dict() for hook in self.notify]
+        # Across nodes (issue 32): only when asked, so other jobs' JSON stays as it was.
+        if self.nodes != 1:
+            data["nodes"] = self.nodes
+        if self.ntasks_per_node is not None:
+            data["ntasks_per_node"] = self.ntasks_per_node
+        if self.nodelist:
+            data["nodelist"] = list(self.nodelist)
+        if self.exclude:
+            data["exclude"] = list(self.exclude)
+        if self.exclusive:
+            data["exclusive"] = True
+        if self.every_node:
+            data["every_node"] = True
         return data
 
     def to_wire(self) -> dict[str, object]:
@@ -453,6 +488,12 @@ class JobSpec:
                 NotifyHook(str(h["url"]), tuple(h["events"]), str(h["form"]))
                 for h in data.get("notify") or ()  # type: ignore[attr-defined]
             ),
+            nodes=int(data.get("nodes", 1)),  # type: ignore[call-overload]
+            ntasks_per_node=data.get("ntasks_per_node"),  # type: ignore[arg-type]
+            nodelist=tuple(str(n) for n in data.get("nodelist") or ()),  # type: ignore[attr-defined]
+            exclude=tuple(str(n) for n in data.get("exclude") or ()),  # type: ignore[attr-defined]
+            exclusive=bool(data.get("exclusive", False)),
+            every_node=bool(data.get("every_node", False)),
         )
 
 
@@ -530,6 +571,44 @@ class Job:
     # pending tasks past the first few as one record, materialised as they come up).
     # Empty for every stored job.
     array_more: tuple[tuple[int, int], ...] = ()
+    # The allocation's other nodes (spec.nodes > 1), after `node`, each with its GPU
+    # indices there: (node, gpus). `node` and `gpus` are the first node's, where the batch
+    # script runs. Empty for a job on one node. Kept after the end, as `node` is.
+    peers: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @property
+    def placements(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Every node of the allocation with its GPUs there: (node, gpus), first node first.
+
+        Empty while the job is on no node."""
+        if self.node is None:
+            return ()
+        return ((self.node, self.gpus), *self.peers)
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        """The allocation's nodes, first node first (empty while on none)."""
+        if self.node is None:
+            return ()
+        return (self.node, *(name for name, _ in self.peers))
+
+    @property
+    def gpu_count(self) -> int:
+        """The GPUs the job holds (or held) on all its nodes together."""
+        return len(self.gpus) + sum(len(gpus) for _, gpus in self.peers)
+
+    def on_node(self, name: str) -> Job | None:
+        """The job as node `name` sees it: `node` that node, `gpus` its GPUs there.
+
+        For code that looks at one node at a time (what is free on it, what runs on it):
+        a job across nodes counts on each of its nodes with that node's GPUs. None when
+        the job is not on `name`. The job itself when it is on one node."""
+        if self.node == name:
+            return self
+        for peer, gpus in self.peers:
+            if peer == name:
+                return replace(self, node=peer, gpus=gpus, gpu_uuids=(), peers=())
+        return None
 
     @property
     def time_limit(self) -> int | None:
@@ -541,6 +620,19 @@ class Job:
         if self.spec.array_task is None:
             return None
         return self.id - self.spec.array_pos
+
+
+def on_node(jobs: Iterable[Job], name: str) -> list[Job]:
+    """The jobs of `jobs` on node `name`, each as that node sees it (Job.on_node)."""
+    found = []
+    for job in jobs:
+        if job.node == name:
+            found.append(job)
+        elif job.peers:
+            here = job.on_node(name)
+            if here is not None:
+                found.append(here)
+    return found
 
 
 @dataclass(frozen=True)
@@ -636,6 +728,8 @@ class Assignment:
     job_id: int
     node: str
     gpus: tuple[int, ...]
+    # A job across nodes (spec.nodes > 1): its other nodes and their GPUs (Job.peers).
+    peers: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
-from gbatch.core.model import ALLOCATED_STATES, Gpu, Job, NodeInfo, NodeState, NodeView
+from gbatch.core.model import ALLOCATED_STATES, Gpu, Job, NodeInfo, NodeState, NodeView, on_node
 from gbatch.core.shares import CardShares, Sharing
 from gbatch.core.shares import capacity as share_capacity
 from gbatch.core.shares import room as share_room
@@ -219,7 +219,7 @@ class Fleet:
         memory (20G of an 80G card: 0.25), from its node's latest report; 1 where that
         card is not known (its node gone)."""
         if job.spec.gpu_mem_mb is None:
-            return float(len(job.gpus))
+            return float(job.gpu_count)
         node = self.nodes.get(job.node or "")
         report = node.report()[0] if node is not None else None
         if node is not None and report is not None and job.gpus:
@@ -263,7 +263,7 @@ class Fleet:
                 features=frozenset(self.features.get(node.name, ())),
             )
         gpus = node.gpus(report)
-        mine = [job for job in allocated if job.node == node.name]
+        mine = on_node(allocated, node.name)
         free = self.free_gpus(node, gpus, {g for job in mine for g in job.gpus})
         # A job asking no type gets whole cards only: the planner's counts, free GPUs
         # and releases are of those; MIG slices are typed GPUs (gpu_types, free_slices).
@@ -377,7 +377,7 @@ class Fleet:
         drain_times: Mapping[str, float],
     ) -> NodeInfo:
         report, problem = node.report()
-        allocations = {g: job.id for job in allocated if job.node == node.name for g in job.gpus}
+        allocations = {g: job.id for job in on_node(allocated, node.name) for g in job.gpus}
         liveness = self.liveness(node)
         if report is None or liveness.state != "up":
             silent = NodeState.DOWN if liveness.state == "down" else NodeState.SUSPECT
@@ -398,9 +398,7 @@ class Fleet:
                 reason_time=self.clock() - liveness.silent_seconds,
                 reason_user=_head_user(),
                 features=self.features.get(node.name, ()),
-                shares=self.card_shares(
-                    node, kept, [job for job in allocated if job.node == node.name]
-                ),
+                shares=self.card_shares(node, kept, on_node(allocated, node.name)),
             )
         gpus = node.gpus(report)
         if node.name in drained:
@@ -415,7 +413,7 @@ class Fleet:
             state, reason = NodeState.MIXED, ""
         if not gpus and not reason:
             reason = report.note
-        mine = [job for job in allocated if job.node == node.name]
+        mine = on_node(allocated, node.name)
         free = self.free_gpus(node, gpus, allocations)
         reason_time, reason_user = None, ""
         if state is NodeState.DRAINED:

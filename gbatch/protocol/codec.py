@@ -41,8 +41,10 @@ BRIEF_SPEC_FIELDS = (
 # Sent only when set (most jobs ask any GPU on any node): squeue's %b and %f; a share
 # of a GPU (%b) under its stored key, gpu_mem.
 _BRIEF_IF_SET = ("gpu_type", "constraint", "gpu_mem_mb", "gpu_shards")
+# Sent only when not the default: squeue's NODES (%D) and sacct's NNodes (issue 32).
+_BRIEF_IF_NOT_ONE = ("nodes",)
 _BRIEF_KEYS = {"gpu_mem_mb": "gpu_mem"}
-brief_values = attrgetter(*BRIEF_SPEC_FIELDS, *_BRIEF_IF_SET)
+brief_values = attrgetter(*BRIEF_SPEC_FIELDS, *_BRIEF_IF_SET, *_BRIEF_IF_NOT_ONE)
 _BRIEF_COUNT = len(BRIEF_SPEC_FIELDS)
 
 
@@ -72,15 +74,20 @@ def job_to_wire(job: Job, *, brief: bool = False) -> dict[str, Any]:
         "exit_signal": job.exit_signal,
         "stop_state": job.stop_state.value if job.stop_state else None,
         **({"array_more": [list(span) for span in job.array_more]} if job.array_more else {}),
+        **({"peers": [[name, list(gpus)] for name, gpus in job.peers]} if job.peers else {}),
     }
 
 
 def brief_spec(spec: JobSpec) -> dict[str, Any]:
     values = brief_values(spec)
     brief = {**dict(zip(BRIEF_SPEC_FIELDS, values[:_BRIEF_COUNT], strict=True)), "command": []}
-    for name, value in zip(_BRIEF_IF_SET, values[_BRIEF_COUNT:], strict=True):
+    ends = _BRIEF_COUNT + len(_BRIEF_IF_SET)
+    for name, value in zip(_BRIEF_IF_SET, values[_BRIEF_COUNT:ends], strict=True):
         if value is not None:
             brief[_BRIEF_KEYS.get(name, name)] = value
+    for name, value in zip(_BRIEF_IF_NOT_ONE, values[ends:], strict=True):
+        if value != 1:
+            brief[name] = value
     return brief
 
 
@@ -109,6 +116,7 @@ def job_from_wire(data: Mapping[str, Any], spec: JobSpec | None = None) -> Job:
         exit_signal=data["exit_signal"],
         stop_state=JobState(data["stop_state"]) if data["stop_state"] else None,
         array_more=tuple((a, b) for a, b in data.get("array_more", ())),
+        peers=tuple((str(name), tuple(gpus)) for name, gpus in data.get("peers", ())),
     )
 
 

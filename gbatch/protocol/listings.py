@@ -113,7 +113,7 @@ def jobs_to_table(jobs: Sequence[Job]) -> dict[str, Any]:
                 job.stop_state.value if job.stop_state else None,
                 job.array_job_id,
                 spec.array_task,
-                *([[list(span) for span in job.array_more]] if job.array_more else []),
+                *_more_and_peers(job),
             ]
         )
     return {"specs": specs, "rows": rows}
@@ -122,6 +122,18 @@ def jobs_to_table(jobs: Sequence[Job]) -> dict[str, Any]:
 # Where jobs_to_table's rows carry an array task's array id and task index (a row of
 # an older daemon ends before).
 _TABLE_ARRAY_AT = 17
+
+
+def _more_and_peers(job: Job) -> list[list[Any]]:
+    """A row's last cells: the array record's array_more, then a job's peers (issue 32).
+
+    Each only when set, array_more (empty) when peers follow it."""
+    if not job.peers:
+        return [[list(span) for span in job.array_more]] if job.array_more else []
+    return [
+        [list(span) for span in job.array_more],
+        [[name, list(gpus)] for name, gpus in job.peers],
+    ]
 
 
 def table_labels(table: Mapping[str, Any]) -> dict[int, str]:
@@ -188,6 +200,7 @@ def job_from_row(row: Sequence[Any], spec: JobSpec) -> Job:
         exit_signal,
         _STATES[stop_state] if stop_state else None,
         tuple((a, b) for a, b in extra[2]) if len(extra) > 2 else (),
+        tuple((str(name), tuple(gpus)) for name, gpus in extra[3]) if len(extra) > 3 else (),
     )
 
 
@@ -210,6 +223,7 @@ def _job(
     exit_signal: int | None,
     stop_state: JobState | None,
     array_more: tuple[tuple[int, int], ...],
+    peers: tuple[tuple[str, tuple[int, ...]], ...] = (),
 ) -> Job:
     """The Job of these fields (a decoded row's), secret_values and submit_env empty:
     they are never on the wire.
@@ -241,6 +255,7 @@ def _job(
         secret_values=(),
         submit_env=(),
         array_more=array_more,
+        peers=peers,
     )
     return job
 

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gbatch.core import hostlist
 from gbatch.core.constants import (
     IMPLICIT_PARTITION,
 )
@@ -436,56 +437,9 @@ def _sinfo_line(parts: Sequence[str | _SinfoSpec], cells: Sequence[str], widths:
     return "".join(out)
 
 
-_TRAILING_NUMBER = re.compile(r"^(.*?)([0-9]+)$", re.DOTALL)
-
-
 def compress_hostlist(names: Iterable[str]) -> str:
-    """Slurm's ranged host list: `gpu01,gpu02,gpu03,cpu7` -> `gpu[01-03],cpu7`.
-
-    Names sharing everything before a trailing number join one bracket, numbers sorted
-    and consecutive ones written as ranges; a zero-padded number continues a range only
-    with numbers of its own width (`n09,n10` -> `n[09-10]`, `n9,n010` -> `n[9,010]`).
-    Prefixes print in order of their first name; a name without a trailing number, or
-    alone with its prefix, prints as is. Duplicates print once."""
-    groups: dict[str, list[tuple[int, str]]] = {}
-    for raw in names:
-        name = printable(raw)
-        match = _TRAILING_NUMBER.match(name)
-        if match is None or len(match.group(2)) > 18:  # no number, or none int() keeps small
-            groups.setdefault(name, [])
-            continue
-        entries = groups.setdefault(match.group(1), [])
-        if (int(match.group(2)), match.group(2)) not in entries:
-            entries.append((int(match.group(2)), match.group(2)))
-    out = []
-    for prefix, entries in groups.items():
-        if len(entries) <= 1:
-            out.append(prefix + (entries[0][1] if entries else ""))
-        else:
-            out.append(f"{prefix}[{','.join(_ranges(sorted(entries)))}]")
-    return ",".join(out)
-
-
-def _padded(digits: str) -> bool:
-    return len(digits) > 1 and digits.startswith("0")
-
-
-def _continues(last: tuple[int, str], entry: tuple[int, str]) -> bool:
-    same_width = len(entry[1]) == len(last[1]) or not (_padded(entry[1]) or _padded(last[1]))
-    return entry[0] == last[0] + 1 and same_width
-
-
-def _ranges(numbers: Sequence[tuple[int, str]]) -> list[str]:
-    ranges = []
-    first = last = numbers[0]
-    for entry in numbers[1:]:
-        if _continues(last, entry):
-            last = entry
-            continue
-        ranges.append(first[1] if first == last else f"{first[1]}-{last[1]}")
-        first = last = entry
-    ranges.append(first[1] if first == last else f"{first[1]}-{last[1]}")
-    return ranges
+    """Slurm's ranged host list of `names`, each made printable (gbatch/core/hostlist.py)."""
+    return hostlist.compress(printable(name) for name in names)
 
 
 _NODE_LIST_HEADERS = ("NODE", "ADDRESS", "STATE", "GPUS", "REASON")

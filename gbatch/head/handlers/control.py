@@ -368,6 +368,7 @@ def _requeue_one(daemon: Daemon, caller: Caller, job: Job, max_pending: int | No
                 "node": None,
                 "gpus": (),
                 "gpu_uuids": (),
+                "peers": (),
                 "start_time": None,
                 "end_time": None,
                 "exit_code": None,

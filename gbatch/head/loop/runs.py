@@ -95,11 +95,11 @@ class Runs:
             job, fields = end.job, dict(end.fields)
             if end.new is JobState.PENDING:
                 # A requeued job keeps its attempt count but no longer holds a node.
-                fields.update(node=None, gpus=(), gpu_uuids=(), stop_state=None)
+                fields.update(node=None, gpus=(), gpu_uuids=(), peers=(), stop_state=None)
             else:
                 fields["stop_state"] = None
             usage = None
-            if job.start_time is not None and job.gpus:
+            if job.start_time is not None and job.gpu_count:
                 ended = fields.get("end_time") or now
                 assert isinstance(ended, float | int)
                 used = gpu_seconds(job, ended, self.fleet.charged_gpus(job))
@@ -149,4 +149,4 @@ def gpu_seconds(job: Job, until: float, gpus: float | None = None) -> float:
     default its count."""
     if job.start_time is None:
         return 0.0
-    return (len(job.gpus) if gpus is None else gpus) * max(0.0, until - job.start_time)
+    return (job.gpu_count if gpus is None else gpus) * max(0.0, until - job.start_time)

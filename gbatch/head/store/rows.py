@@ -29,7 +29,7 @@ _IN_CHUNK = 500
 
 _JOB_COLUMNS = (
     "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node, "
-    "gpus, attempt, exit_code, exit_signal, stop_state, gpu_uuids"
+    "gpus, attempt, exit_code, exit_signal, stop_state, gpu_uuids, peers"
 )
 
 # A lookup, not Enum(): a row's state text to its JobState.
@@ -174,9 +174,10 @@ def _build_job(row: Sequence[object], decode: Callable[[str], JobSpec] | None = 
         exit_signal,
         stop_state,
         gpu_uuids,
+        peers,
     ) = row
     assert isinstance(spec, str) and isinstance(gpus, str) and isinstance(state, str)
-    assert isinstance(gpu_uuids, str)
+    assert isinstance(gpu_uuids, str) and isinstance(peers, str)
     return Job(
         id=int(job_id),  # type: ignore[call-overload]
         uid=int(uid),  # type: ignore[call-overload]
@@ -195,7 +196,22 @@ def _build_job(row: Sequence[object], decode: Callable[[str], JobSpec] | None = 
         exit_code=exit_code,  # type: ignore[arg-type]
         exit_signal=exit_signal,  # type: ignore[arg-type]
         stop_state=(_STATE_NAMED.get(stop_state) or JobState(stop_state)) if stop_state else None,
+        peers=decode_peers(peers),
     )
+
+
+def encode_peers(peers: Sequence[tuple[str, Sequence[int]]]) -> str:
+    """Job.peers as the jobs table's `peers` column holds them ('' for none)."""
+    if not peers:
+        return ""
+    return json.dumps([[name, list(gpus)] for name, gpus in peers], separators=(",", ":"))
+
+
+def decode_peers(text: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The `peers` column's Job.peers (encode_peers' inverse)."""
+    if not text:
+        return ()
+    return tuple((str(name), tuple(int(g) for g in gpus)) for name, gpus in json.loads(text))
 
 
 class ListingSpecs:

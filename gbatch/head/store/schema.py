@@ -215,4 +215,9 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE steps ADD COLUMN mem_mb INTEGER;
     ALTER TABLE steps ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0
     """,
+    # 16: a job across nodes (issue 32): the allocation's nodes after `node`, each with
+    # its GPUs there, as JSON [[node, [gpu, ...]], ...] (Job.peers); '' on one node.
+    """
+    ALTER TABLE jobs ADD COLUMN peers TEXT NOT NULL DEFAULT ''
+    """,
 )

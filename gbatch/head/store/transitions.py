@@ -27,7 +27,7 @@ from gbatch.core.model import (
 from gbatch.head.secretbox import SecretKeyError
 from gbatch.head.store.db import JobNotFound
 from gbatch.head.store.outbox import Outbox
-from gbatch.head.store.rows import _chunks, _marks
+from gbatch.head.store.rows import _chunks, _marks, encode_peers
 from gbatch.head.store.submit import pending_count
 from gbatch.head.store.usage import Usage, _accrue
 
@@ -39,6 +39,7 @@ _UPDATABLE = frozenset(
         "node",
         "gpus",
         "gpu_uuids",
+        "peers",
         "attempt",
         "exit_code",
         "exit_signal",
@@ -66,6 +67,9 @@ def _encode(fields: Mapping[str, object]) -> dict[str, object]:
         if name in ("gpus", "gpu_uuids"):
             assert isinstance(value, tuple | list)
             value = ",".join(str(g) for g in value)
+        elif name == "peers":
+            assert isinstance(value, tuple | list)
+            value = encode_peers(value)
         elif isinstance(value, JobState):
             value = value.value
         encoded[name] = value

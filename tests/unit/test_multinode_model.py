@@ -10,6 +10,7 @@ import pytest
 from gbatch.core import hostlist
 from gbatch.core.limits import use_by_user
 from gbatch.core.model import Job, JobSpec, JobState, on_node
+from gbatch.core.multinode import Layout, tasks_per_node
 from gbatch.head.store import Store
 from gbatch.protocol.codec import job_from_wire, job_to_wire
 from gbatch.protocol.listings import jobs_from_table, jobs_to_table
@@ -98,3 +99,26 @@ def test_host_lists_expand_and_compress_back(text: str, names: list[str]) -> Non
 def test_a_bad_host_list_says_what_is_wrong(text: str) -> None:
     with pytest.raises(ValueError, match=r"\S"):
         hostlist.expand(text)
+
+
+def test_tasks_lie_in_blocks_and_each_task_sees_its_ranks() -> None:
+    spec = JobSpec(name="x", command=("true",), nodes=2, ntasks=5)
+    assert tasks_per_node(spec, 2) == (3, 2)
+    assert tasks_per_node(spec.replace(ntasks=None, ntasks_per_node=4), 2) == (4, 4)
+    assert tasks_per_node(spec.replace(ntasks=None), 3) == (1, 1, 1)
+    job = Job(7, 1000, "alice", spec, JobState.RUNNING, T0, node="gpu01", gpus=(0,))
+    job = Job(**{**job.__dict__, "peers": (("gpu02", (1,)),)})
+    layout = Layout.of(job, ("10.0.0.1", "10.0.0.2"), 29500)
+    env = layout.task_env(1, 1)
+    assert env["SLURM_JOB_NODELIST"] == "gpu[01-02]"
+    assert (env["SLURM_NODEID"], env["SLURM_PROCID"], env["SLURM_LOCALID"]) == ("1", "4", "1")
+    assert (env["RANK"], env["LOCAL_RANK"], env["NODE_RANK"], env["WORLD_SIZE"]) == (
+        "4",
+        "1",
+        "1",
+        "5",
+    )
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("10.0.0.1", "29500")
+    assert env["SLURM_TASKS_PER_NODE"] == "3,2"
+    with pytest.raises(ValueError, match="runs 2 tasks"):
+        layout.task_env(1, 2)

@@ -1,0 +1,109 @@
+"""A job across nodes: how its tasks lie on its nodes, and the variables each task sees.
+
+Pure: the dispatcher (the runs of a job file's `nodes:`, one per node) and `srun`
+inside an allocation (one task per node, or per --ntasks-per-node) both ask `Layout`
+for the environment of each task, so a task sees the same names whichever started it:
+Slurm's (SLURM_JOB_NODELIST, SLURM_NNODES, SLURM_NODEID, SLURM_PROCID, SLURM_LOCALID,
+SLURM_NTASKS) and those torchrun and DeepSpeed read (MASTER_ADDR, MASTER_PORT,
+WORLD_SIZE, RANK, LOCAL_RANK, NODE_RANK). docs/multinode.md says which is which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gbatch.core import hostlist
+from gbatch.core.model import Job, JobSpec
+
+
+def tasks_per_node(spec: JobSpec, nodes: int) -> tuple[int, ...]:
+    """How many tasks each of `nodes` nodes runs, first node first (Slurm's block layout).
+
+    --ntasks-per-node N: N on each. -n/--ntasks T alone: T spread as evenly as they go,
+    the first nodes taking one more (5 on 2 nodes: 3, 2). Neither: one per node.
+    """
+    if nodes < 1:
+        raise ValueError("a layout needs at least one node")
+    if spec.ntasks_per_node is not None:
+        return (spec.ntasks_per_node,) * nodes
+    if spec.ntasks is not None and spec.ntasks >= nodes:
+        each, more = divmod(spec.ntasks, nodes)
+        return tuple(each + (1 if index < more else 0) for index in range(nodes))
+    return (1,) * nodes
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The tasks of one job (or one step) across its nodes.
+
+    `nodes`: node names, first node first (Job.node_names); `addresses`: how the other
+    nodes reach each one (MASTER_ADDR is the first's); `tasks`: tasks on each node
+    (tasks_per_node); `master_port`: a port free on the first node for the tasks'
+    rendezvous (MASTER_PORT).
+    """
+
+    nodes: tuple[str, ...]
+    addresses: tuple[str, ...]
+    tasks: tuple[int, ...]
+    master_port: int
+
+    @classmethod
+    def of(cls, job: Job, addresses: tuple[str, ...], master_port: int) -> Layout:
+        """The layout of `job`'s allocation (its spec's tasks on its nodes)."""
+        nodes = job.node_names
+        if len(addresses) != len(nodes):
+            raise ValueError(f"{len(nodes)} nodes but {len(addresses)} addresses")
+        return cls(nodes, addresses, tasks_per_node(job.spec, len(nodes)), master_port)
+
+    @property
+    def ntasks(self) -> int:
+        return sum(self.tasks)
+
+    def first_rank(self, node_index: int) -> int:
+        """The global rank (SLURM_PROCID) of node `node_index`'s first task."""
+        return sum(self.tasks[:node_index])
+
+    def node_env(self, node_index: int) -> dict[str, str]:
+        """What every process on node `node_index` sees, whichever task it is."""
+        nodelist = hostlist.compress(self.nodes)
+        return {
+            "SLURM_JOB_NODELIST": nodelist,
+            "SLURM_NODELIST": nodelist,
+            "SLURM_JOB_NUM_NODES": str(len(self.nodes)),
+            "SLURM_NNODES": str(len(self.nodes)),
+            "SLURM_NODEID": str(node_index),
+            "SLURMD_NODENAME": self.nodes[node_index],
+            "SLURM_NTASKS": str(self.ntasks),
+            "SLURM_NPROCS": str(self.ntasks),
+            "SLURM_TASKS_PER_NODE": _tasks_text(self.tasks),
+            "MASTER_ADDR": self.addresses[0],
+            "MASTER_PORT": str(self.master_port),
+            "WORLD_SIZE": str(self.ntasks),
+            "NODE_RANK": str(node_index),
+        }
+
+    def task_env(self, node_index: int, local_id: int) -> dict[str, str]:
+        """What task `local_id` (0-based) of node `node_index` sees: node_env and its ranks."""
+        if not 0 <= local_id < self.tasks[node_index]:
+            raise ValueError(f"node {node_index} runs {self.tasks[node_index]} tasks")
+        rank = self.first_rank(node_index) + local_id
+        return {
+            **self.node_env(node_index),
+            "SLURM_PROCID": str(rank),
+            "SLURM_LOCALID": str(local_id),
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local_id),
+        }
+
+
+def _tasks_text(tasks: tuple[int, ...]) -> str:
+    """SLURM_TASKS_PER_NODE's form: runs of equal counts as N(xK): (2, 2, 1) -> 2(x2),1."""
+    out: list[str] = []
+    at = 0
+    while at < len(tasks):
+        run = 1
+        while at + run < len(tasks) and tasks[at + run] == tasks[at]:
+            run += 1
+        out.append(f"{tasks[at]}(x{run})" if run > 1 else str(tasks[at]))
+        at += run
+    return ",".join(out)

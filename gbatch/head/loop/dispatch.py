@@ -40,9 +40,10 @@ class Dispatcher:
     def dispatch(self, starts: Sequence[tuple[Job, Node, Sequence[int]]], now: float) -> None:
         """Start each (job, node, GPU ids) of a plan: record intent, act, confirm.
 
-        Each step is done for every start at once (one commit for all intents, one for
-        all confirmations: a commit costs an fsync, more than a local start): a crash
-        between any two steps is reconciled as for one start.
+        A job across nodes comes with its other nodes in `job.peers` (the plan's), which
+        its intent records. Each step is done for every start at once (one commit for all
+        intents, one for all confirmations: a commit costs an fsync, more than a local
+        start): a crash between any two steps is reconciled as for one start.
         """
         if not starts:
             return
@@ -56,6 +57,7 @@ class Dispatcher:
                     "node": node.name,
                     "gpus": tuple(gpus),
                     "gpu_uuids": self.fleet.uuids(node, gpus),
+                    "peers": job.peers,
                     "attempt": job.attempt + 1,
                     "start_time": None,
                     "end_time": None,

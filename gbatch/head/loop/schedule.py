@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 
 from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.limits import UserLimits, unix_groups, use_by_user
@@ -219,8 +220,13 @@ class Scheduling:
                 self.planner, self.planned = Planner(), {}
                 self.plan_all = True
             raise
+        # A job across nodes carries its other nodes (Job.peers) to the dispatcher.
         return [
-            (by_id[each.job_id], self.fleet.nodes[each.node], each.gpus)
+            (
+                replace(by_id[each.job_id], peers=each.peers) if each.peers else by_id[each.job_id],
+                self.fleet.nodes[each.node],
+                each.gpus,
+            )
             for each in result.assignments
         ]
 

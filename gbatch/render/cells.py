@@ -15,6 +15,7 @@ import re
 from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from gbatch.core.constants import IMPLICIT_PARTITION, REASON_STATES
+from gbatch.core.hostlist import compress
 from gbatch.core.labels import printable
 from gbatch.core.model import Job, JobState, NodeInfo, NodeState
 from gbatch.core.timefmt import format_elapsed_fixed
@@ -63,10 +64,23 @@ _REASON_STATES = frozenset(JobState(name) for name in REASON_STATES)
 
 
 def nodelist_or_reason(job: Job) -> str:
-    """squeue's NODELIST(REASON): `(Reason)` for a pending or failed job, else its node."""
+    """squeue's NODELIST(REASON): `(Reason)` for a pending or failed job, else its nodes."""
     if job.state in _REASON_STATES:
         return f"({reason_text(job)})"
-    return printable(job.node or "")
+    return nodelist_text(job)
+
+
+def nodelist_text(job: Job) -> str:
+    """The job's nodes as Slurm's host list (`gpu[01-02]`), "" while it is on none."""
+    if not job.peers:
+        return printable(job.node or "")
+    return printable(compress(job.node_names))
+
+
+def node_count(job: Job) -> int:
+    """Slurm's NODES (squeue %D, NumNodes, NNodes): the nodes it holds once allocated,
+    else the nodes it asks for (-N)."""
+    return 1 + len(job.peers) if job.node is not None else job.spec.nodes
 
 
 def partition_text(job: Job) -> str:
@@ -167,6 +181,10 @@ def job_to_dict(job: Job, now: float) -> dict[str, object]:
         "reason": reason_text(job),
         "partition": job.spec.partition or IMPLICIT_PARTITION,
         "node": job.node,
+        # Every node of the allocation (issue 32): the host list, the count, each's GPUs.
+        "nodes": compress(job.node_names),
+        "num_nodes": node_count(job),
+        "placements": [{"node": name, "gpus": list(gpus)} for name, gpus in job.placements],
         "gpus": list(job.gpus),
         "gpu_uuids": list(job.gpu_uuids),
         "gpus_requested": job.spec.gpus,

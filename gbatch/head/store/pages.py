@@ -273,7 +273,7 @@ class Pages(Listing):
             by_id = {
                 row[0]: row
                 for row in self._db.execute(
-                    f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE id IN ({_marks(ids)})", ids
+                    f"SELECT {_LISTING_COLUMNS} FROM jobs WHERE id IN ({_marks(ids)})", ids
                 )
             }
             # Kept with a tail's index in the last cell (a job row's is NULL there).

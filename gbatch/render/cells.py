@@ -16,8 +16,8 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from gbatch.core.constants import IMPLICIT_PARTITION, REASON_STATES
 from gbatch.core.hostlist import compress
-from gbatch.core.labels import printable
-from gbatch.core.model import Job, JobState, NodeInfo, NodeState
+from gbatch.core.labels import memory_text, printable
+from gbatch.core.model import Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.core.timefmt import format_elapsed_fixed
 
 
@@ -81,6 +81,25 @@ def node_count(job: Job) -> int:
     """Slurm's NODES (squeue %D, NumNodes, NNodes): the nodes it holds once allocated,
     else the nodes it asks for (-N)."""
     return 1 + len(job.peers) if job.node is not None else job.spec.nodes
+
+
+def tres_text(spec: JobSpec) -> str:
+    """Slurm's TRES string of a job: `billing=2,cpu=2,gres/gpu=4,mem=8G,node=2`, every
+    node's together (-c, --mem and the GPUs are per node). Billing is the CPU count
+    (Slurm's default weights); gres/gpu and mem only when asked for, a GPU type's count
+    too (`gres/gpu:a100=2,gres/gpu=2`, in Slurm's order: by name). sacct's AllocTRES and
+    ReqTRES, scontrol's ReqTRES and AllocTRES."""
+    nodes = spec.nodes
+    cpus = spec.cpus_counted * nodes
+    gpus = spec.gpus * nodes
+    parts = [f"billing={cpus}", f"cpu={cpus}"]
+    if gpus and spec.gpu_type:
+        parts.append(f"gres/gpu:{spec.gpu_type}={gpus}")
+    if gpus:
+        parts.append(f"gres/gpu={gpus}")
+    if spec.memory_mb is not None:
+        parts.append(f"mem={memory_text(spec.memory_mb * nodes)}")
+    return ",".join([*parts, f"node={nodes}"])
 
 
 def partition_text(job: Job) -> str:

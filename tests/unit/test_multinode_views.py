@@ -107,3 +107,106 @@ def test_squeues_narrow_listing_carries_the_peers_of_a_job_across_nodes(daemon: 
 def test_a_job_across_nodes_round_trips_a_wire_record() -> None:
     job = ddp_job()
     assert codec.job_from_wire(codec.job_to_wire(job, brief=True)).peers == PEERS
+
+
+# -- squeue, scontrol, sacct ------------------------------------------------------------
+
+
+def test_squeue_counts_and_lists_every_node() -> None:
+    from gbatch.render.squeue import format_squeue, parse_squeue_sort, sort_squeue
+
+    pending = ddp_job(
+        id=8, state=JobState.PENDING, node=None, gpus=(), peers=(), reason="Resources"
+    )
+    out = format_squeue([ddp_job(), pending], NOW, fmt="%i %D %N %R %b")
+    assert out.splitlines() == [
+        "JOBID NODES NODELIST NODELIST(REASON) TRES_PER_NODE",
+        "7 2 gpu[01-02] gpu[01-02] gres/gpu:2",
+        "8 2  (Resources) gres/gpu:2",
+    ]
+    one = ddp_job(id=9, spec=JobSpec(name="one", command=("x",)), peers=())
+    keys = parse_squeue_sort("-D")
+    assert [job.id for job in sort_squeue([one, ddp_job()], keys, NOW)] == [7, 9]
+    import json
+
+    from gbatch.render.squeue import format_squeue_json
+
+    (record,) = json.loads(format_squeue_json([ddp_job()], NOW))["jobs"]
+    assert record["nodes"] == "gpu[01-02]" and record["num_nodes"] == 2
+    assert record["placements"] == [
+        {"node": "gpu01", "gpus": [0, 1]},
+        {"node": "gpu02", "gpus": [0, 1]},
+    ]
+
+
+def test_scontrol_shows_every_node_the_batch_host_and_the_whole_allocation() -> None:
+    from gbatch.render.scontrol import format_job_details, format_job_details_json
+
+    spec = ddp_spec(
+        ntasks_per_node=4, nodelist=("gpu01", "gpu02"), exclude=("gpu09",), exclusive=True
+    )
+    out = format_job_details(ddp_job(spec=spec), [], NOW)
+    lines = out.splitlines()
+    assert "   ReqNodeList=gpu[01-02] ExcNodeList=gpu09" in lines
+    assert "   NodeList=gpu[01-02] Gres=gpu:2 GPUs=0,1 Attempt=1 Retries=0 Requeue=1" in lines
+    at = lines.index("     Nodes=gpu01 GRES=gpu:2(IDX:0-1)")
+    assert lines[at + 1 : at + 4] == [
+        "     Nodes=gpu02 GRES=gpu:2(IDX:0-1)",
+        "   BatchHost=gpu01",
+        "   NumNodes=2 NumTasks=8",
+    ]
+    assert "   NumCPUs=2 MinMemoryNode=0" in lines
+    assert "   ReqTRES=billing=2,cpu=2,gres/gpu=4,node=2" in lines
+    assert "   AllocTRES=billing=2,cpu=2,gres/gpu=4,node=2" in lines
+    assert "   TresPerNode=gres/gpu:2" in lines
+    assert "   OverSubscribe=NO" in lines
+    import json
+
+    data = json.loads(format_job_details_json(ddp_job(spec=spec), [], NOW))
+    assert (data["num_nodes"], data["num_tasks"], data["nodes"]) == (2, 8, "gpu[01-02]")
+    assert data["exclude"] == ["gpu09"] and data["exclusive"] is True
+    waiting = format_job_details(
+        ddp_job(state=JobState.PENDING, node=None, gpus=(), peers=()), [], NOW
+    ).splitlines()
+    assert "   NumNodes=2 NumTasks=2" in waiting and "   AllocTRES=" in waiting
+    assert not any(line.startswith("   BatchHost=") for line in waiting)
+
+
+def test_sacct_counts_every_node_and_its_batch_step_the_first_alone() -> None:
+    from gbatch.render.sacct import format_sacct
+
+    ended = ddp_job(state=JobState.COMPLETED, end_time=NOW, exit_code=0)
+    out = format_sacct(
+        [ended],
+        NOW,
+        fields=["JobID", "NNodes", "NodeList", "AllocGPUS", "AllocCPUS", "AllocTRES"],
+        parsable=True,
+        steps={7: ()},
+    )
+    assert out.splitlines() == [
+        "JobID|NNodes|NodeList|AllocGPUS|AllocCPUS|AllocTRES",
+        "7|2|gpu[01-02]|4|2|billing=2,cpu=2,gres/gpu=4,node=2",
+        "7.batch|1|gpu01|2|1|billing=1,cpu=1,gres/gpu=2,node=1",
+    ]
+    pending = ddp_job(state=JobState.PENDING, node=None, gpus=(), peers=(), start_time=None)
+    assert format_sacct([pending], NOW, fields=["NNodes", "NodeList"], parsable=True) == (
+        "NNodes|NodeList\n2|None assigned\n"
+    )
+
+
+def test_scontrol_show_hostnames_prints_each_host_of_a_list(capsys: Any, monkeypatch: Any) -> None:
+    from gbatch.cli._main import main
+
+    assert main(["scontrol", "show", "hostnames", "gpu[01-03],cpu7"]) == 0
+    assert capsys.readouterr().out == "gpu01\ngpu02\ngpu03\ncpu7\n"
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[01-02]")
+    assert main(["scontrol", "show", "hostnames"]) == 0
+    assert capsys.readouterr().out == "gpu01\ngpu02\n"
+    assert main(["scontrol", "show", "hostlist", "gpu01,gpu02,gpu03"]) == 0
+    assert capsys.readouterr().out == "gpu[01-03]\n"
+    assert main(["scontrol", "show", "hostnames", "gpu[03-01]"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gbatch scontrol: error: show hostnames:") and err.count("\n") == 1
+    monkeypatch.delenv("SLURM_JOB_NODELIST")
+    assert main(["scontrol", "show", "hostnames"]) == 2
+    assert "SLURM_JOB_NODELIST is not set" in capsys.readouterr().err

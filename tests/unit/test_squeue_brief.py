@@ -187,7 +187,11 @@ def test_a_job_across_nodes_reads_its_node_count_and_host_list() -> None:
         "                 3       gpu      one    alice  R       1:00      1 gpu03",
     ]
     full = squeue.format_squeue(listings.jobs_from_columns(columns), NOW, fmt="%i %D %N %R")
-    assert full.splitlines()[1:] == ["1 2 gpu[01-02] gpu[01-02]", "2 2  (Resources)", "3 1 gpu03 gpu03"]
+    assert full.splitlines()[1:] == [
+        "1 2 gpu[01-02] gpu[01-02]",
+        "2 2  (Resources)",
+        "3 1 gpu03 gpu03",
+    ]
 
 
 def test_a_listing_of_jobs_on_one_node_carries_no_peers_column() -> None:

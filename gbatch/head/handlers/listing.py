@@ -332,8 +332,8 @@ def _filtered(request: requests.ListJobs) -> bool:
 def _narrowed(found: list[Job], request: requests.ListJobs) -> list[Job]:
     """The jobs of `found` that squeue's -n (names), -p (partitions) and -w (nodes) keep.
 
-    A job passes when it matches one of each list given (-w: any of its nodes). A job queued before partitions
-    existed is in the implicit partition, as squeue shows it."""
+    A job passes when it matches one of each list given (-w: any of its nodes). A job
+    queued before partitions existed is in the implicit partition, as squeue shows it."""
     if request.names:
         names = set(request.names)
         found = [j for j in found if j.spec.name in names]

@@ -31,8 +31,7 @@ R = TypeVar("R")
 # What a listing prints of a job (Store.listing_rows): no gpus, exit codes or attempt;
 # the peers' text (a job across nodes'; '' for most), then a NULL for array_more.
 _LISTING_COLUMNS = (
-    "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node, "
-    "peers, NULL"
+    "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node, peers, NULL"
 )
 
 LISTING_PAGE = 1000

@@ -210,3 +210,37 @@ def test_scontrol_show_hostnames_prints_each_host_of_a_list(capsys: Any, monkeyp
     monkeypatch.delenv("SLURM_JOB_NODELIST")
     assert main(["scontrol", "show", "hostnames"]) == 2
     assert "SLURM_JOB_NODELIST is not set" in capsys.readouterr().err
+
+
+# -- the TUI, the web pages, MCP ----------------------------------------------------------
+
+
+def test_the_tuis_queue_row_shows_every_node_and_the_gpus_on_each() -> None:
+    from gbatch.tui.data import JobDecoder
+    from gbatch.tui.rows import job_cells
+
+    one = ddp_job(id=9, spec=JobSpec(name="one", command=("x",), gpus=1), gpus=(0,), peers=())
+    cells = job_cells([ddp_job(), one], NOW)
+    assert cells[7][4:] == ("2x2", "1:00/UNLIMITED", "gpu[01-02]")
+    assert cells[9][4:] == ("1", "1:00/UNLIMITED", "gpu01")
+    # The TUI's listing (columns) carries the peers, and a job that leaves its peers
+    # (requeued) is a new Job, not the one remembered.
+    decoder = JobDecoder()
+    jobs, _ = decoder.decode(listings.jobs_to_columns([ddp_job(), one]))
+    assert [job.node_names for job in jobs] == [("gpu01", "gpu02"), ("gpu01",)]
+    moved = ddp_job(peers=(("gpu03", (0, 1)),))
+    jobs, _ = decoder.decode(listings.jobs_to_columns([moved, one]))
+    assert jobs[0].node_names == ("gpu01", "gpu03")
+
+
+def test_the_tuis_search_finds_a_job_across_nodes_by_any_of_its_nodes(daemon: Daemon) -> None:
+    ddp, solo, _ = queued(daemon)
+
+    def found(text: str) -> list[int]:
+        reply = handle(
+            daemon, ALICE, {"op": "jobs", "columns": True, "view_page": True, "search": text}
+        )
+        return list(reply["columns"]["id"])
+
+    assert found("gpu02") == [ddp]
+    assert found("gpu0") == [ddp, solo]

@@ -244,3 +244,72 @@ def test_the_tuis_search_finds_a_job_across_nodes_by_any_of_its_nodes(daemon: Da
 
     assert found("gpu02") == [ddp]
     assert found("gpu0") == [ddp, solo]
+
+
+def test_the_web_pages_list_every_node_and_the_gpus_on_each() -> None:
+    import re
+
+    from gbatch.api.web import Web
+
+    templates = Web(None).templates
+    wire = codec.job_to_wire(ddp_job(spec=ddp_spec(partition="gpu")))  # the daemon sets one
+    page = templates.get_template("job.html").render(csrf="", signed_in=True, job=wire, events=[])
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))
+    assert "Nodes 2: gpu[01-02]" in text
+    assert "GPUs 2 on each node gpu01: 0,1 gpu02: 0,1" in text
+    one = ddp_job(id=9, spec=JobSpec(name="one", command=("x",)), peers=())
+    page = templates.get_template("queue.html").render(
+        csrf="",
+        signed_in=True,
+        jobs=[codec.job_to_wire(ddp_job(), brief=True), codec.job_to_wire(one, brief=True)],
+        user="",
+        state="",
+        history=False,
+        states=(),
+    )
+    rows = re.findall(r"<tr data-job=.*?</tr>", page, re.DOTALL)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.DOTALL) for row in rows]
+    assert [(row[5], row[7]) for row in cells] == [("2x2", "gpu[01-02]"), ("0", "gpu01")]
+
+
+class _Answers:
+    """A client answering ShowJob with one job and ShowPriorities with no order."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+
+    def call(self, request: Any) -> dict[str, Any]:
+        if request.op == "job":
+            return {"job": codec.job_to_wire(self.job), "events": [], "now": NOW}
+        return {"jobs": []}
+
+
+def test_mcps_why_pending_says_every_node_of_a_job_across_nodes() -> None:
+    from types import SimpleNamespace
+
+    from gbatch.mcp.tools import why_pending
+
+    def told(job: Job) -> list[str]:
+        ctx = SimpleNamespace(client=_Answers(job))
+        return why_pending(ctx, str(job.id)).splitlines()  # type: ignore[arg-type]
+
+    running = told(ddp_job())
+    assert running[1] == "Not pending: it is RUNNING on 2 nodes gpu[01-02] (GPUs gpu01: 0,1; " + (
+        "gpu02: 0,1)."
+    )
+    waiting = told(ddp_job(state=JobState.PENDING, node=None, gpus=(), peers=()))
+    assert "Asks for: 2 GPU(s) on each of 2 nodes, all at once in the default partition." in (
+        waiting
+    )
+
+
+def test_seff_and_sreport_count_the_gpus_of_every_node() -> None:
+    from gbatch.head.accounting import gpu_seconds_in
+    from gbatch.render.reports import format_seff
+
+    ended = ddp_job(state=JobState.COMPLETED, start_time=NOW - 3600, end_time=NOW, exit_code=0)
+    lines = format_seff(ended, NOW, cluster="lab", group="alice").splitlines()
+    assert "Nodes: 2" in lines and "Cores per node: 1" in lines
+    assert "GPUs: 4 (node gpu01, GPU 0,1; node gpu02, GPU 0,1)" in lines
+    assert "GPU-hours: 4.00" in lines
+    assert gpu_seconds_in(ended, NOW - 3600, NOW, NOW) == 4 * 3600

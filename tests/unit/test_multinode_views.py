@@ -313,3 +313,44 @@ def test_seff_and_sreport_count_the_gpus_of_every_node() -> None:
     assert "GPUs: 4 (node gpu01, GPU 0,1; node gpu02, GPU 0,1)" in lines
     assert "GPU-hours: 4.00" in lines
     assert gpu_seconds_in(ended, NOW - 3600, NOW, NOW) == 4 * 3600
+
+
+# -- sinfo and /metrics: a job across nodes holds GPUs on each ----------------------------
+
+
+def test_sinfo_and_metrics_count_a_job_across_nodes_on_each_of_its_nodes() -> None:
+    from test_free_gpus import Allocations, GpuNode
+    from test_metrics import samples, snapshot
+
+    from gbatch.api.metrics import render
+    from gbatch.core.model import Gpu
+    from gbatch.head.fleet import Fleet
+    from gbatch.render.sinfo import format_sinfo, sinfo_rows
+    from gbatch.site.config import Config
+
+    def node(name: str, count: int) -> GpuNode:
+        made = GpuNode([Gpu(i, f"GPU-{name}-{i}", "A100", 81920, 0) for i in range(count)])
+        made.name = name
+        return made
+
+    two, four = node("gpu01", 2), node("gpu02", 4)
+    clocks = two.clocks
+    fleet = Fleet(
+        [two, four],
+        Config(),
+        Allocations([ddp_job()]),
+        clock=lambda: clocks.wall,
+        monotonic=lambda: clocks.mono,  # type: ignore[arg-type]
+    )
+    infos = fleet.node_infos()
+    assert [(n.name, n.state.value, n.gpus_allocated) for n in infos] == [
+        ("gpu01", "allocated", 2),
+        ("gpu02", "mixed", 2),
+    ]
+    text = format_sinfo(sinfo_rows(infos), fmt="%N %t", node_oriented=True)
+    assert text.splitlines()[1:] == ["gpu01 alloc", "gpu02 mix"]
+    got = samples(render(snapshot(nodes=[codec.node_to_wire(n) for n in infos])))
+    for name, held in (("gpu01", 2), ("gpu02", 2)):
+        assert got[("gbatch_node_gpus_allocated", (("node", name),))] == held
+    gpu = (("Hostname", "gpu02"), ("UUID", "GPU-gpu02-1"), ("device", "nvidia1"), ("gpu", "1"))
+    assert got[("gbatch_gpu_allocated", gpu)] == 1

@@ -354,3 +354,16 @@ def test_sinfo_and_metrics_count_a_job_across_nodes_on_each_of_its_nodes() -> No
         assert got[("gbatch_node_gpus_allocated", (("node", name),))] == held
     gpu = (("Hostname", "gpu02"), ("UUID", "GPU-gpu02-1"), ("device", "nvidia1"), ("gpu", "1"))
     assert got[("gbatch_gpu_allocated", gpu)] == 1
+
+
+def test_w_takes_a_host_list_as_slurms() -> None:
+    import pytest
+
+    from gbatch.cli.everyday import node_list
+    from gbatch.cli.exits import CliError
+
+    assert node_list(["gpu[01-02],cpu7", "n9"]) == ["gpu01", "gpu02", "cpu7", "n9"]
+    assert node_list(["a,b"]) == ["a", "b"] and node_list(None) is None
+    with pytest.raises(CliError) as err:
+        node_list(["gpu[02-01]"])
+    assert str(err.value).startswith("-w/--nodelist: ") and err.value.status == 2

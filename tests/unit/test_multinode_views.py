@@ -77,6 +77,15 @@ def test_scancel_w_a_peer_node_cancels_the_job_across_nodes(daemon: Daemon) -> N
     assert states[ddp] is not JobState.CONFIGURING  # cancelled, or stopping
 
 
+def test_scancel_w_by_another_user_leaves_a_job_across_nodes_alone(daemon: Daemon) -> None:
+    ddp, _, _ = queued(daemon)
+    bob = Caller(uid=5002, user="bob", pid=12)
+    for nodes in (["gpu02"], ["gpu02'); DELETE FROM jobs; --"]):
+        handle(daemon, bob, {"op": "cancel", "nodes": nodes})
+    job = daemon.store.get(ddp)
+    assert job is not None and job.state is JobState.CONFIGURING and job.peers == PEERS
+
+
 def test_squeue_w_a_peer_node_lists_the_job_across_nodes(daemon: Daemon) -> None:
     ddp, solo, _ = queued(daemon)
     for brief in (True, False):
@@ -364,6 +373,8 @@ def test_w_takes_a_host_list_as_slurms() -> None:
 
     assert node_list(["gpu[01-02],cpu7", "n9"]) == ["gpu01", "gpu02", "cpu7", "n9"]
     assert node_list(["a,b"]) == ["a", "b"] and node_list(None) is None
-    with pytest.raises(CliError) as err:
-        node_list(["gpu[02-01]"])
-    assert str(err.value).startswith("-w/--nodelist: ") and err.value.status == 2
+    for bad in ("gpu[02-01]", "n[1-99999999]", "n[1-"):
+        with pytest.raises(CliError) as err:
+            node_list([bad])
+        assert str(err.value).startswith("-w/--nodelist: ") and err.value.status == 2
+        assert "\n" not in str(err.value)

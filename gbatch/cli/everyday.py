@@ -115,8 +115,10 @@ def split_list(values: list[str] | None) -> list[str] | None:
 
 
 def node_list(values: list[str] | None, option: str = "-w/--nodelist") -> list[str] | None:
-    """-w's host lists as Slurm reads them: `-w gpu[01-02],cpu7 -w n9` -> gpu01, gpu02,
-    cpu7, n9; None when not given. CliError (usage) naming `option` for a bad list."""
+    """-w's host lists as Slurm reads them; None when not given.
+
+    `-w gpu[01-02],cpu7 -w n9` -> gpu01, gpu02, cpu7, n9. CliError (usage) naming
+    `option` for a bad list."""
     if not values:
         return None
     if not any("[" in value or "]" in value for value in values):

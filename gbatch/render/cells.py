@@ -78,14 +78,17 @@ def nodelist_text(job: Job) -> str:
 
 
 def node_count(job: Job) -> int:
-    """Slurm's NODES (squeue %D, NumNodes, NNodes): the nodes it holds once allocated,
-    else the nodes it asks for (-N)."""
+    """Slurm's NODES (squeue %D, NumNodes, NNodes) of a job.
+
+    The nodes it holds once allocated, else the nodes it asks for (-N)."""
     return 1 + len(job.peers) if job.node is not None else job.spec.nodes
 
 
 def tres_text(spec: JobSpec) -> str:
-    """Slurm's TRES string of a job: `billing=2,cpu=2,gres/gpu=4,mem=8G,node=2`, every
-    node's together (-c, --mem and the GPUs are per node). Billing is the CPU count
+    """Slurm's TRES string of a job, every node's together: `billing=2,cpu=2,gres/gpu=4`.
+
+    `billing=2,cpu=2,gres/gpu=4,mem=8G,node=2` (-c, --mem and the GPUs are per node,
+    the text counts them on every node). Billing is the CPU count
     (Slurm's default weights); gres/gpu and mem only when asked for, a GPU type's count
     too (`gres/gpu:a100=2,gres/gpu=2`, in Slurm's order: by name). sacct's AllocTRES and
     ReqTRES, scontrol's ReqTRES and AllocTRES."""

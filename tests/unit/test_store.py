@@ -1256,7 +1256,7 @@ def test_the_window_keeps_what_places_a_job_across_nodes(store: Store) -> None:
         exclude=("n3",),
         exclusive=True,
     )
-    (first,) = store.submit([spec], 1000, "alice", 0)
+    store.submit([spec], 1000, "alice", 0)
     window = RunnableWindow(per_user=10)
     (job,) = store.read_window(window)
     kept = job.spec

@@ -440,3 +440,30 @@ def test_a_reserved_job_across_nodes_starts_no_later_than_its_reservation(
         now = min(ends) if ends else now + 10
         running = [r for r in running if r[2] > now]
     assert promised == math.inf or now < promised  # not there yet, nor late
+
+
+def test_the_fleet_tells_the_planner_a_node_runs_a_job_or_is_held_whole() -> None:
+    """NodeView.busy: a job of no GPUs runs there (a job across nodes counts on each of
+    its nodes); NodeView.whole: an --exclusive job holds it."""
+    from test_free_gpus import _fleet
+
+    from gbatch.core.model import Gpu
+
+    gpus = [Gpu(i, f"GPU-{i}", "NVIDIA A100-SXM4-80GB", 81920, 0) for i in range(2)]
+    fleet, host = _fleet(gpus, [])
+    idle = fleet.node_view(host, [], {})
+    assert (idle.busy, idle.whole) == (False, False)
+    cpu_only = replace(job(1, 0), state=JobState.RUNNING, node="gpu01")
+    view = fleet.node_view(host, [cpu_only], {})
+    assert (view.busy, view.whole) == (True, False)
+    spec = replace(job(2, 2, 2).spec, exclusive=True)
+    peer = replace(
+        job(2),
+        spec=spec,
+        state=JobState.RUNNING,
+        node="gpu00",
+        gpus=(0, 1),
+        peers=(("gpu01", (0, 1)),),
+    )
+    view = fleet.node_view(host, [peer], {})
+    assert (view.busy, view.whole, view.free_gpus) == (True, True, ())

@@ -144,8 +144,8 @@ def plan(
       with its GPUs (the lowest free ids, as a one-node job's).
     - `spec.exclusive`: a node qualifies only with every GPU free and no job on it
       (`NodeView.busy`; nor one this plan placed there), and the job takes all of its
-      GPUs; nothing else is placed there for the rest of the plan, nor while it runs
-      (`NodeView.whole`).
+      GPUs (all of them count against its user's max_gpus); nothing else is placed
+      there for the rest of the plan, nor while it runs (`NodeView.whole`).
     - "Resources" and "Priority" as for any job. The first such job that cannot start
       reserves across the nodes it will use: each candidate node's earliest time (now,
       for one it could start on now; else when its releases give it its GPUs, all of
@@ -675,6 +675,17 @@ class _Pass:
             chosen = sorted((*required, *rest[: count - len(required)]))
         if chosen is None:
             self.wait_group(job, pool, group, fits, cpus, mem)
+            return
+        # Whole nodes: every GPU of them counts against its user's max_gpus.
+        cap = self.caps.get(job.user)
+        if (
+            exclusive
+            and held_by_user is not None
+            and cap is not None
+            and cap.max_gpus is not None
+            and held_by_user[1] + sum(len(whole[index]) for index in chosen) > cap.max_gpus
+        ):
+            self.reasons[job.id] = MAX_GPUS_PER_USER
             return
         end = None if job.time_limit is None else now + job.time_limit
         placements = []

@@ -467,3 +467,11 @@ def test_the_fleet_tells_the_planner_a_node_runs_a_job_or_is_held_whole() -> Non
     )
     view = fleet.node_view(host, [peer], {})
     assert (view.busy, view.whole, view.free_gpus) == (True, True, ())
+
+
+def test_an_exclusive_job_counts_every_gpu_of_its_nodes_against_the_limit() -> None:
+    limits = {"alice": UserLimits(max_gpus=4)}
+    result = plan([job(1, 1, exclusive=True)], [node("a", 8)], {}, NOW, limits, {})
+    assert result.reasons == {1: "QOSMaxGRESPerUser"}
+    fits = plan([job(1, 1, exclusive=True)], [node("a", 4)], {}, NOW, limits, {})
+    assert assigned(fits)[1] == Assignment(1, "a", (0, 1, 2, 3))

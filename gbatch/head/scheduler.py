@@ -600,8 +600,9 @@ class _Pass:
         room.cpus[index] = room.mem[index] = -math.inf
 
     def group(self, spec: JobSpec) -> _Group:
-        """What a job placed by node (across nodes, -w, -x, --exclusive) may use, and
-        the reason it may never start (BadConstraints) or not now (NodeDown)."""
+        """What a job placed by node (across nodes, -w, -x, --exclusive) may use.
+
+        With the reason it may never start (BadConstraints) or not now (NodeDown)."""
         key = (
             spec.partition,
             spec.constraint,
@@ -622,10 +623,11 @@ class _Pass:
     def consider_group(
         self, job: Job, pool: _Pool, cpus: int, mem: int, held_by_user: list[int] | None
     ) -> None:
-        """Start `job`, placed by node, or give it its reason (see plan()): a job across
-        nodes (`spec.nodes`), or one that names nodes (-w, -x) or wants them whole
-        (--exclusive). `consider`'s part, past the checks of its constraint, CPUs,
-        memory and limits."""
+        """Start `job`, placed by node, or give it its reason (see plan()).
+
+        A job across nodes (`spec.nodes`), or one that names nodes (-w, -x) or wants
+        them whole (--exclusive). `consider`'s part, past the checks of its constraint,
+        CPUs, memory and limits."""
         spec = job.spec
         group = self.group(spec)
         if group.reason is not None:
@@ -713,9 +715,10 @@ class _Pass:
     def wait_group(
         self, job: Job, pool: _Pool, group: _Group, ready: Sequence[int], cpus: int, mem: int
     ) -> None:
-        """`consider_group`'s reason for a job that cannot start now, and its reservation
-        across the nodes it will use when it is the first such job. `ready`: the nodes
-        it could start on now."""
+        """`consider_group`'s reason for a job that cannot start now, and its reservation.
+
+        It reserves across the nodes it will use when it is the first such job.
+        `ready`: the nodes it could start on now."""
         if self.reservation is not None:
             self.reasons[job.id] = PRIORITY
             return
@@ -1146,10 +1149,12 @@ def _share_across(spec: JobSpec) -> bool:
 
 @dataclass(slots=True)
 class _Group:
-    """What a job placed by node may use (`_Pass.group`): the available nodes that could
-    ever hold it (its partition's, constraint's, with an engine for an image, not -x's,
-    of GPUs enough, of CPUs and memory enough in total; indices in name order), -w's
-    among them, and why it may not start: BadConstraints, NodeDown, None."""
+    """What a job placed by node may use (`_Pass.group`), and why it may not start.
+
+    The available nodes that could ever hold it (its partition's, constraint's, with an
+    engine for an image, not -x's, of GPUs enough, of CPUs and memory enough in total;
+    indices in name order), -w's among them, and its reason: BadConstraints, NodeDown,
+    None."""
 
     nodes: list[int]
     required: tuple[int, ...]
@@ -1343,8 +1348,9 @@ def _reserve(
     ready: Collection[int] = (),
     now: float = -math.inf,
 ) -> _Reservation | None:
-    """The earliest time at which `count` nodes will each have `gpus` GPUs free, if any,
-    and those nodes: each node's own earliest time, the `count` earliest (ties to the
+    """The earliest time at which `count` nodes will each have `gpus` GPUs free, if any.
+
+    And those nodes: each node's own earliest time, the `count` earliest (ties to the
     fewest GPUs to spare then, then to name), the reservation's start the latest of
     theirs. `required` nodes (-w) are among them. `whole`: each node needs all its GPUs
     free (--exclusive). `ready`: nodes on which the job could start `now` (a job across

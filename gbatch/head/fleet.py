@@ -327,6 +327,8 @@ class Fleet:
                 for c in cards
                 if c.room_mib > 0
             ),
+            busy=bool(mine),
+            whole=any(job.spec.exclusive for job in mine),
         )
 
     def _ends(self, mine: Sequence[Job]) -> list[tuple[float, tuple[int, ...]]]:

@@ -134,8 +134,9 @@ def runs_everywhere(spec: JobSpec) -> bool:
 
 
 def node_index(job: Job, name: str) -> int:
-    """The position of node `name` in `job`'s allocation (SLURM_NODEID): 0 for the
-    first node, and for a job on one node or not on `name`."""
+    """The position of node `name` in `job`'s allocation (SLURM_NODEID).
+
+    0 for the first node, and for a job on one node or not on `name`."""
     names = job.node_names
     return names.index(name) if name in names[1:] else 0
 

@@ -128,11 +128,11 @@ class Fleet:
         return back
 
     def run_nodes(self, job: Job) -> list[tuple[str, Node | None]]:
-        """The nodes where `job` has (or had) a run, first node first, each with its Node
-        (None: gone from the inventory).
+        """The nodes where `job` has (or had) a run, first node first, each with its Node.
 
-        Its first node always; the others of a job across nodes when its command runs on
-        every node (multinode.runs_everywhere), else they only hold their GPUs."""
+        None for a node gone from the inventory. Its first node always; the others of a
+        job across nodes when its command runs on every node (multinode.runs_everywhere),
+        else they only hold their GPUs."""
         names = job.node_names if runs_everywhere(job.spec) else job.node_names[:1]
         return [(name, self.nodes.get(name)) for name in names]
 

@@ -252,7 +252,13 @@ class Node(Protocol):
         """None when a docker engine answers on the node, else why not."""
 
     def launch(
-        self, job: Job, attempt: int, gpus: Sequence[int], env: Mapping[str, str] | None = None
+        self,
+        job: Job,
+        attempt: int,
+        gpus: Sequence[int],
+        env: Mapping[str, str] | None = None,
+        *,
+        hold: bool = False,
     ) -> None:
         """Start the run; return once it exists. Raises LaunchError.
 
@@ -260,7 +266,14 @@ class Node(Protocol):
         the job's own (a job across nodes: its layout's for this node, multinode.run_env).
         A job across nodes may have a run on each of its nodes: every method below finds
         this node's by the node's place in the job's allocation (multinode.node_index).
+        `hold`: create the run (a container, its image pulled) but start nothing in it
+        until start_held, so that every node's is ready before any command runs.
         """
+
+    def start_held(self, job: Job, attempt: int) -> None:
+        """Start the run launch(hold=True) created; nothing for one already started.
+
+        Raises LaunchError."""
 
     def status(self, job: Job, attempt: int) -> RunStatus: ...
 

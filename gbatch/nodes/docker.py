@@ -86,6 +86,7 @@ def docker_run_argv(
     node_index: int = 0,
     network: str | None = None,
     shm_size: str | None = None,
+    create: bool = False,
 ) -> list[str]:
     """`docker run -d` for one attempt of a job (labelled with `node` when given).
 
@@ -99,7 +100,8 @@ def docker_run_argv(
     node's admin-vetted docker_options) go right after `docker run`. A job across nodes:
     `node_index` names its run on this node (container_name), `network` (the node's
     multinode_network, the admin's) replaces the policy's, and `shm_size` (the node's
-    multinode_shm_size) is its /dev/shm unless the job sets one.
+    multinode_shm_size) is its /dev/shm unless the job sets one. `create`: `docker
+    create` with the same options (started later by docker_start_argv).
     `spec.cpus` gives `--cpus`, `spec.memory_mb` `--memory` (and as much `--memory-swap`:
     no swap); a job that asked for neither gets no limit.
     `env_file` is a path on the node, written 0600 from `env_file_text`, so values never
@@ -124,9 +126,9 @@ def docker_run_argv(
         raise ValueError(f"job {job_id}: {err}") from None
     argv = [
         docker,
-        "run",
+        "create" if create else "run",
         *extra_options,
-        "-d",
+        *([] if create else ["-d"]),
         "--name",
         container_name(job_id, attempt, node_index),
         "--label",
@@ -256,6 +258,11 @@ def docker_exec_argv(
     if visible_gpus is not None:
         options += ["-e", "CUDA_VISIBLE_DEVICES=" + ",".join(str(int(g)) for g in visible_gpus)]
     return [*options, name, *argv]
+
+
+def docker_start_argv(name: str, *, docker: str = "docker") -> list[str]:
+    """Start a created container (a no-op for one already running)."""
+    return [docker, "start", name]
 
 
 def docker_wait_argv(name: str, *, docker: str = "docker") -> list[str]:
@@ -610,6 +617,7 @@ class ContainerLauncher:
         disk_free_bytes: int | None = None,
         env: Mapping[str, str] | None = None,
         node_index: int = 0,
+        hold: bool = False,
     ) -> None:
         """Start attempt `attempt` of `job` on `gpus` as a detached container.
 
@@ -625,7 +633,8 @@ class ContainerLauncher:
         node's cleanup. `disk_free_bytes` (the host's last report) explains a failed
         env-file write. A job across nodes: `env` (its layout's variables for this node,
         multinode.run_env) goes over the job's, and `node_index` names this node's run;
-        only the first node's marks the attempt's start in the job's log.
+        only the first node's marks the attempt's start in the job's log. `hold`: only
+        create it (`docker create`: its image pulled, its name taken), for start_held.
         """
         env = {
             **job_env(job, attempt, gpus, self.node, mps=self.mps),
@@ -649,6 +658,7 @@ class ContainerLauncher:
                 node_index=node_index,
                 network=self.multinode_network if across else None,
                 shm_size=self.multinode_shm_size if across else None,
+                create=hold,
             )
             env_text = env_file_text(env)
         except (ValueError, SpecError) as err:
@@ -690,6 +700,25 @@ class ContainerLauncher:
                     f"image {image} not found{self.where} and it cannot be pulled ({error})"
                 )
             raise LaunchError(f"docker run{self.where} failed: {error}")
+
+    def start_held(self, job_id: int, attempt: int, node_index: int = 0) -> None:
+        """Start the container launch(hold=True) created; nothing for one that runs.
+
+        Raises LaunchError as launch does."""
+        name = container_name(job_id, attempt, node_index)
+        try:
+            argv = docker_start_argv(name, docker=self.docker)
+            result = self.host.run(argv, timeout=self.timeout)
+        except HostError as err:
+            raise LaunchError(
+                f"docker start{self.where} failed: {err}",
+                maybe_started=err.answer_lost,
+                node_busy=err.busy,
+            ) from err
+        if result.exit_status != 0:
+            stderr = result.stderr.decode(errors="replace")
+            error = error_line(stderr, f"exit status {result.exit_status}")
+            raise LaunchError(f"docker start{self.where} failed: {error}")
 
     def run_as(self, job: Job) -> RunAs | None:
         """Whom the job's container runs as: its submitter, or None (the image's user).

@@ -66,8 +66,9 @@ def mark_attempt_start(paths: Paths, job_id: int, attempt: int) -> None:
 
 
 def node_log(paths: Paths, job_id: int, attempt: int, index: int) -> Path:
-    """The head's copy of the output of node `index`'s run (index > 0) of a job across
-    nodes, kept apart while the job runs (each node's follower replays its own after a
+    """The head's copy of the output of node `index`'s run (index > 0) of a job across nodes.
+
+    Kept apart while the job runs (each node's follower replays its own after a
     restart) and joined to the job's log when the job ends (join_node_logs)."""
     return paths.run_dir(job_id, attempt) / f"node{index}.log"
 
@@ -78,9 +79,11 @@ def node_log_header(node: str, index: int) -> bytes:
 
 
 def join_node_logs(paths: Paths, job_id: int, attempt: int, nodes: Sequence[str]) -> None:
-    """Append the output of the job's other nodes (`nodes`: the allocation's, first
-    first) to its log, node by node, each after a header line and ending with a newline,
-    then drop their parts. Whole, never interleaved mid-line with the first node's.
+    """Append the output of the job's other nodes to its log, node by node, whole.
+
+    `nodes`: the allocation's, first first. Each part comes after a header line and
+    ends with a newline, never interleaved mid-line with the first node's; then it is
+    dropped.
 
     Best effort: a part that cannot be read or a log that cannot be written is left
     (its part stays in the run directory until the run is cleaned up)."""

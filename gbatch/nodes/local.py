@@ -398,13 +398,20 @@ class LocalNode:
         return problem
 
     def launch(
-        self, job: Job, attempt: int, gpus: Sequence[int], env: Mapping[str, str] | None = None
+        self,
+        job: Job,
+        attempt: int,
+        gpus: Sequence[int],
+        env: Mapping[str, str] | None = None,
+        *,
+        hold: bool = False,
     ) -> None:
         """Start attempt `attempt` of `job` on `gpus`; return once it exists.
 
         Precondition: CONFIGURING for this attempt is committed, so a crash from
         here on is found again by reconcile. `env`: variables over the job's (those of
-        a job across nodes; the embedded node is a fleet of one, so only ever its first).
+        a job across nodes; the embedded node is a fleet of one, so only ever its first,
+        and `hold`, which only a job's other nodes ask, never comes).
         """
         # A path is never reused (each start counts a new attempt); if one ever were,
         # its old directory must be gone before the new run writes into it.
@@ -556,6 +563,9 @@ class LocalNode:
             self._engine_checked = (0.0, None)
             raise
         self.follow_container_log(job, attempt)
+
+    def start_held(self, job: Job, attempt: int) -> None:
+        """Nothing to start: launch never holds a run here (see launch)."""
 
     def follow_container_log(self, job: Job, attempt: int) -> None:
         """Copy the container's output into the job's log, and its output file, until it exits."""

@@ -340,7 +340,13 @@ class RemoteNode:
         return node_index(job, self.name)
 
     def launch(
-        self, job: Job, attempt: int, gpus: Sequence[int], env: Mapping[str, str] | None = None
+        self,
+        job: Job,
+        attempt: int,
+        gpus: Sequence[int],
+        env: Mapping[str, str] | None = None,
+        *,
+        hold: bool = False,
     ) -> None:
         report, _ = self.report()
         index = self._index(job)
@@ -352,7 +358,13 @@ class RemoteNode:
             disk_free_bytes=report.disk_free_bytes if report is not None else None,
             env=env,
             node_index=index,
+            hold=hold,
         )
+        if not hold:
+            self._follow(job, attempt)
+
+    def start_held(self, job: Job, attempt: int) -> None:
+        self._launcher.start_held(job.id, attempt, self._index(job))
         self._follow(job, attempt)
 
     def _follow(self, job: Job, attempt: int) -> None:

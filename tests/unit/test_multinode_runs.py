@@ -26,6 +26,7 @@ from gbatch.nodes.report import NodeReport, RunOwner
 from gbatch.site.config import Config, Paths
 
 DOWN_AFTER, LEASE = 60.0, 90.0
+CALLS: list[str] = []
 
 
 class Clocks:
@@ -55,6 +56,8 @@ class FakeNode:
         self.signals: list[tuple[int, int, signal.Signals]] = []
         self.cleaned: list[tuple[int, int]] = []
         self.launch_refusal: str | None = None
+        self.start_refusal: str | None = None
+        self.calls = CALLS  # every node's launches and starts, in order
         self.seq = 1
 
     @property
@@ -89,13 +92,25 @@ class FakeNode:
         self.cleaned.append((job.id, attempt))
 
     def launch(
-        self, job: Job, attempt: int, gpus: Sequence[int], env: Mapping[str, str] | None = None
+        self,
+        job: Job,
+        attempt: int,
+        gpus: Sequence[int],
+        env: Mapping[str, str] | None = None,
+        *,
+        hold: bool = False,
     ) -> None:
         if self.launch_refusal is not None:
             raise LaunchError(self.launch_refusal)
         assert node_index(job, self.name) == list(job.node_names).index(self.name)
         self.launched.append((job.id, attempt, tuple(gpus), dict(env or {})))
-        self.runs[(job.id, attempt)] = RunStatus("running")
+        self.runs[(job.id, attempt)] = RunStatus("running")  # a created container counts
+        self.calls.append(f"{'create' if hold else 'run'} {self.name}")
+
+    def start_held(self, job: Job, attempt: int) -> None:
+        self.calls.append(f"start {self.name}")
+        if self.start_refusal is not None:
+            raise LaunchError(self.start_refusal)
 
     def exit(self, job_id: int, code: int, attempt: int = 1) -> None:
         self.runs[(job_id, attempt)] = RunStatus("exited", code, 0, self.clocks.wall)
@@ -119,6 +134,7 @@ def daemon(tmp_path: Path, clocks: Clocks) -> Iterator[Daemon]:
     made = Daemon(
         paths, config, Store(paths.store), clock=lambda: clocks.wall, monotonic=lambda: clocks.mono
     )
+    CALLS.clear()
     made.fleet.nodes = {name: FakeNode(name, clocks) for name in ("gpu1", "gpu2", "gpu3")}
     yield made
     made.committer.close()
@@ -311,6 +327,32 @@ def test_a_start_failing_on_a_peer_kills_the_started_runs_and_fails_the_job(
     assert fake(daemon, "gpu1").cleaned == [(job_id, 1)]
 
 
+def test_containers_on_every_node_are_created_before_any_starts(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    start_across(daemon, clocks, ("gpu1", "gpu2", "gpu3"))
+    assert CALLS == [
+        "create gpu1",
+        "create gpu2",
+        "create gpu3",
+        "start gpu1",
+        "start gpu2",
+        "start gpu3",
+    ]
+
+
+def test_a_container_that_will_not_start_on_a_peer_stops_the_others(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    fake(daemon, "gpu2").start_refusal = "docker start on gpu2 failed: no such device"
+    job_id = start_across(daemon, clocks)
+    job = daemon.store.require(job_id)
+    assert job.state is JobState.FAILED
+    assert job.reason.startswith("launch failed: on gpu2 (node 1 of 2): docker start on gpu2")
+    assert fake(daemon, "gpu1").signals == [(job_id, 1, signal.SIGKILL)]
+    assert fake(daemon, "gpu1").cleaned == fake(daemon, "gpu2").cleaned == [(job_id, 1)]
+
+
 def test_a_restarted_daemon_adopts_the_runs_on_every_node_and_never_starts_twice(
     daemon: Daemon, clocks: Clocks
 ) -> None:
@@ -331,9 +373,12 @@ def test_a_restarted_daemon_adopts_the_runs_on_every_node_and_never_starts_twice
     tick(daemon, clocks)
     assert daemon.store.require(job_id).state is JobState.CONFIGURING  # gpu2 cannot tell
     fake(daemon, "gpu2").runs[(job_id, 1)] = RunStatus("running")
+    CALLS.clear()
     tick(daemon, clocks)
     assert daemon.store.require(job_id).state is JobState.RUNNING
     assert len(fake(daemon, "gpu1").launched) == len(fake(daemon, "gpu2").launched) == 1
+    # Containers maybe only created when the daemon died: started, never launched again.
+    assert CALLS == ["start gpu1", "start gpu2"]
 
 
 def test_a_vanished_run_on_a_peer_requeues_the_job_and_removes_the_others(

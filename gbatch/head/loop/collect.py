@@ -20,7 +20,7 @@ from gbatch.head.loop.conditions import NodeConditions
 from gbatch.head.loop.dispatch import LAUNCH_SETTLE_SECONDS, LAUNCH_UNKNOWN
 from gbatch.head.loop.runs import RunEnd, Runs
 from gbatch.head.store import Store
-from gbatch.nodes.base import Node, RunStatus
+from gbatch.nodes.base import LaunchError, Node, RunStatus
 from gbatch.nodes.docker import container_name
 
 log = logging.getLogger("gbatchd")
@@ -122,7 +122,7 @@ class EndedRuns:
             statuses.append((name, node, node.status(job, job.attempt)))
         states = [status.state for _, _, status in statuses]
         if all(state == "running" for state in states):
-            if job.state is JobState.CONFIGURING:
+            if job.state is JobState.CONFIGURING and self._start_held(job, statuses, now):
                 self.runs.confirm_running(
                     [job], "adopted: its unconfirmed start was found running", self.clock()
                 )
@@ -161,6 +161,33 @@ class EndedRuns:
         index, name, status = failed
         end = self._finish(job, status, now)
         return RunEnd(job, end.new, f"{end.reason} on {name} (node {index})", end.fields)
+
+    def _start_held(
+        self, job: Job, statuses: Sequence[tuple[str, Node, RunStatus]], now: float
+    ) -> bool:
+        """Start every node's run of an adopted job across nodes (the daemon died, or an
+        answer was lost, between creating its containers and starting them): docker
+        starts those only created and leaves running ones be. False when a start failed
+        (its job is ended or left as dispatch's rules say)."""
+        if job.spec.image is None:
+            return True
+        for index, (name, node, _) in enumerate(statuses):
+            try:
+                node.start_held(job, job.attempt)
+            except LaunchError as err:
+                if err.maybe_started or err.node_busy:
+                    return False  # asked again at the next tick
+                for _, other, _ in statuses:
+                    other.signal(job, job.attempt, signal.SIGKILL)
+                self.runs.end_run(
+                    job,
+                    JobState.PENDING,
+                    f"adopting its runs failed on {name} (node {index}): {err}; requeued",
+                    now,
+                    end_time=now,
+                )
+                return False
+        return True
 
     def _stop_others(self, job: Job, index: int, name: str, status: RunStatus, now: float) -> None:
         """A run of a job across nodes failed while others run: stop them all (COMPLETING,

@@ -10,6 +10,7 @@ import logging
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 
 from gbatch.core.crashpoints import crash_point
 from gbatch.core.model import Job, JobState
@@ -104,25 +105,42 @@ class Dispatcher:
                 raise LaunchError(f"node {name} of its allocation is not in the fleet")
             addresses.append(each.peer_address)
         layout = Layout.of(job, tuple(addresses), master_port(job.id))
-        runs = self.fleet.run_nodes(job)
+        runs = [(name, each) for name, each in self.fleet.run_nodes(job) if each is not None]
+        # Containers on several nodes: all created (images pulled) before any starts,
+        # so no node's command waits at the rendezvous on another's image.
+        hold = len(runs) > 1 and job.spec.image is not None
         for index, (name, each) in enumerate(runs):
-            assert each is not None  # checked above
             here = gpus if index == 0 else dict(job.peers)[name]
-            try:
-                # A peer's GPUs have UUIDs of their own; its run names them by index.
-                run_job = job if index == 0 else replace(job, gpu_uuids=())
-                each.launch(run_job, job.attempt, here, run_env(layout, index))
-            except LaunchError as err:
-                if index == 0:
-                    raise
-                for _, started in runs[:index]:
-                    assert started is not None
-                    started.signal(job, job.attempt, signal.SIGKILL)
-                raise LaunchError(
-                    f"on {name} (node {index} of {len(runs)}): {err}",
-                    maybe_started=err.maybe_started,
-                    node_busy=err.node_busy,
-                ) from err
+            # A peer's GPUs have UUIDs of their own; its run names them by index.
+            run_job = job if index == 0 else replace(job, gpu_uuids=())
+            launch = partial(each.launch, run_job, job.attempt, here, run_env(layout, index))
+            self._on_every_node(job, runs, index, partial(launch, hold=hold))
+        if hold:
+            for index, (_, each) in enumerate(runs):
+                self._on_every_node(job, runs, index, partial(each.start_held, job, job.attempt))
+
+    def _on_every_node(
+        self,
+        job: Job,
+        runs: Sequence[tuple[str, Node]],
+        index: int,
+        act: Callable[[], None],
+    ) -> None:
+        """`act` on run `index` of a job across nodes; when it fails on a node but the
+        first, the runs before it are killed and its LaunchError raised again, naming
+        its node (the job's end then removes them all)."""
+        try:
+            act()
+        except LaunchError as err:
+            if index == 0:
+                raise
+            for _, started in runs[:index]:
+                started.signal(job, job.attempt, signal.SIGKILL)
+            raise LaunchError(
+                f"on {runs[index][0]} (node {index} of {len(runs)}): {err}",
+                maybe_started=err.maybe_started,
+                node_busy=err.node_busy,
+            ) from err
 
     def _launch(self, job: Job, node: Node, gpus: Sequence[int], now: float) -> bool:
         """Start `job` (CONFIGURING, its attempt counted) on `node`: True when its run

@@ -101,16 +101,24 @@ def containers_of(job_id: int, *, running: bool = True) -> list[str]:
     return sorted(out.split())
 
 
-def nodes_of(record: dict[str, object]) -> list[str]:
-    peers = cast("list[list[object]]", record.get("peers") or [])
-    return [cast(str, record["node"]), *(cast(str, peer[0]) for peer in peers)]
+def placed_on(job_id: int) -> list[str]:
+    """The nodes of the job's running containers, first node first (by their names:
+    `gbatch-<job>-<attempt>` on the first, `...-n<k>` on node k)."""
+    argv = ["docker", "ps", "--filter", f"label=gbatch.job={job_id}"]
+    argv += ["--format", '{{.Names}} {{.Label "gbatch.node"}}']
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+    return [node for _, node in sorted(line.split() for line in out.splitlines())]
+
+
+def other(node: object) -> str:
+    return "mn2" if node == "mn1" else "mn1"
 
 
 def free_gpus(head: Head, node: str) -> int:
     """How many of `node`'s GPUs the head would hand out now (sinfo's FREE)."""
     out = head.run("sinfo", "--json", check=True).stdout
     (row,) = [n for n in json.loads(out)["nodes"] if n["name"] == node]
-    return len(row["free_gpus"] or ())
+    return int(row["gpus_free"])
 
 
 def test_a_two_node_job_rendezvous_at_master_addr_and_all_reduces_its_ranks(
@@ -120,9 +128,12 @@ def test_a_two_node_job_rendezvous_at_master_addr_and_all_reduces_its_ranks(
     record = fleet.head.wait_state(job_id, "COMPLETED", "FAILED", timeout=180)
     log = fleet.head.run("logs", str(job_id), check=True).stdout
     assert record["state"] == "COMPLETED", (record["reason"], log)
-    assert sorted(nodes_of(record)) == ["mn1", "mn2"]
-    lines = [line for line in log.splitlines() if line.startswith("rank ")]
-    assert sorted(lines) == ["rank 0 of 2: sum 1", "rank 1 of 2: sum 1"]
+    # The first node's output, then the other's after a line naming it.
+    assert log.splitlines() == [
+        "rank 0 of 2: sum 1",
+        f"==> gbatch: output of node {other(record['node'])} (SLURM_NODEID 1) <==",
+        "rank 1 of 2: sum 1",
+    ]
     wait_for(lambda: containers_of(job_id, running=False) == [], 30, "its containers removed")
 
 
@@ -133,21 +144,21 @@ def test_one_nodes_run_failing_stops_the_other_and_fails_the_job(
     record = fleet.head.wait_state(job_id, "FAILED", "COMPLETED", timeout=180)
     assert record["state"] == "FAILED"
     assert record["exit_code"] == 1
-    second = nodes_of(record)[1]
-    assert record["reason"] == f"exit code 1 on {second} (node 1)"
+    assert record["reason"] == f"exit code 1 on {other(record['node'])} (node 1)"
     # Rank 0 waited for rank 1 at the rendezvous (or hung after it): stopped, removed.
     wait_for(lambda: containers_of(job_id, running=False) == [], 30, "its containers removed")
 
 
 def test_scancel_stops_the_runs_on_every_node(fleet: Fleet, tmp_path: Path) -> None:
     job_id = fleet.head.sbatch(job_file(tmp_path, HANG="1"))
-    record = fleet.head.wait_state(job_id, "RUNNING", timeout=180)
-    wait_for(lambda: len(containers_of(job_id)) == 2, 30, "a container on each node")
+    record = fleet.head.wait_state(job_id, "RUNNING", "FAILED", timeout=180)
+    assert record["state"] == "RUNNING", record["events"]
+    wait_for(lambda: sorted(placed_on(job_id)) == ["mn1", "mn2"], 30, "a container on each")
     wait_for(lambda: "sum 1" in fleet.head.run("logs", str(job_id)).stdout, 60, "rank 0's output")
     fleet.head.run("scancel", str(job_id), check=True)
-    record = fleet.head.wait_state(job_id, "CANCELLED", timeout=60)
+    fleet.head.wait_state(job_id, "CANCELLED", timeout=60)
     wait_for(lambda: containers_of(job_id, running=False) == [], 30, "both containers gone")
-    for node in nodes_of(record):
+    for node in ("mn1", "mn2"):
         wait_for(lambda node=node: free_gpus(fleet.head, node) == 2, 30, f"{node}'s GPUs free")
 
 
@@ -155,14 +166,20 @@ def test_a_host_lost_mid_run_ends_the_job_and_frees_its_gpus_on_the_other(
     fleet: Fleet, tmp_path: Path
 ) -> None:
     job_id = fleet.head.sbatch(job_file(tmp_path, HANG="1"))
-    record = fleet.head.wait_state(job_id, "RUNNING", timeout=180)
-    first, second = nodes_of(record)
+    record = fleet.head.wait_state(job_id, "RUNNING", "FAILED", timeout=180)
+    assert record["state"] == "RUNNING", record["events"]
+    wait_for(lambda: len(placed_on(job_id)) == 2, 30, "a container on each node")
+    first, second = placed_on(job_id)
     wait_for(lambda: free_gpus(fleet.head, first) == 1, 30, f"{first} to show one GPU taken")
-    fleet.hosts[second].stop()  # the host is gone: its sshd, agent and lease with it
+    # The host is gone: its sshd, its agent and its lease with it. (Its job container,
+    # a sibling on this machine's engine, runs on: the test removes it.)
+    fleet.hosts.pop(second).stop()
     record = fleet.head.wait_state(job_id, "NODE_FAIL", "PENDING", timeout=120)
-    assert record["state"] == "NODE_FAIL"
+    assert record["state"] == "NODE_FAIL", record["events"]
     assert cast(str, record["reason"]).startswith(f"node {second} of its 2 nodes down")
     # Its run on the first node was stopped with it, and its GPU there is free again.
     first_run = f"gbatch-{job_id}-1"
     wait_for(lambda: first_run not in containers_of(job_id), 30, f"{first_run} gone")
     wait_for(lambda: free_gpus(fleet.head, first) == 2, 30, f"{first}'s GPUs free")
+    lost_run = ["docker", "rm", "-f", f"gbatch-{job_id}-1-n1"]
+    subprocess.run(lost_run, capture_output=True, timeout=30, check=False)

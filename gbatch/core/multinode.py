@@ -10,7 +10,7 @@ WORLD_SIZE, RANK, LOCAL_RANK, NODE_RANK). docs/multinode.md says which is which.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gbatch.core import hostlist
 from gbatch.core.model import Job, JobSpec
@@ -150,3 +150,16 @@ def run_env(layout: Layout, index: int) -> dict[str, str]:
     $SLURM_TASKS_PER_NODE...), or through srun. The batch script of the Slurm form is
     the run of node 0."""
     return layout.task_env(index, 0)
+
+
+def run_at(job: Job, name: str, index: int) -> Job:
+    """`job` as its run on node `name`, place `index` of its allocation, knows it.
+
+    For a run the job no longer names (requeued, its nodes forgotten) whose container
+    name still says its place (`gbatch-<job>-<attempt>-n<index>`): node_index(result,
+    name) is `index`, so a node finds that run to kill and remove it."""
+    if index == 0:
+        return replace(job, node=name, peers=())
+    # Placeholders: only this node's place matters to the node that is asked.
+    before = tuple((f"?{k}", ()) for k in range(1, index))
+    return replace(job, node="?0", peers=(*before, (name, ())))

@@ -70,6 +70,16 @@ def container_name(job_id: int, attempt: int, node_index: int = 0) -> str:
     return f"gbatch-{job_id}-{attempt}"
 
 
+def node_index_of(name: str) -> int:
+    """The node's place in its job's allocation that container `name` says (0 without
+    a `-n<index>` suffix: the first node's run, or a job on one node)."""
+    match = _NODE_SUFFIX.search(name)
+    return int(match.group(1)) if match else 0
+
+
+_NODE_SUFFIX = re.compile(r"^gbatch-[0-9]+-[0-9]+-n([0-9]+)$")
+
+
 def docker_run_argv(
     *,
     job_id: int,

@@ -22,7 +22,7 @@ from gbatch.head.liveness import FENCE_MARGIN_SECONDS
 from gbatch.head.store import Store
 from gbatch.nodes.base import LaunchError, RunStatus
 from gbatch.nodes.joblog import node_log
-from gbatch.nodes.report import NodeReport, RunOwner
+from gbatch.nodes.report import ContainerReport, NodeReport, RunOwner
 from gbatch.site.config import Config, Paths
 
 DOWN_AFTER, LEASE = 60.0, 90.0
@@ -57,6 +57,8 @@ class FakeNode:
         self.cleaned: list[tuple[int, int]] = []
         self.launch_refusal: str | None = None
         self.start_refusal: str | None = None
+        self.containers: tuple[ContainerReport, ...] = ()
+        self.cleaned_at: list[int] = []  # the node's place in each job it cleaned up
         self.calls = CALLS  # every node's launches and starts, in order
         self.seq = 1
 
@@ -70,7 +72,8 @@ class FakeNode:
     def report(self) -> tuple[NodeReport | None, str]:
         if not self.reporting:
             return None, "connection lost"
-        return NodeReport(1, self.clocks.wall, self.name, "simulation", "", (), None), ""
+        report = NodeReport(1, self.clocks.wall, self.name, "simulation", "", (), None)
+        return replace(report, containers=self.containers), ""
 
     def gpus(self, report: NodeReport) -> tuple[Gpu, ...]:
         return tuple(Gpu(i, f"GPU-{self.name}-{i}", "sim", 1024, 0) for i in range(self.gpu_count))
@@ -90,6 +93,7 @@ class FakeNode:
 
     def cleanup(self, job: Job, attempt: int) -> None:
         self.cleaned.append((job.id, attempt))
+        self.cleaned_at.append(node_index(job, self.name))
 
     def launch(
         self,
@@ -466,3 +470,22 @@ def test_the_inventory_names_how_peers_reach_a_node_and_its_multinode_network(
     path.write_text("nodes:\n  - name: gpu01\n    host: a\n    multinode_network: container:x\n")
     with pytest.raises(InventoryError, match='multinode_network: "container:x" is not a docker'):
         load_inventory(path, home=tmp_path)
+
+
+def test_a_node_heard_again_removes_its_run_of_a_job_requeued_meanwhile(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    job_id = start_across(daemon, clocks)
+    gpu2 = fake(daemon, "gpu2")
+    gpu2.reporting = False
+    tick(daemon, clocks, LEASE + FENCE_MARGIN_SECONDS)
+    assert daemon.store.require(job_id).state is JobState.PENDING  # its nodes forgotten
+    # gpu2 comes back, its container of that run still there (its fence came too late).
+    name = f"gbatch-{job_id}-1-n1"
+    gpu2.containers = (
+        ContainerReport(name, name, job_id, 1, "alice", "running", None, False, None, None, "gpu2"),
+    )
+    gpu2.reporting, gpu2.cleaned, gpu2.cleaned_at = True, [], []
+    tick(daemon, clocks)
+    assert (job_id, 1, signal.SIGKILL) in gpu2.signals
+    assert (gpu2.cleaned, gpu2.cleaned_at) == ([(job_id, 1)], [1])  # by its name's place

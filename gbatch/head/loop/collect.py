@@ -13,6 +13,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 
 from gbatch.core.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
+from gbatch.core.multinode import node_index, run_at
 from gbatch.head import gpubudget, idlegpu
 from gbatch.head.fleet import Fleet
 from gbatch.head.liveness import Liveness
@@ -21,7 +22,7 @@ from gbatch.head.loop.dispatch import LAUNCH_SETTLE_SECONDS, LAUNCH_UNKNOWN
 from gbatch.head.loop.runs import RunEnd, Runs
 from gbatch.head.store import Store
 from gbatch.nodes.base import LaunchError, Node, RunStatus
-from gbatch.nodes.docker import container_name
+from gbatch.nodes.docker import container_name, node_index_of
 
 log = logging.getLogger("gbatchd")
 
@@ -350,6 +351,11 @@ class EndedRuns:
                 continue
             if job.state in ALLOCATED_STATES and job.attempt < container.attempt:
                 continue  # listed before the store said so: a run being started now
+            index = node_index_of(container.name)
+            if index and node_index(job, node.name) != index:
+                # Another node's run of a job across nodes that no longer names this
+                # node at that place (requeued): the node finds it by its place.
+                job = run_at(job, node.name, index)
             if container.state == "running":
                 log.warning(
                     "node %s: run %d.%d of a job already %s was still running; killing it",

@@ -489,3 +489,18 @@ def test_a_node_heard_again_removes_its_run_of_a_job_requeued_meanwhile(
     tick(daemon, clocks)
     assert (job_id, 1, signal.SIGKILL) in gpu2.signals
     assert (gpu2.cleaned, gpu2.cleaned_at) == ([(job_id, 1)], [1])  # by its name's place
+
+
+def test_scancel_signal_reaches_the_run_on_every_node(daemon: Daemon, clocks: Clocks) -> None:
+    from gbatch.head.handlers import Caller, handle
+
+    job_id = start_across(daemon, clocks)
+    reply = handle(
+        daemon,
+        Caller(uid=0, user="root", pid=1),
+        {"op": "cancel", "ids": [job_id], "signal": "USR1"},
+    )
+    assert reply["ok"], reply
+    for name in ("gpu1", "gpu2"):
+        assert fake(daemon, name).signals == [(job_id, 1, signal.SIGUSR1)]
+    assert daemon.store.require(job_id).state is JobState.RUNNING

@@ -504,3 +504,16 @@ def test_scancel_signal_reaches_the_run_on_every_node(daemon: Daemon, clocks: Cl
     for name in ("gpu1", "gpu2"):
         assert fake(daemon, name).signals == [(job_id, 1, signal.SIGUSR1)]
     assert daemon.store.require(job_id).state is JobState.RUNNING
+
+
+def test_a_peer_whose_docker_engine_is_gone_requeues_the_job_without_using_a_retry(
+    daemon: Daemon, clocks: Clocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpu2 = fake(daemon, "gpu2")
+    gpu2.launch_refusal = "docker run on gpu2 failed: Cannot connect to the Docker daemon"
+    monkeypatch.setattr(gpu2, "docker_problem", lambda now: "no engine")
+    job_id = start_across(daemon, clocks)
+    job = daemon.store.require(job_id)
+    assert job.state is JobState.PENDING
+    assert "on gpu2 (node 1 of 2): its docker engine does not answer (no engine)" in job.reason
+    assert daemon.runs.retries_used(job) == 0

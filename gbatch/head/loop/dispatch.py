@@ -126,9 +126,12 @@ class Dispatcher:
         index: int,
         act: Callable[[], None],
     ) -> None:
-        """`act` on run `index` of a job across nodes; when it fails on a node but the
-        first, the runs before it are killed and its LaunchError raised again, naming
-        its node (the job's end then removes them all)."""
+        """`act` on run `index` of a job across nodes, re-raising its LaunchError so.
+
+        When it fails on a node but the first, the runs before it are killed and its
+        LaunchError raised again naming its node (the job's end then removes them
+        all); a node whose docker engine does not answer makes it node_busy (requeued,
+        no retry used), as the first node's does."""
         try:
             act()
         except LaunchError as err:
@@ -136,10 +139,18 @@ class Dispatcher:
                 raise
             for _, started in runs[:index]:
                 started.signal(job, job.attempt, signal.SIGKILL)
+            name, node = runs[index]
+            busy, what = err.node_busy, str(err)
+            engine = None
+            if not (busy or err.maybe_started) and job.spec.image is not None:
+                engine = node.docker_problem(self.clock())
+            if engine is not None:
+                # Not the job's fault: it waits for that engine and keeps its retries.
+                busy, what = True, f"its docker engine does not answer ({engine})"
             raise LaunchError(
-                f"on {runs[index][0]} (node {index} of {len(runs)}): {err}",
+                f"on {name} (node {index} of {len(runs)}): {what}",
                 maybe_started=err.maybe_started,
-                node_busy=err.node_busy,
+                node_busy=busy,
             ) from err
 
     def _launch(self, job: Job, node: Node, gpus: Sequence[int], now: float) -> bool:

@@ -298,7 +298,8 @@ def test_cancel_stops_the_runs_on_every_node(daemon: Daemon, clocks: Clocks) -> 
         assert fake(daemon, name).signals == [(job_id, 1, signal.SIGTERM)]
         fake(daemon, name).runs[(job_id, 1)] = RunStatus("exited", 143, 0, clocks.wall)
     tick(daemon, clocks)
-    assert daemon.store.require(job_id).state is JobState.CANCELLED
+    job = daemon.store.require(job_id)
+    assert (job.state, job.exit_code) == (JobState.CANCELLED, 143)  # its first node's run's
 
 
 def test_a_time_limit_stops_every_node(daemon: Daemon, clocks: Clocks) -> None:

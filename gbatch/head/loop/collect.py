@@ -11,6 +11,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from gbatch.core.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
 from gbatch.core.multinode import node_index, run_at
@@ -150,7 +151,10 @@ class EndedRuns:
         exits = [status for _, _, status in statuses if status.state == "exited"]
         last = max((s.end_time or now for s in exits), default=now)
         if job.stop_state is not None:
-            end = self._finish(job, RunStatus("exited", 0, 0, last), now)
+            # The job's exit is its first node's run's (the batch script's), as on one node.
+            first = statuses[0][2]
+            shown = first if first.state == "exited" else RunStatus("exited", 0, 0, last)
+            end = self._finish(job, replace(shown, end_time=last), now)
             if job.exit_code is not None:
                 # Stopped for a failed run: the job ends with that run's exit and reason.
                 fields = {**end.fields, "exit_code": job.exit_code}

@@ -71,8 +71,9 @@ def container_name(job_id: int, attempt: int, node_index: int = 0) -> str:
 
 
 def node_index_of(name: str) -> int:
-    """The node's place in its job's allocation that container `name` says (0 without
-    a `-n<index>` suffix: the first node's run, or a job on one node)."""
+    """The node's place in its job's allocation that container `name` says.
+
+    0 without a `-n<index>` suffix: the first node's run, or a job on one node."""
     match = _NODE_SUFFIX.search(name)
     return int(match.group(1)) if match else 0
 

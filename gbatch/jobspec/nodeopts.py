@@ -23,9 +23,6 @@ MAX_TASKS_PER_NODE = 1024
 # the host names a Slurm user brings (which the daemon then refuses if none is here).
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", re.ASCII)
 _NODES_TEXT = re.compile(r"\s*([0-9]{1,9})\s*(?:-\s*([0-9]{1,9})\s*)?", re.ASCII)
-# --exclusive's values, Slurm's: all hold the nodes whole here (no node is shared with
-# the submitter's other jobs either: stricter than `user` and `mcs` ask, never looser).
-EXCLUSIVE_VALUES = ("", "node", "user", "mcs", "topo")
 
 
 def check_nodes(value: object, field: str) -> int:
@@ -108,25 +105,10 @@ def check_host_list(value: object, field: str) -> tuple[str, ...]:
 
 
 def check_exclusive(value: object, field: str) -> bool:
-    """`exclusive:` in a job file (true or false); --exclusive[=user|mcs|topo] sends True."""
+    """`exclusive:` in a job file (true or false); --exclusive[=user|mcs|topo] gives True."""
     if isinstance(value, bool):
         return value
     raise SpecError(field, f"{show_value(value)} is not true or false. Write true or false")
-
-
-def exclusive_option(text: str | None) -> bool | None:
-    """--exclusive's value as the job's `exclusive` (None: not given).
-
-    Every Slurm value holds the nodes whole here; SpecError for another."""
-    if text is None:
-        return None
-    if text.strip().lower() not in EXCLUSIVE_VALUES:
-        raise SpecError(
-            "--exclusive",
-            f"{show_value(text)} is not one of user, mcs or topo. Give --exclusive alone "
-            "(each node whole: all its GPUs, no other job beside it)",
-        )
-    return True
 
 
 def settle_nodes(fields: dict[str, Any], labels: dict[str, str]) -> None:

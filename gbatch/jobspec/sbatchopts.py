@@ -12,6 +12,10 @@ import functools
 
 from gbatch.core.suggest import did_you_mean, option_strings
 
+# --exclusive's values (Slurm's): all hold the nodes whole here (no node is shared with
+# the submitter's other jobs either: stricter than `user` and `mcs` ask, never looser).
+EXCLUSIVE_VALUES = ("user", "mcs", "topo")
+
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from typing import Any, NoReturn
@@ -93,11 +97,19 @@ def add_node_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--exclusive",
         dest="exclusive",
-        metavar="user|mcs",
-        nargs="?",
-        const="",
-        help="hold each node whole: all its GPUs, no other job beside it (every value "
-        "Slurm takes means that here)",
+        action="store_const",
+        const=True,
+        help="hold each node whole: all its GPUs, no other job beside it (so do Slurm's "
+        "--exclusive=user, =mcs and =topo here)",
+    )
+    # Slurm's values come only after '=' (getopt's optional argument): as option strings
+    # of their own, so that `--exclusive job.sh` leaves job.sh a word, never a value.
+    p.add_argument(
+        *(f"--exclusive={value}" for value in EXCLUSIVE_VALUES),
+        dest="exclusive",
+        action="store_const",
+        const=True,
+        help=argparse.SUPPRESS,
     )
 
 

@@ -515,7 +515,6 @@ def build_submit(
     """
     # Deferred: yaml and validation are needed by sbatch alone.
     from gbatch.jobspec.batchscript import ScriptError
-    from gbatch.jobspec.nodeopts import exclusive_option
     from gbatch.jobspec.slurmopts import Export, check_submit_env_size, exported_env, parse_array
     from gbatch.jobspec.spec import (
         OVERRIDE_OPTION,
@@ -579,7 +578,7 @@ def build_submit(
             "ntasks_per_node": _int_option(args.ntasks_per_node, "--ntasks-per-node"),
             "nodelist": args.nodelist,
             "exclude": args.exclude,
-            "exclusive": exclusive_option(args.exclusive),
+            "exclusive": args.exclusive,
         }
         if default_name is not None:
             pass

@@ -78,6 +78,7 @@ def refusal(text: str | None, *options: str, name: str = "job.yaml") -> str:
         (("-x", "gpu[03-04],cpu1"), {"exclude": ["gpu03", "gpu04", "cpu1"]}),
         (("--exclusive",), {"exclusive": True}),
         (("--exclusive=user",), {"exclusive": True}),
+        (("--exclusive=mcs",), {"exclusive": True}),
     ],
 )
 def test_each_option_form_asks_its_nodes_tasks_and_gpus_per_node(
@@ -142,7 +143,7 @@ def test_each_option_form_asks_its_nodes_tasks_and_gpus_per_node(
         (("-x", "gpu[2-1]"), "-x/--exclude: the range '2-1' in 'gpu[2-1]' runs backwards"),
         (("-w", "gpu[01"), "-w/--nodelist: an unclosed '[' in 'gpu[01'"),
         (("-w", "bad name"), '-w/--nodelist: "bad name" is not a node name'),
-        (("--exclusive=all",), '--exclusive: "all" is not one of user, mcs or topo'),
+        (("--exclusive=all",), "argument --exclusive: ignored explicit argument 'all'"),
         (
             ("-N", "2", "--gpu-mem=10G"),
             "--gpu-mem: a share of one GPU cannot span nodes, and -N/--nodes asks for 2. Ask "
@@ -166,6 +167,11 @@ def test_what_no_allocation_could_be_is_one_line_naming_the_option_and_the_fix(
 def test_exclusive_is_real_and_no_kill_says_what_happens_across_nodes() -> None:
     ignored = {names[0]: effect for names, _, _, _, effect in IGNORED_OPTIONS}
     assert "--exclusive" not in ignored
+    from gbatch.cli._parser import build_parser
+
+    # Slurm's values only after '=': the word after a bare --exclusive is the job file.
+    args = build_parser("sbatch").parse_args(["sbatch", "--exclusive", "job.sh", "in.csv"])
+    assert (args.exclusive, args.file, args.script_args) == (True, "job.sh", ["in.csv"])
     assert ignored["--no-kill"] == (
         "a job across nodes ends (or is requeued) whole when one of its nodes is lost"
     )
@@ -454,3 +460,44 @@ def test_num_nodes_past_the_partition_is_refused_by_the_daemon(daemon: Daemon) -
     reply = handle(daemon, ROOT, {"op": "update", "id": job.id, "changes": {"NumNodes": "2"}})
     assert reply["ok"], reply
     assert daemon.store.get(job.id).spec.nodes == 2  # type: ignore[union-attr]
+
+
+# -- srun and salloc: the allocation they queue ------------------------------------------
+
+
+class Recorder:
+    """A client that keeps the requests it is sent and answers a submit with job 7."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def call(self, request: Any) -> dict[str, Any]:
+        self.sent.append(request)
+        return {"ids": [7]}
+
+
+@pytest.mark.parametrize("command", ["srun", "salloc"])
+def test_srun_and_salloc_queue_an_allocation_across_nodes(command: str) -> None:
+    from types import SimpleNamespace
+
+    from gbatch.cli._parser import build_parser
+    from gbatch.cli.stepclient import queue_allocation
+
+    words = [command, "-N", "2", "--ntasks-per-node=2", "--gpus-per-node=1", "-w", "gpu[01-02]"]
+    args = build_parser(command).parse_args([*words, "-x", "gpu03", "--exclusive", "hostname"])
+    client = Recorder()
+    ctx = SimpleNamespace(client=client)
+    assert queue_allocation(ctx, args, ["hostname"], command, "hostname") == 7  # type: ignore[arg-type]
+    (request,) = client.sent
+    spec = request.spec
+    assert spec["interactive"] == command
+    assert {key: spec.get(key) for key in NODE_KEYS} == {
+        "nodes": 2,
+        "gpus": 1,
+        "ntasks": None,
+        "ntasks_per_node": 2,
+        "nodelist": ["gpu01", "gpu02"],
+        "exclude": ["gpu03"],
+        "exclusive": True,
+    }
+    assert "every_node" not in spec  # bare: srun's steps start the tasks on each node

@@ -509,12 +509,21 @@ def why_pending(ctx: Context, text: str) -> str:
     partition = job.spec.partition or "the default partition"
     model = f" {job.spec.gpu_type}" if job.spec.gpu_type else ""
     features = f" with {job.spec.constraint}" if job.spec.constraint else ""
-    lines.append(f"Asks for: {job.spec.gpus}{model} GPU(s) on one node{features} in {partition}.")
+    nodes = job.spec.nodes
+    span = "on one node" if nodes == 1 else f"on each of {nodes} nodes, all at once"
+    lines.append(f"Asks for: {job.spec.gpus}{model} GPU(s) {span}{features} in {partition}.")
     lines.append(_place(ctx, job))
     return "\n".join(lines) + "\n"
 
 
 def _where(job: Job) -> str:
+    if job.peers:  # across nodes (issue 32): each node with its GPUs
+        from gbatch.render.cells import nodelist_text
+
+        each = "; ".join(
+            f"{name}: {','.join(map(str, gpus)) or 'none'}" for name, gpus in job.placements
+        )
+        return f" on {len(job.placements)} nodes {nodelist_text(job)} (GPUs {each})."
     if job.node:
         gpus = ",".join(map(str, job.gpus)) or "none"
         return f" on node {job.node} (GPUs {gpus})."

@@ -280,7 +280,8 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         "--cpus-per-task",
         dest="cpus",
         metavar="N",
-        help="CPUs for the job (counted by the scheduler; default 1, not enforced). "
+        help="CPUs for the job, on each node (counted by the scheduler; default 1, not "
+        "enforced). "
         "Containers get --cpus N; a bare process gets N CPUs (its cgroup's CPU quota "
         "and cpuset where the host allows one, else CPU affinity)",
     )
@@ -288,7 +289,8 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mem",
         metavar="SIZE",
-        help=f"memory for the job in all: {mem_units}. The job waits for a node with "
+        help=f"memory for the job in all (with -N: on each node): {mem_units}. The job "
+        "waits for a node with "
         "that much free and is held to it (a container's limit; a bare process's "
         "cgroup, or its data size where the host gives no cgroup); killed for memory, "
         "it ends OUT_OF_MEMORY. 0 (all of a node's memory) is not supported",

@@ -235,6 +235,15 @@ def test_a_job_file_with_nodes_2_runs_its_command_on_every_node() -> None:
 def test_a_job_files_script_across_nodes_is_a_batch_script_on_the_first_node() -> None:
     text = "nodes: 2\nscript: |\n  #!/bin/bash\n  srun hostname\n"
     assert asked(text) == {"nodes": 2}
+    # The file's keys win over its script's #SBATCH lines, the command line over both.
+    lines = "gpus_per_node: 2\nnodes: 2\nscript: |\n  #SBATCH -N 3\n  #SBATCH --gres=gpu:4\n  x\n"
+    assert asked(lines) == {"nodes": 2, "gpus": 2}
+    assert asked(lines, "-N", "4") == {"nodes": 4, "gpus": 2}
+    assert asked(None, "-N", "2", "-G", "4", "--cpus-per-gpu=3", *WRAP)["gpus"] == 2
+    assert (
+        request_for_text(None, "j", ["-N", "2", "-G", "4", "--cpus-per-gpu=3", *WRAP]).spec["cpus"]
+        == 6
+    )  # per node: 3 for each of its 2 GPUs
 
 
 @pytest.mark.parametrize(

@@ -101,3 +101,14 @@ def test_a_pending_job_across_nodes_is_not_starved_by_a_stream_of_one_gpu_jobs(
         assert started_small and all(when + limit <= T0 + 600 for when, limit in started_small)
     finally:
         side.close()
+
+
+def test_test_only_names_every_node_a_job_across_nodes_would_start_on(tmp_path: Path) -> None:
+    """sbatch --test-only of a 2-node job prints Slurm's `on nodes n[1-2]`, not one node."""
+    side = NodesSide(tmp_path, incremental=True)
+    try:
+        probe = Job(0, 1000, "carol", spec(GPUS, 60, nodes=2), JobState.PENDING, T0)
+        start, nodes, gpus, reason = side.daemon.would_start(probe, T0)
+        assert (start, nodes, gpus, reason) == (T0, "n[1-2]", tuple(range(GPUS)), "")
+    finally:
+        side.close()

@@ -1,8 +1,9 @@
 """The loop's GPU step: how busy running jobs keep their GPUs, idle GPUs, memory budgets.
 
 How busy they keep them (for seff, sacct and scontrol), and how much GPU memory each
-run's own processes use, is read from each node's new report; the idle_gpu policy and
-the gpu_mem_policy watch the same readings.
+run's own processes use, is read from each node's new report (a job across nodes: from
+all its nodes' latest, as one run); the idle_gpu policy and the gpu_mem_policy watch the
+same readings.
 """
 
 from __future__ import annotations

@@ -46,6 +46,15 @@ class _Parser(argparse.ArgumentParser):
 
         self.exit(Exit.USAGE, f"{self.prog}: error: {message}. See `{self.prog} --help`\n")
 
+    def _parse_optional(self, arg_string: str) -> Any:
+        # An option whose Slurm value comes only after '=' (jobspec/sbatchopts.IgnoredFlag,
+        # `--no-kill=off`): the option alone, its value meaning nothing here. Marked on the
+        # action, so that `gbatch --help` imports no job option.
+        name, equals, _ = arg_string.partition("=")
+        if equals and getattr(self._option_string_actions.get(name), "value_after_equals", False):
+            arg_string = name
+        return super()._parse_optional(arg_string)
+
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         # A mistyped sub-command (`gbatch squeu`): name the nearest, not all fourteen.
         choices = action.choices

@@ -3,7 +3,8 @@
 The daemon folds each node report's readings of a running job's GPUs into one record per
 run (job id, attempt). O(1) per run however long it runs: sample count, sum and max of
 utilisation, the most memory its GPUs held at once, and the memory its own processes
-use now and at most; never a time series. Pure.
+use now and at most; never a time series. A job across nodes is one run: each sample
+reads its GPUs on every node. Pure.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ class GpuReading(Protocol):
 class GpuUsage:
     """A run's GPU samples so far, folded into counts, sums and maxima.
 
-    A sample is one node report: its utilisation is the mean over the run's GPUs in that
-    report; `util_max` the busiest single GPU in any report; `mem_max_mib` the run's GPUs'
-    memory used together, at the report where that was highest, and `mem_total_mib` the
-    largest total of their memory any report gave. `util_samples` counts reports whose
-    GPUs all told their utilisation (a device that does not: NVML's "not supported").
+    A sample is one node report (for a job across nodes, one poll bringing a new report of
+    any of its nodes, read with its other nodes' latest): its utilisation is the mean
+    over the run's GPUs in that report (on all its nodes); `util_max` the busiest single
+    GPU in any report; `mem_max_mib` the run's GPUs' memory used together, at the report
+    where that was highest, and `mem_total_mib` the largest total of their memory any
+    report gave. `util_samples` counts reports whose GPUs all told their utilisation (a
+    device that does not: NVML's "not supported").
 
     The run's own processes (its shim's session, its container: nodes/report.py
     `run_gpu_memory`) on its GPUs: `own_samples` counts reports that listed one of them,
@@ -116,8 +119,21 @@ def sample(
     nothing to count. `own_mib` is what the run's own processes on those GPUs use in this
     report (nodes/report.py `run_gpu_memory`); None when the report lists none of them.
     """
-    wanted = set(gpus)
-    mine = [g for g in readings if g.index in wanted]
+    return sample_across([(readings, gpus)], own_mib)
+
+
+def sample_across(
+    nodes: Iterable[tuple[Iterable[GpuReading], Sequence[int]]], own_mib: int | None = None
+) -> GpuUsage | None:
+    """One poll's sample of a run over all its nodes: (a report's readings, its GPUs there).
+
+    As `sample`, its GPUs on every node as one set: the utilisation their mean, the memory
+    theirs together; None when no node's report shows one of them. `own_mib`: what its
+    own processes use on all its nodes together."""
+    mine: list[GpuReading] = []
+    for readings, gpus in nodes:
+        wanted = set(gpus)
+        mine.extend(g for g in readings if g.index in wanted)
     if not mine:
         return None
     utils = [g.utilization_pct for g in mine]

@@ -44,6 +44,23 @@ def all_idle(readings: Iterable[GpuReading], gpus: Sequence[int], threshold: flo
     return all(u is not None and u < threshold for u in mine)
 
 
+def all_idle_across(
+    nodes: Iterable[tuple[Iterable[GpuReading] | None, Sequence[int]]], threshold: float
+) -> bool | None:
+    """Whether all of a run's GPUs on all its nodes read under `threshold` percent.
+
+    `nodes`: each node's latest readings (None: it has none) with the run's GPUs there.
+    False when a GPU on any node is busy or cannot tell; True only when every node's
+    report shows its GPUs there, all idle; else None (no news)."""
+    answers = [
+        None if readings is None else all_idle(readings, gpus, threshold)
+        for readings, gpus in nodes
+    ]
+    if False in answers:
+        return False
+    return True if answers and all(answers) else None
+
+
 @dataclass(frozen=True)
 class Verdicts:
     """What one pass asks of the daemon: runs to flag, runs whose flag goes, runs to cancel.

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 # Slurm options that mean nothing on gbatch, taken so that cluster templates run
 # unchanged: (flags, dest, metavar, nargs, what happens here instead). `--help` and the
-# README ("Coming from Slurm") list them.
+# README ("Coming from Slurm") list them. nargs "?": Slurm's optional value (getopt's
+# optional argument), taken only after '=' (IgnoredFlag), as --exclusive's.
 IGNORED_OPTIONS: tuple[tuple[tuple[str, ...], str, str, str | None, str], ...] = (
     (("-A", "--account"), "account", "NAME", None, "fair-share is per user, not per account"),
     (("-q", "--qos"), "qos", "NAME", None, "per-user limits (gbatch sshare) play QOS's part"),
@@ -345,13 +346,17 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     )
     # Slurm options gbatch takes so that cluster templates run unchanged, without effect.
     for names, dest, metavar, nargs, effect in IGNORED_OPTIONS:
-        p.add_argument(
-            *names,
-            dest=dest,
-            metavar=metavar,
-            nargs=nargs,
-            help=f"accepted, no effect here: {effect}",
-        )
+        if nargs == "?":
+            p.add_argument(
+                *names,
+                dest=dest,
+                action=IgnoredFlag,
+                help=f"accepted, no effect here: {effect} ({names[-1]}={metavar} too)",
+            )
+        else:
+            p.add_argument(
+                *names, dest=dest, metavar=metavar, help=f"accepted, no effect here: {effect}"
+            )
     p.add_argument("-v", "--verbose", action="count", help="accepted, no effect here")
 
 
@@ -365,6 +370,30 @@ GPU_OPTIONS = {
 }
 
 
+class IgnoredFlag(argparse.Action):
+    """An option without effect whose Slurm value is optional: given after '=' only.
+
+    Slurm's getopt takes an optional argument only as `--no-kill=off`; argparse's
+    `nargs="?"` also took the next word, so `sbatch --no-kill job.sh` lost its job file.
+    This takes no word; the parsers (OptionParser, cli/_parser.py's) read
+    `--no-kill=off` as the option alone (`value_after_equals`): its value means nothing
+    here."""
+
+    value_after_equals = True
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, True)
+
+
 class OptionProblem(Exception):
     """An option OptionParser could not take; str() is argparse's message."""
 
@@ -375,6 +404,13 @@ class OptionParser(argparse.ArgumentParser):
     For a batch script's #SBATCH lines, and for options written after a YAML job file.
     An unknown option's problem names the nearest known one.
     """
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        # `--no-kill=off`: an IgnoredFlag alone (cli/_parser.py's parser does the same).
+        name, equals, _ = arg_string.partition("=")
+        if equals and getattr(self._option_string_actions.get(name), "value_after_equals", False):
+            arg_string = name
+        return super()._parse_optional(arg_string)
 
     def error(self, message: str) -> NoReturn:
         unknown = message.partition("unrecognized arguments: ")[2].split()

@@ -440,6 +440,51 @@ def test_under_the_warn_policy_an_over_job_only_warned_runs_on(tmp_path: Path) -
         daemon.store.close()
 
 
+class PeerCardNode(SharedCardNode):
+    """A job across nodes' other node: its run's container is `gbatch-J-A-n1` there."""
+
+    def publish(self, **used: int) -> None:
+        super().publish(**used)
+        self.containers = tuple(
+            ContainerReport(**{**c.__dict__, "name": f"{c.name}-n1"}) for c in self.containers
+        )
+
+
+def test_a_job_across_nodes_own_gpu_memory_counts_its_processes_on_every_node(
+    policed: tuple[Daemon, SharedCardNode, Clocks],
+) -> None:
+    """sacct's MaxGpuMem and TRESUsageInMax, seff and scontrol read its processes on its
+    first node only; the peer's run is gbatch's own there (not a stranger's process)."""
+    daemon, first, clocks = policed
+    peer = PeerCardNode("gpu02", clocks)
+    daemon.fleet.nodes = {"gpu01": first, "gpu02": peer}
+    spec = JobSpec(name="ddp", command=("python",), image="img", gpus=1, nodes=2)
+    (job_id,) = daemon.store.submit([spec], 0, "alice", clocks.wall)
+    daemon.store.set_state(
+        job_id,
+        JobState.CONFIGURING,
+        "",
+        clocks.wall,
+        node="gpu01",
+        gpus=(0,),
+        attempt=1,
+        peers=(("gpu02", (0,)),),
+    )
+    daemon.store.set_state(job_id, JobState.RUNNING, "", clocks.wall, start_time=clocks.wall)
+    first.publish(**{f"j{job_id}": 3 * GIB})
+    peer.publish(**{f"j{job_id}": 5 * GIB})
+    daemon.sample_gpus(clocks.wall)
+    usage = daemon.store.gpu_usage([(job_id, 1)])[(job_id, 1)]
+    assert (usage.own_samples, usage.own_mem_mib, usage.own_mem_max_mib) == (1, 8 * GIB, 8 * GIB)
+    assert max_gpu_mem(usage) == "8G"
+    assert tres_usage(usage).startswith("gres/gpumem=8.00G")
+    shown, _ = peer.report()
+    assert shown is not None
+    assert [g.foreign_processes for g in peer.gpus(shown)] == [0]
+    assert notify.node_conditions(peer.gpus(shown), None) == {}  # no GPU_FOREIGN told
+    assert daemon.store.require(job_id).state is JobState.RUNNING
+
+
 def test_an_idle_flag_going_leaves_a_budget_warning_in_place() -> None:
     """The idle and budget flags share the job's reason: the idle one going away used to
     clear whatever the reason was, a GPU memory budget warning included."""
@@ -478,9 +523,9 @@ def test_an_idle_flag_going_leaves_a_budget_warning_in_place() -> None:
     sampler._idle.adopt([(7, 1)])  # flagged idle by an earlier pass
     sampler._idle_adopted = True
     running = [RunningGpus(7, 1, "n", (0,), 20480)]
-    sampler._watch_idle(running, {"n": [Reading(0)]}, 1000.0)
+    sampler._watch_idle(running, {(7, 1): [([Reading(0)], (0,))]}, 1000.0)
     assert store.reason.startswith("GpuMemOverBudget"), store.reason
     store.reason = idlegpu.IDLE_REASON + ": all GPUs under 5% since then"
     sampler._idle.adopt([(7, 1)])
-    sampler._watch_idle(running, {"n": [Reading(0)]}, 2000.0)
+    sampler._watch_idle(running, {(7, 1): [([Reading(0)], (0,))]}, 2000.0)
     assert store.reason == ""

@@ -168,3 +168,57 @@ def test_the_daemon_samples_each_new_report_once_for_the_running_jobs_on_its_nod
     usage = store.gpu_usage([(running, 1), (waiting, 0), (waiting, 1)])
     assert list(usage) == [(running, 1)]  # only the running job, only its GPU 1
     assert usage[(running, 1)] == GpuUsage(2, 2, 120.0, 80, 6 * GIB, 80 * GIB)
+
+
+# -- a job across nodes (issue 32): every node's GPUs are its GPUs -------------------------
+
+
+def across(store: Store, spec: JobSpec | None = None) -> int:
+    """A RUNNING job across nodes: GPU 1 of gpu01 (its first node) and GPU 0 of gpu02."""
+    spec = spec or JobSpec(name="j", command=("true",), gpus=1, nodes=2, image="img")
+    (job_id,) = store.submit([spec], 1, "alice", 0.0)
+    store.set_state(
+        job_id,
+        JobState.CONFIGURING,
+        "",
+        1.0,
+        node="gpu01",
+        gpus=(1,),
+        attempt=1,
+        peers=(("gpu02", (0,)),),
+    )
+    store.set_state(job_id, JobState.RUNNING, "", 1.0, start_time=1.0)
+    return job_id
+
+
+def test_the_running_gpus_of_a_job_across_nodes_are_every_nodes(tmp_path: Path) -> None:
+    """running_gpus listed a job across nodes on its first node only: its peers' GPUs
+    were never sampled, nor watched by the idle_gpu policy."""
+    store = Store(tmp_path / "store.db")
+    try:
+        job_id = across(store)
+        rows = [(r.job_id, r.attempt, r.node, r.gpus) for r in store.running_gpus()]
+        assert rows == [(job_id, 1, "gpu01", (1,)), (job_id, 1, "gpu02", (0,))]
+    finally:
+        store.close()
+
+
+def test_a_job_across_nodes_is_sampled_on_all_its_nodes_as_one_run(daemon: Daemon) -> None:
+    """One sample per poll for the run, over its GPUs on every node: seff's memory is
+    what they held together, its utilisation their mean. The first node alone was read."""
+    first, peer = ReportingNode("gpu01"), ReportingNode("gpu02")
+    daemon.fleet.nodes = {"gpu01": first, "gpu02": peer}  # type: ignore[dict-item]
+    job_id = across(daemon.store)
+
+    first.publish(gpu(0, 100, 50 * GIB), gpu(1, 40, 2 * GIB))
+    peer.publish(gpu(0, 80, 6 * GIB), gpu(1, 0, 70 * GIB))  # its GPU 1 is not the job's
+    daemon.sample_gpus(2.0)
+    daemon.sample_gpus(2.0)  # no new report: nothing counted twice
+    usage = daemon.store.gpu_usage([(job_id, 1)])[(job_id, 1)]
+    assert usage == GpuUsage(1, 1, 60.0, 80, 8 * GIB, 160 * GIB)
+
+    # News of one node is news of the run: sampled with the other's latest readings.
+    peer.publish(gpu(0, 100, 10 * GIB), gpu(1, 0, 70 * GIB))
+    daemon.sample_gpus(3.0)
+    usage = daemon.store.gpu_usage([(job_id, 1)])[(job_id, 1)]
+    assert usage == GpuUsage(2, 2, 130.0, 100, 12 * GIB, 160 * GIB)

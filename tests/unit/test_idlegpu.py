@@ -12,7 +12,7 @@ from test_gpuusage import GIB, ReportingNode, gpu
 from gbatch.core.model import JobSpec, JobState
 from gbatch.core.paths import Paths
 from gbatch.head.daemon import Daemon
-from gbatch.head.idlegpu import IdleStreaks, all_idle, cancel_reason
+from gbatch.head.idlegpu import IdleStreaks, all_idle, all_idle_across, cancel_reason
 from gbatch.head.notify import Policy
 from gbatch.head.store import Store
 from gbatch.site.config import ConfigError, IdleGpuPolicy, _validate
@@ -139,3 +139,43 @@ def test_the_daemon_flags_tells_the_owner_once_clears_and_cancels_an_idle_run(
     job = store.require(job_id)
     assert (job.state, job.stop_state) == (JobState.COMPLETING, JobState.CANCELLED)
     assert job.reason == "cancelled: GPUs idle for 30 min (idle_gpu policy)"
+
+
+def test_a_run_across_nodes_is_idle_only_when_its_gpus_on_every_node_are() -> None:
+    first = [gpu(0, 100, GIB), gpu(1, 2, GIB)]  # its GPU 1 here is idle
+    busy, idle = [gpu(0, 90, GIB)], [gpu(0, 0, GIB)]
+    assert all_idle_across([(first, (1,)), (busy, (0,))], 5) is False
+    assert all_idle_across([(first, (1,)), (idle, (0,))], 5) is True
+    # A node that tells nothing of its GPUs (silent, or they vanished): no news...
+    assert all_idle_across([(first, (1,)), (None, (0,))], 5) is None
+    assert all_idle_across([(first, (1,)), ([gpu(3, 0, GIB)], (0,))], 5) is None
+    # ...unless another node's GPU is busy.
+    assert all_idle_across([(busy, (0,)), (None, (0,))], 5) is False
+
+
+def test_the_daemon_never_flags_a_run_across_nodes_busy_on_a_peer(watched: Daemon) -> None:
+    """The idle_gpu policy read a job across nodes' first node only: a job training on its
+    other nodes while its first one waited was flagged, then cancelled."""
+    first, peer = ReportingNode("gpu01"), ReportingNode("gpu02")
+    watched.fleet.nodes = {"gpu01": first, "gpu02": peer}  # type: ignore[dict-item]
+    store = watched.store
+    spec = JobSpec(name="j", command=("true",), gpus=1, nodes=2, image="img")
+    (job_id,) = store.submit([spec], 1, "alice", 0.0)
+    peers = (("gpu02", (0,)),)
+    store.set_state(
+        job_id, JobState.CONFIGURING, "", 1.0, node="gpu01", gpus=(1,), attempt=1, peers=peers
+    )
+    store.set_state(job_id, JobState.RUNNING, "", 1.0, start_time=1.0)
+
+    def tick(now: float, util: int, peer_util: int) -> str:
+        first.publish(gpu(0, 100, GIB), gpu(1, util, GIB))
+        peer.publish(gpu(0, peer_util, GIB), gpu(1, 0, GIB))
+        watched.sample_gpus(now)
+        return store.require(job_id).reason
+
+    for now in (0.0, 600.0, 1200.0, 1800.0, 2400.0):
+        assert tick(now, 0, 90) == ""  # its first node idle, its peer busy
+    assert store.require(job_id).state is JobState.RUNNING
+    assert tick(3000.0, 0, 0) == ""  # every GPU idle: the streak starts now
+    assert tick(3600.0, 0, 1).startswith("IdleGPU: all GPUs under 5% since ")
+    assert tick(3700.0, 0, 60) == ""  # its peer works again: the flag goes

@@ -1,8 +1,9 @@
 """The loop's GPU step: how busy running jobs keep their GPUs, idle GPUs, memory budgets.
 
 How busy they keep them (for seff, sacct and scontrol), and how much GPU memory each
-run's own processes use, is read from each node's new report; the idle_gpu policy and
-the gpu_mem_policy watch the same readings.
+run's own processes use, is read from each node's new report (a job across nodes: from
+all its nodes' latest, as one run); the idle_gpu policy and the gpu_mem_policy watch the
+same readings.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from gbatch.nodes.report import NodeReport, RunOwner, run_gpu_memory
 from gbatch.site.config import Config
 
 Run = tuple[int, int]  # (job id, attempt)
+Owners = Mapping[Run, RunOwner]
+# A run's GPU indices on one node, with that node's latest readings (None: no report).
+NodeGpus = tuple[Sequence[gpuusage.GpuReading] | None, tuple[int, ...]]
 
 log = logging.getLogger("gbatchd")
 
@@ -37,6 +41,9 @@ class GpuSampler:
         self.wake = wake
         # node name -> the number of its report last folded into runs' GPU usage
         self._sampled_seq: dict[str, int] = {}
+        # node name -> its latest report's GPU readings, the report, and its runs' owners
+        # (a job across nodes is sampled with its other nodes' latest).
+        self._latest: dict[str, tuple[Sequence[gpuusage.GpuReading], NodeReport, Owners]] = {}
         # Idle GPU streaks of running runs (gbatch/head/idlegpu.py); None: not watched.
         # Runs flagged by an earlier daemon are adopted at the first pass.
         policy = config.idle_gpu
@@ -51,41 +58,67 @@ class GpuSampler:
         """Fold each node's new report into its runs' GPU usage, then look for idle GPUs.
 
         A new report is one not sampled yet. One store read of the running jobs and one
-        write, per poll. Then the same readings are watched for idle GPU hoarders.
+        write, per poll. A job across nodes is one run: sampled at a poll that brings a
+        new report of any of its nodes, over its GPUs on every node (each node's latest
+        report). Then the same readings are watched for idle GPU hoarders and budgets.
         """
-        fresh = {}
-        reports: dict[str, tuple[NodeReport, Mapping[Run, RunOwner]]] = {}
+        fresh = set()
         for name, node in self.fleet.nodes.items():
             seq = node.report_seq
-            if seq == self._sampled_seq.get(name):
-                continue
             report, _ = node.report()
-            if report is not None:
+            if report is None:
+                self._latest.pop(name, None)  # silent: no readings of it are current
+            elif seq != self._sampled_seq.get(name):
                 # Its MIG slices too, numbered as jobs hold them (to_gpus).
-                fresh[name] = node.gpus(report)
-                reports[name] = (report, node.run_owners(report))
+                self._latest[name] = (node.gpus(report), report, node.run_owners(report))
+                fresh.add(name)
             self._sampled_seq[name] = seq
+        for name in set(self._latest) - set(self.fleet.nodes):
+            del self._latest[name]
         if not fresh:
             return
-        samples = []
-        budgets: dict[Run, gpubudget.Reading] = {}
         running = self.store.running_gpus()
-        for run in running:
-            readings = fresh.get(run.node)
-            if readings is None:
-                continue
-            report, owners = reports[run.node]
-            owner = owners.get((run.job_id, run.attempt))
-            own = None if owner is None else run_gpu_memory(report, run.gpus, owner)
-            usage = gpuusage.sample(readings, run.gpus, own)
+        by_run: dict[Run, list[RunningGpus]] = {}
+        for held in running:
+            by_run.setdefault((held.job_id, held.attempt), []).append(held)
+        samples = []
+        news: dict[Run, list[NodeGpus]] = {}
+        budgets: dict[Run, gpubudget.Reading] = {}
+        for run, places in by_run.items():
+            if not any(held.node in fresh for held in places):
+                continue  # no new report of any of its nodes: no news of it
+            nodes, own = self._read(run, places)
+            news[run] = nodes
+            usage = gpuusage.sample_across(
+                [(readings, gpus) for readings, gpus in nodes if readings is not None], own
+            )
             if usage is None:
-                continue  # its GPUs are not in the report: no news of it
-            samples.append((run.job_id, run.attempt, usage))
-            if run.gpu_mem_mb is not None:
-                budgets[(run.job_id, run.attempt)] = gpubudget.Reading(own or 0, run.gpu_mem_mb)
+                continue  # its GPUs are not in the reports: no news of it
+            samples.append((*run, usage))
+            budget = places[0].gpu_mem_mb
+            if budget is not None:
+                budgets[run] = gpubudget.Reading(own or 0, budget)
         self.store.add_gpu_samples(samples)
-        self._watch_idle(running, fresh, now)
+        self._watch_idle(running, news, now)
         self._watch_budgets(running, budgets, now)
+
+    def _read(self, run: Run, places: Sequence[RunningGpus]) -> tuple[list[NodeGpus], int | None]:
+        """A run's GPUs on each of its nodes with that node's latest readings (None: it has
+        no report), and what its own processes use on all of them (None: none listed)."""
+        nodes: list[NodeGpus] = []
+        own: int | None = None
+        for held in places:
+            latest = self._latest.get(held.node)
+            if latest is None:
+                nodes.append((None, held.gpus))
+                continue
+            readings, report, owners = latest
+            nodes.append((readings, held.gpus))
+            owner = owners.get(run)
+            used = None if owner is None else run_gpu_memory(report, held.gpus, owner)
+            if used is not None:
+                own = (own or 0) + used
+        return nodes, own
 
     def _watch_budgets(
         self, running: Sequence[RunningGpus], readings: Mapping[Run, gpubudget.Reading], now: float
@@ -123,10 +156,11 @@ class GpuSampler:
     def _watch_idle(
         self,
         running: Sequence[RunningGpus],
-        fresh: Mapping[str, Sequence[gpuusage.GpuReading]],
+        news: Mapping[Run, Sequence[NodeGpus]],
         now: float,
     ) -> None:
-        """The idle_gpu policy: flag runs whose GPUs all read idle long enough (their
+        """The idle_gpu policy: flag runs whose GPUs (on all their nodes: `news`, the
+        latest readings of the runs with a new report) all read idle long enough (their
         reason, an event, IDLE_GPU told once per run), take the flag off when they work
         again, and cancel them after the grace where the policy says so."""
         policy, streaks = self.config.idle_gpu, self._idle
@@ -139,11 +173,8 @@ class GpuSampler:
                 if job.reason.startswith(idlegpu.IDLE_REASON)
             )
             self._idle_adopted = True
-        idle = {}
-        for job_id, attempt, node_name, gpus, _ in running:
-            readings = fresh.get(node_name)
-            if readings is not None:
-                idle[(job_id, attempt)] = idlegpu.all_idle(readings, gpus, policy.threshold_percent)
+        threshold = policy.threshold_percent
+        idle = {run: idlegpu.all_idle_across(nodes, threshold) for run, nodes in news.items()}
         verdicts = streaks.observe([(r.job_id, r.attempt) for r in running], idle, now)
         for (job_id, _), since in verdicts.flag.items():
             reason = idlegpu.flag_reason(policy, format_timestamp(since))

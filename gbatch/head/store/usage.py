@@ -14,11 +14,11 @@ from typing import NamedTuple
 from gbatch.core.gpuusage import GpuUsage
 from gbatch.head import fairshare
 from gbatch.head.store.db import Database
-from gbatch.head.store.rows import _chunks, _marks
+from gbatch.head.store.rows import _chunks, _marks, decode_peers
 
 
 class RunningGpus(NamedTuple):
-    """A RUNNING job's run on GPUs, as the GPU sampling reads it."""
+    """A RUNNING job's run on GPUs of one node, as the GPU sampling reads it."""
 
     job_id: int
     attempt: int
@@ -86,23 +86,23 @@ class UsageRecords(Database):
     def running_gpus(self) -> list[RunningGpus]:
         """Every RUNNING job holding GPUs: its run, node, GPU indices and memory budget.
 
-        The daemon's GPU sampling reads this each poll, without decoding any spec.
+        A job across nodes comes once per node of it that holds GPUs (Job.placements:
+        its first node first, then its peers), all with its run. The daemon's GPU
+        sampling reads this each poll, without decoding any spec.
         """
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, attempt, node, gpus, json_extract(spec, '$.gpu_mem') FROM jobs"
-                " WHERE state = 'RUNNING' AND gpus != '' AND node IS NOT NULL"
+                "SELECT id, attempt, node, gpus, json_extract(spec, '$.gpu_mem'), peers"
+                " FROM jobs WHERE state = 'RUNNING' AND gpus != '' AND node IS NOT NULL"
             ).fetchall()
-        return [
-            RunningGpus(
-                int(i),
-                int(a),
-                str(n),
-                tuple(int(g) for g in g_.split(",")),
-                None if budget is None else int(budget),
-            )
-            for i, a, n, g_, budget in rows
-        ]
+        running = []
+        for i, a, n, g_, budget, peers in rows:
+            first = (str(n), tuple(int(g) for g in g_.split(",")))
+            for node, gpus in (first, *decode_peers(peers)):
+                if gpus:
+                    mib = None if budget is None else int(budget)
+                    running.append(RunningGpus(int(i), int(a), node, gpus, mib))
+        return running
 
     def gpu_usage(self, runs: Collection[tuple[int, int]]) -> dict[tuple[int, int], GpuUsage]:
         """The GPU usage recorded for each (job id, attempt) in `runs` that has any."""

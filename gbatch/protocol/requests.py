@@ -484,6 +484,14 @@ class OpenStep(_Request, op="step", secret=("env",)):
     `mem_mb` (None: the job's, all of it, none held for itself); `overlap`: GPUs other
     steps hold may be shared. When the GPUs asked are held by the job's other steps
     now, the reply is {"busy": why} and the connection ends: ask again later.
+
+    Its tasks across the allocation (srun inside a job across nodes): `nodes` (-N, the
+    first that many of the job's), `ntasks` (-n), `ntasks_per_node`, `nodelist` (-w, of
+    the job's nodes); none given: the job's own layout (one task per node, or its -n /
+    --ntasks-per-node). More than one task, or `label`: the step is a fan-out, its
+    tasks' output carried back in whole lines (`label`: each prefixed with its rank,
+    as srun -l), the reply's "tasks" counting them. `kill_on_bad_exit`: a task that
+    fails stops the others (srun -K, on by default here).
     """
 
     job: int
@@ -499,6 +507,12 @@ class OpenStep(_Request, op="step", secret=("env",)):
     cpus: int | None = None
     mem_mb: int | None = None
     overlap: bool = False
+    nodes: int | None = None
+    ntasks: int | None = None
+    ntasks_per_node: int | None = None
+    nodelist: tuple[str, ...] = ()
+    label: bool = False
+    kill_on_bad_exit: bool = True
 
 
 class AwaitAllocation(_Request, op="await_allocation"):

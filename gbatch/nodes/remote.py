@@ -524,9 +524,10 @@ class RemoteNode:
         sshd's (`get_pty`) when the client asked for one, and a thread of its own relays
         it (StepRelay) from then on."""
         name = docker.container_name(job.id, step.attempt)
+        here = job.on_node(self.name) or job  # a job across nodes: its GPUs on this one
         env = {
-            **job_env(job, step.attempt, job.gpus, self.name),
-            **step_env(job, step, self.name),
+            **job_env(here, step.attempt, here.gpus, self.name),
+            **step_env(here, step, self.name),
             **launch.task_env,
         }
         env_file = f"{self._steps_dir(job.id, step.attempt)}/{step.job_id}.{step.task_label}.env"
@@ -543,7 +544,7 @@ class RemoteNode:
             env_file=env_file,
             workdir=job.spec.workdir,
             docker=self.node.docker,
-            visible_gpus=container_step_gpus(job, step),
+            visible_gpus=container_step_gpus(here, step),
         )
         pty = None
         if launch.pty is not None:

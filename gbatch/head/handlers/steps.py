@@ -127,7 +127,7 @@ class FanoutStart:
         self.daemon = daemon
         self.job = job
         self.step = step
-        self.tasks = tasks  # (rank, node name, node, the job as that node sees it, launch)
+        self.tasks = tasks  # (rank, node name, node, the job, launch)
         self.label = label
         self.kill_on_bad_exit = kill_on_bad_exit
 
@@ -137,12 +137,12 @@ class FanoutStart:
         ntasks = len(self.tasks)
         joined: list[Task] = []
         try:
-            for rank, name, node, view, launch in self.tasks:
+            for rank, name, node, whole, launch in self.tasks:
                 prefix = rank_label(rank, ntasks) if self.label else b""
                 task = Task(rank, name, None, TaskLines(prefix), TaskLines(prefix))
                 mine, theirs = socket.socketpair()
                 try:
-                    node.start_step(view, self.step.task(rank), launch, theirs.fileno())
+                    node.start_step(whole, self.step.task(rank), launch, theirs.fileno())
                     task.sock = mine
                 except LaunchError as err:
                     mine.close()
@@ -324,8 +324,8 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
 def fanout_tasks(
     daemon: Daemon, job: Any, step: Step, launch: StepLaunch
 ) -> list[tuple[int, str, Node, Any, StepLaunch]]:
-    """Each task of `step` with its node, the job as that node sees it, and its launch:
-    the step's own, with the task's variables (Layout.step_task_env)."""
+    """Each task of `step` with its node, the job and its launch: the step's own, with
+    the task's variables (Layout.step_task_env)."""
     names = step.node_names
     addresses, port = rendezvous(daemon.fleet, names, job.id, step.step_id, launch.env)
     layout = Layout(names, addresses, tuple(count for _, count in step.nodes), port)
@@ -337,7 +337,7 @@ def fanout_tasks(
                 rank,
                 name,
                 daemon.fleet.nodes[name],
-                job.on_node(name),
+                job,  # whole: each node finds its own part of it (Job.on_node)
                 replace(launch, task_env=layout.step_task_env(index, local, job.node_names)),
             )
         )

@@ -70,9 +70,9 @@ class StepEnds:
                 if job.state.is_final or job.attempt != step.attempt:
                     # Opened as its allocation ended: it ends with it.
                     for name in step.node_names or (job.node or "",):
-                        here, view = self.fleet.nodes.get(name), job.on_node(name)
-                        if here is not None and view is not None:
-                            here.cleanup(view, step.attempt)
+                        here = self.fleet.nodes.get(name)
+                        if here is not None:
+                            here.cleanup(job, step.attempt)
                 continue
             self._forget_tasks(step)
             cancelled_by = self.cancelled.pop((step.job_id, step.step_id), None)
@@ -117,13 +117,13 @@ class StepEnds:
             key = (step.job_id, step.step_id, rank)
             status = self.task_ends.get(key)
             if status is None:
-                node, view = self.fleet.nodes.get(name), job.on_node(name)
-                if node is None or view is None:
+                node = self.fleet.nodes.get(name)
+                if node is None or name not in job.node_names:
                     status = StepStatus("vanished", error=f"its node {name} is gone")
                 else:
-                    status = node.step_status(view, step.task(rank))
+                    status = node.step_status(job, step.task(rank))
                     if status.state == "vanished" and status.hangup:
-                        node.hang_up_step(view, step.task(rank))
+                        node.hang_up_step(job, step.task(rank))
                 if status.state == "vanished" and step.job_id in self.starting:
                     return status  # being started: no shim yet
                 if status.state in ("exited", "vanished"):

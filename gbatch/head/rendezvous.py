@@ -27,7 +27,7 @@ def node_address(fleet: Fleet, name: str, *, alone: bool) -> str:
     the local node (its loopback when the step is on it alone)."""
     node = fleet.nodes.get(name)
     peer = getattr(node, "peer_address", None)
-    if isinstance(peer, str) and peer and not (peer.startswith("127.") and not alone):
+    if isinstance(peer, str) and peer:
         return peer
     host = getattr(getattr(node, "node", None), "host", None)
     if isinstance(host, str) and host:

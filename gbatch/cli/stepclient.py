@@ -176,7 +176,8 @@ def step_tasks(args: argparse.Namespace) -> dict[str, Any]:
             except ValueError as err:
                 raise CliError(f"-w/--nodelist: {err}", Exit.USAGE) from err
         fields["nodelist"] = tuple(names)
-    if getattr(args, "label", False):
+    # SLURM_LABELIO (Slurm's srun reads it as -l): a script may label every srun's lines.
+    if getattr(args, "label", False) or os.environ.get("SLURM_LABELIO", "") not in ("", "0"):
         fields["label"] = True
     kill = getattr(args, "kill_on_bad_exit", None)
     if kill is not None:

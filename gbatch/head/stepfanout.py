@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import IO
 
 from gbatch.core import stepframes as frames
 
@@ -54,33 +55,31 @@ def rank_label(rank: int, ntasks: int) -> bytes:
 
 
 class TaskLines:
-    """One task's output stream cut into whole lines, each with the task's prefix."""
+    """One task's output stream cut into whole lines (each ending in a line end)."""
 
-    def __init__(self, prefix: bytes) -> None:
-        self.prefix = prefix
+    def __init__(self) -> None:
         self.partial = bytearray()
 
-    def feed(self, data: bytes) -> bytes:
-        """The whole lines `data` completes, prefixed; a line past LONGEST_LINE in pieces."""
+    def feed(self, data: bytes) -> list[bytes]:
+        """The whole lines `data` completes; a line past LONGEST_LINE in pieces."""
         self.partial += data
         cut = self.partial.rfind(b"\n") + 1
-        out = bytearray()
+        lines: list[bytes] = []
         if cut:
-            for line in bytes(self.partial[:cut]).splitlines(keepends=True):
-                out += self.prefix + line
+            lines = bytes(self.partial[:cut]).splitlines(keepends=True)
             del self.partial[:cut]
         while len(self.partial) >= LONGEST_LINE:
-            out += self.prefix + bytes(self.partial[:LONGEST_LINE]) + b"\n"
+            lines.append(bytes(self.partial[:LONGEST_LINE]) + b"\n")
             del self.partial[:LONGEST_LINE]
-        return bytes(out)
+        return lines
 
-    def rest(self) -> bytes:
-        """What is left of a last line with no line end (the task ended)."""
+    def rest(self) -> list[bytes]:
+        """What is left of a last line with no line end (the task ended), ended."""
         if not self.partial:
-            return b""
-        out = self.prefix + bytes(self.partial) + b"\n"
+            return []
+        line = bytes(self.partial) + b"\n"
         self.partial.clear()
-        return out
+        return [line]
 
 
 def task_failure(node: str, rank: int, code: int, signum: int) -> str:
@@ -96,8 +95,9 @@ class Task:
     rank: int
     node: str
     sock: socket.socket | None
-    out: TaskLines
-    err: TaskLines
+    prefix: bytes  # its rank as srun -l prints it (rank_label)
+    out: TaskLines = field(default_factory=TaskLines)
+    err: TaskLines = field(default_factory=TaskLines)
     reader: frames.FrameReader = field(default_factory=lambda: frames.FrameReader(frames.TO_CLIENT))
     to_task: bytearray = field(default_factory=bytearray)
     result: tuple[int, int] | None = None
@@ -113,14 +113,22 @@ class Fanout:
         tasks: list[Task],
         *,
         label: str,
+        labelled: bool,
         kill_on_bad_exit: bool,
         grace: float,
+        copy: IO[bytes] | None = None,
+        copy_limit: int = 0,
         ended: Callable[[], None] = lambda: None,
     ) -> None:
         self.client = client
         self.tasks = tasks
         self.label = label
+        self.labelled = labelled
         self.kill_on_bad_exit = kill_on_bad_exit
+        # The job's task log (`gbatch logs --label`): every line with its rank, up to
+        # `copy_limit` bytes.
+        self.copy = copy
+        self.copy_left = copy_limit
         self.grace = grace
         self.ended = ended
         self.reader = frames.FrameReader(frames.TO_STEP)
@@ -146,6 +154,9 @@ class Fanout:
                 self._close(task)
             with contextlib.suppress(OSError):
                 self.client.close()
+            if self.copy is not None:
+                with contextlib.suppress(OSError):
+                    self.copy.close()
             self.ended()
 
     # -- the loop ---------------------------------------------------------------------
@@ -272,9 +283,9 @@ class Fanout:
             return
         for kind, payload in received:
             if kind == frames.STDOUT:
-                self._to_client(frames.STDOUT, task.out.feed(payload))
+                self._lines(task, frames.STDOUT, task.out.feed(payload))
             elif kind == frames.STDERR:
-                self._to_client(frames.STDERR, task.err.feed(payload))
+                self._lines(task, frames.STDERR, task.err.feed(payload))
             elif kind == frames.ERROR:
                 message = payload.decode("utf-8", "replace")
                 self._send(frames.error_frame(f"{task.node}: task {task.rank}: {message}"))
@@ -286,8 +297,8 @@ class Fanout:
         """Task `task` ended: its last partial lines out, its failure said, the others
         stopped where it failed and kill_on_bad_exit holds."""
         task.result = (code, signum)
-        self._to_client(frames.STDOUT, task.out.rest())
-        self._to_client(frames.STDERR, task.err.rest())
+        self._lines(task, frames.STDOUT, task.out.rest())
+        self._lines(task, frames.STDERR, task.err.rest())
         self._close(task)
         if error:
             self._say(f"srun: error: {task.node}: task {task.rank}: {error}")
@@ -309,9 +320,25 @@ class Fanout:
             self.killed = True
             self._to_every_task(frames.signal_frame(signal.SIGKILL))
 
-    def _to_client(self, kind: int, data: bytes) -> None:
+    def _lines(self, task: Task, kind: int, lines: list[bytes]) -> None:
+        """Whole lines of `task`'s to the client (labelled with -l) and the task log."""
+        if not lines:
+            return
+        labelled = b"".join(task.prefix + line for line in lines)
+        self._write_copy(labelled)
+        data = labelled if self.labelled else b"".join(lines)
         for piece in frames.data_frames(kind, data):
             self._send(piece)
+
+    def _write_copy(self, data: bytes) -> None:
+        if self.copy is None or self.copy_left <= 0:
+            return
+        try:
+            self.copy.write(data[: self.copy_left])
+            self.copy_left -= len(data)
+        except OSError as err:  # a full disk: the client's copy goes on
+            log.warning("step %s: its task log is not written: %s", self.label, err)
+            self.copy_left = 0
 
     def _say(self, line: str) -> None:
         self._send(frames.frame(frames.STDERR, line.encode("utf-8", "replace")[:4096] + b"\n"))

@@ -314,11 +314,16 @@ class ListNodes(_Request, op="nodes"):
 
 
 class ReadLog(_Request, op="logs"):
-    """A chunk of a job's log from byte `offset`. Replies {"data", "offset", "done", "state"}."""
+    """A chunk of a job's log from byte `offset`. Replies {"data", "offset", "done", "state"}.
+
+    `label`: its task log instead, the output of its steps of several tasks (srun inside
+    a job across nodes, or -n), each line prefixed with its task's rank as srun -l does;
+    the job's log where it ran no such step."""
 
     id: int
     task: int | None = None  # with it, `id` is an array's id: its task `task` (N_K)
     offset: int = 0
+    label: bool = False
 
 
 class DrainNode(_Request, op="node_drain"):

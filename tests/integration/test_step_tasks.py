@@ -44,10 +44,13 @@ def test_srun_n3_in_a_one_node_job_starts_three_ranked_tasks_as_one_step(head: H
         "echo rank $SLURM_PROCID of $SLURM_NTASKS local $SLURM_LOCALID world $WORLD_SIZE "
         "node $SLURM_NODEID step $SLURM_STEP_ID master $MASTER_ADDR:$MASTER_PORT"
     )
-    script = f"{gbatch} srun -n 3 -l sh -c {shlex.quote(show)}"
+    script = f"{gbatch} srun -n 3 sh -c {shlex.quote(show)}"
     job_id = head.sbatch("-G", "1", "--wrap", script)
     head.wait_state(job_id, "COMPLETED", timeout=60)
-    lines = sorted(head.run("logs", str(job_id), check=True).stdout.splitlines())
+    # The job's log as the script wrote it (no -l); `gbatch logs --label` has the ranks.
+    plain = sorted(head.run("logs", str(job_id), check=True).stdout.splitlines())
+    assert [line.split(" ")[:2] for line in plain] == [["rank", "0"], ["rank", "1"], ["rank", "2"]]
+    lines = sorted(head.run("logs", "--label", str(job_id), check=True).stdout.splitlines())
     assert len(lines) == 3, lines
     ports = set()
     for rank, line in enumerate(lines):
@@ -64,6 +67,15 @@ def test_srun_n3_in_a_one_node_job_starts_three_ranked_tasks_as_one_step(head: H
         f"{job_id}.batch|batch|COMPLETED|0:0",
         f"{job_id}.0|sh|COMPLETED|0:0",
     ]
+
+
+def test_slurm_labelio_labels_every_sruns_lines_as_l_does(head: Head) -> None:
+    gbatch = f"{PY} -m gbatch"
+    script = f"export SLURM_LABELIO=1; {gbatch} srun -n 2 sh -c 'echo hi $SLURM_PROCID'"
+    job_id = head.sbatch("-G", "1", "--wrap", script)
+    head.wait_state(job_id, "COMPLETED", timeout=60)
+    log = head.run("logs", str(job_id), check=True).stdout
+    assert sorted(log.splitlines()) == ["0: hi 0", "1: hi 1"]
 
 
 def test_tasks_output_arrives_in_whole_lines_never_cut_by_another_task(head: Head) -> None:

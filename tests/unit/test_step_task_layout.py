@@ -63,14 +63,13 @@ def test_a_steps_task_sees_the_steps_nodes_and_the_jobs() -> None:
     assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["NODE_RANK"]) == ("10.0.0.2", "29501", "1")
 
 
-def test_task_lines_are_whole_and_labelled() -> None:
-    lines = TaskLines(rank_label(1, 3))
-    assert lines.feed(b"hal") == b""
-    assert lines.feed(b"f\nwhole\nnext") == b"1: half\n1: whole\n"
-    assert lines.rest() == b"1: next\n" and lines.rest() == b""
-    assert TaskLines(b"").feed(b"a\n") == b"a\n"
-    long = TaskLines(b"0: ").feed(b"x" * (LONGEST_LINE + 1))
-    assert long == b"0: " + b"x" * LONGEST_LINE + b"\n"
+def test_task_lines_are_whole() -> None:
+    lines = TaskLines()
+    assert lines.feed(b"hal") == []
+    assert lines.feed(b"f\nwhole\nnext") == [b"half\n", b"whole\n"]
+    assert lines.rest() == [b"next\n"] and lines.rest() == []
+    long = TaskLines().feed(b"x" * (LONGEST_LINE + 1))
+    assert long == [b"x" * LONGEST_LINE + b"\n"]
 
 
 def test_rank_labels_are_padded_to_the_widest_rank_as_srun_l() -> None:

@@ -38,6 +38,7 @@ from gbatch.head.rendezvous import rendezvous
 from gbatch.head.store import StepBusy, StepRefused, StoreError
 from gbatch.jobspec.spec import SpecError, check_command
 from gbatch.nodes.base import LaunchError, Node, StepLaunch
+from gbatch.nodes.joblog import open_log
 from gbatch.protocol import requests
 
 log = logging.getLogger("gbatchd")
@@ -132,14 +133,13 @@ class FanoutStart:
         self.kill_on_bad_exit = kill_on_bad_exit
 
     def start(self, sock: socket.socket) -> None:
-        from gbatch.head.stepfanout import Fanout, Task, TaskLines, rank_label
+        from gbatch.head.stepfanout import Fanout, Task, rank_label
 
         ntasks = len(self.tasks)
         joined: list[Task] = []
         try:
             for rank, name, node, whole, launch in self.tasks:
-                prefix = rank_label(rank, ntasks) if self.label else b""
-                task = Task(rank, name, None, TaskLines(prefix), TaskLines(prefix))
+                task = Task(rank, name, None, rank_label(rank, ntasks))
                 mine, theirs = socket.socketpair()
                 try:
                     node.start_step(whole, self.step.task(rank), launch, theirs.fileno())
@@ -156,12 +156,20 @@ class FanoutStart:
         finally:
             self.daemon.steps_starting.end(self.job.id)
         client = socket.socket(fileno=os.dup(sock.fileno()))
+        copy = None
+        try:
+            copy = open_log(self.daemon.paths.task_log(self.job.id))
+        except OSError as err:
+            log.warning("job %d: its task log cannot be opened: %s", self.job.id, err)
         Fanout(
             client,
             joined,
             label=self.step.label,
+            labelled=self.label,
             kill_on_bad_exit=self.kill_on_bad_exit,
             grace=self.daemon.config.kill_grace_seconds,
+            copy=copy,
+            copy_limit=self.daemon.config.max_log_bytes,
             ended=self.daemon.wake.set,
         ).start()
 

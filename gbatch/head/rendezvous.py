@@ -21,10 +21,11 @@ PORT_SPAN = 1000
 
 
 def node_address(fleet: Fleet, name: str, *, alone: bool) -> str:
-    """How the allocation's other nodes reach node `name`: the node's own word for it
-    (`peer_address`, where the dispatcher's nodes have one), else an inventory host's
-    `host` (its DNS name or address, as the head reaches it); this machine's name for
-    the local node (its loopback when the step is on it alone)."""
+    """How the allocation's other nodes reach node `name`.
+
+    The node's own word for it (`peer_address`, where the dispatcher's nodes have one),
+    else an inventory host's `host` (its DNS name or address, as the head reaches it);
+    this machine's name for the local node (its loopback when the step is on it alone)."""
     node = fleet.nodes.get(name)
     peer = getattr(node, "peer_address", None)
     if isinstance(peer, str) and peer:

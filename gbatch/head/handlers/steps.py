@@ -332,8 +332,9 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
 def fanout_tasks(
     daemon: Daemon, job: Any, step: Step, launch: StepLaunch
 ) -> list[tuple[int, str, Node, Any, StepLaunch]]:
-    """Each task of `step` with its node, the job and its launch: the step's own, with
-    the task's variables (Layout.step_task_env)."""
+    """Each task of `step` with its node, the job and its launch.
+
+    Its launch is the step's own, with the task's variables (Layout.step_task_env)."""
     names = step.node_names
     addresses, port = rendezvous(daemon.fleet, names, job.id, step.step_id, launch.env)
     layout = Layout(names, addresses, tuple(count for _, count in step.nodes), port)

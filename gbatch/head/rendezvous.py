@@ -44,13 +44,13 @@ def free_local_port() -> int:
 
 
 def rendezvous(
-    fleet: Fleet, nodes: tuple[str, ...], job_id: int, step_id: int, env: Mapping[str, str]
+    fleet: Fleet, nodes: tuple[str, ...], job_id: int, env: Mapping[str, str]
 ) -> tuple[tuple[str, ...], int]:
     """Each of `nodes`' address as the others reach it, and the port for the tasks' meeting.
 
     MASTER_ADDR/MASTER_PORT in `env` (the caller's) win. A local first node's port is
-    one the kernel says is free; a host's is picked from PORT_BASE by job and step (said
-    in docs/multinode.md) until the dispatcher records a free one for the job's run."""
+    one the kernel says is free; a host's is the job's own, PORT_BASE + its id mod
+    PORT_SPAN (as the dispatcher gives the job's runs: docs/multinode.md)."""
     alone = len(nodes) == 1
     addresses = tuple(node_address(fleet, name, alone=alone) for name in nodes)
     given_addr = env.get("MASTER_ADDR", "").strip()
@@ -62,4 +62,4 @@ def rendezvous(
     first = fleet.nodes.get(nodes[0])
     if getattr(getattr(first, "node", None), "host", None) is None:
         return addresses, free_local_port()
-    return addresses, PORT_BASE + (job_id * 7 + step_id) % PORT_SPAN
+    return addresses, PORT_BASE + job_id % PORT_SPAN  # the job's own (docs/multinode.md)

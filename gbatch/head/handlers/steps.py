@@ -336,7 +336,7 @@ def fanout_tasks(
 
     Its launch is the step's own, with the task's variables (Layout.step_task_env)."""
     names = step.node_names
-    addresses, port = rendezvous(daemon.fleet, names, job.id, step.step_id, launch.env)
+    addresses, port = rendezvous(daemon.fleet, names, job.id, launch.env)
     layout = Layout(names, addresses, tuple(count for _, count in step.nodes), port)
     tasks = []
     for rank, name, local in step.tasks():

@@ -129,6 +129,11 @@ def _tasks_text(tasks: tuple[int, ...]) -> str:
     return ",".join(out)
 
 
+# The most tasks one step starts on one node: each is a shim (or relay) and a socket
+# pair in gbatchd, so `srun -n 100000` must not exhaust the head.
+MAX_STEP_TASKS_PER_NODE = 128
+
+
 def step_nodes(
     job_nodes: tuple[str, ...],
     spec: JobSpec,
@@ -188,4 +193,10 @@ def step_nodes(
         counts = (ntasks_per_node,) * len(chosen)
     else:
         counts = tasks_per_node(replace(spec, ntasks=ntasks, ntasks_per_node=None), len(chosen))
+    if max(counts) > MAX_STEP_TASKS_PER_NODE:
+        raise ValueError(
+            f"-n/--ntasks-per-node: {max(counts)} tasks on one node, more than the "
+            f"{MAX_STEP_TASKS_PER_NODE} a step starts on a node (each is a process "
+            "gbatchd relays). Ask for fewer, and start more inside each task"
+        )
     return tuple(zip(chosen, counts, strict=True))

@@ -43,6 +43,8 @@ def test_step_options_pick_nodes_and_spread_tasks_as_slurm_does() -> None:
         ({"nodelist": ("gpu09",)}, "-w/--nodelist: gpu09 is not a node of the job's allocation"),
         ({"nodes": 1, "nodelist": ("gpu01", "gpu02")}, "-w/--nodelist names 2 nodes and -N"),
         ({"nodes": 3, "ntasks": 2}, "-n/--ntasks 2 is fewer than the 3 nodes asked"),
+        ({"ntasks": 100_000}, "33334 tasks on one node, more than the 128 a step starts"),
+        ({"ntasks_per_node": 129}, "129 tasks on one node, more than the 128"),
     ],
 )
 def test_a_step_larger_than_its_allocation_is_refused_in_one_line(

@@ -115,6 +115,11 @@ def test_a_failing_task_stops_the_others_and_srun_says_which_in_slurms_words(
     assert sorted(done.stdout.splitlines()) == ["survived 0", "survived 2"]
     assert "Terminating" not in done.stderr
     assert head.state(job_id) == "RUNNING"
+    # A command that is not there: each task says so, named, and srun exits 127.
+    done = head.run("srun", "--jobid", str(job_id), "-n", "2", "/no/such-command", input="")
+    assert done.returncode == 127, done.stderr
+    for rank in (0, 1):
+        assert f"srun: error: local: task {rank}: cannot start '/no/such-command'" in done.stderr
 
 
 def test_signals_and_scancel_of_the_step_reach_every_task(head: Head) -> None:

@@ -865,7 +865,11 @@ class LocalNode:
         self._on_change()
 
     def tell_step(self, job: Job, step: Step, lines: Sequence[str]) -> None:
-        """Append `lines` to the step's notices and wake its shim to relay them."""
+        """Append `lines` to the step's notices and wake its shim to relay them.
+
+        A step of several tasks is told through its task 0 (on the job's first node)."""
+        if step.fans_out and step.rank is None:
+            step = step.task(0)
         step_dir = self.step_dir(job.id, step.attempt, step)
         pids = _read_json(step_dir / "pids.json")
         if pids is None or (step_dir / "exit.json").exists():

@@ -466,7 +466,11 @@ class RemoteNode:
         return RunStatus("running")
 
     def tell_step(self, job: Job, step: Step, lines: Sequence[str]) -> None:
-        """Show `lines` on the step's client: its relay (in gbatchd) sends them."""
+        """Show `lines` on the step's client: its relay (in gbatchd) sends them.
+
+        A step of several tasks is told through its task 0 (on the job's first node)."""
+        if step.fans_out and step.rank is None:
+            step = step.task(0)
         with self._lock:
             relay = self._tellers.get((job.id, step.step_id, step.rank))
         if relay is not None:

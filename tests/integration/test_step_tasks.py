@@ -177,3 +177,18 @@ def test_a_step_larger_than_the_allocation_is_refused_in_one_line(head: Head) ->
         str(job_id),
         f"{job_id}.batch",
     ]
+
+
+def test_a_step_of_several_tasks_is_warned_before_its_allocations_time_limit(
+    head: Head,
+) -> None:
+    gbatch = f"{PY} -m gbatch"
+    # 20 s: warned a tenth of it ahead (stepnotices.warning_lead), through task 0.
+    salloc = gbatch_in_background(
+        head, "salloc", "-t", "0:20", "sh", "-c", f"{gbatch} srun -n 2 sleep 100"
+    )
+    try:
+        _, err = salloc.communicate(timeout=90)
+    finally:
+        salloc.kill()
+    assert re.search(r"srun: Job \d+ will be cancelled in \d+ seconds? \(time limit\)", err), err

@@ -152,7 +152,9 @@ def test_a_failing_task_on_one_host_stops_the_other_and_scancel_stops_both(
     try:
         assert hanging.stdout is not None
         lines = sorted(hanging.stdout.readline() for _ in range(2))
-        assert lines == ["0: rank 0 of 2: sum 1\n", "1: rank 1 of 2: sum 1\n"]
+        if lines != ["0: rank 0 of 2: sum 1\n", "1: rank 1 of 2: sum 1\n"]:
+            hanging.kill()
+            raise AssertionError(f"{lines}: {hanging.communicate()}")
         head.run("scancel", f"{job_id}.1", check=True)
         assert hanging.wait(60) != 0
     finally:

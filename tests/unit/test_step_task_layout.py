@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
-from gbatch.core.model import JobSpec, JobState
+from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.core.multinode import Layout, step_nodes
 from gbatch.core.steps import Step
+from gbatch.head.interactive import Starting
+from gbatch.head.loop.steps import StepEnds
 from gbatch.head.stepfanout import LONGEST_LINE, TaskLines, rank_label, task_failure
 from gbatch.head.store import Store
+from gbatch.nodes.base import StepStatus
 
 NODES = ("gpu01", "gpu02", "gpu03")
 SPEC = JobSpec(name="t", command=("true",), nodes=3)
@@ -113,3 +119,60 @@ def test_the_store_keeps_a_steps_nodes(tmp_path: Path) -> None:
     )  # fmt: skip
     (read,) = store.steps_of([job_id])
     assert read.nodes == opened.nodes == (("gpu01", 2), ("gpu02", 2))
+
+
+class _Host:
+    """A node as the loop asks it of a step's task: what it says, and what it was told."""
+
+    def __init__(self, status: StepStatus) -> None:
+        self.status = status
+        self.hung_up: list[int | None] = []
+
+    def step_status(self, job: Job, step: Step) -> StepStatus:
+        return self.status
+
+    def hang_up_step(self, job: Job, step: Step) -> None:
+        self.hung_up.append(step.rank)
+
+
+def _ends(nodes: dict[str, _Host], starting: Starting) -> StepEnds:
+    fleet: Any = SimpleNamespace(nodes=nodes)
+    return StepEnds(cast(Any, None), fleet, cast(Any, None), starting, threading.Event())
+
+
+def _across(job_id: int = 7) -> tuple[Job, Step]:
+    spec = JobSpec(name="t", command=("x",), nodes=2)
+    job = Job(id=job_id, spec=spec, user="u", uid=1, state=JobState.RUNNING, submit_time=0.0,
+              node="gpu01", gpus=(0,), peers=(("gpu02", (0,)),), attempt=1)  # fmt: skip
+    step = Step(job_id=job_id, step_id=0, attempt=1, name="x", argv=("x",),
+                state=JobState.RUNNING, start_time=0.0, user="u",
+                nodes=(("gpu01", 1), ("gpu02", 1)))  # fmt: skip
+    return job, step
+
+
+def test_a_task_whose_relay_is_still_being_attached_is_not_hung_up() -> None:
+    # A host says "vanished, hang it up" of a task it has no relay for yet: while its
+    # step is being started that is every task whose channel is not open yet.
+    job, step = _across()
+    gone = StepStatus("vanished", hangup=True, error="no relay")
+    first, second = _Host(StepStatus("running")), _Host(gone)
+    starting = Starting()
+    starting.begin(job.id)
+    ends = _ends({"gpu01": first, "gpu02": second}, starting)
+    assert ends._tasks_status(job, step, 10.0).state == "vanished"
+    assert second.hung_up == []
+    starting.end(job.id)
+    assert ends._tasks_status(job, step, 10.0).state == "running"  # task 0 still runs
+    assert second.hung_up == [1]
+
+
+def test_a_steps_end_is_its_first_failing_tasks() -> None:
+    job, step = _across()
+    first = _Host(StepStatus("exited", 0, 15, end_time=5.0))  # stopped after the failure
+    second = _Host(StepStatus("exited", 3, 0, end_time=4.0))
+    ends = _ends({"gpu01": first, "gpu02": second}, Starting())
+    status = ends._tasks_status(job, step, 10.0)
+    assert (status.state, status.exit_code, status.signal, status.end_time) == ("exited", 3, 0, 5.0)
+    # Read once from the host (which forgets it), kept until the step's end is recorded.
+    second.status = StepStatus("vanished", hangup=True)
+    assert ends._tasks_status(job, step, 10.0).exit_code == 3

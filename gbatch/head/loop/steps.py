@@ -122,10 +122,10 @@ class StepEnds:
                     status = StepStatus("vanished", error=f"its node {name} is gone")
                 else:
                     status = node.step_status(job, step.task(rank))
+                    if status.state == "vanished" and step.job_id in self.starting:
+                        return status  # being started: no shim (or relay) yet
                     if status.state == "vanished" and status.hangup:
                         node.hang_up_step(job, step.task(rank))
-                if status.state == "vanished" and step.job_id in self.starting:
-                    return status  # being started: no shim yet
                 if status.state in ("exited", "vanished"):
                     self.task_ends[key] = status
             if status.state in ("running", "unknown"):

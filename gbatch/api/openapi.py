@@ -170,8 +170,10 @@ def document() -> dict[str, Any]:
                     status="201",
                     body={
                         "required": True,
-                        "description": "a job file (YAML, or the same keys as JSON) or a "
-                        "batch script (#! and #SBATCH lines), at most 1 MiB. The job starts "
+                        "description": "a job file (YAML, or the same keys as JSON; across "
+                        "nodes: nodes, gpus_per_node, ntasks_per_node, nodelist, exclude, "
+                        "exclusive) or a batch script (#! and #SBATCH lines, -N among them), "
+                        "at most 1 MiB. The job starts "
                         "in its user's home unless it names a workdir; nothing of the "
                         "server's environment or files is read",
                         "content": {

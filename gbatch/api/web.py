@@ -71,6 +71,20 @@ def _when(stamp: float | None) -> str:
     return "" if stamp is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
 
 
+def _placements(job: dict[str, Any]) -> list[tuple[str, list[int]]]:
+    """A wire job's nodes with its GPUs on each, first node first (none while on none)."""
+    if not job.get("node"):
+        return []
+    return [(job["node"], list(job["gpus"])), *((n, list(g)) for n, g in job.get("peers", ()))]
+
+
+def _nodelist(job: dict[str, Any]) -> str:
+    """A wire job's nodes as Slurm's host list (`gpu[01-02]`), as squeue's NODELIST."""
+    from gbatch.core.hostlist import compress
+
+    return compress(name for name, _ in _placements(job))
+
+
 class Web:
     """The /ui routes, asking the daemon through `api` (an app.Api)."""
 
@@ -83,6 +97,8 @@ class Web:
             undefined=jinja2.StrictUndefined,
         )
         self.templates.filters["when"] = _when
+        self.templates.filters["placements"] = _placements
+        self.templates.filters["nodelist"] = _nodelist
 
     def routes(self) -> list[BaseRoute]:
         return [

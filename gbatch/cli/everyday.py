@@ -114,6 +114,30 @@ def split_list(values: list[str] | None) -> list[str] | None:
     return [item for value in values for item in value.split(",") if item]
 
 
+def node_list(values: list[str] | None, option: str = "-w/--nodelist") -> list[str] | None:
+    """-w's host lists as Slurm reads them; None when not given.
+
+    `-w gpu[01-02],cpu7 -w n9` -> gpu01, gpu02, cpu7, n9. CliError (usage) naming
+    `option` for a bad list."""
+    if not values:
+        return None
+    if not any("[" in value or "]" in value for value in values):
+        return split_list(values)
+    from gbatch.cli.exits import CliError, Exit
+    from gbatch.core.hostlist import expand  # deferred: a bracket is rare (start-up)
+
+    names: list[str] = []
+    for value in values:
+        try:
+            names.extend(expand(value.strip(",")))
+        except ValueError as err:
+            raise CliError(
+                f"{option}: {err}. Give node names or a host list, e.g. gpu[01-02],cpu7",
+                Exit.USAGE,
+            ) from err
+    return names
+
+
 def job_ids(values: list[str]) -> list[str] | None:
     """squeue's `-j` values as context.parse_ids reads them, each item in canonical form.
 

@@ -55,7 +55,7 @@ def add_parser(commands: Any) -> None:
         "--format",
         metavar="FIELD[,FIELD]",
         help="e.g. JobID,JobName,State,ExitCode,Elapsed,AllocGPUS,NodeList; also UID, "
-        "Partition, Submit, Start, End, Timelimit, Reason, Attempt, AllocTRES, ReqTRES, "
+        "Partition, Submit, Start, End, Timelimit, Reason, Attempt, NNodes, AllocTRES, ReqTRES, "
         "TRESUsageInMax (the GPUs' peak memory and utilisation), "
         "AllocCPUS, ReqMem, Comment; Params: a parameter sweep task's parameters, "
         "MaxGpuMem: the most GPU memory the job's own processes used (gbatch's)",

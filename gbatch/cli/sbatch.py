@@ -153,7 +153,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                 raise RequestFailed(err.kind, str(located)) from err
             raise
         if args.test_only:
-            print(_test_only_line(reply["test"], spec.gpus), file=sys.stderr)
+            print(_test_only_line(reply["test"], spec.total_gpus), file=sys.stderr)
             return Exit.OK
         ids = reply["ids"]
         _warn_default_output(spec, submit_dir)  # after the submit: a refusal stays one line

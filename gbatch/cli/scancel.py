@@ -12,6 +12,7 @@ from typing import Any
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_ids, print_failures, split_list
+from gbatch.cli.everyday import node_list
 from gbatch.cli.exits import CliError, Exit
 
 HELP = COMMANDS["scancel"]
@@ -88,7 +89,8 @@ def add_parser(commands: Any) -> None:
         "--nodelist",
         action="append",
         metavar="NODE[,NODE]",
-        help="only jobs running on these nodes",
+        help="only jobs running on any of these nodes (a host list: gpu[01-02]); a job "
+        "across nodes is on each of its nodes",
     )
     p.add_argument("--me", action="store_true", help="all my active jobs")
     p.set_defaults(run=run)
@@ -133,7 +135,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     states = split_list(args.state) or []
     names = split_list(args.name) or []
     partitions = split_list(args.partition) or []
-    nodes = split_list(args.nodelist) or []
+    nodes = node_list(args.nodelist) or []
     if args.signal is not None:
         from gbatch.core.signals import SignalNameError, parse_signal_name
 

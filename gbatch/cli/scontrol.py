@@ -31,6 +31,8 @@ def add_parser(commands: Any) -> None:
         "gbatch scontrol release 12 | gbatch scontrol requeue 12 (a running job is stopped, "
         "then queued again; a finished one is queued again) | "
         "gbatch scontrol show node [NAME] | gbatch scontrol show partition [NAME] | "
+        "gbatch scontrol show hostnames [gpu[01-02]] (one host a line; default "
+        "$SLURM_JOB_NODELIST) | gbatch scontrol show hostlist gpu01,gpu02 (gpu[01-02]) | "
         "gbatch scontrol update JobId=12 TimeLimit=30:00 Priority=-5 (keys, any case: "
         f"{', '.join(UPDATE_KEYS)}; Name= is JobName=; Gres=gpu[:TYPE]:N sets the GPUs and "
         "their type, NumGPUs=N the count alone; Features= (or Constraint=) the -C list; a pending "
@@ -42,8 +44,8 @@ def add_parser(commands: Any) -> None:
         "args",
         nargs="+",
         metavar="ARG",
-        help="`job [ID]` (N or N_K; no ID: every queued job), `node [NAME]` or "
-        "`partition [NAME]` for show; `JobId=N "
+        help="`job [ID]` (N or N_K; no ID: every queued job), `node [NAME]`, "
+        "`partition [NAME]`, `hostnames [LIST]` or `hostlist LIST` for show; `JobId=N "
         "KEY=VALUE...` for update; otherwise job ids: N (an array's id: all its tasks), N_K, "
         "N_[K-M], FIRST-LAST, and comma lists of those",
     )
@@ -63,6 +65,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         if not reply["changes"]:
             print(f"gbatch scontrol: job {target}: nothing changed", file=sys.stderr)
         return Exit.OK
+    if args.action == "show" and args.args[0].lower() in ("hostnames", "hostlist"):
+        return _show_hosts(args.args)
     if args.action == "show" and args.args[0].lower() in (
         "node",
         "nodes",
@@ -108,6 +112,36 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     reply = ctx.client.call(actions[args.action](jobs=tuple(jobs)))
     failed = print_failures("scontrol", reply, lambda f: f"job {f['id']}: {f['error']}")
     return Exit.FAILED if failed else Exit.OK
+
+
+def _show_hosts(words: list[str]) -> int:
+    """scontrol show hostnames [LIST]: each host of a host list (`gpu[01-02]`) on a line
+    of its own, LIST by default $SLURM_JOB_NODELIST (a job's script finds its nodes, and
+    its MASTER_ADDR, so); show hostlist LIST: the names as one compressed list. Neither
+    asks the daemon."""
+    import os
+
+    from gbatch.core import hostlist
+
+    what = words[0].lower()
+    if len(words) > 2:
+        raise CliError(f"usage: gbatch scontrol show {what} [LIST]", Exit.USAGE)
+    text = words[1] if len(words) == 2 else os.environ.get("SLURM_JOB_NODELIST", "")
+    if not text:
+        raise CliError(
+            f"show {what}: no host list given and SLURM_JOB_NODELIST is not set. Give "
+            "one, e.g. gbatch scontrol show hostnames gpu[01-02]",
+            Exit.USAGE,
+        )
+    try:
+        names = hostlist.expand(text)
+    except ValueError as err:
+        raise CliError(f"show {what}: {err}", Exit.USAGE) from err
+    if what == "hostlist":
+        print(hostlist.compress(names))
+    else:
+        sys.stdout.write("".join(f"{name}\n" for name in names))
+    return Exit.OK
 
 
 def _gpu_usage(wire: list[float | int] | None) -> GpuUsage | None:

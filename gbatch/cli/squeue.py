@@ -7,6 +7,7 @@ import sys
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_ids, split_list
+from gbatch.cli.everyday import node_list
 from gbatch.cli.exits import CliError, Exit
 from gbatch.core.constants import (
     SQUEUE_DEFAULT_SORT,
@@ -57,7 +58,12 @@ def add_parser(commands: Any) -> None:
     p.add_argument("-n", "--name", action="append", metavar="NAME[,NAME]", help="job names")
     p.add_argument("-p", "--partition", action="append", metavar="PART[,PART]")
     p.add_argument(
-        "-w", "--nodelist", action="append", metavar="NODE[,NODE]", help="jobs on these nodes"
+        "-w",
+        "--nodelist",
+        action="append",
+        metavar="NODE[,NODE]",
+        help="jobs on any of these nodes (a host list: gpu[01-02]); a job across nodes "
+        "is on each of its nodes",
     )
     p.add_argument(
         "-t",
@@ -160,7 +166,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         columns=brief and not needs_starts,
         names=tuple(split_list(args.name) or ()),
         partitions=tuple(split_list(args.partition) or ()),
-        nodes=tuple(split_list(args.nodelist) or ()),
+        nodes=tuple(node_list(args.nodelist) or ()),
         starts=needs_starts,
     )
     dated = not args.noheader and (interval is not None or args.long)

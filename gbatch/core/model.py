@@ -721,6 +721,11 @@ class NodeView:
     # shares.room, the time its shares end: -inf with none, inf if one has no time
     # limit). Not those an exclusive job holds. One holding shares is not free.
     share_room: tuple[tuple[int, int, float], ...] = ()
+    # Some gbatch job is allocated on it (one of no GPUs too): an --exclusive job
+    # does not start there. `whole`: an --exclusive job holds it, and nothing else
+    # starts there.
+    busy: bool = False
+    whole: bool = False
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,62 @@ def _tasks_text(tasks: tuple[int, ...]) -> str:
     return ",".join(out)
 
 
+# MASTER_PORT: a port of this range, chosen from the job id (master_port), so every run
+# of a job (and srun's tasks in it) computes the same one without asking the node.
+MASTER_PORT_BASE = 29500
+MASTER_PORT_SPAN = 1000
+
+
+def master_port(job_id: int) -> int:
+    """The rendezvous port (MASTER_PORT) of job `job_id`: MASTER_PORT_BASE + id mod span.
+
+    Two jobs share one only when their ids differ by a multiple of MASTER_PORT_SPAN
+    and both have the same first node at once on the host's network (docs/multinode.md)."""
+    return MASTER_PORT_BASE + job_id % MASTER_PORT_SPAN
+
+
+def runs_everywhere(spec: JobSpec) -> bool:
+    """Whether the job's command runs once on EVERY node of its allocation.
+
+    A job file's `nodes:` (every_node) and every container job across nodes (a
+    container has no Slurm form: nothing would start srun's tasks in the others). Else
+    the batch script runs on the first node only, and the other nodes hold their GPUs
+    for srun."""
+    return spec.nodes > 1 and (spec.every_node or spec.image is not None)
+
+
+def node_index(job: Job, name: str) -> int:
+    """The position of node `name` in `job`'s allocation (SLURM_NODEID).
+
+    0 for the first node, and for a job on one node or not on `name`."""
+    names = job.node_names
+    return names.index(name) if name in names[1:] else 0
+
+
+def run_env(layout: Layout, index: int) -> dict[str, str]:
+    """What the run of a job across nodes on node `index` sees beside its job's variables.
+
+    One process per node, as task 0 of that node: RANK is the node's first rank,
+    LOCAL_RANK 0, WORLD_SIZE every task of the layout; a node that runs more tasks
+    (--ntasks-per-node) starts them itself (torchrun --nproc-per-node
+    $SLURM_TASKS_PER_NODE...), or through srun. The batch script of the Slurm form is
+    the run of node 0."""
+    return layout.task_env(index, 0)
+
+
+def run_at(job: Job, name: str, index: int) -> Job:
+    """`job` as its run on node `name`, place `index` of its allocation, knows it.
+
+    For a run the job no longer names (requeued, its nodes forgotten) whose container
+    name still says its place (`gbatch-<job>-<attempt>-n<index>`): node_index(result,
+    name) is `index`, so a node finds that run to kill and remove it."""
+    if index == 0:
+        return replace(job, node=name, peers=())
+    # Placeholders: only this node's place matters to the node that is asked.
+    before = tuple((f"?{k}", ()) for k in range(1, index))
+    return replace(job, node="?0", peers=(*before, (name, ())))
+
+
 # The most tasks one step starts on one node: each is a shim (or relay) and a socket
 # pair in gbatchd, so `srun -n 100000` must not exhaust the head.
 MAX_STEP_TASKS_PER_NODE = 128

@@ -7,6 +7,7 @@ within one), as Slurm's scancel combines them; the store turns the same value in
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from gbatch.core.constants import IMPLICIT_PARTITION
@@ -18,7 +19,8 @@ class JobFilter:
     """Names, partitions and nodes a job must match (each: one of the list; empty: any).
 
     A job queued before partitions existed is in the implicit partition, as squeue shows
-    it; a job with no node (pending) matches no node list."""
+    it; a job with no node (pending) matches no node list, and a job across nodes
+    matches a list naming any of its nodes."""
 
     names: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
@@ -33,5 +35,12 @@ class JobFilter:
         return (
             (not self.names or job.spec.name in self.names)
             and (not self.partitions or partition in self.partitions)
-            and (not self.nodes or (job.node is not None and job.node in self.nodes))
+            and (not self.nodes or on_any(job, self.nodes))
         )
+
+
+def on_any(job: Job, nodes: Collection[str]) -> bool:
+    """Whether `job` holds any of `nodes` (its first node or a peer: scancel and squeue -w)."""
+    if job.node is None:
+        return False
+    return job.node in nodes or any(name in nodes for name, _ in job.peers)

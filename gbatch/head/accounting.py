@@ -17,7 +17,7 @@ def gpu_seconds_in(
     """GPU-seconds of `job`'s run that fall inside [start, end).
 
     Its GPUs (`gpus`, what it is charged: a share of one GPU a fraction; default its
-    count) times the overlap of start_time..end_time (..now while it runs) with the
+    count on every node) times the overlap of start_time..end_time (..now while it runs) with the
     period. 0 for a job that never started, and for a PENDING one (a requeued job keeps its
     old start_time, and its old run's GPUs are no longer its own). Only the last run is
     known: an earlier run of a requeued job is not counted.
@@ -26,7 +26,7 @@ def gpu_seconds_in(
         return 0.0
     run_end = job.end_time if job.end_time is not None else now
     overlap = min(run_end, end) - max(job.start_time, start)
-    return (len(job.gpus) if gpus is None else gpus) * overlap if overlap > 0 else 0.0
+    return (job.gpu_count if gpus is None else gpus) * overlap if overlap > 0 else 0.0
 
 
 def usage_by(

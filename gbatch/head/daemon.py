@@ -107,7 +107,7 @@ class Daemon:
         self.outbox = Outbox(store, config, clock, self.internal_errors)
         store.on_full = self.outbox.tell_store_full
         # The loop's steps (gbatch/head/loop/), each with what it keeps between passes.
-        self.runs = Runs(store, self.fleet, config, self.metrics, self.wake, monotonic)
+        self.runs = Runs(store, self.fleet, config, self.metrics, self.wake, monotonic, paths)
         self.conditions = NodeConditions(store, self.fleet, config)
         self.ended_runs = EndedRuns(store, self.fleet, self.runs, self.conditions, clock)
         self.run_limits = RunLimits(store, self.fleet, config, self.runs, monotonic)
@@ -153,6 +153,9 @@ class Daemon:
             if not live and node is not None:
                 log.info("cleaning up run %s left by an earlier daemon", run_dir.name)
                 node.cleanup(job, attempt)
+                for _, other in self.fleet.run_nodes(job)[1:]:  # a job across nodes
+                    if other is not None:
+                        other.cleanup(job, attempt)
 
     def watch_interactive(self) -> None:
         """At start-up: watch again the srun/salloc allocations whose first step never opened.

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from gbatch.core.model import ALLOCATED_STATES, Gpu, Job, NodeInfo, NodeState, NodeView, on_node
+from gbatch.core.multinode import runs_everywhere
 from gbatch.core.shares import CardShares, Sharing
 from gbatch.core.shares import capacity as share_capacity
 from gbatch.core.shares import room as share_room
@@ -125,6 +126,15 @@ class Fleet:
                 back.append(node)
             self._was_up[name] = up
         return back
+
+    def run_nodes(self, job: Job) -> list[tuple[str, Node | None]]:
+        """The nodes where `job` has (or had) a run, first node first, each with its Node.
+
+        None for a node gone from the inventory. Its first node always; the others of a
+        job across nodes when its command runs on every node (multinode.runs_everywhere),
+        else they only hold their GPUs."""
+        names = job.node_names if runs_everywhere(job.spec) else job.node_names[:1]
+        return [(name, self.nodes.get(name)) for name in names]
 
     def release_gpus(self, node: Node, gpus: Sequence[int]) -> None:
         """A run on `gpus` ended: hand them out only once a later report shows them clean.
@@ -327,6 +337,8 @@ class Fleet:
                 for c in cards
                 if c.room_mib > 0
             ),
+            busy=bool(mine),
+            whole=any(job.spec.exclusive for job in mine),
         )
 
     def _ends(self, mine: Sequence[Job]) -> list[tuple[float, tuple[int, ...]]]:

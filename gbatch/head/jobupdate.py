@@ -18,6 +18,7 @@ from gbatch.core import dependency
 from gbatch.core.gputypes import gres_text
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.core.timefmt import TimeLimitError, format_duration, parse_time_limit, show_value
+from gbatch.jobspec.nodeopts import check_nodes, settle_nodes
 from gbatch.jobspec.slurmopts import (
     check_comment,
     check_constraint,
@@ -26,7 +27,7 @@ from gbatch.jobspec.slurmopts import (
     parse_gpus,
     parse_gres,
 )
-from gbatch.jobspec.spec import SpecError, _check_name
+from gbatch.jobspec.spec import OVERRIDE_OPTION, SpecError, _check_name
 from gbatch.nodes.inventory import Partition
 from gbatch.protocol import requests
 
@@ -258,6 +259,37 @@ def _comment(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | Non
     return replace(spec, comment=comment), None if comment == spec.comment else "changed"
 
 
+def _num_nodes(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
+    """NumNodes=N (Slurm's MIN-MAX taken as MIN): the nodes a pending job spans.
+
+    Held to what a submit is: its tasks, -w and a share of one GPU must still fit the
+    count. A container job runs on every node; a bare one keeps how it runs (a job
+    submitted on one node runs its command on the first node, with srun in it)."""
+    try:
+        nodes = check_nodes(value.strip(), "NumNodes")
+    except SpecError as err:
+        raise _spec_error("NumNodes", err) from None
+    fields: dict[str, object] = {
+        "nodes": nodes,
+        "nodelist": spec.nodelist,
+        "exclude": spec.exclude,
+        "exclusive": spec.exclusive,
+        "ntasks": spec.ntasks,
+        "ntasks_per_node": spec.ntasks_per_node,
+    }
+    for key in ("gpu_mem_mb", "gpu_shards", "gpu_type"):
+        if getattr(spec, key) is not None:
+            fields[key] = getattr(spec, key)
+    labels = {**OVERRIDE_OPTION, "nodes": "NumNodes"}
+    try:
+        settle_nodes(fields, labels)
+    except SpecError as err:
+        raise UpdateRefused("invalid", str(err)) from None
+    every_node = spec.every_node or (nodes > 1 and spec.image is not None)
+    new = replace(spec, nodes=nodes, every_node=every_node)
+    return new, _arrow(spec.nodes, nodes)
+
+
 def _arrow(old: object, new: object) -> str | None:
     return None if old == new else f"{old} -> {new}"
 
@@ -273,6 +305,7 @@ _CHANGES = {
     "Features": _features,
     "Partition": _partition,
     "Comment": _comment,
+    "NumNodes": _num_nodes,
 }
 
 

@@ -1,10 +1,10 @@
 """Where a step's tasks meet: MASTER_ADDR (its first node as the others reach it) and MASTER_PORT.
 
-One small function, so that the job's own rendezvous (the dispatcher's, once it records
-one for the job's run) can take its place: until then a step picks its own. The
-caller's environment wins: a batch script that set MASTER_ADDR/MASTER_PORT (or a run
-whose environment has them) keeps them for its steps, as under Slurm, where srun sets
-neither.
+The caller's environment wins: a batch script of a job across nodes has the job's own
+(the dispatcher's: its first node's peer_address, multinode.master_port), and one that
+set its own keeps them for its steps, as under Slurm, where srun sets neither. Else the
+same rule as the dispatcher's, but for a step on the local node alone, which takes a
+port the kernel says is free.
 """
 
 from __future__ import annotations
@@ -13,27 +13,22 @@ import contextlib
 import socket
 from collections.abc import Mapping
 
+from gbatch.core.multinode import master_port
 from gbatch.head.fleet import Fleet
-
-# Where a port is picked when the first node cannot be asked for a free one.
-PORT_BASE = 29500
-PORT_SPAN = 1000
+from gbatch.nodes.local import LocalNode
 
 
 def node_address(fleet: Fleet, name: str, *, alone: bool) -> str:
-    """How the allocation's other nodes reach node `name`.
+    """How the allocation's other nodes reach node `name`: its peer_address (MASTER_ADDR).
 
-    The node's own word for it (`peer_address`, where the dispatcher's nodes have one),
-    else an inventory host's `host` (its DNS name or address, as the head reaches it);
-    this machine's name for the local node (its loopback when the step is on it alone)."""
+    The inventory's `peer_address`, else its `host`; the local node's loopback when the
+    step is on it alone, else this machine's name."""
     node = fleet.nodes.get(name)
-    peer = getattr(node, "peer_address", None)
-    if isinstance(peer, str) and peer:
-        return peer
-    host = getattr(getattr(node, "node", None), "host", None)
-    if isinstance(host, str) and host:
-        return host
-    return "127.0.0.1" if alone else socket.getfqdn()
+    if node is None:
+        return name  # gone from the fleet: its name is the best guess (the step fails)
+    if isinstance(node, LocalNode) and not alone:
+        return socket.getfqdn()  # the local node with others: its loopback reaches none
+    return node.peer_address
 
 
 def free_local_port() -> int:
@@ -48,9 +43,9 @@ def rendezvous(
 ) -> tuple[tuple[str, ...], int]:
     """Each of `nodes`' address as the others reach it, and the port for the tasks' meeting.
 
-    MASTER_ADDR/MASTER_PORT in `env` (the caller's) win. A local first node's port is
-    one the kernel says is free; a host's is the job's own, PORT_BASE + its id mod
-    PORT_SPAN (as the dispatcher gives the job's runs: docs/multinode.md)."""
+    MASTER_ADDR/MASTER_PORT in `env` (the caller's) win. Else the job's own port
+    (multinode.master_port, as the dispatcher gives the job's runs), but for a step on
+    the local node alone: a port the kernel says is free there."""
     alone = len(nodes) == 1
     addresses = tuple(node_address(fleet, name, alone=alone) for name in nodes)
     given_addr = env.get("MASTER_ADDR", "").strip()
@@ -59,7 +54,6 @@ def rendezvous(
     given_port = env.get("MASTER_PORT", "").strip()
     if given_port.isdigit() and 0 < int(given_port) < 65536:
         return addresses, int(given_port)
-    first = fleet.nodes.get(nodes[0])
-    if getattr(getattr(first, "node", None), "host", None) is None:
+    if alone and isinstance(fleet.nodes.get(nodes[0]), LocalNode):
         return addresses, free_local_port()
-    return addresses, PORT_BASE + job_id % PORT_SPAN  # the job's own (docs/multinode.md)
+    return addresses, master_port(job_id)

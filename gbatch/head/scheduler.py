@@ -11,7 +11,7 @@ import bisect
 import heapq
 import math
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
@@ -63,10 +63,12 @@ def queue_order(pending: Sequence[Job], usage: Mapping[str, float]) -> list[Job]
 
 @dataclass(slots=True)
 class _Reservation:
-    node: int  # index into the available nodes
-    start: float  # the earliest time the blocked job fits on that node
-    spare: int  # GPUs free on that node at `start` beyond what the blocked job needs
-    # The blocked job's GPU type: `spare` counts GPUs of that type only (None: any).
+    start: float  # the earliest time the blocked job fits on its nodes
+    # Each reserved node (an index into the available nodes: one for a one-node job,
+    # `spec.nodes` for a job across nodes) -> the GPUs free there at `start` beyond what
+    # the blocked job needs.
+    spares: dict[int, int]
+    # The blocked job's GPU type: `spares` count GPUs of that type only (None: any).
     gpu_type: str | None = None
 
 
@@ -98,12 +100,13 @@ def plan(
     - "BadConstraints": asks more GPUs than any node (up or down) has in total, or no
       node satisfies its constraint.
     - "QOSMaxJobsPerUserLimit": its user's jobs on nodes (those held now plus those this
-      plan starts) are at their max_running_jobs; "QOSMaxGRESPerUser": its GPUs would
-      take its user's past max_gpus. Skipped, like a held job: it takes no reservation
-      and holds back no other user's job (nor a smaller job of its own user that fits).
+      plan starts) are at their max_running_jobs; "QOSMaxGRESPerUser": its GPUs (on all
+      its nodes: `spec.total_gpus`) would take its user's past max_gpus. Skipped, like a
+      held job: it takes no reservation and holds back no other user's job (nor a
+      smaller job of its own user that fits).
     - "NodeDown": no available node is big enough for it (or none is available). A job
       with an image counts only nodes whose docker engine answers (`runs_containers`).
-    - A job that fits is placed on ONE node, never spread: the available node with the
+    - A job of one node that fits is placed on ONE node, never spread: the node with the
       fewest free GPUs left after placing it (best fit, so big blocks stay whole; ties
       by node name), on that node's lowest free GPU ids. A 0-GPU job goes to the first
       available node by name and gets no GPU ids. GPUs handed out leave the free set
@@ -121,6 +124,38 @@ def plan(
 
     `Plan.starts` holds the reserved job's expected start T (squeue --start); no other
     job gets an estimate.
+
+    Jobs placed by node: a job across nodes (`spec.nodes` N > 1; `spec.gpus`, its CPUs
+    and memory are per node), or one that names nodes (`spec.nodelist`, -w: all of them
+    among its nodes; `spec.exclude`, -x: none of them) or wants them whole
+    (`spec.exclusive`). Its "nodes" are the nodes of its pool, less -x's, whose GPUs
+    (of its type), CPUs and memory in total could hold its per-node share.
+
+    - "BadConstraints": fewer than N such nodes (up or down), or -w names a node that
+      is not one, or more nodes than N.
+    - "NodeDown": fewer than N of them are available (with an answering engine, for
+      an image), or one of -w's is not.
+    - It starts on N DISTINCT available nodes at once, or on none: never a part of
+      them held while the rest come free. Each must have its GPUs free now, and its
+      CPUs and memory; -w's nodes are among them, the others chosen best fit (the
+      fewest GPUs free, ties by name; a 0-GPU job's by name). On a reserved node it
+      must pass the backfill tests below, there. Its Assignment names the first node
+      by name (where the batch script runs) and its GPUs; `peers` the others, each
+      with its GPUs (the lowest free ids, as a one-node job's).
+    - `spec.exclusive`: a node qualifies only with every GPU free and no job on it
+      (`NodeView.busy`; nor one this plan placed there), and the job takes all of its
+      GPUs (all of them count against its user's max_gpus); nothing else is placed
+      there for the rest of the plan, nor while it runs (`NodeView.whole`).
+    - "Resources" and "Priority" as for any job. The first such job that cannot start
+      reserves across the nodes it will use: each candidate node's earliest time (now,
+      for one it could start on now; else when its releases give it its GPUs, all of
+      them for --exclusive), the N earliest (-w's among them; ties to the fewest GPUs
+      to spare then, then to name), T the latest of theirs. The backfill tests hold on
+      EACH reserved node, with that node's spare at T: a later job may start there only
+      if it ends by T or takes no more than that spare. So no later job delays it.
+    - A share of one GPU (`spec.gpu_mem_mb`) never spans nodes: across nodes, whole
+      nodes or -w of several, "BadConstraints"; -w/-x of one node restrict where it
+      goes.
 
     Backfill: once a reservation exists, later jobs still start anywhere they fit on
     other nodes. On the reserved node a job may start only if it cannot delay the
@@ -142,10 +177,10 @@ def plan(
     at T (a free one, or one whose shares end by then) only if it ends by T, or within
     the spare, which it then uses up.
 
-    Cost: one sort, then O(max GPUs per node) per job: nodes sit in buckets by free
-    count, and once no GPU is free a job costs a few comparisons (its reason only). The
-    first job of a GPU type builds that type's buckets (O(nodes)); from then on each
-    placement updates them too.
+    Cost: one sort, then O(max GPUs per node) per job (O(nodes) per job placed by
+    node): nodes sit in buckets by free count, and once no GPU is free a job costs a
+    few comparisons (its reason only). The first job of a GPU type builds that type's
+    buckets (O(nodes)); from then on each placement updates them too.
     """
     result = _Pass(nodes, now, limits, use)
     for job in queue_order(pending, usage):
@@ -165,10 +200,12 @@ class _Pass:
         "caps",
         "free",
         "free_total",
+        "groups",
         "holding",
         "moved",
         "nodes",
         "now",
+        "placed",
         "pools",
         "reasons",
         "releases",
@@ -212,6 +249,14 @@ class _Pass:
         # anything fits), and not at all, at no cost, when no node reports them.
         counted = any(n.cpus_total is not None or n.mem_total_mb is not None for n in nodes)
         self.room: _Room | None = _Room.of(up, nodes) if counted else None
+        # The available nodes this pass placed a job on (an --exclusive job wants none).
+        self.placed: set[int] = set()
+        for index, node in enumerate(up):
+            if node.whole:  # held by an --exclusive job: nothing else starts there
+                self.close(index)
+        # What a job placed by node (across nodes, -w, -x, --exclusive) may use, by
+        # what it asks (_Pass.group).
+        self.groups: dict[tuple[object, ...], _Group] = {}
         self.assignments: list[Assignment] = []
         self.reasons: dict[int, str] = {}
         self.reservation: _Reservation | None = None
@@ -332,8 +377,10 @@ class _Pass:
                     if typed is not None:
                         typed.take(target, taken, end)
 
-    def reserved_cost(self, reservation: _Reservation, gpus: int, gpu_type: str | None) -> int:
-        """How many of the reservation's GPUs a job would take on the reserved node.
+    def reserved_cost(
+        self, reservation: _Reservation, node: int, gpus: int, gpu_type: str | None
+    ) -> int:
+        """How many of the reservation's GPUs a job would take on reserved node `node`.
 
         A job of `gpus` GPUs of `gpu_type`: all it takes, unless the reservation is for a
         type, and then those of that type (a MIG profile's counts the slices of it); a
@@ -343,7 +390,6 @@ class _Pass:
             return 0 if gpu_type is not None and profile_of(gpu_type) else gpus
         if kind == gpu_type:
             return gpus
-        node = reservation.node
         if gpu_type is None:
             ids = self.free[node][:gpus]
         elif profile_of(gpu_type) == kind or profile_of(kind) == gpu_type:
@@ -383,11 +429,13 @@ class _Pass:
             if pool.share_any is None:
                 _pool_shares(pool, _pool_key(spec), self.nodes, self.up)
             assert pool.share_any is not None
-            if share > pool.share_any and self.nodes:
+            if (share > pool.share_any and self.nodes) or _share_across(spec):
                 return BAD_CONSTRAINTS
             if share > (pool.share_with_containers if spec.image is not None else pool.share_up):
                 return NODE_DOWN
             return RESOURCES  # a shared job never reserves, nor waits behind one
+        if spec.nodes != 1 or spec.exclusive or spec.nodelist or spec.exclude:
+            return self.group(spec).reason or PRIORITY
         if gpus > (pool.largest_with_containers if job.spec.image is not None else pool.largest_up):
             return NODE_DOWN
         return PRIORITY
@@ -431,11 +479,14 @@ class _Pass:
             if cap.max_running_jobs is not None and held_by_user[0] >= cap.max_running_jobs:
                 reasons[job.id] = MAX_JOBS_PER_USER
                 return
-            if cap.max_gpus is not None and held_by_user[1] + gpus > cap.max_gpus:
+            if cap.max_gpus is not None and held_by_user[1] + spec.total_gpus > cap.max_gpus:
                 reasons[job.id] = MAX_GPUS_PER_USER
                 return
         if spec.gpu_mem_mb is not None:
             self.consider_share(job, pool, cpus, mem, held_by_user)
+            return
+        if spec.nodes != 1 or spec.exclusive or spec.nodelist or spec.exclude:
+            self.consider_group(job, pool, cpus, mem, held_by_user)
             return
         if gpus > (pool.largest_with_containers if needs_containers else pool.largest_up):
             reasons[job.id] = NODE_DOWN
@@ -457,6 +508,7 @@ class _Pass:
                 return
             if room is not None:
                 room.take(first, cpus, mem)
+            self.placed.add(first)
             self.assignments.append(Assignment(job.id, up[first].name, ()))
             if held_by_user is not None:
                 held_by_user[0] += 1
@@ -464,10 +516,14 @@ class _Pass:
         now = self.now
         typed = None if gpu_type is None else self.of_type(gpu_type)
         if gpus <= (self.free_total if typed is None else typed.free_total):
-            cost = (
+            # The reservation's GPUs it would take on each reserved node.
+            cost: int | dict[int, int] = (
                 gpus
                 if reservation is None or (reservation.gpu_type is None and typed is None)
-                else self.reserved_cost(reservation, gpus, gpu_type)
+                else {
+                    node: self.reserved_cost(reservation, node, gpus, gpu_type)
+                    for node in reservation.spares
+                }
             )
             target = _best_fit(
                 gpus,
@@ -504,10 +560,11 @@ class _Pass:
                     self.shares.drop(target, ids)
                 if (
                     reservation is not None
-                    and target == reservation.node
+                    and target in reservation.spares
                     and not _ends_by(job, now, reservation.start)
                 ):
-                    reservation.spare -= cost
+                    reservation.spares[target] -= cost if isinstance(cost, int) else cost[target]
+                self.placed.add(target)
                 self.assignments.append(Assignment(job.id, up[target].name, tuple(ids)))
                 if held_by_user is not None:
                     held_by_user[0] += 1
@@ -535,6 +592,164 @@ class _Pass:
                 self.starts[job.id] = reservation.start
         reasons[job.id] = RESOURCES
 
+    def close(self, index: int) -> None:
+        """Nothing more starts on available node `index` (an --exclusive job holds it)."""
+        room = self.room
+        if room is None:  # no node reports CPUs or memory: every other one fits anything
+            room = self.room = _Room.of(self.up, self.nodes)
+        room.cpus[index] = room.mem[index] = -math.inf
+
+    def group(self, spec: JobSpec) -> _Group:
+        """What a job placed by node (across nodes, -w, -x, --exclusive) may use.
+
+        With the reason it may never start (BadConstraints) or not now (NodeDown)."""
+        key = (
+            spec.partition,
+            spec.constraint,
+            spec.gpu_type,
+            spec.gpus,
+            spec.nodes,
+            spec.cpus_reserved,
+            spec.memory_mb or 0,
+            spec.image is not None,
+            spec.nodelist,
+            spec.exclude,
+        )
+        found = self.groups.get(key)
+        if found is None:
+            found = self.groups[key] = _Group.of(spec, self.nodes, self.up)
+        return found
+
+    def consider_group(
+        self, job: Job, pool: _Pool, cpus: int, mem: int, held_by_user: list[int] | None
+    ) -> None:
+        """Start `job`, placed by node, or give it its reason (see plan()).
+
+        A job across nodes (`spec.nodes`), or one that names nodes (-w, -x) or wants
+        them whole (--exclusive). `consider`'s part, past the checks of its constraint,
+        CPUs, memory and limits."""
+        spec = job.spec
+        group = self.group(spec)
+        if group.reason is not None:
+            self.reasons[job.id] = group.reason
+            return
+        gpus, exclusive, gpu_type = spec.gpus, spec.exclusive, spec.gpu_type
+        typed = None if gpu_type is None else self.of_type(gpu_type)
+        free = self.free if typed is None else typed.free
+        whole, totals, up, room = self.free, self.totals, self.up, self.room
+        now = self.now
+        reservation = self.reservation
+        spares = (
+            None
+            if reservation is None or _ends_by(job, now, reservation.start)
+            else reservation.spares
+        )
+        # The nodes it could start on now, each with what it takes of the reservation.
+        fits: list[int] = []
+        costs: dict[int, int] = {}
+        for index in group.nodes:
+            if room is not None and not room.fits(index, cpus, mem):
+                continue
+            if len(free[index]) < gpus:
+                continue
+            if exclusive and (
+                len(whole[index]) < totals[index] or up[index].busy or index in self.placed
+            ):
+                continue
+            if spares is not None and index in spares:
+                assert reservation is not None
+                cost = (
+                    self.reserved_cost(reservation, index, len(whole[index]), None)
+                    if exclusive
+                    else self.reserved_cost(reservation, index, gpus, gpu_type)
+                )
+                if cost > spares[index]:
+                    continue
+                costs[index] = cost
+            fits.append(index)
+        count = spec.nodes
+        required = group.required
+        chosen: list[int] | None = None
+        if len(fits) >= count and set(required) <= set(fits):
+            rest = [index for index in fits if index not in required]
+            if gpus or exclusive:  # best fit: the fewest GPUs free (then by name)
+                rest.sort(key=lambda index: (len(free[index]), index))
+            chosen = sorted((*required, *rest[: count - len(required)]))
+        if chosen is None:
+            self.wait_group(job, pool, group, fits, cpus, mem)
+            return
+        # Whole nodes: every GPU of them counts against its user's max_gpus.
+        cap = self.caps.get(job.user)
+        if (
+            exclusive
+            and held_by_user is not None
+            and cap is not None
+            and cap.max_gpus is not None
+            and held_by_user[1] + sum(len(whole[index]) for index in chosen) > cap.max_gpus
+        ):
+            self.reasons[job.id] = MAX_GPUS_PER_USER
+            return
+        end = None if job.time_limit is None else now + job.time_limit
+        placements = []
+        for index in chosen:
+            if room is not None:
+                room.take(index, cpus, mem)
+            ids = list(whole[index]) if exclusive else free[index][:gpus]
+            if ids:
+                self.take(index, ids, end)
+                if self.shares is not None:
+                    self.shares.drop(index, ids)
+            if index in costs:
+                assert reservation is not None
+                reservation.spares[index] -= costs[index]
+            self.placed.add(index)
+            if exclusive:
+                self.close(index)
+            placements.append((up[index].name, tuple(ids)))
+        (node, first), *peers = placements
+        self.assignments.append(Assignment(job.id, node, first, tuple(peers)))
+        if held_by_user is not None:
+            held_by_user[0] += 1
+            held_by_user[1] += sum(len(taken) for _, taken in placements)
+
+    def wait_group(
+        self, job: Job, pool: _Pool, group: _Group, ready: Sequence[int], cpus: int, mem: int
+    ) -> None:
+        """`consider_group`'s reason for a job that cannot start now, and its reservation.
+
+        It reserves across the nodes it will use when it is the first such job.
+        `ready`: the nodes it could start on now."""
+        if self.reservation is not None:
+            self.reasons[job.id] = PRIORITY
+            return
+        spec = job.spec
+        # An image job reserves only while every engine answers (see consider).
+        if spec.image is None or pool.all_run_containers:
+            usable = [False] * len(self.up)
+            for index in group.nodes:
+                usable[index] = True
+            typed = None if spec.exclusive or spec.gpu_type is None else self.of_type(spec.gpu_type)
+            reservation = _reserve(
+                spec.gpus,
+                self.free if typed is None else typed.free,
+                self.totals if typed is None else typed.totals,
+                self.releases if typed is None else typed.releases,
+                usable,
+                self.room,
+                cpus,
+                mem,
+                count=spec.nodes,
+                required=group.required,
+                whole=spec.exclusive,
+                ready=ready,
+                now=self.now,
+            )
+            if reservation is not None:
+                reservation.gpu_type = None if typed is None else typed.name
+                self.reservation = reservation
+                self.starts[job.id] = reservation.start
+        self.reasons[job.id] = RESOURCES
+
     def consider_share(
         self, job: Job, pool: _Pool, cpus: int, mem: int, held_by_user: list[int] | None
     ) -> None:
@@ -548,7 +763,7 @@ class _Pass:
         if pool.share_any is None:
             _pool_shares(pool, _pool_key(spec), self.nodes, self.up)
         assert pool.share_any is not None
-        if share > pool.share_any and self.nodes:
+        if (share > pool.share_any and self.nodes) or _share_across(spec):
             self.reasons[job.id] = BAD_CONSTRAINTS
             return
         if share > (pool.share_with_containers if needs_containers else pool.share_up):
@@ -565,17 +780,24 @@ class _Pass:
             if reservation is not None and not _ends_by(job, now, reservation.start)
             else None
         )
+        usable = pool.with_containers if needs_containers else pool.members
+        if spec.nodelist or spec.exclude:  # -w names one node at most here
+            usable = [
+                (usable is None or usable[index])
+                and node.name not in spec.exclude
+                and (not spec.nodelist or node.name in spec.nodelist)
+                for index, node in enumerate(self.up)
+            ]
         found = shares.best_fit(
             share,
             spec.gpu_type,
-            pool.with_containers if needs_containers else pool.members,
+            usable,
             self.room,
             cpus,
             mem,
-            None if bound is None or reservation is None else reservation.node,
+            None if bound is None or reservation is None else reservation.spares,
             math.inf if bound is None else bound,
             None if reservation is None else reservation.gpu_type,
-            0 if reservation is None else reservation.spare,
         )
         if found is None:
             self.reasons[job.id] = RESOURCES
@@ -595,7 +817,8 @@ class _Pass:
                 self.moved.append((target, index, release, later))
         shares.take(target, index, share, math.inf if end is None else end)
         if costs and reservation is not None:
-            reservation.spare -= 1
+            reservation.spares[target] -= 1
+        self.placed.add(target)
         self.assignments.append(Assignment(job.id, self.up[target].name, (index,)))
         if held_by_user is not None:
             held_by_user[0] += 1
@@ -669,18 +892,17 @@ class _Shares:
         room: _Room | None,
         cpus: int,
         mem: int,
-        reserved: int | None,
+        spares: Mapping[int, int] | None,
         start: float,
         reserved_type: str | None,
-        spare: int,
     ) -> tuple[int, int, float, bool] | None:
         """The GPU with the least room that holds `share` MiB (ties by node, then GPU).
 
         As (node, GPU, its release, whether it costs the reservation a GPU); None when
-        none may take it. `reserved` (None: no cost anywhere), `start`: the reserved
-        node and its start, for a share that does not end by then; it may not take
-        there a GPU that the reservation counts at its start (of `reserved_type`, None:
-        any) past `spare`."""
+        none may take it. `spares` (None: no cost anywhere), `start`: the reserved
+        nodes with what each spares, and their start, for a share that does not end by
+        then; on a reserved node it may not take a GPU that the reservation counts at
+        its start (of `reserved_type`, None: any) past that node's spare."""
         order = self.order
         cards = self.cards
         for position in range(bisect.bisect_left(order, (share, -1, -1)), len(order)):
@@ -693,11 +915,12 @@ class _Shares:
             if room is not None and not room.fits(node, cpus, mem):
                 continue
             costs = (
-                node == reserved
+                spares is not None
+                and node in spares
                 and card.release <= start
                 and (reserved_type is None or card.type == reserved_type)
             )
-            if costs and spare < 1:
+            if costs and spares is not None and spares[node] < 1:
                 continue
             return node, index, card.release, costs
         return None
@@ -919,6 +1142,63 @@ class _Typed:
             self.releases[target].append((end, len(ids)))
 
 
+def _share_across(spec: JobSpec) -> bool:
+    """A share of one GPU asked across nodes or of whole nodes: never placed."""
+    return spec.nodes != 1 or spec.exclusive or len(spec.nodelist) > 1
+
+
+@dataclass(slots=True)
+class _Group:
+    """What a job placed by node may use (`_Pass.group`), and why it may not start.
+
+    The available nodes that could ever hold it (its partition's, constraint's, with an
+    engine for an image, not -x's, of GPUs enough, of CPUs and memory enough in total;
+    indices in name order), -w's among them, and its reason: BadConstraints, NodeDown,
+    None."""
+
+    nodes: list[int]
+    required: tuple[int, ...]
+    reason: str | None
+
+    @classmethod
+    def of(cls, spec: JobSpec, nodes: Sequence[NodeView], up: Sequence[NodeView]) -> _Group:
+        expr = None if spec.constraint is None else parse_constraint(spec.constraint)
+        cpus, mem = spec.cpus_reserved, spec.memory_mb or 0
+        gpus, gpu_type = spec.gpus, spec.gpu_type
+        excluded = frozenset(spec.exclude)
+
+        def holds(node: NodeView) -> bool:
+            size = (
+                node.gpus_total
+                if gpu_type is None
+                else _type_counts(node.gpu_types).get(gpu_type, 0)
+            )
+            return (
+                (spec.partition is None or spec.partition in node.partitions)
+                and (expr is None or satisfied(expr, node.features))
+                and node.name not in excluded
+                and size >= gpus
+                and (node.cpus_total is None or node.cpus_total >= cpus)
+                and (node.mem_total_mb is None or node.mem_total_mb >= mem)
+            )
+
+        wanted = frozenset(spec.nodelist)
+        ever = {node.name for node in nodes if holds(node)}
+        reason = None
+        if len(wanted) > spec.nodes or len(ever) < spec.nodes or not wanted <= ever:
+            reason = BAD_CONSTRAINTS
+        image = spec.image is not None
+        usable = [
+            index
+            for index, node in enumerate(up)
+            if holds(node) and (node.runs_containers or not image)
+        ]
+        required = tuple(index for index in usable if up[index].name in wanted)
+        if reason is None and (len(usable) < spec.nodes or len(required) < len(wanted)):
+            reason = NODE_DOWN
+        return cls(usable, required, reason)
+
+
 @dataclass(slots=True)
 class _Room:
     """CPUs and memory (MiB) free on each available node (by index), inf where the node
@@ -1027,14 +1307,17 @@ def _best_fit(
     room: _Room | None = None,
     cpus: int = 1,
     mem: int = 0,
-    cost: int | None = None,
+    cost: int | Mapping[int, int] | None = None,
 ) -> int | None:
     """Index of the node with the fewest free GPUs >= `gpus` that `job` may use, or None.
     `usable`, when given, rules out the nodes it marks False; `room`, those without
-    `cpus` CPUs and `mem` MiB free. `cost`: the reservation's GPUs it would take on the
-    reserved node (default `gpus`)."""
+    `cpus` CPUs and `mem` MiB free. `cost`: the reservation's GPUs it would take on a
+    reserved node (default `gpus`), or on each reserved node."""
     if cost is None:
         cost = gpus
+    spares = (
+        None if reservation is None or _ends_by(job, now, reservation.start) else reservation.spares
+    )
     for count in range(gpus, len(buckets)):
         for index in buckets[count]:
             if usable is not None and not usable[index]:
@@ -1042,10 +1325,9 @@ def _best_fit(
             if room is not None and not room.fits(index, cpus, mem):
                 continue
             if (
-                reservation is None
-                or index != reservation.node
-                or cost <= reservation.spare
-                or _ends_by(job, now, reservation.start)
+                spares is None
+                or index not in spares
+                or (cost if isinstance(cost, int) else cost[index]) <= spares[index]
             ):
                 return index
     return None
@@ -1060,36 +1342,63 @@ def _reserve(
     room: _Room | None = None,
     cpus: int = 1,
     mem: int = 0,
+    count: int = 1,
+    required: Collection[int] = (),
+    whole: bool = False,
+    ready: Collection[int] = (),
+    now: float = -math.inf,
 ) -> _Reservation | None:
-    """The earliest (time, node) at which `gpus` GPUs will be free on one node, if any.
+    """The earliest time at which `count` nodes will each have `gpus` GPUs free, if any.
+
+    And those nodes: each node's own earliest time, the `count` earliest (ties to the
+    fewest GPUs to spare then, then to name), the reservation's start the latest of
+    theirs. `required` nodes (-w) are among them. `whole`: each node needs all its GPUs
+    free (--exclusive). `ready`: nodes on which the job could start `now` (a job across
+    nodes waiting for the others); any other node's time is that of a release.
+
     `usable`, when given, rules out the nodes it marks False. With `room`, only nodes
     whose total CPUs and memory could hold the job count; the time is the GPUs' (CPUs
     and memory have no release times: they only gate starts)."""
-    best: tuple[float, int, int] | None = None  # (start, spare, index): min wins
+    candidates: list[tuple[float, int, int]] = []  # (start, spare then, index)
+    timelines: dict[int, list[tuple[float, int]]] = {}
     for index, ids in enumerate(free):
         if totals[index] < gpus or (usable is not None and not usable[index]):
             continue
         if room is not None and (room.cpus_total[index] < cpus or room.mem_total[index] < mem):
             continue
+        need = totals[index] if whole else gpus
         have = len(ids)
-        timeline = sorted(releases[index])
-        start = math.inf
-        for when, count in timeline:
-            have += count
-            if have >= gpus:
-                start = when
-                break
+        timeline = timelines[index] = sorted(releases[index])
+        start = now if index in ready else math.inf
         if start == math.inf:
-            continue
+            for when, freed in timeline:
+                have += freed
+                if have >= need:
+                    start = when
+                    break
+            if start == math.inf:
+                continue
         # GPUs released at the same instant as `start` are there too.
-        at_start = len(ids) + sum(count for when, count in timeline if when <= start)
-        candidate = (start, at_start - gpus, index)
-        if best is None or candidate < best:
-            best = candidate
-    if best is None:
+        at_start = len(ids) + sum(freed for when, freed in timeline if when <= start)
+        candidates.append((start, at_start - need, index))
+    chosen = [c for c in candidates if c[2] in required]
+    if len(chosen) < len(required):
         return None
-    start, spare, index = best
-    return _Reservation(node=index, start=start, spare=spare)
+    if count - len(chosen) == 1:
+        rest = [min((c for c in candidates if c[2] not in required), default=None)]
+        chosen += [c for c in rest if c is not None]
+    elif count > len(chosen):
+        chosen += sorted(c for c in candidates if c[2] not in required)[: count - len(chosen)]
+    if len(chosen) < count or not chosen:
+        return None
+    start = max(c[0] for c in chosen)
+    spares = {}
+    for own, spare, index in chosen:
+        if own != start:  # GPUs released by the later start are there too
+            need = len(free[index]) + sum(n for when, n in timelines[index] if when <= start)
+            spare = need - (totals[index] if whole else gpus)
+        spares[index] = spare
+    return _Reservation(start=start, spares=spares)
 
 
 # A job's place among its user's jobs: plan()'s order after the fair-share factor.

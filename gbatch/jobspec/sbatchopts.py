@@ -1,8 +1,8 @@
 """sbatch's options, as the command line and a batch script's #SBATCH lines give them.
 
 The argparse declarations (add_job_options), the parsers that raise instead of printing
-(for #SBATCH lines, options after a job file, and a submit's text), and the rules
-between options (one task on one node; one way to ask for GPUs).
+(for #SBATCH lines, options after a job file, and a submit's text). The rules between
+options are gbatch.jobspec.submit's and gbatch.jobspec.nodeopts'.
 """
 
 from __future__ import annotations
@@ -11,6 +11,10 @@ import argparse
 import functools
 
 from gbatch.core.suggest import did_you_mean, option_strings
+
+# --exclusive's values (Slurm's): all hold the nodes whole here (no node is shared with
+# the submitter's other jobs either: stricter than `user` and `mcs` ask, never looser).
+EXCLUSIVE_VALUES = ("user", "mcs", "topo")
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
@@ -23,18 +27,90 @@ if TYPE_CHECKING:
 IGNORED_OPTIONS: tuple[tuple[tuple[str, ...], str, str, str | None, str], ...] = (
     (("-A", "--account"), "account", "NAME", None, "fair-share is per user, not per account"),
     (("-q", "--qos"), "qos", "NAME", None, "per-user limits (gbatch sshare) play QOS's part"),
-    (
-        ("--exclusive",),
-        "exclusive",
-        "user|mcs",
-        "?",
-        "a job gets the GPUs it asks for; other jobs may use the node's other GPUs",
-    ),
     (("--get-user-env",), "get_user_env", "TIMEOUT", "?", "the job's variables are --export's"),
     (("--propagate",), "propagate", "RLIMIT", "?", "a job gets its node's default limits"),
     (("--hint",), "hint", "TYPE", None, "gbatch places no tasks on cores"),
-    (("--no-kill",), "no_kill", "off", "?", "a job runs on one node, so none is lost alone"),
+    (
+        ("--no-kill",),
+        "no_kill",
+        "off",
+        "?",
+        "a job across nodes ends (or is requeued) whole when one of its nodes is lost",
+    ),
 )
+
+
+def add_node_options(p: argparse.ArgumentParser) -> None:
+    """The job's nodes and tasks (issue 32; docs/multinode.md)."""
+    p.add_argument(
+        "-N",
+        "--nodes",
+        dest="nodes",
+        metavar="N",
+        help="nodes for the job, all allocated at once, in one partition (default 1). "
+        "Slurm's MIN-MAX (2-4) is taken as MIN. A batch script runs on the first node and "
+        "`gbatch srun` in it starts the tasks on every node; a job file's command and a "
+        "container job run on every node. -c, --mem and the GPUs are per node",
+    )
+    p.add_argument(
+        "-n",
+        "--ntasks",
+        dest="ntasks",
+        metavar="N",
+        help="tasks srun starts in the job (SLURM_NTASKS): spread over -N's nodes, or "
+        "without -N, all N on one node (Slurm would spread them over nodes as needed)",
+    )
+    p.add_argument(
+        "--ntasks-per-node",
+        dest="ntasks_per_node",
+        metavar="N",
+        help="tasks srun starts on each node; with -n and no -N, the nodes are -n / N",
+    )
+    p.add_argument(
+        "--gpus-per-node",
+        dest="gpus_per_node",
+        metavar="[TYPE:]N",
+        help="GPUs on each node of the job (as --gres=gpu[:TYPE]:N)",
+    )
+    p.add_argument(
+        "--gpus-per-task",
+        dest="gpus_per_task",
+        metavar="[TYPE:]N",
+        help="GPUs per task: N times the tasks on each node (--ntasks-per-node, or -n "
+        "over the nodes; 1 without either)",
+    )
+    p.add_argument(
+        "-w",
+        "--nodelist",
+        dest="nodelist",
+        metavar="LIST",
+        help="nodes the job must run on, as a Slurm host list (gpu[01-02],gpu07); "
+        "without -N, the job gets that many nodes. Not a file of names",
+    )
+    p.add_argument(
+        "-x",
+        "--exclude",
+        dest="exclude",
+        metavar="LIST",
+        help="nodes the job must not run on, as a Slurm host list",
+    )
+    p.add_argument(
+        "--exclusive",
+        dest="exclusive",
+        action="store_const",
+        const=True,
+        help="hold each node whole: all its GPUs, no other job beside it (so do Slurm's "
+        "--exclusive=user, =mcs and =topo here)",
+    )
+    # Slurm's values come only after '=' (getopt's optional argument): as option strings
+    # of their own, so that `--exclusive job.sh` leaves job.sh a word, never a value.
+    p.add_argument(
+        *(f"--exclusive={value}" for value in EXCLUSIVE_VALUES),
+        dest="exclusive",
+        action="store_const",
+        const=True,
+        help=argparse.SUPPRESS,
+    )
 
 
 def add_job_options(p: argparse.ArgumentParser) -> None:
@@ -44,15 +120,16 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         "-G",
         "--gpus",
         metavar="[TYPE:]N",
-        help="GPUs for the job, on one node; TYPE: only that model (a100:2; the types "
-        "are those `gbatch sinfo -o %%G` lists), or MIG slices (a100_1g.10gb:1, or a "
-        "profile alone: 1g.10gb:1); without TYPE, whole GPUs only",
+        help="GPUs for the job: on one node, or with -N K, N in all (N/K on each node; "
+        "N must divide by K); TYPE: only that model (a100:2; the types are those `gbatch "
+        "sinfo -o %%G` lists), or MIG slices (a100_1g.10gb:1, or a profile alone: "
+        "1g.10gb:1; one node only); without TYPE, whole GPUs only",
     )
     p.add_argument(
         "--gres",
         metavar="gpu[:TYPE]:N",
-        help="Slurm spelling of --gpus; shard[:TYPE]:N: N of the admin's shards of one GPU "
-        "(shard_mib), as --gpu-mem",
+        help="GPUs on each node, Slurm's spelling (gpu:2, gpu:a100:2); shard[:TYPE]:N: N of "
+        "the admin's shards of one GPU (shard_mib), as --gpu-mem",
     )
     p.add_argument(
         "--gpu-mem",
@@ -203,7 +280,8 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         "--cpus-per-task",
         dest="cpus",
         metavar="N",
-        help="CPUs for the job (counted by the scheduler; default 1, not enforced). "
+        help="CPUs for the job, on each node (counted by the scheduler; default 1, not "
+        "enforced). "
         "Containers get --cpus N; a bare process gets N CPUs (its cgroup's CPU quota "
         "and cpuset where the host allows one, else CPU affinity)",
     )
@@ -211,7 +289,8 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mem",
         metavar="SIZE",
-        help=f"memory for the job in all: {mem_units}. The job waits for a node with "
+        help=f"memory for the job in all (with -N: on each node): {mem_units}. The job "
+        "waits for a node with "
         "that much free and is held to it (a container's limit; a bare process's "
         "cgroup, or its data size where the host gives no cgroup); killed for memory, "
         "it ends OUT_OF_MEMORY. 0 (all of a node's memory) is not supported",
@@ -249,17 +328,7 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         "requeued or retried job always adds to them",
     )
     p.add_argument("-H", "--hold", action="store_true", default=None, help="queue the job held")
-    # One task on one node is what a gbatch job is; Slurm scripts say so explicitly.
-    for flags, dest in (
-        (("-N", "--nodes"), "nodes"),
-        (("-n", "--ntasks"), "ntasks"),
-        (("--ntasks-per-node",), "ntasks_per_node"),
-    ):
-        p.add_argument(
-            *flags, dest=dest, metavar="1", help="accepted as 1 only: one task, one node"
-        )
-    for flag, dest in (("--gpus-per-node", "gpus_per_node"), ("--gpus-per-task", "gpus_per_task")):
-        p.add_argument(flag, dest=dest, metavar="[TYPE:]N", help="the same as --gpus here")
+    add_node_options(p)
     p.add_argument(
         "--cpus-per-gpu", dest="cpus_per_gpu", metavar="N", help="-c N times the job's GPUs"
     )
@@ -286,28 +355,14 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="count", help="accepted, no effect here")
 
 
-# The ways Slurm asks for GPUs; on one node with one task they all mean the job's count.
+# The ways Slurm asks for GPUs: -G/--gpus in all (per node on one node), the others per
+# node (--gpus-per-task: times the tasks on each node).
 GPU_OPTIONS = {
     "gpus": "--gpus",
     "gres": "--gres",
     "gpus_per_node": "--gpus-per-node",
     "gpus_per_task": "--gpus-per-task",
 }
-
-
-ONE_TASK = {"nodes": "-N/--nodes", "ntasks": "-n/--ntasks", "ntasks_per_node": "--ntasks-per-node"}
-
-
-def one_task_problem(values: dict[str, Any]) -> str | None:
-    """What is wrong with -N/-n/--ntasks-per-node, if anything: a job is one task."""
-    for dest, flag in ONE_TASK.items():
-        value = values.get(dest)
-        if value is not None and str(value).strip() not in ("1", "1-1"):
-            return (
-                f"{flag}: {value!r} asks for more than one task or node; a gbatch job is one "
-                "task on one node. Use 1, or start the tasks inside the job"
-            )
-    return None
 
 
 class OptionProblem(Exception):

@@ -218,17 +218,21 @@ def parse_shards(text: str) -> tuple[str | None, int] | None:
     return (None if kind is None else check_gpu_type(kind, "--gres")), int(count_text)
 
 
-def parse_gpus(text: str, field: str) -> tuple[str | None, int]:
+def parse_gpus(text: str, field: str, nodes: int = 1) -> tuple[str | None, int]:
     """Slurm's `--gpus=[TYPE:]N` -> (the type or None for any, the count).
 
-    Also --gpus-per-node's and --gpus-per-task's, and a job file's `gpus: a100:2`."""
+    Also --gpus-per-node's and --gpus-per-task's, and a job file's `gpus: a100:2`.
+    `nodes`: the count is of that many nodes together (-G with -N), MAX_GPUS each."""
     kind, colon, count = text.strip().rpartition(":")
     if not count.strip().isdigit() or (colon and not kind.strip()):
         raise SpecError(
             field,
             f"{show_value(text)} is not a GPU count. Use a number like 2, or TYPE:N like a100:2",
         )
-    gpus = check_gpus(int(count), field)
+    if nodes > 1 and len(count.strip()) <= 9 and int(count) <= MAX_GPUS * nodes:
+        gpus = int(count)
+    else:
+        gpus = check_gpus(int(count), field)
     return (check_gpu_type(kind, field) if colon else None), gpus
 
 

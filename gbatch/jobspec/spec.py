@@ -22,6 +22,14 @@ from gbatch.core.timefmt import show_value
 # SpecError is named here too, where most callers met it before the reader and the
 # option grammars moved out of this module.
 from gbatch.jobspec.errors import SpecError as SpecError
+from gbatch.jobspec.nodeopts import (
+    check_exclusive,
+    check_host_list,
+    check_nodes,
+    check_ntasks,
+    check_ntasks_per_node,
+    settle_nodes,
+)
 from gbatch.jobspec.reader import yaml_kind
 from gbatch.jobspec.slurmopts import (
     CONTROL_RE,
@@ -87,11 +95,18 @@ KEYS = (
     "constraint",
     "gpu_mem",
     "gpu_shards",
+    "nodes",
+    "ntasks_per_node",
+    "gpus_per_node",
+    "nodelist",
+    "exclude",
+    "exclusive",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
-# from, and (srun, salloc) that the job is an interactive allocation. A job file may not
-# set them (build_spec's `wire`).
-SUBMIT_KEYS = ("submit_dir", "submit_host", "interactive")
+# from, (srun, salloc) that the job is an interactive allocation, and (a job file's
+# command across nodes) that it runs on every node. A job file may not set them
+# (build_spec's `wire`).
+SUBMIT_KEYS = ("submit_dir", "submit_host", "interactive", "every_node")
 
 # The CLI option that sets each field, for error messages about overrides. The CLI may
 # pass its own mapping to build_spec when its spelling differs.
@@ -132,6 +147,12 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "constraint": "-C/--constraint",
     "gpu_mem": "--gpu-mem",
     "gpu_shards": "--gres",
+    "nodes": "-N/--nodes",
+    "ntasks_per_node": "--ntasks-per-node",
+    "gpus_per_node": "--gpus-per-node",
+    "nodelist": "-w/--nodelist",
+    "exclude": "-x/--exclude",
+    "exclusive": "--exclusive",
 }
 
 # Names people bring from Slurm, docker and compose files, for "Did you mean".
@@ -190,6 +211,20 @@ _KEY_ALIASES = {
     "features": "constraint",
     "feature": "constraint",
     "constraints": "constraint",
+    "node_count": "nodes",
+    "num_nodes": "nodes",
+    "nnodes": "nodes",
+    "replicas": "nodes",
+    "tasks": "ntasks",
+    "num_tasks": "ntasks",
+    "tasks_per_node": "ntasks_per_node",
+    "ntasks-per-node": "ntasks_per_node",
+    "gpus-per-node": "gpus_per_node",
+    "node": "nodelist",
+    "hosts": "nodelist",
+    "node_list": "nodelist",
+    "exclude_nodes": "exclude",
+    "excluded": "exclude",
 }
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
@@ -251,6 +286,7 @@ def build_spec(
         if value is not None:
             values[key] = (value, option_names.get(key) or OVERRIDE_OPTION.get(key, key))
 
+    _gpus_per_node_key(values)
     _split_gpu_type(values, overrides)
     if "command" not in values:
         raise SpecError(
@@ -276,6 +312,7 @@ def build_spec(
         fields["name"] = _safe_default_name(default_name)
     if "gpu_mem_mb" in fields or "gpu_shards" in fields:
         _one_gpu_shared(fields, values)
+    settle_nodes(fields, {key: _label(key, values, option_names) for key in _NODE_LABELS})
     spec = JobSpec(**fields)
     _check_memory_apart(spec, values)
     if spec.gpu_type is not None and spec.gpus == 0:
@@ -286,6 +323,39 @@ def build_spec(
         )
     _check_secret_env_apart(spec, values.get("secret_env", (None, ""))[1])
     return spec
+
+
+# The keys settle_nodes names in its refusals.
+_NODE_LABELS = (
+    "nodes",
+    "ntasks",
+    "ntasks_per_node",
+    "nodelist",
+    "exclude",
+    "exclusive",
+    "gpu_mem",
+    "gpu_shards",
+    "gpu_type",
+)
+
+
+def _label(key: str, values: Mapping[str, tuple[object, str]], names: Mapping[str, str]) -> str:
+    """How the user named `key`: the option or job-file key that gave it, else its option."""
+    given = values.get(key)
+    return given[1] if given is not None else names.get(key) or OVERRIDE_OPTION[key]
+
+
+def _gpus_per_node_key(values: dict[str, tuple[object, str]]) -> None:
+    """A job file's `gpus_per_node:` as its `gpus` (both are per node); not both."""
+    given = values.pop("gpus_per_node", None)
+    if given is None:
+        return
+    if "gpus" in values and values["gpus"][1] == "gpus":
+        raise SpecError(
+            "gpus_per_node",
+            "gpus is given too, and both are GPUs on each node. Keep one of them",
+        )
+    values.setdefault("gpus", given)
 
 
 def _split_gpu_type(values: dict[str, tuple[object, str]], overrides: Mapping[str, object]) -> None:
@@ -538,16 +608,6 @@ def check_image(value: object, field: str) -> str:
     return _check_image(value, field)
 
 
-def _check_one_task(value: object, field: str) -> int:
-    if isinstance(value, bool) or value not in (1, "1"):
-        raise SpecError(
-            field,
-            f"{show_value(value)} asks for more than one task; a gbatch job is one task on "
-            "one node. Use 1, or start the tasks inside the job",
-        )
-    return 1
-
-
 def _check_bool(value: object, field: str) -> bool:
     if not isinstance(value, bool):
         raise SpecError(field, f"{show_value(value)} is not true or false. Write true or false")
@@ -770,7 +830,13 @@ _FIELD_CHECKS: dict[str, tuple[str, Callable[..., object]]] = {
         ("output", "output", _check_output_path),
         ("error", "error", _check_output_path),
         ("open_mode", "open_mode", check_open_mode),
-        ("ntasks", "ntasks", _check_one_task),
+        ("ntasks", "ntasks", check_ntasks),
+        ("nodes", "nodes", check_nodes),
+        ("ntasks_per_node", "ntasks_per_node", check_ntasks_per_node),
+        ("nodelist", "nodelist", check_host_list),
+        ("exclude", "exclude", check_host_list),
+        ("exclusive", "exclusive", check_exclusive),
+        ("every_node", "every_node", _check_bool),
         ("submit_dir", "submit_dir", _check_workdir),
         ("submit_host", "submit_host", _check_host_name),
         ("interactive", "interactive", _check_interactive),

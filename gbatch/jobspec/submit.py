@@ -25,7 +25,6 @@ from gbatch.jobspec.sbatchopts import (
     GPU_OPTIONS,
     OptionProblem,
     no_options,
-    one_task_problem,
     options_parser,
     text_parser,
 )
@@ -68,12 +67,15 @@ class Submission:
 NO_JOB = 'no job file given. Pass a job file or a batch script, pipe one in, or --wrap "CMD"'
 
 
-def _gpus_option(args: argparse.Namespace) -> tuple[str | None, int | None, int | None]:
-    """The GPUs an option asks for: (type or None for any, count, shards).
+def _gpus_option(
+    args: argparse.Namespace, data: Mapping[str, object] | None
+) -> tuple[str | None, int | None, int | None]:
+    """The GPUs an option asks for, on each node: (type or None for any, count, shards).
 
-    One of --gpus, --gres, --gpus-per-node, --gpus-per-task (one task: all the same);
-    (None, None, None) if none. Slurm's --gres=shard[:TYPE]:N asks N shards of one GPU
-    (count None: the daemon makes them its share)."""
+    One of --gpus, --gres, --gpus-per-node, --gpus-per-task; (None, None, None) if none.
+    -G/--gpus counts the job's GPUs in all: over -N K nodes, N/K on each (N must divide
+    by K). --gpus-per-task: N times the tasks on each node. Slurm's --gres=shard[:TYPE]:N
+    asks N shards of one GPU (count None: the daemon makes them its share)."""
     given = [dest for dest in GPU_OPTIONS if getattr(args, dest, None) is not None]
     if len(given) > 1:
         first, second = (GPU_OPTIONS[dest] for dest in given[:2])
@@ -91,7 +93,61 @@ def _gpus_option(args: argparse.Namespace) -> tuple[str | None, int | None, int 
         if shards is not None:
             return shards[0], None, shards[1]
         return (*parse_gres(value), None)
-    return (*parse_gpus(value, GPU_OPTIONS[dest]), None)
+    nodes = _nodes_asked(args, data) or 1
+    kind, count = parse_gpus(value, GPU_OPTIONS[dest], nodes if dest == "gpus" else 1)
+    if dest == "gpus" and count % nodes:
+        from gbatch.jobspec.spec import SpecError
+
+        raise SpecError(
+            "--gpus",
+            f"{count} GPUs in all do not split evenly over {nodes} nodes (-N/--nodes). "
+            f"Give a multiple of {nodes}, or --gpus-per-node N for N on each node",
+        )
+    if dest == "gpus":
+        count //= nodes
+    elif dest == "gpus_per_task":
+        count *= _tasks_on_each_node(args, data, nodes)
+    return kind, count, None
+
+
+def _nodes_asked(args: argparse.Namespace, data: Mapping[str, object] | None) -> int | None:
+    """The node count -N (or the job file's `nodes:`) asks for; None when neither does."""
+    from gbatch.jobspec.nodeopts import check_nodes
+
+    if args.nodes is not None:
+        return check_nodes(args.nodes, "-N/--nodes")
+    if data and data.get("nodes") is not None:
+        return check_nodes(data["nodes"], "nodes")
+    return None
+
+
+def _tasks_on_each_node(
+    args: argparse.Namespace, data: Mapping[str, object] | None, nodes: int
+) -> int:
+    """The tasks on each node, for --gpus-per-task: --ntasks-per-node, else -n over the
+    nodes (they must share them evenly: every node gets the same GPUs), else 1."""
+    from gbatch.jobspec.nodeopts import check_ntasks, check_ntasks_per_node
+
+    file = data or {}
+    per_node = _int_option(args.ntasks_per_node, "--ntasks-per-node")
+    if per_node is None and file.get("ntasks_per_node") is not None:
+        per_node = check_ntasks_per_node(file["ntasks_per_node"], "ntasks_per_node")
+    if per_node is not None:
+        return per_node
+    ntasks = _int_option(args.ntasks, "-n/--ntasks")
+    if ntasks is None and file.get("ntasks") is not None:
+        ntasks = check_ntasks(file["ntasks"], "ntasks")
+    if ntasks is None:
+        return 1
+    if ntasks % nodes:
+        from gbatch.jobspec.spec import SpecError
+
+        raise SpecError(
+            "--gpus-per-task",
+            f"{ntasks} tasks (-n) do not share {nodes} nodes evenly, so their nodes would "
+            "need different GPUs. Give --ntasks-per-node, or --gpus-per-node",
+        )
+    return ntasks // nodes
 
 
 def _count_of(gpus: object) -> object:
@@ -109,7 +165,10 @@ def _gpu_count(
     for a share of one GPU (--gpu-mem, `gpu_mem:`)."""
     if gpus is not None:
         return gpus
-    given = _count_of((data or {}).get("gpus"))
+    file = data or {}
+    given = _count_of(
+        file.get("gpus") if file.get("gpus") is not None else file.get("gpus_per_node")
+    )
     if given is None and (args.gpu_mem is not None or (data or {}).get("gpu_mem") is not None):
         return 1
     return given
@@ -196,9 +255,6 @@ def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str
                 directive.line,
                 f"{DIRECTIVE} --wrap: a batch script is its own command. Remove the line",
             )
-        problem = one_task_problem(values)
-        if problem is not None:
-            raise ScriptError(script.location, directive.line, f"{DIRECTIVE} {problem}")
         if "param" in values and "param" in taken:  # --param lines add up, as options do
             values["param"] = [*taken["param"], *values["param"]]
         taken.update(values)
@@ -326,7 +382,8 @@ def _file_keys_win(data: dict[str, object] | None, lines: dict[str, int], args: 
         return
     keys = {**{dest: "gpus" for dest in GPU_OPTIONS}, "cpus_per_gpu": "cpus"}
     for dest in list(lines):
-        if data.get(keys.get(dest, dest)) is not None:
+        key = keys.get(dest, dest)
+        if data.get(key) is not None or (key == "gpus" and data.get("gpus_per_node") is not None):
             setattr(args, dest, None)
             del lines[dest]
 
@@ -476,16 +533,13 @@ def build_submit(
             lines = _apply_directives(args, script)
             _file_keys_win(data, lines, args)
         sweep, name_template = _sweep_of(data, args, submit_dir is not None)
-        problem = one_task_problem(vars(args))
-        if problem is not None:
-            raise BadSubmit(problem)
         if args.workdir is not None and not os.path.isabs(args.workdir) and submit_dir:
             args.workdir = os.path.join(submit_dir, args.workdir)  # as Slurm: from here
         command: str | list[str] | None = args.wrap
         if script is not None:
             # After a job file, words are options (its script takes no arguments).
             command = script.command(list(args.script_args) if data is None else [])
-        gpu_type, gpus, shards = _gpus_option(args)
+        gpu_type, gpus, shards = _gpus_option(args, data)
         overrides = {
             "name": args.name,
             "gpus": gpus,
@@ -519,7 +573,12 @@ def build_submit(
             "output": args.output,
             "error": args.error,
             "open_mode": args.open_mode,
-            "ntasks": None if args.ntasks is None else 1,  # more was refused above
+            "ntasks": _int_option(args.ntasks, "-n/--ntasks"),
+            "nodes": args.nodes,
+            "ntasks_per_node": _int_option(args.ntasks_per_node, "--ntasks-per-node"),
+            "nodelist": args.nodelist,
+            "exclude": args.exclude,
+            "exclusive": args.exclusive,
         }
         if default_name is not None:
             pass
@@ -536,6 +595,7 @@ def build_submit(
             source=args.file or ("stdin" if script is not None else "options"),
             now=time.time(),
         )
+        spec = _across_nodes(spec, args, data, script)
         secrets = secret_env_values(data, overrides, option_names=OVERRIDE_OPTION)
         # A container job exports nothing unless asked: the host's PATH or
         # LD_LIBRARY_PATH inside an image breaks it (README, "Coming from Slurm").
@@ -575,6 +635,28 @@ def build_submit(
         name_template=name_template,
     )
     return request, spec, script, lines
+
+
+def _across_nodes(
+    spec: Any, args: argparse.Namespace, data: Mapping[str, object] | None, script: Any
+) -> Any:
+    """The spec of a job across nodes as its form says it runs there (JobSpec.every_node).
+
+    A job file's command, and any container job, run on every node (dstack's form); a
+    batch script (a file's `script:` too) or --wrap runs on the first node, with srun in
+    it starting the tasks (Slurm's). -G counted in all needs the node count it was
+    divided by: one that -w or -n gave instead of -N is refused (give -N too)."""
+    from gbatch.jobspec.spec import SpecError
+
+    if args.gpus is not None and spec.nodes != (_nodes_asked(args, data) or 1):
+        raise SpecError(
+            "--gpus",
+            f"counts the job's GPUs in all, and its {spec.nodes} nodes come from "
+            "-w/--nodelist or -n/--ntasks. Give -N/--nodes too, or --gpus-per-node N",
+        )
+    if spec.nodes > 1 and (spec.image is not None or (data is not None and script is None)):
+        return spec.replace(every_node=True)
+    return spec
 
 
 @functools.lru_cache(maxsize=64)

@@ -117,6 +117,11 @@ SUBMIT_OPTIONS: dict[str, str] = {
     "error": "--error",
     "constraint": "--constraint",
     "gpu_mem": "--gpu-mem",
+    "nodes": "--nodes",
+    "ntasks_per_node": "--ntasks-per-node",
+    "gpus_per_node": "--gpus-per-node",
+    "nodelist": "--nodelist",
+    "exclude": "--exclude",
 }
 
 SUBMIT_SCHEMA = _schema(
@@ -130,7 +135,32 @@ SUBMIT_SCHEMA = _schema(
             "A shell command to run with /bin/sh -c, as sbatch --wrap. Give this or script."
         ),
         "name": _text("the job's name (-J)"),
-        "gpus": {"type": "integer", "minimum": 0, "description": "GPUs, on one node (-G)"},
+        "gpus": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "GPUs in all (-G); with nodes, they must divide evenly over them",
+        },
+        "nodes": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "nodes the job spans, allocated at once (-N; default 1)",
+        },
+        "gpus_per_node": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "GPUs on each node (--gpus-per-node); instead of gpus",
+        },
+        "ntasks_per_node": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "tasks srun starts on each node (--ntasks-per-node)",
+        },
+        "nodelist": _text("nodes the job must run on, a host list such as gpu[01-02] (-w)"),
+        "exclude": _text("nodes the job must not run on, a host list (-x)"),
+        "exclusive": {
+            "type": "boolean",
+            "description": "hold each node whole: all its GPUs, no other job beside (--exclusive)",
+        },
         "gpu_type": _text(
             "only GPUs of this model, e.g. a100 (as --gpus=a100:N; `gbatch sinfo -o %G` "
             "lists the types); with no gpus, one"
@@ -293,11 +323,15 @@ def submit_words(args: Mapping[str, Any]) -> list[str]:
     Each is `--opt=value`, so a value that starts with '-' stays a value.
     """
     words = [f"{option}={args[key]}" for key, option in SUBMIT_OPTIONS.items() if key in args]
-    if "gpu_type" in args:  # one option for both: --gpus=TYPE:N
-        words = [w for w in words if not w.startswith("--gpus=")]
-        words.append(f"--gpus={args['gpu_type']}:{args.get('gpus', 1)}")
+    if "gpu_type" in args:  # one option for both: --gpus=TYPE:N (or --gpus-per-node=)
+        option = "--gpus-per-node" if "gpus_per_node" in args else "--gpus"
+        count = args.get("gpus_per_node" if "gpus_per_node" in args else "gpus", 1)
+        words = [w for w in words if not w.startswith(option + "=")]
+        words.append(f"{option}={args['gpu_type']}:{count}")
     if args.get("hold"):
         words.append("--hold")
+    if args.get("exclusive"):
+        words.append("--exclusive")
     words += args.get("options", [])
     if "wrap" in args:
         words.append(f"--wrap={args['wrap']}")
@@ -475,12 +509,21 @@ def why_pending(ctx: Context, text: str) -> str:
     partition = job.spec.partition or "the default partition"
     model = f" {job.spec.gpu_type}" if job.spec.gpu_type else ""
     features = f" with {job.spec.constraint}" if job.spec.constraint else ""
-    lines.append(f"Asks for: {job.spec.gpus}{model} GPU(s) on one node{features} in {partition}.")
+    nodes = job.spec.nodes
+    span = "on one node" if nodes == 1 else f"on each of {nodes} nodes, all at once"
+    lines.append(f"Asks for: {job.spec.gpus}{model} GPU(s) {span}{features} in {partition}.")
     lines.append(_place(ctx, job))
     return "\n".join(lines) + "\n"
 
 
 def _where(job: Job) -> str:
+    if job.peers:  # across nodes (issue 32): each node with its GPUs
+        from gbatch.render.cells import nodelist_text
+
+        each = "; ".join(
+            f"{name}: {','.join(map(str, gpus)) or 'none'}" for name, gpus in job.placements
+        )
+        return f" on {len(job.placements)} nodes {nodelist_text(job)} (GPUs {each})."
     if job.node:
         gpus = ",".join(map(str, job.gpus)) or "none"
         return f" on node {job.node} (GPUs {gpus})."

@@ -205,6 +205,9 @@ def finished_container_status(
 class Node(Protocol):
     name: str
     address: str  # how the head reaches it, for people: user@host:port
+    # How the other nodes of a job across nodes reach it: MASTER_ADDR when it is the
+    # job's first node (inventory peer_address, else its host).
+    peer_address: str
 
     @property
     def report_seq(self) -> int:
@@ -251,11 +254,29 @@ class Node(Protocol):
     def docker_problem(self, now: float) -> str | None:
         """None when a docker engine answers on the node, else why not."""
 
-    def launch(self, job: Job, attempt: int, gpus: Sequence[int]) -> None:
+    def launch(
+        self,
+        job: Job,
+        attempt: int,
+        gpus: Sequence[int],
+        env: Mapping[str, str] | None = None,
+        *,
+        hold: bool = False,
+    ) -> None:
         """Start the run; return once it exists. Raises LaunchError.
 
-        Precondition: CONFIGURING for this attempt is committed.
+        Precondition: CONFIGURING for this attempt is committed. `env`: variables over
+        the job's own (a job across nodes: its layout's for this node, multinode.run_env).
+        A job across nodes may have a run on each of its nodes: every method below finds
+        this node's by the node's place in the job's allocation (multinode.node_index).
+        `hold`: create the run (a container, its image pulled) but start nothing in it
+        until start_held, so that every node's is ready before any command runs.
         """
+
+    def start_held(self, job: Job, attempt: int) -> None:
+        """Start the run launch(hold=True) created; nothing for one already started.
+
+        Raises LaunchError."""
 
     def status(self, job: Job, attempt: int) -> RunStatus: ...
 

@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
@@ -59,9 +59,26 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SAFE_POLICY = ContainerPolicy()
 
 
-def container_name(job_id: int, attempt: int) -> str:
-    """The one name attempt `attempt` of job `job_id` runs under, on any node."""
+def container_name(job_id: int, attempt: int, node_index: int = 0) -> str:
+    """The one name attempt `attempt` of job `job_id` runs under on its node.
+
+    A job across nodes runs one container per node (multinode.runs_everywhere): the
+    first node's keeps the plain name, node `node_index` > 0 adds `-n<index>`, so the
+    runs of one job never collide on an engine that serves several nodes."""
+    if node_index:
+        return f"gbatch-{job_id}-{attempt}-n{node_index}"
     return f"gbatch-{job_id}-{attempt}"
+
+
+def node_index_of(name: str) -> int:
+    """The node's place in its job's allocation that container `name` says.
+
+    0 without a `-n<index>` suffix: the first node's run, or a job on one node."""
+    match = _NODE_SUFFIX.search(name)
+    return int(match.group(1)) if match else 0
+
+
+_NODE_SUFFIX = re.compile(r"^gbatch-[0-9]+-[0-9]+-n([0-9]+)$")
 
 
 def docker_run_argv(
@@ -77,6 +94,10 @@ def docker_run_argv(
     policy: ContainerPolicy = SAFE_POLICY,
     run_as: RunAs | None = None,
     extra_options: Sequence[str] = (),
+    node_index: int = 0,
+    network: str | None = None,
+    shm_size: str | None = None,
+    create: bool = False,
 ) -> list[str]:
     """`docker run -d` for one attempt of a job (labelled with `node` when given).
 
@@ -87,7 +108,11 @@ def docker_run_argv(
     image's user. Every container gets `--cap-drop ALL` and `--cap-add` for
     `policy.capabilities` only, and `--network policy.network` (or the job's `network`,
     if among `policy.networks`). `extra_options` (the
-    node's admin-vetted docker_options) go right after `docker run`.
+    node's admin-vetted docker_options) go right after `docker run`. A job across nodes:
+    `node_index` names its run on this node (container_name), `network` (the node's
+    multinode_network, the admin's) replaces the policy's, and `shm_size` (the node's
+    multinode_shm_size) is its /dev/shm unless the job sets one. `create`: `docker
+    create` with the same options (started later by docker_start_argv).
     `spec.cpus` gives `--cpus`, `spec.memory_mb` `--memory` (and as much `--memory-swap`:
     no swap); a job that asked for neither gets no limit.
     `env_file` is a path on the node, written 0600 from `env_file_text`, so values never
@@ -103,16 +128,20 @@ def docker_run_argv(
         raise ValueError(f"job {job_id}: {spec.image!r} is not an image name")
     try:
         mounts = check_mounts(spec.mounts, user, policy.mount_roots)
-        network = policy.network_for(spec)
+        if network is None:
+            network = policy.network_for(spec)
+        else:
+            # The admin's choice for jobs across nodes: the invariants allow it too.
+            policy = replace(policy, networks=(*policy.networks, network))
     except (SpecError, ValueError) as err:
         raise ValueError(f"job {job_id}: {err}") from None
     argv = [
         docker,
-        "run",
+        "create" if create else "run",
         *extra_options,
-        "-d",
+        *([] if create else ["-d"]),
         "--name",
-        container_name(job_id, attempt),
+        container_name(job_id, attempt, node_index),
         "--label",
         f"{LABEL_JOB}={job_id}",
         "--label",
@@ -139,8 +168,8 @@ def docker_run_argv(
             argv += ["--group-add", str(group)]
     if gpus:
         argv += ["--gpus", gpus_option_value(gpus)]
-    if spec.shm_size is not None:
-        argv += ["--shm-size", spec.shm_size]
+    if spec.shm_size is not None or shm_size is not None:
+        argv += ["--shm-size", spec.shm_size or shm_size or ""]
     if spec.cpus is not None:
         argv += ["--cpus", str(spec.cpus)]
     memory = spec.memory_mb
@@ -240,6 +269,11 @@ def docker_exec_argv(
     if visible_gpus is not None:
         options += ["-e", "CUDA_VISIBLE_DEVICES=" + ",".join(str(int(g)) for g in visible_gpus)]
     return [*options, name, *argv]
+
+
+def docker_start_argv(name: str, *, docker: str = "docker") -> list[str]:
+    """Start a created container (a no-op for one already running)."""
+    return [docker, "start", name]
 
 
 def docker_wait_argv(name: str, *, docker: str = "docker") -> list[str]:
@@ -578,6 +612,11 @@ class ContainerLauncher:
     mps: bool = False
     timeout: float = 30.0  # seconds for any one command on the host
     python: str = sys.executable  # the node's Python, to resolve mount paths there
+    # A job across nodes: the network its containers join here (`host`: NCCL and the
+    # rendezvous reach the host's fabric) and their /dev/shm, as the admin set them
+    # (inventory multinode_network, multinode_shm_size); None: as any job's.
+    multinode_network: str | None = None
+    multinode_shm_size: str | None = None
 
     def launch(
         self,
@@ -587,6 +626,9 @@ class ContainerLauncher:
         env_file: str,
         *,
         disk_free_bytes: int | None = None,
+        env: Mapping[str, str] | None = None,
+        node_index: int = 0,
+        hold: bool = False,
     ) -> None:
         """Start attempt `attempt` of `job` on `gpus` as a detached container.
 
@@ -600,9 +642,17 @@ class ContainerLauncher:
         env-file, `docker run -d`. An env-file holding secrets is removed as soon as
         docker has returned (it has read the file by then); any other goes with the
         node's cleanup. `disk_free_bytes` (the host's last report) explains a failed
-        env-file write.
+        env-file write. A job across nodes: `env` (its layout's variables for this node,
+        multinode.run_env) goes over the job's, and `node_index` names this node's run;
+        only the first node's marks the attempt's start in the job's log. `hold`: only
+        create it (`docker create`: its image pulled, its name taken), for start_held.
         """
-        env = {**job_env(job, attempt, gpus, self.node, mps=self.mps), **launch_secrets(job)}
+        env = {
+            **job_env(job, attempt, gpus, self.node, mps=self.mps),
+            **(env or {}),
+            **launch_secrets(job),
+        }
+        across = job.spec.nodes > 1
         try:
             argv = docker_run_argv(
                 job_id=job.id,
@@ -616,11 +666,16 @@ class ContainerLauncher:
                 policy=self.policy,
                 run_as=self.run_as(job),
                 extra_options=self.extra_options,
+                node_index=node_index,
+                network=self.multinode_network if across else None,
+                shm_size=self.multinode_shm_size if across else None,
+                create=hold,
             )
             env_text = env_file_text(env)
         except (ValueError, SpecError) as err:
             raise LaunchError(f"refused by the container policy{self.where}: {err}") from err
-        mark_attempt_start(self.paths, job.id, attempt)
+        if not node_index:
+            mark_attempt_start(self.paths, job.id, attempt)
         try:
             self.host.put_bytes(env_text.encode(), env_file, 0o600)
         except HostError as err:
@@ -656,6 +711,25 @@ class ContainerLauncher:
                     f"image {image} not found{self.where} and it cannot be pulled ({error})"
                 )
             raise LaunchError(f"docker run{self.where} failed: {error}")
+
+    def start_held(self, job_id: int, attempt: int, node_index: int = 0) -> None:
+        """Start the container launch(hold=True) created; nothing for one that runs.
+
+        Raises LaunchError as launch does."""
+        name = container_name(job_id, attempt, node_index)
+        try:
+            argv = docker_start_argv(name, docker=self.docker)
+            result = self.host.run(argv, timeout=self.timeout)
+        except HostError as err:
+            raise LaunchError(
+                f"docker start{self.where} failed: {err}",
+                maybe_started=err.answer_lost,
+                node_busy=err.busy,
+            ) from err
+        if result.exit_status != 0:
+            stderr = result.stderr.decode(errors="replace")
+            error = error_line(stderr, f"exit status {result.exit_status}")
+            raise LaunchError(f"docker start{self.where} failed: {error}")
 
     def run_as(self, job: Job) -> RunAs | None:
         """Whom the job's container runs as: its submitter, or None (the image's user).

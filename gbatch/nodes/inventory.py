@@ -57,6 +57,9 @@ DEFAULTABLE_KEYS = (
     "share_gpus",
     "share_headroom_mib",
     "mps",
+    "peer_address",
+    "multinode_network",
+    "multinode_shm_size",
 )
 NODE_KEYS = ("name", "host", *DEFAULTABLE_KEYS)
 
@@ -75,6 +78,9 @@ _BUILTIN_DEFAULTS: Mapping[str, object] = {
     "share_gpus": False,
     "share_headroom_mib": None,  # the head's config.yaml's
     "mps": False,
+    "peer_address": None,  # the node's `host`
+    "multinode_network": None,  # the head's job_network, as for any job
+    "multinode_shm_size": None,  # docker's default (64 MB)
 }
 
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}", re.ASCII)
@@ -163,6 +169,18 @@ class NodeConfig:
     share_gpus: ShareGpus = False
     share_headroom_mib: int | None = None
     mps: bool = False
+    # A job across nodes (docs/multinode.md): how the allocation's other nodes reach this
+    # one (its MASTER_ADDR when it is a job's first node; None: `host`), the docker
+    # network its containers join (`host` for NCCL over the host's fabric; None: the
+    # head's job_network) and their /dev/shm size (None: docker's default).
+    peer_address: str | None = None
+    multinode_network: str | None = None
+    multinode_shm_size: str | None = None
+
+    @property
+    def reached_by_peers_at(self) -> str:
+        """The address the node's peers in a job across nodes reach it at."""
+        return self.peer_address or self.host
 
 
 @dataclass(frozen=True)
@@ -512,6 +530,9 @@ def _build_node(
         share_gpus=cast("ShareGpus", values["share_gpus"]),
         share_headroom_mib=cast("int | None", values["share_headroom_mib"]),
         mps=cast(bool, values["mps"]),
+        peer_address=cast("str | None", values["peer_address"]),
+        multinode_network=cast("str | None", values["multinode_network"]),
+        multinode_shm_size=cast("str | None", values["multinode_shm_size"]),
     )
 
 
@@ -751,6 +772,33 @@ def _check_headroom(value: object, bad: Bad) -> int | None:
     return value
 
 
+def _check_peer_address(value: object, bad: Bad) -> str | None:
+    return None if value is None else _check_host(value, bad)
+
+
+_NETWORK_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
+_SHM_RE = re.compile(r"[1-9][0-9]{0,12}[bkmgBKMG]?", re.ASCII)
+
+
+def _check_multinode_network(value: object, bad: Bad) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _NETWORK_RE.fullmatch(value):
+        raise bad(
+            f"{show_value(value)} is not a docker network name. Give e.g. host (the host's "
+            "network, for NCCL across nodes) or a network's name"
+        )
+    return value
+
+
+def _check_shm_size(value: object, bad: Bad) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _SHM_RE.fullmatch(value):
+        raise bad(f"{show_value(value)} is not a size. Give e.g. 16g (docker's --shm-size)")
+    return value
+
+
 def _check_flag(value: object, bad: Bad) -> bool:
     if not isinstance(value, bool):
         raise bad(f"{show_value(value)} is not true or false")
@@ -773,6 +821,9 @@ _CHECKS: Mapping[str, Callable[[object, Bad], object]] = {
     "share_gpus": _check_share_gpus,
     "share_headroom_mib": _check_headroom,
     "mps": _check_flag,
+    "peer_address": _check_peer_address,
+    "multinode_network": _check_multinode_network,
+    "multinode_shm_size": _check_shm_size,
 }
 
 

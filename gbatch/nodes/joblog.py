@@ -33,7 +33,7 @@ OPENING_POLL_SECONDS = 0.05
 # module at every job start. mypy takes any TYPE_CHECKING as typing's.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
     from contextlib import AbstractContextManager
     from typing import IO
 
@@ -63,6 +63,54 @@ def mark_attempt_start(paths: Paths, job_id: int, attempt: int) -> None:
     log_path = paths.job_log(job_id)
     run_dir = paths.make_run_dir(job_id, attempt)
     (run_dir / "log_offset").write_text(str(log_path.stat().st_size if log_path.exists() else 0))
+
+
+def node_log(paths: Paths, job_id: int, attempt: int, index: int) -> Path:
+    """The head's copy of the output of node `index`'s run (index > 0) of a job across nodes.
+
+    Kept apart while the job runs (each node's follower replays its own after a
+    restart) and joined to the job's log when the job ends (join_node_logs)."""
+    return paths.run_dir(job_id, attempt) / f"node{index}.log"
+
+
+def node_log_header(node: str, index: int) -> bytes:
+    """The line before node `index`'s output in the job's log."""
+    return f"==> gbatch: output of node {node} (SLURM_NODEID {index}) <==\n".encode()
+
+
+def join_node_logs(paths: Paths, job_id: int, attempt: int, nodes: Sequence[str]) -> None:
+    """Append the output of the job's other nodes to its log, node by node, whole.
+
+    `nodes`: the allocation's, first first. Each part comes after a header line and
+    ends with a newline, never interleaved mid-line with the first node's; then it is
+    dropped.
+
+    Best effort: a part that cannot be read or a log that cannot be written is left
+    (its part stays in the run directory until the run is cleaned up)."""
+    log_path = paths.job_log(job_id)
+    for index, node in enumerate(nodes[1:], start=1):
+        part = node_log(paths, job_id, attempt, index)
+        try:
+            data = part.read_bytes()
+        except OSError:
+            continue
+        if data and not data.endswith(b"\n"):
+            data += b"\n"
+        try:
+            with open_log(log_path) as log:
+                size = os.fstat(log.fileno()).st_size
+                if size and not _ends_with_newline(log_path, size):
+                    log.write(b"\n")
+                log.write(node_log_header(node, index) + data)
+            part.unlink()
+        except OSError:
+            continue
+
+
+def _ends_with_newline(path: Path, size: int) -> bool:
+    with open(path, "rb") as file:
+        file.seek(size - 1)
+        return file.read(1) == b"\n"
 
 
 def loss_note(lost_bytes: int, error: str) -> str:
@@ -212,11 +260,14 @@ class LogFollowers:
         attempt: int,
         open_stream: StreamOpener,
         open_files: FilesOpener | None = None,
+        *,
+        part: int = 0,
     ) -> None:
         """Start copying the attempt's output to the log, unless a follower already does.
 
         With `open_files`, to the job's output files too: stderr to a file of its own
-        when the stream marks it (StderrChunk), else with stdout.
+        when the stream marks it (StderrChunk), else with stdout. `part` > 0: the run of
+        node `part` of a job across nodes, copied to its node_log instead.
         """
         key = (job_id, attempt)
         with self._lock:
@@ -225,7 +276,7 @@ class LogFollowers:
                 return
             thread = threading.Thread(
                 target=self._copy,
-                args=(job_id, attempt, open_stream, open_files),
+                args=(job_id, attempt, open_stream, open_files, part),
                 name=f"logs-{job_id}.{attempt}",
                 daemon=True,
             )
@@ -270,12 +321,18 @@ class LogFollowers:
         attempt: int,
         open_stream: StreamOpener,
         open_files: FilesOpener | None,
+        part: int = 0,
     ) -> None:
         offset_file = self._paths.run_dir(job_id, attempt) / "log_offset"
-        offset = int(offset_file.read_text()) if offset_file.exists() else 0
+        offset = int(offset_file.read_text()) if offset_file.exists() and not part else 0
+        log_path = (
+            node_log(self._paths, job_id, attempt, part) if part else self._paths.job_log(job_id)
+        )
         handle: IO[bytes] | None = None
         try:
-            handle = open_log(self._paths.job_log(job_id))
+            if part:
+                self._paths.make_run_dir(job_id, attempt)
+            handle = open_log(log_path)
             if os.fstat(handle.fileno()).st_size != offset:
                 handle.truncate(offset)
             writer = LogWriter(handle.write, self._max_log_bytes, offset)

@@ -146,6 +146,8 @@ def _profiles(gpu: Mapping[str, object]) -> list[object]:
 class LocalNode:
     name = LOCAL_NODE
     address = "this machine"
+    # The embedded node is a fleet of one: never a peer of another in a job.
+    peer_address = "127.0.0.1"
     runs_bare_processes = True
     runs_steps = True
     # Head and node are one machine: the node is never lost while the head runs.
@@ -395,25 +397,43 @@ class LocalNode:
         self._engine_checked = (now, problem)
         return problem
 
-    def launch(self, job: Job, attempt: int, gpus: Sequence[int]) -> None:
+    def launch(
+        self,
+        job: Job,
+        attempt: int,
+        gpus: Sequence[int],
+        env: Mapping[str, str] | None = None,
+        *,
+        hold: bool = False,
+    ) -> None:
         """Start attempt `attempt` of `job` on `gpus`; return once it exists.
 
         Precondition: CONFIGURING for this attempt is committed, so a crash from
-        here on is found again by reconcile.
+        here on is found again by reconcile. `env`: variables over the job's (those of
+        a job across nodes; the embedded node is a fleet of one, so only ever its first,
+        and `hold`, which only a job's other nodes ask, never comes).
         """
         # A path is never reused (each start counts a new attempt); if one ever were,
         # its old directory must be gone before the new run writes into it.
         self._run_dirs.wait_gone(self.paths.run_dir(job.id, attempt))
         run_dir = self.paths.make_run_dir(job.id, attempt)
         if job.spec.image is None:
-            self._launch_process(job, attempt, gpus, run_dir)
+            self._launch_process(job, attempt, gpus, run_dir, env or {})
         else:
-            self._launch_container(job, attempt, gpus, run_dir)
+            self._launch_container(job, attempt, gpus, run_dir, env or {})
 
-    def _launch_process(self, job: Job, attempt: int, gpus: Sequence[int], run_dir: Path) -> None:
+    def _launch_process(
+        self,
+        job: Job,
+        attempt: int,
+        gpus: Sequence[int],
+        run_dir: Path,
+        layout_env: Mapping[str, str],
+    ) -> None:
         switch = _switch_to_submitter(job)
         env = _daemon_env() if switch is None else _login_env(switch)
         env.update(job_env(job, attempt, gpus, self.name, mps=self.config.mps))
+        env.update(layout_env)
         if switch is not None:
             # Who the job is comes from the system, not from the exported shell.
             env["USER"] = env["LOGNAME"] = switch.pw_name
@@ -527,15 +547,25 @@ class LocalNode:
             self._shims.pop((job_id, attempt), None)
         self._on_change()
 
-    def _launch_container(self, job: Job, attempt: int, gpus: Sequence[int], run_dir: Path) -> None:
+    def _launch_container(
+        self,
+        job: Job,
+        attempt: int,
+        gpus: Sequence[int],
+        run_dir: Path,
+        layout_env: Mapping[str, str],
+    ) -> None:
         try:
-            self._launcher.launch(job, attempt, gpus, str(run_dir / "env"))
+            self._launcher.launch(job, attempt, gpus, str(run_dir / "env"), env=layout_env)
         except LaunchError:
             # The engine may have just gone away: let the next docker_problem() (the
             # submit check) ask it again rather than trust a cached "answers".
             self._engine_checked = (0.0, None)
             raise
         self.follow_container_log(job, attempt)
+
+    def start_held(self, job: Job, attempt: int) -> None:
+        """Nothing to start: launch never holds a run here (see launch)."""
 
     def follow_container_log(self, job: Job, attempt: int) -> None:
         """Copy the container's output into the job's log, and its output file, until it exits."""

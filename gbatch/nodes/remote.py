@@ -17,11 +17,12 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
 from gbatch.core.model import Gpu, Job
+from gbatch.core.multinode import node_index
 from gbatch.core.signals import SignalTarget
 from gbatch.core.steps import Step
 from gbatch.nodes import docker, ports
@@ -172,6 +173,7 @@ class RemoteNode:
     ) -> None:
         self.name = node.name
         self.address = f"{node.user}@{node.host}:{node.port}"
+        self.peer_address = node.reached_by_peers_at
         self.node = node
         self.paths = paths
         self.config = config
@@ -190,6 +192,8 @@ class RemoteNode:
             mps=node.mps,
             timeout=COMMAND_TIMEOUT,
             python=node.agent_python,
+            multinode_network=node.multinode_network,
+            multinode_shm_size=node.multinode_shm_size,
         )
         # Each run's `docker logs -f` and `docker wait`: on connections of their own, as
         # sshd allows only so many channels on one (see gbatch/nodes/ssh.py).
@@ -328,18 +332,40 @@ class RemoteNode:
         result = self._conn.run(argv, timeout=COMMAND_TIMEOUT)
         return result.exit_status, result.stderr.decode(errors="replace")
 
-    def _env_file(self, job_id: int, attempt: int) -> str:
-        return f"{host_path(self.node.agent_dir).rstrip('/')}/run/{job_id}.{attempt}.env"
+    def _env_file(self, job_id: int, attempt: int, index: int = 0) -> str:
+        part = f".n{index}" if index else ""
+        return f"{host_path(self.node.agent_dir).rstrip('/')}/run/{job_id}.{attempt}{part}.env"
 
-    def launch(self, job: Job, attempt: int, gpus: Sequence[int]) -> None:
+    def _index(self, job: Job) -> int:
+        """This node's place in the job's allocation: its run's container name says it."""
+        return node_index(job, self.name)
+
+    def launch(
+        self,
+        job: Job,
+        attempt: int,
+        gpus: Sequence[int],
+        env: Mapping[str, str] | None = None,
+        *,
+        hold: bool = False,
+    ) -> None:
         report, _ = self.report()
+        index = self._index(job)
         self._launcher.launch(
             job,
             attempt,
             gpus,
-            self._env_file(job.id, attempt),
+            self._env_file(job.id, attempt, index),
             disk_free_bytes=report.disk_free_bytes if report is not None else None,
+            env=env,
+            node_index=index,
+            hold=hold,
         )
+        if not hold:
+            self._follow(job, attempt)
+
+    def start_held(self, job: Job, attempt: int) -> None:
+        self._launcher.start_held(job.id, attempt, self._index(job))
         self._follow(job, attempt)
 
     def _follow(self, job: Job, attempt: int) -> None:
@@ -353,7 +379,10 @@ class RemoteNode:
             if waiter is not None and waiter.is_alive():
                 return
             waiter = threading.Thread(
-                target=self._wait_exit, args=key, name=f"wait-{job_id}.{attempt}", daemon=True
+                target=self._wait_exit,
+                args=(job_id, attempt, self._index(job)),
+                name=f"wait-{job_id}.{attempt}",
+                daemon=True,
             )
             self._waiters[key] = waiter
         waiter.start()
@@ -368,6 +397,15 @@ class RemoteNode:
             # A follower from an earlier connection ended with it: forget it, so a new
             # one replays the whole output (LogFollowers truncates to the attempt's start).
             self._log_followers.wait(job_id, attempt, timeout=0.0)
+        index = self._index(job)
+        if index:
+            # Another node's run of a job across nodes: its own part of the log, joined
+            # to the job's when the job ends (joblog.join_node_logs); its output file is
+            # the first node's run's.
+            self._log_followers.follow(
+                job_id, attempt, partial(self._docker_logs, job_id, attempt, index), part=index
+            )
+            return
         self._log_followers.follow(
             job_id,
             attempt,
@@ -385,8 +423,8 @@ class RemoteNode:
             self._follow_log(job, attempt)
         self._log_followers.wait(job_id, attempt)
 
-    def _wait_exit(self, job_id: int, attempt: int) -> None:
-        name = docker.container_name(job_id, attempt)
+    def _wait_exit(self, job_id: int, attempt: int, index: int = 0) -> None:
+        name = docker.container_name(job_id, attempt, index)
         try:
             with self._streams.stream(
                 docker.docker_wait_argv(name, docker=self.node.docker)
@@ -407,8 +445,8 @@ class RemoteNode:
         self._on_change()
 
     @contextlib.contextmanager
-    def _docker_logs(self, job_id: int, attempt: int) -> Iterator[Iterator[bytes]]:
-        name = docker.container_name(job_id, attempt)
+    def _docker_logs(self, job_id: int, attempt: int, index: int = 0) -> Iterator[Iterator[bytes]]:
+        name = docker.container_name(job_id, attempt, index)
         with self._streams.stream(
             docker.docker_logs_argv(name, follow=True, docker=self.node.docker),
             combine_stderr=True,
@@ -416,7 +454,7 @@ class RemoteNode:
             yield _until_end(stream)
 
     def status(self, job: Job, attempt: int) -> RunStatus:
-        name = docker.container_name(job.id, attempt)
+        name = docker.container_name(job.id, attempt, self._index(job))
         report, _ = self.report()
         if report is None:
             return RunStatus("unknown")  # cannot tell while the node is silent
@@ -443,7 +481,7 @@ class RemoteNode:
         return RunStatus("running")
 
     def _inspect(self, job: Job, attempt: int) -> RunStatus:
-        name = docker.container_name(job.id, attempt)
+        name = docker.container_name(job.id, attempt, self._index(job))
         try:
             result = self._conn.run(
                 docker.docker_inspect_argv([name], docker=self.node.docker),
@@ -480,7 +518,7 @@ class RemoteNode:
         self, job: Job, attempt: int, sig: signal.Signals, target: SignalTarget | None = None
     ) -> None:
         """`docker kill` for a stop (None); else what docker.container_signal_argv says."""
-        name = docker.container_name(job.id, attempt)
+        name = docker.container_name(job.id, attempt, self._index(job))
         with contextlib.suppress(RemoteError, ValueError):
             if target is None:
                 self._run(docker.docker_kill_argv(name, sig.name, docker=self.node.docker))
@@ -499,7 +537,10 @@ class RemoteNode:
         on the host is a wait it need not make.
         """
         threading.Thread(
-            target=self._remove, args=(job.id, attempt), name=f"cleanup-{job.id}", daemon=True
+            target=self._remove,
+            args=(job.id, attempt, self._index(job)),
+            name=f"cleanup-{job.id}",
+            daemon=True,
         ).start()
         with self._lock:
             self._waiters.pop((job.id, attempt), None)
@@ -527,7 +568,7 @@ class RemoteNode:
         command runs on a channel of the node's stream connections, with a terminal of
         sshd's (`get_pty`) when the client asked for one, and a thread of its own relays
         it (StepRelay) from then on."""
-        name = docker.container_name(job.id, step.attempt)
+        name = docker.container_name(job.id, step.attempt, self._index(job))
         here = job.on_node(self.name) or job  # a job across nodes: its GPUs on this one
         env = {
             **job_env(here, step.attempt, here.gpus, self.name),
@@ -617,7 +658,7 @@ class RemoteNode:
         ).start()
 
     def _hang_up(self, job: Job, step: Step) -> None:
-        name = docker.container_name(job.id, step.attempt)
+        name = docker.container_name(job.id, step.attempt, self._index(job))
         target = SignalTarget(steps=(step.step_id,))
         env_file = f"{self._steps_dir(job.id, step.attempt)}/{step.job_id}.{step.task_label}.env"
         backoff = Backoff()
@@ -692,9 +733,9 @@ class RemoteNode:
             raise PortError(f"cannot tell who listens in job {job.id}: {err}") from err
         return [result.stdout.decode("ascii", errors="replace")]
 
-    def _remove(self, job_id: int, attempt: int) -> None:
-        name = docker.container_name(job_id, attempt)
+    def _remove(self, job_id: int, attempt: int, index: int = 0) -> None:
+        name = docker.container_name(job_id, attempt, index)
         with contextlib.suppress(RemoteError):
             self._run(docker.docker_rm_argv(name, docker=self.node.docker))
-            self._run(["rm", "-f", self._env_file(job_id, attempt)])
+            self._run(["rm", "-f", self._env_file(job_id, attempt, index)])
             self._run(["rm", "-rf", "--", self._steps_dir(job_id, attempt)])

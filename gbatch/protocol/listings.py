@@ -300,7 +300,9 @@ def _task_spec(
 # index in each; the spec is an index into "specs" (brief specs, each once), and
 # "array"/"task" an array task's array id and task index (nulls for other jobs).
 # "more" is sparse: [[row, [[first, last], ...]], ...] for the records standing for more
-# pending tasks (Job.array_more).
+# pending tasks (Job.array_more). "peers", sparse too and sent only when a row has any:
+# [[row, [node, ...]], ...], the nodes after its first of a job across nodes (Job.peers'
+# names; a listing sends no GPUs): a job on one node costs the listing nothing more.
 _ROW_COLUMNS = (
     "id",
     "uid",
@@ -321,8 +323,9 @@ def listing_columns(
 ) -> dict[str, Any]:
     """Listing rows as columns, brief specs alike sent once.
 
-    The rows hold `_ROW_COLUMNS` then array_more (the head's Store.listing_rows), each
-    row's spec cell a key that `spec_of` decodes (called once per distinct key).
+    The rows hold `_ROW_COLUMNS`, then the peers as the jobs table stores them ('' or
+    JSON [[node, [gpu, ...]], ...]), then array_more (the head's Store.listing_rows),
+    each row's spec cell a key that `spec_of` decodes (called once per distinct key).
     """
     columns = ListingColumns(spec_of)
     columns.add(rows)
@@ -353,6 +356,7 @@ class ListingColumns:
         # spec key -> (index into specs, array task, array position)
         self._known: dict[Any, tuple[int, int | None, int]] = {}
         self._more: list[list[Any]] = []
+        self._peers: list[list[Any]] = []
         self._count = 0
 
     def add(self, rows: Sequence[Sequence[Any]]) -> None:
@@ -395,9 +399,14 @@ class ListingColumns:
             else:
                 self._columns[name].extend(column)
         self._more.extend(
-            [self._count + at, [list(span) for span in row[11]]]
+            [self._count + at, [list(span) for span in row[_MORE_AT]]]
             for at, row in enumerate(rows)
-            if row[11]
+            if row[_MORE_AT]
+        )
+        self._peers.extend(
+            [self._count + at, [name for name, _ in json.loads(row[_PEERS_AT])]]
+            for at, row in enumerate(rows)
+            if row[_PEERS_AT]
         )
         self._count += len(rows)
 
@@ -408,11 +417,25 @@ class ListingColumns:
         made["array"] = self._column("array")
         made["task"] = self._column("task")
         made["more"] = self._more
+        if self._peers:
+            made["peers"] = self._peers
         return made
 
     def _column(self, name: str) -> Any:
         values = self._columns[name]
         return Streamed(iter(values)) if self._as_text else values
+
+
+# Where a listing row holds the peers' text and array_more, after _ROW_COLUMNS.
+_PEERS_AT = len(_ROW_COLUMNS)
+_MORE_AT = _PEERS_AT + 1
+
+
+def peers_text(peers: Sequence[tuple[str, Sequence[int]]]) -> str:
+    """Job.peers as the jobs table's `peers` column holds them ('' for none)."""
+    if not peers:
+        return ""
+    return json.dumps([[name, list(gpus)] for name, gpus in peers], separators=COMPACT)
 
 
 def listing_row(job: Job, spec: object) -> tuple[object, ...]:
@@ -432,6 +455,7 @@ def listing_row(job: Job, spec: object) -> tuple[object, ...]:
         job.start_time,
         job.end_time,
         job.node,
+        peers_text(job.peers),
         job.array_more,
     )
 
@@ -453,6 +477,7 @@ def jobs_from_columns(columns: Mapping[str, Any]) -> list[Job]:
     specs = [JobSpec.from_dict(spec) for spec in columns["specs"]]
     tasks: dict[tuple[int, int, int], JobSpec] = {}
     more = {at: tuple((a, b) for a, b in spans) for at, spans in columns["more"]}
+    peers = {at: tuple((str(name), ()) for name in names) for at, names in columns.get("peers", ())}
     jobs = []
     for at, row in enumerate(zip(*(columns[name] for name in LISTING_COLUMNS), strict=True)):
         job_id, index, array, task = row[0], row[3], row[-2], row[-1]
@@ -460,7 +485,7 @@ def jobs_from_columns(columns: Mapping[str, Any]) -> list[Job]:
             spec = _task_spec(tasks, specs, index, task, job_id - array)
         else:
             spec = specs[index]
-        jobs.append(job_from_listing(row, spec, more.get(at, ())))
+        jobs.append(job_from_listing(row, spec, more.get(at, ()), peers.get(at, ())))
     return jobs
 
 
@@ -470,13 +495,16 @@ LISTING_COLUMNS = (*_ROW_COLUMNS, "array", "task")
 
 
 def job_from_listing(
-    row: Sequence[Any], spec: JobSpec, array_more: tuple[tuple[int, int], ...]
+    row: Sequence[Any],
+    spec: JobSpec,
+    array_more: tuple[tuple[int, int], ...],
+    peers: tuple[tuple[str, tuple[int, ...]], ...] = (),
 ) -> Job:
     """The Job of one row of listing_columns', built as job_from_row builds one.
 
-    The row's values are in LISTING_COLUMNS order, its spec already decoded. The fields
-    a listing does not send (gpus, gpu_uuids, attempt, exit code and signal, stop_state)
-    are left empty.
+    The row's values are in LISTING_COLUMNS order, its spec already decoded; `peers` the
+    nodes after its first, with no GPUs. The fields a listing does not send (gpus,
+    gpu_uuids, attempt, exit code and signal, stop_state) are left empty.
     """
     job_id, uid, user, _, state, reason, held, submit, start, end, node = row[:11]
     return _job(
@@ -498,6 +526,7 @@ def job_from_listing(
         None,
         None,
         array_more,
+        peers,
     )
 
 

@@ -292,8 +292,14 @@ UPDATE_KEYS = (
     "Comment",
     "ArrayTaskThrottle",
     "Features",
+    "NumNodes",
 )
-_UPDATE_ALIASES = {"name": "JobName", "constraint": "Features", "constraints": "Features"}
+_UPDATE_ALIASES = {
+    "name": "JobName",
+    "constraint": "Features",
+    "constraints": "Features",
+    "nodes": "NumNodes",
+}
 
 
 def update_key(text: str) -> str | None:

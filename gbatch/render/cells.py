@@ -15,8 +15,9 @@ import re
 from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from gbatch.core.constants import IMPLICIT_PARTITION, REASON_STATES
-from gbatch.core.labels import printable
-from gbatch.core.model import Job, JobState, NodeInfo, NodeState
+from gbatch.core.hostlist import compress
+from gbatch.core.labels import memory_text, printable
+from gbatch.core.model import Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.core.timefmt import format_elapsed_fixed
 
 
@@ -63,10 +64,45 @@ _REASON_STATES = frozenset(JobState(name) for name in REASON_STATES)
 
 
 def nodelist_or_reason(job: Job) -> str:
-    """squeue's NODELIST(REASON): `(Reason)` for a pending or failed job, else its node."""
+    """squeue's NODELIST(REASON): `(Reason)` for a pending or failed job, else its nodes."""
     if job.state in _REASON_STATES:
         return f"({reason_text(job)})"
-    return printable(job.node or "")
+    return nodelist_text(job)
+
+
+def nodelist_text(job: Job) -> str:
+    """The job's nodes as Slurm's host list (`gpu[01-02]`), "" while it is on none."""
+    if not job.peers:
+        return printable(job.node or "")
+    return printable(compress(job.node_names))
+
+
+def node_count(job: Job) -> int:
+    """Slurm's NODES (squeue %D, NumNodes, NNodes) of a job.
+
+    The nodes it holds once allocated, else the nodes it asks for (-N)."""
+    return 1 + len(job.peers) if job.node is not None else job.spec.nodes
+
+
+def tres_text(spec: JobSpec) -> str:
+    """Slurm's TRES string of a job, every node's together: `billing=2,cpu=2,gres/gpu=4`.
+
+    `billing=2,cpu=2,gres/gpu=4,mem=8G,node=2` (-c, --mem and the GPUs are per node,
+    the text counts them on every node). Billing is the CPU count
+    (Slurm's default weights); gres/gpu and mem only when asked for, a GPU type's count
+    too (`gres/gpu:a100=2,gres/gpu=2`, in Slurm's order: by name). sacct's AllocTRES and
+    ReqTRES, scontrol's ReqTRES and AllocTRES."""
+    nodes = spec.nodes
+    cpus = spec.cpus_counted * nodes
+    gpus = spec.gpus * nodes
+    parts = [f"billing={cpus}", f"cpu={cpus}"]
+    if gpus and spec.gpu_type:
+        parts.append(f"gres/gpu:{spec.gpu_type}={gpus}")
+    if gpus:
+        parts.append(f"gres/gpu={gpus}")
+    if spec.memory_mb is not None:
+        parts.append(f"mem={memory_text(spec.memory_mb * nodes)}")
+    return ",".join([*parts, f"node={nodes}"])
 
 
 def partition_text(job: Job) -> str:
@@ -167,6 +203,10 @@ def job_to_dict(job: Job, now: float) -> dict[str, object]:
         "reason": reason_text(job),
         "partition": job.spec.partition or IMPLICIT_PARTITION,
         "node": job.node,
+        # Every node of the allocation (issue 32): the host list, the count, each's GPUs.
+        "nodes": compress(job.node_names),
+        "num_nodes": node_count(job),
+        "placements": [{"node": name, "gpus": list(gpus)} for name, gpus in job.placements],
         "gpus": list(job.gpus),
         "gpu_uuids": list(job.gpu_uuids),
         "gpus_requested": job.spec.gpus,

@@ -194,7 +194,12 @@ def format_seff(
         f"Cluster: {printable(cluster)}",
         f"User/Group: {printable(job.user)}/{printable(group)}",
         f"State: {state}",
-        f"Cores: {job.spec.cpus_counted}",
+        # As seff: a job across nodes gives its nodes and each one's cores.
+        *(
+            [f"Nodes: {job.spec.nodes}", f"Cores per node: {job.spec.cpus_counted}"]
+            if job.spec.nodes > 1
+            else [f"Cores: {job.spec.cpus_counted}"]
+        ),
     ]
     if job.state is JobState.PENDING or job.start_time is None:
         lines.append(f"Efficiency not available for jobs in the {job.state.value} state.")
@@ -218,9 +223,18 @@ def format_seff(
     ]
     gpus = ",".join(str(i) for i in job.gpus)
     where = f" (node {printable(job.node or '')}, GPU {gpus})" if job.gpus else ""
+    if job.peers:  # every node with its GPUs
+        where = (
+            " ("
+            + "; ".join(
+                f"node {printable(name)}, GPU {','.join(map(str, on))}"
+                for name, on in job.placements
+            )
+            + ")"
+        )
     lines += [
-        f"GPUs: {len(job.gpus)}{where}",
-        f"GPU-hours: {len(job.gpus) * elapsed / 3600:.2f}",
+        f"GPUs: {job.gpu_count}{where}",
+        f"GPU-hours: {job.gpu_count * elapsed / 3600:.2f}",
     ]
     if job.gpus:
         from gbatch.core.gpuusage import seff_lines

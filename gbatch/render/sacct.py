@@ -17,7 +17,6 @@ from gbatch.core.jobids import collapse_pending, job_label
 from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
     Job,
-    JobSpec,
     JobState,
 )
 from gbatch.core.timefmt import format_elapsed_fixed, format_timestamp
@@ -28,10 +27,13 @@ from gbatch.render.cells import (
     elapsed_seconds,
     exit_code_text,
     jobs_json,
+    node_count,
+    nodelist_text,
     params_text,
     partition_text,
     reason_text,
     time_limit_fixed,
+    tres_text,
 )
 
 if TYPE_CHECKING:  # only their commands' replies carry these (start-up)
@@ -59,7 +61,8 @@ class _Field:
 
 
 def _alloc_gpus(job: Job) -> int:
-    return 0 if job.state is JobState.PENDING else len(job.gpus)
+    """The GPUs it holds (held) on every node; none while pending."""
+    return 0 if job.state is JobState.PENDING else job.gpu_count
 
 
 _SACCT_FIELDS: tuple[_Field, ...] = (
@@ -73,7 +76,9 @@ _SACCT_FIELDS: tuple[_Field, ...] = (
     _Field("ExitCode", 8, lambda j, _: exit_code_text(j)),
     _Field("Elapsed", 10, lambda j, now: format_elapsed_fixed(elapsed_seconds(j, now))),
     _Field("AllocGPUS", 9, lambda j, _: str(_alloc_gpus(j))),
-    _Field("NodeList", 15, lambda j, _: printable(j.node) if j.node else "None assigned"),
+    _Field("NodeList", 15, lambda j, _: nodelist_text(j) if j.node else "None assigned"),
+    # Slurm's: the nodes asked (-N) until allocated, then those held.
+    _Field("NNodes", 8, lambda j, _: str(node_count(j))),
     _Field("Submit", 19, lambda j, _: format_timestamp(j.submit_time)),
     _Field("Start", 19, lambda j, _: format_timestamp(j.start_time)),
     _Field("End", 19, lambda j, _: format_timestamp(j.end_time)),
@@ -82,9 +87,13 @@ _SACCT_FIELDS: tuple[_Field, ...] = (
     _Field("Attempt", 7, lambda j, _: str(j.attempt)),
     # gbatch's: a sweep task's parameters (gbatch/jobspec/sweep.py), empty for other jobs.
     _Field("Params", 20, lambda j, _: printable(params_text(j.spec.params))),
-    _Field("AllocTRES", -10, lambda j, _: "" if _never_allocated(j) else _tres(j.spec)),
-    _Field("ReqTRES", -10, lambda j, _: _tres(j.spec)),
-    _Field("AllocCPUS", 10, lambda j, _: "0" if _never_allocated(j) else str(j.spec.cpus_counted)),
+    _Field("AllocTRES", -10, lambda j, _: "" if _never_allocated(j) else tres_text(j.spec)),
+    _Field("ReqTRES", -10, lambda j, _: tres_text(j.spec)),
+    _Field(
+        "AllocCPUS",
+        10,
+        lambda j, _: "0" if _never_allocated(j) else str(j.spec.cpus_counted * j.spec.nodes),
+    ),
     _Field("ReqMem", 10, lambda j, _: _sacct_memory(j.spec.memory_mb, None)),
     _Field("Comment", 15, lambda j, _: printable(j.spec.comment or "")),
     # The GPUs' part only (gres/gpumem, gres/gpuutil), from format_sacct's gpu_usage.
@@ -113,21 +122,6 @@ SACCT_FULL_SPEC_FIELDS = frozenset(
 def _never_allocated(job: Job) -> bool:
     """Pending, or ended without ever starting (cancelled while pending): no TRES held."""
     return job.state is JobState.PENDING or job.start_time is None
-
-
-def _tres(spec: JobSpec) -> str:
-    """Slurm's TRES string: `billing=1,cpu=1,gres/gpu=2,mem=4G,node=1`; billing is the
-    CPU count (Slurm's default weights); gres/gpu and mem only when asked for, a GPU
-    type's count too (`gres/gpu:a100=2,gres/gpu=2`, in Slurm's order: by name)."""
-    cpus = spec.cpus_counted
-    parts = [f"billing={cpus}", f"cpu={cpus}"]
-    if spec.gpus and spec.gpu_type:
-        parts.append(f"gres/gpu:{spec.gpu_type}={spec.gpus}")
-    if spec.gpus:
-        parts.append(f"gres/gpu={spec.gpus}")
-    if spec.memory_mb is not None:
-        parts.append(f"mem={memory_text(spec.memory_mb)}")
-    return ",".join([*parts, "node=1"])
 
 
 def _sacct_memory(mib: int | None, unit: str | None) -> str:
@@ -272,12 +266,15 @@ def _step_lines(job: Job, steps: Sequence[Step], listed: bool = True) -> list[tu
     allocation = job.spec.interactive is not None or any(step.leads for step in steps)
     if not allocation and job.start_time is not None:
         state = JobState.CANCELLED if job.state is JobState.TIMEOUT else job.state
-        batch = replace(job, spec=job.spec.replace(name="batch"), state=state, reason="")
+        # The script runs on the first node alone (BatchHost), as Slurm's batch step.
+        batch = replace(
+            job, spec=job.spec.replace(name="batch", nodes=1), state=state, reason="", peers=()
+        )
         lines.append((batch, f"{job_label(job)}.batch"))
     for step in steps:
         spec = job.spec.replace(name=step.name)
-        if step.gpus is not None:
-            spec = spec.replace(gpus=len(step.gpus))
+        if step.gpus is not None:  # GPUs of the job's first node's (StepAsk)
+            spec = spec.replace(gpus=len(step.gpus), nodes=1)
         if step.cpus is not None:
             spec = spec.replace(cpus=step.cpus)
         if step.mem_mb is not None:
@@ -286,6 +283,7 @@ def _step_lines(job: Job, steps: Sequence[Step], listed: bool = True) -> list[tu
             job,
             spec=spec,
             gpus=job.gpus if step.gpus is None else step.gpus,
+            peers=job.peers if step.gpus is None else (),
             state=step.state,
             start_time=step.start_time,
             end_time=step.end_time,

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gbatch.core.gputypes import gres_text, node_gres
+from gbatch.core.hostlist import compress
 from gbatch.core.jobids import job_label
-from gbatch.core.labels import memory_text, printable
+from gbatch.core.labels import format_spans, memory_text, printable, spans_of
 from gbatch.core.model import (
     ALLOCATED_STATES,
     Event,
@@ -33,10 +34,13 @@ from gbatch.render.cells import (
     exit_code_text,
     gpu_type,
     job_to_dict,
+    node_count,
+    nodelist_text,
     params_text,
     partition_text,
     reason_text,
     time_limit_fixed,
+    tres_text,
 )
 
 if TYPE_CHECKING:  # only show job's reply carries it
@@ -119,17 +123,32 @@ def format_job_details(
         f"   StartTime={format_timestamp(job.start_time)}"
         f" EndTime={format_timestamp(_expected_end(job))}",
         f"   Partition={partition_text(job)}",
-        f"   NodeList={printable(job.node) if job.node else NULL}"
+        # Only for a job that names nodes (-w, -x), so every other job's lines stay.
+        *(
+            [f"   ReqNodeList={_hosts(spec.nodelist)} ExcNodeList={_hosts(spec.exclude)}"]
+            if spec.nodelist or spec.exclude
+            else []
+        ),
+        # Gres= is per node (TresPerNode); GPUs= the first node's (BatchHost's), and a job
+        # across nodes has a line per node with its GPUs, as scontrol -d's.
+        f"   NodeList={nodelist_text(job) or NULL}"
         f" Gres={_job_gres(spec)}"
         f" GPUs={','.join(map(str, job.gpus)) if job.gpus else NULL}"
         f" Attempt={job.attempt} Retries={spec.retries}"
         f" Requeue={1 if spec.requeue else 0}",
-        # Slurm's names; memory 0 as Slurm prints a job without --mem.
-        f"   NumCPUs={spec.cpus_counted} MinMemoryNode={memory_text(spec.memory_mb)}",
+        *(_node_lines(job) if job.peers else []),
+        *([f"   BatchHost={printable(job.node)}"] if job.node else []),
+        f"   NumNodes={node_count(job)} NumTasks={_num_tasks(job)}",
+        # Slurm's names, every node's CPUs together; memory per node, 0 as Slurm prints
+        # a job without --mem.
+        f"   NumCPUs={spec.cpus_counted * spec.nodes} MinMemoryNode={memory_text(spec.memory_mb)}",
+        f"   ReqTRES={tres_text(spec)}",
+        f"   AllocTRES={'' if job.node is None else tres_text(spec)}",
         # gbatch's: only once its processes were seen on its GPUs.
         *([f"   {own}"] if (own := _own_gpu_memory(job, gpu_usage)) else []),
         # Only for a job that asks for them, so every other job's lines stay as they were.
         *([f"   Features={printable(spec.constraint)}"] if spec.constraint else []),
+        *(["   OverSubscribe=NO"] if spec.exclusive else []),  # --exclusive: whole nodes
         *([f"   TresPerNode=gres/{_job_gres(spec)}"] if spec.gpus else []),
         f"   Command={command_line(spec.command)}",
         f"   Image={printable(spec.image or NULL)}"
@@ -148,6 +167,28 @@ def format_job_details(
         *_event_lines(events),
     ]
     return as_text(lines)
+
+
+def _hosts(names: Sequence[str]) -> str:
+    return printable(compress(names)) if names else NULL
+
+
+def _num_tasks(job: Job) -> int:
+    """Slurm's NumTasks: -n, else --ntasks-per-node on each node, else one per node."""
+    from gbatch.core.multinode import tasks_per_node  # deferred: squeue needs none
+
+    return sum(tasks_per_node(job.spec, node_count(job)))
+
+
+def _node_lines(job: Job) -> list[str]:
+    """A job across nodes' GPUs on each node, as scontrol -d shows them:
+    `     Nodes=gpu02 GRES=gpu:2(IDX:0-1)`."""
+    lines = []
+    for name, gpus in job.placements:
+        gres = gres_text(len(gpus), job.spec.gpu_type) if gpus else "gpu:0"
+        where = f"(IDX:{format_spans(spans_of(gpus))})" if gpus else ""
+        lines.append(f"     Nodes={printable(name)} GRES={gres}{where}")
+    return lines
 
 
 def _own_gpu_memory(job: Job, usage: GpuUsage | None) -> str:
@@ -212,6 +253,11 @@ def format_job_details_json(
             "requeue": spec.requeue,
             "nice": spec.nice,
             "held": job.held,
+            # Across nodes (issue 32): the tasks, the nodes asked and refused, --exclusive.
+            "num_tasks": _num_tasks(job),
+            "nodelist_requested": list(spec.nodelist),
+            "exclude": list(spec.exclude),
+            "exclusive": spec.exclusive,
             "events": [
                 {"time": e.time, "state": e.state.value, "reason": e.reason}
                 for e in sorted(events, key=lambda e: e.time)

@@ -37,7 +37,9 @@ from gbatch.render.cells import (
     fit,
     format_items,
     jobs_json,
+    node_count,
     nodelist_or_reason,
+    nodelist_text,
     partition_text,
     reason_text,
 )
@@ -135,11 +137,11 @@ _SQUEUE_COLUMNS: Mapping[str, _Column] = {
     "M": _Column("TIME", _squeue_time),
     "l": _Column("TIME_LIMIT", lambda j, _: format_duration(j.time_limit)),
     "L": _Column("TIME_LEFT", lambda j, v: format_duration(_time_left(j, v))),
-    "D": _Column("NODES", lambda j, _: "1"),
+    "D": _Column("NODES", lambda j, _: str(node_count(j))),
     "C": _Column("CPUS", lambda j, _: str(j.spec.cpus_counted)),
     "m": _Column("MIN_MEMORY", lambda j, _: memory_text(j.spec.memory_mb)),
     "R": _Column("NODELIST(REASON)", lambda j, _: nodelist_or_reason(j)),
-    "N": _Column("NODELIST", lambda j, _: printable(j.node or "")),
+    "N": _Column("NODELIST", lambda j, _: nodelist_text(j)),
     # As Slurm 23.02 on: `gres/gpu:a100:2` (22.05 wrote `gres:gpu:a100:2`).
     "b": _Column("TRES_PER_NODE", lambda j, _: _tres_per_node(j)),
     "f": _Column("FEATURES", lambda j, _: printable(j.spec.constraint or "(null)")),
@@ -355,11 +357,12 @@ _CELL_KEYS: Mapping[str, Callable[[Job], object]] = {
     "U": lambda j: j.uid,
     "t": lambda j: id(j.state),
     "T": lambda j: id(j.state),
-    "D": lambda j: None,
+    # A job across nodes (issue 32) by its peers too; most jobs' are () and key alike.
+    "D": lambda j: (j.node is None, j.spec.nodes, len(j.peers)),
     "Y": lambda j: None,
     "r": lambda j: (id(j.state), j.held, j.reason),
-    "R": lambda j: (id(j.state), j.held, j.reason, j.node),
-    "N": lambda j: j.node,
+    "R": lambda j: (id(j.state), j.held, j.reason, j.node, j.peers),
+    "N": lambda j: (j.node, j.peers),
     # elapsed_seconds: 0 while pending or never started, whatever the stored times.
     "M": lambda j: (
         None if j.state is _PENDING or j.start_time is None else (j.start_time, j.end_time)
@@ -454,9 +457,9 @@ _SORT_KEYS: Mapping[str, Callable[[Job, SqueueView], Any]] = {
     "l": lambda j, _: _opt(j.time_limit),
     "L": lambda j, v: _opt(_time_left(j, v)),
     "M": lambda j, v: elapsed_seconds(j, v.now),
-    "D": lambda j, _: 1,
-    "N": lambda j, _: j.node or "",
-    "B": lambda j, _: j.node or "",  # batch host: a job's one node
+    "D": lambda j, _: node_count(j),
+    "N": lambda j, _: nodelist_text(j),
+    "B": lambda j, _: j.node or "",  # batch host: the job's first node
     "C": lambda j, _: j.spec.cpus_counted,
     "m": lambda j, _: j.spec.memory_mb or 0,
 }

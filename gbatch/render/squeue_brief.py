@@ -63,11 +63,15 @@ def format_default(columns: Mapping[str, Any], now: float, *, header: bool = Tru
     specs = columns["specs"]
     arrays = columns["array"]
     more = {at: spans for at, spans in columns["more"]}
+    # A job across nodes' other nodes (issue 32), by place; sent only when some job has any.
+    peers = {at: names for at, names in columns.get("peers", ())}
     tasks = bool(more) or any(array is not None for array in arrays)
+    placed = tasks or bool(peers)
     rows = list(
         zip(
-            # An array task's row is known by its place, for its label (array_labels).
-            range(len(arrays)) if tasks else columns["id"],
+            # An array task's row (a job across nodes' too) is known by its place, for its
+            # label (array_labels) and its nodes.
+            range(len(arrays)) if placed else columns["id"],
             columns["user"],
             columns["spec"],
             columns["state"],
@@ -83,9 +87,14 @@ def format_default(columns: Mapping[str, Any], now: float, *, header: bool = Tru
     rows.sort(key=lambda r: (not r[5], specs[r[2]]["priority"] - specs[r[2]]["nice"]), reverse=True)
     rows.sort(key=lambda r: STATE_CODES[r[3]])
     rows.sort(key=lambda r: specs[r[2]]["partition"] or IMPLICIT_PARTITION)
-    labels = array_labels(rows, columns, more) if tasks else [str(row[0]) for row in rows]
+    if tasks:
+        labels = array_labels(rows, columns, more)
+    elif placed:
+        labels = [str(columns["id"][row[0]]) for row in rows]
+    else:
+        labels = [str(row[0]) for row in rows]
     lines = [HEADER + "\n"] if header else []
-    for label, (_, user, spec_at, state, reason, held, start, end, node) in zip(
+    for label, (at, user, spec_at, state, reason, held, start, end, node) in zip(
         labels, rows, strict=True
     ):
         if label is None:  # a pending task folded into its array's first row
@@ -95,16 +104,26 @@ def format_default(columns: Mapping[str, Any], now: float, *, header: bool = Tru
             elapsed = 0
         else:
             elapsed = max(0, int((end if end is not None else now) - start))
+        others = peers.get(at) if placed else None
+        # NODES: the nodes it holds once on any, else those it asks for (-N).
+        if node is None:
+            count = str(spec.get("nodes", 1))[:6]
+        else:
+            count = "1" if others is None else str(1 + len(others))[:6]
         if state in REASON_STATES:
             if held and state == "PENDING" and not reason.startswith("JobHeld"):
                 reason = "JobHeldUser"
             where = f"({printable(reason) if reason else 'None'})"
+        elif others:
+            from gbatch.core.hostlist import compress  # deferred: jobs across nodes only
+
+            where = printable(compress([node, *others]))
         else:
             where = printable(node or "")
         lines.append(
             f"{label[:18]:>18} {printable(spec['partition'] or IMPLICIT_PARTITION)[:9]:>9} "
             f"{printable(spec['name'])[:8]:>8} {printable(user)[:8]:>8} "
-            f"{STATE_CODES[state][:2]:>2} {format_duration(elapsed)[:10]:>10}      1 {where}\n"
+            f"{STATE_CODES[state][:2]:>2} {format_duration(elapsed)[:10]:>10} {count:>6} {where}\n"
         )
     return "".join(lines)
 

@@ -129,6 +129,10 @@ class JobDecoder:
         spec_texts = [json.dumps(spec, sort_keys=True) for spec in wire_specs]
         specs: dict[int, JobSpec] = {}
         more = {at: tuple((a, b) for a, b in spans) for at, spans in columns["more"]}
+        # A job across nodes' other nodes (names only), sent only when some job has any.
+        peers = {
+            at: tuple((str(name), ()) for name in names) for at, names in columns.get("peers", ())
+        }
         labels: dict[int, str] = {}
         jobs = []
         rows = zip(*(columns[name] for name in listings.LISTING_COLUMNS), strict=True)
@@ -138,6 +142,9 @@ class JobDecoder:
             if array is not None:
                 labels[job_id] = listings.array_label(array, row[-1], spans)
                 row = (*row, spans)  # a tail's tasks are part of what it is
+            others: tuple[tuple[str, tuple[int, ...]], ...] = peers.get(at, ()) if peers else ()
+            if others:
+                row = (*row, others)  # its nodes are part of what it is
             seen = last.get(job_id)
             if seen is not None and seen[0] == row and seen[1] == spec_texts[index]:
                 job = seen[2]
@@ -145,7 +152,7 @@ class JobDecoder:
                 spec = specs.get(index)
                 if spec is None:
                     spec = specs[index] = JobSpec.from_dict(wire_specs[index])
-                job = listings.job_from_listing(row, spec, spans)
+                job = listings.job_from_listing(row, spec, spans, others)
             known[job_id] = (row, spec_texts[index], job)
             jobs.append(job)
         self._last = known

@@ -20,6 +20,7 @@ from textual.widgets import Footer, Input, Log, Static
 from gbatch.core.jobids import job_label
 from gbatch.protocol.client import RequestFailed
 from gbatch.render import scontrol
+from gbatch.render.cells import nodelist_text
 from gbatch.tui.data import LINK_ERRORS, JobSnapshot, LogChunk
 from gbatch.tui.live import JOB_ACTION_BINDINGS, LiveScreen, Services, screen_gone
 
@@ -78,7 +79,7 @@ class JobScreen(LiveScreen):
     def show_job(self, snapshot: JobSnapshot) -> None:
         self.snapshot = snapshot
         job = snapshot.job
-        where = f" on {job.node}" if job.node else ""
+        where = f" on {nodelist_text(job)}" if job.node else ""
         self.label = job_label(job)
         title = f" job {self.label} {job.spec.name!r} of {job.user}: {job.state.value}{where}"
         self.query_one("#title", Static).update(Text(title))

@@ -19,7 +19,8 @@ from gbatch.core.shares import card_text
 from gbatch.render import squeue
 from gbatch.render.cells import node_reason
 
-# (column key, header). TIME is squeue's elapsed/limit; NODE(REASON) is squeue's %R.
+# (column key, header). TIME is squeue's elapsed/limit; NODE(REASON) is squeue's %R (a
+# job across nodes: its host list, gpu[01-02]); GPUS per node, `2x4` across 2 nodes.
 QUEUE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "JOBID"),
     ("user", "USER"),
@@ -135,6 +136,8 @@ def _formatted_cells(jobs: Sequence[Job], now: float) -> dict[int, tuple[str, ..
             name = name[: _NAME_WIDTH - 1] + "…"
         kind = job.spec.gpu_type
         gpus = f"{kind}:{job.spec.gpus}" if kind else str(job.spec.gpus)
+        if job.spec.nodes > 1:  # across nodes (issue 32): nodes x GPUs on each
+            gpus = f"{job.spec.nodes}x{gpus}"
         cells[job.id] = (job_id, user, name, code, gpus, f"{elapsed}/{limit}", where)
     return cells
 

@@ -120,8 +120,12 @@ def test_what_gbatch_cannot_take_is_one_line_and_nothing_is_queued(
         "#!/bin/bash\n#SBATCH --tim=5\nhostname\n": (
             "bad.sh:2: #SBATCH --tim=5: not an option gbatch knows (did you mean --time?)"
         ),
-        "#!/bin/bash\n#SBATCH --nodes=2\nhostname\n": (
-            "bad.sh:2: #SBATCH -N/--nodes: '2' asks for more than one task or node"
+        # Issue 32: -N 2 is taken now; a count no partition holds is not.
+        "#!/bin/bash\n#SBATCH --nodes=0\nhostname\n": (
+            'bad.sh:2: #SBATCH -N/--nodes: "0" is out of range. Ask for 1 to 1024 nodes'
+        ),
+        "#!/bin/bash\n#SBATCH -J ok\n#SBATCH -N 2\nhostname\n": (
+            "bad.sh:3: #SBATCH nodes: 2 nodes requested (-N) but partition "
         ),
         "#!/bin/bash\n#SBATCH --wrap 'x'\n": "bad.sh:2: #SBATCH --wrap: a batch script is its own",
         "#!/bin/bash\n#SBATCH -t\n": "bad.sh:2: #SBATCH: argument -t/--time: expected one argument",
@@ -174,7 +178,6 @@ TEMPLATE = """#!/bin/bash
 #SBATCH --job-name=template
 #SBATCH --account=proj-42
 #SBATCH --qos=normal
-#SBATCH --exclusive
 #SBATCH --hint=nomultithread
 #SBATCH --get-user-env
 #SBATCH --propagate=STACK
@@ -194,9 +197,10 @@ def test_a_cluster_template_runs_with_the_options_gbatch_takes_without_effect(
     head.wait_state(job_id, "COMPLETED")
     assert log(head, job_id) == ["gpus=1 cpus=2"]
     help_text = sbatch_in(head, tmp_path, "--help").stdout
-    for option in ("--account", "--qos", "--exclusive", "--hint", "--get-user-env"):
+    for option in ("--account", "--qos", "--hint", "--get-user-env", "--no-kill"):
         assert option in help_text
-    assert help_text.count("accepted, no effect here") >= 8
+    # --exclusive is taken for real now (issue 32: each node whole).
+    assert help_text.count("accepted, no effect here") >= 7
 
 
 def test_quiet_prints_nothing_and_wait_returns_the_jobs_exit_code(

@@ -95,3 +95,53 @@ def test_an_inventorys_partitions_give_default_and_maximum_times(tmp_path: Path)
         assert "   Partition=long\n" in shown
     finally:
         head.stop()
+
+
+def test_more_nodes_than_a_partition_has_are_refused_at_submit_and_nothing_is_queued(
+    tmp_path: Path,
+) -> None:
+    """Issue 32: `-N 3` on a 2-node partition is one line naming the partition and the
+    fix, exit 2, nothing queued; so are -w naming a node the partition lacks and a node
+    count past what -x leaves. Refused from the inventory alone: the nodes never report."""
+    head = make_head(tmp_path / "home")
+    (tmp_path / "inventory.yaml").write_text(INVENTORY)
+    head.env["GBATCH_INVENTORY"] = str(tmp_path / "inventory.yaml")
+    head.start()
+    try:
+        image = ("--container-image", "busybox:1.36")
+        refusals = {
+            ("-N", "3", "-p", "long"): (
+                "nodes: 3 nodes requested (-N) but partition long has 2 (fast1,big1). Ask for "
+                "at most 2 (-N 2), or use a partition with more nodes (-p)"
+            ),
+            ("-N", "2"): (
+                "nodes: 2 nodes requested (-N) but partition short has 1 (fast1). Ask for at "
+                "most 1 (-N 1), or use a partition with more nodes (-p)"
+            ),
+            ("-w", "big1"): (
+                "nodelist: big1 is not a node of partition short (its nodes: fast1). Name "
+                "nodes of it (-w), or use the partition big1 is in (-p)"
+            ),
+            ("-N", "2", "-p", "long", "-x", "big1"): (
+                "nodes: 2 nodes requested (-N) but partition long has 1 not excluded (-x) "
+                "(fast1). Ask for at most 1 (-N 1), or use a partition with more nodes (-p)"
+            ),
+        }
+        for options, message in refusals.items():
+            refused = head.run("sbatch", *image, *options, "--wrap", "hostname")
+            assert refused.returncode == 2, refused
+            assert refused.stderr == f"gbatch sbatch: error: {message}\n"
+        script = tmp_path / "three.sh"
+        script.write_text("#!/bin/bash\n#SBATCH -p long\n#SBATCH -N 3\nsrun hostname\n")
+        refused = head.run("sbatch", *image, str(script))
+        assert refused.returncode == 2
+        assert refused.stderr.startswith(
+            f"gbatch sbatch: error: {script}:3: #SBATCH nodes: 3 nodes requested (-N) but "
+            "partition long has 2"
+        ), refused.stderr
+        assert head.run("squeue", "-h", "-t", "all", check=True).stdout == ""
+        # What the partition holds is queued, waiting for its nodes.
+        both = head.sbatch(*image, "-N", "2", "-p", "long", "--wrap", "hostname")
+        assert head.job(both)["state"] == "PENDING"
+    finally:
+        head.stop()

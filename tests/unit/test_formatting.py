@@ -270,6 +270,9 @@ def test_squeue_json_lists_jobs_with_machine_readable_fields() -> None:
         "reason": "None",
         "partition": "gpu",
         "node": "local",
+        "nodes": "local",
+        "num_nodes": 1,
+        "placements": [{"node": "local", "gpus": [0, 1]}],
         "gpus": [0, 1],
         "gpu_uuids": [],
         "gpus_requested": 2,
@@ -531,7 +534,11 @@ def test_job_details_prints_scontrol_style_record_and_events() -> None:
         f"   StartTime={start} EndTime={format_timestamp(NOW - 65 + 3600)}\n"
         "   Partition=gpu\n"
         "   NodeList=local Gres=gpu:2 GPUs=0,1 Attempt=1 Retries=3 Requeue=1\n"
+        "   BatchHost=local\n"
+        "   NumNodes=1 NumTasks=1\n"
         "   NumCPUs=1 MinMemoryNode=0\n"
+        "   ReqTRES=billing=1,cpu=1,gres/gpu=2,node=1\n"
+        "   AllocTRES=billing=1,cpu=1,gres/gpu=2,node=1\n"
         "   TresPerNode=gres/gpu:2\n"
         "   Command=python train.py --lr 0.1\n"
         "   Image=pytorch:24.01 WorkDir=/data/alice Mounts=/data:/data:ro,/scratch:/scratch"

@@ -40,6 +40,8 @@ def test_each_command_has_a_page_naming_every_option_and_argument_of_its_parser(
         page = made[f"gbatch-{name}.1"]
         assert f".TH GBATCH\\-{_roff(name.upper())} 1" in page
         for action in command._actions:
+            if action.help == argparse.SUPPRESS:  # hidden from --help (--exclusive=user)
+                continue
             for flag in action.option_strings:
                 assert f"\\fB{_roff(flag)}\\fR" in page, f"{name}: {flag}"
             if not action.option_strings and action.help:

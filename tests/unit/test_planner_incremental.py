@@ -1,6 +1,7 @@
 """The incremental Planner gives what a full plan() gives, pass after pass, whatever
 changed in between: submits, ends, cancels, holds, priorities, nodes, usage, limits;
-with jobs of whole GPUs, of GPU types and of shares of one GPU."""
+with jobs of whole GPUs, of GPU types, of shares of one GPU and across nodes (-N, -w, -x,
+--exclusive)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,15 @@ def make_job(job_id: int, draw: st.DrawFn) -> Job:
     if draw(st.booleans()):  # a share of one GPU (issue 30)
         share = draw(st.sampled_from((10 * 1024, 20 * 1024, 40 * 1024, 100 * 1024)))
         spec = replace(spec, gpus=1, gpu_mem_mb=share)
+    if draw(st.booleans()):  # placed by node (issue 32): -N, -w, -x, --exclusive
+        names = st.sampled_from(tuple(f"n{i}" for i in range(5)))
+        spec = replace(
+            spec,
+            nodes=draw(st.sampled_from((1, 1, 2, 3))),
+            nodelist=tuple(sorted(draw(st.sets(names, max_size=2)))),
+            exclude=tuple(sorted(draw(st.sets(names, max_size=1)))),
+            exclusive=draw(st.booleans()) and draw(st.booleans()),
+        )
     return Job(
         id=job_id,
         uid=1000,
@@ -113,6 +123,8 @@ def make_node(
         free_slices=free_slices,
         shareable=tuple((g, CARD_MIB) for g in shareable),
         share_room=tuple(room),
+        busy=bool(busy) or draw(st.booleans()),
+        whole=draw(st.booleans()) and draw(st.booleans()),
     )
 
 
@@ -134,6 +146,8 @@ def nodes_now(draw: st.DrawFn, statics: list[NodeView]) -> list[NodeView]:
                 typed_releases=fresh.typed_releases,
                 free_slices=fresh.free_slices,
                 share_room=fresh.share_room,
+                busy=fresh.busy,
+                whole=fresh.whole,
             )
         )
     return result

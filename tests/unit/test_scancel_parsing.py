@@ -64,7 +64,11 @@ def test_the_cli_splits_steps_from_job_ids_and_refuses_a_bad_step_with_exit_2() 
 def test_job_filters_combine_as_and_between_and_or_within_in_sql() -> None:
     assert filter_sql(None) == ("1", []) and filter_sql(JobFilter()) == ("1", [])
     where, params = filter_sql(JobFilter(names=("a", "b"), nodes=("n1",)))
-    assert where == "(name IN (?, ?) AND node IN (?))" and params == ["a", "b", "n1"]
+    # A node list matches a job's first node or any of its peers (issue 32).
+    assert where == (
+        "(name IN (?, ?) AND (node IN (?) OR EXISTS (SELECT 1 FROM json_each(nullif(peers, "
+        "'')) WHERE json_extract(value, '$[0]') IN (?))))"
+    ) and params == ["a", "b", "n1", "n1"]
     where, params = filter_sql(JobFilter(partitions=("p",), nodes=("n1",)), tails=True)
     assert where.endswith("AND 0)") and params == ["gpu", "p"]
 

@@ -770,11 +770,12 @@ def test_examples_are_the_documented_ones() -> None:
     train = load_job_file(EXAMPLES / "train.yaml")
     # Every key but secret_env (an example should not teach writing secrets into a file)
     # and the other ways of giving `mem`, which exclude it; dependency (it names a job id
-    # of the reader's queue, which the file cannot know); ntasks (1, the only value);
-    # notify (a head allows only the webhook addresses its admin lists); gpu_type (`gpus:
-    # a100:2` says it, as Slurm's --gpus does); gpu_mem (a share of one GPU, which
-    # excludes the example's two whole ones: a comment there shows it), gpu_shards
-    # (Slurm's --gres=shard:N, the same share sized by the admin).
+    # of the reader's queue, which the file cannot know); the keys of a job across nodes
+    # (examples/across-nodes.yaml has them); notify (a head allows only the webhook
+    # addresses its admin lists); gpu_type (`gpus: a100:2` says it, as Slurm's --gpus
+    # does); gpu_mem (a share of one GPU, which excludes the example's two whole ones: a
+    # comment there shows it), gpu_shards (Slurm's --gres=shard:N, the same share sized by
+    # the admin).
     left_out = {
         "gpu_mem",
         "gpu_shards",
@@ -785,6 +786,7 @@ def test_examples_are_the_documented_ones() -> None:
         "ntasks",
         "notify",
         "gpu_type",
+        *ACROSS_NODES,
     }
     assert set(train) | left_out == set(KEYS)
     spec = build_spec(train, {}, default_name="train", now=0.0)
@@ -793,14 +795,26 @@ def test_examples_are_the_documented_ones() -> None:
     assert (spec.export, spec.signal, spec.mail_type) == ("NONE", "USR1@120", "END,FAIL")
 
 
-@pytest.mark.parametrize("value", [2, "2", 0, True, "one"])
-def test_ntasks_other_than_one_is_refused_naming_the_key(value: object) -> None:
-    with pytest.raises(SpecError, match=r"^ntasks: .*one task on one node. Use 1"):
+ACROSS_NODES = ("nodes", "ntasks_per_node", "gpus_per_node", "nodelist", "exclude", "exclusive")
+
+
+def test_the_across_nodes_example_asks_two_whole_nodes_of_four_gpus() -> None:
+    data = load_job_file(EXAMPLES / "across-nodes.yaml")
+    assert set(data) >= {"nodes", "gpus_per_node", "ntasks_per_node", "exclusive"}
+    spec = build_spec(data, {}, default_name="across-nodes")
+    assert (spec.nodes, spec.gpus, spec.total_gpus) == (2, 4, 8)
+    assert (spec.ntasks_per_node, spec.exclusive) == (1, True)
+
+
+@pytest.mark.parametrize("value", ["2", 0, True, "one", -1, 70000])
+def test_a_bad_ntasks_is_refused_naming_the_key(value: object) -> None:
+    with pytest.raises(SpecError, match=r"^ntasks: .* is not a number of tasks. Use a whole"):
         build({"ntasks": value})
 
 
-def test_ntasks_one_is_kept_so_the_job_sees_slurm_ntasks() -> None:
+def test_ntasks_is_kept_so_the_job_sees_slurm_ntasks() -> None:
     assert build({"ntasks": 1}).ntasks == 1
+    assert build({"ntasks": 4}).ntasks == 4  # on one node: srun starts 4 tasks there
     assert build({}).ntasks is None
     assert JobSpec.from_dict(build({"ntasks": 1}).to_dict()).ntasks == 1
 
@@ -874,7 +888,7 @@ def test_bad_notify_names_the_field_and_the_form(value: object, message: str) ->
     [
         ({"command": "x", "name": "bad name", "gpus": -1}, "name"),
         ({"command": "x", "gpus": "many", "time_limit": "soon"}, "gpus"),
-        ({"command": "x", "ntasks": 2, "submit_dir": "relative", "partition": "b p"}, "ntasks"),
+        ({"command": "x", "ntasks": 0, "submit_dir": "relative", "partition": "b p"}, "ntasks"),
         ({"command": "x", "submit_dir": "relative", "partition": "b p"}, "submit_dir"),
         ({"command": "x", "partition": "b p", "mem": "lots"}, "partition"),
         ({"command": "x", "mem": "lots", "begin": "never"}, "mem"),

@@ -35,6 +35,7 @@ def specs(draw: st.DrawFn) -> JobSpec:
         priority=draw(st.integers(-5, 5)),
         nice=draw(st.integers(-3, 3)),
         partition=draw(st.one_of(st.none(), st.sampled_from(["gpu", "debug", "a100"]), _TEXT)),
+        nodes=draw(st.sampled_from([1, 1, 2, 3])),  # a job across nodes (issue 32)
     )
 
 
@@ -62,6 +63,11 @@ def queues(draw: st.DrawFn, arrays: bool = True) -> list[Job]:
             if draw(st.integers(0, 3)) == 0:
                 first = draw(st.integers(0, 40))
                 more = ((first, first + draw(st.integers(0, 5))),)
+        node = draw(st.one_of(st.none(), st.sampled_from(["gpu1", "node-with-long-name"])))
+        peers: tuple[tuple[str, tuple[int, ...]], ...] = ()
+        if node is not None and spec.nodes > 1:
+            names = draw(st.sampled_from([("gpu2",), ("gpu2", "gpu3"), ("zeta",)]))
+            peers = tuple((name, (0, 1)) for name in names)
         jobs.append(
             Job(
                 id=job_id,
@@ -74,8 +80,9 @@ def queues(draw: st.DrawFn, arrays: bool = True) -> list[Job]:
                 held=draw(st.booleans()),
                 start_time=draw(_TIME),
                 end_time=draw(_TIME),
-                node=draw(st.one_of(st.none(), st.sampled_from(["gpu1", "node-with-long-name"]))),
+                node=node,
                 array_more=more,
+                peers=peers,
             )
         )
     return jobs
@@ -156,3 +163,38 @@ _WORDS = st.lists(st.text(min_size=1, max_size=8), max_size=3).map(tuple)
 def test_the_everyday_request_decodes_to_list_jobs_of_its_fields(**fields: Any) -> None:
     lean = json.loads(json.dumps(squeue_brief.list_jobs(**fields)))
     assert decoder.decode_request(lean) == requests.ListJobs(**fields)
+
+
+def test_a_job_across_nodes_reads_its_node_count_and_host_list() -> None:
+    # Issue 32: NODES is the nodes asked for while pending (-N 2), those held once
+    # running; NODELIST the compressed host list, as Slurm's `gpu[01-02]`.
+    spec = JobSpec(name="ddp", command=("true",), gpus=2, nodes=2)
+    one = JobSpec(name="one", command=("true",), gpus=1)
+    jobs = [
+        Job(1, 1000, "alice", spec, JobState.RUNNING, NOW - 60, start_time=NOW - 60,
+            node="gpu01", gpus=(0, 1), peers=(("gpu02", (0, 1)),)),
+        Job(2, 1000, "alice", spec, JobState.PENDING, NOW, reason="Resources"),
+        Job(3, 1000, "alice", one, JobState.RUNNING, NOW - 60, start_time=NOW - 60,
+            node="gpu03", gpus=(0,)),
+    ]  # fmt: skip
+    columns = _as_sent(listings.jobs_to_columns(jobs))
+    assert columns["peers"] == [[0, ["gpu02"]]]
+    out = squeue_brief.format_default(columns, NOW)
+    assert out == _full(columns, NOW, True)
+    assert out.splitlines()[1:] == [
+        "                 2       gpu      ddp    alice PD       0:00      2 (Resources)",
+        "                 1       gpu      ddp    alice  R       1:00      2 gpu[01-02]",
+        "                 3       gpu      one    alice  R       1:00      1 gpu03",
+    ]
+    full = squeue.format_squeue(listings.jobs_from_columns(columns), NOW, fmt="%i %D %N %R")
+    assert full.splitlines()[1:] == [
+        "1 2 gpu[01-02] gpu[01-02]",
+        "2 2  (Resources)",
+        "3 1 gpu03 gpu03",
+    ]
+
+
+def test_a_listing_of_jobs_on_one_node_carries_no_peers_column() -> None:
+    # Most jobs are on one node: their listing is as it was, byte for byte.
+    job = Job(1, 1000, "alice", JobSpec(name="a", command=("true",)), JobState.PENDING, NOW)
+    assert "peers" not in listings.jobs_to_columns([job])

@@ -1243,3 +1243,26 @@ def test_the_window_holds_planning_specs_shared_by_jobs_that_ask_the_same(store:
     assert (jobs[first].spec.gpus, jobs[first].spec.time_limit) == (2, 60)
     assert (jobs[third].spec.name, jobs[third].spec.dependency) == ("c", "afterok:1")
     assert store.require(first).spec == one  # the store's own reads are whole
+
+
+def test_the_window_keeps_what_places_a_job_across_nodes(store: Store) -> None:
+    """-N, -w, -x and --exclusive reach the planner through the loop's window (issue 32)."""
+    spec = JobSpec(
+        name="a",
+        command=("true",),
+        gpus=2,
+        nodes=2,
+        nodelist=("n1", "n2"),
+        exclude=("n3",),
+        exclusive=True,
+    )
+    store.submit([spec], 1000, "alice", 0)
+    window = RunnableWindow(per_user=10)
+    (job,) = store.read_window(window)
+    kept = job.spec
+    assert (kept.nodes, kept.nodelist, kept.exclude, kept.exclusive) == (
+        2,
+        ("n1", "n2"),
+        ("n3",),
+        True,
+    )

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from gbatch.core.model import IMPLICIT_PARTITION, Job, JobState
+from gbatch.core.selection import on_any
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.audit import audit
 from gbatch.head.handlers.auth import is_admin, may_act_on
@@ -331,8 +332,8 @@ def _filtered(request: requests.ListJobs) -> bool:
 def _narrowed(found: list[Job], request: requests.ListJobs) -> list[Job]:
     """The jobs of `found` that squeue's -n (names), -p (partitions) and -w (nodes) keep.
 
-    A job passes when it matches one of each list given. A job queued before partitions
-    existed is in the implicit partition, as squeue shows it."""
+    A job passes when it matches one of each list given (-w: any of its nodes). A job
+    queued before partitions existed is in the implicit partition, as squeue shows it."""
     if request.names:
         names = set(request.names)
         found = [j for j in found if j.spec.name in names]
@@ -341,7 +342,7 @@ def _narrowed(found: list[Job], request: requests.ListJobs) -> list[Job]:
         found = [j for j in found if (j.spec.partition or IMPLICIT_PARTITION) in parts]
     if request.nodes:
         hosts = set(request.nodes)
-        found = [j for j in found if j.node is not None and j.node in hosts]
+        found = [j for j in found if on_any(j, hosts)]
     return found
 
 
@@ -354,7 +355,7 @@ def _shown(job: Job, request: requests.ListJobs, private: bool, caller: Caller) 
             not request.partitions
             or (job.spec.partition or IMPLICIT_PARTITION) in request.partitions
         )
-        and (not request.nodes or (job.node is not None and job.node in request.nodes))
+        and (not request.nodes or on_any(job, request.nodes))
     )
 
 

@@ -92,11 +92,12 @@ def _signal_job(
         return NOT_NOW
     if job.state is not JobState.RUNNING:
         return ENDED
-    node = daemon.fleet.nodes.get(job.node or "")
-    if node is None:
+    nodes = [node for _, node in daemon.fleet.run_nodes(job) if node is not None]
+    if not nodes:
         return NOT_NOW
     audit(daemon, caller, "signal", job, f"allowed: SIG{signal_label(signum)} to {_shown(target)}")
-    node.signal(job, job.attempt, signal.Signals(signum), target)
+    for node in nodes:  # a job across nodes: its run on every node
+        node.signal(job, job.attempt, signal.Signals(signum), target)
     return None
 
 

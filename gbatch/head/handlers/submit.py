@@ -101,6 +101,8 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     _check_notify_allowed(daemon, spec)
     spec = _shards_as_memory(daemon, spec)
     spec = _in_partition(daemon, spec, limit)
+    if spec.nodes > 1 and spec.image is not None and not spec.every_node:
+        spec = spec.replace(every_node=True)  # a container on every node (docs/multinode.md)
     try:  # the site's policy: mount roots (symlinks followed as the submitter), bare jobs
         spec = policy.check_submission(
             spec,
@@ -119,6 +121,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     if not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
     check_fits_some_node(daemon, spec)
+    check_nodes_there(daemon, spec)
     _check_runnable_somewhere(daemon, spec)
     if spec.dependency is not None:
         spec = spec.replace(dependency=check_dependency(daemon, caller, spec.dependency))
@@ -126,7 +129,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     if limits is not None:
         for refusal in (
             array_refusal(count, limits.max_array_size),
-            gpus_refusal(spec.gpus, limits.max_gpus),
+            gpus_refusal(spec.total_gpus, limits.max_gpus),
         ):
             if refusal is not None:
                 raise Refused("invalid", refusal)
@@ -410,6 +413,8 @@ def check_fits_some_node(
             where = where.replace("largest node", f"node with the most {kind} GPUs")
             hint += f", or for any GPUs (--gres=gpu:{gpus})"
         count = f"{gpus} {kind} GPUs" if kind else f"{gpus} GPUs"
+        if spec.nodes > 1:
+            count += " on each node"
         raise Refused(
             "invalid", f"{label['gpus']}: {count} requested but {where} has {have}{detail}. {hint}"
         )
@@ -443,6 +448,77 @@ def check_fits_some_node(
         "invalid",
         f"gpus, cpus, mem: no node{of}{with_it} has {' and '.join(asked)} at once "
         f"({shown}{more}). Ask for less, or use another partition",
+    )
+
+
+def check_nodes_there(daemon: Daemon, spec: JobSpec, label: str = "nodes") -> None:
+    """Refuse a job its partition has too few nodes for, or whose -w names a node not in it.
+
+    Its nodes less those it excludes (-x) must be as many as it asks for (-N); once every
+    node has reported, as many must hold its per-node GPUs, CPUs and memory. Slurm
+    refuses these at submit ("Requested node configuration is not available"); queued,
+    they would wait for good. `label`: how the caller's user named the node count."""
+    from gbatch.core.hostlist import compress
+
+    chosen = daemon.fleet.partitions.get(spec.partition or "")
+    names = chosen.nodes if chosen is not None else tuple(daemon.fleet.nodes)
+    where = f"partition {chosen.name}" if chosen is not None else "this fleet"
+    strangers = [name for name in spec.nodelist if name not in names]
+    if strangers:
+        raise Refused(
+            "invalid",
+            f"nodelist: {strangers[0]} is not a node of {where} (its nodes: "
+            f"{compress(names) or 'none'}). Name nodes of it (-w), or use the partition "
+            f"{strangers[0]} is in (-p)",
+        )
+    usable = [name for name in names if name not in spec.exclude]
+    if spec.nodes > 1 or not usable:
+        _enough_nodes(spec, len(usable), where, compress(usable), label)
+    sizes = daemon.fleet.sizes_for(spec.partition)
+    if spec.nodes == 1 or not sizes:
+        return
+    holding = [
+        size.name
+        for size in sizes
+        if size.name in usable
+        and size.holds(
+            spec.gpus,
+            spec.cpus_reserved,
+            spec.memory_mb or 0,
+            spec.gpu_type,
+            spec.constraint,
+        )
+    ]
+    if len(holding) < spec.nodes:
+        each = ", ".join(
+            [
+                f"{spec.gpus} GPUs",
+                *([f"{spec.cpus_reserved} CPUs"] if spec.cpus_reserved else []),
+                *([memory_text(spec.memory_mb)] if spec.memory_mb else []),
+            ]
+        )
+        raise Refused(
+            "invalid",
+            f"{label}: {spec.nodes} nodes with {each} each requested, but "
+            f"{len(holding)} node{'s' if len(holding) != 1 else ''} of {where} "
+            f"hold{'s' if len(holding) == 1 else ''} that ({compress(holding) or 'none'}). "
+            "Ask for fewer nodes, or less on each (--gpus-per-node, -c, --mem)",
+        )
+
+
+def _enough_nodes(spec: JobSpec, usable: int, where: str, shown: str, label: str) -> None:
+    if spec.nodes <= usable:
+        return
+    excluded = " not excluded (-x)" if spec.exclude else ""
+    fix = (
+        f"Ask for at most {usable} (-N {usable}), or use a partition with more nodes (-p)"
+        if usable
+        else "Exclude fewer nodes (-x), or use another partition (-p)"
+    )
+    raise Refused(
+        "invalid",
+        f"{label}: {spec.nodes} node{'s' if spec.nodes > 1 else ''} requested (-N) but {where} "
+        f"has {usable}{excluded} ({shown or 'none'}). {fix}",
     )
 
 

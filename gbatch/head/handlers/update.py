@@ -19,7 +19,11 @@ from gbatch.head.handlers.audit import audit
 from gbatch.head.handlers.auth import is_admin, submit_limits
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
-from gbatch.head.handlers.submit import check_dependency, check_fits_some_node
+from gbatch.head.handlers.submit import (
+    check_dependency,
+    check_fits_some_node,
+    check_nodes_there,
+)
 from gbatch.head.handlers.targets import MAX_ARRAY, named_job, stored_job
 from gbatch.protocol import requests
 
@@ -77,8 +81,10 @@ def _planned_update(
             audit(daemon, caller, "update", found, f"refused: {err.message}")
         raise Refused(err.kind, err.message) from None
     spec = change.spec
-    if spec.gpus != found.spec.gpus:
-        _check_update_gpus(daemon, caller, spec.gpus)
+    if spec.total_gpus != found.spec.total_gpus:
+        _check_update_gpus(daemon, caller, spec.total_gpus)
+    if spec.nodes != found.spec.nodes:
+        check_nodes_there(daemon, spec, "NumNodes")
     if (spec.gpus, spec.gpu_type, spec.constraint) != (
         found.spec.gpus,
         found.spec.gpu_type,
@@ -186,7 +192,8 @@ def _update_throttle(daemon: Daemon, caller: Caller, found: Job, value: str) -> 
 
 
 def _check_update_gpus(daemon: Daemon, caller: Caller, gpus: int) -> None:
-    """Refuse a new GPU count over the caller's max_gpus (the nodes: check_fits_some_node)."""
+    """Refuse a new GPU count (on all the job's nodes) over the caller's max_gpus (the
+    nodes: check_fits_some_node)."""
     limits = submit_limits(daemon, caller)
     refusal = None if limits is None else gpus_refusal(gpus, limits.max_gpus)
     if refusal is not None:

@@ -7,11 +7,14 @@ already ended removed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
-from gbatch.core.model import ALLOCATED_STATES, Job, JobState
+from gbatch.core.model import ALLOCATED_STATES, IllegalTransition, Job, JobState
+from gbatch.core.multinode import node_index, run_at
 from gbatch.head import gpubudget, idlegpu
 from gbatch.head.fleet import Fleet
 from gbatch.head.liveness import Liveness
@@ -19,8 +22,8 @@ from gbatch.head.loop.conditions import NodeConditions
 from gbatch.head.loop.dispatch import LAUNCH_SETTLE_SECONDS, LAUNCH_UNKNOWN
 from gbatch.head.loop.runs import RunEnd, Runs
 from gbatch.head.store import Store
-from gbatch.nodes.base import Node, RunStatus
-from gbatch.nodes.docker import container_name
+from gbatch.nodes.base import LaunchError, Node, RunStatus
+from gbatch.nodes.docker import container_name, node_index_of
 
 log = logging.getLogger("gbatchd")
 
@@ -54,6 +57,11 @@ class EndedRuns:
         self.conditions.tell_nodes_down(liveness, now)
         exited: list[RunEnd] = []
         for job in allocated:
+            if job.peers:
+                ended = self._collect_across(job, liveness, now)
+                if ended is not None:
+                    exited.append(ended)
+                continue
             node = self.fleet.nodes.get(job.node or "")
             if node is None:
                 # Its node left the inventory: whether the run lives is unknowable, so
@@ -87,6 +95,131 @@ class EndedRuns:
         # One commit for all the runs that exited since the last tick.
         if exited:
             self.runs.end_runs(exited, now)
+
+    def _collect_across(
+        self, job: Job, liveness: Mapping[str, Liveness], now: float
+    ) -> RunEnd | None:
+        """collect() for a job across nodes: ONE job on all its nodes.
+
+        A node of its allocation gone from the inventory or lost (its lease run out)
+        ends the whole job, whether or not a run of it was there. It is RUNNING while
+        all its runs run (a CONFIGURING one is adopted once every run is found); it ends
+        once every run has ended, COMPLETED only if all exited 0. The first run found
+        failed (by node order) while others still run stops them (kill-on-bad-exit: the
+        job goes COMPLETING, the limits step signals every node) and gives the job its
+        exit code and a reason that names its node. A run vanished ends the job as on
+        one node. Returns the end to record with the others of this tick, if any."""
+        for name in job.node_names:
+            if name not in self.fleet.nodes:
+                self.runs.end_run(
+                    job, JobState.NODE_FAIL, f"node {name} is not in the fleet", now, end_time=now
+                )
+                return None
+            if liveness[name].runs_stopped:
+                self._run_lost_with_node(job, liveness[name], now, name)
+                return None
+        statuses: list[tuple[str, Node, RunStatus]] = []
+        for name, node in self.fleet.run_nodes(job):
+            assert node is not None  # every node is in the fleet (above)
+            statuses.append((name, node, node.status(job, job.attempt)))
+        states = [status.state for _, _, status in statuses]
+        if all(state == "running" for state in states):
+            if job.state is JobState.CONFIGURING and self._start_held(job, statuses, now):
+                self.runs.confirm_running(
+                    [job], "adopted: its unconfirmed start was found running", self.clock()
+                )
+            return None
+        vanished = next(((n, node) for n, node, st in statuses if st.state == "vanished"), None)
+        if vanished is not None and (job.stop_state is None or "running" in states):
+            self._run_vanished(job, vanished[1], now)
+            return None
+        if "unknown" in states and job.stop_state is None:
+            return None  # a node cannot tell now: neither adopt nor requeue
+        failed = next(
+            (
+                (index, name, status)
+                for index, (name, _, status) in enumerate(statuses)
+                if status.state == "exited" and (status.exit_code or status.signal or status.oom)
+            ),
+            None,
+        )
+        if "running" in states or "unknown" in states:
+            if failed is not None and job.stop_state is None:
+                self._stop_others(job, *failed, now)
+            return None
+        # Every run has ended (exited, or vanished while being stopped).
+        exits = [status for _, _, status in statuses if status.state == "exited"]
+        last = max((s.end_time or now for s in exits), default=now)
+        if job.stop_state is not None:
+            # The job's exit is its first node's run's (the batch script's), as on one node.
+            first = statuses[0][2]
+            shown = first if first.state == "exited" else RunStatus("exited", 0, 0, last)
+            end = self._finish(job, replace(shown, end_time=last), now)
+            if job.exit_code is not None:
+                # Stopped for a failed run: the job ends with that run's exit and reason.
+                fields = {**end.fields, "exit_code": job.exit_code}
+                fields["exit_signal"] = job.exit_signal or 0
+                return RunEnd(job, end.new, job.reason or end.reason, fields)
+            return end
+        if failed is None:
+            return self._finish(job, RunStatus("exited", 0, 0, last), now)
+        index, name, status = failed
+        end = self._finish(job, status, now)
+        return RunEnd(job, end.new, f"{end.reason} on {name} (node {index})", end.fields)
+
+    def _start_held(
+        self, job: Job, statuses: Sequence[tuple[str, Node, RunStatus]], now: float
+    ) -> bool:
+        """Start every node's run of an adopted job across nodes (the daemon died, or an
+        answer was lost, between creating its containers and starting them): docker
+        starts those only created and leaves running ones be. False when a start failed
+        (its job is ended or left as dispatch's rules say)."""
+        if job.spec.image is None:
+            return True
+        for index, (name, node, _) in enumerate(statuses):
+            try:
+                node.start_held(job, job.attempt)
+            except LaunchError as err:
+                if err.maybe_started or err.node_busy:
+                    return False  # asked again at the next tick
+                for _, other, _ in statuses:
+                    other.signal(job, job.attempt, signal.SIGKILL)
+                self.runs.end_run(
+                    job,
+                    JobState.PENDING,
+                    f"adopting its runs failed on {name} (node {index}): {err}; requeued",
+                    now,
+                    end_time=now,
+                )
+                return False
+        return True
+
+    def _stop_others(self, job: Job, index: int, name: str, status: RunStatus, now: float) -> None:
+        """A run of a job across nodes failed while others run: stop them all (COMPLETING,
+        the limits step signals every node), the job to end FAILED with that run's exit
+        (or requeued as a retry, when it has retries left)."""
+        code, killed_by = status.exit_code or 0, status.signal or 0
+        outcome = f"exit code {code}" if not killed_by else f"killed by signal {killed_by}"
+        if status.oom:
+            outcome = "out of memory"
+        where = f"{outcome} on {name} (node {index})"
+        if (used := self.runs.retries_used(job)) < job.spec.retries:
+            stop, reason = JobState.PENDING, f"retry {used + 1}/{job.spec.retries} after {where}"
+        else:
+            stop = JobState.OUT_OF_MEMORY if status.oom else JobState.FAILED
+            reason = where
+        log.warning("job %d: %s; stopping its runs on every node", job.id, where)
+        with contextlib.suppress(IllegalTransition):
+            self.store.set_state(
+                job.id,
+                JobState.COMPLETING,
+                reason,
+                now,
+                expect={JobState.RUNNING},
+                stop_state=stop,
+                exit_code=code,
+                exit_signal=killed_by,
+            )
 
     def _finish(self, job: Job, status: RunStatus, now: float) -> RunEnd:
         """How the exited run of `job` ends (not recorded yet)."""
@@ -179,10 +312,21 @@ class EndedRuns:
         del listing_after[key]
         return False
 
-    def _run_lost_with_node(self, job: Job, liveness: Liveness, now: float) -> None:
+    def _run_lost_with_node(
+        self, job: Job, liveness: Liveness, now: float, name: str | None = None
+    ) -> None:
         """The run's node is down and its lease has run out: the run is dead, and the
-        job is requeued (NODE_FAIL if it opted out, its stop state if being stopped)."""
-        lost = f"node {job.node} down ({liveness.describe('')}); its run was stopped by the lease"
+        job is requeued (NODE_FAIL if it opted out, its stop state if being stopped).
+
+        `name`: the node lost, when not the job's first (a job across nodes ends whole:
+        its runs on the other nodes are killed as its end cleans them up)."""
+        name = name or job.node
+        lost = f"node {name} down ({liveness.describe('')}); its run was stopped by the lease"
+        if job.peers:
+            lost = (
+                f"node {name} of its {len(job.node_names)} nodes down "
+                f"({liveness.describe('')}); the job's runs were stopped on every node"
+            )
         if job.stop_state is not None:
             new, reason = job.stop_state, f"{_stop_reason(job.stop_state)}; {lost}"
         elif job.spec.requeue:
@@ -211,6 +355,11 @@ class EndedRuns:
                 continue
             if job.state in ALLOCATED_STATES and job.attempt < container.attempt:
                 continue  # listed before the store said so: a run being started now
+            index = node_index_of(container.name)
+            if index and node_index(job, node.name) != index:
+                # Another node's run of a job across nodes that no longer names this
+                # node at that place (requeued): the node finds it by its place.
+                job = run_at(job, node.name, index)
             if container.state == "running":
                 log.warning(
                     "node %s: run %d.%d of a job already %s was still running; killing it",

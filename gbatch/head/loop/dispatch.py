@@ -7,10 +7,14 @@ at once.
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import partial
 
 from gbatch.core.crashpoints import crash_point
 from gbatch.core.model import Job, JobState
+from gbatch.core.multinode import Layout, master_port, run_env
 from gbatch.head.fleet import Fleet
 from gbatch.head.loop.runs import Runs
 from gbatch.head.store import StateChange, Store
@@ -80,13 +84,81 @@ class Dispatcher:
             crash_point("dispatch.after_launch")
             self.runs.confirm_running(launched, "", self.clock())
 
+    def _launch_runs(self, job: Job, node: Node, gpus: Sequence[int]) -> None:
+        """Start `job`'s run on `node`, and for a job across nodes on each other node too.
+
+        A job across nodes sees its layout's variables (multinode.run_env): MASTER_ADDR
+        the first node's peer_address, MASTER_PORT multinode.master_port. Its command
+        runs on every node where multinode.runs_everywhere says so, else on the first
+        node only (the batch script; srun starts tasks on the others). Every run is
+        started before the job is confirmed RUNNING. A start that fails on any node
+        raises its LaunchError: the runs started before it are stopped (the job's end
+        cleans up every node of it), and the job takes the fate that error gives it.
+        """
+        if not job.peers:
+            node.launch(job, job.attempt, gpus)
+            return
+        addresses = []
+        for name in job.node_names:
+            each = self.fleet.nodes.get(name)
+            if each is None:
+                raise LaunchError(f"node {name} of its allocation is not in the fleet")
+            addresses.append(each.peer_address)
+        layout = Layout.of(job, tuple(addresses), master_port(job.id))
+        runs = [(name, each) for name, each in self.fleet.run_nodes(job) if each is not None]
+        # Containers on several nodes: all created (images pulled) before any starts,
+        # so no node's command waits at the rendezvous on another's image.
+        hold = len(runs) > 1 and job.spec.image is not None
+        for index, (name, each) in enumerate(runs):
+            here = gpus if index == 0 else dict(job.peers)[name]
+            # A peer's GPUs have UUIDs of their own; its run names them by index.
+            run_job = job if index == 0 else replace(job, gpu_uuids=())
+            launch = partial(each.launch, run_job, job.attempt, here, run_env(layout, index))
+            self._on_every_node(job, runs, index, partial(launch, hold=hold))
+        if hold:
+            for index, (_, each) in enumerate(runs):
+                self._on_every_node(job, runs, index, partial(each.start_held, job, job.attempt))
+
+    def _on_every_node(
+        self,
+        job: Job,
+        runs: Sequence[tuple[str, Node]],
+        index: int,
+        act: Callable[[], None],
+    ) -> None:
+        """`act` on run `index` of a job across nodes, re-raising its LaunchError so.
+
+        When it fails on a node but the first, the runs before it are killed and its
+        LaunchError raised again naming its node (the job's end then removes them
+        all); a node whose docker engine does not answer makes it node_busy (requeued,
+        no retry used), as the first node's does."""
+        try:
+            act()
+        except LaunchError as err:
+            if index == 0:
+                raise
+            for _, started in runs[:index]:
+                started.signal(job, job.attempt, signal.SIGKILL)
+            name, node = runs[index]
+            busy, what = err.node_busy, str(err)
+            engine = None
+            if not (busy or err.maybe_started) and job.spec.image is not None:
+                engine = node.docker_problem(self.clock())
+            if engine is not None:
+                # Not the job's fault: it waits for that engine and keeps its retries.
+                busy, what = True, f"its docker engine does not answer ({engine})"
+            raise LaunchError(
+                f"on {name} (node {index} of {len(runs)}): {what}",
+                maybe_started=err.maybe_started,
+                node_busy=busy,
+            ) from err
+
     def _launch(self, job: Job, node: Node, gpus: Sequence[int], now: float) -> bool:
         """Start `job` (CONFIGURING, its attempt counted) on `node`: True when its run
         exists. When it does not, the job is requeued or failed as the error says, or
         left CONFIGURING when the start may yet appear."""
-        attempt = job.attempt
         try:
-            node.launch(job, attempt, gpus)
+            self._launch_runs(job, node, gpus)
         except LaunchError as err:
             if err.maybe_started:
                 # Left CONFIGURING: the collect step adopts the run if it exists and

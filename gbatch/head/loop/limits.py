@@ -93,12 +93,13 @@ class RunLimits:
         warning = parse_signal(job.spec.signal)
         if not self._past_limit(job, now, margin=warning.seconds):
             return
-        node = self.fleet.nodes.get(job.node or "")
-        if node is None:
+        nodes = [node for _, node in self.fleet.run_nodes(job) if node is not None]
+        if not nodes:
             return
         self._warned_runs.add(key)
         log.info("job %d: sending %s before its time limit", job.id, job.spec.signal)
-        node.signal(job, job.attempt, signal.Signals(warning.signum))
+        for node in nodes:  # a job across nodes: every node's run
+            node.signal(job, job.attempt, signal.Signals(warning.signum))
 
     def _warn_terminals(self, job: Job, now: float) -> None:
         """Warn the terminals attached to a job once, stepnotices.warning_lead before its
@@ -142,18 +143,23 @@ class RunLimits:
         ]
 
     def _stop_run(self, job: Job, now: float) -> None:
-        """SIGTERM the run, then SIGKILL it once the grace period has passed."""
+        """SIGTERM the run, then SIGKILL it once the grace period has passed.
+
+        A job across nodes: its run on every node, with one grace for them all."""
         node = self.fleet.nodes.get(job.node or "")
         if node is None:
             return  # the collect step ends it
+        others = [each for _, each in self.fleet.run_nodes(job)[1:] if each is not None]
         stopping = self.runs.stopping
         sent = stopping.get(job.id)
         if sent is None:
             self._tell_ending(job, node, now)
-            node.signal(job, job.attempt, signal.SIGTERM)
+            for each in (node, *others):
+                each.signal(job, job.attempt, signal.SIGTERM)
             stopping[job.id] = (self.monotonic(), False)
         elif not sent[1] and self.monotonic() - sent[0] >= self.config.kill_grace_seconds:
-            node.signal(job, job.attempt, signal.SIGKILL)
+            for each in (node, *others):
+                each.signal(job, job.attempt, signal.SIGKILL)
             stopping[job.id] = (sent[0], True)
 
     def _past_limit(self, job: Job, now: float, margin: float = 0) -> bool:

@@ -12,10 +12,12 @@ from typing import NamedTuple
 
 from gbatch.core.crashpoints import crash_point
 from gbatch.core.model import Job, JobState
+from gbatch.core.multinode import runs_everywhere
 from gbatch.head.fleet import Fleet
 from gbatch.head.metrics import DaemonMetrics
 from gbatch.head.store import StateChange, Store, Usage
-from gbatch.site.config import Config
+from gbatch.nodes.joblog import join_node_logs
+from gbatch.site.config import Config, Paths
 
 
 class RunEnd(NamedTuple):
@@ -41,8 +43,10 @@ class Runs:
         metrics: DaemonMetrics,
         wake: threading.Event,
         monotonic: Callable[[], float],
+        paths: Paths | None = None,
     ) -> None:
         self.store = store
+        self.paths = paths  # the head's: where other nodes' output waits to be joined
         self.fleet = fleet
         self.config = config
         self.metrics = metrics
@@ -120,12 +124,23 @@ class Runs:
             self.time_warned.pop(job.id, None)
             self.started.pop((job.id, job.attempt), None)
             self.listing_after.pop((job.id, job.attempt), None)
-            node = self.fleet.nodes.get(job.node or "")
-            if node is not None:
-                node.cleanup(job, job.attempt)
-                self.fleet.release_gpus(node, job.gpus)
+            self._release(job)
             self.on_end(job.id, end.new.value)
             self.wake.set()
+
+    def _release(self, job: Job) -> None:
+        """After a run's end: its other nodes' output joined to the job's log, its run
+        cleaned up on every node that had one (a run still going there is killed: its
+        job has ended), and its GPUs handed back on every node of its allocation."""
+        if self.paths is not None and len(job.node_names) > 1 and runs_everywhere(job.spec):
+            join_node_logs(self.paths, job.id, job.attempt, job.node_names)
+        for _, node in self.fleet.run_nodes(job):
+            if node is not None:
+                node.cleanup(job, job.attempt)
+        for name, gpus in job.placements:
+            node = self.fleet.nodes.get(name)
+            if node is not None:
+                self.fleet.release_gpus(node, gpus)
 
     def retries_used(self, job: Job) -> int:
         """Failed runs (and launches) retried so far.

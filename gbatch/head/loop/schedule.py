@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
+from gbatch.core import hostlist
 from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.limits import UserLimits, unix_groups, use_by_user
 from gbatch.core.model import ALLOCATED_STATES, Job, NodeView
@@ -387,10 +388,12 @@ class Scheduling:
     ) -> tuple[float | None, str | None, tuple[int, ...], str]:
         """sbatch --test-only: (start, node, GPU ids, pending reason) the planner gives `job`.
 
-        `job` is not stored; it is planned behind the queue as it is now. Start and node
-        are None when it would not start now: the planner gives waiting jobs no start
-        time. A job whose --begin is still to come gets that time as its start, no node,
-        and reason BeginTime.
+        A job across nodes gets its nodes as a host list (`gpu[01-02]`, the first node
+        first, as Slurm prints them) and its first node's GPU ids. `job` is not stored;
+        it is planned behind the queue as it is now. Start and node are None when it
+        would not start now: the planner gives waiting jobs no start time. A job whose
+        --begin is still to come gets that time as its start, no node, and reason
+        BeginTime.
         """
         if job.spec.begin is not None and job.spec.begin > now:
             return job.spec.begin, None, (), BEGIN_TIME
@@ -409,7 +412,8 @@ class Scheduling:
         result = plan(pending, views, self.usage(allocated, now), now)
         for assignment in result.assignments:
             if assignment.job_id == job.id:
-                return now, assignment.node, tuple(assignment.gpus), ""
+                names = [assignment.node, *(name for name, _ in assignment.peers)]
+                return now, hostlist.compress(names), tuple(assignment.gpus), ""
         return None, None, (), result.reasons.get(job.id, "")
 
     def limits_for(self, user: str) -> UserLimits:

@@ -28,9 +28,10 @@ from gbatch.protocol import listings
 T = TypeVar("T")
 R = TypeVar("R")
 
-# What a listing prints of a job (Store.listing_rows): no gpus, exit codes or attempt.
+# What a listing prints of a job (Store.listing_rows): no gpus, exit codes or attempt;
+# the peers' text (a job across nodes'; '' for most), then a NULL for array_more.
 _LISTING_COLUMNS = (
-    "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node"
+    "id, uid, user, spec, state, reason, held, submit_time, start_time, end_time, node, peers, NULL"
 )
 
 LISTING_PAGE = 1000
@@ -146,7 +147,7 @@ class Listing(Tails):
 
         What jobs(states=states, users=users, finished=False) lists, as the rows (id,
         uid, user, spec, state, reason, held, submit_time, start_time, end_time, node,
-        array_more), `spec` as its stored text (listing_spec decodes it; an array tail's
+        peers, array_more), `spec` as its stored text (listing_spec decodes it; an array tail's
         record carries its JobSpec). With `history`, what jobs(states=states,
         users=users, since=since) lists: every state (squeue -t all, sacct). A page: with
         `after`, only ids greater; with `limit`, the first that many.
@@ -159,7 +160,7 @@ class Listing(Tails):
         where, params = _listing_where(states, users, after, history, since)
         with self._lock:
             rows: list[tuple[object, ...]] = self._db.execute(
-                f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE {where} ORDER BY id"
+                f"SELECT {_LISTING_COLUMNS} FROM jobs WHERE {where} ORDER BY id"
                 + ("" if limit is None else " LIMIT ?"),
                 params if limit is None else [*params, limit],
             ).fetchall()
@@ -194,7 +195,7 @@ class Listing(Tails):
                 specs.count = _counter(db, where, params, first)
             tails = self._listing_tails(states, users, after, history, since, db)
             cursor = db.execute(
-                f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE {where} {_order(first)}", params
+                f"SELECT {_LISTING_COLUMNS} FROM jobs WHERE {where} {_order(first)}", params
             )
             yield from _among(iter(lambda: cursor.fetchmany(LISTING_PAGE), []), tails, _row_id)
 

@@ -96,6 +96,12 @@ _SEARCH_LABEL = "({label}) LIKE ? ESCAPE '\\'"
 _SEARCH_CELLS = (
     f"user LIKE ? ESCAPE '\\' OR name LIKE ? ESCAPE '\\' OR ({_WHERE_SQL}) LIKE ? ESCAPE '\\'"
 )
+# A job row's search also finds a job across nodes by a node after its first (the
+# NODE(REASON) cell shows them as a host list, gpu[01-02], which LIKE cannot read).
+_SEARCH_JOB_CELLS = (
+    f"{_SEARCH_CELLS} OR (state NOT IN ('PENDING', 'FAILED', 'TIMEOUT', 'OUT_OF_MEMORY') "
+    "AND peers LIKE ? ESCAPE '\\')"
+)
 # What a job row's JOBID cell (_LABEL_SQL) is made of: `N` or `N_K`.
 _JOB_LABEL_CHARS = frozenset("0123456789_")
 
@@ -197,11 +203,11 @@ class Pages(Listing):
             narrow.append(f"({_SEARCH_LABEL} OR {_SEARCH_CELLS})")
             narrow_params.extend([pattern] * 4)
             if _JOB_LABEL_CHARS.issuperset(query.search):
-                job_narrow.append(f"({_SEARCH_LABEL} OR {_SEARCH_CELLS})")
-                job_params.extend([pattern] * 4)
+                job_narrow.append(f"({_SEARCH_LABEL} OR {_SEARCH_JOB_CELLS})")
+                job_params.extend([pattern] * 5)
             else:
-                job_narrow.append(f"({_SEARCH_CELLS})")
-                job_params.extend([pattern] * 3)
+                job_narrow.append(f"({_SEARCH_JOB_CELLS})")
+                job_params.extend([pattern] * 4)
         keys = LISTING_SORTS[query.sort][:-1]  # the terms before the id
         # Each side of the compound: (id, tail, sort keys), its own filter; the keys
         # are the output's columns (a compound orders by its columns alone).
@@ -273,7 +279,7 @@ class Pages(Listing):
             by_id = {
                 row[0]: row
                 for row in self._db.execute(
-                    f"SELECT {_LISTING_COLUMNS}, NULL FROM jobs WHERE id IN ({_marks(ids)})", ids
+                    f"SELECT {_LISTING_COLUMNS} FROM jobs WHERE id IN ({_marks(ids)})", ids
                 )
             }
             # Kept with a tail's index in the last cell (a job row's is NULL there).

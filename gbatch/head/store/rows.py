@@ -21,6 +21,7 @@ from gbatch.core import arrays
 from gbatch.core.constants import IMPLICIT_PARTITION
 from gbatch.core.model import ACTIVE_STATES, Job, JobSpec, JobState
 from gbatch.core.selection import JobFilter
+from gbatch.protocol.listings import peers_text
 
 _ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE_STATES, key=lambda s: s.value))
 
@@ -67,8 +68,13 @@ def filter_sql(narrow: JobFilter | None, *, tails: bool = False) -> tuple[str, l
         if tails:
             clauses.append("0")
         else:
-            clauses.append(f"node IN ({_marks(narrow.nodes)})")
-            params.extend(narrow.nodes)
+            # Any of its nodes: the first, or one of a job across nodes' peers (issue 32).
+            marks = _marks(narrow.nodes)
+            clauses.append(
+                f"(node IN ({marks}) OR EXISTS (SELECT 1 FROM json_each(nullif(peers, '')) "
+                f"WHERE json_extract(value, '$[0]') IN ({marks})))"
+            )
+            params.extend([*narrow.nodes, *narrow.nodes])
     return "(" + " AND ".join(clauses) + ")", params
 
 
@@ -200,11 +206,9 @@ def _build_job(row: Sequence[object], decode: Callable[[str], JobSpec] | None = 
     )
 
 
-def encode_peers(peers: Sequence[tuple[str, Sequence[int]]]) -> str:
-    """Job.peers as the jobs table's `peers` column holds them ('' for none)."""
-    if not peers:
-        return ""
-    return json.dumps([[name, list(gpus)] for name, gpus in peers], separators=(",", ":"))
+# Job.peers as the jobs table's `peers` column holds them ('' for none): the text a
+# listing row carries too (listings.listing_row).
+encode_peers = peers_text
 
 
 def decode_peers(text: str) -> tuple[tuple[str, tuple[int, ...]], ...]:

@@ -81,6 +81,10 @@ _PLANNING_KEYS = (
     "gpu_type",
     "constraint",
     "gpu_mem",
+    "nodes",
+    "nodelist",
+    "exclude",
+    "exclusive",
 )
 _FILTERED_KEYS = ("name", "dependency", "array_task", "array_pos", "array_throttle")
 _PLANNING_AND_FILTERED_KEYS = (*_PLANNING_KEYS, *_FILTERED_KEYS)
@@ -99,7 +103,8 @@ def planning_spec(data: Mapping[str, object]) -> JobSpec:
     get = data.get
     filtered = get("dependency") is not None or get("array_throttle") is not None
     keys = _PLANNING_AND_FILTERED_KEYS if filtered else _PLANNING_KEYS
-    key = tuple(map(get, keys))
+    # -w/-x's node lists are lists: as tuples, the key is hashable.
+    key = tuple(tuple(v) if isinstance(v, list) else v for v in map(get, keys))
     spec = _PLANNING_SPECS.get(key)
     if spec is None:
         if len(_PLANNING_SPECS) >= _PLANNING_SPECS_MAX:

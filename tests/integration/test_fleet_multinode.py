@@ -1,0 +1,185 @@
+"""Jobs across nodes end to end (issue 32): a job file's `nodes: 2` on two GPU hosts
+reached over SSH, one container per node, as ONE job.
+
+Its runs rendezvous at MASTER_ADDR:MASTER_PORT and all-reduce their ranks over TCP
+(no torch); one run failing stops the other and fails the job; scancel stops both; a
+host lost mid-run ends the job and frees its GPUs on the other host.
+
+All hosts share this machine's docker engine, so their job containers share its
+network when they join the host's (`multinode_network: host`): the first node's
+address as the other reaches it is this machine's loopback (`peer_address:
+127.0.0.1`). On real hosts it is the first host's address on the fabric.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+import yaml
+from conftest import FAST_CONFIG, TMP_MOUNTS_CONFIG, Head, wait_for
+from fleet import Fleet, build_fleet, teardown_fleet
+from hosts import HOST_IMAGE
+
+pytestmark = pytest.mark.docker
+
+CONFIG = FAST_CONFIG + TMP_MOUNTS_CONFIG + "node_down_seconds: 4\nnode_lease_seconds: 3\n"
+ACROSS = {"peer_address": "127.0.0.1", "multinode_network": "host"}
+
+# Rank 0 listens on MASTER_PORT, the others connect to MASTER_ADDR:MASTER_PORT and send
+# their RANK; rank 0 sends back the sum. Each prints what it got.
+ALLREDUCE = """\
+import os, socket, sys, time
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+if os.environ.get("FAIL_RANK") == str(rank):
+    print(f"rank {rank} fails", flush=True)
+    sys.exit(1)
+if rank == 0:
+    server = socket.create_server(("", port))
+    peers = [server.accept()[0] for _ in range(world - 1)]
+    total = rank + sum(int(p.makefile().readline()) for p in peers)
+    for p in peers:
+        p.sendall(f"{total}\\n".encode())
+else:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            conn = socket.create_connection((addr, port), timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    conn.sendall(f"{rank}\\n".encode())
+    total = int(conn.makefile().readline())
+print(f"rank {rank} of {world}: sum {total}", flush=True)
+if os.environ.get("HANG"):
+    time.sleep(600)
+"""
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    built = build_fleet(
+        tmp_path, {"mn1": 2, "mn2": 2}, config=CONFIG, node_keys={"mn1": ACROSS, "mn2": ACROSS}
+    )
+    yield built
+    teardown_fleet(built)
+
+
+def job_file(tmp_path: Path, **env: str) -> str:
+    """A job file of `nodes: 2`, one GPU on each, running ALLREDUCE with `env`."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    work.chmod(0o755)
+    (work / "allreduce.py").write_text(ALLREDUCE)
+    path = tmp_path / f"job-{len(list(tmp_path.glob('job-*.yaml')))}.yaml"
+    spec = {
+        "image": HOST_IMAGE,
+        "nodes": 2,
+        "gpus": 1,
+        "mounts": [f"{work}:/work"],
+        "command": "python3 /work/allreduce.py",
+        "env": dict(env),
+        "requeue": False,
+    }
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def containers_of(job_id: int, *, running: bool = True) -> list[str]:
+    """The names of the job's containers on the engine (running ones only, by default)."""
+    argv = ["docker", "ps", "--filter", f"label=gbatch.job={job_id}", "--format", "{{.Names}}"]
+    if not running:
+        argv.insert(2, "-a")
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+    return sorted(out.split())
+
+
+def placed_on(job_id: int) -> list[str]:
+    """The nodes of the job's running containers, first node first (by their names:
+    `gbatch-<job>-<attempt>` on the first, `...-n<k>` on node k)."""
+    argv = ["docker", "ps", "--filter", f"label=gbatch.job={job_id}"]
+    argv += ["--format", '{{.Names}} {{.Label "gbatch.node"}}']
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+    return [node for _, node in sorted(line.split() for line in out.splitlines())]
+
+
+def other(node: object) -> str:
+    return "mn2" if node == "mn1" else "mn1"
+
+
+def free_gpus(head: Head, node: str) -> int:
+    """How many of `node`'s GPUs the head would hand out now (sinfo's FREE)."""
+    out = head.run("sinfo", "--json", check=True).stdout
+    (row,) = [n for n in json.loads(out)["nodes"] if n["name"] == node]
+    return int(row["gpus_free"])
+
+
+def test_a_two_node_job_rendezvous_at_master_addr_and_all_reduces_its_ranks(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    job_id = fleet.head.sbatch(job_file(tmp_path))
+    record = fleet.head.wait_state(job_id, "COMPLETED", "FAILED", timeout=180)
+    log = fleet.head.run("logs", str(job_id), check=True).stdout
+    assert record["state"] == "COMPLETED", (record["reason"], log)
+    # The first node's output, then the other's after a line naming it.
+    assert log.splitlines() == [
+        "rank 0 of 2: sum 1",
+        f"==> gbatch: output of node {other(record['node'])} (SLURM_NODEID 1) <==",
+        "rank 1 of 2: sum 1",
+    ]
+    wait_for(lambda: containers_of(job_id, running=False) == [], 30, "its containers removed")
+
+
+def test_one_nodes_run_failing_stops_the_other_and_fails_the_job(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    job_id = fleet.head.sbatch(job_file(tmp_path, FAIL_RANK="1", HANG="1"))
+    record = fleet.head.wait_state(job_id, "FAILED", "COMPLETED", timeout=180)
+    assert record["state"] == "FAILED"
+    assert record["exit_code"] == 1
+    assert record["reason"] == f"exit code 1 on {other(record['node'])} (node 1)"
+    # Rank 0 waited for rank 1 at the rendezvous (or hung after it): stopped, removed.
+    wait_for(lambda: containers_of(job_id, running=False) == [], 30, "its containers removed")
+
+
+def test_scancel_stops_the_runs_on_every_node(fleet: Fleet, tmp_path: Path) -> None:
+    job_id = fleet.head.sbatch(job_file(tmp_path, HANG="1"))
+    record = fleet.head.wait_state(job_id, "RUNNING", "FAILED", timeout=180)
+    assert record["state"] == "RUNNING", record["events"]
+    wait_for(lambda: sorted(placed_on(job_id)) == ["mn1", "mn2"], 30, "a container on each")
+    wait_for(lambda: "sum 1" in fleet.head.run("logs", str(job_id)).stdout, 60, "rank 0's output")
+    fleet.head.run("scancel", str(job_id), check=True)
+    fleet.head.wait_state(job_id, "CANCELLED", timeout=60)
+    wait_for(lambda: containers_of(job_id, running=False) == [], 30, "both containers gone")
+    for node in ("mn1", "mn2"):
+        wait_for(lambda node=node: free_gpus(fleet.head, node) == 2, 30, f"{node}'s GPUs free")
+
+
+def test_a_host_lost_mid_run_ends_the_job_and_frees_its_gpus_on_the_other(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    job_id = fleet.head.sbatch(job_file(tmp_path, HANG="1"))
+    record = fleet.head.wait_state(job_id, "RUNNING", "FAILED", timeout=180)
+    assert record["state"] == "RUNNING", record["events"]
+    wait_for(lambda: len(placed_on(job_id)) == 2, 30, "a container on each node")
+    first, second = placed_on(job_id)
+    wait_for(lambda: free_gpus(fleet.head, first) == 1, 30, f"{first} to show one GPU taken")
+    # The host is gone: its sshd, its agent and its lease with it. (Its job container,
+    # a sibling on this machine's engine, runs on: the test removes it.)
+    fleet.hosts.pop(second).stop()
+    record = fleet.head.wait_state(job_id, "NODE_FAIL", "PENDING", timeout=120)
+    assert record["state"] == "NODE_FAIL", record["events"]
+    assert cast(str, record["reason"]).startswith(f"node {second} of its 2 nodes down")
+    # Its run on the first node was stopped with it, and its GPU there is free again.
+    first_run = f"gbatch-{job_id}-1"
+    wait_for(lambda: first_run not in containers_of(job_id), 30, f"{first_run} gone")
+    wait_for(lambda: free_gpus(fleet.head, first) == 2, 30, f"{first}'s GPUs free")
+    lost_run = ["docker", "rm", "-f", f"gbatch-{job_id}-1-n1"]
+    subprocess.run(lost_run, capture_output=True, timeout=30, check=False)

@@ -212,10 +212,11 @@ class RemoteNode:
         self._followed_on: dict[tuple[int, int], int] = {}
         # The steps this gbatchd relays, by (job, step id): None while relayed, then how
         # each ended, until the loop has read it (step_status).
-        self._steps: dict[tuple[int, int], StepStatus | None] = {}
-        self._relays: dict[tuple[int, int], threading.Thread] = {}
-        # The same steps' relays, by (job, step): who tells their clients (tell_step).
-        self._tellers: dict[tuple[int, int], StepRelay] = {}
+        # A step's tasks (srun across nodes) are keyed apart: (job, step id, rank).
+        self._steps: dict[tuple[int, int, int | None], StepStatus | None] = {}
+        self._relays: dict[tuple[int, int, int | None], threading.Thread] = {}
+        # The same steps' relays, by (job, step, rank): who tells their clients (tell_step).
+        self._tellers: dict[tuple[int, int, int | None], StepRelay] = {}
 
     # -- the connection and the agent ------------------------------------------------
 
@@ -503,9 +504,13 @@ class RemoteNode:
         return RunStatus("running")
 
     def tell_step(self, job: Job, step: Step, lines: Sequence[str]) -> None:
-        """Show `lines` on the step's client: its relay (in gbatchd) sends them."""
+        """Show `lines` on the step's client: its relay (in gbatchd) sends them.
+
+        A step of several tasks is told through its task 0 (on the job's first node)."""
+        if step.fans_out and step.rank is None:
+            step = step.task(0)
         with self._lock:
-            relay = self._tellers.get((job.id, step.step_id))
+            relay = self._tellers.get((job.id, step.step_id, step.rank))
         if relay is not None:
             relay.tell(lines)
 
@@ -563,9 +568,14 @@ class RemoteNode:
         command runs on a channel of the node's stream connections, with a terminal of
         sshd's (`get_pty`) when the client asked for one, and a thread of its own relays
         it (StepRelay) from then on."""
-        name = docker.container_name(job.id, step.attempt)
-        env = {**job_env(job, step.attempt, job.gpus, self.name), **step_env(job, step, self.name)}
-        env_file = f"{self._steps_dir(job.id, step.attempt)}/{step.label}.env"
+        name = docker.container_name(job.id, step.attempt, self._index(job))
+        here = job.on_node(self.name) or job  # a job across nodes: its GPUs on this one
+        env = {
+            **job_env(here, step.attempt, here.gpus, self.name),
+            **step_env(here, step, self.name),
+            **launch.task_env,
+        }
+        env_file = f"{self._steps_dir(job.id, step.attempt)}/{step.job_id}.{step.task_label}.env"
         try:
             run_as = self._launcher.run_as(job)
             self._conn.put_bytes(docker.env_file_text(env).encode(), env_file, 0o600)
@@ -579,13 +589,13 @@ class RemoteNode:
             env_file=env_file,
             workdir=job.spec.workdir,
             docker=self.node.docker,
-            visible_gpus=container_step_gpus(job, step),
+            visible_gpus=container_step_gpus(here, step),
         )
         pty = None
         if launch.pty is not None:
             term = launch.env.get("TERM") or "xterm"
             pty = (term, launch.pty[0] or 24, launch.pty[1] or 80)
-        key = (job.id, step.step_id)
+        key = (job.id, step.step_id, step.rank)
         try:
             channel = self._streams.attach(argv, pty=pty)
         except RemoteError as err:
@@ -623,9 +633,9 @@ class RemoteNode:
 
     def _step_ended(self, job: Job, step: Step, env_file: str, status: StepStatus) -> None:
         with self._lock:
-            self._steps[(job.id, step.step_id)] = status
-            self._relays.pop((job.id, step.step_id), None)
-            self._tellers.pop((job.id, step.step_id), None)
+            self._steps[(job.id, step.step_id, step.rank)] = status
+            self._relays.pop((job.id, step.step_id, step.rank), None)
+            self._tellers.pop((job.id, step.step_id, step.rank), None)
         if self._stopping.is_set():
             return  # the next gbatchd hangs it up (step_status: vanished)
         if status.hangup:
@@ -648,9 +658,9 @@ class RemoteNode:
         ).start()
 
     def _hang_up(self, job: Job, step: Step) -> None:
-        name = docker.container_name(job.id, step.attempt)
+        name = docker.container_name(job.id, step.attempt, self._index(job))
         target = SignalTarget(steps=(step.step_id,))
-        env_file = f"{self._steps_dir(job.id, step.attempt)}/{step.label}.env"
+        env_file = f"{self._steps_dir(job.id, step.attempt)}/{step.job_id}.{step.task_label}.env"
         backoff = Backoff()
         deadline = time.monotonic() + max(60.0, 2 * self.config.node_lease_seconds)
         for sig in (signal.SIGHUP, signal.SIGKILL):
@@ -678,7 +688,7 @@ class RemoteNode:
 
         One it never relayed (an earlier gbatchd's, whose relay ended with it) is gone:
         vanished, with `hangup`, for the loop to record and hang up."""
-        key = (job.id, step.step_id)
+        key = (job.id, step.step_id, step.rank)
         with self._lock:
             if key not in self._steps:
                 return StepStatus(

@@ -220,4 +220,10 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE jobs ADD COLUMN peers TEXT NOT NULL DEFAULT ''
     """,
+    # 17: a step's tasks across nodes (srun inside a job across nodes, or -n): each node
+    # it ran on with its task count, as JSON [[node, tasks], ...] (Step.nodes); '' for
+    # one task on the job's first node. sacct's NNodes and NodeList of a step read it.
+    """
+    ALTER TABLE steps ADD COLUMN nodes TEXT NOT NULL DEFAULT ''
+    """,
 )

@@ -51,6 +51,7 @@ from gbatch.head.store import Store, StoreFull
 from gbatch.head.tokens import TokenAuthority
 from gbatch.nodes.base import Node
 from gbatch.nodes.inventory import Inventory, partitions_of
+from gbatch.nodes.joblog import NodeJoins
 from gbatch.nodes.local import LOCAL_NODE
 from gbatch.protocol import listings
 from gbatch.site.config import Config, Paths
@@ -84,8 +85,10 @@ class Daemon:
         self._submitted = threading.Event()
         self.stopping = threading.Event()
         self.started_at = clock()
+        # Every node's output of each job run on every node, joined into its one log.
+        self.joins = NodeJoins(paths, config.max_log_bytes)
         self.fleet = Fleet(
-            make_nodes(paths, config, inventory, self.wake.set),
+            make_nodes(paths, config, inventory, self.wake.set, self.joins),
             config,
             store,
             clock,
@@ -107,7 +110,9 @@ class Daemon:
         self.outbox = Outbox(store, config, clock, self.internal_errors)
         store.on_full = self.outbox.tell_store_full
         # The loop's steps (gbatch/head/loop/), each with what it keeps between passes.
-        self.runs = Runs(store, self.fleet, config, self.metrics, self.wake, monotonic, paths)
+        self.runs = Runs(
+            store, self.fleet, config, self.metrics, self.wake, monotonic, paths, self.joins
+        )
         self.conditions = NodeConditions(store, self.fleet, config)
         self.ended_runs = EndedRuns(store, self.fleet, self.runs, self.conditions, clock)
         self.run_limits = RunLimits(store, self.fleet, config, self.runs, monotonic)

@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 
 from gbatch.core.model import Gpu, Job
-from gbatch.core.multinode import node_index
+from gbatch.core.multinode import node_index, runs_everywhere
 from gbatch.core.signals import SignalTarget
 from gbatch.core.steps import Step
 from gbatch.nodes import docker, ports
@@ -41,7 +41,7 @@ from gbatch.nodes.base import (
     step_env,
 )
 from gbatch.nodes.inventory import NodeConfig
-from gbatch.nodes.joblog import LogFollowers
+from gbatch.nodes.joblog import TASKS_OFFSET_FILE, LogFollowers, NodeJoins
 from gbatch.nodes.outfiles import OFFSETS_FILE, open_or_say
 from gbatch.nodes.report import (
     NodeReport,
@@ -169,7 +169,12 @@ class RemoteNode:
     runs_steps = True
 
     def __init__(
-        self, node: NodeConfig, paths: Paths, config: Config, on_change: Callable[[], None]
+        self,
+        node: NodeConfig,
+        paths: Paths,
+        config: Config,
+        on_change: Callable[[], None],
+        joins: NodeJoins | None = None,
     ) -> None:
         self.name = node.name
         self.address = f"{node.user}@{node.host}:{node.port}"
@@ -202,7 +207,7 @@ class RemoteNode:
         self._reports = Reports(on_change)
         self._stopping = threading.Event()
         self._retry_now = threading.Event()
-        self._log_followers = LogFollowers(paths, on_change, config.max_log_bytes)
+        self._log_followers = LogFollowers(paths, on_change, config.max_log_bytes, joins)
         # (job, attempt) -> (exit code, when `docker wait` returned it)
         self._exits: dict[tuple[int, int], tuple[int, float]] = {}
         self._waiters: dict[tuple[int, int], threading.Thread] = {}
@@ -398,19 +403,16 @@ class RemoteNode:
             # one replays the whole output (LogFollowers truncates to the attempt's start).
             self._log_followers.wait(job_id, attempt, timeout=0.0)
         index = self._index(job)
-        if index:
-            # Another node's run of a job across nodes: its own part of the log, joined
-            # to the job's when the job ends (joblog.join_node_logs); its output file is
-            # the first node's run's.
-            self._log_followers.follow(
-                job_id, attempt, partial(self._docker_logs, job_id, attempt, index), part=index
-            )
-            return
+        # A job run on every node: each node's output is its part, joined line by line
+        # into the job's one log and -o file (joblog.NodeJoin); the first node's run
+        # opens the -o file.
+        part = (index, len(job.node_names)) if runs_everywhere(job.spec) else None
+        opener = None
+        if not index:
+            run_dir = self.paths.run_dir(job_id, attempt)
+            opener = partial(open_or_say, job, attempt, self.name, run_dir)
         self._log_followers.follow(
-            job_id,
-            attempt,
-            partial(self._docker_logs, job_id, attempt),
-            partial(open_or_say, job, attempt, self.name, self.paths.run_dir(job_id, attempt)),
+            job_id, attempt, partial(self._docker_logs, job_id, attempt, index), opener, part=part
         )
 
     def _complete_log(self, job: Job, attempt: int) -> None:
@@ -553,6 +555,8 @@ class RemoteNode:
             (run_dir / "log_offset").unlink()
         with contextlib.suppress(FileNotFoundError):
             (run_dir / OFFSETS_FILE).unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / TASKS_OFFSET_FILE).unlink()
         with contextlib.suppress(OSError):
             run_dir.rmdir()
 

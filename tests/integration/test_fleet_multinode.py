@@ -227,3 +227,28 @@ def test_a_node_flooding_its_output_is_cut_at_max_log_bytes_and_the_heads_files_
     assert tasks_log.stat().st_size <= MAX_LOG_BYTES + len(note) + 2
     # Nothing else of the job's output is left on the head once it ended.
     assert not list((fleet.head.home / "run").glob(f"{job_id}.*/node*.log"))
+
+
+def test_a_daemon_restart_neither_loses_nor_doubles_a_nodes_lines(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    head = fleet.head
+    out = tmp_path / "restart.out"
+    job_id = head.sbatch(job_file(tmp_path, output=str(out), HANG="1"))
+    head.wait_state(job_id, "RUNNING", "FAILED", timeout=180)
+    expected = ["rank 0 of 2: sum 1", "rank 1 of 2: sum 1"]
+
+    def whole() -> bool:
+        return sorted(head.run("logs", str(job_id)).stdout.splitlines()) == expected
+
+    wait_for(whole, 60, "both ranks' output in the job's log")
+    head.stop()
+    head.start()
+    # The new daemon follows both runs again: each replays its output, joined once.
+    wait_for(lambda: head.state(job_id) == "RUNNING" and whole(), 60, "both lines, once each")
+    head.run("scancel", str(job_id), check=True)
+    head.wait_state(job_id, "CANCELLED", timeout=60)
+    assert sorted(head.run("logs", str(job_id), check=True).stdout.splitlines()) == expected
+    labelled = head.run("logs", "--label", str(job_id), check=True).stdout.splitlines()
+    assert sorted(labelled) == [f"{rank}: {line}" for rank, line in enumerate(expected)]
+    assert sorted(out.read_text().splitlines()) == expected

@@ -23,8 +23,9 @@ def add_parser(commands: Any) -> None:
         "-l",
         "--label",
         action="store_true",
-        help="the output of the job's srun steps of several tasks, each line prefixed with "
-        "its task's rank (`0: `) as srun -l prints it (the job's log where it ran none)",
+        help="the output of the job's srun steps of several tasks, or of its runs on every "
+        "node, each line prefixed with its task's rank (`0: `; a node's SLURM_NODEID) as "
+        "srun -l prints it (the job's log where it ran neither)",
     )
     p.set_defaults(run=run)
 

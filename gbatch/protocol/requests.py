@@ -323,8 +323,9 @@ class ReadLog(_Request, op="logs"):
     """A chunk of a job's log from byte `offset`. Replies {"data", "offset", "done", "state"}.
 
     `label`: its task log instead, the output of its steps of several tasks (srun inside
-    a job across nodes, or -n), each line prefixed with its task's rank as srun -l does;
-    the job's log where it ran no such step."""
+    a job across nodes, or -n) and of its runs on every node, each line prefixed with its
+    task's rank (a node's SLURM_NODEID) as srun -l does; the job's log where it ran
+    neither."""
 
     id: int
     task: int | None = None  # with it, `id` is an array's id: its task `task` (N_K)

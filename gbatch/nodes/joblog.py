@@ -80,6 +80,8 @@ TASKS_OFFSET_FILE = "tasks_offset"
 # srun's fan-out passes one on (gbatch.head.stepfanout.LONGEST_LINE).
 LONGEST_LINE = 64 * 1024
 _READ_BYTES = 1 << 20
+# The most the daemon's loop waits for a finished job's join (NodeJoins.finish).
+FINISH_WAIT_SECONDS = 5.0
 
 
 def node_label(index: int, nodes: int) -> bytes:
@@ -242,15 +244,29 @@ class NodeJoins:
                 join = self._joins[key] = NodeJoin(self._paths, job_id, attempt, nodes, self._limit)
             return join
 
-    def finish(self, job_id: int, attempt: int, nodes: int) -> None:
+    def finish(
+        self, job_id: int, attempt: int, nodes: int, timeout: float = FINISH_WAIT_SECONDS
+    ) -> None:
         """The job has ended: its nodes' output joined whole (from their parts, should this
-        daemon not have joined it yet), the parts dropped."""
+        daemon not have joined it yet), the parts dropped.
+
+        Waits at most `timeout` for that: a write to the job's -o file waits on the user's
+        file system (a FUSE mount that does not answer), and the daemon's loop calls this.
+        Past it, the join finishes on its own thread."""
         join = self.of(job_id, attempt, nodes)
         if join is None:
             return
         with self._lock:
             self._finished.add((job_id, attempt))
             self._joins.pop((job_id, attempt), None)
+        thread = threading.Thread(
+            target=self._finish, args=(join, job_id, attempt, nodes), name=f"join-{job_id}"
+        )
+        thread.daemon = True
+        thread.start()
+        thread.join(timeout)
+
+    def _finish(self, join: NodeJoin, job_id: int, attempt: int, nodes: int) -> None:
         join.finish()
         for index in range(nodes):
             with contextlib.suppress(OSError):

@@ -186,3 +186,33 @@ def test_followers_of_two_nodes_join_their_lines_into_the_log_while_they_run(
     assert len(log) <= 200 + len(f"\n[gbatch: {truncation_note(200)}]\n")
     # Each part was bounded too (the head's disk holds no more than the limit per node).
     assert not node_log(paths, JOB, ATTEMPT, 1).exists()
+
+
+def test_the_loops_finish_of_a_join_never_waits_on_the_users_file_system(
+    tmp_path: Path,
+) -> None:
+    import fcntl
+    import time
+
+    paths = started(tmp_path)
+    joins = NodeJoins(paths, None)
+    join = joins.of(JOB, ATTEMPT, 2)
+    assert join is not None
+    # An -o file that takes no more (a pipe nobody reads stands in for a stuck mount).
+    reader, writer = os.pipe()
+    fcntl.fcntl(writer, fcntl.F_SETFL, os.O_NONBLOCK)
+    try:
+        while True:
+            os.write(writer, b"x" * 65536)
+    except BlockingIOError:
+        pass
+    fcntl.fcntl(writer, fcntl.F_SETFL, 0)
+    join.attach(OutputFiles(writer, writer, "stuck", "stuck"))
+    copied(paths, 1, b"last words\n")
+    began = time.monotonic()
+    joins.finish(JOB, ATTEMPT, 2, timeout=0.2)
+    assert time.monotonic() - began < 5
+    assert paths.job_log(JOB).read_bytes() == b"last words\n"
+    while os.read(reader, 65536 * 4).find(b"last words") < 0:
+        pass  # drained: the join's own thread writes its line and ends
+    os.close(reader)

@@ -39,8 +39,9 @@ def make_nodes(
     on_change: Callable[[], None],
     joins: NodeJoins | None = None,
 ) -> list[Node]:
-    """No inventory: the embedded default, this machine alone. Else the listed hosts,
-    sharing `joins` (the output of jobs run on every node)."""
+    """No inventory: the embedded default, this machine alone. Else the listed hosts.
+
+    The hosts share `joins` (the output of jobs run on every node)."""
     if inventory is None:
         return [LocalNode(paths, config, on_change=on_change)]
     # Deferred: paramiko is for fleets, not for a laptop's embedded node.

@@ -85,15 +85,15 @@ FINISH_WAIT_SECONDS = 5.0
 
 
 def node_label(index: int, nodes: int) -> bytes:
-    """`gbatch logs --label`'s prefix of node `index`'s lines: its SLURM_NODEID as srun -l
-    prints a rank (`0: `, padded to the widest), as stepfanout.rank_label does."""
+    """`gbatch logs --label`'s prefix of node `index`'s lines: its SLURM_NODEID, `0: `.
+
+    Padded to the widest, as srun -l prints a rank (stepfanout.rank_label)."""
     width = len(str(max(nodes - 1, 0)))
     return f"{index:>{width}}: ".encode()
 
 
 class NodeJoin:
-    """The one log of an attempt of a job run on every node: each node's whole lines
-    joined as they arrive.
+    """The one log of an attempt of a job run on every node, its nodes' lines joined.
 
     Its nodes' followers copy their output to their parts (node_log) and call pump;
     this appends the part's new whole lines to the job's log (and its -o file, once
@@ -169,8 +169,10 @@ class NodeJoin:
         self._task_writer.write(b"".join(prefix + line for line in lines.splitlines(True)))
 
     def attach(self, files: OutputFiles) -> None:
-        """The job's -o file, opened for this attempt (cut back to its start): it gets
-        the lines joined so far, then every line joined after. The join closes it."""
+        """Write the lines joined so far, then every line joined after, to the -o file.
+
+        `files`: the job's, opened for this attempt (cut back to its start). The join
+        closes them."""
         with self._lock:
             if self.finished:
                 files.close()
@@ -233,8 +235,9 @@ class NodeJoins:
         self._finished: set[tuple[int, int]] = set()
 
     def of(self, job_id: int, attempt: int, nodes: int) -> NodeJoin | None:
-        """The attempt's join, started at the first call; None once it has finished (a
-        follower still going after its job ended has nothing left to add)."""
+        """The attempt's join, started at the first call; None once it has finished.
+
+        A follower still going after its job ended has nothing left to add."""
         key = (job_id, attempt)
         with self._lock:
             if key in self._finished:
@@ -247,12 +250,12 @@ class NodeJoins:
     def finish(
         self, job_id: int, attempt: int, nodes: int, timeout: float = FINISH_WAIT_SECONDS
     ) -> None:
-        """The job has ended: its nodes' output joined whole (from their parts, should this
-        daemon not have joined it yet), the parts dropped.
+        """The job has ended: join the rest of its nodes' output, then drop their parts.
 
-        Waits at most `timeout` for that: a write to the job's -o file waits on the user's
-        file system (a FUSE mount that does not answer), and the daemon's loop calls this.
-        Past it, the join finishes on its own thread."""
+        From the parts whole, should this daemon not have joined them yet. Waits at most
+        `timeout` for that: a write to the job's -o file waits on the user's file system
+        (a FUSE mount that does not answer), and the daemon's loop calls this. Past it,
+        the join finishes on its own thread."""
         join = self.of(job_id, attempt, nodes)
         if join is None:
             return

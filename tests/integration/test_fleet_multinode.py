@@ -229,10 +229,22 @@ def test_a_node_flooding_its_output_is_cut_at_max_log_bytes_and_the_heads_files_
     assert not list((fleet.head.home / "run").glob(f"{job_id}.*/node*.log"))
 
 
+@pytest.fixture
+def leased_fleet(tmp_path: Path) -> Iterator[Fleet]:
+    """The fleet with hosts that keep their runs through a daemon's restart (their lease
+    outlives it: with node_lease_seconds 3 a host's agent stops them while none answers)."""
+    config = CONFIG.replace("node_lease_seconds: 3", "node_lease_seconds: 120")
+    built = build_fleet(
+        tmp_path, {"mn1": 2, "mn2": 2}, config=config, node_keys={"mn1": ACROSS, "mn2": ACROSS}
+    )
+    yield built
+    teardown_fleet(built)
+
+
 def test_a_daemon_restart_neither_loses_nor_doubles_a_nodes_lines(
-    fleet: Fleet, tmp_path: Path
+    leased_fleet: Fleet, tmp_path: Path
 ) -> None:
-    head = fleet.head
+    head = leased_fleet.head
     out = tmp_path / "restart.out"
     job_id = head.sbatch(job_file(tmp_path, output=str(out), HANG="1"))
     head.wait_state(job_id, "RUNNING", "FAILED", timeout=180)

@@ -58,11 +58,13 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Slurm's srun inside a container job (a POSIX sh script: an image may have no python):
 # it runs its command as this node's tasks, since the job's script already runs on every
-# node (docs/multinode.md). Mounted read-only at SRUN_IN_CONTAINER, a folder on the PATH
-# of every common image (docker's default, python's, conda's, NGC's), so the image's own
-# PATH is kept: replacing it with a guess would lose /opt/conda/bin and the like.
+# node (docs/multinode.md). Mounted read-only at each of SRUN_IN_CONTAINER, so the
+# image's own PATH finds it and is kept (replacing PATH with a guess would lose conda's
+# /opt/conda/bin and the like): /usr/local/bin comes before a distribution's srun in
+# /usr/bin on docker's default PATH (and python's, conda's, NGC's); /usr/bin is on the
+# PATH of images without /usr/local/bin (busybox's).
 CONTAINER_SRUN = Path(__file__).resolve().parent / "containerbin" / "srun"
-SRUN_IN_CONTAINER = "/usr/local/bin/srun"
+SRUN_IN_CONTAINER = ("/usr/local/bin/srun", "/usr/bin/srun")
 
 # No mounts, the bridge network, policy.DEFAULT_CAPABILITIES.
 SAFE_POLICY = ContainerPolicy()
@@ -125,8 +127,8 @@ def docker_run_argv(
     create` with the same options (started later by docker_start_argv).
     `spec.cpus` gives `--cpus`, `spec.memory_mb` `--memory` (and as much `--memory-swap`:
     no swap); a job that asked for neither gets no limit. `srun`: the node's path of
-    CONTAINER_SRUN's script, mounted read-only at SRUN_IN_CONTAINER (over the image's,
-    not over a mount of the job's own there).
+    CONTAINER_SRUN's script, mounted read-only at each of SRUN_IN_CONTAINER (over the
+    image's, not over a mount of the job's own there).
     `env_file` is a path on the node, written 0600 from `env_file_text`, so values never
     appear in argv or process listings. No `--gpus` at all when `gpus` is empty; a MIG
     slice is named by its UUID (base.visible_devices).
@@ -194,10 +196,13 @@ def docker_run_argv(
         # as root on the node.
         readonly = ",readonly" if mode == "ro" else ""
         argv += ["--mount", f"type=bind,source={source},target={target}{readonly}"]
-    if srun is not None and all(m.split(":")[1] != SRUN_IN_CONTAINER for m in mounts):
+    if srun is not None:
         if not srun.startswith("/") or "," in srun:
             raise ValueError(f"job {job_id}: srun's path on the node must be absolute: {srun!r}")
-        argv += ["--mount", f"type=bind,source={srun},target={SRUN_IN_CONTAINER},readonly"]
+        targets = {mount.split(":")[1] for mount in mounts}
+        for target in SRUN_IN_CONTAINER:
+            if target not in targets:
+                argv += ["--mount", f"type=bind,source={srun},target={target},readonly"]
     if spec.workdir is not None:
         argv += ["-w", spec.workdir]
     if env_file is not None:

@@ -85,7 +85,11 @@ def test_srun_in_a_container_runs_its_command_here_from_the_images_own_path(
     image: str, job_id: int
 ) -> None:
     # The test image is busybox: no bash, no python; srun is POSIX sh and the tools it has.
-    script = "srun echo hi; srun -l -n 2 sh -c 'echo rank $RANK'; srun sh -c 'exit 5'"
+    script = (
+        "srun echo hi; srun -l -n 2 sh -c 'echo rank $RANK'; "
+        # Bound read-only: not even the image's root can change the srun other jobs run.
+        "if (echo x > /usr/bin/srun) 2>/dev/null; then exit 9; fi; srun sh -c 'exit 5'"
+    )
     spec = JobSpec(name="t", command=("sh", "-c", script), image=image)
     argv = docker_run_argv(
         job_id=job_id,

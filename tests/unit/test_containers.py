@@ -415,5 +415,6 @@ def test_a_jobs_own_mount_at_srun_wins_and_a_relative_srun_is_refused() -> None:
         "type=bind,source=/d/srun,target=/usr/local/bin/srun,readonly",
         "type=bind,source=/opt/gbatch/srun,target=/usr/bin/srun,readonly",
     ]
-    with pytest.raises(ValueError, match="absolute"):
-        _run_argv(srun=".gbatch/bin/srun")
+    for bad in (".gbatch/bin/srun", "/home/a/x,readonly=false/srun"):
+        with pytest.raises(ValueError, match="absolute"):
+            _run_argv(srun=bad)

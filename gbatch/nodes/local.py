@@ -556,7 +556,14 @@ class LocalNode:
         layout_env: Mapping[str, str],
     ) -> None:
         try:
-            self._launcher.launch(job, attempt, gpus, str(run_dir / "env"), env=layout_env)
+            self._launcher.launch(
+                job,
+                attempt,
+                gpus,
+                str(run_dir / "env"),
+                env=layout_env,
+                srun=str(docker.CONTAINER_SRUN),
+            )
         except LaunchError:
             # The engine may have just gone away: let the next docker_problem() (the
             # submit check) ask it again rather than trust a cached "answers".

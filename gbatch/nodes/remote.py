@@ -28,6 +28,7 @@ from gbatch.core.steps import Step
 from gbatch.nodes import docker, ports
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
+    HostError,
     LaunchError,
     PortError,
     PortStream,
@@ -222,6 +223,8 @@ class RemoteNode:
         self._relays: dict[tuple[int, int, int | None], threading.Thread] = {}
         # The same steps' relays, by (job, step, rank): who tells their clients (tell_step).
         self._tellers: dict[tuple[int, int, int | None], StepRelay] = {}
+        # (connection generation, absolute path) of srun for container jobs on the host.
+        self._srun: tuple[int, str] | None = None
 
     # -- the connection and the agent ------------------------------------------------
 
@@ -365,9 +368,40 @@ class RemoteNode:
             env=env,
             node_index=index,
             hold=hold,
+            srun=self._container_srun(),
         )
         if not hold:
             self._follow(job, attempt)
+
+    def _container_srun(self) -> str:
+        """The absolute path of srun for container jobs (docker.CONTAINER_SRUN) here.
+
+        Written into agent_dir/bin at the first launch on each connection (so a host
+        installed before it, or wiped since, has it), atomically: a running job's srun
+        never reads half a file. A bind mount wants an absolute path; agent_dir may be
+        under `~`. Raises LaunchError when it cannot be written."""
+        with self._lock:
+            generation, known = self._generation, self._srun
+        if known is not None and known[0] == generation:
+            return known[1]
+        path = f"{host_path(self.node.agent_dir).rstrip('/')}/bin/srun"
+        try:
+            self._conn.put_bytes(
+                docker.CONTAINER_SRUN.read_bytes(), path, 0o755, timeout=COMMAND_TIMEOUT
+            )
+            if not path.startswith("/"):
+                found = self._conn.run(["realpath", "--", path], timeout=COMMAND_TIMEOUT)
+                absolute = found.stdout.decode(errors="replace").strip()
+                if found.exit_status != 0 or not absolute.startswith("/"):
+                    raise RemoteError(f"realpath {path}: {found.stderr.decode().strip()}")
+                path = absolute
+        except HostError as err:
+            raise LaunchError(
+                f"cannot write srun for container jobs on {self.name}: {err}", node_busy=err.busy
+            ) from err
+        with self._lock:
+            self._srun = (generation, path)
+        return path
 
     def start_held(self, job: Job, attempt: int) -> None:
         self._launcher.start_held(job.id, attempt, self._index(job))

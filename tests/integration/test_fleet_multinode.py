@@ -1,5 +1,6 @@
-"""Jobs across nodes end to end (issue 32): a job file's `nodes: 2` on two GPU hosts
-reached over SSH, one container per node, as ONE job.
+"""Jobs across nodes end to end (issue 32): a job file's `nodes: 2` (or a batch script's
+`#SBATCH -N 2` with an image, its srun inside each container) on two GPU hosts reached
+over SSH, one container per node, as ONE job.
 
 Its runs rendezvous at MASTER_ADDR:MASTER_PORT and all-reduce their ranks over TCP
 (no torch); one run failing stops the other and fails the job; scancel stops both; a
@@ -152,6 +153,38 @@ def test_a_two_node_job_rendezvous_at_master_addr_and_all_reduces_its_ranks(
         log.splitlines()
     )
     wait_for(lambda: containers_of(job_id, running=False) == [], 30, "its containers removed")
+
+
+def test_a_slurm_script_with_an_image_runs_srun_on_every_node_as_its_task(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """`#SBATCH -N 2` with an image: the script runs in a container on each node, and
+    its `srun` (gbatch's, in the container: the image has none) runs the command there
+    as that node's task, so the ranks meet at MASTER_ADDR:MASTER_PORT."""
+    script = tmp_path / "allreduce.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        "#SBATCH -N 2\n"
+        "#SBATCH --gpus-per-node 1\n"
+        f"#SBATCH --image {HOST_IMAGE}\n"
+        "#SBATCH --no-requeue\n"
+        "echo script on node $SLURM_NODEID\n"
+        "cat > /tmp/allreduce.py <<'EOF'\n"
+        f"{ALLREDUCE}"
+        "EOF\n"
+        "srun -N 2 --ntasks-per-node=1 -l python3 /tmp/allreduce.py\n"
+    )
+    job_id = fleet.head.sbatch(str(script))
+    record = fleet.head.wait_state(job_id, "COMPLETED", "FAILED", timeout=180)
+    log = fleet.head.run("logs", str(job_id), check=True).stdout
+    assert record["state"] == "COMPLETED", (record["reason"], log)
+    assert log.splitlines() == [
+        "script on node 0",
+        "0: rank 0 of 2: sum 1",
+        f"==> gbatch: output of node {other(record['node'])} (SLURM_NODEID 1) <==",
+        "script on node 1",
+        "1: rank 1 of 2: sum 1",
+    ]
 
 
 def test_one_nodes_run_failing_stops_the_other_and_fails_the_job(

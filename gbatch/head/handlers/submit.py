@@ -474,6 +474,18 @@ def check_nodes_there(daemon: Daemon, spec: JobSpec, label: str = "nodes") -> No
     usable = [name for name in names if name not in spec.exclude]
     if spec.nodes > 1 or not usable:
         _enough_nodes(spec, len(usable), where, compress(usable), label)
+    if spec.nodes > 1 and spec.image is None:
+        # A bare process runs only where gbatchd may start one (the local node): SSH
+        # hosts run containers. Queued, such a job would wait for good or fail to launch.
+        bare = [n for n in usable if getattr(daemon.fleet.nodes.get(n), "runs_bare_processes", 0)]
+        if len(bare) < spec.nodes:
+            raise Refused(
+                "invalid",
+                f"image: a job across {spec.nodes} nodes without an image needs {spec.nodes} "
+                f"nodes that run bare processes, and {where} has {len(bare)}"
+                f"{f' ({compress(bare)})' if bare else ''}: its SSH hosts run containers "
+                "only. Add an image (--image, `image:`): its command then runs on every node",
+            )
     sizes = daemon.fleet.sizes_for(spec.partition)
     if spec.nodes == 1 or not sizes:
         return

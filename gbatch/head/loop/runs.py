@@ -134,7 +134,7 @@ class Runs:
         """After a run's end: the rest of its nodes' output joined to the job's log, its
         run cleaned up on every node that had one (a run still going there is killed: its
         job has ended), and its GPUs handed back on every node of its allocation."""
-        if self.joins is not None and runs_everywhere(job.spec):
+        if self.joins is not None and len(job.node_names) > 1 and runs_everywhere(job.spec):
             self.joins.finish(job.id, job.attempt, len(job.node_names))
         for _, node in self.fleet.run_nodes(job):
             if node is not None:

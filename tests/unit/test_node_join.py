@@ -216,3 +216,19 @@ def test_the_loops_finish_of_a_join_never_waits_on_the_users_file_system(
     while os.read(reader, 65536 * 4).find(b"last words") < 0:
         pass  # drained: the join's own thread writes its line and ends
     os.close(reader)
+
+
+def test_a_follower_started_again_alone_adds_only_what_its_node_had_not_joined(
+    tmp_path: Path,
+) -> None:
+    paths = started(tmp_path)
+    join = NodeJoins(paths, None).of(JOB, ATTEMPT, 2)
+    assert join is not None
+    copied(paths, 1, b"a\nb\n")
+    join.pump(1)
+    # Its SSH connection broke: the follower cuts its part back and replays it all.
+    node_log(paths, JOB, ATTEMPT, 1).write_bytes(b"")
+    for chunk in (b"a\n", b"b\nc", b"\n"):
+        copied(paths, 1, chunk)
+        join.pump(1)
+    assert paths.job_log(JOB).read_bytes() == b"a\nb\nc\n"

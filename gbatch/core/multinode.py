@@ -116,6 +116,14 @@ class Layout:
         return env
 
 
+def rank_label(rank: int, count: int) -> bytes:
+    """srun -l's prefix of task `rank`'s lines (of `count`): `0: `, padded to the widest.
+
+    `gbatch logs --label` prefixes an every-node run's lines with its node's rank alike."""
+    width = len(str(max(count - 1, 0)))
+    return f"{rank:>{width}}: ".encode()
+
+
 def _tasks_text(tasks: tuple[int, ...]) -> str:
     """SLURM_TASKS_PER_NODE's form: runs of equal counts as N(xK): (2, 2, 1) -> 2(x2),1."""
     out: list[str] = []

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from gbatch.core import stepframes as frames
+from gbatch.core.multinode import rank_label as rank_label
 
 log = logging.getLogger("gbatchd")
 
@@ -46,12 +47,6 @@ HIGH_WATER = 1 << 20
 LONGEST_LINE = 64 * 1024
 # How long the last frames may take to reach a client that stopped reading.
 FLUSH_SECONDS = 10.0
-
-
-def rank_label(rank: int, ntasks: int) -> bytes:
-    """srun -l's prefix of task `rank`'s lines: `0: `, padded to the widest rank."""
-    width = len(str(max(ntasks - 1, 0)))
-    return f"{rank:>{width}}: ".encode()
 
 
 class TaskLines:

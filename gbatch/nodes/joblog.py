@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from gbatch.core.crashpoints import crash_point
+from gbatch.core.multinode import rank_label
 
 # How often a wait for a follower looks whether it opens its output files.
 OPENING_POLL_SECONDS = 0.05
@@ -87,9 +88,8 @@ FINISH_WAIT_SECONDS = 5.0
 def node_label(index: int, nodes: int) -> bytes:
     """`gbatch logs --label`'s prefix of node `index`'s lines: its SLURM_NODEID, `0: `.
 
-    Padded to the widest, as srun -l prints a rank (stepfanout.rank_label)."""
-    width = len(str(max(nodes - 1, 0)))
-    return f"{index:>{width}}: ".encode()
+    The same as srun -l's prefix of a task's lines (core/multinode.rank_label)."""
+    return rank_label(index, nodes)
 
 
 class NodeJoin:

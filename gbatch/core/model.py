@@ -324,6 +324,11 @@ class JobSpec:
     # dstack's form; every container job across nodes), rather than once on the first
     # node with `srun` inside it starting the tasks (a batch script: Slurm's form).
     every_node: bool = False
+    # Slurm's -q/--qos (gbatch/core/qos.py), as named; None: `normal`.
+    qos: str | None = None
+    # Its QOS's priority weight, set by the daemon at submit and at `scontrol update
+    # QOS=`, part of effective_priority. Never from a job file; stored only when not 0.
+    qos_priority: int = 0
 
     @property
     def total_gpus(self) -> int:
@@ -337,7 +342,7 @@ class JobSpec:
 
     @property
     def effective_priority(self) -> int:
-        return self.priority - self.nice
+        return self.priority - self.nice + self.qos_priority
 
     def replace(self, **changes: Any) -> JobSpec:
         """A copy of the spec with `changes` over it, as dataclasses.replace gives, faster.
@@ -430,6 +435,10 @@ class JobSpec:
             data["exclusive"] = True
         if self.every_node:
             data["every_node"] = True
+        if self.qos is not None:
+            data["qos"] = self.qos
+        if self.qos_priority:
+            data["qos_priority"] = self.qos_priority
         return data
 
     def to_wire(self) -> dict[str, object]:
@@ -494,6 +503,8 @@ class JobSpec:
             exclude=tuple(str(n) for n in data.get("exclude") or ()),  # type: ignore[attr-defined]
             exclusive=bool(data.get("exclusive", False)),
             every_node=bool(data.get("every_node", False)),
+            qos=data.get("qos"),  # type: ignore[arg-type]
+            qos_priority=int(data.get("qos_priority", 0)),  # type: ignore[call-overload]
         )
 
 

@@ -185,6 +185,7 @@ class Scheduling:
         allocated = self.store.jobs_in(ALLOCATED_STATES)
         if special:
             special = self.filters.within_throttle(special, allocated)
+            special = self.filters.within_qos(special, allocated)
             check_engines = check_engines or any(
                 job.spec.image is not None and not job.held for job in special
             )
@@ -327,7 +328,12 @@ class Scheduling:
             if job is None:
                 continue
             spec = job.spec
-            if spec.begin is None and spec.dependency is None and spec.array_throttle is None:
+            if (
+                spec.begin is None
+                and spec.dependency is None
+                and spec.array_throttle is None
+                and not self.config.qos.get(spec.qos).limits_running
+            ):
                 plain[job_id] = job
                 users[job.user] = users.get(job.user, 0) + 1
                 if spec.image is not None and not job.held:

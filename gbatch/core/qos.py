@@ -91,8 +91,7 @@ class QosTable:
     by_name: Mapping[str, Qos] = field(default_factory=_normal)
 
     def get(self, name: str | None) -> Qos:
-        """The QOS of a job (None: queued before QOS, `normal`); an unknown name (one the
-        admin removed since) reads as `normal`."""
+        """The QOS of a job: None, or a name the admin removed since, reads as `normal`."""
         return self.by_name.get(name or NORMAL) or self.by_name[NORMAL]
 
     def allowed(self, user: str, groups: Collection[str], *, admin: bool = False) -> list[str]:
@@ -308,12 +307,12 @@ MAX_GPUS_REASON = "QOSMaxGRESPerUser"
 def over_qos_limits(
     pending: Sequence[Job], allocated: Iterable[Job], table: QosTable
 ) -> dict[int, str]:
-    """The `pending` jobs their QOS's per-user max_running_jobs/max_gpus hold back, with
-    the reason of each.
+    """The `pending` jobs their QOS's per-user limits hold back, and the reason of each.
 
-    Per (user, QOS): the jobs on nodes count (`allocated`), then the pending ones that
-    are not held, by priority (then age, then id), go while they fit in the room left;
-    the rest wait. As an array's %MAX: what goes may still wait for GPUs."""
+    max_running_jobs and max_gpus, per (user, QOS): the jobs on nodes count
+    (`allocated`), then the pending ones that are not held, by priority (then age, then
+    id), go while they fit in the room left; the rest wait. As an array's %MAX: what
+    goes may still wait for GPUs."""
     limited = {q.name for q in table.by_name.values() if q.limits_running}
     if not limited:
         return {}

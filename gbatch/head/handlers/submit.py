@@ -255,10 +255,11 @@ def _submitted_sweep(request: requests.Submit, spec: JobSpec) -> Sweep | None:
 
 
 def _in_qos(daemon: Daemon, caller: Caller, spec: JobSpec) -> JobSpec:
-    """The spec with its QOS's priority weight, refused for a QOS the caller may not use
-    or past its max_wall or max_gpus (root and the daemon's user are held to neither).
+    """The spec with its QOS's priority weight; Refused where the QOS is not for it.
 
-    A job that asks no time limit gets max_wall as its limit, as under Slurm."""
+    Refused for a QOS the caller may not use, or past its max_wall or max_gpus (root and
+    the daemon's user are held to neither). A job that asks no time limit gets max_wall
+    as its limit, as under Slurm."""
     table = daemon.config.qos
     name = spec.qos or qos.NORMAL
     refused = qos.refusal(name, table, allowed_qos(daemon, caller))

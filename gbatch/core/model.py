@@ -756,6 +756,9 @@ class Plan:
     # The expected start (epoch seconds) of the job holding the plan's reservation, if
     # any: squeue --start's START_TIME. Other waiting jobs have no estimate.
     starts: Mapping[int, float] = field(default_factory=dict)
+    # Running jobs to preempt (gbatch/head/scheduler.py preemptions): victim id -> the
+    # pending job they make room for.
+    preemptions: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

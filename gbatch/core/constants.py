@@ -53,6 +53,7 @@ STATE_CODES = {
     "TIMEOUT": "TO",
     "NODE_FAIL": "NF",
     "OUT_OF_MEMORY": "OOM",
+    "PREEMPTED": "PR",
 }
 """Each job state (model.JobState's value) and Slurm's compact code for it, as squeue's
 ST column prints it."""

@@ -35,6 +35,7 @@ class JobState(enum.Enum):
     TIMEOUT = "TIMEOUT"
     NODE_FAIL = "NODE_FAIL"
     OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    PREEMPTED = "PREEMPTED"  # stopped for another job and not requeued (--no-requeue)
 
     @property
     def code(self) -> str:
@@ -65,6 +66,7 @@ FINAL_STATES = frozenset(
         JobState.TIMEOUT,
         JobState.NODE_FAIL,
         JobState.OUT_OF_MEMORY,
+        JobState.PREEMPTED,
     }
 )
 ACTIVE_STATES = frozenset(set(JobState) - FINAL_STATES)

@@ -26,6 +26,8 @@ class Preempter:
         self.store = store
         self.fleet = fleet
         self.config = config
+        # Whether the store may hold preemptions (at start: those a last daemon began).
+        self._any = True
 
     def rules(self) -> PreemptRules | None:
         """Who may preempt whom now; None when nothing may (no QOS preempts, no partition
@@ -86,12 +88,16 @@ class Preempter:
             why = f"{PREEMPTED_BY}{preemptor.id} ({_by_what(rules, preemptor, victim)})"
             told = Preempting(victim.id, preemptor.id, mode, now + grace, why)
             if self.store.begin_preemption(told, now):
+                self._any = True
                 log.info("job %d: %s; %s after %d s", victim.id, why, mode, grace)
 
     def forget_ended(self) -> None:
         """Forget the preemptions of jobs that left their nodes."""
+        if not self._any:  # none begun since the table was last seen empty
+            return
         told = self.store.preempting()
         if not told:
+            self._any = False
             return
         gone = []
         for job_id in told:

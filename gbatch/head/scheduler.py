@@ -1854,8 +1854,10 @@ class PreemptRules:
 
 @dataclass(frozen=True)
 class Preemptions:
-    """What preemption decides in a pass: victim -> preemptor, and the jobs waiting on
-    GPUs that victims told earlier are freeing (reason Preemption, like the preemptors)."""
+    """What preemption decides in a pass: victim -> preemptor, and the jobs that wait.
+
+    `waiting`: the preemptors, and the jobs waiting on GPUs that victims told earlier
+    are freeing; their reason is Preemption."""
 
     victims: Mapping[int, int]
     waiting: frozenset[int]

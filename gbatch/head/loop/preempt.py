@@ -1,7 +1,9 @@
-"""The loop's preemption step (docs/priorities.md): the running jobs a plan preempts get
-their --signal (or SIGTERM) at once and are stopped once their grace time is over, then
-requeued, cancelled or ended PREEMPTED; the store keeps each preemption until its job
-leaves its node, so a restarted daemon finishes what the last one began."""
+"""The loop's preemption step (docs/priorities.md): the plan's victims told to go.
+
+They go COMPLETING with their --signal (or SIGTERM) at once, are killed once their grace
+time is over (the limits step), then requeued, cancelled or ended PREEMPTED; the store
+keeps each preemption until its job leaves its node, so a restarted daemon finishes what
+the last one began."""
 
 from __future__ import annotations
 
@@ -30,8 +32,10 @@ class Preempter:
         self._any = True
 
     def rules(self) -> PreemptRules | None:
-        """Who may preempt whom now; None when nothing may (no QOS preempts, no partition
-        may be preempted): then the planner is given no running jobs at all."""
+        """Who may preempt whom now; None when nothing may.
+
+        None: no QOS preempts and no partition may be preempted; the planner is then
+        given no running jobs at all."""
         partitions = self.fleet.partitions
         table = self.config.qos
         if not any(q.preempt for q in table.by_name.values()) and not any(
@@ -44,8 +48,10 @@ class Preempter:
         return PreemptRules(tiers, table)
 
     def running(self, allocated: Sequence[Job]) -> list[Running]:
-        """The jobs on nodes as preemption sees them: of whole GPUs on one node; those
-        stopping (or told to go) count as GPUs coming free."""
+        """The jobs on nodes as preemption sees them.
+
+        Those of whole GPUs on one node; those stopping (or told to go) count as GPUs
+        coming free."""
         told = self.store.preempting()
         table = self.config.qos
         out = []
@@ -68,8 +74,9 @@ class Preempter:
         return out
 
     def begin(self, victims: Mapping[int, int], rules: PreemptRules | None, now: float) -> None:
-        """Tell each victim to go: COMPLETING with its preemption, in one transaction; the
-        limits step sends its signal and kills it at the end of its grace."""
+        """Tell each victim to go: COMPLETING with its preemption, in one transaction.
+
+        The limits step sends its signal and kills it at the end of its grace."""
         if not victims or rules is None:
             return
         for victim_id, preemptor_id in sorted(victims.items()):

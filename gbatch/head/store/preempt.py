@@ -1,6 +1,7 @@
-"""Preemptions as the store keeps them (migration 17): the running jobs told to go for a
-waiting one, what they become and when they are killed, so that a restarted daemon
-finishes them."""
+"""Preemptions as the store keeps them (migration 17): the running jobs told to go.
+
+For each, what it becomes and when it is killed, so that a restarted daemon finishes
+them."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from gbatch.head.store.transitions import StateChange, Transitions
 
 @dataclass(frozen=True)
 class Preempting:
-    """A job told to go (COMPLETING): signalled, killed at `kill_at` unless it ended by
-    then, then requeued, cancelled or ended PREEMPTED (`mode`: requeue, cancel,
-    preempted). `why`: "Preempted by N (QOS q)"."""
+    """A job told to go (COMPLETING), for the waiting job `preemptor`.
+
+    Signalled, killed at `kill_at` unless it ended by then, then requeued, cancelled or
+    ended PREEMPTED (`mode`: requeue, cancel, preempted). `why`: "Preempted by N (QOS
+    q)"."""
 
     job_id: int
     preemptor: int
@@ -34,9 +37,10 @@ class Preemptions(Transitions):
     """The preemptions begun and not yet over."""
 
     def begin_preemption(self, each: Preempting, now: float) -> bool:
-        """Move the RUNNING job to COMPLETING (its stop state `each.mode`'s, reason and
-        event `each.why`) and record the preemption, in one transaction; False when it
-        no longer runs."""
+        """Stop the RUNNING job for `each`, recorded; False when it no longer runs.
+
+        COMPLETING, its stop state `each.mode`'s, reason and event `each.why`, and the
+        preemption's row: one transaction."""
         change = StateChange(
             each.job_id,
             JobState.COMPLETING,

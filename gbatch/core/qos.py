@@ -46,6 +46,9 @@ DEFAULT_GRACE_TIME = 120
 QOS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", re.ASCII)
 # The word that opens a QOS to every user.
 EVERYONE = "ALL"
+# How a preempted job's reason begins (sacct's Reason, its events): "Preempted by 812 (QOS
+# high)" (gbatch/head/loop/preempt.py).
+PREEMPTED_BY = "Preempted by "
 _PRIORITY_BOUND = 1_000_000
 
 

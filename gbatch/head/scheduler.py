@@ -28,6 +28,7 @@ from gbatch.core.model import (
     NodeView,
     Plan,
 )
+from gbatch.core.qos import PREEMPTED_BY as PREEMPTED_BY
 from gbatch.core.qos import QosTable
 from gbatch.head.fairshare import factors
 
@@ -1792,8 +1793,6 @@ def _what_nodes_are(nodes: Sequence[NodeView]) -> object:
 # -- preemption (docs/priorities.md) ------------------------------------------------------
 
 PREEMPTION = "Preemption"
-# How a victim's reason begins (sacct's Reason, its events): "Preempted by 812 (QOS high)".
-PREEMPTED_BY = "Preempted by "
 # The reasons of a job that is otherwise runnable: nothing but busy GPUs keep it waiting.
 _PREEMPTOR_REASONS = frozenset({RESOURCES, PRIORITY, PREEMPTION})
 # Victims looked at per node: a node holds at most a few dozen jobs of whole GPUs.

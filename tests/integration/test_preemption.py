@@ -59,7 +59,9 @@ def test_a_normal_job_preempts_a_scavenger_which_is_requeued_and_runs_again(
     head.wait_state(urgent, "RUNNING", timeout=GRACE + 30)
     assert head.state(scav) == "PENDING"
     story = events(head, scav)
-    assert f"Preempted by {urgent} (QOS normal)" in story
+    assert f"COMPLETING   Preempted by {urgent} (QOS normal)" in story
+    assert f"PREEMPTED    Preempted by {urgent} (QOS normal)" in story
+    assert f"PENDING      Preempted by {urgent} (QOS normal)" in story
     sacct = head.run("sacct", "-n", "-P", "-X", "-o", "JobID,State,QOS", "-j", str(scav))
     assert sacct.stdout.split() == [f"{scav}|PENDING|scavenger"]
     # Once the normal job ends, the scavenger runs again, as its second run.

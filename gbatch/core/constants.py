@@ -58,7 +58,7 @@ STATE_CODES = {
 """Each job state (model.JobState's value) and Slurm's compact code for it, as squeue's
 ST column prints it."""
 
-REASON_STATES = frozenset({"PENDING", "FAILED", "TIMEOUT", "OUT_OF_MEMORY"})
+REASON_STATES = frozenset({"PENDING", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED"})
 """The job states whose squeue NODELIST(REASON) cell is the (reason), not the node
 (Slurm's squeue print.c)."""
 

@@ -82,6 +82,8 @@ def test_a_no_requeue_victim_ends_preempted(head: Head) -> None:
     head.wait_state(urgent, "RUNNING")
     sacct = head.run("sacct", "-n", "-P", "-X", "-o", "State,Reason", "-j", str(scav))
     assert sacct.stdout.strip() == f"PREEMPTED|Preempted by {urgent} (QOS normal)"
+    shown = head.run("squeue", "-h", "-t", "all", "-j", str(scav), "-o", "%t %R", check=True)
+    assert shown.stdout == f"PR (Preempted by {urgent} (QOS normal))\n"
     head.run("scancel", str(urgent), check=True)
 
 

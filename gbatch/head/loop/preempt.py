@@ -22,7 +22,7 @@ log = logging.getLogger("gbatchd")
 
 
 class Preempter:
-    """Begins the plan's preemptions and stops the victims whose grace is over."""
+    """Begins the plan's preemptions; forgets them once their jobs left their nodes."""
 
     def __init__(self, store: Store, fleet: Fleet, config: Config) -> None:
         self.store = store

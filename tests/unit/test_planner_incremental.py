@@ -22,7 +22,9 @@ USERS = ("alice", "bob", "carol")
 GPUS = 4  # per node
 
 
-def make_job(job_id: int, draw: st.DrawFn) -> Job:
+def make_job(job_id: int, draw: st.DrawFn, simple: bool = False) -> Job:
+    """A pending job; `simple`: of whole GPUs of any type on one node (those preemption
+    takes), with more GPUs asked and QOS that preempt."""
     spec = JobSpec(
         name=f"j{job_id}",
         command=("true",),
@@ -35,12 +37,14 @@ def make_job(job_id: int, draw: st.DrawFn) -> Job:
         constraint=draw(st.sampled_from((None, None, None, "nvlink", "a100|ib"))),
         qos=draw(st.sampled_from((None, None, "high", "scavenger"))),
     )
-    if spec.gpus:  # a type asks for GPUs of it
+    if simple:
+        spec = replace(spec, gpus=draw(st.integers(1, 4)), constraint=None)
+    if spec.gpus and not simple:  # a type asks for GPUs of it
         spec = replace(spec, gpu_type=draw(st.sampled_from(ASKED)))
-    if draw(st.booleans()):  # a share of one GPU (issue 30)
+    if not simple and draw(st.booleans()):  # a share of one GPU (issue 30)
         share = draw(st.sampled_from((10 * 1024, 20 * 1024, 40 * 1024, 100 * 1024)))
         spec = replace(spec, gpus=1, gpu_mem_mb=share)
-    if draw(st.booleans()):  # placed by node (issue 32): -N, -w, -x, --exclusive
+    if not simple and draw(st.booleans()):  # placed by node (issue 32): -N, -w, -x, ...
         names = st.sampled_from(tuple(f"n{i}" for i in range(5)))
         spec = replace(
             spec,
@@ -186,6 +190,17 @@ def running_on(draw: st.DrawFn, nodes: list[NodeView]) -> list[Running]:
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_incremental_passes_equal_a_full_plan_over_random_changes(data: st.DataObject) -> None:
+    _passes_equal_a_full_plan(data, simple=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_incremental_preemptions_equal_a_full_plans(data: st.DataObject) -> None:
+    """Jobs of whole GPUs on one node, as preemption takes them, its victims and reasons."""
+    _passes_equal_a_full_plan(data, simple=True)
+
+
+def _passes_equal_a_full_plan(data: st.DataObject, *, simple: bool) -> None:
     draw = data.draw
     planner = Planner()
     queue: dict[int, Job] = {}
@@ -204,7 +219,7 @@ def test_incremental_passes_equal_a_full_plan_over_random_changes(data: st.DataO
             )
             if change == "submit" or (change in ("end", "hold", "priority") and not queue):
                 for _ in range(draw(st.integers(1, 6))):
-                    queue[next_id] = make_job(next_id, draw)
+                    queue[next_id] = make_job(next_id, draw, simple)
                     planner.put(queue[next_id])
                     next_id += 1
             elif change == "end":  # ended, cancelled: it leaves the queue

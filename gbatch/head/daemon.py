@@ -41,6 +41,7 @@ from gbatch.head.loop.dispatch import Dispatcher
 from gbatch.head.loop.filters import Filters
 from gbatch.head.loop.gpus import GpuSampler
 from gbatch.head.loop.limits import RunLimits
+from gbatch.head.loop.preempt import Preempter
 from gbatch.head.loop.runs import Runs
 from gbatch.head.loop.schedule import Scheduling
 from gbatch.head.loop.steps import StepEnds
@@ -120,6 +121,8 @@ class Daemon:
             store, self.fleet, config, Filters(store, config, self.wake), self.wake, monotonic
         )
         self.dispatcher = Dispatcher(store, self.fleet, self.runs, clock)
+        self.preempter = Preempter(store, self.fleet, config)
+        self.scheduling.preempter = self.preempter
         self.gpus = GpuSampler(store, self.fleet, config, self.wake)
         # srun/salloc allocations still waited for by a client (interactive.py), and the
         # step that records steps' ends and ends the allocations they lead.
@@ -252,6 +255,7 @@ class Daemon:
 
     def enforce_limits(self, now: float) -> None:
         """Step 2: --signal warnings, TIME_LIMIT mail, time limits, runs being stopped."""
+        self.preempter.forget_ended()
         self.run_limits.enforce(now)
 
     def schedule(self, now: float) -> None:

@@ -289,6 +289,7 @@ UPDATE_KEYS = (
     "NumGPUs",
     "Gres",
     "Partition",
+    "QOS",
     "Comment",
     "ArrayTaskThrottle",
     "Features",

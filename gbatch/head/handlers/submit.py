@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gbatch.core import dependency, outputs
+from gbatch.core import dependency, outputs, qos
 from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.gputypes import profile_of
 from gbatch.core.labels import memory_text
@@ -21,7 +21,7 @@ from gbatch.core.urls import DOT_SEGMENT_REFUSAL, has_dot_segment
 from gbatch.head import notify
 from gbatch.head.daemon import Daemon
 from gbatch.head.groupcommit import CommitterClosed
-from gbatch.head.handlers.auth import DAEMON_UID, is_admin, submit_limits
+from gbatch.head.handlers.auth import DAEMON_UID, allowed_qos, is_admin, submit_limits
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.handlers.targets import MAX_ARRAY
@@ -101,6 +101,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     _check_notify_allowed(daemon, spec)
     spec = _shards_as_memory(daemon, spec)
     spec = _in_partition(daemon, spec, limit)
+    spec = _in_qos(daemon, caller, spec)
     if spec.nodes > 1 and spec.image is not None and not spec.every_node:
         spec = spec.replace(every_node=True)  # a container on every node (docs/multinode.md)
     try:  # the site's policy: mount roots (symlinks followed as the submitter), bare jobs
@@ -173,6 +174,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
                 tuple(secret_values.items()),
                 submit_env=tuple(submit_env.items()),
                 max_pending=None if limits is None else limits.max_pending_jobs,
+                qos_max_pending=_qos_max_pending(daemon, caller, spec),
                 tail_count=tail_count,
             )
         )
@@ -250,6 +252,39 @@ def _submitted_sweep(request: requests.Submit, spec: JobSpec) -> Sweep | None:
     sweep = sweep_from_wire(request.sweep)
     check_templates(spec.command, sweep.names, request.name_template, spec.name)
     return sweep
+
+
+def _in_qos(daemon: Daemon, caller: Caller, spec: JobSpec) -> JobSpec:
+    """The spec with its QOS's priority weight; Refused where the QOS is not for it.
+
+    Refused for a QOS the caller may not use, or past its max_wall or max_gpus (root and
+    the daemon's user are held to neither). A job that asks no time limit gets max_wall
+    as its limit, as under Slurm."""
+    table = daemon.config.qos
+    name = spec.qos or qos.NORMAL
+    refused = qos.refusal(name, table, allowed_qos(daemon, caller))
+    if refused is not None:
+        raise Refused("permission", refused)
+    chosen = table.get(name)
+    if caller.uid not in (0, DAEMON_UID):
+        wall = qos.wall_refusal(chosen, spec.time_limit)
+        if wall is not None and spec.time_limit is not None:
+            raise Refused("invalid", wall)
+        refused = qos.gpus_refusal(chosen, spec.total_gpus)
+        if refused is not None:
+            raise Refused("invalid", refused)
+    time_limit = spec.time_limit if spec.time_limit is not None else chosen.max_wall
+    if chosen.priority == spec.qos_priority and time_limit == spec.time_limit:
+        return spec
+    return spec.replace(qos_priority=chosen.priority, time_limit=time_limit)
+
+
+def _qos_max_pending(daemon: Daemon, caller: Caller, spec: JobSpec) -> tuple[str, int] | None:
+    """The caller's max_pending_jobs in the spec's QOS, for the store to hold them to."""
+    chosen = daemon.config.qos.get(spec.qos)
+    if chosen.max_pending_jobs is None or caller.uid in (0, DAEMON_UID):
+        return None
+    return chosen.name, chosen.max_pending_jobs
 
 
 def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobSpec:

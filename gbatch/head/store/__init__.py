@@ -37,6 +37,7 @@ from gbatch.head.store.listing import LISTING_PAGE
 from gbatch.head.store.nodes import Nodes
 from gbatch.head.store.notices import Notices, Notification
 from gbatch.head.store.pages import LISTING_SORTS, ListingQuery, Pages
+from gbatch.head.store.preempt import Preempting, Preemptions
 from gbatch.head.store.reads import JobBrief, Reads
 from gbatch.head.store.rows import ArrayTail, ListingPage, ListingSpecs, listing_spec, listing_specs
 from gbatch.head.store.schema import MIGRATIONS
@@ -61,6 +62,7 @@ __all__ = [
     "Notices",
     "Notification",
     "PendingLimitReached",
+    "Preempting",
     "RunnableWindow",
     "StateChange",
     "StepBusy",
@@ -77,7 +79,18 @@ __all__ = [
 ]
 
 
-class Store(Submit, Transitions, Reads, Dependencies, Pages, Window, UsageRecords, Nodes, Steps):
+class Store(
+    Submit,
+    Preemptions,
+    Transitions,
+    Reads,
+    Dependencies,
+    Pages,
+    Window,
+    UsageRecords,
+    Nodes,
+    Steps,
+):
     """The job store: SQLite in WAL mode, one writer (gbatchd), every write one transaction.
 
     Store(path, notify=Notices or None, feed=event log lines or None).

@@ -226,4 +226,18 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE steps ADD COLUMN nodes TEXT NOT NULL DEFAULT ''
     """,
+    # 18: preemption (issue 33): the running jobs told to go for a waiting one (their
+    # signal sent), with what happens to them and when: `mode` requeue, cancel or
+    # preempted (--no-requeue), stopped at `kill_at` (epoch seconds). Kept until the
+    # job leaves its node, so a restart finishes what was begun.
+    """
+    CREATE TABLE preemptions (
+        job_id     INTEGER PRIMARY KEY,
+        preemptor  INTEGER NOT NULL,
+        mode       TEXT    NOT NULL,
+        kill_at    REAL    NOT NULL,
+        why        TEXT    NOT NULL,
+        stopped    INTEGER NOT NULL DEFAULT 0
+    )
+    """,
 )

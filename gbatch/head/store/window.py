@@ -85,6 +85,8 @@ _PLANNING_KEYS = (
     "nodelist",
     "exclude",
     "exclusive",
+    "qos",
+    "qos_priority",
 )
 _FILTERED_KEYS = ("name", "dependency", "array_task", "array_pos", "array_throttle")
 _PLANNING_AND_FILTERED_KEYS = (*_PLANNING_KEYS, *_FILTERED_KEYS)

@@ -368,7 +368,10 @@ class RemoteNode:
             env=env,
             node_index=index,
             hold=hold,
-            srun=self._container_srun(),
+            # Jobs across nodes only: their scripts run on every node, and `srun` there is
+            # how a Slurm script starts its tasks (docs/multinode.md). A one-node job on a
+            # host is left as it was: no file of the host's mounted into its container.
+            srun=self._container_srun() if job.spec.nodes > 1 else None,
         )
         if not hold:
             self._follow(job, attempt)

@@ -270,6 +270,9 @@ class JobSpec:
     mail_type: str | None = None  # mailed through the head's SMTP server (head/notify.py)
     mail_user: str | None = None
     comment: str | None = None
+    # --reservation: the reservation (scontrol create reservation) the job runs in; it
+    # runs only on that reservation's nodes/GPUs, within its window.
+    reservation: str | None = None
     # The task indices of the submission an array task belongs to (--array "1-5:2"),
     # for its position's index and SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP. Set by the
     # daemon, never by a file; stored and sent as its text.
@@ -510,6 +513,7 @@ _OPTIONAL_KEYS = (
     "gpu_type",
     "constraint",
     "gpu_shards",
+    "reservation",
 )
 
 

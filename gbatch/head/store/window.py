@@ -85,6 +85,7 @@ _PLANNING_KEYS = (
     "nodelist",
     "exclude",
     "exclusive",
+    "reservation",
 )
 _FILTERED_KEYS = ("name", "dependency", "array_task", "array_pos", "array_throttle")
 _PLANNING_AND_FILTERED_KEYS = (*_PLANNING_KEYS, *_FILTERED_KEYS)

@@ -1,0 +1,212 @@
+"""Reservations (issue 33): scontrol's words read, refused with one line naming the
+field, and the planner keeping a window's GPUs for its jobs (hypothesis)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_planner_incremental import NOW, make_job, make_node
+
+from gbatch.core.model import Job, JobSpec, JobState, NodeView
+from gbatch.core.reservations import (
+    MAINT_REASON,
+    RESERVATION_REASON,
+    Reservation,
+    ReservationError,
+    build,
+    format_show,
+    overlaps,
+    parse_words,
+)
+from gbatch.head.scheduler import Window, plan_reserved
+
+
+def test_create_words_read_as_slurm_writes_them() -> None:
+    request = parse_words(
+        [
+            "ReservationName=demo",
+            "StartTime=now+2minutes",
+            "Duration=2:00:00",
+            "Users=alice,bob",
+            "Nodes=gpu[01-02]",
+            "Flags=MAINT,ignore_jobs",
+        ],
+        NOW,
+    )
+    made = build(request, NOW)
+    assert made.name == "demo"
+    assert made.start == NOW + 120 and made.end == NOW + 120 + 7200
+    assert made.users == ("alice", "bob") and made.nodes == ("gpu01", "gpu02")
+    assert made.flags == ("MAINT", "IGNORE_JOBS") and made.maint
+    assert Reservation.from_dict(made.to_dict()) == made
+    shown = format_show(made, NOW)
+    assert shown.startswith("ReservationName=demo StartTime=")
+    assert "Nodes=gpu[01-02] NodeCnt=2" in shown and "Flags=MAINT,IGNORE_JOBS" in shown
+    assert "State=INACTIVE" in shown
+
+
+def test_gpus_with_a_type_and_an_update_of_the_flags() -> None:
+    made = build(
+        parse_words(
+            [
+                "ReservationName=r",
+                "StartTime=now",
+                "EndTime=now+1hour",
+                "Users=a",
+                "GPUs=2",
+                "GpuType=a100",
+            ],
+            NOW,
+        ),
+        NOW,
+    )
+    assert made.gpu_count == 2 and made.gpu_type == "a100" and not made.gpus
+    changed = build(parse_words(["ReservationName=r", "Flags+=DAILY"], NOW), NOW, made)
+    assert changed.flags == ("DAILY",) and changed.gpu_count == 2
+    assert changed.window(NOW + 86400 + 10) == (NOW + 86400, NOW + 86400 + 3600)
+
+
+@pytest.mark.parametrize(
+    ("words", "field"),
+    [
+        (["StartTime=now"], "ReservationName"),
+        (["ReservationName=x", "Duration=1:00:00", "Users=a", "Nodes=n1"], "StartTime"),
+        (["ReservationName=x", "StartTime=now", "Users=a", "Nodes=n1"], "Duration"),
+        (["ReservationName=x", "StartTime=now", "Duration=10", "Users=a"], "Nodes"),
+        (["ReservationName=x", "StartTime=now", "Duration=10", "Nodes=n1"], "Users"),
+        (
+            ["ReservationName=x", "StartTime=soon", "Duration=10", "Users=a", "Nodes=n1"],
+            "StartTime",
+        ),
+        (
+            ["ReservationName=x", "StartTime=now", "Duration=ever", "Users=a", "Nodes=n1"],
+            "Duration",
+        ),
+        (["ReservationName=x", "StartTime=now", "Duration=10", "Users=a", "GPUs=0"], "GPUs"),
+        (
+            [
+                "ReservationName=x",
+                "StartTime=now",
+                "Duration=10",
+                "Users=a",
+                "Nodes=n1",
+                "Flags=FOREVER",
+            ],
+            "Flags",
+        ),
+        (
+            [
+                "ReservationName=x",
+                "StartTime=now",
+                "Duration=10",
+                "Users=a",
+                "Nodes=n1",
+                "Colour=red",
+            ],
+            "Colour=red",
+        ),
+        (
+            ["ReservationName=x", "StartTime=now", "Duration=10", "Users=a", "Nodes=n1", "GPUs=1"],
+            "Nodes",
+        ),
+        (
+            [
+                "ReservationName=x",
+                "StartTime=now",
+                "Duration=2-00:00:00",
+                "Users=a",
+                "Nodes=n1",
+                "Flags=DAILY",
+            ],
+            "Duration",
+        ),
+    ],
+)
+def test_bad_words_are_one_line_naming_the_field(words: list[str], field: str) -> None:
+    with pytest.raises(ReservationError) as caught:
+        build(parse_words(words, NOW), NOW)
+    message = str(caught.value)
+    assert message.startswith(f"{field}:") and "\n" not in message
+
+
+def test_windows_overlap_only_on_a_shared_gpu_at_a_shared_time() -> None:
+    a = Reservation("a", NOW, NOW + 100, nodes=("n1",))
+    b = Reservation("b", NOW + 50, NOW + 200, gpus=(("n1", (0,)),), gpu_count=1)
+    c = Reservation("c", NOW + 100, NOW + 200, nodes=("n1",))
+    d = Reservation("d", NOW, NOW + 100, gpus=(("n2", (0,)),), gpu_count=1)
+    assert overlaps(a, b, NOW + 1e6) and not overlaps(a, c, NOW + 1e6)
+    assert not overlaps(a, d, NOW + 1e6)
+
+
+def _job(job_id: int, gpus: int, limit: int | None, reservation: str | None = None) -> Job:
+    spec = JobSpec(
+        name="j", command=("true",), gpus=gpus, time_limit=limit, reservation=reservation
+    )
+    return Job(job_id, 1000, "alice", spec, JobState.PENDING, NOW)
+
+
+def test_a_maintenance_window_ahead_lets_a_short_job_run_and_keeps_a_long_one() -> None:
+    node = NodeView("n0", 2, (0, 1))
+    window = Window("maint", NOW + 120, NOW + 3600, maint=True, nodes=frozenset({"n0"}))
+    result = plan_reserved(
+        [_job(1, 1, 600), _job(2, 1, 60), _job(3, 1, None)], [node], {}, NOW, windows=[window]
+    )
+    assert [a.job_id for a in result.assignments] == [2]
+    assert result.reasons == {1: MAINT_REASON, 3: MAINT_REASON}
+
+
+def test_a_window_on_now_is_its_jobs_alone() -> None:
+    nodes = [NodeView("n0", 2, (0, 1)), NodeView("n1", 2, (0, 1))]
+    window = Window("demo", NOW - 10, NOW + 3600, gpus=(("n0", (1,)),))
+    result = plan_reserved(
+        [_job(1, 1, 60, "demo"), _job(2, 1, 60, "demo"), _job(3, 3, 60), _job(4, 1, 60, "gone")],
+        nodes,
+        {},
+        NOW,
+        windows=[window],
+    )
+    placed = {a.job_id: (a.node, a.gpus) for a in result.assignments}
+    assert placed == {1: ("n0", (1,))}
+    assert result.reasons[4] == RESERVATION_REASON
+    assert 2 in result.reasons and 3 in result.reasons
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_no_gpu_of_a_window_goes_to_an_outsider_while_it_is_on(data: st.DataObject) -> None:
+    draw = data.draw
+    nodes = [make_node(i, draw) for i in range(draw(st.integers(1, 3)))]
+    jobs = [make_job(i, draw) for i in range(1, draw(st.integers(1, 12)))]
+    jobs = [
+        replace(j, spec=replace(j.spec, reservation=draw(st.sampled_from((None, "r1", "r2")))))
+        for j in jobs
+    ]
+    times = [(NOW - 100, NOW + 500), (NOW + 300, NOW + 4000), (NOW + 30, NOW + 90)]
+    windows = []
+    if draw(st.booleans()):
+        start, end = draw(st.sampled_from(times))
+        windows.append(Window("r1", start, end, nodes=frozenset({"n0"})))
+    if draw(st.booleans()):
+        start, end = draw(st.sampled_from(times))
+        windows.append(Window("r2", start, end, gpus=(("n1", (0, 2)),)))
+    result = plan_reserved(jobs, nodes, {}, NOW, windows=windows)
+    by_id = {job.id: job for job in jobs}
+    for each in result.assignments:
+        job = by_id[each.job_id]
+        end = NOW + job.time_limit if job.time_limit is not None else float("inf")
+        held = [(each.node, set(each.gpus)), *((n, set(g)) for n, g in each.peers)]
+        for window in windows:
+            mine = job.spec.reservation == window.name
+            if mine:
+                assert window.start <= NOW < window.end
+                for node, gpus in held:
+                    assert node in window.nodes or gpus <= set(dict(window.gpus).get(node, ()))
+            elif window.start < end and window.end > NOW:
+                for node, gpus in held:
+                    assert node not in window.nodes
+                    assert not gpus & set(dict(window.gpus).get(node, ()))
+        if job.spec.reservation is not None:
+            assert any(w.name == job.spec.reservation for w in windows)

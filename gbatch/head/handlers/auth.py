@@ -90,6 +90,7 @@ TOKEN_SCOPE_OF: Mapping[str, str] = {
     "usage_report": "read",
     "metrics": "read",
     "steps": "read",
+    "reservations": "read",
     "submit": "submit",
     "cancel": "control",
     "hold": "control",

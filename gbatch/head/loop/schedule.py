@@ -17,7 +17,7 @@ from gbatch.core.model import ALLOCATED_STATES, Job, NodeView
 from gbatch.head.fleet import Fleet
 from gbatch.head.loop.filters import Filters
 from gbatch.head.loop.runs import gpu_seconds
-from gbatch.head.scheduler import BEGIN_TIME, Planner, plan
+from gbatch.head.scheduler import BEGIN_TIME, Planner, Window, plan_reserved
 from gbatch.head.store import RunnableWindow, Store
 from gbatch.nodes.base import Node
 from gbatch.site.config import Config
@@ -197,12 +197,13 @@ class Scheduling:
                 if (mine := self.limits_for(user)).limits_running:
                     limits[user] = mine
         use = use_by_user(allocated)
+        windows = self.windows(now)
         if self.planner is None:
             pending = sorted([*plain.values(), *special], key=lambda job: job.id)
-            result = plan(pending, views, usage, now, limits, use)
+            result = plan_reserved(pending, views, usage, now, limits, use, windows)
             by_id = {job.id: job for job in pending}
         else:
-            result = self.planner.plan(views, usage, now, limits, use)
+            result = self.planner.plan(views, usage, now, limits, use, windows)
             by_id = self.planned
         self.expected_starts = result.starts
         self._owe(result.reasons, by_id)
@@ -409,12 +410,32 @@ class Scheduling:
             )
             for node in self.fleet.nodes.values()
         ]
-        result = plan(pending, views, self.usage(allocated, now), now)
+        result = plan_reserved(
+            pending, views, self.usage(allocated, now), now, windows=self.windows(now)
+        )
         for assignment in result.assignments:
             if assignment.job_id == job.id:
                 names = [assignment.node, *(name for name, _ in assignment.peers)]
                 return now, hostlist.compress(names), tuple(assignment.gpus), ""
         return None, None, (), result.reasons.get(job.id, "")
+
+    def windows(self, now: float) -> list[Window]:
+        """The reservations' windows on now or to come, as the planner takes them."""
+        out = []
+        for reservation in self.store.reservations():
+            window = reservation.window(now)
+            if window is not None:
+                out.append(
+                    Window(
+                        reservation.name,
+                        window[0],
+                        window[1],
+                        maint=reservation.maint,
+                        nodes=frozenset(reservation.nodes),
+                        gpus=reservation.gpus,
+                    )
+                )
+        return out
 
     def limits_for(self, user: str) -> UserLimits:
         """The limits of `user` under the config's `limits:`, their groups included."""

@@ -21,6 +21,7 @@ implement the same), all sharing one connection (db.Database):
     usage        fair-share usage and GPU usage samples
     nodes        drained nodes and node episodes
     steps        a job's steps (srun, salloc): opened, ended, listed
+    reservations reservations (scontrol create reservation) and their story
 
 The store writes what it is handed: whom an event is owed to and what it says come in
 as Notices (gbatch/head/notify.py Policy); it imports nothing of the planner or the
@@ -38,6 +39,7 @@ from gbatch.head.store.nodes import Nodes
 from gbatch.head.store.notices import Notices, Notification
 from gbatch.head.store.pages import LISTING_SORTS, ListingQuery, Pages
 from gbatch.head.store.reads import JobBrief, Reads
+from gbatch.head.store.reservations import Reservations
 from gbatch.head.store.rows import ArrayTail, ListingPage, ListingSpecs, listing_spec, listing_specs
 from gbatch.head.store.schema import MIGRATIONS
 from gbatch.head.store.steps import StepBusy, StepRefused, Steps
@@ -77,7 +79,18 @@ __all__ = [
 ]
 
 
-class Store(Submit, Transitions, Reads, Dependencies, Pages, Window, UsageRecords, Nodes, Steps):
+class Store(
+    Submit,
+    Transitions,
+    Reads,
+    Dependencies,
+    Pages,
+    Window,
+    UsageRecords,
+    Nodes,
+    Steps,
+    Reservations,
+):
     """The job store: SQLite in WAL mode, one writer (gbatchd), every write one transaction.
 
     Store(path, notify=Notices or None, feed=event log lines or None).

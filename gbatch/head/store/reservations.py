@@ -1,0 +1,86 @@
+"""Reservations as the store keeps them (migration 17): each record, and its story.
+
+Every change is one transaction with its event (reservation_events), so a restarted
+gbatchd has every reservation and knows which window's start and end it told.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from gbatch.core.reservations import Reservation
+from gbatch.head.store.outbox import Outbox
+
+
+class Reservations(Outbox):
+    """Reservations: made, changed, deleted, their windows' start and end told."""
+
+    _reservation_cache: tuple[Reservation, ...] | None = None
+
+    def reservations(self) -> tuple[Reservation, ...]:
+        """Every reservation, by name (kept in memory: gbatchd is the only writer)."""
+        cached = self._reservation_cache
+        if cached is not None:
+            return cached
+        with self._lock:
+            rows = self._db.execute("SELECT record FROM reservations ORDER BY name").fetchall()
+        cached = tuple(Reservation.from_dict(json.loads(row[0])) for row in rows)
+        self._reservation_cache = cached
+        return cached
+
+    def put_reservation(self, reservation: Reservation, what: str, now: float) -> None:
+        """Write `reservation` (made or changed) with its event `what`, in one transaction."""
+        record = json.dumps(reservation.to_dict(), sort_keys=True)
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO reservations (name, record) VALUES (?, ?)"
+                " ON CONFLICT(name) DO UPDATE SET record = excluded.record",
+                (reservation.name, record),
+            )
+            db.execute(
+                "INSERT INTO reservation_events (name, time, what) VALUES (?, ?, ?)",
+                (reservation.name, now, what),
+            )
+        self._reservation_cache = None
+
+    def delete_reservation(self, name: str, what: str, now: float) -> bool:
+        """Delete reservation `name` with its event; False when there is none."""
+        with self._write() as db:
+            gone = db.execute("DELETE FROM reservations WHERE name = ?", (name,)).rowcount > 0
+            if gone:
+                db.execute(
+                    "INSERT INTO reservation_events (name, time, what) VALUES (?, ?, ?)",
+                    (name, now, what),
+                )
+        self._reservation_cache = None
+        return gone
+
+    def reservation_told(self) -> dict[str, tuple[float, float]]:
+        """name -> (the window start told begun, the window end told over)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT name, told_start, told_end FROM reservations"
+            ).fetchall()
+        return {name: (start, end) for name, start, end in rows}
+
+    def tell_reservation(
+        self, name: str, start: float | None, end: float | None, what: str, now: float
+    ) -> None:
+        """Record that a window of `name` began (`start`) or ended (`end`), with its event."""
+        with self._write() as db:
+            if start is not None:
+                db.execute("UPDATE reservations SET told_start = ? WHERE name = ?", (start, name))
+            if end is not None:
+                db.execute("UPDATE reservations SET told_end = ? WHERE name = ?", (end, name))
+            db.execute(
+                "INSERT INTO reservation_events (name, time, what) VALUES (?, ?, ?)",
+                (name, now, what),
+            )
+
+    def reservation_events(self, name: str) -> Sequence[tuple[float, str]]:
+        """The story of reservation `name`, oldest first: (time, what)."""
+        with self._lock:
+            return self._db.execute(
+                "SELECT time, what FROM reservation_events WHERE name = ? ORDER BY id", (name,)
+            ).fetchall()

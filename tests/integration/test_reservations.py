@@ -1,0 +1,201 @@
+"""Reservations through the real CLI and daemon (issue 33, item 4): a maintenance window
+from now+2 minutes keeps a 10-minute job from starting and lets a 1-minute job run; a
+user reservation admits only its users; all across a daemon kill and restart."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+from asuser import User, as_user, preload, run_cli, temp_users
+from conftest import FAST_CONFIG, Head, is_gone, kill_leftover_jobs, make_head, wait_for
+
+MAINT = "ReqNodeNotAvail, Reserved for maintenance"
+
+
+def me() -> str:
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def kill_and_restart(head: Head) -> None:
+    """SIGKILL the daemon (no clean shutdown) and start a new one on the same store."""
+    pid = head.daemon_pid()
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: is_gone(pid), 30, "the daemon gone")
+    head.start()
+
+
+def reason(head: Head, job_id: int) -> str:
+    return head.run("squeue", "-h", "-j", str(job_id), "-o", "%r", check=True).stdout.strip()
+
+
+def test_a_maintenance_window_ahead_keeps_long_jobs_lets_short_ones_run_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    head = make_head(tmp_path / "home")
+    head.start()
+    try:
+        busy = head.sbatch("-t", "1:00:00", "--gpus=0", "--wrap", "sleep 600")
+        head.wait_state(busy, "RUNNING")
+        refused = head.run(
+            "scontrol",
+            "create",
+            "reservation",
+            "ReservationName=maint",
+            "StartTime=now+2minutes",
+            "Duration=10",
+            f"Users={me()}",
+            "Nodes=local",
+        )
+        assert refused.returncode != 0 and "Requested nodes are busy" in refused.stderr
+        head.run("scancel", str(busy), check=True)
+        head.wait_state(busy, "CANCELLED")
+        made = head.run(
+            "scontrol",
+            "create",
+            "reservation",
+            "ReservationName=maint",
+            "StartTime=now+2minutes",
+            "Duration=1:00:00",
+            f"Users={me()}",
+            "Nodes=local",
+            "Flags=MAINT",
+        )
+        assert made.returncode == 0, made.stderr
+        assert made.stdout == "Reservation created: maint\n"
+        shown = head.run("scontrol", "show", "reservation", "maint", check=True).stdout
+        assert shown.startswith("ReservationName=maint StartTime=")
+        assert "Nodes=local NodeCnt=1" in shown and "Flags=MAINT" in shown
+        long_job = head.sbatch("-t", "10", "--gpus=1", "--wrap", "sleep 1")
+        wait_for(lambda: reason(head, long_job) == MAINT, 30, "the long job held for maint")
+        short = head.sbatch("-t", "1", "--gpus=1", "--wrap", "true")
+        head.wait_state(short, "COMPLETED")
+        assert head.state(long_job) == "PENDING"
+        # Bad input: one line naming the field, nothing made.
+        bad = head.run(
+            "scontrol",
+            "create",
+            "reservation",
+            "ReservationName=x",
+            "StartTime=soon",
+            "Duration=10",
+            f"Users={me()}",
+            "Nodes=local",
+        )
+        assert bad.returncode != 0
+        assert bad.stderr.count("\n") == 1 and "StartTime:" in bad.stderr
+        kill_and_restart(head)
+        assert (
+            "ReservationName=maint"
+            in head.run("scontrol", "show", "reservation", check=True).stdout
+        )
+        assert head.state(long_job) == "PENDING"
+        wait_for(lambda: reason(head, long_job) == MAINT, 30, "still held after the restart")
+        again = head.sbatch("-t", "1", "--gpus=1", "--wrap", "true")
+        head.wait_state(again, "COMPLETED")
+        resv = head.run("sinfo", "-T", check=True).stdout.splitlines()
+        assert resv[0].split() == [
+            "RESV_NAME",
+            "STATE",
+            "START_TIME",
+            "END_TIME",
+            "DURATION",
+            "NODELIST",
+        ]
+        assert resv[1].split()[:2] == ["maint", "INACTIVE"]
+        # Deleted: the long job may start.
+        head.run("scontrol", "delete", "ReservationName=maint", check=True)
+        head.wait_state(long_job, "RUNNING", "COMPLETED")
+    finally:
+        head.stop()
+        kill_leftover_jobs(head.home)
+
+
+@pytest.fixture
+def users() -> object:
+    if os.getuid() != 0:
+        pytest.skip("needs root to create Unix users")
+    preload()
+    with temp_users("gbrv", ["alice", "bob"]) as made:
+        yield made
+
+
+def test_a_user_reservation_admits_only_its_users_across_a_restart(
+    users: dict[str, User],
+) -> None:
+    base = Path(tempfile.mkdtemp(prefix="gbatch-resv-", dir="/tmp"))
+    base.chmod(0o755)
+    head = make_head(base / "home", config=FAST_CONFIG + "socket_mode: '666'\n")
+    head.home.chmod(0o711)
+    head.start()
+    alice, bob = users["alice"], users["bob"]
+    try:
+        head.run(
+            "scontrol",
+            "create",
+            "reservation",
+            "ReservationName=demo",
+            "StartTime=now",
+            "Duration=1:00:00",
+            f"Users={alice.name}",
+            "GPUs=1",
+            check=True,
+        )
+        shown = head.run("scontrol", "show", "reservation", "demo", check=True).stdout
+        assert "GPUs=local:0" in shown and "State=ACTIVE" in shown
+        home = str(head.home)
+
+        def submit_as(user: User) -> dict[str, object]:
+            return as_user(
+                user,
+                lambda: run_cli(
+                    home,
+                    "sbatch",
+                    "--parsable",
+                    "--reservation=demo",
+                    "-t",
+                    "5",
+                    "--gpus=1",
+                    "--wrap",
+                    "true",
+                ),
+            )
+
+        refused = submit_as(bob)
+        assert refused["rc"] != 0
+        assert "may not use reservation demo" in str(refused["err"])
+        # Bob may not make one either (admins only, as Slurm).
+        made = as_user(
+            bob,
+            lambda: run_cli(
+                home,
+                "scontrol",
+                "create",
+                "reservation",
+                "ReservationName=mine",
+                "StartTime=now",
+                "Duration=10",
+                f"Users={bob.name}",
+                "GPUs=1",
+            ),
+        )
+        assert made["rc"] != 0 and "admin" in str(made["err"])
+        kill_and_restart(head)
+        accepted = submit_as(alice)
+        assert accepted["rc"] == 0, accepted["err"]
+        job_id = int(str(accepted["out"]).strip())
+        job = head.wait_state(job_id, "COMPLETED")
+        assert job["gpus"] in ([0], (0,), "0")
+        # An outsider's job that asks both GPUs waits: one is the reservation's.
+        outsider = head.sbatch("-t", "5", "--gpus=2", "--wrap", "true")
+        wait_for(lambda: reason(head, outsider) == "Reservation", 30, "the outsider waits")
+        one = head.sbatch("-t", "5", "--gpus=1", "--wrap", "true")
+        head.wait_state(one, "COMPLETED")
+        assert head.job(one)["gpus"] in ([1], (1,), "1")
+    finally:
+        head.stop()
+        kill_leftover_jobs(head.home)

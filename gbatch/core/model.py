@@ -749,6 +749,10 @@ class Plan:
     # The expected start (epoch seconds) of the job holding the plan's reservation, if
     # any: squeue --start's START_TIME. Other waiting jobs have no estimate.
     starts: Mapping[int, float] = field(default_factory=dict)
+    # The jobs a reservation's window holds back (reason Reservation or ReqNodeNotAvail,
+    # Reserved for maintenance) -> that reservation's name (scontrol show job's event
+    # "held for reservation NAME").
+    held_for: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -790,6 +794,11 @@ class NodeInfo:
     # Its shareable GPUs, their shares and room (Fleet.card_shares, the planner's own
     # reckoning), by index.
     shares: tuple[CardShares, ...] = ()
+    # The reservations' windows on it now or to come (scontrol create reservation):
+    # (name, start, end, MAINT), soonest first; `maint`: a MAINT window is on now (sinfo
+    # shows it `maint`).
+    windows: tuple[tuple[str, float, float, bool], ...] = ()
+    maint: bool = False
 
     @property
     def all_features(self) -> tuple[str, ...]:

@@ -1733,7 +1733,12 @@ class Planner:
         for assignment in result.assignments:
             job = jobs[assignment.job_id]
             self._fresh.setdefault(_stream(job), {})[job.id] = job
-        return Plan(assignments=tuple(result.assignments), reasons=changed, starts=result.starts)
+        return Plan(
+            assignments=tuple(result.assignments),
+            reasons=changed,
+            starts=result.starts,
+            held_for=result.held_for,
+        )
 
     def _settle(
         self,
@@ -1847,6 +1852,7 @@ def plan_reserved(
         return plan(pending, nodes, usage, now, limits, use)
     assignments: list[Assignment] = []
     reasons: dict[int, str] = {}
+    held_for: dict[int, str] = {}
     held: dict[str, Use] = dict(use or {})
     by_name = {w.name: w for w in live}
     members: dict[str, list[Job]] = {}
@@ -1861,6 +1867,7 @@ def plan_reserved(
             members.setdefault(name, []).append(job)
         else:
             reasons[job.id] = RESERVATION_REASON
+            held_for[job.id] = name
     jobs_by_id = {job.id: job for job in pending}
 
     def took(result: Plan) -> None:
@@ -1909,11 +1916,14 @@ def plan_reserved(
                 names = window.nodes or {node for node, _ in window.gpus}
                 if any(free_by_node.get(node, -1) >= gpus for node in names):
                     reason = MAINT_REASON if window.maint else RESERVATION_REASON
+                    held_for[job_id] = window.name
                     break
         reasons[job_id] = reason
     for job_id in started:
         reasons.pop(job_id, None)
-    return Plan(assignments=tuple(assignments), reasons=reasons, starts=main.starts)
+    return Plan(
+        assignments=tuple(assignments), reasons=reasons, starts=main.starts, held_for=held_for
+    )
 
 
 def _outsiders_view(nodes: Sequence[NodeView], windows: Sequence[Window]) -> list[NodeView]:

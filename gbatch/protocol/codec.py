@@ -168,6 +168,8 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
         "reason_user": node.reason_user,
         "features": list(node.features),
         **({"shares": [_card_to_wire(card) for card in node.shares]} if node.shares else {}),
+        **({"windows": [list(w) for w in node.windows]} if node.windows else {}),
+        **({"maint": True} if node.maint else {}),
     }
 
 
@@ -213,6 +215,10 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
         reason_user=data.get("reason_user", ""),
         features=tuple(data.get("features", ())),
         shares=tuple(_card_from_wire(card) for card in data.get("shares", ())),
+        windows=tuple(
+            (str(w[0]), float(w[1]), float(w[2]), bool(w[3])) for w in data.get("windows", ())
+        ),
+        maint=bool(data.get("maint", False)),
     )
 
 

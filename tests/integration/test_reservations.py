@@ -75,6 +75,8 @@ def test_a_maintenance_window_ahead_keeps_long_jobs_lets_short_ones_run_across_a
         short = head.sbatch("-t", "1", "--gpus=1", "--wrap", "true")
         head.wait_state(short, "COMPLETED")
         assert head.state(long_job) == "PENDING"
+        story = head.run("scontrol", "show", "job", str(long_job), check=True).stdout
+        assert "held for reservation maint" in story
         # Bad input: one line naming the field, nothing made.
         bad = head.run(
             "scontrol",
@@ -110,6 +112,21 @@ def test_a_maintenance_window_ahead_keeps_long_jobs_lets_short_ones_run_across_a
         # Deleted: the long job may start.
         head.run("scontrol", "delete", "ReservationName=maint", check=True)
         head.wait_state(long_job, "RUNNING", "COMPLETED")
+        # A MAINT window on now: sinfo shows its node `maint`.
+        head.run(
+            "scontrol",
+            "create",
+            "reservation",
+            "ReservationName=fix",
+            "StartTime=now",
+            "Duration=10",
+            f"Users={me()}",
+            "Nodes=local",
+            "Flags=MAINT,IGNORE_JOBS",
+            check=True,
+        )
+        state = head.run("sinfo", "-N", "-h", "-o", "%N %t", check=True).stdout
+        assert state == "local maint\n"
     finally:
         head.stop()
         kill_leftover_jobs(head.home)

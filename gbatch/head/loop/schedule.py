@@ -222,6 +222,13 @@ class Scheduling:
                 self.planner, self.planned = Planner(), {}
                 self.plan_all = True
             raise
+        held = [
+            (job_id, now, "PENDING", f"held for reservation {result.held_for[job_id]}")
+            for job_id in written
+            if job_id in result.held_for
+        ]
+        if held:  # the story of each job a window holds back (scontrol show job)
+            self.store.job_events(held)
         # A job across nodes carries its other nodes (Job.peers) to the dispatcher.
         return [
             (

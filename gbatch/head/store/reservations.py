@@ -78,6 +78,12 @@ class Reservations(Outbox):
                 (name, now, what),
             )
 
+    def job_events(self, rows: Sequence[tuple[int, float, str, str]]) -> None:
+        """Events of jobs that stay in their state (job id, time, state, what): a
+        window holding pending jobs back."""
+        with self._write() as db:
+            self._insert_events(db, rows)
+
     def reservation_events(self, name: str) -> Sequence[tuple[float, str]]:
         """The story of reservation `name`, oldest first: (time, what)."""
         with self._lock:

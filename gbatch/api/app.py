@@ -322,6 +322,10 @@ class Api:
         )
         return await self.relay(http, request)
 
+    async def reservations(self, http: Request) -> Response:
+        """The reservations (as gbatch sinfo -T / scontrol show reservation)."""
+        return await self.relay(http, requests.ListReservations(name=http.query_params.get("name")))
+
 
 def make_app(
     socket_path: Path,
@@ -351,6 +355,7 @@ def make_app(
         ("/jobs/{job}/{action}", api.act, ["POST"]),
     ]
     routes += [("/nodes", api.nodes, ["GET"]), ("/fairshare", api.fairshare, ["GET"])]
+    routes += [("/reservations", api.reservations, ["GET"])]
     from gbatch.api.web import Web  # deferred with the app: jinja2
 
     async def submit(scope: Scope, receive: Receive, send: Send) -> None:

@@ -268,6 +268,15 @@ def document() -> dict[str, Any]:
                     ),
                 },
             },
+            "/reservations": {
+                "get": _op(
+                    "the reservations (as gbatch scontrol show reservation; records as "
+                    "docs/reservations.md shows them)",
+                    "read",
+                    _reply("{reservations: [...], now}"),
+                    params=[_query("name", "only this reservation")],
+                )
+            },
             "/fairshare": {
                 "get": _op(
                     "fair-share usage and limits (as gbatch sshare)",

@@ -70,8 +70,10 @@ class ReservationError(ValueError):
 
 @dataclass(frozen=True)
 class Reservation:
-    """One reservation as stored. `gpus`: the reserved GPUs, node -> ids (GPUs=N, picked
-    at creation); `nodes`: whole nodes reserved (Nodes=). One of the two is set."""
+    """One reservation as stored.
+
+    `gpus`: the reserved GPUs, node -> ids (GPUs=N, picked at creation); `nodes`: whole
+    nodes reserved (Nodes=). One of the two is set."""
 
     name: str
     start: float
@@ -156,8 +158,9 @@ class Reservation:
 
 @dataclass(frozen=True)
 class Request:
-    """What `scontrol create|update reservation` asked, read but not yet placed: GPUs=N
-    is picked by the daemon (it knows what is free). Fields None: not given."""
+    """What `scontrol create|update reservation` asked, read but not yet placed.
+
+    GPUs=N is picked by the daemon (it knows what is free). Fields None: not given."""
 
     name: str
     start: float | None = None
@@ -273,9 +276,10 @@ def _time(key: str, value: str, now: float) -> float:
 
 
 def build(request: Request, now: float, old: Reservation | None = None) -> Reservation:
-    """The reservation `request` makes (create: `old` None) or makes of `old` (update),
-    its GPUs still to be placed where it asks GPUs=N (Reservation.gpus empty, gpu_count
-    set). ReservationError for what is missing or contradicts."""
+    """The reservation `request` makes (create: `old` None) or makes of `old` (update).
+
+    Its GPUs are still to be placed where it asks GPUs=N (Reservation.gpus empty,
+    gpu_count set). ReservationError for what is missing or contradicts."""
     if old is None:
         if request.start is None:
             raise ReservationError(
@@ -339,8 +343,9 @@ def build(request: Request, now: float, old: Reservation | None = None) -> Reser
 
 
 def overlaps(a: Reservation, b: Reservation, horizon: float) -> bool:
-    """Whether `a` and `b` share a node's GPUs at some time before `horizon` (their
-    repeats included)."""
+    """Whether `a` and `b` share a node's GPUs at some time before `horizon`.
+
+    Their repeats (DAILY, WEEKLY) are included."""
     mine = _held(a)
     theirs = _held(b)
     shared = any(

@@ -1583,9 +1583,9 @@ class Planner:
         use: Mapping[str, Use] | None = None,
         windows: Sequence[Window] = (),
     ) -> Plan:
-        """A pass over the queue as it is now: plan(queue, nodes, usage, now, limits, use),
-        or plan_reserved(..., windows) while a reservation's window is on or to come.
+        """A pass over the queue as it is now: plan(queue, nodes, usage, now, limits, use).
 
+        Or plan_reserved(..., windows) while a reservation's window is on or to come.
         Its reasons only where they changed (see the class). A pass with a window takes
         the whole queue (plan_reserved's cost), and the next pass too; so does one while
         a job of a reservation is queued.
@@ -1803,8 +1803,9 @@ def _what_nodes_are(nodes: Sequence[NodeView]) -> object:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """A reservation's window as the planner sees it (gbatch/core/reservations.py): the
-    one on now or the next to come. `nodes`: whole nodes; `gpus`: (node, GPU ids)."""
+    """A reservation's window as the planner sees it (gbatch/core/reservations.py).
+
+    The one on now or the next to come. `nodes`: whole nodes; `gpus`: (node, GPU ids)."""
 
     name: str
     start: float

@@ -341,8 +341,9 @@ class ResumeNode(_Request, op="node_resume"):
 
 
 class ChangeReservation(_Request, op="reservation_change"):
-    """Admins: `scontrol create|update reservation` with scontrol's Key=Value `words`
-    (`action` "create" or "update"). Replies {"reservation": its record}."""
+    """Admins: `scontrol create|update reservation` with scontrol's Key=Value `words`.
+
+    `action` is "create" or "update". Replies {"reservation": its record}."""
 
     action: str
     words: tuple[str, ...]
@@ -355,8 +356,9 @@ class DeleteReservation(_Request, op="reservation_delete"):
 
 
 class ListReservations(_Request, op="reservations"):
-    """`scontrol show reservation [NAME]`, `sinfo -T`: replies {"reservations": [record,
-    ...], "now"}; every one, or `name`'s."""
+    """`scontrol show reservation [NAME]`, `sinfo -T`: every reservation, or `name`'s.
+
+    Replies {"reservations": [record, ...], "now"}."""
 
     name: str | None = None
 

@@ -210,3 +210,40 @@ def test_no_gpu_of_a_window_goes_to_an_outsider_while_it_is_on(data: st.DataObje
                     assert not gpus & set(dict(window.gpus).get(node, ()))
         if job.spec.reservation is not None:
             assert any(w.name == job.spec.reservation for w in windows)
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "options"),
+    [
+        ("command: [echo]\nreservation: demo\n", "job.yaml", ()),
+        ("#!/bin/sh\n#SBATCH --reservation=demo\necho\n", "job.sh", ()),
+        ("#!/bin/sh\necho\n", "job.sh", ("--reservation", "demo")),
+    ],
+)
+def test_reservation_is_read_from_options_scripts_and_job_files(
+    text: str, name: str, options: tuple[str, ...]
+) -> None:
+    from gbatch.jobspec.submit import request_for_text
+
+    spec = request_for_text(text, name, options).spec
+    assert spec["reservation"] == "demo"
+    assert JobSpec.from_dict(spec).reservation == "demo"
+    assert "reservation" not in JobSpec(name="j", command=("true",)).to_dict()
+
+
+def test_a_bad_reservation_name_is_refused_naming_the_option() -> None:
+    from gbatch.jobspec.errors import BadSubmit
+    from gbatch.jobspec.submit import request_for_text
+
+    with pytest.raises(BadSubmit) as caught:
+        request_for_text("#!/bin/sh\necho\n", "job.sh", ("--reservation", "a b"))
+    assert "--reservation" in str(caught.value)
+
+
+def test_sinfo_shows_a_node_in_a_maintenance_window_maint() -> None:
+    from gbatch.core.model import NodeInfo, NodeState
+    from gbatch.render.sinfo import sinfo_state
+
+    node = NodeInfo("n1", NodeState.IDLE, maint=True)
+    assert sinfo_state(node, long=False) == "maint"
+    assert sinfo_state(replace(node, maint=False), long=False) == "idle"

@@ -79,8 +79,9 @@ class Reservations(Outbox):
             )
 
     def job_events(self, rows: Sequence[tuple[int, float, str, str]]) -> None:
-        """Events of jobs that stay in their state (job id, time, state, what): a
-        window holding pending jobs back."""
+        """Events of jobs that stay in their state: (job id, time, state, what).
+
+        A window holding pending jobs back."""
         with self._write() as db:
             self._insert_events(db, rows)
 

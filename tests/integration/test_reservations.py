@@ -216,3 +216,44 @@ def test_a_user_reservation_admits_only_its_users_across_a_restart(
     finally:
         head.stop()
         kill_leftover_jobs(head.home)
+
+
+def test_a_windows_start_and_end_are_events_told_once_and_a_window_over_is_gone(
+    tmp_path: Path,
+) -> None:
+    """RESV_START and RESV_END in the event log (and to admins' webhooks that ask), each
+    once across a restart; a window that does not repeat is deleted once over."""
+    head = make_head(tmp_path / "home", config=FAST_CONFIG + "event_log: events.jsonl\n")
+    head.start()
+    try:
+        head.run(
+            "scontrol",
+            "create",
+            "reservation",
+            "ReservationName=brief",
+            "StartTime=now",
+            "EndTime=now+4",
+            f"Users={me()}",
+            "GPUs=1",
+            check=True,
+        )
+        log = head.home / "events.jsonl"
+
+        def told(kind: str) -> int:
+            text = log.read_text() if log.exists() else ""
+            return sum(
+                1 for line in text.splitlines() if f'"event":"{kind}"' in line.replace(" ", "")
+            )
+
+        wait_for(lambda: told("RESV_START") == 1, 30, "the start told")
+        kill_and_restart(head)
+        wait_for(lambda: told("RESV_END") == 1, 30, "the end told")
+        wait_for(
+            lambda: "No reservations" in head.run("scontrol", "show", "reservation").stdout,
+            30,
+            "the reservation gone",
+        )
+        assert told("RESV_START") == 1
+    finally:
+        head.stop()
+        kill_leftover_jobs(head.home)

@@ -128,6 +128,7 @@ class Scheduling:
         The plan's starts are (job, node, GPU ids), for the dispatch step.
         """
         self.store.refill_arrays(ARRAY_ROWS)
+        self.tell_windows(now)
         window = self.window
         spread = window.seen is not None and not window.complete
         # The pass after one that read many rows plans them, and reads none: those
@@ -425,6 +426,33 @@ class Scheduling:
                 names = [assignment.node, *(name for name, _ in assignment.peers)]
                 return now, hostlist.compress(names), tuple(assignment.gpus), ""
         return None, None, (), result.reasons.get(job.id, "")
+
+    def tell_windows(self, now: float) -> None:
+        """Tell each reservation's window that began or ended since told (once each,
+        across restarts: the store keeps what was told). A window that does not repeat
+        is deleted once over, as Slurm's is."""
+        reservations = self.store.reservations()
+        if not reservations:
+            return
+        told = self.store.reservation_told()
+        for reservation in reservations:
+            start_told, end_told = told.get(reservation.name, (0.0, 0.0))
+            window = reservation.window(now)
+            period = reservation.period
+            if window is None:  # over, for good
+                if period is None:
+                    self.store.tell_reservation(
+                        reservation, None, reservation.end, "ended", now, delete=True
+                    )
+                continue
+            start, end = window
+            if period is not None:
+                last_end = end - period
+                if reservation.end <= last_end <= now and end_told < last_end:
+                    self.store.tell_reservation(reservation, None, last_end, "window ended", now)
+            if start <= now and start_told < start:
+                users = ",".join((*reservation.users, *reservation.groups))
+                self.store.tell_reservation(reservation, start, None, f"began (for {users})", now)
 
     def windows(self, now: float) -> list[Window]:
         """The reservations' windows on now or to come, as the planner takes them."""

@@ -65,18 +65,37 @@ class Reservations(Outbox):
         return {name: (start, end) for name, start, end in rows}
 
     def tell_reservation(
-        self, name: str, start: float | None, end: float | None, what: str, now: float
+        self,
+        reservation: Reservation,
+        start: float | None,
+        end: float | None,
+        what: str,
+        now: float,
+        *,
+        delete: bool = False,
     ) -> None:
-        """Record that a window of `name` began (`start`) or ended (`end`), with its event."""
+        """Record that a window of `reservation` began (`start`) or ended (`end`).
+
+        In one transaction: its event, the notification owed to the admins' webhooks that
+        ask (RESV_START, RESV_END) and the event log's line; with `delete`, the
+        reservation is gone (a window that does not repeat, over)."""
+        name = reservation.name
+        nodes = ",".join(reservation.node_names)
         with self._write() as db:
             if start is not None:
                 db.execute("UPDATE reservations SET told_start = ? WHERE name = ?", (start, name))
             if end is not None:
                 db.execute("UPDATE reservations SET told_end = ? WHERE name = ?", (end, name))
+            if delete:
+                db.execute("DELETE FROM reservations WHERE name = ?", (name,))
             db.execute(
                 "INSERT INTO reservation_events (name, time, what) VALUES (?, ?, ?)",
                 (name, now, what),
             )
+            kind = "RESV_START" if start is not None else "RESV_END"
+            self._queue_node_event(db, nodes, kind, f"reservation {name}: {what}", now)
+        if delete:
+            self._reservation_cache = None
 
     def job_events(self, rows: Sequence[tuple[int, float, str, str]]) -> None:
         """Events of jobs that stay in their state: (job id, time, state, what).

@@ -146,7 +146,9 @@ def test_a_user_reservation_admits_only_its_users_across_a_restart(
 ) -> None:
     base = Path(tempfile.mkdtemp(prefix="gbatch-resv-", dir="/tmp"))
     base.chmod(0o755)
-    head = make_head(base / "home", config=FAST_CONFIG + "socket_mode: '666'\n")
+    head = make_head(
+        base / "home", config=FAST_CONFIG + "socket_mode: '666'\nuser_reservations: 2\n"
+    )
     head.home.chmod(0o711)
     head.start()
     alice, bob = users["alice"], users["bob"]
@@ -185,22 +187,50 @@ def test_a_user_reservation_admits_only_its_users_across_a_restart(
         refused = submit_as(bob)
         assert refused["rc"] != 0
         assert "may not use reservation demo" in str(refused["err"])
-        # Bob may not make one either (admins only, as Slurm).
-        made = as_user(
-            bob,
-            lambda: run_cli(
-                home,
-                "scontrol",
-                "create",
-                "reservation",
-                "ReservationName=mine",
-                "StartTime=now",
-                "Duration=10",
-                f"Users={bob.name}",
-                "GPUs=1",
-            ),
+
+        # Bob may not make one for anyone else, nor of whole nodes (admins only, as
+        # Slurm); under user_reservations he books GPUs for himself, up to 2 GPU-hours
+        # a week.
+        def book(*words: str) -> dict[str, object]:
+            return as_user(bob, lambda: run_cli(home, "scontrol", "create", "reservation", *words))
+
+        others = book(
+            "ReservationName=x",
+            "StartTime=now+1days",
+            "Duration=10",
+            f"Users={alice.name}",
+            "GPUs=1",
         )
-        assert made["rc"] != 0 and "admin" in str(made["err"])
+        assert others["rc"] != 0 and "for themselves alone" in str(others["err"])
+        whole = book(
+            "ReservationName=x",
+            "StartTime=now+1days",
+            "Duration=10",
+            f"Users={bob.name}",
+            "Nodes=local",
+        )
+        assert whole["rc"] != 0 and "admin" in str(whole["err"])
+        mine = book(
+            "ReservationName=bobs",
+            "StartTime=now+1days",
+            "Duration=1:30:00",
+            f"Users={bob.name}",
+            "GPUs=1",
+        )
+        assert mine["rc"] == 0, mine["err"]
+        over = book(
+            "ReservationName=more",
+            "StartTime=now+2days",
+            "Duration=1:00:00",
+            f"Users={bob.name}",
+            "GPUs=1",
+        )
+        assert over["rc"] != 0 and "over user_reservations" in str(over["err"])
+        flags = as_user(
+            bob,
+            lambda: run_cli(home, "scontrol", "update", "ReservationName=demo", "Duration=5"),
+        )
+        assert flags["rc"] != 0 and "admin" in str(flags["err"])
         kill_and_restart(head)
         accepted = submit_as(alice)
         assert accepted["rc"] == 0, accepted["err"]
@@ -213,6 +243,10 @@ def test_a_user_reservation_admits_only_its_users_across_a_restart(
         one = head.sbatch("-t", "5", "--gpus=1", "--wrap", "true")
         head.wait_state(one, "COMPLETED")
         assert head.job(one)["gpus"] in ([1], (1,), "1")
+        gone = as_user(bob, lambda: run_cli(home, "scontrol", "delete", "ReservationName=bobs"))
+        assert gone["rc"] == 0, gone["err"]
+        theirs = as_user(bob, lambda: run_cli(home, "scontrol", "delete", "ReservationName=demo"))
+        assert theirs["rc"] != 0
     finally:
         head.stop()
         kill_leftover_jobs(head.home)

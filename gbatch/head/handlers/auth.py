@@ -91,6 +91,9 @@ TOKEN_SCOPE_OF: Mapping[str, str] = {
     "metrics": "read",
     "steps": "read",
     "reservations": "read",
+    # A user's own booking (user_reservations); with a token, never an admin's request.
+    "reservation_change": "submit",
+    "reservation_delete": "submit",
     "submit": "submit",
     "cancel": "control",
     "hold": "control",

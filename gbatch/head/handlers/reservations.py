@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -26,7 +26,7 @@ from gbatch.core.reservations import (
 )
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.audit import audit
-from gbatch.head.handlers.auth import require_admin
+from gbatch.head.handlers.auth import is_admin, require_admin
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.protocol import requests
@@ -58,15 +58,26 @@ def on_reservation_change(
         asked = parse_words(list(request.words), now)
     except ReservationError as err:
         raise Refused("invalid", str(err)) from err
-    require_admin(
-        daemon,
-        caller,
-        f"reservation_{request.action}",
-        asked.name,
-        f"{request.action} reservations",
-    )
     known = {r.name: r for r in daemon.store.reservations()}
     old = known.get(asked.name)
+    # Over the API (a token) no one acts as an admin: admins make reservations on the head.
+    admin = is_admin(daemon, caller) and caller.scopes is None
+    if not admin and not _own_booking(daemon, old, caller):
+        if caller.scopes is not None:
+            audit(daemon, caller, f"reservation_{request.action}", asked.name, "refused: token")
+            raise Refused(
+                "permission",
+                "over the API only your own booking under user_reservations; admins make "
+                "reservations on the head (gbatch scontrol)",
+            )
+        require_admin(
+            daemon,
+            caller,
+            f"reservation_{request.action}",
+            asked.name,
+            f"{request.action} reservations (user_reservations lets users book GPUs for "
+            "themselves)",
+        )
     if request.action == "create" and old is not None:
         raise Refused("invalid", f"ReservationName: {asked.name} exists. Pick another name")
     if request.action == "update" and old is None:
@@ -75,6 +86,8 @@ def on_reservation_change(
         made = build(asked, now, old)
     except ReservationError as err:
         raise Refused("invalid", str(err)) from err
+    if not admin:
+        made = _user_booking(daemon, caller, made, known.values(), now)
     _check_nodes(daemon, made)
     allocated = daemon.store.jobs_in(ALLOCATED_STATES)
     others = [r for name, r in known.items() if name != made.name]
@@ -107,7 +120,12 @@ def on_reservation_delete(
     daemon: Daemon, caller: Caller, request: requests.DeleteReservation
 ) -> dict[str, Any]:
     """scontrol delete ReservationName=NAME: its jobs still queued wait (Reservation)."""
-    require_admin(daemon, caller, "reservation_delete", request.name, "delete reservations")
+    old = {r.name: r for r in daemon.store.reservations()}.get(request.name)
+    own = old is not None and old.owner == caller.user and daemon.config.user_reservations > 0
+    if not own:
+        if caller.scopes is not None:
+            raise Refused("permission", "delete reservations on the head (gbatch scontrol)")
+        require_admin(daemon, caller, "reservation_delete", request.name, "delete reservations")
     if not daemon.store.delete_reservation(
         request.name, f"deleted by {caller.user}", daemon.clock()
     ):
@@ -115,6 +133,51 @@ def on_reservation_delete(
     audit(daemon, caller, "reservation_delete", request.name, "ok")
     daemon.wake.set()
     return {}
+
+
+def _own_booking(daemon: Daemon, old: Reservation | None, caller: Caller) -> bool:
+    """Whether a user's request may go on to user_reservations' checks.
+
+    The policy is on, and the reservation is new or their own booking."""
+    return daemon.config.user_reservations > 0 and (old is None or old.owner == caller.user)
+
+
+def _user_booking(
+    daemon: Daemon,
+    caller: Caller,
+    made: Reservation,
+    known: Iterable[Reservation],
+    now: float,
+) -> Reservation:
+    """A user's own booking under `user_reservations: N`, checked, with its owner.
+
+    GPUs=N for themselves alone, no flags, and their bookings within a week of it at
+    most N GPU-hours."""
+    cap = daemon.config.user_reservations
+    if made.nodes:
+        raise Refused("permission", "Nodes: users book GPUs=N; whole nodes are an admin's")
+    if made.users != (caller.user,) or made.groups:
+        raise Refused(
+            "permission", f"Users: a user books for themselves alone: Users={caller.user}"
+        )
+    if made.flags:
+        raise Refused(
+            "permission", f"Flags: {','.join(made.flags)} are an admin's. Leave Flags out"
+        )
+    week = 7 * 86400.0
+    hours = made.gpu_count * (made.end - made.start) / 3600
+    for other in known:
+        mine = other.owner == caller.user and other.name != made.name
+        if mine and abs(other.start - made.start) < week and other.end > now:
+            gpus = sum(len(ids) for _, ids in other.gpus)
+            hours += gpus * (other.end - other.start) / 3600
+    if hours > cap + 1e-9:
+        raise Refused(
+            "permission",
+            f"GPUs: {hours:g} GPU-hours within a week of it, over user_reservations' {cap:g}. "
+            "Book fewer GPUs or a shorter Duration",
+        )
+    return replace(made, owner=caller.user)
 
 
 def _check_nodes(daemon: Daemon, made: Reservation) -> None:

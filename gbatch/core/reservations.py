@@ -386,6 +386,19 @@ def _stamp(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
 
 
+def windows_text(windows: Sequence[Sequence[object]]) -> str:
+    """A node's reservation windows (NodeInfo.windows: name, start, end, MAINT) in a line.
+
+    `maint MAINT 12-10 14:00-16:00, demo 12-11 09:00-11:00`: the TUI's node view and the
+    web page's nodes table."""
+    parts = []
+    for name, start, end, maint in windows:
+        first = time.strftime("%m-%d %H:%M", time.localtime(float(start)))  # type: ignore[arg-type]
+        last = time.strftime("%H:%M", time.localtime(float(end)))  # type: ignore[arg-type]
+        parts.append(f"{name}{' MAINT' if maint else ''} {first}-{last}")
+    return ", ".join(parts)
+
+
 def format_show(r: Reservation, now: float) -> str:
     """One reservation as `scontrol show reservation` prints it (Slurm's layout)."""
     window = r.window(now) or (r.start, r.end)

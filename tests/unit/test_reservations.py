@@ -247,3 +247,16 @@ def test_sinfo_shows_a_node_in_a_maintenance_window_maint() -> None:
     node = NodeInfo("n1", NodeState.IDLE, maint=True)
     assert sinfo_state(node, long=False) == "maint"
     assert sinfo_state(replace(node, maint=False), long=False) == "idle"
+
+
+def test_the_tui_node_view_draws_a_nodes_upcoming_window() -> None:
+    from gbatch.core.model import NodeInfo, NodeState
+    from gbatch.tui.rows import node_rows
+
+    start = NOW + 3600
+    node = NodeInfo("n1", NodeState.IDLE, windows=(("maint", start, start + 7200, True),))
+    row = node_rows([node], {})[0]
+    assert "resv maint MAINT" in row.cells[-1]
+    from gbatch.protocol import codec
+
+    assert codec.node_from_wire(codec.node_to_wire(node)).windows == node.windows

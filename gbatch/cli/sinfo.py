@@ -146,8 +146,7 @@ def _reservations(args: argparse.Namespace, ctx: Context) -> int:
     import time
 
     from gbatch.core import hostlist
-    from gbatch.core.reservations import Reservation, state
-    from gbatch.core.timefmt import format_duration
+    from gbatch.core.reservations import Reservation, duration_text, state
     from gbatch.protocol import requests
 
     reply = ctx.client.call(requests.ListReservations())
@@ -162,7 +161,7 @@ def _reservations(args: argparse.Namespace, ctx: Context) -> int:
                 state(found, now),
                 time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
                 time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(end)),
-                format_duration(end - start),
+                duration_text(end - start),
                 hostlist.compress(found.node_names),
             )
         )

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gbatch.core import hostlist
-from gbatch.core.timefmt import format_duration, parse_begin, parse_time_limit
+from gbatch.core.timefmt import parse_begin, parse_time_limit
 
 FLAGS = ("MAINT", "IGNORE_JOBS", "DAILY", "WEEKLY")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", re.ASCII)
@@ -377,6 +377,15 @@ def _windows(r: Reservation, horizon: float) -> list[tuple[float, float]]:
     return out
 
 
+def duration_text(seconds: float) -> str:
+    """A window's length as Slurm prints it: `02:00:00`, `1-00:00:00`."""
+    total = round(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    text = f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
 def state(r: Reservation, now: float) -> str:
     window = r.window(now)
     return "ACTIVE" if window is not None and window[0] <= now else "INACTIVE"
@@ -413,7 +422,7 @@ def format_show(r: Reservation, now: float) -> str:
     return "\n".join(
         [
             f"ReservationName={r.name} StartTime={_stamp(start)} EndTime={_stamp(end)} "
-            f"Duration={format_duration(end - start)}",
+            f"Duration={duration_text(end - start)}",
             f"   Nodes={nodes or '(null)'} NodeCnt={len(r.node_names)} "
             f"PartitionName={r.partition or '(null)'} Flags={','.join(r.flags) or '(null)'}",
             f"   TRES={tres or 'node=' + str(len(r.node_names))}"

@@ -260,3 +260,11 @@ def test_the_tui_node_view_draws_a_nodes_upcoming_window() -> None:
     from gbatch.protocol import codec
 
     assert codec.node_from_wire(codec.node_to_wire(node)).windows == node.windows
+
+
+def test_durations_print_as_slurms() -> None:
+    from gbatch.core.reservations import duration_text
+
+    assert duration_text(7200) == "02:00:00"
+    assert duration_text(600) == "00:10:00"
+    assert duration_text(90000) == "1-01:00:00"

@@ -208,12 +208,14 @@ def _end(job: Job) -> float:
 
 
 def _busy_into(made: Reservation, allocated: Sequence[Job]) -> list[Job]:
-    """The running jobs on its nodes that run into its (first) window."""
+    """The running jobs on its nodes that run into its (first) window; not its own."""
     nodes = set(made.nodes)
     return [
         job
         for job in allocated
-        if _end(job) > made.start and any(node in nodes for node, _ in job.placements)
+        if _end(job) > made.start
+        and job.spec.reservation != made.name
+        and any(node in nodes for node, _ in job.placements)
     ]
 
 
@@ -232,7 +234,7 @@ def _place_gpus(
     held: dict[str, set[int]] = {}
     if "IGNORE_JOBS" not in made.flags:
         for job in allocated:
-            if _end(job) > made.start:
+            if _end(job) > made.start and job.spec.reservation != made.name:
                 for where, gpus in job.placements:
                     held.setdefault(where, set()).update(gpus)
     candidates: list[tuple[str, list[int]]] = []

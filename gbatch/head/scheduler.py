@@ -1831,8 +1831,9 @@ def plan_reserved(
     Else, in this order:
 
     1. Each window on now plans its own jobs (`spec.reservation` its name) over its
-       nodes and GPUs alone (`_members_view`); those of a window still to come, or of no
-       window (one deleted or over), wait with reason "Reservation".
+       nodes and GPUs alone (`_members_view`), whatever their partition; those of a
+       window still to come, or of no window (one deleted or over), wait with reason
+       "Reservation".
     2. Every other job plans over the nodes less the GPUs (and whole nodes) of every
        window on now or to come (`_outsiders_view`): none of them starts there.
        `outsiders(jobs, views)` runs this pass (the incremental Planner's; default plan()).
@@ -1865,7 +1866,10 @@ def plan_reserved(
         elif job.held:
             reasons[job.id] = HELD
         elif name in by_name and by_name[name].start <= now:
-            members.setdefault(name, []).append(job)
+            # On the reservation's nodes, whatever partition it was queued in.
+            members.setdefault(name, []).append(
+                replace(job, spec=replace(job.spec, partition=None))
+            )
         else:
             reasons[job.id] = RESERVATION_REASON
             held_for[job.id] = name

@@ -428,9 +428,10 @@ class Scheduling:
         return None, None, (), result.reasons.get(job.id, "")
 
     def tell_windows(self, now: float) -> None:
-        """Tell each reservation's window that began or ended since told (once each,
-        across restarts: the store keeps what was told). A window that does not repeat
-        is deleted once over, as Slurm's is."""
+        """Tell each reservation's window that began or ended since told.
+
+        Once each, across restarts: the store keeps what was told. A window that does not
+        repeat is deleted once over, as Slurm's is."""
         reservations = self.store.reservations()
         if not reservations:
             return

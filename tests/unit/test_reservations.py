@@ -21,6 +21,7 @@ from gbatch.core.reservations import (
     overlaps,
     parse_words,
 )
+from gbatch.head.daemon import Daemon
 from gbatch.head.scheduler import Window, plan_reserved
 
 
@@ -268,3 +269,20 @@ def test_durations_print_as_slurms() -> None:
     assert duration_text(7200) == "02:00:00"
     assert duration_text(600) == "00:10:00"
     assert duration_text(90000) == "1-01:00:00"
+
+
+def test_over_the_api_no_one_makes_a_reservation_as_an_admin(daemon: Daemon) -> None:
+    """A token (even root's, even with scope submit) books only its own GPUs under
+    user_reservations: a maintenance window is made on the head."""
+    from gbatch.head.handlers import Caller, handle
+
+    words = ["ReservationName=m", "StartTime=now+1days", "Duration=10", "Users=root"]
+    words += ["Nodes=local", "Flags=MAINT,IGNORE_JOBS"]
+    token = Caller(uid=0, user="root", pid=1, scopes=frozenset({"submit"}), via="token:x")
+    reply = handle(daemon, token, {"op": "reservation_change", "action": "create", "words": words})
+    assert not reply["ok"] and reply["kind"] == "permission", reply
+    root = Caller(uid=0, user="root", pid=1)
+    made = handle(daemon, root, {"op": "reservation_change", "action": "create", "words": words})
+    assert made["ok"], made
+    gone = handle(daemon, token, {"op": "reservation_delete", "name": "m"})
+    assert not gone["ok"] and gone["kind"] == "permission"

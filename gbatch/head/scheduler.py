@@ -1883,7 +1883,10 @@ def plan_reserved(
             held[job.user] = Use(was.running_jobs + 1, was.gpus + job.spec.total_gpus)
 
     for name, jobs in sorted(members.items()):
-        result = plan(jobs, _members_view(nodes, by_name[name], ()), usage, now, limits, held)
+        mine = by_name[name]
+        # Less the GPUs of the windows that begin before this one ends.
+        besides = [w for w in live if w is not mine and w.start < mine.end]
+        result = plan(jobs, _members_view(nodes, mine, besides), usage, now, limits, held)
         took(result)
         reasons.update(result.reasons)
     views = _outsiders_view(nodes, live)

@@ -286,3 +286,11 @@ def test_over_the_api_no_one_makes_a_reservation_as_an_admin(daemon: Daemon) -> 
     assert made["ok"], made
     gone = handle(daemon, token, {"op": "reservation_delete", "name": "m"})
     assert not gone["ok"] and gone["kind"] == "permission"
+
+
+def test_squeue_v_and_reservation_show_the_jobs_reservation() -> None:
+    from gbatch.render.squeue import format_squeue, squeue_format_from_fields
+
+    jobs = [_job(1, 1, 60, "demo"), _job(2, 1, 60)]
+    assert format_squeue(jobs, NOW, fmt="%i %v", header=False) == "1 demo\n2 (null)\n"
+    assert squeue_format_from_fields("Reservation") == "%20v"

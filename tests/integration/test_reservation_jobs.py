@@ -236,6 +236,8 @@ def test_a_user_reservation_admits_only_its_users_across_a_restart(
         assert accepted["rc"] == 0, accepted["err"]
         job_id = int(str(accepted["out"]).strip())
         job = head.wait_state(job_id, "COMPLETED")
+        listed = head.run("squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%v", check=True)
+        assert listed.stdout.strip() == "demo"
         assert job["gpus"] in ([0], (0,), "0")
         # An outsider's job that asks both GPUs waits: one is the reservation's.
         outsider = head.sbatch("-t", "5", "--gpus=2", "--wrap", "true")

@@ -64,7 +64,16 @@ LOGIN_REASONS = {
     "user gone): sign in with a new one (gbatch token)",
     "signed-out": "signed out",
 }
-STATES = ("PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+STATES = (
+    "PENDING",
+    "RUNNING",
+    "COMPLETING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "PREEMPTED",
+)
 
 
 def _when(stamp: float | None) -> str:

@@ -19,6 +19,14 @@ def add_parser(commands: Any) -> None:
     p = commands.add_parser("logs", help=HELP, description=HELP + ".")
     p.add_argument("job", metavar="JOBID", help="N, or N_K: task K of array N")
     p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument(
+        "-l",
+        "--label",
+        action="store_true",
+        help="the output of the job's srun steps of several tasks, or of its runs on every "
+        "node, each line prefixed with its task's rank (`0: `; a node's SLURM_NODEID) as "
+        "srun -l prints it (the job's log where it ran neither)",
+    )
     p.set_defaults(run=run)
 
 
@@ -29,7 +37,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     task = None if target.tasks is None else target.tasks[0][0]
     offset = 0
     while True:
-        reply = ctx.client.call(requests.ReadLog(id=target.job, task=task, offset=offset))
+        reply = ctx.client.call(
+            requests.ReadLog(id=target.job, task=task, offset=offset, label=args.label)
+        )
         if reply["data"]:
             sys.stdout.write(reply["data"])
             sys.stdout.flush()

@@ -31,6 +31,7 @@ def add_parser(commands: Any) -> None:
         "gbatch scontrol release 12 | gbatch scontrol requeue 12 (a running job is stopped, "
         "then queued again; a finished one is queued again) | "
         "gbatch scontrol show node [NAME] | gbatch scontrol show partition [NAME] | "
+        "gbatch scontrol show qos [NAME] (the QOS, and which you may use) | "
         "gbatch scontrol show hostnames [gpu[01-02]] (one host a line; default "
         "$SLURM_JOB_NODELIST) | gbatch scontrol show hostlist gpu01,gpu02 (gpu[01-02]) | "
         "gbatch scontrol update JobId=12 TimeLimit=30:00 Priority=-5 (keys, any case: "
@@ -53,11 +54,11 @@ def add_parser(commands: Any) -> None:
         nargs="+",
         metavar="ARG",
         help="`job [ID]` (N or N_K; no ID: every queued job), `node [NAME]`, "
-        "`partition [NAME]`, `reservation [NAME]`, `hostnames [LIST]` or `hostlist LIST` "
-        "for show; `JobId=N KEY=VALUE...` or `ReservationName=NAME KEY=VALUE...` for update; "
-        "`reservation KEY=VALUE...` for create; `ReservationName=NAME` for delete; "
-        "otherwise job ids: N (an array's id: all its tasks), N_K, "
-        "N_[K-M], FIRST-LAST, and comma lists of those",
+        "`partition [NAME]`, `qos [NAME]`, `reservation [NAME]`, `hostnames [LIST]` or "
+        "`hostlist LIST` for show; `JobId=N KEY=VALUE...` or `ReservationName=NAME "
+        "KEY=VALUE...` for update; `reservation KEY=VALUE...` for create; "
+        "`ReservationName=NAME` for delete; otherwise job ids: N (an array's id: all its "
+        "tasks), N_K, N_[K-M], FIRST-LAST, and comma lists of those",
     )
     p.add_argument("--json", action="store_true", help="with show: JSON")
     p.set_defaults(run=run)
@@ -88,12 +89,14 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         "nodes",
         "partition",
         "partitions",
+        "qos",
     ):
         return _show_fleet(args.args, ctx)
     if args.action == "show":
         if len(args.args) > 2 or args.args[0].lower() not in ("job", "jobs"):
             raise CliError(
-                "usage: gbatch scontrol show job [ID] | show node [NAME] | show partition [NAME]",
+                "usage: gbatch scontrol show job [ID] | show node [NAME] | show partition [NAME] "
+                "| show qos [NAME]",
                 Exit.USAGE,
             )
         if len(args.args) == 1:
@@ -284,7 +287,7 @@ def _show_reservations(words: list[str], ctx: Context, as_json: bool) -> int:
 
 
 def _show_fleet(words: list[str], ctx: Context) -> int:
-    """scontrol show node [NAME] / show partition [NAME]: Slurm's layout."""
+    """scontrol show node|partition|qos [NAME]: Slurm's layout (QOS: sacctmgr's fields)."""
     from gbatch.protocol import codec, requests
     from gbatch.render import scontrol
 
@@ -293,6 +296,13 @@ def _show_fleet(words: list[str], ctx: Context) -> int:
     name = words[1] if len(words) == 2 else None
     reply = ctx.client.call(requests.ListNodes())
     nodes = [codec.node_from_wire(n) for n in reply["nodes"]]
+    if words[0].lower() == "qos":
+        shown_qos = [q for q in reply.get("qos", []) if name is None or q["name"] == name]
+        if not shown_qos:
+            raise CliError(f"QOS {name} not found", Exit.FAILED)
+        allowed = set(reply.get("qos_allowed", []))
+        sys.stdout.write("\n".join(scontrol.format_qos_details(q, allowed) for q in shown_qos))
+        return Exit.OK
     if words[0].lower().startswith("node"):
         shown = [n for n in nodes if name is None or n.name == name]
         if not shown:

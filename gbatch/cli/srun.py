@@ -17,11 +17,13 @@ from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.cli.stepclient import (
     add_interactive_options,
+    add_task_options,
     immediate_seconds,
     queue_allocation,
     refuse_batch_options,
     run_step,
     step_ask,
+    step_tasks,
     wait_for_allocation,
 )
 
@@ -41,12 +43,16 @@ def add_parser(commands: Any) -> None:
         "releases it when CMD ends; inside a job (SLURM_JOB_ID set) or with --jobid it "
         "runs CMD as a new step of that job: on all its GPUs, or with -G/-c/--mem on that "
         "share of them (GPUs of its own unless --overlap; it waits while other steps hold "
-        "them, as Slurm's srun). An interactive job's terminal is warned before its time "
-        "limit. Exits with CMD's status.",
+        "them, as Slurm's srun). In a job across nodes it starts one task per node (or "
+        "per --ntasks-per-node, or -n spread over them; -N/-w some of its nodes), each "
+        "with its ranks and MASTER_ADDR/MASTER_PORT; the step fails when a task fails, the "
+        "others stopped (-K0: left running). An interactive job's terminal is warned "
+        "before its time limit. Exits with CMD's status.",
         epilog="example: gbatch srun --gpus 1 --pty bash\n"
         "         gbatch srun -t 10 python -c 'import torch; print(torch.cuda.is_available())'\n"
         "         gbatch srun --jobid 12 nvidia-smi     # a step in your running job 12\n"
-        "         gbatch srun -G 1 python fold.py       # in a 2-GPU job: one GPU of its own",
+        "         gbatch srun -G 1 python fold.py       # in a 2-GPU job: one GPU of its own\n"
+        "         gbatch srun -l hostname               # in a job across nodes: a task on each",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -67,6 +73,7 @@ def add_parser(commands: Any) -> None:
         help="inside a job: this step may share GPUs the job's other steps hold for "
         "themselves (steps asking -G get GPUs of their own by default, as in Slurm)",
     )
+    add_task_options(p)
     p.set_defaults(run=run)
 
 
@@ -98,8 +105,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             command,
             pty=args.pty,
             task=target.single_task,
-            ask=step_ask(args, command),
+            ask={**step_ask(args, command), **step_tasks(args)},
         )
+    # Its tasks are the allocation's own layout; -l and -K say how they are run.
+    tasks = step_tasks(args)
+    ask = {k: v for k, v in tasks.items() if k in ("label", "kill_on_bad_exit")}
     job_id = queue_allocation(ctx, args, command, "srun", step_name(command))
     wait_for_allocation(ctx, job_id, "srun", immediate)
-    return run_step(ctx, "srun", job_id, command, pty=args.pty)
+    return run_step(ctx, "srun", job_id, command, pty=args.pty, ask=ask)

@@ -117,6 +117,88 @@ def step_ask(args: argparse.Namespace, command: list[str]) -> dict[str, Any]:
     return ask
 
 
+def add_task_options(p: argparse.ArgumentParser) -> None:
+    """srun's options for a step's tasks inside a job across nodes (-l, -K, -w).
+
+    -N/-n/--ntasks-per-node are sbatch's (add_job_options); -w is added here only where
+    those do not have it already."""
+    taken = set(option_strings(p))
+    if "-w" not in taken:
+        p.add_argument(
+            "-w",
+            "--nodelist",
+            metavar="NODES",
+            help="inside a job: run the step's tasks on these of its nodes (gpu[01-02])",
+        )
+    p.add_argument(
+        "-l",
+        "--label",
+        action="store_true",
+        help="prefix each line of output with its task's rank (`0: `), as Slurm's srun -l",
+    )
+    p.add_argument(
+        "-K",
+        "--kill-on-bad-exit",
+        dest="kill_on_bad_exit",
+        nargs="?",
+        const="1",
+        metavar="0|1",
+        help="inside a job: a task that fails stops the step's other tasks (1, the default "
+        "here); 0 lets them run on",
+    )
+
+
+def option_strings(p: argparse.ArgumentParser) -> list[str]:
+    return [flag for action in p._actions for flag in action.option_strings]
+
+
+def step_tasks(args: argparse.Namespace) -> dict[str, Any]:
+    """OpenStep's fields for the step's tasks (-N, -n, --ntasks-per-node, -w, -l, -K).
+
+    One line naming a bad value, exit 2."""
+    fields: dict[str, Any] = {}
+    for dest, flag in (
+        ("nodes", "-N/--nodes"),
+        ("ntasks", "-n/--ntasks"),
+        ("ntasks_per_node", "--ntasks-per-node"),
+    ):
+        value = getattr(args, dest, None)
+        if value is not None:
+            fields[dest] = _count(str(value), flag)
+    nodelist = getattr(args, "nodelist", None)
+    if nodelist:
+        from gbatch.core import hostlist
+
+        names: list[str] = []
+        for part in nodelist if isinstance(nodelist, list) else [nodelist]:
+            try:
+                names += hostlist.expand(str(part))
+            except ValueError as err:
+                raise CliError(f"-w/--nodelist: {err}", Exit.USAGE) from err
+        fields["nodelist"] = tuple(names)
+    # SLURM_LABELIO (Slurm's srun reads it as -l): a script may label every srun's lines.
+    if getattr(args, "label", False) or os.environ.get("SLURM_LABELIO", "") not in ("", "0"):
+        fields["label"] = True
+    kill = getattr(args, "kill_on_bad_exit", None)
+    if kill is not None:
+        if kill not in ("0", "1"):
+            raise CliError(
+                f"-K/--kill-on-bad-exit: {kill!r} is not 0 or 1. Give -K0 to let the "
+                "other tasks run on, -K1 (the default) to stop them",
+                Exit.USAGE,
+            )
+        fields["kill_on_bad_exit"] = kill == "1"
+    return fields
+
+
+def _count(text: str, flag: str) -> int:
+    """-N's and -n's number (Slurm's MIN-MAX taken as MIN); exit 2 for anything else."""
+    first = text.strip().partition("-")[0]
+    if not first.isdigit() or int(first) < 1:
+        raise CliError(f"{flag}: {text!r} is not a positive number, e.g. 2", Exit.USAGE)
+    return int(first)
+
+
 def immediate_seconds(text: str | None) -> float | None:
     """-I's seconds (0: the first pass), or None without -I; exit 2 for a bad value."""
     if text is None:
@@ -330,7 +412,10 @@ def run_step(
     if waited:
         say(prog, f"Step created for StepId={reply['label']}")
     with sock:
-        return Attached(sock, pty, prog, reply["label"], reply.get("node") or "").run(leftover)
+        attached = Attached(sock, pty, prog, reply["label"], reply.get("node") or "")
+        # A step of several tasks: gbatchd's fan-out says which task failed, in Slurm's words.
+        attached.says_failures = "tasks" in reply
+        return attached.run(leftover)
 
 
 def open_connection(ctx: Context, request: Any) -> tuple[socket.socket, bytes, dict[str, Any]]:
@@ -392,6 +477,7 @@ class Attached:
         self.outgoing = bytearray()
         self.result: tuple[int, int] | None = None
         self.stdin_open = True
+        self.says_failures = False
 
     def run(self, leftover: bytes) -> int:
         raw = self.pty and os.isatty(0)
@@ -424,7 +510,7 @@ class Attached:
             say(self.prog, f"error: the connection to step {self.label} was lost")
             return 255
         code, signum = self.result
-        if self.prog == "srun" and (code or signum):
+        if self.prog == "srun" and (code or signum) and not self.says_failures:
             # Slurm's srun says so of a task that failed, on its stderr.
             what = signal.strsignal(signum) if signum else f"Exited with exit code {code}"
             say("srun", f"error: {self.node}: task 0: {what}")

@@ -53,11 +53,12 @@ STATE_CODES = {
     "TIMEOUT": "TO",
     "NODE_FAIL": "NF",
     "OUT_OF_MEMORY": "OOM",
+    "PREEMPTED": "PR",
 }
 """Each job state (model.JobState's value) and Slurm's compact code for it, as squeue's
 ST column prints it."""
 
-REASON_STATES = frozenset({"PENDING", "FAILED", "TIMEOUT", "OUT_OF_MEMORY"})
+REASON_STATES = frozenset({"PENDING", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED"})
 """The job states whose squeue NODELIST(REASON) cell is the (reason), not the node
 (Slurm's squeue print.c)."""
 

@@ -145,18 +145,23 @@ class UserShare:
 class PendingLimitReached(Exception):
     """A submit that would take `user` past max_pending_jobs; nothing of it is queued."""
 
-    def __init__(self, user: str, pending: int, adding: int, limit: int) -> None:
+    def __init__(
+        self, user: str, pending: int, adding: int, limit: int, qos: str | None = None
+    ) -> None:
+        """`qos`: the limit is that QOS's (its jobs counted), not the `limits:` block's."""
         self.user, self.pending, self.adding, self.limit = user, pending, adding, limit
+        jobs = "pending jobs" if qos is None else f"pending jobs in QOS {qos}"
+        the = "the limit" if qos is None else f"QOS {qos}'s limit"
         if adding == 1:
             text = (
-                f"limits: you have {pending} pending jobs, the limit (max_pending_jobs) is "
+                f"limits: you have {pending} {jobs}, {the} (max_pending_jobs) is "
                 f"{limit}. Wait for some to start or cancel some"
             )
         else:
             room = max(0, limit - pending)
             text = (
-                f"limits: you have {pending} pending jobs and this array adds {adding}, over "
-                f"the limit (max_pending_jobs) of {limit}. "
+                f"limits: you have {pending} {jobs} and this array adds {adding}, over "
+                f"{the} (max_pending_jobs) of {limit}. "
                 + (f"Submit at most {room} tasks, or wait" if room else "Wait")
                 + " for some to start or cancel some"
             )

@@ -35,6 +35,7 @@ class JobState(enum.Enum):
     TIMEOUT = "TIMEOUT"
     NODE_FAIL = "NODE_FAIL"
     OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    PREEMPTED = "PREEMPTED"  # stopped for another job and not requeued (--no-requeue)
 
     @property
     def code(self) -> str:
@@ -65,6 +66,7 @@ FINAL_STATES = frozenset(
         JobState.TIMEOUT,
         JobState.NODE_FAIL,
         JobState.OUT_OF_MEMORY,
+        JobState.PREEMPTED,
     }
 )
 ACTIVE_STATES = frozenset(set(JobState) - FINAL_STATES)
@@ -327,6 +329,11 @@ class JobSpec:
     # dstack's form; every container job across nodes), rather than once on the first
     # node with `srun` inside it starting the tasks (a batch script: Slurm's form).
     every_node: bool = False
+    # Slurm's -q/--qos (gbatch/core/qos.py), as named; None: `normal`.
+    qos: str | None = None
+    # Its QOS's priority weight, set by the daemon at submit and at `scontrol update
+    # QOS=`, part of effective_priority. Never from a job file; stored only when not 0.
+    qos_priority: int = 0
 
     @property
     def total_gpus(self) -> int:
@@ -340,7 +347,7 @@ class JobSpec:
 
     @property
     def effective_priority(self) -> int:
-        return self.priority - self.nice
+        return self.priority - self.nice + self.qos_priority
 
     def replace(self, **changes: Any) -> JobSpec:
         """A copy of the spec with `changes` over it, as dataclasses.replace gives, faster.
@@ -433,6 +440,10 @@ class JobSpec:
             data["exclusive"] = True
         if self.every_node:
             data["every_node"] = True
+        if self.qos is not None:
+            data["qos"] = self.qos
+        if self.qos_priority:
+            data["qos_priority"] = self.qos_priority
         return data
 
     def to_wire(self) -> dict[str, object]:
@@ -497,6 +508,8 @@ class JobSpec:
             exclude=tuple(str(n) for n in data.get("exclude") or ()),  # type: ignore[attr-defined]
             exclusive=bool(data.get("exclusive", False)),
             every_node=bool(data.get("every_node", False)),
+            qos=data.get("qos"),  # type: ignore[arg-type]
+            qos_priority=int(data.get("qos_priority", 0)),  # type: ignore[call-overload]
         )
 
 
@@ -749,6 +762,9 @@ class Plan:
     # The expected start (epoch seconds) of the job holding the plan's reservation, if
     # any: squeue --start's START_TIME. Other waiting jobs have no estimate.
     starts: Mapping[int, float] = field(default_factory=dict)
+    # Running jobs to preempt (gbatch/head/scheduler.py preemptions): victim id -> the
+    # pending job they make room for.
+    preemptions: Mapping[int, int] = field(default_factory=dict)
     # The jobs a reservation's window holds back (reason Reservation or ReqNodeNotAvail,
     # Reserved for maintenance) -> that reservation's name (scontrol show job's event
     # "held for reservation NAME").

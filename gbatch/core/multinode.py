@@ -95,6 +95,34 @@ class Layout:
             "LOCAL_RANK": str(local_id),
         }
 
+    def step_task_env(
+        self, node_index: int, local_id: int, job_nodes: tuple[str, ...]
+    ) -> dict[str, str]:
+        """task_env for a step's task (srun inside a job), this layout being the step's.
+
+        The job's own node list stays SLURM_JOB_NODELIST (a step may run on some of its
+        nodes); SLURM_NODELIST and SLURM_STEP_* are the step's, as Slurm's srun sets them."""
+        env = self.task_env(node_index, local_id)
+        env.update(
+            {
+                "SLURM_JOB_NODELIST": hostlist.compress(job_nodes),
+                "SLURM_JOB_NUM_NODES": str(len(job_nodes)),
+                "SLURM_STEP_NODELIST": env["SLURM_NODELIST"],
+                "SLURM_STEP_NUM_NODES": str(len(self.nodes)),
+                "SLURM_STEP_NUM_TASKS": str(self.ntasks),
+                "SLURM_STEP_TASKS_PER_NODE": env["SLURM_TASKS_PER_NODE"],
+            }
+        )
+        return env
+
+
+def rank_label(rank: int, count: int) -> bytes:
+    """srun -l's prefix of task `rank`'s lines (of `count`): `0: `, padded to the widest.
+
+    `gbatch logs --label` prefixes an every-node run's lines with its node's rank alike."""
+    width = len(str(max(count - 1, 0)))
+    return f"{rank:>{width}}: ".encode()
+
 
 def _tasks_text(tasks: tuple[int, ...]) -> str:
     """SLURM_TASKS_PER_NODE's form: runs of equal counts as N(xK): (2, 2, 1) -> 2(x2),1."""
@@ -163,3 +191,76 @@ def run_at(job: Job, name: str, index: int) -> Job:
     # Placeholders: only this node's place matters to the node that is asked.
     before = tuple((f"?{k}", ()) for k in range(1, index))
     return replace(job, node="?0", peers=(*before, (name, ())))
+
+
+# The most tasks one step starts on one node: each is a shim (or relay) and a socket
+# pair in gbatchd, so `srun -n 100000` must not exhaust the head.
+MAX_STEP_TASKS_PER_NODE = 128
+
+
+def step_nodes(
+    job_nodes: tuple[str, ...],
+    spec: JobSpec,
+    *,
+    nodes: int | None = None,
+    ntasks: int | None = None,
+    ntasks_per_node: int | None = None,
+    nodelist: tuple[str, ...] = (),
+) -> tuple[tuple[str, int], ...]:
+    """The nodes a step inside a job runs on and its tasks on each (srun -N/-n/-w inside it).
+
+    Nothing asked: the job's own layout (tasks_per_node of its spec on all its nodes).
+    `nodelist` (-w): those of the job's nodes, in the job's order, and with `nodes`
+    (-N K) more of them up to K; `nodes` alone: the first K; `ntasks` alone: as many
+    nodes as tasks, at most all. ValueError, its message one line naming the option,
+    for a step larger than the allocation (Slurm refuses it the same way)."""
+    have = len(job_nodes)
+    shown = hostlist.compress(job_nodes)
+    for name in nodelist:
+        if name not in job_nodes:
+            raise ValueError(
+                f"-w/--nodelist: {name} is not a node of the job's allocation ({shown}). "
+                "Name some of its nodes"
+            )
+    if nodes is not None and not 1 <= nodes <= have:
+        raise ValueError(
+            f"-N/--nodes {nodes}: the job's allocation has {have} node(s) ({shown}). "
+            f"Ask for at most {have}"
+        )
+    if nodes is not None and nodelist and len(set(nodelist)) > nodes:
+        raise ValueError(
+            f"-w/--nodelist names {len(set(nodelist))} nodes and -N/--nodes asks {nodes}. "
+            "Name at most that many"
+        )
+    if nodelist:
+        chosen = [name for name in job_nodes if name in nodelist]
+        for name in job_nodes:
+            if nodes is None or len(chosen) >= nodes:
+                break
+            if name not in chosen:
+                chosen.append(name)
+        chosen.sort(key=job_nodes.index)
+    elif nodes is not None:
+        chosen = list(job_nodes[:nodes])
+    elif ntasks is not None and ntasks_per_node is None:
+        chosen = list(job_nodes[: max(1, min(ntasks, have))])
+    else:
+        chosen = list(job_nodes)
+    if ntasks is not None and ntasks < len(chosen):
+        raise ValueError(
+            f"-n/--ntasks {ntasks} is fewer than the {len(chosen)} nodes asked: each node "
+            "runs at least one task. Ask for fewer nodes (-N) or more tasks"
+        )
+    if ntasks is None and ntasks_per_node is None and not (nodes or nodelist):
+        counts = tasks_per_node(spec, len(chosen))  # the job's own layout
+    elif ntasks_per_node is not None:
+        counts = (ntasks_per_node,) * len(chosen)
+    else:
+        counts = tasks_per_node(replace(spec, ntasks=ntasks, ntasks_per_node=None), len(chosen))
+    if max(counts) > MAX_STEP_TASKS_PER_NODE:
+        raise ValueError(
+            f"-n/--ntasks-per-node: {max(counts)} tasks on one node, more than the "
+            f"{MAX_STEP_TASKS_PER_NODE} a step starts on a node (each is a process "
+            "gbatchd relays). Ask for fewer, and start more inside each task"
+        )
+    return tuple(zip(chosen, counts, strict=True))

@@ -100,6 +100,12 @@ class Paths:
     def job_log(self, job_id: int) -> Path:
         return self.logs / f"{job_id}.log"
 
+    def task_log(self, job_id: int) -> Path:
+        """The output of the job's steps of several tasks, each line with its rank.
+
+        What `gbatch logs --label` shows (gbatch/head/stepfanout.py writes it)."""
+        return self.logs / f"{job_id}.tasks.log"
+
     def run_dir(self, job_id: int, attempt: int) -> Path:
         return self.runs / f"{job_id}.{attempt}"
 

@@ -10,7 +10,7 @@ the job's own run is that step). Pure values only.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gbatch.core.jobids import NUMBER, ONE, JobIdError, JobTarget, parse_one_job
 from gbatch.core.model import JobState
@@ -67,11 +67,53 @@ class Step:
     cpus: int | None = None
     mem_mb: int | None = None
     exclusive: bool = False
+    # Its tasks across the allocation (srun inside a job across nodes, or -n): each
+    # node's name and how many tasks it runs there, first node first. Empty: one task
+    # on the job's first node. `rank`: this value stands for that one task of the step
+    # (a node starts and watches each task apart); never stored.
+    nodes: tuple[tuple[str, int], ...] = ()
+    rank: int | None = None
 
     @property
     def label(self) -> str:
         """`N.M` as Slurm prints it (`12.0`, `12.interactive`)."""
         return f"{self.job_id}.{step_label(self.step_id)}"
+
+    @property
+    def fans_out(self) -> bool:
+        """Whether its tasks are more than the one on the job's first node (a fan-out)."""
+        return bool(self.nodes)
+
+    @property
+    def ntasks(self) -> int:
+        return sum(count for _, count in self.nodes) if self.nodes else 1
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        """Its nodes (empty: the job's first node only)."""
+        return tuple(name for name, _ in self.nodes)
+
+    @property
+    def task_label(self) -> str:
+        """The step's part after `N.` and, for one task of it, `.R`: `0`, `0.2`.
+
+        What names a task's files and records on its node."""
+        label = step_label(self.step_id)
+        return label if self.rank is None else f"{label}.{self.rank}"
+
+    def task(self, rank: int) -> Step:
+        """This step as its task `rank` (what its node starts and is asked about)."""
+        return replace(self, rank=rank)
+
+    def tasks(self) -> list[tuple[int, str, int]]:
+        """Its tasks as (rank, node, local id), rank order (Slurm's block layout)."""
+        found = []
+        rank = 0
+        for name, count in self.nodes:
+            for local in range(count):
+                found.append((rank, name, local))
+                rank += 1
+        return found
 
     def to_wire(self) -> dict[str, object]:
         return {
@@ -93,6 +135,7 @@ class Step:
             "cpus": self.cpus,
             "mem_mb": self.mem_mb,
             "exclusive": self.exclusive,
+            "nodes": [[name, count] for name, count in self.nodes],
         }
 
     @classmethod
@@ -117,6 +160,7 @@ class Step:
             cpus=data.get("cpus"),  # type: ignore[arg-type]
             mem_mb=data.get("mem_mb"),  # type: ignore[arg-type]
             exclusive=bool(data.get("exclusive", False)),
+            nodes=tuple((str(n), int(c)) for n, c in data.get("nodes") or ()),  # type: ignore[attr-defined]
         )
 
 

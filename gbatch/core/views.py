@@ -12,8 +12,8 @@ class JobPriority:
     """One sprio row: a pending job and what orders it in the planner.
 
     The order (see head.scheduler.queue_order): its user's fair-share factor, then
-    priority - nice, then submit time, then id. `rank`: its place (1 first) in that
-    order among the jobs in the same reply.
+    priority - nice + its QOS's priority weight, then submit time, then id. `rank`: its
+    place (1 first) in that order among the jobs in the same reply.
     """
 
     id: int
@@ -27,17 +27,20 @@ class JobPriority:
     submit_time: float
     held: bool
     rank: int
+    # Its QOS and that QOS's priority weight (sprio's QOS factor).
+    qos: str = "normal"
+    qos_priority: int = 0
 
     @property
     def effective_priority(self) -> int:
-        return self.priority - self.nice
+        return self.priority - self.nice + self.qos_priority
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> JobPriority:
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from gbatch.head.loop.dispatch import Dispatcher
 from gbatch.head.loop.filters import Filters
 from gbatch.head.loop.gpus import GpuSampler
 from gbatch.head.loop.limits import RunLimits
+from gbatch.head.loop.preempt import Preempter
 from gbatch.head.loop.runs import Runs
 from gbatch.head.loop.schedule import Scheduling
 from gbatch.head.loop.steps import StepEnds
@@ -51,6 +52,7 @@ from gbatch.head.store import Store, StoreFull
 from gbatch.head.tokens import TokenAuthority
 from gbatch.nodes.base import Node
 from gbatch.nodes.inventory import Inventory, partitions_of
+from gbatch.nodes.joblog import NodeJoins
 from gbatch.nodes.local import LOCAL_NODE
 from gbatch.protocol import listings
 from gbatch.site.config import Config, Paths
@@ -84,8 +86,10 @@ class Daemon:
         self._submitted = threading.Event()
         self.stopping = threading.Event()
         self.started_at = clock()
+        # Every node's output of each job run on every node, joined into its one log.
+        self.joins = NodeJoins(paths, config.max_log_bytes)
         self.fleet = Fleet(
-            make_nodes(paths, config, inventory, self.wake.set),
+            make_nodes(paths, config, inventory, self.wake.set, self.joins),
             config,
             store,
             clock,
@@ -107,7 +111,9 @@ class Daemon:
         self.outbox = Outbox(store, config, clock, self.internal_errors)
         store.on_full = self.outbox.tell_store_full
         # The loop's steps (gbatch/head/loop/), each with what it keeps between passes.
-        self.runs = Runs(store, self.fleet, config, self.metrics, self.wake, monotonic, paths)
+        self.runs = Runs(
+            store, self.fleet, config, self.metrics, self.wake, monotonic, paths, self.joins
+        )
         self.conditions = NodeConditions(store, self.fleet, config)
         self.ended_runs = EndedRuns(store, self.fleet, self.runs, self.conditions, clock)
         self.run_limits = RunLimits(store, self.fleet, config, self.runs, monotonic)
@@ -115,6 +121,8 @@ class Daemon:
             store, self.fleet, config, Filters(store, config, self.wake), self.wake, monotonic
         )
         self.dispatcher = Dispatcher(store, self.fleet, self.runs, clock)
+        self.preempter = Preempter(store, self.fleet, config)
+        self.scheduling.preempter = self.preempter
         self.gpus = GpuSampler(store, self.fleet, config, self.wake)
         # srun/salloc allocations still waited for by a client (interactive.py), and the
         # step that records steps' ends and ends the allocations they lead.
@@ -247,6 +255,7 @@ class Daemon:
 
     def enforce_limits(self, now: float) -> None:
         """Step 2: --signal warnings, TIME_LIMIT mail, time limits, runs being stopped."""
+        self.preempter.forget_ended()
         self.run_limits.enforce(now)
 
     def schedule(self, now: float) -> None:

@@ -27,20 +27,27 @@ from gbatch.head.scheduler import NodeSize
 from gbatch.head.store import Store
 from gbatch.nodes.base import STARTING, Node
 from gbatch.nodes.inventory import Inventory, Partition
+from gbatch.nodes.joblog import NodeJoins
 from gbatch.nodes.local import LocalNode
 from gbatch.site.config import Config, Paths
 
 
 def make_nodes(
-    paths: Paths, config: Config, inventory: Inventory | None, on_change: Callable[[], None]
+    paths: Paths,
+    config: Config,
+    inventory: Inventory | None,
+    on_change: Callable[[], None],
+    joins: NodeJoins | None = None,
 ) -> list[Node]:
-    """No inventory: the embedded default, this machine alone. Else the listed hosts."""
+    """No inventory: the embedded default, this machine alone. Else the listed hosts.
+
+    The hosts share `joins` (the output of jobs run on every node)."""
     if inventory is None:
         return [LocalNode(paths, config, on_change=on_change)]
     # Deferred: paramiko is for fleets, not for a laptop's embedded node.
     from gbatch.nodes.remote import RemoteNode
 
-    return [RemoteNode(node, paths, config, on_change) for node in inventory.nodes]
+    return [RemoteNode(node, paths, config, on_change, joins) for node in inventory.nodes]
 
 
 class Fleet:

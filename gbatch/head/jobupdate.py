@@ -17,6 +17,7 @@ from typing import Literal
 from gbatch.core import dependency
 from gbatch.core.gputypes import gres_text
 from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.qos import NORMAL
 from gbatch.core.timefmt import TimeLimitError, format_duration, parse_time_limit, show_value
 from gbatch.jobspec.nodeopts import check_nodes, settle_nodes
 from gbatch.jobspec.slurmopts import (
@@ -24,6 +25,7 @@ from gbatch.jobspec.slurmopts import (
     check_constraint,
     check_dependency,
     check_partition,
+    check_qos,
     parse_gpus,
     parse_gres,
 )
@@ -294,6 +296,15 @@ def _arrow(old: object, new: object) -> str | None:
     return None if old == new else f"{old} -> {new}"
 
 
+def _qos(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:
+    """QOS=: its name; whether the job's owner may use it, the daemon checks (update.py)."""
+    try:
+        name = check_qos(value.strip(), "QOS")
+    except SpecError as err:
+        raise _spec_error("QOS", err) from None
+    return replace(spec, qos=name), _arrow(spec.qos or NORMAL, name)
+
+
 _CHANGES = {
     "TimeLimit": _time_limit,
     "Priority": _priority,
@@ -304,6 +315,7 @@ _CHANGES = {
     "Gres": _gres,
     "Features": _features,
     "Partition": _partition,
+    "QOS": _qos,
     "Comment": _comment,
     "NumNodes": _num_nodes,
 }

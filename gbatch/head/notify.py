@@ -64,7 +64,7 @@ MAX_RETRY_DELAY = 3600.0
 # long gone is a configuration to fix, not a queue to grow.
 MAX_ATTEMPTS = 30
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_ENDED_WELL = frozenset({JobState.COMPLETED, JobState.CANCELLED})
+_ENDED_WELL = frozenset({JobState.COMPLETED, JobState.CANCELLED, JobState.PREEMPTED})
 # The kinds an array without ARRAY_TASKS is mailed once for, as a whole.
 ARRAY_KINDS = frozenset({"BEGIN", "END", "FAIL"})
 # The admins' policies' warnings of a running job (idle GPUs, over its GPU memory

@@ -28,6 +28,8 @@ from gbatch.core.model import (
     NodeView,
     Plan,
 )
+from gbatch.core.qos import PREEMPTED_BY as PREEMPTED_BY
+from gbatch.core.qos import QosTable
 from gbatch.core.reservations import MAINT_REASON, RESERVATION_REASON
 from gbatch.head.fairshare import factors
 
@@ -80,6 +82,8 @@ def plan(
     now: float,
     limits: Mapping[str, UserLimits] | None = None,
     use: Mapping[str, Use] | None = None,
+    running: Sequence[Running] = (),
+    rules: PreemptRules | None = None,
 ) -> Plan:
     """Decide which pending jobs start now and give every other one a reason.
 
@@ -125,6 +129,11 @@ def plan(
 
     `Plan.starts` holds the reserved job's expected start T (squeue --start); no other
     job gets an estimate.
+
+    Preemption (`running`, the jobs on nodes, and `rules`): after the pass, `preemptions`
+    picks the running jobs to stop for waiting jobs that may preempt them
+    (`Plan.preemptions`); those and the jobs waiting on GPUs coming free from earlier
+    victims get reason "Preemption".
 
     Jobs placed by node: a job across nodes (`spec.nodes` N > 1; `spec.gpus`, its CPUs
     and memory are per node), or one that names nodes (`spec.nodelist`, -w: all of them
@@ -186,7 +195,11 @@ def plan(
     result = _Pass(nodes, now, limits, use)
     for job in queue_order(pending, usage):
         result.consider(job)
-    return result.plan()
+    made = result.plan()
+    if not running or rules is None:
+        return made
+    found = preemptions(pending, made.reasons, made.assignments, nodes, running, now, rules)
+    return with_preemptions(made, found)
 
 
 class _Pass:
@@ -1463,6 +1476,8 @@ class Planner:
         self._streams: dict[_Stream, list[_Key]] = {}
         self._users: dict[str, int] = {}  # user -> queued jobs (held ones too)
         self.reasons: dict[int, str] = {}
+        # The jobs whose reported reason is Preemption (`preempt`), over their pass's.
+        self._preempting: frozenset[int] = frozenset()
         # stream -> the key from which the last pass settled its jobs
         self._settled: dict[_Stream, _Key] = {}
         # Put since the last pass: by stream (id -> Job), and the held ones.
@@ -1740,6 +1755,35 @@ class Planner:
             held_for=result.held_for,
         )
 
+    def preempt(
+        self,
+        result: Plan,
+        nodes: Sequence[NodeView],
+        running: Sequence[Running],
+        now: float,
+        rules: PreemptRules,
+        windows: Sequence[Window] = (),
+    ) -> Plan:
+        """`result` (this pass's `plan`) with its preemptions, as plan() gives them.
+
+        Reason Preemption is reported where it begins and where it ends (then the reason
+        the pass gave). With reservations' `windows`, as plan_reserved: no job of a
+        reservation preempts, and no victim is taken on a node of a window."""
+        queue, nodes = _preemptable(self._jobs.values(), nodes, windows, now)
+        found = preemptions(queue, self.reasons, result.assignments, nodes, running, now, rules)
+        changed = dict(result.reasons)
+        old, new = self._preempting, found.waiting
+        for job_id in new:
+            if job_id in old:
+                changed.pop(job_id, None)
+            else:
+                changed[job_id] = PREEMPTION
+        for job_id in old - new:
+            if job_id in self._jobs and job_id in self.reasons:
+                changed[job_id] = self.reasons[job_id]
+        self._preempting = new
+        return replace(result, reasons=changed, preemptions=found.victims)
+
     def _settle(
         self,
         name: _Stream,
@@ -1798,6 +1842,219 @@ def _what_nodes_are(nodes: Sequence[NodeView]) -> object:
     )
 
 
+# -- preemption (docs/priorities.md) ------------------------------------------------------
+
+PREEMPTION = "Preemption"
+# The reasons of a job that is otherwise runnable: nothing but busy GPUs keep it waiting.
+_PREEMPTOR_REASONS = frozenset({RESOURCES, PRIORITY, PREEMPTION})
+# Victims looked at per node: a node holds at most a few dozen jobs of whole GPUs.
+_MOST_VICTIMS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A job on a node (of whole GPUs, one node) as preemption sees it.
+
+    `preempting`: told to go already (in its grace time): its GPUs are coming free.
+    `exempt_until`: not preempted before then (its QOS's preempt_exempt_time)."""
+
+    job_id: int
+    node: str
+    gpus: int
+    start_time: float
+    partition: str | None
+    qos: str | None
+    preempting: bool = False
+    exempt_until: float = 0.0
+
+
+@dataclass(frozen=True)
+class PreemptRules:
+    """Who may preempt whom: partitions' tiers and modes, and the QOS table.
+
+    A job may preempt a running one when its partition's priority_tier is higher and
+    the victim's partition's preempt_mode is not off, or when its QOS's `preempt` names
+    the victim's QOS and that QOS's preempt_mode is not off."""
+
+    # partition -> (priority_tier, preempt_mode, grace_time)
+    tiers: Mapping[str, tuple[int, str, int]]
+    qos: QosTable
+
+    def can_preempt(self, job: Job) -> bool:
+        """Whether `job` could preempt anything at all (cheap: most jobs cannot)."""
+        if self.qos.get(job.spec.qos).preempt:
+            return True
+        tier = self.tiers.get(job.spec.partition or "")
+        return tier is not None and any(
+            other[0] < tier[0] and other[1] != "off" for other in self.tiers.values()
+        )
+
+    def how(self, job: Job, victim: Running) -> tuple[str, int] | None:
+        """(preempt mode, grace seconds) of `victim` if `job` may preempt it, else None.
+
+        The QOS's rule first (its mode and grace), then the partitions'."""
+        mine, theirs = self.qos.get(job.spec.qos), self.qos.get(victim.qos)
+        if mine.may_preempt(theirs.name) and theirs.preempt_mode != "off":
+            return theirs.preempt_mode, theirs.grace_time
+        tier = self.tiers.get(job.spec.partition or "")
+        other = self.tiers.get(victim.partition or "")
+        if tier is not None and other is not None and other[0] < tier[0] and other[1] != "off":
+            return other[1], other[2]
+        return None
+
+
+@dataclass(frozen=True)
+class Preemptions:
+    """What preemption decides in a pass: victim -> preemptor, and the jobs that wait.
+
+    `waiting`: the preemptors, and the jobs waiting on GPUs that victims told earlier
+    are freeing; their reason is Preemption."""
+
+    victims: Mapping[int, int]
+    waiting: frozenset[int]
+
+
+def preemptions(
+    queue: Iterable[Job],
+    reasons: Mapping[int, str],
+    assignments: Iterable[Assignment],
+    nodes: Sequence[NodeView],
+    running: Sequence[Running],
+    now: float,
+    rules: PreemptRules,
+) -> Preemptions:
+    """Which running jobs to stop so that waiting jobs that may preempt them start.
+
+    Pure. `queue`: the pending jobs; `reasons`: the plan's reason of each (one not
+    started); `assignments`: the plan's starts. Taken by priority (effective_priority,
+    then submit time, then id), a job is a preemptor when it is not held, its reason
+    says only busy GPUs keep it (Resources, Priority, or Preemption from before), it
+    runs on one node, asks whole GPUs of any type and no --exclusive, and
+    `rules.can_preempt` it. For each, over the available nodes of its partition (and
+    -w/-x, and an engine for an image): a node whose GPUs free after the plan plus those
+    of victims already told (`Running.preempting`, and this pass's) hold it: it waits
+    for those (`waiting`), no new victim. Else the fewest victims it may preempt (not
+    exempt, not told already) whose GPUs let it fit, least GPU-time lost then youngest
+    breaking ties, on the node where that set is smallest (then least lost, then name).
+    None fits on any node: it preempts nothing (it would not start after them either).
+    CPUs and memory are not looked at; nor jobs across nodes (theirs nor victims').
+    """
+    if not running:
+        return Preemptions({}, frozenset())
+    candidates = sorted(
+        (
+            job
+            for job in queue
+            if not job.held
+            and reasons.get(job.id) in _PREEMPTOR_REASONS
+            and job.spec.nodes == 1
+            and job.spec.gpus > 0
+            and job.spec.gpu_type is None
+            and job.spec.gpu_mem_mb is None
+            and not job.spec.exclusive
+            and rules.can_preempt(job)
+        ),
+        key=_priority_order,
+    )
+    if not candidates:
+        return Preemptions({}, frozenset())
+    room = {node.name: len(node.free_gpus) for node in nodes if node.available}
+    for assignment in assignments:
+        for name, ids in ((assignment.node, assignment.gpus), *assignment.peers):
+            if name in room:
+                room[name] -= len(ids)
+    on_node: dict[str, list[Running]] = {}
+    for each in running:
+        if each.node in room:
+            on_node.setdefault(each.node, []).append(each)
+            if each.preempting:
+                room[each.node] += each.gpus
+    by_name = sorted((node for node in nodes if node.available), key=lambda node: node.name)
+    victims: dict[int, int] = {}
+    waiting: set[int] = set()
+    for job in candidates:
+        spec = job.spec
+        best: tuple[tuple[int, float, tuple[float, ...]], str, tuple[Running, ...]] | None = None
+        waits_on = None
+        for node in by_name:
+            if (
+                (spec.partition is not None and spec.partition not in node.partitions)
+                or (spec.nodelist and node.name not in spec.nodelist)
+                or node.name in spec.exclude
+                or (spec.image is not None and not node.runs_containers)
+                or node.gpus_total < spec.gpus
+                or (
+                    spec.constraint is not None
+                    and not satisfied(parse_constraint(spec.constraint), node.features)
+                )
+            ):
+                continue
+            short = spec.gpus - room[node.name]
+            if short <= 0:
+                waits_on = node.name
+                break
+            may = [
+                each
+                for each in on_node.get(node.name, ())
+                if not each.preempting
+                and each.job_id not in victims
+                and each.exempt_until <= now
+                and rules.how(job, each) is not None
+            ]
+            picked = _fewest(may[:_MOST_VICTIMS], short, now)
+            if picked is not None and (best is None or picked[0] < best[0]):
+                best = (picked[0], node.name, picked[1])
+        if waits_on is not None:
+            room[waits_on] -= spec.gpus
+            waiting.add(job.id)
+        elif best is not None:
+            _, name, chosen = best
+            for each in chosen:
+                victims[each.job_id] = job.id
+            room[name] += sum(each.gpus for each in chosen) - spec.gpus
+            waiting.add(job.id)
+    return Preemptions(victims, frozenset(waiting))
+
+
+def _fewest(
+    may: Sequence[Running], short: int, now: float
+) -> tuple[tuple[int, float, tuple[float, ...]], tuple[Running, ...]] | None:
+    """The fewest of `may` whose GPUs make up `short`: (its sort key, the set), or None.
+
+    Among sets of that size: the least GPU-time lost (GPUs times time run), then the
+    youngest (latest starts first)."""
+    import itertools
+
+    if sum(each.gpus for each in may) < short:
+        return None
+    for size in range(1, len(may) + 1):
+        best = None
+        for chosen in itertools.combinations(may, size):
+            if sum(each.gpus for each in chosen) < short:
+                continue
+            lost = sum(each.gpus * max(0.0, now - each.start_time) for each in chosen)
+            key = (size, lost, tuple(sorted(-each.start_time for each in chosen)))
+            if best is None or key < best[0]:
+                best = (key, tuple(sorted(chosen, key=lambda each: each.job_id)))
+        if best is not None:
+            return best
+    return None
+
+
+def _priority_order(job: Job) -> tuple[int, float, int]:
+    return (-job.spec.effective_priority, job.submit_time, job.id)
+
+
+def with_preemptions(result: Plan, found: Preemptions) -> Plan:
+    """`result` with the preemptions `found`: victims, and reason Preemption for waiters."""
+    if not found.victims and not found.waiting:
+        return result
+    reasons = dict(result.reasons)
+    for job_id in found.waiting:
+        reasons[job_id] = PREEMPTION
+    return replace(result, reasons=reasons, preemptions=found.victims)
+
+
 # ------------------------------------------------------------------- reservations
 
 
@@ -1824,6 +2081,8 @@ def plan_reserved(
     use: Mapping[str, Use] | None = None,
     windows: Sequence[Window] = (),
     outsiders: Callable[[Sequence[Job], Sequence[NodeView]], Plan] | None = None,
+    running: Sequence[Running] = (),
+    rules: PreemptRules | None = None,
 ) -> Plan:
     """plan() with reservations: what a window keeps goes to its jobs only.
 
@@ -1844,14 +2103,25 @@ def plan_reserved(
        that window's reason: "ReqNodeNotAvail, Reserved for maintenance" (MAINT) or
        "Reservation".
 
+    5. Preemption (`running`, `rules`, as plan()'s): only by jobs of no reservation, and
+       never of a job on a node that holds a GPU of a window on now or to come
+       (`_preemptable`): a victim's GPUs there may be the window's (Running does not
+       say which GPUs a job holds), which its preemptor could not take.
+
     Windows do not overlap on a GPU (the daemon refuses such a reservation). A user's
     limits count the starts of the steps before. Only the outsiders' pass reserves (its
-    blocked job's expected start)."""
+    blocked job's expected start). Jobs across nodes are placed by the same passes, each
+    over its view: a job of no window gets no GPU (and no whole node) of a window, a
+    job of a window only its GPUs and nodes."""
     live = sorted((w for w in windows if w.end > now), key=lambda w: (w.start, w.name))
     if not live and not any(job.spec.reservation is not None for job in pending):
         if outsiders is not None:
-            return outsiders(pending, nodes)
-        return plan(pending, nodes, usage, now, limits, use)
+            made = outsiders(pending, nodes)
+            if not running or rules is None:
+                return made
+            found = preemptions(pending, made.reasons, made.assignments, nodes, running, now, rules)
+            return with_preemptions(made, found)
+        return plan(pending, nodes, usage, now, limits, use, running, rules)
     assignments: list[Assignment] = []
     reasons: dict[int, str] = {}
     held_for: dict[int, str] = {}
@@ -1929,9 +2199,31 @@ def plan_reserved(
         reasons[job_id] = reason
     for job_id in started:
         reasons.pop(job_id, None)
-    return Plan(
+    made = Plan(
         assignments=tuple(assignments), reasons=reasons, starts=main.starts, held_for=held_for
     )
+    if not running or rules is None:
+        return made
+    queue, open_nodes = _preemptable(pending, nodes, live, now)
+    found = preemptions(queue, reasons, assignments, open_nodes, running, now, rules)
+    return with_preemptions(made, found)
+
+
+def _preemptable(
+    pending: Iterable[Job], nodes: Sequence[NodeView], windows: Sequence[Window], now: float
+) -> tuple[list[Job], list[NodeView]]:
+    """The jobs that may preempt and the nodes victims may be taken on, with `windows`.
+
+    The simplest rule that keeps a window's GPUs to its jobs: a job of a reservation
+    preempts nothing, and no job is preempted on a node holding a GPU (or the whole node)
+    of a window on now or to come. Without such a window: all of them."""
+    kept: set[str] = set()
+    for window in windows:
+        if window.end > now:
+            kept.update(window.nodes)
+            kept.update(name for name, _ in window.gpus)
+    queue = [job for job in pending if job.spec.reservation is None]
+    return queue, [node for node in nodes if node.name not in kept]
 
 
 def _outsiders_view(nodes: Sequence[NodeView], windows: Sequence[Window]) -> list[NodeView]:

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 # optional argument), taken only after '=' (IgnoredFlag), as --exclusive's.
 IGNORED_OPTIONS: tuple[tuple[tuple[str, ...], str, str, str | None, str], ...] = (
     (("-A", "--account"), "account", "NAME", None, "fair-share is per user, not per account"),
-    (("-q", "--qos"), "qos", "NAME", None, "per-user limits (gbatch sshare) play QOS's part"),
     (("--get-user-env",), "get_user_env", "TIMEOUT", "?", "the job's variables are --export's"),
     (("--propagate",), "propagate", "RLIMIT", "?", "a job gets its node's default limits"),
     (("--hint",), "hint", "TYPE", None, "gbatch places no tasks on cores"),
@@ -170,6 +169,13 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="the partition (node pool) to run in; one name (default: the default partition, "
         "marked * by `gbatch sinfo`)",
+    )
+    p.add_argument(
+        "-q",
+        "--qos",
+        metavar="NAME",
+        help="the quality of service: its priority, limits and preemption (default normal; "
+        "`gbatch scontrol show qos` lists those you may use)",
     )
     p.add_argument("--retries", metavar="N", help="retry a failing job N times")
     p.add_argument(

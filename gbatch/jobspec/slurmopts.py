@@ -105,6 +105,17 @@ def check_open_mode(value: object, field: str) -> str:
 PARTITION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", re.ASCII)
 
 
+def check_qos(value: object, field: str) -> str:
+    """One QOS name; which exist, and which the user may use, is the daemon's to say."""
+    if not isinstance(value, str) or not PARTITION_NAME.fullmatch(value):
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a QOS name. Name one of those "
+            "`gbatch scontrol show qos` lists",
+        )
+    return value
+
+
 def check_partition(value: object, field: str) -> str:
     """One partition name; which exist is the daemon's to say (its inventory)."""
     if isinstance(value, str) and "," in value:

@@ -47,6 +47,7 @@ from gbatch.jobspec.slurmopts import (
     check_notify,
     check_open_mode,
     check_partition,
+    check_qos,
     check_reservation,
     check_time_limit,
     parse_export,
@@ -103,6 +104,7 @@ KEYS = (
     "nodelist",
     "exclude",
     "exclusive",
+    "qos",
 )
 # Keys the CLI sends with every submit, beside a job file's: where it was submitted
 # from, (srun, salloc) that the job is an interactive allocation, and (a job file's
@@ -129,6 +131,7 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "secret_env": "--secret-env",
     "network": "--network",
     "partition": "-p/--partition",
+    "qos": "-q/--qos",
     "cpus": "-c/--cpus-per-task",
     "mem": "--mem",
     "mem_per_gpu": "--mem-per-gpu",
@@ -844,6 +847,7 @@ _FIELD_CHECKS: dict[str, tuple[str, Callable[..., object]]] = {
         ("submit_host", "submit_host", _check_host_name),
         ("interactive", "interactive", _check_interactive),
         ("partition", "partition", check_partition),
+        ("qos", "qos", check_qos),
         ("constraint", "constraint", check_constraint),
         ("cpus", "cpus", _int_check(1, MAX_CPUS)),
         ("mem", "mem_mb", check_mem),

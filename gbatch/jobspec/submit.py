@@ -557,6 +557,7 @@ def build_submit(
             "secret_env": secret_env_option(args.secret_env, environ),
             "network": args.network,
             "partition": args.partition,
+            "qos": args.qos,
             "cpus": _cpus_option(args, _gpu_count(gpus, args, data)),
             "mem": args.mem,
             "mem_per_gpu": args.mem_per_gpu,

@@ -11,7 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from gbatch.core.model import Gpu, Job
@@ -122,12 +122,15 @@ class StepLaunch:
     `env`: the caller's own variables (filtered as an export's); the node sets the job's
     and the step's over them. `cwd`: where a bare step starts (None: the job's workdir,
     else its user's home). `pty`: (rows, cols) of a pseudo-terminal, or None for pipes.
+    `task_env`: one task's of a step across nodes (Layout.step_task_env: its ranks, the
+    step's nodes, MASTER_ADDR/PORT), set over step_env's one-task values.
     """
 
     argv: tuple[str, ...]
     env: Mapping[str, str]
     cwd: str | None = None
     pty: tuple[int, int] | None = None
+    task_env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from gbatch.core.gputypes import MIG_UUID_RE as MIG_UUID
@@ -54,6 +55,16 @@ LABEL_NODE = "gbatch.node"
 _SIGNAL = re.compile(r"^(?:SIG)?[A-Z][A-Z0-9+-]*$|^[0-9]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+
+# Slurm's srun inside a container job (a POSIX sh script: an image may have no python):
+# it runs its command as this node's tasks, since the job's script already runs on every
+# node (docs/multinode.md). Mounted read-only at each of SRUN_IN_CONTAINER, so the
+# image's own PATH finds it and is kept (replacing PATH with a guess would lose conda's
+# /opt/conda/bin and the like): /usr/local/bin comes before a distribution's srun in
+# /usr/bin on docker's default PATH (and python's, conda's, NGC's); /usr/bin is on the
+# PATH of images without /usr/local/bin (busybox's).
+CONTAINER_SRUN = Path(__file__).resolve().parent / "containerbin" / "srun"
+SRUN_IN_CONTAINER = ("/usr/local/bin/srun", "/usr/bin/srun")
 
 # No mounts, the bridge network, policy.DEFAULT_CAPABILITIES.
 SAFE_POLICY = ContainerPolicy()
@@ -98,6 +109,7 @@ def docker_run_argv(
     network: str | None = None,
     shm_size: str | None = None,
     create: bool = False,
+    srun: str | None = None,
 ) -> list[str]:
     """`docker run -d` for one attempt of a job (labelled with `node` when given).
 
@@ -114,7 +126,9 @@ def docker_run_argv(
     multinode_shm_size) is its /dev/shm unless the job sets one. `create`: `docker
     create` with the same options (started later by docker_start_argv).
     `spec.cpus` gives `--cpus`, `spec.memory_mb` `--memory` (and as much `--memory-swap`:
-    no swap); a job that asked for neither gets no limit.
+    no swap); a job that asked for neither gets no limit. `srun`: the node's path of
+    CONTAINER_SRUN's script, mounted read-only at each of SRUN_IN_CONTAINER (over the
+    image's, not over a mount of the job's own there).
     `env_file` is a path on the node, written 0600 from `env_file_text`, so values never
     appear in argv or process listings. No `--gpus` at all when `gpus` is empty; a MIG
     slice is named by its UUID (base.visible_devices).
@@ -182,6 +196,13 @@ def docker_run_argv(
         # as root on the node.
         readonly = ",readonly" if mode == "ro" else ""
         argv += ["--mount", f"type=bind,source={source},target={target}{readonly}"]
+    if srun is not None:
+        if not srun.startswith("/") or "," in srun:
+            raise ValueError(f"job {job_id}: srun's path on the node must be absolute: {srun!r}")
+        targets = {mount.split(":")[1] for mount in mounts}
+        for target in SRUN_IN_CONTAINER:
+            if target not in targets:
+                argv += ["--mount", f"type=bind,source={srun},target={target},readonly"]
     if spec.workdir is not None:
         argv += ["-w", spec.workdir]
     if env_file is not None:
@@ -629,6 +650,7 @@ class ContainerLauncher:
         env: Mapping[str, str] | None = None,
         node_index: int = 0,
         hold: bool = False,
+        srun: str | None = None,
     ) -> None:
         """Start attempt `attempt` of `job` on `gpus` as a detached container.
 
@@ -646,6 +668,7 @@ class ContainerLauncher:
         multinode.run_env) goes over the job's, and `node_index` names this node's run;
         only the first node's marks the attempt's start in the job's log. `hold`: only
         create it (`docker create`: its image pulled, its name taken), for start_held.
+        `srun`: where the node holds CONTAINER_SRUN's script (docker_run_argv).
         """
         env = {
             **job_env(job, attempt, gpus, self.node, mps=self.mps),
@@ -670,6 +693,7 @@ class ContainerLauncher:
                 network=self.multinode_network if across else None,
                 shm_size=self.multinode_shm_size if across else None,
                 create=hold,
+                srun=srun,
             )
             env_text = env_file_text(env)
         except (ValueError, SpecError) as err:

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from gbatch.core.model import IMPLICIT_PARTITION
+from gbatch.core.qos import DEFAULT_GRACE_TIME, PREEMPT_MODES
 from gbatch.core.shares import ShareGpus
 from gbatch.core.timefmt import TimeLimitError, parse_time_limit, show_value
 from gbatch.jobspec.slurmopts import PARTITION_NAME
@@ -39,6 +40,9 @@ PARTITION_KEYS = (
     "max_time",
     "max_interactive_time",
     "default_image",
+    "priority_tier",
+    "preempt_mode",
+    "grace_time",
 )
 
 # Keys a node and `defaults` share; a node's value replaces the default whole.
@@ -200,6 +204,12 @@ class Partition:
     default_image: str | None = None
     # The longest an srun/salloc allocation may run here; None: max_time alone holds it.
     max_interactive_time: int | None = None
+    # Preemption (docs/priorities.md): a job of a higher tier may stop the jobs of a
+    # lower one whose preempt_mode is not "off" (requeue or cancel them, `grace_time`
+    # seconds after their signal). Slurm's PriorityTier and PreemptMode; GraceTime.
+    priority_tier: int = 1
+    preempt_mode: str = "off"
+    grace_time: int = 120
 
     @property
     def limit_without_time(self) -> int | None:
@@ -438,6 +448,24 @@ def _build_partition(
             default_image = check_image(default_image, "default_image")
         except SpecError as err:
             raise InventoryError(source, where, "default_image", err.message) from None
+    tier = raw.get("priority_tier", 1)
+    if isinstance(tier, bool) or not isinstance(tier, int) or not 0 <= tier <= 65533:
+        raise InventoryError(
+            source, where, "priority_tier", f"{show_value(tier)} is not a whole number 0-65533"
+        )
+    mode = raw.get("preempt_mode", "off")
+    if mode not in PREEMPT_MODES:
+        raise InventoryError(
+            source,
+            where,
+            "preempt_mode",
+            f"{show_value(mode)} is not one of {', '.join(PREEMPT_MODES)}",
+        )
+    grace = raw.get("grace_time", DEFAULT_GRACE_TIME)
+    if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
+        raise InventoryError(
+            source, where, "grace_time", f"{show_value(grace)} is not a number of seconds"
+        )
     return Partition(
         name=name,
         nodes=nodes,
@@ -446,6 +474,9 @@ def _build_partition(
         max_time=max_time,
         default_image=default_image,
         max_interactive_time=max_interactive_time,
+        priority_tier=tier,
+        preempt_mode=mode,
+        grace_time=grace,
     )
 
 

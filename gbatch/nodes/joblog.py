@@ -18,6 +18,7 @@ start of every job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -25,6 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from gbatch.core.crashpoints import crash_point
+from gbatch.core.multinode import rank_label
 
 # How often a wait for a follower looks whether it opens its output files.
 OPENING_POLL_SECONDS = 0.05
@@ -33,7 +35,7 @@ OPENING_POLL_SECONDS = 0.05
 # module at every job start. mypy takes any TYPE_CHECKING as typing's.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator
     from contextlib import AbstractContextManager
     from typing import IO
 
@@ -66,51 +68,212 @@ def mark_attempt_start(paths: Paths, job_id: int, attempt: int) -> None:
 
 
 def node_log(paths: Paths, job_id: int, attempt: int, index: int) -> Path:
-    """The head's copy of the output of node `index`'s run (index > 0) of a job across nodes.
+    """The head's raw copy of the output of node `index`'s run of a job run on every node.
 
-    Kept apart while the job runs (each node's follower replays its own after a
-    restart) and joined to the job's log when the job ends (join_node_logs)."""
+    Each node's follower copies its run's output here (and replays it whole after a
+    restart); NodeJoin joins the parts' lines into the job's one log as they arrive."""
     return paths.run_dir(job_id, attempt) / f"node{index}.log"
 
 
-def node_log_header(node: str, index: int) -> bytes:
-    """The line before node `index`'s output in the job's log."""
-    return f"==> gbatch: output of node {node} (SLURM_NODEID {index}) <==\n".encode()
+# Where the attempt's lines start in the job's task log (`gbatch logs --label`).
+TASKS_OFFSET_FILE = "tasks_offset"
+# A line longer than this is joined in pieces (a node that never ends its line), as
+# srun's fan-out passes one on (gbatch.head.stepfanout.LONGEST_LINE).
+LONGEST_LINE = 64 * 1024
+_READ_BYTES = 1 << 20
+# The most the daemon's loop waits for a finished job's join (NodeJoins.finish).
+FINISH_WAIT_SECONDS = 5.0
 
 
-def join_node_logs(paths: Paths, job_id: int, attempt: int, nodes: Sequence[str]) -> None:
-    """Append the output of the job's other nodes to its log, node by node, whole.
+def node_label(index: int, nodes: int) -> bytes:
+    """`gbatch logs --label`'s prefix of node `index`'s lines: its SLURM_NODEID, `0: `.
 
-    `nodes`: the allocation's, first first. Each part comes after a header line and
-    ends with a newline, never interleaved mid-line with the first node's; then it is
-    dropped.
+    The same as srun -l's prefix of a task's lines (core/multinode.rank_label)."""
+    return rank_label(index, nodes)
 
-    Best effort: a part that cannot be read or a log that cannot be written is left
-    (its part stays in the run directory until the run is cleaned up)."""
-    log_path = paths.job_log(job_id)
-    for index, node in enumerate(nodes[1:], start=1):
-        part = node_log(paths, job_id, attempt, index)
+
+class NodeJoin:
+    """The one log of an attempt of a job run on every node, its nodes' lines joined.
+
+    Its nodes' followers copy their output to their parts (node_log) and call pump;
+    this appends the part's new whole lines to the job's log (and its -o file, once
+    attached), and each prefixed with its node's rank to the task log that `gbatch
+    logs --label` reads. Lines from different nodes never mix mid-line. The job's log
+    and the task log each stop at `limit` (max_log_bytes) with LogWriter's one line,
+    every node's share counted against the same limit.
+
+    A join starts afresh (a daemon's first for the attempt): it cuts the job's log and
+    the task log back to the attempt's start and joins every part from its beginning,
+    while each part's follower replays its run's whole output: nothing is lost or
+    appears twice. Thread-safe.
+    """
+
+    def __init__(self, paths: Paths, job_id: int, attempt: int, nodes: int, limit: int | None):
+        self._paths = paths
+        self._job_id = job_id
+        self._attempt = attempt
+        self._nodes = nodes
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._offsets = [0] * nodes  # bytes of each part joined so far
+        self._files: OutputFiles | None = None
+        self._file_writer: LogWriter | None = None
+        self.finished = False
+        run_dir = paths.make_run_dir(job_id, attempt)
+        offset_file = run_dir / "log_offset"
+        self._start = int(offset_file.read_text()) if offset_file.exists() else None
+        self._log, self._writer = self._open(paths.job_log(job_id), self._start)
+        tasks_path = paths.task_log(job_id)
+        tasks_offset = run_dir / TASKS_OFFSET_FILE
+        if not tasks_offset.exists():
+            size = tasks_path.stat().st_size if tasks_path.exists() else 0
+            tasks_offset.write_text(str(size))
+        self._tasks, self._task_writer = self._open(tasks_path, int(tasks_offset.read_text()))
+
+    def _open(self, path: Path, start: int | None) -> tuple[IO[bytes] | None, LogWriter]:
         try:
-            data = part.read_bytes()
-        except OSError:
-            continue
-        if data and not data.endswith(b"\n"):
-            data += b"\n"
-        try:
-            with open_log(log_path) as log:
-                size = os.fstat(log.fileno()).st_size
-                if size and not _ends_with_newline(log_path, size):
-                    log.write(b"\n")
-                log.write(node_log_header(node, index) + data)
-            part.unlink()
-        except OSError:
-            continue
+            handle = open_log(path)
+            size = os.fstat(handle.fileno()).st_size
+            if start is not None and size != start:
+                handle.truncate(start)
+                size = start
+        except OSError as err:
+            return None, LogWriter(_refuse(err))
+        return handle, LogWriter(handle.write, self._limit, size)
+
+    def pump(self, index: int, final: bool = False) -> None:
+        """Join node `index`'s part's new whole lines (`final`: its last, unended, too)."""
+        with self._lock:
+            if self.finished:
+                return
+            part = node_log(self._paths, self._job_id, self._attempt, index)
+            try:
+                with open(part, "rb") as handle:
+                    while True:
+                        handle.seek(self._offsets[index])
+                        data = handle.read(_READ_BYTES)
+                        cut = _whole_lines(data, final and len(data) < _READ_BYTES)
+                        if not cut:
+                            return
+                        self._offsets[index] += cut
+                        lines = data[:cut]
+                        self._put(index, lines if lines.endswith(b"\n") else lines + b"\n")
+            except OSError:
+                return  # a part not yet made (its follower starts), or gone
+
+    def _put(self, index: int, lines: bytes) -> None:
+        self._writer.write(lines)
+        if self._file_writer is not None:
+            self._file_writer.write(lines)
+        prefix = node_label(index, self._nodes)
+        self._task_writer.write(b"".join(prefix + line for line in lines.splitlines(True)))
+
+    def attach(self, files: OutputFiles) -> None:
+        """Write the lines joined so far, then every line joined after, to the -o file.
+
+        `files`: the job's, opened for this attempt (cut back to its start). The join
+        closes them."""
+        with self._lock:
+            if self.finished:
+                files.close()
+                return
+            if self._files is not None:
+                self._files.close()
+            self._files = files
+            self._file_writer = LogWriter(partial(os.write, files.out), self._limit, 0)
+            if self._start is None:
+                return
+            try:
+                with open(self._paths.job_log(self._job_id), "rb") as log:
+                    log.seek(self._start)
+                    while data := log.read(_READ_BYTES):
+                        self._file_writer.write(data)
+            except OSError:
+                return
+
+    def say(self, text: bytes) -> None:
+        """A line of gbatch's own (the -o file could not be opened) in the job's log."""
+        with self._lock:
+            if not self.finished:
+                self._writer.write(text)
+
+    def finish(self) -> None:
+        """The job has ended: join what is left of every part, ended; close all."""
+        for index in range(self._nodes):
+            self.pump(index, final=True)
+        with self._lock:
+            self.finished = True
+            for writer in (self._writer, self._task_writer, self._file_writer):
+                if writer is not None:
+                    writer.finish()
+            for handle in (self._log, self._tasks):
+                if handle is not None:
+                    handle.close()
+            if self._files is not None:
+                self._files.close()
 
 
-def _ends_with_newline(path: Path, size: int) -> bool:
-    with open(path, "rb") as file:
-        file.seek(size - 1)
-        return file.read(1) == b"\n"
+def _whole_lines(data: bytes, last: bool) -> int:
+    """How much of `data` to join: its whole lines; a line past LONGEST_LINE in pieces;
+    all of it when it is the `last` of its node's output."""
+    if last:
+        return len(data)
+    cut = data.rfind(b"\n") + 1
+    if not cut and len(data) >= LONGEST_LINE:
+        return LONGEST_LINE
+    return cut
+
+
+class NodeJoins:
+    """This daemon's joins, one per attempt of a job run on every node while it runs."""
+
+    def __init__(self, paths: Paths, limit: int | None) -> None:
+        self._paths = paths
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._joins: dict[tuple[int, int], NodeJoin] = {}
+        self._finished: set[tuple[int, int]] = set()
+
+    def of(self, job_id: int, attempt: int, nodes: int) -> NodeJoin | None:
+        """The attempt's join, started at the first call; None once it has finished.
+
+        A follower still going after its job ended has nothing left to add."""
+        key = (job_id, attempt)
+        with self._lock:
+            if key in self._finished:
+                return None
+            join = self._joins.get(key)
+            if join is None:
+                join = self._joins[key] = NodeJoin(self._paths, job_id, attempt, nodes, self._limit)
+            return join
+
+    def finish(
+        self, job_id: int, attempt: int, nodes: int, timeout: float = FINISH_WAIT_SECONDS
+    ) -> None:
+        """The job has ended: join the rest of its nodes' output, then drop their parts.
+
+        From the parts whole, should this daemon not have joined them yet. Waits at most
+        `timeout` for that: a write to the job's -o file waits on the user's file system
+        (a FUSE mount that does not answer), and the daemon's loop calls this. Past it,
+        the join finishes on its own thread."""
+        join = self.of(job_id, attempt, nodes)
+        if join is None:
+            return
+        with self._lock:
+            self._finished.add((job_id, attempt))
+            self._joins.pop((job_id, attempt), None)
+        thread = threading.Thread(
+            target=self._finish, args=(join, job_id, attempt, nodes), name=f"join-{job_id}"
+        )
+        thread.daemon = True
+        thread.start()
+        thread.join(timeout)
+
+    def _finish(self, join: NodeJoin, job_id: int, attempt: int, nodes: int) -> None:
+        join.finish()
+        for index in range(nodes):
+            with contextlib.suppress(OSError):
+                node_log(self._paths, job_id, attempt, index).unlink()
 
 
 def loss_note(lost_bytes: int, error: str) -> str:
@@ -244,11 +407,17 @@ class LogFollowers:
     """At most one live follower per (job, attempt)."""
 
     def __init__(
-        self, paths: Paths, on_done: Callable[[], None], max_log_bytes: int | None = None
+        self,
+        paths: Paths,
+        on_done: Callable[[], None],
+        max_log_bytes: int | None = None,
+        joins: NodeJoins | None = None,
     ) -> None:
         self._paths = paths
         self._on_done = on_done
         self._max_log_bytes = max_log_bytes
+        # The daemon's joins of jobs run on every node (all its nodes share them).
+        self._joins = joins if joins is not None else NodeJoins(paths, max_log_bytes)
         self._lock = threading.Lock()
         self._threads: dict[tuple[int, int], threading.Thread] = {}
         # Followers opening their job's output files: a wait of the user's file system.
@@ -261,13 +430,14 @@ class LogFollowers:
         open_stream: StreamOpener,
         open_files: FilesOpener | None = None,
         *,
-        part: int = 0,
+        part: tuple[int, int] | None = None,
     ) -> None:
         """Start copying the attempt's output to the log, unless a follower already does.
 
         With `open_files`, to the job's output files too: stderr to a file of its own
-        when the stream marks it (StderrChunk), else with stdout. `part` > 0: the run of
-        node `part` of a job across nodes, copied to its node_log instead.
+        when the stream marks it (StderrChunk), else with stdout. `part` (index, nodes):
+        the run of node `index` of a job run on every one of its `nodes`, copied to its
+        node_log and joined from there (NodeJoin; its -o file gets the joined lines).
         """
         key = (job_id, attempt)
         with self._lock:
@@ -321,17 +491,19 @@ class LogFollowers:
         attempt: int,
         open_stream: StreamOpener,
         open_files: FilesOpener | None,
-        part: int = 0,
+        part: tuple[int, int] | None = None,
     ) -> None:
         offset_file = self._paths.run_dir(job_id, attempt) / "log_offset"
         offset = int(offset_file.read_text()) if offset_file.exists() and not part else 0
-        log_path = (
-            node_log(self._paths, job_id, attempt, part) if part else self._paths.job_log(job_id)
-        )
+        log_path = self._paths.job_log(job_id)
+        join = None
         handle: IO[bytes] | None = None
         try:
-            if part:
-                self._paths.make_run_dir(job_id, attempt)
+            if part is not None:
+                join = self._joins.of(job_id, attempt, part[1])
+                if join is None:
+                    raise _JoinFinished
+                log_path = node_log(self._paths, job_id, attempt, part[0])
             handle = open_log(log_path)
             if os.fstat(handle.fileno()).st_size != offset:
                 handle.truncate(offset)
@@ -340,10 +512,19 @@ class LogFollowers:
             # Read the stream on all the same: a follower that died would be started
             # again at once, and the container's output would be replayed for nothing.
             writer = LogWriter(_refuse(err))
+        except _JoinFinished:
+            writer = LogWriter(len)  # its job has ended and its output is joined: dropped
         # The output file is cut back to the attempt's start the same way (outfiles).
         files = None
+        if open_files is not None and part is not None:
+            # A job run on every node: the join writes its -o file, every node's lines.
+            if join is not None:
+                opened = self._open_files(job_id, attempt, open_files, join.say)
+                if opened is not None:
+                    join.attach(opened)
+            open_files = None
         if open_files is not None:
-            files = self._open_files(job_id, attempt, open_files, writer)
+            files = self._open_files(job_id, attempt, open_files, writer.write)
         file_writer = err_writer = None
         if files is not None:
             file_writer = err_writer = LogWriter(
@@ -360,6 +541,8 @@ class LogFollowers:
                         err_writer.write(chunk)
                     elif file_writer is not None:
                         file_writer.write(chunk)
+                    if join is not None and part is not None:
+                        join.pump(part[0])
                     crash_point("logs.mid_copy")
                     if writer.lost_bytes and not had_lost:
                         import logging  # deferred: see TYPE_CHECKING above
@@ -376,16 +559,20 @@ class LogFollowers:
             self._on_done()
 
     def _open_files(
-        self, job_id: int, attempt: int, open_files: FilesOpener, writer: LogWriter
+        self, job_id: int, attempt: int, open_files: FilesOpener, say: Callable[[bytes], object]
     ) -> OutputFiles | None:
         key = (job_id, attempt)
         with self._lock:
             self._opening.add(key)
         try:
-            return open_files(writer.write)
+            return open_files(say)
         finally:
             with self._lock:
                 self._opening.discard(key)
+
+
+class _JoinFinished(Exception):
+    """A follower of a run whose job's join has finished."""
 
 
 def _refuse(err: OSError) -> Callable[[bytes], int | None]:

@@ -556,7 +556,14 @@ class LocalNode:
         layout_env: Mapping[str, str],
     ) -> None:
         try:
-            self._launcher.launch(job, attempt, gpus, str(run_dir / "env"), env=layout_env)
+            self._launcher.launch(
+                job,
+                attempt,
+                gpus,
+                str(run_dir / "env"),
+                env=layout_env,
+                srun=str(docker.CONTAINER_SRUN),
+            )
         except LaunchError:
             # The engine may have just gone away: let the next docker_problem() (the
             # submit check) ask it again rather than trust a cached "answers".
@@ -727,8 +734,10 @@ class LocalNode:
 
     # -- steps ----------------------------------------------------------------------
 
-    def step_dir(self, job_id: int, attempt: int, step_id: int) -> Path:
-        return self.paths.run_dir(job_id, attempt) / f"{STEP_DIR_PREFIX}{step_label(step_id)}"
+    def step_dir(self, job_id: int, attempt: int, step: Step | int) -> Path:
+        """A step's directory in its run's (`step.0`), or one task's of it (`step.0.2`)."""
+        label = step.task_label if isinstance(step, Step) else step_label(step)
+        return self.paths.run_dir(job_id, attempt) / f"{STEP_DIR_PREFIX}{label}"
 
     def _signal_steps(self, run_dir: Path, sig: int, only: tuple[int, ...] | None = None) -> None:
         """Send `sig` to the sessions of the run's steps that have not ended (`only`:
@@ -736,7 +745,15 @@ class LocalNode:
         if only is None:
             step_dirs = list(run_dir.glob(f"{STEP_DIR_PREFIX}*"))
         else:
-            step_dirs = [run_dir / f"{STEP_DIR_PREFIX}{step_label(s)}" for s in only]
+            step_dirs = [
+                path
+                for s in only
+                for pattern in (
+                    f"{STEP_DIR_PREFIX}{step_label(s)}",
+                    f"{STEP_DIR_PREFIX}{step_label(s)}.*",
+                )
+                for path in run_dir.glob(pattern)
+            ]  # a step's own directory, or its tasks' (step.0.R)
         for step_dir in step_dirs:
             pids = _read_json(step_dir / "pids.json")
             if pids is not None and not (step_dir / "exit.json").exists():
@@ -749,7 +766,7 @@ class LocalNode:
         `python -m gbatch.nodes.stepshim`. A bare job's step runs beside its run as its
         user, with its GPUs, CPUs and memory cap; a container job's, `docker exec` in
         its container."""
-        step_dir = self.step_dir(job.id, step.attempt, step.step_id)
+        step_dir = self.step_dir(job.id, step.attempt, step)
         try:
             step_dir.mkdir(mode=0o700)  # a step's number is never reused
         except OSError as err:
@@ -787,6 +804,7 @@ class LocalNode:
         env.update(launch.env)
         env.update(job_env(job, step.attempt, job.gpus, self.name, mps=self.config.mps))
         env.update(step_env(job, step, self.name))
+        env.update(launch.task_env)
         if switch is not None:
             env["USER"] = env["LOGNAME"] = switch.pw_name
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -827,6 +845,7 @@ class LocalNode:
         env = {
             **job_env(job, step.attempt, job.gpus, self.name, mps=self.config.mps),
             **step_env(job, step, self.name),
+            **launch.task_env,
         }
         env_file = step_dir / "env"
         try:
@@ -883,8 +902,12 @@ class LocalNode:
         self._on_change()
 
     def tell_step(self, job: Job, step: Step, lines: Sequence[str]) -> None:
-        """Append `lines` to the step's notices and wake its shim to relay them."""
-        step_dir = self.step_dir(job.id, step.attempt, step.step_id)
+        """Append `lines` to the step's notices and wake its shim to relay them.
+
+        A step of several tasks is told through its task 0 (on the job's first node)."""
+        if step.fans_out and step.rank is None:
+            step = step.task(0)
+        step_dir = self.step_dir(job.id, step.attempt, step)
         pids = _read_json(step_dir / "pids.json")
         if pids is None or (step_dir / "exit.json").exists():
             return  # not started, or ended: nobody to tell
@@ -945,7 +968,7 @@ class LocalNode:
             self.signal(job, step.attempt, signal.SIGKILL, target)
 
     def step_status(self, job: Job, step: Step) -> StepStatus:
-        step_dir = self.step_dir(job.id, step.attempt, step.step_id)
+        step_dir = self.step_dir(job.id, step.attempt, step)
         ended = _step_exit(step_dir)
         if ended is not None:
             if ended.hangup and (job.id, step.step_id) not in self._hung_up:

@@ -22,12 +22,13 @@ from functools import partial
 from pathlib import Path
 
 from gbatch.core.model import Gpu, Job
-from gbatch.core.multinode import node_index
+from gbatch.core.multinode import node_index, runs_everywhere
 from gbatch.core.signals import SignalTarget
 from gbatch.core.steps import Step
 from gbatch.nodes import docker, ports
 from gbatch.nodes.backoff import Backoff
 from gbatch.nodes.base import (
+    HostError,
     LaunchError,
     PortError,
     PortStream,
@@ -41,7 +42,7 @@ from gbatch.nodes.base import (
     step_env,
 )
 from gbatch.nodes.inventory import NodeConfig
-from gbatch.nodes.joblog import LogFollowers
+from gbatch.nodes.joblog import TASKS_OFFSET_FILE, LogFollowers, NodeJoins
 from gbatch.nodes.outfiles import OFFSETS_FILE, open_or_say
 from gbatch.nodes.report import (
     NodeReport,
@@ -169,7 +170,12 @@ class RemoteNode:
     runs_steps = True
 
     def __init__(
-        self, node: NodeConfig, paths: Paths, config: Config, on_change: Callable[[], None]
+        self,
+        node: NodeConfig,
+        paths: Paths,
+        config: Config,
+        on_change: Callable[[], None],
+        joins: NodeJoins | None = None,
     ) -> None:
         self.name = node.name
         self.address = f"{node.user}@{node.host}:{node.port}"
@@ -202,7 +208,7 @@ class RemoteNode:
         self._reports = Reports(on_change)
         self._stopping = threading.Event()
         self._retry_now = threading.Event()
-        self._log_followers = LogFollowers(paths, on_change, config.max_log_bytes)
+        self._log_followers = LogFollowers(paths, on_change, config.max_log_bytes, joins)
         # (job, attempt) -> (exit code, when `docker wait` returned it)
         self._exits: dict[tuple[int, int], tuple[int, float]] = {}
         self._waiters: dict[tuple[int, int], threading.Thread] = {}
@@ -212,10 +218,13 @@ class RemoteNode:
         self._followed_on: dict[tuple[int, int], int] = {}
         # The steps this gbatchd relays, by (job, step id): None while relayed, then how
         # each ended, until the loop has read it (step_status).
-        self._steps: dict[tuple[int, int], StepStatus | None] = {}
-        self._relays: dict[tuple[int, int], threading.Thread] = {}
-        # The same steps' relays, by (job, step): who tells their clients (tell_step).
-        self._tellers: dict[tuple[int, int], StepRelay] = {}
+        # A step's tasks (srun across nodes) are keyed apart: (job, step id, rank).
+        self._steps: dict[tuple[int, int, int | None], StepStatus | None] = {}
+        self._relays: dict[tuple[int, int, int | None], threading.Thread] = {}
+        # The same steps' relays, by (job, step, rank): who tells their clients (tell_step).
+        self._tellers: dict[tuple[int, int, int | None], StepRelay] = {}
+        # (connection generation, absolute path) of srun for container jobs on the host.
+        self._srun: tuple[int, str] | None = None
 
     # -- the connection and the agent ------------------------------------------------
 
@@ -359,9 +368,43 @@ class RemoteNode:
             env=env,
             node_index=index,
             hold=hold,
+            # Jobs across nodes only: their scripts run on every node, and `srun` there is
+            # how a Slurm script starts its tasks (docs/multinode.md). A one-node job on a
+            # host is left as it was: no file of the host's mounted into its container.
+            srun=self._container_srun() if job.spec.nodes > 1 else None,
         )
         if not hold:
             self._follow(job, attempt)
+
+    def _container_srun(self) -> str:
+        """The absolute path of srun for container jobs (docker.CONTAINER_SRUN) here.
+
+        Written into agent_dir/bin at the first launch on each connection (so a host
+        installed before it, or wiped since, has it), atomically: a running job's srun
+        never reads half a file. A bind mount wants an absolute path; agent_dir may be
+        under `~`. Raises LaunchError when it cannot be written."""
+        with self._lock:
+            generation, known = self._generation, self._srun
+        if known is not None and known[0] == generation:
+            return known[1]
+        path = f"{host_path(self.node.agent_dir).rstrip('/')}/bin/srun"
+        try:
+            self._conn.put_bytes(
+                docker.CONTAINER_SRUN.read_bytes(), path, 0o755, timeout=COMMAND_TIMEOUT
+            )
+            if not path.startswith("/"):
+                found = self._conn.run(["realpath", "--", path], timeout=COMMAND_TIMEOUT)
+                absolute = found.stdout.decode(errors="replace").strip()
+                if found.exit_status != 0 or not absolute.startswith("/"):
+                    raise RemoteError(f"realpath {path}: {found.stderr.decode().strip()}")
+                path = absolute
+        except HostError as err:
+            raise LaunchError(
+                f"cannot write srun for container jobs on {self.name}: {err}", node_busy=err.busy
+            ) from err
+        with self._lock:
+            self._srun = (generation, path)
+        return path
 
     def start_held(self, job: Job, attempt: int) -> None:
         self._launcher.start_held(job.id, attempt, self._index(job))
@@ -397,19 +440,16 @@ class RemoteNode:
             # one replays the whole output (LogFollowers truncates to the attempt's start).
             self._log_followers.wait(job_id, attempt, timeout=0.0)
         index = self._index(job)
-        if index:
-            # Another node's run of a job across nodes: its own part of the log, joined
-            # to the job's when the job ends (joblog.join_node_logs); its output file is
-            # the first node's run's.
-            self._log_followers.follow(
-                job_id, attempt, partial(self._docker_logs, job_id, attempt, index), part=index
-            )
-            return
+        # A job run on every node: each node's output is its part, joined line by line
+        # into the job's one log and -o file (joblog.NodeJoin); the first node's run
+        # opens the -o file.
+        part = (index, len(job.node_names)) if runs_everywhere(job.spec) else None
+        opener = None
+        if not index:
+            run_dir = self.paths.run_dir(job_id, attempt)
+            opener = partial(open_or_say, job, attempt, self.name, run_dir)
         self._log_followers.follow(
-            job_id,
-            attempt,
-            partial(self._docker_logs, job_id, attempt),
-            partial(open_or_say, job, attempt, self.name, self.paths.run_dir(job_id, attempt)),
+            job_id, attempt, partial(self._docker_logs, job_id, attempt, index), opener, part=part
         )
 
     def _complete_log(self, job: Job, attempt: int) -> None:
@@ -503,9 +543,13 @@ class RemoteNode:
         return RunStatus("running")
 
     def tell_step(self, job: Job, step: Step, lines: Sequence[str]) -> None:
-        """Show `lines` on the step's client: its relay (in gbatchd) sends them."""
+        """Show `lines` on the step's client: its relay (in gbatchd) sends them.
+
+        A step of several tasks is told through its task 0 (on the job's first node)."""
+        if step.fans_out and step.rank is None:
+            step = step.task(0)
         with self._lock:
-            relay = self._tellers.get((job.id, step.step_id))
+            relay = self._tellers.get((job.id, step.step_id, step.rank))
         if relay is not None:
             relay.tell(lines)
 
@@ -548,6 +592,8 @@ class RemoteNode:
             (run_dir / "log_offset").unlink()
         with contextlib.suppress(FileNotFoundError):
             (run_dir / OFFSETS_FILE).unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / TASKS_OFFSET_FILE).unlink()
         with contextlib.suppress(OSError):
             run_dir.rmdir()
 
@@ -563,9 +609,14 @@ class RemoteNode:
         command runs on a channel of the node's stream connections, with a terminal of
         sshd's (`get_pty`) when the client asked for one, and a thread of its own relays
         it (StepRelay) from then on."""
-        name = docker.container_name(job.id, step.attempt)
-        env = {**job_env(job, step.attempt, job.gpus, self.name), **step_env(job, step, self.name)}
-        env_file = f"{self._steps_dir(job.id, step.attempt)}/{step.label}.env"
+        name = docker.container_name(job.id, step.attempt, self._index(job))
+        here = job.on_node(self.name) or job  # a job across nodes: its GPUs on this one
+        env = {
+            **job_env(here, step.attempt, here.gpus, self.name),
+            **step_env(here, step, self.name),
+            **launch.task_env,
+        }
+        env_file = f"{self._steps_dir(job.id, step.attempt)}/{step.job_id}.{step.task_label}.env"
         try:
             run_as = self._launcher.run_as(job)
             self._conn.put_bytes(docker.env_file_text(env).encode(), env_file, 0o600)
@@ -579,13 +630,13 @@ class RemoteNode:
             env_file=env_file,
             workdir=job.spec.workdir,
             docker=self.node.docker,
-            visible_gpus=container_step_gpus(job, step),
+            visible_gpus=container_step_gpus(here, step),
         )
         pty = None
         if launch.pty is not None:
             term = launch.env.get("TERM") or "xterm"
             pty = (term, launch.pty[0] or 24, launch.pty[1] or 80)
-        key = (job.id, step.step_id)
+        key = (job.id, step.step_id, step.rank)
         try:
             channel = self._streams.attach(argv, pty=pty)
         except RemoteError as err:
@@ -623,9 +674,9 @@ class RemoteNode:
 
     def _step_ended(self, job: Job, step: Step, env_file: str, status: StepStatus) -> None:
         with self._lock:
-            self._steps[(job.id, step.step_id)] = status
-            self._relays.pop((job.id, step.step_id), None)
-            self._tellers.pop((job.id, step.step_id), None)
+            self._steps[(job.id, step.step_id, step.rank)] = status
+            self._relays.pop((job.id, step.step_id, step.rank), None)
+            self._tellers.pop((job.id, step.step_id, step.rank), None)
         if self._stopping.is_set():
             return  # the next gbatchd hangs it up (step_status: vanished)
         if status.hangup:
@@ -648,9 +699,9 @@ class RemoteNode:
         ).start()
 
     def _hang_up(self, job: Job, step: Step) -> None:
-        name = docker.container_name(job.id, step.attempt)
+        name = docker.container_name(job.id, step.attempt, self._index(job))
         target = SignalTarget(steps=(step.step_id,))
-        env_file = f"{self._steps_dir(job.id, step.attempt)}/{step.label}.env"
+        env_file = f"{self._steps_dir(job.id, step.attempt)}/{step.job_id}.{step.task_label}.env"
         backoff = Backoff()
         deadline = time.monotonic() + max(60.0, 2 * self.config.node_lease_seconds)
         for sig in (signal.SIGHUP, signal.SIGKILL):
@@ -678,7 +729,7 @@ class RemoteNode:
 
         One it never relayed (an earlier gbatchd's, whose relay ended with it) is gone:
         vanished, with `hangup`, for the loop to record and hang up."""
-        key = (job.id, step.step_id)
+        key = (job.id, step.step_id, step.rank)
         with self._lock:
             if key not in self._steps:
                 return StepStatus(

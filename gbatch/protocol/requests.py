@@ -289,6 +289,7 @@ UPDATE_KEYS = (
     "NumGPUs",
     "Gres",
     "Partition",
+    "QOS",
     "Comment",
     "ArrayTaskThrottle",
     "Features",
@@ -320,11 +321,17 @@ class ListNodes(_Request, op="nodes"):
 
 
 class ReadLog(_Request, op="logs"):
-    """A chunk of a job's log from byte `offset`. Replies {"data", "offset", "done", "state"}."""
+    """A chunk of a job's log from byte `offset`. Replies {"data", "offset", "done", "state"}.
+
+    `label`: its task log instead, the output of its steps of several tasks (srun inside
+    a job across nodes, or -n) and of its runs on every node, each line prefixed with its
+    task's rank (a node's SLURM_NODEID) as srun -l does; the job's log where it ran
+    neither."""
 
     id: int
     task: int | None = None  # with it, `id` is an array's id: its task `task` (N_K)
     offset: int = 0
+    label: bool = False
 
 
 class DrainNode(_Request, op="node_drain"):
@@ -513,6 +520,14 @@ class OpenStep(_Request, op="step", secret=("env",)):
     `mem_mb` (None: the job's, all of it, none held for itself); `overlap`: GPUs other
     steps hold may be shared. When the GPUs asked are held by the job's other steps
     now, the reply is {"busy": why} and the connection ends: ask again later.
+
+    Its tasks across the allocation (srun inside a job across nodes): `nodes` (-N, the
+    first that many of the job's), `ntasks` (-n), `ntasks_per_node`, `nodelist` (-w, of
+    the job's nodes); none given: the job's own layout (one task per node, or its -n /
+    --ntasks-per-node). More than one task, or `label`: the step is a fan-out, its
+    tasks' output carried back in whole lines (`label`: each prefixed with its rank,
+    as srun -l), the reply's "tasks" counting them. `kill_on_bad_exit`: a task that
+    fails stops the others (srun -K, on by default here).
     """
 
     job: int
@@ -528,6 +543,12 @@ class OpenStep(_Request, op="step", secret=("env",)):
     cpus: int | None = None
     mem_mb: int | None = None
     overlap: bool = False
+    nodes: int | None = None
+    ntasks: int | None = None
+    ntasks_per_node: int | None = None
+    nodelist: tuple[str, ...] = ()
+    label: bool = False
+    kill_on_bad_exit: bool = True
 
 
 class AwaitAllocation(_Request, op="await_allocation"):

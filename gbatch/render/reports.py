@@ -101,7 +101,7 @@ def format_sshare_json(shares: Sequence[UserShare]) -> str:
     )
 
 
-_SPRIO_HEADERS = ("JOBID", "PARTITION", "USER", "PRIORITY", "AGE", "FAIRSHARE", "NICE")
+_SPRIO_HEADERS = ("JOBID", "PARTITION", "USER", "PRIORITY", "AGE", "FAIRSHARE", "NICE", "QOS")
 
 
 _SPRIO_LONG_HEADERS = (
@@ -115,6 +115,7 @@ _SPRIO_LONG_HEADERS = (
     "FAIRSHARE",
     "AGE",
     "SUBMIT_TIME",
+    "QOS",
 )
 
 
@@ -128,7 +129,8 @@ def format_sprio(
 
     PRIORITY is what the planner sorts by after the fair-share factor: the job's
     priority - nice; FAIRSHARE its user's factor (0..1, sorted first); AGE how long it
-    has waited (submit time breaks ties). `long` adds RANK (its place in that order),
+    has waited (submit time breaks ties); QOS the weight of its QOS, part of PRIORITY.
+    `long` adds RANK (its place in that order),
     JOBPRIO (priority before nice) and SUBMIT_TIME.
     """
     rows = []
@@ -144,6 +146,7 @@ def format_sprio(
             "FAIRSHARE": f"{job.fairshare:.7f}",
             "AGE": format_duration(max(0.0, now - job.submit_time)),
             "SUBMIT_TIME": format_timestamp(job.submit_time),
+            "QOS": str(job.qos_priority),
         }
         rows.append([cells[name] for name in (_SPRIO_LONG_HEADERS if long else _SPRIO_HEADERS)])
     headers = _SPRIO_LONG_HEADERS if long else _SPRIO_HEADERS

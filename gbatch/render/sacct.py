@@ -19,6 +19,7 @@ from gbatch.core.model import (
     Job,
     JobState,
 )
+from gbatch.core.qos import NORMAL
 from gbatch.core.timefmt import format_elapsed_fixed, format_timestamp
 from gbatch.render.cells import (
     FormatError,
@@ -72,6 +73,7 @@ _SACCT_FIELDS: tuple[_Field, ...] = (
     _Field("User", 9, lambda j, _: printable(j.user)),
     _Field("UID", 6, lambda j, _: str(j.uid)),
     _Field("Partition", 10, lambda j, _: partition_text(j)),
+    _Field("QOS", 10, lambda j, _: printable(j.spec.qos or NORMAL)),
     _Field("State", 10, lambda j, _: j.state.value),
     _Field("ExitCode", 8, lambda j, _: exit_code_text(j)),
     _Field("Elapsed", 10, lambda j, now: format_elapsed_fixed(elapsed_seconds(j, now))),

@@ -5,8 +5,8 @@ A job's record ends with its events.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from gbatch.core.gputypes import gres_text, node_gres
 from gbatch.core.hostlist import compress
@@ -22,6 +22,7 @@ from gbatch.core.model import (
     NodeState,
     PartitionInfo,
 )
+from gbatch.core.qos import NORMAL
 from gbatch.core.shares import card_text, job_share_text
 from gbatch.core.timefmt import format_duration, format_elapsed_fixed, format_timestamp
 from gbatch.render.cells import (
@@ -111,7 +112,8 @@ def format_job_details(
         )
         + f" JobName={printable(spec.name)}",
         f"   UserId={printable(job.user)}({job.uid})",
-        f"   Priority={spec.effective_priority} Nice={spec.nice}",
+        f"   Priority={spec.effective_priority} Nice={spec.nice}"
+        f" QOS={printable(spec.qos or NORMAL)}",
         f"   JobState={job.state.value} Reason={reason_text(job)}"
         # Only for a job that has one, so every other job's lines stay as they were.
         + (f" Dependency={dependency_text(job)}" if spec.dependency else "")
@@ -374,5 +376,36 @@ def format_partition_details(partition: PartitionInfo, nodes: Sequence[NodeInfo]
         f"   State={'UP' if up or not members else 'DOWN'} TotalCPUs={cpus} "
         f"TotalNodes={len(partition.nodes)} TotalGPUs={gpus}",
         f"   TRES={_node_tres(cpus, memory, gpus, len(partition.nodes))}",
+    ]
+    return as_text(lines)
+
+
+def format_qos_details(qos: Mapping[str, Any], allowed: Collection[str]) -> str:
+    """One QOS (gbatch/core/qos.py describe) as `scontrol show qos` prints it.
+
+    sacctmgr show qos's fields as key=value lines; UsableBy says who may submit to it,
+    (yours) whether the caller may."""
+
+    def limit(value: object) -> str:
+        return "UNLIMITED" if value is None else str(value)
+
+    users = qos["users"]
+    usable = (
+        ["ALL"]
+        if users == "ALL"
+        else [*(printable(u) for u in users), *("@" + printable(g) for g in qos["groups"])]
+    )
+    wall = qos["max_wall"]
+    lines = [
+        f"QOS={printable(qos['name'])} Priority={qos['priority']}"
+        f" UsableBy={','.join(usable) or 'admins'}{' (yours)' if qos['name'] in allowed else ''}",
+        f"   MaxTRESPerUser=gres/gpu={limit(qos['max_gpus'])}"
+        f" MaxJobsPerUser={limit(qos['max_running_jobs'])}"
+        f" MaxSubmitJobsPerUser={limit(qos['max_pending_jobs'])}"
+        f" MaxWall={'UNLIMITED' if wall is None else format_duration(wall)}",
+        f"   Preempt={','.join(printable(p) for p in qos['preempt']) or '(null)'}"
+        f" PreemptMode={str(qos['preempt_mode']).upper()}"
+        f" GraceTime={qos['grace_time']}"
+        f" PreemptExemptTime={format_duration(qos['preempt_exempt_time'])}",
     ]
     return as_text(lines)

@@ -25,6 +25,7 @@ from gbatch.core.model import (
     Job,
     JobState,
 )
+from gbatch.core.qos import NORMAL
 from gbatch.core.shares import job_share_text
 from gbatch.core.timefmt import format_duration, format_timestamp
 from gbatch.render.cells import (
@@ -151,6 +152,7 @@ _SQUEUE_COLUMNS: Mapping[str, _Column] = {
     "Q": _Column("PRIORITY", lambda j, _: str(j.spec.effective_priority)),
     "p": _Column("PRIORITY", lambda j, _: str(j.spec.effective_priority)),
     "r": _Column("REASON", lambda j, _: reason_text(j)),
+    "q": _Column("QOS", lambda j, _: printable(j.spec.qos or NORMAL)),
     "k": _Column("COMMENT", lambda j, _: _comment(j)),
     "E": _Column("DEPENDENCY", lambda j, _: dependency_text(j) or "(null)"),
     "o": _Column("COMMAND", lambda j, _: printable(command_line(j.spec.command))),
@@ -165,6 +167,7 @@ _SQUEUE_COLUMNS: Mapping[str, _Column] = {
 _SQUEUE_FIELDS: Mapping[str, str] = {
     "jobid": "i",
     "partition": "P",
+    "qos": "q",
     "name": "j",
     "username": "u",
     "userid": "U",
@@ -270,6 +273,7 @@ def squeue_format_from_fields(fields: str) -> str:
 _SQUEUE_FIELD_NAMES = (
     "JobID",
     "Partition",
+    "QOS",
     "Name",
     "UserName",
     "UserId",

@@ -24,6 +24,7 @@ from gbatch.core.model import JOB_EVENTS
 from gbatch.core.paths import SYSTEM_SOCKET as SYSTEM_SOCKET
 from gbatch.core.paths import Paths as Paths
 from gbatch.core.paths import resolve_paths as resolve_paths
+from gbatch.core.qos import QosTable, parse_qos
 from gbatch.core.shares import DEFAULT_HEADROOM_MIB, ShareGpus, check_share_gpus
 from gbatch.core.urls import has_dot_segment
 from gbatch.jobspec.slurmopts import WEBHOOK_URL
@@ -254,6 +255,8 @@ class Config:
     max_log_bytes: int = 10 << 30
     # Per-user and per-group limits (gbatch/core/limits.py): sane ones by default.
     limits: Limits = field(default_factory=Limits)
+    # Quality of service (gbatch/core/qos.py): `normal` for everyone unless configured.
+    qos: QosTable = field(default_factory=QosTable)
     # API tokens (gbatch/head/tokens.py): the clock skew tolerated on their expiry and
     # issue time, between the head and whoever presents them.
     token_leeway_seconds: float = 60.0
@@ -693,6 +696,11 @@ def _coerce(key: str, value: object, source: str) -> object:
     if key == "limits":
         try:
             return parse_limits(value)
+        except LimitsError as err:
+            raise ConfigError(f"{source}: {err}") from err
+    if key == "qos":
+        try:
+            return parse_qos(value)
         except LimitsError as err:
             raise ConfigError(f"{source}: {err}") from err
     if key == "webhooks":

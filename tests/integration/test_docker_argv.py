@@ -18,6 +18,7 @@ from dockerenv import ensure_test_image, require_docker
 
 from gbatch.core.model import JobSpec
 from gbatch.nodes.docker import (
+    CONTAINER_SRUN,
     container_name,
     docker_inspect_argv,
     docker_kill_argv,
@@ -78,6 +79,32 @@ def test_container_sees_exactly_its_two_gpus_through_quoted_device_list(
     )
     assert parse_wait(_ok(docker_wait_argv(name))) == 0
     assert _ok(docker_logs_argv(name, follow=False)).strip() == "NVIDIA_VISIBLE_DEVICES=1,2"
+
+
+def test_srun_in_a_container_runs_its_command_here_from_the_images_own_path(
+    image: str, job_id: int
+) -> None:
+    # The test image is busybox: no bash, no python; srun is POSIX sh and the tools it has.
+    script = (
+        "srun echo hi; srun -l -n 2 sh -c 'echo rank $RANK'; "
+        # Bound read-only: not even the image's root can change the srun other jobs run.
+        "if (echo x > /usr/bin/srun) 2>/dev/null; then exit 9; fi; srun sh -c 'exit 5'"
+    )
+    spec = JobSpec(name="t", command=("sh", "-c", script), image=image)
+    argv = docker_run_argv(
+        job_id=job_id,
+        attempt=1,
+        user="alice",
+        spec=spec,
+        gpus=[],
+        env_file=None,
+        srun=str(CONTAINER_SRUN),
+    )
+    _ok(argv)
+    name = container_name(job_id, 1)
+    assert parse_wait(_ok(docker_wait_argv(name))) == 5
+    out = _ok(docker_logs_argv(name, follow=False)).splitlines()
+    assert out[0] == "hi" and sorted(out[1:]) == ["0: rank 0", "1: rank 1"]
 
 
 def test_docker_wait_reports_the_command_exit_code(image: str, job_id: int) -> None:

@@ -66,6 +66,20 @@ def test_image_job_sees_exactly_its_gpus_and_its_output_is_kept(
     docker_head.run("scancel", str(blocker), check=True)
 
 
+def test_srun_in_a_one_node_container_job_runs_its_command_there(
+    docker_head: Head, image: str
+) -> None:
+    # The image (busybox) has no srun of its own: the job's is gbatch's, on its PATH.
+    job_id = docker_head.sbatch(
+        "--image", image, "--wrap", "srun echo hi; srun -l -n 2 sh -c 'echo rank $RANK'"
+    )
+    record = docker_head.wait_state(job_id, "COMPLETED", "FAILED", timeout=60)
+    log = docker_head.run("logs", str(job_id), check=True).stdout
+    assert record["state"] == "COMPLETED", log
+    assert log.splitlines()[0] == "hi"
+    assert sorted(log.splitlines()[1:]) == ["0: rank 0", "1: rank 1"]
+
+
 def test_container_is_labelled_and_never_restarted(docker_head: Head, image: str) -> None:
     job_id = docker_head.sbatch("--image", image, "--gpus", "1", "--wrap", "sleep 30")
     docker_head.wait_state(job_id, "RUNNING", timeout=60)

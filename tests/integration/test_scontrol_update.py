@@ -45,9 +45,8 @@ def test_an_unknown_key_is_one_line_listing_the_keys_and_exit_2(head: Head) -> N
     assert result.returncode == 2
     assert result.stderr == (
         "gbatch scontrol: error: update: Account: not a key gbatch updates. Use one of "
-        "TimeLimit, Priority, Nice, JobName, Dependency, NumGPUs, Gres, Partition, Comment, "
-        "ArrayTaskThrottle, Features "
-        "(any case)\n"
+        "TimeLimit, Priority, Nice, JobName, Dependency, NumGPUs, Gres, Partition, QOS, "
+        "Comment, ArrayTaskThrottle, Features, NumNodes (any case)\n"
     )
 
 

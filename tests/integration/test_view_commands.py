@@ -53,6 +53,7 @@ def test_seff_sreport_and_sprio_report_what_the_daemon_recorded(head: Head) -> N
         "AGE",
         "FAIRSHARE",
         "NICE",
+        "QOS",
     ]
     assert len(header) == 2 and header[1].split()[0] == str(high)
     held = head.run("sprio", "-j", str(gate), check=True).stdout

@@ -138,7 +138,7 @@ def test_f_shows_the_jobs_that_ended_and_back(tui_head: Head) -> None:
         states = [row[3] for row in table_rows(app, "#jobs")]
         assert states == ["CD", "F", "CA"]
         assert text_of(app, "#counts").startswith(
-            " ended (7 days): CD 1  F 1  CA 1  TO 0  NF 0  OOM 0 | mine (root)"
+            " ended (7 days): CD 1  F 1  CA 1  TO 0  NF 0  OOM 0  PR 0 | mine (root)"
         )
         await pilot.press("s", "s")  # any -> CD -> F
         await until(pilot, lambda: ids_shown(app) == [failed], "the failed job alone")

@@ -12,6 +12,7 @@ import platformdirs
 import pytest
 
 from gbatch.core.limits import Limits, UserLimits
+from gbatch.core.qos import parse_qos
 from gbatch.site.config import (
     Config,
     ConfigError,
@@ -160,7 +161,8 @@ def test_config_file_with_every_key_is_read(
         "share_gpus: [0, 2]\n"
         "share_headroom_mib: 2048\n"
         "shard_mib: 10240\n"
-        "mps: true\n",
+        "mps: true\n"
+        "qos: {high: {priority: 100, users: [root]}}\n",
     )
 
     assert load_config(paths, {}) == Config(
@@ -220,6 +222,7 @@ def test_config_file_with_every_key_is_read(
         share_headroom_mib=2048,
         shard_mib=10240,
         mps=True,
+        qos=parse_qos({"high": {"priority": 100, "users": ["root"]}}),
     )
 
 
@@ -237,6 +240,7 @@ def test_every_config_key_is_a_config_field() -> None:
         "share_headroom_mib",
         "shard_mib",
         "mps",
+        "qos",
         "gpu_memory_threshold_mib",
         "socket_mode",
         "socket_path",

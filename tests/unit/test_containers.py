@@ -393,3 +393,28 @@ def test_error_line_skips_the_clis_help_hint() -> None:
         error_line(stderr, "x") == "docker: Error response from daemon: No such image: nope:latest."
     )
     assert error_line("Run 'docker run --help' for more information\n", "exit 125") == "exit 125"
+
+
+def test_srun_is_mounted_read_only_where_every_images_path_finds_it() -> None:
+    argv = _run_argv(srun="/opt/gbatch/containerbin/srun")
+    assert _option_values(argv, "--mount") == [
+        "type=bind,source=/opt/gbatch/containerbin/srun,target=/usr/local/bin/srun,readonly",
+        "type=bind,source=/opt/gbatch/containerbin/srun,target=/usr/bin/srun,readonly",
+    ]
+    # The image's own PATH is kept: nothing sets one.
+    assert not any(a.startswith("PATH=") for a in argv)
+    assert argv.index("--mount") < argv.index(SPEC.image)
+
+
+def test_a_jobs_own_mount_at_srun_wins_and_a_relative_srun_is_refused() -> None:
+    spec = JobSpec(
+        name="t", command=("true",), image="img", mounts=("/d/srun:/usr/local/bin/srun",)
+    )
+    argv = _run_argv(spec=spec, policy=ROOTS, srun="/opt/gbatch/srun")
+    assert _option_values(argv, "--mount") == [
+        "type=bind,source=/d/srun,target=/usr/local/bin/srun,readonly",
+        "type=bind,source=/opt/gbatch/srun,target=/usr/bin/srun,readonly",
+    ]
+    for bad in (".gbatch/bin/srun", "/home/a/x,readonly=false/srun"):
+        with pytest.raises(ValueError, match="absolute"):
+            _run_argv(srun=bad)

@@ -527,7 +527,7 @@ def test_job_details_prints_scontrol_style_record_and_events() -> None:
     assert out == (
         "JobId=5 JobName=train-resnet50\n"
         "   UserId=alice(1000)\n"
-        "   Priority=7 Nice=3\n"
+        "   Priority=7 Nice=3 QOS=normal\n"
         "   JobState=RUNNING Reason=None ExitCode=0:0\n"
         "   RunTime=00:01:05 TimeLimit=01:00:00\n"
         f"   SubmitTime={submit}\n"

@@ -277,3 +277,9 @@ def test_submit_asks_for_a_gpu_model_and_node_features_as_sbatch_does() -> None:
     assert (spec["gpus"], spec["gpu_type"], spec["constraint"]) == (2, "a100", "ib")
     one = request_for_text(None, "mcp", submit_words({"wrap": "true", "gpu_type": "h100"})).spec
     assert (one["gpus"], one["gpu_type"]) == (1, "h100")
+
+
+def test_submit_names_a_qos_as_sbatch_q_does() -> None:
+    """issue 33: qos goes through sbatch's --qos; the daemon checks who may use it."""
+    spec = request_for_text(None, "mcp", submit_words({"wrap": "true", "qos": "high"})).spec
+    assert spec["qos"] == "high"

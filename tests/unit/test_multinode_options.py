@@ -510,3 +510,23 @@ def test_srun_and_salloc_queue_an_allocation_across_nodes(command: str) -> None:
         "exclusive": True,
     }
     assert "every_node" not in spec  # bare: srun's steps start the tasks on each node
+
+
+class HostNode(GpuNode):
+    """A reporting SSH host: it runs containers only, as RemoteNode does."""
+
+    runs_bare_processes = False
+
+
+def test_a_bare_job_across_hosts_that_run_only_containers_is_refused_naming_the_image(
+    daemon: Daemon,
+) -> None:
+    nodes = {"gpu01": HostNode("gpu01", 8), "gpu02": HostNode("gpu02", 8)}
+    daemon.fleet.nodes = nodes  # type: ignore[assignment]
+    daemon.fleet.partitions = {"gpu": Partition("gpu", ("gpu01", "gpu02"), default=True)}
+    assert _refused(daemon, nodes=2, gpus=1) == (
+        "image: a job across 2 nodes without an image needs 2 nodes that run bare processes, "
+        "and partition gpu has 0: its SSH hosts run containers only. Add an image (--image, "
+        "`image:`): its command then runs on every node"
+    )
+    assert _submit(daemon, nodes=2, gpus=1, image="pytorch:24")["ok"]

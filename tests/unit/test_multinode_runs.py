@@ -397,23 +397,24 @@ def test_a_vanished_run_on_a_peer_requeues_the_job_and_removes_the_others(
     assert fake(daemon, "gpu1").cleaned == [(job_id, 1)]
 
 
-def test_the_other_nodes_output_is_joined_to_the_jobs_log_whole(
+def test_every_nodes_output_is_in_the_jobs_log_once_it_ends_each_line_whole(
     daemon: Daemon, clocks: Clocks, tmp_path: Path
 ) -> None:
     job_id = start_across(daemon, clocks, ("gpu1", "gpu2", "gpu3"))
     paths = Paths(tmp_path)
-    paths.logs.mkdir(parents=True, exist_ok=True)
-    paths.job_log(job_id).write_bytes(b"rank 0\npartial")
     paths.make_run_dir(job_id, 1)
+    # Each node's follower copied its run's output; none was joined yet (the daemon
+    # restarted after the runs ended, say): the end joins what is left, whole.
+    node_log(paths, job_id, 1, 0).write_bytes(b"rank 0\npartial")
     node_log(paths, job_id, 1, 1).write_bytes(b"rank 1\n")
     node_log(paths, job_id, 1, 2).write_bytes(b"rank 2 no newline")
     for name in ("gpu1", "gpu2", "gpu3"):
         fake(daemon, name).exit(job_id, 0)
     tick(daemon, clocks)
-    assert paths.job_log(job_id).read_text() == (
-        "rank 0\npartial\n"
-        "==> gbatch: output of node gpu2 (SLURM_NODEID 1) <==\nrank 1\n"
-        "==> gbatch: output of node gpu3 (SLURM_NODEID 2) <==\nrank 2 no newline\n"
+    assert paths.job_log(job_id).read_text() == "rank 0\npartial\nrank 1\nrank 2 no newline\n"
+    assert (
+        paths.task_log(job_id).read_text()
+        == "0: rank 0\n0: partial\n1: rank 1\n2: rank 2 no newline\n"
     )
     assert not node_log(paths, job_id, 1, 1).exists()
 

@@ -61,6 +61,23 @@ def test_partitions_are_read_with_their_times_image_and_default(tmp_path: Path) 
     )
 
 
+def test_partitions_take_a_tier_and_a_preempt_mode(tmp_path: Path) -> None:
+    """issue 33: a scavenger partition over the same nodes, preempted by the other."""
+    inventory = load(
+        tmp_path,
+        NODES + "partitions:\n"
+        "  - {name: gpu, nodes: ALL, default: true, priority_tier: 2}\n"
+        "  - {name: scavenger, nodes: ALL, preempt_mode: requeue, grace_time: 60}\n",
+    )
+    gpu, scavenger = partitions_of(inventory)
+    assert (gpu.priority_tier, gpu.preempt_mode, gpu.grace_time) == (2, "off", 120)
+    assert (scavenger.priority_tier, scavenger.preempt_mode, scavenger.grace_time) == (
+        1,
+        "requeue",
+        60,
+    )
+
+
 def test_without_partitions_every_node_is_in_one_default_partition(tmp_path: Path) -> None:
     assert partitions_of(load(tmp_path, NODES)) == (
         Partition(IMPLICIT_PARTITION, ("a1", "a2"), default=True),
@@ -110,6 +127,18 @@ def test_a_lone_partition_is_the_default_and_all_names_every_node(tmp_path: Path
         (
             "[{name: p, nodes: [a1]}]",
             "nodes[1] (a2): is in no partition, so no job could run there. Add it",
+        ),
+        (
+            "[{name: p, nodes: ALL, priority_tier: high}]",
+            'partitions[0] (p): priority_tier: "high" is not a whole number 0-65533',
+        ),
+        (
+            "[{name: p, nodes: ALL, preempt_mode: suspend}]",
+            'partitions[0] (p): preempt_mode: "suspend" is not one of requeue, cancel, off',
+        ),
+        (
+            "[{name: p, nodes: ALL, grace_time: -1}]",
+            "partitions[0] (p): grace_time: -1 is not a number of seconds",
         ),
     ],
 )

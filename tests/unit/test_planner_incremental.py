@@ -13,15 +13,26 @@ from hypothesis import strategies as st
 
 from gbatch.core.limits import Use, UserLimits
 from gbatch.core.model import Job, JobSpec, JobState, NodeView
+from gbatch.core.qos import parse_qos
 from gbatch.head import scheduler
-from gbatch.head.scheduler import PRIORITY, Planner, Window, plan, plan_reserved
+from gbatch.head.scheduler import (
+    PREEMPTION,
+    PRIORITY,
+    Planner,
+    Running,
+    Window,
+    plan,
+    plan_reserved,
+)
 
 NOW = 1_700_000_000.0
 USERS = ("alice", "bob", "carol")
 GPUS = 4  # per node
 
 
-def make_job(job_id: int, draw: st.DrawFn) -> Job:
+def make_job(job_id: int, draw: st.DrawFn, simple: bool = False) -> Job:
+    """A pending job; `simple`: of whole GPUs of any type on one node (those preemption
+    takes), with more GPUs asked and QOS that preempt."""
     spec = JobSpec(
         name=f"j{job_id}",
         command=("true",),
@@ -33,13 +44,16 @@ def make_job(job_id: int, draw: st.DrawFn) -> Job:
         cpus=draw(st.sampled_from((None, None, 2, 16))),
         constraint=draw(st.sampled_from((None, None, None, "nvlink", "a100|ib"))),
         reservation=draw(st.sampled_from((None, None, None, None, "r1", "r2"))),
+        qos=draw(st.sampled_from((None, None, "high", "scavenger"))),
     )
-    if spec.gpus:  # a type asks for GPUs of it
+    if simple:
+        spec = replace(spec, gpus=draw(st.integers(1, 4)), constraint=None)
+    if spec.gpus and not simple:  # a type asks for GPUs of it
         spec = replace(spec, gpu_type=draw(st.sampled_from(ASKED)))
-    if draw(st.booleans()):  # a share of one GPU (issue 30)
+    if not simple and draw(st.booleans()):  # a share of one GPU (issue 30)
         share = draw(st.sampled_from((10 * 1024, 20 * 1024, 40 * 1024, 100 * 1024)))
         spec = replace(spec, gpus=1, gpu_mem_mb=share)
-    if draw(st.booleans()):  # placed by node (issue 32): -N, -w, -x, --exclusive
+    if not simple and draw(st.booleans()):  # placed by node (issue 32): -N, -w, -x, ...
         names = st.sampled_from(tuple(f"n{i}" for i in range(5)))
         spec = replace(
             spec,
@@ -168,9 +182,48 @@ def nodes_now(draw: st.DrawFn, statics: list[NodeView]) -> list[NodeView]:
     return result
 
 
+# Jobs of QOS high may preempt those of scavenger (requeued); jobs of partition b (tier
+# 2) those of partition a (tier 1, requeue).
+RULES = scheduler.PreemptRules(
+    {"a": (1, "requeue", 60), "b": (2, "off", 60)},
+    parse_qos({"high": {"preempt": ["scavenger"], "users": "ALL"}, "scavenger": {"users": "ALL"}}),
+)
+_RUNNING_IDS = iter(range(10_000_000, 20_000_000))
+
+
+@st.composite
+def running_on(draw: st.DrawFn, nodes: list[NodeView]) -> list[Running]:
+    """Jobs on `nodes` as preemption sees them: some told to go already, some exempt."""
+    return [
+        Running(
+            next(_RUNNING_IDS),
+            node.name,
+            draw(st.integers(1, 2)),
+            NOW - draw(st.integers(0, 3)) * 600,
+            draw(st.sampled_from((None, "a", "b"))),
+            draw(st.sampled_from((None, "high", "scavenger"))),
+            preempting=draw(st.booleans()) and draw(st.booleans()),
+            exempt_until=NOW + draw(st.sampled_from((-1, -1, 1000))),
+        )
+        for node in nodes
+        for _ in range(draw(st.integers(0, 3)))
+    ]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_incremental_passes_equal_a_full_plan_over_random_changes(data: st.DataObject) -> None:
+    _passes_equal_a_full_plan(data, simple=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_incremental_preemptions_equal_a_full_plans(data: st.DataObject) -> None:
+    """Jobs of whole GPUs on one node, as preemption takes them, its victims and reasons."""
+    _passes_equal_a_full_plan(data, simple=True)
+
+
+def _passes_equal_a_full_plan(data: st.DataObject, *, simple: bool) -> None:
     draw = data.draw
     planner = Planner()
     queue: dict[int, Job] = {}
@@ -200,7 +253,7 @@ def test_incremental_passes_equal_a_full_plan_over_random_changes(data: st.DataO
             )
             if change == "submit" or (change in ("end", "hold", "priority") and not queue):
                 for _ in range(draw(st.integers(1, 6))):
-                    queue[next_id] = make_job(next_id, draw)
+                    queue[next_id] = make_job(next_id, draw, simple)
                     planner.put(queue[next_id])
                     next_id += 1
             elif change == "end":  # ended, cancelled: it leaves the queue
@@ -249,11 +302,31 @@ def test_incremental_passes_equal_a_full_plan_over_random_changes(data: st.DataO
                 use = {u: Use(draw(st.integers(0, 2)), draw(st.integers(0, 4))) for u in limits}
         nodes = draw(nodes_now(statics))
         now = NOW + draw(st.integers(0, 100))
-        full = plan_reserved(list(queue.values()), nodes, usage, now, limits, use, windows)
-        passed = planner.plan(nodes, usage, now, limits, use, windows)
+        running = draw(running_on(nodes))
+        full = plan_reserved(
+            list(queue.values()),
+            nodes,
+            usage,
+            now,
+            limits,
+            use,
+            windows,
+            running=running,
+            rules=RULES,
+        )
+        passed = planner.preempt(
+            planner.plan(nodes, usage, now, limits, use, windows),
+            nodes,
+            running,
+            now,
+            RULES,
+            windows,
+        )
         assert passed.assignments == full.assignments
         assert passed.starts == full.starts
-        assert planner.reasons == full.reasons
+        assert passed.preemptions == full.preemptions
+        shown = {**planner.reasons, **dict.fromkeys(planner._preempting, PREEMPTION)}
+        assert shown == full.reasons
         # Started jobs leave the queue, but a failed start puts one back.
         for assignment in full.assignments:
             if draw(st.booleans()) or draw(st.booleans()):

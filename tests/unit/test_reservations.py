@@ -8,7 +8,14 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_planner_incremental import NOW, make_job, make_node
+from test_planner_incremental import (
+    NOW,
+    RULES,
+    draw_windows,
+    make_job,
+    make_node,
+    running_on,
+)
 
 from gbatch.core.model import Job, JobSpec, JobState, NodeView
 from gbatch.core.reservations import (
@@ -22,7 +29,7 @@ from gbatch.core.reservations import (
     parse_words,
 )
 from gbatch.head.daemon import Daemon
-from gbatch.head.scheduler import Window, plan_reserved
+from gbatch.head.scheduler import PREEMPTION, Running, Window, plan_reserved
 
 
 def test_create_words_read_as_slurm_writes_them() -> None:
@@ -211,6 +218,81 @@ def test_no_gpu_of_a_window_goes_to_an_outsider_while_it_is_on(data: st.DataObje
                     assert not gpus & set(dict(window.gpus).get(node, ()))
         if job.spec.reservation is not None:
             assert any(w.name == job.spec.reservation for w in windows)
+
+
+def test_preemption_takes_no_job_on_a_windows_node_and_no_job_of_a_window_preempts() -> None:
+    """A preemptor of no reservation never frees GPUs on a node of a window (on now or to
+    come: the victim's GPUs there may be the window's); a job of a window preempts none."""
+    nodes = [NodeView(f"n{i}", 2, (), partitions=frozenset({"a", "b"})) for i in range(3)]
+    # n0's GPU 1 is r1's from NOW + 300; n1 is r2's, on now (made with IGNORE_JOBS).
+    windows = [
+        Window("r1", NOW + 300, NOW + 900, gpus=(("n0", (1,)),)),
+        Window("r2", NOW - 10, NOW + 900, nodes=frozenset({"n1"})),
+    ]
+    running = [Running(100 + i, f"n{i}", 2, NOW - 60, "a", "scavenger") for i in range(3)]
+
+    def high(job_id: int, reservation: str | None = None) -> Job:
+        spec = JobSpec(name="j", command=("true",), gpus=2, qos="high", reservation=reservation)
+        return Job(job_id, 1000, "alice", spec, JobState.PENDING, NOW + job_id)
+
+    made = plan_reserved(
+        [high(1), high(2), high(3, "r2")],
+        nodes,
+        {},
+        NOW,
+        windows=windows,
+        running=running,
+        rules=RULES,
+    )
+    # Only n2's job goes (for job 1); job 2 waits (n0 and n1 are windows' nodes), job 3
+    # (r2's) waits for its node's GPUs without preempting.
+    assert made.preemptions == {102: 1}
+    assert made.reasons[1] == PREEMPTION
+    assert made.reasons[2] != PREEMPTION and made.reasons[3] != PREEMPTION
+    # Without windows, as plan(): the same jobs preempt on every node.
+    bare = plan_reserved([high(1), high(2)], nodes, {}, NOW, running=running, rules=RULES)
+    assert set(bare.preemptions.values()) == {1, 2}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_no_preemptor_takes_a_victim_on_a_windows_node(data: st.DataObject) -> None:
+    """Over random queues (jobs across nodes too), windows and running jobs: no victim on
+    a node of a window on now or to come, no preemptor of a reservation, and no start on
+    a window's GPUs by a job of another (or none) while that window is on."""
+    draw = data.draw
+    nodes = [make_node(i, draw) for i in range(draw(st.integers(1, 3)))]
+    nodes = [replace(n, free_gpus=()) if draw(st.booleans()) else n for n in nodes]
+    simple = draw(st.booleans())
+    jobs = [make_job(i, draw, simple=simple) for i in range(1, draw(st.integers(1, 10)))]
+    # Many of QOS high (it preempts scavenger's), runnable anywhere; many victims of QOS
+    # scavenger, not exempt: so that plans with victims are common.
+    high = {"qos": "high", "partition": None, "image": None}
+    jobs = [
+        replace(j, spec=replace(j.spec, **high), held=False) if draw(st.booleans()) else j
+        for j in jobs
+    ]
+    windows = draw_windows(draw)
+    running = [
+        replace(r, qos="scavenger", exempt_until=0.0) if draw(st.booleans()) else r
+        for r in draw(running_on(nodes))
+    ]
+    made = plan_reserved(jobs, nodes, {}, NOW, windows=windows, running=running, rules=RULES)
+    live = [w for w in windows if w.end > NOW]
+    kept = {name for w in live for name in (*w.nodes, *(n for n, _ in w.gpus))}
+    by_run = {each.job_id: each for each in running}
+    by_id = {job.id: job for job in jobs}
+    for victim, preemptor in made.preemptions.items():
+        assert by_run[victim].node not in kept
+        assert by_id[preemptor].spec.reservation is None
+    for each in made.assignments:
+        job = by_id[each.job_id]
+        held = [(each.node, set(each.gpus)), *((n, set(g)) for n, g in each.peers)]
+        for window in live:
+            if job.spec.reservation != window.name and window.start <= NOW:
+                for node, gpus in held:
+                    assert node not in window.nodes
+                    assert not gpus & set(dict(window.gpus).get(node, ()))
 
 
 @pytest.mark.parametrize(

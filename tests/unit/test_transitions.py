@@ -22,8 +22,9 @@ CA = JobState.CANCELLED
 TO = JobState.TIMEOUT
 NF = JobState.NODE_FAIL
 OOM = JobState.OUT_OF_MEMORY
+PR = JobState.PREEMPTED
 
-ENDINGS = frozenset({CD, F, CA, TO, NF, OOM})
+ENDINGS = frozenset({CD, F, CA, TO, NF, OOM, PR})
 
 # current state -> the states it may move to.
 EXPECTED_EDGES: dict[JobState, frozenset[JobState]] = {
@@ -44,6 +45,7 @@ EXPECTED_EDGES: dict[JobState, frozenset[JobState]] = {
     TO: frozenset({PD}),
     NF: frozenset({PD}),
     OOM: frozenset({PD}),
+    PR: frozenset({PD}),
 }
 
 ALL_PAIRS = list(itertools.product(JobState, JobState))
@@ -111,6 +113,7 @@ EXPECTED_CODES = {
     TO: "TO",
     NF: "NF",
     OOM: "OOM",
+    PR: "PR",
 }
 
 

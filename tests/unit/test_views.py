@@ -110,9 +110,9 @@ def priority(job_id: int, **fields: Any) -> JobPriority:
 def test_sprio_shows_the_factors_gbatch_orders_by() -> None:
     jobs = [priority(7, priority=3, nice=1, fairshare=0.25, rank=2), priority(8, rank=1)]
     assert format_sprio(jobs, now=3725.0).splitlines() == [
-        "JOBID PARTITION USER  PRIORITY     AGE FAIRSHARE NICE",
-        "    7 gpu       alice        2 1:02:05 0.2500000    1",
-        "    8 gpu       alice        0 1:02:05 1.0000000    0",
+        "JOBID PARTITION USER  PRIORITY     AGE FAIRSHARE NICE QOS",
+        "    7 gpu       alice        2 1:02:05 0.2500000    1   0",
+        "    8 gpu       alice        0 1:02:05 1.0000000    0   0",
     ]
     (line,) = format_sprio(jobs[:1], now=3725.0, long=True, header=False).splitlines()
     assert line.split()[:9] == ["7", "gpu", "alice", "2", "2", "3", "1", "0.2500000", "1:02:05"]

@@ -9,7 +9,7 @@ import pwd
 import time
 from collections.abc import Mapping
 
-from gbatch.core.limits import UserLimits
+from gbatch.core.limits import UserLimits, unix_groups
 from gbatch.core.model import Job
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.audit import audit
@@ -64,6 +64,19 @@ def require_admin(daemon: Daemon, caller: Caller, op: str, target: str, what: st
 def may_act_on(daemon: Daemon, caller: Caller, job: Job) -> bool:
     """Whether `caller` owns `job` or is an admin."""
     return caller.uid == job.uid or is_admin(daemon, caller)
+
+
+def allowed_qos(daemon: Daemon, caller: Caller, user: str | None = None) -> list[str]:
+    """The QOS names `user` (default: the caller) may use, for `caller` to give a job.
+
+    An admin acting may give any QOS; otherwise a QOS's `users:`/`groups:` (or `ALL`)
+    name who may (gbatch/core/qos.py)."""
+    table = daemon.config.qos
+    if is_admin(daemon, caller):
+        return table.names
+    user = user or caller.user
+    groups = unix_groups(user, int(time.monotonic() // GROUP_CACHE_S)) if table.needs_groups else ()
+    return table.allowed(user, groups)
 
 
 def submit_limits(daemon: Daemon, caller: Caller) -> UserLimits | None:

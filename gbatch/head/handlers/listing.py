@@ -417,6 +417,8 @@ def on_logs(daemon: Daemon, caller: Caller, request: requests.ReadLog) -> dict[s
     if offset < 0:
         raise Refused("invalid", "offset must be a non-negative integer")
     path = daemon.paths.job_log(found.id)
+    if request.label and daemon.paths.task_log(found.id).exists():
+        path = daemon.paths.task_log(found.id)  # its tasks' lines, each with its rank
     try:
         with open(path, "rb") as handle:
             handle.seek(offset)

@@ -8,11 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from gbatch.core import qos
 from gbatch.core.model import NodeInfo, PartitionInfo
 from gbatch.core.timefmt import show_value
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.audit import audit, loggable
-from gbatch.head.handlers.auth import require_admin
+from gbatch.head.handlers.auth import allowed_qos, require_admin
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.protocol import codec, requests
@@ -44,6 +45,9 @@ def on_nodes(daemon: Daemon, caller: Caller, request: requests.ListNodes) -> dic
             )
             for p in daemon.fleet.partitions.values()
         ],
+        # scontrol show qos: every QOS, and those the caller may use.
+        "qos": [qos.describe(q) for q in daemon.config.qos.by_name.values()],
+        "qos_allowed": allowed_qos(daemon, caller),
     }
 
 

@@ -122,6 +122,8 @@ def on_priorities(
                 submit_time=j.submit_time,
                 held=j.held,
                 rank=rank[j.id],
+                qos=j.spec.qos or "normal",
+                qos_priority=j.spec.qos_priority,
             ).to_wire()
             for j in found
         ],

@@ -177,13 +177,23 @@ def _act_on_step(
         return "Invalid job id specified"
     if step.state is not JobState.RUNNING:
         return ENDED
-    if signum is not None:
+    if signum is not None and not step.fans_out:
         return _signal_job(daemon, caller, job, signum, one_step(step_id))
-    node = daemon.fleet.nodes.get(job.node or "")
-    if node is None:
+    # The step's nodes: the job's first, or each its tasks run on (srun across nodes).
+    nodes = [daemon.fleet.nodes.get(name) for name in step.node_names or (job.node or "",)]
+    if any(node is None for node in nodes):
         return NOT_NOW
-    daemon.step_ends.cancelled[(job.id, step_id)] = caller.user
-    audit(daemon, caller, "cancel", job, f"allowed: step {step.label}")
-    node.signal(job, job.attempt, signal.SIGKILL, one_step(step_id))
+    if signum is not None:
+        sig = signal.Signals(signum)
+        audit(
+            daemon, caller, "signal", job, f"allowed: SIG{signal_label(signum)} to step {step_id}"
+        )
+    else:
+        sig = signal.SIGKILL
+        daemon.step_ends.cancelled[(job.id, step_id)] = caller.user
+        audit(daemon, caller, "cancel", job, f"allowed: step {step.label}")
+    for node in nodes:
+        assert node is not None
+        node.signal(job, job.attempt, sig, one_step(step_id))
     daemon.wake.set()
     return None

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from gbatch.core import stepframes
 from gbatch.core.model import JobState
+from gbatch.core.multinode import Layout, step_nodes
 from gbatch.core.steps import Step, StepAsk, step_name
 from gbatch.core.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, submit_env_bytes
 from gbatch.head.daemon import Daemon
@@ -31,9 +34,11 @@ from gbatch.head.handlers.auth import is_admin, may_act_on
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.handlers.targets import named_job
+from gbatch.head.rendezvous import rendezvous
 from gbatch.head.store import StepBusy, StepRefused, StoreError
 from gbatch.jobspec.spec import SpecError, check_command
 from gbatch.nodes.base import LaunchError, Node, StepLaunch
+from gbatch.nodes.joblog import open_log
 from gbatch.protocol import requests
 
 log = logging.getLogger("gbatchd")
@@ -83,23 +88,135 @@ class StepStart:
         self._end(JobState.CANCELLED, "its client left before it started")
 
     def _end(self, state: JobState, reason: str, exit_code: int | None = None) -> None:
-        """Record the end of a step that never started; an allocation it led ends too."""
-        now = self.daemon.clock()
+        end_unstarted(self.daemon, self.job, self.step, state, reason, exit_code)
+
+
+def end_unstarted(
+    daemon: Daemon, job: Any, step: Step, state: JobState, reason: str, exit_code: int | None
+) -> None:
+    """Record the end of a step that never started; an allocation it led ends too."""
+    now = daemon.clock()
+    try:
+        ended = daemon.store.end_step(
+            step.job_id, step.step_id, state, now, exit_code=exit_code, reason=reason
+        )
+        if ended and step.leads:
+            code = 0 if exit_code is None else exit_code
+            daemon.step_ends.end_allocation(job, step, state, code, 0, now)
+    except StoreError as err:  # the loop records it as vanished instead
+        log.warning("step %s: its end could not be recorded: %s", step.label, err)
+    daemon.wake.set()
+
+
+class FanoutStart:
+    """A step of several tasks recorded and about to start, once its reply is written.
+
+    `start` has each task's node start it on one end of a socket pair (as a one-task
+    step is started on its client's connection) and joins them to the client
+    (gbatch/head/stepfanout.py); `abandon` ends it unstarted."""
+
+    def __init__(
+        self,
+        daemon: Daemon,
+        job: Any,
+        step: Step,
+        tasks: list[tuple[int, str, Node, Any, StepLaunch]],
+        *,
+        label: bool,
+        kill_on_bad_exit: bool,
+    ) -> None:
+        self.daemon = daemon
+        self.job = job
+        self.step = step
+        self.tasks = tasks  # (rank, node name, node, the job, launch)
+        self.label = label
+        self.kill_on_bad_exit = kill_on_bad_exit
+
+    def start(self, sock: socket.socket) -> None:
+        from gbatch.head.stepfanout import Fanout, Task, rank_label
+
+        ntasks = len(self.tasks)
+        joined: list[Task] = []
         try:
-            ended = self.daemon.store.end_step(
-                self.step.job_id,
-                self.step.step_id,
-                state,
-                now,
-                exit_code=exit_code,
-                reason=reason,
+            for rank, name, node, whole, launch in self.tasks:
+                task = Task(rank, name, None, rank_label(rank, ntasks))
+                mine, theirs = socket.socketpair()
+                try:
+                    node.start_step(whole, self.step.task(rank), launch, theirs.fileno())
+                    task.sock = mine
+                except LaunchError as err:
+                    mine.close()
+                    task.start_error = f"did not start: {err}"
+                    log.warning(
+                        "job %d: step %s task %d: %s", self.job.id, self.step.label, rank, err
+                    )
+                finally:
+                    theirs.close()
+                joined.append(task)
+        finally:
+            self.daemon.steps_starting.end(self.job.id)
+        client = socket.socket(fileno=os.dup(sock.fileno()))
+        copy = None
+        try:
+            copy = open_log(self.daemon.paths.task_log(self.job.id))
+        except OSError as err:
+            log.warning("job %d: its task log cannot be opened: %s", self.job.id, err)
+        Fanout(
+            client,
+            joined,
+            label=self.step.label,
+            labelled=self.label,
+            kill_on_bad_exit=self.kill_on_bad_exit,
+            grace=self.daemon.config.kill_grace_seconds,
+            copy=copy,
+            copy_limit=self.daemon.config.max_log_bytes,
+            ended=self.daemon.wake.set,
+        ).start()
+
+    def abandon(self) -> None:
+        self.daemon.steps_starting.end(self.job.id)
+        end_unstarted(
+            self.daemon,
+            self.job,
+            self.step,
+            JobState.CANCELLED,
+            "its client left before it started",
+            None,
+        )
+
+
+def step_layout(
+    daemon: Daemon, job: Any, request: requests.OpenStep
+) -> tuple[tuple[str, int], ...]:
+    """The step's tasks on the job's nodes (srun -N/-n/--ntasks-per-node/-w inside it).
+
+    Refused in one line when it asks more than the allocation holds, or names a node
+    that cannot run steps now."""
+    try:
+        layout = step_nodes(
+            job.node_names,
+            job.spec,
+            nodes=request.nodes,
+            ntasks=request.ntasks,
+            ntasks_per_node=request.ntasks_per_node,
+            nodelist=tuple(request.nodelist),
+        )
+    except ValueError as err:
+        raise Refused("invalid", f"Unable to create step for job {job.id}: {err}") from err
+    if any(count < 1 for _, count in layout):
+        raise Refused(
+            "invalid",
+            f"Unable to create step for job {job.id}: --ntasks-per-node must be at least 1",
+        )
+    for name, _ in layout:
+        node = daemon.fleet.nodes.get(name)
+        if node is None or not node.runs_steps:
+            raise Refused(
+                "unavailable",
+                f"job {job.id} holds {name}, which is not in the fleet now: no step can "
+                "start there. Ask an admin (gbatch node list)",
             )
-            if ended and self.step.leads:
-                code = 0 if exit_code is None else exit_code
-                self.daemon.step_ends.end_allocation(self.job, self.step, state, code, 0, now)
-        except StoreError as err:  # the loop records it as vanished instead
-            log.warning("step %s: its end could not be recorded: %s", self.step.label, err)
-        self.daemon.wake.set()
+    return layout
 
 
 def may_open_step(daemon: Daemon, caller: Caller, job: Any) -> str | None:
@@ -151,6 +268,21 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
         raise Refused("invalid", f"cwd: {cwd[:80]!r} is not an absolute path")
     pty = (_size(request.rows), _size(request.cols)) if request.pty else None
     ask = step_ask(job, request)
+    layout = step_layout(daemon, job, request)
+    fans_out = request.label or layout != ((job.node, 1),)
+    if fans_out and sum(count for _, count in layout) > 1:
+        if pty is not None:
+            raise Refused(
+                "invalid",
+                f"Unable to create step for job {job.id}: --pty runs one task, and this step "
+                f"has {sum(c for _, c in layout)}. Ask -n 1 (and -N 1) with --pty",
+            )
+        if ask.gpus is not None and len(layout) > 1:
+            raise Refused(
+                "invalid",
+                f"Unable to create step for job {job.id}: -G/--gpus of a step across nodes "
+                "is not supported yet; each task sees its node's GPUs of the job. Leave -G out",
+            )
     # From before its record until its shim holds it: the loop must not take the step
     # for one that vanished meanwhile (StepStart.start and abandon end this).
     daemon.steps_starting.begin(job.id)
@@ -167,6 +299,7 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
             max_open_per_user=MAX_OPEN_STEPS_PER_USER,
             ask=ask,
             job_gpus=tuple(job.gpus),
+            nodes=layout if fans_out else (),
         )
     except BaseException as err:
         daemon.steps_starting.end(job.id)
@@ -179,15 +312,45 @@ def on_step(daemon: Daemon, caller: Caller, request: requests.OpenStep) -> dict[
     if step.leads:
         daemon.waiters.forget(job.id)  # its client is the step's now
     launch = StepLaunch(argv=argv, env=env, cwd=cwd, pty=pty)
-    return {
+    reply: dict[str, Any] = {
         "job": job.id,
         "step": step.step_id,
         "label": step.label,
         "leads": step.leads,
         "node": job.node,
         "gpus": list(job.gpus if step.gpus is None else step.gpus),
-        STREAM: StepStart(daemon, node, job, step, launch),
     }
+    if not step.fans_out:
+        return {**reply, STREAM: StepStart(daemon, node, job, step, launch)}
+    tasks = fanout_tasks(daemon, job, step, launch)
+    start = FanoutStart(
+        daemon, job, step, tasks, label=request.label, kill_on_bad_exit=request.kill_on_bad_exit
+    )
+    return {**reply, "tasks": step.ntasks, "nodes": list(step.node_names), STREAM: start}
+
+
+def fanout_tasks(
+    daemon: Daemon, job: Any, step: Step, launch: StepLaunch
+) -> list[tuple[int, str, Node, Any, StepLaunch]]:
+    """Each task of `step` with its node, the job and its launch.
+
+    Its launch is the step's own, with the task's variables (Layout.step_task_env)."""
+    names = step.node_names
+    addresses, port = rendezvous(daemon.fleet, names, job.id, launch.env)
+    layout = Layout(names, addresses, tuple(count for _, count in step.nodes), port)
+    tasks = []
+    for rank, name, local in step.tasks():
+        index = names.index(name)
+        tasks.append(
+            (
+                rank,
+                name,
+                daemon.fleet.nodes[name],
+                job,  # whole: each node finds its own part of it (Job.on_node)
+                replace(launch, task_env=layout.step_task_env(index, local, job.node_names)),
+            )
+        )
+    return tasks
 
 
 def step_ask(job: Any, request: requests.OpenStep) -> StepAsk:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gbatch.core import dependency, outputs
+from gbatch.core import dependency, outputs, qos
 from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.gputypes import profile_of
 from gbatch.core.labels import memory_text
@@ -22,7 +22,7 @@ from gbatch.core.urls import DOT_SEGMENT_REFUSAL, has_dot_segment
 from gbatch.head import notify
 from gbatch.head.daemon import Daemon
 from gbatch.head.groupcommit import CommitterClosed
-from gbatch.head.handlers.auth import DAEMON_UID, is_admin, submit_limits
+from gbatch.head.handlers.auth import DAEMON_UID, allowed_qos, is_admin, submit_limits
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.handlers.targets import MAX_ARRAY
@@ -102,6 +102,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     _check_notify_allowed(daemon, spec)
     spec = _shards_as_memory(daemon, spec)
     spec = _in_partition(daemon, spec, limit)
+    spec = _in_qos(daemon, caller, spec)
     _check_reservation(daemon, caller, spec)
     if spec.nodes > 1 and spec.image is not None and not spec.every_node:
         spec = spec.replace(every_node=True)  # a container on every node (docs/multinode.md)
@@ -175,6 +176,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
                 tuple(secret_values.items()),
                 submit_env=tuple(submit_env.items()),
                 max_pending=None if limits is None else limits.max_pending_jobs,
+                qos_max_pending=_qos_max_pending(daemon, caller, spec),
                 tail_count=tail_count,
             )
         )
@@ -282,6 +284,39 @@ def _check_reservation(daemon: Daemon, caller: Caller, spec: JobSpec) -> None:
             f"{','.join(found.users) or '-'}; groups: {','.join(found.groups) or '-'}). "
             "Ask an admin to add you (scontrol update ReservationName=... Users=...)",
         )
+
+
+def _in_qos(daemon: Daemon, caller: Caller, spec: JobSpec) -> JobSpec:
+    """The spec with its QOS's priority weight; Refused where the QOS is not for it.
+
+    Refused for a QOS the caller may not use, or past its max_wall or max_gpus (root and
+    the daemon's user are held to neither). A job that asks no time limit gets max_wall
+    as its limit, as under Slurm."""
+    table = daemon.config.qos
+    name = spec.qos or qos.NORMAL
+    refused = qos.refusal(name, table, allowed_qos(daemon, caller))
+    if refused is not None:
+        raise Refused("permission", refused)
+    chosen = table.get(name)
+    if caller.uid not in (0, DAEMON_UID):
+        wall = qos.wall_refusal(chosen, spec.time_limit)
+        if wall is not None and spec.time_limit is not None:
+            raise Refused("invalid", wall)
+        refused = qos.gpus_refusal(chosen, spec.total_gpus)
+        if refused is not None:
+            raise Refused("invalid", refused)
+    time_limit = spec.time_limit if spec.time_limit is not None else chosen.max_wall
+    if chosen.priority == spec.qos_priority and time_limit == spec.time_limit:
+        return spec
+    return spec.replace(qos_priority=chosen.priority, time_limit=time_limit)
+
+
+def _qos_max_pending(daemon: Daemon, caller: Caller, spec: JobSpec) -> tuple[str, int] | None:
+    """The caller's max_pending_jobs in the spec's QOS, for the store to hold them to."""
+    chosen = daemon.config.qos.get(spec.qos)
+    if chosen.max_pending_jobs is None or caller.uid in (0, DAEMON_UID):
+        return None
+    return chosen.name, chosen.max_pending_jobs
 
 
 def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobSpec:
@@ -506,6 +541,18 @@ def check_nodes_there(daemon: Daemon, spec: JobSpec, label: str = "nodes") -> No
     usable = [name for name in names if name not in spec.exclude]
     if spec.nodes > 1 or not usable:
         _enough_nodes(spec, len(usable), where, compress(usable), label)
+    if spec.nodes > 1 and spec.image is None:
+        # A bare process runs only where gbatchd may start one (the local node): SSH
+        # hosts run containers. Queued, such a job would wait for good or fail to launch.
+        bare = [n for n in usable if getattr(daemon.fleet.nodes.get(n), "runs_bare_processes", 0)]
+        if len(bare) < spec.nodes:
+            raise Refused(
+                "invalid",
+                f"image: a job across {spec.nodes} nodes without an image needs {spec.nodes} "
+                f"nodes that run bare processes, and {where} has {len(bare)}"
+                f"{f' ({compress(bare)})' if bare else ''}: its SSH hosts run containers "
+                "only. Add an image (--image, `image:`): its command then runs on every node",
+            )
     sizes = daemon.fleet.sizes_for(spec.partition)
     if spec.nodes == 1 or not sizes:
         return

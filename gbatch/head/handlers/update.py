@@ -10,13 +10,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from gbatch.core import qos
 from gbatch.core.limits import gpus_refusal
 from gbatch.core.model import IllegalTransition, Job, JobSpec, JobState
 from gbatch.core.timefmt import show_value
 from gbatch.head import jobupdate
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.audit import audit
-from gbatch.head.handlers.auth import is_admin, submit_limits
+from gbatch.head.handlers.auth import allowed_qos, is_admin, submit_limits
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.handlers.submit import (
@@ -68,6 +69,25 @@ def on_update(daemon: Daemon, caller: Caller, request: requests.UpdateJob) -> di
     return {"id": found.id, "changes": [*notes, *change.notes]}
 
 
+def _in_qos(daemon: Daemon, caller: Caller, found: Job, spec: JobSpec) -> JobSpec:
+    """QOS= (or a new time limit): the spec with its QOS's weight; Refused where not allowed.
+
+    A QOS the job's owner may use (any, for an admin), whose max_wall the time limit
+    keeps under."""
+    table = daemon.config.qos
+    name = spec.qos or qos.NORMAL
+    if spec.qos != found.spec.qos:
+        refused = qos.refusal(name, table, allowed_qos(daemon, caller, found.user))
+        if refused is not None:
+            audit(daemon, caller, "update", found, f"refused: {refused}")
+            raise Refused("permission", refused.replace("qos:", "QOS:", 1))
+    chosen = table.get(name)
+    wall = qos.wall_refusal(chosen, spec.time_limit)
+    if wall is not None and not is_admin(daemon, caller):
+        raise Refused("invalid", wall)
+    return spec.replace(qos_priority=chosen.priority)
+
+
 def _planned_update(
     daemon: Daemon, caller: Caller, found: Job, changes: Mapping[str, str], admin: bool
 ) -> tuple[JobSpec, jobupdate.Update]:
@@ -81,6 +101,8 @@ def _planned_update(
             audit(daemon, caller, "update", found, f"refused: {err.message}")
         raise Refused(err.kind, err.message) from None
     spec = change.spec
+    if spec.qos != found.spec.qos or spec.time_limit != found.spec.time_limit:
+        spec = _in_qos(daemon, caller, found, spec)
     if spec.total_gpus != found.spec.total_gpus:
         _check_update_gpus(daemon, caller, spec.total_gpus)
     if spec.nodes != found.spec.nodes:

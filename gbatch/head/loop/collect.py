@@ -21,6 +21,7 @@ from gbatch.head.liveness import Liveness
 from gbatch.head.loop.conditions import NodeConditions
 from gbatch.head.loop.dispatch import LAUNCH_SETTLE_SECONDS, LAUNCH_UNKNOWN
 from gbatch.head.loop.runs import RunEnd, Runs
+from gbatch.head.scheduler import PREEMPTED_BY
 from gbatch.head.store import Store
 from gbatch.nodes.base import LaunchError, Node, RunStatus
 from gbatch.nodes.docker import container_name, node_index_of
@@ -376,6 +377,8 @@ def _stopped_reason(job: Job) -> str:
     """The reason a stopped run's job ends with: the idle_gpu policy's own, which says
     why, else _stop_reason's."""
     if job.stop_state is JobState.CANCELLED and job.reason.endswith(idlegpu.POLICY_SUFFIX):
+        return job.reason
+    if job.reason.startswith(PREEMPTED_BY):  # requeued, cancelled or ended: why
         return job.reason
     assert job.stop_state is not None
     return _stop_reason(job.stop_state)

@@ -29,6 +29,7 @@ from gbatch.core.dependency import parse as parse_dependency
 from gbatch.core.labels import spans_of
 from gbatch.core.limits import ARRAY_HARD_CAP
 from gbatch.core.model import Job, JobState
+from gbatch.core.qos import over_qos_limits
 from gbatch.head.scheduler import BEGIN_TIME
 from gbatch.head.store import Store
 from gbatch.site.config import Config
@@ -216,6 +217,17 @@ class Filters:
             {job.id: THROTTLE_REASON for job in pending if job.id in held}
         )
         return [job for job in pending if job.id not in held]
+
+    def within_qos(self, pending: list[Job], allocated: Sequence[Job]) -> list[Job]:
+        """The jobs their QOS's per-user max_running_jobs and max_gpus let start.
+
+        The others get reason QOSMaxJobsPerUserLimit or QOSMaxGRESPerUser and stay out
+        of the plan, taking no reservation (gbatch/core/qos.py over_qos_limits)."""
+        waiting = over_qos_limits(pending, allocated, self.config.qos)
+        if not waiting:
+            return pending
+        self.store.set_pending_reasons(waiting)
+        return [job for job in pending if job.id not in waiting]
 
 
 def _dependency_of(job: Job) -> Dependency:

@@ -15,9 +15,10 @@ from gbatch.core import stepnotices
 from gbatch.core.model import IllegalTransition, Job, JobState
 from gbatch.core.steps import Step
 from gbatch.head.fleet import Fleet
+from gbatch.head.loop.preempt import preemption_signal
 from gbatch.head.loop.runs import Runs
 from gbatch.head.notify import TIME_LIMIT_WARNINGS, mail_types
-from gbatch.head.store import Store
+from gbatch.head.store import Preempting, Store
 from gbatch.jobspec.slurmopts import parse_signal
 from gbatch.nodes.base import Node
 from gbatch.site.config import Config
@@ -44,11 +45,16 @@ class RunLimits:
         # (job id, attempt) of runs sent their --signal warning (once per attempt)
         self._warned_runs: set[tuple[int, int]] = set()
         # (job id, attempt) of runs whose terminals were warned of the limit (once)
+        self._preempting: dict[int, Preempting] = {}
         self._warned_terminals: set[tuple[int, int]] = set()
 
     def enforce(self, now: float) -> None:
         """Warn, time out and stop the runs of RUNNING and COMPLETING jobs as due now."""
-        for job in self.store.jobs_in((JobState.RUNNING, JobState.COMPLETING)):
+        jobs = self.store.jobs_in((JobState.RUNNING, JobState.COMPLETING))
+        # The preempted among them (COMPLETING): their signal, and the kill at the end of
+        # their grace (gbatch/head/loop/preempt.py).
+        self._preempting = self.store.preempting() if jobs else {}
+        for job in jobs:
             if job.state is JobState.RUNNING and job.spec.signal is not None:
                 self._warn_run(job, now)
             if job.state is JobState.RUNNING and self.config.smtp_host and job.spec.mail_type:
@@ -152,12 +158,18 @@ class RunLimits:
         others = [each for _, each in self.fleet.run_nodes(job)[1:] if each is not None]
         stopping = self.runs.stopping
         sent = stopping.get(job.id)
+        preempted = self._preempting.get(job.id)
         if sent is None:
             self._tell_ending(job, node, now)
+            first = signal.SIGTERM if preempted is None else preemption_signal(job)
             for each in (node, *others):
-                each.signal(job, job.attempt, signal.SIGTERM)
+                each.signal(job, job.attempt, first)
             stopping[job.id] = (self.monotonic(), False)
-        elif not sent[1] and self.monotonic() - sent[0] >= self.config.kill_grace_seconds:
+        elif not sent[1] and (
+            self.monotonic() - sent[0] >= self.config.kill_grace_seconds
+            if preempted is None
+            else now >= preempted.kill_at  # wall time: a restart keeps the same end
+        ):
             for each in (node, *others):
                 each.signal(job, job.attempt, signal.SIGKILL)
             stopping[job.id] = (sent[0], True)

@@ -16,7 +16,7 @@ from gbatch.core.multinode import runs_everywhere
 from gbatch.head.fleet import Fleet
 from gbatch.head.metrics import DaemonMetrics
 from gbatch.head.store import StateChange, Store, Usage
-from gbatch.nodes.joblog import join_node_logs
+from gbatch.nodes.joblog import NodeJoins
 from gbatch.site.config import Config, Paths
 
 
@@ -44,9 +44,11 @@ class Runs:
         wake: threading.Event,
         monotonic: Callable[[], float],
         paths: Paths | None = None,
+        joins: NodeJoins | None = None,
     ) -> None:
         self.store = store
-        self.paths = paths  # the head's: where other nodes' output waits to be joined
+        self.paths = paths
+        self.joins = joins  # the output of jobs run on every node, joined into one log
         self.fleet = fleet
         self.config = config
         self.metrics = metrics
@@ -129,11 +131,11 @@ class Runs:
             self.wake.set()
 
     def _release(self, job: Job) -> None:
-        """After a run's end: its other nodes' output joined to the job's log, its run
-        cleaned up on every node that had one (a run still going there is killed: its
+        """After a run's end: the rest of its nodes' output joined to the job's log, its
+        run cleaned up on every node that had one (a run still going there is killed: its
         job has ended), and its GPUs handed back on every node of its allocation."""
-        if self.paths is not None and len(job.node_names) > 1 and runs_everywhere(job.spec):
-            join_node_logs(self.paths, job.id, job.attempt, job.node_names)
+        if self.joins is not None and len(job.node_names) > 1 and runs_everywhere(job.spec):
+            self.joins.finish(job.id, job.attempt, len(job.node_names))
         for _, node in self.fleet.run_nodes(job):
             if node is not None:
                 node.cleanup(job, job.attempt)

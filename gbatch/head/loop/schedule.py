@@ -16,6 +16,7 @@ from gbatch.core.limits import UserLimits, unix_groups, use_by_user
 from gbatch.core.model import ALLOCATED_STATES, Job, NodeView
 from gbatch.head.fleet import Fleet
 from gbatch.head.loop.filters import Filters
+from gbatch.head.loop.preempt import Preempter
 from gbatch.head.loop.runs import gpu_seconds
 from gbatch.head.scheduler import BEGIN_TIME, Planner, Window, plan_reserved
 from gbatch.head.store import RunnableWindow, Store
@@ -121,6 +122,8 @@ class Scheduling:
         # The users whose jobs the latest plan ordered: the fair-share factors it used
         # are taken over them (and users with usage). Replaced whole, like expected_starts.
         self.planned_users: frozenset[str] = frozenset()
+        # The preemption step (gbatch/head/loop/preempt.py), set by the Daemon; None: none.
+        self.preempter: Preempter | None = None
 
     def starts(self, now: float) -> list[tuple[Job, Node, Sequence[int]]]:
         """One pass: read, filter and plan the window, write the reasons due; return the starts.
@@ -186,6 +189,7 @@ class Scheduling:
         allocated = self.store.jobs_in(ALLOCATED_STATES)
         if special:
             special = self.filters.within_throttle(special, allocated)
+            special = self.filters.within_qos(special, allocated)
             check_engines = check_engines or any(
                 job.spec.image is not None and not job.held for job in special
             )
@@ -199,13 +203,22 @@ class Scheduling:
                     limits[user] = mine
         use = use_by_user(allocated)
         windows = self.windows(now)
+        preempter = self.preempter
+        rules = None if preempter is None else preempter.rules()
+        running = [] if rules is None or preempter is None else preempter.running(allocated)
         if self.planner is None:
             pending = sorted([*plain.values(), *special], key=lambda job: job.id)
-            result = plan_reserved(pending, views, usage, now, limits, use, windows)
+            result = plan_reserved(
+                pending, views, usage, now, limits, use, windows, running=running, rules=rules
+            )
             by_id = {job.id: job for job in pending}
         else:
             result = self.planner.plan(views, usage, now, limits, use, windows)
+            if rules is not None:
+                result = self.planner.preempt(result, views, running, now, rules, windows)
             by_id = self.planned
+        if result.preemptions and preempter is not None:
+            preempter.begin(result.preemptions, rules, now)
         self.expected_starts = result.starts
         self._owe(result.reasons, by_id)
         owed = self._owed
@@ -336,7 +349,12 @@ class Scheduling:
             if job is None:
                 continue
             spec = job.spec
-            if spec.begin is None and spec.dependency is None and spec.array_throttle is None:
+            if (
+                spec.begin is None
+                and spec.dependency is None
+                and spec.array_throttle is None
+                and not self.config.qos.get(spec.qos).limits_running
+            ):
                 plain[job_id] = job
                 users[job.user] = users.get(job.user, 0) + 1
                 if spec.image is not None and not job.held:

@@ -19,6 +19,7 @@ from gbatch.core.steps import Step, step_end_state
 from gbatch.head.fleet import Fleet
 from gbatch.head.interactive import Starting, Waiters
 from gbatch.head.store import StateChange, Store
+from gbatch.nodes.base import StepStatus
 
 log = logging.getLogger("gbatchd")
 
@@ -43,6 +44,8 @@ class StepEnds:
         self.wake = wake
         # Steps scancel N.M killed, by (job, step): who did, so the end reads CANCELLED.
         self.cancelled: dict[tuple[int, int], str] = {}
+        # The ends of a several-task step's tasks read so far, by (job, step, rank).
+        self.task_ends: dict[tuple[int, int, int], StepStatus] = {}
 
     def collect(self, now: float) -> None:
         """Record every open step that has ended; stop the allocations they led."""
@@ -55,7 +58,10 @@ class StepEnds:
                 )
                 continue
             running = job.state is JobState.RUNNING and job.attempt == step.attempt
-            status = node.step_status(job, step)
+            if step.fans_out:
+                status = self._tasks_status(job, step, now)
+            else:
+                status = node.step_status(job, step)
             if status.state == "unknown" or (
                 status.state == "vanished" and step.job_id in self.starting
             ):
@@ -63,8 +69,12 @@ class StepEnds:
             if status.state == "running":
                 if job.state.is_final or job.attempt != step.attempt:
                     # Opened as its allocation ended: it ends with it.
-                    node.cleanup(job, step.attempt)
+                    for name in step.node_names or (job.node or "",):
+                        here = self.fleet.nodes.get(name)
+                        if here is not None:
+                            here.cleanup(job, step.attempt)
                 continue
+            self._forget_tasks(step)
             cancelled_by = self.cancelled.pop((step.job_id, step.step_id), None)
             if status.state == "exited":
                 state = step_end_state(status.exit_code, status.signal, hangup=status.hangup)
@@ -94,6 +104,60 @@ class StepEnds:
             )
             if step.leads and running:
                 self.end_allocation(job, step, state, code, signum, now)
+
+    def _tasks_status(self, job: Job, step: Step, now: float) -> StepStatus:
+        """A step of several tasks as one: running while one runs, then the first failing
+        task's end (by when it ended), else the last's; hung up when its client went away.
+
+        Each task's end is kept once read (a host forgets it when asked), until the
+        step's is recorded."""
+        ended: list[tuple[int, str, StepStatus]] = []
+        waiting = None
+        for rank, name, _ in step.tasks():
+            key = (step.job_id, step.step_id, rank)
+            status = self.task_ends.get(key)
+            if status is None:
+                node = self.fleet.nodes.get(name)
+                if node is None or name not in job.node_names:
+                    status = StepStatus("vanished", error=f"its node {name} is gone")
+                else:
+                    status = node.step_status(job, step.task(rank))
+                    if status.state == "vanished" and step.job_id in self.starting:
+                        return status  # being started: no shim (or relay) yet
+                    if status.state == "vanished" and status.hangup:
+                        node.hang_up_step(job, step.task(rank))
+                if status.state in ("exited", "vanished"):
+                    self.task_ends[key] = status
+            if status.state in ("running", "unknown"):
+                waiting = waiting if waiting == "unknown" else status.state
+                continue
+            ended.append((rank, name, status))
+        if waiting is not None:
+            return StepStatus(waiting)
+        failed = []
+        for rank, name, status in ended:
+            if status.state == "vanished":
+                why = status.error or "its step shim vanished"
+                failed.append(
+                    (
+                        now,
+                        rank,
+                        StepStatus("exited", 255, 0, now, error=f"task {rank} on {name}: {why}"),
+                    )
+                )
+            elif status.exit_code or status.signal:
+                failed.append((status.end_time or now, rank, status))
+        hangup = any(status.hangup for _, _, status in ended)
+        last = max((status.end_time or now for _, _, status in ended), default=now)
+        if not failed:
+            return StepStatus("exited", 0, 0, last, hangup=hangup)
+        _, rank, first = min(failed, key=lambda item: (item[0], item[1]))
+        error = first.error or f"task {rank} failed first"
+        return StepStatus("exited", first.exit_code, first.signal, last, hangup=hangup, error=error)
+
+    def _forget_tasks(self, step: Step) -> None:
+        for rank, _, _ in step.tasks():
+            self.task_ends.pop((step.job_id, step.step_id, rank), None)
 
     def end_allocation(
         self, job: Job, step: Step, state: JobState, code: int, signum: int, now: float

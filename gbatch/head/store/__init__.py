@@ -38,6 +38,7 @@ from gbatch.head.store.listing import LISTING_PAGE
 from gbatch.head.store.nodes import Nodes
 from gbatch.head.store.notices import Notices, Notification
 from gbatch.head.store.pages import LISTING_SORTS, ListingQuery, Pages
+from gbatch.head.store.preempt import Preempting, Preemptions
 from gbatch.head.store.reads import JobBrief, Reads
 from gbatch.head.store.reservations import Reservations
 from gbatch.head.store.rows import ArrayTail, ListingPage, ListingSpecs, listing_spec, listing_specs
@@ -63,6 +64,7 @@ __all__ = [
     "Notices",
     "Notification",
     "PendingLimitReached",
+    "Preempting",
     "RunnableWindow",
     "StateChange",
     "StepBusy",
@@ -81,6 +83,7 @@ __all__ = [
 
 class Store(
     Submit,
+    Preemptions,
     Transitions,
     Reads,
     Dependencies,

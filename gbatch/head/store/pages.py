@@ -19,7 +19,7 @@ from gbatch.protocol import listings
 # (formatting._nodelist_or_reason): the reason in parentheses for a pending or failed
 # job, a held pending job's reason JobHeldUser unless it says JobHeld already.
 _WHERE_SQL = (
-    "CASE WHEN state IN ('PENDING', 'FAILED', 'TIMEOUT', 'OUT_OF_MEMORY') THEN '(' || "
+    "CASE WHEN state IN ('PENDING', 'FAILED', 'TIMEOUT', 'OUT_OF_MEMORY', 'PREEMPTED') THEN '(' || "
     "CASE WHEN held AND state = 'PENDING' AND substr(reason, 1, 7) != 'JobHeld' "
     "THEN 'JobHeldUser' WHEN reason = '' THEN 'None' ELSE reason END || ')' "
     "ELSE COALESCE(node, '') END"
@@ -99,7 +99,8 @@ _SEARCH_CELLS = (
 # A job row's search also finds a job across nodes by a node after its first (the
 # NODE(REASON) cell shows them as a host list, gpu[01-02], which LIKE cannot read).
 _SEARCH_JOB_CELLS = (
-    f"{_SEARCH_CELLS} OR (state NOT IN ('PENDING', 'FAILED', 'TIMEOUT', 'OUT_OF_MEMORY') "
+    f"{_SEARCH_CELLS} OR (state NOT IN "
+    "('PENDING', 'FAILED', 'TIMEOUT', 'OUT_OF_MEMORY', 'PREEMPTED') "
     "AND peers LIKE ? ESCAPE '\\')"
 )
 # What a job row's JOBID cell (_LABEL_SQL) is made of: `N` or `N_K`.

@@ -1,4 +1,4 @@
-"""Reservations as the store keeps them (migration 17): each record, and its story.
+"""Reservations as the store keeps them (migration 19): each record, and its story.
 
 Every change is one transaction with its event (reservation_events), so a restarted
 gbatchd has every reservation and knows which window's start and end it told.

@@ -220,8 +220,27 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE jobs ADD COLUMN peers TEXT NOT NULL DEFAULT ''
     """,
-    # 17 (issue 33, reservations; q-qos's QOS migration may land before it: then the
-    # lead renumbers): a reservation per row, its record as JSON
+    # 17: a step's tasks across nodes (srun inside a job across nodes, or -n): each node
+    # it ran on with its task count, as JSON [[node, tasks], ...] (Step.nodes); '' for
+    # one task on the job's first node. sacct's NNodes and NodeList of a step read it.
+    """
+    ALTER TABLE steps ADD COLUMN nodes TEXT NOT NULL DEFAULT ''
+    """,
+    # 18: preemption (issue 33): the running jobs told to go for a waiting one (their
+    # signal sent), with what happens to them and when: `mode` requeue, cancel or
+    # preempted (--no-requeue), stopped at `kill_at` (epoch seconds). Kept until the
+    # job leaves its node, so a restart finishes what was begun.
+    """
+    CREATE TABLE preemptions (
+        job_id     INTEGER PRIMARY KEY,
+        preemptor  INTEGER NOT NULL,
+        mode       TEXT    NOT NULL,
+        kill_at    REAL    NOT NULL,
+        why        TEXT    NOT NULL,
+        stopped    INTEGER NOT NULL DEFAULT 0
+    )
+    """,
+    # 19 (issue 33, reservations): a reservation per row, its record as JSON
     # (gbatch/core/reservations.py Reservation.to_dict), and the start and end of its
     # latest window told (events, notifications), so a restarted gbatchd tells neither
     # twice. Its story (made, changed, deleted, began, ended) is reservation_events,

@@ -19,7 +19,7 @@ from gbatch.head.store.rows import _chunks, _marks
 
 _COLUMNS = (
     "job_id, step_id, attempt, name, argv, state, user, pty, leads, start_time, end_time,"
-    " exit_code, exit_signal, reason, gpus, cpus, mem_mb, exclusive"
+    " exit_code, exit_signal, reason, gpus, cpus, mem_mb, exclusive, nodes"
 )
 
 
@@ -38,7 +38,7 @@ def _step(row: tuple[object, ...]) -> Step:
     (job_id, step_id, attempt, name, argv, state, user, pty, leads, start, end, code, sig, why) = (
         row[:14]
     )
-    gpus, cpus, mem_mb, exclusive = row[14:]
+    gpus, cpus, mem_mb, exclusive, nodes = row[14:]
     return Step(
         job_id=int(job_id),  # type: ignore[call-overload]
         step_id=int(step_id),  # type: ignore[call-overload]
@@ -58,6 +58,7 @@ def _step(row: tuple[object, ...]) -> Step:
         cpus=None if cpus is None else int(cpus),  # type: ignore[call-overload]
         mem_mb=None if mem_mb is None else int(mem_mb),  # type: ignore[call-overload]
         exclusive=bool(exclusive),
+        nodes=tuple((str(n), int(c)) for n, c in json.loads(str(nodes))) if nodes else (),
     )
 
 
@@ -78,6 +79,7 @@ class Steps(Database):
         max_open_per_user: int,
         ask: StepAsk = WHOLE_JOB,
         job_gpus: tuple[int, ...] = (),
+        nodes: tuple[tuple[str, int], ...] = (),
     ) -> Step:
         """Record a new step of `job_id`'s run `attempt`, RUNNING from `now`; the Step.
 
@@ -87,6 +89,7 @@ class Steps(Database):
         A step asking GPUs (`ask`) gets `ask.gpus` of `job_gpus` that no other running
         step of the job holds for itself (pick_gpus), chosen in the same transaction so
         that two steps never get the same ones; StepBusy when there are not enough now.
+        `nodes`: its tasks across the allocation (Step.nodes; empty: one task, first node).
         """
         with self._write() as db:
             row = db.execute(
@@ -144,9 +147,10 @@ class Steps(Database):
                 cpus=ask.cpus,
                 mem_mb=ask.mem_mb,
                 exclusive=gpus is not None and not ask.overlap,
+                nodes=nodes,
             )
             db.execute(
-                f"INSERT INTO steps ({_COLUMNS}) VALUES ({_marks(range(18))})",
+                f"INSERT INTO steps ({_COLUMNS}) VALUES ({_marks(range(19))})",
                 (
                     step.job_id,
                     step.step_id,
@@ -166,6 +170,7 @@ class Steps(Database):
                     step.cpus,
                     step.mem_mb,
                     int(step.exclusive),
+                    json.dumps([list(n) for n in nodes]) if nodes else "",
                 ),
             )
         return step

@@ -36,6 +36,9 @@ class Submission:
     # An array's tasks past `specs`: positions len(specs) to tail_count - 1 of the
     # array whose first task is specs[0], kept as one record until they come up.
     tail_count: int = 0
+    # The user's max_pending_jobs in the specs' QOS (gbatch/core/qos.py), checked as
+    # max_pending is: (QOS name, limit), or None.
+    qos_max_pending: tuple[str, int] | None = None
 
     @property
     def count(self) -> int:
@@ -50,6 +53,22 @@ def _submitted_reason(submission: Submission, now: float) -> str:
         return HELD_REASON if submission.held else ""
     begin = submission.specs[0].begin  # a submission's specs differ in array fields only
     return BEGIN_TIME_REASON if begin is not None and begin > now else ""
+
+
+def qos_pending_count(db: sqlite3.Connection, user: str, qos: str) -> int:
+    """`user`'s PENDING jobs of QOS `qos` (None in a spec: normal), as pending_count."""
+    is_qos = "coalesce(json_extract(spec, '$.qos'), 'normal') = ?"
+    row = db.execute(
+        "SELECT count(*) FROM jobs INDEXED BY jobs_pending_user"
+        f" WHERE user = ? AND state = 'PENDING' AND {is_qos}",
+        (user, qos),
+    ).fetchone()
+    tails = db.execute(
+        "SELECT coalesce(sum(remaining), 0) FROM array_tails"
+        f" WHERE state = 'PENDING' AND user = ? AND {is_qos}",
+        (user, qos),
+    ).fetchone()
+    return int(row[0]) + int(tails[0])
 
 
 def pending_count(db: sqlite3.Connection, user: str) -> int:
@@ -118,6 +137,7 @@ class Submit(Events):
             # Pending jobs per user as this transaction goes: counted once per user, or
             # taken from the last commit when nothing was written since.
             pending: dict[str, int] = {}
+            qos_pending: dict[tuple[str, str], int] = {}
             this = self._writes
             known = self._pending_known
             for submission, token, env_token in zip(submissions, sealed, sealed_env, strict=True):
@@ -133,6 +153,15 @@ class Submit(Events):
                             PendingLimitReached(user, have, adding, submission.max_pending)
                         )
                         continue
+                if submission.qos_max_pending is not None:
+                    qos, limit = submission.qos_max_pending
+                    in_qos = qos_pending.get((user, qos))
+                    if in_qos is None:
+                        in_qos = qos_pending[user, qos] = qos_pending_count(db, user, qos)
+                    if in_qos + adding > limit:
+                        results.append(PendingLimitReached(user, in_qos, adding, limit, qos))
+                        continue
+                    qos_pending[user, qos] += adding
                 if user in pending:
                     pending[user] += adding
                 reason = _submitted_reason(submission, now)

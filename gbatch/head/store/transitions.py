@@ -24,6 +24,7 @@ from gbatch.core.model import (
     JobState,
     check_transition,
 )
+from gbatch.core.qos import PREEMPTED_BY
 from gbatch.head.secretbox import SecretKeyError
 from gbatch.head.store.db import JobNotFound
 from gbatch.head.store.outbox import Outbox
@@ -239,7 +240,11 @@ class Transitions(Outbox):
         db.execute(
             f"UPDATE jobs SET {assignments} WHERE id = ?", (*columns.values(), change.job_id)
         )
-        self._insert_events(db, [(change.job_id, now, change.new.value, change.reason)])
+        events = [(change.job_id, now, change.new.value, change.reason)]
+        if change.new is JobState.PENDING and change.reason.startswith(PREEMPTED_BY):
+            # Requeued after a preemption: PREEMPTED, then PENDING, in its history.
+            events.insert(0, (change.job_id, now, JobState.PREEMPTED.value, change.reason))
+        self._insert_events(db, events)
         if self._notify.active and self._notify.may_notify(current, change.new):
             self._queue_job_events(db, change.job_id, now, old=current)
 

@@ -86,6 +86,8 @@ _PLANNING_KEYS = (
     "exclude",
     "exclusive",
     "reservation",
+    "qos",
+    "qos_priority",
 )
 _FILTERED_KEYS = ("name", "dependency", "array_task", "array_pos", "array_throttle")
 _PLANNING_AND_FILTERED_KEYS = (*_PLANNING_KEYS, *_FILTERED_KEYS)

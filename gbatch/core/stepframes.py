@@ -18,6 +18,7 @@ readers are fed bytes and give frames.
 
 from __future__ import annotations
 
+import socket
 import struct
 
 TYPE_CHECKING = False  # typing's, not importing typing (srun's start-up)
@@ -109,6 +110,23 @@ def exit_status(exit_code: int, signum: int) -> int:
 
 def _clamp(size: int) -> int:
     return max(0, min(size, 0xFFFF))
+
+
+def flush(sock: socket.socket, pending: bytearray) -> bool:
+    """Send what non-blocking `sock` takes now of `pending`, removing it from there.
+
+    False when the peer is gone (the caller drops the connection); True otherwise, with
+    what the socket would not take yet left in `pending`. A step's shim and srun's
+    fan-out in gbatchd write to their clients alike."""
+    while pending:
+        try:
+            sent = sock.send(pending[: 1 << 16])
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        del pending[:sent]
+    return True
 
 
 class FrameReader:

@@ -378,15 +378,8 @@ class Relay:
             self._flush_client()
 
     def _flush_client(self) -> None:
-        while self.to_client:
-            try:
-                sent = self.client.send(self.to_client[: 1 << 16])
-            except BlockingIOError:
-                return
-            except OSError:
-                self._client_left()
-                return
-            del self.to_client[:sent]
+        if not frames.flush(self.client, self.to_client):
+            self._client_left()
 
     def _client_left(self) -> None:
         if self.client_gone:

@@ -25,6 +25,7 @@ import yaml
 from conftest import FAST_CONFIG, TMP_MOUNTS_CONFIG, Head, wait_for
 from fleet import Fleet, build_fleet, teardown_fleet
 from hosts import HOST_IMAGE
+from rendezvous import ACROSS, ALLREDUCE
 
 from gbatch.nodes.joblog import truncation_note
 
@@ -37,43 +38,6 @@ CONFIG = (
     + TMP_MOUNTS_CONFIG
     + f"node_down_seconds: 4\nnode_lease_seconds: 3\nmax_log_bytes: {MAX_LOG_BYTES}\n"
 )
-ACROSS = {"peer_address": "127.0.0.1", "multinode_network": "host"}
-
-# Rank 0 listens on MASTER_PORT, the others connect to MASTER_ADDR:MASTER_PORT and send
-# their RANK; rank 0 sends back the sum. Each prints what it got.
-ALLREDUCE = """\
-import os, socket, sys, time
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-if os.environ.get("FAIL_RANK") == str(rank):
-    print(f"rank {rank} fails", flush=True)
-    sys.exit(1)
-if rank == 0:
-    server = socket.create_server(("", port))
-    peers = [server.accept()[0] for _ in range(world - 1)]
-    total = rank + sum(int(p.makefile().readline()) for p in peers)
-    for p in peers:
-        p.sendall(f"{total}\\n".encode())
-else:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            conn = socket.create_connection((addr, port), timeout=5)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-    conn.sendall(f"{rank}\\n".encode())
-    total = int(conn.makefile().readline())
-print(f"rank {rank} of {world}: sum {total}", flush=True)
-if os.environ.get("FLOOD_RANK") == str(rank):
-    for _ in range(int(os.environ["FLOOD_LINES"])):
-        print("f" * 99)
-    sys.stdout.flush()
-if os.environ.get("HANG"):
-    time.sleep(600)
-"""
 
 
 @pytest.fixture

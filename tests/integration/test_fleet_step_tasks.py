@@ -21,54 +21,16 @@ import yaml
 from conftest import FAST_CONFIG, TMP_MOUNTS_CONFIG, Head, wait_for
 from fleet import Fleet, build_fleet, teardown_fleet
 from hosts import HOST_IMAGE
+from rendezvous import ACROSS, ALLREDUCE
 from test_interactive import gbatch_in_background, sacct_lines
-
-from gbatch.nodes import inventory
 
 pytestmark = pytest.mark.docker
 
 CONFIG = FAST_CONFIG + TMP_MOUNTS_CONFIG + "kill_grace_seconds: 2\n"
-# The hosts share this machine's docker engine: their containers on the host's network
-# reach the first node at this machine's loopback (on real hosts: its fabric address).
-ACROSS = {"peer_address": "127.0.0.1", "multinode_network": "host"}
-
-# Rank 0 listens on MASTER_PORT, the others connect to MASTER_ADDR:MASTER_PORT and send
-# their RANK; rank 0 sends back the sum. FAIL_RANK fails that rank; HANG waits after.
-RENDEZVOUS = """\
-import os, socket, sys, time
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-if os.environ.get("FAIL_RANK") == str(rank):
-    print(f"rank {rank} fails", flush=True)
-    sys.exit(5)
-if rank == 0:
-    server = socket.create_server(("", port))
-    peers = [server.accept()[0] for _ in range(world - 1)]
-    total = rank + sum(int(p.makefile().readline()) for p in peers)
-    for p in peers:
-        p.sendall(f"{total}\\n".encode())
-else:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            conn = socket.create_connection((addr, port), timeout=5)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-    conn.sendall(f"{rank}\\n".encode())
-    total = int(conn.makefile().readline())
-print(f"rank {rank} of {world}: sum {total}", flush=True)
-if os.environ.get("HANG"):
-    time.sleep(600)
-"""
 
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    if "multinode_network" not in inventory.NODE_KEYS:
-        pytest.skip("needs issue 32's containers across hosts (the inventory's multinode keys)")
     built = build_fleet(
         tmp_path, {"mn1": 1, "mn2": 1}, config=CONFIG, node_keys={"mn1": ACROSS, "mn2": ACROSS}
     )
@@ -82,7 +44,7 @@ def allocation(fleet: Fleet, tmp_path: Path) -> tuple[int, list[str]]:
     work = tmp_path / "work"
     work.mkdir()
     work.chmod(0o755)
-    (work / "rendezvous.py").write_text(RENDEZVOUS)
+    (work / "rendezvous.py").write_text(ALLREDUCE)
     job_file = tmp_path / "hold.yaml"
     job_file.write_text(
         yaml.safe_dump(
@@ -97,10 +59,6 @@ def allocation(fleet: Fleet, tmp_path: Path) -> tuple[int, list[str]]:
         )
     )
     submitted = head.run("sbatch", "--parsable", str(job_file))
-    if submitted.returncode != 0 and "nodes" in submitted.stderr:
-        pytest.skip(
-            f"a job across nodes is refused here (issue 32's other parts): {submitted.stderr}"
-        )
     assert submitted.returncode == 0, submitted.stderr
     job_id = int(submitted.stdout.strip())
     head.wait_state(job_id, "RUNNING", timeout=120)
@@ -138,7 +96,9 @@ def test_a_failing_task_on_one_host_stops_the_other_and_scancel_stops_both(
     head = fleet.head
     job_id, nodes = allocation(fleet, tmp_path)
     # Rank 1 fails; rank 0 would wait for it at the rendezvous for ever: it is stopped.
-    failed = srun(head, job_id, "sh", "-c", "FAIL_RANK=1 exec python3 /work/rendezvous.py")
+    failed = srun(
+        head, job_id, "sh", "-c", "FAIL_RANK=1 FAIL_CODE=5 exec python3 /work/rendezvous.py"
+    )
     assert failed.returncode == 5, failed.stderr
     assert f"srun: error: {nodes[1]}: task 1: Exited with exit code 5" in failed.stderr
     assert f"srun: Terminating StepId={job_id}.0" in failed.stderr

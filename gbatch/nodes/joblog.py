@@ -395,6 +395,14 @@ class LogWriter:
         return done
 
 
+class StreamCut(Exception):
+    """Raised by a stream opener when its stream broke before the run's output ended.
+
+    A local `docker logs -f` whose engine went away (stopped, crashed) ends like that:
+    what it copied is incomplete, and may end with docker's own error line.
+    """
+
+
 class StderrChunk(bytes):
     """Output the job wrote on stderr, from a stream that tells the two apart.
 
@@ -422,6 +430,8 @@ class LogFollowers:
         self._threads: dict[tuple[int, int], threading.Thread] = {}
         # Followers opening their job's output files: a wait of the user's file system.
         self._opening: set[tuple[int, int]] = set()
+        # Followers whose stream broke (StreamCut): their copy must be replayed whole.
+        self._cut: set[tuple[int, int]] = set()
 
     def follow(
         self,
@@ -451,6 +461,7 @@ class LogFollowers:
                 daemon=True,
             )
             self._threads[key] = thread
+            self._cut.discard(key)  # this one copies the attempt's output from its start
         thread.start()
 
     def copying(self, job_id: int, attempt: int) -> bool:
@@ -464,26 +475,32 @@ class LogFollowers:
             thread = self._threads.get((job_id, attempt))
         return thread is not None and not thread.is_alive()
 
-    def wait(self, job_id: int, attempt: int, timeout: float = 5.0) -> None:
+    def wait(self, job_id: int, attempt: int, timeout: float = 5.0) -> bool:
         """Let the follower finish: the log is complete before the run is final.
 
-        Not while it opens the job's output files: that open waits on the user's file
-        system (a FUSE mount that does not answer, up to outfiles.OPEN_TIMEOUT), and the
-        daemon's loop calls this. That job's log may then miss its output; no other
-        job waits.
+        False when its stream broke (StreamCut): the caller replays the output whole
+        with a new follow(). Not while it opens the job's output files: that open waits
+        on the user's file system (a FUSE mount that does not answer, up to
+        outfiles.OPEN_TIMEOUT), and the daemon's loop calls this. That job's log may
+        then miss its output; no other job waits.
         """
         key = (job_id, attempt)
         with self._lock:
             thread = self._threads.pop(key, None)
         if thread is None:
-            return
+            return True
         deadline = time.monotonic() + timeout
         while thread.is_alive():
             remaining = deadline - time.monotonic()
             with self._lock:
                 if remaining <= 0 or key in self._opening:
-                    return
+                    return True
             thread.join(min(remaining, OPENING_POLL_SECONDS))
+        with self._lock:
+            if key in self._cut:
+                self._cut.discard(key)
+                return False
+        return True
 
     def _copy(
         self,
@@ -532,22 +549,28 @@ class LogFollowers:
             )
             if files.apart:
                 err_writer = LogWriter(partial(os.write, files.err), self._max_log_bytes, 0)
+        cut = False
         try:
-            with open_stream() as chunks:
-                for chunk in chunks:
-                    had_lost = writer.lost_bytes
-                    writer.write(chunk)
-                    if isinstance(chunk, StderrChunk) and err_writer is not None:
-                        err_writer.write(chunk)
-                    elif file_writer is not None:
-                        file_writer.write(chunk)
-                    if join is not None and part is not None:
-                        join.pump(part[0])
-                    crash_point("logs.mid_copy")
-                    if writer.lost_bytes and not had_lost:
-                        import logging  # deferred: see TYPE_CHECKING above
+            try:
+                with open_stream() as chunks:
+                    for chunk in chunks:
+                        had_lost = writer.lost_bytes
+                        writer.write(chunk)
+                        if isinstance(chunk, StderrChunk) and err_writer is not None:
+                            err_writer.write(chunk)
+                        elif file_writer is not None:
+                            file_writer.write(chunk)
+                        if join is not None and part is not None:
+                            join.pump(part[0])
+                        crash_point("logs.mid_copy")
+                        if writer.lost_bytes and not had_lost:
+                            import logging  # deferred: see TYPE_CHECKING above
 
-                        logging.getLogger("gbatchd").warning("job %d: %s", job_id, writer.note())
+                            logging.getLogger("gbatchd").warning(
+                                "job %d: %s", job_id, writer.note()
+                            )
+            except StreamCut:
+                cut = True  # wait() says so: the run's status check replays it whole
             writer.finish()
             for each in {id(w): w for w in (file_writer, err_writer) if w is not None}.values():
                 each.finish()
@@ -556,6 +579,9 @@ class LogFollowers:
                 handle.close()
             if files is not None:
                 files.close()
+            if cut:
+                with self._lock:
+                    self._cut.add((job_id, attempt))
             self._on_done()
 
     def _open_files(

@@ -47,7 +47,7 @@ from gbatch.nodes.base import (
     step_env,
     visible_devices,
 )
-from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogFollowers, StderrChunk, open_log
+from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogFollowers, StderrChunk, StreamCut, open_log
 from gbatch.nodes.outfiles import OFFSETS_FILE, OUT_FILES_ENV, open_or_say, planned
 from gbatch.nodes.report import (
     NodeReport,
@@ -609,7 +609,11 @@ class LocalNode:
             follower.stdout.close()
             if follower.stderr is not None:
                 follower.stderr.close()
-            follower.wait()
+            code = follower.wait()
+        if code != 0:
+            # docker logs failed (the engine went away under it): what it gave is not the
+            # whole output, and its last words are docker's, not the job's.
+            raise StreamCut(f"docker logs exited {code}")
 
     def status(self, job: Job, attempt: int) -> RunStatus:
         if job.spec.image is None:
@@ -661,7 +665,11 @@ class LocalNode:
                 # It ended while no daemon copied its output (this one started after):
                 # replay it whole from the container before the run is final.
                 self.follow_container_log(job, attempt)
-            self._log_followers.wait(job_id, attempt)
+            if not self._log_followers.wait(job_id, attempt):
+                # The engine went away under the copy (a stop or crash): it answers
+                # again, so replay the output whole, in place of the broken copy.
+                self.follow_container_log(job, attempt)
+                self._log_followers.wait(job_id, attempt)
             return ended
         if status.state == "created":
             return RunStatus("running")

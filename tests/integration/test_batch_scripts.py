@@ -199,8 +199,8 @@ def test_a_cluster_template_runs_with_the_options_gbatch_takes_without_effect(
     help_text = sbatch_in(head, tmp_path, "--help").stdout
     for option in ("--account", "--qos", "--hint", "--get-user-env", "--no-kill"):
         assert option in help_text
-    # --exclusive is taken for real now (issue 32: each node whole).
-    assert help_text.count("accepted, no effect here") >= 7
+    # --exclusive (issue 32: each node whole) and -q/--qos (issue 33) are taken for real.
+    assert help_text.count("accepted, no effect here") >= 6
 
 
 def test_quiet_prints_nothing_and_wait_returns_the_jobs_exit_code(

@@ -67,13 +67,17 @@ def reasons(job: dict[str, object]) -> list[str]:
     return [str(event["reason"]) for event in events]
 
 
-def assert_never_revived(engine: PrivateEngine, job_id: int, attempts: int) -> None:
-    """Each of the job's attempts started exactly once, none beyond `attempts` ever
-    started, and (after a quiet while) none of them is running."""
+def assert_never_revived(
+    engine: PrivateEngine, job_id: int, attempts: int, started: set[int] | None = None
+) -> None:
+    """Each of the job's attempts started exactly once (only those in `started`, when
+    given: the rest never started), none beyond `attempts` ever started, and (after a
+    quiet while) none of them is running."""
     time.sleep(QUIET_S)
+    ran = set(range(1, attempts + 1)) if started is None else started
     for attempt in range(1, attempts + 2):
         name = container_name(job_id, attempt)
-        expected = 1 if attempt <= attempts else 0
+        expected = 1 if attempt in ran else 0
         assert engine.container_starts.count(name) == expected, (
             f"{name} started {engine.container_starts.count(name)} times: {engine.container_starts}"
         )
@@ -152,13 +156,22 @@ def test_an_image_the_engine_cannot_get_fails_the_launch_naming_it_with_exit_cod
 # -- the engine itself goes away ---------------------------------------------------------
 
 
-def stay_running_while_down(head: Head, engine: PrivateEngine, *job_ids: int) -> None:
+def stay_running_while_down(
+    head: Head,
+    engine: PrivateEngine,
+    *job_ids: int,
+    allowed: frozenset[str] = frozenset({"RUNNING"}),
+) -> None:
     """While the engine is down nobody can tell whether a run lives (its container
-    does, under its shim): the jobs must stay RUNNING, neither ended nor requeued."""
+    does, under its shim): the jobs must stay RUNNING, neither ended nor requeued.
+
+    `allowed` widens that where the engine may have told gbatch the run's end before
+    it went quiet (a clean stop)."""
     assert not engine.answers()
     deadline = time.monotonic() + QUIET_S
     while time.monotonic() < deadline:
-        assert [head.state(job_id) for job_id in job_ids] == ["RUNNING"] * len(job_ids)
+        states = [head.state(job_id) for job_id in job_ids]
+        assert set(states) <= allowed, states
         time.sleep(0.2)
 
 
@@ -175,21 +188,52 @@ def test_engine_crash_mid_job_ends_the_job_once_and_never_revives_its_container(
 
 
 @pytest.mark.parametrize("restart", ["crash", "stop"])
+def test_output_copied_while_the_engine_goes_away_is_whole_and_only_the_jobs(
+    head: Head, engine: PrivateEngine, restart: str
+) -> None:
+    # The copy (`docker logs -f`) breaks with the engine: its last words are docker's
+    # error, and what the engine gave before it went may be short. Once the engine
+    # answers again the output is replayed whole from the container.
+    out = head.home.parent / "out.txt"
+    job_id = start_running(head, engine, "seq 1 500; echo last; sleep 300", "-o", str(out))
+    wait_for(lambda: "last" in head.run("logs", str(job_id)).stdout, 30, "the output")
+    engine.crash() if restart == "crash" else engine.stop()
+    engine.start()
+    head.wait_state(job_id, "FAILED", timeout=30)
+    expected = [str(n) for n in range(1, 501)] + ["last"]
+    assert head.run("logs", str(job_id), check=True).stdout.splitlines() == expected
+    assert out.read_text().splitlines() == expected
+
+
+@pytest.mark.parametrize("restart", ["crash", "stop"])
 def test_engine_restart_mid_job_requeues_a_job_with_retries_exactly_once(
     head: Head, engine: PrivateEngine, restart: str
 ) -> None:
     job_id = start_running(head, engine, RUN_ONCE_LONG, "--retries", "1")
+    allowed = frozenset({"RUNNING"})
     if restart == "crash":
         engine.crash()
     else:
         engine.stop()  # a clean shutdown stops the container itself (SIGTERM)
-    stay_running_while_down(head, engine, job_id)
+        # ... and answers `inspect` while it shuts down: a tick in that window sees the
+        # container's exit 143 and rightly requeues the job before the engine is gone
+        # (a loaded CI run saw it). It then waits, never ends or runs twice.
+        allowed = frozenset({"RUNNING", "PENDING", "CONFIGURING"})
+    stay_running_while_down(head, engine, job_id, allowed=allowed)
     engine.start()
     job = head.wait_state(job_id, "COMPLETED", timeout=30)
-    assert job["attempt"] == 2
+    final = int(job["attempt"])  # type: ignore[call-overload]
     assert [r for r in reasons(job) if r.startswith("retry")] == ["retry 1/1 after exit code 143"]
-    assert_never_revived(engine, job_id, attempts=2)
-    assert head.run("logs", str(job_id), check=True).stdout.splitlines()[-1] == "run 2"
+    assert head.run("logs", str(job_id), check=True).stdout.splitlines()[-1] == f"run {final}"
+    if restart == "crash":
+        assert final == 2
+        assert_never_revived(engine, job_id, attempts=2)
+        return
+    # Requeued during the stop, the job may have been tried on the engine before it
+    # came back: each such try started nothing and cost no retry (its reason says why).
+    refused = [r for r in reasons(job) if "does not answer" in r]
+    assert final == 2 + len(refused), reasons(job)
+    assert_never_revived(engine, job_id, attempts=final, started={1, final})
 
 
 @pytest.mark.parametrize(("exit_code", "state"), [(0, "COMPLETED"), (3, "FAILED")])

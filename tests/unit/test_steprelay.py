@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import threading
+import time
 
 import pytest
 
@@ -136,6 +137,12 @@ def test_input_output_and_the_exit_status_cross_the_relay(pipes: Harness) -> Non
     pipes.client.sendall(frames.frame(frames.STDIN, b"hello\n") + frames.frame(frames.STDIN_EOF))
     assert pipes.channel.got_input.wait(10)
     pipes.client.sendall(frames.signal_frame(signal.SIGUSR1) + frames.resize_frame(30, 100))
+    # The signal is relayed before the step ends: else the relay may see the exit first
+    # and the signal is rightly dropped (seen in a loaded CI run).
+    waiting = threading.Event()
+    deadline = time.monotonic() + 10
+    while pipes.delivered != [signal.SIGUSR1] and time.monotonic() < deadline:
+        waiting.wait(0.01)
     pipes.channel.emit(b"HELLO\n", b"warn\n")
     pipes.channel.emit(status=3)
     got = pipes.frames_until_exit()

@@ -21,6 +21,7 @@ implement the same), all sharing one connection (db.Database):
     usage        fair-share usage and GPU usage samples
     nodes        drained nodes and node episodes
     steps        a job's steps (srun, salloc): opened, ended, listed
+    reservations reservations (scontrol create reservation) and their story
 
 The store writes what it is handed: whom an event is owed to and what it says come in
 as Notices (gbatch/head/notify.py Policy); it imports nothing of the planner or the
@@ -39,6 +40,7 @@ from gbatch.head.store.notices import Notices, Notification
 from gbatch.head.store.pages import LISTING_SORTS, ListingQuery, Pages
 from gbatch.head.store.preempt import Preempting, Preemptions
 from gbatch.head.store.reads import JobBrief, Reads
+from gbatch.head.store.reservations import Reservations
 from gbatch.head.store.rows import ArrayTail, ListingPage, ListingSpecs, listing_spec, listing_specs
 from gbatch.head.store.schema import MIGRATIONS
 from gbatch.head.store.steps import StepBusy, StepRefused, Steps
@@ -90,6 +92,7 @@ class Store(
     UsageRecords,
     Nodes,
     Steps,
+    Reservations,
 ):
     """The job store: SQLite in WAL mode, one writer (gbatchd), every write one transaction.
 

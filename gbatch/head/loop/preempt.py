@@ -121,6 +121,24 @@ def preemption_signal(job: Job) -> signal.Signals:
     return signal.Signals(parse_signal(job.spec.signal).signum)
 
 
+# What each mode makes of the preempted job, as its output's last line says.
+_OUTCOMES = {
+    "requeue": "requeued",
+    "cancel": "cancelled",
+    "preempted": "ended PREEMPTED (--no-requeue)",
+}
+
+
+def output_line(told: Preempting) -> str:
+    """The line the preempted run's output ends with: who, why and what comes of it.
+
+    "gbatch: job 12 preempted by job 15 (QOS high); requeued"."""
+    head = f"{PREEMPTED_BY}{told.preemptor}"
+    by_what = told.why[len(head) :] if told.why.startswith(head) else ""
+    outcome = _OUTCOMES.get(told.mode, told.mode)
+    return f"gbatch: job {told.job_id} preempted by job {told.preemptor}{by_what}; {outcome}"
+
+
 def _by_what(rules: PreemptRules, preemptor: Job, victim: Job) -> str:
     """What let `preemptor` preempt `victim`: its QOS, else its partition's tier."""
     mine = rules.qos.get(preemptor.spec.qos)

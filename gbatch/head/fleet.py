@@ -42,7 +42,7 @@ def make_nodes(
     """No inventory: the embedded default, this machine alone. Else the listed hosts.
 
     The hosts share `joins` (the output of jobs run on every node)."""
-    if inventory is None:
+    if inventory is None or not inventory.nodes:  # none, or partitions of the embedded node
         return [LocalNode(paths, config, on_change=on_change)]
     # Deferred: paramiko is for fleets, not for a laptop's embedded node.
     from gbatch.nodes.remote import RemoteNode

@@ -19,6 +19,9 @@ from gbatch.jobspec.slurmopts import parse_signal
 from gbatch.site.config import Config
 
 log = logging.getLogger("gbatchd")
+# How long past its grace's end a requeued victim waits at most for its preemptor to
+# start (Preempter.yielding): a preemptor something else keeps waiting frees it then.
+YIELD_SECONDS = 60.0
 
 
 class Preempter:
@@ -99,7 +102,9 @@ class Preempter:
                 log.info("job %d: %s; %s after %d s", victim.id, why, mode, grace)
 
     def forget_ended(self) -> None:
-        """Forget the preemptions of jobs that left their nodes."""
+        """Forget the preemptions of jobs that left their nodes and wait for nobody.
+
+        A requeued victim's is kept while it yields to its preemptor (`yielding`)."""
         if not self._any:  # none begun since the table was last seen empty
             return
         told = self.store.preempting()
@@ -107,11 +112,42 @@ class Preempter:
             self._any = False
             return
         gone = []
-        for job_id in told:
+        for job_id, each in told.items():
             job = self.store.get(job_id)
-            if job is None or job.state not in ALLOCATED_STATES:
+            if job is None or (
+                job.state not in ALLOCATED_STATES
+                and (job.state is not JobState.PENDING or not self._preemptor_waits(each))
+            ):
                 gone.append(job_id)
         self.store.end_preemptions(gone)
+
+    def yielding(self, jobs: list[Job], now: float) -> list[Job]:
+        """`jobs` less the victims requeued for a preemptor that still waits to start.
+
+        The GPUs a victim gave up are its preemptor's: were the victim planned first
+        (older, a better fair share), it would take them back and be preempted again, in
+        a loop. So it waits, its reason still "Preempted by N (...)", until its
+        preemptor leaves PENDING (started, cancelled) or is held, or YIELD_SECONDS past
+        its grace's end (a preemptor that something else keeps waiting); then its
+        preemption is forgotten, before it can start again."""
+        if not self._any:
+            return jobs
+        told = self.store.preempting()
+        waits, done = set(), []
+        for job in jobs:
+            each = told.get(job.id)
+            if each is None or job.state is not JobState.PENDING:
+                continue
+            if now < each.kill_at + YIELD_SECONDS and self._preemptor_waits(each):
+                waits.add(job.id)
+            else:
+                done.append(job.id)
+        self.store.end_preemptions(done)
+        return [job for job in jobs if job.id not in waits] if waits else jobs
+
+    def _preemptor_waits(self, each: Preempting) -> bool:
+        preemptor = self.store.get(each.preemptor)
+        return preemptor is not None and preemptor.state is JobState.PENDING and not preemptor.held
 
 
 def preemption_signal(job: Job) -> signal.Signals:

@@ -8,6 +8,7 @@ the last one began."""
 from __future__ import annotations
 
 import logging
+import math
 import signal
 from collections.abc import Mapping, Sequence
 
@@ -51,15 +52,15 @@ class Preempter:
         return PreemptRules(tiers, table)
 
     def running(self, allocated: Sequence[Job]) -> list[Running]:
-        """The jobs on nodes as preemption sees them.
+        """The jobs on nodes as preemption sees them: every node's GPUs, whether they
+        hold shares of them (--gpu-mem) or their nodes whole (--exclusive).
 
-        Those of whole GPUs on one node; those stopping (or told to go) count as GPUs
-        coming free."""
+        Those stopping (or told to go) count as GPUs coming free."""
         told = self.store.preempting()
         table = self.config.qos
         out = []
         for job in allocated:
-            if job.peers or job.spec.gpu_mem_mb is not None or not job.gpus or job.node is None:
+            if job.node is None:
                 continue
             started = job.start_time if job.start_time is not None else job.submit_time
             out.append(
@@ -70,8 +71,16 @@ class Preempter:
                     started,
                     job.spec.partition,
                     job.spec.qos,
-                    preempting=job.id in told or job.state is not JobState.RUNNING,
-                    exempt_until=started + table.get(job.spec.qos).preempt_exempt_time,
+                    preempting=job.id in told or job.state is JobState.COMPLETING,
+                    # One starting (CONFIGURING) is not taken: begin() stops RUNNING ones.
+                    exempt_until=(
+                        started + table.get(job.spec.qos).preempt_exempt_time
+                        if job.state is not JobState.CONFIGURING
+                        else math.inf
+                    ),
+                    placed=job.placements,
+                    share=job.spec.gpu_mem_mb is not None,
+                    whole=job.spec.exclusive,
                 )
             )
         return out

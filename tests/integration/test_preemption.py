@@ -221,3 +221,33 @@ def test_a_preempted_container_jobs_output_says_why_and_it_runs_again(
             subprocess.run(
                 ["docker", "rm", "-f", container_name(scav, attempt)], capture_output=True
             )
+
+
+def test_shares_and_whole_nodes_are_preempted_and_preempt(tmp_path: Path) -> None:
+    """Preemption beyond whole GPUs (q-pre2): two scavengers sharing one GPU (--gpu-mem)
+    both go for a job of both GPUs; an --exclusive job preempts the job on its node."""
+    head = make_head(tmp_path / "home", config=CONFIG + "share_gpus: true\n")
+    head.start()
+    try:
+        shares = [
+            head.sbatch("-q", "scavenger", "--gpu-mem=20G", "--wrap", "sleep 300") for _ in range(2)
+        ]
+        for each in shares:
+            head.wait_state(each, "RUNNING")
+        assert head.job(shares[0])["gpus"] == head.job(shares[1])["gpus"]  # one card
+        urgent = head.sbatch("--gpus", "2", "--wrap", "sleep 300")
+        head.wait_state(urgent, "RUNNING", timeout=GRACE + 30)
+        for each in shares:
+            assert head.state(each) == "PENDING"
+            assert f"PENDING      Preempted by {urgent} (QOS normal)" in events(head, each)
+        head.run("scancel", str(urgent), *map(str, shares), check=True)
+        scav = head.sbatch("-q", "scavenger", "--gpus", "1", "--wrap", "sleep 300")
+        head.wait_state(scav, "RUNNING")
+        whole = head.sbatch("--exclusive", "--wrap", "sleep 300")
+        head.wait_state(whole, "RUNNING", timeout=GRACE + 30)
+        assert head.state(scav) == "PENDING"
+        assert head.job(whole)["gpus"] == [0, 1]
+        head.run("scancel", str(whole), str(scav), check=True)
+    finally:
+        head.stop()
+        kill_leftover_jobs(head.home)

@@ -2119,8 +2119,9 @@ class _Field:
     def fits(
         self, job: Job, names: Sequence[str], taken: Iterable[Running]
     ) -> dict[str, list[object]] | None:
-        """The nodes (of `names`) and GPUs `job` gets once `taken` and the jobs told have
-        left, or None: -w's nodes first, then by name."""
+        """The nodes (of `names`) and GPUs `job` gets once `taken` have left, or None.
+
+        The jobs told already count as gone too; -w's nodes first, then by name."""
         gone = self.gone | {each.job_id for each in taken}
         want = job.spec.nodes
         got: dict[str, list[object]] = {}

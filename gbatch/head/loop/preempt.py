@@ -52,10 +52,11 @@ class Preempter:
         return PreemptRules(tiers, table)
 
     def running(self, allocated: Sequence[Job]) -> list[Running]:
-        """The jobs on nodes as preemption sees them: every node's GPUs, whether they
-        hold shares of them (--gpu-mem) or their nodes whole (--exclusive).
+        """The jobs on nodes as preemption sees them.
 
-        Those stopping (or told to go) count as GPUs coming free."""
+        With every node's GPUs, and whether they hold shares of them (--gpu-mem) or
+        their nodes whole (--exclusive). Those stopping (or told to go) count as GPUs
+        coming free."""
         told = self.store.preempting()
         table = self.config.qos
         out = []

@@ -1861,7 +1861,8 @@ class Running:
     ids unknown). `share`: it holds a share of each of its GPUs (--gpu-mem), which comes
     free only once every job sharing it is gone. `whole`: --exclusive, its nodes are
     its alone.
-    `preempting`: told to go already (in its grace time): its GPUs are coming free.
+    `preempting`: told to go already (in its grace time): its GPUs are coming free. A
+    `job_id` below 0 is no job: GPUs a run left, not yet reported clean (preempting).
     `exempt_until`: not preempted before then (its QOS's preempt_exempt_time)."""
 
     job_id: int

@@ -342,3 +342,15 @@ def test_victims_across_nodes_and_shares_are_enough_and_fewest(data: st.DataObje
     assert chosen <= set(eligible)
     for smaller in itertools.combinations(eligible, len(chosen) - 1):
         assert not fits(told | set(smaller))
+
+
+def test_gpus_coming_free_from_a_run_just_ended_are_waited_for_not_preempted_for() -> None:
+    """A victim just requeued leaves its GPUs settling (not free until a clean report):
+    its preemptor waits for them (a Running of no job, id below 0) and takes no one else."""
+    settling = Running(-1, "n0", 2, 0.0, None, None, True, placed=(("n0", (0, 1)),))
+    other = placed(601, {"n0": (2, 3)}, 30)
+    reasons = {1: RESOURCES}
+    made = preemptions([pending(1, 2)], reasons, (), [node("n0")], [settling, other], NOW, RULES)
+    assert made.victims == {} and made.waiting == {1}
+    made = preemptions([pending(1, 2)], reasons, (), [node("n0")], [other], NOW, RULES)
+    assert made.victims == {601: 1}

@@ -84,6 +84,12 @@ class Preempter:
                     whole=job.spec.exclusive,
                 )
             )
+        # GPUs of runs just ended (a victim's, say) not yet reported clean: coming free,
+        # held by no job (ids below 0).
+        for index, (name, ids) in enumerate(sorted(self.fleet.settling_gpus().items())):
+            out.append(
+                Running(-1 - index, name, len(ids), 0.0, None, None, True, placed=((name, ids),))
+            )
         return out
 
     def begin(self, victims: Mapping[int, int], rules: PreemptRules | None, now: float) -> None:

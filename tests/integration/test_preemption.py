@@ -10,6 +10,7 @@ import http.server
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -185,6 +186,14 @@ def test_webhooks_say_a_victim_was_preempted_requeued_or_ended(
     hook = said(ended, "END")
     assert hook is not None and hook["job"]["reason"] == why  # type: ignore[index]
     assert hook["job"]["state"] == "PREEMPTED"  # type: ignore[index]
+    # Fair share counts what the two runs ran (one GPU each, start to end), no more.
+    ran = 0.0
+    for job_id in (requeued, ended):
+        job = head.job(job_id)
+        ran += float(job["end_time"]) - float(job["start_time"])  # type: ignore[arg-type]
+    with sqlite3.connect(f"file:{head.home / 'gbatch.db'}?mode=ro", uri=True) as db:
+        ((charged,),) = db.execute("SELECT gpu_seconds FROM usage").fetchall()
+    assert ran > 0 and abs(charged - ran) < 0.01 * ran
     head.run("scancel", str(urgent), str(requeued), check=True)
 
 

@@ -2006,10 +2006,15 @@ def preemptions(
             and rules.how(job, each) is not None
         ]
         best = None
-        if job.spec.nodes == 1 and not job.spec.nodelist:
+        if job.spec.nodes == 1:
+            by_node: dict[str, list[Running]] = {}
+            for each in may:
+                for name in each.nodes:
+                    by_node.setdefault(name, []).append(each)
             for name in names:
-                here = [each for each in may if name in each.nodes][:_MOST_VICTIMS]
-                found = _fewest(field, job, [name], here, now)
+                here = by_node.get(name, [])[:_MOST_VICTIMS]
+                at_most: int | None = None if best is None else best[0][0]
+                found = _fewest(field, job, [name], here, now, at_most)
                 if found is not None and (best is None or found[0] < best[0]):
                     best = found
         else:
@@ -2050,9 +2055,9 @@ class _Field:
                 if name in self.free:
                     self.free[name].difference_update(ids)
                     self.placed_here.add(name)
-        self.holders: dict[_Unit, set[int]] = {}
+        # node -> its GPUs held by running jobs -> those jobs
+        self.holders: dict[str, dict[object, set[int]]] = {}
         self.on_node: dict[str, list[Running]] = {}
-        self.held: dict[int, tuple[_Unit, ...]] = {}
         self.gone: set[int] = set()  # told already: coming free
         for each in running:
             units: list[_Unit] = []
@@ -2060,9 +2065,8 @@ class _Field:
                 units = [(name, i) for name, ids in each.placed for i in ids]
             else:
                 units = [(each.node, (each.job_id, k)) for k in range(each.gpus)]
-            self.held[each.job_id] = tuple(units)
-            for unit in units:
-                self.holders.setdefault(unit, set()).add(each.job_id)
+            for name, gpu in units:
+                self.holders.setdefault(name, {}).setdefault(gpu, set()).add(each.job_id)
             for name in each.nodes:
                 if name in self.free:
                     self.on_node.setdefault(name, []).append(each)
@@ -2085,12 +2089,9 @@ class _Field:
         taken = self.claimed.get(name, set())
         now_free = sorted((i for i in self.free[name] if i not in taken), key=_unit_order)
         freed = [
-            unit[1]
-            for unit, jobs in self.holders.items()
-            if unit[0] == name
-            and unit[1] not in taken
-            and unit[1] not in self.free[name]
-            and jobs <= gone
+            gpu
+            for gpu, jobs in self.holders.get(name, {}).items()
+            if gpu not in taken and gpu not in self.free[name] and jobs <= gone
         ]
         return now_free + sorted(freed, key=_unit_order)
 
@@ -2186,7 +2187,12 @@ def _by_least_lost(may: Sequence[Running], now: float) -> list[Running]:
 
 
 def _fewest(
-    field: _Field, job: Job, names: Sequence[str], may: Sequence[Running], now: float
+    field: _Field,
+    job: Job,
+    names: Sequence[str],
+    may: Sequence[Running],
+    now: float,
+    at_most: int | None = None,
 ) -> (
     tuple[
         tuple[int, float, tuple[float, ...], tuple[str, ...]],
@@ -2196,31 +2202,91 @@ def _fewest(
     | None
 ):
     """The fewest of `may` whose going lets `job` start on `names`: (its sort key, the
-    set, the nodes and GPUs it gets), or None.
+    set, the nodes and GPUs it gets), or None (also when it takes more than `at_most`).
 
     Among sets of that size: the least GPU-time lost (GPUs times time run), then the
-    youngest (latest starts first), then the nodes' names."""
+    youngest (latest starts first), then the nodes' names. Sets smaller than a bound are
+    not tried: on one node, fewer than the most GPUs there that many could free; where
+    each of its GPUs has one holder (no shares), only sets of that size are tried, by
+    the GPUs each frees, one fits() for the set chosen."""
     import itertools
 
-    if field.fits(job, names, may) is None:
+    if not may:
         return None
-    for size in range(1, len(may) + 1):
+    start, short, frees = 1, 0, None
+    if len(names) == 1 and not job.spec.exclusive:
+        start, short, frees = _bound(field, job, names[0], may)
+    last = len(may) if at_most is None else min(len(may), at_most)
+    if start > last or field.fits(job, names, may) is None:
+        return None
+    lost = {each.job_id: _lost((each,), now) for each in may}
+    for size in range(start, last + 1):
         best = None
         for chosen in itertools.combinations(may, size):
-            got = field.fits(job, names, chosen)
+            if frees is not None:
+                if sum(frees[each.job_id] for each in chosen) < short:
+                    continue
+                got: dict[str, list[object]] | None = {}
+            else:
+                got = field.fits(job, names, chosen)
             if got is None:
                 continue
             key = (
                 size,
-                _lost(chosen, now),
+                sum(lost[each.job_id] for each in chosen),
                 tuple(sorted(-each.start_time for each in chosen)),
-                tuple(sorted(got)),
+                tuple(names) if frees is not None else tuple(sorted(got)),
             )
             if best is None or key < best[0]:
                 best = (key, tuple(sorted(chosen, key=lambda each: each.job_id)), got)
         if best is not None:
-            return best
+            key, taken, got = best
+            if frees is not None:  # the GPUs counted are those fits() gives
+                got = field.fits(job, names, taken)
+            return None if got is None else (key, taken, got)
     return None
+
+
+def _bound(
+    field: _Field, job: Job, name: str, may: Sequence[Running]
+) -> tuple[int, int, dict[int, int] | None]:
+    """(the fewest of `may` that could free enough GPUs of `job`'s type on node `name`,
+    how many it is short, and what each frees where every such GPU there has one
+    holder, else None)."""
+    taken = field.claimed.get(name, set())
+    types = field.types[name]
+    kind = job.spec.gpu_type
+    open_now = 0
+    for gpu in field.free[name]:
+        if gpu not in taken and (kind is None or types.get(gpu) == kind):  # type: ignore[call-overload]
+            open_now += 1
+    frees: dict[int, int] = dict.fromkeys((each.job_id for each in may), 0)
+    alone = True
+    for gpu, jobs in field.holders.get(name, {}).items():
+        if gpu in taken or gpu in field.free[name]:
+            continue
+        if kind is not None and types.get(gpu) != kind:  # type: ignore[call-overload]
+            continue
+        left = jobs - field.gone
+        if not left:
+            open_now += 1
+            continue
+        if len(left) > 1:
+            alone = False
+        for holder in left:
+            if holder in frees:
+                frees[holder] += 1
+    short = job.spec.gpus - open_now
+    most, count = 0, 0
+    for freed in sorted(frees.values(), reverse=True):
+        if most >= short:
+            break
+        most += freed
+        count += 1
+    start = max(1, count)
+    if not alone or field.views[name].whole:
+        return start, short, None
+    return start, short, frees
 
 
 def _priority_order(job: Job) -> tuple[int, float, int]:

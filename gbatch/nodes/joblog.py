@@ -476,8 +476,9 @@ class LogFollowers:
         return thread is not None and not thread.is_alive()
 
     def forget(self, job_id: int, attempt: int) -> None:
-        """Drop the attempt's follower, alive or not: its stream is known dead (a broken
-        connection's), and the next follow() replays the output whole."""
+        """Drop the attempt's follower, alive or not, so the next follow() replays it.
+
+        For a stream known dead: a broken connection's."""
         with self._lock:
             self._threads.pop((job_id, attempt), None)
             self._cut.discard((job_id, attempt))

@@ -264,7 +264,7 @@ def test_exclusive_jobs_preempt_every_job_of_a_node_and_are_preempted_whole() ->
     assert found([pending(1, 1)], [node("n0")], [whole]) == {504: 1}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.data())
 def test_victims_across_nodes_and_shares_are_enough_and_fewest(data: st.DataObject) -> None:
     """One waiting job (of one node or two) over nodes whose GPUs are free, held whole by
@@ -278,7 +278,7 @@ def test_victims_across_nodes_and_shares_are_enough_and_fewest(data: st.DataObje
     last: int | None = None
     for name in names:
         for gpu in range(4):
-            action = draw(st.sampled_from(("free", "new", "extend", "share")))
+            action = draw(st.sampled_from(("free", "new", "new", "extend", "extend", "share")))
             if action == "free":
                 free[name].append(gpu)
             elif action == "extend" and last is not None and last not in shared:
@@ -298,10 +298,10 @@ def test_victims_across_nodes_and_shares_are_enough_and_fewest(data: st.DataObje
             next(iter(where)),
             len(next(iter(where.values()))),
             NOW - draw(st.integers(0, 5)) * 100,
-            draw(st.sampled_from(("gpu", "scavenger", "scavenger"))),
+            draw(st.sampled_from(("gpu", "scavenger", "scavenger", "scavenger"))),
             None,
-            preempting=draw(st.integers(0, 5)) == 0,
-            exempt_until=NOW + draw(st.sampled_from((-1, -1, 50))),
+            preempting=draw(st.integers(0, 7)) == 0,
+            exempt_until=NOW + draw(st.sampled_from((-1, -1, -1, 50))),
             placed=tuple((n, tuple(ids)) for n, ids in where.items()),
             share=job_id in shared,
         )
@@ -311,9 +311,9 @@ def test_victims_across_nodes_and_shares_are_enough_and_fewest(data: st.DataObje
         1,
         draw(st.integers(1, 4)),
         nodes=draw(st.integers(1, 2)),
-        held=draw(st.integers(0, 4)) == 0,
+        held=draw(st.integers(0, 7)) == 0,
     )
-    reason = draw(st.sampled_from((RESOURCES, RESOURCES, PRIORITY, "BeginTime")))
+    reason = draw(st.sampled_from((RESOURCES, RESOURCES, RESOURCES, PRIORITY, "BeginTime")))
     made = preemptions([job], {1: reason}, (), nodes, running, NOW, RULES)
 
     def fits(gone: set[int]) -> bool:

@@ -124,6 +124,10 @@ class Scheduling:
         self.planned_users: frozenset[str] = frozenset()
         # The preemption step (gbatch/head/loop/preempt.py), set by the Daemon; None: none.
         self.preempter: Preempter | None = None
+        # Partitions backed by a Slurm cluster: their jobs are never planned here.
+        self.cluster_partitions = frozenset(
+            name for name, p in fleet.partitions.items() if p.slurm is not None
+        )
 
     def starts(self, now: float) -> list[tuple[Job, Node, Sequence[int]]]:
         """One pass: read, filter and plan the window, write the reasons due; return the starts.
@@ -325,7 +329,10 @@ class Scheduling:
             self.plan_all = True
             changes = {job.id: job for job in self.window.jobs()}
         plain, users = self._plain, self._plain_users
+        clusters = self.cluster_partitions
         for job_id, job in changes.items():
+            if job is not None and clusters and job.spec.partition in clusters:
+                job = None  # the cluster places it (gbatch/head/loop/cluster.py)
             old = plain.pop(job_id, None)
             if old is not None:
                 left = users[old.user] - 1

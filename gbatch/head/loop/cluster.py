@@ -144,6 +144,7 @@ class ClusterJobsStep:
         gone = backend.observe_gone(missing) if missing else {}
         to_cancel: list[str] = []
         unsent: list[tuple[ClusterJob, Job]] = []
+        reasons: list[tuple[int, str]] = []  # pending reasons changed, written at once
         for row, job in rows:
             if row.cluster_id is None:
                 found = by_marker.get(row.marker)
@@ -175,10 +176,11 @@ class ClusterJobsStep:
                     expect={job.state},
                 )
                 continue
-            self._mirror_one(name, row, job, seen, now)
+            self._mirror_one(name, row, job, seen, reasons, now)
+        self.store.cluster_reasons(reasons)
         if to_cancel:
             backend.cancel(to_cancel)
-        self._send(name, backend, len(rows), unsent, now)
+        self._send(name, backend, unsent, now)
 
     def _ended_here(
         self,
@@ -206,7 +208,13 @@ class ClusterJobsStep:
             self.store.close_cluster_job(job.id)
 
     def _mirror_one(
-        self, name: str, row: ClusterJob, job: Job, seen: Observation, now: float
+        self,
+        name: str,
+        row: ClusterJob,
+        job: Job,
+        seen: Observation,
+        reasons: list[tuple[int, str]],
+        now: float,
     ) -> None:
         state = seen.state
         final = end_state(state) if state in SLURM_FINAL else None
@@ -233,23 +241,24 @@ class ClusterJobsStep:
                 **_exit_fields(seen),
             )
             return
-        if job.state is JobState.PENDING:
-            self.store.cluster_reason(job.id, seen.reason or "None")
+        reason = seen.reason or "None"
+        if job.state is JobState.PENDING and job.reason != reason:
+            reasons.append((job.id, reason))
 
     def _send(
         self,
         name: str,
         backend: Backend,
-        open_rows: int,
         unsent: list[tuple[ClusterJob, Job]],
         now: float,
     ) -> None:
+        """Send again the intents the cluster never got, then new jobs while fewer than
+        max_jobs are open there (those intents count among them)."""
         partition = self.partitions[name]
         assert partition.slurm is not None
-        room = partition.slurm.max_jobs - (open_rows - len(unsent))
-        for row, job in unsent[: max(room, 0)]:
+        for row, job in unsent:
             self._send_one(name, backend, job, row.marker, now)
-        room -= len(unsent)
+        room = partition.slurm.max_jobs - self.store.cluster_open_count(name)
         if room <= 0:
             return
         for job in self.store.cluster_unsent([name], limit=room):

@@ -70,6 +70,14 @@ class ClusterJobs(Transitions):
                     found.append((_row(row), job))
         return found
 
+    def cluster_open_count(self, partition: str) -> int:
+        """How many jobs the cluster of `partition` may still hold (open rows)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT count(*) FROM cluster_jobs WHERE partition = ? AND open = 1", (partition,)
+            ).fetchone()
+        return int(row[0])
+
     def cluster_job(self, job_id: int) -> ClusterJob | None:
         with self._lock:
             row = self._db.execute(
@@ -107,13 +115,16 @@ class ClusterJobs(Transitions):
             if changed:
                 self._insert_events(db, [(job_id, now, JobState.PENDING.value, reason)])
 
-    def cluster_reason(self, job_id: int, reason: str) -> None:
-        """A pending job's reason as the cluster gives it (no event: it changes often)."""
+    def cluster_reasons(self, reasons: Collection[tuple[int, str]]) -> None:
+        """Pending jobs' reasons as the cluster gives them, all in one transaction (no
+        events: they change often)."""
+        if not reasons:
+            return
         with self._write() as db:
-            db.execute(
-                "UPDATE jobs SET reason = ?, changed = ? WHERE id = ? AND state = 'PENDING'"
-                " AND reason != ?",
-                (reason, self._change_number(db), job_id, reason),
+            change = self._change_number(db)
+            db.executemany(
+                "UPDATE jobs SET reason = ?, changed = ? WHERE id = ? AND state = 'PENDING'",
+                [(reason, change, job_id) for job_id, reason in reasons],
             )
 
     def cluster_started(

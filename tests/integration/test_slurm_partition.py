@@ -207,7 +207,7 @@ def test_an_unreachable_login_node_keeps_jobs_as_they_were_and_reconciles_on_ret
     job_id = lab.head.sbatch("-p", "uni", "--wrap", "sleep 8; echo done")
     lab.head.wait_state(job_id, "RUNNING", timeout=90)
     container = lab.cluster.container.get_container_id()
-    subprocess.run(["docker", "pause", container], check=True, timeout=30)
+    subprocess.run(["docker", "pause", container], check=True, timeout=30, capture_output=True)
     try:
         log = lab.head.home / "gbatchd.log"
         wait_for(
@@ -216,8 +216,12 @@ def test_an_unreachable_login_node_keeps_jobs_as_they_were_and_reconciles_on_ret
             "the partition to be marked down",
         )
         assert lab.head.state(job_id) == "RUNNING"  # its last known state
+        shown = lab.head.run("scontrol", "show", "partition", "uni", check=True).stdout
+        assert "State=DOWN" in shown and "Reason=" in shown and "cluster login" in shown, shown
     finally:
-        subprocess.run(["docker", "unpause", container], check=True, timeout=30)
+        subprocess.run(
+            ["docker", "unpause", container], check=True, timeout=30, capture_output=True
+        )
     record = lab.head.wait_state(job_id, "COMPLETED", timeout=90)
     assert record["state"] == "COMPLETED"
     wait_for(
@@ -225,6 +229,8 @@ def test_an_unreachable_login_node_keeps_jobs_as_they_were_and_reconciles_on_ret
         30,
         "the partition to come back",
     )
+    shown = lab.head.run("scontrol", "show", "partition", "uni", check=True).stdout
+    assert "State=UP" in shown and "Cluster=labsvc@127.0.0.1:" in shown, shown
 
 
 def test_gbatch_never_sends_past_max_jobs_nor_twice(lab: Lab) -> None:

@@ -444,3 +444,18 @@ def test_the_planner_window_leaves_cluster_jobs_out(store: Store) -> None:
     (job_id,) = _submit(store)
     assert [j.id for j in store.cluster_unsent(["uni"])] == [job_id]
     assert store.cluster_unsent(["other"]) == []
+
+
+def test_scontrol_shows_a_cluster_partition_down_with_its_reason() -> None:
+    from gbatch.core.model import PartitionInfo
+    from gbatch.protocol import codec
+    from gbatch.render.scontrol import format_partition_details
+
+    down = PartitionInfo("uni", cluster="labsvc@login:22", down_reason="connect timed out")
+    text = format_partition_details(codec.partition_from_wire(codec.partition_to_wire(down)), [])
+    assert "State=DOWN" in text and "Cluster=labsvc@login:22" in text
+    assert "Reason=connect timed out" in text
+    up = PartitionInfo("uni", cluster="labsvc@login:22")
+    assert "State=UP" in format_partition_details(up, []) and "Reason" not in (
+        format_partition_details(up, [])
+    )

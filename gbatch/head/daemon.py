@@ -319,8 +319,10 @@ class Daemon:
 
 
 def head_name(paths: Paths) -> str:
-    """This head's name in the markers of the jobs it sends to a cluster: its host and
-    a digest of its home, so two heads sharing a cluster login never adopt each other's."""
+    """This head's name in the markers of the jobs it sends to a cluster.
+
+    Its host and a digest of its home, so two heads sharing a cluster login never adopt
+    each other's jobs."""
     digest = hashlib.sha256(str(paths.home.resolve()).encode()).hexdigest()[:10]
     host = "".join(c for c in socket.gethostname() if c.isalnum() or c in "-.")[:40]
     return f"{host or 'head'}-{digest}"

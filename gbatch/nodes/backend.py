@@ -23,9 +23,10 @@ from gbatch.core.model import Job
 
 
 class BackendDown(Exception):
-    """The backend cannot be reached or did not answer (its login node is down, the
-    call timed out): what it holds is unknown now, not lost. The message is the reason
-    its partition shows."""
+    """The backend cannot be reached or did not answer.
+
+    Its login node is down, or the call timed out: what it holds is unknown now, not
+    lost. The message is the reason its partition shows."""
 
 
 class BackendRefused(Exception):
@@ -67,8 +68,9 @@ class Backend(Protocol):
         ...
 
     def observe_gone(self, backend_ids: Sequence[str]) -> Mapping[str, Observation]:
-        """What the backend's accounting says of jobs `observe` no longer lists: one
-        call for all of them; those it has no record of are left out."""
+        """What the backend's accounting says of jobs `observe` no longer lists.
+
+        One call for all of them; those it has no record of are left out."""
         ...
 
     def cancel(self, backend_ids: Sequence[str]) -> None:

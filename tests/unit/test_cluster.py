@@ -459,3 +459,16 @@ def test_scontrol_shows_a_cluster_partition_down_with_its_reason() -> None:
     assert "State=UP" in format_partition_details(up, []) and "Reason" not in (
         format_partition_details(up, [])
     )
+
+
+def test_the_docs_example_inventory_loads(tmp_path: Path) -> None:
+    from docexamples import yaml_block_with
+
+    example = yaml_block_with("slurm-cluster.md", "slurm:")
+    key = tmp_path / "gbatch_uni"
+    key.write_text("key\n")
+    nodes = "nodes:\n  - {name: gpu01, host: gpu01.lab}\n  - {name: gpu02, host: gpu02.lab}\n"
+    path = tmp_path / "inventory.yaml"
+    path.write_text(nodes + example.replace("~/.ssh/gbatch_uni", str(key)))
+    uni = load_inventory(path, home=tmp_path).partitions[1]
+    assert uni.slurm is not None and (uni.slurm.account, uni.slurm.max_jobs) == ("lab123", 200)

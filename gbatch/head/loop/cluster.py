@@ -63,8 +63,7 @@ def end_state(slurm_state: str) -> JobState:
 
 
 class ClusterJobsStep:
-    """What the loop keeps of the cluster partitions between passes: their backends,
-    and which are down and why."""
+    """The cluster partitions' step: their backends, and which are down and why."""
 
     def __init__(
         self,
@@ -85,8 +84,10 @@ class ClusterJobsStep:
         self.passes = 0  # passes done (tests wait on it)
 
     def start(self, clock: Callable[[], float], report: Callable[[BaseException], None]) -> None:
-        """Mirror in a thread of its own: a slow or unreachable login node must not hold
-        up the loop that serves the lab's own nodes."""
+        """Mirror in a thread of its own until stop().
+
+        A slow or unreachable login node must not hold up the loop that serves the lab's
+        own nodes."""
         if not self.backends or self._thread is not None:
             return
 

@@ -21,8 +21,10 @@ SEND_BATCH = 100
 
 @dataclass(frozen=True)
 class ClusterJob:
-    """One job's row: the attempt sent, its marker, the cluster's id (None: not known
-    yet), and whether the cluster may still hold it."""
+    """One sent job's row.
+
+    The attempt sent, its marker, the cluster's id (None: not known yet), and whether
+    the cluster may still hold it."""
 
     job_id: int
     attempt: int
@@ -88,8 +90,9 @@ class ClusterJobs(Transitions):
     def begin_cluster_send(
         self, job_id: int, attempt: int, partition: str, marker: str, now: float
     ) -> bool:
-        """Record the intent to send the job (before sbatch); False when it is no longer
-        pending (cancelled or held since it was read)."""
+        """Record the intent to send the job, before sbatch runs.
+
+        False when it is no longer pending (cancelled or held since it was read)."""
         with self._write() as db:
             pending = db.execute(
                 "SELECT 1 FROM jobs WHERE id = ? AND state = 'PENDING' AND held = 0", (job_id,)
@@ -116,8 +119,9 @@ class ClusterJobs(Transitions):
                 self._insert_events(db, [(job_id, now, JobState.PENDING.value, reason)])
 
     def cluster_reasons(self, reasons: Collection[tuple[int, str]]) -> None:
-        """Pending jobs' reasons as the cluster gives them, all in one transaction (no
-        events: they change often)."""
+        """Pending jobs' reasons as the cluster gives them, all in one transaction.
+
+        No events: they change often."""
         if not reasons:
             return
         with self._write() as db:

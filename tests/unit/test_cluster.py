@@ -472,3 +472,28 @@ def test_the_docs_example_inventory_loads(tmp_path: Path) -> None:
     path.write_text(nodes + example.replace("~/.ssh/gbatch_uni", str(key)))
     uni = load_inventory(path, home=tmp_path).partitions[1]
     assert uni.slurm is not None and (uni.slurm.account, uni.slurm.max_jobs) == ("lab123", 200)
+
+
+def test_a_requeued_cluster_job_is_cancelled_there_and_sent_again(store: Store) -> None:
+    cluster = FakeCluster()
+    step = _step(store, cluster)
+    (job_id,) = _submit(store)
+    step.mirror(T0 + 1)
+    (first,) = cluster.jobs
+    cluster.set(first, "RUNNING", nodes="c01")
+    step.mirror(T0 + 2)
+    store.set_state(
+        job_id,
+        JobState.COMPLETING,
+        "requeue requested by alice",
+        T0 + 3,
+        stop_state=JobState.PENDING,
+    )
+    step.mirror(T0 + 4)  # scancel there
+    step.mirror(T0 + 5)  # its end seen: back in the queue, then sent again
+    assert cluster.jobs[first].state == "CANCELLED"
+    job = store.require(job_id)
+    assert (job.state, job.node, job.end_time) == (JobState.PENDING, None, None)
+    assert len(cluster.jobs) == 2
+    row = store.cluster_job(job_id)
+    assert row is not None and row.attempt == 2 and row.marker.endswith(f":{job_id}.2")

@@ -196,7 +196,22 @@ class ClusterJobsStep:
             assert row.cluster_id is not None
             to_cancel.append(row.cluster_id)
             return
-        if job.state is JobState.COMPLETING:
+        if job.state is JobState.COMPLETING and job.stop_state is JobState.PENDING:
+            # scontrol requeue: back in the queue as never run, to be sent again.
+            self.store.cluster_ended(
+                job.id,
+                JobState.PENDING,
+                job.reason,
+                now,
+                expect={JobState.COMPLETING},
+                end_time=None,
+                node=None,
+                start_time=None,
+                exit_code=None,
+                exit_signal=None,
+                stop_state=None,
+            )
+        elif job.state is JobState.COMPLETING:
             self.store.cluster_ended(
                 job.id,
                 job.stop_state or JobState.CANCELLED,

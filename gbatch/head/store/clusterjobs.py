@@ -52,7 +52,7 @@ class ClusterJobs(Transitions):
         return self._select_raw(
             "state = 'PENDING' AND held = 0"
             f" AND json_extract(spec, '$.partition') IN ({marks})"
-            " AND NOT EXISTS (SELECT 1 FROM cluster_jobs c WHERE c.job_id = jobs.id)"
+            " AND NOT EXISTS (SELECT 1 FROM cluster_jobs c WHERE c.job_id = jobs.id AND c.open = 1)"
             " ORDER BY id LIMIT ?",
             [*partitions, limit],
         )

@@ -239,3 +239,37 @@ def test_gbatch_never_sends_past_max_jobs_nor_twice(lab: Lab) -> None:
         lab.head.wait_state(job_id, "COMPLETED", timeout=120)
     markers = [comment.split(" ", 1)[0] for _, comment in lab.squeue().values()]
     assert len(markers) == 5 and len(set(markers)) == 5
+
+
+def test_the_clusters_pending_reason_and_refusal_come_back(lab: Lab) -> None:
+    cpus = subprocess.run(
+        ["docker", "exec", lab.cluster.container.get_container_id(), "nproc", "--all"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
+    first = lab.head.sbatch("-p", "uni", "-c", cpus, "--wrap", "sleep 300")
+    lab.head.wait_state(first, "RUNNING", timeout=90)
+    second = lab.head.sbatch("-p", "uni", "-c", cpus, "--wrap", "true")
+    wait_for(
+        lambda: (lab.head.polled(second) or {}).get("reason") == "Resources",
+        60,
+        "the cluster's pending reason",
+    )
+    queue = lab.head.run("squeue", "-p", "uni", check=True).stdout
+    assert f"{second}" in queue and "(Resources)" in queue, queue
+    # More CPUs than its partition has: the cluster keeps it pending, and says why.
+    never = lab.head.sbatch("-p", "uni", "-c", "999", "--wrap", "true")
+    wait_for(
+        lambda: (lab.head.polled(never) or {}).get("reason") == "PartitionConfig",
+        60,
+        "the cluster's PartitionConfig reason",
+    )
+    # GPUs of a cluster that has none: sbatch refuses it, and the job fails saying so.
+    refused = lab.head.sbatch("-p", "uni", "--gpus", "1", "--wrap", "true")
+    record = lab.head.wait_state(refused, "FAILED", timeout=60)
+    assert "cluster uni refused it: sbatch: error:" in str(record["reason"]), record
+    lab.head.run("scancel", str(first), str(second), str(never), check=True)
+    for job_id in (first, second, never):
+        lab.head.wait_state(job_id, "CANCELLED", timeout=60)

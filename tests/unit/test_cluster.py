@@ -497,3 +497,22 @@ def test_a_requeued_cluster_job_is_cancelled_there_and_sent_again(store: Store) 
     assert len(cluster.jobs) == 2
     row = store.cluster_job(job_id)
     assert row is not None and row.attempt == 2 and row.marker.endswith(f":{job_id}.2")
+
+
+def test_a_job_cancelled_here_while_a_pass_mirrors_it_is_cancelled_there_next_pass(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = FakeCluster()
+    step = _step(store, cluster)
+    (job_id,) = _submit(store)
+    step.mirror(T0 + 1)
+    (backend_id,) = cluster.jobs
+    cluster.set(backend_id, "RUNNING", nodes="c01")
+    stale = store.cluster_jobs("uni")  # read before the cancel below
+    store.cancel_pending([job_id], "cancelled by alice", T0 + 2)
+    with monkeypatch.context() as patched:
+        patched.setattr(store, "cluster_jobs", lambda name: stale)
+        step.mirror(T0 + 3)  # its start is refused: the job is no longer pending
+    assert store.require(job_id).state is JobState.CANCELLED
+    step.mirror(T0 + 4)
+    assert cluster.jobs[backend_id].state == "CANCELLED"

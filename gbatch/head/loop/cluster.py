@@ -26,10 +26,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from gbatch.core.crashpoints import crash_point
-from gbatch.core.model import FINAL_STATES, Job, JobState
+from gbatch.core.model import FINAL_STATES, IllegalTransition, Job, JobState
 from gbatch.head.store import ClusterJob, Store
 from gbatch.nodes.backend import Backend, BackendDown, BackendRefused, Observation
 from gbatch.nodes.cluster import SLURM_FINAL, job_marker, refusal
@@ -55,6 +55,18 @@ _SLURM_ENDS: Mapping[str, JobState] = {
     "OUT_OF_MEMORY": JobState.OUT_OF_MEMORY,
     "PREEMPTED": JobState.PREEMPTED,
 }
+
+
+@dataclass
+class _Pass:
+    """What one pass learned of a partition's cluster, and what it owes it."""
+
+    observed: Mapping[str, Observation]  # squeue's answer, by cluster id
+    by_marker: Mapping[str, Observation]  # the same, by the marker in its comment
+    gone: Mapping[str, Observation]  # sacct's answer for those squeue forgot
+    to_cancel: list[str] = field(default_factory=list)  # cluster ids to scancel
+    unsent: list[tuple[ClusterJob, Job]] = field(default_factory=list)  # intents to send
+    reasons: list[tuple[int, str]] = field(default_factory=list)  # pending reasons changed
 
 
 def end_state(slurm_state: str) -> JobState:
@@ -143,45 +155,53 @@ class ClusterJobsStep:
             if row.cluster_id is not None and row.cluster_id not in observed
         ]
         gone = backend.observe_gone(missing) if missing else {}
-        to_cancel: list[str] = []
-        unsent: list[tuple[ClusterJob, Job]] = []
-        reasons: list[tuple[int, str]] = []  # pending reasons changed, written at once
+        seen_now = _Pass(observed, by_marker, gone)
         for row, job in rows:
-            if row.cluster_id is None:
-                found = by_marker.get(row.marker)
-                if found is None:
-                    if job.state is JobState.PENDING:
-                        unsent.append((row, job))  # never reached the cluster
-                    else:
-                        self.store.close_cluster_job(job.id)
-                    continue
-                self.store.record_cluster_id(
-                    job.id,
-                    found.backend_id,
-                    f"found on cluster {name} as job {found.backend_id}",
-                    now,
-                )
-                row = replace(row, cluster_id=found.backend_id)
-                job = self.store.get(job.id) or job
-            assert row.cluster_id is not None
-            seen = observed.get(row.cluster_id) or gone.get(row.cluster_id)
-            if job.state in FINAL_STATES or job.state is JobState.COMPLETING:
-                self._ended_here(row, job, seen, to_cancel, now)
+            try:
+                self._mirror_row(name, row, job, seen_now, now)
+            except IllegalTransition:
+                # Changed here meanwhile (a cancel, a hold): the next pass sees it.
                 continue
-            if seen is None:
-                self.store.cluster_ended(
-                    job.id,
-                    JobState.FAILED,
-                    f"cluster {name} has no record of its job {row.cluster_id} (lost or purged)",
-                    now,
-                    expect={job.state},
-                )
-                continue
-            self._mirror_one(name, row, job, seen, reasons, now)
-        self.store.cluster_reasons(reasons)
-        if to_cancel:
-            backend.cancel(to_cancel)
-        self._send(name, backend, unsent, now)
+        self.store.cluster_reasons(seen_now.reasons)
+        if seen_now.to_cancel:
+            backend.cancel(seen_now.to_cancel)
+        self._send(name, backend, seen_now.unsent, now)
+
+    def _mirror_row(
+        self, name: str, row: ClusterJob, job: Job, seen_now: _Pass, now: float
+    ) -> None:
+        """One open job: adopted by its marker, cancelled there, lost, or mirrored."""
+        if row.cluster_id is None:
+            found = seen_now.by_marker.get(row.marker)
+            if found is None:
+                if job.state is JobState.PENDING:
+                    seen_now.unsent.append((row, job))  # never reached the cluster
+                else:
+                    self.store.close_cluster_job(job.id)
+                return
+            self.store.record_cluster_id(
+                job.id,
+                found.backend_id,
+                f"found on cluster {name} as job {found.backend_id}",
+                now,
+            )
+            row = replace(row, cluster_id=found.backend_id)
+            job = self.store.get(job.id) or job
+        assert row.cluster_id is not None
+        seen = seen_now.observed.get(row.cluster_id) or seen_now.gone.get(row.cluster_id)
+        if job.state in FINAL_STATES or job.state is JobState.COMPLETING:
+            self._ended_here(row, job, seen, seen_now.to_cancel, now)
+            return
+        if seen is None:
+            self.store.cluster_ended(
+                job.id,
+                JobState.FAILED,
+                f"cluster {name} has no record of its job {row.cluster_id} (lost or purged)",
+                now,
+                expect={job.state},
+            )
+            return
+        self._mirror_one(name, row, job, seen, seen_now.reasons, now)
 
     def _ended_here(
         self,

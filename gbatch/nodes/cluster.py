@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from gbatch.core.model import Job, JobSpec
+from gbatch.core.submitenv import is_env_name
 from gbatch.nodes.backend import BackendDown, BackendRefused, Observation
 from gbatch.nodes.base import HostError
 from gbatch.nodes.inventory import Partition, SlurmCluster
@@ -134,7 +135,8 @@ def batch_script(job: Job) -> bytes:
     lines = [
         "#!/bin/sh",
         f"# gbatch job {job.id} of {job.user}, sent by the gbatch head",
-        *(f"export {name}={shlex.quote(value)}" for name, value in job.spec.env),
+        # Names were checked at submit; checked again, as they are not quoted.
+        *(f"export {name}={shlex.quote(v)}" for name, v in job.spec.env if is_env_name(name)),
         f"exec {shlex.join(job.spec.command)}",
         "",
     ]

@@ -516,3 +516,17 @@ def test_a_job_cancelled_here_while_a_pass_mirrors_it_is_cancelled_there_next_pa
     assert store.require(job_id).state is JobState.CANCELLED
     step.mirror(T0 + 4)
     assert cluster.jobs[backend_id].state == "CANCELLED"
+
+
+def test_shell_text_in_a_jobs_command_env_and_name_stays_words() -> None:
+    import shlex
+
+    from gbatch.nodes.cluster import sbatch_argv
+
+    evil = "$(touch /tmp/pwned); `id`"
+    job = _job(name=evil, command=("/bin/sh", "-c", evil, "x"), env=(("A", evil), ("B;C", "x")))
+    lines = batch_script(job).decode().splitlines()
+    assert lines[2] == f"export A={shlex.quote(evil)}" and "B;C" not in "".join(lines)
+    assert shlex.split(lines[-1]) == ["exec", "/bin/sh", "-c", evil, "x"]
+    argv = sbatch_argv(job, CLUSTER, "gbatch:h:7.1")
+    assert shlex.split(shlex.join(argv)) == argv and f"--job-name={evil}" in argv

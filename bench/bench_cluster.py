@@ -65,6 +65,10 @@ class Counted:
         self.calls["scancel"] += 1
         self.backend.cancel(backend_ids)
 
+    def hold(self, backend_ids: Sequence[str], held: bool) -> None:
+        self.calls["hold" if held else "release"] += 1
+        self.backend.hold(backend_ids, held)
+
     def read_log(self, job: Job, offset: int, limit: int) -> bytes:
         return self.backend.read_log(job, offset, limit)
 

@@ -77,6 +77,10 @@ class Backend(Protocol):
         """Cancel those jobs (one call for all)."""
         ...
 
+    def hold(self, backend_ids: Sequence[str], held: bool) -> None:
+        """Hold (or release) those pending jobs (one call for all)."""
+        ...
+
     def read_log(self, job: Job, offset: int, limit: int) -> bytes:
         """Up to `limit` bytes of the job's output from `offset` (b'' when none yet)."""
         ...

@@ -319,6 +319,11 @@ class SlurmBackend:
         if backend_ids:
             self._run(["scancel", *backend_ids])
 
+    def hold(self, backend_ids: Sequence[str], held: bool) -> None:
+        # A job the cluster started meanwhile refuses a hold: the next pass sees it run.
+        if backend_ids:
+            self._run(["scontrol", "hold" if held else "release", ",".join(backend_ids)])
+
     def read_log(self, job: Job, offset: int, limit: int) -> bytes:
         path = f"{self.cluster.workdir}/{output_file(job)}"
         _, out, _ = self._run(

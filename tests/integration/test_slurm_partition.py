@@ -62,6 +62,26 @@ class Lab:
             jobs[job_id.strip()] = (state.strip(), comment.strip())
         return jobs
 
+    def reason_there(self, cluster_id: str) -> str:
+        """The cluster's own pending reason for its job `cluster_id`."""
+        return subprocess.run(
+            [
+                "docker",
+                "exec",
+                self.cluster.container.get_container_id(),
+                "squeue",
+                "-h",
+                "-j",
+                cluster_id,
+                "-o",
+                "%r",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
+
     def cluster_id(self, job_id: int) -> str:
         """The cluster's id of gbatch job `job_id` (from its marker in the comment)."""
         for cluster_id, (_, comment) in self.squeue().items():
@@ -241,7 +261,7 @@ def test_gbatch_never_sends_past_max_jobs_nor_twice(lab: Lab) -> None:
     assert len(markers) == 5 and len(set(markers)) == 5
 
 
-def test_the_clusters_pending_reason_and_refusal_come_back(lab: Lab) -> None:
+def test_the_clusters_pending_reasons_holds_and_refusals_come_back(lab: Lab) -> None:
     cpus = subprocess.run(
         ["docker", "exec", lab.cluster.container.get_container_id(), "nproc", "--all"],
         capture_output=True,
@@ -259,6 +279,12 @@ def test_the_clusters_pending_reason_and_refusal_come_back(lab: Lab) -> None:
     )
     queue = lab.head.run("squeue", "-p", "uni", check=True).stdout
     assert f"{second}" in queue and "(Resources)" in queue, queue
+    # scontrol hold and release reach the cluster.
+    there = lab.cluster_id(second)
+    lab.head.run("scontrol", "hold", str(second), check=True)
+    wait_for(lambda: lab.reason_there(there) == "JobHeldUser", 30, "the hold to reach the cluster")
+    lab.head.run("scontrol", "release", str(second), check=True)
+    wait_for(lambda: lab.reason_there(there) == "Resources", 30, "the release to reach it")
     # More CPUs than its partition has: the cluster keeps it pending, and says why.
     never = lab.head.sbatch("-p", "uni", "-c", "999", "--wrap", "true")
     wait_for(

@@ -196,7 +196,9 @@ class FakeCluster:
 
     def __init__(self) -> None:
         self.jobs: dict[str, Observation] = {}
-        self.calls: dict[str, int] = {"submit": 0, "observe": 0, "observe_gone": 0, "cancel": 0}
+        self.calls: dict[str, int] = dict.fromkeys(
+            ("submit", "observe", "observe_gone", "cancel", "hold", "release"), 0
+        )
         self.down = False
         self.refuse = ""
 
@@ -227,6 +229,12 @@ class FakeCluster:
         self.calls["cancel"] += 1
         for each in backend_ids:
             self.set(each, "CANCELLED", exit_code=0, signal=15)
+
+    def hold(self, backend_ids: Sequence[str], held: bool) -> None:
+        self._check()
+        self.calls["hold" if held else "release"] += 1
+        for each in backend_ids:
+            self.set(each, "PENDING", reason="JobHeldUser" if held else "Priority")
 
     def read_log(self, job: Job, offset: int, limit: int) -> bytes:
         return b""
@@ -530,3 +538,23 @@ def test_shell_text_in_a_jobs_command_env_and_name_stays_words() -> None:
     assert shlex.split(lines[-1]) == ["exec", "/bin/sh", "-c", evil, "x"]
     argv = sbatch_argv(job, CLUSTER, "gbatch:h:7.1")
     assert shlex.split(shlex.join(argv)) == argv and f"--job-name={evil}" in argv
+
+
+def test_hold_and_release_of_a_sent_job_are_forwarded_once_each(store: Store) -> None:
+    cluster = FakeCluster()
+    step = _step(store, cluster)
+    jobs = _submit(store, 2)
+    step.mirror(T0 + 1)
+    for job_id in jobs:
+        store.set_held(job_id, True, T0 + 2)
+    step.mirror(T0 + 3)
+    step.mirror(T0 + 4)
+    assert cluster.calls["hold"] == 1
+    assert {o.reason for o in cluster.jobs.values()} == {"JobHeldUser"}
+    assert {store.require(j).reason for j in jobs} == {"JobHeldUser"}
+    store.set_held(jobs[0], False, T0 + 5)
+    step.mirror(T0 + 6)
+    step.mirror(T0 + 7)
+    assert cluster.calls["release"] == 1
+    assert store.require(jobs[0]).reason == "Priority"
+    assert store.require(jobs[1]).reason == "JobHeldUser"

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gbatch.core.crashpoints import crash_point
-from gbatch.core.model import FINAL_STATES, IllegalTransition, Job, JobState
+from gbatch.core.model import FINAL_STATES, HELD_REASON, IllegalTransition, Job, JobState
 from gbatch.head.store import ClusterJob, Store
 from gbatch.nodes.backend import Backend, BackendDown, BackendRefused, Observation
 from gbatch.nodes.cluster import SLURM_FINAL, job_marker, refusal
@@ -42,6 +42,9 @@ log = logging.getLogger("gbatchd")
 POLL_SECONDS = 2.0
 DOWN_RETRY_SECONDS = 5.0
 
+# A pending job's reasons on the cluster that say it is held (by its user, or by the
+# cluster's admins, whose hold gbatch never releases).
+_HELD_THERE = frozenset({HELD_REASON, "JobHeldAdmin"})
 # Slurm's states in which the job holds nodes (mirrored as RUNNING).
 _SLURM_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING"})
 _SLURM_ENDS: Mapping[str, JobState] = {
@@ -67,6 +70,8 @@ class _Pass:
     to_cancel: list[str] = field(default_factory=list)  # cluster ids to scancel
     unsent: list[tuple[ClusterJob, Job]] = field(default_factory=list)  # intents to send
     reasons: list[tuple[int, str]] = field(default_factory=list)  # pending reasons changed
+    to_hold: list[str] = field(default_factory=list)  # held here, not yet there
+    to_release: list[str] = field(default_factory=list)  # released here, held there
 
 
 def end_state(slurm_state: str) -> JobState:
@@ -165,6 +170,10 @@ class ClusterJobsStep:
         self.store.cluster_reasons(seen_now.reasons)
         if seen_now.to_cancel:
             backend.cancel(seen_now.to_cancel)
+        if seen_now.to_hold:
+            backend.hold(seen_now.to_hold, True)
+        if seen_now.to_release:
+            backend.hold(seen_now.to_release, False)
         self._send(name, backend, seen_now.unsent, now)
 
     def _mirror_row(
@@ -201,7 +210,7 @@ class ClusterJobsStep:
                 expect={job.state},
             )
             return
-        self._mirror_one(name, row, job, seen, seen_now.reasons, now)
+        self._mirror_one(name, row, job, seen, seen_now, now)
 
     def _ended_here(
         self,
@@ -249,7 +258,7 @@ class ClusterJobsStep:
         row: ClusterJob,
         job: Job,
         seen: Observation,
-        reasons: list[tuple[int, str]],
+        seen_now: _Pass,
         now: float,
     ) -> None:
         state = seen.state
@@ -277,9 +286,19 @@ class ClusterJobsStep:
                 **_exit_fields(seen),
             )
             return
+        if job.state is not JobState.PENDING:
+            return
+        assert row.cluster_id is not None
+        held_there = seen.reason in _HELD_THERE
+        if job.held and not held_there and state == "PENDING":
+            seen_now.to_hold.append(row.cluster_id)  # scontrol hold here: there too
+            return
+        if not job.held and seen.reason == HELD_REASON:
+            seen_now.to_release.append(row.cluster_id)
+            return
         reason = seen.reason or "None"
-        if job.state is JobState.PENDING and job.reason != reason:
-            reasons.append((job.id, reason))
+        if job.reason != reason:
+            seen_now.reasons.append((job.id, reason))
 
     def _send(
         self,

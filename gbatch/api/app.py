@@ -322,6 +322,38 @@ class Api:
         )
         return await self.relay(http, request)
 
+    async def reservations(self, http: Request) -> Response:
+        """The reservations (as gbatch sinfo -T / scontrol show reservation)."""
+        return await self.relay(http, requests.ListReservations(name=http.query_params.get("name")))
+
+    async def book(self, http: Request) -> Response:
+        """POST /reservations: {"action": "create"|"update", "words": ["Key=Value", ...]}.
+
+        A user's own booking under user_reservations (scope submit); admins make the
+        others on the head (`gbatch scontrol`)."""
+        try:
+            body = await http.json()
+            action = body.get("action", "create")
+            words = tuple(body["words"])
+            if not all(isinstance(w, str) for w in words) or not isinstance(action, str):
+                raise TypeError
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return error(
+                "invalid",
+                'give {"action": "create", "words": ["ReservationName=NAME", "StartTime=...", '
+                '"Duration=...", "Users=YOU", "GPUs=N"]}',
+            )
+        _, response = await self.call(
+            http, requests.ChangeReservation(action=action, words=words), 201
+        )
+        return response
+
+    async def unbook(self, http: Request) -> Response:
+        """DELETE /reservations/{name}: a user's own booking (or an admin's request)."""
+        name = http.path_params["name"]
+        _, response = await self.call(http, requests.DeleteReservation(name=name))
+        return response
+
 
 def make_app(
     socket_path: Path,
@@ -351,6 +383,11 @@ def make_app(
         ("/jobs/{job}/{action}", api.act, ["POST"]),
     ]
     routes += [("/nodes", api.nodes, ["GET"]), ("/fairshare", api.fairshare, ["GET"])]
+    routes += [
+        ("/reservations", api.reservations, ["GET"]),
+        ("/reservations", api.book, ["POST"]),
+        ("/reservations/{name}", api.unbook, ["DELETE"]),
+    ]
     from gbatch.api.web import Web  # deferred with the app: jinja2
 
     async def submit(scope: Scope, receive: Receive, send: Send) -> None:

@@ -268,6 +268,37 @@ def document() -> dict[str, Any]:
                     ),
                 },
             },
+            "/reservations": {
+                "get": _op(
+                    "the reservations (as gbatch scontrol show reservation; records as "
+                    "docs/reservations.md shows them)",
+                    "read",
+                    _reply("{reservations: [...], now}"),
+                    params=[_query("name", "only this reservation")],
+                ),
+                "post": _op(
+                    "book GPUs for yourself under user_reservations (docs/reservations.md): "
+                    'a JSON body {"action": "create" or "update", "words": ["ReservationName='
+                    'NAME", "StartTime=now+1hour", "Duration=2:00:00", "Users=YOU", "GPUs=1"]}',
+                    "submit",
+                    _reply("{reservation}"),
+                ),
+            },
+            "/reservations/{name}": {
+                "delete": _op(
+                    "delete your own booking",
+                    "submit",
+                    _reply("{}"),
+                    params=[
+                        {
+                            "name": "name",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                )
+            },
             "/fairshare": {
                 "get": _op(
                     "fair-share usage and limits (as gbatch sshare)",

@@ -308,7 +308,12 @@ class Web:
         reply = await self.ask(http, requests.ListNodes())
         if isinstance(reply, Response):
             return reply
-        nodes = [_by_card(node) for node in reply["nodes"]]
+        from gbatch.core.reservations import windows_text
+
+        nodes = [
+            {**_by_card(node), "windows_text": windows_text(node.get("windows") or ())}
+            for node in reply["nodes"]
+        ]
         return self.page(http, "nodes.html", nodes=nodes, partitions=reply["partitions"])
 
     async def submit_form(self, http: Request) -> Response:

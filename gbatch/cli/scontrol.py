@@ -38,16 +38,26 @@ def add_parser(commands: Any) -> None:
         f"{', '.join(UPDATE_KEYS)}; Name= is JobName=; Gres=gpu[:TYPE]:N sets the GPUs and "
         "their type, NumGPUs=N the count alone; Features= (or Constraint=) the -C list; a pending "
         "job's fields, a running job's TimeLimit; raising a time limit or a priority "
-        "needs an admin, as in Slurm)",
+        "needs an admin, as in Slurm) | "
+        "gbatch scontrol create reservation ReservationName=demo StartTime=now+2minutes "
+        "Duration=2:00:00 Users=alice,bob Nodes=gpu01 (or GPUs=2 [GpuType=a100]) "
+        "[Groups=G] [PartitionName=P] [Flags=MAINT,IGNORE_JOBS,DAILY,WEEKLY] (admins) | "
+        "gbatch scontrol update ReservationName=demo Duration=3:00:00 (Flags+=X, Flags-=X) | "
+        "gbatch scontrol delete ReservationName=demo | "
+        "gbatch scontrol show reservation [NAME] (docs/reservations.md)",
     )
-    p.add_argument("action", choices=("show", "hold", "release", "requeue", "update"))
+    p.add_argument(
+        "action", choices=("show", "hold", "release", "requeue", "update", "create", "delete")
+    )
     p.add_argument(
         "args",
         nargs="+",
         metavar="ARG",
         help="`job [ID]` (N or N_K; no ID: every queued job), `node [NAME]`, "
-        "`partition [NAME]`, `qos [NAME]`, `hostnames [LIST]` or `hostlist LIST` for show; "
-        "`JobId=N KEY=VALUE...` for update; otherwise job ids: N (an array's id: all its "
+        "`partition [NAME]`, `qos [NAME]`, `reservation [NAME]`, `hostnames [LIST]` or "
+        "`hostlist LIST` for show; `JobId=N KEY=VALUE...` or `ReservationName=NAME "
+        "KEY=VALUE...` for update; `reservation KEY=VALUE...` for create; "
+        "`ReservationName=NAME` for delete; otherwise job ids: N (an array's id: all its "
         "tasks), N_K, N_[K-M], FIRST-LAST, and comma lists of those",
     )
     p.add_argument("--json", action="store_true", help="with show: JSON")
@@ -58,6 +68,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch.protocol import codec, requests
     from gbatch.render import scontrol
 
+    if args.action in ("create", "delete") or (
+        args.action == "update" and args.args[0].lower().startswith("reservation")
+    ):
+        return _change_reservation(args.action, args.args, ctx)
+    if args.action == "show" and args.args[0].lower() in ("reservation", "reservations", "res"):
+        return _show_reservations(args.args, ctx, args.json)
     if args.action == "update":
         target, changes = parse_update(args.args)
         reply = ctx.client.call(
@@ -219,6 +235,55 @@ def parse_update(words: list[str]) -> tuple[JobTarget, dict[str, str]]:
             Exit.USAGE,
         )
     return target, changes
+
+
+def _change_reservation(action: str, words: list[str], ctx: Context) -> int:
+    """scontrol create reservation KEY=VALUE... | update ReservationName=N KEY=VALUE... |
+    delete ReservationName=N (Slurm's words; the daemon reads them)."""
+    from gbatch.protocol import requests
+
+    if action == "create":
+        if words[0].lower() not in ("reservation", "res"):
+            raise CliError(
+                "usage: gbatch scontrol create reservation ReservationName=NAME "
+                "StartTime=TIME Duration=TIME Users=LIST (Nodes=LIST | GPUs=N) [Flags=...]",
+                Exit.USAGE,
+            )
+        words = words[1:]
+    if action == "delete":
+        if words and words[0].lower() in ("reservation", "res"):
+            words = words[1:]
+        key, _, name = (words[0] if len(words) == 1 else "").partition("=")
+        if len(words) != 1 or key.lower() not in ("reservationname", "reservation") or not name:
+            raise CliError("usage: gbatch scontrol delete ReservationName=NAME", Exit.USAGE)
+        ctx.client.call(requests.DeleteReservation(name=name))
+        print(f"Reservation {name} deleted")
+        return Exit.OK
+    reply = ctx.client.call(requests.ChangeReservation(action=action, words=tuple(words)))
+    name = reply["reservation"]["name"]
+    print(f"Reservation created: {name}" if action == "create" else f"Reservation {name} updated")
+    return Exit.OK
+
+
+def _show_reservations(words: list[str], ctx: Context, as_json: bool) -> int:
+    """scontrol show reservation [NAME]: Slurm's layout, a blank line between."""
+    import json
+
+    from gbatch.core.reservations import Reservation, format_show
+    from gbatch.protocol import requests
+
+    if len(words) > 2:
+        raise CliError("usage: gbatch scontrol show reservation [NAME]", Exit.USAGE)
+    reply = ctx.client.call(requests.ListReservations(name=words[1] if len(words) == 2 else None))
+    if as_json:
+        print(json.dumps({"reservations": reply["reservations"]}, indent=2))
+        return Exit.OK
+    found = [Reservation.from_dict(r) for r in reply["reservations"]]
+    if not found:
+        print("No reservations in the system")
+        return Exit.OK
+    print("\n\n".join(format_show(r, reply["now"]) for r in found))
+    return Exit.OK
 
 
 def _show_fleet(words: list[str], ctx: Context) -> int:

@@ -43,6 +43,13 @@ def add_parser(commands: Any) -> None:
         help="drained, down and not responding nodes: REASON USER TIMESTAMP NODELIST",
     )
     p.add_argument(
+        "-T",
+        "--reservation",
+        action="store_true",
+        help="the reservations (scontrol create reservation): RESV_NAME STATE START_TIME "
+        "END_TIME DURATION NODELIST",
+    )
+    p.add_argument(
         "-p",
         "--partition",
         action="append",
@@ -102,6 +109,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from gbatch.protocol import codec, requests
     from gbatch.render import sinfo
 
+    if args.reservation:
+        return _reservations(args, ctx)
     fmt = _format(args)
     reply = ctx.client.call(requests.ListNodes())
     nodes = [codec.node_from_wire(n) for n in reply["nodes"]]
@@ -129,4 +138,39 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             node_oriented=args.Node and not args.list_reasons,
         )
     )
+    return Exit.OK
+
+
+def _reservations(args: argparse.Namespace, ctx: Context) -> int:
+    """sinfo -T: one line per reservation, Slurm's columns."""
+    import time
+
+    from gbatch.core import hostlist
+    from gbatch.core.reservations import Reservation, duration_text, state
+    from gbatch.protocol import requests
+
+    reply = ctx.client.call(requests.ListReservations())
+    now = reply["now"]
+    rows = []
+    for record in reply["reservations"]:
+        found = Reservation.from_dict(record)
+        start, end = found.window(now) or (found.start, found.end)
+        rows.append(
+            (
+                found.name,
+                state(found, now),
+                time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
+                time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(end)),
+                duration_text(end - start),
+                hostlist.compress(found.node_names),
+            )
+        )
+    header = ("RESV_NAME", "STATE", "START_TIME", "END_TIME", "DURATION", "NODELIST")
+    if not rows and not args.noheader:
+        print("No reservations in the system")
+        return Exit.OK
+    width = max([14, *(len(r[0]) for r in rows)])
+    lines = [] if args.noheader else [header]
+    for row in [*lines, *rows]:
+        print(f"{row[0]:>{width}} {row[1]:>8} {row[2]:>19} {row[3]:>19} {row[4]:>11} {row[5]}")
     return Exit.OK

@@ -272,6 +272,9 @@ class JobSpec:
     mail_type: str | None = None  # mailed through the head's SMTP server (head/notify.py)
     mail_user: str | None = None
     comment: str | None = None
+    # --reservation: the reservation (scontrol create reservation) the job runs in; it
+    # runs only on that reservation's nodes/GPUs, within its window.
+    reservation: str | None = None
     # The task indices of the submission an array task belongs to (--array "1-5:2"),
     # for its position's index and SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP. Set by the
     # daemon, never by a file; stored and sent as its text.
@@ -523,6 +526,7 @@ _OPTIONAL_KEYS = (
     "gpu_type",
     "constraint",
     "gpu_shards",
+    "reservation",
 )
 
 
@@ -761,6 +765,10 @@ class Plan:
     # Running jobs to preempt (gbatch/head/scheduler.py preemptions): victim id -> the
     # pending job they make room for.
     preemptions: Mapping[int, int] = field(default_factory=dict)
+    # The jobs a reservation's window holds back (reason Reservation or ReqNodeNotAvail,
+    # Reserved for maintenance) -> that reservation's name (scontrol show job's event
+    # "held for reservation NAME").
+    held_for: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -802,6 +810,11 @@ class NodeInfo:
     # Its shareable GPUs, their shares and room (Fleet.card_shares, the planner's own
     # reckoning), by index.
     shares: tuple[CardShares, ...] = ()
+    # The reservations' windows on it now or to come (scontrol create reservation):
+    # (name, start, end, MAINT), soonest first; `maint`: a MAINT window is on now (sinfo
+    # shows it `maint`).
+    windows: tuple[tuple[str, float, float, bool], ...] = ()
+    maint: bool = False
 
     @property
     def all_features(self) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ import heapq
 import math
 import operator
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 
 from gbatch.core.constraints import parse as parse_constraint
@@ -30,6 +30,7 @@ from gbatch.core.model import (
 )
 from gbatch.core.qos import PREEMPTED_BY as PREEMPTED_BY
 from gbatch.core.qos import QosTable
+from gbatch.core.reservations import MAINT_REASON, RESERVATION_REASON
 from gbatch.head.fairshare import factors
 
 # Pending reasons, spelled as Slurm's squeue prints them.
@@ -1490,6 +1491,9 @@ class Planner:
         # ahead at, over the nodes seen): the jobs put in them since are looked at too.
         self._presettled: set[_Stream] = set()
         self._nodes_seen: object = None
+        # The queued jobs of a reservation (spec.reservation): while there are any, a
+        # pass is plan_reserved's, whole.
+        self._reserving: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -1504,6 +1508,8 @@ class Planner:
         self.discard(job.id)
         self._jobs[job.id] = job
         self._users[job.user] = self._users.get(job.user, 0) + 1
+        if job.spec.reservation is not None:
+            self._reserving.add(job.id)
         if reason is not None:
             self.reasons[job.id] = reason
         if job.held:
@@ -1563,6 +1569,7 @@ class Planner:
             return
         self.reasons.pop(job_id, None)
         self._ahead.pop(job_id, None)
+        self._reserving.discard(job_id)
         left = self._users[job.user] - 1
         if left:
             self._users[job.user] = left
@@ -1589,11 +1596,17 @@ class Planner:
         now: float,
         limits: Mapping[str, UserLimits] | None = None,
         use: Mapping[str, Use] | None = None,
+        windows: Sequence[Window] = (),
     ) -> Plan:
         """A pass over the queue as it is now: plan(queue, nodes, usage, now, limits, use).
 
-        Its reasons only where they changed (see the class).
+        Or plan_reserved(..., windows) while a reservation's window is on or to come.
+        Its reasons only where they changed (see the class). A pass with a window takes
+        the whole queue (plan_reserved's cost), and the next pass too; so does one while
+        a job of a reservation is queued.
         """
+        if self._reserving or any(window.end > now for window in windows):
+            return self._plan_whole(nodes, usage, now, limits, use, windows)
         seen = _what_nodes_are(nodes)
         if seen != self._nodes_seen:
             self._nodes_seen = seen
@@ -1704,6 +1717,44 @@ class Planner:
             self._fresh.setdefault(_stream(job), {})[job.id] = job
         return Plan(assignments=tuple(result.assignments), reasons=changed, starts=result.starts)
 
+    def _plan_whole(
+        self,
+        nodes: Sequence[NodeView],
+        usage: Mapping[str, float],
+        now: float,
+        limits: Mapping[str, UserLimits] | None,
+        use: Mapping[str, Use] | None,
+        windows: Sequence[Window],
+    ) -> Plan:
+        """plan_reserved over the whole queue, its reasons told where they changed; the
+        next pass takes every job again (nothing settled is kept)."""
+        jobs = self._jobs
+        pending = sorted(jobs.values(), key=lambda job: job.id)
+        result = plan_reserved(pending, nodes, usage, now, limits, use, windows)
+        before = self.reasons
+        changed: dict[int, str] = {}
+        for job_id, reason in result.reasons.items():
+            if before.get(job_id) != reason:
+                changed[job_id] = reason
+        for assignment in result.assignments:
+            before.pop(assignment.job_id, None)
+            changed.pop(assignment.job_id, None)
+        before.update(changed)
+        self._settled = {}
+        self._ahead = {}
+        self._presettled = set()
+        self._nodes_seen = None
+        self._fresh, self._fresh_held = {}, set()
+        for assignment in result.assignments:
+            job = jobs[assignment.job_id]
+            self._fresh.setdefault(_stream(job), {})[job.id] = job
+        return Plan(
+            assignments=tuple(result.assignments),
+            reasons=changed,
+            starts=result.starts,
+            held_for=result.held_for,
+        )
+
     def preempt(
         self,
         result: Plan,
@@ -1711,14 +1762,15 @@ class Planner:
         running: Sequence[Running],
         now: float,
         rules: PreemptRules,
+        windows: Sequence[Window] = (),
     ) -> Plan:
         """`result` (this pass's `plan`) with its preemptions, as plan() gives them.
 
         Reason Preemption is reported where it begins and where it ends (then the reason
-        the pass gave)."""
-        found = preemptions(
-            self._jobs.values(), self.reasons, result.assignments, nodes, running, now, rules
-        )
+        the pass gave). With reservations' `windows`, as plan_reserved: no job of a
+        reservation preempts, and no victim is taken on a node of a window."""
+        queue, nodes = _preemptable(self._jobs.values(), nodes, windows, now)
+        found = preemptions(queue, self.reasons, result.assignments, nodes, running, now, rules)
         changed = dict(result.reasons)
         old, new = self._preempting, found.waiting
         for job_id in new:
@@ -1730,7 +1782,7 @@ class Planner:
             if job_id in self._jobs and job_id in self.reasons:
                 changed[job_id] = self.reasons[job_id]
         self._preempting = new
-        return Plan(result.assignments, changed, result.starts, found.victims)
+        return replace(result, reasons=changed, preemptions=found.victims)
 
     def _settle(
         self,
@@ -2000,4 +2052,251 @@ def with_preemptions(result: Plan, found: Preemptions) -> Plan:
     reasons = dict(result.reasons)
     for job_id in found.waiting:
         reasons[job_id] = PREEMPTION
-    return Plan(result.assignments, reasons, result.starts, found.victims)
+    return replace(result, reasons=reasons, preemptions=found.victims)
+
+
+# ------------------------------------------------------------------- reservations
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A reservation's window as the planner sees it (gbatch/core/reservations.py).
+
+    The one on now or the next to come. `nodes`: whole nodes; `gpus`: (node, GPU ids)."""
+
+    name: str
+    start: float
+    end: float
+    maint: bool = False
+    nodes: frozenset[str] = frozenset()
+    gpus: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+
+def plan_reserved(
+    pending: Sequence[Job],
+    nodes: Sequence[NodeView],
+    usage: Mapping[str, float],
+    now: float,
+    limits: Mapping[str, UserLimits] | None = None,
+    use: Mapping[str, Use] | None = None,
+    windows: Sequence[Window] = (),
+    outsiders: Callable[[Sequence[Job], Sequence[NodeView]], Plan] | None = None,
+    running: Sequence[Running] = (),
+    rules: PreemptRules | None = None,
+) -> Plan:
+    """plan() with reservations: what a window keeps goes to its jobs only.
+
+    Without a window on now or to come, nor a job of a reservation, exactly plan().
+    Else, in this order:
+
+    1. Each window on now plans its own jobs (`spec.reservation` its name) over its
+       nodes and GPUs alone (`_members_view`), whatever their partition; those of a
+       window still to come, or of no window (one deleted or over), wait with reason
+       "Reservation".
+    2. Every other job plans over the nodes less the GPUs (and whole nodes) of every
+       window on now or to come (`_outsiders_view`): none of them starts there.
+       `outsiders(jobs, views)` runs this pass (the incremental Planner's; default plan()).
+    3. Backfill before a window: for each window to come, by start, the jobs step 2 left
+       waiting whose time limit ends by its start (a job without one never does) plan
+       over its GPUs (less those of windows starting earlier).
+    4. A job left waiting that asks no more GPUs than a window's node has free now gets
+       that window's reason: "ReqNodeNotAvail, Reserved for maintenance" (MAINT) or
+       "Reservation".
+
+    5. Preemption (`running`, `rules`, as plan()'s): only by jobs of no reservation, and
+       never of a job on a node that holds a GPU of a window on now or to come
+       (`_preemptable`): a victim's GPUs there may be the window's (Running does not
+       say which GPUs a job holds), which its preemptor could not take.
+
+    Windows do not overlap on a GPU (the daemon refuses such a reservation). A user's
+    limits count the starts of the steps before. Only the outsiders' pass reserves (its
+    blocked job's expected start). Jobs across nodes are placed by the same passes, each
+    over its view: a job of no window gets no GPU (and no whole node) of a window, a
+    job of a window only its GPUs and nodes."""
+    live = sorted((w for w in windows if w.end > now), key=lambda w: (w.start, w.name))
+    if not live and not any(job.spec.reservation is not None for job in pending):
+        if outsiders is not None:
+            made = outsiders(pending, nodes)
+            if not running or rules is None:
+                return made
+            found = preemptions(pending, made.reasons, made.assignments, nodes, running, now, rules)
+            return with_preemptions(made, found)
+        return plan(pending, nodes, usage, now, limits, use, running, rules)
+    assignments: list[Assignment] = []
+    reasons: dict[int, str] = {}
+    held_for: dict[int, str] = {}
+    held: dict[str, Use] = dict(use or {})
+    by_name = {w.name: w for w in live}
+    members: dict[str, list[Job]] = {}
+    others: list[Job] = []
+    for job in pending:
+        name = job.spec.reservation
+        if name is None:
+            others.append(job)
+        elif job.held:
+            reasons[job.id] = HELD
+        elif name in by_name and by_name[name].start <= now:
+            # On the reservation's nodes, whatever partition it was queued in.
+            members.setdefault(name, []).append(
+                replace(job, spec=replace(job.spec, partition=None))
+            )
+        else:
+            reasons[job.id] = RESERVATION_REASON
+            held_for[job.id] = name
+    jobs_by_id = {job.id: job for job in pending}
+
+    def took(result: Plan) -> None:
+        for each in result.assignments:
+            assignments.append(each)
+            job = jobs_by_id[each.job_id]
+            was = held.get(job.user, Use())
+            held[job.user] = Use(was.running_jobs + 1, was.gpus + job.spec.total_gpus)
+
+    for name, jobs in sorted(members.items()):
+        mine = by_name[name]
+        # Less the GPUs of the windows that begin before this one ends.
+        besides = [w for w in live if w is not mine and w.start < mine.end]
+        result = plan(jobs, _members_view(nodes, mine, besides), usage, now, limits, held)
+        took(result)
+        reasons.update(result.reasons)
+    views = _outsiders_view(nodes, live)
+    if outsiders is not None:
+        main = outsiders(others, views)
+    else:
+        main = plan(others, views, usage, now, limits, held)
+    took(main)
+    waiting = {job_id: reason for job_id, reason in main.reasons.items()}
+    started = {each.job_id for each in assignments}
+    for index, window in enumerate(live):
+        if window.start <= now:
+            continue
+        fits = [
+            job
+            for job in others
+            if job.id not in started
+            and not job.held
+            and job.time_limit is not None
+            and now + job.time_limit <= window.start
+        ]
+        if not fits:
+            continue
+        earlier = [w for w in live[:index] if w.start < window.start]
+        result = plan(fits, _members_view(nodes, window, earlier), usage, now, limits, held)
+        took(result)
+        for each in result.assignments:
+            started.add(each.job_id)
+            waiting.pop(each.job_id, None)
+    free_by_node = {node.name: len(node.free_gpus) for node in nodes if node.available}
+    for job_id, reason in waiting.items():
+        if reason in (RESOURCES, PRIORITY) and job_id not in started:
+            gpus = jobs_by_id[job_id].spec.gpus
+            for window in live:
+                names = window.nodes or {node for node, _ in window.gpus}
+                if any(free_by_node.get(node, -1) >= gpus for node in names):
+                    reason = MAINT_REASON if window.maint else RESERVATION_REASON
+                    held_for[job_id] = window.name
+                    break
+        reasons[job_id] = reason
+    for job_id in started:
+        reasons.pop(job_id, None)
+    made = Plan(
+        assignments=tuple(assignments), reasons=reasons, starts=main.starts, held_for=held_for
+    )
+    if not running or rules is None:
+        return made
+    queue, open_nodes = _preemptable(pending, nodes, live, now)
+    found = preemptions(queue, reasons, assignments, open_nodes, running, now, rules)
+    return with_preemptions(made, found)
+
+
+def _preemptable(
+    pending: Iterable[Job], nodes: Sequence[NodeView], windows: Sequence[Window], now: float
+) -> tuple[list[Job], list[NodeView]]:
+    """The jobs that may preempt and the nodes victims may be taken on, with `windows`.
+
+    The simplest rule that keeps a window's GPUs to its jobs: a job of a reservation
+    preempts nothing, and no job is preempted on a node holding a GPU (or the whole node)
+    of a window on now or to come. Without such a window: all of them."""
+    kept: set[str] = set()
+    for window in windows:
+        if window.end > now:
+            kept.update(window.nodes)
+            kept.update(name for name, _ in window.gpus)
+    queue = [job for job in pending if job.spec.reservation is None]
+    return queue, [node for node in nodes if node.name not in kept]
+
+
+def _outsiders_view(nodes: Sequence[NodeView], windows: Sequence[Window]) -> list[NodeView]:
+    """The nodes as a job of no window sees them: each window's whole nodes closed (none
+    of their GPUs free, nothing else starts there, their GPUs free at the window's
+    end), each window's GPUs not free. Sizes unchanged: what a job could ever get
+    (BadConstraints) stays as it was."""
+    whole: dict[str, float] = {}
+    hidden: dict[str, set[int]] = {}
+    for window in windows:
+        for name in window.nodes:
+            whole[name] = max(whole.get(name, 0.0), window.end)
+        for name, ids in window.gpus:
+            hidden.setdefault(name, set()).update(ids)
+    views: list[NodeView] = []
+    for node in nodes:
+        if node.name in whole:
+            views.append(
+                replace(
+                    node,
+                    free_gpus=(),
+                    free_slices=(),
+                    share_room=(),
+                    whole=True,
+                    releases=((whole[node.name], node.gpus_total),),
+                    typed_releases=(),
+                )
+            )
+        elif node.name in hidden:
+            gone = hidden[node.name]
+            views.append(
+                replace(
+                    node,
+                    free_gpus=tuple(i for i in node.free_gpus if i not in gone),
+                    share_room=tuple(r for r in node.share_room if r[0] not in gone),
+                )
+            )
+        else:
+            views.append(node)
+    return views
+
+
+def _members_view(
+    nodes: Sequence[NodeView], window: Window, besides: Sequence[Window]
+) -> list[NodeView]:
+    """The nodes as a job of `window` sees them: its whole nodes as they are, or on each
+    node of its GPUs those GPUs alone; less what the windows `besides` hold."""
+    reserved = dict(window.gpus)
+    views = [
+        node
+        for node in _outsiders_view(nodes, besides)
+        if node.name in window.nodes or node.name in reserved
+    ]
+    out: list[NodeView] = []
+    for node in views:
+        ids = reserved.get(node.name)
+        if ids is None:
+            out.append(node)
+            continue
+        mine = set(ids)
+        out.append(
+            replace(
+                node,
+                gpus_total=len(mine),
+                free_gpus=tuple(i for i in node.free_gpus if i in mine),
+                gpu_types=tuple(t for t in node.gpu_types if t[0] in mine),
+                free_slices=(),
+                releases=(),
+                typed_releases=(),
+                shareable=tuple(s for s in node.shareable if s[0] in mine),
+                share_room=tuple(r for r in node.share_room if r[0] in mine),
+                busy=False,
+                whole=False,
+            )
+        )
+    return out

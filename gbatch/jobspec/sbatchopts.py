@@ -269,6 +269,12 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--comment", metavar="TEXT", help="a comment, shown by scontrol show job")
     p.add_argument(
+        "--reservation",
+        metavar="NAME",
+        help="run in reservation NAME (scontrol show reservation): only on its nodes or "
+        "GPUs, within its window; only its users may",
+    )
+    p.add_argument(
         "--secret-env",
         dest="secret_env",
         action="append",

@@ -477,6 +477,17 @@ def check_mail_user(value: object, field: str) -> str:
     return value
 
 
+def check_reservation(value: object, field: str) -> str:
+    """One reservation name (scontrol create reservation); which exist is the daemon's."""
+    if not isinstance(value, str) or not PARTITION_NAME.fullmatch(value):
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a reservation name. Name one that "
+            "`gbatch scontrol show reservation` lists",
+        )
+    return value
+
+
 def check_comment(value: object, field: str) -> str:
     if not isinstance(value, str) or len(value) > 1024 or CONTROL_RE.search(value):
         raise SpecError(

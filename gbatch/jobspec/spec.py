@@ -48,6 +48,7 @@ from gbatch.jobspec.slurmopts import (
     check_open_mode,
     check_partition,
     check_qos,
+    check_reservation,
     check_time_limit,
     parse_export,
     parse_gpus,
@@ -87,6 +88,7 @@ KEYS = (
     "mail_type",
     "mail_user",
     "comment",
+    "reservation",
     "output",
     "error",
     "open_mode",
@@ -141,6 +143,7 @@ OVERRIDE_OPTION: Mapping[str, str] = {
     "mail_type": "--mail-type",
     "mail_user": "--mail-user",
     "comment": "--comment",
+    "reservation": "--reservation",
     "output": "-o/--output",
     "error": "-e/--error",
     "open_mode": "--open-mode",
@@ -858,6 +861,7 @@ _FIELD_CHECKS: dict[str, tuple[str, Callable[..., object]]] = {
         ("mail_type", "mail_type", check_mail_type),
         ("mail_user", "mail_user", check_mail_user),
         ("comment", "comment", check_comment),
+        ("reservation", "reservation", check_reservation),
         ("notify", "notify", check_notify),
     )
 }

@@ -570,6 +570,7 @@ def build_submit(
             "mail_type": args.mail_type,
             "mail_user": args.mail_user,
             "comment": args.comment,
+            "reservation": args.reservation,
             "notify": args.notify,
             "output": args.output,
             "error": args.error,

@@ -123,6 +123,7 @@ SUBMIT_OPTIONS: dict[str, str] = {
     "gpus_per_node": "--gpus-per-node",
     "nodelist": "--nodelist",
     "exclude": "--exclude",
+    "reservation": "--reservation",
 }
 
 SUBMIT_SCHEMA = _schema(
@@ -158,6 +159,7 @@ SUBMIT_SCHEMA = _schema(
         },
         "nodelist": _text("nodes the job must run on, a host list such as gpu[01-02] (-w)"),
         "exclude": _text("nodes the job must not run on, a host list (-x)"),
+        "reservation": _text("the reservation to run in (--reservation)"),
         "exclusive": {
             "type": "boolean",
             "description": "hold each node whole: all its GPUs, no other job beside (--exclusive)",

@@ -87,6 +87,11 @@ def refusal(spec: JobSpec, cluster: SlurmCluster, *, array: bool = False) -> str
         return "arrays cannot run on a cluster partition yet. Submit the tasks one by one"
     if spec.dependency is not None:
         return "--dependency is not supported on a cluster partition yet. Drop it"
+    if spec.reservation is not None:
+        return (
+            "--reservation names a reservation of the lab's nodes; a cluster partition "
+            "takes none (its admin sets the cluster's own). Drop it"
+        )
     if spec.secret_env:
         return "secret env values are not sent to a cluster. Drop secret_env"
     return None

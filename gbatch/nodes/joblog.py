@@ -475,6 +475,14 @@ class LogFollowers:
             thread = self._threads.get((job_id, attempt))
         return thread is not None and not thread.is_alive()
 
+    def forget(self, job_id: int, attempt: int) -> None:
+        """Drop the attempt's follower, alive or not, so the next follow() replays it.
+
+        For a stream known dead: a broken connection's."""
+        with self._lock:
+            self._threads.pop((job_id, attempt), None)
+            self._cut.discard((job_id, attempt))
+
     def wait(self, job_id: int, attempt: int, timeout: float = 5.0) -> bool:
         """Let the follower finish: the log is complete before the run is final.
 
@@ -486,7 +494,7 @@ class LogFollowers:
         """
         key = (job_id, attempt)
         with self._lock:
-            thread = self._threads.pop(key, None)
+            thread = self._threads.get(key)
         if thread is None:
             return True
         deadline = time.monotonic() + timeout
@@ -494,9 +502,13 @@ class LogFollowers:
             remaining = deadline - time.monotonic()
             with self._lock:
                 if remaining <= 0 or key in self._opening:
+                    # Kept: a later follow() must not start a second copy beside this
+                    # one (both would cut the log back and write), a later wait() waits.
                     return True
             thread.join(min(remaining, OPENING_POLL_SECONDS))
         with self._lock:
+            if self._threads.get(key) is thread:
+                del self._threads[key]
             if key in self._cut:
                 self._cut.discard(key)
                 return False

@@ -334,7 +334,11 @@ class LocalNode:
             if pids:
                 sessions.add(int(pids["shim"]))
             # A step's process leads its own session (gbatch/nodes/stepshim.py).
-            for step_dir in run_dir.glob(f"{STEP_DIR_PREFIX}*"):
+            try:
+                step_dirs = list(run_dir.glob(f"{STEP_DIR_PREFIX}*"))
+            except OSError:
+                continue  # removed since listed (the remover runs on its own thread)
+            for step_dir in step_dirs:
                 step_pids = _read_json(step_dir / "pids.json")
                 if step_pids:
                     sessions.add(int(step_pids["session"]))

@@ -39,8 +39,8 @@ BRIEF_SPEC_FIELDS = (
     "array_throttle",  # squeue's N_[4-15%2]
 )
 # Sent only when set (most jobs ask any GPU on any node): squeue's %b and %f; a share
-# of a GPU (%b) under its stored key, gpu_mem.
-_BRIEF_IF_SET = ("gpu_type", "constraint", "gpu_mem_mb", "gpu_shards", "qos")
+# of a GPU (%b) under its stored key, gpu_mem; squeue's %v.
+_BRIEF_IF_SET = ("gpu_type", "constraint", "gpu_mem_mb", "gpu_shards", "qos", "reservation")
 # Sent only when not the default: squeue's NODES (%D) and sacct's NNodes (issue 32).
 _BRIEF_IF_NOT_ONE = ("nodes",)
 _BRIEF_KEYS = {"gpu_mem_mb": "gpu_mem"}
@@ -168,6 +168,8 @@ def node_to_wire(node: NodeInfo) -> dict[str, Any]:
         "reason_user": node.reason_user,
         "features": list(node.features),
         **({"shares": [_card_to_wire(card) for card in node.shares]} if node.shares else {}),
+        **({"windows": [list(w) for w in node.windows]} if node.windows else {}),
+        **({"maint": True} if node.maint else {}),
     }
 
 
@@ -213,6 +215,10 @@ def node_from_wire(data: Mapping[str, Any]) -> NodeInfo:
         reason_user=data.get("reason_user", ""),
         features=tuple(data.get("features", ())),
         shares=tuple(_card_from_wire(card) for card in data.get("shares", ())),
+        windows=tuple(
+            (str(w[0]), float(w[1]), float(w[2]), bool(w[3])) for w in data.get("windows", ())
+        ),
+        maint=bool(data.get("maint", False)),
     )
 
 

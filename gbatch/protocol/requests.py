@@ -347,6 +347,29 @@ class ResumeNode(_Request, op="node_resume"):
     name: str
 
 
+class ChangeReservation(_Request, op="reservation_change"):
+    """Admins: `scontrol create|update reservation` with scontrol's Key=Value `words`.
+
+    `action` is "create" or "update". Replies {"reservation": its record}."""
+
+    action: str
+    words: tuple[str, ...]
+
+
+class DeleteReservation(_Request, op="reservation_delete"):
+    """Admins: `scontrol delete ReservationName=NAME`."""
+
+    name: str
+
+
+class ListReservations(_Request, op="reservations"):
+    """`scontrol show reservation [NAME]`, `sinfo -T`: every reservation, or `name`'s.
+
+    Replies {"reservations": [record, ...], "now"}."""
+
+    name: str | None = None
+
+
 class InstallAgent(_Request, op="node_install"):
     """Admins: copy the agent to `names` (none: every remote node). Replies {"results"}."""
 
@@ -584,6 +607,9 @@ Request = (
     | ReadLog
     | DrainNode
     | ResumeNode
+    | ChangeReservation
+    | DeleteReservation
+    | ListReservations
     | InstallAgent
     | GetHostKey
     | TrustHostKey

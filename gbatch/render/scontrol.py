@@ -217,6 +217,8 @@ def _slurm_option_lines(spec: JobSpec) -> list[str]:
         )
     if spec.comment is not None:
         lines.append(f"   Comment={printable(spec.comment)}")
+    if spec.reservation is not None:
+        lines.append(f"   Reservation={printable(spec.reservation)}")
     if spec.params:  # a parameter sweep's task
         lines.append(f"   Params={printable(params_text(spec.params))}")
     return lines

@@ -176,6 +176,8 @@ def sinfo_state(node: NodeInfo, *, long: bool) -> str:
     the head cannot trust the host) is Slurm's not-responding `*` after the state its
     GPUs are in.
     """
+    if node.maint and node.state is not NodeState.DOWN:  # a MAINT reservation's window
+        return "maint"
     if node.state is NodeState.DRAINED:
         if node.gpus_allocated:
             return "draining" if long else "drng"

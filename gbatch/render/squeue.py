@@ -159,6 +159,7 @@ _SQUEUE_COLUMNS: Mapping[str, _Column] = {
     "Z": _Column("WORK_DIR", lambda j, _: _workdir(j)),
     # The nodes a pending job is expected to start on: gbatch keeps no such list.
     "Y": _Column("SCHEDNODES", lambda j, _: "(null)"),
+    "v": _Column("RESERVATION", lambda j, _: printable(j.spec.reservation or "(null)")),
 }
 
 
@@ -194,6 +195,7 @@ _SQUEUE_FIELDS: Mapping[str, str] = {
     "dependency": "E",
     "schednodes": "Y",
     "feature": "f",
+    "reservation": "v",
 }
 
 
@@ -299,6 +301,7 @@ _SQUEUE_FIELD_NAMES = (
     "Dependency",
     "SchedNodes",
     "Feature",
+    "Reservation",
 )
 
 
@@ -350,7 +353,7 @@ def format_squeue(
 _PENDING = JobState.PENDING  # a global: Enum member access through the class is slow
 
 
-_SPEC_CELLS = frozenset("PjblQpCmkoZ")  # read job.spec alone (l: its time_limit)
+_SPEC_CELLS = frozenset("PjblQpCmkoZv")  # read job.spec alone (l: its time_limit)
 
 
 # Keys by id(): every job and spec lives until the rows are drawn, and neither a frozen

@@ -124,7 +124,7 @@ class RootInContainers:
 SMTP_TLS = ("starttls", "implicit")
 
 # What an admin webhook may ask for: the jobs' events (mail types' names) and the nodes'.
-NODE_EVENTS = ("NODE_DOWN", "GPU_FOREIGN", "DISK_FULL")
+NODE_EVENTS = ("NODE_DOWN", "GPU_FOREIGN", "DISK_FULL", "RESV_START", "RESV_END")
 # The head's own store cannot write (a full disk): told to admins' webhooks directly, not
 # through the outbox, which lives on that disk (gbatch/head/outbox.py tell_store_full).
 STORE_FULL_EVENT = "STORE_FULL"
@@ -284,6 +284,9 @@ class Config:
     notify_retry_seconds: float = 30.0
     # Delivered outbox rows are deleted this long after their delivery.
     notify_retention_days: float = 7.0
+    # Reservations users may make for themselves (docs/reservations.md): up to this many
+    # GPU-hours a week each (GPUs=N only, Users= themselves); 0: only admins make them.
+    user_reservations: float = 0.0
     # Idle GPU hoarders (IdleGpuPolicy); None (`idle_gpu: false`): not watched.
     idle_gpu: IdleGpuPolicy | None = IdleGpuPolicy()
     # A running job whose own processes use more GPU memory than its budget (--gpu-mem)
@@ -335,6 +338,7 @@ _FLOAT_KEYS = {
     "interactive_grace_seconds",
     "notify_retry_seconds",
     "notify_retention_days",
+    "user_reservations",
 }
 
 

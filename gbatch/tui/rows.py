@@ -15,6 +15,7 @@ from typing import Any
 from gbatch.core.jobids import job_label
 from gbatch.core.labels import printable
 from gbatch.core.model import Gpu, Job, JobState, NodeInfo, NodeState
+from gbatch.core.reservations import windows_text
 from gbatch.core.shares import card_text
 from gbatch.render import squeue
 from gbatch.render.cells import node_reason
@@ -266,7 +267,12 @@ def node_rows(nodes: Sequence[NodeInfo], owners: Mapping[int, str]) -> list[Node
     rows = []
     for node in nodes:
         name = f"{printable(node.name)} {node.gpus_allocated}/{node.gpus_total} alloc"
-        cells = (name, node.state.value, "", "", "", "", node_reason(node))
+        note = node_reason(node)
+        if node.windows:  # the reservations' windows on it, now or to come
+            window = "resv " + windows_text(node.windows)
+            note = f"{note}; {window}" if note else window
+        state = "maint" if node.maint else node.state.value
+        cells = (name, state, "", "", "", "", note)
         rows.append(NodeRow(f"node:{node.name}", cells, node_state=node.state))
         rows.extend(_gpu_row(node, gpu, owners) for gpu in node.gpus_by_card)
     return rows

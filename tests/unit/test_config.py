@@ -149,6 +149,7 @@ def test_config_file_with_every_key_is_read(
         " events: [FAIL, NODE_DOWN], form: slack}]\n"
         "notify_retry_seconds: 5\n"
         "notify_retention_days: 2\n"
+        "user_reservations: 8\n"
         "webhook_prefixes_allowed: ['https://hooks.slack.com/services/']\n"
         "idle_gpu: {threshold_percent: 10, after_minutes: 20, cancel_after_minutes: 60}\n"
         "gpu_mem_policy: warn\n"
@@ -208,6 +209,7 @@ def test_config_file_with_every_key_is_read(
         ),
         notify_retry_seconds=5.0,
         notify_retention_days=2.0,
+        user_reservations=8.0,
         webhook_prefixes_allowed=("https://hooks.slack.com/services/",),
         idle_gpu=IdleGpuPolicy(10.0, 20.0, 60.0),
         gpu_mem_policy="warn",
@@ -271,6 +273,7 @@ def test_every_config_key_is_a_config_field() -> None:
         "webhooks",
         "notify_retry_seconds",
         "notify_retention_days",
+        "user_reservations",
         "webhook_prefixes_allowed",
         "idle_gpu",
         "gpu_mem_policy",

@@ -197,6 +197,22 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
         (requests.ListNodes(), "nodes"),
         (requests.DrainNode(name="local", reason="fan noise"), None),
         (requests.ResumeNode(name="local"), None),
+        (
+            requests.ChangeReservation(
+                action="create",
+                words=(
+                    "ReservationName=r",
+                    "StartTime=now+1days",
+                    "Duration=10",
+                    "Users=a",
+                    "Nodes=local",
+                    "Flags=IGNORE_JOBS",
+                ),
+            ),
+            "reservation",
+        ),
+        (requests.ListReservations(), "reservations"),
+        (requests.DeleteReservation(name="r"), None),
         (requests.InstallAgent(names=("local",)), "results"),
         (requests.GetHostKey(name="local"), "invalid"),  # the local node has no SSH key
         (requests.TrustHostKey(name="local", fingerprint="SHA256:x"), "invalid"),

@@ -15,7 +15,15 @@ from gbatch.core.limits import Use, UserLimits
 from gbatch.core.model import Job, JobSpec, JobState, NodeView
 from gbatch.core.qos import parse_qos
 from gbatch.head import scheduler
-from gbatch.head.scheduler import PREEMPTION, PRIORITY, Planner, Running, plan
+from gbatch.head.scheduler import (
+    PREEMPTION,
+    PRIORITY,
+    Planner,
+    Running,
+    Window,
+    plan,
+    plan_reserved,
+)
 
 NOW = 1_700_000_000.0
 USERS = ("alice", "bob", "carol")
@@ -35,6 +43,7 @@ def make_job(job_id: int, draw: st.DrawFn, simple: bool = False) -> Job:
         image=draw(st.sampled_from((None, None, "img"))),
         cpus=draw(st.sampled_from((None, None, 2, 16))),
         constraint=draw(st.sampled_from((None, None, None, "nvlink", "a100|ib"))),
+        reservation=draw(st.sampled_from((None, None, None, None, "r1", "r2"))),
         qos=draw(st.sampled_from((None, None, "high", "scavenger"))),
     )
     if simple:
@@ -70,6 +79,20 @@ LAYOUTS = ((), ("a100",) * GPUS, ("rtx3090", "rtx4090", "", "rtx4090"), ("a100",
 SLICES = ((), (), ("a100_1g.10gb",) * 3, ("a100_3g.40gb", "a100_1g.10gb", "h100_1g.10gb"))
 ASKED = (None, None, "a100", "rtx4090", "1g.10gb", "a100_1g.10gb", "a100_3g.40gb")
 ENDS = (NOW + 30, NOW + 600, NOW + 7200, float("inf"))
+
+
+def draw_windows(draw: st.DrawFn) -> list[Window]:
+    """Reservations (issue 33): none, or r1 (node n0 whole) and r2 (two GPUs of n1), each
+    on now, to come or over."""
+    times = ((NOW - 100, NOW + 500), (NOW + 300, NOW + 4000), (NOW - 900, NOW - 10))
+    windows = []
+    if draw(st.booleans()):
+        start, end = draw(st.sampled_from(times))
+        windows.append(Window("r1", start, end, maint=draw(st.booleans()), nodes=frozenset({"n0"})))
+    if draw(st.booleans()):
+        start, end = draw(st.sampled_from(times))
+        windows.append(Window("r2", start, end, gpus=(("n1", (0, 1)),)))
+    return windows
 
 
 CARD_MIB = 81920
@@ -210,11 +233,22 @@ def _passes_equal_a_full_plan(data: st.DataObject, *, simple: bool) -> None:
     usage: dict[str, float] = {}
     limits: dict[str, UserLimits] = {}
     use: dict[str, Use] = {}
+    windows: list[Window] = []
     for _ in range(draw(st.integers(1, 8))):
         for _ in range(draw(st.integers(0, 6))):
             change = draw(
                 st.sampled_from(
-                    ("submit", "submit", "end", "hold", "priority", "node", "usage", "limits")
+                    (
+                        "submit",
+                        "submit",
+                        "end",
+                        "hold",
+                        "priority",
+                        "node",
+                        "usage",
+                        "limits",
+                        "windows",
+                    )
                 )
             )
             if change == "submit" or (change in ("end", "hold", "priority") and not queue):
@@ -255,6 +289,8 @@ def _passes_equal_a_full_plan(data: st.DataObject, *, simple: bool) -> None:
                     index = draw(st.integers(0, len(statics) - 1))
                     name = statics[index].name
                     statics[index] = replace(make_node(0, draw), name=name)
+            elif change == "windows":
+                windows = draw_windows(draw)
             elif change == "usage":
                 usage = {u: draw(st.sampled_from((0.0, 10.0, 1e4))) for u in USERS}
             else:
@@ -267,9 +303,24 @@ def _passes_equal_a_full_plan(data: st.DataObject, *, simple: bool) -> None:
         nodes = draw(nodes_now(statics))
         now = NOW + draw(st.integers(0, 100))
         running = draw(running_on(nodes))
-        full = plan(list(queue.values()), nodes, usage, now, limits, use, running, RULES)
+        full = plan_reserved(
+            list(queue.values()),
+            nodes,
+            usage,
+            now,
+            limits,
+            use,
+            windows,
+            running=running,
+            rules=RULES,
+        )
         passed = planner.preempt(
-            planner.plan(nodes, usage, now, limits, use), nodes, running, now, RULES
+            planner.plan(nodes, usage, now, limits, use, windows),
+            nodes,
+            running,
+            now,
+            RULES,
+            windows,
         )
         assert passed.assignments == full.assignments
         assert passed.starts == full.starts
@@ -323,7 +374,7 @@ def test_a_restarted_planner_given_the_rows_reasons_reports_only_those_that_diff
         for u in USERS
         if draw(st.booleans()) and draw(st.booleans())
     }
-    full = plan(list(queue.values()), nodes, usage, NOW, limits)
+    full = plan_reserved(list(queue.values()), nodes, usage, NOW, limits)
     shown = {
         job_id: draw(st.sampled_from((full.reasons.get(job_id, ""),) * 3 + ("", "Stale", PRIORITY)))
         for job_id in queue

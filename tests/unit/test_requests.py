@@ -39,6 +39,11 @@ EXAMPLES: dict[str, requests.Request] = {
     "nodes": requests.ListNodes(),
     "logs": requests.ReadLog(id=12, offset=4096),
     "node_drain": requests.DrainNode(name="gpu01", reason="fan noise"),
+    "reservation_change": requests.ChangeReservation(
+        action="create", words=("ReservationName=demo", "StartTime=now", "Duration=10")
+    ),
+    "reservation_delete": requests.DeleteReservation(name="demo"),
+    "reservations": requests.ListReservations(name="demo"),
     "node_resume": requests.ResumeNode(name="gpu01"),
     "node_install": requests.InstallAgent(names=("gpu01", "gpu02")),
     "node_hostkey": requests.GetHostKey(name="gpu01"),

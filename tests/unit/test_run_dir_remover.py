@@ -100,3 +100,19 @@ def test_the_local_node_removes_a_finished_runs_directory_by_the_time_it_stops(
     unblock.set()
     stopped.join()
     assert not made.exists()
+
+
+def test_a_run_directory_removed_while_the_sessions_are_read_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The remover runs on its own thread: a run dir listed by the scan may be gone by the
+    # time its steps are listed (a CI run saw FileNotFoundError end a loop step and a
+    # submit). A dangling link that is_dir() calls a directory is such a run dir: listed,
+    # then not there.
+    paths = Paths(tmp_path)
+    node = local.LocalNode(paths, Config(docker=str(tmp_path / "docker")), lambda: None)
+    kept = paths.make_run_dir(3, 1)
+    (kept / "pids.json").write_text('{"shim": 4242, "pgid": 4242}')
+    paths.runs.joinpath("4.1").symlink_to(tmp_path / "removed")
+    monkeypatch.setattr(Path, "is_dir", lambda self: True)
+    assert node._gbatch_sessions() == {4242}

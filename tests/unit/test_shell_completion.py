@@ -123,7 +123,15 @@ def test_fixed_choices_complete(complete: Complete) -> None:
     _offered(
         complete,
         {
-            "gbatch scontrol ": {"show", "hold", "release", "requeue", "update"},
+            "gbatch scontrol ": {
+                "show",
+                "hold",
+                "release",
+                "requeue",
+                "update",
+                "create",
+                "delete",
+            },
             "gbatch scontrol show ": {"job", "node", "partition"},
             "gbatch daemon st": {"start", "stop", "status"},
             "gbatch completion ": {"bash", "zsh", "fish"},

@@ -775,8 +775,9 @@ def test_examples_are_the_documented_ones() -> None:
     # addresses its admin lists); gpu_type (`gpus: a100:2` says it, as Slurm's --gpus
     # does); gpu_mem (a share of one GPU, which excludes the example's two whole ones: a
     # comment there shows it), gpu_shards (Slurm's --gres=shard:N, the same share sized by
-    # the admin).
+    # the admin); reservation (it names a reservation an admin made, docs/reservations.md).
     left_out = {
+        "reservation",
         "gpu_mem",
         "gpu_shards",
         "secret_env",

@@ -103,6 +103,10 @@ TOKEN_SCOPE_OF: Mapping[str, str] = {
     "usage_report": "read",
     "metrics": "read",
     "steps": "read",
+    "reservations": "read",
+    # A user's own booking (user_reservations); with a token, never an admin's request.
+    "reservation_change": "submit",
+    "reservation_delete": "submit",
     "submit": "submit",
     "cancel": "control",
     "hold": "control",

@@ -5,10 +5,11 @@ from __future__ import annotations
 import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from gbatch.core import qos
-from gbatch.core.model import PartitionInfo
+from gbatch.core.model import NodeInfo, PartitionInfo
 from gbatch.core.timefmt import show_value
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.audit import audit, loggable
@@ -29,7 +30,7 @@ def on_nodes(daemon: Daemon, caller: Caller, request: requests.ListNodes) -> dic
     """sinfo: the fleet's nodes as last reported, and its partitions."""
     default = daemon.fleet.default_partition()
     return {
-        "nodes": [codec.node_to_wire(n) for n in daemon.fleet.node_infos()],
+        "nodes": [codec.node_to_wire(n) for n in _with_windows(daemon, daemon.fleet.node_infos())],
         "default_partition": None if default is None else default.name,
         "partitions": [
             codec.partition_to_wire(
@@ -50,6 +51,30 @@ def on_nodes(daemon: Daemon, caller: Caller, request: requests.ListNodes) -> dic
         "qos": [qos.describe(q) for q in daemon.config.qos.by_name.values()],
         "qos_allowed": allowed_qos(daemon, caller),
     }
+
+
+def _with_windows(daemon: Daemon, infos: list[NodeInfo]) -> list[NodeInfo]:
+    """The nodes with the reservations' windows on them now or to come."""
+    now = daemon.clock()
+    windows: dict[str, list[tuple[str, float, float, bool]]] = {}
+    for reservation in daemon.store.reservations():
+        window = reservation.window(now)
+        if window is None:
+            continue
+        for name in reservation.node_names:
+            windows.setdefault(name, []).append(
+                (reservation.name, window[0], window[1], reservation.maint)
+            )
+    if not windows:
+        return infos
+    out = []
+    for info in infos:
+        mine = sorted(windows.get(info.name, ()), key=lambda w: w[1])
+        if mine:
+            maint = any(w[3] and w[1] <= now < w[2] for w in mine)
+            info = replace(info, windows=tuple(mine), maint=maint)
+        out.append(info)
+    return out
 
 
 def _admin_node(daemon: Daemon, caller: Caller, name: str, what: str) -> str:

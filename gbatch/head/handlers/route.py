@@ -29,6 +29,11 @@ from gbatch.head.handlers.nodes import (
     on_nodes,
 )
 from gbatch.head.handlers.reports import on_metrics, on_priorities, on_shares, on_usage_report
+from gbatch.head.handlers.reservations import (
+    on_reservation_change,
+    on_reservation_delete,
+    on_reservations,
+)
 from gbatch.head.handlers.steps import on_await_allocation, on_step, on_steps
 from gbatch.head.handlers.submit import on_submit
 from gbatch.head.handlers.tokens import (
@@ -78,6 +83,12 @@ def dispatch(daemon: Daemon, caller: Caller, request: requests.Request) -> dict[
             return on_node_drain(daemon, caller, request)
         case requests.ResumeNode():
             return on_node_resume(daemon, caller, request)
+        case requests.ChangeReservation():
+            return on_reservation_change(daemon, caller, request)
+        case requests.DeleteReservation():
+            return on_reservation_delete(daemon, caller, request)
+        case requests.ListReservations():
+            return on_reservations(daemon, caller, request)
         case requests.InstallAgent():
             return on_node_install(daemon, caller, request)
         case requests.GetHostKey():

@@ -5,6 +5,7 @@ The job, or its array's tasks, is queued in one transaction.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ from gbatch.core import dependency, outputs, qos
 from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.gputypes import profile_of
 from gbatch.core.labels import memory_text
-from gbatch.core.limits import PendingLimitReached, array_refusal, gpus_refusal
+from gbatch.core.limits import PendingLimitReached, array_refusal, gpus_refusal, unix_groups
 from gbatch.core.model import Job, JobSpec, JobState, TaskArray
 from gbatch.core.shares import mib_text
 from gbatch.core.submitenv import filter_submit_env
@@ -103,6 +104,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     spec = _shards_as_memory(daemon, spec)
     spec = _in_partition(daemon, spec, limit)
     spec = _in_qos(daemon, caller, spec)
+    _check_reservation(daemon, caller, spec)
     if spec.nodes > 1 and spec.image is not None and not spec.every_node:
         spec = spec.replace(every_node=True)  # a container on every node (docs/multinode.md)
     try:  # the site's policy: mount roots (symlinks followed as the submitter), bare jobs
@@ -260,6 +262,36 @@ def _submitted_sweep(request: requests.Submit, spec: JobSpec) -> Sweep | None:
     sweep = sweep_from_wire(request.sweep)
     check_templates(spec.command, sweep.names, request.name_template, spec.name)
     return sweep
+
+
+def _check_reservation(daemon: Daemon, caller: Caller, spec: JobSpec) -> None:
+    """--reservation: one that exists, and its users' (or groups'), or an admin's.
+
+    As Slurm: a job naming a reservation it may not use is refused at submit."""
+    name = spec.reservation
+    if name is None:
+        return
+    found = {r.name: r for r in daemon.store.reservations()}.get(name)
+    if found is None:
+        known = ", ".join(sorted(r.name for r in daemon.store.reservations())) or "none"
+        raise Refused(
+            "invalid",
+            f"--reservation: no reservation {show_value(name)} (reservations: {known}). "
+            "Name one `gbatch scontrol show reservation` lists",
+        )
+    if found.window(daemon.clock()) is None:
+        raise Refused("invalid", f"--reservation: reservation {name} is over. Submit without it")
+    epoch = int(time.monotonic() // 10)
+    if not (
+        found.admits(caller.user, tuple(unix_groups(caller.user, epoch)))
+        or is_admin(daemon, caller)
+    ):
+        raise Refused(
+            "permission",
+            f"--reservation: {caller.user} may not use reservation {name} (its users: "
+            f"{','.join(found.users) or '-'}; groups: {','.join(found.groups) or '-'}). "
+            "Ask an admin to add you (scontrol update ReservationName=... Users=...)",
+        )
 
 
 def _in_qos(daemon: Daemon, caller: Caller, spec: JobSpec) -> JobSpec:

@@ -18,7 +18,7 @@ from gbatch.head.fleet import Fleet
 from gbatch.head.loop.filters import Filters
 from gbatch.head.loop.preempt import Preempter
 from gbatch.head.loop.runs import gpu_seconds
-from gbatch.head.scheduler import BEGIN_TIME, Planner, plan
+from gbatch.head.scheduler import BEGIN_TIME, Planner, Window, plan_reserved
 from gbatch.head.store import RunnableWindow, Store
 from gbatch.nodes.base import Node
 from gbatch.site.config import Config
@@ -135,6 +135,7 @@ class Scheduling:
         The plan's starts are (job, node, GPU ids), for the dispatch step.
         """
         self.store.refill_arrays(ARRAY_ROWS)
+        self.tell_windows(now)
         window = self.window
         spread = window.seen is not None and not window.complete
         # The pass after one that read many rows plans them, and reads none: those
@@ -205,17 +206,20 @@ class Scheduling:
                 if (mine := self.limits_for(user)).limits_running:
                     limits[user] = mine
         use = use_by_user(allocated)
+        windows = self.windows(now)
         preempter = self.preempter
         rules = None if preempter is None else preempter.rules()
         running = [] if rules is None or preempter is None else preempter.running(allocated)
         if self.planner is None:
             pending = sorted([*plain.values(), *special], key=lambda job: job.id)
-            result = plan(pending, views, usage, now, limits, use, running, rules)
+            result = plan_reserved(
+                pending, views, usage, now, limits, use, windows, running=running, rules=rules
+            )
             by_id = {job.id: job for job in pending}
         else:
-            result = self.planner.plan(views, usage, now, limits, use)
+            result = self.planner.plan(views, usage, now, limits, use, windows)
             if rules is not None:
-                result = self.planner.preempt(result, views, running, now, rules)
+                result = self.planner.preempt(result, views, running, now, rules, windows)
             by_id = self.planned
         if result.preemptions and preempter is not None:
             preempter.begin(result.preemptions, rules, now)
@@ -236,6 +240,13 @@ class Scheduling:
                 self.planner, self.planned = Planner(), {}
                 self.plan_all = True
             raise
+        held = [
+            (job_id, now, "PENDING", f"held for reservation {result.held_for[job_id]}")
+            for job_id in written
+            if job_id in result.held_for
+        ]
+        if held:  # the story of each job a window holds back (scontrol show job)
+            self.store.job_events(held)
         # A job across nodes carries its other nodes (Job.peers) to the dispatcher.
         return [
             (
@@ -423,7 +434,9 @@ class Scheduling:
         # The loop's window as a whole read gives it: planning views (specs shared), not
         # whole Jobs. Not the loop's own window: that one is the loop thread's.
         window = self.store.read_window(RunnableWindow(PLAN_JOBS_PER_USER))
-        pending = [*self.filters.past_begin(window, now, self.window.reason), job]
+        clusters = self.cluster_partitions  # the cluster places those: not the lab's planner
+        lab = [j for j in window if j.spec.partition not in clusters] if clusters else window
+        pending = [*self.filters.past_begin(lab, now, self.window.reason), job]
         allocated = self.store.jobs_in(ALLOCATED_STATES)
         drained = self.store.drained_nodes()
         views = [
@@ -432,12 +445,60 @@ class Scheduling:
             )
             for node in self.fleet.nodes.values()
         ]
-        result = plan(pending, views, self.usage(allocated, now), now)
+        result = plan_reserved(
+            pending, views, self.usage(allocated, now), now, windows=self.windows(now)
+        )
         for assignment in result.assignments:
             if assignment.job_id == job.id:
                 names = [assignment.node, *(name for name, _ in assignment.peers)]
                 return now, hostlist.compress(names), tuple(assignment.gpus), ""
         return None, None, (), result.reasons.get(job.id, "")
+
+    def tell_windows(self, now: float) -> None:
+        """Tell each reservation's window that began or ended since told.
+
+        Once each, across restarts: the store keeps what was told. A window that does not
+        repeat is deleted once over, as Slurm's is."""
+        reservations = self.store.reservations()
+        if not reservations:
+            return
+        told = self.store.reservation_told()
+        for reservation in reservations:
+            start_told, end_told = told.get(reservation.name, (0.0, 0.0))
+            window = reservation.window(now)
+            period = reservation.period
+            if window is None:  # over, for good
+                if period is None:
+                    self.store.tell_reservation(
+                        reservation, None, reservation.end, "ended", now, delete=True
+                    )
+                continue
+            start, end = window
+            if period is not None:
+                last_end = end - period
+                if reservation.end <= last_end <= now and end_told < last_end:
+                    self.store.tell_reservation(reservation, None, last_end, "window ended", now)
+            if start <= now and start_told < start:
+                users = ",".join((*reservation.users, *reservation.groups))
+                self.store.tell_reservation(reservation, start, None, f"began (for {users})", now)
+
+    def windows(self, now: float) -> list[Window]:
+        """The reservations' windows on now or to come, as the planner takes them."""
+        out = []
+        for reservation in self.store.reservations():
+            window = reservation.window(now)
+            if window is not None:
+                out.append(
+                    Window(
+                        reservation.name,
+                        window[0],
+                        window[1],
+                        maint=reservation.maint,
+                        nodes=frozenset(reservation.nodes),
+                        gpus=reservation.gpus,
+                    )
+                )
+        return out
 
     def limits_for(self, user: str) -> UserLimits:
         """The limits of `user` under the config's `limits:`, their groups included."""

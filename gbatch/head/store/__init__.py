@@ -21,6 +21,7 @@ implement the same), all sharing one connection (db.Database):
     usage        fair-share usage and GPU usage samples
     nodes        drained nodes and node episodes
     steps        a job's steps (srun, salloc): opened, ended, listed
+    reservations reservations (scontrol create reservation) and their story
     clusterjobs  jobs sent to a Slurm cluster's partition: intent, cluster id, mirror
 
 The store writes what it is handed: whom an event is owed to and what it says come in
@@ -41,6 +42,7 @@ from gbatch.head.store.notices import Notices, Notification
 from gbatch.head.store.pages import LISTING_SORTS, ListingQuery, Pages
 from gbatch.head.store.preempt import Preempting, Preemptions
 from gbatch.head.store.reads import JobBrief, Reads
+from gbatch.head.store.reservations import Reservations
 from gbatch.head.store.rows import ArrayTail, ListingPage, ListingSpecs, listing_spec, listing_specs
 from gbatch.head.store.schema import MIGRATIONS
 from gbatch.head.store.steps import StepBusy, StepRefused, Steps
@@ -94,6 +96,7 @@ class Store(
     UsageRecords,
     Nodes,
     Steps,
+    Reservations,
 ):
     """The job store: SQLite in WAL mode, one writer (gbatchd), every write one transaction.
 

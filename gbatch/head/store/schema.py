@@ -240,10 +240,25 @@ MIGRATIONS: tuple[str, ...] = (
         stopped    INTEGER NOT NULL DEFAULT 0
     )
     """,
-    # 19: held for advance reservations (issue 31's branch, merged separately); the
-    # lead puts that branch's migration here at merge.
+    # 19 (issue 33, reservations): a reservation per row, its record as JSON
+    # (gbatch/core/reservations.py Reservation.to_dict), and the start and end of its
+    # latest window told (events, notifications), so a restarted gbatchd tells neither
+    # twice. Its story (made, changed, deleted, began, ended) is reservation_events,
+    # written in the transaction of the change it tells of.
     """
-    SELECT 1
+    CREATE TABLE reservations (
+        name       TEXT PRIMARY KEY,
+        record     TEXT NOT NULL,
+        told_start REAL NOT NULL DEFAULT 0,
+        told_end   REAL NOT NULL DEFAULT 0
+    ) WITHOUT ROWID;
+    CREATE TABLE reservation_events (
+        id     INTEGER PRIMARY KEY,
+        name   TEXT NOT NULL,
+        time   REAL NOT NULL,
+        what   TEXT NOT NULL
+    );
+    CREATE INDEX reservation_events_name ON reservation_events(name)
     """,
     # 20: jobs sent to a Slurm cluster's partition (issue 34, gbatch/head/loop/cluster.py):
     # the attempt sent, its marker (in the cluster job's --comment), the cluster's id

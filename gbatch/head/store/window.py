@@ -85,6 +85,7 @@ _PLANNING_KEYS = (
     "nodelist",
     "exclude",
     "exclusive",
+    "reservation",
     "qos",
     "qos_priority",
 )

@@ -183,6 +183,7 @@ def test_what_a_cluster_cannot_take_is_refused_in_one_line() -> None:
     assert "pyxis" in (refusal(_job(image="pytorch").spec, CLUSTER) or "")
     assert "arrays" in (refusal(_job().spec, CLUSTER, array=True) or "")
     assert "srun/salloc" in (refusal(_job(interactive="srun").spec, CLUSTER) or "")
+    assert "--reservation" in (refusal(_job(reservation="maint").spec, CLUSTER) or "")
     assert refusal(_job().spec, CLUSTER) is None
 
 

@@ -9,7 +9,9 @@
 #      (log: /var/log/gbatch-dockerd.log), unless an engine already answers;
 #   4. the test image gbatch-test:latest (tests/images/build-test-image.sh), then the
 #      simulated GPU host image gbatch-host:latest (tests/images/build-host-image.sh:
-#      Debian from the apt mirror, about 30 s the first time);
+#      Debian from the apt mirror, about 30 s the first time), then the one-node Slurm
+#      cluster image gbatch-slurm-host:latest (tests/images/build-slurm-host-image.sh:
+#      Debian's slurmctld, slurmd and munge, for tests/integration/test_slurm_partition.py);
 #   5. a check that --gpus reaches the container.
 # Idempotent: every step is skipped when already done. Run as root. Under ./test.sh a
 # dockerd it starts is noted (.ci/started.sh) and stopped when the run ends.
@@ -97,6 +99,8 @@ fi
 # --- 4. test images ----------------------------------------------------------------------
 "$REPO_ROOT/tests/images/build-test-image.sh" || die "building the test image failed."
 "$REPO_ROOT/tests/images/build-host-image.sh" || die "building the host image failed."
+"$REPO_ROOT/tests/images/build-slurm-host-image.sh" \
+    || die "building the Slurm cluster host image failed."
 
 # --- 5. --gpus reaches the container -------------------------------------------------------
 seen="$(docker run --rm --network none --gpus device=0 gbatch-test:latest \
@@ -112,5 +116,5 @@ if [ "$bridge" != bridge-ok ]; then
     die "a container on the default bridge network did not start: $bridge. Restart dockerd
 (it recreates docker0), then rerun this script."
 fi
-say "ready: engine $(docker version --format '{{.Server.Version}}'), images gbatch-test:latest"\
-" and gbatch-host:latest, --gpus works through the test hook"
+say "ready: engine $(docker version --format '{{.Server.Version}}'), images gbatch-test:latest,"\
+" gbatch-host:latest and gbatch-slurm-host:latest, --gpus works through the test hook"

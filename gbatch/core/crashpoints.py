@@ -30,7 +30,11 @@ CONTAINER_POINTS = (
 NOTIFY_POINTS = (
     "notify.after_send",  # a notification was taken by its server; not yet marked delivered
 )
-_KNOWN = POINTS + CONTAINER_POINTS + NOTIFY_POINTS
+# Reached by jobs of a Slurm cluster's partition only (gbatch/head/loop/cluster.py).
+CLUSTER_POINTS = (
+    "cluster.after_sbatch",  # sbatch answered with the cluster's id; the id not yet recorded
+)
+_KNOWN = POINTS + CONTAINER_POINTS + NOTIFY_POINTS + CLUSTER_POINTS
 
 _ARMED = os.environ.get("GBATCH_CRASH_AT", "")
 if _ARMED and _ARMED not in _KNOWN:

@@ -893,3 +893,7 @@ class PartitionInfo:
     default_time: int | None = None
     # The longest an srun/salloc allocation may run there (None: max_time alone).
     max_interactive_time: int | None = None
+    # A partition backed by a Slurm cluster: its login node (user@host:port), and why it
+    # is down while the cluster cannot be reached (None: up).
+    cluster: str | None = None
+    down_reason: str | None = None

@@ -21,7 +21,9 @@ write intents to the store (a new job, a cancel) and wake the loop.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +37,7 @@ from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.forwards import Forwards
 from gbatch.head.groupcommit import GroupCommitter
 from gbatch.head.interactive import Starting, Waiters
+from gbatch.head.loop.cluster import ClusterJobsStep
 from gbatch.head.loop.collect import EndedRuns
 from gbatch.head.loop.conditions import NodeConditions
 from gbatch.head.loop.dispatch import Dispatcher
@@ -51,6 +54,7 @@ from gbatch.head.refusals import RefusalLines
 from gbatch.head.store import Store, StoreFull
 from gbatch.head.tokens import TokenAuthority
 from gbatch.nodes.base import Node
+from gbatch.nodes.cluster import SlurmBackend
 from gbatch.nodes.inventory import Inventory, partitions_of
 from gbatch.nodes.joblog import NodeJoins
 from gbatch.nodes.local import LOCAL_NODE
@@ -88,13 +92,14 @@ class Daemon:
         self.started_at = clock()
         # Every node's output of each job run on every node, joined into its one log.
         self.joins = NodeJoins(paths, config.max_log_bytes)
+        partitions = partitions_of(inventory, config.max_interactive_time)
         self.fleet = Fleet(
             make_nodes(paths, config, inventory, self.wake.set, self.joins),
             config,
             store,
             clock,
             monotonic,
-            partitions=partitions_of(inventory, config.max_interactive_time),
+            partitions=partitions,
             features=(
                 {n.name: n.features for n in inventory.nodes}
                 if inventory and inventory.nodes
@@ -137,6 +142,8 @@ class Daemon:
         # runs' ends close them.
         self.forwards = Forwards(monotonic)
         self.runs.on_end = self.forwards.job_ended
+        # Partitions backed by a Slurm cluster: mirrored in a thread of their own.
+        self.clusters = ClusterJobsStep(store, partitions, head_name(paths), SlurmBackend.of)
         # The cyclic GC's work at the loop's moments; nothing until run_loop starts it
         # (the collector is the process's: a Daemon in a test leaves it alone).
         self.collector = LoopCollector(monotonic=monotonic)
@@ -216,6 +223,7 @@ class Daemon:
         """Wake the loop for new jobs (coalescing a burst of them)."""
         self._submitted.set()
         self.wake.set()
+        self.clusters.poke()
 
     def stop(self) -> None:
         """End run_loop after the step under way."""
@@ -225,6 +233,7 @@ class Daemon:
     def close(self) -> None:
         """Stop the outbox, the group committer and the nodes' connections."""
         self.outbox.stop()
+        self.clusters.stop()
         self.committer.close()
         self.fleet.stop()
 
@@ -311,6 +320,16 @@ class Daemon:
     def usage(self, allocated: Sequence[Job], now: float) -> dict[str, float]:
         """Stored decayed usage plus what allocated jobs have accrued so far."""
         return self.scheduling.usage(allocated, now)
+
+
+def head_name(paths: Paths) -> str:
+    """This head's name in the markers of the jobs it sends to a cluster.
+
+    Its host and a digest of its home, so two heads sharing a cluster login never adopt
+    each other's jobs."""
+    digest = hashlib.sha256(str(paths.home.resolve()).encode()).hexdigest()[:10]
+    host = "".join(c for c in socket.gethostname() if c.isalnum() or c in "-.")[:40]
+    return f"{host or 'head'}-{digest}"
 
 
 def _sharing(inventory: Inventory | None, config: Config) -> dict[str, Sharing] | None:

@@ -680,6 +680,9 @@ def serve(paths: Paths, config: Config, inventory: Inventory | None) -> None:
     daemon.sweep_finished_runs()
     daemon.watch_interactive()
     daemon.outbox.start()
+    daemon.clusters.start(
+        daemon.clock, lambda err: daemon.internal_errors.report(err, "cluster step")
+    )
     server = _make_socket(paths, config, gid)
     server.daemon = daemon
     for sig in (signal.SIGTERM, signal.SIGINT):

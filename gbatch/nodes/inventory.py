@@ -44,7 +44,30 @@ PARTITION_KEYS = (
     "priority_tier",
     "preempt_mode",
     "grace_time",
+    "slurm",
 )
+# A partition backed by a Slurm cluster (docs/slurm-cluster.md): its `slurm:` block.
+SLURM_KEYS = (
+    "login",
+    "port",
+    "user",
+    "identity",
+    "identity_file",
+    "connect_timeout",
+    "partition",
+    "account",
+    "qos",
+    "reservation",
+    "max_jobs",
+    "containers",
+    "workdir",
+)
+SLURM_IDENTITIES = ("shared", "per_user")
+DEFAULT_SLURM_MAX_JOBS = 200
+DEFAULT_SLURM_WORKDIR = "gbatch"
+# A value gbatch hands to sbatch as one option's argument: the cluster's own names.
+_SLURM_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", re.ASCII)
+_SLURM_WORKDIR_RE = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./-]{0,200}", re.ASCII)
 
 # Keys a node and `defaults` share; a node's value replaces the default whole.
 DEFAULTABLE_KEYS = (
@@ -189,6 +212,36 @@ class NodeConfig:
 
 
 @dataclass(frozen=True)
+class SlurmCluster:
+    """How the head reaches a Slurm cluster that backs a partition, and what it asks of it.
+
+    `login` is the cluster's login node, reached over SSH as `user` (identity "shared":
+    the lab's service account; every job runs there as it), its host key pinned in the
+    inventory's known_hosts. `partition`, `account`, `qos` and `reservation` are the
+    cluster's names, passed to sbatch (None: the cluster's defaults). `max_jobs` caps the
+    jobs gbatch keeps there at once. `containers`: the cluster has pyxis/enroot
+    (--container-image); without it container jobs are refused for the partition.
+    `workdir` is the directory, relative to the login's home, where jobs start and
+    their output files are written.
+    """
+
+    login: str
+    port: int
+    user: str
+    identity_file: Path | None
+    known_hosts: Path
+    connect_timeout: float = 10.0
+    identity: str = "shared"
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    max_jobs: int = DEFAULT_SLURM_MAX_JOBS
+    containers: bool = False
+    workdir: str = DEFAULT_SLURM_WORKDIR
+
+
+@dataclass(frozen=True)
 class Partition:
     """A named pool of nodes (Slurm's partition).
 
@@ -211,6 +264,9 @@ class Partition:
     priority_tier: int = 1
     preempt_mode: str = "off"
     grace_time: int = 120
+    # Set: the partition is a Slurm cluster's (nodes empty); its jobs go there by sbatch
+    # and gbatch never places them on nodes itself (gbatch/head/loop/cluster.py).
+    slurm: SlurmCluster | None = None
 
     @property
     def limit_without_time(self) -> int | None:
@@ -323,7 +379,13 @@ def load_inventory(path: Path, *, home: Path) -> Inventory:
             nodes=(),
             known_hosts=known_hosts,
             source=path.absolute(),
-            partitions=_build_partitions(data["partitions"], {LOCAL_NODE: 0}, source),
+            partitions=_build_partitions(
+                data["partitions"],
+                {LOCAL_NODE: 0},
+                source,
+                known_hosts=known_hosts,
+                base=base,
+            ),
         )
     if not isinstance(raw_nodes, list) or not raw_nodes:
         if raw_nodes is None or raw_nodes == []:
@@ -353,7 +415,9 @@ def load_inventory(path: Path, *, home: Path) -> Inventory:
         nodes.append(node)
     partitions: tuple[Partition, ...] = ()
     if data.get("partitions") is not None:
-        partitions = _build_partitions(data["partitions"], first_index, source)
+        partitions = _build_partitions(
+            data["partitions"], first_index, source, known_hosts=known_hosts, base=base
+        )
     return Inventory(
         nodes=tuple(nodes),
         known_hosts=known_hosts,
@@ -366,7 +430,12 @@ def load_inventory(path: Path, *, home: Path) -> Inventory:
 
 
 def _build_partitions(
-    raw: object, node_index: Mapping[str, int], source: str
+    raw: object,
+    node_index: Mapping[str, int],
+    source: str,
+    *,
+    known_hosts: Path,
+    base: Path,
 ) -> tuple[Partition, ...]:
     """`partitions:` validated: names unique, nodes known, exactly one default (a lone
     partition is the default), every node in at least one partition."""
@@ -381,7 +450,7 @@ def _build_partitions(
         )
     partitions: list[Partition] = []
     for index, item in enumerate(raw):
-        partition = _build_partition(index, item, node_index, source)
+        partition = _build_partition(index, item, node_index, source, known_hosts, base)
         if any(p.name == partition.name for p in partitions):
             raise InventoryError(
                 source,
@@ -415,7 +484,12 @@ def _build_partitions(
 
 
 def _build_partition(
-    index: int, raw: object, node_index: Mapping[str, int], source: str
+    index: int,
+    raw: object,
+    node_index: Mapping[str, int],
+    source: str,
+    known_hosts: Path,
+    base: Path,
 ) -> Partition:
     where = f"partitions[{index}]"
     if not isinstance(raw, dict):
@@ -441,7 +515,22 @@ def _build_partition(
             "'-', starting with a letter or digit, at most 63 characters",
         )
     where = f"{where} ({name})"
-    nodes = _check_partition_nodes(raw.get("nodes"), node_index, _raiser(source, where, "nodes"))
+    slurm = None
+    if raw.get("slurm") is not None:
+        if raw.get("nodes") is not None:
+            raise InventoryError(
+                source,
+                where,
+                "nodes",
+                "is set beside slurm:, but a Slurm cluster's partition has no nodes of this "
+                "inventory (the cluster places its jobs). Remove nodes:, or slurm:",
+            )
+        slurm = _build_slurm(raw["slurm"], known_hosts, base, source, f"{where}: slurm")
+        nodes: tuple[str, ...] = ()
+    else:
+        nodes = _check_partition_nodes(
+            raw.get("nodes"), node_index, _raiser(source, where, "nodes")
+        )
     default = raw.get("default", False)
     if not isinstance(default, bool):
         raise InventoryError(
@@ -493,6 +582,99 @@ def _build_partition(
         priority_tier=tier,
         preempt_mode=mode,
         grace_time=grace,
+        slurm=slurm,
+    )
+
+
+def _build_slurm(
+    raw: object, known_hosts: Path, base: Path, source: str, where: str
+) -> SlurmCluster:
+    """A partition's `slurm:` block validated (SlurmCluster)."""
+    if not isinstance(raw, dict):
+        raise InventoryError(
+            source,
+            where,
+            None,
+            f"{show_value(raw)} is not a mapping. Write `login: login.uni.example` and "
+            "`user: labsvc` under slurm:",
+        )
+    for key in raw:
+        if key not in SLURM_KEYS:
+            raise InventoryError(source, where, str(key), _unknown_key(key, SLURM_KEYS))
+    for key in ("login", "user"):
+        if raw.get(key) is None:
+            example = "login.uni.example" if key == "login" else "labsvc"
+            raise InventoryError(
+                source, where, key, f"missing. Give the cluster's {key}, e.g. {example}"
+            )
+    identity = raw.get("identity", "shared")
+    if identity not in SLURM_IDENTITIES:
+        raise InventoryError(
+            source,
+            where,
+            "identity",
+            f"{show_value(identity)} is not one of {', '.join(SLURM_IDENTITIES)}",
+        )
+    if identity == "per_user":
+        raise InventoryError(
+            source,
+            where,
+            "identity",
+            "per_user is not available yet (users cannot link their cluster logins). "
+            "Use shared, with the lab's service account as user:",
+        )
+    names: dict[str, str | None] = {}
+    for key in ("partition", "account", "qos", "reservation"):
+        value = raw.get(key)
+        if value is not None and (
+            not isinstance(value, str) or not _SLURM_NAME_RE.fullmatch(value)
+        ):
+            raise InventoryError(
+                source,
+                where,
+                key,
+                f"{show_value(value)} is not a Slurm name. Use letters, digits, '_', '.' "
+                "and '-', at most 64 characters",
+            )
+        names[key] = value
+    max_jobs = raw.get("max_jobs", DEFAULT_SLURM_MAX_JOBS)
+    if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or not 1 <= max_jobs <= 100_000:
+        raise InventoryError(
+            source, where, "max_jobs", f"{show_value(max_jobs)} is not a number from 1 to 100000"
+        )
+    workdir = raw.get("workdir", DEFAULT_SLURM_WORKDIR)
+    if (
+        not isinstance(workdir, str)
+        or not _SLURM_WORKDIR_RE.fullmatch(workdir)
+        or ".." in workdir.split("/")
+    ):
+        raise InventoryError(
+            source,
+            where,
+            "workdir",
+            f"{show_value(workdir)} is not a directory under the login's home. Give a "
+            "relative path without '..', e.g. gbatch",
+        )
+    identity_file = raw.get("identity_file")
+    return SlurmCluster(
+        login=_check_host(raw["login"], _raiser(source, where, "login")),
+        port=_check_port(raw.get("port", 22), _raiser(source, where, "port")),
+        user=_check_user(raw["user"], _raiser(source, where, "user")),
+        identity_file=None
+        if identity_file is None
+        else _check_identity_file(identity_file, base, _raiser(source, where, "identity_file")),
+        known_hosts=known_hosts,
+        connect_timeout=_check_connect_timeout(
+            raw.get("connect_timeout", 10.0), _raiser(source, where, "connect_timeout")
+        ),
+        identity=identity,
+        partition=names["partition"],
+        account=names["account"],
+        qos=names["qos"],
+        reservation=names["reservation"],
+        max_jobs=max_jobs,
+        containers=_check_flag(raw.get("containers", False), _raiser(source, where, "containers")),
+        workdir=workdir.rstrip("/"),
     )
 
 

@@ -230,6 +230,8 @@ def partition_to_wire(partition: PartitionInfo) -> dict[str, Any]:
         "nodes": list(partition.nodes),
         "default_time": partition.default_time,
         "max_interactive_time": partition.max_interactive_time,
+        "cluster": partition.cluster,
+        "down_reason": partition.down_reason,
     }
 
 
@@ -242,6 +244,8 @@ def partition_from_wire(data: Mapping[str, Any]) -> PartitionInfo:
         tuple(str(n) for n in nodes) if isinstance(nodes, list) else (),
         data.get("default_time"),
         data.get("max_interactive_time"),
+        data.get("cluster"),
+        data.get("down_reason"),
     )
 
 

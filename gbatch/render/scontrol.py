@@ -368,15 +368,21 @@ def format_partition_details(partition: PartitionInfo, nodes: Sequence[NodeInfo]
         if partition.max_interactive_time is None
         else f" MaxInteractiveTime={format_duration(partition.max_interactive_time)}"
     )
+    state = "UP" if up or not members else "DOWN"
+    if partition.cluster is not None:  # a Slurm cluster's: up while it answers
+        state = "DOWN" if partition.down_reason else "UP"
     lines = [
         f"PartitionName={printable(partition.name)}",
         f"   Default={'YES' if partition.default else 'NO'} DefaultTime={default_time} "
         f"MaxTime={format_duration(partition.max_time)}{interactive}",
         f"   Nodes={','.join(printable(n) for n in partition.nodes) or '(null)'}",
-        f"   State={'UP' if up or not members else 'DOWN'} TotalCPUs={cpus} "
-        f"TotalNodes={len(partition.nodes)} TotalGPUs={gpus}",
+        f"   State={state} TotalCPUs={cpus} TotalNodes={len(partition.nodes)} TotalGPUs={gpus}",
         f"   TRES={_node_tres(cpus, memory, gpus, len(partition.nodes))}",
     ]
+    if partition.cluster is not None:
+        lines.append(f"   Cluster={printable(partition.cluster)}")
+        if partition.down_reason:
+            lines.append(f"   Reason={printable(partition.down_reason)}")
     return as_text(lines)
 
 

@@ -96,40 +96,42 @@ def _skip_or_fail(message: str) -> None:
     pytest.skip(message)
 
 
-def ensure_host_image() -> str:
+def ensure_host_image(image: str = HOST_IMAGE, build_script: Path = BUILD_SCRIPT) -> str:
     """Build the host image when it is missing (offline, no pull); return its name.
 
     Call require_docker() first. Without mmdebstrap the test is skipped (failed in CI);
     a build that fails fails the test.
     """
     present = subprocess.run(
-        ["docker", "image", "inspect", HOST_IMAGE], capture_output=True, timeout=20, check=False
+        ["docker", "image", "inspect", image], capture_output=True, timeout=20, check=False
     )
     if present.returncode == 0:
-        return HOST_IMAGE
+        return image
     if shutil.which("mmdebstrap") is None:
         _skip_or_fail(
-            f"{HOST_IMAGE} is missing and mmdebstrap is not installed to build it; "
+            f"{image} is missing and mmdebstrap is not installed to build it; "
             "run .ci/setup-docker.sh as root"
         )
     built = subprocess.run(
-        [str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S, check=False
+        [str(build_script)], capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S, check=False
     )
     if built.returncode != 0:
-        pytest.fail(f"building {HOST_IMAGE} failed:\n{built.stdout}{built.stderr}")
-    return HOST_IMAGE
+        pytest.fail(f"building {image} failed:\n{built.stdout}{built.stderr}")
+    return image
 
 
-def start_host(tmp_path: Path, name: str) -> Host:
+def start_host(tmp_path: Path, name: str, image: str | None = None, user: str = "root") -> Host:
     """Start host `name` from files under tmp_path/<name>; return once its sshd has sent
     its "SSH-2.0" banner on the published port.
 
     Creates tmp_path/<name>/ssh (keys, known_hosts) and tmp_path/<name>/share (mounted
-    at the same path). Skips or fails the test like require_docker() when the engine or
-    the image is missing.
+    at the same path). `image`: another image than gbatch-host's (built by the caller),
+    whose login is `user` (the key is root's authorized key; the image passes it on).
+    Skips or fails the test like require_docker() when the engine or the image is
+    missing.
     """
     require_docker()
-    image = ensure_host_image()
+    image = image or ensure_host_image()
     base = tmp_path / name
     keys = base / "ssh"
     share = base / "share"
@@ -180,7 +182,7 @@ def start_host(tmp_path: Path, name: str) -> Host:
     return Host(
         name=name,
         port=port,
-        user="root",
+        user=user,
         client_key=client_key,
         known_hosts=known_hosts,
         host_key_pub=host_pub,

@@ -110,6 +110,17 @@ BENCHES = (
         (r".+: drain 16 one-GPU `true` jobs on 8 GPUs: median [\d.]+ jobs/s",),
     ),
     Bench(
+        "bench_cluster.py",
+        (
+            r"sent 5 jobs with sbatch in [\d.]+ s",
+            re.escape("calls to the cluster per mirror pass over 5 jobs: squeue 1"),
+            ms("mirror pass over 5 cluster jobs"),
+            ms("bare squeue of 5 jobs over the same SSH connection"),
+        ),
+        needs=("docker",),
+        group=HEAVY,
+    ),
+    Bench(
         "bench_fleet.py",
         (
             ms("(a) one report round from 5 hosts on open SSH channels"),

@@ -19,6 +19,7 @@ from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.handlers.targets import MAX_ARRAY, named_job, parse_states, request_targets
 from gbatch.head.store import LISTING_SORTS, ListingQuery, ListingSpecs, listing_specs
+from gbatch.nodes.backend import BackendDown
 from gbatch.protocol import codec, listings, replies, requests
 
 LOG_CHUNK = 256 * 1024
@@ -416,6 +417,9 @@ def on_logs(daemon: Daemon, caller: Caller, request: requests.ReadLog) -> dict[s
     offset = request.offset
     if offset < 0:
         raise Refused("invalid", "offset must be a non-negative integer")
+    sent = daemon.store.cluster_job(found.id)
+    if sent is not None:
+        return _cluster_log(daemon, found, sent.partition, offset)
     path = daemon.paths.job_log(found.id)
     if request.label and daemon.paths.task_log(found.id).exists():
         path = daemon.paths.task_log(found.id)  # its tasks' lines, each with its rank
@@ -431,4 +435,26 @@ def on_logs(daemon: Daemon, caller: Caller, request: requests.ReadLog) -> dict[s
         "offset": offset + len(data),
         "done": final and len(data) < LOG_CHUNK,
         "state": found.state.value,
+    }
+
+
+def _cluster_log(daemon: Daemon, job: Job, partition: str, offset: int) -> dict[str, Any]:
+    """A chunk of a cluster job's output file, read on the cluster's login node."""
+    backend = daemon.clusters.backends.get(partition)
+    if backend is None:
+        raise Refused(
+            "unavailable",
+            f"job {job.id} ran on cluster partition {partition}, gone from the inventory",
+        )
+    try:
+        data = backend.read_log(job, offset, LOG_CHUNK)
+    except BackendDown as err:
+        raise Refused(
+            "unavailable", f"cannot read job {job.id}'s output on cluster {partition}: {err}"
+        ) from None
+    return {
+        "data": data.decode("utf-8", errors="replace"),
+        "offset": offset + len(data),
+        "done": job.state.is_final and len(data) < LOG_CHUNK,
+        "state": job.state.value,
     }

@@ -41,6 +41,8 @@ def on_nodes(daemon: Daemon, caller: Caller, request: requests.ListNodes) -> dic
                     tuple(p.nodes),
                     p.default_time,
                     p.max_interactive_time,
+                    None if p.slurm is None else f"{p.slurm.user}@{p.slurm.login}:{p.slurm.port}",
+                    daemon.clusters.down.get(p.name),
                 )
             )
             for p in daemon.fleet.partitions.values()

@@ -34,6 +34,7 @@ from gbatch.jobspec.sweep import Sweep, check_templates, sweep_from_wire
 from gbatch.jobspec.sweep import task_spec as sweep_task_spec
 from gbatch.nodes import resolve
 from gbatch.nodes.base import HostError
+from gbatch.nodes.cluster import refusal as cluster_refusal
 from gbatch.protocol import requests
 from gbatch.site import policy
 
@@ -123,9 +124,16 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     count = request.count if indices is None else len(indices)
     if not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
-    check_fits_some_node(daemon, spec)
-    check_nodes_there(daemon, spec)
-    _check_runnable_somewhere(daemon, spec)
+    chosen = daemon.fleet.partitions.get(spec.partition or "")
+    if chosen is not None and chosen.slurm is not None:
+        # The cluster places its jobs: only what it cannot take at all is refused here.
+        why = cluster_refusal(spec, chosen.slurm, array=indices is not None)
+        if why is not None:
+            raise Refused("invalid", f"partition {chosen.name} (a Slurm cluster): {why}")
+    else:
+        check_fits_some_node(daemon, spec)
+        check_nodes_there(daemon, spec)
+        _check_runnable_somewhere(daemon, spec)
     if spec.dependency is not None:
         spec = spec.replace(dependency=check_dependency(daemon, caller, spec.dependency))
     limits = submit_limits(daemon, caller)

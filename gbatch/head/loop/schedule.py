@@ -125,6 +125,10 @@ class Scheduling:
         self.planned_users: frozenset[str] = frozenset()
         # The preemption step (gbatch/head/loop/preempt.py), set by the Daemon; None: none.
         self.preempter: Preempter | None = None
+        # Partitions backed by a Slurm cluster: their jobs are never planned here.
+        self.cluster_partitions = frozenset(
+            name for name, p in fleet.partitions.items() if p.slurm is not None
+        )
 
     def starts(self, now: float) -> list[tuple[Job, Node, Sequence[int]]]:
         """One pass: read, filter and plan the window, write the reasons due; return the starts.
@@ -339,7 +343,10 @@ class Scheduling:
             self.plan_all = True
             changes = {job.id: job for job in self.window.jobs()}
         plain, users = self._plain, self._plain_users
+        clusters = self.cluster_partitions
         for job_id, job in changes.items():
+            if job is not None and clusters and job.spec.partition in clusters:
+                job = None  # the cluster places it (gbatch/head/loop/cluster.py)
             old = plain.pop(job_id, None)
             if old is not None:
                 left = users[old.user] - 1
@@ -432,7 +439,9 @@ class Scheduling:
         # The loop's window as a whole read gives it: planning views (specs shared), not
         # whole Jobs. Not the loop's own window: that one is the loop thread's.
         window = self.store.read_window(RunnableWindow(PLAN_JOBS_PER_USER))
-        pending = [*self.filters.past_begin(window, now, self.window.reason), job]
+        clusters = self.cluster_partitions  # the cluster places those: not the lab's planner
+        lab = [j for j in window if j.spec.partition not in clusters] if clusters else window
+        pending = [*self.filters.past_begin(lab, now, self.window.reason), job]
         allocated = self.store.jobs_in(ALLOCATED_STATES)
         drained = self.store.drained_nodes()
         views = [

@@ -22,6 +22,7 @@ implement the same), all sharing one connection (db.Database):
     nodes        drained nodes and node episodes
     steps        a job's steps (srun, salloc): opened, ended, listed
     reservations reservations (scontrol create reservation) and their story
+    clusterjobs  jobs sent to a Slurm cluster's partition: intent, cluster id, mirror
 
 The store writes what it is handed: whom an event is owed to and what it says come in
 as Notices (gbatch/head/notify.py Policy); it imports nothing of the planner or the
@@ -31,6 +32,7 @@ notifier (tests/unit/test_import_layers.py).
 from __future__ import annotations
 
 from gbatch.core.limits import PendingLimitReached
+from gbatch.head.store.clusterjobs import ClusterJob, ClusterJobs
 from gbatch.head.store.db import SECRET_KEY_FILE, JobNotFound, StoreError, StoreFull
 from gbatch.head.store.dependencies import Dependencies
 from gbatch.head.store.events import SUBMITTED
@@ -56,6 +58,7 @@ __all__ = [
     "SECRET_KEY_FILE",
     "SUBMITTED",
     "ArrayTail",
+    "ClusterJob",
     "JobBrief",
     "JobNotFound",
     "ListingPage",
@@ -84,6 +87,7 @@ __all__ = [
 class Store(
     Submit,
     Preemptions,
+    ClusterJobs,
     Transitions,
     Reads,
     Dependencies,

@@ -68,12 +68,18 @@ class Reads(Tails):
         return job
 
     def jobs_in(self, states: Collection[JobState]) -> list[Job]:
-        """Jobs in any of `states`, oldest first.
+        """The fleet's jobs in any of `states`, oldest first.
 
         Read by the state index: cheap for the few allocated jobs among many finished ones.
+        Jobs sent to a Slurm cluster's partition (clusterjobs) are not the fleet's: the
+        cluster runs them, and the loop's cluster step alone follows them.
         """
         marks = ", ".join("?" * len(states))
-        return self._select(f"state IN ({marks})", [s.value for s in states])
+        return self._select(
+            f"state IN ({marks})"
+            " AND NOT EXISTS (SELECT 1 FROM cluster_jobs c WHERE c.job_id = jobs.id)",
+            [s.value for s in states],
+        )
 
     def jobs_run_between(
         self, start: float, end: float, users: Collection[str] | None = None

@@ -260,4 +260,19 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX reservation_events_name ON reservation_events(name)
     """,
+    # 20: jobs sent to a Slurm cluster's partition (issue 34, gbatch/head/loop/cluster.py):
+    # the attempt sent, its marker (in the cluster job's --comment), the cluster's id
+    # (NULL: sbatch sent, or about to be, and its answer not recorded: found again by the
+    # marker after a restart), and whether the cluster may still hold it (open).
+    """
+    CREATE TABLE cluster_jobs (
+        job_id     INTEGER PRIMARY KEY REFERENCES jobs(id),
+        attempt    INTEGER NOT NULL,
+        partition  TEXT    NOT NULL,
+        marker     TEXT    NOT NULL,
+        cluster_id TEXT,
+        open       INTEGER NOT NULL DEFAULT 1
+    );
+    CREATE INDEX cluster_jobs_open ON cluster_jobs(partition) WHERE open = 1
+    """,
 )

@@ -1,0 +1,359 @@
+"""The loop's cluster step: jobs of partitions backed by a Slurm cluster.
+
+The planner never sees these jobs (gbatch/head/loop/schedule.py leaves them out): the
+cluster places them. Each pass, for each such partition, this step
+
+1. asks the cluster once (`squeue`) for every job the partition's login user has there,
+   and once more (`sacct`) for the open jobs squeue no longer lists;
+2. mirrors each open job: PENDING with the cluster's reason, RUNNING on the nodes it
+   names, then its end state and exit code; a job the cluster has no record of at all
+   ends FAILED saying so;
+3. forwards cancels: a job cancelled here (pending, or COMPLETING with a stop state)
+   that the cluster still holds is scancelled, all in one call;
+4. sends the partition's pending jobs, up to its `max_jobs`: the intent (attempt, marker)
+   committed first, then sbatch, then the cluster's id with the "sent" event. A job
+   whose intent is on record but whose id is not (the head died in between, or sbatch's
+   answer was lost) is looked for by its marker in step 1's answer and adopted; only
+   when the cluster surely lacks it is it sent again.
+
+A cluster that cannot be reached makes its partition down (`down`, with the reason):
+its jobs keep their last known state until it answers again, and are then reconciled
+by the same pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from gbatch.core.crashpoints import crash_point
+from gbatch.core.model import FINAL_STATES, HELD_REASON, IllegalTransition, Job, JobState
+from gbatch.head.store import ClusterJob, Store
+from gbatch.nodes.backend import Backend, BackendDown, BackendRefused, Observation
+from gbatch.nodes.cluster import SLURM_FINAL, job_marker, refusal
+from gbatch.nodes.inventory import Partition
+
+log = logging.getLogger("gbatchd")
+
+# How often the cluster is asked while nothing wakes its thread (a submit does), and
+# while its partition is down.
+POLL_SECONDS = 2.0
+DOWN_RETRY_SECONDS = 5.0
+
+# A pending job's reasons on the cluster that say it is held (by its user, or by the
+# cluster's admins, whose hold gbatch never releases).
+_HELD_THERE = frozenset({HELD_REASON, "JobHeldAdmin"})
+# Slurm's states in which the job holds nodes (mirrored as RUNNING).
+_SLURM_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING"})
+_SLURM_ENDS: Mapping[str, JobState] = {
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED,
+    "CANCELLED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT,
+    "DEADLINE": JobState.TIMEOUT,
+    "NODE_FAIL": JobState.NODE_FAIL,
+    "BOOT_FAIL": JobState.NODE_FAIL,
+    "OUT_OF_MEMORY": JobState.OUT_OF_MEMORY,
+    "PREEMPTED": JobState.PREEMPTED,
+}
+
+
+@dataclass
+class _Pass:
+    """What one pass learned of a partition's cluster, and what it owes it."""
+
+    observed: Mapping[str, Observation]  # squeue's answer, by cluster id
+    by_marker: Mapping[str, Observation]  # the same, by the marker in its comment
+    gone: Mapping[str, Observation]  # sacct's answer for those squeue forgot
+    to_cancel: list[str] = field(default_factory=list)  # cluster ids to scancel
+    unsent: list[tuple[ClusterJob, Job]] = field(default_factory=list)  # intents to send
+    reasons: list[tuple[int, str]] = field(default_factory=list)  # pending reasons changed
+    to_hold: list[str] = field(default_factory=list)  # held here, not yet there
+    to_release: list[str] = field(default_factory=list)  # released here, held there
+
+
+def end_state(slurm_state: str) -> JobState:
+    """gbatch's final state for a Slurm final state (FAILED for one it does not name)."""
+    return _SLURM_ENDS.get(slurm_state, JobState.FAILED)
+
+
+class ClusterJobsStep:
+    """The cluster partitions' step: their backends, and which are down and why."""
+
+    def __init__(
+        self,
+        store: Store,
+        partitions: Sequence[Partition],
+        head: str,
+        make_backend: Callable[[Partition], Backend],
+    ) -> None:
+        self.store = store
+        self.head = head
+        self.partitions = {p.name: p for p in partitions if p.slurm is not None}
+        self.backends = {name: make_backend(p) for name, p in self.partitions.items()}
+        # partition -> why it is down (its login node unreachable, squeue failing).
+        self.down: dict[str, str] = {}
+        self.wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.passes = 0  # passes done (tests wait on it)
+
+    def start(self, clock: Callable[[], float], report: Callable[[BaseException], None]) -> None:
+        """Mirror in a thread of its own until stop().
+
+        A slow or unreachable login node must not hold up the loop that serves the lab's
+        own nodes."""
+        if not self.backends or self._thread is not None:
+            return
+
+        def keep_mirroring() -> None:
+            while not self._stopping.is_set():
+                try:
+                    self.mirror(clock())
+                except Exception as err:  # a bug: told, then the next pass retries
+                    report(err)
+                self.passes += 1
+                wait = DOWN_RETRY_SECONDS if self.down else POLL_SECONDS
+                self.wake.wait(wait)
+                self.wake.clear()
+
+        self._thread = threading.Thread(target=keep_mirroring, name="clusters", daemon=True)
+        self._thread.start()
+
+    def poke(self) -> None:
+        """Mirror now (a job was submitted or cancelled)."""
+        self.wake.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        self.close()
+
+    def mirror(self, now: float) -> None:
+        """One pass over every cluster partition (see the module's docstring)."""
+        for name, backend in self.backends.items():
+            try:
+                self._pass(name, backend, now)
+            except BackendDown as err:
+                if name not in self.down:
+                    log.warning("partition %s is down: %s", name, err)
+                self.down[name] = str(err)
+                continue
+            if self.down.pop(name, None) is not None:
+                log.info("partition %s is up again: its cluster answers", name)
+
+    def close(self) -> None:
+        for backend in self.backends.values():
+            backend.close()
+
+    def _pass(self, name: str, backend: Backend, now: float) -> None:
+        observed = backend.observe()
+        by_marker = {o.marker: o for o in observed.values() if o.marker}
+        rows = self.store.cluster_jobs(name)
+        missing = [
+            row.cluster_id
+            for row, _ in rows
+            if row.cluster_id is not None and row.cluster_id not in observed
+        ]
+        gone = backend.observe_gone(missing) if missing else {}
+        seen_now = _Pass(observed, by_marker, gone)
+        for row, job in rows:
+            try:
+                self._mirror_row(name, row, job, seen_now, now)
+            except IllegalTransition:
+                # Changed here meanwhile (a cancel, a hold): the next pass sees it.
+                continue
+        self.store.cluster_reasons(seen_now.reasons)
+        if seen_now.to_cancel:
+            backend.cancel(seen_now.to_cancel)
+        if seen_now.to_hold:
+            backend.hold(seen_now.to_hold, True)
+        if seen_now.to_release:
+            backend.hold(seen_now.to_release, False)
+        self._send(name, backend, seen_now.unsent, now)
+
+    def _mirror_row(
+        self, name: str, row: ClusterJob, job: Job, seen_now: _Pass, now: float
+    ) -> None:
+        """One open job: adopted by its marker, cancelled there, lost, or mirrored."""
+        if row.cluster_id is None:
+            found = seen_now.by_marker.get(row.marker)
+            if found is None:
+                if job.state is JobState.PENDING:
+                    seen_now.unsent.append((row, job))  # never reached the cluster
+                else:
+                    self.store.close_cluster_job(job.id)
+                return
+            self.store.record_cluster_id(
+                job.id,
+                found.backend_id,
+                f"found on cluster {name} as job {found.backend_id}",
+                now,
+            )
+            row = replace(row, cluster_id=found.backend_id)
+            job = self.store.get(job.id) or job
+        assert row.cluster_id is not None
+        seen = seen_now.observed.get(row.cluster_id) or seen_now.gone.get(row.cluster_id)
+        if job.state in FINAL_STATES or job.state is JobState.COMPLETING:
+            self._ended_here(row, job, seen, seen_now.to_cancel, now)
+            return
+        if seen is None:
+            self.store.cluster_ended(
+                job.id,
+                JobState.FAILED,
+                f"cluster {name} has no record of its job {row.cluster_id} (lost or purged)",
+                now,
+                expect={job.state},
+            )
+            return
+        self._mirror_one(name, row, job, seen, seen_now, now)
+
+    def _ended_here(
+        self,
+        row: ClusterJob,
+        job: Job,
+        seen: Observation | None,
+        to_cancel: list[str],
+        now: float,
+    ) -> None:
+        """A job ended or stopping here: cancel it there, or record that it ended."""
+        if seen is not None and seen.state not in SLURM_FINAL:
+            assert row.cluster_id is not None
+            to_cancel.append(row.cluster_id)
+            return
+        if job.state is JobState.COMPLETING and job.stop_state is JobState.PENDING:
+            # scontrol requeue: back in the queue as never run, to be sent again.
+            self.store.cluster_ended(
+                job.id,
+                JobState.PENDING,
+                job.reason,
+                now,
+                expect={JobState.COMPLETING},
+                end_time=None,
+                node=None,
+                start_time=None,
+                exit_code=None,
+                exit_signal=None,
+                stop_state=None,
+            )
+        elif job.state is JobState.COMPLETING:
+            self.store.cluster_ended(
+                job.id,
+                job.stop_state or JobState.CANCELLED,
+                job.reason,
+                now,
+                expect={JobState.COMPLETING},
+                **_exit_fields(seen),
+            )
+        else:
+            self.store.close_cluster_job(job.id)
+
+    def _mirror_one(
+        self,
+        name: str,
+        row: ClusterJob,
+        job: Job,
+        seen: Observation,
+        seen_now: _Pass,
+        now: float,
+    ) -> None:
+        state = seen.state
+        final = end_state(state) if state in SLURM_FINAL else None
+        ran = final is not None and (
+            bool(seen.nodes) or final not in (JobState.CANCELLED, JobState.FAILED)
+        )
+        if (state in _SLURM_RUNNING or ran) and job.state is JobState.PENDING:
+            self.store.cluster_started(
+                job.id,
+                row.attempt,
+                seen.nodes or name,
+                f"running on cluster {name} as job {row.cluster_id}",
+                now,
+            )
+            job = replace(job, state=JobState.RUNNING)
+        if final is not None:
+            reason = "" if final is JobState.COMPLETED else (seen.reason or state)
+            self.store.cluster_ended(
+                job.id,
+                final,
+                reason,
+                now,
+                expect={job.state},
+                **_exit_fields(seen),
+            )
+            return
+        if job.state is not JobState.PENDING:
+            return
+        assert row.cluster_id is not None
+        held_there = seen.reason in _HELD_THERE
+        if job.held and not held_there and state == "PENDING":
+            seen_now.to_hold.append(row.cluster_id)  # scontrol hold here: there too
+            return
+        if not job.held and seen.reason == HELD_REASON:
+            seen_now.to_release.append(row.cluster_id)
+            return
+        reason = seen.reason or "None"
+        if job.reason != reason:
+            seen_now.reasons.append((job.id, reason))
+
+    def _send(
+        self,
+        name: str,
+        backend: Backend,
+        unsent: list[tuple[ClusterJob, Job]],
+        now: float,
+    ) -> None:
+        """Send again the intents the cluster never got, then new jobs while fewer than
+        max_jobs are open there (those intents count among them)."""
+        partition = self.partitions[name]
+        assert partition.slurm is not None
+        for row, job in unsent:
+            self._send_one(name, backend, job, row.marker, now)
+        room = partition.slurm.max_jobs - self.store.cluster_open_count(name)
+        if room <= 0:
+            return
+        for job in self.store.cluster_unsent([name], limit=room):
+            why = refusal(job.spec, partition.slurm)
+            if why is not None:
+                self.store.set_state(
+                    job.id, JobState.FAILED, why, now, expect={JobState.PENDING}, end_time=now
+                )
+                continue
+            attempt = job.attempt + 1
+            marker = job_marker(self.head, job.id, attempt)
+            if self.store.begin_cluster_send(job.id, attempt, name, marker, now):
+                self._send_one(name, backend, job, marker, now)
+
+    def _send_one(self, name: str, backend: Backend, job: Job, marker: str, now: float) -> None:
+        """sbatch one job whose intent is on record. BackendDown leaves the intent for
+        the next pass, which finds the job by its marker or sends it again."""
+        try:
+            cluster_id = backend.submit(job, marker)
+        except BackendRefused as err:
+            self.store.cluster_ended(
+                job.id,
+                JobState.FAILED,
+                f"cluster {name} refused it: {err}",
+                now,
+                expect={JobState.PENDING},
+            )
+            return
+        crash_point("cluster.after_sbatch")
+        self.store.record_cluster_id(
+            job.id, cluster_id, f"sent to cluster {name} as job {cluster_id}", now
+        )
+
+
+def _exit_fields(seen: Observation | None) -> dict[str, object]:
+    if seen is None:
+        return {}
+    fields: dict[str, object] = {}
+    if seen.exit_code is not None:
+        fields["exit_code"] = seen.exit_code
+    if seen.signal is not None:
+        fields["exit_signal"] = seen.signal
+    return fields

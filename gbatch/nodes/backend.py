@@ -1,0 +1,88 @@
+"""The seam between the head and where jobs run: submit, observe in batch, cancel, logs.
+
+Two kinds of place sit behind it (docs/architecture.md, "Backends"):
+
+- the fleet's nodes (gbatch/nodes/base.py `Node`): the head's own planner places a job
+  on a node's GPUs, and the dispatcher starts it there (`Node.launch` is submit,
+  `Node.status` observe, `Node.signal` cancel, the joined log its logs);
+- a partition backed by a Slurm cluster (gbatch/nodes/cluster.py `SlurmBackend`): the
+  cluster places the job itself; the head only submits it, mirrors what the cluster
+  says of all its jobs in one call per pass, forwards cancels and reads its output.
+
+A `Backend` is the second shape, which a Kubernetes backend would take too: the head
+never plans onto its nodes (gbatch/head/loop/cluster.py drives it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from gbatch.core.model import Job
+
+
+class BackendDown(Exception):
+    """The backend cannot be reached or did not answer.
+
+    Its login node is down, or the call timed out: what it holds is unknown now, not
+    lost. The message is the reason its partition shows."""
+
+
+class BackendRefused(Exception):
+    """The backend answered and refused the job (sbatch's error): the job's reason."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the backend says of one of its jobs, in Slurm's words.
+
+    `state` is Slurm's long state name (PENDING, RUNNING, COMPLETED, ...); `reason` its
+    pending reason or why it ended; `nodes` the nodes it runs on, as the backend names
+    them; `exit_code`/`signal` once it ended; `marker` the head's marker found in its
+    comment ('' for a job gbatch did not submit)."""
+
+    backend_id: str
+    state: str
+    reason: str = ""
+    nodes: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    marker: str = ""
+
+
+class Backend(Protocol):
+    """A place jobs run that schedules them itself (a Slurm cluster's partition)."""
+
+    name: str  # the gbatch partition it backs
+
+    def submit(self, job: Job, marker: str) -> str:
+        """Send `job` (its attempt named by `marker`); the backend's id of it.
+
+        BackendDown when the answer may be lost (the job may exist: find it by its
+        marker), BackendRefused when it surely was not queued."""
+        ...
+
+    def observe(self) -> Mapping[str, Observation]:
+        """Every job of this head the backend still knows, by backend id: one call."""
+        ...
+
+    def observe_gone(self, backend_ids: Sequence[str]) -> Mapping[str, Observation]:
+        """What the backend's accounting says of jobs `observe` no longer lists.
+
+        One call for all of them; those it has no record of are left out."""
+        ...
+
+    def cancel(self, backend_ids: Sequence[str]) -> None:
+        """Cancel those jobs (one call for all)."""
+        ...
+
+    def hold(self, backend_ids: Sequence[str], held: bool) -> None:
+        """Hold (or release) those pending jobs (one call for all)."""
+        ...
+
+    def read_log(self, job: Job, offset: int, limit: int) -> bytes:
+        """Up to `limit` bytes of the job's output from `offset` (b'' when none yet)."""
+        ...
+
+    def close(self) -> None: ...

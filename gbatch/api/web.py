@@ -119,6 +119,7 @@ class Web:
             Route("/ui/jobs/{job}/log", self.log, methods=["GET"]),
             Route("/ui/jobs/{job}/{action}", self.act, methods=["POST"]),
             Route("/ui/nodes", self.nodes, methods=["GET"]),
+            Route("/ui/timeline", self.timeline, methods=["GET"]),
             Route("/ui/submit", self.submit_form, methods=["GET"]),
             Route("/ui/submit", self.submit, methods=["POST"]),
             Route("/ui/static/{name}", self.static, methods=["GET"]),
@@ -315,6 +316,28 @@ class Web:
             for node in reply["nodes"]
         ]
         return self.page(http, "nodes.html", nodes=nodes, partitions=reply["partitions"])
+
+    async def timeline(self, http: Request) -> Response:
+        """The GPU timeline over the picked range (?range=, 24h by default), ending now."""
+        from gbatch.api import timeline
+
+        picked = http.query_params.get("range", timeline.DEFAULT_RANGE)
+        span = timeline.RANGES.get(picked)
+        if span is None:
+            known = ", ".join(timeline.RANGES)
+            return self.page(http, "error.html", 400, message=f"range: pick one of {known}")
+        end = time.time()
+        reply = await self.ask(http, requests.ShowTimeline(start=end - span, end=end))
+        if isinstance(reply, Response):
+            return reply
+        return self.page(
+            http,
+            "timeline.html",
+            picture=timeline.layout(reply),
+            ranges=list(timeline.RANGES),
+            picked=picked,
+            other_user=timeline.OTHER_USER,
+        )
 
     async def submit_form(self, http: Request) -> Response:
         if not http.cookies.get(COOKIE):

@@ -434,6 +434,21 @@ class ReportUsage(_Request, op="usage_report"):
     by_group: bool = False
 
 
+class ShowTimeline(_Request, op="timeline"):
+    """The GPU timeline's data over [start, end): runs, pending queue, reservations.
+
+    Replies {"start", "end", "now", "runs": [{"id", "name", "user", "state", "start",
+    "end" (null: still on), "placements": [[node, [GPU ids]], ...]}, ...] (each job's
+    last run that overlaps the range), "pending": [[time, jobs pending], ...] (a step
+    function, its first point at `start`), "windows": [[reservation, node, [GPU ids]
+    (empty: the whole node), start, end, MAINT], ...], "lanes": [[node, [GPU ids]],
+    ...] (the fleet's GPUs now)}. Under private_data a non-admin's view of another
+    user's run has "id" 0 and "name" and "user" "" (an other user's bar)."""
+
+    start: float
+    end: float
+
+
 class Metrics(_Request, op="metrics"):
     """What `GET /metrics` shows: the queue, the fleet and the daemon's counters, all users'.
 
@@ -616,6 +631,7 @@ Request = (
     | ShowShares
     | ShowPriorities
     | ReportUsage
+    | ShowTimeline
     | Metrics
     | Shutdown
     | MintToken

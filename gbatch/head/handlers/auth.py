@@ -101,6 +101,7 @@ TOKEN_SCOPE_OF: Mapping[str, str] = {
     "shares": "read",
     "priorities": "read",
     "usage_report": "read",
+    "timeline": "read",
     "metrics": "read",
     "steps": "read",
     "reservations": "read",

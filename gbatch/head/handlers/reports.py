@@ -221,3 +221,47 @@ def _server_user_name() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
         return str(os.getuid())
+
+
+def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) -> dict[str, Any]:
+    """The GPU timeline over [start, end): runs on GPUs, the pending queue, reservations.
+
+    Everyone sees the fleet's GPUs, as in Slurm; under private_data a non-admin sees
+    another user's run as a bar of "other user": no id, name nor user."""
+    from gbatch.core.timeline import MAX_RANGE_S, pending_steps, reservation_windows
+
+    if not request.end > request.start:
+        raise Refused("invalid", "timeline: the range's end must be after its start")
+    if request.end - request.start > MAX_RANGE_S:
+        raise Refused("invalid", "timeline: the range is longer than 31 days. Pick a shorter one")
+    now = daemon.clock()
+    hide = daemon.config.private_data and not is_admin(daemon, caller)
+    runs = []
+    for job in daemon.store.jobs_run_between(request.start, request.end):
+        if not job.placements:
+            continue
+        mine = not hide or job.uid == caller.uid
+        runs.append(
+            {
+                "id": job.id if mine else 0,
+                "name": job.spec.name if mine else "",
+                "user": job.user if mine else "",
+                "state": job.state.value,
+                "start": job.start_time,
+                "end": job.end_time,
+                "placements": [[node, list(gpus)] for node, gpus in job.placements],
+            }
+        )
+    spans = daemon.store.pending_spans(request.start, request.end)
+    windows = reservation_windows(daemon.store.reservations(), request.start, request.end)
+    return {
+        "start": request.start,
+        "end": request.end,
+        "now": now,
+        "runs": runs,
+        "pending": [list(p) for p in pending_steps(spans, request.start, min(request.end, now))],
+        "windows": [[n, node, list(ids), s, e, maint] for n, node, ids, s, e, maint in windows],
+        "lanes": [
+            [node.name, sorted(g.index for g in node.gpus)] for node in daemon.fleet.node_infos()
+        ],
+    }

@@ -90,6 +90,30 @@ class Reads(Tails):
             params.extend(users)
         return self._select(where, params)
 
+    def pending_spans(self, start: float, end: float) -> list[tuple[float, float | None]]:
+        """(submit time, left the queue) of each job pending at some time in [start, end).
+
+        It leaves the queue when its last run started, or ended unrun (cancelled while
+        pending); None while it still waits. An array tail's pending tasks count one each,
+        from the tail's submit time. The timeline's question: a scan of the jobs table, as
+        jobs_run_between's.
+        """
+        left = "coalesce(start_time, end_time)"
+        where = f"submit_time < ? AND ({left} IS NULL OR {left} > ?)"
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT submit_time, {left} FROM jobs WHERE {where}", (end, start)
+            ).fetchall()
+            tails = self._db.execute(
+                "SELECT submit_time, remaining FROM array_tails"
+                " WHERE state = 'PENDING' AND submit_time < ?",
+                (end,),
+            ).fetchall()
+        spans: list[tuple[float, float | None]] = [(float(a), b) for a, b in rows]
+        for submitted, remaining in tails:
+            spans.extend([(float(submitted), None)] * int(remaining))
+        return spans
+
     def active_counts(self) -> dict[str, int]:
         """How many jobs are in each active state."""
         with self._lock:

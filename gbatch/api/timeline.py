@@ -1,0 +1,169 @@
+"""The GPU timeline's picture: the daemon's timeline reply laid out as SVG shapes. Pure.
+
+Server-drawn: the page's template writes these shapes as inline SVG (presentation
+attributes, no style attribute, no script), so the page's strict Content-Security-Policy
+holds, and Jinja2 escapes every label (job names, users) as it does in the tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# The range picker: its values, the span each stands for. 24 h by default.
+RANGES: Mapping[str, float] = {
+    "1h": 3600,
+    "6h": 6 * 3600,
+    "24h": 86400,
+    "3d": 3 * 86400,
+    "7d": 7 * 86400,
+    "30d": 30 * 86400,
+}
+DEFAULT_RANGE = "24h"
+LABEL_W = 150  # the lanes' names, left of the plot
+PLOT_W = 1050
+LANE_H = 14  # 50 nodes x 8 GPUs: 400 lanes, 5,600 px, scrolled as a table would be
+NODE_GAP = 6
+PENDING_H = 60
+AXIS_H = 18
+MIN_BAR_W = 3.0  # a run of seconds in a long range: still seen, and clicked
+CHAR_W = 6.4  # a bar's label's characters at the stylesheet's 10.5px
+OTHER_USER = "other user"
+OTHER_FILL = "#9aa3ad"
+
+
+def user_fill(user: str) -> str:
+    """A user's bar colour, the same on every page and every day: a hue from their name."""
+    if not user:
+        return OTHER_FILL
+    hue = int.from_bytes(hashlib.sha256(user.encode()).digest()[:2], "big") % 360
+    return f"hsl({hue}, 62%, 52%)"
+
+
+def _natural(name: str) -> list[Any]:
+    """gpu2 before gpu10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _clock(stamp: float, span: float) -> str:
+    return time.strftime("%H:%M" if span <= 86400 else "%m-%d %H:%M", time.localtime(stamp))
+
+
+def layout(reply: Mapping[str, Any]) -> dict[str, Any]:
+    """The shapes of the timeline over the reply's [start, end): lanes, bars, windows,
+    the pending queue as a polyline, the time axis, and the picture's size.
+
+    One lane per GPU, grouped by node (the fleet's GPUs now, and any a run in the range
+    held since); each run a bar on each of its GPUs, from its start to its end (or now).
+    """
+    start, end, now = float(reply["start"]), float(reply["end"]), float(reply["now"])
+    span = end - start
+
+    def x(stamp: float) -> float:
+        return LABEL_W + PLOT_W * (min(max(stamp, start), end) - start) / span
+
+    gpus_of: dict[str, set[int]] = {}
+    for node, ids in reply["lanes"]:
+        gpus_of.setdefault(node, set()).update(ids)
+    for run in reply["runs"]:
+        for node, ids in run["placements"]:
+            gpus_of.setdefault(node, set()).update(ids)
+    lanes, groups, y = {}, [], AXIS_H
+    for node in sorted(gpus_of, key=_natural):
+        top = y
+        for gpu in sorted(gpus_of[node]):
+            lanes[(node, gpu)] = y
+            y += LANE_H
+        groups.append({"node": node, "y": top, "h": y - top, "gpus": sorted(gpus_of[node])})
+        y += NODE_GAP
+    lanes_bottom = y
+    bars = []
+    for run in reply["runs"]:
+        left = x(float(run["start"]))
+        right = x(now if run["end"] is None else float(run["end"]))
+        left = min(left, right - MIN_BAR_W)  # drawn back from its end, inside the range
+        width = right - left
+        user = run["user"] or OTHER_USER
+        label = f"{run['id']} {run['name']}" if run["id"] else OTHER_USER
+        chars = int((width - 4) // CHAR_W)
+        until = "now" if run["end"] is None else _clock(float(run["end"]), span)
+        for node, ids in run["placements"]:
+            for gpu in ids:
+                bars.append(
+                    {
+                        "x": round(left, 1),
+                        "y": lanes[(node, gpu)] + 1,
+                        "w": round(width, 1),
+                        "h": LANE_H - 2,
+                        "fill": user_fill(run["user"]),
+                        "href": f"/ui/jobs/{run['id']}" if run["id"] else "",
+                        "job": run["id"],
+                        "node": node,
+                        "gpu": gpu,
+                        "start": run["start"],
+                        "end": run["end"],
+                        "text": label[:chars] if chars >= 3 else "",
+                        "title": f"{label} ({user}), {run['state']}, "
+                        f"{_clock(float(run['start']), span)} to {until}, {node} GPU {gpu}",
+                    }
+                )
+    windows = []
+    for name, node, ids, first, last, maint in reply["windows"]:
+        held = ids or sorted(gpus_of.get(node, ()))
+        for top in [lanes[(node, g)] for g in held if (node, g) in lanes]:
+            windows.append(
+                {
+                    "x": round(x(first), 1),
+                    "y": top,
+                    "w": round(max(x(last) - x(first), 1.0), 1),
+                    "h": LANE_H,
+                    "maint": bool(maint),
+                    "title": f"reservation {name}{' (MAINT)' if maint else ''}, {node}",
+                }
+            )
+    pending = _pending(reply["pending"], x, lanes_bottom + 8, min(now, end))
+    ticks = [
+        {"x": round(x(start + span * i / 6), 1), "text": _clock(start + span * i / 6, span)}
+        for i in range(7)
+    ]
+    return {
+        "start": start,
+        "end": end,
+        "groups": groups,
+        "lanes": [{"node": n, "gpu": g, "y": top} for (n, g), top in lanes.items()],
+        "bars": bars,
+        "windows": windows,
+        "pending": pending,
+        "ticks": ticks,
+        "now_x": round(x(now), 1) if start <= now <= end else None,
+        "width": LABEL_W + PLOT_W + 10,
+        "height": pending["y"] + PENDING_H + AXIS_H,
+        "plot_left": LABEL_W,
+        "plot_right": LABEL_W + PLOT_W,
+        "lanes_bottom": lanes_bottom,
+    }
+
+
+def _pending(steps: Sequence[Sequence[float]], x: Any, top: float, last: float) -> dict[str, Any]:
+    """The pending queue's length as a step polyline in a band PENDING_H high at `top`."""
+    peak = max((int(count) for _, count in steps), default=0)
+    scale = (PENDING_H - 4) / peak if peak else 0.0
+    bottom = top + PENDING_H
+    points: list[tuple[float, float]] = []
+    for when, count in steps:
+        level = bottom - int(count) * scale
+        if points:
+            points.append((x(float(when)), points[-1][1]))
+        points.append((x(float(when)), level))
+    if points:
+        points.append((x(last), points[-1][1]))
+    return {
+        "y": top,
+        "h": PENDING_H,
+        "peak": peak,
+        "now": int(steps[-1][1]) if steps else 0,
+        "points": " ".join(f"{px:.1f},{py:.1f}" for px, py in points),
+    }

@@ -1,0 +1,100 @@
+"""The GPU timeline (/ui/timeline) end to end: a real gbatchd with two simulated GPUs
+runs a fixed lab (a finished run, a running one, one waiting for both GPUs), and Debian's
+chromium draws the page: each known job's bar is on its GPU's lane at its start and end,
+links to its page, and the pending line counts the waiting job.
+GBATCH_UPDATE_SCREENSHOTS=1 copies the screenshot to docs/screenshots/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conftest import Head
+from test_http_api import api, head, mint  # noqa: F401 (fixtures)
+from test_web_ui import Browserless, browser, root_of, screenshot, text_of  # noqa: F401
+
+
+def record(job_id: int, on: Head) -> dict[str, Any]:
+    """The job's wire record (id, node, gpus, start and end times, spec)."""
+    found = on.polled(job_id)
+    assert found is not None
+    return found
+
+
+def test_the_timeline_draws_known_runs_on_their_gpus_at_their_times(
+    head: Head,  # noqa: F811
+    api: str,  # noqa: F811
+    browser: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    done = head.sbatch("-G", "1", "-J", "finished-run", "--wrap", "sleep 1")
+    head.wait_state(done, "COMPLETED")
+    running = head.sbatch("-G", "1", "-J", "long-run", "--wrap", "sleep 300")
+    head.wait_state(running, "RUNNING")
+    waiting = head.sbatch("-G", "2", "-J", "needs-both", "--wrap", "true")
+    try:
+        token = mint(head, "--scope", "read")
+        d = browser
+        wait = WebDriverWait(d, 30)
+        d.get(f"{root_of(api)}/ui/login")
+        wait.until(lambda _: d.find_elements(By.ID, "token"))
+        d.find_element(By.ID, "token").send_keys(token)
+        d.find_element(By.ID, "sign-in").click()
+        wait.until(lambda _: d.find_elements(By.ID, "jobs"))
+        d.find_element(By.LINK_TEXT, "Nodes").click()
+        wait.until(lambda _: d.find_elements(By.ID, "timeline-link")).pop().click()
+        svg = wait.until(lambda _: d.find_element(By.ID, "timeline"))
+        first, last = float(svg.get_attribute("data-start")), float(svg.get_attribute("data-end"))
+        left = float(svg.get_attribute("data-plot-left"))
+        right = float(svg.get_attribute("data-plot-right"))
+
+        def x_of(stamp: float) -> float:
+            return left + (right - left) * (stamp - first) / (last - first)
+
+        for job_id in (done, running):
+            job = record(job_id, head)
+            (bar,) = d.find_elements(By.CSS_SELECTOR, f'g.bar[data-job="{job_id}"]')
+            (gpu,) = job["gpus"]
+            assert (bar.get_attribute("data-node"), bar.get_attribute("data-gpu")) == (
+                job["node"],
+                str(gpu),
+            )
+            lane = d.find_element(By.ID, f"lane-{job['node']}-{gpu}")
+            rect = bar.find_element(By.TAG_NAME, "rect")
+            assert float(rect.get_attribute("y")) == float(lane.get_attribute("data-y")) + 1
+            # From its start to its end (a running one: to now, the range's end), at
+            # least 3 px, drawn back from its end.
+            end_x = x_of(job["end_time"]) if job["end_time"] is not None else right
+            start_x = min(x_of(job["start_time"]), end_x - 3.0)
+            assert abs(float(rect.get_attribute("x")) - start_x) < 0.2
+            width = float(rect.get_attribute("width"))
+            assert abs(float(rect.get_attribute("x")) + width - end_x) < 0.2
+            title = bar.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+            assert f"{job_id} {job['spec']['name']}" in title and f"GPU {gpu}" in title
+        assert len(d.find_elements(By.CSS_SELECTOR, "g.bar")) == 2
+        assert text_of(d, "pending-now").startswith("now 1,")  # needs-both waits
+        # The range picker, then a bar's link: its job's page.
+        from selenium.webdriver.support.ui import Select
+
+        Select(d.find_element(By.ID, "range")).select_by_value("1h")
+        d.find_element(By.CSS_SELECTOR, "#range-picker button").click()
+        wait.until(lambda _: "range=1h" in d.current_url)
+        screenshot(d, tmp_path, "timeline")
+        d.find_element(By.CSS_SELECTOR, f'a[href="/ui/jobs/{running}"] rect').click()
+        wait.until(lambda _: "long-run" in text_of(d, "job-name"))
+        # The range picker; a range it does not offer is refused with the page's message.
+        web = Browserless(root_of(api))
+        from test_web_ui import csrf_of
+
+        login = csrf_of(web.get("/ui/login")[2])
+        web.post("/ui/login", {"token": token, "csrf": login})
+        status, _, page = web.get("/ui/timeline?range=30d")
+        assert status == 200 and "selected>last 30d" in page and f'data-job="{done}"' in page
+        status, _, page = web.get("/ui/timeline?range=1y")
+        assert status == 400 and "range: pick one of 1h, 6h, 24h, 3d, 7d, 30d" in page
+    finally:
+        head.run("scancel", str(running), str(waiting))
+        head.wait_state(running, "CANCELLED")

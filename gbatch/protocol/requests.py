@@ -449,6 +449,22 @@ class ShowTimeline(_Request, op="timeline"):
     end: float
 
 
+class ShowGpuHistory(_Request, op="gpu_history"):
+    """GPUs' utilisation and memory over [start, end), from the head's sample history.
+
+    `node` "" for every node; `gpus` () for each GPU of the node(s) now. Each second's
+    samples where the range lies within the last hour, else each minute's, merged into
+    at most `points` steps (1 to 1,000). Replies {"start", "end", "now", "series":
+    [{"node", "index", "points": [[time, util mean|null, util max|null, MiB used mean,
+    MiB used max], ...]}, ...]}."""
+
+    start: float
+    end: float
+    node: str = ""
+    gpus: tuple[int, ...] = ()
+    points: int = 120
+
+
 class Metrics(_Request, op="metrics"):
     """What `GET /metrics` shows: the queue, the fleet and the daemon's counters, all users'.
 
@@ -632,6 +648,7 @@ Request = (
     | ShowPriorities
     | ReportUsage
     | ShowTimeline
+    | ShowGpuHistory
     | Metrics
     | Shutdown
     | MintToken

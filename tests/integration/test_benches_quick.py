@@ -110,6 +110,14 @@ BENCHES = (
         (r".+: drain 16 one-GPU `true` jobs on 8 GPUs: median [\d.]+ jobs/s",),
     ),
     Bench(
+        "bench_gpu_history.py",
+        (
+            r"  on disk: [\d,]+ bytes allocated, [\d,]+ bytes of files \(the bound",
+            r"  head CPU: [\d.]+ us per GPU sample",
+            r"  read one GPU's last hour: [\d.]+ ms",
+        ),
+    ),
+    Bench(
         "bench_fleet.py",
         (
             ms("(a) one report round from 5 hosts on open SSH channels"),

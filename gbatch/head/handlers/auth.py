@@ -102,6 +102,7 @@ TOKEN_SCOPE_OF: Mapping[str, str] = {
     "priorities": "read",
     "usage_report": "read",
     "timeline": "read",
+    "gpu_history": "read",
     "metrics": "read",
     "steps": "read",
     "reservations": "read",

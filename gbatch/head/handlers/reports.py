@@ -265,3 +265,34 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
             [node.name, sorted(g.index for g in node.gpus)] for node in daemon.fleet.node_infos()
         ],
     }
+
+
+def on_gpu_history(
+    daemon: Daemon, caller: Caller, request: requests.ShowGpuHistory
+) -> dict[str, Any]:
+    """GPUs' utilisation and memory over a range, from the sample history.
+
+    Everyone sees every GPU's figures, as in sinfo and the Nodes page (they name no job)."""
+    from gbatch.core.timeline import MAX_RANGE_S
+    from gbatch.head.gpuhistory import bucketed
+
+    if not request.end > request.start:
+        raise Refused("invalid", "gpu_history: the range's end must be after its start")
+    if request.end - request.start > MAX_RANGE_S:
+        raise Refused(
+            "invalid", "gpu_history: the range is longer than 31 days. Pick a shorter one"
+        )
+    if not 1 <= request.points <= 1000:
+        raise Refused("invalid", "gpu_history.points: give 1 to 1000")
+    now = daemon.clock()
+    nodes = [n for n in daemon.fleet.node_infos() if request.node in ("", n.name)]
+    if request.node and not nodes:
+        raise Refused("not_found", f"gpu_history: no node {request.node!r}. See gbatch sinfo")
+    series = []
+    for node in nodes:
+        wanted = request.gpus or tuple(sorted(g.index for g in node.gpus))
+        for index in wanted:
+            points = daemon.gpu_history.series(node.name, index, request.start, request.end, now)
+            shown = bucketed(points, request.start, request.end, request.points)
+            series.append({"node": node.name, "index": index, "points": [list(p) for p in shown]})
+    return {"start": request.start, "end": request.end, "now": now, "series": series}

@@ -29,6 +29,7 @@ from gbatch.head.handlers.nodes import (
     on_nodes,
 )
 from gbatch.head.handlers.reports import (
+    on_gpu_history,
     on_metrics,
     on_priorities,
     on_shares,
@@ -109,6 +110,8 @@ def dispatch(daemon: Daemon, caller: Caller, request: requests.Request) -> dict[
             return on_usage_report(daemon, caller, request)
         case requests.ShowTimeline():
             return on_timeline(daemon, caller, request)
+        case requests.ShowGpuHistory():
+            return on_gpu_history(daemon, caller, request)
         case requests.Metrics():
             return on_metrics(daemon, caller, request)
         case requests.Shutdown():

@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from gbatch.api.charts import gpu_chart
 from gbatch.api.follow import resume_offset
 from gbatch.core.jobids import ONE, JobIdError, parse_one_job
 from gbatch.jobspec.errors import BadSubmit
@@ -266,7 +267,27 @@ class Web:
         )
         if isinstance(reply, Response):
             return reply
-        return self.page(http, "job.html", job=reply["job"], events=reply["events"])
+        job = reply["job"]
+        charts = []
+        if job.get("start_time") and job.get("node"):
+            # Its GPUs since it started (its last 31 days: the history's longest range).
+            end = job["end_time"] or reply["now"]
+            start = max(job["start_time"], end - 31 * 86400 + 60)
+            for node, gpus in _placements(job):
+                if not gpus or end <= start:
+                    continue
+                history = await self.ask(
+                    http,
+                    requests.ShowGpuHistory(
+                        start=start, end=end, node=node, gpus=tuple(gpus), points=240
+                    ),
+                )
+                if isinstance(history, Response):
+                    return history
+                for s in history["series"]:
+                    chart = gpu_chart(s["points"], start, end, 480, 70, s["memory_total_mib"])
+                    charts.append({"node": s["node"], "index": s["index"], "chart": chart})
+        return self.page(http, "job.html", job=job, events=reply["events"], charts=charts)
 
     async def act(self, http: Request) -> Response:
         """A job page's button: send the wire request the CLI would, then back to the job's page.
@@ -315,7 +336,21 @@ class Web:
             {**_by_card(node), "windows_text": windows_text(node.get("windows") or ())}
             for node in reply["nodes"]
         ]
-        return self.page(http, "nodes.html", nodes=nodes, partitions=reply["partitions"])
+        end = time.time()
+        history = await self.ask(
+            http, requests.ShowGpuHistory(start=end - 3600, end=end, points=60)
+        )
+        if isinstance(history, Response):
+            return history
+        charts = {
+            f"{s['node']}/{s['index']}": gpu_chart(
+                s["points"], end - 3600, end, 120, 22, s["memory_total_mib"]
+            )
+            for s in history["series"]
+        }
+        return self.page(
+            http, "nodes.html", nodes=nodes, partitions=reply["partitions"], charts=charts
+        )
 
     async def timeline(self, http: Request) -> Response:
         """The GPU timeline over the picked range (?range=, 24h by default), ending now."""

@@ -455,8 +455,8 @@ class ShowGpuHistory(_Request, op="gpu_history"):
     `node` "" for every node; `gpus` () for each GPU of the node(s) now. Each second's
     samples where the range lies within the last hour, else each minute's, merged into
     at most `points` steps (1 to 1,000). Replies {"start", "end", "now", "series":
-    [{"node", "index", "points": [[time, util mean|null, util max|null, MiB used mean,
-    MiB used max], ...]}, ...]}."""
+    [{"node", "index", "memory_total_mib" (null: not reported), "points": [[time, util
+    mean|null, util max|null, MiB used mean, MiB used max], ...]}, ...]}."""
 
     start: float
     end: float

@@ -61,3 +61,15 @@ def test_bucketed_keeps_each_steps_mean_and_peak() -> None:
     assert len(steps) == 10
     assert steps[3] == Point(30.0, 4.5, 9, 100.0, 139)
     assert bucketed(points[:5], 0.0, 100.0, 10) == points[:5]
+
+
+def test_a_chart_holds_each_sample_until_the_next_and_scales_memory_to_the_card() -> None:
+    from gbatch.api.charts import gpu_chart
+
+    points = [[0.0, 50.0, 60, 40960.0, 40960], [50.0, None, None, 81920.0, 81920]]
+    chart = gpu_chart(points, 0.0, 100.0, 100, 12, memory_total_mib=81920)
+    assert chart["util"] == "0.0,6.0 50.0,6.0"  # 50 %: half of the 10 px inside
+    assert chart["memory"] == "0.0,6.0 50.0,6.0 50.0,1.0 100.0,1.0"
+    assert (chart["util_mean"], chart["util_peak"], chart["mem_peak_mib"]) == (50.0, 60, 81920)
+    empty = gpu_chart([], 0.0, 100.0, 100, 12)
+    assert empty["samples"] == 0 and empty["util"] == "" and empty["util_mean"] is None

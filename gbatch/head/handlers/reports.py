@@ -290,9 +290,16 @@ def on_gpu_history(
         raise Refused("not_found", f"gpu_history: no node {request.node!r}. See gbatch sinfo")
     series = []
     for node in nodes:
-        wanted = request.gpus or tuple(sorted(g.index for g in node.gpus))
-        for index in wanted:
+        totals = {g.index: g.memory_total_mib for g in node.gpus}
+        for index in request.gpus or tuple(sorted(totals)):
             points = daemon.gpu_history.series(node.name, index, request.start, request.end, now)
             shown = bucketed(points, request.start, request.end, request.points)
-            series.append({"node": node.name, "index": index, "points": [list(p) for p in shown]})
+            series.append(
+                {
+                    "node": node.name,
+                    "index": index,
+                    "memory_total_mib": totals.get(index),
+                    "points": [list(p) for p in shown],
+                }
+            )
     return {"start": request.start, "end": request.end, "now": now, "series": series}

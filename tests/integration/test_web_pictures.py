@@ -1,17 +1,21 @@
-"""The GPU timeline (/ui/timeline) end to end: a real gbatchd with two simulated GPUs
-runs a fixed lab (a finished run, a running one, one waiting for both GPUs), and Debian's
-chromium draws the page: each known job's bar is on its GPU's lane at its start and end,
-links to its page, and the pending line counts the waiting job.
-GBATCH_UPDATE_SCREENSHOTS=1 copies the screenshot to docs/screenshots/."""
+"""The web page's pictures end to end.
+
+The GPU timeline (/ui/timeline): a real gbatchd with two simulated GPUs runs a fixed lab
+(a finished run, a running one, one waiting for both GPUs), and Debian's chromium draws
+the page: each known job's bar is on its GPU's lane at its start and end, links to its
+page, and the pending line counts the waiting job. A running job's page charts its GPU's
+utilisation and memory from simulated NVML samples, and seff says the same peak.
+GBATCH_UPDATE_SCREENSHOTS=1 copies the screenshots to docs/screenshots/."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from conftest import Head
 from test_http_api import api, head, mint  # noqa: F401 (fixtures)
-from test_web_ui import Browserless, browser, root_of, screenshot, text_of  # noqa: F401
+from test_web_ui import Browserless, browser, csrf_of, root_of, screenshot, text_of  # noqa: F401
 
 
 def record(job_id: int, on: Head) -> dict[str, Any]:
@@ -87,8 +91,6 @@ def test_the_timeline_draws_known_runs_on_their_gpus_at_their_times(
         wait.until(lambda _: "long-run" in text_of(d, "job-name"))
         # The range picker; a range it does not offer is refused with the page's message.
         web = Browserless(root_of(api))
-        from test_web_ui import csrf_of
-
         login = csrf_of(web.get("/ui/login")[2])
         web.post("/ui/login", {"token": token, "csrf": login})
         status, _, page = web.get("/ui/timeline?range=30d")
@@ -97,4 +99,58 @@ def test_the_timeline_draws_known_runs_on_their_gpus_at_their_times(
         assert status == 400 and "range: pick one of 1h, 6h, 24h, 3d, 7d, 30d" in page
     finally:
         head.run("scancel", str(running), str(waiting))
+        head.wait_state(running, "CANCELLED")
+
+
+def test_a_running_jobs_page_charts_its_gpus_utilisation_from_nvml_samples(
+    head: Head,  # noqa: F811
+    api: str,  # noqa: F811
+    browser: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from conftest import wait_for
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    running = head.sbatch("-G", "1", "-J", "busy-run", "--wrap", "sleep 300")
+    job = head.wait_state(running, "RUNNING")
+    (gpu,) = job["gpus"]  # type: ignore[misc]
+    simulation = head.home / "simulated-gpus.json"
+    described = json.loads(simulation.read_text())
+    described["gpus"][gpu].update(utilization_pct=87, memory_used_mib=30_000)
+    simulation.write_text(json.dumps(described))  # the agent reads it at each report
+    try:
+        token = mint(head, "--scope", "read")
+        web = Browserless(root_of(api))
+        web.post("/ui/login", {"token": token, "csrf": csrf_of(web.get("/ui/login")[2])})
+        wait_for(
+            lambda: 'data-util-peak="87"' in web.get(f"/ui/jobs/{running}")[2],
+            30,
+            "the job's chart to show a sample of 87%",
+        )
+        d = browser
+        wait = WebDriverWait(d, 30)
+        d.get(f"{root_of(api)}/ui/login")
+        wait.until(lambda _: d.find_elements(By.ID, "token"))
+        d.find_element(By.ID, "token").send_keys(token)
+        d.find_element(By.ID, "sign-in").click()
+        wait.until(lambda _: d.find_elements(By.ID, "jobs"))
+        d.get(f"{root_of(api)}/ui/jobs/{running}")
+        chart = wait.until(lambda _: d.find_element(By.ID, f"job-chart-local-{gpu}"))
+        assert chart.get_attribute("data-util-peak") == "87"
+        assert int(chart.get_attribute("data-mem-peak")) == 30_000
+        assert int(chart.get_attribute("data-samples")) >= 1
+        util = chart.find_element(By.CSS_SELECTOR, "polyline.util").get_attribute("points")
+        assert util.strip()  # a line was drawn
+        assert "87" in text_of(d, "job-gpus")
+        screenshot(d, tmp_path, "job-gpu-chart")
+        # The Nodes page: the same GPU's last hour, beside its row.
+        d.find_element(By.LINK_TEXT, "Nodes").click()
+        small = wait.until(lambda _: d.find_element(By.ID, f"chart-local-{gpu}"))
+        assert small.get_attribute("data-util-peak") == "87"
+        # seff says it in numbers (the run's own GPU record, folded from the same reports).
+        seff = head.run("seff", str(running), check=True).stdout
+        assert "max 87%" in seff
+    finally:
+        head.run("scancel", str(running))
         head.wait_state(running, "CANCELLED")

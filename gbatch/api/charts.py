@@ -1,5 +1,6 @@
-"""Small GPU charts for the web page: a GPU's utilisation and memory over time as SVG
-polylines. Pure; the templates write them as inline SVG (no script, no style attribute),
+"""Small GPU charts for the web page: utilisation and memory over time as SVG polylines.
+
+Pure; the templates write them as inline SVG (no script, no style attribute),
 as the timeline's are written (gbatch/api/timeline.py)."""
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ def gpu_chart(
     height: float,
     memory_total_mib: int | None = None,
 ) -> dict[str, Any]:
-    """One GPU's wire points ([time, util, util max, MiB, MiB max], gpu_history's) over
-    [start, end) in a `width` x `height` box: `util` (0-100 % full height) and `memory`
+    """One GPU's chart: its wire points over [start, end) as polylines in a box.
+
+    The points are gpu_history's ([time, util, util max, MiB, MiB max]); the box is
+    `width` x `height`: `util` (0-100 % full height) and `memory`
     polylines (full height: `memory_total_mib`, or the peak when the total is unknown),
     with the means and peaks the chart's caption says."""
     span = max(end - start, 1e-9)
@@ -29,8 +32,9 @@ def gpu_chart(
         return width * (min(max(t, start), end) - start) / span
 
     def line(values: list[tuple[float, float | None]], full: float) -> str:
-        """Steps: each value held until the next point (the last until the range's end);
-        a point without a value (utilisation not told) draws nothing."""
+        """Steps: each value held until the next point (the last until the range's end).
+
+        A point without a value (utilisation not told) draws nothing."""
         out: list[str] = []
         for i, (t, v) in enumerate(values):
             if v is None:

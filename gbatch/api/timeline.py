@@ -53,8 +53,9 @@ def _clock(stamp: float, span: float) -> str:
 
 
 def layout(reply: Mapping[str, Any]) -> dict[str, Any]:
-    """The shapes of the timeline over the reply's [start, end): lanes, bars, windows,
-    the pending queue as a polyline, the time axis, and the picture's size.
+    """The shapes of the timeline over the reply's [start, end), and the picture's size.
+
+    Lanes, bars, idle strips, windows, the pending queue as a polyline, the time axis.
 
     One lane per GPU, grouped by node (the fleet's GPUs now, and any a run in the range
     held since); each run a bar on each of its GPUs, from its start to its end (or now).
@@ -110,6 +111,25 @@ def layout(reply: Mapping[str, Any]) -> dict[str, Any]:
                         f"{_clock(float(run['start']), span)} to {until}, {node} GPU {gpu}",
                     }
                 )
+    idle = []
+    for run in reply["runs"]:
+        for node, gpu, first, last in run.get("idle", ()):
+            if (node, gpu) not in lanes:
+                continue
+            minutes = (float(last) - float(first)) / 60
+            idle.append(
+                {
+                    "x": round(x(float(first)), 1),
+                    "y": lanes[(node, gpu)] + LANE_H - 5,
+                    "w": round(max(x(float(last)) - x(float(first)), 1.0), 1),
+                    "h": 4,
+                    "job": run["id"],
+                    "node": node,
+                    "gpu": gpu,
+                    "title": f"idle while held: {minutes:.0f} min from "
+                    f"{_clock(float(first), span)}, {node} GPU {gpu}",
+                }
+            )
     windows = []
     for name, node, ids, first, last, maint in reply["windows"]:
         held = ids or sorted(gpus_of.get(node, ()))
@@ -135,6 +155,7 @@ def layout(reply: Mapping[str, Any]) -> dict[str, Any]:
         "groups": groups,
         "lanes": [{"node": n, "gpu": g, "y": top} for (n, g), top in lanes.items()],
         "bars": bars,
+        "idle": idle,
         "windows": windows,
         "pending": pending,
         "ticks": ticks,

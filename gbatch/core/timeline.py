@@ -1,5 +1,7 @@
-"""The GPU timeline's figures over a range: the pending queue's length as steps, and
-reservations' windows inside the range. Pure: the head reads the store and the web
+"""The GPU timeline's figures over a range: pending queue, reservations, idle stretches.
+
+The pending queue's length as steps, reservations' windows inside the range, and the
+stretches a held GPU sat idle. Pure: the head reads the store and the web
 page draws what these return."""
 
 from __future__ import annotations
@@ -72,4 +74,28 @@ def reservation_windows(
         held = held or [(node, tuple(ids)) for node, ids in r.gpus]
         for first, last in windows_between(r, start, end):
             out.extend((r.name, node, ids, first, last, r.maint) for node, ids in held)
+    return out
+
+
+def idle_stretches(
+    points: Sequence[tuple[float, int | None]], threshold: float, least_s: float, step: float
+) -> list[tuple[float, float]]:
+    """The stretches a held GPU read under `threshold` percent for `least_s` or longer.
+
+    `points` are (time, peak utilisation or None: not told) in time order, each standing
+    for `step` seconds (1 s or 1 min: the history's). A point not told ends a stretch, as
+    the idle_gpu policy counts a GPU that cannot tell as busy, and so does a gap of more
+    than two steps without a point (the node was silent). [(start, end), ...]."""
+    out: list[tuple[float, float]] = []
+    since: float | None = None
+    until = 0.0
+    for when, util in [*points, (float("inf"), None)]:
+        idle = util is not None and util < threshold
+        if since is not None and (not idle or when - until > step):
+            if until - since >= least_s:
+                out.append((since, until))
+            since = None
+        if idle:
+            since = when if since is None else since
+            until = when + step
     return out

@@ -50,8 +50,9 @@ class Reading(Protocol):
 
 
 class Point(NamedTuple):
-    """A GPU's figures over one step of a series: utilisation mean and max (None: not
-    told), memory used mean and max (MiB)."""
+    """A GPU's figures over one step of a series.
+
+    Utilisation mean and max (None: not told), memory used mean and max (MiB)."""
 
     time: float
     util: float | None
@@ -194,8 +195,9 @@ class GpuHistory:
                 )
 
     def series(self, node: str, index: int, start: float, end: float, now: float) -> list[Point]:
-        """The GPU's points in [start, end): each second's where the range lies within the
-        last hour, else each minute's; [] for a GPU never sampled."""
+        """The GPU's points in [start, end); [] for a GPU never sampled.
+
+        Each second's where the range lies within the last hour, else each minute's."""
         with self._lock:
             ring = self._ring(node, index, create=False)
             if ring is None:
@@ -212,8 +214,9 @@ class GpuHistory:
 
 
 def bucketed(points: Sequence[Point], start: float, end: float, buckets: int) -> list[Point]:
-    """`points` merged into at most `buckets` equal steps of [start, end): each step's
-    means and maxima, at its start; steps without a point are left out."""
+    """`points` merged into at most `buckets` equal steps of [start, end).
+
+    Each step's means and maxima, at its start; steps without a point are left out."""
     if len(points) <= buckets:
         return list(points)
     width = (end - start) / buckets

@@ -437,13 +437,17 @@ class ReportUsage(_Request, op="usage_report"):
 class ShowTimeline(_Request, op="timeline"):
     """The GPU timeline's data over [start, end): runs, pending queue, reservations.
 
-    Replies {"start", "end", "now", "runs": [{"id", "name", "user", "state", "start",
-    "end" (null: still on), "placements": [[node, [GPU ids]], ...]}, ...] (each job's
-    last run that overlaps the range), "pending": [[time, jobs pending], ...] (a step
-    function, its first point at `start`), "windows": [[reservation, node, [GPU ids]
-    (empty: the whole node), start, end, MAINT], ...], "lanes": [[node, [GPU ids]],
-    ...] (the fleet's GPUs now)}. Under private_data a non-admin's view of another
-    user's run has "id" 0 and "name" and "user" "" (an other user's bar)."""
+    Replies {"start", "end", "now", "runs", "pending", "windows", "lanes"}:
+    - runs: each job's last run that overlaps the range, {"id", "name", "user", "state",
+      "start", "end" (null: still on), "placements": [[node, [GPU ids]], ...], "idle":
+      [[node, GPU, start, end], ...]}; idle: the stretches a GPU of it read under the
+      idle_gpu policy's threshold for its after_minutes or longer (the sample history);
+    - pending: [[time, jobs pending], ...], a step function, its first point at `start`;
+    - windows: [[reservation, node, [GPU ids] (empty: the whole node), start, end,
+      MAINT], ...];
+    - lanes: [[node, [GPU ids]], ...], the fleet's GPUs now.
+    Under private_data a non-admin's view of another user's run has "id" 0 and "name"
+    and "user" "" (an other user's bar)."""
 
     start: float
     end: float

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -122,6 +123,7 @@ def test_the_layout_puts_each_run_on_its_gpus_lanes_at_its_times() -> None:
                 "start": T0 + 6 * H,
                 "end": T0 + 12 * H,
                 "placements": [["gpu10", [1]], ["gpu2", [0]]],
+                "idle": [["gpu10", 1, T0 + 6 * H, T0 + 9 * H]],
             },
             {
                 "id": 0,
@@ -145,6 +147,9 @@ def test_the_layout_puts_each_run_on_its_gpus_lanes_at_its_times() -> None:
         assert bars[where]["y"] == lane[where] + 1
         assert bars[where]["x"] == left + width / 4 and bars[where]["w"] == width / 4
         assert bars[where]["href"] == "/ui/jobs/7" and bars[where]["text"].startswith("7 <scr")
+    (idle,) = picture["idle"]  # a strip along the bottom of its bar, for its 3 hours
+    assert idle["x"] == left + width / 4 and idle["w"] == round(width / 8, 1)
+    assert lane[("gpu10", 1)] < idle["y"] < lane[("gpu10", 1)] + timeline.LANE_H
     other = bars[("gpu10", 0)]
     assert other["href"] == "" and other["text"] == timeline.OTHER_USER
     assert other["fill"] == timeline.OTHER_FILL and other["x"] + other["w"] == left + width
@@ -191,3 +196,38 @@ def test_the_page_escapes_a_runs_labels_and_carries_no_script_or_style_attribute
     assert XSS not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<script" not in page and " style=" not in page
     assert re.search(r"\son\w+=", page) is None  # no event handler attribute
+
+
+def test_idle_stretches_are_long_runs_of_low_readings_ended_by_a_busy_or_silent_gpu() -> None:
+    from gbatch.core.timeline import idle_stretches
+
+    minutes = [(T0 + 60 * m, 0 if m < 40 or 50 <= m < 60 else 90) for m in range(70)]
+    minutes[20] = (minutes[20][0], None)  # not told: busy, as the policy counts it
+    assert idle_stretches(minutes, 5.0, 15 * 60, 60) == [
+        (T0, T0 + 20 * 60),
+        (T0 + 21 * 60, T0 + 40 * 60),  # and not 50-60: 10 minutes, under the 15
+    ]
+    gap = [(T0, 0), (T0 + 60, 0), (T0 + 20 * 60, 0)]  # silent 19 minutes between
+    assert idle_stretches(gap, 5.0, 90, 60) == [(T0, T0 + 120)]
+
+
+def test_the_timeline_marks_a_runs_gpu_idle_while_held_from_the_history(
+    private: Daemon,
+) -> None:
+    from gbatch.head.gpuhistory import GpuHistory
+
+    class Gpu(NamedTuple):
+        index: int
+        memory_used_mib: int
+        utilization_pct: int | None
+
+    mine = ran(private, ALICE, "mine", (0,), T0 + 2 * H)
+    history: GpuHistory = private.gpu_history
+    for s in range(int(2 * H), int(3 * H)):  # idle for its first hour, then busy
+        history.record("local", [Gpu(0, 100, 0 if s < 3 * H - 600 else 99)], T0 + s)
+    reply = handle(private, ALICE, {"op": "timeline", "start": T0, "end": T0 + 10 * H})
+    (run,) = reply["runs"]
+    assert run["id"] == mine
+    (stretch,) = run["idle"]  # the default policy: under 5 % for 30 minutes
+    assert stretch[:3] == ["local", 0, T0 + 2 * H]
+    assert stretch[3] == T0 + 3 * H - 600

@@ -22,6 +22,7 @@ from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.idlegpu import IDLE_REASON
 from gbatch.protocol import codec, requests
+from gbatch.site.config import IdleGpuPolicy
 
 
 def on_shares(daemon: Daemon, caller: Caller, request: requests.ShowShares) -> dict[str, Any]:
@@ -228,7 +229,12 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
 
     Everyone sees the fleet's GPUs, as in Slurm; under private_data a non-admin sees
     another user's run as a bar of "other user": no id, name nor user."""
-    from gbatch.core.timeline import MAX_RANGE_S, pending_steps, reservation_windows
+    from gbatch.core.timeline import (
+        MAX_RANGE_S,
+        idle_stretches,
+        pending_steps,
+        reservation_windows,
+    )
 
     if not request.end > request.start:
         raise Refused("invalid", "timeline: the range's end must be after its start")
@@ -236,11 +242,24 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
         raise Refused("invalid", "timeline: the range is longer than 31 days. Pick a shorter one")
     now = daemon.clock()
     hide = daemon.config.private_data and not is_admin(daemon, caller)
+    # Idle-while-held stretches as the idle_gpu policy sees them (its defaults when off).
+    policy = daemon.config.idle_gpu or IdleGpuPolicy()
+    least = policy.after_seconds
     runs = []
     for job in daemon.store.jobs_run_between(request.start, request.end):
         if not job.placements:
             continue
         mine = not hide or job.uid == caller.uid
+        idle = []
+        first = max(job.start_time or request.start, request.start)
+        last = min(job.end_time or now, request.end, now)
+        for node, gpus in job.placements if last > first else ():
+            for gpu in gpus:
+                points = daemon.gpu_history.series(node, gpu, first, last, now)
+                readings = [(p.time, p.util_max) for p in points]
+                step = 1.0 if first >= now - 3600 else 60.0  # the series' (gpuhistory)
+                for a, b in idle_stretches(readings, policy.threshold_percent, least, step):
+                    idle.append([node, gpu, a, b])
         runs.append(
             {
                 "id": job.id if mine else 0,
@@ -250,6 +269,7 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
                 "start": job.start_time,
                 "end": job.end_time,
                 "placements": [[node, list(gpus)] for node, gpus in job.placements],
+                "idle": idle,
             }
         )
     spans = daemon.store.pending_spans(request.start, request.end)

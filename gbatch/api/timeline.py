@@ -67,25 +67,40 @@ def layout(reply: Mapping[str, Any]) -> dict[str, Any]:
         return LABEL_W + PLOT_W * (min(max(stamp, start), end) - start) / span
 
     gpus_of: dict[str, set[int]] = {}
-    for node, ids in reply["lanes"]:
-        gpus_of.setdefault(node, set()).update(ids)
+    parent_of: dict[tuple[str, int], int] = {}
+    for node, gpus in reply["lanes"]:
+        for index, parent in gpus:
+            gpus_of.setdefault(node, set()).add(index)
+            if parent is not None:
+                parent_of[(node, index)] = parent
+    spans: list[tuple[dict[str, Any], float, float]] = []
     for run in reply["runs"]:
         for node, ids in run["placements"]:
             gpus_of.setdefault(node, set()).update(ids)
-    lanes, groups, y = {}, [], AXIS_H
+        right = x(now if run["end"] is None else float(run["end"]))
+        # drawn back from its end, inside the range: a run of seconds in a long range
+        spans.append((run, min(x(float(run["start"])), right - MIN_BAR_W), right))
+    placed = _row_of(spans)
+    rows = _rows(placed)
+    lanes, groups, labels, y = {}, [], [], AXIS_H
     for node in sorted(gpus_of, key=_natural):
         top = y
-        for gpu in sorted(gpus_of[node]):
+
+        def card_first(index: int, node: str = node) -> tuple[int, int, int]:
+            parent = parent_of.get((node, index))
+            return (index, 0, 0) if parent is None else (parent, 1, index)
+
+        for gpu in sorted(gpus_of[node], key=card_first):
             lanes[(node, gpu)] = y
-            y += LANE_H
+            parent = parent_of.get((node, gpu))
+            text = f"GPU {gpu}" if parent is None else f"MIG {gpu} of {parent}"
+            labels.append({"node": node, "gpu": gpu, "y": y, "text": text})
+            y += LANE_H * rows.get((node, gpu), 1)  # runs sharing a card: a sub-lane each
         groups.append({"node": node, "y": top, "h": y - top, "gpus": sorted(gpus_of[node])})
         y += NODE_GAP
     lanes_bottom = y
     bars = []
-    for run in reply["runs"]:
-        left = x(float(run["start"]))
-        right = x(now if run["end"] is None else float(run["end"]))
-        left = min(left, right - MIN_BAR_W)  # drawn back from its end, inside the range
+    for (run, left, right), row in zip(spans, placed, strict=True):
         width = right - left
         user = run["user"] or OTHER_USER
         label = f"{run['id']} {run['name']}" if run["id"] else OTHER_USER
@@ -96,7 +111,7 @@ def layout(reply: Mapping[str, Any]) -> dict[str, Any]:
                 bars.append(
                     {
                         "x": round(left, 1),
-                        "y": lanes[(node, gpu)] + 1,
+                        "y": lanes[(node, gpu)] + LANE_H * row.get((node, gpu), 0) + 1,
                         "w": round(width, 1),
                         "h": LANE_H - 2,
                         "fill": user_fill(run["user"]),
@@ -112,7 +127,7 @@ def layout(reply: Mapping[str, Any]) -> dict[str, Any]:
                     }
                 )
     idle = []
-    for run in reply["runs"]:
+    for (run, _, _), row in zip(spans, placed, strict=True):
         for node, gpu, first, last in run.get("idle", ()):
             if (node, gpu) not in lanes:
                 continue
@@ -120,7 +135,7 @@ def layout(reply: Mapping[str, Any]) -> dict[str, Any]:
             idle.append(
                 {
                     "x": round(x(float(first)), 1),
-                    "y": lanes[(node, gpu)] + LANE_H - 5,
+                    "y": lanes[(node, gpu)] + LANE_H * (row.get((node, gpu), 0) + 1) - 5,
                     "w": round(max(x(float(last)) - x(float(first)), 1.0), 1),
                     "h": 4,
                     "job": run["id"],
@@ -133,13 +148,13 @@ def layout(reply: Mapping[str, Any]) -> dict[str, Any]:
     windows = []
     for name, node, ids, first, last, maint in reply["windows"]:
         held = ids or sorted(gpus_of.get(node, ()))
-        for top in [lanes[(node, g)] for g in held if (node, g) in lanes]:
+        for g in [g for g in held if (node, g) in lanes]:
             windows.append(
                 {
                     "x": round(x(first), 1),
-                    "y": top,
+                    "y": lanes[(node, g)],
                     "w": round(max(x(last) - x(first), 1.0), 1),
-                    "h": LANE_H,
+                    "h": LANE_H * rows.get((node, g), 1),
                     "maint": bool(maint),
                     "title": f"reservation {name}{' (MAINT)' if maint else ''}, {node}",
                 }
@@ -153,7 +168,7 @@ def layout(reply: Mapping[str, Any]) -> dict[str, Any]:
         "start": start,
         "end": end,
         "groups": groups,
-        "lanes": [{"node": n, "gpu": g, "y": top} for (n, g), top in lanes.items()],
+        "lanes": labels,
         "bars": bars,
         "idle": idle,
         "windows": windows,
@@ -188,3 +203,39 @@ def _pending(steps: Sequence[Sequence[float]], x: Any, top: float, last: float) 
         "now": int(steps[-1][1]) if steps else 0,
         "points": " ".join(f"{px:.1f},{py:.1f}" for px, py in points),
     }
+
+
+def _row_of(spans: Sequence[tuple[dict[str, Any], float, float]]) -> list[dict[Any, int]]:
+    """For each run, its sub-lane on each of its GPUs: the first free when it begins.
+
+    Runs that share a card at the same time (shares of its memory) get a row each, so
+    no bar hides another; runs one after the other keep one row, however close."""
+    ends: dict[tuple[str, int], list[float]] = {}  # each sub-lane's last run's end
+    out: list[dict[Any, int]] = [{} for _ in spans]
+    times = [
+        (float(run["start"]), float("inf") if run["end"] is None else float(run["end"]))
+        for run, _, _ in spans
+    ]
+    order = sorted(range(len(spans)), key=lambda i: times[i][0])
+    for i in order:
+        run = spans[i][0]
+        left, right = times[i]
+        for node, ids in run["placements"]:
+            for gpu in ids:
+                taken = ends.setdefault((node, gpu), [])
+                row = next((r for r, end in enumerate(taken) if end <= left), len(taken))
+                if row == len(taken):
+                    taken.append(right)
+                else:
+                    taken[row] = right
+                out[i][(node, gpu)] = row
+    return out
+
+
+def _rows(placed: Sequence[dict[Any, int]]) -> dict[tuple[str, int], int]:
+    """How many sub-lanes each GPU needs (1 where no runs overlap on it)."""
+    rows: dict[tuple[str, int], int] = {}
+    for runs_rows in placed:
+        for key, row in runs_rows.items():
+            rows[key] = max(rows.get(key, 1), row + 1)
+    return rows

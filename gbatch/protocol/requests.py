@@ -445,7 +445,8 @@ class ShowTimeline(_Request, op="timeline"):
     - pending: [[time, jobs pending], ...], a step function, its first point at `start`;
     - windows: [[reservation, node, [GPU ids] (empty: the whole node), start, end,
       MAINT], ...];
-    - lanes: [[node, [GPU ids]], ...], the fleet's GPUs now.
+    - lanes: [[node, [[GPU id, its card's id for a MIG slice, else null], ...]], ...],
+      the fleet's GPUs now.
     Under private_data a non-admin's view of another user's run has "id" 0 and "name"
     and "user" "" (an other user's bar)."""
 

@@ -113,7 +113,7 @@ def test_the_layout_puts_each_run_on_its_gpus_lanes_at_its_times() -> None:
         "start": T0,
         "end": T0 + 24 * H,
         "now": T0 + 24 * H,
-        "lanes": [["gpu10", [0, 1]], ["gpu2", [0]]],
+        "lanes": [["gpu10", [[0, None], [1, None]]], ["gpu2", [[0, None], [4, 0]]]],
         "runs": [
             {
                 "id": 7,
@@ -142,6 +142,7 @@ def test_the_layout_puts_each_run_on_its_gpus_lanes_at_its_times() -> None:
     assert [g["node"] for g in picture["groups"]] == ["gpu2", "gpu10"]  # natural order
     lane = {(lane["node"], lane["gpu"]): lane["y"] for lane in picture["lanes"]}
     bars = {(b["node"], b["gpu"]): b for b in picture["bars"]}
+    assert lane[("gpu2", 4)] == lane[("gpu2", 0)] + timeline.LANE_H  # the slice under its card
     left, width = timeline.LABEL_W, timeline.PLOT_W
     for where in (("gpu10", 1), ("gpu2", 0)):
         assert bars[where]["y"] == lane[where] + 1
@@ -150,10 +151,13 @@ def test_the_layout_puts_each_run_on_its_gpus_lanes_at_its_times() -> None:
     (idle,) = picture["idle"]  # a strip along the bottom of its bar, for its 3 hours
     assert idle["x"] == left + width / 4 and idle["w"] == round(width / 8, 1)
     assert lane[("gpu10", 1)] < idle["y"] < lane[("gpu10", 1)] + timeline.LANE_H
+    labels = {(lane["node"], lane["gpu"]): lane["text"] for lane in picture["lanes"]}
+    assert labels[("gpu2", 4)] == "MIG 4 of 0" and labels[("gpu2", 0)] == "GPU 0"
     other = bars[("gpu10", 0)]
     assert other["href"] == "" and other["text"] == timeline.OTHER_USER
     assert other["fill"] == timeline.OTHER_FILL and other["x"] + other["w"] == left + width
-    (window,) = picture["windows"]  # clipped to the range's end
+    window, _ = picture["windows"]  # one per lane of the node (its card and slice)
+    # clipped to the range's end
     assert window["maint"] and window["x"] + window["w"] == left + width
     assert picture["pending"]["peak"] == 2 and picture["pending"]["now"] == 0
     assert timeline.user_fill("alice") == timeline.user_fill("alice") != timeline.user_fill("bob")
@@ -166,7 +170,7 @@ def test_the_page_escapes_a_runs_labels_and_carries_no_script_or_style_attribute
         "start": T0,
         "end": T0 + H,
         "now": T0 + H,
-        "lanes": [[XSS, [0]]],
+        "lanes": [[XSS, [[0, None]]]],
         "runs": [
             {
                 "id": 7,
@@ -231,3 +235,82 @@ def test_the_timeline_marks_a_runs_gpu_idle_while_held_from_the_history(
     (stretch,) = run["idle"]  # the default policy: under 5 % for 30 minutes
     assert stretch[:3] == ["local", 0, T0 + 2 * H]
     assert stretch[3] == T0 + 3 * H - 600
+
+
+def test_runs_sharing_a_card_at_once_get_a_sub_lane_each() -> None:
+    def run(job: int, start: float, end: float) -> dict[str, object]:
+        return {
+            "id": job,
+            "name": f"j{job}",
+            "user": "alice",
+            "state": "COMPLETED",
+            "start": start,
+            "end": end,
+            "placements": [["n1", [0]]],
+        }
+
+    reply = {
+        "start": T0,
+        "end": T0 + 24 * H,
+        "now": T0 + 24 * H,
+        "lanes": [["n1", [[0, None], [1, None]]]],
+        "runs": [
+            run(1, T0, T0 + 10 * H),
+            run(2, T0 + 5 * H, T0 + 8 * H),
+            run(3, T0 + 12 * H, T0 + 13 * H),
+        ],
+        "pending": [[T0, 0]],
+        "windows": [["w", "n1", [0], T0, T0 + H, False]],
+    }
+    picture = timeline.layout(reply)
+    ys = {b["job"]: b["y"] for b in picture["bars"]}
+    assert ys[2] == ys[1] + timeline.LANE_H  # overlaps 1: the next row
+    assert ys[3] == ys[1]  # after both: the first row again
+    lane = {(lane["node"], lane["gpu"]): lane["y"] for lane in picture["lanes"]}
+    assert lane[("n1", 1)] == lane[("n1", 0)] + 2 * timeline.LANE_H
+    assert picture["windows"][0]["h"] == 2 * timeline.LANE_H  # shades both rows
+
+
+def test_fifty_nodes_of_eight_gpus_a_lane_each_and_the_page_stays_small() -> None:
+    """The issue's scale: 400 lanes, a day of runs (5 a GPU), drawn as one SVG."""
+    from gbatch.api.web import Web
+
+    nodes = [f"gpu{n:02d}" for n in range(50)]
+    runs = [
+        {
+            "id": 1000 + i,
+            "name": f"train-{i}",
+            "user": f"user{i % 12}",
+            "state": "COMPLETED",
+            "start": T0 + (i % 5) * 4 * H,
+            "end": T0 + (i % 5) * 4 * H + 3 * H,
+            "placements": [[nodes[i // 40], [(i // 5) % 8]]],
+        }
+        for i in range(2000)
+    ]
+    reply = {
+        "start": T0,
+        "end": T0 + 24 * H,
+        "now": T0 + 24 * H,
+        "lanes": [[n, [[g, None] for g in range(8)]] for n in nodes],
+        "runs": runs,
+        "pending": [[T0, 3]],
+        "windows": [],
+    }
+    picture = timeline.layout(reply)
+    assert len(picture["lanes"]) == 400 and len(picture["bars"]) == 2000
+    assert len({b["y"] for b in picture["bars"]}) == 400  # no run shares a row: one each
+    assert picture["height"] < 400 * timeline.LANE_H + 50 * timeline.NODE_GAP + 200
+    page = (
+        Web(api=None)
+        .templates.get_template("timeline.html")
+        .render(
+            picture=picture,
+            ranges=list(timeline.RANGES),
+            picked="24h",
+            other_user="",
+            csrf="",
+            signed_in=True,
+        )
+    )
+    assert len(page) < 2_000_000  # about 600 bytes a bar

@@ -282,7 +282,8 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
         "pending": [list(p) for p in pending_steps(spans, request.start, min(request.end, now))],
         "windows": [[n, node, list(ids), s, e, maint] for n, node, ids, s, e, maint in windows],
         "lanes": [
-            [node.name, sorted(g.index for g in node.gpus)] for node in daemon.fleet.node_infos()
+            [node.name, [[g.index, g.parent] for g in sorted(node.gpus, key=lambda g: g.index)]]
+            for node in daemon.fleet.node_infos()
         ],
     }
 

@@ -167,6 +167,7 @@ def layout(reply: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "start": start,
         "end": end,
+        "now": now,
         "groups": groups,
         "lanes": labels,
         "bars": bars,

@@ -270,9 +270,9 @@ class Web:
         job = reply["job"]
         charts = []
         if job.get("start_time") and job.get("node"):
-            # Its GPUs since it started (its last 31 days: the history's longest range).
+            # Its GPUs since it started (its last 30 days: what the history keeps).
             end = job["end_time"] or reply["now"]
-            start = max(job["start_time"], end - 31 * 86400 + 60)
+            start = max(job["start_time"], end - 30 * 86400)
             for node, gpus in _placements(job):
                 if not gpus or end <= start:
                     continue
@@ -353,7 +353,7 @@ class Web:
         )
 
     async def timeline(self, http: Request) -> Response:
-        """The GPU timeline over the picked range (?range=, 24h by default), ending now."""
+        """The GPU timeline over the picked range (?range=, 24h by default) up to now."""
         from gbatch.api import timeline
 
         picked = http.query_params.get("range", timeline.DEFAULT_RANGE)
@@ -361,8 +361,8 @@ class Web:
         if span is None:
             known = ", ".join(timeline.RANGES)
             return self.page(http, "error.html", 400, message=f"range: pick one of {known}")
-        end = time.time()
-        reply = await self.ask(http, requests.ShowTimeline(start=end - span, end=end))
+        now = time.time()  # the range, then an eighth of it ahead: windows to come
+        reply = await self.ask(http, requests.ShowTimeline(start=now - span, end=now + span / 8))
         if isinstance(reply, Response):
             return reply
         return self.page(

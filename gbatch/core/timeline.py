@@ -13,8 +13,8 @@ from gbatch.core.reservations import Reservation, windows_between
 # The most points a pending-queue series carries: past it, each of this many equal
 # slices of the range keeps its largest count (a chart is this many pixels wide at most).
 MAX_POINTS = 600
-# The longest range the timeline draws (its picker's 30 days, and a day's slack).
-MAX_RANGE_S = 31 * 86400
+# The longest range the timeline draws: its picker's 30 days and an eighth ahead.
+MAX_RANGE_S = 34 * 86400
 
 
 def pending_steps(

@@ -10,6 +10,8 @@ GBATCH_UPDATE_SCREENSHOTS=1 copies the screenshots to docs/screenshots/."""
 from __future__ import annotations
 
 import json
+import os
+import pwd
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,19 @@ def test_the_timeline_draws_known_runs_on_their_gpus_at_their_times(
     running = head.sbatch("-G", "1", "-J", "long-run", "--wrap", "sleep 300")
     head.wait_state(running, "RUNNING")
     waiting = head.sbatch("-G", "2", "-J", "needs-both", "--wrap", "true")
+    # A maintenance window on now over the node (its jobs carry on: IGNORE_JOBS).
+    head.run(
+        "scontrol",
+        "create",
+        "reservation",
+        "ReservationName=maint",
+        "StartTime=now",
+        "Duration=60",
+        f"Users={pwd.getpwuid(os.getuid()).pw_name}",
+        "Nodes=local",
+        "Flags=MAINT,IGNORE_JOBS",
+        check=True,
+    )
     try:
         token = mint(head, "--scope", "read")
         d = browser
@@ -54,6 +69,8 @@ def test_the_timeline_draws_known_runs_on_their_gpus_at_their_times(
         first, last = float(svg.get_attribute("data-start")), float(svg.get_attribute("data-end"))
         left = float(svg.get_attribute("data-plot-left"))
         right = float(svg.get_attribute("data-plot-right"))
+        now = float(svg.get_attribute("data-now"))
+        assert first < now < last  # the range, and an eighth of it ahead
 
         def x_of(stamp: float) -> float:
             return left + (right - left) * (stamp - first) / (last - first)
@@ -69,9 +86,9 @@ def test_the_timeline_draws_known_runs_on_their_gpus_at_their_times(
             lane = d.find_element(By.ID, f"lane-{job['node']}-{gpu}")
             rect = bar.find_element(By.TAG_NAME, "rect")
             assert float(rect.get_attribute("y")) == float(lane.get_attribute("data-y")) + 1
-            # From its start to its end (a running one: to now, the range's end), at
-            # least 3 px, drawn back from its end.
-            end_x = x_of(job["end_time"]) if job["end_time"] is not None else right
+            # From its start to its end (a running one: to now), at least 3 px, drawn
+            # back from its end.
+            end_x = x_of(job["end_time"] if job["end_time"] is not None else now)
             start_x = min(x_of(job["start_time"]), end_x - 3.0)
             assert abs(float(rect.get_attribute("x")) - start_x) < 0.2
             width = float(rect.get_attribute("width"))
@@ -79,6 +96,9 @@ def test_the_timeline_draws_known_runs_on_their_gpus_at_their_times(
             title = bar.find_element(By.TAG_NAME, "title").get_attribute("textContent")
             assert f"{job_id} {job['spec']['name']}" in title and f"GPU {gpu}" in title
         assert len(d.find_elements(By.CSS_SELECTOR, "g.bar")) == 2
+        shaded = d.find_elements(By.CSS_SELECTOR, "rect.window.maint")
+        assert len(shaded) == 2  # both GPUs of the node, from now on
+        assert all("reservation maint (MAINT)" in r.get_attribute("textContent") for r in shaded)
         assert text_of(d, "pending-now").startswith("now 1,")  # needs-both waits
         # The range picker, then a bar's link: its job's page.
         from selenium.webdriver.support.ui import Select

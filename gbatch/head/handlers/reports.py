@@ -239,7 +239,7 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
     if not request.end > request.start:
         raise Refused("invalid", "timeline: the range's end must be after its start")
     if request.end - request.start > MAX_RANGE_S:
-        raise Refused("invalid", "timeline: the range is longer than 31 days. Pick a shorter one")
+        raise Refused("invalid", "timeline: the range is longer than 34 days. Pick a shorter one")
     now = daemon.clock()
     hide = daemon.config.private_data and not is_admin(daemon, caller)
     # Idle-while-held stretches as the idle_gpu policy sees them (its defaults when off).
@@ -301,7 +301,7 @@ def on_gpu_history(
         raise Refused("invalid", "gpu_history: the range's end must be after its start")
     if request.end - request.start > MAX_RANGE_S:
         raise Refused(
-            "invalid", "gpu_history: the range is longer than 31 days. Pick a shorter one"
+            "invalid", "gpu_history: the range is longer than 34 days. Pick a shorter one"
         )
     if not 1 <= request.points <= 1000:
         raise Refused("invalid", "gpu_history.points: give 1 to 1000")

@@ -128,22 +128,43 @@ class _Ring:
         )
         self.minute = None
 
+    def _slots(
+        self, offset: int, layout: struct.Struct, length: int, first: int, count: int
+    ) -> list[tuple[int, ...]]:
+        """`count` slots of a ring from time `first` on (wrapping), in one pass each part."""
+        begin = first % length
+        head = min(count, length - begin)
+        view = memoryview(self.map)
+        try:
+            parts = [(begin, head), (0, count - head)] if count > head else [(begin, head)]
+            out: list[tuple[int, ...]] = []
+            for at, n in parts:
+                lo = offset + at * layout.size
+                out.extend(layout.iter_unpack(view[lo : lo + n * layout.size]))
+            return out
+        finally:
+            view.release()
+
     def seconds(self, start: int, end: int) -> list[Point]:
+        first = max(start, end - SECONDS)
+        if end <= first:
+            return []
         out = []
-        for second in range(max(start, end - SECONDS), end):
-            stamp, util, mem = SECOND.unpack_from(
-                self.map, FINE_OFFSET + (second % SECONDS) * SECOND.size
-            )
+        for second, (stamp, util, mem) in enumerate(
+            self._slots(FINE_OFFSET, SECOND, SECONDS, first, end - first), first
+        ):
             if stamp == second and stamp:
                 told = None if util == UNKNOWN else util
                 out.append(Point(float(second), told, told, float(mem), mem))
         return out
 
     def minutes(self, start: int, end: int) -> list[Point]:
+        first, last = max(start // 60, end // 60 - MINUTES + 1), (end + 59) // 60
+        if last <= first:
+            return []
         out = []
-        for minute in range(max(start // 60, end // 60 - MINUTES + 1), (end + 59) // 60):
-            slot = COARSE_OFFSET + (minute % MINUTES) * MINUTE.size
-            stamp, util, util_max, mem, mem_max = MINUTE.unpack_from(self.map, slot)
+        slots = self._slots(COARSE_OFFSET, MINUTE, MINUTES, first, last - first)
+        for minute, (stamp, util, util_max, mem, mem_max) in enumerate(slots, first):
             if stamp == minute and stamp:
                 out.append(
                     Point(

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from gbatch.core.limits import Use, UserShare, use_by_user
-from gbatch.core.model import ALLOCATED_STATES, JobState
+from gbatch.core.model import ALLOCATED_STATES, Job, JobState
 from gbatch.core.views import JobPriority
 from gbatch.head.accounting import usage_by
 from gbatch.head.daemon import Daemon
@@ -229,12 +229,7 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
 
     Everyone sees the fleet's GPUs, as in Slurm; under private_data a non-admin sees
     another user's run as a bar of "other user": no id, name nor user."""
-    from gbatch.core.timeline import (
-        MAX_RANGE_S,
-        idle_stretches,
-        pending_steps,
-        reservation_windows,
-    )
+    from gbatch.core.timeline import MAX_RANGE_S, pending_steps, reservation_windows
 
     if not request.end > request.start:
         raise Refused("invalid", "timeline: the range's end must be after its start")
@@ -242,24 +237,11 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
         raise Refused("invalid", "timeline: the range is longer than 34 days. Pick a shorter one")
     now = daemon.clock()
     hide = daemon.config.private_data and not is_admin(daemon, caller)
-    # Idle-while-held stretches as the idle_gpu policy sees them (its defaults when off).
-    policy = daemon.config.idle_gpu or IdleGpuPolicy()
-    least = policy.after_seconds
+    ran = [j for j in daemon.store.jobs_run_between(request.start, request.end) if j.placements]
+    idle = _idle_while_held(daemon, ran, request.start, min(request.end, now), now)
     runs = []
-    for job in daemon.store.jobs_run_between(request.start, request.end):
-        if not job.placements:
-            continue
+    for job in ran:
         mine = not hide or job.uid == caller.uid
-        idle = []
-        first = max(job.start_time or request.start, request.start)
-        last = min(job.end_time or now, request.end, now)
-        for node, gpus in job.placements if last > first else ():
-            for gpu in gpus:
-                points = daemon.gpu_history.series(node, gpu, first, last, now)
-                readings = [(p.time, p.util_max) for p in points]
-                step = 1.0 if first >= now - 3600 else 60.0  # the series' (gpuhistory)
-                for a, b in idle_stretches(readings, policy.threshold_percent, least, step):
-                    idle.append([node, gpu, a, b])
         runs.append(
             {
                 "id": job.id if mine else 0,
@@ -269,7 +251,7 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
                 "start": job.start_time,
                 "end": job.end_time,
                 "placements": [[node, list(gpus)] for node, gpus in job.placements],
-                "idle": idle,
+                "idle": idle.get(job.id, []),
             }
         )
     spans = daemon.store.pending_spans(request.start, request.end)
@@ -286,6 +268,39 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
             for node in daemon.fleet.node_infos()
         ],
     }
+
+
+def _idle_while_held(
+    daemon: Daemon, ran: Sequence[Job], start: float, end: float, now: float
+) -> dict[int, list[list[Any]]]:
+    """Job id -> [[node, GPU, start, end], ...]: stretches its GPUs sat idle while it held
+    them in [start, end), as the idle_gpu policy sees them (its defaults when it is off).
+
+    One history read per GPU (not per run): a month of short jobs costs what the GPUs do."""
+    from gbatch.core.timeline import idle_stretches
+
+    policy = daemon.config.idle_gpu or IdleGpuPolicy()
+    held: dict[tuple[str, int], list[tuple[int, float, float]]] = {}
+    for job in ran:
+        first = max(job.start_time or start, start)
+        last = min(job.end_time or now, end)
+        if last > first:
+            for node, gpus in job.placements:
+                for gpu in gpus:
+                    held.setdefault((node, gpu), []).append((job.id, first, last))
+    out: dict[int, list[list[Any]]] = {}
+    for (node, gpu), spans in held.items():
+        first, last = min(s[1] for s in spans), max(s[2] for s in spans)
+        points = daemon.gpu_history.series(node, gpu, first, last, now)
+        step = 1.0 if first >= now - 3600 else 60.0  # the series' (gpuhistory.series)
+        readings = [(p.time, p.util_max) for p in points]
+        stretches = idle_stretches(readings, policy.threshold_percent, 0.0, step)
+        for job_id, a, b in spans:
+            for lo, hi in stretches:
+                lo, hi = max(lo, a), min(hi, b)
+                if hi - lo >= policy.after_seconds:
+                    out.setdefault(job_id, []).append([node, gpu, lo, hi])
+    return out
 
 
 def on_gpu_history(

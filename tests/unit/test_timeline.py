@@ -3,6 +3,7 @@ head's reply (private_data's "other user" bars) and the page's SVG layout."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -314,3 +315,35 @@ def test_fifty_nodes_of_eight_gpus_a_lane_each_and_the_page_stays_small() -> Non
         )
     )
     assert len(page) < 2_000_000  # about 600 bytes a bar
+
+
+def test_the_ranges_reads_search_indexes_not_every_job_ever_run(tmp_path: Path) -> None:
+    """sreport's and the timeline's reads over a store of 20,000 finished jobs: the VM
+    steps they take stay those of an index search (a scan of the table took ~100x)."""
+    store = Store(tmp_path / "gbatch.db")
+    try:
+        spec = json.dumps(JobSpec(name="n", command=("true",)).to_dict())
+        rows = [
+            (1000, "u", "n", spec, "COMPLETED", T0 + i, T0 + i, T0 + i + 100) for i in range(20_000)
+        ]
+        with store._lock:
+            store._db.execute("BEGIN")
+            store._db.executemany(
+                "INSERT INTO jobs (uid, user, name, spec, state, submit_time, start_time,"
+                " end_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            store._db.execute("COMMIT")
+        steps = [0]
+
+        def count() -> int:
+            steps[0] += 1
+            return 0
+
+        store._db.set_progress_handler(count, 100)
+        ran = store.jobs_run_between(T0 + 19_950, T0 + 20_000)
+        spans = store.pending_spans(T0 + 19_950, T0 + 20_000)
+        assert len(ran) == 149 and len(spans) == 49
+        assert steps[0] < 200  # a scan: over 4,000
+    finally:
+        store.close()

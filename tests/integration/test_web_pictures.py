@@ -15,7 +15,7 @@ import pwd
 from pathlib import Path
 from typing import Any
 
-from conftest import Head
+from conftest import Head, wait_for
 from test_http_api import api, head, mint  # noqa: F401 (fixtures)
 from test_web_ui import Browserless, browser, csrf_of, root_of, screenshot, text_of  # noqa: F401
 
@@ -128,7 +128,6 @@ def test_a_running_jobs_page_charts_its_gpus_utilisation_from_nvml_samples(
     browser: Any,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    from conftest import wait_for
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 

@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from gbatch.api.charts import gpu_chart
 from gbatch.api.follow import resume_offset
 from gbatch.core.jobids import ONE, JobIdError, parse_one_job
 from gbatch.jobspec.errors import BadSubmit
@@ -119,6 +120,7 @@ class Web:
             Route("/ui/jobs/{job}/log", self.log, methods=["GET"]),
             Route("/ui/jobs/{job}/{action}", self.act, methods=["POST"]),
             Route("/ui/nodes", self.nodes, methods=["GET"]),
+            Route("/ui/timeline", self.timeline, methods=["GET"]),
             Route("/ui/submit", self.submit_form, methods=["GET"]),
             Route("/ui/submit", self.submit, methods=["POST"]),
             Route("/ui/static/{name}", self.static, methods=["GET"]),
@@ -265,7 +267,27 @@ class Web:
         )
         if isinstance(reply, Response):
             return reply
-        return self.page(http, "job.html", job=reply["job"], events=reply["events"])
+        job = reply["job"]
+        charts = []
+        if job.get("start_time") and job.get("node"):
+            # Its GPUs since it started (its last 30 days: what the history keeps).
+            end = job["end_time"] or reply["now"]
+            start = max(job["start_time"], end - 30 * 86400)
+            for node, gpus in _placements(job):
+                if not gpus or end <= start:
+                    continue
+                history = await self.ask(
+                    http,
+                    requests.ShowGpuHistory(
+                        start=start, end=end, node=node, gpus=tuple(gpus), points=240
+                    ),
+                )
+                if isinstance(history, Response):
+                    return history
+                for s in history["series"]:
+                    chart = gpu_chart(s["points"], start, end, 480, 70, s["memory_total_mib"])
+                    charts.append({"node": s["node"], "index": s["index"], "chart": chart})
+        return self.page(http, "job.html", job=job, events=reply["events"], charts=charts)
 
     async def act(self, http: Request) -> Response:
         """A job page's button: send the wire request the CLI would, then back to the job's page.
@@ -314,7 +336,43 @@ class Web:
             {**_by_card(node), "windows_text": windows_text(node.get("windows") or ())}
             for node in reply["nodes"]
         ]
-        return self.page(http, "nodes.html", nodes=nodes, partitions=reply["partitions"])
+        end = time.time()
+        history = await self.ask(
+            http, requests.ShowGpuHistory(start=end - 3600, end=end, points=60)
+        )
+        if isinstance(history, Response):
+            return history
+        charts = {
+            f"{s['node']}/{s['index']}": gpu_chart(
+                s["points"], end - 3600, end, 120, 22, s["memory_total_mib"]
+            )
+            for s in history["series"]
+        }
+        return self.page(
+            http, "nodes.html", nodes=nodes, partitions=reply["partitions"], charts=charts
+        )
+
+    async def timeline(self, http: Request) -> Response:
+        """The GPU timeline over the picked range (?range=, 24h by default) up to now."""
+        from gbatch.api import timeline
+
+        picked = http.query_params.get("range", timeline.DEFAULT_RANGE)
+        span = timeline.RANGES.get(picked)
+        if span is None:
+            known = ", ".join(timeline.RANGES)
+            return self.page(http, "error.html", 400, message=f"range: pick one of {known}")
+        now = time.time()  # the range, then an eighth of it ahead: windows to come
+        reply = await self.ask(http, requests.ShowTimeline(start=now - span, end=now + span / 8))
+        if isinstance(reply, Response):
+            return reply
+        return self.page(
+            http,
+            "timeline.html",
+            picture=timeline.layout(reply),
+            ranges=list(timeline.RANGES),
+            picked=picked,
+            other_user=timeline.OTHER_USER,
+        )
 
     async def submit_form(self, http: Request) -> Response:
         if not http.cookies.get(COOKIE):

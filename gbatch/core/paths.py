@@ -97,6 +97,11 @@ class Paths:
     def runs(self) -> Path:
         return self.home / "run"
 
+    @property
+    def gpu_history(self) -> Path:
+        """The GPUs' sample history: one ring file per GPU (head/gpuhistory.py)."""
+        return self.home / "gpu-history"
+
     def job_log(self, job_id: int) -> Path:
         return self.logs / f"{job_id}.log"
 

@@ -377,6 +377,21 @@ def _windows(r: Reservation, horizon: float) -> list[tuple[float, float]]:
     return out
 
 
+def windows_between(r: Reservation, start: float, end: float) -> list[tuple[float, float]]:
+    """`r`'s windows that overlap [start, end) (DAILY, WEEKLY: each repeat)."""
+    period = r.period
+    if period is None:
+        return [(r.start, r.end)] if r.start < end and r.end > start else []
+    skip = max(0, int((start - r.end) // period) + 1) if r.end <= start else 0
+    first, last = r.start + skip * period, r.end + skip * period
+    out: list[tuple[float, float]] = []
+    while first < end:
+        if last > start:
+            out.append((first, last))
+        first, last = first + period, last + period
+    return out
+
+
 def duration_text(seconds: float) -> str:
     """A window's length as Slurm prints it: `02:00:00`, `1-00:00:00`."""
     total = round(seconds)

@@ -35,6 +35,7 @@ from gbatch.core.shares import Sharing
 from gbatch.head.cyclegc import LoopCollector
 from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.forwards import Forwards
+from gbatch.head.gpuhistory import GpuHistory
 from gbatch.head.groupcommit import GroupCommitter
 from gbatch.head.interactive import Starting, Waiters
 from gbatch.head.loop.cluster import ClusterJobsStep
@@ -132,7 +133,9 @@ class Daemon:
         self.dispatcher = Dispatcher(store, self.fleet, self.runs, clock)
         self.preempter = Preempter(store, self.fleet, config)
         self.scheduling.preempter = self.preempter
-        self.gpus = GpuSampler(store, self.fleet, config, self.wake)
+        # Each GPU's 1-s samples for an hour and 1-min figures for 30 days, in ring files.
+        self.gpu_history = GpuHistory(paths.gpu_history)
+        self.gpus = GpuSampler(store, self.fleet, config, self.wake, self.gpu_history)
         # srun/salloc allocations still waited for by a client (interactive.py), and the
         # step that records steps' ends and ends the allocations they lead.
         self.waiters = Waiters(monotonic, config.interactive_grace_seconds)
@@ -236,6 +239,7 @@ class Daemon:
         self.clusters.stop()
         self.committer.close()
         self.fleet.stop()
+        self.gpu_history.close()
 
     def step(self) -> None:
         """One pass: each step in order at one `now`, then the cyclic GC's share."""

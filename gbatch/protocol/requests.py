@@ -434,6 +434,42 @@ class ReportUsage(_Request, op="usage_report"):
     by_group: bool = False
 
 
+class ShowTimeline(_Request, op="timeline"):
+    """The GPU timeline's data over [start, end): runs, pending queue, reservations.
+
+    Replies {"start", "end", "now", "runs", "pending", "windows", "lanes"}:
+    - runs: each job's last run that overlaps the range, {"id", "name", "user", "state",
+      "start", "end" (null: still on), "placements": [[node, [GPU ids]], ...], "idle":
+      [[node, GPU, start, end], ...]}; idle: the stretches a GPU of it read under the
+      idle_gpu policy's threshold for its after_minutes or longer (the sample history);
+    - pending: [[time, jobs pending], ...], a step function, its first point at `start`;
+    - windows: [[reservation, node, [GPU ids] (empty: the whole node), start, end,
+      MAINT], ...];
+    - lanes: [[node, [[GPU id, its card's id for a MIG slice, else null], ...]], ...],
+      the fleet's GPUs now.
+    Under private_data a non-admin's view of another user's run has "id" 0 and "name"
+    and "user" "" (an other user's bar)."""
+
+    start: float
+    end: float
+
+
+class ShowGpuHistory(_Request, op="gpu_history"):
+    """GPUs' utilisation and memory over [start, end), from the head's sample history.
+
+    `node` "" for every node; `gpus` () for each GPU of the node(s) now. Each second's
+    samples where the range lies within the last hour, else each minute's, merged into
+    at most `points` steps (1 to 1,000). Replies {"start", "end", "now", "series":
+    [{"node", "index", "memory_total_mib" (null: not reported), "points": [[time, util
+    mean|null, util max|null, MiB used mean, MiB used max], ...]}, ...]}."""
+
+    start: float
+    end: float
+    node: str = ""
+    gpus: tuple[int, ...] = ()
+    points: int = 120
+
+
 class Metrics(_Request, op="metrics"):
     """What `GET /metrics` shows: the queue, the fleet and the daemon's counters, all users'.
 
@@ -616,6 +652,8 @@ Request = (
     | ShowShares
     | ShowPriorities
     | ReportUsage
+    | ShowTimeline
+    | ShowGpuHistory
     | Metrics
     | Shutdown
     | MintToken

@@ -121,6 +121,14 @@ BENCHES = (
         group=HEAVY,
     ),
     Bench(
+        "bench_gpu_history.py",
+        (
+            r"  on disk: [\d,]+ bytes allocated, [\d,]+ bytes of files \(the bound",
+            r"  head CPU: [\d.]+ us per GPU sample",
+            r"  read one GPU's last hour: [\d.]+ ms",
+        ),
+    ),
+    Bench(
         "bench_fleet.py",
         (
             ms("(a) one report round from 5 hosts on open SSH channels"),

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FAST_CONFIG, GBATCH, Head, make_head, service_config, token_account, wait_for
+from dashboard import DASHBOARD, metric_names, queries
 from prometheus_client.parser import text_string_to_metric_families
 from sshd import free_port
 
@@ -234,3 +235,15 @@ def test_a_real_prometheus_scrapes_it_with_a_bearer_token(
         server.terminate()
         server.wait(timeout=30)
     assert server.returncode == 0, (tmp_path / "prometheus.log").read_text()[-2000:]
+
+
+def test_every_metric_the_shipped_dashboard_reads_is_in_a_real_scrape(api: str, token: str) -> None:
+    """deploy/grafana/gbatch.json against what a running daemon serves: each name its
+    queries read is a sample of the scrape or a family it declares (`# TYPE`), as a
+    family with nothing to count yet (no SSH node: no round trip) still is."""
+    text = scrape(api, token)
+    served = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+    declared = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    histograms = {f"{name}{end}" for name in declared for end in ("_bucket", "_sum", "_count")}
+    read = {n for expr in queries(json.loads(DASHBOARD.read_text())) for n in metric_names(expr)}
+    assert read and read - (served | declared | histograms) == set()

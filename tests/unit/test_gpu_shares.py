@@ -498,5 +498,6 @@ def test_the_web_pages_gpu_table_shows_each_shareable_cards_shares_and_room() ->
         csrf="", signed_in=True, nodes=[node_to_wire(_shared_node())], partitions=[]
     )
     table = html[html.index('<table id="gpus">') :]
-    cells = [row.split("<td>")[-1].split("</td>")[0] for row in table.split("<tr>")[2:]]
+    # The SHARES cell: the last but the GPU's chart of its last hour.
+    cells = [row.split("<td>")[-2].split("</td>")[0] for row in table.split("<tr>")[2:]]
     assert cells == ["0, 0/81920", "2, 40960/36864"]

@@ -1,21 +1,16 @@
-"""docs/grafana/gbatch.json loads, and every metric its PromQL names is one that
+"""deploy/grafana/gbatch.json loads, and every metric its PromQL names is one that
 gbatch's /metrics exports (read from a snapshot rendered by gbatch/api/metrics.py, so
 a renamed family fails here, not on someone's dashboard)."""
 
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 from typing import Any
 
+from dashboard import DASHBOARD, metric_names, queries
 from prometheus_client.parser import text_string_to_metric_families
 
 from gbatch.api.metrics import render
-
-DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "gbatch.json"
-# PromQL's functions, aggregations and keywords that read like names.
-NOT_METRICS = {"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool"}
 
 
 def exported() -> set[str]:
@@ -57,25 +52,6 @@ def exported() -> set[str]:
     }
     text = render(snapshot).decode()
     return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression reads."""
-    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # label values
-    expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers
-    expr = re.sub(r"\[[^\]]*\]", "", expr)  # ranges
-    expr = re.sub(r"\b(by|without)\s*\([^)]*\)", "", expr)  # grouping labels
-    names = re.findall(r"\b([A-Za-z_:][A-Za-z0-9_:]*)\b(?!\s*\()", expr)
-    return {name for name in names if name not in NOT_METRICS}
-
-
-def queries(dashboard: dict[str, Any]) -> list[str]:
-    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
-    for variable in dashboard["templating"]["list"]:
-        found = re.fullmatch(r"label_values\((\w+),\s*\w+\)", str(variable.get("query", "")))
-        if found:
-            exprs.append(found.group(1))
-    return exprs
 
 
 def test_the_dashboard_loads_and_each_panel_queries_something() -> None:

@@ -219,6 +219,8 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
         (requests.ShowShares(all_users=True), "users"),
         (requests.ShowPriorities(), "jobs"),
         (requests.ReportUsage(start=0.0, end=1.0, all_users=True), "rows"),
+        (requests.ShowTimeline(start=0.0, end=3600.0), "runs"),
+        (requests.ShowGpuHistory(start=0.0, end=3600.0), "series"),
         (requests.Metrics(), "jobs"),
         (requests.MintToken(user="nobody"), "permission"),  # never for a system account
         (requests.ListTokens(all_users=True), "tokens"),

@@ -91,6 +91,8 @@ BASE: dict[str, dict[str, Any]] = {
     "update": {"id": 1, "changes": {"Comment": "x"}},
     "submit": {"spec": {"name": "j", "command": ["true"]}},
     "usage_report": {"start": 0, "end": 1},
+    "timeline": {"start": 0, "end": 1},
+    "gpu_history": {"start": 0, "end": 1},
     "step": {"job": 1, "argv": ["true"]},
     "await_allocation": {"job": 1},
     "port_forward": {"job": 1, "ports": [8888]},

@@ -53,6 +53,10 @@ EXAMPLES: dict[str, requests.Request] = {
     "usage_report": requests.ReportUsage(
         start=1_767_225_600.0, end=1_769_904_000.0, users=("bob",), all_users=True, by_group=True
     ),
+    "timeline": requests.ShowTimeline(start=1_767_225_600.0, end=1_767_312_000.0),
+    "gpu_history": requests.ShowGpuHistory(
+        start=1_767_225_600.0, end=1_767_229_200.0, node="gpu01", gpus=(0, 3), points=60
+    ),
     "metrics": requests.Metrics(),
     "shutdown": requests.Shutdown(),
     "token": requests.MintToken(lifespan=7200, scopes=("read", "submit"), user="ci-bot"),

@@ -101,6 +101,8 @@ TOKEN_SCOPE_OF: Mapping[str, str] = {
     "shares": "read",
     "priorities": "read",
     "usage_report": "read",
+    "timeline": "read",
+    "gpu_history": "read",
     "metrics": "read",
     "steps": "read",
     "reservations": "read",

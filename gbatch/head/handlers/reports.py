@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from gbatch.core.limits import Use, UserShare, use_by_user
-from gbatch.core.model import ALLOCATED_STATES, JobState
+from gbatch.core.model import ALLOCATED_STATES, Job, JobState
 from gbatch.core.views import JobPriority
 from gbatch.head.accounting import usage_by
 from gbatch.head.daemon import Daemon
@@ -22,6 +22,7 @@ from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.idlegpu import IDLE_REASON
 from gbatch.protocol import codec, requests
+from gbatch.site.config import IdleGpuPolicy
 
 
 def on_shares(daemon: Daemon, caller: Caller, request: requests.ShowShares) -> dict[str, Any]:
@@ -221,3 +222,120 @@ def _server_user_name() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
         return str(os.getuid())
+
+
+def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) -> dict[str, Any]:
+    """The GPU timeline over [start, end): runs on GPUs, the pending queue, reservations.
+
+    Everyone sees the fleet's GPUs, as in Slurm; under private_data a non-admin sees
+    another user's run as a bar of "other user": no id, name nor user."""
+    from gbatch.core.timeline import MAX_RANGE_S, pending_steps, reservation_windows
+
+    if not request.end > request.start:
+        raise Refused("invalid", "timeline: the range's end must be after its start")
+    if request.end - request.start > MAX_RANGE_S:
+        raise Refused("invalid", "timeline: the range is longer than 34 days. Pick a shorter one")
+    now = daemon.clock()
+    hide = daemon.config.private_data and not is_admin(daemon, caller)
+    ran = [j for j in daemon.store.jobs_run_between(request.start, request.end) if j.placements]
+    idle = _idle_while_held(daemon, ran, request.start, min(request.end, now), now)
+    runs = []
+    for job in ran:
+        mine = not hide or job.uid == caller.uid
+        runs.append(
+            {
+                "id": job.id if mine else 0,
+                "name": job.spec.name if mine else "",
+                "user": job.user if mine else "",
+                "state": job.state.value,
+                "start": job.start_time,
+                "end": job.end_time,
+                "placements": [[node, list(gpus)] for node, gpus in job.placements],
+                "idle": idle.get(job.id, []),
+            }
+        )
+    spans = daemon.store.pending_spans(request.start, request.end)
+    windows = reservation_windows(daemon.store.reservations(), request.start, request.end)
+    return {
+        "start": request.start,
+        "end": request.end,
+        "now": now,
+        "runs": runs,
+        "pending": [list(p) for p in pending_steps(spans, request.start, min(request.end, now))],
+        "windows": [[n, node, list(ids), s, e, maint] for n, node, ids, s, e, maint in windows],
+        "lanes": [
+            [node.name, [[g.index, g.parent] for g in sorted(node.gpus, key=lambda g: g.index)]]
+            for node in daemon.fleet.node_infos()
+        ],
+    }
+
+
+def _idle_while_held(
+    daemon: Daemon, ran: Sequence[Job], start: float, end: float, now: float
+) -> dict[int, list[list[Any]]]:
+    """Job id -> [[node, GPU, start, end], ...]: stretches its GPUs sat idle while it held
+    them in [start, end), as the idle_gpu policy sees them (its defaults when it is off).
+
+    One history read per GPU (not per run): a month of short jobs costs what the GPUs do."""
+    from gbatch.core.timeline import idle_stretches
+
+    policy = daemon.config.idle_gpu or IdleGpuPolicy()
+    held: dict[tuple[str, int], list[tuple[int, float, float]]] = {}
+    for job in ran:
+        first = max(job.start_time or start, start)
+        last = min(job.end_time or now, end)
+        if last > first:
+            for node, gpus in job.placements:
+                for gpu in gpus:
+                    held.setdefault((node, gpu), []).append((job.id, first, last))
+    out: dict[int, list[list[Any]]] = {}
+    for (node, gpu), spans in held.items():
+        first, last = min(s[1] for s in spans), max(s[2] for s in spans)
+        points = daemon.gpu_history.series(node, gpu, first, last, now)
+        step = 1.0 if first >= now - 3600 else 60.0  # the series' (gpuhistory.series)
+        readings = [(p.time, p.util_max) for p in points]
+        stretches = idle_stretches(readings, policy.threshold_percent, 0.0, step)
+        for job_id, a, b in spans:
+            for lo, hi in stretches:
+                lo, hi = max(lo, a), min(hi, b)
+                if hi - lo >= policy.after_seconds:
+                    out.setdefault(job_id, []).append([node, gpu, lo, hi])
+    return out
+
+
+def on_gpu_history(
+    daemon: Daemon, caller: Caller, request: requests.ShowGpuHistory
+) -> dict[str, Any]:
+    """GPUs' utilisation and memory over a range, from the sample history.
+
+    Everyone sees every GPU's figures, as in sinfo and the Nodes page (they name no job)."""
+    from gbatch.core.timeline import MAX_RANGE_S
+    from gbatch.head.gpuhistory import bucketed
+
+    if not request.end > request.start:
+        raise Refused("invalid", "gpu_history: the range's end must be after its start")
+    if request.end - request.start > MAX_RANGE_S:
+        raise Refused(
+            "invalid", "gpu_history: the range is longer than 34 days. Pick a shorter one"
+        )
+    if not 1 <= request.points <= 1000:
+        raise Refused("invalid", "gpu_history.points: give 1 to 1000")
+    now = daemon.clock()
+    nodes = [n for n in daemon.fleet.node_infos() if request.node in ("", n.name)]
+    if request.node and not nodes:
+        raise Refused("not_found", f"gpu_history: no node {request.node!r}. See gbatch sinfo")
+    series = []
+    for node in nodes:
+        totals = {g.index: g.memory_total_mib for g in node.gpus}
+        for index in request.gpus or tuple(sorted(totals)):
+            points = daemon.gpu_history.series(node.name, index, request.start, request.end, now)
+            shown = bucketed(points, request.start, request.end, request.points)
+            series.append(
+                {
+                    "node": node.name,
+                    "index": index,
+                    "memory_total_mib": totals.get(index),
+                    "points": [list(p) for p in shown],
+                }
+            )
+    return {"start": request.start, "end": request.end, "now": now, "series": series}

@@ -28,7 +28,14 @@ from gbatch.head.handlers.nodes import (
     on_node_trust,
     on_nodes,
 )
-from gbatch.head.handlers.reports import on_metrics, on_priorities, on_shares, on_usage_report
+from gbatch.head.handlers.reports import (
+    on_gpu_history,
+    on_metrics,
+    on_priorities,
+    on_shares,
+    on_timeline,
+    on_usage_report,
+)
 from gbatch.head.handlers.reservations import (
     on_reservation_change,
     on_reservation_delete,
@@ -101,6 +108,10 @@ def dispatch(daemon: Daemon, caller: Caller, request: requests.Request) -> dict[
             return on_priorities(daemon, caller, request)
         case requests.ReportUsage():
             return on_usage_report(daemon, caller, request)
+        case requests.ShowTimeline():
+            return on_timeline(daemon, caller, request)
+        case requests.ShowGpuHistory():
+            return on_gpu_history(daemon, caller, request)
         case requests.Metrics():
             return on_metrics(daemon, caller, request)
         case requests.Shutdown():

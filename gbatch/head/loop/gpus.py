@@ -18,6 +18,7 @@ from gbatch.core.model import IllegalTransition, JobState
 from gbatch.core.timefmt import format_timestamp
 from gbatch.head import gpubudget, idlegpu
 from gbatch.head.fleet import Fleet
+from gbatch.head.gpuhistory import GpuHistory
 from gbatch.head.store import Store
 from gbatch.head.store.usage import RunningGpus
 from gbatch.nodes.report import NodeReport, RunOwner, run_gpu_memory
@@ -34,8 +35,16 @@ log = logging.getLogger("gbatchd")
 class GpuSampler:
     """Each node's report last sampled, and the idle GPU streaks of running runs."""
 
-    def __init__(self, store: Store, fleet: Fleet, config: Config, wake: threading.Event) -> None:
+    def __init__(
+        self,
+        store: Store,
+        fleet: Fleet,
+        config: Config,
+        wake: threading.Event,
+        history: GpuHistory | None = None,
+    ) -> None:
         self.store = store
+        self.history = history
         self.fleet = fleet
         self.config = config
         self.wake = wake
@@ -72,6 +81,8 @@ class GpuSampler:
                 # Its MIG slices too, numbered as jobs hold them (to_gpus).
                 self._latest[name] = (node.gpus(report), report, node.run_owners(report))
                 fresh.add(name)
+                if self.history is not None:
+                    self.history.record(name, self._latest[name][0], now)
             self._sampled_seq[name] = seq
         for name in set(self._latest) - set(self.fleet.nodes):
             del self._latest[name]

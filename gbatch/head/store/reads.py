@@ -86,15 +86,47 @@ class Reads(Tails):
     ) -> list[Job]:
         """Jobs (of `users`, when given) whose last run overlaps [start, end).
 
-        Started before `end`, and not ended before `start` (or not ended). sreport's
-        question, asked a few times a month: a scan of the jobs table, no index of its own.
+        Started before `end`, and not ended before `start` (or not ended). sreport's and
+        the timeline's question: two searches of the jobs_ran index (still on; ended
+        after `start`), never a scan of every job ever run.
         """
-        where = "start_time IS NOT NULL AND start_time < ? AND (end_time IS NULL OR end_time > ?)"
-        params: list[object] = [end, start]
+        started = "start_time IS NOT NULL AND start_time < ?"
+        where = (
+            f"id IN (SELECT id FROM jobs WHERE {started} AND end_time IS NULL"
+            f" UNION ALL SELECT id FROM jobs WHERE {started} AND end_time > ?)"
+        )
+        params: list[object] = [end, end, start]
         if users is not None:
             where += f" AND user IN ({_marks(users)})"
             params.extend(users)
         return self._select(where, params)
+
+    def pending_spans(self, start: float, end: float) -> list[tuple[float, float | None]]:
+        """(submit time, left the queue) of each job pending at some time in [start, end).
+
+        It leaves the queue when its last run started, or ended unrun (cancelled while
+        pending); None while it still waits (a requeued job: from its submit time). An
+        array tail's pending tasks count one each, from the tail's submit time. Read by
+        the state index (pending now) and the jobs_left index (left after `start`).
+        """
+        left = "coalesce(start_time, end_time)"
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT submit_time, NULL FROM jobs WHERE state = 'PENDING' AND submit_time < ?1"
+                f" UNION ALL SELECT submit_time, {left} FROM jobs"
+                " WHERE (start_time IS NOT NULL OR end_time IS NOT NULL)"
+                f" AND {left} > ?2 AND state != 'PENDING' AND submit_time < ?1",
+                (end, start),
+            ).fetchall()
+            tails = self._db.execute(
+                "SELECT submit_time, remaining FROM array_tails"
+                " WHERE state = 'PENDING' AND submit_time < ?",
+                (end,),
+            ).fetchall()
+        spans: list[tuple[float, float | None]] = [(float(a), b) for a, b in rows]
+        for submitted, remaining in tails:
+            spans.extend([(float(submitted), None)] * int(remaining))
+        return spans
 
     def active_counts(self) -> dict[str, int]:
         """How many jobs are in each active state."""

@@ -275,4 +275,13 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX cluster_jobs_open ON cluster_jobs(partition) WHERE open = 1
     """,
+    # 21 (issue 36, the GPU timeline): runs over a time range, and jobs that left the
+    # queue in one, read by index rather than a scan of every job ever run (sreport and
+    # the timeline: reads.jobs_run_between, reads.pending_spans). Partial: a submit
+    # (nothing started or ended) writes neither.
+    """
+    CREATE INDEX jobs_ran ON jobs(end_time, start_time) WHERE start_time IS NOT NULL;
+    CREATE INDEX jobs_left ON jobs(coalesce(start_time, end_time))
+        WHERE start_time IS NOT NULL OR end_time IS NOT NULL
+    """,
 )

@@ -1,0 +1,261 @@
+"""The GPUs' bounded sample history: 1-s samples for the last hour, 1-min figures for 30 days.
+
+One ring file per GPU (`gpu-history/<node>.<index>.ring` in the daemon's home), of a
+fixed size, memory-mapped, so the history survives a restart and never grows:
+
+  header      16 bytes: magic, version
+  seconds   3,600 slots x  9 bytes: second (u32), utilisation % (u8, 255 unknown), MiB used (u32)
+  minutes  43,200 slots x 14 bytes: minute (u32), mean and max utilisation (u8 each),
+                                    mean and max MiB used (u32 each)
+
+637,216 bytes a GPU (62 MiB for 100 GPUs; the files are sparse until written). A slot is
+the time modulo the ring's length; its stamp tells a current slot from one a lap old.
+The minute under way is summed in memory and written when the next begins (a daemon
+stopped mid-minute loses that minute). The daemon's loop is the only writer; handlers
+read under the same lock. Bench: bench/bench_gpu_history.py.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+MAGIC = b"gbhist01"
+HEADER = struct.Struct("<8sQ")
+SECOND = struct.Struct("<IBI")
+MINUTE = struct.Struct("<IBBII")
+SECONDS = 3600
+MINUTES = 30 * 1440
+FINE_OFFSET = HEADER.size
+COARSE_OFFSET = FINE_OFFSET + SECONDS * SECOND.size
+FILE_SIZE = COARSE_OFFSET + MINUTES * MINUTE.size
+UNKNOWN = 255
+
+
+class Reading(Protocol):
+    """One GPU as a node report reads it (nodes.report.GpuReport)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def memory_used_mib(self) -> int: ...
+    @property
+    def utilization_pct(self) -> int | None: ...
+
+
+class Point(NamedTuple):
+    """A GPU's figures over one step of a series.
+
+    Utilisation mean and max (None: not told), memory used mean and max (MiB)."""
+
+    time: float
+    util: float | None
+    util_max: int | None
+    mem_mib: float
+    mem_max_mib: int
+
+
+class _Minute:
+    __slots__ = ("mem_max", "mem_sum", "minute", "n", "util_max", "util_n", "util_sum")
+
+    def __init__(self, minute: int) -> None:
+        self.minute = minute
+        self.util_n = self.util_sum = self.util_max = 0
+        self.n = self.mem_sum = self.mem_max = 0
+
+    def add(self, util: int | None, mem: int) -> None:
+        if util is not None:
+            self.util_n += 1
+            self.util_sum += util
+            self.util_max = max(self.util_max, util)
+        self.n += 1
+        self.mem_sum += mem
+        self.mem_max = max(self.mem_max, mem)
+
+    def point(self) -> Point:
+        util = self.util_sum / self.util_n if self.util_n else None
+        return Point(
+            self.minute * 60.0,
+            util,
+            self.util_max if self.util_n else None,
+            self.mem_sum / self.n if self.n else 0.0,
+            self.mem_max,
+        )
+
+
+class _Ring:
+    """One GPU's ring file, mapped."""
+
+    def __init__(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size != FILE_SIZE:
+                os.ftruncate(fd, 0)  # another layout or a torn file: start again
+                os.ftruncate(fd, FILE_SIZE)
+            self.map = mmap.mmap(fd, FILE_SIZE)
+        finally:
+            os.close(fd)
+        if self.map[: len(MAGIC)] != MAGIC:
+            HEADER.pack_into(self.map, 0, MAGIC, 1)
+        self.minute: _Minute | None = None
+
+    def record(self, second: int, util: int | None, mem: int) -> None:
+        slot = FINE_OFFSET + (second % SECONDS) * SECOND.size
+        SECOND.pack_into(self.map, slot, second, UNKNOWN if util is None else util, mem)
+        minute = second // 60
+        if self.minute is not None and self.minute.minute != minute:
+            self._flush()
+        if self.minute is None:
+            self.minute = _Minute(minute)
+        self.minute.add(util, mem)
+
+    def _flush(self) -> None:
+        done = self.minute
+        if done is None or not done.n:
+            return
+        p = done.point()
+        slot = COARSE_OFFSET + (done.minute % MINUTES) * MINUTE.size
+        util = UNKNOWN if p.util is None else round(p.util)
+        util_max = UNKNOWN if p.util_max is None else p.util_max
+        MINUTE.pack_into(
+            self.map, slot, done.minute, util, util_max, round(p.mem_mib), p.mem_max_mib
+        )
+        self.minute = None
+
+    def _slots(
+        self, offset: int, layout: struct.Struct, length: int, first: int, count: int
+    ) -> list[tuple[int, ...]]:
+        """`count` slots of a ring from time `first` on (wrapping), in one pass each part."""
+        begin = first % length
+        head = min(count, length - begin)
+        view = memoryview(self.map)
+        try:
+            parts = [(begin, head), (0, count - head)] if count > head else [(begin, head)]
+            out: list[tuple[int, ...]] = []
+            for at, n in parts:
+                lo = offset + at * layout.size
+                out.extend(layout.iter_unpack(view[lo : lo + n * layout.size]))
+            return out
+        finally:
+            view.release()
+
+    def seconds(self, start: int, end: int) -> list[Point]:
+        first = max(start, end - SECONDS)
+        if end <= first:
+            return []
+        out = []
+        for second, (stamp, util, mem) in enumerate(
+            self._slots(FINE_OFFSET, SECOND, SECONDS, first, end - first), first
+        ):
+            if stamp == second and stamp:
+                told = None if util == UNKNOWN else util
+                out.append(Point(float(second), told, told, float(mem), mem))
+        return out
+
+    def minutes(self, start: int, end: int) -> list[Point]:
+        first, last = max(start // 60, end // 60 - MINUTES + 1), (end + 59) // 60
+        if last <= first:
+            return []
+        out = []
+        slots = self._slots(COARSE_OFFSET, MINUTE, MINUTES, first, last - first)
+        for minute, (stamp, util, util_max, mem, mem_max) in enumerate(slots, first):
+            if stamp == minute and stamp:
+                out.append(
+                    Point(
+                        minute * 60.0,
+                        None if util == UNKNOWN else float(util),
+                        None if util_max == UNKNOWN else util_max,
+                        float(mem),
+                        mem_max,
+                    )
+                )
+            elif self.minute is not None and self.minute.minute == minute:
+                out.append(self.minute.point())
+        return out
+
+    def close(self) -> None:
+        self._flush()
+        self.map.close()
+
+
+class GpuHistory:
+    """Every GPU's ring, by (node, index), in `directory` (made 0700 on first use)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._rings: dict[tuple[str, int], _Ring] = {}
+        self._lock = threading.Lock()
+
+    def _ring(self, node: str, index: int, create: bool) -> _Ring | None:
+        key = (node, index)
+        ring = self._rings.get(key)
+        if ring is None:
+            path = self.directory / f"{urllib.parse.quote(node, safe='')}.{index}.ring"
+            if not create and not path.exists():
+                return None
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            ring = self._rings[key] = _Ring(path)
+        return ring
+
+    def record(self, node: str, readings: Iterable[Reading], now: float) -> None:
+        """One report's readings of `node`'s GPUs at `now` (a second's slot: the latest wins)."""
+        second = int(now)
+        with self._lock:
+            for gpu in readings:
+                ring = self._ring(node, gpu.index, create=True)
+                assert ring is not None
+                util = gpu.utilization_pct
+                ring.record(
+                    second, None if util is None else min(max(util, 0), 100), gpu.memory_used_mib
+                )
+
+    def series(self, node: str, index: int, start: float, end: float, now: float) -> list[Point]:
+        """The GPU's points in [start, end); [] for a GPU never sampled.
+
+        Each second's where the range lies within the last hour, else each minute's."""
+        with self._lock:
+            ring = self._ring(node, index, create=False)
+            if ring is None:
+                return []
+            if start >= now - SECONDS:
+                return ring.seconds(int(start), int(end))
+            return ring.minutes(int(start), int(end))
+
+    def close(self) -> None:
+        with self._lock:
+            for ring in self._rings.values():
+                ring.close()
+            self._rings.clear()
+
+
+def bucketed(points: Sequence[Point], start: float, end: float, buckets: int) -> list[Point]:
+    """`points` merged into at most `buckets` equal steps of [start, end).
+
+    Each step's means and maxima, at its start; steps without a point are left out."""
+    if len(points) <= buckets:
+        return list(points)
+    width = (end - start) / buckets
+    groups: dict[int, list[Point]] = {}
+    for p in points:
+        groups.setdefault(min(int((p.time - start) // width), buckets - 1), []).append(p)
+    out = []
+    for step in sorted(groups):
+        group = groups[step]
+        utils = [p.util for p in group if p.util is not None]
+        maxima = [p.util_max for p in group if p.util_max is not None]
+        out.append(
+            Point(
+                start + step * width,
+                sum(utils) / len(utils) if utils else None,
+                max(maxima) if maxima else None,
+                sum(p.mem_mib for p in group) / len(group),
+                max(p.mem_max_mib for p in group),
+            )
+        )
+    return out

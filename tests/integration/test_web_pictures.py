@@ -1,0 +1,175 @@
+"""The web page's pictures end to end.
+
+The GPU timeline (/ui/timeline): a real gbatchd with two simulated GPUs runs a fixed lab
+(a finished run, a running one, one waiting for both GPUs), and Debian's chromium draws
+the page: each known job's bar is on its GPU's lane at its start and end, links to its
+page, and the pending line counts the waiting job. A running job's page charts its GPU's
+utilisation and memory from simulated NVML samples, and seff says the same peak.
+GBATCH_UPDATE_SCREENSHOTS=1 copies the screenshots to docs/screenshots/."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+from pathlib import Path
+from typing import Any
+
+from conftest import Head, wait_for
+from test_http_api import api, head, mint  # noqa: F401 (fixtures)
+from test_web_ui import Browserless, browser, csrf_of, root_of, screenshot, text_of  # noqa: F401
+
+
+def record(job_id: int, on: Head) -> dict[str, Any]:
+    """The job's wire record (id, node, gpus, start and end times, spec)."""
+    found = on.polled(job_id)
+    assert found is not None
+    return found
+
+
+def test_the_timeline_draws_known_runs_on_their_gpus_at_their_times(
+    head: Head,  # noqa: F811
+    api: str,  # noqa: F811
+    browser: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    done = head.sbatch("-G", "1", "-J", "finished-run", "--wrap", "sleep 1")
+    head.wait_state(done, "COMPLETED")
+    running = head.sbatch("-G", "1", "-J", "long-run", "--wrap", "sleep 300")
+    head.wait_state(running, "RUNNING")
+    waiting = head.sbatch("-G", "2", "-J", "needs-both", "--wrap", "true")
+    # A maintenance window on now over the node (its jobs carry on: IGNORE_JOBS).
+    head.run(
+        "scontrol",
+        "create",
+        "reservation",
+        "ReservationName=maint",
+        "StartTime=now",
+        "Duration=60",
+        f"Users={pwd.getpwuid(os.getuid()).pw_name}",
+        "Nodes=local",
+        "Flags=MAINT,IGNORE_JOBS",
+        check=True,
+    )
+    try:
+        token = mint(head, "--scope", "read")
+        d = browser
+        wait = WebDriverWait(d, 30)
+        d.get(f"{root_of(api)}/ui/login")
+        wait.until(lambda _: d.find_elements(By.ID, "token"))
+        d.find_element(By.ID, "token").send_keys(token)
+        d.find_element(By.ID, "sign-in").click()
+        wait.until(lambda _: d.find_elements(By.ID, "jobs"))
+        d.find_element(By.LINK_TEXT, "Nodes").click()
+        wait.until(lambda _: d.find_elements(By.ID, "timeline-link")).pop().click()
+        svg = wait.until(lambda _: d.find_element(By.ID, "timeline"))
+        first, last = float(svg.get_attribute("data-start")), float(svg.get_attribute("data-end"))
+        left = float(svg.get_attribute("data-plot-left"))
+        right = float(svg.get_attribute("data-plot-right"))
+        now = float(svg.get_attribute("data-now"))
+        assert first < now < last  # the range, and an eighth of it ahead
+
+        def x_of(stamp: float) -> float:
+            return left + (right - left) * (stamp - first) / (last - first)
+
+        for job_id in (done, running):
+            job = record(job_id, head)
+            (bar,) = d.find_elements(By.CSS_SELECTOR, f'g.bar[data-job="{job_id}"]')
+            (gpu,) = job["gpus"]
+            assert (bar.get_attribute("data-node"), bar.get_attribute("data-gpu")) == (
+                job["node"],
+                str(gpu),
+            )
+            lane = d.find_element(By.ID, f"lane-{job['node']}-{gpu}")
+            rect = bar.find_element(By.TAG_NAME, "rect")
+            assert float(rect.get_attribute("y")) == float(lane.get_attribute("data-y")) + 1
+            # From its start to its end (a running one: to now), at least 3 px, drawn
+            # back from its end.
+            end_x = x_of(job["end_time"] if job["end_time"] is not None else now)
+            start_x = min(x_of(job["start_time"]), end_x - 3.0)
+            assert abs(float(rect.get_attribute("x")) - start_x) < 0.2
+            width = float(rect.get_attribute("width"))
+            assert abs(float(rect.get_attribute("x")) + width - end_x) < 0.2
+            title = bar.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+            assert f"{job_id} {job['spec']['name']}" in title and f"GPU {gpu}" in title
+        assert len(d.find_elements(By.CSS_SELECTOR, "g.bar")) == 2
+        shaded = d.find_elements(By.CSS_SELECTOR, "rect.window.maint")
+        assert len(shaded) == 2  # both GPUs of the node, from now on
+        assert all("reservation maint (MAINT)" in r.get_attribute("textContent") for r in shaded)
+        assert text_of(d, "pending-now").startswith("now 1,")  # needs-both waits
+        # The range picker, then a bar's link: its job's page.
+        from selenium.webdriver.support.ui import Select
+
+        Select(d.find_element(By.ID, "range")).select_by_value("1h")
+        d.find_element(By.CSS_SELECTOR, "#range-picker button").click()
+        wait.until(lambda _: "range=1h" in d.current_url)
+        screenshot(d, tmp_path, "timeline")
+        d.find_element(By.CSS_SELECTOR, f'a[href="/ui/jobs/{running}"] rect').click()
+        wait.until(lambda _: "long-run" in text_of(d, "job-name"))
+        # The range picker; a range it does not offer is refused with the page's message.
+        web = Browserless(root_of(api))
+        login = csrf_of(web.get("/ui/login")[2])
+        web.post("/ui/login", {"token": token, "csrf": login})
+        status, _, page = web.get("/ui/timeline?range=30d")
+        assert status == 200 and "selected>last 30d" in page and f'data-job="{done}"' in page
+        status, _, page = web.get("/ui/timeline?range=1y")
+        assert status == 400 and "range: pick one of 1h, 6h, 24h, 3d, 7d, 30d" in page
+    finally:
+        head.run("scancel", str(running), str(waiting))
+        head.wait_state(running, "CANCELLED")
+
+
+def test_a_running_jobs_page_charts_its_gpus_utilisation_from_nvml_samples(
+    head: Head,  # noqa: F811
+    api: str,  # noqa: F811
+    browser: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    running = head.sbatch("-G", "1", "-J", "busy-run", "--wrap", "sleep 300")
+    job = head.wait_state(running, "RUNNING")
+    (gpu,) = job["gpus"]  # type: ignore[misc]
+    simulation = head.home / "simulated-gpus.json"
+    described = json.loads(simulation.read_text())
+    described["gpus"][gpu].update(utilization_pct=87, memory_used_mib=30_000)
+    simulation.write_text(json.dumps(described))  # the agent reads it at each report
+    try:
+        token = mint(head, "--scope", "read")
+        web = Browserless(root_of(api))
+        web.post("/ui/login", {"token": token, "csrf": csrf_of(web.get("/ui/login")[2])})
+        wait_for(
+            lambda: 'data-util-peak="87"' in web.get(f"/ui/jobs/{running}")[2],
+            30,
+            "the job's chart to show a sample of 87%",
+        )
+        d = browser
+        wait = WebDriverWait(d, 30)
+        d.get(f"{root_of(api)}/ui/login")
+        wait.until(lambda _: d.find_elements(By.ID, "token"))
+        d.find_element(By.ID, "token").send_keys(token)
+        d.find_element(By.ID, "sign-in").click()
+        wait.until(lambda _: d.find_elements(By.ID, "jobs"))
+        d.get(f"{root_of(api)}/ui/jobs/{running}")
+        chart = wait.until(lambda _: d.find_element(By.ID, f"job-chart-local-{gpu}"))
+        assert chart.get_attribute("data-util-peak") == "87"
+        assert int(chart.get_attribute("data-mem-peak")) == 30_000
+        assert int(chart.get_attribute("data-samples")) >= 1
+        util = chart.find_element(By.CSS_SELECTOR, "polyline.util").get_attribute("points")
+        assert util.strip()  # a line was drawn
+        assert "87" in text_of(d, "job-gpus")
+        screenshot(d, tmp_path, "job-gpu-chart")
+        # The Nodes page: the same GPU's last hour, beside its row.
+        d.find_element(By.LINK_TEXT, "Nodes").click()
+        small = wait.until(lambda _: d.find_element(By.ID, f"chart-local-{gpu}"))
+        assert small.get_attribute("data-util-peak") == "87"
+        # seff says it in numbers (the run's own GPU record, folded from the same reports).
+        seff = head.run("seff", str(running), check=True).stdout
+        assert "max 87%" in seff
+    finally:
+        head.run("scancel", str(running))
+        head.wait_state(running, "CANCELLED")

@@ -97,10 +97,10 @@ class Head:
         try:
             wait_for(lambda: (self.polled(job_id) or {}).get("state") in states, timeout)
         except AssertionError:
-            now = self.state(job_id)
+            job = self.job(job_id)
             raise AssertionError(
                 f"timed out after {timeout} s waiting for job {job_id} to reach {states} "
-                f"(now {now})"
+                f"(now {job['state']}, reason {job.get('reason')!r})"
             ) from None
         return self.job(job_id)
 

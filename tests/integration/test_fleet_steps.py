@@ -188,7 +188,10 @@ def test_a_gbatchd_restart_ends_a_hosts_step_and_hangs_it_up(fleet: Fleet) -> No
     head.wait_state(job_id, "RUNNING", timeout=60)
     shell = gbatch_in_background(head, "shell", str(job_id), "sh", "-c", "echo up; sleep 305")
     assert shell.stdout is not None
-    assert shell.stdout.readline() == "up\n"
+    first = shell.stdout.readline()
+    if first != "up\n":  # say why the shell did not start
+        shell.kill()
+        raise AssertionError(f"{first!r}; stderr: {shell.communicate(timeout=10)[1]!r}")
     head.stop()
     _, err = shell.communicate(timeout=60)
     assert shell.returncode == 255

@@ -74,7 +74,7 @@ def test_qos_is_checked_at_submit_orders_the_queue_and_is_shown(
     )
     unknown = cli(head, alice, "sbatch", "--qos=hihg", *SLEEP)
     assert (
-        unknown["rc"] == 4
+        unknown["rc"] == 2
         and "qos: 'hihg' is not a QOS here. Use one of: normal, high, " in (unknown["err"])
     )
     wall = cli(head, alice, "sbatch", "-q", "high", "-t", "2:00:00", *SLEEP)

@@ -304,7 +304,8 @@ def _in_qos(daemon: Daemon, caller: Caller, spec: JobSpec) -> JobSpec:
     name = spec.qos or qos.NORMAL
     refused = qos.refusal(name, table, allowed_qos(daemon, caller))
     if refused is not None:
-        raise Refused("permission", refused)
+        # A QOS that does not exist is a typo (exit 2); one not yours, a permission (4).
+        raise Refused("permission" if name in table.by_name else "invalid", refused)
     chosen = table.get(name)
     if caller.uid not in (0, DAEMON_UID):
         wall = qos.wall_refusal(chosen, spec.time_limit)

@@ -376,3 +376,30 @@ def test_squeue_v_and_reservation_show_the_jobs_reservation() -> None:
     jobs = [_job(1, 1, 60, "demo"), _job(2, 1, 60)]
     assert format_squeue(jobs, NOW, fmt="%i %v", header=False) == "1 demo\n2 (null)\n"
     assert squeue_format_from_fields("Reservation") == "%20v"
+
+
+def test_the_web_pages_node_view_draws_a_nodes_windows() -> None:
+    """The web page's nodes table: a RESERVATIONS column with each window on the node."""
+    import asyncio
+    import re
+    from typing import Any
+
+    from gbatch.api.web import Web
+    from gbatch.core.model import NodeInfo, NodeState
+    from gbatch.protocol import codec
+
+    start = NOW + 3600
+    node = NodeInfo("n1", NodeState.IDLE, windows=(("maint", start, start + 7200, True),))
+    web = Web(api=None)
+
+    async def ask(http: object, request: object) -> dict[str, Any]:
+        return {"nodes": [codec.node_to_wire(node)], "partitions": []}
+
+    def page(http: object, name: str, **values: object) -> str:
+        return web.templates.get_template(name).render(csrf="", signed_in=True, **values)
+
+    web.ask = ask  # type: ignore[method-assign]
+    web.page = page  # type: ignore[method-assign,assignment]
+    html: str = asyncio.run(web.nodes(None))  # type: ignore[arg-type,assignment]
+    row = re.findall(r"<td>(.*?)</td>", html[: html.index('<table id="gpus">')])
+    assert row[0] == "n1" and row[-1].startswith("maint MAINT ")

@@ -284,7 +284,7 @@ class Config:
     notify_retry_seconds: float = 30.0
     # Delivered outbox rows are deleted this long after their delivery.
     notify_retention_days: float = 7.0
-    # Reservations users may make for themselves (docs/reservations.md): up to this many
+    # Reservations users may make for themselves (docs/priorities.md): up to this many
     # GPU-hours a week each (GPUs=N only, Users= themselves); 0: only admins make them.
     user_reservations: float = 0.0
     # Slurm's ResvOverRun: how long a job of a reservation may run past the end of the

@@ -2440,17 +2440,23 @@ def _members_view(
             out.append(node)
             continue
         mine = set(ids)
+        room = tuple(r for r in node.share_room if r[0] in mine)
+        types = {i: t for i, t in node.gpu_types if i in mine}
+        # Which of the node's busy GPUs each release frees is not known, so none is kept,
+        # but those of its shared GPUs: the end of their shares (share_room), which a
+        # share placed there moves (the planner's invariant).
+        ends = [(i, end) for i, _, end in room if -math.inf < end < math.inf]
         out.append(
             replace(
                 node,
                 gpus_total=len(mine),
                 free_gpus=tuple(i for i in node.free_gpus if i in mine),
-                gpu_types=tuple(t for t in node.gpu_types if t[0] in mine),
+                gpu_types=tuple(types.items()),
                 free_slices=(),
-                releases=(),
-                typed_releases=(),
+                releases=tuple((end, 1) for _, end in ends),
+                typed_releases=tuple((end, types[i], 1) for i, end in ends if i in types),
                 shareable=tuple(s for s in node.shareable if s[0] in mine),
-                share_room=tuple(r for r in node.share_room if r[0] in mine),
+                share_room=room,
                 busy=False,
                 whole=False,
             )

@@ -166,6 +166,25 @@ def test_a_maintenance_window_ahead_lets_a_short_job_run_and_keeps_a_long_one() 
     assert result.reasons == {1: MAINT_REASON, 3: MAINT_REASON}
 
 
+def test_a_share_backfills_before_a_window_on_a_gpu_whose_shares_end_first() -> None:
+    """A GPU of a window to come that holds shares ending before it (share_room with their
+    end): a share job that ends by the window's start joins them. The window's view kept
+    the room but dropped the release it moves (ValueError in the planner)."""
+    node = NodeView(
+        "n1",
+        2,
+        (),
+        releases=((NOW + 30, 1), (NOW + 900, 1)),
+        shareable=((0, 81920), (1, 81920)),
+        share_room=((0, 20480, NOW + 30),),
+    )
+    window = Window("demo", NOW + 300, NOW + 4000, gpus=(("n1", (0,)),))
+    job = _job(1, 1, 60)
+    job = replace(job, spec=replace(job.spec, gpu_mem_mb=10240))
+    result = plan_reserved([job], [node], {}, NOW, windows=[window])
+    assert [(a.job_id, a.node, a.gpus) for a in result.assignments] == [(1, "n1", (0,))]
+
+
 def test_a_window_on_now_is_its_jobs_alone() -> None:
     nodes = [NodeView("n0", 2, (0, 1)), NodeView("n1", 2, (0, 1))]
     window = Window("demo", NOW - 10, NOW + 3600, gpus=(("n0", (1,)),))

@@ -1679,6 +1679,12 @@ class Planner:
                 continue
             earlier = [w for w in live[:index] if w.start < window.start]
             view = _members_view(nodes, window, earlier)
+            if not any(n.free_gpus or n.free_slices or n.share_room for n in view) and not any(
+                name[1] == 0 for name in self._streams
+            ):
+                # Nothing free there and no job that asks no GPU: nothing starts (and its
+                # own Planner, over GPUs that no release frees, would take every job).
+                continue
             backfill = self._before.get(window.name)
             if backfill is None or backfill.start != window.start:
                 backfill = self._before[window.name] = _Before(window.start, jobs.values())

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from gbatch.nodes import outfiles
 from gbatch.nodes.cgroups import JobCgroup
-from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogWriter
+from gbatch.nodes.joblog import MAX_LOG_BYTES_ENV, LogWriter, ending_note
 
 # Neither typing nor dataclasses at run time: with inspect, which dataclasses brings,
 # they slow every job start. mypy takes any TYPE_CHECKING as typing's.
@@ -473,6 +473,13 @@ def main(argv: list[str]) -> int:
     returncode = child.wait()
     end_time = time.time()
     copier.join(OUTPUT_GRACE_SECONDS)
+    if not copier.is_alive():
+        # The head stopped it for a reason of its own (a preemption): say why, last.
+        note = ending_note(run_dir)
+        if note:
+            writer.write(note)
+            if out_file is not None:
+                out_file.write(note)
     exit_code, killed_by = (returncode, 0) if returncode >= 0 else (0, -returncode)
     oom = run_cgroup is not None and run_cgroup.oom_killed(killed_by)
 

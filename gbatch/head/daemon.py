@@ -95,7 +95,11 @@ class Daemon:
             clock,
             monotonic,
             partitions=partitions_of(inventory, config.max_interactive_time),
-            features={n.name: n.features for n in inventory.nodes} if inventory else None,
+            features=(
+                {n.name: n.features for n in inventory.nodes}
+                if inventory and inventory.nodes
+                else None
+            ),
             sharing=_sharing(inventory, config),
         )
         self.committer = GroupCommitter(store, clock)
@@ -313,8 +317,8 @@ def _sharing(inventory: Inventory | None, config: Config) -> dict[str, Sharing] 
     """Each inventory node's sharing settings (gbatch/core/shares.py), or None.
 
     Its share_gpus, mps and headroom (config.yaml's where it sets none). None without
-    an inventory: the embedded node has config.yaml's (Fleet)."""
-    if inventory is None:
+    an inventory (or one of partitions alone): the embedded node has config.yaml's (Fleet)."""
+    if inventory is None or not inventory.nodes:
         return None
     return {
         n.name: Sharing(

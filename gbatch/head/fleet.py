@@ -42,7 +42,7 @@ def make_nodes(
     """No inventory: the embedded default, this machine alone. Else the listed hosts.
 
     The hosts share `joins` (the output of jobs run on every node)."""
-    if inventory is None:
+    if inventory is None or not inventory.nodes:  # none, or partitions of the embedded node
         return [LocalNode(paths, config, on_change=on_change)]
     # Deferred: paramiko is for fleets, not for a laptop's embedded node.
     from gbatch.nodes.remote import RemoteNode
@@ -151,6 +151,18 @@ class Fleet:
         for gpu in gpus:
             self._released_at_report[(node.name, gpu)] = node.report_seq
         node.poke()
+
+    def settling_gpus(self) -> dict[str, tuple[int, ...]]:
+        """Each node's GPUs released by a run and waiting for a later report (not free yet).
+
+        Preemption counts them as coming free: a preemptor whose victims just left waits
+        for those, and preempts no one else meanwhile."""
+        out: dict[str, list[int]] = {}
+        for (name, gpu), seq in self._released_at_report.items():
+            node = self.nodes.get(name)
+            if node is not None and node.report_seq <= seq:
+                out.setdefault(name, []).append(gpu)
+        return {name: tuple(sorted(ids)) for name, ids in out.items()}
 
     def free_gpus(self, node: Node, gpus: Sequence[Gpu], held: Collection[int]) -> tuple[int, ...]:
         """The indices of `node`'s GPUs a job may be given now: the one meaning of free.

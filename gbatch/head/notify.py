@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from gbatch.core.labels import format_spans, merge_spans
 from gbatch.core.model import GPU_MEM_EVENT, Gpu, Job, JobState, NotifyHook
+from gbatch.core.qos import PREEMPTED_BY
 from gbatch.core.timefmt import format_elapsed_fixed
 from gbatch.core.urls import has_dot_segment
 
@@ -526,7 +527,10 @@ def summary(payload: Mapping[str, object]) -> str:
     if kind in ("END", "FAIL", "REQUEUE"):
         verb = {"END": "Ended", "FAIL": "Failed", "REQUEUE": "Requeued"}[kind]
         code = job.get("exit_code")
-        return _clean(f"{head} {verb}, Run time {run_time}, {job['state']}, ExitCode {code or 0}")
+        state = job["state"]
+        if kind == "REQUEUE" and str(job.get("reason") or "").startswith(PREEMPTED_BY):
+            state = JobState.PREEMPTED.value  # the run ended so (sacct's State of it)
+        return _clean(f"{head} {verb}, Run time {run_time}, {state}, ExitCode {code or 0}")
     if kind == "TIME_LIMIT":
         return _clean(f"{head} Reached time limit, Run time {run_time}")
     if kind == IDLE_GPU_EVENT:

@@ -2009,15 +2009,22 @@ def _what_nodes_are(nodes: Sequence[NodeView]) -> object:
 PREEMPTION = "Preemption"
 # The reasons of a job that is otherwise runnable: nothing but busy GPUs keep it waiting.
 _PREEMPTOR_REASONS = frozenset({RESOURCES, PRIORITY, PREEMPTION})
-# Victims looked at per node: a node holds at most a few dozen jobs of whole GPUs.
+# Victims looked at per node (per job, for a job across nodes): the search for the
+# fewest is over their subsets.
 _MOST_VICTIMS = 16
 
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """A job on a node (of whole GPUs, one node) as preemption sees it.
+    """A job on nodes as preemption sees it.
 
-    `preempting`: told to go already (in its grace time): its GPUs are coming free.
+    `node` its first node and `gpus` how many GPUs it holds there; `placed` every node's
+    GPU ids, when known ((node, ids), first node first; empty: `gpus` GPUs on `node`,
+    ids unknown). `share`: it holds a share of each of its GPUs (--gpu-mem), which comes
+    free only once every job sharing it is gone. `whole`: --exclusive, its nodes are
+    its alone.
+    `preempting`: told to go already (in its grace time): its GPUs are coming free. A
+    `job_id` below 0 is no job: GPUs a run left, not yet reported clean (preempting).
     `exempt_until`: not preempted before then (its QOS's preempt_exempt_time)."""
 
     job_id: int
@@ -2028,6 +2035,17 @@ class Running:
     qos: str | None
     preempting: bool = False
     exempt_until: float = 0.0
+    placed: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    share: bool = False
+    whole: bool = False
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.placed) if self.placed else (self.node,)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(len(ids) for _, ids in self.placed) if self.placed else self.gpus
 
 
 @dataclass(frozen=True)
@@ -2091,15 +2109,26 @@ def preemptions(
     started); `assignments`: the plan's starts. Taken by priority (effective_priority,
     then submit time, then id), a job is a preemptor when it is not held, its reason
     says only busy GPUs keep it (Resources, Priority, or Preemption from before), it
-    runs on one node, asks whole GPUs of any type and no --exclusive, and
-    `rules.can_preempt` it. For each, over the available nodes of its partition (and
-    -w/-x, and an engine for an image): a node whose GPUs free after the plan plus those
-    of victims already told (`Running.preempting`, and this pass's) hold it: it waits
-    for those (`waiting`), no new victim. Else the fewest victims it may preempt (not
-    exempt, not told already) whose GPUs let it fit, least GPU-time lost then youngest
-    breaking ties, on the node where that set is smallest (then least lost, then name).
-    None fits on any node: it preempts nothing (it would not start after them either).
-    CPUs and memory are not looked at; nor jobs across nodes (theirs nor victims').
+    asks whole GPUs (of any type, or of one) or --exclusive nodes, not a share, and
+    `rules.can_preempt` it. Its nodes are the available ones of its partition (and -w,
+    -x, -C, an engine for an image) with enough GPUs of its type.
+
+    A node holds it once the GPUs of its type there that are free after the plan, or
+    held only by jobs gone (told already: `Running.preempting`, or chosen), number its
+    GPUs per node and no earlier preemptor claimed them; an --exclusive job's node
+    must have no job left on it and nothing placed there, its every GPU so. A GPU held
+    by shares comes free once every job sharing it is gone; a job across nodes goes
+    from all its nodes. The job needs `spec.nodes` such nodes (-w's among them).
+
+    If the jobs told already free enough: it waits for them (`waiting`), no new victim.
+    Else the fewest victims it may preempt (not exempt, not told already, not chosen for
+    an earlier preemptor) that let it start, least GPU-time lost then youngest breaking
+    ties: for a job of one node, looked for on each node (the victims there, a job
+    across nodes among them) and taken where that set is smallest (then least lost,
+    then name); for a job across nodes, among the victims on all its nodes. None frees
+    enough: it preempts nothing (it would not start after them either). Either way it
+    claims the GPUs (or nodes) it will get, so a later preemptor takes others. CPUs
+    and memory are not looked at.
     """
     if not running:
         return Preemptions({}, frozenset())
@@ -2109,98 +2138,317 @@ def preemptions(
             for job in queue
             if not job.held
             and reasons.get(job.id) in _PREEMPTOR_REASONS
-            and job.spec.nodes == 1
-            and job.spec.gpus > 0
-            and job.spec.gpu_type is None
+            and (job.spec.gpus > 0 or job.spec.exclusive)
             and job.spec.gpu_mem_mb is None
-            and not job.spec.exclusive
             and rules.can_preempt(job)
         ),
         key=_priority_order,
     )
     if not candidates:
         return Preemptions({}, frozenset())
-    room = {node.name: len(node.free_gpus) for node in nodes if node.available}
-    for assignment in assignments:
-        for name, ids in ((assignment.node, assignment.gpus), *assignment.peers):
-            if name in room:
-                room[name] -= len(ids)
-    on_node: dict[str, list[Running]] = {}
-    for each in running:
-        if each.node in room:
-            on_node.setdefault(each.node, []).append(each)
-            if each.preempting:
-                room[each.node] += each.gpus
-    by_name = sorted((node for node in nodes if node.available), key=lambda node: node.name)
+    field = _Field(nodes, assignments, running)
     victims: dict[int, int] = {}
     waiting: set[int] = set()
     for job in candidates:
-        spec = job.spec
-        best: tuple[tuple[int, float, tuple[float, ...]], str, tuple[Running, ...]] | None = None
-        waits_on = None
-        for node in by_name:
-            if (
-                (spec.partition is not None and spec.partition not in node.partitions)
-                or (spec.nodelist and node.name not in spec.nodelist)
-                or node.name in spec.exclude
-                or (spec.image is not None and not node.runs_containers)
-                or node.gpus_total < spec.gpus
-                or (
-                    spec.constraint is not None
-                    and not satisfied(parse_constraint(spec.constraint), node.features)
-                )
-            ):
-                continue
-            short = spec.gpus - room[node.name]
-            if short <= 0:
-                waits_on = node.name
-                break
-            may = [
-                each
-                for each in on_node.get(node.name, ())
-                if not each.preempting
-                and each.job_id not in victims
-                and each.exempt_until <= now
-                and rules.how(job, each) is not None
-            ]
-            picked = _fewest(may[:_MOST_VICTIMS], short, now)
-            if picked is not None and (best is None or picked[0] < best[0]):
-                best = (picked[0], node.name, picked[1])
-        if waits_on is not None:
-            room[waits_on] -= spec.gpus
+        where = [node for node in field.by_name if _may_hold(job, node, field.types[node.name])]
+        if len(where) < job.spec.nodes:
+            continue
+        names = [node.name for node in where]
+        chosen = field.fits(job, names, ())
+        if chosen is not None:
+            field.claim(job, chosen, ())
             waiting.add(job.id)
-        elif best is not None:
-            _, name, chosen = best
-            for each in chosen:
-                victims[each.job_id] = job.id
-            room[name] += sum(each.gpus for each in chosen) - spec.gpus
-            waiting.add(job.id)
+            continue
+        may = [
+            each
+            for each in field.on_nodes(names)
+            if not each.preempting
+            and each.job_id not in victims
+            and each.exempt_until <= now
+            and rules.how(job, each) is not None
+        ]
+        best = None
+        if job.spec.nodes == 1:
+            by_node: dict[str, list[Running]] = {}
+            for each in may:
+                for name in each.nodes:
+                    by_node.setdefault(name, []).append(each)
+            for name in names:
+                here = by_node.get(name, [])[:_MOST_VICTIMS]
+                at_most: int | None = None if best is None else best[0][0]
+                found = _fewest(field, job, [name], here, now, at_most)
+                if found is not None and (best is None or found[0] < best[0]):
+                    best = found
+        else:
+            found = _fewest(field, job, names, _by_least_lost(may, now)[:_MOST_VICTIMS], now)
+            best = found
+        if best is None:
+            continue
+        _, taken, chosen = best
+        for each in taken:
+            victims[each.job_id] = job.id
+        field.claim(job, chosen, taken)
+        waiting.add(job.id)
     return Preemptions(victims, frozenset(waiting))
 
 
+# A GPU as preemption counts it: (node, index), or (node, (job id, k)) for one of the
+# GPUs of a job whose ids are unknown (Running.placed empty).
+_Unit = tuple[str, object]
+
+
+class _Field:
+    """The nodes, the GPUs free after the plan, and who holds the others, for one pass
+    of preemptions(); what earlier preemptors claimed."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeView],
+        assignments: Iterable[Assignment],
+        running: Sequence[Running],
+    ) -> None:
+        self.by_name = sorted((node for node in nodes if node.available), key=lambda n: n.name)
+        self.views = {node.name: node for node in self.by_name}
+        self.types = {node.name: dict(node.gpu_types) for node in self.by_name}
+        self.free: dict[str, set[object]] = {n.name: set(n.free_gpus) for n in self.by_name}
+        self.placed_here: set[str] = set()  # nodes the plan starts a job on
+        for assignment in assignments:
+            for name, ids in ((assignment.node, assignment.gpus), *assignment.peers):
+                if name in self.free:
+                    self.free[name].difference_update(ids)
+                    self.placed_here.add(name)
+        # node -> its GPUs held by running jobs -> those jobs
+        self.holders: dict[str, dict[object, set[int]]] = {}
+        self.on_node: dict[str, list[Running]] = {}
+        self.gone: set[int] = set()  # told already: coming free
+        for each in running:
+            units: list[_Unit] = []
+            if each.placed:
+                units = [(name, i) for name, ids in each.placed for i in ids]
+            else:
+                units = [(each.node, (each.job_id, k)) for k in range(each.gpus)]
+            for name, gpu in units:
+                self.holders.setdefault(name, {}).setdefault(gpu, set()).add(each.job_id)
+            for name in each.nodes:
+                if name in self.free:
+                    self.on_node.setdefault(name, []).append(each)
+            if each.preempting:
+                self.gone.add(each.job_id)
+        self.claimed: dict[str, set[object]] = {}
+        self.claimed_whole: set[str] = set()
+
+    def on_nodes(self, names: Sequence[str]) -> list[Running]:
+        """The running jobs on any of `names`, each once, by job id."""
+        seen: dict[int, Running] = {}
+        for name in names:
+            for each in self.on_node.get(name, ()):
+                seen.setdefault(each.job_id, each)
+        return [seen[key] for key in sorted(seen)]
+
+    def _open(self, name: str, gone: set[int]) -> list[object]:
+        """The GPUs of `name` free once `gone` (and the jobs told) have left, unclaimed:
+        those free now first, by index."""
+        taken = self.claimed.get(name, set())
+        now_free = sorted((i for i in self.free[name] if i not in taken), key=_unit_order)
+        freed = [
+            gpu
+            for gpu, jobs in self.holders.get(name, {}).items()
+            if gpu not in taken and gpu not in self.free[name] and jobs <= gone
+        ]
+        return now_free + sorted(freed, key=_unit_order)
+
+    def _holds(self, job: Job, name: str, gone: set[int]) -> list[object] | None:
+        """The GPUs `job` would take on `name` once `gone` left, or None if it cannot."""
+        if name in self.claimed_whole:
+            return None
+        open_ = self._open(name, gone)
+        spec = job.spec
+        if spec.exclusive:
+            view = self.views[name]
+            left = [e for e in self.on_node.get(name, ()) if e.job_id not in gone]
+            if left or name in self.placed_here or (view.whole and not self.on_node.get(name)):
+                return None
+            if self.claimed.get(name) or len(open_) < view.gpus_total:
+                return None
+            return open_
+        types = self.types[name]
+        if spec.gpu_type is not None:
+            open_ = [i for i in open_ if types.get(i) == spec.gpu_type]  # type: ignore[call-overload]
+        elif self.views[name].whole and any(
+            e.whole and e.job_id not in gone for e in self.on_node.get(name, ())
+        ):
+            return None
+        return open_[: spec.gpus] if len(open_) >= spec.gpus else None
+
+    def fits(
+        self, job: Job, names: Sequence[str], taken: Iterable[Running]
+    ) -> dict[str, list[object]] | None:
+        """The nodes (of `names`) and GPUs `job` gets once `taken` have left, or None.
+
+        The jobs told already count as gone too; -w's nodes first, then by name."""
+        gone = self.gone | {each.job_id for each in taken}
+        want = job.spec.nodes
+        got: dict[str, list[object]] = {}
+        for name in job.spec.nodelist:
+            if name not in names:
+                return None
+            ids = self._holds(job, name, gone)
+            if ids is None:
+                return None
+            got[name] = ids
+        for name in names:
+            if len(got) >= want:
+                break
+            if name in got:
+                continue
+            ids = self._holds(job, name, gone)
+            if ids is not None:
+                got[name] = ids
+        return got if len(got) >= want else None
+
+    def claim(self, job: Job, chosen: Mapping[str, list[object]], taken: Iterable[Running]) -> None:
+        """Keep `chosen` for `job`: later preemptors do not count them."""
+        for name, ids in chosen.items():
+            self.claimed.setdefault(name, set()).update(ids)
+            if job.spec.exclusive:
+                self.claimed_whole.add(name)
+        for each in taken:
+            self.gone.add(each.job_id)
+
+
+def _unit_order(unit: object) -> tuple[int, str]:
+    return (unit, "") if isinstance(unit, int) else (1 << 30, repr(unit))
+
+
+def _may_hold(job: Job, node: NodeView, types: Mapping[int, str]) -> bool:
+    """Whether `node` is one of `job`'s (partition, -w, -x, -C, engine, size)."""
+    spec = job.spec
+    if spec.nodes == 1 and spec.nodelist and node.name not in spec.nodelist:
+        return False
+    if (
+        (spec.partition is not None and spec.partition not in node.partitions)
+        or node.name in spec.exclude
+        or (spec.image is not None and not node.runs_containers)
+        or (
+            spec.constraint is not None
+            and not satisfied(parse_constraint(spec.constraint), node.features)
+        )
+    ):
+        return False
+    if spec.gpu_type is not None:
+        return sum(1 for t in types.values() if t == spec.gpu_type) >= spec.gpus
+    return node.gpus_total >= spec.gpus
+
+
+def _lost(chosen: Iterable[Running], now: float) -> float:
+    return sum(each.total_gpus * max(0.0, now - each.start_time) for each in chosen)
+
+
+def _by_least_lost(may: Sequence[Running], now: float) -> list[Running]:
+    return sorted(may, key=lambda each: (_lost((each,), now), -each.start_time, each.job_id))
+
+
 def _fewest(
-    may: Sequence[Running], short: int, now: float
-) -> tuple[tuple[int, float, tuple[float, ...]], tuple[Running, ...]] | None:
-    """The fewest of `may` whose GPUs make up `short`: (its sort key, the set), or None.
+    field: _Field,
+    job: Job,
+    names: Sequence[str],
+    may: Sequence[Running],
+    now: float,
+    at_most: int | None = None,
+) -> (
+    tuple[
+        tuple[int, float, tuple[float, ...], tuple[str, ...]],
+        tuple[Running, ...],
+        dict[str, list[object]],
+    ]
+    | None
+):
+    """The fewest of `may` whose going lets `job` start on `names`: (its sort key, the
+    set, the nodes and GPUs it gets), or None (also when it takes more than `at_most`).
 
     Among sets of that size: the least GPU-time lost (GPUs times time run), then the
-    youngest (latest starts first)."""
+    youngest (latest starts first), then the nodes' names. Sets smaller than a bound are
+    not tried: on one node, fewer than the most GPUs there that many could free; where
+    each of its GPUs has one holder (no shares), only sets of that size are tried, by
+    the GPUs each frees, one fits() for the set chosen."""
     import itertools
 
-    if sum(each.gpus for each in may) < short:
+    if not may:
         return None
-    for size in range(1, len(may) + 1):
+    start, short, frees = 1, 0, None
+    if len(names) == 1 and not job.spec.exclusive:
+        start, short, frees = _bound(field, job, names[0], may)
+    last = len(may) if at_most is None else min(len(may), at_most)
+    if start > last or field.fits(job, names, may) is None:
+        return None
+    lost = {each.job_id: _lost((each,), now) for each in may}
+    for size in range(start, last + 1):
         best = None
         for chosen in itertools.combinations(may, size):
-            if sum(each.gpus for each in chosen) < short:
+            if frees is not None:
+                if sum(frees[each.job_id] for each in chosen) < short:
+                    continue
+                got: dict[str, list[object]] | None = {}
+            else:
+                got = field.fits(job, names, chosen)
+            if got is None:
                 continue
-            lost = sum(each.gpus * max(0.0, now - each.start_time) for each in chosen)
-            key = (size, lost, tuple(sorted(-each.start_time for each in chosen)))
+            key = (
+                size,
+                sum(lost[each.job_id] for each in chosen),
+                tuple(sorted(-each.start_time for each in chosen)),
+                tuple(names) if frees is not None else tuple(sorted(got)),
+            )
             if best is None or key < best[0]:
-                best = (key, tuple(sorted(chosen, key=lambda each: each.job_id)))
+                best = (key, tuple(sorted(chosen, key=lambda each: each.job_id)), got)
         if best is not None:
-            return best
+            key, taken, got = best
+            if frees is not None:  # the GPUs counted are those fits() gives
+                got = field.fits(job, names, taken)
+            return None if got is None else (key, taken, got)
     return None
+
+
+def _bound(
+    field: _Field, job: Job, name: str, may: Sequence[Running]
+) -> tuple[int, int, dict[int, int] | None]:
+    """(the fewest of `may` that could free enough GPUs of `job`'s type on node `name`,
+    how many it is short, and what each frees where every such GPU there has one
+    holder, else None)."""
+    taken = field.claimed.get(name, set())
+    types = field.types[name]
+    kind = job.spec.gpu_type
+    open_now = 0
+    for gpu in field.free[name]:
+        if gpu not in taken and (kind is None or types.get(gpu) == kind):  # type: ignore[call-overload]
+            open_now += 1
+    frees: dict[int, int] = dict.fromkeys((each.job_id for each in may), 0)
+    alone = True
+    for gpu, jobs in field.holders.get(name, {}).items():
+        if gpu in taken or gpu in field.free[name]:
+            continue
+        if kind is not None and types.get(gpu) != kind:  # type: ignore[call-overload]
+            continue
+        left = jobs - field.gone
+        if not left:
+            open_now += 1
+            continue
+        if len(left) > 1:
+            alone = False
+        for holder in left:
+            if holder in frees:
+                frees[holder] += 1
+    short = job.spec.gpus - open_now
+    most, count = 0, 0
+    for freed in sorted(frees.values(), reverse=True):
+        if most >= short:
+            break
+        most += freed
+        count += 1
+    start = max(1, count)
+    if not alone or field.views[name].whole:
+        return start, short, None
+    return start, short, frees
 
 
 def _priority_order(job: Job) -> tuple[int, float, int]:

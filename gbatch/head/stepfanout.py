@@ -185,12 +185,16 @@ class Fanout:
             selector.close()
 
     def _register(self, selector: selectors.BaseSelector) -> None:
-        wanted: dict[socket.socket, tuple[int, Task | None]] = {
-            self.client: (
-                selectors.EVENT_READ | (selectors.EVENT_WRITE if self.to_client else 0),
-                None,
-            )
-        }
+        # The client is read only while every task takes its input: a task that does not
+        # read its stdin would otherwise make gbatchd hold whatever the client sends
+        # (back-pressure, as the one-task step shim does).
+        taking = all(len(t.to_task) < HIGH_WATER for t in self.tasks if t.sock is not None)
+        wanted: dict[socket.socket, tuple[int, Task | None]] = {}
+        events = (selectors.EVENT_READ if taking else 0) | (
+            selectors.EVENT_WRITE if self.to_client else 0
+        )
+        if events:
+            wanted[self.client] = (events, None)
         reading = len(self.to_client) < HIGH_WATER
         for task in self.tasks:
             if task.sock is None:

@@ -3,7 +3,8 @@
 An inventory file (see inventory.example.yaml) names every node the head reaches
 over SSH. Every refusal is an InventoryError whose text is one line naming the file,
 the node (by index, and by name once known) and the field, and saying what to do.
-No inventory at all means the embedded default: one node, "local", no SSH.
+No inventory at all means the embedded default: one node, "local", no SSH; an
+inventory of `partitions:` alone (no `nodes:`) puts that node in those partitions.
 
 Pure except for reading the inventory file and checking that identity files can be
 read.
@@ -234,7 +235,8 @@ class Inventory:
 
     Nodes and `partitions` are in file order; `source` is the file's absolute path.
     Without `partitions:` in the file, `partitions` is empty and one partition,
-    IMPLICIT_PARTITION, holds every node (partitions_of).
+    IMPLICIT_PARTITION, holds every node (partitions_of). No `nodes:` but `partitions:`:
+    `nodes` is empty, and the partitions are of the embedded node, LOCAL_NODE.
     """
 
     nodes: tuple[NodeConfig, ...]
@@ -253,6 +255,7 @@ def partitions_of(
     if inventory is not None and inventory.partitions:
         return inventory.partitions
     nodes = (LOCAL_NODE,) if inventory is None else tuple(n.name for n in inventory.nodes)
+    nodes = nodes or (LOCAL_NODE,)
     return (
         Partition(
             IMPLICIT_PARTITION, nodes, default=True, max_interactive_time=max_interactive_time
@@ -313,13 +316,26 @@ def load_inventory(path: Path, *, home: Path) -> Inventory:
         defaults.update(_check_fields(raw_defaults, DEFAULTABLE_KEYS, base, source, "defaults"))
 
     raw_nodes = data.get("nodes")
+    if raw_nodes is None and data.get("partitions") is not None:
+        # Partitions alone: the embedded node (this machine, no SSH) in each of them, so
+        # that a laptop or one workstation has tiers too (a scavenger partition).
+        return Inventory(
+            nodes=(),
+            known_hosts=known_hosts,
+            source=path.absolute(),
+            partitions=_build_partitions(data["partitions"], {LOCAL_NODE: 0}, source),
+        )
     if not isinstance(raw_nodes, list) or not raw_nodes:
         if raw_nodes is None or raw_nodes == []:
             what = "missing" if raw_nodes is None else "empty"
         else:
             what = f"a {_kind(raw_nodes)}, not a list of nodes"
         raise InventoryError(
-            source, None, "nodes", f"is {what}. List at least one node with a name and a host"
+            source,
+            None,
+            "nodes",
+            f"is {what}. List at least one node with a name and a host (or, for this "
+            f"machine alone, leave nodes: out and list partitions: of node {LOCAL_NODE})",
         )
     nodes: list[NodeConfig] = []
     first_index: dict[str, int] = {}

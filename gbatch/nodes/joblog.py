@@ -67,6 +67,30 @@ def mark_attempt_start(paths: Paths, job_id: int, attempt: int) -> None:
     (run_dir / "log_offset").write_text(str(log_path.stat().st_size if log_path.exists() else 0))
 
 
+# The line a run's output ends with when the head stopped it for a reason of its own (a
+# preemption: "gbatch: job 12 preempted by job 15 (QOS high); requeued"), written into
+# the run's directory by the head before its signal; whoever copies the run's output (a
+# bare run's shim, a container's follower) appends it once the output has ended.
+ENDING_NOTE_FILE = "ending_note"
+
+
+def write_ending_note(run_dir: Path, line: str) -> None:
+    """Leave `line` for the run's output copier to append at its end (atomic, idempotent).
+
+    FileNotFoundError when the run's directory is gone (the run is over)."""
+    temporary = run_dir / f"{ENDING_NOTE_FILE}.tmp"
+    temporary.write_text(line.rstrip("\n") + "\n")
+    os.replace(temporary, run_dir / ENDING_NOTE_FILE)
+
+
+def ending_note(run_dir: Path) -> bytes:
+    """The line the head left for the run's output to end with, or b"" (none)."""
+    try:
+        return (run_dir / ENDING_NOTE_FILE).read_bytes()
+    except OSError:
+        return b""
+
+
 def node_log(paths: Paths, job_id: int, attempt: int, index: int) -> Path:
     """The head's raw copy of the output of node `index`'s run of a job run on every node.
 
@@ -475,6 +499,14 @@ class LogFollowers:
             thread = self._threads.get((job_id, attempt))
         return thread is not None and not thread.is_alive()
 
+    def forget(self, job_id: int, attempt: int) -> None:
+        """Drop the attempt's follower, alive or not, so the next follow() replays it.
+
+        For a stream known dead: a broken connection's."""
+        with self._lock:
+            self._threads.pop((job_id, attempt), None)
+            self._cut.discard((job_id, attempt))
+
     def wait(self, job_id: int, attempt: int, timeout: float = 5.0) -> bool:
         """Let the follower finish: the log is complete before the run is final.
 
@@ -486,7 +518,7 @@ class LogFollowers:
         """
         key = (job_id, attempt)
         with self._lock:
-            thread = self._threads.pop(key, None)
+            thread = self._threads.get(key)
         if thread is None:
             return True
         deadline = time.monotonic() + timeout
@@ -494,9 +526,13 @@ class LogFollowers:
             remaining = deadline - time.monotonic()
             with self._lock:
                 if remaining <= 0 or key in self._opening:
+                    # Kept: a later follow() must not start a second copy beside this
+                    # one (both would cut the log back and write), a later wait() waits.
                     return True
             thread.join(min(remaining, OPENING_POLL_SECONDS))
         with self._lock:
+            if self._threads.get(key) is thread:
+                del self._threads[key]
             if key in self._cut:
                 self._cut.discard(key)
                 return False
@@ -571,6 +607,11 @@ class LogFollowers:
                             )
             except StreamCut:
                 cut = True  # wait() says so: the run's status check replays it whole
+            note = b"" if cut or part is not None else ending_note(offset_file.parent)
+            if note:  # the head stopped it (a preemption): why, after its last output
+                writer.write(note)
+                if file_writer is not None:
+                    file_writer.write(note)
             writer.finish()
             for each in {id(w): w for w in (file_writer, err_writer) if w is not None}.values():
                 each.finish()

@@ -438,7 +438,7 @@ class RemoteNode:
         if stale:
             # A follower from an earlier connection ended with it: forget it, so a new
             # one replays the whole output (LogFollowers truncates to the attempt's start).
-            self._log_followers.wait(job_id, attempt, timeout=0.0)
+            self._log_followers.forget(job_id, attempt)
         index = self._index(job)
         # A job run on every node: each node's output is its part, joined line by line
         # into the job's one log and -o file (joblog.NodeJoin); the first node's run

@@ -141,3 +141,16 @@ def test_the_web_pages_gpu_table_says_alloc_free_or_busy_as_the_planner_would() 
     table = html[html.index('<table id="gpus">') :]
     uses = [row.split("<td>")[3].split("</td>")[0] for row in table.split("<tr>")[2:]]
     assert uses == ["alloc", "busy", "free"]
+
+
+def test_gpus_released_and_not_yet_reported_clean_are_settling_until_a_later_report() -> None:
+    """Preemption counts them as coming free (gbatch/head/loop/preempt.py running): a
+    preemptor whose victims just left waits for them rather than preempting others."""
+    gpus = [Gpu(i, f"GPU-{i}", "NVIDIA A100-SXM4-80GB", 81920, 0) for i in range(4)]
+    fleet, node = _fleet(gpus, [])
+    assert fleet.settling_gpus() == {}
+    fleet.release_gpus(node, [2, 0])
+    assert fleet.settling_gpus() == {"gpu01": (0, 2)}
+    assert fleet.node_view(node, [], {}).free_gpus == (1, 3)
+    node.seq += 1
+    assert fleet.settling_gpus() == {}

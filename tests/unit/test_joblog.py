@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -17,6 +17,7 @@ import pytest
 from gbatch.nodes.joblog import (
     LogFollowers,
     LogWriter,
+    StreamCut,
     mark_attempt_start,
     size_text,
     truncation_note,
@@ -250,3 +251,57 @@ def test_the_loops_wait_for_a_follower_never_waits_on_the_users_file_system(
     answer.set()
     assert done.wait(10)
     assert paths.job_log(7).read_bytes() == b"out\n"
+
+
+def test_a_follower_still_copying_after_a_timed_out_wait_is_not_started_twice(
+    tmp_path: Path,
+) -> None:
+    # Under load a run's status check may stop waiting while the follower still copies;
+    # a second check must wait on that one, never start a second copy beside it (both
+    # would cut the log back and write: a CI run saw ['before', 'before', 'after']).
+    paths = Paths(tmp_path)
+    release, done = threading.Event(), threading.Event()
+    followers = LogFollowers(paths, done.set)
+    mark_attempt_start(paths, 7, 1)
+
+    def slow() -> Iterator[bytes]:
+        yield b"before\n"
+        release.wait(10)
+        yield b"after\n"
+
+    opened: list[int] = []
+
+    def stream() -> AbstractContextManager[Iterator[bytes]]:
+        opened.append(1)
+        return chunks_of(slow())
+
+    followers.follow(7, 1, stream)
+    assert followers.wait(7, 1, timeout=0.05) is True  # timed out: it still copies
+    assert followers.copying(7, 1)
+    followers.follow(7, 1, stream)
+    release.set()
+    assert done.wait(10)
+    assert followers.wait(7, 1) is True
+    assert opened == [1]
+    assert paths.job_log(7).read_bytes() == b"before\nafter\n"
+
+
+def test_a_follower_whose_stream_broke_says_so_once_and_a_replay_rewrites_the_log(
+    tmp_path: Path,
+) -> None:
+    paths = Paths(tmp_path)
+    done = threading.Event()
+    followers = LogFollowers(paths, done.set)
+    mark_attempt_start(paths, 7, 1)
+
+    @contextmanager
+    def broken() -> Iterator[Iterator[bytes]]:
+        yield iter([b"before\n", b"error from daemon in stream\n"])
+        raise StreamCut("docker logs exited 1")
+
+    followers.follow(7, 1, broken)
+    assert done.wait(10)
+    assert followers.wait(7, 1) is False
+    followers.follow(7, 1, lambda: chunks_of(iter([b"before\n", b"after\n"])))
+    assert followers.wait(7, 1) is True
+    assert paths.job_log(7).read_bytes() == b"before\nafter\n"

@@ -697,3 +697,23 @@ def test_a_full_store_is_posted_straight_to_the_webhooks_that_ask(
         f"gbatch head {socket.gethostname()}: store full: "
         f"the job store cannot write: disk full ({tmp_path})"
     )
+
+
+def test_a_preempted_jobs_mail_says_so_in_its_subject_and_body(store: Store) -> None:
+    """Issue 33: REQUEUE (and END) of a preempted run say "preempted": the subject's state
+    is PREEMPTED, as sacct's of that run, and the body gives the reason."""
+    (job_id,) = store.submit([spec("ALL")], 1000, "ada", T0)
+    why = "Preempted by 15 (QOS high)"
+    store.set_state(job_id, JobState.CONFIGURING, "", T0 + 5, node="local", attempt=1)
+    store.set_state(job_id, JobState.RUNNING, "", T0 + 5, start_time=T0 + 5)
+    store.set_state(job_id, JobState.COMPLETING, why, T0 + 60, stop_state=JobState.PENDING)
+    store.set_state(job_id, JobState.PENDING, why, T0 + 67, end_time=T0 + 67)
+    (row,) = [r for r in outbox_rows(store, job_id) if r["kind"] == "REQUEUE"]
+    sent = json.loads(str(row["payload"]))
+    assert notify.summary(sent) == (
+        f"Slurm Job_id={job_id} Name=train Requeued, Run time 00:01:02, PREEMPTED, ExitCode 0"
+    )
+    assert f"reason: {why}" in notify.mail_body(sent)
+    assert notify.summary(payload("END", "PREEMPTED", reason=why)).endswith(
+        "Ended, Run time 00:01:02, PREEMPTED, ExitCode 0"
+    )

@@ -61,6 +61,27 @@ def test_partitions_are_read_with_their_times_image_and_default(tmp_path: Path) 
     )
 
 
+def test_partitions_alone_are_the_embedded_nodes(tmp_path: Path) -> None:
+    """issue 33: tiers on one machine: `partitions:` without `nodes:` puts the embedded
+    node (local) in each; a node name other than local is refused."""
+    inventory = load(
+        tmp_path,
+        "partitions:\n"
+        "  - {name: gpu, nodes: ALL, default: true, priority_tier: 2}\n"
+        "  - {name: scavenger, nodes: [local], preempt_mode: requeue, grace_time: 5}\n",
+    )
+    assert inventory.nodes == ()
+    gpu, scavenger = partitions_of(inventory)
+    assert (gpu.nodes, gpu.priority_tier) == (("local",), 2)
+    assert (scavenger.nodes, scavenger.preempt_mode, scavenger.grace_time) == (
+        ("local",),
+        "requeue",
+        5,
+    )
+    assert "a1" in refusal(tmp_path, "partitions:\n  - {name: gpu, nodes: [a1]}\n")
+    assert "leave nodes: out" in refusal(tmp_path, "known_hosts: /x\n")
+
+
 def test_partitions_take_a_tier_and_a_preempt_mode(tmp_path: Path) -> None:
     """issue 33: a scavenger partition over the same nodes, preempted by the other."""
     inventory = load(

@@ -49,6 +49,13 @@ def make_job(job_id: int, draw: st.DrawFn, simple: bool = False) -> Job:
     )
     if simple:
         spec = replace(spec, gpus=draw(st.integers(1, 4)), constraint=None)
+        # Preemption takes jobs across nodes, typed and --exclusive ones too (q-pre2).
+        spec = replace(
+            spec,
+            nodes=draw(st.sampled_from((1, 1, 1, 2))),
+            gpu_type=draw(st.sampled_from((None, None, None, "a100"))),
+            exclusive=draw(st.integers(0, 5)) == 0,
+        )
     if spec.gpus and not simple:  # a type asks for GPUs of it
         spec = replace(spec, gpu_type=draw(st.sampled_from(ASKED)))
     if not simple and draw(st.booleans()):  # a share of one GPU (issue 30)
@@ -194,21 +201,35 @@ _RUNNING_IDS = iter(range(10_000_000, 20_000_000))
 
 @st.composite
 def running_on(draw: st.DrawFn, nodes: list[NodeView]) -> list[Running]:
-    """Jobs on `nodes` as preemption sees them: some told to go already, some exempt."""
-    return [
-        Running(
-            next(_RUNNING_IDS),
-            node.name,
-            draw(st.integers(1, 2)),
-            NOW - draw(st.integers(0, 3)) * 600,
-            draw(st.sampled_from((None, "a", "b"))),
-            draw(st.sampled_from((None, "high", "scavenger"))),
-            preempting=draw(st.booleans()) and draw(st.booleans()),
-            exempt_until=NOW + draw(st.sampled_from((-1, -1, 1000))),
-        )
-        for node in nodes
-        for _ in range(draw(st.integers(0, 3)))
-    ]
+    """Jobs on `nodes` as preemption sees them: some told to go already, some exempt;
+    some with their GPU ids, across two nodes, holding shares or their nodes whole."""
+    out = []
+    for node in nodes:
+        for _ in range(draw(st.integers(0, 3))):
+            count = draw(st.integers(1, 2))
+            where: tuple[tuple[str, tuple[int, ...]], ...] = ()
+            if draw(st.booleans()):
+                first = draw(st.integers(0, GPUS - count))
+                where = ((node.name, tuple(range(first, first + count))),)
+                other = draw(st.sampled_from(nodes))
+                if other is not node and draw(st.booleans()):
+                    where += ((other.name, (draw(st.integers(0, GPUS - 1)),)),)
+            out.append(
+                Running(
+                    next(_RUNNING_IDS),
+                    node.name,
+                    count,
+                    NOW - draw(st.integers(0, 3)) * 600,
+                    draw(st.sampled_from((None, "a", "b"))),
+                    draw(st.sampled_from((None, "high", "scavenger"))),
+                    preempting=draw(st.booleans()) and draw(st.booleans()),
+                    exempt_until=NOW + draw(st.sampled_from((-1, -1, 1000))),
+                    placed=where,
+                    share=bool(where) and draw(st.integers(0, 3)) == 0,
+                    whole=bool(where) and draw(st.integers(0, 5)) == 0,
+                )
+            )
+    return out
 
 
 @settings(max_examples=300, deadline=None)
@@ -220,7 +241,8 @@ def test_incremental_passes_equal_a_full_plan_over_random_changes(data: st.DataO
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_incremental_preemptions_equal_a_full_plans(data: st.DataObject) -> None:
-    """Jobs of whole GPUs on one node, as preemption takes them, its victims and reasons."""
+    """Jobs preemption takes (whole GPUs, of one node or two, typed, --exclusive), its
+    victims and reasons."""
     _passes_equal_a_full_plan(data, simple=True)
 
 

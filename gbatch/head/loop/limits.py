@@ -15,12 +15,13 @@ from gbatch.core import stepnotices
 from gbatch.core.model import IllegalTransition, Job, JobState
 from gbatch.core.steps import Step
 from gbatch.head.fleet import Fleet
-from gbatch.head.loop.preempt import preemption_signal
+from gbatch.head.loop.preempt import output_line, preemption_signal
 from gbatch.head.loop.runs import Runs
 from gbatch.head.notify import TIME_LIMIT_WARNINGS, mail_types
 from gbatch.head.store import Preempting, Store
 from gbatch.jobspec.slurmopts import parse_signal
 from gbatch.nodes.base import Node
+from gbatch.nodes.joblog import write_ending_note
 from gbatch.site.config import Config
 
 log = logging.getLogger("gbatchd")
@@ -196,6 +197,9 @@ class RunLimits:
         preempted = self._preempting.get(job.id)
         if sent is None:
             self._tell_ending(job, node, now)
+            if preempted is not None:
+                # Before the signal: a run that ends at once still ends its output with it.
+                self._leave_ending_note(job, output_line(preempted))
             first = signal.SIGTERM if preempted is None else preemption_signal(job)
             for each in (node, *others):
                 each.signal(job, job.attempt, first)
@@ -208,6 +212,18 @@ class RunLimits:
             for each in (node, *others):
                 each.signal(job, job.attempt, signal.SIGKILL)
             stopping[job.id] = (sent[0], True)
+
+    def _leave_ending_note(self, job: Job, line: str) -> None:
+        """`line` for the run's output copier to end its output with (joblog.ending_note).
+
+        A disk that refuses it costs the line alone (the story is in the job's events)."""
+        paths = self.runs.paths
+        if paths is None:  # a loop made without a home (some unit tests): no run dirs
+            return
+        try:
+            write_ending_note(paths.run_dir(job.id, job.attempt), line)
+        except OSError as err:
+            log.warning("job %d: cannot leave its output's last line: %s", job.id, err)
 
     def _past_limit(self, job: Job, now: float, margin: float = 0) -> bool:
         """Run time against the limit (less `margin` seconds) on the monotonic clock, so

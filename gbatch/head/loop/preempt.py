@@ -8,6 +8,7 @@ the last one began."""
 from __future__ import annotations
 
 import logging
+import math
 import signal
 from collections.abc import Mapping, Sequence
 
@@ -19,6 +20,9 @@ from gbatch.jobspec.slurmopts import parse_signal
 from gbatch.site.config import Config
 
 log = logging.getLogger("gbatchd")
+# How long past its grace's end a requeued victim waits at most for its preemptor to
+# start (Preempter.yielding): a preemptor something else keeps waiting frees it then.
+YIELD_SECONDS = 60.0
 
 
 class Preempter:
@@ -50,13 +54,14 @@ class Preempter:
     def running(self, allocated: Sequence[Job]) -> list[Running]:
         """The jobs on nodes as preemption sees them.
 
-        Those of whole GPUs on one node; those stopping (or told to go) count as GPUs
+        With every node's GPUs, and whether they hold shares of them (--gpu-mem) or
+        their nodes whole (--exclusive). Those stopping (or told to go) count as GPUs
         coming free."""
         told = self.store.preempting()
         table = self.config.qos
         out = []
         for job in allocated:
-            if job.peers or job.spec.gpu_mem_mb is not None or not job.gpus or job.node is None:
+            if job.node is None:
                 continue
             started = job.start_time if job.start_time is not None else job.submit_time
             out.append(
@@ -67,9 +72,23 @@ class Preempter:
                     started,
                     job.spec.partition,
                     job.spec.qos,
-                    preempting=job.id in told or job.state is not JobState.RUNNING,
-                    exempt_until=started + table.get(job.spec.qos).preempt_exempt_time,
+                    preempting=job.id in told or job.state is JobState.COMPLETING,
+                    # One starting (CONFIGURING) is not taken: begin() stops RUNNING ones.
+                    exempt_until=(
+                        started + table.get(job.spec.qos).preempt_exempt_time
+                        if job.state is not JobState.CONFIGURING
+                        else math.inf
+                    ),
+                    placed=job.placements,
+                    share=job.spec.gpu_mem_mb is not None,
+                    whole=job.spec.exclusive,
                 )
+            )
+        # GPUs of runs just ended (a victim's, say) not yet reported clean: coming free,
+        # held by no job (ids below 0).
+        for index, (name, ids) in enumerate(sorted(self.fleet.settling_gpus().items())):
+            out.append(
+                Running(-1 - index, name, len(ids), 0.0, None, None, True, placed=((name, ids),))
             )
         return out
 
@@ -99,7 +118,9 @@ class Preempter:
                 log.info("job %d: %s; %s after %d s", victim.id, why, mode, grace)
 
     def forget_ended(self) -> None:
-        """Forget the preemptions of jobs that left their nodes."""
+        """Forget the preemptions of jobs that left their nodes and wait for nobody.
+
+        A requeued victim's is kept while it yields to its preemptor (`yielding`)."""
         if not self._any:  # none begun since the table was last seen empty
             return
         told = self.store.preempting()
@@ -107,11 +128,42 @@ class Preempter:
             self._any = False
             return
         gone = []
-        for job_id in told:
+        for job_id, each in told.items():
             job = self.store.get(job_id)
-            if job is None or job.state not in ALLOCATED_STATES:
+            if job is None or (
+                job.state not in ALLOCATED_STATES
+                and (job.state is not JobState.PENDING or not self._preemptor_waits(each))
+            ):
                 gone.append(job_id)
         self.store.end_preemptions(gone)
+
+    def yielding(self, jobs: list[Job], now: float) -> list[Job]:
+        """`jobs` less the victims requeued for a preemptor that still waits to start.
+
+        The GPUs a victim gave up are its preemptor's: were the victim planned first
+        (older, a better fair share), it would take them back and be preempted again, in
+        a loop. So it waits, its reason still "Preempted by N (...)", until its
+        preemptor leaves PENDING (started, cancelled) or is held, or YIELD_SECONDS past
+        its grace's end (a preemptor that something else keeps waiting); then its
+        preemption is forgotten, before it can start again."""
+        if not self._any:
+            return jobs
+        told = self.store.preempting()
+        waits, done = set(), []
+        for job in jobs:
+            each = told.get(job.id)
+            if each is None or job.state is not JobState.PENDING:
+                continue
+            if now < each.kill_at + YIELD_SECONDS and self._preemptor_waits(each):
+                waits.add(job.id)
+            else:
+                done.append(job.id)
+        self.store.end_preemptions(done)
+        return [job for job in jobs if job.id not in waits] if waits else jobs
+
+    def _preemptor_waits(self, each: Preempting) -> bool:
+        preemptor = self.store.get(each.preemptor)
+        return preemptor is not None and preemptor.state is JobState.PENDING and not preemptor.held
 
 
 def preemption_signal(job: Job) -> signal.Signals:
@@ -119,6 +171,24 @@ def preemption_signal(job: Job) -> signal.Signals:
     if job.spec.signal is None:
         return signal.SIGTERM
     return signal.Signals(parse_signal(job.spec.signal).signum)
+
+
+# What each mode makes of the preempted job, as its output's last line says.
+_OUTCOMES = {
+    "requeue": "requeued",
+    "cancel": "cancelled",
+    "preempted": "ended PREEMPTED (--no-requeue)",
+}
+
+
+def output_line(told: Preempting) -> str:
+    """The line the preempted run's output ends with: who, why and what comes of it.
+
+    "gbatch: job 12 preempted by job 15 (QOS high); requeued"."""
+    head = f"{PREEMPTED_BY}{told.preemptor}"
+    by_what = told.why[len(head) :] if told.why.startswith(head) else ""
+    outcome = _OUTCOMES.get(told.mode, told.mode)
+    return f"gbatch: job {told.job_id} preempted by job {told.preemptor}{by_what}; {outcome}"
 
 
 def _by_what(rules: PreemptRules, preemptor: Job, victim: Job) -> str:

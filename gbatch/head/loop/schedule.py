@@ -14,6 +14,7 @@ from gbatch.core import hostlist
 from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.limits import UserLimits, unix_groups, use_by_user
 from gbatch.core.model import ALLOCATED_STATES, Job, NodeView
+from gbatch.core.qos import PREEMPTED_BY
 from gbatch.head.fleet import Fleet
 from gbatch.head.loop.filters import Filters
 from gbatch.head.loop.preempt import Preempter
@@ -190,6 +191,8 @@ class Scheduling:
         if special:
             special = self.filters.within_throttle(special, allocated)
             special = self.filters.within_qos(special, allocated)
+            if self.preempter is not None:
+                special = self.preempter.yielding(special, now)
             check_engines = check_engines or any(
                 job.spec.image is not None and not job.held for job in special
             )
@@ -354,6 +357,8 @@ class Scheduling:
                 and spec.dependency is None
                 and spec.array_throttle is None
                 and not self.config.qos.get(spec.qos).limits_running
+                # A requeued victim may yield to its preemptor (Preempter.yielding).
+                and not job.reason.startswith(PREEMPTED_BY)
             ):
                 plain[job_id] = job
                 users[job.user] = users.get(job.user, 0) + 1

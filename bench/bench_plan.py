@@ -216,6 +216,12 @@ def main() -> None:
         "--shares", action="store_true", help="shareable GPUs; 20%% of jobs ask --gpu-mem"
     )
     parser.add_argument(
+        "--window",
+        action="store_true",
+        help="time a loop pass and a Planner pass with one reservation's window ahead "
+        "against none (their medians and the ratio) instead",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help=quick_help("3 runs over 500 pending, the loop too (--loop), 10 churn passes"),
@@ -229,6 +235,12 @@ def main() -> None:
         loop_checkouts(args)
         return
     rng = random.Random(args.seed)
+    if args.window:
+        jobs = make_jobs(rng, args.pending)
+        usage = make_usage(rng)
+        full = make_nodes(rng, busy_per_node=GPUS_PER_NODE)
+        measure_window(jobs, full, usage, args.runs, rng)
+        return
     if args.loop_only:  # the jobs only in the store: the RSS figures are the daemon's
         measure_loop(make_jobs(rng, args.pending), args.runs, args.churn, rng)
         return
@@ -296,6 +308,125 @@ def measure_incremental(
         f"{GPUS_PER_NODE} GPUs, {label}, 10 submits and the last starts gone per pass: "
         f"median {median:.1f} ms, p90 {p90:.1f} ms (goal <= {GOAL_MS:.0f} ms) "
         f"[{started} started]"
+    )
+
+
+def measure_window(
+    jobs: list[Job], nodes: list[NodeView], usage: dict[str, float], runs: int, rng: random.Random
+) -> None:
+    """The cost of a reservation's window (issue 33): a pass with one window ahead (two
+    GPUs of one node, from a day on) against a pass with none, the same queue.
+
+    Planner.plan() over the 100 full nodes (10 submits a pass, as measure_incremental),
+    and Daemon.schedule() over a real store (as measure_loop: the local node's 8 GPUs
+    all taken), each alternating window and none: `runs` times each, the second pass
+    after the change timed (the first reckons every job's reason again)."""
+    from gbatch.head.scheduler import Window
+
+    ahead = [Window("demo", NOW + 86_400, NOW + 90_000, gpus=((nodes[0].name, (0, 1)),))]
+    planner_window_passes(jobs, nodes, usage, runs, rng, ahead, "all full")
+    # The window's two GPUs free now: the backfill before it plans the jobs that fit.
+    freed = [replace(nodes[0], free_gpus=(0, 1)), *nodes[1:]]
+    planner_window_passes(jobs, freed, usage, runs, rng, ahead, "the window's 2 GPUs free")
+    loop_window_passes(jobs, runs)
+
+
+def planner_window_passes(
+    jobs: list[Job],
+    nodes: list[NodeView],
+    usage: dict[str, float],
+    runs: int,
+    rng: random.Random,
+    ahead: list[Any],
+    label: str,
+) -> None:
+    """Planner.plan() passes with the window `ahead` and without, alternating."""
+    planner = Planner()
+    for job in jobs:
+        planner.put(job)
+    next_id = max(job.id for job in jobs) + 1
+    times: dict[str, list[float]] = {"none": [], "window": []}
+    now = NOW
+    planner.plan(nodes, usage, now)
+    for turn in range(4 * runs):
+        kind = "window" if turn // 2 % 2 else "none"
+        for _ in range(10):
+            (job,) = make_jobs(rng, 1)
+            planner.put(replace(job, id=next_id, spec=replace(job.spec, name=f"job{next_id}")))
+            next_id += 1
+        now += 1.0
+        begin = time.perf_counter()
+        result = planner.plan(nodes, usage, now, windows=ahead if kind == "window" else ())
+        if turn % 2:  # the second pass since the window came or went
+            times[kind].append((time.perf_counter() - begin) * 1000)
+        for assignment in result.assignments:
+            planner.discard(assignment.job_id)
+    print(
+        f"Planner.plan(): {len(planner)} pending, {len(nodes)} nodes x {GPUS_PER_NODE} GPUs "
+        f"{label}, 10 submits a pass, the second pass after the window came or went: "
+        f"{window_figures(times)}",
+        flush=True,
+    )
+
+
+def window_figures(times: dict[str, list[float]]) -> str:
+    none, window = statistics.median(times["none"]), statistics.median(times["window"])
+    return (
+        f"no window median {none:.1f} ms, one window ahead median {window:.1f} ms "
+        f"(x{window / none:.1f})"
+    )
+
+
+def loop_window_passes(jobs: list[Job], runs: int) -> None:
+    """Daemon.schedule() passes, with a reservation's window ahead and without."""
+    from gbatch.core.reservations import Reservation
+    from gbatch.head.daemon import Daemon
+    from gbatch.head.store import Store
+    from gbatch.site.config import Paths
+
+    times: dict[str, list[float]] = {"none": [], "window": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = Paths(Path(tmp))
+        store = Store(paths.store)
+        daemon = Daemon(paths, loop_config(), store)
+        try:
+            by_user: dict[str, list[Job]] = {}
+            for job in jobs:
+                by_user.setdefault(job.user, []).append(job)
+            for user, mine in by_user.items():
+                store.submit([job.spec for job in mine], mine[0].uid, user, NOW)
+            busy = store.submit(
+                [JobSpec(name="busy", command=("true",), gpus=1, time_limit=3600)] * GPUS_PER_NODE,
+                999,
+                "busy",
+                NOW,
+            )
+            for gpu, job_id in enumerate(busy):
+                store.set_state(job_id, JobState.CONFIGURING, "", NOW, node="local", gpus=(gpu,))
+                store.set_state(job_id, JobState.RUNNING, "", NOW, start_time=NOW)
+            daemon.fleet.start()
+            wait_for_gpus(daemon)
+            first_read(daemon)
+            one_pass(daemon)
+            start = time.time() + 86_400
+            demo = Reservation("demo", start, start + 3600, users=("user00",))
+            demo = replace(demo, gpus=(("local", (6, 7)),), gpu_count=2)
+            for turn in range(2 * runs):
+                kind = "window" if turn % 2 else "none"
+                if kind == "window":
+                    store.put_reservation(demo, "bench", time.time())
+                else:
+                    store.delete_reservation("demo", "bench", time.time())
+                one_pass(daemon)  # the pass that sees the change (every reason anew)
+                times[kind].append(one_pass(daemon))
+        finally:
+            daemon.fleet.stop()
+            daemon.committer.close()
+            store.close()
+    print(
+        f"Daemon.schedule(): {len(jobs)} pending in the store, the node's 8 GPUs all taken, "
+        f"the second pass after the window came or went: {window_figures(times)}",
+        flush=True,
     )
 
 

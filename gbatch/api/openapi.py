@@ -271,13 +271,13 @@ def document() -> dict[str, Any]:
             "/reservations": {
                 "get": _op(
                     "the reservations (as gbatch scontrol show reservation; records as "
-                    "docs/reservations.md shows them)",
+                    "docs/priorities.md shows them)",
                     "read",
                     _reply("{reservations: [...], now}"),
                     params=[_query("name", "only this reservation")],
                 ),
                 "post": _op(
-                    "book GPUs for yourself under user_reservations (docs/reservations.md): "
+                    "book GPUs for yourself under user_reservations (docs/priorities.md): "
                     'a JSON body {"action": "create" or "update", "words": ["ReservationName='
                     'NAME", "StartTime=now+1hour", "Duration=2:00:00", "Users=YOU", "GPUs=1"]}',
                     "submit",

@@ -44,7 +44,7 @@ def add_parser(commands: Any) -> None:
         "[Groups=G] [PartitionName=P] [Flags=MAINT,IGNORE_JOBS,DAILY,WEEKLY] (admins) | "
         "gbatch scontrol update ReservationName=demo Duration=3:00:00 (Flags+=X, Flags-=X) | "
         "gbatch scontrol delete ReservationName=demo | "
-        "gbatch scontrol show reservation [NAME] (docs/reservations.md)",
+        "gbatch scontrol show reservation [NAME] (docs/priorities.md)",
     )
     p.add_argument(
         "action", choices=("show", "hold", "release", "requeue", "update", "create", "delete")

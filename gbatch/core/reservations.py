@@ -113,6 +113,17 @@ class Reservation:
             start, end = start + skip * period, end + skip * period
         return None if end <= now else (start, end)
 
+    def run_until(self, started: float, over_run: float | None) -> float | None:
+        """When a job of it that started at `started` is ended: the end of the window it
+        started in plus `over_run` seconds (Slurm's ResvOverRun). None: never (over_run
+        None, Slurm's UNLIMITED, or it started in no window of this reservation)."""
+        if over_run is None:
+            return None
+        window = self.window(started)
+        if window is None or window[0] > started:
+            return None
+        return window[1] + over_run
+
     def admits(self, user: str, groups: Sequence[str] = ()) -> bool:
         """Whether `user` (in `groups`) may run jobs in it."""
         return user in self.users or any(group in self.groups for group in groups)

@@ -1491,9 +1491,19 @@ class Planner:
         # ahead at, over the nodes seen): the jobs put in them since are looked at too.
         self._presettled: set[_Stream] = set()
         self._nodes_seen: object = None
-        # The queued jobs of a reservation (spec.reservation): while there are any, a
-        # pass is plan_reserved's, whole.
-        self._reserving: set[int] = set()
+        # The queued jobs of a reservation (spec.reservation): in no stream, planned
+        # whole each pass (plan_reserved's step 1: a window's few jobs).
+        self._reserving: dict[int, Job] = {}
+        # The outsiders' reasons as their pass (plan() over the nodes less the windows)
+        # gives them, before a window's reason replaces Resources or Priority
+        # (plan_reserved's step 4); `reasons` holds what is reported.
+        self._raw: dict[int, str] = {}
+        # Put since the last pass: their reported reason is reckoned again.
+        self._recheck: set[int] = set()
+        # What the windows' reasons hung on at the last pass.
+        self._window_key: object = ()
+        # For each window to come: the backfill before it, kept across passes.
+        self._before: dict[str, _Before] = {}
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -1507,11 +1517,17 @@ class Planner:
         none of those that stay)."""
         self.discard(job.id)
         self._jobs[job.id] = job
-        self._users[job.user] = self._users.get(job.user, 0) + 1
-        if job.spec.reservation is not None:
-            self._reserving.add(job.id)
         if reason is not None:
             self.reasons[job.id] = reason
+        if job.spec.reservation is not None:
+            self._reserving[job.id] = job
+            return
+        self._users[job.user] = self._users.get(job.user, 0) + 1
+        if reason is not None:
+            self._raw[job.id] = reason
+        self._recheck.add(job.id)
+        for backfill in self._before.values():
+            backfill.put(job)
         if job.held:
             self._fresh_held.add(job.id)
             return
@@ -1540,7 +1556,7 @@ class Planner:
             self._ahead.clear()
             self._presettled.clear()
         probe = _Pass(nodes, 0.0, None, None)  # settled reasons read neither clock nor use
-        before, ahead = self.reasons, self._ahead
+        before, ahead = self._raw, self._ahead
         presettled = self._presettled
         for name, fresh in list(self._fresh.items()):
             stream = self._streams[name]
@@ -1568,8 +1584,13 @@ class Planner:
         if job is None:
             return
         self.reasons.pop(job_id, None)
+        if self._reserving.pop(job_id, None) is not None:
+            return
+        self._raw.pop(job_id, None)
         self._ahead.pop(job_id, None)
-        self._reserving.discard(job_id)
+        self._recheck.discard(job_id)
+        for backfill in self._before.values():
+            backfill.discard(job)
         left = self._users[job.user] - 1
         if left:
             self._users[job.user] = left
@@ -1598,15 +1619,136 @@ class Planner:
         use: Mapping[str, Use] | None = None,
         windows: Sequence[Window] = (),
     ) -> Plan:
-        """A pass over the queue as it is now: plan(queue, nodes, usage, now, limits, use).
+        """A pass over the queue as it is now: plan_reserved(queue, nodes, usage, now,
+        limits, use, windows), which is plan(...) without a window on or to come.
 
-        Or plan_reserved(..., windows) while a reservation's window is on or to come.
-        Its reasons only where they changed (see the class). A pass with a window takes
-        the whole queue (plan_reserved's cost), and the next pass too; so does one while
-        a job of a reservation is queued.
+        Its reasons only where they changed (see the class). plan_reserved's steps: the
+        jobs of a window on now (few) planned whole; everyone else through the pass
+        kept across passes (`_pass`), over the nodes less the windows' GPUs; the backfill
+        before each window to come by a Planner of its own (`_Before`) over the jobs
+        that fit before it; a window's reason in place of Resources or Priority reckoned
+        for the jobs whose reason changed, and for all of them only when what it hangs
+        on (the windows, the GPUs free on their nodes) changed.
         """
-        if self._reserving or any(window.end > now for window in windows):
-            return self._plan_whole(nodes, usage, now, limits, use, windows)
+        live = sorted((w for w in windows if w.end > now), key=lambda w: (w.start, w.name))
+        jobs = self._jobs
+        held: dict[str, Use] = dict(use or {})
+        assignments: list[Assignment] = []
+        finals: dict[int, str] = {}
+        held_for: dict[int, str] = {}
+        started: set[int] = set()
+
+        def took(result: Plan) -> None:
+            for each in result.assignments:
+                assignments.append(each)
+                started.add(each.job_id)
+                job = jobs[each.job_id]
+                was = held.get(job.user, Use())
+                held[job.user] = Use(was.running_jobs + 1, was.gpus + job.spec.total_gpus)
+
+        if self._reserving:
+            by_name = {w.name: w for w in live}
+            members: dict[str, list[Job]] = {}
+            for job_id in sorted(self._reserving):
+                job = self._reserving[job_id]
+                name = job.spec.reservation or ""
+                if job.held:
+                    finals[job_id] = HELD
+                elif name in by_name and by_name[name].start <= now:
+                    # On the reservation's nodes, whatever partition it was queued in.
+                    members.setdefault(name, []).append(
+                        replace(job, spec=replace(job.spec, partition=None))
+                    )
+                else:
+                    finals[job_id] = RESERVATION_REASON
+                    held_for[job_id] = name
+            for name, mine in sorted(members.items()):
+                window = by_name[name]
+                besides = [w for w in live if w is not window and w.start < window.end]
+                view = _members_view(nodes, window, besides)
+                result = plan(mine, view, usage, now, limits, held)
+                took(result)
+                finals.update(result.reasons)
+        main = self._pass(_outsiders_view(nodes, live) if live else nodes, usage, now, limits, held)
+        took(main)
+        coming = {w.name for w in live if w.start > now}
+        for name in [name for name in self._before if name not in coming]:
+            del self._before[name]
+        for index, window in enumerate(live):
+            if window.start <= now:
+                continue
+            earlier = [w for w in live[:index] if w.start < window.start]
+            view = _members_view(nodes, window, earlier)
+            if not any(n.free_gpus or n.free_slices or n.share_room for n in view) and not any(
+                name[1] == 0 for name in self._streams
+            ):
+                # Nothing free there and no job that asks no GPU: nothing starts (and its
+                # own Planner, over GPUs that no release frees, would take every job).
+                continue
+            backfill = self._before.get(window.name)
+            if backfill is None or backfill.start != window.start:
+                backfill = self._before[window.name] = _Before(window.start, jobs.values())
+            result = backfill.plan(view, usage, now, limits, held, started, jobs)
+            took(result)
+            for each in result.assignments:  # looked at again, should it stay queued
+                job = jobs[each.job_id]
+                self._raw.pop(job.id, None)
+                self._fresh.setdefault(_stream(job), {})[job.id] = job
+        # plan_reserved's step 4: Resources or Priority where a window's node has the
+        # GPUs free becomes the window's reason.
+        free = {node.name: len(node.free_gpus) for node in nodes if node.available}
+        key = tuple(
+            (
+                w.name,
+                w.maint,
+                max((free.get(n, -1) for n in (w.nodes or {n for n, _ in w.gpus})), default=-1),
+            )
+            for w in live
+        )
+        raw = self._raw
+        if key != self._window_key:
+            self._window_key = key
+            recheck: Iterable[int] = raw
+        else:
+            recheck = self._recheck.union(main.reasons)
+        for job_id in recheck:
+            reason = raw.get(job_id)
+            if reason is None or job_id in started:
+                continue
+            if reason in (RESOURCES, PRIORITY):
+                gpus = jobs[job_id].spec.gpus
+                for window, (_, maint, most) in zip(live, key, strict=True):
+                    if most >= gpus:
+                        reason = MAINT_REASON if maint else RESERVATION_REASON
+                        held_for[job_id] = window.name
+                        break
+            finals[job_id] = reason
+        self._recheck = set()
+        before = self.reasons
+        changed: dict[int, str] = {}
+        for job_id, reason in finals.items():
+            if job_id not in started and before.get(job_id) != reason:
+                changed[job_id] = reason
+        for job_id in started:
+            before.pop(job_id, None)
+        before.update(changed)
+        return Plan(
+            assignments=tuple(assignments),
+            reasons=changed,
+            starts=main.starts,
+            held_for={job_id: name for job_id, name in held_for.items() if job_id in changed},
+        )
+
+    def _pass(
+        self,
+        nodes: Sequence[NodeView],
+        usage: Mapping[str, float],
+        now: float,
+        limits: Mapping[str, UserLimits] | None,
+        use: Mapping[str, Use] | None,
+    ) -> Plan:
+        """plan() over the jobs of no reservation, kept across passes: their reasons
+        (`_raw`) where they changed."""
         seen = _what_nodes_are(nodes)
         if seen != self._nodes_seen:
             self._nodes_seen = seen
@@ -1621,7 +1763,7 @@ class Planner:
         settled: dict[_Stream, _Key] = {}
         last_settled = self._settled
         changed: dict[int, str] = {}
-        before = self.reasons
+        before = self._raw
         # The new jobs by stream: a stream settled where it was keeps its old jobs'
         # reasons, but its new ones get theirs.
         fresh = self._fresh
@@ -1717,44 +1859,6 @@ class Planner:
             self._fresh.setdefault(_stream(job), {})[job.id] = job
         return Plan(assignments=tuple(result.assignments), reasons=changed, starts=result.starts)
 
-    def _plan_whole(
-        self,
-        nodes: Sequence[NodeView],
-        usage: Mapping[str, float],
-        now: float,
-        limits: Mapping[str, UserLimits] | None,
-        use: Mapping[str, Use] | None,
-        windows: Sequence[Window],
-    ) -> Plan:
-        """plan_reserved over the whole queue, its reasons told where they changed; the
-        next pass takes every job again (nothing settled is kept)."""
-        jobs = self._jobs
-        pending = sorted(jobs.values(), key=lambda job: job.id)
-        result = plan_reserved(pending, nodes, usage, now, limits, use, windows)
-        before = self.reasons
-        changed: dict[int, str] = {}
-        for job_id, reason in result.reasons.items():
-            if before.get(job_id) != reason:
-                changed[job_id] = reason
-        for assignment in result.assignments:
-            before.pop(assignment.job_id, None)
-            changed.pop(assignment.job_id, None)
-        before.update(changed)
-        self._settled = {}
-        self._ahead = {}
-        self._presettled = set()
-        self._nodes_seen = None
-        self._fresh, self._fresh_held = {}, set()
-        for assignment in result.assignments:
-            job = jobs[assignment.job_id]
-            self._fresh.setdefault(_stream(job), {})[job.id] = job
-        return Plan(
-            assignments=tuple(result.assignments),
-            reasons=changed,
-            starts=result.starts,
-            held_for=result.held_for,
-        )
-
     def preempt(
         self,
         result: Plan,
@@ -1797,7 +1901,7 @@ class Planner:
         reasons in `changed`, looking only at those that may not have them already."""
         stream = self._streams[name]
         jobs = self._jobs
-        before = self.reasons
+        before = self._raw
         last = self._settled.get(name)
         # Those the last pass took (or that it never saw) get theirs now; those it
         # settled too have it, unless new since.
@@ -1821,6 +1925,64 @@ class Planner:
                     reason = settled_reason(job)
                     if before.get(job.id) != reason:
                         changed[job.id] = reason
+
+
+class _Before:
+    """plan_reserved's step 3 for one window to come, kept across passes: the jobs of no
+    reservation, not held, whose time limit ends by the window's start, planned over its
+    GPUs (a Planner of their own). Those whose limit no longer ends by it leave; they
+    come back only if the clock goes back (then it starts over)."""
+
+    def __init__(self, start: float, jobs: Iterable[Job]) -> None:
+        self.start = start
+        self.now = -math.inf
+        self._fill(jobs)
+
+    def _fill(self, jobs: Iterable[Job]) -> None:
+        self.planner = Planner()
+        # (time limit, id) of the jobs in `planner`, sorted: the longest leave first.
+        self.limits: list[tuple[int, int]] = []
+        for job in jobs:
+            self.put(job)
+
+    def put(self, job: Job) -> None:
+        """Take `job` (new or changed; discarded first) if it may fit before the window."""
+        limit = job.time_limit
+        if job.spec.reservation is None and not job.held and limit is not None:
+            self.planner.put(job)
+            bisect.insort(self.limits, (limit, job.id))
+
+    def discard(self, job: Job) -> None:
+        limit = job.time_limit
+        if job.id in self.planner._jobs and limit is not None:
+            self.planner.discard(job.id)
+            del self.limits[bisect.bisect_left(self.limits, (limit, job.id))]
+
+    def plan(
+        self,
+        view: Sequence[NodeView],
+        usage: Mapping[str, float],
+        now: float,
+        limits: Mapping[str, UserLimits] | None,
+        held: Mapping[str, Use],
+        started: Collection[int],
+        jobs: Mapping[int, Job],
+    ) -> Plan:
+        """plan(the jobs that fit now, not `started` this pass, view, ...)'s Plan."""
+        if now < self.now:  # the clock set back: some that left may fit again
+            self._fill(jobs.values())
+        self.now = now
+        fits = self.limits
+        while fits and now + fits[-1][0] > self.start:
+            _, job_id = fits.pop()
+            self.planner.discard(job_id)
+        taken = [jobs[job_id] for job_id in started if job_id in self.planner._jobs]
+        for job in taken:  # started this pass: not in this plan (put back after it)
+            self.discard(job)
+        result = self.planner.plan(view, usage, now, limits, held)
+        for job in taken:
+            self.put(job)
+        return result
 
 
 def _what_nodes_are(nodes: Sequence[NodeView]) -> object:
@@ -2532,17 +2694,23 @@ def _members_view(
             out.append(node)
             continue
         mine = set(ids)
+        room = tuple(r for r in node.share_room if r[0] in mine)
+        types = {i: t for i, t in node.gpu_types if i in mine}
+        # Which of the node's busy GPUs each release frees is not known, so none is kept,
+        # but those of its shared GPUs: the end of their shares (share_room), which a
+        # share placed there moves (the planner's invariant).
+        ends = [(i, end) for i, _, end in room if -math.inf < end < math.inf]
         out.append(
             replace(
                 node,
                 gpus_total=len(mine),
                 free_gpus=tuple(i for i in node.free_gpus if i in mine),
-                gpu_types=tuple(t for t in node.gpu_types if t[0] in mine),
+                gpu_types=tuple(types.items()),
                 free_slices=(),
-                releases=(),
-                typed_releases=(),
+                releases=tuple((end, 1) for _, end in ends),
+                typed_releases=tuple((end, types[i], 1) for i, end in ends if i in types),
                 shareable=tuple(s for s in node.shareable if s[0] in mine),
-                share_room=tuple(r for r in node.share_room if r[0] in mine),
+                share_room=room,
                 busy=False,
                 whole=False,
             )

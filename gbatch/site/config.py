@@ -284,9 +284,14 @@ class Config:
     notify_retry_seconds: float = 30.0
     # Delivered outbox rows are deleted this long after their delivery.
     notify_retention_days: float = 7.0
-    # Reservations users may make for themselves (docs/reservations.md): up to this many
+    # Reservations users may make for themselves (docs/priorities.md): up to this many
     # GPU-hours a week each (GPUs=N only, Users= themselves); 0: only admins make them.
     user_reservations: float = 0.0
+    # Slurm's ResvOverRun: how long a job of a reservation may run past the end of the
+    # window it started in, in seconds (`resv_over_run:` minutes in config.yaml, as
+    # Slurm's); None (UNLIMITED): until its own time limit. 0 (Slurm's default): ended
+    # at the window's end, TIMEOUT.
+    resv_over_run: float | None = 0.0
     # Idle GPU hoarders (IdleGpuPolicy); None (`idle_gpu: false`): not watched.
     idle_gpu: IdleGpuPolicy | None = IdleGpuPolicy()
     # A running job whose own processes use more GPU memory than its budget (--gpu-mem)
@@ -707,6 +712,12 @@ def _coerce(key: str, value: object, source: str) -> object:
         return _check_webhooks(value, bad)
     if key == "idle_gpu":
         return _check_idle_gpu(value, bad)
+    if key == "resv_over_run":
+        if isinstance(value, str) and value.strip().upper() == "UNLIMITED":
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65533:
+            raise bad("minutes (0 to 65533, Slurm's ResvOverRun) or UNLIMITED")
+        return 60.0 * value
     if key == "max_interactive_time":
         return _check_time_limit(value, bad)
     if key == "gpu_mem_policy":

@@ -258,7 +258,8 @@ def test_a_windows_start_and_end_are_events_told_once_and_a_window_over_is_gone(
     tmp_path: Path,
 ) -> None:
     """RESV_START and RESV_END in the event log (and to admins' webhooks that ask), each
-    once across a restart; a window that does not repeat is deleted once over."""
+    once across a restart; a window that does not repeat is deleted once over; its job
+    that would outlive it ends TIMEOUT at its end (resv_over_run 0, Slurm's default)."""
     head = make_head(tmp_path / "home", config=FAST_CONFIG + "event_log: events.jsonl\n")
     head.start()
     try:
@@ -268,11 +269,13 @@ def test_a_windows_start_and_end_are_events_told_once_and_a_window_over_is_gone(
             "reservation",
             "ReservationName=brief",
             "StartTime=now",
-            "EndTime=now+4",
+            "EndTime=now+20",
             f"Users={me()}",
             "GPUs=1",
             check=True,
         )
+        job_id = head.sbatch("--reservation=brief", "-t", "10", "--gpus=1", "--wrap", "sleep 600")
+        head.wait_state(job_id, "RUNNING")
         log = head.home / "events.jsonl"
 
         def told(kind: str) -> int:
@@ -290,6 +293,9 @@ def test_a_windows_start_and_end_are_events_told_once_and_a_window_over_is_gone(
             "the reservation gone",
         )
         assert told("RESV_START") == 1
+        head.wait_state(job_id, "TIMEOUT")
+        story = head.run("scontrol", "show", "job", str(job_id), check=True).stdout
+        assert "reservation brief ended" in story
     finally:
         head.stop()
         kill_leftover_jobs(head.home)

@@ -274,6 +274,7 @@ def test_every_config_key_is_a_config_field() -> None:
         "notify_retry_seconds",
         "notify_retention_days",
         "user_reservations",
+        "resv_over_run",
         "webhook_prefixes_allowed",
         "idle_gpu",
         "gpu_mem_policy",

@@ -18,6 +18,7 @@ from gbatch.head import scheduler
 from gbatch.head.scheduler import (
     PREEMPTION,
     PRIORITY,
+    RESOURCES,
     Planner,
     Running,
     Window,
@@ -37,7 +38,7 @@ def make_job(job_id: int, draw: st.DrawFn, simple: bool = False) -> Job:
         name=f"j{job_id}",
         command=("true",),
         gpus=draw(st.sampled_from((0, 1, 1, 2, 3, 4, 5))),
-        time_limit=draw(st.sampled_from((None, 60, 3600))),
+        time_limit=draw(st.sampled_from((None, 60, 240, 3600))),
         priority=draw(st.sampled_from((0, 0, 10))),
         partition=draw(st.sampled_from((None, "a", "b"))),
         image=draw(st.sampled_from((None, None, "img"))),
@@ -396,9 +397,14 @@ def test_a_restarted_planner_given_the_rows_reasons_reports_only_those_that_diff
         for u in USERS
         if draw(st.booleans()) and draw(st.booleans())
     }
-    full = plan_reserved(list(queue.values()), nodes, usage, NOW, limits)
+    windows = draw_windows(draw)  # a window on or to come: its reasons too
+    full = plan_reserved(list(queue.values()), nodes, usage, NOW, limits, windows=windows)
     shown = {
-        job_id: draw(st.sampled_from((full.reasons.get(job_id, ""),) * 3 + ("", "Stale", PRIORITY)))
+        job_id: draw(
+            st.sampled_from(
+                (full.reasons.get(job_id, ""),) * 3 + ("", "Stale", PRIORITY, RESOURCES)
+            )
+        )
         for job_id in queue
     }
     planner = Planner()
@@ -413,7 +419,7 @@ def test_a_restarted_planner_given_the_rows_reasons_reports_only_those_that_diff
             planner.presettle(draw(nodes_now(statics)))
         else:
             planner.presettle([make_node(i, draw) for i in range(draw(st.integers(0, 3)))])
-    passed = planner.plan(nodes, usage, NOW, limits)
+    passed = planner.plan(nodes, usage, NOW, limits, windows=windows)
     assert passed.assignments == full.assignments
     assert passed.starts == full.starts
     assert planner.reasons == full.reasons

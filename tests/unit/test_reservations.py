@@ -166,6 +166,25 @@ def test_a_maintenance_window_ahead_lets_a_short_job_run_and_keeps_a_long_one() 
     assert result.reasons == {1: MAINT_REASON, 3: MAINT_REASON}
 
 
+def test_a_share_backfills_before_a_window_on_a_gpu_whose_shares_end_first() -> None:
+    """A GPU of a window to come that holds shares ending before it (share_room with their
+    end): a share job that ends by the window's start joins them. The window's view kept
+    the room but dropped the release it moves (ValueError in the planner)."""
+    node = NodeView(
+        "n1",
+        2,
+        (),
+        releases=((NOW + 30, 1), (NOW + 900, 1)),
+        shareable=((0, 81920), (1, 81920)),
+        share_room=((0, 20480, NOW + 30),),
+    )
+    window = Window("demo", NOW + 300, NOW + 4000, gpus=(("n1", (0,)),))
+    job = _job(1, 1, 60)
+    job = replace(job, spec=replace(job.spec, gpu_mem_mb=10240))
+    result = plan_reserved([job], [node], {}, NOW, windows=[window])
+    assert [(a.job_id, a.node, a.gpus) for a in result.assignments] == [(1, "n1", (0,))]
+
+
 def test_a_window_on_now_is_its_jobs_alone() -> None:
     nodes = [NodeView("n0", 2, (0, 1)), NodeView("n1", 2, (0, 1))]
     window = Window("demo", NOW - 10, NOW + 3600, gpus=(("n0", (1,)),))
@@ -376,3 +395,30 @@ def test_squeue_v_and_reservation_show_the_jobs_reservation() -> None:
     jobs = [_job(1, 1, 60, "demo"), _job(2, 1, 60)]
     assert format_squeue(jobs, NOW, fmt="%i %v", header=False) == "1 demo\n2 (null)\n"
     assert squeue_format_from_fields("Reservation") == "%20v"
+
+
+def test_the_web_pages_node_view_draws_a_nodes_windows() -> None:
+    """The web page's nodes table: a RESERVATIONS column with each window on the node."""
+    import asyncio
+    import re
+    from typing import Any
+
+    from gbatch.api.web import Web
+    from gbatch.core.model import NodeInfo, NodeState
+    from gbatch.protocol import codec
+
+    start = NOW + 3600
+    node = NodeInfo("n1", NodeState.IDLE, windows=(("maint", start, start + 7200, True),))
+    web = Web(api=None)
+
+    async def ask(http: object, request: object) -> dict[str, Any]:
+        return {"nodes": [codec.node_to_wire(node)], "partitions": []}
+
+    def page(http: object, name: str, **values: object) -> str:
+        return web.templates.get_template(name).render(csrf="", signed_in=True, **values)
+
+    web.ask = ask  # type: ignore[method-assign]
+    web.page = page  # type: ignore[method-assign,assignment]
+    html: str = asyncio.run(web.nodes(None))  # type: ignore[arg-type,assignment]
+    row = re.findall(r"<td>(.*?)</td>", html[: html.index('<table id="gpus">')])
+    assert row[0] == "n1" and row[-1].startswith("maint MAINT ")

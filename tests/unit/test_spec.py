@@ -775,7 +775,7 @@ def test_examples_are_the_documented_ones() -> None:
     # addresses its admin lists); gpu_type (`gpus: a100:2` says it, as Slurm's --gpus
     # does); gpu_mem (a share of one GPU, which excludes the example's two whole ones: a
     # comment there shows it), gpu_shards (Slurm's --gres=shard:N, the same share sized by
-    # the admin); reservation (it names a reservation an admin made, docs/reservations.md).
+    # the admin); reservation (it names a reservation an admin made, docs/priorities.md).
     left_out = {
         "reservation",
         "gpu_mem",

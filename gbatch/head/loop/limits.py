@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gbatch.core import stepnotices
 from gbatch.core.model import IllegalTransition, Job, JobState
@@ -55,6 +55,7 @@ class RunLimits:
         # The preempted among them (COMPLETING): their signal, and the kill at the end of
         # their grace (gbatch/head/loop/preempt.py).
         self._preempting = self.store.preempting() if jobs else {}
+        ends = self._reservation_ends(jobs)
         for job in jobs:
             if job.state is JobState.RUNNING and job.spec.signal is not None:
                 self._warn_run(job, now)
@@ -74,8 +75,42 @@ class RunLimits:
                     )
                 except IllegalTransition:
                     continue
+            end = ends.get(job.id)
+            if job.state is JobState.RUNNING and end is not None and now >= end:
+                # Slurm's: a job of a reservation past its window's end (and the
+                # ResvOverRun after it) ends TIMEOUT.
+                try:
+                    job = self.store.set_state(
+                        job.id,
+                        JobState.COMPLETING,
+                        f"reservation {job.spec.reservation} ended",
+                        now,
+                        expect={JobState.RUNNING},
+                        stop_state=JobState.TIMEOUT,
+                    )
+                except IllegalTransition:
+                    continue
             if job.state is JobState.COMPLETING:
                 self._stop_run(job, now)
+
+    def _reservation_ends(self, jobs: Sequence[Job]) -> dict[int, float]:
+        """job id -> when each running job of a reservation is ended (resv_over_run).
+
+        A job whose reservation is gone (deleted by an admin) or that started in none of
+        its windows runs to its own time limit."""
+        over_run = self.config.resv_over_run
+        if over_run is None or not any(job.spec.reservation for job in jobs):
+            return {}
+        by_name = {r.name: r for r in self.store.reservations()}
+        ends: dict[int, float] = {}
+        for job in jobs:
+            reservation = by_name.get(job.spec.reservation or "")
+            if reservation is None or job.start_time is None:
+                continue
+            end = reservation.run_until(job.start_time, over_run)
+            if end is not None:
+                ends[job.id] = end
+        return ends
 
     def _warn_time_limit(self, job: Job, now: float) -> None:
         """--mail-type=TIME_LIMIT_50/80/90: owe each once per run, when its run time

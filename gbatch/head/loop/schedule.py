@@ -474,9 +474,17 @@ class Scheduling:
             period = reservation.period
             if window is None:  # over, for good
                 if period is None:
-                    self.store.tell_reservation(
-                        reservation, None, reservation.end, "ended", now, delete=True
-                    )
+                    # Kept while its jobs may run on (resv_over_run), for the limits step.
+                    over_run = self.config.resv_over_run
+                    gone = over_run is None or reservation.end + over_run <= now
+                    if end_told < reservation.end:
+                        self.store.tell_reservation(
+                            reservation, None, reservation.end, "ended", now, delete=gone
+                        )
+                    elif gone:
+                        self.store.delete_reservation(
+                            reservation.name, "removed: its jobs' resv_over_run is over", now
+                        )
                 continue
             start, end = window
             if period is not None:

@@ -114,9 +114,11 @@ class Reservation:
         return None if end <= now else (start, end)
 
     def run_until(self, started: float, over_run: float | None) -> float | None:
-        """When a job of it that started at `started` is ended: the end of the window it
-        started in plus `over_run` seconds (Slurm's ResvOverRun). None: never (over_run
-        None, Slurm's UNLIMITED, or it started in no window of this reservation)."""
+        """When a job of it that started at `started` is ended, or None for never.
+
+        The end of the window it started in plus `over_run` seconds (Slurm's
+        ResvOverRun). None: over_run None (Slurm's UNLIMITED), or it started in no
+        window of this reservation."""
         if over_run is None:
             return None
         window = self.window(started)

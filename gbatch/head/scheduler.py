@@ -1619,10 +1619,10 @@ class Planner:
         use: Mapping[str, Use] | None = None,
         windows: Sequence[Window] = (),
     ) -> Plan:
-        """A pass over the queue as it is now: plan_reserved(queue, nodes, usage, now,
-        limits, use, windows), which is plan(...) without a window on or to come.
+        """A pass over the queue as it is now: plan_reserved(queue, ..., windows).
 
-        Its reasons only where they changed (see the class). plan_reserved's steps: the
+        That is plan(queue, nodes, usage, now, limits, use) without a window on or to
+        come. Its reasons only where they changed (see the class). plan_reserved's steps: the
         jobs of a window on now (few) planned whole; everyone else through the pass
         kept across passes (`_pass`), over the nodes less the windows' GPUs; the backfill
         before each window to come by a Planner of its own (`_Before`) over the jobs

@@ -61,6 +61,9 @@ def test_a_long_queue_holds_a_page_counts_every_job_and_reads_where_the_view_goe
         assert len(table.rows) < everyone  # a page, not the listing
         assert table.virtual_size.height == everyone + 1  # the scroll bar spans it all
 
+        # The key goes to the focused widget: under load the table may not have it yet.
+        table.focus()
+        await until(pilot, lambda: table.has_focus, "the table's focus")
         await pilot.press("end")  # the last job: its page is read, the cursor on it
         last = str(mine(link)[-1].id)
         await until(pilot, lambda: row_key_under_cursor(pilot.app, "#jobs") == last, "last")

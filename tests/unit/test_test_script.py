@@ -71,6 +71,9 @@ def test_a_run_stops_the_daemons_it_started_and_leaves_the_rest(tmp_path: Path) 
         ". .ci/started.sh\n"
         "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! >noted.pid\n"
         "setsid sleep 301 </dev/null >/dev/null 2>&1 & echo $! >owners.pid\n"
+        # setsid execs sleep in the same process: noted before that, it is not yet
+        # named sleep, and stop-started rightly leaves it (a loaded CI run saw it).
+        'until [ "$(cat /proc/$(cat noted.pid)/comm)" = sleep ]; do sleep 0.01; done\n'
         "note_started sleep noted.pid\n"
         "exit 1\n"
     )

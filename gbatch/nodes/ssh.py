@@ -368,7 +368,9 @@ class _Watchdog:
                 return
             self._armed = False
             self.fired = True
-        self._channel.close()
+        # Over a connection already gone paramiko raises EOFError: closed is closed.
+        with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
+            self._channel.close()
 
     def stop(self) -> bool:
         """Stop the timer; True when it had already fired (the channel is closed)."""
@@ -473,7 +475,9 @@ class RemoteStream(_ClosedOnExit):
         return status
 
     def close(self) -> None:
-        self._channel.close()
+        # Over a connection already gone paramiko raises EOFError: closed is closed.
+        with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
+            self._channel.close()
 
 
 class AttachedCommand(_ClosedOnExit):
@@ -549,7 +553,9 @@ class AttachedCommand(_ClosedOnExit):
         return cut or (down and int(self._channel.exit_status) < 0)
 
     def close(self) -> None:
-        self._channel.close()
+        # Over a connection already gone paramiko raises EOFError: closed is closed.
+        with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
+            self._channel.close()
         on_close, self.on_close = self.on_close, None
         if on_close is not None:
             on_close()

@@ -32,7 +32,7 @@ from gbatch.core.crashpoints import crash_point
 from gbatch.core.model import FINAL_STATES, HELD_REASON, IllegalTransition, Job, JobState
 from gbatch.head.store import ClusterJob, Store
 from gbatch.nodes.backend import Backend, BackendDown, BackendRefused, Observation
-from gbatch.nodes.cluster import SLURM_FINAL, job_marker, refusal
+from gbatch.nodes.cluster import SLURM_FINAL, cluster_minutes, job_marker, refusal
 from gbatch.nodes.inventory import Partition
 
 log = logging.getLogger("gbatchd")
@@ -72,6 +72,8 @@ class _Pass:
     reasons: list[tuple[int, str]] = field(default_factory=list)  # pending reasons changed
     to_hold: list[str] = field(default_factory=list)  # held here, not yet there
     to_release: list[str] = field(default_factory=list)  # released here, held there
+    # (job, cluster id, minutes): time limits changed here (scontrol update), not there.
+    time_limits: list[tuple[Job, str, int]] = field(default_factory=list)
 
 
 def end_state(slurm_state: str) -> JobState:
@@ -99,6 +101,9 @@ class ClusterJobsStep:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0  # passes done (tests wait on it)
+        # job id -> the time limit (minutes) last forwarded for it: one the cluster
+        # refuses (a raise, which only its operators may make) is not asked again.
+        self._limits_forwarded: dict[int, int] = {}
 
     def start(self, clock: Callable[[], float], report: Callable[[BaseException], None]) -> None:
         """Mirror in a thread of its own until stop().
@@ -168,12 +173,18 @@ class ClusterJobsStep:
                 # Changed here meanwhile (a cancel, a hold): the next pass sees it.
                 continue
         self.store.cluster_reasons(seen_now.reasons)
+        if self._limits_forwarded:  # only open jobs' are worth keeping
+            open_ids = {job.id for _, job in rows}
+            self._limits_forwarded = {
+                k: v for k, v in self._limits_forwarded.items() if k in open_ids
+            }
         if seen_now.to_cancel:
             backend.cancel(seen_now.to_cancel)
         if seen_now.to_hold:
             backend.hold(seen_now.to_hold, True)
         if seen_now.to_release:
             backend.hold(seen_now.to_release, False)
+        self._forward_time_limits(name, backend, seen_now.time_limits, now)
         self._send(name, backend, seen_now.unsent, now)
 
     def _mirror_row(
@@ -286,9 +297,10 @@ class ClusterJobsStep:
                 **_exit_fields(seen),
             )
             return
+        assert row.cluster_id is not None
+        self._compare_time_limit(job, row.cluster_id, seen, seen_now)
         if job.state is not JobState.PENDING:
             return
-        assert row.cluster_id is not None
         held_there = seen.reason in _HELD_THERE
         if job.held and not held_there and state == "PENDING":
             seen_now.to_hold.append(row.cluster_id)  # scontrol hold here: there too
@@ -299,6 +311,45 @@ class ClusterJobsStep:
         reason = seen.reason or "None"
         if job.reason != reason:
             seen_now.reasons.append((job.id, reason))
+
+    def _compare_time_limit(
+        self, job: Job, cluster_id: str, seen: Observation, seen_now: _Pass
+    ) -> None:
+        """Owe the cluster the job's time limit where `scontrol update` changed it here.
+
+        The cluster keeps whole minutes; a job without a limit here (or one squeue does
+        not show there) is left as it is."""
+        wanted = job.spec.time_limit
+        if wanted is None or seen.time_limit is None:
+            return
+        minutes = cluster_minutes(wanted)
+        if seen.time_limit == minutes * 60 or self._limits_forwarded.get(job.id) == minutes:
+            return
+        seen_now.time_limits.append((job, cluster_id, minutes))
+
+    def _forward_time_limits(
+        self,
+        name: str,
+        backend: Backend,
+        changes: Sequence[tuple[Job, str, int]],
+        now: float,
+    ) -> None:
+        """One call for every time limit owed; each refusal is told once in its job's story."""
+        if not changes:
+            return
+        refused = backend.set_time_limits([(cluster_id, m) for _, cluster_id, m in changes])
+        told = []
+        for job, cluster_id, minutes in changes:
+            self._limits_forwarded[job.id] = minutes
+            why = refused.get(cluster_id)
+            if why is not None:
+                log.warning(
+                    "cluster %s refused TimeLimit=%d of job %d: %s", name, minutes, job.id, why
+                )
+                said = f"cluster {name} refused TimeLimit={minutes}: {why}"
+                told.append((job.id, now, job.state.value, said))
+        if told:
+            self.store.job_events(told)
 
     def _send(
         self,

@@ -89,6 +89,11 @@ class Backend(Protocol):
         The jobs it refused (a raise by a user who may not raise), with why."""
         ...
 
+    def estimate(self, jobs: Sequence[Job]) -> Mapping[int, float | None]:
+        """When each job would start there if sent now (epoch seconds; None: it would
+        not be taken), by gbatch id: one call for all, nothing queued."""
+        ...
+
     def read_log(self, job: Job, offset: int, limit: int) -> bytes:
         """Up to `limit` bytes of the job's output from `offset` (b'' when none yet)."""
         ...

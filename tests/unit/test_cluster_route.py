@@ -9,10 +9,17 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_cluster import CLUSTER, T0, FakeCluster, _job, _step, _submit
+from test_cluster import CLUSTER, T0, UNI, FakeCluster, _job, _step, _submit
 
-from gbatch.core.model import JobState
+from gbatch.core.limits import Use, UserLimits, over_limits, with_cluster_jobs
+from gbatch.core.model import IllegalTransition, Job, JobState
+from gbatch.head.handlers.errors import Refused
+from gbatch.head.handlers.submit import _lab_and_cluster
+from gbatch.head.loop.route import Router, starts_first_there
 from gbatch.head.store import Store
+from gbatch.head.store.transitions import StateChange
+from gbatch.jobspec.slurmopts import check_partition
+from gbatch.jobspec.spec import SpecError
 from gbatch.nodes.cluster import (
     batch_script,
     enroot_image,
@@ -23,6 +30,7 @@ from gbatch.nodes.cluster import (
     sbatch_options,
     time_limit_argv,
 )
+from gbatch.nodes.inventory import Partition
 
 PYXIS = replace(CLUSTER, containers=True)
 
@@ -171,3 +179,159 @@ def test_what_pyxis_cannot_take_is_refused_in_one_line() -> None:
     assert "pyxis" in (refusal(_job(image="busybox").spec, CLUSTER) or "")
     assert "mounts" in (refusal(_job(image="busybox", mounts=("/data:/data",)).spec, PYXIS) or "")
     assert "command" in (refusal(_job(image="busybox", command=()).spec, PYXIS) or "")
+
+
+# -- -p gpu,uni: where it starts first -----------------------------------------------------------
+
+
+class EstimatingCluster(LimitedCluster):
+    """A fake cluster that answers sbatch --test-only with a start `wait` seconds on."""
+
+    def __init__(self, wait: float = 0.0) -> None:
+        super().__init__()
+        self.wait = wait
+        self.estimate_calls: list[list[int]] = []
+
+    def estimate(self, jobs: Sequence[Job]) -> Mapping[int, float | None]:
+        self.estimate_calls.append([job.id for job in jobs])
+        return {job.id: T0 + self.wait for job in jobs}
+
+
+def _either(store: Store, count: int = 1, **spec: object) -> list[int]:
+    return _submit(store, count, partition="gpu", alternate="uni", **spec)
+
+
+def _route(
+    router: Router, store: Store, jobs: Sequence[int], reason: str = "Resources", **kw: object
+) -> list[int]:
+    return router.route(
+        [store.require(j) for j in jobs],
+        kw.get("started", ()),  # type: ignore[arg-type]
+        lambda job: reason,
+        kw.get("starts", {}),  # type: ignore[arg-type]
+        T0 + 1,
+    )
+
+
+def test_the_cluster_wins_only_when_it_starts_the_job_sooner() -> None:
+    assert starts_first_there(T0 + 100, T0 + 5)
+    assert not starts_first_there(T0 + 5, T0 + 5)  # ties stay on the lab
+    assert not starts_first_there(T0 + 5, None)  # the cluster would not take it
+    assert starts_first_there(float("inf"), T0 + 3600)
+
+
+def test_a_job_waiting_for_room_goes_to_the_cluster_that_starts_it_first(store: Store) -> None:
+    cluster = EstimatingCluster(wait=0)
+    step = _step(store, cluster)
+    router = Router(store, step)
+    (job_id,) = _either(store)
+    assert _route(router, store, [job_id]) == []  # no estimate yet: asked at the next pass
+    step.mirror(T0 + 1)
+    assert cluster.estimate_calls == [[job_id]] and cluster.calls["submit"] == 0
+    assert _route(router, store, [job_id], starts={99: T0 + 600}) == [job_id]
+    job = store.require(job_id)
+    assert (job.spec.partition, job.spec.alternate) == ("uni", None)
+    assert job.reason.startswith("routed to cluster uni: it starts there first")
+    step.mirror(T0 + 2)
+    assert cluster.calls["submit"] == 1  # sent, once
+    # Sent: a lab start of it now (a plan that read it before it went) is refused.
+    change = StateChange(job_id, JobState.CONFIGURING, "allocated", {JobState.PENDING}, on_lab=True)
+    (refused,) = store.set_states_read([change], T0 + 3)
+    assert isinstance(refused, IllegalTransition)
+
+
+def test_a_job_the_lab_starts_first_or_now_or_holds_back_stays(store: Store) -> None:
+    cluster = EstimatingCluster(wait=600)
+    step = _step(store, cluster)
+    router = Router(store, step)
+    later, now_here, limited, held = _either(store, 4)
+    store.set_held(held, True, T0)
+    every = [later, now_here, limited, held]
+    _route(router, store, every)
+    step.mirror(T0 + 1)
+    assert sorted(cluster.estimate_calls[0]) == [later, now_here, limited]
+    # The lab starts `later` at T0+300, before the cluster's T0+600; `now_here` starts now.
+    assert (
+        _route(router, store, [later, now_here], starts={later: T0 + 300}, started={now_here}) == []
+    )
+    assert _route(router, store, [limited], reason="QOSMaxJobsPerUserLimit") == []
+    assert all(store.require(j).spec.partition == "gpu" for j in every)
+    # The estimate is kept: a second pass asks the cluster nothing more.
+    _route(router, store, every)
+    step.mirror(T0 + 2)
+    assert len(cluster.estimate_calls) == 1
+
+
+def test_a_down_or_full_cluster_takes_no_routed_job(store: Store) -> None:
+    cluster = EstimatingCluster(wait=0)
+    step = _step(store, cluster)
+    router = Router(store, step)
+    waiting = _either(store, 2)
+    _route(router, store, waiting)
+    step.mirror(T0 + 1)
+    step.down["uni"] = "cannot reach it"
+    assert _route(router, store, waiting) == []
+    del step.down["uni"]
+    _submit(store, CLUSTER.max_jobs)  # -p uni jobs fill max_jobs there
+    step.mirror(T0 + 2)
+    assert _route(router, store, waiting) == []
+
+
+# -- the lab's limits and fair share count cluster jobs -------------------------------------
+
+
+def test_a_user_at_their_limit_has_no_more_jobs_sent(store: Store) -> None:
+    cluster = EstimatingCluster()
+    step = _step(store, cluster)
+    step.limits_for = lambda user: UserLimits(max_running_jobs=2, max_gpus=3)
+    _, _, third = _submit(store, 3)
+    gpus = _submit(store, 1, gpus=2)[0]
+    step.mirror(T0 + 1)
+    assert cluster.calls["submit"] == 2
+    assert store.require(third).reason == "QOSMaxJobsPerUserLimit"
+    assert store.require(gpus).reason == "QOSMaxJobsPerUserLimit"
+    cluster.set("100", "COMPLETED", exit_code=0, nodes="c01")
+    step.mirror(T0 + 2)
+    step.mirror(T0 + 3)
+    assert cluster.calls["submit"] == 3  # room under the limit again: the next one goes
+
+
+def test_sent_jobs_count_as_running_against_the_planners_limits(store: Store) -> None:
+    use = with_cluster_jobs({"alice": Use(1, 1)}, [_job(1, gpus=2), _job(2)])
+    assert use == {"alice": Use(3, 3)}
+    assert over_limits(UserLimits(max_running_jobs=3), use["alice"], 0) == "QOSMaxJobsPerUserLimit"
+    assert over_limits(UserLimits(max_gpus=4), use["alice"], 2) == "QOSMaxGRESPerUser"
+    assert over_limits(UserLimits(max_gpus=5), use["alice"], 2) is None
+
+
+def test_an_ended_cluster_run_feeds_its_users_fair_share(store: Store) -> None:
+    cluster = EstimatingCluster()
+    step = _step(store, cluster)
+    step.half_life = 7 * 86400.0
+    _submit(store, 1, gpus=2)
+    step.mirror(T0 + 1)
+    cluster.set("100", "RUNNING", nodes="c01")
+    step.mirror(T0 + 2)
+    cluster.set("100", "COMPLETED", exit_code=0)
+    step.mirror(T0 + 102)
+    assert store.usage(T0 + 102, 7 * 86400.0)["alice"] == pytest.approx(200.0)
+
+
+# -- -p names ----------------------------------------------------------------------------------
+
+
+def test_two_partitions_are_taken_by_the_option_three_are_not() -> None:
+    assert check_partition("gpu,uni", "-p/--partition") == "gpu,uni"
+    for bad in ("a,b,c", "a,a", "a,"):
+        with pytest.raises(SpecError):
+            check_partition(bad, "-p/--partition")
+
+
+def test_the_daemon_takes_a_lab_and_a_cluster_partition_in_either_order() -> None:
+    partitions = {"gpu": Partition("gpu", ("gpu01",)), "cpu": Partition("cpu", ("c1",)), "uni": UNI}
+    assert _lab_and_cluster(partitions, "gpu,uni") == ("gpu", "uni")
+    assert _lab_and_cluster(partitions, "uni,gpu") == ("gpu", "uni")
+    with pytest.raises(Refused, match="two partitions of the lab"):
+        _lab_and_cluster(partitions, "gpu,cpu")
+    with pytest.raises(Refused, match='"nope" is not a partition here'):
+        _lab_and_cluster(partitions, "gpu,nope")

@@ -122,8 +122,10 @@ def use_by_user(allocated: Iterable[Job]) -> dict[str, Use]:
 
 
 def with_cluster_jobs(use: Mapping[str, Use], sent: Iterable[Job]) -> dict[str, Use]:
-    """`use` with the jobs sent to a Slurm cluster counted in: each a running job with
-    the GPUs it asked for (the cluster may start it at any time, so it counts once sent)."""
+    """`use` with the jobs sent to a Slurm cluster counted in.
+
+    Each counts as a running job with the GPUs it asked for: the cluster may start it at
+    any time, so it counts once sent."""
     counts = {user: [u.running_jobs, u.gpus] for user, u in use.items()}
     for job in sent:
         mine = counts.setdefault(job.user, [0, 0])
@@ -133,8 +135,9 @@ def with_cluster_jobs(use: Mapping[str, Use], sent: Iterable[Job]) -> dict[str, 
 
 
 def over_limits(limits: UserLimits, use: Use, gpus: int) -> str | None:
-    """The planner's reason a job of `gpus` GPUs must wait under its user's limits, given
-    what they hold (`use`); None when it may start."""
+    """Why a job of `gpus` GPUs waits under its user's limits (the planner's reason), or None.
+
+    `use`: what the user holds now."""
     if limits.max_running_jobs is not None and use.running_jobs >= limits.max_running_jobs:
         return "QOSMaxJobsPerUserLimit"
     if limits.max_gpus is not None and use.gpus + gpus > limits.max_gpus:

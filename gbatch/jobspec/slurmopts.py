@@ -117,8 +117,9 @@ def check_qos(value: object, field: str) -> str:
 
 
 def check_partition(value: object, field: str) -> str:
-    """One partition name, or two (`gpu,uni`: Slurm's list of partitions the job may
-    start in); which exist, and which pairs may go together, is the daemon's to say."""
+    """One partition name, or two (`gpu,uni`: Slurm's list of partitions to start in).
+
+    Which exist, and which pairs may go together, is the daemon's to say."""
     names = value.split(",") if isinstance(value, str) else [value]
     if len(names) > 2 or (len(names) == 2 and names[0] == names[1]):
         raise SpecError(

@@ -90,8 +90,9 @@ class Backend(Protocol):
         ...
 
     def estimate(self, jobs: Sequence[Job]) -> Mapping[int, float | None]:
-        """When each job would start there if sent now (epoch seconds; None: it would
-        not be taken), by gbatch id: one call for all, nothing queued."""
+        """When each job would start there if sent now, by gbatch id: one call, nothing queued.
+
+        Epoch seconds; None where the job would not be taken."""
         ...
 
     def read_log(self, job: Job, offset: int, limit: int) -> bytes:

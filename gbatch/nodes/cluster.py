@@ -154,8 +154,9 @@ def cluster_minutes(seconds: int) -> int:
 
 
 def parse_time_limit(text: str) -> int | None:
-    """squeue's TimeLimit ("[days-][hours:]minutes:seconds") in seconds; None: none
-    (UNLIMITED, NOT_SET, INVALID) or unreadable."""
+    """squeue's TimeLimit ("[days-][hours:]minutes:seconds") in seconds.
+
+    None: no limit (UNLIMITED, NOT_SET, INVALID), or unreadable."""
     days, _, clock = text.strip().rpartition("-")
     parts = clock.split(":")
     if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
@@ -206,9 +207,11 @@ def sbatch_options(job: Job, cluster: SlurmCluster, marker: str) -> list[str]:
 
 
 def enroot_image(image: str) -> str:
-    """A docker image reference as pyxis/enroot names it: the registry, when the
-    reference names one (a first part with '.' or ':', or localhost), ends with '#'
-    (`nvcr.io/nvidia/pytorch:24.01-py3` -> `nvcr.io#nvidia/pytorch:24.01-py3`)."""
+    """A docker image reference as pyxis/enroot names it.
+
+    The registry, when the reference names one (a first part with '.' or ':', or
+    localhost), ends with '#' (`nvcr.io/nvidia/pytorch:24.01-py3` ->
+    `nvcr.io#nvidia/pytorch:24.01-py3`)."""
     first, slash, rest = image.partition("/")
     if slash and ("." in first or ":" in first or first == "localhost"):
         return f"{first}#{rest}"
@@ -300,8 +303,9 @@ def parse_squeue(stdout: bytes) -> dict[str, Observation]:
 
 
 def time_limit_argv(changes: Sequence[tuple[str, int]]) -> list[str]:
-    """One call that sets each (cluster id, minutes) job's TimeLimit, going on past a
-    refusal; it prints "<id>|<scontrol's error>" for each job refused."""
+    """One call that sets each (cluster id, minutes) job's TimeLimit.
+
+    It goes on past a refusal, printing "<id>|<scontrol's error>" for each job refused."""
     script = (
         'while [ "$#" -gt 1 ]; do '
         'said=$(scontrol update JobId="$1" TimeLimit="$2" 2>&1) '
@@ -359,8 +363,9 @@ def estimate_argv(jobs: Sequence[Job], cluster: SlurmCluster) -> list[str]:
 
 
 def parse_estimates(stdout: bytes) -> dict[int, float | None]:
-    """estimate_argv's answer: gbatch id -> the start sbatch gave (epoch seconds), or
-    None where it gave none (the cluster would refuse the job)."""
+    """estimate_argv's answer: gbatch id -> the start sbatch gave (epoch seconds), or None.
+
+    None where it gave none: the cluster would refuse the job."""
     found: dict[int, float | None] = {}
     for line in stdout.decode(errors="replace").splitlines():
         job_id, bar, said = line.partition("|")

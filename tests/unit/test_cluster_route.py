@@ -12,12 +12,13 @@ import pytest
 from test_cluster import CLUSTER, T0, UNI, FakeCluster, _job, _step, _submit
 
 from gbatch.core.limits import Use, UserLimits, over_limits, with_cluster_jobs
-from gbatch.core.model import IllegalTransition, Job, JobState
+from gbatch.core.model import IllegalTransition, Job, JobSpec, JobState
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.handlers.submit import _lab_and_cluster
 from gbatch.head.loop.route import Router, starts_first_there
 from gbatch.head.store import Store
 from gbatch.head.store.transitions import StateChange
+from gbatch.head.store.window import planning_spec
 from gbatch.jobspec.slurmopts import check_partition
 from gbatch.jobspec.spec import SpecError
 from gbatch.nodes.cluster import (
@@ -335,3 +336,8 @@ def test_the_daemon_takes_a_lab_and_a_cluster_partition_in_either_order() -> Non
         _lab_and_cluster(partitions, "gpu,cpu")
     with pytest.raises(Refused, match='"nope" is not a partition here'):
         _lab_and_cluster(partitions, "gpu,nope")
+
+
+def test_the_planners_window_keeps_where_else_a_job_may_go() -> None:
+    kept = planning_spec(JobSpec("j", ("true",), partition="gpu", alternate="uni").to_dict())
+    assert (kept.partition, kept.alternate) == ("gpu", "uni")

@@ -182,9 +182,11 @@ class ClusterJobsStep:
             backend.close()
 
     def estimate(self, job: Job, partition: str, now: float) -> float | None:
-        """When the cluster of `partition` last said `job` would start there, or None
-        (not asked yet, or it would not take it). One older than ESTIMATE_SECONDS, or
-        none, is asked for at the next pass, with the others wanted (one call)."""
+        """When the cluster of `partition` last said `job` would start there, or None.
+
+        None: not asked yet, or it would not take the job. One older than
+        ESTIMATE_SECONDS, or none, is asked for at the next pass, with the others wanted
+        (one call)."""
         known = self.estimates.get(job.id)
         if known is None or now - known[1] >= ESTIMATE_SECONDS:
             with self._wanted_lock:

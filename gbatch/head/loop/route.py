@@ -34,8 +34,10 @@ WAITING_FOR_ROOM = frozenset({"Resources", "Priority", "NodeDown"})
 
 
 def starts_first_there(here: float, there: float | None) -> bool:
-    """Whether a job the lab would start at `here` starts sooner on the cluster (`there`,
-    None: the cluster would not take it). Ties stay on the lab."""
+    """Whether a job the lab would start at `here` starts sooner on the cluster.
+
+    `there`: the cluster's estimate, None when it would not take the job. Ties stay on
+    the lab."""
     return there is not None and there < here
 
 

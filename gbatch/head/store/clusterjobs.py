@@ -74,8 +74,9 @@ class ClusterJobs(Transitions):
         return found
 
     def cluster_sent_jobs(self) -> list[Job]:
-        """The jobs of every cluster partition the cluster may hold (open rows): they
-        count against their users' limits as running jobs."""
+        """The jobs of every cluster partition the cluster may hold (open rows).
+
+        They count against their users' limits as running jobs."""
         return self._select_raw(
             "EXISTS (SELECT 1 FROM cluster_jobs c WHERE c.job_id = jobs.id AND c.open = 1)"
             " AND state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL',"

@@ -3,6 +3,7 @@ TimeLimit forwarded, container jobs through pyxis (issue 34, phase B "s-route").
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -13,7 +14,9 @@ from test_cluster import CLUSTER, T0, UNI, FakeCluster, _job, _step, _submit
 
 from gbatch.core.limits import Use, UserLimits, over_limits, with_cluster_jobs
 from gbatch.core.model import IllegalTransition, Job, JobSpec, JobState
+from gbatch.core.selection import JobFilter
 from gbatch.head.handlers.errors import Refused
+from gbatch.head.handlers.listing import _in_partitions
 from gbatch.head.handlers.submit import _lab_and_cluster
 from gbatch.head.loop.route import Router, starts_first_there
 from gbatch.head.store import Store
@@ -32,6 +35,8 @@ from gbatch.nodes.cluster import (
     time_limit_argv,
 )
 from gbatch.nodes.inventory import Partition
+from gbatch.protocol import listings
+from gbatch.render import squeue, squeue_brief
 
 PYXIS = replace(CLUSTER, containers=True)
 
@@ -341,3 +346,27 @@ def test_the_daemon_takes_a_lab_and_a_cluster_partition_in_either_order() -> Non
 def test_the_planners_window_keeps_where_else_a_job_may_go() -> None:
     kept = planning_spec(JobSpec("j", ("true",), partition="gpu", alternate="uni").to_dict())
     assert (kept.partition, kept.alternate) == ("gpu", "uni")
+
+
+def test_squeue_shows_both_partitions_while_it_waits_and_the_one_it_runs_in() -> None:
+    spec = JobSpec("j", ("true",), partition="gpu", alternate="uni")
+    both = [
+        Job(1, 0, "alice", spec, JobState.PENDING, T0),
+        Job(2, 0, "alice", spec, JobState.CONFIGURING, T0),
+    ]
+    columns = json.loads(json.dumps(listings.jobs_to_columns(both)))
+    brief = squeue_brief.format_default(columns, T0, header=False)
+    full = squeue.format_squeue(listings.jobs_from_columns(columns), T0, header=False)
+    for table in (brief, full):
+        lines = {line.split()[0]: line.split()[1] for line in table.splitlines()}
+        assert lines == {"1": "gpu,uni", "2": "gpu"}, table
+    # squeue -p uni lists the waiting one; -p gpu both.
+    assert [_in_partitions(j, {"uni"}) for j in both] == [True, False]
+    assert [_in_partitions(j, {"gpu"}) for j in both] == [True, True]
+
+
+def test_the_stores_partition_filter_finds_a_waiting_job_by_either_name(store: Store) -> None:
+    (either,) = _either(store)
+    (lab,) = _submit(store, 1, partition="gpu")
+    found = store.jobs(narrow=JobFilter(partitions=("uni",)))
+    assert [job.id for job in found] == [either] and lab != either

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from test_cluster import CLUSTER, T0, UNI, FakeCluster, _job, _step, _submit
 
+from gbatch.core.constants import IMPLICIT_PARTITION
 from gbatch.core.limits import Use, UserLimits, over_limits, with_cluster_jobs
 from gbatch.core.model import IllegalTransition, Job, JobSpec, JobState
 from gbatch.core.selection import JobFilter
+from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.handlers.listing import _in_partitions
 from gbatch.head.handlers.submit import _lab_and_cluster
@@ -370,3 +372,22 @@ def test_the_stores_partition_filter_finds_a_waiting_job_by_either_name(store: S
     (lab,) = _submit(store, 1, partition="gpu")
     found = store.jobs(narrow=JobFilter(partitions=("uni",)))
     assert [job.id for job in found] == [either] and lab != either
+
+
+def test_scontrol_update_names_one_partition_and_drops_the_other() -> None:
+    from test_jobupdate import job, refusal, user_update
+
+    either = job(alternate="uni")
+    assert user_update(either, Partition="gpu").alternate is None
+    assert "names two partitions" in refusal(either, Partition="gpu,short").message
+
+
+def test_a_sent_jobs_partition_cannot_change(daemon: Daemon) -> None:
+    from test_jobupdate import ALICE, update
+
+    (job_id,) = daemon.store.submit(
+        [JobSpec("j", ("true",), partition="uni")], ALICE.uid, ALICE.user, T0, held=False
+    )
+    assert daemon.store.begin_cluster_send(job_id, 1, "uni", "gbatch:h:1.1", T0)
+    reply = update(daemon, ALICE, job_id, Partition=IMPLICIT_PARTITION)
+    assert reply["ok"] is False and "was sent to cluster partition uni" in str(reply["error"])

@@ -50,8 +50,7 @@ class Lab:
         raise AssertionError(f"job {job_id} is not on the cluster: {self.cluster_jobs()}")
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Lab]:
+def _start_lab(tmp_path: Path, config: str) -> Iterator[Lab]:
     image = ensure_host_image(SLURM_IMAGE, SLURM_BUILD)
     cluster = start_host(tmp_path, CLUSTER_HOST, image=image, user="labsvc")
     try:
@@ -79,7 +78,7 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
                 }
             )
         )
-        head = make_head(tmp_path / "home", gpus=1, config=FAST_CONFIG)
+        head = make_head(tmp_path / "home", gpus=1, config=config)
         head.env["GBATCH_INVENTORY"] = str(inventory)
         head.start()
     except BaseException:
@@ -89,6 +88,16 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
     head.stop()
     kill_leftover_jobs(head.home)
     cluster.stop()
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    yield from _start_lab(tmp_path, FAST_CONFIG)
+
+
+@pytest.fixture
+def limited_lab(tmp_path: Path) -> Iterator[Lab]:
+    yield from _start_lab(tmp_path, FAST_CONFIG + "limits:\n  max_running_jobs: 1\n")
 
 
 def test_either_partition_runs_on_the_lab_when_it_has_room_and_on_the_cluster_when_not(
@@ -154,3 +163,19 @@ def test_output_and_error_files_are_where_o_and_e_say_on_the_cluster(lab: Lab) -
     assert lab.there("cat", f"{workdir}/out-named-{job_id}.txt") == "hello\n"
     assert lab.there("cat", f"{workdir}/err-{job_id}.txt") == "oops\n"
     assert lab.head.run("logs", str(job_id), check=True).stdout == "hello\n"
+
+
+def test_a_user_at_max_running_jobs_sends_nothing_more_to_the_cluster(limited_lab: Lab) -> None:
+    lab = limited_lab
+    first = lab.head.sbatch("-p", "uni", "--wrap", "sleep 8")
+    lab.head.wait_state(first, "RUNNING", timeout=90)
+    second = lab.head.sbatch("-p", "uni", "--wrap", "true")
+    wait_for(
+        lambda: (lab.head.polled(second) or {}).get("reason") == "QOSMaxJobsPerUserLimit",
+        30,
+        "the lab's limit to hold the second job back",
+    )
+    assert len(lab.cluster_jobs()) == 1, lab.cluster_jobs()  # not sent while the first runs
+    assert lab.head.wait_state(first, "COMPLETED", timeout=90)["state"] == "COMPLETED"
+    assert lab.head.wait_state(second, "COMPLETED", timeout=90)["node"] == CLUSTER_HOST
+    assert len(lab.cluster_jobs()) == 2

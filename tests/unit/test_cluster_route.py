@@ -23,6 +23,7 @@ from gbatch.head.handlers.submit import _lab_and_cluster
 from gbatch.head.loop.route import Router, starts_first_there
 from gbatch.head.store import Store
 from gbatch.head.store.transitions import StateChange
+from gbatch.head.store.usage import Usage
 from gbatch.head.store.window import planning_spec
 from gbatch.jobspec.slurmopts import check_partition
 from gbatch.jobspec.spec import SpecError
@@ -391,3 +392,24 @@ def test_a_sent_jobs_partition_cannot_change(daemon: Daemon) -> None:
     assert daemon.store.begin_cluster_send(job_id, 1, "uni", "gbatch:h:1.1", T0)
     reply = update(daemon, ALICE, job_id, Partition=IMPLICIT_PARTITION)
     assert reply["ok"] is False and "was sent to cluster partition uni" in str(reply["error"])
+
+
+def test_jobs_wait_for_room_on_the_cluster_in_fair_share_order(store: Store) -> None:
+    cluster = EstimatingCluster()
+    step = _step(store, cluster)
+    step.half_life = 7 * 86400.0
+    spec = JobSpec("j", ("true",), partition="uni")
+    (used,) = store.submit([spec], 1000, "alice", T0)
+    store.cluster_ended(
+        used,
+        JobState.FAILED,
+        "x",
+        T0,
+        expect={JobState.PENDING},
+        usage=Usage("alice", 3600.0, 7 * 86400.0),
+    )
+    alice = store.submit([spec] * 3, 1000, "alice", T0)
+    (bob,) = store.submit([spec], 1001, "bob", T0)
+    step.mirror(T0 + 1)  # room for max_jobs (3): bob's goes first, alice's last waits
+    sent = {int(o.marker.rsplit(":", 1)[1].split(".")[0]) for o in cluster.jobs.values()}
+    assert sent == {bob, alice[0], alice[1]}

@@ -38,6 +38,7 @@ from gbatch.core.model import (
     Job,
     JobState,
 )
+from gbatch.head.scheduler import queue_order
 from gbatch.head.store import ClusterJob, Store
 from gbatch.head.store.clusterjobs import SEND_BATCH
 from gbatch.head.store.usage import Usage
@@ -447,6 +448,9 @@ class ClusterJobsStep:
             return
         # More than `room` read: jobs a user's limits hold back leave room to the others.
         fresh = self.store.cluster_unsent([name], limit=max(room, SEND_BATCH))
+        if fresh and self.half_life is not None:
+            # In the planner's order: fair share, then priority, then submit time.
+            fresh = queue_order(fresh, self.store.usage(now, self.half_life))
         use = self._use() if fresh else None
         waiting: list[tuple[int, str]] = []
         for job in fresh:

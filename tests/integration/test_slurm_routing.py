@@ -103,6 +103,8 @@ def limited_lab(tmp_path: Path) -> Iterator[Lab]:
 def test_either_partition_runs_on_the_lab_when_it_has_room_and_on_the_cluster_when_not(
     lab: Lab, tmp_path: Path
 ) -> None:
+    # The test cluster has no GPUs (sbatch refuses --gres=gpu there), so the lab runs out
+    # of CPUs instead: the router compares starts whatever the lab waits for.
     shown = lab.head.run("scontrol", "show", "node", "local", check=True).stdout
     cpus = re.search(r"CPUTot=(\d+)", shown)
     assert cpus is not None, shown

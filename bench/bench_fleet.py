@@ -214,6 +214,7 @@ class ScaleFigures:
     reports_per_second: float
     rss_mib: float
     free_to_next: list[float]
+    free_to_allocated: list[float]  # of which the head's: to the next job's CONFIGURING
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -292,9 +293,11 @@ def _remove_containers(prefix: str) -> None:
         )
 
 
-def _free_one(client: Client, victim: dict[str, Any]) -> float:
-    """Kill `victim`'s container, as its job's end would come; the seconds from its end
-    to the next job RUNNING on its host (its one GPU)."""
+def _free_one(client: Client, victim: dict[str, Any]) -> tuple[float, float]:
+    """Kill `victim`'s container, as its job's end would come: the seconds from its end
+    to the next job RUNNING on its host (its one GPU), and of those the head's share
+    (from the end to the next job's CONFIGURING: noticed, planned, committed; the rest is
+    its `docker run -d` over SSH)."""
     subprocess.run(
         ["docker", "kill", "--signal", "TERM", f"gbatch-{victim['id']}-1"],
         capture_output=True,
@@ -307,7 +310,13 @@ def _free_one(client: Client, victim: dict[str, Any]) -> float:
 
     _wait_for("the next job on the freed host", lambda: bool(next_on_host()), 60)
     ended = client.call(requests.ListJobs(ids=(victim["id"],), history=True))["jobs"][0]
-    return float(next_on_host()[0]["start_time"] - ended["end_time"])
+    following = next_on_host()[0]
+    events = client.call(requests.ShowJob(id=following["id"]))["events"]
+    configuring = max(e["time"] for e in events if e["state"] == "CONFIGURING")
+    return (
+        float(following["start_time"] - ended["end_time"]),
+        float(configuring - ended["end_time"]),
+    )
 
 
 def scale(
@@ -383,14 +392,13 @@ def scale(
                 rss = _rss_mib(pid)
                 # A GPU freed on a host picked at random: its container killed as a job's
                 # end would come; the gap to the next job RUNNING on that host.
-                gaps = []
                 rng = random.Random(hosts)
-                for _ in range(kills):
-                    gaps.append(_free_one(client, rng.choice(running())))
+                gaps = [_free_one(client, rng.choice(running())) for _ in range(kills)]
         finally:
             del os.environ["GBATCH_INVENTORY"]
+        cpu = (cpu1 - cpu0) / (wall1 - wall0)
         return ScaleFigures(
-            hosts, passes, (cpu1 - cpu0) / (wall1 - wall0), hosts / interval, rss, gaps
+            hosts, passes, cpu, hosts / interval, rss, [g[0] for g in gaps], [g[1] for g in gaps]
         )
     finally:
         sshd.stop()
@@ -414,6 +422,10 @@ def report_scale(fig: ScaleFigures, pending: int, interval: float) -> None:
     )
     report_ms(
         f"(c) {fig.hosts} hosts: GPU freed on any host -> next job RUNNING there", fig.free_to_next
+    )
+    report_ms(
+        "    of which the head's: the end noticed, planned, CONFIGURING committed",
+        fig.free_to_allocated,
     )
     print(f"(c) {fig.hosts} hosts: head RSS {fig.rss_mib:.0f} MiB", flush=True)
 

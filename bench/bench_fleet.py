@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,7 +215,8 @@ class ScaleFigures:
     reports_per_second: float
     rss_mib: float
     free_to_next: list[float]
-    free_to_allocated: list[float]  # of which the head's: to the next job's CONFIGURING
+    free_to_noticed: list[float]  # of which the head's: to the end's state committed
+    noticed_to_allocated: list[float]  # and from there to the next job's CONFIGURING
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -293,11 +295,26 @@ def _remove_containers(prefix: str) -> None:
         )
 
 
-def _free_one(client: Client, victim: dict[str, Any]) -> tuple[float, float]:
+def _submit(socket: Path, spec: dict[str, Any], count: int, clients: int = 8) -> None:
+    """Queue `count` copies of `spec`, one job each, from `clients` connections at once
+    (their commits grouped: the queue is filled in a fraction of one client's time)."""
+
+    def some(share: int) -> None:
+        with Client(socket) as client:
+            for _ in range(share):
+                client.call(requests.Submit(spec=spec))
+
+    shares = [count // clients + (i < count % clients) for i in range(clients)]
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(some, shares))
+
+
+def _free_one(client: Client, victim: dict[str, Any]) -> tuple[float, float, float]:
     """Kill `victim`'s container, as its job's end would come: the seconds from its end
-    to the next job RUNNING on its host (its one GPU), and of those the head's share
-    (from the end to the next job's CONFIGURING: noticed, planned, committed; the rest is
-    its `docker run -d` over SSH)."""
+    to the next job RUNNING on its host (its one GPU), and of those the head's share,
+    in two: from the end to the end's state committed (noticed: `docker wait` over SSH,
+    the log's copy settled), and from there to the next job's CONFIGURING (planned,
+    committed); the rest is the next job's `docker run -d` over SSH."""
     subprocess.run(
         ["docker", "kill", "--signal", "TERM", f"gbatch-{victim['id']}-1"],
         capture_output=True,
@@ -310,12 +327,14 @@ def _free_one(client: Client, victim: dict[str, Any]) -> tuple[float, float]:
 
     _wait_for("the next job on the freed host", lambda: bool(next_on_host()), 60)
     ended = client.call(requests.ListJobs(ids=(victim["id"],), history=True))["jobs"][0]
+    final = max(e["time"] for e in client.call(requests.ShowJob(id=victim["id"]))["events"])
     following = next_on_host()[0]
     events = client.call(requests.ShowJob(id=following["id"]))["events"]
     configuring = max(e["time"] for e in events if e["state"] == "CONFIGURING")
     return (
         float(following["start_time"] - ended["end_time"]),
-        float(configuring - ended["end_time"]),
+        float(final - ended["end_time"]),
+        float(configuring - final),
     )
 
 
@@ -372,15 +391,22 @@ def scale(
                     listed = client.call(requests.ListNodes())["nodes"]
                     return sum(n["state"] == "idle" for n in listed) == hosts  # type: ignore[no-any-return]
 
+                began = time.monotonic()
                 _wait_for(f"{hosts} nodes idle", nodes_up, 60 + hosts)
+                print(f"#   {hosts} nodes up in {time.monotonic() - began:.0f} s", flush=True)
                 spec = {"name": "fleet", "command": ["sleep", "3600"], "image": image, "gpus": 1}
-                for _ in range(hosts + pending):
-                    client.call(requests.Submit(spec=spec))
+                began = time.monotonic()
+                _submit(home_path / "gbatchd.sock", spec, hosts + pending)
+                print(
+                    f"#   {hosts + pending:,} submitted in {time.monotonic() - began:.0f} s",
+                    flush=True,
+                )
 
                 def running() -> list[dict[str, Any]]:
                     return list(client.call(requests.ListJobs(states=("RUNNING",)))["jobs"])
 
                 _wait_for(f"{hosts} jobs running", lambda: len(running()) == hosts, 30 + 3 * hosts)
+                print(f"#   {hosts} running after {time.monotonic() - began:.0f} s", flush=True)
                 time.sleep(interval)  # every host's report lists its container
                 # Steady state: no request in the window, so the head's CPU is its own.
                 m0 = client.call(requests.Metrics())
@@ -398,7 +424,7 @@ def scale(
             del os.environ["GBATCH_INVENTORY"]
         cpu = (cpu1 - cpu0) / (wall1 - wall0)
         return ScaleFigures(
-            hosts, passes, cpu, hosts / interval, rss, [g[0] for g in gaps], [g[1] for g in gaps]
+            hosts, passes, cpu, hosts / interval, rss, *([g[i] for g in gaps] for i in range(3))
         )
     finally:
         sshd.stop()
@@ -413,20 +439,22 @@ def report_scale(fig: ScaleFigures, pending: int, interval: float) -> None:
         f"p90 {p['p90'] * 1000:.1f} ms (from the daemon's loop histogram)",
         flush=True,
     )
-    per_report = fig.cpu_per_second / fig.reports_per_second
+    # The loop's share from its own histogram; the rest is reading and parsing reports
+    # (one thread per node), the connections' keepalives and the docker waits.
+    passes = p["rate"] * p["mean"]
+    rest = fig.cpu_per_second - passes
     print(
-        f"(c) {fig.hosts} hosts: head CPU {fig.cpu_per_second * 1000:.0f} ms per s of wall "
+        f"(c) {fig.hosts} hosts: head CPU {fig.cpu_per_second * 1000:.0f} ms per s of wall: "
+        f"loop passes {passes * 1000:.0f} ms, the rest {rest * 1000:.0f} ms "
         f"({fig.reports_per_second:.1f} reports/s at report_interval {interval:g} s: "
-        f"{per_report * 1000:.1f} ms per report, its passes included)",
+        f"{rest / fig.reports_per_second * 1000:.1f} ms per report)",
         flush=True,
     )
     report_ms(
         f"(c) {fig.hosts} hosts: GPU freed on any host -> next job RUNNING there", fig.free_to_next
     )
-    report_ms(
-        "    of which the head's: the end noticed, planned, CONFIGURING committed",
-        fig.free_to_allocated,
-    )
+    report_ms("    of which the end noticed and committed", fig.free_to_noticed)
+    report_ms("    then planned, next CONFIGURING committed", fig.noticed_to_allocated)
     print(f"(c) {fig.hosts} hosts: head RSS {fig.rss_mib:.0f} MiB", flush=True)
 
 

@@ -10,8 +10,19 @@ GPU being freed and the next container running on it.
     GPU runs K short container jobs back to back; the gap from job k's container exit
     to job k+1 confirmed RUNNING, minus the plain `docker run -d` time over the same SSH
     connection, is what gbatch adds.
+(c) `--scale 10,50,100`: how the head's cost grows with the fleet. For each size, a real
+    gbatchd whose inventory holds N hosts, each a loopback SSH endpoint (one sshd, N
+    entries) running the real agent with one simulated GPU, its jobs containers on the
+    one engine here (a host's docker client lists only its own node's containers, as
+    its own engine would); N jobs running (`sleep`) and --pending queued behind them.
+    Per size: the loop's passes (rate, mean, median and p90 from the daemon's own
+    histogram, so bucketed), the head's CPU per second of wall in a window with no
+    request (from /proc) split into the loop's passes and the rest (the report
+    threads), the gap from a GPU freed on a random host (its container killed) to the
+    next job RUNNING there, split at the ended job's state committed and the next
+    job's CONFIGURING, and the head's RSS.
 
-Run: .venv/bin/python bench/bench_fleet.py [--quick]
+Run: .venv/bin/python bench/bench_fleet.py [--quick] [--scale 10,50,100]
 """
 
 from __future__ import annotations
@@ -439,15 +450,13 @@ def report_scale(fig: ScaleFigures, pending: int, interval: float) -> None:
         f"p90 {p['p90'] * 1000:.1f} ms (from the daemon's loop histogram)",
         flush=True,
     )
-    # The loop's share from its own histogram; the rest is reading and parsing reports
-    # (one thread per node), the connections' keepalives and the docker waits.
-    passes = p["rate"] * p["mean"]
-    rest = fig.cpu_per_second - passes
+    # The passes' wall time, not their CPU: a pass waits on the GIL while the report
+    # threads run, so it is no share of the CPU figure.
     print(
-        f"(c) {fig.hosts} hosts: head CPU {fig.cpu_per_second * 1000:.0f} ms per s of wall: "
-        f"loop passes {passes * 1000:.0f} ms, the rest {rest * 1000:.0f} ms "
-        f"({fig.reports_per_second:.1f} reports/s at report_interval {interval:g} s: "
-        f"{rest / fig.reports_per_second * 1000:.1f} ms per report)",
+        f"(c) {fig.hosts} hosts: head CPU {fig.cpu_per_second * 1000:.0f} ms per s of wall, "
+        f"{fig.cpu_per_second / fig.hosts * 1000:.2f} ms per host "
+        f"({fig.reports_per_second:.1f} reports/s at report_interval {interval:g} s; "
+        f"the passes' wall time {p['rate'] * p['mean'] * 1000:.0f} ms per s)",
         flush=True,
     )
     report_ms(

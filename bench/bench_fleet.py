@@ -400,11 +400,12 @@ def scale(
 
                 def nodes_up() -> bool:
                     listed = client.call(requests.ListNodes())["nodes"]
-                    return sum(n["state"] == "idle" for n in listed) == hosts  # type: ignore[no-any-return]
+                    # Reported: its GPU known (a node is listed idle before its first report).
+                    return sum(bool(n["gpus"]) for n in listed) == hosts
 
                 began = time.monotonic()
-                _wait_for(f"{hosts} nodes idle", nodes_up, 60 + hosts)
-                print(f"#   {hosts} nodes up in {time.monotonic() - began:.0f} s", flush=True)
+                _wait_for(f"{hosts} nodes reporting", nodes_up, 60 + hosts)
+                print(f"#   {hosts} nodes reported in {time.monotonic() - began:.0f} s", flush=True)
                 spec = {"name": "fleet", "command": ["sleep", "3600"], "image": image, "gpus": 1}
                 began = time.monotonic()
                 _submit(home_path / "gbatchd.sock", spec, hosts + pending)

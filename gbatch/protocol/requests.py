@@ -434,6 +434,19 @@ class ReportUsage(_Request, op="usage_report"):
     by_group: bool = False
 
 
+class ReportUsageSeries(_Request, op="usage_series"):
+    """sreport's GPU-seconds per step of a period, by user and by partition (/ui/usage).
+
+    `edges`: the steps' bounds, ascending (2 to 401: days or weeks, as the caller's clock
+    draws them); step i is [edges[i], edges[i+1]). Replies {"edges", "now", "users":
+    [[user, [GPU-seconds per step]], ...], "partitions": [[partition, [...]], ...],
+    "shares": [[user, fair-share factor], ...], "hidden": bool}. Under private_data a
+    non-admin's view of other users is one row named "" (other users), and their shares
+    are left out; the partitions are everyone's."""
+
+    edges: tuple[float, ...]
+
+
 class ShowTimeline(_Request, op="timeline"):
     """The GPU timeline's data over [start, end): runs, pending queue, reservations.
 
@@ -652,6 +665,7 @@ Request = (
     | ShowShares
     | ShowPriorities
     | ReportUsage
+    | ReportUsageSeries
     | ShowTimeline
     | ShowGpuHistory
     | Metrics

@@ -173,3 +173,68 @@ def test_a_running_jobs_page_charts_its_gpus_utilisation_from_nvml_samples(
     finally:
         head.run("scancel", str(running))
         head.wait_state(running, "CANCELLED")
+
+
+def test_the_usage_chart_totals_what_sreport_says_for_a_lab_of_finished_runs(
+    head: Head,  # noqa: F811
+    api: str,  # noqa: F811
+    browser: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from datetime import datetime
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    lab = [
+        head.sbatch("-G", "1", "-J", "one-gpu", "--wrap", "sleep 2"),
+        head.sbatch("-G", "2", "-J", "two-gpus", "--wrap", "sleep 3"),
+        head.sbatch("-G", "1", "-J", "short", "--wrap", "true"),
+    ]
+    for job_id in lab:
+        head.wait_state(job_id, "COMPLETED")
+    token = mint(head, "--scope", "read")
+    d = browser
+    wait = WebDriverWait(d, 30)
+    d.get(f"{root_of(api)}/ui/login")
+    wait.until(lambda _: d.find_elements(By.ID, "token"))
+    d.find_element(By.ID, "token").send_keys(token)
+    d.find_element(By.ID, "sign-in").click()
+    wait.until(lambda _: d.find_elements(By.ID, "jobs"))
+    d.find_element(By.LINK_TEXT, "Usage").click()
+    svg = wait.until(lambda _: d.find_element(By.ID, "usage-by-user"))
+    first, last = float(svg.get_attribute("data-start")), float(svg.get_attribute("data-end"))
+    assert last - first >= 29 * 86400  # the last 30 days by default, to now
+    # sreport over the same period, as an admin (the daemon's own user) sees every user.
+    period = ("-S", datetime.fromtimestamp(first).isoformat(), "-E")
+    period += (datetime.fromtimestamp(last).isoformat(),)
+    said = json.loads(head.run("sreport", "-a", "--json", *period, check=True).stdout)
+    expected = {row["name"]: row["gpu_seconds"] for row in said["rows"]}
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert expected[me] >= 2 + 2 * 3  # the lab's runs, at least their sleeps
+    rows = d.find_elements(By.CSS_SELECTOR, "#usage-users tbody tr")
+    shown = {r.get_attribute("data-name"): float(r.get_attribute("data-gpu-seconds")) for r in rows}
+    assert shown.keys() == expected.keys()
+    for name, seconds in expected.items():
+        assert abs(shown[name] - seconds) < 0.01
+        # Each user's segments add up to their row (the bars are the same numbers).
+        segments = d.find_elements(
+            By.CSS_SELECTOR, f'#usage-by-user rect.segment[data-name="{name}"]'
+        )
+        assert (
+            abs(sum(float(s.get_attribute("data-gpu-seconds")) for s in segments) - seconds) < 0.01
+        )
+    # The partitions' chart sums to the same whole; the fair-share factor is beside.
+    parts = d.find_elements(By.CSS_SELECTOR, "#usage-partitions tbody tr")
+    total = sum(float(p.get_attribute("data-gpu-seconds")) for p in parts)
+    assert abs(total - sum(expected.values())) < 0.01
+    factor = d.find_element(By.CSS_SELECTOR, f'#usage-users tr[data-name="{me}"] td:last-child')
+    assert 0 < float(factor.text) <= 1
+    screenshot(d, tmp_path, "usage")
+    # A period it does not offer is refused with the page's message.
+    web = Browserless(root_of(api))
+    web.post("/ui/login", {"token": token, "csrf": csrf_of(web.get("/ui/login")[2])})
+    status, _, page = web.get("/ui/usage?period=1y")
+    assert status == 400 and "period: pick one of 14d, 30d, 12w, 26w" in page
+    status, _, page = web.get("/ui/usage?period=12w")
+    assert status == 200 and "selected>last 12w" in page and "week of" in page

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import grp
+import itertools
 import os
 import pwd
 import time
@@ -180,6 +181,54 @@ def on_usage_report(
         "start": request.start,
         "end": request.end,
         "now": now,
+    }
+
+
+MAX_USAGE_STEPS = 400  # a year and more of days; 400 bars is as many as a chart shows
+MAX_USAGE_SPAN_S = 400 * 86400
+
+
+def on_usage_series(
+    daemon: Daemon, caller: Caller, request: requests.ReportUsageSeries
+) -> dict[str, Any]:
+    """The usage chart: sreport's GPU-seconds per step, by user and by partition, and the
+    fair-share factors beside them.
+
+    Everyone sees them, as the timeline shows everyone's runs; under private_data a
+    non-admin sees their own row, the others' summed as one row named "" and no one
+    else's factor (the partitions' sums are everyone's, as the timeline's bars are)."""
+    from gbatch.head.accounting import usage_series
+
+    edges = request.edges
+    if not 2 <= len(edges) <= MAX_USAGE_STEPS + 1:
+        raise Refused("invalid", f"usage_series.edges: give 2 to {MAX_USAGE_STEPS + 1} times")
+    if any(b <= a for a, b in itertools.pairwise(edges)):
+        raise Refused("invalid", "usage_series.edges: give the times in ascending order")
+    if edges[-1] - edges[0] > MAX_USAGE_SPAN_S:
+        raise Refused("invalid", "usage_series.edges: the period is longer than 400 days")
+    now = daemon.clock()
+    hide = daemon.config.private_data and not is_admin(daemon, caller)
+    ran = daemon.store.jobs_run_between(edges[0], edges[-1])
+    charged = daemon.fleet.charged_gpus
+    users = usage_series(
+        ran, edges, now, (lambda j: j.user if not hide or j.uid == caller.uid else ""), charged
+    )
+    partitions = usage_series(ran, edges, now, lambda j: j.spec.partition or "", charged)
+    usage = daemon.usage(daemon.store.jobs_in(ALLOCATED_STATES), now)
+    share = factors(usage, {*daemon.store.pending_counts(), *users} - {""})
+    if hide:
+        share = {caller.user: share.get(caller.user, 1.0)}
+
+    def by_total(rows: dict[str, list[float]]) -> list[list[Any]]:
+        return [[name, rows[name]] for name in sorted(rows, key=lambda n: (-sum(rows[n]), n))]
+
+    return {
+        "edges": list(edges),
+        "now": now,
+        "users": by_total(users),
+        "partitions": by_total(partitions),
+        "shares": [[user, share[user]] for user in sorted(share)],
+        "hidden": hide,
     }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from gbatch.core.model import Event, Job, JobSpec, JobState, NodeInfo
 from gbatch.protocol import codec, listings, requests
 from gbatch.protocol.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
+from gbatch.tui.activity import LANE_S, SPARK_S, Activity, activity_from_wire
 from gbatch.tui.rows import QueueFilter
 
 # What a screen shows as a status line instead of crashing: the daemon went away,
@@ -32,6 +33,9 @@ ACTIONS = tuple(requests.JOB_ACTIONS)
 FINISHED_WINDOW_S = 7 * 86400.0
 _STATE_OF = {state.value: state for state in JobState}
 
+
+# The samples a sparkline's read carries: a few per cell (activity.SPARK_W).
+SPARK_POINTS = 120
 
 # The page read before the view has a size (`gbatch tui`'s early read): a tall
 # terminal's worth of rows and a margin.
@@ -75,6 +79,8 @@ class QueuePage:
 class NodesSnapshot:
     nodes: tuple[NodeInfo, ...]
     owners: Mapping[int, str]  # job id -> user, for the jobs holding GPUs
+    # Each GPU's utilisation of late and the runs that held it (None: not read).
+    activity: Activity | None = None
 
 
 @dataclass(frozen=True)
@@ -267,7 +273,20 @@ class DaemonLink:
         if held:
             reply = self._call(requests.ListJobs(ids=tuple(held), brief=True))
             owners = {j["id"]: j["user"] for j in reply["jobs"]}
-        return NodesSnapshot(nodes, owners)
+        return NodesSnapshot(nodes, owners, self.activity())
+
+    def activity(self) -> Activity:
+        """Each GPU's last 10 minutes of utilisation and the runs on it in the last 6 hours.
+
+        Two reads of what the web page's charts read (the head's sample history, the
+        timeline), at the daemon's clock; a run's user is "" where private_data hides it."""
+        asked = time.time()  # the TUI runs on the head: the daemon's clock, near enough
+        history = self._call(
+            requests.ShowGpuHistory(start=asked - SPARK_S, end=asked + 1, points=SPARK_POINTS)
+        )
+        now = float(history["now"])
+        timeline = self._call(requests.ShowTimeline(start=now - LANE_S, end=now + 1))
+        return activity_from_wire(history, timeline, now)
 
     def job(self, job_id: int) -> JobSnapshot:
         reply = self._call(requests.ShowJob(id=job_id))

@@ -491,7 +491,8 @@ class Metrics(_Request, op="metrics"):
     partition, count], ...] (jobs not yet ended), "nodes": [node_to_wire, ...],
     "round_trips": {node: [seconds, age in seconds]} (SSH; measured nodes only),
     "shares": [[user, decayed GPU-seconds, fair-share factor], ...], "daemon":
-    head/metrics.DaemonMetrics.to_wire()}."""
+    head/metrics.DaemonMetrics.to_wire(), "gpu_jobs": [[node, GPU index, job id, user],
+    ...] (each GPU an allocated job holds)}."""
 
 
 class Shutdown(_Request, op="shutdown"):

@@ -244,7 +244,8 @@ def on_metrics(daemon: Daemon, caller: Caller, request: requests.Metrics) -> dic
             daemon, caller, "metrics", "daemon", "read metrics under private_data (every user's)"
         )
     now = daemon.clock()
-    usage = daemon.usage(daemon.store.jobs_in(ALLOCATED_STATES), now)
+    allocated = daemon.store.jobs_in(ALLOCATED_STATES)
+    usage = daemon.usage(allocated, now)
     counts = daemon.store.queue_counts()
     share = factors(usage, {user for _, user, _ in counts})
     ticks = daemon.monotonic()
@@ -262,6 +263,13 @@ def on_metrics(daemon: Daemon, caller: Caller, request: requests.Metrics) -> dic
         "shares": [[user, max(usage.get(user, 0.0), 0.0), share[user]] for user in sorted(share)],
         "daemon": daemon.metrics.to_wire(),
         "idle_gpu_jobs": daemon.store.idle_flagged_count(IDLE_REASON),
+        # Which job and user hold each GPU: the join from a GPU's series to its owner.
+        "gpu_jobs": sorted(
+            [node, gpu, job.id, job.user]
+            for job in allocated
+            for node, gpus in job.placements
+            for gpu in gpus
+        ),
     }
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import Head, wait_for
-from test_http_api import api, head, mint  # noqa: F401 (fixtures)
+from test_http_api import api, head, http, mint  # noqa: F401 (fixtures)
 from test_web_ui import Browserless, browser, csrf_of, root_of, screenshot, text_of  # noqa: F401
 
 
@@ -238,3 +238,44 @@ def test_the_usage_chart_totals_what_sreport_says_for_a_lab_of_finished_runs(
     assert status == 400 and "period: pick one of 14d, 30d, 12w, 26w" in page
     status, _, page = web.get("/ui/usage?period=12w")
     assert status == 200 and "selected>last 12w" in page and "week of" in page
+
+
+def test_the_http_api_serves_the_timeline_gpu_history_and_usage_as_json(
+    head: Head,  # noqa: F811
+    api: str,  # noqa: F811
+) -> None:
+    running = head.sbatch("-G", "1", "-J", "api-run", "--wrap", "sleep 300")
+    job = head.wait_state(running, "RUNNING")
+    (gpu,) = job["gpus"]  # type: ignore[misc]
+    token = mint(head, "--scope", "read")
+    try:
+        status, reply, _ = http(f"{api}/timeline", token=token)
+        assert status == 200 and reply["end"] - reply["start"] == 86400
+        (run,) = [r for r in reply["runs"] if r["id"] == running]  # type: ignore[union-attr]
+        assert run["placements"] == [["local", [gpu]]] and run["name"] == "api-run"
+        wait_for(
+            lambda: http(f"{api}/gpus/history?node=local&gpu={gpu}&points=10", token=token)[1][
+                "series"
+            ][0]["points"],
+            30,
+            "a sample of the job's GPU",
+        )
+        status, reply, _ = http(f"{api}/gpus/history?node=local&gpu={gpu}&points=10", token=token)
+        (series,) = reply["series"]  # type: ignore[misc]
+        assert (series["node"], series["index"]) == ("local", gpu)
+        assert 1 <= len(series["points"]) <= 10
+        status, reply, _ = http(f"{api}/usage?step=7200", token=token)
+        assert status == 200 and len(reply["edges"]) == 30 * 12 + 1  # type: ignore[arg-type]
+        assert any(user == job["user"] for user, _ in reply["users"])  # type: ignore[union-attr]
+        # Bad input: a 400 naming the field; no token: 401.
+        status, reply, _ = http(f"{api}/timeline?start=yesterday", token=token)
+        assert status == 400 and reply["error"].startswith("start: 'yesterday'")  # type: ignore[union-attr]
+        status, reply, _ = http(f"{api}/usage?step=60", token=token)
+        assert status == 400 and "more than 400 steps" in str(reply["error"])
+        status, reply, _ = http(f"{api}/gpus/history?points=5000", token=token)
+        assert status == 400 and "gpu_history.points" in str(reply["error"])
+        status, _, _ = http(f"{api}/timeline")
+        assert status == 401
+    finally:
+        head.run("scancel", str(running))
+        head.wait_state(running, "CANCELLED")

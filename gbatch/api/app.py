@@ -354,8 +354,10 @@ class Api:
         return await self.relay(http, request)
 
     async def usage(self, http: Request) -> Response:
-        """GET /usage: sreport's GPU-seconds per step of `step` seconds (default a day) over
-        [start, end) (default the last 30 days), by user and by partition."""
+        """GET /usage: sreport's GPU-seconds per step, by user and by partition.
+
+        Steps of `step` seconds (default a day) over [start, end) (default the last 30
+        days)."""
         span = _period(http, 30 * 86400.0)
         if isinstance(span, Response):
             return span

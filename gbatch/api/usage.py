@@ -62,8 +62,10 @@ def _nice(peak: float) -> float:
 def chart(
     rows: Sequence[Sequence[Any]], edges_: Sequence[float], kind: str, step: str
 ) -> dict[str, Any]:
-    """Stacked bars of `rows` ([[name, [GPU-seconds per step]], ...], largest first: the
-    bottom of each stack) over the steps between `edges_`; `kind` "user" or "partition"."""
+    """Stacked bars of `rows` over the steps between `edges_`, with their legend.
+
+    `rows`: [[name, [GPU-seconds per step]], ...], largest first (the bottom of each
+    stack); `kind` "user" or "partition"."""
     steps = len(edges_) - 1
     hours = [[float(v) / 3600 for v in values] for _, values in rows]
     totals = [sum(h[i] for h in hours) for i in range(steps)]

@@ -451,10 +451,12 @@ class ShowTimeline(_Request, op="timeline"):
     """The GPU timeline's data over [start, end): runs, pending queue, reservations.
 
     Replies {"start", "end", "now", "runs", "pending", "windows", "lanes"}:
-    - runs: each job's last run that overlaps the range, {"id", "name", "user", "state",
-      "start", "end" (null: still on), "placements": [[node, [GPU ids]], ...], "idle":
-      [[node, GPU, start, end], ...]}; idle: the stretches a GPU of it read under the
-      idle_gpu policy's threshold for its after_minutes or longer (the sample history);
+    - runs: each run that overlaps the range, a job's last and those a requeue ended
+      (state "REQUEUED", with the requeue's "reason"), {"id", "attempt", "name", "user",
+      "state", "reason", "start", "end" (null: still on), "placements": [[node, [GPU
+      ids]], ...], "idle": [[node, GPU, start, end], ...]}; idle: the stretches a GPU of
+      it read under the idle_gpu policy's threshold for its after_minutes or longer (the
+      sample history);
     - pending: [[time, jobs pending], ...], a step function, its first point at `start`;
     - windows: [[reservation, node, [GPU ids] (empty: the whole node), start, end,
       MAINT], ...];

@@ -1,5 +1,7 @@
-"""The nodes view's pictures at terminal resolution: each GPU's utilisation sparkline and a
-compact timeline of the runs that held it. Pure (no textual, no clock).
+"""The nodes view's pictures at terminal resolution: GPU sparklines and run lanes. Pure.
+
+Each GPU's utilisation sparkline and a compact timeline of the runs that held it; no
+textual, no clock.
 
 Fed by the head's GPU sample history (`gpu_history`) and the timeline (`timeline`), the
 same requests the web page's charts read.
@@ -33,8 +35,9 @@ ACTIVITY_COLUMNS: tuple[tuple[str, str], ...] = (
 
 @dataclass(frozen=True)
 class Held:
-    """A run on a GPU: from `start` to `end` (None: still on), its job id and user
-    (0 and "" for another user's run under private_data)."""
+    """A run on a GPU: from `start` to `end` (None: still on), its job id and user.
+
+    0 and "" for another user's run under private_data."""
 
     start: float
     end: float | None

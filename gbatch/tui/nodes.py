@@ -1,5 +1,7 @@
-"""The nodes view: each node's state (and why it takes no jobs), each GPU a row; under
-them each GPU's utilisation sparkline and a compact timeline of its runs (activity.py)."""
+"""The nodes view: each node's state (and why it takes no jobs), each GPU a row.
+
+Under them, each GPU's utilisation sparkline and a compact timeline of its runs
+(activity.py)."""
 
 from __future__ import annotations
 

@@ -279,3 +279,35 @@ def test_the_http_api_serves_the_timeline_gpu_history_and_usage_as_json(
     finally:
         head.run("scancel", str(running))
         head.wait_state(running, "CANCELLED")
+
+
+def test_each_run_of_a_requeued_job_is_a_bar_of_its_own(
+    head: Head,  # noqa: F811
+    api: str,  # noqa: F811
+) -> None:
+    import re
+
+    job_id = head.sbatch("-G", "1", "-J", "twice", "--wrap", "sleep 300")
+    head.wait_state(job_id, "RUNNING")
+    first = record(job_id, head)
+    head.run("scontrol", "requeue", str(job_id), check=True)
+    wait_for(
+        lambda: (
+            (record(job_id, head).get("attempt") or 0) > first["attempt"]
+            and record(job_id, head)["state"] == "RUNNING"
+        ),
+        60,
+        "the requeued job to run again",
+    )
+    try:
+        token = mint(head, "--scope", "read")
+        web = Browserless(root_of(api))
+        web.post("/ui/login", {"token": token, "csrf": csrf_of(web.get("/ui/login")[2])})
+        status, _, page = web.get("/ui/timeline?range=1h")
+        assert status == 200
+        bars = re.findall(rf'<g class="bar" data-job="{job_id}" data-attempt="(\d+)"', page)
+        assert sorted(int(a) for a in bars) == [first["attempt"], first["attempt"] + 1]
+        assert "requeued (" in page  # the first run's bar says why it ended
+    finally:
+        head.run("scancel", str(job_id))
+        head.wait_state(job_id, "CANCELLED")

@@ -10,7 +10,7 @@ import pwd
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from gbatch.core.limits import Use, UserShare, use_by_user
 from gbatch.core.model import ALLOCATED_STATES, Job, JobState
@@ -191,12 +191,12 @@ MAX_USAGE_SPAN_S = 400 * 86400
 def on_usage_series(
     daemon: Daemon, caller: Caller, request: requests.ReportUsageSeries
 ) -> dict[str, Any]:
-    """The usage chart: sreport's GPU-seconds per step, by user and by partition, and the
-    fair-share factors beside them.
+    """The usage chart: sreport's GPU-seconds per step by user and partition, and factors.
 
-    Everyone sees them, as the timeline shows everyone's runs; under private_data a
-    non-admin sees their own row, the others' summed as one row named "" and no one
-    else's factor (the partitions' sums are everyone's, as the timeline's bars are)."""
+    The fair-share factors go beside them. Everyone sees them, as the timeline shows
+    everyone's runs; under private_data a non-admin sees their own row, the others'
+    summed as one row named "" and no one else's factor (the partitions' sums are
+    everyone's, as the timeline's bars are)."""
     from gbatch.head.accounting import usage_series
 
     edges = request.edges
@@ -281,9 +281,22 @@ def _server_user_name() -> str:
         return str(os.getuid())
 
 
+class _Run(NamedTuple):
+    """A run drawn on the timeline: its job, attempt, times, placements and state."""
+
+    job: Job
+    attempt: int
+    start: float
+    end: float | None
+    placements: tuple[tuple[str, tuple[int, ...]], ...]
+    state: str
+    reason: str
+
+
 def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) -> dict[str, Any]:
     """The GPU timeline over [start, end): runs on GPUs, the pending queue, reservations.
 
+    Every run of a job: its last (the job's row) and those requeues ended (earlier_runs).
     Everyone sees the fleet's GPUs, as in Slurm; under private_data a non-admin sees
     another user's run as a bar of "other user": no id, name nor user."""
     from gbatch.core.timeline import MAX_RANGE_S, pending_steps, reservation_windows
@@ -294,21 +307,39 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
         raise Refused("invalid", "timeline: the range is longer than 34 days. Pick a shorter one")
     now = daemon.clock()
     hide = daemon.config.private_data and not is_admin(daemon, caller)
-    ran = [j for j in daemon.store.jobs_run_between(request.start, request.end) if j.placements]
+    last = [j for j in daemon.store.jobs_run_between(request.start, request.end) if j.placements]
+    ran = [
+        _Run(j, j.attempt, j.start_time or 0.0, j.end_time, j.placements, j.state.value, "")
+        for j in last
+    ]
+    earlier = daemon.store.earlier_runs_between(request.start, request.end)
+    if earlier:
+        known = {j.id: j for j in last}
+        wanted = {r.job_id for r in earlier} - set(known)
+        known.update((j.id, j) for j in daemon.store.jobs(ids=wanted) if wanted)
+        ran += [
+            _Run(known[r.job_id], r.attempt, r.start, r.end, r.placements, "REQUEUED", r.reason)
+            for r in earlier
+            if r.job_id in known
+        ]
+        ran.sort(key=lambda r: (r.start, r.job.id, r.attempt))
     idle = _idle_while_held(daemon, ran, request.start, min(request.end, now), now)
     runs = []
-    for job in ran:
+    for run in ran:
+        job = run.job
         mine = not hide or job.uid == caller.uid
         runs.append(
             {
                 "id": job.id if mine else 0,
+                "attempt": run.attempt,
                 "name": job.spec.name if mine else "",
                 "user": job.user if mine else "",
-                "state": job.state.value,
-                "start": job.start_time,
-                "end": job.end_time,
-                "placements": [[node, list(gpus)] for node, gpus in job.placements],
-                "idle": idle.get(job.id, []),
+                "state": run.state,
+                "reason": run.reason if mine else "",
+                "start": run.start,
+                "end": run.end,
+                "placements": [[node, list(gpus)] for node, gpus in run.placements],
+                "idle": idle.get((job.id, run.attempt), []),
             }
         )
     spans = daemon.store.pending_spans(request.start, request.end)
@@ -328,35 +359,37 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
 
 
 def _idle_while_held(
-    daemon: Daemon, ran: Sequence[Job], start: float, end: float, now: float
-) -> dict[int, list[list[Any]]]:
-    """Job id -> [[node, GPU, start, end], ...]: stretches its GPUs sat idle while it held
-    them in [start, end), as the idle_gpu policy sees them (its defaults when it is off).
+    daemon: Daemon, ran: Sequence[_Run], start: float, end: float, now: float
+) -> dict[tuple[int, int], list[list[Any]]]:
+    """(job id, attempt) -> [[node, GPU, start, end], ...]: stretches its run's GPUs sat
+    idle while it held them in [start, end), as the idle_gpu policy sees them (its
+    defaults when it is off).
 
     One history read per GPU (not per run): a month of short jobs costs what the GPUs do."""
     from gbatch.core.timeline import idle_stretches
 
     policy = daemon.config.idle_gpu or IdleGpuPolicy()
-    held: dict[tuple[str, int], list[tuple[int, float, float]]] = {}
-    for job in ran:
-        first = max(job.start_time or start, start)
-        last = min(job.end_time or now, end)
+    held: dict[tuple[str, int], list[tuple[tuple[int, int], float, float]]] = {}
+    for run in ran:
+        first = max(run.start or start, start)
+        last = min(run.end or now, end)
+        key = (run.job.id, run.attempt)
         if last > first:
-            for node, gpus in job.placements:
+            for node, gpus in run.placements:
                 for gpu in gpus:
-                    held.setdefault((node, gpu), []).append((job.id, first, last))
-    out: dict[int, list[list[Any]]] = {}
+                    held.setdefault((node, gpu), []).append((key, first, last))
+    out: dict[tuple[int, int], list[list[Any]]] = {}
     for (node, gpu), spans in held.items():
         first, last = min(s[1] for s in spans), max(s[2] for s in spans)
         points = daemon.gpu_history.series(node, gpu, first, last, now)
         step = 1.0 if first >= now - 3600 else 60.0  # the series' (gpuhistory.series)
         readings = [(p.time, p.util_max) for p in points]
         stretches = idle_stretches(readings, policy.threshold_percent, 0.0, step)
-        for job_id, a, b in spans:
+        for key, a, b in spans:
             for lo, hi in stretches:
                 lo, hi = max(lo, a), min(hi, b)
                 if hi - lo >= policy.after_seconds:
-                    out.setdefault(job_id, []).append([node, gpu, lo, hi])
+                    out.setdefault(key, []).append([node, gpu, lo, hi])
     return out
 
 

@@ -422,9 +422,10 @@ class ShowPriorities(_Request, op="priorities"):
 class ReportUsage(_Request, op="usage_report"):
     """sreport: GPU-seconds that runs spent inside [start, end), summed by user.
 
-    Summed by the user's Unix group instead with `by_group`. The caller's own row;
-    `users`, `all_users` and `by_group` are for admins. Replies {"rows": [{"name",
-    "gpu_seconds", "jobs"}, ...], "start", "end", "now"}.
+    Summed by the user's Unix group instead with `by_group` (admins), or by partition
+    with `by_partition` (everyone's jobs, as the web page's usage chart shows them to
+    anyone). The caller's own row; `users`, `all_users` and `by_group` are for admins.
+    Replies {"rows": [{"name", "gpu_seconds", "jobs"}, ...], "start", "end", "now"}.
     """
 
     start: float
@@ -432,6 +433,7 @@ class ReportUsage(_Request, op="usage_report"):
     users: tuple[str, ...] = ()
     all_users: bool = False
     by_group: bool = False
+    by_partition: bool = False
 
 
 class ReportUsageSeries(_Request, op="usage_series"):

@@ -224,10 +224,17 @@ def test_the_usage_chart_totals_what_sreport_says_for_a_lab_of_finished_runs(
         assert (
             abs(sum(float(s.get_attribute("data-gpu-seconds")) for s in segments) - seconds) < 0.01
         )
-    # The partitions' chart sums to the same whole; the fair-share factor is beside.
+    # The partitions' chart is sreport --partition's, and sums to the same whole.
+    said = json.loads(head.run("sreport", "--partition", "--json", *period, check=True).stdout)
+    by_partition = {row["name"]: row["gpu_seconds"] for row in said["rows"]}
     parts = d.find_elements(By.CSS_SELECTOR, "#usage-partitions tbody tr")
-    total = sum(float(p.get_attribute("data-gpu-seconds")) for p in parts)
-    assert abs(total - sum(expected.values())) < 0.01
+    shown = {
+        p.get_attribute("data-name"): float(p.get_attribute("data-gpu-seconds")) for p in parts
+    }
+    assert shown.keys() == by_partition.keys()
+    assert all(abs(shown[name] - seconds) < 0.01 for name, seconds in by_partition.items())
+    assert abs(sum(shown.values()) - sum(expected.values())) < 0.01
+    # The fair-share factor is beside each user.
     factor = d.find_element(By.CSS_SELECTOR, f'#usage-users tr[data-name="{me}"] td:last-child')
     assert 0 < float(factor.text) <= 1
     screenshot(d, tmp_path, "usage")

@@ -8,7 +8,7 @@ import itertools
 import os
 import pwd
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -152,9 +152,15 @@ def on_usage_report(
     """sreport: GPU-seconds inside [start, end) by user or by Unix group.
 
     A job's group is its submitter's primary group, as the system names it now. A user
-    sees their own row, as in sshare; other users, all users and groups are for admins."""
+    sees their own row, as in sshare; other users, all users and groups are for admins.
+    By partition, every user's jobs are summed for anyone, as the usage chart does
+    (`""`: a job queued before partitions existed)."""
     if not request.end > request.start:
         raise Refused("invalid", "the period's end must be after its start. Check -S and -E")
+    if request.by_partition and (request.by_group or request.users):
+        raise Refused(
+            "invalid", "--partition sums every user's jobs: give it without -u or --group"
+        )
     wanted = set(request.users)
     if request.all_users or request.by_group or wanted - {caller.user}:
         require_admin(
@@ -165,16 +171,12 @@ def on_usage_report(
             "see other users' or groups' usage (yours: `gbatch sreport`)",
         )
     now = daemon.clock()
-    users = None if request.all_users or request.by_group else sorted(wanted or {caller.user})
+    everyone = request.all_users or request.by_group or request.by_partition
+    users = None if everyone else sorted(wanted or {caller.user})
     ran = daemon.store.jobs_run_between(request.start, request.end, users)
     epoch = int(time.monotonic() // GROUP_CACHE_S)
     rows = usage_by(
-        ran,
-        request.start,
-        request.end,
-        now,
-        (lambda j: _group_of(j.uid, epoch)) if request.by_group else (lambda j: j.user),
-        daemon.fleet.charged_gpus,
+        ran, request.start, request.end, now, _usage_key(request, epoch), daemon.fleet.charged_gpus
     )
     return {
         "rows": [row.to_wire() for row in rows],
@@ -230,6 +232,15 @@ def on_usage_series(
         "shares": [[user, share[user]] for user in sorted(share)],
         "hidden": hide,
     }
+
+
+def _usage_key(request: requests.ReportUsage, epoch: int) -> Callable[[Job], str]:
+    """What sreport sums a job's usage under: its group, its partition or its user."""
+    if request.by_group:
+        return lambda j: _group_of(j.uid, epoch)
+    if request.by_partition:
+        return lambda j: j.spec.partition or ""
+    return lambda j: j.user
 
 
 def on_metrics(daemon: Daemon, caller: Caller, request: requests.Metrics) -> dict[str, Any]:

@@ -68,12 +68,21 @@ def usage_series(
     A name whose jobs used nothing in any step is left out; each list has a value per step.
     The steps' sum over a name equals usage_by over [edges[0], edges[-1]).
     """
+    from bisect import bisect_right  # deferred: only the usage chart steps through time
+
     steps = len(edges) - 1
     out: dict[str, list[float]] = {}
     for job in jobs:
+        if job.start_time is None:
+            continue
         gpus = None if charged is None else charged(job)
+        run_end = job.end_time if job.end_time is not None else now
         row: list[float] | None = None
-        for i in range(steps):
+        # Only the steps its run overlaps: a month of days costs a short job one or two.
+        first = max(bisect_right(edges, job.start_time) - 1, 0)
+        for i in range(first, steps):
+            if edges[i] >= run_end:
+                break
             used = gpu_seconds_in(job, edges[i], edges[i + 1], now, gpus)
             if used > 0:
                 row = row if row is not None else out.setdefault(key(job), [0.0] * steps)

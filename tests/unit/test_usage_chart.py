@@ -151,3 +151,18 @@ def test_the_page_escapes_names_and_carries_no_script_or_style_attribute() -> No
     assert "<script" not in page and " style=" not in page
     assert re.search(r"\son\w+=", page) is None  # no event handler attribute
     assert 'href="/ui/usage"' in page  # the nav's link
+
+
+def test_each_step_is_what_sreport_says_of_that_step_alone(private: Daemon) -> None:
+    ran(private, ALICE, (0,), T0 - 5 * H, T0 + 1 * H)  # began before the first step
+    ran(private, BOB, (1,), T0 + 0.5 * H, None)  # on past the last step
+    ran(private, CAROL, (0,), T0 + 30 * H, T0 + 30.5 * H)  # inside one step
+    edges = [T0 + k * 8 * H for k in range(5)]  # four steps of 8 h, to T0 + 32 h
+    jobs = private.store.jobs_run_between(edges[0], edges[-1])
+    series = usage_series(jobs, edges, T0 + 48 * H, lambda j: j.user)
+    for i in range(4):
+        alone = usage_by(jobs, edges[i], edges[i + 1], T0 + 48 * H, lambda j: j.user)
+        assert {r.name: r.gpu_seconds for r in alone} == {
+            name: steps[i] for name, steps in series.items() if steps[i] > 0
+        }
+    assert series["alice"] == [H, 0.0, 0.0, 0.0] and series["bob"][3] == 8 * H

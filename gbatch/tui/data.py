@@ -276,7 +276,11 @@ class DaemonLink:
         if held:
             reply = self._call(requests.ListJobs(ids=tuple(held), brief=True))
             owners = {j["id"]: j["user"] for j in reply["jobs"]}
-        return NodesSnapshot(nodes, owners, self.activity())
+        try:
+            activity: Activity | None = self.activity()
+        except RequestFailed:  # a daemon without the history (older): the rows still show
+            activity = None
+        return NodesSnapshot(nodes, owners, activity)
 
     def activity(self) -> Activity:
         """Each GPU's last 10 minutes of utilisation and the runs on it in the last 6 hours.

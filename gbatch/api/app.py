@@ -629,7 +629,10 @@ def _period(http: Request, default_span: float) -> tuple[float, float] | Respons
         if values[name] != values[name] or abs(values[name]) == float("inf"):
             return error("invalid", f"{name}: {loggable(text, 40)!r}; give epoch seconds")
     end = values.get("end", time.time())
-    return values.get("start", end - default_span), end
+    start = values.get("start", end - default_span)
+    if not end > start:
+        return error("invalid", "end: give a time after start (epoch seconds)")
+    return start, end
 
 
 def _list(value: str | None) -> tuple[str, ...]:

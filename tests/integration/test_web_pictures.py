@@ -277,6 +277,8 @@ def test_the_http_api_serves_the_timeline_gpu_history_and_usage_as_json(
         # Bad input: a 400 naming the field; no token: 401.
         status, reply, _ = http(f"{api}/timeline?start=yesterday", token=token)
         assert status == 400 and reply["error"].startswith("start: 'yesterday'")  # type: ignore[union-attr]
+        status, reply, _ = http(f"{api}/usage?start=2000&end=1000", token=token)
+        assert status == 400 and str(reply["error"]).startswith("end: give a time after start")
         status, reply, _ = http(f"{api}/usage?step=60", token=token)
         assert status == 400 and "more than 400 steps" in str(reply["error"])
         status, reply, _ = http(f"{api}/gpus/history?points=5000", token=token)

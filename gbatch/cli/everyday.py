@@ -4,7 +4,7 @@ They run without argparse, pathlib, socket or json: with the re, enum, functools
 gettext those load, they were most of these commands' start (bench/bench_startup.py).
 
 everyday() reads a command line only where it reads it exactly as argparse would:
-squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h) and sbatch's --wrap
+squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h, -r) and sbatch's --wrap
 with -H, --parsable or -Q, each option's value in the next word (one that does not
 begin with '-'), after '=', or joined to a short option (`-j5`). Anything else (another
 option, two options in one word, a value that begins with '-', gbatch's own options but
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 # Each everyday form's options, as squeue's and sbatch's parsers define them: a flag's
 # dest, and the dest of an option that takes a value (append: every value, in order).
 SQUEUE_FLAGS = {"--me": "me", "-a": "all", "--all": "all", "-h": "noheader"}
-SQUEUE_FLAGS["--noheader"] = "noheader"
+SQUEUE_FLAGS |= {"--noheader": "noheader", "-r": "array", "--array": "array"}
 SQUEUE_VALUES = {"-u": "user", "--user": "user", "-n": "name", "--name": "name"}
 SQUEUE_VALUES |= {"-p": "partition", "--partition": "partition", "-w": "nodelist"}
 SQUEUE_VALUES |= {"--nodelist": "nodelist", "-t": "states", "--states": "states"}
@@ -258,7 +258,12 @@ def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
     reply = send(request)
     if reply is None:
         return None
-    out = format_default(reply["columns"], reply["now"], header=not values.get("noheader"))
+    out = format_default(
+        reply["columns"],
+        reply["now"],
+        header=not values.get("noheader"),
+        expand=bool(values.get("array")),
+    )
     if jobs and not reply["columns"]["id"] and not _check_jobs_exist(jobs, send):
         return None  # no connection made the second time: the full path's to say
     sys.stdout.write(out)

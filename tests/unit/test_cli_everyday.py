@@ -115,7 +115,7 @@ def test_other_command_lines_are_left_to_argparse() -> None:
         [],
         ["--debug"],
         ["--help"],
-        ["squeue", "-j", "1", "-r"],
+        ["squeue", "-j", "1", "-l"],
         ["squeue", "-j"],
         ["squeue", "-hu", "root"],
         ["squeue", "--help"],
@@ -160,7 +160,8 @@ def _columns(jobs: list[Job]) -> dict[str, Any]:
 
 
 def _queue(count: int) -> list[Job]:
-    """`count` jobs; from the fourth on, tasks 0, 1, ... of an array (whose id is 4)."""
+    """`count` jobs; from the fourth on, tasks 0, 1, ... of an array (whose id is 4), the
+    last of them a record standing for more pending tasks when it is pending."""
     return [
         Job(
             id=i,
@@ -178,6 +179,7 @@ def _queue(count: int) -> list[Job]:
             start_time=None if i % 2 else NOW - 50,
             held=i % 3 == 0,
             node=None if i % 2 else "gpu1",
+            array_more=((i - 3, i + 1200),) if i == count and i >= 4 and i % 2 else (),
         )
         for i in range(1, count + 1)
     ]
@@ -185,7 +187,9 @@ def _queue(count: int) -> list[Job]:
 
 _SQUEUE_WORDS = st.lists(
     st.one_of(
-        st.sampled_from(["--me", "-a", "--all", "-h", "--noheader"]).map(lambda w: [w]),
+        st.sampled_from(["--me", "-a", "--all", "-h", "--noheader", "-r", "--array"]).map(
+            lambda w: [w]
+        ),
         st.tuples(
             st.sampled_from(sorted(everyday.SQUEUE_VALUES)),
             st.sampled_from(["root", ME, "PD,R", "all", "All,R", "gpu,a100", "x,,y", "n1", "0"]),

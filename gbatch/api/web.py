@@ -36,6 +36,7 @@ from starlette.routing import BaseRoute, Route
 from gbatch.api.charts import gpu_chart
 from gbatch.api.follow import resume_offset
 from gbatch.core.jobids import ONE, JobIdError, parse_one_job
+from gbatch.core.labels import folded_label
 from gbatch.jobspec.errors import BadSubmit
 from gbatch.protocol import requests
 
@@ -95,6 +96,21 @@ def _nodelist(job: dict[str, Any]) -> str:
     return compress(name for name, _ in _placements(job))
 
 
+def _label(job: dict[str, Any]) -> str:
+    """A wire job's id as squeue shows it: `N`, task K of array N `N_K`, and a record
+    standing for more pending tasks (array_more) `N_[K-M]`, as jobids.job_label."""
+    spec = job["spec"]
+    task = spec.get("array_task")
+    if task is None:
+        return str(job["id"])
+    array = job["id"] - (spec.get("array_pos") or 0)
+    more = job.get("array_more")
+    if not more:
+        return f"{array}_{task}"
+    spans = [(task, task), *((first, last) for first, last in more)]
+    return folded_label(array, spans, spec.get("array_throttle"))
+
+
 class Web:
     """The /ui routes, asking the daemon through `api` (an app.Api)."""
 
@@ -109,6 +125,7 @@ class Web:
         self.templates.filters["when"] = _when
         self.templates.filters["placements"] = _placements
         self.templates.filters["nodelist"] = _nodelist
+        self.templates.filters["label"] = _label
 
     def routes(self) -> list[BaseRoute]:
         return [

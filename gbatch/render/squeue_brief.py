@@ -108,41 +108,63 @@ def format_default(
     else:
         labels = [str(row[0]) for row in rows]
     lines = [HEADER + "\n"] if header else []
+    # A line's cells but its JOBID, by what they are made of: down a long queue most
+    # repeat (one user's held jobs of one spec), and each is made once.
+    made: dict[tuple[Any, ...], str] = {}
     for label, (at, user, spec_at, state, reason, held, start, end, node) in zip(
         labels, rows, strict=True
     ):
         if label is None:  # a pending task folded into its array's first row
             continue
-        spec = specs[spec_at]
         if state == "PENDING" or start is None:
             elapsed = 0
         else:
             elapsed = max(0, int((end if end is not None else now) - start))
         others = peers.get(at) if placed else None
-        # NODES: the nodes it holds once on any, else those it asks for (-N).
-        if node is None:
-            count = str(spec.get("nodes", 1))[:6]
-        else:
-            count = "1" if others is None else str(1 + len(others))[:6]
-        if state in REASON_STATES:
-            if held and state == "PENDING" and not reason.startswith("JobHeld"):
-                reason = "JobHeldUser"
-            where = f"({printable(reason) if reason else 'None'})"
-        elif others:
-            from gbatch.core.hostlist import compress  # deferred: jobs across nodes only
-
-            where = printable(compress([node, *others]))
-        else:
-            where = printable(node or "")
-        rest = (
-            f" {printable(spec['partition'] or IMPLICIT_PARTITION)[:9]:>9} "
-            f"{printable(spec['name'])[:8]:>8} {printable(user)[:8]:>8} "
-            f"{STATE_CODES[state][:2]:>2} {format_duration(elapsed)[:10]:>10} {count:>6} {where}\n"
-        )
+        shared = None if others is None else tuple(others)
+        key = (spec_at, user, state, reason, held, elapsed, node, shared)
+        rest = made.get(key)
+        if rest is None:
+            rest = made[key] = _rest_of_line(
+                specs[spec_at], user, state, reason, held, elapsed, node, others
+            )
         lines.append(f"{label[:18]:>18}{rest}")
         if expand and at in more:  # the tasks the record stands for, each its own line
             lines.extend(task_lines(f"{columns['array'][at]}_", more[at], rest))
     return "".join(lines)
+
+
+def _rest_of_line(
+    spec: Mapping[str, Any],
+    user: str,
+    state: str,
+    reason: str,
+    held: bool,
+    elapsed: int,
+    node: str | None,
+    others: list[str] | None,
+) -> str:
+    """A squeue line but its JOBID: PARTITION to NODELIST(REASON), and its newline."""
+    # NODES: the nodes it holds once on any, else those it asks for (-N).
+    if node is None:
+        count = str(spec.get("nodes", 1))[:6]
+    else:
+        count = "1" if others is None else str(1 + len(others))[:6]
+    if state in REASON_STATES:
+        if held and state == "PENDING" and not reason.startswith("JobHeld"):
+            reason = "JobHeldUser"
+        where = f"({printable(reason) if reason else 'None'})"
+    elif others:
+        from gbatch.core.hostlist import compress  # deferred: jobs across nodes only
+
+        where = printable(compress([node, *others]))
+    else:
+        where = printable(node or "")
+    return (
+        f" {printable(spec['partition'] or IMPLICIT_PARTITION)[:9]:>9} "
+        f"{printable(spec['name'])[:8]:>8} {printable(user)[:8]:>8} "
+        f"{STATE_CODES[state][:2]:>2} {format_duration(elapsed)[:10]:>10} {count:>6} {where}\n"
+    )
 
 
 def task_lines(prefix: str, spans: Any, rest: str) -> list[str]:

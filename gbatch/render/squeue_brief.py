@@ -141,7 +141,7 @@ def _rest_of_line(
     reason: str,
     held: bool,
     elapsed: int,
-    node: str | None,
+    node: Any,  # str | None; a job across nodes' first node when `others`
     others: list[str] | None,
 ) -> str:
     """A squeue line but its JOBID: PARTITION to NODELIST(REASON), and its newline."""

@@ -6,6 +6,7 @@ itself, by its own id."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gbatch.api.web import Web
 from gbatch.core.model import Job, JobSpec, JobState
@@ -55,3 +56,55 @@ def test_the_job_pages_buttons_act_on_the_task_by_its_own_id() -> None:
     targets = set(re.findall(r'/ui/jobs/([^/"]+)/', page))
     assert targets == {"43"}
     assert "40_30" in page  # its name as squeue gives it
+
+
+class _Api:
+    """The API's `ask` as the web page uses it: each ListJobs asked for answered with a
+    page of the jobs 1..total, as the daemon pages them (after, limit, next)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.asked: list[Any] = []
+
+    async def ask(self, token: str, request: Any) -> dict[str, Any]:
+        self.asked.append(request)
+        first = (request.after or 0) + 1
+        last = min(self.total, first + request.limit - 1)
+        jobs = [codec.job_to_wire(plain(job_id), brief=True) for job_id in range(first, last + 1)]
+        return {"jobs": jobs, "next": last if last < self.total else None}
+
+
+def plain(job_id: int) -> Job:
+    return Job(
+        id=job_id,
+        uid=1000,
+        user="alice",
+        spec=JobSpec(name="j", command=("true",), partition="gpu"),
+        state=JobState.PENDING,
+        submit_time=NOW,
+    )
+
+
+def test_the_queue_page_shows_a_page_of_jobs_and_links_the_next_with_its_filters() -> None:
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    from gbatch.api.web import COOKIE, QUEUE_PAGE
+
+    api = _Api(QUEUE_PAGE + 7)
+    client = TestClient(Starlette(routes=Web(api).routes()))
+    client.cookies.set(COOKIE, "token")
+    first = client.get("/ui?user=alice&state=PENDING")
+    assert first.status_code == 200
+    assert first.text.count("<tr data-job=") == QUEUE_PAGE
+    (following,) = re.findall(r'id="next-page" href="([^"]+)"', first.text)
+    assert following == f"/ui?user=alice&amp;state=PENDING&amp;after={QUEUE_PAGE}"
+    last = client.get(following.replace("&amp;", "&"))
+    assert last.text.count("<tr data-job=") == 7
+    assert 'id="next-page"' not in last.text
+    assert 'id="first-page" href="/ui?user=alice&amp;state=PENDING"' in last.text
+    assert [(r.after, r.limit, r.users) for r in api.asked] == [
+        (None, QUEUE_PAGE, ("alice",)),
+        (QUEUE_PAGE, QUEUE_PAGE, ("alice",)),
+    ]
+    assert client.get("/ui?after=x").status_code == 400

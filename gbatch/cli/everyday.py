@@ -294,8 +294,10 @@ def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
 
 
 def run_scancel(values: dict[str, Any], send: Exchange) -> int | None:
-    """scancel.run for job ids (no steps) and its filters, without -s/-b/-f: the same request,
-    the same failure lines and status; None declines, as everyday's run()."""
+    """scancel.run for job ids (no steps) and its filters: the same request, lines, status.
+
+    Not for -s/-b/-f (everyday leaves them to argparse); None declines, as everyday's
+    run()."""
     words = values.get("ids", [])
     if any("." in word for word in words):  # a step: split_steps' grammar to read
         return None

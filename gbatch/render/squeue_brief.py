@@ -168,8 +168,10 @@ def _rest_of_line(
 
 
 def task_lines(prefix: str, spans: Any, rest: str) -> list[str]:
-    """One squeue line per index of `spans`, `prefix` + index right-justified in JOBID's
-    18 columns (cut to them, as any label) in front of the line's `rest`, in chunks.
+    """One squeue line per index of `spans`, in chunks of lines joined.
+
+    Each line is `prefix` + index right-justified in JOBID's 18 columns (cut to them, as
+    any label) in front of the line's `rest`.
 
     Indices of as many digits share their padding, so a run of them is made by str.join
     (the interpreter's C loop) rather than a format per line; a whole thousand (K000 to

@@ -23,6 +23,8 @@ shared machine falls on both alike. Rows:
     both would list as one line): `squeue`, `squeue -t R` (none run), `squeue -j ONE`,
     `scancel -u root` (one run per size: it needs a fresh queue) and the scheduler's RSS
     (gbatch's daemon against slurmctld);
+  - `squeue -r` over one held pending array of --array-tasks tasks (default 100,000: one
+    line a task), and `squeue` with it pending (one line);
   - drain: 200 held one-GPU `true` jobs released at once, until the last has ended
     (jobs/s, polled every 50 ms on both);
   - hand-off: jobs that each take all 8 GPUs, run back to back; each writes `date` when
@@ -72,6 +74,7 @@ SETUP_SLURM = REPO / ".ci" / "setup-slurm.sh"
 DEBIAN_PYTHON = Path("/usr/bin/python3")
 GPUS = 8
 DRAIN_JOBS = 200
+ARRAY_TASKS = 100_000  # the `squeue -r` row's array (both sides' MaxArraySize allow it)
 POLL_SECONDS = 0.05
 HANDOFF_SLEEP = "0.2"  # each hand-off job's own work, seconds
 FILL_WORKERS = 4  # submit processes (Slurm) or connections (gbatch) filling a queue
@@ -192,6 +195,8 @@ class Settings:
     python: Path  # the interpreter the gbatch CLI runs on
     slurm_scheduler: str | None = None  # SchedulerParameters; None: Slurm's defaults
     drain_jobs: int = DRAIN_JOBS
+    array_tasks: int = ARRAY_TASKS
+    arrays_only: bool = False
     quick: bool = False  # a smoke run: without a Slurm to start, gbatch alone
 
     def runs_at(self, size: int) -> int:
@@ -239,7 +244,20 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         help="SchedulerParameters for the side Slurm (default: none, Slurm's own; e.g. "
         "batch_sched_delay=0: its main scheduler then runs each second, not every 3 s)",
     )
+    parser.add_argument(
+        "--array-tasks",
+        type=int,
+        metavar="N",
+        help=f"tasks of the array `squeue -r` lists (default {ARRAY_TASKS:,}; --quick 100)",
+    )
+    parser.add_argument(
+        "--arrays-only",
+        action="store_true",
+        help="only the array rows (squeue -r and squeue over one large pending array)",
+    )
     args = parser.parse_args(argv)
+    if args.array_tasks is not None and not 1 <= args.array_tasks <= ARRAY_TASKS:
+        parser.error(f"--array-tasks must be 1 to {ARRAY_TASKS:,}")
     if args.runs is not None and args.runs < 1:
         parser.error("--runs must be at least 1")
     return Settings(
@@ -248,8 +266,10 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         drain_rounds=1 if args.quick else 3,
         handoff_jobs=3 if args.quick else 11,
         python=args.python or default_python(),
+        arrays_only=args.arrays_only,
         slurm_scheduler=args.slurm_scheduler_parameters,
         drain_jobs=16 if args.quick else DRAIN_JOBS,
+        array_tasks=args.array_tasks or (100 if args.quick else ARRAY_TASKS),
         quick=args.quick,
     )
 
@@ -315,6 +335,7 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 MaxJobCount=1000000
+MaxArraySize={ARRAY_TASKS + 1}
 MinJobAge=10
 MailProg=/bin/true
 ReturnToService=2
@@ -647,6 +668,39 @@ class Bench:
         if self.slurm is not None:
             slurm_forget_finished(self.slurm.env)
 
+    def array_rows(self) -> None:
+        """One held array of array_tasks pending on both: `squeue -r` (a line a task) and
+        `squeue` (its one folded line)."""
+        tasks = self.settings.array_tasks
+        words = ["sbatch", "-H", f"--array=0-{tasks - 1}", "--wrap", "true"]
+        for side in (self.gbatch, self.slurm):
+            if side is not None:
+                subprocess.run(
+                    side.argv(*words), env=side.env, cwd=side.cwd, check=True, capture_output=True
+                )
+        for side in (self.gbatch, self.slurm):  # every task listed, on both
+            if side is not None:
+                listed = subprocess.run(
+                    side.argv("squeue", "-r", "-h"),
+                    env=side.env,
+                    cwd=side.cwd,
+                    check=True,
+                    capture_output=True,
+                ).stdout.count(b"\n")
+                if listed != tasks:
+                    raise RuntimeError(f"{side.name}'s squeue -r listed {listed}, not {tasks}")
+        runs = max(3, self.settings.runs // 3) if tasks > 10_000 else self.settings.runs
+        self.add(
+            ms_row(
+                f"`squeue -r`, one {tasks:,}-task pending array ({tasks:,} lines)",
+                self.same(["squeue", "-r"], runs),
+            )
+        )
+        self.add(ms_row(f"`squeue`, one {tasks:,}-task pending array", self.same(["squeue"], runs)))
+        self.empty_queues()
+        if self.slurm is not None:
+            slurm_forget_finished(self.slurm.env)
+
     def drain_rows(self) -> None:
         """drain_jobs held one-GPU jobs released at once; jobs/s until the last ended."""
         jobs = self.settings.drain_jobs
@@ -773,7 +827,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         home = stack.enter_context(temp_home("gbatch-side-"))
         most = max(settings.sizes)
         (home / "config.yaml").write_text(
-            f"limits: {{max_pending_jobs: {2 * most + settings.drain_jobs}}}\n"
+            f"limits: {{max_pending_jobs: {2 * most + settings.drain_jobs + ARRAY_TASKS}, "
+            f"max_array_size: {ARRAY_TASKS}}}\n"
         )
         stack.enter_context(running_daemon(home, simulate_gpus=GPUS))
         slurm: Side | None = None
@@ -787,11 +842,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         bench = Bench(settings, gbatch, slurm, home / "gbatchd.sock")
         try:
-            bench.submit_rows()
-            for size in settings.sizes:
-                bench.size_rows(size)
-            bench.drain_rows()
-            bench.handoff_rows()
+            if not settings.arrays_only:
+                bench.submit_rows()
+                for size in settings.sizes:
+                    bench.size_rows(size)
+            bench.array_rows()
+            if not settings.arrays_only:
+                bench.drain_rows()
+                bench.handoff_rows()
         finally:
             # The rows measured so far, even when one failed (its traceback follows).
             print_table(bench.rows, before)

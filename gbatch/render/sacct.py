@@ -8,11 +8,11 @@ salloc) is followed by a line per step, as Slurm's: `N.batch` (a batch job's scr
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from gbatch.core.arrays import expand_tasks
+from gbatch.core.arrays import pos_of
 from gbatch.core.jobids import collapse_pending, job_label
 from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
@@ -213,17 +213,38 @@ def format_sacct(
             for c in columns
         ]
     # An array's pending tasks read as one line N_[4-15], as Slurm's one record of them;
-    # with `expand_arrays` (sacct --array) one line each.
-    labelled = (
-        [(task, job_label(task)) for job in jobs for task in expand_tasks(job)]
+    # with `expand_arrays` (sacct --array) one line each, made from the record's cells:
+    # a task's own are its label (JobID) and those read by its id (JobIDRaw, GPU usage).
+    labelled: Iterable[tuple[Job, str, int]] = (
+        _expanded(jobs)
         if expand_arrays
-        else collapse_pending(jobs)
+        else ((job, label, job.id) for job, label in collapse_pending(jobs))
     )
     rows = []
-    for job, label in labelled:
-        rows.append([label if c.name == "JobID" else c.value(job, now) for c in columns])
-        shown_steps = () if steps is None else steps.get(job.id, ())
-        for step, step_label in _step_lines(job, shown_steps, steps is not None):
+    record: Job | None = None
+    shared: list[str] = []  # the record's cells
+    for job, label, job_id in labelled:
+        if job_id != job.id and steps is not None and job.start_time is not None:
+            job = _task_job(job, job_id, label)  # a batch step line of its own (never, pending)
+        if job is not record:
+            record = job
+            shared = [c.value(job, now) for c in columns]
+        row = list(shared)
+        for at, c in enumerate(columns):
+            if c.name == "JobID":
+                row[at] = label
+            elif c.name == "JobIDRaw":
+                row[at] = str(job_id)
+            elif c.name in from_usage and job_id != job.id:
+                row[at] = from_usage[c.name](usage.get(job_id))
+        rows.append(row)
+        if steps is None or (job_id != job.id and job_id not in steps):
+            continue
+        if job.array_more:  # its steps' lines read its own task's label
+            job = replace(job, array_more=())
+        if job_id != job.id:
+            job = _task_job(job, job_id, label)
+        for step, step_label in _step_lines(job, steps.get(job_id, ()), True):
             rows.append(
                 [
                     step_label
@@ -250,6 +271,28 @@ def format_sacct(
         )
         lines.append(" ".join(cells))
     return as_text([line.rstrip() for line in lines])
+
+
+def _expanded(jobs: Iterable[Job]) -> Iterator[tuple[Job, str, int]]:
+    """sacct --array's lines: (job, its JobID, its id), and after a record standing for
+    more pending tasks (Job.array_more), (the record, `N_K`, the task's id) for each."""
+    for job in jobs:
+        if not job.array_more:
+            yield job, job_label(job), job.id
+            continue
+        array = job.array_job_id
+        assert array is not None
+        yield job, f"{array}_{job.spec.array_task}", job.id
+        for first, last in job.array_more:
+            for index in range(first, last + 1):
+                yield job, f"{array}_{index}", array + (pos_of(job.spec, index) or 0)
+
+
+def _task_job(record: Job, job_id: int, label: str) -> Job:
+    """The task `job_id` (labelled `N_K`) of `record` as a Job of its own (expand_tasks')."""
+    index = int(label.rsplit("_", 1)[1])
+    spec = replace(record.spec, array_task=index, array_pos=job_id - (record.array_job_id or 0))
+    return replace(record, id=job_id, spec=spec, array_more=())
 
 
 def _step_lines(job: Job, steps: Sequence[Step], listed: bool = True) -> list[tuple[Job, str]]:

@@ -32,6 +32,7 @@ from gbatch.core.limits import UserLimits
 from gbatch.core.loglines import InternalErrors
 from gbatch.core.model import ALLOCATED_STATES, Job
 from gbatch.core.shares import Sharing
+from gbatch.head.clusterlogins import StoreLogins
 from gbatch.head.cyclegc import LoopCollector
 from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.forwards import Forwards
@@ -146,7 +147,12 @@ class Daemon:
         self.forwards = Forwards(monotonic)
         self.runs.on_end = self.forwards.job_ended
         # Partitions backed by a Slurm cluster: mirrored in a thread of their own.
-        self.clusters = ClusterJobsStep(store, partitions, head_name(paths), SlurmBackend.of)
+        self.clusters = ClusterJobsStep(
+            store,
+            partitions,
+            head_name(paths),
+            lambda p: SlurmBackend.of(p, StoreLogins(store, p.name, clock)),
+        )
         # The cyclic GC's work at the loop's moments; nothing until run_loop starts it
         # (the collector is the process's: a Daemon in a test leaves it alone).
         self.collector = LoopCollector(monotonic=monotonic)

@@ -15,14 +15,21 @@ SSH calls sit in SlurmBackend.
 
 from __future__ import annotations
 
+import re
 import shlex
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gbatch.core.model import Job, JobSpec
 from gbatch.core.submitenv import is_env_name
-from gbatch.nodes.backend import BackendDown, BackendRefused, Observation
+from gbatch.nodes.backend import (
+    BackendDown,
+    BackendRefused,
+    LinkedLogin,
+    LinkRefused,
+    Observation,
+)
 from gbatch.nodes.base import HostError
 from gbatch.nodes.inventory import Partition, SlurmCluster
 
@@ -54,6 +61,21 @@ SLURM_FINAL = frozenset(
         "SPECIAL_EXIT",
     }
 )
+
+
+# A user's login on a cluster (gbatch cluster link --login): what clusters' admins
+# hand out, and safe as an SSH user name and an argument of squeue -u.
+_LOGIN_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}", re.ASCII)
+
+
+def login_problem(login: str) -> str | None:
+    """Why `login` cannot be a cluster login name (one line), or None when it can."""
+    if _LOGIN_RE.fullmatch(login):
+        return None
+    return (
+        f"{login!r} is not a login name. Give your account's name on the cluster: letters, "
+        "digits, '_', '.' and '-', not starting with '.' or '-', at most 64 characters"
+    )
 
 
 def job_marker(head: str, job_id: int, attempt: int) -> str:
@@ -169,9 +191,11 @@ def parse_parsable(stdout: bytes) -> str:
     return first
 
 
-def squeue_argv(cluster: SlurmCluster) -> list[str]:
-    """One squeue for every job of the partition's login user, ended ones included."""
-    return ["squeue", "-h", "--states=all", "-u", cluster.user, "-O", SQUEUE_FORMAT]
+def squeue_argv(cluster: SlurmCluster, login: str | None = None) -> list[str]:
+    """One squeue for every job of the partition's login user (or `login`), ended ones
+    included."""
+    user = login or cluster.user
+    return ["squeue", "-h", "--states=all", "-u", user, "-O", SQUEUE_FORMAT]
 
 
 def _wait_status(raw: str) -> tuple[int | None, int | None]:
@@ -247,50 +271,116 @@ def parse_sacct(stdout: bytes) -> dict[str, Observation]:
     return found
 
 
+class Logins(Protocol):
+    """Users' links to one per-user partition, as the head's store keeps them."""
+
+    def users(self) -> Sequence[str]:
+        """The users with an unbroken link and a job open on the cluster."""
+        ...
+
+    def login(self, user: str) -> LinkedLogin | None:
+        """`user`'s unbroken link, its key unsealed; None when they have none."""
+        ...
+
+    def refused(self, user: str, why: str, job_id: int | None) -> None:
+        """The cluster refused `user`'s key: mark the link broken and tell them (on
+        `job_id`, the job that found it, when there is one)."""
+        ...
+
+
+# The shared identity's connection, in the table of connections by user.
+_SHARED = ""
+
+
 class SlurmBackend:
-    """One Slurm cluster's partition reached over SSH (the Backend of backend.py)."""
+    """One Slurm cluster's partition reached over SSH (the Backend of backend.py).
+
+    Identity "shared": one connection, as the partition's `user`. "per_user": one
+    connection per linked user, as the login they linked, with the key sealed for it
+    (`logins`); every call about a job is made as its user."""
 
     @classmethod
-    def of(cls, partition: Partition) -> SlurmBackend:
+    def of(cls, partition: Partition, logins: Logins | None = None) -> SlurmBackend:
         """The backend of a partition that has a `slurm:` block."""
         assert partition.slurm is not None
-        return cls(partition.name, partition.slurm)
+        return cls(partition.name, partition.slurm, logins)
 
-    def __init__(self, name: str, cluster: SlurmCluster) -> None:
+    def __init__(self, name: str, cluster: SlurmCluster, logins: Logins | None = None) -> None:
         self.name = name
         self.cluster = cluster
+        self.per_user = cluster.identity == "per_user"
+        self.logins = logins
         self._lock = threading.Lock()
-        self._conn: SshConnection | None = None
+        # user ("" for the shared identity) -> (the link it was made with, connection).
+        self._conns: dict[str, tuple[LinkedLogin | None, SshConnection]] = {}
+        # Per-user identity: whose jobs the last observe saw, and whose each job is.
+        self._observed: frozenset[str] = frozenset()
+        self._owners: dict[str, str] = {}
 
-    def _connection(self) -> SshConnection:
+    def _link(self, user: str) -> LinkedLogin:
+        link = self.logins.login(user) if self.logins is not None else None
+        if link is None:
+            raise LinkRefused(
+                f"{user} has no working link to cluster partition {self.name}. Run "
+                f"`gbatch cluster link {self.name} --login NAME` (see gbatch cluster status)"
+            )
+        return link
+
+    def _connection(self, user: str, job_id: int | None) -> SshConnection:
         # paramiko is imported only when the head first talks to a cluster: the CLI
         # imports this module's pure parts without it (start-up).
-        from gbatch.nodes.ssh import SshConnection, SshTarget
+        import io
 
-        conn = self._conn
-        if conn is not None and conn.connected:
-            return conn
+        import paramiko
+
+        from gbatch.nodes.ssh import LoginRefused, SshConnection, SshTarget
+
+        link = self._link(user) if self.per_user else None
+        held = self._conns.get(user)
+        if held is not None and held[0] == link and held[1].connected:
+            return held[1]
+        if held is not None:
+            held[1].close()
+            del self._conns[user]
         c = self.cluster
         target = SshTarget(
             name=f"{self.name} (cluster login {c.login})",
             host=c.login,
             port=c.port,
-            user=c.user,
+            user=c.user if link is None else link.login,
             identity_file=c.identity_file,
             known_hosts=c.known_hosts,
             connect_timeout=c.connect_timeout,
+            pkey=None
+            if link is None
+            else paramiko.Ed25519Key.from_private_key(io.StringIO(link.private_key)),
         )
         conn = SshConnection(target)
         try:
             conn.connect()
+        except LoginRefused as err:
+            if link is None or self.logins is None:
+                raise BackendDown(str(err)) from None
+            # The user's key, not the cluster, is at fault: their link breaks alone.
+            self.logins.refused(user, str(err), job_id)
+            raise LinkRefused(f"the cluster refused {user}'s linked key: {err}") from None
         except HostError as err:
             raise BackendDown(str(err)) from None
-        self._conn = conn
+        self._conns[user] = (link, conn)
         return conn
 
-    def _run(self, argv: Sequence[str], stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
+    def _run(
+        self,
+        argv: Sequence[str],
+        stdin: bytes | None = None,
+        *,
+        user: str = _SHARED,
+        job_id: int | None = None,
+    ) -> tuple[int, bytes, bytes]:
+        """`argv` on the login node, as `user` (per-user identity) or the shared login."""
+        who = user if self.per_user else _SHARED
         with self._lock:
-            conn = self._connection()
+            conn = self._connection(who, job_id)
             try:
                 timeout = max(CALL_TIMEOUT, 3 * self.cluster.connect_timeout)
                 done = conn.run(argv, timeout=timeout, stdin=stdin)
@@ -300,53 +390,113 @@ class SlurmBackend:
         return done.exit_status, done.stdout, done.stderr
 
     def submit(self, job: Job, marker: str) -> str:
-        status, out, err = self._run(sbatch_argv(job, self.cluster, marker), batch_script(job))
+        status, out, err = self._run(
+            sbatch_argv(job, self.cluster, marker), batch_script(job), user=job.user, job_id=job.id
+        )
         if status != 0:
             said = (err or out).decode(errors="replace").strip().splitlines()
             raise BackendRefused(said[-1] if said else f"sbatch exited {status}")
-        return parse_parsable(out)
+        cluster_id = parse_parsable(out)
+        self._owners[cluster_id] = job.user
+        return cluster_id
 
     def observe(self) -> Mapping[str, Observation]:
-        status, out, err = self._run(squeue_argv(self.cluster))
+        if not self.per_user:
+            return self._squeue(_SHARED, None)
+        found: dict[str, Observation] = {}
+        observed: set[str] = set()
+        owners: dict[str, str] = {}
+        for user in self.logins.users() if self.logins is not None else ():
+            try:
+                link = self._link(user)
+                seen = self._squeue(user, link.login)
+            except LinkRefused:
+                continue  # broken now: their jobs keep their last known state
+            observed.add(user)
+            owners.update(dict.fromkeys(seen, user))
+            found.update(seen)
+        self._observed = frozenset(observed)
+        self._owners = owners
+        return found
+
+    def _squeue(self, user: str, login: str | None) -> dict[str, Observation]:
+        status, out, err = self._run(squeue_argv(self.cluster, login), user=user)
         if status != 0:
             said = err.decode(errors="replace").strip().splitlines()
             raise BackendDown(f"squeue failed: {said[-1] if said else f'exit {status}'}")
         return parse_squeue(out)
 
+    def observed_users(self) -> frozenset[str] | None:
+        return self._observed if self.per_user else None
+
+    def may_send(self, user: str) -> bool:
+        if not self.per_user:
+            return True
+        return self.logins is not None and self.logins.login(user) is not None
+
     def observe_gone(self, backend_ids: Sequence[str]) -> Mapping[str, Observation]:
         if not backend_ids:
             return {}
-        status, out, _ = self._run(sacct_argv(backend_ids))
-        # A cluster without accounting (slurmdbd) answers nothing: the jobs are lost.
-        return parse_sacct(out) if status == 0 else {}
+        found: dict[str, Observation] = {}
+        # Per-user identity: each user's own sacct (a cluster's PrivateData may hide
+        # others' jobs), of the ids squeue forgot; the rare path (purged jobs).
+        for user in sorted(self._observed) if self.per_user else [_SHARED]:
+            try:
+                status, out, _ = self._run(sacct_argv(backend_ids), user=user)
+            except LinkRefused:
+                continue
+            # A cluster without accounting (slurmdbd) answers nothing: the jobs are lost.
+            if status == 0:
+                found.update(parse_sacct(out))
+        return found
+
+    def _by_owner(self, backend_ids: Sequence[str]) -> dict[str, list[str]]:
+        if not self.per_user:
+            return {_SHARED: list(backend_ids)}
+        mine: dict[str, list[str]] = {}
+        for backend_id in backend_ids:
+            owner = self._owners.get(backend_id)
+            if owner is not None:
+                mine.setdefault(owner, []).append(backend_id)
+        return mine
 
     def cancel(self, backend_ids: Sequence[str]) -> None:
-        if backend_ids:
-            self._run(["scancel", *backend_ids])
+        for user, ids in self._by_owner(backend_ids).items():
+            try:
+                self._run(["scancel", *ids], user=user)
+            except LinkRefused:
+                continue  # asked again on the pass after a relink
 
     def hold(self, backend_ids: Sequence[str], held: bool) -> None:
         # A job the cluster started meanwhile refuses a hold: the next pass sees it run.
-        if backend_ids:
-            self._run(["scontrol", "hold" if held else "release", ",".join(backend_ids)])
+        for user, ids in self._by_owner(backend_ids).items():
+            try:
+                self._run(["scontrol", "hold" if held else "release", ",".join(ids)], user=user)
+            except LinkRefused:
+                continue
 
     def read_log(self, job: Job, offset: int, limit: int) -> bytes:
         path = f"{self.cluster.workdir}/{output_file(job)}"
-        _, out, _ = self._run(
-            [
-                "sh",
-                "-c",
-                'tail -c "+$1" -- "$2" 2>/dev/null | head -c "$3"',
-                "sh",
-                str(offset + 1),
-                path,
-                str(limit),
-            ]
-        )
+        try:
+            _, out, _ = self._run(
+                [
+                    "sh",
+                    "-c",
+                    'tail -c "+$1" -- "$2" 2>/dev/null | head -c "$3"',
+                    "sh",
+                    str(offset + 1),
+                    path,
+                    str(limit),
+                ],
+                user=job.user,
+            )
+        except LinkRefused as err:
+            raise BackendDown(str(err)) from None
         return out
 
     def close(self) -> None:
         with self._lock:
-            conn = self._conn
-            self._conn = None
-        if conn is not None:
+            conns = [conn for _, conn in self._conns.values()]
+            self._conns.clear()
+        for conn in conns:
             conn.close()

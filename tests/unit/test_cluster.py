@@ -82,8 +82,8 @@ def test_a_slurm_block_makes_a_partition_without_nodes(tmp_path: Path) -> None:
         ("      login: login.uni.example\n", "user", "missing"),
         (
             "      login: x\n      user: labsvc\n      identity: per_user\n",
-            "identity",
-            "not available yet",
+            "user",
+            "gbatch cluster link",
         ),
         ("      login: x\n      user: labsvc\n      max_jobs: 0\n", "max_jobs", "1 to 100000"),
         (
@@ -239,6 +239,12 @@ class FakeCluster:
 
     def read_log(self, job: Job, offset: int, limit: int) -> bytes:
         return b""
+
+    def observed_users(self) -> frozenset[str] | None:
+        return None
+
+    def may_send(self, user: str) -> bool:
+        return True
 
     def close(self) -> None:
         pass

@@ -35,6 +35,7 @@ from gbatch.jobspec.sweep import task_spec as sweep_task_spec
 from gbatch.nodes import resolve
 from gbatch.nodes.base import HostError
 from gbatch.nodes.cluster import refusal as cluster_refusal
+from gbatch.nodes.inventory import Partition
 from gbatch.protocol import requests
 from gbatch.site import policy
 
@@ -130,6 +131,7 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
         why = cluster_refusal(spec, chosen.slurm, array=indices is not None)
         if why is not None:
             raise Refused("invalid", f"partition {chosen.name} (a Slurm cluster): {why}")
+        check_cluster_link(daemon, caller, chosen)
     else:
         check_fits_some_node(daemon, spec)
         check_nodes_there(daemon, spec)
@@ -326,6 +328,28 @@ def _qos_max_pending(daemon: Daemon, caller: Caller, spec: JobSpec) -> tuple[str
     if chosen.max_pending_jobs is None or caller.uid in (0, DAEMON_UID):
         return None
     return chosen.name, chosen.max_pending_jobs
+
+
+def check_cluster_link(daemon: Daemon, caller: Caller, partition: Partition) -> None:
+    """Refuse a job for a per-user cluster partition whose submitter has no working link."""
+    if partition.slurm is None or partition.slurm.identity != "per_user":
+        return
+    fix = f"gbatch cluster link {partition.name} --login NAME"
+    for link in daemon.store.cluster_links(caller.user):
+        if link.partition != partition.name:
+            continue
+        if link.state == "ok":
+            return
+        raise Refused(
+            "invalid",
+            f"partition {partition.name}: your cluster link ({link.login}) is broken: "
+            f"{link.reason}. Relink with `{fix}` and add the key it prints",
+        )
+    raise Refused(
+        "invalid",
+        f"partition {partition.name} runs jobs as each user's own cluster login, and "
+        f"{caller.user} has linked none. Run `{fix}` first",
+    )
 
 
 def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobSpec:

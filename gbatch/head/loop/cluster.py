@@ -29,9 +29,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gbatch.core.crashpoints import crash_point
-from gbatch.core.model import FINAL_STATES, HELD_REASON, IllegalTransition, Job, JobState
+from gbatch.core.model import (
+    CLUSTER_LINK_REASON,
+    FINAL_STATES,
+    HELD_REASON,
+    IllegalTransition,
+    Job,
+    JobState,
+)
 from gbatch.head.store import ClusterJob, Store
-from gbatch.nodes.backend import Backend, BackendDown, BackendRefused, Observation
+from gbatch.nodes.backend import Backend, BackendDown, BackendRefused, LinkRefused, Observation
 from gbatch.nodes.cluster import SLURM_FINAL, job_marker, refusal
 from gbatch.nodes.inventory import Partition
 
@@ -141,10 +148,12 @@ class ClusterJobsStep:
             except BackendDown as err:
                 if name not in self.down:
                     log.warning("partition %s is down: %s", name, err)
+                    self.store.queue_partition_event(name, "PARTITION_DOWN", str(err), now)
                 self.down[name] = str(err)
                 continue
             if self.down.pop(name, None) is not None:
                 log.info("partition %s is up again: its cluster answers", name)
+                self.store.queue_partition_event(name, "PARTITION_UP", "its cluster answers", now)
 
     def close(self) -> None:
         for backend in self.backends.values():
@@ -153,7 +162,7 @@ class ClusterJobsStep:
     def _pass(self, name: str, backend: Backend, now: float) -> None:
         observed = backend.observe()
         by_marker = {o.marker: o for o in observed.values() if o.marker}
-        rows = self.store.cluster_jobs(name)
+        rows = _seen_users(self.store.cluster_jobs(name), backend.observed_users())
         missing = [
             row.cluster_id
             for row, _ in rows
@@ -316,7 +325,12 @@ class ClusterJobsStep:
         room = partition.slurm.max_jobs - self.store.cluster_open_count(name)
         if room <= 0:
             return
+        waiting: list[tuple[int, str]] = []
         for job in self.store.cluster_unsent([name], limit=room):
+            if not backend.may_send(job.user):  # per-user identity, no working link
+                if job.reason != CLUSTER_LINK_REASON:
+                    waiting.append((job.id, CLUSTER_LINK_REASON))
+                continue
             why = refusal(job.spec, partition.slurm)
             if why is not None:
                 self.store.set_state(
@@ -327,12 +341,16 @@ class ClusterJobsStep:
             marker = job_marker(self.head, job.id, attempt)
             if self.store.begin_cluster_send(job.id, attempt, name, marker, now):
                 self._send_one(name, backend, job, marker, now)
+        self.store.cluster_reasons(waiting)
 
     def _send_one(self, name: str, backend: Backend, job: Job, marker: str, now: float) -> None:
         """sbatch one job whose intent is on record. BackendDown leaves the intent for
         the next pass, which finds the job by its marker or sends it again."""
         try:
             cluster_id = backend.submit(job, marker)
+        except LinkRefused:
+            # Its user's link broke (they are told): the intent waits for a relink.
+            return
         except BackendRefused as err:
             self.store.cluster_ended(
                 job.id,
@@ -346,6 +364,14 @@ class ClusterJobsStep:
         self.store.record_cluster_id(
             job.id, cluster_id, f"sent to cluster {name} as job {cluster_id}", now
         )
+
+
+def _seen_users(
+    rows: list[tuple[ClusterJob, Job]], users: frozenset[str] | None
+) -> list[tuple[ClusterJob, Job]]:
+    """The rows whose user's jobs the pass observed (per-user identity): the others'
+    keep their last known state, as in a partition down."""
+    return rows if users is None else [(row, job) for row, job in rows if job.user in users]
 
 
 def _exit_fields(seen: Observation | None) -> dict[str, object]:

@@ -70,6 +70,12 @@ class Nodes(Outbox):
                 [(node, kind) for kind in ended],
             )
 
+    def queue_partition_event(self, partition: str, kind: str, reason: str, now: float) -> None:
+        """Owe a cluster partition's PARTITION_DOWN or PARTITION_UP to the admins' webhooks
+        that ask (and give it to the event log)."""
+        with self._write() as db:
+            self._queue_node_event(db, partition, kind, reason, now)
+
     def forget_node_episodes(self, keep: Collection[str]) -> None:
         """End the episodes of every node but those in `keep`.
 

@@ -284,4 +284,22 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX jobs_left ON jobs(coalesce(start_time, end_time))
         WHERE start_time IS NOT NULL OR end_time IS NOT NULL
     """,
+    # 22 (issue 34, identity: per_user): each user's link to a cluster partition's login
+    # (gbatch cluster link): the login, the key pair made for it on the head (the private
+    # half sealed with the store's secret box, never in clear in the file), and whether
+    # the cluster still takes the key (state 'ok', or 'broken' with why and since when).
+    """
+    CREATE TABLE cluster_links (
+        partition TEXT NOT NULL,
+        user      TEXT NOT NULL,
+        login     TEXT NOT NULL,
+        sealed    BLOB NOT NULL,
+        public    TEXT NOT NULL,
+        linked    REAL NOT NULL,
+        state     TEXT NOT NULL DEFAULT 'ok',
+        reason    TEXT NOT NULL DEFAULT '',
+        since     REAL,
+        PRIMARY KEY (partition, user)
+    )
+    """,
 )

@@ -1,0 +1,271 @@
+"""Per-user identity on a cluster partition: links kept sealed in the store, jobs sent and
+watched as their own user, a refused key breaking that user's link alone (and telling
+them), and a partition going down or coming back told to the admins' webhooks."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+import paramiko
+import pytest
+from oracles import outbox as outbox_rows
+from test_cluster import CLUSTER, T0, FakeCluster
+
+from gbatch.core.model import CLUSTER_LINK_REASON, Job, JobSpec, JobState
+from gbatch.head import notify
+from gbatch.head.clusterlogins import StoreLogins
+from gbatch.head.linkkeys import make_key_pair
+from gbatch.head.loop.cluster import ClusterJobsStep
+from gbatch.head.store import Store
+from gbatch.nodes.backend import Backend, LinkRefused, Observation
+from gbatch.nodes.cluster import login_problem
+from gbatch.nodes.inventory import InventoryError, Partition, load_inventory
+from gbatch.site.config import Webhook
+
+PER_USER = replace(CLUSTER, user="", identity="per_user")
+UNI = Partition("uni", (), slurm=PER_USER)
+HOOK = Webhook("ops", "https://hooks.example.org/x", "", ("PARTITION_DOWN", "PARTITION_UP"))
+POLICY = notify.Policy(mail=True, mail_domain="lab.org", webhooks=(HOOK,))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = Store(tmp_path / "gbatch.db", POLICY)
+    yield opened
+    opened.close()
+
+
+class PerUserCluster(FakeCluster):
+    """A cluster reached as each user's linked login: the logins from the store, and
+    keys it refuses (`refusing`)."""
+
+    def __init__(self, logins: StoreLogins) -> None:
+        super().__init__()
+        self.logins = logins
+        self.refusing: set[str] = set()  # gbatch users whose key the cluster refuses
+        self.sent_as: dict[str, str] = {}  # cluster id -> the login it was sent as
+        self._observed: frozenset[str] = frozenset()
+
+    def _as(self, user: str, job_id: int | None) -> str:
+        link = self.logins.login(user)
+        if link is None:
+            raise LinkRefused(f"{user} has no working link")
+        if user in self.refusing:
+            self.logins.refused(user, "the host refused the linked key", job_id)
+            raise LinkRefused(f"the cluster refused {user}'s linked key")
+        return link.login
+
+    def submit(self, job: Job, marker: str) -> str:
+        login = self._as(job.user, job.id)
+        backend_id = super().submit(job, marker)
+        self.sent_as[backend_id] = login
+        return backend_id
+
+    def observe(self) -> Mapping[str, Observation]:
+        seen: set[str] = set()
+        for user in self.logins.users():
+            try:
+                self._as(user, None)
+            except LinkRefused:
+                continue
+            seen.add(user)
+        self._observed = frozenset(seen)
+        return super().observe()
+
+    def observed_users(self) -> frozenset[str] | None:
+        return self._observed
+
+    def may_send(self, user: str) -> bool:
+        return self.logins.login(user) is not None
+
+
+def _step(store: Store) -> tuple[ClusterJobsStep, PerUserCluster]:
+    cluster = PerUserCluster(StoreLogins(store, "uni", lambda: T0))
+
+    def make(partition: Partition) -> Backend:
+        return cluster
+
+    return ClusterJobsStep(store, [UNI], "head1", make), cluster
+
+
+def _submit(store: Store, user: str, uid: int = 1000) -> int:
+    spec = JobSpec(name="j", command=("id", "-un"), partition="uni")
+    (job_id,) = store.submit([spec], uid=uid, user=user, now=T0)
+    return job_id
+
+
+def _link(store: Store, user: str, login: str) -> str:
+    private, public = make_key_pair(f"gbatch:uni:{user}")
+    store.link_cluster("uni", user, login, private, public, T0)
+    return private
+
+
+# -- config and names --------------------------------------------------------------------------
+
+
+def _inventory(tmp_path: Path, slurm: str) -> Path:
+    path = tmp_path / "inventory.yaml"
+    path.write_text(
+        "nodes:\n  - name: gpu01\n    host: gpu01.lab\n"
+        "partitions:\n  - name: gpu\n    nodes: [gpu01]\n    default: true\n"
+        f"  - name: uni\n    slurm:\n{slurm}"
+    )
+    return path
+
+
+def test_a_per_user_partition_needs_no_service_account_and_refuses_one(tmp_path: Path) -> None:
+    path = _inventory(tmp_path, "      login: x\n      identity: per_user\n")
+    inventory = load_inventory(path, home=tmp_path)
+    (uni,) = [p for p in inventory.partitions if p.name == "uni"]
+    assert uni.slurm is not None and (uni.slurm.identity, uni.slurm.user) == ("per_user", "")
+    with pytest.raises(InventoryError) as err:
+        load_inventory(
+            _inventory(tmp_path, "      login: x\n      identity: per_user\n      user: svc\n"),
+            home=tmp_path,
+        )
+    assert "user" in str(err.value) and "gbatch cluster link" in str(err.value)
+
+
+@pytest.mark.parametrize("login", ["alice", "ab123", "john.doe", "x_y-z"])
+def test_cluster_logins_people_have_are_taken(login: str) -> None:
+    assert login_problem(login) is None
+
+
+@pytest.mark.parametrize("login", ["", "-oProxyCommand=x", ".hidden", "a b", "a;b", "é", "x" * 65])
+def test_a_login_that_is_no_login_name_is_refused_in_one_line(login: str) -> None:
+    assert "not a login name" in (login_problem(login) or "")
+
+
+def test_a_made_key_pair_is_ed25519_and_its_public_half_matches() -> None:
+    private, public = make_key_pair("gbatch:uni:alice")
+    key = paramiko.Ed25519Key.from_private_key(io.StringIO(private))
+    assert public == f"ssh-ed25519 {key.get_base64()} gbatch:uni:alice"
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+def test_a_links_private_key_is_sealed_in_the_store_file(store: Store, tmp_path: Path) -> None:
+    private = _link(store, "alice", "ab123")
+    body = private.splitlines()[1]
+    assert store.cluster_login("uni", "alice") == ("ab123", private)
+    store.close()
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("gbatch.db*"))
+    assert body.encode() not in raw and b"OPENSSH PRIVATE KEY" not in raw
+    assert b"ab123" in raw  # the login is no secret
+
+
+def test_unlink_forgets_the_key_and_relink_replaces_it(store: Store) -> None:
+    first = _link(store, "alice", "ab123")
+    second = _link(store, "alice", "alice2")
+    assert second != first and store.cluster_login("uni", "alice") == ("alice2", second)
+    assert [link.login for link in store.cluster_links("alice")] == ["alice2"]
+    assert store.unlink_cluster("uni", "alice") and not store.unlink_cluster("uni", "alice")
+    assert store.cluster_login("uni", "alice") is None and store.cluster_links() == []
+
+
+# -- the loop's step, as each user -------------------------------------------------------------
+
+
+def test_a_job_is_sent_as_its_users_own_login(store: Store) -> None:
+    step, cluster = _step(store)
+    _link(store, "alice", "ab123")
+    _link(store, "bob", "bb456")
+    alices, bobs = _submit(store, "alice"), _submit(store, "bob", 1001)
+    step.mirror(T0 + 1)
+    by_marker = {o.marker: i for i, o in cluster.jobs.items()}
+    sent = {
+        job_id: cluster.sent_as[by_marker[f"gbatch:head1:{job_id}.1"]] for job_id in (alices, bobs)
+    }
+    assert sent == {alices: "ab123", bobs: "bb456"}
+
+
+def test_a_job_of_a_user_without_a_link_waits_saying_so_and_goes_once_linked(
+    store: Store,
+) -> None:
+    step, cluster = _step(store)
+    job_id = _submit(store, "alice")  # linked, then unlinked before it was sent
+    step.mirror(T0 + 1)
+    assert cluster.calls["submit"] == 0 and store.cluster_open_count("uni") == 0
+    job = store.require(job_id)
+    assert (job.state, job.reason) == (JobState.PENDING, CLUSTER_LINK_REASON)
+    _link(store, "alice", "ab123")
+    step.mirror(T0 + 2)
+    assert cluster.calls["submit"] == 1 and list(cluster.sent_as.values()) == ["ab123"]
+
+
+def test_a_refused_key_breaks_that_users_link_alone_and_tells_them_once(store: Store) -> None:
+    step, cluster = _step(store)
+    _link(store, "alice", "ab123")
+    _link(store, "bob", "bb456")
+    cluster.refusing.add("alice")
+    alices, bobs = _submit(store, "alice"), _submit(store, "bob", 1001)
+    step.mirror(T0 + 1)
+    step.mirror(T0 + 2)
+    job = store.require(alices)
+    assert (job.state, job.reason) == (JobState.PENDING, CLUSTER_LINK_REASON)
+    assert list(cluster.sent_as.values()) == ["bb456"]  # bob's went
+    assert store.require(bobs).reason == "Priority"
+    assert "uni" not in step.down  # the cluster is up: alice's key is at fault
+    (alice_link,) = store.cluster_links("alice")
+    assert (alice_link.state, alice_link.since) == ("broken", T0)
+    assert "refused" in alice_link.reason
+    assert store.cluster_links("bob")[0].state == "ok"
+    told = [(r["kind"], r["channel"], r["target"]) for r in outbox_rows(store, alices)]
+    assert told == [("CLUSTER_LINK", "mail", "alice@lab.org")]  # whatever her --mail-type
+    assert any("cluster link of alice broken" in e.reason for e in store.events(alices))
+    # Relinked (the new key on the cluster): her waiting job is sent, as her.
+    cluster.refusing.clear()
+    _link(store, "alice", "ab123")
+    step.mirror(T0 + 3)
+    assert sorted(cluster.sent_as.values()) == ["ab123", "bb456"]
+    assert store.require(alices).reason.startswith("sent to cluster uni")
+
+
+def test_a_broken_users_running_job_keeps_its_state_until_relinked(store: Store) -> None:
+    step, cluster = _step(store)
+    _link(store, "alice", "ab123")
+    job_id = _submit(store, "alice")
+    step.mirror(T0 + 1)
+    (backend_id,) = cluster.jobs
+    cluster.set(backend_id, "RUNNING", nodes="c01")
+    step.mirror(T0 + 2)
+    cluster.refusing.add("alice")
+    cluster.jobs.clear()  # what squeue as someone else would (not) show
+    step.mirror(T0 + 3)
+    job = store.require(job_id)
+    assert job.state is JobState.RUNNING  # not "lost": unobserved
+    assert store.cluster_links("alice")[0].state == "broken"
+    told = [r["kind"] for r in outbox_rows(store, job_id)]
+    assert told.count("CLUSTER_LINK") == 1
+
+
+def test_a_partition_going_down_and_up_is_told_to_the_admins_webhooks_once_each(
+    store: Store,
+) -> None:
+    step, cluster = _step(store)
+    _link(store, "alice", "ab123")
+    _submit(store, "alice")
+    step.mirror(T0 + 1)
+    cluster.down = True
+    step.mirror(T0 + 2)
+    step.mirror(T0 + 3)
+    cluster.down = False
+    step.mirror(T0 + 4)
+    rows = [(r["kind"], r["target"]) for r in outbox_rows(store) if r["job_id"] is None]
+    assert rows == [("PARTITION_DOWN", "ops"), ("PARTITION_UP", "ops")]
+    text = notify.summary({"kind": "PARTITION_DOWN", "node": {"name": "uni", "reason": "x"}})
+    assert text == "gbatch partition uni: down: x"
+
+
+def test_only_users_linked_with_jobs_there_are_watched(store: Store) -> None:
+    step, _ = _step(store)
+    assert StoreLogins(store, "uni", lambda: T0).users() == []
+    _link(store, "alice", "ab123")
+    _link(store, "carol", "cc789")  # linked, no job: not asked
+    _submit(store, "alice")
+    step.mirror(T0 + 1)
+    assert StoreLogins(store, "uni", lambda: T0).users() == ["alice"]

@@ -38,6 +38,9 @@ class StoreLogins:
             return None
         return None if found is None else LinkedLogin(user, *found)
 
+    def accepted(self, user: str) -> None:
+        self.store.accept_cluster_link(self.partition, user)
+
     def refused(self, user: str, why: str, job_id: int | None) -> None:
         if self.store.break_cluster_link(self.partition, user, why, job_id, self.clock()):
             log.warning(

@@ -57,11 +57,13 @@ class LinkedLogin:
 
     `user` is the gbatch (Unix) user, `login` their account on the cluster,
     `private_key` the OpenSSH text of the key made for it on the head (unsealed from
-    the store only to connect; never logged: not in repr)."""
+    the store only to connect; never logged: not in repr), `taken` whether the cluster
+    has taken the key yet (a new link's refusal is no news: its user is adding it)."""
 
     user: str
     login: str
     private_key: str = field(repr=False)
+    taken: bool = field(default=True, compare=False)
 
 
 class LinkRefused(BackendRefused):

@@ -284,12 +284,19 @@ class Logins(Protocol):
 
     def refused(self, user: str, why: str, job_id: int | None) -> None:
         """The cluster refused `user`'s key: mark the link broken and tell them (on
-        `job_id`, the job that found it, when there is one)."""
+        `job_id`, the job that found it, when there is one); a new link stays new."""
+        ...
+
+    def accepted(self, user: str) -> None:
+        """The cluster took `user`'s new key: their link is ok from now."""
         ...
 
 
 # The shared identity's connection, in the table of connections by user.
 _SHARED = ""
+# Seconds before a key the cluster refused is offered again (a relink, a new key, is
+# offered at once): a new link waits for its user to add the key, each pass asking.
+REFUSED_RETRY_SECONDS = 10.0
 
 
 class SlurmBackend:
@@ -313,9 +320,11 @@ class SlurmBackend:
         self._lock = threading.Lock()
         # user ("" for the shared identity) -> (the link it was made with, connection).
         self._conns: dict[str, tuple[LinkedLogin | None, SshConnection]] = {}
-        # Per-user identity: whose jobs the last observe saw, and whose each job is.
+        # Per-user identity: whose jobs the last observe saw, and whose each job is;
+        # the links the cluster refused last, and when (time.monotonic()).
         self._observed: frozenset[str] = frozenset()
         self._owners: dict[str, str] = {}
+        self._refused: dict[str, tuple[LinkedLogin, float]] = {}
 
     def _link(self, user: str) -> LinkedLogin:
         link = self.logins.login(user) if self.logins is not None else None
@@ -330,6 +339,7 @@ class SlurmBackend:
         # paramiko is imported only when the head first talks to a cluster: the CLI
         # imports this module's pure parts without it (start-up).
         import io
+        import time
 
         import paramiko
 
@@ -342,6 +352,14 @@ class SlurmBackend:
         if held is not None:
             held[1].close()
             del self._conns[user]
+        refused = self._refused.get(user)
+        if (
+            link is not None
+            and refused is not None
+            and refused[0] == link
+            and time.monotonic() - refused[1] < REFUSED_RETRY_SECONDS
+        ):
+            raise LinkRefused(f"the cluster refused {user}'s linked key")
         c = self.cluster
         target = SshTarget(
             name=f"{self.name} (cluster login {c.login})",
@@ -362,10 +380,14 @@ class SlurmBackend:
             if link is None or self.logins is None:
                 raise BackendDown(str(err)) from None
             # The user's key, not the cluster, is at fault: their link breaks alone.
+            self._refused[user] = (link, time.monotonic())
             self.logins.refused(user, str(err), job_id)
             raise LinkRefused(f"the cluster refused {user}'s linked key: {err}") from None
         except HostError as err:
             raise BackendDown(str(err)) from None
+        self._refused.pop(user, None)
+        if link is not None and not link.taken and self.logins is not None:
+            self.logins.accepted(user)
         self._conns[user] = (link, conn)
         return conn
 

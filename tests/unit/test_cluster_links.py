@@ -25,7 +25,7 @@ from gbatch.nodes.cluster import login_problem
 from gbatch.nodes.inventory import InventoryError, Partition, load_inventory
 from gbatch.site.config import Webhook
 
-PER_USER = replace(CLUSTER, user="", identity="per_user")
+PER_USER = replace(CLUSTER, user="", identity="per_user", max_jobs=10)
 UNI = Partition("uni", (), slurm=PER_USER)
 HOOK = Webhook("ops", "https://hooks.example.org/x", "", ("PARTITION_DOWN", "PARTITION_UP"))
 POLICY = notify.Policy(mail=True, mail_domain="lab.org", webhooks=(HOOK,))
@@ -56,6 +56,8 @@ class PerUserCluster(FakeCluster):
         if user in self.refusing:
             self.logins.refused(user, "the host refused the linked key", job_id)
             raise LinkRefused(f"the cluster refused {user}'s linked key")
+        if not link.taken:
+            self.logins.accepted(user)
         return link.login
 
     def submit(self, job: Job, marker: str) -> str:
@@ -151,7 +153,7 @@ def test_a_made_key_pair_is_ed25519_and_its_public_half_matches() -> None:
 def test_a_links_private_key_is_sealed_in_the_store_file(store: Store, tmp_path: Path) -> None:
     private = _link(store, "alice", "ab123")
     body = private.splitlines()[1]
-    assert store.cluster_login("uni", "alice") == ("ab123", private)
+    assert store.cluster_login("uni", "alice") == ("ab123", private, False)
     store.close()
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("gbatch.db*"))
     assert body.encode() not in raw and b"OPENSSH PRIVATE KEY" not in raw
@@ -161,7 +163,7 @@ def test_a_links_private_key_is_sealed_in_the_store_file(store: Store, tmp_path:
 def test_unlink_forgets_the_key_and_relink_replaces_it(store: Store) -> None:
     first = _link(store, "alice", "ab123")
     second = _link(store, "alice", "alice2")
-    assert second != first and store.cluster_login("uni", "alice") == ("alice2", second)
+    assert second != first and store.cluster_login("uni", "alice") == ("alice2", second, False)
     assert [link.login for link in store.cluster_links("alice")] == ["alice2"]
     assert store.unlink_cluster("uni", "alice") and not store.unlink_cluster("uni", "alice")
     assert store.cluster_login("uni", "alice") is None and store.cluster_links() == []
@@ -197,31 +199,56 @@ def test_a_job_of_a_user_without_a_link_waits_saying_so_and_goes_once_linked(
     assert cluster.calls["submit"] == 1 and list(cluster.sent_as.values()) == ["ab123"]
 
 
+def test_a_new_links_key_refused_is_no_news_and_its_job_goes_once_the_key_is_there(
+    store: Store,
+) -> None:
+    step, cluster = _step(store)
+    _link(store, "alice", "ab123")
+    assert store.cluster_links("alice")[0].state == "new"
+    cluster.refusing.add("alice")  # she has not added the key yet
+    job_id = _submit(store, "alice")
+    step.mirror(T0 + 1)
+    step.mirror(T0 + 2)
+    (link,) = store.cluster_links("alice")
+    assert link.state == "new" and link.reason.startswith("waiting for its key")
+    assert outbox_rows(store, job_id) == [] and cluster.sent_as == {}
+    assert store.require(job_id).state is JobState.PENDING
+    cluster.refusing.clear()
+    step.mirror(T0 + 3)
+    assert list(cluster.sent_as.values()) == ["ab123"]
+    assert store.cluster_links("alice")[0].state == "ok"
+
+
 def test_a_refused_key_breaks_that_users_link_alone_and_tells_them_once(store: Store) -> None:
     step, cluster = _step(store)
     _link(store, "alice", "ab123")
     _link(store, "bob", "bb456")
+    first = _submit(store, "alice")
+    _submit(store, "bob", 1001)
+    step.mirror(T0)  # both keys taken: the links are ok
+    assert [link.state for link in store.cluster_links()] == ["ok", "ok"]
     cluster.refusing.add("alice")
     alices, bobs = _submit(store, "alice"), _submit(store, "bob", 1001)
     step.mirror(T0 + 1)
     step.mirror(T0 + 2)
     job = store.require(alices)
     assert (job.state, job.reason) == (JobState.PENDING, CLUSTER_LINK_REASON)
-    assert list(cluster.sent_as.values()) == ["bb456"]  # bob's went
+    assert sorted(cluster.sent_as.values()) == ["ab123", "bb456", "bb456"]  # bob's went
     assert store.require(bobs).reason == "Priority"
     assert "uni" not in step.down  # the cluster is up: alice's key is at fault
     (alice_link,) = store.cluster_links("alice")
-    assert (alice_link.state, alice_link.since) == ("broken", T0)
+    assert (alice_link.state, alice_link.since) == ("broken", T0)  # StoreLogins' clock
     assert "refused" in alice_link.reason
     assert store.cluster_links("bob")[0].state == "ok"
-    told = [(r["kind"], r["channel"], r["target"]) for r in outbox_rows(store, alices)]
-    assert told == [("CLUSTER_LINK", "mail", "alice@lab.org")]  # whatever her --mail-type
-    assert any("cluster link of alice broken" in e.reason for e in store.events(alices))
+    # Told once, on her first job there (the pass's squeue as her found it).
+    told = [(r["job_id"], r["channel"], r["target"]) for r in outbox_rows(store)]
+    assert told == [(first, "mail", "alice@lab.org")]  # whatever her --mail-type
+    assert any("cluster link of alice broken" in e.reason for e in store.events(first))
     # Relinked (the new key on the cluster): her waiting job is sent, as her.
     cluster.refusing.clear()
     _link(store, "alice", "ab123")
     step.mirror(T0 + 3)
-    assert sorted(cluster.sent_as.values()) == ["ab123", "bb456"]
+    assert sorted(cluster.sent_as.values()) == ["ab123", "ab123", "bb456", "bb456"]
     assert store.require(alices).reason.startswith("sent to cluster uni")
 
 
@@ -230,6 +257,7 @@ def test_a_broken_users_running_job_keeps_its_state_until_relinked(store: Store)
     _link(store, "alice", "ab123")
     job_id = _submit(store, "alice")
     step.mirror(T0 + 1)
+    assert store.cluster_links("alice")[0].state == "ok"
     (backend_id,) = cluster.jobs
     cluster.set(backend_id, "RUNNING", nodes="c01")
     step.mirror(T0 + 2)

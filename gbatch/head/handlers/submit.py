@@ -338,7 +338,7 @@ def check_cluster_link(daemon: Daemon, caller: Caller, partition: Partition) -> 
     for link in daemon.store.cluster_links(caller.user):
         if link.partition != partition.name:
             continue
-        if link.state == "ok":
+        if link.state != "broken":  # a new one's jobs wait for its key on the cluster
             return
         raise Refused(
             "invalid",

@@ -2,9 +2,11 @@
 
 A link is a user's login on a cluster and the key pair the head made for it: the
 private half sealed with the store's secret box (as jobs' secret env values are), the
-public half kept to show again. A key the cluster refuses marks the link broken, and
-the user is owed a CLUSTER_LINK event (mail, webhooks) in the same transaction, once
-per break: a relink makes it ok again.
+public half kept to show again. A link is `new` until the cluster first takes its key
+(the user adds it to authorized_keys after linking: a refusal then is no news), `ok`
+from then on. A key the cluster refuses once it worked marks the link `broken`, and the
+user is owed a CLUSTER_LINK event (mail, webhooks) in the same transaction, once per
+break: a relink makes it new again.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ class ClusterLink:
     login: str
     public: str
     linked: float
-    state: str  # "ok" or "broken"
+    state: str  # "new" (key not taken yet), "ok" or "broken"
     reason: str
     since: float | None
 
@@ -38,15 +40,15 @@ class ClusterLinks(Outbox):
     def link_cluster(
         self, partition: str, user: str, login: str, private_key: str, public: str, now: float
     ) -> None:
-        """Record (or replace) `user`'s link to `partition`, ok from now."""
+        """Record (or replace) `user`'s link to `partition`: new until its key is taken."""
         sealed = self._secrets.seal({"private_key": private_key})
         with self._write() as db:
             db.execute(
                 "INSERT INTO cluster_links (partition, user, login, sealed, public, linked,"
-                " state, reason, since) VALUES (?, ?, ?, ?, ?, ?, 'ok', '', NULL)"
+                " state, reason, since) VALUES (?, ?, ?, ?, ?, ?, 'new', '', NULL)"
                 " ON CONFLICT(partition, user) DO UPDATE SET login = excluded.login,"
                 " sealed = excluded.sealed, public = excluded.public, linked = excluded.linked,"
-                " state = 'ok', reason = '', since = NULL",
+                " state = 'new', reason = '', since = NULL",
                 (partition, user, login, sealed, public, now),
             )
 
@@ -70,25 +72,36 @@ class ClusterLinks(Outbox):
             ).fetchall()
         return [ClusterLink(*row) for row in rows]
 
-    def cluster_login(self, partition: str, user: str) -> tuple[str, str] | None:
-        """`user`'s unbroken link to `partition`: (login, private key unsealed); None if none.
+    def cluster_login(self, partition: str, user: str) -> tuple[str, str, bool] | None:
+        """`user`'s unbroken link to `partition`: (login, private key unsealed, whether
+        the cluster took it yet); None if none.
 
         Raises SecretKeyError when the store's key does not open it."""
         with self._lock:
             row = self._db.execute(
-                "SELECT login, sealed FROM cluster_links"
-                " WHERE partition = ? AND user = ? AND state = 'ok'",
+                "SELECT login, sealed, state FROM cluster_links"
+                " WHERE partition = ? AND user = ? AND state != 'broken'",
                 (partition, user),
             ).fetchone()
         if row is None:
             return None
-        return row[0], self._secrets.open(row[1])["private_key"]
+        return row[0], self._secrets.open(row[1])["private_key"], row[2] == "ok"
+
+    def accept_cluster_link(self, partition: str, user: str) -> None:
+        """The cluster took `user`'s new key: the link is ok (a refusal now breaks it)."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE cluster_links SET state = 'ok', reason = '', since = NULL"
+                " WHERE partition = ? AND user = ? AND state = 'new'",
+                (partition, user),
+            )
 
     def cluster_link_users(self, partition: str) -> list[str]:
         """The users with an unbroken link to `partition` and a job open there."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT l.user FROM cluster_links l WHERE l.partition = ? AND l.state = 'ok'"
+                "SELECT l.user FROM cluster_links l WHERE l.partition = ?"
+                " AND l.state != 'broken'"
                 " AND EXISTS (SELECT 1 FROM cluster_jobs c JOIN jobs j ON j.id = c.job_id"
                 " WHERE c.partition = l.partition AND c.open = 1 AND j.user = l.user)"
                 " ORDER BY l.user",
@@ -101,8 +114,14 @@ class ClusterLinks(Outbox):
     ) -> bool:
         """Mark `user`'s link to `partition` broken, and owe them the news on `job_id`.
 
-        One transaction; False (nothing owed) when it was not an ok link."""
+        One transaction; False (nothing owed) when it was not an ok link. A new link
+        stays new, its reason saying why: its key is not on the cluster yet."""
         with self._write() as db:
+            db.execute(
+                "UPDATE cluster_links SET reason = ? WHERE partition = ? AND user = ?"
+                " AND state = 'new'",
+                (f"waiting for its key on the cluster: {why}", partition, user),
+            )
             changed = db.execute(
                 "UPDATE cluster_links SET state = 'broken', reason = ?, since = ?"
                 " WHERE partition = ? AND user = ? AND state = 'ok'",

@@ -192,8 +192,7 @@ def parse_parsable(stdout: bytes) -> str:
 
 
 def squeue_argv(cluster: SlurmCluster, login: str | None = None) -> list[str]:
-    """One squeue for every job of the partition's login user (or `login`), ended ones
-    included."""
+    """One squeue for every job of the login user (or `login`), ended ones included."""
     user = login or cluster.user
     return ["squeue", "-h", "--states=all", "-u", user, "-O", SQUEUE_FORMAT]
 
@@ -283,8 +282,9 @@ class Logins(Protocol):
         ...
 
     def refused(self, user: str, why: str, job_id: int | None) -> None:
-        """The cluster refused `user`'s key: mark the link broken and tell them (on
-        `job_id`, the job that found it, when there is one); a new link stays new."""
+        """The cluster refused `user`'s key: mark the link broken and tell them.
+
+        On `job_id`, the job that found it, when there is one; a new link stays new."""
         ...
 
     def accepted(self, user: str) -> None:

@@ -535,8 +535,9 @@ class LinkCluster(_Request, op="cluster_link"):
 
 
 class UnlinkCluster(_Request, op="cluster_unlink"):
-    """Forget the caller's link to `partition` (its key with it). Replies {"partition",
-    "user", "login"}."""
+    """Forget the caller's link to `partition` (its key with it).
+
+    Replies {"partition", "user", "login"}."""
 
     partition: str
 

@@ -479,7 +479,7 @@ def test_scontrol_shows_a_cluster_partition_down_with_its_reason() -> None:
 def test_the_docs_example_inventory_loads(tmp_path: Path) -> None:
     from docexamples import yaml_block_with
 
-    example = yaml_block_with("slurm-cluster.md", "slurm:")
+    example = yaml_block_with("slurm-cluster.md", "identity_file: ~/.ssh/gbatch_uni")
     key = tmp_path / "gbatch_uni"
     key.write_text("key\n")
     nodes = "nodes:\n  - {name: gpu01, host: gpu01.lab}\n  - {name: gpu02, host: gpu02.lab}\n"

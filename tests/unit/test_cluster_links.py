@@ -297,3 +297,17 @@ def test_only_users_linked_with_jobs_there_are_watched(store: Store) -> None:
     _submit(store, "alice")
     step.mirror(T0 + 1)
     assert StoreLogins(store, "uni", lambda: T0).users() == ["alice"]
+
+
+def test_the_docs_per_user_example_loads(tmp_path: Path) -> None:
+    from docexamples import yaml_block_with
+
+    example = yaml_block_with("slurm-cluster.md", "identity: per_user")
+    path = tmp_path / "inventory.yaml"
+    path.write_text(
+        "nodes:\n  - {name: gpu01, host: gpu01.lab}\n"
+        "partitions:\n  - name: gpu\n    nodes: [gpu01]\n    default: true\n"
+        + example.replace("partitions:\n", "")
+    )
+    (uni,) = [p for p in load_inventory(path, home=tmp_path).partitions if p.name == "uni"]
+    assert uni.slurm is not None and uni.slurm.identity == "per_user"

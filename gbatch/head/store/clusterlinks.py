@@ -73,10 +73,10 @@ class ClusterLinks(Outbox):
         return [ClusterLink(*row) for row in rows]
 
     def cluster_login(self, partition: str, user: str) -> tuple[str, str, bool] | None:
-        """`user`'s unbroken link to `partition`: (login, private key unsealed, whether
-        the cluster took it yet); None if none.
+        """`user`'s unbroken link to `partition`: (login, private key, key taken?), or None.
 
-        Raises SecretKeyError when the store's key does not open it."""
+        The key is unsealed; taken: whether the cluster has taken it yet. Raises
+        SecretKeyError when the store's key does not open it."""
         with self._lock:
             row = self._db.execute(
                 "SELECT login, sealed, state FROM cluster_links"

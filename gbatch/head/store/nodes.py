@@ -71,8 +71,9 @@ class Nodes(Outbox):
             )
 
     def queue_partition_event(self, partition: str, kind: str, reason: str, now: float) -> None:
-        """Owe a cluster partition's PARTITION_DOWN or PARTITION_UP to the admins' webhooks
-        that ask (and give it to the event log)."""
+        """Owe a cluster partition's PARTITION_DOWN or PARTITION_UP to admins' webhooks.
+
+        Those that ask for it; the event log gets it too."""
         with self._write() as db:
             self._queue_node_event(db, partition, kind, reason, now)
 

@@ -67,10 +67,17 @@ class LinkedLogin:
 
 
 class LinkRefused(BackendRefused):
-    """A user's cluster login cannot be used: no link, or its key refused (broken).
+    """A user's cluster login cannot be used now: no link, or its key refused (broken).
 
     Not the partition's fault (it stays up) nor the job's: the job waits, or is
     refused at submit, and its user is told to (re)link."""
+
+
+class SessionFailed(LinkRefused):
+    """A command in a user's own session on the login node failed or timed out.
+
+    Their login's shell start-up files are theirs to break: that user's jobs wait (and
+    keep their last known state), the partition stays up for the others."""
 
 
 class Backend(Protocol):

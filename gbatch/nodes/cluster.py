@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import shlex
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -29,6 +30,7 @@ from gbatch.nodes.backend import (
     LinkedLogin,
     LinkRefused,
     Observation,
+    SessionFailed,
 )
 from gbatch.nodes.base import HostError
 from gbatch.nodes.inventory import Partition, SlurmCluster
@@ -297,6 +299,9 @@ _SHARED = ""
 # Seconds before a key the cluster refused is offered again (a relink, a new key, is
 # offered at once): a new link waits for its user to add the key, each pass asking.
 REFUSED_RETRY_SECONDS = 10.0
+# Seconds a user whose own session failed (a command timed out or failed in it) is left
+# out of the passes: each try may cost a call's whole timeout.
+FAILING_RETRY_SECONDS = 60.0
 
 
 class SlurmBackend:
@@ -325,6 +330,8 @@ class SlurmBackend:
         self._observed: frozenset[str] = frozenset()
         self._owners: dict[str, str] = {}
         self._refused: dict[str, tuple[LinkedLogin, float]] = {}
+        # user -> the link their session last failed with, and when (time.monotonic()).
+        self._failing: dict[str, tuple[LinkedLogin | None, float]] = {}
 
     def _link(self, user: str) -> LinkedLogin:
         link = self.logins.login(user) if self.logins is not None else None
@@ -339,7 +346,6 @@ class SlurmBackend:
         # paramiko is imported only when the head first talks to a cluster: the CLI
         # imports this module's pure parts without it (start-up).
         import io
-        import time
 
         import paramiko
 
@@ -398,22 +404,46 @@ class SlurmBackend:
         *,
         user: str = _SHARED,
         job_id: int | None = None,
+        again: bool = True,
     ) -> tuple[int, bytes, bytes]:
-        """`argv` on the login node, as `user` (per-user identity) or the shared login."""
+        """`argv` on the login node, as `user` (per-user identity) or the shared login.
+
+        Per-user: a connection found dead (its sessions ended) is logged in again once
+        when `again` (never for sbatch: its answer may be lost, and the marker finds
+        it); a command failing on a live one is the user's (SessionFailed)."""
         who = user if self.per_user else _SHARED
+        timeout = max(CALL_TIMEOUT, 3 * self.cluster.connect_timeout)
         with self._lock:
-            conn = self._connection(who, job_id)
-            try:
-                timeout = max(CALL_TIMEOUT, 3 * self.cluster.connect_timeout)
-                done = conn.run(argv, timeout=timeout, stdin=stdin)
-            except HostError as err:
-                conn.close()
-                raise BackendDown(str(err)) from None
-        return done.exit_status, done.stdout, done.stderr
+            for retry in (again, False):
+                conn = self._connection(who, job_id)
+                try:
+                    done = conn.run(argv, timeout=timeout, stdin=stdin)
+                except HostError as err:
+                    lost = not conn.connected
+                    conn.close()
+                    if not self.per_user:
+                        raise BackendDown(str(err)) from None
+                    if lost and retry:
+                        continue
+                    if not lost:
+                        self._mark_failing(who)
+                    why = f"{who}'s session on the login node failed: {err}"
+                    raise SessionFailed(why) from None
+                self._failing.pop(who, None)
+                return done.exit_status, done.stdout, done.stderr
+        raise AssertionError("unreachable: the second try returns or raises")
+
+    def _mark_failing(self, user: str) -> None:
+        held = self._conns.get(user)
+        self._failing[user] = (None if held is None else held[0], time.monotonic())
 
     def submit(self, job: Job, marker: str) -> str:
         status, out, err = self._run(
-            sbatch_argv(job, self.cluster, marker), batch_script(job), user=job.user, job_id=job.id
+            sbatch_argv(job, self.cluster, marker),
+            batch_script(job),
+            user=job.user,
+            job_id=job.id,
+            again=False,
         )
         if status != 0:
             said = (err or out).decode(errors="replace").strip().splitlines()
@@ -428,15 +458,29 @@ class SlurmBackend:
         found: dict[str, Observation] = {}
         observed: set[str] = set()
         owners: dict[str, str] = {}
+        failed: list[str] = []
         for user in self.logins.users() if self.logins is not None else ():
             try:
                 link = self._link(user)
+                failing = self._failing.get(user)
+                if (
+                    failing is not None
+                    and failing[0] == link
+                    and time.monotonic() - failing[1] < FAILING_RETRY_SECONDS
+                ):
+                    continue  # a relink (a new key) is tried at once
                 seen = self._squeue(user, link.login)
+            except SessionFailed as err:
+                failed.append(str(err))
+                continue
             except LinkRefused:
                 continue  # broken now: their jobs keep their last known state
             observed.add(user)
             owners.update(dict.fromkeys(seen, user))
             found.update(seen)
+        if failed and not observed:
+            # Nobody's squeue works: the cluster's, not one user's, fault.
+            raise BackendDown(failed[0])
         self._observed = frozenset(observed)
         self._owners = owners
         return found
@@ -445,7 +489,11 @@ class SlurmBackend:
         status, out, err = self._run(squeue_argv(self.cluster, login), user=user)
         if status != 0:
             said = err.decode(errors="replace").strip().splitlines()
-            raise BackendDown(f"squeue failed: {said[-1] if said else f'exit {status}'}")
+            why = f"squeue failed: {said[-1] if said else f'exit {status}'}"
+            if self.per_user:
+                self._mark_failing(user)
+                raise SessionFailed(f"{user}'s {why}")
+            raise BackendDown(why)
         return parse_squeue(out)
 
     def observed_users(self) -> frozenset[str] | None:

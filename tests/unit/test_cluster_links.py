@@ -5,7 +5,8 @@ them), and a partition going down or coming back told to the admins' webhooks.""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Mapping
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,13 +18,17 @@ from test_cluster import CLUSTER, T0, FakeCluster
 from gbatch.core.model import CLUSTER_LINK_REASON, Job, JobSpec, JobState
 from gbatch.head import notify
 from gbatch.head.clusterlogins import StoreLogins
+from gbatch.head.daemon import Daemon
+from gbatch.head.handlers import Caller, handle
 from gbatch.head.linkkeys import make_key_pair
 from gbatch.head.loop.cluster import ClusterJobsStep
 from gbatch.head.store import Store
-from gbatch.nodes.backend import Backend, LinkRefused, Observation
-from gbatch.nodes.cluster import login_problem
-from gbatch.nodes.inventory import InventoryError, Partition, load_inventory
-from gbatch.site.config import Webhook
+from gbatch.nodes.backend import Backend, BackendDown, LinkRefused, Observation, SessionFailed
+from gbatch.nodes.base import CommandResult
+from gbatch.nodes.cluster import SlurmBackend, login_problem
+from gbatch.nodes.inventory import Inventory, InventoryError, Partition, load_inventory
+from gbatch.nodes.ssh import RemoteError, RemoteTimeout
+from gbatch.site.config import Config, Paths, Webhook
 
 PER_USER = replace(CLUSTER, user="", identity="per_user", max_jobs=10)
 UNI = Partition("uni", (), slurm=PER_USER)
@@ -311,3 +316,194 @@ def test_the_docs_per_user_example_loads(tmp_path: Path) -> None:
     )
     (uni,) = [p for p in load_inventory(path, home=tmp_path).partitions if p.name == "uni"]
     assert uni.slurm is not None and uni.slurm.identity == "per_user"
+
+
+# -- SlurmBackend as each user (its connections faked: what each login's session does) ------
+
+
+class FakeSession:
+    """A login's session on the login node: squeue prints `lines`, or fails as told."""
+
+    def __init__(self, login: str, fails: str = "") -> None:
+        self.connected = True
+        self.login = login
+        self.fails = fails  # "exit": squeue exits 1 (a broken shell); "timeout"
+        self.ran: list[list[str]] = []
+
+    def run(self, argv: Sequence[str], timeout: float, stdin: bytes | None = None) -> CommandResult:
+        self.ran.append(list(argv))
+        if self.fails == "lost":  # its sessions were ended (the connection is gone)
+            self.connected = False
+            raise RemoteError("SSH session not active")
+        if self.fails == "lost once":
+            self.fails = ""
+            self.connected = False
+            raise RemoteError("SSH session not active")
+        if self.fails == "timeout":
+            raise RemoteTimeout("command timed out after 10 s")
+        if self.fails == "exit":
+            return CommandResult(1, b"", b".bashrc: line 1: oops\n")
+        if argv[0] == "squeue":
+            return CommandResult(0, f"9{len(self.login)}|PENDING|Priority|||c\n".encode(), b"")
+        return CommandResult(0, b"77\n", b"")
+
+    def close(self) -> None:
+        pass
+
+
+def _backend(
+    store: Store, sessions: dict[str, FakeSession], monkeypatch: pytest.MonkeyPatch
+) -> SlurmBackend:
+    backend = SlurmBackend("uni", PER_USER, StoreLogins(store, "uni", lambda: T0))
+
+    def connection(user: str, job_id: int | None) -> FakeSession:
+        link = backend._link(user)  # no link: LinkRefused, as the real one
+        session = sessions[user]
+        session.connected = True  # (logged in again)
+        backend._conns[user] = (link, session)  # type: ignore[assignment]
+        return session
+
+    monkeypatch.setattr(backend, "_connection", connection)
+    return backend
+
+
+def test_one_users_failing_session_leaves_them_out_not_the_partition_down(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions = {"alice": FakeSession("ab123", fails="exit"), "bob": FakeSession("bb456")}
+    backend = _backend(store, sessions, monkeypatch)
+    for user, login in (("alice", "ab123"), ("bob", "bb456")):
+        _link(store, user, login)
+        job_id = _submit(store, user)
+        store.begin_cluster_send(job_id, 1, "uni", f"m{job_id}", T0)
+    seen = backend.observe()  # no BackendDown: bob's squeue answered
+    assert backend.observed_users() == frozenset({"bob"}) and list(seen) == ["95"]
+    assert sessions["bob"].ran[0][:6] == ["squeue", "-h", "--states=all", "-u", "bb456", "-O"]
+    # Alice is left out for a while (each try may cost a whole timeout).
+    backend.observe()
+    assert len(sessions["alice"].ran) == 1 and len(sessions["bob"].ran) == 2
+    # A submit timing out in her session leaves the job's intent (SessionFailed), never
+    # the partition down.
+    sessions["alice"].fails = "timeout"
+    with pytest.raises(SessionFailed):
+        backend.submit(store.require(1), "m1")
+
+
+def test_when_nobodys_squeue_works_the_partition_is_down(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions = {"alice": FakeSession("ab123", fails="exit")}
+    backend = _backend(store, sessions, monkeypatch)
+    _link(store, "alice", "ab123")
+    job_id = _submit(store, "alice")
+    store.begin_cluster_send(job_id, 1, "uni", "m1", T0)
+    with pytest.raises(BackendDown, match="squeue failed"):
+        backend.observe()
+
+
+# -- gbatch cluster link / unlink / status, and submit, at the handlers ----------------------
+
+
+@pytest.fixture
+def head(tmp_path: Path) -> Iterator[Daemon]:
+    """A daemon (not started) with the lab's `gpu` and the per-user cluster `uni`."""
+    paths = Paths(tmp_path)
+    opened = Store(paths.store)
+    inventory = Inventory(
+        (),
+        tmp_path / "known_hosts",
+        tmp_path / "inventory.yaml",
+        (
+            Partition("gpu", ("local",), default=True),
+            UNI,
+        ),
+    )
+    made = Daemon(paths, Config(simulate_gpus=2), opened, inventory=inventory)
+    yield made
+    made.committer.close()
+    opened.close()
+
+
+ALICE = Caller(uid=1234, user="alice", pid=2)
+ROOT_CALLER = Caller(uid=0, user="root", pid=1)
+
+
+def test_link_prints_a_public_key_and_keeps_the_private_one_sealed(head: Daemon) -> None:
+    reply = handle(head, ALICE, {"op": "cluster_link", "partition": "uni", "login": "ab123"})
+    assert reply["ok"] and reply["public"].startswith("ssh-ed25519 ")
+    assert "PRIVATE" not in json.dumps(reply)
+    status = handle(head, ALICE, {"op": "cluster_status"})
+    assert status["partitions"] == [
+        {
+            "name": "uni",
+            "identity": "per_user",
+            "login": "login.uni.example:22",
+            "state": "up",
+            "reason": "",
+        }
+    ]
+    ((link),) = status["links"]
+    assert (link["user"], link["login"], link["state"]) == ("alice", "ab123", "new")
+    assert handle(head, ROOT_CALLER, {"op": "cluster_status"})["links"] == []  # hers alone
+
+
+def test_link_refuses_a_lab_partition_a_bad_login_and_a_token(head: Daemon) -> None:
+    lab = handle(head, ALICE, {"op": "cluster_link", "partition": "gpu", "login": "ab123"})
+    assert lab["kind"] == "invalid" and "not a cluster partition" in lab["error"]
+    bad = handle(head, ALICE, {"op": "cluster_link", "partition": "uni", "login": "-oX=y"})
+    assert bad["kind"] == "invalid" and "--login" in bad["error"]
+    with_token = replace(ALICE, scopes=frozenset({"read", "submit", "control", "ports"}))
+    tok = handle(head, with_token, {"op": "cluster_link", "partition": "uni", "login": "ab123"})
+    assert tok["kind"] == "permission" and "API token" in tok["error"]
+    assert head.store.cluster_links() == []
+
+
+def test_a_submit_without_a_working_link_is_refused_naming_gbatch_cluster_link(
+    head: Daemon,
+) -> None:
+    submit = {"op": "submit", "spec": {"name": "j", "command": ["true"], "partition": "uni"}}
+    refused = handle(head, ALICE, submit)
+    assert (
+        refused["kind"] == "invalid"
+        and "gbatch cluster link uni --login NAME" in (refused["error"])
+    )
+    handle(head, ALICE, {"op": "cluster_link", "partition": "uni", "login": "ab123"})
+    assert handle(head, ALICE, submit)["ok"]  # a new link: the job waits for its key
+    head.store.accept_cluster_link("uni", "alice")
+    head.store.break_cluster_link("uni", "alice", "the host refused the key", None, T0)
+    broken = handle(head, ALICE, submit)
+    assert (
+        broken["kind"] == "invalid" and "is broken: the host refused the key" in (broken["error"])
+    )
+
+
+def test_unlink_is_refused_while_jobs_are_there_and_forgets_the_key_after(head: Daemon) -> None:
+    handle(head, ALICE, {"op": "cluster_link", "partition": "uni", "login": "ab123"})
+    job_id = _submit(head.store, "alice", 1234)
+    head.store.begin_cluster_send(job_id, 1, "uni", "m", T0)
+    refused = handle(head, ALICE, {"op": "cluster_unlink", "partition": "uni"})
+    assert refused["kind"] == "invalid" and f"({job_id})" in refused["error"]
+    head.store.close_cluster_job(job_id)
+    done = handle(head, ALICE, {"op": "cluster_unlink", "partition": "uni"})
+    assert done["ok"] and done["login"] == "ab123" and head.store.cluster_links() == []
+    again = handle(head, ALICE, {"op": "cluster_unlink", "partition": "uni"})
+    assert again["kind"] == "not_found"
+
+
+def test_a_dead_connection_is_logged_in_again_once_but_never_for_sbatch(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions = {"alice": FakeSession("ab123", fails="lost once")}
+    backend = _backend(store, sessions, monkeypatch)
+    _link(store, "alice", "ab123")
+    job_id = _submit(store, "alice")
+    store.begin_cluster_send(job_id, 1, "uni", "m1", T0)
+    assert list(backend.observe()) == ["95"]  # squeue again on a new connection
+    assert len(sessions["alice"].ran) == 2 and backend.observed_users() == {"alice"}
+    sessions["alice"].fails = "lost"
+    with pytest.raises(SessionFailed):  # its answer may be lost: the marker will tell
+        backend.submit(store.require(job_id), "m1")
+    assert [argv[0] for argv in sessions["alice"].ran[2:]] == ["sh"]  # sbatch, once
+    sessions["alice"].fails = ""
+    backend.observe()  # not held back: a lost connection is not the user's failure
+    assert sessions["alice"].ran[-1][0] == "squeue"

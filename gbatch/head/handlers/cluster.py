@@ -72,8 +72,19 @@ def on_cluster_unlink(
     links = [
         link for link in daemon.store.cluster_links(caller.user) if link.partition == partition.name
     ]
-    if not links or not daemon.store.unlink_cluster(partition.name, caller.user):
+    if not links:
         raise Refused("not_found", f"{caller.user} has no link to partition {partition.name}")
+    open_there = daemon.store.cluster_jobs_of(partition.name, caller.user)
+    if open_there:
+        # Without the link nobody could watch, cancel or read them there.
+        shown = ",".join(str(i) for i in open_there[:10]) + (",..." if len(open_there) > 10 else "")
+        raise Refused(
+            "invalid",
+            f"{len(open_there)} of your jobs are on partition {partition.name} ({shown}): "
+            "gbatch watches and cancels them as your login. scancel them or let them end, "
+            "then unlink",
+        )
+    daemon.store.unlink_cluster(partition.name, caller.user)
     audit(
         daemon, caller, "cluster_unlink", f"partition {partition.name}", f"login {links[0].login}"
     )

@@ -109,6 +109,16 @@ class ClusterLinks(Outbox):
             ).fetchall()
         return [row[0] for row in rows]
 
+    def cluster_jobs_of(self, partition: str, user: str) -> list[int]:
+        """The ids of `user`'s jobs the cluster of `partition` may still hold."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT c.job_id FROM cluster_jobs c JOIN jobs j ON j.id = c.job_id"
+                " WHERE c.partition = ? AND c.open = 1 AND j.user = ? ORDER BY c.job_id",
+                (partition, user),
+            ).fetchall()
+        return [row[0] for row in rows]
+
     def break_cluster_link(
         self, partition: str, user: str, why: str, job_id: int | None, now: float
     ) -> bool:

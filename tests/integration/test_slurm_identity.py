@@ -7,13 +7,17 @@ user links their login with `gbatch cluster link uni --login NAME` and puts the 
 key it prints in that login's authorized_keys on the cluster, as a person would; their
 jobs then run there as that login (`id -un`). A root caller with no link is refused at
 submit; a key removed from authorized_keys breaks that user's link (cluster status
-says so, their job waits saying why) and a relink mends it.
+says so, their job waits saying why, they are mailed and the admins' webhook told) and a
+relink mends it; the login node paused takes the partition down and back, each told to
+the webhook once.
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +26,10 @@ from typing import Any
 import pytest
 import yaml
 from asuser import User, as_user, preload, run_cli, temp_users
-from conftest import Head, require_root, shared_home, wait_for
+from conftest import FAST_CONFIG, Head, require_root, shared_home, wait_for
 from dockerenv import REPO_ROOT
 from hosts import Host, ensure_host_image, start_host
+from test_notifications import Inbox, smtp_server
 
 pytestmark = pytest.mark.docker
 
@@ -33,11 +38,28 @@ SLURM_BUILD = REPO_ROOT / "tests" / "images" / "build-slurm-host-image.sh"
 LOGINS = {"alice": "ab123", "bob": "bb456"}  # lab user -> their login on the cluster
 
 
+class Hooks(http.server.BaseHTTPRequestHandler):
+    received: list[dict[str, Any]]
+
+    def do_POST(self) -> None:
+        self.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 @dataclass
 class Lab:
     head: Head
     cluster: Host
     users: dict[str, User]
+    inbox: Inbox
+    hooked: list[dict[str, Any]]  # the admins' webhook's events, as posted
+
+    def told(self, kind: str) -> list[dict[str, Any]]:
+        return [event for event in self.hooked if event.get("kind") == kind]
 
     def gbatch(self, who: str, *argv: str) -> dict[str, Any]:
         """`gbatch ARGV` as lab user `who`: {"rc", "out", "err"}."""
@@ -117,10 +139,25 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     ensure_host_image()
     image = ensure_host_image(SLURM_IMAGE, SLURM_BUILD)
     tmp_path = tmp_path_factory.mktemp("slurm-identity")
+    hooked: list[dict[str, Any]] = []
+    hooks = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), type("Recorder", (Hooks,), {"received": hooked})
+    )
+    threading.Thread(target=hooks.serve_forever, daemon=True).start()
+    smtp, inbox = smtp_server()
+    config = (
+        f"{FAST_CONFIG}socket_mode: '666'\nsmtp_host: 127.0.0.1\nsmtp_port: {smtp.port}\n"
+        "mail_domain: lab.test\nnotify_retry_seconds: 0.2\n"
+        f"webhooks: [{{name: ops, url: 'http://127.0.0.1:{hooks.server_address[1]}/hook',"
+        " events: [CLUSTER_LINK, PARTITION_DOWN, PARTITION_UP]}]\n"
+    )
     cluster = start_host(tmp_path, "uni-login", image=image, user="labsvc")
     try:
-        with temp_users("gbsi", list(LOGINS)) as users, shared_home("gbatch-ident-") as head:
-            lab = Lab(head, cluster, users)
+        with (
+            temp_users("gbsi", list(LOGINS)) as users,
+            shared_home("gbatch-ident-", config=config) as head,
+        ):
+            lab = Lab(head, cluster, users, inbox, hooked)
             for login in LOGINS.values():
                 lab.there("useradd", "-m", "-s", "/bin/sh", "-p", "*", login)
                 lab.there("install", "-d", "-o", login, "-m", "0700", f"/home/{login}/.ssh")
@@ -129,6 +166,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             yield lab
     finally:
         cluster.stop()
+        smtp.stop()
+        hooks.shutdown()
+        hooks.server_close()
 
 
 def _log(lab: Lab, who: str, job_id: int) -> str:
@@ -201,6 +241,14 @@ def test_a_key_removed_on_the_cluster_breaks_the_link_and_a_relink_mends_it(lab:
     assert record["state"] == "PENDING" and record["reason"] == "ClusterLinkBroken", record
     status = lab.gbatch("alice", "cluster", "status")["out"]
     assert "refused" in status and "up" in status  # the partition itself is up
+    # She is mailed (whatever her --mail-type), and the admins' webhook is told, once.
+    address = f"{lab.users['alice'].name}@lab.test"
+    wait_for(lambda: any(m["To"] == address for m in lab.inbox.messages), 30, "the mail to alice")
+    (mail,) = [m for m in lab.inbox.messages if m["To"] == address]
+    assert "Cluster link broken" in str(mail["Subject"]), mail["Subject"]
+    wait_for(lambda: lab.told("CLUSTER_LINK"), 30, "the admins' webhook")
+    (event,) = lab.told("CLUSTER_LINK")
+    assert event["job"]["user"] == lab.users["alice"].name
     # A new job is refused at submit while the link is broken, saying how to mend it;
     # the one already queued waits for the relink.
     again = lab.gbatch("alice", "sbatch", "-p", "uni", "-D", "/tmp", "--wrap", "true")
@@ -211,3 +259,28 @@ def test_a_key_removed_on_the_cluster_breaks_the_link_and_a_relink_mends_it(lab:
     lab.link("alice")
     assert lab.head.wait_state(waiting, "COMPLETED", timeout=90)["state"] == "COMPLETED"
     assert _log(lab, "alice", waiting) == "ab123"
+
+
+def test_the_login_node_paused_takes_the_partition_down_and_back_told_once_each(
+    lab: Lab,
+) -> None:
+    lab.link("bob")
+    job_id = lab.sbatch("bob", "--wrap", "sleep 8; echo done")
+    lab.head.wait_state(job_id, "RUNNING", timeout=90)
+    container = lab.cluster.container.get_container_id()
+    subprocess.run(["docker", "pause", container], check=True, timeout=30, capture_output=True)
+    try:
+        wait_for(lambda: lab.told("PARTITION_DOWN"), 60, "PARTITION_DOWN")
+        status = lab.gbatch("bob", "cluster", "status")["out"]
+        assert "down" in status.splitlines()[1], status
+        assert lab.head.state(job_id) == "RUNNING"  # its last known state
+    finally:
+        subprocess.run(
+            ["docker", "unpause", container], check=True, timeout=30, capture_output=True
+        )
+    assert lab.head.wait_state(job_id, "COMPLETED", timeout=90)["state"] == "COMPLETED"
+    wait_for(lambda: lab.told("PARTITION_UP"), 60, "PARTITION_UP")
+    (down,) = lab.told("PARTITION_DOWN")
+    assert down["node"]["name"] == "uni" and down["node"]["reason"], down
+    assert len(lab.told("PARTITION_UP")) == 1
+    assert lab.users["bob"].name in lab.gbatch("bob", "cluster", "status")["out"]

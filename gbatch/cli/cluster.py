@@ -19,8 +19,8 @@ of your login on the cluster. Linking again makes a new key (add the new line; r
 old one). `unlink` deletes the key. `status` shows each cluster partition (up, or down and
 why) and your links (ok, or broken and why: the cluster refused the key).
 examples:
-  gbatch cluster link uni --login alice >> /tmp/key.pub   # then on the cluster:
-  cat key.pub >> ~/.ssh/authorized_keys
+  gbatch cluster link uni --login alice > uni.pub
+  ssh alice@login.uni.example 'cat >> ~/.ssh/authorized_keys' < uni.pub
   gbatch cluster status
   gbatch cluster unlink uni"""
 

@@ -502,7 +502,11 @@ class SlurmBackend:
     def may_send(self, user: str) -> bool:
         if not self.per_user:
             return True
-        return self.logins is not None and self.logins.login(user) is not None
+        link = self.logins.login(user) if self.logins is not None else None
+        refused = self._refused.get(user)
+        # A new key just refused (not on the cluster yet): its user's other jobs wait
+        # as jobs, not as intents taking the partition's max_jobs from everyone.
+        return link is not None and (refused is None or refused[0] != link)
 
     def observe_gone(self, backend_ids: Sequence[str]) -> Mapping[str, Observation]:
         if not backend_ids:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -507,3 +508,16 @@ def test_a_dead_connection_is_logged_in_again_once_but_never_for_sbatch(
     sessions["alice"].fails = ""
     backend.observe()  # not held back: a lost connection is not the user's failure
     assert sessions["alice"].ran[-1][0] == "squeue"
+
+
+def test_a_new_key_refused_holds_its_users_other_jobs_back_from_max_jobs(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = SlurmBackend("uni", PER_USER, StoreLogins(store, "uni", lambda: T0))
+    _link(store, "alice", "ab123")
+    assert backend.may_send("alice") and not backend.may_send("bob")  # bob: no link
+    link = backend._link("alice")
+    backend._refused["alice"] = (link, time.monotonic())  # as a refused connect leaves it
+    assert not backend.may_send("alice")
+    _link(store, "alice", "ab123")  # a relink: a new key, tried at once
+    assert backend.may_send("alice")

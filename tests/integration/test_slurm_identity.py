@@ -284,3 +284,7 @@ def test_the_login_node_paused_takes_the_partition_down_and_back_told_once_each(
     assert down["node"]["name"] == "uni" and down["node"]["reason"], down
     assert len(lab.told("PARTITION_UP")) == 1
     assert lab.users["bob"].name in lab.gbatch("bob", "cluster", "status")["out"]
+    # His jobs there ended: he may unlink, and the key is gone from the head.
+    done = lab.gbatch("bob", "cluster", "unlink", "uni")
+    assert done["rc"] == 0 and "unlinked bb456" in done["err"], done
+    assert lab.users["bob"].name not in lab.gbatch("bob", "cluster", "status")["out"]

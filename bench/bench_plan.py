@@ -377,6 +377,25 @@ def window_figures(times: dict[str, list[float]]) -> str:
     )
 
 
+def queue_behind_busy_gpus(store: Store, jobs: list[Job]) -> None:
+    """Queue `jobs` (one submit per user) and take every simulated GPU with a running
+    job, so that passes plan and nothing starts."""
+    by_user: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_user.setdefault(job.user, []).append(job)
+    for user, mine in by_user.items():
+        store.submit([job.spec for job in mine], mine[0].uid, user, NOW)
+    busy = store.submit(
+        [JobSpec(name="busy", command=("true",), gpus=1, time_limit=3600)] * GPUS_PER_NODE,
+        999,
+        "busy",
+        NOW,
+    )
+    for gpu, job_id in enumerate(busy):
+        store.set_state(job_id, JobState.CONFIGURING, "", NOW, node="local", gpus=(gpu,))
+        store.set_state(job_id, JobState.RUNNING, "", NOW, start_time=NOW)
+
+
 def loop_window_passes(jobs: list[Job], runs: int) -> None:
     """Daemon.schedule() passes, with a reservation's window ahead and without."""
     from gbatch.core.reservations import Reservation
@@ -390,20 +409,7 @@ def loop_window_passes(jobs: list[Job], runs: int) -> None:
         store = Store(paths.store)
         daemon = Daemon(paths, loop_config(), store)
         try:
-            by_user: dict[str, list[Job]] = {}
-            for job in jobs:
-                by_user.setdefault(job.user, []).append(job)
-            for user, mine in by_user.items():
-                store.submit([job.spec for job in mine], mine[0].uid, user, NOW)
-            busy = store.submit(
-                [JobSpec(name="busy", command=("true",), gpus=1, time_limit=3600)] * GPUS_PER_NODE,
-                999,
-                "busy",
-                NOW,
-            )
-            for gpu, job_id in enumerate(busy):
-                store.set_state(job_id, JobState.CONFIGURING, "", NOW, node="local", gpus=(gpu,))
-                store.set_state(job_id, JobState.RUNNING, "", NOW, start_time=NOW)
+            queue_behind_busy_gpus(store, jobs)
             daemon.fleet.start()
             wait_for_gpus(daemon)
             first_read(daemon)
@@ -694,23 +700,9 @@ def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Rand
         store = Store(paths.store)
         daemon = Daemon(paths, loop_config(), store)
         try:
-            by_user: dict[str, list[Job]] = {}
-            for job in jobs:
-                by_user.setdefault(job.user, []).append(job)
-            for user, mine in by_user.items():
-                store.submit([job.spec for job in mine], mine[0].uid, user, NOW)
-            # Every simulated GPU taken by a running job: passes plan, nothing starts.
-            busy = store.submit(
-                [JobSpec(name="busy", command=("true",), gpus=1, time_limit=3600)] * GPUS_PER_NODE,
-                999,
-                "busy",
-                NOW,
-            )
-            for gpu, job_id in enumerate(busy):
-                store.set_state(job_id, JobState.CONFIGURING, "", NOW, node="local", gpus=(gpu,))
-                store.set_state(job_id, JobState.RUNNING, "", NOW, start_time=NOW)
+            queue_behind_busy_gpus(store, jobs)
             daemon.fleet.start()  # the node is up: its agent reports its GPUs
-            del by_user, mine, jobs
+            del jobs
             gc.collect()
             wait_for_gpus(daemon)
             start_collector(daemon)
@@ -729,7 +721,7 @@ def measure_loop(jobs: list[Job], runs: int, churn_passes: int, rng: random.Rand
             rss_after = rss_mib()
             churned = churn(daemon, store, churn_passes, rng, fulls)
             grown = churn(daemon, store, churn_passes, rng, fulls, newcomers=20)
-            if len(store.jobs_in((JobState.CONFIGURING, JobState.RUNNING))) != len(busy):
+            if len(store.jobs_in((JobState.CONFIGURING, JobState.RUNNING))) != GPUS_PER_NODE:
                 raise SystemExit("a pass started a job: the measure is not what it says")
             # A restart: a new daemon's loop over the same store, its reasons written,
             # with the store module's caches cold, as in a new process.

@@ -65,3 +65,8 @@ def memory_text(mib: int | None) -> str:
     if mib is None:
         return "0"
     return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
+
+
+def shown_partition(partition: str, alternate: str | None, pending: bool) -> str:
+    """The partition as squeue shows it: `gpu,uni` while a job of `-p gpu,uni` waits."""
+    return f"{partition},{alternate}" if pending and alternate is not None else partition

@@ -121,6 +121,30 @@ def use_by_user(allocated: Iterable[Job]) -> dict[str, Use]:
     return {user: Use(running, gpus) for user, (running, gpus) in counts.items()}
 
 
+def with_cluster_jobs(use: Mapping[str, Use], sent: Iterable[Job]) -> dict[str, Use]:
+    """`use` with the jobs sent to a Slurm cluster counted in.
+
+    Each counts as a running job with the GPUs it asked for: the cluster may start it at
+    any time, so it counts once sent."""
+    counts = {user: [u.running_jobs, u.gpus] for user, u in use.items()}
+    for job in sent:
+        mine = counts.setdefault(job.user, [0, 0])
+        mine[0] += 1
+        mine[1] += job.spec.total_gpus
+    return {user: Use(running, gpus) for user, (running, gpus) in counts.items()}
+
+
+def over_limits(limits: UserLimits, use: Use, gpus: int) -> str | None:
+    """Why a job of `gpus` GPUs waits under its user's limits (the planner's reason), or None.
+
+    `use`: what the user holds now."""
+    if limits.max_running_jobs is not None and use.running_jobs >= limits.max_running_jobs:
+        return "QOSMaxJobsPerUserLimit"
+    if limits.max_gpus is not None and use.gpus + gpus > limits.max_gpus:
+        return "QOSMaxGRESPerUser"
+    return None
+
+
 @dataclass(frozen=True)
 class UserShare:
     """One row of `gbatch sshare`: a user's fair share, what their jobs hold, their limits.

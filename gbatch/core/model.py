@@ -227,6 +227,11 @@ class JobSpec:
     # partition, filled in by the daemon at submit. None only for jobs queued before
     # partitions existed: they may run on any node.
     partition: str | None = None
+    # A partition backed by a Slurm cluster the job may run in instead of `partition`
+    # (`-p gpu,uni`): while it waits it runs on the lab when the lab's planner can start
+    # it first, else the head sends it there (gbatch/head/loop/route.py), never both.
+    # Set by the daemon from -p, never by a job file; None once it is sent.
+    alternate: str | None = None
     # CPUs and memory (MiB) for the job, as asked: Slurm's -c, and one of --mem (the
     # job's total), --mem-per-gpu, --mem-per-cpu. None: not asked; the planner then
     # holds no CPUs and no memory for it (cpus_reserved), and nothing is enforced.
@@ -533,6 +538,7 @@ _OPTIONAL_KEYS = (
     "constraint",
     "gpu_shards",
     "reservation",
+    "alternate",
 )
 
 

@@ -47,6 +47,7 @@ from gbatch.head.loop.filters import Filters
 from gbatch.head.loop.gpus import GpuSampler
 from gbatch.head.loop.limits import RunLimits
 from gbatch.head.loop.preempt import Preempter
+from gbatch.head.loop.route import Router
 from gbatch.head.loop.runs import Runs
 from gbatch.head.loop.schedule import Scheduling
 from gbatch.head.loop.steps import StepEnds
@@ -153,6 +154,12 @@ class Daemon:
             head_name(paths),
             lambda p: SlurmBackend.of(p, StoreLogins(store, p.name, clock)),
         )
+        if self.clusters.backends:  # -p gpu,uni: where a job starts first
+            self.scheduling.router = Router(store, self.clusters)
+            # The lab's limits and fair share count the clusters' jobs.
+            self.clusters.half_life = config.half_life_seconds
+            if config.limits.limits_running:
+                self.clusters.limits_for = self.scheduling.limits_for
         # The cyclic GC's work at the loop's moments; nothing until run_loop starts it
         # (the collector is the process's: a Daemon in a test leaves it alone).
         self.collector = LoopCollector(monotonic=monotonic)

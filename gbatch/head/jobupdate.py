@@ -249,7 +249,14 @@ def _partition(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | N
         name = check_partition(value.strip(), "Partition")
     except SpecError as err:
         raise _spec_error("Partition", err) from None
-    return replace(spec, partition=name), _arrow(spec.partition or "(null)", name)
+    if "," in name:
+        raise UpdateRefused(
+            "invalid",
+            f"Partition: {show_value(name)} names two partitions; scontrol update takes one. "
+            "Name one of them",
+        )
+    # A partition named now is the job's only one: -p gpu,uni's other goes.
+    return replace(spec, partition=name, alternate=None), _arrow(spec.partition or "(null)", name)
 
 
 def _comment(spec: JobSpec, value: str, admin: bool) -> tuple[JobSpec, str | None]:

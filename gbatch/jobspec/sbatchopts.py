@@ -167,8 +167,9 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         "-p",
         "--partition",
         metavar="NAME",
-        help="the partition (node pool) to run in; one name (default: the default partition, "
-        "marked * by `gbatch sinfo`)",
+        help="the partition (node pool) to run in: one name (default: the default partition, "
+        "marked * by `gbatch sinfo`), or one of the lab's and one backed by a Slurm cluster "
+        "(gpu,uni: it runs on whichever starts it first, never both)",
     )
     p.add_argument(
         "-q",

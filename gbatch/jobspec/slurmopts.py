@@ -117,20 +117,25 @@ def check_qos(value: object, field: str) -> str:
 
 
 def check_partition(value: object, field: str) -> str:
-    """One partition name; which exist is the daemon's to say (its inventory)."""
-    if isinstance(value, str) and "," in value:
+    """One partition name, or two (`gpu,uni`: Slurm's list of partitions to start in).
+
+    Which exist, and which pairs may go together, is the daemon's to say."""
+    names = value.split(",") if isinstance(value, str) else [value]
+    if len(names) > 2 or (len(names) == 2 and names[0] == names[1]):
         raise SpecError(
             field,
-            f"{show_value(value)} names several partitions; gbatch takes one (Slurm would "
-            "start the job in whichever lets it start first). Name one of them",
+            f"{show_value(value)} names several partitions; gbatch takes one, or one of the "
+            "lab's and one backed by a Slurm cluster (`-p gpu,uni`: it runs where it starts "
+            "first). Name one of them",
         )
-    if not isinstance(value, str) or not PARTITION_NAME.fullmatch(value):
-        raise SpecError(
-            field,
-            f"{show_value(value)} is not a partition name. Name one of the partitions "
-            "`gbatch sinfo` lists",
-        )
-    return value
+    for name in names:
+        if not isinstance(name, str) or not PARTITION_NAME.fullmatch(name):
+            raise SpecError(
+                field,
+                f"{show_value(value)} is not a partition name. Name one of the partitions "
+                "`gbatch sinfo` lists",
+            )
+    return ",".join(names)  # type: ignore[arg-type]
 
 
 def check_dependency(value: object, field: str) -> str:

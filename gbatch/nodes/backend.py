@@ -40,7 +40,8 @@ class Observation:
     `state` is Slurm's long state name (PENDING, RUNNING, COMPLETED, ...); `reason` its
     pending reason or why it ended; `nodes` the nodes it runs on, as the backend names
     them; `exit_code`/`signal` once it ended; `marker` the head's marker found in its
-    comment ('' for a job gbatch did not submit)."""
+    comment ('' for a job gbatch did not submit); `time_limit` its limit there in
+    seconds (None: none, or not said)."""
 
     backend_id: str
     state: str
@@ -49,6 +50,7 @@ class Observation:
     exit_code: int | None = None
     signal: int | None = None
     marker: str = ""
+    time_limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,18 @@ class Backend(Protocol):
 
     def hold(self, backend_ids: Sequence[str], held: bool) -> None:
         """Hold (or release) those pending jobs (one call for all)."""
+        ...
+
+    def set_time_limits(self, changes: Sequence[tuple[str, int]]) -> Mapping[str, str]:
+        """Set each (backend id, minutes) job's time limit (one call for all).
+
+        The jobs it refused (a raise by a user who may not raise), with why."""
+        ...
+
+    def estimate(self, jobs: Sequence[Job]) -> Mapping[int, float | None]:
+        """When each job would start there if sent now, by gbatch id: one call, nothing queued.
+
+        Epoch seconds; None where the job would not be taken."""
         ...
 
     def read_log(self, job: Job, offset: int, limit: int) -> bytes:

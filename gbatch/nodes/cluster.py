@@ -15,6 +15,7 @@ SSH calls sit in SlurmBackend.
 
 from __future__ import annotations
 
+import calendar
 import re
 import shlex
 import threading
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from gbatch.core.model import Job, JobSpec
+from gbatch.core.outputs import expand, job_fields
 from gbatch.core.submitenv import is_env_name
 from gbatch.nodes.backend import (
     BackendDown,
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 CALL_TIMEOUT = 10.0
 # What squeue prints of each job, one line each, fields ended by '|' (no padding); the
 # comment last, since a foreign job's comment may hold anything.
-SQUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "exit_code", "Comment")
+SQUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "exit_code", "TimeLimit", "Comment")
 SQUEUE_FORMAT = ",".join(f"{name}:|" for name in SQUEUE_FIELDS)
 SACCT_FIELDS = "JobIDRaw,State,Reason,NodeList,ExitCode,Comment"
 MARKER_PREFIX = "gbatch:"
@@ -91,9 +93,43 @@ def parse_marker(comment: str) -> str:
     return first if first.startswith(MARKER_PREFIX) else ""
 
 
+# What %N becomes while a cluster job's output paths are expanded: it names the node,
+# which the cluster picks, so such a path is refused (cluster_output's refusal).
+_NODE_UNKNOWN = "\0N\0"
+
+
+def _cluster_path(pattern: str, job: Job) -> str:
+    """One -o/-e pattern expanded as gbatch expands it (%j the gbatch id, %x the name,
+    %u the gbatch user), made literal for the cluster's sbatch: one that still holds a
+    '%' gets a backslash, which tells sbatch to expand nothing (sbatch(1))."""
+    path = expand(pattern, job_fields(job, None))
+    return f"\\{path}" if "%" in path else path
+
+
 def output_file(job: Job) -> str:
-    """The job's output file on the cluster, relative to the partition's workdir."""
-    return f"gbatch-{job.id}.out"
+    """The job's stdout file on the cluster: its -o, or gbatch-<id>.out.
+
+    Relative to the partition's workdir unless absolute, as sbatch (run there) takes it."""
+    if job.spec.output is None:
+        return f"gbatch-{job.id}.out"
+    return _cluster_path(job.spec.output, job)
+
+
+def error_file(job: Job) -> str | None:
+    """The job's stderr file on the cluster (its -e), or None: with stdout."""
+    return None if job.spec.error is None else _cluster_path(job.spec.error, job)
+
+
+def output_refusal(spec: JobSpec) -> str | None:
+    """Why the job's -o/-e cannot be honoured on a cluster, or None."""
+    fields = {"N": _NODE_UNKNOWN}
+    for flag, pattern in (("-o/--output", spec.output), ("-e/--error", spec.error)):
+        if pattern is not None and _NODE_UNKNOWN in expand(pattern, fields):
+            return (
+                f"{flag} {pattern!r} names the node (%N), which the cluster picks after "
+                "the job is sent. Drop %N"
+            )
+    return None
 
 
 def refusal(spec: JobSpec, cluster: SlurmCluster, *, array: bool = False) -> str | None:
@@ -103,8 +139,16 @@ def refusal(spec: JobSpec, cluster: SlurmCluster, *, array: bool = False) -> str
             "this partition's cluster runs no containers (its admin has not said it has "
             "pyxis/enroot). Drop the image, or submit to a partition of the lab"
         )
-    if spec.image is not None:
-        return "container jobs on a cluster partition are not supported yet. Drop the image"
+    if spec.image is not None and spec.mounts:
+        return (
+            "mounts name paths of the lab's machines; a container on a cluster partition "
+            "takes none. Drop the mounts"
+        )
+    if spec.image is not None and not spec.command:
+        return (
+            "a container job on a cluster partition needs a command (pyxis runs no image "
+            "entrypoint). Give one, e.g. --wrap"
+        )
     if spec.interactive is not None:
         return "srun/salloc allocations cannot run on a cluster partition. Use sbatch"
     if array or spec.array_task is not None:
@@ -118,12 +162,34 @@ def refusal(spec: JobSpec, cluster: SlurmCluster, *, array: bool = False) -> str
         )
     if spec.secret_env:
         return "secret env values are not sent to a cluster. Drop secret_env"
-    return None
+    return output_refusal(spec)
 
 
 def _time(seconds: int) -> str:
     minutes, secs = divmod(seconds, 60)
     return f"{minutes}:{secs:02d}"
+
+
+def cluster_minutes(seconds: int) -> int:
+    """A time limit as the cluster keeps it: whole minutes, rounded up (Slurm's unit)."""
+    return max(1, -(-seconds // 60))
+
+
+def parse_time_limit(text: str) -> int | None:
+    """squeue's TimeLimit ("[days-][hours:]minutes:seconds") in seconds.
+
+    None: no limit (UNLIMITED, NOT_SET, INVALID), or unreadable."""
+    days, _, clock = text.strip().rpartition("-")
+    parts = clock.split(":")
+    if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        return None
+    if days and not days.isdigit():
+        return None
+    numbers = [int(p) for p in parts]
+    if len(numbers) == 2:
+        numbers.insert(0, 0)
+    hours, minutes, seconds = numbers
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def sbatch_options(job: Job, cluster: SlurmCluster, marker: str) -> list[str]:
@@ -135,6 +201,9 @@ def sbatch_options(job: Job, cluster: SlurmCluster, marker: str) -> list[str]:
         f"--comment={marker} user={job.user}",
         f"--output={output_file(job)}",
     ]
+    error = error_file(job)
+    if error is not None:
+        options.append(f"--error={error}")
     if cluster.partition:
         options.append(f"--partition={cluster.partition}")
     for name in ("account", "qos", "reservation"):
@@ -159,14 +228,36 @@ def sbatch_options(job: Job, cluster: SlurmCluster, marker: str) -> list[str]:
     return options
 
 
+def enroot_image(image: str) -> str:
+    """A docker image reference as pyxis/enroot names it.
+
+    The registry, when the reference names one (a first part with '.' or ':', or
+    localhost), ends with '#' (`nvcr.io/nvidia/pytorch:24.01-py3` ->
+    `nvcr.io#nvidia/pytorch:24.01-py3`)."""
+    first, slash, rest = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return f"{first}#{rest}"
+    return image
+
+
 def batch_script(job: Job) -> bytes:
-    """The script sbatch reads on stdin: the job's env, then its command, exec'd."""
+    """The script sbatch reads on stdin: the job's env, then its command, exec'd.
+
+    A container job's command runs in its image through pyxis (`srun
+    --container-image`), the job's env passed into it as srun passes the rest."""
+    spec = job.spec
+    command = shlex.join(spec.command)
+    if spec.image is not None:
+        pyxis = ["srun", "--ntasks=1", f"--container-image={enroot_image(spec.image)}"]
+        if spec.workdir is not None:
+            pyxis.append(f"--container-workdir={spec.workdir}")
+        command = f"{shlex.join(pyxis)} {command}"
     lines = [
         "#!/bin/sh",
         f"# gbatch job {job.id} of {job.user}, sent by the gbatch head",
         # Names were checked at submit; checked again, as they are not quoted.
-        *(f"export {name}={shlex.quote(v)}" for name, v in job.spec.env if is_env_name(name)),
-        f"exec {shlex.join(job.spec.command)}",
+        *(f"export {name}={shlex.quote(v)}" for name, v in spec.env if is_env_name(name)),
+        f"exec {command}",
         "",
     ]
     return "\n".join(lines).encode()
@@ -219,7 +310,7 @@ def parse_squeue(stdout: bytes) -> dict[str, Observation]:
         parts = line.split("|", len(SQUEUE_FIELDS) - 1)
         if len(parts) != len(SQUEUE_FIELDS) or not parts[0].strip():
             continue
-        job_id, state, reason, nodes, status, comment = (p.strip() for p in parts)
+        job_id, state, reason, nodes, status, limit, comment = (p.strip() for p in parts)
         exit_code, sig = _wait_status(status) if state in SLURM_FINAL else (None, None)
         found[job_id] = Observation(
             backend_id=job_id,
@@ -229,6 +320,85 @@ def parse_squeue(stdout: bytes) -> dict[str, Observation]:
             exit_code=exit_code,
             signal=sig,
             marker=parse_marker(comment),
+            time_limit=parse_time_limit(limit),
+        )
+    return found
+
+
+def time_limit_argv(changes: Sequence[tuple[str, int]]) -> list[str]:
+    """One call that sets each (cluster id, minutes) job's TimeLimit.
+
+    It goes on past a refusal, printing "<id>|<scontrol's error>" for each job refused."""
+    script = (
+        'while [ "$#" -gt 1 ]; do '
+        'said=$(scontrol update JobId="$1" TimeLimit="$2" 2>&1) '
+        '|| printf "%s|%s\\n" "$1" "$(printf "%s" "$said" | tr "\\n" " ")"; '
+        "shift 2; done"
+    )
+    pairs = [word for backend_id, minutes in changes for word in (backend_id, str(minutes))]
+    return ["sh", "-c", script, "sh", *pairs]
+
+
+def parse_refusals(stdout: bytes) -> dict[str, str]:
+    """time_limit_argv's answer: cluster id -> why the cluster refused it."""
+    found: dict[str, str] = {}
+    for line in stdout.decode(errors="replace").splitlines():
+        backend_id, bar, said = line.partition("|")
+        if bar and backend_id.strip().isdigit():
+            found[backend_id.strip()] = said.strip() or "refused"
+    return found
+
+
+# sbatch's options that say what a job needs, and so when it could start (estimate_argv).
+_SIZE_OPTIONS = frozenset(
+    {
+        "--partition",
+        "--account",
+        "--qos",
+        "--reservation",
+        "--time",
+        "--nodes",
+        "--gres",
+        "--cpus-per-task",
+        "--mem",
+        "--mem-per-gpu",
+        "--mem-per-cpu",
+    }
+)
+_STARTS_AT = re.compile(r"to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+
+
+def estimate_argv(jobs: Sequence[Job], cluster: SlurmCluster) -> list[str]:
+    """One call that asks `sbatch --test-only` when each job would start there.
+
+    It prints "<gbatch id>|<sbatch's answer>" per job, times in UTC (TZ=UTC: sbatch
+    prints the login node's local time). Nothing is queued."""
+    lines = []
+    for job in jobs:
+        options = [
+            o for o in sbatch_options(job, cluster, "") if o.split("=", 1)[0] in _SIZE_OPTIONS
+        ]
+        argv = ["sbatch", "--test-only", "--wrap=true", *options]
+        lines.append(
+            f"printf '%s|' {int(job.id)}; TZ=UTC {shlex.join(argv)} 2>&1 | tr '\\n' ' '; echo"
+        )
+    return ["sh", "-c", "\n".join(lines)]
+
+
+def parse_estimates(stdout: bytes) -> dict[int, float | None]:
+    """estimate_argv's answer: gbatch id -> the start sbatch gave (epoch seconds), or None.
+
+    None where it gave none: the cluster would refuse the job."""
+    found: dict[int, float | None] = {}
+    for line in stdout.decode(errors="replace").splitlines():
+        job_id, bar, said = line.partition("|")
+        if not bar or not job_id.strip().isdigit():
+            continue
+        at = _STARTS_AT.search(said)
+        found[int(job_id)] = (
+            None
+            if at is None
+            else float(calendar.timegm(time.strptime(at.group(1), "%Y-%m-%dT%H:%M:%S")))
         )
     return found
 
@@ -549,8 +719,46 @@ class SlurmBackend:
             except LinkRefused:
                 continue
 
+    def set_time_limits(self, changes: Sequence[tuple[str, int]]) -> Mapping[str, str]:
+        if not changes:
+            return {}
+        minutes = dict(changes)
+        refused: dict[str, str] = {}
+        for user, ids in self._by_owner(list(minutes)).items():
+            try:  # per-user identity: each job's own login changes its limit
+                _, out, _ = self._run(time_limit_argv([(i, minutes[i]) for i in ids]), user=user)
+            except LinkRefused as err:
+                refused.update(dict.fromkeys(ids, str(err)))
+                continue
+            refused.update(parse_refusals(out))
+        return refused
+
+    def estimate(self, jobs: Sequence[Job]) -> Mapping[int, float | None]:
+        if not jobs:
+            return {}
+        if not self.per_user:
+            _, out, _ = self._run(estimate_argv(jobs, self.cluster))
+            return parse_estimates(out)
+        # Per-user: each user's login asks for its own jobs (its account, its limits);
+        # a user with no working link gets no estimate (their jobs stay on the lab).
+        by_user: dict[str, list[Job]] = {}
+        for job in jobs:
+            by_user.setdefault(job.user, []).append(job)
+        found: dict[int, float | None] = {}
+        for user, mine in by_user.items():
+            if not self.may_send(user):
+                continue
+            try:
+                _, out, _ = self._run(estimate_argv(mine, self.cluster), user=user)
+            except LinkRefused:
+                continue
+            found.update(parse_estimates(out))
+        return found
+
     def read_log(self, job: Job, offset: int, limit: int) -> bytes:
-        path = f"{self.cluster.workdir}/{output_file(job)}"
+        path = output_file(job).replace("\\", "")  # sbatch took it literally
+        if not path.startswith("/"):
+            path = f"{self.cluster.workdir}/{path}"
         try:
             _, out, _ = self._run(
                 [

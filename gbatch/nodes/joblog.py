@@ -30,6 +30,10 @@ from gbatch.core.multinode import rank_label
 
 # How often a wait for a follower looks whether it opens its output files.
 OPENING_POLL_SECONDS = 0.05
+# How long an ended run is reported running while its output is still being copied
+# (LogFollowers.settled): long enough for a loaded machine, short enough that a copy
+# that never ends (a hung file system) holds the job's end only a minute.
+OUTPUT_DRAIN_SECONDS = 60.0
 
 # Not typing's: importing typing (and logging) would slow the shim, which imports this
 # module at every job start. mypy takes any TYPE_CHECKING as typing's.
@@ -456,6 +460,8 @@ class LogFollowers:
         self._opening: set[tuple[int, int]] = set()
         # Followers whose stream broke (StreamCut): their copy must be replayed whole.
         self._cut: set[tuple[int, int]] = set()
+        # When settled() first found a run's follower still copying (monotonic time).
+        self._draining: dict[tuple[int, int], float] = {}
 
     def follow(
         self,
@@ -506,6 +512,25 @@ class LogFollowers:
         with self._lock:
             self._threads.pop((job_id, attempt), None)
             self._cut.discard((job_id, attempt))
+            self._draining.pop((job_id, attempt), None)
+
+    def settled(self, job_id: int, attempt: int, grace: float = OUTPUT_DRAIN_SECONDS) -> bool:
+        """Whether an ended run may be reported final: its log is whole, or waited for.
+
+        False while its follower still copies (a loaded machine's `docker logs`, an
+        output file opening on a slow file system), for at most `grace` seconds from
+        the first ask: the run is then reported running a while longer, so that a job
+        is never final with its output still on the way (`gbatch logs` right after
+        COMPLETED shows it all). After `grace`, True: the copy goes on beside it.
+        """
+        key = (job_id, attempt)
+        with self._lock:
+            thread = self._threads.get(key)
+            if thread is None or not thread.is_alive():
+                self._draining.pop(key, None)
+                return True
+            first = self._draining.setdefault(key, time.monotonic())
+        return time.monotonic() - first >= grace
 
     def wait(self, job_id: int, attempt: int, timeout: float = 5.0) -> bool:
         """Let the follower finish: the log is complete before the run is final.
@@ -519,6 +544,10 @@ class LogFollowers:
         key = (job_id, attempt)
         with self._lock:
             thread = self._threads.get(key)
+            if key in self._draining:
+                # Already waited on, and reported running till it settles: a short look
+                # each pass, not the whole wait again (the loop has other jobs).
+                timeout = min(timeout, OPENING_POLL_SECONDS)
         if thread is None:
             return True
         deadline = time.monotonic() + timeout
@@ -533,6 +562,7 @@ class LogFollowers:
         with self._lock:
             if self._threads.get(key) is thread:
                 del self._threads[key]
+            self._draining.pop(key, None)
             if key in self._cut:
                 self._cut.discard(key)
                 return False

@@ -674,6 +674,8 @@ class LocalNode:
                 # again, so replay the output whole, in place of the broken copy.
                 self.follow_container_log(job, attempt)
                 self._log_followers.wait(job_id, attempt)
+            if not self._log_followers.settled(job_id, attempt):
+                return RunStatus("running")  # its output is still on the way: next pass
             return ended
         if status.state == "created":
             return RunStatus("running")

@@ -452,15 +452,19 @@ class RemoteNode:
             job_id, attempt, partial(self._docker_logs, job_id, attempt, index), opener, part=part
         )
 
-    def _complete_log(self, job: Job, attempt: int) -> None:
-        job_id = job.id
+    def _complete_log(self, job: Job, attempt: int) -> bool:
         """Before a run is final, make its log whole: output copied on a connection that
-        has since broken, or by an earlier daemon, is replayed from the container."""
+        has since broken, or by an earlier daemon, is replayed from the container.
+
+        False while the copy still runs (LogFollowers.settled): the run is reported
+        running till the next pass."""
+        job_id = job.id
         with self._lock:
             current = self._followed_on.get((job_id, attempt)) == self._generation
         if not current:
             self._follow_log(job, attempt)
         self._log_followers.wait(job_id, attempt)
+        return self._log_followers.settled(job_id, attempt)
 
     def _wait_exit(self, job_id: int, attempt: int, index: int = 0) -> None:
         name = docker.container_name(job_id, attempt, index)
@@ -501,7 +505,8 @@ class RemoteNode:
             waited = self._exits.pop((job.id, attempt), None)
         # 137 is SIGKILL, also the OOM killer's: inspect to tell them apart.
         if waited is not None and waited[0] != 137:
-            self._complete_log(job, attempt)
+            if not self._complete_log(job, attempt):
+                return RunStatus("running")  # its output is still on the way: next pass
             return RunStatus("exited", waited[0], 0, waited[1])
         container = {c.name: c for c in report.containers}.get(name)
         ended = None
@@ -510,7 +515,8 @@ class RemoteNode:
                 container.state, container.exit_code, container.finished_at, container.oom_killed
             )
         if ended is not None:
-            self._complete_log(job, attempt)
+            if not self._complete_log(job, attempt):
+                return RunStatus("running")
             return ended
         if container is None or waited or self._log_followers.ended(job.id, attempt):
             # Not listed yet (just started), or its output just ended: ask docker now
@@ -537,7 +543,8 @@ class RemoteNode:
             status.state, status.exit_code, status.finished_at, status.oom_killed
         )
         if ended is not None:
-            self._complete_log(job, attempt)
+            if not self._complete_log(job, attempt):
+                return RunStatus("running")
             return ended
         self._follow(job, attempt)
         return RunStatus("running")

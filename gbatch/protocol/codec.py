@@ -40,7 +40,15 @@ BRIEF_SPEC_FIELDS = (
 )
 # Sent only when set (most jobs ask any GPU on any node): squeue's %b and %f; a share
 # of a GPU (%b) under its stored key, gpu_mem; squeue's %v.
-_BRIEF_IF_SET = ("gpu_type", "constraint", "gpu_mem_mb", "gpu_shards", "qos", "reservation")
+_BRIEF_IF_SET = (
+    "gpu_type",
+    "constraint",
+    "gpu_mem_mb",
+    "gpu_shards",
+    "qos",
+    "reservation",
+    "alternate",  # -p gpu,uni: squeue shows both while it waits
+)
 # Sent only when not the default: squeue's NODES (%D) and sacct's NNodes (issue 32).
 _BRIEF_IF_NOT_ONE = ("nodes",)
 _BRIEF_KEYS = {"gpu_mem_mb": "gpu_mem"}

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from gbatch.core.constants import IMPLICIT_PARTITION, REASON_STATES
 from gbatch.core.hostlist import compress
-from gbatch.core.labels import memory_text, printable
+from gbatch.core.labels import memory_text, printable, shown_partition
 from gbatch.core.model import Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.core.timefmt import format_elapsed_fixed
 
@@ -107,7 +107,13 @@ def tres_text(spec: JobSpec) -> str:
 
 def partition_text(job: Job) -> str:
     """The job's partition; the implicit one for a job queued before partitions existed."""
-    return printable(job.spec.partition or IMPLICIT_PARTITION)
+    return printable(partition_name(job))
+
+
+def partition_name(job: Job) -> str:
+    """The job's partition as squeue shows it (`gpu,uni` while a -p gpu,uni job waits)."""
+    pending = job.state is JobState.PENDING
+    return shown_partition(job.spec.partition or IMPLICIT_PARTITION, job.spec.alternate, pending)
 
 
 def time_limit_fixed(job: Job) -> str:
@@ -201,7 +207,7 @@ def job_to_dict(job: Job, now: float) -> dict[str, object]:
         "state": job.state.value,
         "state_code": job.state.code,
         "reason": reason_text(job),
-        "partition": job.spec.partition or IMPLICIT_PARTITION,
+        "partition": partition_name(job),
         "node": job.node,
         # Every node of the allocation (issue 32): the host list, the count, each's GPUs.
         "nodes": compress(job.node_names),

@@ -353,13 +353,15 @@ def format_squeue(
 _PENDING = JobState.PENDING  # a global: Enum member access through the class is slow
 
 
-_SPEC_CELLS = frozenset("PjblQpCmkoZv")  # read job.spec alone (l: its time_limit)
+_SPEC_CELLS = frozenset("jblQpCmkoZv")  # read job.spec alone (l: its time_limit)
 
 
 # Keys by id(): every job and spec lives until the rows are drawn, and neither a frozen
 # dataclass's nor an Enum's __hash__ is cheap (both are Python code).
 _CELL_KEYS: Mapping[str, Callable[[Job], object]] = {
     **dict.fromkeys(_SPEC_CELLS, lambda j: id(j.spec)),
+    # The partition: `gpu,uni` while a job of -p gpu,uni waits (issue 34).
+    "P": lambda j: (id(j.spec), j.state is _PENDING),
     "u": lambda j: j.user,
     "U": lambda j: j.uid,
     "t": lambda j: id(j.state),

@@ -21,7 +21,7 @@ from gbatch.core.constants import (
     SQUEUE_DEFAULT_FORMAT,
     STATE_CODES,
 )
-from gbatch.core.labels import folded_label, printable
+from gbatch.core.labels import folded_label, printable, shown_partition
 from gbatch.core.timefmt import format_duration
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
@@ -121,7 +121,7 @@ def format_default(columns: Mapping[str, Any], now: float, *, header: bool = Tru
         else:
             where = printable(node or "")
         lines.append(
-            f"{label[:18]:>18} {printable(spec['partition'] or IMPLICIT_PARTITION)[:9]:>9} "
+            f"{label[:18]:>18} {printable(_partition(spec, state))[:9]:>9} "
             f"{printable(spec['name'])[:8]:>8} {printable(user)[:8]:>8} "
             f"{STATE_CODES[state][:2]:>2} {format_duration(elapsed)[:10]:>10} {count:>6} {where}\n"
         )
@@ -167,3 +167,9 @@ def array_labels(
         else:
             labels.append(None)
     return labels
+
+
+def _partition(spec: Mapping[str, Any], state: str) -> str:
+    """squeue's PARTITION: `gpu,uni` while a job of `-p gpu,uni` waits."""
+    partition = spec["partition"] or IMPLICIT_PARTITION
+    return shown_partition(partition, spec.get("alternate"), state == "PENDING")

@@ -34,10 +34,17 @@ def test_an_unknown_partition_is_refused_in_one_line_and_nothing_is_queued(head:
         'gbatch sbatch: error: partition: "debug" is not a partition here. Use one of: '
         f"{IMPLICIT_PARTITION}* (* is the default)\n"
     )
-    listed = head.run("sbatch", "-p", "a,b", "--wrap", "true")
+    listed = head.run("sbatch", "-p", "a,b,c", "--wrap", "true")
     assert listed.returncode == 2
     assert listed.stderr.startswith(
-        'gbatch sbatch: error: -p/--partition: "a,b" names several partitions; gbatch takes one'
+        'gbatch sbatch: error: -p/--partition: "a,b,c" names several partitions; gbatch takes one'
+    )
+    # Two: one of the lab's and one of a cluster's (-p gpu,uni), else refused by the head.
+    pair = head.run("sbatch", "-p", f"{IMPLICIT_PARTITION},b", "--wrap", "true")
+    assert pair.returncode == 2
+    assert pair.stderr == (
+        'gbatch sbatch: error: partition: "b" is not a partition here. Use one of: '
+        f"{IMPLICIT_PARTITION}* (* is the default)\n"
     )
     assert head.run("squeue", "-h", "-t", "all", check=True).stdout == ""
 

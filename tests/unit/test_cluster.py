@@ -154,15 +154,16 @@ def test_the_batch_script_execs_the_command_with_the_jobs_env_quoted() -> None:
 
 def test_squeue_lines_become_observations_with_wait_statuses_decoded() -> None:
     out = (
-        b"12|PENDING|Priority|(null)|0|gbatch:h:7.1 user=alice|\n"
-        b"13|RUNNING|None|c[01-02]|0|gbatch:h:8.1 user=bob|\n"
-        b"14|FAILED|NonZeroExitCode|c01|768|gbatch:h:9.2 user=alice|\n"
-        b"15|CANCELLED|None|c01|15|someone's own|job|\n"
+        b"12|PENDING|Priority|(null)|0|UNLIMITED|gbatch:h:7.1 user=alice|\n"
+        b"13|RUNNING|None|c[01-02]|0|1-02:03:04|gbatch:h:8.1 user=bob|\n"
+        b"14|FAILED|NonZeroExitCode|c01|768|5:00|gbatch:h:9.2 user=alice|\n"
+        b"15|CANCELLED|None|c01|15|1:00:00|someone's own|job|\n"
         b"garbage\n"
     )
     seen = parse_squeue(out)
     assert seen["12"] == Observation("12", "PENDING", "Priority", "", None, None, "gbatch:h:7.1")
     assert seen["13"].nodes == "c[01-02]" and seen["13"].exit_code is None
+    assert seen["13"].time_limit == 93784 and seen["14"].time_limit == 300
     assert (seen["14"].exit_code, seen["14"].signal, seen["14"].marker) == (3, None, "gbatch:h:9.2")
     assert (seen["15"].signal, seen["15"].marker) == (15, "")
     assert len(seen) == 4

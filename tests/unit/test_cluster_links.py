@@ -345,7 +345,7 @@ class FakeSession:
         if self.fails == "exit":
             return CommandResult(1, b"", b".bashrc: line 1: oops\n")
         if argv[0] == "squeue":
-            return CommandResult(0, f"9{len(self.login)}|PENDING|Priority|||c\n".encode(), b"")
+            return CommandResult(0, f"9{len(self.login)}|PENDING|Priority|||5:00|c\n".encode(), b"")
         return CommandResult(0, b"77\n", b"")
 
     def close(self) -> None:
@@ -521,3 +521,21 @@ def test_a_new_key_refused_holds_its_users_other_jobs_back_from_max_jobs(
     assert not backend.may_send("alice")
     _link(store, "alice", "ab123")  # a relink: a new key, tried at once
     assert backend.may_send("alice")
+
+
+def test_estimates_and_time_limits_are_asked_as_each_jobs_own_login(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions = {"alice": FakeSession("ab123"), "bob": FakeSession("bb456")}
+    backend = _backend(store, sessions, monkeypatch)
+    _link(store, "alice", "ab123")
+    alices, bobs = _submit(store, "alice"), _submit(store, "bob", 1001)  # bob: no link
+    assert backend.estimate([store.require(alices), store.require(bobs)]) == {}
+    (asked,) = sessions["alice"].ran
+    assert asked[0] == "sh" and "--test-only" in asked[2] and f"'%s|' {alices};" in asked[2]
+    assert f"'%s|' {bobs};" not in asked[2] and sessions["bob"].ran == []
+    store.begin_cluster_send(alices, 1, "uni", "m", T0)
+    backend.observe()  # alice's job 95 is hers
+    sessions["alice"].ran.clear()
+    assert backend.set_time_limits([("95", 30)]) == {}
+    assert sessions["alice"].ran[0][-2:] == ["95", "30"]

@@ -305,3 +305,33 @@ def test_a_follower_whose_stream_broke_says_so_once_and_a_replay_rewrites_the_lo
     followers.follow(7, 1, lambda: chunks_of(iter([b"before\n", b"after\n"])))
     assert followers.wait(7, 1) is True
     assert paths.job_log(7).read_bytes() == b"before\nafter\n"
+
+
+def test_an_ended_run_whose_output_is_still_copied_is_not_settled_till_it_is(
+    tmp_path: Path,
+) -> None:
+    """A CI run found a job COMPLETED with an empty log: the status check's wait for its
+    follower timed out under load and the run was reported final anyway."""
+    paths = Paths(tmp_path)
+    done = threading.Event()
+    release = threading.Event()
+    followers = LogFollowers(paths, done.set)
+    mark_attempt_start(paths, 7, 1)
+
+    def slow() -> Iterator[bytes]:
+        yield b"before\n"
+        release.wait(10)
+        yield b"after\n"
+
+    followers.follow(7, 1, lambda: chunks_of(slow()))
+    assert followers.wait(7, 1, timeout=0.05) is True  # timed out: it still copies
+    assert followers.settled(7, 1) is False  # so the run is not final yet
+    started = time.monotonic()
+    followers.wait(7, 1)  # asked again: a short look, not the whole wait
+    assert time.monotonic() - started < 2
+    assert followers.settled(7, 1, grace=0.0) is True  # a copy that never ends: given up
+    release.set()
+    assert done.wait(10)
+    assert followers.wait(7, 1) is True
+    assert followers.settled(7, 1) is True
+    assert paths.job_log(7).read_bytes() == b"before\nafter\n"

@@ -181,9 +181,9 @@ def test_partition_is_a_job_file_key_and_an_option() -> None:
 
 def test_a_list_of_partitions_is_refused_naming_the_option() -> None:
     with pytest.raises(SpecError) as caught:
-        build_spec({"command": "x"}, {"partition": "a,b"}, default_name="j", source="f")
+        build_spec({"command": "x"}, {"partition": "a,b,c"}, default_name="j", source="f")
     assert str(caught.value).startswith(
-        '-p/--partition: "a,b" names several partitions; gbatch takes one'
+        '-p/--partition: "a,b,c" names several partitions; gbatch takes one'
     )
 
 

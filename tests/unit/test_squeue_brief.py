@@ -36,6 +36,7 @@ def specs(draw: st.DrawFn) -> JobSpec:
         nice=draw(st.integers(-3, 3)),
         partition=draw(st.one_of(st.none(), st.sampled_from(["gpu", "debug", "a100"]), _TEXT)),
         nodes=draw(st.sampled_from([1, 1, 2, 3])),  # a job across nodes (issue 32)
+        alternate=draw(st.sampled_from([None, None, "uni"])),  # -p gpu,uni (issue 34)
     )
 
 

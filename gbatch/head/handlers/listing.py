@@ -7,7 +7,7 @@ own jobs, and a job's env values are its owner's and admins' only.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from gbatch.core.model import IMPLICIT_PARTITION, Job, JobState
@@ -340,11 +340,18 @@ def _narrowed(found: list[Job], request: requests.ListJobs) -> list[Job]:
         found = [j for j in found if j.spec.name in names]
     if request.partitions:
         parts = set(request.partitions)
-        found = [j for j in found if (j.spec.partition or IMPLICIT_PARTITION) in parts]
+        found = [j for j in found if _in_partitions(j, parts)]
     if request.nodes:
         hosts = set(request.nodes)
         found = [j for j in found if on_any(j, hosts)]
     return found
+
+
+def _in_partitions(job: Job, partitions: Collection[str]) -> bool:
+    """Whether `job` is in one of `partitions`: a waiting job of -p gpu,uni is in both."""
+    return (job.spec.partition or IMPLICIT_PARTITION) in partitions or (
+        job.spec.alternate in partitions and job.state is JobState.PENDING
+    )
 
 
 def _shown(job: Job, request: requests.ListJobs, private: bool, caller: Caller) -> bool:
@@ -352,10 +359,7 @@ def _shown(job: Job, request: requests.ListJobs, private: bool, caller: Caller) 
     return (
         (not private or job.uid == caller.uid)
         and (not request.names or job.spec.name in request.names)
-        and (
-            not request.partitions
-            or (job.spec.partition or IMPLICIT_PARTITION) in request.partitions
-        )
+        and (not request.partitions or _in_partitions(job, request.partitions))
         and (not request.nodes or on_any(job, request.nodes))
     )
 

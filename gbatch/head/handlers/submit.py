@@ -125,6 +125,10 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     count = request.count if indices is None else len(indices)
     if not 1 <= count <= MAX_ARRAY:
         raise Refused("invalid", f"--array: 1 to {MAX_ARRAY} tasks per submission")
+    if spec.alternate is not None:
+        # -p gpu,uni: the job must suit the cluster (it may go there), and goes there at
+        # once when no node of the lab's partition could ever hold it.
+        spec = _either_way(daemon, spec, array=indices is not None)
     chosen = daemon.fleet.partitions.get(spec.partition or "")
     if chosen is not None and chosen.slurm is not None:
         # The cluster places its jobs: only what it cannot take at all is refused here.
@@ -132,10 +136,12 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
         if why is not None:
             raise Refused("invalid", f"partition {chosen.name} (a Slurm cluster): {why}")
         check_cluster_link(daemon, caller, chosen)
-    else:
+    elif spec.alternate is None:
         check_fits_some_node(daemon, spec)
         check_nodes_there(daemon, spec)
         _check_runnable_somewhere(daemon, spec)
+    else:  # -p gpu,uni: it may go to the cluster, as its user's own login there
+        check_cluster_link(daemon, caller, daemon.fleet.partitions[spec.alternate])
     if spec.dependency is not None:
         spec = spec.replace(dependency=check_dependency(daemon, caller, spec.dependency))
     limits = submit_limits(daemon, caller)
@@ -362,6 +368,10 @@ def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobS
     partitions = daemon.fleet.partitions
     if not partitions:
         return spec if time_limit == spec.time_limit else spec.replace(time_limit=time_limit)
+    alternate = None
+    if spec.partition is not None and "," in spec.partition:
+        lab, alternate = _lab_and_cluster(partitions, spec.partition)
+        spec = spec.replace(partition=lab)
     if spec.partition is None:
         chosen = daemon.fleet.default_partition()
         if chosen is None:
@@ -394,9 +404,55 @@ def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobS
         )
     return spec.replace(
         partition=chosen.name,
+        alternate=alternate,
         time_limit=limit,
         image=spec.image if spec.image is not None else chosen.default_image,
     )
+
+
+def _either_way(daemon: Daemon, spec: JobSpec, *, array: bool) -> JobSpec:
+    """A job of `-p gpu,uni` checked for the cluster, and sent its way alone when the
+    lab could never run it (the checks a lab job passes, refused)."""
+    assert spec.alternate is not None
+    cluster = daemon.fleet.partitions[spec.alternate]
+    assert cluster.slurm is not None
+    why = cluster_refusal(spec, cluster.slurm, array=array)
+    if why is not None:
+        raise Refused("invalid", f"partition {cluster.name} (a Slurm cluster): {why}")
+    try:
+        check_fits_some_node(daemon, spec)
+        check_nodes_there(daemon, spec)
+        _check_runnable_somewhere(daemon, spec)
+    except Refused:
+        return spec.replace(partition=cluster.name, alternate=None)
+    return spec
+
+
+def _lab_and_cluster(partitions: Mapping[str, Partition], names: str) -> tuple[str, str]:
+    """`-p gpu,uni`: (the lab's partition, the cluster's), in either order written.
+
+    Refused unless one is the lab's and the other backed by a Slurm cluster: gbatch
+    picks between the lab's planner and a cluster's estimate, not among lab partitions."""
+    first, second = names.split(",", 1)
+    for name in (first, second):
+        if name not in partitions:
+            listed = ", ".join(p.name + ("*" if p.default else "") for p in partitions.values())
+            raise Refused(
+                "invalid",
+                f"partition: {show_value(name)} is not a partition here. Use one of: {listed} "
+                "(* is the default)",
+            )
+    clusters = [n for n in (first, second) if partitions[n].slurm is not None]
+    if len(clusters) != 1:
+        raise Refused(
+            "invalid",
+            f"partition: {show_value(names)} names two partitions "
+            f"{'backed by Slurm clusters' if clusters else 'of the lab'}; gbatch takes two "
+            "only as one of the lab's and one backed by a Slurm cluster (-p gpu,uni). "
+            "Name one of them",
+        )
+    lab = second if clusters[0] == first else first
+    return lab, clusters[0]
 
 
 def check_dependency(daemon: Daemon, caller: Caller, text: str) -> str:

@@ -101,6 +101,14 @@ def _planned_update(
             audit(daemon, caller, "update", found, f"refused: {err.message}")
         raise Refused(err.kind, err.message) from None
     spec = change.spec
+    if spec.partition != found.spec.partition:
+        sent = daemon.store.cluster_job(found.id)
+        if sent is not None and sent.open:
+            raise Refused(
+                "invalid",
+                f"Partition: job {found.id} was sent to cluster partition {sent.partition}; "
+                "its partition cannot change there. Cancel it and submit it again",
+            )
     if spec.qos != found.spec.qos or spec.time_limit != found.spec.time_limit:
         spec = _in_qos(daemon, caller, found, spec)
     if spec.total_gpus != found.spec.total_gpus:

@@ -29,7 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gbatch.core.crashpoints import crash_point
+from gbatch.core.limits import Use, UserLimits, over_limits, use_by_user, with_cluster_jobs
 from gbatch.core.model import (
+    ALLOCATED_STATES,
     CLUSTER_LINK_REASON,
     FINAL_STATES,
     HELD_REASON,
@@ -37,9 +39,12 @@ from gbatch.core.model import (
     Job,
     JobState,
 )
+from gbatch.head.scheduler import queue_order
 from gbatch.head.store import ClusterJob, Store
+from gbatch.head.store.clusterjobs import SEND_BATCH
+from gbatch.head.store.usage import Usage
 from gbatch.nodes.backend import Backend, BackendDown, BackendRefused, LinkRefused, Observation
-from gbatch.nodes.cluster import SLURM_FINAL, job_marker, refusal
+from gbatch.nodes.cluster import SLURM_FINAL, cluster_minutes, job_marker, refusal
 from gbatch.nodes.inventory import Partition
 
 log = logging.getLogger("gbatchd")
@@ -48,6 +53,10 @@ log = logging.getLogger("gbatchd")
 # while its partition is down.
 POLL_SECONDS = 2.0
 DOWN_RETRY_SECONDS = 5.0
+# -p gpu,uni: how long the cluster's start estimate for a job is used before it is
+# asked again, and how many jobs one pass asks about at most (one call for all).
+ESTIMATE_SECONDS = 20.0
+ESTIMATE_BATCH = 100
 
 # A pending job's reasons on the cluster that say it is held (by its user, or by the
 # cluster's admins, whose hold gbatch never releases).
@@ -79,6 +88,8 @@ class _Pass:
     reasons: list[tuple[int, str]] = field(default_factory=list)  # pending reasons changed
     to_hold: list[str] = field(default_factory=list)  # held here, not yet there
     to_release: list[str] = field(default_factory=list)  # released here, held there
+    # (job, cluster id, minutes): time limits changed here (scontrol update), not there.
+    time_limits: list[tuple[Job, str, int]] = field(default_factory=list)
 
 
 def end_state(slurm_state: str) -> JobState:
@@ -106,6 +117,21 @@ class ClusterJobsStep:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0  # passes done (tests wait on it)
+        # job id -> the time limit (minutes) last forwarded for it: one the cluster
+        # refuses (a raise, which only its operators may make) is not asked again.
+        self._limits_forwarded: dict[int, int] = {}
+        # Set by the Daemon: the fair-share half-life (an ended cluster run's
+        # GPU-seconds feed its user's usage; None: not counted) and each user's limits
+        # (a job whose user is at max_running_jobs/max_gpus, counting the lab's nodes
+        # and the clusters' open jobs, is not sent; None: no limits).
+        self.half_life: float | None = None
+        self.limits_for: Callable[[str], UserLimits] | None = None
+        # -p gpu,uni (gbatch/head/loop/route.py): job id -> (the cluster's estimated
+        # start, None if it would not take the job; when asked), and the jobs the
+        # router wants an estimate for, by partition, asked at the next pass.
+        self.estimates: dict[int, tuple[float | None, float]] = {}
+        self._wanted: dict[str, dict[int, Job]] = {}
+        self._wanted_lock = threading.Lock()
 
     def start(self, clock: Callable[[], float], report: Callable[[BaseException], None]) -> None:
         """Mirror in a thread of its own until stop().
@@ -159,6 +185,53 @@ class ClusterJobsStep:
         for backend in self.backends.values():
             backend.close()
 
+    def estimate(self, job: Job, partition: str, now: float) -> float | None:
+        """When the cluster of `partition` last said `job` would start there, or None.
+
+        None: not asked yet, or it would not take the job. One older than
+        ESTIMATE_SECONDS, or none, is asked for at the next pass, with the others wanted
+        (one call)."""
+        known = self.estimates.get(job.id)
+        if known is None or now - known[1] >= ESTIMATE_SECONDS:
+            with self._wanted_lock:
+                wanted = self._wanted.setdefault(partition, {})
+                first = not wanted
+                wanted[job.id] = job
+            if first and known is None:
+                self.wake.set()
+        return None if known is None else known[0]
+
+    def _usage(self, job: Job, now: float) -> Usage | None:
+        """The GPU-seconds a cluster run used (its GPUs since it was seen running)."""
+        if self.half_life is None or job.start_time is None or not job.spec.total_gpus:
+            return None
+        used = job.spec.total_gpus * max(0.0, now - job.start_time)
+        return Usage(job.user, used, self.half_life)
+
+    def room(self, partition: str) -> bool:
+        """Whether the partition may take one more job now (fewer than max_jobs open)."""
+        slurm = self.partitions[partition].slurm
+        assert slurm is not None
+        return self.store.cluster_open_count(partition) < slurm.max_jobs
+
+    def _ask_estimates(self, name: str, backend: Backend, now: float) -> None:
+        """Ask the cluster once, for every job the router wants an estimate of."""
+        with self._wanted_lock:
+            wanted = self._wanted.pop(name, {})
+        if not wanted:
+            return
+        jobs = sorted(wanted.values(), key=lambda job: job.id)
+        asked, later = jobs[:ESTIMATE_BATCH], jobs[ESTIMATE_BATCH:]
+        if later:
+            with self._wanted_lock:
+                self._wanted.setdefault(name, {}).update((job.id, job) for job in later)
+        answers = backend.estimate(asked)
+        for job in asked:
+            self.estimates[job.id] = (answers.get(job.id), now)
+        stale = [k for k, (_, at) in self.estimates.items() if now - at > 5 * ESTIMATE_SECONDS]
+        for job_id in stale:
+            del self.estimates[job_id]
+
     def _pass(self, name: str, backend: Backend, now: float) -> None:
         observed = backend.observe()
         by_marker = {o.marker: o for o in observed.values() if o.marker}
@@ -177,13 +250,20 @@ class ClusterJobsStep:
                 # Changed here meanwhile (a cancel, a hold): the next pass sees it.
                 continue
         self.store.cluster_reasons(seen_now.reasons)
+        if self._limits_forwarded:  # only open jobs' are worth keeping
+            open_ids = {job.id for _, job in rows}
+            self._limits_forwarded = {
+                k: v for k, v in self._limits_forwarded.items() if k in open_ids
+            }
         if seen_now.to_cancel:
             backend.cancel(seen_now.to_cancel)
         if seen_now.to_hold:
             backend.hold(seen_now.to_hold, True)
         if seen_now.to_release:
             backend.hold(seen_now.to_release, False)
+        self._forward_time_limits(name, backend, seen_now.time_limits, now)
         self._send(name, backend, seen_now.unsent, now)
+        self._ask_estimates(name, backend, now)
 
     def _mirror_row(
         self, name: str, row: ClusterJob, job: Job, seen_now: _Pass, now: float
@@ -217,6 +297,7 @@ class ClusterJobsStep:
                 f"cluster {name} has no record of its job {row.cluster_id} (lost or purged)",
                 now,
                 expect={job.state},
+                usage=self._usage(job, now),
             )
             return
         self._mirror_one(name, row, job, seen, seen_now, now)
@@ -242,6 +323,7 @@ class ClusterJobsStep:
                 job.reason,
                 now,
                 expect={JobState.COMPLETING},
+                usage=self._usage(job, now),
                 end_time=None,
                 node=None,
                 start_time=None,
@@ -256,6 +338,7 @@ class ClusterJobsStep:
                 job.reason,
                 now,
                 expect={JobState.COMPLETING},
+                usage=self._usage(job, now),
                 **_exit_fields(seen),
             )
         else:
@@ -292,12 +375,14 @@ class ClusterJobsStep:
                 reason,
                 now,
                 expect={job.state},
+                usage=self._usage(job, now),
                 **_exit_fields(seen),
             )
             return
+        assert row.cluster_id is not None
+        self._compare_time_limit(job, row.cluster_id, seen, seen_now)
         if job.state is not JobState.PENDING:
             return
-        assert row.cluster_id is not None
         held_there = seen.reason in _HELD_THERE
         if job.held and not held_there and state == "PENDING":
             seen_now.to_hold.append(row.cluster_id)  # scontrol hold here: there too
@@ -308,6 +393,45 @@ class ClusterJobsStep:
         reason = seen.reason or "None"
         if job.reason != reason:
             seen_now.reasons.append((job.id, reason))
+
+    def _compare_time_limit(
+        self, job: Job, cluster_id: str, seen: Observation, seen_now: _Pass
+    ) -> None:
+        """Owe the cluster the job's time limit where `scontrol update` changed it here.
+
+        The cluster keeps whole minutes; a job without a limit here (or one squeue does
+        not show there) is left as it is."""
+        wanted = job.spec.time_limit
+        if wanted is None or seen.time_limit is None:
+            return
+        minutes = cluster_minutes(wanted)
+        if seen.time_limit == minutes * 60 or self._limits_forwarded.get(job.id) == minutes:
+            return
+        seen_now.time_limits.append((job, cluster_id, minutes))
+
+    def _forward_time_limits(
+        self,
+        name: str,
+        backend: Backend,
+        changes: Sequence[tuple[Job, str, int]],
+        now: float,
+    ) -> None:
+        """One call for every time limit owed; each refusal is told once in its job's story."""
+        if not changes:
+            return
+        refused = backend.set_time_limits([(cluster_id, m) for _, cluster_id, m in changes])
+        told = []
+        for job, cluster_id, minutes in changes:
+            self._limits_forwarded[job.id] = minutes
+            why = refused.get(cluster_id)
+            if why is not None:
+                log.warning(
+                    "cluster %s refused TimeLimit=%d of job %d: %s", name, minutes, job.id, why
+                )
+                said = f"cluster {name} refused TimeLimit={minutes}: {why}"
+                told.append((job.id, now, job.state.value, said))
+        if told:
+            self.store.job_events(told)
 
     def _send(
         self,
@@ -325,8 +449,16 @@ class ClusterJobsStep:
         room = partition.slurm.max_jobs - self.store.cluster_open_count(name)
         if room <= 0:
             return
+        # More than `room` read: jobs a user's limits hold back leave room to the others.
+        fresh = self.store.cluster_unsent([name], limit=max(room, SEND_BATCH))
+        if fresh and self.half_life is not None:
+            # In the planner's order: fair share, then priority, then submit time.
+            fresh = queue_order(fresh, self.store.usage(now, self.half_life))
+        use = self._use() if fresh else None
         waiting: list[tuple[int, str]] = []
-        for job in self.store.cluster_unsent([name], limit=room):
+        for job in fresh:
+            if room <= 0:
+                break
             if not backend.may_send(job.user):  # per-user identity, no working link
                 if job.reason != CLUSTER_LINK_REASON:
                     waiting.append((job.id, CLUSTER_LINK_REASON))
@@ -337,11 +469,29 @@ class ClusterJobsStep:
                     job.id, JobState.FAILED, why, now, expect={JobState.PENDING}, end_time=now
                 )
                 continue
+            if use is not None and self.limits_for is not None:
+                held = over_limits(
+                    self.limits_for(job.user), use.get(job.user, Use()), job.spec.total_gpus
+                )
+                if held is not None:  # the lab's limits apply before a job leaves
+                    if job.reason != held:
+                        waiting.append((job.id, held))
+                    continue
+                use = with_cluster_jobs(use, [job])
             attempt = job.attempt + 1
             marker = job_marker(self.head, job.id, attempt)
             if self.store.begin_cluster_send(job.id, attempt, name, marker, now):
+                room -= 1
                 self._send_one(name, backend, job, marker, now)
         self.store.cluster_reasons(waiting)
+
+    def _use(self) -> dict[str, Use] | None:
+        """What each user holds: jobs on the lab's nodes and jobs sent to any cluster
+        (None without limits to check)."""
+        if self.limits_for is None:
+            return None
+        allocated = self.store.jobs_in(ALLOCATED_STATES)
+        return with_cluster_jobs(use_by_user(allocated), self.store.cluster_sent_jobs())
 
     def _send_one(self, name: str, backend: Backend, job: Job, marker: str, now: float) -> None:
         """sbatch one job whose intent is on record. BackendDown leaves the intent for

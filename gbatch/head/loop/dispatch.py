@@ -69,6 +69,7 @@ class Dispatcher:
                     "exit_signal": None,
                     "stop_state": None,
                 },
+                on_lab=True,
             )
             for job, node, gpus in starts
         ]

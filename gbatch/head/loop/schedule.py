@@ -12,12 +12,13 @@ from dataclasses import replace
 
 from gbatch.core import hostlist
 from gbatch.core.arrays import ARRAY_ROWS
-from gbatch.core.limits import UserLimits, unix_groups, use_by_user
-from gbatch.core.model import ALLOCATED_STATES, Job, NodeView
+from gbatch.core.limits import UserLimits, unix_groups, use_by_user, with_cluster_jobs
+from gbatch.core.model import ALLOCATED_STATES, Assignment, Job, NodeView
 from gbatch.core.qos import PREEMPTED_BY
 from gbatch.head.fleet import Fleet
 from gbatch.head.loop.filters import Filters
 from gbatch.head.loop.preempt import Preempter
+from gbatch.head.loop.route import Router
 from gbatch.head.loop.runs import gpu_seconds
 from gbatch.head.scheduler import BEGIN_TIME, Planner, Window, plan_reserved
 from gbatch.head.store import RunnableWindow, Store
@@ -125,6 +126,11 @@ class Scheduling:
         self.planned_users: frozenset[str] = frozenset()
         # The preemption step (gbatch/head/loop/preempt.py), set by the Daemon; None: none.
         self.preempter: Preempter | None = None
+        # -p gpu,uni (gbatch/head/loop/route.py), set by the Daemon; None: no cluster.
+        self.router: Router | None = None
+        # The window's jobs that may go to a cluster instead (spec.alternate), kept
+        # from its changes like the plain/special split.
+        self._routable: dict[int, Job] = {}
         # Partitions backed by a Slurm cluster: their jobs are never planned here.
         self.cluster_partitions = frozenset(
             name for name, p in fleet.partitions.items() if p.slurm is not None
@@ -209,6 +215,8 @@ class Scheduling:
                 if (mine := self.limits_for(user)).limits_running:
                     limits[user] = mine
         use = use_by_user(allocated)
+        if self.cluster_partitions and limits:  # sent to a cluster: running, for limits
+            use = with_cluster_jobs(use, self.store.cluster_sent_jobs())
         windows = self.windows(now)
         preempter = self.preempter
         rules = None if preempter is None else preempter.rules()
@@ -250,6 +258,7 @@ class Scheduling:
         ]
         if held:  # the story of each job a window holds back (scontrol show job)
             self.store.job_events(held)
+        self._route(result.assignments, result.starts, by_id, now)
         # A job across nodes carries its other nodes (Job.peers) to the dispatcher.
         return [
             (
@@ -259,6 +268,27 @@ class Scheduling:
             )
             for each in result.assignments
         ]
+
+    def _route(
+        self,
+        assignments: Sequence[Assignment],
+        starts: Mapping[int, float],
+        by_id: Mapping[int, Job],
+        now: float,
+    ) -> None:
+        """-p gpu,uni: the planned jobs that may go to a cluster and start there first go."""
+        router = self.router
+        if router is None or not self._routable:
+            return
+        planned = [job for job_id in self._routable if (job := by_id.get(job_id)) is not None]
+        owed, reason = self._owed, self.window.reason
+        router.route(
+            planned,
+            {each.job_id for each in assignments},
+            lambda job: owed.get(job.id) or reason(job),
+            starts,
+            now,
+        )
 
     def _owe(self, reasons: Mapping[int, str], by_id: Mapping[int, Job]) -> None:
         """Take a plan's `reasons` into the owed, where they differ from the rows': the
@@ -339,6 +369,7 @@ class Scheduling:
             self._plain_users.clear()
             self._plain_images.clear()
             self._special.clear()
+            self._routable.clear()
             self._owed.clear()
             self.plan_all = True
             changes = {job.id: job for job in self.window.jobs()}
@@ -356,9 +387,12 @@ class Scheduling:
                     del users[old.user]
                 self._plain_images.discard(job_id)
             self._special.pop(job_id, None)
+            self._routable.pop(job_id, None)
             if job is None:
                 continue
             spec = job.spec
+            if spec.alternate is not None:
+                self._routable[job_id] = job
             if (
                 spec.begin is None
                 and spec.dependency is None

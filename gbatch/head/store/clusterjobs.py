@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from gbatch.core.model import Job, JobState
 from gbatch.head.store.transitions import StateChange, Transitions
+from gbatch.head.store.usage import Usage, _accrue
 
 # Rows read per pass at most: the jobs a pass may send (max_jobs caps them further).
 SEND_BATCH = 100
@@ -72,6 +73,18 @@ class ClusterJobs(Transitions):
                     found.append((_row(row), job))
         return found
 
+    def cluster_sent_jobs(self) -> list[Job]:
+        """The jobs of every cluster partition the cluster may hold (open rows).
+
+        They count against their users' limits as running jobs."""
+        return self._select_raw(
+            # From the open rows' partial index: never a scan of every job.
+            "id IN (SELECT job_id FROM cluster_jobs WHERE open = 1)"
+            " AND state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL',"
+            " 'OUT_OF_MEMORY', 'PREEMPTED') ORDER BY id",
+            [],
+        )
+
     def cluster_open_count(self, partition: str) -> int:
         """How many jobs the cluster of `partition` may still hold (open rows)."""
         with self._lock:
@@ -86,6 +99,27 @@ class ClusterJobs(Transitions):
                 f"SELECT {_COLUMNS} FROM cluster_jobs WHERE job_id = ?", (job_id,)
             ).fetchone()
         return None if row is None else _row(row)
+
+    def route_to_cluster(
+        self, job_id: int, lab: str, cluster: str, reason: str, now: float
+    ) -> bool:
+        """-p gpu,uni: the waiting job goes to its cluster's partition, with its event.
+
+        Its spec's partition becomes the cluster's (the cluster step sends it from there)
+        and its alternate goes. False when it is no longer a runnable job of `lab` that
+        may go to `cluster` (started, held, cancelled or updated since it was read)."""
+        with self._write() as db:
+            changed = db.execute(
+                "UPDATE jobs SET spec = json_remove(json_set(spec, '$.partition', ?),"
+                " '$.alternate'), reason = ?, changed = ?"
+                " WHERE id = ? AND state = 'PENDING' AND held = 0"
+                " AND json_extract(spec, '$.partition') = ?"
+                " AND json_extract(spec, '$.alternate') = ?",
+                (cluster, reason, self._change_number(db), job_id, lab, cluster),
+            ).rowcount
+            if changed:
+                self._insert_events(db, [(job_id, now, JobState.PENDING.value, reason)])
+        return bool(changed)
 
     def begin_cluster_send(
         self, job_id: int, attempt: int, partition: str, marker: str, now: float
@@ -154,13 +188,18 @@ class ClusterJobs(Transitions):
         now: float,
         *,
         expect: Collection[JobState],
+        usage: Usage | None = None,
         **fields: object,
     ) -> None:
-        """A sent job the cluster ended (or lost): its final state, and its row closed."""
+        """A sent job the cluster ended (or lost): its final state, and its row closed.
+
+        `usage`: the run's GPU-seconds, folded into its user's fair share with it."""
         with self._write() as db:
             self._set_state(
                 db, StateChange(job_id, state, reason, expect, {"end_time": now, **fields}), now
             )
+            if usage is not None:
+                _accrue(db, usage, now)
             db.execute("UPDATE cluster_jobs SET open = 0 WHERE job_id = ?", (job_id,))
 
     def close_cluster_job(self, job_id: int) -> None:

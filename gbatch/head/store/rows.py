@@ -60,10 +60,17 @@ def filter_sql(narrow: JobFilter | None, *, tails: bool = False) -> tuple[str, l
         clauses.append(f"{column} IN ({_marks(narrow.names)})")
         params.extend(narrow.names)
     if narrow.partitions:
-        clauses.append(
-            f"coalesce(json_extract(spec, '$.partition'), ?) IN ({_marks(narrow.partitions)})"
-        )
+        marks = _marks(narrow.partitions)
+        column = f"coalesce(json_extract(spec, '$.partition'), ?) IN ({marks})"
         params.extend([IMPLICIT_PARTITION, *narrow.partitions])
+        if tails:  # arrays: never of -p gpu,uni (a cluster takes no array)
+            clauses.append(column)
+        else:  # a waiting job of -p gpu,uni is in both
+            clauses.append(
+                f"({column} OR (state = 'PENDING'"
+                f" AND json_extract(spec, '$.alternate') IN ({marks})))"
+            )
+            params.extend(narrow.partitions)
     if narrow.nodes:
         if tails:
             clauses.append("0")

@@ -60,6 +60,8 @@ class StateChange:
     fields: Mapping[str, object] = field(default_factory=dict)
     # An ended run's GPU-seconds, folded into its user's usage with the change.
     usage: Usage | None = None
+    # A start on the lab's nodes (the dispatcher's): refused for a job sent to a cluster.
+    on_lab: bool = False
 
 
 def _encode(fields: Mapping[str, object]) -> dict[str, object]:
@@ -230,6 +232,15 @@ class Transitions(Outbox):
         if change.expect is not None and current not in change.expect:
             raise IllegalTransition(current, change.new)
         check_transition(current, change.new)
+        if (
+            change.on_lab
+            and db.execute(
+                "SELECT 1 FROM cluster_jobs WHERE job_id = ? AND open = 1", (change.job_id,)
+            ).fetchone()
+        ):
+            # Sent to a cluster (-p gpu,uni routed it there after the plan read it): a
+            # job never runs in both.
+            raise IllegalTransition(current, change.new)
         columns = {
             "state": change.new.value,
             "reason": change.reason,

@@ -88,6 +88,7 @@ _PLANNING_KEYS = (
     "reservation",
     "qos",
     "qos_priority",
+    "alternate",  # -p gpu,uni: the router's (gbatch/head/loop/route.py)
 )
 _FILTERED_KEYS = ("name", "dependency", "array_task", "array_pos", "array_throttle")
 _PLANNING_AND_FILTERED_KEYS = (*_PLANNING_KEYS, *_FILTERED_KEYS)

@@ -322,6 +322,55 @@ class Api:
         )
         return await self.relay(http, request)
 
+    async def timeline(self, http: Request) -> Response:
+        """GET /timeline: the GPU timeline's data over [start, end) (default: the last 24 h)."""
+        span = _period(http, 86400.0)
+        if isinstance(span, Response):
+            return span
+        return await self.relay(http, requests.ShowTimeline(start=span[0], end=span[1]))
+
+    async def gpu_history(self, http: Request) -> Response:
+        """GET /gpus/history: GPUs' utilisation and memory over [start, end) (default: 1 h)."""
+        span = _period(http, 3600.0)
+        if isinstance(span, Response):
+            return span
+        query = http.query_params
+        numbers: dict[str, Any] = {}
+        for name in ("gpu", "points"):
+            items = _list(query.get(name))
+            parsed = [whole_number(item) for item in items]
+            if any(n is None for n in parsed):
+                return error("invalid", f"{name}: give whole numbers, e.g. {name}=0,1")
+            numbers[name] = tuple(n for n in parsed if n is not None)
+        if len(numbers["points"]) > 1:
+            return error("invalid", "points: give one number, 1 to 1000")
+        request = requests.ShowGpuHistory(
+            start=span[0],
+            end=span[1],
+            node=query.get("node", ""),
+            gpus=numbers["gpu"],
+            points=numbers["points"][0] if numbers["points"] else 120,
+        )
+        return await self.relay(http, request)
+
+    async def usage(self, http: Request) -> Response:
+        """GET /usage: sreport's GPU-seconds per step, by user and by partition.
+
+        Steps of `step` seconds (default a day) over [start, end) (default the last 30
+        days)."""
+        span = _period(http, 30 * 86400.0)
+        if isinstance(span, Response):
+            return span
+        text = http.query_params.get("step", "86400")
+        step = whole_number(text)
+        if step is None or step < 60:
+            return error("invalid", f"step: {loggable(text, 40)!r}; give seconds, 60 or more")
+        count = -(-(span[1] - span[0]) // step)  # the last step ends at `end`
+        if count > 400:
+            return error("invalid", "step: more than 400 steps in the period; give a longer one")
+        edges = [span[0] + i * step for i in range(int(count))] + [span[1]]
+        return await self.relay(http, requests.ReportUsageSeries(edges=tuple(edges)))
+
     async def reservations(self, http: Request) -> Response:
         """The reservations (as gbatch sinfo -T / scontrol show reservation)."""
         return await self.relay(http, requests.ListReservations(name=http.query_params.get("name")))
@@ -383,6 +432,11 @@ def make_app(
         ("/jobs/{job}/{action}", api.act, ["POST"]),
     ]
     routes += [("/nodes", api.nodes, ["GET"]), ("/fairshare", api.fairshare, ["GET"])]
+    routes += [
+        ("/timeline", api.timeline, ["GET"]),
+        ("/gpus/history", api.gpu_history, ["GET"]),
+        ("/usage", api.usage, ["GET"]),
+    ]
     routes += [
         ("/reservations", api.reservations, ["GET"]),
         ("/reservations", api.book, ["POST"]),
@@ -556,6 +610,29 @@ def _one_job(http: Request) -> tuple[int, int | None] | Response:
     except JobIdError as err:
         return error("invalid", f"job: {err}")
     return target.job, target.tasks[0][0] if target.tasks else None
+
+
+def _period(http: Request, default_span: float) -> tuple[float, float] | Response:
+    """?start= and ?end= as epoch seconds: end now and start `default_span` before it
+    when not given."""
+    import time
+
+    values: dict[str, float] = {}
+    for name in ("start", "end"):
+        text = http.query_params.get(name)
+        if text is None:
+            continue
+        try:
+            values[name] = float(text)
+        except ValueError:
+            return error("invalid", f"{name}: {loggable(text, 40)!r}; give epoch seconds")
+        if values[name] != values[name] or abs(values[name]) == float("inf"):
+            return error("invalid", f"{name}: {loggable(text, 40)!r}; give epoch seconds")
+    end = values.get("end", time.time())
+    start = values.get("start", end - default_span)
+    if not end > start:
+        return error("invalid", "end: give a time after start (epoch seconds)")
+    return start, end
 
 
 def _list(value: str | None) -> tuple[str, ...]:

@@ -121,6 +121,7 @@ class Web:
             Route("/ui/jobs/{job}/{action}", self.act, methods=["POST"]),
             Route("/ui/nodes", self.nodes, methods=["GET"]),
             Route("/ui/timeline", self.timeline, methods=["GET"]),
+            Route("/ui/usage", self.usage, methods=["GET"]),
             Route("/ui/submit", self.submit_form, methods=["GET"]),
             Route("/ui/submit", self.submit, methods=["POST"]),
             Route("/ui/static/{name}", self.static, methods=["GET"]),
@@ -372,6 +373,26 @@ class Web:
             ranges=list(timeline.RANGES),
             picked=picked,
             other_user=timeline.OTHER_USER,
+        )
+
+    async def usage(self, http: Request) -> Response:
+        """GPU-hours per day or week by user and by partition (?period=, 30d by default)."""
+        from gbatch.api import usage
+
+        picked = http.query_params.get("period", usage.DEFAULT_PERIOD)
+        if picked not in usage.PERIODS:
+            known = ", ".join(usage.PERIODS)
+            return self.page(http, "error.html", 400, message=f"period: pick one of {known}")
+        edges = usage.edges(picked, time.time())
+        reply = await self.ask(http, requests.ReportUsageSeries(edges=tuple(edges)))
+        if isinstance(reply, Response):
+            return reply
+        return self.page(
+            http,
+            "usage.html",
+            picture=usage.layout(reply, usage.PERIODS[picked][0]),
+            periods=list(usage.PERIODS),
+            picked=picked,
         )
 
     async def submit_form(self, http: Request) -> Response:

@@ -219,6 +219,7 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
         (requests.ShowShares(all_users=True), "users"),
         (requests.ShowPriorities(), "jobs"),
         (requests.ReportUsage(start=0.0, end=1.0, all_users=True), "rows"),
+        (requests.ReportUsageSeries(edges=(0.0, 3600.0)), "users"),
         (requests.ShowTimeline(start=0.0, end=3600.0), "runs"),
         (requests.ShowGpuHistory(start=0.0, end=3600.0), "series"),
         (requests.Metrics(), "jobs"),

@@ -101,6 +101,7 @@ TOKEN_SCOPE_OF: Mapping[str, str] = {
     "shares": "read",
     "priorities": "read",
     "usage_report": "read",
+    "usage_series": "read",
     "timeline": "read",
     "gpu_history": "read",
     "metrics": "read",

@@ -36,6 +36,7 @@ from gbatch.head.handlers.reports import (
     on_shares,
     on_timeline,
     on_usage_report,
+    on_usage_series,
 )
 from gbatch.head.handlers.reservations import (
     on_reservation_change,
@@ -109,6 +110,8 @@ def dispatch(daemon: Daemon, caller: Caller, request: requests.Request) -> dict[
             return on_priorities(daemon, caller, request)
         case requests.ReportUsage():
             return on_usage_report(daemon, caller, request)
+        case requests.ReportUsageSeries():
+            return on_usage_series(daemon, caller, request)
         case requests.ShowTimeline():
             return on_timeline(daemon, caller, request)
         case requests.ShowGpuHistory():

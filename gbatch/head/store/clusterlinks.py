@@ -1,4 +1,4 @@
-"""Users' links to cluster partitions (identity per_user, migration 22).
+"""Users' links to cluster partitions (identity per_user, migration 23).
 
 A link is a user's login on a cluster and the key pair the head made for it: the
 private half sealed with the store's secret box (as jobs' secret env values are), the

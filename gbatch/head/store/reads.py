@@ -7,6 +7,7 @@ per call."""
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 from collections.abc import Collection, Sequence
 from typing import NamedTuple
@@ -23,6 +24,20 @@ from gbatch.head.store.rows import (
     filter_sql,
 )
 from gbatch.head.store.tails import Tails
+
+
+class EarlierRun(NamedTuple):
+    """A run of a job that a requeue ended.
+
+    Its attempt, times, nodes with their GPUs (first node first) and the requeue's
+    reason."""
+
+    job_id: int
+    attempt: int
+    start: float
+    end: float
+    placements: tuple[tuple[str, tuple[int, ...]], ...]
+    reason: str
 
 
 class JobBrief(NamedTuple):
@@ -100,6 +115,30 @@ class Reads(Tails):
             where += f" AND user IN ({_marks(users)})"
             params.extend(users)
         return self._select(where, params)
+
+    def earlier_runs_between(self, start: float, end: float) -> list[EarlierRun]:
+        """The runs requeues ended that overlap [start, end), by index (migration 22).
+
+        Started before `end`, ended after `start`; never a job's last run (that is
+        jobs_run_between's)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT job_id, attempt, start_time, end_time, placements, reason"
+                " FROM earlier_runs WHERE end_time > ? AND start_time < ?"
+                " ORDER BY start_time, job_id",
+                (start, end),
+            ).fetchall()
+        return [
+            EarlierRun(
+                job_id,
+                attempt,
+                first,
+                last,
+                tuple((node, tuple(gpus)) for node, gpus in json.loads(placements)),
+                reason,
+            )
+            for job_id, attempt, first, last, placements, reason in rows
+        ]
 
     def pending_spans(self, start: float, end: float) -> list[tuple[float, float | None]]:
         """(submit time, left the queue) of each job pending at some time in [start, end).

@@ -542,6 +542,34 @@ class RotateTokenKey(_Request, op="token_rotate"):
     drop_old: bool = False
 
 
+class LinkCluster(_Request, op="cluster_link"):
+    """Link the caller's login on a per-user cluster partition: a key pair made on the head.
+
+    The private half is sealed in the store; replaces an earlier link. Socket callers
+    only. Replies {"partition", "user", "login", "public"} (an authorized_keys line)."""
+
+    partition: str
+    login: str
+
+
+class UnlinkCluster(_Request, op="cluster_unlink"):
+    """Forget the caller's link to `partition` (its key with it).
+
+    Replies {"partition", "user", "login"}."""
+
+    partition: str
+
+
+class ClusterStatus(_Request, op="cluster_status"):
+    """The cluster partitions (up or down, why) and the caller's links (ok or broken, why).
+
+    With `all_users`, admins: everyone's links. Replies {"partitions": [{"name",
+    "identity", "login", "state", "reason"}], "links": [{"partition", "user", "login",
+    "state", "reason", "since", "linked", "public"}]}."""
+
+    all_users: bool = False
+
+
 class WithToken(_Request, op="with_token", secret=("token",)):
     """`request` made by the user API token `token` was issued to, within its scopes.
 
@@ -684,6 +712,9 @@ Request = (
     | AwaitAllocation
     | ListSteps
     | OpenForward
+    | LinkCluster
+    | UnlinkCluster
+    | ClusterStatus
 )
 REQUESTS: Mapping[str, type[Request]] = {cls.op: cls for cls in get_args(Request)}
 

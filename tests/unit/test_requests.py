@@ -64,6 +64,9 @@ EXAMPLES: dict[str, requests.Request] = {
     "tokens": requests.ListTokens(all_users=True),
     "token_revoke": requests.RevokeToken(jti="0a1b2c"),
     "token_rotate": requests.RotateTokenKey(drop_old=True),
+    "cluster_link": requests.LinkCluster(partition="uni", login="alice"),
+    "cluster_unlink": requests.UnlinkCluster(partition="uni"),
+    "cluster_status": requests.ClusterStatus(all_users=True),
     "with_token": requests.WithToken(token="eyJ.x.y", request={"op": "jobs", "users": ["ci-bot"]}),
     "step": requests.OpenStep(
         job=12,

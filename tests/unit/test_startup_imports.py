@@ -68,6 +68,7 @@ RUNS = {
     "daemon": ["daemon", "status"],
     "api": ["api", "openapi"],
     "token": ["token", "--lifespan", "2h", "--scope", "read"],
+    "cluster": ["cluster", "status"],
     "mcp": ["mcp", "serve"],  # stdin is empty: it answers nothing and ends
     "completion": ["completion", "bash"],
 }

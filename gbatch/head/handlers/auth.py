@@ -107,6 +107,7 @@ TOKEN_SCOPE_OF: Mapping[str, str] = {
     "metrics": "read",
     "steps": "read",
     "reservations": "read",
+    "cluster_status": "read",
     # A user's own booking (user_reservations); with a token, never an admin's request.
     "reservation_change": "submit",
     "reservation_delete": "submit",

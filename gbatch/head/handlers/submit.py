@@ -135,10 +135,13 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
         why = cluster_refusal(spec, chosen.slurm, array=indices is not None)
         if why is not None:
             raise Refused("invalid", f"partition {chosen.name} (a Slurm cluster): {why}")
+        check_cluster_link(daemon, caller, chosen)
     elif spec.alternate is None:
         check_fits_some_node(daemon, spec)
         check_nodes_there(daemon, spec)
         _check_runnable_somewhere(daemon, spec)
+    else:  # -p gpu,uni: it may go to the cluster, as its user's own login there
+        check_cluster_link(daemon, caller, daemon.fleet.partitions[spec.alternate])
     if spec.dependency is not None:
         spec = spec.replace(dependency=check_dependency(daemon, caller, spec.dependency))
     limits = submit_limits(daemon, caller)
@@ -331,6 +334,28 @@ def _qos_max_pending(daemon: Daemon, caller: Caller, spec: JobSpec) -> tuple[str
     if chosen.max_pending_jobs is None or caller.uid in (0, DAEMON_UID):
         return None
     return chosen.name, chosen.max_pending_jobs
+
+
+def check_cluster_link(daemon: Daemon, caller: Caller, partition: Partition) -> None:
+    """Refuse a job for a per-user cluster partition whose submitter has no working link."""
+    if partition.slurm is None or partition.slurm.identity != "per_user":
+        return
+    fix = f"gbatch cluster link {partition.name} --login NAME"
+    for link in daemon.store.cluster_links(caller.user):
+        if link.partition != partition.name:
+            continue
+        if link.state != "broken":  # a new one's jobs wait for its key on the cluster
+            return
+        raise Refused(
+            "invalid",
+            f"partition {partition.name}: your cluster link ({link.login}) is broken: "
+            f"{link.reason}. Relink with `{fix}` and add the key it prints",
+        )
+    raise Refused(
+        "invalid",
+        f"partition {partition.name} runs jobs as each user's own cluster login, and "
+        f"{caller.user} has linked none. Run `{fix}` first",
+    )
 
 
 def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobSpec:

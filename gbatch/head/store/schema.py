@@ -300,4 +300,23 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     CREATE INDEX earlier_runs_ended ON earlier_runs(end_time, start_time)
     """,
+    # 23 (issue 34, identity: per_user): each user's link to a cluster partition's login
+    # (gbatch cluster link): the login, the key pair made for it on the head (the private
+    # half sealed with the store's secret box, never in clear in the file), and whether
+    # the cluster takes the key (state 'new' until it first does, then 'ok', or 'broken'
+    # with why and since when).
+    """
+    CREATE TABLE cluster_links (
+        partition TEXT NOT NULL,
+        user      TEXT NOT NULL,
+        login     TEXT NOT NULL,
+        sealed    BLOB NOT NULL,
+        public    TEXT NOT NULL,
+        linked    REAL NOT NULL,
+        state     TEXT NOT NULL DEFAULT 'ok',
+        reason    TEXT NOT NULL DEFAULT '',
+        since     REAL,
+        PRIMARY KEY (partition, user)
+    )
+    """,
 )

@@ -284,4 +284,10 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX jobs_left ON jobs(coalesce(start_time, end_time))
         WHERE start_time IS NOT NULL OR end_time IS NOT NULL
     """,
+    # 22 (issue 35): sacct's windows (-S) over every user's history read by index: the
+    # first job id submitted since a time (listing.history_floor), not a scan of every
+    # job ever stored (jobs_user_submit serves a window of named users).
+    """
+    CREATE INDEX jobs_submit ON jobs(submit_time)
+    """,
 )

@@ -138,7 +138,9 @@ def _command(home: Path, checkout: Path, args: list[str]) -> tuple[float, int, i
     return took, lines, usage.ru_maxrss, failed
 
 
-def one_run(template: Path, checkout: Path, jobs: int, first_submit: float) -> dict[str, Any]:
+def one_run(
+    template: Path, checkout: Path, jobs: int, first_submit: float, only: list[str]
+) -> dict[str, Any]:
     home = Path(f"/tmp/gbh-{os.getpid()}-{time.monotonic_ns() % 10**6}")
     home.mkdir(mode=0o700)
     figures: dict[str, Any] = {"load": os.getloadavg()[0]}
@@ -162,6 +164,8 @@ def one_run(template: Path, checkout: Path, jobs: int, first_submit: float) -> d
                 ],
             }
             for what, args in commands.items():
+                if only and not any(what.startswith(o) for o in only):
+                    continue
                 Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
                 took, lines, client, failed = _command(home, checkout, args)
                 figures[what] = (took, lines, client, memory_kib(pid, "VmHWM"), failed)
@@ -197,6 +201,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--checkout", action="append", type=Path)
+    parser.add_argument(
+        "--only", action="append", default=[], help="only the commands that start so"
+    )
     parser.add_argument("--quick", action="store_true", help=quick_help("2,000 jobs, one run"))
     args = parser.parse_args()
     jobs = 2_000 if args.quick else args.jobs
@@ -210,7 +217,7 @@ def main() -> None:
         print(f"{jobs:,} finished jobs stored in {time.monotonic() - began:.0f} s", flush=True)
         for _ in range(args.runs):
             for checkout in checkouts:
-                one_run(with_template, checkout, jobs, now - 3600 - jobs * SPACING_S)
+                one_run(with_template, checkout, jobs, now - 3600 - jobs * SPACING_S, args.only)
     finally:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{with_template}{suffix}").unlink(missing_ok=True)

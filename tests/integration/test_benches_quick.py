@@ -138,6 +138,15 @@ BENCHES = (
         needs=("sshd", "docker"),
     ),
     Bench(
+        "bench_history.py",
+        (
+            r"2,000 finished jobs stored in ",
+            re.escape("    sacct -a -S all: ") + r"[\d.]+ s, 4,002 lines; peak RSS client",
+            re.escape("    sacct -a -S now-1day: "),
+            re.escape("    sreport -a (every job): ") + r"[\d.]+ s",
+        ),
+    ),
+    Bench(
         "bench_limits.py",
         (
             ms("submits as daemon's user (no count), 0 of theirs pending"),
@@ -247,6 +256,15 @@ BENCHES = (
             ms("(e) whole process `gbatch sbatch --wrap true -H`"),
         ),
         group=HEAVY,
+    ),
+    Bench(
+        "bench_submit_busy.py",
+        (
+            re.escape("    `sbatch -H --gpus 1 --wrap true`, nothing starting: p50 "),
+            re.escape("    `sbatch --gpus 1 --wrap 'sleep 0.2'` while jobs start: p50 "),
+            re.escape("      its submit request alone (in-process client): p50 "),
+            re.escape("    starts during the busy loop: "),
+        ),
     ),
     Bench(
         "bench_submitters.py",

@@ -290,6 +290,8 @@ BENCHES = (
             re.escape("`sbatch -H --wrap true`, one process per job: gbatch "),
             re.escape("`squeue`, 20 pending: gbatch "),
             re.escape("drain 16 one-GPU `true` jobs on 8 GPUs: gbatch "),
+            re.escape("`sbatch --gres=gpu:1 --wrap 'sleep 0.5'` while its jobs start (10 in loops)")
+            + ": gbatch ",
             re.escape("GPU hand-off, a job's end -> the next one's start (3 jobs x 8 GPUs): "),
             re.escape("| what | gbatch: median (p90; min-max) | Slurm: median"),
         ),

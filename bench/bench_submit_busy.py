@@ -79,6 +79,19 @@ def _machine_busy() -> tuple[float, float]:
     return float(sum(fields) - idle), float(sum(fields))
 
 
+def _role(proc: Path, name: str) -> str:
+    """What a process of gbatchd's is: the daemon, its agent, its shim server, a shim."""
+    try:
+        argv = (proc / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return name
+    words = [w.decode(errors="replace") for w in argv if w]
+    for role in ("gbatch_agent", "shimserver", "gbatch.shim", "daemon"):
+        if any(role in w for w in words):
+            return role
+    return name
+
+
 def _tree_cpu(root: int) -> dict[str, float]:
     """CPU seconds so far of `root` and its live descendants, by command name (a process's
     own, plus its reaped children's under its name)."""
@@ -91,7 +104,7 @@ def _tree_cpu(root: int) -> dict[str, float]:
             text = (entry / "stat").read_text()
         except OSError:
             continue
-        name = text[text.index("(") + 1 : text.rindex(")")]
+        name = _role(entry, text[text.index("(") + 1 : text.rindex(")")])
         fields = text.rpartition(")")[2].split()
         parents[int(entry.name)] = int(fields[1])
         stats[int(entry.name)] = [name, *fields]

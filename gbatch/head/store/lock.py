@@ -1,14 +1,17 @@
-"""The store's lock: one at a time on its connection, a submit's work first.
+"""The store's lock: one at a time on its connection, a waiting submit first.
 
 Every read and write on the store's main connection takes this lock (reentrant). The
 loop's steps take it many times a pass (a start's intent and confirmation, a run's end,
-reads for the plan), each a commit with its fsync; a submit waiting for it waited, on a
-plain lock, until the loop let go between two of them and its request thread happened
-to be the one woken: the loop's thread, already running, usually took it back first
-(issue 35: a submit's p99 went from ~4 ms to ~40 ms while jobs started). Work marked
-`first()` (a submit's request) now goes before any other thread's next outermost take:
-those wait at a gate while such work is under way, for at most YIELD_S each, so a storm
-of submits delays the loop's next step by that much at most, never stops it.
+reads for the plan), each write through its commit's fsync; a submit waiting for it was
+let in only when the loop let go between two takes and the submit's thread happened to
+be the one to get it: the loop's thread, already running, often took it back first
+(issue 35: a submit's lock wait p99 ~40 ms while jobs started, 0 when none did).
+
+Now a thread inside `first()` (a submit's request) that finds the lock taken counts
+itself waiting, and any other thread's next outermost take waits at a gate while one
+does, for at most YIELD_S: the submit gets the lock as soon as it is let go. The gate is
+passed at once when no submit waits (one integer read), and a storm of submits delays
+the loop's next take by YIELD_S at most, never stops it.
 """
 
 from __future__ import annotations
@@ -19,26 +22,36 @@ from contextlib import contextmanager
 from types import TracebackType
 
 YIELD_S = 0.05
-"""The longest another thread waits at the gate for submits under way, each take."""
+"""The longest another thread waits at the gate for waiting submits, each take."""
 
 
 class StoreLock:
-    """A reentrant lock whose `first()` work goes before other threads' next takes."""
+    """A reentrant lock at which threads inside `first()` go before the others."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._urgent = 0  # threads inside first() (each counted once)
+        self._waiting = 0  # threads inside first() blocked on the lock now
         self._gate = threading.Condition(threading.Lock())
         self._mine = threading.local()  # .first: this thread is inside first()
 
     def __enter__(self) -> None:
-        # Cheap when no submit is under way: one integer read.
-        if (
-            self._urgent and not getattr(self._mine, "first", False) and not self._lock._is_owned()  # type: ignore[attr-defined]  # an inner take
-        ):
+        lock = self._lock
+        if getattr(self._mine, "first", False):
+            if not lock.acquire(blocking=False):  # taken: wait, counted
+                with self._gate:
+                    self._waiting += 1
+                try:
+                    lock.acquire()
+                finally:
+                    with self._gate:
+                        self._waiting -= 1
+                        if not self._waiting:
+                            self._gate.notify_all()
+            return
+        if self._waiting and not lock._is_owned():  # type: ignore[attr-defined]  # not inner
             with self._gate:
-                self._gate.wait_for(lambda: not self._urgent, YIELD_S)
-        self._lock.acquire()
+                self._gate.wait_for(lambda: not self._waiting, YIELD_S)
+        lock.acquire()
 
     def __exit__(
         self,
@@ -54,14 +67,8 @@ class StoreLock:
         if getattr(self._mine, "first", False):
             yield
             return
-        with self._gate:
-            self._urgent += 1
         self._mine.first = True
         try:
             yield
         finally:
             self._mine.first = False
-            with self._gate:
-                self._urgent -= 1
-                if not self._urgent:
-                    self._gate.notify_all()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from collections.abc import Iterator
@@ -164,6 +165,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             pages = _pages(ctx, request)
         else:  # jobs named by id (bounded), or GPU use (read with the whole listing)
             pages = iter([_listed(ctx, request)])
+        # The first page asked for before anything is written: a refusal prints nothing.
+        first = next(pages)
+        pages = itertools.chain([first], pages)
         if args.json:
             _write_json(args, pages, until)
         else:

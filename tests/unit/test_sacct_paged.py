@@ -173,3 +173,27 @@ def test_sacct_json_paged_is_the_whole_listings_json() -> None:
     whole = [codec.job_from_wire(codec.job_to_wire(j)) for j in jobs]
     assert out == format_sacct_json(whole, NOW)
     assert empty == format_sacct_json([], NOW)
+
+
+def test_a_refused_listing_prints_nothing_on_stdout() -> None:
+    from gbatch.protocol.client import RequestFailed
+
+    class Refusing(FakeDaemon):
+        def call(self, request: Any) -> dict[str, Any]:
+            raise RequestFailed("permission", "no")
+
+    for options in ([], ["--json"]):
+        out = io.StringIO()
+        real = sacct_cli.sys.stdout
+        sacct_cli.sys.stdout = out  # type: ignore[misc]
+        parser = argparse.ArgumentParser()
+        sacct_cli.add_parser(parser.add_subparsers())
+        try:
+            with pytest.raises(RequestFailed):
+                sacct_cli.run(
+                    parser.parse_args(["sacct", "-a", *options]),
+                    FakeContext(Refusing([], {})),  # type: ignore[arg-type]
+                )
+        finally:
+            sacct_cli.sys.stdout = real  # type: ignore[misc]
+        assert out.getvalue() == ""

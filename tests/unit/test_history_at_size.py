@@ -126,3 +126,54 @@ def test_sreport_sums_its_runs_as_they_are_read(daemon: Daemon) -> None:
     assert reply["ok"], reply
     assert sum(row["jobs"] for row in reply["rows"]) == runs  # every run counted
     assert peak < 4 * 2**20, f"{peak / 2**20:.1f} MiB held for {runs:,} runs"
+
+
+def test_sreport_summed_in_sql_equals_the_sum_over_every_job(daemon: Daemon) -> None:
+    """Runs of whole GPUs on one node are summed in SQL, the others (shares of a card,
+    jobs across nodes) over their Jobs: together what usage_by gives over every run."""
+    from gbatch.head.accounting import usage_by
+
+    share = json.dumps(JobSpec(name="s", command=("x",), gpus=1, gpu_mem_mb=20_000).to_dict())
+    chance = random.Random(7)
+    db = sqlite3.connect(str(daemon.paths.store), isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    for job_id in range(1, 600):
+        start = chance.choice([None, 100.0, 900.0, 1500.0, 2500.0])
+        end = (
+            None
+            if start is None or chance.random() < 0.2
+            else start + chance.choice([10, 700, 5000])
+        )
+        state = chance.choice(["COMPLETED", "FAILED", "PENDING", "RUNNING", "CANCELLED"])
+        gpus = chance.choice(["", "0", "0,1", "1,2,3"])
+        peers = chance.choice(["", "", "", '[["n2", [0, 1]]]'])
+        db.execute(
+            "INSERT INTO jobs (id, uid, user, name, spec, state, submit_time, start_time,"
+            " end_time, node, gpus, attempt, peers) VALUES (?, ?, ?, 'j', ?, ?, 50.0, ?, ?,"
+            " 'local', ?, 1, ?)",
+            (job_id, 1000 + job_id % 3, USERS[job_id % 3], chance.choice([SPEC, share]),
+             state, start, end, gpus, peers),
+        )  # fmt: skip
+    db.execute("COMMIT")
+    db.close()
+    now = 3000.0
+    daemon.clock = lambda: now  # type: ignore[method-assign]
+    for start, end in ((0.0, 10_000.0), (800.0, 2000.0), (2600.0, 2700.0)):
+        reply = handle(
+            daemon,
+            ROOT,
+            requests.encode_request(requests.ReportUsage(start=start, end=end, all_users=True)),
+        )
+        got = {row["name"]: (row["gpu_seconds"], row["jobs"]) for row in reply["rows"]}
+        every = usage_by(
+            daemon.store.jobs_run_between(start, end),
+            start,
+            end,
+            now,
+            lambda j: j.user,
+            daemon.fleet.charged_gpus,
+        )
+        assert set(got) == {row.name for row in every}
+        for row in every:
+            assert got[row.name][1] == row.jobs
+            assert got[row.name][0] == pytest.approx(row.gpu_seconds, rel=1e-12)

@@ -165,9 +165,17 @@ def on_usage_report(
         )
     now = daemon.clock()
     users = None if request.all_users or request.by_group else sorted(wanted or {caller.user})
-    # Summed as they are read: a page of Jobs held, however many ran (issue 35).
-    ran = daemon.store.runs_between(request.start, request.end, users)
     epoch = int(time.monotonic() // GROUP_CACHE_S)
+    # Runs of whole GPUs on one node summed in SQL; the others (shares of a card, jobs
+    # across nodes) as they are read, a page of Jobs at a time (issue 35).
+    counted: dict[str, tuple[float, int]] = {}
+    for key, (seconds, jobs) in daemon.store.gpu_seconds_between(
+        request.start, request.end, now, users, by_uid=request.by_group
+    ).items():
+        name = _group_of(int(key), epoch) if request.by_group else str(key)  # type: ignore[call-overload]
+        was = counted.get(name, (0.0, 0))
+        counted[name] = (was[0] + seconds, was[1] + jobs)
+    ran = daemon.store.runs_between(request.start, request.end, users, uncounted=True)
     rows = usage_by(
         ran,
         request.start,
@@ -175,6 +183,7 @@ def on_usage_report(
         now,
         (lambda j: _group_of(j.uid, epoch)) if request.by_group else (lambda j: j.user),
         daemon.fleet.charged_gpus,
+        counted,
     )
     return {
         "rows": [row.to_wire() for row in rows],

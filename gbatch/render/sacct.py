@@ -223,7 +223,7 @@ class SacctTable:
         from gbatch.core.gpuusage import max_gpu_mem, tres_usage  # deferred: squeue needs none
 
         columns = _resolve_sacct_fields(SACCT_DEFAULT_FIELDS if fields is None else fields)
-        usage = gpu_usage or {}
+        usage = {} if gpu_usage is None else gpu_usage  # the caller's, filled as it pages
         from_usage: dict[str, Callable[[GpuUsage | None], str]] = {
             "TRESUsageInMax": tres_usage,
             "MaxGpuMem": max_gpu_mem,

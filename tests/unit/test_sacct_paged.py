@@ -197,3 +197,22 @@ def test_a_refused_listing_prints_nothing_on_stdout() -> None:
         finally:
             sacct_cli.sys.stdout = real  # type: ignore[misc]
         assert out.getvalue() == ""
+
+
+def test_gpu_usage_asked_for_is_printed_from_the_listings_reply() -> None:
+    """TRESUsageInMax comes with the listing's reply (gpu_usage); the table was made
+    before the reply came, and read an empty mapping of its own (found by
+    tests/integration/test_view_commands.py)."""
+    from gbatch.core.gpuusage import GpuUsage
+
+    class WithUsage(FakeDaemon):
+        def call(self, request: Any) -> dict[str, Any]:
+            reply = super().call(request)
+            if isinstance(request, requests.ListJobs) and request.gpu_usage:
+                usage = GpuUsage(3, 3, 180.0, 60, 11469, 81920)
+                reply["gpu_usage"] = [[1, *usage.to_wire()]]
+            return reply
+
+    daemon = WithUsage([_job(1, JobState.COMPLETED)], {})
+    out = run_sacct(daemon, "-X", "-j", "1", "-P", "-n", "-o", "JobID,TRESUsageInMax")
+    assert out == "1|gres/gpumem=11.20G,gres/gpuutil=60\n"

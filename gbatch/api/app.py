@@ -131,9 +131,9 @@ class Api:
         return Response(line, media_type="application/json")
 
     async def relay_pages(self, http: Request, inner: requests.ListJobs) -> Response:
-        """relay()'s response to a listing asked for whole, asked of gbatchd a page at a
-        time and streamed: this process holds a page, not 1,000,000 jobs' records.
+        """relay()'s response to a listing asked for whole, asked a page at a time.
 
+        Streamed: this process holds a page, not 1,000,000 jobs' records.
         The body is the one line relay() would pass on (`{"ok":true,"jobs":[...],"now":N}`,
         `now` the first page's). A refusal of the first page is its error response; a
         failure of a later one cuts the body short (the status has been sent)."""

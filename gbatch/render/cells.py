@@ -233,8 +233,9 @@ def jobs_json(jobs: Sequence[Job], now: float) -> str:
 
 
 def jobs_json_pieces(jobs: Iterable[tuple[Job, float]]) -> Iterator[str]:
-    """jobs_json's text in pieces, a job (with the `now` to show it at) at a time: the
-    same text, for a listing too large to hold whole (sacct --json, issue 35)."""
+    """jobs_json's text in pieces, a job (with the `now` to show it at) at a time.
+
+    The same text, for a listing too large to hold whole (sacct --json, issue 35)."""
     yield '{\n  "jobs": ['
     first = True
     for job, now in jobs:

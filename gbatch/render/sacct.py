@@ -203,8 +203,9 @@ def format_sacct(
 
 
 class SacctTable:
-    """format_sacct's output made a page of jobs at a time, for a listing too large to
-    hold (issue 35): its header once, then each page's lines.
+    """format_sacct's output made a page of jobs at a time (issue 35).
+
+    For a listing too large to hold: its header once, then each page's lines.
 
     The columns are fixed-width, so a page's lines need no other page. An array's
     pending tasks fold into one line only among the jobs of one call: a caller paging
@@ -294,9 +295,10 @@ class SacctTable:
         return lines
 
     def held_back(self, jobs: Sequence[Job]) -> int:
-        """Where the run of jobs of one array that ends `jobs` begins, when it holds a
-        pending task (whose folded line the next page's tasks may add to); len(jobs)
-        when none is to be held back."""
+        """Where the run of one array's jobs that ends `jobs` begins, if held back.
+
+        Held back when it holds a pending task (whose folded line the next page's
+        tasks may add to); len(jobs) when none is to be held back."""
         if self.expand_arrays or not jobs:
             return len(jobs)
         array = jobs[-1].array_job_id

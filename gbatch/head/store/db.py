@@ -252,8 +252,9 @@ class Database:
         return StoreError(f"could not write to {self.path}: {err}")
 
     def first(self) -> contextlib.AbstractContextManager[None]:
-        """A block whose waits for the store's lock go before other threads' next takes
-        (a submit's, so that it does not wait behind the loop's starts: store/lock.py)."""
+        """A block whose waits for the store's lock go before other threads' next takes.
+
+        A submit's, so that it does not wait behind the loop's starts (store/lock.py)."""
         return self._lock.first()
 
     def count(self) -> int:

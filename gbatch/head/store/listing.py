@@ -429,8 +429,9 @@ def _counter(
 def history_floor(
     db: sqlite3.Connection, users: Collection[str] | None, since: float | None
 ) -> int | None:
-    """The least job id of `users` (any when None) submitted at or after `since`, read
-    by index (jobs_user_submit, jobs_submit); past every id when no job is in the
+    """The least job id of `users` (any when None) submitted at or after `since`.
+
+    Read by index (jobs_user_submit, jobs_submit); past every id when no job is in the
     window; None when neither is given (no floor).
 
     Ids grow with submit times but need not follow them (a clock set back): this is a

@@ -152,10 +152,11 @@ class Reads(Tails):
     def gpu_seconds_between(
         self, start: float, end: float, now: float, users: Collection[str] | None, by_uid: bool
     ) -> dict[object, tuple[float, int]]:
-        """sreport's sums, in SQL, of the runs charged their GPU count (on one node, no
-        share of a card): per user (per uid with `by_uid`), the GPU-seconds inside
-        [start, end) and the jobs that used any, as accounting.gpu_seconds_in counts
-        them (a run still going up to `now`). runs_between(uncounted=True) gives the
+        """sreport's sums, in SQL, of the runs charged their GPU count.
+
+        Runs on one node with no share of a card: per user (per uid with `by_uid`), the
+        GPU-seconds inside [start, end) and the jobs that used any, as
+        accounting.gpu_seconds_in counts them (a run still going up to `now`). runs_between(uncounted=True) gives the
         others. 1,000,000 runs in about a second, not a Job built for each (issue 35)."""
         where, params = _runs_where(start, end, users)
         key = "uid" if by_uid else "user"

@@ -156,8 +156,9 @@ class Reads(Tails):
 
         Runs on one node with no share of a card: per user (per uid with `by_uid`), the
         GPU-seconds inside [start, end) and the jobs that used any, as
-        accounting.gpu_seconds_in counts them (a run still going up to `now`). runs_between(uncounted=True) gives the
-        others. 1,000,000 runs in about a second, not a Job built for each (issue 35)."""
+        accounting.gpu_seconds_in counts them (a run still going up to `now`).
+        runs_between(uncounted=True) gives the others. No Job built for each (issue
+        35)."""
         where, params = _runs_where(start, end, users)
         key = "uid" if by_uid else "user"
         gpus = "(length(gpus) - length(replace(gpus, ',', '')) + 1)"

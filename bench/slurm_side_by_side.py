@@ -27,6 +27,10 @@ shared machine falls on both alike. Rows:
     line a task), and `squeue` with it pending (one line);
   - drain: 200 held one-GPU `true` jobs released at once, until the last has ended
     (jobs/s, polled every 50 ms on both);
+  - submits while jobs start: `sbatch --gres=gpu:1 --wrap 'sleep 0.5'`, one process
+    each, 100 in a loop on one side, then on the other, twice (who goes first swapped),
+    each job starting as a GPU frees (8 GPUs: up to 16 starts a second); a line after
+    the row gives each side's p50 and p99 and the rate the loop submitted at;
   - hand-off: jobs that each take all 8 GPUs, run back to back; each writes `date` when
     it starts and when its command is done, and the gap is one's end to the next's start.
 
@@ -58,7 +62,9 @@ from common import (
     gbatch_argv,
     load_average,
     machine_note,
+    median,
     memory_kib,
+    percentile,
     python_env,
     quick_help,
     running_daemon,
@@ -75,6 +81,8 @@ DEBIAN_PYTHON = Path("/usr/bin/python3")
 GPUS = 8
 DRAIN_JOBS = 200
 ARRAY_TASKS = 100_000  # the `squeue -r` row's array (both sides' MaxArraySize allow it)
+BUSY_SUBMITS = 200  # sbatch calls while their jobs start (issue 35, item 2)
+BUSY_SLEEP = "0.5"  # each such job's own work, seconds: 8 GPUs, up to 16 starts a second
 POLL_SECONDS = 0.05
 HANDOFF_SLEEP = "0.2"  # each hand-off job's own work, seconds
 FILL_WORKERS = 4  # submit processes (Slurm) or connections (gbatch) filling a queue
@@ -198,6 +206,7 @@ class Settings:
     array_tasks: int = ARRAY_TASKS
     arrays_only: bool = False
     quick: bool = False  # a smoke run: without a Slurm to start, gbatch alone
+    busy_submits: int = BUSY_SUBMITS  # sbatch calls in a loop while their jobs start
 
     def runs_at(self, size: int) -> int:
         return self.runs if size <= 10_000 else max(3, self.runs // 3)
@@ -271,6 +280,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         drain_jobs=16 if args.quick else DRAIN_JOBS,
         array_tasks=args.array_tasks or (100 if args.quick else ARRAY_TASKS),
         quick=args.quick,
+        busy_submits=10 if args.quick else BUSY_SUBMITS,
     )
 
 
@@ -737,6 +747,53 @@ class Bench:
         _wait_until(lambda: slurm_active(env, ids) == 0, "Slurm's drain")
         return time.perf_counter() - started
 
+    def busy_submit_rows(self) -> None:
+        """`sbatch` of a short one-GPU job, busy_submits in a loop on one side, then on
+        the other (who goes first swapped each round, 2 rounds), each job starting as
+        soon as a GPU frees: a submit's latency while the same user's jobs start."""
+        words = ["sbatch", "--gres=gpu:1", "--wrap", f"sleep {BUSY_SLEEP}"]
+        per_round = max(1, self.settings.busy_submits // 2)
+        samples: tuple[list[float], list[float]] = ([], [])
+        starts: tuple[list[float], list[float]] = ([], [])
+        for round_ in range(2):
+            order = (0, 1) if round_ % 2 == 0 else (1, 0)
+            for which in order:
+                side = self.gbatch if which == 0 else self.slurm
+                if side is None:
+                    continue
+                began = time.perf_counter()
+                for _ in range(per_round):
+                    samples[which].extend(
+                        time_process(side.argv(*words), side.env, 1, warmup=0, cwd=side.cwd)
+                    )
+                took = time.perf_counter() - began
+                self._drained(which)
+                starts[which].append(per_round / took)
+        row = ms_row(
+            f"`sbatch --gres=gpu:1 --wrap 'sleep {BUSY_SLEEP}'` while its jobs start "
+            f"({2 * per_round} in loops)",
+            samples,
+        )
+        self.add(row)
+        for which, name in ((0, "gbatch"), (1, "Slurm")):
+            if samples[which]:
+                ms = [x * 1000 for x in samples[which]]
+                print(
+                    f"#   {name}: p50 {percentile(ms, 0.5):.1f} ms, p99 "
+                    f"{percentile(ms, 0.99):.1f} ms; submitted (and started) "
+                    f"{median(starts[which]):.1f} jobs/s",
+                    flush=True,
+                )
+
+    def _drained(self, which: int) -> None:
+        """Wait until gbatch's (0) or Slurm's (1) queue has no active job left."""
+        if which == 0:
+            _wait_until(lambda: gbatch_active(self.sock) == 0, "gbatch's busy jobs")
+        else:
+            assert self.slurm is not None
+            env = self.slurm.env
+            _wait_until(lambda: slurm_active(env) == 0, "Slurm's busy jobs")
+
     def handoff_rows(self) -> None:
         """Jobs taking all GPUs, back to back: each one's end to the next one's start."""
         count = self.settings.handoff_jobs
@@ -849,6 +906,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             bench.array_rows()
             if not settings.arrays_only:
                 bench.drain_rows()
+                bench.busy_submit_rows()
                 bench.handoff_rows()
         finally:
             # The rows measured so far, even when one failed (its traceback follows).

@@ -130,6 +130,42 @@ class Api:
             return line
         return Response(line, media_type="application/json")
 
+    async def relay_pages(self, http: Request, inner: requests.ListJobs) -> Response:
+        """relay()'s response to a listing asked for whole, asked a page at a time.
+
+        Streamed: this process holds a page, not 1,000,000 jobs' records.
+        The body is the one line relay() would pass on (`{"ok":true,"jobs":[...],"now":N}`,
+        `now` the first page's). A refusal of the first page is its error response; a
+        failure of a later one cuts the body short (the status has been sent)."""
+        token = bearer(http.scope)
+        if token is None:
+            return _no_token()
+
+        def page(after: int | None) -> dict[str, Any]:
+            fields = {**vars(inner), "after": after, "limit": LISTING_PAGE}
+            return _as_bearer(token, requests.ListJobs(**fields))
+
+        line = await self._exchange(token, self.link.send_raw(page(None)))
+        if isinstance(line, JSONResponse):
+            return line
+        try:
+            items, now, after = _page_parts(line)
+        except ValueError as err:  # a gbatchd of another version
+            return error("internal", str(err))
+
+        async def body() -> Any:
+            yield _PAGE_HEAD + items
+            wrote = bool(items)
+            following = after
+            while following is not None:
+                more, _, following = _page_parts(await self.link.send_raw(page(following)))
+                if more:
+                    yield b"," + more if wrote else more
+                    wrote = True
+            yield b'],"now":' + now + b"}"
+
+        return StreamingResponse(body(), media_type="application/json")
+
     async def ask(self, token: str, inner: requests.Request) -> dict[str, Any] | JSONResponse:
         """The reply's fields to `inner` sent as the bearer of `token`, or the error's response."""
         return await self._exchange(token, self._send(_as_bearer(token, inner)))
@@ -239,6 +275,8 @@ class Api:
             after=page.get("after"),
             limit=page.get("limit"),
         )
+        if shape == "jobs" and not ids and not page:
+            return await self.relay_pages(http, request)
         return await self.relay(http, request)
 
     async def job(self, http: Request) -> Response:
@@ -559,6 +597,24 @@ def _no_token() -> JSONResponse:
         "unauthenticated",
         "no token: send `Authorization: Bearer TOKEN` (mint one with `gbatch token`)",
     )
+
+
+LISTING_PAGE = 5000
+"""Jobs a listing asked for whole is asked of gbatchd at once (Api.relay_pages)."""
+_PAGE_HEAD = b'{"ok":true,"jobs":['
+
+
+def _page_parts(line: bytes) -> tuple[bytes, bytes, int | None]:
+    """A page's reply line (`{"ok":true,"jobs":[...],"now":N,"next":M}`, as gbatchd
+    writes it: replies.encode_reply) as (its records' text, its now's, its next).
+
+    The records end at the last `],"now":`, which no string among them can hold (a
+    quote inside a JSON string is escaped)."""
+    end = line.rfind(b'],"now":')
+    if not line.startswith(_PAGE_HEAD) or end < 0:
+        raise ValueError("a listing's page came from gbatchd in an unknown form")
+    rest = json.loads(b"{" + line[end + 2 :])
+    return line[len(_PAGE_HEAD) : end], json.dumps(rest["now"]).encode(), rest.get("next")
 
 
 def _as_bearer(token: str, inner: requests.Request) -> dict[str, Any]:

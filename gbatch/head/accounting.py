@@ -5,7 +5,7 @@ Pure: the caller passes the jobs, the period and the clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gbatch.core.model import Job, JobState
 from gbatch.core.views import UsageRow
@@ -36,15 +36,17 @@ def usage_by(
     now: float,
     key: Callable[[Job], str],
     charged: Callable[[Job], float] | None = None,
+    counted: Mapping[str, tuple[float, int]] | None = None,
 ) -> list[UsageRow]:
     """GPU-seconds inside [start, end) and the number of jobs that used any, per `key(job)`.
 
     `key` gives a user or a group; `charged` the GPUs a job is charged (Fleet.charged_gpus:
     a share of one GPU a fraction; default its count). Most GPU-seconds first, then by
-    name. Jobs that used none inside the period are left out.
+    name. Jobs that used none inside the period are left out. `counted`: (GPU-seconds,
+    jobs) per name already summed elsewhere (Store.gpu_seconds_between), added in.
     """
-    seconds: dict[str, float] = {}
-    counts: dict[str, int] = {}
+    seconds: dict[str, float] = {name: sums[0] for name, sums in (counted or {}).items()}
+    counts: dict[str, int] = {name: sums[1] for name, sums in (counted or {}).items()}
     for job in jobs:
         used = gpu_seconds_in(job, start, end, now, None if charged is None else charged(job))
         if used <= 0:

@@ -173,10 +173,33 @@ def on_usage_report(
     now = daemon.clock()
     everyone = request.all_users or request.by_group or request.by_partition
     users = None if everyone else sorted(wanted or {caller.user})
-    ran = daemon.store.jobs_run_between(request.start, request.end, users)
     epoch = int(time.monotonic() // GROUP_CACHE_S)
+    # Runs of whole GPUs on one node summed in SQL; the others (shares of a card, jobs
+    # across nodes) as they are read, a page of Jobs at a time (issue 35).
+    counted: dict[str, tuple[float, int]] = {}
+    # The SQL sums are per user or per group; --partition sums every run as read.
+    summed = (
+        {}
+        if request.by_partition
+        else daemon.store.gpu_seconds_between(
+            request.start, request.end, now, users, by_uid=request.by_group
+        )
+    )
+    for key, (seconds, jobs) in summed.items():
+        name = _group_of(int(key), epoch) if request.by_group else str(key)  # type: ignore[call-overload]
+        was = counted.get(name, (0.0, 0))
+        counted[name] = (was[0] + seconds, was[1] + jobs)
+    ran = daemon.store.runs_between(
+        request.start, request.end, users, uncounted=not request.by_partition
+    )
     rows = usage_by(
-        ran, request.start, request.end, now, _usage_key(request, epoch), daemon.fleet.charged_gpus
+        ran,
+        request.start,
+        request.end,
+        now,
+        _usage_key(request, epoch),
+        daemon.fleet.charged_gpus,
+        counted,
     )
     return {
         "rows": [row.to_wire() for row in rows],

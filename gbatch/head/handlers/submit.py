@@ -61,7 +61,15 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     Checked first, in order: the spec itself, who may set its priority, its webhooks, its
     partition and time limit, the site's container policy, the array's size, the fleet
     (a node large enough, one that can run it), its dependency and the caller's limits.
-    `test_only` answers where and when it would start, and stores nothing."""
+    `test_only` answers where and when it would start, and stores nothing. Its store
+    reads and its commit go before the loop's next (Store.first): a submit does not
+    wait behind job starts (issue 35)."""
+    with daemon.store.first():
+        return _submit(daemon, caller, request)
+
+
+def _submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[str, Any]:
+    """on_submit's work."""
     raw = request.spec
     # On the wire a time limit is already in seconds, not a job file's minutes.
     limit = raw.get("time_limit")

@@ -319,4 +319,10 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (partition, user)
     )
     """,
+    # 24 (issue 35): sacct's windows (-S) over every user's history read by index: the
+    # first job id submitted since a time (listing.history_floor), not a scan of every
+    # job ever stored (jobs_user_submit serves a window of named users).
+    """
+    CREATE INDEX jobs_submit ON jobs(submit_time)
+    """,
 )

@@ -20,6 +20,13 @@ row (K = 5) and one still in the array's tail (K = 50000), the daemon's CPU seco
 per request (/proc, less load-sensitive than wall time), and the whole
 `gbatch squeue -j N_50000` process run from that checkout.
 
+`--expand [--checkout DIR ...] [--python PATH]`: every task of that array printed (issue
+35), each checkout's daemon in turn as with --lookup, the CLI on `--python` (default
+Debian's /usr/bin/python3, as bench/slurm_side_by_side.py) with the checkout on
+PYTHONPATH, run from `/`: the whole `gbatch squeue -r` process (100,000 lines, read to
+the end), `squeue -r -o '%i %A %K %T'` (the full renderer), `sacct -j N --array -X`, and
+`gbatch squeue` (its one folded line) beside them.
+
 `--depend [--checkout DIR ...]`: a dependency on one task of that array (issue 16), each
 checkout's daemon in turn as with --lookup: the round trip of a submit whose
 `--dependency=afterok:N_50000` (a task still in the tail) is checked at submit, with
@@ -148,6 +155,29 @@ def bench_lookup(checkouts: Sequence[Path], rounds: int) -> None:
         print(f"load average after: {load_average()}")
 
 
+def bench_expand(checkouts: Sequence[Path], rounds: int, python: Path) -> None:
+    """Every task of a 100,000-task array printed, each checkout's daemon and CLI in turn
+    (module docstring)."""
+    with served_arrays(checkouts) as served:
+        whole: dict[str, list[float]] = {}
+        print(f"load average before: {load_average()}")
+        for round_ in range(rounds + 1):  # round 0 warms up
+            for name, _home, env, _pid, array in served:
+                for what, words in (
+                    ("gbatch squeue -r", ["squeue", "-r"]),
+                    ("gbatch squeue -r -o '%i %A %K %T'", ["squeue", "-r", "-o", "%i %A %K %T"]),
+                    ("gbatch sacct -j N --array -X", ["sacct", "-j", str(array), "--array", "-X"]),
+                    ("gbatch squeue", ["squeue"]),
+                ):
+                    argv = [str(python), "-c", ENTRY, *words]
+                    took_s = time_process(argv, env, 1, warmup=0, cwd=Path("/"))
+                    if round_:
+                        whole.setdefault(f"{what}, whole process [{name}]", []).extend(took_s)
+        for key, samples in whole.items():
+            report_ms(key, samples)
+        print(f"load average after: {load_average()}")
+
+
 def bench_depend(checkouts: Sequence[Path], rounds: int) -> None:
     """`sbatch --dependency=afterok:N_50000` against a 100,000-task array and the
     daemon's idle CPU with such dependents waiting, each checkout's daemon in turn
@@ -221,19 +251,34 @@ def main() -> None:
         "daemon's CPU while such dependents wait",
     )
     parser.add_argument(
+        "--expand",
+        action="store_true",
+        help="time squeue -r, squeue -r -o and sacct --array over the array (issue 35) alone",
+    )
+    parser.add_argument(
+        "--python",
+        type=Path,
+        default=Path("/usr/bin/python3") if Path("/usr/bin/python3").exists() else PYTHON,
+        metavar="PATH",
+        help="with --expand: the interpreter the CLI runs on (default Debian's /usr/bin/python3)",
+    )
+    parser.add_argument(
         "--checkout",
         action="append",
         type=Path,
         default=[],
         metavar="DIR",
-        help="with --lookup or --depend: a checkout whose code serves its own daemon (repeatable; "
-        "default: this one), timed in turn with the others",
+        help="with --lookup, --depend or --expand: a checkout whose code serves its own "
+        "daemon (repeatable; default: this one), timed in turn with the others",
     )
     args = parser.parse_args()
     runs = 1 if args.quick else 9
     print(machine_note())
     if args.depend:
         bench_depend(args.checkout or [Path(__file__).resolve().parent.parent], runs)
+        return
+    if args.expand:
+        bench_expand(args.checkout or [Path(__file__).resolve().parent.parent], runs, args.python)
         return
     if args.lookup:
         bench_lookup(args.checkout or [Path(__file__).resolve().parent.parent], 2 * runs)

@@ -9,7 +9,8 @@ busy moment of a shared machine falls on all of them alike):
 
 - `gbatch --help`; `gbatch squeue` against a daemon holding a small queue (10 held
   jobs); `gbatch squeue -j ONE` (the first of them); `gbatch sbatch -H --wrap true` (a
-  held job, queued durably): goal <= 25 ms each, and <= the interpreter's floor + 12 ms;
+  held job, queued durably); `gbatch scancel -n NAME` (a name no job has: it cancels
+  nothing, exit 0); `gbatch squeue -r`: goal <= 25 ms each, and <= the interpreter's floor + 12 ms;
   with each case's CPU time (user + system, the process's own), which a busy machine
   inflates less than the wall time;
 - with `--queued N`: N held single jobs queued (N - 10 written into the store before
@@ -78,6 +79,10 @@ CASES: dict[str, tuple[list[str], int]] = {
     f"`gbatch squeue`, {QUEUED} jobs queued": (["squeue"], 0),
     SQUEUE_ONE: (["squeue", "-j", ONE], 0),
     "`gbatch sbatch -H --wrap true`": (["sbatch", "-H", "--wrap", "true"], 0),
+    # A cancel that finds nothing (no job has that name): the whole path, and the queue
+    # squeue lists stays as it is.
+    "`gbatch scancel -n NAME`, none named so": (["scancel", "-n", "no-such-job"], 0),
+    "`gbatch squeue -r`": (["squeue", "-r"], 0),
 }
 
 

@@ -23,8 +23,14 @@ shared machine falls on both alike. Rows:
     both would list as one line): `squeue`, `squeue -t R` (none run), `squeue -j ONE`,
     `scancel -u root` (one run per size: it needs a fresh queue) and the scheduler's RSS
     (gbatch's daemon against slurmctld);
+  - `squeue -r` over one held pending array of --array-tasks tasks (default 100,000: one
+    line a task), and `squeue` with it pending (one line);
   - drain: 200 held one-GPU `true` jobs released at once, until the last has ended
     (jobs/s, polled every 50 ms on both);
+  - submits while jobs start: `sbatch --gres=gpu:1 --wrap 'sleep 0.5'`, one process
+    each, 100 in a loop on one side, then on the other, twice (who goes first swapped),
+    each job starting as a GPU frees (8 GPUs: up to 16 starts a second); a line after
+    the row gives each side's p50 and p99 and the rate the loop submitted at;
   - hand-off: jobs that each take all 8 GPUs, run back to back; each writes `date` when
     it starts and when its command is done, and the gap is one's end to the next's start.
 
@@ -56,7 +62,9 @@ from common import (
     gbatch_argv,
     load_average,
     machine_note,
+    median,
     memory_kib,
+    percentile,
     python_env,
     quick_help,
     running_daemon,
@@ -72,6 +80,9 @@ SETUP_SLURM = REPO / ".ci" / "setup-slurm.sh"
 DEBIAN_PYTHON = Path("/usr/bin/python3")
 GPUS = 8
 DRAIN_JOBS = 200
+ARRAY_TASKS = 100_000  # the `squeue -r` row's array (both sides' MaxArraySize allow it)
+BUSY_SUBMITS = 200  # sbatch calls while their jobs start (issue 35, item 2)
+BUSY_SLEEP = "0.5"  # each such job's own work, seconds: 8 GPUs, up to 16 starts a second
 POLL_SECONDS = 0.05
 HANDOFF_SLEEP = "0.2"  # each hand-off job's own work, seconds
 FILL_WORKERS = 4  # submit processes (Slurm) or connections (gbatch) filling a queue
@@ -192,7 +203,10 @@ class Settings:
     python: Path  # the interpreter the gbatch CLI runs on
     slurm_scheduler: str | None = None  # SchedulerParameters; None: Slurm's defaults
     drain_jobs: int = DRAIN_JOBS
+    array_tasks: int = ARRAY_TASKS
+    arrays_only: bool = False
     quick: bool = False  # a smoke run: without a Slurm to start, gbatch alone
+    busy_submits: int = BUSY_SUBMITS  # sbatch calls in a loop while their jobs start
 
     def runs_at(self, size: int) -> int:
         return self.runs if size <= 10_000 else max(3, self.runs // 3)
@@ -239,7 +253,20 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         help="SchedulerParameters for the side Slurm (default: none, Slurm's own; e.g. "
         "batch_sched_delay=0: its main scheduler then runs each second, not every 3 s)",
     )
+    parser.add_argument(
+        "--array-tasks",
+        type=int,
+        metavar="N",
+        help=f"tasks of the array `squeue -r` lists (default {ARRAY_TASKS:,}; --quick 100)",
+    )
+    parser.add_argument(
+        "--arrays-only",
+        action="store_true",
+        help="only the array rows (squeue -r and squeue over one large pending array)",
+    )
     args = parser.parse_args(argv)
+    if args.array_tasks is not None and not 1 <= args.array_tasks <= ARRAY_TASKS:
+        parser.error(f"--array-tasks must be 1 to {ARRAY_TASKS:,}")
     if args.runs is not None and args.runs < 1:
         parser.error("--runs must be at least 1")
     return Settings(
@@ -248,9 +275,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         drain_rounds=1 if args.quick else 3,
         handoff_jobs=3 if args.quick else 11,
         python=args.python or default_python(),
+        arrays_only=args.arrays_only,
         slurm_scheduler=args.slurm_scheduler_parameters,
         drain_jobs=16 if args.quick else DRAIN_JOBS,
+        array_tasks=args.array_tasks or (100 if args.quick else ARRAY_TASKS),
         quick=args.quick,
+        busy_submits=10 if args.quick else BUSY_SUBMITS,
     )
 
 
@@ -315,6 +345,7 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 MaxJobCount=1000000
+MaxArraySize={ARRAY_TASKS + 1}
 MinJobAge=10
 MailProg=/bin/true
 ReturnToService=2
@@ -647,6 +678,39 @@ class Bench:
         if self.slurm is not None:
             slurm_forget_finished(self.slurm.env)
 
+    def array_rows(self) -> None:
+        """One held array of array_tasks pending on both: `squeue -r` (a line a task) and
+        `squeue` (its one folded line)."""
+        tasks = self.settings.array_tasks
+        words = ["sbatch", "-H", f"--array=0-{tasks - 1}", "--wrap", "true"]
+        for side in (self.gbatch, self.slurm):
+            if side is not None:
+                subprocess.run(
+                    side.argv(*words), env=side.env, cwd=side.cwd, check=True, capture_output=True
+                )
+        for side in (self.gbatch, self.slurm):  # every task listed, on both
+            if side is not None:
+                listed = subprocess.run(
+                    side.argv("squeue", "-r", "-h"),
+                    env=side.env,
+                    cwd=side.cwd,
+                    check=True,
+                    capture_output=True,
+                ).stdout.count(b"\n")
+                if listed != tasks:
+                    raise RuntimeError(f"{side.name}'s squeue -r listed {listed}, not {tasks}")
+        runs = max(3, self.settings.runs // 3) if tasks > 10_000 else self.settings.runs
+        self.add(
+            ms_row(
+                f"`squeue -r`, one {tasks:,}-task pending array ({tasks:,} lines)",
+                self.same(["squeue", "-r"], runs),
+            )
+        )
+        self.add(ms_row(f"`squeue`, one {tasks:,}-task pending array", self.same(["squeue"], runs)))
+        self.empty_queues()
+        if self.slurm is not None:
+            slurm_forget_finished(self.slurm.env)
+
     def drain_rows(self) -> None:
         """drain_jobs held one-GPU jobs released at once; jobs/s until the last ended."""
         jobs = self.settings.drain_jobs
@@ -682,6 +746,53 @@ class Bench:
         slurm_release(env, ids)
         _wait_until(lambda: slurm_active(env, ids) == 0, "Slurm's drain")
         return time.perf_counter() - started
+
+    def busy_submit_rows(self) -> None:
+        """`sbatch` of a short one-GPU job, busy_submits in a loop on one side, then on
+        the other (who goes first swapped each round, 2 rounds), each job starting as
+        soon as a GPU frees: a submit's latency while the same user's jobs start."""
+        words = ["sbatch", "--gres=gpu:1", "--wrap", f"sleep {BUSY_SLEEP}"]
+        per_round = max(1, self.settings.busy_submits // 2)
+        samples: tuple[list[float], list[float]] = ([], [])
+        starts: tuple[list[float], list[float]] = ([], [])
+        for round_ in range(2):
+            order = (0, 1) if round_ % 2 == 0 else (1, 0)
+            for which in order:
+                side = self.gbatch if which == 0 else self.slurm
+                if side is None:
+                    continue
+                began = time.perf_counter()
+                for _ in range(per_round):
+                    samples[which].extend(
+                        time_process(side.argv(*words), side.env, 1, warmup=0, cwd=side.cwd)
+                    )
+                took = time.perf_counter() - began
+                self._drained(which)
+                starts[which].append(per_round / took)
+        row = ms_row(
+            f"`sbatch --gres=gpu:1 --wrap 'sleep {BUSY_SLEEP}'` while its jobs start "
+            f"({2 * per_round} in loops)",
+            samples,
+        )
+        self.add(row)
+        for which, name in ((0, "gbatch"), (1, "Slurm")):
+            if samples[which]:
+                ms = [x * 1000 for x in samples[which]]
+                print(
+                    f"#   {name}: p50 {percentile(ms, 0.5):.1f} ms, p99 "
+                    f"{percentile(ms, 0.99):.1f} ms; submitted (and started) "
+                    f"{median(starts[which]):.1f} jobs/s",
+                    flush=True,
+                )
+
+    def _drained(self, which: int) -> None:
+        """Wait until gbatch's (0) or Slurm's (1) queue has no active job left."""
+        if which == 0:
+            _wait_until(lambda: gbatch_active(self.sock) == 0, "gbatch's busy jobs")
+        else:
+            assert self.slurm is not None
+            env = self.slurm.env
+            _wait_until(lambda: slurm_active(env) == 0, "Slurm's busy jobs")
 
     def handoff_rows(self) -> None:
         """Jobs taking all GPUs, back to back: each one's end to the next one's start."""
@@ -773,7 +884,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         home = stack.enter_context(temp_home("gbatch-side-"))
         most = max(settings.sizes)
         (home / "config.yaml").write_text(
-            f"limits: {{max_pending_jobs: {2 * most + settings.drain_jobs}}}\n"
+            f"limits: {{max_pending_jobs: {2 * most + settings.drain_jobs + ARRAY_TASKS}, "
+            f"max_array_size: {ARRAY_TASKS}}}\n"
         )
         stack.enter_context(running_daemon(home, simulate_gpus=GPUS))
         slurm: Side | None = None
@@ -787,11 +899,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         bench = Bench(settings, gbatch, slurm, home / "gbatchd.sock")
         try:
-            bench.submit_rows()
-            for size in settings.sizes:
-                bench.size_rows(size)
-            bench.drain_rows()
-            bench.handoff_rows()
+            if not settings.arrays_only:
+                bench.submit_rows()
+                for size in settings.sizes:
+                    bench.size_rows(size)
+            bench.array_rows()
+            if not settings.arrays_only:
+                bench.drain_rows()
+                bench.busy_submit_rows()
+                bench.handoff_rows()
         finally:
             # The rows measured so far, even when one failed (its traceback follows).
             print_table(bench.rows, before)

@@ -18,7 +18,8 @@ def metric_names(expr: str) -> set[str]:
     expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # label values
     expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers
     expr = re.sub(r"\[[^\]]*\]", "", expr)  # ranges
-    expr = re.sub(r"\b(by|without)\s*\([^)]*\)", "", expr)  # grouping labels
+    # grouping and matching labels: by (...), on (...), group_left (...)
+    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
     names = re.findall(r"\b([A-Za-z_:][A-Za-z0-9_:]*)\b(?!\s*\()", expr)
     return {name for name in names if name not in NOT_METRICS}
 

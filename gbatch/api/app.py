@@ -130,6 +130,42 @@ class Api:
             return line
         return Response(line, media_type="application/json")
 
+    async def relay_pages(self, http: Request, inner: requests.ListJobs) -> Response:
+        """relay()'s response to a listing asked for whole, asked a page at a time.
+
+        Streamed: this process holds a page, not 1,000,000 jobs' records.
+        The body is the one line relay() would pass on (`{"ok":true,"jobs":[...],"now":N}`,
+        `now` the first page's). A refusal of the first page is its error response; a
+        failure of a later one cuts the body short (the status has been sent)."""
+        token = bearer(http.scope)
+        if token is None:
+            return _no_token()
+
+        def page(after: int | None) -> dict[str, Any]:
+            fields = {**vars(inner), "after": after, "limit": LISTING_PAGE}
+            return _as_bearer(token, requests.ListJobs(**fields))
+
+        line = await self._exchange(token, self.link.send_raw(page(None)))
+        if isinstance(line, JSONResponse):
+            return line
+        try:
+            items, now, after = _page_parts(line)
+        except ValueError as err:  # a gbatchd of another version
+            return error("internal", str(err))
+
+        async def body() -> Any:
+            yield _PAGE_HEAD + items
+            wrote = bool(items)
+            following = after
+            while following is not None:
+                more, _, following = _page_parts(await self.link.send_raw(page(following)))
+                if more:
+                    yield b"," + more if wrote else more
+                    wrote = True
+            yield b'],"now":' + now + b"}"
+
+        return StreamingResponse(body(), media_type="application/json")
+
     async def ask(self, token: str, inner: requests.Request) -> dict[str, Any] | JSONResponse:
         """The reply's fields to `inner` sent as the bearer of `token`, or the error's response."""
         return await self._exchange(token, self._send(_as_bearer(token, inner)))
@@ -239,6 +275,8 @@ class Api:
             after=page.get("after"),
             limit=page.get("limit"),
         )
+        if shape == "jobs" and not ids and not page:
+            return await self.relay_pages(http, request)
         return await self.relay(http, request)
 
     async def job(self, http: Request) -> Response:
@@ -322,6 +360,55 @@ class Api:
         )
         return await self.relay(http, request)
 
+    async def timeline(self, http: Request) -> Response:
+        """GET /timeline: the GPU timeline's data over [start, end) (default: the last 24 h)."""
+        span = _period(http, 86400.0)
+        if isinstance(span, Response):
+            return span
+        return await self.relay(http, requests.ShowTimeline(start=span[0], end=span[1]))
+
+    async def gpu_history(self, http: Request) -> Response:
+        """GET /gpus/history: GPUs' utilisation and memory over [start, end) (default: 1 h)."""
+        span = _period(http, 3600.0)
+        if isinstance(span, Response):
+            return span
+        query = http.query_params
+        numbers: dict[str, Any] = {}
+        for name in ("gpu", "points"):
+            items = _list(query.get(name))
+            parsed = [whole_number(item) for item in items]
+            if any(n is None for n in parsed):
+                return error("invalid", f"{name}: give whole numbers, e.g. {name}=0,1")
+            numbers[name] = tuple(n for n in parsed if n is not None)
+        if len(numbers["points"]) > 1:
+            return error("invalid", "points: give one number, 1 to 1000")
+        request = requests.ShowGpuHistory(
+            start=span[0],
+            end=span[1],
+            node=query.get("node", ""),
+            gpus=numbers["gpu"],
+            points=numbers["points"][0] if numbers["points"] else 120,
+        )
+        return await self.relay(http, request)
+
+    async def usage(self, http: Request) -> Response:
+        """GET /usage: sreport's GPU-seconds per step, by user and by partition.
+
+        Steps of `step` seconds (default a day) over [start, end) (default the last 30
+        days)."""
+        span = _period(http, 30 * 86400.0)
+        if isinstance(span, Response):
+            return span
+        text = http.query_params.get("step", "86400")
+        step = whole_number(text)
+        if step is None or step < 60:
+            return error("invalid", f"step: {loggable(text, 40)!r}; give seconds, 60 or more")
+        count = -(-(span[1] - span[0]) // step)  # the last step ends at `end`
+        if count > 400:
+            return error("invalid", "step: more than 400 steps in the period; give a longer one")
+        edges = [span[0] + i * step for i in range(int(count))] + [span[1]]
+        return await self.relay(http, requests.ReportUsageSeries(edges=tuple(edges)))
+
     async def reservations(self, http: Request) -> Response:
         """The reservations (as gbatch sinfo -T / scontrol show reservation)."""
         return await self.relay(http, requests.ListReservations(name=http.query_params.get("name")))
@@ -383,6 +470,11 @@ def make_app(
         ("/jobs/{job}/{action}", api.act, ["POST"]),
     ]
     routes += [("/nodes", api.nodes, ["GET"]), ("/fairshare", api.fairshare, ["GET"])]
+    routes += [
+        ("/timeline", api.timeline, ["GET"]),
+        ("/gpus/history", api.gpu_history, ["GET"]),
+        ("/usage", api.usage, ["GET"]),
+    ]
     routes += [
         ("/reservations", api.reservations, ["GET"]),
         ("/reservations", api.book, ["POST"]),
@@ -507,6 +599,24 @@ def _no_token() -> JSONResponse:
     )
 
 
+LISTING_PAGE = 5000
+"""Jobs a listing asked for whole is asked of gbatchd at once (Api.relay_pages)."""
+_PAGE_HEAD = b'{"ok":true,"jobs":['
+
+
+def _page_parts(line: bytes) -> tuple[bytes, bytes, int | None]:
+    """A page's reply line (`{"ok":true,"jobs":[...],"now":N,"next":M}`, as gbatchd
+    writes it: replies.encode_reply) as (its records' text, its now's, its next).
+
+    The records end at the last `],"now":`, which no string among them can hold (a
+    quote inside a JSON string is escaped)."""
+    end = line.rfind(b'],"now":')
+    if not line.startswith(_PAGE_HEAD) or end < 0:
+        raise ValueError("a listing's page came from gbatchd in an unknown form")
+    rest = json.loads(b"{" + line[end + 2 :])
+    return line[len(_PAGE_HEAD) : end], json.dumps(rest["now"]).encode(), rest.get("next")
+
+
 def _as_bearer(token: str, inner: requests.Request) -> dict[str, Any]:
     """`inner` as gbatchd's request to run it as the user of `token`."""
     return requests.encode_request(
@@ -556,6 +666,29 @@ def _one_job(http: Request) -> tuple[int, int | None] | Response:
     except JobIdError as err:
         return error("invalid", f"job: {err}")
     return target.job, target.tasks[0][0] if target.tasks else None
+
+
+def _period(http: Request, default_span: float) -> tuple[float, float] | Response:
+    """?start= and ?end= as epoch seconds: end now and start `default_span` before it
+    when not given."""
+    import time
+
+    values: dict[str, float] = {}
+    for name in ("start", "end"):
+        text = http.query_params.get(name)
+        if text is None:
+            continue
+        try:
+            values[name] = float(text)
+        except ValueError:
+            return error("invalid", f"{name}: {loggable(text, 40)!r}; give epoch seconds")
+        if values[name] != values[name] or abs(values[name]) == float("inf"):
+            return error("invalid", f"{name}: {loggable(text, 40)!r}; give epoch seconds")
+    end = values.get("end", time.time())
+    start = values.get("start", end - default_span)
+    if not end > start:
+        return error("invalid", "end: give a time after start (epoch seconds)")
+    return start, end
 
 
 def _list(value: str | None) -> tuple[str, ...]:

@@ -44,6 +44,7 @@ class SnapshotCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         if self.part == "tail":
+            yield from _gpu_jobs(self.snapshot.get("gpu_jobs", ()))  # absent: an older daemon
             yield from _shares(self.snapshot["shares"])
             return
         yield from _jobs(self.snapshot["jobs"])
@@ -260,6 +261,21 @@ class _Gauge:
 def _escape(value: str) -> str:
     """A label value as the text format quotes it (generate_latest's escaping)."""
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _gpu_jobs(rows: Sequence[Sequence[Any]]) -> Iterator[Metric]:
+    """Which job and user hold each GPU, labelled as DCGM labels the GPU (Hostname, gpu).
+
+    The join a dashboard needs to name a GPU's owner: `DCGM_FI_DEV_GPU_UTIL * on(Hostname,
+    gpu) group_left(user, job_id) gbatch_gpu_job_info`. A shared GPU has a sample per job."""
+    info = GaugeMetricFamily(
+        "gbatch_gpu_job_info",
+        "1 for each GPU a gbatch job holds, with the job's id and user",
+        labels=["Hostname", "gpu", "job_id", "user"],
+    )
+    for node, gpu, job_id, user in rows:
+        info.add_metric([node, str(gpu), str(job_id), user], 1)
+    yield info
 
 
 def _shares(rows: Sequence[Sequence[Any]]) -> Iterator[Metric]:

@@ -299,6 +299,54 @@ def document() -> dict[str, Any]:
                     ],
                 )
             },
+            "/timeline": {
+                "get": _op(
+                    "the GPU timeline's data: runs on GPUs, the pending queue, reservations "
+                    "(as the web page's /ui/timeline; under private_data another user's run "
+                    "has id 0 and no name or user); at most 34 days",
+                    "read",
+                    _reply("{start, end, now, runs, pending, windows, lanes}"),
+                    params=[
+                        _query("start", "epoch seconds; default: end - 24 h", "number"),
+                        _query("end", "epoch seconds; default: now", "number"),
+                    ],
+                )
+            },
+            "/gpus/history": {
+                "get": _op(
+                    "GPUs' utilisation and memory over time from the head's sample history "
+                    "(1-s samples within the last hour, else 1-min means and peaks)",
+                    "read",
+                    _reply("{start, end, now, series: [{node, index, memory_total_mib, points}]}"),
+                    params=[
+                        _query("start", "epoch seconds; default: end - 1 h", "number"),
+                        _query("end", "epoch seconds; default: now", "number"),
+                        _query("node", "one node; default: every node"),
+                        _query("gpu", "GPU indices, comma-separated; default: each of the node(s)"),
+                        _query(
+                            "points", "at most this many points a GPU, 1 to 1000 (120)", "integer"
+                        ),
+                    ],
+                )
+            },
+            "/usage": {
+                "get": _op(
+                    "sreport's GPU-seconds per step, by user and by partition, and the "
+                    "fair-share factors (as the web page's /ui/usage; under private_data other "
+                    'users are one row named "")',
+                    "read",
+                    _reply("{edges, now, users, partitions, shares, hidden}"),
+                    params=[
+                        _query("start", "epoch seconds; default: end - 30 days", "number"),
+                        _query("end", "epoch seconds; default: now", "number"),
+                        _query(
+                            "step",
+                            "seconds a step, 60 or more (86400); 400 steps at most",
+                            "integer",
+                        ),
+                    ],
+                )
+            },
             "/fairshare": {
                 "get": _op(
                     "fair-share usage and limits (as gbatch sshare)",

@@ -117,12 +117,13 @@ def layout(reply: Mapping[str, Any]) -> dict[str, Any]:
                         "fill": user_fill(run["user"]),
                         "href": f"/ui/jobs/{run['id']}" if run["id"] else "",
                         "job": run["id"],
+                        "attempt": run.get("attempt", 0),  # absent from an older daemon's
                         "node": node,
                         "gpu": gpu,
                         "start": run["start"],
                         "end": run["end"],
                         "text": label[:chars] if chars >= 3 else "",
-                        "title": f"{label} ({user}), {run['state']}, "
+                        "title": f"{label} ({user}), {_state(run)}, "
                         f"{_clock(float(run['start']), span)} to {until}, {node} GPU {gpu}",
                     }
                 )
@@ -182,6 +183,14 @@ def layout(reply: Mapping[str, Any]) -> dict[str, Any]:
         "plot_right": LABEL_W + PLOT_W,
         "lanes_bottom": lanes_bottom,
     }
+
+
+def _state(run: Mapping[str, Any]) -> str:
+    """A run's state as its bar's title says it: a requeued run with the requeue's why."""
+    if run["state"] != "REQUEUED":
+        return str(run["state"])
+    why = run.get("reason") or ""
+    return f"requeued ({why})" if why else "requeued"
 
 
 def _pending(steps: Sequence[Sequence[float]], x: Any, top: float, last: float) -> dict[str, Any]:

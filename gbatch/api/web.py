@@ -34,8 +34,9 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Route
 
 from gbatch.api.charts import gpu_chart
-from gbatch.api.follow import resume_offset
+from gbatch.api.follow import resume_offset, whole_number
 from gbatch.core.jobids import ONE, JobIdError, parse_one_job
+from gbatch.core.labels import folded_label
 from gbatch.jobspec.errors import BadSubmit
 from gbatch.protocol import requests
 
@@ -95,6 +96,30 @@ def _nodelist(job: dict[str, Any]) -> str:
     return compress(name for name, _ in _placements(job))
 
 
+QUEUE_PAGE = 500
+"""Jobs on one page of the web page's queue (a link leads to the next)."""
+
+
+def _ui_query(fields: dict[str, Any]) -> str:
+    """The queue page's address with these query fields."""
+    return "/ui" + ("?" + urllib.parse.urlencode(fields) if fields else "")
+
+
+def _label(job: dict[str, Any]) -> str:
+    """A wire job's id as squeue shows it: `N`, task K of array N `N_K`, and a record
+    standing for more pending tasks (array_more) `N_[K-M]`, as jobids.job_label."""
+    spec = job["spec"]
+    task = spec.get("array_task")
+    if task is None:
+        return str(job["id"])
+    array = job["id"] - (spec.get("array_pos") or 0)
+    more = job.get("array_more")
+    if not more:
+        return f"{array}_{task}"
+    spans = [(task, task), *((first, last) for first, last in more)]
+    return folded_label(array, spans, spec.get("array_throttle"))
+
+
 class Web:
     """The /ui routes, asking the daemon through `api` (an app.Api)."""
 
@@ -109,6 +134,7 @@ class Web:
         self.templates.filters["when"] = _when
         self.templates.filters["placements"] = _placements
         self.templates.filters["nodelist"] = _nodelist
+        self.templates.filters["label"] = _label
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -121,6 +147,7 @@ class Web:
             Route("/ui/jobs/{job}/{action}", self.act, methods=["POST"]),
             Route("/ui/nodes", self.nodes, methods=["GET"]),
             Route("/ui/timeline", self.timeline, methods=["GET"]),
+            Route("/ui/usage", self.usage, methods=["GET"]),
             Route("/ui/submit", self.submit_form, methods=["GET"]),
             Route("/ui/submit", self.submit, methods=["POST"]),
             Route("/ui/static/{name}", self.static, methods=["GET"]),
@@ -242,20 +269,33 @@ class Web:
         query = http.query_params
         users = _list(query.get("user"))
         states = _list(query.get("state"))
+        history = query.get("history") == "1"
+        after = None if query.get("after") is None else whole_number(query["after"])
+        if query.get("after") is not None and after is None:
+            return self.page(http, "error.html", 400, message="after: give a job id")
+        # A page at a time, as the API's ?limit=&after=: 100,000 pending jobs are not one
+        # page of HTML. An array's pending tail is one record, one row (N_[K-M]).
         request = requests.ListJobs(
-            users=users, states=states, history=query.get("history") == "1", brief=True
+            users=users, states=states, history=history, brief=True, after=after, limit=QUEUE_PAGE
         )
         reply = await self.ask(http, request)
         if isinstance(reply, Response):
             return reply
+        filters = {"user": ",".join(users), "state": ",".join(states)}
+        filters = {name: value for name, value in filters.items() if value}
+        if history:
+            filters["history"] = "1"
+        following = reply.get("next")
         return self.page(
             http,
             "queue.html",
             jobs=reply["jobs"],
             user=",".join(users),
             state=",".join(states),
-            history=query.get("history") == "1",
+            history=history,
             states=STATES,
+            first_page=None if after is None else _ui_query(filters),
+            next_page=None if following is None else _ui_query({**filters, "after": following}),
         )
 
     async def job(self, http: Request) -> Response:
@@ -372,6 +412,26 @@ class Web:
             ranges=list(timeline.RANGES),
             picked=picked,
             other_user=timeline.OTHER_USER,
+        )
+
+    async def usage(self, http: Request) -> Response:
+        """GPU-hours per day or week by user and by partition (?period=, 30d by default)."""
+        from gbatch.api import usage
+
+        picked = http.query_params.get("period", usage.DEFAULT_PERIOD)
+        if picked not in usage.PERIODS:
+            known = ", ".join(usage.PERIODS)
+            return self.page(http, "error.html", 400, message=f"period: pick one of {known}")
+        edges = usage.edges(picked, time.time())
+        reply = await self.ask(http, requests.ReportUsageSeries(edges=tuple(edges)))
+        if isinstance(reply, Response):
+            return reply
+        return self.page(
+            http,
+            "usage.html",
+            picture=usage.layout(reply, usage.PERIODS[picked][0]),
+            periods=list(usage.PERIODS),
+            picked=picked,
         )
 
     async def submit_form(self, http: Request) -> Response:

@@ -6,7 +6,7 @@ is built: the others stand in as names with their one-line help (commandlist.COM
 which is all `gbatch --help` and a mistyped command's suggestion need. Start-up is a
 feature (README, Performance): this module imports nothing at start but sys; `gbatch
 --help` adds argparse (gbatch/cli/_parser.py), and the everyday lines of squeue and
-sbatch (gbatch/cli/everyday.py) not even that.
+sbatch and scancel (gbatch/cli/everyday.py) not even that.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     lean = None
-    if _command_word(words) in ("squeue", "sbatch"):
+    if _command_word(words) in ("squeue", "sbatch", "scancel"):
         from gbatch.cli.everyday import everyday
 
         lean = everyday(words)
-    if lean is not None:  # `squeue`, `sbatch --wrap CMD`: read without argparse
+    if lean is not None:  # `squeue`, `sbatch --wrap CMD`, `scancel N`: read without argparse
         prog, debug, run = lean
         status = _guarded(prog, debug, run)
         if status is not None:

@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "daemon": "start, stop or inspect the head daemon (gbatchd)",
     "api": "serve the HTTP API (tokens from `gbatch token`); print its OpenAPI document",
     "token": "print an API token for the HTTP API; list, revoke, rotate the signing key",
+    "cluster": "link your own login on a Slurm cluster partition; unlink it; show its state",
     "mcp": "serve gbatch's tools to a coding agent (Model Context Protocol over stdio)",
     "completion": "print a shell completion script (bash, zsh or fish) for gbatch's commands",
 }

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import os
 import pwd
-import sys
-from collections.abc import Callable
 from functools import cached_property
 
-from gbatch.cli.everyday import split_list as split_list  # where the commands find it
+from gbatch.cli.everyday import print_failures as print_failures  # where the commands find it
+from gbatch.cli.everyday import split_list as split_list
 from gbatch.core.paths import Paths, resolve_paths
 from gbatch.protocol.client import Client
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
-    from typing import Any
-
     from gbatch.core.jobids import Forms, JobTarget
 
 
@@ -68,19 +65,3 @@ def parse_job(text: str, what: str, forms: Forms | None = None) -> JobTarget:
         return parse_one_job(text, forms or ONE)
     except JobIdError as err:
         raise CliError(f"{what}: {err}", Exit.USAGE) from err
-
-
-def print_failures(
-    command: str, reply: dict[str, Any], line: Callable[[dict[str, Any]], str]
-) -> bool:
-    """Print one `gbatch <command>: error: ...` line per failure a bulk reply lists.
-
-    A last line says how many more it only counted, if any. True when anything failed.
-    """
-    listed = reply["results"]
-    for failure in listed:
-        print(f"gbatch {command}: error: {line(failure)}", file=sys.stderr)
-    more = int(reply.get("failed", len(listed))) - len(listed)
-    if more > 0:
-        print(f"gbatch {command}: error: and {more:,} more jobs failed", file=sys.stderr)
-    return bool(listed) or more > 0

@@ -4,8 +4,9 @@ They run without argparse, pathlib, socket or json: with the re, enum, functools
 gettext those load, they were most of these commands' start (bench/bench_startup.py).
 
 everyday() reads a command line only where it reads it exactly as argparse would:
-squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h) and sbatch's --wrap
-with -H, --parsable or -Q, each option's value in the next word (one that does not
+squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h, -r), sbatch's --wrap
+with -H, --parsable or -Q, and scancel's job ids (no step) with its filters (-u, --me, -t,
+-n, -p, -w; no -s, -b, -f), each option's value in the next word (one that does not
 begin with '-'), after '=', or joined to a short option (`-j5`). Anything else (another
 option, two options in one word, a value that begins with '-', gbatch's own options but
 --debug) is left to argparse (gbatch/cli/_parser.py), which says what is wrong as ever.
@@ -42,11 +43,15 @@ if TYPE_CHECKING:
 # Each everyday form's options, as squeue's and sbatch's parsers define them: a flag's
 # dest, and the dest of an option that takes a value (append: every value, in order).
 SQUEUE_FLAGS = {"--me": "me", "-a": "all", "--all": "all", "-h": "noheader"}
-SQUEUE_FLAGS["--noheader"] = "noheader"
+SQUEUE_FLAGS |= {"--noheader": "noheader", "-r": "array", "--array": "array"}
 SQUEUE_VALUES = {"-u": "user", "--user": "user", "-n": "name", "--name": "name"}
 SQUEUE_VALUES |= {"-p": "partition", "--partition": "partition", "-w": "nodelist"}
 SQUEUE_VALUES |= {"--nodelist": "nodelist", "-t": "states", "--states": "states"}
 SQUEUE_VALUES |= {"-j": "jobs", "--jobs": "jobs"}
+SCANCEL_FLAGS = {"--me": "me"}
+SCANCEL_VALUES = {"-u": "user", "--user": "user", "-t": "state", "--state": "state"}
+SCANCEL_VALUES |= {"-n": "name", "--name": "name", "--jobname": "name", "-p": "partition"}
+SCANCEL_VALUES |= {"--partition": "partition", "-w": "nodelist", "--nodelist": "nodelist"}
 SBATCH_FLAGS = {"-H": "hold", "--hold": "hold", "--parsable": "parsable", "-Q": "quiet"}
 SBATCH_FLAGS["--quiet"] = "quiet"
 SBATCH_VALUES = {"--wrap": "wrap"}
@@ -69,21 +74,39 @@ def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | N
         values = read_options(rest, SBATCH_FLAGS, SBATCH_VALUES)
         if values is not None and "wrap" in values:
             return "gbatch sbatch", debug, lambda: run_sbatch(values, os.environ, exchange)
+    elif command == "scancel":
+        values = read_options(rest, SCANCEL_FLAGS, SCANCEL_VALUES, positional="ids")
+        if values is not None:
+            return "gbatch scancel", debug, lambda: run_scancel(values, exchange)
     return None
 
 
 def read_options(
-    words: list[str], flags: Mapping[str, str], with_value: Mapping[str, str]
+    words: list[str],
+    flags: Mapping[str, str],
+    with_value: Mapping[str, str],
+    positional: str | None = None,
 ) -> dict[str, Any] | None:
     """`words` as argparse reads them for these options; None for any word it may read otherwise.
 
-    {dest: True} for a flag given, {dest: [value, ...]} for an option.
+    {dest: True} for a flag given, {dest: [value, ...]} for an option. `positional`: the
+    dest of a `nargs="*"` argument, {positional: [word, ...]} for the words that are not
+    options, in one run (argparse refuses a second run after an option).
     """
     found: dict[str, Any] = {}
+    run = 0  # positional words: 0 none yet, 1 in their run, 2 their run has ended
     at = 0
     while at < len(words):
         word = words[at]
         at += 1
+        if positional is not None and word[:1] not in ("", "-"):
+            if run == 2:
+                return None
+            run = 1
+            found.setdefault(positional, []).append(word)
+            continue
+        if run == 1:
+            run = 2
         if word in flags:
             found[flags[word]] = True
             continue
@@ -258,11 +281,72 @@ def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
     reply = send(request)
     if reply is None:
         return None
-    out = format_default(reply["columns"], reply["now"], header=not values.get("noheader"))
+    out = format_default(
+        reply["columns"],
+        reply["now"],
+        header=not values.get("noheader"),
+        expand=bool(values.get("array")),
+    )
     if jobs and not reply["columns"]["id"] and not _check_jobs_exist(jobs, send):
         return None  # no connection made the second time: the full path's to say
     sys.stdout.write(out)
     return 0
+
+
+def run_scancel(values: dict[str, Any], send: Exchange) -> int | None:
+    """scancel.run for job ids (no steps) and its filters: the same request, lines, status.
+
+    Not for -s/-b/-f (everyday leaves them to argparse); None declines, as everyday's
+    run()."""
+    words = values.get("ids", [])
+    if any("." in word for word in words):  # a step: split_steps' grammar to read
+        return None
+    jobs = job_ids(words) if words else []
+    if jobs is None:
+        return None
+    users = split_list(values.get("user")) or ([user_name()] if values.get("me") else [])
+    states = split_list(values.get("state")) or []
+    names = split_list(values.get("name")) or []
+    partitions = split_list(values.get("partition")) or []
+    nodes = node_list(values.get("nodelist")) or []
+    if not (jobs or users or states or names or partitions or nodes):
+        return None  # scancel's usage error to give
+    request = {
+        "op": "cancel",
+        "jobs": jobs,
+        "users": users,
+        "states": states,
+        "names": names,
+        "partitions": partitions,
+        "nodes": nodes,
+    }
+    reply = send(request)
+    if reply is None:
+        return None
+    return 1 if print_failures("scancel", reply, scancel_failure_line) else 0
+
+
+def scancel_failure_line(failure: dict[str, Any]) -> str:
+    """Slurm's line for one failure: `Kill job error on job (step) id ID: ERROR`."""
+    target = str(failure["id"])
+    kind = "job step id" if "." in target else "job id"
+    return f"Kill job error on {kind} {target}: {failure['error']}"
+
+
+def print_failures(
+    command: str, reply: dict[str, Any], line: Callable[[dict[str, Any]], str]
+) -> bool:
+    """Print one `gbatch <command>: error: ...` line per failure a bulk reply lists.
+
+    A last line says how many more it only counted, if any. True when anything failed.
+    """
+    listed = reply["results"]
+    for failure in listed:
+        print(f"gbatch {command}: error: {line(failure)}", file=sys.stderr)
+    more = int(reply.get("failed", len(listed))) - len(listed)
+    if more > 0:
+        print(f"gbatch {command}: error: and {more:,} more jobs failed", file=sys.stderr)
+    return bool(listed) or more > 0
 
 
 def _check_jobs_exist(jobs: list[str], send: Exchange) -> bool:

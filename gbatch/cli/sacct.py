@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from gbatch.cli.commandlist import COMMANDS
@@ -123,9 +125,13 @@ def _steps_of(ctx: Context, jobs: list[Any]) -> dict[int, list[Any]] | None:
     return steps
 
 
+PAGE = 5000
+"""Jobs sacct asks for at once when it pages through a listing (issue 35: at 1,000,000
+jobs, the whole listing's reply and its Jobs were gigabytes in this process)."""
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from gbatch.core.gpuusage import GpuUsage
-    from gbatch.protocol import codec, requests
+    from gbatch.protocol import requests
     from gbatch.render import cells, sacct
 
     ids = parse_ids(args.jobs, "-j/--jobs")
@@ -138,47 +144,135 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     units = None if args.units is None else args.units.upper()
     if units is not None and (len(units) != 1 or units not in sacct.UNITS):
         raise CliError(f"--units: {args.units!r} is not a unit. Use K, M, G, T or P", Exit.USAGE)
-    names = split_list(args.name)
     fields = split_list([args.format]) if args.format else None
     wanted = {f.split("%")[0].strip().lower() for f in fields or ()}
     brief = not args.json and not wanted & sacct.SACCT_FULL_SPEC_FIELDS
-    reply = ctx.client.call(
-        requests.ListJobs(
-            history=True,
-            jobs=tuple(ids or ()),
-            users=tuple(users or ()),
-            states=tuple(split_list(args.state) or ()),
-            since=since,
-            # A brief spec leaves a sweep task's params out: ask for whole specs then.
-            brief=brief and not _asks_params(args.format),
-            gpu_usage=bool(wanted & sacct.GPU_USAGE_FIELDS),
-        )
+    gpu_usage = bool(wanted & sacct.GPU_USAGE_FIELDS)
+    request = requests.ListJobs(
+        history=True,
+        jobs=tuple(ids or ()),
+        users=tuple(users or ()),
+        states=tuple(split_list(args.state) or ()),
+        since=since,
+        # A brief spec leaves a sweep task's params out: ask for whole specs then.
+        brief=brief and not _asks_params(args.format),
+        gpu_usage=gpu_usage,
     )
+    try:
+        if ids is None and not gpu_usage:
+            # Page by page, each written before the next is asked for: bounded memory
+            # whatever the history's size.
+            pages = _pages(ctx, request)
+        else:  # jobs named by id (bounded), or GPU use (read with the whole listing)
+            pages = iter([_listed(ctx, request)])
+        # The first page asked for before anything is written: a refusal prints nothing.
+        first = next(pages)
+        pages = itertools.chain([first], pages)
+        if args.json:
+            _write_json(args, pages, until)
+        else:
+            _write_table(args, ctx, pages, until, fields, units)
+    except cells.FormatError as err:
+        raise CliError(f"--format: {err}", Exit.USAGE) from err
+    return Exit.OK
+
+
+Page = tuple[list[Any], float, dict[str, Any]]  # (Jobs, the reply's now, its gpu_usage)
+
+
+def _listed(ctx: Context, request: Any) -> Page:
+    """The whole listing `request` asks for, as one page."""
+    from gbatch.protocol import codec
+
+    reply = ctx.client.call(request)
     jobs = [codec.job_from_wire(j) for j in reply["jobs"]]
-    # Narrowed here, not by the daemon: both keep the reply a subset of the one asked for.
+    return jobs, reply["now"], {"gpu_usage": reply.get("gpu_usage", [])}
+
+
+def _pages(ctx: Context, request: Any) -> Iterator[Page]:
+    """The listing `request` asks for, PAGE jobs a request (ListJobs after/limit)."""
+    from gbatch.protocol import codec
+
+    after: int | None = None
+    while True:
+        reply = ctx.client.call(type(request)(**{**vars(request), "after": after, "limit": PAGE}))
+        yield [codec.job_from_wire(j) for j in reply["jobs"]], reply["now"], {}
+        after = reply.get("next")
+        if after is None:
+            return
+
+
+def _kept(args: argparse.Namespace, jobs: list[Any], until: float | None) -> list[Any]:
+    """The jobs of a page that -E and --name keep.
+
+    Narrowed here, not by the daemon: both keep the reply a subset of the one asked for."""
+    names = split_list(args.name)
     if until is not None:
         jobs = [j for j in jobs if j.submit_time is not None and j.submit_time <= until]
     if names is not None:
         jobs = [j for j in jobs if j.spec.name in names]
-    steps = None if args.allocations or args.json else _steps_of(ctx, jobs)
-    try:
-        if args.json:
-            out = sacct.format_sacct_json(jobs, reply["now"])
-        else:
-            out = sacct.format_sacct(
-                jobs,
-                reply["now"],
-                fields=fields,
-                header=not args.noheader,
-                parsable=args.parsable2,
-                units=units,
-                expand_arrays=args.array,
-                steps=steps,
-                gpu_usage={
-                    int(row[0]): GpuUsage.from_wire(row[1:]) for row in reply.get("gpu_usage", [])
-                },
-            )
-    except cells.FormatError as err:
-        raise CliError(f"--format: {err}", Exit.USAGE) from err
-    sys.stdout.write(out)
-    return Exit.OK
+    return jobs
+
+
+def _write_table(
+    args: argparse.Namespace,
+    ctx: Context,
+    pages: Iterator[Page],
+    until: float | None,
+    fields: list[str] | None,
+    units: str | None,
+) -> None:
+    """sacct's table, written a page at a time (render.sacct.SacctTable)."""
+    from gbatch.core.gpuusage import GpuUsage
+    from gbatch.render import sacct
+    from gbatch.render.cells import as_text
+
+    usage: dict[int, Any] = {}
+    table = sacct.SacctTable(
+        fields=fields,
+        parsable=args.parsable2,
+        units=units,
+        gpu_usage=usage,
+        expand_arrays=args.array,
+    )
+    out = sys.stdout
+    if not args.noheader:
+        out.write(as_text(table.header()))
+    held: list[Any] = []  # an array's jobs whose pending tasks the next page may add to
+    now: float | None = None
+    for page, page_now, extra in pages:
+        now = page_now if now is None else now  # the first reply's, for every page
+        usage.update(
+            (int(row[0]), GpuUsage.from_wire(row[1:])) for row in extra.get("gpu_usage", [])
+        )
+        jobs = held + _kept(args, page, until)
+        cut = table.held_back(jobs)
+        jobs, held = jobs[:cut], jobs[cut:]
+        _write_lines(args, ctx, table, jobs, now, out)
+    if held and now is not None:
+        _write_lines(args, ctx, table, held, now, out)
+
+
+def _write_lines(
+    args: argparse.Namespace, ctx: Context, table: Any, jobs: list[Any], now: float, out: Any
+) -> None:
+    from gbatch.render.cells import as_text
+
+    if not jobs:
+        return
+    steps = None if args.allocations else _steps_of(ctx, jobs)
+    out.write(as_text(table.lines(jobs, now, steps)))
+
+
+def _write_json(args: argparse.Namespace, pages: Iterator[Page], until: float | None) -> None:
+    """sacct --json: `{"jobs": [...]}` as format_sacct_json writes it, a page at a time."""
+    from gbatch.render import cells
+
+    now: float | None = None
+    out = sys.stdout
+    for piece in cells.jobs_json_pieces(
+        (job, now := page_now if now is None else now)
+        for page, page_now, _ in pages
+        for job in _kept(args, page, until)
+    ):
+        out.write(piece)

@@ -12,7 +12,7 @@ from typing import Any
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_ids, print_failures, split_list
-from gbatch.cli.everyday import node_list
+from gbatch.cli.everyday import node_list, scancel_failure_line
 from gbatch.cli.exits import CliError, Exit
 
 HELP = COMMANDS["scancel"]
@@ -170,12 +170,5 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         full=args.full,
     )
     reply = ctx.client.call(request)
-    failed = print_failures("scancel", reply, _failure_line)
+    failed = print_failures("scancel", reply, scancel_failure_line)
     return Exit.FAILED if failed else Exit.OK
-
-
-def _failure_line(failure: dict[str, Any]) -> str:
-    """Slurm's line for one failure: `Kill job error on job (step) id ID: ERROR`."""
-    target = str(failure["id"])
-    kind = "job step id" if "." in target else "job id"
-    return f"Kill job error on {kind} {target}: {failure['error']}"

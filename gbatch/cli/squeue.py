@@ -195,7 +195,6 @@ def _everyday(args: argparse.Namespace) -> bool:
         and not args.long
         and args.sort is None
         and not args.json
-        and not args.array
         and not args.jobs
     )
 
@@ -265,7 +264,9 @@ def _show(
     if sort is None:
         from gbatch.render.squeue_brief import format_default
 
-        out = format_default(reply["columns"], reply["now"], header=not args.noheader)
+        out = format_default(
+            reply["columns"], reply["now"], header=not args.noheader, expand=args.array
+        )
     else:
         out = _full_table(ctx, request, reply, args, fmt, sort)
     if dated and not args.json:

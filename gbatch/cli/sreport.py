@@ -17,7 +17,8 @@ A simplified `sreport cluster AccountUtilizationByUser` in GPU-hours: each job's
 times the part of its run inside [START, END), running jobs up to now. Only a job's
 last run is known: an earlier run of a requeued job is not counted. The period is
 Slurm's default, yesterday, unless -S/-E say otherwise. Your own row; other users
-(-u, -a) and groups (--group: the submitter's primary group) are for admins."""
+(-u, -a) and groups (--group: the submitter's primary group) are for admins. Partitions
+(--partition) sum every user's jobs, for anyone, as the web page's usage chart does."""
 
 
 def add_parser(commands: Any) -> None:
@@ -37,6 +38,7 @@ def add_parser(commands: Any) -> None:
     p.add_argument("-u", "--users", action="append", metavar="USER[,USER]", help="(admins)")
     p.add_argument("-a", "--all", action="store_true", help="every user (admins)")
     p.add_argument("--group", action="store_true", help="per Unix group (admins)")
+    p.add_argument("--partition", action="store_true", help="per partition (every user's jobs)")
     p.add_argument("-P", "--parsable2", action="store_true", help="`|`-separated, no banner")
     p.add_argument("-n", "--noheader", action="store_true")
     p.add_argument("--json", action="store_true")
@@ -80,18 +82,20 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             users=tuple(split_list(args.users) or ()),
             all_users=args.all,
             by_group=args.group,
+            by_partition=args.partition,
         )
     )
+    by = "group" if args.group else "partition" if args.partition else "user"
     rows = [UsageRow.from_wire(row) for row in reply["rows"]]
     if args.json:
-        sys.stdout.write(reports.format_sreport_json(rows, start, end, args.group))
+        sys.stdout.write(reports.format_sreport_json(rows, start, end, by))
     else:
         sys.stdout.write(
             reports.format_sreport(
                 rows,
                 start,
                 end,
-                by_group=args.group,
+                by=by,
                 header=not args.noheader,
                 parsable=args.parsable2,
             )

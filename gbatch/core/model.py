@@ -105,8 +105,14 @@ def check_transition(current: JobState, new: JobState) -> None:
 # A running job's own processes use more GPU memory than its budget (--gpu-mem): told
 # once per run (gbatch/head/gpubudget.py), before the gpu_mem_policy may stop it.
 GPU_MEM_EVENT = "GPU_MEM_BUDGET"
+# A cluster partition refused the key of its user's link (identity per_user): told on
+# the job that found it, to its owner whatever their --mail-type.
+CLUSTER_LINK_EVENT = "CLUSTER_LINK"
+# The pending reason of a job waiting for its user's cluster link to work: none, broken
+# (relink), or a new key the cluster does not take yet (add it to authorized_keys).
+CLUSTER_LINK_REASON = "ClusterLinkBroken"
 # The job events a webhook may ask for (gbatch/head/notify.py), a user's or an admin's.
-JOB_EVENTS = ("BEGIN", "END", "FAIL", "REQUEUE", "TIME_LIMIT", GPU_MEM_EVENT)
+JOB_EVENTS = ("BEGIN", "END", "FAIL", "REQUEUE", "TIME_LIMIT", GPU_MEM_EVENT, CLUSTER_LINK_EVENT)
 
 
 @dataclass(frozen=True)

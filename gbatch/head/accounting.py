@@ -5,7 +5,7 @@ Pure: the caller passes the jobs, the period and the clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gbatch.core.model import Job, JobState
 from gbatch.core.views import UsageRow
@@ -36,15 +36,17 @@ def usage_by(
     now: float,
     key: Callable[[Job], str],
     charged: Callable[[Job], float] | None = None,
+    counted: Mapping[str, tuple[float, int]] | None = None,
 ) -> list[UsageRow]:
     """GPU-seconds inside [start, end) and the number of jobs that used any, per `key(job)`.
 
     `key` gives a user or a group; `charged` the GPUs a job is charged (Fleet.charged_gpus:
     a share of one GPU a fraction; default its count). Most GPU-seconds first, then by
-    name. Jobs that used none inside the period are left out.
+    name. Jobs that used none inside the period are left out. `counted`: (GPU-seconds,
+    jobs) per name already summed elsewhere (Store.gpu_seconds_between), added in.
     """
-    seconds: dict[str, float] = {}
-    counts: dict[str, int] = {}
+    seconds: dict[str, float] = {name: sums[0] for name, sums in (counted or {}).items()}
+    counts: dict[str, int] = {name: sums[1] for name, sums in (counted or {}).items()}
     for job in jobs:
         used = gpu_seconds_in(job, start, end, now, None if charged is None else charged(job))
         if used <= 0:
@@ -54,3 +56,37 @@ def usage_by(
         counts[name] = counts.get(name, 0) + 1
     rows = [UsageRow(name, seconds[name], counts[name]) for name in seconds]
     return sorted(rows, key=lambda row: (-row.gpu_seconds, row.name))
+
+
+def usage_series(
+    jobs: Iterable[Job],
+    edges: Sequence[float],
+    now: float,
+    key: Callable[[Job], str],
+    charged: Callable[[Job], float] | None = None,
+) -> dict[str, list[float]]:
+    """GPU-seconds per `key(job)` in each step [edges[i], edges[i+1]), as usage_by counts them.
+
+    A name whose jobs used nothing in any step is left out; each list has a value per step.
+    The steps' sum over a name equals usage_by over [edges[0], edges[-1]).
+    """
+    from bisect import bisect_right  # deferred: only the usage chart steps through time
+
+    steps = len(edges) - 1
+    out: dict[str, list[float]] = {}
+    for job in jobs:
+        if job.start_time is None:
+            continue
+        gpus = None if charged is None else charged(job)
+        run_end = job.end_time if job.end_time is not None else now
+        row: list[float] | None = None
+        # Only the steps its run overlaps: a month of days costs a short job one or two.
+        first = max(bisect_right(edges, job.start_time) - 1, 0)
+        for i in range(first, steps):
+            if edges[i] >= run_end:
+                break
+            used = gpu_seconds_in(job, edges[i], edges[i + 1], now, gpus)
+            if used > 0:
+                row = row if row is not None else out.setdefault(key(job), [0.0] * steps)
+                row[i] += used
+    return out

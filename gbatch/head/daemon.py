@@ -32,6 +32,7 @@ from gbatch.core.limits import UserLimits
 from gbatch.core.loglines import InternalErrors
 from gbatch.core.model import ALLOCATED_STATES, Job
 from gbatch.core.shares import Sharing
+from gbatch.head.clusterlogins import StoreLogins
 from gbatch.head.cyclegc import LoopCollector
 from gbatch.head.fleet import Fleet, make_nodes
 from gbatch.head.forwards import Forwards
@@ -147,7 +148,12 @@ class Daemon:
         self.forwards = Forwards(monotonic)
         self.runs.on_end = self.forwards.job_ended
         # Partitions backed by a Slurm cluster: mirrored in a thread of their own.
-        self.clusters = ClusterJobsStep(store, partitions, head_name(paths), SlurmBackend.of)
+        self.clusters = ClusterJobsStep(
+            store,
+            partitions,
+            head_name(paths),
+            lambda p: SlurmBackend.of(p, StoreLogins(store, p.name, clock)),
+        )
         if self.clusters.backends:  # -p gpu,uni: where a job starts first
             self.scheduling.router = Router(store, self.clusters)
             # The lab's limits and fair share count the clusters' jobs.

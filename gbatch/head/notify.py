@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gbatch.core.labels import format_spans, merge_spans
-from gbatch.core.model import GPU_MEM_EVENT, Gpu, Job, JobState, NotifyHook
+from gbatch.core.model import CLUSTER_LINK_EVENT, GPU_MEM_EVENT, Gpu, Job, JobState, NotifyHook
 from gbatch.core.qos import PREEMPTED_BY
 from gbatch.core.timefmt import format_elapsed_fixed
 from gbatch.core.urls import has_dot_segment
@@ -70,7 +70,7 @@ _ENDED_WELL = frozenset({JobState.COMPLETED, JobState.CANCELLED, JobState.PREEMP
 ARRAY_KINDS = frozenset({"BEGIN", "END", "FAIL"})
 # The admins' policies' warnings of a running job (idle GPUs, over its GPU memory
 # budget): mailed to its owner whatever their --mail-type, when mail is set up.
-OWNER_TOLD = frozenset({IDLE_GPU_EVENT, GPU_MEM_EVENT})
+OWNER_TOLD = frozenset({IDLE_GPU_EVENT, GPU_MEM_EVENT, CLUSTER_LINK_EVENT})
 
 
 @dataclass(frozen=True)
@@ -506,6 +506,9 @@ def summary(payload: Mapping[str, object]) -> str:
         node = payload.get("node")
         name = node.get("name") if isinstance(node, Mapping) else ""
         reason = node.get("reason") if isinstance(node, Mapping) else ""
+        if kind.startswith("PARTITION_"):
+            state = kind.removeprefix("PARTITION_").lower()
+            return _clean(f"gbatch partition {name}: {state}: {reason}")
         return _clean(f"gbatch node {name}: {kind.lower().replace('_', ' ')}: {reason}")
     if job.get("array_summary"):
         return _array_summary(kind, job)
@@ -537,6 +540,8 @@ def summary(payload: Mapping[str, object]) -> str:
         return _clean(f"{head} GPUs idle, Run time {run_time}")
     if kind == GPU_MEM_EVENT:
         return _clean(f"{head} Over its GPU memory budget, Run time {run_time}")
+    if kind == CLUSTER_LINK_EVENT:
+        return _clean(f"{head} Cluster link broken: relink it (gbatch cluster status)")
     if kind in TIME_LIMIT_WARNINGS:
         share = round(TIME_LIMIT_WARNINGS[kind] * 100)
         return _clean(f"{head} Reached {share}% of time limit, Run time {run_time}")

@@ -1873,7 +1873,7 @@ class Planner:
         Reason Preemption is reported where it begins and where it ends (then the reason
         the pass gave). With reservations' `windows`, as plan_reserved: no job of a
         reservation preempts, and no victim is taken on a node of a window."""
-        queue, nodes = _preemptable(self._jobs.values(), nodes, windows, now)
+        queue, nodes, running = _preemptable(self._jobs.values(), nodes, windows, now, running)
         found = preemptions(queue, self.reasons, result.assignments, nodes, running, now, rules)
         changed = dict(result.reasons)
         old, new = self._preempting, found.waiting
@@ -2614,26 +2614,40 @@ def plan_reserved(
     )
     if not running or rules is None:
         return made
-    queue, open_nodes = _preemptable(pending, nodes, live, now)
-    found = preemptions(queue, reasons, assignments, open_nodes, running, now, rules)
+    queue, open_nodes, victims = _preemptable(pending, nodes, live, now, running)
+    found = preemptions(queue, reasons, assignments, open_nodes, victims, now, rules)
     return with_preemptions(made, found)
 
 
 def _preemptable(
-    pending: Iterable[Job], nodes: Sequence[NodeView], windows: Sequence[Window], now: float
-) -> tuple[list[Job], list[NodeView]]:
-    """The jobs that may preempt and the nodes victims may be taken on, with `windows`.
+    pending: Iterable[Job],
+    nodes: Sequence[NodeView],
+    windows: Sequence[Window],
+    now: float,
+    running: Sequence[Running],
+) -> tuple[list[Job], list[NodeView], list[Running]]:
+    """The jobs that may preempt, the nodes victims may be taken on, and the victims
+    that may be taken, with `windows`.
 
     The simplest rule that keeps a window's GPUs to its jobs: a job of a reservation
-    preempts nothing, and no job is preempted on a node holding a GPU (or the whole node)
-    of a window on now or to come. Without such a window: all of them."""
+    preempts nothing, and no job is preempted that runs on a node holding a GPU (or the
+    whole node) of a window on now or to come, a job across nodes on any of its nodes
+    (its preemptor would take its GPUs on an open node, and free the window's beside
+    them: found by the property test). Without such a window: all of them."""
     kept: set[str] = set()
     for window in windows:
         if window.end > now:
             kept.update(window.nodes)
             kept.update(name for name, _ in window.gpus)
     queue = [job for job in pending if job.spec.reservation is None]
-    return queue, [node for node in nodes if node.name not in kept]
+    if not kept:
+        return queue, list(nodes), list(running)
+    victims = [
+        each
+        for each in running
+        if each.node not in kept and not any(name in kept for name, _ in each.placed)
+    ]
+    return queue, [node for node in nodes if node.name not in kept], victims
 
 
 def _outsiders_view(nodes: Sequence[NodeView], windows: Sequence[Window]) -> list[NodeView]:

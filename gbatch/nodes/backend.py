@@ -16,7 +16,7 @@ never plans onto its nodes (gbatch/head/loop/cluster.py drives it).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from gbatch.core.model import Job
@@ -51,6 +51,35 @@ class Observation:
     signal: int | None = None
     marker: str = ""
     time_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class LinkedLogin:
+    """A user's link to a cluster partition (identity per_user): whom they are there.
+
+    `user` is the gbatch (Unix) user, `login` their account on the cluster,
+    `private_key` the OpenSSH text of the key made for it on the head (unsealed from
+    the store only to connect; never logged: not in repr), `taken` whether the cluster
+    has taken the key yet (a new link's refusal is no news: its user is adding it)."""
+
+    user: str
+    login: str
+    private_key: str = field(repr=False)
+    taken: bool = field(default=True, compare=False)
+
+
+class LinkRefused(BackendRefused):
+    """A user's cluster login cannot be used now: no link, or its key refused (broken).
+
+    Not the partition's fault (it stays up) nor the job's: the job waits, or is
+    refused at submit, and its user is told to (re)link."""
+
+
+class SessionFailed(LinkRefused):
+    """A command in a user's own session on the login node failed or timed out.
+
+    Their login's shell start-up files are theirs to break: that user's jobs wait (and
+    keep their last known state), the partition stays up for the others."""
 
 
 class Backend(Protocol):
@@ -97,6 +126,17 @@ class Backend(Protocol):
 
     def read_log(self, job: Job, offset: int, limit: int) -> bytes:
         """Up to `limit` bytes of the job's output from `offset` (b'' when none yet)."""
+        ...
+
+    def observed_users(self) -> frozenset[str] | None:
+        """Whose jobs the last `observe` saw: None, everyone's (one shared login).
+
+        With per-user identity, the users whose own login answered; the jobs of the
+        others (a broken link) keep their last known state, as in a partition down."""
+        ...
+
+    def may_send(self, user: str) -> bool:
+        """Whether `user`'s jobs can be sent now (per-user identity: an unbroken link)."""
         ...
 
     def close(self) -> None: ...

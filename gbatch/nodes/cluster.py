@@ -21,12 +21,19 @@ import shlex
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gbatch.core.model import Job, JobSpec
 from gbatch.core.outputs import expand, job_fields
 from gbatch.core.submitenv import is_env_name
-from gbatch.nodes.backend import BackendDown, BackendRefused, Observation
+from gbatch.nodes.backend import (
+    BackendDown,
+    BackendRefused,
+    LinkedLogin,
+    LinkRefused,
+    Observation,
+    SessionFailed,
+)
 from gbatch.nodes.base import HostError
 from gbatch.nodes.inventory import Partition, SlurmCluster
 
@@ -58,6 +65,21 @@ SLURM_FINAL = frozenset(
         "SPECIAL_EXIT",
     }
 )
+
+
+# A user's login on a cluster (gbatch cluster link --login): what clusters' admins
+# hand out, and safe as an SSH user name and an argument of squeue -u.
+_LOGIN_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}", re.ASCII)
+
+
+def login_problem(login: str) -> str | None:
+    """Why `login` cannot be a cluster login name (one line), or None when it can."""
+    if _LOGIN_RE.fullmatch(login):
+        return None
+    return (
+        f"{login!r} is not a login name. Give your account's name on the cluster: letters, "
+        "digits, '_', '.' and '-', not starting with '.' or '-', at most 64 characters"
+    )
 
 
 def job_marker(head: str, job_id: int, attempt: int) -> str:
@@ -262,9 +284,10 @@ def parse_parsable(stdout: bytes) -> str:
     return first
 
 
-def squeue_argv(cluster: SlurmCluster) -> list[str]:
-    """One squeue for every job of the partition's login user, ended ones included."""
-    return ["squeue", "-h", "--states=all", "-u", cluster.user, "-O", SQUEUE_FORMAT]
+def squeue_argv(cluster: SlurmCluster, login: str | None = None) -> list[str]:
+    """One squeue for every job of the login user (or `login`), ended ones included."""
+    user = login or cluster.user
+    return ["squeue", "-h", "--states=all", "-u", user, "-O", SQUEUE_FORMAT]
 
 
 def _wait_status(raw: str) -> tuple[int | None, int | None]:
@@ -419,120 +442,343 @@ def parse_sacct(stdout: bytes) -> dict[str, Observation]:
     return found
 
 
+class Logins(Protocol):
+    """Users' links to one per-user partition, as the head's store keeps them."""
+
+    def users(self) -> Sequence[str]:
+        """The users with an unbroken link and a job open on the cluster."""
+        ...
+
+    def login(self, user: str) -> LinkedLogin | None:
+        """`user`'s unbroken link, its key unsealed; None when they have none."""
+        ...
+
+    def refused(self, user: str, why: str, job_id: int | None) -> None:
+        """The cluster refused `user`'s key: mark the link broken and tell them.
+
+        On `job_id`, the job that found it, when there is one; a new link stays new."""
+        ...
+
+    def accepted(self, user: str) -> None:
+        """The cluster took `user`'s new key: their link is ok from now."""
+        ...
+
+
+# The shared identity's connection, in the table of connections by user.
+_SHARED = ""
+# Seconds before a key the cluster refused is offered again (a relink, a new key, is
+# offered at once): a new link waits for its user to add the key, each pass asking.
+REFUSED_RETRY_SECONDS = 10.0
+# Seconds a user whose own session failed (a command timed out or failed in it) is left
+# out of the passes: each try may cost a call's whole timeout.
+FAILING_RETRY_SECONDS = 60.0
+
+
 class SlurmBackend:
-    """One Slurm cluster's partition reached over SSH (the Backend of backend.py)."""
+    """One Slurm cluster's partition reached over SSH (the Backend of backend.py).
+
+    Identity "shared": one connection, as the partition's `user`. "per_user": one
+    connection per linked user, as the login they linked, with the key sealed for it
+    (`logins`); every call about a job is made as its user."""
 
     @classmethod
-    def of(cls, partition: Partition) -> SlurmBackend:
+    def of(cls, partition: Partition, logins: Logins | None = None) -> SlurmBackend:
         """The backend of a partition that has a `slurm:` block."""
         assert partition.slurm is not None
-        return cls(partition.name, partition.slurm)
+        return cls(partition.name, partition.slurm, logins)
 
-    def __init__(self, name: str, cluster: SlurmCluster) -> None:
+    def __init__(self, name: str, cluster: SlurmCluster, logins: Logins | None = None) -> None:
         self.name = name
         self.cluster = cluster
+        self.per_user = cluster.identity == "per_user"
+        self.logins = logins
         self._lock = threading.Lock()
-        self._conn: SshConnection | None = None
+        # user ("" for the shared identity) -> (the link it was made with, connection).
+        self._conns: dict[str, tuple[LinkedLogin | None, SshConnection]] = {}
+        # Per-user identity: whose jobs the last observe saw, and whose each job is;
+        # the links the cluster refused last, and when (time.monotonic()).
+        self._observed: frozenset[str] = frozenset()
+        self._owners: dict[str, str] = {}
+        self._refused: dict[str, tuple[LinkedLogin, float]] = {}
+        # user -> the link their session last failed with, and when (time.monotonic()).
+        self._failing: dict[str, tuple[LinkedLogin | None, float]] = {}
 
-    def _connection(self) -> SshConnection:
+    def _link(self, user: str) -> LinkedLogin:
+        link = self.logins.login(user) if self.logins is not None else None
+        if link is None:
+            raise LinkRefused(
+                f"{user} has no working link to cluster partition {self.name}. Run "
+                f"`gbatch cluster link {self.name} --login NAME` (see gbatch cluster status)"
+            )
+        return link
+
+    def _connection(self, user: str, job_id: int | None) -> SshConnection:
         # paramiko is imported only when the head first talks to a cluster: the CLI
         # imports this module's pure parts without it (start-up).
-        from gbatch.nodes.ssh import SshConnection, SshTarget
+        import io
 
-        conn = self._conn
-        if conn is not None and conn.connected:
-            return conn
+        import paramiko
+
+        from gbatch.nodes.ssh import LoginRefused, SshConnection, SshTarget
+
+        link = self._link(user) if self.per_user else None
+        held = self._conns.get(user)
+        if held is not None and held[0] == link and held[1].connected:
+            return held[1]
+        if held is not None:
+            held[1].close()
+            del self._conns[user]
+        refused = self._refused.get(user)
+        if (
+            link is not None
+            and refused is not None
+            and refused[0] == link
+            and time.monotonic() - refused[1] < REFUSED_RETRY_SECONDS
+        ):
+            raise LinkRefused(f"the cluster refused {user}'s linked key")
         c = self.cluster
         target = SshTarget(
             name=f"{self.name} (cluster login {c.login})",
             host=c.login,
             port=c.port,
-            user=c.user,
+            user=c.user if link is None else link.login,
             identity_file=c.identity_file,
             known_hosts=c.known_hosts,
             connect_timeout=c.connect_timeout,
+            pkey=None
+            if link is None
+            else paramiko.Ed25519Key.from_private_key(io.StringIO(link.private_key)),
         )
         conn = SshConnection(target)
         try:
             conn.connect()
+        except LoginRefused as err:
+            if link is None or self.logins is None:
+                raise BackendDown(str(err)) from None
+            # The user's key, not the cluster, is at fault: their link breaks alone.
+            self._refused[user] = (link, time.monotonic())
+            self.logins.refused(user, str(err), job_id)
+            raise LinkRefused(f"the cluster refused {user}'s linked key: {err}") from None
         except HostError as err:
             raise BackendDown(str(err)) from None
-        self._conn = conn
+        self._refused.pop(user, None)
+        if link is not None and not link.taken and self.logins is not None:
+            self.logins.accepted(user)
+        self._conns[user] = (link, conn)
         return conn
 
-    def _run(self, argv: Sequence[str], stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
+    def _run(
+        self,
+        argv: Sequence[str],
+        stdin: bytes | None = None,
+        *,
+        user: str = _SHARED,
+        job_id: int | None = None,
+        again: bool = True,
+    ) -> tuple[int, bytes, bytes]:
+        """`argv` on the login node, as `user` (per-user identity) or the shared login.
+
+        Per-user: a connection found dead (its sessions ended) is logged in again once
+        when `again` (never for sbatch: its answer may be lost, and the marker finds
+        it); a command failing on a live one is the user's (SessionFailed)."""
+        who = user if self.per_user else _SHARED
+        timeout = max(CALL_TIMEOUT, 3 * self.cluster.connect_timeout)
         with self._lock:
-            conn = self._connection()
-            try:
-                timeout = max(CALL_TIMEOUT, 3 * self.cluster.connect_timeout)
-                done = conn.run(argv, timeout=timeout, stdin=stdin)
-            except HostError as err:
-                conn.close()
-                raise BackendDown(str(err)) from None
-        return done.exit_status, done.stdout, done.stderr
+            for retry in (again, False):
+                conn = self._connection(who, job_id)
+                try:
+                    done = conn.run(argv, timeout=timeout, stdin=stdin)
+                except HostError as err:
+                    lost = not conn.connected
+                    conn.close()
+                    if not self.per_user:
+                        raise BackendDown(str(err)) from None
+                    if lost and retry:
+                        continue
+                    if not lost:
+                        self._mark_failing(who)
+                    why = f"{who}'s session on the login node failed: {err}"
+                    raise SessionFailed(why) from None
+                self._failing.pop(who, None)
+                return done.exit_status, done.stdout, done.stderr
+        raise AssertionError("unreachable: the second try returns or raises")
+
+    def _mark_failing(self, user: str) -> None:
+        held = self._conns.get(user)
+        self._failing[user] = (None if held is None else held[0], time.monotonic())
 
     def submit(self, job: Job, marker: str) -> str:
-        status, out, err = self._run(sbatch_argv(job, self.cluster, marker), batch_script(job))
+        status, out, err = self._run(
+            sbatch_argv(job, self.cluster, marker),
+            batch_script(job),
+            user=job.user,
+            job_id=job.id,
+            again=False,
+        )
         if status != 0:
             said = (err or out).decode(errors="replace").strip().splitlines()
             raise BackendRefused(said[-1] if said else f"sbatch exited {status}")
-        return parse_parsable(out)
+        cluster_id = parse_parsable(out)
+        self._owners[cluster_id] = job.user
+        return cluster_id
 
     def observe(self) -> Mapping[str, Observation]:
-        status, out, err = self._run(squeue_argv(self.cluster))
+        if not self.per_user:
+            return self._squeue(_SHARED, None)
+        found: dict[str, Observation] = {}
+        observed: set[str] = set()
+        owners: dict[str, str] = {}
+        failed: list[str] = []
+        for user in self.logins.users() if self.logins is not None else ():
+            try:
+                link = self._link(user)
+                failing = self._failing.get(user)
+                if (
+                    failing is not None
+                    and failing[0] == link
+                    and time.monotonic() - failing[1] < FAILING_RETRY_SECONDS
+                ):
+                    continue  # a relink (a new key) is tried at once
+                seen = self._squeue(user, link.login)
+            except SessionFailed as err:
+                failed.append(str(err))
+                continue
+            except LinkRefused:
+                continue  # broken now: their jobs keep their last known state
+            observed.add(user)
+            owners.update(dict.fromkeys(seen, user))
+            found.update(seen)
+        if failed and not observed:
+            # Nobody's squeue works: the cluster's, not one user's, fault.
+            raise BackendDown(failed[0])
+        self._observed = frozenset(observed)
+        self._owners = owners
+        return found
+
+    def _squeue(self, user: str, login: str | None) -> dict[str, Observation]:
+        status, out, err = self._run(squeue_argv(self.cluster, login), user=user)
         if status != 0:
             said = err.decode(errors="replace").strip().splitlines()
-            raise BackendDown(f"squeue failed: {said[-1] if said else f'exit {status}'}")
+            why = f"squeue failed: {said[-1] if said else f'exit {status}'}"
+            if self.per_user:
+                self._mark_failing(user)
+                raise SessionFailed(f"{user}'s {why}")
+            raise BackendDown(why)
         return parse_squeue(out)
+
+    def observed_users(self) -> frozenset[str] | None:
+        return self._observed if self.per_user else None
+
+    def may_send(self, user: str) -> bool:
+        if not self.per_user:
+            return True
+        link = self.logins.login(user) if self.logins is not None else None
+        refused = self._refused.get(user)
+        # A new key just refused (not on the cluster yet): its user's other jobs wait
+        # as jobs, not as intents taking the partition's max_jobs from everyone.
+        return link is not None and (refused is None or refused[0] != link)
 
     def observe_gone(self, backend_ids: Sequence[str]) -> Mapping[str, Observation]:
         if not backend_ids:
             return {}
-        status, out, _ = self._run(sacct_argv(backend_ids))
-        # A cluster without accounting (slurmdbd) answers nothing: the jobs are lost.
-        return parse_sacct(out) if status == 0 else {}
+        found: dict[str, Observation] = {}
+        # Per-user identity: each user's own sacct (a cluster's PrivateData may hide
+        # others' jobs), of the ids squeue forgot; the rare path (purged jobs).
+        for user in sorted(self._observed) if self.per_user else [_SHARED]:
+            try:
+                status, out, _ = self._run(sacct_argv(backend_ids), user=user)
+            except LinkRefused:
+                continue
+            # A cluster without accounting (slurmdbd) answers nothing: the jobs are lost.
+            if status == 0:
+                found.update(parse_sacct(out))
+        return found
+
+    def _by_owner(self, backend_ids: Sequence[str]) -> dict[str, list[str]]:
+        if not self.per_user:
+            return {_SHARED: list(backend_ids)}
+        mine: dict[str, list[str]] = {}
+        for backend_id in backend_ids:
+            owner = self._owners.get(backend_id)
+            if owner is not None:
+                mine.setdefault(owner, []).append(backend_id)
+        return mine
 
     def cancel(self, backend_ids: Sequence[str]) -> None:
-        if backend_ids:
-            self._run(["scancel", *backend_ids])
+        for user, ids in self._by_owner(backend_ids).items():
+            try:
+                self._run(["scancel", *ids], user=user)
+            except LinkRefused:
+                continue  # asked again on the pass after a relink
 
     def hold(self, backend_ids: Sequence[str], held: bool) -> None:
         # A job the cluster started meanwhile refuses a hold: the next pass sees it run.
-        if backend_ids:
-            self._run(["scontrol", "hold" if held else "release", ",".join(backend_ids)])
+        for user, ids in self._by_owner(backend_ids).items():
+            try:
+                self._run(["scontrol", "hold" if held else "release", ",".join(ids)], user=user)
+            except LinkRefused:
+                continue
 
     def set_time_limits(self, changes: Sequence[tuple[str, int]]) -> Mapping[str, str]:
         if not changes:
             return {}
-        _, out, _ = self._run(time_limit_argv(changes))
-        return parse_refusals(out)
+        minutes = dict(changes)
+        refused: dict[str, str] = {}
+        for user, ids in self._by_owner(list(minutes)).items():
+            try:  # per-user identity: each job's own login changes its limit
+                _, out, _ = self._run(time_limit_argv([(i, minutes[i]) for i in ids]), user=user)
+            except LinkRefused as err:
+                refused.update(dict.fromkeys(ids, str(err)))
+                continue
+            refused.update(parse_refusals(out))
+        return refused
 
     def estimate(self, jobs: Sequence[Job]) -> Mapping[int, float | None]:
         if not jobs:
             return {}
-        _, out, _ = self._run(estimate_argv(jobs, self.cluster))
-        return parse_estimates(out)
+        if not self.per_user:
+            _, out, _ = self._run(estimate_argv(jobs, self.cluster))
+            return parse_estimates(out)
+        # Per-user: each user's login asks for its own jobs (its account, its limits);
+        # a user with no working link gets no estimate (their jobs stay on the lab).
+        by_user: dict[str, list[Job]] = {}
+        for job in jobs:
+            by_user.setdefault(job.user, []).append(job)
+        found: dict[int, float | None] = {}
+        for user, mine in by_user.items():
+            if not self.may_send(user):
+                continue
+            try:
+                _, out, _ = self._run(estimate_argv(mine, self.cluster), user=user)
+            except LinkRefused:
+                continue
+            found.update(parse_estimates(out))
+        return found
 
     def read_log(self, job: Job, offset: int, limit: int) -> bytes:
         path = output_file(job).replace("\\", "")  # sbatch took it literally
         if not path.startswith("/"):
             path = f"{self.cluster.workdir}/{path}"
-        _, out, _ = self._run(
-            [
-                "sh",
-                "-c",
-                'tail -c "+$1" -- "$2" 2>/dev/null | head -c "$3"',
-                "sh",
-                str(offset + 1),
-                path,
-                str(limit),
-            ]
-        )
+        try:
+            _, out, _ = self._run(
+                [
+                    "sh",
+                    "-c",
+                    'tail -c "+$1" -- "$2" 2>/dev/null | head -c "$3"',
+                    "sh",
+                    str(offset + 1),
+                    path,
+                    str(limit),
+                ],
+                user=job.user,
+            )
+        except LinkRefused as err:
+            raise BackendDown(str(err)) from None
         return out
 
     def close(self) -> None:
         with self._lock:
-            conn = self._conn
-            self._conn = None
-        if conn is not None:
+            conns = [conn for _, conn in self._conns.values()]
+            self._conns.clear()
+        for conn in conns:
             conn.close()

@@ -215,14 +215,15 @@ class NodeConfig:
 class SlurmCluster:
     """How the head reaches a Slurm cluster that backs a partition, and what it asks of it.
 
-    `login` is the cluster's login node, reached over SSH as `user` (identity "shared":
-    the lab's service account; every job runs there as it), its host key pinned in the
+    `login` is the cluster's login node, reached over SSH as `user` (identity "shared": the
+    lab's service account; every job runs there as it), or, with identity "per_user" (`user`
+    ''), as the login each user linked (gbatch cluster link), its host key pinned in the
     inventory's known_hosts. `partition`, `account`, `qos` and `reservation` are the
     cluster's names, passed to sbatch (None: the cluster's defaults). `max_jobs` caps the
     jobs gbatch keeps there at once. `containers`: the cluster has pyxis/enroot
-    (--container-image); without it container jobs are refused for the partition.
-    `workdir` is the directory, relative to the login's home, where jobs start and
-    their output files are written.
+    (--container-image); without it container jobs are refused for the partition. `workdir`
+    is the directory, relative to the login's home, where jobs start and their output files
+    are written.
     """
 
     login: str
@@ -601,12 +602,6 @@ def _build_slurm(
     for key in raw:
         if key not in SLURM_KEYS:
             raise InventoryError(source, where, str(key), _unknown_key(key, SLURM_KEYS))
-    for key in ("login", "user"):
-        if raw.get(key) is None:
-            example = "login.uni.example" if key == "login" else "labsvc"
-            raise InventoryError(
-                source, where, key, f"missing. Give the cluster's {key}, e.g. {example}"
-            )
     identity = raw.get("identity", "shared")
     if identity not in SLURM_IDENTITIES:
         raise InventoryError(
@@ -615,14 +610,24 @@ def _build_slurm(
             "identity",
             f"{show_value(identity)} is not one of {', '.join(SLURM_IDENTITIES)}",
         )
-    if identity == "per_user":
-        raise InventoryError(
-            source,
-            where,
-            "identity",
-            "per_user is not available yet (users cannot link their cluster logins). "
-            "Use shared, with the lab's service account as user:",
-        )
+    per_user = identity == "per_user"
+    for key in ("login", "user"):
+        if raw.get(key) is None and not (key == "user" and per_user):
+            example = "login.uni.example" if key == "login" else "labsvc"
+            raise InventoryError(
+                source, where, key, f"missing. Give the cluster's {key}, e.g. {example}"
+            )
+    for key in ("user", "identity_file"):
+        if per_user and raw.get(key) is not None:
+            # Each user's jobs run as the login they linked, with the key made for it
+            # (gbatch cluster link): a service account here would be a second identity.
+            raise InventoryError(
+                source,
+                where,
+                key,
+                "is the shared identity's; with identity: per_user each user's jobs run "
+                "as the login they link (gbatch cluster link). Remove it, or use shared",
+            )
     names: dict[str, str | None] = {}
     for key in ("partition", "account", "qos", "reservation"):
         value = raw.get(key)
@@ -659,7 +664,7 @@ def _build_slurm(
     return SlurmCluster(
         login=_check_host(raw["login"], _raiser(source, where, "login")),
         port=_check_port(raw.get("port", 22), _raiser(source, where, "port")),
-        user=_check_user(raw["user"], _raiser(source, where, "user")),
+        user="" if per_user else _check_user(raw["user"], _raiser(source, where, "user")),
         identity_file=None
         if identity_file is None
         else _check_identity_file(identity_file, base, _raiser(source, where, "identity_file")),

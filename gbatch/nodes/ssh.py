@@ -40,7 +40,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -97,6 +97,13 @@ class RemoteTimeout(RemoteError):
     """A remote call passed its deadline; its channel has been closed."""
 
 
+class LoginRefused(RemoteError):
+    """The host answered and refused our key (authentication failed).
+
+    Nothing ran there. Unlike an unreachable host, the fault is the key's: its public
+    half is not (or no longer) in the login's authorized_keys."""
+
+
 @dataclass(frozen=True)
 class SshTarget:
     """How to reach one node. `known_hosts` is the admin's file; it may not exist yet."""
@@ -108,6 +115,9 @@ class SshTarget:
     identity_file: Path | None
     known_hosts: Path
     connect_timeout: float = 10.0
+    # A private key held in memory (a user's cluster link, unsealed from the store):
+    # used in place of identity_file, never written to disk.
+    pkey: paramiko.PKey | None = field(default=None, repr=False, compare=False)
 
     @property
     def address(self) -> str:
@@ -622,6 +632,7 @@ class SshConnection(_ClosedOnExit):
                 port=t.port,
                 username=t.user,
                 key_filename=str(t.identity_file) if t.identity_file else None,
+                pkey=t.pkey,
                 timeout=t.connect_timeout,
                 banner_timeout=t.connect_timeout,
                 auth_timeout=t.connect_timeout,
@@ -651,8 +662,9 @@ class SshConnection(_ClosedOnExit):
                 f"passphrase; give gbatch a key without one"
             )
         if isinstance(e, paramiko.AuthenticationException):
-            return RemoteError(
-                f"cannot log in to {where}: the host refused the key {t.identity_file} "
+            key = "the linked key" if t.pkey is not None else f"the key {t.identity_file}"
+            return LoginRefused(
+                f"cannot log in to {where}: the host refused {key} "
                 f"({e}); check that its public half is in {t.user}'s authorized_keys"
             )
         if isinstance(e, NoValidConnectionsError):

@@ -422,9 +422,10 @@ class ShowPriorities(_Request, op="priorities"):
 class ReportUsage(_Request, op="usage_report"):
     """sreport: GPU-seconds that runs spent inside [start, end), summed by user.
 
-    Summed by the user's Unix group instead with `by_group`. The caller's own row;
-    `users`, `all_users` and `by_group` are for admins. Replies {"rows": [{"name",
-    "gpu_seconds", "jobs"}, ...], "start", "end", "now"}.
+    Summed by the user's Unix group instead with `by_group` (admins), or by partition
+    with `by_partition` (everyone's jobs, as the web page's usage chart shows them to
+    anyone). The caller's own row; `users`, `all_users` and `by_group` are for admins.
+    Replies {"rows": [{"name", "gpu_seconds", "jobs"}, ...], "start", "end", "now"}.
     """
 
     start: float
@@ -432,16 +433,32 @@ class ReportUsage(_Request, op="usage_report"):
     users: tuple[str, ...] = ()
     all_users: bool = False
     by_group: bool = False
+    by_partition: bool = False
+
+
+class ReportUsageSeries(_Request, op="usage_series"):
+    """sreport's GPU-seconds per step of a period, by user and by partition (/ui/usage).
+
+    `edges`: the steps' bounds, ascending (2 to 401: days or weeks, as the caller's clock
+    draws them); step i is [edges[i], edges[i+1]). Replies {"edges", "now", "users":
+    [[user, [GPU-seconds per step]], ...], "partitions": [[partition, [...]], ...],
+    "shares": [[user, fair-share factor], ...], "hidden": bool}. Under private_data a
+    non-admin's view of other users is one row named "" (other users), and their shares
+    are left out; the partitions are everyone's."""
+
+    edges: tuple[float, ...]
 
 
 class ShowTimeline(_Request, op="timeline"):
     """The GPU timeline's data over [start, end): runs, pending queue, reservations.
 
     Replies {"start", "end", "now", "runs", "pending", "windows", "lanes"}:
-    - runs: each job's last run that overlaps the range, {"id", "name", "user", "state",
-      "start", "end" (null: still on), "placements": [[node, [GPU ids]], ...], "idle":
-      [[node, GPU, start, end], ...]}; idle: the stretches a GPU of it read under the
-      idle_gpu policy's threshold for its after_minutes or longer (the sample history);
+    - runs: each run that overlaps the range, a job's last and those a requeue ended
+      (state "REQUEUED", with the requeue's "reason"), {"id", "attempt", "name", "user",
+      "state", "reason", "start", "end" (null: still on), "placements": [[node, [GPU
+      ids]], ...], "idle": [[node, GPU, start, end], ...]}; idle: the stretches a GPU of
+      it read under the idle_gpu policy's threshold for its after_minutes or longer (the
+      sample history);
     - pending: [[time, jobs pending], ...], a step function, its first point at `start`;
     - windows: [[reservation, node, [GPU ids] (empty: the whole node), start, end,
       MAINT], ...];
@@ -478,7 +495,8 @@ class Metrics(_Request, op="metrics"):
     partition, count], ...] (jobs not yet ended), "nodes": [node_to_wire, ...],
     "round_trips": {node: [seconds, age in seconds]} (SSH; measured nodes only),
     "shares": [[user, decayed GPU-seconds, fair-share factor], ...], "daemon":
-    head/metrics.DaemonMetrics.to_wire()}."""
+    head/metrics.DaemonMetrics.to_wire(), "gpu_jobs": [[node, GPU index, job id, user],
+    ...] (each GPU an allocated job holds)}."""
 
 
 class Shutdown(_Request, op="shutdown"):
@@ -522,6 +540,34 @@ class RotateTokenKey(_Request, op="token_rotate"):
     """
 
     drop_old: bool = False
+
+
+class LinkCluster(_Request, op="cluster_link"):
+    """Link the caller's login on a per-user cluster partition: a key pair made on the head.
+
+    The private half is sealed in the store; replaces an earlier link. Socket callers
+    only. Replies {"partition", "user", "login", "public"} (an authorized_keys line)."""
+
+    partition: str
+    login: str
+
+
+class UnlinkCluster(_Request, op="cluster_unlink"):
+    """Forget the caller's link to `partition` (its key with it).
+
+    Replies {"partition", "user", "login"}."""
+
+    partition: str
+
+
+class ClusterStatus(_Request, op="cluster_status"):
+    """The cluster partitions (up or down, why) and the caller's links (ok or broken, why).
+
+    With `all_users`, admins: everyone's links. Replies {"partitions": [{"name",
+    "identity", "login", "state", "reason"}], "links": [{"partition", "user", "login",
+    "state", "reason", "since", "linked", "public"}]}."""
+
+    all_users: bool = False
 
 
 class WithToken(_Request, op="with_token", secret=("token",)):
@@ -652,6 +698,7 @@ Request = (
     | ShowShares
     | ShowPriorities
     | ReportUsage
+    | ReportUsageSeries
     | ShowTimeline
     | ShowGpuHistory
     | Metrics
@@ -665,6 +712,9 @@ Request = (
     | AwaitAllocation
     | ListSteps
     | OpenForward
+    | LinkCluster
+    | UnlinkCluster
+    | ClusterStatus
 )
 REQUESTS: Mapping[str, type[Request]] = {cls.op: cls for cls in get_args(Request)}
 

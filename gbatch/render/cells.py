@@ -238,6 +238,19 @@ def jobs_json(jobs: Sequence[Job], now: float) -> str:
     return as_json({"jobs": [job_to_dict(job, now) for job in jobs]})
 
 
+def jobs_json_pieces(jobs: Iterable[tuple[Job, float]]) -> Iterator[str]:
+    """jobs_json's text in pieces, a job (with the `now` to show it at) at a time.
+
+    The same text, for a listing too large to hold whole (sacct --json, issue 35)."""
+    yield '{\n  "jobs": ['
+    first = True
+    for job, now in jobs:
+        text = json.dumps(job_to_dict(job, now), indent=2).replace("\n", "\n    ")
+        yield ("\n    " if first else ",\n    ") + text
+        first = False
+    yield "]\n}\n" if first else "\n  ]\n}\n"
+
+
 def as_json(data: object) -> str:
     return json.dumps(data, indent=2) + "\n"
 

@@ -251,24 +251,24 @@ def format_sreport(
     start: float,
     end: float,
     *,
-    by_group: bool = False,
+    by: str = "user",
     header: bool = True,
     parsable: bool = False,
 ) -> str:
-    """sreport's table: GPU-hours per user (or group) inside [start, end).
+    """sreport's table: GPU-hours per user (or group, or partition) inside [start, end).
 
     Rows stay in the order given (accounting.usage_by's: most first). Slurm's sreport
     banner (the period and its length) stands above the table unless `parsable`
     (`|`-separated, sreport -P) or without `header`.
     """
-    headers = ("GROUP" if by_group else "USER", "GPU-HOURS", "JOBS")
+    headers = (by.upper(), "GPU-HOURS", "JOBS")
     cells = [[printable(row.name), f"{row.gpu_seconds / 3600:.2f}", str(row.jobs)] for row in rows]
     if parsable:
         return as_text([*(["|".join(headers)] if header else []), *("|".join(c) for c in cells)])
     if not header:
         return aligned_table(headers, cells, frozenset(headers[1:]), header=False)
     rule = "-" * 80
-    what = "Unix group" if by_group else "user"
+    what = {"group": "Unix group"}.get(by, by)
     banner = [
         rule,
         f"GPU usage by {what} {_iso(start)} - {_iso(end)} ({round(end - start)} secs)",
@@ -284,13 +284,15 @@ def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch).isoformat(timespec="seconds")
 
 
-def format_sreport_json(rows: Sequence[UsageRow], start: float, end: float, by_group: bool) -> str:
-    """`{"start", "end", "by", "rows": [{"name", "gpu_seconds", "gpu_hours", "jobs"}]}`."""
+def format_sreport_json(rows: Sequence[UsageRow], start: float, end: float, by: str) -> str:
+    """`{"start", "end", "by", "rows": [{"name", "gpu_seconds", "gpu_hours", "jobs"}]}`.
+
+    `by`: user, group or partition."""
     return as_json(
         {
             "start": start,
             "end": end,
-            "by": "group" if by_group else "user",
+            "by": by,
             "rows": [{**row.to_wire(), "gpu_hours": row.gpu_seconds / 3600} for row in rows],
         }
     )

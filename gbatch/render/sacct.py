@@ -8,11 +8,11 @@ salloc) is followed by a line per step, as Slurm's: `N.batch` (a batch job's scr
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from gbatch.core.arrays import expand_tasks
+from gbatch.core.arrays import pos_of
 from gbatch.core.jobids import collapse_pending, job_label
 from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
@@ -189,67 +189,173 @@ def format_sacct(
     Unlike sacct, lines carry no trailing blank. `units` (one of UNITS, sacct --units)
     prints ReqMem in that unit. `gpu_usage` (job id -> its current run's GPU samples)
     fills TRESUsageInMax and MaxGpuMem. `steps` (job id -> its steps, sacct without -X) adds a line
-    for each after its job's (_step_lines).
+    for each after its job's (_step_lines). SacctTable writes the same a page at a time.
     """
-    from gbatch.core.gpuusage import max_gpu_mem, tres_usage  # deferred: squeue needs none
-
-    columns = _resolve_sacct_fields(SACCT_DEFAULT_FIELDS if fields is None else fields)
-    usage = gpu_usage or {}
-    from_usage: dict[str, Callable[[GpuUsage | None], str]] = {
-        "TRESUsageInMax": tres_usage,
-        "MaxGpuMem": max_gpu_mem,
-    }
-
-    def usage_field(c: _Field) -> _Field:
-        show = from_usage[c.name]
-        return _Field(c.name, c.width, lambda j, _: show(usage.get(j.id)))
-
-    columns = [usage_field(c) if c.name in from_usage else c for c in columns]
-    if units is not None:
-        columns = [
-            _Field(c.name, c.width, lambda j, _: _sacct_memory(j.spec.memory_mb, units))
-            if c.name == "ReqMem"
-            else c
-            for c in columns
-        ]
-    # An array's pending tasks read as one line N_[4-15], as Slurm's one record of them;
-    # with `expand_arrays` (sacct --array) one line each.
-    labelled = (
-        [(task, job_label(task)) for job in jobs for task in expand_tasks(job)]
-        if expand_arrays
-        else collapse_pending(jobs)
+    table = SacctTable(
+        fields=fields,
+        parsable=parsable,
+        units=units,
+        gpu_usage=gpu_usage,
+        expand_arrays=expand_arrays,
     )
-    rows = []
-    for job, label in labelled:
-        rows.append([label if c.name == "JobID" else c.value(job, now) for c in columns])
-        shown_steps = () if steps is None else steps.get(job.id, ())
-        for step, step_label in _step_lines(job, shown_steps, steps is not None):
-            rows.append(
-                [
-                    step_label
-                    if c.name == "JobID"
-                    else ""
-                    if c.name in _STEP_BLANK
-                    else c.value(step, now)
-                    for c in columns
-                ]
-            )
-    lines = []
-    if parsable:
-        if header:
-            lines.append("|".join(c.name for c in columns))
-        lines.extend("|".join(row) for row in rows)
-        return as_text(lines)
-    if header:
-        lines.append(" ".join(_sacct_cell(c.name, c.width, is_header=True) for c in columns))
-        lines.append(" ".join("-" * abs(c.width) for c in columns))
-    for row in rows:
-        cells = (
-            _sacct_cell(text, c.width, is_header=False)
-            for c, text in zip(columns, row, strict=True)
+    head = table.header() if header else []
+    return as_text([*head, *table.lines(jobs, now, steps)])
+
+
+class SacctTable:
+    """format_sacct's output made a page of jobs at a time (issue 35).
+
+    For a listing too large to hold: its header once, then each page's lines.
+
+    The columns are fixed-width, so a page's lines need no other page. An array's
+    pending tasks fold into one line only among the jobs of one call: a caller paging
+    holds back a page's trailing run of one array's jobs (held_back) and passes it with
+    the next page. Raises FormatError for an unknown field."""
+
+    def __init__(
+        self,
+        *,
+        fields: Sequence[str] | None = None,
+        parsable: bool = False,
+        units: str | None = None,
+        gpu_usage: Mapping[int, GpuUsage] | None = None,
+        expand_arrays: bool = False,
+    ) -> None:
+        from gbatch.core.gpuusage import max_gpu_mem, tres_usage  # deferred: squeue needs none
+
+        columns = _resolve_sacct_fields(SACCT_DEFAULT_FIELDS if fields is None else fields)
+        usage = {} if gpu_usage is None else gpu_usage  # the caller's, filled as it pages
+        from_usage: dict[str, Callable[[GpuUsage | None], str]] = {
+            "TRESUsageInMax": tres_usage,
+            "MaxGpuMem": max_gpu_mem,
+        }
+
+        def usage_field(c: _Field) -> _Field:
+            show = from_usage[c.name]
+            return _Field(c.name, c.width, lambda j, _: show(usage.get(j.id)))
+
+        columns = [usage_field(c) if c.name in from_usage else c for c in columns]
+        if units is not None:
+            columns = [
+                _Field(c.name, c.width, lambda j, _: _sacct_memory(j.spec.memory_mb, units))
+                if c.name == "ReqMem"
+                else c
+                for c in columns
+            ]
+        self.columns = columns
+        self.parsable = parsable
+        self.expand_arrays = expand_arrays
+        self.from_usage = from_usage
+        self.usage = usage
+
+    def header(self) -> list[str]:
+        """The header's lines: the names (and sacct's dashes unless parsable)."""
+        columns = self.columns
+        if self.parsable:
+            return ["|".join(c.name for c in columns)]
+        return [
+            " ".join(_sacct_cell(c.name, c.width, is_header=True) for c in columns).rstrip(),
+            " ".join("-" * abs(c.width) for c in columns).rstrip(),
+        ]
+
+    def lines(
+        self, jobs: Sequence[Job], now: float, steps: Mapping[int, Sequence[Step]] | None = None
+    ) -> list[str]:
+        """The lines of `jobs` (and of their `steps`), without newlines."""
+        columns = self.columns
+        # An array's pending tasks read as one line N_[4-15], as Slurm's one record of them;
+        # with `expand_arrays` (sacct --array) one line each, made from the record's cells:
+        # a task's own are its label (JobID) and those read by its id (JobIDRaw, GPU usage).
+        from_usage = self.from_usage
+        usage = self.usage
+        labelled: Iterable[tuple[Job, str, int]] = (
+            _expanded(jobs)
+            if self.expand_arrays
+            else ((job, label, job.id) for job, label in collapse_pending(jobs))
         )
-        lines.append(" ".join(cells))
-    return as_text([line.rstrip() for line in lines])
+        rows = []
+        record: Job | None = None
+        shared: list[str] = []  # the record's cells
+        for job, label, job_id in labelled:
+            if job_id != job.id and steps is not None and job.start_time is not None:
+                job = _task_job(job, job_id, label)  # a batch step line of its own (never, pending)
+            if job is not record:
+                record = job
+                shared = [c.value(job, now) for c in columns]
+            row = list(shared)
+            for at, c in enumerate(columns):
+                if c.name == "JobID":
+                    row[at] = label
+                elif c.name == "JobIDRaw":
+                    row[at] = str(job_id)
+                elif c.name in from_usage and job_id != job.id:
+                    row[at] = from_usage[c.name](usage.get(job_id))
+            rows.append(row)
+            if steps is None or (job_id != job.id and job_id not in steps):
+                continue
+            if job.array_more:  # its steps' lines read its own task's label
+                job = replace(job, array_more=())
+            if job_id != job.id:
+                job = _task_job(job, job_id, label)
+            for step, step_label in _step_lines(job, steps.get(job_id, ()), True):
+                rows.append(
+                    [
+                        step_label
+                        if c.name == "JobID"
+                        else ""
+                        if c.name in _STEP_BLANK
+                        else c.value(step, now)
+                        for c in columns
+                    ]
+                )
+        if self.parsable:
+            return ["|".join(row) for row in rows]
+        lines = []
+        for row in rows:
+            cells = (
+                _sacct_cell(text, c.width, is_header=False)
+                for c, text in zip(columns, row, strict=True)
+            )
+            lines.append(" ".join(cells).rstrip())
+        return lines
+
+    def held_back(self, jobs: Sequence[Job]) -> int:
+        """Where the run of one array's jobs that ends `jobs` begins, if held back.
+
+        Held back when it holds a pending task (whose folded line the next page's
+        tasks may add to); len(jobs) when none is to be held back."""
+        if self.expand_arrays or not jobs:
+            return len(jobs)
+        array = jobs[-1].array_job_id
+        if array is None:
+            return len(jobs)
+        begin = len(jobs)
+        while begin > 0 and jobs[begin - 1].array_job_id == array:
+            begin -= 1
+        tail = jobs[begin:]
+        return begin if any(j.state is JobState.PENDING for j in tail) else len(jobs)
+
+
+def _expanded(jobs: Iterable[Job]) -> Iterator[tuple[Job, str, int]]:
+    """sacct --array's lines: (job, its JobID, its id), and after a record standing for
+    more pending tasks (Job.array_more), (the record, `N_K`, the task's id) for each."""
+    for job in jobs:
+        if not job.array_more:
+            yield job, job_label(job), job.id
+            continue
+        array = job.array_job_id
+        assert array is not None
+        yield job, f"{array}_{job.spec.array_task}", job.id
+        for first, last in job.array_more:
+            for index in range(first, last + 1):
+                yield job, f"{array}_{index}", array + (pos_of(job.spec, index) or 0)
+
+
+def _task_job(record: Job, job_id: int, label: str) -> Job:
+    """The task `job_id` (labelled `N_K`) of `record` as a Job of its own (expand_tasks')."""
+    index = int(label.rsplit("_", 1)[1])
+    spec = replace(record.spec, array_task=index, array_pos=job_id - (record.array_job_id or 0))
+    return replace(record, id=job_id, spec=spec, array_more=())
 
 
 def _step_lines(job: Job, steps: Sequence[Step], listed: bool = True) -> list[tuple[Job, str]]:

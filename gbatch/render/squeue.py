@@ -8,11 +8,11 @@ same bytes.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gbatch.core.arrays import expand_tasks
+from gbatch.core.arrays import pos_of
 from gbatch.core.constants import (
     IMPLICIT_PARTITION,
     SQUEUE_DEFAULT_FORMAT,
@@ -81,19 +81,20 @@ def _squeue_stamp(epoch: float | None) -> str:
     return "N/A" if epoch is None else format_timestamp(epoch)
 
 
-def _start(job: Job, view: SqueueView) -> float | None:
+def _start(job: Job, view: SqueueView, job_id: int | None = None) -> float | None:
     """When the job started, or for a pending one when it is expected to (None: not
-    known). A requeued job's old start is not its next one."""
+    known). A requeued job's old start is not its next one. `job_id`: a task's a
+    record stands for (the record's own by default)."""
     if job.state is JobState.PENDING:
-        return view.starts.get(job.id)
+        return view.starts.get(job.id if job_id is None else job_id)
     return job.start_time
 
 
-def _end(job: Job, view: SqueueView) -> float | None:
+def _end(job: Job, view: SqueueView, job_id: int | None = None) -> float | None:
     """When the job ended, or is expected to: start + time limit (as Slurm's %e)."""
     if job.state is not JobState.PENDING and job.end_time is not None:
         return job.end_time
-    start = _start(job, view)
+    start = _start(job, view, job_id)
     if start is None or job.time_limit is None:
         return None
     return start + job.time_limit
@@ -337,13 +338,45 @@ def format_squeue(
     parts = _parse_squeue_format(SQUEUE_DEFAULT_FORMAT if fmt is None else fmt)
     view = SqueueView(now, starts or {})
     lines = [_squeue_line(parts, None, view)] if header else []
-    rows: Sequence[tuple[Job, str | None]]
+    rows: Iterable[tuple[Job, str | None, Task | None]]
     if expand_arrays:
-        rows = [(task, None) for job in jobs for task in expand_tasks(job)]
+        rows = expanded_rows(jobs)
     else:
-        rows = collapse_pending(jobs)
+        rows = ((job, label, None) for job, label in collapse_pending(jobs))
     lines.extend(_squeue_rows(parts, rows, view))
     return as_text(lines)
+
+
+Task = tuple[int, int]
+"""One of the tasks a record stands for (Job.array_more): its job id and its index."""
+
+
+def expanded_rows(jobs: Iterable[Job]) -> Iterator[tuple[Job, str | None, Task | None]]:
+    """squeue -r's rows: each job, and after a record each task it stands for.
+
+    A task's row is its record with the task's (id, index) and `N_K` label beside it:
+    the cells that differ by task (%i, %A, %K, %S, %e) read those, the others the
+    record's, so no Job is made per task (core.arrays.expand_tasks' Jobs print alike).
+    """
+    for job in jobs:
+        if not job.array_more:
+            yield job, None, None
+            continue
+        array = job.array_job_id
+        assert array is not None
+        yield job, f"{array}_{job.spec.array_task}", None  # its own task: its own cells
+        for first, last in job.array_more:
+            for index in range(first, last + 1):
+                yield job, f"{array}_{index}", (array + (pos_of(job.spec, index) or 0), index)
+
+
+# The letters whose cell differs between the tasks of one record (expanded_rows).
+_TASK_CELLS: Mapping[str, Callable[[Job, Task, SqueueView], str]] = {
+    "A": lambda j, task, _: str(task[0]),
+    "K": lambda j, task, _: str(task[1]),
+    "S": lambda j, task, v: _squeue_stamp(_start(j, v, task[0])),
+    "e": lambda j, task, v: _squeue_stamp(_end(j, v, task[0])),
+}
 
 
 # What a squeue cell's text depends on besides `now` and the expected starts, for the
@@ -380,9 +413,14 @@ _CELL_KEYS: Mapping[str, Callable[[Job], object]] = {
 
 
 def _squeue_rows(
-    parts: Sequence[str | _Spec], rows: Iterable[tuple[Job, str | None]], view: SqueueView
+    parts: Sequence[str | _Spec],
+    rows: Iterable[tuple[Job, str | None, Task | None]],
+    view: SqueueView,
 ) -> list[str]:
-    """_squeue_line of each (job, label), the cells of _CELL_KEYS' letters memoized."""
+    """_squeue_line of each (job, label, task), the cells of _CELL_KEYS' letters memoized.
+
+    `task`: one of the tasks the record `job` stands for (expanded_rows), whose own
+    cells are _TASK_CELLS'."""
     cells: list[tuple[str, _Spec | None, Callable[[Job], object] | None, dict[object, str]]] = [
         (part, None, None, {})
         if isinstance(part, str)
@@ -390,11 +428,13 @@ def _squeue_rows(
         for part in parts
     ]
     out = []
-    for job, label in rows:
+    for job, label, task in rows:
         line = []
         for text, part, key_of, memo in cells:
             if part is None:
                 line.append(text)
+            elif task is not None and text in _TASK_CELLS:
+                line.append(fit(_TASK_CELLS[text](job, task, view), part.width, part.right))
             elif text == "i" and label is not None:
                 line.append(fit(label, part.width, part.right))
             elif text == "K" and label is not None and label.endswith("]"):

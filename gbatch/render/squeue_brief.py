@@ -52,13 +52,18 @@ def list_jobs(**fields: Any) -> dict[str, Any]:
     return {"op": "jobs", **fields}
 
 
-def format_default(columns: Mapping[str, Any], now: float, *, header: bool = True) -> str:
+def format_default(
+    columns: Mapping[str, Any], now: float, *, header: bool = True, expand: bool = False
+) -> str:
     """`columns` (a ListJobs reply's) as `gbatch squeue` prints them by default.
 
     Sorted by partition, state code, then priority highest first with held jobs lowest
     (Slurm's P,t,-p), in the default format, an array's pending tasks folded into one
     row `N_[4-15]` at its first's place; the same text as squeue.format_squeue of
-    squeue.sort_squeue of listings.jobs_from_columns.
+    squeue.sort_squeue of listings.jobs_from_columns. With `expand` (squeue -r), one row
+    per task instead: a record standing for more pending tasks (`more`) is followed by a
+    line for each of them, made from the record's line with the task's `N_K` in front,
+    so a 100,000-task array costs 100,000 strings and no row object per task.
     """
     specs = columns["specs"]
     arrays = columns["array"]
@@ -87,45 +92,124 @@ def format_default(columns: Mapping[str, Any], now: float, *, header: bool = Tru
     rows.sort(key=lambda r: (not r[5], specs[r[2]]["priority"] - specs[r[2]]["nice"]), reverse=True)
     rows.sort(key=lambda r: STATE_CODES[r[3]])
     rows.sort(key=lambda r: specs[r[2]]["partition"] or IMPLICIT_PARTITION)
-    if tasks:
+    labels: list[str | None]
+    if tasks and expand:
+        ids, arrays_of, task_of = columns["id"], columns["array"], columns["task"]
+        labels = [
+            str(ids[row[0]])
+            if arrays_of[row[0]] is None
+            else f"{arrays_of[row[0]]}_{task_of[row[0]]}"
+            for row in rows
+        ]
+    elif tasks:
         labels = array_labels(rows, columns, more)
     elif placed:
         labels = [str(columns["id"][row[0]]) for row in rows]
     else:
         labels = [str(row[0]) for row in rows]
     lines = [HEADER + "\n"] if header else []
+    # A line's cells but its JOBID, by what they are made of: down a long queue most
+    # repeat (one user's held jobs of one spec), and each is made once.
+    made: dict[tuple[Any, ...], str] = {}
     for label, (at, user, spec_at, state, reason, held, start, end, node) in zip(
         labels, rows, strict=True
     ):
         if label is None:  # a pending task folded into its array's first row
             continue
-        spec = specs[spec_at]
         if state == "PENDING" or start is None:
             elapsed = 0
         else:
             elapsed = max(0, int((end if end is not None else now) - start))
         others = peers.get(at) if placed else None
-        # NODES: the nodes it holds once on any, else those it asks for (-N).
-        if node is None:
-            count = str(spec.get("nodes", 1))[:6]
-        else:
-            count = "1" if others is None else str(1 + len(others))[:6]
-        if state in REASON_STATES:
-            if held and state == "PENDING" and not reason.startswith("JobHeld"):
-                reason = "JobHeldUser"
-            where = f"({printable(reason) if reason else 'None'})"
-        elif others:
-            from gbatch.core.hostlist import compress  # deferred: jobs across nodes only
-
-            where = printable(compress([node, *others]))
-        else:
-            where = printable(node or "")
-        lines.append(
-            f"{label[:18]:>18} {printable(_partition(spec, state))[:9]:>9} "
-            f"{printable(spec['name'])[:8]:>8} {printable(user)[:8]:>8} "
-            f"{STATE_CODES[state][:2]:>2} {format_duration(elapsed)[:10]:>10} {count:>6} {where}\n"
-        )
+        shared = None if others is None else tuple(others)
+        key = (spec_at, user, state, reason, held, elapsed, node, shared)
+        rest = made.get(key)
+        if rest is None:
+            rest = made[key] = _rest_of_line(
+                specs[spec_at], user, state, reason, held, elapsed, node, others
+            )
+        lines.append(f"{label[:18]:>18}{rest}")
+        if expand and at in more:  # the tasks the record stands for, each its own line
+            lines.extend(task_lines(f"{columns['array'][at]}_", more[at], rest))
     return "".join(lines)
+
+
+def _rest_of_line(
+    spec: Mapping[str, Any],
+    user: str,
+    state: str,
+    reason: str,
+    held: bool,
+    elapsed: int,
+    node: Any,  # str | None; a job across nodes' first node when `others`
+    others: list[str] | None,
+) -> str:
+    """A squeue line but its JOBID: PARTITION to NODELIST(REASON), and its newline."""
+    # NODES: the nodes it holds once on any, else those it asks for (-N).
+    if node is None:
+        count = str(spec.get("nodes", 1))[:6]
+    else:
+        count = "1" if others is None else str(1 + len(others))[:6]
+    if state in REASON_STATES:
+        if held and state == "PENDING" and not reason.startswith("JobHeld"):
+            reason = "JobHeldUser"
+        where = f"({printable(reason) if reason else 'None'})"
+    elif others:
+        from gbatch.core.hostlist import compress  # deferred: jobs across nodes only
+
+        where = printable(compress([node, *others]))
+    else:
+        where = printable(node or "")
+    return (
+        f" {printable(_partition(spec, state))[:9]:>9} "
+        f"{printable(spec['name'])[:8]:>8} {printable(user)[:8]:>8} "
+        f"{STATE_CODES[state][:2]:>2} {format_duration(elapsed)[:10]:>10} {count:>6} {where}\n"
+    )
+
+
+def task_lines(prefix: str, spans: Any, rest: str) -> list[str]:
+    """One squeue line per index of `spans`, in chunks of lines joined.
+
+    Each line is `prefix` + index right-justified in JOBID's 18 columns (cut to them, as
+    any label) in front of the line's `rest`.
+
+    Indices of as many digits share their padding, so a run of them is made by str.join
+    (the interpreter's C loop) rather than a format per line; a whole thousand (K000 to
+    K999) joins the 1,000 three-digit endings, so not even a number is formatted each.
+    """
+    chunks: list[str] = []
+    for first, last in spans:
+        low = first
+        while low <= last:
+            digits = len(str(low))
+            high = min(last, 10**digits - 1)
+            width = len(prefix) + digits
+            if low < 0 or width > 18:  # cut or odd: each line as any label's
+                chunks.extend(
+                    f"{(prefix + str(index))[:18]:>18}{rest}" for index in range(low, high + 1)
+                )
+            else:
+                chunks.extend(_padded_run(" " * (18 - width) + prefix, low, high, rest))
+            low = high + 1
+    return chunks
+
+
+_ENDINGS = [f"{n:03d}" for n in range(1000)]
+
+
+def _padded_run(lead: str, low: int, high: int, rest: str) -> list[str]:
+    """The lines `lead` + index + `rest` for low..high, indices of one length."""
+    if high - low < 2000:
+        return [lead + (rest + lead).join(map(str, range(low, high + 1))) + rest]
+    whole = -(-low // 1000)  # the first whole thousand's K (low <= K000)
+    end = (high + 1) // 1000  # past the last whole thousand's K
+    out = _padded_run(lead, low, whole * 1000 - 1, rest) if low < whole * 1000 else []
+    for thousand in range(whole, end):
+        head = lead + str(thousand)
+        out.append(head + (rest + head).join(_ENDINGS) + rest)
+    if end * 1000 <= high:
+        out.extend(_padded_run(lead, end * 1000, high, rest))
+    return out
 
 
 def array_labels(

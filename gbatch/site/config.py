@@ -124,7 +124,16 @@ class RootInContainers:
 SMTP_TLS = ("starttls", "implicit")
 
 # What an admin webhook may ask for: the jobs' events (mail types' names) and the nodes'.
-NODE_EVENTS = ("NODE_DOWN", "GPU_FOREIGN", "DISK_FULL", "RESV_START", "RESV_END")
+# PARTITION_DOWN/UP: a cluster partition's login node stopped or started answering.
+NODE_EVENTS = (
+    "NODE_DOWN",
+    "GPU_FOREIGN",
+    "DISK_FULL",
+    "RESV_START",
+    "RESV_END",
+    "PARTITION_DOWN",
+    "PARTITION_UP",
+)
 # The head's own store cannot write (a full disk): told to admins' webhooks directly, not
 # through the outbox, which lives on that disk (gbatch/head/outbox.py tell_store_full).
 STORE_FULL_EVENT = "STORE_FULL"

@@ -19,6 +19,7 @@ from typing import Any
 from gbatch.core.model import Event, Job, JobSpec, JobState, NodeInfo
 from gbatch.protocol import codec, listings, requests
 from gbatch.protocol.client import Client, DaemonUnavailable, ReplyTimeout, RequestFailed
+from gbatch.tui.activity import LANE_S, SPARK_S, Activity, activity_from_wire
 from gbatch.tui.rows import QueueFilter
 
 # What a screen shows as a status line instead of crashing: the daemon went away,
@@ -32,6 +33,11 @@ ACTIONS = tuple(requests.JOB_ACTIONS)
 FINISHED_WINDOW_S = 7 * 86400.0
 _STATE_OF = {state.value: state for state in JobState}
 
+
+# The samples a sparkline's read carries: a few per cell (activity.SPARK_W).
+SPARK_POINTS = 120
+# How often the nodes view reads the GPUs' activity again (it refreshes every second).
+ACTIVITY_EVERY_S = 5.0
 
 # The page read before the view has a size (`gbatch tui`'s early read): a tall
 # terminal's worth of rows and a margin.
@@ -75,6 +81,8 @@ class QueuePage:
 class NodesSnapshot:
     nodes: tuple[NodeInfo, ...]
     owners: Mapping[int, str]  # job id -> user, for the jobs holding GPUs
+    # Each GPU's utilisation of late and the runs that held it (None: not read).
+    activity: Activity | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +178,7 @@ class DaemonLink:
         self._decode_lock = threading.Lock()
         self._prefetched: tuple[QueueView, Future[QueuePage]] | None = None
         self._prefetch_lock = threading.Lock()  # one queue() takes the prefetched read
+        self._activity: tuple[float, Activity] | None = None  # (monotonic time read, it)
 
     def _call(self, request: requests.Request) -> dict[str, Any]:
         with self._lock:
@@ -267,7 +276,31 @@ class DaemonLink:
         if held:
             reply = self._call(requests.ListJobs(ids=tuple(held), brief=True))
             owners = {j["id"]: j["user"] for j in reply["jobs"]}
-        return NodesSnapshot(nodes, owners)
+        try:
+            activity: Activity | None = self.activity()
+        except RequestFailed:  # a daemon without the history (older): the rows still show
+            activity = None
+        return NodesSnapshot(nodes, owners, activity)
+
+    def activity(self) -> Activity:
+        """Each GPU's last 10 minutes of utilisation and the runs on it in the last 6 hours.
+
+        Two reads of what the web page's charts read (the head's sample history, the
+        timeline), at the daemon's clock; a run's user is "" where private_data hides it.
+        Read again once ACTIVITY_EVERY_S has passed, not at each refresh: a sparkline's
+        cell is 30 s, a lane's 10 minutes, and the timeline reads each GPU's history."""
+        cached = self._activity
+        if cached is not None and time.monotonic() - cached[0] < ACTIVITY_EVERY_S:
+            return cached[1]
+        asked = time.time()  # the TUI runs on the head: the daemon's clock, near enough
+        history = self._call(
+            requests.ShowGpuHistory(start=asked - SPARK_S, end=asked + 1, points=SPARK_POINTS)
+        )
+        now = float(history["now"])
+        timeline = self._call(requests.ShowTimeline(start=now - LANE_S, end=now + 1))
+        read = activity_from_wire(history, timeline, now)
+        self._activity = (time.monotonic(), read)
+        return read
 
     def job(self, job_id: int) -> JobSnapshot:
         reply = self._call(requests.ShowJob(id=job_id))

@@ -1,4 +1,7 @@
-"""The nodes view: each node's state (and why it takes no jobs), each GPU a row."""
+"""The nodes view: each node's state (and why it takes no jobs), each GPU a row.
+
+Under them, each GPU's utilisation sparkline and a compact timeline of its runs
+(activity.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +13,16 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Static
 
+from gbatch.core.labels import printable
 from gbatch.core.model import NodeState
 from gbatch.tui import rows
+from gbatch.tui.activity import ACTIVITY_COLUMNS, Activity, lane, sparkline, user_style, users_text
 from gbatch.tui.data import NodesSnapshot
 from gbatch.tui.live import LiveScreen
 from gbatch.tui.table import sync_rows
 
 COLUMN_KEYS = tuple(key for key, _ in rows.NODE_COLUMNS)
+ACTIVITY_KEYS = tuple(key for key, _ in ACTIVITY_COLUMNS)
 # Foreign use has a colour of its own: those GPUs are busy, but not with gbatch jobs.
 USE_STYLE = {
     rows.GpuUse.FREE: "",
@@ -39,6 +45,7 @@ class NodesScreen(LiveScreen):
     DEFAULT_CSS = """
     NodesScreen #summary { height: 1; background: $panel; }
     NodesScreen #nodes { height: 1fr; }
+    NodesScreen #activity { height: 1fr; border-top: solid $panel; }
     NodesScreen #status { height: 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "Back")]
@@ -49,6 +56,10 @@ class NodesScreen(LiveScreen):
         for key, header in rows.NODE_COLUMNS:
             table.add_column(header, key=key)
         yield table
+        activity: DataTable[Text] = DataTable(id="activity", cursor_type="none")
+        for key, header in ACTIVITY_COLUMNS:
+            activity.add_column(header, key=key)
+        yield activity
         yield Static(id="status")
         yield Footer(compact=True, show_command_palette=False)
 
@@ -69,6 +80,9 @@ class NodesScreen(LiveScreen):
             f"{used[rows.GpuUse.FREE]} free"
         )
         self.query_one("#summary", Static).update(Text(summary))
+        if snapshot.activity is not None:
+            table = self.query_one("#activity", DataTable)
+            sync_rows(table, _activity_rows(snapshot.activity), ACTIVITY_KEYS)
 
 
 def _styled(row: rows.NodeRow) -> list[Text]:
@@ -77,3 +91,20 @@ def _styled(row: rows.NodeRow) -> list[Text]:
     else:
         style = NODE_STYLE.get(row.node_state, "") if row.node_state else ""
     return [Text(cell, style=style) for cell in row.cells]
+
+
+def _activity_rows(activity: Activity) -> list[tuple[str, list[Text]]]:
+    """A row per GPU: its sparkline, its runs' lane coloured by user, and those users."""
+    out = []
+    for gpu in activity.gpus:
+        strip = Text()
+        for char, user in lane(gpu.runs, activity.now):
+            strip.append(char, style=user_style(user) if char == "█" else "dim")
+        cells = [
+            Text(f"{printable(gpu.node)}/{gpu.index}"),
+            Text(sparkline(gpu.samples, activity.now), style="green"),
+            strip,
+            Text(users_text(gpu.runs, activity.now)),
+        ]
+        out.append((f"act:{gpu.node}:{gpu.index}", cells))
+    return out

@@ -27,22 +27,10 @@ DOCKER="${DOCKER:-docker}"
 SUITE=bookworm
 PACKAGES=openssh-server,python3
 
-die() {
-    echo "build-host-image: error: $*" >&2
-    exit 1
-}
-say() { echo "build-host-image: $*"; }
-
-"$DOCKER" version --format '{{.Server.Version}}' >/dev/null 2>&1 \
-    || die "the docker engine does not answer. Start it (as root: .ci/setup-docker.sh)."
-
-if "$DOCKER" image inspect "$IMAGE" >/dev/null 2>&1; then
-    say "$IMAGE already exists; nothing to do"
-    exit 0
-fi
-
-command -v mmdebstrap >/dev/null 2>&1 \
-    || die "mmdebstrap is missing. Install it: apt-get install -y mmdebstrap."
+NAME=build-host-image
+# shellcheck source=tests/images/lib.sh
+. "$(dirname "$0")/lib.sh"
+need_engine_and_no_image
 client="${GBATCH_HOST_DOCKER_CLIENT:-$(command -v docker || true)}"
 [ -n "$client" ] && [ -x "$client" ] \
     || die "no docker client to mount into the host. Set GBATCH_HOST_DOCKER_CLIENT."
@@ -51,45 +39,14 @@ client="$(readlink -f "$client")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# The whole sshd configuration: the image's own Debian one would want PAM and the
-# sftp-server binary, and list host keys the tests do not mount.
-cat >"$work/sshd_config" <<'EOF'
-# gbatch test host: root logs in with the key bind-mounted by the test, nothing else.
-Port 22
-HostKey /etc/ssh/ssh_host_ed25519_key
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-AuthorizedKeysFile .ssh/authorized_keys
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-# The mounted key files belong to whoever ran the tests on the machine outside.
-StrictModes no
-UsePAM no
-UseDNS no
-PrintMotd no
-PidFile none
-Subsystem sftp internal-sftp
-EOF
+write_sshd_config "$work/sshd_config" \
+    "gbatch test host: root logs in with the key bind-mounted by the test, nothing else."
 
 # /run/sshd, sshd's privilege-separation directory, cannot live in the rootfs: the
 # chroot's /run is a mount while mmdebstrap runs, so it is made at start.
 START_SSHD='mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e'
 started=$SECONDS
-# The merged-usr hook sets /usr up as bookworm wants without the usrmerge package,
-# which would pull in perl (about 45 MiB). dpkg path-excludes keep docs, man pages and
-# translations out; mmdebstrap already leaves Recommends out and removes apt's lists.
-mmdebstrap --quiet --variant=minbase --include="$PACKAGES" \
-    --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-    --dpkgopt='path-exclude=/usr/share/doc/*' \
-    --dpkgopt='path-exclude=/usr/share/man/*' \
-    --dpkgopt='path-exclude=/usr/share/locale/*' \
-    --dpkgopt='path-exclude=/usr/share/info/*' \
-    --customize-hook='rm -f "$1"/etc/ssh/ssh_host_*' \
-    --customize-hook="upload $work/sshd_config /etc/ssh/sshd_config" \
-    --customize-hook='mkdir -p "$1/root/.ssh" && chmod 0700 "$1/root/.ssh"' \
-    "$SUITE" "$work/rootfs.tar" "$MIRROR" >"$work/mmdebstrap.log" 2>&1 \
-    || die "mmdebstrap failed (is $MIRROR reachable?); its output:
-$(tail -n 40 "$work/mmdebstrap.log")"
+build_rootfs "$PACKAGES" "$work/rootfs.tar" "$work/sshd_config"
 rootfs_s=$((SECONDS - started))
 
 "$DOCKER" import \

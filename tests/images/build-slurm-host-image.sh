@@ -23,40 +23,16 @@ DOCKER="${DOCKER:-docker}"
 SUITE=bookworm
 PACKAGES=openssh-server,slurmctld,slurmd,slurm-client,munge
 
-die() {
-    echo "build-slurm-host-image: error: $*" >&2
-    exit 1
-}
-say() { echo "build-slurm-host-image: $*"; }
-
-"$DOCKER" version --format '{{.Server.Version}}' >/dev/null 2>&1 \
-    || die "the docker engine does not answer. Start it (as root: .ci/setup-docker.sh)."
-if "$DOCKER" image inspect "$IMAGE" >/dev/null 2>&1; then
-    say "$IMAGE already exists; nothing to do"
-    exit 0
-fi
-command -v mmdebstrap >/dev/null 2>&1 \
-    || die "mmdebstrap is missing. Install it: apt-get install -y mmdebstrap."
+NAME=build-slurm-host-image
+# shellcheck source=tests/images/lib.sh
+. "$(dirname "$0")/lib.sh"
+need_engine_and_no_image
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-cat >"$work/sshd_config" <<'EOF'
-# gbatch test Slurm login node: keys bind-mounted by the test, nothing else.
-Port 22
-HostKey /etc/ssh/ssh_host_ed25519_key
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-AuthorizedKeysFile .ssh/authorized_keys
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-StrictModes no
-UsePAM no
-UseDNS no
-PrintMotd no
-PidFile none
-Subsystem sftp internal-sftp
-EOF
+write_sshd_config "$work/sshd_config" \
+    "gbatch test Slurm login node: keys bind-mounted by the test, nothing else."
 
 cat >"$work/gbatch-slurm-start" <<'EOF'
 #!/bin/sh
@@ -111,20 +87,9 @@ EOF
 chmod 0755 "$work/gbatch-slurm-start"
 
 started=$SECONDS
-mmdebstrap --quiet --variant=minbase --include="$PACKAGES" \
-    --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-    --dpkgopt='path-exclude=/usr/share/doc/*' \
-    --dpkgopt='path-exclude=/usr/share/man/*' \
-    --dpkgopt='path-exclude=/usr/share/locale/*' \
-    --dpkgopt='path-exclude=/usr/share/info/*' \
-    --customize-hook='rm -f "$1"/etc/ssh/ssh_host_*' \
-    --customize-hook="upload $work/sshd_config /etc/ssh/sshd_config" \
+build_rootfs "$PACKAGES" "$work/rootfs.tar" "$work/sshd_config" \
     --customize-hook="upload $work/gbatch-slurm-start /usr/local/sbin/gbatch-slurm-start" \
-    --customize-hook='chmod 0755 "$1/usr/local/sbin/gbatch-slurm-start"' \
-    --customize-hook='mkdir -p "$1/root/.ssh" && chmod 0700 "$1/root/.ssh"' \
-    "$SUITE" "$work/rootfs.tar" "$MIRROR" >"$work/mmdebstrap.log" 2>&1 \
-    || die "mmdebstrap failed (is $MIRROR reachable?); its output:
-$(tail -n 40 "$work/mmdebstrap.log")"
+    --customize-hook='chmod 0755 "$1/usr/local/sbin/gbatch-slurm-start"'
 rootfs_s=$((SECONDS - started))
 
 "$DOCKER" import \

@@ -151,6 +151,15 @@ BENCHES = (
         needs=("sshd", "docker"),
     ),
     Bench(
+        "bench_history.py",
+        (
+            r"2,000 finished jobs stored in ",
+            re.escape("    sacct -a -S all: ") + r"[\d.]+ s, 4,002 lines; peak RSS client",
+            re.escape("    sacct -a -S now-1day: "),
+            re.escape("    sreport -a (every job): ") + r"[\d.]+ s",
+        ),
+    ),
+    Bench(
         "bench_limits.py",
         (
             ms("submits as daemon's user (no count), 0 of theirs pending"),
@@ -262,6 +271,15 @@ BENCHES = (
         group=HEAVY,
     ),
     Bench(
+        "bench_submit_busy.py",
+        (
+            re.escape("    `sbatch -H --gpus 1 --wrap true`, nothing starting: p50 "),
+            re.escape("    `sbatch --gpus 1 --wrap 'sleep 0.2'` while jobs start: p50 "),
+            re.escape("      its submit request alone (in-process client): p50 "),
+            re.escape("    starts during the busy loop: "),
+        ),
+    ),
+    Bench(
         "bench_submitters.py",
         (
             r"stored jobs \(sacct -a -S all\): 40 ",
@@ -285,6 +303,8 @@ BENCHES = (
             re.escape("`sbatch -H --wrap true`, one process per job: gbatch "),
             re.escape("`squeue`, 20 pending: gbatch "),
             re.escape("drain 16 one-GPU `true` jobs on 8 GPUs: gbatch "),
+            re.escape("`sbatch --gres=gpu:1 --wrap 'sleep 0.5'` while its jobs start (10 in loops)")
+            + ": gbatch ",
             re.escape("GPU hand-off, a job's end -> the next one's start (3 jobs x 8 GPUs): "),
             re.escape("| what | gbatch: median (p90; min-max) | Slurm: median"),
         ),

@@ -113,7 +113,11 @@ def test_seff_and_sacct_report_the_gpu_samples_taken_while_the_job_ran(head: Hea
     head.wait_state(job, "RUNNING")
     (index,) = head.job(job)["gpus"]  # type: ignore[misc]
     gpus["gpus"][index]["memory_used_mib"] = 11469  # 11.20 GiB, once the job runs
-    sim.write_text(json.dumps(gpus))
+    # Replaced whole, never rewritten in place: an agent's read in between would see an
+    # empty file, a report of no GPUs, and a sample of 0 % for the job's.
+    fresh = sim.with_suffix(".new")
+    fresh.write_text(json.dumps(gpus))
+    fresh.replace(sim)
 
     def seff() -> str:
         return head.run("seff", str(job), check=True).stdout

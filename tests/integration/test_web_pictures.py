@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import Head, wait_for
-from test_http_api import api, head, mint  # noqa: F401 (fixtures)
+from test_http_api import api, head, http, mint  # noqa: F401 (fixtures)
 from test_web_ui import Browserless, browser, csrf_of, root_of, screenshot, text_of  # noqa: F401
 
 
@@ -173,3 +173,150 @@ def test_a_running_jobs_page_charts_its_gpus_utilisation_from_nvml_samples(
     finally:
         head.run("scancel", str(running))
         head.wait_state(running, "CANCELLED")
+
+
+def test_the_usage_chart_totals_what_sreport_says_for_a_lab_of_finished_runs(
+    head: Head,  # noqa: F811
+    api: str,  # noqa: F811
+    browser: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from datetime import datetime
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    lab = [
+        head.sbatch("-G", "1", "-J", "one-gpu", "--wrap", "sleep 2"),
+        head.sbatch("-G", "2", "-J", "two-gpus", "--wrap", "sleep 3"),
+        head.sbatch("-G", "1", "-J", "short", "--wrap", "true"),
+    ]
+    for job_id in lab:
+        head.wait_state(job_id, "COMPLETED")
+    token = mint(head, "--scope", "read")
+    d = browser
+    wait = WebDriverWait(d, 30)
+    d.get(f"{root_of(api)}/ui/login")
+    wait.until(lambda _: d.find_elements(By.ID, "token"))
+    d.find_element(By.ID, "token").send_keys(token)
+    d.find_element(By.ID, "sign-in").click()
+    wait.until(lambda _: d.find_elements(By.ID, "jobs"))
+    d.find_element(By.LINK_TEXT, "Usage").click()
+    svg = wait.until(lambda _: d.find_element(By.ID, "usage-by-user"))
+    first, last = float(svg.get_attribute("data-start")), float(svg.get_attribute("data-end"))
+    assert last - first >= 29 * 86400  # the last 30 days by default, to now
+    # sreport over the same period, as an admin (the daemon's own user) sees every user.
+    period = ("-S", datetime.fromtimestamp(first).isoformat(), "-E")
+    period += (datetime.fromtimestamp(last).isoformat(),)
+    said = json.loads(head.run("sreport", "-a", "--json", *period, check=True).stdout)
+    expected = {row["name"]: row["gpu_seconds"] for row in said["rows"]}
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert expected[me] >= 2 + 2 * 3  # the lab's runs, at least their sleeps
+    rows = d.find_elements(By.CSS_SELECTOR, "#usage-users tbody tr")
+    shown = {r.get_attribute("data-name"): float(r.get_attribute("data-gpu-seconds")) for r in rows}
+    assert shown.keys() == expected.keys()
+    for name, seconds in expected.items():
+        assert abs(shown[name] - seconds) < 0.01
+        # Each user's segments add up to their row (the bars are the same numbers).
+        segments = d.find_elements(
+            By.CSS_SELECTOR, f'#usage-by-user rect.segment[data-name="{name}"]'
+        )
+        assert (
+            abs(sum(float(s.get_attribute("data-gpu-seconds")) for s in segments) - seconds) < 0.01
+        )
+    # The partitions' chart is sreport --partition's, and sums to the same whole.
+    said = json.loads(head.run("sreport", "--partition", "--json", *period, check=True).stdout)
+    by_partition = {row["name"]: row["gpu_seconds"] for row in said["rows"]}
+    parts = d.find_elements(By.CSS_SELECTOR, "#usage-partitions tbody tr")
+    shown = {
+        p.get_attribute("data-name"): float(p.get_attribute("data-gpu-seconds")) for p in parts
+    }
+    assert shown.keys() == by_partition.keys()
+    assert all(abs(shown[name] - seconds) < 0.01 for name, seconds in by_partition.items())
+    assert abs(sum(shown.values()) - sum(expected.values())) < 0.01
+    # The fair-share factor is beside each user.
+    factor = d.find_element(By.CSS_SELECTOR, f'#usage-users tr[data-name="{me}"] td:last-child')
+    assert 0 < float(factor.text) <= 1
+    screenshot(d, tmp_path, "usage")
+    # A period it does not offer is refused with the page's message.
+    web = Browserless(root_of(api))
+    web.post("/ui/login", {"token": token, "csrf": csrf_of(web.get("/ui/login")[2])})
+    status, _, page = web.get("/ui/usage?period=1y")
+    assert status == 400 and "period: pick one of 14d, 30d, 12w, 26w" in page
+    status, _, page = web.get("/ui/usage?period=12w")
+    assert status == 200 and "selected>last 12w" in page and "week of" in page
+
+
+def test_the_http_api_serves_the_timeline_gpu_history_and_usage_as_json(
+    head: Head,  # noqa: F811
+    api: str,  # noqa: F811
+) -> None:
+    running = head.sbatch("-G", "1", "-J", "api-run", "--wrap", "sleep 300")
+    job = head.wait_state(running, "RUNNING")
+    (gpu,) = job["gpus"]  # type: ignore[misc]
+    token = mint(head, "--scope", "read")
+    try:
+        status, reply, _ = http(f"{api}/timeline", token=token)
+        assert status == 200 and reply["end"] - reply["start"] == 86400
+        (run,) = [r for r in reply["runs"] if r["id"] == running]  # type: ignore[union-attr]
+        assert run["placements"] == [["local", [gpu]]] and run["name"] == "api-run"
+        wait_for(
+            lambda: http(f"{api}/gpus/history?node=local&gpu={gpu}&points=10", token=token)[1][
+                "series"
+            ][0]["points"],
+            30,
+            "a sample of the job's GPU",
+        )
+        status, reply, _ = http(f"{api}/gpus/history?node=local&gpu={gpu}&points=10", token=token)
+        (series,) = reply["series"]  # type: ignore[misc]
+        assert (series["node"], series["index"]) == ("local", gpu)
+        assert 1 <= len(series["points"]) <= 10
+        status, reply, _ = http(f"{api}/usage?step=7200", token=token)
+        assert status == 200 and len(reply["edges"]) == 30 * 12 + 1  # type: ignore[arg-type]
+        assert any(user == job["user"] for user, _ in reply["users"])  # type: ignore[union-attr]
+        # Bad input: a 400 naming the field; no token: 401.
+        status, reply, _ = http(f"{api}/timeline?start=yesterday", token=token)
+        assert status == 400 and reply["error"].startswith("start: 'yesterday'")  # type: ignore[union-attr]
+        status, reply, _ = http(f"{api}/usage?start=2000&end=1000", token=token)
+        assert status == 400 and str(reply["error"]).startswith("end: give a time after start")
+        status, reply, _ = http(f"{api}/usage?step=60", token=token)
+        assert status == 400 and "more than 400 steps" in str(reply["error"])
+        status, reply, _ = http(f"{api}/gpus/history?points=5000", token=token)
+        assert status == 400 and "gpu_history.points" in str(reply["error"])
+        status, _, _ = http(f"{api}/timeline")
+        assert status == 401
+    finally:
+        head.run("scancel", str(running))
+        head.wait_state(running, "CANCELLED")
+
+
+def test_each_run_of_a_requeued_job_is_a_bar_of_its_own(
+    head: Head,  # noqa: F811
+    api: str,  # noqa: F811
+) -> None:
+    import re
+
+    job_id = head.sbatch("-G", "1", "-J", "twice", "--wrap", "sleep 300")
+    head.wait_state(job_id, "RUNNING")
+    first = record(job_id, head)
+    head.run("scontrol", "requeue", str(job_id), check=True)
+    wait_for(
+        lambda: (
+            (record(job_id, head).get("attempt") or 0) > first["attempt"]
+            and record(job_id, head)["state"] == "RUNNING"
+        ),
+        60,
+        "the requeued job to run again",
+    )
+    try:
+        token = mint(head, "--scope", "read")
+        web = Browserless(root_of(api))
+        web.post("/ui/login", {"token": token, "csrf": csrf_of(web.get("/ui/login")[2])})
+        status, _, page = web.get("/ui/timeline?range=1h")
+        assert status == 200
+        bars = re.findall(rf'<g class="bar" data-job="{job_id}" data-attempt="(\d+)"', page)
+        assert sorted(int(a) for a in bars) == [first["attempt"], first["attempt"] + 1]
+        assert "requeued (" in page  # the first run's bar says why it ended
+    finally:
+        head.run("scancel", str(job_id))
+        head.wait_state(job_id, "CANCELLED")

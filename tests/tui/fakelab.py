@@ -21,6 +21,7 @@ import oracles
 
 from gbatch.core.model import Event, Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
 from gbatch.tui import rows
+from gbatch.tui.activity import Activity, GpuActivity, Held
 from gbatch.tui.app import GbatchApp, make_app
 from gbatch.tui.data import (
     ACTIONS,
@@ -217,6 +218,38 @@ def lab_nodes() -> tuple[NodeInfo, ...]:
     return gpu01, gpu02, gpu03
 
 
+def lab_activity() -> Activity:
+    """Each lab GPU's last 10 minutes (a sample each 5 s, a wave around its utilisation
+    now) and its runs: the running jobs', and on gpu03 a finished run of bob's and one of
+    carol's earlier in the 6 hours."""
+    held: dict[tuple[str, int], list[Held]] = {}
+    for job in lab_jobs():
+        if job.node and job.start_time is not None:
+            for g in job.gpus:
+                held.setdefault((job.node, g), []).append(
+                    Held(job.start_time, None, job.id, job.user)
+                )
+    held[("gpu03", 0)] = [
+        Held(NOW - 5 * HOUR, NOW - 3 * HOUR, 90, "bob"),
+        Held(NOW - 2 * HOUR, NOW - 70 * MIN, 95, "carol"),
+    ]
+    wave = (0, 6, 14, 9, -4, -12, -7, 3)
+    gpus = []
+    for node in lab_nodes():
+        for gpu in node.gpus:
+            base = gpu.utilization_pct or 0
+            samples = tuple(
+                (NOW - 600 + 5 * i, float(min(max(base + wave[i % 8] * (base > 0), 0), 100)))
+                for i in range(120)
+            )
+            gpus.append(
+                GpuActivity(
+                    node.name, gpu.index, samples, tuple(held.get((node.name, gpu.index), ()))
+                )
+            )
+    return Activity(NOW, tuple(gpus))
+
+
 def _events(job: Job) -> tuple[Event, ...]:
     events = [Event(job.id, job.submit_time, JobState.PENDING, "submitted")]
     if job.start_time is not None:
@@ -285,7 +318,7 @@ class FakeLink(DaemonLink):
         return page_of(self.finished_jobs if view.finished else self.jobs, view, offset, limit)
 
     def nodes(self) -> NodesSnapshot:
-        return NodesSnapshot(self.lab, {job.id: job.user for job in self.jobs})
+        return NodesSnapshot(self.lab, {job.id: job.user for job in self.jobs}, lab_activity())
 
     def job(self, job_id: int) -> JobSnapshot:
         job = next(job for job in (*self.jobs, *self.finished_jobs) if job.id == job_id)

@@ -3,6 +3,7 @@ help screen; and what the views do when the daemon goes away."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import shlex
@@ -208,5 +209,41 @@ def test_array_tasks_read_n_k_in_the_queue_and_the_job_views_title(tui_head: Hea
         await until(pilot, lambda: isinstance(app.screen, JobScreen), "the job view")
         await until(pilot, lambda: "'sweep' of" in text_of(app, "#title"), "the record")
         assert text_of(app, "#title").startswith(f" job {array}_4 'sweep' of {ME}: PENDING")
+
+    drive(app, scenario)
+
+
+def test_nodes_view_draws_each_gpus_utilisation_sparkline_and_its_runs_live(
+    tui_head: Head,
+) -> None:
+    from gbatch.tui.activity import LEVELS
+
+    job_id = tui_head.sbatch("-J", "one", "--gpus", "1", "--wrap", "sleep 300")
+    job = tui_head.wait_state(job_id, "RUNNING")
+    (gpu,) = job["gpus"]  # type: ignore[misc]
+    app = tui(tui_head)
+
+    def activity(index: int) -> list[str]:
+        rows = {row[0]: row for row in table_rows(app, "#activity")}
+        return rows.get(f"local/{index}", ["", "", "", ""])
+
+    def last_bar(index: int) -> str:
+        return activity(index)[1].rstrip()[-1:]
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, NodesScreen), "the nodes view")
+        await until(pilot, lambda: len(table_rows(app, "#activity")) == 3, "a row per GPU")
+        # Samples of 0 % so far: the lowest bar; the job's run fills its lane up to now.
+        await until(pilot, lambda: last_bar(gpu) == LEVELS[0], "the 0 % samples", 30)
+        _, _, lane, users = activity(gpu)
+        assert lane.endswith("█") and users == ME
+        assert activity(2)[3] == ""  # the GPU busy outside gbatch: no run of gbatch's
+        simulation = tui_head.home / "simulated-gpus.json"
+        described = json.loads(simulation.read_text())
+        described["gpus"][gpu]["utilization_pct"] = 95
+        simulation.write_text(json.dumps(described))  # the agent reads it at each report
+        await until(pilot, lambda: last_bar(gpu) not in ("", LEVELS[0]), "the bar rising", 30)
+        assert last_bar(1 - gpu if gpu < 2 else 0) in ("", LEVELS[0])  # the others stay
 
     drive(app, scenario)

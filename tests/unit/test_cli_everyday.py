@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gbatch.cli import everyday, sbatch, squeue
+from gbatch.cli import everyday, sbatch, scancel, squeue
 from gbatch.cli._main import main
 from gbatch.cli._parser import build_parser
 from gbatch.cli.context import parse_ids
@@ -39,6 +39,7 @@ ME = pwd.getpwuid(os.getuid()).pw_name
 # every shape argparse treats apart (empty, '-x', '--', '=' inside, a space).
 _OPTIONS = sorted(
     {*everyday.SQUEUE_FLAGS, *everyday.SQUEUE_VALUES, *everyday.SBATCH_FLAGS}
+    | {*everyday.SCANCEL_FLAGS, *everyday.SCANCEL_VALUES, "-s", "-b", "--full", "--us"}
     | {*everyday.SBATCH_VALUES, "-o", "-S", "--json", "-J", "--debug", "--help", "-uX"}
     | {"-j5", "-j5_3", "-j=4", "-u=root", "-uroot", "-j5=3", "-j-1", "-hj5", "-ja b", "-S5"}
 )
@@ -66,13 +67,19 @@ def _argparse(command: str, words: list[str]) -> argparse.Namespace | None:
 
 
 def _agrees(
-    command: str, words: list[str], flags: dict[str, str], with_value: dict[str, str]
+    command: str,
+    words: list[str],
+    flags: dict[str, str],
+    with_value: dict[str, str],
+    positional: str | None = None,
 ) -> None:
-    lean = everyday.read_options(words, flags, with_value)
+    lean = everyday.read_options(words, flags, with_value, positional)
     if lean is None:
         return  # argparse's to read
     args = _argparse(command, words)
     assert args is not None, f"argparse refuses {words}, read as {lean}"
+    if positional is not None:
+        assert getattr(args, positional) == lean.get(positional, []), positional
     for dest in {*flags.values()}:
         assert bool(getattr(args, dest)) == lean.get(dest, False), dest
     for dest in {*with_value.values()}:
@@ -110,18 +117,106 @@ def test_sbatch_options_are_read_as_argparse_reads_them(words: list[str]) -> Non
         assert args is not None and args.file is None and args.script_args == []
 
 
+@settings(max_examples=600, deadline=None)
+@given(
+    st.lists(st.one_of(_WORD, st.sampled_from(["5", "4_1", "2_[1-3]", "7.1", "x y"])), max_size=7)
+)
+@example(["5", "-u", "root", "6"])  # a second run of ids: argparse refuses it
+@example(["-u", "root", "5", "6", "--me"])
+@example(["5", "--", "6"])
+def test_scancel_words_are_read_as_argparse_reads_them(words: list[str]) -> None:
+    _agrees("scancel", words, everyday.SCANCEL_FLAGS, everyday.SCANCEL_VALUES, "ids")
+
+
+_SCANCEL_WORDS = st.lists(
+    st.one_of(
+        st.sampled_from(["--me"]).map(lambda w: [w]),
+        st.tuples(
+            st.sampled_from(sorted(everyday.SCANCEL_VALUES)),
+            st.sampled_from(["root", ME, "PD,R", "gpu,a100", "x,,y", "n1", "gpu[01-02]", "a["]),
+        ).map(list),
+    ),
+    max_size=3,
+).map(lambda groups: [word for group in groups for word in group])
+_SCANCEL_IDS = st.lists(
+    st.sampled_from(["3", "2,5", "4_1", "2_[1-3,7],9-12", "3_01", "1-", "12.1", "4_[2]", "0"]),
+    max_size=3,
+)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    options=_SCANCEL_WORDS,
+    ids=_SCANCEL_IDS,
+    ids_first=st.booleans(),
+    failed=st.integers(0, 3),
+    counted=st.integers(0, 2),
+)
+@example(options=[], ids=["5"], ids_first=True, failed=0, counted=0)
+@example(options=[], ids=[], ids_first=True, failed=0, counted=0)  # the usage error
+@example(options=["-u", "root"], ids=["5_3"], ids_first=False, failed=2, counted=1)
+def test_scancel_sends_and_prints_what_the_full_path_does(
+    options: list[str],
+    ids: list[str],
+    ids_first: bool,
+    failed: int,
+    counted: int,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The same Cancel request, the same failure lines (each, then how many more) and
+    status; a line the lean path declines is one the full path refuses or reads a step in."""
+    words = [*ids, *options] if ids_first else [*options, *ids]
+    results = [{"id": f"{n + 7}", "ok": False, "error": f"no {n}"} for n in range(failed)]
+    reply = {"results": results, "failed": failed + counted, "done": 1}
+    values = everyday.read_options(words, everyday.SCANCEL_FLAGS, everyday.SCANCEL_VALUES, "ids")
+    assert values is not None
+    lean_sent: list[dict[str, Any]] = []
+
+    def send(request: dict[str, Any]) -> dict[str, Any]:
+        lean_sent.append(json.loads(jsonline.dumps(request)))
+        return dict(reply)
+
+    status: object
+    try:
+        status = everyday.run_scancel(values, send)
+    except CliError as err:
+        status = (err.message, err.status)
+    lean = capsys.readouterr()
+    args = _argparse("scancel", words)
+    assert args is not None
+    ctx = _Ctx(reply)
+    try:
+        full_status: object = scancel.run(args, ctx)  # type: ignore[arg-type]
+    except CliError as err:
+        full_status = (err.message, err.status)
+    full = capsys.readouterr()
+    if status is None:  # declined before asking: the full path refuses it or has a step
+        assert not lean_sent and not lean.out and not lean.err
+        assert isinstance(full_status, tuple) or any("." in word for word in ids)
+        return
+    assert status == full_status
+    assert list(map(decoder.decode_request, lean_sent)) == list(
+        map(decoder.decode_request, ctx.client.sent)
+    )
+    assert all(set(sent) - {"op"} <= set(requests.Cancel._fields) for sent in lean_sent)
+    assert lean == full
+
+
 def test_other_command_lines_are_left_to_argparse() -> None:
     for words in (
         [],
         ["--debug"],
         ["--help"],
-        ["squeue", "-j", "1", "-r"],
+        ["squeue", "-j", "1", "-l"],
         ["squeue", "-j"],
         ["squeue", "-hu", "root"],
         ["squeue", "--help"],
         ["sbatch", "-H"],  # no --wrap: a file or stdin
         ["sbatch", "--wrap", "true", "-J", "x"],
-        ["scancel", "1"],
+        ["scancel", "-s", "USR1", "1"],
+        ["scancel", "1", "-u", "root", "2"],
     ):
         assert everyday.everyday(words) is None, words
     assert everyday.everyday(["--debug", "squeue"]) is not None
@@ -160,7 +255,8 @@ def _columns(jobs: list[Job]) -> dict[str, Any]:
 
 
 def _queue(count: int) -> list[Job]:
-    """`count` jobs; from the fourth on, tasks 0, 1, ... of an array (whose id is 4)."""
+    """`count` jobs; from the fourth on, tasks 0, 1, ... of an array (whose id is 4), the
+    last of them a record standing for more pending tasks when it is pending."""
     return [
         Job(
             id=i,
@@ -178,6 +274,7 @@ def _queue(count: int) -> list[Job]:
             start_time=None if i % 2 else NOW - 50,
             held=i % 3 == 0,
             node=None if i % 2 else "gpu1",
+            array_more=((i - 3, i + 1200),) if i == count and i >= 4 and i % 2 else (),
         )
         for i in range(1, count + 1)
     ]
@@ -185,7 +282,9 @@ def _queue(count: int) -> list[Job]:
 
 _SQUEUE_WORDS = st.lists(
     st.one_of(
-        st.sampled_from(["--me", "-a", "--all", "-h", "--noheader"]).map(lambda w: [w]),
+        st.sampled_from(["--me", "-a", "--all", "-h", "--noheader", "-r", "--array"]).map(
+            lambda w: [w]
+        ),
         st.tuples(
             st.sampled_from(sorted(everyday.SQUEUE_VALUES)),
             st.sampled_from(["root", ME, "PD,R", "all", "All,R", "gpu,a100", "x,,y", "n1", "0"]),
@@ -416,9 +515,31 @@ def test_main_reports_no_daemon_in_the_full_paths_words(
     monkeypatch.delenv("GBATCH_SOCKET", raising=False)
     assert main(["squeue"]) == 3
     assert main(["sbatch", "--wrap", "true"]) == 3
+    assert main(["scancel", "5"]) == 3
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("gbatch squeue: error: no gbatch daemon answers at ")
     assert err[1].startswith("gbatch sbatch: error: no gbatch daemon answers at ")
+    assert err[2].startswith("gbatch scancel: error: no gbatch daemon answers at ")
+
+
+def test_main_cancels_on_the_lean_path_and_prints_slurms_failure_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GBATCH_HOME", str(tmp_path))
+    monkeypatch.delenv("GBATCH_SOCKET", raising=False)
+    failed = {"results": [{"id": "9", "ok": False, "error": "Invalid job id specified"}]}
+    with _daemon(tmp_path, _line({**failed, "failed": 3, "done": 1})) as asked:
+        assert main(["scancel", "4_[1-2]", "9", "-t", "PD"]) == 1
+    (request,) = map(json.loads, asked)
+    assert (request["op"], request["jobs"], request["states"]) == (
+        "cancel",
+        ["4_[1-2]", "9"],
+        ["PD"],
+    )
+    assert capsys.readouterr().err == (
+        "gbatch scancel: error: Kill job error on job id 9: Invalid job id specified\n"
+        "gbatch scancel: error: and 2 more jobs failed\n"
+    )
 
 
 def test_main_maps_a_refusal_after_the_request_as_the_full_path(

@@ -82,8 +82,8 @@ def test_a_slurm_block_makes_a_partition_without_nodes(tmp_path: Path) -> None:
         ("      login: login.uni.example\n", "user", "missing"),
         (
             "      login: x\n      user: labsvc\n      identity: per_user\n",
-            "identity",
-            "not available yet",
+            "user",
+            "gbatch cluster link",
         ),
         ("      login: x\n      user: labsvc\n      max_jobs: 0\n", "max_jobs", "1 to 100000"),
         (
@@ -240,6 +240,12 @@ class FakeCluster:
 
     def read_log(self, job: Job, offset: int, limit: int) -> bytes:
         return b""
+
+    def observed_users(self) -> frozenset[str] | None:
+        return None
+
+    def may_send(self, user: str) -> bool:
+        return True
 
     def close(self) -> None:
         pass
@@ -474,7 +480,7 @@ def test_scontrol_shows_a_cluster_partition_down_with_its_reason() -> None:
 def test_the_docs_example_inventory_loads(tmp_path: Path) -> None:
     from docexamples import yaml_block_with
 
-    example = yaml_block_with("slurm-cluster.md", "slurm:")
+    example = yaml_block_with("slurm-cluster.md", "identity_file: ~/.ssh/gbatch_uni")
     key = tmp_path / "gbatch_uni"
     key.write_text("key\n")
     nodes = "nodes:\n  - {name: gpu01, host: gpu01.lab}\n  - {name: gpu02, host: gpu02.lab}\n"

@@ -664,7 +664,7 @@ def test_squeue_memoized_rows_equal_one_line_drawn_per_job(fmt: str | None, expa
     from gbatch.render.squeue import SqueueView, _parse_squeue_format, _squeue_line
 
     jobs = _varied_queue()
-    starts = {11: NOW + 600.0}
+    starts = {11: NOW + 600.0, 45: NOW + 900.0}  # 45: a task record 40 stands for
     parts = _parse_squeue_format(SQUEUE_DEFAULT_FORMAT if fmt is None else fmt)
     view = SqueueView(NOW, starts)
     rows = (

@@ -219,6 +219,7 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
         (requests.ShowShares(all_users=True), "users"),
         (requests.ShowPriorities(), "jobs"),
         (requests.ReportUsage(start=0.0, end=1.0, all_users=True), "rows"),
+        (requests.ReportUsageSeries(edges=(0.0, 3600.0)), "users"),
         (requests.ShowTimeline(start=0.0, end=3600.0), "runs"),
         (requests.ShowGpuHistory(start=0.0, end=3600.0), "series"),
         (requests.Metrics(), "jobs"),
@@ -231,6 +232,9 @@ def test_every_request_type_reaches_its_handler(daemon: Daemon) -> None:
         (requests.OpenStep(job=job_id, argv=("true",)), "invalid"),  # not running
         (requests.AwaitAllocation(job=job_id), "invalid"),  # not an srun allocation
         (requests.OpenForward(job=job_id, ports=(8888,)), "invalid"),  # not running
+        (requests.LinkCluster(partition="local", login="alice"), "invalid"),  # no cluster
+        (requests.UnlinkCluster(partition="local"), "invalid"),
+        (requests.ClusterStatus(all_users=True), "partitions"),
         (requests.Shutdown(), "pid"),
     ]
     assert {type(request) for request, _ in served} == set(requests.REQUESTS.values())

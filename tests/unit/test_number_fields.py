@@ -91,6 +91,7 @@ BASE: dict[str, dict[str, Any]] = {
     "update": {"id": 1, "changes": {"Comment": "x"}},
     "submit": {"spec": {"name": "j", "command": ["true"]}},
     "usage_report": {"start": 0, "end": 1},
+    "usage_series": {"edges": [0, 1]},
     "timeline": {"start": 0, "end": 1},
     "gpu_history": {"start": 0, "end": 1},
     "step": {"job": 1, "argv": ["true"]},

@@ -184,6 +184,8 @@ def _value_of(hint: object) -> st.SearchStrategy[Any]:
         return st.none() | scalars[int]
     if hint == tuple[int, ...]:
         return st.lists(scalars[int], max_size=5).map(tuple)
+    if hint == tuple[float, ...]:
+        return st.lists(scalars[float], max_size=5).map(tuple)
     if hint == tuple[str, ...]:
         return st.lists(text, max_size=5).map(tuple)
     if hint == dict[str, Any]:

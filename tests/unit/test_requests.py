@@ -53,6 +53,7 @@ EXAMPLES: dict[str, requests.Request] = {
     "usage_report": requests.ReportUsage(
         start=1_767_225_600.0, end=1_769_904_000.0, users=("bob",), all_users=True, by_group=True
     ),
+    "usage_series": requests.ReportUsageSeries(edges=(1_767_225_600.0, 1_767_312_000.0)),
     "timeline": requests.ShowTimeline(start=1_767_225_600.0, end=1_767_312_000.0),
     "gpu_history": requests.ShowGpuHistory(
         start=1_767_225_600.0, end=1_767_229_200.0, node="gpu01", gpus=(0, 3), points=60
@@ -63,6 +64,9 @@ EXAMPLES: dict[str, requests.Request] = {
     "tokens": requests.ListTokens(all_users=True),
     "token_revoke": requests.RevokeToken(jti="0a1b2c"),
     "token_rotate": requests.RotateTokenKey(drop_old=True),
+    "cluster_link": requests.LinkCluster(partition="uni", login="alice"),
+    "cluster_unlink": requests.UnlinkCluster(partition="uni"),
+    "cluster_status": requests.ClusterStatus(all_users=True),
     "with_token": requests.WithToken(token="eyJ.x.y", request={"op": "jobs", "users": ["ci-bot"]}),
     "step": requests.OpenStep(
         job=12,
@@ -90,6 +94,7 @@ WRONG: dict[Any, list[object]] = {
     int | None: ["1", 1.5, True, [1], 2**63],
     str | None: [1, True, ["a"]],
     tuple[int, ...]: ["1", 1, [1.5], [True], ["1"], [None], {"1": 1}],
+    tuple[float, ...]: ["1", 1.5, [True], ["1"], [None], {"1": 1}],
     tuple[str, ...]: ["PD", 1, [1], [None], [["PD"]], {"PD": 1}],
     dict[str, Any]: [[], "x", 1, True],
     dict[str, str] | None: [[], "x", {"A": 1}, {"A": None}],

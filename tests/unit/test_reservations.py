@@ -273,6 +273,23 @@ def test_preemption_takes_no_job_on_a_windows_node_and_no_job_of_a_window_preemp
     assert set(bare.preemptions.values()) == {1, 2}
 
 
+def test_a_job_across_nodes_that_runs_on_a_windows_node_is_no_victim() -> None:
+    """The property test below found a victim across nodes n1 (a window's, on now) and n0
+    (open) taken for its GPUs on n0: its preemption frees the window's n1 too."""
+    nodes = [NodeView(f"n{i}", 2, (), partitions=frozenset({"a"})) for i in range(2)]
+    windows = [Window("r", NOW - 10, NOW + 900, nodes=frozenset({"n1"}))]
+    across = Running(
+        100, "n1", 2, NOW - 60, "a", "scavenger", placed=(("n1", (0, 1)), ("n0", (0, 1)))
+    )
+    spec = JobSpec(name="j", command=("true",), gpus=2, qos="high")
+    job = Job(1, 1000, "alice", spec, JobState.PENDING, NOW)
+    made = plan_reserved([job], nodes, {}, NOW, windows=windows, running=[across], rules=RULES)
+    assert made.preemptions == {}
+    # Without the window it is a victim, as any job of a lower QOS.
+    bare = plan_reserved([job], nodes, {}, NOW, running=[across], rules=RULES)
+    assert bare.preemptions == {100: 1}
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.data())
 def test_no_preemptor_takes_a_victim_on_a_windows_node(data: st.DataObject) -> None:

@@ -95,10 +95,10 @@ def _as_sent(columns: dict[str, Any]) -> dict[str, Any]:
     return decoded
 
 
-def _full(columns: dict[str, Any], now: float, header: bool) -> str:
+def _full(columns: dict[str, Any], now: float, header: bool, expand: bool = False) -> str:
     jobs = listings.jobs_from_columns(columns)
     ordered = squeue.sort_squeue(jobs, squeue.parse_squeue_sort(SQUEUE_DEFAULT_SORT), now)
-    return squeue.format_squeue(ordered, now, header=header)
+    return squeue.format_squeue(ordered, now, header=header, expand_arrays=expand)
 
 
 @settings(max_examples=300, deadline=None)
@@ -112,6 +112,66 @@ def test_the_everyday_table_is_the_full_formatters(
 ) -> None:
     columns = _as_sent(listings.jobs_to_columns(jobs))
     assert squeue_brief.format_default(columns, now, header=header) == _full(columns, now, header)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(queues(), queues(arrays=False)),
+    st.booleans(),
+    st.floats(NOW - 1000, NOW + 10 * 86_400, allow_nan=False),
+)
+def test_squeue_r_one_row_per_task_is_the_full_formatters(
+    jobs: list[Job], header: bool, now: float
+) -> None:
+    columns = _as_sent(listings.jobs_to_columns(jobs))
+    assert squeue_brief.format_default(columns, now, header=header, expand=True) == _full(
+        columns, now, header, expand=True
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 10**18),
+    st.lists(
+        st.tuples(
+            st.one_of(st.integers(0, 12_000), st.sampled_from([0, 999, 1000, 1999, 99_000])),
+            st.integers(0, 5_000),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_a_records_task_lines_are_one_formatted_line_each(
+    array: int, spans: list[tuple[int, int]]
+) -> None:
+    """task_lines' joined runs (a thousand's three-digit endings) give each task's line as
+    a format of its own label would, the label cut to 18 columns when it is longer."""
+    ranges = [(first, first + length) for first, length in spans]
+    rest = " gpu wrap root PD 0:00 1 (JobHeldUser)\n"
+    expected = "".join(
+        f"{f'{array}_{index}'[:18]:>18}{rest}"
+        for first, last in ranges
+        for index in range(first, last + 1)
+    )
+    assert "".join(squeue_brief.task_lines(f"{array}_", ranges, rest)) == expected
+
+
+def test_squeue_r_lists_each_task_of_a_record_after_its_first() -> None:
+    spec = JobSpec(name="sweep", command=("true",))
+    record = Job(
+        id=10,
+        uid=1000,
+        user="alice",
+        spec=replace(spec, array_task=0, array_pos=0),
+        state=JobState.PENDING,
+        submit_time=NOW,
+        array_more=((1, 2), (998, 1001)),
+    )
+    columns = _as_sent(listings.jobs_to_columns([record]))
+    out = squeue_brief.format_default(columns, NOW, expand=True)
+    assert out == _full(columns, NOW, True, expand=True)
+    labels = [line.split()[0] for line in out.splitlines()[1:]]
+    assert labels == ["10_0", "10_1", "10_2", "10_998", "10_999", "10_1000", "10_1001"]
 
 
 def test_an_empty_queue_prints_the_header_alone() -> None:

@@ -68,6 +68,7 @@ RUNS = {
     "daemon": ["daemon", "status"],
     "api": ["api", "openapi"],
     "token": ["token", "--lifespan", "2h", "--scope", "read"],
+    "cluster": ["cluster", "status"],
     "mcp": ["mcp", "serve"],  # stdin is empty: it answers nothing and ends
     "completion": ["completion", "bash"],
 }
@@ -234,6 +235,7 @@ NOT_LEAN |= {
     "gbatch.cli.exits",
 }
 NOT_LEAN |= {"gbatch.cli.squeue", "gbatch.cli.sbatch", "gbatch.cli.context", "typing"}
+NOT_LEAN |= {"gbatch.cli.scancel", "gbatch.core.jobids", "gbatch.core.model"}
 
 
 @pytest.mark.parametrize(
@@ -245,12 +247,17 @@ NOT_LEAN |= {"gbatch.cli.squeue", "gbatch.cli.sbatch", "gbatch.cli.context", "ty
         ["squeue", "--jobs", "12,13_4,14_[1-3]", "-t", "all"],
         ["sbatch", "--wrap", "true"],
         ["--debug", "sbatch", "-H", "--parsable", "--wrap=python train.py"],
+        ["squeue", "-r", "-u", "root"],
+        ["scancel", "12", "13_4,14_[1-3]"],
+        ["scancel", "-u", "root", "-t", "PD", "--me"],
     ],
 )
 def test_everyday_command_lines_import_neither_argparse_nor_json_nor_pathlib(
     tmp_path: Path, argv: list[str]
 ) -> None:
     reply = _listing([]) if "squeue" in argv else {"ids": [7]}
+    if "scancel" in argv:
+        reply = {"results": [], "failed": 0, "done": 1}
     if "squeue" in argv and len(argv) > 1 and argv[1].startswith(("-j", "--jobs")):
         reply = _listing([_job(5, JobSpec(name="train", command=("true",)))])
     with answering_daemon(tmp_path, reply) as heard:

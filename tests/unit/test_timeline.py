@@ -347,3 +347,54 @@ def test_the_ranges_reads_search_indexes_not_every_job_ever_run(tmp_path: Path) 
         assert steps[0] < 200  # a scan: over 4,000
     finally:
         store.close()
+
+
+def requeue(daemon: Daemon, job_id: int, at: float, reason: str = "node lost; requeued") -> None:
+    daemon.store.set_state(job_id, JobState.PENDING, reason, at, node=None, gpus=())
+
+
+def test_every_run_of_a_requeued_job_is_on_the_timeline_on_its_own_gpus(
+    private: Daemon,
+) -> None:
+    job = ran(private, ALICE, "twice", (0,), T0 + 1 * H)
+    requeue(private, job, T0 + 2 * H)
+    private.store.set_state(
+        job, JobState.CONFIGURING, "", T0 + 3 * H, node="local", gpus=(1,), attempt=2
+    )
+    private.store.set_state(job, JobState.RUNNING, "", T0 + 3 * H, start_time=T0 + 3 * H)
+    reply = handle(private, ALICE, {"op": "timeline", "start": T0, "end": T0 + 10 * H})
+    runs = [
+        (r["id"], r["attempt"], r["state"], r["start"], r["end"], r["placements"])
+        for r in reply["runs"]
+    ]
+    assert runs == [
+        (job, 1, "REQUEUED", T0 + 1 * H, T0 + 2 * H, [["local", [0]]]),
+        (job, 2, "RUNNING", T0 + 3 * H, None, [["local", [1]]]),
+    ]
+    assert reply["runs"][0]["reason"] == "node lost; requeued"
+    # Another user's earlier run is an "other user" bar too, its reason hidden.
+    bob = Caller(uid=5002, user="bob", pid=22)
+    hidden = handle(private, bob, {"op": "timeline", "start": T0, "end": T0 + 10 * H})["runs"]
+    assert [(r["id"], r["name"], r["reason"]) for r in hidden] == [(0, "", ""), (0, "", "")]
+    # A range that holds only the first run: only it.
+    first = handle(private, ALICE, {"op": "timeline", "start": T0, "end": T0 + 2.5 * H})["runs"]
+    assert [(r["attempt"], r["state"]) for r in first] == [(1, "REQUEUED")]
+    picture = timeline.layout(reply)
+    bars = sorted((b["attempt"], b["gpu"], b["x"]) for b in picture["bars"])
+    assert [(a, g) for a, g, _ in bars] == [(1, 0), (2, 1)] and bars[0][2] < bars[1][2]
+    title = next(b["title"] for b in picture["bars"] if b["attempt"] == 1)
+    assert "requeued (node lost; requeued)" in title
+
+
+def test_a_start_never_confirmed_leaves_no_earlier_run(private: Daemon) -> None:
+    job = ran(private, ALICE, "retry", (0,), T0 + 1 * H)
+    requeue(private, job, T0 + 2 * H)
+    # Dispatched again on GPU 1, cancelled-to-requeue before its start was confirmed: its
+    # row still holds the first run's start_time, which is no run of GPU 1's.
+    private.store.set_state(
+        job, JobState.CONFIGURING, "", T0 + 3 * H, node="local", gpus=(1,), attempt=2
+    )
+    private.store.set_state(job, JobState.COMPLETING, "", T0 + 3 * H, stop_state=JobState.PENDING)
+    requeue(private, job, T0 + 3.1 * H, "requeued on request")
+    runs = private.store.earlier_runs_between(T0, T0 + 10 * H)
+    assert [(r.attempt, r.placements) for r in runs] == [(1, (("local", (0,)),))]

@@ -84,7 +84,7 @@ def test_sreport_prints_gpu_hours_with_slurms_banner_or_parsable() -> None:
     assert lines[0] == "-" * 80 and lines[3] == "-" * 80
     assert lines[1].startswith("GPU usage by user ") and lines[1].endswith("(86400 secs)")
     assert lines[4:] == ["USER  GPU-HOURS JOBS", "carol     10.00    2", "bob        0.50    1"]
-    assert format_sreport(rows, 0.0, 1.0, by_group=True, parsable=True) == (
+    assert format_sreport(rows, 0.0, 1.0, by="group", parsable=True) == (
         "GROUP|GPU-HOURS|JOBS\ncarol|10.00|2\nbob|0.50|1\n"
     )
     assert format_sreport([], 0.0, 1.0, header=False) == ""
@@ -226,3 +226,25 @@ def test_sreport_shows_others_and_groups_to_admins_only(
     assert handle(daemon, ROOT, request)["ok"]
     own = requests.ReportUsage(start=0.0, end=1.0, users=("alice",))
     assert handle(daemon, ALICE, requests.encode_request(own))["rows"] == []
+
+
+def test_sreport_by_partition_sums_everyones_jobs_for_anyone_and_alone(daemon: Daemon) -> None:
+    (job_id,) = daemon.store.submit(
+        [JobSpec(name="j", command=("true",), gpus=1)], uid=5002, user="bob", now=0.0
+    )
+    daemon.store.set_state(
+        job_id, JobState.CONFIGURING, "", 10.0, node="local", gpus=(0,), attempt=1
+    )
+    daemon.store.set_state(job_id, JobState.RUNNING, "", 10.0, start_time=10.0)
+    daemon.store.set_state(job_id, JobState.COMPLETED, "", 70.0, end_time=70.0, exit_code=0)
+    request = requests.ReportUsage(start=0.0, end=100.0, by_partition=True)
+    reply = handle(daemon, ALICE, requests.encode_request(request))  # not an admin
+    assert [(r["name"], r["gpu_seconds"], r["jobs"]) for r in reply["rows"]] == [("", 60.0, 1)]
+    both = requests.ReportUsage(start=0.0, end=100.0, by_partition=True, by_group=True)
+    refused = handle(daemon, ROOT, requests.encode_request(both))
+    assert refused["kind"] == "invalid" and "--partition" in refused["error"]
+    assert (
+        format_sreport([UsageRow("gpu", 7200.0, 3)], 0.0, 1.0, by="partition")
+        .splitlines()[1]
+        .startswith("GPU usage by partition ")
+    )

@@ -14,6 +14,7 @@ wake the loop; they never start or signal runs.
     nodes.py      sinfo, gbatch node drain / resume / install / trust
     reports.py    sshare, sprio, sreport, the metrics snapshot
     tokens.py     API tokens: mint, list, revoke, rotate, a request made with one
+    cluster.py    gbatch cluster link / unlink / status (per-user cluster logins)
     daemonops.py  ping, shutdown
     steps.py      srun, salloc: a step opened (its connection handed to the node's step
                   shim), an allocation waited for, sacct's steps

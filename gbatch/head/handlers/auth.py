@@ -101,11 +101,13 @@ TOKEN_SCOPE_OF: Mapping[str, str] = {
     "shares": "read",
     "priorities": "read",
     "usage_report": "read",
+    "usage_series": "read",
     "timeline": "read",
     "gpu_history": "read",
     "metrics": "read",
     "steps": "read",
     "reservations": "read",
+    "cluster_status": "read",
     # A user's own booking (user_reservations); with a token, never an admin's request.
     "reservation_change": "submit",
     "reservation_delete": "submit",

@@ -16,6 +16,7 @@ from gbatch.head.handlers.audit import audit, loggable
 from gbatch.head.handlers.auth import allowed_qos, require_admin
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
+from gbatch.nodes.inventory import SlurmCluster
 from gbatch.protocol import codec, requests
 
 log = logging.getLogger("gbatchd")
@@ -41,7 +42,7 @@ def on_nodes(daemon: Daemon, caller: Caller, request: requests.ListNodes) -> dic
                     tuple(p.nodes),
                     p.default_time,
                     p.max_interactive_time,
-                    None if p.slurm is None else f"{p.slurm.user}@{p.slurm.login}:{p.slurm.port}",
+                    None if p.slurm is None else _cluster_address(p.slurm),
                     daemon.clusters.down.get(p.name),
                 )
             )
@@ -51,6 +52,12 @@ def on_nodes(daemon: Daemon, caller: Caller, request: requests.ListNodes) -> dic
         "qos": [qos.describe(q) for q in daemon.config.qos.by_name.values()],
         "qos_allowed": allowed_qos(daemon, caller),
     }
+
+
+def _cluster_address(cluster: SlurmCluster) -> str:
+    """Where a cluster partition's jobs go: user@login:port (per-user: each user's own)."""
+    who = "" if cluster.identity == "per_user" else f"{cluster.user}@"
+    return f"{who}{cluster.login}:{cluster.port}"
 
 
 def _with_windows(daemon: Daemon, infos: list[NodeInfo]) -> list[NodeInfo]:

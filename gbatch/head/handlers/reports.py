@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import grp
+import itertools
 import os
 import pwd
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from gbatch.core.limits import Use, UserShare, use_by_user
 from gbatch.core.model import ALLOCATED_STATES, Job, JobState
@@ -151,9 +152,15 @@ def on_usage_report(
     """sreport: GPU-seconds inside [start, end) by user or by Unix group.
 
     A job's group is its submitter's primary group, as the system names it now. A user
-    sees their own row, as in sshare; other users, all users and groups are for admins."""
+    sees their own row, as in sshare; other users, all users and groups are for admins.
+    By partition, every user's jobs are summed for anyone, as the usage chart does
+    (`""`: a job queued before partitions existed)."""
     if not request.end > request.start:
         raise Refused("invalid", "the period's end must be after its start. Check -S and -E")
+    if request.by_partition and (request.by_group or request.users):
+        raise Refused(
+            "invalid", "--partition sums every user's jobs: give it without -u or --group"
+        )
     wanted = set(request.users)
     if request.all_users or request.by_group or wanted - {caller.user}:
         require_admin(
@@ -164,16 +171,35 @@ def on_usage_report(
             "see other users' or groups' usage (yours: `gbatch sreport`)",
         )
     now = daemon.clock()
-    users = None if request.all_users or request.by_group else sorted(wanted or {caller.user})
-    ran = daemon.store.jobs_run_between(request.start, request.end, users)
+    everyone = request.all_users or request.by_group or request.by_partition
+    users = None if everyone else sorted(wanted or {caller.user})
     epoch = int(time.monotonic() // GROUP_CACHE_S)
+    # Runs of whole GPUs on one node summed in SQL; the others (shares of a card, jobs
+    # across nodes) as they are read, a page of Jobs at a time (issue 35).
+    counted: dict[str, tuple[float, int]] = {}
+    # The SQL sums are per user or per group; --partition sums every run as read.
+    summed = (
+        {}
+        if request.by_partition
+        else daemon.store.gpu_seconds_between(
+            request.start, request.end, now, users, by_uid=request.by_group
+        )
+    )
+    for key, (seconds, jobs) in summed.items():
+        name = _group_of(int(key), epoch) if request.by_group else str(key)  # type: ignore[call-overload]
+        was = counted.get(name, (0.0, 0))
+        counted[name] = (was[0] + seconds, was[1] + jobs)
+    ran = daemon.store.runs_between(
+        request.start, request.end, users, uncounted=not request.by_partition
+    )
     rows = usage_by(
         ran,
         request.start,
         request.end,
         now,
-        (lambda j: _group_of(j.uid, epoch)) if request.by_group else (lambda j: j.user),
+        _usage_key(request, epoch),
         daemon.fleet.charged_gpus,
+        counted,
     )
     return {
         "rows": [row.to_wire() for row in rows],
@@ -181,6 +207,63 @@ def on_usage_report(
         "end": request.end,
         "now": now,
     }
+
+
+MAX_USAGE_STEPS = 400  # a year and more of days; 400 bars is as many as a chart shows
+MAX_USAGE_SPAN_S = 400 * 86400
+
+
+def on_usage_series(
+    daemon: Daemon, caller: Caller, request: requests.ReportUsageSeries
+) -> dict[str, Any]:
+    """The usage chart: sreport's GPU-seconds per step by user and partition, and factors.
+
+    The fair-share factors go beside them. Everyone sees them, as the timeline shows
+    everyone's runs; under private_data a non-admin sees their own row, the others'
+    summed as one row named "" and no one else's factor (the partitions' sums are
+    everyone's, as the timeline's bars are)."""
+    from gbatch.head.accounting import usage_series
+
+    edges = request.edges
+    if not 2 <= len(edges) <= MAX_USAGE_STEPS + 1:
+        raise Refused("invalid", f"usage_series.edges: give 2 to {MAX_USAGE_STEPS + 1} times")
+    if any(b <= a for a, b in itertools.pairwise(edges)):
+        raise Refused("invalid", "usage_series.edges: give the times in ascending order")
+    if edges[-1] - edges[0] > MAX_USAGE_SPAN_S:
+        raise Refused("invalid", "usage_series.edges: the period is longer than 400 days")
+    now = daemon.clock()
+    hide = daemon.config.private_data and not is_admin(daemon, caller)
+    ran = daemon.store.jobs_run_between(edges[0], edges[-1])
+    charged = daemon.fleet.charged_gpus
+    users = usage_series(
+        ran, edges, now, (lambda j: j.user if not hide or j.uid == caller.uid else ""), charged
+    )
+    partitions = usage_series(ran, edges, now, lambda j: j.spec.partition or "", charged)
+    usage = daemon.usage(daemon.store.jobs_in(ALLOCATED_STATES), now)
+    share = factors(usage, {*daemon.store.pending_counts(), *users} - {""})
+    if hide:
+        share = {caller.user: share.get(caller.user, 1.0)}
+
+    def by_total(rows: dict[str, list[float]]) -> list[list[Any]]:
+        return [[name, rows[name]] for name in sorted(rows, key=lambda n: (-sum(rows[n]), n))]
+
+    return {
+        "edges": list(edges),
+        "now": now,
+        "users": by_total(users),
+        "partitions": by_total(partitions),
+        "shares": [[user, share[user]] for user in sorted(share)],
+        "hidden": hide,
+    }
+
+
+def _usage_key(request: requests.ReportUsage, epoch: int) -> Callable[[Job], str]:
+    """What sreport sums a job's usage under: its group, its partition or its user."""
+    if request.by_group:
+        return lambda j: _group_of(j.uid, epoch)
+    if request.by_partition:
+        return lambda j: j.spec.partition or ""
+    return lambda j: j.user
 
 
 def on_metrics(daemon: Daemon, caller: Caller, request: requests.Metrics) -> dict[str, Any]:
@@ -195,7 +278,8 @@ def on_metrics(daemon: Daemon, caller: Caller, request: requests.Metrics) -> dic
             daemon, caller, "metrics", "daemon", "read metrics under private_data (every user's)"
         )
     now = daemon.clock()
-    usage = daemon.usage(daemon.store.jobs_in(ALLOCATED_STATES), now)
+    allocated = daemon.store.jobs_in(ALLOCATED_STATES)
+    usage = daemon.usage(allocated, now)
     counts = daemon.store.queue_counts()
     share = factors(usage, {user for _, user, _ in counts})
     ticks = daemon.monotonic()
@@ -213,6 +297,13 @@ def on_metrics(daemon: Daemon, caller: Caller, request: requests.Metrics) -> dic
         "shares": [[user, max(usage.get(user, 0.0), 0.0), share[user]] for user in sorted(share)],
         "daemon": daemon.metrics.to_wire(),
         "idle_gpu_jobs": daemon.store.idle_flagged_count(IDLE_REASON),
+        # Which job and user hold each GPU: the join from a GPU's series to its owner.
+        "gpu_jobs": sorted(
+            [node, gpu, job.id, job.user]
+            for job in allocated
+            for node, gpus in job.placements
+            for gpu in gpus
+        ),
     }
 
 
@@ -224,9 +315,22 @@ def _server_user_name() -> str:
         return str(os.getuid())
 
 
+class _Run(NamedTuple):
+    """A run drawn on the timeline: its job, attempt, times, placements and state."""
+
+    job: Job
+    attempt: int
+    start: float
+    end: float | None
+    placements: tuple[tuple[str, tuple[int, ...]], ...]
+    state: str
+    reason: str
+
+
 def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) -> dict[str, Any]:
     """The GPU timeline over [start, end): runs on GPUs, the pending queue, reservations.
 
+    Every run of a job: its last (the job's row) and those requeues ended (earlier_runs).
     Everyone sees the fleet's GPUs, as in Slurm; under private_data a non-admin sees
     another user's run as a bar of "other user": no id, name nor user."""
     from gbatch.core.timeline import MAX_RANGE_S, pending_steps, reservation_windows
@@ -237,21 +341,39 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
         raise Refused("invalid", "timeline: the range is longer than 34 days. Pick a shorter one")
     now = daemon.clock()
     hide = daemon.config.private_data and not is_admin(daemon, caller)
-    ran = [j for j in daemon.store.jobs_run_between(request.start, request.end) if j.placements]
+    last = [j for j in daemon.store.jobs_run_between(request.start, request.end) if j.placements]
+    ran = [
+        _Run(j, j.attempt, j.start_time or 0.0, j.end_time, j.placements, j.state.value, "")
+        for j in last
+    ]
+    earlier = daemon.store.earlier_runs_between(request.start, request.end)
+    if earlier:
+        known = {j.id: j for j in last}
+        wanted = {r.job_id for r in earlier} - set(known)
+        known.update((j.id, j) for j in daemon.store.jobs(ids=wanted) if wanted)
+        ran += [
+            _Run(known[r.job_id], r.attempt, r.start, r.end, r.placements, "REQUEUED", r.reason)
+            for r in earlier
+            if r.job_id in known
+        ]
+        ran.sort(key=lambda r: (r.start, r.job.id, r.attempt))
     idle = _idle_while_held(daemon, ran, request.start, min(request.end, now), now)
     runs = []
-    for job in ran:
+    for run in ran:
+        job = run.job
         mine = not hide or job.uid == caller.uid
         runs.append(
             {
                 "id": job.id if mine else 0,
+                "attempt": run.attempt,
                 "name": job.spec.name if mine else "",
                 "user": job.user if mine else "",
-                "state": job.state.value,
-                "start": job.start_time,
-                "end": job.end_time,
-                "placements": [[node, list(gpus)] for node, gpus in job.placements],
-                "idle": idle.get(job.id, []),
+                "state": run.state,
+                "reason": run.reason if mine else "",
+                "start": run.start,
+                "end": run.end,
+                "placements": [[node, list(gpus)] for node, gpus in run.placements],
+                "idle": idle.get((job.id, run.attempt), []),
             }
         )
     spans = daemon.store.pending_spans(request.start, request.end)
@@ -271,35 +393,37 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
 
 
 def _idle_while_held(
-    daemon: Daemon, ran: Sequence[Job], start: float, end: float, now: float
-) -> dict[int, list[list[Any]]]:
-    """Job id -> [[node, GPU, start, end], ...]: stretches its GPUs sat idle while it held
-    them in [start, end), as the idle_gpu policy sees them (its defaults when it is off).
+    daemon: Daemon, ran: Sequence[_Run], start: float, end: float, now: float
+) -> dict[tuple[int, int], list[list[Any]]]:
+    """(job id, attempt) -> [[node, GPU, start, end], ...]: stretches its run's GPUs sat
+    idle while it held them in [start, end), as the idle_gpu policy sees them (its
+    defaults when it is off).
 
     One history read per GPU (not per run): a month of short jobs costs what the GPUs do."""
     from gbatch.core.timeline import idle_stretches
 
     policy = daemon.config.idle_gpu or IdleGpuPolicy()
-    held: dict[tuple[str, int], list[tuple[int, float, float]]] = {}
-    for job in ran:
-        first = max(job.start_time or start, start)
-        last = min(job.end_time or now, end)
+    held: dict[tuple[str, int], list[tuple[tuple[int, int], float, float]]] = {}
+    for run in ran:
+        first = max(run.start or start, start)
+        last = min(run.end or now, end)
+        key = (run.job.id, run.attempt)
         if last > first:
-            for node, gpus in job.placements:
+            for node, gpus in run.placements:
                 for gpu in gpus:
-                    held.setdefault((node, gpu), []).append((job.id, first, last))
-    out: dict[int, list[list[Any]]] = {}
+                    held.setdefault((node, gpu), []).append((key, first, last))
+    out: dict[tuple[int, int], list[list[Any]]] = {}
     for (node, gpu), spans in held.items():
         first, last = min(s[1] for s in spans), max(s[2] for s in spans)
         points = daemon.gpu_history.series(node, gpu, first, last, now)
         step = 1.0 if first >= now - 3600 else 60.0  # the series' (gpuhistory.series)
         readings = [(p.time, p.util_max) for p in points]
         stretches = idle_stretches(readings, policy.threshold_percent, 0.0, step)
-        for job_id, a, b in spans:
+        for key, a, b in spans:
             for lo, hi in stretches:
                 lo, hi = max(lo, a), min(hi, b)
                 if hi - lo >= policy.after_seconds:
-                    out.setdefault(job_id, []).append([node, gpu, lo, hi])
+                    out.setdefault(key, []).append([node, gpu, lo, hi])
     return out
 
 

@@ -15,6 +15,7 @@ from gbatch.core.crashpoints import request_fault
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.auth import check_token_scope
 from gbatch.head.handlers.caller import Caller
+from gbatch.head.handlers.cluster import on_cluster_link, on_cluster_status, on_cluster_unlink
 from gbatch.head.handlers.control import on_cancel, on_hold, on_release, on_requeue
 from gbatch.head.handlers.daemonops import on_ping, on_shutdown
 from gbatch.head.handlers.errors import Refused, store_full_message
@@ -35,6 +36,7 @@ from gbatch.head.handlers.reports import (
     on_shares,
     on_timeline,
     on_usage_report,
+    on_usage_series,
 )
 from gbatch.head.handlers.reservations import (
     on_reservation_change,
@@ -108,6 +110,8 @@ def dispatch(daemon: Daemon, caller: Caller, request: requests.Request) -> dict[
             return on_priorities(daemon, caller, request)
         case requests.ReportUsage():
             return on_usage_report(daemon, caller, request)
+        case requests.ReportUsageSeries():
+            return on_usage_series(daemon, caller, request)
         case requests.ShowTimeline():
             return on_timeline(daemon, caller, request)
         case requests.ShowGpuHistory():
@@ -132,6 +136,12 @@ def dispatch(daemon: Daemon, caller: Caller, request: requests.Request) -> dict[
             return on_steps(daemon, caller, request)
         case requests.OpenForward():
             return on_port_forward(daemon, caller, request)
+        case requests.LinkCluster():
+            return on_cluster_link(daemon, caller, request)
+        case requests.UnlinkCluster():
+            return on_cluster_unlink(daemon, caller, request)
+        case requests.ClusterStatus():
+            return on_cluster_status(daemon, caller, request)
         case requests.WithToken():
             # The inner request is dispatched as the token's user, held to its scopes.
             return dispatch(daemon, *unwrap_token(daemon, caller, request))

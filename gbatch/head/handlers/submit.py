@@ -61,7 +61,15 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
     Checked first, in order: the spec itself, who may set its priority, its webhooks, its
     partition and time limit, the site's container policy, the array's size, the fleet
     (a node large enough, one that can run it), its dependency and the caller's limits.
-    `test_only` answers where and when it would start, and stores nothing."""
+    `test_only` answers where and when it would start, and stores nothing. Its store
+    reads and its commit go before the loop's next (Store.first): a submit does not
+    wait behind job starts (issue 35)."""
+    with daemon.store.first():
+        return _submit(daemon, caller, request)
+
+
+def _submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[str, Any]:
+    """on_submit's work."""
     raw = request.spec
     # On the wire a time limit is already in seconds, not a job file's minutes.
     limit = raw.get("time_limit")
@@ -135,10 +143,13 @@ def on_submit(daemon: Daemon, caller: Caller, request: requests.Submit) -> dict[
         why = cluster_refusal(spec, chosen.slurm, array=indices is not None)
         if why is not None:
             raise Refused("invalid", f"partition {chosen.name} (a Slurm cluster): {why}")
+        check_cluster_link(daemon, caller, chosen)
     elif spec.alternate is None:
         check_fits_some_node(daemon, spec)
         check_nodes_there(daemon, spec)
         _check_runnable_somewhere(daemon, spec)
+    else:  # -p gpu,uni: it may go to the cluster, as its user's own login there
+        check_cluster_link(daemon, caller, daemon.fleet.partitions[spec.alternate])
     if spec.dependency is not None:
         spec = spec.replace(dependency=check_dependency(daemon, caller, spec.dependency))
     limits = submit_limits(daemon, caller)
@@ -331,6 +342,28 @@ def _qos_max_pending(daemon: Daemon, caller: Caller, spec: JobSpec) -> tuple[str
     if chosen.max_pending_jobs is None or caller.uid in (0, DAEMON_UID):
         return None
     return chosen.name, chosen.max_pending_jobs
+
+
+def check_cluster_link(daemon: Daemon, caller: Caller, partition: Partition) -> None:
+    """Refuse a job for a per-user cluster partition whose submitter has no working link."""
+    if partition.slurm is None or partition.slurm.identity != "per_user":
+        return
+    fix = f"gbatch cluster link {partition.name} --login NAME"
+    for link in daemon.store.cluster_links(caller.user):
+        if link.partition != partition.name:
+            continue
+        if link.state != "broken":  # a new one's jobs wait for its key on the cluster
+            return
+        raise Refused(
+            "invalid",
+            f"partition {partition.name}: your cluster link ({link.login}) is broken: "
+            f"{link.reason}. Relink with `{fix}` and add the key it prints",
+        )
+    raise Refused(
+        "invalid",
+        f"partition {partition.name} runs jobs as each user's own cluster login, and "
+        f"{caller.user} has linked none. Run `{fix}` first",
+    )
 
 
 def _in_partition(daemon: Daemon, spec: JobSpec, time_limit: int | None) -> JobSpec:

@@ -32,6 +32,7 @@ from gbatch.core.crashpoints import crash_point
 from gbatch.core.limits import Use, UserLimits, over_limits, use_by_user, with_cluster_jobs
 from gbatch.core.model import (
     ALLOCATED_STATES,
+    CLUSTER_LINK_REASON,
     FINAL_STATES,
     HELD_REASON,
     IllegalTransition,
@@ -42,7 +43,7 @@ from gbatch.head.scheduler import queue_order
 from gbatch.head.store import ClusterJob, Store
 from gbatch.head.store.clusterjobs import SEND_BATCH
 from gbatch.head.store.usage import Usage
-from gbatch.nodes.backend import Backend, BackendDown, BackendRefused, Observation
+from gbatch.nodes.backend import Backend, BackendDown, BackendRefused, LinkRefused, Observation
 from gbatch.nodes.cluster import SLURM_FINAL, cluster_minutes, job_marker, refusal
 from gbatch.nodes.inventory import Partition
 
@@ -173,10 +174,12 @@ class ClusterJobsStep:
             except BackendDown as err:
                 if name not in self.down:
                     log.warning("partition %s is down: %s", name, err)
+                    self.store.queue_partition_event(name, "PARTITION_DOWN", str(err), now)
                 self.down[name] = str(err)
                 continue
             if self.down.pop(name, None) is not None:
                 log.info("partition %s is up again: its cluster answers", name)
+                self.store.queue_partition_event(name, "PARTITION_UP", "its cluster answers", now)
 
     def close(self) -> None:
         for backend in self.backends.values():
@@ -232,7 +235,7 @@ class ClusterJobsStep:
     def _pass(self, name: str, backend: Backend, now: float) -> None:
         observed = backend.observe()
         by_marker = {o.marker: o for o in observed.values() if o.marker}
-        rows = self.store.cluster_jobs(name)
+        rows = _seen_users(self.store.cluster_jobs(name), backend.observed_users())
         missing = [
             row.cluster_id
             for row, _ in rows
@@ -456,6 +459,10 @@ class ClusterJobsStep:
         for job in fresh:
             if room <= 0:
                 break
+            if not backend.may_send(job.user):  # per-user identity, no working link
+                if job.reason != CLUSTER_LINK_REASON:
+                    waiting.append((job.id, CLUSTER_LINK_REASON))
+                continue
             why = refusal(job.spec, partition.slurm)
             if why is not None:
                 self.store.set_state(
@@ -491,6 +498,9 @@ class ClusterJobsStep:
         the next pass, which finds the job by its marker or sends it again."""
         try:
             cluster_id = backend.submit(job, marker)
+        except LinkRefused:
+            # Its user's link broke (they are told): the intent waits for a relink.
+            return
         except BackendRefused as err:
             self.store.cluster_ended(
                 job.id,
@@ -504,6 +514,14 @@ class ClusterJobsStep:
         self.store.record_cluster_id(
             job.id, cluster_id, f"sent to cluster {name} as job {cluster_id}", now
         )
+
+
+def _seen_users(
+    rows: list[tuple[ClusterJob, Job]], users: frozenset[str] | None
+) -> list[tuple[ClusterJob, Job]]:
+    """The rows whose user's jobs the pass observed (per-user identity): the others'
+    keep their last known state, as in a partition down."""
+    return rows if users is None else [(row, job) for row, job in rows if job.user in users]
 
 
 def _exit_fields(seen: Observation | None) -> dict[str, object]:

@@ -23,6 +23,7 @@ implement the same), all sharing one connection (db.Database):
     steps        a job's steps (srun, salloc): opened, ended, listed
     reservations reservations (scontrol create reservation) and their story
     clusterjobs  jobs sent to a Slurm cluster's partition: intent, cluster id, mirror
+    clusterlinks users' links to cluster partitions (per-user identity): sealed keys
 
 The store writes what it is handed: whom an event is owed to and what it says come in
 as Notices (gbatch/head/notify.py Policy); it imports nothing of the planner or the
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 from gbatch.core.limits import PendingLimitReached
 from gbatch.head.store.clusterjobs import ClusterJob, ClusterJobs
+from gbatch.head.store.clusterlinks import ClusterLink, ClusterLinks
 from gbatch.head.store.db import SECRET_KEY_FILE, JobNotFound, StoreError, StoreFull
 from gbatch.head.store.dependencies import Dependencies
 from gbatch.head.store.events import SUBMITTED
@@ -59,6 +61,7 @@ __all__ = [
     "SUBMITTED",
     "ArrayTail",
     "ClusterJob",
+    "ClusterLink",
     "JobBrief",
     "JobNotFound",
     "ListingPage",
@@ -88,6 +91,7 @@ class Store(
     Submit,
     Preemptions,
     ClusterJobs,
+    ClusterLinks,
     Transitions,
     Reads,
     Dependencies,

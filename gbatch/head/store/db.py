@@ -23,6 +23,7 @@ from pathlib import Path
 from gbatch.core.model import Job
 from gbatch.head.secretbox import SecretBox
 from gbatch.head.store import schema
+from gbatch.head.store.lock import StoreLock
 from gbatch.head.store.notices import NO_NOTICES, Notices
 from gbatch.head.store.rows import (
     _JOB_COLUMNS,
@@ -114,7 +115,7 @@ class Database:
         for companion in (f"{path}-wal", f"{path}-shm"):
             if os.path.exists(companion):
                 make_private(Path(companion))
-        self._lock = threading.RLock()
+        self._lock = StoreLock()  # a submit's work first (store/lock.py)
         # isolation_level=None: we issue BEGIN/COMMIT ourselves.
         self._db = sqlite3.connect(
             str(path), isolation_level=None, check_same_thread=False, timeout=30
@@ -183,10 +184,25 @@ class Database:
                 self._db.execute(f"PRAGMA user_version = {number}")
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """One BEGIN IMMEDIATE transaction: committed when the block ends, rolled back
         when it raises. SQLite's own errors leave as StoreError (StoreFull for a full
-        disk), never as sqlite3 exceptions."""
+        disk), never as sqlite3 exceptions.
+
+        Not `durable`: committed without waiting for the disk (synchronous=NORMAL for it:
+        a crash of gbatchd loses none of it, one of the machine may lose the last such
+        commits, made durable by the next durable one's fsync). For telemetry alone (GPU
+        samples, written at each report: while jobs end, many a second), so that its
+        fsyncs do not hold the store's lock before the submits and starts (issue 35)."""
+        if not durable:
+            with self._lock:
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                try:
+                    with self._write() as db:
+                        yield db
+                finally:
+                    self._db.execute("PRAGMA synchronous=FULL")
+            return
         with self._lock:
             self._feed_lines.clear()
             self._change = None
@@ -234,6 +250,12 @@ class Database:
         if _is_disk_full(err):
             return StoreFull(self.path.parent)
         return StoreError(f"could not write to {self.path}: {err}")
+
+    def first(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose waits for the store's lock go before other threads' next takes.
+
+        A submit's, so that it does not wait behind the loop's starts (store/lock.py)."""
+        return self._lock.first()
 
     def count(self) -> int:
         with self._lock:

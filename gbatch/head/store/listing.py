@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from gbatch.core.constants import MAX_ID_DIGITS
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.core.selection import JobFilter
 from gbatch.head.store.rows import (
@@ -122,14 +123,23 @@ class Listing(Tails):
         order = _order(first)
         decode = specs or ListingSpecs()
         with self._reading() as db:
-            decode.count = _counter(db, where, params, first)
+            table = "jobs"
+            if finished is None and states is None:
+                # The history by id (sacct): read along the ids from the first in the
+                # window (by index), not by the users' index and sorted whole, which each
+                # page of a long listing would do again (issue 35).
+                table = "jobs NOT INDEXED"
+                floor = history_floor(db, users, since) if after is None else None
+                if floor is not None:
+                    where, params = f"{where} AND id >= ?", [*params, floor]
+            decode.count = _counter(db, where, params, first, table)
             records = self._tail_records(None, (), states, users, finished, since, db)
             tails = [(job.id, None, job) for job in records if after is None or job.id > after]
             pages: Iterator[list[tuple[int, int | None, Any]]]
             if known is None:
-                pages = _stamped_pages(db, where, order, params, decode)
+                pages = _stamped_pages(db, where, order, params, decode, table)
             else:
-                pages = _known_pages(db, where, order, params, known, decode)
+                pages = _known_pages(db, where, order, params, known, decode, table)
             for page in _among(pages, tails, _first):
                 yield [(changed, item) for _, changed, item in page]
 
@@ -192,7 +202,7 @@ class Listing(Tails):
         where, params = _listing_where(states, users, after, history, since)
         with self._reading() as db:
             if specs is not None:
-                specs.count = _counter(db, where, params, first)
+                specs.count = _counter(db, where, params, first, "jobs")
             tails = self._listing_tails(states, users, after, history, since, db)
             cursor = db.execute(
                 f"SELECT {_LISTING_COLUMNS} FROM jobs WHERE {where} {_order(first)}", params
@@ -352,10 +362,13 @@ def _stamped_pages(
     order: str,
     params: list[object],
     decode: Callable[[str], JobSpec],
+    table: str = "jobs",
 ) -> Iterator[list[tuple[int, int | None, Job]]]:
     """(id, change number, Job) of the jobs rows `where` matches, by id, a page at a
-    time."""
-    cursor = db.execute(f"SELECT changed, {_JOB_COLUMNS} FROM jobs WHERE {where} {order}", params)
+    time; `table` is the FROM clause (the jobs table, or it NOT INDEXED)."""
+    cursor = db.execute(
+        f"SELECT changed, {_JOB_COLUMNS} FROM {table} WHERE {where} {order}", params
+    )
     while page := cursor.fetchmany(LISTING_PAGE):
         yield [(row[1], row[0], _build_job(row[1:], decode)) for row in page]
 
@@ -367,11 +380,12 @@ def _known_pages(
     params: list[object],
     known: Callable[[int, int], T | None],
     decode: Callable[[str], JobSpec],
+    table: str = "jobs",
 ) -> Iterator[list[tuple[int, int | None, Job | T]]]:
     """_stamped_pages, with what `known` gives for a row in place of its Job (see
     Store.job_pages): ids and change numbers first, then the other rows of each page
     whole, by id (a few) or as the page's id range (many), in the same snapshot."""
-    cursor = db.execute(f"SELECT id, changed FROM jobs WHERE {where} {order}", params)
+    cursor = db.execute(f"SELECT id, changed FROM {table} WHERE {where} {order}", params)
     while page := cursor.fetchmany(LISTING_PAGE):
         found: list[tuple[int, int | None, Job | T]] = []
         missing: dict[int, int] = {}  # id -> its place in found
@@ -401,15 +415,45 @@ def _known_pages(
 
 
 def _counter(
-    db: sqlite3.Connection, where: str, params: list[object], first: int | None
+    db: sqlite3.Connection, where: str, params: list[object], first: int | None, table: str
 ) -> Callable[[], int]:
     """The rows `where` matches (at most `first`), counted in db's snapshot when asked."""
 
     def count() -> int:
-        (found,) = db.execute(f"SELECT count(*) FROM jobs WHERE {where}", params).fetchone()
+        (found,) = db.execute(f"SELECT count(*) FROM {table} WHERE {where}", params).fetchone()
         return int(found) if first is None else min(int(found), first)
 
     return count
+
+
+def history_floor(
+    db: sqlite3.Connection, users: Collection[str] | None, since: float | None
+) -> int | None:
+    """The least job id of `users` (any when None) submitted at or after `since`.
+
+    Read by index (jobs_user_submit, jobs_submit); past every id when no job is in the
+    window; None when neither is given (no floor).
+
+    Ids grow with submit times but need not follow them (a clock set back): this is a
+    floor for a read by id, never a bound that could leave a job of the window out."""
+    params: list[object]
+    if users is not None:
+        where, params = f"user IN ({_marks(users)})", list(users)
+        if since is not None:
+            where, params = f"{where} AND submit_time >= ?", [*params, since]
+        sql = f"SELECT min(id) FROM jobs INDEXED BY jobs_user_submit WHERE {where}"
+    elif since is not None:
+        sql, params = (
+            "SELECT min(id) FROM jobs INDEXED BY jobs_submit WHERE submit_time >= ?",
+            [since],
+        )
+    else:
+        return None
+    (floor,) = db.execute(sql, params).fetchone()
+    return _PAST_EVERY_ID if floor is None else int(floor)
+
+
+_PAST_EVERY_ID = 10**MAX_ID_DIGITS
 
 
 def _first(item: tuple[int, object, object]) -> int:

@@ -70,6 +70,13 @@ class Nodes(Outbox):
                 [(node, kind) for kind in ended],
             )
 
+    def queue_partition_event(self, partition: str, kind: str, reason: str, now: float) -> None:
+        """Owe a cluster partition's PARTITION_DOWN or PARTITION_UP to admins' webhooks.
+
+        Those that ask for it; the event log gets it too."""
+        with self._write() as db:
+            self._queue_node_event(db, partition, kind, reason, now)
+
     def forget_node_episodes(self, keep: Collection[str]) -> None:
         """End the episodes of every node but those in `keep`.
 

@@ -7,8 +7,10 @@ per call."""
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
-from collections.abc import Collection, Sequence
+import sys
+from collections.abc import Collection, Iterator, Sequence
 from typing import NamedTuple
 
 from gbatch.core.model import ACTIVE_STATES, Job, JobState
@@ -16,13 +18,54 @@ from gbatch.core.selection import JobFilter
 from gbatch.head.store.db import JobNotFound, StoreError
 from gbatch.head.store.rows import (
     _ACTIVE_SQL,
+    _JOB_COLUMNS,
     _STATE_NAMED,
+    ListingSpecs,
+    _build_job,
     _chunks,
     _marks,
     _tail_of,
     filter_sql,
 )
 from gbatch.head.store.tails import Tails
+
+_RUNS_PAGE = 1000  # rows runs_between reads at once
+
+
+# A run gpu_seconds_between counts in SQL: on one node (no peers) and of whole GPUs (its
+# spec names no share of a card: `"gpu_mem` in the stored JSON, whatever its form).
+_COUNTED_RUN = """peers = '' AND instr(spec, '"gpu_mem') = 0"""
+
+
+def _runs_where(
+    start: float, end: float, users: Collection[str] | None
+) -> tuple[str, list[object]]:
+    """jobs_run_between's filter: runs that overlap [start, end), of `users` when given;
+    two searches of the jobs_ran index."""
+    started = "start_time IS NOT NULL AND start_time < ?"
+    where = (
+        f"id IN (SELECT id FROM jobs WHERE {started} AND end_time IS NULL"
+        f" UNION ALL SELECT id FROM jobs WHERE {started} AND end_time > ?)"
+    )
+    params: list[object] = [end, end, start]
+    if users is not None:
+        where += f" AND user IN ({_marks(users)})"
+        params.extend(users)
+    return where, params
+
+
+class EarlierRun(NamedTuple):
+    """A run of a job that a requeue ended.
+
+    Its attempt, times, nodes with their GPUs (first node first) and the requeue's
+    reason."""
+
+    job_id: int
+    attempt: int
+    start: float
+    end: float
+    placements: tuple[tuple[str, tuple[int, ...]], ...]
+    reason: str
 
 
 class JobBrief(NamedTuple):
@@ -90,16 +133,83 @@ class Reads(Tails):
         the timeline's question: two searches of the jobs_ran index (still on; ended
         after `start`), never a scan of every job ever run.
         """
-        started = "start_time IS NOT NULL AND start_time < ?"
-        where = (
-            f"id IN (SELECT id FROM jobs WHERE {started} AND end_time IS NULL"
-            f" UNION ALL SELECT id FROM jobs WHERE {started} AND end_time > ?)"
+        return self._select(*_runs_where(start, end, users))
+
+    def runs_between(
+        self,
+        start: float,
+        end: float,
+        users: Collection[str] | None = None,
+        *,
+        uncounted: bool = False,
+    ) -> Iterator[Job]:
+        """jobs_run_between's jobs, by id, read a page at a time as they are taken.
+
+        On a read connection of its own, in one snapshot (Store.job_pages' way): sreport
+        over 1,000,000 runs holds a page of Jobs, not all of them (issue 35). The read
+        ends when the iterator is exhausted or closed. `uncounted`: only the runs
+        gpu_seconds_between leaves out (those holding GPUs on several nodes, or a share
+        of a card), for the caller to count."""
+        where, params = _runs_where(start, end, users)
+        if uncounted:
+            where = f"{where} AND state != 'PENDING' AND gpus != '' AND NOT ({_COUNTED_RUN})"
+        # Its size unknown, decoded as a large listing's specs are: beside the shared
+        # caches (which it would churn), a bounded number of its own remembered.
+        decode = ListingSpecs()
+        decode.count = lambda: sys.maxsize
+        with self._reading() as db:
+            cursor = db.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {where} ORDER BY id", params
+            )
+            while rows := cursor.fetchmany(_RUNS_PAGE):
+                yield from [_build_job(row, decode) for row in rows]
+
+    def gpu_seconds_between(
+        self, start: float, end: float, now: float, users: Collection[str] | None, by_uid: bool
+    ) -> dict[object, tuple[float, int]]:
+        """sreport's sums, in SQL, of the runs charged their GPU count.
+
+        Runs on one node with no share of a card: per user (per uid with `by_uid`), the
+        GPU-seconds inside [start, end) and the jobs that used any, as
+        accounting.gpu_seconds_in counts them (a run still going up to `now`).
+        runs_between(uncounted=True) gives the others. No Job built for each (issue
+        35)."""
+        where, params = _runs_where(start, end, users)
+        key = "uid" if by_uid else "user"
+        gpus = "(length(gpus) - length(replace(gpus, ',', '')) + 1)"
+        used = f"{gpus} * (min(coalesce(end_time, ?), ?) - max(start_time, ?))"
+        sql = (
+            f"SELECT key, sum(used), count(*) FROM (SELECT {key} AS key, {used} AS used"
+            f" FROM jobs WHERE {where} AND state != 'PENDING' AND gpus != ''"
+            f" AND {_COUNTED_RUN} ORDER BY id) WHERE used > 0 GROUP BY key"
         )
-        params: list[object] = [end, end, start]
-        if users is not None:
-            where += f" AND user IN ({_marks(users)})"
-            params.extend(users)
-        return self._select(where, params)
+        with self._reading() as db:
+            rows = db.execute(sql, [now, end, start, *params]).fetchall()
+        return {row[0]: (float(row[1]), int(row[2])) for row in rows}
+
+    def earlier_runs_between(self, start: float, end: float) -> list[EarlierRun]:
+        """The runs requeues ended that overlap [start, end), by index (migration 22).
+
+        Started before `end`, ended after `start`; never a job's last run (that is
+        jobs_run_between's)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT job_id, attempt, start_time, end_time, placements, reason"
+                " FROM earlier_runs WHERE end_time > ? AND start_time < ?"
+                " ORDER BY start_time, job_id",
+                (start, end),
+            ).fetchall()
+        return [
+            EarlierRun(
+                job_id,
+                attempt,
+                first,
+                last,
+                tuple((node, tuple(gpus)) for node, gpus in json.loads(placements)),
+                reason,
+            )
+            for job_id, attempt, first, last, placements, reason in rows
+        ]
 
     def pending_spans(self, start: float, end: float) -> list[tuple[float, float | None]]:
         """(submit time, left the queue) of each job pending at some time in [start, end).

@@ -284,4 +284,45 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX jobs_left ON jobs(coalesce(start_time, end_time))
         WHERE start_time IS NOT NULL OR end_time IS NOT NULL
     """,
+    # 22 (issue 36, the GPU timeline): the runs a requeue ended (jobs keeps only the last
+    # run's start, end and placement): written by Store.set_state in the transaction of
+    # the move back to PENDING; read over a time range by index (reads.earlier_runs_between).
+    # placements: JSON [[node, [gpu, ...]], ...], first node first.
+    """
+    CREATE TABLE earlier_runs (
+        job_id     INTEGER NOT NULL REFERENCES jobs(id),
+        attempt    INTEGER NOT NULL,
+        start_time REAL    NOT NULL,
+        end_time   REAL    NOT NULL,
+        placements TEXT    NOT NULL,
+        reason     TEXT    NOT NULL,
+        PRIMARY KEY (job_id, attempt)
+    ) WITHOUT ROWID;
+    CREATE INDEX earlier_runs_ended ON earlier_runs(end_time, start_time)
+    """,
+    # 23 (issue 34, identity: per_user): each user's link to a cluster partition's login
+    # (gbatch cluster link): the login, the key pair made for it on the head (the private
+    # half sealed with the store's secret box, never in clear in the file), and whether
+    # the cluster takes the key (state 'new' until it first does, then 'ok', or 'broken'
+    # with why and since when).
+    """
+    CREATE TABLE cluster_links (
+        partition TEXT NOT NULL,
+        user      TEXT NOT NULL,
+        login     TEXT NOT NULL,
+        sealed    BLOB NOT NULL,
+        public    TEXT NOT NULL,
+        linked    REAL NOT NULL,
+        state     TEXT NOT NULL DEFAULT 'ok',
+        reason    TEXT NOT NULL DEFAULT '',
+        since     REAL,
+        PRIMARY KEY (partition, user)
+    )
+    """,
+    # 24 (issue 35): sacct's windows (-S) over every user's history read by index: the
+    # first job id submitted since a time (listing.history_floor), not a scan of every
+    # job ever stored (jobs_user_submit serves a window of named users).
+    """
+    CREATE INDEX jobs_submit ON jobs(submit_time)
+    """,
 )

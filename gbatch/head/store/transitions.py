@@ -28,7 +28,7 @@ from gbatch.core.qos import PREEMPTED_BY
 from gbatch.head.secretbox import SecretKeyError
 from gbatch.head.store.db import JobNotFound
 from gbatch.head.store.outbox import Outbox
-from gbatch.head.store.rows import _chunks, _marks, encode_peers
+from gbatch.head.store.rows import _chunks, _marks, decode_peers, encode_peers
 from gbatch.head.store.submit import pending_count
 from gbatch.head.store.usage import Usage, _accrue
 
@@ -77,6 +77,33 @@ def _encode(fields: Mapping[str, object]) -> dict[str, object]:
             value = value.value
         encoded[name] = value
     return encoded
+
+
+def _keep_ended_run(db: sqlite3.Connection, change: StateChange, now: float) -> None:
+    """Keep the run a requeue ends (earlier_runs) before the job's row forgets its placement.
+
+    Only a run that started: its start_time is this attempt's when it is no earlier than
+    the job's latest dispatch (CONFIGURING event); a start that was never confirmed
+    (cancelled or lost while CONFIGURING, then COMPLETING) left the previous run's there.
+    """
+    row = db.execute(
+        "SELECT attempt, start_time, node, gpus, peers FROM jobs WHERE id = ?", (change.job_id,)
+    ).fetchone()
+    attempt, start, node, gpus, peers = row
+    if start is None or not node:
+        return
+    dispatched = db.execute(
+        "SELECT max(time) FROM events WHERE job_id = ? AND state = 'CONFIGURING'",
+        (change.job_id,),
+    ).fetchone()[0]
+    if dispatched is not None and start < dispatched:
+        return
+    ended = change.fields.get("end_time") or now
+    placements = [[node, [int(g) for g in gpus.split(",") if g]], *decode_peers(peers)]
+    db.execute(
+        "INSERT OR REPLACE INTO earlier_runs VALUES (?, ?, ?, ?, ?, ?)",
+        (change.job_id, attempt, start, ended, json.dumps(placements), change.reason),
+    )
 
 
 def _requeues_stopping(db: sqlite3.Connection, user: str) -> int:
@@ -241,6 +268,8 @@ class Transitions(Outbox):
             # Sent to a cluster (-p gpu,uni routed it there after the plan read it): a
             # job never runs in both.
             raise IllegalTransition(current, change.new)
+        if change.new is JobState.PENDING and current in (JobState.RUNNING, JobState.COMPLETING):
+            _keep_ended_run(db, change, now)
         columns = {
             "state": change.new.value,
             "reason": change.reason,

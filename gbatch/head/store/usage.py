@@ -61,11 +61,12 @@ class UsageRecords(Database):
     def add_gpu_samples(self, samples: Sequence[tuple[int, int, GpuUsage]]) -> None:
         """Fold each (job id, attempt, sample) into that run's GPU usage.
 
-        One transaction for a whole poll of the fleet, however many runs it samples.
+        One transaction for a whole poll of the fleet, however many runs it samples;
+        not waiting for the disk (telemetry: Store._write's `durable`).
         """
         if not samples:
             return
-        with self._write() as db:
+        with self._write(durable=False) as db:
             db.executemany(
                 "INSERT INTO gpu_usage (job_id, attempt, samples, util_samples, util_sum,"
                 " util_max, mem_max_mib, mem_total_mib, own_samples, own_mem_mib,"

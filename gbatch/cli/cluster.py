@@ -1,0 +1,97 @@
+"""gbatch cluster link|unlink|status: your own login on a per-user Slurm cluster partition."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gbatch.cli.commandlist import COMMANDS
+from gbatch.cli.context import Context
+from gbatch.cli.exits import CliError, Exit
+
+HELP = COMMANDS["cluster"]
+EPILOG = """\
+A partition with `identity: per_user` runs your jobs on its cluster as your own login
+there. `link` makes a key pair on the head (its private half is sealed in the head's store
+and never leaves it) and prints the public half: add that line to ~/.ssh/authorized_keys
+of your login on the cluster. Linking again makes a new key (add the new line; remove the
+old one). `unlink` deletes the key. `status` shows each cluster partition (up, or down and
+why) and your links (ok, or broken and why: the cluster refused the key).
+examples:
+  gbatch cluster link uni --login alice > uni.pub
+  ssh alice@login.uni.example 'cat >> ~/.ssh/authorized_keys' < uni.pub
+  gbatch cluster status
+  gbatch cluster unlink uni"""
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "cluster",
+        help=HELP,
+        description=HELP + ".",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("action", choices=("link", "unlink", "status"))
+    p.add_argument("partition", nargs="?", metavar="PARTITION", help="the cluster partition")
+    p.add_argument("--login", metavar="NAME", help="link: your login name on the cluster")
+    p.add_argument("-a", "--all", action="store_true", help="status: everyone's links (admins)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    from gbatch.protocol import requests
+
+    if args.action == "status":
+        return _status(ctx, requests.ClusterStatus(all_users=args.all))
+    if args.partition is None:
+        raise CliError(
+            f"{args.action}: give the partition, e.g. `gbatch cluster {args.action} uni`",
+            Exit.USAGE,
+        )
+    if args.action == "unlink":
+        reply = ctx.client.call(requests.UnlinkCluster(partition=args.partition))
+        print(
+            f"unlinked {reply['login']} on partition {reply['partition']}; remove the key's "
+            "line from ~/.ssh/authorized_keys there too",
+            file=sys.stderr,
+        )
+        return Exit.OK
+    if not args.login:
+        raise CliError(
+            f"link: --login: missing. Give your login on the cluster, e.g. "
+            f"`gbatch cluster link {args.partition} --login alice`",
+            Exit.USAGE,
+        )
+    reply = ctx.client.call(requests.LinkCluster(partition=args.partition, login=args.login))
+    print(reply["public"])
+    print(
+        f"linked {reply['login']} on partition {reply['partition']}: add the line above to "
+        f"~/.ssh/authorized_keys of {reply['login']} on the cluster; jobs wait until it is "
+        "there (gbatch cluster status)",
+        file=sys.stderr,
+    )
+    return Exit.OK
+
+
+def _status(ctx: Context, request: Any) -> int:
+    from gbatch.core.timefmt import format_timestamp
+
+    reply = ctx.client.call(request)
+    print(f"{'PARTITION':<12} {'IDENTITY':<9} {'STATE':<5} {'LOGIN NODE':<28} REASON")
+    for p in reply["partitions"]:
+        print(f"{p['name']:<12} {p['identity']:<9} {p['state']:<5} {p['login']:<28} {p['reason']}")
+    if not reply["links"]:
+        print("\nno links (gbatch cluster link PARTITION --login NAME)")
+        return Exit.OK
+    print(f"\n{'PARTITION':<12} {'USER':<12} {'LOGIN':<16} {'STATE':<6} REASON")
+    for link in reply["links"]:
+        reason = link["reason"]
+        if link["since"]:
+            reason = f"since {format_timestamp(link['since'])}: {reason}"
+        print(
+            f"{link['partition']:<12} {link['user']:<12} {link['login']:<16} "
+            f"{link['state']:<6} {reason}"
+        )
+    return Exit.OK

@@ -271,6 +271,7 @@ class LocalNode:
 
     def poke(self) -> None:
         """Ask the agent for a report now (a GPU was just released)."""
+        self._reports.want()  # the loop waits on it, even if it repeats the last
         with self._lock:
             agent = self._agent
         if agent is not None and agent.stdin is not None:

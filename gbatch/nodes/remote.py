@@ -304,6 +304,7 @@ class RemoteNode:
         return container_owners(report, self.name)  # a host runs containers only
 
     def poke(self) -> None:
+        self._reports.want()  # the loop waits on it, even if it repeats the last
         with self._lock:
             agent = self._agent
         if agent is not None:

@@ -405,6 +405,16 @@ def _drain(channel: Any, out: bytearray, err: bytearray | None) -> bool:
     return finished
 
 
+def _wait_readable(fd: int, timeout: float) -> None:
+    """Return once `fd` is readable or after `timeout` seconds, whichever comes first.
+
+    poll(), not select(): a head with a hundred hosts holds past 1024 descriptors (a
+    pipe per channel), and select() refuses any numbered past 1023."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    poller.poll(max(0, int(timeout * 1000) + 1))
+
+
 def _send_stdin(channel: Any, data: bytes) -> None:
     """Feed stdin from a thread, so a remote that writes before reading cannot deadlock us."""
     try:
@@ -448,7 +458,7 @@ class RemoteStream(_ClosedOnExit):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            select.select([self._fd], [], [], remaining)
+            _wait_readable(self._fd, remaining)
             self._eof = _drain(self._channel, self._buffer, None)
 
     def lines(self, idle_timeout: float) -> Iterator[bytes]:
@@ -811,7 +821,7 @@ class SshConnection(_ClosedOnExit):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                select.select([fd], [], [], remaining)
+                _wait_readable(fd, remaining)
             if channel.closed and not channel.eof_received:
                 # OpenSSH sends EOF before closing a channel: without one, the connection
                 # (or the server's session process) died under the command.

@@ -138,6 +138,19 @@ BENCHES = (
         needs=("sshd", "docker"),
     ),
     Bench(
+        "bench_fleet.py",
+        (
+            r"\(c\) 2 hosts, 20 pending: loop passes [\d.]+/s, mean [\d.]+ ms",
+            r"\(c\) 2 hosts: head CPU \d+ ms per s of wall, [\d.]+ ms per host",
+            ms("(c) 2 hosts: GPU freed on any host -> next job RUNNING there"),
+            ms("    of which the end noticed and committed"),
+            ms("    then planned, next CONFIGURING committed"),
+            r"\(c\) 2 hosts: head RSS \d+ MiB",
+        ),
+        args=("--scale", "2"),
+        needs=("sshd", "docker"),
+    ),
+    Bench(
         "bench_history.py",
         (
             r"2,000 finished jobs stored in ",

@@ -79,22 +79,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _status(ctx: Context, request: Any) -> int:
-    from gbatch.core.timefmt import format_timestamp
+    from gbatch.render.clusterstatus import cluster_status_text
 
-    reply = ctx.client.call(request)
-    print(f"{'PARTITION':<12} {'IDENTITY':<9} {'STATE':<5} {'LOGIN NODE':<28} REASON")
-    for p in reply["partitions"]:
-        print(f"{p['name']:<12} {p['identity']:<9} {p['state']:<5} {p['login']:<28} {p['reason']}")
-    if not reply["links"]:
-        print("\nno links (gbatch cluster link PARTITION --login NAME)")
-        return Exit.OK
-    print(f"\n{'PARTITION':<12} {'USER':<12} {'LOGIN':<16} {'STATE':<6} REASON")
-    for link in reply["links"]:
-        reason = link["reason"]
-        if link["since"]:
-            reason = f"since {format_timestamp(link['since'])}: {reason}"
-        print(
-            f"{link['partition']:<12} {link['user']:<12} {link['login']:<16} "
-            f"{link['state']:<6} {reason}"
-        )
+    print(cluster_status_text(ctx.client.call(request)), end="")
     return Exit.OK

@@ -360,6 +360,11 @@ class Api:
         )
         return await self.relay(http, request)
 
+    async def cluster(self, http: Request) -> Response:
+        """GET /cluster: the cluster partitions and the bearer's links (`all`: admins, all)."""
+        request = requests.ClusterStatus(all_users=_flag(http.query_params.get("all")))
+        return await self.relay(http, request)
+
     async def timeline(self, http: Request) -> Response:
         """GET /timeline: the GPU timeline's data over [start, end) (default: the last 24 h)."""
         span = _period(http, 86400.0)
@@ -470,6 +475,7 @@ def make_app(
         ("/jobs/{job}/{action}", api.act, ["POST"]),
     ]
     routes += [("/nodes", api.nodes, ["GET"]), ("/fairshare", api.fairshare, ["GET"])]
+    routes += [("/cluster", api.cluster, ["GET"])]
     routes += [
         ("/timeline", api.timeline, ["GET"]),
         ("/gpus/history", api.gpu_history, ["GET"]),

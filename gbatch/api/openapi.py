@@ -347,6 +347,19 @@ def document() -> dict[str, Any]:
                     ],
                 )
             },
+            "/cluster": {
+                "get": _op(
+                    "the Slurm cluster partitions (up, or down and why) and your links to "
+                    "them (ok, new or broken and why), as gbatch cluster status "
+                    "(docs/slurm-cluster.md)",
+                    "read",
+                    _reply(
+                        "{partitions: [{name, identity, login, state, reason}], links: "
+                        "[{partition, user, login, state, reason, since, linked, public}]}"
+                    ),
+                    params=[_query("all", "everyone's links (admins)", "boolean")],
+                )
+            },
             "/fairshare": {
                 "get": _op(
                     "fair-share usage and limits (as gbatch sshare)",

@@ -16,13 +16,15 @@ A partition with `identity: per_user` runs your jobs on its cluster as your own 
 there. `link` makes a key pair on the head (its private half is sealed in the head's store
 and never leaves it) and prints the public half: add that line to ~/.ssh/authorized_keys
 of your login on the cluster. Linking again makes a new key (add the new line; remove the
-old one). `unlink` deletes the key. `status` shows each cluster partition (up, or down and
-why) and your links (ok, or broken and why: the cluster refused the key).
+old one). `unlink` deletes the key (admins: `--user NAME` deletes another user's). `status`
+shows each cluster partition (up, or down and why) and your links (ok, or broken and why:
+the cluster refused the key).
 examples:
   gbatch cluster link uni --login alice > uni.pub
   ssh alice@login.uni.example 'cat >> ~/.ssh/authorized_keys' < uni.pub
   gbatch cluster status
-  gbatch cluster unlink uni"""
+  gbatch cluster unlink uni
+  gbatch cluster unlink uni --user bob      (admins)"""
 
 
 def add_parser(commands: Any) -> None:
@@ -37,6 +39,7 @@ def add_parser(commands: Any) -> None:
     p.add_argument("partition", nargs="?", metavar="PARTITION", help="the cluster partition")
     p.add_argument("--login", metavar="NAME", help="link: your login name on the cluster")
     p.add_argument("-a", "--all", action="store_true", help="status: everyone's links (admins)")
+    p.add_argument("--user", metavar="NAME", help="unlink: that user's link (admins)")
     p.set_defaults(run=run)
 
 
@@ -51,10 +54,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             Exit.USAGE,
         )
     if args.action == "unlink":
-        reply = ctx.client.call(requests.UnlinkCluster(partition=args.partition))
+        reply = ctx.client.call(requests.UnlinkCluster(partition=args.partition, user=args.user))
         print(
-            f"unlinked {reply['login']} on partition {reply['partition']}; remove the key's "
-            "line from ~/.ssh/authorized_keys there too",
+            f"unlinked {reply['login']} ({reply['user']}) on partition {reply['partition']}; "
+            "remove the key's line from ~/.ssh/authorized_keys there too",
             file=sys.stderr,
         )
         return Exit.OK
@@ -76,22 +79,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _status(ctx: Context, request: Any) -> int:
-    from gbatch.core.timefmt import format_timestamp
+    from gbatch.render.clusterstatus import cluster_status_text
 
-    reply = ctx.client.call(request)
-    print(f"{'PARTITION':<12} {'IDENTITY':<9} {'STATE':<5} {'LOGIN NODE':<28} REASON")
-    for p in reply["partitions"]:
-        print(f"{p['name']:<12} {p['identity']:<9} {p['state']:<5} {p['login']:<28} {p['reason']}")
-    if not reply["links"]:
-        print("\nno links (gbatch cluster link PARTITION --login NAME)")
-        return Exit.OK
-    print(f"\n{'PARTITION':<12} {'USER':<12} {'LOGIN':<16} {'STATE':<6} REASON")
-    for link in reply["links"]:
-        reason = link["reason"]
-        if link["since"]:
-            reason = f"since {format_timestamp(link['since'])}: {reason}"
-        print(
-            f"{link['partition']:<12} {link['user']:<12} {link['login']:<16} "
-            f"{link['state']:<6} {reason}"
-        )
+    print(cluster_status_text(ctx.client.call(request)), end="")
     return Exit.OK

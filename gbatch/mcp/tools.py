@@ -4,7 +4,8 @@ Each is built by the code the CLI builds it with, and sent as the user who start
 server (SO_PEERCRED, as for any command). submit builds sbatch's request
 (gbatch.jobspec.submit, the HTTP API's too); queue and cancel send squeue's and
 scancel's requests and answer with their text (gbatch.render's table, scancel's refusal
-lines); why-pending and logs read what `scontrol show job`, `sprio` and `logs` read.
+lines); why-pending and logs read what `scontrol show job`, `sprio` and `logs` read;
+cluster-status sends `gbatch cluster status`'s request and prints its renderer's text.
 
 A tool answers text. A refusal (bad input gbatch itself checks, the daemon's no, no
 daemon) raises ToolRefused with gbatch's one line, `gbatch <command>: error: ...`,
@@ -224,6 +225,10 @@ CANCEL_SCHEMA = _schema(
     required=("jobs",),
 )
 
+CLUSTER_SCHEMA = _schema(
+    {"all": {"type": "boolean", "description": "everyone's links, not only yours (admins)"}}
+)
+
 
 def make_tools(ctx: Context) -> dict[str, Tool]:
     """The tools, by name, talking to the daemon of `ctx`."""
@@ -267,6 +272,16 @@ def make_tools(ctx: Context) -> dict[str, Tool]:
             read_only=True,
         ),
         Tool(
+            "cluster-status",
+            "Slurm cluster partitions and links",
+            "The Slurm cluster partitions this head sends jobs to (up, or down and why) and "
+            "your links to them (ok, new, or broken and why: the cluster refused the key), "
+            "as `gbatch cluster status` prints them; all: everyone's links (admins).",
+            CLUSTER_SCHEMA,
+            lambda args: [_refusals("cluster", lambda: cluster_status(ctx, args))],
+            read_only=True,
+        ),
+        Tool(
             "cancel",
             "Cancel jobs",
             "Cancel jobs as `gbatch scancel` does: a pending job is removed, a running one "
@@ -279,6 +294,14 @@ def make_tools(ctx: Context) -> dict[str, Tool]:
         ),
     ]
     return {tool.name: tool for tool in tools}
+
+
+def cluster_status(ctx: Context, args: Mapping[str, Any]) -> str:
+    from gbatch.protocol import requests
+    from gbatch.render.clusterstatus import cluster_status_text
+
+    reply = ctx.client.call(requests.ClusterStatus(all_users=bool(args.get("all", False))))
+    return cluster_status_text(reply)
 
 
 def _refusals(command: str, action: Callable[[], T]) -> T:

@@ -553,11 +553,13 @@ class LinkCluster(_Request, op="cluster_link"):
 
 
 class UnlinkCluster(_Request, op="cluster_unlink"):
-    """Forget the caller's link to `partition` (its key with it).
+    """Forget the caller's link to `partition` (its key with it); with `user`, admins: theirs.
 
-    Replies {"partition", "user", "login"}."""
+    Refused while that user's jobs are on the cluster. Replies {"partition", "user",
+    "login"}."""
 
     partition: str
+    user: str | None = None
 
 
 class ClusterStatus(_Request, op="cluster_status"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pwd
 import shutil
 import subprocess
@@ -367,3 +368,49 @@ def test_another_users_job_is_refused_over_http_in_the_words_of_the_socket() -> 
             assert over_socket[action]["rc"] == 1, over_socket[action]
             assert over_socket[action]["err"].endswith(f": {error}\n"), (action, error)
         assert shared_head.job(job)["state"] == "PENDING"
+
+
+UNI = """partitions:
+  - name: gpu
+    nodes: [local]
+    default: true
+  - name: uni
+    slurm:
+      login: 127.0.0.1
+      port: 1
+      identity: per_user
+"""
+
+
+def test_cluster_status_over_http_is_the_bearers_own_as_gbatch_cluster_status_shows_it(
+    tmp_path: Path,
+) -> None:
+    """GET /cluster is the request `gbatch cluster status` sends, as the token's user: the
+    cluster partitions, and that user's links alone (everyone's, `all=1`, for admins)."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    (home / "inventory.yaml").write_text(UNI)
+    head = make_head(home, config=FAST_CONFIG + service_config())
+    head.start()
+    try:
+        head.run("cluster", "link", "uni", "--login", "ab123", check=True)  # the socket's user
+        me = pwd.getpwuid(os.getuid()).pw_name
+        token = mint(head, "--scope", "read")
+        with serve_api(head) as url:
+            status, reply, _ = http(f"{url}/cluster", token=token)
+            everyone, all_reply, _ = http(f"{url}/cluster?all=1", token=token)
+            no_token, _, _ = http(f"{url}/cluster")
+        assert status == 200, reply
+        (uni,) = reply["partitions"]  # type: ignore[misc]
+        assert (uni["name"], uni["identity"], uni["login"]) == ("uni", "per_user", "127.0.0.1:1")
+        users = {link["user"] for link in reply["links"]}  # type: ignore[attr-defined]
+        if token_user() == me:  # the daemon's own user: their link, and an admin
+            assert users == {me} and everyone == 200
+        else:  # root's link is not the service account's to see, nor everyone's
+            assert users == set() and everyone == 403, all_reply
+            assert all_reply["kind"] == "permission"
+        assert no_token == 401
+        cli = head.run("cluster", "status", check=True).stdout
+        assert "uni" in cli and "ab123" in cli
+    finally:
+        head.stop()

@@ -97,8 +97,17 @@ def test_an_agent_submits_a_job_sees_it_queued_and_reads_its_log(
     head: Head, mcp: Mcp, tmp_path: Path
 ) -> None:
     tools = mcp.request("tools/list")["result"]["tools"]
-    assert [t["name"] for t in tools] == ["submit", "queue", "why-pending", "logs", "cancel"]
+    assert [t["name"] for t in tools] == [
+        "submit",
+        "queue",
+        "why-pending",
+        "logs",
+        "cluster-status",
+        "cancel",
+    ]
     assert tools[0]["inputSchema"]["properties"]["wrap"]["type"] == "string"
+    failed, (clusters,) = mcp.tool("cluster-status")  # this head has no cluster partition
+    assert not failed and clusters.startswith("PARTITION") and "no links" in clusters
 
     failed, (text,) = mcp.tool(
         "submit", wrap="for i in 1 2 3 4; do echo line $i; done; sleep 30", name="agentjob"
@@ -296,7 +305,7 @@ def test_the_official_mcp_sdk_client_initializes_lists_and_calls(
 
     init, names, done, refused = anyio.run(session)
     assert init["protocolVersion"] == "2025-06-18"
-    assert names == ["submit", "queue", "why-pending", "logs", "cancel"]
+    assert names == ["submit", "queue", "why-pending", "logs", "cluster-status", "cancel"]
     assert done["isError"] is False
     job_id = submitted(done["content"][0]["text"])
     head.wait_state(job_id, "COMPLETED")

@@ -539,3 +539,32 @@ def test_estimates_and_time_limits_are_asked_as_each_jobs_own_login(
     sessions["alice"].ran.clear()
     assert backend.set_time_limits([("95", 30)]) == {}
     assert sessions["alice"].ran[0][-2:] == ["95", "30"]
+
+
+BOB = Caller(uid=1235, user="bob", pid=3)
+
+
+def test_an_admin_unlinks_another_users_link_audited_and_nobody_else_may(
+    head: Daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    handle(head, ALICE, {"op": "cluster_link", "partition": "uni", "login": "ab123"})
+    unlink_alice = {"op": "cluster_unlink", "partition": "uni", "user": "alice"}
+    refused = handle(head, BOB, unlink_alice)
+    assert refused["kind"] == "permission" and "admin" in refused["error"]
+    assert "\n" not in refused["error"] and len(head.store.cluster_links()) == 1
+    job_id = _submit(head.store, "alice", 1234)
+    head.store.begin_cluster_send(job_id, 1, "uni", "m", T0)
+    busy = handle(head, ROOT_CALLER, unlink_alice)
+    assert (
+        busy["kind"] == "invalid"
+        and f"alice's jobs are on partition uni ({job_id})" in (busy["error"])
+    )
+    head.store.close_cluster_job(job_id)
+    with caplog.at_level("INFO", logger="gbatchd"):
+        done = handle(head, ROOT_CALLER, unlink_alice)
+    assert done["ok"] and (done["user"], done["login"]) == ("alice", "ab123")
+    assert head.store.cluster_links() == []
+    audited = [r.getMessage() for r in caplog.records if "op=cluster_unlink" in r.getMessage()]
+    assert any("user=root" in line and "alice" in line for line in audited), audited
+    nobody = handle(head, ROOT_CALLER, {**unlink_alice, "user": "carol"})
+    assert nobody["kind"] == "not_found" and '"carol" has no link' in nobody["error"]

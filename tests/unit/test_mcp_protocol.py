@@ -82,7 +82,14 @@ def test_protocol_faults_are_json_rpc_errors(server: Server) -> None:
 
 def test_tools_list_gives_each_tool_a_closed_json_schema_object(server: Server) -> None:
     tools = call(server, 1, "tools/list")["result"]["tools"]
-    assert [t["name"] for t in tools] == ["submit", "queue", "why-pending", "logs", "cancel"]
+    assert [t["name"] for t in tools] == [
+        "submit",
+        "queue",
+        "why-pending",
+        "logs",
+        "cluster-status",
+        "cancel",
+    ]
     for tool in tools:
         schema = tool["inputSchema"]
         assert schema["type"] == "object" and schema["additionalProperties"] is False
@@ -97,6 +104,7 @@ def test_tools_list_gives_each_tool_a_closed_json_schema_object(server: Server) 
         "queue": True,
         "why-pending": True,
         "logs": True,
+        "cluster-status": True,
         "cancel": False,
     }
 
@@ -283,3 +291,52 @@ def test_submit_names_a_qos_as_sbatch_q_does() -> None:
     """issue 33: qos goes through sbatch's --qos; the daemon checks who may use it."""
     spec = request_for_text(None, "mcp", submit_words({"wrap": "true", "qos": "high"})).spec
     assert spec["qos"] == "high"
+
+
+class _StatusClient:
+    """A daemon that answers ClusterStatus alone, keeping what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[Any] = []
+
+    def call(self, request: Any) -> dict[str, Any]:
+        self.asked.append(request)
+        return {
+            "partitions": [
+                {
+                    "name": "uni",
+                    "identity": "per_user",
+                    "login": "login.uni.example:22",
+                    "state": "down",
+                    "reason": "login node unreachable",
+                }
+            ],
+            "links": [
+                {
+                    "partition": "uni",
+                    "user": "alice",
+                    "login": "ab123",
+                    "state": "ok",
+                    "reason": "",
+                    "since": None,
+                    "linked": 1.0,
+                    "public": "ssh-ed25519 AAAA gbatch:uni:alice",
+                }
+            ],
+        }
+
+
+def test_cluster_status_sends_the_clis_request_and_prints_its_text() -> None:
+    from types import SimpleNamespace
+
+    from gbatch.protocol.requests import ClusterStatus
+    from gbatch.render.clusterstatus import cluster_status_text
+
+    client = _StatusClient()
+    tool = make_tools(SimpleNamespace(client=client))["cluster-status"]  # type: ignore[arg-type]
+    (text,) = tool.run({})
+    assert text == cluster_status_text(client.call(ClusterStatus()))
+    assert "uni          per_user  down  login.uni.example:22" in text
+    assert "uni          alice        ab123            ok" in text and "ssh-ed25519" not in text
+    tool.run({"all": True})
+    assert [r.all_users for r in client.asked] == [False, False, True]

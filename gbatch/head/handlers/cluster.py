@@ -67,28 +67,31 @@ def on_cluster_link(
 def on_cluster_unlink(
     daemon: Daemon, caller: Caller, request: requests.UnlinkCluster
 ) -> dict[str, Any]:
-    """Forget the caller's link to `partition`: its key is deleted from the store."""
+    """Forget a link to `partition`, the caller's or (admins) `user`'s: its key is deleted."""
     partition = per_user_partition(daemon, request.partition)
-    links = [
-        link for link in daemon.store.cluster_links(caller.user) if link.partition == partition.name
-    ]
+    user = caller.user if request.user is None else request.user
+    own = user == caller.user
+    target = f"partition {partition.name}" if own else f"partition {partition.name} user {user}"
+    if not own:
+        require_admin(daemon, caller, "cluster_unlink", target, "unlink another user's login")
+    links = [link for link in daemon.store.cluster_links(user) if link.partition == partition.name]
     if not links:
-        raise Refused("not_found", f"{caller.user} has no link to partition {partition.name}")
-    open_there = daemon.store.cluster_jobs_of(partition.name, caller.user)
+        raise Refused("not_found", f"{show_value(user)} has no link to partition {partition.name}")
+    open_there = daemon.store.cluster_jobs_of(partition.name, user)
     if open_there:
         # Without the link nobody could watch, cancel or read them there.
         shown = ",".join(str(i) for i in open_there[:10]) + (",..." if len(open_there) > 10 else "")
+        whose = "your jobs" if own else f"{user}'s jobs"
         raise Refused(
             "invalid",
-            f"{len(open_there)} of your jobs are on partition {partition.name} ({shown}): "
-            "gbatch watches and cancels them as your login. scancel them or let them end, "
-            "then unlink",
+            f"{len(open_there)} of {whose} are on partition {partition.name} ({shown}): "
+            f"gbatch watches and cancels them as {'your' if own else 'that'} login. scancel "
+            "them or let them end, then unlink",
         )
-    daemon.store.unlink_cluster(partition.name, caller.user)
-    audit(
-        daemon, caller, "cluster_unlink", f"partition {partition.name}", f"login {links[0].login}"
-    )
-    return {"partition": partition.name, "user": caller.user, "login": links[0].login}
+    daemon.store.unlink_cluster(partition.name, user)
+    outcome = f"login {links[0].login}" if own else f"allowed: admin, login {links[0].login}"
+    audit(daemon, caller, "cluster_unlink", target, outcome)
+    return {"partition": partition.name, "user": user, "login": links[0].login}
 
 
 def on_cluster_status(

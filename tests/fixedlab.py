@@ -16,6 +16,8 @@ from gbatch.core.model import JobSpec, JobState
 from gbatch.core.reservations import Reservation
 from gbatch.head.gpuhistory import GpuHistory
 from gbatch.head.store import Store
+from gbatch.head.store.usage import Usage
+from gbatch.site.config import Config
 
 H = 3600.0
 DAY = 86400.0
@@ -68,14 +70,27 @@ def ran(
     return job_id
 
 
-def requeue(store: Store, job_id: int, at: float, reason: str = "node lost; requeued") -> None:
-    """The job's run ends at `at` and the job waits again (its earlier run is kept)."""
-    store.set_state(job_id, JobState.PENDING, reason, at, node=None, gpus=())
+def requeue(
+    store: Store,
+    job_id: int,
+    at: float,
+    reason: str = "node lost; requeued",
+    usage: Usage | None = None,
+) -> None:
+    """The job's run ends at `at` and the job waits again (its earlier run is kept);
+    `usage`: what the run charged its user's fair share, as the daemon writes it."""
+    store.set_state(job_id, JobState.PENDING, reason, at, node=None, gpus=(), usage=usage)
 
 
-def ended(store: Store, job_id: int, at: float, state: JobState = JobState.COMPLETED) -> None:
-    """The job's run ends at `at` in `state`."""
-    store.set_state(job_id, state, "", at, end_time=at)
+def ended(
+    store: Store,
+    job_id: int,
+    at: float,
+    state: JobState = JobState.COMPLETED,
+    usage: Usage | None = None,
+) -> None:
+    """The job's run ends at `at` in `state`, charging `usage` (as requeue)."""
+    store.set_state(job_id, state, "", at, end_time=at, usage=usage)
 
 
 ADA = Member(5001, "ada")
@@ -118,8 +133,10 @@ def seed_lab(store_path: Path, history_dir: Path, now: float) -> Lab:
     ids: dict[str, int] = {}
     seconds: dict[str, float] = {}
 
-    def add(who: Member, gpus: tuple[int, ...], start: float, end: float) -> None:
-        seconds[who.user] = seconds.get(who.user, 0.0) + len(gpus) * (end - start)
+    def add(who: Member, gpus: tuple[int, ...], start: float, end: float) -> Usage:
+        used = len(gpus) * (end - start)
+        seconds[who.user] = seconds.get(who.user, 0.0) + used
+        return Usage(who.user, used, Config().half_life_seconds)
 
     store = Store(store_path)
     history = GpuHistory(history_dir)
@@ -134,31 +151,28 @@ def seed_lab(store_path: Path, history_dir: Path, now: float) -> Lab:
                 start = now - (day + 1) * DAY + (2 + 3 * n) * H
                 node = "local" if n % 2 else "node-b"
                 job = ran(store, who, f"{who.user}-day-{day}", gpus, start, node=node)
-                ended(store, job, start + hours * H)
-                add(who, gpus, start, start + hours * H)
+                end = start + hours * H
+                ended(store, job, end, usage=add(who, gpus, start, end))
         for who, name, node, gpus, first, last, waited in DAY_RUNS:
             start, end = now - first * H, now - last * H
             job = ids[name] = ran(store, who, name, gpus, start, node=node, waited=waited * 60)
-            ended(store, job, end, JobState.FAILED if name in FAILED_RUNS else JobState.COMPLETED)
-            add(who, gpus, start, end)
+            state = JobState.FAILED if name in FAILED_RUNS else JobState.COMPLETED
+            ended(store, job, end, state, add(who, gpus, start, end))
         # heidi's two-GPU job: lost with local's GPUs 2-3 at 16 h ago, again on node-b.
         start = now - 20 * H
         job = ids["llm-pretrain"] = ran(
             store, HEIDI, "llm-pretrain", (2, 3), start, waited=100 * 60
         )
-        requeue(store, job, now - 16 * H)
-        add(HEIDI, (2, 3), start, now - 16 * H)
+        requeue(store, job, now - 16 * H, usage=add(HEIDI, (2, 3), start, now - 16 * H))
         ran(store, HEIDI, "llm-pretrain", (0, 1), now - 15 * H, "node-b", attempt=2, job_id=job)
-        ended(store, job, now - 8.5 * H)
-        add(HEIDI, (0, 1), now - 15 * H, now - 8.5 * H)
+        ended(store, job, now - 8.5 * H, usage=add(HEIDI, (0, 1), now - 15 * H, now - 8.5 * H))
         # yuki's run that sat idle for three hours of its eight.
         start, end = now - 12 * H, now - 4.2 * H
         job = ids[IDLE_RUN] = ran(store, YUKI, IDLE_RUN, (2,), start, "node-b", waited=25 * 60)
         for t in range(int(start), int(end), 60):
             idle = now - 9 * H <= t < now - 6 * H
             history.record("node-b", [Gpu(2, 2_000 if idle else 31_000, 0 if idle else 93)], t)
-        ended(store, job, end)
-        add(YUKI, (2,), start, end)
+        ended(store, job, end, usage=add(YUKI, (2,), start, end))
         name, node, first, last = MAINT
         window = Reservation(
             name=name,

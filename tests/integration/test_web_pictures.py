@@ -191,10 +191,23 @@ def test_a_running_jobs_page_charts_its_gpus_utilisation_from_nvml_samples(
     (gpu,) = job["gpus"]  # type: ignore[misc]
     simulation = head.home / "simulated-gpus.json"
     described = json.loads(simulation.read_text())
-    described["gpus"][gpu].update(utilization_pct=87, memory_used_mib=30_000)
-    simulation.write_text(json.dumps(described))  # the agent reads it at each report
     try:
         token = mint(head, "--scope", "read")
+
+        def sampled(util: int) -> bool:
+            """The head's history holds `util` on the job's GPU for its last two seconds (a
+            second's slot keeps its latest report: one alone may be overwritten)."""
+            t = time.time()
+            where = f"node=local&gpu={gpu}&start={t - 60:.0f}&end={t + 1:.0f}&points=61"
+            series: Any = http(f"{api}/gpus/history?{where}", token=token)[1]["series"]
+            points = series[0]["points"] if series else []
+            return len(points) >= 2 and points[-1][2] == points[-2][2] == util
+
+        # A run that warms up to its peak: each reading in the history in turn.
+        for util, mem in ((20, 8_000), (45, 15_000), (70, 24_000), (87, 30_000)):
+            described["gpus"][gpu].update(utilization_pct=util, memory_used_mib=mem)
+            simulation.write_text(json.dumps(described))  # the agent reads it at each report
+            wait_for(lambda util=util: sampled(util), 30, f"a sample of {util}%")
         web = Browserless(root_of(api))
         web.post("/ui/login", {"token": token, "csrf": csrf_of(web.get("/ui/login")[2])})
         wait_for(

@@ -12,12 +12,43 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from conftest import Head, wait_for
-from test_http_api import api, head, http, mint  # noqa: F401 (fixtures)
+import pytest
+from conftest import FAST_CONFIG, Head, kill_leftover_jobs, make_head, service_config, wait_for
+from fixedlab import DAY_RUNS, IDLE_RUN, MAINT, Lab, seed_lab
+from test_http_api import api, http, mint  # noqa: F401 (fixtures)
 from test_web_ui import Browserless, browser, csrf_of, root_of, screenshot, text_of  # noqa: F401
+
+
+@pytest.fixture
+def seeded(tmp_path: Path) -> tuple[Head, Lab]:
+    """test_http_api's head over four simulated GPUs, not started, its store holding a
+    fixed lab (fixedlab.py): a day of four users' runs on it and on a node-b since gone,
+    two weeks of their usage before."""
+    from gbatch.core.paths import resolve_paths
+
+    config = FAST_CONFIG + "token_leeway_seconds: 0.2\n" + service_config()
+    h = make_head(tmp_path / "home", gpus=4, config=config)
+    paths = resolve_paths(h.env)
+    return h, seed_lab(paths.store, paths.gpu_history, time.time())
+
+
+@pytest.fixture
+def head(seeded: tuple[Head, Lab]) -> Iterator[Head]:
+    h, _ = seeded
+    h.start()
+    yield h
+    h.stop()
+    kill_leftover_jobs(h.home)
+
+
+@pytest.fixture
+def lab(seeded: tuple[Head, Lab]) -> Lab:
+    return seeded[1]
 
 
 def record(job_id: int, on: Head) -> dict[str, Any]:
@@ -28,7 +59,8 @@ def record(job_id: int, on: Head) -> dict[str, Any]:
 
 
 def test_the_timeline_draws_known_runs_on_their_gpus_at_their_times(
-    head: Head,  # noqa: F811
+    head: Head,
+    lab: Lab,
     api: str,  # noqa: F811
     browser: Any,  # noqa: F811
     tmp_path: Path,
@@ -40,7 +72,9 @@ def test_the_timeline_draws_known_runs_on_their_gpus_at_their_times(
     head.wait_state(done, "COMPLETED")
     running = head.sbatch("-G", "1", "-J", "long-run", "--wrap", "sleep 300")
     head.wait_state(running, "RUNNING")
-    waiting = head.sbatch("-G", "2", "-J", "needs-both", "--wrap", "true")
+    serving = head.sbatch("-G", "2", "-J", "serve-demo", "--wrap", "sleep 300")
+    head.wait_state(serving, "RUNNING")
+    waiting = head.sbatch("-G", "4", "-J", "needs-all", "--wrap", "true")
     # A maintenance window on now over the node (its jobs carry on: IGNORE_JOBS).
     head.run(
         "scontrol",
@@ -95,18 +129,38 @@ def test_the_timeline_draws_known_runs_on_their_gpus_at_their_times(
             assert abs(float(rect.get_attribute("x")) + width - end_x) < 0.2
             title = bar.find_element(By.TAG_NAME, "title").get_attribute("textContent")
             assert f"{job_id} {job['spec']['name']}" in title and f"GPU {gpu}" in title
-        assert len(d.find_elements(By.CSS_SELECTOR, "g.bar")) == 2
+        # The lab's runs: a bar on each of their GPUs, the requeued job's two runs on
+        # their own node's lanes (fixedlab.py).
+        for _, name, node, gpus, *_ in DAY_RUNS:
+            bars = d.find_elements(By.CSS_SELECTOR, f'g.bar[data-job="{lab.ids[name]}"]')
+            assert sorted(
+                (b.get_attribute("data-node"), b.get_attribute("data-gpu")) for b in bars
+            ) == [(node, str(g)) for g in gpus]
+        twice = d.find_elements(By.CSS_SELECTOR, f'g.bar[data-job="{lab.ids["llm-pretrain"]}"]')
+        assert sorted(
+            (b.get_attribute("data-node"), b.get_attribute("data-gpu")) for b in twice
+        ) == [("local", "2"), ("local", "3"), ("node-b", "0"), ("node-b", "1")]
+        seeded = sum(len(gpus) for _, _, _, gpus, *_ in DAY_RUNS) + 1 + 4  # + vision-2, llm-
+        assert len(d.find_elements(By.CSS_SELECTOR, "g.bar")) == seeded + 1 + 1 + 2  # + ours
+        # Its idle stretch: a strip on its GPU, from 9 h to 6 h ago.
+        (idle,) = d.find_elements(By.CSS_SELECTOR, "rect.idle")
+        assert idle.get_attribute("data-job") == str(lab.ids[IDLE_RUN])
+        assert (idle.get_attribute("data-node"), idle.get_attribute("data-gpu")) == ("node-b", "2")
+        assert abs(float(idle.get_attribute("x")) - x_of(now - 9 * 3600)) < 2
         shaded = d.find_elements(By.CSS_SELECTOR, "rect.window.maint")
-        assert len(shaded) == 2  # both GPUs of the node, from now on
-        assert all("reservation maint (MAINT)" in r.get_attribute("textContent") for r in shaded)
-        assert text_of(d, "pending-now").startswith("now 1,")  # needs-both waits
+        titles = [r.get_attribute("textContent") for r in shaded]
+        # each GPU of the node, from now on; node-b's past window on each of its GPUs
+        assert sum("reservation maint (MAINT)" in t for t in titles) == 4
+        assert sum(f"reservation {MAINT[0]} (MAINT" in t for t in titles) == 4
+        assert len(shaded) == 8
+        assert text_of(d, "pending-now").startswith("now 1,")  # needs-all waits
+        screenshot(d, tmp_path, "timeline")  # the last 24 h, the default
         # The range picker, then a bar's link: its job's page.
         from selenium.webdriver.support.ui import Select
 
         Select(d.find_element(By.ID, "range")).select_by_value("1h")
         d.find_element(By.CSS_SELECTOR, "#range-picker button").click()
         wait.until(lambda _: "range=1h" in d.current_url)
-        screenshot(d, tmp_path, "timeline")
         d.find_element(By.CSS_SELECTOR, f'a[href="/ui/jobs/{running}"] rect').click()
         wait.until(lambda _: "long-run" in text_of(d, "job-name"))
         # The range picker; a range it does not offer is refused with the page's message.
@@ -118,12 +172,13 @@ def test_the_timeline_draws_known_runs_on_their_gpus_at_their_times(
         status, _, page = web.get("/ui/timeline?range=1y")
         assert status == 400 and "range: pick one of 1h, 6h, 24h, 3d, 7d, 30d" in page
     finally:
-        head.run("scancel", str(running), str(waiting))
+        head.run("scancel", str(running), str(serving), str(waiting))
         head.wait_state(running, "CANCELLED")
+        head.wait_state(serving, "CANCELLED")
 
 
 def test_a_running_jobs_page_charts_its_gpus_utilisation_from_nvml_samples(
-    head: Head,  # noqa: F811
+    head: Head,
     api: str,  # noqa: F811
     browser: Any,  # noqa: F811
     tmp_path: Path,
@@ -136,10 +191,23 @@ def test_a_running_jobs_page_charts_its_gpus_utilisation_from_nvml_samples(
     (gpu,) = job["gpus"]  # type: ignore[misc]
     simulation = head.home / "simulated-gpus.json"
     described = json.loads(simulation.read_text())
-    described["gpus"][gpu].update(utilization_pct=87, memory_used_mib=30_000)
-    simulation.write_text(json.dumps(described))  # the agent reads it at each report
     try:
         token = mint(head, "--scope", "read")
+
+        def sampled(util: int) -> bool:
+            """The head's history holds `util` on the job's GPU for its last two seconds (a
+            second's slot keeps its latest report: one alone may be overwritten)."""
+            t = time.time()
+            where = f"node=local&gpu={gpu}&start={t - 60:.0f}&end={t + 1:.0f}&points=61"
+            series: Any = http(f"{api}/gpus/history?{where}", token=token)[1]["series"]
+            points = series[0]["points"] if series else []
+            return len(points) >= 2 and points[-1][2] == points[-2][2] == util
+
+        # A run that warms up to its peak: each reading in the history in turn.
+        for util, mem in ((20, 8_000), (45, 15_000), (70, 24_000), (87, 30_000)):
+            described["gpus"][gpu].update(utilization_pct=util, memory_used_mib=mem)
+            simulation.write_text(json.dumps(described))  # the agent reads it at each report
+            wait_for(lambda util=util: sampled(util), 30, f"a sample of {util}%")
         web = Browserless(root_of(api))
         web.post("/ui/login", {"token": token, "csrf": csrf_of(web.get("/ui/login")[2])})
         wait_for(
@@ -176,7 +244,7 @@ def test_a_running_jobs_page_charts_its_gpus_utilisation_from_nvml_samples(
 
 
 def test_the_usage_chart_totals_what_sreport_says_for_a_lab_of_finished_runs(
-    head: Head,  # noqa: F811
+    head: Head,
     api: str,  # noqa: F811
     browser: Any,  # noqa: F811
     tmp_path: Path,
@@ -248,7 +316,7 @@ def test_the_usage_chart_totals_what_sreport_says_for_a_lab_of_finished_runs(
 
 
 def test_the_http_api_serves_the_timeline_gpu_history_and_usage_as_json(
-    head: Head,  # noqa: F811
+    head: Head,
     api: str,  # noqa: F811
 ) -> None:
     running = head.sbatch("-G", "1", "-J", "api-run", "--wrap", "sleep 300")
@@ -291,7 +359,7 @@ def test_the_http_api_serves_the_timeline_gpu_history_and_usage_as_json(
 
 
 def test_each_run_of_a_requeued_job_is_a_bar_of_its_own(
-    head: Head,  # noqa: F811
+    head: Head,
     api: str,  # noqa: F811
 ) -> None:
     import re

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from fixedlab import ran, requeue
 
 from gbatch.api import timeline
 from gbatch.core.model import JobSpec, JobState
@@ -76,23 +77,9 @@ def private(tmp_path: Path) -> Iterator[Daemon]:
     store.close()
 
 
-def ran(daemon: Daemon, caller: Caller, name: str, gpus: tuple[int, ...], start: float) -> int:
-    (job_id,) = daemon.store.submit(
-        [JobSpec(name=name, command=("true",), gpus=len(gpus))],
-        uid=caller.uid,
-        user=caller.user,
-        now=start - 60,
-    )
-    daemon.store.set_state(
-        job_id, JobState.CONFIGURING, "", start, node="local", gpus=gpus, attempt=1
-    )
-    daemon.store.set_state(job_id, JobState.RUNNING, "", start, start_time=start)
-    return job_id
-
-
 def test_under_private_data_another_users_run_is_an_other_user_bar(private: Daemon) -> None:
-    mine = ran(private, ALICE, "mine", (0,), T0 + 2 * H)
-    ran(private, BOB, "secret-project", (1,), T0 + 3 * H)
+    mine = ran(private.store, ALICE, "mine", (0,), T0 + 2 * H)
+    ran(private.store, BOB, "secret-project", (1,), T0 + 3 * H)
     request = {"op": "timeline", "start": T0, "end": T0 + 10 * H}
     runs = {r["placements"][0][1][0]: r for r in handle(private, ALICE, request)["runs"]}
     assert (runs[0]["id"], runs[0]["name"], runs[0]["user"]) == (mine, "mine", "alice")
@@ -226,7 +213,7 @@ def test_the_timeline_marks_a_runs_gpu_idle_while_held_from_the_history(
         memory_used_mib: int
         utilization_pct: int | None
 
-    mine = ran(private, ALICE, "mine", (0,), T0 + 2 * H)
+    mine = ran(private.store, ALICE, "mine", (0,), T0 + 2 * H)
     history: GpuHistory = private.gpu_history
     for s in range(int(2 * H), int(3 * H)):  # idle for its first hour, then busy
         history.record("local", [Gpu(0, 100, 0 if s < 3 * H - 600 else 99)], T0 + s)
@@ -349,15 +336,11 @@ def test_the_ranges_reads_search_indexes_not_every_job_ever_run(tmp_path: Path) 
         store.close()
 
 
-def requeue(daemon: Daemon, job_id: int, at: float, reason: str = "node lost; requeued") -> None:
-    daemon.store.set_state(job_id, JobState.PENDING, reason, at, node=None, gpus=())
-
-
 def test_every_run_of_a_requeued_job_is_on_the_timeline_on_its_own_gpus(
     private: Daemon,
 ) -> None:
-    job = ran(private, ALICE, "twice", (0,), T0 + 1 * H)
-    requeue(private, job, T0 + 2 * H)
+    job = ran(private.store, ALICE, "twice", (0,), T0 + 1 * H)
+    requeue(private.store, job, T0 + 2 * H)
     private.store.set_state(
         job, JobState.CONFIGURING, "", T0 + 3 * H, node="local", gpus=(1,), attempt=2
     )
@@ -387,14 +370,14 @@ def test_every_run_of_a_requeued_job_is_on_the_timeline_on_its_own_gpus(
 
 
 def test_a_start_never_confirmed_leaves_no_earlier_run(private: Daemon) -> None:
-    job = ran(private, ALICE, "retry", (0,), T0 + 1 * H)
-    requeue(private, job, T0 + 2 * H)
+    job = ran(private.store, ALICE, "retry", (0,), T0 + 1 * H)
+    requeue(private.store, job, T0 + 2 * H)
     # Dispatched again on GPU 1, cancelled-to-requeue before its start was confirmed: its
     # row still holds the first run's start_time, which is no run of GPU 1's.
     private.store.set_state(
         job, JobState.CONFIGURING, "", T0 + 3 * H, node="local", gpus=(1,), attempt=2
     )
     private.store.set_state(job, JobState.COMPLETING, "", T0 + 3 * H, stop_state=JobState.PENDING)
-    requeue(private, job, T0 + 3.1 * H, "requeued on request")
+    requeue(private.store, job, T0 + 3.1 * H, "requeued on request")
     runs = private.store.earlier_runs_between(T0, T0 + 10 * H)
     assert [(r.attempt, r.placements) for r in runs] == [(1, (("local", (0,)),))]

@@ -160,6 +160,8 @@ class Daemon:
             self.clusters.half_life = config.half_life_seconds
             if config.limits.limits_running:
                 self.clusters.limits_for = self.scheduling.limits_for
+            if config.qos.limits_running:
+                self.clusters.qos = config.qos
         # The cyclic GC's work at the loop's moments; nothing until run_loop starts it
         # (the collector is the process's: a Daemon in a test leaves it alone).
         self.collector = LoopCollector(monotonic=monotonic)

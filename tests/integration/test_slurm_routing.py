@@ -181,3 +181,32 @@ def test_a_user_at_max_running_jobs_sends_nothing_more_to_the_cluster(limited_la
     assert lab.head.wait_state(first, "COMPLETED", timeout=90)["state"] == "COMPLETED"
     assert lab.head.wait_state(second, "COMPLETED", timeout=90)["node"] == CLUSTER_HOST
     assert len(lab.cluster_jobs()) == 2
+
+
+@pytest.fixture
+def qos_lab(tmp_path: Path) -> Iterator[Lab]:
+    yield from _start_lab(
+        tmp_path, FAST_CONFIG + "qos:\n  short: {max_running_jobs: 1, users: ALL}\n"
+    )
+
+
+def test_a_qos_per_user_limit_counts_cluster_jobs_on_both_sides(qos_lab: Lab) -> None:
+    """QOS short's MaxJobsPerUser=1: a job of it on the cluster holds back the user's next
+    one of it, for the cluster and for the lab alike, until it ends."""
+    lab = qos_lab
+    first = lab.head.sbatch("-p", "uni", "-q", "short", "--wrap", "sleep 8")
+    lab.head.wait_state(first, "RUNNING", timeout=90)
+    there = lab.head.sbatch("-p", "uni", "-q", "short", "--wrap", "true")
+    here = lab.head.sbatch("-p", "gpu", "-q", "short", "--wrap", "true")
+    for job_id in (there, here):
+        wait_for(
+            lambda job_id=job_id: (
+                (lab.head.polled(job_id) or {}).get("reason") == "QOSMaxJobsPerUserLimit"
+            ),
+            30,
+            f"QOS short's limit to hold job {job_id} back",
+        )
+    assert len(lab.cluster_jobs()) == 1, lab.cluster_jobs()
+    assert lab.head.wait_state(first, "COMPLETED", timeout=90)["state"] == "COMPLETED"
+    for job_id in (there, here):
+        assert lab.head.wait_state(job_id, "COMPLETED", timeout=90)["state"] == "COMPLETED"

@@ -15,6 +15,7 @@ from test_cluster import CLUSTER, T0, UNI, FakeCluster, _job, _step, _submit
 from gbatch.core.constants import IMPLICIT_PARTITION
 from gbatch.core.limits import Use, UserLimits, over_limits, with_cluster_jobs
 from gbatch.core.model import IllegalTransition, Job, JobSpec, JobState
+from gbatch.core.qos import Qos, QosTable, over_qos_limits
 from gbatch.core.selection import JobFilter
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers.errors import Refused
@@ -303,6 +304,25 @@ def test_a_user_at_their_limit_has_no_more_jobs_sent(store: Store) -> None:
     step.mirror(T0 + 2)
     step.mirror(T0 + 3)
     assert cluster.calls["submit"] == 3  # room under the limit again: the next one goes
+
+
+def test_a_qos_per_user_limit_holds_back_cluster_jobs_and_counts_them(store: Store) -> None:
+    """A QOS's MaxJobsPerUser applies before a job leaves, as the users' `limits:` do
+    (issue 34: "Limits, fair share and QOS of the gbatch side apply before a job leaves")."""
+    cluster = EstimatingCluster()
+    step = _step(store, cluster)
+    step.qos = QosTable({"normal": Qos("normal"), "short": Qos("short", max_running_jobs=1)})
+    first, second = _submit(store, 2, qos="short")
+    other = _submit(store, 1)[0]  # of QOS normal: no limit
+    step.mirror(T0 + 1)
+    assert cluster.calls["submit"] == 2  # the first of QOS short, and the normal one
+    assert store.require(second).reason == "QOSMaxJobsPerUserLimit"
+    assert "sent to cluster" in store.require(other).reason
+    # On the lab's side the sent job counts too: a lab job of QOS short waits.
+    sent = store.cluster_sent_jobs()
+    assert first in {job.id for job in sent}
+    lab = _job(99, qos="short")
+    assert over_qos_limits([lab], sent, step.qos) == {99: "QOSMaxJobsPerUserLimit"}
 
 
 def test_sent_jobs_count_as_running_against_the_planners_limits(store: Store) -> None:

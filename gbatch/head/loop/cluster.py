@@ -39,6 +39,7 @@ from gbatch.core.model import (
     Job,
     JobState,
 )
+from gbatch.core.qos import QosTable, over_qos_limits
 from gbatch.head.scheduler import queue_order
 from gbatch.head.store import ClusterJob, Store
 from gbatch.head.store.clusterjobs import SEND_BATCH
@@ -126,6 +127,9 @@ class ClusterJobsStep:
         # and the clusters' open jobs, is not sent; None: no limits).
         self.half_life: float | None = None
         self.limits_for: Callable[[str], UserLimits] | None = None
+        # Set by the Daemon when a QOS has per-user limits (max_running_jobs, max_gpus):
+        # they hold a job back here as on the lab, the clusters' open jobs counted.
+        self.qos: QosTable | None = None
         # -p gpu,uni (gbatch/head/loop/route.py): job id -> (the cluster's estimated
         # start, None if it would not take the job; when asked), and the jobs the
         # router wants an estimate for, by partition, asked at the next pass.
@@ -455,6 +459,8 @@ class ClusterJobsStep:
             # In the planner's order: fair share, then priority, then submit time.
             fresh = queue_order(fresh, self.store.usage(now, self.half_life))
         use = self._use() if fresh else None
+        # Each QOS's per-user limits: the lab's jobs and every cluster's open ones count.
+        counted = self._qos_counted() if fresh else None
         waiting: list[tuple[int, str]] = []
         for job in fresh:
             if room <= 0:
@@ -478,6 +484,13 @@ class ClusterJobsStep:
                         waiting.append((job.id, held))
                     continue
                 use = with_cluster_jobs(use, [job])
+            if counted is not None and self.qos is not None:
+                held_by_qos = over_qos_limits([job], counted, self.qos).get(job.id)
+                if held_by_qos is not None:
+                    if job.reason != held_by_qos:
+                        waiting.append((job.id, held_by_qos))
+                    continue
+                counted.append(job)
             attempt = job.attempt + 1
             marker = job_marker(self.head, job.id, attempt)
             if self.store.begin_cluster_send(job.id, attempt, name, marker, now):
@@ -492,6 +505,13 @@ class ClusterJobsStep:
             return None
         allocated = self.store.jobs_in(ALLOCATED_STATES)
         return with_cluster_jobs(use_by_user(allocated), self.store.cluster_sent_jobs())
+
+    def _qos_counted(self) -> list[Job] | None:
+        """The jobs a QOS's per-user limits count: on the lab's nodes and sent to any
+        cluster (None without such limits)."""
+        if self.qos is None or not self.qos.limits_running:
+            return None
+        return [*self.store.jobs_in(ALLOCATED_STATES), *self.store.cluster_sent_jobs()]
 
     def _send_one(self, name: str, backend: Backend, job: Job, marker: str, now: float) -> None:
         """sbatch one job whose intent is on record. BackendDown leaves the intent for

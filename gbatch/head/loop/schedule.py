@@ -200,7 +200,14 @@ class Scheduling:
         allocated = self.store.jobs_in(ALLOCATED_STATES)
         if special:
             special = self.filters.within_throttle(special, allocated)
-            special = self.filters.within_qos(special, allocated)
+            # A QOS's per-user limits count the jobs sent to a cluster too (running there
+            # or soon), as the users' `limits:` do.
+            counted = (
+                [*allocated, *self.store.cluster_sent_jobs()]
+                if self.cluster_partitions
+                else allocated
+            )
+            special = self.filters.within_qos(special, counted)
             if self.preempter is not None:
                 special = self.preempter.yielding(special, now)
             check_engines = check_engines or any(

@@ -326,8 +326,10 @@ class Node(Protocol):
 
 
 def wake_key(report: NodeReport) -> NodeReport:
-    """What of a report the loop acts on at once: all of it but its time, numbering,
-    lease countdown, free disk and GPU utilisation (those wait for the loop's tick)."""
+    """What of a report the loop acts on at once.
+
+    All of it but its time, numbering, lease countdown, free disk and GPU utilisation
+    (those wait for the loop's tick)."""
     return replace(
         report,
         time=0.0,

@@ -11,6 +11,7 @@ import signal
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -519,3 +520,23 @@ def test_a_peer_whose_docker_engine_is_gone_requeues_the_job_without_using_a_ret
     assert job.state is JobState.PENDING
     assert "on gpu2 (node 1 of 2): its docker engine does not answer (no engine)" in job.reason
     assert daemon.runs.retries_used(job) == 0
+
+
+def test_a_run_starts_at_its_allocation_not_after_its_launch(
+    daemon: Daemon, clocks: Clocks
+) -> None:
+    """start_time is the dispatch's time (Slurm's StartTime): a launch that takes a while
+    (a loaded docker run) is not left out of the job's elapsed time and GPU-hours."""
+    allocated = clocks.wall
+    slow = daemon.fleet.nodes["gpu1"]
+    launch = slow.launch
+
+    def taking_three_seconds(*args: Any, **kwargs: Any) -> None:
+        clocks.wall += 3.0
+        launch(*args, **kwargs)
+
+    slow.launch = taking_three_seconds  # type: ignore[method-assign]
+    job_id = start_across(daemon, clocks, ("gpu1",))
+    job = daemon.store.require(job_id)
+    assert job.state is JobState.RUNNING
+    assert job.start_time == allocated

@@ -83,7 +83,10 @@ class Dispatcher:
         ]
         if launched:
             crash_point("dispatch.after_launch")
-            self.runs.confirm_running(launched, "", self.clock())
+            # Started at its allocation (`now`), as Slurm's StartTime: its GPUs were its
+            # own from then, and its run began before this confirmation (a CI run's
+            # `sleep 1` on 2 GPUs was charged 1.98 GPU-seconds, timed from after launch).
+            self.runs.confirm_running(launched, "", now)
 
     def _launch_runs(self, job: Job, node: Node, gpus: Sequence[int]) -> None:
         """Start `job`'s run on `node`, and for a job across nodes on each other node too.

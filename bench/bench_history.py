@@ -27,6 +27,7 @@ a window read by index (its time independent of the history's size).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -36,11 +37,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import PYTHON, gbatch_env, machine_note, memory_kib, quick_help
+from common import (
+    PYTHON,
+    finished_rows,
+    gbatch_env,
+    insert_jobs,
+    machine_note,
+    memory_kib,
+    quick_help,
+)
 
 from gbatch.core.model import JobSpec
 
-USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 ENTRY = "import sys\nfrom gbatch.cli._main import main\nsys.exit(main())"
 GOAL_MIB = 300.0
 MAKE_STORE = (
@@ -69,34 +77,11 @@ def build(path: Path, jobs: int, now: float, oldest: Path) -> None:
     first = now - 3600 - jobs * SPACING_S
     db = sqlite3.connect(str(path), isolation_level=None)
     db.execute("BEGIN IMMEDIATE")
-    batch: list[tuple[object, ...]] = []
-    for i in range(jobs):
-        submit = first + i * SPACING_S
-        start = submit + 5.0
-        end = start + 60.0 + (i % 3600)
-        state, code = "COMPLETED", 0
-        if i % 50 == 0:
-            state, code = "FAILED", 1
-        elif i % 70 == 0:
-            state, code = "CANCELLED", 0
-        user = USERS[i % len(USERS)]
-        row = (1000 + i % len(USERS), user, f"train{i % 100}", spec_json, state, "", 0, submit)
-        batch.append((*row, start, end, "local", str(i % 8), 1, code, 0))
-        if len(batch) == 50_000:
-            _insert(db, batch)
-            batch = []
-    _insert(db, batch)
+    rows = finished_rows(spec_json, jobs, first, SPACING_S, 8)
+    while batch := list(itertools.islice(rows, 50_000)):
+        insert_jobs(db, batch)
     db.execute("COMMIT")
     db.close()
-
-
-def _insert(db: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
-    db.executemany(
-        "INSERT INTO jobs (uid, user, name, spec, state, reason, held, submit_time,"
-        " start_time, end_time, node, gpus, attempt, exit_code, exit_signal)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        rows,
-    )
 
 
 def _env(home: Path, checkout: Path) -> dict[str, str]:

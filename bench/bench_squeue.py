@@ -33,7 +33,9 @@ from pathlib import Path
 
 from common import (
     GBATCH,
+    finished_rows,
     gbatch_env,
+    insert_jobs,
     machine_note,
     quick_help,
     report_ms,
@@ -68,25 +70,6 @@ class Sizes:
 
 QUICK = Sizes(finished=990, held=6, small=5, running=4)  # small > running
 NOW = time.time()
-USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
-
-
-def _finished_rows(spec_json: str, finished: int) -> list[tuple[object, ...]]:
-    rows: list[tuple[object, ...]] = []
-    for i in range(finished):
-        submit = NOW - 30 * 86_400 + i * 25.0  # spread over the last month
-        start = submit + 5.0
-        end = start + 60.0 + (i % 3600)
-        state, code = "COMPLETED", 0
-        if i % 50 == 0:
-            state, code = "FAILED", 1
-        elif i % 70 == 0:
-            state, code = "CANCELLED", 0
-        user = USERS[i % len(USERS)]
-        uid = 1000 + i % len(USERS)
-        job = (uid, user, f"train{i % 100}", spec_json, state, "", 0, submit)
-        rows.append((*job, start, end, "local", str(i % GPUS), 1, code, 0))
-    return rows
 
 
 def build_fixture(home: Path, sizes: Sizes) -> None:
@@ -98,12 +81,8 @@ def build_fixture(home: Path, sizes: Sizes) -> None:
     store.close()
     db = sqlite3.connect(str(path), isolation_level=None)
     db.execute("BEGIN IMMEDIATE")
-    db.executemany(
-        "INSERT INTO jobs (uid, user, name, spec, state, reason, held, submit_time,"
-        " start_time, end_time, node, gpus, attempt, exit_code, exit_signal)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        _finished_rows(spec_json, sizes.finished),
-    )
+    # Spread over the last month.
+    insert_jobs(db, finished_rows(spec_json, sizes.finished, NOW - 30 * 86_400, 25.0, GPUS))
     db.execute("COMMIT")
     db.close()
     store = Store(path)

@@ -16,9 +16,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 # The interpreter running the bench; `gbatch` is its console script, next to it.
@@ -271,3 +272,37 @@ def offset_job_ids(store_path: Path) -> int:
     finally:
         db.close()
     return first
+
+
+# Users of the finished history the listing benches write straight into a store.
+HISTORY_USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
+
+
+def finished_rows(
+    spec_json: str, count: int, first: float, spacing: float, gpus: int
+) -> Iterator[tuple[object, ...]]:
+    """`count` finished jobs' rows for insert_jobs: submitted `spacing` s apart from
+    `first`, each run a minute or more on one of `gpus` GPUs, one in 50 FAILED and one in
+    70 CANCELLED, by HISTORY_USERS in turn."""
+    users = HISTORY_USERS
+    for i in range(count):
+        submit = first + i * spacing
+        start = submit + 5.0
+        end = start + 60.0 + (i % 3600)
+        state, code = "COMPLETED", 0
+        if i % 50 == 0:
+            state, code = "FAILED", 1
+        elif i % 70 == 0:
+            state, code = "CANCELLED", 0
+        job = (1000 + i % len(users), users[i % len(users)], f"train{i % 100}", spec_json)
+        yield (*job, state, "", 0, submit, start, end, "local", str(i % gpus), 1, code, 0)
+
+
+def insert_jobs(db: Any, rows: Iterable[tuple[object, ...]]) -> None:
+    """Write finished_rows' rows into a store's jobs table (an open sqlite3 connection)."""
+    db.executemany(
+        "INSERT INTO jobs (uid, user, name, spec, state, reason, held, submit_time,"
+        " start_time, end_time, node, gpus, attempt, exit_code, exit_signal)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )

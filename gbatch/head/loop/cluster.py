@@ -458,9 +458,14 @@ class ClusterJobsStep:
         if fresh and self.half_life is not None:
             # In the planner's order: fair share, then priority, then submit time.
             fresh = queue_order(fresh, self.store.usage(now, self.half_life))
-        use = self._use() if fresh else None
-        # Each QOS's per-user limits: the lab's jobs and every cluster's open ones count.
-        counted = self._qos_counted() if fresh else None
+        # The users' limits and each QOS's per-user ones count the jobs on the lab's
+        # nodes and every cluster's open ones: read once for both.
+        holding = self._held_jobs() if fresh else None
+        use = counted = None
+        if holding is not None and self.limits_for is not None:
+            use = with_cluster_jobs(use_by_user(holding[0]), holding[1])
+        if holding is not None and self.qos is not None and self.qos.limits_running:
+            counted = [*holding[0], *holding[1]]
         waiting: list[tuple[int, str]] = []
         for job in fresh:
             if room <= 0:
@@ -498,20 +503,12 @@ class ClusterJobsStep:
                 self._send_one(name, backend, job, marker, now)
         self.store.cluster_reasons(waiting)
 
-    def _use(self) -> dict[str, Use] | None:
-        """What each user holds: jobs on the lab's nodes and jobs sent to any cluster
+    def _held_jobs(self) -> tuple[list[Job], list[Job]] | None:
+        """What limits count: the jobs on the lab's nodes, and those sent to any cluster
         (None without limits to check)."""
-        if self.limits_for is None:
+        if self.limits_for is None and (self.qos is None or not self.qos.limits_running):
             return None
-        allocated = self.store.jobs_in(ALLOCATED_STATES)
-        return with_cluster_jobs(use_by_user(allocated), self.store.cluster_sent_jobs())
-
-    def _qos_counted(self) -> list[Job] | None:
-        """The jobs a QOS's per-user limits count: on the lab's nodes and sent to any
-        cluster (None without such limits)."""
-        if self.qos is None or not self.qos.limits_running:
-            return None
-        return [*self.store.jobs_in(ALLOCATED_STATES), *self.store.cluster_sent_jobs()]
+        return self.store.jobs_in(ALLOCATED_STATES), self.store.cluster_sent_jobs()
 
     def _send_one(self, name: str, backend: Backend, job: Job, marker: str, now: float) -> None:
         """sbatch one job whose intent is on record. BackendDown leaves the intent for

@@ -198,16 +198,13 @@ class Scheduling:
             self._owed.clear()
             return []
         allocated = self.store.jobs_in(ALLOCATED_STATES)
+        # Jobs sent to a cluster count as running (there or soon) for the users' limits
+        # and each QOS's per-user ones: read once, only where such limits are set.
+        limited = self.config.limits.limits_running or self.config.qos.limits_running
+        sent = self.store.cluster_sent_jobs() if self.cluster_partitions and limited else []
         if special:
             special = self.filters.within_throttle(special, allocated)
-            # A QOS's per-user limits count the jobs sent to a cluster too (running there
-            # or soon), as the users' `limits:` do.
-            counted = (
-                [*allocated, *self.store.cluster_sent_jobs()]
-                if self.cluster_partitions
-                else allocated
-            )
-            special = self.filters.within_qos(special, counted)
+            special = self.filters.within_qos(special, [*allocated, *sent] if sent else allocated)
             if self.preempter is not None:
                 special = self.preempter.yielding(special, now)
             check_engines = check_engines or any(
@@ -222,8 +219,8 @@ class Scheduling:
                 if (mine := self.limits_for(user)).limits_running:
                     limits[user] = mine
         use = use_by_user(allocated)
-        if self.cluster_partitions and limits:  # sent to a cluster: running, for limits
-            use = with_cluster_jobs(use, self.store.cluster_sent_jobs())
+        if sent and limits:
+            use = with_cluster_jobs(use, sent)
         windows = self.windows(now)
         preempter = self.preempter
         rules = None if preempter is None else preempter.rules()

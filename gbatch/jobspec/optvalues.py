@@ -1,0 +1,457 @@
+"""The readers of sbatch's everyday option values, one copy for both of sbatch's paths.
+
+-G/--gpus, --gres, -t, -J, -p, -q, -o/-e, -c, --mem, -a, -D: each reader takes the value
+as given and the option (or job-file key) it came from and returns what gbatch keeps, or
+raises SpecError naming that option in one line. The full path (jobspec.slurmopts, spec,
+submit: build_submit) and the everyday one (gbatch/cli/everyday_sbatch.py) both call
+these, so that they read every value alike. Kept light to import: no model, dataclasses,
+argparse or typing, and `re` only inside the readers whose grammar is a pattern (imported
+there, at the first such value: `--gpus 1` and `--gres=gpu:1` load none).
+"""
+
+from __future__ import annotations
+
+import os
+
+from gbatch.core.timefmt import show_value
+from gbatch.jobspec.errors import SpecError
+
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+MAX_GPUS = 64
+MAX_MEM_MB = 1 << 30  # 1 PiB in MiB, as for shm_size
+MAX_PATH_BYTES = 4095  # Linux's PATH_MAX, less its NUL
+MAX_CPUS = 4096
+MAX_ARRAY_INDEX = 4_000_000  # Slurm's MaxArraySize is at most 4000001
+ARRAY_FORMS = "N (tasks 0 to N-1), A-B, A-B:STEP or a list such as 1,4,10-12"
+
+# The patterns (compiled where a module needs them compiled: slurmopts, spec).
+CONTROL_PATTERN = r"[\x00-\x1f\x7f-\x9f]"  # C0, DEL and C1 control characters
+# A partition's name, as the inventory and `-p` spell it (no comma: `-p a,b` is a list).
+PARTITION_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}"  # a job's name
+_MEM_PATTERN = r"([0-9]{1,13})\s*(?:([kmgt])(?:i?b)?)?"
+_MEM_UNITS_KB = {"k": 1, "": 1 << 10, "m": 1 << 10, "g": 1 << 20, "t": 1 << 30}
+_RUN_PATTERN = r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?"  # --array's A-B:S
+_DIGITS = frozenset("0123456789")
+
+
+def _ascii_digits(text: str, most: int) -> bool:
+    """Whether `text` is 1 to `most` ASCII digits (the pattern [0-9]{1,most})."""
+    return 0 < len(text) <= most and all(char in _DIGITS for char in text)
+
+
+def _fullmatch(pattern: str, text: str, ignore_case: bool = False) -> object:
+    import re
+
+    return re.fullmatch(pattern, text, re.ASCII | (re.IGNORECASE if ignore_case else 0))
+
+
+def has_control(text: str) -> bool:
+    """Whether `text` holds a control character (CONTROL_PATTERN's)."""
+    import re
+
+    return re.search(CONTROL_PATTERN, text) is not None
+
+
+# ------------------------------------------------------------- --gpus, --gres
+
+
+def check_gpus(value: object, field: str = "gpus") -> int:
+    """A GPU count: an int from 0 to MAX_GPUS (bool refused). Also used for --gres."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPUS:
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a GPU count. Use a whole number from 0 to {MAX_GPUS}"
+            + (", without quotes" if isinstance(value, str) and value.isdigit() else ""),
+        )
+    return value
+
+
+def check_gpu_type(value: object, field: str) -> str:
+    """A GPU type as a job names it (`a100`, `rtx4090`, `1g.10gb`), lowercased.
+
+    Which types exist is the daemon's to say (the types of its nodes' GPUs)."""
+    from gbatch.core.gputypes import is_type_name
+
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text is None or not is_type_name(text):
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a GPU type. Name one `gbatch sinfo -o %G` lists, "
+            "e.g. a100 or rtx4090",
+        )
+    return text
+
+
+def _is_type_name(text: str) -> bool:
+    from gbatch.core.gputypes import is_type_name
+
+    return is_type_name(text)
+
+
+def parse_gres(text: str) -> tuple[str | None, int]:
+    """Slurm's `--gres=gpu[:TYPE][:N]` -> (the GPU type or None for any, the count).
+
+    Plain `gpu` is 1; TYPE is a model as `gbatch sinfo` lists them (`gpu:a100:2`),
+    checked against the nodes by the daemon. Anything else (other resources, several
+    entries) is a SpecError on --gres.
+    """
+    parts = text.strip().split(":")
+    kind, count_text = None, "1"
+    if len(parts) == 2:
+        kind, count_text = (None, parts[1]) if parts[1].isdigit() else (parts[1], "1")
+    elif len(parts) == 3:
+        kind, count_text = parts[1], parts[2]
+    if (
+        parts[0] != "gpu"
+        or len(parts) > 3
+        or not _ascii_digits(count_text, 6)
+        or (kind is not None and not _is_type_name(kind.lower()))
+    ):
+        raise SpecError(
+            "--gres",
+            f"{show_value(text)} is not a GPU request. Use gpu, gpu:N or gpu:TYPE:N "
+            "(or --gpus N); gbatch schedules GPUs only",
+        )
+    count = int(count_text)
+    if count > MAX_GPUS:
+        raise SpecError(
+            "--gres", f"{show_value(text)} asks for {count} GPUs. Use a count from 0 to {MAX_GPUS}"
+        )
+    return (None if kind is None else check_gpu_type(kind, "--gres")), count
+
+
+def parse_shards(text: str) -> tuple[str | None, int] | None:
+    """Slurm's `--gres=shard[:TYPE][:N]` -> (the GPU type or None, the shards).
+
+    None when `text` asks for no shards (`gpu:2`). SpecError on --gres for a bad count
+    or type."""
+    parts = text.strip().split(":")
+    if parts[0] != "shard":
+        return None
+    kind, count_text = None, "1"
+    if len(parts) == 2:
+        kind, count_text = (None, parts[1]) if parts[1].isdigit() else (parts[1], "1")
+    elif len(parts) == 3:
+        kind, count_text = parts[1], parts[2]
+    if (
+        len(parts) > 3
+        or not _ascii_digits(count_text, 4)
+        or int(count_text) < 1
+        or (kind is not None and not _is_type_name(kind.lower()))
+    ):
+        raise SpecError(
+            "--gres",
+            f"{show_value(text)} is not a shard request. Use shard:N or shard:TYPE:N (N from "
+            "1), or --gpu-mem=SIZE",
+        )
+    return (None if kind is None else check_gpu_type(kind, "--gres")), int(count_text)
+
+
+def parse_gpus(text: str, field: str, nodes: int = 1) -> tuple[str | None, int]:
+    """Slurm's `--gpus=[TYPE:]N` -> (the type or None for any, the count).
+
+    Also --gpus-per-node's and --gpus-per-task's, and a job file's `gpus: a100:2`.
+    `nodes`: the count is of that many nodes together (-G with -N), MAX_GPUS each."""
+    kind, colon, count = text.strip().rpartition(":")
+    if not count.strip().isdigit() or (colon and not kind.strip()):
+        raise SpecError(
+            field,
+            f"{show_value(text)} is not a GPU count. Use a number like 2, or TYPE:N like a100:2",
+        )
+    if nodes > 1 and len(count.strip()) <= 9 and int(count) <= MAX_GPUS * nodes:
+        gpus = int(count)
+    else:
+        gpus = check_gpus(int(count), field)
+    return (check_gpu_type(kind, field) if colon else None), gpus
+
+
+# ------------------------------------------------------ --time, --mem, -p, -q, -c
+
+
+def check_time_limit(value: object, field: str) -> int | None:
+    from gbatch.core.timefmt import ACCEPTED_FORMS, TimeLimitError, parse_time_limit
+
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise SpecError(field, f"{show_value(value)} is not a time limit. Use {ACCEPTED_FORMS}")
+    try:
+        return parse_time_limit(value, field=field)
+    except TimeLimitError as err:
+        raise SpecError(field, err.message) from None
+
+
+def check_mem(value: object, field: str = "mem") -> int:
+    """A memory size as Slurm writes it, in MiB; SpecError naming `field` if it is none.
+
+    A whole number, MB by default, or with a K, M, G or T suffix (powers of 1024). K
+    sizes round up to whole MiB. 0 (Slurm's "all of the node's memory") is refused:
+    gbatch counts memory per job. More than 1P is refused too.
+    """
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    match: object = None
+    if isinstance(text, str):
+        match = _fullmatch(_MEM_PATTERN, text.strip(), ignore_case=True)
+    if match is None:
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a memory size. Use megabytes or a size with a unit "
+            "K, M, G or T, e.g. 4096, 16G or 512M",
+        )
+    number, unit = int(match.group(1)), (match.group(2) or "").lower()  # type: ignore[attr-defined]
+    if number == 0:
+        raise SpecError(
+            field,
+            "0 (all of a node's memory) is not supported: gbatch counts memory per job. "
+            "Give the size the job needs, e.g. 16G",
+        )
+    kib = number * _MEM_UNITS_KB[unit]
+    mib = -(-kib // 1024)
+    if mib > MAX_MEM_MB:
+        raise SpecError(field, f"{show_value(value)} is more than 1P. Ask for less memory")
+    return mib
+
+
+def check_qos(value: object, field: str) -> str:
+    """One QOS name; which exist, and which the user may use, is the daemon's to say."""
+    if not isinstance(value, str) or not _fullmatch(PARTITION_PATTERN, value):
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a QOS name. Name one of those "
+            "`gbatch scontrol show qos` lists",
+        )
+    return value
+
+
+def check_partition(value: object, field: str) -> str:
+    """One partition name, or two (`gpu,uni`: Slurm's list of partitions to start in).
+
+    Which exist, and which pairs may go together, is the daemon's to say."""
+    names = value.split(",") if isinstance(value, str) else [value]
+    if len(names) > 2 or (len(names) == 2 and names[0] == names[1]):
+        raise SpecError(
+            field,
+            f"{show_value(value)} names several partitions; gbatch takes one, or one of the "
+            "lab's and one backed by a Slurm cluster (`-p gpu,uni`: it runs where it starts "
+            "first). Name one of them",
+        )
+    for name in names:
+        if not isinstance(name, str) or not _fullmatch(PARTITION_PATTERN, name):
+            raise SpecError(
+                field,
+                f"{show_value(value)} is not a partition name. Name one of the partitions "
+                "`gbatch sinfo` lists",
+            )
+    return ",".join(names)  # type: ignore[arg-type]
+
+
+def int_option(text: str | None, option: str) -> int | None:
+    """A whole-number option, checked here rather than by argparse so that a bad value is
+    one line naming the option (build_spec checks the range)."""
+    if text is None:  # before the pattern: five calls a submit, most with None
+        return None
+    if not _fullmatch(r"[+-]?[0-9]{1,18}", text.strip()):
+        raise SpecError(option, f"{show_value(text)} is not a whole number. Use e.g. 3")
+    return int(text)
+
+
+def int_check(low: int, high: int) -> Callable[[object, str], int]:
+    """A check of a whole number from `low` to `high` (bool refused)."""
+
+    def check(value: object, field: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise SpecError(
+                field,
+                f"{show_value(value)} is out of range. Use a whole number from {low} to {high}",
+            )
+        return value
+
+    return check
+
+
+check_cpus = int_check(1, MAX_CPUS)
+
+
+# ------------------------------------------------------------- -J, -D, -o, -e
+
+
+def check_name(value: object, field: str) -> str:
+    if not isinstance(value, str) or not _fullmatch(NAME_PATTERN, value):
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a valid job name. Use 1 to 128 letters, digits, "
+            '".", "_", "+" or "-", starting with a letter or digit',
+        )
+    return value
+
+
+def safe_default_name(text: str) -> str:
+    """A job's name made of `text` (its file's), where none is given: "my run" -> my_run."""
+    import re
+
+    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", text, flags=re.ASCII)
+    name = re.sub(r"^[^A-Za-z0-9]+", "", name, flags=re.ASCII)[:128]
+    return name or "job"
+
+
+def check_workdir(value: object, field: str) -> str:
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise SpecError(
+            field, f"{show_value(value)} is not an absolute path. Use a path starting with /"
+        )
+    return check_path_text(value, field)
+
+
+def check_path_text(value: str, field: str) -> str:
+    """A path a job names: no control characters, at most PATH_MAX."""
+    if has_control(value):
+        raise SpecError(
+            field,
+            f"{show_value(value)} contains a control character (a line break, tab or NUL). "
+            "Use a path without them",
+        )
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise SpecError(
+            field, f"the path is longer than {MAX_PATH_BYTES} bytes. Use a shorter path"
+        )
+    return value
+
+
+def check_output_path(value: object, field: str) -> str:
+    """An output file name as sbatch takes it: a path, absolute or relative, that may
+    hold filename patterns (%j, %x, ...: gbatch.core.outputs)."""
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a file name. Give a path such as slurm-%j.out "
+            "or /scratch/%u/%x-%j.out",
+        )
+    check_path_text(value, field)
+    if value.endswith("/"):
+        raise SpecError(field, f"{show_value(value)} names a directory. Name a file in it")
+    return value
+
+
+def user_name() -> str:
+    """The submitting user's name (their uid when the system knows no name)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def check_output_dirs(outputs: tuple[tuple[str | None, str], ...], name: str, base: str) -> None:
+    """Refuse, before queueing, an output or error file the submitter could not write.
+
+    `outputs`: each pattern (None: not given) and the option or key that gave it; `name`
+    the job's; `base` where its relative paths start (submit.start_dir). sbatch runs as
+    the submitter: its directory missing or not writable, or the file there and not
+    writable, or there and not a regular file or /dev/null (a FIFO: core.outputs.
+    refusal; stat, never an open, so this does not wait on it either). A directory part
+    with %j, %A, %a or %N is known only at start and is not checked; the default
+    slurm-%j.out is not either (as Slurm, the job runs all the same, and its log says
+    why there is no file). The daemon's shim checks again as it opens them."""
+    if all(pattern is None for pattern, _ in outputs):
+        return
+    from gbatch.core.outputs import refusal, submit_check_dir
+
+    user = user_name()
+    for pattern, field in outputs:
+        if pattern is None:
+            continue
+        directory = submit_check_dir(pattern, user, name, base)
+        if directory is None:
+            continue
+        shown = f"{pattern}: directory {directory}"
+        if not os.path.isdir(directory):
+            raise SpecError(
+                field,
+                f"{shown} does not exist. Create it or name a file in a directory that exists",
+            )
+        path = os.path.join(directory, os.path.basename(pattern))
+        if "%" not in os.path.basename(pattern) and os.path.exists(path):
+            info = os.stat(path)
+            refused = refusal(
+                path, info.st_mode, is_devnull=info.st_rdev == os.stat(os.devnull).st_rdev
+            )
+            if refused is not None:
+                raise SpecError(field, refused)
+            # An existing file (/dev/null) needs only to be writable itself.
+            problem = None if os.access(path, os.W_OK) else f"{pattern}: {path}"
+        else:
+            problem = None if os.access(directory, os.W_OK | os.X_OK) else shown
+        if problem is not None:
+            raise SpecError(
+                field, f"{problem} is not writable by you. Name a file in a directory you can write"
+            )
+
+
+# ---------------------------------------------------------------------- --array
+
+
+def split_throttle(text: str, field: str) -> tuple[str, int | None]:
+    """An --array expression without its `%MAX` suffix, and MAX (None without one):
+    at most MAX of the array's tasks run at once (Slurm's ArrayTaskThrottle)."""
+    text = text.strip()
+    body, percent, limit = text.partition("%")
+    if not percent:
+        return text, None
+    if not _ascii_digits(limit, 7) or int(limit) < 1:
+        raise SpecError(
+            field,
+            f"{show_value(text)}: %{limit} is not a number of tasks to run at once. "
+            "Write %MAX with MAX 1 or more, e.g. 0-99%4",
+        )
+    return body.strip(), int(limit)
+
+
+def parse_array_runs(
+    text: str, field: str = "--array", *, max_tasks: int = 100_000
+) -> tuple[tuple[tuple[int, int, int], ...], int | None]:
+    """An --array expression's runs (first, last, step), and its `%MAX` (None without).
+
+    slurmopts.parse_array's reading (it makes them a TaskArray): `A-B`, `A-B:STEP` and
+    lists of them (`1,4,10-12`) as in Slurm; a lone number N is N tasks 0 to N-1. At
+    most `max_tasks` indices. SpecError naming `field`."""
+    usage = f"Use {ARRAY_FORMS}"
+    text, throttle = split_throttle(text, field)
+    if _ascii_digits(text, 7):
+        count = int(text)
+        if not 1 <= count <= max_tasks:
+            raise SpecError(field, f"{show_value(text)} is not 1 to {max_tasks} tasks. {usage}")
+        return ((0, count - 1, 1),), throttle
+    runs: list[tuple[int, int, int]] = []
+    indices: set[int] = set()
+    for part in text.split(","):
+        match: object = _fullmatch(
+            r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?", part.strip()
+        )
+        if match is None:
+            raise SpecError(field, f"{show_value(text)} is not an array. {usage}")
+        first, last, every = match.groups()  # type: ignore[attr-defined]
+        low = int(first)
+        high = low if last is None else int(last)
+        step = 1 if every is None else int(every)
+        if high < low or step < 1 or high > MAX_ARRAY_INDEX:
+            raise SpecError(
+                field,
+                f"{show_value(part)} is not a range: it needs A <= B, a step of 1 or more and "
+                f"indices up to {MAX_ARRAY_INDEX}. {usage}",
+            )
+        if (high - low) // step + 1 + len(indices) > max_tasks:
+            raise SpecError(field, f"{show_value(text)} is more than {max_tasks} tasks. {usage}")
+        indices.update(range(low, high + 1, step))
+        runs.append((low, high, step))
+    return tuple(runs), throttle
+
+
+def array_request(text: str) -> str:
+    """What a submit request carries for --array `text`: its runs as `A-B[:S],...`
+    (TaskArray.text's form, which the daemon reads back) and its `%MAX`."""
+    runs, throttle = parse_array_runs(text)
+    runs_text = ",".join(f"{a}-{b}:{step}" if step != 1 else f"{a}-{b}" for a, b, step in runs)
+    return runs_text if throttle is None else f"{runs_text}%{throttle}"

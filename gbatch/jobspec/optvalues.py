@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from gbatch.core.constants import MAX_COMMAND_BYTES
 from gbatch.core.timefmt import show_value
 from gbatch.jobspec.errors import SpecError
 
@@ -24,6 +25,7 @@ MAX_GPUS = 64
 MAX_MEM_MB = 1 << 30  # 1 PiB in MiB, as for shm_size
 MAX_PATH_BYTES = 4095  # Linux's PATH_MAX, less its NUL
 MAX_CPUS = 4096
+MAX_FILE_BYTES = 1024 * 1024  # a job file's or batch script's (jobspec.reader)
 MAX_ARRAY_INDEX = 4_000_000  # Slurm's MaxArraySize is at most 4000001
 ARRAY_FORMS = "N (tasks 0 to N-1), A-B, A-B:STEP or a list such as 1,4,10-12"
 
@@ -275,6 +277,44 @@ check_cpus = int_check(1, MAX_CPUS)
 
 
 # ------------------------------------------------------------- -J, -D, -o, -e
+
+
+def check_command(value: object, field: str) -> tuple[str, ...]:
+    """A command checked as a job's: a string run by /bin/sh -c, or an argv list.
+
+    A step's argv is held to it as well."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise SpecError(field, "the command is empty. Give the command to run")
+        argv: tuple[str, ...] = ("/bin/sh", "-c", value)
+    elif isinstance(value, list | tuple):
+        if not value:
+            raise SpecError(field, "the command list is empty. Give the program and its args")
+        bad = [a for a in value if isinstance(a, bool) or not isinstance(a, str | int | float)]
+        if bad:
+            raise SpecError(
+                field,
+                f"list item {show_value(bad[0])} is not a string. Quote each argument, "
+                'e.g. ["python", "train.py"]',
+            )
+        argv = tuple(str(a) for a in value)
+        if not argv[0]:
+            raise SpecError(field, "the first item (the program) is empty. Name the program")
+    else:
+        raise SpecError(
+            field,
+            f"{show_value(value)} is not a command. Write a shell command as a string, "
+            'or the argv as a list, e.g. ["python", "train.py"]',
+        )
+    if any("\0" in a for a in argv):
+        raise SpecError(field, "the command contains a NUL byte. Remove it")
+    # As the kernel counts argv: each argument's bytes and its terminating NUL, so that
+    # a list of a million empty strings is as long as it really is.
+    if sum(len(a.encode("utf-8", "surrogatepass")) + 1 for a in argv) > MAX_COMMAND_BYTES:
+        raise SpecError(
+            field, "the command is longer than 64 KiB. Put it in a script and run the script"
+        )
+    return argv
 
 
 def check_name(value: object, field: str) -> str:

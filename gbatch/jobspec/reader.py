@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 from gbatch.core.timefmt import show_value
 from gbatch.jobspec.errors import SpecError
+from gbatch.jobspec.optvalues import MAX_FILE_BYTES as MAX_FILE_BYTES
 
-MAX_FILE_BYTES = 1024 * 1024
 MAX_NESTING = 32  # a job file needs 3 levels; libyaml itself stops at 1000
 
 

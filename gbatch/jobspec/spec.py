@@ -32,6 +32,8 @@ from gbatch.jobspec.nodeopts import (
 )
 from gbatch.jobspec.optvalues import MAX_CPUS as MAX_CPUS
 from gbatch.jobspec.optvalues import MAX_PATH_BYTES as MAX_PATH_BYTES
+from gbatch.jobspec.optvalues import check_command as _check_command
+from gbatch.jobspec.optvalues import check_command as check_command
 from gbatch.jobspec.optvalues import check_name as _check_name
 from gbatch.jobspec.optvalues import check_output_path as _check_output_path
 from gbatch.jobspec.optvalues import check_workdir as _check_workdir
@@ -539,48 +541,6 @@ def _unknown_key_message(key: str) -> str:
     if guess is not None:
         return f'unknown key {show_value(key)}. Did you mean "{guess}"?'
     return f"unknown key {show_value(key)}. Valid keys: {', '.join(sorted(KEYS))}"
-
-
-def _check_command(value: object, field: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        if not value.strip():
-            raise SpecError(field, "the command is empty. Give the command to run")
-        argv: tuple[str, ...] = ("/bin/sh", "-c", value)
-    elif isinstance(value, list | tuple):
-        if not value:
-            raise SpecError(field, "the command list is empty. Give the program and its args")
-        bad = [a for a in value if isinstance(a, bool) or not isinstance(a, str | int | float)]
-        if bad:
-            raise SpecError(
-                field,
-                f"list item {show_value(bad[0])} is not a string. Quote each argument, "
-                'e.g. ["python", "train.py"]',
-            )
-        argv = tuple(str(a) for a in value)
-        if not argv[0]:
-            raise SpecError(field, "the first item (the program) is empty. Name the program")
-    else:
-        raise SpecError(
-            field,
-            f"{show_value(value)} is not a command. Write a shell command as a string, "
-            'or the argv as a list, e.g. ["python", "train.py"]',
-        )
-    if any("\0" in a for a in argv):
-        raise SpecError(field, "the command contains a NUL byte. Remove it")
-    # As the kernel counts argv: each argument's bytes and its terminating NUL, so that
-    # a list of a million empty strings is as long as it really is.
-    if sum(len(a.encode("utf-8", "surrogatepass")) + 1 for a in argv) > MAX_COMMAND_BYTES:
-        raise SpecError(
-            field, "the command is longer than 64 KiB. Put it in a script and run the script"
-        )
-    return argv
-
-
-def check_command(value: object, field: str) -> tuple[str, ...]:
-    """A command checked as a job's: a string run by /bin/sh -c, or an argv list.
-
-    A step's argv is held to it as well."""
-    return _check_command(value, field)
 
 
 def _check_image(value: object, field: str) -> str:

@@ -236,7 +236,9 @@ def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str
                 f"{did_you_mean(extra[0], option_strings(parser))}. Remove the line, or "
                 "see `gbatch sbatch --help` for the options gbatch takes",
             )
-        values = vars(found)
+        # Not given: absent (SUPPRESS), but -H, -Q and -W declare a None default, which
+        # a later line must not set over an earlier line's flag.
+        values = {dest: value for dest, value in vars(found).items() if value is not None}
         if "wrap" in values:
             raise ScriptError(
                 script.location,

@@ -28,6 +28,9 @@ from __future__ import annotations
 import os
 import sys
 
+# read_options: the words of a line as argparse reads them (a module of its own, which
+# everyday_sbatch.py reads too).
+from gbatch.cli.everyday_words import read_options
 from gbatch.core.constants import (
     CLIENT_TIMEOUT_S,
     MAX_ID_DIGITS,
@@ -73,7 +76,7 @@ def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | N
     elif command == "sbatch":
         from gbatch.cli.everyday_sbatch import sbatch_run  # its options: everyday_sbatch.py
 
-        run = sbatch_run(rest)
+        run = sbatch_run(rest, exchange)
         if run is not None:
             return "gbatch sbatch", debug, run
     elif command == "scancel":
@@ -81,55 +84,6 @@ def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | N
         if values is not None:
             return "gbatch scancel", debug, lambda: run_scancel(values, exchange)
     return None
-
-
-def read_options(
-    words: list[str],
-    flags: Mapping[str, str],
-    with_value: Mapping[str, str],
-    positional: str | None = None,
-) -> dict[str, Any] | None:
-    """`words` as argparse reads them for these options; None for any word it may read otherwise.
-
-    {dest: True} for a flag given, {dest: [value, ...]} for an option. `positional`: the
-    dest of a `nargs="*"` argument, {positional: [word, ...]} for the words that are not
-    options, in one run (argparse refuses a second run after an option).
-    """
-    found: dict[str, Any] = {}
-    run = 0  # positional words: 0 none yet, 1 in their run, 2 their run has ended
-    at = 0
-    while at < len(words):
-        word = words[at]
-        at += 1
-        if positional is not None and word[:1] not in ("", "-"):
-            if run == 2:
-                return None
-            run = 1
-            found.setdefault(positional, []).append(word)
-            continue
-        if run == 1:
-            run = 2
-        if word in flags:
-            found[flags[word]] = True
-            continue
-        option, equals, value = word.partition("=")
-        if equals and option in with_value:  # `--user=VALUE`, `-u=VALUE`
-            pass
-        elif word in with_value:  # `-u VALUE`
-            if at == len(words):
-                return None
-            option, value = word, words[at]
-            at += 1
-        elif word[:2] in with_value and not equals:  # `-uVALUE`: a short option's
-            option, value = word[:2], word[2:]
-        else:
-            return None
-        # A value that is empty or begins with '-' (an option, a negative number, `--`,
-        # which argparse drops even after '=') follows argparse's own rules: its to read.
-        if value[:1] in ("", "-"):
-            return None
-        found.setdefault(with_value[option], []).append(value)
-    return found
 
 
 def split_list(values: list[str] | None) -> list[str] | None:

@@ -25,14 +25,14 @@ from __future__ import annotations
 import os
 import sys
 
-from gbatch.cli.everyday import read_options
+from gbatch.cli.everyday_words import read_options
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
-    from gbatch.cli.everyday import Exchange
+    Exchange = Callable[[dict[str, Any]], dict[str, Any] | None]  # everyday.exchange's
     from gbatch.jobspec.batchscript import BatchScript
 
 # sbatch's options this path reads, by their dest in sbatch's parser: the flags, and the
@@ -77,13 +77,12 @@ def read_line(words: list[str]) -> dict[str, Any] | None:
     return found
 
 
-def sbatch_run(words: list[str]) -> Callable[[], int | None] | None:
-    """everyday's run() of sbatch `words`, or None for a line this path does not read."""
+def sbatch_run(words: list[str], exchange: Exchange) -> Callable[[], int | None] | None:
+    """everyday's run() of sbatch `words`, sending with `exchange` (everyday.exchange);
+    None for a line this path does not read."""
     values = read_line(words)
     if values is None or ("wrap" in values) == ("file" in values):
         return None  # neither (stdin) or both (the full path's refusal)
-    from gbatch.cli.everyday import exchange
-
     return lambda: run_sbatch(values, os.environ, exchange)
 
 
@@ -262,7 +261,7 @@ def _spec(
     workdir = options.get("workdir")
     if workdir is not None and not os.path.isabs(workdir):
         workdir = os.path.join(submit_dir, workdir)  # as Slurm: from here
-    field = _LABELS.get
+    field = _LABELS.__getitem__
     name = options.get("name")
     spec: dict[str, Any] = {
         "name": (
@@ -302,7 +301,7 @@ def _spec(
         read.array_request(options["array"])  # refused here, before anything is sent
     start = spec.get("workdir", submit_dir)  # submit.start_dir's
     outputs = ((spec.get("output"), field("output")), (spec.get("error"), field("error")))
-    read.check_output_dirs(outputs, spec["name"], start)  # type: ignore[arg-type]
+    read.check_output_dirs(outputs, spec["name"], start)
     if "workdir" not in spec:
         spec["workdir"] = submit_dir  # as Slurm: a job starts where it was submitted
     from _socket import gethostname  # socket.gethostname itself, without socket.py

@@ -38,6 +38,9 @@ _MEM_PATTERN = r"([0-9]{1,13})\s*(?:([kmgt])(?:i?b)?)?"
 _MEM_UNITS_KB = {"k": 1, "": 1 << 10, "m": 1 << 10, "g": 1 << 20, "t": 1 << 30}
 _RUN_PATTERN = r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?"  # --array's A-B:S
 _DIGITS = frozenset("0123456789")
+_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_NAME_CHARS = _ALNUM | frozenset("._+-")  # NAME_PATTERN's, after its first
+_PARTITION_CHARS = _ALNUM | frozenset("_.-")  # PARTITION_PATTERN's, after its first
 
 
 def _ascii_digits(text: str, most: int) -> bool:
@@ -51,11 +54,15 @@ def _fullmatch(pattern: str, text: str, ignore_case: bool = False) -> object:
     return re.fullmatch(pattern, text, re.ASCII | (re.IGNORECASE if ignore_case else 0))
 
 
-def has_control(text: str) -> bool:
-    """Whether `text` holds a control character (CONTROL_PATTERN's)."""
-    import re
+def _spelled(text: str, rest: frozenset[str], most: int) -> bool:
+    """Whether `text` is a letter or digit then up to `most` - 1 characters of `rest`
+    (NAME_PATTERN's and PARTITION_PATTERN's form, read without re)."""
+    return 0 < len(text) <= most and text[0] in _ALNUM and all(char in rest for char in text)
 
-    return re.search(CONTROL_PATTERN, text) is not None
+
+def has_control(text: str) -> bool:
+    """Whether `text` holds a control character (CONTROL_PATTERN's: C0, DEL, C1)."""
+    return any(char <= "\x1f" or "\x7f" <= char <= "\x9f" for char in text)
 
 
 # ------------------------------------------------------------- --gpus, --gres
@@ -76,7 +83,7 @@ def check_gpu_type(value: object, field: str) -> str:
     """A GPU type as a job names it (`a100`, `rtx4090`, `1g.10gb`), lowercased.
 
     Which types exist is the daemon's to say (the types of its nodes' GPUs)."""
-    from gbatch.core.gputypes import is_type_name
+    from gbatch.core.gpuname import is_type_name
 
     text = value.strip().lower() if isinstance(value, str) else None
     if text is None or not is_type_name(text):
@@ -89,7 +96,7 @@ def check_gpu_type(value: object, field: str) -> str:
 
 
 def _is_type_name(text: str) -> bool:
-    from gbatch.core.gputypes import is_type_name
+    from gbatch.core.gpuname import is_type_name
 
     return is_type_name(text)
 
@@ -218,7 +225,7 @@ def check_mem(value: object, field: str = "mem") -> int:
 
 def check_qos(value: object, field: str) -> str:
     """One QOS name; which exist, and which the user may use, is the daemon's to say."""
-    if not isinstance(value, str) or not _fullmatch(PARTITION_PATTERN, value):
+    if not isinstance(value, str) or not _spelled(value, _PARTITION_CHARS, 63):
         raise SpecError(
             field,
             f"{show_value(value)} is not a QOS name. Name one of those "
@@ -240,7 +247,7 @@ def check_partition(value: object, field: str) -> str:
             "first). Name one of them",
         )
     for name in names:
-        if not isinstance(name, str) or not _fullmatch(PARTITION_PATTERN, name):
+        if not isinstance(name, str) or not _spelled(name, _PARTITION_CHARS, 63):
             raise SpecError(
                 field,
                 f"{show_value(value)} is not a partition name. Name one of the partitions "
@@ -254,7 +261,8 @@ def int_option(text: str | None, option: str) -> int | None:
     one line naming the option (build_spec checks the range)."""
     if text is None:  # before the pattern: five calls a submit, most with None
         return None
-    if not _fullmatch(r"[+-]?[0-9]{1,18}", text.strip()):
+    digits = text.strip()
+    if not _ascii_digits(digits[1:] if digits[:1] in ("+", "-") else digits, 18):
         raise SpecError(option, f"{show_value(text)} is not a whole number. Use e.g. 3")
     return int(text)
 
@@ -318,7 +326,7 @@ def check_command(value: object, field: str) -> tuple[str, ...]:
 
 
 def check_name(value: object, field: str) -> str:
-    if not isinstance(value, str) or not _fullmatch(NAME_PATTERN, value):
+    if not isinstance(value, str) or not _spelled(value, _NAME_CHARS, 128):
         raise SpecError(
             field,
             f"{show_value(value)} is not a valid job name. Use 1 to 128 letters, digits, "
@@ -329,6 +337,8 @@ def check_name(value: object, field: str) -> str:
 
 def safe_default_name(text: str) -> str:
     """A job's name made of `text` (its file's), where none is given: "my run" -> my_run."""
+    if _spelled(text[:128], _NAME_CHARS, 128):  # a name already ("wrap", "job.sh")
+        return text[:128]
     import re
 
     name = re.sub(r"[^A-Za-z0-9._+-]+", "_", text, flags=re.ASCII)

@@ -445,3 +445,45 @@ def test_an_sbatch_flag_line_holds_when_a_later_line_follows(workdir: Any) -> No
     assert args is not None and args.quiet is True
     assert full[3] == {"hold": 2, "quiet": 3, "name": 4}
     assert _agree(["held.sh"], {}, str(workdir))
+
+
+_CHARS = st.text(
+    alphabet=st.one_of(
+        st.sampled_from("aZ09._+-_ \t\n%,:\x00\x1f\x7f\x85\x9f\xa0é٣"), st.characters()
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_CHARS)
+@example("a" * 128)
+@example("a" * 129)
+@example("p" * 63)
+@example("p" * 64)
+def test_the_readers_without_re_read_as_their_patterns(text: str) -> None:
+    """optvalues reads names, partitions, control characters and whole numbers without
+    re (a start-up cost of the everyday path): each as its pattern does."""
+    import re
+
+    from gbatch.jobspec import optvalues
+    from gbatch.jobspec.errors import SpecError
+
+    def refused(check: Any, *args: Any) -> bool:
+        try:
+            check(*args)
+        except SpecError:
+            return True
+        return False
+
+    name = re.fullmatch(optvalues.NAME_PATTERN, text, re.ASCII) is not None
+    assert refused(optvalues.check_name, text, "-J") is not name
+    partition = re.fullmatch(optvalues.PARTITION_PATTERN, text, re.ASCII) is not None
+    assert refused(optvalues.check_qos, text, "-q") is not partition
+    assert optvalues.has_control(text) == (re.search(optvalues.CONTROL_PATTERN, text) is not None)
+    whole = re.fullmatch(r"[+-]?[0-9]{1,18}", text.strip(), re.ASCII) is not None
+    assert refused(optvalues.int_option, text, "-c") is not whole
+    # safe_default_name as it was written with re alone
+    made = re.sub(r"[^A-Za-z0-9._+-]+", "_", text, flags=re.ASCII)
+    made = re.sub(r"^[^A-Za-z0-9]+", "", made, flags=re.ASCII)[:128]
+    assert optvalues.safe_default_name(text) == (made or "job")

@@ -5,7 +5,8 @@ The lines it takes: `sbatch [OPTIONS] --wrap CMD` and `sbatch [OPTIONS] SCRIPT [
 where OPTIONS and the script's #SBATCH lines are among -H/--hold, --parsable,
 -Q/--quiet, -G/--gpus, --gres=gpu[:TYPE][:N], -t/--time, -J/--job-name, -p/--partition,
 -q/--qos, -o/--output, -e/--error, -c/--cpus-per-task, --mem, -a/--array,
--d/--dependency and -D/--chdir, each read as argparse reads it (everyday.read_options).
+-d/--dependency, -D/--chdir, --nice, --open-mode, --mail-type, --mail-user, --comment
+and --requeue (the default), each read as argparse reads it (everyday_words.read_options).
 Each value is read by the full path's own reader (gbatch/jobspec/optvalues.py; -d's is
 slurmopts'), the spec is the one build_submit makes of it, and the request is sent,
 output printed and warnings given as sbatch.run does.
@@ -38,20 +39,23 @@ if TYPE_CHECKING:
 # sbatch's options this path reads, by their dest in sbatch's parser: the flags, and the
 # job's options that take a value (the command line's and the #SBATCH lines').
 SBATCH_FLAGS = {"-H": "hold", "--hold": "hold", "--parsable": "parsable", "-Q": "quiet"}
-SBATCH_FLAGS["--quiet"] = "quiet"
+SBATCH_FLAGS |= {"--quiet": "quiet", "--requeue": "requeue"}  # --requeue: the default
 JOB_VALUES = {"-G": "gpus", "--gpus": "gpus", "--gres": "gres", "-t": "time_limit"}
 JOB_VALUES |= {"--time": "time_limit", "-J": "name", "--job-name": "name"}
 JOB_VALUES |= {"-p": "partition", "--partition": "partition", "-q": "qos", "--qos": "qos"}
 JOB_VALUES |= {"-o": "output", "--output": "output", "-e": "error", "--error": "error"}
 JOB_VALUES |= {"-c": "cpus", "--cpus-per-task": "cpus", "--mem": "mem", "-a": "array"}
 JOB_VALUES |= {"--array": "array", "-d": "dependency", "--dependency": "dependency"}
-JOB_VALUES |= {"-D": "workdir", "--chdir": "workdir"}
+JOB_VALUES |= {"-D": "workdir", "--chdir": "workdir", "--nice": "nice"}
+JOB_VALUES |= {"--open-mode": "open_mode", "--mail-type": "mail_type", "--comment": "comment"}
+JOB_VALUES |= {"--mail-user": "mail_user"}
 SBATCH_VALUES = {"--wrap": "wrap", **JOB_VALUES}
 # How build_spec names each option in its refusals (spec.OVERRIDE_OPTION's).
 _LABELS = {"name": "-J/--job-name", "time_limit": "-t/--time", "partition": "-p/--partition"}
 _LABELS |= {"qos": "-q/--qos", "output": "-o/--output", "error": "-e/--error", "mem": "--mem"}
 _LABELS |= {"cpus": "-c/--cpus-per-task", "dependency": "-d/--dependency"}
-_LABELS |= {"workdir": "-D/--chdir"}
+_LABELS |= {"workdir": "-D/--chdir", "nice": "--nice", "open_mode": "--open-mode"}
+_LABELS |= {"mail_type": "--mail-type", "mail_user": "--mail-user", "comment": "--comment"}
 
 
 def read_line(words: list[str]) -> dict[str, Any] | None:
@@ -279,11 +283,17 @@ def _spec(
             spec["time_limit"] = limit
     if workdir is not None:
         spec["workdir"] = read.check_workdir(workdir, field("workdir"))
+    if "nice" in options:
+        nice = read.check_nice(read.int_option(options["nice"], field("nice")), field("nice"))
+        if nice:
+            spec["nice"] = nice
     if "partition" in options:
         spec["partition"] = read.check_partition(options["partition"], field("partition"))
     for key in ("output", "error"):
         if key in options:
             spec[key] = read.check_output_path(options[key], field(key))
+    if "open_mode" in options:
+        spec["open_mode"] = read.check_open_mode(options["open_mode"], field("open_mode"))
     if "cpus" in options:
         cpus = read.int_option(options["cpus"], field("cpus"))
         spec["cpus"] = read.check_cpus(cpus, field("cpus"))
@@ -293,6 +303,12 @@ def _spec(
         from gbatch.jobspec.slurmopts import check_dependency  # rare: its grammar's cost
 
         spec["dependency"] = check_dependency(options["dependency"], field("dependency"))
+    if "mail_type" in options:
+        spec["mail_type"] = read.check_mail_type(options["mail_type"], field("mail_type"))
+    if "mail_user" in options:
+        spec["mail_user"] = read.check_mail_user(options["mail_user"], field("mail_user"))
+    if "comment" in options:
+        spec["comment"] = read.check_comment(options["comment"], field("comment"))
     if kind is not None:
         spec["gpu_type"] = kind
     if "qos" in options:

@@ -36,6 +36,7 @@ PARTITION_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}"  # a job's name
 _MEM_PATTERN = r"([0-9]{1,13})\s*(?:([kmgt])(?:i?b)?)?"
 _MEM_UNITS_KB = {"k": 1, "": 1 << 10, "m": 1 << 10, "g": 1 << 20, "t": 1 << 30}
+_MAIL_PATTERN = r"[^\s@,]{1,64}(?:@[^\s@,]{1,255})?"  # --mail-user's (Unicode \s)
 _RUN_PATTERN = r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?"  # --array's A-B:S
 _DIGITS = frozenset("0123456789")
 _ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
@@ -48,10 +49,11 @@ def _ascii_digits(text: str, most: int) -> bool:
     return 0 < len(text) <= most and all(char in _DIGITS for char in text)
 
 
-def _fullmatch(pattern: str, text: str, ignore_case: bool = False) -> object:
+def _fullmatch(pattern: str, text: str, ignore_case: bool = False, ascii: bool = True) -> object:
     import re
 
-    return re.fullmatch(pattern, text, re.ASCII | (re.IGNORECASE if ignore_case else 0))
+    flags = (re.ASCII if ascii else 0) | (re.IGNORECASE if ignore_case else 0)
+    return re.fullmatch(pattern, text, flags)
 
 
 def _spelled(text: str, rest: frozenset[str], most: int) -> bool:
@@ -282,6 +284,67 @@ def int_check(low: int, high: int) -> Callable[[object, str], int]:
 
 
 check_cpus = int_check(1, MAX_CPUS)
+check_nice = int_check(-10000, 10000)  # --nice's and --priority's
+
+
+# ------------------------------------------- --open-mode, --mail-type, --mail-user, --comment
+
+
+def check_open_mode(value: object, field: str) -> str:
+    """As sbatch: the first letter decides (a or A: append, t or T: truncate)."""
+    first = value.strip()[:1].lower() if isinstance(value, str) else ""
+    if first not in ("a", "t"):
+        raise SpecError(field, f"{show_value(value)} is not an open mode. Use append or truncate")
+    return "append" if first == "a" else "truncate"
+
+
+MAIL_TYPES = frozenset(
+    {
+        "NONE",
+        "BEGIN",
+        "END",
+        "FAIL",
+        "REQUEUE",
+        "ALL",
+        "INVALID_DEPEND",
+        "STAGE_OUT",
+        "TIME_LIMIT",
+        "TIME_LIMIT_90",
+        "TIME_LIMIT_80",
+        "TIME_LIMIT_50",
+        "ARRAY_TASKS",
+    }
+)
+
+
+def check_mail_type(value: object, field: str) -> str:
+    if isinstance(value, str):
+        types = [t.strip().upper() for t in value.split(",")]
+        if types and all(t in MAIL_TYPES for t in types):
+            return ",".join(types)
+    raise SpecError(
+        field,
+        f"{show_value(value)} is not a mail type. Use NONE, BEGIN, END, FAIL, REQUEUE, ALL, "
+        "TIME_LIMIT or ARRAY_TASKS, comma separated",
+    )
+
+
+def check_mail_user(value: object, field: str) -> str:
+    if not isinstance(value, str) or not _fullmatch(_MAIL_PATTERN, value, ascii=False):
+        raise SpecError(
+            field, f"{show_value(value)} is not a mail address. Use e.g. ada@example.org"
+        )
+    if has_control(value):
+        raise SpecError(field, "the address has a control character. Remove it")
+    return value
+
+
+def check_comment(value: object, field: str) -> str:
+    if not isinstance(value, str) or len(value) > 1024 or has_control(value):
+        raise SpecError(
+            field, "a comment is one line of text of at most 1024 characters. Shorten it"
+        )
+    return value
 
 
 # ------------------------------------------------------------- -J, -D, -o, -e

@@ -41,6 +41,9 @@ from gbatch.jobspec.optvalues import (
     parse_array_runs,
 )
 from gbatch.jobspec.optvalues import (
+    MAIL_TYPES as MAIL_TYPES,
+)
+from gbatch.jobspec.optvalues import (
     MAX_ARRAY_INDEX as MAX_ARRAY_INDEX,
 )
 from gbatch.jobspec.optvalues import (
@@ -50,13 +53,25 @@ from gbatch.jobspec.optvalues import (
     MAX_MEM_MB as MAX_MEM_MB,
 )
 from gbatch.jobspec.optvalues import (
+    check_comment as check_comment,
+)
+from gbatch.jobspec.optvalues import (
     check_gpu_type as check_gpu_type,
 )
 from gbatch.jobspec.optvalues import (
     check_gpus as check_gpus,
 )
 from gbatch.jobspec.optvalues import (
+    check_mail_type as check_mail_type,
+)
+from gbatch.jobspec.optvalues import (
+    check_mail_user as check_mail_user,
+)
+from gbatch.jobspec.optvalues import (
     check_mem as check_mem,
+)
+from gbatch.jobspec.optvalues import (
+    check_open_mode as check_open_mode,
 )
 from gbatch.jobspec.optvalues import (
     check_partition as check_partition,
@@ -83,14 +98,6 @@ CONTROL_RE = re.compile(CONTROL_PATTERN)  # C0, DEL and C1 control characters
 PARTITION_NAME = re.compile(PARTITION_PATTERN, re.ASCII)
 
 # ------------------------------------------------- --gpus, --time, --mem, -p, -d, ...
-
-
-def check_open_mode(value: object, field: str) -> str:
-    """As sbatch: the first letter decides (a or A: append, t or T: truncate)."""
-    first = value.strip()[:1].lower() if isinstance(value, str) else ""
-    if first not in ("a", "t"):
-        raise SpecError(field, f"{show_value(value)} is not an open mode. Use append or truncate")
-    return "append" if first == "a" else "truncate"
 
 
 def check_dependency(value: object, field: str) -> str:
@@ -299,46 +306,6 @@ def parse_signal(value: object, field: str = "--signal") -> JobSignal:
 
 # ---------------------------------------------------------- mail and comment
 
-MAIL_TYPES = frozenset(
-    {
-        "NONE",
-        "BEGIN",
-        "END",
-        "FAIL",
-        "REQUEUE",
-        "ALL",
-        "INVALID_DEPEND",
-        "STAGE_OUT",
-        "TIME_LIMIT",
-        "TIME_LIMIT_90",
-        "TIME_LIMIT_80",
-        "TIME_LIMIT_50",
-        "ARRAY_TASKS",
-    }
-)
-
-
-def check_mail_type(value: object, field: str) -> str:
-    if isinstance(value, str):
-        types = [t.strip().upper() for t in value.split(",")]
-        if types and all(t in MAIL_TYPES for t in types):
-            return ",".join(types)
-    raise SpecError(
-        field,
-        f"{show_value(value)} is not a mail type. Use NONE, BEGIN, END, FAIL, REQUEUE, ALL, "
-        "TIME_LIMIT or ARRAY_TASKS, comma separated",
-    )
-
-
-def check_mail_user(value: object, field: str) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[^\s@,]{1,64}(?:@[^\s@,]{1,255})?", value):
-        raise SpecError(
-            field, f"{show_value(value)} is not a mail address. Use e.g. ada@example.org"
-        )
-    if CONTROL_RE.search(value):
-        raise SpecError(field, "the address has a control character. Remove it")
-    return value
-
 
 def check_reservation(value: object, field: str) -> str:
     """One reservation name (scontrol create reservation); which exist is the daemon's."""
@@ -347,14 +314,6 @@ def check_reservation(value: object, field: str) -> str:
             field,
             f"{show_value(value)} is not a reservation name. Name one that "
             "`gbatch scontrol show reservation` lists",
-        )
-    return value
-
-
-def check_comment(value: object, field: str) -> str:
-    if not isinstance(value, str) or len(value) > 1024 or CONTROL_RE.search(value):
-        raise SpecError(
-            field, "a comment is one line of text of at most 1024 characters. Shorten it"
         )
     return value
 

@@ -176,6 +176,11 @@ _OPTION_VALUES = {
     "array": ["0-3", "4", "1,3,5%2", "0-0", "3-1", "x", "0-9:2", "0"],
     "dependency": ["afterok:12", "singleton", "x", "afterok:1?afterany:2", "after:5+10"],
     "chdir": ["/tmp", "rel", "/tmp/./x", "/"],
+    "nice": ["0", "5", "x", "10001", "+7"],
+    "open-mode": ["append", "truncate", "A", "x"],
+    "mail-type": ["END,FAIL", "ALL", "x", "end", "BEGIN,x"],
+    "mail-user": ["a@b.org", "x y", "é@x", "@", "ada"],
+    "comment": ["hello", "c" * 1025, "tab\there", "a b"],
 }
 _SHORT = {"gpus": "-G", "time": "-t", "job-name": "-J", "partition": "-p", "qos": "-q"}
 _SHORT |= {"output": "-o", "error": "-e", "cpus-per-task": "-c", "array": "-a"}
@@ -206,6 +211,7 @@ _OTHER = st.lists(
             *("-H", "--parsable", "-Q", "--hold", "-N", "2", "--exclusive", "-A", "lab"),
             *("--wrap=x", "--test-only", "stray", "--gpus-per-node=1", "-W", "--no-requeue"),
             "# a comment",
+            "--requeue",
         ]
     ),
     max_size=2,

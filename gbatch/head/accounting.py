@@ -33,10 +33,9 @@ def gpu_seconds_in(
 def as_earlier_run(
     job: Job, start: float, end: float, placements: Sequence[tuple[str, Sequence[int]]]
 ) -> Job:
-    """`job` as it was in a run a requeue ended (the store's earlier_runs): that run's times
-    and GPUs, for the arithmetic here and nothing else.
+    """`job` as it was in a run a requeue ended (the store's earlier_runs), for sums here.
 
-    Its state is an ended one (COMPLETED: the requeue's run ended; the job itself may be
+    That run's times and GPUs, for the arithmetic here and nothing else. Its state is an ended one (COMPLETED: the requeue's run ended; the job itself may be
     pending again, which gpu_seconds_in would count as no run at all)."""
     first, *others = placements or [("", ())]
     return replace(

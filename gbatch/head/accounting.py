@@ -35,8 +35,9 @@ def as_earlier_run(
 ) -> Job:
     """`job` as it was in a run a requeue ended (the store's earlier_runs), for sums here.
 
-    That run's times and GPUs, for the arithmetic here and nothing else. Its state is an ended one (COMPLETED: the requeue's run ended; the job itself may be
-    pending again, which gpu_seconds_in would count as no run at all)."""
+    That run's times and GPUs, for the arithmetic here and nothing else. Its state is an
+    ended one (COMPLETED: the requeue's run ended; the job itself may be pending again,
+    which gpu_seconds_in would count as no run at all)."""
     first, *others = placements or [("", ())]
     return replace(
         job,

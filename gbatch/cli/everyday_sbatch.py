@@ -107,9 +107,12 @@ def run_sbatch(values: dict[str, Any], environ: Mapping[str, str], send: Exchang
     except Exception as err:
         from gbatch.protocol.client import RequestFailed
 
+        located = err
         if isinstance(err, RequestFailed) and script is not None:
-            raise _located(err, script, lines) from err
-        raise
+            located = _located(err, script, lines)
+        if located is err:
+            raise
+        raise located from err
     if reply is None:
         return None
     ids = reply["ids"]
@@ -124,7 +127,7 @@ def run_sbatch(values: dict[str, Any], environ: Mapping[str, str], send: Exchang
 
 def _located(err: Any, script: BatchScript, lines: dict[str, int]) -> Exception:
     """sbatch.run's RequestFailed for a daemon's refusal of a value an #SBATCH line gave:
-    the script's file and line before it."""
+    the script's file and line before it (`err` itself for another refusal)."""
     from gbatch.jobspec.submit import line_of
 
     line = line_of(err.message.split(":", 1)[0], lines)

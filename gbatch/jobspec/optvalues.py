@@ -202,16 +202,14 @@ def check_mem(value: object, field: str = "mem") -> int:
     gbatch counts memory per job. More than 1P is refused too.
     """
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-    match: object = None
-    if isinstance(text, str):
-        match = _fullmatch(_MEM_PATTERN, text.strip(), ignore_case=True)
-    if match is None:
+    groups = _mem_groups(text.strip()) if isinstance(text, str) else None
+    if groups is None:
         raise SpecError(
             field,
             f"{show_value(value)} is not a memory size. Use megabytes or a size with a unit "
             "K, M, G or T, e.g. 4096, 16G or 512M",
         )
-    number, unit = int(match.group(1)), (match.group(2) or "").lower()  # type: ignore[attr-defined]
+    number, unit = int(groups[0]), groups[1].lower()
     if number == 0:
         raise SpecError(
             field,
@@ -223,6 +221,25 @@ def check_mem(value: object, field: str = "mem") -> int:
     if mib > MAX_MEM_MB:
         raise SpecError(field, f"{show_value(value)} is more than 1P. Ask for less memory")
     return mib
+
+
+_MEM_SUFFIXES = frozenset({"", "b", "B", "ib", "iB", "Ib", "IB"})  # (?:i?b)?, any case
+
+
+def _mem_groups(text: str) -> tuple[str, str] | None:
+    """The number and unit ("" for none) of re.fullmatch(_MEM_PATTERN, text, re.ASCII |
+    re.IGNORECASE), or None where it does not match: read without re."""
+    end = 0
+    while end < len(text) and text[end] in _DIGITS:
+        end += 1
+    number, rest = text[:end], text[end:].lstrip(" \t\n\r\f\v")  # \s, ASCII
+    if not 1 <= len(number) <= 13:
+        return None
+    if not rest:
+        return number, ""
+    if rest[0] not in "kmgtKMGT" or rest[1:] not in _MEM_SUFFIXES:
+        return None
+    return number, rest[0]
 
 
 def check_qos(value: object, field: str) -> str:
@@ -470,13 +487,14 @@ def check_output_dirs(outputs: tuple[tuple[str | None, str], ...], name: str, ba
     why there is no file). The daemon's shim checks again as it opens them."""
     if all(pattern is None for pattern, _ in outputs):
         return
-    from gbatch.core.outputs import refusal, submit_check_dir
-
-    user = user_name()
     for pattern, field in outputs:
         if pattern is None:
             continue
-        directory = submit_check_dir(pattern, user, name, base)
+        directory: str | None = base  # submit_check_dir's for a name alone (outputs loads re)
+        if os.path.dirname(pattern):
+            from gbatch.core.outputs import submit_check_dir
+
+            directory = submit_check_dir(pattern, user_name(), name, base)
         if directory is None:
             continue
         shown = f"{pattern}: directory {directory}"
@@ -487,6 +505,8 @@ def check_output_dirs(outputs: tuple[tuple[str | None, str], ...], name: str, ba
             )
         path = os.path.join(directory, os.path.basename(pattern))
         if "%" not in os.path.basename(pattern) and os.path.exists(path):
+            from gbatch.core.outputs import refusal
+
             info = os.stat(path)
             refused = refusal(
                 path, info.st_mode, is_devnull=info.st_rdev == os.stat(os.devnull).st_rdev

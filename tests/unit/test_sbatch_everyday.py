@@ -493,3 +493,28 @@ def test_the_readers_without_re_read_as_their_patterns(text: str) -> None:
     made = re.sub(r"[^A-Za-z0-9._+-]+", "_", text, flags=re.ASCII)
     made = re.sub(r"^[^A-Za-z0-9]+", "", made, flags=re.ASCII)[:128]
     assert optvalues.safe_default_name(text) == (made or "job")
+
+
+_SIZES = st.text(
+    alphabet=st.sampled_from("0123456789 \t\x0b\xa0kKmMgGtTiIbB-:\u212a٣x"), max_size=16
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(_SIZES, _CHARS))
+@example("1" * 13 + "G")
+@example("1" * 14)
+@example("16 GiB")
+@example("4\u212a")  # the Kelvin sign: IGNORECASE with ASCII does not fold it to k
+def test_the_time_and_memory_readers_read_as_their_patterns(text: str) -> None:
+    """-t's and --mem's grammars read without re, each as its pattern does."""
+    import re
+
+    from gbatch.core import timefmt
+    from gbatch.jobspec import optvalues
+
+    time_match = re.fullmatch(timefmt._TIME_PATTERN, text)
+    assert timefmt._time_groups(text) == (None if time_match is None else time_match.groups())
+    mem_match = re.fullmatch(optvalues._MEM_PATTERN, text, re.ASCII | re.IGNORECASE)
+    expected = None if mem_match is None else (mem_match.group(1), mem_match.group(2) or "")
+    assert optvalues._mem_groups(text) == expected

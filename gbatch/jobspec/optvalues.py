@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from gbatch.core.constants import MAX_COMMAND_BYTES
-from gbatch.core.timefmt import show_value
+from gbatch.core.timefmt import ACCEPTED_FORMS, TimeLimitError, parse_time_limit, show_value
 from gbatch.jobspec.errors import SpecError
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
@@ -64,6 +64,8 @@ def _spelled(text: str, rest: frozenset[str], most: int) -> bool:
 
 def has_control(text: str) -> bool:
     """Whether `text` holds a control character (CONTROL_PATTERN's: C0, DEL, C1)."""
+    if text.isprintable():  # all of them are Unicode's Cc, which isprintable() is not
+        return False
     return any(char <= "\x1f" or "\x7f" <= char <= "\x9f" for char in text)
 
 
@@ -184,8 +186,6 @@ def parse_gpus(text: str, field: str, nodes: int = 1) -> tuple[str | None, int]:
 
 
 def check_time_limit(value: object, field: str) -> int | None:
-    from gbatch.core.timefmt import ACCEPTED_FORMS, TimeLimitError, parse_time_limit
-
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise SpecError(field, f"{show_value(value)} is not a time limit. Use {ACCEPTED_FORMS}")
     try:

@@ -5,8 +5,9 @@ The lines it takes: `sbatch [OPTIONS] --wrap CMD` and `sbatch [OPTIONS] SCRIPT [
 where OPTIONS and the script's #SBATCH lines are among -H/--hold, --parsable,
 -Q/--quiet, -G/--gpus, --gres=gpu[:TYPE][:N], -t/--time, -J/--job-name, -p/--partition,
 -q/--qos, -o/--output, -e/--error, -c/--cpus-per-task, --mem, -a/--array,
--d/--dependency, -D/--chdir, --nice, --open-mode, --mail-type, --mail-user, --comment
-and --requeue (the default), each read as argparse reads it (everyday_words.read_options).
+-d/--dependency, -D/--chdir, --nice, --open-mode, --mail-type, --mail-user, --comment,
+--requeue (the default), and -N/--nodes, -n/--ntasks, --ntasks-per-node of one node and
+one task, each read as argparse reads it (everyday_words.read_options).
 Each value is read by the full path's own reader (gbatch/jobspec/optvalues.py; -d's is
 slurmopts'), the spec is the one build_submit makes of it, and the request is sent,
 output printed and warnings given as sbatch.run does.
@@ -48,7 +49,8 @@ JOB_VALUES |= {"-c": "cpus", "--cpus-per-task": "cpus", "--mem": "mem", "-a": "a
 JOB_VALUES |= {"--array": "array", "-d": "dependency", "--dependency": "dependency"}
 JOB_VALUES |= {"-D": "workdir", "--chdir": "workdir", "--nice": "nice"}
 JOB_VALUES |= {"--open-mode": "open_mode", "--mail-type": "mail_type", "--comment": "comment"}
-JOB_VALUES |= {"--mail-user": "mail_user"}
+JOB_VALUES |= {"--mail-user": "mail_user", "-N": "nodes", "--nodes": "nodes", "-n": "ntasks"}
+JOB_VALUES |= {"--ntasks": "ntasks", "--ntasks-per-node": "ntasks_per_node"}
 SBATCH_VALUES = {"--wrap": "wrap", **JOB_VALUES}
 # How build_spec names each option in its refusals (spec.OVERRIDE_OPTION's).
 _LABELS = {"name": "-J/--job-name", "time_limit": "-t/--time", "partition": "-p/--partition"}
@@ -265,6 +267,13 @@ def _spec(
         kind, gpus = read.parse_gpus(options["gpus"], "--gpus")
     if kind is not None and not gpus:
         return None  # a type but no GPUs: build_spec's refusal
+    # One node and one task (a template's `-N 1`, `-n 1`): a job across nodes or with
+    # more tasks is the full path's (nodeopts.settle_nodes, -G over the nodes).
+    if "nodes" in options and read.check_nodes(options["nodes"], "-N/--nodes") != 1:
+        return None
+    for key, label in (("ntasks", "-n/--ntasks"), ("ntasks_per_node", "--ntasks-per-node")):
+        if key in options and read.int_option(options[key], label) != 1:
+            return None
     workdir = options.get("workdir")
     if workdir is not None and not os.path.isabs(workdir):
         workdir = os.path.join(submit_dir, workdir)  # as Slurm: from here
@@ -297,6 +306,8 @@ def _spec(
             spec[key] = read.check_output_path(options[key], field(key))
     if "open_mode" in options:
         spec["open_mode"] = read.check_open_mode(options["open_mode"], field("open_mode"))
+    if "ntasks" in options:
+        spec["ntasks"] = 1
     if "cpus" in options:
         cpus = read.int_option(options["cpus"], field("cpus"))
         spec["cpus"] = read.check_cpus(cpus, field("cpus"))
@@ -314,6 +325,8 @@ def _spec(
         spec["comment"] = read.check_comment(options["comment"], field("comment"))
     if kind is not None:
         spec["gpu_type"] = kind
+    if "ntasks_per_node" in options:
+        spec["ntasks_per_node"] = 1
     if "qos" in options:
         spec["qos"] = read.check_qos(options["qos"], field("qos"))
     if "array" in options:

@@ -20,11 +20,13 @@ from gbatch.jobspec.errors import SpecError
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 MAX_GPUS = 64
 MAX_MEM_MB = 1 << 30  # 1 PiB in MiB, as for shm_size
 MAX_PATH_BYTES = 4095  # Linux's PATH_MAX, less its NUL
 MAX_CPUS = 4096
+MAX_NODES = 1024
 MAX_FILE_BYTES = 1024 * 1024  # a job file's or batch script's (jobspec.reader)
 MAX_ARRAY_INDEX = 4_000_000  # Slurm's MaxArraySize is at most 4000001
 ARRAY_FORMS = "N (tasks 0 to N-1), A-B, A-B:STEP or a list such as 1,4,10-12"
@@ -37,6 +39,7 @@ NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}"  # a job's name
 _MEM_PATTERN = r"([0-9]{1,13})\s*(?:([kmgt])(?:i?b)?)?"
 _MEM_UNITS_KB = {"k": 1, "": 1 << 10, "m": 1 << 10, "g": 1 << 20, "t": 1 << 30}
 _MAIL_PATTERN = r"[^\s@,]{1,64}(?:@[^\s@,]{1,255})?"  # --mail-user's (Unicode \s)
+_NODES_PATTERN = r"\s*([0-9]{1,9})\s*(?:-\s*([0-9]{1,9})\s*)?"  # -N's N or MIN-MAX
 _RUN_PATTERN = r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?"  # --array's A-B:S
 _DIGITS = frozenset("0123456789")
 _ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
@@ -273,6 +276,32 @@ def check_partition(value: object, field: str) -> str:
                 "`gbatch sinfo` lists",
             )
     return ",".join(names)  # type: ignore[arg-type]
+
+
+def check_nodes(value: object, field: str) -> int:
+    """-N/--nodes: N, or Slurm's N-M (a minimum and a maximum), taken as N.
+
+    The planner allocates exactly N nodes; a job that could also run on more gets N."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        count = value
+    else:
+        match: Any = _fullmatch(_NODES_PATTERN, value) if isinstance(value, str) else None
+        if match is None:
+            raise SpecError(
+                field,
+                f"{show_value(value)} is not a node count. Give a whole number such as 2 "
+                "(Slurm's MIN-MAX, such as 2-4, is taken as its MIN)",
+            )
+        count = int(match.group(1))
+        if match.group(2) is not None and int(match.group(2)) < count:
+            raise SpecError(
+                field, f"{show_value(value)} runs backwards. Give MIN-MAX with MIN <= MAX, or N"
+            )
+    if not 1 <= count <= MAX_NODES:
+        raise SpecError(
+            field, f"{show_value(value)} is out of range. Ask for 1 to {MAX_NODES} nodes"
+        )
+    return count
 
 
 def int_option(text: str | None, option: str) -> int | None:

@@ -234,7 +234,7 @@ def test_other_command_lines_are_left_to_argparse() -> None:
         ["squeue", "-hu", "root"],
         ["squeue", "--help"],
         ["sbatch", "-H"],  # no --wrap: a file or stdin
-        ["sbatch", "--wrap", "true", "-N", "2"],
+        ["sbatch", "--wrap", "true", "-w", "n1"],
         ["sbatch", "--wrap", "true", "job.sh"],  # both: the full path's refusal
         ["sbatch", "-t", "5", "--", "job.sh"],
         ["scancel", "-s", "USR1", "1"],

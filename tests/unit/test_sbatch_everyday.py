@@ -181,10 +181,13 @@ _OPTION_VALUES = {
     "mail-type": ["END,FAIL", "ALL", "x", "end", "BEGIN,x"],
     "mail-user": ["a@b.org", "x y", "é@x", "@", "ada"],
     "comment": ["hello", "c" * 1025, "tab\there", "a b"],
+    "nodes": ["1", "2", "1-4", "0", "x", " 1 "],
+    "ntasks": ["1", "2", "+1", "0", "x"],
+    "ntasks-per-node": ["1", "4", "0"],
 }
 _SHORT = {"gpus": "-G", "time": "-t", "job-name": "-J", "partition": "-p", "qos": "-q"}
 _SHORT |= {"output": "-o", "error": "-e", "cpus-per-task": "-c", "array": "-a"}
-_SHORT |= {"dependency": "-d", "chdir": "-D"}
+_SHORT |= {"dependency": "-d", "chdir": "-D", "nodes": "-N", "ntasks": "-n"}
 _OPTION = st.sampled_from(sorted(_OPTION_VALUES)).flatmap(
     lambda name: st.tuples(st.just(name), st.sampled_from(_OPTION_VALUES[name]))
 )
@@ -283,7 +286,8 @@ def test_a_wrap_line_sends_what_build_submit_makes(
     words = [*other, *options, "--wrap", command]
     taken = _agree(words, environ, str(workdir))
     event(f"taken: {taken}")
-    shards = any("shard" in word for word in options)  # a share of a GPU: the full path's
+    # A share of a GPU, or a job across nodes or of several tasks: the full path's.
+    shards = any("shard" in word or word[:2] in ("-N", "-n") for word in options)
     if not other and not shards and taken is False and command.strip() and "\0" not in command:
         full = _both(words, environ, str(workdir))[1]
         assert isinstance(full, Exception), f"{words}: declined a line the full path takes"

@@ -271,7 +271,7 @@ def test_everyday_command_lines_import_neither_argparse_nor_json_nor_pathlib(
 
 def test_sbatch_takes_the_full_path_for_any_other_option(tmp_path: Path) -> None:
     with answering_daemon(tmp_path, {"ids": [7]}):
-        loaded = loaded_by(["sbatch", "-H", "-N", "2", "--wrap", "true"], tmp_path)
+        loaded = loaded_by(["sbatch", "-H", "-w", "n1", "--wrap", "true"], tmp_path)
     assert {"gbatch.jobspec.spec", "gbatch.protocol.requests", "gbatch.core.model"} <= loaded
 
 

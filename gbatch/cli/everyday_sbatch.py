@@ -6,7 +6,7 @@ where OPTIONS and the script's #SBATCH lines are among -H/--hold, --parsable,
 -Q/--quiet, -G/--gpus, --gres=gpu[:TYPE][:N], -t/--time, -J/--job-name, -p/--partition,
 -q/--qos, -o/--output, -e/--error, -c/--cpus-per-task, --mem, -a/--array,
 -d/--dependency, -D/--chdir, --nice, --open-mode, --mail-type, --mail-user, --comment,
---requeue (the default), and -N/--nodes, -n/--ntasks, --ntasks-per-node of one node and
+--export, --requeue (the default), and -N/--nodes, -n/--ntasks, --ntasks-per-node of one node and
 one task, each read as argparse reads it (everyday_words.read_options).
 Each value is read by the full path's own reader (gbatch/jobspec/optvalues.py; -d's is
 slurmopts'), the spec is the one build_submit makes of it, and the request is sent,
@@ -51,6 +51,7 @@ JOB_VALUES |= {"-D": "workdir", "--chdir": "workdir", "--nice": "nice"}
 JOB_VALUES |= {"--open-mode": "open_mode", "--mail-type": "mail_type", "--comment": "comment"}
 JOB_VALUES |= {"--mail-user": "mail_user", "-N": "nodes", "--nodes": "nodes", "-n": "ntasks"}
 JOB_VALUES |= {"--ntasks": "ntasks", "--ntasks-per-node": "ntasks_per_node"}
+JOB_VALUES |= {"--export": "export"}
 SBATCH_VALUES = {"--wrap": "wrap", **JOB_VALUES}
 # How build_spec names each option in its refusals (spec.OVERRIDE_OPTION's).
 _LABELS = {"name": "-J/--job-name", "time_limit": "-t/--time", "partition": "-p/--partition"}
@@ -182,7 +183,7 @@ def submit_request(
         return None  # the full path's to refuse, naming the option or the line
     if spec is None:
         return None
-    request = _request(spec, bool(flags.get("hold")), environ, options.get("array"))
+    request = _request(spec, bool(flags.get("hold")), environ, options)
     return None if request is None else (request, script, lines, flags)
 
 
@@ -317,6 +318,8 @@ def _spec(
         from gbatch.jobspec.slurmopts import check_dependency  # rare: its grammar's cost
 
         spec["dependency"] = check_dependency(options["dependency"], field("dependency"))
+    if "export" in options:
+        spec["export"] = read.parse_export(options["export"], "--export").mode_text
     if "mail_type" in options:
         spec["mail_type"] = read.check_mail_type(options["mail_type"], field("mail_type"))
     if "mail_user" in options:
@@ -354,18 +357,21 @@ def _utf8(value: str | list[str]) -> bool:
 
 
 def _request(
-    spec: dict[str, Any], held: bool, environ: Mapping[str, str], array: str | None
+    spec: dict[str, Any], held: bool, environ: Mapping[str, str], options: dict[str, str]
 ) -> dict[str, Any] | None:
     """The submit request of `spec`, as requests.encode_request writes build_submit's;
     None for an environment too large to export (check_submit_env_size's refusal)."""
-    from gbatch.core.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, submit_env_bytes
+    from gbatch.core.submitenv import MAX_SUBMIT_ENV_BYTES, submit_env_bytes
+    from gbatch.jobspec.optvalues import Export, array_request, exported_env, parse_export
 
-    submit_env = filter_submit_env(environ)  # --export=ALL: a bare job's default
+    # --export's, else ALL: a bare job's default (a container's is the full path's).
+    given = options.get("export")
+    export = Export(everything=True) if given is None else parse_export(given, "--export")
+    submit_env = exported_env(export, environ)
     if submit_env_bytes(submit_env) > MAX_SUBMIT_ENV_BYTES:
         return None
+    array = options.get("array")
     if array is not None:
-        from gbatch.jobspec.optvalues import array_request
-
         array = array_request(array)
     return {
         "op": "submit",

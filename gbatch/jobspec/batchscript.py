@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import posixpath
 
+from gbatch.jobspec.optvalues import FrozenValue
+
 DIRECTIVE = "#SBATCH"
 # How each interpreter takes a program as an argument: the flag, and whether the next
 # argument is the program's name ($0) before its arguments (shells) or not.
@@ -31,34 +33,7 @@ class ScriptError(Exception):
         self.line = line
 
 
-class _Value:
-    """A frozen value of the fields named by __slots__ (a dataclass's eq, hash and repr).
-
-    Not a dataclass: dataclasses (and inspect) cost sbatch's everyday path, which reads
-    scripts, most of its start-up (bench/bench_sbatch_script.py)."""
-
-    __slots__: tuple[str, ...] = ()
-
-    def _fields(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"cannot assign to field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
-        return f"{type(self).__name__}({shown})"
-
-
-class Directive(_Value):
+class Directive(FrozenValue):
     """The words of one `#SBATCH` line, and where it is."""
 
     __slots__ = ("line", "words")
@@ -70,7 +45,7 @@ class Directive(_Value):
         object.__setattr__(self, "words", words)
 
 
-class BatchScript(_Value):
+class BatchScript(FrozenValue):
     __slots__ = ("directives", "interpreter", "name", "text", "where")
     text: str
     name: str  # $0 of a shell script: the file's name, or "sbatch" for stdin

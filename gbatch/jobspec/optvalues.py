@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 
 from gbatch.core.constants import MAX_COMMAND_BYTES
+from gbatch.core.submitenv import filter_submit_env, is_env_name, reserved_env_reason
 from gbatch.core.timefmt import ACCEPTED_FORMS, TimeLimitError, parse_time_limit, show_value
 from gbatch.jobspec.errors import SpecError
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import Any
 
 MAX_GPUS = 64
@@ -70,6 +71,33 @@ def has_control(text: str) -> bool:
     if text.isprintable():  # all of them are Unicode's Cc, which isprintable() is not
         return False
     return any(char <= "\x1f" or "\x7f" <= char <= "\x9f" for char in text)
+
+
+class FrozenValue:
+    """A frozen value of the fields named by __slots__ (a dataclass's eq, hash and repr).
+
+    Not a dataclass: dataclasses (and inspect) cost sbatch's everyday path, which reads
+    scripts and --export, most of its start-up (bench/bench_sbatch_script.py)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__name__}({shown})"
 
 
 # ------------------------------------------------------------- --gpus, --gres
@@ -550,6 +578,104 @@ def check_output_dirs(outputs: tuple[tuple[str | None, str], ...], name: str, ba
             raise SpecError(
                 field, f"{problem} is not writable by you. Name a file in a directory you can write"
             )
+
+
+# ------------------------------------------------------------------- --export
+
+EXPORT_FORMS = "ALL, NONE, or variables: NAME or NAME=value, comma separated (ALL,NAME=value)"
+
+
+class Export(FrozenValue):
+    """Slurm's --export, read: which of the submitting shell's variables the job takes.
+
+    `everything` (ALL) or not, the names taken from the submitting shell, and values
+    given outright (NAME=value).
+    """
+
+    __slots__ = ("everything", "names", "values")
+    everything: bool
+    names: tuple[str, ...]
+    values: tuple[tuple[str, str], ...]
+
+    def __init__(
+        self,
+        everything: bool,
+        names: tuple[str, ...] = (),
+        values: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        object.__setattr__(self, "everything", everything)
+        object.__setattr__(self, "names", names)
+        object.__setattr__(self, "values", values)
+
+    @property
+    def mode_text(self) -> str:
+        """What the spec keeps: the mode and names, never a value (a spec is shown)."""
+        names = [*self.names, *(name for name, _ in self.values)]
+        if self.everything:
+            return ",".join(["ALL", *names])
+        return ",".join(names) or "NONE"
+
+
+def parse_export(value: object, field: str = "--export") -> Export:
+    """The Export an --export value means: `ALL`, `NONE`, or `[ALL,]NAME[=value],...`.
+
+    Slurm's `NIL` reads as NONE. NONE takes no variables with it, as in Slurm; names
+    follow env's rules, and names gbatch sets (SLURM_* among them) or a value with a
+    control character are refused (SpecError naming `field`).
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(field, f"{show_value(value)} is not an export list. Use {EXPORT_FORMS}")
+    items = [item.strip() for item in value.split(",")]
+    if items[0].upper() in ("NONE", "NIL"):
+        if len(items) > 1:
+            raise SpecError(
+                field,
+                f"{show_value(value)}: NONE exports nothing, so it takes no variables. "
+                "List the variables alone (--export=A,B=x), or use ALL,A,B=x",
+            )
+        return Export(everything=False)
+    everything = items[0].upper() == "ALL"
+    names: list[str] = []
+    values: list[tuple[str, str]] = []
+    for item in items[1:] if everything else items:
+        name, eq, text = item.partition("=")
+        if not item or not is_env_name(name):
+            raise SpecError(
+                field,
+                f"{show_value(item)} is not a variable. Use {EXPORT_FORMS}",
+            )
+        reason = reserved_env_reason(name) or (
+            "SLURM_* variables are set by gbatch for each job"
+            if name.startswith("SLURM_")
+            else None
+        )
+        if reason is not None:
+            raise SpecError(field, f"{name} cannot be exported: {reason}. Remove it")
+        if has_control(text):
+            raise SpecError(field, f"the value of {name} has a control character. Remove it")
+        if eq:
+            values.append((name, text))
+        else:
+            names.append(name)
+    return Export(everything, tuple(names), tuple(values))
+
+
+def exported_env(export: Export, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables a job takes from the submitting shell's `environ` under `export`.
+
+    All of them (ALL) or the names listed, then the values given outright (which win).
+
+    Left out without a word, as they are not the job's to carry: names gbatch sets
+    (GBATCH_*, NVIDIA_*, *_VISIBLE_DEVICES, SLURM_* of a job sbatch runs inside of),
+    names that are not variable names (bash's exported functions) and values with a
+    line break or NUL (docker's env-file is one line per variable).
+    """
+    if export.everything:
+        chosen = dict(environ)
+    else:
+        chosen = {name: environ[name] for name in export.names if name in environ}
+    chosen.update(export.values)
+    return filter_submit_env(chosen)
 
 
 # ---------------------------------------------------------------------- --array

@@ -17,11 +17,8 @@ from dataclasses import dataclass
 from gbatch.core.model import JOB_EVENTS, NotifyHook, TaskArray
 from gbatch.core.submitenv import (
     MAX_SUBMIT_ENV_BYTES,
-    filter_submit_env,
-    is_env_name,
     submit_env_bytes,
 )
-from gbatch.core.submitenv import reserved_env_reason as _reserved_env_reason
 from gbatch.core.timefmt import (
     BEGIN_FORMS,
     TimeLimitError,
@@ -41,6 +38,9 @@ from gbatch.jobspec.optvalues import (
     parse_array_runs,
 )
 from gbatch.jobspec.optvalues import (
+    EXPORT_FORMS as EXPORT_FORMS,
+)
+from gbatch.jobspec.optvalues import (
     MAIL_TYPES as MAIL_TYPES,
 )
 from gbatch.jobspec.optvalues import (
@@ -51,6 +51,9 @@ from gbatch.jobspec.optvalues import (
 )
 from gbatch.jobspec.optvalues import (
     MAX_MEM_MB as MAX_MEM_MB,
+)
+from gbatch.jobspec.optvalues import (
+    Export as Export,
 )
 from gbatch.jobspec.optvalues import (
     check_comment as check_comment,
@@ -81,6 +84,12 @@ from gbatch.jobspec.optvalues import (
 )
 from gbatch.jobspec.optvalues import (
     check_time_limit as check_time_limit,
+)
+from gbatch.jobspec.optvalues import (
+    exported_env as exported_env,
+)
+from gbatch.jobspec.optvalues import (
+    parse_export as parse_export,
 )
 from gbatch.jobspec.optvalues import (
     parse_gpus as parse_gpus,
@@ -127,94 +136,6 @@ def check_constraint(value: object, field: str) -> str:
         return normalize(value)
     except ConstraintError as err:
         raise SpecError(field, str(err)) from None
-
-
-# ------------------------------------------------------------------- --export
-
-EXPORT_FORMS = "ALL, NONE, or variables: NAME or NAME=value, comma separated (ALL,NAME=value)"
-
-
-@dataclass(frozen=True)
-class Export:
-    """Slurm's --export, read: which of the submitting shell's variables the job takes.
-
-    `everything` (ALL) or not, the names taken from the submitting shell, and values
-    given outright (NAME=value).
-    """
-
-    everything: bool
-    names: tuple[str, ...] = ()
-    values: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def mode_text(self) -> str:
-        """What the spec keeps: the mode and names, never a value (a spec is shown)."""
-        names = [*self.names, *(name for name, _ in self.values)]
-        if self.everything:
-            return ",".join(["ALL", *names])
-        return ",".join(names) or "NONE"
-
-
-def parse_export(value: object, field: str = "--export") -> Export:
-    """The Export an --export value means: `ALL`, `NONE`, or `[ALL,]NAME[=value],...`.
-
-    Slurm's `NIL` reads as NONE. NONE takes no variables with it, as in Slurm; names
-    follow env's rules, and names gbatch sets (SLURM_* among them) or a value with a
-    control character are refused (SpecError naming `field`).
-    """
-    if not isinstance(value, str) or not value.strip():
-        raise SpecError(field, f"{show_value(value)} is not an export list. Use {EXPORT_FORMS}")
-    items = [item.strip() for item in value.split(",")]
-    if items[0].upper() in ("NONE", "NIL"):
-        if len(items) > 1:
-            raise SpecError(
-                field,
-                f"{show_value(value)}: NONE exports nothing, so it takes no variables. "
-                "List the variables alone (--export=A,B=x), or use ALL,A,B=x",
-            )
-        return Export(everything=False)
-    everything = items[0].upper() == "ALL"
-    names: list[str] = []
-    values: list[tuple[str, str]] = []
-    for item in items[1:] if everything else items:
-        name, eq, text = item.partition("=")
-        if not item or not is_env_name(name):
-            raise SpecError(
-                field,
-                f"{show_value(item)} is not a variable. Use {EXPORT_FORMS}",
-            )
-        reason = _reserved_env_reason(name) or (
-            "SLURM_* variables are set by gbatch for each job"
-            if name.startswith("SLURM_")
-            else None
-        )
-        if reason is not None:
-            raise SpecError(field, f"{name} cannot be exported: {reason}. Remove it")
-        if CONTROL_RE.search(text):
-            raise SpecError(field, f"the value of {name} has a control character. Remove it")
-        if eq:
-            values.append((name, text))
-        else:
-            names.append(name)
-    return Export(everything, tuple(names), tuple(values))
-
-
-def exported_env(export: Export, environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables a job takes from the submitting shell's `environ` under `export`.
-
-    All of them (ALL) or the names listed, then the values given outright (which win).
-
-    Left out without a word, as they are not the job's to carry: names gbatch sets
-    (GBATCH_*, NVIDIA_*, *_VISIBLE_DEVICES, SLURM_* of a job sbatch runs inside of),
-    names that are not variable names (bash's exported functions) and values with a
-    line break or NUL (docker's env-file is one line per variable).
-    """
-    if export.everything:
-        chosen = dict(environ)
-    else:
-        chosen = {name: environ[name] for name in export.names if name in environ}
-    chosen.update(export.values)
-    return filter_submit_env(chosen)
 
 
 def check_submit_env_size(env: Mapping[str, str], field: str = "--export") -> None:

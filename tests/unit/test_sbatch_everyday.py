@@ -184,6 +184,7 @@ _OPTION_VALUES = {
     "nodes": ["1", "2", "1-4", "0", "x", " 1 "],
     "ntasks": ["1", "2", "+1", "0", "x"],
     "ntasks-per-node": ["1", "4", "0"],
+    "export": ["ALL", "NONE", "nil", "ALL,A=1", "PATH,HOME", "SLURM_X", "ALL,B", "B=x\ty", ""],
 }
 _SHORT = {"gpus": "-G", "time": "-t", "job-name": "-J", "partition": "-p", "qos": "-q"}
 _SHORT |= {"output": "-o", "error": "-e", "cpus-per-task": "-c", "array": "-a"}

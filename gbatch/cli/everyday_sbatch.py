@@ -6,8 +6,10 @@ where OPTIONS and the script's #SBATCH lines are among -H/--hold, --parsable,
 -Q/--quiet, -G/--gpus, --gres=gpu[:TYPE][:N], -t/--time, -J/--job-name, -p/--partition,
 -q/--qos, -o/--output, -e/--error, -c/--cpus-per-task, --mem, -a/--array,
 -d/--dependency, -D/--chdir, --nice, --open-mode, --mail-type, --mail-user, --comment,
---export, --requeue (the default), and -N/--nodes, -n/--ntasks, --ntasks-per-node of one node and
-one task, each read as argparse reads it (everyday_words.read_options).
+--export, --signal, --requeue (the default), and -N/--nodes, -n/--ntasks and
+--ntasks-per-node of one node and one task (a university template's 20 lines), each
+read as argparse reads it (everyday_words.read_options). Any GPU type, -a, -d, --signal
+and a -o/-e with a directory part load re; the rest of the common lines do not.
 Each value is read by the full path's own reader (gbatch/jobspec/optvalues.py; -d's is
 slurmopts'), the spec is the one build_submit makes of it, and the request is sent,
 output printed and warnings given as sbatch.run does.
@@ -51,7 +53,7 @@ JOB_VALUES |= {"-D": "workdir", "--chdir": "workdir", "--nice": "nice"}
 JOB_VALUES |= {"--open-mode": "open_mode", "--mail-type": "mail_type", "--comment": "comment"}
 JOB_VALUES |= {"--mail-user": "mail_user", "-N": "nodes", "--nodes": "nodes", "-n": "ntasks"}
 JOB_VALUES |= {"--ntasks": "ntasks", "--ntasks-per-node": "ntasks_per_node"}
-JOB_VALUES |= {"--export": "export"}
+JOB_VALUES |= {"--export": "export", "--signal": "signal"}
 SBATCH_VALUES = {"--wrap": "wrap", **JOB_VALUES}
 # How build_spec names each option in its refusals (spec.OVERRIDE_OPTION's).
 _LABELS = {"name": "-J/--job-name", "time_limit": "-t/--time", "partition": "-p/--partition"}
@@ -320,6 +322,8 @@ def _spec(
         spec["dependency"] = check_dependency(options["dependency"], field("dependency"))
     if "export" in options:
         spec["export"] = read.parse_export(options["export"], "--export").mode_text
+    if "signal" in options:
+        spec["signal"] = read.parse_signal(options["signal"], "--signal").text
     if "mail_type" in options:
         spec["mail_type"] = read.check_mail_type(options["mail_type"], field("mail_type"))
     if "mail_user" in options:

@@ -201,7 +201,9 @@ def parse_gpus(text: str, field: str, nodes: int = 1) -> tuple[str | None, int]:
     Also --gpus-per-node's and --gpus-per-task's, and a job file's `gpus: a100:2`.
     `nodes`: the count is of that many nodes together (-G with -N), MAX_GPUS each."""
     kind, colon, count = text.strip().rpartition(":")
-    if not count.strip().isdigit() or (colon and not kind.strip()):
+    count = count.strip()
+    # isdecimal, not isdigit: the digits int() reads (a superscript ² is a digit it refuses).
+    if not count.isdecimal() or (colon and not kind.strip()):
         raise SpecError(
             field,
             f"{show_value(text)} is not a GPU count. Use a number like 2, or TYPE:N like a100:2",
@@ -340,7 +342,7 @@ def int_option(text: str | None, option: str) -> int | None:
     digits = text.strip()
     if not _ascii_digits(digits[1:] if digits[:1] in ("+", "-") else digits, 18):
         raise SpecError(option, f"{show_value(text)} is not a whole number. Use e.g. 3")
-    return int(text)
+    return int(digits)  # int() strips less than str.strip() does (\x1c-\x1f)
 
 
 def int_check(low: int, high: int) -> Callable[[object, str], int]:
@@ -676,6 +678,66 @@ def exported_env(export: Export, environ: Mapping[str, str]) -> dict[str, str]:
         chosen = {name: environ[name] for name in export.names if name in environ}
     chosen.update(export.values)
     return filter_submit_env(chosen)
+
+
+# ------------------------------------------------------------------- --signal
+
+_SIGNAL_PATTERN = r"(?:([RB]{1,2}):)?([A-Za-z0-9+]{1,12})(?:@([0-9]{1,5}))?"
+DEFAULT_SIGNAL_SECONDS = 60  # Slurm's
+
+
+class JobSignal(FrozenValue):
+    """--signal: `signum` sent `seconds` before the time limit; `batch`: B: was given."""
+
+    __slots__ = ("batch", "seconds", "signum")
+    signum: int
+    seconds: int
+    batch: bool
+
+    def __init__(self, signum: int, seconds: int, batch: bool = False) -> None:
+        object.__setattr__(self, "signum", signum)
+        object.__setattr__(self, "seconds", seconds)
+        object.__setattr__(self, "batch", batch)
+
+    @property
+    def text(self) -> str:
+        import signal as signals
+
+        name = signals.Signals(self.signum).name.removeprefix("SIG")
+        return f"{'B:' if self.batch else ''}{name}@{self.seconds}"
+
+
+def parse_signal(value: object, field: str = "--signal") -> JobSignal:
+    """The JobSignal Slurm's `[{R|B}:]SIG[@SECONDS]` asks for; SpecError naming `field`.
+
+    SIG is a name (USR1, SIGUSR1) or a number, SECONDS 0 to 65535 (default 60). R: is
+    accepted and means nothing here (gbatch has no reservations to overlap). SIGKILL and
+    SIGSTOP are refused: a job cannot catch them, so they warn no one.
+    """
+    import signal as signals
+
+    usage = "Use [B:]SIG[@SECONDS], e.g. USR1@120 or B:TERM@30"
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    match: Any = _fullmatch(_SIGNAL_PATTERN, text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise SpecError(field, f"{show_value(value)} is not a signal. {usage}")
+    flags, sig, seconds = match.groups()
+    try:
+        if sig.isdigit():
+            signum = signals.Signals(int(sig))
+        else:
+            name = sig.upper()
+            signum = signals.Signals[name if name.startswith("SIG") else "SIG" + name]
+    except (KeyError, ValueError):
+        raise SpecError(
+            field, f"{show_value(sig)} is not a signal name or number. {usage}"
+        ) from None
+    if signum in (signals.SIGKILL, signals.SIGSTOP):
+        raise SpecError(field, f"{signum.name} cannot be caught, so warns no one. {usage}")
+    count = DEFAULT_SIGNAL_SECONDS if seconds is None else int(seconds)
+    if count > 65535:
+        raise SpecError(field, f"{count} seconds is more than 65535. {usage}")
+    return JobSignal(int(signum), count, batch="B" in (flags or ""))
 
 
 # ---------------------------------------------------------------------- --array

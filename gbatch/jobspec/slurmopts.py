@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from gbatch.core.model import JOB_EVENTS, NotifyHook, TaskArray
 from gbatch.core.submitenv import (
@@ -38,6 +37,9 @@ from gbatch.jobspec.optvalues import (
     parse_array_runs,
 )
 from gbatch.jobspec.optvalues import (
+    DEFAULT_SIGNAL_SECONDS as DEFAULT_SIGNAL_SECONDS,
+)
+from gbatch.jobspec.optvalues import (
     EXPORT_FORMS as EXPORT_FORMS,
 )
 from gbatch.jobspec.optvalues import (
@@ -54,6 +56,9 @@ from gbatch.jobspec.optvalues import (
 )
 from gbatch.jobspec.optvalues import (
     Export as Export,
+)
+from gbatch.jobspec.optvalues import (
+    JobSignal as JobSignal,
 )
 from gbatch.jobspec.optvalues import (
     check_comment as check_comment,
@@ -99,6 +104,9 @@ from gbatch.jobspec.optvalues import (
 )
 from gbatch.jobspec.optvalues import (
     parse_shards as parse_shards,
+)
+from gbatch.jobspec.optvalues import (
+    parse_signal as parse_signal,
 )
 
 _DATE_START_RE = re.compile(r"\s*[0-9]{4}-")
@@ -168,61 +176,6 @@ def check_begin(value: object, field: str, now: float | None) -> float:
         return parse_begin(value, 0.0 if now is None else now, field=field)
     except TimeLimitError as err:
         raise SpecError(field, err.message) from None
-
-
-# ------------------------------------------------------------------- --signal
-
-_SIGNAL_RE = re.compile(r"(?:([RB]{1,2}):)?([A-Za-z0-9+]{1,12})(?:@([0-9]{1,5}))?", re.ASCII)
-DEFAULT_SIGNAL_SECONDS = 60  # Slurm's
-
-
-@dataclass(frozen=True)
-class JobSignal:
-    """--signal: `signum` sent `seconds` before the time limit; `batch`: B: was given."""
-
-    signum: int
-    seconds: int
-    batch: bool = False
-
-    @property
-    def text(self) -> str:
-        import signal as signals
-
-        name = signals.Signals(self.signum).name.removeprefix("SIG")
-        return f"{'B:' if self.batch else ''}{name}@{self.seconds}"
-
-
-def parse_signal(value: object, field: str = "--signal") -> JobSignal:
-    """The JobSignal Slurm's `[{R|B}:]SIG[@SECONDS]` asks for; SpecError naming `field`.
-
-    SIG is a name (USR1, SIGUSR1) or a number, SECONDS 0 to 65535 (default 60). R: is
-    accepted and means nothing here (gbatch has no reservations to overlap). SIGKILL and
-    SIGSTOP are refused: a job cannot catch them, so they warn no one.
-    """
-    import signal as signals
-
-    usage = "Use [B:]SIG[@SECONDS], e.g. USR1@120 or B:TERM@30"
-    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-    match = _SIGNAL_RE.fullmatch(text.strip()) if isinstance(text, str) else None
-    if match is None:
-        raise SpecError(field, f"{show_value(value)} is not a signal. {usage}")
-    flags, sig, seconds = match.groups()
-    try:
-        if sig.isdigit():
-            signum = signals.Signals(int(sig))
-        else:
-            name = sig.upper()
-            signum = signals.Signals[name if name.startswith("SIG") else "SIG" + name]
-    except (KeyError, ValueError):
-        raise SpecError(
-            field, f"{show_value(sig)} is not a signal name or number. {usage}"
-        ) from None
-    if signum in (signals.SIGKILL, signals.SIGSTOP):
-        raise SpecError(field, f"{signum.name} cannot be caught, so warns no one. {usage}")
-    count = DEFAULT_SIGNAL_SECONDS if seconds is None else int(seconds)
-    if count > 65535:
-        raise SpecError(field, f"{count} seconds is more than 65535. {usage}")
-    return JobSignal(int(signum), count, batch="B" in (flags or ""))
 
 
 # ---------------------------------------------------------- mail and comment

@@ -184,6 +184,7 @@ _OPTION_VALUES = {
     "nodes": ["1", "2", "1-4", "0", "x", " 1 "],
     "ntasks": ["1", "2", "+1", "0", "x"],
     "ntasks-per-node": ["1", "4", "0"],
+    "signal": ["B:USR1@60", "USR1", "TERM@30", "R:USR2@5", "KILL", "x", "9", "USR1@70000"],
     "export": ["ALL", "NONE", "nil", "ALL,A=1", "PATH,HOME", "SLURM_X", "ALL,B", "B=x\ty", ""],
 }
 _SHORT = {"gpus": "-G", "time": "-t", "job-name": "-J", "partition": "-p", "qos": "-q"}
@@ -288,7 +289,8 @@ def test_a_wrap_line_sends_what_build_submit_makes(
     taken = _agree(words, environ, str(workdir))
     event(f"taken: {taken}")
     # A share of a GPU, or a job across nodes or of several tasks: the full path's.
-    shards = any("shard" in word or word[:2] in ("-N", "-n") for word in options)
+    across = ("-N", "-n", "--nodes", "--ntasks")
+    shards = any("shard" in word or word.startswith(across) for word in options)
     if not other and not shards and taken is False and command.strip() and "\0" not in command:
         full = _both(words, environ, str(workdir))[1]
         assert isinstance(full, Exception), f"{words}: declined a line the full path takes"
@@ -523,3 +525,24 @@ def test_the_time_and_memory_readers_read_as_their_patterns(text: str) -> None:
     mem_match = re.fullmatch(optvalues._MEM_PATTERN, text, re.ASCII | re.IGNORECASE)
     expected = None if mem_match is None else (mem_match.group(1), mem_match.group(2) or "")
     assert optvalues._mem_groups(text) == expected
+
+
+@pytest.mark.parametrize("option", ["-c", "--nice", "--retries", "--priority"])
+def test_a_whole_number_with_a_separator_character_is_read_not_a_crash(option: str) -> None:
+    """`-c $'2\\x1f'`: str.strip() takes the separator away (Python counts \\x1c-\\x1f as
+    space) but int() does not, so the reader raised ValueError (a traceback) instead of
+    taking 2."""
+    built = _full([option, "2\x1f", "--wrap", "true"], "/tmp", {})
+    assert built["spec"][{"-c": "cpus"}.get(option, option.lstrip("-"))] == 2
+
+
+@pytest.mark.parametrize("value", ["²", "a100:²", "2\x1f"])
+def test_a_gpu_count_of_other_digits_is_refused_or_read_not_a_crash(value: str) -> None:
+    """`--gpus ²`: str.isdigit() takes a superscript two, which int() refuses
+    (ValueError, a traceback); a count is what int() reads, or a refusal naming --gpus."""
+    try:
+        built = _full(["--gpus", value, "--wrap", "true"], "/tmp", {})
+    except BadSubmit as err:
+        assert err.message.startswith("--gpus: ")
+    else:
+        assert built["spec"]["gpus"] == 2

@@ -87,8 +87,9 @@ def read_line(words: list[str]) -> dict[str, Any] | None:
 
 
 def sbatch_run(words: list[str], exchange: Exchange) -> Callable[[], int | None] | None:
-    """everyday's run() of sbatch `words`, sending with `exchange` (everyday.exchange);
-    None for a line this path does not read."""
+    """everyday's run() of sbatch `words`; None for a line this path does not read.
+
+    It sends with `exchange` (everyday.exchange)."""
     values = read_line(words)
     if values is None or ("wrap" in values) == ("file" in values):
         return None  # neither (stdin) or both (the full path's refusal)

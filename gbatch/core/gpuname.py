@@ -1,5 +1,6 @@
-"""A GPU type's spelling (`a100`, `rtx4090`, `1g.10gb`): gbatch/core/gputypes.py's, here
-alone so that a submit reads `--gpus a100:1` without that module's dataclasses.
+"""A GPU type's spelling (`a100`, `rtx4090`, `1g.10gb`), gbatch/core/gputypes.py's.
+
+Here alone so that a submit reads `--gpus a100:1` without that module's dataclasses.
 
 Pure, a leaf but for re.
 """

@@ -335,8 +335,10 @@ def check_nodes(value: object, field: str) -> int:
 
 
 def int_option(text: str | None, option: str) -> int | None:
-    """A whole-number option, checked here rather than by argparse so that a bad value is
-    one line naming the option (build_spec checks the range)."""
+    """A whole-number option's value; None when not given.
+
+    Checked here rather than by argparse so that a bad value is one line naming the
+    option (build_spec checks the range)."""
     if text is None:  # before the pattern: five calls a submit, most with None
         return None
     digits = text.strip()
@@ -509,8 +511,10 @@ def check_path_text(value: str, field: str) -> str:
 
 
 def check_output_path(value: object, field: str) -> str:
-    """An output file name as sbatch takes it: a path, absolute or relative, that may
-    hold filename patterns (%j, %x, ...: gbatch.core.outputs)."""
+    """An output file name as sbatch takes it.
+
+    A path, absolute or relative, that may hold filename patterns (%j, %x, ...:
+    gbatch.core.outputs)."""
     if not isinstance(value, str) or not value.strip():
         raise SpecError(
             field,
@@ -744,8 +748,9 @@ def parse_signal(value: object, field: str = "--signal") -> JobSignal:
 
 
 def split_throttle(text: str, field: str) -> tuple[str, int | None]:
-    """An --array expression without its `%MAX` suffix, and MAX (None without one):
-    at most MAX of the array's tasks run at once (Slurm's ArrayTaskThrottle)."""
+    """An --array expression without its `%MAX` suffix, and MAX (None without one).
+
+    At most MAX of the array's tasks run at once (Slurm's ArrayTaskThrottle)."""
     text = text.strip()
     body, percent, limit = text.partition("%")
     if not percent:
@@ -800,8 +805,10 @@ def parse_array_runs(
 
 
 def array_request(text: str) -> str:
-    """What a submit request carries for --array `text`: its runs as `A-B[:S],...`
-    (TaskArray.text's form, which the daemon reads back) and its `%MAX`."""
+    """What a submit request carries for --array `text`.
+
+    Its runs as `A-B[:S],...` (TaskArray.text's form, which the daemon reads back) and
+    its `%MAX`."""
     runs, throttle = parse_array_runs(text)
     runs_text = ",".join(f"{a}-{b}:{step}" if step != 1 else f"{a}-{b}" for a, b, step in runs)
     return runs_text if throttle is None else f"{runs_text}%{throttle}"

@@ -103,6 +103,8 @@ class Database:
         # Write transactions begun (committed or not). All of them go through _write,
         # on this one object, gbatchd being the store's only writer.
         self._writes = 0
+        # Of them, those ended (committed or rolled back): see settled().
+        self._writes_ended = 0
         # user -> (their pending jobs, the write transaction that left them so): what
         # submit_many's last commit knew. Used only while that transaction is the last
         # one written, so the count is exact (max_pending_jobs), not re-counted over the
@@ -223,12 +225,25 @@ class Database:
                     if self.on_full is not None:
                         self.on_full(error)
                 raise error from err
+            finally:
+                self._writes_ended += 1
             self._full = False
             # After the commit (a line never tells of a change that rolled back), still
             # under the lock, so the lines are in the order the changes committed in.
             if self._feed is not None and self._feed_lines:
                 lines, self._feed_lines = self._feed_lines, []
                 self._feed(lines)
+
+    def settled(self) -> int | None:
+        """The write transactions begun so far, when none is open; None while one is.
+
+        Two equal answers taken around a read on a connection of its own (_reading)
+        bracket a snapshot no write changed: it holds exactly what those writes left,
+        and so does any later read that gets the same answer first. Every write to the
+        store goes through _write (gbatchd is its only writer), so any change to jobs,
+        array tails or anything else moves it (issue 35: squeue's listing kept)."""
+        begun = self._writes
+        return begun if begun == self._writes_ended else None
 
     def _change_number(self, db: sqlite3.Connection) -> int:
         """The open transaction's change number (migration 11), for every jobs row it

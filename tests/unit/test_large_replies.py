@@ -546,3 +546,19 @@ def test_a_listing_longer_than_the_kept_bound_is_not_kept(daemon: Daemon) -> Non
     line = columns_line(daemon, ROOT, KEPT_LISTINGS["squeue"])
     assert daemon.kept_columns._kept == {}
     assert line == fresh_columns_line(daemon, ROOT, KEPT_LISTINGS["squeue"])
+
+
+def test_telemetrys_writes_leave_the_kept_listing_and_a_durable_write_does_not(
+    daemon: Daemon,
+) -> None:
+    """GPU samples are written many a second while jobs run (not durable): they write no
+    job, so squeue's kept listing stays kept through them."""
+    queue(daemon, 10)
+    settled = daemon.store.settled()
+    assert settled is not None
+    with daemon.store._write(durable=False):
+        assert daemon.store.settled() == settled
+    assert daemon.store.settled() == settled
+    with daemon.store._write():
+        assert daemon.store.settled() is None
+    assert daemon.store.settled() == settled + 1

@@ -6,6 +6,7 @@ Pure: the caller passes the jobs, the period and the clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from gbatch.core.model import Job, JobState
 from gbatch.core.views import UsageRow
@@ -19,14 +20,66 @@ def gpu_seconds_in(
     Its GPUs (`gpus`, what it is charged: a share of one GPU a fraction; default its
     count on every node) times the overlap of start_time..end_time (..now while it runs) with the
     period. 0 for a job that never started, and for a PENDING one (a requeued job keeps its
-    old start_time, and its old run's GPUs are no longer its own). Only the last run is
-    known: an earlier run of a requeued job is not counted.
+    old start_time, and its old run's GPUs are no longer its own). The job's last run: an
+    earlier one that a requeue ended is counted as `as_earlier_run` makes it.
     """
     if job.start_time is None or job.state is JobState.PENDING or not job.gpus:
         return 0.0
     run_end = job.end_time if job.end_time is not None else now
     overlap = min(run_end, end) - max(job.start_time, start)
     return (job.gpu_count if gpus is None else gpus) * overlap if overlap > 0 else 0.0
+
+
+def as_earlier_run(
+    job: Job, start: float, end: float, placements: Sequence[tuple[str, Sequence[int]]]
+) -> Job:
+    """`job` as it was in a run a requeue ended (the store's earlier_runs), for sums here.
+
+    That run's times and GPUs, for the arithmetic here and nothing else. Its state is an
+    ended one (COMPLETED: the requeue's run ended; the job itself may be pending again,
+    which gpu_seconds_in would count as no run at all)."""
+    first, *others = placements or [("", ())]
+    return replace(
+        job,
+        state=JobState.COMPLETED,
+        start_time=start,
+        end_time=end,
+        node=first[0] or None,
+        gpus=tuple(first[1]),
+        gpu_uuids=(),
+        peers=tuple((node, tuple(gpus)) for node, gpus in others),
+    )
+
+
+def earlier_usage(
+    runs: Iterable[tuple[Job, Job]],
+    start: float,
+    end: float,
+    now: float,
+    key: Callable[[Job], str],
+    charged: Callable[[Job], float] | None = None,
+) -> dict[str, tuple[float, int]]:
+    """(GPU-seconds, jobs) per `key` of runs that requeues ended, inside [start, end).
+
+    Each of `runs` is (the job as in that run (as_earlier_run), the job now). A job is
+    counted once, and not at all where its last run used GPUs in the period too (usage_by
+    counts it there): the jobs column stays a count of jobs, the GPU-seconds every run's.
+    For usage_by's `counted`."""
+    seconds: dict[str, float] = {}
+    jobs: dict[str, set[int]] = {}
+    last_counted: dict[int, bool] = {}
+    for run, last in runs:
+        used = gpu_seconds_in(run, start, end, now, None if charged is None else charged(run))
+        if used <= 0:
+            continue
+        name = key(run)
+        seconds[name] = seconds.get(name, 0.0) + used
+        if last.id not in last_counted:
+            gpus = None if charged is None else charged(last)
+            last_counted[last.id] = gpu_seconds_in(last, start, end, now, gpus) > 0
+        if not last_counted[last.id]:
+            jobs.setdefault(name, set()).add(last.id)
+    return {name: (seconds[name], len(jobs.get(name, ()))) for name in seconds}
 
 
 def usage_by(

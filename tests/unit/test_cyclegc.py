@@ -220,3 +220,26 @@ def test_a_loop_submitting_and_cancelling_for_a_while_keeps_no_garbage(
     # from after the settling passes: after 10, the count depends on where the young
     # collections happened to fall, and moved by ~200 with any new schema migration.)
     assert frozen_long <= frozen_settled + 100
+
+
+def test_the_frozen_heap_is_counted_once_a_second_at_most_and_never_while_busy(
+    thawed_after: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gc.get_freeze_count walks the whole frozen heap (~1 ms per 200,000 objects); the
+    loop asks after every step, so counting at each took a third of gbatchd's CPU while
+    jobs started at 15/s (issue 35)."""
+    clock = Clock()
+    collector = LoopCollector(full_seconds=300.0, monotonic=clock)
+    collector.start()
+    counts = []
+    real = gc.get_freeze_count
+    monkeypatch.setattr(gc, "get_freeze_count", lambda: counts.append(1) or real())
+    for _ in range(1000):
+        assert collector.full_when_due(idle=False) is False
+    assert counts == []  # a pass waiting: growth waits, uncounted
+    for _ in range(1000):
+        assert collector.full_when_due() is False
+    assert len(counts) == 1
+    clock.now += 1.0
+    assert collector.full_when_due() is False
+    assert len(counts) == 2

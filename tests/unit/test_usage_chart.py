@@ -166,3 +166,45 @@ def test_each_step_is_what_sreport_says_of_that_step_alone(private: Daemon) -> N
             name: steps[i] for name, steps in series.items() if steps[i] > 0
         }
     assert series["alice"] == [H, 0.0, 0.0, 0.0] and series["bob"][3] == 8 * H
+
+
+def _requeued_then_ran(daemon: Daemon, caller: Caller, again: float | None) -> int:
+    """A 1-GPU job that ran 1 h on GPU 0 (T0+1h..T0+2h), was requeued (node lost), and,
+    with `again`, ran again on GPU 1 from then till T0 + 5 h."""
+    job = ran(daemon, caller, (0,), T0 + 1 * H, None)
+    daemon.store.set_state(job, JobState.PENDING, "node lost; requeued", T0 + 2 * H, node=None)
+    if again is not None:
+        daemon.store.set_state(
+            job, JobState.CONFIGURING, "", again, node="local", gpus=(1,), attempt=2
+        )
+        daemon.store.set_state(job, JobState.RUNNING, "", again, start_time=again)
+        daemon.store.set_state(
+            job, JobState.COMPLETED, "", T0 + 5 * H, end_time=T0 + 5 * H, exit_code=0
+        )
+    return job
+
+
+def test_sreport_counts_every_run_of_a_requeued_job_and_the_job_once(private: Daemon) -> None:
+    _requeued_then_ran(private, ALICE, T0 + 3 * H)  # 1 h, then 2 h: 3 GPU-hours, one job
+    _requeued_then_ran(private, BOB, None)  # 1 h, and pending again: 1 GPU-hour, one job
+    request = {"op": "usage_report", "start": T0, "end": T0 + 10 * H, "all_users": True}
+    rows = handle(private, CAROL, request)["rows"]
+    assert [(r["name"], r["gpu_seconds"], r["jobs"]) for r in rows] == [
+        ("alice", 3 * H, 1),
+        ("bob", 1 * H, 1),
+    ]
+    # A period with the earlier run alone; and a user's own row.
+    first = {"op": "usage_report", "start": T0, "end": T0 + 2.5 * H}
+    assert [
+        (r["name"], r["gpu_seconds"], r["jobs"]) for r in handle(private, ALICE, first)["rows"]
+    ] == [("alice", 1 * H, 1)]
+    by_partition = {**request, "all_users": False, "by_partition": True}
+    assert [
+        (r["gpu_seconds"], r["jobs"]) for r in handle(private, ALICE, by_partition)["rows"]
+    ] == [(4 * H, 2)]
+
+
+def test_the_usage_chart_draws_a_requeued_jobs_earlier_run(private: Daemon) -> None:
+    _requeued_then_ran(private, ALICE, T0 + 3 * H)
+    reply = handle(private, ALICE, {"op": "usage_series", "edges": [T0, T0 + 2.5 * H, T0 + 10 * H]})
+    assert reply["users"] == [["alice", [1 * H, 2 * H]]]

@@ -15,13 +15,14 @@ from typing import Any, NamedTuple
 from gbatch.core.limits import Use, UserShare, use_by_user
 from gbatch.core.model import ALLOCATED_STATES, Job, JobState
 from gbatch.core.views import JobPriority
-from gbatch.head.accounting import usage_by
+from gbatch.head.accounting import as_earlier_run, earlier_usage, usage_by
 from gbatch.head.daemon import Daemon
 from gbatch.head.fairshare import factors
 from gbatch.head.handlers.auth import GROUP_CACHE_S, is_admin, require_admin
 from gbatch.head.handlers.caller import Caller
 from gbatch.head.handlers.errors import Refused
 from gbatch.head.idlegpu import IDLE_REASON
+from gbatch.head.store.reads import EarlierRun
 from gbatch.protocol import codec, requests
 from gbatch.site.config import IdleGpuPolicy
 
@@ -189,18 +190,21 @@ def on_usage_report(
         name = _group_of(int(key), epoch) if request.by_group else str(key)  # type: ignore[call-overload]
         was = counted.get(name, (0.0, 0))
         counted[name] = (was[0] + seconds, was[1] + jobs)
+    # A requeued job's earlier runs: their GPU-seconds too (fair share charged them).
+    key = _usage_key(request, epoch)
+    earlier = [
+        (as_earlier_run(job, r.start, r.end, r.placements), job)
+        for r, job in _earlier_runs(daemon, request.start, request.end)
+        if users is None or job.user in users
+    ]
+    extra = earlier_usage(earlier, request.start, request.end, now, key, daemon.fleet.charged_gpus)
+    for name, (seconds, jobs) in extra.items():
+        was = counted.get(name, (0.0, 0))
+        counted[name] = (was[0] + seconds, was[1] + jobs)
     ran = daemon.store.runs_between(
         request.start, request.end, users, uncounted=not request.by_partition
     )
-    rows = usage_by(
-        ran,
-        request.start,
-        request.end,
-        now,
-        _usage_key(request, epoch),
-        daemon.fleet.charged_gpus,
-        counted,
-    )
+    rows = usage_by(ran, request.start, request.end, now, key, daemon.fleet.charged_gpus, counted)
     return {
         "rows": [row.to_wire() for row in rows],
         "start": request.start,
@@ -234,6 +238,10 @@ def on_usage_series(
     now = daemon.clock()
     hide = daemon.config.private_data and not is_admin(daemon, caller)
     ran = daemon.store.jobs_run_between(edges[0], edges[-1])
+    ran += [  # a requeued job's earlier runs, as sreport counts them
+        as_earlier_run(job, r.start, r.end, r.placements)
+        for r, job in _earlier_runs(daemon, edges[0], edges[-1], ran)
+    ]
     charged = daemon.fleet.charged_gpus
     users = usage_series(
         ran, edges, now, (lambda j: j.user if not hide or j.uid == caller.uid else ""), charged
@@ -346,15 +354,11 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
         _Run(j, j.attempt, j.start_time or 0.0, j.end_time, j.placements, j.state.value, "")
         for j in last
     ]
-    earlier = daemon.store.earlier_runs_between(request.start, request.end)
+    earlier = _earlier_runs(daemon, request.start, request.end, last)
     if earlier:
-        known = {j.id: j for j in last}
-        wanted = {r.job_id for r in earlier} - set(known)
-        known.update((j.id, j) for j in daemon.store.jobs(ids=wanted) if wanted)
         ran += [
-            _Run(known[r.job_id], r.attempt, r.start, r.end, r.placements, "REQUEUED", r.reason)
-            for r in earlier
-            if r.job_id in known
+            _Run(job, r.attempt, r.start, r.end, r.placements, "REQUEUED", r.reason)
+            for r, job in earlier
         ]
         ran.sort(key=lambda r: (r.start, r.job.id, r.attempt))
     idle = _idle_while_held(daemon, ran, request.start, min(request.end, now), now)
@@ -390,6 +394,21 @@ def on_timeline(daemon: Daemon, caller: Caller, request: requests.ShowTimeline) 
             for node in daemon.fleet.node_infos()
         ],
     }
+
+
+def _earlier_runs(
+    daemon: Daemon, start: float, end: float, last: Sequence[Job] = ()
+) -> list[tuple[EarlierRun, Job]]:
+    """The runs requeues ended that overlap [start, end), each with its job as it is now.
+
+    `last`: jobs already read (jobs_run_between's), not read again."""
+    earlier = daemon.store.earlier_runs_between(start, end)
+    if not earlier:
+        return []
+    known = {j.id: j for j in last}
+    wanted = {r.job_id for r in earlier} - set(known)
+    known.update((j.id, j) for j in daemon.store.jobs(ids=wanted) if wanted)
+    return [(r, known[r.job_id]) for r in earlier if r.job_id in known]
 
 
 def _idle_while_held(

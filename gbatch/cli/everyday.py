@@ -44,10 +44,14 @@ if TYPE_CHECKING:
 # dest, and the dest of an option that takes a value (append: every value, in order).
 SQUEUE_FLAGS = {"--me": "me", "-a": "all", "--all": "all", "-h": "noheader"}
 SQUEUE_FLAGS |= {"--noheader": "noheader", "-r": "array", "--array": "array"}
+SQUEUE_FLAGS |= {"-l": "long", "--long": "long"}
 SQUEUE_VALUES = {"-u": "user", "--user": "user", "-n": "name", "--name": "name"}
 SQUEUE_VALUES |= {"-p": "partition", "--partition": "partition", "-w": "nodelist"}
 SQUEUE_VALUES |= {"--nodelist": "nodelist", "-t": "states", "--states": "states"}
-SQUEUE_VALUES |= {"-j": "jobs", "--jobs": "jobs"}
+SQUEUE_VALUES |= {"-j": "jobs", "--jobs": "jobs", "-o": "format", "--format": "format"}
+SQUEUE_VALUES |= {"-O": "fields", "--Format": "fields", "-S": "sort", "--sort": "sort"}
+# squeue's options whose value may begin with '-' (`-S -t,i`: join_option_values).
+SQUEUE_LOOSE = frozenset({"sort"})
 SCANCEL_FLAGS = {"--me": "me"}
 SCANCEL_VALUES = {"-u": "user", "--user": "user", "-t": "state", "--state": "state"}
 SCANCEL_VALUES |= {"-n": "name", "--name": "name", "--jobname": "name", "-p": "partition"}
@@ -67,7 +71,9 @@ def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | N
     line = words[1:] if debug else words
     command, rest = (line[0], line[1:]) if line else ("", [])
     if command == "squeue":
-        values = read_options(rest, SQUEUE_FLAGS, SQUEUE_VALUES)
+        values = read_options(
+            join_option_values(rest), SQUEUE_FLAGS, SQUEUE_VALUES, loose=SQUEUE_LOOSE
+        )
         if values is not None:
             return "gbatch squeue", debug, lambda: run_squeue(values, exchange)
     elif command == "sbatch":
@@ -86,12 +92,15 @@ def read_options(
     flags: Mapping[str, str],
     with_value: Mapping[str, str],
     positional: str | None = None,
+    loose: frozenset[str] = frozenset(),
 ) -> dict[str, Any] | None:
     """`words` as argparse reads them for these options; None for any word it may read otherwise.
 
     {dest: True} for a flag given, {dest: [value, ...]} for an option. `positional`: the
     dest of a `nargs="*"` argument, {positional: [word, ...]} for the words that are not
-    options, in one run (argparse refuses a second run after an option).
+    options, in one run (argparse refuses a second run after an option). `loose`: dests
+    whose value joined to its option (`--sort=-t,i`, `-S-t`) may begin with '-' (not
+    `--`), as argparse reads such a value.
     """
     found: dict[str, Any] = {}
     run = 0  # positional words: 0 none yet, 1 in their run, 2 their run has ended
@@ -124,10 +133,31 @@ def read_options(
             return None
         # A value that is empty or begins with '-' (an option, a negative number, `--`,
         # which argparse drops even after '=') follows argparse's own rules: its to read.
-        if value[:1] in ("", "-"):
+        joined = option != word
+        if value[:1] in ("", "-") and not (
+            joined and with_value[option] in loose and value[:1] == "-" and value != "--"
+        ):
             return None
         found.setdefault(with_value[option], []).append(value)
     return found
+
+
+def join_option_values(argv: list[str]) -> list[str]:
+    """squeue's words after its command name, with `-S VALUE` joined into `--sort=VALUE`.
+
+    `--sort VALUE` too. Slurm's getopt takes the next word as -S's value even when it
+    starts with '-' (`squeue -S -t,i`), where argparse would read `-t,i` as an option.
+    """
+    out: list[str] = []
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            out.append(word)
+            out.extend(words)
+            break
+        value = next(words, None) if word in ("-S", "--sort") else None
+        out.append(word if value is None else f"--sort={value}")
+    return out
 
 
 def split_list(values: list[str] | None) -> list[str] | None:
@@ -253,7 +283,13 @@ def user_name() -> str:
 
 
 def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
-    """squeue.run for its everyday options: the same request, the same table."""
+    """squeue.run for its everyday options: the same request, the same table.
+
+    -o, -O, -l and -S too, where squeue_brief draws every letter and key asked for
+    (squeue_brief.LETTERS, SORT_KEYS), without -r; it declines the others."""
+    layout = _squeue_layout(values)
+    if layout is None:
+        return None
     from gbatch.core.accounts import user_exists
 
     users = split_list(values.get("user")) or ([user_name()] if values.get("me") else [])
@@ -281,16 +317,52 @@ def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
     reply = send(request)
     if reply is None:
         return None
-    out = format_default(
-        reply["columns"],
-        reply["now"],
-        header=not values.get("noheader"),
-        expand=bool(values.get("array")),
-    )
+    header = not values.get("noheader")
+    if layout == ():
+        out = format_default(
+            reply["columns"], reply["now"], header=header, expand=bool(values.get("array"))
+        )
+    else:
+        from gbatch.render.squeue_brief import format_table
+
+        out = format_table(reply["columns"], reply["now"], *layout, header=header)
     if jobs and not reply["columns"]["id"] and not _check_jobs_exist(jobs, send):
         return None  # no connection made the second time: the full path's to say
+    if values.get("long") and header:
+        import time
+
+        # Slurm's date line (its ctime form), in the daemon's clock, as squeue._show's.
+        out = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(reply["now"])) + "\n" + out
     sys.stdout.write(out)
     return 0
+
+
+def _squeue_layout(values: dict[str, Any]) -> tuple[Any, ...] | None:
+    """squeue's layout and order: () for Slurm's default (squeue_brief.format_default),
+    (parts, keys) for format_table; None where render.squeue is to draw them."""
+    fmt = values["format"][-1] if "format" in values else None
+    fields = values["fields"][-1] if "fields" in values else None
+    sort = values["sort"][-1] if "sort" in values else None
+    if fmt is None and fields is None and sort is None and not values.get("long"):
+        return ()
+    if values.get("array"):
+        return None  # one row per task in another layout: render.squeue's
+    from gbatch.core.constants import SQUEUE_DEFAULT_FORMAT, SQUEUE_DEFAULT_SORT
+    from gbatch.render import squeue_brief
+
+    if fmt is None and fields is not None:  # -o wins over -O, as squeue._format
+        fmt = squeue_brief.fields_format(fields)
+        if fmt is None:
+            return None
+    if fmt is None and values.get("long"):
+        from gbatch.core.constants import SQUEUE_LONG_FORMAT
+
+        fmt = SQUEUE_LONG_FORMAT
+    parts = squeue_brief.parse_format(fmt if fmt is not None else SQUEUE_DEFAULT_FORMAT)
+    keys = squeue_brief.parse_sort(sort if sort is not None else SQUEUE_DEFAULT_SORT)
+    if parts is None or keys is None:
+        return None
+    return parts, keys
 
 
 def run_scancel(values: dict[str, Any], send: Exchange) -> int | None:

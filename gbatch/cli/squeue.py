@@ -7,6 +7,7 @@ import sys
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_ids, split_list
+from gbatch.cli.everyday import join_option_values as join_option_values  # _main's
 from gbatch.cli.everyday import node_list
 from gbatch.cli.exits import CliError, Exit
 from gbatch.core.constants import (
@@ -21,25 +22,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 HELP = COMMANDS["squeue"]
-_SORT_OPTIONS = ("-S", "--sort")
-
-
-def join_option_values(argv: list[str]) -> list[str]:
-    """squeue's words after its command name, with `-S VALUE` joined into `--sort=VALUE`.
-
-    `--sort VALUE` too. Slurm's getopt takes the next word as -S's value even when it
-    starts with '-' (`squeue -S -t,i`), where argparse would read `-t,i` as an option.
-    """
-    out: list[str] = []
-    words = iter(argv)
-    for word in words:
-        if word == "--":
-            out.append(word)
-            out.extend(words)
-            break
-        value = next(words, None) if word in _SORT_OPTIONS else None
-        out.append(word if value is None else f"--sort={value}")
-    return out
 
 
 def add_parser(commands: Any) -> None:

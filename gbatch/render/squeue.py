@@ -17,8 +17,11 @@ from gbatch.core.constants import (
     IMPLICIT_PARTITION,
     SQUEUE_DEFAULT_FORMAT,
     SQUEUE_DEFAULT_SORT,
+    SQUEUE_FIELD_WIDTH,
+    SQUEUE_FIELDS,
     SQUEUE_SORT_KEYS,
 )
+from gbatch.core.constants import SQUEUE_LONG_FORMAT as SQUEUE_LONG_FORMAT  # squeue -l's
 from gbatch.core.jobids import collapse_pending, job_label
 from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
@@ -44,9 +47,6 @@ from gbatch.render.cells import (
     partition_text,
     reason_text,
 )
-
-SQUEUE_LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"  # squeue -l
-
 
 SQUEUE_START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"  # squeue --start
 
@@ -164,43 +164,10 @@ _SQUEUE_COLUMNS: Mapping[str, _Column] = {
 }
 
 
-# squeue -O/--Format: Slurm's long field names (any case) -> the `-o` letter.
-_SQUEUE_FIELDS: Mapping[str, str] = {
-    "jobid": "i",
-    "partition": "P",
-    "qos": "q",
-    "name": "j",
-    "username": "u",
-    "userid": "U",
-    "state": "T",
-    "statecompact": "t",
-    "timeused": "M",
-    "timelimit": "l",
-    "timeleft": "L",
-    "numnodes": "D",
-    "nodelist": "N",
-    "reason": "r",
-    "reasonlist": "R",
-    "tres-per-node": "b",
-    "gres": "b",
-    "numcpus": "C",
-    "minmemory": "m",
-    "submittime": "V",
-    "starttime": "S",
-    "endtime": "e",
-    "priority": "p",
-    "prioritylong": "Q",
-    "command": "o",
-    "workdir": "Z",
-    "comment": "k",
-    "dependency": "E",
-    "schednodes": "Y",
-    "feature": "f",
-    "reservation": "v",
-}
+_SQUEUE_FIELDS = SQUEUE_FIELDS  # squeue -O/--Format's names -> the `-o` letter
 
 
-_FIELD_WIDTH = 20  # -O's default column width (Slurm's)
+_FIELD_WIDTH = SQUEUE_FIELD_WIDTH  # -O's default column width (Slurm's)
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,12 @@ They run without argparse, pathlib, socket or json: with the re, enum, functools
 gettext those load, they were most of these commands' start (bench/bench_startup.py).
 
 everyday() reads a command line only where it reads it exactly as argparse would:
-squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h, -r), sbatch's --wrap
+squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h, -r) and its layouts
+and orders (-o, -O, -l, -S) where squeue_brief draws them (not with -r), sbatch's --wrap
 with -H, --parsable or -Q, and scancel's job ids (no step) with its filters (-u, --me, -t,
--n, -p, -w; no -s, -b, -f), each option's value in the next word (one that does not
-begin with '-'), after '=', or joined to a short option (`-j5`). Anything else (another
+-n, -p, -w) and -s of a common signal name, -b or --full, each option's value in the
+next word (one that does not begin with '-'; -S's may), after '=', or joined to a short
+option (`-j5`). Anything else (another
 option, two options in one word, a value that begins with '-', gbatch's own options but
 --debug) is left to argparse (gbatch/cli/_parser.py), which says what is wrong as ever.
 What is read runs as the full path does (squeue.run, sbatch's _everyday_request), and
@@ -52,10 +54,16 @@ SQUEUE_VALUES |= {"-j": "jobs", "--jobs": "jobs", "-o": "format", "--format": "f
 SQUEUE_VALUES |= {"-O": "fields", "--Format": "fields", "-S": "sort", "--sort": "sort"}
 # squeue's options whose value may begin with '-' (`-S -t,i`: join_option_values).
 SQUEUE_LOOSE = frozenset({"sort"})
-SCANCEL_FLAGS = {"--me": "me"}
+SCANCEL_FLAGS = {"--me": "me", "-b": "batch", "--batch": "batch", "-f": "full", "--full": "full"}
 SCANCEL_VALUES = {"-u": "user", "--user": "user", "-t": "state", "--state": "state"}
 SCANCEL_VALUES |= {"-n": "name", "--name": "name", "--jobname": "name", "-p": "partition"}
 SCANCEL_VALUES |= {"--partition": "partition", "-w": "nodelist", "--nodelist": "nodelist"}
+SCANCEL_VALUES |= {"-s": "signal", "--signal": "signal"}
+# scancel -s's names read here (with or without SIG, any case): the common ones, each
+# one that core.signals.parse_signal_name reads too; a number or another name is its.
+SIGNAL_NAMES = frozenset(
+    {"HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "TSTP"}
+)
 SBATCH_FLAGS = {"-H": "hold", "--hold": "hold", "--parsable": "parsable", "-Q": "quiet"}
 SBATCH_FLAGS["--quiet"] = "quiet"
 SBATCH_VALUES = {"--wrap": "wrap"}
@@ -368,11 +376,16 @@ def _squeue_layout(values: dict[str, Any]) -> tuple[Any, ...] | None:
 def run_scancel(values: dict[str, Any], send: Exchange) -> int | None:
     """scancel.run for job ids (no steps) and its filters: the same request, lines, status.
 
-    Not for -s/-b/-f (everyday leaves them to argparse); None declines, as everyday's
-    run()."""
+    With -s SIG of a common name (SIGNAL_NAMES), -b or --full (not both); None declines,
+    as everyday's run()."""
     words = values.get("ids", [])
     if any("." in word for word in words):  # a step: split_steps' grammar to read
         return None
+    signal = values["signal"][-1] if "signal" in values else None
+    if signal is not None and not _common_signal(signal):
+        return None  # parse_signal_name's to read (or refuse)
+    if values.get("batch") and values.get("full"):
+        return None  # scancel's usage error to give
     jobs = job_ids(words) if words else []
     if jobs is None:
         return None
@@ -383,7 +396,7 @@ def run_scancel(values: dict[str, Any], send: Exchange) -> int | None:
     nodes = node_list(values.get("nodelist")) or []
     if not (jobs or users or states or names or partitions or nodes):
         return None  # scancel's usage error to give
-    request = {
+    request: dict[str, Any] = {
         "op": "cancel",
         "jobs": jobs,
         "users": users,
@@ -392,10 +405,22 @@ def run_scancel(values: dict[str, Any], send: Exchange) -> int | None:
         "partitions": partitions,
         "nodes": nodes,
     }
+    if signal is not None:
+        request["signal"] = signal
+    if values.get("batch"):
+        request["batch"] = True
+    if values.get("full"):
+        request["full"] = True
     reply = send(request)
     if reply is None:
         return None
     return 1 if print_failures("scancel", reply, scancel_failure_line) else 0
+
+
+def _common_signal(text: str) -> bool:
+    """Whether `text` names one of SIGNAL_NAMES as parse_signal_name reads names."""
+    name = text.strip().upper()
+    return name.isascii() and name.removeprefix("SIG") in SIGNAL_NAMES
 
 
 def scancel_failure_line(failure: dict[str, Any]) -> str:

@@ -43,6 +43,7 @@ _OPTIONS = sorted(
     | {*everyday.SBATCH_VALUES, "-o", "-S", "--json", "-J", "--debug", "--help", "-uX"}
     | {"-j5", "-j5_3", "-j=4", "-u=root", "-uroot", "-j5=3", "-j-1", "-hj5", "-ja b", "-S5"}
     | {"-S-t", "-S=-p", "--sort=--", "--sort=-i", "-O", "-l", "-lh", "-o%i", "--start", "-i"}
+    | {"-sUSR1", "--signal=TERM", "-bf", "-f"}
 )
 _VALUES = st.one_of(
     st.sampled_from(["root", ME, "PD,R", "all", "gpu", "a=b", "-x", "--", "", " -c x", "1"]),
@@ -87,7 +88,7 @@ def _agrees(
         assert bool(getattr(args, dest)) == lean.get(dest, False), dest
     for dest in {*with_value.values()}:
         given_values = getattr(args, dest)
-        if dest in ("wrap", "format", "fields", "sort"):  # one value: the last one given
+        if dest in ("wrap", "format", "fields", "sort", "signal"):  # the last one given
             assert given_values == (lean[dest][-1] if dest in lean else None)
         else:
             assert given_values == lean.get(dest), dest
@@ -147,6 +148,28 @@ def test_scancel_words_are_read_as_argparse_reads_them(words: list[str]) -> None
     _agrees("scancel", words, everyday.SCANCEL_FLAGS, everyday.SCANCEL_VALUES, "ids")
 
 
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=8),
+        st.builds(
+            lambda pre, name, pad: pad + pre + name + pad,
+            st.sampled_from(["", "SIG", "sig", "Sig"]),
+            st.sampled_from([*everyday.SIGNAL_NAMES, "RTMIN", "WINCH", "usr1", "x"]),
+            st.sampled_from(["", " ", "\t"]),
+        ),
+    )
+)
+def test_scancels_common_signal_names_are_ones_parse_signal_name_reads(text: str) -> None:
+    from gbatch.core.signals import SignalNameError, parse_signal_name
+
+    if everyday._common_signal(text):
+        parse_signal_name(text)  # raises for a name it does not read
+    else:
+        with contextlib.suppress(SignalNameError):
+            parse_signal_name(text)
+
+
 _SCANCEL_WORDS = st.lists(
     st.one_of(
         st.sampled_from(["--me"]).map(lambda w: [w]),
@@ -154,6 +177,12 @@ _SCANCEL_WORDS = st.lists(
             st.sampled_from(sorted(everyday.SCANCEL_VALUES)),
             st.sampled_from(["root", ME, "PD,R", "gpu,a100", "x,,y", "n1", "gpu[01-02]", "a["]),
         ).map(list),
+        # Signals (-s: a common name, others parse_signal_name reads or refuses), -b, --full.
+        st.tuples(
+            st.sampled_from(["-s", "--signal"]),
+            st.sampled_from(["USR1", "sigterm", " KILL ", "10", "SIGRTMIN", "NOPE", "Sig_x"]),
+        ).map(list),
+        st.sampled_from(["-b", "--batch", "-f", "--full"]).map(lambda w: [w]),
     ),
     max_size=3,
 ).map(lambda groups: [word for group in groups for word in group])
@@ -213,7 +242,11 @@ def test_scancel_sends_and_prints_what_the_full_path_does(
     full = capsys.readouterr()
     if status is None:  # declined before asking: the full path refuses it or has a step
         assert not lean_sent and not lean.out and not lean.err
-        assert isinstance(full_status, tuple) or any("." in word for word in ids)
+        assert (
+            isinstance(full_status, tuple)
+            or any("." in word for word in ids)
+            or not everyday._common_signal(values["signal"][-1] if "signal" in values else "TERM")
+        )
         return
     assert status == full_status
     assert list(map(decoder.decode_request, lean_sent)) == list(
@@ -236,7 +269,8 @@ def test_other_command_lines_are_left_to_argparse() -> None:
         ["squeue", "--help"],
         ["sbatch", "-H"],  # no --wrap: a file or stdin
         ["sbatch", "--wrap", "true", "-J", "x"],
-        ["scancel", "-s", "USR1", "1"],
+        ["scancel", "1", "-s"],
+        ["scancel", "-bs", "USR1", "1"],
         ["scancel", "1", "-u", "root", "2"],
     ):
         assert everyday.everyday(words) is None, words

@@ -5,7 +5,7 @@ gettext those load, they were most of these commands' start (bench/bench_startup
 
 everyday() reads a command line only where it reads it exactly as argparse would:
 squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h, -r) and its layouts
-and orders (-o, -O, -l, -S) where squeue_brief draws them (not with -r), sbatch's --wrap
+and orders (-o, -O, -l, -S) where squeue_layouts draws them (not with -r), sbatch's --wrap
 with -H, --parsable or -Q, and scancel's job ids (no step) with its filters (-u, --me, -t,
 -n, -p, -w) and -s of a common signal name, -b or --full, each option's value in the
 next word (one that does not begin with '-'; -S's may), after '=', or joined to a short
@@ -293,8 +293,8 @@ def user_name() -> str:
 def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
     """squeue.run for its everyday options: the same request, the same table.
 
-    -o, -O, -l and -S too, where squeue_brief draws every letter and key asked for
-    (squeue_brief.LETTERS, SORT_KEYS), without -r; it declines the others."""
+    -o, -O, -l and -S too, where squeue_layouts draws every letter and key asked for
+    (squeue_layouts.LETTERS, SORT_KEYS), without -r; it declines the others."""
     layout = _squeue_layout(values)
     if layout is None:
         return None
@@ -331,7 +331,7 @@ def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
             reply["columns"], reply["now"], header=header, expand=bool(values.get("array"))
         )
     else:
-        from gbatch.render.squeue_brief import format_table
+        from gbatch.render.squeue_layouts import format_table
 
         out = format_table(reply["columns"], reply["now"], *layout, header=header)
     if jobs and not reply["columns"]["id"] and not _check_jobs_exist(jobs, send):
@@ -356,18 +356,18 @@ def _squeue_layout(values: dict[str, Any]) -> tuple[Any, ...] | None:
     if values.get("array"):
         return None  # one row per task in another layout: render.squeue's
     from gbatch.core.constants import SQUEUE_DEFAULT_FORMAT, SQUEUE_DEFAULT_SORT
-    from gbatch.render import squeue_brief
+    from gbatch.render import squeue_layouts
 
     if fmt is None and fields is not None:  # -o wins over -O, as squeue._format
-        fmt = squeue_brief.fields_format(fields)
+        fmt = squeue_layouts.fields_format(fields)
         if fmt is None:
             return None
     if fmt is None and values.get("long"):
         from gbatch.core.constants import SQUEUE_LONG_FORMAT
 
         fmt = SQUEUE_LONG_FORMAT
-    parts = squeue_brief.parse_format(fmt if fmt is not None else SQUEUE_DEFAULT_FORMAT)
-    keys = squeue_brief.parse_sort(sort if sort is not None else SQUEUE_DEFAULT_SORT)
+    parts = squeue_layouts.parse_format(fmt if fmt is not None else SQUEUE_DEFAULT_FORMAT)
+    keys = squeue_layouts.parse_sort(sort if sort is not None else SQUEUE_DEFAULT_SORT)
     if parts is None or keys is None:
         return None
     return parts, keys

@@ -338,7 +338,7 @@ def _queue(count: int) -> list[Job]:
     ]
 
 
-# Formats of every letter (those squeue_brief draws, and others), widths, '.', '%%'.
+# Formats of every letter (those squeue_layouts draws, and others), widths, '.', '%%'.
 _SQUEUE_FORMATS = st.lists(
     st.one_of(
         st.builds(
@@ -383,7 +383,7 @@ _SQUEUE_WORDS = st.lists(
             st.sampled_from(["3", "2,5", "4_1", "2_[1-3,7],9-12", "3_01", "1-", "2,3"]),
         ).map(list),
         st.sampled_from(["-j3", "-j=2,7", "--jobs=3_0", "-j3-4"]).map(lambda w: [w]),
-        # Other layouts and orders (squeue_brief.format_table, or render.squeue's).
+        # Other layouts and orders (squeue_layouts.format_table, or render.squeue's).
         st.sampled_from(["-l", "--long"]).map(lambda w: [w]),
         st.tuples(st.sampled_from(["-o", "--format"]), _SQUEUE_FORMATS).map(list),
         st.tuples(st.sampled_from(["-O", "--Format"]), _SQUEUE_FIELD_LISTS).map(list),
@@ -457,9 +457,9 @@ def test_squeue_sends_and_prints_what_the_full_path_does(
 
 
 def _drawn_by_brief(values: dict[str, Any]) -> bool:
-    """Whether squeue_brief draws every letter and key these options ask for."""
+    """Whether squeue_layouts draws every letter and key these options ask for."""
     from gbatch.render import squeue as full
-    from gbatch.render import squeue_brief
+    from gbatch.render import squeue_layouts
 
     if values.get("array") and {"format", "fields", "sort", "long"} & set(values):
         return False
@@ -471,7 +471,9 @@ def _drawn_by_brief(values: dict[str, Any]) -> bool:
         keys = full.parse_squeue_sort(values["sort"][-1]) if "sort" in values else []
     except Exception:  # FormatError, or a width int() refuses: the full path's to say
         return False
-    return letters <= squeue_brief.LETTERS and {key for key, _ in keys} <= squeue_brief.SORT_KEYS
+    return (
+        letters <= squeue_layouts.LETTERS and {key for key, _ in keys} <= squeue_layouts.SORT_KEYS
+    )
 
 
 # Text near job ids: the grammar's characters, and others it refuses.

@@ -4,12 +4,10 @@ They run without argparse, pathlib, socket or json: with the re, enum, functools
 gettext those load, they were most of these commands' start (bench/bench_startup.py).
 
 everyday() reads a command line only where it reads it exactly as argparse would:
-squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h, -r) and its layouts
-and orders (-o, -O, -l, -S) where squeue_layouts draws them (not with -r), sbatch's --wrap
+squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h, -r), sbatch's --wrap
 with -H, --parsable or -Q, and scancel's job ids (no step) with its filters (-u, --me, -t,
--n, -p, -w) and -s of a common signal name, -b or --full, each option's value in the
-next word (one that does not begin with '-'; -S's may), after '=', or joined to a short
-option (`-j5`). Anything else (another
+-n, -p, -w; no -s, -b, -f), each option's value in the next word (one that does not
+begin with '-'), after '=', or joined to a short option (`-j5`). Anything else (another
 option, two options in one word, a value that begins with '-', gbatch's own options but
 --debug) is left to argparse (gbatch/cli/_parser.py), which says what is wrong as ever.
 What is read runs as the full path does (squeue.run, sbatch's _everyday_request), and
@@ -46,24 +44,14 @@ if TYPE_CHECKING:
 # dest, and the dest of an option that takes a value (append: every value, in order).
 SQUEUE_FLAGS = {"--me": "me", "-a": "all", "--all": "all", "-h": "noheader"}
 SQUEUE_FLAGS |= {"--noheader": "noheader", "-r": "array", "--array": "array"}
-SQUEUE_FLAGS |= {"-l": "long", "--long": "long"}
 SQUEUE_VALUES = {"-u": "user", "--user": "user", "-n": "name", "--name": "name"}
 SQUEUE_VALUES |= {"-p": "partition", "--partition": "partition", "-w": "nodelist"}
 SQUEUE_VALUES |= {"--nodelist": "nodelist", "-t": "states", "--states": "states"}
-SQUEUE_VALUES |= {"-j": "jobs", "--jobs": "jobs", "-o": "format", "--format": "format"}
-SQUEUE_VALUES |= {"-O": "fields", "--Format": "fields", "-S": "sort", "--sort": "sort"}
-# squeue's options whose value may begin with '-' (`-S -t,i`: join_option_values).
-SQUEUE_LOOSE = frozenset({"sort"})
-SCANCEL_FLAGS = {"--me": "me", "-b": "batch", "--batch": "batch", "-f": "full", "--full": "full"}
+SQUEUE_VALUES |= {"-j": "jobs", "--jobs": "jobs"}
+SCANCEL_FLAGS = {"--me": "me"}
 SCANCEL_VALUES = {"-u": "user", "--user": "user", "-t": "state", "--state": "state"}
 SCANCEL_VALUES |= {"-n": "name", "--name": "name", "--jobname": "name", "-p": "partition"}
 SCANCEL_VALUES |= {"--partition": "partition", "-w": "nodelist", "--nodelist": "nodelist"}
-SCANCEL_VALUES |= {"-s": "signal", "--signal": "signal"}
-# scancel -s's names read here (with or without SIG, any case): the common ones, each
-# one that core.signals.parse_signal_name reads too; a number or another name is its.
-SIGNAL_NAMES = frozenset(
-    {"HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "TSTP"}
-)
 SBATCH_FLAGS = {"-H": "hold", "--hold": "hold", "--parsable": "parsable", "-Q": "quiet"}
 SBATCH_FLAGS["--quiet"] = "quiet"
 SBATCH_VALUES = {"--wrap": "wrap"}
@@ -79,9 +67,7 @@ def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | N
     line = words[1:] if debug else words
     command, rest = (line[0], line[1:]) if line else ("", [])
     if command == "squeue":
-        values = read_options(
-            join_option_values(rest), SQUEUE_FLAGS, SQUEUE_VALUES, loose=SQUEUE_LOOSE
-        )
+        values = read_squeue(rest)
         if values is not None:
             return "gbatch squeue", debug, lambda: run_squeue(values, exchange)
     elif command == "sbatch":
@@ -100,15 +86,12 @@ def read_options(
     flags: Mapping[str, str],
     with_value: Mapping[str, str],
     positional: str | None = None,
-    loose: frozenset[str] = frozenset(),
 ) -> dict[str, Any] | None:
     """`words` as argparse reads them for these options; None for any word it may read otherwise.
 
     {dest: True} for a flag given, {dest: [value, ...]} for an option. `positional`: the
     dest of a `nargs="*"` argument, {positional: [word, ...]} for the words that are not
-    options, in one run (argparse refuses a second run after an option). `loose`: dests
-    whose value joined to its option (`--sort=-t,i`, `-S-t`) may begin with '-' (not
-    `--`), as argparse reads such a value.
+    options, in one run (argparse refuses a second run after an option).
     """
     found: dict[str, Any] = {}
     run = 0  # positional words: 0 none yet, 1 in their run, 2 their run has ended
@@ -141,31 +124,10 @@ def read_options(
             return None
         # A value that is empty or begins with '-' (an option, a negative number, `--`,
         # which argparse drops even after '=') follows argparse's own rules: its to read.
-        joined = option != word
-        if value[:1] in ("", "-") and not (
-            joined and with_value[option] in loose and value[:1] == "-" and value != "--"
-        ):
+        if value[:1] in ("", "-"):
             return None
         found.setdefault(with_value[option], []).append(value)
     return found
-
-
-def join_option_values(argv: list[str]) -> list[str]:
-    """squeue's words after its command name, with `-S VALUE` joined into `--sort=VALUE`.
-
-    `--sort VALUE` too. Slurm's getopt takes the next word as -S's value even when it
-    starts with '-' (`squeue -S -t,i`), where argparse would read `-t,i` as an option.
-    """
-    out: list[str] = []
-    words = iter(argv)
-    for word in words:
-        if word == "--":
-            out.append(word)
-            out.extend(words)
-            break
-        value = next(words, None) if word in ("-S", "--sort") else None
-        out.append(word if value is None else f"--sort={value}")
-    return out
 
 
 def split_list(values: list[str] | None) -> list[str] | None:
@@ -290,6 +252,54 @@ def user_name() -> str:
         return str(os.getuid())
 
 
+# squeue's other layouts and orders (issue 35): where squeue_layouts draws every letter
+# and key asked for, as the everyday filters are read (not with -r; squeue._format's
+# order: -o, else -O, else -l's layout).
+SQUEUE_LAYOUT_FLAGS = {"-l": "long", "--long": "long"}
+SQUEUE_LAYOUT_VALUES = {"-o": "format", "--format": "format", "-O": "fields"}
+SQUEUE_LAYOUT_VALUES |= {"--Format": "fields", "-S": "sort", "--sort": "sort"}
+
+
+def join_option_values(argv: list[str]) -> list[str]:
+    """squeue's words after its command name, with `-S VALUE` joined into `--sort=VALUE`.
+
+    `--sort VALUE` too. Slurm's getopt takes the next word as -S's value even when it
+    starts with '-' (`squeue -S -t,i`), where argparse would read `-t,i` as an option.
+    """
+    out: list[str] = []
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            out.append(word)
+            out.extend(words)
+            break
+        value = next(words, None) if word in ("-S", "--sort") else None
+        out.append(word if value is None else f"--sort={value}")
+    return out
+
+
+def read_squeue(words: list[str]) -> dict[str, Any] | None:
+    """squeue's words as _main gives them to argparse (-S's value joined, as
+    join_option_values joins it), read as read_options reads them; None for others.
+
+    `--sort=VALUE` may hold a value that begins with '-' (`-S -t,i`), which argparse
+    reads as the value it is (not `--`): such a word is read as any other, its value
+    put back after (a stand-in no argument can hold, a NUL, while read_options reads)."""
+    joined = join_option_values(words)
+    held: dict[str, str] = {}
+    for at, word in enumerate(joined):
+        option, equals, value = word.partition("=")
+        if option == "--sort" and equals and value[:1] == "-" and value != "--":
+            held[f"\0{at}"] = value
+            joined[at] = f"--sort=\0{at}"
+    values = read_options(
+        joined, SQUEUE_FLAGS | SQUEUE_LAYOUT_FLAGS, SQUEUE_VALUES | SQUEUE_LAYOUT_VALUES
+    )
+    if values is not None and "sort" in values:
+        values["sort"] = [held.get(value, value) for value in values["sort"]]
+    return values
+
+
 def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
     """squeue.run for its everyday options: the same request, the same table.
 
@@ -371,6 +381,16 @@ def _squeue_layout(values: dict[str, Any]) -> tuple[Any, ...] | None:
     if parts is None or keys is None:
         return None
     return parts, keys
+
+
+# scancel -s, -b and --full (issue 35). -s's names read here (with or without SIG, any
+# case): the common ones, each one that core.signals.parse_signal_name reads too; a
+# number or another name is its to read.
+SCANCEL_FLAGS |= {"-b": "batch", "--batch": "batch", "-f": "full", "--full": "full"}
+SCANCEL_VALUES |= {"-s": "signal", "--signal": "signal"}
+SIGNAL_NAMES = frozenset(
+    {"HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "TSTP"}
+)
 
 
 def run_scancel(values: dict[str, Any], send: Exchange) -> int | None:

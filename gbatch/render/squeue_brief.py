@@ -88,10 +88,13 @@ def format_default(
             strict=True,
         )
     )
-    # Stable sorts, the last key first (squeue.sort_squeue).
-    rows.sort(key=lambda r: (not r[5], specs[r[2]]["priority"] - specs[r[2]]["nice"]), reverse=True)
-    rows.sort(key=lambda r: STATE_CODES[r[3]])
-    rows.sort(key=lambda r: specs[r[2]]["partition"] or IMPLICIT_PARTITION)
+    # Slurm's P,t,-p as one stable sort (squeue.sort_squeue makes one a key, the last
+    # first): partition, state code, then held last and priority highest first, ties in
+    # the listing's order. A spec's keys are read once, not once a row.
+    part = [spec["partition"] or IMPLICIT_PARTITION for spec in specs]
+    rank = [spec["nice"] - spec["priority"] for spec in specs]
+    codes = STATE_CODES
+    rows.sort(key=lambda r: (part[r[2]], codes[r[3]], r[5], rank[r[2]]))
     labels: list[str | None]
     if tasks and expand:
         ids, arrays_of, task_of = columns["id"], columns["array"], columns["task"]

@@ -279,8 +279,7 @@ def join_option_values(argv: list[str]) -> list[str]:
 
 
 def read_squeue(words: list[str]) -> dict[str, Any] | None:
-    """squeue's words as _main gives them to argparse (-S's value joined, as
-    join_option_values joins it), read as read_options reads them; None for others.
+    """squeue's words read as argparse reads them after _main's join_option_values; None for others.
 
     `--sort=VALUE` may hold a value that begins with '-' (`-S -t,i`), which argparse
     reads as the value it is (not `--`): such a word is read as any other, its value

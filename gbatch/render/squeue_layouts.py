@@ -60,9 +60,11 @@ _DIGITS = "0123456789"
 
 
 def parse_format(fmt: str) -> list[Any] | None:
-    """A squeue `-o` format as render.squeue reads it: literal text and (letter, width,
-    right) fields, `%%` a '%'; None for one it would read otherwise or refuse (a letter
-    not among LETTERS, a width over FORMAT_MAX_WIDTH), which it then does."""
+    """A squeue `-o` format as render.squeue reads it; None for one it reads otherwise or refuses.
+
+    Literal text and (letter, width, right) fields, `%%` a '%'. None also for a letter not
+    among LETTERS (render.squeue's to draw) or a width over FORMAT_MAX_WIDTH (its to refuse).
+    """
     parts: list[Any] = []
     at = 0
     while True:
@@ -95,8 +97,7 @@ def parse_format(fmt: str) -> list[Any] | None:
 
 
 def fields_format(fields: str) -> str | None:
-    """squeue -O's list as the `-o` format render.squeue.squeue_format_from_fields makes
-    of it; None for a list it refuses or reads otherwise."""
+    """squeue -O's list as the `-o` format squeue_format_from_fields makes; None if refused."""
     out = []
     for raw in fields.split(","):
         name, _, size = raw.strip().partition(":")
@@ -118,8 +119,10 @@ def fields_format(fields: str) -> str | None:
 
 
 def parse_sort(text: str) -> list[tuple[str, bool]] | None:
-    """squeue -S's keys as render.squeue.parse_squeue_sort reads them, (key, descending);
-    None for a list it refuses or reads otherwise, or a key not among SORT_KEYS."""
+    """squeue -S's keys as parse_squeue_sort reads them, (key, descending); None for others.
+
+    None for a list it refuses, or a key not among SORT_KEYS (render.squeue's to sort by).
+    """
     keys = []
     at = 0
     while at < len(text):
@@ -148,10 +151,12 @@ def format_table(
     *,
     header: bool = True,
 ) -> str:
-    """`columns` as render.squeue.format_squeue prints them in the layout `parts`
-    (parse_format's) and the order `keys` (parse_sort's): the same text as format_squeue
-    of sort_squeue of listings.jobs_from_columns, an array's pending tasks folded into
-    one `N_[4-15]` row at its first's place (not -r: render.squeue's)."""
+    """`columns` in the layout `parts` (parse_format's) and the order `keys` (parse_sort's).
+
+    The same text as render.squeue.format_squeue of sort_squeue of
+    listings.jobs_from_columns, an array's pending tasks folded into one `N_[4-15]` row at
+    its first's place (not -r: render.squeue's).
+    """
     specs = columns["specs"]
     ids, uids, submits = columns["id"], columns["uid"], columns["submit_time"]
     arrays, tasks = columns["array"], columns["task"]

@@ -231,7 +231,7 @@ def squeue_format_from_fields(fields: str) -> str:
             raise FormatError(f"unknown field '{raw.strip()}'; fields: {known}")
         right = size.startswith(".")
         digits = size[1:] if right else size
-        if colon and digits and not digits.isdigit():
+        if colon and digits and not digits.isdecimal():  # what int() reads (not '²')
             raise FormatError(f"'{raw.strip()}': a width is a number, e.g. {name}:30")
         width = checked_width(digits, raw) if digits else _FIELD_WIDTH
         out.append(f"%{'.' if right else ''}{width}{letter}")

@@ -106,12 +106,9 @@ def fields_format(fields: str) -> str | None:
             return None
         right = size.startswith(".")
         digits = size[1:] if right else size
-        if digits and not digits.isdigit():
+        if digits and not digits.isdecimal():  # as squeue_format_from_fields refuses
             return None
-        try:  # int() reads other scripts' digits too (not every isdigit() one)
-            width = int(digits) if digits else SQUEUE_FIELD_WIDTH
-        except ValueError:
-            return None
+        width = int(digits) if digits else SQUEUE_FIELD_WIDTH  # any script's digits
         if width > FORMAT_MAX_WIDTH:
             return None
         out.append(f"%{'.' if right else ''}{width}{letter}")

@@ -13,6 +13,7 @@ from gbatch.cli.exits import CliError, Exit
 from gbatch.core.constants import (
     SQUEUE_DEFAULT_SORT,
     SQUEUE_FULL_SPEC_LETTERS,
+    SQUEUE_LONG_FORMAT,
     SQUEUE_SORT_KEYS,
     SQUEUE_START_LETTERS,
 )
@@ -192,7 +193,7 @@ def _format(args: argparse.Namespace) -> str | None:
     if args.start:
         return squeue.SQUEUE_START_FORMAT
     if args.long:
-        return squeue.SQUEUE_LONG_FORMAT
+        return SQUEUE_LONG_FORMAT
     return None
 
 

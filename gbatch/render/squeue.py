@@ -21,7 +21,6 @@ from gbatch.core.constants import (
     SQUEUE_FIELDS,
     SQUEUE_SORT_KEYS,
 )
-from gbatch.core.constants import SQUEUE_LONG_FORMAT as SQUEUE_LONG_FORMAT  # squeue -l's
 from gbatch.core.jobids import collapse_pending, job_label
 from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (

@@ -10,12 +10,11 @@ from dataclasses import replace
 import pytest
 
 from gbatch.cli import squeue as squeue_cli
-from gbatch.core.constants import SQUEUE_DEFAULT_SORT, SQUEUE_SORT_KEYS
+from gbatch.core.constants import SQUEUE_DEFAULT_SORT, SQUEUE_LONG_FORMAT, SQUEUE_SORT_KEYS
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.core.timefmt import format_timestamp
 from gbatch.render.cells import FormatError
 from gbatch.render.squeue import (
-    SQUEUE_LONG_FORMAT,
     SQUEUE_START_FORMAT,
     format_squeue,
     parse_squeue_sort,

@@ -80,3 +80,47 @@ makes squeue fetch whole specs (a larger reply)."""
 
 SQUEUE_START_LETTERS = frozenset("Se")
 """squeue `-o` letters that read expected starts (ListJobs' `starts`)."""
+
+SQUEUE_LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
+"""squeue -l's layout (Slurm's)."""
+
+SQUEUE_FIELDS = {
+    "jobid": "i",
+    "partition": "P",
+    "qos": "q",
+    "name": "j",
+    "username": "u",
+    "userid": "U",
+    "state": "T",
+    "statecompact": "t",
+    "timeused": "M",
+    "timelimit": "l",
+    "timeleft": "L",
+    "numnodes": "D",
+    "nodelist": "N",
+    "reason": "r",
+    "reasonlist": "R",
+    "tres-per-node": "b",
+    "gres": "b",
+    "numcpus": "C",
+    "minmemory": "m",
+    "submittime": "V",
+    "starttime": "S",
+    "endtime": "e",
+    "priority": "p",
+    "prioritylong": "Q",
+    "command": "o",
+    "workdir": "Z",
+    "comment": "k",
+    "dependency": "E",
+    "schednodes": "Y",
+    "feature": "f",
+    "reservation": "v",
+}
+"""squeue -O/--Format: Slurm's long field names (any case) -> the `-o` letter."""
+
+SQUEUE_FIELD_WIDTH = 20
+"""-O's default column width (Slurm's)."""
+
+FORMAT_MAX_WIDTH = 1000
+"""The widest column a squeue, sacct or sinfo format may ask for."""

@@ -17,6 +17,8 @@ from gbatch.core.constants import (
     IMPLICIT_PARTITION,
     SQUEUE_DEFAULT_FORMAT,
     SQUEUE_DEFAULT_SORT,
+    SQUEUE_FIELD_WIDTH,
+    SQUEUE_FIELDS,
     SQUEUE_SORT_KEYS,
 )
 from gbatch.core.jobids import collapse_pending, job_label
@@ -44,9 +46,6 @@ from gbatch.render.cells import (
     partition_text,
     reason_text,
 )
-
-SQUEUE_LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"  # squeue -l
-
 
 SQUEUE_START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"  # squeue --start
 
@@ -164,43 +163,10 @@ _SQUEUE_COLUMNS: Mapping[str, _Column] = {
 }
 
 
-# squeue -O/--Format: Slurm's long field names (any case) -> the `-o` letter.
-_SQUEUE_FIELDS: Mapping[str, str] = {
-    "jobid": "i",
-    "partition": "P",
-    "qos": "q",
-    "name": "j",
-    "username": "u",
-    "userid": "U",
-    "state": "T",
-    "statecompact": "t",
-    "timeused": "M",
-    "timelimit": "l",
-    "timeleft": "L",
-    "numnodes": "D",
-    "nodelist": "N",
-    "reason": "r",
-    "reasonlist": "R",
-    "tres-per-node": "b",
-    "gres": "b",
-    "numcpus": "C",
-    "minmemory": "m",
-    "submittime": "V",
-    "starttime": "S",
-    "endtime": "e",
-    "priority": "p",
-    "prioritylong": "Q",
-    "command": "o",
-    "workdir": "Z",
-    "comment": "k",
-    "dependency": "E",
-    "schednodes": "Y",
-    "feature": "f",
-    "reservation": "v",
-}
+_SQUEUE_FIELDS = SQUEUE_FIELDS  # squeue -O/--Format's names -> the `-o` letter
 
 
-_FIELD_WIDTH = 20  # -O's default column width (Slurm's)
+_FIELD_WIDTH = SQUEUE_FIELD_WIDTH  # -O's default column width (Slurm's)
 
 
 @dataclass(frozen=True)
@@ -264,7 +230,7 @@ def squeue_format_from_fields(fields: str) -> str:
             raise FormatError(f"unknown field '{raw.strip()}'; fields: {known}")
         right = size.startswith(".")
         digits = size[1:] if right else size
-        if colon and digits and not digits.isdigit():
+        if colon and digits and not digits.isdecimal():  # what int() reads (not '²')
             raise FormatError(f"'{raw.strip()}': a width is a number, e.g. {name}:30")
         width = checked_width(digits, raw) if digits else _FIELD_WIDTH
         out.append(f"%{'.' if right else ''}{width}{letter}")

@@ -279,10 +279,22 @@ def test_squeue_folds_array_tasks_lean_and_takes_the_full_formatter_for_other_la
     task = _job(7, JobSpec(name="sweep", command=("true",), array_task=2, array_pos=0))
     with answering_daemon(tmp_path, _listing([task])):
         folded = loaded_by(["squeue", "-j", "7_2"], tmp_path)
-        long = loaded_by(["squeue", "-l"], tmp_path)
+        # The usual other layouts and orders are drawn lean too (issue 35) ...
+        lean = [
+            loaded_by(words, tmp_path)
+            for words in (
+                ["squeue", "-l"],
+                ["squeue", "-o", "%.7i %.9T %R", "-S", "-t,i"],
+                ["squeue", "-O", "JobID,State,TimeLeft", "--sort=-p"],
+            )
+        ]
+        # ... but not letters a listing's columns do not hold (%C: whole specs).
+        full = loaded_by(["squeue", "-o", "%i %C"], tmp_path)
     assert "gbatch.cli.everyday" in folded
     assert within(folded, NOT_LEAN | NOT_EVERYDAY) == []
-    assert {"gbatch.render.squeue", "gbatch.protocol.listings"} <= long
+    for loaded in lean:
+        assert within(loaded, NOT_LEAN | NOT_EVERYDAY) == []
+    assert {"gbatch.render.squeue", "gbatch.protocol.listings"} <= full
 
 
 def test_each_command_in_the_list_is_a_module_whose_parser_shows_its_help_line() -> None:

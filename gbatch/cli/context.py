@@ -8,20 +8,27 @@ from functools import cached_property
 
 from gbatch.cli.everyday import print_failures as print_failures  # where the commands find it
 from gbatch.cli.everyday import split_list as split_list
-from gbatch.core.paths import Paths, resolve_paths
-from gbatch.protocol.client import Client
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from gbatch.core.jobids import Forms, JobTarget
+    from gbatch.core.paths import Paths
+    from gbatch.protocol.client import Client
+
+# The paths (pathlib) and the client (socket, json) are imported when a command runs, not
+# with this module: every command imports it, and `gbatch CMD --help` uses neither.
 
 
 class Context:
     def __init__(self) -> None:
+        from gbatch.core.paths import resolve_paths
+
         self.paths: Paths = resolve_paths(os.environ)
 
     @cached_property
     def client(self) -> Client:
+        from gbatch.protocol.client import Client
+
         return Client(self.paths.socket)
 
     @cached_property

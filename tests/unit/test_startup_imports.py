@@ -133,6 +133,34 @@ def test_help_imports_argparse_and_the_entry_point_alone(tmp_path: object) -> No
     assert "typing" not in loaded  # a module for type checkers (2 ms)
 
 
+# What a command's --help needs: its parser. Not the submit's builder (jobspec.submit, with
+# dataclasses, inspect and ast: `sbatch --help` took 10 ms more from 50f1f92 on, when
+# cli/sbatch.py imported it at start), the model, the client (socket, json) and the
+# paths (pathlib, urllib.parse), which cli/context.py imports when a command runs.
+NOT_FOR_HELP = {"gbatch.jobspec.submit", "dataclasses", "inspect", "ast", "gbatch.core.model"}
+NOT_FOR_HELP |= {"gbatch.protocol.client", "gbatch.core.paths", "socket", "json", "pathlib"}
+NOT_FOR_HELP |= {"typing"}  # only under TYPE_CHECKING in gbatch/cli (2 ms)
+# What a command's parser itself reads (its choices, its defaults, a file's path):
+HELP_READS = {
+    "srun": {"gbatch.protocol.client", "gbatch.core.paths", "socket", "json", "pathlib"},
+    "daemon": {"gbatch.protocol.client", "gbatch.core.paths", "socket", "json", "pathlib"},
+    "api": {"socket", "json"},
+    "port-forward": {"socket"},
+    "completion": {"pathlib"},  # its shells' scripts, next to it
+    "scontrol": {"gbatch.protocol.requests", "inspect", "ast", "typing"},  # UPDATE_KEYS
+}
+for _interactive in ("salloc", "shell", "sattach"):  # srun's step client
+    HELP_READS[_interactive] = HELP_READS["srun"]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_commands_help_imports_its_parser_and_not_what_running_it_needs(
+    tmp_path: Path, command: str
+) -> None:
+    loaded = loaded_by([command, "--help"], tmp_path, "-S")  # -S: nothing loaded before
+    assert within(loaded, NOT_FOR_HELP - HELP_READS.get(command, set())) == []
+
+
 # What squeue's everyday listing (gbatch/render/squeue_brief.py) must not import: the model's
 # dataclasses and what they load (dataclasses, inspect), the request types and the Job
 # decoders (requests, codec, listings), squeue's full renderer (render.squeue and its

@@ -12,6 +12,7 @@ import platformdirs
 import pytest
 
 from gbatch.core.limits import Limits, UserLimits
+from gbatch.core.paths import user_data_dir
 from gbatch.core.qos import parse_qos
 from gbatch.site.config import (
     Config,
@@ -77,6 +78,34 @@ def test_without_gbatch_home_the_user_data_dir_is_used(
 
     assert home == Path(platformdirs.user_data_dir("gbatch", appauthor=False))
     assert home == tmp_path / "share" / "gbatch"
+
+
+UNSET = None
+
+
+@pytest.mark.parametrize("home", ["/home/alice", "/home/alice/", "/", "rel", "", UNSET])
+@pytest.mark.parametrize(
+    "xdg", ["/data", "/data/", "/da ta", "", "   ", "rel/share", "~/share", " /data", UNSET]
+)
+def test_the_user_data_dir_is_platformdirs_without_importing_it(
+    home: str | None, xdg: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """paths.user_data_dir() answers as platformdirs does for every HOME and XDG_DATA_HOME
+    (it imports platformdirs itself for the forms it leaves to it)."""
+    for name, value in (("HOME", home), ("XDG_DATA_HOME", xdg)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    try:
+        expected: str | type[Exception] = platformdirs.user_data_dir("gbatch", appauthor=False)
+    except RuntimeError:  # no home to be found (platformdirs >= 4.4)
+        expected = RuntimeError
+    if expected is RuntimeError:
+        with pytest.raises(RuntimeError):
+            user_data_dir()
+    else:
+        assert user_data_dir() == expected
 
 
 # -- load_config: files -----------------------------------------------------------------

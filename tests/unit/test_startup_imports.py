@@ -76,9 +76,11 @@ RUNS = {
 READS_EVERY_COMMAND = {"completion"}
 
 
-def loaded_by(argv: list[str], home: object, *flags: str) -> set[str]:
+def loaded_by(argv: list[str], home: object, *flags: str, home_is: str = "GBATCH_HOME") -> set[str]:
     """What `gbatch ARGV` imports; `flags`: the interpreter's (-S: without site, whose
-    import hooks, an editable install's, load pathlib and re before gbatch starts)."""
+    import hooks, an editable install's, load pathlib and re before gbatch starts).
+    `home_is`: the variable `home` is given as (HOME: no GBATCH_HOME, the user's data
+    dir under it)."""
     result = subprocess.run(
         [sys.executable, *flags, "-c", PROBE, *argv],
         capture_output=True,
@@ -86,7 +88,7 @@ def loaded_by(argv: list[str], home: object, *flags: str) -> set[str]:
         timeout=60,
         stdin=subprocess.DEVNULL,  # `mcp serve` reads its client from stdin
         # The gbatch under test, not whichever one the interpreter has installed.
-        env={"GBATCH_HOME": str(home), "PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE},
+        env={home_is: str(home), "PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE},
     )
     listed = [line for line in result.stdout.splitlines() if line.startswith("MODULES")]
     assert listed, result.stderr
@@ -159,6 +161,19 @@ def test_a_commands_help_imports_its_parser_and_not_what_running_it_needs(
 ) -> None:
     loaded = loaded_by([command, "--help"], tmp_path, "-S")  # -S: nothing loaded before
     assert within(loaded, NOT_FOR_HELP - HELP_READS.get(command, set())) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["sinfo"], ["sacct"], ["sbatch", "-H", "--gpus", "1", "--wrap", "true"], ["squeue", "-l"]],
+)
+def test_without_gbatch_home_a_command_finds_the_users_data_dir_without_platformdirs(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    """The default home (no GBATCH_HOME: the user's data dir, what most users run with)
+    is found without importing platformdirs (7 ms): core/paths.user_data_dir."""
+    loaded = loaded_by(argv, tmp_path, home_is="HOME")
+    assert within(loaded, {"platformdirs"}) == []
 
 
 # What squeue's everyday listing (gbatch/render/squeue_brief.py) must not import: the model's

@@ -32,6 +32,9 @@ HEAVY = {"textual", "paramiko", "yaml", "pynvml", "platformdirs", "cryptography"
 HEAVY |= {"starlette", "uvicorn", "anyio", "jwt", "prometheus_client", "jinja2"}
 # The daemon's side, and what only it reads (config.yaml and the site's policy).
 HEAD_ONLY = {"gbatch.head", "gbatch.nodes", "gbatch.site.config", "gbatch.site.policy"}
+# The planner's types (NodeView, Assignment, Plan): three dataclasses (1.7 ms) no command
+# builds, out of gbatch/core/model.py.
+HEAD_ONLY |= {"gbatch.core.plan"}
 # What main() imports beyond what the interpreter had loaded at start (site, and in a
 # virtual environment its import hooks), one name a line.
 PROBE = """
@@ -337,3 +340,11 @@ def test_each_command_in_the_list_is_a_module_whose_parser_shows_its_help_line()
     parser = build_parser(None, every=True)
     shown = {a.dest: a.help for a in parser._subparsers._group_actions[0]._choices_actions}  # type: ignore[union-attr]
     assert shown == COMMANDS
+
+
+def test_the_model_every_command_imports_builds_no_planner_type() -> None:
+    """NodeView, Assignment and Plan are the daemon's (gbatch/core/plan.py): each
+    dataclass in gbatch/core/model.py is built (its methods exec'd) at every start."""
+    from gbatch.core import model
+
+    assert {"NodeView", "Assignment", "Plan"}.isdisjoint(vars(model))

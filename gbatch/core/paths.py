@@ -151,11 +151,11 @@ def resolve_paths(environ: Mapping[str, str], system_socket: Path = SYSTEM_SOCKE
 
 
 def user_data_dir() -> str:
-    """platformdirs.user_data_dir("gbatch", appauthor=False): where a user's gbatch lives
-    when GBATCH_HOME is not set.
+    """Where a user's gbatch lives without GBATCH_HOME: platformdirs.user_data_dir's.
 
-    On Linux, where the answer is plain, without importing platformdirs (~7 ms of every
-    command's start): $XDG_DATA_HOME/gbatch when that is an absolute path, else
+    The same as platformdirs.user_data_dir("gbatch", appauthor=False). On Linux, where
+    the answer is plain, without importing platformdirs (~7 ms of every command's
+    start): $XDG_DATA_HOME/gbatch when that is an absolute path, else
     ~/.local/share/gbatch when HOME is an absolute path and XDG_DATA_HOME is unset or
     blank. platformdirs itself for the rest (another platform, a relative XDG_DATA_HOME
     or HOME, no HOME, Android), where its versions since 4.0 differ.

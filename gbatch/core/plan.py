@@ -1,9 +1,9 @@
-"""What the planner (gbatch/head/scheduler.py) reads and answers: a node at one instant
-(NodeView), a job placed (Assignment), and a pass's plan (Plan).
+"""The planner's values: a node at one instant, a job placed, a pass's plan.
 
-The daemon's alone: no command builds them, so they are not in gbatch/core/model.py,
-whose dataclasses every command pays for at start (bench/bench_startup.py).
-Pure values only, as the model.
+NodeView is what the planner (gbatch/head/scheduler.py) reads of a node, Assignment a
+job it placed, Plan what one pass decided. The daemon's alone: no command builds them,
+so they are not in gbatch/core/model.py, whose dataclasses every command pays for at
+start (bench/bench_startup.py). Pure values only, as the model.
 """
 
 from __future__ import annotations

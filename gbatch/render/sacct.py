@@ -13,13 +13,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gbatch.core.arrays import pos_of
+from gbatch.core.constants import NORMAL_QOS as NORMAL
 from gbatch.core.jobids import collapse_pending, job_label
 from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
     Job,
     JobState,
 )
-from gbatch.core.qos import NORMAL
 from gbatch.core.timefmt import format_elapsed_fixed, format_timestamp
 from gbatch.render.cells import (
     FormatError,

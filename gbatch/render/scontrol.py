@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from gbatch.core.constants import NORMAL_QOS as NORMAL
 from gbatch.core.gputypes import gres_text, node_gres
 from gbatch.core.hostlist import compress
 from gbatch.core.jobids import job_label
@@ -22,7 +23,6 @@ from gbatch.core.model import (
     NodeState,
     PartitionInfo,
 )
-from gbatch.core.qos import NORMAL
 from gbatch.core.shares import card_text, job_share_text
 from gbatch.core.timefmt import format_duration, format_elapsed_fixed, format_timestamp
 from gbatch.render.cells import (

@@ -19,13 +19,13 @@ from gbatch.core.constants import (
     SQUEUE_DEFAULT_SORT,
     SQUEUE_SORT_KEYS,
 )
+from gbatch.core.constants import NORMAL_QOS as NORMAL
 from gbatch.core.jobids import collapse_pending, job_label
 from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
     Job,
     JobState,
 )
-from gbatch.core.qos import NORMAL
 from gbatch.core.shares import job_share_text
 from gbatch.core.timefmt import format_duration, format_timestamp
 from gbatch.render.cells import (

@@ -179,6 +179,18 @@ def test_without_gbatch_home_a_command_finds_the_users_data_dir_without_platform
     assert within(loaded, {"platformdirs"}) == []
 
 
+@pytest.mark.parametrize(
+    "argv", [["sacct"], ["scontrol", "show", "job", "1"], ["squeue", "-l"]], ids=" ".join
+)
+def test_a_listing_shows_the_default_qos_without_the_qos_rules(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    """The listings print `normal` for a job that names no QOS: the name is in
+    core/constants.py, not core/qos.py with the limits it loads (~3 ms)."""
+    loaded = loaded_by(argv, tmp_path)
+    assert within(loaded, {"gbatch.core.qos", "gbatch.core.limits"}) == []
+
+
 # What squeue's everyday listing (gbatch/render/squeue_brief.py) must not import: the model's
 # dataclasses and what they load (dataclasses, inspect), the request types and the Job
 # decoders (requests, codec, listings), squeue's full renderer (render.squeue and its

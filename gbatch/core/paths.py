@@ -7,12 +7,11 @@ reads config.yaml).
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from gbatch.core import constants
+from gbatch.core.datadir import user_data_dir
 
 # Where a system-wide gbatchd (deploy/systemd/gbatchd.service) listens: clients with no
 # GBATCH_SOCKET or GBATCH_HOME use it when it exists.
@@ -148,26 +147,3 @@ def resolve_paths(environ: Mapping[str, str], system_socket: Path = SYSTEM_SOCKE
     if socket:
         return paths.with_socket(Path(socket).expanduser().absolute(), "env")
     return paths
-
-
-def user_data_dir() -> str:
-    """Where a user's gbatch lives without GBATCH_HOME: platformdirs.user_data_dir's.
-
-    The same as platformdirs.user_data_dir("gbatch", appauthor=False). On Linux, where
-    the answer is plain, without importing platformdirs (~7 ms of every command's
-    start): $XDG_DATA_HOME/gbatch when that is an absolute path, else
-    ~/.local/share/gbatch when HOME is an absolute path and XDG_DATA_HOME is unset or
-    blank. platformdirs itself for the rest (another platform, a relative XDG_DATA_HOME
-    or HOME, no HOME, Android), where its versions since 4.0 differ.
-    tests/unit/test_config.py holds the two equal.
-    """
-    xdg = os.environ.get("XDG_DATA_HOME", "")
-    home = os.environ.get("HOME", "")
-    if sys.platform == "linux" and "ANDROID_DATA" not in os.environ:
-        if xdg.startswith("/"):
-            return os.path.join(xdg, "gbatch")
-        if not xdg.strip() and home.startswith("/"):
-            return os.path.join(os.path.expanduser("~/.local/share"), "gbatch")
-    import platformdirs
-
-    return platformdirs.user_data_dir("gbatch", appauthor=False)

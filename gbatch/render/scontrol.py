@@ -6,7 +6,6 @@ A job's record ends with its events.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
 from gbatch.core.constants import NORMAL_QOS as NORMAL
 from gbatch.core.gputypes import gres_text, node_gres
@@ -44,7 +43,10 @@ from gbatch.render.cells import (
     tres_text,
 )
 
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:  # only show job's reply carries it
+    from typing import Any
+
     from gbatch.core.gpuusage import GpuUsage
 
 SECRET_MASK = "<secret>"  # shown for a secret_env variable, in place of its value

@@ -11,8 +11,8 @@ from pathlib import Path
 import platformdirs
 import pytest
 
+from gbatch.core.datadir import user_data_dir
 from gbatch.core.limits import Limits, UserLimits
-from gbatch.core.paths import user_data_dir
 from gbatch.core.qos import parse_qos
 from gbatch.site.config import (
     Config,

@@ -191,6 +191,28 @@ def test_a_listing_shows_the_default_qos_without_the_qos_rules(
     assert within(loaded, {"gbatch.core.qos", "gbatch.core.limits"}) == []
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sinfo"],
+        ["sacct"],
+        ["scontrol", "show", "job", "1"],
+        ["sbatch", "-H", "--gpus", "1", "--wrap", "true"],
+        ["sshare"],
+        ["sprio"],
+        ["seff", "1"],
+        ["sreport"],
+        ["logs", "1"],
+    ],
+    ids=" ".join,
+)
+def test_a_command_on_the_full_path_runs_without_typing(tmp_path: Path, argv: list[str]) -> None:
+    """typing (2-3 ms) is for type checkers: the requests (requests.type_hints for the
+    daemon's decoder), the codec, the renderers and the job-spec builder import it under
+    TYPE_CHECKING alone. (No daemon answers: the command is built up to its request.)"""
+    assert "typing" not in loaded_by(argv, tmp_path, "-S")  # -S: nothing loaded before
+
+
 # What squeue's everyday listing (gbatch/render/squeue_brief.py) must not import: the model's
 # dataclasses and what they load (dataclasses, inspect), the request types and the Job
 # decoders (requests, codec, listings), squeue's full renderer (render.squeue and its
@@ -360,3 +382,20 @@ def test_the_model_every_command_imports_builds_no_planner_type() -> None:
     from gbatch.core import model
 
     assert {"NodeView", "Assignment", "Plan"}.isdisjoint(vars(model))
+
+
+def test_the_users_data_dir_is_found_with_os_and_sys_alone() -> None:
+    """gbatch/core/datadir.py is a leaf that the everyday lines (no pathlib) may use."""
+    probe = (
+        "import sys; b = set(sys.modules); import gbatch.core.datadir; print(*set(sys.modules) - b)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE},
+    )
+    loaded = set(done.stdout.split())
+    assert within(loaded, {"gbatch"}) == ["gbatch", "gbatch.core", "gbatch.core.datadir"]
+    assert within(loaded, {"pathlib", "re", "platformdirs", "typing"}) == []

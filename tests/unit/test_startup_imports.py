@@ -213,6 +213,27 @@ def test_a_command_on_the_full_path_runs_without_typing(tmp_path: Path, argv: li
     assert "typing" not in loaded_by(argv, tmp_path, "-S")  # -S: nothing loaded before
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sinfo"],
+        ["sacct"],
+        ["scontrol", "show", "job", "1"],
+        ["sshare"],
+        ["sprio"],
+        ["sreport"],
+        ["logs", "1"],
+    ],
+    ids=" ".join,
+)
+def test_the_client_connects_without_socket_py(tmp_path: Path, argv: list[str]) -> None:
+    """protocol/client.py speaks on _socket, socket.py's C core: socket.py's enums,
+    selectors and makefile are ~2 ms of a start (client._Lines reads the replies)."""
+    loaded = loaded_by(argv, tmp_path, "-S")  # -S: nothing loaded before
+    assert "gbatch.protocol.client" in loaded
+    assert within(loaded, {"socket", "selectors"}) == []
+
+
 # What squeue's everyday listing (gbatch/render/squeue_brief.py) must not import: the model's
 # dataclasses and what they load (dataclasses, inspect), the request types and the Job
 # decoders (requests, codec, listings), squeue's full renderer (render.squeue and its

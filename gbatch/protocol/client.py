@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from _socket import AF_UNIX, SOCK_STREAM
 from _socket import socket as unix_socket
 from collections.abc import Mapping
-from pathlib import Path
 
 from gbatch.core.constants import CLIENT_TIMEOUT_S, MAX_REQUEST_BYTES
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
     from gbatch.protocol.requests import ErrorKind, Request
@@ -60,7 +61,7 @@ class _Lines:
 class DaemonUnavailable(Exception):
     """No daemon answers on the socket."""
 
-    def __init__(self, socket_path: Path, why: str) -> None:
+    def __init__(self, socket_path: str | Path, why: str) -> None:
         super().__init__(f"no gbatch daemon answers at {socket_path} ({why})")
         self.socket_path = socket_path
 
@@ -68,7 +69,7 @@ class DaemonUnavailable(Exception):
 class ReplyTimeout(Exception):
     """The daemon took the request but did not reply in time: it may still act on it."""
 
-    def __init__(self, socket_path: Path, timeout: float) -> None:
+    def __init__(self, socket_path: str | Path, timeout: float) -> None:
         super().__init__(
             f"the gbatch daemon at {socket_path} did not reply within {timeout:g} s; it may "
             "still carry the request out. Check with `gbatch squeue` before repeating it"
@@ -91,19 +92,19 @@ class RequestFailed(Exception):
 class SocketPermissionDenied(RequestFailed):
     """The socket exists but this user may not connect to it (kind "permission")."""
 
-    def __init__(self, socket_path: Path) -> None:
+    def __init__(self, socket_path: str | Path) -> None:
         super().__init__(
             "permission", f"permission denied on {socket_path}: {_access_hint(socket_path)}"
         )
 
 
-def _access_hint(socket_path: Path) -> str:
+def _access_hint(socket_path: str | Path) -> str:
     """Who may use the socket, read from its owner, group and mode."""
     import grp  # deferred: only a refused connection needs the group database
     import pwd
 
     try:
-        st = socket_path.stat()
+        st = os.stat(socket_path)
     except OSError:
         return "ask an admin for access to it"
     if st.st_mode & 0o060 == 0o060:
@@ -170,7 +171,7 @@ def _refusal(reply: Mapping[str, Any]) -> RequestFailed:
 
 
 class Client:
-    def __init__(self, socket_path: Path, timeout: float = CLIENT_TIMEOUT_S) -> None:
+    def __init__(self, socket_path: str | Path, timeout: float = CLIENT_TIMEOUT_S) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
         self._sock: unix_socket | None = None

@@ -11,7 +11,7 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from gbatch.core.datadir import user_data_dir
+from gbatch.core.datadir import socket_file, user_data_dir
 from gbatch.core.limits import Limits, UserLimits
 from gbatch.core.qos import parse_qos
 from gbatch.site.config import (
@@ -106,6 +106,43 @@ def test_the_user_data_dir_is_platformdirs_without_importing_it(
             user_data_dir()
     else:
         assert user_data_dir() == expected
+
+
+HOMES = [UNSET, "", "/h", "/h/", "rel", "./rel", "a//b", "~/x", "~nobody-here/x"]
+HOMES += ["/a/./b", "/a/..", "..", "/"]
+SOCKETS = [UNSET, "", "/s.sock", "rel.sock", "~/s", "/s//x", "/s/."]
+
+
+@pytest.mark.parametrize("xdg", [UNSET, "/xdg", "/x//y"])
+@pytest.mark.parametrize("socket", SOCKETS)
+@pytest.mark.parametrize("home", HOMES)
+def test_the_socket_found_without_pathlib_is_the_paths_socket(
+    home: str | None,
+    socket: str | None,
+    xdg: str | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """datadir.socket_file (the commands' client, without pathlib) answers as
+    resolve_paths(...).socket spells it, or None (then the paths answer)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    environ = {"GBATCH_HOME": home, "GBATCH_SOCKET": socket, "XDG_DATA_HOME": xdg}
+    for name, value in environ.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    given = {name: value for name, value in environ.items() if value is not None}
+    found = socket_file(given)
+    try:
+        expected: str | None = str(resolve_paths(given).socket)
+    except RuntimeError:  # `~nobody-here`: refused, by the paths (found is None)
+        expected = None
+    if found is not None:
+        assert found == expected
+    if home in (None, "", "/h") and (socket == "/s.sock" or (home == "/h" and not socket)):
+        assert found is not None  # the plain forms are found without pathlib
 
 
 # -- load_config: files -----------------------------------------------------------------

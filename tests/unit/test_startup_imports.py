@@ -226,12 +226,13 @@ def test_a_command_on_the_full_path_runs_without_typing(tmp_path: Path, argv: li
     ],
     ids=" ".join,
 )
-def test_the_client_connects_without_socket_py(tmp_path: Path, argv: list[str]) -> None:
+def test_the_client_connects_without_socket_py_nor_pathlib(tmp_path: Path, argv: list[str]) -> None:
     """protocol/client.py speaks on _socket, socket.py's C core: socket.py's enums,
-    selectors and makefile are ~2 ms of a start (client._Lines reads the replies)."""
+    selectors and makefile are ~2 ms of a start (client._Lines reads the replies). The
+    socket's path is found without pathlib (with urllib.parse, ~3 ms): datadir.socket_file."""
     loaded = loaded_by(argv, tmp_path, "-S")  # -S: nothing loaded before
     assert "gbatch.protocol.client" in loaded
-    assert within(loaded, {"socket", "selectors"}) == []
+    assert within(loaded, {"socket", "selectors", "pathlib", "urllib"}) == []
 
 
 # What squeue's everyday listing (gbatch/render/squeue_brief.py) must not import: the model's
@@ -406,7 +407,8 @@ def test_the_model_every_command_imports_builds_no_planner_type() -> None:
 
 
 def test_the_users_data_dir_is_found_with_os_and_sys_alone() -> None:
-    """gbatch/core/datadir.py is a leaf that the everyday lines (no pathlib) may use."""
+    """gbatch/core/datadir.py is a leaf (os, sys, core/constants) that the everyday
+    lines (no pathlib) may use."""
     probe = (
         "import sys; b = set(sys.modules); import gbatch.core.datadir; print(*set(sys.modules) - b)"
     )
@@ -418,5 +420,6 @@ def test_the_users_data_dir_is_found_with_os_and_sys_alone() -> None:
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE},
     )
     loaded = set(done.stdout.split())
-    assert within(loaded, {"gbatch"}) == ["gbatch", "gbatch.core", "gbatch.core.datadir"]
+    gbatch = ["gbatch", "gbatch.core", "gbatch.core.constants", "gbatch.core.datadir"]
+    assert within(loaded, {"gbatch"}) == gbatch
     assert within(loaded, {"pathlib", "re", "platformdirs", "typing"}) == []

@@ -38,6 +38,10 @@ MAX_ID_TEXT = 64 * 1024
 """The longest text of job ids read at once: a few thousand ids; past this, name a
 range or an array."""
 
+NORMAL_QOS = "normal"
+"""The QOS of a job that names none (gbatch/core/qos.py's NORMAL): sacct's and scontrol's
+listings show it without importing the QOS rules and the limits they load."""
+
 IMPLICIT_PARTITION = "gpu"
 """The partition of a fleet whose inventory names none (and of the embedded node), and
 what squeue shows for jobs queued before partitions existed."""

@@ -9,12 +9,15 @@ nodes a partition has is the daemon's to say (gbatch/head/handlers/submit.py).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from gbatch.core import hostlist
 from gbatch.core.gputypes import profile_of
 from gbatch.core.timefmt import show_value
 from gbatch.jobspec.errors import SpecError
+
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_NODES = 1024
 MAX_TASKS = 65536

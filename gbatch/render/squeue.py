@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gbatch.core.arrays import pos_of
 from gbatch.core.constants import (
@@ -21,13 +20,13 @@ from gbatch.core.constants import (
     SQUEUE_FIELDS,
     SQUEUE_SORT_KEYS,
 )
+from gbatch.core.constants import NORMAL_QOS as NORMAL
 from gbatch.core.jobids import collapse_pending, job_label
 from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
     Job,
     JobState,
 )
-from gbatch.core.qos import NORMAL
 from gbatch.core.shares import job_share_text
 from gbatch.core.timefmt import format_duration, format_timestamp
 from gbatch.render.cells import (
@@ -46,6 +45,11 @@ from gbatch.render.cells import (
     partition_text,
     reason_text,
 )
+
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from typing import Any
+
 
 SQUEUE_START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"  # squeue --start
 

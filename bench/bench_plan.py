@@ -61,7 +61,8 @@ from common import quick_help  # before the line below: a checkout's gbatch come
 sys.path.insert(0, os.environ.get("GBATCH_BENCH_CHECKOUT") or str(Path(__file__).parent.parent))
 
 from gbatch.core.limits import Use, UserLimits
-from gbatch.core.model import Job, JobSpec, JobState, NodeView
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.plan import NodeView
 from gbatch.head.scheduler import Planner, plan
 
 if TYPE_CHECKING:

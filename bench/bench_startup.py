@@ -10,7 +10,10 @@ busy moment of a shared machine falls on all of them alike):
 - `gbatch --help`; `gbatch squeue` against a daemon holding a small queue (10 held
   jobs); `gbatch squeue -j ONE` (the first of them); `gbatch sbatch -H --wrap true` (a
   held job, queued durably); `gbatch scancel -n NAME` (a name no job has: it cancels
-  nothing, exit 0); `gbatch squeue -r`: goal <= 25 ms each, and <= the interpreter's floor + 12 ms;
+  nothing, exit 0); `gbatch squeue -r`; and commands on the full (argparse) path:
+  `gbatch sbatch -H --gpus 1 --wrap true` (an option the everyday line does not read),
+  `gbatch sinfo`, `gbatch sacct` (the day's jobs: none finished) and `gbatch sbatch
+  --help`: goal <= 25 ms each, and <= the interpreter's floor + 12 ms;
   with each case's CPU time (user + system, the process's own), which a busy machine
   inflates less than the wall time;
 - with `--queued N`: N held single jobs queued (N - 10 written into the store before
@@ -83,6 +86,14 @@ CASES: dict[str, tuple[list[str], int]] = {
     # squeue lists stays as it is.
     "`gbatch scancel -n NAME`, none named so": (["scancel", "-n", "no-such-job"], 0),
     "`gbatch squeue -r`": (["squeue", "-r"], 0),
+    # The full (argparse) path: options the everyday lines do not read, and --help.
+    "`gbatch sbatch -H --gpus 1 --wrap true` (full path)": (
+        ["sbatch", "-H", "--gpus", "1", "--wrap", "true"],
+        0,
+    ),
+    "`gbatch sinfo`": (["sinfo"], 0),
+    "`gbatch sacct`": (["sacct"], 0),
+    "`gbatch sbatch --help`": (["sbatch", "--help"], 0),
 }
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
+
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 HELP = COMMANDS["cluster"]
 EPILOG = """\

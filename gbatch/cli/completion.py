@@ -16,13 +16,15 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context
 from gbatch.cli.exits import Exit
 
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from gbatch.cli.commandtree import Argument, Command, Option
 
 HELP = COMMANDS["completion"]

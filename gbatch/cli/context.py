@@ -8,21 +8,39 @@ from functools import cached_property
 
 from gbatch.cli.everyday import print_failures as print_failures  # where the commands find it
 from gbatch.cli.everyday import split_list as split_list
-from gbatch.core.paths import Paths, resolve_paths
-from gbatch.protocol.client import Client
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from gbatch.core.jobids import Forms, JobTarget
+    from gbatch.core.paths import Paths
+    from gbatch.protocol.client import Client
+
+# The paths (pathlib) and the client (json) are imported when a command runs, not with
+# this module: every command imports it, and `gbatch CMD --help` uses neither.
 
 
 class Context:
     def __init__(self) -> None:
-        self.paths: Paths = resolve_paths(os.environ)
+        from gbatch.core.datadir import socket_file
+
+        # The daemon's socket without pathlib (~3 ms) where it is plain (datadir.socket_file);
+        # else the paths now, as ever (which raise here for a home they cannot find).
+        self._socket = socket_file(os.environ)
+        if self._socket is None:
+            self.paths  # noqa: B018  # resolved now: its errors where they always were
+
+    @cached_property
+    def paths(self) -> Paths:
+        """The calling user's gbatch files (core/paths.resolve_paths)."""
+        from gbatch.core.paths import resolve_paths
+
+        return resolve_paths(os.environ)
 
     @cached_property
     def client(self) -> Client:
-        return Client(self.paths.socket)
+        from gbatch.protocol.client import Client
+
+        return Client(self.paths.socket if self._socket is None else self._socket)
 
     @cached_property
     def me(self) -> str:

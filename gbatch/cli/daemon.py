@@ -6,12 +6,15 @@ import argparse
 import os
 import sys
 import time
-from typing import Any
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context
 from gbatch.cli.exits import CliError, Exit
 from gbatch.protocol.client import Client, DaemonUnavailable
+
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 HELP = COMMANDS["daemon"]
 START_TIMEOUT = 20.0

@@ -4,8 +4,9 @@ They run without argparse, pathlib, socket or json: with the re, enum, functools
 gettext those load, they were most of these commands' start (bench/bench_startup.py).
 
 everyday() reads a command line only where it reads it exactly as argparse would:
-squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h, -r), scancel's job ids
-(no step) with its filters (-u, --me, -t, -n, -p, -w; no -s, -b, -f), and sbatch's
+squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h, -r) and layouts (-o,
+-O, -l, -S: where render/squeue_layouts draws them), scancel's job ids (no step) with its
+filters (-u, --me, -t, -n, -p, -w) and -s of a common name, -b or --full, and sbatch's
 `--wrap CMD` or `SCRIPT [ARG...]` with the options people type (-G/--gpus,
 --gres=gpu[:TYPE][:N], -t, -J, -p, -q, -o, -e, -c, --mem, -a, -d, -D, -H, --parsable, -Q;
 the same in the script's #SBATCH lines: gbatch/cli/everyday_sbatch.py), each option's
@@ -70,7 +71,7 @@ def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | N
     line = words[1:] if debug else words
     command, rest = (line[0], line[1:]) if line else ("", [])
     if command == "squeue":
-        values = read_options(rest, SQUEUE_FLAGS, SQUEUE_VALUES)
+        values = read_squeue(rest)
         if values is not None:
             return "gbatch squeue", debug, lambda: run_squeue(values, exchange)
     elif command == "sbatch":
@@ -208,8 +209,61 @@ def user_name() -> str:
         return str(os.getuid())
 
 
+# squeue's other layouts and orders (issue 35): where squeue_layouts draws every letter
+# and key asked for, as the everyday filters are read (not with -r; squeue._format's
+# order: -o, else -O, else -l's layout).
+SQUEUE_LAYOUT_FLAGS = {"-l": "long", "--long": "long"}
+SQUEUE_LAYOUT_VALUES = {"-o": "format", "--format": "format", "-O": "fields"}
+SQUEUE_LAYOUT_VALUES |= {"--Format": "fields", "-S": "sort", "--sort": "sort"}
+
+
+def join_option_values(argv: list[str]) -> list[str]:
+    """squeue's words after its command name, with `-S VALUE` joined into `--sort=VALUE`.
+
+    `--sort VALUE` too. Slurm's getopt takes the next word as -S's value even when it
+    starts with '-' (`squeue -S -t,i`), where argparse would read `-t,i` as an option.
+    """
+    out: list[str] = []
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            out.append(word)
+            out.extend(words)
+            break
+        value = next(words, None) if word in ("-S", "--sort") else None
+        out.append(word if value is None else f"--sort={value}")
+    return out
+
+
+def read_squeue(words: list[str]) -> dict[str, Any] | None:
+    """squeue's words read as argparse reads them after _main's join_option_values; None for others.
+
+    `--sort=VALUE` may hold a value that begins with '-' (`-S -t,i`), which argparse
+    reads as the value it is (not `--`): such a word is read as any other, its value
+    put back after (a stand-in no argument can hold, a NUL, while read_options reads)."""
+    joined = join_option_values(words)
+    held: dict[str, str] = {}
+    for at, word in enumerate(joined):
+        option, equals, value = word.partition("=")
+        if option == "--sort" and equals and value[:1] == "-" and value != "--":
+            held[f"\0{at}"] = value
+            joined[at] = f"--sort=\0{at}"
+    values = read_options(
+        joined, SQUEUE_FLAGS | SQUEUE_LAYOUT_FLAGS, SQUEUE_VALUES | SQUEUE_LAYOUT_VALUES
+    )
+    if values is not None and "sort" in values:
+        values["sort"] = [held.get(value, value) for value in values["sort"]]
+    return values
+
+
 def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
-    """squeue.run for its everyday options: the same request, the same table."""
+    """squeue.run for its everyday options: the same request, the same table.
+
+    -o, -O, -l and -S too, where squeue_layouts draws every letter and key asked for
+    (squeue_layouts.LETTERS, SORT_KEYS), without -r; it declines the others."""
+    layout = _squeue_layout(values)
+    if layout is None:
+        return None
     from gbatch.core.accounts import user_exists
 
     users = split_list(values.get("user")) or ([user_name()] if values.get("me") else [])
@@ -237,26 +291,77 @@ def run_squeue(values: dict[str, Any], send: Exchange) -> int | None:
     reply = send(request)
     if reply is None:
         return None
-    out = format_default(
-        reply["columns"],
-        reply["now"],
-        header=not values.get("noheader"),
-        expand=bool(values.get("array")),
-    )
+    header = not values.get("noheader")
+    if layout == ():
+        out = format_default(
+            reply["columns"], reply["now"], header=header, expand=bool(values.get("array"))
+        )
+    else:
+        from gbatch.render.squeue_layouts import format_table
+
+        out = format_table(reply["columns"], reply["now"], *layout, header=header)
     if jobs and not reply["columns"]["id"] and not _check_jobs_exist(jobs, send):
         return None  # no connection made the second time: the full path's to say
+    if values.get("long") and header:
+        import time
+
+        # Slurm's date line (its ctime form), in the daemon's clock, as squeue._show's.
+        out = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(reply["now"])) + "\n" + out
     sys.stdout.write(out)
     return 0
+
+
+def _squeue_layout(values: dict[str, Any]) -> tuple[Any, ...] | None:
+    """squeue's layout and order: () for Slurm's default (squeue_brief.format_default),
+    (parts, keys) for format_table; None where render.squeue is to draw them."""
+    fmt = values["format"][-1] if "format" in values else None
+    fields = values["fields"][-1] if "fields" in values else None
+    sort = values["sort"][-1] if "sort" in values else None
+    if fmt is None and fields is None and sort is None and not values.get("long"):
+        return ()
+    if values.get("array"):
+        return None  # one row per task in another layout: render.squeue's
+    from gbatch.core.constants import SQUEUE_DEFAULT_FORMAT, SQUEUE_DEFAULT_SORT
+    from gbatch.render import squeue_layouts
+
+    if fmt is None and fields is not None:  # -o wins over -O, as squeue._format
+        fmt = squeue_layouts.fields_format(fields)
+        if fmt is None:
+            return None
+    if fmt is None and values.get("long"):
+        from gbatch.core.constants import SQUEUE_LONG_FORMAT
+
+        fmt = SQUEUE_LONG_FORMAT
+    parts = squeue_layouts.parse_format(fmt if fmt is not None else SQUEUE_DEFAULT_FORMAT)
+    keys = squeue_layouts.parse_sort(sort if sort is not None else SQUEUE_DEFAULT_SORT)
+    if parts is None or keys is None:
+        return None
+    return parts, keys
+
+
+# scancel -s, -b and --full (issue 35). -s's names read here (with or without SIG, any
+# case): the common ones, each one that core.signals.parse_signal_name reads too; a
+# number or another name is its to read.
+SCANCEL_FLAGS |= {"-b": "batch", "--batch": "batch", "-f": "full", "--full": "full"}
+SCANCEL_VALUES |= {"-s": "signal", "--signal": "signal"}
+SIGNAL_NAMES = frozenset(
+    {"HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "TSTP"}
+)
 
 
 def run_scancel(values: dict[str, Any], send: Exchange) -> int | None:
     """scancel.run for job ids (no steps) and its filters: the same request, lines, status.
 
-    Not for -s/-b/-f (everyday leaves them to argparse); None declines, as everyday's
-    run()."""
+    With -s SIG of a common name (SIGNAL_NAMES), -b or --full (not both); None declines,
+    as everyday's run()."""
     words = values.get("ids", [])
     if any("." in word for word in words):  # a step: split_steps' grammar to read
         return None
+    signal = values["signal"][-1] if "signal" in values else None
+    if signal is not None and not _common_signal(signal):
+        return None  # parse_signal_name's to read (or refuse)
+    if values.get("batch") and values.get("full"):
+        return None  # scancel's usage error to give
     jobs = job_ids(words) if words else []
     if jobs is None:
         return None
@@ -267,7 +372,7 @@ def run_scancel(values: dict[str, Any], send: Exchange) -> int | None:
     nodes = node_list(values.get("nodelist")) or []
     if not (jobs or users or states or names or partitions or nodes):
         return None  # scancel's usage error to give
-    request = {
+    request: dict[str, Any] = {
         "op": "cancel",
         "jobs": jobs,
         "users": users,
@@ -276,10 +381,22 @@ def run_scancel(values: dict[str, Any], send: Exchange) -> int | None:
         "partitions": partitions,
         "nodes": nodes,
     }
+    if signal is not None:
+        request["signal"] = signal
+    if values.get("batch"):
+        request["batch"] = True
+    if values.get("full"):
+        request["full"] = True
     reply = send(request)
     if reply is None:
         return None
     return 1 if print_failures("scancel", reply, scancel_failure_line) else 0
+
+
+def _common_signal(text: str) -> bool:
+    """Whether `text` names one of SIGNAL_NAMES as parse_signal_name reads names."""
+    name = text.strip().upper()
+    return name.isascii() and name.removeprefix("SIG") in SIGNAL_NAMES
 
 
 def scancel_failure_line(failure: dict[str, Any]) -> str:

@@ -8,10 +8,13 @@ may do what its user may, and nothing else.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context
+
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 HELP = COMMANDS["mcp"]
 EPILOG = """\

@@ -7,11 +7,14 @@ import itertools
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_ids, split_list
 from gbatch.cli.exits import CliError, Exit
+
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 HELP = COMMANDS["sacct"]
 
@@ -177,7 +180,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     return Exit.OK
 
 
-Page = tuple[list[Any], float, dict[str, Any]]  # (Jobs, the reply's now, its gpu_usage)
+if TYPE_CHECKING:
+    Page = tuple[list[Any], float, dict[str, Any]]  # (Jobs, the reply's now, its gpu_usage)
 
 
 def _listed(ctx: Context, request: Any) -> Page:

@@ -17,15 +17,6 @@ from gbatch.cli.everyday_sbatch import warn_unwritable, wrap_request
 from gbatch.cli.exits import CliError, Exit
 from gbatch.jobspec.errors import BadSubmit
 from gbatch.jobspec.sbatchopts import OptionProblem, add_job_options, options_parser
-from gbatch.jobspec.submit import (
-    NO_JOB,
-    build_submit,
-    embedded_script,
-    line_of,
-    start_dir,
-    wrap_with_file,
-)
-from gbatch.protocol.client import RequestFailed
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
@@ -35,8 +26,9 @@ if TYPE_CHECKING:
     from gbatch.core.model import Job
     from gbatch.jobspec.batchscript import BatchScript
 
-# Imported where used, not here: batch scripts (batchscript), job files (reader), the
-# model and the wire. `sbatch --wrap CMD` with no other job option needs none of them
+# Imported where used, not here: the submit's builder (jobspec.submit, with dataclasses
+# and inspect), batch scripts (batchscript), job files (reader), the model and the wire.
+# `sbatch --help` and `sbatch --wrap CMD` with no other job option need none of them
 # (_everyday_request), and they are most of a submit's start-up.
 
 HELP = COMMANDS["sbatch"]
@@ -86,6 +78,7 @@ def _job_source(args: argparse.Namespace) -> tuple[dict[str, object] | None, Bat
     from gbatch.jobspec.batchscript import looks_like_script, parse_script
     from gbatch.jobspec.reader import parse_job_text, read_job_text
     from gbatch.jobspec.spec import SpecError
+    from gbatch.jobspec.submit import NO_JOB, embedded_script, wrap_with_file
 
     if args.file is None:
         if args.wrap is not None:
@@ -121,6 +114,8 @@ def _warn_default_output(spec: Any, submit_dir: str) -> None:
     """The default slurm-%j.out goes where the job is submitted from (or its -D): say
     so at once when the submitter cannot write there. Not refused, as Slurm does not
     refuse it: the job runs, and `gbatch logs` has its output."""
+    from gbatch.jobspec.submit import start_dir
+
     if spec.output is None:
         warn_unwritable(start_dir(spec, submit_dir))
 
@@ -133,6 +128,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         ids = reply["ids"]
         warn_unwritable(submit_dir)  # --wrap alone: slurm-%j.out where it was submitted
     else:
+        from gbatch.jobspec.submit import build_submit, line_of
+        from gbatch.protocol.client import RequestFailed
+
         try:
             built, spec, script, lines = build_submit(
                 args, lambda: _job_source(args), submit_dir=submit_dir, environ=os.environ

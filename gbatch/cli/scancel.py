@@ -8,12 +8,15 @@ both), as Slurm's scancel sends it.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_ids, print_failures, split_list
 from gbatch.cli.everyday import node_list, scancel_failure_line
 from gbatch.cli.exits import CliError, Exit
+
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 HELP = COMMANDS["scancel"]
 

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_ids, parse_job, print_failures
 from gbatch.cli.exits import CliError, Exit
 from gbatch.protocol.requests import UPDATE_KEYS
 
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from gbatch.core.gpuusage import GpuUsage
     from gbatch.core.jobids import JobTarget
 

@@ -7,11 +7,13 @@ import sys
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context, parse_ids, split_list
+from gbatch.cli.everyday import join_option_values as join_option_values  # _main's
 from gbatch.cli.everyday import node_list
 from gbatch.cli.exits import CliError, Exit
 from gbatch.core.constants import (
     SQUEUE_DEFAULT_SORT,
     SQUEUE_FULL_SPEC_LETTERS,
+    SQUEUE_LONG_FORMAT,
     SQUEUE_SORT_KEYS,
     SQUEUE_START_LETTERS,
 )
@@ -21,25 +23,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 HELP = COMMANDS["squeue"]
-_SORT_OPTIONS = ("-S", "--sort")
-
-
-def join_option_values(argv: list[str]) -> list[str]:
-    """squeue's words after its command name, with `-S VALUE` joined into `--sort=VALUE`.
-
-    `--sort VALUE` too. Slurm's getopt takes the next word as -S's value even when it
-    starts with '-' (`squeue -S -t,i`), where argparse would read `-t,i` as an option.
-    """
-    out: list[str] = []
-    words = iter(argv)
-    for word in words:
-        if word == "--":
-            out.append(word)
-            out.extend(words)
-            break
-        value = next(words, None) if word in _SORT_OPTIONS else None
-        out.append(word if value is None else f"--sort={value}")
-    return out
 
 
 def add_parser(commands: Any) -> None:
@@ -210,7 +193,7 @@ def _format(args: argparse.Namespace) -> str | None:
     if args.start:
         return squeue.SQUEUE_START_FORMAT
     if args.long:
-        return squeue.SQUEUE_LONG_FORMAT
+        return SQUEUE_LONG_FORMAT
     return None
 
 

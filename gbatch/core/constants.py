@@ -38,6 +38,10 @@ MAX_ID_TEXT = 64 * 1024
 """The longest text of job ids read at once: a few thousand ids; past this, name a
 range or an array."""
 
+NORMAL_QOS = "normal"
+"""The QOS of a job that names none (gbatch/core/qos.py's NORMAL): sacct's and scontrol's
+listings show it without importing the QOS rules and the limits they load."""
+
 IMPLICIT_PARTITION = "gpu"
 """The partition of a fleet whose inventory names none (and of the embedded node), and
 what squeue shows for jobs queued before partitions existed."""
@@ -80,3 +84,47 @@ makes squeue fetch whole specs (a larger reply)."""
 
 SQUEUE_START_LETTERS = frozenset("Se")
 """squeue `-o` letters that read expected starts (ListJobs' `starts`)."""
+
+SQUEUE_LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
+"""squeue -l's layout (Slurm's)."""
+
+SQUEUE_FIELDS = {
+    "jobid": "i",
+    "partition": "P",
+    "qos": "q",
+    "name": "j",
+    "username": "u",
+    "userid": "U",
+    "state": "T",
+    "statecompact": "t",
+    "timeused": "M",
+    "timelimit": "l",
+    "timeleft": "L",
+    "numnodes": "D",
+    "nodelist": "N",
+    "reason": "r",
+    "reasonlist": "R",
+    "tres-per-node": "b",
+    "gres": "b",
+    "numcpus": "C",
+    "minmemory": "m",
+    "submittime": "V",
+    "starttime": "S",
+    "endtime": "e",
+    "priority": "p",
+    "prioritylong": "Q",
+    "command": "o",
+    "workdir": "Z",
+    "comment": "k",
+    "dependency": "E",
+    "schednodes": "Y",
+    "feature": "f",
+    "reservation": "v",
+}
+"""squeue -O/--Format: Slurm's long field names (any case) -> the `-o` letter."""
+
+SQUEUE_FIELD_WIDTH = 20
+"""-O's default column width (Slurm's)."""
+
+FORMAT_MAX_WIDTH = 1000
+"""The widest column a squeue, sacct or sinfo format may ask for."""

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from gbatch.core.labels import memory_text
+
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from typing import Protocol
+else:
+    Protocol = object  # GpuReading is a type for checkers: nothing builds or isinstance()s one
 
 
 class GpuReading(Protocol):

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gbatch.core import constants
+from gbatch.core.datadir import user_data_dir
 
 # Where a system-wide gbatchd (deploy/systemd/gbatchd.service) listens: clients with no
 # GBATCH_SOCKET or GBATCH_HOME use it when it exists.
@@ -140,11 +141,7 @@ def resolve_paths(environ: Mapping[str, str], system_socket: Path = SYSTEM_SOCKE
     if home:
         paths = Paths(Path(home).expanduser().absolute())
     else:
-        # platformdirs is imported here only: most commands are given GBATCH_HOME or
-        # run on a path that needs no lookup, and start-up time is a feature.
-        import platformdirs
-
-        paths = Paths(Path(platformdirs.user_data_dir("gbatch", appauthor=False)))
+        paths = Paths(Path(user_data_dir()))
         if not socket and system_socket.exists():
             return paths.with_socket(system_socket, "system")
     if socket:

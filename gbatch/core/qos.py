@@ -34,11 +34,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gbatch.core.constants import NORMAL_QOS
 from gbatch.core.limits import LimitsError, _group_exists, _limit, _user_exists
 from gbatch.core.model import Job
 from gbatch.core.timefmt import format_duration, parse_time_limit
 
-NORMAL = "normal"
+NORMAL = NORMAL_QOS
 # What happens to a QOS's jobs when they are preempted (Slurm's PreemptMode).
 PREEMPT_MODES = ("requeue", "cancel", "off")
 DEFAULT_GRACE_TIME = 120

@@ -119,6 +119,8 @@ class Daemon:
         self.tokens = TokenAuthority(paths.home, config.token_leeway_seconds)
         # The brief records of listings (the HTTP API's GET /jobs), kept while unchanged.
         self.brief_records = listings.BriefRecords()
+        # squeue's listings as columns, kept while no write is made (issue 35).
+        self.kept_columns = listings.KeptColumns()
         # Delivers the store's outbox (mail, webhooks) in its own thread, once started.
         self.outbox = Outbox(store, config, clock, self.internal_errors)
         store.on_full = self.outbox.tell_store_full

@@ -17,8 +17,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
-from gbatch.core.model import ALLOCATED_STATES, Gpu, Job, NodeInfo, NodeState, NodeView, on_node
+from gbatch.core.model import ALLOCATED_STATES, Gpu, Job, NodeInfo, NodeState, on_node
 from gbatch.core.multinode import runs_everywhere
+from gbatch.core.plan import NodeView
 from gbatch.core.shares import CardShares, Sharing
 from gbatch.core.shares import capacity as share_capacity
 from gbatch.core.shares import room as share_room

@@ -19,15 +19,8 @@ from gbatch.core.constraints import parse as parse_constraint
 from gbatch.core.constraints import satisfied
 from gbatch.core.gputypes import profile_of, type_matches, types_served
 from gbatch.core.limits import Use, UserLimits
-from gbatch.core.model import (
-    BEGIN_TIME_REASON,
-    HELD_REASON,
-    Assignment,
-    Job,
-    JobSpec,
-    NodeView,
-    Plan,
-)
+from gbatch.core.model import BEGIN_TIME_REASON, HELD_REASON, Job, JobSpec
+from gbatch.core.plan import Assignment, NodeView, Plan
 from gbatch.core.qos import PREEMPTED_BY as PREEMPTED_BY
 from gbatch.core.qos import QosTable
 from gbatch.core.reservations import MAINT_REASON, RESERVATION_REASON

@@ -9,7 +9,6 @@ nodes a partition has is the daemon's to say (gbatch/head/handlers/submit.py).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from gbatch.core import hostlist
 from gbatch.core.gputypes import profile_of
@@ -17,6 +16,10 @@ from gbatch.core.timefmt import show_value
 from gbatch.jobspec.errors import SpecError
 from gbatch.jobspec.optvalues import MAX_NODES as MAX_NODES
 from gbatch.jobspec.optvalues import check_nodes as check_nodes
+
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_TASKS = 65536
 MAX_TASKS_PER_NODE = 1024

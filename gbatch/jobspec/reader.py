@@ -11,14 +11,15 @@ import functools
 import os
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from json import JSONDecoder
 
 from gbatch.core.timefmt import show_value
 from gbatch.jobspec.errors import SpecError
 from gbatch.jobspec.optvalues import MAX_FILE_BYTES as MAX_FILE_BYTES
+
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from json import JSONDecoder
+    from typing import Any
 
 MAX_NESTING = 32  # a job file needs 3 levels; libyaml itself stops at 1000
 

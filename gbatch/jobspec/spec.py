@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from gbatch.core.constants import MAX_COMMAND_BYTES as MAX_COMMAND_BYTES
 from gbatch.core.model import INTERACTIVE_KINDS, JobSpec
@@ -63,6 +62,10 @@ from gbatch.jobspec.slurmopts import (
     parse_gpus,
     parse_signal,
 )
+
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_ENV_BYTES = 64 * 1024
 MAX_SHM_BYTES = 1 << 50  # 1 PiB: past any machine's memory, well short of docker's int64

@@ -417,7 +417,7 @@ def queue(ctx: Context, args: Mapping[str, Any]) -> str:
     if not long and not jobs:  # squeue's everyday table (squeue_brief)
         reply = ctx.client.send(list_jobs(**fields, brief=True, columns=True, starts=False))
         return format_default(reply["columns"], reply["now"])
-    fmt = squeue.SQUEUE_LONG_FORMAT if long else None
+    fmt = constants.SQUEUE_LONG_FORMAT if long else None
     letters = squeue.squeue_letters(fmt)
     sort = squeue.parse_squeue_sort(constants.SQUEUE_DEFAULT_SORT)
     starts_asked = bool(letters & constants.SQUEUE_START_LETTERS) or any(

@@ -3,27 +3,65 @@
 from __future__ import annotations
 
 import json
-import socket
+import os
 import time
+from _socket import AF_UNIX, SOCK_STREAM
+from _socket import socket as unix_socket
 from collections.abc import Mapping
-from pathlib import Path
 
 from gbatch.core.constants import CLIENT_TIMEOUT_S, MAX_REQUEST_BYTES
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
     from gbatch.protocol.requests import ErrorKind, Request
 
 
 READ_BUFFER = 256 * 1024
+# The socket module's C core (_socket), not socket.py: its enums, selectors and makefile
+# are ~2 ms of every command's start (bench/bench_startup.py). _Lines reads the replies.
+
+
+class _Lines:
+    """A connection's bytes, a line at a time: what socket.makefile("rb",
+    buffering=READ_BUFFER).readline() answers, read READ_BUFFER bytes at a time."""
+
+    def __init__(self, sock: unix_socket) -> None:
+        self._sock = sock
+        self._buffer = bytearray()
+
+    def readline(self) -> bytes:
+        """The next line with its newline, or the stream's rest without one at its end.
+
+        b"" when nothing is left. OSError (TimeoutError too) as recv raises it.
+        """
+        buffer = self._buffer
+        searched = 0
+        while True:
+            end = buffer.find(b"\n", searched)
+            if end >= 0:
+                break
+            searched = len(buffer)
+            chunk = self._sock.recv(READ_BUFFER)
+            if not chunk:
+                end = len(buffer) - 1
+                break
+            buffer += chunk
+        if end + 1 == len(buffer):  # the whole buffer: one copy, not two
+            line = bytes(buffer)
+            buffer.clear()
+            return line
+        line = bytes(buffer[: end + 1])
+        del buffer[: end + 1]
+        return line
 
 
 class DaemonUnavailable(Exception):
     """No daemon answers on the socket."""
 
-    def __init__(self, socket_path: Path, why: str) -> None:
+    def __init__(self, socket_path: str | Path, why: str) -> None:
         super().__init__(f"no gbatch daemon answers at {socket_path} ({why})")
         self.socket_path = socket_path
 
@@ -31,7 +69,7 @@ class DaemonUnavailable(Exception):
 class ReplyTimeout(Exception):
     """The daemon took the request but did not reply in time: it may still act on it."""
 
-    def __init__(self, socket_path: Path, timeout: float) -> None:
+    def __init__(self, socket_path: str | Path, timeout: float) -> None:
         super().__init__(
             f"the gbatch daemon at {socket_path} did not reply within {timeout:g} s; it may "
             "still carry the request out. Check with `gbatch squeue` before repeating it"
@@ -54,19 +92,19 @@ class RequestFailed(Exception):
 class SocketPermissionDenied(RequestFailed):
     """The socket exists but this user may not connect to it (kind "permission")."""
 
-    def __init__(self, socket_path: Path) -> None:
+    def __init__(self, socket_path: str | Path) -> None:
         super().__init__(
             "permission", f"permission denied on {socket_path}: {_access_hint(socket_path)}"
         )
 
 
-def _access_hint(socket_path: Path) -> str:
+def _access_hint(socket_path: str | Path) -> str:
     """Who may use the socket, read from its owner, group and mode."""
     import grp  # deferred: only a refused connection needs the group database
     import pwd
 
     try:
-        st = socket_path.stat()
+        st = os.stat(socket_path)
     except OSError:
         return "ask an admin for access to it"
     if st.st_mode & 0o060 == 0o060:
@@ -133,16 +171,16 @@ def _refusal(reply: Mapping[str, Any]) -> RequestFailed:
 
 
 class Client:
-    def __init__(self, socket_path: Path, timeout: float = CLIENT_TIMEOUT_S) -> None:
+    def __init__(self, socket_path: str | Path, timeout: float = CLIENT_TIMEOUT_S) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
-        self._sock: socket.socket | None = None
-        self._reader: Any = None
+        self._sock: unix_socket | None = None
+        self._reader: _Lines | None = None
 
     def _connect(self) -> None:
         deadline = time.monotonic() + self.timeout
         while True:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock = unix_socket(AF_UNIX, SOCK_STREAM)
             sock.settimeout(self.timeout)
             try:
                 sock.connect(str(self.socket_path))
@@ -162,7 +200,7 @@ class Client:
         self._sock = sock
         # A listing's line is megabytes: read in 256 kB chunks, not io's 8 kB (fewer
         # reads per such line).
-        self._reader = sock.makefile("rb", buffering=READ_BUFFER)
+        self._reader = _Lines(sock)
 
     def call(self, request: Request) -> dict[str, Any]:
         """Send one request; return the reply's fields or raise RequestFailed."""
@@ -203,7 +241,7 @@ class Client:
             reused = self._sock is not None
             if not reused:
                 self._connect()
-            assert self._sock is not None
+            assert self._sock is not None and self._reader is not None
             try:
                 try:
                     self._sock.sendall(payload)
@@ -239,7 +277,7 @@ class Client:
 
     def close(self) -> None:
         if self._sock is not None:
-            self._reader.close()
+            self._reader = None
             self._sock.close()
             self._sock = None
 

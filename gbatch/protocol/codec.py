@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
 
 from gbatch.core.model import (
     Event,
@@ -22,7 +21,10 @@ from gbatch.core.model import (
 )
 from gbatch.core.shares import CardShares
 
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:  # only sshare's replies carry these (start-up)
+    from typing import Any
+
     from gbatch.core.limits import UserShare
 
 # What a listing (squeue, sacct) prints of a spec; the rest (command, env, mounts)

@@ -11,9 +11,10 @@ import json
 from collections.abc import Callable
 from math import isfinite
 from types import UnionType
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, Union, get_args, get_origin
 
 from gbatch.core.constants import MAX_ID_DIGITS as MAX_DIGITS
+from gbatch.protocol import requests as request_types
 from gbatch.protocol.requests import REQUESTS, Request
 
 
@@ -142,7 +143,7 @@ _checks: dict[type[Any], tuple[tuple[str, _FieldCheck], ...]] = {}
 def _field_checks(cls: type[Request]) -> tuple[tuple[str, _FieldCheck], ...]:
     checks = _checks.get(cls)
     if checks is None:
-        hints = get_type_hints(cls)
+        hints = request_types.type_hints(cls)
         checks = _checks[cls] = tuple(
             (
                 name,

@@ -16,10 +16,10 @@ def failure_line(err: Exception) -> str | None:
     from gbatch.protocol.client import DaemonUnavailable, ReplyTimeout, RequestFailed
 
     if isinstance(err, DaemonUnavailable):
-        from gbatch.core.paths import SYSTEM_SOCKET
+        from gbatch.core.constants import SYSTEM_SOCKET  # a str: no pathlib here
 
         # The lab's system daemon is the admins' to start (systemd), not the user's.
-        system = str(err.socket_path) == str(SYSTEM_SOCKET)
+        system = str(err.socket_path) == SYSTEM_SOCKET
         hint = "Ask an admin to start gbatchd" if system else "Start one with `gbatch daemon start`"
         return f"{err}. {hint}"
     if isinstance(err, RequestFailed):

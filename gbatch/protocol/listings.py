@@ -426,6 +426,49 @@ class ListingColumns:
         return Streamed(iter(values)) if self._as_text else values
 
 
+class KeptColumns:
+    """squeue's listings as columns (ListingColumns' text), kept while the store is unchanged.
+
+    Keyed by what narrows a listing and by the store's settled write count
+    (Store.settled): a listing asked for again while no write has been made since it
+    was read is the text read then, sent without a row read, decoded or encoded again
+    (issue 35: `squeue` at 1,000 pending spent ~3 of its ~4 ms round trip there). Every
+    value is kept as JSON text, a Streamed of one or more runs: the same bytes on the
+    wire as the listing made afresh, and nothing a caller in-process could change.
+    Listings of at most `most_rows` rows are kept (memory), the `most` latest of them.
+    Shared by handler threads: a race reads a listing twice, never a wrong one.
+    """
+
+    def __init__(self, most: int = 4, most_rows: int = 10_000) -> None:
+        self.most = most
+        self.most_rows = most_rows
+        self._kept: dict[tuple[Any, ...], dict[str, list[str]]] = {}
+
+    def get(self, key: tuple[Any, ...]) -> dict[str, Any] | None:
+        """The columns kept for `key` (its settled write count last), made afresh."""
+        kept = self._kept.get(key)
+        if kept is None:
+            return None
+        return {name: Streamed(iter(runs)) for name, runs in kept.items()}
+
+    def keep(self, key: tuple[Any, ...], made: dict[str, Any], rows: int) -> dict[str, Any]:
+        """`made` (ListingColumns.made()'s) to send, kept for `key` if it is short enough."""
+        if rows > self.most_rows:
+            return made
+        texts: dict[str, list[str]] = {}
+        for name, value in made.items():
+            if isinstance(value, Streamed):
+                texts[name] = list(value.runs)
+            else:  # "[a,b]" -> "a,b": a Streamed's run
+                texts[name] = [json.dumps(value, separators=COMPACT)[1:-1]]
+        kept = dict(self._kept)  # replaced, not changed: a reader may be looking
+        if len(kept) >= self.most:
+            kept.pop(next(iter(kept)))  # the oldest
+        kept[key] = texts
+        self._kept = kept
+        return {name: Streamed(iter(runs)) for name, runs in texts.items()}
+
+
 # Where a listing row holds the peers' text and array_more, after _ROW_COLUMNS.
 _PEERS_AT = len(_ROW_COLUMNS)
 _MORE_AT = _PEERS_AT + 1

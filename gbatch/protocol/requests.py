@@ -8,17 +8,58 @@ from __future__ import annotations
 
 import inspect  # dataclasses loads it too (the model, which most commands import)
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal, dataclass_transform, get_args
 
-ErrorKind = Literal[
-    "invalid", "not_found", "permission", "unavailable", "internal", "unauthenticated"
-]
-"""Why a request failed, as a reply's `kind` says: invalid (bad input, bad request),
-not_found (no such job or node), permission (not yours, not an admin, not in the
-token's scopes), unavailable (a component is missing or failing: no docker engine, a
-full disk), internal (a bug), unauthenticated (a token that lets nobody in: malformed,
-altered, expired, revoked, or signed with a key the daemon does not have)."""
-ERROR_KINDS: tuple[ErrorKind, ...] = get_args(ErrorKind)
+# typing is for type checkers here (2-3 ms of every command's start: bench/bench_startup.py).
+# What runs needs none of it: the decorator below marks _Request for mypy alone, the
+# annotations are text (the daemon's decoder reads them: type_hints), and
+# ErrorKind is built from ERROR_KINDS where code asks for it (__getattr__, below).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, ClassVar, Literal, dataclass_transform
+
+    ErrorKind = Literal[
+        "invalid", "not_found", "permission", "unavailable", "internal", "unauthenticated"
+    ]
+    """Why a request failed, as a reply's `kind` says: invalid (bad input, bad request),
+    not_found (no such job or node), permission (not yours, not an admin, not in the
+    token's scopes), unavailable (a component is missing or failing: no docker engine, a
+    full disk), internal (a bug), unauthenticated (a token that lets nobody in:
+    malformed, altered, expired, revoked, or signed with a key the daemon does not
+    have)."""
+else:
+
+    def dataclass_transform(**_kwargs: object) -> object:
+        return lambda cls: cls
+
+    def __getattr__(name: str) -> object:
+        if name == "ErrorKind":  # typing.Literal[*ERROR_KINDS], as the type checkers read it
+            from typing import Literal
+
+            return Literal[ERROR_KINDS]
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+ERROR_KINDS: tuple[ErrorKind, ...] = (
+    "invalid",
+    "not_found",
+    "permission",
+    "unavailable",
+    "internal",
+    "unauthenticated",
+)
+"""ErrorKind's values, in its order (tests/unit/test_protocol_requests.py holds them equal)."""
+
+
+def type_hints(cls: type[object]) -> dict[str, Any]:
+    """typing.get_type_hints(cls) of a request type (the daemon's decoder reads them).
+
+    Given the typing names its annotations use, which this module imports for type
+    checkers alone: get_type_hints(cls) by itself would not find them.
+    """
+    from typing import Any, ClassVar, Literal, get_type_hints
+
+    names = {"Any": Any, "ClassVar": ClassVar, "Literal": Literal}
+    return get_type_hints(cls, globalns={**globals(), **names})
 
 
 def error_reply(kind: ErrorKind, message: str) -> dict[str, Any]:
@@ -718,7 +759,7 @@ Request = (
     | UnlinkCluster
     | ClusterStatus
 )
-REQUESTS: Mapping[str, type[Request]] = {cls.op: cls for cls in get_args(Request)}
+REQUESTS: Mapping[str, type[Request]] = {cls.op: cls for cls in Request.__args__}
 
 
 def encode_request(request: Request) -> dict[str, Any]:

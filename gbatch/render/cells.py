@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Collection, Iterable, Iterator, Sequence
 
-from gbatch.core.constants import IMPLICIT_PARTITION, REASON_STATES
+from gbatch.core.constants import FORMAT_MAX_WIDTH, IMPLICIT_PARTITION, REASON_STATES
 from gbatch.core.hostlist import compress
 from gbatch.core.labels import memory_text, printable, shown_partition
 from gbatch.core.model import Job, JobSpec, JobState, NodeInfo, NodeState
@@ -283,7 +283,7 @@ def aligned_table(
 
 # A width beyond any terminal is a typo, not a layout; refusing it keeps a stray
 # "%99999999i" from building a huge string.
-_MAX_WIDTH = 1000
+_MAX_WIDTH = FORMAT_MAX_WIDTH
 
 
 def checked_width(text: str, what: str) -> int:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from gbatch.core.timefmt import format_timestamp
+
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def cluster_status_text(reply: Mapping[str, Any]) -> str:

@@ -7,7 +7,6 @@ efficiency and sreport GPU-hours per user or group.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from gbatch.core.constants import (
     IMPLICIT_PARTITION,
@@ -21,6 +20,7 @@ from gbatch.core.model import (
 from gbatch.core.timefmt import format_duration, format_elapsed_fixed, format_timestamp
 from gbatch.render.cells import aligned_table, as_json, as_text, elapsed_seconds
 
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:  # only their commands' replies carry these (start-up)
     from gbatch.core.gpuusage import GpuUsage
     from gbatch.core.limits import UserShare

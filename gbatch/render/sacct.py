@@ -10,16 +10,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from gbatch.core.arrays import pos_of
+from gbatch.core.constants import NORMAL_QOS as NORMAL
 from gbatch.core.jobids import collapse_pending, job_label
 from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
     Job,
     JobState,
 )
-from gbatch.core.qos import NORMAL
 from gbatch.core.timefmt import format_elapsed_fixed, format_timestamp
 from gbatch.render.cells import (
     FormatError,
@@ -37,6 +36,7 @@ from gbatch.render.cells import (
     tres_text,
 )
 
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:  # only their commands' replies carry these (start-up)
     from gbatch.core.gpuusage import GpuUsage
     from gbatch.core.steps import Step

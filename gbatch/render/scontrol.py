@@ -6,8 +6,8 @@ A job's record ends with its events.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
+from gbatch.core.constants import NORMAL_QOS as NORMAL
 from gbatch.core.gputypes import gres_text, node_gres
 from gbatch.core.hostlist import compress
 from gbatch.core.jobids import job_label
@@ -22,7 +22,6 @@ from gbatch.core.model import (
     NodeState,
     PartitionInfo,
 )
-from gbatch.core.qos import NORMAL
 from gbatch.core.shares import card_text, job_share_text
 from gbatch.core.timefmt import format_duration, format_elapsed_fixed, format_timestamp
 from gbatch.render.cells import (
@@ -44,7 +43,10 @@ from gbatch.render.cells import (
     tres_text,
 )
 
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:  # only show job's reply carries it
+    from typing import Any
+
     from gbatch.core.gpuusage import GpuUsage
 
 SECRET_MASK = "<secret>"  # shown for a secret_env variable, in place of its value

@@ -10,22 +10,23 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gbatch.core.arrays import pos_of
 from gbatch.core.constants import (
     IMPLICIT_PARTITION,
     SQUEUE_DEFAULT_FORMAT,
     SQUEUE_DEFAULT_SORT,
+    SQUEUE_FIELD_WIDTH,
+    SQUEUE_FIELDS,
     SQUEUE_SORT_KEYS,
 )
+from gbatch.core.constants import NORMAL_QOS as NORMAL
 from gbatch.core.jobids import collapse_pending, job_label
 from gbatch.core.labels import memory_text, printable
 from gbatch.core.model import (
     Job,
     JobState,
 )
-from gbatch.core.qos import NORMAL
 from gbatch.core.shares import job_share_text
 from gbatch.core.timefmt import format_duration, format_timestamp
 from gbatch.render.cells import (
@@ -45,7 +46,9 @@ from gbatch.render.cells import (
     reason_text,
 )
 
-SQUEUE_LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"  # squeue -l
+TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 SQUEUE_START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"  # squeue --start
@@ -164,43 +167,10 @@ _SQUEUE_COLUMNS: Mapping[str, _Column] = {
 }
 
 
-# squeue -O/--Format: Slurm's long field names (any case) -> the `-o` letter.
-_SQUEUE_FIELDS: Mapping[str, str] = {
-    "jobid": "i",
-    "partition": "P",
-    "qos": "q",
-    "name": "j",
-    "username": "u",
-    "userid": "U",
-    "state": "T",
-    "statecompact": "t",
-    "timeused": "M",
-    "timelimit": "l",
-    "timeleft": "L",
-    "numnodes": "D",
-    "nodelist": "N",
-    "reason": "r",
-    "reasonlist": "R",
-    "tres-per-node": "b",
-    "gres": "b",
-    "numcpus": "C",
-    "minmemory": "m",
-    "submittime": "V",
-    "starttime": "S",
-    "endtime": "e",
-    "priority": "p",
-    "prioritylong": "Q",
-    "command": "o",
-    "workdir": "Z",
-    "comment": "k",
-    "dependency": "E",
-    "schednodes": "Y",
-    "feature": "f",
-    "reservation": "v",
-}
+_SQUEUE_FIELDS = SQUEUE_FIELDS  # squeue -O/--Format's names -> the `-o` letter
 
 
-_FIELD_WIDTH = 20  # -O's default column width (Slurm's)
+_FIELD_WIDTH = SQUEUE_FIELD_WIDTH  # -O's default column width (Slurm's)
 
 
 @dataclass(frozen=True)
@@ -264,7 +234,7 @@ def squeue_format_from_fields(fields: str) -> str:
             raise FormatError(f"unknown field '{raw.strip()}'; fields: {known}")
         right = size.startswith(".")
         digits = size[1:] if right else size
-        if colon and digits and not digits.isdigit():
+        if colon and digits and not digits.isdecimal():  # what int() reads (not '²')
             raise FormatError(f"'{raw.strip()}': a width is a number, e.g. {name}:30")
         width = checked_width(digits, raw) if digits else _FIELD_WIDTH
         out.append(f"%{'.' if right else ''}{width}{letter}")

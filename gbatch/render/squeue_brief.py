@@ -88,10 +88,13 @@ def format_default(
             strict=True,
         )
     )
-    # Stable sorts, the last key first (squeue.sort_squeue).
-    rows.sort(key=lambda r: (not r[5], specs[r[2]]["priority"] - specs[r[2]]["nice"]), reverse=True)
-    rows.sort(key=lambda r: STATE_CODES[r[3]])
-    rows.sort(key=lambda r: specs[r[2]]["partition"] or IMPLICIT_PARTITION)
+    # Slurm's P,t,-p as one stable sort (squeue.sort_squeue makes one a key, the last
+    # first): partition, state code, then held last and priority highest first, ties in
+    # the listing's order. A spec's keys are read once, not once a row.
+    part = [spec["partition"] or IMPLICIT_PARTITION for spec in specs]
+    rank = [spec["nice"] - spec["priority"] for spec in specs]
+    codes = STATE_CODES
+    rows.sort(key=lambda r: (part[r[2]], codes[r[3]], r[5], rank[r[2]]))
     labels: list[str | None]
     if tasks and expand:
         ids, arrays_of, task_of = columns["id"], columns["array"], columns["task"]
@@ -161,7 +164,7 @@ def _rest_of_line(
     else:
         where = printable(node or "")
     return (
-        f" {printable(_partition(spec, state))[:9]:>9} "
+        f" {printable(partition_shown(spec, state))[:9]:>9} "
         f"{printable(spec['name'])[:8]:>8} {printable(user)[:8]:>8} "
         f"{STATE_CODES[state][:2]:>2} {format_duration(elapsed)[:10]:>10} {count:>6} {where}\n"
     )
@@ -253,7 +256,7 @@ def array_labels(
     return labels
 
 
-def _partition(spec: Mapping[str, Any], state: str) -> str:
+def partition_shown(spec: Mapping[str, Any], state: str) -> str:
     """squeue's PARTITION: `gpu,uni` while a job of `-p gpu,uni` waits."""
     partition = spec["partition"] or IMPLICIT_PARTITION
     return shown_partition(partition, spec.get("alternate"), state == "PENDING")

@@ -84,7 +84,7 @@ def _agrees(
         assert bool(getattr(args, dest)) == lean.get(dest, False), dest
     for dest in {*with_value.values()}:
         given_values = getattr(args, dest)
-        if dest == "wrap":  # a single value: the last one given
+        if dest in ("wrap", "signal"):  # a single value: the last one given
             assert given_values == (lean[dest][-1] if dest in lean else None)
         else:
             assert given_values == lean.get(dest), dest
@@ -229,7 +229,7 @@ def test_other_command_lines_are_left_to_argparse() -> None:
         [],
         ["--debug"],
         ["--help"],
-        ["squeue", "-j", "1", "-l"],
+        ["squeue", "-j", "1", "--start"],
         ["squeue", "-j"],
         ["squeue", "-hu", "root"],
         ["squeue", "--help"],
@@ -237,7 +237,7 @@ def test_other_command_lines_are_left_to_argparse() -> None:
         ["sbatch", "--wrap", "true", "-w", "n1"],
         ["sbatch", "--wrap", "true", "job.sh"],  # both: the full path's refusal
         ["sbatch", "-t", "5", "--", "job.sh"],
-        ["scancel", "-s", "USR1", "1"],
+        ["scancel", "1", "-s"],
         ["scancel", "1", "-u", "root", "2"],
     ):
         assert everyday.everyday(words) is None, words

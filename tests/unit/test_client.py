@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -136,3 +136,45 @@ def test_a_request_the_daemon_took_and_left_unanswered_is_not_sent_again(
         with pytest.raises(BlockingIOError):
             server.accept()  # no second connection: nothing was sent again
     assert read == [b'{"op": "ping"}\n', b'{"op": "submit"}\n']
+
+
+@pytest.mark.parametrize(
+    "sends",
+    [
+        [],
+        [b"one\n"],
+        [b"one\ntwo\n", b"three\n"],
+        [b"spl", b"it\nand a", b" tail without newline"],
+        [b"\n\n", b"x\n"],
+        [b"a" * (3 * 256 * 1024 + 17) + b"\nb\n"],  # a line over several reads
+        [b"c" * 1000 for _ in range(300)] + [b"\n"],
+    ],
+    ids=["nothing", "one", "two-sends", "split", "empty-lines", "large", "many-chunks"],
+)
+def test_the_clients_lines_are_makefiles_lines(sends: list[bytes]) -> None:
+    """client._Lines (read on _socket, without socket.py: start-up) answers readline()
+    as socket.makefile("rb", buffering=READ_BUFFER) does, to the stream's end."""
+    from gbatch.protocol.client import READ_BUFFER, _Lines
+
+    def lines_read(reader: Callable[[socket.socket], Callable[[], bytes]]) -> list[bytes]:
+        ours, theirs = socket.socketpair()
+
+        def send() -> None:
+            for chunk in sends:
+                theirs.sendall(chunk)
+            theirs.shutdown(socket.SHUT_WR)
+
+        with ours, theirs:
+            sender = threading.Thread(target=send)
+            sender.start()
+            readline = reader(ours)
+            read = []
+            while line := readline():
+                read.append(line)
+            assert readline() == b""
+            sender.join()
+            return read
+
+    expected = lines_read(lambda sock: sock.makefile("rb", buffering=READ_BUFFER).readline)
+    assert lines_read(lambda sock: _Lines(sock).readline) == expected
+    assert b"".join(expected) == b"".join(sends)

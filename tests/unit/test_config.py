@@ -11,6 +11,7 @@ from pathlib import Path
 import platformdirs
 import pytest
 
+from gbatch.core.datadir import socket_file, user_data_dir
 from gbatch.core.limits import Limits, UserLimits
 from gbatch.core.qos import parse_qos
 from gbatch.site.config import (
@@ -77,6 +78,71 @@ def test_without_gbatch_home_the_user_data_dir_is_used(
 
     assert home == Path(platformdirs.user_data_dir("gbatch", appauthor=False))
     assert home == tmp_path / "share" / "gbatch"
+
+
+UNSET = None
+
+
+@pytest.mark.parametrize("home", ["/home/alice", "/home/alice/", "/", "rel", "", UNSET])
+@pytest.mark.parametrize(
+    "xdg", ["/data", "/data/", "/da ta", "", "   ", "rel/share", "~/share", " /data", UNSET]
+)
+def test_the_user_data_dir_is_platformdirs_without_importing_it(
+    home: str | None, xdg: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """paths.user_data_dir() answers as platformdirs does for every HOME and XDG_DATA_HOME
+    (it imports platformdirs itself for the forms it leaves to it)."""
+    for name, value in (("HOME", home), ("XDG_DATA_HOME", xdg)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    try:
+        expected: str | type[Exception] = platformdirs.user_data_dir("gbatch", appauthor=False)
+    except RuntimeError:  # no home to be found (platformdirs >= 4.4)
+        expected = RuntimeError
+    if expected is RuntimeError:
+        with pytest.raises(RuntimeError):
+            user_data_dir()
+    else:
+        assert user_data_dir() == expected
+
+
+HOMES = [UNSET, "", "/h", "/h/", "rel", "./rel", "a//b", "~/x", "~nobody-here/x"]
+HOMES += ["/a/./b", "/a/..", "..", "/"]
+SOCKETS = [UNSET, "", "/s.sock", "rel.sock", "~/s", "/s//x", "/s/."]
+
+
+@pytest.mark.parametrize("xdg", [UNSET, "/xdg", "/x//y"])
+@pytest.mark.parametrize("socket", SOCKETS)
+@pytest.mark.parametrize("home", HOMES)
+def test_the_socket_found_without_pathlib_is_the_paths_socket(
+    home: str | None,
+    socket: str | None,
+    xdg: str | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """datadir.socket_file (the commands' client, without pathlib) answers as
+    resolve_paths(...).socket spells it, or None (then the paths answer)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    environ = {"GBATCH_HOME": home, "GBATCH_SOCKET": socket, "XDG_DATA_HOME": xdg}
+    for name, value in environ.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    given = {name: value for name, value in environ.items() if value is not None}
+    found = socket_file(given)
+    try:
+        expected: str | None = str(resolve_paths(given).socket)
+    except RuntimeError:  # `~nobody-here`: refused, by the paths (found is None)
+        expected = None
+    if found is not None:
+        assert found == expected
+    if home in (None, "", "/h") and (socket == "/s.sock" or (home == "/h" and not socket)):
+        assert found is not None  # the plain forms are found without pathlib
 
 
 # -- load_config: files -----------------------------------------------------------------

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from test_daemon_planner import GPUS, T0, Side
 
-from gbatch.core.model import Job, JobSpec, JobState, NodeView, on_node
+from gbatch.core.model import Job, JobSpec, JobState, on_node
+from gbatch.core.plan import NodeView
 
 
 class NodesSide(Side):

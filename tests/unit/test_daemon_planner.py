@@ -26,7 +26,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gbatch.core.model import IllegalTransition, Job, JobSpec, JobState, NodeView, Plan
+from gbatch.core.model import IllegalTransition, Job, JobSpec, JobState
+from gbatch.core.plan import NodeView, Plan
 from gbatch.head.daemon import Daemon
 from gbatch.head.scheduler import Planner
 from gbatch.head.store import RunnableWindow, Store, planning_job

@@ -384,6 +384,7 @@ def test_a_listing_larger_than_the_spec_cache_leaves_it_alone_and_lists_the_same
     assert set(rows._SPEC_CACHE.values()) <= tails  # none of the listing's rows'
     monkeypatch.setattr(rows, "_SPEC_CACHE_MAX", 50_000)  # no larger than the cache:
     daemon.brief_records = listings.BriefRecords()  # (sacct's records made again)
+    daemon.kept_columns = listings.KeptColumns()  # (and squeue's listing read again)
     reply = handlers.handle(daemon, ROOT, requests.encode_request(request), stream=True)
     assert b"".join(replies.reply_pieces(reply)) == before
     assert len(rows._SPEC_CACHE) > 700  # its specs decoded through it, as before
@@ -427,3 +428,137 @@ def test_a_listing_larger_than_the_brief_records_bound_keeps_none_of_them(
     line = b"".join(streamed(daemon, ROOT, page))
     assert len(daemon.brief_records._made) == 50  # the page's
     assert b"".join(streamed(daemon, ROOT, page)) == line == listed_before(daemon, ROOT, page)
+
+
+# squeue's listing as columns, kept while the store is unchanged (issue 35).
+KEPT_LISTINGS = {
+    "squeue": requests.ListJobs(brief=True, columns=True),
+    "squeue -u alice -t PD": requests.ListJobs(
+        users=("alice",), states=("PD",), brief=True, columns=True
+    ),
+    "squeue -t all": requests.ListJobs(history=True, brief=True, columns=True),
+}
+
+
+def columns_line(daemon: Daemon, caller: handlers.Caller, request: requests.ListJobs) -> bytes:
+    reply = handlers.handle(daemon, caller, requests.encode_request(request), stream=True)
+    return b"".join(replies.reply_pieces(reply))
+
+
+def fresh_columns_line(
+    daemon: Daemon, caller: handlers.Caller, request: requests.ListJobs
+) -> bytes:
+    """The listing read from the store, whatever was kept."""
+    kept, daemon.kept_columns = daemon.kept_columns, listings.KeptColumns()
+    try:
+        return columns_line(daemon, caller, request)
+    finally:
+        daemon.kept_columns = kept
+
+
+@pytest.mark.parametrize("what", sorted(KEPT_LISTINGS))
+def test_squeues_listing_asked_again_unchanged_is_sent_without_a_read(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    request = KEPT_LISTINGS[what]
+    varied_queue(daemon)
+    first = columns_line(daemon, ROOT, request)
+    assert b'"columns":{"id":[' in first
+
+    def unread(**filters: Any) -> Iterator[list[Any]]:
+        raise AssertionError("the store was read again")
+
+    monkeypatch.setattr(daemon.store, "listing_pages", unread)
+    for _ in range(2):
+        assert columns_line(daemon, ROOT, request) == first
+    monkeypatch.undo()
+    assert fresh_columns_line(daemon, ROOT, request) == first
+
+
+@pytest.mark.parametrize("what", sorted(KEPT_LISTINGS))
+def test_squeues_kept_listing_is_read_again_after_any_write(daemon: Daemon, what: str) -> None:
+    request = KEPT_LISTINGS[what]
+    varied_queue(daemon)
+    steps = [
+        lambda: change_some(daemon),
+        # An array's tail (its tasks past the first are one record in another table).
+        lambda: handlers.handle(
+            daemon, ROOT, requests.encode_request(requests.Cancel(jobs=(f"{ROWS + 1}_[5-9]",)))
+        ),
+        lambda: daemon.store.submit([JobSpec(name="new", command=("true",))], 1000, "alice", 5),
+        lambda: daemon.store.set_pending_reasons({ROWS + 1: "Resources"}),
+    ]
+    before = columns_line(daemon, ROOT, request)
+    for step in steps:
+        step()
+        now = columns_line(daemon, ROOT, request)
+        assert now == fresh_columns_line(daemon, ROOT, request)
+        assert now == columns_line(daemon, ROOT, request)  # kept again
+        before = now
+    assert before
+
+
+def test_squeues_kept_listing_is_each_callers_own_under_private_data(daemon: Daemon) -> None:
+    varied_queue(daemon)
+    daemon.config = replace(daemon.config, private_data=True)
+    request = KEPT_LISTINGS["squeue"]
+    for _ in range(2):
+        alice = columns_line(daemon, ALICE, request)
+        root = columns_line(daemon, ROOT, request)
+        assert b'"root"' not in alice and b'"root"' in root
+        assert alice == fresh_columns_line(daemon, ALICE, request)
+        assert root == fresh_columns_line(daemon, ROOT, request)
+
+
+def test_a_listing_read_while_a_write_is_open_is_not_kept(daemon: Daemon) -> None:
+    queue(daemon, 10)
+    daemon.clock = lambda: 100.0
+    request = KEPT_LISTINGS["squeue"]
+    assert daemon.store.settled() == daemon.store.settled() is not None
+    begun = threading.Event()
+    release = threading.Event()
+
+    def writer() -> None:
+        with daemon.store._write() as db:
+            db.execute("UPDATE jobs SET reason = 'Writing' WHERE id = 1")
+            begun.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert begun.wait(30)
+        assert daemon.store.settled() is None
+        during = columns_line(daemon, ROOT, request)
+    finally:
+        release.set()
+        thread.join(30)
+    assert b"Writing" not in during and daemon.kept_columns._kept == {}
+    after = columns_line(daemon, ROOT, request)
+    assert b"Writing" in after and after == fresh_columns_line(daemon, ROOT, request)
+    assert len(daemon.kept_columns._kept) == 1
+
+
+def test_a_listing_longer_than_the_kept_bound_is_not_kept(daemon: Daemon) -> None:
+    queue(daemon, 50)
+    daemon.clock = lambda: 100.0
+    daemon.kept_columns = listings.KeptColumns(most_rows=49)
+    line = columns_line(daemon, ROOT, KEPT_LISTINGS["squeue"])
+    assert daemon.kept_columns._kept == {}
+    assert line == fresh_columns_line(daemon, ROOT, KEPT_LISTINGS["squeue"])
+
+
+def test_telemetrys_writes_leave_the_kept_listing_and_a_durable_write_does_not(
+    daemon: Daemon,
+) -> None:
+    """GPU samples are written many a second while jobs run (not durable): they write no
+    job, so squeue's kept listing stays kept through them."""
+    queue(daemon, 10)
+    settled = daemon.store.settled()
+    assert settled is not None
+    with daemon.store._write(durable=False):
+        assert daemon.store.settled() == settled
+    assert daemon.store.settled() == settled
+    with daemon.store._write():
+        assert daemon.store.settled() is None
+    assert daemon.store.settled() == settled + 1

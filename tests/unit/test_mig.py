@@ -22,7 +22,8 @@ from test_agent_contract import AGENT, load_agent_module, run_agent
 from test_node_loss_rules import Clocks, FakeNode
 
 from gbatch.core.gputypes import parse_simulated, type_matches
-from gbatch.core.model import Gpu, Job, JobSpec, JobState, NodeInfo, NodeState, NodeView
+from gbatch.core.model import Gpu, Job, JobSpec, JobState, NodeInfo, NodeState
+from gbatch.core.plan import NodeView
 from gbatch.head.fleet import Fleet
 from gbatch.head.scheduler import NodeSize, plan
 from gbatch.nodes.base import visible_devices

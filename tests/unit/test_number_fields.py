@@ -13,7 +13,7 @@ import logging
 import pwd
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
 import pytest
 
@@ -70,7 +70,7 @@ def integer_fields() -> list[tuple[str, str, bool]]:
     """(op, field, a list of integers?) for every integer field of every request type."""
     found = []
     for op, cls in sorted(requests.REQUESTS.items()):
-        for name, hint in get_type_hints(cls).items():
+        for name, hint in requests.type_hints(cls).items():
             if name not in cls._fields:
                 continue
             if hint in (int, int | None):

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.core.model import IMPLICIT_PARTITION, Job, JobSpec, JobState, NodeView
+from gbatch.core.model import IMPLICIT_PARTITION, Job, JobSpec, JobState
+from gbatch.core.plan import NodeView
 from gbatch.head.daemon import Daemon
 from gbatch.head.handlers import Caller, handle
 from gbatch.head.scheduler import BAD_CONSTRAINTS, NODE_DOWN, RESOURCES, plan

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gbatch.core.limits import Use, UserLimits
-from gbatch.core.model import Job, JobSpec, JobState, NodeView
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.plan import NodeView
 from gbatch.core.qos import parse_qos
 from gbatch.head import scheduler
 from gbatch.head.scheduler import (

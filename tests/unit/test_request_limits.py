@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import string
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -202,7 +202,7 @@ def _value_of(hint: object) -> st.SearchStrategy[Any]:
 @st.composite
 def any_request(draw: st.DrawFn) -> requests.Request:
     cls = draw(st.sampled_from(sorted(requests.REQUESTS.values(), key=lambda c: c.op)))
-    hints = get_type_hints(cls)
+    hints = requests.type_hints(cls)
     return cls(**{name: draw(_value_of(hints[name])) for name in cls._fields})
 
 

@@ -4,7 +4,7 @@ the daemon; and the error kinds a reply may carry, each with its exit status."""
 from __future__ import annotations
 
 import json
-from typing import Any, get_type_hints
+from typing import Any
 
 import pytest
 
@@ -110,7 +110,7 @@ def through_json(request: requests.Request) -> Any:
 def field_cases() -> list[tuple[str, str, object]]:
     cases = []
     for op, cls in sorted(requests.REQUESTS.items()):
-        hints = get_type_hints(cls)
+        hints = requests.type_hints(cls)
         for name in cls._fields:
             cases += [(op, name, value) for value in WRONG.get(hints[name], [])]
     return cases
@@ -191,7 +191,7 @@ def test_the_json_keeps_the_ops_and_field_names_clients_have_always_sent() -> No
 
 def test_every_field_type_has_wrong_values_to_try() -> None:
     for cls in requests.REQUESTS.values():
-        hints = get_type_hints(cls)
+        hints = requests.type_hints(cls)
         for name in cls._fields:
             assert hints[name] in WRONG, f"{cls.op}.{name}: add its type {hints[name]} to WRONG"
 
@@ -297,3 +297,31 @@ def test_a_kind_this_client_does_not_know_reads_as_internal() -> None:
     assert requests.error_kind("permission") == "permission"
     assert requests.error_kind("quota") == "internal"
     assert requests.error_kind(None) == "internal"
+
+
+def test_error_kinds_are_the_error_kind_literal_type_checkers_read() -> None:
+    """requests.py writes ErrorKind's values twice, for mypy (the Literal, under
+    TYPE_CHECKING: typing is not imported at start) and for the code (ERROR_KINDS)."""
+    import ast
+    import typing
+    from pathlib import Path
+
+    tree = ast.parse(Path(requests.__file__).read_text())
+    checked = next(
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id == "ErrorKind"
+    )
+    assert isinstance(checked.value, ast.Subscript)
+    literals = tuple(ast.literal_eval(checked.value.slice))
+    assert literals == requests.ERROR_KINDS
+    assert typing.get_args(requests.ErrorKind) == requests.ERROR_KINDS
+
+
+def test_every_request_field_has_its_type_hint_without_typing_imported_by_requests() -> None:
+    """The daemon's decoder reads each request's hints (decoder._field_checks), whose
+    typing names requests.py imports for type checkers alone (requests.type_hints)."""
+    for cls in requests.REQUESTS.values():
+        assert [name for name, _ in decoder._field_checks(cls)] == list(cls._fields)

@@ -17,7 +17,8 @@ from test_planner_incremental import (
     running_on,
 )
 
-from gbatch.core.model import Job, JobSpec, JobState, NodeView
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.plan import NodeView
 from gbatch.core.reservations import (
     MAINT_REASON,
     RESERVATION_REASON,

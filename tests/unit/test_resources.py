@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from gbatch.core.model import Job, JobSpec, JobState, NodeView
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.plan import NodeView
 from gbatch.head.scheduler import BAD_CONSTRAINTS, PRIORITY, RESOURCES, plan
 from gbatch.jobspec.slurmopts import check_mem
 from gbatch.jobspec.spec import SpecError, build_spec

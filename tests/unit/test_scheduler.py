@@ -5,7 +5,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gbatch.core.model import Job, JobSpec, JobState, NodeView, Plan
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.plan import NodeView, Plan
 from gbatch.head.scheduler import plan, queue_order
 
 NOW = 1_000_000.0

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from test_scheduler import NOW, _scenario, job, node
 
 from gbatch.core.limits import Use, UserLimits
-from gbatch.core.model import Job, NodeView
+from gbatch.core.model import Job
+from gbatch.core.plan import NodeView
 from gbatch.head.scheduler import plan
 
 RUNNING_2 = UserLimits(max_running_jobs=2)

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gbatch.core.limits import Use, UserLimits
-from gbatch.core.model import Assignment, Job, JobSpec, JobState, NodeView, Plan
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.plan import Assignment, NodeView, Plan
 from gbatch.head.scheduler import plan
 
 NOW = 1_000_000.0

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gbatch.core.model import Job, JobSpec, JobState, NodeView
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.plan import NodeView
 from gbatch.head.scheduler import plan
 
 NOW = 1_000_000.0

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gbatch.core.constraints import parse, satisfied
-from gbatch.core.model import Job, JobSpec, JobState, NodeView
+from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.plan import NodeView
 from gbatch.head.scheduler import plan
 
 NOW = 1_000_000.0

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gbatch.core.constants import SQUEUE_DEFAULT_SORT
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.protocol import decoder, listings, requests
-from gbatch.render import squeue, squeue_brief
+from gbatch.render import squeue, squeue_brief, squeue_layouts
 
 NOW = 1_800_000_000.0
 # Text as users give it, terminal escapes and wide characters included.
@@ -259,3 +259,107 @@ def test_a_listing_of_jobs_on_one_node_carries_no_peers_column() -> None:
     # Most jobs are on one node: their listing is as it was, byte for byte.
     job = Job(1, 1000, "alice", JobSpec(name="a", command=("true",)), JobState.PENDING, NOW)
     assert "peers" not in listings.jobs_to_columns([job])
+
+
+# Other layouts and orders (-o, -O, -l, -S; issue 35): squeue_layouts.format_table.
+_LETTER_SPECS = st.builds(
+    lambda dot, width, letter: f"%{dot}{width}{letter}",
+    st.sampled_from(["", "."]),
+    st.sampled_from(["", "0", "1", "5", "012", "20"]),
+    st.sampled_from(sorted(squeue_layouts.LETTERS)),
+)
+_FORMATS = st.lists(
+    st.one_of(_LETTER_SPECS, st.sampled_from([" ", "|", "%%", "x", "\t", "%"]), _TEXT),
+    max_size=7,
+).map("".join)
+_SORTS = st.lists(
+    st.builds(
+        lambda sign, pct, key: sign + pct + key,
+        st.sampled_from(["", "+", "-"]),
+        st.sampled_from(["", "", "%"]),
+        st.sampled_from([*sorted(squeue_layouts.SORT_KEYS), "cluster", "Cluster"]),
+    ),
+    min_size=1,
+    max_size=4,
+).flatmap(lambda keys: st.sampled_from([",".join(keys), "".join(keys), ", ".join(keys)]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(queues(), queues(arrays=False)),
+    _FORMATS,
+    _SORTS,
+    st.booleans(),
+    st.floats(NOW - 1000, NOW + 10 * 86_400, allow_nan=False),
+)
+def test_other_layouts_and_orders_are_the_full_formatters(
+    jobs: list[Job], fmt: str, sort: str, header: bool, now: float
+) -> None:
+    columns = _as_sent(listings.jobs_to_columns(jobs))
+    parts = squeue_layouts.parse_format(fmt)
+    keys = squeue_layouts.parse_sort(sort)
+    try:
+        full_keys = squeue.parse_squeue_sort(sort)
+        squeue.squeue_letters(fmt)
+    except squeue.FormatError:
+        assert parts is None or keys is None  # refused: the full path says why
+        return
+    assert keys == full_keys
+    if parts is None:
+        assert not squeue.squeue_letters(fmt) <= squeue_layouts.LETTERS
+        return
+    ordered = squeue.sort_squeue(listings.jobs_from_columns(columns), full_keys, now)
+    full = squeue.format_squeue(ordered, now, fmt=fmt, header=header)
+    assert squeue_layouts.format_table(columns, now, parts, keys, header=header) == full
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="%.0123456789iTlxSo| \u0663", max_size=10))
+def test_a_format_is_read_as_render_squeue_reads_it_or_declined(fmt: str) -> None:
+    parts = squeue_layouts.parse_format(fmt)
+    try:
+        letters = squeue.squeue_letters(fmt)
+    except squeue.FormatError:
+        assert parts is None
+        return
+    if parts is None:
+        assert not letters <= squeue_layouts.LETTERS
+    else:
+        assert {part[0] for part in parts if not isinstance(part, str)} == letters
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.builds(
+            lambda name, size: name + size,
+            st.sampled_from(["JobID", "STATE", "timeleft", "UserId", "NumCPUs", "x", " Name "]),
+            st.sampled_from(["", ":", ":.", ":7", ":.12", ":x", ":\u0663", ":\u00b2", ":1001"]),
+        ),
+        min_size=1,
+        max_size=4,
+    ).map(",".join)
+)
+def test_a_field_list_is_read_as_render_squeue_reads_it_or_declined(fields: str) -> None:
+    made = squeue_layouts.fields_format(fields)
+    try:
+        expected = squeue.squeue_format_from_fields(fields)
+    except squeue.FormatError:
+        assert made is None
+        return
+    assert made == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="ijuUtTPpQSVelLMDNBCm+-%, cluster\t", max_size=10))
+def test_sort_keys_are_read_as_render_squeue_reads_them_or_declined(text: str) -> None:
+    keys = squeue_layouts.parse_sort(text)
+    try:
+        expected = squeue.parse_squeue_sort(text)
+    except squeue.FormatError:
+        assert keys is None
+        return
+    if keys is None:
+        assert not {key for key, _ in expected} <= squeue_layouts.SORT_KEYS
+    else:
+        assert keys == expected

@@ -10,12 +10,11 @@ from dataclasses import replace
 import pytest
 
 from gbatch.cli import squeue as squeue_cli
-from gbatch.core.constants import SQUEUE_DEFAULT_SORT, SQUEUE_SORT_KEYS
+from gbatch.core.constants import SQUEUE_DEFAULT_SORT, SQUEUE_LONG_FORMAT, SQUEUE_SORT_KEYS
 from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.core.timefmt import format_timestamp
 from gbatch.render.cells import FormatError
 from gbatch.render.squeue import (
-    SQUEUE_LONG_FORMAT,
     SQUEUE_START_FORMAT,
     format_squeue,
     parse_squeue_sort,
@@ -109,7 +108,11 @@ def test_format_fields_are_slurms_long_names_twenty_wide_by_default() -> None:
     assert out == "JOBID NAME     STATE\n5     train  RUNNING\n"
 
 
-@pytest.mark.parametrize("fields", ["JobID,Bogus", "JobID:x", "JobID:.x1", "JobID:99999"])
+@pytest.mark.parametrize(
+    "fields",
+    # A superscript is a digit to str.isdigit and no number to int(): refused, not a crash.
+    ["JobID,Bogus", "JobID:x", "JobID:.x1", "JobID:99999", "JobID:\u00b2", "State:.1\u00b9"],
+)
 def test_a_bad_format_field_is_refused(fields: str) -> None:
     with pytest.raises(FormatError):
         squeue_format_from_fields(fields)

@@ -32,6 +32,9 @@ HEAVY = {"textual", "paramiko", "yaml", "pynvml", "platformdirs", "cryptography"
 HEAVY |= {"starlette", "uvicorn", "anyio", "jwt", "prometheus_client", "jinja2"}
 # The daemon's side, and what only it reads (config.yaml and the site's policy).
 HEAD_ONLY = {"gbatch.head", "gbatch.nodes", "gbatch.site.config", "gbatch.site.policy"}
+# The planner's types (NodeView, Assignment, Plan): three dataclasses (1.7 ms) no command
+# builds, out of gbatch/core/model.py.
+HEAD_ONLY |= {"gbatch.core.plan"}
 # What main() imports beyond what the interpreter had loaded at start (site, and in a
 # virtual environment its import hooks), one name a line.
 PROBE = """
@@ -76,9 +79,11 @@ RUNS = {
 READS_EVERY_COMMAND = {"completion"}
 
 
-def loaded_by(argv: list[str], home: object, *flags: str) -> set[str]:
+def loaded_by(argv: list[str], home: object, *flags: str, home_is: str = "GBATCH_HOME") -> set[str]:
     """What `gbatch ARGV` imports; `flags`: the interpreter's (-S: without site, whose
-    import hooks, an editable install's, load pathlib and re before gbatch starts)."""
+    import hooks, an editable install's, load pathlib and re before gbatch starts).
+    `home_is`: the variable `home` is given as (HOME: no GBATCH_HOME, the user's data
+    dir under it)."""
     result = subprocess.run(
         [sys.executable, *flags, "-c", PROBE, *argv],
         capture_output=True,
@@ -86,7 +91,7 @@ def loaded_by(argv: list[str], home: object, *flags: str) -> set[str]:
         timeout=60,
         stdin=subprocess.DEVNULL,  # `mcp serve` reads its client from stdin
         # The gbatch under test, not whichever one the interpreter has installed.
-        env={"GBATCH_HOME": str(home), "PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE},
+        env={home_is: str(home), "PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE},
     )
     listed = [line for line in result.stdout.splitlines() if line.startswith("MODULES")]
     assert listed, result.stderr
@@ -131,6 +136,103 @@ def test_help_imports_argparse_and_the_entry_point_alone(tmp_path: object) -> No
     unused = {"socket", "json", "pathlib", "dataclasses", "shutil", "textwrap"}
     assert within(loaded, unused) == []
     assert "typing" not in loaded  # a module for type checkers (2 ms)
+
+
+# What a command's --help needs: its parser. Not the submit's builder (jobspec.submit, with
+# dataclasses, inspect and ast: `sbatch --help` took 10 ms more from 50f1f92 on, when
+# cli/sbatch.py imported it at start), the model, the client (socket, json) and the
+# paths (pathlib, urllib.parse), which cli/context.py imports when a command runs.
+NOT_FOR_HELP = {"gbatch.jobspec.submit", "dataclasses", "inspect", "ast", "gbatch.core.model"}
+NOT_FOR_HELP |= {"gbatch.protocol.client", "gbatch.core.paths", "socket", "json", "pathlib"}
+NOT_FOR_HELP |= {"typing"}  # only under TYPE_CHECKING in gbatch/cli (2 ms)
+# What a command's parser itself reads (its choices, its defaults, a file's path):
+HELP_READS = {
+    "srun": {"gbatch.protocol.client", "gbatch.core.paths", "socket", "json", "pathlib"},
+    "daemon": {"gbatch.protocol.client", "gbatch.core.paths", "socket", "json", "pathlib"},
+    "api": {"socket", "json"},
+    "port-forward": {"socket"},
+    "completion": {"pathlib"},  # its shells' scripts, next to it
+    "scontrol": {"gbatch.protocol.requests", "inspect", "ast", "typing"},  # UPDATE_KEYS
+}
+for _interactive in ("salloc", "shell", "sattach"):  # srun's step client
+    HELP_READS[_interactive] = HELP_READS["srun"]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_commands_help_imports_its_parser_and_not_what_running_it_needs(
+    tmp_path: Path, command: str
+) -> None:
+    loaded = loaded_by([command, "--help"], tmp_path, "-S")  # -S: nothing loaded before
+    assert within(loaded, NOT_FOR_HELP - HELP_READS.get(command, set())) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["sinfo"], ["sacct"], ["sbatch", "-H", "--gpus", "1", "--wrap", "true"], ["squeue", "-l"]],
+)
+def test_without_gbatch_home_a_command_finds_the_users_data_dir_without_platformdirs(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    """The default home (no GBATCH_HOME: the user's data dir, what most users run with)
+    is found without importing platformdirs (7 ms): core/paths.user_data_dir."""
+    loaded = loaded_by(argv, tmp_path, home_is="HOME")
+    assert within(loaded, {"platformdirs"}) == []
+
+
+@pytest.mark.parametrize(
+    "argv", [["sacct"], ["scontrol", "show", "job", "1"], ["squeue", "-l"]], ids=" ".join
+)
+def test_a_listing_shows_the_default_qos_without_the_qos_rules(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    """The listings print `normal` for a job that names no QOS: the name is in
+    core/constants.py, not core/qos.py with the limits it loads (~3 ms)."""
+    loaded = loaded_by(argv, tmp_path)
+    assert within(loaded, {"gbatch.core.qos", "gbatch.core.limits"}) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sinfo"],
+        ["sacct"],
+        ["scontrol", "show", "job", "1"],
+        ["sbatch", "-H", "--gpus", "1", "--wrap", "true"],
+        ["sshare"],
+        ["sprio"],
+        ["seff", "1"],
+        ["sreport"],
+        ["logs", "1"],
+    ],
+    ids=" ".join,
+)
+def test_a_command_on_the_full_path_runs_without_typing(tmp_path: Path, argv: list[str]) -> None:
+    """typing (2-3 ms) is for type checkers: the requests (requests.type_hints for the
+    daemon's decoder), the codec, the renderers and the job-spec builder import it under
+    TYPE_CHECKING alone. (No daemon answers: the command is built up to its request.)"""
+    assert "typing" not in loaded_by(argv, tmp_path, "-S")  # -S: nothing loaded before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sinfo"],
+        ["sacct"],
+        ["scontrol", "show", "job", "1"],
+        ["sshare"],
+        ["sprio"],
+        ["sreport"],
+        ["logs", "1"],
+    ],
+    ids=" ".join,
+)
+def test_the_client_connects_without_socket_py_nor_pathlib(tmp_path: Path, argv: list[str]) -> None:
+    """protocol/client.py speaks on _socket, socket.py's C core: socket.py's enums,
+    selectors and makefile are ~2 ms of a start (client._Lines reads the replies). The
+    socket's path is found without pathlib (with urllib.parse, ~3 ms): datadir.socket_file."""
+    loaded = loaded_by(argv, tmp_path, "-S")  # -S: nothing loaded before
+    assert "gbatch.protocol.client" in loaded
+    assert within(loaded, {"socket", "selectors", "pathlib", "urllib"}) == []
 
 
 # What squeue's everyday listing (gbatch/render/squeue_brief.py) must not import: the model's
@@ -305,10 +407,22 @@ def test_squeue_folds_array_tasks_lean_and_takes_the_full_formatter_for_other_la
     task = _job(7, JobSpec(name="sweep", command=("true",), array_task=2, array_pos=0))
     with answering_daemon(tmp_path, _listing([task])):
         folded = loaded_by(["squeue", "-j", "7_2"], tmp_path)
-        long = loaded_by(["squeue", "-l"], tmp_path)
+        # The usual other layouts and orders are drawn lean too (issue 35) ...
+        lean = [
+            loaded_by(words, tmp_path)
+            for words in (
+                ["squeue", "-l"],
+                ["squeue", "-o", "%.7i %.9T %R", "-S", "-t,i"],
+                ["squeue", "-O", "JobID,State,TimeLeft", "--sort=-p"],
+            )
+        ]
+        # ... but not letters a listing's columns do not hold (%C: whole specs).
+        full = loaded_by(["squeue", "-o", "%i %C"], tmp_path)
     assert "gbatch.cli.everyday" in folded
     assert within(folded, NOT_LEAN | NOT_EVERYDAY) == []
-    assert {"gbatch.render.squeue", "gbatch.protocol.listings"} <= long
+    for loaded in lean:
+        assert within(loaded, NOT_LEAN | NOT_EVERYDAY) == []
+    assert {"gbatch.render.squeue", "gbatch.protocol.listings"} <= full
 
 
 def test_each_command_in_the_list_is_a_module_whose_parser_shows_its_help_line() -> None:
@@ -320,3 +434,30 @@ def test_each_command_in_the_list_is_a_module_whose_parser_shows_its_help_line()
     parser = build_parser(None, every=True)
     shown = {a.dest: a.help for a in parser._subparsers._group_actions[0]._choices_actions}  # type: ignore[union-attr]
     assert shown == COMMANDS
+
+
+def test_the_model_every_command_imports_builds_no_planner_type() -> None:
+    """NodeView, Assignment and Plan are the daemon's (gbatch/core/plan.py): each
+    dataclass in gbatch/core/model.py is built (its methods exec'd) at every start."""
+    from gbatch.core import model
+
+    assert {"NodeView", "Assignment", "Plan"}.isdisjoint(vars(model))
+
+
+def test_the_users_data_dir_is_found_with_os_and_sys_alone() -> None:
+    """gbatch/core/datadir.py is a leaf (os, sys, core/constants) that the everyday
+    lines (no pathlib) may use."""
+    probe = (
+        "import sys; b = set(sys.modules); import gbatch.core.datadir; print(*set(sys.modules) - b)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCE},
+    )
+    loaded = set(done.stdout.split())
+    gbatch = ["gbatch", "gbatch.core", "gbatch.core.constants", "gbatch.core.datadir"]
+    assert within(loaded, {"gbatch"}) == gbatch
+    assert within(loaded, {"pathlib", "re", "platformdirs", "typing"}) == []

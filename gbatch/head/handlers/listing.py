@@ -171,11 +171,26 @@ def _listing_columns(
     limit = request.limit
     if limit is not None and limit < 1:
         raise Refused("invalid", f"limit: {limit}; give 1 or more jobs a page")
-    specs = ListingSpecs()
-    columns = listings.ListingColumns(specs, as_text=True, most_keys=_LISTING_KEYS)
     following: dict[str, Any] = {}
     if request.after is not None or limit is not None:
         following["next"] = None
+    # The whole listing (no page) is kept while the store is unchanged: asked again
+    # (`watch squeue`, a lab's many squeues) it is sent as it was read.
+    settled = None if following else daemon.store.settled()
+    key = (
+        tuple(states or ()) if states is not None else None,
+        tuple(users) if users is not None else None,
+        request.history,
+        request.since,
+        caller.uid if private else None,
+        settled,
+    )
+    if settled is not None:
+        kept = daemon.kept_columns.get(key)
+        if kept is not None:
+            return {"columns": kept, "now": daemon.clock()}
+    specs = ListingSpecs()
+    columns = listings.ListingColumns(specs, as_text=True, most_keys=_LISTING_KEYS)
     listed = 0
     last: int | None = None
     pages = daemon.store.listing_pages(
@@ -205,7 +220,10 @@ def _listing_columns(
                 last = _row_job_id(page[-1])
     finally:
         pages.close()
-    return {"columns": columns.made(), "now": daemon.clock(), **following}
+    made = columns.made()
+    if settled is not None and daemon.store.settled() == settled:  # no write meanwhile
+        made = daemon.kept_columns.keep(key, made, listed)
+    return {"columns": made, "now": daemon.clock(), **following}
 
 
 # Spec keys ListingColumns remembers at once for a listing.

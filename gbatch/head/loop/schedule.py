@@ -13,7 +13,8 @@ from dataclasses import replace
 from gbatch.core import hostlist
 from gbatch.core.arrays import ARRAY_ROWS
 from gbatch.core.limits import UserLimits, unix_groups, use_by_user, with_cluster_jobs
-from gbatch.core.model import ALLOCATED_STATES, Assignment, Job, NodeView
+from gbatch.core.model import ALLOCATED_STATES, Job
+from gbatch.core.plan import Assignment, NodeView
 from gbatch.core.qos import PREEMPTED_BY
 from gbatch.head.fleet import Fleet
 from gbatch.head.loop.filters import Filters

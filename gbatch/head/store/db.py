@@ -103,6 +103,11 @@ class Database:
         # Write transactions begun (committed or not). All of them go through _write,
         # on this one object, gbatchd being the store's only writer.
         self._writes = 0
+        # settled()'s: durable write transactions begun, and those ended (committed or
+        # rolled back). Telemetry's (not durable) write no job and are not counted.
+        self._settled_begun = 0
+        self._settled_ended = 0
+        self._telemetry = False  # a write not durable is open
         # user -> (their pending jobs, the write transaction that left them so): what
         # submit_many's last commit knew. Used only while that transaction is the last
         # one written, so the count is exact (max_pending_jobs), not re-counted over the
@@ -197,16 +202,21 @@ class Database:
         if not durable:
             with self._lock:
                 self._db.execute("PRAGMA synchronous=NORMAL")
+                self._telemetry = True
                 try:
                     with self._write() as db:
                         yield db
                 finally:
+                    self._telemetry = False
                     self._db.execute("PRAGMA synchronous=FULL")
             return
         with self._lock:
             self._feed_lines.clear()
             self._change = None
             self._writes += 1
+            counted = not self._telemetry
+            if counted:
+                self._settled_begun += 1
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
@@ -223,12 +233,27 @@ class Database:
                     if self.on_full is not None:
                         self.on_full(error)
                 raise error from err
+            finally:
+                if counted:
+                    self._settled_ended += 1
             self._full = False
             # After the commit (a line never tells of a change that rolled back), still
             # under the lock, so the lines are in the order the changes committed in.
             if self._feed is not None and self._feed_lines:
                 lines, self._feed_lines = self._feed_lines, []
                 self._feed(lines)
+
+    def settled(self) -> int | None:
+        """The durable write transactions begun so far, when none is open; None while one is.
+
+        Two equal answers taken around a read on a connection of its own (_reading)
+        bracket a snapshot no write changed: it holds exactly what those writes left,
+        and so does any later read that gets the same answer first. Every write to the
+        store goes through _write (gbatchd is its only writer), so any change to jobs or
+        array tails moves it (issue 35: squeue's listing kept). Telemetry's writes (not
+        durable: GPU samples, many a second while jobs run) write no job, and leave it."""
+        begun = self._settled_begun
+        return begun if begun == self._settled_ended else None
 
     def _change_number(self, db: sqlite3.Connection) -> int:
         """The open transaction's change number (migration 11), for every jobs row it

@@ -1,6 +1,7 @@
 """What a batch script's #SBATCH header costs a submit.
 
-Run: `.venv/bin/python bench/bench_sbatch_script.py [--quick]` (~30 s; --quick a few s).
+Run: `.venv/bin/python bench/bench_sbatch_script.py [--quick] [--python /usr/bin/python3]
+[--checkout DIR ...]` (~30 s, ~1 min with checkouts; --quick a few s).
 
 Whole-process time of `gbatch sbatch job.sh`, a script with a 20-line #SBATCH header
 (a university template: name, GPUs, time, nodes, tasks, CPUs, memory, mail, output files,
@@ -13,6 +14,14 @@ alternating blocks so that drift on a shared machine hits both alike. The floor
 A header line this gbatch refuses (an option of issue 14 not merged yet) is replaced by a
 line it takes (another `#SBATCH --nice=0`), and the bench says which: the figure stays a
 20-line header either way.
+
+The everyday script too: `gbatch sbatch -H job.sh ARG` with the header people write most
+(EVERYDAY_HEADER: name, GPUs, time, CPUs, memory, output and error files), which
+gbatch/cli/everyday_sbatch.py reads without argparse (goal: about the floor's cost). With
+`--checkout DIR` (repeatable: main's and a branch's worktree, an A/B in one run), the
+everyday script, the 20-line script and the floor are timed for each checkout in turn,
+run by `--python` (default: this interpreter) with the checkout on PYTHONPATH, against
+the one daemon.
 
 When a real Slurm answers (`scontrol ping`; .ci/setup-slurm.sh), the same pair through
 real `sbatch -H` is timed beside it, and the held jobs are cancelled afterwards.
@@ -29,8 +38,11 @@ import tempfile
 from pathlib import Path
 
 from common import (
+    ENTRY,
     GBATCH,
+    PYTHON,
     gbatch_env,
+    load_average,
     machine_note,
     median,
     quick_help,
@@ -61,6 +73,16 @@ HEADER = [
     "--signal=B:USR1@60",
     "--nice=0",
     "--chdir=.",
+]
+# The #SBATCH lines people write most (docs, tests, lab templates): sbatch's everyday path.
+EVERYDAY_HEADER = [
+    "--job-name=train",
+    "--gres=gpu:1",
+    "--time=01:00:00",
+    "--cpus-per-task=2",
+    "--mem=4G",
+    "--output=bench-%j.out",
+    "--error=bench-%j.err",
 ]
 FILLER = "--nice=0"
 BODY = 'echo "start $SLURM_JOB_ID"\npython3 -c "print(42)"\necho done\n'
@@ -122,6 +144,36 @@ def report_ratio(what: str, script: list[float], wrap: list[float]) -> None:
     print(f"{what}: script / --wrap = {ratio:.3f} (goal <= {GOAL_RATIO:.2f}, {verdict})")
 
 
+def time_checkouts(
+    python: Path,
+    checkouts: list[Path],
+    workdir: Path,
+    env: dict[str, str],
+    header: list[str],
+    runs: int,
+    blocks: int,
+) -> None:
+    """The everyday script, the 20-line one and the floor, for each checkout in turn."""
+    (workdir / "job.sh").write_text(script_text(header))
+    (workdir / "everyday.sh").write_text(script_text(EVERYDAY_HEADER))
+    cases = {
+        "sbatch -H everyday.sh in.csv": ["sbatch", "-H", "everyday.sh", "in.csv"],
+        "sbatch -H job.sh (20 lines)": ["sbatch", "-H", "job.sh"],
+        "sbatch -H --wrap true (floor)": ["sbatch", "-H", "--wrap", "true"],
+    }
+    samples: dict[tuple[str, str], list[float]] = {}
+    for _ in range(blocks):
+        for checkout in checkouts:
+            checkout_env = {**env, "PYTHONPATH": str(checkout.resolve())}
+            for name, words in cases.items():
+                argv = [str(python), "-c", ENTRY, *words]
+                got = time_process(argv, checkout_env, runs, cwd=workdir)
+                samples.setdefault((str(checkout), name), []).extend(got)
+    print(f"# {python}, checkouts in turn; load average {load_average()}")
+    for (checkout, name), got in samples.items():
+        report_ms(f"{checkout}: `{name}`", got)
+
+
 def slurm_answers() -> bool:
     if shutil.which("sbatch") is None or shutil.which("scontrol") is None:
         return False
@@ -141,9 +193,14 @@ def main() -> None:
         action="store_true",
         help=quick_help("2 runs, 1 block; real sbatch too where a Slurm answers"),
     )
+    parser.add_argument("--python", type=Path, default=PYTHON, help="runs the checkouts' gbatch")
+    parser.add_argument(
+        "--checkout", action="append", type=Path, help="time this checkout's gbatch too (A/B)"
+    )
     args = parser.parse_args()
     runs, blocks = (2, 1) if args.quick else (10, 5)
     print(machine_note())
+    print(f"# load average {load_average()}")
     with running_daemon() as home, tempfile.TemporaryDirectory(prefix="gbatch-bench-") as tmp:
         workdir = Path(tmp)
         env = gbatch_env(home)
@@ -159,6 +216,13 @@ def main() -> None:
         report_ms("`gbatch sbatch` the same options `--wrap` (peer)", wrap)
         report_ms("`gbatch sbatch --wrap true -H` (floor)", floor)
         report_ratio("gbatch", script, wrap)
+        (workdir / "everyday.sh").write_text(script_text(EVERYDAY_HEADER))
+        everyday = time_process(
+            [str(GBATCH), "sbatch", "-H", "everyday.sh", "in.csv"], env, runs, cwd=workdir
+        )
+        report_ms("`gbatch sbatch -H everyday.sh in.csv`, 7 everyday #SBATCH lines", everyday)
+        if args.checkout:
+            time_checkouts(args.python, args.checkout, workdir, env, header, runs, blocks)
 
     if not slurm_answers():
         print("# no Slurm answers (scontrol ping): real sbatch not timed; see .ci/setup-slurm.sh")

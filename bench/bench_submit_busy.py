@@ -44,11 +44,17 @@ def _env(home: Path, checkout: Path) -> dict[str, str]:
     return env
 
 
+# The interpreter of the timed `sbatch` processes (--python: e.g. Debian's /usr/bin/python3,
+# which has no venv's editable-install finder in its start-up); the daemon runs on PYTHON.
+CLI_PYTHON = [PYTHON]
+
+
 def _gbatch(home: Path, checkout: Path, *args: str) -> float:
     """One CLI process's wall time in s (it must succeed)."""
+    python = PYTHON if args[0] == "daemon" else CLI_PYTHON[0]
     began = time.perf_counter()
     subprocess.run(
-        [str(PYTHON), "-c", ENTRY, *args],
+        [str(python), "-c", ENTRY, *args],
         env=_env(home, checkout),
         cwd=checkout,
         check=True,
@@ -204,11 +210,14 @@ def main() -> None:
     parser.add_argument("--submits", type=int, default=200)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--checkout", action="append", type=Path)
+    parser.add_argument("--python", type=Path, default=PYTHON, help="runs the timed sbatch calls")
     parser.add_argument("--quick", action="store_true", help=quick_help("5 idle, 10 busy"))
     args = parser.parse_args()
     idle, submits, sleep = (5, 10, 0.2) if args.quick else (args.idle, args.submits, 0.5)
+    CLI_PYTHON[0] = args.python
     checkouts = [c.resolve() for c in args.checkout or [Path(__file__).resolve().parent.parent]]
     print(machine_note())
+    print(f"# the timed sbatch calls run by {args.python}")
     for _ in range(args.runs):
         for checkout in checkouts:
             one_run(checkout, idle, submits, sleep)

@@ -1,22 +1,27 @@
-"""`gbatch squeue` and `gbatch sbatch --wrap CMD`, as most calls write them, on a fast path.
+"""`gbatch squeue`, `gbatch scancel` and `gbatch sbatch`, as most calls write them, on a fast path.
 
 They run without argparse, pathlib, socket or json: with the re, enum, functools and
 gettext those load, they were most of these commands' start (bench/bench_startup.py).
 
 everyday() reads a command line only where it reads it exactly as argparse would:
-squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h, -r), sbatch's --wrap
-with -H, --parsable or -Q, and scancel's job ids (no step) with its filters (-u, --me, -t,
--n, -p, -w; no -s, -b, -f), each option's value in the next word (one that does not
-begin with '-'), after '=', or joined to a short option (`-j5`). Anything else (another
-option, two options in one word, a value that begins with '-', gbatch's own options but
---debug) is left to argparse (gbatch/cli/_parser.py), which says what is wrong as ever.
-What is read runs as the full path does (squeue.run, sbatch's _everyday_request), and
-declines (returns None, before sending) whatever that would refuse, so that its
-messages stay the full path's: an unknown user, a job id the grammar (gbatch/core/jobids.py)
-refuses, a command build_spec refuses, no daemon at the socket. After a request is
-sent, the client's errors are raised as gbatch.protocol.client raises them, and squeue -j's
-"Invalid job id specified" as squeue's. tests/unit/test_cli_everyday.py holds both
-paths to the same requests, output and errors.
+squeue's filters and flags (-u, --me, -j, -n, -p, -w, -t, -a, -h, -r) and layouts (-o,
+-O, -l, -S: where render/squeue_layouts draws them), scancel's job ids (no step) with its
+filters (-u, --me, -t, -n, -p, -w) and -s of a common name, -b or --full, and sbatch's
+`--wrap CMD` or `SCRIPT [ARG...]` with the options people type (-G/--gpus,
+--gres=gpu[:TYPE][:N], -t, -J, -p, -q, -o, -e, -c, --mem, -a, -d, -D, -H, --parsable, -Q;
+the same in the script's #SBATCH lines: gbatch/cli/everyday_sbatch.py), each option's
+value in the next word (one that does not begin with '-'), after '=', or joined to a
+short option (`-j5`). Anything else (another option, two options in one word, a value
+that begins with '-', gbatch's own options but --debug) is left to argparse
+(gbatch/cli/_parser.py), which says what is wrong as ever.
+What is read runs as the full path does (squeue.run, scancel.run, sbatch.run with
+build_submit's readers) and declines (returns None, before sending) whatever that would
+refuse, so that its messages stay the full path's: an unknown user, a job id the grammar
+(gbatch/core/jobids.py) refuses, a value an option's reader refuses, a script that is not
+a plain file of text, no daemon at the socket. After a request is sent, the client's
+errors are raised as gbatch.protocol.client raises them, and squeue -j's "Invalid job id
+specified" as squeue's. tests/unit/test_cli_everyday.py and test_sbatch_everyday.py hold
+both paths to the same requests, output and errors.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from __future__ import annotations
 import os
 import sys
 
+# read_options: the words of a line as argparse reads them (a module of its own, which
+# everyday_sbatch.py reads too).
+from gbatch.cli.everyday_words import read_options
 from gbatch.core.constants import (
     CLIENT_TIMEOUT_S,
-    MAX_COMMAND_BYTES,
     MAX_ID_DIGITS,
     MAX_ID_TEXT,
     MAX_REQUEST_BYTES,
@@ -52,9 +59,6 @@ SCANCEL_FLAGS = {"--me": "me"}
 SCANCEL_VALUES = {"-u": "user", "--user": "user", "-t": "state", "--state": "state"}
 SCANCEL_VALUES |= {"-n": "name", "--name": "name", "--jobname": "name", "-p": "partition"}
 SCANCEL_VALUES |= {"--partition": "partition", "-w": "nodelist", "--nodelist": "nodelist"}
-SBATCH_FLAGS = {"-H": "hold", "--hold": "hold", "--parsable": "parsable", "-Q": "quiet"}
-SBATCH_FLAGS["--quiet"] = "quiet"
-SBATCH_VALUES = {"--wrap": "wrap"}
 
 
 def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | None:
@@ -71,63 +75,16 @@ def everyday(words: list[str]) -> tuple[str, bool, Callable[[], int | None]] | N
         if values is not None:
             return "gbatch squeue", debug, lambda: run_squeue(values, exchange)
     elif command == "sbatch":
-        values = read_options(rest, SBATCH_FLAGS, SBATCH_VALUES)
-        if values is not None and "wrap" in values:
-            return "gbatch sbatch", debug, lambda: run_sbatch(values, os.environ, exchange)
+        from gbatch.cli.everyday_sbatch import sbatch_run  # its options: everyday_sbatch.py
+
+        run = sbatch_run(rest, exchange)
+        if run is not None:
+            return "gbatch sbatch", debug, run
     elif command == "scancel":
         values = read_options(rest, SCANCEL_FLAGS, SCANCEL_VALUES, positional="ids")
         if values is not None:
             return "gbatch scancel", debug, lambda: run_scancel(values, exchange)
     return None
-
-
-def read_options(
-    words: list[str],
-    flags: Mapping[str, str],
-    with_value: Mapping[str, str],
-    positional: str | None = None,
-) -> dict[str, Any] | None:
-    """`words` as argparse reads them for these options; None for any word it may read otherwise.
-
-    {dest: True} for a flag given, {dest: [value, ...]} for an option. `positional`: the
-    dest of a `nargs="*"` argument, {positional: [word, ...]} for the words that are not
-    options, in one run (argparse refuses a second run after an option).
-    """
-    found: dict[str, Any] = {}
-    run = 0  # positional words: 0 none yet, 1 in their run, 2 their run has ended
-    at = 0
-    while at < len(words):
-        word = words[at]
-        at += 1
-        if positional is not None and word[:1] not in ("", "-"):
-            if run == 2:
-                return None
-            run = 1
-            found.setdefault(positional, []).append(word)
-            continue
-        if run == 1:
-            run = 2
-        if word in flags:
-            found[flags[word]] = True
-            continue
-        option, equals, value = word.partition("=")
-        if equals and option in with_value:  # `--user=VALUE`, `-u=VALUE`
-            pass
-        elif word in with_value:  # `-u VALUE`
-            if at == len(words):
-                return None
-            option, value = word, words[at]
-            at += 1
-        elif word[:2] in with_value and not equals:  # `-uVALUE`: a short option's
-            option, value = word[:2], word[2:]
-        else:
-            return None
-        # A value that is empty or begins with '-' (an option, a negative number, `--`,
-        # which argparse drops even after '=') follows argparse's own rules: its to read.
-        if value[:1] in ("", "-"):
-            return None
-        found.setdefault(with_value[option], []).append(value)
-    return found
 
 
 def split_list(values: list[str] | None) -> list[str] | None:
@@ -479,91 +436,6 @@ def _check_jobs_exist(jobs: list[str], send: Exchange) -> bool:
 
         raise CliError(f"Invalid job id specified: {','.join(jobs)}", Exit.FAILED)
     return True
-
-
-def run_sbatch(values: dict[str, Any], environ: Mapping[str, str], send: Exchange) -> int | None:
-    """sbatch.run for `--wrap CMD` with -H, --parsable or -Q: the same request and output.
-
-    The same line is printed (and the same warning); None declines, as everyday's run().
-    """
-    try:
-        submit_dir = os.getcwd()
-    except OSError:
-        return None
-    request = wrap_request(values["wrap"][-1], bool(values.get("hold")), submit_dir, environ)
-    if request is None:
-        return None
-    reply = send(request)
-    if reply is None:
-        return None
-    ids = reply["ids"]
-    warn_unwritable(submit_dir)  # --wrap alone: slurm-%j.out where it was submitted
-    if not values.get("quiet"):
-        # An array answers with its id (its first task's; tasks are N_K), as Slurm.
-        print(ids[0] if values.get("parsable") else f"Submitted batch job {ids[0]}", flush=True)
-    return 0
-
-
-def wrap_request(
-    wrap: str, held: bool, submit_dir: str, environ: Mapping[str, str]
-) -> dict[str, Any] | None:
-    """The submit request of `sbatch --wrap CMD` given no other job option, as a plain dict.
-
-    -H, --parsable and -Q aside. It equals requests.encode_request of
-    jobspec.submit.build_submit's, built without the model, spec or request types
-    (start-up); None for a command or an environment that build_submit would refuse
-    (which then says why, as ever). The job's spec is the one build_spec makes of a
-    command alone: named "wrap", run by /bin/sh -c where it was submitted, taking the
-    submitter's environment (--export=ALL, filtered as submitenv's).
-    tests/unit/test_sbatch_everyday.py holds the two paths equal.
-    """
-    command = ["/bin/sh", "-c", wrap]
-    try:  # spec._check_command's and _check_utf8's refusals are build_spec's to make
-        size = sum(len(arg.encode("utf-8")) + 1 for arg in command)
-    except UnicodeEncodeError:
-        return None
-    if not wrap.strip() or "\0" in wrap or size > MAX_COMMAND_BYTES:
-        return None
-    from _socket import gethostname  # socket.gethostname itself, without socket.py
-
-    from gbatch.core.submitenv import MAX_SUBMIT_ENV_BYTES, filter_submit_env, submit_env_bytes
-
-    submit_env = filter_submit_env(environ)
-    if submit_env_bytes(submit_env) > MAX_SUBMIT_ENV_BYTES:
-        return None
-    spec: dict[str, Any] = {  # JobSpec.to_wire's: the keys that hold no default
-        "name": "wrap",
-        "command": command,
-        "workdir": submit_dir,
-        "submit_dir": submit_dir,
-        "submit_host": gethostname(),
-    }
-    return {
-        "op": "submit",
-        "spec": spec,
-        "secret_env": {},
-        "count": 1,
-        "held": held,
-        "submit_env": submit_env or None,
-        "array": None,
-        "test_only": False,
-        "sweep": None,
-        "name_template": None,
-    }
-
-
-def warn_unwritable(directory: str) -> None:
-    """Print sbatch's warning when the submitter cannot write `directory`, the job's output's.
-
-    The job's slurm-%j.out goes there. It is not refused, as Slurm does not refuse it.
-    """
-    if not os.access(directory, os.W_OK | os.X_OK):
-        print(
-            f"gbatch sbatch: warning: you cannot write in {directory}, so the job's "
-            "slurm-%j.out cannot be written there; `gbatch logs ID` keeps its output. "
-            "Submit from a directory you can write, or pass -o FILE",
-            file=sys.stderr,
-        )
 
 
 def socket_path(environ: Mapping[str, str]) -> str | None:

@@ -13,7 +13,7 @@ import time
 
 from gbatch.cli.commandlist import COMMANDS
 from gbatch.cli.context import Context
-from gbatch.cli.everyday import warn_unwritable, wrap_request
+from gbatch.cli.everyday_sbatch import warn_unwritable, wrap_request
 from gbatch.cli.exits import CliError, Exit
 from gbatch.jobspec.errors import BadSubmit
 from gbatch.jobspec.sbatchopts import OptionProblem, add_job_options, options_parser

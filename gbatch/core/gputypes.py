@@ -16,16 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
-# A type as jobs and rules spell it, lowercase: `a100`, `rtx4090`, `1g.10gb` (Slurm's MIG
-# profiles start with a digit). Never all digits: `gpu:2` is a count.
-TYPE_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,31}", re.ASCII)
-MAX_TYPE_CHARS = 32
-
-
-def is_type_name(text: str) -> bool:
-    """Whether `text` (already lowercased) is a GPU type's spelling."""
-    return bool(TYPE_RE.fullmatch(text)) and not text.isdigit()
-
+# A type's spelling, in a module of its own (a submit's start-up).
+from gbatch.core.gpuname import MAX_TYPE_CHARS as MAX_TYPE_CHARS
+from gbatch.core.gpuname import TYPE_RE as TYPE_RE
+from gbatch.core.gpuname import is_type_name as is_type_name
 
 # Words of an NVML name that name the vendor or the product line, not the model.
 _BRAND_WORDS = frozenset({"nvidia", "tesla", "geforce", "quadro"})

@@ -57,12 +57,10 @@ def parse_time_limit(value: str | int, *, field: str = "time_limit") -> int | No
     text = value.strip()
     if text.lower() in _UNLIMITED_WORDS:
         return None
-    import re
-
-    match = re.fullmatch(_TIME_PATTERN, text) if len(text) <= _MAX_TEXT_LEN else None
-    if match is None:
+    groups = _time_groups(text) if len(text) <= _MAX_TEXT_LEN else None
+    if groups is None:
         raise _bad(field, value)
-    day_text, *rest = match.groups()
+    day_text, *rest = groups
     parts = [int(p) for p in rest if p is not None]
     if day_text is None:
         # MM / MM:SS / HH:MM:SS: pad on the left to (hours, minutes, seconds).
@@ -81,6 +79,30 @@ def parse_time_limit(value: str | int, *, field: str = "time_limit") -> int | No
         + fields.get("seconds", 0)
     )
     return _checked_total(field, value, total)
+
+
+_DIGITS = frozenset("0123456789")
+
+
+def _time_groups(text: str) -> tuple[str | None, ...] | None:
+    """re.fullmatch(_TIME_PATTERN, text).groups(), or None where it does not match: read
+    without re (its import is most of an everyday sbatch's start-up with -t)."""
+    day: str | None = None
+    head, dash, body = text.partition("-")
+    if dash:
+        if not _all_digits(head):
+            return None
+        day = head
+    else:
+        body = text
+    parts = body.split(":")
+    if len(parts) > 3 or not all(map(_all_digits, parts)):
+        return None
+    return (day, *parts, *(None,) * (3 - len(parts)))
+
+
+def _all_digits(text: str) -> bool:
+    return bool(text) and all(char in _DIGITS for char in text)
 
 
 def _check_ranges(field: str, value: str, fields: dict[str, int], *, has_days: bool) -> None:

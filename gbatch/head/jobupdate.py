@@ -20,6 +20,7 @@ from gbatch.core.model import Job, JobSpec, JobState
 from gbatch.core.qos import NORMAL
 from gbatch.core.timefmt import TimeLimitError, format_duration, parse_time_limit, show_value
 from gbatch.jobspec.nodeopts import check_nodes, settle_nodes
+from gbatch.jobspec.optvalues import check_name as _check_name
 from gbatch.jobspec.slurmopts import (
     check_comment,
     check_constraint,
@@ -29,7 +30,7 @@ from gbatch.jobspec.slurmopts import (
     parse_gpus,
     parse_gres,
 )
-from gbatch.jobspec.spec import OVERRIDE_OPTION, SpecError, _check_name
+from gbatch.jobspec.spec import OVERRIDE_OPTION, SpecError
 from gbatch.nodes.inventory import Partition
 from gbatch.protocol import requests
 

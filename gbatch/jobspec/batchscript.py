@@ -10,8 +10,8 @@ Pure: the CLI reads the file, gbatch/jobspec/submit.py parses the options.
 from __future__ import annotations
 
 import posixpath
-import shlex
-from dataclasses import dataclass
+
+from gbatch.jobspec.optvalues import FrozenValue
 
 DIRECTIVE = "#SBATCH"
 # How each interpreter takes a program as an argument: the flag, and whether the next
@@ -33,21 +33,38 @@ class ScriptError(Exception):
         self.line = line
 
 
-@dataclass(frozen=True)
-class Directive:
+class Directive(FrozenValue):
     """The words of one `#SBATCH` line, and where it is."""
 
+    __slots__ = ("line", "words")
     line: int
     words: tuple[str, ...]
 
+    def __init__(self, line: int, words: tuple[str, ...]) -> None:
+        object.__setattr__(self, "line", line)
+        object.__setattr__(self, "words", words)
 
-@dataclass(frozen=True)
-class BatchScript:
+
+class BatchScript(FrozenValue):
+    __slots__ = ("directives", "interpreter", "name", "text", "where")
     text: str
     name: str  # $0 of a shell script: the file's name, or "sbatch" for stdin
     directives: tuple[Directive, ...]
     interpreter: tuple[str, ...]  # the #! line's words
-    where: str = ""  # how errors name it, when not by `name`: a job file's script
+    where: str  # how errors name it, when not by `name`: a job file's script ("")
+
+    def __init__(
+        self,
+        text: str,
+        name: str,
+        directives: tuple[Directive, ...],
+        interpreter: tuple[str, ...],
+        where: str = "",
+    ) -> None:
+        fields = {"text": text, "name": name, "directives": directives}
+        fields |= {"interpreter": interpreter, "where": where}
+        for field, value in fields.items():
+            object.__setattr__(self, field, value)
 
     @property
     def location(self) -> str:
@@ -123,13 +140,30 @@ def _directives(where: str, lines: list[str], first: int) -> tuple[Directive, ..
         rest = stripped[len(DIRECTIVE) :]
         if rest and not rest[0].isspace():
             continue  # "#SBATCHx" is a comment, as in Slurm
-        try:
-            words = shlex.split(rest, comments=True)
-        except ValueError as err:
-            raise ScriptError(where, number, f"{DIRECTIVE}: {err}. Close the quote") from None
+        words = _words(rest, where, number)
         if words:
             directives.append(Directive(number, tuple(words)))
     return tuple(directives)
+
+
+# The characters of a directive that shlex splits as str.split() does: printable ASCII
+# but its quotes, escape and comment sign, and the blanks shlex splits on.
+_PLAIN = frozenset(chr(code) for code in range(0x20, 0x7F)) - set("'\"\\#") | {"\t", "\r"}
+
+
+def _words(rest: str, where: str, number: int) -> list[str]:
+    """shlex.split(rest, comments=True): a line's words as a POSIX shell splits them.
+
+    A line of plain words (most #SBATCH lines) is split without shlex (and the re it
+    loads); one with a quote, a backslash or a comment is shlex's."""
+    if all(char in _PLAIN for char in rest):
+        return rest.split()
+    import shlex
+
+    try:
+        return shlex.split(rest, comments=True)
+    except ValueError as err:
+        raise ScriptError(where, number, f"{DIRECTIVE}: {err}. Close the quote") from None
 
 
 def _interpreter_kind(interpreter: tuple[str, ...]) -> str:

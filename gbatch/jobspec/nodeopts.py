@@ -14,44 +14,18 @@ from gbatch.core import hostlist
 from gbatch.core.gputypes import profile_of
 from gbatch.core.timefmt import show_value
 from gbatch.jobspec.errors import SpecError
+from gbatch.jobspec.optvalues import MAX_NODES as MAX_NODES
+from gbatch.jobspec.optvalues import check_nodes as check_nodes
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from typing import Any
 
-MAX_NODES = 1024
 MAX_TASKS = 65536
 MAX_TASKS_PER_NODE = 1024
 # A node name a host list may hold: the inventory's names and the embedded `local`, and
 # the host names a Slurm user brings (which the daemon then refuses if none is here).
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", re.ASCII)
-_NODES_TEXT = re.compile(r"\s*([0-9]{1,9})\s*(?:-\s*([0-9]{1,9})\s*)?", re.ASCII)
-
-
-def check_nodes(value: object, field: str) -> int:
-    """-N/--nodes: N, or Slurm's N-M (a minimum and a maximum), taken as N.
-
-    The planner allocates exactly N nodes; a job that could also run on more gets N."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        count = value
-    else:
-        match = _NODES_TEXT.fullmatch(value) if isinstance(value, str) else None
-        if match is None:
-            raise SpecError(
-                field,
-                f"{show_value(value)} is not a node count. Give a whole number such as 2 "
-                "(Slurm's MIN-MAX, such as 2-4, is taken as its MIN)",
-            )
-        count = int(match.group(1))
-        if match.group(2) is not None and int(match.group(2)) < count:
-            raise SpecError(
-                field, f"{show_value(value)} runs backwards. Give MIN-MAX with MIN <= MAX, or N"
-            )
-    if not 1 <= count <= MAX_NODES:
-        raise SpecError(
-            field, f"{show_value(value)} is out of range. Ask for 1 to {MAX_NODES} nodes"
-        )
-    return count
 
 
 def _count_check(high: int, what: str) -> Any:

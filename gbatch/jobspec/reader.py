@@ -14,13 +14,13 @@ from collections.abc import Callable
 
 from gbatch.core.timefmt import show_value
 from gbatch.jobspec.errors import SpecError
+from gbatch.jobspec.optvalues import MAX_FILE_BYTES as MAX_FILE_BYTES
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
     from json import JSONDecoder
     from typing import Any
 
-MAX_FILE_BYTES = 1024 * 1024
 MAX_NESTING = 32  # a job file needs 3 levels; libyaml itself stops at 1000
 
 

@@ -29,6 +29,15 @@ from gbatch.jobspec.nodeopts import (
     check_ntasks_per_node,
     settle_nodes,
 )
+from gbatch.jobspec.optvalues import MAX_CPUS as MAX_CPUS
+from gbatch.jobspec.optvalues import MAX_PATH_BYTES as MAX_PATH_BYTES
+from gbatch.jobspec.optvalues import check_command as _check_command
+from gbatch.jobspec.optvalues import check_command as check_command
+from gbatch.jobspec.optvalues import check_name as _check_name
+from gbatch.jobspec.optvalues import check_output_path as _check_output_path
+from gbatch.jobspec.optvalues import check_workdir as _check_workdir
+from gbatch.jobspec.optvalues import int_check as _int_check
+from gbatch.jobspec.optvalues import safe_default_name as _safe_default_name
 from gbatch.jobspec.reader import yaml_kind
 from gbatch.jobspec.slurmopts import (
     CONTROL_RE,
@@ -59,9 +68,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 MAX_ENV_BYTES = 64 * 1024
-MAX_PATH_BYTES = 4095  # Linux's PATH_MAX, less its NUL
 MAX_SHM_BYTES = 1 << 50  # 1 PiB: past any machine's memory, well short of docker's int64
-MAX_CPUS = 4096
 
 KEYS = (
     "name",
@@ -236,7 +243,6 @@ _KEY_ALIASES = {
     "excluded": "exclude",
 }
 
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
 _HOST_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 # docker's reference grammar (distribution/reference): [host[:port]/]path[:tag][@digest].
 # Stricter than docker in one way: a registry host must contain "." or ":port" or be
@@ -540,64 +546,6 @@ def _unknown_key_message(key: str) -> str:
     return f"unknown key {show_value(key)}. Valid keys: {', '.join(sorted(KEYS))}"
 
 
-def _safe_default_name(text: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", text, flags=re.ASCII)
-    name = re.sub(r"^[^A-Za-z0-9]+", "", name, flags=re.ASCII)[:128]
-    return name or "job"
-
-
-def _check_name(value: object, field: str) -> str:
-    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
-        raise SpecError(
-            field,
-            f"{show_value(value)} is not a valid job name. Use 1 to 128 letters, digits, "
-            '".", "_", "+" or "-", starting with a letter or digit',
-        )
-    return value
-
-
-def _check_command(value: object, field: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        if not value.strip():
-            raise SpecError(field, "the command is empty. Give the command to run")
-        argv: tuple[str, ...] = ("/bin/sh", "-c", value)
-    elif isinstance(value, list | tuple):
-        if not value:
-            raise SpecError(field, "the command list is empty. Give the program and its args")
-        bad = [a for a in value if isinstance(a, bool) or not isinstance(a, str | int | float)]
-        if bad:
-            raise SpecError(
-                field,
-                f"list item {show_value(bad[0])} is not a string. Quote each argument, "
-                'e.g. ["python", "train.py"]',
-            )
-        argv = tuple(str(a) for a in value)
-        if not argv[0]:
-            raise SpecError(field, "the first item (the program) is empty. Name the program")
-    else:
-        raise SpecError(
-            field,
-            f"{show_value(value)} is not a command. Write a shell command as a string, "
-            'or the argv as a list, e.g. ["python", "train.py"]',
-        )
-    if any("\0" in a for a in argv):
-        raise SpecError(field, "the command contains a NUL byte. Remove it")
-    # As the kernel counts argv: each argument's bytes and its terminating NUL, so that
-    # a list of a million empty strings is as long as it really is.
-    if sum(len(a.encode("utf-8", "surrogatepass")) + 1 for a in argv) > MAX_COMMAND_BYTES:
-        raise SpecError(
-            field, "the command is longer than 64 KiB. Put it in a script and run the script"
-        )
-    return argv
-
-
-def check_command(value: object, field: str) -> tuple[str, ...]:
-    """A command checked as a job's: a string run by /bin/sh -c, or an argv list.
-
-    A step's argv is held to it as well."""
-    return _check_command(value, field)
-
-
 def _check_image(value: object, field: str) -> str:
     if isinstance(value, str) and len(value) <= 255 and _IMAGE_RE.fullmatch(value):
         return value
@@ -621,18 +569,6 @@ def _check_bool(value: object, field: str) -> bool:
     if not isinstance(value, bool):
         raise SpecError(field, f"{show_value(value)} is not true or false. Write true or false")
     return value
-
-
-def _int_check(low: int, high: int) -> Callable[[object, str], int]:
-    def check(value: object, field: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise SpecError(
-                field,
-                f"{show_value(value)} is out of range. Use a whole number from {low} to {high}",
-            )
-        return value
-
-    return check
 
 
 def _check_env_name(name: object, field: str, key: str) -> None:
@@ -704,44 +640,6 @@ def _check_mounts(value: object, field: str) -> tuple[str, ...]:
         targets.add(parts[1])
         mounts.append(item)
     return tuple(mounts)
-
-
-def _check_workdir(value: object, field: str) -> str:
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise SpecError(
-            field, f"{show_value(value)} is not an absolute path. Use a path starting with /"
-        )
-    return _check_path_text(value, field)
-
-
-def _check_path_text(value: str, field: str) -> str:
-    """A path a job names: no control characters, at most PATH_MAX."""
-    if CONTROL_RE.search(value):
-        raise SpecError(
-            field,
-            f"{show_value(value)} contains a control character (a line break, tab or NUL). "
-            "Use a path without them",
-        )
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
-        raise SpecError(
-            field, f"the path is longer than {MAX_PATH_BYTES} bytes. Use a shorter path"
-        )
-    return value
-
-
-def _check_output_path(value: object, field: str) -> str:
-    """An output file name as sbatch takes it: a path, absolute or relative, that may
-    hold filename patterns (%j, %x, ...: gbatch.core.outputs)."""
-    if not isinstance(value, str) or not value.strip():
-        raise SpecError(
-            field,
-            f"{show_value(value)} is not a file name. Give a path such as slurm-%j.out "
-            "or /scratch/%u/%x-%j.out",
-        )
-    _check_path_text(value, field)
-    if value.endswith("/"):
-        raise SpecError(field, f"{show_value(value)} names a directory. Name a file in it")
-    return value
 
 
 def _check_network(value: object, field: str) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import re
 import socket
 import time
 from dataclasses import dataclass
@@ -21,6 +20,8 @@ from pathlib import Path
 
 from gbatch.core.suggest import did_you_mean, option_strings
 from gbatch.jobspec.errors import BadSubmit
+from gbatch.jobspec.optvalues import array_request, check_output_dirs
+from gbatch.jobspec.optvalues import int_option as _int_option
 from gbatch.jobspec.sbatchopts import (
     GPU_OPTIONS,
     OptionProblem,
@@ -211,19 +212,6 @@ def secret_env_option(names: list[str] | None, environ: Mapping[str, str]) -> di
     return values
 
 
-def _int_option(text: str | None, option: str) -> int | None:
-    """A whole-number option, checked here rather than by argparse so that a bad value is
-    one line naming the option (build_spec checks the range)."""
-    if text is None:  # before the imports: five calls a submit, most with None
-        return None
-    from gbatch.core.timefmt import show_value
-    from gbatch.jobspec.spec import SpecError
-
-    if not re.fullmatch(r"[+-]?[0-9]{1,18}", text.strip(), re.ASCII):
-        raise SpecError(option, f"{show_value(text)} is not a whole number. Use e.g. 3")
-    return int(text)
-
-
 def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str, int]:
     """Fill the options the command line left unset from the script's #SBATCH lines
     (the command line wins; a later line wins over an earlier one). ScriptError for a
@@ -248,7 +236,9 @@ def _apply_directives(args: argparse.Namespace, script: BatchScript) -> dict[str
                 f"{did_you_mean(extra[0], option_strings(parser))}. Remove the line, or "
                 "see `gbatch sbatch --help` for the options gbatch takes",
             )
-        values = vars(found)
+        # Not given: absent (SUPPRESS), but -H, -Q and -W declare a None default, which
+        # a later line must not set over an earlier line's flag.
+        values = {dest: value for dest, value in vars(found).items() if value is not None}
         if "wrap" in values:
             raise ScriptError(
                 script.location,
@@ -388,52 +378,6 @@ def _file_keys_win(data: dict[str, object] | None, lines: dict[str, int], args: 
             del lines[dest]
 
 
-def _check_output_dirs(spec: Any, submit_dir: str, *, from_file: bool, err_from_file: bool) -> None:
-    """Refuse, before queueing, an output or error file the submitter could not write
-    (sbatch runs as them): its directory missing or not writable, or the file there and
-    not writable, or there and not a regular file or /dev/null (a FIFO: core.outputs.
-    refusal; stat, never an open, so this does not wait on it either). A directory part
-    with %j, %A, %a or %N is known only at start and is not checked; the default
-    slurm-%j.out is not either (as Slurm, the job runs all the same, and its log says
-    why there is no file). The daemon's shim checks again as it opens them."""
-    from gbatch.core.outputs import refusal, submit_check_dir
-    from gbatch.jobspec.spec import SpecError
-
-    base = start_dir(spec, submit_dir)
-    user = _user_name()
-    for pattern, field in (
-        (spec.output, "output" if from_file else "-o/--output"),
-        (spec.error, "error" if err_from_file else "-e/--error"),
-    ):
-        if pattern is None:
-            continue
-        directory = submit_check_dir(pattern, user, spec.name, base)
-        if directory is None:
-            continue
-        shown = f"{pattern}: directory {directory}"
-        if not os.path.isdir(directory):
-            raise SpecError(
-                field,
-                f"{shown} does not exist. Create it or name a file in a directory that exists",
-            )
-        name = os.path.join(directory, os.path.basename(pattern))
-        if "%" not in os.path.basename(pattern) and os.path.exists(name):
-            info = os.stat(name)
-            refused = refusal(
-                name, info.st_mode, is_devnull=info.st_rdev == os.stat(os.devnull).st_rdev
-            )
-            if refused is not None:
-                raise SpecError(field, refused)
-            # An existing file (/dev/null) needs only to be writable itself.
-            problem = None if os.access(name, os.W_OK) else f"{pattern}: {name}"
-        else:
-            problem = None if os.access(directory, os.W_OK | os.X_OK) else shown
-        if problem is not None:
-            raise SpecError(
-                field, f"{problem} is not writable by you. Name a file in a directory you can write"
-            )
-
-
 def start_dir(spec: Any, submit_dir: str) -> str:
     """Where a bare job starts and its relative output paths begin.
 
@@ -515,7 +459,7 @@ def build_submit(
     """
     # Deferred: yaml and validation are needed by sbatch alone.
     from gbatch.jobspec.batchscript import ScriptError
-    from gbatch.jobspec.slurmopts import Export, check_submit_env_size, exported_env, parse_array
+    from gbatch.jobspec.slurmopts import Export, check_submit_env_size, exported_env
     from gbatch.jobspec.spec import (
         OVERRIDE_OPTION,
         SpecError,
@@ -608,13 +552,17 @@ def build_submit(
         check_submit_env_size(submit_env)
         array: str | None = None
         if args.array is not None:  # refused here, in one line, before anything is sent
-            indices, throttle = parse_array(args.array)
-            array = indices.text if throttle is None else f"{indices.text}%{throttle}"
+            array = array_request(args.array)
         if sweep is not None:
             check_templates(spec.command, sweep.names, name_template, spec.name)
         if submit_dir is not None:
-            _check_output_dirs(
-                spec, submit_dir, from_file=args.output is None, err_from_file=args.error is None
+            check_output_dirs(
+                (
+                    (spec.output, "output" if args.output is None else "-o/--output"),
+                    (spec.error, "error" if args.error is None else "-e/--error"),
+                ),
+                spec.name,
+                start_dir(spec, submit_dir),
             )
     except SpecError as err:
         raise BadSubmit(_on_its_line(err, script, lines)) from err
@@ -666,13 +614,3 @@ def _file_stem(name: str) -> str:
     """Path(name).stem, kept: the API names every submit's text "api", and pathlib's
     parse of it was a cost to each."""
     return Path(name).stem
-
-
-def _user_name() -> str:
-    """The submitting user's name (their uid when the system knows no name)."""
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())

@@ -199,6 +199,7 @@ BENCHES = (
             ms("`gbatch sbatch job.sh`, 20-line #SBATCH header"),
             ms("`gbatch sbatch --wrap true -H` (floor)"),
             re.escape("gbatch: script / --wrap = "),
+            ms("`gbatch sbatch -H everyday.sh in.csv`, 7 everyday #SBATCH lines"),
         ),
     ),
     Bench(

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gbatch.cli import everyday, sbatch, scancel, squeue
+from gbatch.cli import everyday, everyday_sbatch, sbatch, scancel, squeue
 from gbatch.cli._main import main
 from gbatch.cli._parser import build_parser
 from gbatch.cli.context import parse_ids
@@ -38,9 +38,9 @@ ME = pwd.getpwuid(os.getuid()).pw_name
 # Words as a user might type them: every option of both forms, others, and values of
 # every shape argparse treats apart (empty, '-x', '--', '=' inside, a space).
 _OPTIONS = sorted(
-    {*everyday.SQUEUE_FLAGS, *everyday.SQUEUE_VALUES, *everyday.SBATCH_FLAGS}
+    {*everyday.SQUEUE_FLAGS, *everyday.SQUEUE_VALUES, *everyday_sbatch.SBATCH_FLAGS}
     | {*everyday.SCANCEL_FLAGS, *everyday.SCANCEL_VALUES, "-s", "-b", "--full", "--us"}
-    | {*everyday.SBATCH_VALUES, "-o", "-S", "--json", "-J", "--debug", "--help", "-uX"}
+    | {*everyday_sbatch.SBATCH_VALUES, "-o", "-S", "--json", "-J", "--debug", "--help", "-uX"}
     | {"-j5", "-j5_3", "-j=4", "-u=root", "-uroot", "-j5=3", "-j-1", "-hj5", "-ja b", "-S5"}
 )
 _VALUES = st.one_of(
@@ -104,17 +104,37 @@ def test_squeue_options_are_read_as_argparse_reads_them(words: list[str]) -> Non
         assert squeue._everyday(argparse.Namespace(**{**vars(args), "jobs": None}))
 
 
-@settings(max_examples=400, deadline=None)
-@given(_WORDS)
+_SBATCH_WORDS = st.lists(
+    st.one_of(
+        _WORD,
+        st.sampled_from(sorted(everyday_sbatch.SBATCH_VALUES)),
+        st.sampled_from(["job.sh", "-G1", "-t5", "--gres=gpu:1", "x.yaml", "-c", "--mem=1G"]),
+        st.sampled_from(["--test-only", "-W", "-N", "2", "--exclusive", "-A", "lab"]),
+    ),
+    max_size=7,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_SBATCH_WORDS)
 @example(["-H", "--wrap", "true", "--wrap=-x", "--parsable", "-Q"])
 @example(["--wrap", " -c x"])
 @example(["--wrap", "true", "script.sh"])
+@example(["-t", "5", "job.sh", "-J", "x", "--", "-t"])
+@example(["job.sh", "--parsable"])
+@example(["-G1", "job.sh"])
 def test_sbatch_options_are_read_as_argparse_reads_them(words: list[str]) -> None:
-    _agrees("sbatch", words, everyday.SBATCH_FLAGS, everyday.SBATCH_VALUES)
-    lean = everyday.read_options(words, everyday.SBATCH_FLAGS, everyday.SBATCH_VALUES)
-    if lean is not None and "wrap" in lean:
-        args = _argparse("sbatch", words)
-        assert args is not None and args.file is None and args.script_args == []
+    lean = everyday_sbatch.read_line(words)
+    if lean is None:
+        return  # argparse's to read
+    args = _argparse("sbatch", words)
+    assert args is not None, f"argparse refuses {words}, read as {lean}"
+    assert args.file == lean.get("file")
+    assert args.script_args == lean.get("script_args", [])
+    for dest in {*everyday_sbatch.SBATCH_FLAGS.values()}:
+        assert bool(getattr(args, dest)) == lean.get(dest, False), dest
+    for dest in {*everyday_sbatch.SBATCH_VALUES.values()}:  # each a single value: the last
+        assert getattr(args, dest) == (lean[dest][-1] if dest in lean else None), dest
 
 
 @settings(max_examples=600, deadline=None)
@@ -214,7 +234,9 @@ def test_other_command_lines_are_left_to_argparse() -> None:
         ["squeue", "-hu", "root"],
         ["squeue", "--help"],
         ["sbatch", "-H"],  # no --wrap: a file or stdin
-        ["sbatch", "--wrap", "true", "-J", "x"],
+        ["sbatch", "--wrap", "true", "-w", "n1"],
+        ["sbatch", "--wrap", "true", "job.sh"],  # both: the full path's refusal
+        ["sbatch", "-t", "5", "--", "job.sh"],
         ["scancel", "1", "-s"],
         ["scancel", "1", "-u", "root", "2"],
     ):
@@ -385,12 +407,28 @@ def test_squeue_declines_unknown_users_before_asking() -> None:
     assert asked == []
 
 
+_JOB_SH = """#!/bin/bash
+#SBATCH --job-name=train --gres=gpu:1
+#SBATCH -t 1:00:00
+#SBATCH -p gpu
+#SBATCH --parsable
+
+python train.py "$@"
+"""
+
+
 @pytest.mark.parametrize(
     "words",
     [
         ["--wrap", "true"],
         ["-H", "--wrap=python train.py", "--parsable"],
         ["-Q", "--hold", "--wrap", "echo x"],
+        ["--gpus", "1", "--wrap", "sleep 0.5"],
+        ["--gres=gpu:a100:2", "-t", "10", "-J", "x", "--wrap", "true"],
+        ["-o", "out/%j.txt", "--wrap", "true"],  # no default output: no warning
+        ["-D", "/", "--wrap", "true"],  # the default output where the job starts
+        ["job.sh", "in.csv", "-t", "5"],
+        ["-J", "mine", "-p", "cpu", "job.sh"],
     ],
 )
 def test_sbatch_sends_and_prints_what_the_full_path_does(
@@ -399,7 +437,7 @@ def test_sbatch_sends_and_prints_what_the_full_path_does(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    values = everyday.read_options(words, everyday.SBATCH_FLAGS, everyday.SBATCH_VALUES)
+    values = everyday_sbatch.read_line(words)
     assert values is not None
     lean_sent: list[dict[str, Any]] = []
 
@@ -408,13 +446,51 @@ def test_sbatch_sends_and_prints_what_the_full_path_does(
         return {"ids": [42]}
 
     monkeypatch.chdir(tmp_path)
-    assert everyday.run_sbatch(values, os.environ, send) == 0
+    (tmp_path / "job.sh").write_text(_JOB_SH)
+    (tmp_path / "out").mkdir()
+    # Root may write anywhere, so the submitter who may not is played by os.access.
+    monkeypatch.setattr(os, "access", lambda path, mode: path not in ("/", str(tmp_path)))
+    assert everyday_sbatch.run_sbatch(values, os.environ, send) == 0
     lean = capsys.readouterr()
     args = _argparse("sbatch", words)
     ctx = _Ctx({"ids": [42]})
     assert sbatch.run(args, ctx) == 0  # type: ignore[arg-type]
     assert lean_sent == ctx.client.sent
     assert lean == capsys.readouterr()
+    assert ("warning" in lean.err) == ("-o" not in words)
+
+
+@pytest.mark.parametrize(
+    ("words", "error"),
+    [
+        (["job.sh"], "partition: no partition gpu"),
+        (["-p", "cpu", "job.sh"], "partition: no partition cpu"),
+        (["job.sh"], "gpus: no node has 1 a100"),
+        (["--wrap", "true", "--qos=high"], "qos: you may not use high"),
+    ],
+)
+def test_sbatch_names_the_line_of_a_refused_value_as_the_full_path(
+    words: list[str], error: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon refuses a value an #SBATCH line gave: both paths name that line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.sh").write_text(_JOB_SH)
+    values = everyday_sbatch.read_line(words)
+    assert values is not None
+
+    def send(request: dict[str, Any]) -> dict[str, Any]:
+        raise client.RequestFailed("invalid", error)
+
+    with pytest.raises(client.RequestFailed) as lean:
+        everyday_sbatch.run_sbatch(values, {}, send)
+    ctx = _Ctx({})
+    ctx.client.send = send  # type: ignore[method-assign]
+    ctx.client.call = lambda request: send(requests.encode_request(request))  # type: ignore[method-assign]
+    with pytest.raises(client.RequestFailed) as full:
+        sbatch.run(_argparse("sbatch", words), ctx)  # type: ignore[arg-type]
+    assert (lean.value.kind, str(lean.value)) == (full.value.kind, str(full.value))
+    if words == ["job.sh"] and error.startswith("partition"):
+        assert str(lean.value) == f"job.sh:4: #SBATCH {error}"
 
 
 @pytest.mark.parametrize(

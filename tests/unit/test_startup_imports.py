@@ -349,6 +349,8 @@ NOT_LEAN |= {"gbatch.cli.scancel", "gbatch.core.jobids", "gbatch.core.model"}
         ["squeue", "--jobs", "12,13_4,14_[1-3]", "-t", "all"],
         ["sbatch", "--wrap", "true"],
         ["--debug", "sbatch", "-H", "--parsable", "--wrap=python train.py"],
+        ["sbatch", "--gpus", "1", "--wrap", "sleep 0.5"],
+        ["sbatch", "--gres=gpu:1", "-J", "x", "-p", "gpu", "--wrap", "true"],
         ["squeue", "-r", "-u", "root"],
         ["scancel", "12", "13_4,14_[1-3]"],
         ["scancel", "-u", "root", "-t", "PD", "--me"],
@@ -371,8 +373,32 @@ def test_everyday_command_lines_import_neither_argparse_nor_json_nor_pathlib(
 
 def test_sbatch_takes_the_full_path_for_any_other_option(tmp_path: Path) -> None:
     with answering_daemon(tmp_path, {"ids": [7]}):
-        loaded = loaded_by(["sbatch", "-H", "-J", "x", "--wrap", "true"], tmp_path)
+        loaded = loaded_by(["sbatch", "-H", "-w", "n1", "--wrap", "true"], tmp_path)
     assert {"gbatch.jobspec.spec", "gbatch.protocol.requests", "gbatch.core.model"} <= loaded
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        "#SBATCH -J train --gres=gpu:1\n#SBATCH -p gpu -c 4\n#SBATCH --parsable\n",
+        "#SBATCH --gpus=a100:1 -t 1:00:00 --mem=16G\n#SBATCH -o logs/%x-%j.out -a 0-3\n",
+    ],
+    ids=["plain", "every-reader"],
+)
+def test_sbatch_queues_a_batch_script_on_the_everyday_path(tmp_path: Path, lines: str) -> None:
+    """`sbatch job.sh ARG` with #SBATCH lines: no argparse, model, dataclasses, json,
+    pathlib or socket; and with plain lines (names, counts) not even re."""
+    (tmp_path / "logs").mkdir()
+    script = tmp_path / "job.sh"
+    lines = lines.replace("logs/", f"{tmp_path}/logs/")  # where `gbatch` runs: not here
+    script.write_text(f"#!/bin/bash\n{lines}\npython train.py $1\n")
+    with answering_daemon(tmp_path, {"ids": [7]}) as heard:
+        loaded = loaded_by(["sbatch", str(script), "input.csv"], tmp_path, "-S")
+    assert heard, "sbatch sent no request"
+    assert json.loads(heard[0])["spec"]["command"][-1] == "input.csv"
+    assert "gbatch.cli.everyday_sbatch" in loaded
+    lean = NOT_LEAN - ({"re", "enum", "functools", "collections"} if "-t" in lines else set())
+    assert within(loaded, lean | NOT_EVERYDAY | {"dataclasses", "shlex"}) == []
 
 
 def test_squeue_folds_array_tasks_lean_and_takes_the_full_formatter_for_other_layouts(

@@ -37,12 +37,11 @@ from gbatch.core.constants import (
     MAX_ID_DIGITS,
     MAX_ID_TEXT,
     MAX_REQUEST_BYTES,
-    SYSTEM_SOCKET,
 )
 
 TYPE_CHECKING = False  # typing's, not importing typing (a start-up cost: bench/bench_startup.py)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
     from typing import Any
 
     Exchange = Callable[[dict[str, Any]], dict[str, Any] | None]
@@ -438,30 +437,6 @@ def _check_jobs_exist(jobs: list[str], send: Exchange) -> bool:
     return True
 
 
-def socket_path(environ: Mapping[str, str]) -> str | None:
-    """The socket paths.resolve_paths(environ) names, as a string reaching the same file.
-
-    Built without pathlib; None where it needs a lookup this does not make (a `~` to
-    expand, the user's data dir: platformdirs').
-    """
-    socket = environ.get("GBATCH_SOCKET")
-    home = environ.get("GBATCH_HOME")
-    if socket:
-        return _absolute(socket)
-    if home:
-        home = _absolute(home)
-        return None if home is None else home + "/gbatchd.sock"
-    return SYSTEM_SOCKET if os.path.exists(SYSTEM_SOCKET) else None
-
-
-def _absolute(path: str) -> str | None:
-    """Path(path).expanduser().absolute(), up to the spelling (`a//b`, `./`) the kernel
-    reads alike; None for a `~` to expand."""
-    if path.startswith("~"):
-        return None
-    return path if path.startswith("/") else os.path.join(os.getcwd(), path)
-
-
 def exchange(request: dict[str, Any]) -> dict[str, Any] | None:
     """Send `request` to gbatchd and return its reply; None when no connection was made.
 
@@ -469,7 +444,9 @@ def exchange(request: dict[str, Any]) -> dict[str, Any] | None:
     connection made without socket.py or json. None means nothing was sent: the full
     path connects again, and waits out a busy daemon or says why it could not.
     """
-    path = socket_path(os.environ)
+    from gbatch.core.datadir import socket_file  # the user's data dir too: no GBATCH_HOME
+
+    path = socket_file(os.environ)
     if path is None:
         return None
     from _socket import AF_UNIX, SOCK_STREAM, socket

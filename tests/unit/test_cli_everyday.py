@@ -493,24 +493,23 @@ def test_sbatch_names_the_line_of_a_refused_value_as_the_full_path(
         assert str(lean.value) == f"job.sh:4: #SBATCH {error}"
 
 
-@pytest.mark.parametrize(
-    "environ",
-    [
-        {"GBATCH_HOME": "/tmp/h"},
-        {"GBATCH_HOME": "/tmp//h/./"},
-        {"GBATCH_HOME": "rel/h"},
-        {"GBATCH_HOME": "/tmp/h", "GBATCH_SOCKET": "/run/s.sock"},
-        {"GBATCH_SOCKET": "s.sock"},
-        {"GBATCH_HOME": "~/h"},
-        {},
-    ],
-)
-def test_the_socket_is_resolve_paths(environ: dict[str, str]) -> None:
-    found = everyday.socket_path(environ)
-    if found is None:  # a lookup left to the full path
-        assert "~" in environ.get("GBATCH_HOME", "~") or not environ
-        return
-    assert Path(found) == paths.resolve_paths(environ).socket
+def test_without_gbatch_home_the_everyday_path_reaches_the_users_own_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quickstart's daemon (no GBATCH_HOME: the user's data dir) is asked on the
+    everyday path too; it declined there, every squeue paying argparse's start."""
+    from gbatch.core import constants
+
+    monkeypatch.delenv("GBATCH_HOME", raising=False)
+    monkeypatch.delenv("GBATCH_SOCKET", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setattr(constants, "SYSTEM_SOCKET", str(tmp_path / "run" / "gbatchd.sock"))
+    home = tmp_path / "data" / "gbatch"
+    home.mkdir(parents=True)
+    assert paths.resolve_paths(os.environ).socket == home / "gbatchd.sock"
+    with _daemon(home, b'{"ok":true,"ids":[3]}\n') as asked:
+        assert everyday.exchange({"op": "jobs"}) == {"ids": [3]}
+    assert [json.loads(line) for line in asked] == [{"op": "jobs"}]
 
 
 @contextlib.contextmanager

@@ -162,23 +162,29 @@ def test_followers_of_two_nodes_join_their_lines_into_the_log_while_they_run(
     joins = NodeJoins(paths, 200)
     gate = threading.Event()
     followers = []
-    for index, chunks in ((0, [b"zero ", b"here\n"]), (1, [b"one\n", b"y" * 300 + b"\n"])):
+
+    def joined(*lines: bytes) -> bool:
+        log = paths.job_log(JOB).read_bytes()
+        return all(line in log for line in lines)
+
+    # Node 0's line is joined before node 1 starts: node 1's long line then fills the
+    # limit the nodes share (were it first, node 0's line would be dropped past it, as
+    # it ought to: a loaded run's thread order made that happen).
+    for index, chunks, lines in (
+        (0, [b"zero ", b"here\n"], (b"zero here\n",)),
+        (1, [b"one\n", b"y" * 300 + b"\n"], (b"zero here\n", b"one\n", b"truncated")),
+    ):
         done = threading.Event()
         follower = LogFollowers(paths, done.set, 200, joins)
         follower.follow(JOB, ATTEMPT, lambda c=chunks: chunks_of(c, gate), part=(index, 2))
         followers.append((follower, done))
-
-    def joined() -> bool:
-        log = paths.job_log(JOB).read_bytes()
-        return b"zero here\n" in log and b"one\n" in log and b"truncated" in log
-
-    # Waits on the state, up to a bound a loaded 2-core run keeps under (a helper's full
-    # run at load 28 ran past the 10 s this had).
-    pause = threading.Event()
-    deadline = time.monotonic() + 60
-    while not joined() and time.monotonic() < deadline:
-        pause.wait(0.05)
-    assert joined()
+        # Waits on the state, up to a bound a loaded 2-core run keeps under (a helper's
+        # full run at load 28 ran past 10 s).
+        pause = threading.Event()
+        deadline = time.monotonic() + 60
+        while not joined(*lines) and time.monotonic() < deadline:
+            pause.wait(0.05)
+        assert joined(*lines)
     gate.set()
     for follower, done in followers:
         assert done.wait(10)

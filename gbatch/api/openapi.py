@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gbatch import __version__
+from gbatch.protocol.requests import ERROR_KINDS
 
 PREFIX = "/api/v1"
 
@@ -106,16 +107,7 @@ def document() -> dict[str, Any]:
                     "required": ["ok", "kind", "error"],
                     "properties": {
                         "ok": {"const": False},
-                        "kind": {
-                            "enum": [
-                                "invalid",
-                                "not_found",
-                                "permission",
-                                "unavailable",
-                                "internal",
-                                "unauthenticated",
-                            ]
-                        },
+                        "kind": {"enum": list(ERROR_KINDS)},
                         "error": {"type": "string"},
                     },
                 },

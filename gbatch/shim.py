@@ -410,7 +410,23 @@ def take_job_env(environ: MutableMapping[str, str]) -> None:
     coerce_c_locale(environ)
 
 
+def fresh_signals() -> None:
+    """The signal dispositions and mask of a fresh `python -m`, whatever its starter's were.
+
+    What a job or step inherits from its shim: never a SIGHUP or SIGTERM ignored by the
+    daemon's own starter (`nohup gbatch daemon start`), which would keep a step's hang-up
+    and a cancel's SIGTERM from reaching it. The shim server's forks and the plain shim
+    start their jobs alike."""
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    # What a fresh interpreter sets: KeyboardInterrupt on SIGINT, SIGPIPE ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
 def main(argv: list[str]) -> int:
+    fresh_signals()
     parsed = parse_args(argv)
     if parsed is None:
         print(

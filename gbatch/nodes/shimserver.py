@@ -207,12 +207,7 @@ def _fresh_process(request: Mapping[str, object], fds: list[int], devnull: int) 
 
     os.setsid()
     signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-    # What a fresh interpreter sets: KeyboardInterrupt on SIGINT, SIGPIPE ignored.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    shim.fresh_signals()
     log, *kept = fds
     os.dup2(devnull, 0)
     os.dup2(log, 1)

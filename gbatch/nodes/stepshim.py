@@ -536,6 +536,7 @@ def run(options: Options, client_fd: int) -> int:
 
     The environment is the step's (os.environ, after shim.take_job_env); the limits come
     in it (shim.Limits) and are taken out."""
+    shim.fresh_signals()  # the step's, whatever the daemon's starter ignored
     client = socket.socket(fileno=client_fd)
     step_dir = options.step_dir
     try:

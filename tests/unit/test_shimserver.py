@@ -162,6 +162,38 @@ def test_the_job_starts_as_the_plain_shims_job_starts(
     assert forked["env"] == {**env, **coerced}
 
 
+def test_a_job_gets_default_signals_whatever_the_daemons_starter_ignored(
+    tmp_path: Path,
+) -> None:
+    """`nohup gbatch daemon start` ignores SIGHUP for the daemon and all it starts: the
+    job must not inherit it (a step's hang-up and a cancel's SIGTERM must reach it)."""
+
+    def ignoring() -> None:
+        for sig in (signal.SIGHUP, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+
+    probe_cmd = [sys.executable, "-c", PROBE]
+    (tmp_path / "plain").mkdir()
+    with open(tmp_path / "plain.log", "ab") as out:
+        subprocess.run(
+            [sys.executable, "-m", "gbatch.shim", str(tmp_path / "plain"), "--", *probe_cmd],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            env=job_env(tmp_path),
+            cwd="/",
+            start_new_session=True,
+            preexec_fn=ignoring,
+            check=True,
+        )
+    signals = probe(tmp_path / "plain", tmp_path / "plain.log")["signals"]
+    assert isinstance(signals, dict)
+    ignored = int(signals["SigIgn"], 16)
+    assert not ignored & (1 << (signal.SIGHUP - 1)) and not ignored & (1 << (signal.SIGTERM - 1))
+    assert int(signals["SigBlk"], 16) == 0
+
+
 def test_another_users_job_runs_with_exactly_their_rights(
     server: ShimServer, tmp_path: Path
 ) -> None:

@@ -78,3 +78,26 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return
     unit = item.path.is_relative_to(UNIT_TIER)
     os.setpriority(os.PRIO_PROCESS, 0, UNIT_NICENESS if unit else 0)
+
+
+# Every job a test submits records the submitter's cwd as its workdir, and a real user's
+# job enters it with the user's rights. A module that leaves the worker in pytest's own
+# temp dir (0700, root's) fails every later real-user job on that worker with exit 126,
+# far from the cause: so a module must leave the cwd where it found it, or fail here.
+WORKER_CWD = os.getcwd()
+
+
+@pytest.hookimpl(trylast=True)  # after the module's own fixtures were torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if nextitem is not None and nextitem.path == item.path:
+        return
+    try:
+        now: str | None = os.getcwd()
+    except FileNotFoundError:  # a removed temp dir
+        now = None
+    if now != WORKER_CWD:
+        os.chdir(WORKER_CWD)
+        raise AssertionError(
+            f"{item.path.name} left the worker's cwd in {now} (was {WORKER_CWD}): later "
+            "tests' jobs would start there; restore it (monkeypatch.chdir)"
+        )

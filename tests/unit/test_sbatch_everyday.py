@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import stat
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -224,11 +225,15 @@ _OTHER = st.lists(
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The submit dir the tests chdir into (hypothesis allows no function-scoped
+    monkeypatch.chdir); the worker's own cwd is back when the module ends."""
     home = tmp_path_factory.mktemp("submit")
     (home / "logs").mkdir()
     (home / "sub").mkdir()
-    return home
+    before = os.getcwd()
+    yield home
+    os.chdir(before)
 
 
 def _both(

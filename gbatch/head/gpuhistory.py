@@ -1,23 +1,29 @@
 """The GPUs' bounded sample history: 1-s samples for the last hour, 1-min figures for 30 days.
 
 One ring file per GPU (`gpu-history/<node>.<index>.ring` in the daemon's home), of a
-fixed size, memory-mapped, so the history survives a restart and never grows:
+fixed size, so the history survives a restart and never grows:
 
   header      16 bytes: magic, version
   seconds   3,600 slots x  9 bytes: second (u32), utilisation % (u8, 255 unknown), MiB used (u32)
   minutes  43,200 slots x 14 bytes: minute (u32), mean and max utilisation (u8 each),
                                     mean and max MiB used (u32 each)
 
-637,216 bytes a GPU (62 MiB for 100 GPUs; the files are sparse until written). A slot is
+637,216 bytes a GPU (62 MiB for 100 GPUs), allocated whole when a ring is made. A slot is
 the time modulo the ring's length; its stamp tells a current slot from one a lap old.
 The minute under way is summed in memory and written when the next begins (a daemon
 stopped mid-minute loses that minute). The daemon's loop is the only writer; handlers
 read under the same lock. Bench: bench/bench_gpu_history.py.
+
+A full disk: a ring's space is had when it is made or not at all (posix_fallocate),
+so a GPU's samples are kept whole or dropped till the space is there, said once in
+gbatchd.log. The files are read and written with pread/pwrite, never mapped: a mapped
+page of a sparse ring on a full disk took the daemon down with SIGBUS, and so did a
+mapped read past the end of a ring someone cut short, which now reads as no samples.
 """
 
 from __future__ import annotations
 
-import mmap
+import logging
 import os
 import struct
 import threading
@@ -36,6 +42,8 @@ FINE_OFFSET = HEADER.size
 COARSE_OFFSET = FINE_OFFSET + SECONDS * SECOND.size
 FILE_SIZE = COARSE_OFFSET + MINUTES * MINUTE.size
 UNKNOWN = 255
+
+log = logging.getLogger("gbatchd")
 
 
 class Reading(Protocol):
@@ -90,24 +98,41 @@ class _Minute:
 
 
 class _Ring:
-    """One GPU's ring file, mapped."""
+    """One GPU's ring file, open for pread and pwrite."""
 
-    def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    def __init__(self, path: Path, allocate: bool) -> None:
+        """The ring at `path`, made if need be; `allocate`: every block of it had now
+        (OSError where the disk is full), for a ring about to be written."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             if os.fstat(fd).st_size != FILE_SIZE:
                 os.ftruncate(fd, 0)  # another layout or a torn file: start again
                 os.ftruncate(fd, FILE_SIZE)
-            self.map = mmap.mmap(fd, FILE_SIZE)
-        finally:
+        except BaseException:
             os.close(fd)
-        if self.map[: len(MAGIC)] != MAGIC:
-            HEADER.pack_into(self.map, 0, MAGIC, 1)
+            raise
+        self.fd = fd
         self.minute: _Minute | None = None
+        self.allocated = False
+        if allocate:
+            try:
+                self.allocate()
+            except OSError:
+                os.close(fd)
+                raise
+
+    def allocate(self) -> None:
+        """Every block of the ring, had now (a no-op for a ring made whole), so that no
+        write needs one later, and its header; OSError where the disk is full."""
+        os.posix_fallocate(self.fd, 0, FILE_SIZE)
+        if os.pread(self.fd, len(MAGIC), 0) != MAGIC:
+            os.pwrite(self.fd, HEADER.pack(MAGIC, 1), 0)
+        self.allocated = True
 
     def record(self, second: int, util: int | None, mem: int) -> None:
+        """One second's sample; OSError (a full disk) where it cannot be written."""
         slot = FINE_OFFSET + (second % SECONDS) * SECOND.size
-        SECOND.pack_into(self.map, slot, second, UNKNOWN if util is None else util, mem)
+        os.pwrite(self.fd, SECOND.pack(second, UNKNOWN if util is None else util, mem), slot)
         minute = second // 60
         if self.minute is not None and self.minute.minute != minute:
             self._flush()
@@ -119,14 +144,13 @@ class _Ring:
         done = self.minute
         if done is None or not done.n:
             return
+        self.minute = None  # written or not: a minute is not summed twice
         p = done.point()
         slot = COARSE_OFFSET + (done.minute % MINUTES) * MINUTE.size
         util = UNKNOWN if p.util is None else round(p.util)
         util_max = UNKNOWN if p.util_max is None else p.util_max
-        MINUTE.pack_into(
-            self.map, slot, done.minute, util, util_max, round(p.mem_mib), p.mem_max_mib
-        )
-        self.minute = None
+        packed = MINUTE.pack(done.minute, util, util_max, round(p.mem_mib), p.mem_max_mib)
+        os.pwrite(self.fd, packed, slot)
 
     def _slots(
         self, offset: int, layout: struct.Struct, length: int, first: int, count: int
@@ -134,16 +158,14 @@ class _Ring:
         """`count` slots of a ring from time `first` on (wrapping), in one pass each part."""
         begin = first % length
         head = min(count, length - begin)
-        view = memoryview(self.map)
-        try:
-            parts = [(begin, head), (0, count - head)] if count > head else [(begin, head)]
-            out: list[tuple[int, ...]] = []
-            for at, n in parts:
-                lo = offset + at * layout.size
-                out.extend(layout.iter_unpack(view[lo : lo + n * layout.size]))
-            return out
-        finally:
-            view.release()
+        parts = [(begin, head), (0, count - head)] if count > head else [(begin, head)]
+        out: list[tuple[int, ...]] = []
+        for at, n in parts:
+            size = n * layout.size
+            # Short where the file was cut under us: the rest reads as empty slots.
+            data = os.pread(self.fd, size, offset + at * layout.size).ljust(size, b"\0")
+            out.extend(layout.iter_unpack(data))
+        return out
 
     def seconds(self, start: int, end: int) -> list[Point]:
         first = max(start, end - SECONDS)
@@ -180,8 +202,10 @@ class _Ring:
         return out
 
     def close(self) -> None:
-        self._flush()
-        self.map.close()
+        try:
+            self._flush()
+        finally:
+            os.close(self.fd)
 
 
 class GpuHistory:
@@ -191,6 +215,9 @@ class GpuHistory:
         self.directory = directory
         self._rings: dict[tuple[str, int], _Ring] = {}
         self._lock = threading.Lock()
+        # The GPUs whose last write failed: said once in the log as the first fails,
+        # once again when the last of them writes.
+        self._failing: set[tuple[str, int]] = set()
 
     def _ring(self, node: str, index: int, create: bool) -> _Ring | None:
         key = (node, index)
@@ -200,20 +227,36 @@ class GpuHistory:
             if not create and not path.exists():
                 return None
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            ring = self._rings[key] = _Ring(path)
+            ring = self._rings[key] = _Ring(path, allocate=create)
+        elif create and not ring.allocated:  # opened to be read, now to be written
+            ring.allocate()
         return ring
 
     def record(self, node: str, readings: Iterable[Reading], now: float) -> None:
         """One report's readings of `node`'s GPUs at `now` (a second's slot: the latest wins)."""
         second = int(now)
         with self._lock:
+            failed: OSError | None = None
+            was_failing = bool(self._failing)
             for gpu in readings:
-                ring = self._ring(node, gpu.index, create=True)
-                assert ring is not None
                 util = gpu.utilization_pct
-                ring.record(
-                    second, None if util is None else min(max(util, 0), 100), gpu.memory_used_mib
-                )
+                try:
+                    ring = self._ring(node, gpu.index, create=True)
+                    assert ring is not None
+                    ring.record(
+                        second,
+                        None if util is None else min(max(util, 0), 100),
+                        gpu.memory_used_mib,
+                    )
+                except OSError as err:  # a full disk: the history is a feed, the loop goes on
+                    failed = err
+                    self._failing.add((node, gpu.index))
+                else:
+                    self._failing.discard((node, gpu.index))
+            if failed is not None and not was_failing:
+                log.error("GPU history: cannot write (%s); samples dropped till it can", failed)
+            elif was_failing and not self._failing:
+                log.info("GPU history: writes again")
 
     def series(self, node: str, index: int, start: float, end: float, now: float) -> list[Point]:
         """The GPU's points in [start, end); [] for a GPU never sampled.
@@ -230,7 +273,10 @@ class GpuHistory:
     def close(self) -> None:
         with self._lock:
             for ring in self._rings.values():
-                ring.close()
+                try:
+                    ring.close()
+                except OSError as err:  # its last minute is lost, as a stop mid-minute's
+                    log.error("GPU history: cannot write its last minute (%s)", err)
             self._rings.clear()
 
 

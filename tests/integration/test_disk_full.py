@@ -18,6 +18,7 @@ import shutil
 import socket
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -177,6 +178,48 @@ def test_a_full_store_disk_refuses_submits_clearly_and_loses_nothing(full_home: 
         assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         ids = [row[0] for row in db.execute("SELECT id FROM jobs ORDER BY id")]
     assert ids == [*acknowledged, after]
+
+
+def test_the_gpu_history_on_a_full_disk_drops_samples_and_the_daemon_lives(
+    tmp_path: Path,
+) -> None:
+    """A ring made before the disk filled keeps every sample (its space was had whole);
+    one made after drops them, said once. A mapped sparse ring took the daemon down
+    with SIGBUS instead (1 full-store run in ~15 under load). In a child, so that such
+    a death is this test's failure, not the worker's."""
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        code = f"""
+import logging, sys
+from pathlib import Path
+from types import SimpleNamespace
+from gbatch.head.gpuhistory import GpuHistory
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+def gpus(util):
+    return [SimpleNamespace(index=0, memory_used_mib=1, utilization_pct=util)]
+history = GpuHistory(Path({str(disk / "h")!r}))
+history.record("n", gpus(2), 0)
+with open({str(disk / "filler")!r}, "ab", buffering=0) as filler:
+    try:
+        while filler.write(bytes(1 << 16)):
+            pass
+    except OSError:
+        pass
+for second in range(1, 3600, 7):  # a page of slots every 455 s
+    history.record("n", gpus(3), second)
+    history.record("m", gpus(4), second)  # a GPU first seen now
+print(len(history.series("n", 0, 0, 3600, 3600)), len(history.series("m", 0, 0, 3600, 3600)))
+history.close()
+"""
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert (
+        lines[0]
+        == f"GPU history: cannot write ([Errno 28] {NO_SPACE}); samples dropped till it can"
+    )
+    assert lines[1:] == ["515 0"]
 
 
 def end_all_jobs(head: Head) -> None:

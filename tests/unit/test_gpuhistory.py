@@ -3,8 +3,12 @@ ring files of a fixed size that a restarted daemon reads again."""
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 from typing import NamedTuple
+
+import pytest
 
 from gbatch.head.gpuhistory import FILE_SIZE, MINUTES, GpuHistory, Point, bucketed
 
@@ -73,3 +77,42 @@ def test_a_chart_holds_each_sample_until_the_next_and_scales_memory_to_the_card(
     assert (chart["util_mean"], chart["util_peak"], chart["mem_peak_mib"]) == (50.0, 60, 81920)
     empty = gpu_chart([], 0.0, 100.0, 100, 12)
     assert empty["samples"] == 0 and empty["util"] == "" and empty["util_mean"] is None
+
+
+def test_a_ring_cut_under_the_daemon_reads_as_no_samples(tmp_path: Path) -> None:
+    """A ring file truncated by someone else: its slots read as empty, never past its
+    end (a mapped read there was SIGBUS, the daemon's end)."""
+    history = GpuHistory(tmp_path)
+    history.record("n", [Gpu(0, 5, 7)], T0)
+    (ring,) = tmp_path.iterdir()
+    ring.write_bytes(b"")
+    assert history.series("n", 0, T0 - 10, T0 + 1, T0 + 1) == []
+    history.record("n", [Gpu(0, 6, 8)], T0 + 1)  # written again at its slot
+    assert [p.util for p in history.series("n", 0, T0, T0 + 2, T0 + 2)] == [8]
+    history.close()
+
+
+def test_a_write_that_fails_drops_the_sample_and_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ring that cannot be written (a full disk on a head; a read-only descriptor
+    here, which fails each write as ENOSPC would): the samples are dropped, said once,
+    and once again when writes work."""
+    history = GpuHistory(tmp_path)
+    history.record("n", [Gpu(0, 5, 7)], T0)
+    (ring,) = history._rings.values()
+    writable, ring.fd = ring.fd, os.open(tmp_path / "n.0.ring", os.O_RDONLY)
+    with caplog.at_level(logging.INFO, logger="gbatchd"):
+        for s in range(1, 4):
+            history.record("n", [Gpu(0, 5, 9)], T0 + s)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and said[0].startswith("GPU history: cannot write"), said
+    assert [p.util for p in history.series("n", 0, T0, T0 + 4, T0 + 4)] == [7]
+    os.close(ring.fd)
+    ring.fd = writable
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="gbatchd"):
+        history.record("n", [Gpu(0, 5, 9)], T0 + 4)
+    assert [r.getMessage() for r in caplog.records] == ["GPU history: writes again"]
+    assert [p.util for p in history.series("n", 0, T0, T0 + 5, T0 + 5)] == [7, 9]
+    history.close()

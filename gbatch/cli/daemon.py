@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import sys
 import time
@@ -78,6 +79,10 @@ def _run_foreground(ctx: Context) -> int:
         check_private_home(ctx.paths.home)  # before the log is made in it
         ctx.paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         log_to_file_and_stderr(ctx.paths.daemon_log, os.environ)
+        # A fatal signal (SIGSEGV, SIGBUS: a C library's fault) ends the daemon with
+        # no line of its own: its threads' stacks go to stderr, which `daemon start`
+        # points at gbatchd.log (the journal under systemd), so the death has a cause.
+        faulthandler.enable()
         config = load_config(ctx.paths, os.environ)
         found = find_inventory(ctx.paths.home, os.environ)
         inventory = load_inventory(found, home=ctx.paths.home) if found else None

@@ -89,3 +89,15 @@ def test_scancel_by_state_sweeps_only_matching_jobs(head: Head) -> None:
     assert head.state(running) == "RUNNING"
     assert head.run("scancel", "-u", "root", "-t", "R").returncode == 0
     head.wait_state(running, "CANCELLED")
+
+
+def test_a_daemon_killed_by_a_fatal_signal_leaves_its_stacks_in_its_log(head: Head) -> None:
+    """A C library's fault (SIGBUS, SIGSEGV) ends gbatchd with no line of its own:
+    faulthandler's stacks in gbatchd.log give the death a cause (a full disk's SIGBUS
+    was found only by catching them)."""
+    pid = head.daemon_pid()
+    os.kill(pid, signal.SIGBUS)
+    wait_for(lambda: is_gone(pid), 10, "the daemon to die of SIGBUS")
+    said = (head.home / "gbatchd.log").read_text()
+    assert "Fatal Python error: Bus error" in said
+    assert "in run_loop" in said  # the main thread's stack, where the loop waits

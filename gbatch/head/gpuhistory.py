@@ -122,8 +122,9 @@ class _Ring:
                 raise
 
     def allocate(self) -> None:
-        """Every block of the ring, had now (a no-op for a ring made whole), so that no
-        write needs one later, and its header; OSError where the disk is full."""
+        """Take every block of the ring now, and write its header; OSError on a full disk.
+
+        A no-op for a ring made whole: no write needs a block later."""
         os.posix_fallocate(self.fd, 0, FILE_SIZE)
         if os.pread(self.fd, len(MAGIC), 0) != MAGIC:
             os.pwrite(self.fd, HEADER.pack(MAGIC, 1), 0)

@@ -20,9 +20,19 @@ Without xdist, none of this matters: the marks are only read by its scheduler.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
+
+# A run started in the background by a non-interactive shell (`./test.sh &`, a CI
+# runner's script) ignores SIGINT and SIGQUIT, and every process it starts inherits
+# that: a test that presses Ctrl-C on a child (squeue -i, srun, logs -f) would wait for
+# ever, as a user's terminal never does. The tests run as from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 DOCKER_ENGINE = "docker-engine"
 SLURM = "slurm"

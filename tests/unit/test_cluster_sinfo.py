@@ -79,6 +79,15 @@ def test_the_parser_reads_groups_odd_fields_and_a_reason_holding_bars() -> None:
     )
 
 
+def test_the_parser_reads_what_slurm_22_05_prints_for_that_format() -> None:
+    # `sinfo -h -p gpu -o SINFO_FORMAT` on Slurm 22.05.8 (one node, 2 GPUs): no padding.
+    out = b"gpu*|up|infinite|1|idle|idle|2|21694|gpu:a100:2|vm|none\n"
+    assert parse_sinfo(out, "gpu") == (
+        ClusterNodes("vm", 1, "idle", "idle", "up", None, 2, 21694, "gpu:a100:2", ""),
+    )
+    assert parse_sinfo(b"", "gpu") == ()  # a partition it does not have: no line, exit 0
+
+
 def test_without_a_configured_partition_only_the_clusters_default_one_is_kept() -> None:
     out = (
         b"debug|up|30:00|1|idle|idle|1|1|(null)|d1|none\n"

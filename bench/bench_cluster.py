@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from hosts import ensure_host_image, start_host  # noqa: E402
 
-from gbatch.core.model import Job, JobSpec  # noqa: E402
+from gbatch.core.model import ClusterNodes, Job, JobSpec  # noqa: E402
 from gbatch.head.loop.cluster import ClusterJobsStep  # noqa: E402
 from gbatch.head.store import Store  # noqa: E402
 from gbatch.nodes.backend import Observation  # noqa: E402
@@ -61,6 +61,10 @@ class Counted:
     def observe_gone(self, backend_ids: Sequence[str]) -> Mapping[str, Observation]:
         self.calls["sacct"] += 1
         return self.backend.observe_gone(backend_ids)
+
+    def observe_nodes(self) -> Sequence[ClusterNodes] | None:
+        self.calls["sinfo"] += 1
+        return self.backend.observe_nodes()
 
     def cancel(self, backend_ids: Sequence[str]) -> None:
         self.calls["scancel"] += 1

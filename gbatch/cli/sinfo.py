@@ -121,15 +121,16 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     only = split_list(args.partition)
     if only is not None:
         nodes = [n for n in nodes if set(n.partitions or (IMPLICIT_PARTITION,)) & set(only)]
+    partitions = [codec.partition_from_wire(p) for p in reply.get("partitions", ())]
     if args.json:
-        sys.stdout.write(sinfo.format_sinfo_json(nodes))
+        shown = [p for p in partitions if only is None or p.name in only]
+        sys.stdout.write(sinfo.format_sinfo_json(nodes, shown))
         return Exit.OK
-    if args.gpus:
+    if args.gpus:  # the lab's GPUs: a cluster's nodes are its own sinfo's to show
         sys.stdout.write(
             sinfo.format_sinfo_gpus(nodes, header=not args.noheader, default_partition=default)
         )
         return Exit.OK
-    partitions = [codec.partition_from_wire(p) for p in reply.get("partitions", ())]
     rows = sinfo.sinfo_rows(nodes, partitions, default_partition=default, only=only)
     if args.list_reasons:
         rows = sinfo.sinfo_reason_rows(rows)

@@ -813,6 +813,30 @@ class NodeInfo:
 
 
 @dataclass(frozen=True)
+class ClusterNodes:
+    """Nodes of a cluster partition that its own sinfo printed on one line, in its words.
+
+    `names` is the cluster's host list of them (`c[01-04]`), `count` how many; `state`
+    as sinfo's %t prints it (idle, mix, alloc, drain, down*, ...), `state_long` as %T
+    does; `avail` the cluster partition's availability (up, down, drain, inact) and
+    `max_time` its limit in seconds (None: infinite); `cpus` and `mem_mb` each node's
+    (None: not said); `gres` as Slurm prints it (`(null)`: none); `reason` why they are
+    drained or down ('' for none).
+    """
+
+    names: str
+    count: int
+    state: str
+    state_long: str
+    avail: str = "up"
+    max_time: int | None = None
+    cpus: int | None = None
+    mem_mb: int | None = None
+    gres: str = "(null)"
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class PartitionInfo:
     """A partition as sinfo and scontrol show it: its limits, default flag and nodes.
 
@@ -831,3 +855,6 @@ class PartitionInfo:
     # is down while the cluster cannot be reached (None: up).
     cluster: str | None = None
     down_reason: str | None = None
+    # A cluster partition's nodes as its sinfo last said them (None: not known yet, or
+    # not asked: it is down, or no login could ask).
+    cluster_nodes: tuple[ClusterNodes, ...] | None = None

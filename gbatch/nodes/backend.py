@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gbatch.core.model import Job
+from gbatch.core.model import ClusterNodes, Job
 
 
 class BackendDown(Exception):
@@ -102,6 +102,13 @@ class Backend(Protocol):
         """What the backend's accounting says of jobs `observe` no longer lists.
 
         One call for all of them; those it has no record of are left out."""
+        ...
+
+    def observe_nodes(self) -> Sequence[ClusterNodes] | None:
+        """The partition's nodes as the backend's own sinfo says them: one call.
+
+        None when nobody could ask (per-user identity, no working login). BackendDown
+        when it cannot be reached, BackendRefused when sinfo failed there."""
         ...
 
     def cancel(self, backend_ids: Sequence[str]) -> None:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from gbatch.core.model import Job, JobSpec
+from gbatch.core.model import ClusterNodes, Job, JobSpec
 from gbatch.core.outputs import expand, job_fields
 from gbatch.core.submitenv import is_env_name
 from gbatch.nodes.backend import (
@@ -442,6 +442,61 @@ def parse_sacct(stdout: bytes) -> dict[str, Observation]:
     return found
 
 
+# What sinfo prints of the partition's nodes, one line per group of nodes alike in all of
+# these (Slurm groups them itself), fields split by '|': no padding (a letter with no
+# width prints whole), the reason last since an admin's reason may hold anything. %P
+# first: without a partition in the config, the cluster's default one is the line whose
+# name ends in '*'.
+SINFO_LETTERS = "PalDtTcmGNE"
+SINFO_FORMAT = "|".join(f"%{letter}" for letter in SINFO_LETTERS)
+
+
+def sinfo_argv(cluster: SlurmCluster) -> list[str]:
+    """One sinfo for the nodes of the cluster's partition (its default one when unnamed)."""
+    where = ["-p", cluster.partition] if cluster.partition else []
+    return ["sinfo", "-h", *where, "-o", SINFO_FORMAT]
+
+
+def _count(text: str) -> int | None:
+    """sinfo's %c or %m: a number, or the least of a group's ('32+'); None if unsaid."""
+    digits = text.strip().rstrip("+")
+    return int(digits) if digits.isdigit() else None
+
+
+def parse_sinfo(stdout: bytes, partition: str | None) -> tuple[ClusterNodes, ...]:
+    """sinfo_argv's output: the partition's groups of nodes, in sinfo's order.
+
+    Without `partition` (the config names none) only the default partition's lines are
+    kept. Lines it cannot read are left out, and so are lines of no node."""
+    groups: list[ClusterNodes] = []
+    for line in stdout.decode(errors="replace").splitlines():
+        parts = line.split("|", len(SINFO_LETTERS) - 1)
+        if len(parts) != len(SINFO_LETTERS):
+            continue
+        name, avail, limit, count, state, state_long, cpus, mem, gres, nodes, reason = (
+            p.strip() for p in parts
+        )
+        if not partition and not name.endswith("*"):
+            continue
+        if not count.isdigit() or int(count) == 0 or not nodes or not state:
+            continue
+        groups.append(
+            ClusterNodes(
+                names=nodes,
+                count=int(count),
+                state=state,
+                state_long=state_long or state,
+                avail=avail or "up",
+                max_time=parse_time_limit(limit),
+                cpus=_count(cpus),
+                mem_mb=_count(mem),
+                gres=gres or "(null)",
+                reason="" if reason in ("none", "(null)") else reason,
+            )
+        )
+    return tuple(groups)
+
+
 class Logins(Protocol):
     """Users' links to one per-user partition, as the head's store keeps them."""
 
@@ -693,6 +748,23 @@ class SlurmBackend:
             if status == 0:
                 found.update(parse_sacct(out))
         return found
+
+    def observe_nodes(self) -> Sequence[ClusterNodes] | None:
+        # Per-user identity: sinfo says the same to everyone, so the first of the logins
+        # whose squeue answered last asks; none: nobody can.
+        refused = None
+        for user in sorted(self._observed) if self.per_user else [_SHARED]:
+            try:
+                status, out, err = self._run(sinfo_argv(self.cluster), user=user)
+            except LinkRefused:
+                continue
+            if status == 0:
+                return parse_sinfo(out, self.cluster.partition)
+            said = err.decode(errors="replace").strip().splitlines()
+            refused = f"sinfo failed: {said[-1] if said else f'exit {status}'}"
+        if refused is not None:
+            raise BackendRefused(refused)
+        return None
 
     def _by_owner(self, backend_ids: Sequence[str]) -> dict[str, list[str]]:
         if not self.per_user:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from operator import attrgetter
 
 from gbatch.core.model import (
+    ClusterNodes,
     Event,
     Gpu,
     Job,
@@ -242,11 +243,46 @@ def partition_to_wire(partition: PartitionInfo) -> dict[str, Any]:
         "max_interactive_time": partition.max_interactive_time,
         "cluster": partition.cluster,
         "down_reason": partition.down_reason,
+        # Absent from an older head's reply: read as not known.
+        "cluster_nodes": None
+        if partition.cluster_nodes is None
+        else [_cluster_nodes_to_wire(group) for group in partition.cluster_nodes],
     }
+
+
+def _cluster_nodes_to_wire(group: ClusterNodes) -> dict[str, Any]:
+    return {
+        "names": group.names,
+        "count": group.count,
+        "state": group.state,
+        "state_long": group.state_long,
+        "avail": group.avail,
+        "max_time": group.max_time,
+        "cpus": group.cpus,
+        "mem_mb": group.mem_mb,
+        "gres": group.gres,
+        "reason": group.reason,
+    }
+
+
+def _cluster_nodes_from_wire(data: Mapping[str, Any]) -> ClusterNodes:
+    return ClusterNodes(
+        str(data["names"]),
+        int(data["count"]),
+        str(data["state"]),
+        str(data["state_long"]),
+        str(data.get("avail", "up")),
+        data.get("max_time"),
+        data.get("cpus"),
+        data.get("mem_mb"),
+        str(data.get("gres", "(null)")),
+        str(data.get("reason", "")),
+    )
 
 
 def partition_from_wire(data: Mapping[str, Any]) -> PartitionInfo:
     nodes = data.get("nodes")
+    groups = data.get("cluster_nodes")
     return PartitionInfo(
         data["name"],
         data.get("max_time"),
@@ -256,6 +292,9 @@ def partition_from_wire(data: Mapping[str, Any]) -> PartitionInfo:
         data.get("max_interactive_time"),
         data.get("cluster"),
         data.get("down_reason"),
+        None
+        if not isinstance(groups, list)
+        else tuple(_cluster_nodes_from_wire(group) for group in groups),
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gbatch.core import hostlist
 from gbatch.core.constants import (
@@ -17,6 +17,7 @@ from gbatch.core.constants import (
 from gbatch.core.gputypes import node_gres
 from gbatch.core.labels import printable
 from gbatch.core.model import (
+    ClusterNodes,
     NodeInfo,
     NodeState,
     PartitionInfo,
@@ -112,7 +113,10 @@ SINFO_REASONS_LONG_FORMAT = "%20E %12U %19H %6t %N"
 
 @dataclass(frozen=True)
 class SinfoRow:
-    """One node in one partition, with what sinfo's letters read from either."""
+    """One node in one partition, with what sinfo's letters read from either.
+
+    A cluster partition's row is one line of the cluster's own sinfo (`seen`): its
+    nodes, in its words; `node` then carries only their names, CPUs and memory."""
 
     node: NodeInfo
     partition: str
@@ -120,6 +124,17 @@ class SinfoRow:
     max_time: int | None  # the partition's limit, seconds; None: infinite
     # Its srun/salloc allocations' limit (-O MaxInteractiveTime); None: max_time's.
     max_interactive_time: int | None = None
+    seen: ClusterNodes | None = None
+
+    @property
+    def count(self) -> int:
+        """How many nodes the row stands for (%D): a cluster's line counts its own."""
+        return 1 if self.seen is None else self.seen.count
+
+
+# A cluster partition's one line while its nodes are unknown (before its first sinfo
+# answer, or down) or it has none: NODES 0, as Slurm prints a partition with no nodes.
+NO_NODES_STATE = "n/a"
 
 
 def sinfo_rows(
@@ -143,6 +158,9 @@ def sinfo_rows(
         if only is not None and name not in only:
             continue
         part = limits.get(name)
+        if part is not None and part.cluster is not None:
+            rows.extend(cluster_rows(part, part.default or name == default_partition))
+            continue
         default = part.default if part is not None else name == default_partition
         max_time = part.max_time if part is not None else None
         interactive = part.max_interactive_time if part is not None else None
@@ -154,15 +172,83 @@ def sinfo_rows(
     return rows
 
 
+def cluster_rows(part: PartitionInfo, default: bool) -> list[SinfoRow]:
+    """A cluster partition's rows: its cluster's lines, or one of no nodes.
+
+    AVAIL is the cluster's (`up`) while it answers and `down` while gbatch holds the
+    partition down; with no nodes known (not answered yet, down) or none there, one
+    line: NODES 0, STATE `n/a`, NODELIST empty."""
+    groups = part.cluster_nodes if part.down_reason is None else None
+    if not groups:
+        avail = "up" if part.down_reason is None else "down"
+        none = ClusterNodes("", 0, NO_NODES_STATE, NO_NODES_STATE, avail, part.max_time)
+        groups = (none,)
+    return [
+        SinfoRow(
+            NodeInfo(
+                group.names,
+                _cluster_node_state(group.state),
+                group.reason,
+                partitions=(part.name,),
+                cpus_total=group.cpus,
+                mem_total_mb=group.mem_mb,
+            ),
+            part.name,
+            default,
+            group.max_time,
+            part.max_interactive_time,
+            group,
+        )
+        for group in groups
+    ]
+
+
+def _cluster_node_state(state: str) -> NodeState:
+    """The nearest of gbatch's states to a cluster's (%t), for the letters that read one."""
+    if state.startswith(("down", "fail")):
+        return NodeState.DOWN
+    if state.startswith(("drain", "drng")):
+        return NodeState.DRAINED
+    return NodeState.IDLE
+
+
+def _one_per_node(row: SinfoRow) -> list[SinfoRow]:
+    """A cluster's line as one row per node (sinfo -N); as it is if its list is unreadable.
+
+    The line of no nodes (cluster_rows) is none."""
+    seen = row.seen
+    if seen is not None and seen.count == 0:
+        return []  # no node, no line: as Slurm's sinfo -N prints an empty partition
+    if seen is None or seen.count == 1:
+        return [row]
+    try:
+        names = hostlist.expand(seen.names)
+    except ValueError:
+        return [row]
+    if len(names) != seen.count:
+        return [row]
+    return [
+        replace(row, node=replace(row.node, name=name), seen=replace(seen, names=name, count=1))
+        for name in names
+    ]
+
+
+def _row_reason(row: SinfoRow) -> str:
+    if row.seen is not None:
+        return printable(row.seen.reason)
+    return node_reason(row.node)
+
+
 def sinfo_reason_rows(rows: Sequence[SinfoRow]) -> list[SinfoRow]:
     """sinfo -R's rows: the nodes drained, down or not responding, each once.
 
-    A node comes once whatever partitions it is in.
+    A node comes once whatever partitions it is in; a cluster's line comes when the
+    cluster gives a reason.
     """
     seen: set[str] = set()
     out = []
     for row in rows:
-        if node_reason(row.node) and row.node.name not in seen:
+        if _row_reason(row) and row.node.name not in seen:
             seen.add(row.node.name)
             out.append(row)
     return out
@@ -207,8 +293,11 @@ def sinfo_features(node: NodeInfo) -> str:
     return ",".join(printable(f) for f in node.all_features) or NULL
 
 
-def _sinfo_reason(node: NodeInfo) -> str:
+def _sinfo_reason(row: SinfoRow) -> str:
     """%E: the reason, `none` without one; a drain's " [admin]" suffix is %u's."""
+    if row.seen is not None:
+        return printable(row.seen.reason) or "none"
+    node = row.node
     reason = node_reason(node)
     suffix = f" [{printable(node.reason_user)}]"
     if node.reason_user and reason.endswith(suffix):
@@ -216,15 +305,55 @@ def _sinfo_reason(node: NodeInfo) -> str:
     return reason if reason else "none"
 
 
+# A cluster's states (%t, less any flag after) that sinfo -s counts as allocated or idle;
+# the others (drain, down, ...) are "other".
+_CLUSTER_ALLOCATED = frozenset({"alloc", "mix", "comp"})
+_CLUSTER_IDLE = frozenset({"idle"})
+
+
 def _sinfo_nodes_aiot(rows: Sequence[SinfoRow]) -> str:
     """%F: nodes allocated (running jobs)/idle/other (drained, down, not responding)/total."""
-    other = allocated = 0
+    other = allocated = total = 0
     for row in rows:
-        if row.node.state in (NodeState.DRAINED, NodeState.DOWN, NodeState.SUSPECT):
+        total += row.count
+        if row.seen is not None:
+            base = row.seen.state.rstrip("*~#!%$@^-+")
+            if base in _CLUSTER_ALLOCATED:
+                allocated += row.count
+            elif base not in _CLUSTER_IDLE:
+                other += row.count
+        elif row.node.state in (NodeState.DRAINED, NodeState.DOWN, NodeState.SUSPECT):
             other += 1
         elif row.node.gpus_allocated:
             allocated += 1
-    return f"{allocated}/{len(rows) - other - allocated}/{other}/{len(rows)}"
+    return f"{allocated}/{total - other - allocated}/{other}/{total}"
+
+
+def _node_list(rows: Sequence[SinfoRow]) -> str:
+    """%N: the rows' nodes, compressed; a cluster's line alone as the cluster wrote it."""
+    lines = [row.seen for row in rows if row.seen is not None and row.seen.count]
+    if len(lines) == len(rows) == 1:
+        return printable(lines[0].names)
+    names: list[str] = []
+    for row in rows:
+        if row.seen is None:
+            names.append(row.node.name)
+        elif row.seen.count:
+            try:  # several of the cluster's lines on one of ours: one list of them all
+                names.extend(hostlist.expand(row.seen.names))
+            except ValueError:
+                names.append(row.seen.names)
+    return compress_hostlist(names)
+
+
+def _state(row: SinfoRow, *, long: bool) -> str:
+    if row.seen is not None:
+        return printable(row.seen.state_long if long else row.seen.state)
+    return sinfo_state(row.node, long=long)
+
+
+def _gres(row: SinfoRow) -> str:
+    return printable(row.seen.gres) if row.seen is not None else sinfo_gres(row.node)
 
 
 def _interactive_limit(row: SinfoRow) -> str:
@@ -257,22 +386,22 @@ _INTERACTIVE_TIME = "MaxInteractiveTime"  # a key of no letter, only -O's
 _SINFO_LETTERS: Mapping[str, _SinfoLetter] = {
     "P": _SinfoLetter("PARTITION", lambda r: printable(r.partition) + ("*" if r.default else "")),
     "R": _SinfoLetter("PARTITION", lambda r: printable(r.partition)),
-    "a": _SinfoLetter("AVAIL", lambda r: "up"),
+    "a": _SinfoLetter("AVAIL", lambda r: "up" if r.seen is None else printable(r.seen.avail)),
     "l": _SinfoLetter(
         "TIMELIMIT", lambda r: "infinite" if r.max_time is None else format_duration(r.max_time)
     ),
     # No letter in Slurm (which has no such limit): reached by -O MaxInteractiveTime.
     _INTERACTIVE_TIME: _SinfoLetter("INTERACTIVE_TIMELIMIT", lambda r: _interactive_limit(r)),
-    "D": _SinfoLetter("NODES", None, lambda rows: str(len(rows))),
+    "D": _SinfoLetter("NODES", None, lambda rows: str(sum(r.count for r in rows))),
     "F": _SinfoLetter("NODES(A/I/O/T)", None, _sinfo_nodes_aiot),
-    "N": _SinfoLetter("NODELIST", None, lambda rows: compress_hostlist(r.node.name for r in rows)),
-    "n": _SinfoLetter("HOSTNAMES", None, lambda rows: compress_hostlist(r.node.name for r in rows)),
-    "t": _SinfoLetter("STATE", lambda r: sinfo_state(r.node, long=False)),
-    "T": _SinfoLetter("STATE", lambda r: sinfo_state(r.node, long=True)),
-    "G": _SinfoLetter("GRES", lambda r: sinfo_gres(r.node)),
+    "N": _SinfoLetter("NODELIST", None, _node_list),
+    "n": _SinfoLetter("HOSTNAMES", None, _node_list),
+    "t": _SinfoLetter("STATE", lambda r: _state(r, long=False)),
+    "T": _SinfoLetter("STATE", lambda r: _state(r, long=True)),
+    "G": _SinfoLetter("GRES", _gres),
     "c": _SinfoLetter("CPUS", lambda r: _optional(r.node.cpus_total)),
     "m": _SinfoLetter("MEMORY", lambda r: _optional(r.node.mem_total_mb)),
-    "E": _SinfoLetter("REASON", lambda r: _sinfo_reason(r.node)),
+    "E": _SinfoLetter("REASON", lambda r: _sinfo_reason(r)),
     "u": _SinfoLetter("USER", lambda r: _reason_user(r.node)),
     "U": _SinfoLetter("USER", lambda r: _reason_user(r.node)),
     "H": _SinfoLetter(
@@ -400,6 +529,7 @@ def format_sinfo(
     parts = parse_sinfo_format(fmt) if isinstance(fmt, str) else list(fmt)
     specs = [p for p in parts if isinstance(p, _SinfoSpec)]
     if node_oriented:  # each node's lines together, nodes in the order first seen
+        rows = [one for row in rows for one in _one_per_node(row)]
         first = {id(row.node): i for i, row in reversed(list(enumerate(rows)))}
         rows = sorted(rows, key=lambda row: first[id(row.node)])
     groups: dict[tuple[str, ...], list[SinfoRow]] = {}
@@ -462,13 +592,17 @@ def format_node_list(nodes: Sequence[NodeInfo], *, header: bool = True) -> str:
     return aligned_table(_NODE_LIST_HEADERS, rows, {"GPUS"}, header=header)
 
 
-def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
+def format_sinfo_json(nodes: Sequence[NodeInfo], clusters: Sequence[PartitionInfo] = ()) -> str:
     """sinfo's `{"nodes": [...]}`: each node's counts and a per-GPU list.
 
-    A GPU's job_id is the gbatch job holding it, or null.
+    A GPU's job_id is the gbatch job holding it, or null. With cluster partitions among
+    `clusters`, a `"clusters"` list too: each one's avail, down reason, and its nodes'
+    lines as the cluster's sinfo said them (null: not known).
     """
+    shown = [p for p in clusters if p.cluster is not None]
     return as_json(
         {
+            **({"clusters": [_cluster_json(p) for p in shown]} if shown else {}),
             "nodes": [
                 {
                     "name": node.name,
@@ -511,9 +645,37 @@ def format_sinfo_json(nodes: Sequence[NodeInfo]) -> str:
                     ],
                 }
                 for node in nodes
-            ]
+            ],
         }
     )
+
+
+def _cluster_json(part: PartitionInfo) -> dict[str, object]:
+    """One cluster partition in sinfo's JSON: as its rows say it (cluster_rows)."""
+    down = part.down_reason is not None
+    groups = None if down or part.cluster_nodes is None else part.cluster_nodes
+    return {
+        "partition": part.name,
+        "avail": "down" if down else "up",
+        "reason": part.down_reason,
+        "nodes": None
+        if groups is None
+        else [
+            {
+                "nodelist": group.names,
+                "count": group.count,
+                "state": group.state_long,
+                "state_compact": group.state,
+                "avail": group.avail,
+                "max_time": group.max_time,
+                "cpus": group.cpus,
+                "memory_mb": group.mem_mb,
+                "gres": group.gres,
+                "reason": group.reason,
+            }
+            for group in groups
+        ],
+    }
 
 
 def _share_json(node: NodeInfo, index: int) -> dict[str, object]:

@@ -82,6 +82,16 @@ class Lab:
             check=True,
         ).stdout.strip()
 
+    def there(self, *argv: str) -> str:
+        """`argv` run on the cluster itself (as root: its own sinfo, scontrol): stdout."""
+        return subprocess.run(
+            ["docker", "exec", self.cluster.container.get_container_id(), *argv],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+
     def cluster_id(self, job_id: int) -> str:
         """The cluster's id of gbatch job `job_id` (from its marker in the comment)."""
         for cluster_id, (_, comment) in self.squeue().items():
@@ -238,6 +248,9 @@ def test_an_unreachable_login_node_keeps_jobs_as_they_were_and_reconciles_on_ret
         assert lab.head.state(job_id) == "RUNNING"  # its last known state
         shown = lab.head.run("scontrol", "show", "partition", "uni", check=True).stdout
         assert "State=DOWN" in shown and "Reason=" in shown and "cluster login" in shown, shown
+        # sinfo: down, and nothing known of its nodes while it is.
+        down = lab.head.run("sinfo", "-p", "uni", "-h", check=True).stdout
+        assert down.split() == ["uni", "down", "infinite", "0", "n/a"], down
     finally:
         subprocess.run(
             ["docker", "unpause", container], check=True, timeout=30, capture_output=True
@@ -251,6 +264,42 @@ def test_an_unreachable_login_node_keeps_jobs_as_they_were_and_reconciles_on_ret
     )
     shown = lab.head.run("scontrol", "show", "partition", "uni", check=True).stdout
     assert "State=UP" in shown and "Cluster=labsvc@127.0.0.1:" in shown, shown
+
+
+def test_sinfo_shows_the_clusters_node_as_its_own_sinfo_says_it_and_p_filters(lab: Lab) -> None:
+    def said_there() -> str:
+        return lab.there("sinfo", "-h", "-p", "gpu", "-n", CLUSTER_HOST, "-o", "%t").strip()
+
+    def shown(*words: str) -> str:
+        return lab.head.run("sinfo", *words, check=True).stdout
+
+    # The head's first answer may be from before slurmd registered: asked again in 30 s.
+    wait_for(
+        lambda: (
+            shown("-p", "uni", "-h").split()
+            == ["uni", "up", "infinite", "1", said_there(), CLUSTER_HOST]
+        ),
+        75,
+        "gbatch sinfo to show the cluster's node as the cluster does",
+    )
+    lines = shown().splitlines()
+    assert lines[0].split() == ["PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE", "NODELIST"]
+    assert [line.split()[0] for line in lines[1:]] == ["gpu*", "uni"], lines
+    assert "uni" not in shown("-p", "gpu")
+    # Drained there: drained here, with the cluster's reason, within the 30 s it is asked.
+    lab.there("scontrol", "update", f"NodeName={CLUSTER_HOST}", "State=DRAIN", "Reason=fan")
+    try:
+        wait_for(
+            lambda: (
+                shown("-p", "uni", "-h", "-o", "%P|%a|%D|%T|%N|%E")
+                == (f"uni|up|1|drained|{CLUSTER_HOST}|fan\n")
+            ),
+            45,
+            "the drain to reach gbatch sinfo",
+        )
+        assert shown("-R", "-h").split() == ["fan", "Unknown", "Unknown", CLUSTER_HOST]
+    finally:
+        lab.there("scontrol", "update", f"NodeName={CLUSTER_HOST}", "State=RESUME")
 
 
 def test_gbatch_never_sends_past_max_jobs_nor_twice(lab: Lab) -> None:

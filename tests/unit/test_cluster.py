@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gbatch.core.model import Job, JobSpec, JobState
+from gbatch.core.model import ClusterNodes, Job, JobSpec, JobState
 from gbatch.head.loop.cluster import ClusterJobsStep
 from gbatch.head.store import Store
 from gbatch.nodes.backend import Backend, BackendDown, BackendRefused, Observation
@@ -199,10 +199,12 @@ class FakeCluster:
     def __init__(self) -> None:
         self.jobs: dict[str, Observation] = {}
         self.calls: dict[str, int] = dict.fromkeys(
-            ("submit", "observe", "observe_gone", "cancel", "hold", "release"), 0
+            ("submit", "observe", "observe_gone", "cancel", "hold", "release", "sinfo"), 0
         )
         self.down = False
         self.refuse = ""
+        # What its sinfo says of the partition's nodes; a str: sinfo fails saying it.
+        self.nodes: tuple[ClusterNodes, ...] | str = (ClusterNodes("c[01-02]", 2, "idle", "idle"),)
 
     def _check(self) -> None:
         if self.down:
@@ -225,6 +227,13 @@ class FakeCluster:
     def observe_gone(self, backend_ids: Sequence[str]) -> Mapping[str, Observation]:
         self.calls["observe_gone"] += 1
         return {}
+
+    def observe_nodes(self) -> Sequence[ClusterNodes] | None:
+        self._check()
+        self.calls["sinfo"] += 1
+        if isinstance(self.nodes, str):
+            raise BackendRefused(self.nodes)
+        return self.nodes
 
     def cancel(self, backend_ids: Sequence[str]) -> None:
         self._check()

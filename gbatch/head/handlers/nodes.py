@@ -44,6 +44,8 @@ def on_nodes(daemon: Daemon, caller: Caller, request: requests.ListNodes) -> dic
                     p.max_interactive_time,
                     None if p.slurm is None else _cluster_address(p.slurm),
                     daemon.clusters.down.get(p.name),
+                    # Read, never asked, here: the cluster step's thread asks sinfo.
+                    daemon.clusters.nodes.get(p.name) if p.slurm is not None else None,
                 )
             )
             for p in daemon.fleet.partitions.values()

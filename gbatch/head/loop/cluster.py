@@ -35,6 +35,7 @@ from gbatch.core.model import (
     CLUSTER_LINK_REASON,
     FINAL_STATES,
     HELD_REASON,
+    ClusterNodes,
     IllegalTransition,
     Job,
     JobState,
@@ -58,6 +59,9 @@ DOWN_RETRY_SECONDS = 5.0
 # asked again, and how many jobs one pass asks about at most (one call for all).
 ESTIMATE_SECONDS = 20.0
 ESTIMATE_BATCH = 100
+# How often the cluster's sinfo is asked for its partition's nodes (gbatch sinfo's rows):
+# they change slowly, and a pass every POLL_SECONDS need not pay one more call for them.
+NODES_SECONDS = 30.0
 
 # A pending job's reasons on the cluster that say it is held (by its user, or by the
 # cluster's admins, whose hold gbatch never releases).
@@ -136,6 +140,11 @@ class ClusterJobsStep:
         self.estimates: dict[int, tuple[float | None, float]] = {}
         self._wanted: dict[str, dict[int, Job]] = {}
         self._wanted_lock = threading.Lock()
+        # partition -> its nodes as the cluster's sinfo last said them (sinfo's rows;
+        # handlers read it from their threads: each value is replaced whole, never
+        # changed), and when it was last asked. Both are forgotten while it is down.
+        self.nodes: dict[str, tuple[ClusterNodes, ...]] = {}
+        self._nodes_asked: dict[str, float] = {}
 
     def start(self, clock: Callable[[], float], report: Callable[[BaseException], None]) -> None:
         """Mirror in a thread of its own until stop().
@@ -180,6 +189,9 @@ class ClusterJobsStep:
                     log.warning("partition %s is down: %s", name, err)
                     self.store.queue_partition_event(name, "PARTITION_DOWN", str(err), now)
                 self.down[name] = str(err)
+                # What it said of its nodes is stale now; asked again once it answers.
+                self.nodes.pop(name, None)
+                self._nodes_asked.pop(name, None)
                 continue
             if self.down.pop(name, None) is not None:
                 log.info("partition %s is up again: its cluster answers", name)
@@ -268,6 +280,28 @@ class ClusterJobsStep:
         self._forward_time_limits(name, backend, seen_now.time_limits, now)
         self._send(name, backend, seen_now.unsent, now)
         self._ask_estimates(name, backend, now)
+        self._ask_nodes(name, backend, now)
+
+    def _ask_nodes(self, name: str, backend: Backend, now: float) -> None:
+        """Ask the cluster's sinfo for the partition's nodes, at most every NODES_SECONDS.
+
+        Last in the pass: the jobs' business goes first. A failing sinfo leaves the nodes
+        unknown (the jobs' mirror does not need them) and is said once in the log."""
+        asked = self._nodes_asked.get(name)
+        if asked is not None and now - asked < NODES_SECONDS:
+            return
+        self._nodes_asked[name] = now
+        try:
+            seen = backend.observe_nodes()
+        except BackendRefused as err:
+            if name in self.nodes or asked is None:
+                log.warning("partition %s: the cluster's nodes are unknown: %s", name, err)
+            self.nodes.pop(name, None)
+            return
+        if seen is None:
+            self.nodes.pop(name, None)
+        else:
+            self.nodes[name] = tuple(seen)
 
     def _mirror_row(
         self, name: str, row: ClusterJob, job: Job, seen_now: _Pass, now: float

@@ -5,15 +5,17 @@ A job's record ends with its events.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 
 from gbatch.core.constants import NORMAL_QOS as NORMAL
 from gbatch.core.gputypes import gres_text, node_gres
-from gbatch.core.hostlist import compress
+from gbatch.core.hostlist import compress, expand
 from gbatch.core.jobids import job_label
 from gbatch.core.labels import format_spans, memory_text, printable, spans_of
 from gbatch.core.model import (
     ALLOCATED_STATES,
+    ClusterNodes,
     Event,
     Job,
     JobSpec,
@@ -371,21 +373,48 @@ def format_partition_details(partition: PartitionInfo, nodes: Sequence[NodeInfo]
         else f" MaxInteractiveTime={format_duration(partition.max_interactive_time)}"
     )
     state = "UP" if up or not members else "DOWN"
+    node_list = ",".join(printable(n) for n in partition.nodes)
+    count = len(partition.nodes)
     if partition.cluster is not None:  # a Slurm cluster's: up while it answers
         state = "DOWN" if partition.down_reason else "UP"
+        if partition.cluster_nodes and not partition.down_reason:  # its own sinfo's
+            node_list, count, cpus, memory, gpus = _cluster_totals(partition.cluster_nodes)
     lines = [
         f"PartitionName={printable(partition.name)}",
         f"   Default={'YES' if partition.default else 'NO'} DefaultTime={default_time} "
         f"MaxTime={format_duration(partition.max_time)}{interactive}",
-        f"   Nodes={','.join(printable(n) for n in partition.nodes) or '(null)'}",
-        f"   State={state} TotalCPUs={cpus} TotalNodes={len(partition.nodes)} TotalGPUs={gpus}",
-        f"   TRES={_node_tres(cpus, memory, gpus, len(partition.nodes))}",
+        f"   Nodes={node_list or '(null)'}",
+        f"   State={state} TotalCPUs={cpus} TotalNodes={count} TotalGPUs={gpus}",
+        f"   TRES={_node_tres(cpus, memory, gpus, count)}",
     ]
     if partition.cluster is not None:
         lines.append(f"   Cluster={printable(partition.cluster)}")
         if partition.down_reason:
             lines.append(f"   Reason={printable(partition.down_reason)}")
     return as_text(lines)
+
+
+# A GPU gres of a cluster's sinfo %G: `gpu:4`, `gpu:a100:4`, `gpu:a100:4(S:0-1)`, one of
+# several (`gpu:2,shard:8`).
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
+
+
+def _cluster_totals(groups: Sequence[ClusterNodes]) -> tuple[str, int, int, int, int]:
+    """A cluster partition's nodes, and their count, CPUs, MiB and GPUs, as its sinfo said.
+
+    The node list is one ranged list of all its lines' nodes (each line's as it is where
+    one cannot be read)."""
+    names: list[str] = []
+    for group in groups:
+        try:
+            names.extend(expand(group.names))
+        except ValueError:
+            names.append(group.names)
+    cpus = sum((group.cpus or 0) * group.count for group in groups)
+    memory = sum((group.mem_mb or 0) * group.count for group in groups)
+    gpus = sum(sum(int(n) for n in _GPU_GRES.findall(group.gres)) * group.count for group in groups)
+    count = sum(group.count for group in groups)
+    return compress(printable(name) for name in names), count, cpus, memory, gpus
 
 
 def format_qos_details(qos: Mapping[str, Any], allowed: Collection[str]) -> str:

@@ -286,6 +286,9 @@ def test_sinfo_shows_the_clusters_node_as_its_own_sinfo_says_it_and_p_filters(la
     assert lines[0].split() == ["PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE", "NODELIST"]
     assert [line.split()[0] for line in lines[1:]] == ["gpu*", "uni"], lines
     assert "uni" not in shown("-p", "gpu")
+    partition = lab.head.run("scontrol", "show", "partition", "uni", check=True).stdout
+    assert f"   Nodes={CLUSTER_HOST}\n" in partition, partition
+    assert " TotalNodes=1 " in partition, partition
     # Drained there: drained here, with the cluster's reason, within the 30 s it is asked.
     lab.there("scontrol", "update", f"NodeName={CLUSTER_HOST}", "State=DRAIN", "Reason=fan")
     try:

@@ -486,6 +486,29 @@ def test_scontrol_shows_a_cluster_partition_down_with_its_reason() -> None:
     )
 
 
+def test_scontrol_shows_a_cluster_partitions_nodes_as_its_sinfo_said_them() -> None:
+    """Nodes, TotalNodes, TotalCPUs and TotalGPUs of a cluster partition: its sinfo's
+    lines summed, the node list one ranged list; none while it is down."""
+    from gbatch.core.model import ClusterNodes, PartitionInfo
+    from gbatch.protocol import codec
+    from gbatch.render.scontrol import format_partition_details
+
+    lines = (
+        ClusterNodes(
+            "c[01-04,08]", 5, "idle", "idle", cpus=32, mem_mb=1000, gres="gpu:a100:4(S:0-1)"
+        ),
+        ClusterNodes("c[05-06]", 2, "mix", "mixed", cpus=32, mem_mb=1000, gres="gpu:2,shard:8"),
+        ClusterNodes("odd name", 1, "drain", "drained", gres="(null)"),
+    )
+    up = PartitionInfo("uni", cluster="labsvc@login:22", cluster_nodes=lines)
+    text = format_partition_details(codec.partition_from_wire(codec.partition_to_wire(up)), [])
+    assert "   Nodes=c[01-06,08],odd name\n" in text
+    assert "   State=UP TotalCPUs=224 TotalNodes=8 TotalGPUs=24\n" in text
+    assert "   TRES=cpu=224,mem=7000M,node=8,gres/gpu=24\n" in text
+    down = PartitionInfo("uni", cluster="x", down_reason="timed out", cluster_nodes=lines)
+    assert "TotalNodes=0" in format_partition_details(down, [])
+
+
 def test_the_docs_example_inventory_loads(tmp_path: Path) -> None:
     from docexamples import yaml_block_with
 

@@ -88,11 +88,19 @@ def test_one_user_is_capped_and_root_is_served_meanwhile(shared_head: Head) -> N
         }
         # While nobody holds all of theirs, root (an admin) is served.
         assert shared_head.run("squeue", check=True).returncode == 0
+        # One refusal said: the one more. (Read now: after closing, the child's tries
+        # before the daemon counts its closed connections out are refused too.)
+        refusals = connect_lines(shared_head)
+        assert len(refusals) == 1 and "user=nobody" in refusals[0], refusals
         os.write(go_w, b"x")
         second = json.loads(reports.readline())
     os.close(go_w)
     os.waitpid(pid, 0)
     assert second == {"after_closing": "served"}
-    log = (shared_head.home / "gbatchd.log").read_text()
-    refusals = [line for line in log.splitlines() if "op=connect" in line]
-    assert len(refusals) == 1 and "user=nobody" in refusals[0], refusals
+    assert all("user=nobody" in line for line in connect_lines(shared_head))
+
+
+def connect_lines(head: Head) -> list[str]:
+    """gbatchd.log's audit lines of refused connections."""
+    log = (head.home / "gbatchd.log").read_text()
+    return [line for line in log.splitlines() if "op=connect" in line]

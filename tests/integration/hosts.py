@@ -70,6 +70,16 @@ class Host:
     def logs(self) -> str:
         return _logs(self.container)
 
+    def run_as_root(self, *argv: str) -> str:
+        """`argv` run in the host as root, not over SSH (a test's own look at it): stdout."""
+        return subprocess.run(
+            ["docker", "exec", self.container.get_container_id(), *argv],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+
 
 def docker_client_binary() -> Path:
     """The docker CLI mounted into each host: GBATCH_HOST_DOCKER_CLIENT, else the

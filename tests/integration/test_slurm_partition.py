@@ -83,14 +83,8 @@ class Lab:
         ).stdout.strip()
 
     def there(self, *argv: str) -> str:
-        """`argv` run on the cluster itself (as root: its own sinfo, scontrol): stdout."""
-        return subprocess.run(
-            ["docker", "exec", self.cluster.container.get_container_id(), *argv],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
+        """`argv` run on the cluster's login node itself, as root: stdout."""
+        return self.cluster.run_as_root(*argv)
 
     def cluster_id(self, job_id: int) -> str:
         """The cluster's id of gbatch job `job_id` (from its marker in the comment)."""

@@ -9,7 +9,6 @@ cluster holds is checked there with `docker exec`.
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,14 +28,8 @@ class Lab:
     cluster: Host
 
     def there(self, *argv: str) -> str:
-        """A command's output on the cluster's login node, as root."""
-        return subprocess.run(
-            ["docker", "exec", self.cluster.container.get_container_id(), *argv],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
+        """`argv` run on the cluster's login node itself, as root: stdout."""
+        return self.cluster.run_as_root(*argv)
 
     def cluster_jobs(self) -> dict[str, str]:
         """The cluster's jobs (ended ones too): id -> comment."""

@@ -209,9 +209,10 @@ class Submitter(threading.Thread):
     """Submits every plan, keeping at most `backlog` acknowledged jobs unfinished (by
     the ledger). A daemon that is down is waited for; a submit whose connection died
     after the request went out is "in doubt" (the job may exist) and is not retried
-    under the same id: the plan is submitted again as a new job. A refusal stops it
-    (`refusal` says why): the same spec would be refused again, and the soak would wait
-    for jobs that never come."""
+    under the same id: the plan is submitted again as a new job. A refusal that says
+    nothing was queued for now (kind "unavailable": a daemon stopping as a kill lands)
+    is counted and submitted again; any other stops it (`refusal` says why): the same
+    spec would be refused again, and the soak would wait for jobs that never come."""
 
     def __init__(
         self,
@@ -269,7 +270,8 @@ class Submitter(threading.Thread):
                 return None
             except RequestFailed as err:
                 self.refused += 1
-                self.refusal = str(err)
+                if err.kind != "unavailable":
+                    self.refusal = str(err)
                 return None
         return [int(i) for i in reply["ids"]]
 

@@ -201,13 +201,13 @@ def _run_step(request: Mapping[str, object], fds: list[int], devnull: int) -> in
 
 def _fresh_process(request: Mapping[str, object], fds: list[int], devnull: int) -> None:
     """Make the forked child what a fresh `python -m` started by the daemon would be: a
-    session of its own, default signals, stdin /dev/null and stdout, stderr the log (the
-    first of `fds`), no descriptor but those and the rest of `fds`, the request's env."""
+    session of its own, stdin /dev/null and stdout, stderr the log (the first of `fds`),
+    no descriptor but those and the rest of `fds`, the request's env. Its signals are
+    made fresh by what runs next, as in a plain shim (shim.main, stepshim.run)."""
     from gbatch import shim
 
     os.setsid()
     signal.set_wakeup_fd(-1)
-    shim.fresh_signals()
     log, *kept = fds
     os.dup2(devnull, 0)
     os.dup2(log, 1)

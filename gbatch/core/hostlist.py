@@ -85,6 +85,16 @@ def expand(text: str) -> list[str]:
     return names
 
 
+def names_of(text: str) -> list[str]:
+    """The names of host list `text` (expand's), or `text` whole where expand refuses it.
+
+    For a list another scheduler printed: shown as it was given, never refused."""
+    try:
+        return expand(text)
+    except ValueError:
+        return [text]
+
+
 def _split_top(text: str) -> list[str]:
     """`text` split at the commas outside brackets."""
     items, depth, start = [], 0, 0

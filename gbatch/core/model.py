@@ -858,3 +858,8 @@ class PartitionInfo:
     # A cluster partition's nodes as its sinfo last said them (None: not known yet, or
     # not asked: it is down, or no login could ask).
     cluster_nodes: tuple[ClusterNodes, ...] | None = None
+
+    @property
+    def known_cluster_nodes(self) -> tuple[ClusterNodes, ...] | None:
+        """The cluster's node lines sinfo and scontrol show: none while it is down."""
+        return None if self.down_reason is not None else self.cluster_nodes

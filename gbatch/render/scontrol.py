@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from gbatch.core.constants import NORMAL_QOS as NORMAL
 from gbatch.core.gputypes import gres_text, node_gres
-from gbatch.core.hostlist import compress, expand
+from gbatch.core.hostlist import compress, names_of
 from gbatch.core.jobids import job_label
 from gbatch.core.labels import format_spans, memory_text, printable, spans_of
 from gbatch.core.model import (
@@ -377,8 +377,8 @@ def format_partition_details(partition: PartitionInfo, nodes: Sequence[NodeInfo]
     count = len(partition.nodes)
     if partition.cluster is not None:  # a Slurm cluster's: up while it answers
         state = "DOWN" if partition.down_reason else "UP"
-        if partition.cluster_nodes and not partition.down_reason:  # its own sinfo's
-            node_list, count, cpus, memory, gpus = _cluster_totals(partition.cluster_nodes)
+        if partition.known_cluster_nodes:  # its own sinfo's
+            node_list, count, cpus, memory, gpus = _cluster_totals(partition.known_cluster_nodes)
     lines = [
         f"PartitionName={printable(partition.name)}",
         f"   Default={'YES' if partition.default else 'NO'} DefaultTime={default_time} "
@@ -404,12 +404,7 @@ def _cluster_totals(groups: Sequence[ClusterNodes]) -> tuple[str, int, int, int,
 
     The node list is one ranged list of all its lines' nodes (each line's as it is where
     one cannot be read)."""
-    names: list[str] = []
-    for group in groups:
-        try:
-            names.extend(expand(group.names))
-        except ValueError:
-            names.append(group.names)
+    names = [name for group in groups for name in names_of(group.names)]
     cpus = sum((group.cpus or 0) * group.count for group in groups)
     memory = sum((group.mem_mb or 0) * group.count for group in groups)
     gpus = sum(sum(int(n) for n in _GPU_GRES.findall(group.gres)) * group.count for group in groups)

@@ -178,7 +178,7 @@ def cluster_rows(part: PartitionInfo, default: bool) -> list[SinfoRow]:
     AVAIL is the cluster's (`up`) while it answers and `down` while gbatch holds the
     partition down; with no nodes known (not answered yet, down) or none there, one
     line: NODES 0, STATE `n/a`, NODELIST empty."""
-    groups = part.cluster_nodes if part.down_reason is None else None
+    groups = part.known_cluster_nodes
     if not groups:
         avail = "up" if part.down_reason is None else "down"
         none = ClusterNodes("", 0, NO_NODES_STATE, NO_NODES_STATE, avail, part.max_time)
@@ -338,11 +338,8 @@ def _node_list(rows: Sequence[SinfoRow]) -> str:
     for row in rows:
         if row.seen is None:
             names.append(row.node.name)
-        elif row.seen.count:
-            try:  # several of the cluster's lines on one of ours: one list of them all
-                names.extend(hostlist.expand(row.seen.names))
-            except ValueError:
-                names.append(row.seen.names)
+        elif row.seen.count:  # several of the cluster's lines on one of ours: one list
+            names.extend(hostlist.names_of(row.seen.names))
     return compress_hostlist(names)
 
 
@@ -653,7 +650,7 @@ def format_sinfo_json(nodes: Sequence[NodeInfo], clusters: Sequence[PartitionInf
 def _cluster_json(part: PartitionInfo) -> dict[str, object]:
     """One cluster partition in sinfo's JSON: as its rows say it (cluster_rows)."""
     down = part.down_reason is not None
-    groups = None if down or part.cluster_nodes is None else part.cluster_nodes
+    groups = part.known_cluster_nodes
     return {
         "partition": part.name,
         "avail": "down" if down else "up",

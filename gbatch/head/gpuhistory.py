@@ -103,23 +103,18 @@ class _Ring:
     def __init__(self, path: Path, allocate: bool) -> None:
         """The ring at `path`, made if need be; `allocate`: every block of it had now
         (OSError where the disk is full), for a ring about to be written."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            if os.fstat(fd).st_size != FILE_SIZE:
-                os.ftruncate(fd, 0)  # another layout or a torn file: start again
-                os.ftruncate(fd, FILE_SIZE)
-        except BaseException:
-            os.close(fd)
-            raise
-        self.fd = fd
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         self.minute: _Minute | None = None
         self.allocated = False
-        if allocate:
-            try:
+        try:
+            if os.fstat(self.fd).st_size != FILE_SIZE:
+                os.ftruncate(self.fd, 0)  # another layout or a torn file: start again
+                os.ftruncate(self.fd, FILE_SIZE)
+            if allocate:
                 self.allocate()
-            except OSError:
-                os.close(fd)
-                raise
+        except BaseException:
+            os.close(self.fd)
+            raise
 
     def allocate(self) -> None:
         """Take every block of the ring now, and write its header; OSError on a full disk.
